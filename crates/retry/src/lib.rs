@@ -1,0 +1,1 @@
+//! holdfast-retry: the shared retry discipline (work in progress).

@@ -1,0 +1,1 @@
+//! holdfast-test-support (work in progress).

@@ -1,0 +1,1 @@
+//! Cross-crate end-to-end suites for holdfast (work in progress).

@@ -1,0 +1,49 @@
+//! `cargo xtask`: the maintainers' tasks for holdfast.
+//!
+//! - `spec-check` — the traceability gate: every rule in `docs/spec/` has an `impl` and a `verify`
+//!   reference, no reference is stale or unknown, and (given test results) every rule is verified by
+//!   a test that ran and passed.
+//! - `test` — starts the real services the suites need (dockerd, a registry, pebble, etcd, redis),
+//!   runs the workspace's tests against them, stops them, and ends with the test-backed spec-check.
+//! - `bench` — runs the criterion benches and writes their summaries under `target/bench/`.
+
+mod bench;
+mod harness;
+mod spec_check;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "holdfast maintainers' tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check that every spec rule is implemented, verified, and referenced correctly.
+    SpecCheck(spec_check::Args),
+    /// Start the real services, run the workspace's tests against them, then the test-backed spec-check.
+    Test(harness::Args),
+    /// Run benchmarks and write their summaries to target/bench/.
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::SpecCheck(args) => spec_check::run(args),
+        Command::Test(args) => harness::run(args),
+        Command::Bench(args) => bench::run(args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
