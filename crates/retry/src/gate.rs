@@ -2,8 +2,10 @@
 //! memory that bounds itself.
 //!
 //! [`KeyedGate`] is the single-owner form (`&mut self`, no locks: a reconciler owns its gate);
-//! [`crate::SharedGate`] shards it behind mutexes for concurrent callers. Both store 24 bytes of
-//! state per failing key, with times as nanosecond offsets from the first instant the gate saw.
+//! [`crate::SharedGate`] shards it behind mutexes for concurrent callers. Both store 16 bytes of
+//! state per failing key: the deadline (or, in flight, the start) as nanoseconds since the first
+//! instant the gate saw, the streak length, and flags with the attempt's generation. The deadline
+//! is computed once per failure by the pure decision's functions, so a check is one comparison.
 
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
@@ -17,11 +19,9 @@ use crate::stable_hash::stable_hash;
 use crate::time::Timestamp;
 use crate::transition::{AttemptToken, Escalation, NotYet, Reason, Transition, WaitReason};
 
-/// Per-key state. Exists only for keys in flight or with failures in their streak.
+/// Per-key state (16 bytes). Exists only for keys in flight or with failures in their streak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Slot {
-    /// When the latest failure happened (ns since the gate's epoch).
-    last_failure: u64,
     /// Idle: when the key may next be attempted. In flight: when the attempt began.
     at: u64,
     /// Consecutive failures in the current streak.
@@ -73,7 +73,6 @@ fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: u64) -> (Slot, Opt
     let wait = policy.wait_after(failures, stable_hash(key), None);
     let next_at = stale_at.saturating_add(nanos(wait));
     let settled = Slot {
-        last_failure: stale_at,
         at: next_at,
         failures,
         meta: if escalated { ESCALATED } else { 0 },
@@ -204,7 +203,6 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             self.slots.insert(
                 key.clone(),
                 Slot {
-                    last_failure: 0,
                     at: now_off,
                     failures: 0,
                     meta: IN_FLIGHT | generation,
@@ -263,7 +261,6 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         }
         let failures = if restarted { 0 } else { settled.failures };
         *slot = Slot {
-            last_failure: settled.last_failure,
             at: now_off,
             failures,
             meta: IN_FLIGHT | (settled.meta & ESCALATED) | generation,
@@ -311,6 +308,13 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         else {
             return self.superseded(token, now);
         };
+        // Past the stale timeout the attempt already counts as failed at the stale moment; its
+        // own late failure adds nothing.
+        let (settled, expiry) = settle(&policy, &token.key, *slot, now_off);
+        if let Some(expiry) = expiry {
+            *slot = settled;
+            return Self::expired(epoch, now, expiry).with_key(token.key);
+        }
         let (failures, escalated) = policy.after_failure(slot.failures, slot.escalated());
         let jitter_key = stable_hash(&token.key);
         let wait = policy.wait_after(failures, jitter_key, hint);
@@ -318,7 +322,6 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         let escalated_now = escalated && !slot.escalated();
         let at = now_off.saturating_add(nanos(wait));
         *slot = Slot {
-            last_failure: now_off,
             at,
             failures,
             meta: if escalated { ESCALATED } else { 0 },
@@ -677,6 +680,35 @@ mod tests {
                 2
             )
         );
+    }
+
+    // r[verify retry.in-flight.expiry]
+    #[test]
+    fn a_hung_attempt_fails_at_its_stale_moment_and_its_late_failure_adds_nothing() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let t0 = clock.now();
+        let token = gate.begin(&"img", t0).unwrap();
+        clock.advance(S(900));
+        // Nobody superseded it, but it is past the stale timeout: it failed at t0 + 600 s.
+        let t = gate.fail(token, clock.now(), Some(S(3000)));
+        assert_eq!((t.reason, t.attempt, t.failures), (Reason::Expired, 1, 1));
+        let next = t.next_attempt_at.unwrap();
+        assert_eq!(
+            next - (t0 + S(600)),
+            p.jittered_delay(1, stable_hash(&"img"))
+        );
+        assert_eq!(
+            gate.check(&"img", clock.now()),
+            Ok(()),
+            "the hint of the late failure is ignored"
+        );
+        // A late success, with no newer attempt begun, still resets the key.
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        clock.advance(S(700));
+        assert_eq!(gate.succeed(token, clock.now()).reason, Reason::Succeeded);
+        assert_eq!(gate.state(&"img", clock.now()), None);
     }
 
     // r[verify retry.token.stale]
