@@ -422,11 +422,18 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
 
     pub(crate) fn forget(&mut self, key: &K) -> Option<KeyState> {
         let slot = self.slots.remove(key)?;
+        // A slot exists only after a call fixed the epoch.
+        let epoch = self.epoch?;
+        let at = if slot.in_flight() {
+            slot.at.saturating_add(nanos(self.policy.stale_after))
+        } else {
+            slot.at
+        };
         Some(KeyState {
             failures: slot.failures,
             escalated: slot.escalated(),
             in_flight: slot.in_flight(),
-            next_attempt_at: Self::instant(self.epoch, Instant::now(), slot.at),
+            next_attempt_at: epoch.saturating_add(Duration::from_nanos(at)),
         })
     }
 }
@@ -929,6 +936,29 @@ mod tests {
         clock.advance(p.stale_after() + p.max_wait() + p.cap() + p.cap() / 4 + S(1));
         let _ = gate.begin(&"other2", clock.now());
         assert_eq!(gate.state(&"lost", clock.now()), None);
+    }
+
+    // r[verify retry.escalation]
+    #[test]
+    fn forgetting_an_escalated_key_hands_back_its_state() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        for _ in 0..5 {
+            let t = fail_now(&mut gate, "img", clock.now());
+            clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        }
+        // An escalated key is not dropped however long it sits idle: its fault is open.
+        clock.advance(p.cap() * 10);
+        let _ = gate.begin(&"other", clock.now());
+        let state = gate
+            .state(&"img", clock.now())
+            .expect("kept while escalated");
+        assert!(state.escalated && !state.in_flight);
+        assert_eq!(gate.forget(&"img"), Some(state));
+        assert_eq!(gate.state(&"img", clock.now()), None);
+        let t = fail_now(&mut gate, "img", clock.now());
+        assert_eq!((t.failures, t.escalation), (1, None));
     }
 
     // r[verify retry.budget]

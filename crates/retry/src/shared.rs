@@ -15,6 +15,7 @@ use crate::transition::{AttemptToken, NotYet, Transition};
 /// rarely contend; one optional [`RetryBudget`] is shared by all shards.
 #[derive(Debug)]
 pub struct SharedGate<K> {
+    policy: Policy,
     shards: Box<[Mutex<GateCore<K>>]>,
     hasher: hashbrown::DefaultHashBuilder,
     budget: Option<Mutex<RetryBudget>>,
@@ -36,6 +37,7 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
             .map(|_| Mutex::new(GateCore::new(policy)))
             .collect();
         Self {
+            policy,
             shards,
             hasher: Default::default(),
             budget: None,
@@ -103,7 +105,7 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     }
 
     /// The policy.
-    pub fn policy(&self) -> Policy {
-        *lock(&self.shards[0]).policy()
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 }

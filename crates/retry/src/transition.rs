@@ -94,6 +94,7 @@ pub enum Escalation {
 }
 
 /// One change of a key's state, for a `tracing` event or a caller's hook.
+// r[impl retry.observe]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition<K> {
     /// The key.
@@ -127,7 +128,6 @@ impl<K> Transition<K> {
 impl<K: fmt::Debug> Transition<K> {
     /// Emit this transition as a `tracing` event: `warn` when escalated, `info` when recovered,
     /// `debug` otherwise.
-    // r[impl retry.observe]
     #[cfg(feature = "tracing")]
     pub fn trace(&self) {
         let wait = self
