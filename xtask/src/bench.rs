@@ -93,6 +93,7 @@ fn retry(args: &Args) -> anyhow::Result<ExitCode> {
             "holdfast-keyed",
             "holdfast-keyed-clock-per-call",
             "holdfast-shared",
+            "hashbrown-get-floor",
             "governor-keyed",
         ] {
             gate.insert(

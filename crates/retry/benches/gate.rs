@@ -81,6 +81,17 @@ fn check_with(c: &mut Criterion, name: &str, n: u64) {
     });
     drop(shared);
 
+    // The floor: a bare hashbrown lookup of a 16-byte value on the same keys (what any keyed
+    // store pays before doing anything).
+    let bare: hashbrown::HashMap<u64, [u64; 2]> = (0..n).map(|k| (k, [k, k])).collect();
+    group.bench_function("hashbrown-get-floor", |b| {
+        b.iter(|| {
+            key = if key + 1 == n { 0 } else { key + 1 };
+            black_box(bare.get(black_box(&key)).map(|v| v[0]))
+        })
+    });
+    drop(bare);
+
     // governor: one cell per hour per key, each key already spent, so every check is refused.
     let quota = Quota::per_hour(NonZeroU32::MIN);
     let limiter = RateLimiter::keyed(quota);

@@ -85,8 +85,8 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     }
 
     /// See [`crate::KeyedGate::state`].
-    pub fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
-        self.shard(key).state(key, now)
+    pub fn state(&self, key: &K) -> Option<KeyState> {
+        self.shard(key).state(key)
     }
 
     /// See [`crate::KeyedGate::forget`].

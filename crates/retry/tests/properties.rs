@@ -165,10 +165,10 @@ impl Run {
                     model.in_flight = Some(self.now);
                     // A superseded token stays with us: finishing it later must change nothing.
                     if let Some(old) = self.tokens.insert(k, token) {
-                        let before = self.gate.state(&KEYS[k], self.now);
+                        let before = self.gate.state(&KEYS[k]);
                         let late = self.gate.fail(old, self.now, Some(Duration::from_secs(1)));
                         prop_assert_eq!(late.reason, holdfast_retry::Reason::Superseded);
-                        prop_assert_eq!(self.gate.state(&KEYS[k], self.now), before);
+                        prop_assert_eq!(self.gate.state(&KEYS[k]), before);
                     }
                 } else if let Err(refused) = got {
                     if let WaitReason::Backoff { failures, .. } = refused.reason {
@@ -221,7 +221,7 @@ impl Run {
     fn check_memory(&self) -> Result<(), TestCaseError> {
         let p = self.policy;
         for key in KEYS {
-            if let Some(state) = self.gate.state(&key, self.now) {
+            if let Some(state) = self.gate.state(&key) {
                 if !state.in_flight && !state.escalated {
                     let idle = self.now.saturating_duration_since(state.next_attempt_at);
                     prop_assert!(
