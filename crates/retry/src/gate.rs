@@ -231,7 +231,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                     failures: settled.failures,
                     escalated: settled.escalated(),
                 },
-                expired,
+                expired: expired.map(Box::new),
             });
         }
         let restarted = policy.restarts_streak(settled.at, now);
@@ -242,7 +242,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 return Err(NotYet {
                     until,
                     reason: WaitReason::Budget,
-                    expired,
+                    expired: expired.map(Box::new),
                 });
             }
         }

@@ -63,8 +63,9 @@ pub struct NotYet {
     pub until: Instant,
     /// Why.
     pub reason: WaitReason,
-    /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]).
-    pub expired: Option<Transition<()>>,
+    /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]). Boxed: it is
+    /// rare, and a small refusal keeps the hot path of a check short.
+    pub expired: Option<Box<Transition<()>>>,
 }
 
 /// What caused a transition.
