@@ -123,7 +123,14 @@ fn retry(args: &Args) -> anyhow::Result<ExitCode> {
     let bytes = memory["keyed_bytes_per_key_beyond_key"]
         .as_f64()
         .unwrap_or(f64::NAN);
-    let reclaimed = memory["keyed_keys_left_after_reclaim"].as_u64() == Some(0);
+    let reclaimed = [
+        "keyed_reclaim_steady_keys_left",
+        "keyed_reclaim_after_quiet_keys_left",
+        "shared_reclaim_steady_keys_left",
+        "shared_reclaim_after_quiet_keys_left",
+    ]
+    .iter()
+    .all(|field| memory[*field].as_u64() == Some(0));
     let targets = json!({
         "check_median_ns": {"target_max": CHECK_TARGET_NS, "measured": check, "met": check <= CHECK_TARGET_NS},
         "speedup_vs_governor_check_key": {"target_min": SPEEDUP_TARGET, "measured": speedup, "met": speedup >= SPEEDUP_TARGET},
@@ -167,6 +174,14 @@ fn retry(args: &Args) -> anyhow::Result<ExitCode> {
         memory["governor_bytes_per_key"]
     );
     println!("  check vs governor: {speedup:.2}x");
+    for gate in ["keyed", "shared"] {
+        println!(
+            "  reclaiming {} idle keys, {gate}: slowest ordinary call {} ms under steady traffic, {} ms after a quiet spell",
+            args.keys,
+            memory[format!("{gate}_reclaim_steady_slowest_call_ms")],
+            memory[format!("{gate}_reclaim_after_quiet_slowest_call_ms")],
+        );
+    }
     for (name, t) in targets.as_object().into_iter().flatten() {
         println!(
             "  target {name}: {}",

@@ -49,6 +49,71 @@ fn per_key(bytes: usize, n: u64) -> f64 {
     bytes as f64 / n as f64
 }
 
+/// The two gate shapes, for the reclaim measurements.
+trait Gate {
+    /// One ordinary call: begin and finish an attempt on `key` at `now`.
+    fn touch(&mut self, key: u64, now: Instant);
+    fn count(&self) -> usize;
+}
+
+impl Gate for KeyedGate<u64> {
+    fn touch(&mut self, key: u64, now: Instant) {
+        if let Ok(token) = self.begin(&key, now) {
+            let _ = self.succeed(token, now);
+        }
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Gate for SharedGate<u64> {
+    fn touch(&mut self, key: u64, now: Instant) {
+        if let Ok(token) = self.begin(&key, now) {
+            let _ = self.succeed(token, now);
+        }
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+
+struct Reclaim {
+    calls: u32,
+    slowest: Duration,
+    total: Duration,
+    left: usize,
+}
+
+/// Ordinary calls on other keys, `step` apart in simulated time from `from`, until the gate is
+/// empty: how many calls it took, and what the slowest one cost.
+fn reclaim(gate: &mut impl Gate, from: Instant, step: Duration) -> Reclaim {
+    let mut r = Reclaim {
+        calls: 0,
+        slowest: Duration::ZERO,
+        total: Duration::ZERO,
+        left: 0,
+    };
+    let mut now = from;
+    while gate.count() > 0 && r.calls < 100_000 {
+        let start = Instant::now();
+        gate.touch(u64::MAX - u64::from(r.calls), now);
+        let took = start.elapsed();
+        r.slowest = r.slowest.max(took);
+        r.total += took;
+        r.calls += 1;
+        now += step;
+    }
+    r.left = gate.count();
+    r
+}
+
+fn fail_all(gate: &mut impl FnMut(u64), n: u64) {
+    for key in 0..n {
+        gate(key);
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let n: u64 = std::env::var("HOLDFAST_BENCH_KEYS")
@@ -58,49 +123,67 @@ fn main() {
     let key_size = std::mem::size_of::<u64>() as f64;
     let policy = Policy::default();
     let t0 = Instant::now();
+    // Every key failed once at t0 (wait about 5 s); from this time on all of them are idle
+    // for more than the cap and hold no information (used after a quiet spell).
+    let idle = t0 + Duration::from_secs(6) + policy.cap() + Duration::from_secs(1);
+    // Steady traffic: an ordinary call on some other key every 1/64 cap (4.7 s by default).
+    let step = policy.cap() / 64;
+    let mut rows = Vec::new();
 
     // KeyedGate.
     let before = live();
     let mut gate = KeyedGate::new(policy);
-    for key in 0..n {
-        let token = gate.begin(&key, t0).expect("fresh");
-        let _ = gate.fail(token, t0, None);
-    }
+    fail_all(
+        &mut |key| {
+            let token = gate.begin(&key, t0).expect("fresh");
+            let _ = gate.fail(token, t0, None);
+        },
+        n,
+    );
     let keyed_bytes = live() - before;
-    // Reclaim: all keys idle past the cap; one ordinary call on another key later sweeps them.
-    let later = t0 + policy.max_wait() + policy.cap() + policy.cap() / 4 + Duration::from_secs(1);
-    let start = Instant::now();
-    let token = gate.begin(&u64::MAX, later).expect("fresh");
-    let reclaim_call = start.elapsed();
-    let _ = gate.succeed(token, later);
+    // Steady traffic from t0 on: partitions fall due one by one.
+    let steady = reclaim(&mut gate, t0 + step, step);
     let keyed_after = live().saturating_sub(before);
-    let keyed_left = gate.len();
     drop(gate);
+    // A quiet spell, then one call: every partition is due at once.
+    let mut gate = KeyedGate::new(policy);
+    gate.touch(u64::MAX, t0);
+    fail_all(
+        &mut |key| {
+            let token = gate.begin(&key, t0).expect("fresh");
+            let _ = gate.fail(token, t0, None);
+        },
+        n,
+    );
+    let quiet = reclaim(&mut gate, idle + policy.cap(), step);
+    drop(gate);
+    rows.push(("keyed", keyed_bytes, keyed_after, steady, quiet));
 
-    // SharedGate (16 shards): a call sweeps only its own shard.
+    // SharedGate (16 shards).
     let before = live();
-    let shared = SharedGate::new(policy);
-    for key in 0..n {
-        let token = shared.begin(&key, t0).expect("fresh");
-        let _ = shared.fail(token, t0, None);
-    }
+    let mut shared = SharedGate::new(policy);
+    fail_all(
+        &mut |key| {
+            let token = shared.begin(&key, t0).expect("fresh");
+            let _ = shared.fail(token, t0, None);
+        },
+        n,
+    );
     let shared_bytes = live() - before;
-    let start = Instant::now();
-    let mut probe = u64::MAX;
-    let mut calls = 0u32;
-    let mut slowest = Duration::ZERO;
-    while !shared.is_empty() && calls < 10_000 {
-        let call = Instant::now();
-        if let Ok(token) = shared.begin(&probe, later) {
-            let _ = shared.succeed(token, later);
-        }
-        slowest = slowest.max(call.elapsed());
-        probe -= 1;
-        calls += 1;
-    }
-    let shared_reclaim = start.elapsed();
+    let steady = reclaim(&mut shared, t0 + step, step);
     let shared_after = live().saturating_sub(before);
     drop(shared);
+    let mut shared = SharedGate::new(policy);
+    fail_all(
+        &mut |key| {
+            let token = shared.begin(&key, t0).expect("fresh");
+            let _ = shared.fail(token, t0, None);
+        },
+        n,
+    );
+    let quiet = reclaim(&mut shared, idle + policy.cap(), step);
+    drop(shared);
+    rows.push(("shared", shared_bytes, shared_after, steady, quiet));
 
     // governor's keyed limiter on the same keys.
     let before = live();
@@ -111,31 +194,34 @@ fn main() {
     let governor_bytes = live() - before;
     drop(limiter);
 
-    let result = format!(
-        concat!(
-            "{{\"keys\":{},\"key_bytes\":{},",
-            "\"keyed_bytes_per_key\":{:.1},\"keyed_bytes_per_key_beyond_key\":{:.1},",
-            "\"shared_bytes_per_key\":{:.1},\"shared_bytes_per_key_beyond_key\":{:.1},",
-            "\"governor_bytes_per_key\":{:.1},",
-            "\"keyed_reclaim_call_ms\":{:.3},\"keyed_keys_left_after_reclaim\":{},",
-            "\"keyed_bytes_left_after_reclaim\":{},",
-            "\"shared_reclaim_calls\":{},\"shared_reclaim_total_ms\":{:.3},",
-            "\"shared_reclaim_slowest_call_ms\":{:.3},\"shared_bytes_left_after_reclaim\":{}}}"
+    let mut fields = vec![
+        format!("\"keys\":{n}"),
+        format!("\"key_bytes\":{key_size}"),
+        format!(
+            "\"governor_bytes_per_key\":{:.1}",
+            per_key(governor_bytes, n)
         ),
-        n,
-        key_size,
-        per_key(keyed_bytes, n),
-        per_key(keyed_bytes, n) - key_size,
-        per_key(shared_bytes, n),
-        per_key(shared_bytes, n) - key_size,
-        per_key(governor_bytes, n),
-        reclaim_call.as_secs_f64() * 1e3,
-        keyed_left,
-        keyed_after,
-        calls,
-        shared_reclaim.as_secs_f64() * 1e3,
-        slowest.as_secs_f64() * 1e3,
-        shared_after,
-    );
-    println!("RESULT {result}");
+        format!("\"reclaim_step_ms\":{}", step.as_millis()),
+    ];
+    for (name, bytes, after, steady, quiet) in rows {
+        fields.push(format!("\"{name}_bytes_per_key\":{:.1}", per_key(bytes, n)));
+        fields.push(format!(
+            "\"{name}_bytes_per_key_beyond_key\":{:.1}",
+            per_key(bytes, n) - key_size
+        ));
+        fields.push(format!("\"{name}_bytes_left_after_reclaim\":{after}"));
+        for (shape, r) in [("steady", steady), ("after_quiet", quiet)] {
+            fields.push(format!("\"{name}_reclaim_{shape}_calls\":{}", r.calls));
+            fields.push(format!("\"{name}_reclaim_{shape}_keys_left\":{}", r.left));
+            fields.push(format!(
+                "\"{name}_reclaim_{shape}_slowest_call_ms\":{:.3}",
+                r.slowest.as_secs_f64() * 1e3
+            ));
+            fields.push(format!(
+                "\"{name}_reclaim_{shape}_total_ms\":{:.3}",
+                r.total.as_secs_f64() * 1e3
+            ));
+        }
+    }
+    println!("RESULT {{{}}}", fields.join(","));
 }

@@ -13,10 +13,9 @@ use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use hashbrown::HashMap;
-
 use crate::budget::RetryBudget;
 use crate::policy::Policy;
+use crate::slots::Slots;
 use crate::stable_hash::stable_hash;
 use crate::time::Timestamp;
 use crate::transition::{AttemptToken, Escalation, NotYet, Reason, Transition, WaitReason};
@@ -143,18 +142,16 @@ pub struct KeyState {
 #[derive(Debug)]
 pub(crate) struct GateCore<K> {
     policy: Policy,
-    slots: HashMap<K, Slot>,
+    slots: Slots<K, Slot>,
     generation: u32,
-    next_sweep: Option<Instant>,
 }
 
 impl<K: Hash + Eq + Clone> GateCore<K> {
-    pub(crate) fn new(policy: Policy) -> Self {
+    pub(crate) fn new(policy: Policy, parts: usize) -> Self {
         Self {
             policy,
-            slots: HashMap::new(),
+            slots: Slots::new(parts),
             generation: 0,
-            next_sweep: None,
         }
     }
 
@@ -166,20 +163,14 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         self.slots.len()
     }
 
-    /// Drop keys that hold no information, at most once per quarter cap, during ordinary calls.
+    /// Drop keys that hold no information, during ordinary calls: each partition of the map is
+    /// swept once per quarter cap, the partitions staggered so that one call pays for a share.
     // r[impl retry.memory]
     fn maybe_sweep(&mut self, now: Instant) {
-        if self.next_sweep.is_some_and(|at| now < at) {
-            return;
-        }
         let policy = self.policy;
-        self.slots
-            .retain(|key, slot| !droppable(&policy, key, *slot, now));
-        // Give memory back after a burst of failures has drained.
-        if self.slots.capacity() > 64 && self.slots.len() * 4 < self.slots.capacity() {
-            self.slots.shrink_to(self.slots.len() * 2);
-        }
-        self.next_sweep = Some(now.saturating_add((policy.cap / 4).max(Duration::from_nanos(1))));
+        self.slots.sweep_due(now, policy.cap / 4, |key, slot| {
+            droppable(&policy, key, *slot, now)
+        });
     }
 
     // r[impl retry.single-flight]
@@ -194,7 +185,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         let generation = self.generation & GENERATION;
         let Some(slot) = self.slots.get_mut(key) else {
             // r[impl retry.keys-independent]
-            self.slots.insert(
+            self.slots.insert_new(
                 key.clone(),
                 Slot {
                     at: now,
@@ -430,7 +421,7 @@ impl<K: Hash + Eq + Clone> KeyedGate<K> {
     /// An empty gate pacing every key by `policy`.
     pub fn new(policy: Policy) -> Self {
         Self {
-            core: GateCore::new(policy),
+            core: GateCore::new(policy, 16),
             budget: None,
         }
     }

@@ -97,6 +97,7 @@ mod jitter;
 mod policy;
 mod schedule;
 mod shared;
+mod slots;
 mod stable_hash;
 mod time;
 mod transition;

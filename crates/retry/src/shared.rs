@@ -34,7 +34,7 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     /// A gate with `shards` shards (at least one).
     pub fn with_shards(policy: Policy, shards: usize) -> Self {
         let shards = (0..shards.max(1))
-            .map(|_| Mutex::new(GateCore::new(policy)))
+            .map(|_| Mutex::new(GateCore::new(policy, 4)))
             .collect();
         Self {
             policy,
