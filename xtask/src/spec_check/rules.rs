@@ -69,6 +69,7 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
     }
 
     let mut rules: Vec<Rule> = Vec::new();
+    let mut unrecognised: Vec<(String, Marker)> = Vec::new();
     for path in &selection.files {
         let file = walk::relative(root, path);
         let text = match std::fs::read_to_string(path) {
@@ -85,6 +86,13 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
         // i[impl spec-check.spec-parse]
         match block_on(marq::render(&text, &marq::RenderOptions::default())) {
             Ok(doc) => {
+                let recognised: Vec<usize> = doc.reqs.iter().map(|def| def.line).collect();
+                unrecognised.extend(
+                    blockquote_markers(&text)
+                        .into_iter()
+                        .filter(|marker| !recognised.contains(&marker.line))
+                        .map(|marker| (file.clone(), marker)),
+                );
                 for def in doc.reqs {
                     let Some(id) = parse_rule_id(&def.id.to_string()) else {
                         continue;
@@ -98,18 +106,22 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
                     });
                 }
             }
-            Err(marq::Error::DuplicateReq(what)) => {
+            Err(marq::Error::DuplicateReq(what)) if !what.starts_with("empty or invalid") => {
                 // marq stops at the second definition without saying where either is; find both.
                 problems.extend(duplicates_in_file(&text, &file, &spec.name, &what));
             }
-            Err(err) => problems.push(
-                Problem::new(
+            Err(err) => {
+                let message = err.to_string();
+                let problem = Problem::new(
                     Kind::SpecParse,
-                    format!("cannot parse the spec file: {err}"),
+                    format!("cannot parse the spec file: {message}"),
                 )
-                .in_file(&file)
-                .spec(&spec.name),
-            ),
+                .spec(&spec.name);
+                problems.push(match line_of_named_rule(&text, &message) {
+                    Some(line) => problem.at(&file, line),
+                    None => problem.in_file(&file),
+                });
+            }
         }
     }
 
@@ -123,6 +135,47 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
                 first_by_base.insert(&rule.id.base, rule);
             }
         }
+    }
+
+    // marq 2.0.0 (and so tracey 1.3.0) silently renders a blockquote whose marker is invalid or
+    // repeats an id as plain text: the rule just vanishes. Report each one.
+    let rule_prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
+    for (file, marker) in &unrecognised {
+        let looks_like_rule = if rule_prefixes.is_empty() {
+            marker.inner.contains('.')
+        } else {
+            rule_prefixes.contains(&marker.prefix.as_str())
+        };
+        if !looks_like_rule {
+            continue;
+        }
+        let id_text = marker.inner.split_whitespace().next().unwrap_or_default();
+        let first = parse_rule_id(id_text)
+            .and_then(|id| rules.iter().find(|r| r.id.base == id.base).map(|r| (id, r)));
+        problems.push(match first {
+            Some((id, first)) => duplicate(
+                &Rule {
+                    id,
+                    prefix: marker.prefix.clone(),
+                    file: file.clone(),
+                    line: marker.line,
+                },
+                first,
+                &spec.name,
+            ),
+            None => Problem::new(
+                Kind::SpecParse,
+                format!(
+                    "`{}[{}]` is not a valid rule marker, so no rule is defined here (marq, and so \
+                     tracey, render it as plain text); ids are lowercase dot-separated words with \
+                     an optional `+N` version, and the only attributes are status=, level=, \
+                     since=, until= and tags=",
+                    marker.prefix, marker.inner
+                ),
+            )
+            .at(file, marker.line)
+            .spec(&spec.name),
+        });
     }
 
     let mut prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
@@ -231,4 +284,69 @@ fn duplicates_in_file(text: &str, file: &str, spec: &str, what: &str) -> Vec<Pro
             .spec(spec),
         ],
     }
+}
+
+/// The line of the marker of the rule marq's error message names (`... for requirement 'x.y'`).
+fn line_of_named_rule(text: &str, message: &str) -> Option<usize> {
+    let (_, rest) = message.split_once("requirement '")?;
+    let (id, _) = rest.split_once('\'')?;
+    let needle = format!("[{id}");
+    text.lines()
+        .position(|line| line.contains(&needle))
+        .map(|index| index + 1)
+}
+
+/// A `PREFIX[...]` marker opening a blockquote.
+struct Marker {
+    line: usize,
+    prefix: String,
+    inner: String,
+}
+
+/// Every blockquote whose first paragraph starts with `PREFIX[...]`, found with the markdown
+/// parser marq uses (so code blocks and inline code are not mistaken for markers).
+fn blockquote_markers(text: &str) -> Vec<Marker> {
+    use pulldown_cmark::{Event, Options, Parser, Tag};
+    let options = Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_HEADING_ATTRIBUTES
+        | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS
+        | Options::ENABLE_PLUSES_DELIMITED_METADATA_BLOCKS;
+    let mut markers = Vec::new();
+    let mut quote_opened = false;
+    for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
+        match event {
+            Event::Start(Tag::BlockQuote(_)) => quote_opened = true,
+            Event::Start(Tag::Paragraph) if quote_opened => {
+                quote_opened = false;
+                let first_line = text[range.start..].lines().next().unwrap_or_default();
+                if let Some(marker) = parse_marker(first_line) {
+                    let line = text[..range.start].matches('\n').count() + 1;
+                    markers.push(Marker { line, ..marker });
+                }
+            }
+            Event::Start(_) => quote_opened = false,
+            _ => {}
+        }
+    }
+    markers
+}
+
+fn parse_marker(line: &str) -> Option<Marker> {
+    let bracket = line.find('[')?;
+    let prefix = &line[..bracket];
+    if prefix.is_empty()
+        || !prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return None;
+    }
+    let close = line[bracket..].find(']')?;
+    Some(Marker {
+        line: 0,
+        prefix: prefix.to_owned(),
+        inner: line[bracket + 1..bracket + close].to_owned(),
+    })
 }
