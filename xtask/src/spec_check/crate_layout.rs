@@ -127,3 +127,80 @@ fn package_name(manifest: &Path) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn package(root: &Path, dir: &str, name: &str) {
+        let dir = root.join(dir);
+        std::fs::create_dir_all(dir.join("src")).expect("mkdir");
+        std::fs::write(
+            dir.join("Cargo.toml"),
+            format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\n\n[dependencies]\nname = \"x\"\n"),
+        )
+        .expect("manifest");
+    }
+
+    fn place(root: &Path, file: &str) -> Option<(String, String)> {
+        let path = root.join(file);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, "").expect("file");
+        locate(root, &path).map(|t| (t.suite, t.modules.join("::")))
+    }
+
+    // i[verify spec-check.test-backed]
+    #[test]
+    fn files_map_to_nextest_binary_ids_and_module_paths() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            "[workspace]\nmembers = [\"crates/*\"]\n",
+        )
+        .expect("workspace manifest");
+        package(root, "crates/pull", "holdfast-pull");
+        std::fs::write(root.join("crates/pull/src/lib.rs"), "").expect("lib.rs");
+        let cases = [
+            ("crates/pull/src/lib.rs", Some(("holdfast-pull", ""))),
+            (
+                "crates/pull/src/actuate/retry.rs",
+                Some(("holdfast-pull", "actuate::retry")),
+            ),
+            (
+                "crates/pull/src/actuate/mod.rs",
+                Some(("holdfast-pull", "actuate")),
+            ),
+            (
+                "crates/pull/src/bin/tool.rs",
+                Some(("holdfast-pull::bin/tool", "")),
+            ),
+            (
+                "crates/pull/tests/smoke.rs",
+                Some(("holdfast-pull::smoke", "")),
+            ),
+            (
+                "crates/pull/benches/speed.rs",
+                Some(("holdfast-pull::bench/speed", "")),
+            ),
+            ("crates/pull/tests/common/mod.rs", None),
+        ];
+        for (file, expected) in cases {
+            let expected = expected.map(|(s, m)| (s.to_owned(), m.to_owned()));
+            assert_eq!(place(root, file), expected, "{file}");
+        }
+        std::fs::create_dir_all(root.join("crates/pull/tests/multi")).expect("mkdir");
+        std::fs::write(root.join("crates/pull/tests/multi/main.rs"), "").expect("main.rs");
+        assert_eq!(
+            place(root, "crates/pull/tests/multi/part.rs"),
+            Some(("holdfast-pull::multi".to_owned(), "part".to_owned()))
+        );
+    }
+
+    #[test]
+    fn suites_map_to_the_executables_the_skip_ledger_names() {
+        assert_eq!(executable_of_suite("holdfast-pull"), "holdfast_pull");
+        assert_eq!(executable_of_suite("holdfast-pull::smoke"), "smoke");
+        assert_eq!(executable_of_suite("holdfast::bin/holdfast"), "holdfast");
+    }
+}

@@ -112,3 +112,56 @@ fn attribute(tag: &BytesStart<'_>, key: &[u8]) -> Result<String, String> {
         .map(|v| v.into_owned())
         .map_err(|err| format!("bad attribute on <{element}>: {err}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Trimmed from a real `cargo nextest run --profile ci` report (nextest 0.9).
+    const REPORT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="nextest-run" tests="5" skipped="0" failures="1" errors="0">
+    <testsuite name="nxj" tests="3" skipped="0" errors="0" failures="1">
+        <testcase name="a::b::tests::deep" classname="nxj" time="0.010"/>
+        <testcase name="tests::passes" classname="nxj" time="0.009"/>
+        <testcase name="tests::fails" classname="nxj" time="0.094">
+            <failure message="thread &apos;tests::fails&apos; panicked" type="test failure with exit code 101">assertion failed</failure>
+            <system-out>running 1 test</system-out>
+        </testcase>
+    </testsuite>
+    <testsuite name="nxj::foo" tests="1" skipped="0" errors="0" failures="0">
+        <testcase name="m::in_mod" classname="nxj::foo" time="0.005"/>
+    </testsuite>
+    <testsuite name="nxj::bin/tool" tests="1" skipped="0" errors="0" failures="0">
+        <testcase name="flaky" classname="nxj::bin/tool" time="0.005">
+            <flakyFailure message="first try failed" type="test failure">boom</flakyFailure>
+        </testcase>
+    </testsuite>
+</testsuites>
+"#;
+
+    #[test]
+    fn reads_nextest_junit() {
+        let results = parse(REPORT).expect("parses");
+        let status = |suite: &str, name: &str| {
+            results
+                .cases
+                .get(&(suite.to_owned(), name.to_owned()))
+                .copied()
+        };
+        assert_eq!(results.cases.len(), 5);
+        assert_eq!(status("nxj", "a::b::tests::deep"), Some(Status::Passed));
+        assert_eq!(status("nxj", "tests::fails"), Some(Status::Failed));
+        assert_eq!(status("nxj::foo", "m::in_mod"), Some(Status::Passed));
+        assert_eq!(
+            status("nxj::bin/tool", "flaky"),
+            Some(Status::Passed),
+            "passed on retry"
+        );
+    }
+
+    #[test]
+    fn rejects_what_is_not_junit() {
+        assert!(parse("<html></html>").is_err());
+        assert!(parse("<testsuites><testsuite name=\"x\"><testcase").is_err());
+    }
+}

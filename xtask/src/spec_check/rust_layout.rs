@@ -215,3 +215,107 @@ fn fn_name(line: &str) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(source: &str) -> RustLayout {
+        RustLayout::parse(Path::new("lib.rs"), source)
+    }
+
+    /// 1-based line of the first line containing `needle`.
+    fn line_of(source: &str, needle: &str) -> usize {
+        source
+            .lines()
+            .position(|l| l.contains(needle))
+            .expect("needle")
+            + 1
+    }
+
+    const SOURCE: &str = "\
+pub fn plain() {}
+
+#[cfg(test)]
+mod tests {
+    // MARK-A
+    #[test]
+    #[should_panic(
+        expected = \"boom\"
+    )]
+    fn through_attributes() {}
+
+    mod nested {
+        proptest::proptest! {
+            // MARK-B
+            #[test]
+            fn property(x in 0u8..3) {}
+        }
+    }
+
+    #[test]
+    fn inside() {
+        // MARK-C
+        assert!(true);
+    }
+}
+
+// MARK-D
+pub struct NotAFunction;
+
+#[cfg(test)]
+mod helpers;
+";
+
+    // i[verify spec-check.test-backed]
+    #[test]
+    fn attributes_the_next_function_through_attributes() {
+        let layout = layout(SOURCE);
+        let found = layout.function_after(line_of(SOURCE, "MARK-A"));
+        assert_eq!(
+            found,
+            Some(AttributedFn {
+                name: "through_attributes".into(),
+                modules: vec!["tests".into()],
+            })
+        );
+    }
+
+    // i[verify spec-check.test-backed]
+    #[test]
+    fn attributes_through_a_macro_opener_into_nested_modules() {
+        let layout = layout(SOURCE);
+        let found = layout.function_after(line_of(SOURCE, "MARK-B"));
+        assert_eq!(
+            found,
+            Some(AttributedFn {
+                name: "property".into(),
+                modules: vec!["tests".into(), "nested".into()],
+            })
+        );
+    }
+
+    #[test]
+    fn an_annotation_inside_a_body_belongs_to_that_function() {
+        let layout = layout(SOURCE);
+        let found = layout.function_after(line_of(SOURCE, "MARK-C"));
+        assert_eq!(found.map(|f| f.name), Some("inside".to_owned()));
+    }
+
+    #[test]
+    fn an_annotation_before_a_non_function_is_not_attributed() {
+        let layout = layout(SOURCE);
+        assert_eq!(layout.function_after(line_of(SOURCE, "MARK-D")), None);
+    }
+
+    // i[verify spec-check.placement]
+    #[test]
+    fn cfg_test_items_and_declared_test_modules_are_test_code() {
+        let layout = layout(SOURCE);
+        assert!(!layout.in_cfg_test(line_of(SOURCE, "pub fn plain")));
+        assert!(layout.in_cfg_test(line_of(SOURCE, "MARK-A")));
+        assert!(layout.in_cfg_test(line_of(SOURCE, "MARK-C")));
+        assert!(!layout.in_cfg_test(line_of(SOURCE, "MARK-D")));
+        assert_eq!(layout.test_child_modules(), ["helpers".to_owned()]);
+    }
+}
