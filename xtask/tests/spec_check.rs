@@ -509,8 +509,9 @@ fn real_nextest_run_with_an_ignored_test_fails_the_check() {
     assert_eq!(problems.len(), 1, "{out}");
     assert!(
         problems[0].contains("[not-verified-by-test] rule r[demo.beta] is not verified")
-            && problems[0]
-                .contains("`beta_holds` (crates/demo/tests/beta.rs:1) ignored or not run"),
+            && problems[0].contains(
+                "`demo::beta beta_holds` (crates/demo/tests/beta.rs:1) ignored or not run"
+            ),
         "{out}"
     );
 }

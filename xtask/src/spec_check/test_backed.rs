@@ -193,6 +193,11 @@ fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) ->
     full_path.extend(function.modules.iter().cloned());
     full_path.push(function.name.clone());
     let full_name = full_path.join("::");
+    // Name tests the way nextest prints them: `BINARY-ID test::path`.
+    let shown = match &target {
+        Some(t) => format!("{} {full_name}", t.suite),
+        None => full_name.clone(),
+    };
 
     let exact = target.as_ref().and_then(|t| {
         evidence
@@ -205,7 +210,7 @@ fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) ->
         None => {
             // Fallback: a unique test function of that name within the package.
             let Some((package, _)) = crate_layout::package_of(root, &site.path) else {
-                return (full_name, Outcome::Absent);
+                return (shown, Outcome::Absent);
             };
             let suffix = format!("::{}", function.name);
             let candidates: Vec<_> = evidence
@@ -218,14 +223,14 @@ fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) ->
                 })
                 .collect();
             match candidates.as_slice() {
-                [] => return (full_name, Outcome::Absent),
+                [] => return (shown, Outcome::Absent),
                 [one] => *one,
                 many => {
                     let names = many
                         .iter()
                         .map(|((suite, name), _)| format!("{suite} {name}"))
                         .collect();
-                    return (full_name, Outcome::Ambiguous(names));
+                    return (shown, Outcome::Ambiguous(names));
                 }
             }
         }
@@ -243,5 +248,5 @@ fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) ->
             None => Outcome::Passed,
         },
     };
-    (name.clone(), outcome)
+    (format!("{suite} {name}"), outcome)
 }
