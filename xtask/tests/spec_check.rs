@@ -277,6 +277,17 @@ fn unparsable_config_fails_loudly() {
 
 // i[verify spec-check.config]
 #[test]
+fn misspelt_config_key_fails() {
+    // tracey would silently ignore the key, and with it every test file.
+    let typo = CONFIG.replace("test_include (", "test_includes (");
+    let fixture = Fixture::new(&[(".config/tracey/config.styx", &typo)]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify spec-check.config]
+#[test]
 fn missing_config_fails_loudly() {
     let fixture = Fixture::new(&[]);
     fixture.remove(".config/tracey/config.styx");

@@ -32,18 +32,29 @@ pub fn load(root: &Path) -> Result<Loaded, Problem> {
         )
         .in_file(CONFIG_PATH)
     })?;
+    // The generic tree locates syntax errors and names every key; the typed parse is what tracey
+    // itself does and stays the authority on what the config means.
+    let tree = styx_tree::parse(&text);
     let config: Config = facet_styx::from_str(&text).map_err(|err| {
-        Problem::new(
+        let problem = Problem::new(
             Kind::Config,
             format!(
                 "cannot parse the tracey config: {}",
                 one_line(&err.to_string())
             ),
-        )
-        .in_file(CONFIG_PATH)
+        );
+        match &tree {
+            Err(styx_tree::BuildError::Parse(_, span)) => {
+                problem.at(CONFIG_PATH, line_at(&text, span.start))
+            }
+            _ => problem.in_file(CONFIG_PATH),
+        }
     })?;
 
     let mut problems = Vec::new();
+    if let Ok(tree) = &tree {
+        unknown_keys(&text, tree, &mut problems);
+    }
     if config.specs.is_empty() {
         problems.push(
             Problem::new(
@@ -96,4 +107,82 @@ pub fn load(root: &Path) -> Result<Loaded, Problem> {
 /// Parser errors can span several lines (source excerpts); the problem list wants one.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn line_at(text: &str, offset: u32) -> usize {
+    let offset = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(text.len());
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+const ROOT_KEYS: &[&str] = &["specs"];
+const SPEC_KEYS: &[&str] = &["name", "prefix", "source_url", "include", "impls"];
+const IMPL_KEYS: &[&str] = &["name", "include", "exclude", "test_include"];
+
+/// tracey's parser skips keys it does not know, so a misspelt `test_include` would silently make
+/// every test file ordinary code. Each unknown key is a problem here.
+fn unknown_keys(text: &str, root: &styx_tree::Value, problems: &mut Vec<Problem>) {
+    let mut check = |object: &styx_tree::Object, known: &[&str], context: &str| {
+        for entry in &object.entries {
+            if entry.key.is_schema_tag() {
+                continue;
+            }
+            let key = entry.key.scalar_text().unwrap_or("?");
+            if known.contains(&key) {
+                continue;
+            }
+            let line = entry.key.span.map_or(1, |span| line_at(text, span.start));
+            problems.push(
+                Problem::new(
+                    Kind::Config,
+                    format!(
+                        "unknown key `{key}` in {context}; tracey ignores it silently (known keys: \
+                         {})",
+                        known.join(", ")
+                    ),
+                )
+                .at(CONFIG_PATH, line),
+            );
+        }
+    };
+    let Some(root) = root.as_object() else {
+        return;
+    };
+    check(root, ROOT_KEYS, "the config");
+    let items = |value: Option<&styx_tree::Value>| -> Vec<styx_tree::Object> {
+        value
+            .and_then(styx_tree::Value::as_sequence)
+            .map(|seq| {
+                seq.items
+                    .iter()
+                    .filter_map(|v| v.as_object().cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for spec in items(root.get("specs")) {
+        let name = spec
+            .get("name")
+            .and_then(|v| v.scalar_text())
+            .unwrap_or("?")
+            .to_owned();
+        check(&spec, SPEC_KEYS, &format!("spec `{name}`"));
+        for implementation in items(spec.get("impls")) {
+            let impl_name = implementation
+                .get("name")
+                .and_then(|v| v.scalar_text())
+                .unwrap_or("?")
+                .to_owned();
+            check(
+                &implementation,
+                IMPL_KEYS,
+                &format!("impl `{impl_name}` of spec `{name}`"),
+            );
+        }
+    }
 }
