@@ -538,22 +538,26 @@ fn real_nextest_run_with_an_ignored_test_fails_the_check() {
     );
 }
 
-/// Per spec: (rules, implemented, verified, stale) as `tracey query status` prints them, from lines
-/// like `demo/rust: 2 of 5 requirements are covered. 2 are stale … 3 of 5 have a verification
-/// reference.`
-fn tracey_status(tracey: &str, tree: &Path) -> Vec<(String, u64, u64, u64, u64)> {
+/// tracey's answer to `query status` in `tree` (its daemon is stopped afterwards).
+fn tracey_answer(tracey: &str, tree: &Path) -> String {
     let output = Command::new(tracey)
         .args(["query", "status"])
         .current_dir(tree)
         .output()
         .expect("run tracey query status");
     let _ = Command::new(tracey).arg("kill").current_dir(tree).output();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Per spec: (name, rules, implemented, verified, stale) from tracey's lines like
+/// `demo/rust: 2 of 5 requirements are covered. 2 are stale … 3 of 5 have a verification
+/// reference.`
+fn tracey_counts(answer: &str) -> Vec<(String, u64, u64, u64, u64)> {
     let number_before = |line: &str, marker: &str| -> Option<u64> {
         let head = &line[..line.find(marker)?];
         head.split_whitespace().last()?.parse().ok()
     };
-    let rows: Vec<_> = text
+    let mut rows: Vec<_> = answer
         .lines()
         .filter(|line| line.contains(" requirements are covered."))
         .map(|line| {
@@ -572,17 +576,13 @@ fn tracey_status(tracey: &str, tree: &Path) -> Vec<(String, u64, u64, u64, u64)>
             (spec, total, covered, verified, stale)
         })
         .collect();
-    assert!(
-        !rows.is_empty(),
-        "no counts in tracey's answer:\n{text}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    rows.sort();
     rows
 }
 
 /// The gate's counts equal the real `tracey query status` on the counts fixture and on this
-/// workspace. The tracey binary is not built here (its build needs Node and pnpm and takes about
-/// 18 minutes), hence opt-in.
+/// workspace. The tracey binary is not built here (its build needs Node and pnpm 10 and takes
+/// about 18 minutes), hence opt-in.
 // i[verify spec-check.counts]
 #[test]
 #[ignore = "needs the tracey 1.3.0 binary: TRACEY=/path/to/tracey cargo test -p xtask -- --ignored"]
@@ -600,7 +600,7 @@ fn counts_equal_tracey_query_status() {
             .output()
             .expect("run xtask");
         let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
-        let ours: Vec<(String, u64, u64, u64, u64)> = json["specs"]
+        let mut ours: Vec<(String, u64, u64, u64, u64)> = json["specs"]
             .as_array()
             .expect("specs")
             .iter()
@@ -616,6 +616,18 @@ fn counts_equal_tracey_query_status() {
                 )
             })
             .collect();
-        assert_eq!(ours, tracey_status(&tracey, &tree), "{}", tree.display());
+        ours.sort();
+        let answer = tracey_answer(&tracey, &tree);
+        if ours.iter().any(|(_, total, ..)| *total == 0) {
+            // tracey 1.3.0 cannot infer the prefix of a spec without rules; it then answers as if
+            // nothing were configured (and exits 0), where the gate counts the spec as empty.
+            assert!(
+                answer.contains("No specs configured"),
+                "{}: {answer}",
+                tree.display()
+            );
+        } else {
+            assert_eq!(ours, tracey_counts(&answer), "{}: {answer}", tree.display());
+        }
     }
 }
