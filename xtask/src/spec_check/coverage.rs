@@ -78,6 +78,17 @@ pub struct Analysis {
     pub problems: Vec<Problem>,
 }
 
+/// What references one rule has, as tracey tallies them.
+#[derive(Default)]
+struct Tally {
+    /// An `impl` or `define` reference, current or stale.
+    implemented: bool,
+    /// A `verify` reference, current or stale.
+    verified: bool,
+    /// An `impl`, `define` or `verify` reference to an older version.
+    stale: bool,
+}
+
 /// Counts and checks `implementation` of `spec`.
 // i[impl spec-check.counts]
 // i[impl spec-check.missing]
@@ -95,18 +106,14 @@ pub fn analyse(
         spec.name.clone()
     };
     let mut problems = Vec::new();
-    let mut coverage: Vec<(RuleCoverage, bool, bool, bool)> = rules
+    let mut coverage: Vec<(RuleCoverage, Tally)> = rules
         .iter()
         .map(|rule| {
-            (
-                RuleCoverage {
-                    rule: rule.clone(),
-                    verify_sites: Vec::new(),
-                },
-                false, // has impl
-                false, // stale
-                false, // has verify
-            )
+            let entry = RuleCoverage {
+                rule: rule.clone(),
+                verify_sites: Vec::new(),
+            };
+            (entry, Tally::default())
         })
         .collect();
 
@@ -124,7 +131,7 @@ pub fn analyse(
                 line: reference.line,
             };
             let mut matched = None;
-            for (entry, has_impl, stale, has_verify) in &mut coverage {
+            for (entry, tally) in &mut coverage {
                 let kind = classify_reference_for_rule(&entry.rule.id, &reference.req_id);
                 if kind == RuleIdMatch::NoMatch {
                     continue;
@@ -132,12 +139,12 @@ pub fn analyse(
                 let is_stale = kind == RuleIdMatch::Stale;
                 match reference.verb {
                     RefVerb::Impl | RefVerb::Define => {
-                        *has_impl = true;
-                        *stale |= is_stale;
+                        tally.implemented = true;
+                        tally.stale |= is_stale;
                     }
                     RefVerb::Verify => {
-                        *has_verify = true;
-                        *stale |= is_stale;
+                        tally.verified = true;
+                        tally.stale |= is_stale;
                         entry.verify_sites.push(site.clone());
                     }
                     RefVerb::Depends | RefVerb::Related => {}
@@ -166,12 +173,12 @@ pub fn analyse(
         errors: 0,
         tested: None,
     };
-    for (entry, has_impl, stale, has_verify) in &coverage {
+    for (entry, tally) in &coverage {
         let rule = &entry.rule;
-        summary.stale += usize::from(*stale);
-        summary.implemented += usize::from(!*stale && *has_impl);
-        summary.verified += usize::from(*has_verify);
-        if !has_impl {
+        summary.stale += usize::from(tally.stale);
+        summary.implemented += usize::from(!tally.stale && tally.implemented);
+        summary.verified += usize::from(tally.verified);
+        if !tally.implemented {
             problems.push(
                 Problem::new(
                     Kind::MissingImpl,
@@ -188,7 +195,7 @@ pub fn analyse(
                 .rule(rule.marker()),
             );
         }
-        if !has_verify {
+        if !tally.verified {
             problems.push(
                 Problem::new(
                     Kind::MissingVerify,
