@@ -177,7 +177,7 @@ fn markdown(outcome: &Outcome) -> String {
     if !outcome.notes.is_empty() {
         out.push('\n');
         for note in &outcome.notes {
-            let _ = writeln!(out, "> note: {note}");
+            let _ = writeln!(out, "- note: {note}");
         }
     }
     out
