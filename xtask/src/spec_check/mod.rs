@@ -1,0 +1,181 @@
+//! `cargo xtask spec-check` — the maintainers' traceability gate.
+//!
+//! One process, no daemon. The pipeline, one file per step:
+//!
+//! 1. [`config`] reads `.config/tracey/config.styx` with tracey-config's types and the styx parser
+//!    tracey 1.3.0 uses (facet-styx); a broken config is a problem, never an empty result.
+//! 2. [`rules`] extracts the rule definitions from each spec's markdown with marq, the crate tracey
+//!    1.3.0 renders specs with.
+//! 3. [`sources`] walks each impl's `include` and `test_include` exactly as tracey does and extracts
+//!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables).
+//! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code and which
+//!    test function a `verify` annotation precedes.
+//! 5. [`coverage`] counts per spec like `tracey query status` (total, implemented, verified, stale)
+//!    and turns every gap into a [`problem::Problem`].
+//! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
+//!    ([`skips`]), maps tests to files with [`crate_layout`], and keeps a rule verified only if one of
+//!    its tests ran and passed.
+//! 7. [`report`] prints the table and the problems as text, JSON or markdown.
+
+mod block_on;
+mod config;
+mod coverage;
+mod crate_layout;
+mod junit;
+mod problem;
+mod report;
+mod rules;
+mod rust_layout;
+mod skips;
+mod sources;
+mod suggest;
+mod test_backed;
+mod walk;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use self::problem::Problem;
+use self::report::{Format, Outcome};
+
+/// Arguments of `cargo xtask spec-check`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Root of the tree to check (default: this workspace's root).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Print the summary and problems as JSON.
+    #[arg(long, conflicts_with = "markdown")]
+    json: bool,
+    /// Print a markdown table (for CI job summaries).
+    #[arg(long)]
+    markdown: bool,
+    /// nextest JUnit file of a test run: count a rule as verified only if one of its tests passed.
+    #[arg(long, value_name = "JUNIT_XML")]
+    results: Option<PathBuf>,
+    /// Skip ledger (JSON lines) written by holdfast-test-support during that run.
+    #[arg(long, value_name = "LEDGER_JSONL", requires = "results")]
+    skips: Option<PathBuf>,
+}
+
+/// Runs the gate: exit 0 when every rule is implemented and verified and every reference is sound,
+/// exit 1 (with the list of problems) otherwise.
+// i[impl spec-check.exit-code]
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let root = match &args.root {
+        Some(root) => root.clone(),
+        None => default_root(),
+    };
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("spec-check root {} does not exist", root.display()))?;
+    let format = if args.json {
+        Format::Json
+    } else if args.markdown {
+        Format::Markdown
+    } else {
+        Format::Text
+    };
+    let outcome = check(&root, args.results.as_deref(), args.skips.as_deref());
+    print!("{}", report::render(&outcome, format));
+    Ok(if outcome.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The workspace this xtask was built from: the parent of `xtask/`.
+fn default_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map_or_else(|| manifest_dir.to_path_buf(), Path::to_path_buf)
+}
+
+/// Runs every step on `root` and collects the summary and the problems.
+fn check(root: &Path, results: Option<&Path>, skips: Option<&Path>) -> Outcome {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+
+    let config = match config::load(root) {
+        Ok(config) => config,
+        Err(problem) => {
+            return Outcome {
+                specs: Vec::new(),
+                problems: vec![problem],
+                notes,
+                test_backed: results.is_some(),
+            };
+        }
+    };
+    problems.extend(config.problems.iter().cloned());
+
+    let mut parsed = sources::ParsedFiles::default();
+    let mut specs = Vec::new();
+    let mut analyses = Vec::new();
+    for spec in &config.config.specs {
+        let extracted = rules::extract(root, spec);
+        problems.extend(extracted.problems);
+        notes.extend(extracted.notes);
+        for implementation in &spec.impls {
+            let scanned = sources::scan(root, implementation, &mut parsed);
+            problems.extend(scanned.problems.iter().cloned());
+            notes.extend(scanned.notes.iter().cloned());
+            analyses.push(coverage::analyse(
+                spec,
+                implementation,
+                &extracted.rules,
+                extracted.prefix.as_deref(),
+                &scanned,
+                &parsed,
+            ));
+        }
+    }
+
+    // A reference whose prefix belongs to no spec is only reported when it uses an explicit verb,
+    // so that prose like `a[i]` in a comment never trips the gate.
+    // While a spec has no rules its prefix is unknown, and any unclaimed prefix may be its own.
+    let known_prefixes: Vec<String> = analyses.iter().filter_map(|a| a.prefix.clone()).collect();
+    if analyses.iter().all(|a| a.prefix.is_some()) {
+        problems.extend(coverage::unknown_prefixes(&parsed, &known_prefixes));
+    } else {
+        notes.push(
+            "references with an unclaimed prefix are not checked while a spec has no rules"
+                .to_owned(),
+        );
+    }
+
+    if let Some(results) = results {
+        let evidence = test_backed::Evidence::load(results, skips);
+        problems.extend(evidence.problems.iter().cloned());
+        for analysis in &mut analyses {
+            test_backed::apply(root, analysis, &evidence, &parsed);
+        }
+        notes.extend(evidence.notes.iter().cloned());
+    }
+
+    for analysis in &analyses {
+        problems.extend(analysis.problems.iter().cloned());
+    }
+    problems.sort_by(Problem::order);
+    problems.dedup();
+    for analysis in &analyses {
+        let mut summary = analysis.summary.clone();
+        summary.errors = problems
+            .iter()
+            .filter(|p| p.spec.as_deref() == Some(analysis.spec.as_str()))
+            .count();
+        specs.push(summary);
+    }
+    notes.sort();
+    notes.dedup();
+    Outcome {
+        specs,
+        problems,
+        notes,
+        test_backed: results.is_some(),
+    }
+}

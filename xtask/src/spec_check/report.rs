@@ -1,0 +1,184 @@
+//! Prints the outcome: a table per spec and the problems, as text (terminal), JSON
+//! (`{"specs":[..],"problems":[..]}`) or markdown (CI job summaries).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::coverage::Summary;
+use super::problem::Problem;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned table and one problem per line.
+    Text,
+    /// One JSON object.
+    Json,
+    /// GitHub-flavoured markdown.
+    Markdown,
+}
+
+/// Everything the gate found.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    /// One row per spec (per spec/impl when a spec has several impls).
+    pub specs: Vec<Summary>,
+    /// Every problem, sorted by place.
+    pub problems: Vec<Problem>,
+    /// Remarks that do not fail the gate.
+    #[serde(skip)]
+    pub notes: Vec<String>,
+    /// Whether test results backed the verification.
+    #[serde(skip)]
+    pub test_backed: bool,
+}
+
+const ANNOTATIONS_ONLY: &str =
+    "annotations only — run `cargo xtask test` for test-backed verification";
+const TEST_BACKED: &str =
+    "test-backed — a rule counts as tested only if one of its verifying tests ran and passed";
+
+/// Renders `outcome` in `format`.
+// i[impl spec-check.output]
+pub fn render(outcome: &Outcome, format: Format) -> String {
+    match format {
+        Format::Text => text(outcome),
+        Format::Json => {
+            let mut json = serde_json::to_string_pretty(outcome).unwrap_or_else(|err| {
+                format!("{{\"error\":\"cannot serialize the outcome: {err}\"}}")
+            });
+            json.push('\n');
+            json
+        }
+        Format::Markdown => markdown(outcome),
+    }
+}
+
+fn columns(test_backed: bool) -> Vec<&'static str> {
+    let mut columns = vec!["spec", "rules", "implemented", "verified", "stale"];
+    if test_backed {
+        columns.push("tested");
+    }
+    columns.push("errors");
+    columns
+}
+
+fn row(summary: &Summary, test_backed: bool) -> Vec<String> {
+    let mut row = vec![
+        summary.name.clone(),
+        summary.total.to_string(),
+        summary.implemented.to_string(),
+        summary.verified.to_string(),
+        summary.stale.to_string(),
+    ];
+    if test_backed {
+        row.push(summary.tested.unwrap_or(0).to_string());
+    }
+    row.push(summary.errors.to_string());
+    row
+}
+
+fn text(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    let mode = if outcome.test_backed {
+        TEST_BACKED
+    } else {
+        ANNOTATIONS_ONLY
+    };
+    let _ = writeln!(out, "spec-check: {mode}");
+    if !outcome.specs.is_empty() {
+        let header: Vec<String> = columns(outcome.test_backed)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let rows: Vec<Vec<String>> = std::iter::once(header)
+            .chain(outcome.specs.iter().map(|s| row(s, outcome.test_backed)))
+            .collect();
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+            .collect();
+        out.push('\n');
+        for cells in &rows {
+            let line: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .map(|(i, cell)| {
+                    if i == 0 {
+                        format!("{cell:<width$}", width = widths[i])
+                    } else {
+                        format!("{cell:>width$}", width = widths[i])
+                    }
+                })
+                .collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        }
+    }
+    if !outcome.notes.is_empty() {
+        out.push('\n');
+        for note in &outcome.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
+    out.push('\n');
+    match outcome.problems.len() {
+        0 => out.push_str("ok: no problems\n"),
+        n => {
+            let _ = writeln!(out, "{n} problem{}:", if n == 1 { "" } else { "s" });
+            for problem in &outcome.problems {
+                let _ = writeln!(out, "  {problem}");
+            }
+        }
+    }
+    out
+}
+
+fn markdown(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    let mode = if outcome.test_backed {
+        "test-backed"
+    } else {
+        "annotations only"
+    };
+    let _ = writeln!(out, "### spec-check ({mode})\n");
+    if !outcome.specs.is_empty() {
+        let columns = columns(outcome.test_backed);
+        let _ = writeln!(out, "| {} |", columns.join(" | "));
+        let align: Vec<&str> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, _)| if i == 0 { "---" } else { "---:" })
+            .collect();
+        let _ = writeln!(out, "| {} |", align.join(" | "));
+        for summary in &outcome.specs {
+            let _ = writeln!(out, "| {} |", row(summary, outcome.test_backed).join(" | "));
+        }
+        out.push('\n');
+    }
+    match outcome.problems.len() {
+        0 => out.push_str("**No problems.**\n"),
+        n => {
+            let _ = writeln!(out, "**{n} problem{}**\n", if n == 1 { "" } else { "s" });
+            for problem in &outcome.problems {
+                let place = match (&problem.file, problem.line) {
+                    (Some(file), Some(line)) => format!("`{file}:{line}` "),
+                    (Some(file), None) => format!("`{file}` "),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "- {place}**{}** {}",
+                    problem.kind.name(),
+                    problem.message
+                );
+            }
+        }
+    }
+    if !outcome.notes.is_empty() {
+        out.push('\n');
+        for note in &outcome.notes {
+            let _ = writeln!(out, "- note: {note}");
+        }
+    }
+    out
+}

@@ -1,0 +1,352 @@
+//! Extracts a spec's rule definitions from its markdown with marq, the renderer tracey 1.3.0 uses,
+//! and checks that no id is defined twice.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tracey_config::SpecConfig;
+use tracey_core::{RuleId, parse_rule_id};
+
+use super::block_on::block_on;
+use super::problem::{Kind, Problem};
+use super::walk::{self, Keep};
+
+/// A rule definition in a spec file.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// The rule id with its version.
+    pub id: RuleId,
+    /// The marker prefix, e.g. `r`.
+    pub prefix: String,
+    /// The spec file, relative to the root.
+    pub file: String,
+    /// 1-based line of the marker.
+    pub line: usize,
+}
+
+impl Rule {
+    /// The rule as written in a spec, e.g. `r[retry.schedule+2]`.
+    pub fn marker(&self) -> String {
+        format!("{}[{}]", self.prefix, self.id)
+    }
+}
+
+/// The rules of one spec and what went wrong reading them.
+pub struct Extracted {
+    /// Every rule, in file order.
+    pub rules: Vec<Rule>,
+    /// The spec's single marker prefix, when it has rules.
+    pub prefix: Option<String>,
+    /// Unparsable files, duplicate ids, mixed prefixes.
+    pub problems: Vec<Problem>,
+    /// Things worth saying that do not fail the gate.
+    pub notes: Vec<String>,
+}
+
+/// Reads every markdown file of `spec` and collects its rules.
+// i[impl spec-check.duplicate]
+pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
+    let selection = walk::select(root, &spec.include, &[], Keep::Markdown);
+    let mut problems = Vec::new();
+    let mut notes: Vec<String> = selection
+        .notes
+        .into_iter()
+        .map(|n| format!("spec `{}`: {n}", spec.name))
+        .collect();
+    if selection.files.is_empty() && !spec.include.is_empty() {
+        problems.push(
+            Problem::new(
+                Kind::Config,
+                format!(
+                    "spec `{}`: include ({}) matches no markdown file",
+                    spec.name,
+                    spec.include.join(" ")
+                ),
+            )
+            .in_file(super::config::CONFIG_PATH)
+            .spec(&spec.name),
+        );
+    }
+
+    let mut rules: Vec<Rule> = Vec::new();
+    let mut unrecognised: Vec<(String, Marker)> = Vec::new();
+    for path in &selection.files {
+        let file = walk::relative(root, path);
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) => {
+                problems.push(
+                    Problem::new(Kind::SpecParse, format!("cannot read the spec file: {err}"))
+                        .in_file(&file)
+                        .spec(&spec.name),
+                );
+                continue;
+            }
+        };
+        // i[impl spec-check.spec-parse]
+        match block_on(marq::render(&text, &marq::RenderOptions::default())) {
+            Ok(doc) => {
+                let recognised: Vec<usize> = doc.reqs.iter().map(|def| def.line).collect();
+                unrecognised.extend(
+                    blockquote_markers(&text)
+                        .into_iter()
+                        .filter(|marker| !recognised.contains(&marker.line))
+                        .map(|marker| (file.clone(), marker)),
+                );
+                for def in doc.reqs {
+                    let Some(id) = parse_rule_id(&def.id.to_string()) else {
+                        continue;
+                    };
+                    let prefix = marker_prefix(&text, def.marker_span.offset).unwrap_or_default();
+                    rules.push(Rule {
+                        id,
+                        prefix,
+                        file: file.clone(),
+                        line: def.line,
+                    });
+                }
+            }
+            Err(marq::Error::DuplicateReq(what)) if !what.starts_with("empty or invalid") => {
+                // marq stops at the second definition without saying where either is; find both.
+                problems.extend(duplicates_in_file(&text, &file, &spec.name, &what));
+            }
+            Err(err) => {
+                let message = err.to_string();
+                let problem = Problem::new(
+                    Kind::SpecParse,
+                    format!("cannot parse the spec file: {message}"),
+                )
+                .spec(&spec.name);
+                problems.push(match line_of_named_rule(&text, &message) {
+                    Some(line) => problem.at(&file, line),
+                    None => problem.in_file(&file),
+                });
+            }
+        }
+    }
+
+    // Across files of one spec: the same id, or the same base id at two versions, is a duplicate
+    // (tracey rejects both).
+    let mut first_by_base: BTreeMap<&str, &Rule> = BTreeMap::new();
+    for rule in &rules {
+        match first_by_base.get(rule.id.base.as_str()) {
+            Some(first) => problems.push(duplicate(rule, first, &spec.name)),
+            None => {
+                first_by_base.insert(&rule.id.base, rule);
+            }
+        }
+    }
+
+    // marq 2.0.0 (and so tracey 1.3.0) silently renders a blockquote whose marker is invalid or
+    // repeats an id as plain text: the rule just vanishes. Report each one.
+    let rule_prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
+    for (file, marker) in &unrecognised {
+        let looks_like_rule = if rule_prefixes.is_empty() {
+            marker.inner.contains('.')
+        } else {
+            rule_prefixes.contains(&marker.prefix.as_str())
+        };
+        if !looks_like_rule {
+            continue;
+        }
+        let id_text = marker.inner.split_whitespace().next().unwrap_or_default();
+        let first = parse_rule_id(id_text)
+            .and_then(|id| rules.iter().find(|r| r.id.base == id.base).map(|r| (id, r)));
+        problems.push(match first {
+            Some((id, first)) => duplicate(
+                &Rule {
+                    id,
+                    prefix: marker.prefix.clone(),
+                    file: file.clone(),
+                    line: marker.line,
+                },
+                first,
+                &spec.name,
+            ),
+            None => Problem::new(
+                Kind::SpecParse,
+                format!(
+                    "`{}[{}]` is not a valid rule marker, so no rule is defined here (marq, and so \
+                     tracey, render it as plain text); ids are lowercase dot-separated words with \
+                     an optional `+N` version, and the only attributes are status=, level=, \
+                     since=, until= and tags=",
+                    marker.prefix, marker.inner
+                ),
+            )
+            .at(file, marker.line)
+            .spec(&spec.name),
+        });
+    }
+
+    let mut prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    let prefix = match prefixes.as_slice() {
+        [] => {
+            notes.push(format!(
+                "spec `{}` defines no rules yet (tracey 1.3.0 cannot infer its prefix and refuses \
+                 such a spec)",
+                spec.name
+            ));
+            None
+        }
+        [one] => Some((*one).to_owned()),
+        many => {
+            problems.push(
+                Problem::new(
+                    Kind::SpecParse,
+                    format!(
+                        "spec `{}` mixes marker prefixes ({}); use one prefix per spec",
+                        spec.name,
+                        many.join(", ")
+                    ),
+                )
+                .spec(&spec.name),
+            );
+            None
+        }
+    };
+    Extracted {
+        rules,
+        prefix,
+        problems,
+        notes,
+    }
+}
+
+fn duplicate(rule: &Rule, first: &Rule, spec: &str) -> Problem {
+    let what = if rule.id == first.id {
+        format!("rule {} is defined twice", rule.marker())
+    } else {
+        format!(
+            "rule {} redefines {} (same id at another version)",
+            rule.marker(),
+            first.marker()
+        )
+    };
+    Problem::new(
+        Kind::DuplicateRule,
+        format!("{what}; first defined at {}:{}", first.file, first.line),
+    )
+    .at(&rule.file, rule.line)
+    .spec(spec)
+    .rule(rule.marker())
+}
+
+/// The prefix of the marker starting at `offset`, e.g. `r` for `r[x.y]`.
+fn marker_prefix(text: &str, offset: usize) -> Option<String> {
+    let rest = text.get(offset..)?;
+    let bracket = rest.find('[')?;
+    let prefix = rest[..bracket].trim();
+    (!prefix.is_empty()).then(|| prefix.to_owned())
+}
+
+/// Locates the definitions behind marq's "duplicate requirement" error, which names only the id.
+fn duplicates_in_file(text: &str, file: &str, spec: &str, what: &str) -> Vec<Problem> {
+    let base = what
+        .strip_prefix("duplicate requirement base: ")
+        .unwrap_or(what);
+    let base = parse_rule_id(base).map_or_else(|| base.to_owned(), |id| id.base);
+    let mut found: Vec<Rule> = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let marker = line.trim_start().trim_start_matches('>').trim_start();
+        let Some(bracket) = marker.find('[') else {
+            continue;
+        };
+        let prefix = &marker[..bracket];
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric()) {
+            continue;
+        }
+        let Some(close) = marker[bracket..].find(']') else {
+            continue;
+        };
+        let inner = &marker[bracket + 1..bracket + close];
+        let id_text = inner.split_whitespace().next().unwrap_or_default();
+        if let Some(id) = parse_rule_id(id_text).filter(|id| id.base == base) {
+            found.push(Rule {
+                id,
+                prefix: prefix.to_owned(),
+                file: file.to_owned(),
+                line: index + 1,
+            });
+        }
+    }
+    match found.as_slice() {
+        [first, rest @ ..] if !rest.is_empty() => {
+            rest.iter().map(|r| duplicate(r, first, spec)).collect()
+        }
+        _ => vec![
+            Problem::new(
+                Kind::DuplicateRule,
+                format!("rule id `{base}` is defined twice (marq: {what})"),
+            )
+            .in_file(file)
+            .spec(spec),
+        ],
+    }
+}
+
+/// The line of the marker of the rule marq's error message names (`... for requirement 'x.y'`).
+fn line_of_named_rule(text: &str, message: &str) -> Option<usize> {
+    let (_, rest) = message.split_once("requirement '")?;
+    let (id, _) = rest.split_once('\'')?;
+    let needle = format!("[{id}");
+    text.lines()
+        .position(|line| line.contains(&needle))
+        .map(|index| index + 1)
+}
+
+/// A `PREFIX[...]` marker opening a blockquote.
+struct Marker {
+    line: usize,
+    prefix: String,
+    inner: String,
+}
+
+/// Every blockquote whose first paragraph starts with `PREFIX[...]`, found with the markdown
+/// parser marq uses (so code blocks and inline code are not mistaken for markers).
+fn blockquote_markers(text: &str) -> Vec<Marker> {
+    use pulldown_cmark::{Event, Options, Parser, Tag};
+    let options = Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_HEADING_ATTRIBUTES
+        | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS
+        | Options::ENABLE_PLUSES_DELIMITED_METADATA_BLOCKS;
+    let mut markers = Vec::new();
+    let mut quote_opened = false;
+    for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
+        match event {
+            Event::Start(Tag::BlockQuote(_)) => quote_opened = true,
+            Event::Start(Tag::Paragraph) if quote_opened => {
+                quote_opened = false;
+                let first_line = text[range.start..].lines().next().unwrap_or_default();
+                if let Some(marker) = parse_marker(first_line) {
+                    let line = text[..range.start].matches('\n').count() + 1;
+                    markers.push(Marker { line, ..marker });
+                }
+            }
+            Event::Start(_) => quote_opened = false,
+            _ => {}
+        }
+    }
+    markers
+}
+
+fn parse_marker(line: &str) -> Option<Marker> {
+    let bracket = line.find('[')?;
+    let prefix = &line[..bracket];
+    if prefix.is_empty()
+        || !prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return None;
+    }
+    let close = line[bracket..].find(']')?;
+    Some(Marker {
+        line: 0,
+        prefix: prefix.to_owned(),
+        inner: line[bracket + 1..bracket + close].to_owned(),
+    })
+}

@@ -1,0 +1,321 @@
+//! What the gate needs to know about a Rust file beyond its annotations: which lines are
+//! `#[cfg(test)]` code, which inline modules enclose a line, and which function a `verify`
+//! annotation belongs to. Items come from tracey-core's tree-sitter code units (the same parse
+//! tracey uses); attributes are read from the lines each unit starts with.
+
+use std::path::Path;
+
+use tracey_core::code_units::{self, CodeUnitKind};
+
+/// An inline module (`mod name { ... }`) and the lines it spans, attributes included.
+#[derive(Debug, Clone)]
+struct InlineModule {
+    name: String,
+    start: usize,
+    end: usize,
+}
+
+/// A function item and the lines it spans, leading comments and attributes included.
+#[derive(Debug, Clone)]
+struct Function {
+    name: String,
+    start: usize,
+    end: usize,
+}
+
+/// The test-relevant structure of one Rust file.
+#[derive(Debug, Clone, Default)]
+pub struct RustLayout {
+    /// Line ranges of items under `#[cfg(test)]`.
+    test_ranges: Vec<(usize, usize)>,
+    modules: Vec<InlineModule>,
+    functions: Vec<Function>,
+    /// `#[cfg(test)] mod name;` — child files that are test code as a whole.
+    test_child_modules: Vec<String>,
+    lines: Vec<String>,
+}
+
+/// The function a `verify` annotation is attributed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributedFn {
+    /// The function's name.
+    pub name: String,
+    /// Inline modules enclosing it in this file, outermost first.
+    pub modules: Vec<String>,
+}
+
+impl RustLayout {
+    /// Parses `content` (the file at `path`).
+    pub fn parse(path: &Path, content: &str) -> Self {
+        let lines: Vec<String> = content.lines().map(str::to_owned).collect();
+        let mut layout = RustLayout {
+            lines,
+            ..RustLayout::default()
+        };
+        for unit in code_units::extract_rust(path, content).units {
+            let Some(name) = unit.name.clone() else {
+                continue;
+            };
+            let is_test = layout.cfg_test_attribute(unit.start_line, unit.end_line);
+            match unit.kind {
+                CodeUnitKind::Module => {
+                    let inline = content
+                        .get(unit.start_byte..unit.end_byte)
+                        .is_some_and(|text| text.trim_end().ends_with('}'));
+                    if inline {
+                        layout.modules.push(InlineModule {
+                            name,
+                            start: unit.start_line,
+                            end: unit.end_line,
+                        });
+                    } else if is_test {
+                        layout.test_child_modules.push(name);
+                    }
+                }
+                CodeUnitKind::Function => layout.functions.push(Function {
+                    name,
+                    start: unit.start_line,
+                    end: unit.end_line,
+                }),
+                _ => {}
+            }
+            if is_test {
+                layout.test_ranges.push((unit.start_line, unit.end_line));
+            }
+        }
+        layout.modules.sort_by_key(|m| m.start);
+        layout
+    }
+
+    /// Whether `line` lies inside a `#[cfg(test)]` item.
+    pub fn in_cfg_test(&self, line: usize) -> bool {
+        self.test_ranges
+            .iter()
+            .any(|&(start, end)| start <= line && line <= end)
+    }
+
+    /// Modules this file declares as `#[cfg(test)] mod name;` (their files are test code).
+    pub fn test_child_modules(&self) -> &[String] {
+        &self.test_child_modules
+    }
+
+    /// The function the annotation on `line` belongs to: the next `fn NAME` after it, reading
+    /// through comments, attributes and macro openers such as `proptest! {`; failing that, the
+    /// innermost function whose body contains the line.
+    pub fn function_after(&self, line: usize) -> Option<AttributedFn> {
+        let (name, fn_line) = self
+            .next_fn(line)
+            .or_else(|| self.enclosing_fn(line).map(|f| (f.name.clone(), f.start)))?;
+        let modules = self
+            .modules
+            .iter()
+            .filter(|m| m.start <= fn_line && fn_line <= m.end)
+            .map(|m| m.name.clone())
+            .collect();
+        Some(AttributedFn { name, modules })
+    }
+
+    fn enclosing_fn(&self, line: usize) -> Option<&Function> {
+        self.functions
+            .iter()
+            .filter(|f| f.start <= line && line <= f.end)
+            .min_by_key(|f| f.end - f.start)
+    }
+
+    fn next_fn(&self, line: usize) -> Option<(String, usize)> {
+        let mut attribute_depth: i32 = 0;
+        // `line` is 1-based, so index `line` is the line after it.
+        for (index, text) in self.lines.iter().enumerate().skip(line) {
+            let trimmed = text.trim();
+            if attribute_depth > 0 {
+                attribute_depth += bracket_balance(trimmed);
+                continue;
+            }
+            if trimmed.is_empty()
+                || trimmed.starts_with("//")
+                || trimmed.starts_with("/*")
+                || trimmed.starts_with('*')
+            {
+                continue;
+            }
+            if trimmed.starts_with("#[") || trimmed.starts_with("#![") {
+                attribute_depth = bracket_balance(trimmed);
+                continue;
+            }
+            if is_macro_opener(trimmed) {
+                continue;
+            }
+            return fn_name(trimmed).map(|name| (name, index + 1));
+        }
+        None
+    }
+
+    /// Whether the attribute lines at the top of an item (lines `start..=end`) include
+    /// `#[cfg(test)]` (or a `cfg(all(test, ..))`/`cfg(any(test, ..))`).
+    fn cfg_test_attribute(&self, start: usize, end: usize) -> bool {
+        let mut depth: i32 = 0;
+        for text in self
+            .lines
+            .iter()
+            .skip(start.saturating_sub(1))
+            .take(end + 1 - start.max(1))
+        {
+            let trimmed = text.trim();
+            let is_attribute_line = depth > 0 || trimmed.starts_with("#[");
+            if is_attribute_line {
+                let squeezed: String = trimmed.chars().filter(|c| !c.is_whitespace()).collect();
+                if squeezed.contains("cfg(test)")
+                    || squeezed.contains("cfg(all(test")
+                    || squeezed.contains("cfg(any(test")
+                {
+                    return true;
+                }
+                depth += bracket_balance(trimmed);
+                continue;
+            }
+            if trimmed.is_empty() || trimmed.starts_with("//") {
+                continue;
+            }
+            return false;
+        }
+        false
+    }
+}
+
+fn bracket_balance(text: &str) -> i32 {
+    text.chars().fold(0, |depth, c| match c {
+        '[' => depth + 1,
+        ']' => depth - 1,
+        _ => depth,
+    })
+}
+
+/// `name! {` or `name!{` alone on a line (e.g. `proptest! {`), whose body holds the test fns.
+fn is_macro_opener(trimmed: &str) -> bool {
+    let Some(body) = trimmed.strip_suffix('{') else {
+        return false;
+    };
+    let body = body.trim_end();
+    body.strip_suffix('!').is_some_and(|name| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
+/// The name in `... fn NAME(` / `fn NAME<`, if the line declares a function.
+fn fn_name(line: &str) -> Option<String> {
+    let mut words = line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    while let Some(word) = words.next() {
+        if word == "fn" {
+            let name = words.find(|w| !w.is_empty())?;
+            return Some(name.to_owned());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(source: &str) -> RustLayout {
+        RustLayout::parse(Path::new("lib.rs"), source)
+    }
+
+    /// 1-based line of the first line containing `needle`.
+    fn line_of(source: &str, needle: &str) -> usize {
+        source
+            .lines()
+            .position(|l| l.contains(needle))
+            .expect("needle")
+            + 1
+    }
+
+    const SOURCE: &str = "\
+pub fn plain() {}
+
+#[cfg(test)]
+mod tests {
+    // MARK-A
+    #[test]
+    #[should_panic(
+        expected = \"boom\"
+    )]
+    fn through_attributes() {}
+
+    mod nested {
+        proptest::proptest! {
+            // MARK-B
+            #[test]
+            fn property(x in 0u8..3) {}
+        }
+    }
+
+    #[test]
+    fn inside() {
+        // MARK-C
+        assert!(true);
+    }
+}
+
+// MARK-D
+pub struct NotAFunction;
+
+#[cfg(test)]
+mod helpers;
+";
+
+    // i[verify spec-check.test-backed]
+    #[test]
+    fn attributes_the_next_function_through_attributes() {
+        let layout = layout(SOURCE);
+        let found = layout.function_after(line_of(SOURCE, "MARK-A"));
+        assert_eq!(
+            found,
+            Some(AttributedFn {
+                name: "through_attributes".into(),
+                modules: vec!["tests".into()],
+            })
+        );
+    }
+
+    // i[verify spec-check.test-backed]
+    #[test]
+    fn attributes_through_a_macro_opener_into_nested_modules() {
+        let layout = layout(SOURCE);
+        let found = layout.function_after(line_of(SOURCE, "MARK-B"));
+        assert_eq!(
+            found,
+            Some(AttributedFn {
+                name: "property".into(),
+                modules: vec!["tests".into(), "nested".into()],
+            })
+        );
+    }
+
+    #[test]
+    fn an_annotation_inside_a_body_belongs_to_that_function() {
+        let layout = layout(SOURCE);
+        let found = layout.function_after(line_of(SOURCE, "MARK-C"));
+        assert_eq!(found.map(|f| f.name), Some("inside".to_owned()));
+    }
+
+    #[test]
+    fn an_annotation_before_a_non_function_is_not_attributed() {
+        let layout = layout(SOURCE);
+        assert_eq!(layout.function_after(line_of(SOURCE, "MARK-D")), None);
+    }
+
+    // i[verify spec-check.placement]
+    #[test]
+    fn cfg_test_items_and_declared_test_modules_are_test_code() {
+        let layout = layout(SOURCE);
+        assert!(!layout.in_cfg_test(line_of(SOURCE, "pub fn plain")));
+        assert!(layout.in_cfg_test(line_of(SOURCE, "MARK-A")));
+        assert!(layout.in_cfg_test(line_of(SOURCE, "MARK-C")));
+        assert!(!layout.in_cfg_test(line_of(SOURCE, "MARK-D")));
+        assert_eq!(layout.test_child_modules(), ["helpers".to_owned()]);
+    }
+}

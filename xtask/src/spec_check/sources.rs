@@ -1,0 +1,175 @@
+//! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
+//! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
+//! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use tracey_config::Impl;
+use tracey_core::{ReqReference, Reqs, is_supported_extension};
+
+use super::problem::{Kind, Problem};
+use super::rust_layout::RustLayout;
+use super::walk::{self, Keep, TestMatcher};
+
+/// One scanned source file.
+pub struct ParsedFile {
+    /// Path relative to the root, `/`-separated.
+    pub relative: String,
+    /// The file's text.
+    pub content: String,
+    /// Every reference in the file's comments.
+    pub refs: Vec<ReqReference>,
+    /// Structure of a Rust file (test code, functions, modules).
+    pub layout: Option<RustLayout>,
+}
+
+/// All files parsed so far, by canonical path.
+#[derive(Default)]
+pub struct ParsedFiles {
+    /// Parsed files by canonical path.
+    pub files: BTreeMap<PathBuf, ParsedFile>,
+}
+
+/// The files one impl covers.
+pub struct Scanned {
+    /// Every file scanned for this impl (include ∪ test_include, minus exclude).
+    pub files: BTreeSet<PathBuf>,
+    /// Those among them that match `test_include`: tracey's notion of a test file.
+    pub test_files: BTreeSet<PathBuf>,
+    /// Files the config includes that cannot be scanned.
+    pub problems: Vec<Problem>,
+    /// Patterns that select nothing.
+    pub notes: Vec<String>,
+}
+
+/// Scans `implementation`'s files under `root`, parsing new ones into `parsed`.
+pub fn scan(root: &Path, implementation: &Impl, parsed: &mut ParsedFiles) -> Scanned {
+    let include = if implementation.include.is_empty() {
+        vec!["**/*.rs".to_owned()]
+    } else {
+        implementation.include.clone()
+    };
+    let mut notes = Vec::new();
+    let mut files = BTreeSet::new();
+    for patterns in [&include, &implementation.test_include] {
+        if patterns.is_empty() {
+            continue;
+        }
+        let selection = walk::select(root, patterns, &implementation.exclude, Keep::All);
+        notes.extend(
+            selection
+                .notes
+                .into_iter()
+                .map(|n| format!("impl `{}`: {n}", implementation.name)),
+        );
+        files.extend(selection.files);
+    }
+
+    let tests = TestMatcher::new(&implementation.test_include);
+    let mut problems = Vec::new();
+    let mut test_files = BTreeSet::new();
+    for path in &files {
+        let relative = walk::relative(root, path);
+        if tests.is_match(Path::new(&relative)) {
+            test_files.insert(path.clone());
+        }
+        if parsed.files.contains_key(path) {
+            continue;
+        }
+        if !path.extension().is_some_and(is_supported_extension) {
+            problems.push(
+                Problem::new(
+                    Kind::Unscannable,
+                    "the config includes this file but tracey cannot scan its type; narrow the \
+                     include patterns",
+                )
+                .in_file(&relative),
+            );
+            continue;
+        }
+        let content = match std::fs::read_to_string(path) {
+            Ok(content) => content,
+            Err(err) => {
+                problems.push(
+                    Problem::new(Kind::Unscannable, format!("cannot read: {err}"))
+                        .in_file(&relative),
+                );
+                continue;
+            }
+        };
+        let refs = Reqs::extract_from_content(path, &content).references;
+        let layout = (path.extension().is_some_and(|e| e == "rs"))
+            .then(|| RustLayout::parse(path, &content));
+        parsed.files.insert(
+            path.clone(),
+            ParsedFile {
+                relative,
+                content,
+                refs,
+                layout,
+            },
+        );
+    }
+    Scanned {
+        files,
+        test_files,
+        problems,
+        notes,
+    }
+}
+
+impl ParsedFiles {
+    /// Whether the reference on `line` of `path` is in test code: a `test_include` file, a
+    /// `#[cfg(test)]` item, or a file declared as `#[cfg(test)] mod name;` by its parent.
+    pub fn in_cfg_test(&self, path: &Path, line: usize) -> bool {
+        let Some(file) = self.files.get(path) else {
+            return false;
+        };
+        if file.layout.as_ref().is_some_and(|l| l.in_cfg_test(line)) {
+            return true;
+        }
+        self.declared_as_test_module(path)
+    }
+
+    /// Whether a parent module file declares `path` with `#[cfg(test)] mod name;`, or `path` is a
+    /// module of a file that is itself test code that way.
+    fn declared_as_test_module(&self, path: &Path) -> bool {
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            return false;
+        };
+        let Some(dir) = path.parent() else {
+            return false;
+        };
+        if stem == "lib" || stem == "main" {
+            return false; // crate roots have no parent module
+        }
+        // `d/name.rs` and `d/name/mod.rs` are declared by `d/mod.rs`, `d/lib.rs`, `d/main.rs` or
+        // `d.rs` next to `d`. Every candidate lies higher up, so the recursion ends.
+        let (name, module_dir) = if stem == "mod" {
+            match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
+                (Some(name), Some(parent_dir)) => (name, parent_dir),
+                _ => return false,
+            }
+        } else {
+            (stem, dir)
+        };
+        let mut parents = vec![
+            module_dir.join("mod.rs"),
+            module_dir.join("lib.rs"),
+            module_dir.join("main.rs"),
+        ];
+        if let (Some(up), Some(dir_name)) = (module_dir.parent(), module_dir.file_name()) {
+            parents.push(up.join(format!("{}.rs", dir_name.to_string_lossy())));
+        }
+        parents.iter().any(|parent| {
+            let Some(file) = self.files.get(parent) else {
+                return false;
+            };
+            file.layout
+                .as_ref()
+                .is_some_and(|l| l.test_child_modules().iter().any(|m| m == name))
+                || self.declared_as_test_module(parent)
+        })
+    }
+}

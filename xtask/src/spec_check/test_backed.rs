@@ -1,0 +1,252 @@
+//! Test-backed verification: a rule counts as verified only if a test carrying its `verify`
+//! annotation ran and passed in this run and did not record a skip.
+//!
+//! Each `verify` annotation is attributed to the function it precedes; the function is looked up
+//! among the JUnit test cases by its binary and full module path, or — when the file's place in
+//! the crate is not conventional — by a unique function name within its package.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::coverage::{Analysis, Site};
+use super::crate_layout::{self, executable_of_suite};
+use super::junit::{self, Results, Status};
+use super::problem::{Kind, Problem};
+use super::skips::Ledger;
+use super::sources::ParsedFiles;
+
+/// A run's test results and skip ledger.
+pub struct Evidence {
+    results: Results,
+    ledger: Ledger,
+    /// Problems reading the files (each fails the gate).
+    pub problems: Vec<Problem>,
+    /// What was read.
+    pub notes: Vec<String>,
+}
+
+impl Evidence {
+    /// Reads the JUnit file and (optionally) the skip ledger.
+    pub fn load(results: &Path, skips: Option<&Path>) -> Self {
+        let mut problems = Vec::new();
+        let mut notes = Vec::new();
+        let results = match junit::read(results) {
+            Ok(parsed) => {
+                notes.push(format!(
+                    "test results: {} test cases from {}",
+                    parsed.cases.len(),
+                    results.display()
+                ));
+                parsed
+            }
+            Err(err) => {
+                problems.push(
+                    Problem::new(
+                        Kind::TestResults,
+                        format!("cannot use the test results: {err}"),
+                    )
+                    .in_file(results.display().to_string()),
+                );
+                Results::default()
+            }
+        };
+        let ledger = match skips {
+            None => Ledger::default(),
+            Some(path) => match Ledger::read(path) {
+                Ok(Some(ledger)) => ledger,
+                Ok(None) => {
+                    notes.push(format!(
+                        "no skip ledger at {}: no test recorded a skip",
+                        path.display()
+                    ));
+                    Ledger::default()
+                }
+                Err(err) => {
+                    problems.push(
+                        Problem::new(
+                            Kind::TestResults,
+                            format!("cannot use the skip ledger: {err}"),
+                        )
+                        .in_file(path.display().to_string()),
+                    );
+                    Ledger::default()
+                }
+            },
+        };
+        Self {
+            results,
+            ledger,
+            problems,
+            notes,
+        }
+    }
+}
+
+/// What became of one verifying test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Passed,
+    Skipped(String),
+    Failed,
+    Absent,
+    Ambiguous(Vec<String>),
+    NoFunction,
+}
+
+impl Outcome {
+    fn describe(&self) -> String {
+        match self {
+            Outcome::Passed => "passed".to_owned(),
+            Outcome::Skipped(why) => format!("skipped ({why})"),
+            Outcome::Failed => "failed".to_owned(),
+            Outcome::Absent => "ignored or not run (absent from the results)".to_owned(),
+            Outcome::Ambiguous(names) => {
+                format!(
+                    "ambiguous: matches {} test cases ({})",
+                    names.len(),
+                    names.join(", ")
+                )
+            }
+            Outcome::NoFunction => "no test function follows the annotation".to_owned(),
+        }
+    }
+
+    fn category(&self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Skipped(_) => "skipped",
+            Outcome::Failed => "failed",
+            Outcome::Absent => "ignored or not run",
+            Outcome::Ambiguous(_) => "ambiguous",
+            Outcome::NoFunction => "not attached to a test",
+        }
+    }
+}
+
+/// Re-judges `analysis`'s rules against the run, setting its `tested` count and adding a problem
+/// for each rule none of whose tests passed.
+// i[impl spec-check.test-backed]
+pub fn apply(root: &Path, analysis: &mut Analysis, evidence: &Evidence, parsed: &ParsedFiles) {
+    let mut tested = 0;
+    for coverage in &analysis.rules {
+        if coverage.verify_sites.is_empty() {
+            continue; // already a missing-verify problem
+        }
+        let outcomes: Vec<(String, &Site, Outcome)> = coverage
+            .verify_sites
+            .iter()
+            .map(|site| {
+                let (name, outcome) = judge(root, site, evidence, parsed);
+                (name, site, outcome)
+            })
+            .collect();
+        if outcomes.iter().any(|(_, _, o)| *o == Outcome::Passed) {
+            tested += 1;
+            continue;
+        }
+        let rule = &coverage.rule;
+        let mut categories: Vec<&str> = outcomes.iter().map(|(_, _, o)| o.category()).collect();
+        categories.dedup();
+        let headline = match categories.as_slice() {
+            [one] if outcomes.len() > 1 => format!("all {} of its tests: {one}", outcomes.len()),
+            _ => "no test passed".to_owned(),
+        };
+        let mut message = format!(
+            "rule {} is not verified by a passing test ({headline}):",
+            rule.marker()
+        );
+        for (name, site, outcome) in &outcomes {
+            let _ = write!(
+                message,
+                " `{name}` ({}:{}) {};",
+                site.file,
+                site.line,
+                outcome.describe()
+            );
+        }
+        message.pop();
+        analysis.problems.push(
+            Problem::new(Kind::NotVerifiedByTest, message)
+                .at(&rule.file, rule.line)
+                .spec(&analysis.spec)
+                .rule(rule.marker()),
+        );
+    }
+    analysis.summary.tested = Some(tested);
+}
+
+/// Finds the test a `verify` site belongs to and how it ended.
+fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) -> (String, Outcome) {
+    let function = parsed
+        .files
+        .get(&site.path)
+        .and_then(|f| f.layout.as_ref())
+        .and_then(|layout| layout.function_after(site.line));
+    let Some(function) = function else {
+        return ("?".to_owned(), Outcome::NoFunction);
+    };
+    let target = crate_layout::locate(root, &site.path);
+    let mut full_path = target
+        .as_ref()
+        .map(|t| t.modules.clone())
+        .unwrap_or_default();
+    full_path.extend(function.modules.iter().cloned());
+    full_path.push(function.name.clone());
+    let full_name = full_path.join("::");
+    // Name tests the way nextest prints them: `BINARY-ID test::path`.
+    let shown = match &target {
+        Some(t) => format!("{} {full_name}", t.suite),
+        None => full_name.clone(),
+    };
+
+    let exact = target.as_ref().and_then(|t| {
+        evidence
+            .results
+            .cases
+            .get_key_value(&(t.suite.clone(), full_name.clone()))
+    });
+    let found = match exact {
+        Some(found) => found,
+        None => {
+            // Fallback: a unique test function of that name within the package.
+            let Some((package, _)) = crate_layout::package_of(root, &site.path) else {
+                return (shown, Outcome::Absent);
+            };
+            let suffix = format!("::{}", function.name);
+            let candidates: Vec<_> = evidence
+                .results
+                .cases
+                .iter()
+                .filter(|((suite, name), _)| {
+                    (suite == &package || suite.starts_with(&format!("{package}::")))
+                        && (name == &function.name || name.ends_with(&suffix))
+                })
+                .collect();
+            match candidates.as_slice() {
+                [] => return (shown, Outcome::Absent),
+                [one] => *one,
+                many => {
+                    let names = many
+                        .iter()
+                        .map(|((suite, name), _)| format!("{suite} {name}"))
+                        .collect();
+                    return (shown, Outcome::Ambiguous(names));
+                }
+            }
+        }
+    };
+    let ((suite, name), status) = found;
+    let outcome = match status {
+        Status::Failed => Outcome::Failed,
+        Status::Skipped => Outcome::Skipped("reported skipped".to_owned()),
+        Status::Passed => match evidence.ledger.find(&executable_of_suite(suite), name) {
+            Some(skip) => {
+                let service = skip.service.as_deref().unwrap_or("a service");
+                let reason = skip.reason.as_deref().unwrap_or("no reason recorded");
+                Outcome::Skipped(format!("needs {service}: {reason}"))
+            }
+            None => Outcome::Passed,
+        },
+    };
+    (format!("{suite} {name}"), outcome)
+}
