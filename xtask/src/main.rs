@@ -6,10 +6,12 @@
 //! - `test` — starts the real services the suites need (dockerd, a registry, pebble, etcd, redis),
 //!   runs the workspace's tests against them, stops them, and ends with the test-backed spec-check.
 //! - `bench` — runs the criterion benches and writes their summaries under `target/bench/`.
+//! - `trace` — walks an audit finding to its rules, their code, their tests and the tests' results.
 
 mod bench;
 mod harness;
 mod spec_check;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -30,6 +32,8 @@ enum Command {
     Test(harness::Args),
     /// Run benchmarks and write their summaries to target/bench/.
     Bench(bench::Args),
+    /// Trace an audit finding to the rules that close it, their code, tests and test results.
+    Trace(trace::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::SpecCheck(args) => spec_check::run(args),
         Command::Test(args) => harness::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Trace(args) => trace::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -54,12 +54,16 @@ pub struct Site {
     pub file: String,
     /// 1-based line.
     pub line: usize,
+    /// Whether the reference names an older version of the rule it matched.
+    pub stale: bool,
 }
 
-/// A rule and the `verify` annotations that name it.
+/// A rule and the `impl` and `verify` annotations that name it.
 pub struct RuleCoverage {
     /// The rule.
     pub rule: Rule,
+    /// Its `impl` (and `define`) references (current or stale).
+    pub impl_sites: Vec<Site>,
     /// Its `verify` references (current or stale).
     pub verify_sites: Vec<Site>,
 }
@@ -111,6 +115,7 @@ pub fn analyse(
         .map(|rule| {
             let entry = RuleCoverage {
                 rule: rule.clone(),
+                impl_sites: Vec::new(),
                 verify_sites: Vec::new(),
             };
             (entry, Tally::default())
@@ -129,6 +134,7 @@ pub fn analyse(
                 path: path.clone(),
                 file: file.relative.clone(),
                 line: reference.line,
+                stale: false,
             };
             let mut matched = None;
             for (entry, tally) in &mut coverage {
@@ -141,11 +147,18 @@ pub fn analyse(
                     RefVerb::Impl | RefVerb::Define => {
                         tally.implemented = true;
                         tally.stale |= is_stale;
+                        entry.impl_sites.push(Site {
+                            stale: is_stale,
+                            ..site.clone()
+                        });
                     }
                     RefVerb::Verify => {
                         tally.verified = true;
                         tally.stale |= is_stale;
-                        entry.verify_sites.push(site.clone());
+                        entry.verify_sites.push(Site {
+                            stale: is_stale,
+                            ..site.clone()
+                        });
                     }
                     RefVerb::Depends | RefVerb::Related => {}
                 }

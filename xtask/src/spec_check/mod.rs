@@ -18,18 +18,18 @@
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
 
 mod block_on;
-mod config;
-mod coverage;
-mod crate_layout;
-mod junit;
+pub(crate) mod config;
+pub(crate) mod coverage;
+pub(crate) mod crate_layout;
+pub(crate) mod junit;
 mod problem;
 mod report;
-mod rules;
-mod rust_layout;
-mod skips;
-mod sources;
-mod suggest;
-mod test_backed;
+pub(crate) mod rules;
+pub(crate) mod rust_layout;
+pub(crate) mod skips;
+pub(crate) mod sources;
+pub(crate) mod suggest;
+pub(crate) mod test_backed;
 mod walk;
 
 use std::path::{Path, PathBuf};
@@ -88,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The workspace this xtask was built from: the parent of `xtask/`.
-fn default_root() -> PathBuf {
+pub(crate) fn default_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest_dir
         .parent()
@@ -113,27 +113,16 @@ fn check(root: &Path, results: Option<&Path>, skips: Option<&Path>) -> Outcome {
     };
     problems.extend(config.problems.iter().cloned());
 
-    let mut parsed = sources::ParsedFiles::default();
+    let Tree {
+        rules: _,
+        mut analyses,
+        parsed,
+        problems: tree_problems,
+        notes: tree_notes,
+    } = read_tree(root, &config.config);
+    problems.extend(tree_problems);
+    notes.extend(tree_notes);
     let mut specs = Vec::new();
-    let mut analyses = Vec::new();
-    for spec in &config.config.specs {
-        let extracted = rules::extract(root, spec);
-        problems.extend(extracted.problems);
-        notes.extend(extracted.notes);
-        for implementation in &spec.impls {
-            let scanned = sources::scan(root, implementation, &mut parsed);
-            problems.extend(scanned.problems.iter().cloned());
-            notes.extend(scanned.notes.iter().cloned());
-            analyses.push(coverage::analyse(
-                spec,
-                implementation,
-                &extracted.rules,
-                extracted.prefix.as_deref(),
-                &scanned,
-                &parsed,
-            ));
-        }
-    }
 
     // A reference whose prefix belongs to no spec is only reported when it uses an explicit verb,
     // so that prose like `a[i]` in a comment never trips the gate.
@@ -178,4 +167,50 @@ fn check(root: &Path, results: Option<&Path>, skips: Option<&Path>) -> Outcome {
         notes,
         test_backed: results.is_some(),
     }
+}
+
+/// A tree's rules and the references to them, before any judgement: what `check` and
+/// `cargo xtask trace` both start from.
+pub(crate) struct Tree {
+    /// Every rule of every spec, in config and file order.
+    pub rules: Vec<rules::Rule>,
+    /// One analysis per spec/impl pair.
+    pub analyses: Vec<coverage::Analysis>,
+    /// Every scanned source file.
+    pub parsed: sources::ParsedFiles,
+    /// Problems reading the specs and sources (not yet the coverage problems).
+    pub problems: Vec<Problem>,
+    /// Remarks that do not fail the gate.
+    pub notes: Vec<String>,
+}
+
+/// Extracts every spec's rules and scans every impl's sources for references.
+pub(crate) fn read_tree(root: &Path, config: &tracey_config::Config) -> Tree {
+    let mut tree = Tree {
+        rules: Vec::new(),
+        analyses: Vec::new(),
+        parsed: sources::ParsedFiles::default(),
+        problems: Vec::new(),
+        notes: Vec::new(),
+    };
+    for spec in &config.specs {
+        let extracted = rules::extract(root, spec);
+        tree.problems.extend(extracted.problems);
+        tree.notes.extend(extracted.notes);
+        for implementation in &spec.impls {
+            let scanned = sources::scan(root, implementation, &mut tree.parsed);
+            tree.problems.extend(scanned.problems.iter().cloned());
+            tree.notes.extend(scanned.notes.iter().cloned());
+            tree.analyses.push(coverage::analyse(
+                spec,
+                implementation,
+                &extracted.rules,
+                extracted.prefix.as_deref(),
+                &scanned,
+                &tree.parsed,
+            ));
+        }
+        tree.rules.extend(extracted.rules);
+    }
+    tree
 }

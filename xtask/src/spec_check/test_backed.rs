@@ -84,17 +84,24 @@ impl Evidence {
 
 /// What became of one verifying test.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
+    /// Ran and passed, and recorded no skip.
     Passed,
+    /// Reported skipped, or passed after recording a skip (why).
     Skipped(String),
+    /// Failed or errored.
     Failed,
+    /// Not in the results: ignored or not run.
     Absent,
+    /// The function matches several test cases (their names).
     Ambiguous(Vec<String>),
+    /// No test function follows the annotation.
     NoFunction,
 }
 
 impl Outcome {
-    fn describe(&self) -> String {
+    /// The fate in words, e.g. `skipped (needs docker: ...)`.
+    pub(crate) fn describe(&self) -> String {
         match self {
             Outcome::Passed => "passed".to_owned(),
             Outcome::Skipped(why) => format!("skipped ({why})"),
@@ -175,16 +182,25 @@ pub fn apply(root: &Path, analysis: &mut Analysis, evidence: &Evidence, parsed: 
     analysis.summary.tested = Some(tested);
 }
 
-/// Finds the test a `verify` site belongs to and how it ended.
-fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) -> (String, Outcome) {
+/// The test function a `verify` site precedes, placed in its test binary.
+pub(crate) struct TestFn {
+    /// The function's name.
+    pub function: String,
+    /// Its test binary, when cargo's conventional layout says which.
+    pub target: Option<crate_layout::TestTarget>,
+    /// Its libtest name: module path and function, e.g. `tests::delay_doubles`.
+    pub full_name: String,
+    /// How nextest prints it: `BINARY-ID test::path` (the bare path when the binary is unknown).
+    pub shown: String,
+}
+
+/// Finds the test function a `verify` site precedes, if any.
+pub(crate) fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
     let function = parsed
         .files
         .get(&site.path)
         .and_then(|f| f.layout.as_ref())
-        .and_then(|layout| layout.function_after(site.line));
-    let Some(function) = function else {
-        return ("?".to_owned(), Outcome::NoFunction);
-    };
+        .and_then(|layout| layout.function_after(site.line))?;
     let target = crate_layout::locate(root, &site.path);
     let mut full_path = target
         .as_ref()
@@ -197,6 +213,30 @@ fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) ->
     let shown = match &target {
         Some(t) => format!("{} {full_name}", t.suite),
         None => full_name.clone(),
+    };
+    Some(TestFn {
+        function: function.name,
+        target,
+        full_name,
+        shown,
+    })
+}
+
+/// Finds the test a `verify` site belongs to and how it ended.
+pub(crate) fn judge(
+    root: &Path,
+    site: &Site,
+    evidence: &Evidence,
+    parsed: &ParsedFiles,
+) -> (String, Outcome) {
+    let Some(TestFn {
+        function,
+        target,
+        full_name,
+        shown,
+    }) = test_fn(root, site, parsed)
+    else {
+        return ("?".to_owned(), Outcome::NoFunction);
     };
 
     let exact = target.as_ref().and_then(|t| {
@@ -212,14 +252,14 @@ fn judge(root: &Path, site: &Site, evidence: &Evidence, parsed: &ParsedFiles) ->
             let Some((package, _)) = crate_layout::package_of(root, &site.path) else {
                 return (shown, Outcome::Absent);
             };
-            let suffix = format!("::{}", function.name);
+            let suffix = format!("::{function}");
             let candidates: Vec<_> = evidence
                 .results
                 .cases
                 .iter()
                 .filter(|((suite, name), _)| {
                     (suite == &package || suite.starts_with(&format!("{package}::")))
-                        && (name == &function.name || name.ends_with(&suffix))
+                        && (name == &function || name.ends_with(&suffix))
                 })
                 .collect();
             match candidates.as_slice() {

@@ -1,0 +1,189 @@
+//! `cargo xtask trace FINDING` — walks an audit finding to the rules that close it, the code that
+//! implements them, the tests that verify them, and (given a test run) what became of those tests.
+//!
+//! One file per step:
+//!
+//! 1. [`findings`] parses `docs/audit/findings.md`.
+//! 2. The spec gate reads the tree ([`crate::spec_check::read_tree`]: config, rules, references),
+//!    so trace and gate agree on every rule and annotation.
+//! 3. [`results`] picks the test run (`--results`, or `target/nextest/ci/junit.xml` when present)
+//!    and reads it with the gate's test-backed evidence.
+//! 4. [`rule_trace`] follows each named rule to its definition, `impl` and `verify` sites and tests.
+//! 5. [`verdict`] judges the finding: closed, open or regressed.
+//! 6. [`report`] prints it.
+//!
+//! Exit codes: for one finding, 0 when it is closed and 1 when it is open or regressed; with
+//! `--all`, 0 unless a finding is regressed (open findings are expected while their crates are
+//! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
+//! file, an unusable tracey config or results file.
+
+mod findings;
+mod report;
+mod results;
+mod rule_trace;
+mod timestamp;
+mod verdict;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use crate::spec_check::{self, config, suggest};
+
+use self::findings::{FINDINGS_PATH, Finding};
+use self::report::Traced;
+use self::verdict::Verdict;
+
+/// Arguments of `cargo xtask trace`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The finding to trace, e.g. `H3` (see docs/audit/findings.md).
+    #[arg(value_name = "FINDING", required_unless_present = "all", conflicts_with = "all")]
+    finding: Option<String>,
+    /// Trace every finding and end with one verdict line each.
+    #[arg(long)]
+    all: bool,
+    /// Root of the tree (default: this workspace's root).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// nextest JUnit file of a test run (default: target/nextest/ci/junit.xml when it exists).
+    #[arg(long, value_name = "JUNIT_XML")]
+    results: Option<PathBuf>,
+    /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
+    #[arg(long, value_name = "LEDGER_JSONL")]
+    skips: Option<PathBuf>,
+    /// Trace annotations only, even when a results file exists.
+    #[arg(long, conflicts_with_all = ["results", "skips"])]
+    no_results: bool,
+}
+
+/// The exit code of a usage error (unknown finding, malformed findings file, broken config).
+const USAGE_ERROR: u8 = 2;
+
+/// Runs the trace; see the module docs for the exit codes.
+// i[impl trace.exit-code]
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let root = args.root.clone().unwrap_or_else(spec_check::default_root);
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("trace root {} does not exist", root.display()))?;
+    match trace(&root, &args) {
+        Ok((output, code)) => {
+            print!("{output}");
+            Ok(code)
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(USAGE_ERROR))
+        }
+    }
+}
+
+/// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
+fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
+    let all = findings::load(root)?;
+    let chosen: Vec<&Finding> = match &args.finding {
+        Some(wanted) => vec![find(&all, wanted)?],
+        None => all.iter().collect(),
+    };
+    let config = config::load(root).map_err(|problem| problem.to_string())?;
+    let tree = spec_check::read_tree(root, &config.config);
+    let run = results::load(
+        root,
+        args.results.as_deref(),
+        args.skips.as_deref(),
+        args.no_results,
+    )?;
+
+    let mut out = String::new();
+    match &run {
+        Some(run) => out.push_str(&run.source),
+        None => out.push_str(
+            "test results: none — annotations only (`cargo xtask test` writes target/nextest/ci/junit.xml)",
+        ),
+    }
+    out.push_str("\n\n");
+    let evidence = run.as_ref().map(|r| &r.evidence);
+    let traced: Vec<Traced> = chosen
+        .into_iter()
+        .map(|finding| {
+            let rules: Vec<_> = finding
+                .rules
+                .iter()
+                .map(|named| rule_trace::trace(root, &tree, named, evidence))
+                .collect();
+            let judgement = verdict::judge(&rules, run.is_some());
+            Traced {
+                finding: finding.clone(),
+                rules,
+                judgement,
+            }
+        })
+        .collect();
+    for (index, one) in traced.iter().enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        report::finding(&mut out, one, FINDINGS_PATH);
+    }
+    let worst = traced
+        .iter()
+        .map(|t| t.judgement.verdict)
+        .max()
+        .unwrap_or(Verdict::Closed);
+    let code = if args.all {
+        out.push('\n');
+        report::summary(&mut out, &traced);
+        if worst == Verdict::Regressed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        }
+    } else if worst == Verdict::Closed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    Ok((out, code))
+}
+
+/// The finding `wanted` names (ids compare case-insensitively), or an error with a did-you-mean.
+// i[impl trace.unknown]
+fn find<'a>(all: &'a [Finding], wanted: &str) -> Result<&'a Finding, String> {
+    let wanted = wanted.trim();
+    if let Some(found) = all.iter().find(|f| f.id.eq_ignore_ascii_case(wanted)) {
+        return Ok(found);
+    }
+    let upper = wanted.to_ascii_uppercase();
+    let lower = wanted.to_lowercase();
+    let digits: String = wanted.chars().filter(char::is_ascii_digit).collect();
+    // Suggest a finding whose title contains the word given, whose number is the one given
+    // (`3`, `G3`), or whose id is one typo shorter (`H33`).
+    let mut scored: Vec<(usize, &Finding)> = all
+        .iter()
+        .filter_map(|f| {
+            let distance = suggest::edit_distance(&upper, &f.id);
+            let in_title = lower.len() >= 3 && f.title.to_lowercase().contains(&lower);
+            let same_number = !digits.is_empty() && f.id.get(1..) == Some(digits.as_str());
+            (in_title || same_number || (distance <= 1 && upper.len() > f.id.len()))
+                .then_some((if in_title { 0 } else { distance }, f))
+        })
+        .collect();
+    scored.sort_by_key(|(distance, f)| (*distance, f.line));
+    let hint = if scored.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = scored
+            .iter()
+            .take(3)
+            .map(|(_, f)| format!("{} ({})", f.id, f.title))
+            .collect();
+        format!(" (did you mean {}?)", names.join(", "))
+    };
+    let known: Vec<&str> = all.iter().map(|f| f.id.as_str()).collect();
+    Err(format!(
+        "no finding `{wanted}` in {FINDINGS_PATH}{hint}; the findings are {}",
+        known.join(", ")
+    ))
+}

@@ -1,0 +1,75 @@
+//! Which test run the trace judges against: the `--results` JUnit file, or by default the one
+//! `cargo xtask test` leaves at `target/nextest/ci/junit.xml` when it exists; plus the skip ledger
+//! of that run. Read with the spec gate's own [`Evidence`], so a test counts the same in both.
+
+use std::path::{Path, PathBuf};
+
+use crate::spec_check::test_backed::Evidence;
+
+use super::timestamp;
+
+/// Where `cargo xtask test` leaves nextest's JUnit, relative to the root.
+pub const DEFAULT_RESULTS: &str = "target/nextest/ci/junit.xml";
+/// Where holdfast-test-support writes the skip ledger by default, relative to the root.
+pub const DEFAULT_SKIPS: &str = "target/holdfast-test-skips.jsonl";
+
+/// A run's results, and how to name them.
+pub struct Run {
+    /// The JUnit file and the ledger, read.
+    pub evidence: Evidence,
+    /// One line saying which files were used and when the results were written.
+    pub source: String,
+}
+
+/// Reads the results to use, if any: `results` when given (an unusable file is an error), else the
+/// default file under `root` when it exists; `None` when there are none or `--no-results`.
+// i[impl trace.results]
+pub fn load(
+    root: &Path,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    no_results: bool,
+) -> Result<Option<Run>, String> {
+    if no_results {
+        return Ok(None);
+    }
+    let results: PathBuf = match results {
+        Some(path) => path.to_path_buf(),
+        None => {
+            let default = root.join(DEFAULT_RESULTS);
+            if !default.is_file() {
+                return Ok(None);
+            }
+            default
+        }
+    };
+    let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
+    let modified = std::fs::metadata(&results)
+        .and_then(|m| m.modified())
+        .map_err(|err| format!("{}: cannot read the test results: {err}", shown(root, &results)))?;
+    let evidence = Evidence::load(&results, Some(&skips));
+    if let Some(problem) = evidence.problems.first() {
+        return Err(problem.to_string().replace(&root.display().to_string(), "."));
+    }
+    let ledger = if skips.is_file() {
+        format!("skips from {}", shown(root, &skips))
+    } else {
+        format!("no skip ledger at {}", shown(root, &skips))
+    };
+    Ok(Some(Run {
+        evidence,
+        source: format!(
+            "test results: {} (written {}); {ledger}",
+            shown(root, &results),
+            timestamp::utc(modified)
+        ),
+    }))
+}
+
+/// `path` relative to `root` when it lies under it.
+fn shown(root: &Path, path: &Path) -> String {
+    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    absolute
+        .strip_prefix(root)
+        .map_or_else(|_| path.display().to_string(), |rel| rel.display().to_string())
+}

@@ -1,0 +1,150 @@
+//! Follows one rule a finding names into the tree: its definition in the spec (file, line, first
+//! line of text), its `impl` sites, its `verify` sites with the test function each precedes, and —
+//! given a run's results — what became of each test. Everything comes from the spec gate's own
+//! reading of the tree, so trace and gate never disagree about what is annotated where.
+
+use std::path::Path;
+
+use crate::spec_check::Tree;
+use crate::spec_check::coverage::Site;
+use crate::spec_check::rules::Rule;
+use crate::spec_check::suggest;
+use crate::spec_check::test_backed::{self, Evidence, Outcome};
+
+use super::findings::NamedRule;
+
+/// A `verify` site and the test behind it.
+pub struct Verify {
+    /// Where the annotation is.
+    pub site: Site,
+    /// The test function as nextest names it, if one follows the annotation.
+    pub test: Option<String>,
+    /// With results: what became of it.
+    pub fate: Option<Outcome>,
+}
+
+/// A rule found in the spec, with its references.
+pub struct Defined {
+    /// The definition.
+    pub rule: Rule,
+    /// The first line of its text.
+    pub first_line: String,
+    /// Whether the text goes on after that line.
+    pub more: bool,
+    /// `impl` references (stale ones flagged).
+    pub impls: Vec<Site>,
+    /// `verify` references (stale ones flagged) with their tests.
+    pub verifies: Vec<Verify>,
+}
+
+/// What the spec says about a rule a finding names.
+pub enum RuleState {
+    /// No spec defines the id (a rule planned for a crate not written yet, or a typo).
+    NotInSpec {
+        /// Ids of similar spelling that do exist.
+        similar: Vec<String>,
+    },
+    /// The spec defines another version of it.
+    OtherVersion(Rule),
+    /// The spec defines it under another prefix.
+    OtherPrefix(Rule),
+    /// The spec defines it as named.
+    Defined(Box<Defined>),
+}
+
+/// A named rule and its state.
+pub struct RuleTrace {
+    /// As the finding names it.
+    pub named: NamedRule,
+    /// What the tree says.
+    pub state: RuleState,
+}
+
+/// Follows `named` into `tree`.
+// i[impl trace.walk]
+pub fn trace(
+    root: &Path,
+    tree: &Tree,
+    named: &NamedRule,
+    evidence: Option<&Evidence>,
+) -> RuleTrace {
+    let state = match tree.rules.iter().find(|r| r.id.base == named.id.base) {
+        None => RuleState::NotInSpec {
+            similar: suggest::similar(&named.id, tree.rules.iter().map(|r| &r.id))
+                .into_iter()
+                .filter_map(|id| tree.rules.iter().find(|r| &r.id == id))
+                .map(Rule::marker)
+                .collect(),
+        },
+        Some(rule) if rule.prefix != named.prefix => RuleState::OtherPrefix(rule.clone()),
+        Some(rule) if rule.id != named.id => RuleState::OtherVersion(rule.clone()),
+        Some(rule) => RuleState::Defined(Box::new(defined(root, tree, rule, evidence))),
+    };
+    RuleTrace {
+        named: named.clone(),
+        state,
+    }
+}
+
+fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -> Defined {
+    let (first_line, more) = first_line(root, rule);
+    let mut impls: Vec<Site> = Vec::new();
+    let mut verify_sites: Vec<Site> = Vec::new();
+    // A spec with several impls analyses the same rule once per impl; a file two impls share
+    // yields the same site twice.
+    for analysis in &tree.analyses {
+        for coverage in analysis
+            .rules
+            .iter()
+            .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)
+        {
+            impls.extend(coverage.impl_sites.iter().cloned());
+            verify_sites.extend(coverage.verify_sites.iter().cloned());
+        }
+    }
+    for sites in [&mut impls, &mut verify_sites] {
+        sites.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+        sites.dedup_by(|a, b| a.file == b.file && a.line == b.line);
+    }
+    let verifies = verify_sites
+        .into_iter()
+        .map(|site| {
+            let test = test_backed::test_fn(root, &site, &tree.parsed).map(|t| t.shown);
+            let fate = evidence
+                .filter(|_| !site.stale)
+                .map(|evidence| test_backed::judge(root, &site, evidence, &tree.parsed).1);
+            Verify { site, test, fate }
+        })
+        .collect();
+    Defined {
+        rule: rule.clone(),
+        first_line,
+        more,
+        impls,
+        verifies,
+    }
+}
+
+/// The rule's first line of text (after the marker, or the next line of the blockquote).
+fn first_line(root: &Path, rule: &Rule) -> (String, bool) {
+    let Ok(text) = std::fs::read_to_string(root.join(&rule.file)) else {
+        return (String::new(), false);
+    };
+    let quoted: Vec<&str> = text
+        .lines()
+        .skip(rule.line.saturating_sub(1))
+        .map_while(|line| line.trim_start().strip_prefix('>'))
+        .map(str::trim)
+        .collect();
+    let mut lines = quoted.iter().enumerate().filter_map(|(index, line)| {
+        let line = if index == 0 {
+            // The marker line: keep what follows the marker's closing bracket.
+            line.split_once(']').map_or("", |(_, rest)| rest.trim())
+        } else {
+            line
+        };
+        (!line.is_empty()).then_some(line)
+    });
+    let first = lines.next().unwrap_or_default().to_owned();
+    (first, lines.next().is_some())
+}

@@ -1,0 +1,367 @@
+//! `cargo xtask trace` against small fixture trees built in temp dirs, and once against this
+//! repository's own findings. Fixtures are strings here, never checked-in files: the real gate
+//! scans this repository, and tracey's lexer reads comments only, so annotation-shaped text inside
+//! these literals is inert.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, UNIX_EPOCH};
+
+use tempfile::TempDir;
+
+const CONFIG: &str = "\
+specs (
+    {
+        name demo
+        include (docs/spec/demo.md)
+        impls (
+            {
+                name rust
+                include (crates/**/*.rs)
+                test_include (crates/**/tests/**/*.rs)
+            }
+        )
+    }
+)
+";
+
+const SPEC: &str = "\
+# Demo spec
+
+> r[demo.alpha]
+> Alpha must hold,
+> in every case.
+
+> r[demo.beta] Beta must hold.
+";
+
+const LIB: &str = "\
+// r[impl demo.alpha]
+pub fn alpha() -> u32 {
+    1
+}
+
+// r[impl demo.beta]
+pub fn beta() -> u32 {
+    2
+}
+
+#[cfg(test)]
+mod tests {
+    // r[verify demo.alpha]
+    #[test]
+    fn alpha_holds() {
+        assert_eq!(super::alpha(), 1);
+    }
+}
+";
+
+const BETA_TEST: &str = "\
+// r[verify demo.beta]
+#[test]
+fn beta_holds() {
+    assert_eq!(demo::beta(), 2);
+}
+";
+
+const MANIFEST: &str = "\
+[package]
+name = \"demo\"
+version = \"0.1.0\"
+edition = \"2021\"
+
+[workspace]
+";
+
+const FINDINGS: &str = "\
+# Audit findings
+
+Prose before the findings, with a fenced example:
+
+```
+## H9: not a finding
+```
+
+## H1: Alpha and beta failed silently
+
+The old code let alpha and beta fail without a word, and a long description wraps over several
+lines in the file.
+
+**Closed by:** `r[demo.alpha]`, `r[demo.beta]`
+
+## H2: Gamma was never built
+
+Gamma's crate does not exist.
+
+**Closed by:** `r[demo.alpha]`, `r[demo.gamma]`, `r[demo.alfa]`
+
+**Still open:** the gamma crate is not written yet.
+";
+
+/// When the fixture's results were \"written\": 2026-11-29 22:10:03 UTC.
+const RESULTS_WRITTEN: u64 = 1_795_990_203;
+
+struct Fixture {
+    dir: TempDir,
+}
+
+impl Fixture {
+    fn new(overrides: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut files: Vec<(&str, &str)> = vec![
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec/demo.md", SPEC),
+            ("docs/audit/findings.md", FINDINGS),
+            ("crates/demo/Cargo.toml", MANIFEST),
+            ("crates/demo/src/lib.rs", LIB),
+            ("crates/demo/tests/beta.rs", BETA_TEST),
+        ];
+        for (path, text) in overrides {
+            files.retain(|(p, _)| p != path);
+            files.push((path, text));
+        }
+        let fixture = Self { dir };
+        for (path, text) in files {
+            fixture.write(path, text);
+        }
+        fixture
+    }
+
+    fn write(&self, path: &str, text: &str) -> PathBuf {
+        let path = self.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write fixture file");
+        path
+    }
+
+    /// Writes nextest JUnit at the default results path, dated [`RESULTS_WRITTEN`].
+    fn results(&self, cases: &[(&str, &str, &str)]) {
+        let path = self.write("target/nextest/ci/junit.xml", &junit(cases));
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .expect("open results")
+            .set_modified(UNIX_EPOCH + Duration::from_secs(RESULTS_WRITTEN))
+            .expect("date results");
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `xtask trace --root <fixture> ARGS`; returns the exit code and the output (stdout,
+    /// then stderr) with the temp dir replaced by `[ROOT]`.
+    fn trace(&self, args: &[&str]) -> (i32, String) {
+        run_trace(self.path(), args)
+    }
+}
+
+fn run_trace(root: &Path, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("trace")
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run xtask");
+    let canonical = root.canonicalize().expect("canonical root");
+    let clean = |bytes: Vec<u8>| {
+        String::from_utf8(bytes)
+            .expect("utf-8 output")
+            .replace(&canonical.display().to_string(), "[ROOT]")
+            .replace(&root.display().to_string(), "[ROOT]")
+    };
+    let text = format!(
+        "{}--- stderr\n{}",
+        clean(output.stdout),
+        clean(output.stderr)
+    );
+    (output.status.code().expect("exit code"), text)
+}
+
+/// The JUnit shape nextest 0.9 writes (as in spec_check.rs).
+fn junit(cases: &[(&str, &str, &str)]) -> String {
+    let mut suites: Vec<(&str, Vec<(&str, &str)>)> = Vec::new();
+    for (suite, name, status) in cases {
+        match suites.iter_mut().find(|(s, _)| s == suite) {
+            Some((_, list)) => list.push((name, status)),
+            None => suites.push((suite, vec![(name, status)])),
+        }
+    }
+    let mut xml = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"nextest-run\">\n",
+    );
+    for (suite, list) in suites {
+        xml.push_str(&format!("    <testsuite name=\"{suite}\">\n"));
+        for (name, status) in list {
+            match status {
+                "passed" => xml.push_str(&format!(
+                    "        <testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\"/>\n"
+                )),
+                "failed" => xml.push_str(&format!(
+                    "        <testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\">\n            <failure message=\"panicked\" type=\"test failure\">boom</failure>\n        </testcase>\n"
+                )),
+                other => panic!("unknown status {other}"),
+            }
+        }
+        xml.push_str("    </testsuite>\n");
+    }
+    xml.push_str("</testsuites>\n");
+    xml
+}
+
+// i[verify trace.walk]
+// i[verify trace.verdict]
+// i[verify trace.exit-code]
+// i[verify trace.output]
+#[test]
+fn closed_finding_without_results() {
+    let fixture = Fixture::new(&[]);
+    let (code, out) = fixture.trace(&["H1"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 0);
+}
+
+// i[verify trace.results]
+// i[verify trace.verdict]
+#[test]
+fn closed_finding_with_passing_results() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ]);
+    let (code, out) = fixture.trace(&["h1"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 0);
+}
+
+// i[verify trace.walk]
+// i[verify trace.verdict]
+// i[verify trace.exit-code]
+#[test]
+fn open_finding_names_a_rule_not_in_the_spec() {
+    let fixture = Fixture::new(&[]);
+    let (code, out) = fixture.trace(&["H2"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify trace.results]
+// i[verify trace.verdict]
+// i[verify trace.exit-code]
+#[test]
+fn regressed_finding_has_a_failed_test() {
+    let fixture = Fixture::new(&[]);
+    let results = fixture.write(
+        "elsewhere/run.xml",
+        &junit(&[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "failed"),
+        ]),
+    );
+    let results = results.display().to_string();
+    let (code, out) = fixture.trace(&["H1", "--results", &results]);
+    assert!(out.contains("test results: elsewhere/run.xml (written "), "{out}");
+    let out = out
+        .lines()
+        .map(|line| match line.split_once(" (written ") {
+            Some((head, _)) => format!("{head} (written [TIME])"),
+            None => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify trace.walk]
+#[test]
+fn stale_annotations_and_renamed_rules_do_not_count() {
+    let spec = SPEC.replace("> r[demo.beta]", "> r[demo.beta+2]");
+    let fixture = Fixture::new(&[("docs/spec/demo.md", &spec)]);
+    let (code, out) = fixture.trace(&["H1"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify trace.unknown]
+#[test]
+fn unknown_finding_suggests_close_ids() {
+    let fixture = Fixture::new(&[]);
+    let (code, typo) = fixture.trace(&["H11"]);
+    assert_eq!(code, 2);
+    let (code, by_title) = fixture.trace(&["gamma"]);
+    assert_eq!(code, 2);
+    let (code, nothing) = fixture.trace(&["H7"]);
+    assert_eq!(code, 2);
+    insta::assert_snapshot!(format!("{typo}{by_title}{nothing}"));
+}
+
+// i[verify trace.exit-code]
+// i[verify trace.output]
+#[test]
+fn all_findings_end_with_a_summary() {
+    let fixture = Fixture::new(&[]);
+    let (code, out) = fixture.trace(&["--all"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 0, "open findings alone do not fail --all");
+
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "failed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ]);
+    let (code, out) = fixture.trace(&["--all"]);
+    assert!(out.contains("2 findings: 0 closed, 0 open, 2 regressed"), "{out}");
+    assert_eq!(code, 1, "a regressed finding fails --all");
+}
+
+// i[verify trace.findings-file]
+// i[verify trace.exit-code]
+#[test]
+fn malformed_findings_file_is_a_usage_error() {
+    let findings = FINDINGS.replace("**Closed by:** `r[demo.alpha]`, `r[demo.beta]`", "Nothing.");
+    let findings = findings.replace("## H2: Gamma", "## H2 Gamma");
+    let fixture = Fixture::new(&[("docs/audit/findings.md", &findings)]);
+    let (code, out) = fixture.trace(&["--all"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 2);
+}
+
+// i[verify trace.results]
+#[test]
+fn broken_results_file_is_a_usage_error() {
+    let fixture = Fixture::new(&[]);
+    fixture.write("target/nextest/ci/junit.xml", "<html></html>");
+    let (code, out) = fixture.trace(&["H1"]);
+    assert_eq!(code, 2);
+    assert!(out.contains("cannot use the test results"), "{out}");
+    let (code, _) = fixture.trace(&["H1", "--no-results"]);
+    assert_eq!(code, 0, "--no-results ignores the default results file");
+}
+
+/// This repository's own findings parse, and no rule they name that the spec defines is named at a
+/// stale version or with the wrong prefix.
+// i[verify trace.findings-file]
+#[test]
+fn the_repository_findings_resolve() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let (code, out) = run_trace(repo, &["--all", "--no-results"]);
+    assert_eq!(code, 0, "{out}");
+    let findings = std::fs::read_to_string(repo.join("docs/audit/findings.md")).expect("findings");
+    let ids: Vec<&str> = findings
+        .lines()
+        .filter_map(|line| line.strip_prefix("## H"))
+        .filter_map(|rest| rest.split_once(':').map(|(number, _)| number))
+        .collect();
+    assert!(ids.len() >= 8, "expected the audit's findings, got {ids:?}");
+    for id in ids {
+        assert!(out.contains(&format!("\nH{id}: ")), "H{id} not traced:\n{out}");
+    }
+    for problem in [": stale —", ": wrong prefix —"] {
+        assert!(!out.contains(problem), "`{problem}` in the trace:\n{out}");
+    }
+    assert!(out.contains("H3: Image pull retries"), "{out}");
+}
