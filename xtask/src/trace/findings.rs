@@ -70,8 +70,8 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
     let mut in_fence = false;
 
     let close = |current: &mut Option<(Finding, Vec<(usize, String)>)>,
-                     findings: &mut Vec<Finding>,
-                     errors: &mut Vec<(usize, String)>| {
+                 findings: &mut Vec<Finding>,
+                 errors: &mut Vec<(usize, String)>| {
         if let Some((finding, paragraphs)) = current.take() {
             match finish(finding, &paragraphs) {
                 Ok(finding) => findings.push(finding),
@@ -142,8 +142,10 @@ fn heading_of(heading: &str, line: usize, errors: &mut Vec<(usize, String)>) -> 
     }
     let parsed = heading.split_once(':').and_then(|(id, title)| {
         let digits = &id[1..];
-        (!digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) && !title.trim().is_empty())
-            .then(|| (id.to_owned(), title.trim().to_owned()))
+        (!digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit())
+            && !title.trim().is_empty())
+        .then(|| (id.to_owned(), title.trim().to_owned()))
     });
     match parsed {
         Some((id, title)) => Some(Finding {
@@ -165,7 +167,10 @@ fn heading_of(heading: &str, line: usize, errors: &mut Vec<(usize, String)>) -> 
 }
 
 /// Sorts a finding's paragraphs into description, rules and what is still open.
-fn finish(mut finding: Finding, paragraphs: &[(usize, String)]) -> Result<Finding, (usize, String)> {
+fn finish(
+    mut finding: Finding,
+    paragraphs: &[(usize, String)],
+) -> Result<Finding, (usize, String)> {
     let mut description = Vec::new();
     let mut closed_by = None;
     for (line, paragraph) in paragraphs.iter().filter(|(_, p)| !p.is_empty()) {
@@ -305,12 +310,26 @@ Text.
             1,
             "a heading that starts like a finding"
         );
-        assert!(errors("## H1: T\n\nText.\n")[0].1.contains("no `**Closed by:**`"));
-        assert!(errors("## H1: T\n\n**Closed by:** `retry.schedule`\n")[0].1
-            .contains("not a rule marker"));
-        assert!(errors("## H1: T\n\n**Closed by:** none\n")[0].1.contains("names no rule"));
+        assert!(
+            errors("## H1: T\n\nText.\n")[0]
+                .1
+                .contains("no `**Closed by:**`")
+        );
+        assert!(
+            errors("## H1: T\n\n**Closed by:** `retry.schedule`\n")[0]
+                .1
+                .contains("not a rule marker")
+        );
+        assert!(
+            errors("## H1: T\n\n**Closed by:** none\n")[0]
+                .1
+                .contains("names no rule")
+        );
         let twice = "## H1: T\n\n**Closed by:** `r[a.b]`\n\n## H1: U\n\n**Closed by:** `r[a.b]`\n";
-        assert_eq!(errors(twice)[0], (5, "finding H1 is defined twice".to_owned()));
+        assert_eq!(
+            errors(twice)[0],
+            (5, "finding H1 is defined twice".to_owned())
+        );
         assert!(errors("# Nothing\n")[0].1.contains("no `## Hn: title`"));
     }
 }

@@ -39,7 +39,11 @@ use self::verdict::Verdict;
 #[derive(clap::Args)]
 pub struct Args {
     /// The finding to trace, e.g. `H3` (see docs/audit/findings.md).
-    #[arg(value_name = "FINDING", required_unless_present = "all", conflicts_with = "all")]
+    #[arg(
+        value_name = "FINDING",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
     finding: Option<String>,
     /// Trace every finding and end with one verdict line each.
     #[arg(long)]

@@ -93,14 +93,21 @@ fn rule(out: &mut String, trace: &RuleTrace) {
                 let _ = writeln!(out, "    impl    (none)");
             }
             for site in &defined.impls {
-                let stale = if site.stale { "  (stale reference)" } else { "" };
+                let stale = if site.stale {
+                    "  (stale reference)"
+                } else {
+                    ""
+                };
                 let _ = writeln!(out, "    impl    {}:{}{stale}", site.file, site.line);
             }
             if defined.verifies.is_empty() {
                 let _ = writeln!(out, "    verify  (none)");
             }
             for verify in &defined.verifies {
-                let test = verify.test.as_deref().unwrap_or("(no test function follows)");
+                let test = verify
+                    .test
+                    .as_deref()
+                    .unwrap_or("(no test function follows)");
                 let fate = if verify.site.stale {
                     "  (stale reference)".to_owned()
                 } else {

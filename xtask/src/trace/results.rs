@@ -46,10 +46,17 @@ pub fn load(
     let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
     let modified = std::fs::metadata(&results)
         .and_then(|m| m.modified())
-        .map_err(|err| format!("{}: cannot read the test results: {err}", shown(root, &results)))?;
+        .map_err(|err| {
+            format!(
+                "{}: cannot read the test results: {err}",
+                shown(root, &results)
+            )
+        })?;
     let evidence = Evidence::load(&results, Some(&skips));
     if let Some(problem) = evidence.problems.first() {
-        return Err(problem.to_string().replace(&root.display().to_string(), "."));
+        return Err(problem
+            .to_string()
+            .replace(&root.display().to_string(), "."));
     }
     let ledger = if skips.is_file() {
         format!("skips from {}", shown(root, &skips))
@@ -69,7 +76,8 @@ pub fn load(
 /// `path` relative to `root` when it lies under it.
 fn shown(root: &Path, path: &Path) -> String {
     let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    absolute
-        .strip_prefix(root)
-        .map_or_else(|_| path.display().to_string(), |rel| rel.display().to_string())
+    absolute.strip_prefix(root).map_or_else(
+        |_| path.display().to_string(),
+        |rel| rel.display().to_string(),
+    )
 }

@@ -62,12 +62,21 @@ pub fn judge(rules: &[RuleTrace], with_results: bool) -> Judgement {
                 ),
             )),
             RuleState::Defined(defined) => {
+                let only_stale = |any: bool| if any { " (only stale ones)" } else { "" };
                 if !defined.impls.iter().any(|s| !s.stale) {
-                    issues.push((Verdict::Open, format!("{marker} has no impl annotation")));
+                    let stale = only_stale(!defined.impls.is_empty());
+                    issues.push((
+                        Verdict::Open,
+                        format!("{marker} has no current impl annotation{stale}"),
+                    ));
                 }
                 let current: Vec<_> = defined.verifies.iter().filter(|v| !v.site.stale).collect();
                 if current.is_empty() {
-                    issues.push((Verdict::Open, format!("{marker} has no verify annotation")));
+                    let stale = only_stale(!defined.verifies.is_empty());
+                    issues.push((
+                        Verdict::Open,
+                        format!("{marker} has no current verify annotation{stale}"),
+                    ));
                     continue;
                 }
                 if !with_results {
