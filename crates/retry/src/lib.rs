@@ -1,1 +1,118 @@
-//! holdfast-retry: the shared retry discipline (work in progress).
+//! holdfast-retry: the shared retry discipline.
+//!
+//! Synchronous, runtime-free and caller-clocked: every call takes `now`, nothing sleeps, nothing
+//! does I/O. Two shapes of caller use it.
+//!
+//! **A tick-driven reconciler** asks, for each key, "may I attempt this now?" through a
+//! [`KeyedGate`] (or a [`SharedGate`] when several tasks share it). The gate paces each key on an
+//! exponential [`Policy`] with [`Jitter`], grants one attempt in flight per key with an
+//! [`AttemptToken`], escalates a key once when its streak reaches a threshold (and reports its
+//! recovery) instead of ever giving up, honours server hints, and forgets keys that hold no
+//! information on its own. A caller that keeps its attempts elsewhere (a SQLite table) replays them
+//! into a [`History`] and asks [`decide`], the same pure function the gate uses.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use holdfast_retry::{Escalation, KeyedGate, Policy};
+//!
+//! # fn pull(image: &str) -> Result<(), Option<Duration>> { Err(None) }
+//! let policy = Policy::builder()
+//!     .base(Duration::from_secs(5))
+//!     .cap(Duration::from_secs(300))
+//!     .escalate_after(5)
+//!     .build()?;
+//! let mut gate = KeyedGate::new(policy);
+//! let images = ["registry.local/app:1", "registry.local/db:7"];
+//! let mut tick = Instant::now();
+//! for _ in 0..100 {
+//!     for image in images {
+//!         let Ok(token) = gate.begin(&image, tick) else { continue }; // backing off or in flight
+//!         let transition = match pull(image) {
+//!             Ok(()) => gate.succeed(token, tick),
+//!             Err(retry_after) => gate.fail(token, tick, retry_after),
+//!         };
+//!         match transition.escalation {
+//!             Some(Escalation::Escalated) => { /* file one operator-visible fault */ }
+//!             Some(Escalation::Recovered) => { /* clear it */ }
+//!             None => {}
+//!         }
+//!     }
+//!     tick += Duration::from_secs(5);
+//! }
+//! // 500 s of ticks, always failing: paced to a handful of attempts per image, never given up.
+//! let state = gate.state(&images[0], tick).expect("still failing");
+//! assert!(state.escalated && state.failures < 12);
+//! # Ok::<(), holdfast_retry::PolicyError>(())
+//! ```
+//!
+//! **A relay loop** classifies each error it meets with the [`Class`] vocabulary ([`Classify`]):
+//! drop and count an item, report a transient condition and go on, end only when the channel is
+//! gone — and paces its reconnects with the same gate.
+//!
+//! ```
+//! use holdfast_retry::{Class, Classify};
+//!
+//! #[derive(Debug)]
+//! enum RelayError { TooLarge, Refused, ConnectionLost }
+//! impl Classify for RelayError {
+//!     fn class(&self) -> Class {
+//!         match self {
+//!             RelayError::TooLarge => Class::Item,
+//!             RelayError::Refused => Class::Transient,
+//!             RelayError::ConnectionLost => Class::Fatal,
+//!         }
+//!     }
+//! }
+//!
+//! let mut incoming = vec![Ok(b"a".to_vec()), Err(RelayError::TooLarge), Ok(vec![]),
+//!                         Err(RelayError::Refused), Ok(b"b".to_vec()), Err(RelayError::ConnectionLost)]
+//!     .into_iter();
+//! let (mut relayed, mut dropped, mut transient) = (0, 0, 0);
+//! let ended = loop {
+//!     let Some(next) = incoming.next() else { break None };
+//!     match next {
+//!         Ok(_datagram) => relayed += 1, // zero-length datagrams are relayed too
+//!         Err(err) => match err.class() {
+//!             Class::Item => dropped += 1,
+//!             Class::Transient => transient += 1,
+//!             Class::Fatal => break Some(err), // announce the end to the peer
+//!         },
+//!     }
+//! };
+//! assert_eq!((relayed, dropped, transient), (3, 1, 1));
+//! assert!(matches!(ended, Some(RelayError::ConnectionLost)));
+//! ```
+//!
+//! The rest: [`http`] (the retryable status set and the Retry-After parser),
+//! [`CrashLoopDetector`], and [`RetryBudget`] (a global token bucket composed with per-key pacing).
+//! Every behaviour is a rule under `retry.*` or `classify.*` in `docs/spec/runtime.md`.
+
+mod budget;
+mod classify;
+mod crash_loop;
+mod gate;
+mod history;
+pub mod http;
+mod jitter;
+mod policy;
+mod schedule;
+mod shared;
+mod stable_hash;
+mod time;
+mod transition;
+
+pub use budget::RetryBudget;
+pub use classify::{Class, Classify};
+pub use crash_loop::{CrashLoopDetector, CrashLoopReport, Exit};
+pub use gate::{KeyState, KeyedGate};
+pub use history::{Decision, FailureRecorded, History, SuccessRecorded, decide};
+pub use jitter::Jitter;
+pub use policy::{MAX_POLICY_DURATION, Policy, PolicyBuilder, PolicyError};
+pub use shared::SharedGate;
+pub use stable_hash::stable_hash;
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use transition::{AttemptToken, Escalation, NotYet, Reason, Transition, WaitReason};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,940 @@
+//! The keyed gate: per-key pacing, single flight with attempt tokens, escalation events, and
+//! memory that bounds itself.
+//!
+//! [`KeyedGate`] is the single-owner form (`&mut self`, no locks: a reconciler owns its gate);
+//! [`crate::SharedGate`] shards it behind mutexes for concurrent callers. Both store 24 bytes of
+//! state per failing key, with times as nanosecond offsets from the first instant the gate saw.
+
+use std::hash::Hash;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hashbrown::HashMap;
+
+use crate::budget::RetryBudget;
+use crate::policy::Policy;
+use crate::stable_hash::stable_hash;
+use crate::time::Timestamp;
+use crate::transition::{AttemptToken, Escalation, NotYet, Reason, Transition, WaitReason};
+
+/// Per-key state. Exists only for keys in flight or with failures in their streak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    /// When the latest failure happened (ns since the gate's epoch).
+    last_failure: u64,
+    /// Idle: when the key may next be attempted. In flight: when the attempt began.
+    at: u64,
+    /// Consecutive failures in the current streak.
+    failures: u32,
+    /// Flags and the in-flight attempt's generation.
+    meta: u32,
+}
+
+const IN_FLIGHT: u32 = 1 << 31;
+const ESCALATED: u32 = 1 << 30;
+const GENERATION: u32 = ESCALATED - 1;
+
+impl Slot {
+    fn in_flight(&self) -> bool {
+        self.meta & IN_FLIGHT != 0
+    }
+    fn escalated(&self) -> bool {
+        self.meta & ESCALATED != 0
+    }
+    fn runs(&self, generation: u32) -> bool {
+        self.in_flight() && self.meta & GENERATION == generation
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A stale attempt that [`settle`] counted as failed.
+struct Expiry {
+    attempt: u32,
+    failures: u32,
+    escalated_now: bool,
+    next_at: u64,
+}
+
+/// The slot as it stands at `now`: an attempt in flight past the stale timeout is counted as a
+/// failure at the moment it became stale, so a hung attempt still backs the key off.
+// r[impl retry.in-flight.expiry]
+fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: u64) -> (Slot, Option<Expiry>) {
+    if !slot.in_flight() {
+        return (slot, None);
+    }
+    let stale_at = slot.at.saturating_add(nanos(policy.stale_after));
+    if now < stale_at {
+        return (slot, None);
+    }
+    let (failures, escalated) = policy.after_failure(slot.failures, slot.escalated());
+    let wait = policy.wait_after(failures, stable_hash(key), None);
+    let next_at = stale_at.saturating_add(nanos(wait));
+    let settled = Slot {
+        last_failure: stale_at,
+        at: next_at,
+        failures,
+        meta: if escalated { ESCALATED } else { 0 },
+    };
+    let expiry = Expiry {
+        attempt: slot.failures.saturating_add(1),
+        failures,
+        escalated_now: escalated && !slot.escalated(),
+        next_at,
+    };
+    (settled, Some(expiry))
+}
+
+/// A key that holds no information: idle, not escalated, and eligible for more than the cap, so
+/// its next attempt would start a new streak exactly as a fresh key's would. (An escalated key
+/// holds an open fault, which only a success or `forget` closes.)
+// r[impl retry.memory]
+fn droppable<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: u64) -> bool {
+    let (slot, _) = settle(policy, key, slot, now);
+    !slot.in_flight() && !slot.escalated() && now.saturating_sub(slot.at) > nanos(policy.cap)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A snapshot of one key, for status pages and "waiting until T after n failures" answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyState {
+    /// Consecutive failures in the current streak.
+    pub failures: u32,
+    /// An escalation is open.
+    pub escalated: bool,
+    /// An attempt is in flight.
+    pub in_flight: bool,
+    /// Idle keys: the earliest next attempt. In flight: when that attempt becomes stale.
+    pub next_attempt_at: Instant,
+}
+
+/// The gate's state without its budget, so a sharded gate can share one budget.
+#[derive(Debug)]
+pub(crate) struct GateCore<K> {
+    policy: Policy,
+    slots: HashMap<K, Slot>,
+    epoch: Option<Instant>,
+    generation: u32,
+    next_sweep: u64,
+}
+
+impl<K: Hash + Eq + Clone> GateCore<K> {
+    pub(crate) fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            slots: HashMap::new(),
+            epoch: None,
+            generation: 0,
+            next_sweep: 0,
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// `now` as an offset from the epoch, fixing the epoch at the first call. Instants before
+    /// the epoch count as the epoch.
+    fn offset(&mut self, now: Instant) -> u64 {
+        let epoch = *self.epoch.get_or_insert(now);
+        nanos(now.saturating_duration_since(epoch))
+    }
+
+    fn offset_of(&self, now: Instant) -> u64 {
+        self.epoch
+            .map_or(0, |e| nanos(now.saturating_duration_since(e)))
+    }
+
+    fn instant(epoch: Option<Instant>, now: Instant, offset: u64) -> Instant {
+        epoch
+            .unwrap_or(now)
+            .saturating_add(Duration::from_nanos(offset))
+    }
+
+    /// Drop keys that hold no information, at most once per quarter cap, during ordinary calls.
+    // r[impl retry.memory]
+    fn maybe_sweep(&mut self, now: u64) {
+        if now < self.next_sweep {
+            return;
+        }
+        let policy = self.policy;
+        self.slots
+            .retain(|key, slot| !droppable(&policy, key, *slot, now));
+        // Give memory back after a burst of failures has drained.
+        if self.slots.capacity() > 64 && self.slots.len() * 4 < self.slots.capacity() {
+            self.slots.shrink_to(self.slots.len() * 2);
+        }
+        self.next_sweep = now.saturating_add(nanos(policy.cap / 4).max(1));
+    }
+
+    fn expired(epoch: Option<Instant>, now: Instant, e: Expiry) -> Transition<()> {
+        Transition {
+            key: (),
+            attempt: e.attempt,
+            reason: Reason::Expired,
+            failures: e.failures,
+            next_attempt_at: Some(Self::instant(epoch, now, e.next_at)),
+            escalation: e.escalated_now.then_some(Escalation::Escalated),
+        }
+    }
+
+    // r[impl retry.single-flight]
+    pub(crate) fn begin(
+        &mut self,
+        key: &K,
+        now: Instant,
+        budget: Option<&Mutex<RetryBudget>>,
+    ) -> Result<AttemptToken<K>, NotYet> {
+        let now_off = self.offset(now);
+        self.maybe_sweep(now_off);
+        let policy = self.policy;
+        let epoch = self.epoch;
+        let generation = self.generation & GENERATION;
+        let Some(slot) = self.slots.get_mut(key) else {
+            // r[impl retry.keys-independent]
+            self.slots.insert(
+                key.clone(),
+                Slot {
+                    last_failure: 0,
+                    at: now_off,
+                    failures: 0,
+                    meta: IN_FLIGHT | generation,
+                },
+            );
+            self.generation = self.generation.wrapping_add(1);
+            return Ok(AttemptToken {
+                key: key.clone(),
+                generation,
+                attempt: 1,
+                began: now,
+                expired: None,
+            });
+        };
+        if slot.in_flight() && now_off < slot.at.saturating_add(nanos(policy.stale_after)) {
+            return Err(NotYet {
+                until: Self::instant(
+                    epoch,
+                    now,
+                    slot.at.saturating_add(nanos(policy.stale_after)),
+                ),
+                reason: WaitReason::InFlight {
+                    attempt: slot.failures.saturating_add(1),
+                },
+                expired: None,
+            });
+        }
+        let (settled, expiry) = settle(&policy, key, *slot, now_off);
+        *slot = settled;
+        let expired = expiry.map(|e| Self::expired(epoch, now, e));
+        // r[impl retry.eligible]
+        if now_off < settled.at {
+            return Err(NotYet {
+                until: Self::instant(epoch, now, settled.at),
+                reason: WaitReason::Backoff {
+                    failures: settled.failures,
+                    escalated: settled.escalated(),
+                },
+                expired,
+            });
+        }
+        let restarted = policy.restarts_streak(
+            Duration::from_nanos(settled.at),
+            Duration::from_nanos(now_off),
+        );
+        // A retry (not a fresh streak) also needs the global budget: the wait is the later of both.
+        // r[impl retry.budget]
+        if let Some(budget) = budget.filter(|_| !restarted) {
+            if let Err(until) = lock(budget).try_acquire(now) {
+                return Err(NotYet {
+                    until,
+                    reason: WaitReason::Budget,
+                    expired,
+                });
+            }
+        }
+        let failures = if restarted { 0 } else { settled.failures };
+        *slot = Slot {
+            last_failure: settled.last_failure,
+            at: now_off,
+            failures,
+            meta: IN_FLIGHT | (settled.meta & ESCALATED) | generation,
+        };
+        self.generation = self.generation.wrapping_add(1);
+        Ok(AttemptToken {
+            key: key.clone(),
+            generation,
+            attempt: failures.saturating_add(1),
+            began: now,
+            expired,
+        })
+    }
+
+    fn superseded(&self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let slot = self.slots.get(&token.key).copied();
+        Transition {
+            attempt: token.attempt,
+            reason: Reason::Superseded,
+            failures: slot.map_or(0, |s| s.failures),
+            next_attempt_at: slot
+                .filter(|s| !s.in_flight())
+                .map(|s| Self::instant(self.epoch, now, s.at)),
+            escalation: None,
+            key: token.key,
+        }
+    }
+
+    // r[impl retry.token.stale]
+    // r[impl retry.token.granted-only]
+    pub(crate) fn fail(
+        &mut self,
+        token: AttemptToken<K>,
+        now: Instant,
+        hint: Option<Duration>,
+    ) -> Transition<K> {
+        let now_off = self.offset(now);
+        self.maybe_sweep(now_off);
+        let policy = self.policy;
+        let epoch = self.epoch;
+        let Some(slot) = self
+            .slots
+            .get_mut(&token.key)
+            .filter(|s| s.runs(token.generation))
+        else {
+            return self.superseded(token, now);
+        };
+        let (failures, escalated) = policy.after_failure(slot.failures, slot.escalated());
+        let jitter_key = stable_hash(&token.key);
+        let wait = policy.wait_after(failures, jitter_key, hint);
+        let hint_applied = hint.is_some() && wait > policy.jittered_delay(failures, jitter_key);
+        let escalated_now = escalated && !slot.escalated();
+        let at = now_off.saturating_add(nanos(wait));
+        *slot = Slot {
+            last_failure: now_off,
+            at,
+            failures,
+            meta: if escalated { ESCALATED } else { 0 },
+        };
+        Transition {
+            key: token.key,
+            attempt: token.attempt,
+            reason: Reason::Failed { hint_applied },
+            failures,
+            next_attempt_at: Some(Self::instant(epoch, now, at)),
+            escalation: escalated_now.then_some(Escalation::Escalated),
+        }
+    }
+
+    pub(crate) fn succeed(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let now_off = self.offset(now);
+        self.maybe_sweep(now_off);
+        match self.slots.get(&token.key) {
+            Some(slot) if slot.runs(token.generation) => {
+                let recovered = slot.escalated();
+                // r[impl retry.success-reset]
+                self.slots.remove(&token.key);
+                Transition {
+                    key: token.key,
+                    attempt: token.attempt,
+                    reason: Reason::Succeeded,
+                    failures: 0,
+                    next_attempt_at: None,
+                    // r[impl retry.escalation]
+                    escalation: recovered.then_some(Escalation::Recovered),
+                }
+            }
+            _ => self.superseded(token, now),
+        }
+    }
+
+    pub(crate) fn check(
+        &self,
+        key: &K,
+        now: Instant,
+        budget: Option<&Mutex<RetryBudget>>,
+    ) -> Result<(), NotYet> {
+        let Some(slot) = self.slots.get(key) else {
+            return Ok(());
+        };
+        let now_off = self.offset_of(now);
+        let stale_at = slot.at.saturating_add(nanos(self.policy.stale_after));
+        if slot.in_flight() && now_off < stale_at {
+            return Err(NotYet {
+                until: Self::instant(self.epoch, now, stale_at),
+                reason: WaitReason::InFlight {
+                    attempt: slot.failures.saturating_add(1),
+                },
+                expired: None,
+            });
+        }
+        let (slot, _) = settle(&self.policy, key, *slot, now_off);
+        if now_off < slot.at {
+            return Err(NotYet {
+                until: Self::instant(self.epoch, now, slot.at),
+                reason: WaitReason::Backoff {
+                    failures: slot.failures,
+                    escalated: slot.escalated(),
+                },
+                expired: None,
+            });
+        }
+        let retry = !self
+            .policy
+            .restarts_streak(Duration::from_nanos(slot.at), Duration::from_nanos(now_off));
+        if let Some(budget) = budget.filter(|_| retry) {
+            let until = lock(budget).available_at(now);
+            if until > now {
+                return Err(NotYet {
+                    until,
+                    reason: WaitReason::Budget,
+                    expired: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
+        let slot = *self.slots.get(key)?;
+        let at = if slot.in_flight() {
+            slot.at.saturating_add(nanos(self.policy.stale_after))
+        } else {
+            slot.at
+        };
+        Some(KeyState {
+            failures: slot.failures,
+            escalated: slot.escalated(),
+            in_flight: slot.in_flight(),
+            next_attempt_at: Self::instant(self.epoch, now, at),
+        })
+    }
+
+    pub(crate) fn forget(&mut self, key: &K) -> Option<KeyState> {
+        let slot = self.slots.remove(key)?;
+        Some(KeyState {
+            failures: slot.failures,
+            escalated: slot.escalated(),
+            in_flight: slot.in_flight(),
+            next_attempt_at: Self::instant(self.epoch, Instant::now(), slot.at),
+        })
+    }
+}
+
+/// Per-key pacing for one owner: a reconciler's "may I attempt this key now?".
+///
+/// - [`KeyedGate::begin`] grants at most one attempt in flight per key and returns an
+///   [`AttemptToken`]; finish it with [`KeyedGate::succeed`] or [`KeyedGate::fail`].
+/// - Keys that hold no information are dropped during ordinary calls; there is no `gc()`.
+/// - Every decision is [`crate::decide`] over the key's history, computed once per failure.
+#[derive(Debug)]
+pub struct KeyedGate<K> {
+    core: GateCore<K>,
+    budget: Option<Mutex<RetryBudget>>,
+}
+
+impl<K: Hash + Eq + Clone> KeyedGate<K> {
+    /// An empty gate pacing every key by `policy`.
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            core: GateCore::new(policy),
+            budget: None,
+        }
+    }
+
+    /// Also limit retries across all keys by `budget` (first attempts never wait for it).
+    pub fn with_budget(mut self, budget: RetryBudget) -> Self {
+        self.budget = Some(Mutex::new(budget));
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        self.core.policy()
+    }
+
+    /// May `key` be attempted at `now`? Does not change anything.
+    pub fn check(&self, key: &K, now: Instant) -> Result<(), NotYet> {
+        self.core.check(key, now, self.budget.as_ref())
+    }
+
+    /// Start an attempt on `key` if it may be attempted at `now`.
+    pub fn begin(&mut self, key: &K, now: Instant) -> Result<AttemptToken<K>, NotYet> {
+        self.core.begin(key, now, self.budget.as_ref())
+    }
+
+    /// The attempt succeeded: the key is fresh again (and `Recovered` if it was escalated).
+    pub fn succeed(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        self.core.succeed(token, now)
+    }
+
+    /// The attempt failed, perhaps with a server hint (Retry-After) for the next wait.
+    pub fn fail(
+        &mut self,
+        token: AttemptToken<K>,
+        now: Instant,
+        hint: Option<Duration>,
+    ) -> Transition<K> {
+        self.core.fail(token, now, hint)
+    }
+
+    /// A snapshot of `key` (`None`: the gate holds nothing about it, so it is fresh).
+    pub fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
+        self.core.state(key, now)
+    }
+
+    /// Forget `key` (the caller no longer cares about it), returning what the gate held.
+    pub fn forget(&mut self, key: &K) -> Option<KeyState> {
+        self.core.forget(key)
+    }
+
+    /// How many keys the gate holds state for (in flight or failing).
+    pub fn len(&self) -> usize {
+        self.core.len()
+    }
+
+    /// Whether the gate holds no state.
+    pub fn is_empty(&self) -> bool {
+        self.core.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Clock, History, Jitter, ManualClock, decide};
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    fn policy() -> Policy {
+        Policy::builder()
+            .base(S(5))
+            .cap(S(300))
+            .escalate_after(5)
+            .stale_after(S(600))
+            .hint_cap(S(3600))
+            .build()
+            .unwrap()
+    }
+
+    /// Begin and fail `key` at `now`; panics if the gate refuses.
+    fn fail_now(
+        gate: &mut KeyedGate<&'static str>,
+        key: &'static str,
+        now: Instant,
+    ) -> Transition<&'static str> {
+        let token = gate.begin(&key, now).expect("eligible");
+        gate.fail(token, now, None)
+    }
+
+    // r[verify retry.eligible]
+    #[test]
+    fn attempts_are_withheld_until_the_delay_and_allowed_at_exactly_the_boundary() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let failed = fail_now(&mut gate, "img", clock.now());
+        let deadline = failed.next_attempt_at.unwrap();
+        let wait = deadline - clock.now();
+        assert!(wait >= S(5) && wait < S(6), "{wait:?}");
+        clock.advance(wait - Duration::from_nanos(1));
+        let refused = gate.begin(&"img", clock.now()).unwrap_err();
+        assert_eq!(refused.until, deadline);
+        assert_eq!(
+            refused.reason,
+            WaitReason::Backoff {
+                failures: 1,
+                escalated: false
+            }
+        );
+        assert_eq!(gate.check(&"img", clock.now()), Err(refused));
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(gate.check(&"img", clock.now()), Ok(()));
+        assert!(
+            gate.begin(&"img", clock.now()).is_ok(),
+            "allowed at exactly the deadline"
+        );
+    }
+
+    // r[verify retry.eligible]
+    // r[verify retry.schedule]
+    #[test]
+    fn a_99_failure_streak_stays_at_the_cap_and_stays_eligible_after_max_wait() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let mut waits = Vec::new();
+        for _ in 0..99 {
+            let t = fail_now(&mut gate, "img", clock.now());
+            let wait = t.next_attempt_at.unwrap() - clock.now();
+            waits.push(wait);
+            assert!(wait <= p.max_wait());
+            clock.advance(wait);
+        }
+        assert_eq!(gate.state(&"img", clock.now()).unwrap().failures, 99);
+        for w in &waits[7..] {
+            assert!(*w >= p.cap() && *w < p.cap() * 6 / 5, "{w:?}");
+        }
+        // And a streak of u32::MAX (replayed through the pure decision) is no different.
+        let mut h = History::<Duration>::new(42);
+        h.failures = u32::MAX - 1;
+        h.last_failure = Some(Duration::ZERO);
+        h.record_failure(&p, Duration::ZERO, None);
+        assert_eq!(h.failures, u32::MAX);
+        h.record_failure(&p, Duration::ZERO, None);
+        assert_eq!(h.failures, u32::MAX, "saturates");
+        assert!(decide(&p, &h, p.max_wait()).is_eligible());
+        assert!(!decide(&p, &h, p.cap() - Duration::from_nanos(1)).is_eligible());
+    }
+
+    // r[verify retry.keys-independent]
+    #[test]
+    fn keys_are_paced_independently() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        for _ in 0..3 {
+            let t = fail_now(&mut gate, "a", clock.now());
+            clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        }
+        assert_eq!(gate.check(&"b", clock.now()), Ok(()));
+        let t = fail_now(&mut gate, "b", clock.now());
+        assert_eq!(t.failures, 1);
+        let wait = t.next_attempt_at.unwrap() - clock.now();
+        assert!(wait < S(6), "b starts at base, not at a's delay: {wait:?}");
+        assert_eq!(gate.state(&"a", clock.now()).unwrap().failures, 3);
+        // An attempt in flight on one key does not hold back another.
+        let token = gate.begin(&"a", clock.now()).unwrap();
+        assert_eq!(gate.check(&"c", clock.now()), Ok(()));
+        let _ = gate.succeed(token, clock.now());
+        assert_eq!(gate.state(&"b", clock.now()).unwrap().failures, 1);
+    }
+
+    // r[verify retry.single-flight]
+    #[test]
+    fn one_attempt_in_flight_per_key() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let refused = gate.begin(&"img", clock.now()).unwrap_err();
+        assert_eq!(refused.reason, WaitReason::InFlight { attempt: 1 });
+        assert_eq!(refused.until, clock.now() + S(600));
+        clock.advance(S(599));
+        assert!(gate.begin(&"img", clock.now()).is_err());
+        let done = gate.succeed(token, clock.now());
+        assert_eq!(done.reason, Reason::Succeeded);
+        assert!(gate.begin(&"img", clock.now()).is_ok());
+    }
+
+    // r[verify retry.token.stale]
+    // r[verify retry.in-flight.expiry]
+    #[test]
+    fn a_late_failure_from_a_superseded_attempt_changes_nothing() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let old = gate.begin(&"img", clock.now()).unwrap();
+        // The attempt hangs past the stale timeout: it counts as failure 1 at the stale moment.
+        clock.advance(S(600));
+        let refused = gate.begin(&"img", clock.now()).unwrap_err();
+        let expired = refused.expired.expect("the stale attempt is reported once");
+        assert_eq!(
+            (expired.reason, expired.attempt, expired.failures),
+            (Reason::Expired, 1, 1)
+        );
+        assert_eq!(
+            refused.reason,
+            WaitReason::Backoff {
+                failures: 1,
+                escalated: false
+            }
+        );
+        clock.advance(refused.until - clock.now());
+        let live = gate.begin(&"img", clock.now()).unwrap();
+        assert!(live.expired.is_none());
+        assert_eq!(live.attempt(), 2);
+        let before = gate.state(&"img", clock.now());
+        // The old attempt finally fails (or even succeeds): ignored.
+        let late = gate.fail(old, clock.now(), Some(S(3000)));
+        assert_eq!(late.reason, Reason::Superseded);
+        assert_eq!(gate.state(&"img", clock.now()), before);
+        assert!(
+            gate.begin(&"img", clock.now()).is_err(),
+            "the live attempt is still in flight"
+        );
+        let t = gate.fail(live, clock.now(), None);
+        assert_eq!(
+            (t.reason, t.failures),
+            (
+                Reason::Failed {
+                    hint_applied: false
+                },
+                2
+            )
+        );
+    }
+
+    // r[verify retry.token.stale]
+    #[test]
+    fn a_late_success_of_a_superseded_attempt_changes_nothing() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let old = gate.begin(&"img", clock.now()).unwrap();
+        clock.advance(S(700));
+        let live = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(
+            live.expired.as_ref().map(|e| e.reason),
+            Some(Reason::Expired)
+        );
+        let late = gate.succeed(old, clock.now());
+        assert_eq!(late.reason, Reason::Superseded);
+        assert!(gate.state(&"img", clock.now()).unwrap().in_flight);
+        let t = gate.fail(live, clock.now(), None);
+        assert_eq!(t.failures, 2);
+    }
+
+    // r[verify retry.token.granted-only]
+    #[test]
+    fn refused_calls_never_grow_the_streak() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let t = fail_now(&mut gate, "img", clock.now());
+        for _ in 0..1000 {
+            assert!(gate.begin(&"img", clock.now()).is_err());
+            clock.advance(Duration::from_millis(1));
+        }
+        assert_eq!(gate.state(&"img", clock.now()).unwrap().failures, 1);
+        assert_eq!(
+            gate.state(&"img", clock.now()).unwrap().next_attempt_at,
+            t.next_attempt_at.unwrap()
+        );
+        // A token from another gate names a generation this gate never granted.
+        let mut other = KeyedGate::new(policy());
+        let _ = other.begin(&"img", clock.now()).unwrap();
+        let foreign = other.begin(&"x", clock.now()).unwrap();
+        let mut fresh = KeyedGate::new(policy());
+        let _live = fresh.begin(&"x", clock.now()).unwrap();
+        assert_eq!(
+            fresh.fail(foreign, clock.now(), None).reason,
+            Reason::Superseded
+        );
+        assert_eq!(fresh.state(&"x", clock.now()).unwrap().failures, 0);
+    }
+
+    // r[verify retry.escalation]
+    // r[verify retry.observe]
+    #[test]
+    fn escalated_once_per_streak_recovered_once_and_pacing_unchanged() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let mut escalations = Vec::new();
+        for n in 1..=9u32 {
+            let token = gate.begin(&"img", clock.now()).unwrap();
+            assert_eq!(token.attempt(), n);
+            let t = gate.fail(token, clock.now(), None);
+            assert_eq!((t.key, t.attempt, t.failures), ("img", n, n));
+            let next = t.next_attempt_at.unwrap();
+            assert_eq!(
+                next - clock.now(),
+                p.jittered_delay(n, stable_hash(&"img")),
+                "pacing is the schedule"
+            );
+            escalations.push(t.escalation);
+            clock.advance(next - clock.now());
+        }
+        let expected: Vec<_> = (1..=9)
+            .map(|n| (n == 5).then_some(Escalation::Escalated))
+            .collect();
+        assert_eq!(escalations, expected);
+        assert!(gate.state(&"img", clock.now()).unwrap().escalated);
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let t = gate.succeed(token, clock.now());
+        assert_eq!(
+            t,
+            Transition {
+                key: "img",
+                attempt: 10,
+                reason: Reason::Succeeded,
+                failures: 0,
+                next_attempt_at: None,
+                escalation: Some(Escalation::Recovered)
+            }
+        );
+        assert_eq!(t.to_string(), "img attempt 10: succeeded, recovered");
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(
+            gate.succeed(token, clock.now()).escalation,
+            None,
+            "recovered once"
+        );
+    }
+
+    // r[verify retry.success-reset]
+    #[test]
+    fn success_resets_the_key_fully() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        for _ in 0..6 {
+            let t = fail_now(&mut gate, "img", clock.now());
+            clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        }
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let _ = gate.succeed(token, clock.now());
+        assert_eq!(gate.state(&"img", clock.now()), None);
+        assert!(gate.is_empty());
+        let t = fail_now(&mut gate, "img", clock.now());
+        assert_eq!((t.attempt, t.failures, t.escalation), (1, 1, None));
+        assert!(t.next_attempt_at.unwrap() - clock.now() < S(6));
+    }
+
+    // r[verify retry.gap-reset]
+    #[test]
+    fn a_gap_past_the_cap_starts_a_new_streak() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        for _ in 0..8 {
+            let t = fail_now(&mut gate, "img", clock.now());
+            clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        }
+        // Prompt retry at the cap, even a whole cap late: same streak.
+        clock.advance(p.cap());
+        let t = fail_now(&mut gate, "img", clock.now());
+        assert_eq!(t.failures, 9);
+        // Quiet for longer than the cap after becoming eligible: a new streak at n = 1.
+        clock.advance(t.next_attempt_at.unwrap() - clock.now() + p.cap() + S(1));
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(token.attempt(), 1);
+        let t = gate.fail(token, clock.now(), None);
+        assert_eq!(t.failures, 1);
+        assert!(t.next_attempt_at.unwrap() - clock.now() < S(6));
+        assert_eq!(t.escalation, None, "the open escalation is not filed twice");
+    }
+
+    // r[verify retry.retry-after]
+    #[test]
+    fn retry_after_is_merged_into_the_keys_pacing() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let t = gate.fail(token, clock.now(), Some(S(120)));
+        let wait = t.next_attempt_at.unwrap() - clock.now();
+        assert!(wait >= S(120) && wait < S(144), "{wait:?}");
+        assert_eq!(t.reason, Reason::Failed { hint_applied: true });
+        clock.advance(wait);
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let t = gate.fail(token, clock.now(), Some(S(1)));
+        let wait = t.next_attempt_at.unwrap() - clock.now();
+        assert!(
+            wait >= S(10) && wait < S(12),
+            "a short hint is ignored: {wait:?}"
+        );
+        assert_eq!(
+            t.reason,
+            Reason::Failed {
+                hint_applied: false
+            }
+        );
+        clock.advance(wait);
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let t = gate.fail(token, clock.now(), Some(S(86_400)));
+        let wait = t.next_attempt_at.unwrap() - clock.now();
+        assert!(
+            wait >= S(3600) && wait < S(4320),
+            "capped at the hint cap: {wait:?}"
+        );
+    }
+
+    // r[verify retry.memory]
+    #[test]
+    fn idle_keys_are_dropped_during_ordinary_calls() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let keys: Vec<String> = (0..10_000).map(|i| format!("image-{i}")).collect();
+        for k in &keys {
+            let token = gate.begin(k, clock.now()).unwrap();
+            let _ = gate.fail(token, clock.now(), None);
+        }
+        assert_eq!(gate.len(), 10_000);
+        // Eligible since at most 6 s; one cap later nothing is known that a fresh key lacks.
+        clock.advance(S(6) + p.cap());
+        let busy = "busy".to_string();
+        let token = gate.begin(&busy, clock.now()).unwrap();
+        let _ = gate.fail(token, clock.now(), None);
+        clock.advance(p.cap() / 4 + S(1));
+        assert!(gate.check(&keys[0], clock.now()).is_ok());
+        assert!(gate.check(&busy, clock.now()).is_err() || gate.len() <= 10_001);
+        // Any ordinary call now sweeps.
+        let _ = gate.check(&busy, clock.now());
+        let token = gate.begin(&"other".to_string(), clock.now()).unwrap();
+        assert!(gate.len() <= 3, "idle keys dropped, {} left", gate.len());
+        let _ = gate.succeed(token, clock.now());
+        // A dropped key decides as it would have: eligible, and its next failure is failure 1.
+        let token = gate.begin(&keys[0], clock.now()).unwrap();
+        assert_eq!(gate.fail(token, clock.now(), None).failures, 1);
+    }
+
+    // r[verify retry.memory]
+    #[test]
+    fn keys_in_flight_are_kept_until_stale() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let token = gate.begin(&"slow", clock.now()).unwrap();
+        clock.advance(S(599));
+        let _ = gate.begin(&"other", clock.now());
+        assert!(gate.state(&"slow", clock.now()).unwrap().in_flight);
+        let _ = gate.succeed(token, clock.now());
+        // A lost token: the attempt goes stale, counts as a failure, and is then forgotten.
+        let _lost = gate.begin(&"lost", clock.now()).unwrap();
+        clock.advance(p.stale_after() + p.max_wait() + p.cap() + p.cap() / 4 + S(1));
+        let _ = gate.begin(&"other2", clock.now());
+        assert_eq!(gate.state(&"lost", clock.now()), None);
+    }
+
+    // r[verify retry.budget]
+    #[test]
+    fn the_global_budget_composes_with_per_key_pacing() {
+        let clock = ManualClock::new();
+        let p = Policy::builder()
+            .base(S(1))
+            .cap(S(60))
+            .jitter(Jitter::None)
+            .build()
+            .unwrap();
+        let budget = RetryBudget::new(2, S(20)).unwrap();
+        let mut gate = KeyedGate::new(p).with_budget(budget);
+        let keys = ["a", "b", "c", "d"];
+        for k in keys {
+            let t = fail_now(&mut gate, k, clock.now());
+            assert_eq!(t.next_attempt_at.unwrap() - clock.now(), S(1));
+        }
+        clock.advance(S(1));
+        // All four keys are due; the budget lets two retries through, then says when.
+        assert!(gate.begin(&"a", clock.now()).is_ok());
+        assert!(gate.begin(&"b", clock.now()).is_ok());
+        let refused = gate.begin(&"c", clock.now()).unwrap_err();
+        assert_eq!(refused.reason, WaitReason::Budget);
+        assert_eq!(refused.until, clock.now() + S(10));
+        assert_eq!(
+            gate.check(&"d", clock.now()).unwrap_err().reason,
+            WaitReason::Budget
+        );
+        // Per-key pacing still applies when it is the later of the two.
+        assert_eq!(
+            gate.check(&"a", clock.now()).unwrap_err().reason,
+            WaitReason::InFlight { attempt: 2 }
+        );
+        // First attempts are not retries.
+        assert!(gate.begin(&"fresh", clock.now()).is_ok());
+        clock.advance(S(10));
+        assert!(gate.begin(&"c", clock.now()).is_ok());
+    }
+}

@@ -1,0 +1,230 @@
+//! Jitter strategies and the seeded, deterministic randomness behind them.
+//!
+//! Every random draw is a pure function of (policy seed, key, streak length, stream), so the
+//! in-memory gate and a decision recomputed from persisted history pick the same wait.
+
+use std::time::Duration;
+
+use crate::policy::Policy;
+use crate::schedule::duration_from_nanos;
+
+/// How a nominal delay `d` is spread out.
+///
+/// At the cap nothing is clamped: a key at the cap still gets a spread of waits, because clamping
+/// would put every client that reached the cap into lockstep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Jitter {
+    /// Exactly `d`. Clients that failed together retry together; for tests and single clients.
+    None,
+    /// Uniform in `[d, 1.2 d)`: never shorter than the nominal wait. The default; right for pacing,
+    /// where the nominal wait is a promise (to an operator, to a rate-limited server).
+    #[default]
+    Additive,
+    /// Uniform in `[0, d)`: the fewest calls when many clients contend for one resource.
+    Full,
+    /// `d/2` plus uniform in `[0, d/2)`.
+    Equal,
+    /// Uniform in `[base, min(3 × previous, cap))`, walking the chain over (at most) the last 32
+    /// failures of the streak so the cost stays constant. Unlike the AWS formulation it draws
+    /// below the cap instead of clamping to it, so keys at the cap do not coincide.
+    Decorrelated,
+}
+
+/// How many links of the decorrelated chain are replayed (the chain forgets its start quickly).
+const DECORRELATED_WINDOW: u32 = 32;
+
+/// Separate streams so the hint's jitter is independent of the backoff's.
+const STREAM_BACKOFF: u64 = 0x6261_636b;
+const STREAM_HINT: u64 = 0x6869_6e74;
+
+/// splitmix64's finaliser: a good 64-bit mix.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A uniform 32-bit fraction (of 2^32) for this seed, key, stream and step.
+// r[impl retry.jitter.seeded]
+fn draw(seed: u64, jitter_key: u64, stream: u64, step: u32) -> u64 {
+    mix(mix(seed ^ mix(jitter_key)) ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(step))
+        >> 32
+}
+
+/// `d * fraction / 2^32`.
+fn scale(d: Duration, fraction: u64) -> Duration {
+    duration_from_nanos((d.as_nanos() * u128::from(fraction)) >> 32)
+}
+
+/// Positive-only spread: uniform in `[d, 1.2 d)`.
+fn additive(d: Duration, fraction: u64) -> Duration {
+    d + scale(d, fraction) / 5
+}
+
+impl Policy {
+    /// The jittered backoff after `failures` consecutive failures of the key with `jitter_key`.
+    // r[impl retry.jitter]
+    // r[impl retry.jitter.cap]
+    pub fn jittered_delay(&self, failures: u32, jitter_key: u64) -> Duration {
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        let d = self.nominal_delay(failures);
+        let r = draw(self.seed, jitter_key, STREAM_BACKOFF, failures);
+        match self.jitter {
+            Jitter::None => d,
+            Jitter::Additive => additive(d, r),
+            Jitter::Full => scale(d, r),
+            Jitter::Equal => d / 2 + scale(d / 2, r),
+            Jitter::Decorrelated => {
+                let first = failures.saturating_sub(DECORRELATED_WINDOW - 1).max(1);
+                let mut prev = self.base;
+                for step in first..=failures {
+                    let hi = (prev * 3).min(self.cap);
+                    let r = draw(self.seed, jitter_key, STREAM_BACKOFF, step);
+                    prev = self.base + scale(hi.saturating_sub(self.base), r);
+                }
+                prev
+            }
+        }
+    }
+
+    /// The wait after the latest failure: the jittered backoff, or the capped, positively
+    /// jittered server hint when that is longer. A hint never shortens the wait.
+    // r[impl retry.retry-after]
+    pub fn wait_after(&self, failures: u32, jitter_key: u64, hint: Option<Duration>) -> Duration {
+        let backoff = self.jittered_delay(failures, jitter_key);
+        match hint {
+            None => backoff,
+            Some(hint) => {
+                let hint = hint.min(self.hint_cap);
+                let r = draw(self.seed, jitter_key, STREAM_HINT, failures);
+                backoff.max(additive(hint, r))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(jitter: Jitter) -> Policy {
+        Policy::builder()
+            .base(Duration::from_millis(100))
+            .cap(Duration::from_secs(10))
+            .jitter(jitter)
+            .build()
+            .unwrap()
+    }
+
+    // r[verify retry.jitter]
+    #[test]
+    fn each_strategy_stays_in_its_range() {
+        for key in 0..200u64 {
+            for n in 1..12 {
+                let d = policy(Jitter::None).nominal_delay(n);
+                assert_eq!(policy(Jitter::None).jittered_delay(n, key), d);
+                let a = policy(Jitter::Additive).jittered_delay(n, key);
+                assert!(
+                    a >= d && a < d + d / 5 + Duration::from_nanos(1),
+                    "additive {a:?} vs {d:?}"
+                );
+                assert!(policy(Jitter::Full).jittered_delay(n, key) <= d);
+                let e = policy(Jitter::Equal).jittered_delay(n, key);
+                assert!(e >= d / 2 && e <= d);
+                let p = policy(Jitter::Decorrelated);
+                let c = p.jittered_delay(n, key);
+                assert!(c >= p.base() && c <= p.cap());
+            }
+        }
+    }
+
+    // r[verify retry.jitter]
+    #[test]
+    fn jitter_spreads_keys_apart() {
+        let p = policy(Jitter::Additive);
+        let mut waits: Vec<_> = (0..100u64).map(|k| p.jittered_delay(3, k)).collect();
+        waits.sort();
+        waits.dedup();
+        assert!(waits.len() > 90, "only {} distinct waits", waits.len());
+    }
+
+    // r[verify retry.jitter.cap]
+    #[test]
+    fn jitter_is_not_clamped_away_at_the_cap() {
+        for jitter in [
+            Jitter::Additive,
+            Jitter::Full,
+            Jitter::Equal,
+            Jitter::Decorrelated,
+        ] {
+            let p = policy(jitter);
+            let mut at_cap: Vec<_> = (0..100u64).map(|k| p.jittered_delay(40, k)).collect();
+            at_cap.sort();
+            at_cap.dedup();
+            assert!(
+                at_cap.len() > 90,
+                "{jitter:?}: only {} distinct waits at the cap",
+                at_cap.len()
+            );
+            let max = *at_cap.last().unwrap();
+            assert!(max <= p.max_wait(), "{jitter:?}: {max:?} above max_wait");
+        }
+        // Additive at the cap: in [cap, 1.2 cap).
+        let p = policy(Jitter::Additive);
+        for k in 0..100 {
+            let w = p.jittered_delay(u32::MAX, k);
+            assert!(w >= p.cap() && w < p.cap() + p.cap() / 5);
+        }
+    }
+
+    // r[verify retry.jitter.seeded]
+    #[test]
+    fn jitter_is_a_function_of_seed_key_and_streak() {
+        let p = policy(Jitter::Additive);
+        assert_eq!(p.jittered_delay(4, 7), p.jittered_delay(4, 7));
+        let other_seed = Policy::builder()
+            .base(p.base())
+            .cap(p.cap())
+            .seed(99)
+            .build()
+            .unwrap();
+        let differs = (0..50).any(|k| other_seed.jittered_delay(4, k) != p.jittered_delay(4, k));
+        assert!(differs, "the seed must change the draws");
+        // Decorrelated replays its chain deterministically too, even for huge streaks.
+        let d = policy(Jitter::Decorrelated);
+        assert_eq!(d.jittered_delay(u32::MAX, 3), d.jittered_delay(u32::MAX, 3));
+    }
+
+    // r[verify retry.retry-after]
+    #[test]
+    fn hints_never_shorten_are_capped_and_jittered() {
+        let p = Policy::builder()
+            .base(Duration::from_secs(1))
+            .cap(Duration::from_secs(60))
+            .hint_cap(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        let s = Duration::from_secs;
+        for key in 0..50 {
+            let backoff = p.jittered_delay(2, key);
+            // Below the computed delay: ignored.
+            assert_eq!(p.wait_after(2, key, Some(s(1))), backoff);
+            // Above it: honoured, with positive-only jitter.
+            let w = p.wait_after(2, key, Some(s(30)));
+            assert!(w >= s(30) && w < s(36), "{w:?}");
+            // Above the hint cap: capped, then jittered.
+            let w = p.wait_after(2, key, Some(s(10_000)));
+            assert!(w >= s(120) && w < s(144), "{w:?}");
+        }
+        let mut hinted: Vec<_> = (0..100).map(|k| p.wait_after(1, k, Some(s(30)))).collect();
+        hinted.sort();
+        hinted.dedup();
+        assert!(
+            hinted.len() > 90,
+            "the same hint must not bring clients back in lockstep"
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! What gates hand back: attempt tokens, refusals and transitions, as plain values.
+//!
+//! A transition is what a caller logs, counts, or turns into an operator-visible fault. The core
+//! does no I/O; [`Transition::trace`] (feature `tracing`) emits one as a `tracing` event.
+
+use std::fmt;
+use std::time::Instant;
+
+/// Permission to make one attempt on a key. Finish it with the gate's `succeed` or `fail`.
+///
+/// A token that the gate has since superseded (its attempt went stale and a newer one began)
+/// finishes without effect.
+#[must_use = "finish the attempt with succeed() or fail(), or it stays in flight until stale"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct AttemptToken<K> {
+    pub(crate) key: K,
+    pub(crate) generation: u32,
+    pub(crate) attempt: u32,
+    pub(crate) began: Instant,
+    /// The stale attempt this one superseded, recorded as a failure (see [`Reason::Expired`]).
+    pub expired: Option<Transition<()>>,
+}
+
+impl<K> AttemptToken<K> {
+    /// The key being attempted.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+    /// The attempt's number within its streak (1 for the first attempt after a success).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    /// When the attempt was granted.
+    pub fn began(&self) -> Instant {
+        self.began
+    }
+}
+
+/// Why a key may not be attempted yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason {
+    /// Backing off after this many consecutive failures.
+    Backoff {
+        /// The streak length.
+        failures: u32,
+        /// The key is escalated.
+        escalated: bool,
+    },
+    /// An attempt is in flight (single flight); it may be superseded once stale.
+    InFlight {
+        /// That attempt's number within its streak.
+        attempt: u32,
+    },
+    /// The key's own wait has passed, but the gate's global retry budget is spent.
+    Budget,
+}
+
+/// A refusal: no attempt before `until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotYet {
+    /// The earliest time the key may be attempted (for the in-flight case: when the attempt in
+    /// flight becomes stale).
+    pub until: Instant,
+    /// Why.
+    pub reason: WaitReason,
+    /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]).
+    pub expired: Option<Transition<()>>,
+}
+
+/// What caused a transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The attempt succeeded; the key is fresh again.
+    Succeeded,
+    /// The attempt failed.
+    Failed {
+        /// A server hint (Retry-After) made the wait longer than the backoff alone.
+        hint_applied: bool,
+    },
+    /// The attempt stayed in flight past the stale timeout; it was counted as failed when the
+    /// key was next asked about, and may be superseded.
+    Expired,
+    /// The token had been superseded: the outcome was ignored and nothing changed.
+    Superseded,
+}
+
+/// Escalation events: once per escalation, never a terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escalation {
+    /// The streak reached the policy's threshold: file an operator-visible fault (once).
+    Escalated,
+    /// The first success after an escalation: clear the fault.
+    Recovered,
+}
+
+/// One change of a key's state, for a `tracing` event or a caller's hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition<K> {
+    /// The key.
+    pub key: K,
+    /// The finished attempt's number within its streak.
+    pub attempt: u32,
+    /// What happened.
+    pub reason: Reason,
+    /// The streak length after the transition (0 after a success).
+    pub failures: u32,
+    /// The earliest next attempt (`None`: any time).
+    pub next_attempt_at: Option<Instant>,
+    /// Set when this transition escalates or recovers the key.
+    pub escalation: Option<Escalation>,
+}
+
+impl<K> Transition<K> {
+    /// The same transition about another key value (e.g. attach the key to an expiry report).
+    pub fn with_key<K2>(self, key: K2) -> Transition<K2> {
+        Transition {
+            key,
+            attempt: self.attempt,
+            reason: self.reason,
+            failures: self.failures,
+            next_attempt_at: self.next_attempt_at,
+            escalation: self.escalation,
+        }
+    }
+}
+
+impl<K: fmt::Debug> Transition<K> {
+    /// Emit this transition as a `tracing` event: `warn` when escalated, `info` when recovered,
+    /// `debug` otherwise.
+    // r[impl retry.observe]
+    #[cfg(feature = "tracing")]
+    pub fn trace(&self) {
+        let wait = self
+            .next_attempt_at
+            .map(|t| t.saturating_duration_since(Instant::now()));
+        match self.escalation {
+            Some(Escalation::Escalated) => {
+                tracing::warn!(key = ?self.key, attempt = self.attempt, failures = self.failures, reason = ?self.reason, next_in = ?wait, "retry escalated")
+            }
+            Some(Escalation::Recovered) => {
+                tracing::info!(key = ?self.key, attempt = self.attempt, reason = ?self.reason, "retry recovered")
+            }
+            None => {
+                tracing::debug!(key = ?self.key, attempt = self.attempt, failures = self.failures, reason = ?self.reason, next_in = ?wait, "retry transition")
+            }
+        }
+    }
+}
+
+impl<K: fmt::Display> fmt::Display for Transition<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} attempt {}: ", self.key, self.attempt)?;
+        match self.reason {
+            Reason::Succeeded => f.write_str("succeeded")?,
+            Reason::Failed { .. } => write!(f, "failed ({} in a row)", self.failures)?,
+            Reason::Expired => write!(f, "stale, counted as failed ({} in a row)", self.failures)?,
+            Reason::Superseded => f.write_str("superseded, ignored")?,
+        }
+        match self.escalation {
+            Some(Escalation::Escalated) => f.write_str(", escalated"),
+            Some(Escalation::Recovered) => f.write_str(", recovered"),
+            None => Ok(()),
+        }
+    }
+}
