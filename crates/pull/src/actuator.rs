@@ -798,7 +798,7 @@ mod tests {
         act.ensure(IMG, t0);
         let not_found = PullError {
             kind: PullErrorKind::NotFound,
-            status: Some(404),
+            status: holdfast_retry::http::StatusCode::new(404),
             message: "manifest unknown".into(),
             retry_after: None,
         };
@@ -824,7 +824,7 @@ mod tests {
         act.ensure(IMG, t0);
         let limited = PullError {
             kind: PullErrorKind::RateLimited,
-            status: Some(500),
+            status: holdfast_retry::http::StatusCode::new(500),
             message: "toomanyrequests: slow down".into(),
             retry_after: Some(Duration::from_secs(120)),
         };

@@ -10,6 +10,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use holdfast_retry::http::{StatusCode, is_retryable};
+use holdfast_retry::{Class, Classify};
+
 /// What kind of failure ended a pull attempt. None of them is terminal: every kind is paced and
 /// retried; they differ in how soon the operator is told (see [`PullErrorKind::fault_policy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -111,8 +114,9 @@ impl fmt::Display for PullErrorKind {
 pub struct PullError {
     /// What kind of failure this is.
     pub kind: PullErrorKind,
-    /// The daemon's HTTP status, when the daemon answered with an error status.
-    pub status: Option<u16>,
+    /// The daemon's HTTP status, when the daemon answered with an error status (typed: taken
+    /// from the response, never from text).
+    pub status: Option<StatusCode>,
     /// The daemon's (or the transport's) message, verbatim.
     pub message: String,
     /// A `Retry-After` hint, only when it arrived as a typed value. dockerd and Podman do not
@@ -120,6 +124,16 @@ pub struct PullError {
     /// for pulls through them this is `None` and pacing follows the schedule; a number is never
     /// read out of message text.
     pub retry_after: Option<Duration>,
+}
+
+// r[impl actuate.image.classify.policy]
+/// In holdfast-retry's vocabulary every pull failure is [`Class::Transient`]: it never ends the
+/// reconciler (never `Fatal`) and the reference is never dropped (never `Item`); it is reported
+/// and retried, paced.
+impl Classify for PullError {
+    fn class(&self) -> Class {
+        Class::Transient
+    }
 }
 
 impl PullError {
@@ -137,7 +151,8 @@ impl PullError {
 // r[impl actuate.image.classify]
 /// Classifies an error status answered by the daemon for `POST /images/create` (or the image
 /// inspect that precedes it). `status` is the typed HTTP status of the daemon's response.
-pub fn classify_status(status: u16, message: &str) -> PullErrorKind {
+pub fn classify_status(status: StatusCode, message: &str) -> PullErrorKind {
+    let code = status.as_u16();
     let text = message.to_ascii_lowercase();
     // Order matters: the most specific registry conditions first, because dockerd wraps them in
     // generic text ("Head ...: no basic auth credentials" also contains a URL, etc.).
@@ -154,7 +169,7 @@ pub fn classify_status(status: u16, message: &str) -> PullErrorKind {
     }
     if text.contains("manifest unknown")
         || text.contains("name unknown")
-        || (status == 404 && text.contains("not found"))
+        || (code == 404 && text.contains("not found"))
     {
         return PullErrorKind::NotFound;
     }
@@ -164,10 +179,12 @@ pub fn classify_status(status: u16, message: &str) -> PullErrorKind {
     if text.contains("received unexpected http status") || text.starts_with("unknown:") {
         return PullErrorKind::RegistryError;
     }
-    match status {
+    match code {
         404 => PullErrorKind::NotFound,
         401 | 403 => PullErrorKind::Unauthorized,
-        400..=499 => PullErrorKind::Rejected,
+        // holdfast-retry's HTTP classifier: a status that repeating will not fix (400, 501, ...)
+        // needs an operator; a retryable one (500, 503, ...) is the daemon's transient trouble.
+        _ if !is_retryable(status) => PullErrorKind::Rejected,
         _ => PullErrorKind::Daemon,
     }
 }
@@ -208,11 +225,14 @@ pub fn classify_bollard(err: &bollard::errors::Error) -> PullError {
         B::DockerResponseServerError {
             status_code,
             message,
-        } => PullError {
-            kind: classify_status(*status_code, message),
-            status: Some(*status_code),
-            message: message.clone(),
-            retry_after: None,
+        } => match StatusCode::new(*status_code) {
+            Some(status) => PullError {
+                kind: classify_status(status, message),
+                status: Some(status),
+                message: message.clone(),
+                retry_after: None,
+            },
+            None => PullError::new(PullErrorKind::Daemon, message.clone()),
         },
         B::DockerStreamError { error } => PullError {
             kind: classify_stream_error(error),
@@ -279,6 +299,10 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
 
+    fn code(status: u16) -> StatusCode {
+        StatusCode::new(status).unwrap()
+    }
+
     // The messages below are verbatim from dockerd 20.10.24 (Debian 12's docker.io) pulling from
     // distribution 2.8 and from a registry stand-in answering fixed statuses.
     const NOT_FOUND_TAG: &str = "manifest for 127.0.0.1:5055/holdfast/busybox:nope not found: manifest unknown: manifest unknown";
@@ -315,10 +339,12 @@ mod tests {
             (404, DENIED, PullErrorKind::Unauthorized),
             (400, "invalid reference format", PullErrorKind::Rejected),
             (500, "something the daemon made up", PullErrorKind::Daemon),
+            (501, "not implemented", PullErrorKind::Rejected),
+            (503, "daemon busy", PullErrorKind::Daemon),
         ];
         for (status, message, expected) in cases {
             assert_eq!(
-                classify_status(*status, message),
+                classify_status(code(*status), message),
                 *expected,
                 "{status} {message}"
             );
@@ -333,11 +359,11 @@ mod tests {
         let port_404 =
             "Get \"http://127.0.0.1:404/v2/\": dial tcp 127.0.0.1:404: connect: connection refused";
         assert_eq!(
-            classify_status(500, port_404),
+            classify_status(code(500), port_404),
             PullErrorKind::RegistryUnreachable
         );
         assert_eq!(
-            classify_status(500, "layer 429 of 812 failed to register"),
+            classify_status(code(500), "layer 429 of 812 failed to register"),
             PullErrorKind::Daemon
         );
     }
@@ -381,7 +407,7 @@ mod tests {
                 message: UNREACHABLE.into(),
             });
         assert_eq!(registry_refused.kind, PullErrorKind::RegistryUnreachable);
-        assert_eq!(registry_refused.status, Some(500));
+        assert_eq!(registry_refused.status, Some(code(500)));
         assert!(PullErrorKind::DaemonUnreachable.is_daemon_condition());
         assert!(!PullErrorKind::RegistryUnreachable.is_daemon_condition());
     }
@@ -402,6 +428,11 @@ mod tests {
     #[test]
     fn operator_actionable_kinds_fault_immediately_the_rest_at_the_threshold() {
         use PullErrorKind::*;
+        assert_eq!(
+            PullError::new(PullErrorKind::NotFound, "manifest unknown").class(),
+            Class::Transient,
+            "no pull failure is fatal or dropped"
+        );
         for kind in [NotFound, Unauthorized, Rejected] {
             assert_eq!(kind.fault_policy(), FaultPolicy::Immediately, "{kind}");
         }

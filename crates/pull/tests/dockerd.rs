@@ -368,7 +368,7 @@ async fn a_missing_tag_in_the_real_registry_is_not_found() {
         panic!("not found files its fault at once; got {state:?}");
     };
     assert_eq!(last_error.kind, PullErrorKind::NotFound, "{last_error}");
-    assert_eq!(last_error.status, Some(404));
+    assert_eq!(last_error.status.map(|s| s.as_u16()), Some(404));
 }
 
 // r[verify actuate.image.classify]
