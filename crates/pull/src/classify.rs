@@ -153,31 +153,11 @@ impl PullError {
 /// inspect that precedes it). `status` is the typed HTTP status of the daemon's response.
 pub fn classify_status(status: StatusCode, message: &str) -> PullErrorKind {
     let code = status.as_u16();
-    let text = message.to_ascii_lowercase();
-    // Order matters: the most specific registry conditions first, because dockerd wraps them in
-    // generic text ("Head ...: no basic auth credentials" also contains a URL, etc.).
-    if text.contains("toomanyrequests") || text.contains("too many requests") {
-        return PullErrorKind::RateLimited;
+    if let Some(kind) = classify_message(message) {
+        return kind;
     }
-    if text.contains("pull access denied")
-        || text.contains("unauthorized")
-        || text.contains("denied:")
-        || text.contains("no basic auth credentials")
-        || text.contains("authentication required")
-    {
-        return PullErrorKind::Unauthorized;
-    }
-    if text.contains("manifest unknown")
-        || text.contains("name unknown")
-        || (code == 404 && text.contains("not found"))
-    {
+    if code == 404 && message.to_ascii_lowercase().contains("not found") {
         return PullErrorKind::NotFound;
-    }
-    if is_dial_failure(&text) {
-        return PullErrorKind::RegistryUnreachable;
-    }
-    if text.contains("received unexpected http status") || text.starts_with("unknown:") {
-        return PullErrorKind::RegistryError;
     }
     match code {
         404 => PullErrorKind::NotFound,
@@ -190,15 +170,45 @@ pub fn classify_status(status: StatusCode, message: &str) -> PullErrorKind {
 }
 
 /// Classifies an error reported inside a pull stream the daemon had already answered with 200.
+/// dockerd reports failures after the pull started this way ("unknown blob"); Podman's
+/// compatible API reports every pull failure this way, registry failures included
+/// ("initializing source docker://…: reading manifest …: manifest unknown"), so the registry
+/// shapes are recognised here too before falling back to [`PullErrorKind::StreamError`].
 pub fn classify_stream_error(message: &str) -> PullErrorKind {
+    classify_message(message).unwrap_or(PullErrorKind::StreamError)
+}
+
+/// The registry conditions recognisable from the message alone, most specific first (dockerd
+/// and Podman wrap them in generic text that also contains URLs).
+fn classify_message(message: &str) -> Option<PullErrorKind> {
     let text = message.to_ascii_lowercase();
-    if text.contains("toomanyrequests") || text.contains("too many requests") {
-        PullErrorKind::RateLimited
-    } else if text.contains("unauthorized") || text.contains("denied:") {
-        PullErrorKind::Unauthorized
-    } else {
-        PullErrorKind::StreamError
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+    if has(&["toomanyrequests", "too many requests"]) {
+        return Some(PullErrorKind::RateLimited);
     }
+    if has(&[
+        "pull access denied",
+        "unauthorized",
+        "denied:",
+        "no basic auth credentials",
+        "authentication required",
+    ]) {
+        return Some(PullErrorKind::Unauthorized);
+    }
+    if has(&["manifest unknown", "name unknown"]) {
+        return Some(PullErrorKind::NotFound);
+    }
+    if is_dial_failure(&text) {
+        return Some(PullErrorKind::RegistryUnreachable);
+    }
+    if has(&[
+        "received unexpected http status",
+        "invalid status code from registry",
+    ]) || text.starts_with("unknown:")
+    {
+        return Some(PullErrorKind::RegistryError);
+    }
+    None
 }
 
 fn is_dial_failure(text: &str) -> bool {
@@ -348,6 +358,33 @@ mod tests {
                 *expected,
                 "{status} {message}"
             );
+        }
+    }
+
+    // r[verify actuate.image.classify]
+    #[test]
+    fn podman_reports_registry_failures_inside_the_stream() {
+        // Verbatim from Podman 4.3.1's Docker-compatible API (errors inside a 200 stream).
+        let cases = [
+            (
+                "initializing source docker://127.0.0.1:5055/holdfast/busybox:no-such-tag: reading manifest no-such-tag in 127.0.0.1:5055/holdfast/busybox: manifest unknown: manifest unknown",
+                PullErrorKind::NotFound,
+            ),
+            (
+                "initializing source docker://127.0.0.1:5062/holdfast/busybox:latest: pinging container registry 127.0.0.1:5062: Get \"http://127.0.0.1:5062/v2/\": dial tcp 127.0.0.1:5062: connect: connection reset by peer",
+                PullErrorKind::RegistryUnreachable,
+            ),
+            (
+                "initializing source docker://127.0.0.1:5061/holdfast/busybox:latest: pinging container registry 127.0.0.1:5061: too many requests to registry",
+                PullErrorKind::RateLimited,
+            ),
+            (
+                "initializing source docker://127.0.0.1:5061/holdfast/busybox:latest: pinging container registry 127.0.0.1:5061: invalid status code from registry 500 (Internal Server Error)",
+                PullErrorKind::RegistryError,
+            ),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(classify_stream_error(message), expected, "{message}");
         }
     }
 
