@@ -216,6 +216,9 @@ fn is_dial_failure(text: &str) -> bool {
         "dial tcp",
         "connection refused",
         "connection reset by peer",
+        "broken pipe",
+        "read tcp ",
+        "write tcp ",
         "no such host",
         "i/o timeout",
         "tls handshake timeout",
@@ -320,6 +323,9 @@ mod tests {
         "Get \"http://127.0.0.1:5099/v2/\": dial tcp 127.0.0.1:5099: connect: connection refused";
     const RESET: &str = "Get \"http://127.0.0.1:5062/v2/\": dial tcp 127.0.0.1:5062: connect: connection reset by peer";
     const EOF: &str = "Get \"http://127.0.0.1:5062/v2/\": EOF";
+    // A registry resetting connections yields any of these, depending on timing.
+    const READ_RESET: &str = "Get \"http://127.0.0.1:5063/v2/\": read tcp 127.0.0.1:43126->127.0.0.1:5063: read: connection reset by peer";
+    const WRITE_PIPE: &str = "Get \"http://127.0.0.1:5063/v2/\": write tcp 127.0.0.1:43984->127.0.0.1:5063: write: broken pipe";
     const RATE_LIMITED: &str = "toomanyrequests: simulated";
     const HUB_RATE_LIMITED: &str = "toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit";
     const SERVER_500: &str = "received unexpected HTTP status: 500 Internal Server Error";
@@ -339,6 +345,8 @@ mod tests {
             (500, UNREACHABLE, PullErrorKind::RegistryUnreachable),
             (500, RESET, PullErrorKind::RegistryUnreachable),
             (500, EOF, PullErrorKind::RegistryUnreachable),
+            (500, READ_RESET, PullErrorKind::RegistryUnreachable),
+            (500, WRITE_PIPE, PullErrorKind::RegistryUnreachable),
             (500, RATE_LIMITED, PullErrorKind::RateLimited),
             (500, HUB_RATE_LIMITED, PullErrorKind::RateLimited),
             (500, SERVER_500, PullErrorKind::RegistryError),

@@ -22,6 +22,10 @@ use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
 use holdfast_test_support::services;
 
 fn policy() -> Policy {
+    policy_with_stale(Duration::from_secs(600))
+}
+
+fn policy_with_stale(stale_after: Duration) -> Policy {
     // The reference numbers: base 5 s, cap 300 s, escalation after 5 failures; additive jitter
     // (the default) only ever lengthens a wait, so the nominal schedule bounds the attempt count.
     Policy::builder()
@@ -30,14 +34,23 @@ fn policy() -> Policy {
         .escalate_after(5)
         .jitter(Jitter::Additive)
         .seed(7)
+        .stale_after(stale_after)
         .build()
         .unwrap()
 }
 
 fn actuator(docker_host: &str, stall_timeout: Duration) -> Actuator<DockerFetcher> {
+    actuator_with(docker_host, stall_timeout, policy())
+}
+
+fn actuator_with(
+    docker_host: &str,
+    stall_timeout: Duration,
+    policy: Policy,
+) -> Actuator<DockerFetcher> {
     let config = PullConfig {
-        image_policy: policy(),
-        daemon_policy: policy(),
+        image_policy: policy,
+        daemon_policy: policy,
         stall_timeout,
     };
     let fetcher = DockerFetcher::new(
@@ -225,6 +238,87 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
         "OUTAGE: recovered at {} s by the first attempt after the registry returned",
         recovered.duration_since(t0).as_secs()
     );
+    s.cleanup().await;
+}
+
+// r[verify actuate.image.single-flight]
+// r[verify actuate.image.attempt-token]
+#[tokio::test]
+async fn a_superseded_real_pull_failing_late_does_not_disturb_the_live_one() {
+    let Some(s) = setup().await else { return };
+    // Attempts stall (the proxy never answers) and the watchdog ends them after 4 real seconds;
+    // on the caller's clock an attempt is stale after 30 s and may then be superseded.
+    let mut act = actuator_with(
+        &s.docker.host,
+        Duration::from_secs(4),
+        policy_with_stale(Duration::from_secs(30)),
+    );
+    s.proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    assert!(matches!(
+        act.ensure(&s.image, t0),
+        ImageState::Pulling { .. }
+    ));
+    assert!(
+        s.proxy
+            .wait_for_connections(1, Duration::from_secs(10))
+            .await
+            >= 1
+    );
+    let after_a = s.proxy.connections();
+    // Single flight: ticks while A is in flight start nothing.
+    for sec in 1..30 {
+        let state = act.ensure(&s.image, t0 + Duration::from_secs(sec));
+        assert!(matches!(state, ImageState::Pulling { .. }), "{state:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        s.proxy.connections(),
+        after_a,
+        "no second pull while A is in flight"
+    );
+    // A goes stale on the caller's clock (counted once, as stalled); B supersedes it as soon as
+    // the gate allows, while A is still hanging in real time.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut now = t0 + Duration::from_secs(30);
+    loop {
+        match act.ensure(&s.image, now) {
+            ImageState::Pulling { .. } => break,
+            ImageState::Waiting { failures: 1, .. } => now += Duration::from_secs(1),
+            other => panic!("expected A to be counted stale, got {other:?}"),
+        }
+        assert!(now < t0 + Duration::from_secs(100), "B never started");
+    }
+    assert!(
+        s.proxy
+            .wait_for_connections(after_a + 1, Duration::from_secs(10))
+            .await
+            > after_a
+    );
+    // A's watchdog fires first (it started a second earlier): its late failure changes nothing.
+    act.next_result(now).await;
+    let state = act.ensure(&s.image, now);
+    assert!(
+        matches!(state, ImageState::Pulling { .. }),
+        "B is still the live attempt after A's late failure: {state:?}"
+    );
+    // B's own failure is counted: A's expiry once, B once; A's late failure not at all.
+    act.settle(now).await;
+    match act.ensure(&s.image, now) {
+        ImageState::Waiting {
+            failures,
+            last_error,
+            ..
+        } => {
+            assert_eq!(failures, 2);
+            assert_eq!(last_error.kind, PullErrorKind::Stalled);
+        }
+        other => panic!("expected waiting after B, got {other:?}"),
+    }
+    s.proxy.set_mode(Mode::Forward).await.unwrap();
     s.cleanup().await;
 }
 
