@@ -188,6 +188,7 @@ struct Reference {
 
 #[derive(Debug)]
 struct LiveAttempt {
+    token: Token,
     progress: watch::Receiver<PullProgress>,
 }
 
@@ -347,6 +348,7 @@ impl<F: Fetcher> Actuator<F> {
         let (progress_tx, progress_rx) = watch::channel(PullProgress::default());
         if let Some(entry) = self.references.get_mut(reference) {
             entry.live = Some(LiveAttempt {
+                token,
                 progress: progress_rx,
             });
         }
@@ -465,6 +467,7 @@ impl<F: Fetcher> Actuator<F> {
             Ok(fetched) => {
                 if self.images.succeed(token, now) == Finished::Superseded {
                     tracing::debug!(reference, "late success of a superseded attempt ignored");
+                    self.attempt_ended(reference, token);
                     return;
                 }
                 let entry = self.references.entry(reference.to_owned()).or_default();
@@ -479,6 +482,7 @@ impl<F: Fetcher> Actuator<F> {
             Err(err) => {
                 let Finished::Failed(failed) = self.images.fail(token, now, err.retry_after) else {
                     tracing::debug!(reference, error = %err, "late failure of a superseded attempt ignored");
+                    self.attempt_ended(reference, token);
                     return;
                 };
                 let entry = self.references.entry(reference.to_owned()).or_default();
@@ -504,6 +508,16 @@ impl<F: Fetcher> Actuator<F> {
                     self.daemon_answered();
                 }
             }
+        }
+    }
+
+    /// A superseded attempt has ended. The gate already counted it (as stale); if no newer attempt
+    /// replaced it, it is no longer running either, so nothing is in flight for the reference.
+    fn attempt_ended(&mut self, reference: &str, token: Token) {
+        if let Some(entry) = self.references.get_mut(reference)
+            && entry.live.as_ref().is_some_and(|live| live.token == token)
+        {
+            entry.live = None;
         }
     }
 
@@ -904,6 +918,35 @@ mod tests {
             before,
             "A's late success changed nothing"
         );
+    }
+
+    // r[verify actuate.image.attempt-token]
+    #[tokio::test]
+    async fn a_stale_attempt_ending_before_a_successor_leaves_nothing_in_flight() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(30))).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, a) = fetcher.next_call();
+        // Stale at 30 s: counted as failed then, next attempt due 5 s later.
+        let now = t0 + Duration::from_secs(31);
+        assert!(matches!(
+            act.ensure(IMG, now),
+            ImageState::Waiting { failures: 1, .. }
+        ));
+        a.send(Ok(Fetched::Pulled)).unwrap();
+        act.next_result(now).await;
+        assert!(!act.has_live_attempts(), "the stale attempt has ended");
+        act.settle(now).await; // returns at once rather than waiting for a result that never comes
+        assert!(matches!(
+            act.ensure(IMG, now),
+            ImageState::Waiting { failures: 1, .. }
+        ));
+        assert!(matches!(
+            act.ensure(IMG, t0 + Duration::from_secs(35)),
+            ImageState::Pulling { .. }
+        ));
+        assert_eq!(fetcher.pending(), 1);
     }
 
     // r[verify actuate.image.attempt-token]
