@@ -379,6 +379,45 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
+    /// Where `reference` stands at `now`, for status output: like [`Actuator::ensure`] but it
+    /// starts nothing and applies no results. `None` when nothing is known about it yet (never
+    /// ensured, or fresh and not yet attempted).
+    pub fn status(&self, reference: &str, now: Instant) -> Option<ImageState> {
+        let entry = self.references.get(reference)?;
+        if entry.present {
+            return Some(ImageState::Present);
+        }
+        if let Some(down) = &self.daemon.down {
+            return Some(ImageState::DaemonUnreachable {
+                until: down.until,
+                failures: down.failures,
+                last_error: down.last_error.clone(),
+            });
+        }
+        if let Some(live) = &entry.live {
+            return Some(ImageState::Pulling {
+                progress: live.progress.borrow().clone(),
+            });
+        }
+        let key = self.images.state(&reference.to_owned(), now)?;
+        if key.failures == 0 {
+            return None;
+        }
+        Some(self.waiting_state(reference, key.next_attempt_at, key.failures))
+    }
+
+    /// The state of every reference the actuator knows about, ordered by reference (see
+    /// [`Actuator::status`]).
+    pub fn statuses(&self, now: Instant) -> Vec<(String, ImageState)> {
+        let mut all: Vec<(String, ImageState)> = self
+            .references
+            .keys()
+            .filter_map(|r| Some((r.clone(), self.status(r, now)?)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// The progress of the attempt in flight for `reference`, if any.
     pub fn progress(&self, reference: &str) -> Option<PullProgress> {
         self.references
@@ -801,6 +840,48 @@ mod tests {
             }
             other => panic!("expected a fresh streak, got {other:?}"),
         }
+    }
+
+    // r[verify actuate.image.progress]
+    #[tokio::test]
+    async fn status_reports_without_starting_anything() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(act.status(IMG, t0), None);
+        act.ensure(IMG, t0);
+        // The scripted attempt publishes one layer of progress once it runs.
+        let mut progress = PullProgress::default();
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+            if let Some(ImageState::Pulling { progress: p }) = act.status(IMG, t0) {
+                if p.layers == 1 {
+                    progress = p;
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            progress.layers, 1,
+            "progress of the live attempt is visible"
+        );
+        fetcher.next_call().1.send(Err(unreachable())).unwrap();
+        act.settle(t0).await;
+        let later = t0 + Duration::from_secs(60);
+        match act.status(IMG, later) {
+            Some(ImageState::Waiting {
+                failures: 1, until, ..
+            }) => {
+                assert_eq!(until, t0 + Duration::from_secs(5));
+            }
+            other => panic!("expected waiting, got {other:?}"),
+        }
+        assert_eq!(
+            fetcher.pending(),
+            0,
+            "status started nothing though an attempt is due"
+        );
+        assert_eq!(act.statuses(later).len(), 1);
     }
 
     // r[verify actuate.image.classify.policy]

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use holdfast_retry::{AttemptToken, Escalation, KeyedGate, NotYet, Policy, Reason, WaitReason};
+use holdfast_retry::{
+    AttemptToken, Escalation, KeyState, KeyedGate, NotYet, Policy, Reason, WaitReason,
+};
 
 /// Identifies one granted attempt (and, through it, the gate's [`AttemptToken`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -136,6 +138,11 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
                 escalated: transition.escalation == Some(Escalation::Escalated),
             }),
         }
+    }
+
+    /// What the gate holds about `key` at `now`, without changing anything (`None`: fresh).
+    pub fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
+        self.gate.state(key, now)
     }
 
     /// Drops everything the gate holds about `key` (the caller no longer needs it).
