@@ -8,6 +8,7 @@ use super::layout::ServiceDir;
 use super::probe;
 use super::process::Supervisor;
 
+// i[impl harness.services.docker]
 /// Starts dockerd and waits for `/_ping`; returns its exported variables.
 pub fn start(
     supervisor: &mut Supervisor,

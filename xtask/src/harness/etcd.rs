@@ -7,6 +7,7 @@ use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
 
+// i[impl harness.services.etcd]
 /// Starts etcd and waits for `/health`; returns its exported variables.
 pub fn start(
     supervisor: &mut Supervisor,

@@ -55,6 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace = workspace_root()?;
     let services_root = workspace.join("target/holdfast-services");
     let run_started = Instant::now();
+    // i[impl harness.services.stop]
     ctrlc::set_handler(|| {
         eprintln!("\nxtask test: interrupted; stopping the services");
         process::INTERRUPTED.store(true, Ordering::SeqCst);

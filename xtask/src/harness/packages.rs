@@ -173,6 +173,7 @@ pub fn missing_error(missing: &[Requirement]) -> String {
     text
 }
 
+// i[impl harness.install]
 /// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages.
 pub fn install(packages: &[&str]) -> anyhow::Result<()> {
     if packages.is_empty() {

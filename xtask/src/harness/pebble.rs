@@ -27,6 +27,7 @@ pub struct Ports {
     pub challtestsrv: u16,
 }
 
+// i[impl harness.services.acme]
 /// Starts pebble-challtestsrv, then pebble; returns their exported variables.
 pub fn start(
     supervisor: &mut Supervisor,

@@ -7,6 +7,7 @@ use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
 
+// i[impl harness.services.redis]
 /// Starts redis and waits for `PING`; returns its exported variables.
 pub fn start(
     supervisor: &mut Supervisor,

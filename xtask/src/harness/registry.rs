@@ -13,6 +13,7 @@ use super::process::Supervisor;
 /// The seeded image's repository and tag inside the registry.
 pub const IMAGE_PATH: &str = "holdfast/busybox:latest";
 
+// i[impl harness.services.registry]
 /// Starts the registry and waits for `/v2/`; returns its exported variables.
 pub fn start(
     supervisor: &mut Supervisor,
