@@ -324,9 +324,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("marker");
         // The path rides along as `$0` of the shell, so it shows in the command line.
+        // Short sleeps in a loop, so killing the shell leaves no long-lived orphan behind.
         let mut child = Command::new("sh")
-            .args(["-c", "sleep 600; : \"$0\""])
+            .args(["-c", "while :; do sleep 0.1; done"])
             .arg(&marker)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         // Until the child has exec'd, its command line is still ours.

@@ -6,9 +6,6 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use anyhow::Context as _;
 
-/// Where nextest's `ci` profile writes its JUnit report, relative to the workspace root.
-pub const JUNIT: &str = "target/nextest/ci/junit.xml";
-
 /// Pass/fail counts, for the closing line of the run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -31,16 +28,17 @@ impl std::ops::Add for Counts {
     }
 }
 
-/// `cargo nextest run --workspace --profile ci <args>` with the services' environment.
+/// `cargo nextest run --workspace --profile ci <args>` with the services' environment; its JUnit
+/// report lands at `junit` (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
 // i[impl harness.results]
 pub fn nextest(
     workspace: &Path,
+    junit: &Path,
     env: &[(String, String)],
     args: &[String],
 ) -> anyhow::Result<ExitStatus> {
-    let junit = workspace.join(JUNIT);
     // A report left by an earlier run must never be read as this run's.
-    let _ = std::fs::remove_file(&junit);
+    let _ = std::fs::remove_file(junit);
     Command::new("cargo")
         .args(["nextest", "run", "--workspace", "--profile", "ci"])
         .args(args)
@@ -117,10 +115,17 @@ pub fn parse_junit(xml: &str) -> Counts {
 }
 
 /// `<this xtask> spec-check --results <junit> --skips <ledger>`: the gate decides the run's result.
-pub fn spec_check(workspace: &Path, ledger: &str) -> anyhow::Result<ExitStatus> {
+/// Paths are given relative to the workspace when they are inside it
+/// (`target/nextest/ci/junit.xml`, `target/holdfast-test-skips.jsonl`).
+pub fn spec_check(workspace: &Path, junit: &Path, ledger: &Path) -> anyhow::Result<ExitStatus> {
     let me = std::env::current_exe().context("finding the xtask binary")?;
+    let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).to_owned();
     Command::new(me)
-        .args(["spec-check", "--results", JUNIT, "--skips", ledger])
+        .arg("spec-check")
+        .arg("--results")
+        .arg(relative(junit))
+        .arg("--skips")
+        .arg(relative(ledger))
         .current_dir(workspace)
         .status()
         .context("running spec-check")
