@@ -203,7 +203,10 @@ fn require(service: &str, vars: &[&str]) -> Option<Vec<String>> {
             missing.join(", ")
         );
     }
-    eprintln!(
+    // Straight to the stderr handle, not `eprintln!`: libtest captures the print macros, and a
+    // skip must be visible in a plain `cargo test` run.
+    let _ = writeln!(
+        std::io::stderr(),
         "SKIPPED {}: needs {service} (run cargo xtask test)",
         skip.test
     );
