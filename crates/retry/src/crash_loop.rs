@@ -35,6 +35,33 @@ pub struct CrashLoopReport {
 }
 
 /// Counts crashes in a sliding window.
+///
+/// A supervisor paces restarts with a gate and marks the restart that follows a crash loop:
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use holdfast_retry::{CrashLoopDetector, Exit, KeyedGate, Policy};
+///
+/// let mut gate = KeyedGate::new(Policy::default());
+/// let mut crashes = CrashLoopDetector::default(); // 3 crashes within 60 s
+/// let mut now = Instant::now();
+/// let mut marked = 0;
+/// for _ in 0..4 {
+///     let Ok(token) = gate.begin(&"worker", now) else { unreachable!("we wait below") };
+///     if let Some(report) = crashes.take_report() {
+///         marked += 1; // log "restarting after {report.crashes} crashes in {report.window:?}"
+///         assert_eq!(report.crashes, 3);
+///     }
+///     // ... the process runs, then crashes:
+///     crashes.record(Exit::Crashed, now);
+///     let failed = gate.fail(token, now, None);
+///     if let Some(report) = crashes.peek_report() {
+///         assert!(report.last == now); // a status page can show it without consuming it
+///     }
+///     now = failed.next_attempt_at.expect("paced");
+/// }
+/// assert_eq!(marked, 1, "the report is consumed by exactly one paced attempt");
+/// ```
 #[derive(Debug, Clone)]
 pub struct CrashLoopDetector {
     threshold: u32,

@@ -3,27 +3,28 @@
 //!
 //! [`KeyedGate`] is the single-owner form (`&mut self`, no locks: a reconciler owns its gate);
 //! [`crate::SharedGate`] shards it behind mutexes for concurrent callers. Both store 24 bytes of
-//! state per failing key, with times as nanosecond offsets from the first instant the gate saw.
+//! state per failing key: the deadline (or, in flight, the start) as an `Instant`, the streak
+//! length, and flags with the attempt's generation. The deadline is computed once per failure by
+//! the pure decision's functions, so a check is one lookup and one comparison — kept that short on
+//! purpose: with a million keys a check is a cache miss, and the fewer instructions around it, the
+//! more independent checks the CPU overlaps.
 
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use hashbrown::HashMap;
-
 use crate::budget::RetryBudget;
 use crate::policy::Policy;
+use crate::slots::Slots;
 use crate::stable_hash::stable_hash;
 use crate::time::Timestamp;
 use crate::transition::{AttemptToken, Escalation, NotYet, Reason, Transition, WaitReason};
 
-/// Per-key state. Exists only for keys in flight or with failures in their streak.
+/// Per-key state (24 bytes). Exists only for keys in flight or with failures in their streak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Slot {
-    /// When the latest failure happened (ns since the gate's epoch).
-    last_failure: u64,
     /// Idle: when the key may next be attempted. In flight: when the attempt began.
-    at: u64,
+    at: Instant,
     /// Consecutive failures in the current streak.
     failures: u32,
     /// Flags and the in-flight attempt's generation.
@@ -44,10 +45,22 @@ impl Slot {
     fn runs(&self, generation: u32) -> bool {
         self.in_flight() && self.meta & GENERATION == generation
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    /// Idle keys: the earliest next attempt. In flight: when that attempt becomes stale.
+    fn next_at(&self, policy: &Policy) -> Instant {
+        if self.in_flight() {
+            self.at.saturating_add(policy.stale_after)
+        } else {
+            self.at
+        }
+    }
+    fn state(&self, policy: &Policy) -> KeyState {
+        KeyState {
+            failures: self.failures,
+            escalated: self.escalated(),
+            in_flight: self.in_flight(),
+            next_attempt_at: self.next_at(policy),
+        }
+    }
 }
 
 /// A stale attempt that [`settle`] counted as failed.
@@ -55,25 +68,37 @@ struct Expiry {
     attempt: u32,
     failures: u32,
     escalated_now: bool,
-    next_at: u64,
+    next_at: Instant,
+}
+
+impl Expiry {
+    fn transition(self) -> Transition<()> {
+        Transition {
+            key: (),
+            attempt: self.attempt,
+            reason: Reason::Expired,
+            failures: self.failures,
+            next_attempt_at: Some(self.next_at),
+            escalation: self.escalated_now.then_some(Escalation::Escalated),
+        }
+    }
 }
 
 /// The slot as it stands at `now`: an attempt in flight past the stale timeout is counted as a
 /// failure at the moment it became stale, so a hung attempt still backs the key off.
 // r[impl retry.in-flight.expiry]
-fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: u64) -> (Slot, Option<Expiry>) {
+fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> (Slot, Option<Expiry>) {
     if !slot.in_flight() {
         return (slot, None);
     }
-    let stale_at = slot.at.saturating_add(nanos(policy.stale_after));
+    let stale_at = slot.at.saturating_add(policy.stale_after);
     if now < stale_at {
         return (slot, None);
     }
     let (failures, escalated) = policy.after_failure(slot.failures, slot.escalated());
     let wait = policy.wait_after(failures, stable_hash(key), None);
-    let next_at = stale_at.saturating_add(nanos(wait));
+    let next_at = stale_at.saturating_add(wait);
     let settled = Slot {
-        last_failure: stale_at,
         at: next_at,
         failures,
         meta: if escalated { ESCALATED } else { 0 },
@@ -91,9 +116,9 @@ fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: u64) -> (Slot, Opt
 /// its next attempt would start a new streak exactly as a fresh key's would. (An escalated key
 /// holds an open fault, which only a success or `forget` closes.)
 // r[impl retry.memory]
-fn droppable<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: u64) -> bool {
+fn droppable<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> bool {
     let (slot, _) = settle(policy, key, slot, now);
-    !slot.in_flight() && !slot.escalated() && now.saturating_sub(slot.at) > nanos(policy.cap)
+    !slot.in_flight() && !slot.escalated() && now.saturating_since(slot.at) > policy.cap
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,20 +142,16 @@ pub struct KeyState {
 #[derive(Debug)]
 pub(crate) struct GateCore<K> {
     policy: Policy,
-    slots: HashMap<K, Slot>,
-    epoch: Option<Instant>,
+    slots: Slots<K, Slot>,
     generation: u32,
-    next_sweep: u64,
 }
 
 impl<K: Hash + Eq + Clone> GateCore<K> {
-    pub(crate) fn new(policy: Policy) -> Self {
+    pub(crate) fn new(policy: Policy, parts: usize) -> Self {
         Self {
             policy,
-            slots: HashMap::new(),
-            epoch: None,
+            slots: Slots::new(parts),
             generation: 0,
-            next_sweep: 0,
         }
     }
 
@@ -142,49 +163,14 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         self.slots.len()
     }
 
-    /// `now` as an offset from the epoch, fixing the epoch at the first call. Instants before
-    /// the epoch count as the epoch.
-    fn offset(&mut self, now: Instant) -> u64 {
-        let epoch = *self.epoch.get_or_insert(now);
-        nanos(now.saturating_duration_since(epoch))
-    }
-
-    fn offset_of(&self, now: Instant) -> u64 {
-        self.epoch
-            .map_or(0, |e| nanos(now.saturating_duration_since(e)))
-    }
-
-    fn instant(epoch: Option<Instant>, now: Instant, offset: u64) -> Instant {
-        epoch
-            .unwrap_or(now)
-            .saturating_add(Duration::from_nanos(offset))
-    }
-
-    /// Drop keys that hold no information, at most once per quarter cap, during ordinary calls.
+    /// Drop keys that hold no information, during ordinary calls: each partition of the map is
+    /// swept once per quarter cap, the partitions staggered so that one call pays for a share.
     // r[impl retry.memory]
-    fn maybe_sweep(&mut self, now: u64) {
-        if now < self.next_sweep {
-            return;
-        }
+    fn maybe_sweep(&mut self, now: Instant) {
         let policy = self.policy;
-        self.slots
-            .retain(|key, slot| !droppable(&policy, key, *slot, now));
-        // Give memory back after a burst of failures has drained.
-        if self.slots.capacity() > 64 && self.slots.len() * 4 < self.slots.capacity() {
-            self.slots.shrink_to(self.slots.len() * 2);
-        }
-        self.next_sweep = now.saturating_add(nanos(policy.cap / 4).max(1));
-    }
-
-    fn expired(epoch: Option<Instant>, now: Instant, e: Expiry) -> Transition<()> {
-        Transition {
-            key: (),
-            attempt: e.attempt,
-            reason: Reason::Expired,
-            failures: e.failures,
-            next_attempt_at: Some(Self::instant(epoch, now, e.next_at)),
-            escalation: e.escalated_now.then_some(Escalation::Escalated),
-        }
+        self.slots.sweep_due(now, policy.cap / 4, |key, slot| {
+            droppable(&policy, key, *slot, now)
+        });
     }
 
     // r[impl retry.single-flight]
@@ -194,18 +180,15 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         now: Instant,
         budget: Option<&Mutex<RetryBudget>>,
     ) -> Result<AttemptToken<K>, NotYet> {
-        let now_off = self.offset(now);
-        self.maybe_sweep(now_off);
+        self.maybe_sweep(now);
         let policy = self.policy;
-        let epoch = self.epoch;
         let generation = self.generation & GENERATION;
         let Some(slot) = self.slots.get_mut(key) else {
             // r[impl retry.keys-independent]
-            self.slots.insert(
+            self.slots.insert_new(
                 key.clone(),
                 Slot {
-                    last_failure: 0,
-                    at: now_off,
+                    at: now,
                     failures: 0,
                     meta: IN_FLIGHT | generation,
                 },
@@ -219,37 +202,30 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 expired: None,
             });
         };
-        if slot.in_flight() && now_off < slot.at.saturating_add(nanos(policy.stale_after)) {
+        if slot.in_flight() && now < slot.next_at(&policy) {
             return Err(NotYet {
-                until: Self::instant(
-                    epoch,
-                    now,
-                    slot.at.saturating_add(nanos(policy.stale_after)),
-                ),
+                until: slot.next_at(&policy),
                 reason: WaitReason::InFlight {
                     attempt: slot.failures.saturating_add(1),
                 },
                 expired: None,
             });
         }
-        let (settled, expiry) = settle(&policy, key, *slot, now_off);
+        let (settled, expiry) = settle(&policy, key, *slot, now);
         *slot = settled;
-        let expired = expiry.map(|e| Self::expired(epoch, now, e));
+        let expired = expiry.map(Expiry::transition);
         // r[impl retry.eligible]
-        if now_off < settled.at {
+        if now < settled.at {
             return Err(NotYet {
-                until: Self::instant(epoch, now, settled.at),
+                until: settled.at,
                 reason: WaitReason::Backoff {
                     failures: settled.failures,
                     escalated: settled.escalated(),
                 },
-                expired,
+                expired: expired.map(Box::new),
             });
         }
-        let restarted = policy.restarts_streak(
-            Duration::from_nanos(settled.at),
-            Duration::from_nanos(now_off),
-        );
+        let restarted = policy.restarts_streak(settled.at, now);
         // A retry (not a fresh streak) also needs the global budget: the wait is the later of both.
         // r[impl retry.budget]
         if let Some(budget) = budget.filter(|_| !restarted) {
@@ -257,14 +233,13 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 return Err(NotYet {
                     until,
                     reason: WaitReason::Budget,
-                    expired,
+                    expired: expired.map(Box::new),
                 });
             }
         }
         let failures = if restarted { 0 } else { settled.failures };
         *slot = Slot {
-            last_failure: settled.last_failure,
-            at: now_off,
+            at: now,
             failures,
             meta: IN_FLIGHT | (settled.meta & ESCALATED) | generation,
         };
@@ -278,15 +253,13 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         })
     }
 
-    fn superseded(&self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+    fn superseded(&self, token: AttemptToken<K>) -> Transition<K> {
         let slot = self.slots.get(&token.key).copied();
         Transition {
             attempt: token.attempt,
             reason: Reason::Superseded,
             failures: slot.map_or(0, |s| s.failures),
-            next_attempt_at: slot
-                .filter(|s| !s.in_flight())
-                .map(|s| Self::instant(self.epoch, now, s.at)),
+            next_attempt_at: slot.filter(|s| !s.in_flight()).map(|s| s.at),
             escalation: None,
             key: token.key,
         }
@@ -300,25 +273,29 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         now: Instant,
         hint: Option<Duration>,
     ) -> Transition<K> {
-        let now_off = self.offset(now);
-        self.maybe_sweep(now_off);
+        self.maybe_sweep(now);
         let policy = self.policy;
-        let epoch = self.epoch;
         let Some(slot) = self
             .slots
             .get_mut(&token.key)
             .filter(|s| s.runs(token.generation))
         else {
-            return self.superseded(token, now);
+            return self.superseded(token);
         };
+        // Past the stale timeout the attempt already counts as failed at the stale moment; its
+        // own late failure adds nothing.
+        let (settled, expiry) = settle(&policy, &token.key, *slot, now);
+        if let Some(expiry) = expiry {
+            *slot = settled;
+            return expiry.transition().with_key(token.key);
+        }
         let (failures, escalated) = policy.after_failure(slot.failures, slot.escalated());
         let jitter_key = stable_hash(&token.key);
         let wait = policy.wait_after(failures, jitter_key, hint);
         let hint_applied = hint.is_some() && wait > policy.jittered_delay(failures, jitter_key);
         let escalated_now = escalated && !slot.escalated();
-        let at = now_off.saturating_add(nanos(wait));
+        let at = now.saturating_add(wait);
         *slot = Slot {
-            last_failure: now_off,
             at,
             failures,
             meta: if escalated { ESCALATED } else { 0 },
@@ -328,14 +305,13 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             attempt: token.attempt,
             reason: Reason::Failed { hint_applied },
             failures,
-            next_attempt_at: Some(Self::instant(epoch, now, at)),
+            next_attempt_at: Some(at),
             escalation: escalated_now.then_some(Escalation::Escalated),
         }
     }
 
     pub(crate) fn succeed(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
-        let now_off = self.offset(now);
-        self.maybe_sweep(now_off);
+        self.maybe_sweep(now);
         match self.slots.get(&token.key) {
             Some(slot) if slot.runs(token.generation) => {
                 let recovered = slot.escalated();
@@ -351,7 +327,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                     escalation: recovered.then_some(Escalation::Recovered),
                 }
             }
-            _ => self.superseded(token, now),
+            _ => self.superseded(token),
         }
     }
 
@@ -364,21 +340,10 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         let Some(slot) = self.slots.get(key) else {
             return Ok(());
         };
-        let now_off = self.offset_of(now);
-        let stale_at = slot.at.saturating_add(nanos(self.policy.stale_after));
-        if slot.in_flight() && now_off < stale_at {
+        // The common case, kept short: an idle key backing off.
+        if !slot.in_flight() && now < slot.at {
             return Err(NotYet {
-                until: Self::instant(self.epoch, now, stale_at),
-                reason: WaitReason::InFlight {
-                    attempt: slot.failures.saturating_add(1),
-                },
-                expired: None,
-            });
-        }
-        let (slot, _) = settle(&self.policy, key, *slot, now_off);
-        if now_off < slot.at {
-            return Err(NotYet {
-                until: Self::instant(self.epoch, now, slot.at),
+                until: slot.at,
                 reason: WaitReason::Backoff {
                     failures: slot.failures,
                     escalated: slot.escalated(),
@@ -386,9 +351,38 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 expired: None,
             });
         }
-        let retry = !self
-            .policy
-            .restarts_streak(Duration::from_nanos(slot.at), Duration::from_nanos(now_off));
+        self.check_slow(key, *slot, now, budget)
+    }
+
+    /// In flight, or due (then the budget may still say no).
+    fn check_slow(
+        &self,
+        key: &K,
+        slot: Slot,
+        now: Instant,
+        budget: Option<&Mutex<RetryBudget>>,
+    ) -> Result<(), NotYet> {
+        if slot.in_flight() && now < slot.next_at(&self.policy) {
+            return Err(NotYet {
+                until: slot.next_at(&self.policy),
+                reason: WaitReason::InFlight {
+                    attempt: slot.failures.saturating_add(1),
+                },
+                expired: None,
+            });
+        }
+        let (slot, _) = settle(&self.policy, key, slot, now);
+        if now < slot.at {
+            return Err(NotYet {
+                until: slot.at,
+                reason: WaitReason::Backoff {
+                    failures: slot.failures,
+                    escalated: slot.escalated(),
+                },
+                expired: None,
+            });
+        }
+        let retry = !self.policy.restarts_streak(slot.at, now);
         if let Some(budget) = budget.filter(|_| retry) {
             let until = lock(budget).available_at(now);
             if until > now {
@@ -402,29 +396,12 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         Ok(())
     }
 
-    pub(crate) fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
-        let slot = *self.slots.get(key)?;
-        let at = if slot.in_flight() {
-            slot.at.saturating_add(nanos(self.policy.stale_after))
-        } else {
-            slot.at
-        };
-        Some(KeyState {
-            failures: slot.failures,
-            escalated: slot.escalated(),
-            in_flight: slot.in_flight(),
-            next_attempt_at: Self::instant(self.epoch, now, at),
-        })
+    pub(crate) fn state(&self, key: &K) -> Option<KeyState> {
+        self.slots.get(key).map(|slot| slot.state(&self.policy))
     }
 
     pub(crate) fn forget(&mut self, key: &K) -> Option<KeyState> {
-        let slot = self.slots.remove(key)?;
-        Some(KeyState {
-            failures: slot.failures,
-            escalated: slot.escalated(),
-            in_flight: slot.in_flight(),
-            next_attempt_at: Self::instant(self.epoch, Instant::now(), slot.at),
-        })
+        self.slots.remove(key).map(|slot| slot.state(&self.policy))
     }
 }
 
@@ -444,7 +421,7 @@ impl<K: Hash + Eq + Clone> KeyedGate<K> {
     /// An empty gate pacing every key by `policy`.
     pub fn new(policy: Policy) -> Self {
         Self {
-            core: GateCore::new(policy),
+            core: GateCore::new(policy, 16),
             budget: None,
         }
     }
@@ -486,8 +463,8 @@ impl<K: Hash + Eq + Clone> KeyedGate<K> {
     }
 
     /// A snapshot of `key` (`None`: the gate holds nothing about it, so it is fresh).
-    pub fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
-        self.core.state(key, now)
+    pub fn state(&self, key: &K) -> Option<KeyState> {
+        self.core.state(key)
     }
 
     /// Forget `key` (the caller no longer cares about it), returning what the gate held.
@@ -577,7 +554,7 @@ mod tests {
             assert!(wait <= p.max_wait());
             clock.advance(wait);
         }
-        assert_eq!(gate.state(&"img", clock.now()).unwrap().failures, 99);
+        assert_eq!(gate.state(&"img").unwrap().failures, 99);
         for w in &waits[7..] {
             assert!(*w >= p.cap() && *w < p.cap() * 6 / 5, "{w:?}");
         }
@@ -607,12 +584,12 @@ mod tests {
         assert_eq!(t.failures, 1);
         let wait = t.next_attempt_at.unwrap() - clock.now();
         assert!(wait < S(6), "b starts at base, not at a's delay: {wait:?}");
-        assert_eq!(gate.state(&"a", clock.now()).unwrap().failures, 3);
+        assert_eq!(gate.state(&"a").unwrap().failures, 3);
         // An attempt in flight on one key does not hold back another.
         let token = gate.begin(&"a", clock.now()).unwrap();
         assert_eq!(gate.check(&"c", clock.now()), Ok(()));
         let _ = gate.succeed(token, clock.now());
-        assert_eq!(gate.state(&"b", clock.now()).unwrap().failures, 1);
+        assert_eq!(gate.state(&"b").unwrap().failures, 1);
     }
 
     // r[verify retry.single-flight]
@@ -658,11 +635,11 @@ mod tests {
         let live = gate.begin(&"img", clock.now()).unwrap();
         assert!(live.expired.is_none());
         assert_eq!(live.attempt(), 2);
-        let before = gate.state(&"img", clock.now());
+        let before = gate.state(&"img");
         // The old attempt finally fails (or even succeeds): ignored.
         let late = gate.fail(old, clock.now(), Some(S(3000)));
         assert_eq!(late.reason, Reason::Superseded);
-        assert_eq!(gate.state(&"img", clock.now()), before);
+        assert_eq!(gate.state(&"img"), before);
         assert!(
             gate.begin(&"img", clock.now()).is_err(),
             "the live attempt is still in flight"
@@ -679,6 +656,35 @@ mod tests {
         );
     }
 
+    // r[verify retry.in-flight.expiry]
+    #[test]
+    fn a_hung_attempt_fails_at_its_stale_moment_and_its_late_failure_adds_nothing() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let t0 = clock.now();
+        let token = gate.begin(&"img", t0).unwrap();
+        clock.advance(S(900));
+        // Nobody superseded it, but it is past the stale timeout: it failed at t0 + 600 s.
+        let t = gate.fail(token, clock.now(), Some(S(3000)));
+        assert_eq!((t.reason, t.attempt, t.failures), (Reason::Expired, 1, 1));
+        let next = t.next_attempt_at.unwrap();
+        assert_eq!(
+            next - (t0 + S(600)),
+            p.jittered_delay(1, stable_hash(&"img"))
+        );
+        assert_eq!(
+            gate.check(&"img", clock.now()),
+            Ok(()),
+            "the hint of the late failure is ignored"
+        );
+        // A late success, with no newer attempt begun, still resets the key.
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        clock.advance(S(700));
+        assert_eq!(gate.succeed(token, clock.now()).reason, Reason::Succeeded);
+        assert_eq!(gate.state(&"img"), None);
+    }
+
     // r[verify retry.token.stale]
     #[test]
     fn a_late_success_of_a_superseded_attempt_changes_nothing() {
@@ -693,7 +699,7 @@ mod tests {
         );
         let late = gate.succeed(old, clock.now());
         assert_eq!(late.reason, Reason::Superseded);
-        assert!(gate.state(&"img", clock.now()).unwrap().in_flight);
+        assert!(gate.state(&"img").unwrap().in_flight);
         let t = gate.fail(live, clock.now(), None);
         assert_eq!(t.failures, 2);
     }
@@ -708,9 +714,9 @@ mod tests {
             assert!(gate.begin(&"img", clock.now()).is_err());
             clock.advance(Duration::from_millis(1));
         }
-        assert_eq!(gate.state(&"img", clock.now()).unwrap().failures, 1);
+        assert_eq!(gate.state(&"img").unwrap().failures, 1);
         assert_eq!(
-            gate.state(&"img", clock.now()).unwrap().next_attempt_at,
+            gate.state(&"img").unwrap().next_attempt_at,
             t.next_attempt_at.unwrap()
         );
         // A token from another gate names a generation this gate never granted.
@@ -723,7 +729,7 @@ mod tests {
             fresh.fail(foreign, clock.now(), None).reason,
             Reason::Superseded
         );
-        assert_eq!(fresh.state(&"x", clock.now()).unwrap().failures, 0);
+        assert_eq!(fresh.state(&"x").unwrap().failures, 0);
     }
 
     // r[verify retry.escalation]
@@ -752,7 +758,7 @@ mod tests {
             .map(|n| (n == 5).then_some(Escalation::Escalated))
             .collect();
         assert_eq!(escalations, expected);
-        assert!(gate.state(&"img", clock.now()).unwrap().escalated);
+        assert!(gate.state(&"img").unwrap().escalated);
         let token = gate.begin(&"img", clock.now()).unwrap();
         let t = gate.succeed(token, clock.now());
         assert_eq!(
@@ -786,7 +792,7 @@ mod tests {
         }
         let token = gate.begin(&"img", clock.now()).unwrap();
         let _ = gate.succeed(token, clock.now());
-        assert_eq!(gate.state(&"img", clock.now()), None);
+        assert_eq!(gate.state(&"img"), None);
         assert!(gate.is_empty());
         let t = fail_now(&mut gate, "img", clock.now());
         assert_eq!((t.attempt, t.failures, t.escalation), (1, 1, None));
@@ -890,13 +896,34 @@ mod tests {
         let token = gate.begin(&"slow", clock.now()).unwrap();
         clock.advance(S(599));
         let _ = gate.begin(&"other", clock.now());
-        assert!(gate.state(&"slow", clock.now()).unwrap().in_flight);
+        assert!(gate.state(&"slow").unwrap().in_flight);
         let _ = gate.succeed(token, clock.now());
         // A lost token: the attempt goes stale, counts as a failure, and is then forgotten.
         let _lost = gate.begin(&"lost", clock.now()).unwrap();
         clock.advance(p.stale_after() + p.max_wait() + p.cap() + p.cap() / 4 + S(1));
         let _ = gate.begin(&"other2", clock.now());
-        assert_eq!(gate.state(&"lost", clock.now()), None);
+        assert_eq!(gate.state(&"lost"), None);
+    }
+
+    // r[verify retry.escalation]
+    #[test]
+    fn forgetting_an_escalated_key_hands_back_its_state() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        for _ in 0..5 {
+            let t = fail_now(&mut gate, "img", clock.now());
+            clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        }
+        // An escalated key is not dropped however long it sits idle: its fault is open.
+        clock.advance(p.cap() * 10);
+        let _ = gate.begin(&"other", clock.now());
+        let state = gate.state(&"img").expect("kept while escalated");
+        assert!(state.escalated && !state.in_flight);
+        assert_eq!(gate.forget(&"img"), Some(state));
+        assert_eq!(gate.state(&"img"), None);
+        let t = fail_now(&mut gate, "img", clock.now());
+        assert_eq!((t.failures, t.escalation), (1, None));
     }
 
     // r[verify retry.budget]

@@ -40,7 +40,7 @@
 //!     tick += Duration::from_secs(5);
 //! }
 //! // 500 s of ticks, always failing: paced to a handful of attempts per image, never given up.
-//! let state = gate.state(&images[0], tick).expect("still failing");
+//! let state = gate.state(&images[0]).expect("still failing");
 //! assert!(state.escalated && state.failures < 12);
 //! # Ok::<(), holdfast_retry::PolicyError>(())
 //! ```
@@ -97,6 +97,7 @@ mod jitter;
 mod policy;
 mod schedule;
 mod shared;
+mod slots;
 mod stable_hash;
 mod time;
 mod transition;

@@ -15,6 +15,7 @@ use crate::transition::{AttemptToken, NotYet, Transition};
 /// rarely contend; one optional [`RetryBudget`] is shared by all shards.
 #[derive(Debug)]
 pub struct SharedGate<K> {
+    policy: Policy,
     shards: Box<[Mutex<GateCore<K>>]>,
     hasher: hashbrown::DefaultHashBuilder,
     budget: Option<Mutex<RetryBudget>>,
@@ -33,9 +34,10 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     /// A gate with `shards` shards (at least one).
     pub fn with_shards(policy: Policy, shards: usize) -> Self {
         let shards = (0..shards.max(1))
-            .map(|_| Mutex::new(GateCore::new(policy)))
+            .map(|_| Mutex::new(GateCore::new(policy, 4)))
             .collect();
         Self {
+            policy,
             shards,
             hasher: Default::default(),
             budget: None,
@@ -83,8 +85,8 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     }
 
     /// See [`crate::KeyedGate::state`].
-    pub fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
-        self.shard(key).state(key, now)
+    pub fn state(&self, key: &K) -> Option<KeyState> {
+        self.shard(key).state(key)
     }
 
     /// See [`crate::KeyedGate::forget`].
@@ -103,7 +105,7 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     }
 
     /// The policy.
-    pub fn policy(&self) -> Policy {
-        *lock(&self.shards[0]).policy()
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 }

@@ -63,8 +63,9 @@ pub struct NotYet {
     pub until: Instant,
     /// Why.
     pub reason: WaitReason,
-    /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]).
-    pub expired: Option<Transition<()>>,
+    /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]). Boxed: it is
+    /// rare, and a small refusal keeps the hot path of a check short.
+    pub expired: Option<Box<Transition<()>>>,
 }
 
 /// What caused a transition.
@@ -94,6 +95,7 @@ pub enum Escalation {
 }
 
 /// One change of a key's state, for a `tracing` event or a caller's hook.
+// r[impl retry.observe]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition<K> {
     /// The key.
@@ -127,7 +129,6 @@ impl<K> Transition<K> {
 impl<K: fmt::Debug> Transition<K> {
     /// Emit this transition as a `tracing` event: `warn` when escalated, `info` when recovered,
     /// `debug` otherwise.
-    // r[impl retry.observe]
     #[cfg(feature = "tracing")]
     pub fn trace(&self) {
         let wait = self

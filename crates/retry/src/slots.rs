@@ -1,0 +1,160 @@
+//! The keyed gate's storage: a hash table split into partitions that are swept one at a time.
+//!
+//! Sweeping a whole million-key table in one call would stall that call for tens of
+//! milliseconds. Each partition keeps its own sweep schedule, staggered across the sweep interval,
+//! so under steady traffic a call sweeps at most a small share of the keys. A key is hashed once
+//! per operation: the same hash picks the partition and probes its table.
+
+use std::hash::{BuildHasher, Hash};
+use std::time::{Duration, Instant};
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::time::Timestamp;
+
+struct Part<K, V> {
+    table: HashTable<(K, V)>,
+    /// When this partition is next due for a sweep (`None`: before the first call).
+    next_sweep: Option<Instant>,
+}
+
+/// A map from keys to `V`, partitioned for incremental sweeping.
+pub(crate) struct Slots<K, V> {
+    hasher: DefaultHashBuilder,
+    parts: Box<[Part<K, V>]>,
+}
+
+impl<K, V> std::fmt::Debug for Slots<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots")
+            .field("partitions", &self.parts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq, V> Slots<K, V> {
+    /// An empty map with `parts` partitions (rounded up to a power of two).
+    pub(crate) fn new(parts: usize) -> Self {
+        let parts = parts.max(1).next_power_of_two();
+        Self {
+            hasher: DefaultHashBuilder::default(),
+            parts: (0..parts)
+                .map(|_| Part {
+                    table: HashTable::new(),
+                    next_sweep: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn locate(&self, key: &K) -> (u64, usize) {
+        let hash = self.hasher.hash_one(key);
+        // The table uses the low bits (bucket) and the top 7 (tag); partition by the middle ones.
+        let part = (hash >> 32) as usize & (self.parts.len() - 1);
+        (hash, part)
+    }
+
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        let (hash, part) = self.locate(key);
+        self.parts[part]
+            .table
+            .find(hash, |(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let (hash, part) = self.locate(key);
+        self.parts[part]
+            .table
+            .find_mut(hash, |(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// Insert a key known to be absent.
+    pub(crate) fn insert_new(&mut self, key: K, value: V) {
+        let (hash, part) = self.locate(&key);
+        let hasher = &self.hasher;
+        self.parts[part]
+            .table
+            .insert_unique(hash, (key, value), |(k, _)| hasher.hash_one(k));
+    }
+
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        let (hash, part) = self.locate(key);
+        match self.parts[part].table.find_entry(hash, |(k, _)| k == key) {
+            Ok(entry) => Some(entry.remove().0.1),
+            Err(_) => None,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.table.len()).sum()
+    }
+
+    /// Sweep every partition that is due at `now`: drop the entries `droppable` says to drop, give
+    /// memory back, and schedule the partition's next sweep one `interval` later. Partitions start
+    /// staggered across the interval so that they fall due at different calls.
+    pub(crate) fn sweep_due(
+        &mut self,
+        now: Instant,
+        interval: Duration,
+        mut droppable: impl FnMut(&K, &V) -> bool,
+    ) {
+        let count = self.parts.len() as u32;
+        let interval = interval.max(Duration::from_nanos(1));
+        let hasher = &self.hasher;
+        for (i, part) in self.parts.iter_mut().enumerate() {
+            // Partition i's phase within the interval; kept while calls are frequent, restored
+            // after a quiet spell in which every partition fell due at once.
+            let staggered = now
+                .saturating_add((interval * (i as u32 + 1) / count).max(Duration::from_nanos(1)));
+            let next = match part.next_sweep {
+                None => staggered,
+                Some(at) if now < at => continue,
+                Some(at) => {
+                    let next = at.saturating_add(interval);
+                    if next > now { next } else { staggered }
+                }
+            };
+            part.table.retain(|(k, v)| !droppable(k, v));
+            if part.table.capacity() > 64 && part.table.len() * 4 < part.table.capacity() {
+                part.table
+                    .shrink_to(part.table.len() * 2, |(k, _)| hasher.hash_one(k));
+            }
+            part.next_sweep = Some(next);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_swept_one_share_at_a_time() {
+        let mut slots: Slots<u64, u64> = Slots::new(4);
+        let t0 = Instant::now();
+        let interval = Duration::from_secs(4);
+        slots.sweep_due(t0, interval, |_, _| true); // schedules partitions at 1, 2, 3, 4 s
+        for k in 0..1000 {
+            slots.insert_new(k, k);
+        }
+        assert_eq!(slots.len(), 1000);
+        let mut swept = Vec::new();
+        for s in 1..=4 {
+            let before = slots.len();
+            slots.sweep_due(t0 + Duration::from_secs(s), interval, |_, _| true);
+            swept.push(before - slots.len());
+        }
+        assert_eq!(slots.len(), 0);
+        assert!(
+            swept.iter().all(|n| *n > 150 && *n < 350),
+            "one partition per call: {swept:?}"
+        );
+        slots.insert_new(7, 70);
+        assert_eq!(slots.get(&7), Some(&70));
+        *slots.get_mut(&7).unwrap() = 71;
+        assert_eq!(slots.remove(&7), Some(71));
+        assert_eq!(slots.remove(&7), None);
+    }
+}
