@@ -379,10 +379,10 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
-    /// Where `reference` stands at `now`, for status output: like [`Actuator::ensure`] but it
+    /// Where `reference` stands, for status output: like [`Actuator::ensure`] but it
     /// starts nothing and applies no results. `None` when nothing is known about it yet (never
     /// ensured, or fresh and not yet attempted).
-    pub fn status(&self, reference: &str, now: Instant) -> Option<ImageState> {
+    pub fn status(&self, reference: &str) -> Option<ImageState> {
         let entry = self.references.get(reference)?;
         if entry.present {
             return Some(ImageState::Present);
@@ -399,7 +399,7 @@ impl<F: Fetcher> Actuator<F> {
                 progress: live.progress.borrow().clone(),
             });
         }
-        let key = self.images.state(&reference.to_owned(), now)?;
+        let key = self.images.state(&reference.to_owned())?;
         if key.failures == 0 {
             return None;
         }
@@ -408,11 +408,11 @@ impl<F: Fetcher> Actuator<F> {
 
     /// The state of every reference the actuator knows about, ordered by reference (see
     /// [`Actuator::status`]).
-    pub fn statuses(&self, now: Instant) -> Vec<(String, ImageState)> {
+    pub fn statuses(&self) -> Vec<(String, ImageState)> {
         let mut all: Vec<(String, ImageState)> = self
             .references
             .keys()
-            .filter_map(|r| Some((r.clone(), self.status(r, now)?)))
+            .filter_map(|r| Some((r.clone(), self.status(r)?)))
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
@@ -848,13 +848,13 @@ mod tests {
         let fetcher = Scripted::default();
         let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
         let t0 = Instant::now();
-        assert_eq!(act.status(IMG, t0), None);
+        assert_eq!(act.status(IMG), None);
         act.ensure(IMG, t0);
         // The scripted attempt publishes one layer of progress once it runs.
         let mut progress = PullProgress::default();
         for _ in 0..100 {
             tokio::task::yield_now().await;
-            if let Some(ImageState::Pulling { progress: p }) = act.status(IMG, t0) {
+            if let Some(ImageState::Pulling { progress: p }) = act.status(IMG) {
                 if p.layers == 1 {
                     progress = p;
                     break;
@@ -867,8 +867,7 @@ mod tests {
         );
         fetcher.next_call().1.send(Err(unreachable())).unwrap();
         act.settle(t0).await;
-        let later = t0 + Duration::from_secs(60);
-        match act.status(IMG, later) {
+        match act.status(IMG) {
             Some(ImageState::Waiting {
                 failures: 1, until, ..
             }) => {
@@ -881,7 +880,7 @@ mod tests {
             0,
             "status started nothing though an attempt is due"
         );
-        assert_eq!(act.statuses(later).len(), 1);
+        assert_eq!(act.statuses().len(), 1);
     }
 
     // r[verify actuate.image.classify.policy]

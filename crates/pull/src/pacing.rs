@@ -140,9 +140,9 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
         }
     }
 
-    /// What the gate holds about `key` at `now`, without changing anything (`None`: fresh).
-    pub fn state(&self, key: &K, now: Instant) -> Option<KeyState> {
-        self.gate.state(key, now)
+    /// What the gate holds about `key`, without changing anything (`None`: fresh).
+    pub fn state(&self, key: &K) -> Option<KeyState> {
+        self.gate.state(key)
     }
 
     /// Drops everything the gate holds about `key` (the caller no longer needs it).
