@@ -1,1 +1,6 @@
-//! holdfast-test-support (work in progress).
+#![doc = include_str!("../README.md")]
+
+pub mod fault_proxy;
+pub mod services;
+
+pub use fault_proxy::{FaultProxy, Mode, UdpFaultProxy, UdpMode};

@@ -1,0 +1,46 @@
+//! A private dockerd: its own data root, exec root, socket and pid file; vfs storage, no iptables,
+//! no bridge. It starts its own containerd under the exec root.
+
+use std::process::Command;
+use std::time::Duration;
+
+use super::layout::ServiceDir;
+use super::probe;
+use super::process::Supervisor;
+
+// i[impl harness.services.docker]
+/// Starts dockerd and waits for `/_ping`; returns its exported variables.
+pub fn start(
+    supervisor: &mut Supervisor,
+    dir: &ServiceDir,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let socket = dir.sock();
+    let host = format!("unix://{}", socket.display());
+    // An empty daemon.json of our own, so the machine's /etc/docker/daemon.json plays no part.
+    let config = dir.file("daemon.json");
+    std::fs::write(&config, "{}\n")?;
+    let mut command = Command::new("dockerd");
+    command
+        .arg("--config-file")
+        .arg(&config)
+        .arg("--data-root")
+        .arg(dir.data())
+        .arg("--exec-root")
+        .arg(dir.file("exec"))
+        .args(["-H", &host])
+        .arg("--pidfile")
+        .arg(dir.file("dockerd.pid"))
+        .args([
+            "--storage-driver",
+            "vfs",
+            "--iptables=false",
+            "--bridge=none",
+        ]);
+    // Stopping containers and containerd can take a while; dockerd's own shutdown timeout is 15 s.
+    let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(30))?;
+    probe::wait_ready(service, "GET /_ping", Duration::from_secs(90), || {
+        probe::unix_http_get(&socket, "/_ping")
+            .is_ok_and(|(status, body)| status == 200 && body == "OK")
+    })?;
+    Ok(vec![("HOLDFAST_TEST_DOCKER_HOST", host)])
+}

@@ -1,0 +1,286 @@
+//! `cargo xtask test` — the real-service test harness.
+//!
+//! It starts the services the suites need, each under `target/holdfast-services/<service>/` with
+//! its own loopback ports, data directory, socket and log (`redis`, `etcd`, `challtestsrv` and
+//! `pebble`, `registry`, `dockerd`), waits until each answers, seeds the registry with a tiny image,
+//! exports their addresses to the tests (the `HOLDFAST_TEST_*` variables that
+//! `holdfast-test-support` reads), runs the workspace's tests with nextest and the doctests, stops
+//! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate.
+//!
+//! Layout: `packages` (what is needed and from which Debian package), `layout` (directories and
+//! ports), `process` (supervision: process groups, stopping, sweeping leftovers), `probe`
+//! (readiness), one file per service, and `suite` (the test runs and their counts).
+
+mod docker;
+mod etcd;
+mod layout;
+mod packages;
+mod pebble;
+mod probe;
+mod process;
+mod redis;
+mod registry;
+mod suite;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use layout::ServiceDir;
+use process::Supervisor;
+
+/// Arguments of `cargo xtask test`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Install missing Debian packages first (apt-get; needs root). Implied when CI=true.
+    #[arg(long)]
+    pub install: bool,
+    /// Start the services, print their environment (also written to
+    /// target/holdfast-services/env), and keep them running until Ctrl-C instead of running tests.
+    #[arg(long)]
+    pub services_only: bool,
+    /// Arguments for `cargo nextest run` (a filter, `--no-capture`, ...), after `--`.
+    #[arg(last = true)]
+    pub test_args: Vec<String>,
+}
+
+/// Runs `cargo xtask test`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let workspace = workspace_root()?;
+    let target = target_dir(&workspace);
+    let services_root = target.join("holdfast-services");
+    let run_started = Instant::now();
+    // i[impl harness.services.stop]
+    ctrlc::set_handler(|| {
+        eprintln!("\nxtask test: interrupted; stopping the services");
+        process::INTERRUPTED.store(true, Ordering::SeqCst);
+    })
+    .context("installing the Ctrl-C handler")?;
+
+    let install = args.install || std::env::var("CI").is_ok_and(|v| v == "true");
+    let busybox = ensure_requirements(install)?;
+    let ready_after = run_started.elapsed();
+
+    // A run that was killed outright (SIGKILL) could not clean up; do it now.
+    process::sweep_processes(&services_root, process::SERVICE_PROGRAMS);
+    process::unmount_under(&services_root);
+
+    let services_started = Instant::now();
+    let mut supervisor = Supervisor::new(services_root.clone());
+    let mut env = match start_services(&mut supervisor, &services_root, &busybox) {
+        Ok(env) => env,
+        Err(err) => {
+            let logs = supervisor.logs();
+            supervisor.stop_all();
+            print_logs(&logs);
+            return Err(err);
+        }
+    };
+    let services_took = services_started.elapsed();
+    // test-support's default ledger; spec-check's input.
+    let ledger = target.join("holdfast-test-skips.jsonl");
+    let junit = target.join("nextest/ci/junit.xml");
+    env.push(("HOLDFAST_TEST_SERVICES".into(), "1".into()));
+    env.push((
+        "HOLDFAST_TEST_SKIP_LEDGER".into(),
+        ledger.display().to_string(),
+    ));
+    write_env_file(&services_root, &env)?;
+    eprintln!(
+        "xtask test: services up in {:.1}s; environment in {}",
+        services_took.as_secs_f64(),
+        services_root.join("env").display()
+    );
+
+    if args.services_only {
+        for (key, value) in &env {
+            println!("export {key}={value}");
+        }
+        eprintln!("xtask test: services running; Ctrl-C stops them");
+        while !process::interrupted() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        supervisor.stop_all();
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    // Skips are per run: the ledger must describe this run only.
+    let _ = std::fs::remove_file(&ledger);
+    let tests_started = Instant::now();
+    let nextest = suite::nextest(&workspace, &junit, &env, &args.test_args)?;
+    let interrupted = process::interrupted();
+    let doctests = if interrupted {
+        None
+    } else {
+        Some(suite::doctests(&workspace, &env)?)
+    };
+    let tests_took = tests_started.elapsed();
+    let logs = supervisor.logs();
+    supervisor.stop_all();
+    if interrupted || process::interrupted() {
+        print_logs(&logs);
+        return Ok(ExitCode::from(130));
+    }
+
+    let gate = suite::spec_check(&workspace, &junit, &ledger)?;
+    let junit = std::fs::read_to_string(&junit).unwrap_or_default();
+    let (doc_status, doc_counts) = doctests.unzip();
+    let counts = suite::parse_junit(&junit) + doc_counts.unwrap_or_default();
+    let doc_ok = doc_status.is_some_and(|s| s.success());
+    let ok = nextest.success() && doc_ok && gate.success();
+    if !nextest.success() || !doc_ok {
+        print_logs(&logs);
+    }
+    eprintln!(
+        "xtask test: nextest {}, doctests {}, spec-check {}; setup {:.1}s, services {:.1}s, tests {:.1}s, total {:.1}s",
+        verdict(nextest.success()),
+        verdict(doc_ok),
+        verdict(gate.success()),
+        ready_after.as_secs_f64(),
+        services_took.as_secs_f64(),
+        tests_took.as_secs_f64(),
+        run_started.elapsed().as_secs_f64(),
+    );
+    eprintln!("xtask test: {} skipped or ignored", counts.skipped);
+    // The closing line CI reads, alone on its line.
+    println!("{} passed, {} failed", counts.passed, counts.failed);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "passed" } else { "FAILED" }
+}
+
+/// The workspace root: xtask's manifest directory's parent.
+fn workspace_root() -> anyhow::Result<PathBuf> {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask
+        .parent()
+        .map(Path::to_owned)
+        .context("xtask has no parent directory")
+}
+
+/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace) or `<workspace>/target`.
+fn target_dir(workspace: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace.join(dir),
+        _ => workspace.join("target"),
+    }
+}
+
+/// Checks every program is present, installing the missing ones when allowed; returns the static
+/// busybox to seed the image with.
+fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    // Debian puts dockerd in /usr/sbin, which a non-login PATH may lack.
+    let path = format!("{path}:/usr/sbin:/usr/bin:/sbin:/bin");
+    let missing = packages::missing(&path);
+    if !missing.is_empty() {
+        if !install {
+            bail!("{}", packages::missing_error(&missing));
+        }
+        packages::install(&packages::packages_for(&missing))?;
+        let still = packages::missing(&path);
+        if !still.is_empty() {
+            bail!(
+                "still missing after installing: {}",
+                packages::missing_error(&still)
+            );
+        }
+    }
+    if !packages::has_nextest() {
+        if !install {
+            bail!(
+                "cargo-nextest is missing: run `cargo install --locked cargo-nextest` (or pass --install)"
+            );
+        }
+        packages::install_nextest()?;
+    }
+    packages::locate("busybox", &path).context("no statically linked busybox")
+}
+
+/// Starts every service in dependency order; returns the variables to export.
+fn start_services(
+    supervisor: &mut Supervisor,
+    root: &Path,
+    busybox: &Path,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let ports = layout::free_ports(10)?;
+    let mut env: Vec<(&'static str, String)> = Vec::new();
+    env.extend(redis::start(
+        supervisor,
+        &ServiceDir::fresh(root, "redis")?,
+        ports[0],
+    )?);
+    env.extend(etcd::start(
+        supervisor,
+        &ServiceDir::fresh(root, "etcd")?,
+        ports[1],
+        ports[2],
+    )?);
+    env.extend(pebble::start(
+        supervisor,
+        &ServiceDir::fresh(root, "challtestsrv")?,
+        &ServiceDir::fresh(root, "pebble")?,
+        pebble::Ports {
+            acme: ports[3],
+            management: ports[4],
+            http01: ports[5],
+            tls_alpn01: ports[6],
+            dns: ports[7],
+            challtestsrv: ports[8],
+        },
+    )?);
+    let registry_dir = ServiceDir::fresh(root, "registry")?;
+    env.extend(registry::start(supervisor, &registry_dir, ports[9])?);
+    let docker_env = docker::start(supervisor, &ServiceDir::fresh(root, "dockerd")?)?;
+    let docker_host = docker_env[0].1.clone();
+    env.extend(docker_env);
+    let image = registry::seed(
+        &registry_dir,
+        &docker_host,
+        &format!("127.0.0.1:{}", ports[9]),
+        busybox,
+    )?;
+    env.push(("HOLDFAST_TEST_IMAGE", image));
+    Ok(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// `target/holdfast-services/env`: `export KEY=VALUE` lines, for running one test by hand.
+fn write_env_file(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
+    let text: String = env
+        .iter()
+        .map(|(k, v)| format!("export {k}='{v}'\n"))
+        .collect();
+    std::fs::write(root.join("env"), text).context("writing the environment file")
+}
+
+/// Prints where each service's log is, and the tail of each.
+// i[impl harness.logs]
+fn print_logs(logs: &[(String, PathBuf)]) {
+    if logs.is_empty() {
+        return;
+    }
+    eprintln!("xtask test: service logs:");
+    for (name, path) in logs {
+        eprintln!("  {name}: {}", path.display());
+    }
+    for (name, path) in logs {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(5)..];
+        if !tail.is_empty() {
+            eprintln!("--- last lines of {name} ({}):", path.display());
+            for line in tail {
+                eprintln!("    {line}");
+            }
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Which programs the harness needs, which Debian package provides each, and installing them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+/// A program the harness runs, and the Debian package that installs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requirement {
+    /// The executable's name, looked up on `PATH` (or a fixed path for busybox).
+    pub program: &'static str,
+    /// The Debian package that provides it.
+    pub package: &'static str,
+    /// What the harness uses it for.
+    pub purpose: &'static str,
+}
+
+/// Everything `cargo xtask test` runs, in the order a reader would ask about it.
+pub const REQUIREMENTS: &[Requirement] = &[
+    Requirement {
+        program: "dockerd",
+        package: "docker.io",
+        purpose: "the private Docker Engine",
+    },
+    Requirement {
+        program: "docker",
+        package: "docker.io",
+        purpose: "seeding the registry",
+    },
+    Requirement {
+        program: "containerd",
+        package: "containerd",
+        purpose: "dockerd's runtime",
+    },
+    Requirement {
+        program: "docker-registry",
+        package: "docker-registry",
+        purpose: "the registry",
+    },
+    Requirement {
+        program: "pebble",
+        package: "pebble",
+        purpose: "the ACME server",
+    },
+    Requirement {
+        program: "pebble-challtestsrv",
+        package: "pebble",
+        purpose: "pebble's DNS and challenge server",
+    },
+    Requirement {
+        program: "etcd",
+        package: "etcd-server",
+        purpose: "etcd",
+    },
+    Requirement {
+        program: "redis-server",
+        package: "redis-server",
+        purpose: "redis",
+    },
+    Requirement {
+        program: "busybox",
+        package: "busybox-static",
+        purpose: "the seeded image's rootfs (must be statically linked)",
+    },
+    Requirement {
+        program: "openssl",
+        package: "openssl",
+        purpose: "pebble's TLS certificate",
+    },
+    Requirement {
+        program: "tar",
+        package: "tar",
+        purpose: "packing the seeded rootfs",
+    },
+    Requirement {
+        program: "protoc",
+        package: "protobuf-compiler",
+        purpose: "building etcd-client's protobufs",
+    },
+];
+
+/// Finds `program` on `path` (a `PATH`-style list); busybox must also be static.
+pub fn locate(program: &str, path: &str) -> Option<PathBuf> {
+    let found = std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))?;
+    if program == "busybox" && !is_static_elf(&found) {
+        // A dynamically linked busybox would not run inside the seeded image.
+        return ["/bin/busybox", "/usr/bin/busybox"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| is_executable(p) && is_static_elf(p));
+    }
+    Some(found)
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// True for a 64-bit little-endian ELF file without a `PT_INTERP` program header (no dynamic loader).
+pub fn is_static_elf(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let u16_at = |at: usize| {
+        bytes
+            .get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    if bytes.get(..6) != Some(&[0x7f, b'E', b'L', b'F', 2, 1]) {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    const PT_INTERP: u32 = 3;
+    (0..phnum as usize).all(|i| {
+        let at = phoff as usize + i * phentsize as usize;
+        u32_at(at).is_some_and(|kind| kind != PT_INTERP)
+    })
+}
+
+/// The requirements not found on `path`.
+pub fn missing(path: &str) -> Vec<Requirement> {
+    REQUIREMENTS
+        .iter()
+        .filter(|r| locate(r.program, path).is_none())
+        .copied()
+        .collect()
+}
+
+/// The distinct packages that provide `missing`, in order.
+pub fn packages_for(missing: &[Requirement]) -> Vec<&'static str> {
+    let mut packages: Vec<&'static str> = Vec::new();
+    for r in missing {
+        if !packages.contains(&r.package) {
+            packages.push(r.package);
+        }
+    }
+    packages
+}
+
+/// The error for missing programs without `--install`: names each program and its package.
+// i[impl harness.install]
+pub fn missing_error(missing: &[Requirement]) -> String {
+    let mut text = String::from("missing programs the test services need:\n");
+    for r in missing {
+        text.push_str(&format!(
+            "  {} ({}) — install Debian package `{}`\n",
+            r.program, r.purpose, r.package
+        ));
+    }
+    text.push_str(&format!(
+        "run `cargo xtask test --install` (or `apt-get install {}`)",
+        packages_for(missing).join(" ")
+    ));
+    text
+}
+
+// i[impl harness.install]
+/// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages.
+pub fn install(packages: &[&str]) -> anyhow::Result<()> {
+    if packages.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask test: installing {}", packages.join(" "));
+    let apt = |args: &[&str]| -> anyhow::Result<()> {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .context("running apt-get (is this a Debian machine, and are we root?)")?;
+        if !status.success() {
+            bail!("apt-get {} failed: {status}", args.join(" "));
+        }
+        Ok(())
+    };
+    apt(&["update", "-q"])?;
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend_from_slice(packages);
+    apt(&args)
+}
+
+/// Whether `cargo nextest` is available.
+pub fn has_nextest() -> bool {
+    Command::new("cargo")
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Installs cargo-nextest from crates.io.
+pub fn install_nextest() -> anyhow::Result<()> {
+    eprintln!("xtask test: installing cargo-nextest");
+    let status = Command::new("cargo")
+        .args(["install", "--locked", "cargo-nextest"])
+        .status()
+        .context("running cargo install")?;
+    if !status.success() {
+        bail!("cargo install cargo-nextest failed: {status}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify harness.install]
+    #[test]
+    fn every_service_program_maps_to_its_debian_package() {
+        let package = |program: &str| {
+            REQUIREMENTS
+                .iter()
+                .find(|r| r.program == program)
+                .map(|r| r.package)
+        };
+        assert_eq!(package("dockerd"), Some("docker.io"));
+        assert_eq!(package("docker-registry"), Some("docker-registry"));
+        assert_eq!(package("pebble"), Some("pebble"));
+        assert_eq!(package("pebble-challtestsrv"), Some("pebble"));
+        assert_eq!(package("etcd"), Some("etcd-server"));
+        assert_eq!(package("redis-server"), Some("redis-server"));
+        assert_eq!(package("busybox"), Some("busybox-static"));
+        assert_eq!(package("protoc"), Some("protobuf-compiler"));
+    }
+
+    // i[verify harness.install]
+    #[test]
+    fn nothing_is_found_on_an_empty_path_and_the_error_names_every_package() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_str().unwrap();
+        let missing = missing(path);
+        assert_eq!(missing.len(), REQUIREMENTS.len());
+        assert_eq!(
+            packages_for(&missing),
+            [
+                "docker.io",
+                "containerd",
+                "docker-registry",
+                "pebble",
+                "etcd-server",
+                "redis-server",
+                "busybox-static",
+                "openssl",
+                "tar",
+                "protobuf-compiler"
+            ]
+        );
+        let error = missing_error(&missing[4..6]);
+        assert!(error.contains("pebble (the ACME server) — install Debian package `pebble`"));
+        assert!(error.ends_with("(or `apt-get install pebble`)"), "{error}");
+    }
+
+    #[test]
+    fn a_program_is_found_only_when_executable() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let redis = dir.path().join("redis-server");
+        std::fs::write(&redis, "#!/bin/sh\n").unwrap();
+        let path = dir.path().to_str().unwrap();
+        assert_eq!(locate("redis-server", path), None);
+        std::fs::set_permissions(&redis, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(locate("redis-server", path), Some(redis));
+    }
+
+    #[test]
+    fn a_script_is_not_a_static_elf() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("busybox");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        assert!(!is_static_elf(&script));
+        // The test binary itself is dynamically linked (it has an interpreter).
+        assert!(!is_static_elf(&std::env::current_exe().unwrap()));
+    }
+}

@@ -1,0 +1,115 @@
+//! The registry (Debian's `docker-registry`, distribution 2.8), and seeding it with a tiny image.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use super::layout::{ServiceDir, loopback};
+use super::probe;
+use super::process::Supervisor;
+
+/// The seeded image's repository and tag inside the registry.
+pub const IMAGE_PATH: &str = "holdfast/busybox:latest";
+
+// i[impl harness.services.registry]
+/// Starts the registry and waits for `/v2/`; returns its exported variables.
+pub fn start(
+    supervisor: &mut Supervisor,
+    dir: &ServiceDir,
+    port: u16,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let config = format!(
+        "version: 0.1\n\
+         log:\n  level: info\n\
+         storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+         http:\n  addr: 127.0.0.1:{port}\n",
+        dir.data().display()
+    );
+    let config_path = dir.file("config.yml");
+    std::fs::write(&config_path, config)?;
+    let mut command = Command::new("docker-registry");
+    command.arg("serve").arg(&config_path);
+    let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(10))?;
+    probe::wait_ready(service, "GET /v2/", Duration::from_secs(30), || {
+        probe::http_get(loopback(port), "/v2/").is_ok_and(|(status, _)| status == 200)
+    })?;
+    Ok(vec![(
+        "HOLDFAST_TEST_REGISTRY",
+        format!("127.0.0.1:{port}"),
+    )])
+}
+
+/// Builds a rootfs holding a static busybox (and `/bin/sh`), imports it into dockerd as
+/// `<registry>/holdfast/busybox:latest`, pushes it, and removes the local copy so tests pull for
+/// real. Returns the image reference.
+// i[impl harness.registry.seed]
+pub fn seed(
+    dir: &ServiceDir,
+    docker_host: &str,
+    registry: &str,
+    busybox: &Path,
+) -> anyhow::Result<String> {
+    let image = format!("{registry}/{IMAGE_PATH}");
+    let rootfs = dir.file("seed/rootfs");
+    std::fs::create_dir_all(rootfs.join("bin"))?;
+    std::fs::copy(busybox, rootfs.join("bin/busybox"))
+        .with_context(|| format!("copying {}", busybox.display()))?;
+    std::os::unix::fs::symlink("busybox", rootfs.join("bin/sh"))?;
+    let tarball = dir.file("seed/rootfs.tar");
+    let log = dir.file("seed.log");
+    run(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&rootfs)
+            .arg("-cf")
+            .arg(&tarball)
+            .arg("."),
+        &log,
+    )?;
+    // A private client config, so the user's ~/.docker (credentials, contexts) plays no part.
+    let client_config = dir.file("docker-client");
+    std::fs::create_dir_all(&client_config)?;
+    let docker = |args: &[&str]| {
+        let mut command = Command::new("docker");
+        command
+            .args(["-H", docker_host])
+            .args(args)
+            .env("DOCKER_CONFIG", &client_config)
+            .env_remove("DOCKER_CONTEXT")
+            .env_remove("DOCKER_HOST");
+        command
+    };
+    run(docker(&["import"]).arg(&tarball).arg(&image), &log)?;
+    run(&mut docker(&["push", &image]), &log)?;
+    run(&mut docker(&["image", "rm", &image]), &log)?;
+    let still_there = docker(&["image", "inspect", &image])
+        .output()
+        .context("running docker image inspect")?;
+    if still_there.status.success() {
+        bail!("{image} is still in dockerd's local store after removal");
+    }
+    eprintln!("xtask test: seeded {image}");
+    Ok(image)
+}
+
+/// Runs a seeding step with its output appended to `log`; fails naming the step and the log.
+fn run(command: &mut Command, log: &Path) -> anyhow::Result<()> {
+    let out = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let status = command
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()
+        .with_context(|| format!("running {command:?}"))?;
+    if !status.success() {
+        bail!(
+            "seeding the registry failed at {command:?} ({status}); see {}",
+            log.display()
+        );
+    }
+    Ok(())
+}
