@@ -64,6 +64,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let busybox = ensure_requirements(install)?;
     let ready_after = run_started.elapsed();
 
+    // One run per target directory: a second one would wipe the first one's services.
+    let _lock = lock_services(&services_root)?;
+
     // A run that was killed outright (SIGKILL) could not clean up; do it now.
     process::sweep_processes(&services_root, process::SERVICE_PROGRAMS);
     process::unmount_under(&services_root);
@@ -82,7 +85,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let services_took = services_started.elapsed();
     // test-support's default ledger; spec-check's input.
     let ledger = target.join("holdfast-test-skips.jsonl");
-    let junit = target.join("nextest/ci/junit.xml");
+    // nextest's store is `<workspace>/target/nextest` whatever CARGO_TARGET_DIR says (pinned in
+    // .config/nextest.toml).
+    let junit = workspace.join("target/nextest/ci/junit.xml");
     env.push(("HOLDFAST_TEST_SERVICES".into(), "1".into()));
     env.push((
         "HOLDFAST_TEST_SKIP_LEDGER".into(),
@@ -173,6 +178,22 @@ fn target_dir(workspace: &Path) -> PathBuf {
         Some(dir) if !dir.is_empty() => workspace.join(dir),
         _ => workspace.join("target"),
     }
+}
+
+/// Takes the services directory's lock for this run (released when the process ends, however).
+fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let path = root.join("lock");
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| {
+            anyhow::anyhow!(
+                "another `cargo xtask test` is using {} ({errno}); wait for it or stop it",
+                root.display()
+            )
+        },
+    )
 }
 
 /// Checks every program is present, installing the missing ones when allowed; returns the static
