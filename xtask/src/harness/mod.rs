@@ -53,6 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let target = target_dir(&workspace);
     let services_root = target.join("holdfast-services");
     let run_started = Instant::now();
+    let xtask = xtask_path()?;
     // i[impl harness.services.stop]
     ctrlc::set_handler(|| {
         eprintln!("\nxtask test: interrupted; stopping the services");
@@ -130,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(130));
     }
 
-    let gate = suite::spec_check(&workspace, &junit, &ledger)?;
+    let gate = suite::spec_check(&xtask, &workspace, &junit, &ledger)?;
     let junit = std::fs::read_to_string(&junit).unwrap_or_default();
     let (doc_status, doc_counts) = doctests.unzip();
     let counts = suite::parse_junit(&junit) + doc_counts.unwrap_or_default();
@@ -170,6 +171,16 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
         .parent()
         .map(Path::to_owned)
         .context("xtask has no parent directory")
+}
+
+/// This binary's path, without the " (deleted)" Linux appends once the file has been replaced.
+fn xtask_path() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("finding the xtask binary")?;
+    let text = exe.to_string_lossy();
+    Ok(match text.strip_suffix(" (deleted)") {
+        Some(path) => PathBuf::from(path),
+        None => exe,
+    })
 }
 
 /// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace) or `<workspace>/target`.

@@ -117,10 +117,17 @@ pub fn parse_junit(xml: &str) -> Counts {
 /// `<this xtask> spec-check --results <junit> --skips <ledger>`: the gate decides the run's result.
 /// Paths are given relative to the workspace when they are inside it
 /// (`target/nextest/ci/junit.xml`, `target/holdfast-test-skips.jsonl`).
-pub fn spec_check(workspace: &Path, junit: &Path, ledger: &Path) -> anyhow::Result<ExitStatus> {
-    let me = std::env::current_exe().context("finding the xtask binary")?;
+///
+/// `xtask` is this binary's path as found at start-up: building the tests can rebuild xtask in place,
+/// after which `current_exe()` names the replaced file ("… (deleted)").
+pub fn spec_check(
+    xtask: &Path,
+    workspace: &Path,
+    junit: &Path,
+    ledger: &Path,
+) -> anyhow::Result<ExitStatus> {
     let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).to_owned();
-    Command::new(me)
+    Command::new(xtask)
         .arg("spec-check")
         .arg("--results")
         .arg(relative(junit))
