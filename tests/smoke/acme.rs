@@ -50,3 +50,21 @@ fn tempfile_with(text: &str) -> std::path::PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+// i[verify harness.services.acme]
+#[tokio::test]
+async fn challtestsrv_takes_dns_records_over_its_management_api() {
+    let Some(acme) = services::acme() else { return };
+    let target = Target::parse(&acme.challtestsrv).unwrap();
+    // pebble resolves every name through challtestsrv; a test may point one elsewhere and back.
+    let record = r#"{"host":"smoke.holdfast.test","addresses":["127.0.0.1"]}"#;
+    let added = http_request(&target, "POST", "/add-a", &[], Some(record.into()), None)
+        .await
+        .unwrap();
+    assert_eq!(added.status, 200);
+    let cleared = r#"{"host":"smoke.holdfast.test"}"#;
+    let cleared = http_request(&target, "POST", "/clear-a", &[], Some(cleared.into()), None)
+        .await
+        .unwrap();
+    assert_eq!(cleared.status, 200);
+}

@@ -53,6 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let target = target_dir(&workspace);
     let services_root = target.join("holdfast-services");
     let run_started = Instant::now();
+    let xtask = xtask_path()?;
     // i[impl harness.services.stop]
     ctrlc::set_handler(|| {
         eprintln!("\nxtask test: interrupted; stopping the services");
@@ -63,6 +64,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let install = args.install || std::env::var("CI").is_ok_and(|v| v == "true");
     let busybox = ensure_requirements(install)?;
     let ready_after = run_started.elapsed();
+
+    // One run per target directory: a second one would wipe the first one's services.
+    let _lock = lock_services(&services_root)?;
 
     // A run that was killed outright (SIGKILL) could not clean up; do it now.
     process::sweep_processes(&services_root, process::SERVICE_PROGRAMS);
@@ -82,7 +86,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let services_took = services_started.elapsed();
     // test-support's default ledger; spec-check's input.
     let ledger = target.join("holdfast-test-skips.jsonl");
-    let junit = target.join("nextest/ci/junit.xml");
+    // nextest's store is `<workspace>/target/nextest` whatever CARGO_TARGET_DIR says (pinned in
+    // .config/nextest.toml).
+    let junit = workspace.join("target/nextest/ci/junit.xml");
     env.push(("HOLDFAST_TEST_SERVICES".into(), "1".into()));
     env.push((
         "HOLDFAST_TEST_SKIP_LEDGER".into(),
@@ -125,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(130));
     }
 
-    let gate = suite::spec_check(&workspace, &junit, &ledger)?;
+    let gate = suite::spec_check(&xtask, &workspace, &junit, &ledger)?;
     let junit = std::fs::read_to_string(&junit).unwrap_or_default();
     let (doc_status, doc_counts) = doctests.unzip();
     let counts = suite::parse_junit(&junit) + doc_counts.unwrap_or_default();
@@ -167,12 +173,38 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
         .context("xtask has no parent directory")
 }
 
+/// This binary's path, without the " (deleted)" Linux appends once the file has been replaced.
+fn xtask_path() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("finding the xtask binary")?;
+    let text = exe.to_string_lossy();
+    Ok(match text.strip_suffix(" (deleted)") {
+        Some(path) => PathBuf::from(path),
+        None => exe,
+    })
+}
+
 /// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace) or `<workspace>/target`.
 fn target_dir(workspace: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => workspace.join(dir),
         _ => workspace.join("target"),
     }
+}
+
+/// Takes the services directory's lock for this run (released when the process ends, however).
+fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let path = root.join("lock");
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| {
+            anyhow::anyhow!(
+                "another `cargo xtask test` is using {} ({errno}); wait for it or stop it",
+                root.display()
+            )
+        },
+    )
 }
 
 /// Checks every program is present, installing the missing ones when allowed; returns the static

@@ -40,12 +40,29 @@ pub fn nextest(
     // A report left by an earlier run must never be read as this run's.
     let _ = std::fs::remove_file(junit);
     Command::new("cargo")
-        .args(["nextest", "run", "--workspace", "--profile", "ci"])
-        .args(args)
+        .args(nextest_args(args))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
         .status()
         .context("running cargo nextest (install it with `cargo install cargo-nextest`)")
+}
+
+/// The whole workspace unless the caller named packages (`-p`/`--package`), which cargo would
+/// otherwise ignore next to `--workspace`.
+pub fn nextest_args(extra: &[String]) -> Vec<String> {
+    let names_packages = extra.iter().any(|a| {
+        a == "-p"
+            || a == "--package"
+            || a.starts_with("--package=")
+            || (a.starts_with("-p") && a.len() > 2 && !a.starts_with("--"))
+    });
+    let mut args: Vec<String> = vec!["nextest".into(), "run".into()];
+    if !names_packages {
+        args.push("--workspace".into());
+    }
+    args.extend(["--profile".into(), "ci".into()]);
+    args.extend(extra.iter().cloned());
+    args
 }
 
 /// `cargo test --workspace --doc` (nextest does not run doctests); returns its status and counts.
@@ -117,10 +134,17 @@ pub fn parse_junit(xml: &str) -> Counts {
 /// `<this xtask> spec-check --results <junit> --skips <ledger>`: the gate decides the run's result.
 /// Paths are given relative to the workspace when they are inside it
 /// (`target/nextest/ci/junit.xml`, `target/holdfast-test-skips.jsonl`).
-pub fn spec_check(workspace: &Path, junit: &Path, ledger: &Path) -> anyhow::Result<ExitStatus> {
-    let me = std::env::current_exe().context("finding the xtask binary")?;
+///
+/// `xtask` is this binary's path as found at start-up: building the tests can rebuild xtask in place,
+/// after which `current_exe()` names the replaced file ("… (deleted)").
+pub fn spec_check(
+    xtask: &Path,
+    workspace: &Path,
+    junit: &Path,
+    ledger: &Path,
+) -> anyhow::Result<ExitStatus> {
     let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).to_owned();
-    Command::new(me)
+    Command::new(xtask)
         .arg("spec-check")
         .arg("--results")
         .arg(relative(junit))
@@ -134,6 +158,26 @@ pub fn spec_check(workspace: &Path, junit: &Path, ledger: &Path) -> anyhow::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn naming_a_package_narrows_the_run() {
+        let args = |extra: &[&str]| {
+            nextest_args(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()).join(" ")
+        };
+        assert_eq!(args(&[]), "nextest run --workspace --profile ci");
+        assert_eq!(
+            args(&["smoke"]),
+            "nextest run --workspace --profile ci smoke"
+        );
+        assert_eq!(
+            args(&["-p", "holdfast-pull"]),
+            "nextest run --profile ci -p holdfast-pull"
+        );
+        assert_eq!(
+            args(&["--package=holdfast-pull"]),
+            "nextest run --profile ci --package=holdfast-pull"
+        );
+    }
 
     #[test]
     fn libtest_summary_lines_are_counted() {
