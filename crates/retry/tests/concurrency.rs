@@ -74,3 +74,55 @@ fn concurrent_failures_on_distinct_keys_are_counted_per_key() {
             .is_ok()
     );
 }
+
+/// A key whose `Hash` panics when told to, to poison a shard's mutex from inside the gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Touchy(&'static str);
+
+thread_local! {
+    /// Hashes left before one panics (`None`: never).
+    static HASHES_BEFORE_PANIC: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        HASHES_BEFORE_PANIC.with(|left| match left.get() {
+            Some(0) => {
+                left.set(None);
+                panic!("hash failed inside the gate");
+            }
+            Some(n) => left.set(Some(n - 1)),
+            None => {}
+        });
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_panic_inside_a_shard_does_not_disable_the_gate() {
+    let gate = SharedGate::with_shards(Policy::default(), 1);
+    let now = Instant::now();
+    let key = Touchy("registry.local/app:1");
+    let token = gate.begin(&key, now).unwrap();
+    let _ = gate.fail(token, now, None);
+    // The first hash picks the shard; the second, under the shard's lock, panics and poisons it.
+    HASHES_BEFORE_PANIC.with(|left| left.set(Some(1)));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.check(&key, now)));
+    assert!(panicked.is_err());
+    // The gate goes on with the state it had: still backing off after one failure.
+    let state = gate.state(&key).expect("state survives the poisoned lock");
+    assert_eq!(state.failures, 1);
+    let refused = gate.begin(&key, now).unwrap_err();
+    assert_eq!(
+        refused.reason,
+        WaitReason::Backoff {
+            failures: 1,
+            escalated: false
+        }
+    );
+    let token = gate
+        .begin(&key, state.next_attempt_at)
+        .expect("eligible once the wait passed");
+    assert_eq!(gate.succeed(token, now).reason, Reason::Succeeded);
+    assert!(gate.is_empty());
+}
