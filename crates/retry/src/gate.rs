@@ -173,10 +173,15 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         self.slots.len()
     }
 
+    /// When a sweep next falls due (`None`: at once).
+    pub(crate) fn next_sweep_due(&self) -> Option<Instant> {
+        self.slots.next_sweep_due()
+    }
+
     /// Drop keys that hold no information, during ordinary calls: each partition of the map is
     /// swept once per quarter cap, the partitions staggered so that one call pays for a share.
     // r[impl retry.memory]
-    fn maybe_sweep(&mut self, now: Instant) {
+    pub(crate) fn maybe_sweep(&mut self, now: Instant) {
         let policy = self.policy;
         self.slots.sweep_due(now, policy.cap / 4, |key, slot| {
             droppable(&policy, key, *slot, now)

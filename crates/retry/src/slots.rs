@@ -91,6 +91,12 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         self.parts.iter().map(|p| p.table.len()).sum()
     }
 
+    /// When the next partition falls due for a sweep (`None`: one has never been swept, so it
+    /// is due at once).
+    pub(crate) fn next_sweep_due(&self) -> Option<Instant> {
+        self.parts.iter().map(|p| p.next_sweep).min().flatten()
+    }
+
     /// Sweep every partition that is due at `now`: drop the entries `droppable` says to drop, give
     /// memory back, and schedule the partition's next sweep one `interval` later. Partitions start
     /// staggered across the interval so that they fall due at different calls.

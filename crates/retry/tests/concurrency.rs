@@ -126,3 +126,25 @@ fn a_panic_inside_a_shard_does_not_disable_the_gate() {
     assert_eq!(gate.succeed(token, now).reason, Reason::Succeeded);
     assert!(gate.is_empty());
 }
+
+// r[verify retry.memory]
+#[test]
+fn a_shared_gate_drops_idle_keys_in_shards_that_no_call_reaches() {
+    let policy = Policy::default();
+    let gate = SharedGate::new(policy);
+    let t0 = Instant::now();
+    for i in 0..1000 {
+        let key = format!("image-{i}");
+        let token = gate.begin(&key, t0).unwrap();
+        let _ = gate.fail(token, t0, None);
+    }
+    assert_eq!(gate.len(), 1000);
+    // Every key is eligible before t0 + 6 s, so it holds nothing from t0 + 6 s + cap on; a
+    // quarter cap later, one call on one key (one shard) is enough to drop them all.
+    let later = t0 + Duration::from_secs(6) + policy.cap() + policy.cap() / 4;
+    let token = gate.begin(&"busy".to_string(), later).unwrap();
+    assert_eq!(gate.len(), 1, "only the key in flight is left");
+    assert_eq!(gate.state(&"image-0".to_string()), None);
+    let _ = gate.succeed(token, later);
+    assert!(gate.is_empty());
+}
