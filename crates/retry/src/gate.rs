@@ -125,7 +125,7 @@ fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> (Slot,
 /// A key that holds no information: idle, not escalated, and eligible for more than the cap, so
 /// its next attempt would start a new streak exactly as a fresh key's would. (An escalated key
 /// holds an open fault, which only a success or `forget` closes.)
-// r[impl retry.memory]
+// r[impl retry.memory+2]
 fn droppable<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> bool {
     let (slot, _) = settle(policy, key, slot, now);
     !slot.in_flight() && !slot.escalated() && now.saturating_since(slot.at) > policy.cap
@@ -180,7 +180,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
 
     /// Drop keys that hold no information, during ordinary calls: each partition of the map is
     /// swept once per quarter cap, the partitions staggered so that one call pays for a share.
-    // r[impl retry.memory]
+    // r[impl retry.memory+2]
     pub(crate) fn maybe_sweep(&mut self, now: Instant) {
         let policy = self.policy;
         self.slots.sweep_due(now, policy.cap / 4, |key, slot| {
@@ -951,7 +951,7 @@ mod tests {
         );
     }
 
-    // r[verify retry.memory]
+    // r[verify retry.memory+2]
     #[test]
     fn idle_keys_are_dropped_during_ordinary_calls() {
         let clock = ManualClock::new();
@@ -981,7 +981,7 @@ mod tests {
         assert_eq!(gate.fail(token, clock.now(), None).failures, 1);
     }
 
-    // r[verify retry.memory]
+    // r[verify retry.memory+2]
     #[test]
     fn keys_in_flight_are_kept_until_stale() {
         let clock = ManualClock::new();

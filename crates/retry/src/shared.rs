@@ -83,7 +83,7 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     /// Run `op` on shard `own`, then sweep the other shards that are due, so a shard that no call
     /// reaches still gives back its idle keys. No call holds two shard locks at once, so there is
     /// no lock order to get wrong.
-    // r[impl retry.memory]
+    // r[impl retry.memory+2]
     fn recording<R>(&self, own: usize, now: Instant, op: impl FnOnce(&mut GateCore<K>) -> R) -> R {
         let result = {
             let mut core = lock(&self.shards[own]);

@@ -127,7 +127,7 @@ fn a_panic_inside_a_shard_does_not_disable_the_gate() {
     assert!(gate.is_empty());
 }
 
-// r[verify retry.memory]
+// r[verify retry.memory+2]
 #[test]
 fn a_shared_gate_drops_idle_keys_in_shards_that_no_call_reaches() {
     let policy = Policy::default();

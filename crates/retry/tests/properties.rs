@@ -325,7 +325,7 @@ proptest! {
         prop_assert!(p.wait_after(n, key, hint.map(Duration::from_millis)) <= p.max_wait());
     }
 
-    // r[verify retry.memory]
+    // r[verify retry.memory+2]
     #[test]
     fn memory_never_holds_an_idle_key_past_the_cap_once_touched_or_swept(
         policy in policy(),
