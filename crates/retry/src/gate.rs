@@ -157,10 +157,11 @@ pub(crate) struct GateCore<K> {
 }
 
 impl<K: Hash + Eq + Clone> GateCore<K> {
-    pub(crate) fn new(policy: Policy, parts: usize) -> Self {
+    /// Shard `shard` of `shards` (a single gate: 0 of 1), its map in `parts` partitions.
+    pub(crate) fn new(policy: Policy, parts: usize, shard: usize, shards: usize) -> Self {
         Self {
             policy,
-            slots: Slots::new(parts),
+            slots: Slots::staggered(parts, shard, shards),
             generation: 0,
         }
     }
@@ -441,7 +442,7 @@ impl<K: Hash + Eq + Clone> KeyedGate<K> {
     /// An empty gate pacing every key by `policy`.
     pub fn new(policy: Policy) -> Self {
         Self {
-            core: GateCore::new(policy, 16),
+            core: GateCore::new(policy, 16, 0, 1),
             budget: None,
         }
     }

@@ -40,8 +40,9 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
 
     /// A gate with `shards` shards (at least one).
     pub fn with_shards(policy: Policy, shards: usize) -> Self {
-        let shards: Box<[_]> = (0..shards.max(1))
-            .map(|_| Mutex::new(GateCore::new(policy, 4)))
+        let count = shards.max(1);
+        let shards: Box<[_]> = (0..count)
+            .map(|i| Mutex::new(GateCore::new(policy, 4, i, count)))
             .collect();
         Self {
             policy,
