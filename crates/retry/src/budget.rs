@@ -50,7 +50,8 @@ impl RetryBudget {
             Some(full_at) if full_at > now => {
                 let booked = full_at.saturating_since(now);
                 if booked > self.tolerance {
-                    now + (booked - self.tolerance)
+                    // Never more than one interval past `now`; saturating all the same.
+                    now.saturating_add(booked - self.tolerance)
                 } else {
                     now
                 }

@@ -193,6 +193,14 @@ mod tests {
             );
             assert!(d.recent_crashes() <= 2, "old crashes are pruned");
         }
+        // At the edge: the third crash a nanosecond past the window from the first does not trip.
+        let mut d = CrashLoopDetector::default();
+        d.record(Exit::Crashed, t0);
+        d.record(Exit::Crashed, t0 + Duration::from_secs(30));
+        let just_past = t0 + Duration::from_secs(60) + Duration::from_nanos(1);
+        assert_eq!(d.record(Exit::Crashed, just_past), None);
+        assert_eq!(d.recent_crashes(), 2);
+        assert!(d.peek_report().is_none());
     }
 
     // r[verify retry.crash-loop]

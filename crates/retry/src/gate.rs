@@ -33,7 +33,10 @@ struct Slot {
 
 const IN_FLIGHT: u32 = 1 << 31;
 const ESCALATED: u32 = 1 << 30;
-const GENERATION: u32 = ESCALATED - 1;
+/// Idle because the attempt of the stored generation went stale and was counted as failed; that
+/// attempt's late success (no newer attempt has begun) still resets the key.
+const EXPIRED: u32 = 1 << 29;
+const GENERATION: u32 = EXPIRED - 1;
 
 impl Slot {
     fn in_flight(&self) -> bool {
@@ -42,8 +45,14 @@ impl Slot {
     fn escalated(&self) -> bool {
         self.meta & ESCALATED != 0
     }
-    fn runs(&self, generation: u32) -> bool {
-        self.in_flight() && self.meta & GENERATION == generation
+    /// The token's attempt is the one in flight. The start time is compared too, so a token from
+    /// 2^29 attempts ago whose generation number came round again cannot pass for the live one.
+    fn runs(&self, generation: u32, began: Instant) -> bool {
+        self.in_flight() && self.meta & GENERATION == generation && self.at == began
+    }
+    /// The token's attempt went stale, was counted as failed, and no newer attempt has begun.
+    fn expired_from(&self, generation: u32) -> bool {
+        !self.in_flight() && self.meta & EXPIRED != 0 && self.meta & GENERATION == generation
     }
     /// Idle keys: the earliest next attempt. In flight: when that attempt becomes stale.
     fn next_at(&self, policy: &Policy) -> Instant {
@@ -101,7 +110,8 @@ fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> (Slot,
     let settled = Slot {
         at: next_at,
         failures,
-        meta: if escalated { ESCALATED } else { 0 },
+        // Keep the stale attempt's generation: its late success may still reset the key.
+        meta: (if escalated { ESCALATED } else { 0 }) | EXPIRED | (slot.meta & GENERATION),
     };
     let expiry = Expiry {
         attempt: slot.failures.saturating_add(1),
@@ -115,7 +125,7 @@ fn settle<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> (Slot,
 /// A key that holds no information: idle, not escalated, and eligible for more than the cap, so
 /// its next attempt would start a new streak exactly as a fresh key's would. (An escalated key
 /// holds an open fault, which only a success or `forget` closes.)
-// r[impl retry.memory]
+// r[impl retry.memory+2]
 fn droppable<K: Hash>(policy: &Policy, key: &K, slot: Slot, now: Instant) -> bool {
     let (slot, _) = settle(policy, key, slot, now);
     !slot.in_flight() && !slot.escalated() && now.saturating_since(slot.at) > policy.cap
@@ -147,10 +157,11 @@ pub(crate) struct GateCore<K> {
 }
 
 impl<K: Hash + Eq + Clone> GateCore<K> {
-    pub(crate) fn new(policy: Policy, parts: usize) -> Self {
+    /// Shard `shard` of `shards` (a single gate: 0 of 1), its map in `parts` partitions.
+    pub(crate) fn new(policy: Policy, parts: usize, shard: usize, shards: usize) -> Self {
         Self {
             policy,
-            slots: Slots::new(parts),
+            slots: Slots::staggered(parts, shard, shards),
             generation: 0,
         }
     }
@@ -163,10 +174,15 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         self.slots.len()
     }
 
+    /// When a sweep next falls due (`None`: at once).
+    pub(crate) fn next_sweep_due(&self) -> Option<Instant> {
+        self.slots.next_sweep_due()
+    }
+
     /// Drop keys that hold no information, during ordinary calls: each partition of the map is
     /// swept once per quarter cap, the partitions staggered so that one call pays for a share.
-    // r[impl retry.memory]
-    fn maybe_sweep(&mut self, now: Instant) {
+    // r[impl retry.memory+2]
+    pub(crate) fn maybe_sweep(&mut self, now: Instant) {
         let policy = self.policy;
         self.slots.sweep_due(now, policy.cap / 4, |key, slot| {
             droppable(&policy, key, *slot, now)
@@ -278,7 +294,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         let Some(slot) = self
             .slots
             .get_mut(&token.key)
-            .filter(|s| s.runs(token.generation))
+            .filter(|s| s.runs(token.generation, token.began))
         else {
             return self.superseded(token);
         };
@@ -313,7 +329,12 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     pub(crate) fn succeed(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
         self.maybe_sweep(now);
         match self.slots.get(&token.key) {
-            Some(slot) if slot.runs(token.generation) => {
+            // A stale attempt's late success still resets the key unless a newer attempt began.
+            // r[impl retry.in-flight.expiry]
+            Some(slot)
+                if slot.runs(token.generation, token.began)
+                    || slot.expired_from(token.generation) =>
+            {
                 let recovered = slot.escalated();
                 // r[impl retry.success-reset]
                 self.slots.remove(&token.key);
@@ -421,7 +442,7 @@ impl<K: Hash + Eq + Clone> KeyedGate<K> {
     /// An empty gate pacing every key by `policy`.
     pub fn new(policy: Policy) -> Self {
         Self {
-            core: GateCore::new(policy, 16),
+            core: GateCore::new(policy, 16, 0, 1),
             budget: None,
         }
     }
@@ -704,6 +725,80 @@ mod tests {
         assert_eq!(t.failures, 2);
     }
 
+    // r[verify retry.in-flight.expiry]
+    #[test]
+    fn a_stale_attempts_late_success_resets_the_key_after_a_refused_begin_recorded_its_expiry() {
+        let clock = ManualClock::new();
+        let p = Policy::builder()
+            .base(S(5))
+            .cap(S(300))
+            .escalate_after(1)
+            .stale_after(S(600))
+            .build()
+            .unwrap();
+        let mut gate = KeyedGate::new(p);
+        let hung = gate.begin(&"img", clock.now()).unwrap();
+        clock.advance(S(601));
+        // Another caller asks: the hung attempt is counted as failed (and escalates), and the key
+        // is backing off, so no newer attempt begins.
+        let refused = gate.begin(&"img", clock.now()).unwrap_err();
+        let expired = refused.expired.expect("the expiry is reported");
+        assert_eq!(
+            (expired.reason, expired.escalation),
+            (Reason::Expired, Some(Escalation::Escalated))
+        );
+        // The hung attempt finally succeeds: the key is reset and the fault cleared.
+        let late = gate.succeed(hung, clock.now());
+        assert_eq!(
+            (late.reason, late.failures, late.escalation),
+            (Reason::Succeeded, 0, Some(Escalation::Recovered))
+        );
+        assert_eq!(gate.state(&"img"), None);
+        assert_eq!(gate.check(&"img", clock.now()), Ok(()));
+    }
+
+    // r[verify retry.in-flight.expiry]
+    // r[verify retry.token.stale]
+    #[test]
+    fn a_stale_attempts_late_outcome_changes_nothing_once_a_newer_attempt_began() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let hung = gate.begin(&"img", clock.now()).unwrap();
+        clock.advance(S(601));
+        let refused = gate.begin(&"img", clock.now()).unwrap_err();
+        clock.advance(refused.until - clock.now());
+        let live = gate.begin(&"img", clock.now()).unwrap();
+        let before = gate.state(&"img");
+        assert_eq!(gate.succeed(hung, clock.now()).reason, Reason::Superseded);
+        assert_eq!(gate.state(&"img"), before);
+        assert_eq!(gate.fail(live, clock.now(), None).failures, 2);
+    }
+
+    // r[verify retry.token.stale]
+    #[test]
+    fn a_token_whose_generation_came_round_again_is_still_superseded() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let old = gate.begin(&"img", clock.now()).unwrap();
+        let _ = gate.succeed(old, clock.now());
+        // Fake the counter wrapping: the next grant reuses generation 0, at a later time.
+        gate.core.generation = 0;
+        let replayed_generation = AttemptToken {
+            key: "img",
+            generation: 0,
+            attempt: 1,
+            began: clock.now(),
+            expired: None,
+        };
+        clock.advance(S(1));
+        let live = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(live.generation, replayed_generation.generation);
+        let late = gate.fail(replayed_generation, clock.now(), None);
+        assert_eq!(late.reason, Reason::Superseded);
+        assert!(gate.state(&"img").unwrap().in_flight);
+        assert_eq!(gate.succeed(live, clock.now()).reason, Reason::Succeeded);
+    }
+
     // r[verify retry.token.granted-only]
     #[test]
     fn refused_calls_never_grow_the_streak() {
@@ -857,7 +952,7 @@ mod tests {
         );
     }
 
-    // r[verify retry.memory]
+    // r[verify retry.memory+2]
     #[test]
     fn idle_keys_are_dropped_during_ordinary_calls() {
         let clock = ManualClock::new();
@@ -876,18 +971,18 @@ mod tests {
         let _ = gate.fail(token, clock.now(), None);
         clock.advance(p.cap() / 4 + S(1));
         assert!(gate.check(&keys[0], clock.now()).is_ok());
-        assert!(gate.check(&busy, clock.now()).is_err() || gate.len() <= 10_001);
-        // Any ordinary call now sweeps.
-        let _ = gate.check(&busy, clock.now());
+        // A quarter cap after they held nothing, the next ordinary call has dropped them all:
+        // what is left is `busy` (backing off) and `other` (in flight).
         let token = gate.begin(&"other".to_string(), clock.now()).unwrap();
-        assert!(gate.len() <= 3, "idle keys dropped, {} left", gate.len());
+        assert_eq!(gate.len(), 2, "idle keys dropped");
+        assert!(gate.state(&busy).is_some() && gate.state(&keys[0]).is_none());
         let _ = gate.succeed(token, clock.now());
         // A dropped key decides as it would have: eligible, and its next failure is failure 1.
         let token = gate.begin(&keys[0], clock.now()).unwrap();
         assert_eq!(gate.fail(token, clock.now(), None).failures, 1);
     }
 
-    // r[verify retry.memory]
+    // r[verify retry.memory+2]
     #[test]
     fn keys_in_flight_are_kept_until_stale() {
         let clock = ManualClock::new();

@@ -57,6 +57,10 @@ pub fn classify_status(status: StatusCode) -> Class {
 /// Parse a Retry-After header value: delta-seconds (`"120"`) or an HTTP-date
 /// (`"Wed, 21 Oct 2015 07:28:00 GMT"`), as a wait from `now`. A date in the past is a zero wait;
 /// anything else (negative, fractional, garbage) is `None`.
+///
+/// The wait is whatever the server said, up to `u64::MAX` seconds for an absurd number: pass it
+/// to a gate or [`crate::History`] (which cut it to the policy's hint cap) rather than adding it
+/// to an `Instant` yourself, which panics on overflow.
 // r[impl classify.http.retry-after]
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();

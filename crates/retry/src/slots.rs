@@ -22,6 +22,10 @@ struct Part<K, V> {
 pub(crate) struct Slots<K, V> {
     hasher: DefaultHashBuilder,
     parts: Box<[Part<K, V>]>,
+    /// This map's place among maps swept together (a sharded gate's shards): partition `i` takes
+    /// phase `first_phase + i` of `phases`, so the shards' partitions fall due at different calls.
+    first_phase: u32,
+    phases: u32,
 }
 
 impl<K, V> std::fmt::Debug for Slots<K, V> {
@@ -33,10 +37,17 @@ impl<K, V> std::fmt::Debug for Slots<K, V> {
 }
 
 impl<K: Hash + Eq, V> Slots<K, V> {
-    /// An empty map with `parts` partitions (rounded up to a power of two).
-    pub(crate) fn new(parts: usize) -> Self {
+    /// An empty map with `parts` partitions (rounded up to a power of two) that is map `index` of
+    /// `of` maps swept together (a single map: 0 of 1): its partitions' sweeps are staggered
+    /// against theirs.
+    pub(crate) fn staggered(parts: usize, index: usize, of: usize) -> Self {
         let parts = parts.max(1).next_power_of_two();
+        let count = u32::try_from(parts).unwrap_or(u32::MAX);
+        let index = u32::try_from(index).unwrap_or(0);
+        let of = u32::try_from(of.max(1)).unwrap_or(u32::MAX);
         Self {
+            first_phase: index.saturating_mul(count),
+            phases: of.saturating_mul(count),
             hasher: DefaultHashBuilder::default(),
             parts: (0..parts)
                 .map(|_| Part {
@@ -91,6 +102,12 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         self.parts.iter().map(|p| p.table.len()).sum()
     }
 
+    /// When the next partition falls due for a sweep (`None`: one has never been swept, so it
+    /// is due at once).
+    pub(crate) fn next_sweep_due(&self) -> Option<Instant> {
+        self.parts.iter().map(|p| p.next_sweep).min().flatten()
+    }
+
     /// Sweep every partition that is due at `now`: drop the entries `droppable` says to drop, give
     /// memory back, and schedule the partition's next sweep one `interval` later. Partitions start
     /// staggered across the interval so that they fall due at different calls.
@@ -100,14 +117,15 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         interval: Duration,
         mut droppable: impl FnMut(&K, &V) -> bool,
     ) {
-        let count = self.parts.len() as u32;
+        let (first, phases) = (self.first_phase, self.phases.max(1));
         let interval = interval.max(Duration::from_nanos(1));
         let hasher = &self.hasher;
         for (i, part) in self.parts.iter_mut().enumerate() {
             // Partition i's phase within the interval; kept while calls are frequent, restored
             // after a quiet spell in which every partition fell due at once.
-            let staggered = now
-                .saturating_add((interval * (i as u32 + 1) / count).max(Duration::from_nanos(1)));
+            let phase = first.saturating_add(i as u32 + 1).min(phases);
+            let staggered =
+                now.saturating_add((interval * phase / phases).max(Duration::from_nanos(1)));
             let next = match part.next_sweep {
                 None => staggered,
                 Some(at) if now < at => continue,
@@ -132,7 +150,7 @@ mod tests {
 
     #[test]
     fn partitions_are_swept_one_share_at_a_time() {
-        let mut slots: Slots<u64, u64> = Slots::new(4);
+        let mut slots: Slots<u64, u64> = Slots::staggered(4, 0, 1);
         let t0 = Instant::now();
         let interval = Duration::from_secs(4);
         slots.sweep_due(t0, interval, |_, _| true); // schedules partitions at 1, 2, 3, 4 s
@@ -156,5 +174,22 @@ mod tests {
         *slots.get_mut(&7).unwrap() = 71;
         assert_eq!(slots.remove(&7), Some(71));
         assert_eq!(slots.remove(&7), None);
+    }
+
+    #[test]
+    fn maps_swept_together_fall_due_at_different_times() {
+        let t0 = Instant::now();
+        let interval = Duration::from_secs(8);
+        let mut due = Vec::new();
+        for index in 0..2 {
+            let mut slots: Slots<u64, u64> = Slots::staggered(4, index, 2);
+            slots.sweep_due(t0, interval, |_, _| false);
+            due.extend(slots.parts.iter().map(|p| p.next_sweep));
+        }
+        let expected: Vec<_> = (1..=8).map(|s| Some(t0 + Duration::from_secs(s))).collect();
+        assert_eq!(
+            due, expected,
+            "eight partitions, one per second of the interval"
+        );
     }
 }

@@ -74,3 +74,77 @@ fn concurrent_failures_on_distinct_keys_are_counted_per_key() {
             .is_ok()
     );
 }
+
+/// A key whose `Hash` panics when told to, to poison a shard's mutex from inside the gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Touchy(&'static str);
+
+thread_local! {
+    /// Hashes left before one panics (`None`: never).
+    static HASHES_BEFORE_PANIC: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        HASHES_BEFORE_PANIC.with(|left| match left.get() {
+            Some(0) => {
+                left.set(None);
+                panic!("hash failed inside the gate");
+            }
+            Some(n) => left.set(Some(n - 1)),
+            None => {}
+        });
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_panic_inside_a_shard_does_not_disable_the_gate() {
+    let gate = SharedGate::with_shards(Policy::default(), 1);
+    let now = Instant::now();
+    let key = Touchy("registry.local/app:1");
+    let token = gate.begin(&key, now).unwrap();
+    let _ = gate.fail(token, now, None);
+    // The first hash picks the shard; the second, under the shard's lock, panics and poisons it.
+    HASHES_BEFORE_PANIC.with(|left| left.set(Some(1)));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.check(&key, now)));
+    assert!(panicked.is_err());
+    // The gate goes on with the state it had: still backing off after one failure.
+    let state = gate.state(&key).expect("state survives the poisoned lock");
+    assert_eq!(state.failures, 1);
+    let refused = gate.begin(&key, now).unwrap_err();
+    assert_eq!(
+        refused.reason,
+        WaitReason::Backoff {
+            failures: 1,
+            escalated: false
+        }
+    );
+    let token = gate
+        .begin(&key, state.next_attempt_at)
+        .expect("eligible once the wait passed");
+    assert_eq!(gate.succeed(token, now).reason, Reason::Succeeded);
+    assert!(gate.is_empty());
+}
+
+// r[verify retry.memory+2]
+#[test]
+fn a_shared_gate_drops_idle_keys_in_shards_that_no_call_reaches() {
+    let policy = Policy::default();
+    let gate = SharedGate::new(policy);
+    let t0 = Instant::now();
+    for i in 0..1000 {
+        let key = format!("image-{i}");
+        let token = gate.begin(&key, t0).unwrap();
+        let _ = gate.fail(token, t0, None);
+    }
+    assert_eq!(gate.len(), 1000);
+    // Every key is eligible before t0 + 6 s, so it holds nothing from t0 + 6 s + cap on; a
+    // quarter cap later, one call on one key (one shard) is enough to drop them all.
+    let later = t0 + Duration::from_secs(6) + policy.cap() + policy.cap() / 4;
+    let token = gate.begin(&"busy".to_string(), later).unwrap();
+    assert_eq!(gate.len(), 1, "only the key in flight is left");
+    assert_eq!(gate.state(&"image-0".to_string()), None);
+    let _ = gate.succeed(token, later);
+    assert!(gate.is_empty());
+}

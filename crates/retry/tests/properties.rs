@@ -73,6 +73,9 @@ fn op() -> impl Strategy<Value = Op> {
 struct Model {
     history: History<Instant>,
     in_flight: Option<Instant>,
+    /// The start of an attempt counted as failed when it went stale, while no newer one began:
+    /// its late success still resets the key.
+    expired: Option<Instant>,
 }
 
 impl Model {
@@ -80,6 +83,7 @@ impl Model {
         Self {
             history: History::new(stable_hash(&key)),
             in_flight: None,
+            expired: None,
         }
     }
 
@@ -90,6 +94,7 @@ impl Model {
             if now >= stale_at {
                 self.history.record_failure(p, stale_at, None);
                 self.in_flight = None;
+                self.expired = Some(began);
             }
         }
     }
@@ -163,6 +168,7 @@ impl Run {
                 if let Ok(token) = got {
                     model.history.begin_attempt(&p, self.now);
                     model.in_flight = Some(self.now);
+                    model.expired = None;
                     // A superseded token stays with us: finishing it later must change nothing.
                     if let Some(old) = self.tokens.insert(k, token) {
                         let before = self.gate.state(&KEYS[k]);
@@ -198,12 +204,19 @@ impl Run {
             }
             Op::Succeed(k) => {
                 if let Some(token) = self.tokens.remove(&k) {
-                    let live = self.models[k].in_flight == Some(token.began());
+                    let model = &self.models[k];
+                    let live = model.in_flight == Some(token.began())
+                        || model.expired == Some(token.began());
+                    let before = self.gate.state(&KEYS[k]);
                     let t = self.gate.succeed(token, self.now);
-                    if live {
+                    if !live {
+                        prop_assert_eq!(t.reason, holdfast_retry::Reason::Superseded);
+                        prop_assert_eq!(self.gate.state(&KEYS[k]), before);
+                    } else {
                         let model = &mut self.models[k];
                         let done = model.history.record_success();
                         model.in_flight = None;
+                        model.expired = None;
                         prop_assert_eq!(
                             t.escalation.is_some(),
                             done.recovered,
@@ -312,7 +325,7 @@ proptest! {
         prop_assert!(p.wait_after(n, key, hint.map(Duration::from_millis)) <= p.max_wait());
     }
 
-    // r[verify retry.memory]
+    // r[verify retry.memory+2]
     #[test]
     fn memory_never_holds_an_idle_key_past_the_cap_once_touched_or_swept(
         policy in policy(),
