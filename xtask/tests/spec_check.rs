@@ -2,26 +2,13 @@
 //! Fixtures are strings here, never checked-in files: the real gate scans this repository, and
 //! tracey's lexer reads comments only, so annotation-shaped text inside these literals is inert.
 
+mod fixture;
+
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tempfile::TempDir;
-
-const CONFIG: &str = "\
-specs (
-    {
-        name demo
-        include (docs/spec/demo.md)
-        impls (
-            {
-                name rust
-                include (crates/**/*.rs)
-                test_include (crates/**/tests/**/*.rs)
-            }
-        )
-    }
-)
-";
+use fixture::{BETA_TEST, CONFIG, LIB, Tree, junit};
 
 const SPEC: &str = "\
 # Demo spec
@@ -33,132 +20,28 @@ const SPEC: &str = "\
 > Beta must hold.
 ";
 
-const LIB: &str = "\
-// r[impl demo.alpha]
-pub fn alpha() -> u32 {
-    1
-}
-
-// r[impl demo.beta]
-pub fn beta() -> u32 {
-    2
-}
-
-#[cfg(test)]
-mod tests {
-    // r[verify demo.alpha]
-    #[test]
-    fn alpha_holds() {
-        assert_eq!(super::alpha(), 1);
-    }
-}
-";
-
-const BETA_TEST: &str = "\
-// r[verify demo.beta]
-#[test]
-fn beta_holds() {
-    assert_eq!(demo::beta(), 2);
-}
-";
-
-const MANIFEST: &str = "\
-[package]
-name = \"demo\"
-version = \"0.1.0\"
-edition = \"2021\"
-
-[workspace]
-";
-
 /// A fixture tree: the clean demo crate, with `overrides` replacing or adding files.
-struct Fixture {
-    dir: TempDir,
-}
+struct Fixture(Tree);
 
 impl Fixture {
     fn new(overrides: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut files: Vec<(&str, &str)> = vec![
-            (".config/tracey/config.styx", CONFIG),
-            ("docs/spec/demo.md", SPEC),
-            ("crates/demo/Cargo.toml", MANIFEST),
-            ("crates/demo/src/lib.rs", LIB),
-            ("crates/demo/tests/beta.rs", BETA_TEST),
-        ];
-        for (path, text) in overrides {
-            files.retain(|(p, _)| p != path);
-            files.push((path, text));
-        }
-        let fixture = Self { dir };
-        for (path, text) in files {
-            fixture.write(path, text.as_bytes());
-        }
-        fixture
-    }
-
-    fn write(&self, path: &str, bytes: &[u8]) {
-        let path = self.path().join(path);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, bytes).expect("write fixture file");
-    }
-
-    fn remove(&self, path: &str) {
-        std::fs::remove_file(self.path().join(path)).expect("remove fixture file");
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
+        Self(Tree::new(SPEC, &[], overrides))
     }
 
     /// Runs `xtask spec-check --root <fixture> ARGS`; returns the exit code and stdout with the
     /// temp dir replaced by `[ROOT]`.
     fn check(&self, args: &[&str]) -> (i32, String) {
-        let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-            .arg("spec-check")
-            .arg("--root")
-            .arg(self.path())
-            .args(args)
-            .output()
-            .expect("run xtask");
-        let stdout = String::from_utf8(output.stdout).expect("utf-8 stdout");
-        let root = self.path().canonicalize().expect("canonical root");
-        let stdout = stdout
-            .replace(&root.display().to_string(), "[ROOT]")
-            .replace(&self.path().display().to_string(), "[ROOT]");
-        (output.status.code().expect("exit code"), stdout)
+        let run = fixture::xtask("spec-check", self.path(), args);
+        (run.code, run.stdout)
     }
 }
 
-fn junit(cases: &[(&str, &str, &str)]) -> String {
-    let mut suites: Vec<(&str, Vec<(&str, &str)>)> = Vec::new();
-    for (suite, name, status) in cases {
-        match suites.iter_mut().find(|(s, _)| s == suite) {
-            Some((_, list)) => list.push((name, status)),
-            None => suites.push((suite, vec![(name, status)])),
-        }
+impl Deref for Fixture {
+    type Target = Tree;
+
+    fn deref(&self) -> &Tree {
+        &self.0
     }
-    // The shape nextest 0.9 writes (checked against a real `cargo nextest run --profile ci`).
-    let mut xml = String::from(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"nextest-run\">\n",
-    );
-    for (suite, list) in suites {
-        xml.push_str(&format!("    <testsuite name=\"{suite}\">\n"));
-        for (name, status) in list {
-            match status {
-                "passed" => xml.push_str(&format!(
-                    "        <testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\"/>\n"
-                )),
-                "failed" => xml.push_str(&format!(
-                    "        <testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\">\n            <failure message=\"panicked\" type=\"test failure\">boom</failure>\n        </testcase>\n"
-                )),
-                other => panic!("unknown status {other}"),
-            }
-        }
-        xml.push_str("    </testsuite>\n");
-    }
-    xml.push_str("</testsuites>\n");
-    xml
 }
 
 // i[verify spec-check.exit-code]

@@ -3,27 +3,12 @@
 //! scans this repository, and tracey's lexer reads comments only, so annotation-shaped text inside
 //! these literals is inert.
 
+mod fixture;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
 
-use tempfile::TempDir;
-
-const CONFIG: &str = "\
-specs (
-    {
-        name demo
-        include (docs/spec/demo.md)
-        impls (
-            {
-                name rust
-                include (crates/**/*.rs)
-                test_include (crates/**/tests/**/*.rs)
-            }
-        )
-    }
-)
-";
+use fixture::{Tree, junit};
 
 const SPEC: &str = "\
 # Demo spec
@@ -33,44 +18,6 @@ const SPEC: &str = "\
 > in every case.
 
 > r[demo.beta] Beta must hold.
-";
-
-const LIB: &str = "\
-// r[impl demo.alpha]
-pub fn alpha() -> u32 {
-    1
-}
-
-// r[impl demo.beta]
-pub fn beta() -> u32 {
-    2
-}
-
-#[cfg(test)]
-mod tests {
-    // r[verify demo.alpha]
-    #[test]
-    fn alpha_holds() {
-        assert_eq!(super::alpha(), 1);
-    }
-}
-";
-
-const BETA_TEST: &str = "\
-// r[verify demo.beta]
-#[test]
-fn beta_holds() {
-    assert_eq!(demo::beta(), 2);
-}
-";
-
-const MANIFEST: &str = "\
-[package]
-name = \"demo\"
-version = \"0.1.0\"
-edition = \"2021\"
-
-[workspace]
 ";
 
 const FINDINGS: &str = "\
@@ -101,37 +48,19 @@ Gamma's crate does not exist.
 /// When the fixture's results were \"written\": 2026-11-29 22:10:03 UTC.
 const RESULTS_WRITTEN: u64 = 1_795_990_203;
 
-struct Fixture {
-    dir: TempDir,
-}
+struct Fixture(Tree);
 
 impl Fixture {
     fn new(overrides: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut files: Vec<(&str, &str)> = vec![
-            (".config/tracey/config.styx", CONFIG),
-            ("docs/spec/demo.md", SPEC),
-            ("docs/audit/findings.md", FINDINGS),
-            ("crates/demo/Cargo.toml", MANIFEST),
-            ("crates/demo/src/lib.rs", LIB),
-            ("crates/demo/tests/beta.rs", BETA_TEST),
-        ];
-        for (path, text) in overrides {
-            files.retain(|(p, _)| p != path);
-            files.push((path, text));
-        }
-        let fixture = Self { dir };
-        for (path, text) in files {
-            fixture.write(path, text);
-        }
-        fixture
+        Self(Tree::new(
+            SPEC,
+            &[("docs/audit/findings.md", FINDINGS)],
+            overrides,
+        ))
     }
 
     fn write(&self, path: &str, text: &str) -> PathBuf {
-        let path = self.path().join(path);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, text).expect("write fixture file");
-        path
+        self.0.write(path, text.as_bytes())
     }
 
     /// Writes nextest JUnit at the default results path, dated [`RESULTS_WRITTEN`].
@@ -146,7 +75,7 @@ impl Fixture {
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        self.0.path()
     }
 
     /// Runs `xtask trace --root <fixture> ARGS`; returns the exit code and the output (stdout,
@@ -157,57 +86,11 @@ impl Fixture {
 }
 
 fn run_trace(root: &Path, args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .arg("trace")
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .output()
-        .expect("run xtask");
-    let canonical = root.canonicalize().expect("canonical root");
-    let clean = |bytes: Vec<u8>| {
-        String::from_utf8(bytes)
-            .expect("utf-8 output")
-            .replace(&canonical.display().to_string(), "[ROOT]")
-            .replace(&root.display().to_string(), "[ROOT]")
-    };
-    let text = format!(
-        "{}--- stderr\n{}",
-        clean(output.stdout),
-        clean(output.stderr)
-    );
-    (output.status.code().expect("exit code"), text)
-}
-
-/// The JUnit shape nextest 0.9 writes (as in spec_check.rs).
-fn junit(cases: &[(&str, &str, &str)]) -> String {
-    let mut suites: Vec<(&str, Vec<(&str, &str)>)> = Vec::new();
-    for (suite, name, status) in cases {
-        match suites.iter_mut().find(|(s, _)| s == suite) {
-            Some((_, list)) => list.push((name, status)),
-            None => suites.push((suite, vec![(name, status)])),
-        }
-    }
-    let mut xml = String::from(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"nextest-run\">\n",
-    );
-    for (suite, list) in suites {
-        xml.push_str(&format!("    <testsuite name=\"{suite}\">\n"));
-        for (name, status) in list {
-            match status {
-                "passed" => xml.push_str(&format!(
-                    "        <testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\"/>\n"
-                )),
-                "failed" => xml.push_str(&format!(
-                    "        <testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\">\n            <failure message=\"panicked\" type=\"test failure\">boom</failure>\n        </testcase>\n"
-                )),
-                other => panic!("unknown status {other}"),
-            }
-        }
-        xml.push_str("    </testsuite>\n");
-    }
-    xml.push_str("</testsuites>\n");
-    xml
+    let run = fixture::xtask("trace", root, args);
+    (
+        run.code,
+        format!("{}--- stderr\n{}", run.stdout, run.stderr),
+    )
 }
 
 // i[verify trace.walk]
