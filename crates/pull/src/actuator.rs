@@ -1014,10 +1014,11 @@ mod tests {
             act.ensure(IMG, now),
             ImageState::Waiting { failures: 1, .. }
         ));
-        a.send(Ok(Fetched::Pulled)).unwrap();
+        a.send(Err(unreachable())).unwrap();
         act.next_result(now).await;
         assert!(!act.has_live_attempts(), "the stale attempt has ended");
         act.settle(now).await; // returns at once rather than waiting for a result that never comes
+        // Its late failure adds nothing to the failure counted at the stale moment.
         assert!(matches!(
             act.ensure(IMG, now),
             ImageState::Waiting { failures: 1, .. }
@@ -1027,6 +1028,29 @@ mod tests {
             ImageState::Pulling { .. }
         ));
         assert_eq!(fetcher.pending(), 1);
+    }
+
+    // r[verify actuate.image.attempt-token]
+    #[tokio::test]
+    async fn a_stale_attempt_succeeding_before_a_successor_began_makes_the_image_present() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(30))).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, a) = fetcher.next_call();
+        let now = t0 + Duration::from_secs(31);
+        assert!(matches!(
+            act.ensure(IMG, now),
+            ImageState::Waiting { failures: 1, .. }
+        ));
+        // No newer attempt began, so its token is not superseded: its late success still resets
+        // the reference (r[retry.in-flight.expiry]); the image is there.
+        a.send(Ok(Fetched::Pulled)).unwrap();
+        act.next_result(now).await;
+        assert!(!act.has_live_attempts());
+        assert_eq!(act.ensure(IMG, now), ImageState::Present);
+        assert_eq!(fetcher.pending(), 0, "nothing more to pull");
+        assert!(act.faults().is_empty());
     }
 
     // r[verify actuate.image.attempt-token]
