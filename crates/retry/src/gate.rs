@@ -266,7 +266,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             generation,
             attempt: failures.saturating_add(1),
             began: now,
-            // A gap reset began a new streak (r[retry.gap-reset]); a release keeps it begun.
+            // A gap reset began a new streak (see the gap-reset rule); a release keeps it begun.
             prior: Some((settled.at, failures)),
             expired,
         })
