@@ -1072,7 +1072,7 @@ mod tests {
             ImageState::Waiting { failures: 1, .. }
         ));
         // No newer attempt began, so its token is not superseded: its late success still resets
-        // the reference (r[retry.in-flight.expiry]); the image is there.
+        // the reference (the retry in-flight expiry rule); the image is there.
         a.send(Ok(Fetched::Pulled)).unwrap();
         act.next_result(now).await;
         assert!(!act.has_live_attempts());
