@@ -427,6 +427,15 @@ impl<F: Fetcher> Actuator<F> {
             .map(|live| live.progress.borrow().clone())
     }
 
+    /// The length of `reference`'s own failure streak (0 when it has none). A daemon outage never
+    /// adds to it: while the daemon is unreachable, [`Actuator::ensure`] reports the daemon's
+    /// failures instead.
+    pub fn reference_failures(&self, reference: &str) -> u32 {
+        self.images
+            .state(&reference.to_owned())
+            .map_or(0, |state| state.failures)
+    }
+
     /// The open operator-visible faults (images and the daemon).
     pub fn faults(&self) -> Vec<Fault> {
         self.faults.list()
@@ -519,10 +528,29 @@ impl<F: Fetcher> Actuator<F> {
                 self.daemon_answered();
             }
             Err(err) => {
-                let Finished::Failed(failed) = self.images.fail(token, now, err.retry_after) else {
-                    tracing::debug!(reference, error = %err, "late failure of a superseded attempt ignored");
-                    self.attempt_ended(reference, token);
-                    return;
+                // r[impl actuate.image.daemon+2]
+                // An unreachable daemon says nothing about the image: the attempt ends without an
+                // outcome for the reference and counts on the daemon's gate instead.
+                let finished = if err.kind.is_daemon_condition() {
+                    self.images.release(token, now)
+                } else {
+                    self.images.fail(token, now, err.retry_after)
+                };
+                let failed = match finished {
+                    Finished::Failed(failed) => failed,
+                    Finished::Released => {
+                        if let Some(entry) = self.references.get_mut(reference) {
+                            entry.live = None;
+                        }
+                        tracing::debug!(reference, error = %err, "attempt released: the daemon is unreachable");
+                        self.daemon_failed(err, now);
+                        return;
+                    }
+                    Finished::Superseded | Finished::Succeeded { .. } => {
+                        tracing::debug!(reference, error = %err, "late failure of a superseded attempt ignored");
+                        self.attempt_ended(reference, token);
+                        return;
+                    }
                 };
                 let entry = self.references.entry(reference.to_owned()).or_default();
                 entry.live = None;
@@ -560,7 +588,7 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
-    // r[impl actuate.image.daemon]
+    // r[impl actuate.image.daemon+2]
     /// Records a failure to reach the daemon on the daemon's own gate, and from then on starts no
     /// image attempt until a probe gets an answer.
     fn daemon_failed(&mut self, err: PullError, now: Instant) {
@@ -1014,10 +1042,11 @@ mod tests {
             act.ensure(IMG, now),
             ImageState::Waiting { failures: 1, .. }
         ));
-        a.send(Ok(Fetched::Pulled)).unwrap();
+        a.send(Err(unreachable())).unwrap();
         act.next_result(now).await;
         assert!(!act.has_live_attempts(), "the stale attempt has ended");
         act.settle(now).await; // returns at once rather than waiting for a result that never comes
+        // Its late failure adds nothing to the failure counted at the stale moment.
         assert!(matches!(
             act.ensure(IMG, now),
             ImageState::Waiting { failures: 1, .. }
@@ -1027,6 +1056,29 @@ mod tests {
             ImageState::Pulling { .. }
         ));
         assert_eq!(fetcher.pending(), 1);
+    }
+
+    // r[verify actuate.image.attempt-token]
+    #[tokio::test]
+    async fn a_stale_attempt_succeeding_before_a_successor_began_makes_the_image_present() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(30))).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, a) = fetcher.next_call();
+        let now = t0 + Duration::from_secs(31);
+        assert!(matches!(
+            act.ensure(IMG, now),
+            ImageState::Waiting { failures: 1, .. }
+        ));
+        // No newer attempt began, so its token is not superseded: its late success still resets
+        // the reference (the retry in-flight expiry rule); the image is there.
+        a.send(Ok(Fetched::Pulled)).unwrap();
+        act.next_result(now).await;
+        assert!(!act.has_live_attempts());
+        assert_eq!(act.ensure(IMG, now), ImageState::Present);
+        assert_eq!(fetcher.pending(), 0, "nothing more to pull");
+        assert!(act.faults().is_empty());
     }
 
     // r[verify actuate.image.attempt-token]
@@ -1046,7 +1098,7 @@ mod tests {
         assert_eq!(fetcher.pending(), 1);
     }
 
-    // r[verify actuate.image.daemon]
+    // r[verify actuate.image.daemon+2]
     #[tokio::test]
     async fn daemon_unreachable_is_its_own_paced_condition() {
         let fetcher = Scripted::default();
@@ -1058,6 +1110,8 @@ mod tests {
         fetcher.probes_answer(Err(down.clone()));
         fetcher.next_call().1.send(Err(down)).unwrap();
         act.settle(t0).await;
+        // The attempt that found the daemon down counted on the daemon, not on the image.
+        assert_eq!(act.reference_failures(IMG), 0);
         let mut probes_at = Vec::new();
         for s in 0..=700u64 {
             let now = t0 + Duration::from_secs(s);
@@ -1067,6 +1121,11 @@ mod tests {
                     act.ensure(reference, now),
                     ImageState::DaemonUnreachable { .. }
                 ));
+                assert_eq!(
+                    act.reference_failures(reference),
+                    0,
+                    "a daemon outage grows no reference's streak"
+                );
             }
             if fetcher.probe_calls() > before {
                 probes_at.push(s);
@@ -1093,8 +1152,8 @@ mod tests {
         assert!(
             !faults
                 .iter()
-                .any(|f| f.subject == FaultSubject::Image(other.into())),
-            "an image that never attempted has no fault of its own"
+                .any(|f| matches!(f.subject, FaultSubject::Image(_))),
+            "no image has a fault of its own: {faults:?}"
         );
         // The daemon comes back: the next probe succeeds, pulls resume, the daemon fault clears.
         fetcher.probes_answer(Ok(()));
@@ -1113,10 +1172,66 @@ mod tests {
             s += 1;
             assert!(s < 1100, "daemon never recovered");
         }
+        // At once, as for a reference that never failed.
         let now = t0 + Duration::from_secs(s);
         assert!(matches!(act.ensure(IMG, now), ImageState::Pulling { .. }));
+        assert_eq!(act.reference_failures(IMG), 0);
         fetcher.next_call().1.send(Ok(Fetched::Pulled)).unwrap();
         act.settle(now).await;
         assert_eq!(act.ensure(IMG, now), ImageState::Present);
+    }
+
+    // r[verify actuate.image.daemon+2]
+    #[tokio::test]
+    async fn a_daemon_outage_keeps_a_failing_references_streak_and_wait() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        // Two registry failures: the reference waits 10 s after the second (at 5 s).
+        act.ensure(IMG, t0);
+        fetcher.next_call().1.send(Err(unreachable())).unwrap();
+        act.settle(t0).await;
+        let t5 = t0 + Duration::from_secs(5);
+        assert!(matches!(act.ensure(IMG, t5), ImageState::Pulling { .. }));
+        fetcher.next_call().1.send(Err(unreachable())).unwrap();
+        act.settle(t5).await;
+        assert_eq!(act.reference_failures(IMG), 2);
+        // Its third attempt finds the daemon down: the streak stays at 2.
+        let t15 = t0 + Duration::from_secs(15);
+        assert!(matches!(act.ensure(IMG, t15), ImageState::Pulling { .. }));
+        let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+        fetcher.probes_answer(Err(down.clone()));
+        fetcher.next_call().1.send(Err(down)).unwrap();
+        act.settle(t15).await;
+        assert_eq!(act.reference_failures(IMG), 2);
+        assert!(matches!(
+            act.ensure(IMG, t15),
+            ImageState::DaemonUnreachable { failures: 1, .. }
+        ));
+        assert!(
+            act.faults()
+                .iter()
+                .all(|f| f.subject == FaultSubject::Daemon)
+        );
+        // The daemon answers its first probe (at 20 s): the reference is eligible as before (its
+        // wait ended at 15 s), and its next failure is its third, not its fourth.
+        fetcher.probes_answer(Ok(()));
+        let t20 = t0 + Duration::from_secs(20);
+        act.ensure(IMG, t20);
+        act.settle(t20).await;
+        assert!(act.faults().is_empty(), "{:?}", act.faults());
+        assert!(matches!(act.ensure(IMG, t20), ImageState::Pulling { .. }));
+        fetcher.next_call().1.send(Err(unreachable())).unwrap();
+        act.settle(t20).await;
+        assert_eq!(act.reference_failures(IMG), 3);
+        match act.ensure(IMG, t20) {
+            ImageState::Waiting {
+                failures, until, ..
+            } => {
+                assert_eq!(failures, 3);
+                assert_eq!(until, t20 + Duration::from_secs(20));
+            }
+            other => panic!("expected waiting, got {other:?}"),
+        }
     }
 }

@@ -62,6 +62,8 @@ pub enum Finished {
     },
     /// The failure was counted.
     Failed(Failed),
+    /// The attempt ended without an outcome: the key is as it was before the attempt began.
+    Released,
 }
 
 /// A [`KeyedGate`] plus the tokens of the attempts it granted that have not reported yet.
@@ -132,6 +134,25 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
         let transition = self.gate.fail(attempt, now, hint);
         match transition.reason {
             Reason::Superseded => Finished::Superseded,
+            _ => Finished::Failed(Failed {
+                failures: transition.failures,
+                until: transition.next_attempt_at.unwrap_or(now),
+                escalated: transition.escalation == Some(Escalation::Escalated),
+            }),
+        }
+    }
+
+    /// The attempt `token` ended at `now` without an outcome: it could not judge the key (the
+    /// daemon behind it was unreachable), so the key's streak and wait stay as they were. An
+    /// attempt already past the gate's stale timeout had been counted as failed, and stays so.
+    pub fn release(&mut self, token: Token, now: Instant) -> Finished {
+        let Some(attempt) = self.tokens.remove(&token) else {
+            return Finished::Superseded;
+        };
+        let transition = self.gate.release(attempt, now);
+        match transition.reason {
+            Reason::Superseded => Finished::Superseded,
+            Reason::Released => Finished::Released,
             _ => Finished::Failed(Failed {
                 failures: transition.failures,
                 until: transition.next_attempt_at.unwrap_or(now),

@@ -616,7 +616,7 @@ async fn serve_socket(path: &Path, daemon_socket: &Path) -> tokio::task::JoinHan
     })
 }
 
-// r[verify actuate.image.daemon]
+// r[verify actuate.image.daemon+2]
 // r[verify actuate.image.daemon.connect]
 #[tokio::test]
 async fn a_missing_daemon_socket_is_paced_and_recovers_when_the_daemon_appears() {
@@ -646,6 +646,14 @@ async fn a_missing_daemon_socket_is_paced_and_recovers_when_the_daemon_appears()
             }
             other => panic!("expected daemon unreachable, got {other:?} (before: {state:?})"),
         }
+        // The outage is the daemon's: the reference's own streak never grows, not even by the
+        // attempt that found the daemon missing.
+        assert_eq!(
+            act.reference_failures(&s.image),
+            0,
+            "the reference's streak at {:?}",
+            clock - t0
+        );
         clock += Duration::from_secs(1);
     }
     // Paced: 1 at 0 s, then probes at 5, 15, 35, 75, 155 s (nominal; jitter only delays).
@@ -659,6 +667,13 @@ async fn a_missing_daemon_socket_is_paced_and_recovers_when_the_daemon_appears()
         "daemon fault at the threshold: {:?}",
         act.faults()
     );
+    assert!(
+        !act.faults()
+            .iter()
+            .any(|f| matches!(f.subject, FaultSubject::Image(_))),
+        "no fault against the image: {:?}",
+        act.faults()
+    );
     // The daemon appears. Within one cap interval a probe finds it and the pull goes through.
     let server = serve_socket(&socket, &s.docker.socket).await;
     let deadline = clock + policy().max_wait() + Duration::from_secs(1);
@@ -666,6 +681,7 @@ async fn a_missing_daemon_socket_is_paced_and_recovers_when_the_daemon_appears()
     while clock <= deadline {
         act.ensure(&s.image, clock);
         act.settle(clock).await;
+        assert_eq!(act.reference_failures(&s.image), 0);
         if act.ensure(&s.image, clock) == ImageState::Present {
             present = true;
             break;

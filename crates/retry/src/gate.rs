@@ -215,6 +215,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 generation,
                 attempt: 1,
                 began: now,
+                prior: None,
                 expired: None,
             });
         };
@@ -265,6 +266,8 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             generation,
             attempt: failures.saturating_add(1),
             began: now,
+            // A gap reset began a new streak (see the gap-reset rule); a release keeps it begun.
+            prior: Some((settled.at, failures)),
             expired,
         })
     }
@@ -323,6 +326,55 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             failures,
             next_attempt_at: Some(at),
             escalation: escalated_now.then_some(Escalation::Escalated),
+        }
+    }
+
+    // r[impl retry.token.release]
+    pub(crate) fn release(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        self.maybe_sweep(now);
+        let policy = self.policy;
+        let Some(slot) = self
+            .slots
+            .get_mut(&token.key)
+            .filter(|s| s.runs(token.generation, token.began))
+        else {
+            return self.superseded(token);
+        };
+        // Past the stale timeout the attempt already counts as failed at the stale moment, as for a
+        // late failure; releasing it cannot undo that.
+        let (settled, expiry) = settle(&policy, &token.key, *slot, now);
+        if let Some(expiry) = expiry {
+            *slot = settled;
+            return expiry.transition().with_key(token.key);
+        }
+        let escalated = slot.escalated();
+        // The key goes back to how it stood before `begin`: a fresh key leaves nothing behind, a
+        // failing one gets back its deadline and streak (the deadline already carries any hint).
+        let restored = token.prior.map(|(at, failures)| Slot {
+            at,
+            failures,
+            meta: if escalated { ESCALATED } else { 0 },
+        });
+        let failures = restored.map_or(0, |s| s.failures);
+        // As the pure decision says it: no failures in the streak, no deadline.
+        let next_attempt_at = restored.filter(|s| s.failures > 0).map(|s| s.at);
+        match restored {
+            // Also dropped at once if it already holds nothing a fresh key lacks (the sweep that
+            // ran above saw it in flight), so memory stays as bounded as after any other call.
+            Some(restored) if !droppable(&policy, &token.key, restored, now) => {
+                *slot = restored;
+            }
+            _ => {
+                self.slots.remove(&token.key);
+            }
+        }
+        Transition {
+            key: token.key,
+            attempt: token.attempt,
+            reason: Reason::Released,
+            failures,
+            next_attempt_at,
+            escalation: None,
         }
     }
 
@@ -429,7 +481,8 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
 /// Per-key pacing for one owner: a reconciler's "may I attempt this key now?".
 ///
 /// - [`KeyedGate::begin`] grants at most one attempt in flight per key and returns an
-///   [`AttemptToken`]; finish it with [`KeyedGate::succeed`] or [`KeyedGate::fail`].
+///   [`AttemptToken`]; finish it with [`KeyedGate::succeed`] or [`KeyedGate::fail`], or end it
+///   without an outcome with [`KeyedGate::release`].
 /// - Keys that hold no information are dropped during ordinary calls; there is no `gc()`.
 /// - Every decision is [`crate::decide`] over the key's history, computed once per failure.
 #[derive(Debug)]
@@ -481,6 +534,15 @@ impl<K: Hash + Eq + Clone> KeyedGate<K> {
         hint: Option<Duration>,
     ) -> Transition<K> {
         self.core.fail(token, now, hint)
+    }
+
+    /// End the attempt without an outcome (it could not judge the key: something else failed).
+    ///
+    /// Neither a failure nor a success: the key's streak, next attempt time and escalation are as
+    /// they were before [`KeyedGate::begin`], and nothing is in flight. A superseded token changes
+    /// nothing; an attempt already past its stale timeout has counted as failed, and stays so.
+    pub fn release(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        self.core.release(token, now)
     }
 
     /// A snapshot of `key` (`None`: the gate holds nothing about it, so it is fresh).
@@ -677,6 +739,196 @@ mod tests {
         );
     }
 
+    // r[verify retry.token.release]
+    #[test]
+    fn a_released_fresh_key_stays_fresh_and_eligible() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        clock.advance(S(3));
+        let t = gate.release(token, clock.now());
+        assert_eq!(
+            t,
+            Transition {
+                key: "img",
+                attempt: 1,
+                reason: Reason::Released,
+                failures: 0,
+                next_attempt_at: None,
+                escalation: None,
+            }
+        );
+        assert_eq!(
+            t.to_string(),
+            "img attempt 1: released, no outcome (0 in a row)"
+        );
+        // Nothing left behind: the key is as fresh as before, and eligible at once.
+        assert_eq!(gate.state(&"img"), None);
+        assert!(gate.is_empty());
+        assert_eq!(gate.check(&"img", clock.now()), Ok(()));
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(token.attempt(), 1);
+        let t = gate.fail(token, clock.now(), None);
+        assert_eq!(t.failures, 1, "the release counted for nothing");
+    }
+
+    // r[verify retry.token.release]
+    #[test]
+    fn a_release_on_a_key_with_a_streak_keeps_its_wait() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        // A streak of 2, the second failure with a server hint that sets the wait.
+        let t = fail_now(&mut gate, "img", clock.now());
+        clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let failed = gate.fail(token, clock.now(), Some(S(120)));
+        assert_eq!(failed.reason, Reason::Failed { hint_applied: true });
+        let deadline = failed.next_attempt_at.unwrap();
+        clock.advance(deadline - clock.now() + S(7));
+        let before = gate.state(&"img").unwrap();
+        assert_eq!(gate.check(&"img", clock.now()), Ok(()));
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(token.attempt(), 3);
+        clock.advance(S(30));
+        let t = gate.release(token, clock.now());
+        assert_eq!(
+            (
+                t.reason,
+                t.attempt,
+                t.failures,
+                t.next_attempt_at,
+                t.escalation
+            ),
+            (Reason::Released, 3, 2, Some(deadline), None)
+        );
+        assert_eq!(
+            t.to_string(),
+            "img attempt 3: released, no outcome (2 in a row)"
+        );
+        // Exactly as before the attempt: same streak, same deadline (hint included), idle.
+        assert_eq!(gate.state(&"img"), Some(before));
+        assert!(!before.in_flight);
+        assert_eq!(gate.check(&"img", clock.now()), Ok(()));
+        // The next attempt is still attempt 3, and its failure is failure 3 on the schedule.
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(token.attempt(), 3);
+        let t = gate.fail(token, clock.now(), None);
+        assert_eq!(t.failures, 3);
+        assert_eq!(
+            t.next_attempt_at.unwrap() - clock.now(),
+            p.jittered_delay(3, stable_hash(&"img"))
+        );
+        // A release of an attempt that began after a gap past the cap (a new streak) also leaves
+        // the key as it was, and the attempt after it starts the new streak just the same.
+        clock.advance(t.next_attempt_at.unwrap() - clock.now() + p.cap() + S(1));
+        let before = gate.state(&"img").unwrap();
+        assert_eq!(before.failures, 3);
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(token.attempt(), 1);
+        let t = gate.release(token, clock.now());
+        // The gap had already started a new, empty streak when the attempt began; the release
+        // leaves it so, and a fresh key's state is no state at all.
+        assert_eq!(
+            (t.reason, t.failures, t.next_attempt_at, t.escalation),
+            (Reason::Released, 0, None, None)
+        );
+        assert_eq!(gate.state(&"img"), None);
+        assert_eq!(gate.check(&"img", clock.now()), Ok(()));
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(token.attempt(), 1);
+        assert_eq!(gate.fail(token, clock.now(), None).failures, 1);
+    }
+
+    // r[verify retry.token.release]
+    #[test]
+    fn a_stale_or_superseded_release_changes_nothing() {
+        let clock = ManualClock::new();
+        let p = policy();
+        let mut gate = KeyedGate::new(p);
+        let old = gate.begin(&"img", clock.now()).unwrap();
+        // The attempt hangs past the stale timeout; it is counted as failed and superseded.
+        clock.advance(S(600));
+        let refused = gate.begin(&"img", clock.now()).unwrap_err();
+        clock.advance(refused.until - clock.now());
+        let live = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(live.attempt(), 2);
+        let before = gate.state(&"img");
+        let late = gate.release(old, clock.now());
+        assert_eq!(late.reason, Reason::Superseded);
+        assert_eq!(gate.state(&"img"), before, "the live attempt is untouched");
+        assert!(gate.state(&"img").unwrap().in_flight);
+        assert_eq!(gate.fail(live, clock.now(), None).failures, 2);
+        // A token whose key was forgotten meanwhile: nothing comes back.
+        let token = gate.begin(&"other", clock.now()).unwrap();
+        let _ = gate.forget(&"other");
+        assert_eq!(gate.release(token, clock.now()).reason, Reason::Superseded);
+        assert_eq!(gate.state(&"other"), None);
+        // Released only after its stale timeout: it already failed at the stale moment, and its
+        // release undoes none of that.
+        let t0 = clock.now();
+        let hung = gate.begin(&"hung", t0).unwrap();
+        clock.advance(S(900));
+        let t = gate.release(hung, clock.now());
+        assert_eq!((t.reason, t.attempt, t.failures), (Reason::Expired, 1, 1));
+        assert_eq!(
+            t.next_attempt_at.unwrap() - (t0 + S(600)),
+            p.jittered_delay(1, stable_hash(&"hung"))
+        );
+        assert_eq!(gate.state(&"hung").unwrap().failures, 1);
+    }
+
+    // r[verify retry.token.release]
+    #[test]
+    fn releases_never_count_toward_escalation() {
+        let clock = ManualClock::new();
+        let mut gate = KeyedGate::new(policy());
+        for _ in 0..4 {
+            let t = fail_now(&mut gate, "img", clock.now());
+            assert_eq!(t.escalation, None);
+            clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        }
+        for _ in 0..20 {
+            let token = gate.begin(&"img", clock.now()).unwrap();
+            clock.advance(S(1));
+            let t = gate.release(token, clock.now());
+            assert_eq!((t.failures, t.escalation), (4, None));
+        }
+        let state = gate.state(&"img").unwrap();
+        assert_eq!((state.failures, state.escalated), (4, false));
+        // The next granted failure is the fifth, and it escalates.
+        let t = fail_now(&mut gate, "img", clock.now());
+        assert_eq!((t.failures, t.escalation), (5, Some(Escalation::Escalated)));
+        // An escalated key's release neither recovers it nor files the escalation again.
+        clock.advance(t.next_attempt_at.unwrap() - clock.now());
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let t = gate.release(token, clock.now());
+        assert_eq!((t.failures, t.escalation), (5, None));
+        assert!(gate.state(&"img").unwrap().escalated);
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert_eq!(
+            gate.succeed(token, clock.now()).escalation,
+            Some(Escalation::Recovered)
+        );
+    }
+
+    // r[verify retry.token.release]
+    #[test]
+    fn a_shared_gate_releases_like_a_keyed_gate() {
+        let clock = ManualClock::new();
+        let gate = crate::SharedGate::new(policy());
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let failed = gate.fail(token, clock.now(), None);
+        clock.advance(failed.next_attempt_at.unwrap() - clock.now());
+        let before = gate.state(&"img");
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        assert!(gate.begin(&"img", clock.now()).is_err(), "in flight");
+        let t = gate.release(token, clock.now());
+        assert_eq!((t.reason, t.failures), (Reason::Released, 1));
+        assert_eq!(gate.state(&"img"), before);
+        assert!(gate.begin(&"img", clock.now()).is_ok());
+    }
+
     // r[verify retry.in-flight.expiry]
     #[test]
     fn a_hung_attempt_fails_at_its_stale_moment_and_its_late_failure_adds_nothing() {
@@ -788,6 +1040,7 @@ mod tests {
             generation: 0,
             attempt: 1,
             began: clock.now(),
+            prior: None,
             expired: None,
         };
         clock.advance(S(1));

@@ -14,7 +14,7 @@ use crate::transition::{AttemptToken, NotYet, Transition};
 ///
 /// Keys are spread over shards, each its own gate behind a mutex, so callers on different keys
 /// rarely contend; one optional [`RetryBudget`] is shared by all shards. A call that records
-/// something (`begin`, `succeed`, `fail`) also sweeps any other shard that is due, so idle keys
+/// something (`begin`, `succeed`, `fail`, `release`) also sweeps any other shard that is due, so idle keys
 /// are dropped even in shards that no call reaches.
 #[derive(Debug)]
 pub struct SharedGate<K> {
@@ -135,6 +135,12 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     ) -> Transition<K> {
         let own = self.index(&token.key);
         self.recording(own, now, |core| core.fail(token, now, hint))
+    }
+
+    /// See [`crate::KeyedGate::release`].
+    pub fn release(&self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let own = self.index(&token.key);
+        self.recording(own, now, |core| core.release(token, now))
     }
 
     /// See [`crate::KeyedGate::state`].

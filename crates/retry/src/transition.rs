@@ -6,17 +6,21 @@
 use std::fmt;
 use std::time::Instant;
 
-/// Permission to make one attempt on a key. Finish it with the gate's `succeed` or `fail`.
+/// Permission to make one attempt on a key. Finish it with the gate's `succeed` or `fail`, or end
+/// it without an outcome with `release`.
 ///
 /// A token that the gate has since superseded (its attempt went stale and a newer one began)
 /// finishes without effect.
-#[must_use = "finish the attempt with succeed() or fail(), or it stays in flight until stale"]
+#[must_use = "finish the attempt with succeed(), fail() or release(), or it stays in flight until stale"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct AttemptToken<K> {
     pub(crate) key: K,
     pub(crate) generation: u32,
     pub(crate) attempt: u32,
     pub(crate) began: Instant,
+    /// The key's idle state when the attempt began (when it was eligible from, and its streak),
+    /// restored by a release; `None` for a key the gate held nothing about.
+    pub(crate) prior: Option<(Instant, u32)>,
     /// The stale attempt this one superseded, recorded as a failure (see [`Reason::Expired`]).
     pub expired: Option<Transition<()>>,
 }
@@ -83,6 +87,8 @@ pub enum Reason {
     Expired,
     /// The token had been superseded: the outcome was ignored and nothing changed.
     Superseded,
+    /// The attempt ended without an outcome: the key is as it was before the attempt began.
+    Released,
 }
 
 /// Escalation events: once per escalation, never a terminal state.
@@ -156,6 +162,7 @@ impl<K: fmt::Display> fmt::Display for Transition<K> {
             Reason::Failed { .. } => write!(f, "failed ({} in a row)", self.failures)?,
             Reason::Expired => write!(f, "stale, counted as failed ({} in a row)", self.failures)?,
             Reason::Superseded => f.write_str("superseded, ignored")?,
+            Reason::Released => write!(f, "released, no outcome ({} in a row)", self.failures)?,
         }
         match self.escalation {
             Some(Escalation::Escalated) => f.write_str(", escalated"),

@@ -20,6 +20,8 @@ enum Op {
     Begin(usize),
     Fail(usize, Option<u64>),
     Succeed(usize),
+    /// End the attempt without an outcome.
+    Release(usize),
     Check(usize),
 }
 
@@ -64,6 +66,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..KEYS.len()).prop_map(Op::Begin),
         3 => (0..KEYS.len(), proptest::option::of(0u64..20_000)).prop_map(|(k, h)| Op::Fail(k, h)),
         1 => (0..KEYS.len()).prop_map(Op::Succeed),
+        2 => (0..KEYS.len()).prop_map(Op::Release),
         2 => (0..KEYS.len()).prop_map(Op::Check),
     ]
 }
@@ -202,6 +205,54 @@ impl Run {
                     }
                 }
             }
+            Op::Release(k) => {
+                if let Some(token) = self.tokens.remove(&k) {
+                    let model = &mut self.models[k];
+                    let ours = model.in_flight == Some(token.began());
+                    if ours {
+                        // A stale attempt already failed at its stale moment.
+                        model.settle(&p, self.now);
+                    }
+                    let live = ours && model.in_flight.is_some();
+                    let before = self.gate.state(&KEYS[k]);
+                    let t = self.gate.release(token, self.now);
+                    let model = &mut self.models[k];
+                    if live {
+                        // The pure history records nothing for a release: it stays as `begin`
+                        // left it, and only the attempt in flight ends.
+                        model.in_flight = None;
+                        prop_assert_eq!(t.reason, holdfast_retry::Reason::Released);
+                        prop_assert_eq!(t.escalation, None);
+                        prop_assert_eq!(t.failures, model.history.failures);
+                        prop_assert_eq!(t.next_attempt_at, model.history.next_attempt_at(&p));
+                    } else if ours {
+                        // Counted as failed at its stale moment; if that was long enough ago the
+                        // call's sweep already dropped the key, which then holds nothing to report.
+                        if t.reason == holdfast_retry::Reason::Expired {
+                            prop_assert_eq!(t.failures, model.history.failures);
+                        } else {
+                            prop_assert_eq!(t.reason, holdfast_retry::Reason::Superseded);
+                            prop_assert_eq!(self.gate.state(&KEYS[k]), None);
+                        }
+                    } else {
+                        prop_assert_eq!(t.reason, holdfast_retry::Reason::Superseded);
+                        // Nothing changes, except that the call's sweep may drop the key if it
+                        // already held nothing a fresh key lacks.
+                        let after = self.gate.state(&KEYS[k]);
+                        let droppable = before.is_some_and(|s| {
+                            !s.in_flight
+                                && !s.escalated
+                                && self.now.saturating_duration_since(s.next_attempt_at) > p.cap()
+                        });
+                        prop_assert!(
+                            after == before || (after.is_none() && droppable),
+                            "{:?} became {:?}",
+                            before,
+                            after
+                        );
+                    }
+                }
+            }
             Op::Succeed(k) => {
                 if let Some(token) = self.tokens.remove(&k) {
                     let model = &self.models[k];
@@ -258,6 +309,7 @@ proptest! {
 
     // r[verify retry.pure-decision]
     // r[verify retry.token.stale]
+    // r[verify retry.token.release]
     #[test]
     fn gate_and_pure_function_decide_identically(policy in policy(), ops in ops()) {
         let mut run = Run::new(policy);
@@ -335,7 +387,7 @@ proptest! {
         for op in &ops {
             // Only begin and finished attempts reach the gate's mutating calls (and so its sweep).
             let finishes = match op {
-                Op::Fail(k, _) | Op::Succeed(k) => run.tokens.contains_key(k),
+                Op::Fail(k, _) | Op::Succeed(k) | Op::Release(k) => run.tokens.contains_key(k),
                 Op::Begin(_) => true,
                 Op::Advance(_) | Op::Check(_) => false,
             };
