@@ -298,7 +298,21 @@ impl<F: Fetcher> Actuator<F> {
             Permit::InFlight => ImageState::Pulling {
                 progress: self.progress(reference).unwrap_or_default(),
             },
-            Permit::Wait { until, failures } => self.waiting_state(reference, until, failures),
+            Permit::Wait {
+                until,
+                failures,
+                expired,
+            } => {
+                if let Some(expired) = expired {
+                    // The attempt in flight went stale and this refusal counted it: it is a
+                    // stalled failure now, no longer reported as a pull in flight.
+                    self.record_expired(reference, expired, now);
+                    if let Some(entry) = self.references.get_mut(reference) {
+                        entry.live = None;
+                    }
+                }
+                self.waiting_state(reference, until, failures)
+            }
         }
     }
 
@@ -596,7 +610,9 @@ impl<F: Fetcher> Actuator<F> {
             Some(token) => Some(token),
             None => match self.daemon_gate.begin((), now) {
                 Permit::Granted { token, .. } => Some(token),
-                Permit::Wait { until, failures } => {
+                Permit::Wait {
+                    until, failures, ..
+                } => {
                     // Already counted within this wait (several attempts found it down at once).
                     let down = self.daemon.down.get_or_insert(DaemonDown {
                         failures,
@@ -1056,6 +1072,50 @@ mod tests {
             ImageState::Pulling { .. }
         ));
         assert_eq!(fetcher.pending(), 1);
+    }
+
+    // r[verify actuate.image.attempt-token]
+    // r[verify actuate.image.fault]
+    #[tokio::test]
+    async fn an_attempt_that_goes_stale_while_refused_is_a_stalled_failure_and_may_escalate() {
+        let fetcher = Scripted::default();
+        let mut cfg = config(Duration::from_secs(30));
+        cfg.image_policy = Policy::builder()
+            .base(Duration::from_secs(5))
+            .cap(Duration::from_secs(300))
+            .escalate_after(1)
+            .jitter(Jitter::None)
+            .stale_after(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut act = Actuator::new(fetcher.clone(), cfg).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, _hung) = fetcher.next_call();
+        // At 30 s the gate counts the hung attempt and refuses a new one until 35 s.
+        let now = t0 + Duration::from_secs(30);
+        let state = act.ensure(IMG, now);
+        match &state {
+            ImageState::Escalated {
+                failures: 1,
+                until,
+                last_error,
+            } => {
+                assert_eq!(*until, t0 + Duration::from_secs(35));
+                assert_eq!(last_error.kind, PullErrorKind::Stalled);
+            }
+            other => panic!("expected the stale attempt to escalate, got {other:?}"),
+        }
+        assert_eq!(act.status(IMG).as_ref(), Some(&state), "no longer Pulling");
+        assert!(!act.has_live_attempts());
+        let faults = act.faults();
+        assert_eq!(
+            faults.len(),
+            1,
+            "the escalation files the fault: {faults:?}"
+        );
+        assert_eq!(faults[0].kind, PullErrorKind::Stalled);
+        assert_eq!(fetcher.pending(), 0, "nothing new started before 35 s");
     }
 
     // r[verify actuate.image.attempt-token]

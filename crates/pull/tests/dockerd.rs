@@ -355,7 +355,14 @@ async fn a_superseded_real_pull_failing_late_does_not_disturb_the_live_one() {
     loop {
         match act.ensure(&s.image, now) {
             ImageState::Pulling { .. } => break,
-            ImageState::Waiting { failures: 1, .. } => now += Duration::from_secs(1),
+            ImageState::Waiting {
+                failures: 1,
+                last_error,
+                ..
+            } => {
+                assert_eq!(last_error.kind, PullErrorKind::Stalled, "{last_error}");
+                now += Duration::from_secs(1);
+            }
             other => panic!("expected A to be counted stale, got {other:?}"),
         }
         assert!(now < t0 + Duration::from_secs(100), "B never started");
