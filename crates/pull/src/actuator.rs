@@ -19,7 +19,7 @@ use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::AbortHandle;
 
 use crate::classify::{FaultPolicy, PullError, PullErrorKind};
-use crate::client::{DaemonEndpoint, Fetched, fetch};
+use crate::client::{DaemonEndpoint, Fetched, fetch, within};
 use crate::fault::{Fault, FaultBoard, FaultSubject};
 use crate::pacing::{Failed, Finished, Pacer, Permit, Token};
 use crate::progress::PullProgress;
@@ -75,13 +75,18 @@ impl DockerFetcher {
 
 impl DockerFetcherInner {
     async fn docker(&self) -> Result<Docker, PullError> {
-        let mut slot = self.connection.lock().await;
-        if let Some(docker) = slot.as_ref() {
+        if let Some(docker) = self.connection.lock().await.as_ref() {
             return Ok(docker.clone());
         }
-        let docker = self.endpoint.connect().await?;
-        *slot = Some(docker.clone());
-        Ok(docker)
+        // Connect without holding the lock, so a daemon that never answers holds up only this
+        // attempt (for at most the stall bound), not every other attempt waiting for the lock.
+        let docker = within(
+            self.stall_timeout,
+            "connect and version negotiation",
+            self.endpoint.connect(),
+        )
+        .await?;
+        Ok(self.connection.lock().await.get_or_insert(docker).clone())
     }
 
     async fn forget_connection_after(&self, err: &PullError) {
@@ -812,6 +817,36 @@ mod tests {
             daemon_policy: policy,
             stall_timeout: Duration::from_secs(60),
         }
+    }
+
+    // r[verify actuate.image.watchdog]
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_that_accepts_and_never_answers_stalls_the_probe_within_the_bound() {
+        let dir = std::env::temp_dir().join(format!("holdfast-pull-mute-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        // Accepts connections and never answers on them.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let fetcher = DockerFetcher::new(
+            DaemonEndpoint::from_docker_host(Some(&format!("unix://{}", socket.display()))),
+            Duration::from_secs(5),
+        );
+        let start = tokio::time::Instant::now();
+        let err = fetcher.probe().await.expect_err("the daemon never answers");
+        assert_eq!(err.kind, PullErrorKind::Stalled, "{err}");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(5),
+            "the stall bound, not bollard's 120 s"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn unreachable() -> PullError {
