@@ -629,7 +629,8 @@ impl<F: Fetcher> Actuator<F> {
                 }
                 if err.kind.is_daemon_condition() {
                     self.daemon_failed(err, now);
-                } else {
+                } else if err.kind != PullErrorKind::Stalled {
+                    // A stall is the absence of an answer, so it says nothing about the daemon.
                     self.daemon_answered();
                 }
             }
@@ -717,11 +718,16 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
-    /// An attempt got an answer from the daemon, so it is up.
+    // r[impl actuate.image.daemon+2]
+    /// An attempt got an answer from the daemon, so it is up: the daemon is as fresh as after a
+    /// successful probe (its streak and escalation reset, any probe in flight no longer needed),
+    /// so its next outage escalates and files its fault again.
     fn daemon_answered(&mut self) {
         if self.daemon.down.take().is_some() {
             self.faults.clear(&FaultSubject::Daemon);
         }
+        self.daemon.probe = None;
+        self.daemon_gate.forget(&());
     }
 
     /// The configuration in use.
@@ -1395,6 +1401,106 @@ mod tests {
         fetcher.next_call().1.send(Ok(Fetched::Pulled)).unwrap();
         act.settle(now).await;
         assert_eq!(act.ensure(IMG, now), ImageState::Present);
+    }
+
+    // r[verify actuate.image.daemon+2]
+    #[tokio::test]
+    async fn a_daemon_that_answers_an_image_attempt_escalates_afresh_in_its_next_outage() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        let other = "127.0.0.1:5000/holdfast/other:1";
+        // Two attempts in flight; the first finds the daemon down.
+        act.ensure(IMG, t0);
+        act.ensure(other, t0);
+        let (_, img) = fetcher.next_call();
+        let (_, late) = fetcher.next_call();
+        let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+        fetcher.probes_answer(Err(down.clone()));
+        img.send(Err(down.clone())).unwrap();
+        act.next_result(t0).await;
+        // Probes fail until the daemon escalates (5 failures: at 0, 5, 15, 35, 75 s).
+        let mut s = 0;
+        while !act
+            .faults()
+            .iter()
+            .any(|f| f.subject == FaultSubject::Daemon)
+        {
+            s += 1;
+            assert!(s < 200, "the daemon never escalated");
+            let now = t0 + Duration::from_secs(s);
+            act.ensure(IMG, now);
+            act.apply_completions(now);
+            tokio::task::yield_now().await;
+            act.apply_completions(now);
+        }
+        // The attempt that was still in flight gets the daemon's answer (a registry failure):
+        // the daemon is up, its fault clears, and it is fresh again.
+        let now = t0 + Duration::from_secs(s);
+        late.send(Err(unreachable())).unwrap();
+        act.next_result(now).await;
+        assert!(
+            act.faults()
+                .iter()
+                .all(|f| f.subject != FaultSubject::Daemon)
+        );
+        assert!(!act.has_live_attempts(), "no probe left in flight");
+        // The next outage starts a new daemon streak and escalates (and files) again.
+        assert!(matches!(act.ensure(IMG, now), ImageState::Pulling { .. }));
+        fetcher.next_call().1.send(Err(down)).unwrap();
+        act.next_result(now).await;
+        assert!(matches!(
+            act.ensure(IMG, now),
+            ImageState::DaemonUnreachable { failures: 1, .. }
+        ));
+        let outage = s;
+        while !act
+            .faults()
+            .iter()
+            .any(|f| f.subject == FaultSubject::Daemon)
+        {
+            s += 1;
+            assert!(
+                s < outage + 200,
+                "the second outage never filed the daemon fault"
+            );
+            let now = t0 + Duration::from_secs(s);
+            act.ensure(IMG, now);
+            act.apply_completions(now);
+            tokio::task::yield_now().await;
+            act.apply_completions(now);
+        }
+    }
+
+    // r[verify actuate.image.daemon+2]
+    #[tokio::test]
+    async fn a_stall_is_no_answer_from_the_daemon() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        let other = "127.0.0.1:5000/holdfast/other:1";
+        act.ensure(IMG, t0);
+        act.ensure(other, t0);
+        let (_, img) = fetcher.next_call();
+        let (_, stalled) = fetcher.next_call();
+        let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+        fetcher.probes_answer(Err(down.clone()));
+        img.send(Err(down)).unwrap();
+        act.next_result(t0).await;
+        stalled
+            .send(Err(PullError::new(
+                PullErrorKind::Stalled,
+                "no answer within 60s",
+            )))
+            .unwrap();
+        act.next_result(t0).await;
+        assert!(
+            matches!(
+                act.ensure(IMG, t0),
+                ImageState::DaemonUnreachable { failures: 1, .. }
+            ),
+            "a stall does not count as the daemon answering"
+        );
     }
 
     // r[verify actuate.image.daemon+2]
