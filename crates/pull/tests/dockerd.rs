@@ -312,7 +312,7 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
 // r[verify actuate.image.single-flight+2]
 // r[verify actuate.image.attempt-token]
 #[tokio::test]
-async fn a_superseded_real_pull_failing_late_does_not_disturb_the_live_one() {
+async fn a_superseded_real_pull_is_cancelled_and_does_not_disturb_the_live_one() {
     let Some(s) = setup().await else { return };
     // Attempts stall (the proxy never answers) and the watchdog ends them after 4 real seconds;
     // on the caller's clock an attempt is stale after 30 s and may then be superseded.
