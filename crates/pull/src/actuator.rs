@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use holdfast_retry::Policy;
 use tokio::sync::{Mutex, mpsc, watch};
+use tokio::task::AbortHandle;
 
 use crate::classify::{FaultPolicy, PullError, PullErrorKind};
-use crate::client::{DaemonEndpoint, Fetched, fetch};
+use crate::client::{DaemonEndpoint, Fetched, fetch, within};
 use crate::fault::{Fault, FaultBoard, FaultSubject};
 use crate::pacing::{Failed, Finished, Pacer, Permit, Token};
 use crate::progress::PullProgress;
@@ -74,13 +75,18 @@ impl DockerFetcher {
 
 impl DockerFetcherInner {
     async fn docker(&self) -> Result<Docker, PullError> {
-        let mut slot = self.connection.lock().await;
-        if let Some(docker) = slot.as_ref() {
+        if let Some(docker) = self.connection.lock().await.as_ref() {
             return Ok(docker.clone());
         }
-        let docker = self.endpoint.connect().await?;
-        *slot = Some(docker.clone());
-        Ok(docker)
+        // Connect without holding the lock, so a daemon that never answers holds up only this
+        // attempt (for at most the stall bound), not every other attempt waiting for the lock.
+        let docker = within(
+            self.stall_timeout,
+            "connect and version negotiation",
+            self.endpoint.connect(),
+        )
+        .await?;
+        Ok(self.connection.lock().await.get_or_insert(docker).clone())
     }
 
     async fn forget_connection_after(&self, err: &PullError) {
@@ -118,10 +124,17 @@ impl Fetcher for DockerFetcher {
     }
 }
 
+/// How long an image pull may stay in flight before its gate counts it as stale and lets a new
+/// attempt supersede it (6 h). The progress watchdog is what ends a pull that stops moving; this
+/// bound only catches an attempt that somehow never reports, so it sits far above any watchdog
+/// bound, and a slow but healthy pull is never counted as stale.
+pub const DEFAULT_PULL_STALE_AFTER: Duration = Duration::from_secs(6 * 60 * 60);
+
 /// Configuration of an [`Actuator`].
 #[derive(Debug, Clone, Copy)]
 pub struct PullConfig {
-    /// Pacing per image reference (default: base 5 s, cap 300 s, escalation after 5 failures).
+    /// Pacing per image reference (default: base 5 s, cap 300 s, escalation after 5 failures,
+    /// attempts stale after [`DEFAULT_PULL_STALE_AFTER`]).
     pub image_policy: Policy,
     /// Pacing of the daemon while it is unreachable (default: the same numbers).
     pub daemon_policy: Policy,
@@ -131,8 +144,14 @@ pub struct PullConfig {
 
 impl Default for PullConfig {
     fn default() -> Self {
+        // r[impl actuate.image.single-flight+2]
+        // The builder only rejects zero or over-a-year durations, so this never falls back.
+        let image_policy = Policy::builder()
+            .stale_after(DEFAULT_PULL_STALE_AFTER)
+            .build()
+            .unwrap_or_default();
         PullConfig {
-            image_policy: Policy::default(),
+            image_policy,
             daemon_policy: Policy::default(),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
         }
@@ -183,6 +202,9 @@ pub enum ImageState {
 struct Reference {
     present: bool,
     live: Option<LiveAttempt>,
+    /// An attempt the gate counted as stale that no newer attempt has superseded yet: no longer
+    /// reported as in flight, but its result still counts, and it is cancelled when superseded.
+    stale: Option<LiveAttempt>,
     last_error: Option<PullError>,
 }
 
@@ -190,6 +212,8 @@ struct Reference {
 struct LiveAttempt {
     token: Token,
     progress: watch::Receiver<PullProgress>,
+    /// Cancels the spawned attempt (and with it the request to the daemon).
+    task: AbortHandle,
 }
 
 #[derive(Debug, Default)]
@@ -284,7 +308,7 @@ impl<F: Fetcher> Actuator<F> {
             self.probe_daemon(now);
             return state;
         }
-        // r[impl actuate.image.single-flight]
+        // r[impl actuate.image.single-flight+2]
         match self.images.begin(reference.to_owned(), now) {
             Permit::Granted { token, expired } => {
                 if let Some(expired) = expired {
@@ -298,7 +322,21 @@ impl<F: Fetcher> Actuator<F> {
             Permit::InFlight => ImageState::Pulling {
                 progress: self.progress(reference).unwrap_or_default(),
             },
-            Permit::Wait { until, failures } => self.waiting_state(reference, until, failures),
+            Permit::Wait {
+                until,
+                failures,
+                expired,
+            } => {
+                if let Some(expired) = expired {
+                    // The attempt in flight went stale and this refusal counted it: it is a
+                    // stalled failure now, no longer reported as a pull in flight.
+                    self.record_expired(reference, expired, now);
+                    if let Some(entry) = self.references.get_mut(reference) {
+                        entry.stale = entry.live.take().or(entry.stale.take());
+                    }
+                }
+                self.waiting_state(reference, until, failures)
+            }
         }
     }
 
@@ -345,26 +383,43 @@ impl<F: Fetcher> Actuator<F> {
     }
 
     fn start_attempt(&mut self, reference: &str, token: Token) {
+        // r[impl actuate.image.single-flight+2]
+        // The gate granted a new attempt, so any older one still running was superseded: cancel
+        // it rather than let it go on pulling beside its successor.
+        if let Some(entry) = self.references.get_mut(reference) {
+            for old in [entry.live.take(), entry.stale.take()]
+                .into_iter()
+                .flatten()
+            {
+                old.task.abort();
+                self.images.discard(old.token);
+                tracing::debug!(reference, "superseded pull attempt cancelled");
+            }
+        }
         let (progress_tx, progress_rx) = watch::channel(PullProgress::default());
+        let fetch = self.fetcher.fetch(reference.to_owned(), progress_tx);
+        let done = self.done_tx.clone();
+        let owned = reference.to_owned();
+        tracing::debug!(reference, "image pull attempt started");
+        let task = self
+            .runtime
+            .spawn(async move {
+                let result = fetch.await;
+                // The receiver only goes away with the actuator, and then nobody needs the result.
+                let _ = done.send(Completion::Image {
+                    reference: owned,
+                    token,
+                    result,
+                });
+            })
+            .abort_handle();
         if let Some(entry) = self.references.get_mut(reference) {
             entry.live = Some(LiveAttempt {
                 token,
                 progress: progress_rx,
+                task,
             });
         }
-        let fetch = self.fetcher.fetch(reference.to_owned(), progress_tx);
-        let done = self.done_tx.clone();
-        let reference = reference.to_owned();
-        tracing::debug!(reference = %reference, "image pull attempt started");
-        self.runtime.spawn(async move {
-            let result = fetch.await;
-            // The receiver only goes away with the actuator, and then nobody needs the result.
-            let _ = done.send(Completion::Image {
-                reference,
-                token,
-                result,
-            });
-        });
     }
 
     fn probe_daemon(&mut self, now: Instant) {
@@ -452,7 +507,12 @@ impl<F: Fetcher> Actuator<F> {
     /// Forgets `reference` entirely (no workload needs it any more): its pacing, its open fault
     /// and its in-flight attempt, whose result will then be ignored.
     pub fn forget(&mut self, reference: &str) {
-        self.references.remove(reference);
+        if let Some(entry) = self.references.remove(reference) {
+            // Nobody needs the image any more: stop pulling it.
+            for attempt in [entry.live, entry.stale].into_iter().flatten() {
+                attempt.task.abort();
+            }
+        }
         self.images.forget(&reference.to_owned());
         self.faults
             .clear(&FaultSubject::Image(reference.to_owned()));
@@ -518,8 +578,8 @@ impl<F: Fetcher> Actuator<F> {
                     self.attempt_ended(reference, token);
                     return;
                 }
+                self.attempt_ended(reference, token);
                 let entry = self.references.entry(reference.to_owned()).or_default();
-                entry.live = None;
                 entry.present = true;
                 entry.last_error = None;
                 tracing::info!(reference, ?fetched, "image present");
@@ -539,9 +599,7 @@ impl<F: Fetcher> Actuator<F> {
                 let failed = match finished {
                     Finished::Failed(failed) => failed,
                     Finished::Released => {
-                        if let Some(entry) = self.references.get_mut(reference) {
-                            entry.live = None;
-                        }
+                        self.attempt_ended(reference, token);
                         tracing::debug!(reference, error = %err, "attempt released: the daemon is unreachable");
                         self.daemon_failed(err, now);
                         return;
@@ -552,8 +610,8 @@ impl<F: Fetcher> Actuator<F> {
                         return;
                     }
                 };
+                self.attempt_ended(reference, token);
                 let entry = self.references.entry(reference.to_owned()).or_default();
-                entry.live = None;
                 entry.last_error = Some(err.clone());
                 tracing::warn!(
                     reference,
@@ -571,20 +629,28 @@ impl<F: Fetcher> Actuator<F> {
                 }
                 if err.kind.is_daemon_condition() {
                     self.daemon_failed(err, now);
-                } else {
+                } else if err.kind != PullErrorKind::Stalled {
+                    // A stall is the absence of an answer, so it says nothing about the daemon.
                     self.daemon_answered();
                 }
             }
         }
     }
 
-    /// A superseded attempt has ended. The gate already counted it (as stale); if no newer attempt
-    /// replaced it, it is no longer running either, so nothing is in flight for the reference.
+    /// The attempt `token` has ended: if it is the reference's live (or stale, not yet superseded)
+    /// attempt, nothing of it is running any more.
     fn attempt_ended(&mut self, reference: &str, token: Token) {
-        if let Some(entry) = self.references.get_mut(reference)
-            && entry.live.as_ref().is_some_and(|live| live.token == token)
-        {
-            entry.live = None;
+        if let Some(entry) = self.references.get_mut(reference) {
+            if entry.live.as_ref().is_some_and(|live| live.token == token) {
+                entry.live = None;
+            }
+            if entry
+                .stale
+                .as_ref()
+                .is_some_and(|stale| stale.token == token)
+            {
+                entry.stale = None;
+            }
         }
     }
 
@@ -596,7 +662,9 @@ impl<F: Fetcher> Actuator<F> {
             Some(token) => Some(token),
             None => match self.daemon_gate.begin((), now) {
                 Permit::Granted { token, .. } => Some(token),
-                Permit::Wait { until, failures } => {
+                Permit::Wait {
+                    until, failures, ..
+                } => {
                     // Already counted within this wait (several attempts found it down at once).
                     let down = self.daemon.down.get_or_insert(DaemonDown {
                         failures,
@@ -650,11 +718,16 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
-    /// An attempt got an answer from the daemon, so it is up.
+    // r[impl actuate.image.daemon+2]
+    /// An attempt got an answer from the daemon, so it is up: the daemon is as fresh as after a
+    /// successful probe (its streak and escalation reset, any probe in flight no longer needed),
+    /// so its next outage escalates and files its fault again.
     fn daemon_answered(&mut self) {
         if self.daemon.down.take().is_some() {
             self.faults.clear(&FaultSubject::Daemon);
         }
+        self.daemon.probe = None;
+        self.daemon_gate.forget(&());
     }
 
     /// The configuration in use.
@@ -752,6 +825,36 @@ mod tests {
         }
     }
 
+    // r[verify actuate.image.watchdog]
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_that_accepts_and_never_answers_stalls_the_probe_within_the_bound() {
+        let dir = std::env::temp_dir().join(format!("holdfast-pull-mute-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        // Accepts connections and never answers on them.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let fetcher = DockerFetcher::new(
+            DaemonEndpoint::from_docker_host(Some(&format!("unix://{}", socket.display()))),
+            Duration::from_secs(5),
+        );
+        let start = tokio::time::Instant::now();
+        let err = fetcher.probe().await.expect_err("the daemon never answers");
+        assert_eq!(err.kind, PullErrorKind::Stalled, "{err}");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(5),
+            "the stall bound, not bollard's 120 s"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn unreachable() -> PullError {
         PullError::new(
             PullErrorKind::RegistryUnreachable,
@@ -761,7 +864,37 @@ mod tests {
 
     const IMG: &str = "127.0.0.1:5000/holdfast/busybox:latest";
 
-    // r[verify actuate.image.single-flight]
+    // r[verify actuate.image.single-flight+2]
+    #[tokio::test]
+    async fn a_healthy_long_pull_is_not_stale_and_a_superseded_one_is_cancelled() {
+        assert_eq!(
+            PullConfig::default().image_policy.stale_after(),
+            DEFAULT_PULL_STALE_AFTER
+        );
+        assert!(DEFAULT_PULL_STALE_AFTER >= 100 * DEFAULT_STALL_TIMEOUT);
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), PullConfig::default()).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, a) = fetcher.next_call();
+        // An hour in, the pull is still the one in flight: not stale, nothing new started.
+        let hour = t0 + Duration::from_secs(3600);
+        assert!(matches!(act.ensure(IMG, hour), ImageState::Pulling { .. }));
+        assert_eq!(fetcher.pending(), 0);
+        assert!(!a.is_closed(), "the healthy pull keeps running");
+        // Past the stale timeout (and its back-off) a successor supersedes it and it is cancelled.
+        let mut now = t0 + DEFAULT_PULL_STALE_AFTER;
+        while fetcher.pending() == 0 {
+            act.ensure(IMG, now);
+            now += Duration::from_secs(1);
+            assert!(now < t0 + DEFAULT_PULL_STALE_AFTER + Duration::from_secs(60));
+        }
+        assert!(cancelled(&a).await, "the superseded attempt was cancelled");
+        let (_, b) = fetcher.next_call();
+        assert!(!b.is_closed(), "its successor runs");
+    }
+
+    // r[verify actuate.image.single-flight+2]
     // r[verify actuate.image.ensure]
     #[tokio::test]
     async fn one_attempt_per_reference_then_present() {
@@ -963,13 +1096,53 @@ mod tests {
         }
     }
 
-    /// Starts attempt A, lets it go stale, and returns once attempt B superseded it.
+    /// The token of `reference`'s live attempt.
+    fn live_token(act: &Actuator<Scripted>, reference: &str) -> Token {
+        act.references[reference]
+            .live
+            .as_ref()
+            .expect("an attempt is live")
+            .token
+    }
+
+    /// Lets the runtime run until `reply`'s attempt has been dropped (cancelled).
+    async fn cancelled(reply: &Reply) -> bool {
+        for _ in 0..100 {
+            if reply.is_closed() {
+                return true;
+            }
+            tokio::task::yield_now().await;
+        }
+        false
+    }
+
+    /// Delivers a result for attempt `token` as one that raced its cancellation would arrive,
+    /// and applies it at `now`.
+    async fn late_result(
+        act: &mut Actuator<Scripted>,
+        token: Token,
+        result: Result<Fetched, PullError>,
+        now: Instant,
+    ) {
+        act.done_tx
+            .send(Completion::Image {
+                reference: IMG.to_owned(),
+                token,
+                result,
+            })
+            .unwrap();
+        act.next_result(now).await;
+    }
+
+    /// Starts attempt A, lets it go stale, and returns once attempt B superseded it, with A's
+    /// token.
     async fn supersede(
         act: &mut Actuator<Scripted>,
         fetcher: &Scripted,
         t0: Instant,
-    ) -> (Reply, Reply, Instant) {
+    ) -> (Reply, Token, Reply, Instant) {
         act.ensure(IMG, t0);
+        let a_token = live_token(act, IMG);
         let (_, a) = fetcher.next_call();
         let mut s = 1;
         let now = loop {
@@ -982,7 +1155,7 @@ mod tests {
             assert!(s < 1000, "the stale attempt was never superseded");
         };
         let (_, b) = fetcher.next_call();
-        (a, b, now)
+        (a, a_token, b, now)
     }
 
     // r[verify actuate.image.attempt-token]
@@ -991,10 +1164,11 @@ mod tests {
         let fetcher = Scripted::default();
         let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(30))).unwrap();
         let t0 = Instant::now();
-        let (a, b, now) = supersede(&mut act, &fetcher, t0).await;
-        // The stale attempt A was counted once (as stalled) when B superseded it.
-        a.send(Err(unreachable())).unwrap();
-        act.next_result(now).await;
+        let (a, a_token, b, now) = supersede(&mut act, &fetcher, t0).await;
+        // The stale attempt A was counted once (as stalled) when B superseded it, and cancelled.
+        assert!(cancelled(&a).await, "A no longer runs beside B");
+        // A failure of A that raced its cancellation changes nothing.
+        late_result(&mut act, a_token, Err(unreachable()), now).await;
         assert!(
             matches!(act.ensure(IMG, now), ImageState::Pulling { .. }),
             "B is still in flight"
@@ -1011,7 +1185,8 @@ mod tests {
         let fetcher = Scripted::default();
         let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(30))).unwrap();
         let t0 = Instant::now();
-        let (a, b, now) = supersede(&mut act, &fetcher, t0).await;
+        let (a, a_token, b, now) = supersede(&mut act, &fetcher, t0).await;
+        assert!(cancelled(&a).await, "A no longer runs beside B");
         b.send(Err(unreachable())).unwrap();
         act.settle(now).await;
         let before = act.ensure(IMG, now);
@@ -1019,8 +1194,7 @@ mod tests {
             panic!("expected waiting after B failed, got {before:?}");
         };
         assert_eq!(*failures, 2, "A counted as stale, B as failed");
-        a.send(Ok(Fetched::Pulled)).unwrap();
-        act.next_result(now).await;
+        late_result(&mut act, a_token, Ok(Fetched::Pulled), now).await;
         assert_eq!(
             act.ensure(IMG, now),
             before,
@@ -1059,6 +1233,50 @@ mod tests {
     }
 
     // r[verify actuate.image.attempt-token]
+    // r[verify actuate.image.fault]
+    #[tokio::test]
+    async fn an_attempt_that_goes_stale_while_refused_is_a_stalled_failure_and_may_escalate() {
+        let fetcher = Scripted::default();
+        let mut cfg = config(Duration::from_secs(30));
+        cfg.image_policy = Policy::builder()
+            .base(Duration::from_secs(5))
+            .cap(Duration::from_secs(300))
+            .escalate_after(1)
+            .jitter(Jitter::None)
+            .stale_after(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut act = Actuator::new(fetcher.clone(), cfg).unwrap();
+        let t0 = Instant::now();
+        act.ensure(IMG, t0);
+        let (_, _hung) = fetcher.next_call();
+        // At 30 s the gate counts the hung attempt and refuses a new one until 35 s.
+        let now = t0 + Duration::from_secs(30);
+        let state = act.ensure(IMG, now);
+        match &state {
+            ImageState::Escalated {
+                failures: 1,
+                until,
+                last_error,
+            } => {
+                assert_eq!(*until, t0 + Duration::from_secs(35));
+                assert_eq!(last_error.kind, PullErrorKind::Stalled);
+            }
+            other => panic!("expected the stale attempt to escalate, got {other:?}"),
+        }
+        assert_eq!(act.status(IMG).as_ref(), Some(&state), "no longer Pulling");
+        assert!(!act.has_live_attempts());
+        let faults = act.faults();
+        assert_eq!(
+            faults.len(),
+            1,
+            "the escalation files the fault: {faults:?}"
+        );
+        assert_eq!(faults[0].kind, PullErrorKind::Stalled);
+        assert_eq!(fetcher.pending(), 0, "nothing new started before 35 s");
+    }
+
+    // r[verify actuate.image.attempt-token]
     #[tokio::test]
     async fn a_stale_attempt_succeeding_before_a_successor_began_makes_the_image_present() {
         let fetcher = Scripted::default();
@@ -1088,10 +1306,14 @@ mod tests {
         let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
         let t0 = Instant::now();
         act.ensure(IMG, t0);
+        let old_token = live_token(&act, IMG);
         let (_, old) = fetcher.next_call();
         act.forget(IMG);
-        old.send(Err(unreachable())).unwrap();
-        act.next_result(t0).await;
+        assert!(
+            cancelled(&old).await,
+            "a forgotten reference's pull is cancelled"
+        );
+        late_result(&mut act, old_token, Err(unreachable()), t0).await;
         assert!(act.faults().is_empty());
         // Asked for again, it is a fresh reference: an attempt starts at once.
         assert!(matches!(act.ensure(IMG, t0), ImageState::Pulling { .. }));
@@ -1179,6 +1401,106 @@ mod tests {
         fetcher.next_call().1.send(Ok(Fetched::Pulled)).unwrap();
         act.settle(now).await;
         assert_eq!(act.ensure(IMG, now), ImageState::Present);
+    }
+
+    // r[verify actuate.image.daemon+2]
+    #[tokio::test]
+    async fn a_daemon_that_answers_an_image_attempt_escalates_afresh_in_its_next_outage() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        let other = "127.0.0.1:5000/holdfast/other:1";
+        // Two attempts in flight; the first finds the daemon down.
+        act.ensure(IMG, t0);
+        act.ensure(other, t0);
+        let (_, img) = fetcher.next_call();
+        let (_, late) = fetcher.next_call();
+        let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+        fetcher.probes_answer(Err(down.clone()));
+        img.send(Err(down.clone())).unwrap();
+        act.next_result(t0).await;
+        // Probes fail until the daemon escalates (5 failures: at 0, 5, 15, 35, 75 s).
+        let mut s = 0;
+        while !act
+            .faults()
+            .iter()
+            .any(|f| f.subject == FaultSubject::Daemon)
+        {
+            s += 1;
+            assert!(s < 200, "the daemon never escalated");
+            let now = t0 + Duration::from_secs(s);
+            act.ensure(IMG, now);
+            act.apply_completions(now);
+            tokio::task::yield_now().await;
+            act.apply_completions(now);
+        }
+        // The attempt that was still in flight gets the daemon's answer (a registry failure):
+        // the daemon is up, its fault clears, and it is fresh again.
+        let now = t0 + Duration::from_secs(s);
+        late.send(Err(unreachable())).unwrap();
+        act.next_result(now).await;
+        assert!(
+            act.faults()
+                .iter()
+                .all(|f| f.subject != FaultSubject::Daemon)
+        );
+        assert!(!act.has_live_attempts(), "no probe left in flight");
+        // The next outage starts a new daemon streak and escalates (and files) again.
+        assert!(matches!(act.ensure(IMG, now), ImageState::Pulling { .. }));
+        fetcher.next_call().1.send(Err(down)).unwrap();
+        act.next_result(now).await;
+        assert!(matches!(
+            act.ensure(IMG, now),
+            ImageState::DaemonUnreachable { failures: 1, .. }
+        ));
+        let outage = s;
+        while !act
+            .faults()
+            .iter()
+            .any(|f| f.subject == FaultSubject::Daemon)
+        {
+            s += 1;
+            assert!(
+                s < outage + 200,
+                "the second outage never filed the daemon fault"
+            );
+            let now = t0 + Duration::from_secs(s);
+            act.ensure(IMG, now);
+            act.apply_completions(now);
+            tokio::task::yield_now().await;
+            act.apply_completions(now);
+        }
+    }
+
+    // r[verify actuate.image.daemon+2]
+    #[tokio::test]
+    async fn a_stall_is_no_answer_from_the_daemon() {
+        let fetcher = Scripted::default();
+        let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+        let t0 = Instant::now();
+        let other = "127.0.0.1:5000/holdfast/other:1";
+        act.ensure(IMG, t0);
+        act.ensure(other, t0);
+        let (_, img) = fetcher.next_call();
+        let (_, stalled) = fetcher.next_call();
+        let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+        fetcher.probes_answer(Err(down.clone()));
+        img.send(Err(down)).unwrap();
+        act.next_result(t0).await;
+        stalled
+            .send(Err(PullError::new(
+                PullErrorKind::Stalled,
+                "no answer within 60s",
+            )))
+            .unwrap();
+        act.next_result(t0).await;
+        assert!(
+            matches!(
+                act.ensure(IMG, t0),
+                ImageState::DaemonUnreachable { failures: 1, .. }
+            ),
+            "a stall does not count as the daemon answering"
+        );
     }
 
     // r[verify actuate.image.daemon+2]

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use holdfast_retry::http::{StatusCode, is_retryable};
+use holdfast_retry::http::StatusCode;
 use holdfast_retry::{Class, Classify};
 
 /// What kind of failure ended a pull attempt. None of them is terminal: every kind is paced and
@@ -162,9 +162,10 @@ pub fn classify_status(status: StatusCode, message: &str) -> PullErrorKind {
     match code {
         404 => PullErrorKind::NotFound,
         401 | 403 => PullErrorKind::Unauthorized,
-        // holdfast-retry's HTTP classifier: a status that repeating will not fix (400, 501, ...)
-        // needs an operator; a retryable one (500, 503, ...) is the daemon's transient trouble.
-        _ if !is_retryable(status) => PullErrorKind::Rejected,
+        // Another 4xx is the daemon refusing the request as made: repeating it will not help, so
+        // it needs an operator. Anything else (a 5xx such as 500, 501 or 503) is the daemon's own
+        // error, filed only at the escalation threshold.
+        400..=499 => PullErrorKind::Rejected,
         _ => PullErrorKind::Daemon,
     }
 }
@@ -357,7 +358,9 @@ mod tests {
             (404, DENIED, PullErrorKind::Unauthorized),
             (400, "invalid reference format", PullErrorKind::Rejected),
             (500, "something the daemon made up", PullErrorKind::Daemon),
-            (501, "not implemented", PullErrorKind::Rejected),
+            (501, "not implemented", PullErrorKind::Daemon),
+            (505, "version not supported", PullErrorKind::Daemon),
+            (409, "conflict", PullErrorKind::Rejected),
             (503, "daemon busy", PullErrorKind::Daemon),
         ];
         for (status, message, expected) in cases {

@@ -10,6 +10,7 @@
 //! attempt, not an error at construction, and after a daemon-unreachable failure the next attempt
 //! reconnects (and renegotiates, since the daemon may have been upgraded while it was down).
 
+use std::future::Future;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -65,6 +66,29 @@ impl DaemonEndpoint {
     }
 }
 
+// r[impl actuate.image.watchdog]
+/// Awaits the daemon's answer to `what` under the stall bound: bollard's own timeout (120 s) only
+/// bounds the response headers of each request, and a daemon that accepts and never answers a
+/// connect, a version negotiation or an inspect must not hold an attempt longer than a stalled
+/// pull stream would. No answer within `bound` is a stalled failure.
+pub async fn within<T>(
+    bound: Duration,
+    what: &str,
+    answer: impl Future<Output = Result<T, PullError>>,
+) -> Result<T, PullError> {
+    // tokio's timeout treats a bound too large to add to now as no deadline at all.
+    match tokio::time::timeout(bound, answer).await {
+        Ok(result) => result,
+        Err(_elapsed) => Err(PullError::new(
+            PullErrorKind::Stalled,
+            format!(
+                "no answer from the daemon to {what} within {}s; attempt abandoned",
+                bound.as_secs()
+            ),
+        )),
+    }
+}
+
 /// What a successful attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fetched {
@@ -109,12 +133,18 @@ pub async fn fetch(
     progress: &watch::Sender<PullProgress>,
 ) -> Result<Fetched, PullError> {
     let name = store_name(reference);
-    match docker.inspect_image(&name).await {
-        Ok(_) => return Ok(Fetched::AlreadyPresent),
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {}
-        Err(other) => return Err(classify_bollard(&other)),
+    let inspected = within(stall_timeout, "the image inspect", async {
+        match docker.inspect_image(&name).await {
+            Ok(_) => Ok(true),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(other) => Err(classify_bollard(&other)),
+        }
+    })
+    .await?;
+    if inspected {
+        return Ok(Fetched::AlreadyPresent);
     }
     let (image, tag) = pull_parameters(reference);
     let mut options = CreateImageOptionsBuilder::default().from_image(&image);
@@ -180,6 +210,24 @@ mod tests {
         )));
         let err = endpoint.connect().await.expect_err("no daemon there");
         assert_eq!(err.kind, PullErrorKind::DaemonUnreachable);
+    }
+
+    // r[verify actuate.image.watchdog]
+    #[tokio::test(start_paused = true)]
+    async fn no_answer_before_the_stream_is_a_stall_within_the_bound() {
+        let start = tokio::time::Instant::now();
+        let err = within(
+            Duration::from_secs(5),
+            "the image inspect",
+            std::future::pending::<Result<(), PullError>>(),
+        )
+        .await
+        .expect_err("never answers");
+        assert_eq!(err.kind, PullErrorKind::Stalled);
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        // A bound too large for the clock is no bound, not a panic.
+        let ok = within(Duration::MAX, "connect", async { Ok::<_, PullError>(7) }).await;
+        assert_eq!(ok.ok(), Some(7));
     }
 
     #[test]

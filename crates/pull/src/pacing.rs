@@ -10,7 +10,7 @@ use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use holdfast_retry::{
-    AttemptToken, Escalation, KeyState, KeyedGate, NotYet, Policy, Reason, WaitReason,
+    AttemptToken, Escalation, KeyState, KeyedGate, NotYet, Policy, Reason, Transition, WaitReason,
 };
 
 /// Identifies one granted attempt (and, through it, the gate's [`AttemptToken`]).
@@ -36,6 +36,9 @@ pub enum Permit {
         until: Instant,
         /// The streak length.
         failures: u32,
+        /// An attempt in flight past the stale timeout that this refusal counted as failed (the
+        /// caller records it like any stalled attempt, and files its fault if it escalated).
+        expired: Option<Failed>,
     },
 }
 
@@ -48,6 +51,15 @@ pub struct Failed {
     pub until: Instant,
     /// This failure escalated the key (once per streak).
     pub escalated: bool,
+}
+
+/// The failure the gate recorded for a stale attempt.
+fn expiry(t: &Transition<()>, now: Instant) -> Failed {
+    Failed {
+        failures: t.failures,
+        until: t.next_attempt_at.unwrap_or(now),
+        escalated: t.escalation == Some(Escalation::Escalated),
+    }
 }
 
 /// What finishing an attempt did.
@@ -94,21 +106,32 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
     pub fn begin(&mut self, key: K, now: Instant) -> Permit {
         match self.gate.begin(&key, now) {
             Ok(mut attempt) => {
-                let expired = attempt.expired.take().map(|t| Failed {
-                    failures: t.failures,
-                    until: t.next_attempt_at.unwrap_or(now),
-                    escalated: t.escalation == Some(Escalation::Escalated),
-                });
+                let expired = attempt.expired.take().map(|t| expiry(&t, now));
                 self.next += 1;
                 let token = Token(self.next);
                 self.tokens.insert(token, attempt);
                 Permit::Granted { token, expired }
             }
-            Err(NotYet { until, reason, .. }) => match reason {
-                WaitReason::InFlight { .. } => Permit::InFlight,
-                WaitReason::Backoff { failures, .. } => Permit::Wait { until, failures },
-                WaitReason::Budget => Permit::Wait { until, failures: 0 },
-            },
+            Err(NotYet {
+                until,
+                reason,
+                expired,
+            }) => {
+                let expired = expired.map(|t| expiry(&t, now));
+                match reason {
+                    WaitReason::InFlight { .. } => Permit::InFlight,
+                    WaitReason::Backoff { failures, .. } => Permit::Wait {
+                        until,
+                        failures,
+                        expired,
+                    },
+                    WaitReason::Budget => Permit::Wait {
+                        until,
+                        failures: expired.map_or(0, |e| e.failures),
+                        expired,
+                    },
+                }
+            }
         }
     }
 
@@ -164,6 +187,12 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
     /// What the gate holds about `key`, without changing anything (`None`: fresh).
     pub fn state(&self, key: &K) -> Option<KeyState> {
         self.gate.state(key)
+    }
+
+    /// Drops the token of an attempt the gate superseded and the caller cancelled: its result will
+    /// never come back to finish it.
+    pub fn discard(&mut self, token: Token) {
+        self.tokens.remove(&token);
     }
 
     /// Drops everything the gate holds about `key` (the caller no longer needs it).

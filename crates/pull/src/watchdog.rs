@@ -19,7 +19,8 @@ pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy)]
 pub struct Watchdog {
     timeout: Duration,
-    deadline: Instant,
+    /// `None` when the bound is too large for the clock to represent: no deadline at all.
+    deadline: Option<Instant>,
 }
 
 impl Watchdog {
@@ -27,23 +28,24 @@ impl Watchdog {
     pub fn new(timeout: Duration, now: Instant) -> Self {
         Watchdog {
             timeout,
-            deadline: now + timeout,
+            deadline: now.checked_add(timeout),
         }
     }
 
     /// Records an advance at `now`: the next one must come within `timeout` of it.
     pub fn progressed(&mut self, now: Instant) {
-        self.deadline = now + self.timeout;
+        self.deadline = now.checked_add(self.timeout);
     }
 
-    /// When the attempt is abandoned unless it advances first.
-    pub fn deadline(&self) -> Instant {
+    /// When the attempt is abandoned unless it advances first (`None`: the configured bound is
+    /// beyond what the clock can represent, so never).
+    pub fn deadline(&self) -> Option<Instant> {
         self.deadline
     }
 
     /// Whether the deadline has passed at `now`.
     pub fn expired(&self, now: Instant) -> bool {
-        now >= self.deadline
+        self.deadline.is_some_and(|deadline| now >= deadline)
     }
 
     /// The configured bound.
@@ -79,7 +81,11 @@ where
     let mut stream = std::pin::pin!(stream);
     let mut watchdog = Watchdog::new(timeout, Instant::now());
     loop {
-        match tokio::time::timeout_at(watchdog.deadline(), stream.next()).await {
+        let next = match watchdog.deadline() {
+            Some(deadline) => tokio::time::timeout_at(deadline, stream.next()).await,
+            None => Ok(stream.next().await),
+        };
+        match next {
             Err(_elapsed) => return Watched::Stalled { idle: timeout },
             Ok(None) => return Watched::Completed,
             Ok(Some(Err(err))) => return Watched::Failed(err),
@@ -109,7 +115,20 @@ mod tests {
         wd.progressed(t0 + Duration::from_secs(50));
         assert!(!wd.expired(t0 + Duration::from_secs(109)));
         assert!(wd.expired(t0 + Duration::from_secs(110)));
-        assert_eq!(wd.deadline(), t0 + Duration::from_secs(110));
+        assert_eq!(wd.deadline(), Some(t0 + Duration::from_secs(110)));
+    }
+
+    // r[verify actuate.image.watchdog]
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_beyond_the_clock_is_no_deadline_not_a_panic() {
+        let t0 = Instant::now();
+        let mut wd = Watchdog::new(Duration::MAX, t0);
+        assert_eq!(wd.deadline(), None);
+        assert!(!wd.expired(t0 + Duration::from_secs(1_000_000)));
+        wd.progressed(t0 + Duration::from_secs(1));
+        assert_eq!(wd.deadline(), None);
+        let ok = stream::iter(vec![Ok::<bool, String>(true), Ok(false)]);
+        assert_eq!(drive(ok, Duration::MAX, |a| *a).await, Watched::Completed);
     }
 
     /// Sends items at given offsets on tokio's (paused) clock, then holds the stream open.

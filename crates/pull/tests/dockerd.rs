@@ -309,10 +309,10 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
     s.cleanup().await;
 }
 
-// r[verify actuate.image.single-flight]
+// r[verify actuate.image.single-flight+2]
 // r[verify actuate.image.attempt-token]
 #[tokio::test]
-async fn a_superseded_real_pull_failing_late_does_not_disturb_the_live_one() {
+async fn a_superseded_real_pull_is_cancelled_and_does_not_disturb_the_live_one() {
     let Some(s) = setup().await else { return };
     // Attempts stall (the proxy never answers) and the watchdog ends them after 4 real seconds;
     // on the caller's clock an attempt is stale after 30 s and may then be superseded.
@@ -355,7 +355,14 @@ async fn a_superseded_real_pull_failing_late_does_not_disturb_the_live_one() {
     loop {
         match act.ensure(&s.image, now) {
             ImageState::Pulling { .. } => break,
-            ImageState::Waiting { failures: 1, .. } => now += Duration::from_secs(1),
+            ImageState::Waiting {
+                failures: 1,
+                last_error,
+                ..
+            } => {
+                assert_eq!(last_error.kind, PullErrorKind::Stalled, "{last_error}");
+                now += Duration::from_secs(1);
+            }
             other => panic!("expected A to be counted stale, got {other:?}"),
         }
         assert!(now < t0 + Duration::from_secs(100), "B never started");
@@ -366,14 +373,15 @@ async fn a_superseded_real_pull_failing_late_does_not_disturb_the_live_one() {
             .await
             > after_a
     );
-    // A's watchdog fires first (it started a second earlier): its late failure changes nothing.
-    act.next_result(now).await;
+    // A was cancelled when B superseded it, so it ends nothing and reports nothing; B is the
+    // live attempt.
     let state = act.ensure(&s.image, now);
     assert!(
         matches!(state, ImageState::Pulling { .. }),
-        "B is still the live attempt after A's late failure: {state:?}"
+        "B is the live attempt: {state:?}"
     );
-    // B's own failure is counted: A's expiry once, B once; A's late failure not at all.
+    // B's own failure is counted: A's expiry once, B once; anything late from A (had it raced
+    // its cancellation) not at all.
     act.settle(now).await;
     match act.ensure(&s.image, now) {
         ImageState::Waiting {
