@@ -191,39 +191,34 @@ pub fn analyse(
         summary.stale += usize::from(tally.stale);
         summary.implemented += usize::from(!tally.stale && tally.implemented);
         summary.verified += usize::from(tally.verified);
+        // A missing reference is reported where the rule is defined, with the annotation to add.
+        let missing = |kind, verb, place| {
+            Problem::new(
+                kind,
+                format!(
+                    "rule {} has no {verb} reference; put `// {}[{verb} {}]` {place}",
+                    rule.marker(),
+                    rule.prefix,
+                    rule.id
+                ),
+            )
+            .at(&rule.file, rule.line)
+            .spec(&spec.name)
+            .rule(rule.marker())
+        };
         if !tally.implemented {
-            problems.push(
-                Problem::new(
-                    Kind::MissingImpl,
-                    format!(
-                        "rule {} has no impl reference; put `// {}[impl {}]` on the line before the \
-                         code that implements it",
-                        rule.marker(),
-                        rule.prefix,
-                        rule.id
-                    ),
-                )
-                .at(&rule.file, rule.line)
-                .spec(&spec.name)
-                .rule(rule.marker()),
-            );
+            problems.push(missing(
+                Kind::MissingImpl,
+                "impl",
+                "on the line before the code that implements it",
+            ));
         }
         if !tally.verified {
-            problems.push(
-                Problem::new(
-                    Kind::MissingVerify,
-                    format!(
-                        "rule {} has no verify reference; put `// {}[verify {}]` before a test that \
-                         proves it",
-                        rule.marker(),
-                        rule.prefix,
-                        rule.id
-                    ),
-                )
-                .at(&rule.file, rule.line)
-                .spec(&spec.name)
-                .rule(rule.marker()),
-            );
+            problems.push(missing(
+                Kind::MissingVerify,
+                "verify",
+                "before a test that proves it",
+            ));
         }
     }
 
