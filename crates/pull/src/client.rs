@@ -156,9 +156,16 @@ pub async fn fetch(
     let mut tracker = ProgressTracker::new();
     let outcome = drive(stream, stall_timeout, |info| {
         let advanced = tracker.observe(info);
-        if advanced {
-            progress.send_replace(tracker.snapshot());
-        }
+        // Shown whenever it changed (a new layer, a new status line); only an advance moves the
+        // watchdog.
+        let snapshot = tracker.snapshot();
+        progress.send_if_modified(|shown| {
+            let changed = *shown != snapshot;
+            if changed {
+                *shown = snapshot;
+            }
+            changed
+        });
         advanced
     })
     .await;

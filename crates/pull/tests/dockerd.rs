@@ -48,11 +48,12 @@ fn actuator_with(
     stall_timeout: Duration,
     policy: Policy,
 ) -> Actuator<DockerFetcher> {
-    let config = PullConfig {
-        image_policy: policy,
-        daemon_policy: policy,
-        stall_timeout,
-    };
+    let config = PullConfig::builder(7)
+        .image_policy(policy)
+        .daemon_policy(policy)
+        .stall_timeout(stall_timeout)
+        .build()
+        .unwrap();
     let fetcher = DockerFetcher::new(
         DaemonEndpoint::from_docker_host(Some(docker_host)),
         stall_timeout,
@@ -309,51 +310,121 @@ async fn a_ten_minute_outage_is_paced_escalated_once_and_recovers_without_restar
     s.cleanup().await;
 }
 
+/// When a connection opened, and when it closed (`None`: still open).
+type Lifetime = (std::time::Instant, Option<std::time::Instant>);
+
+/// A registry that never answers, and that records when each connection to it opens and closes:
+/// the place where a cancelled pull becomes visible (dockerd drops its connection to the
+/// registry once the client's request to dockerd is gone).
+struct Mute {
+    addr: std::net::SocketAddr,
+    /// (opened, closed) per connection, in the order accepted.
+    connections: std::sync::Arc<std::sync::Mutex<Vec<Lifetime>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Mute {
+    async fn start() -> Mute {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&connections);
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let index = {
+                    let mut all = seen.lock().unwrap();
+                    all.push((std::time::Instant::now(), None));
+                    all.len() - 1
+                };
+                let seen = std::sync::Arc::clone(&seen);
+                tokio::spawn(async move {
+                    // Read (and discard) until the peer closes; never write a byte.
+                    let mut buf = [0u8; 4096];
+                    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+                    seen.lock().unwrap()[index].1 = Some(std::time::Instant::now());
+                });
+            }
+        });
+        Mute {
+            addr,
+            connections,
+            task,
+        }
+    }
+
+    fn connections(&self) -> Vec<Lifetime> {
+        self.connections.lock().unwrap().clone()
+    }
+
+    /// Waits (in real time) until `check` holds for the connections, or `timeout` passes.
+    async fn wait_for(&self, timeout: Duration, check: impl Fn(&[Lifetime]) -> bool) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < end {
+            if check(&self.connections()) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        check(&self.connections())
+    }
+}
+
+impl Drop for Mute {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 // r[verify actuate.image.single-flight+2]
 // r[verify actuate.image.attempt-token]
 #[tokio::test]
 async fn a_superseded_real_pull_is_cancelled_and_does_not_disturb_the_live_one() {
-    let Some(s) = setup().await else { return };
-    // Attempts stall (the proxy never answers) and the watchdog ends them after 4 real seconds;
-    // on the caller's clock an attempt is stale after 30 s and may then be superseded.
+    let Some(docker) = services::docker() else {
+        return;
+    };
+    let registry = Mute::start().await;
+    let image = format!("{}/holdfast/busybox:latest", registry.addr);
+    // The watchdog would end an attempt after 8 real seconds (below Go's 10 s TLS handshake
+    // timeout, so dockerd gives up on no connection by itself first); on the caller's clock an
+    // attempt is stale after 30 s and may then be superseded.
+    let stall = Duration::from_secs(8);
     let mut act = actuator_with(
-        &s.docker.host,
-        Duration::from_secs(4),
+        &docker.host,
+        stall,
         policy_with_stale(Duration::from_secs(30)),
     );
-    s.proxy
-        .set_mode(Mode::Stall { after_bytes: 0 })
-        .await
-        .unwrap();
     let t0 = Instant::now();
-    assert!(matches!(
-        act.ensure(&s.image, t0),
-        ImageState::Pulling { .. }
-    ));
+    assert!(matches!(act.ensure(&image, t0), ImageState::Pulling { .. }));
+    let a_started = std::time::Instant::now();
     assert!(
-        s.proxy
-            .wait_for_connections(1, Duration::from_secs(10))
-            .await
-            >= 1
+        registry
+            .wait_for(Duration::from_secs(5), |c| !c.is_empty())
+            .await,
+        "A reached the registry"
     );
-    let after_a = s.proxy.connections();
+    let after_a = registry.connections().len();
     // Single flight: ticks while A is in flight start nothing.
     for sec in 1..30 {
-        let state = act.ensure(&s.image, t0 + Duration::from_secs(sec));
+        let state = act.ensure(&image, t0 + Duration::from_secs(sec));
         assert!(matches!(state, ImageState::Pulling { .. }), "{state:?}");
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let a_connections = registry.connections();
     assert_eq!(
-        s.proxy.connections(),
+        a_connections.len(),
         after_a,
         "no second pull while A is in flight"
     );
+    assert!(
+        a_connections.iter().all(|(_, closed)| closed.is_none()),
+        "A's connection to the registry is open while A runs: {a_connections:?}"
+    );
     // A goes stale on the caller's clock (counted once, as stalled); B supersedes it as soon as
     // the gate allows, while A is still hanging in real time.
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let mut now = t0 + Duration::from_secs(30);
     loop {
-        match act.ensure(&s.image, now) {
+        match act.ensure(&image, now) {
             ImageState::Pulling { .. } => break,
             ImageState::Waiting {
                 failures: 1,
@@ -367,35 +438,55 @@ async fn a_superseded_real_pull_is_cancelled_and_does_not_disturb_the_live_one()
         }
         assert!(now < t0 + Duration::from_secs(100), "B never started");
     }
+    // A was cancelled when B superseded it: its connection to the registry closes, long before
+    // A's own watchdog (or dockerd's TLS timeout) could have ended it.
+    let a_count = a_connections.len();
     assert!(
-        s.proxy
-            .wait_for_connections(after_a + 1, Duration::from_secs(10))
-            .await
-            > after_a
+        registry
+            .wait_for(Duration::from_secs(5), |c| c[..a_count]
+                .iter()
+                .all(|(_, closed)| closed.is_some()))
+            .await,
+        "A's registry connections closed after it was superseded: {:?}",
+        registry.connections()
     );
-    // A was cancelled when B superseded it, so it ends nothing and reports nothing; B is the
-    // live attempt.
-    let state = act.ensure(&s.image, now);
+    let closed_at = registry.connections()[..a_count]
+        .iter()
+        .filter_map(|(_, closed)| *closed)
+        .max()
+        .unwrap();
+    let a_lived = closed_at - a_started;
+    eprintln!("SUPERSEDE: A's registry connection closed {a_lived:?} after A started");
+    assert!(
+        a_lived < stall,
+        "closed by the cancellation ({a_lived:?}), not by A's watchdog ({stall:?})"
+    );
+    // B is the live attempt, with a connection of its own.
+    let state = act.ensure(&image, now);
     assert!(
         matches!(state, ImageState::Pulling { .. }),
         "B is the live attempt: {state:?}"
     );
+    assert!(
+        registry
+            .wait_for(Duration::from_secs(5), |c| c.len() > a_count)
+            .await,
+        "B reached the registry"
+    );
     // B's own failure is counted: A's expiry once, B once; anything late from A (had it raced
     // its cancellation) not at all.
     act.settle(now).await;
-    match act.ensure(&s.image, now) {
+    match act.ensure(&image, now) {
         ImageState::Waiting {
             failures,
             last_error,
             ..
         } => {
             assert_eq!(failures, 2);
-            assert_eq!(last_error.kind, PullErrorKind::Stalled);
+            assert_eq!(last_error.kind, PullErrorKind::Stalled, "{last_error}");
         }
         other => panic!("expected waiting after B, got {other:?}"),
     }
-    s.proxy.set_mode(Mode::Forward).await.unwrap();
-    s.cleanup().await;
 }
 
 /// Waits for the single attempt started at `now` and returns the reference's state after it.
