@@ -112,6 +112,7 @@ impl<F: Fetcher> Actuator<F> {
             .collect()
     }
 
+    // r[impl actuate.image.progress]
     /// The progress of the attempt in flight for `reference`, if any.
     pub fn progress(&self, reference: &str) -> Option<PullProgress> {
         let attempt = self.core.live_attempt(reference)?;
@@ -285,7 +286,7 @@ impl<F: Fetcher> Actuator<F> {
                     );
                     self.track(attempt, task, Attempt::Probe);
                 }
-                // r[impl actuate.image.single-flight+2]
+                // r[impl actuate.image.single-flight+3]
                 Action::Cancel { attempt } => {
                     if let Some(running) = self.running.remove(&attempt) {
                         running.task.abort();

@@ -118,7 +118,7 @@ impl Reconciler {
         &self.config
     }
 
-    // r[impl actuate.image.ensure]
+    // r[impl actuate.image.ensure+2]
     /// Where `reference` stands at `now`, and what to do about it: at most one new attempt when
     /// pacing allows one, the cancellation of any attempt that one supersedes, or a probe of the
     /// daemon while it is down. A `Pulling` answer carries no progress: the shell, which holds
@@ -138,7 +138,7 @@ impl Reconciler {
             self.probe_daemon(now, &mut actions);
             return (state, actions);
         }
-        // r[impl actuate.image.single-flight+2]
+        // r[impl actuate.image.single-flight+3]
         let state = match self.images.begin(reference.to_owned(), now) {
             Permit::Granted {
                 token: attempt,
@@ -220,7 +220,7 @@ impl Reconciler {
     }
 
     fn start_attempt(&mut self, reference: &str, attempt: AttemptId, actions: &mut Vec<Action>) {
-        // r[impl actuate.image.single-flight+2]
+        // r[impl actuate.image.single-flight+3]
         // The gate granted a new attempt, so any older one still running was superseded: cancel
         // it rather than let it go on pulling beside its successor.
         if let Some(entry) = self.references.get_mut(reference) {

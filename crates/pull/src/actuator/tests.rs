@@ -147,7 +147,7 @@ async fn dropping_the_actuator_aborts_its_attempts() {
     assert!(cancelled(&b).await, "the second attempt was aborted");
 }
 
-// r[verify actuate.image.single-flight+2]
+// r[verify actuate.image.single-flight+3]
 #[tokio::test]
 async fn a_superseded_attempt_is_aborted_and_its_successor_runs() {
     let fetcher = Scripted::default();
@@ -174,7 +174,7 @@ async fn a_superseded_attempt_is_aborted_and_its_successor_runs() {
     );
 }
 
-// r[verify actuate.image.single-flight+2]
+// r[verify actuate.image.single-flight+3]
 #[tokio::test]
 async fn a_forgotten_reference_has_its_attempt_aborted() {
     let fetcher = Scripted::default();

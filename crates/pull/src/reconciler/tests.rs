@@ -145,7 +145,7 @@ fn daemon_down() -> PullError {
     PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found")
 }
 
-// r[verify actuate.image.single-flight+2]
+// r[verify actuate.image.single-flight+3]
 #[test]
 fn a_healthy_long_pull_is_not_stale_and_a_superseded_one_is_cancelled() {
     let config = PullConfig::new(3);
@@ -177,8 +177,8 @@ fn a_healthy_long_pull_is_not_stale_and_a_superseded_one_is_cancelled() {
     assert_ne!(sim.next_call().1, a.1, "its successor runs");
 }
 
-// r[verify actuate.image.single-flight+2]
-// r[verify actuate.image.ensure]
+// r[verify actuate.image.single-flight+3]
+// r[verify actuate.image.ensure+2]
 #[test]
 fn one_attempt_per_reference_then_present() {
     let mut sim = Sim::new(config(Duration::from_secs(600)));
@@ -393,7 +393,7 @@ fn a_panicked_attempt_is_a_failure_of_its_reference_and_is_retried() {
     );
 }
 
-// r[verify actuate.image.ensure]
+// r[verify actuate.image.ensure+2]
 #[test]
 fn a_wait_without_a_recorded_failure_is_reported_as_deferred_not_as_an_invented_error() {
     let sim = Sim::new(config(Duration::from_secs(600)));
@@ -570,7 +570,7 @@ fn a_stale_attempt_succeeding_before_a_successor_began_makes_the_image_present()
 }
 
 // r[verify actuate.image.attempt-token]
-// r[verify actuate.image.single-flight+2]
+// r[verify actuate.image.single-flight+3]
 #[test]
 fn a_forgotten_reference_is_cancelled_and_ignores_its_late_result() {
     let mut sim = Sim::new(config(Duration::from_secs(600)));
