@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use holdfast_lifecycle::{Fault, FaultBoard};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 
 use crate::classify::{PullError, PullErrorKind};
 use crate::client::DaemonEndpoint;
 use crate::config::PullConfig;
-use crate::fault::Fault;
 use crate::fetcher::{DockerFetcher, Fetcher};
 use crate::progress::PullProgress;
 use crate::reconciler::{Action, AttemptId, Completion, Reconciler};
@@ -72,10 +72,20 @@ impl<F: Fetcher> Actuator<F> {
     /// An actuator doing its attempts through `fetcher`. Must be called inside a tokio runtime;
     /// attempts are spawned on it.
     pub fn new(fetcher: F, config: PullConfig) -> Result<Self, NoRuntime> {
+        Self::with_fault_board(fetcher, config, FaultBoard::new())
+    }
+
+    /// Like [`Actuator::new`], filing faults on `board` (the node's, shared with every module)
+    /// under module "pull" instead of on a board of its own.
+    pub fn with_fault_board(
+        fetcher: F,
+        config: PullConfig,
+        board: FaultBoard,
+    ) -> Result<Self, NoRuntime> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| NoRuntime)?;
         Ok(Actuator {
             fetcher: Arc::new(fetcher),
-            core: Reconciler::new(config),
+            core: Reconciler::with_fault_board(config, board),
             tasks: JoinSet::new(),
             running: HashMap::new(),
             by_task: HashMap::new(),
@@ -138,7 +148,7 @@ impl<F: Fetcher> Actuator<F> {
         self.core.reference_failures(reference)
     }
 
-    /// The open operator-visible faults (images and the daemon).
+    /// Pull's open operator-visible faults (images and the daemon), from its board.
     pub fn faults(&self) -> Vec<Fault> {
         self.core.faults()
     }
@@ -191,6 +201,11 @@ impl<F: Fetcher> Actuator<F> {
     /// The configuration in use.
     pub fn config(&self) -> &PullConfig {
         self.core.config()
+    }
+
+    /// The board this actuator files its faults on.
+    pub fn fault_board(&self) -> &FaultBoard {
+        self.core.fault_board()
     }
 
     /// The synchronous core, for callers that want its answers without the shell's.

@@ -31,7 +31,7 @@ pub use actuator::{Actuator, NoRuntime};
 pub use classify::{FaultPolicy, PullError, PullErrorKind};
 pub use client::{DaemonEndpoint, Fetched};
 pub use config::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigBuilder, PullConfigError};
-pub use fault::{Fault, FaultSubject};
+pub use fault::{FaultSubject, MODULE, PullFaults};
 pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
 pub use progress::PullProgress;
 pub use reconciler::{Action, AttemptId, Completion, Reconciler};

@@ -12,7 +12,9 @@ use std::time::Instant;
 use crate::classify::{FaultPolicy, PullError, PullErrorKind};
 use crate::client::Fetched;
 use crate::config::PullConfig;
-use crate::fault::{Fault, FaultBoard, FaultSubject};
+use holdfast_lifecycle::{Fault, FaultBoard};
+
+use crate::fault::{FaultSubject, PullFaults};
 use crate::pacing::{Failed, Finished, Pacer, Permit, Token};
 use crate::progress::PullProgress;
 use crate::state::ImageState;
@@ -97,25 +99,36 @@ pub struct Reconciler {
     daemon_gate: Pacer<()>,
     references: HashMap<String, Reference>,
     daemon: Daemon,
-    faults: FaultBoard,
+    faults: PullFaults,
 }
 
 impl Reconciler {
-    /// A core with nothing known yet.
+    /// A core with nothing known yet, filing its faults on a board of its own.
     pub fn new(config: PullConfig) -> Self {
+        Self::with_fault_board(config, FaultBoard::new())
+    }
+
+    /// A core with nothing known yet, filing its faults on `board` (the node's, shared with every
+    /// module), under module "pull".
+    pub fn with_fault_board(config: PullConfig, board: FaultBoard) -> Self {
         Reconciler {
             config,
             images: Pacer::new(*config.image_policy()),
             daemon_gate: Pacer::new(*config.daemon_policy()),
             references: HashMap::new(),
             daemon: Daemon::default(),
-            faults: FaultBoard::new(),
+            faults: PullFaults::new(board),
         }
     }
 
     /// The configuration in use.
     pub fn config(&self) -> &PullConfig {
         &self.config
+    }
+
+    /// The board this core files its faults on.
+    pub fn fault_board(&self) -> &FaultBoard {
+        self.faults.board()
     }
 
     // r[impl actuate.image.ensure+2]
@@ -145,7 +158,7 @@ impl Reconciler {
                 expired,
             } => {
                 if let Some(expired) = expired {
-                    self.record_expired(reference, expired, now);
+                    self.record_expired(reference, expired);
                 }
                 self.start_attempt(reference, attempt, &mut actions);
                 pulling()
@@ -159,7 +172,7 @@ impl Reconciler {
                 if let Some(expired) = expired {
                     // The attempt in flight went stale and this refusal counted it: it is a
                     // stalled failure now, no longer reported as a pull in flight.
-                    self.record_expired(reference, expired, now);
+                    self.record_expired(reference, expired);
                     if let Some(entry) = self.references.get_mut(reference) {
                         entry.stale = entry.live.take().or(entry.stale.take());
                     }
@@ -184,8 +197,7 @@ impl Reconciler {
         };
         if self
             .faults
-            .get(&FaultSubject::Image(reference.to_owned()))
-            .is_some()
+            .is_open(&FaultSubject::Image(reference.to_owned()))
         {
             ImageState::Escalated {
                 until,
@@ -203,7 +215,7 @@ impl Reconciler {
 
     /// The gate superseded an attempt that stayed in flight past its stale timeout and counted it
     /// as failed; record it like any stalled attempt.
-    fn record_expired(&mut self, reference: &str, expired: Failed, now: Instant) {
+    fn record_expired(&mut self, reference: &str, expired: Failed) {
         let err = PullError::new(
             PullErrorKind::Stalled,
             "attempt still in flight past the stale timeout; superseded",
@@ -213,7 +225,7 @@ impl Reconciler {
         }
         let subject = FaultSubject::Image(reference.to_owned());
         if expired.escalated {
-            self.faults.file(subject, &err, expired.failures, now);
+            self.faults.file(&subject, &err, expired.failures);
         } else {
             self.faults.refresh(&subject, &err, expired.failures);
         }
@@ -262,7 +274,7 @@ impl Reconciler {
                 self.daemon_gate.discard(old);
                 actions.push(Action::Cancel { attempt: old });
             }
-            self.record_daemon_failure(&err, expired, now);
+            self.record_daemon_failure(&err, expired);
         }
         if let Some(attempt) = attempt {
             if let Some(old) = self.daemon.probe.replace(attempt) {
@@ -317,7 +329,7 @@ impl Reconciler {
             .map_or(0, |state| state.failures)
     }
 
-    /// The open operator-visible faults (images and the daemon).
+    /// Pull's open operator-visible faults (images and the daemon), from the board.
     pub fn faults(&self) -> Vec<Fault> {
         self.faults.list()
     }
@@ -422,7 +434,7 @@ impl Reconciler {
                 let file_now =
                     failed.escalated || err.kind.fault_policy() == FaultPolicy::Immediately;
                 if file_now {
-                    self.faults.file(subject, &err, failed.failures, now);
+                    self.faults.file(&subject, &err, failed.failures);
                 } else {
                     self.faults.refresh(&subject, &err, failed.failures);
                 }
@@ -460,7 +472,7 @@ impl Reconciler {
                     expired,
                 } => {
                     if let Some(expired) = expired {
-                        self.record_daemon_failure(&err, expired, now);
+                        self.record_daemon_failure(&err, expired);
                     }
                     Some(attempt)
                 }
@@ -470,7 +482,7 @@ impl Reconciler {
                     expired,
                 } => {
                     if let Some(expired) = expired {
-                        self.record_daemon_failure(&err, expired, now);
+                        self.record_daemon_failure(&err, expired);
                     }
                     // Already counted within this wait (several attempts found it down at once).
                     let down = self.daemon.down.get_or_insert(DaemonDown {
@@ -492,16 +504,16 @@ impl Reconciler {
         };
         if let Finished::Failed(failed) = self.daemon_gate.fail(attempt, now, None) {
             tracing::warn!(failures = failed.failures, error = %err.message, "docker daemon unreachable");
-            self.record_daemon_failure(&err, failed, now);
+            self.record_daemon_failure(&err, failed);
         }
     }
 
     /// A failure counted on the daemon's gate: the daemon is down until `failed.until`, and its
     /// fault is filed when the failure escalated (refreshed otherwise).
-    fn record_daemon_failure(&mut self, err: &PullError, failed: Failed, now: Instant) {
+    fn record_daemon_failure(&mut self, err: &PullError, failed: Failed) {
         if failed.escalated {
             self.faults
-                .file(FaultSubject::Daemon, err, failed.failures, now);
+                .file(&FaultSubject::Daemon, err, failed.failures);
         } else {
             self.faults
                 .refresh(&FaultSubject::Daemon, err, failed.failures);

@@ -220,3 +220,31 @@ async fn the_live_attempts_progress_is_shown() {
     assert!(matches!(act.status(IMG), Some(ImageState::Waiting { .. })));
     assert_eq!(act.progress(IMG), None, "no attempt, no progress");
 }
+
+// r[verify actuate.image.fault]
+#[tokio::test]
+async fn faults_go_on_the_nodes_shared_board_under_module_pull() {
+    let board = FaultBoard::new();
+    let fetcher = Scripted::default();
+    let mut act = Actuator::with_fault_board(
+        fetcher.clone(),
+        config(Duration::from_secs(600)),
+        board.clone(),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    act.ensure(IMG, t0);
+    let not_found = PullError::new(PullErrorKind::NotFound, "manifest unknown");
+    fetcher.next_call().1.send(Err(not_found)).unwrap();
+    act.settle(t0).await;
+    let subject = holdfast_lifecycle::Subject::new("pull", format!("image {IMG}"));
+    let fault = board.get(&subject).expect("filed on the shared board");
+    assert_eq!(fault.kind, "not-found");
+    assert_eq!(fault.message, "manifest unknown");
+    assert_eq!(act.faults(), board.of_module("pull"));
+    // The next success clears it there.
+    act.ensure(IMG, t0 + Duration::from_secs(5));
+    fetcher.next_call().1.send(Ok(Fetched::Pulled)).unwrap();
+    act.settle(t0 + Duration::from_secs(5)).await;
+    assert!(board.is_empty(), "{:?}", board.list());
+}
