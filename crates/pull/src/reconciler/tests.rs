@@ -849,3 +849,29 @@ fn a_probe_that_never_answers_is_counted_and_its_escalation_files_the_daemon_fau
         assert!(s < 600, "the daemon never recovered");
     }
 }
+
+// r[verify actuate.image.config]
+#[test]
+fn two_nodes_seeded_from_their_identities_come_back_at_different_times() {
+    use holdfast_lifecycle::NodeIdentity;
+    let t0 = Instant::now();
+    let first_retry = |node: &str| {
+        let seed = NodeIdentity::resolve(Some(node)).unwrap().seed("pull");
+        // The reference numbers, with the default additive jitter.
+        let mut sim = Sim::new(PullConfig::new(seed));
+        sim.ensure(IMG, t0);
+        let call = sim.next_call();
+        sim.finish(call, Err(unreachable()), t0);
+        match sim.ensure(IMG, t0) {
+            ImageState::Waiting { until, .. } => until,
+            other => panic!("expected waiting, got {other:?}"),
+        }
+    };
+    let a = first_retry("node-a");
+    let b = first_retry("node-b");
+    assert_eq!(a, first_retry("node-a"), "stable for one node");
+    assert_ne!(a, b, "two nodes do not retry one image in lockstep");
+    for until in [a, b] {
+        assert!(until >= t0 + Duration::from_secs(5) && until <= t0 + Duration::from_secs(6));
+    }
+}
