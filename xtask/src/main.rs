@@ -10,6 +10,8 @@
 
 mod bench;
 mod harness;
+mod output;
+mod root;
 mod spec_check;
 mod trace;
 
@@ -46,9 +48,10 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(code) => code,
+        // A command that could not do its job at all is a fatal error, never "problems found".
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            ExitCode::from(spec_check::USAGE_ERROR)
         }
     }
 }

@@ -42,6 +42,9 @@ pub struct AttributedFn {
     pub name: String,
     /// Inline modules enclosing it in this file, outermost first.
     pub modules: Vec<String>,
+    /// Whether it is a test: it carries a test attribute (`#[test]`, `#[tokio::test]`, …) or sits
+    /// in a test macro such as `proptest! {`.
+    pub is_test: bool,
 }
 
 impl RustLayout {
@@ -103,16 +106,41 @@ impl RustLayout {
     /// through comments, attributes and macro openers such as `proptest! {`; failing that, the
     /// innermost function whose body contains the line.
     pub fn function_after(&self, line: usize) -> Option<AttributedFn> {
-        let (name, fn_line) = self
-            .next_fn(line)
-            .or_else(|| self.enclosing_fn(line).map(|f| (f.name.clone(), f.start)))?;
+        let (name, fn_line, is_test) = self.next_fn(line).or_else(|| {
+            self.enclosing_fn(line).map(|f| {
+                let is_test = self.test_attribute_in(f.start, f.end);
+                (f.name.clone(), f.start, is_test)
+            })
+        })?;
         let modules = self
             .modules
             .iter()
             .filter(|m| m.start <= fn_line && fn_line <= m.end)
             .map(|m| m.name.clone())
             .collect();
-        Some(AttributedFn { name, modules })
+        Some(AttributedFn {
+            name,
+            modules,
+            is_test,
+        })
+    }
+
+    /// Whether the attribute lines at the top of the item spanning `start..=end` include a test
+    /// attribute, or the item sits inside a test macro.
+    fn test_attribute_in(&self, start: usize, end: usize) -> bool {
+        let in_test_macro = self.lines.iter().take(start.saturating_sub(1)).rev().any(|l| {
+            let trimmed = l.trim();
+            is_macro_opener(trimmed) && is_test_macro(trimmed)
+        });
+        in_test_macro
+            || self
+                .lines
+                .iter()
+                .skip(start.saturating_sub(1))
+                .take(end + 1 - start.max(1))
+                .map(|l| l.trim())
+                .take_while(|t| fn_name(t).is_none() || t.starts_with("#["))
+                .any(is_test_attribute)
     }
 
     fn enclosing_fn(&self, line: usize) -> Option<&Function> {
@@ -122,8 +150,9 @@ impl RustLayout {
             .min_by_key(|f| f.end - f.start)
     }
 
-    fn next_fn(&self, line: usize) -> Option<(String, usize)> {
+    fn next_fn(&self, line: usize) -> Option<(String, usize, bool)> {
         let mut attribute_depth: i32 = 0;
+        let mut is_test = false;
         // `line` is 1-based, so index `line` is the line after it.
         for (index, text) in self.lines.iter().enumerate().skip(line) {
             let trimmed = text.trim();
@@ -139,13 +168,15 @@ impl RustLayout {
                 continue;
             }
             if trimmed.starts_with("#[") || trimmed.starts_with("#![") {
+                is_test |= is_test_attribute(trimmed);
                 attribute_depth = bracket_balance(trimmed);
                 continue;
             }
             if is_macro_opener(trimmed) {
+                is_test |= is_test_macro(trimmed);
                 continue;
             }
-            return fn_name(trimmed).map(|name| (name, index + 1));
+            return fn_name(trimmed).map(|name| (name, index + 1, is_test));
         }
         None
     }
@@ -202,6 +233,30 @@ fn is_macro_opener(trimmed: &str) -> bool {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     })
+}
+
+/// `#[test]`, `#[tokio::test]`, `#[tokio::test(start_paused = true)]`, `#[rstest]`,
+/// `#[test_case(..)]`, `#[proptest]`, … — an attribute that makes the function a test.
+fn is_test_attribute(trimmed: &str) -> bool {
+    let Some(inner) = trimmed.strip_prefix("#[") else {
+        return false;
+    };
+    let path: String = inner
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let last = path.rsplit("::").next().unwrap_or_default();
+    matches!(
+        last,
+        "test" | "rstest" | "test_case" | "proptest" | "quickcheck" | "test_log"
+    )
+}
+
+/// `proptest! {` and the like: a macro whose body's functions are tests.
+fn is_test_macro(trimmed: &str) -> bool {
+    let name = trimmed.split('!').next().unwrap_or_default();
+    let last = name.rsplit("::").next().unwrap_or_default();
+    matches!(last, "proptest" | "quickcheck")
 }
 
 /// The name in `... fn NAME(` / `fn NAME<`, if the line declares a function.
@@ -277,6 +332,7 @@ mod helpers;
             Some(AttributedFn {
                 name: "through_attributes".into(),
                 modules: vec!["tests".into()],
+                is_test: true,
             })
         );
     }
@@ -291,6 +347,7 @@ mod helpers;
             Some(AttributedFn {
                 name: "property".into(),
                 modules: vec!["tests".into(), "nested".into()],
+                is_test: true,
             })
         );
     }
@@ -300,6 +357,27 @@ mod helpers;
         let layout = layout(SOURCE);
         let found = layout.function_after(line_of(SOURCE, "MARK-C"));
         assert_eq!(found.map(|f| f.name), Some("inside".to_owned()));
+    }
+
+    // i[verify spec-check.verify-on-test]
+    #[test]
+    fn a_helper_in_test_code_is_not_a_test() {
+        let source = "\
+#[cfg(test)]
+mod tests {
+    // MARK-H
+    fn helper() -> u32 { 1 }
+
+    // MARK-T
+    #[tokio::test(start_paused = true)]
+    async fn paced() {}
+}
+";
+        let layout = layout(source);
+        let helper = layout.function_after(line_of(source, "MARK-H"));
+        assert_eq!(helper.map(|f| (f.name, f.is_test)), Some(("helper".into(), false)));
+        let paced = layout.function_after(line_of(source, "MARK-T"));
+        assert_eq!(paced.map(|f| (f.name, f.is_test)), Some(("paced".into(), true)));
     }
 
     #[test]

@@ -17,17 +17,15 @@
 //! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
 //! file, an unusable tracey config or results file.
 
-mod findings;
+pub(crate) mod findings;
 mod report;
 mod results;
 mod rule_trace;
-mod timestamp;
+pub(crate) mod timestamp;
 mod verdict;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-use anyhow::Context as _;
 
 use crate::spec_check::{self, config, suggest};
 
@@ -63,18 +61,22 @@ pub struct Args {
 }
 
 /// The exit code of a usage error (unknown finding, malformed findings file, broken config).
-const USAGE_ERROR: u8 = 2;
+const USAGE_ERROR: u8 = spec_check::USAGE_ERROR;
 
 /// Runs the trace; see the module docs for the exit codes.
 // i[impl trace.exit-code]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = args.root.clone().unwrap_or_else(spec_check::default_root);
-    let root = root
-        .canonicalize()
-        .with_context(|| format!("trace root {} does not exist", root.display()))?;
+    let root = match crate::root::find(args.root.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            eprintln!("error: trace: {message}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
+    crate::output::print(&crate::root::banner(&root));
     match trace(&root, &args) {
         Ok((output, code)) => {
-            print!("{output}");
+            crate::output::print(&output);
             Ok(code)
         }
         Err(message) => {
@@ -93,6 +95,22 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
     };
     let config = config::load(root).map_err(|problem| problem.to_string())?;
     let tree = spec_check::read_tree(root, &config.config);
+    // i[impl trace.broken-spec]
+    let broken: Vec<String> = config
+        .problems
+        .iter()
+        .chain(&tree.problems)
+        .map(|problem| format!("  {problem}"))
+        .collect();
+    if !broken.is_empty() {
+        return Err(format!(
+            "the spec cannot be read as written ({} problem{}), so no finding is judged; fix \
+             these first (`cargo xtask spec-check` lists them too):\n{}",
+            broken.len(),
+            if broken.len() == 1 { "" } else { "s" },
+            broken.join("\n")
+        ));
+    }
     let run = results::load(
         root,
         args.results.as_deref(),
