@@ -8,5 +8,7 @@ use std::io::Write as _;
 pub fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
     // Any other write error has nowhere to be reported either: stdout is the report.
-    let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
 }

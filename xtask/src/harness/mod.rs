@@ -49,7 +49,8 @@ pub struct Args {
 
 /// Runs `cargo xtask test`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let workspace = crate::root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
+    let workspace =
+        crate::root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
     // Which tree is built and tested, before anything else: a shared target dir must never make
     // this checkout test another one.
     crate::output::print(&crate::root::banner(&workspace));

@@ -32,7 +32,7 @@ impl std::ops::Add for Counts {
 
 /// `cargo nextest run --workspace --profile ci <args>` with the services' environment; its JUnit
 /// report lands at `junit` (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
-// i[impl harness.results]
+// i[impl harness.results+2]
 pub fn nextest(
     workspace: &Path,
     junit: &Path,
@@ -143,7 +143,10 @@ pub fn packages_named(args: &[String]) -> Vec<String> {
             packages.extend(iter.next().cloned());
         } else if let Some(name) = arg.strip_prefix("--package=") {
             packages.push(name.to_owned());
-        } else if let Some(name) = arg.strip_prefix("-p").filter(|n| !n.is_empty() && !arg.starts_with("--")) {
+        } else if let Some(name) = arg
+            .strip_prefix("-p")
+            .filter(|n| !n.is_empty() && !arg.starts_with("--"))
+        {
             packages.push(name.to_owned());
         }
     }
@@ -152,7 +155,12 @@ pub fn packages_named(args: &[String]) -> Vec<String> {
 
 /// The arguments of the gate run that judges the test run: its results and ledger, and the
 /// packages when only some ran.
-pub fn spec_check_args(workspace: &Path, junit: &Path, ledger: &Path, packages: &[String]) -> Vec<String> {
+pub fn spec_check_args(
+    workspace: &Path,
+    junit: &Path,
+    ledger: &Path,
+    packages: &[String],
+) -> Vec<String> {
     let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).display().to_string();
     let mut args = vec![
         "spec-check".to_owned(),
@@ -226,7 +234,7 @@ mod tests {
         assert_eq!(parse_libtest_result("running 3 tests"), Counts::default());
     }
 
-    // i[verify harness.results]
+    // i[verify harness.results+2]
     #[test]
     fn the_closing_line_counts_what_the_gate_reads() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -275,10 +283,12 @@ mod tests {
 
     #[test]
     fn packages_are_read_in_every_spelling() {
-        let named = |args: &[&str]| {
-            packages_named(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        };
-        assert_eq!(named(&["-p", "a", "--package", "b", "--package=c", "-pd", "smoke"]), ["a", "b", "c", "d"]);
+        let named =
+            |args: &[&str]| packages_named(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            named(&["-p", "a", "--package", "b", "--package=c", "-pd", "smoke"]),
+            ["a", "b", "c", "d"]
+        );
         assert!(named(&["--no-capture"]).is_empty());
     }
 }

@@ -326,11 +326,10 @@ fn placement_problem(
                 Kind::VerifyNotOnTest,
                 format!(
                     "{} precedes `fn {}`, which is not a test (no `#[test]` or other test \
-                     attribute), so no test run can prove the rule; move it to the line before the \
-                     test that calls `{}`",
+                     attribute), so no test run can prove the rule; move it to the line before \
+                     the test that proves the rule",
                     written(reference),
                     function.name,
-                    function.name
                 ),
             ),
             Some(None) => Problem::new(

@@ -63,14 +63,14 @@ pub fn check(root: &Path, rules: &[Rule]) -> Checked {
                 .rule(named.marker())
             };
             match rules.iter().find(|r| r.id.base == named.id.base) {
-                Some(rule) if rule.prefix != named.prefix => checked.problems.push(problem(
-                    format!(
+                Some(rule) if rule.prefix != named.prefix => {
+                    checked.problems.push(problem(format!(
                         "the spec defines it as {} ({}:{}); write that marker",
                         rule.marker(),
                         rule.file,
                         rule.line
-                    ),
-                )),
+                    )))
+                }
                 Some(rule) if rule.id != named.id => checked.problems.push(problem(format!(
                     "stale: the spec defines {} ({}:{}); check the finding still holds under the \
                      new text, then write that marker",

@@ -22,7 +22,7 @@ pub(crate) mod config;
 pub(crate) mod coverage;
 pub(crate) mod crate_layout;
 mod findings_gate;
-mod freshness;
+pub(crate) mod freshness;
 pub(crate) mod junit;
 pub(crate) mod problem;
 pub(crate) mod report;
@@ -70,7 +70,7 @@ pub(crate) const USAGE_ERROR: u8 = 2;
 /// Runs the gate: exit 0 when every rule is implemented and verified and every reference is sound,
 /// 1 (with the list of problems) otherwise, 2 when it could not judge (no such root, unusable
 /// results).
-// i[impl spec-check.exit-code]
+// i[impl spec-check.exit-code+2]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let root = match crate::root::find(args.root.as_deref()) {
         Ok(root) => root,

@@ -185,9 +185,10 @@ fn text(outcome: &Outcome) -> String {
     if !outcome.planned.is_empty() {
         let _ = writeln!(
             out,
-            "\nplanned: {} rules named by findings are not in the spec yet (allowed while their \
+            "\nplanned: {} rule{} named by findings not in the spec yet (allowed while their \
              crates are unwritten): {}",
             outcome.planned.len(),
+            if outcome.planned.len() == 1 { "" } else { "s" },
             outcome.planned.join(", ")
         );
     }

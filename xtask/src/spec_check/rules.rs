@@ -200,7 +200,9 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
             .iter()
             .filter(|r| &r.file == file && r.line < marker.line)
             .max_by_key(|r| r.line)
-            .map_or_else(String::new, |r| format!(" ({} at line {})", r.marker(), r.line));
+            .map_or_else(String::new, |r| {
+                format!(" ({} at line {})", r.marker(), r.line)
+            });
         problems.push(
             Problem::new(
                 Kind::MergedRule,

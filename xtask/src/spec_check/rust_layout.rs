@@ -128,10 +128,15 @@ impl RustLayout {
     /// Whether the attribute lines at the top of the item spanning `start..=end` include a test
     /// attribute, or the item sits inside a test macro.
     fn test_attribute_in(&self, start: usize, end: usize) -> bool {
-        let in_test_macro = self.lines.iter().take(start.saturating_sub(1)).rev().any(|l| {
-            let trimmed = l.trim();
-            is_macro_opener(trimmed) && is_test_macro(trimmed)
-        });
+        let in_test_macro = self
+            .lines
+            .iter()
+            .take(start.saturating_sub(1))
+            .rev()
+            .any(|l| {
+                let trimmed = l.trim();
+                is_macro_opener(trimmed) && is_test_macro(trimmed)
+            });
         in_test_macro
             || self
                 .lines
@@ -375,9 +380,15 @@ mod tests {
 ";
         let layout = layout(source);
         let helper = layout.function_after(line_of(source, "MARK-H"));
-        assert_eq!(helper.map(|f| (f.name, f.is_test)), Some(("helper".into(), false)));
+        assert_eq!(
+            helper.map(|f| (f.name, f.is_test)),
+            Some(("helper".into(), false))
+        );
         let paced = layout.function_after(line_of(source, "MARK-T"));
-        assert_eq!(paced.map(|f| (f.name, f.is_test)), Some(("paced".into(), true)));
+        assert_eq!(
+            paced.map(|f| (f.name, f.is_test)),
+            Some(("paced".into(), true))
+        );
     }
 
     #[test]

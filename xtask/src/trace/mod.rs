@@ -120,7 +120,14 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
 
     let mut out = String::new();
     match &run {
-        Some(run) => out.push_str(&run.source),
+        Some(run) => {
+            out.push_str(&run.source);
+            // i[impl trace.freshness]
+            for problem in spec_check::freshness::outdated(root, &tree.analyses, &run.evidence, &[])
+            {
+                out.push_str(&format!("\nwarning: {problem}"));
+            }
+        }
         None => out.push_str(
             "test results: none — annotations only (`cargo xtask test` writes target/nextest/ci/junit.xml)",
         ),
