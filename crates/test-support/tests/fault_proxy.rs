@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use holdfast_test_support::{FaultProxy, Mode, UdpFaultProxy, UdpMode};
+use holdfast_test_support::{FaultProxy, Mode, UdpConfig, UdpFaultProxy, UdpMode};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -334,6 +334,14 @@ async fn connections_stalled_from_the_start_die_on_a_later_reset() {
     assert_eq!(upstream_accepts.load(Ordering::SeqCst), 0);
 }
 
+/// Sends `payload` and expects it back.
+async fn echo(socket: &UdpSocket, payload: &[u8]) {
+    socket.send(payload).await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    let n = socket.recv(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], payload);
+}
+
 async fn udp_echo() -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
@@ -391,4 +399,56 @@ async fn udp_forwards_counts_and_drops_datagrams() {
     client.send(b"back").await.unwrap();
     let n = client.recv(&mut buf).await.unwrap();
     assert_eq!(&buf[..n], b"back");
+}
+
+// i[verify harness.fault-proxy.udp.idle]
+#[tokio::test(start_paused = true)]
+async fn udp_sessions_expire_after_the_idle_time_and_come_back_on_the_next_datagram() {
+    let idle = Duration::from_secs(10);
+    let config = UdpConfig { session_idle: idle };
+    let proxy = UdpFaultProxy::start_with(udp_echo().await, config)
+        .await
+        .unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.connect(proxy.addr()).await.unwrap();
+    let other = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    other.connect(proxy.addr()).await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    echo(&client, b"one").await;
+    echo(&other, b"two").await;
+    assert_eq!(proxy.stats().sessions, 2);
+
+    // Traffic keeps a session alive: `client` speaks every 9 s, `other` stays quiet.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    echo(&client, b"still here").await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let stats = proxy
+        .wait_until(Duration::from_secs(1), |s| s.expired == 1)
+        .await;
+    assert_eq!(
+        (stats.sessions, stats.expired),
+        (1, 1),
+        "only the quiet one expired"
+    );
+    tokio::time::advance(Duration::from_secs(6)).await;
+    assert_eq!(
+        proxy.stats().sessions,
+        1,
+        "9 s of 10 since the last datagram"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let stats = proxy
+        .wait_until(Duration::from_secs(1), |s| s.sessions == 0)
+        .await;
+    assert_eq!((stats.sessions, stats.expired), (0, 2));
+
+    // A client whose session expired is relayed again, through a fresh session.
+    echo(&other, b"back").await;
+    let stats = proxy.stats();
+    assert_eq!((stats.sessions, stats.expired, stats.dropped), (1, 2, 0));
+    assert!(
+        tokio::time::timeout(QUIET, client.recv(&mut buf))
+            .await
+            .is_err()
+    );
 }

@@ -11,6 +11,7 @@
 
 mod http;
 mod udp;
+mod udp_errors;
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 pub use http::{RequestHead, RequestTracker};
-pub use udp::{UdpFaultProxy, UdpMode, UdpStats};
+pub use udp::{UdpConfig, UdpFaultProxy, UdpMode, UdpStats};
 
 /// How the proxy treats connections.
 ///
