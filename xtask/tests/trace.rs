@@ -333,3 +333,39 @@ fn results_older_than_the_tests_are_flagged() {
     insta::assert_snapshot!(out);
     assert_eq!(code, 0);
 }
+
+// i[verify trace.rule]
+#[test]
+fn a_rule_is_traced_to_its_items_tests_results_and_findings() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "failed"),
+    ]);
+    let (code, alpha) = fixture.trace(&["demo.alpha"]);
+    assert_eq!(code, 0, "{alpha}");
+    let (code, beta) = fixture.trace(&["r[demo.beta]"]);
+    assert_eq!(code, 1, "{beta}");
+    let (code, unknown) = fixture.trace(&["demo.alpah"]);
+    assert_eq!(code, 2, "{unknown}");
+    insta::assert_snapshot!(format!("{alpha}{beta}{unknown}"));
+}
+
+// i[verify trace.rule-output]
+#[test]
+fn a_rule_trace_as_json_and_markdown() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ]);
+    let run = fixture::xtask("trace", fixture.path(), &["demo.alpha", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    insta::assert_json_snapshot!(json);
+    let (code, markdown) = fixture.trace(&["demo.beta", "--markdown"]);
+    assert_eq!(code, 0, "{markdown}");
+    insta::assert_snapshot!(markdown);
+    let (code, finding) = fixture.trace(&["H1", "--json"]);
+    assert_eq!(code, 2, "{finding}");
+}

@@ -32,7 +32,29 @@ pub struct RustLayout {
     functions: Vec<Function>,
     /// `#[cfg(test)] mod name;` — child files that are test code as a whole.
     test_child_modules: Vec<String>,
+    /// Every named item (function, struct, impl, …) and the lines it spans.
+    items: Vec<Item>,
     lines: Vec<String>,
+}
+
+/// A named item of a Rust file, leading comments and attributes included in its span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// `fn`, `struct`, `enum`, `trait`, `impl`, `mod`, `const`, `static`, `type` or `macro`.
+    pub kind: &'static str,
+    /// Its name (for an impl block, the type).
+    pub name: String,
+    /// First line, 1-based, comments and attributes included.
+    pub start: usize,
+    /// Last line, 1-based.
+    pub end: usize,
+}
+
+impl Item {
+    /// `fn name`, `impl Type`, …
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.kind, self.name)
+    }
 }
 
 /// The function a `verify` annotation is attributed to.
@@ -60,6 +82,12 @@ impl RustLayout {
                 continue;
             };
             let is_test = layout.cfg_test_attribute(unit.start_line, unit.end_line);
+            layout.items.push(Item {
+                kind: item_kind(unit.kind),
+                name: name.clone(),
+                start: unit.start_line,
+                end: unit.end_line,
+            });
             match unit.kind {
                 CodeUnitKind::Module => {
                     let inline = content
@@ -95,6 +123,15 @@ impl RustLayout {
         self.test_ranges
             .iter()
             .any(|&(start, end)| start <= line && line <= end)
+    }
+
+    /// The innermost item whose span (comments and attributes included) holds `line`: the item an
+    /// annotation on that line belongs to, or the one it sits in.
+    pub fn item_at(&self, line: usize) -> Option<&Item> {
+        self.items
+            .iter()
+            .filter(|item| item.start <= line && line <= item.end)
+            .min_by_key(|item| item.end - item.start)
     }
 
     /// Modules this file declares as `#[cfg(test)] mod name;` (their files are test code).
@@ -215,6 +252,21 @@ impl RustLayout {
             return false;
         }
         false
+    }
+}
+
+fn item_kind(kind: CodeUnitKind) -> &'static str {
+    match kind {
+        CodeUnitKind::Function => "fn",
+        CodeUnitKind::Struct => "struct",
+        CodeUnitKind::Enum => "enum",
+        CodeUnitKind::Trait => "trait",
+        CodeUnitKind::Impl => "impl",
+        CodeUnitKind::Module => "mod",
+        CodeUnitKind::Const => "const",
+        CodeUnitKind::Static => "static",
+        CodeUnitKind::TypeAlias => "type",
+        CodeUnitKind::Macro => "macro",
     }
 }
 

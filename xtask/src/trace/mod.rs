@@ -20,6 +20,7 @@
 pub(crate) mod findings;
 mod report;
 mod results;
+mod rule_report;
 mod rule_trace;
 pub(crate) mod timestamp;
 mod verdict;
@@ -36,7 +37,8 @@ use self::verdict::Verdict;
 /// Arguments of `cargo xtask trace`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The finding to trace, e.g. `H3` (see docs/audit/findings.md).
+    /// The finding (`H3`, see docs/audit/findings.md) or the rule (`actuate.image.retry`, with
+    /// or without its `r[...]`) to trace.
     #[arg(
         value_name = "FINDING",
         required_unless_present = "all",
@@ -58,6 +60,12 @@ pub struct Args {
     /// Trace annotations only, even when a results file exists.
     #[arg(long, conflicts_with_all = ["results", "skips"])]
     no_results: bool,
+    /// A rule's trace as JSON (for tools).
+    #[arg(long, conflicts_with_all = ["markdown", "all"])]
+    json: bool,
+    /// A rule's trace as markdown (for a pull-request comment).
+    #[arg(long, conflicts_with = "all")]
+    markdown: bool,
 }
 
 /// The exit code of a usage error (unknown finding, malformed findings file, broken config).
@@ -73,8 +81,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(USAGE_ERROR));
         }
     };
-    crate::output::print(&crate::root::banner(&root));
-    match trace(&root, &args) {
+    // JSON is one object; the root is inside it.
+    if !args.json {
+        crate::output::print(&crate::root::banner(&root));
+    }
+    let traced = match args.finding.as_deref() {
+        Some(wanted) if rule_report::is_rule_id(wanted) => trace_rule(&root, &args, wanted),
+        _ => trace(&root, &args),
+    };
+    match traced {
         Ok((output, code)) => {
             crate::output::print(&output);
             Ok(code)
@@ -86,13 +101,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
-fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
-    let all = findings::load(root)?;
-    let chosen: Vec<&Finding> = match &args.finding {
-        Some(wanted) => vec![find(&all, wanted)?],
-        None => all.iter().collect(),
-    };
+/// Reads the tree for a trace; a config or spec with problems of its own is an error.
+fn read_tree(root: &Path) -> Result<spec_check::Tree, String> {
     let config = config::load(root).map_err(|problem| problem.to_string())?;
     let tree = spec_check::read_tree(root, &config.config);
     // i[impl trace.broken-spec]
@@ -104,13 +114,60 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
         .collect();
     if !broken.is_empty() {
         return Err(format!(
-            "the spec cannot be read as written ({} problem{}), so no finding is judged; fix \
+            "the spec cannot be read as written ({} problem{}), so nothing is judged; fix \
              these first (`cargo xtask spec-check` lists them too):\n{}",
             broken.len(),
             if broken.len() == 1 { "" } else { "s" },
             broken.join("\n")
         ));
     }
+    Ok(tree)
+}
+
+/// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
+fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
+    let tree = read_tree(root)?;
+    // A rule is traced even while the findings file is broken; spec-check reports that.
+    let all = std::fs::read_to_string(root.join(FINDINGS_PATH))
+        .ok()
+        .and_then(|text| findings::parse(&text).ok())
+        .unwrap_or_default();
+    let run = results::load(
+        root,
+        args.results.as_deref(),
+        args.skips.as_deref(),
+        args.no_results,
+    )?;
+    let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
+    let report = rule_report::trace(root, &tree, &all, wanted, evidence)?;
+    let format = if args.json {
+        rule_report::Format::Json
+    } else if args.markdown {
+        rule_report::Format::Markdown
+    } else {
+        rule_report::Format::Text
+    };
+    let code = if report.verdict == "verified" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    Ok((rule_report::render(&report, format), code))
+}
+
+/// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
+fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
+    if args.json || args.markdown {
+        return Err(
+            "--json and --markdown trace a rule (`cargo xtask trace RULE.ID --json`)".to_owned(),
+        );
+    }
+    let all = findings::load(root)?;
+    let chosen: Vec<&Finding> = match &args.finding {
+        Some(wanted) => vec![find(&all, wanted)?],
+        None => all.iter().collect(),
+    };
+    let tree = read_tree(root)?;
     let run = results::load(
         root,
         args.results.as_deref(),
