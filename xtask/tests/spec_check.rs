@@ -537,7 +537,7 @@ Alpha failed silently.
 **Closed by:** `r[gamma.planned]`
 ";
 
-// i[verify spec-check.findings]
+// i[verify spec-check.findings+2]
 #[test]
 fn findings_with_planned_rules_pass_and_are_listed() {
     let fixture = Fixture::new(&[("docs/audit/findings.md", FINDINGS)]);
@@ -546,7 +546,7 @@ fn findings_with_planned_rules_pass_and_are_listed() {
     assert_eq!(code, 0);
 }
 
-// i[verify spec-check.findings]
+// i[verify spec-check.findings+2]
 #[test]
 fn malformed_findings_fail_the_gate() {
     let findings = FINDINGS.replace("**Closed by:** `r[gamma.planned]`", "Nothing closes it.");
@@ -556,13 +556,13 @@ fn malformed_findings_fail_the_gate() {
     assert_eq!(code, 1);
 }
 
-// i[verify spec-check.findings]
+// i[verify spec-check.findings+2]
 #[test]
 fn findings_naming_stale_or_mistyped_rules_fail_the_gate() {
     let findings = FINDINGS
         .replace(
             "`r[demo.beta]`",
-            "`r[demo.beta]`, `i[demo.alpha]`, `r[demo.alfa]`",
+            "`r[demo.beta]`, `i[demo.alpha]`, `r[demo.alfa]`, `r[demo.gamma.missing]`",
         )
         .replace("`r[demo.alpha]`,", "`r[demo.alpha+2]`,");
     let fixture = Fixture::new(&[("docs/audit/findings.md", &findings)]);

@@ -185,8 +185,8 @@ fn text(outcome: &Outcome) -> String {
     if !outcome.planned.is_empty() {
         let _ = writeln!(
             out,
-            "\nplanned: {} rule{} named by findings not in the spec yet (allowed while their \
-             crates are unwritten): {}",
+            "\nplanned: {} rule{} named by findings not in the spec yet (allowed while no rule of \
+             their area exists): {}",
             outcome.planned.len(),
             if outcome.planned.len() == 1 { "" } else { "s" },
             outcome.planned.join(", ")
