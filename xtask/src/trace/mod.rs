@@ -19,8 +19,8 @@
 
 pub(crate) mod findings;
 mod report;
-mod results;
-mod rule_report;
+pub(crate) mod results;
+pub(crate) mod rule_report;
 mod rule_trace;
 pub(crate) mod timestamp;
 mod verdict;
@@ -99,6 +99,59 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(USAGE_ERROR))
         }
     }
+}
+
+/// Everything a report of the whole tree needs, read the way the trace reads it.
+pub(crate) struct Everything {
+    /// The tree.
+    pub tree: spec_check::Tree,
+    /// Each rule, traced (in spec order).
+    pub rules: Vec<rule_report::RuleReport>,
+    /// Each finding with its verdict word and reasons.
+    pub findings: Vec<(Finding, &'static str, Vec<String>)>,
+    /// Which results were used, or `None` for annotations only.
+    pub results: Option<String>,
+}
+
+/// Traces every rule and every finding of `root`.
+pub(crate) fn everything(
+    root: &Path,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    no_results: bool,
+) -> Result<Everything, String> {
+    let tree = read_tree(root)?;
+    let all = findings::load(root)?;
+    let run = results::load(root, results, skips, no_results)?;
+    let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
+    let mut rules = Vec::new();
+    for rule in &tree.rules {
+        rules.push(rule_report::trace(
+            root,
+            &tree,
+            &all,
+            &rule.marker(),
+            evidence,
+        )?);
+    }
+    let findings = all
+        .iter()
+        .map(|finding| {
+            let traces: Vec<_> = finding
+                .rules
+                .iter()
+                .map(|named| rule_trace::trace(root, &tree, named, evidence.map(|(e, _)| e)))
+                .collect();
+            let judgement = verdict::judge(&traces, run.is_some());
+            (finding.clone(), judgement.verdict.word(), judgement.reasons)
+        })
+        .collect();
+    Ok(Everything {
+        tree,
+        rules,
+        findings,
+        results: run.map(|r| r.source),
+    })
 }
 
 /// Reads the tree for a trace; a config or spec with problems of its own is an error.
