@@ -59,17 +59,18 @@ pub enum WaitReason {
     Budget,
 }
 
-/// A refusal: no attempt before `until`.
+/// A refusal: no attempt before `until`. `T` is the caller's time type: `Instant` for the gates,
+/// whatever a [`crate::History`] is kept in for persisted history.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotYet {
+pub struct NotYet<T = Instant> {
     /// The earliest time the key may be attempted (for the in-flight case: when the attempt in
     /// flight becomes stale).
-    pub until: Instant,
+    pub until: T,
     /// Why.
     pub reason: WaitReason,
     /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]). Boxed: it is
     /// rare, and a small refusal keeps the hot path of a check short.
-    pub expired: Option<Box<Transition<()>>>,
+    pub expired: Option<Box<Transition<(), T>>>,
 }
 
 /// What caused a transition.
@@ -100,10 +101,11 @@ pub enum Escalation {
     Recovered,
 }
 
-/// One change of a key's state, for a `tracing` event or a caller's hook.
+/// One change of a key's state, for a `tracing` event or a caller's hook. `T` is the caller's
+/// time type (`Instant` for the gates; a [`crate::History`]'s own for persisted history).
 // r[impl retry.observe+2]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition<K> {
+pub struct Transition<K, T = Instant> {
     /// The key.
     pub key: K,
     /// The finished attempt's number within its streak.
@@ -113,14 +115,14 @@ pub struct Transition<K> {
     /// The streak length after the transition (0 after a success).
     pub failures: u32,
     /// The earliest next attempt (`None`: any time).
-    pub next_attempt_at: Option<Instant>,
+    pub next_attempt_at: Option<T>,
     /// Set when this transition escalates or recovers the key.
     pub escalation: Option<Escalation>,
 }
 
-impl<K> Transition<K> {
+impl<K, T> Transition<K, T> {
     /// The same transition about another key value (e.g. attach the key to an expiry report).
-    pub fn with_key<K2>(self, key: K2) -> Transition<K2> {
+    pub fn with_key<K2>(self, key: K2) -> Transition<K2, T> {
         Transition {
             key,
             attempt: self.attempt,
@@ -162,7 +164,7 @@ impl<K> Transition<K> {
     }
 }
 
-impl<K: fmt::Display> fmt::Display for Transition<K> {
+impl<K: fmt::Display, T> fmt::Display for Transition<K, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} attempt {}: ", self.key, self.attempt)?;
         match self.reason {
