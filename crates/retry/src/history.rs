@@ -60,6 +60,10 @@ pub struct History<T> {
     pub expired: Option<T>,
 }
 
+/// What [`History::begin`] answers: the granted attempt and the expiry of a stale attempt this
+/// call counted as failed (if any), or the gate's refusal.
+pub type HistoryBegin<T> = Result<(HistoryAttempt<T>, Option<Transition<(), T>>), NotYet<T>>;
+
 /// An attempt a [`History`] granted: its start (what identifies it, as a persisted row's start
 /// does) and its number within its streak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,11 +184,7 @@ impl<T: Timestamp> History<T> {
     /// while an attempt is in flight and not yet stale, or while backing off; granted otherwise
     /// (with the expiry of a stale attempt this call counted as failed, if any).
     // r[impl retry.history]
-    pub fn begin(
-        &mut self,
-        policy: &Policy,
-        now: T,
-    ) -> Result<(HistoryAttempt<T>, Option<Transition<(), T>>), NotYet<T>> {
+    pub fn begin(&mut self, policy: &Policy, now: T) -> HistoryBegin<T> {
         if let Some(began) = self.in_flight {
             let stale_at = began.saturating_add(policy.stale_after);
             if now < stale_at {
@@ -528,7 +528,7 @@ mod tests {
             let mut t = t0 + Duration::from_secs(from as u64 * 400);
             for row in from..to {
                 let Ok((attempt, _)) = h.begin(&p, t) else {
-                    t = t + Duration::from_secs(400);
+                    t += Duration::from_secs(400);
                     continue;
                 };
                 let _ = match row % 7 {
@@ -537,7 +537,7 @@ mod tests {
                     5 => h.fail(&p, attempt, t, Some(Duration::from_secs(900))),
                     _ => h.fail(&p, attempt, t, None),
                 };
-                t = t + Duration::from_secs(400);
+                t += Duration::from_secs(400);
             }
         };
         let mut replayed = History::for_key("example.org");

@@ -114,7 +114,9 @@ pub use gate::{KeyState, KeyedGate};
 /// Borrowed-key lookups: a `&Q` finds a `K` key when `Q: Equivalent<K>` (hashbrown's trait; any
 /// `Q` that `K` borrows as qualifies).
 pub use hashbrown::Equivalent;
-pub use history::{Decision, FailureRecorded, History, HistoryAttempt, SuccessRecorded, decide};
+pub use history::{
+    Decision, FailureRecorded, History, HistoryAttempt, HistoryBegin, SuccessRecorded, decide,
+};
 pub use jitter::Jitter;
 pub use lasting::Lasting;
 pub use policy::{MAX_POLICY_DURATION, Policy, PolicyBuilder, PolicyError};
