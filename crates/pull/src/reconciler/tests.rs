@@ -850,7 +850,7 @@ fn a_probe_that_never_answers_is_counted_and_its_escalation_files_the_daemon_fau
     }
 }
 
-// r[verify actuate.image.config]
+// r[verify actuate.image.config+2]
 #[test]
 fn two_nodes_seeded_from_their_identities_come_back_at_different_times() {
     use holdfast_lifecycle::NodeIdentity;
