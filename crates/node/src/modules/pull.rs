@@ -1,0 +1,297 @@
+//! The pull module: the node's one adapter over holdfast-pull.
+//!
+//! Every tick it asks the actuator for each workload's image, publishes where each stands, and
+//! mirrors the actuator's faults onto the node's fault board. When the Docker daemon cannot be
+//! reached the module reports itself degraded with one fault that says what is missing and how to
+//! fix it; it keeps running (the actuator paces its probes of the daemon), and the fault clears
+//! once the daemon answers, without a restart. With no workloads it still probes the daemon on
+//! the same pacing, so a node with nothing to pull says that Docker is missing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
+use holdfast_pull::{
+    Actuator, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher, ImageState, PullConfig,
+};
+use holdfast_retry::{KeyedGate, Policy};
+use tokio::sync::oneshot;
+
+use crate::metrics::OutcomeLabel;
+use crate::module::{Module, ModuleError, StartError, Started, StopGroup};
+use crate::state::{NodeState, WorkloadStatus};
+
+/// The module's name.
+pub const NAME: &str = "pull";
+
+/// The images to keep present: (workload name, image reference).
+#[derive(Debug, Clone)]
+pub struct PullModule {
+    /// Workloads and their images.
+    pub workloads: Vec<(String, String)>,
+    /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
+    pub docker_host: Option<String>,
+    /// Per-image and daemon pacing (seeded with the node's seed for "pull").
+    pub policy: Policy,
+    /// Pull stall bound.
+    pub stall_timeout: Duration,
+    /// Tick interval.
+    pub tick: Duration,
+    /// The node's state.
+    pub node: NodeState,
+}
+
+fn daemon_subject() -> Subject {
+    Subject::new(NAME, "docker-daemon")
+}
+
+fn image_subject(reference: &str) -> Subject {
+    Subject::new(NAME, format!("image {reference}"))
+}
+
+impl Module for PullModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn group(&self) -> StopGroup {
+        StopGroup::Pull
+    }
+
+    fn start(&self) -> Result<Started, StartError> {
+        let endpoint = match &self.docker_host {
+            Some(host) => DaemonEndpoint::from_docker_host(Some(host)),
+            None => DaemonEndpoint::from_env(),
+        };
+        let host = endpoint.host().to_owned();
+        let fetcher = DockerFetcher::new(endpoint, self.stall_timeout);
+        let config = PullConfig {
+            image_policy: self.policy,
+            daemon_policy: self.policy,
+            stall_timeout: self.stall_timeout,
+        };
+        let actuator =
+            Actuator::new(fetcher.clone(), config).map_err(|e| StartError(e.to_string()))?;
+        let (reporter, health) = health_channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            this.run(actuator, fetcher, host, reporter, stop_rx).await;
+            Ok::<(), ModuleError>(())
+        });
+        let stopper = stopper_fn(move |_request| async move {
+            // The actuator's attempts are cancelled when it is dropped with the task.
+            let _ = stop_tx.send(());
+            Ok(())
+        });
+        Ok(Started {
+            stopper,
+            health,
+            task,
+        })
+    }
+}
+
+impl PullModule {
+    async fn run(
+        self,
+        mut actuator: Actuator<DockerFetcher>,
+        fetcher: DockerFetcher,
+        host: String,
+        health: holdfast_lifecycle::HealthReporter,
+        mut stop: oneshot::Receiver<()>,
+    ) {
+        let fetcher = Arc::new(fetcher);
+        let mut probe_gate: KeyedGate<()> = KeyedGate::new(self.policy);
+        let (probe_tx, mut probe_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut probe_in_flight = false;
+        // `None` until the daemon has been heard from (or found missing) once.
+        let mut probe_down: Option<Option<String>> = None;
+        let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
+        let mut ticker = tokio::time::interval(self.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                Some((token, result)) = probe_rx.recv() => {
+                    let now = tokio::time::Instant::now().into_std();
+                    probe_in_flight = false;
+                    match result {
+                        Ok(()) => {
+                            probe_gate.succeed(token, now);
+                            probe_down = Some(None);
+                        }
+                        Err(err) => {
+                            probe_gate.fail(token, now, None);
+                            probe_down = Some(Some(format!("{err}")));
+                        }
+                    }
+                }
+                _ = &mut stop => {
+                    health.set(Health::Stopped);
+                    return;
+                }
+            }
+            let now = tokio::time::Instant::now().into_std();
+            // `Some(None)`: the daemon answers; `Some(Some(e))`: it does not; `None`: not known yet.
+            let mut down: Option<Option<String>> = None;
+            let mut statuses = Vec::new();
+            for (name, image) in &self.workloads {
+                let state = actuator.ensure(image, now);
+                let (label, detail) = describe(&state, now);
+                match &state {
+                    ImageState::DaemonUnreachable { last_error, .. } => {
+                        down = Some(Some(last_error.to_string()));
+                    }
+                    ImageState::Pulling { .. } => {}
+                    _ => {
+                        if down.is_none() {
+                            down = Some(None);
+                        }
+                    }
+                }
+                self.count_outcome(&mut last, image, label);
+                statuses.push(WorkloadStatus {
+                    name: name.clone(),
+                    image: image.clone(),
+                    image_state: label.to_owned(),
+                    detail,
+                });
+            }
+            if self.workloads.is_empty() {
+                // Nothing to pull: probe the daemon ourselves, paced the same way.
+                if !probe_in_flight {
+                    if let Ok(token) = probe_gate.begin(&(), now) {
+                        probe_in_flight = true;
+                        let fetcher = Arc::clone(&fetcher);
+                        let tx = probe_tx.clone();
+                        tokio::spawn(async move {
+                            let result = fetcher.probe().await;
+                            let _ = tx.send((token, result));
+                        });
+                    }
+                }
+                down = probe_down.clone();
+            }
+            self.node.set_workloads(statuses);
+            match &down {
+                Some(Some(err)) => {
+                    self.sync_faults(&actuator, Some(err), &host);
+                    health.set(Health::Degraded(format!(
+                        "cannot reach the Docker daemon at {host}: {err}"
+                    )));
+                }
+                Some(None) => {
+                    self.sync_faults(&actuator, None, &host);
+                    health.set(Health::Ready);
+                }
+                None => self.sync_faults(&actuator, None, &host),
+            }
+        }
+    }
+
+    fn count_outcome(
+        &self,
+        last: &mut BTreeMap<String, &'static str>,
+        image: &str,
+        label: &'static str,
+    ) {
+        let previous = last.insert(image.to_owned(), label);
+        if previous == Some(label) {
+            return;
+        }
+        let outcome = match (previous, label) {
+            (Some("pulling") | None, "present") => "present",
+            (Some("pulling"), "waiting" | "escalated") => "failed",
+            (_, "daemon_unreachable") => "daemon_unreachable",
+            _ => return,
+        };
+        self.node
+            .metrics
+            .pull_outcomes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    // r[impl node.pull.degraded]
+    fn sync_faults(&self, actuator: &Actuator<DockerFetcher>, down: Option<&str>, host: &str) {
+        let now = SystemTime::now();
+        let board = &self.node.faults;
+        match down {
+            Some(err) => {
+                let message = format!(
+                    "cannot reach the Docker daemon at {host} ({err}); start dockerd (or Podman's \
+                     service) or point pull.docker_host / DOCKER_HOST at it; retrying with back-off"
+                );
+                board.file(daemon_subject(), "backend_unreachable", &message, 1, now);
+            }
+            None => {
+                board.clear(&daemon_subject());
+            }
+        }
+        // Image faults mirror the actuator's (the daemon has its own fault above).
+        let mut open = BTreeSet::new();
+        for fault in actuator.faults() {
+            if let FaultSubject::Image(reference) = &fault.subject {
+                open.insert(image_subject(reference));
+                board.file(
+                    image_subject(reference),
+                    fault.kind.as_str(),
+                    &fault.last_error,
+                    fault.failures,
+                    now,
+                );
+            }
+        }
+        for fault in board.of_module(NAME) {
+            if fault.subject != daemon_subject() && !open.contains(&fault.subject) {
+                board.clear(&fault.subject);
+            }
+        }
+    }
+}
+
+fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Option<String>) {
+    let wait = |until: &std::time::Instant| until.saturating_duration_since(now).as_secs();
+    match state {
+        ImageState::Present => ("present", None),
+        ImageState::Pulling { progress } => (
+            "pulling",
+            Some(format!(
+                "{}/{} layers",
+                progress.layers_done, progress.layers
+            )),
+        ),
+        ImageState::Waiting {
+            until,
+            failures,
+            last_error,
+        } => (
+            "waiting",
+            Some(format!(
+                "{failures} failures, next in {}s: {last_error}",
+                wait(until)
+            )),
+        ),
+        ImageState::Escalated {
+            until,
+            failures,
+            last_error,
+        } => (
+            "escalated",
+            Some(format!(
+                "{failures} failures, next in {}s: {last_error}",
+                wait(until)
+            )),
+        ),
+        ImageState::DaemonUnreachable {
+            until, last_error, ..
+        } => (
+            "daemon_unreachable",
+            Some(format!("next probe in {}s: {last_error}", wait(until))),
+        ),
+    }
+}
