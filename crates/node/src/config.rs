@@ -432,10 +432,16 @@ fn did_you_mean(message: &str) -> Option<(String, String)> {
     Some((unknown.to_owned(), format!("unknown key `{unknown}`{hint}")))
 }
 
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.strip_suffix('`')
+}
+
 fn dotted(path: &serde_path_to_error::Path) -> String {
     let mut out = String::new();
     for segment in path.iter() {
         match segment {
+            // toml's `Spanned` wraps the value in a private field: not a key the operator wrote.
+            serde_path_to_error::Segment::Map { key } if key.starts_with("$__serde_spanned") => {}
             serde_path_to_error::Segment::Seq { index } => out.push_str(&format!("[{index}]")),
             serde_path_to_error::Segment::Map { key }
             | serde_path_to_error::Segment::Enum { variant: key } => {
@@ -485,7 +491,17 @@ impl Config {
                     }
                     message
                 }
-                None => inner.message().to_owned(),
+                None => match missing_field(inner.message()) {
+                    Some(field) if key.is_empty() => {
+                        key = field.to_owned();
+                        format!("missing section [{field}]")
+                    }
+                    Some(field) => {
+                        key = format!("{key}.{field}");
+                        format!("missing key `{field}`")
+                    }
+                    None => inner.message().to_owned(),
+                },
             };
             loc.at(inner.span(), &key, message)
         })?;
