@@ -1,111 +1,16 @@
 //! The `holdfast` binary as a subprocess: admin endpoints, signals, stop budget, exit status, and
 //! logs that never carry the token.
 
-use std::io::Read;
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{TOKEN, start};
 use holdfast::admin::client::{Target, call};
 use holdfast::admin::token;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
-const TOKEN: &str = "tok-9f3c1e0d-never-logged";
-
-struct Node {
-    child: Child,
-    dir: tempfile::TempDir,
-    admin: Target,
-}
-
-fn write_config(dir: &Path, extra: &str, budget: &str) -> PathBuf {
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let config = format!(
-        "[node]\ndata_dir = \"{data}\"\nstop_budget = \"{budget}\"\ntick = \"1s\"\n\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\nsocket = \"{socket}\"\ntoken_file = \"{token}\"\n\n\
-         [log]\nformat = \"json\"\nlevel = \"debug\"\n\n\
-         [pull]\ndocker_host = \"unix://{docker}\"\n\n{extra}",
-        data = dir.join("data").display(),
-        socket = dir.join("admin.sock").display(),
-        token = token_file.display(),
-        docker = dir.join("no-docker.sock").display(),
-    );
-    let path = dir.join("holdfast.toml");
-    std::fs::write(&path, config).unwrap();
-    path
-}
-
-fn start(extra: &str, budget: &str) -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), extra, budget);
-    let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-        .args(["run", "-c"])
-        .arg(&config)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr_file = dir.path().join("data/admin.addr");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr = loop {
-        if let Ok(text) = std::fs::read_to_string(&addr_file) {
-            if let Ok(addr) = text.trim().parse() {
-                break addr;
-            }
-        }
-        assert!(Instant::now() < deadline, "the node never wrote its admin address");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Node {
-        child,
-        dir,
-        admin: Target::Tcp(addr),
-    }
-}
-
-impl Node {
-    fn signal(&self, signal: Signal) {
-        kill(Pid::from_raw(i32::try_from(self.child.id()).unwrap()), signal).unwrap();
-    }
-
-    /// Waits for the exit (at most `limit`), returning the status code, the time it took and the
-    /// whole stderr.
-    fn wait(mut self, limit: Duration) -> (i32, Duration, String) {
-        let began = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let mut log = String::new();
-                self.child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
-                drop(self.dir);
-                return (status.code().unwrap_or(-1), began.elapsed(), log);
-            }
-            if began.elapsed() > limit {
-                let _ = self.child.kill();
-                panic!("the node did not exit within {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    async fn get(&self, path: &str) -> Result<String, holdfast::admin::client::ClientError> {
-        call(&self.admin, hyper::Method::GET, path, None).await
-    }
-
-    async fn until_ready(&self) {
-        for _ in 0..500 {
-            if self.get("/readyz").await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("never ready");
-    }
-}
+use nix::sys::signal::Signal;
 
 // r[verify node.admin.endpoints]
 // r[verify node.admin.readyz]
@@ -116,11 +21,16 @@ async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
     assert_eq!(node.get("/healthz").await.unwrap(), "ok\n");
     node.until_ready().await;
     let metrics = node.get("/metrics").await.unwrap();
-    assert!(metrics.contains("holdfast_module_starts_total{module=\"pull\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("holdfast_module_starts_total{module=\"pull\"} 1"),
+        "{metrics}"
+    );
     assert!(metrics.contains("holdfast_faults_open"), "{metrics}");
-    let modules: serde_json::Value = serde_json::from_str(&node.get("/v1/modules").await.unwrap()).unwrap();
+    let modules: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/modules").await.unwrap()).unwrap();
     assert_eq!(modules[0]["name"], "pull");
-    let workloads: serde_json::Value = serde_json::from_str(&node.get("/v1/workloads").await.unwrap()).unwrap();
+    let workloads: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/workloads").await.unwrap()).unwrap();
     assert_eq!(workloads, serde_json::json!([]));
     // No Docker socket: the pull module is degraded with one fault that says what is missing.
     let mut faults = serde_json::Value::Null;
@@ -134,8 +44,14 @@ async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
     let faults = faults.as_array().unwrap();
     assert_eq!(faults.len(), 1, "{faults:?}");
     assert_eq!(faults[0]["subject"]["module"], "pull");
-    assert!(faults[0]["message"].as_str().unwrap().contains("start dockerd"));
-    let modules: serde_json::Value = serde_json::from_str(&node.get("/v1/modules").await.unwrap()).unwrap();
+    assert!(
+        faults[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("start dockerd")
+    );
+    let modules: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/modules").await.unwrap()).unwrap();
     assert_eq!(modules[0]["health"]["state"], "degraded");
     // The rest of the node runs: the admin API is ready.
     assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
@@ -145,7 +61,10 @@ async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("pull") && text.contains("degraded") && text.contains("docker-daemon"), "{text}");
+    assert!(
+        text.contains("pull") && text.contains("degraded") && text.contains("docker-daemon"),
+        "{text}"
+    );
     node.signal(Signal::SIGTERM);
     let (code, _, _) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 0);
@@ -164,7 +83,10 @@ fn the_cli_says_plainly_when_no_node_is_running() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with(&format!("holdfast: no holdfast node is running at {addr}")), "{err}");
+    assert!(
+        err.starts_with(&format!("holdfast: no holdfast node is running at {addr}")),
+        "{err}"
+    );
 }
 
 // r[verify node.stop.signal]
@@ -204,7 +126,11 @@ async fn a_second_sigterm_exits_at_once() {
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 4, "{log}");
-    assert!(began.elapsed() < Duration::from_secs(2), "took {:?}", began.elapsed());
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        began.elapsed()
+    );
 }
 
 // r[verify node.admin.mutating]
@@ -216,7 +142,10 @@ async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
     node.until_ready().await;
     let refused = call(&node.admin, hyper::Method::POST, "/v1/drain", None).await;
     assert!(
-        matches!(refused, Err(holdfast::admin::client::ClientError::Refused { status: 401, .. })),
+        matches!(
+            refused,
+            Err(holdfast::admin::client::ClientError::Refused { status: 401, .. })
+        ),
         "{refused:?}"
     );
     let socket = node.dir.path().join("admin.sock");
@@ -224,7 +153,11 @@ async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
     assert_eq!(mode, 0o600);
     // Read-only over the socket needs nothing.
     let unix = Target::Unix(socket);
-    assert!(call(&unix, hyper::Method::GET, "/v1/faults", None).await.is_ok());
+    assert!(
+        call(&unix, hyper::Method::GET, "/v1/faults", None)
+            .await
+            .is_ok()
+    );
     // The token works over TCP (the CLI reads it from the 0600 file).
     let token = token::read(&node.dir.path().join("token")).unwrap();
     call(&node.admin, hyper::Method::POST, "/v1/drain", Some(&token))
@@ -234,7 +167,10 @@ async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
     assert_eq!(code, 0);
     assert!(log.contains("drain requested"), "{log}");
     assert!(!log.contains(TOKEN), "the token appears in the log");
-    assert!(!log.contains("PRIVATE KEY"), "key material appears in the log");
+    assert!(
+        !log.contains("PRIVATE KEY"),
+        "key material appears in the log"
+    );
 }
 
 // r[verify node.data-dir]
@@ -242,7 +178,11 @@ async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
 async fn the_data_directory_is_created_with_mode_0700() {
     let node = start("", "5s");
     node.until_ready().await;
-    let mode = std::fs::metadata(node.dir.path().join("data")).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(node.dir.path().join("data"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o700);
     node.signal(Signal::SIGINT);
     let (code, _, _) = node.wait(Duration::from_secs(10));

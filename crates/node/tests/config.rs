@@ -4,18 +4,36 @@ use holdfast::config::{Config, DEFAULT_CONFIG};
 
 const BAD: &[(&str, &str)] = &[
     ("wrong type", "[node]\nstop_budget = 10\n"),
-    ("unknown key with a near miss", "[node]\n\n[admin]\nlisen = \"127.0.0.1:7480\"\n"),
+    (
+        "unknown key with a near miss",
+        "[node]\n\n[admin]\nlisen = \"127.0.0.1:7480\"\n",
+    ),
     ("unknown key far from any", "[node]\nflavour = \"mint\"\n"),
     ("unknown section", "[node]\n[pul]\nenabled = true\n"),
     ("bad duration unit", "[node]\ntick = \"5 fortnights\"\n"),
     ("bad duration syntax", "[node]\n[pull]\nbase = \"soon\"\n"),
     ("zero duration", "[node]\nstop_budget = \"0s\"\n"),
     ("missing section", "[admin]\nlisten = \"127.0.0.1:7480\"\n"),
-    ("missing workload field", "[node]\n\n[[workload]]\nname = \"web\"\n"),
-    ("invalid address", "[node]\n[admin]\nlisten = \"localhost:port\"\n"),
-    ("non-loopback address", "[node]\n[admin]\nlisten = \"0.0.0.0:7480\"\n"),
-    ("cap below base", "[node]\n[pull]\nbase = \"10m\"\ncap = \"5m\"\n"),
-    ("zero threshold", "[node]\n[supervise]\ncrash_loop_threshold = 0\n"),
+    (
+        "missing workload field",
+        "[node]\n\n[[workload]]\nname = \"web\"\n",
+    ),
+    (
+        "invalid address",
+        "[node]\n[admin]\nlisten = \"localhost:port\"\n",
+    ),
+    (
+        "non-loopback address",
+        "[node]\n[admin]\nlisten = \"0.0.0.0:7480\"\n",
+    ),
+    (
+        "cap below base",
+        "[node]\n[pull]\nbase = \"10m\"\ncap = \"5m\"\n",
+    ),
+    (
+        "zero threshold",
+        "[node]\n[supervise]\ncrash_loop_threshold = 0\n",
+    ),
     (
         "duplicate workload",
         "[node]\n[[workload]]\nname = \"web\"\nimage = \"a:1\"\n[[workload]]\nname = \"web\"\nimage = \"b:1\"\n",
@@ -34,7 +52,10 @@ fn every_bad_config_names_file_line_column_and_key() {
         let err = Config::parse("bad.toml", text).expect_err(case);
         let shown = err.to_string();
         assert!(
-            shown.starts_with(&format!("bad.toml:{}:{}: {}: ", err.line, err.column, err.key)),
+            shown.starts_with(&format!(
+                "bad.toml:{}:{}: {}: ",
+                err.line, err.column, err.key
+            )),
             "{case}: {shown}"
         );
         out.push_str(&format!("{case}:\n  {shown}\n"));

@@ -5,10 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use holdfast::metrics::Metrics;
-use holdfast::module::{Module, ModuleError, StartError, StopGroup, Started};
+use holdfast::module::{Module, ModuleError, StartError, Started, StopGroup};
 use holdfast::state::NodeState;
 use holdfast::supervisor::{self, SuperviseConfig};
-use holdfast_lifecycle::{FaultBoard, Health, StopReason, StopRequest, Stopper, health_channel, stopper_fn};
+use holdfast_lifecycle::{
+    FaultBoard, Health, StopReason, StopRequest, Stopper, health_channel, stopper_fn,
+};
 use holdfast_retry::{Jitter, Policy};
 use tokio::time::Instant;
 
@@ -87,7 +89,10 @@ fn setup(behaviour: Behaviour) -> (NodeState, Arc<Mutex<Vec<u64>>>, supervisor::
 }
 
 fn status(node: &NodeState) -> holdfast::state::ModuleStatus {
-    node.modules().into_iter().find(|m| m.name == "test").unwrap()
+    node.modules()
+        .into_iter()
+        .find(|m| m.name == "test")
+        .unwrap()
 }
 
 // r[verify node.supervise.start]
@@ -148,7 +153,11 @@ async fn a_short_run_does_not_reset_the_gate_but_a_run_that_lasted_does() {
     tokio::time::sleep(Duration::from_millis(204_500)).await;
     // start 0, confirmed 30, crash 40 (failure 1 of a new streak), wait 1; start 41, ...
     assert_eq!(*starts.lock().unwrap(), vec![0, 41, 82, 123, 164]);
-    assert_eq!(status(&node).failures, 1, "each crash after a run that lasted is failure 1");
+    assert_eq!(
+        status(&node).failures,
+        1,
+        "each crash after a run that lasted is failure 1"
+    );
 }
 
 // r[verify node.supervise.degraded]

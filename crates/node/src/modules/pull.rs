@@ -4,8 +4,9 @@
 //! mirrors the actuator's faults onto the node's fault board. When the Docker daemon cannot be
 //! reached the module reports itself degraded with one fault that says what is missing and how to
 //! fix it; it keeps running (the actuator paces its probes of the daemon), and the fault clears
-//! once the daemon answers, without a restart. With no workloads it still probes the daemon on
-//! the same pacing, so a node with nothing to pull says that Docker is missing.
+//! once the daemon answers, without a restart. When no pull attempt says how the daemon is
+//! (nothing to pull, or every image present) it probes the daemon itself on the same pacing, so a
+//! node with nothing to pull still says that Docker is missing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -144,8 +145,10 @@ impl PullModule {
                     ImageState::DaemonUnreachable { last_error, .. } => {
                         down = Some(Some(last_error.to_string()));
                     }
-                    ImageState::Pulling { .. } => {}
-                    _ => {
+                    // A presence remembered, or a pull in flight, says nothing about the daemon now.
+                    ImageState::Present | ImageState::Pulling { .. } => {}
+                    // The daemon answered this reference's attempt.
+                    ImageState::Waiting { .. } | ImageState::Escalated { .. } => {
                         if down.is_none() {
                             down = Some(None);
                         }
@@ -159,8 +162,9 @@ impl PullModule {
                     detail,
                 });
             }
-            if self.workloads.is_empty() {
-                // Nothing to pull: probe the daemon ourselves, paced the same way.
+            if down.is_none() {
+                // No attempt told us about the daemon (nothing to pull, or everything present):
+                // probe it ourselves, paced the same way, so a daemon that goes away is noticed.
                 if !probe_in_flight {
                     if let Ok(token) = probe_gate.begin(&(), now) {
                         probe_in_flight = true;
