@@ -15,6 +15,7 @@ use toml::Spanned;
 
 use crate::duration::ConfigDuration;
 
+// i[impl node.config.default]
 /// The embedded single-node default (`examples/single-node.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../../examples/single-node.toml");
 /// The name the embedded default is reported under in errors.
@@ -472,6 +473,7 @@ impl Config {
         Ok(Config::parse(&file, &text)?)
     }
 
+    // i[impl node.config.errors]
     /// Parses and validates `text`, naming `file` in errors.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
         let loc = Locator { file, text };
@@ -509,7 +511,7 @@ impl Config {
         Ok(config)
     }
 
-    // r[impl node.config.validate]
+    // i[impl node.config.validate]
     fn validate(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
         if let Some(id) = &self.node.id {
             if id.get_ref().trim().is_empty() {
@@ -529,6 +531,7 @@ impl Config {
             }
         }
         match self.admin.listen.get_ref() {
+            // i[impl node.admin.non-loopback]
             Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.admin.allow_non_loopback => {
                 return Err(loc.at(
                     Some(self.admin.listen.span()),

@@ -37,6 +37,7 @@ pub enum DurationError {
     Overflow(String),
 }
 
+// i[impl node.config.duration]
 /// Parses `"5s"`-style durations (a whole number and one unit).
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let trimmed = text.trim();
@@ -114,7 +115,7 @@ impl serde::Serialize for ConfigDuration {
 mod tests {
     use super::*;
 
-    // r[verify node.config.duration]
+    // i[verify node.config.duration]
     #[test]
     fn durations_parse_in_every_unit_and_refuse_the_rest() {
         assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));

@@ -64,6 +64,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        // i[impl node.check-config]
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+// i[impl node.cli.output]
 /// A plain table: a header row and left-aligned columns two spaces apart.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();

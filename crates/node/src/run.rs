@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use holdfast_lifecycle::{FaultBoard, NodeIdentity, StopPlan, StopReason, StopReport};
+use holdfast_lifecycle::{FaultBoard, NodeIdentity, StopPlan, StopReason, StopReport, Stopper};
 
 use crate::admin::{self, AdminConfig};
 use crate::config::{Config, Listen};
@@ -48,7 +49,7 @@ pub enum RunError {
 }
 
 /// The exit status a stop report maps to.
-// r[impl node.stop.exit-status]
+// i[impl node.stop.exit-status]
 pub fn exit_status(report: &StopReport) -> u8 {
     if report.aborted {
         EXIT_ABORTED
@@ -68,6 +69,26 @@ pub fn prepare_data_dir(path: &Path) -> std::io::Result<()> {
         .mode(0o700)
         .create(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+}
+
+// r[impl node.stop.order]
+/// The stop plan: one group per [`StopGroup`] in [`StopGroup::ORDER`] (gateway drain first, image
+/// pulls last; empty groups are fine), each module's stopper in its group, one total budget.
+pub fn stop_plan(
+    budget: Duration,
+    stoppers: Vec<(String, StopGroup, Box<dyn Stopper>)>,
+) -> StopPlan {
+    let mut plan = StopPlan::new(budget);
+    let ids: Vec<_> = StopGroup::ORDER
+        .iter()
+        .map(|group| (*group, plan.group(group.name(), group.share())))
+        .collect();
+    for (name, group, stopper) in stoppers {
+        if let Some((_, id)) = ids.iter().find(|(g, _)| *g == group) {
+            plan.add(*id, name, stopper);
+        }
+    }
+    plan
 }
 
 /// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan.
@@ -166,20 +187,14 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         () = node.drain_requested() => StopReason::Restart,
     };
     node.set_phase(Phase::Draining);
-    let budget = config.node.stop_budget.get_ref().get();
-    let mut plan = StopPlan::new(budget);
-    for group in StopGroup::ORDER {
-        let id = plan.group(group.name(), group.share());
-        let mut rest = Vec::new();
-        for (name, g, stopper) in supervised.drain(..) {
-            if g == group {
-                plan.add(id, name, Box::new(stopper));
-            } else {
-                rest.push((name, g, stopper));
-            }
-        }
-        supervised = rest;
-    }
+    let plan = stop_plan(
+        config.node.stop_budget.get_ref().get(),
+        supervised
+            .into_iter()
+            .map(|(name, group, stopper)| (name, group, Box::new(stopper) as Box<dyn Stopper>))
+            .collect(),
+    );
+    // r[impl node.stop.second-signal]
     let abort = async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -198,4 +213,39 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         server.shutdown().await;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    // r[verify node.stop.order]
+    #[tokio::test(start_paused = true)]
+    async fn modules_stop_group_by_group_gateway_first_pulls_last() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut stoppers = Vec::new();
+        // Added in reverse: the plan orders them, not the caller.
+        for group in StopGroup::ORDER.iter().rev() {
+            let order = Arc::clone(&order);
+            let name = group.name().to_owned();
+            stoppers.push((
+                format!("m-{name}"),
+                *group,
+                holdfast_lifecycle::stopper_fn(move |_| async move {
+                    order.lock().unwrap().push(name);
+                    Ok(())
+                }),
+            ));
+        }
+        let report = stop_plan(Duration::from_secs(10), stoppers)
+            .run(StopReason::Restart, std::future::pending())
+            .await;
+        assert!(report.clean());
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["gateway", "forward", "workload", "issuance", "pull"]
+        );
+        assert_eq!(exit_status(&report), EXIT_CLEAN);
+    }
 }

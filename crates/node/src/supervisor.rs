@@ -49,6 +49,7 @@ pub struct SupervisorStopper {
     tx: oneshot::Sender<StopMessage>,
 }
 
+// r[impl node.supervise.stop]
 impl Stopper for SupervisorStopper {
     fn stop(
         self: Box<Self>,
@@ -242,6 +243,7 @@ impl Supervisor {
         }
     }
 
+    // r[impl node.supervise.degraded]
     /// Watches one running instance until its task ends or the node stops it. Confirms the
     /// start once it has lasted and is ready; an end before that fails the same attempt.
     async fn watch(

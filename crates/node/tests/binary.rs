@@ -12,8 +12,8 @@ use holdfast::admin::client::{Target, call};
 use holdfast::admin::token;
 use nix::sys::signal::Signal;
 
-// r[verify node.admin.endpoints]
-// r[verify node.admin.readyz]
+// i[verify node.admin.endpoints]
+// i[verify node.admin.readyz]
 // r[verify node.pull.degraded]
 #[tokio::test]
 async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
@@ -70,7 +70,7 @@ async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
     assert_eq!(code, 0);
 }
 
-// r[verify node.cli.not-running]
+// i[verify node.cli.not-running]
 #[test]
 fn the_cli_says_plainly_when_no_node_is_running() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -90,7 +90,7 @@ fn the_cli_says_plainly_when_no_node_is_running() {
 }
 
 // r[verify node.stop.signal]
-// r[verify node.stop.exit-status]
+// i[verify node.stop.exit-status]
 #[tokio::test]
 async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
     let node = start("", "5s");
@@ -102,7 +102,7 @@ async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
     assert!(log.contains("holdfast node stopped"));
 }
 
-// r[verify node.stop.exit-status]
+// i[verify node.stop.exit-status]
 #[tokio::test]
 async fn a_hanging_stopper_is_cut_off_at_the_budget_and_the_exit_status_says_so() {
     let node = start("[testing]\nhang_on_stop = true\n", "1s");
@@ -133,8 +133,8 @@ async fn a_second_sigterm_exits_at_once() {
     );
 }
 
-// r[verify node.admin.mutating]
-// r[verify node.admin.socket]
+// i[verify node.admin.mutating]
+// i[verify node.admin.socket]
 // r[verify node.log.no-secrets]
 #[tokio::test]
 async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
@@ -187,4 +187,63 @@ async fn the_data_directory_is_created_with_mode_0700() {
     node.signal(Signal::SIGINT);
     let (code, _, _) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 0);
+}
+
+// i[verify node.check-config]
+#[test]
+fn check_config_validates_without_starting_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/single-node.toml"
+        ),
+        &good,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[node]\ntick = \"5 minutes\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with(&format!(
+            "{}:2:8: node.tick: invalid duration",
+            bad.display()
+        )),
+        "{err}"
+    );
+}
+
+// i[verify node.cli.output]
+#[tokio::test]
+async fn the_cli_prints_tables_by_default_and_json_on_request() {
+    let node = start("", "5s");
+    node.until_ready().await;
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(args)
+            .args(["--admin", &node.admin.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = run(&["modules"]);
+    assert!(table.starts_with("MODULE"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&run(&["modules", "--json"])).unwrap();
+    assert_eq!(json[0]["name"], "pull");
+    node.signal(Signal::SIGTERM);
+    assert_eq!(node.wait(Duration::from_secs(10)).0, 0);
 }

@@ -43,8 +43,8 @@ const BAD: &[(&str, &str)] = &[
     ("empty node id", "[node]\nid = \"  \"\n"),
 ];
 
-// r[verify node.config.errors]
-// r[verify node.config.validate]
+// i[verify node.config.errors]
+// i[verify node.config.validate]
 #[test]
 fn every_bad_config_names_file_line_column_and_key() {
     let mut out = String::new();
@@ -63,7 +63,7 @@ fn every_bad_config_names_file_line_column_and_key() {
     insta::assert_snapshot!(out);
 }
 
-// r[verify node.config.default]
+// i[verify node.config.default]
 #[test]
 fn the_embedded_default_is_the_example_file_and_is_valid() {
     let from_file = std::fs::read_to_string(concat!(
@@ -77,4 +77,20 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
     assert!(config.pull.enabled);
     assert!(config.workloads.is_empty());
     assert!(config.testing.is_none(), "no test module by default");
+}
+
+// i[verify node.admin.non-loopback]
+#[test]
+fn a_non_loopback_admin_address_needs_the_explicit_setting() {
+    let refused =
+        Config::parse("c.toml", "[node]\n[admin]\nlisten = \"0.0.0.0:7480\"\n").unwrap_err();
+    assert_eq!(refused.key, "admin.listen");
+    let allowed = Config::parse(
+        "c.toml",
+        "[node]\n[admin]\nlisten = \"0.0.0.0:7480\"\nallow_non_loopback = true\n",
+    )
+    .unwrap();
+    assert!(allowed.admin.allow_non_loopback);
+    // Loopback needs nothing, IPv6 loopback included.
+    Config::parse("c.toml", "[node]\n[admin]\nlisten = \"[::1]:7480\"\n").unwrap();
 }

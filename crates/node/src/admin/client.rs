@@ -40,6 +40,7 @@ impl std::str::FromStr for Target {
     }
 }
 
+// i[impl node.cli.not-running]
 /// A failed admin call.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -62,7 +62,7 @@ fn status(node: &NodeState) -> Status {
     }
 }
 
-// r[impl node.admin.endpoints]
+// i[impl node.admin.endpoints]
 fn router(api: Api, transport: Transport) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -89,7 +89,7 @@ fn router(api: Api, transport: Transport) -> Router {
         .with_state(api)
 }
 
-// r[impl node.admin.readyz]
+// i[impl node.admin.readyz]
 async fn readyz(State(api): State<Api>) -> Response {
     match api.node.phase() {
         Phase::Running => (StatusCode::OK, "ready\n").into_response(),
@@ -111,7 +111,7 @@ async fn metrics(State(api): State<Api>) -> Response {
         .into_response()
 }
 
-// r[impl node.admin.mutating]
+// i[impl node.admin.mutating]
 fn authorised(api: &Api, transport: Transport, headers: &HeaderMap) -> Result<(), Response> {
     if transport == Transport::Unix {
         return Ok(());
@@ -245,7 +245,7 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
             }
         }));
     }
-    // r[impl node.admin.socket]
+    // i[impl node.admin.socket]
     if let Some(path) = &config.socket {
         let err = |source| AdminError::Unix {
             path: path.clone(),

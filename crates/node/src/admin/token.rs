@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+// i[impl node.admin.token]
 /// Refuses a token file whose mode lets anyone but its owner read or write it.
 pub fn check_mode(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
@@ -35,6 +36,7 @@ pub fn read(path: &Path) -> Result<Token, String> {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token(String);
 
+// r[impl node.log.no-secrets]
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Token(<redacted>)")
@@ -63,7 +65,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    // r[verify node.admin.token]
+    // i[verify node.admin.token]
     #[test]
     fn a_token_file_readable_by_others_is_refused_and_the_token_never_shows_in_debug() {
         let dir = tempfile::tempdir().unwrap();

@@ -95,6 +95,7 @@ impl Module for PullModule {
 }
 
 impl PullModule {
+    // r[impl node.pull.workloads]
     async fn run(
         self,
         mut actuator: Actuator<DockerFetcher>,
@@ -297,5 +298,35 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
             "daemon_unreachable",
             Some(format!("next probe in {}s: {last_error}", wait(until))),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
+
+    // r[verify node.module.start]
+    #[tokio::test(start_paused = true)]
+    async fn start_returns_at_once_without_dialing_and_the_stopper_ends_the_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let module = PullModule {
+            workloads: vec![],
+            docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
+            policy: Policy::default(),
+            stall_timeout: Duration::from_secs(60),
+            tick: Duration::from_secs(5),
+            node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
+        };
+        // `start` is synchronous: it cannot block on the daemon; it hands back at once.
+        let started = module.start().unwrap();
+        assert_eq!(started.health.get(), Health::Starting);
+        let request = StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+            reason: StopReason::Shutdown,
+        };
+        started.stopper.stop(request).await.unwrap();
+        assert_eq!(started.task.await.unwrap(), Ok(()));
     }
 }

@@ -1,7 +1,6 @@
 //! Running the binary as a subprocess, shared by the subprocess suites.
 #![allow(dead_code)]
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,8 +50,9 @@ pub fn start_in(dir: tempfile::TempDir, extra: &str, budget: &str, docker: Optio
         .args(["run", "-c"])
         .arg(&config)
         .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        // A file, not a pipe: a pipe nobody drains would fill and block the node's logging.
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     let addr_file = dir.path().join("data/admin.addr");
@@ -91,13 +91,7 @@ impl Node {
         let began = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                let mut log = String::new();
-                self.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut log)
-                    .unwrap();
+                let log = std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap();
                 drop(self.dir);
                 return (status.code().unwrap_or(-1), began.elapsed(), log);
             }
