@@ -229,7 +229,7 @@ pub struct PullSection {
     pub escalate_after: Spanned<u32>,
     /// A pull with no progress for this long is abandoned (default 60 s).
     #[serde(default = "default_stall")]
-    pub stall_timeout: ConfigDuration,
+    pub stall_timeout: Spanned<ConfigDuration>,
 }
 
 fn yes() -> bool {
@@ -250,8 +250,8 @@ fn default_cap() -> Spanned<ConfigDuration> {
 fn default_escalate() -> Spanned<u32> {
     sp(5)
 }
-fn default_stall() -> ConfigDuration {
-    secs(60)
+fn default_stall() -> Spanned<ConfigDuration> {
+    sp(secs(60))
 }
 
 impl Default for PullSection {
@@ -562,7 +562,18 @@ impl Config {
                 format!("invalid filter {level:?}: {e}"),
             ));
         }
-        self.pull.policy_section().build(loc, "pull", 0)?;
+        let pull_policy = self.pull.policy_section().build(loc, "pull", 0)?;
+        if let Err(e) = crate::modules::pull::pull_config(
+            &pull_policy,
+            self.pull.stall_timeout.get_ref().get(),
+            0,
+        ) {
+            return Err(loc.at(
+                Some(self.pull.stall_timeout.span()),
+                "pull.stall_timeout",
+                e.to_string(),
+            ));
+        }
         self.supervise.policy_section().build(loc, "supervise", 0)?;
         if *self.supervise.crash_loop_threshold.get_ref() == 0 {
             return Err(loc.at(
@@ -603,9 +614,14 @@ impl Config {
         Ok(())
     }
 
-    /// The pull module's per-image policy, seeded.
-    pub fn pull_policy(&self, seed: u64) -> Policy {
-        self.pull.policy_section().policy(seed)
+    /// holdfast-pull's configuration, seeded (validated when the config was parsed).
+    pub fn pull_config(&self, seed: u64) -> holdfast_pull::PullConfig {
+        crate::modules::pull::pull_config(
+            &self.pull.policy_section().policy(seed),
+            self.pull.stall_timeout.get_ref().get(),
+            seed,
+        )
+        .unwrap_or_else(|_| holdfast_pull::PullConfig::new(seed))
     }
 
     /// The module supervisor's restart policy, seeded.

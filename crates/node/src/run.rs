@@ -143,8 +143,7 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
                 .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
                 .collect(),
             docker_host: config.pull.docker_host.clone(),
-            policy: config.pull_policy(identity.seed(crate::modules::pull::NAME)),
-            stall_timeout: config.pull.stall_timeout.get(),
+            config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
             tick: config.node.tick.get_ref().get(),
             node: node.clone(),
         }));

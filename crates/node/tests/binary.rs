@@ -62,7 +62,7 @@ async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("pull") && text.contains("degraded") && text.contains("docker-daemon"),
+        text.contains("pull") && text.contains("degraded") && text.contains("docker daemon"),
         "{text}"
     );
     node.signal(Signal::SIGTERM);

@@ -32,7 +32,7 @@ fn daemon_faults(status: &serde_json::Value) -> usize {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["subject"]["name"] == "docker-daemon")
+        .filter(|f| f["subject"]["name"] == "docker daemon")
         .count()
 }
 

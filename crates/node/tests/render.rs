@@ -22,7 +22,7 @@ fn status_tables_are_pinned() {
             {"name": "web", "image": "registry.example/web:1", "image_state": "present", "detail": null}
         ],
         "faults": [
-            {"subject": {"module": "pull", "name": "docker-daemon"}, "kind": "backend_unreachable",
+            {"subject": {"module": "pull", "name": "docker daemon"}, "kind": "backend_unreachable",
              "message": "cannot reach the Docker daemon", "failures": 1,
              "since": {"secs_since_epoch": 0, "nanos_since_epoch": 0},
              "updated": {"secs_since_epoch": 0, "nanos_since_epoch": 0}}

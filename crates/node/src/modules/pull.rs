@@ -8,13 +8,14 @@
 //! (nothing to pull, or every image present) it probes the daemon itself on the same pacing, so a
 //! node with nothing to pull still says that Docker is missing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
 use holdfast_pull::{
-    Actuator, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher, ImageState, PullConfig,
+    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher,
+    ImageState, PullConfig, PullConfigError,
 };
 use holdfast_retry::{KeyedGate, Policy};
 use tokio::sync::oneshot;
@@ -26,6 +27,34 @@ use crate::state::{NodeState, WorkloadStatus};
 /// The module's name.
 pub const NAME: &str = "pull";
 
+/// holdfast-pull's configuration from the node's `[pull]` numbers: `policy`'s base, cap and
+/// escalation threshold pace both images (whose attempts go stale only after
+/// [`DEFAULT_PULL_STALE_AFTER`]) and the daemon; `seed` is the node's seed for "pull".
+pub fn pull_config(
+    policy: &Policy,
+    stall_timeout: Duration,
+    seed: u64,
+) -> Result<PullConfig, PullConfigError> {
+    let defaults = PullConfig::new(seed);
+    let with = |stale_after: Duration| {
+        Policy::builder()
+            .base(policy.base())
+            .cap(policy.cap())
+            .escalate_after(policy.escalate_after())
+            .stale_after(stale_after)
+            .build()
+            .map_err(|source| PullConfigError::Policy {
+                which: "image_policy",
+                source,
+            })
+    };
+    PullConfig::builder(seed)
+        .image_policy(with(DEFAULT_PULL_STALE_AFTER)?)
+        .daemon_policy(with(defaults.daemon_policy().stale_after())?)
+        .stall_timeout(stall_timeout)
+        .build()
+}
+
 /// The images to keep present: (workload name, image reference).
 #[derive(Debug, Clone)]
 pub struct PullModule {
@@ -33,22 +62,18 @@ pub struct PullModule {
     pub workloads: Vec<(String, String)>,
     /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
     pub docker_host: Option<String>,
-    /// Per-image and daemon pacing (seeded with the node's seed for "pull").
-    pub policy: Policy,
-    /// Pull stall bound.
-    pub stall_timeout: Duration,
+    /// holdfast-pull's configuration (see [`pull_config`]).
+    pub config: PullConfig,
     /// Tick interval.
     pub tick: Duration,
     /// The node's state.
     pub node: NodeState,
 }
 
+/// The one fault for an unreachable daemon: the same subject holdfast-pull files its daemon
+/// fault under, so the operator sees one, not two.
 fn daemon_subject() -> Subject {
-    Subject::new(NAME, "docker-daemon")
-}
-
-fn image_subject(reference: &str) -> Subject {
-    Subject::new(NAME, format!("image {reference}"))
+    FaultSubject::Daemon.subject()
 }
 
 impl Module for PullModule {
@@ -66,14 +91,11 @@ impl Module for PullModule {
             None => DaemonEndpoint::from_env(),
         };
         let host = endpoint.host().to_owned();
-        let fetcher = DockerFetcher::new(endpoint, self.stall_timeout);
-        let config = PullConfig {
-            image_policy: self.policy,
-            daemon_policy: self.policy,
-            stall_timeout: self.stall_timeout,
-        };
+        let fetcher = DockerFetcher::new(endpoint, self.config.stall_timeout());
+        // Image faults go straight onto the node's board (module "pull").
         let actuator =
-            Actuator::new(fetcher.clone(), config).map_err(|e| StartError(e.to_string()))?;
+            Actuator::with_fault_board(fetcher.clone(), self.config, self.node.faults.clone())
+                .map_err(|e| StartError(e.to_string()))?;
         let (reporter, health) = health_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let this = self.clone();
@@ -105,7 +127,7 @@ impl PullModule {
         mut stop: oneshot::Receiver<()>,
     ) {
         let fetcher = Arc::new(fetcher);
-        let mut probe_gate: KeyedGate<()> = KeyedGate::new(self.policy);
+        let mut probe_gate: KeyedGate<()> = KeyedGate::new(*self.config.daemon_policy());
         let (probe_tx, mut probe_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut probe_in_flight = false;
         // `None` until the daemon has been heard from (or found missing) once.
@@ -149,7 +171,9 @@ impl PullModule {
                     // A presence remembered, or a pull in flight, says nothing about the daemon now.
                     ImageState::Present | ImageState::Pulling { .. } => {}
                     // The daemon answered this reference's attempt.
-                    ImageState::Waiting { .. } | ImageState::Escalated { .. } => {
+                    ImageState::Waiting { .. }
+                    | ImageState::Escalated { .. }
+                    | ImageState::Deferred { .. } => {
                         if down.is_none() {
                             down = Some(None);
                         }
@@ -222,8 +246,7 @@ impl PullModule {
     }
 
     // r[impl node.pull.degraded]
-    fn sync_faults(&self, actuator: &Actuator<DockerFetcher>, down: Option<&str>, host: &str) {
-        let now = SystemTime::now();
+    fn sync_faults(&self, _actuator: &Actuator<DockerFetcher>, down: Option<&str>, host: &str) {
         let board = &self.node.faults;
         match down {
             Some(err) => {
@@ -231,29 +254,17 @@ impl PullModule {
                     "cannot reach the Docker daemon at {host} ({err}); start dockerd (or Podman's \
                      service) or point pull.docker_host / DOCKER_HOST at it; retrying with back-off"
                 );
-                board.file(daemon_subject(), "backend_unreachable", &message, 1, now);
+                let failures = board.get(&daemon_subject()).map_or(1, |f| f.failures);
+                board.file(
+                    daemon_subject(),
+                    "backend_unreachable",
+                    &message,
+                    failures,
+                    SystemTime::now(),
+                );
             }
             None => {
                 board.clear(&daemon_subject());
-            }
-        }
-        // Image faults mirror the actuator's (the daemon has its own fault above).
-        let mut open = BTreeSet::new();
-        for fault in actuator.faults() {
-            if let FaultSubject::Image(reference) = &fault.subject {
-                open.insert(image_subject(reference));
-                board.file(
-                    image_subject(reference),
-                    fault.kind.as_str(),
-                    &fault.last_error,
-                    fault.failures,
-                    now,
-                );
-            }
-        }
-        for fault in board.of_module(NAME) {
-            if fault.subject != daemon_subject() && !open.contains(&fault.subject) {
-                board.clear(&fault.subject);
             }
         }
     }
@@ -292,6 +303,13 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
                 wait(until)
             )),
         ),
+        ImageState::Deferred { until, failures } => (
+            "deferred",
+            Some(format!(
+                "{failures} failures, held back, next in {}s",
+                wait(until)
+            )),
+        ),
         ImageState::DaemonUnreachable {
             until, last_error, ..
         } => (
@@ -314,8 +332,7 @@ mod tests {
         let module = PullModule {
             workloads: vec![],
             docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
-            policy: Policy::default(),
-            stall_timeout: Duration::from_secs(60),
+            config: PullConfig::new(7),
             tick: Duration::from_secs(5),
             node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
         };
