@@ -1,5 +1,6 @@
 //! The `holdfast` binary as a subprocess: admin endpoints, signals, stop budget, exit status, and
 //! logs that never carry the token.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The config's error messages: file, line, column, key, and a message that says how to fix it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use holdfast::config::{Config, DEFAULT_CONFIG};
 

@@ -2,6 +2,7 @@
 //! without them): a workload's image is pulled and shows in `holdfast status`; the Docker socket
 //! gone makes the pull module degraded with one fault while the node runs on; the socket back
 //! clears the fault, with no restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -91,7 +92,7 @@ async fn a_workload_image_is_pulled_and_a_docker_outage_is_one_fault_that_clears
     );
 
     // The socket goes away while the image is present: degraded, one fault, node still runs.
-    std::fs::remove_file(&node.dir.path().join("docker.sock")).unwrap();
+    std::fs::remove_file(node.dir.path().join("docker.sock")).unwrap();
     until(&node, "degraded after the socket went", |s| {
         s["modules"][0]["health"]["state"] == "degraded" && daemon_faults(s) == 1
     })

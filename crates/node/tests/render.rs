@@ -1,4 +1,5 @@
 //! The CLI's tables, pinned.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use holdfast::render;
 use serde_json::json;

@@ -1,5 +1,6 @@
 //! Module supervision under tokio's paused clock: starts and restarts follow the gate's schedule
 //! exactly, a crash loop is one fault, and a short or degraded run never resets the gate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -112,29 +112,34 @@ async fn metrics(State(api): State<Api>) -> Response {
 }
 
 // i[impl node.admin.mutating]
-fn authorised(api: &Api, transport: Transport, headers: &HeaderMap) -> Result<(), Response> {
+/// `None` when the call may go ahead, else the refusal to answer with.
+fn refusal(api: &Api, transport: Transport, headers: &HeaderMap) -> Option<Response> {
     if transport == Transport::Unix {
-        return Ok(());
+        return None;
     }
     let Some(token) = &api.token else {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "mutating calls need the admin Unix socket or a bearer token (admin.token_file)\n",
-        )
-            .into_response());
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "mutating calls need the admin Unix socket or a bearer token (admin.token_file)\n",
+            )
+                .into_response(),
+        );
     };
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match presented {
-        Some(p) if token.matches(p) => Ok(()),
-        _ => Err((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token\n",
-        )
-            .into_response()),
+        Some(p) if token.matches(p) => None,
+        _ => Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or wrong bearer token\n",
+            )
+                .into_response(),
+        ),
     }
 }
 
@@ -143,7 +148,7 @@ async fn drain(
     Extension(transport): Extension<Transport>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorised(&api, transport, &headers) {
+    if let Some(refused) = refusal(&api, transport, &headers) {
         return refused;
     }
     tracing::info!("drain requested through the admin API");

@@ -1,5 +1,5 @@
 //! Running the binary as a subprocess, shared by the subprocess suites.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
