@@ -164,8 +164,12 @@ async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
     call(&node.admin, hyper::Method::POST, "/v1/drain", Some(&token))
         .await
         .unwrap();
-    let (code, _, log) = node.wait(Duration::from_secs(10));
+    let (code, log, dir) = node.wait_keeping_dir(Duration::from_secs(10));
     assert_eq!(code, 0);
+    assert!(
+        !dir.path().join("admin.sock").exists(),
+        "the admin socket is removed on a clean stop"
+    );
     assert!(log.contains("drain requested"), "{log}");
     assert!(!log.contains(TOKEN), "the token appears in the log");
     assert!(

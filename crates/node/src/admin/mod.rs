@@ -289,3 +289,54 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
         tasks,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use holdfast_lifecycle::FaultBoard;
+
+    // i[verify node.admin.readyz]
+    #[tokio::test]
+    async fn readiness_is_503_while_starting_and_draining() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let status = |r: Response| r.status();
+        assert_eq!(
+            status(readyz(State(api.clone())).await),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        node.set_phase(Phase::Running);
+        assert_eq!(status(readyz(State(api.clone())).await), StatusCode::OK);
+        node.set_phase(Phase::Draining);
+        assert_eq!(
+            status(readyz(State(api.clone())).await),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert!(node.metrics.render().contains("holdfast_draining 1"));
+    }
+
+    // i[verify node.admin.mutating]
+    #[tokio::test]
+    async fn a_drain_over_tcp_without_a_configured_token_is_refused_and_changes_nothing() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Bearer anything".parse().unwrap());
+        let answer = drain(State(api.clone()), Extension(Transport::Tcp), headers).await;
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        // Nothing was requested: a drain asked for now would be seen at once.
+        let requested =
+            tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
+                .await;
+        assert!(requested.is_err(), "a refused call requested a drain");
+        let answer = drain(State(api), Extension(Transport::Unix), HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+}

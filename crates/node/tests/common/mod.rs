@@ -87,13 +87,23 @@ impl Node {
 
     /// Waits for the exit (at most `limit`), returning the status code, the time it took and the
     /// whole stderr.
-    pub fn wait(mut self, limit: Duration) -> (i32, Duration, String) {
+    pub fn wait(self, limit: Duration) -> (i32, Duration, String) {
+        let (code, took, log, _dir) = self.wait_inner(limit);
+        (code, took, log)
+    }
+
+    /// Like [`Node::wait`], keeping the node's directory for inspection.
+    pub fn wait_keeping_dir(self, limit: Duration) -> (i32, String, tempfile::TempDir) {
+        let (code, _, log, dir) = self.wait_inner(limit);
+        (code, log, dir)
+    }
+
+    fn wait_inner(mut self, limit: Duration) -> (i32, Duration, String, tempfile::TempDir) {
         let began = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 let log = std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap();
-                drop(self.dir);
-                return (status.code().unwrap_or(-1), began.elapsed(), log);
+                return (status.code().unwrap_or(-1), began.elapsed(), log, self.dir);
             }
             if began.elapsed() > limit {
                 let _ = self.child.kill();
