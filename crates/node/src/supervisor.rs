@@ -1,9 +1,10 @@
 //! One supervisor per module: the seed's start gate applied to modules.
 //!
 //! Starts and restarts go through a holdfast-retry gate (never a tight loop, never given up). A
-//! start counts as a success only once the module has stayed up for `must_last` *and* reported
-//! itself ready: until then the attempt stays in flight, so a module that comes up degraded or
-//! dies soon after starting never resets the gate. Every end of the module's task (an error, a
+//! start counts as a success only once the module has reported itself ready and then stayed up
+//! for `must_last` (holdfast-retry's `succeed_provisionally` / `confirm` / `ended`): until then
+//! the attempt stays in flight, so a module that comes up degraded or dies soon after starting
+//! never resets the gate. Every end of the module's task (an error, a
 //! panic) is recorded with the crash-loop detector; a crash loop becomes one fault on the node's
 //! board, and restarts continue at the gate's pace.
 //!
@@ -13,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use holdfast_lifecycle::{Health, StopError, StopRequest, Stopper, Subject};
-use holdfast_retry::{AttemptToken, CrashLoopDetector, Exit, KeyedGate, Policy, Transition};
+use holdfast_retry::{
+    AttemptToken, CrashLoopDetector, Exit, KeyedGate, Lasting, Policy, Transition,
+};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -133,6 +136,24 @@ struct Supervisor {
     first_start: Option<oneshot::Sender<()>>,
 }
 
+/// Where a running instance's start attempt stands.
+enum Attempt {
+    /// Granted, not yet judged (the module is starting or degraded).
+    Held(AttemptToken<()>),
+    /// A provisional success, confirmed once it lasted.
+    Lasting {
+        lasting: Lasting<()>,
+        confirmed: bool,
+    },
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 enum Outcome {
     Ended(Result<Result<(), ModuleError>, tokio::task::JoinError>),
     Stop(StopMessage),
@@ -244,8 +265,10 @@ impl Supervisor {
     }
 
     // r[impl node.supervise.degraded]
-    /// Watches one running instance until its task ends or the node stops it. Confirms the
-    /// start once it has lasted and is ready; an end before that fails the same attempt.
+    /// Watches one running instance until its task ends or the node stops it. The start's
+    /// attempt stays held while the module is starting or degraded; once it reports ready the
+    /// start is a provisional success (holdfast-retry's "success that must last"), confirmed when
+    /// it has stayed up `must_last` and is ready then; an end before that fails the same streak.
     async fn watch(
         &mut self,
         token: AttemptToken<()>,
@@ -253,26 +276,20 @@ impl Supervisor {
         mut task: tokio::task::JoinHandle<Result<(), ModuleError>>,
         stop: &mut oneshot::Receiver<StopMessage>,
     ) -> Outcome {
-        let lasts_at = Instant::now() + self.must_last;
-        let mut token = Some(token);
+        let mut attempt = Attempt::Held(token);
         let mut health_open = true;
         let outcome = loop {
-            if token.is_some() && Instant::now() >= lasts_at && health.get() == Health::Ready {
-                if let Some(token) = token.take() {
-                    let t = self.gate.succeed(token, now());
-                    self.record(&t, "");
-                    self.node.faults.clear(&subject(&self.name));
-                    self.status.crash_loop = false;
-                    self.status.last_error = None;
-                    self.status.supervisor = SupervisorState::Running { confirmed: true };
-                    self.publish();
-                    tracing::info!(module = %self.name, "module start confirmed");
-                }
-            }
-            let waiting_to_last = token.is_some() && Instant::now() < lasts_at;
+            attempt = self.advance(attempt, health.get() == Health::Ready);
+            let lasts_at = match &attempt {
+                Attempt::Lasting {
+                    lasting,
+                    confirmed: false,
+                } => Some(Instant::from_std(lasting.started() + lasting.must_last())),
+                _ => None,
+            };
             tokio::select! {
                 result = &mut task => break Outcome::Ended(result),
-                () = tokio::time::sleep_until(lasts_at), if waiting_to_last => {}
+                () = sleep_until_some(lasts_at), if lasts_at.is_some() => {}
                 changed = health.changed(), if health_open => {
                     if changed.is_none() { health_open = false; }
                     let ready = i64::from(health.get() == Health::Ready);
@@ -281,30 +298,69 @@ impl Supervisor {
                 message = &mut *stop => match message {
                     Ok(message) => break Outcome::Stop(message),
                     // The node dropped the stopper without stopping: keep supervising.
-                    Err(_) => return self.keep_running(token, task).await,
+                    Err(_) => return self.keep_running(attempt, task).await,
                 },
             }
         };
         if let Outcome::Ended(result) = &outcome {
-            self.ended(token, result);
+            self.ended(attempt, result);
         }
         outcome
+    }
+
+    /// Moves the start's attempt along: held → lasting once ready → confirmed once it lasted
+    /// (and is ready at that moment).
+    fn advance(&mut self, attempt: Attempt, ready: bool) -> Attempt {
+        match attempt {
+            Attempt::Held(token) if ready => {
+                let lasting = self
+                    .gate
+                    .succeed_provisionally(token, now(), self.must_last);
+                self.advance(
+                    Attempt::Lasting {
+                        lasting,
+                        confirmed: false,
+                    },
+                    ready,
+                )
+            }
+            Attempt::Lasting {
+                mut lasting,
+                confirmed: false,
+            } if ready => {
+                let confirmed = match self.gate.confirm(&mut lasting, now()) {
+                    Some(t) => {
+                        self.record(&t, "");
+                        self.node.faults.clear(&subject(&self.name));
+                        self.status.crash_loop = false;
+                        self.status.last_error = None;
+                        self.status.supervisor = SupervisorState::Running { confirmed: true };
+                        self.publish();
+                        tracing::info!(module = %self.name, "module start confirmed");
+                        true
+                    }
+                    None => false,
+                };
+                Attempt::Lasting { lasting, confirmed }
+            }
+            other => other,
+        }
     }
 
     /// The node let go of the stopper: supervise until the task ends, then end too.
     async fn keep_running(
         &mut self,
-        token: Option<AttemptToken<()>>,
+        attempt: Attempt,
         task: tokio::task::JoinHandle<Result<(), ModuleError>>,
     ) -> Outcome {
         let result = task.await;
-        self.ended(token, &result);
+        self.ended(attempt, &result);
         std::future::pending().await
     }
 
     fn ended(
         &mut self,
-        token: Option<AttemptToken<()>>,
+        attempt: Attempt,
         result: &Result<Result<(), ModuleError>, tokio::task::JoinError>,
     ) {
         let (exit, message) = match result {
@@ -345,12 +401,24 @@ impl Supervisor {
         }
         // An end before the start was confirmed fails that start's attempt (the same streak); an
         // end after it is the first failure of a new streak.
-        let token = match token {
-            Some(token) => Some(token),
-            None => self.gate.begin(&(), at).ok(),
+        let t = match attempt {
+            Attempt::Held(token) => Some(self.gate.fail(token, at, None)),
+            Attempt::Lasting {
+                lasting,
+                confirmed: false,
+            } => Some(self.gate.ended(lasting, at, None)),
+            Attempt::Lasting {
+                lasting,
+                confirmed: true,
+            } => {
+                self.gate.ended(lasting, at, None);
+                self.gate
+                    .begin(&(), at)
+                    .ok()
+                    .map(|token| self.gate.fail(token, at, None))
+            }
         };
-        if let Some(token) = token {
-            let t = self.gate.fail(token, at, None);
+        if let Some(t) = t {
             self.record(&t, &message);
         }
         self.publish();
