@@ -5,7 +5,8 @@
 //! the task and back cheaply; it hands the task an id and gives the real token back to the gate
 //! when the result comes in. Every async caller needs exactly this, so it lives here once: the
 //! gate's answers mapped to [`Permit`] and [`Finished`], and a stale attempt's expiry reported
-//! exactly once, in the answer that recorded it.
+//! exactly once, in the answer that recorded it (an expiry that escalated nothing on a key the gate
+//! then dropped as holding no information is not reported at all: the key is as fresh as new).
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -513,7 +513,7 @@ fn refused_calls_never_grow_the_streak() {
 }
 
 // r[verify retry.escalation]
-// r[verify retry.observe]
+// r[verify retry.observe+2]
 #[test]
 fn escalated_once_per_streak_recovered_once_and_pacing_unchanged() {
     let clock = ManualClock::new();
