@@ -172,11 +172,19 @@ impl EndReason {
     }
 }
 
-fn put_text(out: &mut Vec<u8>, text: &[u8]) {
-    // Longer text is cut (at a byte boundary; the reader replaces a broken character).
-    let text = &text[..text.len().min(MAX_TEXT)];
-    out.extend_from_slice(&(text.len() as u16).to_be_bytes());
-    out.extend_from_slice(text);
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    let bytes = &bytes[..bytes.len().min(MAX_TEXT)];
+    out.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    // Longer text is cut at the last character boundary that fits.
+    let mut end = text.len().min(MAX_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    put_bytes(out, &text.as_bytes()[..end]);
 }
 
 fn put_addr(out: &mut Vec<u8>, addr: &SocketAddr) {
@@ -199,7 +207,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
     match message {
         Message::Hello { credential } => {
             body.push(HELLO);
-            put_text(&mut body, credential);
+            put_bytes(&mut body, credential);
         }
         Message::Welcome => body.push(WELCOME),
         Message::Open { forward, target } => {
@@ -223,7 +231,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
             body.push(REFUSED);
             body.extend_from_slice(&forward.to_be_bytes());
             body.push(refusal.code());
-            put_text(&mut body, message.as_bytes());
+            put_text(&mut body, message);
         }
         Message::Ended {
             forward,
@@ -233,12 +241,12 @@ pub fn encode(message: &Message) -> Vec<u8> {
             body.push(ENDED);
             body.extend_from_slice(&forward.to_be_bytes());
             body.push(reason.code());
-            put_text(&mut body, message.as_bytes());
+            put_text(&mut body, message);
         }
         Message::Status { forward, message } => {
             body.push(STATUS);
             body.extend_from_slice(&forward.to_be_bytes());
-            put_text(&mut body, message.as_bytes());
+            put_text(&mut body, message);
         }
     }
     let len = (body.len() - 4) as u32;
@@ -282,7 +290,8 @@ impl<'a> Reader<'a> {
     }
 
     fn text(&mut self) -> Result<String, FrameError> {
-        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+        String::from_utf8(self.bytes()?.to_vec())
+            .map_err(|_| FrameError::Malformed("text not UTF-8"))
     }
 
     fn addr(&mut self) -> Result<SocketAddr, FrameError> {

@@ -143,8 +143,15 @@ pub struct Server {
     endpoint: quinn::Endpoint,
     fingerprint: Fingerprint,
     shared: Arc<Shared>,
-    shutdown: watch::Sender<Option<Instant>>,
+    shutdown: watch::Sender<Option<Shutdown>>,
     accept: JoinHandle<()>,
+}
+
+/// A stop in progress: by when, and what the clients are told.
+#[derive(Debug, Clone, Copy)]
+struct Shutdown {
+    deadline: Instant,
+    message: &'static str,
 }
 
 impl std::fmt::Debug for Server {
@@ -249,14 +256,22 @@ impl Server {
     /// is shutting down; connections are closed; returns by `deadline`.
     // r[impl forward.stop]
     pub async fn stop(self, deadline: Instant) -> Result<(), ServerStopError> {
-        let _ = self.shutdown.send(Some(deadline));
+        self.stop_telling(deadline, "node shutting down").await
+    }
+
+    async fn stop_telling(
+        self,
+        deadline: Instant,
+        message: &'static str,
+    ) -> Result<(), ServerStopError> {
+        let _ = self.shutdown.send(Some(Shutdown { deadline, message }));
         let mut accept = self.accept;
         let announced = tokio::time::timeout_at(deadline, &mut accept).await.is_ok();
         if !announced {
             accept.abort();
         }
         self.endpoint
-            .close(close_code::SHUTDOWN.into(), b"node shutting down");
+            .close(close_code::SHUTDOWN.into(), message.as_bytes());
         let idle = tokio::time::timeout_at(deadline, self.endpoint.wait_idle())
             .await
             .is_ok();
@@ -273,10 +288,29 @@ impl Server {
     }
 }
 
+// The node's stopper: the stop plan hands over its deadline and why the node stops.
+// r[impl forward.stop]
+impl holdfast_lifecycle::Stopper for Server {
+    fn stop(
+        self: Box<Self>,
+        request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        let message = match request.reason {
+            holdfast_lifecycle::StopReason::Restart => "node restarting",
+            holdfast_lifecycle::StopReason::Shutdown => "node shutting down",
+        };
+        Box::pin(async move {
+            self.stop_telling(request.deadline, message)
+                .await
+                .map_err(|err| holdfast_lifecycle::StopError(err.to_string()))
+        })
+    }
+}
+
 async fn accept_loop(
     endpoint: quinn::Endpoint,
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<Option<Instant>>,
+    mut shutdown: watch::Receiver<Option<Shutdown>>,
 ) {
     let mut connections = JoinSet::new();
     loop {
@@ -324,9 +358,11 @@ impl ServerForward {
     }
 }
 
-fn linger_until(deadline: Option<Instant>, fallback: Duration) -> Duration {
-    deadline.map_or(fallback, |d| {
-        d.saturating_duration_since(Instant::now()).min(fallback)
+fn linger_until(shutdown: Option<Shutdown>, fallback: Duration) -> Duration {
+    shutdown.map_or(fallback, |s| {
+        s.deadline
+            .saturating_duration_since(Instant::now())
+            .min(fallback)
     })
 }
 
@@ -394,7 +430,7 @@ async fn authenticate(
 async fn serve(
     conn: Connection,
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<Option<Instant>>,
+    mut shutdown: watch::Receiver<Option<Shutdown>>,
 ) {
     let Some((send, mut control)) = authenticate(&conn, &shared).await else {
         return;
@@ -412,7 +448,7 @@ async fn serve(
         writer: writer.clone(),
         forwards: HashMap::new(),
     };
-    let ended: Result<Option<Instant>, RelayError> = loop {
+    let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
             biased;
             changed = shutdown.changed() => {
@@ -454,7 +490,9 @@ async fn serve(
         Err(_) => EndReason::ConnectionLost,
     };
     let text = match &ended {
-        Ok(_) => "node shutting down".to_owned(),
+        Ok(shutdown) => shutdown
+            .map_or("node shutting down", |s| s.message)
+            .to_owned(),
         Err(err) => err.to_string(),
     };
     for (forward, state) in forwards {
@@ -475,7 +513,7 @@ async fn serve(
             let _ =
                 tokio::time::timeout(linger_until(deadline, Duration::from_secs(2)), writer_task)
                     .await;
-            conn.close(close_code::SHUTDOWN.into(), b"node shutting down");
+            conn.close(close_code::SHUTDOWN.into(), text.as_bytes());
         }
         Err(err) => {
             tracing::info!(connection = id, %client, error = %err, "forward: connection ended");

@@ -117,8 +117,10 @@ mod tests {
         // r[verify forward.codec.malformed]
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            // A sender may use longer varints than needed; the payload is what follows them.
             if let Ok((id, body)) = decode_datagram(&bytes) {
-                prop_assert_eq!(id.header_len() + body.len(), bytes.len());
+                prop_assert!(bytes.ends_with(body));
+                prop_assert!(id.header_len() + body.len() <= bytes.len());
             }
         }
     }

@@ -432,3 +432,39 @@ async fn a_cut_path_ends_the_relay_and_the_client_backs_off_until_it_heals() {
     assert_eq!(round_trip(&peer, local, b"again").await, b"again");
     assert_eq!(server.forwards().len(), 1);
 }
+
+// r[verify forward.stop]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_stopper_tells_clients_the_node_restarts_and_returns_by_its_deadline() {
+    use holdfast_lifecycle::{StopReason, StopRequest, Stopper};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let stopper: Box<dyn Stopper> = Box::new(server);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    stopper
+        .stop(StopRequest {
+            deadline,
+            reason: StopReason::Restart,
+        })
+        .await
+        .expect("clean stop");
+    assert!(tokio::time::Instant::now() <= deadline);
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    let ClientEvent::Ended {
+        reason, message, ..
+    } = ended
+    else {
+        unreachable!()
+    };
+    assert_eq!(reason, EndReason::ShuttingDown);
+    assert_eq!(message, "node restarting");
+}
