@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p holdfast-forward --bench relay` prints a table and writes
 //! `target/bench/forward.json`. Throughput is one-way (sender to receiver) for a fixed time at 64
-//! and 1162 payload bytes; latency is a ping-pong round trip, raw against through the forward.
+//! and 1162 payload bytes, with a bounded window of datagrams in flight on both paths; latency is a
+//! ping-pong round trip, raw against through the forward.
 //! Numbers, never assertions.
 
 // Bench harness code: a broken setup should stop the run loudly.
@@ -86,6 +87,37 @@ async fn raw_pair(
     (client, connected, accepted)
 }
 
+/// At most this many datagrams in flight (sent, not yet received): a closed loop that measures
+/// what the path carries instead of how much a flood overflows its buffers.
+const WINDOW: u64 = 256;
+
+async fn windowed(received: &AtomicU64, mut send: impl AsyncFnMut() -> bool) -> Throughput {
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut stalled_since: Option<Instant> = None;
+    while start.elapsed() < RUN {
+        if sent.saturating_sub(received.load(Ordering::Relaxed)) >= WINDOW {
+            // A lost datagram never comes back: after 5 ms without progress, go on regardless.
+            let since = *stalled_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < Duration::from_millis(5) {
+                tokio::task::yield_now().await;
+                continue;
+            }
+        }
+        stalled_since = None;
+        if send().await {
+            sent += 1;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Throughput {
+        sent,
+        received: received.load(Ordering::Relaxed),
+        secs,
+    }
+}
+
 async fn raw_throughput(tx: &quinn::Connection, rx: &quinn::Connection, size: usize) -> Throughput {
     let received = Arc::new(AtomicU64::new(0));
     let counter = received.clone();
@@ -96,21 +128,12 @@ async fn raw_throughput(tx: &quinn::Connection, rx: &quinn::Connection, size: us
         }
     });
     let payload = Bytes::from(vec![0u8; size]);
-    let start = Instant::now();
-    let mut sent = 0u64;
-    while start.elapsed() < RUN {
-        if tx.send_datagram_wait(payload.clone()).await.is_err() {
-            break;
-        }
-        sent += 1;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let result = windowed(&received, async || {
+        tx.send_datagram(payload.clone()).is_ok()
+    })
+    .await;
     reader.abort();
-    Throughput {
-        sent,
-        received: received.load(Ordering::Relaxed),
-        secs: RUN.as_secs_f64(),
-    }
+    result
 }
 
 async fn raw_latency(tx: &quinn::Connection, rx: &quinn::Connection) -> Vec<Duration> {
@@ -135,39 +158,21 @@ async fn raw_latency(tx: &quinn::Connection, rx: &quinn::Connection) -> Vec<Dura
     rtts
 }
 
-async fn forward_throughput(local: SocketAddr, sink: &UdpSocket, size: usize) -> Throughput {
+async fn forward_throughput(local: SocketAddr, sink: Arc<UdpSocket>, size: usize) -> Throughput {
+    let received = Arc::new(AtomicU64::new(0));
+    let counter = received.clone();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while sink.recv(&mut buf).await.is_ok() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
     let sender = UdpSocket::bind(loopback()).await.expect("sender");
     sender.connect(local).await.expect("connect");
     let payload = vec![0u8; size];
-    let start = Instant::now();
-    let mut sent = 0u64;
-    let mut received = 0u64;
-    let mut buf = vec![0u8; 65_536];
-    while start.elapsed() < RUN {
-        // Send in bursts, then drain what arrived, so one task measures both ends.
-        for _ in 0..32 {
-            if sender.send(&payload).await.is_ok() {
-                sent += 1;
-            }
-        }
-        while let Ok(n) = sink.try_recv(&mut buf) {
-            let _ = n;
-            received += 1;
-        }
-        tokio::task::yield_now().await;
-    }
-    let drain_until = Instant::now() + Duration::from_millis(300);
-    while Instant::now() < drain_until {
-        match tokio::time::timeout(Duration::from_millis(50), sink.recv(&mut buf)).await {
-            Ok(Ok(_)) => received += 1,
-            _ => break,
-        }
-    }
-    Throughput {
-        sent,
-        received,
-        secs: RUN.as_secs_f64(),
-    }
+    let result = windowed(&received, async || sender.send(&payload).await.is_ok()).await;
+    reader.abort();
+    result
 }
 
 async fn forward_latency(local: SocketAddr) -> Vec<Duration> {
@@ -205,7 +210,7 @@ async fn run() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The forward: node, a sink target for throughput, an echo target for latency.
-    let sink = UdpSocket::bind(loopback()).await.expect("sink");
+    let sink = Arc::new(UdpSocket::bind(loopback()).await.expect("sink"));
     let echo = UdpSocket::bind(loopback()).await.expect("echo");
     let echo_addr = echo.local_addr().expect("echo addr");
     let echo_task = tokio::spawn(async move {
@@ -249,7 +254,7 @@ async fn run() {
     );
     for size in [64usize, 1162] {
         let raw = raw_throughput(&raw_tx, &raw_rx, size).await;
-        let fwd = forward_throughput(sink_local, &sink, size).await;
+        let fwd = forward_throughput(sink_local, sink.clone(), size).await;
         for (name, t) in [("raw", &raw), ("forward", &fwd)] {
             println!(
                 "{name:<10} {size:>6} {:>12.0} {:>10.1} {:>6.2}%",

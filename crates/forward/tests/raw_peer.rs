@@ -18,6 +18,8 @@ struct Raw {
     _endpoint: quinn::Endpoint,
 }
 
+// Test harness code: a broken setup should stop the test loudly.
+#[allow(clippy::expect_used)]
 impl Raw {
     async fn connect(server: &holdfast_forward::Server) -> Raw {
         let (config, _) = holdfast_forward::client::quinn_client_config(
