@@ -87,14 +87,18 @@
 //! [`CrashLoopDetector`], and [`RetryBudget`] (a global token bucket composed with per-key pacing).
 //! Every behaviour is a rule under `retry.*` or `classify.*` in `docs/spec/runtime.md`.
 
+mod attempts;
 mod budget;
-mod classify;
+pub mod classify;
 mod crash_loop;
+pub mod duration_text;
 mod gate;
 mod history;
 pub mod http;
 mod jitter;
+mod lasting;
 mod policy;
+mod policy_config;
 mod schedule;
 mod shared;
 mod slots;
@@ -102,13 +106,19 @@ mod stable_hash;
 mod time;
 mod transition;
 
+pub use attempts::{AttemptId, Attempts, Failed, Finished, Permit};
 pub use budget::RetryBudget;
 pub use classify::{Class, Classify};
 pub use crash_loop::{CrashLoopDetector, CrashLoopReport, Exit};
 pub use gate::{KeyState, KeyedGate};
+/// Borrowed-key lookups: a `&Q` finds a `K` key when `Q: Equivalent<K>` (hashbrown's trait; any
+/// `Q` that `K` borrows as qualifies).
+pub use hashbrown::Equivalent;
 pub use history::{Decision, FailureRecorded, History, SuccessRecorded, decide};
 pub use jitter::Jitter;
+pub use lasting::Lasting;
 pub use policy::{MAX_POLICY_DURATION, Policy, PolicyBuilder, PolicyError};
+pub use policy_config::{PolicyConfig, PolicyConfigError};
 pub use shared::SharedGate;
 pub use stable_hash::stable_hash;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use holdfast_retry::{
-    AttemptToken, Decision, History, Jitter, KeyedGate, NotYet, Policy, WaitReason, decide,
-    stable_hash,
+    AttemptToken, Decision, Escalation, History, Jitter, KeyedGate, NotYet, Policy, Reason,
+    WaitReason, decide, stable_hash,
 };
 use proptest::prelude::*;
 
@@ -394,6 +394,86 @@ proptest! {
             run.apply(op)?;
             if finishes {
                 run.check_memory()?;
+            }
+        }
+    }
+}
+
+/// One provisional success: how long what it started ran, how long it had to last, and whether
+/// (and how far into the run) the caller asked to confirm it.
+#[derive(Debug, Clone)]
+struct Run2 {
+    wait_extra_ms: u64,
+    ran_ms: u64,
+    must_last_ms: u64,
+    confirm_at_ms: Option<u64>,
+}
+
+fn lasting_runs() -> impl Strategy<Value = Vec<Run2>> {
+    proptest::collection::vec(
+        (
+            0u64..2_000,
+            0u64..20_000,
+            0u64..10_000,
+            proptest::option::of(0u64..20_000),
+        )
+            .prop_map(
+                |(wait_extra_ms, ran_ms, must_last_ms, confirm_at_ms)| Run2 {
+                    wait_extra_ms,
+                    ran_ms,
+                    must_last_ms,
+                    confirm_at_ms: confirm_at_ms.map(|c| c.min(ran_ms)),
+                },
+            ),
+        1..40,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    // r[verify retry.lasting]
+    #[test]
+    fn an_early_end_never_resets_the_streak_and_a_lasting_run_always_does(
+        policy in policy(),
+        runs in lasting_runs(),
+    ) {
+        let mut gate: KeyedGate<&str> = KeyedGate::new(policy);
+        let mut now = Instant::now();
+        let ms = Duration::from_millis;
+        for run in runs {
+            // Attempt as soon as eligible (plus a little), as a reconciler would.
+            if let Err(refused) = gate.check(&"k", now) {
+                now = refused.until;
+            }
+            now += ms(run.wait_extra_ms);
+            let token = gate.begin(&"k", now).expect("eligible");
+            let streak_before = token.attempt() - 1;
+            let escalated_before = gate.state(&"k").is_some_and(|s| s.escalated);
+            let started = now;
+            let must_last = ms(run.must_last_ms);
+            let mut lasting = gate.succeed_provisionally(token, started, must_last);
+            let mut recovered = 0;
+            if let Some(at) = run.confirm_at_ms {
+                let confirmed = gate.confirm(&mut lasting, started + ms(at));
+                prop_assert_eq!(confirmed.is_some(), ms(at) >= must_last);
+                recovered += usize::from(confirmed.is_some_and(|t| t.escalation == Some(Escalation::Recovered)));
+            }
+            now = started + ms(run.ran_ms);
+            let ended = gate.ended(lasting, now, None);
+            recovered += usize::from(ended.escalation == Some(Escalation::Recovered));
+            if ms(run.ran_ms) < must_last {
+                // Ended before it lasted: one more failure of the same streak, never a reset.
+                prop_assert!(matches!(ended.reason, Reason::Failed { .. }), "{:?}", ended);
+                prop_assert_eq!(ended.failures, streak_before + 1);
+                let state = gate.state(&"k").expect("still failing");
+                prop_assert_eq!(state.failures, streak_before + 1);
+                prop_assert!(!state.in_flight, "free for the next attempt");
+                prop_assert_eq!(recovered, 0);
+            } else {
+                // It lasted: the streak is reset, and a recovery is reported once if escalated.
+                prop_assert_eq!(gate.state(&"k"), None);
+                prop_assert_eq!(recovered, usize::from(escalated_before));
             }
         }
     }
