@@ -43,14 +43,14 @@ pub enum RelayError {
     FlowLimit(u32),
 }
 
-/// The class of an I/O error on a UDP socket of a relay.
+/// The class of an I/O error on a UDP socket of a relay: holdfast-retry's one I/O table.
 ///
 /// A connected UDP socket reports per-datagram conditions — ECONNREFUSED once per ICMP
 /// port-unreachable, on the next send or recv; ENOBUFS; a host or network unreachable — and stays
-/// usable, so the relay reports them and goes on.
+/// usable: those are transient, so the relay reports them and goes on.
 // r[impl forward.classify]
-pub fn socket_class(_err: &io::Error) -> Class {
-    Class::Transient
+pub fn socket_class(err: &io::Error) -> Class {
+    holdfast_retry::classify::io(err)
 }
 
 // r[impl forward.classify]
@@ -115,6 +115,14 @@ mod tests {
         let cases: Vec<(RelayError, Class)> = vec![
             (RelayError::Send(SendDatagramError::TooLarge), Class::Item),
             (RelayError::Socket(refused), Class::Transient),
+            (
+                RelayError::Socket(io::Error::from_raw_os_error(111)),
+                Class::Transient,
+            ),
+            (
+                RelayError::Socket(io::Error::from_raw_os_error(90)),
+                Class::Item,
+            ),
             (
                 RelayError::Socket(io::Error::from_raw_os_error(105)),
                 Class::Transient,

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_retry::{AttemptToken, KeyedGate, Policy, Transition};
+use holdfast_retry::{AttemptToken, KeyedGate, Lasting, Policy, Transition};
 
 /// The reconnect gate of one client.
 #[derive(Debug)]
@@ -12,7 +12,7 @@ pub struct Reconnect {
     gate: KeyedGate<()>,
     must_last: Duration,
     attempt: Option<AttemptToken<()>>,
-    connected_at: Option<Instant>,
+    lasting: Option<Lasting<()>>,
 }
 
 /// Where the reconnect pacing stands.
@@ -31,20 +31,19 @@ impl Reconnect {
             gate: KeyedGate::new(policy),
             must_last,
             attempt: None,
-            connected_at: None,
+            lasting: None,
         }
     }
 
     /// Begins an attempt if the back-off allows one now.
     pub fn begin(&mut self, now: Instant) -> Pace {
-        if self.attempt.is_some() {
+        if self.attempt.is_some() || self.lasting.is_some() {
             // An attempt (or a connection) is already under way.
             return Pace::Until(now + self.must_last);
         }
         match self.gate.begin(&(), now) {
             Ok(token) => {
                 self.attempt = Some(token);
-                self.connected_at = None;
                 Pace::Now
             }
             Err(not_yet) => Pace::Until(not_yet.until),
@@ -54,44 +53,40 @@ impl Reconnect {
     /// The attempt failed before connecting.
     pub fn failed(&mut self, now: Instant) -> Option<Transition<()>> {
         let token = self.attempt.take()?;
-        self.connected_at = None;
         Some(self.gate.fail(token, now, None))
     }
 
-    /// The attempt connected at `now`: provisionally a success, until it has lasted.
+    /// The attempt connected at `now`: a success only once it has lasted (holdfast-retry's
+    /// success that must last).
     pub fn connected(&mut self, now: Instant) {
-        if self.attempt.is_some() {
-            self.connected_at = Some(now);
+        if let Some(token) = self.attempt.take() {
+            self.lasting = Some(self.gate.succeed_provisionally(token, now, self.must_last));
         }
     }
 
     /// When the current connection will have lasted long enough to count, if one is up and has
     /// not yet counted.
     pub fn lasts_at(&self) -> Option<Instant> {
-        self.connected_at.map(|at| at + self.must_last)
+        self.lasting
+            .as_ref()
+            .filter(|l| !l.is_confirmed())
+            .map(Lasting::lasts_at)
     }
 
     /// Call while connected: once the connection has lasted, the success counts (the streak is
     /// reset) and its transition is returned, once.
     // r[impl forward.reconnect]
     pub fn confirm(&mut self, now: Instant) -> Option<Transition<()>> {
-        let lasts_at = self.lasts_at()?;
-        if now < lasts_at {
-            return None;
-        }
-        let token = self.attempt.take()?;
-        self.connected_at = None;
-        Some(self.gate.succeed(token, now))
+        let lasting = self.lasting.as_mut()?;
+        self.gate.confirm(lasting, now)
     }
 
     /// The connection ended at `now`. Before it lasted, it is a failure of the same streak; after,
-    /// the success already counted.
+    /// the success stands.
     // r[impl forward.reconnect]
     pub fn ended(&mut self, now: Instant) -> Option<Transition<()>> {
-        if let Some(transition) = self.confirm(now) {
-            return Some(transition);
-        }
-        self.failed(now)
+        let lasting = self.lasting.take()?;
+        Some(self.gate.ended(lasting, now, None))
     }
 
     /// The current streak of failed attempts.
@@ -168,7 +163,8 @@ mod tests {
         assert_eq!(confirmed.failures, 0);
         assert_eq!(gate.confirm(clock.now()), None);
         clock.advance(Duration::from_secs(100));
-        assert_eq!(gate.ended(clock.now()), None);
+        let ended = gate.ended(clock.now()).expect("ended");
+        assert_eq!(ended.failures, 0, "the success that lasted stands");
         assert_eq!(gate.failures(), 0);
         assert_eq!(gate.begin(clock.now()), Pace::Now);
     }
