@@ -23,6 +23,15 @@ pub enum HistoryError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The database's directory could not be created.
+    #[error("attempt history {path}: {source}")]
+    Io {
+        /// The database file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database was written by a newer holdfast.
     #[error("attempt history {path}: schema version {found} is newer than this build's {known}")]
     TooNew {
@@ -163,6 +172,12 @@ impl HistoryDb {
             path: name.clone(),
             source,
         };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| HistoryError::Io {
+                path: name.clone(),
+                source,
+            })?;
+        }
         let conn = Connection::open(path).map_err(wrap)?;
         conn.busy_timeout(Duration::from_secs(2)).map_err(wrap)?;
         // A corrupt file fails here, with SQLite's own message ("file is not a database").
