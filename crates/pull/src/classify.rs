@@ -45,6 +45,10 @@ pub enum PullErrorKind {
     DaemonUnreachable,
     /// The daemon failed in a way not covered above (an unexpected 5xx or an undecodable reply).
     Daemon,
+    /// The attempt itself panicked (a bug in holdfast, not an answer from anyone): counted as a
+    /// failure of the reference like any other, so the reference is retried on its schedule
+    /// rather than left waiting for a result that will never come.
+    Panicked,
 }
 
 /// When the operator is told about a failing reference.
@@ -74,7 +78,8 @@ impl PullErrorKind {
             | PullErrorKind::StreamError
             | PullErrorKind::Stalled
             | PullErrorKind::DaemonUnreachable
-            | PullErrorKind::Daemon => FaultPolicy::AtThreshold,
+            | PullErrorKind::Daemon
+            | PullErrorKind::Panicked => FaultPolicy::AtThreshold,
         }
     }
 
@@ -82,6 +87,15 @@ impl PullErrorKind {
     /// are paced on the daemon's own key and never count against an image reference.
     pub fn is_daemon_condition(self) -> bool {
         matches!(self, PullErrorKind::DaemonUnreachable)
+    }
+
+    /// Whether a failure of this kind means the daemon answered (so it is up). A stall is the
+    /// absence of an answer and a panic is our own, so neither says anything about the daemon.
+    pub fn is_daemon_answer(self) -> bool {
+        !matches!(
+            self,
+            PullErrorKind::DaemonUnreachable | PullErrorKind::Stalled | PullErrorKind::Panicked
+        )
     }
 
     /// A short stable name, for logs, metrics and the operator's fault list.
@@ -97,6 +111,7 @@ impl PullErrorKind {
             PullErrorKind::Rejected => "rejected",
             PullErrorKind::DaemonUnreachable => "daemon-unreachable",
             PullErrorKind::Daemon => "daemon-error",
+            PullErrorKind::Panicked => "panicked",
         }
     }
 }

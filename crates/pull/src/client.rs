@@ -66,7 +66,7 @@ impl DaemonEndpoint {
     }
 }
 
-// r[impl actuate.image.watchdog]
+// r[impl actuate.image.watchdog+2]
 /// Awaits the daemon's answer to `what` under the stall bound: bollard's own timeout (120 s) only
 /// bounds the response headers of each request, and a daemon that accepts and never answers a
 /// connect, a version negotiation or an inspect must not hold an attempt longer than a stalled
@@ -156,9 +156,16 @@ pub async fn fetch(
     let mut tracker = ProgressTracker::new();
     let outcome = drive(stream, stall_timeout, |info| {
         let advanced = tracker.observe(info);
-        if advanced {
-            progress.send_replace(tracker.snapshot());
-        }
+        // Shown whenever it changed (a new layer, a new status line); only an advance moves the
+        // watchdog.
+        let snapshot = tracker.snapshot();
+        progress.send_if_modified(|shown| {
+            let changed = *shown != snapshot;
+            if changed {
+                *shown = snapshot;
+            }
+            changed
+        });
         advanced
     })
     .await;
@@ -212,7 +219,7 @@ mod tests {
         assert_eq!(err.kind, PullErrorKind::DaemonUnreachable);
     }
 
-    // r[verify actuate.image.watchdog]
+    // r[verify actuate.image.watchdog+2]
     #[tokio::test(start_paused = true)]
     async fn no_answer_before_the_stream_is_a_stall_within_the_bound() {
         let start = tokio::time::Instant::now();

@@ -3,4 +3,4 @@
 pub mod fault_proxy;
 pub mod services;
 
-pub use fault_proxy::{FaultProxy, Mode, UdpFaultProxy, UdpMode};
+pub use fault_proxy::{FaultProxy, Mode, UdpConfig, UdpFaultProxy, UdpMode, UdpStats};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use holdfast_test_support::{FaultProxy, Mode, UdpFaultProxy, UdpMode};
+use holdfast_test_support::{FaultProxy, Mode, UdpConfig, UdpFaultProxy, UdpMode};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -131,7 +131,7 @@ async fn concurrent_connections_are_counted_exactly() {
     assert_eq!(proxy.request_count(), 40);
 }
 
-// i[verify harness.fault-proxy.modes]
+// i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn refuse_stops_listening_and_forward_listens_again_on_the_same_port() {
     let (upstream, _) = http_upstream().await;
@@ -150,7 +150,7 @@ async fn refuse_stops_listening_and_forward_listens_again_on_the_same_port() {
     assert_eq!(proxy.connections(), 1);
 }
 
-// i[verify harness.fault-proxy.modes]
+// i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn close_and_reset_are_counted_and_never_reach_upstream() {
     let (upstream, upstream_accepts) = http_upstream().await;
@@ -175,7 +175,7 @@ async fn close_and_reset_are_counted_and_never_reach_upstream() {
     assert_eq!(upstream_accepts.load(Ordering::SeqCst), 0);
 }
 
-// i[verify harness.fault-proxy.modes]
+// i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn http_status_answers_every_request_with_retry_after() {
     let (upstream, upstream_accepts) = http_upstream().await;
@@ -221,7 +221,7 @@ async fn http_status_answers_every_request_with_retry_after() {
     assert_eq!(upstream_accepts.load(Ordering::SeqCst), 0);
 }
 
-// i[verify harness.fault-proxy.modes]
+// i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn stall_after_bytes_lets_exactly_that_much_through_then_goes_silent() {
     let (upstream, _) = http_upstream().await;
@@ -244,7 +244,7 @@ async fn stall_after_bytes_lets_exactly_that_much_through_then_goes_silent() {
     assert_eq!(proxy.request_count(), 1);
 }
 
-// i[verify harness.fault-proxy.modes]
+// i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn stall_zero_never_answers_but_counts_the_request() {
     let (upstream, upstream_accepts) = http_upstream().await;
@@ -268,7 +268,7 @@ async fn stall_zero_never_answers_but_counts_the_request() {
     assert_eq!(upstream_accepts.load(Ordering::SeqCst), 0);
 }
 
-// i[verify harness.fault-proxy.modes]
+// i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn live_connections_freeze_on_stall_and_die_on_reset() {
     let (upstream, _) = http_upstream().await;
@@ -297,6 +297,49 @@ async fn live_connections_freeze_on_stall_and_die_on_reset() {
             "{err:?}"
         );
     }
+}
+
+// i[verify harness.fault-proxy.modes+2]
+#[tokio::test]
+async fn connections_stalled_from_the_start_die_on_a_later_reset() {
+    let (upstream, upstream_accepts) = http_upstream().await;
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    // One sent a request, one sent nothing: both are held silent.
+    let mut asked = connect(proxy.addr()).await;
+    let mut quiet = connect(proxy.addr()).await;
+    asked
+        .get_mut()
+        .write_all(b"GET /v2/ HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(proxy.wait_for_requests(1, Duration::from_secs(5)).await, 1);
+    assert_eq!(
+        proxy.wait_for_connections(2, Duration::from_secs(5)).await,
+        2
+    );
+
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    for stream in [&mut asked, &mut quiet] {
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("a reset must end a connection stalled with after_bytes: 0");
+        let err = read.expect_err("reset, not a clean close or an answer");
+        assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err:?}");
+    }
+    assert_eq!(upstream_accepts.load(Ordering::SeqCst), 0);
+}
+
+/// Sends `payload` and expects it back.
+async fn echo(socket: &UdpSocket, payload: &[u8]) {
+    socket.send(payload).await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    let n = socket.recv(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], payload);
 }
 
 async fn udp_echo() -> SocketAddr {
@@ -356,4 +399,56 @@ async fn udp_forwards_counts_and_drops_datagrams() {
     client.send(b"back").await.unwrap();
     let n = client.recv(&mut buf).await.unwrap();
     assert_eq!(&buf[..n], b"back");
+}
+
+// i[verify harness.fault-proxy.udp.idle]
+#[tokio::test(start_paused = true)]
+async fn udp_sessions_expire_after_the_idle_time_and_come_back_on_the_next_datagram() {
+    let idle = Duration::from_secs(10);
+    let config = UdpConfig { session_idle: idle };
+    let proxy = UdpFaultProxy::start_with(udp_echo().await, config)
+        .await
+        .unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.connect(proxy.addr()).await.unwrap();
+    let other = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    other.connect(proxy.addr()).await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    echo(&client, b"one").await;
+    echo(&other, b"two").await;
+    assert_eq!(proxy.stats().sessions, 2);
+
+    // Traffic keeps a session alive: `client` speaks every 9 s, `other` stays quiet.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    echo(&client, b"still here").await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let stats = proxy
+        .wait_until(Duration::from_secs(1), |s| s.expired == 1)
+        .await;
+    assert_eq!(
+        (stats.sessions, stats.expired),
+        (1, 1),
+        "only the quiet one expired"
+    );
+    tokio::time::advance(Duration::from_secs(6)).await;
+    assert_eq!(
+        proxy.stats().sessions,
+        1,
+        "9 s of 10 since the last datagram"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let stats = proxy
+        .wait_until(Duration::from_secs(1), |s| s.sessions == 0)
+        .await;
+    assert_eq!((stats.sessions, stats.expired), (0, 2));
+
+    // A client whose session expired is relayed again, through a fresh session.
+    echo(&other, b"back").await;
+    let stats = proxy.stats();
+    assert_eq!((stats.sessions, stats.expired, stats.dropped), (1, 2, 0));
+    assert!(
+        tokio::time::timeout(QUIET, client.recv(&mut buf))
+            .await
+            .is_err()
+    );
 }

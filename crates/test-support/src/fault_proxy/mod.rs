@@ -11,6 +11,7 @@
 
 mod http;
 mod udp;
+mod udp_errors;
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 pub use http::{RequestHead, RequestTracker};
-pub use udp::{UdpFaultProxy, UdpMode, UdpStats};
+pub use udp::{UdpConfig, UdpFaultProxy, UdpMode, UdpStats};
 
 /// How the proxy treats connections.
 ///
@@ -146,7 +147,7 @@ impl FaultProxy {
 
     /// Switches the mode; when this returns, the proxy acts on the new mode (a `Refuse` proxy no
     /// longer listens; a proxy leaving `Refuse` listens again on the same port).
-    // i[impl harness.fault-proxy.modes]
+    // i[impl harness.fault-proxy.modes+2]
     pub async fn set_mode(&self, mode: Mode) -> io::Result<()> {
         let (done, answer) = oneshot::channel();
         self.commands
@@ -284,7 +285,7 @@ async fn accept_loop(
 async fn handle(stream: TcpStream, mode: Mode, shared: Arc<Shared>, modes: watch::Receiver<Mode>) {
     match mode {
         Mode::Forward => forward(stream, None, shared, modes).await,
-        Mode::Stall { after_bytes: 0 } => swallow(stream, &shared).await,
+        Mode::Stall { after_bytes: 0 } => swallow(stream, &shared, modes).await,
         Mode::Stall { after_bytes } => forward(stream, Some(after_bytes), shared, modes).await,
         Mode::Close => {
             let mut stream = stream;
@@ -305,20 +306,34 @@ fn reset(stream: &TcpStream) {
     let _ = stream.set_linger(Some(Duration::ZERO));
 }
 
-/// Reads and discards (counting requests) until the client gives up; never answers.
-async fn swallow(mut stream: TcpStream, shared: &Shared) {
+/// Reads and discards (counting requests) until the client gives up or the mode becomes
+/// `Reset`; never answers.
+async fn swallow(mut stream: TcpStream, shared: &Shared, mut modes: watch::Receiver<Mode>) {
     let mut tracker = RequestTracker::default();
     let mut buf = vec![0u8; 16 * 1024];
+    // `modes` was subscribed when the connection was accepted: every switch since then counts.
     loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
+        let step = tokio::select! {
+            r = stream.read(&mut buf) => Pump::FromClient(r),
+            r = modes.changed() => Pump::ModeChanged(r.is_ok()),
+        };
+        match step {
+            Pump::FromClient(Ok(0) | Err(_)) | Pump::ModeChanged(false) => return,
+            Pump::FromClient(Ok(n)) => {
                 for event in tracker.feed(&buf[..n]) {
                     if let http::Event::Head(head) = event {
                         shared.record_request(&head);
                     }
                 }
             }
+            Pump::ModeChanged(true) => {
+                // A hung service that then dies: the promise of `Mode`'s docs, stalled ones included.
+                if *modes.borrow_and_update() == Mode::Reset {
+                    reset(&stream);
+                    return;
+                }
+            }
+            Pump::FromUpstream(_) => {}
         }
     }
 }

@@ -1,15 +1,25 @@
 //! The UDP side of the fault proxy: forwards datagrams per client, counts them, or drops them.
+//!
+//! Each client address gets a session: its own upstream socket, so replies find their way back.
+//! A session that carries nothing in either direction for [`UdpConfig::session_idle`] is dropped,
+//! like a NAT mapping timing out, so a long test with many short-lived clients does not pile up
+//! sockets and tasks. Socket errors are classified (see `udp_errors`): a transient one is retried,
+//! a run of them is paced, and a persistent one ends the loop it came from instead of spinning.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::udp_errors::{ErrorClass, ErrorStreak, Next, classify};
 
 /// How the UDP proxy treats datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +28,23 @@ pub enum UdpMode {
     Forward,
     /// Drop datagrams in both directions (counted as dropped), like a black-holed path.
     Drop,
+}
+
+/// Settings of a [`UdpFaultProxy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// A client's session is dropped after this long without a datagram in either direction
+    /// (default 60 s). A datagram from that client afterwards opens a new session, from a new
+    /// upstream port.
+    pub session_idle: Duration,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            session_idle: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Datagram counts so far.
@@ -31,15 +58,25 @@ pub struct UdpStats {
     pub replies: u64,
     /// Datagrams dropped, in either direction (by `Drop` mode or a failed send).
     pub dropped: u64,
+    /// Client sessions open now.
+    pub sessions: u64,
+    /// Sessions dropped for being idle, so far.
+    pub expired: u64,
+    /// Socket errors met so far, by any of the proxy's sockets.
+    pub errors: u64,
 }
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
     from_clients: AtomicU64,
     forwarded: AtomicU64,
     replies: AtomicU64,
     dropped: AtomicU64,
+    sessions: AtomicU64,
+    expired: AtomicU64,
+    errors: AtomicU64,
     dropping: AtomicBool,
+    failure: Mutex<Option<String>>,
     counted: Notify,
 }
 
@@ -49,12 +86,32 @@ impl Counters {
         self.counted.notify_waiters();
     }
 
+    fn set_sessions(&self, open: usize) {
+        self.sessions.store(open as u64, Ordering::SeqCst);
+        self.counted.notify_waiters();
+    }
+
+    fn fail(&self, why: String) {
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+        self.set_sessions(0);
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn stats(&self) -> UdpStats {
         UdpStats {
             from_clients: self.from_clients.load(Ordering::SeqCst),
             forwarded: self.forwarded.load(Ordering::SeqCst),
             replies: self.replies.load(Ordering::SeqCst),
             dropped: self.dropped.load(Ordering::SeqCst),
+            sessions: self.sessions.load(Ordering::SeqCst),
+            expired: self.expired.load(Ordering::SeqCst),
+            errors: self.errors.load(Ordering::SeqCst),
         }
     }
 }
@@ -79,12 +136,18 @@ impl std::fmt::Debug for UdpFaultProxy {
 }
 
 impl UdpFaultProxy {
-    /// Starts a proxy on a free loopback port, relaying to `upstream`. Needs a tokio runtime.
+    /// Starts a proxy on a free loopback port, relaying to `upstream`, with the default
+    /// [`UdpConfig`]. Needs a tokio runtime.
     pub async fn start(upstream: SocketAddr) -> io::Result<Self> {
+        Self::start_with(upstream, UdpConfig::default()).await
+    }
+
+    /// Starts a proxy on a free loopback port, relaying to `upstream`. Needs a tokio runtime.
+    pub async fn start_with(upstream: SocketAddr, config: UdpConfig) -> io::Result<Self> {
         let front = Arc::new(UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?);
         let addr = front.local_addr()?;
         let counters = Arc::new(Counters::default());
-        let task = tokio::spawn(relay(front, upstream, counters.clone()));
+        let task = tokio::spawn(relay(front, upstream, counters.clone(), config));
         Ok(UdpFaultProxy {
             addr,
             upstream,
@@ -109,6 +172,11 @@ impl UdpFaultProxy {
     /// The counts so far.
     pub fn stats(&self) -> UdpStats {
         self.counters.stats()
+    }
+
+    /// Why the proxy stopped relaying, if it did: its client-facing socket failed persistently.
+    pub fn failure(&self) -> Option<String> {
+        self.counters.failure()
     }
 
     /// Waits until `done(stats)` holds or `timeout` passes; returns the stats at that point.
@@ -137,15 +205,136 @@ impl Drop for UdpFaultProxy {
     }
 }
 
-async fn relay(front: Arc<UdpSocket>, upstream: SocketAddr, counters: Arc<Counters>) {
-    let mut sessions: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+/// A socket the relay receives client datagrams on and sends replies from; a seam so the
+/// relay's error handling can be tested against a socket that fails on demand.
+pub(crate) trait FrontSocket: Send + Sync + 'static {
+    /// `UdpSocket::recv_from`.
+    fn recv_from<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<(usize, SocketAddr)>> + Send + 'a;
+    /// `UdpSocket::send_to`.
+    fn send_to<'a>(
+        &'a self,
+        buf: &'a [u8],
+        to: SocketAddr,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a;
+}
+
+impl FrontSocket for UdpSocket {
+    fn recv_from<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<(usize, SocketAddr)>> + Send + 'a {
+        UdpSocket::recv_from(self, buf)
+    }
+    fn send_to<'a>(
+        &'a self,
+        buf: &'a [u8],
+        to: SocketAddr,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        UdpSocket::send_to(self, buf, to)
+    }
+}
+
+/// One client's session: its own upstream socket and the task relaying replies back.
+struct Session {
+    id: u64,
+    socket: Arc<UdpSocket>,
+    last_active: Arc<Mutex<Instant>>,
+    replies: AbortHandle,
+}
+
+fn touch(last_active: &Mutex<Instant>) {
+    *last_active.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+}
+
+fn last(last_active: &Mutex<Instant>) -> Instant {
+    *last_active.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+enum Step {
+    Received(io::Result<(usize, SocketAddr)>),
+    Sweep,
+    Ended(Result<(SocketAddr, u64), tokio::task::JoinError>),
+}
+
+// i[impl harness.fault-proxy.udp.errors]
+// i[impl harness.fault-proxy.udp.idle]
+pub(crate) async fn relay<F: FrontSocket>(
+    front: Arc<F>,
+    upstream: SocketAddr,
+    counters: Arc<Counters>,
+    config: UdpConfig,
+) {
+    let mut sessions: HashMap<SocketAddr, Session> = HashMap::new();
     let mut replies = JoinSet::new();
+    let mut next_id = 0u64;
+    // No session expires before this; recomputed from the sessions' own deadlines at each sweep.
+    let mut next_sweep: Option<Instant> = None;
+    let mut streak = ErrorStreak::default();
     let mut buf = vec![0u8; 65_536];
     loop {
-        let (n, peer) = match front.recv_from(&mut buf).await {
-            Ok(received) => received,
-            // A receive error concerns one datagram (or an ICMP report); the relay goes on.
-            Err(_) => continue,
+        let step = {
+            let sweep = async {
+                match next_sweep {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                received = front.recv_from(&mut buf) => Step::Received(received),
+                () = sweep => Step::Sweep,
+                Some(ended) = replies.join_next(), if !replies.is_empty() => Step::Ended(ended),
+            }
+        };
+        let (n, peer) = match step {
+            Step::Received(Ok(received)) => {
+                streak.on_success();
+                received
+            }
+            Step::Received(Err(err)) => {
+                counters.bump(&counters.errors);
+                match streak.on_error(&err) {
+                    Next::Continue => {}
+                    Next::Pause(pause) => tokio::time::sleep(pause).await,
+                    Next::End => {
+                        // The front socket is unusable: stop relaying and say why.
+                        counters.fail(format!("receiving from clients: {err}"));
+                        return;
+                    }
+                }
+                continue;
+            }
+            Step::Sweep => {
+                let now = Instant::now();
+                sessions.retain(|_, session| {
+                    let keep = now.saturating_duration_since(last(&session.last_active))
+                        < config.session_idle;
+                    if !keep {
+                        session.replies.abort();
+                        counters.bump(&counters.expired);
+                    }
+                    keep
+                });
+                next_sweep = sessions
+                    .values()
+                    .map(|s| last(&s.last_active) + config.session_idle)
+                    .min();
+                counters.set_sessions(sessions.len());
+                continue;
+            }
+            Step::Ended(ended) => {
+                // A reply loop ended on a persistent error: that session is gone (an aborted,
+                // expired one was already removed). A newer session of the same peer is kept.
+                if let Ok((peer, id)) = ended {
+                    if sessions.get(&peer).is_some_and(|s| s.id == id) {
+                        sessions.remove(&peer);
+                        counters.set_sessions(sessions.len());
+                    }
+                }
+                continue;
+            }
         };
         counters.bump(&counters.from_clients);
         if counters.dropping.load(Ordering::SeqCst) {
@@ -153,20 +342,38 @@ async fn relay(front: Arc<UdpSocket>, upstream: SocketAddr, counters: Arc<Counte
             continue;
         }
         let session = match sessions.get(&peer) {
-            Some(session) => session.clone(),
+            Some(session) => {
+                touch(&session.last_active);
+                session.socket.clone()
+            }
             None => match open_session(upstream).await {
-                Ok(session) => {
-                    let session = Arc::new(session);
-                    sessions.insert(peer, session.clone());
-                    replies.spawn(relay_replies(
-                        session.clone(),
+                Ok(socket) => {
+                    let socket = Arc::new(socket);
+                    let last_active = Arc::new(Mutex::new(Instant::now()));
+                    next_id += 1;
+                    let replies = replies.spawn(relay_replies(
+                        socket.clone(),
                         front.clone(),
                         peer,
+                        next_id,
                         counters.clone(),
+                        last_active.clone(),
                     ));
-                    session
+                    sessions.insert(
+                        peer,
+                        Session {
+                            id: next_id,
+                            socket: socket.clone(),
+                            last_active,
+                            replies,
+                        },
+                    );
+                    counters.set_sessions(sessions.len());
+                    next_sweep.get_or_insert(Instant::now() + config.session_idle);
+                    socket
                 }
                 Err(_) => {
+                    counters.bump(&counters.errors);
                     counters.bump(&counters.dropped);
                     continue;
                 }
@@ -174,7 +381,17 @@ async fn relay(front: Arc<UdpSocket>, upstream: SocketAddr, counters: Arc<Counte
         };
         match session.send(&buf[..n]).await {
             Ok(_) => counters.bump(&counters.forwarded),
-            Err(_) => counters.bump(&counters.dropped),
+            Err(err) => {
+                counters.bump(&counters.errors);
+                counters.bump(&counters.dropped);
+                if classify(&err) == ErrorClass::Persistent {
+                    // That session's socket is unusable; the client's next datagram opens a new one.
+                    if let Some(session) = sessions.remove(&peer) {
+                        session.replies.abort();
+                    }
+                    counters.set_sessions(sessions.len());
+                }
+            }
         }
     }
 }
@@ -185,26 +402,138 @@ async fn open_session(upstream: SocketAddr) -> io::Result<UdpSocket> {
     Ok(socket)
 }
 
-async fn relay_replies(
+/// Relays one session's replies to its client until the session socket fails for good (the
+/// session is then removed) or the session is expired (the task is aborted).
+async fn relay_replies<F: FrontSocket>(
     session: Arc<UdpSocket>,
-    front: Arc<UdpSocket>,
+    front: Arc<F>,
     peer: SocketAddr,
+    id: u64,
     counters: Arc<Counters>,
-) {
+    last_active: Arc<Mutex<Instant>>,
+) -> (SocketAddr, u64) {
+    let mut streak = ErrorStreak::default();
     let mut buf = vec![0u8; 65_536];
     loop {
         let n = match session.recv(&mut buf).await {
-            Ok(n) => n,
-            // ECONNREFUSED from an ICMP port-unreachable is reported once; the socket stays usable.
-            Err(_) => continue,
+            Ok(n) => {
+                streak.on_success();
+                n
+            }
+            Err(err) => {
+                // ECONNREFUSED from an ICMP port-unreachable is reported once per datagram that
+                // met a closed port; the socket stays usable.
+                counters.bump(&counters.errors);
+                match streak.on_error(&err) {
+                    Next::Continue => continue,
+                    Next::Pause(pause) => {
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    Next::End => return (peer, id),
+                }
+            }
         };
+        touch(&last_active);
         if counters.dropping.load(Ordering::SeqCst) {
             counters.bump(&counters.dropped);
             continue;
         }
         match front.send_to(&buf[..n], peer).await {
             Ok(_) => counters.bump(&counters.replies),
-            Err(_) => counters.bump(&counters.dropped),
+            Err(_) => {
+                // A failing front socket shows up in the main loop's receives, which end the relay.
+                counters.bump(&counters.errors);
+                counters.bump(&counters.dropped);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault_proxy::udp_errors::{BURST, MAX_PAUSE};
+
+    /// A front socket whose every receive fails with one OS error, at once, up to `limit` times
+    /// (then it never answers, so a relay that spins stops at the limit instead of hanging).
+    struct Failing {
+        errno: nix::errno::Errno,
+        calls: AtomicU64,
+        limit: u64,
+    }
+
+    impl Failing {
+        fn new(errno: nix::errno::Errno) -> Arc<Self> {
+            Arc::new(Failing {
+                errno,
+                calls: AtomicU64::new(0),
+                limit: 10_000,
+            })
+        }
+        fn calls(&self) -> u64 {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    impl FrontSocket for Failing {
+        async fn recv_from(&self, _buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) >= self.limit {
+                std::future::pending::<()>().await;
+            }
+            Err(io::Error::from_raw_os_error(self.errno as i32))
+        }
+        async fn send_to(&self, buf: &[u8], _to: SocketAddr) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+    }
+
+    fn nowhere() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9))
+    }
+
+    // i[verify harness.fault-proxy.udp.errors]
+    #[tokio::test(start_paused = true)]
+    async fn a_persistent_receive_error_ends_the_relay_and_is_recorded() {
+        let front = Failing::new(nix::errno::Errno::EBADF);
+        let counters = Arc::new(Counters::default());
+        let relay = relay(
+            front.clone(),
+            nowhere(),
+            counters.clone(),
+            UdpConfig::default(),
+        );
+        tokio::time::timeout(Duration::from_secs(1), relay)
+            .await
+            .expect("the relay ends instead of retrying a broken socket");
+        assert_eq!(front.calls(), 1);
+        assert_eq!(counters.stats().errors, 1);
+        let why = counters.failure().expect("the end is recorded");
+        assert!(why.contains("Bad file descriptor"), "{why}");
+    }
+
+    // i[verify harness.fault-proxy.udp.errors]
+    #[tokio::test(start_paused = true)]
+    async fn a_storm_of_transient_receive_errors_is_paced_not_spun() {
+        let front = Failing::new(nix::errno::Errno::ECONNREFUSED);
+        let counters = Arc::new(Counters::default());
+        let relay = relay(
+            front.clone(),
+            nowhere(),
+            counters.clone(),
+            UdpConfig::default(),
+        );
+        let ran = tokio::time::timeout(Duration::from_secs(10), relay).await;
+        assert!(ran.is_err(), "transient errors do not end the relay");
+        // A burst at once, then pauses doubling from 1 ms to the 1 s cap: about 16 + 10 + 9 calls
+        // in 10 s, where spinning would have made 10,000 without time passing.
+        let calls = front.calls();
+        let at_most = u64::from(BURST) + 10 + 10 * MAX_PAUSE.as_secs() + 1;
+        assert!(
+            calls > u64::from(BURST) && calls <= at_most,
+            "{calls} receives in 10 s"
+        );
+        assert_eq!(counters.stats().errors, calls);
+        assert!(counters.failure().is_none());
     }
 }
