@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use futures_util::future::join_all;
+use holdfast_lifecycle::{FaultBoard, Subject};
 
 use crate::acme::pick_in_window;
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
@@ -147,7 +148,11 @@ pub struct Issuer {
     clock: Arc<dyn WallClock>,
     attempt_timeout: Duration,
     memory: Mutex<Memory>,
+    faults: FaultBoard,
 }
+
+/// The module name faults are filed under.
+pub const MODULE: &str = "issuance";
 
 impl std::fmt::Debug for Issuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -186,7 +191,79 @@ impl Issuer {
             clock,
             attempt_timeout,
             memory: Mutex::new(memory),
+            faults: FaultBoard::new(),
         })
+    }
+
+    /// Files this issuer's faults on `board` (the node's) instead of a private one.
+    pub fn with_fault_board(mut self, board: FaultBoard) -> Self {
+        self.faults = board;
+        self.sync_faults();
+        self
+    }
+
+    /// The board this issuer files on.
+    pub fn fault_board(&self) -> &FaultBoard {
+        &self.faults
+    }
+
+    /// One fault per blocked hostname (kind `blocked`) and per unusable certificate file (kind
+    /// `bad_certificate`); cleared when the condition is gone.
+    // r[impl issue.fault]
+    pub fn sync_faults(&self) {
+        self.sync_faults_of(self.hosts.iter());
+    }
+
+    /// [`Issuer::sync_faults`] for the hostnames whose state a tick may have changed: those it
+    /// attempted and those with an open fault (whose message carries the time left).
+    fn sync_faults_after(&self, attempted: &[String]) {
+        let open: HashSet<String> = self
+            .faults
+            .of_module(MODULE)
+            .into_iter()
+            .map(|f| f.subject.name)
+            .chain(attempted.iter().cloned())
+            .collect();
+        self.sync_faults_of(self.hosts.iter().filter(|h| open.contains(&h.name)));
+    }
+
+    fn sync_faults_of<'a>(&self, hosts: impl Iterator<Item = &'a Hostname>) {
+        let now = self.clock.now();
+        for host in hosts {
+            let subject = Subject::new(MODULE, host.name.clone());
+            let history = match self.db().history(&host.name) {
+                Ok(h) => h,
+                Err(err) => {
+                    tracing::warn!(hostname = %host.name, %err, "attempt history unreadable");
+                    continue;
+                }
+            };
+            let memory = self.memory();
+            // The fault stays open through the whole sustained failure, not only while the block
+            // holds: between a block's expiry and the next attempt it does not flap.
+            if let Some(until) = decision::block_until(&self.policy, &history) {
+                let last = memory
+                    .last_error
+                    .get(&host.name)
+                    .cloned()
+                    .unwrap_or_default();
+                let when = match until.duration_since(now) {
+                    Ok(left) => format!("blocked for {} s more", left.as_secs()),
+                    Err(_) => "block expired, retrying".to_owned(),
+                };
+                let message = format!(
+                    "{} consecutive failed attempts (last: {last}); {when}; {}",
+                    history.failures,
+                    decision::FORCE_RETRY_HINT
+                );
+                self.faults
+                    .file(subject, "blocked", &message, history.failures, now);
+            } else if let Some(err) = memory.bad_on_disk.get(&host.name) {
+                self.faults.file(subject, "bad_certificate", err, 0, now);
+            } else {
+                self.faults.clear(&subject);
+            }
+        }
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -229,6 +306,7 @@ impl Issuer {
         self.host(hostname)?;
         self.db().reset(hostname)?;
         self.memory().last_error.remove(hostname);
+        self.sync_faults();
         Ok(())
     }
 
@@ -302,6 +380,8 @@ impl Issuer {
                 }
             }
         }
+        let attempted: Vec<String> = report.dispatched.iter().map(|(h, _)| h.clone()).collect();
+        self.sync_faults_after(&attempted);
         Ok(report)
     }
 

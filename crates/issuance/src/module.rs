@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_lifecycle::{BoxFuture, FaultBoard, StopError, StopRequest, Stopper};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -147,6 +148,7 @@ pub async fn start(
     data_dir: &Path,
     policy: IssuePolicy,
     clock: Arc<dyn WallClock>,
+    faults: FaultBoard,
 ) -> Result<Issuance, StartError> {
     let policy = policy.validate()?;
     let dir = data_dir.join("issuance");
@@ -209,14 +211,17 @@ pub async fn start(
             });
         }
     }
-    let issuer = Arc::new(Issuer::new(
-        policy,
-        hosts,
-        db,
-        store,
-        clock,
-        Duration::from_secs(config.attempt_timeout_secs),
-    )?);
+    let issuer = Arc::new(
+        Issuer::new(
+            policy,
+            hosts,
+            db,
+            store,
+            clock,
+            Duration::from_secs(config.attempt_timeout_secs),
+        )?
+        .with_fault_board(faults),
+    );
     let (stop, mut stopped) = watch::channel(false);
     let every = Duration::from_secs(config.tick_secs.max(1));
     let ticking = issuer.clone();
@@ -265,7 +270,7 @@ impl Issuance {
 
     /// Stops ticking and the responder, by `deadline`. An attempt in flight is cancelled and its
     /// row settled as interrupted now (or, if the process dies first, on the next start).
-    pub async fn stop(self, deadline: tokio::time::Instant) -> Result<(), String> {
+    pub async fn shutdown(self, deadline: tokio::time::Instant) -> Result<(), String> {
         let _ = self.stop.send(true);
         let mut task = self.task;
         let mut result = match tokio::time::timeout_at(deadline, &mut task).await {
@@ -282,5 +287,11 @@ impl Issuance {
             r.stop();
         }
         result
+    }
+}
+
+impl Stopper for Issuance {
+    fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
+        Box::pin(async move { self.shutdown(request.deadline).await.map_err(StopError) })
     }
 }

@@ -187,6 +187,7 @@ async fn issues_once_restarts_quietly_and_renews_when_the_clock_passes_renewal()
 // r[verify issue.pacing]
 // r[verify issue.history.per-host]
 // r[verify issue.block.force-retry]
+// r[verify issue.fault]
 #[tokio::test]
 async fn provider_down_for_a_day_beside_1500_other_hostnames() {
     let env = Env::new();
@@ -253,6 +254,21 @@ async fn provider_down_for_a_day_beside_1500_other_hostnames() {
         let written = rows(&issuer) - before_tick;
         assert!(written <= 1, "a tick wrote {written} rows");
         assert_eq!(written as usize, report.dispatched.len());
+        let faults = issuer.fault_board().list();
+        let failures = issuer.with_history(|db| db.history("down.example").unwrap().failures);
+        if failures >= policy.block_after {
+            assert_eq!(
+                faults.len(),
+                1,
+                "one fault while in sustained failure: {faults:?}"
+            );
+            assert_eq!(faults[0].subject.name, "down.example");
+            assert_eq!(faults[0].kind, "blocked");
+            assert_eq!(faults[0].failures, failures);
+            assert!(faults[0].message.contains("holdfast certs retry"));
+        } else {
+            assert!(faults.is_empty(), "no fault before the block: {faults:?}");
+        }
         if let Verdict::Blocked { until, clear, .. } = issuer.verdict("down.example").unwrap() {
             assert!(
                 until > env.clock.now_for_test()
@@ -303,9 +319,14 @@ async fn provider_down_for_a_day_beside_1500_other_hostnames() {
         issuer.verdict("down.example").unwrap(),
         Verdict::Issue(IssueReason::Missing)
     ));
+    assert!(
+        issuer.fault_board().is_empty(),
+        "force-retry clears the fault"
+    );
     let report = issuer.tick().await.unwrap();
     assert_eq!(report.issued, vec!["down.example".to_owned()]);
     assert_eq!(counting.0.load(Ordering::SeqCst), 0);
+    assert!(issuer.fault_board().is_empty());
 }
 
 // r[verify issue.module]
@@ -328,6 +349,7 @@ async fn the_module_starts_ticks_and_stops_within_its_deadline() {
         dir.path(),
         IssuePolicy::standard(1),
         Arc::new(holdfast_issuance::SystemWallClock),
+        holdfast_lifecycle::FaultBoard::new(),
     )
     .await
     .unwrap();
@@ -338,13 +360,20 @@ async fn the_module_starts_ticks_and_stops_within_its_deadline() {
     );
     assert_eq!(module.issuer().statuses().unwrap()[0].state, "issuing");
     let began = tokio::time::Instant::now();
-    let stopped = module.stop(began + Duration::from_millis(300)).await;
+    // Stopped through the node's stop plan, as a lifecycle stopper.
+    let stopper: Box<dyn holdfast_lifecycle::Stopper> = Box::new(module);
+    let stopped = stopper
+        .stop(holdfast_lifecycle::StopRequest {
+            deadline: began + Duration::from_millis(300),
+            reason: holdfast_lifecycle::StopReason::Restart,
+        })
+        .await;
     assert!(
         began.elapsed() < Duration::from_secs(1),
         "{:?}",
         began.elapsed()
     );
-    assert_eq!(stopped, Ok(()));
+    assert!(stopped.is_ok(), "{stopped:?}");
     // The cancelled attempt's row is settled as interrupted: the hostname backs off instead of
     // retrying at once, and the next start finds nothing open.
     let mut db = HistoryDb::open(&dir.path().join("issuance/attempts.sqlite"), 50).unwrap();
