@@ -397,3 +397,186 @@ impl NowForTest for ManualWallClock {
         holdfast_issuance::WallClock::now(self)
     }
 }
+
+async fn serve_on_unix(path: &std::path::Path) {
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let host = req
+                            .uri()
+                            .path()
+                            .trim_start_matches("/v1/certificate/")
+                            .to_owned();
+                        let (chain, key) =
+                            leaf(&host, SystemTime::now() - Duration::from_secs(60), 90 * DAY);
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(format!(
+                            "{chain}{key}"
+                        )))))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+}
+
+// r[verify issue.local]
+#[tokio::test]
+async fn the_local_provider_over_a_unix_socket_and_its_failures_classified() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("provider.sock");
+    serve_on_unix(&socket).await;
+    let unix = LocalProvider::new(LocalEndpoint::Unix(socket), Duration::from_secs(5));
+    let pair = unix.obtain("u.example").await.unwrap();
+    assert!(pair.chain_pem.contains("BEGIN CERTIFICATE"));
+
+    let proxy = FaultProxy::start(provider().await).await.unwrap();
+    let tcp = LocalProvider::new(LocalEndpoint::Tcp(proxy.addr()), Duration::from_secs(2));
+    let cases = [
+        (
+            Mode::HttpStatus {
+                status: 429,
+                retry_after: Some("120".into()),
+                body: String::new(),
+            },
+            holdfast_issuance::ErrorClass::RateLimited,
+            Some(Duration::from_secs(120)),
+        ),
+        (
+            Mode::status(503),
+            holdfast_issuance::ErrorClass::Server,
+            None,
+        ),
+        (
+            Mode::status(404),
+            holdfast_issuance::ErrorClass::Rejected,
+            None,
+        ),
+        (
+            Mode::HttpStatus {
+                status: 200,
+                retry_after: None,
+                body: "not a pem".into(),
+            },
+            holdfast_issuance::ErrorClass::BadCertificate,
+            None,
+        ),
+        (
+            Mode::Reset,
+            holdfast_issuance::ErrorClass::Unreachable,
+            None,
+        ),
+        (
+            Mode::Stall { after_bytes: 0 },
+            holdfast_issuance::ErrorClass::Timeout,
+            None,
+        ),
+    ];
+    for (mode, class, hint) in cases {
+        proxy.set_mode(mode.clone()).await.unwrap();
+        let err = tcp.obtain("t.example").await.unwrap_err();
+        assert_eq!(
+            (err.class, err.retry_after),
+            (class, hint),
+            "{mode:?}: {err}"
+        );
+    }
+}
+
+const CHILD_VAR: &str = "HOLDFAST_ISSUANCE_TEST_CHILD";
+
+// r[verify issue.history.settle]
+#[tokio::test]
+async fn killed_mid_attempt_the_next_start_settles_and_backs_off() {
+    if let Ok(spec) = std::env::var(CHILD_VAR) {
+        // The child: a node whose only attempt stalls, until it is killed.
+        let (dir, addr) = spec.split_once('|').unwrap();
+        let clock = ManualWallClock::new(SystemTime::now());
+        let store = CertStore::new(&std::path::Path::new(dir).join("certs")).unwrap();
+        let issuer = Issuer::new(
+            IssuePolicy::standard(1),
+            vec![Hostname {
+                name: "k.example".into(),
+                source: local(addr.parse().unwrap()),
+            }],
+            HistoryDb::open(&std::path::Path::new(dir).join("attempts.sqlite"), 50).unwrap(),
+            store,
+            Arc::new(clock),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        issuer.tick().await.unwrap();
+        unreachable!("the attempt stalls until the process is killed");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = FaultProxy::start(provider().await).await.unwrap();
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "killed_mid_attempt_the_next_start_settles_and_backs_off",
+            "--nocapture",
+        ])
+        .env(
+            CHILD_VAR,
+            format!("{}|{}", dir.path().display(), proxy.addr()),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        proxy.wait_for_connections(1, Duration::from_secs(60)).await,
+        1,
+        "the child's attempt began"
+    );
+    child.start_kill().unwrap(); // SIGKILL: no chance to settle anything
+    child.wait().await.unwrap();
+    {
+        let db = HistoryDb::open(&dir.path().join("attempts.sqlite"), 50).unwrap();
+        let rows = db.attempts("k.example", 5).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].outcome, None, "the killed attempt's row is open");
+    }
+    // Restart: the open row is settled and the hostname backs off — nothing is dispatched.
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let issuer = Issuer::new(
+        IssuePolicy::standard(1),
+        vec![Hostname {
+            name: "k.example".into(),
+            source: local(proxy.addr()),
+        }],
+        HistoryDb::open(&dir.path().join("attempts.sqlite"), 50).unwrap(),
+        CertStore::new(&dir.path().join("certs")).unwrap(),
+        Arc::new(clock.clone()),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let rows = issuer.with_history(|db| db.attempts("k.example", 5).unwrap());
+    assert_eq!(rows[0].outcome, Some(Outcome::Interrupted));
+    assert!(matches!(
+        issuer.verdict("k.example").unwrap(),
+        Verdict::Debounced { failures: 1, .. }
+    ));
+    assert!(issuer.tick().await.unwrap().dispatched.is_empty());
+    assert_eq!(proxy.connections(), 1);
+    // After the back-off, it is attempted again, once.
+    clock.advance(Duration::from_secs(3600));
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(
+        report.dispatched,
+        vec![("k.example".to_owned(), IssueReason::Retry)]
+    );
+    assert_eq!(report.issued.len(), 1);
+}
