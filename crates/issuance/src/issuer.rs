@@ -137,6 +137,19 @@ struct Memory {
     ari: HashMap<String, (Option<SystemTime>, SystemTime)>,
     /// A certificate file that could not be loaded, per hostname.
     bad_on_disk: HashMap<String, String>,
+    /// Attempts finished, by (source, outcome).
+    attempts: BTreeMap<(String, &'static str), u64>,
+}
+
+/// The issuer's metrics, for the node's Prometheus endpoint.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Metrics {
+    /// Attempts finished since start, by source and outcome (`success`, `failure`).
+    pub attempts: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Hostnames blocked now.
+    pub blocked: usize,
+    /// Days until each stored certificate expires.
+    pub days_to_expiry: BTreeMap<String, f64>,
 }
 
 /// The issuer.
@@ -153,6 +166,9 @@ pub struct Issuer {
 
 /// The module name faults are filed under.
 pub const MODULE: &str = "issuance";
+
+/// The fault subject name for an unusable attempts table.
+pub const STORAGE_SUBJECT: &str = "attempts-table";
 
 impl std::fmt::Debug for Issuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -344,22 +360,57 @@ impl Issuer {
     /// One pass over every hostname: the decision first, then a source only for those it says
     /// to issue (at most one attempt per hostname in flight), all awaited before returning.
     // r[impl issue.dispatch]
+    // r[impl issue.storage-fault]
     pub async fn tick(&self) -> Result<TickReport, IssuerError> {
+        let subject = Subject::new(MODULE, STORAGE_SUBJECT);
+        let result = self.tick_inner().await;
+        match &result {
+            // The attempts table cannot be used (locked, corrupt, unwritable): no source was
+            // called for the hostnames not yet decided, and the operator sees why.
+            Err(err) => {
+                self.faults
+                    .file(subject, "storage", &err.to_string(), 0, self.clock.now());
+            }
+            Ok(_) => {
+                self.faults.clear(&subject);
+            }
+        }
+        result
+    }
+
+    async fn tick_inner(&self) -> Result<TickReport, IssuerError> {
         let now = self.clock.now();
         self.refresh_renewal_windows(now).await;
         let mut report = TickReport::default();
         let mut attempts = Vec::new();
+        let mut stopped: Option<HistoryError> = None;
         for host in &self.hosts {
             if self.memory().in_flight.contains(&host.name) {
                 continue;
             }
             let manual = self.memory().manual.contains(&host.name);
-            let Verdict::Issue(reason) = self.decide(host, Flags { manual }, now)? else {
+            let verdict = match self.decide(host, Flags { manual }, now) {
+                Ok(v) => v,
+                Err(IssuerError::History(err)) => {
+                    stopped = Some(err);
+                    break;
+                }
+                Err(err) => return Err(err),
+            };
+            let Verdict::Issue(reason) = verdict else {
                 continue;
             };
-            let id = self
+            let id = match self
                 .db()
-                .begin(&self.policy.retry, &host.name, host.source.name(), now)?;
+                .begin(&self.policy.retry, &host.name, host.source.name(), now)
+            {
+                Ok(id) => id,
+                // Dispatch nothing more, but let the attempts already begun finish and record.
+                Err(err) => {
+                    stopped = Some(err);
+                    break;
+                }
+            };
             {
                 let mut memory = self.memory();
                 memory.manual.remove(&host.name);
@@ -369,7 +420,14 @@ impl Issuer {
             attempts.push(self.attempt(host, id));
         }
         for result in join_all(attempts).await {
-            let (host, outcome) = result?;
+            let (host, outcome) = match result {
+                Ok(r) => r,
+                Err(IssuerError::History(err)) => {
+                    stopped.get_or_insert(err);
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
             match outcome {
                 Ok(()) => report.issued.push(host),
                 Err((err, newly_blocked)) => {
@@ -382,7 +440,10 @@ impl Issuer {
         }
         let attempted: Vec<String> = report.dispatched.iter().map(|(h, _)| h.clone()).collect();
         self.sync_faults_after(&attempted);
-        Ok(report)
+        match stopped {
+            Some(err) => Err(err.into()),
+            None => Ok(report),
+        }
     }
 
     #[allow(clippy::type_complexity)]
@@ -404,6 +465,9 @@ impl Issuer {
             )),
         };
         let end = self.clock.now();
+        // Free the hostname before any recording can fail: a failed write leaves an open row
+        // (settled as interrupted later), never a hostname stuck "in flight".
+        self.memory().in_flight.remove(&host.name);
         let stored = obtained.and_then(|pair| {
             self.store
                 .replace(&host.name, pair, end)
@@ -423,6 +487,10 @@ impl Issuer {
                 memory.last_error.remove(&host.name);
                 memory.ari.remove(&host.name);
                 memory.bad_on_disk.remove(&host.name);
+                *memory
+                    .attempts
+                    .entry((host.source.name().to_owned(), "success"))
+                    .or_default() += 1;
                 tracing::info!(hostname = %host.name, source = host.source.name(), "certificate issued");
                 Ok(())
             }
@@ -446,14 +514,19 @@ impl Issuer {
                 tracing::warn!(hostname = %host.name, source = host.source.name(),
                     failures = after.failures, class = err.class.as_str(), error = %err.message,
                     "certificate attempt failed");
-                self.memory().last_error.insert(
+                let mut memory = self.memory();
+                memory.last_error.insert(
                     host.name.clone(),
                     format!("{}: {}", err.class.as_str(), err.message),
                 );
+                *memory
+                    .attempts
+                    .entry((host.source.name().to_owned(), "failure"))
+                    .or_default() += 1;
+                drop(memory);
                 Err((err, newly_blocked))
             }
         };
-        self.memory().in_flight.remove(&host.name);
         Ok((host.name.clone(), result))
     }
 
@@ -564,6 +637,23 @@ impl Issuer {
     /// The attempts table (for tests and the admin API).
     pub fn with_history<T>(&self, f: impl FnOnce(&HistoryDb) -> T) -> T {
         f(&self.db())
+    }
+
+    /// Attempts by source and outcome, blocked hostnames, days to expiry.
+    // r[impl issue.metrics]
+    pub fn metrics(&self) -> Result<Metrics, IssuerError> {
+        let mut attempts: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((source, outcome), n) in &self.memory().attempts {
+            attempts
+                .entry(source.clone())
+                .or_default()
+                .insert((*outcome).to_owned(), *n);
+        }
+        Ok(Metrics {
+            attempts,
+            blocked: self.blocked()?.len(),
+            days_to_expiry: self.days_to_expiry(),
+        })
     }
 
     /// Days until each certificate expires (a metric).

@@ -580,3 +580,51 @@ async fn killed_mid_attempt_the_next_start_settles_and_backs_off() {
     );
     assert_eq!(report.issued.len(), 1);
 }
+
+// r[verify issue.storage-fault]
+// r[verify issue.metrics]
+#[tokio::test]
+async fn a_locked_attempts_table_is_a_clear_error_and_a_fault_and_replaces_nothing() {
+    let env = Env::new();
+    let proxy = FaultProxy::start(provider().await).await.unwrap();
+    let issuer = env.issuer(vec![Hostname {
+        name: "a.example".into(),
+        source: local(proxy.addr()),
+    }]);
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    let current = issuer.store().get("a.example").unwrap();
+
+    // Another process holds the write lock past the busy timeout.
+    let other = rusqlite::Connection::open(env.dir.path().join("attempts.sqlite")).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    issuer.trigger("a.example").unwrap();
+    let err = issuer.tick().await.unwrap_err();
+    assert!(err.to_string().contains("attempts.sqlite"), "{err}");
+    assert_eq!(
+        proxy.connections(),
+        1,
+        "no source was called without its row"
+    );
+    assert_eq!(issuer.store().get("a.example"), Some(current.clone()));
+    let faults = issuer.fault_board().list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(
+        (faults[0].subject.name.as_str(), faults[0].kind.as_str()),
+        ("attempts-table", "storage")
+    );
+
+    // The lock goes away: the next tick works, the fault clears, the manual trigger still holds.
+    other.execute_batch("COMMIT").unwrap();
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(
+        report.dispatched,
+        vec![("a.example".to_owned(), IssueReason::Manual)]
+    );
+    assert!(issuer.fault_board().is_empty());
+
+    let metrics = issuer.metrics().unwrap();
+    assert_eq!(metrics.attempts["local"]["success"], 2);
+    assert_eq!(metrics.blocked, 0);
+    let days = metrics.days_to_expiry["a.example"];
+    assert!((89.0..=90.0).contains(&days), "{days}");
+}
