@@ -249,6 +249,9 @@ impl HistoryDb {
                             .map(|v| Duration::from_millis(u64::try_from(v).unwrap_or(0))),
                         escalated: r.get::<_, i64>(3)? != 0,
                         jitter_key: r.get::<_, i64>(4)? as u64,
+                        // Attempts in flight are the open rows, not part of the folded row.
+                        in_flight: None,
+                        expired: None,
                     })
                 })
                 .optional()
@@ -388,7 +391,8 @@ impl HistoryDb {
     /// The operator's force-retry: the streak (and with it any block) is reset.
     pub fn reset(&mut self, hostname: &str) -> Result<(), HistoryError> {
         let path = self.path.clone();
-        let h = History::for_key(hostname);
+        let mut h = self.history(hostname)?;
+        h.force_retry();
         let tx = self.conn.transaction().map_err(|e| sq(&path, e))?;
         Self::put_history(&tx, hostname, &h).map_err(|e| sq(&path, e))?;
         tx.commit().map_err(|e| sq(&path, e))

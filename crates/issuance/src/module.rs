@@ -16,6 +16,7 @@ use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
 use crate::local::{LocalEndpoint, LocalProvider};
 use crate::responder::Http01Responder;
 use crate::store::{CertStore, StoreError};
+use holdfast_retry::PolicyConfig;
 
 /// Which source serves a hostname.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -80,30 +81,62 @@ pub struct IssuanceConfig {
     pub acme: Option<AcmeSettings>,
     /// The local provider.
     pub local: Option<LocalSettings>,
-    /// Seconds between decisions (default 60).
-    #[serde(default = "default_tick")]
-    pub tick_secs: u64,
-    /// Seconds one attempt may take, end to end (default 300).
-    #[serde(default = "default_attempt_timeout")]
-    pub attempt_timeout_secs: u64,
+    /// Time between decisions (default `"60s"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub tick: Option<Duration>,
+    /// Time one attempt may take, end to end (default `"5m"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub attempt_timeout: Option<Duration>,
     /// Attempt rows kept per hostname (default 50).
     #[serde(default = "default_keep")]
     pub keep_attempts_per_host: usize,
+    /// Pacing of failed attempts over [`IssuePolicy::standard`]'s (`base = "5m"`, `cap = "6h"`, …).
+    #[serde(default)]
+    pub pacing: PolicyConfig,
+    /// Consecutive failures that block a hostname (default 6).
+    pub block_after: Option<u32>,
+    /// How long a block lasts (default `"6h"`, at most the pacing cap).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub block_for: Option<Duration>,
 }
 
-fn default_tick() -> u64 {
-    60
-}
-fn default_attempt_timeout() -> u64 {
-    300
-}
 fn default_keep() -> usize {
     50
+}
+
+impl IssuanceConfig {
+    /// The policy this config asks for, over the defaults, with the node's seed for this module.
+    pub fn policy(&self, seed: u64) -> Result<IssuePolicy, StartError> {
+        let defaults = IssuePolicy::standard(seed);
+        let retry = self
+            .pacing
+            .build(&defaults.retry, seed)
+            .map_err(|e| StartError::Config(format!("pacing.{e}")))?;
+        Ok(IssuePolicy {
+            retry,
+            block_after: self.block_after.unwrap_or(defaults.block_after),
+            block_for: self.block_for.unwrap_or(defaults.block_for),
+        }
+        .validate()?)
+    }
+
+    fn tick_every(&self) -> Duration {
+        self.tick
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_millis(100))
+    }
+
+    fn attempt_bound(&self) -> Duration {
+        self.attempt_timeout.unwrap_or(Duration::from_secs(300))
+    }
 }
 
 /// The module could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A setting that cannot work (names the key).
+    #[error("issuance: {0}")]
+    Config(String),
     /// A hostname names a source that is not configured.
     #[error("issuance: hostname {0} uses the {1} source, which is not configured")]
     MissingSource(String, &'static str),
@@ -140,17 +173,18 @@ pub struct Issuance {
 }
 
 /// Starts the module: opens the attempts table and the store under `data_dir/issuance`, binds the
-/// HTTP-01 responder if a hostname uses ACME, and ticks every `tick_secs` on the tokio runtime.
+/// HTTP-01 responder if a hostname uses ACME, and ticks every `tick` on the tokio runtime. `seed`
+/// is the node's jitter seed for this module (`NodeIdentity::seed("issuance")`).
 /// It installs no signal handler and returns at once; stop it through [`Issuance::stop`].
 // r[impl issue.module]
 pub async fn start(
     config: &IssuanceConfig,
     data_dir: &Path,
-    policy: IssuePolicy,
+    seed: u64,
     clock: Arc<dyn WallClock>,
     faults: FaultBoard,
 ) -> Result<Issuance, StartError> {
-    let policy = policy.validate()?;
+    let policy = config.policy(seed)?;
     let dir = data_dir.join("issuance");
     let store = CertStore::new(&dir.join("certs"))?;
     let db = HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host)?;
@@ -180,7 +214,7 @@ pub async fn start(
                             profile: settings.profile.clone(),
                             ca_pem: settings.ca_pem.clone(),
                             account_path: dir.join("acme-account.json"),
-                            order_timeout: Duration::from_secs(config.attempt_timeout_secs / 2),
+                            order_timeout: config.attempt_bound() / 2,
                         },
                         r.challenges().clone(),
                     ));
@@ -212,18 +246,11 @@ pub async fn start(
         }
     }
     let issuer = Arc::new(
-        Issuer::new(
-            policy,
-            hosts,
-            db,
-            store,
-            clock,
-            Duration::from_secs(config.attempt_timeout_secs),
-        )?
-        .with_fault_board(faults),
+        Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
+            .with_fault_board(faults),
     );
     let (stop, mut stopped) = watch::channel(false);
-    let every = Duration::from_secs(config.tick_secs.max(1));
+    let every = config.tick_every();
     let ticking = issuer.clone();
     let task = tokio::spawn(async move {
         let mut interval = tokio::time::interval(every);
@@ -293,5 +320,39 @@ impl Issuance {
 impl Stopper for Issuance {
     fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
         Box::pin(async move { self.shutdown(request.deadline).await.map_err(StopError) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify issue.module]
+    #[test]
+    fn config_durations_are_text_and_bad_settings_name_their_key() {
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "tick": "30s",
+            "pacing": { "base": "10m", "cap": "12h" },
+            "block_for": "8h",
+        }))
+        .unwrap();
+        assert_eq!(config.tick_every(), Duration::from_secs(30));
+        let policy = config.policy(7).unwrap();
+        assert_eq!(policy.retry.base(), Duration::from_secs(600));
+        assert_eq!(policy.block_for, Duration::from_secs(8 * 3600));
+        assert_eq!(policy.block_after, 6);
+        let bad: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "pacing": { "base": "7h" } })).unwrap();
+        let err = bad.policy(7).unwrap_err().to_string();
+        assert!(err.contains("pacing.base"), "{err}");
+        let bad: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "block_for": "1d" })).unwrap();
+        assert!(bad.policy(7).unwrap_err().to_string().contains("block_for"));
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "tick": 30 })).is_err()
+        );
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "nope": 1 })).is_err()
+        );
     }
 }

@@ -341,13 +341,13 @@ async fn the_module_starts_ticks_and_stops_within_its_deadline() {
     let config: holdfast_issuance::IssuanceConfig = serde_json::from_value(serde_json::json!({
         "hostname": [{ "name": "a.example", "source": "local" }],
         "local": { "endpoint": { "tcp": proxy.addr().to_string() } },
-        "tick_secs": 1,
+        "tick": "1s",
     }))
     .unwrap();
     let module = holdfast_issuance::start(
         &config,
         dir.path(),
-        IssuePolicy::standard(1),
+        1,
         Arc::new(holdfast_issuance::SystemWallClock),
         holdfast_lifecycle::FaultBoard::new(),
     )
