@@ -145,7 +145,7 @@ impl Identity {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let generated = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_owned()])?;
         let cert = generated.cert.der().to_vec();
-        let key = generated.key_pair.serialize_der();
+        let key = generated.signing_key.serialize_der();
         // The key first: a certificate without its key on disk is never left behind as complete.
         write_private(&key_path, &key)?;
         write_private(&cert_path, &cert)?;
