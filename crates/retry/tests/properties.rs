@@ -204,16 +204,18 @@ impl Run {
             Op::Fail(k, hint) => {
                 if let Some((token, attempt)) = self.tokens.remove(&k) {
                     let hint = hint.map(Duration::from_millis);
-                    let t = self.gate.fail(token, self.now, hint);
+                    // Dropped before this call (by a sweep that another call ran): the attempt's
+                    // own outcome is judged before any sweep it runs itself.
                     let dropped = self.gate.state(&KEYS[k]).is_none();
+                    let t = self.gate.fail(token, self.now, hint);
                     let h = self.histories[k].fail(&p, attempt, self.now, hint);
                     agree(&t, &h, dropped)?;
                 }
             }
             Op::Release(k) => {
                 if let Some((token, attempt)) = self.tokens.remove(&k) {
-                    let t = self.gate.release(token, self.now);
                     let dropped = self.gate.state(&KEYS[k]).is_none();
+                    let t = self.gate.release(token, self.now);
                     let h = self.histories[k].release(&p, attempt, self.now);
                     agree(&t, &h, dropped)?;
                     if t.reason == Reason::Released {
@@ -223,10 +225,10 @@ impl Run {
             }
             Op::Succeed(k) => {
                 if let Some((token, attempt)) = self.tokens.remove(&k) {
+                    let dropped = self.gate.state(&KEYS[k]).is_none();
                     let t = self.gate.succeed(token, self.now);
                     let h = self.histories[k].succeed(&p, attempt);
-                    // A success leaves the gate holding nothing either way.
-                    agree(&t, &h, true)?;
+                    agree(&t, &h, dropped)?;
                     prop_assert_eq!(
                         t.escalation,
                         h.escalation,

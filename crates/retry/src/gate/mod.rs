@@ -346,7 +346,19 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         now: Instant,
         must_last: Duration,
     ) -> Lasting<K> {
+        let lasting = self.succeed_provisionally_now(token, now, must_last);
         self.maybe_sweep(now);
+        lasting
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn succeed_provisionally_now(
+        &mut self,
+        token: AttemptToken<K>,
+        now: Instant,
+        must_last: Duration,
+    ) -> Lasting<K> {
         let lasts_at = now.saturating_add(must_last);
         let state = match self.slots.get_mut(&token.key) {
             // As for a success: a stale attempt's late success counts unless a newer one began.
@@ -472,7 +484,19 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         now: Instant,
         hint: Option<Duration>,
     ) -> Transition<K> {
+        let transition = self.fail_now(token, now, hint);
         self.maybe_sweep(now);
+        transition
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn fail_now(
+        &mut self,
+        token: AttemptToken<K>,
+        now: Instant,
+        hint: Option<Duration>,
+    ) -> Transition<K> {
         let policy = self.policy;
         let Some(slot) = self
             .slots
@@ -493,7 +517,14 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
 
     // r[impl retry.token.release]
     pub(crate) fn release(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let transition = self.release_now(token, now);
         self.maybe_sweep(now);
+        transition
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn release_now(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
         let policy = self.policy;
         let Some(slot) = self
             .slots
@@ -521,8 +552,8 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         // As the pure decision says it: no failures in the streak, no deadline.
         let next_attempt_at = restored.filter(|s| s.failures > 0).map(|s| s.at);
         match restored {
-            // Also dropped at once if it already holds nothing a fresh key lacks (the sweep that
-            // ran above saw it in flight), so memory stays as bounded as after any other call.
+            // Also dropped at once if it already holds nothing a fresh key lacks (the sweep, which
+            // runs after, may not be due), so memory stays as bounded as after any other call.
             Some(restored) if !droppable(&policy, &token.key, restored, now) => {
                 *slot = restored;
             }
@@ -541,7 +572,14 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     }
 
     pub(crate) fn succeed(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let transition = self.succeed_now(token);
         self.maybe_sweep(now);
+        transition
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn succeed_now(&mut self, token: AttemptToken<K>) -> Transition<K> {
         match self.slots.get(&token.key) {
             // A stale attempt's late success still resets the key unless a newer attempt began.
             // r[impl retry.in-flight.expiry]

@@ -972,3 +972,42 @@ fn a_lost_or_superseded_provisional_success_never_wedges_its_key() {
     );
     assert_eq!(shared.state(&"web"), None);
 }
+
+// r[verify retry.history]
+// r[verify retry.in-flight.expiry]
+#[test]
+fn a_long_hung_attempts_own_outcome_is_judged_before_the_sweep_drops_its_key() {
+    let clock = ManualClock::new();
+    let p = policy();
+    // So late that the settled key holds nothing a fresh key lacks: the sweep would drop it.
+    let late = p.stale_after() + p.max_wait() + p.cap() * 2;
+    for outcome in ["fail", "succeed", "release", "provisional"] {
+        let mut gate = KeyedGate::new(p);
+        let mut history = History::for_key("img");
+        let t0 = clock.now();
+        let token = gate.begin(&"img", t0).unwrap();
+        let (attempt, _) = history.begin(&p, t0).unwrap();
+        let now = t0 + late;
+        let (gate_says, history_says) = match outcome {
+            "fail" => (
+                gate.fail(token, now, None),
+                history.fail(&p, attempt, now, None),
+            ),
+            "succeed" => (gate.succeed(token, now), history.succeed(&p, attempt)),
+            "release" => (gate.release(token, now), history.release(&p, attempt, now)),
+            _ => {
+                let mut lasting = gate.succeed_provisionally(token, now, S(1));
+                assert!(
+                    !lasting.is_superseded(),
+                    "its own late success still counts"
+                );
+                let confirmed = gate.confirm(&mut lasting, now + S(1)).unwrap();
+                (confirmed, history.succeed(&p, attempt))
+            }
+        };
+        // The outcome of the attempt is what the history (which never forgets) says it is: an
+        // expiry for a late failure or release, a success for a late success.
+        assert_ne!(gate_says.reason, Reason::Superseded, "{outcome}");
+        assert_eq!(gate_says.with_key(()), history_says, "{outcome}");
+    }
+}
