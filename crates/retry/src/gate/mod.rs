@@ -331,7 +331,10 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             attempt,
             reason: Reason::Superseded,
             failures: slot.map_or(0, |s| s.failures),
-            next_attempt_at: slot.filter(|s| !s.in_flight()).map(|s| s.at),
+            // As the pure decision says it: no deadline while in flight or with an empty streak.
+            next_attempt_at: slot
+                .filter(|s| !s.in_flight() && s.failures > 0)
+                .map(|s| s.at),
             escalation: None,
             key,
         }

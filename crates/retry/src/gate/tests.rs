@@ -1011,3 +1011,49 @@ fn a_long_hung_attempts_own_outcome_is_judged_before_the_sweep_drops_its_key() {
         assert_eq!(gate_says.with_key(()), history_says, "{outcome}");
     }
 }
+
+// r[verify retry.history]
+// r[verify retry.token.stale]
+#[test]
+fn a_superseded_outcome_on_an_escalated_key_with_an_empty_streak_names_no_deadline() {
+    let clock = ManualClock::new();
+    let p = policy();
+    let mut gate = KeyedGate::new(p);
+    let mut history = History::for_key("img");
+    let mut hung = None;
+    for _ in 0..p.escalate_after() {
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let (attempt, _) = history.begin(&p, clock.now()).unwrap();
+        let failed = gate.fail(token, clock.now(), None);
+        assert_eq!(
+            failed.clone().with_key(()),
+            history.fail(&p, attempt, clock.now(), None)
+        );
+        hung.get_or_insert(attempt);
+        clock.advance(failed.next_attempt_at.unwrap() - clock.now());
+    }
+    // Quiet for more than the cap: the next attempt starts a new streak, and its release leaves
+    // that streak empty while the escalation stays open.
+    clock.advance(p.cap() + S(1));
+    let token = gate.begin(&"img", clock.now()).unwrap();
+    let (attempt, _) = history.begin(&p, clock.now()).unwrap();
+    let released = gate.release(token, clock.now());
+    assert_eq!(
+        released.clone().with_key(()),
+        history.release(&p, attempt, clock.now())
+    );
+    assert_eq!((released.failures, released.next_attempt_at), (0, None));
+    // An old attempt's late outcome: superseded, and saying what the key is (no deadline).
+    let old = hung.unwrap();
+    let stale_token = AttemptToken {
+        key: "img",
+        generation: 12345,
+        attempt: old.attempt,
+        began: old.began,
+        prior: None,
+        expired: None,
+    };
+    let late = gate.fail(stale_token, clock.now(), None);
+    assert_eq!(late.reason, Reason::Superseded);
+    assert_eq!(late.with_key(()), history.fail(&p, old, clock.now(), None));
+}
