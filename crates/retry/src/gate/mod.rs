@@ -369,9 +369,17 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 if slot.runs(token.generation, token.began)
                     || slot.expired_from(token.generation) =>
             {
+                // A stale attempt was already counted as failed at its stale moment. Take that
+                // count back while it runs again, so an early end counts this attempt once (its
+                // late failure adds nothing further), not twice.
+                let failures = if slot.in_flight() {
+                    slot.failures
+                } else {
+                    slot.failures.saturating_sub(1)
+                };
                 *slot = Slot {
                     at: lasts_at,
-                    failures: slot.failures,
+                    failures,
                     meta: IN_FLIGHT | PROVISIONAL | (slot.meta & ESCALATED) | token.generation,
                 };
                 LastingState::Pending

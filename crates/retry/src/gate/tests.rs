@@ -1057,3 +1057,27 @@ fn a_superseded_outcome_on_an_escalated_key_with_an_empty_streak_names_no_deadli
     assert_eq!(late.reason, Reason::Superseded);
     assert_eq!(late.with_key(()), history.fail(&p, old, clock.now(), None));
 }
+
+// r[verify retry.lasting]
+// r[verify retry.in-flight.expiry]
+#[test]
+fn a_stale_attempts_provisional_success_that_ends_early_counts_its_attempt_once() {
+    let clock = ManualClock::new();
+    let p = lasting_policy();
+    let mut gate = KeyedGate::new(p);
+    let slow = gate.begin(&"web", clock.now()).unwrap();
+    clock.advance(p.stale_after());
+    // The hung start counts as failure 1 at its stale moment...
+    let refused = gate.begin(&"web", clock.now()).unwrap_err();
+    assert_eq!(refused.expired.unwrap().failures, 1);
+    // ...then it comes up after all (no newer attempt began), and exits before it lasted: that is
+    // still one failed attempt, not two.
+    let lasting = gate.succeed_provisionally(slow, clock.now(), S(30));
+    assert!(!lasting.is_superseded());
+    clock.advance(S(5));
+    let ended = gate.ended(lasting, clock.now(), None);
+    assert!(matches!(ended.reason, Reason::Failed { .. }));
+    assert_eq!(ended.failures, 1, "one attempt, one failure");
+    assert_eq!(ended.next_attempt_at, Some(clock.now() + p.base()));
+    assert_eq!(gate.state(&"web").unwrap().failures, 1);
+}
