@@ -51,7 +51,7 @@ impl Slot {
         self.meta & ESCALATED != 0
     }
     /// The token's attempt is the one in flight. The start time is compared too, so a token from
-    /// 2^29 attempts ago whose generation number came round again cannot pass for the live one.
+    /// 2^28 grants ago whose generation number came round again cannot pass for the live one.
     fn runs(&self, generation: u32, began: Instant) -> bool {
         self.in_flight() && self.meta & (PROVISIONAL | GENERATION) == generation && self.at == began
     }
