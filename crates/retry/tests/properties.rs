@@ -438,3 +438,102 @@ proptest! {
         }
     }
 }
+
+/// One step of a key's persisted history, as a process (that may crash) drives it.
+#[cfg(feature = "serde")]
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    Begin,
+    Fail(Option<u64>),
+    Succeed,
+    Release,
+    /// The process crashes: the attempt in flight never reports (its row stays open).
+    Crash,
+    ForceRetry,
+}
+
+#[cfg(feature = "serde")]
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => (0u64..20_000).prop_map(Step::Advance),
+            3 => Just(Step::Begin),
+            3 => proptest::option::of(0u64..20_000).prop_map(Step::Fail),
+            1 => Just(Step::Succeed),
+            1 => Just(Step::Release),
+            1 => Just(Step::Crash),
+            1 => Just(Step::ForceRetry),
+        ],
+        1..120,
+    )
+}
+
+#[cfg(feature = "serde")]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    // r[verify retry.history]
+    #[test]
+    fn a_history_stored_and_restored_at_any_point_decides_as_one_never_stored(
+        policy in policy(),
+        steps in steps(),
+    ) {
+        use std::time::SystemTime;
+        let p = policy;
+        let mut now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut kept: History<SystemTime> = History::for_key("example.org");
+        let mut stored = kept;
+        let mut attempt: Option<HistoryAttempt<SystemTime>> = None;
+        let round_trip = |h: &History<SystemTime>| -> History<SystemTime> {
+            serde_json::from_str(&serde_json::to_string(h).expect("serializes"))
+                .expect("deserializes")
+        };
+        for step in &steps {
+            // The stored copy goes through its serialized form before every step: every point
+            // of the run is a restart.
+            stored = round_trip(&stored);
+            let attempt_stored = attempt.map(|a| {
+                serde_json::from_str::<HistoryAttempt<SystemTime>>(
+                    &serde_json::to_string(&a).expect("serializes"),
+                )
+                .expect("deserializes")
+            });
+            prop_assert_eq!(attempt_stored, attempt);
+            match (step, attempt) {
+                (Step::Advance(ms), _) => now += Duration::from_millis(*ms),
+                (Step::Begin, _) => {
+                    let a = kept.begin(&p, now);
+                    let b = stored.begin(&p, now);
+                    prop_assert_eq!(&a, &b);
+                    if let Ok((granted, _)) = a {
+                        attempt = Some(granted);
+                    }
+                }
+                (Step::Fail(hint), Some(at)) => {
+                    let hint = hint.map(Duration::from_millis);
+                    prop_assert_eq!(kept.fail(&p, at, now, hint), stored.fail(&p, at, now, hint));
+                    attempt = None;
+                }
+                (Step::Succeed, Some(at)) => {
+                    prop_assert_eq!(kept.succeed(&p, at), stored.succeed(&p, at));
+                    attempt = None;
+                }
+                (Step::Release, Some(at)) => {
+                    prop_assert_eq!(kept.release(&p, at, now), stored.release(&p, at, now));
+                    attempt = None;
+                }
+                (Step::Crash, _) => attempt = None,
+                (Step::ForceRetry, _) => {
+                    prop_assert_eq!(kept.force_retry(), stored.force_retry());
+                }
+                (Step::Fail(_) | Step::Succeed | Step::Release, None) => {}
+            }
+            prop_assert_eq!(kept, stored);
+            prop_assert_eq!(
+                holdfast_retry::decide(&p, &kept, now),
+                holdfast_retry::decide(&p, &stored, now)
+            );
+        }
+    }
+}
