@@ -130,11 +130,14 @@ impl Run {
                 prop_assert_eq!(gate, history, "check {}", KEYS[k]);
             }
             Op::Begin(k) => {
+                // Only a sweep of an earlier call can have dropped the key: a call decides on its
+                // own key before it sweeps.
+                let dropped_before = self.gate.state(&KEYS[k]).is_none();
                 let got = self.gate.begin(&KEYS[k], self.now);
                 let history = &mut self.histories[k];
                 // The gate's sweep (inside `begin`) may drop a stale attempt's key that holds no
                 // information once settled, and with it an expiry that escalates nothing.
-                let droppable = {
+                let droppable = dropped_before && {
                     let mut h = *history;
                     let expiry = h.settle(&p, self.now);
                     expiry.is_some_and(|e| e.escalation.is_none())

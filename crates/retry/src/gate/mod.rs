@@ -245,7 +245,22 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     where
         Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
     {
+        let granted = self.begin_now(key, now, budget);
         self.maybe_sweep(now);
+        granted
+    }
+
+    /// The decision itself. Taken before the sweep, so a key whose attempt hung long enough to
+    /// hold nothing once settled still reports that attempt's expiry, as a `History` does.
+    fn begin_now<Q>(
+        &mut self,
+        key: &Q,
+        now: Instant,
+        budget: Option<&Mutex<RetryBudget>>,
+    ) -> Result<AttemptToken<K>, NotYet>
+    where
+        Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
+    {
         let policy = self.policy;
         let generation = self.generation & GENERATION;
         let Some(slot) = self.slots.get_mut(key) else {

@@ -1081,3 +1081,24 @@ fn a_stale_attempts_provisional_success_that_ends_early_counts_its_attempt_once(
     assert_eq!(ended.next_attempt_at, Some(clock.now() + p.base()));
     assert_eq!(gate.state(&"web").unwrap().failures, 1);
 }
+
+// r[verify retry.history]
+// r[verify retry.attempts]
+#[test]
+fn a_grant_long_after_a_hung_attempt_reports_its_expiry_as_history_does() {
+    let clock = ManualClock::new();
+    let p = policy();
+    let mut gate = KeyedGate::new(p);
+    let mut history = History::for_key("img");
+    let t0 = clock.now();
+    let _hung = gate.begin(&"img", t0).unwrap();
+    let _ = history.begin(&p, t0).unwrap();
+    let now = t0 + p.stale_after() + p.max_wait() + p.cap() * 2;
+    let mut token = gate.begin(&"img", now).unwrap();
+    let (attempt, expired) = history.begin(&p, now).unwrap();
+    assert_eq!(token.attempt(), attempt.attempt);
+    let expired_by_gate = token.expired.take();
+    assert!(expired.is_some(), "the hung attempt counts as failed, once");
+    assert_eq!(expired_by_gate, expired);
+    let _ = gate.release(token, now);
+}
