@@ -215,6 +215,10 @@ pub struct ModuleConfig {
     pub stop_on_exit: bool,
     /// How many lines of a container's log a crash-loop fault carries.
     pub log_tail_lines: usize,
+    /// When set, this module's containers also carry `holdfast.owner=OWNER` and only containers
+    /// with that label are listed, followed, adopted or removed: several holdfast instances (or
+    /// test runs) can share one daemon without touching each other's containers.
+    pub owner: Option<String>,
 }
 
 impl ModuleConfig {
@@ -244,6 +248,7 @@ impl ModuleConfig {
             stream_policy,
             stop_on_exit: false,
             log_tail_lines: 20,
+            owner: None,
         }
     }
 }

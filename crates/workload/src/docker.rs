@@ -16,7 +16,7 @@ use bollard::query_parameters::{
 use futures_util::{Stream, StreamExt};
 
 use crate::reconciler::{
-    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
+    ContainerEvent, ContainerSpec, OWNER_LABEL, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
 };
 
 /// The daemon could not be reached or refused a call.
@@ -151,15 +151,25 @@ pub async fn log_tail(docker: &Docker, container: &str, lines: usize) -> Vec<Str
     all.into_iter().skip(skip).collect()
 }
 
-/// Every container labelled with [`WORKLOAD_LABEL`], running or not; an exited one with its
-/// exit code and log tail.
-pub async fn list(docker: &Docker, tail_lines: usize) -> Result<Vec<Observed>, DockerError> {
+/// The label filters: every workload container, or only those of `owner`.
+fn label_filter(owner: Option<&str>) -> Vec<String> {
+    let mut labels = vec![WORKLOAD_LABEL.to_owned()];
+    if let Some(owner) = owner {
+        labels.push(format!("{OWNER_LABEL}={owner}"));
+    }
+    labels
+}
+
+/// Every container labelled with [`WORKLOAD_LABEL`] (and `owner`'s label when given), running or
+/// not; an exited one with its exit code and log tail.
+pub async fn list(
+    docker: &Docker,
+    owner: Option<&str>,
+    tail_lines: usize,
+) -> Result<Vec<Observed>, DockerError> {
     let options = ListContainersOptions {
         all: true,
-        filters: Some(HashMap::from([(
-            "label".to_owned(),
-            vec![WORKLOAD_LABEL.to_owned()],
-        )])),
+        filters: Some(HashMap::from([("label".to_owned(), label_filter(owner))])),
         ..Default::default()
     };
     let mut out = Vec::new();
@@ -202,13 +212,14 @@ pub async fn list(docker: &Docker, tail_lines: usize) -> Result<Vec<Observed>, D
 /// (seconds since the epoch) on.
 pub fn events_since(
     docker: &Docker,
+    owner: Option<&str>,
     since: u64,
 ) -> impl Stream<Item = Result<EventMessage, DockerError>> + use<> {
     let options = EventsOptions {
         since: Some(since.to_string()),
         filters: Some(HashMap::from([
             ("type".to_owned(), vec!["container".to_owned()]),
-            ("label".to_owned(), vec![WORKLOAD_LABEL.to_owned()]),
+            ("label".to_owned(), label_filter(owner)),
             (
                 "event".to_owned(),
                 vec!["die".to_owned(), "destroy".to_owned()],

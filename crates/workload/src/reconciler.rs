@@ -26,6 +26,9 @@ pub const WORKLOAD_LABEL: &str = "holdfast.workload";
 /// The label that carries the workload's spec hash ([`WorkloadConfig::spec_hash`]).
 pub const SPEC_LABEL: &str = "holdfast.spec";
 
+/// The label that scopes containers to one holdfast instance ([`ModuleConfig::owner`]).
+pub const OWNER_LABEL: &str = "holdfast.owner";
+
 /// Identifies one start attempt between the core and the shell.
 pub type AttemptId = u64;
 
@@ -680,7 +683,7 @@ impl Reconciler {
                     tracing::info!(workload = %name, attempt = token.attempt(), "starting workload container");
                     actions.push(Action::Start {
                         attempt,
-                        spec: spec_of(&entry.config, &entry.hash),
+                        spec: spec_of(&entry.config, &entry.hash, self.config.owner.as_deref()),
                     });
                     entry.run = Run::Starting { attempt, token };
                 }
@@ -862,8 +865,10 @@ impl Reconciler {
             Run::Idle if !self.synced => WorkloadState::Syncing,
             Run::Idle => {
                 let exit_code = e.last_exit.as_ref().and_then(|x| x.exit_code);
-                match self.gate.state(&name.to_owned()) {
-                    Some(s) if s.failures > 0 && now < s.next_attempt_at => {
+                let key = self.gate.state(&name.to_owned()).filter(|s| s.failures > 0);
+                let backing_off = key.filter(|s| now < s.next_attempt_at);
+                match (backing_off.or(key), &e.image_detail) {
+                    (Some(s), detail) if backing_off.is_some() || detail.is_none() => {
                         let restarting_in = s.next_attempt_at.saturating_duration_since(now);
                         if e.crash_looping {
                             WorkloadState::CrashLooping {
@@ -879,16 +884,10 @@ impl Reconciler {
                             }
                         }
                     }
-                    _ => match &e.image_detail {
-                        Some(detail) => WorkloadState::WaitingForImage {
-                            detail: detail.clone(),
-                        },
-                        None => WorkloadState::Restarting {
-                            restarting_in: Duration::ZERO,
-                            failures: self.gate.state(&name.to_owned()).map_or(0, |s| s.failures),
-                            exit_code,
-                        },
+                    (_, Some(detail)) => WorkloadState::WaitingForImage {
+                        detail: detail.clone(),
                     },
+                    _ => WorkloadState::Pending,
                 }
             }
         }
@@ -956,16 +955,20 @@ fn crash_message(entry: &Entry, failures: u32) -> String {
     message
 }
 
-fn spec_of(config: &WorkloadConfig, hash: &str) -> ContainerSpec {
+fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> ContainerSpec {
+    let mut labels = BTreeMap::from([
+        (WORKLOAD_LABEL.to_owned(), config.name.clone()),
+        (SPEC_LABEL.to_owned(), hash.to_owned()),
+    ]);
+    if let Some(owner) = owner {
+        labels.insert(OWNER_LABEL.to_owned(), owner.to_owned());
+    }
     ContainerSpec {
         workload: config.name.clone(),
         image: config.image.clone(),
         command: config.command.clone(),
         env: config.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-        labels: BTreeMap::from([
-            (WORKLOAD_LABEL.to_owned(), config.name.clone()),
-            (SPEC_LABEL.to_owned(), hash.to_owned()),
-        ]),
+        labels,
     }
 }
 

@@ -47,6 +47,8 @@ pub enum WorkloadState {
         /// What the pull module says.
         detail: String,
     },
+    /// Ready to start: the next tick asks for its image and starts it.
+    Pending,
     /// Waiting for the daemon's container list before deciding anything (after holdfast started,
     /// or after the event stream was lost).
     Syncing,

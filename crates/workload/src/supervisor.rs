@@ -258,7 +258,10 @@ impl<I: Images> Supervisor<I> {
         let host = self.host.clone();
         let tx = self.inputs_tx.clone();
         let tail = self.core.config().log_tail_lines;
-        let task = self.runtime.spawn(follow(host, generation, tail, tx));
+        let owner = self.core.config().owner.clone();
+        let task = self
+            .runtime
+            .spawn(follow(host, owner, generation, tail, tx));
         self.stream = Some(Stream {
             generation,
             task,
@@ -458,6 +461,7 @@ impl WorkloadsHandle {
 /// repeat). Ends — and says why — when the connection or the stream ends.
 async fn follow(
     host: String,
+    owner: Option<String>,
     generation: u64,
     tail: usize,
     tx: mpsc::UnboundedSender<StreamInput>,
@@ -473,7 +477,7 @@ async fn follow(
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs().saturating_sub(1));
-    let listing = match docker::list(&docker, tail).await {
+    let listing = match docker::list(&docker, owner.as_deref(), tail).await {
         Ok(listing) => listing,
         Err(e) => {
             let _ = tx.send(ended(format!("list: {e}")));
@@ -483,7 +487,7 @@ async fn follow(
     if tx.send(StreamInput::Listing(generation, listing)).is_err() {
         return;
     }
-    let mut events = Box::pin(docker::events_since(&docker, since));
+    let mut events = Box::pin(docker::events_since(&docker, owner.as_deref(), since));
     loop {
         match events.next().await {
             Some(Ok(message)) => {
