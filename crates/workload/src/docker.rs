@@ -151,8 +151,9 @@ pub async fn log_tail(docker: &Docker, container: &str, lines: usize) -> Vec<Str
     all.into_iter().skip(skip).collect()
 }
 
+// r[impl workload.owner]
 /// The label filters: every workload container, or only those of `owner`.
-fn label_filter(owner: Option<&str>) -> Vec<String> {
+pub fn label_filter(owner: Option<&str>) -> Vec<String> {
     let mut labels = vec![WORKLOAD_LABEL.to_owned()];
     if let Some(owner) = owner {
         labels.push(format!("{OWNER_LABEL}={owner}"));
@@ -285,5 +286,18 @@ mod tests {
             Some(ContainerEvent::Destroyed { id: "c1".into() })
         );
         assert_eq!(container_event(&message("start", &[])), None);
+    }
+
+    // r[verify workload.owner]
+    #[test]
+    fn an_owner_narrows_the_list_and_the_events_to_its_label() {
+        assert_eq!(label_filter(None), vec!["holdfast.workload".to_owned()]);
+        assert_eq!(
+            label_filter(Some("node-a")),
+            vec![
+                "holdfast.workload".to_owned(),
+                "holdfast.owner=node-a".to_owned()
+            ]
+        );
     }
 }

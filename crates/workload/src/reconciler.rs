@@ -29,6 +29,9 @@ pub const SPEC_LABEL: &str = "holdfast.spec";
 /// The label that scopes containers to one holdfast instance ([`ModuleConfig::owner`]).
 pub const OWNER_LABEL: &str = "holdfast.owner";
 
+/// How many events about not-yet-tracked containers are kept while starts are in flight.
+const EARLY_EVENTS: usize = 64;
+
 /// Identifies one start attempt between the core and the shell.
 pub type AttemptId = u64;
 
@@ -183,6 +186,9 @@ pub struct Reconciler {
     retiring: BTreeMap<String, String>,
     /// Starts in flight whose workload was removed or replaced: removed when they report.
     orphans: BTreeMap<AttemptId, String>,
+    /// Events about containers not (yet) tracked, kept while a start is in flight: a container
+    /// that dies at once can be reported before its start's result.
+    early: Vec<ContainerEvent>,
     /// A container list has been applied since the start or since the event stream was lost.
     synced: bool,
     board: FaultBoard,
@@ -200,6 +206,7 @@ impl Reconciler {
             entries: BTreeMap::new(),
             retiring: BTreeMap::new(),
             orphans: BTreeMap::new(),
+            early: Vec::new(),
             synced: false,
             board,
             next_attempt: 1,
@@ -491,6 +498,16 @@ impl Reconciler {
             } if *container == id => Some(name.clone()),
             _ => None,
         }) else {
+            let starting = self
+                .entries
+                .values()
+                .any(|e| matches!(e.run, Run::Starting { .. }));
+            if starting {
+                if self.early.len() >= EARLY_EVENTS {
+                    self.early.remove(0);
+                }
+                self.early.push(event);
+            }
             return actions;
         };
         let running = matches!(
@@ -759,10 +776,27 @@ impl Reconciler {
                     Ok(container) => {
                         tracing::info!(%workload, %container, "workload container started");
                         entry.run = Run::Running {
-                            container,
+                            container: container.clone(),
                             since: now,
                             token: Some(token),
                         };
+                        // Its exit may have been reported before this result.
+                        let early = std::mem::take(&mut self.early);
+                        let starting = self
+                            .entries
+                            .values()
+                            .any(|e| matches!(e.run, Run::Starting { .. }));
+                        for event in early {
+                            let id = match &event {
+                                ContainerEvent::Died { id, .. }
+                                | ContainerEvent::Destroyed { id } => id,
+                            };
+                            if *id == container {
+                                actions.extend(self.on_event(event, now));
+                            } else if starting {
+                                self.early.push(event);
+                            }
+                        }
                     }
                     Err(err) => {
                         entry.counters.start_failures += 1;
@@ -955,6 +989,7 @@ fn crash_message(entry: &Entry, failures: u32) -> String {
     message
 }
 
+// r[impl workload.owner]
 fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> ContainerSpec {
     let mut labels = BTreeMap::from([
         (WORKLOAD_LABEL.to_owned(), config.name.clone()),

@@ -239,6 +239,15 @@ impl<I: Images> Supervisor<I> {
     }
 
     fn tend_stream(&mut self, now: Instant) {
+        // Inputs were drained just before: a stream task that finished without announcing its
+        // end panicked. It ended all the same.
+        if self.stream.as_ref().is_some_and(|s| s.task.is_finished()) {
+            let generation = self.generation;
+            self.apply_input(
+                StreamInput::Ended(generation, "the event stream task panicked".to_owned()),
+                now,
+            );
+        }
         if let Some(stream) = &mut self.stream {
             if let (Some(up), true) = (stream.up_since, stream.token.is_some()) {
                 if now.saturating_duration_since(up) >= STREAM_MIN_UP {

@@ -589,3 +589,75 @@ fn the_operator_view_serializes_each_state() {
     assert_eq!(json[0]["lasted"], false);
     assert_eq!(json[0]["counters"]["restarts"], 1);
 }
+
+// r[verify workload.events]
+#[test]
+fn an_exit_reported_before_the_start_result_is_not_lost() {
+    let mut h = Harness::new(vec![WorkloadConfig::new("fast", "busybox")]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    // The die event of the new container arrives first.
+    assert!(
+        h.core
+            .on_event(
+                ContainerEvent::Died {
+                    id: "c1".into(),
+                    exit_code: Some(1),
+                    log_tail: vec!["x".into()],
+                },
+                h.now,
+            )
+            .is_empty()
+    );
+    let follow = h.core.on_result(
+        Completion::Started {
+            workload: "fast".into(),
+            attempt: *attempt,
+            result: Ok("c1".into()),
+        },
+        h.now,
+    );
+    assert!(matches!(&follow[..], [Action::Remove { container, .. }] if container == "c1"));
+    assert_eq!(h.core.failures("fast"), 1);
+    assert!(matches!(
+        h.state("fast"),
+        WorkloadState::Restarting {
+            exit_code: Some(1),
+            ..
+        }
+    ));
+}
+
+// r[verify workload.owner]
+#[test]
+fn an_owner_scopes_the_containers_labels() {
+    let mut m = module();
+    m.owner = Some("node-a".into());
+    let mut core = Reconciler::new(m, FaultBoard::new());
+    core.set_desired(vec![WorkloadConfig::new("web", "busybox")]);
+    core.resync(vec![], Instant::now());
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = core.tick(Instant::now(), &mut images);
+    let [Action::Start { spec, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(spec.labels[WORKLOAD_LABEL], "web");
+    assert_eq!(spec.labels[OWNER_LABEL], "node-a");
+    assert_eq!(
+        spec.labels[SPEC_LABEL],
+        WorkloadConfig::new("web", "busybox").spec_hash()
+    );
+    // Without an owner there is no owner label.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![WorkloadConfig::new("web", "busybox")]);
+    core.resync(vec![], Instant::now());
+    let actions = core.tick(Instant::now(), &mut images);
+    let [Action::Start { spec, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert!(!spec.labels.contains_key(OWNER_LABEL));
+}
