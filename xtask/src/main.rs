@@ -6,11 +6,16 @@
 //! - `test` — starts the real services the suites need (dockerd, a registry, pebble, etcd, redis),
 //!   runs the workspace's tests against them, stops them, and ends with the test-backed spec-check.
 //! - `bench` — runs the criterion benches and writes their summaries under `target/bench/`.
-//! - `trace` — walks an audit finding to its rules, their code, their tests and the tests' results.
+//! - `trace` — walks an audit finding (or one rule) to its rules, their code, their tests and the
+//!   tests' results.
+//! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
 
 mod bench;
 mod harness;
+mod output;
+mod root;
 mod spec_check;
+mod spec_report;
 mod trace;
 
 use std::process::ExitCode;
@@ -34,6 +39,8 @@ enum Command {
     Bench(bench::Args),
     /// Trace an audit finding to the rules that close it, their code, tests and test results.
     Trace(trace::Args),
+    /// Write a self-contained HTML report of the spec's coverage (target/spec-report.html).
+    SpecReport(spec_report::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,12 +50,14 @@ fn main() -> ExitCode {
         Command::Test(args) => harness::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Trace(args) => trace::run(args),
+        Command::SpecReport(args) => spec_report::run(args),
     };
     match outcome {
         Ok(code) => code,
+        // A command that could not do its job at all is a fatal error, never "problems found".
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            ExitCode::from(spec_check::USAGE_ERROR)
         }
     }
 }

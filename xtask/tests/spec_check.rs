@@ -34,6 +34,15 @@ impl Fixture {
         let run = fixture::xtask("spec-check", self.path(), args);
         (run.code, run.stdout)
     }
+
+    /// Like [`Fixture::check`], with stderr after stdout.
+    fn check_all(&self, args: &[&str]) -> (i32, String) {
+        let run = fixture::xtask("spec-check", self.path(), args);
+        (
+            run.code,
+            format!("{}--- stderr\n{}", run.stdout, run.stderr),
+        )
+    }
 }
 
 impl Deref for Fixture {
@@ -44,7 +53,7 @@ impl Deref for Fixture {
     }
 }
 
-// i[verify spec-check.exit-code]
+// i[verify spec-check.exit-code+2]
 // i[verify spec-check.placement]
 #[test]
 fn clean_tree_passes() {
@@ -304,10 +313,25 @@ fn markdown_output() {
     assert_eq!(code, 1);
 }
 
+/// When the fixtures' results were "written": 2026-11-29 22:10:03 UTC; the tree is dated a minute
+/// before.
+const RESULTS_WRITTEN: u64 = 1_795_990_203;
+
 fn write_results(fixture: &Fixture, cases: &[(&str, &str, &str)]) -> PathBuf {
     let path = fixture.path().join("junit.xml");
     std::fs::write(&path, junit(cases)).expect("write junit");
+    fixture.date_all(RESULTS_WRITTEN - 60);
+    date(&path, RESULTS_WRITTEN);
     path
+}
+
+fn date(path: &Path, seconds: u64) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .expect("open")
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
+        .expect("date");
 }
 
 // i[verify spec-check.test-backed]
@@ -372,8 +396,263 @@ fn test_backed_rejects_a_broken_results_file() {
     let fixture = Fixture::new(&[]);
     let results = fixture.path().join("junit.xml");
     std::fs::write(&results, "<testsuites><testsuite name=\"demo\"><testcase").expect("write");
+    let (code, out) = fixture.check_all(&["--results", results.to_str().expect("utf-8")]);
+    insta::assert_snapshot!(out);
+    assert!(!out.contains("not-verified-by-test"), "{out}");
+    assert_eq!(code, 2);
+}
+
+// i[verify spec-check.fatal]
+// i[verify spec-check.exit-code+2]
+#[test]
+fn a_missing_results_file_is_fatal_and_alone() {
+    let fixture = Fixture::new(&[]);
+    let (code, out) = fixture.check_all(&["--results", "/nonexistent/junit.xml"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 2);
+}
+
+// i[verify spec-check.exit-code+2]
+// i[verify xtask.root]
+#[test]
+fn a_missing_root_is_a_usage_error() {
+    let fixture = Fixture::new(&[]);
+    let missing = fixture.path().join("does-not-exist");
+    let run = fixture::xtask("spec-check", &missing, &[]);
+    insta::assert_snapshot!(
+        format!("{}--- stderr\n{}", run.stdout, run.stderr).replace(
+            &fixture
+                .path()
+                .canonicalize()
+                .expect("canonical")
+                .display()
+                .to_string(),
+            "[TMP]"
+        )
+    );
+    assert_eq!(run.code, 2);
+}
+
+/// A copy of the fixture tree in a second temp dir, as a second checkout would be.
+fn second_checkout(first: &Fixture, overrides: &[(&str, &str)]) -> Tree {
+    let second = Tree::new(SPEC, &[], overrides);
+    assert_ne!(first.path(), second.path());
+    second
+}
+
+/// One binary (as with a shared `CARGO_TARGET_DIR`) run inside two checkouts without `--root`:
+/// each run checks the checkout it is run in, and says which.
+// i[verify xtask.root]
+#[test]
+fn a_second_checkout_sharing_the_binary_checks_itself() {
+    let first = Fixture::new(&[]);
+    let lib = LIB.replace("// r[impl demo.beta]\n", "");
+    let second = second_checkout(&first, &[("crates/demo/src/lib.rs", &lib)]);
+
+    let run = fixture::xtask_in(
+        &first.path().join("docs/spec"),
+        first.path(),
+        "spec-check",
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.starts_with("root: [ROOT]\n"), "{}", run.stdout);
+
+    let run = fixture::xtask_in(
+        &second.path().join("crates"),
+        second.path(),
+        "spec-check",
+        &[],
+    );
+    insta::assert_snapshot!(run.stdout);
+    assert!(run.stdout.starts_with("root: [ROOT]\n"), "{}", run.stdout);
+    assert_eq!(run.code, 1);
+}
+
+// i[verify xtask.root]
+#[test]
+fn outside_any_workspace_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = fixture::xtask_in(dir.path(), dir.path(), "spec-check", &[]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(run.stderr.contains("no cargo workspace"), "{}", run.stderr);
+}
+
+// i[verify spec-check.merged-rule]
+#[test]
+fn a_rule_without_a_blank_line_before_it_fails() {
+    let spec = format!("{SPEC}> r[demo.gamma]\n> Gamma must hold.\n");
+    let lib = format!("{LIB}\n// r[impl demo.gamma]\npub fn gamma() {{}}\n");
+    let fixture = Fixture::new(&[
+        ("docs/spec/demo.md", &spec),
+        ("crates/demo/src/lib.rs", &lib),
+    ]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify spec-check.rule-id]
+#[test]
+fn an_uppercase_rule_id_fails() {
+    let spec = SPEC.replace("> r[demo.beta]", "> r[Demo.Beta]");
+    let lib = LIB.replace("// r[impl demo.beta]", "// r[impl Demo.Beta]");
+    let beta = BETA_TEST.replace("// r[verify demo.beta]", "// r[verify Demo.Beta]");
+    let fixture = Fixture::new(&[
+        ("docs/spec/demo.md", &spec),
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/tests/beta.rs", &beta),
+    ]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify spec-check.verify-on-test]
+#[test]
+fn verify_before_a_helper_in_test_code_fails() {
+    let lib = LIB.replace(
+        "    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {",
+        "    // r[verify demo.alpha]\n    fn helper() -> u32 {\n        1\n    }\n\n    #[test]\n    fn alpha_holds() {",
+    );
+    assert_ne!(lib, LIB);
+    let fixture = Fixture::new(&[("crates/demo/src/lib.rs", &lib)]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+const FINDINGS: &str = "\
+# Findings
+
+## H1: Alpha failed
+
+Alpha failed silently.
+
+**Closed by:** `r[demo.alpha]`, `r[demo.beta]`
+
+## H2: Gamma was never built
+
+**Closed by:** `r[gamma.planned]`
+";
+
+// i[verify spec-check.findings+2]
+#[test]
+fn findings_with_planned_rules_pass_and_are_listed() {
+    let fixture = Fixture::new(&[("docs/audit/findings.md", FINDINGS)]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 0);
+}
+
+// i[verify spec-check.findings+2]
+#[test]
+fn malformed_findings_fail_the_gate() {
+    let findings = FINDINGS.replace("**Closed by:** `r[gamma.planned]`", "Nothing closes it.");
+    let fixture = Fixture::new(&[("docs/audit/findings.md", &findings)]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify spec-check.findings+2]
+#[test]
+fn findings_naming_stale_or_mistyped_rules_fail_the_gate() {
+    let findings = FINDINGS
+        .replace(
+            "`r[demo.beta]`",
+            "`r[demo.beta]`, `i[demo.alpha]`, `r[demo.alfa]`, `r[demo.gamma.missing]`",
+        )
+        .replace("`r[demo.alpha]`,", "`r[demo.alpha+2]`,");
+    let fixture = Fixture::new(&[("docs/audit/findings.md", &findings)]);
+    let (code, out) = fixture.check(&[]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+// i[verify spec-check.freshness]
+#[test]
+fn results_older_than_the_tests_they_judge_are_flagged() {
+    let fixture = Fixture::new(&[]);
+    let results = write_results(
+        &fixture,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    // Beta's test is edited a minute after the run.
+    date(
+        &fixture.path().join("crates/demo/tests/beta.rs"),
+        RESULTS_WRITTEN + 60,
+    );
     let (code, out) = fixture.check(&["--results", results.to_str().expect("utf-8")]);
     insta::assert_snapshot!(out);
+    assert_eq!(code, 1);
+}
+
+/// A second crate whose rule only its own tests verify.
+const OTHER_SPEC_RULE: &str = "\n> r[demo.gamma]\n> Gamma must hold.\n";
+const OTHER_MANIFEST: &str =
+    "[package]\nname = \"other\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n";
+const OTHER_LIB: &str = "\
+// r[impl demo.gamma]
+pub fn gamma() {}
+
+#[cfg(test)]
+mod tests {
+    // r[verify demo.gamma]
+    #[test]
+    fn gamma_holds() {}
+}
+";
+
+// i[verify spec-check.test-backed]
+// i[verify spec-check.mode]
+#[test]
+fn a_one_crate_run_judges_only_that_crates_rules() {
+    let spec = format!("{SPEC}{OTHER_SPEC_RULE}");
+    let fixture = Fixture::new(&[
+        ("docs/spec/demo.md", &spec),
+        ("crates/other/Cargo.toml", OTHER_MANIFEST),
+        ("crates/other/src/lib.rs", OTHER_LIB),
+    ]);
+    // `cargo xtask test -- -p demo` ran demo's tests only.
+    let results = write_results(
+        &fixture,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    let results = results.to_str().expect("utf-8");
+    let (code, out) = fixture.check(&["--results", results, "--crate", "demo"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 0);
+    // The same results judged as a whole-workspace run: gamma's test did not run.
+    let (code, out) = fixture.check(&["--results", results]);
+    assert!(
+        out.contains("rule r[demo.gamma] is not verified by a passing test"),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}
+
+/// An ignored test must not borrow the result of a passing test of the same name elsewhere in
+/// its package: its binary is known, so only that binary's result counts.
+// i[verify spec-check.test-identity]
+#[test]
+fn an_ignored_test_cannot_borrow_a_same_named_passing_test() {
+    let beta = "// r[verify demo.beta]\n#[test]\n#[ignore]\nfn alpha_holds() {}\n";
+    let fixture = Fixture::new(&[("crates/demo/tests/beta.rs", beta)]);
+    let results = write_results(&fixture, &[("demo", "tests::alpha_holds", "passed")]);
+    let (code, out) = fixture.check(&["--results", results.to_str().expect("utf-8")]);
+    insta::assert_snapshot!(out);
+    assert!(
+        out.contains("`demo::beta alpha_holds` (crates/demo/tests/beta.rs:1) ignored or not run"),
+        "{out}"
+    );
     assert_eq!(code, 1);
 }
 

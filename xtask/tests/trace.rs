@@ -66,6 +66,8 @@ impl Fixture {
     /// Writes nextest JUnit at the default results path, dated [`RESULTS_WRITTEN`].
     fn results(&self, cases: &[(&str, &str, &str)]) {
         let path = self.write("target/nextest/ci/junit.xml", &junit(cases));
+        // The tree as it was when the run started.
+        self.0.date_all(RESULTS_WRITTEN - 60);
         std::fs::File::options()
             .write(true)
             .open(&path)
@@ -261,4 +263,109 @@ fn the_repository_findings_resolve() {
         assert!(!out.contains(problem), "`{problem}` in the trace:\n{out}");
     }
     assert!(out.contains("H3: Image pull retries"), "{out}");
+}
+
+/// A broken config or spec is shown, never traced as an empty tree (issue 7: a misspelt
+/// `test_include` listed every finding as open and exited 0).
+// i[verify trace.broken-spec]
+// i[verify trace.exit-code]
+#[test]
+fn a_broken_config_or_spec_is_shown_instead_of_a_verdict() {
+    let config = fixture::CONFIG.replace("test_include (", "test_includes (");
+    let fixture = Fixture::new(&[(".config/tracey/config.styx", &config)]);
+    let (code, misspelt) = fixture.trace(&["--all"]);
+    assert_eq!(code, 2, "{misspelt}");
+    // A rule defined twice: `trace H1` said "closed" with exit 0.
+    let spec = format!("{SPEC}\n> r[demo.beta]\n> Beta again.\n");
+    let fixture = Fixture::new(&[("docs/spec/demo.md", &spec)]);
+    let (code, duplicated) = fixture.trace(&["H1"]);
+    assert_eq!(code, 2, "{duplicated}");
+    insta::assert_snapshot!(format!("{misspelt}{duplicated}"));
+}
+
+// i[verify trace.exit-code]
+// i[verify xtask.root]
+#[test]
+fn a_missing_root_is_a_usage_error() {
+    let fixture = Fixture::new(&[]);
+    let (code, out) = run_trace(&fixture.path().join("DOES-NOT-EXIST"), &["H1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("error: trace: --root"), "{out}");
+}
+
+/// `cargo xtask trace --all | head`: the reader goes away; the trace ends quietly.
+// i[verify xtask.broken-pipe]
+#[test]
+fn a_closed_pipe_ends_the_trace_quietly() {
+    let fixture = Fixture::new(&[]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["trace", "--all", "--root"])
+        .arg(fixture.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run xtask");
+    // Close the read end before the trace writes anything.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(output.status.code(), Some(0));
+}
+
+// i[verify trace.freshness]
+#[test]
+fn results_older_than_the_tests_are_flagged() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ]);
+    let beta = fixture.path().join("crates/demo/tests/beta.rs");
+    std::fs::File::options()
+        .write(true)
+        .open(&beta)
+        .expect("open")
+        .set_modified(UNIX_EPOCH + Duration::from_secs(RESULTS_WRITTEN + 60))
+        .expect("date");
+    let (code, out) = fixture.trace(&["H1"]);
+    insta::assert_snapshot!(out);
+    assert_eq!(code, 0);
+}
+
+// i[verify trace.rule]
+#[test]
+fn a_rule_is_traced_to_its_items_tests_results_and_findings() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "failed"),
+    ]);
+    let (code, alpha) = fixture.trace(&["demo.alpha"]);
+    assert_eq!(code, 0, "{alpha}");
+    let (code, beta) = fixture.trace(&["r[demo.beta]"]);
+    assert_eq!(code, 1, "{beta}");
+    let (code, unknown) = fixture.trace(&["demo.alpah"]);
+    assert_eq!(code, 2, "{unknown}");
+    insta::assert_snapshot!(format!("{alpha}{beta}{unknown}"));
+}
+
+// i[verify trace.rule-output]
+#[test]
+fn a_rule_trace_as_json_and_markdown() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ]);
+    let run = fixture::xtask("trace", fixture.path(), &["demo.alpha", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    insta::assert_json_snapshot!(json);
+    let (code, markdown) = fixture.trace(&["demo.beta", "--markdown"]);
+    assert_eq!(code, 0, "{markdown}");
+    insta::assert_snapshot!(markdown);
+    let (code, finding) = fixture.trace(&["H1", "--json"]);
+    assert_eq!(code, 2, "{finding}");
 }

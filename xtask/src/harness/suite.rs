@@ -6,6 +6,8 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use anyhow::Context as _;
 
+use crate::spec_check::junit::{self, Status};
+
 /// Pass/fail counts, for the closing line of the run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -30,7 +32,7 @@ impl std::ops::Add for Counts {
 
 /// `cargo nextest run --workspace --profile ci <args>` with the services' environment; its JUnit
 /// report lands at `junit` (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
-// i[impl harness.results]
+// i[impl harness.results+2]
 pub fn nextest(
     workspace: &Path,
     junit: &Path,
@@ -109,26 +111,69 @@ pub fn parse_libtest_result(line: &str) -> Counts {
     counts
 }
 
-/// Counts from a JUnit report: a `<testcase>` passed unless it holds `<failure`, `<error` or
-/// `<skipped`.
-pub fn parse_junit(xml: &str) -> Counts {
+/// Counts from the run's JUnit report, read by the spec gate's own reader ([`junit`]); an
+/// unreadable report counts nothing (the gate then fails the run on it).
+pub fn junit_counts(path: &Path) -> Counts {
+    match junit::read(path) {
+        Ok(results) => counts_of(&results),
+        Err(_) => Counts::default(),
+    }
+}
+
+/// Pass/fail/skip counts of parsed results.
+fn counts_of(results: &junit::Results) -> Counts {
     let mut counts = Counts::default();
-    for case in xml.split("<testcase").skip(1) {
-        let open_end = case.find('>').unwrap_or(case.len());
-        let body = if case[..open_end].ends_with('/') {
-            ""
-        } else {
-            &case[..case.find("</testcase>").unwrap_or(case.len())]
-        };
-        if body.contains("<failure") || body.contains("<error") {
-            counts.failed += 1;
-        } else if body.contains("<skipped") {
-            counts.skipped += 1;
-        } else {
-            counts.passed += 1;
+    for status in results.cases.values() {
+        match status {
+            Status::Passed => counts.passed += 1,
+            Status::Failed => counts.failed += 1,
+            Status::Skipped => counts.skipped += 1,
         }
     }
     counts
+}
+
+/// The packages `-p NAME` / `--package NAME` / `--package=NAME` / `-pNAME` name in nextest's
+/// arguments: a run of only these, whose gate judges only their rules by results.
+pub fn packages_named(args: &[String]) -> Vec<String> {
+    let mut packages = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "-p" || arg == "--package" {
+            packages.extend(iter.next().cloned());
+        } else if let Some(name) = arg.strip_prefix("--package=") {
+            packages.push(name.to_owned());
+        } else if let Some(name) = arg
+            .strip_prefix("-p")
+            .filter(|n| !n.is_empty() && !arg.starts_with("--"))
+        {
+            packages.push(name.to_owned());
+        }
+    }
+    packages
+}
+
+/// The arguments of the gate run that judges the test run: its results and ledger, and the
+/// packages when only some ran.
+pub fn spec_check_args(
+    workspace: &Path,
+    junit: &Path,
+    ledger: &Path,
+    packages: &[String],
+) -> Vec<String> {
+    let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).display().to_string();
+    let mut args = vec![
+        "spec-check".to_owned(),
+        "--results".to_owned(),
+        relative(junit),
+        "--skips".to_owned(),
+        relative(ledger),
+    ];
+    for package in packages {
+        args.push("--crate".to_owned());
+        args.push(package.clone());
+    }
+    args
 }
 
 /// `<this xtask> spec-check --results <junit> --skips <ledger>`: the gate decides the run's result.
@@ -142,14 +187,10 @@ pub fn spec_check(
     workspace: &Path,
     junit: &Path,
     ledger: &Path,
+    packages: &[String],
 ) -> anyhow::Result<ExitStatus> {
-    let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).to_owned();
     Command::new(xtask)
-        .arg("spec-check")
-        .arg("--results")
-        .arg(relative(junit))
-        .arg("--skips")
-        .arg(relative(ledger))
+        .args(spec_check_args(workspace, junit, ledger, packages))
         .current_dir(workspace)
         .status()
         .context("running spec-check")
@@ -193,22 +234,61 @@ mod tests {
         assert_eq!(parse_libtest_result("running 3 tests"), Counts::default());
     }
 
-    // i[verify harness.results]
+    // i[verify harness.results+2]
     #[test]
-    fn junit_cases_are_classified() {
-        let xml = r#"<testsuites tests="4" failures="1"><testsuite name="x">
+    fn the_closing_line_counts_what_the_gate_reads() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let junit = dir.path().join("target/nextest/ci/junit.xml");
+        std::fs::create_dir_all(junit.parent().expect("parent")).expect("mkdir");
+        // A passing test whose captured output mentions `<failure>`: a string-splitting counter
+        // calls it failed, the gate's XML reader (and nextest) passed.
+        std::fs::write(
+            &junit,
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="nextest-run"><testsuite name="x">
 <testcase name="a" classname="x" time="0.1"/>
-<testcase name="b" classname="x" time="0.1"><failure type="test failure">boom</failure><system-err>e</system-err></testcase>
+<testcase name="b" classname="x" time="0.1"><failure message="1 > 0" type="test failure">boom</failure><system-err>e</system-err></testcase>
 <testcase name="c" classname="x" time="0.1"><skipped/></testcase>
-<testcase name="d" classname="x" time="0.1"><system-out>ok</system-out></testcase>
-</testsuite></testsuites>"#;
+<testcase name="d" classname="x" time="0.1"><system-out><![CDATA[a passing test that printed <failure> and <skipped/>]]></system-out></testcase>
+</testsuite></testsuites>"#,
+        )
+        .expect("write");
+        let results = junit::read(&junit).expect("the gate reads it");
+        assert_eq!(results.cases.len(), 4);
         assert_eq!(
-            parse_junit(xml),
+            junit_counts(&junit),
             Counts {
                 passed: 2,
                 failed: 1,
                 skipped: 1
             }
         );
+        // The gate that judges the run reads the same file and the same ledger, and only the
+        // packages that ran when the run named some.
+        let ledger = dir.path().join("target/holdfast-test-skips.jsonl");
+        assert_eq!(
+            spec_check_args(dir.path(), &junit, &ledger, &[]).join(" "),
+            "spec-check --results target/nextest/ci/junit.xml --skips target/holdfast-test-skips.jsonl"
+        );
+        let one = packages_named(&["-p".into(), "holdfast-retry".into()]);
+        assert_eq!(
+            spec_check_args(dir.path(), &junit, &ledger, &one).join(" "),
+            "spec-check --results target/nextest/ci/junit.xml --skips target/holdfast-test-skips.jsonl --crate holdfast-retry"
+        );
+        assert_eq!(
+            nextest_args(&["-p".into(), "holdfast-retry".into()]).join(" "),
+            "nextest run --profile ci -p holdfast-retry"
+        );
+    }
+
+    #[test]
+    fn packages_are_read_in_every_spelling() {
+        let named =
+            |args: &[&str]| packages_named(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            named(&["-p", "a", "--package", "b", "--package=c", "-pd", "smoke"]),
+            ["a", "b", "c", "d"]
+        );
+        assert!(named(&["--no-capture"]).is_empty());
     }
 }

@@ -315,6 +315,33 @@ fn placement_problem(
                 written(reference)
             ),
         ),
+        // i[impl spec-check.verify-on-test]
+        RefVerb::Verify => match parsed
+            .files
+            .get(&site.path)
+            .and_then(|f| f.layout.as_ref())
+            .map(|layout| layout.function_after(site.line))
+        {
+            Some(Some(function)) if !function.is_test => Problem::new(
+                Kind::VerifyNotOnTest,
+                format!(
+                    "{} precedes `fn {}`, which is not a test (no `#[test]` or other test \
+                     attribute), so no test run can prove the rule; move it to the line before \
+                     the test that proves the rule",
+                    written(reference),
+                    function.name,
+                ),
+            ),
+            Some(None) => Problem::new(
+                Kind::VerifyNotOnTest,
+                format!(
+                    "{} precedes no function, so no test run can prove the rule; move it to the \
+                     line before a test",
+                    written(reference)
+                ),
+            ),
+            _ => return None,
+        },
         _ => return None,
     };
     Some(

@@ -21,9 +21,11 @@ mod block_on;
 pub(crate) mod config;
 pub(crate) mod coverage;
 pub(crate) mod crate_layout;
+mod findings_gate;
+pub(crate) mod freshness;
 pub(crate) mod junit;
-mod problem;
-mod report;
+pub(crate) mod problem;
+pub(crate) mod report;
 pub(crate) mod rules;
 pub(crate) mod rust_layout;
 pub(crate) mod skips;
@@ -35,15 +37,13 @@ mod walk;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-
 use self::problem::Problem;
 use self::report::{Format, Outcome};
 
 /// Arguments of `cargo xtask spec-check`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Root of the tree to check (default: this workspace's root).
+    /// Root of the tree to check (default: the cargo workspace above the current directory).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Print the summary and problems as JSON.
@@ -58,19 +58,27 @@ pub struct Args {
     /// Skip ledger (JSON lines) written by holdfast-test-support during that run.
     #[arg(long, value_name = "LEDGER_JSONL", requires = "results")]
     skips: Option<PathBuf>,
+    /// With --results from a run of only these packages: judge by test results only the rules
+    /// their tests verify (the others by annotations). Repeatable.
+    #[arg(long = "crate", value_name = "PACKAGE", requires = "results")]
+    crates: Vec<String>,
 }
 
+/// Exit code of a usage or fatal error: nothing was judged.
+pub(crate) const USAGE_ERROR: u8 = 2;
+
 /// Runs the gate: exit 0 when every rule is implemented and verified and every reference is sound,
-/// exit 1 (with the list of problems) otherwise.
-// i[impl spec-check.exit-code]
+/// 1 (with the list of problems) otherwise, 2 when it could not judge (no such root, unusable
+/// results).
+// i[impl spec-check.exit-code+2]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = match &args.root {
-        Some(root) => root.clone(),
-        None => default_root(),
+    let root = match crate::root::find(args.root.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            eprintln!("error: spec-check: {message}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
     };
-    let root = root
-        .canonicalize()
-        .with_context(|| format!("spec-check root {} does not exist", root.display()))?;
     let format = if args.json {
         Format::Json
     } else if args.markdown {
@@ -78,43 +86,89 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Format::Text
     };
-    let outcome = check(&root, args.results.as_deref(), args.skips.as_deref());
-    print!("{}", report::render(&outcome, format));
-    Ok(if outcome.problems.is_empty() {
-        ExitCode::SUCCESS
+    let results = args.results.as_deref().map(|p| root_relative(&root, p));
+    let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
+    match check(&root, results.as_deref(), skips.as_deref(), &args.crates) {
+        Ok(outcome) => {
+            crate::output::print(&report::render(&outcome, format));
+            Ok(if outcome.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Err(fatal) => {
+            if format == Format::Text {
+                crate::output::print(&crate::root::banner(&root));
+            }
+            eprintln!("error: spec-check: {fatal}");
+            eprintln!("error: spec-check: nothing was judged (exit 2)");
+            Ok(ExitCode::from(USAGE_ERROR))
+        }
+    }
+}
+
+/// A path given on the command line, read relative to the current directory when it exists
+/// there, else relative to the root.
+fn root_relative(root: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() || path.exists() {
+        path.to_path_buf()
     } else {
-        ExitCode::FAILURE
-    })
+        root.join(path)
+    }
 }
 
-/// The workspace this xtask was built from: the parent of `xtask/`.
-pub(crate) fn default_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir
-        .parent()
-        .map_or_else(|| manifest_dir.to_path_buf(), Path::to_path_buf)
-}
-
-/// Runs every step on `root` and collects the summary and the problems.
-fn check(root: &Path, results: Option<&Path>, skips: Option<&Path>) -> Outcome {
+/// Runs every step on `root` and collects the summary and the problems; an unusable results file
+/// or skip ledger is fatal.
+pub(crate) fn check(
+    root: &Path,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<Outcome, Problem> {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
+
+    // Fatal before anything is judged: a run that cannot be read must not bury its one error
+    // under a "not verified" problem per rule.
+    let evidence = results
+        .map(|results| test_backed::Evidence::load(results, skips))
+        .transpose()?;
+    let mut mode = report::Mode {
+        test_backed: evidence.is_some(),
+        results: None,
+        written: None,
+        cases: None,
+        skips: None,
+        crates: crates.to_vec(),
+        judged: None,
+    };
+    if let (Some(evidence), Some(results)) = (&evidence, results) {
+        mode.results = Some(shown(root, results));
+        mode.written = Some(crate::trace::timestamp::utc(evidence.written));
+        mode.cases = Some(evidence.cases);
+        mode.skips = skips
+            .filter(|_| evidence.has_ledger)
+            .map(|path| shown(root, path));
+    }
 
     let config = match config::load(root) {
         Ok(config) => config,
         Err(problem) => {
-            return Outcome {
+            return Ok(Outcome {
+                root: root.display().to_string(),
+                mode,
                 specs: Vec::new(),
                 problems: vec![problem],
                 notes,
-                test_backed: results.is_some(),
-            };
+                planned: Vec::new(),
+            });
         }
     };
     problems.extend(config.problems.iter().cloned());
 
     let Tree {
-        rules: _,
+        rules,
         mut analyses,
         parsed,
         problems: tree_problems,
@@ -137,13 +191,16 @@ fn check(root: &Path, results: Option<&Path>, skips: Option<&Path>) -> Outcome {
         );
     }
 
-    if let Some(results) = results {
-        let evidence = test_backed::Evidence::load(results, skips);
-        problems.extend(evidence.problems.iter().cloned());
+    let findings = findings_gate::check(root, &rules);
+    problems.extend(findings.problems);
+
+    if let Some(evidence) = &evidence {
+        let mut judged = 0;
         for analysis in &mut analyses {
-            test_backed::apply(root, analysis, &evidence, &parsed);
+            judged += test_backed::apply(root, analysis, evidence, &parsed, crates);
         }
-        notes.extend(evidence.notes.iter().cloned());
+        mode.judged = Some(judged);
+        problems.extend(freshness::outdated(root, &analyses, evidence, crates));
     }
 
     for analysis in &analyses {
@@ -161,12 +218,23 @@ fn check(root: &Path, results: Option<&Path>, skips: Option<&Path>) -> Outcome {
     }
     notes.sort();
     notes.dedup();
-    Outcome {
+    Ok(Outcome {
+        root: root.display().to_string(),
+        mode,
         specs,
         problems,
         notes,
-        test_backed: results.is_some(),
-    }
+        planned: findings.planned,
+    })
+}
+
+/// `path` relative to `root` when it lies under it.
+pub(crate) fn shown(root: &Path, path: &Path) -> String {
+    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    absolute.strip_prefix(root).map_or_else(
+        |_| path.display().to_string(),
+        |rel| rel.display().to_string(),
+    )
 }
 
 /// A tree's rules and the references to them, before any judgement: what `check` and

@@ -30,12 +30,22 @@ pub enum Kind {
     VerifyOutsideTest,
     /// An `impl` annotation in test code.
     ImplInTest,
+    /// A `verify` annotation in test code that precedes a function which is not a test.
+    VerifyNotOnTest,
+    /// A rule marker inside another rule's blockquote: it merged into that rule and defines nothing.
+    MergedRule,
+    /// A rule id that tracey accepts but the spec's conventions do not (uppercase).
+    RuleId,
+    /// `docs/audit/findings.md` is malformed or names a rule wrongly.
+    Findings,
     /// A source file the config includes cannot be scanned.
     Unscannable,
     /// Test-backed mode: no test carrying the rule's `verify` ran and passed.
     NotVerifiedByTest,
     /// Test-backed mode: the results or the skip ledger cannot be used.
     TestResults,
+    /// Test-backed mode: a file with `verify` annotations changed after the results were written.
+    ResultsOutdated,
 }
 
 impl Kind {
@@ -52,9 +62,14 @@ impl Kind {
             Kind::UnknownPrefix => "unknown-prefix",
             Kind::VerifyOutsideTest => "verify-outside-test",
             Kind::ImplInTest => "impl-in-test",
+            Kind::VerifyNotOnTest => "verify-not-on-test",
+            Kind::MergedRule => "merged-rule",
+            Kind::RuleId => "rule-id",
+            Kind::Findings => "findings",
             Kind::Unscannable => "unscannable",
             Kind::NotVerifiedByTest => "not-verified-by-test",
             Kind::TestResults => "test-results",
+            Kind::ResultsOutdated => "results-outdated",
         }
     }
 }

@@ -70,6 +70,7 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
 
     let mut rules: Vec<Rule> = Vec::new();
     let mut unrecognised: Vec<(String, Marker)> = Vec::new();
+    let mut merged: Vec<(String, Marker)> = Vec::new();
     for path in &selection.files {
         let file = walk::relative(root, path);
         let text = match std::fs::read_to_string(path) {
@@ -87,8 +88,15 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
         match block_on(marq::render(&text, &marq::RenderOptions::default())) {
             Ok(doc) => {
                 let recognised: Vec<usize> = doc.reqs.iter().map(|def| def.line).collect();
+                let (first_lines, later_lines) = blockquote_markers(&text);
                 unrecognised.extend(
-                    blockquote_markers(&text)
+                    first_lines
+                        .into_iter()
+                        .filter(|marker| !recognised.contains(&marker.line))
+                        .map(|marker| (file.clone(), marker)),
+                );
+                merged.extend(
+                    later_lines
                         .into_iter()
                         .filter(|marker| !recognised.contains(&marker.line))
                         .map(|marker| (file.clone(), marker)),
@@ -176,6 +184,58 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
             .at(file, marker.line)
             .spec(&spec.name),
         });
+    }
+
+    // i[impl spec-check.merged-rule]
+    for (file, marker) in &merged {
+        let looks_like_rule = if rule_prefixes.is_empty() {
+            marker.inner.contains('.')
+        } else {
+            rule_prefixes.contains(&marker.prefix.as_str())
+        };
+        if !looks_like_rule {
+            continue;
+        }
+        let above = rules
+            .iter()
+            .filter(|r| &r.file == file && r.line < marker.line)
+            .max_by_key(|r| r.line)
+            .map_or_else(String::new, |r| {
+                format!(" ({} at line {})", r.marker(), r.line)
+            });
+        problems.push(
+            Problem::new(
+                Kind::MergedRule,
+                format!(
+                    "`{}[{}]` continues the blockquote above{above}, so it defines no rule and its \
+                     text joins the rule above; put a blank line (without `>`) before this line",
+                    marker.prefix, marker.inner
+                ),
+            )
+            .at(file, marker.line)
+            .spec(&spec.name),
+        );
+    }
+
+    // i[impl spec-check.rule-id]
+    for rule in &rules {
+        if rule.id.base.chars().any(|c| c.is_ascii_uppercase()) {
+            problems.push(
+                Problem::new(
+                    Kind::RuleId,
+                    format!(
+                        "rule {} has uppercase letters; ids are lowercase `area.topic` words: \
+                         write `{}[{}]` and update its references",
+                        rule.marker(),
+                        rule.prefix,
+                        rule.id.to_string().to_lowercase()
+                    ),
+                )
+                .at(&rule.file, rule.line)
+                .spec(&spec.name)
+                .rule(rule.marker()),
+            );
+        }
     }
 
     let mut prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
@@ -304,9 +364,10 @@ struct Marker {
 }
 
 /// Every blockquote whose first paragraph starts with `PREFIX[...]`, found with the markdown
-/// parser marq uses (so code blocks and inline code are not mistaken for markers).
-fn blockquote_markers(text: &str) -> Vec<Marker> {
-    use pulldown_cmark::{Event, Options, Parser, Tag};
+/// parser marq uses (so code blocks and inline code are not mistaken for markers); second, every
+/// marker that starts a later line of a blockquote, where it merged into the text above it.
+fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
     let options = Options::ENABLE_TABLES
         | Options::ENABLE_FOOTNOTES
         | Options::ENABLE_STRIKETHROUGH
@@ -314,23 +375,44 @@ fn blockquote_markers(text: &str) -> Vec<Marker> {
         | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS
         | Options::ENABLE_PLUSES_DELIMITED_METADATA_BLOCKS;
     let mut markers = Vec::new();
+    let mut merged = Vec::new();
     let mut quote_opened = false;
+    let mut quote_depth = 0usize;
     for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
         match event {
-            Event::Start(Tag::BlockQuote(_)) => quote_opened = true,
-            Event::Start(Tag::Paragraph) if quote_opened => {
-                quote_opened = false;
+            Event::Start(Tag::BlockQuote(_)) => {
+                quote_opened = true;
+                quote_depth += 1;
+            }
+            Event::End(TagEnd::BlockQuote(_)) => quote_depth = quote_depth.saturating_sub(1),
+            Event::Start(Tag::Paragraph) if quote_depth > 0 => {
                 let first_line = text[range.start..].lines().next().unwrap_or_default();
-                if let Some(marker) = parse_marker(first_line) {
-                    let line = text[..range.start].matches('\n').count() + 1;
-                    markers.push(Marker { line, ..marker });
+                let line = text[..range.start].matches('\n').count() + 1;
+                let rest = text[range.clone()].lines().enumerate().skip(1);
+                let later = if quote_opened {
+                    if let Some(marker) = parse_marker(first_line) {
+                        markers.push(Marker { line, ..marker });
+                    }
+                    None
+                } else {
+                    Some((0, first_line))
+                };
+                quote_opened = false;
+                for (offset, raw) in later.into_iter().chain(rest) {
+                    let stripped = raw.trim_start_matches(|c: char| c == '>' || c.is_whitespace());
+                    if let Some(marker) = parse_marker(stripped) {
+                        merged.push(Marker {
+                            line: line + offset,
+                            ..marker
+                        });
+                    }
                 }
             }
             Event::Start(_) => quote_opened = false,
             _ => {}
         }
     }
-    markers
+    (markers, merged)
 }
 
 fn parse_marker(line: &str) -> Option<Marker> {

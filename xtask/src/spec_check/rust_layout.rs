@@ -32,7 +32,29 @@ pub struct RustLayout {
     functions: Vec<Function>,
     /// `#[cfg(test)] mod name;` — child files that are test code as a whole.
     test_child_modules: Vec<String>,
+    /// Every named item (function, struct, impl, …) and the lines it spans.
+    items: Vec<Item>,
     lines: Vec<String>,
+}
+
+/// A named item of a Rust file, leading comments and attributes included in its span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// `fn`, `struct`, `enum`, `trait`, `impl`, `mod`, `const`, `static`, `type` or `macro`.
+    pub kind: &'static str,
+    /// Its name (for an impl block, the type).
+    pub name: String,
+    /// First line, 1-based, comments and attributes included.
+    pub start: usize,
+    /// Last line, 1-based.
+    pub end: usize,
+}
+
+impl Item {
+    /// `fn name`, `impl Type`, …
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.kind, self.name)
+    }
 }
 
 /// The function a `verify` annotation is attributed to.
@@ -42,6 +64,9 @@ pub struct AttributedFn {
     pub name: String,
     /// Inline modules enclosing it in this file, outermost first.
     pub modules: Vec<String>,
+    /// Whether it is a test: it carries a test attribute (`#[test]`, `#[tokio::test]`, …) or sits
+    /// in a test macro such as `proptest! {`.
+    pub is_test: bool,
 }
 
 impl RustLayout {
@@ -57,6 +82,12 @@ impl RustLayout {
                 continue;
             };
             let is_test = layout.cfg_test_attribute(unit.start_line, unit.end_line);
+            layout.items.push(Item {
+                kind: item_kind(unit.kind),
+                name: name.clone(),
+                start: unit.start_line,
+                end: unit.end_line,
+            });
             match unit.kind {
                 CodeUnitKind::Module => {
                     let inline = content
@@ -94,6 +125,15 @@ impl RustLayout {
             .any(|&(start, end)| start <= line && line <= end)
     }
 
+    /// The innermost item whose span (comments and attributes included) holds `line`: the item an
+    /// annotation on that line belongs to, or the one it sits in.
+    pub fn item_at(&self, line: usize) -> Option<&Item> {
+        self.items
+            .iter()
+            .filter(|item| item.start <= line && line <= item.end)
+            .min_by_key(|item| item.end - item.start)
+    }
+
     /// Modules this file declares as `#[cfg(test)] mod name;` (their files are test code).
     pub fn test_child_modules(&self) -> &[String] {
         &self.test_child_modules
@@ -103,16 +143,46 @@ impl RustLayout {
     /// through comments, attributes and macro openers such as `proptest! {`; failing that, the
     /// innermost function whose body contains the line.
     pub fn function_after(&self, line: usize) -> Option<AttributedFn> {
-        let (name, fn_line) = self
-            .next_fn(line)
-            .or_else(|| self.enclosing_fn(line).map(|f| (f.name.clone(), f.start)))?;
+        let (name, fn_line, is_test) = self.next_fn(line).or_else(|| {
+            self.enclosing_fn(line).map(|f| {
+                let is_test = self.test_attribute_in(f.start, f.end);
+                (f.name.clone(), f.start, is_test)
+            })
+        })?;
         let modules = self
             .modules
             .iter()
             .filter(|m| m.start <= fn_line && fn_line <= m.end)
             .map(|m| m.name.clone())
             .collect();
-        Some(AttributedFn { name, modules })
+        Some(AttributedFn {
+            name,
+            modules,
+            is_test,
+        })
+    }
+
+    /// Whether the attribute lines at the top of the item spanning `start..=end` include a test
+    /// attribute, or the item sits inside a test macro.
+    fn test_attribute_in(&self, start: usize, end: usize) -> bool {
+        let in_test_macro = self
+            .lines
+            .iter()
+            .take(start.saturating_sub(1))
+            .rev()
+            .any(|l| {
+                let trimmed = l.trim();
+                is_macro_opener(trimmed) && is_test_macro(trimmed)
+            });
+        in_test_macro
+            || self
+                .lines
+                .iter()
+                .skip(start.saturating_sub(1))
+                .take(end + 1 - start.max(1))
+                .map(|l| l.trim())
+                .take_while(|t| fn_name(t).is_none() || t.starts_with("#["))
+                .any(is_test_attribute)
     }
 
     fn enclosing_fn(&self, line: usize) -> Option<&Function> {
@@ -122,8 +192,9 @@ impl RustLayout {
             .min_by_key(|f| f.end - f.start)
     }
 
-    fn next_fn(&self, line: usize) -> Option<(String, usize)> {
+    fn next_fn(&self, line: usize) -> Option<(String, usize, bool)> {
         let mut attribute_depth: i32 = 0;
+        let mut is_test = false;
         // `line` is 1-based, so index `line` is the line after it.
         for (index, text) in self.lines.iter().enumerate().skip(line) {
             let trimmed = text.trim();
@@ -139,13 +210,15 @@ impl RustLayout {
                 continue;
             }
             if trimmed.starts_with("#[") || trimmed.starts_with("#![") {
+                is_test |= is_test_attribute(trimmed);
                 attribute_depth = bracket_balance(trimmed);
                 continue;
             }
             if is_macro_opener(trimmed) {
+                is_test |= is_test_macro(trimmed);
                 continue;
             }
-            return fn_name(trimmed).map(|name| (name, index + 1));
+            return fn_name(trimmed).map(|name| (name, index + 1, is_test));
         }
         None
     }
@@ -182,6 +255,21 @@ impl RustLayout {
     }
 }
 
+fn item_kind(kind: CodeUnitKind) -> &'static str {
+    match kind {
+        CodeUnitKind::Function => "fn",
+        CodeUnitKind::Struct => "struct",
+        CodeUnitKind::Enum => "enum",
+        CodeUnitKind::Trait => "trait",
+        CodeUnitKind::Impl => "impl",
+        CodeUnitKind::Module => "mod",
+        CodeUnitKind::Const => "const",
+        CodeUnitKind::Static => "static",
+        CodeUnitKind::TypeAlias => "type",
+        CodeUnitKind::Macro => "macro",
+    }
+}
+
 fn bracket_balance(text: &str) -> i32 {
     text.chars().fold(0, |depth, c| match c {
         '[' => depth + 1,
@@ -202,6 +290,30 @@ fn is_macro_opener(trimmed: &str) -> bool {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     })
+}
+
+/// `#[test]`, `#[tokio::test]`, `#[tokio::test(start_paused = true)]`, `#[rstest]`,
+/// `#[test_case(..)]`, `#[proptest]`, … — an attribute that makes the function a test.
+fn is_test_attribute(trimmed: &str) -> bool {
+    let Some(inner) = trimmed.strip_prefix("#[") else {
+        return false;
+    };
+    let path: String = inner
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let last = path.rsplit("::").next().unwrap_or_default();
+    matches!(
+        last,
+        "test" | "rstest" | "test_case" | "proptest" | "quickcheck" | "test_log"
+    )
+}
+
+/// `proptest! {` and the like: a macro whose body's functions are tests.
+fn is_test_macro(trimmed: &str) -> bool {
+    let name = trimmed.split('!').next().unwrap_or_default();
+    let last = name.rsplit("::").next().unwrap_or_default();
+    matches!(last, "proptest" | "quickcheck")
 }
 
 /// The name in `... fn NAME(` / `fn NAME<`, if the line declares a function.
@@ -277,6 +389,7 @@ mod helpers;
             Some(AttributedFn {
                 name: "through_attributes".into(),
                 modules: vec!["tests".into()],
+                is_test: true,
             })
         );
     }
@@ -291,6 +404,7 @@ mod helpers;
             Some(AttributedFn {
                 name: "property".into(),
                 modules: vec!["tests".into(), "nested".into()],
+                is_test: true,
             })
         );
     }
@@ -300,6 +414,33 @@ mod helpers;
         let layout = layout(SOURCE);
         let found = layout.function_after(line_of(SOURCE, "MARK-C"));
         assert_eq!(found.map(|f| f.name), Some("inside".to_owned()));
+    }
+
+    // i[verify spec-check.verify-on-test]
+    #[test]
+    fn a_helper_in_test_code_is_not_a_test() {
+        let source = "\
+#[cfg(test)]
+mod tests {
+    // MARK-H
+    fn helper() -> u32 { 1 }
+
+    // MARK-T
+    #[tokio::test(start_paused = true)]
+    async fn paced() {}
+}
+";
+        let layout = layout(source);
+        let helper = layout.function_after(line_of(source, "MARK-H"));
+        assert_eq!(
+            helper.map(|f| (f.name, f.is_test)),
+            Some(("helper".into(), false))
+        );
+        let paced = layout.function_after(line_of(source, "MARK-T"));
+        assert_eq!(
+            paced.map(|f| (f.name, f.is_test)),
+            Some(("paced".into(), true))
+        );
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! annotation ran and passed in this run and did not record a skip.
 //!
 //! Each `verify` annotation is attributed to the function it precedes; the function is looked up
-//! among the JUnit test cases by its binary and full module path, or — when the file's place in
-//! the crate is not conventional — by a unique function name within its package.
+//! among the JUnit test cases by its binary and full module path, or — only when the file's place
+//! in the crate is not conventional, so its binary cannot be named — by a unique function name
+//! within its package.
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::SystemTime;
 
 use super::coverage::{Analysis, Site};
 use super::crate_layout::{self, executable_of_suite};
@@ -19,66 +21,42 @@ use super::sources::ParsedFiles;
 pub struct Evidence {
     results: Results,
     ledger: Ledger,
-    /// Problems reading the files (each fails the gate).
-    pub problems: Vec<Problem>,
-    /// What was read.
-    pub notes: Vec<String>,
+    /// When the results file was last written.
+    pub written: SystemTime,
+    /// How many test cases the results hold.
+    pub cases: usize,
+    /// Whether a skip ledger was found.
+    pub has_ledger: bool,
 }
 
 impl Evidence {
-    /// Reads the JUnit file and (optionally) the skip ledger.
-    pub fn load(results: &Path, skips: Option<&Path>) -> Self {
-        let mut problems = Vec::new();
-        let mut notes = Vec::new();
-        let results = match junit::read(results) {
-            Ok(parsed) => {
-                notes.push(format!(
-                    "test results: {} test cases from {}",
-                    parsed.cases.len(),
-                    results.display()
-                ));
-                parsed
-            }
-            Err(err) => {
-                problems.push(
-                    Problem::new(
-                        Kind::TestResults,
-                        format!("cannot use the test results: {err}"),
-                    )
-                    .in_file(results.display().to_string()),
-                );
-                Results::default()
-            }
+    /// Reads the JUnit file and (optionally) the skip ledger. Either being unusable is fatal: a
+    /// run that cannot be read is never judged as an empty one.
+    // i[impl spec-check.fatal]
+    pub fn load(results: &Path, skips: Option<&Path>) -> Result<Self, Problem> {
+        let fatal = |what: &str, path: &Path, err: String| {
+            Problem::new(Kind::TestResults, format!("cannot use the {what}: {err}"))
+                .in_file(path.display().to_string())
         };
-        let ledger = match skips {
-            None => Ledger::default(),
+        let written = std::fs::metadata(results)
+            .and_then(|m| m.modified())
+            .map_err(|err| fatal("test results", results, format!("cannot read: {err}")))?;
+        let parsed = junit::read(results).map_err(|err| fatal("test results", results, err))?;
+        let (ledger, has_ledger) = match skips {
+            None => (Ledger::default(), false),
             Some(path) => match Ledger::read(path) {
-                Ok(Some(ledger)) => ledger,
-                Ok(None) => {
-                    notes.push(format!(
-                        "no skip ledger at {}: no test recorded a skip",
-                        path.display()
-                    ));
-                    Ledger::default()
-                }
-                Err(err) => {
-                    problems.push(
-                        Problem::new(
-                            Kind::TestResults,
-                            format!("cannot use the skip ledger: {err}"),
-                        )
-                        .in_file(path.display().to_string()),
-                    );
-                    Ledger::default()
-                }
+                Ok(Some(ledger)) => (ledger, true),
+                Ok(None) => (Ledger::default(), false),
+                Err(err) => return Err(fatal("skip ledger", path, err)),
             },
         };
-        Self {
-            results,
+        Ok(Self {
+            cases: parsed.cases.len(),
+            results: parsed,
             ledger,
-            problems,
-            notes,
-        }
+            written,
+            has_ledger,
+        })
     }
 }
 
@@ -133,12 +111,29 @@ impl Outcome {
 /// Re-judges `analysis`'s rules against the run, setting its `tested` count and adding a problem
 /// for each rule none of whose tests passed.
 // i[impl spec-check.test-backed]
-pub fn apply(root: &Path, analysis: &mut Analysis, evidence: &Evidence, parsed: &ParsedFiles) {
+pub fn apply(
+    root: &Path,
+    analysis: &mut Analysis,
+    evidence: &Evidence,
+    parsed: &ParsedFiles,
+    crates: &[String],
+) -> usize {
     let mut tested = 0;
+    let mut judged = 0;
     for coverage in &analysis.rules {
         if coverage.verify_sites.is_empty() {
             continue; // already a missing-verify problem
         }
+        // A one-crate run judges only the rules that crate's tests verify.
+        let in_scope = crates.is_empty()
+            || coverage.verify_sites.iter().any(|site| {
+                crate_layout::package_of(root, &site.path)
+                    .is_some_and(|(package, _)| crates.contains(&package))
+            });
+        if !in_scope {
+            continue;
+        }
+        judged += 1;
         let outcomes: Vec<(String, &Site, Outcome)> = coverage
             .verify_sites
             .iter()
@@ -180,6 +175,7 @@ pub fn apply(root: &Path, analysis: &mut Analysis, evidence: &Evidence, parsed: 
         );
     }
     analysis.summary.tested = Some(tested);
+    judged
 }
 
 /// The test function a `verify` site precedes, placed in its test binary.
@@ -245,9 +241,12 @@ pub(crate) fn judge(
             .cases
             .get_key_value(&(t.suite.clone(), full_name.clone()))
     });
-    let found = match exact {
-        Some(found) => found,
-        None => {
+    // i[impl spec-check.test-identity]
+    let found = match (exact, &target) {
+        (Some(found), _) => found,
+        // The binary is known and the test is not in it: absent, never another test's result.
+        (None, Some(_)) => return (shown, Outcome::Absent),
+        (None, None) => {
             // Fallback: a unique test function of that name within the package.
             let Some((package, _)) = crate_layout::package_of(root, &site.path) else {
                 return (shown, Outcome::Absent);

@@ -39,6 +39,8 @@ pub struct Finding {
     pub description: String,
     /// The rules that close it, in the order written.
     pub rules: Vec<NamedRule>,
+    /// 1-based line of its `**Closed by:**` paragraph.
+    pub closed_by_line: usize,
     /// What is not built yet, when the file says so.
     pub still_open: Option<String>,
 }
@@ -154,6 +156,7 @@ fn heading_of(heading: &str, line: usize, errors: &mut Vec<(usize, String)>) -> 
             line,
             description: String::new(),
             rules: Vec::new(),
+            closed_by_line: line,
             still_open: None,
         }),
         None => {
@@ -198,6 +201,7 @@ fn finish(
         ));
     };
     finding.rules = named_rules(&closed_by).map_err(|message| (line, message))?;
+    finding.closed_by_line = line;
     if finding.rules.is_empty() {
         return Err((
             line,

@@ -17,17 +17,16 @@
 //! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
 //! file, an unusable tracey config or results file.
 
-mod findings;
+pub(crate) mod findings;
 mod report;
-mod results;
+pub(crate) mod results;
+pub(crate) mod rule_report;
 mod rule_trace;
-mod timestamp;
+pub(crate) mod timestamp;
 mod verdict;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-use anyhow::Context as _;
 
 use crate::spec_check::{self, config, suggest};
 
@@ -38,7 +37,8 @@ use self::verdict::Verdict;
 /// Arguments of `cargo xtask trace`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The finding to trace, e.g. `H3` (see docs/audit/findings.md).
+    /// The finding (`H3`, see docs/audit/findings.md) or the rule (`actuate.image.retry`, with
+    /// or without its `r[...]`) to trace.
     #[arg(
         value_name = "FINDING",
         required_unless_present = "all",
@@ -60,21 +60,38 @@ pub struct Args {
     /// Trace annotations only, even when a results file exists.
     #[arg(long, conflicts_with_all = ["results", "skips"])]
     no_results: bool,
+    /// A rule's trace as JSON (for tools).
+    #[arg(long, conflicts_with_all = ["markdown", "all"])]
+    json: bool,
+    /// A rule's trace as markdown (for a pull-request comment).
+    #[arg(long, conflicts_with = "all")]
+    markdown: bool,
 }
 
 /// The exit code of a usage error (unknown finding, malformed findings file, broken config).
-const USAGE_ERROR: u8 = 2;
+const USAGE_ERROR: u8 = spec_check::USAGE_ERROR;
 
 /// Runs the trace; see the module docs for the exit codes.
 // i[impl trace.exit-code]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = args.root.clone().unwrap_or_else(spec_check::default_root);
-    let root = root
-        .canonicalize()
-        .with_context(|| format!("trace root {} does not exist", root.display()))?;
-    match trace(&root, &args) {
+    let root = match crate::root::find(args.root.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            eprintln!("error: trace: {message}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
+    // JSON is one object; the root is inside it.
+    if !args.json {
+        crate::output::print(&crate::root::banner(&root));
+    }
+    let traced = match args.finding.as_deref() {
+        Some(wanted) if rule_report::is_rule_id(wanted) => trace_rule(&root, &args, wanted),
+        _ => trace(&root, &args),
+    };
+    match traced {
         Ok((output, code)) => {
-            print!("{output}");
+            crate::output::print(&output);
             Ok(code)
         }
         Err(message) => {
@@ -84,15 +101,126 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Everything a report of the whole tree needs, read the way the trace reads it.
+pub(crate) struct Everything {
+    /// The tree.
+    pub tree: spec_check::Tree,
+    /// Each rule, traced (in spec order).
+    pub rules: Vec<rule_report::RuleReport>,
+    /// Each finding with its verdict word and reasons.
+    pub findings: Vec<(Finding, &'static str, Vec<String>)>,
+    /// Which results were used, or `None` for annotations only.
+    pub results: Option<String>,
+}
+
+/// Traces every rule and every finding of `root`.
+pub(crate) fn everything(
+    root: &Path,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    no_results: bool,
+) -> Result<Everything, String> {
+    let tree = read_tree(root)?;
+    let all = findings::load(root)?;
+    let run = results::load(root, results, skips, no_results)?;
+    let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
+    let mut rules = Vec::new();
+    for rule in &tree.rules {
+        rules.push(rule_report::trace(
+            root,
+            &tree,
+            &all,
+            &rule.marker(),
+            evidence,
+        )?);
+    }
+    let findings = all
+        .iter()
+        .map(|finding| {
+            let traces: Vec<_> = finding
+                .rules
+                .iter()
+                .map(|named| rule_trace::trace(root, &tree, named, evidence.map(|(e, _)| e)))
+                .collect();
+            let judgement = verdict::judge(&traces, run.is_some());
+            (finding.clone(), judgement.verdict.word(), judgement.reasons)
+        })
+        .collect();
+    Ok(Everything {
+        tree,
+        rules,
+        findings,
+        results: run.map(|r| r.source),
+    })
+}
+
+/// Reads the tree for a trace; a config or spec with problems of its own is an error.
+fn read_tree(root: &Path) -> Result<spec_check::Tree, String> {
+    let config = config::load(root).map_err(|problem| problem.to_string())?;
+    let tree = spec_check::read_tree(root, &config.config);
+    // i[impl trace.broken-spec]
+    let broken: Vec<String> = config
+        .problems
+        .iter()
+        .chain(&tree.problems)
+        .map(|problem| format!("  {problem}"))
+        .collect();
+    if !broken.is_empty() {
+        return Err(format!(
+            "the spec cannot be read as written ({} problem{}), so nothing is judged; fix \
+             these first (`cargo xtask spec-check` lists them too):\n{}",
+            broken.len(),
+            if broken.len() == 1 { "" } else { "s" },
+            broken.join("\n")
+        ));
+    }
+    Ok(tree)
+}
+
+/// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
+fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
+    let tree = read_tree(root)?;
+    // A rule is traced even while the findings file is broken; spec-check reports that.
+    let all = std::fs::read_to_string(root.join(FINDINGS_PATH))
+        .ok()
+        .and_then(|text| findings::parse(&text).ok())
+        .unwrap_or_default();
+    let run = results::load(
+        root,
+        args.results.as_deref(),
+        args.skips.as_deref(),
+        args.no_results,
+    )?;
+    let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
+    let report = rule_report::trace(root, &tree, &all, wanted, evidence)?;
+    let format = if args.json {
+        rule_report::Format::Json
+    } else if args.markdown {
+        rule_report::Format::Markdown
+    } else {
+        rule_report::Format::Text
+    };
+    let code = if report.verdict == "verified" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    Ok((rule_report::render(&report, format), code))
+}
+
 /// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
 fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
+    if args.json || args.markdown {
+        return Err(
+            "--json and --markdown trace a rule (`cargo xtask trace RULE.ID --json`)".to_owned(),
+        );
+    }
     let all = findings::load(root)?;
     let chosen: Vec<&Finding> = match &args.finding {
         Some(wanted) => vec![find(&all, wanted)?],
         None => all.iter().collect(),
     };
-    let config = config::load(root).map_err(|problem| problem.to_string())?;
-    let tree = spec_check::read_tree(root, &config.config);
+    let tree = read_tree(root)?;
     let run = results::load(
         root,
         args.results.as_deref(),
@@ -102,7 +230,14 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
 
     let mut out = String::new();
     match &run {
-        Some(run) => out.push_str(&run.source),
+        Some(run) => {
+            out.push_str(&run.source);
+            // i[impl trace.freshness]
+            for problem in spec_check::freshness::outdated(root, &tree.analyses, &run.evidence, &[])
+            {
+                out.push_str(&format!("\nwarning: {problem}"));
+            }
+        }
         None => out.push_str(
             "test results: none — annotations only (`cargo xtask test` writes target/nextest/ci/junit.xml)",
         ),

@@ -44,20 +44,12 @@ pub fn load(
         }
     };
     let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
-    let modified = std::fs::metadata(&results)
-        .and_then(|m| m.modified())
-        .map_err(|err| {
-            format!(
-                "{}: cannot read the test results: {err}",
-                shown(root, &results)
-            )
-        })?;
-    let evidence = Evidence::load(&results, Some(&skips));
-    if let Some(problem) = evidence.problems.first() {
-        return Err(problem
+    let evidence = Evidence::load(&results, Some(&skips)).map_err(|problem| {
+        problem
             .to_string()
-            .replace(&root.display().to_string(), "."));
-    }
+            .replace(&root.display().to_string(), ".")
+    })?;
+    let modified = evidence.written;
     let ledger = if skips.is_file() {
         format!("skips from {}", shown(root, &skips))
     } else {

@@ -1,0 +1,341 @@
+//! `cargo xtask trace RULE`: one rule, from its text to its code, its tests and their results, and
+//! the findings it closes — as text, JSON (for tools) or markdown (for a pull-request comment).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+use tracey_core::parse_rule_id;
+
+use crate::spec_check::rules::Rule;
+use crate::spec_check::test_backed::Evidence;
+use crate::spec_check::{Tree, suggest};
+
+use super::findings::{Finding, NamedRule};
+use super::rule_trace::{self, RuleState};
+use super::verdict::{self, Verdict};
+
+/// Output format of a rule trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Plain text.
+    Text,
+    /// One JSON object.
+    Json,
+    /// GitHub-flavoured markdown.
+    Markdown,
+}
+
+/// Whether `wanted` names a rule rather than a finding: `x.y`, `r[x.y]`, `x.y+2`.
+pub fn is_rule_id(wanted: &str) -> bool {
+    let wanted = wanted.trim();
+    wanted.contains('.') || wanted.ends_with(']')
+}
+
+/// A rule traced: everything the report shows, in the shape `--json` prints.
+#[derive(Debug, Serialize)]
+pub struct RuleReport {
+    /// The tree.
+    pub root: String,
+    /// The results used: file and time, or `None` for annotations only.
+    pub results: Option<String>,
+    /// The rule as the spec writes it, e.g. `r[actuate.image.retry]`.
+    pub rule: String,
+    /// Its spec file and line.
+    pub defined_at: String,
+    /// What was asked for, when it named another version than the spec's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asked: Option<String>,
+    /// The rule's text, lines joined.
+    pub text: String,
+    /// `impl` sites.
+    pub impls: Vec<ImplSite>,
+    /// `verify` sites.
+    pub verifies: Vec<VerifySite>,
+    /// The findings whose `**Closed by:**` names the rule.
+    pub closes: Vec<ClosedFinding>,
+    /// `verified`, `not verified` or `regressed`.
+    pub verdict: &'static str,
+    /// Why it is not verified.
+    pub reasons: Vec<String>,
+}
+
+/// An `impl` annotation and the item it annotates.
+#[derive(Debug, Serialize)]
+pub struct ImplSite {
+    /// `file:line`.
+    pub at: String,
+    /// The item, e.g. `fn nominal_delay`.
+    pub item: Option<String>,
+    /// Whether it names an older version.
+    pub stale: bool,
+}
+
+/// A `verify` annotation, its test and its fate.
+#[derive(Debug, Serialize)]
+pub struct VerifySite {
+    /// `file:line`.
+    pub at: String,
+    /// The test as nextest names it.
+    pub test: Option<String>,
+    /// Its fate in the results, when there are results.
+    pub result: Option<String>,
+    /// Whether it names an older version.
+    pub stale: bool,
+}
+
+/// A finding the rule closes.
+#[derive(Debug, Serialize)]
+pub struct ClosedFinding {
+    /// Its id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+}
+
+/// Traces the rule `wanted` names; an unknown rule is an error with a did-you-mean.
+// i[impl trace.rule]
+pub fn trace(
+    root: &Path,
+    tree: &Tree,
+    findings: &[Finding],
+    wanted: &str,
+    evidence: Option<(&Evidence, &str)>,
+) -> Result<RuleReport, String> {
+    let trimmed = wanted.trim();
+    let id_text = match trimmed.split_once('[') {
+        Some((_, rest)) => rest.strip_suffix(']').unwrap_or(rest),
+        None => trimmed,
+    };
+    let id = parse_rule_id(id_text).ok_or_else(|| format!("`{wanted}` is not a rule id"))?;
+    let Some(rule) = tree.rules.iter().find(|r| r.id.base == id.base) else {
+        let similar: Vec<String> = suggest::similar(&id, tree.rules.iter().map(|r| &r.id))
+            .into_iter()
+            .filter_map(|found| tree.rules.iter().find(|r| &r.id == found))
+            .map(Rule::marker)
+            .collect();
+        let hint = if similar.is_empty() {
+            String::new()
+        } else {
+            format!(" (did you mean {}?)", similar.join(", "))
+        };
+        return Err(format!("no spec defines the rule `{id_text}`{hint}"));
+    };
+    let named = NamedRule {
+        prefix: rule.prefix.clone(),
+        id: rule.id.clone(),
+    };
+    let traced = rule_trace::trace(root, tree, &named, evidence.map(|(e, _)| e));
+    let judgement = verdict::judge(std::slice::from_ref(&traced), evidence.is_some());
+    let RuleState::Defined(defined) = traced.state else {
+        return Err(format!("rule {} could not be traced", rule.marker()));
+    };
+    let impls = defined
+        .impls
+        .iter()
+        .map(|site| ImplSite {
+            at: format!("{}:{}", site.file, site.line),
+            item: tree
+                .parsed
+                .files
+                .get(&site.path)
+                .and_then(|f| f.layout.as_ref())
+                .and_then(|layout| layout.item_at(site.line))
+                .map(|item| item.describe()),
+            stale: site.stale,
+        })
+        .collect();
+    let verifies = defined
+        .verifies
+        .iter()
+        .map(|verify| VerifySite {
+            at: format!("{}:{}", verify.site.file, verify.site.line),
+            test: verify.test.clone(),
+            result: verify.fate.as_ref().map(|fate| fate.describe()),
+            stale: verify.site.stale,
+        })
+        .collect();
+    let closes = findings
+        .iter()
+        .filter(|f| f.rules.iter().any(|r| r.id.base == rule.id.base))
+        .map(|f| ClosedFinding {
+            id: f.id.clone(),
+            title: f.title.clone(),
+        })
+        .collect();
+    Ok(RuleReport {
+        root: root.display().to_string(),
+        results: evidence.map(|(_, source)| source.to_owned()),
+        rule: rule.marker(),
+        defined_at: format!("{}:{}", rule.file, rule.line),
+        asked: (id != rule.id).then(|| id.to_string()),
+        text: rule_text(root, rule),
+        impls,
+        verifies,
+        closes,
+        verdict: match judgement.verdict {
+            Verdict::Closed => "verified",
+            Verdict::Open => "not verified",
+            Verdict::Regressed => "regressed",
+        },
+        reasons: judgement.reasons,
+    })
+}
+
+/// The rule's whole text: its blockquote after the marker, lines joined with spaces.
+fn rule_text(root: &Path, rule: &Rule) -> String {
+    let Ok(text) = std::fs::read_to_string(root.join(&rule.file)) else {
+        return String::new();
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .skip(rule.line.saturating_sub(1))
+        .map_while(|line| line.trim_start().strip_prefix('>'))
+        .map(str::trim)
+        .enumerate()
+        .map(|(index, line)| {
+            if index == 0 {
+                line.split_once(']').map_or("", |(_, rest)| rest.trim())
+            } else {
+                line
+            }
+        })
+        .filter(|line| !line.is_empty())
+        .collect();
+    lines.join(" ")
+}
+
+/// Renders the report.
+// i[impl trace.rule-output]
+pub fn render(report: &RuleReport, format: Format) -> String {
+    match format {
+        Format::Json => {
+            let mut json = serde_json::to_string_pretty(report)
+                .unwrap_or_else(|err| format!("{{\"error\":\"cannot serialize: {err}\"}}"));
+            json.push('\n');
+            json
+        }
+        Format::Text => text(report),
+        Format::Markdown => markdown(report),
+    }
+}
+
+fn text(report: &RuleReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}",
+        report.results.as_deref().unwrap_or(
+            "test results: none — annotations only (`cargo xtask test` writes target/nextest/ci/junit.xml)"
+        )
+    );
+    let _ = writeln!(out, "\n{}  {}", report.rule, report.defined_at);
+    if let Some(asked) = &report.asked {
+        let _ = writeln!(
+            out,
+            "  (asked for {asked}; the spec defines {})",
+            report.rule
+        );
+    }
+    super::report::wrap(&mut out, &report.text, "  ");
+    out.push('\n');
+    if report.impls.is_empty() {
+        let _ = writeln!(out, "  impl    (none)");
+    }
+    for site in &report.impls {
+        let item = site
+            .item
+            .as_deref()
+            .map(|i| format!("  {i}"))
+            .unwrap_or_default();
+        let stale = if site.stale {
+            "  (stale reference)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "  impl    {}{item}{stale}", site.at);
+    }
+    if report.verifies.is_empty() {
+        let _ = writeln!(out, "  verify  (none)");
+    }
+    for site in &report.verifies {
+        let test = site.test.as_deref().unwrap_or("(no test function follows)");
+        let fate = if site.stale {
+            "  (stale reference)".to_owned()
+        } else {
+            site.result
+                .as_deref()
+                .map(|r| format!("  {r}"))
+                .unwrap_or_default()
+        };
+        let _ = writeln!(out, "  verify  {}  {test}{fate}", site.at);
+    }
+    if report.closes.is_empty() {
+        let _ = writeln!(out, "  closes  (no finding)");
+    }
+    for finding in &report.closes {
+        let _ = writeln!(out, "  closes  {}: {}", finding.id, finding.title);
+    }
+    let _ = writeln!(out, "\n  verdict: {}", report.verdict);
+    for reason in &report.reasons {
+        let _ = writeln!(out, "    - {reason}");
+    }
+    out
+}
+
+fn markdown(report: &RuleReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "### `{}` — {}\n", report.rule, report.verdict);
+    let _ = writeln!(out, "> {}\n", report.text);
+    let _ = writeln!(
+        out,
+        "Defined at `{}`. {}\n",
+        report.defined_at,
+        match &report.results {
+            Some(results) => results.clone(),
+            None => "Annotations only (no test results).".to_owned(),
+        }
+    );
+    let _ = writeln!(out, "| | site | item or test | result |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for site in &report.impls {
+        let stale = if site.stale { " (stale)" } else { "" };
+        let _ = writeln!(
+            out,
+            "| impl | `{}`{stale} | {} | |",
+            site.at,
+            site.item
+                .as_deref()
+                .map(|i| format!("`{i}`"))
+                .unwrap_or_default()
+        );
+    }
+    for site in &report.verifies {
+        let stale = if site.stale { " (stale)" } else { "" };
+        let _ = writeln!(
+            out,
+            "| verify | `{}`{stale} | {} | {} |",
+            site.at,
+            site.test
+                .as_deref()
+                .map(|t| format!("`{t}`"))
+                .unwrap_or_default(),
+            site.result.as_deref().unwrap_or("")
+        );
+    }
+    if !report.closes.is_empty() {
+        let closes: Vec<String> = report
+            .closes
+            .iter()
+            .map(|f| format!("{} ({})", f.id, f.title))
+            .collect();
+        let _ = writeln!(out, "\nCloses: {}.", closes.join(", "));
+    }
+    if !report.reasons.is_empty() {
+        out.push('\n');
+    }
+    for reason in &report.reasons {
+        let _ = writeln!(out, "- {reason}");
+    }
+    out
+}

@@ -1,0 +1,148 @@
+//! `cargo xtask spec-report` on a fixture tree: one self-contained page whose numbers are the
+//! gate's. Fixtures are strings here, never checked-in files (see `fixture/mod.rs`).
+
+mod fixture;
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use fixture::{Tree, junit};
+
+const SPEC: &str = "\
+# Demo spec
+
+> r[demo.alpha]
+> Alpha must hold.
+
+> r[demo.beta]
+> Beta must hold.
+";
+
+const FINDINGS: &str = "\
+# Findings
+
+## H1: Alpha and beta failed silently
+
+The old code let alpha and beta fail without a word.
+
+**Closed by:** `r[demo.alpha]`, `r[demo.beta]`
+";
+
+/// When the fixture's results were written: 2026-11-29 22:10:03 UTC.
+const RESULTS_WRITTEN: u64 = 1_795_990_203;
+
+/// The values of `attribute` on the elements whose opening tag contains `marker`, in page order.
+fn attributes(page: &str, marker: &str, attribute: &str) -> Vec<String> {
+    page.split('<')
+        .filter(|tag| tag.contains(marker))
+        .filter_map(|tag| {
+            let needle = format!("{attribute}=\"");
+            let start = tag.find(&needle)? + needle.len();
+            let end = tag[start..].find('"')?;
+            Some(tag[start..start + end].to_owned())
+        })
+        .collect()
+}
+
+// i[verify spec-report.file]
+// i[verify spec-report.content]
+#[test]
+fn the_page_is_self_contained_and_its_numbers_are_the_gates() {
+    let tree = Tree::new(SPEC, &[("docs/audit/findings.md", FINDINGS)], &[]);
+    let results = tree.write(
+        "target/nextest/ci/junit.xml",
+        junit(&[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ])
+        .as_bytes(),
+    );
+    // beta's only test returned early: it proves nothing.
+    tree.write(
+        "target/holdfast-test-skips.jsonl",
+        b"{\"test\":\"beta_holds\",\"binary\":\"beta\",\"service\":\"docker\",\"reason\":\"not running\"}\n",
+    );
+    tree.date_all(RESULTS_WRITTEN - 60);
+    std::fs::File::options()
+        .write(true)
+        .open(&results)
+        .expect("open")
+        .set_modified(UNIX_EPOCH + Duration::from_secs(RESULTS_WRITTEN))
+        .expect("date");
+
+    let run = fixture::xtask("spec-report", tree.path(), &[]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.starts_with("root: [ROOT]\n"), "{}", run.stdout);
+    let page = std::fs::read_to_string(tree.path().join("target/spec-report.html")).expect("page");
+
+    // Self-contained: nothing is fetched at view time.
+    for outside in ["http://", "https://", "<script", "<link", "src=", "@import"] {
+        assert!(!page.contains(outside), "`{outside}` in the page");
+    }
+
+    let gate = fixture::xtask(
+        "spec-check",
+        tree.path(),
+        &[
+            "--json",
+            "--results",
+            "target/nextest/ci/junit.xml",
+            "--skips",
+            "target/holdfast-test-skips.jsonl",
+        ],
+    );
+    let json: serde_json::Value = serde_json::from_str(&gate.stdout).expect("json");
+    for key in [
+        "total",
+        "implemented",
+        "verified",
+        "stale",
+        "errors",
+        "tested",
+    ] {
+        let ours: Vec<String> = attributes(&page, "class=\"spec\"", &format!("data-{key}"));
+        let gates: Vec<String> = json["specs"]
+            .as_array()
+            .expect("specs")
+            .iter()
+            .map(|s| s[key].to_string())
+            .collect();
+        assert_eq!(ours, gates, "{key}");
+    }
+    assert_eq!(
+        attributes(&page, "id=\"verdict\"", "data-problems"),
+        [json["problems"]
+            .as_array()
+            .expect("problems")
+            .len()
+            .to_string()]
+    );
+    // beta is highlighted as verified only by a skipped test; H1 is open because of it.
+    assert_eq!(
+        attributes(&page, "id=\"skipped-only\"", "data-count"),
+        ["1"]
+    );
+    assert!(
+        page.contains("<a class=\"marker\" href=\"#r[demo.beta]\">"),
+        "{page}"
+    );
+    assert_eq!(
+        attributes(&page, "class=\"finding\"", "data-verdict"),
+        ["open"]
+    );
+    // Links are relative to the page, so they work from a copy of the tree.
+    assert!(
+        page.contains("href=\"../crates/demo/src/lib.rs#L1\""),
+        "{page}"
+    );
+    insta::assert_snapshot!(
+        page.replace(
+            &tree
+                .path()
+                .canonicalize()
+                .expect("root")
+                .display()
+                .to_string(),
+            "[ROOT]"
+        )
+    );
+}
