@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use holdfast_retry::{CrashLoopDetector, Jitter, Policy};
 
-use crate::duration::serde_text;
+use holdfast_retry::duration_text;
 
 /// The default minimum run time: a start counts as a success only once it has lasted this long.
 pub const DEFAULT_MIN_RUN: Duration = Duration::from_secs(10);
@@ -57,6 +57,22 @@ pub struct WorkloadConfig {
     /// How long the container gets to stop before it is killed ("10s").
     #[serde(default = "default_stop_timeout", with = "serde_text")]
     pub stop_timeout: Duration,
+}
+
+/// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
+mod serde_text {
+    use std::time::Duration;
+
+    use holdfast_retry::duration_text;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&duration_text::format(*d))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = <String as serde::Deserialize>::deserialize(d)?;
+        duration_text::parse(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 fn default_min_run() -> Duration {
@@ -136,7 +152,7 @@ impl WorkloadConfig {
                 "min_run",
                 format!(
                     "must be between 1ms and {}",
-                    crate::duration::format(MAX_MIN_RUN)
+                    duration_text::format(MAX_MIN_RUN)
                 ),
             ));
         }
@@ -145,7 +161,7 @@ impl WorkloadConfig {
                 "stop_timeout",
                 format!(
                     "must be at most {}",
-                    crate::duration::format(MAX_STOP_TIMEOUT)
+                    duration_text::format(MAX_STOP_TIMEOUT)
                 ),
             ));
         }
@@ -282,6 +298,27 @@ mod tests {
             serde_json::from_str::<WorkloadConfig>(r#"{"name":"a","image":"b","bogus":1}"#)
                 .is_err()
         );
+    }
+
+    // r[verify workload.config]
+    #[test]
+    fn durations_are_text_with_a_unit() {
+        let parse = |text: &str| {
+            serde_json::from_str::<WorkloadConfig>(&format!(
+                r#"{{"name":"a","image":"b","min_run":"{text}"}}"#
+            ))
+            .map(|w| w.min_run)
+        };
+        assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse("1h").unwrap(), Duration::from_secs(3600));
+        for bad in ["10", "s", "", "1m30s", "10 s", "-1s"] {
+            assert!(parse(bad).is_err(), "{bad:?} must be rejected");
+        }
+        let mut w = WorkloadConfig::new("a", "b");
+        w.min_run = Duration::from_millis(1500);
+        assert_eq!(serde_json::to_value(&w).unwrap()["min_run"], "1500ms");
     }
 
     // r[verify workload.config]

@@ -16,7 +16,6 @@
 
 pub mod config;
 pub mod docker;
-pub mod duration;
 pub mod images;
 pub mod reconciler;
 pub mod state;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use holdfast_lifecycle::{Fault, FaultBoard, Subject};
 use holdfast_retry::{
-    AttemptToken, CrashLoopDetector, Escalation, Exit, KeyedGate, Reason, Transition,
+    AttemptToken, CrashLoopDetector, Escalation, Exit, KeyedGate, Lasting, Reason, Transition,
 };
 
 use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
@@ -147,12 +147,12 @@ enum Run {
         attempt: AttemptId,
         token: AttemptToken<String>,
     },
-    /// The container runs. `token` is held until the run has lasted `min_run`: until then the
-    /// start is not a success, and an exit is a failure of the same streak.
+    /// The container runs. Its start is a provisional success (`lasting`) until the run has
+    /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted.
     Running {
         container: String,
         since: Instant,
-        token: Option<AttemptToken<String>>,
+        lasting: Option<Lasting<String>>,
     },
     /// Exited and left stopped by the restart policy.
     Stopped {
@@ -421,7 +421,7 @@ impl Reconciler {
                     entry.run = Run::Running {
                         container: c.id,
                         since: now,
-                        token: None,
+                        lasting: None,
                     };
                 }
                 Run::Idle if current && !c.running => {
@@ -555,22 +555,21 @@ impl Reconciler {
         let Run::Running {
             container,
             since,
-            token,
+            lasting,
         } = std::mem::replace(&mut entry.run, Run::Idle)
         else {
             return;
         };
         let ran = now.saturating_duration_since(since);
-        let lasted = token.is_none() || ran >= entry.config.min_run;
+        let mut lasted = true;
         let mut failures = 0;
-        if let Some(token) = token {
-            if lasted {
-                let t = self.gate.succeed(token, now);
-                Self::lasted(&self.board, &self.config, entry, &t);
-            } else {
-                // H2: a start that did not last is a failure of the same streak, never a success.
-                let t = self.gate.fail(token, now, None);
-                failures = t.failures;
+        if let Some(lasting) = lasting {
+            lasted = lasting.is_confirmed() || now >= lasting.lasts_at();
+            // H2: a start that did not last is a failure of the same streak, never a success.
+            let t = self.gate.ended(lasting, now, None);
+            match t.reason {
+                Reason::Succeeded => Self::lasted(&self.board, &self.config, entry, &t),
+                _ => failures = t.failures,
             }
         }
         let crashed = !lasted || exit_code != Some(0);
@@ -659,12 +658,11 @@ impl Reconciler {
                 continue;
             };
             match &mut entry.run {
-                Run::Running { since, token, .. }
-                    if token.is_some()
-                        && now.saturating_duration_since(*since) >= entry.config.min_run =>
-                {
-                    if let Some(token) = token.take() {
-                        let t = self.gate.succeed(token, now);
+                Run::Running {
+                    lasting: Some(lasting),
+                    ..
+                } if !lasting.is_confirmed() && now >= lasting.lasts_at() => {
+                    if let Some(t) = self.gate.confirm(lasting, now) {
                         tracing::info!(workload = %name, "the start lasted; streak reset");
                         Self::lasted(&self.board, &self.config, entry, &t);
                     }
@@ -775,10 +773,13 @@ impl Reconciler {
                 match result {
                     Ok(container) => {
                         tracing::info!(%workload, %container, "workload container started");
+                        let lasting =
+                            self.gate
+                                .succeed_provisionally(token, now, entry.config.min_run);
                         entry.run = Run::Running {
                             container: container.clone(),
                             since: now,
-                            token: Some(token),
+                            lasting: Some(lasting),
                         };
                         // Its exit may have been reported before this result.
                         let early = std::mem::take(&mut self.early);
@@ -847,10 +848,9 @@ impl Reconciler {
             .iter()
             .filter_map(|(name, e)| match &e.run {
                 Run::Running {
-                    since,
-                    token: Some(_),
+                    lasting: Some(lasting),
                     ..
-                } => Some(*since + e.config.min_run),
+                } if !lasting.is_confirmed() => Some(lasting.lasts_at()),
                 Run::Idle => self
                     .gate
                     .state(name)
@@ -881,11 +881,11 @@ impl Reconciler {
             Run::Running {
                 container,
                 since,
-                token,
+                lasting,
             } => WorkloadState::Running {
                 container: container.clone(),
                 running_for: now.saturating_duration_since(*since),
-                lasted: token.is_none(),
+                lasted: lasting.as_ref().is_none_or(Lasting::is_confirmed),
             },
             Run::Starting { token, .. } => WorkloadState::Starting {
                 attempt: token.attempt(),
@@ -978,7 +978,7 @@ fn crash_message(entry: &Entry, failures: u32) -> String {
     let mut message = format!(
         "crash loop: exit code {code} after {:.1}s ({failures} consecutive failed starts; minimum run {})",
         ran.as_secs_f64(),
-        crate::duration::format(entry.config.min_run)
+        holdfast_retry::duration_text::format(entry.config.min_run)
     );
     if tail.is_empty() {
         message.push_str("; no log output");

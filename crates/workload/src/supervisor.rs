@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
 use holdfast_lifecycle::{FaultBoard, StopError, StopRequest, Stopper, stopper_fn};
-use holdfast_retry::{AttemptToken, KeyedGate};
+use holdfast_retry::{AttemptToken, KeyedGate, Lasting};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -53,8 +53,10 @@ enum StreamInput {
 struct Stream {
     generation: u64,
     task: tokio::task::JoinHandle<()>,
-    /// Held until the stream has stayed up for [`STREAM_MIN_UP`] after its listing.
+    /// The connect attempt, until its listing arrives.
     token: Option<AttemptToken<()>>,
+    /// Then a provisional success, until the stream has stayed up for [`STREAM_MIN_UP`].
+    lasting: Option<Lasting<()>>,
     up_since: Option<Instant>,
 }
 
@@ -215,6 +217,13 @@ impl<I: Images> Supervisor<I> {
             StreamInput::Listing(generation, listing) if Some(generation) == current => {
                 if let Some(stream) = &mut self.stream {
                     stream.up_since = Some(now);
+                    if let Some(token) = stream.token.take() {
+                        stream.lasting = Some(self.stream_gate.succeed_provisionally(
+                            token,
+                            now,
+                            STREAM_MIN_UP,
+                        ));
+                    }
                 }
                 let actions = self.core.resync(listing, now);
                 self.perform(actions);
@@ -226,9 +235,12 @@ impl<I: Images> Supervisor<I> {
             StreamInput::Ended(generation, error) if Some(generation) == current => {
                 tracing::warn!(%error, "docker event stream ended; reconnecting with back-off");
                 if let Some(stream) = self.stream.take() {
+                    // Never listed, or not up for long: a failure of the connect streak.
                     if let Some(token) = stream.token {
-                        // It never stayed up: a failure of the connect streak.
                         let _ = self.stream_gate.fail(token, now, None);
+                    }
+                    if let Some(lasting) = stream.lasting {
+                        let _ = self.stream_gate.ended(lasting, now, None);
                     }
                 }
                 self.core.stream_lost();
@@ -249,11 +261,9 @@ impl<I: Images> Supervisor<I> {
             );
         }
         if let Some(stream) = &mut self.stream {
-            if let (Some(up), true) = (stream.up_since, stream.token.is_some()) {
-                if now.saturating_duration_since(up) >= STREAM_MIN_UP {
-                    if let Some(token) = stream.token.take() {
-                        let _ = self.stream_gate.succeed(token, now);
-                    }
+            if let Some(lasting) = &mut stream.lasting {
+                if !lasting.is_confirmed() {
+                    let _ = self.stream_gate.confirm(lasting, now);
                 }
             }
             return;
@@ -275,6 +285,7 @@ impl<I: Images> Supervisor<I> {
             generation,
             task,
             token: Some(token),
+            lasting: None,
             up_since: None,
         });
     }
