@@ -661,3 +661,62 @@ fn an_owner_scopes_the_containers_labels() {
     };
     assert!(!spec.labels.contains_key(OWNER_LABEL));
 }
+
+// r[verify workload.status]
+#[test]
+fn the_status_report_format_is_pinned() {
+    let mut h = Harness::new(vec![
+        sleeper("web"),
+        WorkloadConfig::new("crash", "busybox"),
+    ]);
+    h.resync();
+    h.tick();
+    for _ in 0..3 {
+        let id = h.running_id("crash");
+        h.now += S(1);
+        h.die(&id, 2, &["panic: config missing"]);
+        h.until_started(S(100));
+    }
+    let id = h.running_id("crash");
+    h.die(&id, 2, &["panic: config missing"]);
+    h.now += S(3);
+    // Container ids are the fake daemon's ("c1", ...): stable.
+    insta::assert_json_snapshot!(h.core.status(h.now));
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // r[verify workload.min-run]
+        // r[verify workload.restart.backoff]
+        /// Whatever the run lengths: a run shorter than the minimum adds one failure to the
+        /// streak (never re-arming it), a run that lasted resets it, the wait after a failure
+        /// is the schedule's for the streak, and one container at most runs per workload.
+        #[test]
+        fn short_runs_grow_the_streak_and_lasting_runs_reset_it(
+            runs in proptest::collection::vec(0u64..25, 1..40),
+        ) {
+            let mut w = WorkloadConfig::new("w", "busybox");
+            w.min_run = S(10);
+            let mut h = Harness::new(vec![w]);
+            h.resync();
+            let mut expected = 0u32;
+            for ran in runs {
+                let id = h.until_started(S(400));
+                h.now += S(ran);
+                h.tick();
+                h.die(&id, 1, &[]);
+                expected = if ran >= 10 { 0 } else { expected + 1 };
+                prop_assert_eq!(h.core.failures("w"), expected);
+                if expected > 0 {
+                    let wait = h.core.next_attempt_at("w").unwrap() - h.now;
+                    let nominal = S(10u64.saturating_mul(1 << (expected - 1).min(20))).min(S(300));
+                    prop_assert_eq!(wait, nominal);
+                }
+                prop_assert!(h.daemon.iter().filter(|c| c.3).count() <= 1);
+            }
+        }
+    }
+}
