@@ -27,6 +27,8 @@ use crate::state::WorkloadStatus;
 
 /// How long an event stream must stay up before its connect counts as a success.
 pub const STREAM_MIN_UP: Duration = Duration::from_secs(10);
+/// The fault subject name for the daemon itself (module "workload").
+pub const DAEMON_FAULT: &str = "docker daemon";
 /// How often the running supervisor ticks when nothing wakes it sooner (the image checks).
 pub const DEFAULT_TICK: Duration = Duration::from_secs(5);
 
@@ -140,6 +142,19 @@ impl<I: Images> Supervisor<I> {
         self.stream.as_ref().is_some_and(|s| s.up_since.is_some())
     }
 
+    /// Whether an event stream task exists (connecting, listing or following).
+    pub fn stream_active(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// When the event stream may next be reconnected, while it is down and backing off.
+    pub fn stream_next_attempt_at(&self) -> Option<Instant> {
+        self.stream_gate
+            .state(&())
+            .filter(|s| !s.in_flight && s.failures > 0)
+            .map(|s| s.next_attempt_at)
+    }
+
     /// How many actions are running.
     pub fn running_actions(&self) -> usize {
         self.tasks.len()
@@ -236,11 +251,13 @@ impl<I: Images> Supervisor<I> {
                 tracing::warn!(%error, "docker event stream ended; reconnecting with back-off");
                 if let Some(stream) = self.stream.take() {
                     // Never listed, or not up for long: a failure of the connect streak.
-                    if let Some(token) = stream.token {
-                        let _ = self.stream_gate.fail(token, now, None);
-                    }
-                    if let Some(lasting) = stream.lasting {
-                        let _ = self.stream_gate.ended(lasting, now, None);
+                    let transition = match (stream.token, stream.lasting) {
+                        (Some(token), _) => Some(self.stream_gate.fail(token, now, None)),
+                        (None, Some(lasting)) => Some(self.stream_gate.ended(lasting, now, None)),
+                        (None, None) => None,
+                    };
+                    if let Some(t) = transition {
+                        self.daemon_fault(&t, &error);
                     }
                 }
                 self.core.stream_lost();
@@ -248,6 +265,23 @@ impl<I: Images> Supervisor<I> {
             // From a stream already replaced: changes nothing.
             _ => {}
         }
+    }
+
+    // r[impl workload.daemon]
+    /// The daemon's own fault (subject `workload/docker daemon`): filed when the stream's
+    /// reconnects escalate, refreshed while they fail, cleared once a stream has stayed up.
+    fn daemon_fault<K>(&self, t: &holdfast_retry::Transition<K>, error: &str) {
+        let message = format!(
+            "the daemon's event stream cannot be kept up ({} consecutive failures): {error}",
+            t.failures
+        );
+        self.core.fault_board().apply(
+            holdfast_lifecycle::Subject::new(crate::reconciler::MODULE, DAEMON_FAULT),
+            t,
+            "unreachable",
+            &message,
+            std::time::SystemTime::now(),
+        );
     }
 
     fn tend_stream(&mut self, now: Instant) {
@@ -263,7 +297,9 @@ impl<I: Images> Supervisor<I> {
         if let Some(stream) = &mut self.stream {
             if let Some(lasting) = &mut stream.lasting {
                 if !lasting.is_confirmed() {
-                    let _ = self.stream_gate.confirm(lasting, now);
+                    if let Some(t) = self.stream_gate.confirm(lasting, now) {
+                        self.daemon_fault(&t, "the event stream is up again");
+                    }
                 }
             }
             return;
@@ -539,6 +575,48 @@ async fn follow(
 mod tests {
     use super::*;
     use crate::images::ImagePresence;
+
+    // r[verify workload.daemon]
+    #[tokio::test]
+    async fn a_missing_daemon_is_paced_and_becomes_one_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = format!("unix://{}/none.sock", dir.path().display());
+        let board = FaultBoard::new();
+        let images = |_: &str, _: Instant| ImagePresence::Present;
+        let mut sup = Supervisor::new(host, ModuleConfig::new(1), board.clone(), images).unwrap();
+        sup.set_desired(vec![WorkloadConfig::new("web", "busybox")])
+            .unwrap();
+        let t0 = Instant::now();
+        let mut now = t0;
+        // 120 simulated seconds, one step a second; each connect fails at once.
+        while now <= t0 + Duration::from_secs(120) {
+            sup.step(now);
+            while sup.stream.is_some() {
+                sup.wait_input(now, Duration::from_secs(5)).await;
+            }
+            now += Duration::from_secs(1);
+        }
+        // Base 1 s doubling to the 30 s cap, additive jitter: 1 + 2 + 4 + 8 + 16 + 30 + 30 ... s.
+        let connects = sup.stream_connects();
+        assert!(
+            (6..=9).contains(&connects),
+            "paced: {connects} connects in 120 s"
+        );
+        let faults = board.of_module("workload");
+        assert_eq!(faults.len(), 1, "{faults:?}");
+        assert_eq!(faults[0].subject.name, DAEMON_FAULT);
+        assert_eq!(faults[0].kind, "unreachable");
+        assert!(
+            faults[0].message.contains("connect"),
+            "{}",
+            faults[0].message
+        );
+        assert!(matches!(
+            sup.status(now)[0].state,
+            crate::state::WorkloadState::Syncing
+        ));
+        assert_eq!(sup.core().counters().starts, 0, "nothing started blind");
+    }
 
     // r[verify workload.stop]
     #[tokio::test]

@@ -531,6 +531,7 @@ impl Drop for CutProxy {
 }
 
 // r[verify workload.events]
+// r[verify workload.daemon]
 #[tokio::test]
 async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice() {
     let Some(env) = env("cut").await else {
@@ -540,10 +541,11 @@ async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice
     let daemon = services::docker().unwrap().socket;
     let proxy = CutProxy::start(dir.path(), &daemon).await;
     let mut clock = Clock::new();
+    let board = FaultBoard::new();
     let mut sup = Supervisor::new(
         proxy.host(),
         env.module(),
-        FaultBoard::new(),
+        board.clone(),
         env.images().await,
     )
     .unwrap();
@@ -583,7 +585,25 @@ async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice
         (1..=4).contains(&attempts_while_down),
         "paced, not a tight loop: {attempts_while_down}"
     );
+    // A longer outage (the clock jumps over the reconnect waits): one daemon fault.
+    for _ in 0..6 {
+        let at = sup.stream_next_attempt_at().expect("backing off");
+        clock.jump(at.saturating_duration_since(clock.now()));
+        sup.step(clock.now());
+        assert!(sup.stream_active(), "a reconnect once the wait has passed");
+        let end = std::time::Instant::now() + LIMIT;
+        while sup.stream_active() && std::time::Instant::now() < end {
+            sup.wait_input(clock.now(), Duration::from_millis(100))
+                .await;
+        }
+    }
+    let faults = board.of_module("workload");
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].subject.name, "docker daemon");
     proxy.cut(false);
+    if let Some(at) = sup.stream_next_attempt_at() {
+        clock.jump(at.saturating_duration_since(clock.now()));
+    }
     drive(&mut sup, &clock, LIMIT, |s, now| {
         s.stream_up()
             && matches!(
@@ -599,6 +619,13 @@ async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice
     );
     assert_eq!(running_id(&sup, "web", clock.now()), Some(web.clone()));
     assert_eq!(sup.core().counters().starts, 2, "nothing started twice");
+    clock.jump(STREAM_MIN_UP);
+    sup.step(clock.now());
+    assert!(
+        board.is_empty(),
+        "cleared once the stream stayed up: {:?}",
+        board.list()
+    );
     let containers = env.containers().await;
     assert_eq!(containers.len(), 2, "{containers:?}");
     assert_eq!(containers[&web], ("web".to_owned(), true));
