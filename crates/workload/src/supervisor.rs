@@ -183,6 +183,12 @@ impl<I: Images> Supervisor<I> {
     /// Waits (at most `limit`, real time) for the next result or stream input and applies it at
     /// `now`; returns whether anything arrived.
     pub async fn wait_input(&mut self, now: Instant, limit: Duration) -> bool {
+        self.wait_input_with(limit, || now).await
+    }
+
+    /// Like [`Supervisor::wait_input`], applying what arrives at `clock()` read on its arrival,
+    /// so a run's start and end are timed when they are learned, not when the wait began.
+    async fn wait_input_with(&mut self, limit: Duration, clock: impl Fn() -> Instant) -> bool {
         let next = async {
             tokio::select! {
                 Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
@@ -193,11 +199,11 @@ impl<I: Images> Supervisor<I> {
         };
         match tokio::time::timeout(limit, next).await {
             Ok(Some(Err(joined))) => {
-                self.apply_joined(joined, now);
+                self.apply_joined(joined, clock());
                 true
             }
             Ok(Some(Ok(input))) => {
-                self.apply_input(input, now);
+                self.apply_input(input, clock());
                 true
             }
             _ => false,
@@ -414,7 +420,7 @@ impl<I: Images> Supervisor<I> {
                             tracing::warn!(%error, "workload configuration rejected");
                         }
                     }
-                    _ = self.wait_input(now, wake) => {}
+                    _ = self.wait_input_with(wake, Instant::now) => {}
                 }
             }
             let stop_on_exit = self.core.config().stop_on_exit;
