@@ -51,12 +51,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn workspace_root() -> PathBuf {
-    // xtask/ sits at the workspace root.
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+/// The checkout this runs in (never the one xtask was built from; see `i[xtask.root]`).
+fn workspace_root() -> anyhow::Result<PathBuf> {
+    crate::root::find(None).map_err(|message| anyhow::anyhow!("bench: {message}"))
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -70,7 +67,8 @@ fn cargo() -> Command {
 }
 
 fn retry(args: &Args) -> anyhow::Result<ExitCode> {
-    let root = workspace_root();
+    let root = workspace_root()?;
+    crate::output::print(&crate::root::banner(&root));
     let target = target_dir(&root);
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
