@@ -226,7 +226,7 @@ fn prove_one(
             "--test-tool",
             "nextest",
         ])
-        .args(["--test-workspace", "true", "--colors", "never"])
+        .args(["--colors", "never"])
         .arg("--output")
         .arg(&rule_dir)
         .current_dir(root);
@@ -241,11 +241,33 @@ fn prove_one(
     for pattern in plan.name_patterns() {
         command.args(["--re", &pattern]);
     }
+    // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
+    match plan.test_packages() {
+        Some(packages) => {
+            for package in packages {
+                command.args(["--test-package", &package]);
+            }
+        }
+        None => {
+            command.args(["--test-workspace", "true"]);
+        }
+    }
     if let Some(timeout) = timeout {
         command.args(["--timeout", &timeout.to_string()]);
     }
     command.args(["--", "-E", &plan.test_filter()]);
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
     let status = command.stdout(log.try_clone()?).stderr(log).status()?;
-    outcomes::read(&rule_dir.join("mutants.out/outcomes.json"), status.code())
+    // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an
+    // interrupt) is no proof, and nothing is recorded.
+    match status.code() {
+        Some(0 | 2 | 3) => {
+            outcomes::read(&rule_dir.join("mutants.out/outcomes.json"), status.code())
+        }
+        code => anyhow::bail!(
+            "cargo-mutants ended with {code:?} for {}; see {}",
+            plan.rule,
+            rule_dir.join("cargo-mutants.log").display()
+        ),
+    }
 }

@@ -28,6 +28,8 @@ pub struct Judge {
     pub binary: Option<String>,
     /// libtest name (`tests::alpha_holds`).
     pub name: String,
+    /// The package whose tests hold it.
+    pub package: Option<String>,
 }
 
 /// One rule's proof plan.
@@ -54,6 +56,19 @@ impl Plan {
                 format!("^{}:({}):", regex_escape(&t.file), lines.join("|"))
             })
             .collect()
+    }
+
+    /// The packages whose tests must be built to judge (`None`: one of them is unknown, so the
+    /// whole workspace's tests are built).
+    pub fn test_packages(&self) -> Option<Vec<String>> {
+        let mut packages: Vec<String> = self
+            .judges
+            .iter()
+            .map(|j| j.package.clone())
+            .collect::<Option<_>>()?;
+        packages.sort();
+        packages.dedup();
+        Some(packages)
     }
 
     /// The nextest filterset selecting exactly the rule's verifying tests.
@@ -120,6 +135,7 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
                     continue;
                 };
                 let judge = Judge {
+                    package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
                     binary: test.target.map(|t| t.suite),
                     name: test.full_name,
                 };
@@ -196,10 +212,12 @@ mod tests {
                 Judge {
                     binary: Some("holdfast-retry".into()),
                     name: "schedule::tests::doubles".into(),
+                    package: Some("holdfast-retry".into()),
                 },
                 Judge {
                     binary: None,
                     name: "caps".into(),
+                    package: None,
                 },
             ],
         };
@@ -207,6 +225,7 @@ mod tests {
             plan.name_patterns(),
             [r"^crates/retry/src/schedule\.rs:(3|4|5):"]
         );
+        assert_eq!(plan.test_packages(), None, "caps's package is unknown");
         assert_eq!(
             plan.test_filter(),
             "(binary_id(=holdfast-retry) & test(=schedule::tests::doubles)) | test(=caps)"
