@@ -84,10 +84,25 @@ fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
         .args(["mutants", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(
-        installed,
-        "needs cargo-mutants: cargo install --locked cargo-mutants"
-    );
+    if !installed {
+        // The harness installs it; a plain `cargo test` skips loudly and records the skip.
+        if std::env::var("HOLDFAST_TEST_SERVICES").is_ok_and(|v| v == "1") {
+            panic!("needs cargo-mutants, which the harness installs (cargo xtask test --install)");
+        }
+        let skip = holdfast_test_support::services::Skip {
+            test: std::thread::current().name().unwrap_or("?").to_owned(),
+            binary: "prove".to_owned(),
+            service: "cargo-mutants".to_owned(),
+            reason: "cargo-mutants is not installed (cargo install --locked cargo-mutants)"
+                .to_owned(),
+        };
+        eprintln!(
+            "SKIPPED {}: needs cargo-mutants (run cargo xtask test)",
+            skip.test
+        );
+        let _ = skip.append_to(&holdfast_test_support::services::default_ledger_path());
+        return;
+    }
     let tree = tree();
     let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["prove", "demo.alpha", "demo.beta", "--root"])

@@ -124,7 +124,12 @@ pub fn parse(text: &str) -> anyhow::Result<Proof> {
                             )
                         });
                 let file = mutant.get("file").and_then(|f| f.as_str()).unwrap_or("?");
-                proof.survivors.push(format!("{file}:{line}:{col}: {name}"));
+                // cargo-mutants' names already start with `file:line:col: `; older ones did not.
+                if name.starts_with(file) {
+                    proof.survivors.push(name);
+                } else {
+                    proof.survivors.push(format!("{file}:{line}:{col}: {name}"));
+                }
             }
             other => anyhow::bail!("unexpected cargo-mutants outcome `{other}`"),
         }
@@ -142,7 +147,7 @@ mod tests {
         let json = r#"{"outcomes":[
             {"scenario":"Baseline","summary":"Success"},
             {"scenario":{"Mutant":{"name":"replace alpha -> u32 with 0","file":"crates/demo/src/lib.rs","span":{"start":{"line":3,"column":5},"end":{"line":3,"column":6}}}},"summary":"CaughtMutant"},
-            {"scenario":{"Mutant":{"name":"replace alpha -> u32 with 1","file":"crates/demo/src/lib.rs","span":{"start":{"line":3,"column":5},"end":{"line":3,"column":6}}}},"summary":"MissedMutant"},
+            {"scenario":{"Mutant":{"name":"crates/demo/src/lib.rs:3:5: replace alpha -> u32 with 1","file":"crates/demo/src/lib.rs","span":{"start":{"line":3,"column":5},"end":{"line":3,"column":6}}}},"summary":"MissedMutant"},
             {"scenario":{"Mutant":{"name":"replace + with -","file":"crates/demo/src/lib.rs","span":{"start":{"line":4,"column":7},"end":{"line":4,"column":8}}}},"summary":"Unviable"},
             {"scenario":{"Mutant":{"name":"replace loop","file":"crates/demo/src/lib.rs","span":{"start":{"line":5,"column":1},"end":{"line":5,"column":2}}}},"summary":"Timeout"}
         ],"total_mutants":4}"#;
