@@ -12,7 +12,20 @@ impl Policy {
     /// The computation saturates, so any streak length, up to `u32::MAX`, stays at the cap.
     // r[impl retry.schedule]
     pub fn nominal_delay(&self, failures: u32) -> Duration {
-        Default::default() /* ~ changed by cargo-mutants ~ */
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        let doublings = failures - 1;
+        // base >= 1 ns, so 2^64 ns (about 584 years) is already above any valid cap.
+        if doublings >= 64 {
+            return self.cap;
+        }
+        let nanos = self.base.as_nanos().saturating_mul(1u128 << doublings);
+        if nanos >= self.cap.as_nanos() {
+            self.cap
+        } else {
+            duration_from_nanos(nanos)
+        }
     }
 
     /// The longest wait any history can produce under this policy: the jittered cap or the

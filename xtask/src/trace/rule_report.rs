@@ -191,7 +191,7 @@ pub fn trace(
 
 /// The rule's whole text: its blockquote after the marker, lines joined with spaces.
 fn rule_text(root: &Path, rule: &Rule) -> String {
-    let Ok(text) = std::fs::read_to_string(root.join(&rule.file)) else {
+    let Some(text) = crate::spec_check::rules::spec_text(root, &rule.file) else {
         return String::new();
     };
     let lines: Vec<&str> = text
