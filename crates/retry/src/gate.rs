@@ -219,7 +219,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 expired: None,
             });
         };
-        if slot.in_flight() && now == /* ~ changed by cargo-mutants ~ */ slot.next_at(&policy) {
+        if slot.in_flight() && now < slot.next_at(&policy) {
             return Err(NotYet {
                 until: slot.next_at(&policy),
                 reason: WaitReason::InFlight {
