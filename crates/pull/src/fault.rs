@@ -1,18 +1,31 @@
-//! Operator-visible faults: one per failing subject (an image reference, or the daemon itself),
-//! filed once when the subject escalates and cleared by its next success.
+//! Operator-visible faults, on the node's shared [`FaultBoard`] (holdfast-lifecycle): one per
+//! failing subject (an image reference, or the daemon itself), filed once when the subject
+//! escalates and cleared by its next success. This module only names pull's subjects and files
+//! in pull's terms; the board is the node's.
 
-use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::SystemTime;
 
-use crate::classify::{PullError, PullErrorKind};
+use holdfast_lifecycle::{Fault, FaultBoard, Subject};
 
-/// What a fault is about.
+use crate::classify::PullError;
+
+/// The module name pull's faults are filed under.
+pub const MODULE: &str = "pull";
+
+/// What a fault of pull's is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultSubject {
     /// An image reference that cannot be pulled.
     Image(String),
     /// The Docker daemon (or Podman service) cannot be reached; no image can be pulled.
     Daemon,
+}
+
+impl FaultSubject {
+    /// The board's subject: module "pull", name "image REF" or "docker daemon".
+    pub fn subject(&self) -> Subject {
+        Subject::new(MODULE, self.to_string())
+    }
 }
 
 impl std::fmt::Display for FaultSubject {
@@ -24,127 +37,104 @@ impl std::fmt::Display for FaultSubject {
     }
 }
 
-/// One open fault, as the operator sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault {
-    /// What is failing.
-    pub subject: FaultSubject,
-    /// The kind of the failure that filed the fault.
-    pub kind: PullErrorKind,
-    /// The latest failure's message.
-    pub last_error: String,
-    /// Consecutive failures so far.
-    pub failures: u32,
-    /// When the fault was filed (caller's clock).
-    pub since: Instant,
+/// Pull's view of the node's board.
+#[derive(Debug, Clone, Default)]
+pub struct PullFaults {
+    board: FaultBoard,
 }
 
-/// The set of open faults. Filing is idempotent per subject: a subject has at most one fault.
-#[derive(Debug, Default)]
-pub struct FaultBoard {
-    open: BTreeMap<FaultSubject, Fault>,
-}
+impl PullFaults {
+    /// Files on `board` (shared with the rest of the node).
+    pub fn new(board: FaultBoard) -> Self {
+        PullFaults { board }
+    }
 
-impl FaultBoard {
-    /// An empty board.
-    pub fn new() -> Self {
-        Self::default()
+    /// The board faults are filed on.
+    pub fn board(&self) -> &FaultBoard {
+        &self.board
     }
 
     // r[impl actuate.image.fault]
-    /// Files a fault for `subject` unless one is already open, in which case the open one is
-    /// refreshed (latest error, failure count) but not filed again. Returns whether it was new.
-    pub fn file(
-        &mut self,
-        subject: FaultSubject,
-        error: &PullError,
-        failures: u32,
-        now: Instant,
-    ) -> bool {
-        if let Some(open) = self.open.get_mut(&subject) {
-            open.kind = error.kind;
-            open.last_error = error.message.clone();
-            open.failures = failures;
-            return false;
-        }
-        tracing::warn!(
-            subject = %subject,
-            kind = %error.kind,
+    /// Files a fault for `subject`, or refreshes the open one (latest error, failure count)
+    /// without filing it again. Returns whether it was new.
+    pub fn file(&self, subject: &FaultSubject, error: &PullError, failures: u32) -> bool {
+        self.board.file(
+            subject.subject(),
+            error.kind.as_str(),
+            &error.message,
             failures,
-            error = %error.message,
-            "fault filed"
+            SystemTime::now(),
+        )
+    }
+
+    /// Refreshes an open fault's latest error and count; files nothing when none is open.
+    pub fn refresh(&self, subject: &FaultSubject, error: &PullError, failures: u32) {
+        // One step on the board: a fault the node clears meanwhile is not filed again.
+        self.board.refresh(
+            &subject.subject(),
+            error.kind.as_str(),
+            &error.message,
+            failures,
+            SystemTime::now(),
         );
-        self.open.insert(
-            subject.clone(),
-            Fault {
-                subject,
-                kind: error.kind,
-                last_error: error.message.clone(),
-                failures,
-                since: now,
-            },
-        );
-        true
     }
 
-    /// Refreshes an open fault's latest error and count; does nothing when none is open.
-    pub fn refresh(&mut self, subject: &FaultSubject, error: &PullError, failures: u32) {
-        if let Some(open) = self.open.get_mut(subject) {
-            open.kind = error.kind;
-            open.last_error = error.message.clone();
-            open.failures = failures;
-        }
+    /// Clears the fault for `subject`; returns whether one was open.
+    pub fn clear(&self, subject: &FaultSubject) -> bool {
+        self.board.clear(&subject.subject())
     }
 
-    /// Clears the fault for `subject`, returning it if one was open.
-    pub fn clear(&mut self, subject: &FaultSubject) -> Option<Fault> {
-        let cleared = self.open.remove(subject);
-        if let Some(fault) = &cleared {
-            tracing::info!(subject = %fault.subject, kind = %fault.kind, "fault cleared");
-        }
-        cleared
+    /// Whether a fault is open for `subject`.
+    pub fn is_open(&self, subject: &FaultSubject) -> bool {
+        self.board.get(&subject.subject()).is_some()
     }
 
-    /// The fault open for `subject`, if any.
-    pub fn get(&self, subject: &FaultSubject) -> Option<&Fault> {
-        self.open.get(subject)
-    }
-
-    /// All open faults, ordered by subject.
+    /// Pull's open faults, ordered by subject.
     pub fn list(&self) -> Vec<Fault> {
-        self.open.values().cloned().collect()
-    }
-
-    /// How many faults are open.
-    pub fn len(&self) -> usize {
-        self.open.len()
-    }
-
-    /// Whether no fault is open.
-    pub fn is_empty(&self) -> bool {
-        self.open.is_empty()
+        self.board.of_module(MODULE)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::PullErrorKind;
 
     // r[verify actuate.image.fault]
     #[test]
-    fn one_fault_per_subject_until_cleared() {
-        let mut board = FaultBoard::new();
-        let now = Instant::now();
+    fn one_fault_per_subject_until_cleared_on_the_shared_board() {
+        let board = FaultBoard::new();
+        let faults = PullFaults::new(board.clone());
         let img = FaultSubject::Image("r/a:1".into());
         let e = PullError::new(PullErrorKind::RegistryUnreachable, "dial tcp: refused");
-        assert!(board.file(img.clone(), &e, 5, now));
-        assert!(!board.file(img.clone(), &e, 6, now));
-        assert_eq!(board.len(), 1);
-        assert_eq!(board.get(&img).map(|f| f.failures), Some(6));
-        assert!(board.file(FaultSubject::Daemon, &e, 5, now));
-        assert_eq!(board.len(), 2);
-        assert!(board.clear(&img).is_some());
-        assert!(board.clear(&img).is_none());
-        assert!(board.file(img, &e, 5, now));
+        assert!(faults.file(&img, &e, 5));
+        assert!(!faults.file(&img, &e, 6));
+        assert_eq!(faults.list().len(), 1);
+        let open = board.get(&Subject::new("pull", "image r/a:1")).unwrap();
+        assert_eq!(open.failures, 6);
+        assert_eq!(open.kind, "registry-unreachable");
+        // Refreshing files nothing.
+        faults.refresh(&FaultSubject::Daemon, &e, 1);
+        assert!(!faults.is_open(&FaultSubject::Daemon));
+        assert!(faults.file(&FaultSubject::Daemon, &e, 5));
+        assert_eq!(
+            board
+                .get(&Subject::new("pull", "docker daemon"))
+                .map(|f| f.failures),
+            Some(5)
+        );
+        // Another module's fault is on the same board, and not pull's.
+        board.file(
+            Subject::new("issuance", "a.example"),
+            "x",
+            "y",
+            1,
+            SystemTime::now(),
+        );
+        assert_eq!(faults.list().len(), 2);
+        assert_eq!(board.len(), 3);
+        assert!(faults.clear(&img));
+        assert!(!faults.clear(&img));
+        assert!(faults.file(&img, &e, 5));
     }
 }

@@ -1,11 +1,15 @@
 //! holdfast-pull: keeps the images a node's workloads need present, through the Docker Engine API.
 //!
-//! [`Actuator`] is the entry point: a tick-driven `ensure(reference, now)` that answers at once and
-//! starts at most one paced pull per reference on the tokio runtime. Pacing goes through
-//! holdfast-retry ([`pacing`]), failures are classified from the daemon's status and message
-//! ([`classify`]), stalled pulls are ended by a progress watchdog ([`watchdog`]), progress is
-//! folded into layers and bytes ([`progress`]), the daemon is reached like the Docker CLI reaches it
-//! ([`client`]), and escalations become operator-visible faults ([`fault`]).
+//! It is split the way quinn-proto and quinn are: [`Reconciler`] is the synchronous core that
+//! owns every decision (pacing, single flight, attempt tokens, the daemon's condition, faults) and
+//! answers `ensure(reference, now)` with an [`ImageState`] and the [`Action`]s to perform;
+//! [`Actuator`] is the thin tokio shell that performs them (spawns and joins attempts, cancels
+//! superseded ones) and is the entry point: a tick-driven `ensure(reference, now)` that answers at
+//! once. Pacing goes through holdfast-retry ([`pacing`]), failures are classified from the
+//! daemon's status and message ([`classify`]), stalled pulls are ended by a progress watchdog
+//! ([`watchdog`]), progress is folded into layers and bytes ([`progress`]), the daemon is reached
+//! like the Docker CLI reaches it ([`client`], [`fetcher`]), and escalations become
+//! operator-visible faults ([`fault`]).
 //!
 //! The README follows.
 //!
@@ -14,13 +18,21 @@
 pub mod actuator;
 pub mod classify;
 pub mod client;
+pub mod config;
 pub mod fault;
+pub mod fetcher;
 pub mod pacing;
 pub mod progress;
+pub mod reconciler;
+pub mod state;
 pub mod watchdog;
 
-pub use actuator::{Actuator, DockerFetcher, Fetcher, ImageState, NoRuntime, PullConfig};
+pub use actuator::{Actuator, NoRuntime};
 pub use classify::{FaultPolicy, PullError, PullErrorKind};
 pub use client::{DaemonEndpoint, Fetched};
-pub use fault::{Fault, FaultSubject};
+pub use config::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigBuilder, PullConfigError};
+pub use fault::{FaultSubject, MODULE, PullFaults};
+pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
 pub use progress::PullProgress;
+pub use reconciler::{Action, AttemptId, Completion, Reconciler};
+pub use state::ImageState;

@@ -1,21 +1,22 @@
-//! Pacing through holdfast-retry: one [`KeyedGate`] per kind of key (image references; the
-//! daemon), with the gate's attempt tokens kept here so the actuator can hand a small `Copy` id to
-//! the spawned attempt and give the real token back to the gate when the result comes in.
+//! Pacing through holdfast-retry: one [`Attempts`] (a gate plus its attempts' tokens) per kind of
+//! key (image references; the daemon), so the actuator can hand a small `Copy` [`Token`] to the
+//! spawned attempt and give the real token back to the gate when the result comes in.
 //!
-//! There is no back-off arithmetic in this crate: when to attempt, single flight, superseding,
-//! escalation and recovery are all the gate's answers.
+//! There is no back-off arithmetic and no token bookkeeping in this crate: when to attempt, single
+//! flight, superseding, escalation, recovery and the once-only expiry report are all
+//! holdfast-retry's answers; this layer only keeps the names the actuator uses.
 
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use holdfast_retry::{
-    AttemptToken, Escalation, KeyState, KeyedGate, NotYet, Policy, Reason, Transition, WaitReason,
-};
+use holdfast_retry::{Attempts, KeyState, Policy};
 
-/// Identifies one granted attempt (and, through it, the gate's [`AttemptToken`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Token(u64);
+/// Identifies one granted attempt (and, through it, the gate's token).
+pub use holdfast_retry::AttemptId as Token;
+/// A counted failure, as the gate recorded it.
+pub use holdfast_retry::Failed;
+/// What finishing an attempt did.
+pub use holdfast_retry::Finished;
 
 /// The gate's answer to "may this key be attempted now?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,162 +43,81 @@ pub enum Permit {
     },
 }
 
-/// A counted failure, as the gate recorded it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failed {
-    /// The streak length after it.
-    pub failures: u32,
-    /// The earliest next attempt.
-    pub until: Instant,
-    /// This failure escalated the key (once per streak).
-    pub escalated: bool,
-}
-
-/// The failure the gate recorded for a stale attempt.
-fn expiry(t: &Transition<()>, now: Instant) -> Failed {
-    Failed {
-        failures: t.failures,
-        until: t.next_attempt_at.unwrap_or(now),
-        escalated: t.escalation == Some(Escalation::Escalated),
+impl From<holdfast_retry::Permit> for Permit {
+    fn from(permit: holdfast_retry::Permit) -> Self {
+        match permit {
+            holdfast_retry::Permit::Granted { id, expired } => {
+                Permit::Granted { token: id, expired }
+            }
+            holdfast_retry::Permit::InFlight => Permit::InFlight,
+            holdfast_retry::Permit::Wait {
+                until,
+                failures,
+                expired,
+            } => Permit::Wait {
+                until,
+                failures,
+                expired,
+            },
+        }
     }
 }
 
-/// What finishing an attempt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finished {
-    /// The token had been superseded: nothing changed.
-    Superseded,
-    /// The key is fresh again; `recovered` when it had been escalated.
-    Succeeded {
-        /// The success ended an escalation.
-        recovered: bool,
-    },
-    /// The failure was counted.
-    Failed(Failed),
-    /// The attempt ended without an outcome: the key is as it was before the attempt began.
-    Released,
-}
-
-/// A [`KeyedGate`] plus the tokens of the attempts it granted that have not reported yet.
+/// A gate plus the tokens of the attempts it granted that have not reported yet.
 #[derive(Debug)]
 pub struct Pacer<K> {
-    gate: KeyedGate<K>,
-    tokens: HashMap<Token, AttemptToken<K>>,
-    next: u64,
+    attempts: Attempts<K>,
 }
 
 impl<K: Hash + Eq + Clone> Pacer<K> {
     /// A pacer for keys of one kind.
     pub fn new(policy: Policy) -> Self {
         Pacer {
-            gate: KeyedGate::new(policy),
-            tokens: HashMap::new(),
-            next: 0,
+            attempts: Attempts::new(policy),
         }
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
-        self.gate.policy()
+        self.attempts.policy()
     }
 
     // r[impl actuate.image.retry]
     /// Asks the gate whether `key` may be attempted at `now`.
     pub fn begin(&mut self, key: K, now: Instant) -> Permit {
-        match self.gate.begin(&key, now) {
-            Ok(mut attempt) => {
-                let expired = attempt.expired.take().map(|t| expiry(&t, now));
-                self.next += 1;
-                let token = Token(self.next);
-                self.tokens.insert(token, attempt);
-                Permit::Granted { token, expired }
-            }
-            Err(NotYet {
-                until,
-                reason,
-                expired,
-            }) => {
-                let expired = expired.map(|t| expiry(&t, now));
-                match reason {
-                    WaitReason::InFlight { .. } => Permit::InFlight,
-                    WaitReason::Backoff { failures, .. } => Permit::Wait {
-                        until,
-                        failures,
-                        expired,
-                    },
-                    WaitReason::Budget => Permit::Wait {
-                        until,
-                        failures: expired.map_or(0, |e| e.failures),
-                        expired,
-                    },
-                }
-            }
-        }
+        self.attempts.begin(&key, now).into()
     }
 
     /// The attempt `token` succeeded at `now`.
     pub fn succeed(&mut self, token: Token, now: Instant) -> Finished {
-        let Some(attempt) = self.tokens.remove(&token) else {
-            return Finished::Superseded;
-        };
-        let transition = self.gate.succeed(attempt, now);
-        match transition.reason {
-            Reason::Superseded => Finished::Superseded,
-            _ => Finished::Succeeded {
-                recovered: transition.escalation == Some(Escalation::Recovered),
-            },
-        }
+        self.attempts.succeed(token, now)
     }
 
     /// The attempt `token` failed at `now`, perhaps with a typed server hint.
     pub fn fail(&mut self, token: Token, now: Instant, hint: Option<Duration>) -> Finished {
-        let Some(attempt) = self.tokens.remove(&token) else {
-            return Finished::Superseded;
-        };
-        let transition = self.gate.fail(attempt, now, hint);
-        match transition.reason {
-            Reason::Superseded => Finished::Superseded,
-            _ => Finished::Failed(Failed {
-                failures: transition.failures,
-                until: transition.next_attempt_at.unwrap_or(now),
-                escalated: transition.escalation == Some(Escalation::Escalated),
-            }),
-        }
+        self.attempts.fail(token, now, hint)
     }
 
     /// The attempt `token` ended at `now` without an outcome: it could not judge the key (the
     /// daemon behind it was unreachable), so the key's streak and wait stay as they were. An
     /// attempt already past the gate's stale timeout had been counted as failed, and stays so.
     pub fn release(&mut self, token: Token, now: Instant) -> Finished {
-        let Some(attempt) = self.tokens.remove(&token) else {
-            return Finished::Superseded;
-        };
-        let transition = self.gate.release(attempt, now);
-        match transition.reason {
-            Reason::Superseded => Finished::Superseded,
-            Reason::Released => Finished::Released,
-            _ => Finished::Failed(Failed {
-                failures: transition.failures,
-                until: transition.next_attempt_at.unwrap_or(now),
-                escalated: transition.escalation == Some(Escalation::Escalated),
-            }),
-        }
+        self.attempts.release(token, now)
     }
 
     /// What the gate holds about `key`, without changing anything (`None`: fresh).
     pub fn state(&self, key: &K) -> Option<KeyState> {
-        self.gate.state(key)
+        self.attempts.state(key)
     }
 
     /// Drops the token of an attempt the gate superseded and the caller cancelled: its result will
     /// never come back to finish it.
     pub fn discard(&mut self, token: Token) {
-        self.tokens.remove(&token);
+        self.attempts.discard(token);
     }
 
     /// Drops everything the gate holds about `key` (the caller no longer needs it).
     pub fn forget(&mut self, key: &K) {
-        let _ = self.gate.forget(key);
-        self.tokens.retain(|_, attempt| attempt.key() != key);
+        let _ = self.attempts.forget(key);
     }
 }

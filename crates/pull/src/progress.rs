@@ -41,11 +41,21 @@ struct Layer {
     total: u64,
 }
 
+/// At most this many layers are tracked per pull. A real image has at most 127 layers (the
+/// overlay driver's limit); a daemon announcing more is not believed beyond this, so memory stays
+/// bounded whatever the daemon sends.
+pub const MAX_TRACKED_LAYERS: usize = 512;
+
+/// Longest layer id kept; a longer one is not a layer id the daemon would send, and is ignored.
+pub const MAX_LAYER_ID_LEN: usize = 128;
+
+/// Longest status line kept for display; a longer one is cut (at a character boundary).
+pub const MAX_STATUS_LEN: usize = 256;
+
 /// Folds progress messages into a [`PullProgress`] and tells whether each message was an advance.
 #[derive(Debug, Default)]
 pub struct ProgressTracker {
     layers: BTreeMap<String, Layer>,
-    statuses: Vec<String>,
     last_status: Option<String>,
 }
 
@@ -55,25 +65,32 @@ impl ProgressTracker {
         Self::default()
     }
 
-    // r[impl actuate.image.progress]
-    /// Folds one message in. Returns `true` when it is an advance: a new layer, a layer reaching
-    /// a later phase, more bytes downloaded or extracted, or a new pull-level status. Repeated
-    /// messages that move nothing forward (dockerd's "Retrying in N seconds" countdown, a
-    /// repeated byte count) are not progress.
+    // r[impl actuate.image.watchdog+3]
+    // r[impl actuate.image.progress.bounded]
+    /// Folds one message in. Returns `true` when it is an advance: more bytes of a layer
+    /// downloaded or extracted, or a layer completing (downloaded, or done). Nothing else moves
+    /// the watchdog: not a new status line, not a new layer id, not a phase change short of
+    /// completion, so a daemon that chatters (dockerd's "Retrying in N seconds" countdown, a
+    /// stream of new status strings or layer ids) cannot keep a stalled pull alive. What is kept
+    /// is bounded ([`MAX_TRACKED_LAYERS`], [`MAX_LAYER_ID_LEN`], [`MAX_STATUS_LEN`]).
     pub fn observe(&mut self, info: &CreateImageInfo) -> bool {
-        let status = info.status.clone().unwrap_or_default();
+        let status = info.status.as_deref().unwrap_or_default();
         if !status.is_empty() {
-            self.last_status = Some(status.clone());
+            self.last_status = Some(truncated(status, MAX_STATUS_LEN));
         }
-        let Some(id) = info.id.as_deref().filter(|_| is_layer_status(&status)) else {
-            // A pull-level status ("Pulling from ...", "Digest: ...", "Status: ...").
-            if status.is_empty() || self.statuses.contains(&status) {
-                return false;
-            }
-            self.statuses.push(status);
-            return true;
+        let Some(id) = info
+            .id
+            .as_deref()
+            .filter(|id| is_layer_status(status) && id.len() <= MAX_LAYER_ID_LEN)
+        else {
+            // A pull-level status ("Pulling from ...", "Digest: ...", "Status: ..."): shown, never
+            // progress.
+            return false;
         };
-        let phase = layer_phase(&status);
+        if !self.layers.contains_key(id) && self.layers.len() >= MAX_TRACKED_LAYERS {
+            return false;
+        }
+        let phase = layer_phase(status);
         let detail = info.progress_detail.as_ref();
         let current = detail
             .and_then(|d| d.current)
@@ -82,20 +99,18 @@ impl ProgressTracker {
             .and_then(|d| d.total)
             .and_then(|t| u64::try_from(t).ok());
         let mut advanced = false;
-        let layer = self.layers.entry(id.to_owned()).or_insert_with(|| {
-            advanced = true;
-            Layer {
-                phase: LayerPhase::Waiting,
-                downloaded: 0,
-                extracted: 0,
-                total: 0,
-            }
+        let layer = self.layers.entry(id.to_owned()).or_insert(Layer {
+            phase: LayerPhase::Waiting,
+            downloaded: 0,
+            extracted: 0,
+            total: 0,
         });
         if let Some(phase) = phase
             && phase > layer.phase
         {
+            let completes = |stage: LayerPhase| layer.phase < stage && phase >= stage;
+            advanced |= completes(LayerPhase::Downloaded) || completes(LayerPhase::Done);
             layer.phase = phase;
-            advanced = true;
         }
         if let Some(total) = total
             && total > layer.total
@@ -122,8 +137,15 @@ impl ProgressTracker {
         advanced
     }
 
-    /// The progress so far.
+    /// The progress so far. Byte sums saturate: a daemon reporting sizes near `i64::MAX` for
+    /// several layers shows the maximum, never a wrapped (or panicking) sum.
     pub fn snapshot(&self) -> PullProgress {
+        let sum = |bytes: fn(&Layer) -> u64| {
+            self.layers
+                .values()
+                .map(bytes)
+                .fold(0u64, u64::saturating_add)
+        };
         PullProgress {
             layers: self.layers.len(),
             layers_done: self
@@ -131,11 +153,20 @@ impl ProgressTracker {
                 .values()
                 .filter(|l| l.phase == LayerPhase::Done)
                 .count(),
-            bytes_downloaded: self.layers.values().map(|l| l.downloaded).sum(),
-            bytes_total: self.layers.values().map(|l| l.total).sum(),
+            bytes_downloaded: sum(|l| l.downloaded),
+            bytes_total: sum(|l| l.total),
             last_status: self.last_status.clone(),
         }
     }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }
 
 fn is_layer_status(status: &str) -> bool {
@@ -185,44 +216,70 @@ mod tests {
     }
 
     // r[verify actuate.image.progress]
+    // r[verify actuate.image.watchdog+3]
     #[test]
     fn a_real_pull_sequence_folds_into_bytes_and_layers() {
-        // The message sequence dockerd 20.10 sends for a one-layer image.
+        // The message sequence dockerd 20.10 sends for a one-layer image, and whether each one
+        // is an advance (bytes, or a layer completing).
         let mut tracker = ProgressTracker::new();
         let seq = [
-            msg("Pulling from holdfast/busybox", Some("latest"), None, None),
-            msg("Pulling fs layer", Some("8acd48497341"), None, None),
-            msg(
-                "Downloading",
-                Some("8acd48497341"),
-                Some(32768),
-                Some(1_000_000),
+            (
+                msg("Pulling from holdfast/busybox", Some("latest"), None, None),
+                false,
             ),
-            msg(
-                "Downloading",
-                Some("8acd48497341"),
-                Some(500_000),
-                Some(1_000_000),
+            (
+                msg("Pulling fs layer", Some("8acd48497341"), None, None),
+                false,
             ),
-            msg("Verifying Checksum", Some("8acd48497341"), None, None),
-            msg("Download complete", Some("8acd48497341"), None, None),
-            msg(
-                "Extracting",
-                Some("8acd48497341"),
-                Some(65536),
-                Some(1_000_000),
+            (
+                msg(
+                    "Downloading",
+                    Some("8acd48497341"),
+                    Some(32768),
+                    Some(1_000_000),
+                ),
+                true,
             ),
-            msg("Pull complete", Some("8acd48497341"), None, None),
-            msg("Digest: sha256:79730e4a", None, None, None),
-            msg(
-                "Status: Downloaded newer image for 127.0.0.1:5055/holdfast/busybox:latest",
-                None,
-                None,
-                None,
+            (
+                msg(
+                    "Downloading",
+                    Some("8acd48497341"),
+                    Some(500_000),
+                    Some(1_000_000),
+                ),
+                true,
+            ),
+            (
+                msg("Verifying Checksum", Some("8acd48497341"), None, None),
+                false,
+            ),
+            (
+                msg("Download complete", Some("8acd48497341"), None, None),
+                true,
+            ),
+            (
+                msg(
+                    "Extracting",
+                    Some("8acd48497341"),
+                    Some(65536),
+                    Some(1_000_000),
+                ),
+                true,
+            ),
+            (msg("Pull complete", Some("8acd48497341"), None, None), true),
+            (msg("Digest: sha256:79730e4a", None, None, None), false),
+            (
+                msg(
+                    "Status: Downloaded newer image for 127.0.0.1:5055/holdfast/busybox:latest",
+                    None,
+                    None,
+                    None,
+                ),
+                false,
             ),
         ];
-        for m in &seq {
-            assert!(tracker.observe(m), "{m:?} should be an advance");
+        for (m, advance) in &seq {
+            assert_eq!(tracker.observe(m), *advance, "{m:?}");
         }
         let p = tracker.snapshot();
         assert_eq!(p.layers, 1);
@@ -234,9 +291,11 @@ mod tests {
                 .as_deref()
                 .is_some_and(|s| s.starts_with("Status:"))
         );
+        // A layer the daemon already has completes at once: that is an advance too.
+        assert!(tracker.observe(&msg("Already exists", Some("0123456789ab"), None, None)));
     }
 
-    // r[verify actuate.image.progress]
+    // r[verify actuate.image.watchdog+3]
     #[test]
     fn repeats_and_retry_countdowns_are_not_progress() {
         let mut tracker = ProgressTracker::new();
@@ -249,5 +308,50 @@ mod tests {
         assert!(tracker.observe(&msg("Downloading", Some("abc"), Some(11), Some(100))));
         assert_eq!(tracker.snapshot().bytes_downloaded, 11);
         assert_eq!(tracker.snapshot().layers_done, 0);
+    }
+
+    // r[verify actuate.image.watchdog+3]
+    // r[verify actuate.image.progress.bounded]
+    #[test]
+    fn a_chatty_daemon_is_no_progress_and_is_held_in_bounded_memory() {
+        let mut tracker = ProgressTracker::new();
+        // Every message new, none of them bytes or a completed layer.
+        for i in 0..10_000 {
+            let status = format!("Pulling from holdfast/busybox attempt {i}");
+            assert!(!tracker.observe(&msg(&status, Some("latest"), None, None)));
+            let layer = format!("{i:012x}");
+            assert!(!tracker.observe(&msg("Pulling fs layer", Some(&layer), None, None)));
+            assert!(!tracker.observe(&msg("Waiting", Some(&layer), None, None)));
+        }
+        let p = tracker.snapshot();
+        assert_eq!(p.layers, MAX_TRACKED_LAYERS, "layers kept are bounded");
+        let huge = "x".repeat(100_000);
+        assert!(!tracker.observe(&msg(&huge, None, None, None)));
+        assert_eq!(
+            tracker.snapshot().last_status.map(|s| s.len()),
+            Some(MAX_STATUS_LEN)
+        );
+        let long_id = "y".repeat(MAX_LAYER_ID_LEN + 1);
+        assert!(!tracker.observe(&msg("Downloading", Some(&long_id), Some(5), Some(9))));
+        assert_eq!(tracker.snapshot().layers, MAX_TRACKED_LAYERS);
+        // "é" is two bytes: a cut never splits a character.
+        assert_eq!(truncated("aé", 2), "a");
+    }
+
+    // r[verify actuate.image.progress.bounded]
+    #[test]
+    fn byte_sums_saturate() {
+        let mut tracker = ProgressTracker::new();
+        for layer in ["a", "b", "c"] {
+            tracker.observe(&msg(
+                "Downloading",
+                Some(layer),
+                Some(i64::MAX - 1),
+                Some(i64::MAX),
+            ));
+        }
+        let p = tracker.snapshot();
+        assert_eq!(p.bytes_total, u64::MAX);
+        assert_eq!(p.bytes_downloaded, u64::MAX);
     }
 }

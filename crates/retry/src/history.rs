@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::policy::Policy;
 use crate::stable_hash::stable_hash;
 use crate::time::Timestamp;
+use crate::transition::{Escalation, NotYet, Reason, Transition, WaitReason};
 
 /// What the pure decision says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +27,21 @@ impl<T> Decision<T> {
     }
 }
 
-/// A key's failure history: everything the decision depends on.
+/// A key's failure history: everything the decision depends on, and the attempt in flight.
 ///
-/// Replay persisted attempts into it in order with [`History::begin_attempt`] then
-/// [`History::record_failure`] or [`History::record_success`], and ask [`decide`].
+/// Drive it as a gate is driven — [`History::begin`], then [`History::fail`],
+/// [`History::succeed`] or [`History::release`] with the [`HistoryAttempt`] it granted — and it
+/// answers with the gate's own refusals and [`Transition`]s, stale attempts included (a crashed
+/// process leaves an attempt with no outcome; [`History::settle`] counts it as failed at its stale
+/// moment, as the gate does). Or replay persisted rows with the lower-level
+/// [`History::begin_attempt`], [`History::record_failure`] and [`History::record_success`], and
+/// ask [`decide`].
+///
+/// A history is its rows folded: store it (feature `serde`) beside the id of the last row it
+/// folded, and a decision after a restart applies only the rows after that one instead of
+/// replaying them all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct History<T> {
     /// Consecutive failures in the current streak.
     pub failures: u32,
@@ -42,6 +53,26 @@ pub struct History<T> {
     pub escalated: bool,
     /// Selects this key's jitter draws; [`History::for_key`] derives it stably from the key.
     pub jitter_key: u64,
+    /// When the attempt in flight began (`None`: none is).
+    pub in_flight: Option<T>,
+    /// When the attempt that went stale and was counted as failed began, while no newer attempt
+    /// has begun: its late success still resets the key.
+    pub expired: Option<T>,
+}
+
+/// What [`History::begin`] answers: the granted attempt and the expiry of a stale attempt this
+/// call counted as failed (if any), or the gate's refusal.
+pub type HistoryBegin<T> = Result<(HistoryAttempt<T>, Option<Transition<(), T>>), NotYet<T>>;
+
+/// An attempt a [`History`] granted: its start (what identifies it, as a persisted row's start
+/// does) and its number within its streak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct HistoryAttempt<T> {
+    /// When it began.
+    pub began: T,
+    /// Its number within its streak (1 for the first attempt after a success).
+    pub attempt: u32,
 }
 
 /// What recording a failure did.
@@ -71,6 +102,8 @@ impl<T: Timestamp> History<T> {
             hint: None,
             escalated: false,
             jitter_key,
+            in_flight: None,
+            expired: None,
         }
     }
 
@@ -120,6 +153,176 @@ impl<T: Timestamp> History<T> {
             failures,
             escalated: newly,
         }
+    }
+
+    /// An attempt in flight past the stale timeout counts as failed at the moment it became
+    /// stale, exactly as in the gate; returns that expiry (once). The gate settles on every
+    /// `begin`, `fail` and `release`; so do [`History::begin`], [`History::fail`] and
+    /// [`History::release`].
+    // r[impl retry.history]
+    pub fn settle(&mut self, policy: &Policy, now: T) -> Option<Transition<(), T>> {
+        let began = self.in_flight?;
+        let stale_at = began.saturating_add(policy.stale_after);
+        if now < stale_at {
+            return None;
+        }
+        let attempt = self.failures.saturating_add(1);
+        let recorded = self.record_failure(policy, stale_at, None);
+        self.in_flight = None;
+        self.expired = Some(began);
+        Some(Transition {
+            key: (),
+            attempt,
+            reason: Reason::Expired,
+            failures: recorded.failures,
+            next_attempt_at: self.next_attempt_at(policy),
+            escalation: recorded.escalated.then_some(Escalation::Escalated),
+        })
+    }
+
+    /// Start an attempt at `now` if the key may be attempted, with the gate's answers: refused
+    /// while an attempt is in flight and not yet stale, or while backing off; granted otherwise
+    /// (with the expiry of a stale attempt this call counted as failed, if any).
+    // r[impl retry.history]
+    pub fn begin(&mut self, policy: &Policy, now: T) -> HistoryBegin<T> {
+        if let Some(began) = self.in_flight {
+            let stale_at = began.saturating_add(policy.stale_after);
+            if now < stale_at {
+                return Err(NotYet {
+                    until: stale_at,
+                    reason: WaitReason::InFlight {
+                        attempt: self.failures.saturating_add(1),
+                    },
+                    expired: None,
+                });
+            }
+        }
+        let expired = self.settle(policy, now);
+        if let Decision::WaitUntil(until) = decide(policy, self, now) {
+            return Err(NotYet {
+                until,
+                reason: WaitReason::Backoff {
+                    failures: self.failures,
+                    escalated: self.escalated,
+                },
+                expired: expired.map(Box::new),
+            });
+        }
+        self.begin_attempt(policy, now);
+        self.in_flight = Some(now);
+        self.expired = None;
+        let attempt = HistoryAttempt {
+            began: now,
+            attempt: self.failures.saturating_add(1),
+        };
+        Ok((attempt, expired))
+    }
+
+    /// The attempt failed at `now`, perhaps with a server hint: the gate's transition. An attempt
+    /// that is no longer the one in flight changes nothing (`Superseded`); one already past its
+    /// stale timeout has counted as failed at its stale moment, and that expiry is the answer.
+    // r[impl retry.history]
+    pub fn fail(
+        &mut self,
+        policy: &Policy,
+        attempt: HistoryAttempt<T>,
+        now: T,
+        hint: Option<Duration>,
+    ) -> Transition<(), T> {
+        if self.in_flight != Some(attempt.began) {
+            return self.superseded(policy, attempt);
+        }
+        if let Some(expiry) = self.settle(policy, now) {
+            return expiry;
+        }
+        let recorded = self.record_failure(policy, now, hint);
+        self.in_flight = None;
+        let wait = policy.wait_after(recorded.failures, self.jitter_key, hint);
+        let hint_applied =
+            hint.is_some() && wait > policy.jittered_delay(recorded.failures, self.jitter_key);
+        Transition {
+            key: (),
+            attempt: attempt.attempt,
+            reason: Reason::Failed { hint_applied },
+            failures: recorded.failures,
+            next_attempt_at: self.next_attempt_at(policy),
+            escalation: recorded.escalated.then_some(Escalation::Escalated),
+        }
+    }
+
+    /// The attempt succeeded: the key is fresh again, `Recovered` if it was escalated. A stale
+    /// attempt's late success counts while no newer attempt has begun, as in the gate.
+    // r[impl retry.history]
+    pub fn succeed(&mut self, policy: &Policy, attempt: HistoryAttempt<T>) -> Transition<(), T> {
+        let live = self.in_flight == Some(attempt.began) || self.expired == Some(attempt.began);
+        if !live {
+            return self.superseded(policy, attempt);
+        }
+        let done = self.record_success();
+        Transition {
+            key: (),
+            attempt: attempt.attempt,
+            reason: Reason::Succeeded,
+            failures: 0,
+            next_attempt_at: None,
+            escalation: done.recovered.then_some(Escalation::Recovered),
+        }
+    }
+
+    /// The attempt ended without an outcome: nothing recorded, the key as `begin` left it.
+    // r[impl retry.history]
+    pub fn release(
+        &mut self,
+        policy: &Policy,
+        attempt: HistoryAttempt<T>,
+        now: T,
+    ) -> Transition<(), T> {
+        if self.in_flight != Some(attempt.began) {
+            return self.superseded(policy, attempt);
+        }
+        if let Some(expiry) = self.settle(policy, now) {
+            return expiry;
+        }
+        self.in_flight = None;
+        Transition {
+            key: (),
+            attempt: attempt.attempt,
+            reason: Reason::Released,
+            failures: self.failures,
+            next_attempt_at: self.next_attempt_at(policy),
+            escalation: None,
+        }
+    }
+
+    fn superseded(&self, policy: &Policy, attempt: HistoryAttempt<T>) -> Transition<(), T> {
+        Transition {
+            key: (),
+            attempt: attempt.attempt,
+            reason: Reason::Superseded,
+            failures: self.failures,
+            next_attempt_at: self
+                .in_flight
+                .is_none()
+                .then(|| self.next_attempt_at(policy))
+                .flatten(),
+            escalation: None,
+        }
+    }
+
+    /// The operator's force-retry: the key may be attempted at once, and its streak, hint and
+    /// escalation are cleared. Returns whether an escalation was open, so the caller clears its
+    /// fault itself; the next success does not report a `Recovered` for it (nothing recovered).
+    /// An attempt in flight stays in flight (single flight holds), and its outcome counts in the
+    /// new streak.
+    // r[impl retry.history.force-retry]
+    pub fn force_retry(&mut self) -> bool {
+        let was_escalated = self.escalated;
+        self.failures = 0;
+        self.last_failure = None;
+        self.hint = None;
+        self.escalated = false;
+        self.expired = None;
+        was_escalated
     }
 
     /// The attempt succeeded: the key is fresh again.
@@ -271,5 +474,120 @@ mod tests {
         assert!(h.record_success().recovered);
         h.begin_attempt(&p, t);
         assert!(!h.record_success().recovered, "recovery is reported once");
+    }
+
+    // r[verify retry.history]
+    #[test]
+    fn an_attempt_a_crashed_process_left_open_counts_as_failed_at_its_stale_moment() {
+        let p = policy();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut h = History::for_key("example.org");
+        let (attempt, expired) = h.begin(&p, t0).unwrap();
+        assert_eq!((attempt.attempt, expired), (1, None));
+        // The process crashed here: the row has a start and no outcome. After a restart, within
+        // the stale timeout the attempt still counts as in flight...
+        let refused = h
+            .clone()
+            .begin(&p, t0 + Duration::from_secs(60))
+            .unwrap_err();
+        assert_eq!(refused.until, t0 + p.stale_after());
+        assert_eq!(refused.reason, WaitReason::InFlight { attempt: 1 });
+        // ...and after it, as failed at the stale moment, reported once by the call that saw it.
+        let later = t0 + p.stale_after() + Duration::from_secs(1);
+        let refused = h.begin(&p, later).unwrap_err();
+        let expiry = *refused.expired.unwrap();
+        let stale_at = t0 + p.stale_after();
+        assert_eq!(expiry.reason, Reason::Expired);
+        assert_eq!((expiry.attempt, expiry.failures), (1, 1));
+        assert_eq!(h.last_failure, Some(stale_at));
+        assert_eq!(expiry.next_attempt_at, h.next_attempt_at(&p));
+        assert!(expiry.next_attempt_at.unwrap() >= stale_at + p.base());
+        assert_eq!(
+            h.begin(&p, later).unwrap_err().expired,
+            None,
+            "reported once"
+        );
+        // The crashed attempt's outcome, if it ever arrives, is that expiry (a late failure adds
+        // nothing); a newer attempt supersedes it.
+        let next = expiry.next_attempt_at.unwrap();
+        let (live, _) = h.begin(&p, next).unwrap();
+        assert_eq!(h.fail(&p, attempt, next, None).reason, Reason::Superseded);
+        let failed = h.fail(&p, live, next, Some(Duration::from_secs(3600)));
+        assert_eq!(failed.reason, Reason::Failed { hint_applied: true });
+        assert_eq!((failed.attempt, failed.failures), (2, 2));
+    }
+
+    // r[verify retry.history]
+    #[cfg(feature = "serde")]
+    #[test]
+    fn a_stored_fold_decides_as_a_full_replay() {
+        let p = policy();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        // Forty rows of attempts: failures, a release, a success, a hint.
+        let drive = |h: &mut History<SystemTime>, from: usize, to: usize| {
+            let mut t = t0 + Duration::from_secs(from as u64 * 400);
+            for row in from..to {
+                let Ok((attempt, _)) = h.begin(&p, t) else {
+                    t += Duration::from_secs(400);
+                    continue;
+                };
+                let _ = match row % 7 {
+                    3 => h.release(&p, attempt, t),
+                    6 => h.succeed(&p, attempt),
+                    5 => h.fail(&p, attempt, t, Some(Duration::from_secs(900))),
+                    _ => h.fail(&p, attempt, t, None),
+                };
+                t += Duration::from_secs(400);
+            }
+        };
+        let mut replayed = History::for_key("example.org");
+        drive(&mut replayed, 0, 40);
+        let mut folded = History::for_key("example.org");
+        drive(&mut folded, 0, 25);
+        let stored = serde_json::to_string(&folded).unwrap();
+        let mut restored: History<SystemTime> = serde_json::from_str(&stored).unwrap();
+        assert_eq!(restored, folded);
+        drive(&mut restored, 25, 40);
+        assert_eq!(restored, replayed);
+        let later = t0 + Duration::from_secs(40 * 400);
+        assert_eq!(decide(&p, &restored, later), decide(&p, &replayed, later));
+    }
+
+    // r[verify retry.history.force-retry]
+    #[test]
+    fn force_retry_clears_escalation_without_a_false_recovery() {
+        let p = policy();
+        let mut h = History::new(1);
+        let mut t = Duration::ZERO;
+        for _ in 0..4 {
+            let (attempt, _) = h.begin(&p, t).unwrap();
+            let _ = h.fail(&p, attempt, t, Some(Duration::from_secs(3600)));
+            t = h.next_attempt_at(&p).unwrap();
+        }
+        assert!(h.escalated);
+        let now = Duration::from_secs(10);
+        assert!(!decide(&p, &h, now).is_eligible());
+        assert!(
+            h.force_retry(),
+            "an escalation was open: the caller clears its fault"
+        );
+        assert!(!h.force_retry(), "nothing left to clear");
+        assert_eq!(
+            decide(&p, &h, now),
+            Decision::Eligible,
+            "at once, hint and all"
+        );
+        let (attempt, _) = h.begin(&p, now).unwrap();
+        assert_eq!(attempt.attempt, 1);
+        let done = h.succeed(&p, attempt);
+        assert_eq!((done.reason, done.escalation), (Reason::Succeeded, None));
+        // An attempt in flight during a force-retry stays single-flight, and counts afresh.
+        let (attempt, _) = h.begin(&p, now).unwrap();
+        let _ = h.fail(&p, attempt, now, None);
+        let (attempt, _) = h.begin(&p, h.next_attempt_at(&p).unwrap()).unwrap();
+        h.force_retry();
+        assert!(h.clone().begin(&p, now).is_err(), "still in flight");
+        let failed = h.fail(&p, attempt, now, None);
+        assert_eq!((failed.failures, failed.escalation), (1, None));
     }
 }

@@ -12,7 +12,15 @@ use crate::schedule::duration_from_nanos;
 ///
 /// At the cap nothing is clamped: a key at the cap still gets a spread of waits, because clamping
 /// would put every client that reached the cap into lockstep.
+///
+/// With feature `serde` it is written in lower case: `"additive"`, `"full"`, `"equal"`,
+/// `"decorrelated"`, `"none"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize, serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Jitter {
     /// Exactly `d`. Clients that failed together retry together; for tests and single clients.
     None,

@@ -83,18 +83,45 @@
 //! assert!(matches!(ended, Some(RelayError::ConnectionLost)));
 //! ```
 //!
+//! I/O errors are classified by one table, [`classify::io()`], that every loop calls.
+//!
+//! **Callers that spawn attempts** use [`Attempts`]: a gate plus its tokens behind a `Copy`
+//! [`AttemptId`], answering [`Permit`] and [`Finished`], with a stale attempt's expiry reported
+//! once. **Successes that must last** (a container that must stay up, a connection that must not
+//! drop at once) are recorded with `succeed_provisionally`, and become real with `confirm` or
+//! fail the same streak through `ended` ([`Lasting`]):
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use holdfast_retry::{KeyedGate, Policy, Reason};
+//!
+//! let mut gate: KeyedGate<String> = KeyedGate::new(Policy::default());
+//! let now = Instant::now();
+//! let token = gate.begin("web", now).expect("fresh"); // borrowed key: no String built to ask
+//! let lasting = gate.succeed_provisionally(token, now, Duration::from_secs(10));
+//! let ended = gate.ended(lasting, now + Duration::from_secs(3), None); // exited after 3 s
+//! assert!(matches!(ended.reason, Reason::Failed { .. }) && ended.failures == 1);
+//! ```
+//!
+//! Policies come from config through [`PolicyConfig`] (feature `serde`: `"5s"`-style durations,
+//! errors that name the key). [`History`] answers as the gate does for persisted attempts.
+//!
 //! The rest: [`http`] (the retryable status set and the Retry-After parser),
 //! [`CrashLoopDetector`], and [`RetryBudget`] (a global token bucket composed with per-key pacing).
 //! Every behaviour is a rule under `retry.*` or `classify.*` in `docs/spec/runtime.md`.
 
+mod attempts;
 mod budget;
-mod classify;
+pub mod classify;
 mod crash_loop;
+pub mod duration_text;
 mod gate;
 mod history;
 pub mod http;
 mod jitter;
+mod lasting;
 mod policy;
+mod policy_config;
 mod schedule;
 mod shared;
 mod slots;
@@ -102,13 +129,21 @@ mod stable_hash;
 mod time;
 mod transition;
 
+pub use attempts::{AttemptId, Attempts, Failed, Finished, Permit};
 pub use budget::RetryBudget;
 pub use classify::{Class, Classify};
 pub use crash_loop::{CrashLoopDetector, CrashLoopReport, Exit};
 pub use gate::{KeyState, KeyedGate};
-pub use history::{Decision, FailureRecorded, History, SuccessRecorded, decide};
+/// Borrowed-key lookups: a `&Q` finds a `K` key when `Q: Equivalent<K>` (hashbrown's trait; any
+/// `Q` that `K` borrows as qualifies).
+pub use hashbrown::Equivalent;
+pub use history::{
+    Decision, FailureRecorded, History, HistoryAttempt, HistoryBegin, SuccessRecorded, decide,
+};
 pub use jitter::Jitter;
+pub use lasting::Lasting;
 pub use policy::{MAX_POLICY_DURATION, Policy, PolicyBuilder, PolicyError};
+pub use policy_config::{PolicyConfig, PolicyConfigError};
 pub use shared::SharedGate;
 pub use stable_hash::stable_hash;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use hashbrown::Equivalent;
+
 use crate::budget::RetryBudget;
 use crate::gate::{GateCore, KeyState};
+use crate::lasting::Lasting;
 use crate::policy::Policy;
 use crate::transition::{AttemptToken, NotYet, Transition};
 
@@ -61,13 +64,13 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
         self
     }
 
-    fn index(&self, key: &K) -> usize {
+    fn index<Q: ?Sized + Hash>(&self, key: &Q) -> usize {
         let n = self.shards.len() as u64;
         // Modulo of a 64-bit hash: the shard count is tiny, so the bias is negligible.
         usize::try_from(self.hasher.hash_one(key) % n).unwrap_or(0)
     }
 
-    fn shard(&self, key: &K) -> MutexGuard<'_, GateCore<K>> {
+    fn shard<Q: ?Sized + Hash>(&self, key: &Q) -> MutexGuard<'_, GateCore<K>> {
         lock(&self.shards[self.index(key)])
     }
 
@@ -109,12 +112,21 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     }
 
     /// See [`crate::KeyedGate::check`].
-    pub fn check(&self, key: &K, now: Instant) -> Result<(), NotYet> {
+    // r[impl retry.borrowed-key]
+    pub fn check<Q: ?Sized + Hash + Equivalent<K>>(
+        &self,
+        key: &Q,
+        now: Instant,
+    ) -> Result<(), NotYet> {
         self.shard(key).check(key, now, self.budget.as_ref())
     }
 
     /// See [`crate::KeyedGate::begin`]. Of many concurrent callers on one key, one gets the token.
-    pub fn begin(&self, key: &K, now: Instant) -> Result<AttemptToken<K>, NotYet> {
+    // r[impl retry.borrowed-key]
+    pub fn begin<Q>(&self, key: &Q, now: Instant) -> Result<AttemptToken<K>, NotYet>
+    where
+        Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
+    {
         self.recording(self.index(key), now, |core| {
             core.begin(key, now, self.budget.as_ref())
         })
@@ -137,6 +149,36 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
         self.recording(own, now, |core| core.fail(token, now, hint))
     }
 
+    /// See [`crate::KeyedGate::succeed_provisionally`].
+    pub fn succeed_provisionally(
+        &self,
+        token: AttemptToken<K>,
+        now: Instant,
+        must_last: Duration,
+    ) -> Lasting<K> {
+        let own = self.index(&token.key);
+        self.recording(own, now, |core| {
+            core.succeed_provisionally(token, now, must_last)
+        })
+    }
+
+    /// See [`crate::KeyedGate::confirm`].
+    pub fn confirm(&self, lasting: &mut Lasting<K>, now: Instant) -> Option<Transition<K>> {
+        let own = self.index(&lasting.key);
+        self.recording(own, now, |core| core.confirm(lasting, now))
+    }
+
+    /// See [`crate::KeyedGate::ended`].
+    pub fn ended(
+        &self,
+        lasting: Lasting<K>,
+        now: Instant,
+        hint: Option<Duration>,
+    ) -> Transition<K> {
+        let own = self.index(&lasting.key);
+        self.recording(own, now, |core| core.ended(lasting, now, hint))
+    }
+
     /// See [`crate::KeyedGate::release`].
     pub fn release(&self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
         let own = self.index(&token.key);
@@ -144,12 +186,12 @@ impl<K: Hash + Eq + Clone> SharedGate<K> {
     }
 
     /// See [`crate::KeyedGate::state`].
-    pub fn state(&self, key: &K) -> Option<KeyState> {
+    pub fn state<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<KeyState> {
         self.shard(key).state(key)
     }
 
     /// See [`crate::KeyedGate::forget`].
-    pub fn forget(&self, key: &K) -> Option<KeyState> {
+    pub fn forget<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<KeyState> {
         self.shard(key).forget(key)
     }
 

@@ -8,7 +8,7 @@
 use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::{DefaultHashBuilder, Equivalent, HashTable};
 
 use crate::time::Timestamp;
 
@@ -58,26 +58,28 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         }
     }
 
-    fn locate(&self, key: &K) -> (u64, usize) {
+    /// Hashes a borrowed form of a key. `Equivalent` requires it to hash as the key itself does,
+    /// so the same partition and bucket are found without building a `K`.
+    fn locate<Q: ?Sized + Hash>(&self, key: &Q) -> (u64, usize) {
         let hash = self.hasher.hash_one(key);
         // The table uses the low bits (bucket) and the top 7 (tag); partition by the middle ones.
         let part = (hash >> 32) as usize & (self.parts.len() - 1);
         (hash, part)
     }
 
-    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+    pub(crate) fn get<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<&V> {
         let (hash, part) = self.locate(key);
         self.parts[part]
             .table
-            .find(hash, |(k, _)| k == key)
+            .find(hash, |(k, _)| key.equivalent(k))
             .map(|(_, v)| v)
     }
 
-    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+    pub(crate) fn get_mut<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<&mut V> {
         let (hash, part) = self.locate(key);
         self.parts[part]
             .table
-            .find_mut(hash, |(k, _)| k == key)
+            .find_mut(hash, |(k, _)| key.equivalent(k))
             .map(|(_, v)| v)
     }
 
@@ -90,9 +92,12 @@ impl<K: Hash + Eq, V> Slots<K, V> {
             .insert_unique(hash, (key, value), |(k, _)| hasher.hash_one(k));
     }
 
-    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+    pub(crate) fn remove<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<V> {
         let (hash, part) = self.locate(key);
-        match self.parts[part].table.find_entry(hash, |(k, _)| k == key) {
+        match self.parts[part]
+            .table
+            .find_entry(hash, |(k, _)| key.equivalent(k))
+        {
             Ok(entry) => Some(entry.remove().0.1),
             Err(_) => None,
         }

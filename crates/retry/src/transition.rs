@@ -59,17 +59,18 @@ pub enum WaitReason {
     Budget,
 }
 
-/// A refusal: no attempt before `until`.
+/// A refusal: no attempt before `until`. `T` is the caller's time type: `Instant` for the gates,
+/// whatever a [`crate::History`] is kept in for persisted history.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotYet {
+pub struct NotYet<T = Instant> {
     /// The earliest time the key may be attempted (for the in-flight case: when the attempt in
     /// flight becomes stale).
-    pub until: Instant,
+    pub until: T,
     /// Why.
     pub reason: WaitReason,
     /// A stale attempt that this call recorded as failed (see [`Reason::Expired`]). Boxed: it is
     /// rare, and a small refusal keeps the hot path of a check short.
-    pub expired: Option<Box<Transition<()>>>,
+    pub expired: Option<Box<Transition<(), T>>>,
 }
 
 /// What caused a transition.
@@ -100,10 +101,11 @@ pub enum Escalation {
     Recovered,
 }
 
-/// One change of a key's state, for a `tracing` event or a caller's hook.
-// r[impl retry.observe]
+/// One change of a key's state, for a `tracing` event or a caller's hook. `T` is the caller's
+/// time type (`Instant` for the gates; a [`crate::History`]'s own for persisted history).
+// r[impl retry.observe+2]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition<K> {
+pub struct Transition<K, T = Instant> {
     /// The key.
     pub key: K,
     /// The finished attempt's number within its streak.
@@ -113,14 +115,14 @@ pub struct Transition<K> {
     /// The streak length after the transition (0 after a success).
     pub failures: u32,
     /// The earliest next attempt (`None`: any time).
-    pub next_attempt_at: Option<Instant>,
+    pub next_attempt_at: Option<T>,
     /// Set when this transition escalates or recovers the key.
     pub escalation: Option<Escalation>,
 }
 
-impl<K> Transition<K> {
+impl<K, T> Transition<K, T> {
     /// The same transition about another key value (e.g. attach the key to an expiry report).
-    pub fn with_key<K2>(self, key: K2) -> Transition<K2> {
+    pub fn with_key<K2>(self, key: K2) -> Transition<K2, T> {
         Transition {
             key,
             attempt: self.attempt,
@@ -134,12 +136,12 @@ impl<K> Transition<K> {
 
 impl<K: fmt::Debug> Transition<K> {
     /// Emit this transition as a `tracing` event: `warn` when escalated, `info` when recovered,
-    /// `debug` otherwise.
+    /// `debug` otherwise. `now` is the caller's clock (the one its `now` arguments come from), so
+    /// `next_in`, the wait until the next attempt, is measured on that clock.
+    // r[impl retry.observe+2]
     #[cfg(feature = "tracing")]
-    pub fn trace(&self) {
-        let wait = self
-            .next_attempt_at
-            .map(|t| t.saturating_duration_since(Instant::now()));
+    pub fn trace(&self, now: Instant) {
+        let wait = self.next_attempt_in(now);
         match self.escalation {
             Some(Escalation::Escalated) => {
                 tracing::warn!(key = ?self.key, attempt = self.attempt, failures = self.failures, reason = ?self.reason, next_in = ?wait, "retry escalated")
@@ -154,7 +156,15 @@ impl<K: fmt::Debug> Transition<K> {
     }
 }
 
-impl<K: fmt::Display> fmt::Display for Transition<K> {
+impl<K> Transition<K> {
+    /// The wait from the caller's `now` until the next attempt (`None`: any time).
+    pub fn next_attempt_in(&self, now: Instant) -> Option<std::time::Duration> {
+        self.next_attempt_at
+            .map(|t| t.saturating_duration_since(now))
+    }
+}
+
+impl<K: fmt::Display, T> fmt::Display for Transition<K, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} attempt {}: ", self.key, self.attempt)?;
         match self.reason {
@@ -169,5 +179,93 @@ impl<K: fmt::Display> fmt::Display for Transition<K> {
             Some(Escalation::Recovered) => f.write_str(", recovered"),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn escalated(next_attempt_at: Instant) -> Transition<&'static str> {
+        Transition {
+            key: "registry.local/app:1",
+            attempt: 5,
+            reason: Reason::Failed {
+                hint_applied: false,
+            },
+            failures: 5,
+            next_attempt_at: Some(next_attempt_at),
+            escalation: Some(Escalation::Escalated),
+        }
+    }
+
+    // r[verify retry.observe+2]
+    #[test]
+    fn the_wait_is_measured_on_the_callers_clock() {
+        // A caller's clock far from the process's: an hour ahead.
+        let now = Instant::now() + Duration::from_secs(3600);
+        let t = escalated(now + Duration::from_secs(30));
+        assert_eq!(t.next_attempt_in(now), Some(Duration::from_secs(30)));
+        assert_eq!(
+            t.next_attempt_in(now + Duration::from_secs(60)),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            t.to_string(),
+            "registry.local/app:1 attempt 5: failed (5 in a row), escalated"
+        );
+    }
+
+    /// Collects what the fmt subscriber writes.
+    #[cfg(feature = "tracing")]
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    #[cfg(feature = "tracing")]
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // r[verify retry.observe+2]
+    #[cfg(feature = "tracing")]
+    #[test]
+    fn a_traced_transition_reports_its_wait_on_the_callers_clock() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        let now = Instant::now() + Duration::from_secs(3600);
+        tracing::subscriber::with_default(subscriber, || {
+            escalated(now + Duration::from_secs(30)).trace(now);
+            let mut recovered = escalated(now);
+            recovered.escalation = Some(Escalation::Recovered);
+            recovered.reason = Reason::Succeeded;
+            recovered.next_attempt_at = None;
+            recovered.trace(now);
+        });
+        let out = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines[0].starts_with(" WARN"), "{out}");
+        assert!(lines[0].contains("retry escalated"), "{out}");
+        assert!(lines[0].contains("next_in=Some(30s)"), "{out}");
+        assert!(
+            lines[1].starts_with(" INFO") && lines[1].contains("retry recovered"),
+            "{out}"
+        );
     }
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use holdfast_retry::{
-    AttemptToken, Decision, History, Jitter, KeyedGate, NotYet, Policy, WaitReason, decide,
-    stable_hash,
+    AttemptToken, Escalation, History, HistoryAttempt, Jitter, KeyedGate, NotYet, Policy, Reason,
+    Transition, stable_hash,
 };
 use proptest::prelude::*;
 
@@ -71,60 +71,34 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The pure function's view of one key: its history and the attempt in flight, if any.
-#[derive(Debug, Clone)]
-struct Model {
-    history: History<Instant>,
-    in_flight: Option<Instant>,
-    /// The start of an attempt counted as failed when it went stale, while no newer one began:
-    /// its late success still resets the key.
-    expired: Option<Instant>,
-}
-
-impl Model {
-    fn new(key: &str) -> Self {
-        Self {
-            history: History::new(stable_hash(&key)),
-            in_flight: None,
-            expired: None,
-        }
+/// What the gate and a `History` said about one outcome agree: equal transitions, or the gate
+/// had already dropped a key that held no information (its memory rule), so it answers
+/// `Superseded` where the history, which never forgets, still names the stale attempt.
+fn agree(
+    gate: &Transition<&'static str>,
+    history: &Transition<(), Instant>,
+    dropped: bool,
+) -> Result<(), TestCaseError> {
+    let gate = gate.clone().with_key(());
+    if gate.reason == Reason::Superseded && history.reason == Reason::Superseded {
+        return Ok(());
     }
-
-    /// Count a stale attempt as failed at the moment it became stale (as the gate does).
-    fn settle(&mut self, p: &Policy, now: Instant) {
-        if let Some(began) = self.in_flight {
-            let stale_at = began + p.stale_after();
-            if now >= stale_at {
-                self.history.record_failure(p, stale_at, None);
-                self.in_flight = None;
-                self.expired = Some(began);
-            }
-        }
+    if gate != *history {
+        prop_assert!(
+            dropped && gate.reason == Reason::Superseded && history.escalation.is_none(),
+            "gate {:?} but history {:?}",
+            gate,
+            history
+        );
     }
-
-    /// The decision the pure function makes, with single flight on top.
-    fn decide(&self, p: &Policy, now: Instant) -> Result<(), Instant> {
-        if let Some(began) = self.in_flight {
-            let stale_at = began + p.stale_after();
-            if now < stale_at {
-                return Err(stale_at);
-            }
-            let mut settled = self.clone();
-            settled.settle(p, now);
-            return settled.decide(p, now);
-        }
-        match decide(p, &self.history, now) {
-            Decision::Eligible => Ok(()),
-            Decision::WaitUntil(t) => Err(t),
-        }
-    }
+    Ok(())
 }
 
 struct Run {
     policy: Policy,
     gate: KeyedGate<&'static str>,
-    tokens: HashMap<usize, AttemptToken<&'static str>>,
-    models: Vec<Model>,
+    tokens: HashMap<usize, (AttemptToken<&'static str>, HistoryAttempt<Instant>)>,
+    histories: Vec<History<Instant>>,
     now: Instant,
 }
 
@@ -134,7 +108,7 @@ impl Run {
             policy,
             gate: KeyedGate::new(policy),
             tokens: HashMap::new(),
-            models: KEYS.iter().map(|k| Model::new(k)).collect(),
+            histories: KEYS.iter().map(|k| History::new(stable_hash(k))).collect(),
             now: Instant::now(),
         }
     }
@@ -143,137 +117,121 @@ impl Run {
         result.as_ref().map(|_| ()).map_err(|n| n.until)
     }
 
-    /// Apply one op to both the gate and the model, checking they agree (property e).
+    /// Apply one op to both the gate and the key's `History`, checking they agree: the same
+    /// refusals, grants, expiries and transitions (property e).
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let p = self.policy;
         match *op {
             Op::Advance(ms) => self.now += Duration::from_millis(ms),
             Op::Check(k) => {
                 let gate = Self::until(&self.gate.check(&KEYS[k], self.now));
-                prop_assert_eq!(
-                    gate,
-                    self.models[k].decide(&p, self.now),
-                    "check {}",
-                    KEYS[k]
-                );
+                let history = self.histories[k]
+                    .clone()
+                    .begin(&p, self.now)
+                    .map(|_| ())
+                    .map_err(|n| n.until);
+                prop_assert_eq!(gate, history, "check {}", KEYS[k]);
             }
             Op::Begin(k) => {
-                let expected = self.models[k].decide(&p, self.now);
                 let got = self.gate.begin(&KEYS[k], self.now);
-                prop_assert_eq!(
-                    got.as_ref().map(|_| ()).map_err(|n| n.until),
-                    expected,
-                    "begin {}",
-                    KEYS[k]
-                );
-                let model = &mut self.models[k];
-                model.settle(&p, self.now);
-                if let Ok(token) = got {
-                    model.history.begin_attempt(&p, self.now);
-                    model.in_flight = Some(self.now);
-                    model.expired = None;
-                    // A superseded token stays with us: finishing it later must change nothing.
-                    if let Some(old) = self.tokens.insert(k, token) {
-                        let before = self.gate.state(&KEYS[k]);
-                        let late = self.gate.fail(old, self.now, Some(Duration::from_secs(1)));
-                        prop_assert_eq!(late.reason, holdfast_retry::Reason::Superseded);
-                        prop_assert_eq!(self.gate.state(&KEYS[k]), before);
+                let history = &mut self.histories[k];
+                // The gate's sweep (inside `begin`) may drop a stale attempt's key that holds no
+                // information once settled, and with it an expiry that escalates nothing.
+                let droppable = {
+                    let mut h = *history;
+                    let expiry = h.settle(&p, self.now);
+                    expiry.is_some_and(|e| e.escalation.is_none())
+                        && !h.escalated
+                        && h.next_attempt_at(&p)
+                            .is_none_or(|at| self.now.saturating_duration_since(at) > p.cap())
+                };
+                let expiry_agrees =
+                    |gate: &Option<Transition<(), Instant>>,
+                     history: &Option<Transition<(), Instant>>| {
+                        gate == history || (gate.is_none() && droppable)
+                    };
+                let expected = history.begin(&p, self.now);
+                match (got, expected) {
+                    (Ok(mut token), Ok((attempt, expired))) => {
+                        prop_assert_eq!(token.attempt(), attempt.attempt);
+                        let gate_expired = token.expired.take();
+                        prop_assert!(
+                            expiry_agrees(&gate_expired, &expired),
+                            "expiry of {}: {:?} {:?}",
+                            KEYS[k],
+                            gate_expired,
+                            expired
+                        );
+                        // A superseded token stays with us: finishing it later must change nothing.
+                        if let Some((old, old_attempt)) = self.tokens.insert(k, (token, attempt)) {
+                            let before = self.gate.state(&KEYS[k]);
+                            let late = self.gate.fail(old, self.now, Some(Duration::from_secs(1)));
+                            prop_assert_eq!(late.reason, Reason::Superseded);
+                            prop_assert_eq!(self.gate.state(&KEYS[k]), before);
+                            let snapshot = *history;
+                            let late = history.fail(
+                                &p,
+                                old_attempt,
+                                self.now,
+                                Some(Duration::from_secs(1)),
+                            );
+                            prop_assert_eq!(late.reason, Reason::Superseded);
+                            prop_assert_eq!(*history, snapshot);
+                        }
                     }
-                } else if let Err(refused) = got {
-                    if let WaitReason::Backoff { failures, .. } = refused.reason {
-                        prop_assert_eq!(failures, model.history.failures);
+                    (Err(refused), Err(expected)) => {
+                        prop_assert_eq!(refused.until, expected.until, "begin {}", KEYS[k]);
+                        prop_assert_eq!(refused.reason, expected.reason, "begin {}", KEYS[k]);
+                        let (gate_expired, expired) =
+                            (refused.expired.map(|e| *e), expected.expired.map(|e| *e));
+                        prop_assert!(
+                            expiry_agrees(&gate_expired, &expired),
+                            "expiry of {}: {:?} {:?}",
+                            KEYS[k],
+                            gate_expired,
+                            expired
+                        );
                     }
+                    (got, expected) => prop_assert!(
+                        false,
+                        "begin {}: gate {:?} but history {:?}",
+                        KEYS[k],
+                        got.map(|_| ()),
+                        expected.map(|_| ())
+                    ),
                 }
             }
             Op::Fail(k, hint) => {
-                if let Some(token) = self.tokens.remove(&k) {
+                if let Some((token, attempt)) = self.tokens.remove(&k) {
                     let hint = hint.map(Duration::from_millis);
-                    let model = &mut self.models[k];
-                    let ours = model.in_flight == Some(token.began());
-                    if ours {
-                        // A stale attempt already failed at its stale moment.
-                        model.settle(&p, self.now);
-                    }
-                    let live = ours && model.in_flight.is_some();
                     let t = self.gate.fail(token, self.now, hint);
-                    if live {
-                        let model = &mut self.models[k];
-                        model.history.record_failure(&p, self.now, hint);
-                        model.in_flight = None;
-                        prop_assert_eq!(t.failures, model.history.failures);
-                        prop_assert_eq!(t.next_attempt_at, model.history.next_attempt_at(&p));
-                    }
+                    let dropped = self.gate.state(&KEYS[k]).is_none();
+                    let h = self.histories[k].fail(&p, attempt, self.now, hint);
+                    agree(&t, &h, dropped)?;
                 }
             }
             Op::Release(k) => {
-                if let Some(token) = self.tokens.remove(&k) {
-                    let model = &mut self.models[k];
-                    let ours = model.in_flight == Some(token.began());
-                    if ours {
-                        // A stale attempt already failed at its stale moment.
-                        model.settle(&p, self.now);
-                    }
-                    let live = ours && model.in_flight.is_some();
-                    let before = self.gate.state(&KEYS[k]);
+                if let Some((token, attempt)) = self.tokens.remove(&k) {
                     let t = self.gate.release(token, self.now);
-                    let model = &mut self.models[k];
-                    if live {
-                        // The pure history records nothing for a release: it stays as `begin`
-                        // left it, and only the attempt in flight ends.
-                        model.in_flight = None;
-                        prop_assert_eq!(t.reason, holdfast_retry::Reason::Released);
+                    let dropped = self.gate.state(&KEYS[k]).is_none();
+                    let h = self.histories[k].release(&p, attempt, self.now);
+                    agree(&t, &h, dropped)?;
+                    if t.reason == Reason::Released {
                         prop_assert_eq!(t.escalation, None);
-                        prop_assert_eq!(t.failures, model.history.failures);
-                        prop_assert_eq!(t.next_attempt_at, model.history.next_attempt_at(&p));
-                    } else if ours {
-                        // Counted as failed at its stale moment; if that was long enough ago the
-                        // call's sweep already dropped the key, which then holds nothing to report.
-                        if t.reason == holdfast_retry::Reason::Expired {
-                            prop_assert_eq!(t.failures, model.history.failures);
-                        } else {
-                            prop_assert_eq!(t.reason, holdfast_retry::Reason::Superseded);
-                            prop_assert_eq!(self.gate.state(&KEYS[k]), None);
-                        }
-                    } else {
-                        prop_assert_eq!(t.reason, holdfast_retry::Reason::Superseded);
-                        // Nothing changes, except that the call's sweep may drop the key if it
-                        // already held nothing a fresh key lacks.
-                        let after = self.gate.state(&KEYS[k]);
-                        let droppable = before.is_some_and(|s| {
-                            !s.in_flight
-                                && !s.escalated
-                                && self.now.saturating_duration_since(s.next_attempt_at) > p.cap()
-                        });
-                        prop_assert!(
-                            after == before || (after.is_none() && droppable),
-                            "{:?} became {:?}",
-                            before,
-                            after
-                        );
                     }
                 }
             }
             Op::Succeed(k) => {
-                if let Some(token) = self.tokens.remove(&k) {
-                    let model = &self.models[k];
-                    let live = model.in_flight == Some(token.began())
-                        || model.expired == Some(token.began());
-                    let before = self.gate.state(&KEYS[k]);
+                if let Some((token, attempt)) = self.tokens.remove(&k) {
                     let t = self.gate.succeed(token, self.now);
-                    if !live {
-                        prop_assert_eq!(t.reason, holdfast_retry::Reason::Superseded);
-                        prop_assert_eq!(self.gate.state(&KEYS[k]), before);
-                    } else {
-                        let model = &mut self.models[k];
-                        let done = model.history.record_success();
-                        model.in_flight = None;
-                        model.expired = None;
-                        prop_assert_eq!(
-                            t.escalation.is_some(),
-                            done.recovered,
-                            "recovery reported exactly when the pure history says so"
-                        );
-                    }
+                    let h = self.histories[k].succeed(&p, attempt);
+                    // A success leaves the gate holding nothing either way.
+                    agree(&t, &h, true)?;
+                    prop_assert_eq!(
+                        t.escalation,
+                        h.escalation,
+                        "recovery reported exactly when the history says so"
+                    );
                 }
             }
         }
@@ -310,6 +268,7 @@ proptest! {
     // r[verify retry.pure-decision]
     // r[verify retry.token.stale]
     // r[verify retry.token.release]
+    // r[verify retry.history]
     #[test]
     fn gate_and_pure_function_decide_identically(policy in policy(), ops in ops()) {
         let mut run = Run::new(policy);
@@ -326,7 +285,7 @@ proptest! {
             run.apply(op)?;
         }
         // Finish what is in flight with failures carrying the largest hints, then wait max_wait.
-        for (_, token) in std::mem::take(&mut run.tokens) {
+        for (_, (token, _)) in std::mem::take(&mut run.tokens) {
             let _ = run.gate.fail(token, run.now, Some(Duration::MAX));
         }
         run.now += policy.max_wait();
@@ -394,6 +353,86 @@ proptest! {
             run.apply(op)?;
             if finishes {
                 run.check_memory()?;
+            }
+        }
+    }
+}
+
+/// One provisional success: how long what it started ran, how long it had to last, and whether
+/// (and how far into the run) the caller asked to confirm it.
+#[derive(Debug, Clone)]
+struct Run2 {
+    wait_extra_ms: u64,
+    ran_ms: u64,
+    must_last_ms: u64,
+    confirm_at_ms: Option<u64>,
+}
+
+fn lasting_runs() -> impl Strategy<Value = Vec<Run2>> {
+    proptest::collection::vec(
+        (
+            0u64..2_000,
+            0u64..20_000,
+            0u64..10_000,
+            proptest::option::of(0u64..20_000),
+        )
+            .prop_map(
+                |(wait_extra_ms, ran_ms, must_last_ms, confirm_at_ms)| Run2 {
+                    wait_extra_ms,
+                    ran_ms,
+                    must_last_ms,
+                    confirm_at_ms: confirm_at_ms.map(|c| c.min(ran_ms)),
+                },
+            ),
+        1..40,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    // r[verify retry.lasting]
+    #[test]
+    fn an_early_end_never_resets_the_streak_and_a_lasting_run_always_does(
+        policy in policy(),
+        runs in lasting_runs(),
+    ) {
+        let mut gate: KeyedGate<&str> = KeyedGate::new(policy);
+        let mut now = Instant::now();
+        let ms = Duration::from_millis;
+        for run in runs {
+            // Attempt as soon as eligible (plus a little), as a reconciler would.
+            if let Err(refused) = gate.check(&"k", now) {
+                now = refused.until;
+            }
+            now += ms(run.wait_extra_ms);
+            let token = gate.begin(&"k", now).expect("eligible");
+            let streak_before = token.attempt() - 1;
+            let escalated_before = gate.state(&"k").is_some_and(|s| s.escalated);
+            let started = now;
+            let must_last = ms(run.must_last_ms);
+            let mut lasting = gate.succeed_provisionally(token, started, must_last);
+            let mut recovered = 0;
+            if let Some(at) = run.confirm_at_ms {
+                let confirmed = gate.confirm(&mut lasting, started + ms(at));
+                prop_assert_eq!(confirmed.is_some(), ms(at) >= must_last);
+                recovered += usize::from(confirmed.is_some_and(|t| t.escalation == Some(Escalation::Recovered)));
+            }
+            now = started + ms(run.ran_ms);
+            let ended = gate.ended(lasting, now, None);
+            recovered += usize::from(ended.escalation == Some(Escalation::Recovered));
+            if ms(run.ran_ms) < must_last {
+                // Ended before it lasted: one more failure of the same streak, never a reset.
+                prop_assert!(matches!(ended.reason, Reason::Failed { .. }), "{:?}", ended);
+                prop_assert_eq!(ended.failures, streak_before + 1);
+                let state = gate.state(&"k").expect("still failing");
+                prop_assert_eq!(state.failures, streak_before + 1);
+                prop_assert!(!state.in_flight, "free for the next attempt");
+                prop_assert_eq!(recovered, 0);
+            } else {
+                // It lasted: the streak is reset, and a recovery is reported once if escalated.
+                prop_assert_eq!(gate.state(&"k"), None);
+                prop_assert_eq!(recovered, usize::from(escalated_before));
             }
         }
     }

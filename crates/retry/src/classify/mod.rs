@@ -2,6 +2,11 @@
 //!
 //! A relay, a gateway connection or a watch loop meets errors while it runs. Each error is one of
 //! three things, and the loop's reaction follows from which — never a bare `_ => break`.
+//! [`io()`] classifies `std::io::Error` in one table for every loop.
+
+mod io;
+
+pub use self::io::io;
 
 /// What an error in a long-lived loop means for the loop.
 // r[impl classify.loop]
