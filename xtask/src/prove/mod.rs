@@ -218,6 +218,14 @@ fn prove_one(
     let _ = std::fs::remove_dir_all(&rule_dir);
     std::fs::create_dir_all(&rule_dir)?;
     let mut command = Command::new("cargo");
+    // Run from inside a nextest run (the prove suite under `cargo xtask test`), the parent's
+    // NEXTEST_* variables would select its profile (`ci`) in the tree being proved, which may not
+    // have one: cargo-mutants' baseline would then fail before any mutant is tried.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("NEXTEST") {
+            command.env_remove(&name);
+        }
+    }
     command
         .args([
             "mutants",
