@@ -321,7 +321,13 @@ async fn accept_loop(
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
                     connections.spawn(async move {
-                        match incoming.await {
+                        // A stop does not wait for handshakes still under way.
+                        let mut stopping = shutdown.clone();
+                        let handshake = tokio::select! {
+                            handshake = incoming.into_future() => handshake,
+                            _ = stopping.wait_for(Option::is_some) => return,
+                        };
+                        match handshake {
                             Ok(conn) => serve(conn, shared, shutdown).await,
                             Err(err) => tracing::debug!(error = %err, "forward: handshake failed"),
                         }
@@ -432,7 +438,19 @@ async fn serve(
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<Option<Shutdown>>,
 ) {
-    let Some((send, mut control)) = authenticate(&conn, &shared).await else {
+    // r[impl forward.stop]
+    // A stop does not wait out the authentication timeout of a client that has not authenticated:
+    // it has no forward to announce, so it is closed with the reason at once.
+    let mut stopping = shutdown.clone();
+    let authenticated = tokio::select! {
+        authenticated = authenticate(&conn, &shared) => authenticated,
+        stop = stopping.wait_for(Option::is_some) => {
+            let message = stop.ok().and_then(|s| *s).map_or("node shutting down", |s| s.message);
+            conn.close(close_code::SHUTDOWN.into(), message.as_bytes());
+            return;
+        }
+    };
+    let Some((send, mut control)) = authenticated else {
         return;
     };
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);

@@ -137,3 +137,27 @@ async fn malformed_datagrams_and_frames_are_counted_and_dropped_and_the_connecti
         .expect("datagram");
     assert_eq!(&reply[..], &[0x01, 0x00, b'h', b'i']);
 }
+
+// r[verify forward.stop]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_authenticates_does_not_hold_up_the_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    // Handshake done, control stream opened and a partial frame sent, but no Hello: the node is
+    // waiting for the authentication (10 s by default) when it is told to stop.
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&[0, 0]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    let stopped = server.stop(started + Duration::from_secs(3)).await;
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    let closed = tokio::time::timeout(WAIT, raw.conn.closed())
+        .await
+        .expect("closed");
+    assert!(closed.to_string().contains("shutting down"), "{closed}");
+}
