@@ -397,7 +397,9 @@ async fn authenticate(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
 )> {
-    let (send, recv) = match tokio::time::timeout(shared.auth_timeout, conn.accept_bi()).await {
+    // One deadline for the whole of it: opening the stream late does not buy a second timeout.
+    let deadline = Instant::now() + shared.auth_timeout;
+    let (send, recv) = match tokio::time::timeout_at(deadline, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "forward: connection lost before its control stream");
@@ -409,7 +411,7 @@ async fn authenticate(
         }
     };
     let mut control = spawn_reader(recv);
-    let first = tokio::time::timeout(shared.auth_timeout, control.recv()).await;
+    let first = tokio::time::timeout_at(deadline, control.recv()).await;
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if shared.credentials.allows(&credential) {

@@ -161,3 +161,29 @@ async fn a_connection_that_never_authenticates_does_not_hold_up_the_stop() {
         .expect("closed");
     assert!(closed.to_string().contains("shutting down"), "{closed}");
 }
+
+// r[verify forward.auth]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authentication_timeout_counts_from_the_connection_not_from_its_stream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.auth_timeout = Duration::from_secs(1);
+    let server = holdfast_forward::start(config).await.expect("server");
+    let mut raw = Raw::connect(&server).await;
+    let connected = tokio::time::Instant::now();
+    // The control stream reaches the node only with its first bytes, late in the timeout; the
+    // Hello never comes.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    raw.send_frame(&[0, 0]).await;
+    match raw.next().await {
+        Message::Refused {
+            refusal: Refusal::NotAuthenticated,
+            ..
+        } => {}
+        other => panic!("expected NotAuthenticated, got {other:?}"),
+    }
+    let took = connected.elapsed();
+    // One timeout (1 s) from the connection, not 0.7 s plus a fresh second for the Hello.
+    assert!(took < Duration::from_millis(1450), "refused after {took:?}");
+    assert!(server.forwards().is_empty());
+}
