@@ -673,10 +673,10 @@ async fn relay(
     let by_id: HashMap<u32, Arc<LocalForward>> = opened.iter().map(|f| (f.id, f.clone())).collect();
     let reader = tokio::spawn(node_to_local(by_id, conn.clone(), unattributed.clone()));
     let mut open: Vec<u32> = opened.iter().map(|f| f.id).collect();
-    let (stopped, error) = loop {
+    let (stopped, error, closed_by) = loop {
         let lasts = reconnect.lasts_at();
         tokio::select! {
-            _ = stop.changed() => break (true, "client stopped".to_owned()),
+            _ = stop.changed() => break (true, "client stopped".to_owned(), None),
             _ = async {
                 match lasts {
                     Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
@@ -706,37 +706,40 @@ async fn relay(
                     Class::Transient => tracing::warn!(error = %err, "forward: control stream"),
                     Class::Fatal => {
                         // Let the connection say why it ended, if it did.
-                        let reason = tokio::time::timeout(Duration::from_millis(200), conn.closed())
-                            .await
-                            .map_or_else(|_| err.to_string(), |e| RelayError::from(e).to_string());
-                        break (false, reason);
+                        match tokio::time::timeout(Duration::from_millis(200), conn.closed()).await {
+                            Ok(closed) => break (false, RelayError::from(closed.clone()).to_string(), Some(closed)),
+                            Err(_) => break (false, err.to_string(), None),
+                        }
                     }
                 },
-                None => break (false, "control stream ended".to_owned()),
+                None => break (false, "control stream ended".to_owned(), None),
             },
-            closed = conn.closed() => break (false, RelayError::from(closed).to_string()),
+            closed = conn.closed() => break (false, RelayError::from(closed.clone()).to_string(), Some(closed)),
         }
     };
     for (_, task) in tasks {
         task.abort();
     }
     reader.abort();
+    // A node that closed the connection because it is shutting down said so in its close, even
+    // when its `Ended` messages did not arrive first (a full queue, or the close overtaking them
+    // on the way to this loop).
+    let shutdown = closed_by.as_ref().and_then(node_shutdown);
     for forward in open {
-        let message = if stopped {
-            "the client stopped".to_owned()
-        } else {
-            format!("the connection was lost: {error}")
+        let (reason, message) = match (&shutdown, stopped) {
+            (_, true) => (EndReason::Closed, "the client stopped".to_owned()),
+            (Some(why), false) => (EndReason::ShuttingDown, why.clone()),
+            (None, false) => (
+                EndReason::ConnectionLost,
+                format!("the connection was lost: {error}"),
+            ),
         };
         if let Some(f) = opened.iter().find(|f| f.id == forward) {
             f.reporter.stats().set_last_error(&message);
         }
         let _ = events.send(ClientEvent::Ended {
             forward,
-            reason: if stopped {
-                EndReason::Closed
-            } else {
-                EndReason::ConnectionLost
-            },
+            reason,
             message,
         });
     }
@@ -747,6 +750,19 @@ async fn relay(
         let _ = events.send(ClientEvent::Disconnected { error });
     }
     stopped
+}
+
+/// The node's reason, when it closed the connection because it is shutting down.
+// r[impl forward.end]
+fn node_shutdown(closed: &quinn::ConnectionError) -> Option<String> {
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close)
+            if close.error_code == quinn::VarInt::from_u32(close_code::SHUTDOWN) =>
+        {
+            Some(String::from_utf8_lossy(&close.reason).into_owned())
+        }
+        _ => None,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

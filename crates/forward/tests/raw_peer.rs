@@ -162,6 +162,86 @@ async fn a_connection_that_never_authenticates_does_not_hold_up_the_stop() {
     assert!(closed.to_string().contains("shutting down"), "{closed}");
 }
 
+// r[verify forward.end]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_still_announced_as_such()
+ {
+    use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
+    use holdfast_forward::control::EndReason;
+
+    // A hand-driven node: it opens the forward, then closes the connection with the shutdown
+    // code and its reason, and no `Ended` message (as when its control queue was full).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let identity = holdfast_forward::Identity::load_or_create(dir.path()).expect("identity");
+    let config = holdfast_forward::server::quinn_server_config(&identity, Duration::from_secs(5))
+        .expect("server config");
+    let endpoint = quinn::Endpoint::server(config, loopback()).expect("endpoint");
+    let addr = endpoint.local_addr().expect("addr");
+    let node = tokio::spawn(async move {
+        let conn = endpoint
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("handshake");
+        let (mut send, mut recv) = conn.accept_bi().await.expect("control stream");
+        let mut decoder = FrameDecoder::new();
+        let mut buf = [0u8; 4096];
+        let mut answered = 0;
+        while answered < 2 {
+            let n = recv.read(&mut buf).await.expect("read").expect("open");
+            decoder.push(&buf[..n]);
+            while let Some(message) = decoder.next_message() {
+                let answer = match message.expect("well-formed") {
+                    Message::Hello { .. } => Message::Welcome,
+                    Message::Open { forward, .. } => Message::Opened { forward },
+                    other => panic!("unexpected {other:?}"),
+                };
+                send.write_all(&control::encode(&answer))
+                    .await
+                    .expect("write");
+                answered += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        conn.close(
+            holdfast_forward::transport::close_code::SHUTDOWN.into(),
+            b"node restarting",
+        );
+        // Kept open (not idle-waited) so the client's reconnect attempts meet a live socket.
+        endpoint
+    });
+
+    let mut config = ClientConfig::new(
+        addr,
+        identity.fingerprint(),
+        holdfast_forward::Credential::new(TOKEN),
+    );
+    config.forwards = vec![ForwardSpec {
+        local: loopback(),
+        target: loopback(),
+    }];
+    config.reconnect = fast_reconnect();
+    let mut client = client::spawn(config).await.expect("client");
+    opened(&mut client, 1).await;
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    let ClientEvent::Ended {
+        forward,
+        reason,
+        message,
+    } = ended
+    else {
+        unreachable!()
+    };
+    assert_eq!((forward, reason), (1, EndReason::ShuttingDown), "{message}");
+    assert!(message.contains("node restarting"), "{message}");
+    client.stop().await;
+    drop(node.await.expect("node"));
+}
+
 // r[verify forward.auth]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_authentication_timeout_counts_from_the_connection_not_from_its_stream() {
