@@ -22,6 +22,7 @@ use crate::auth::{Credential, Credentials};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
+use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
@@ -43,6 +44,8 @@ pub struct ServerConfig {
     pub max_forwards: usize,
     /// Flows (local peers) one forward may hold.
     pub max_flows: usize,
+    /// At the flow bound, a flow idle this long gives way to a new one.
+    pub flow_idle: Duration,
     /// How long a new connection has to open its control stream and authenticate.
     pub auth_timeout: Duration,
     /// How long a silent connection lasts (keep-alives go every third of it).
@@ -52,8 +55,8 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults: 64 forwards a connection, 256 flows a forward, 10 s to authenticate, 15 s idle
-    /// timeout, one report a second per forward.
+    /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
+    /// new one), 10 s to authenticate, 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -62,6 +65,7 @@ impl ServerConfig {
             allow: AllowList::default(),
             max_forwards: 64,
             max_flows: 256,
+            flow_idle: Duration::from_secs(60),
             auth_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
@@ -122,6 +126,7 @@ struct Shared {
     allow: AllowList,
     max_forwards: usize,
     max_flows: usize,
+    flow_idle: Duration,
     auth_timeout: Duration,
     report_interval: Duration,
     listing: Mutex<BTreeMap<(u64, u32), Listed>>,
@@ -179,6 +184,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         allow: config.allow,
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
+        flow_idle: config.flow_idle,
         auth_timeout: config.auth_timeout,
         report_interval: config.report_interval,
         listing: Mutex::new(BTreeMap::new()),
@@ -346,6 +352,7 @@ async fn accept_loop(
 
 struct Flow {
     socket: Arc<UdpSocket>,
+    activity: Arc<Activity>,
     replies: JoinHandle<()>,
 }
 
@@ -357,6 +364,23 @@ struct ServerForward {
 }
 
 impl ServerForward {
+    /// Makes room for a new flow by ending the longest idle one, if it has been idle for `idle`;
+    /// whether it did.
+    // r[impl forward.flows+2]
+    fn evict_idle(&mut self, now: Instant, idle: Duration) -> bool {
+        let flows = self
+            .flows
+            .iter()
+            .map(|(flow, state)| (*flow, state.activity.last()));
+        let Some(flow) = evictable(flows, now, idle) else {
+            return false;
+        };
+        if let Some(state) = self.flows.remove(&flow) {
+            state.replies.abort();
+        }
+        true
+    }
+
     fn end(self) {
         for flow in self.flows.into_values() {
             flow.replies.abort();
@@ -663,7 +687,7 @@ impl Relay {
         self.reply(Message::Opened { forward }).await;
     }
 
-    // r[impl forward.flows]
+    // r[impl forward.flows+2]
     async fn datagram(&mut self, datagram: Bytes) {
         let (id, payload) = match decode_datagram(&datagram) {
             Ok(decoded) => decoded,
@@ -680,24 +704,34 @@ impl Relay {
                 .dropped(RelayError::UnknownForward(id.forward).drop_reason());
             return;
         };
-        let socket = match state.flows.get(&id.flow) {
-            Some(flow) => flow.socket.clone(),
-            None if state.flows.len() >= self.shared.max_flows => {
+        let now = Instant::now();
+        let existing = state.flows.get(&id.flow).map(|flow| {
+            flow.activity.touch(now);
+            flow.socket.clone()
+        });
+        let socket = match existing {
+            Some(socket) => socket,
+            None if state.flows.len() >= self.shared.max_flows
+                && !state.evict_idle(now, self.shared.flow_idle) =>
+            {
                 state.reporter.dropped(&RelayError::FlowLimit(id.forward));
                 return;
             }
             None => match open_flow(state.target).await {
                 Ok(socket) => {
+                    let activity = Arc::new(Activity::new(now));
                     let replies = tokio::spawn(relay_replies(
                         socket.clone(),
                         self.conn.clone(),
                         id,
                         state.reporter.clone(),
+                        activity.clone(),
                     ));
                     state.flows.insert(
                         id.flow,
                         Flow {
                             socket: socket.clone(),
+                            activity,
                             replies,
                         },
                     );
@@ -720,6 +754,9 @@ impl Relay {
             if let Some(flow) = state.flows.remove(&id.flow) {
                 flow.replies.abort();
             }
+            state
+                .flow_count
+                .store(state.flows.len() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -785,6 +822,7 @@ async fn relay_replies(
     conn: Connection,
     id: FlowId,
     reporter: Arc<Reporter>,
+    activity: Arc<Activity>,
 ) {
     let header = id.header();
     let mut buf = vec![0u8; header.len() + 65_536];
@@ -793,6 +831,7 @@ async fn relay_replies(
         let err = match socket.recv(&mut buf[header.len()..]).await {
             Ok(n) => match conn.send_datagram(Bytes::copy_from_slice(&buf[..header.len() + n])) {
                 Ok(()) => {
+                    activity.touch(Instant::now());
                     reporter.stats().from_target(n);
                     continue;
                 }
