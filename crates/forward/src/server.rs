@@ -490,6 +490,7 @@ async fn serve(
         conn: conn.clone(),
         shared: shared.clone(),
         writer: writer.clone(),
+        shutdown: shutdown.clone(),
         forwards: HashMap::new(),
     };
     let ended: Result<Option<Shutdown>, RelayError> = loop {
@@ -573,12 +574,21 @@ struct Relay {
     conn: Connection,
     shared: Arc<Shared>,
     writer: mpsc::Sender<Message>,
+    shutdown: watch::Receiver<Option<Shutdown>>,
     forwards: HashMap<u32, ServerForward>,
 }
 
 impl Relay {
+    /// Queues an answer for the client. A client that does not read its control stream fills the
+    /// queue; waiting for room must not keep the relay from seeing a stop, so once the node is
+    /// stopping the answer is dropped (the stop's own announcement follows).
+    // r[impl forward.stop]
     async fn reply(&self, message: Message) {
-        let _ = self.writer.send(message).await;
+        let mut stopping = self.shutdown.clone();
+        tokio::select! {
+            _ = self.writer.send(message) => {}
+            _ = stopping.wait_for(Option::is_some) => {}
+        }
     }
 
     async fn control(&mut self, message: Message) {

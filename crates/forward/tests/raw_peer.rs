@@ -267,3 +267,24 @@ async fn the_authentication_timeout_counts_from_the_connection_not_from_its_stre
     assert!(took < Duration::from_millis(1450), "refused after {took:?}");
     assert!(server.forwards().is_empty());
 }
+
+// r[verify forward.stop]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_its_control_stream_does_not_hold_up_the_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&control::encode(&Message::Hello {
+        credential: TOKEN.as_bytes().to_vec(),
+    }))
+    .await;
+    assert_eq!(raw.next().await, Message::Welcome);
+    // 100 000 requests whose answers (3 MB of Ended) this client never reads: more than its
+    // stream window (1.25 MB) and the node's queue together, so the node's answers back up.
+    let burst = control::encode(&Message::Close { forward: 9 }).repeat(100_000);
+    raw.send_frame(&burst).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = tokio::time::Instant::now();
+    let stopped = server.stop(started + Duration::from_secs(5)).await;
+    assert!(stopped.is_ok(), "{stopped:?} after {:?}", started.elapsed());
+}
