@@ -9,6 +9,7 @@
 //! time on, and no client (answering or not) and no backend (up or not) can push the drain past
 //! its cap.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -155,8 +156,14 @@ async fn wait_for(notify: &Notify, deadline: Instant, done: impl Fn() -> bool) -
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
             return done();
         }
+        // Coalesce a storm of wake-ups (thousands of connections closing at once) into one
+        // check every few milliseconds: `done()` looks at every connection.
+        tokio::time::sleep_until((Instant::now() + COALESCE).min(deadline)).await;
     }
 }
+
+/// How long a drain step lets wake-ups gather before it looks again.
+const COALESCE: Duration = Duration::from_millis(2);
 
 impl Gateway {
     /// Drains the gateway (see the module doc), once: a second call waits for the first and
@@ -199,7 +206,7 @@ impl Gateway {
         finish(Step::StopAccepting, &mut steps, 0);
 
         // Step 2: flush and close frames.
-        let original: Vec<ConnId> = inner
+        let original: HashSet<ConnId> = inner
             .registry
             .snapshot()
             .into_iter()
@@ -207,10 +214,14 @@ impl Gateway {
             .collect();
         let frames_before = inner.stats.close_frames();
         inner.drain_tx.send_replace(Some(DrainSignal { code }));
-        let ended = |ids: &[ConnId]| {
-            ids.iter()
-                .filter(|id| !inner.registry.contains(**id))
-                .count()
+        let ended = |ids: &HashSet<ConnId>| {
+            if inner.registry.is_empty() {
+                ids.len()
+            } else {
+                ids.iter()
+                    .filter(|id| !inner.registry.contains(**id))
+                    .count()
+            }
         };
         let closes = async {
             wait_for(inner.stats.close_notify(), deadlines[1], || {

@@ -65,6 +65,7 @@ pub(crate) struct DrainSignal {
 pub(crate) struct Inner {
     pub(crate) config: GatewayConfig,
     pub(crate) replica: Replica,
+    pub(crate) local: SocketAddr,
     pub(crate) registry: Registry<ConnHandle>,
     pub(crate) service: Arc<dyn ServiceRegistry>,
     pub(crate) routing: Arc<dyn RoutingMap>,
@@ -129,6 +130,7 @@ impl Gateway {
             registry: Registry::new(config.shards),
             config,
             replica,
+            local,
             service,
             routing,
             ready: AtomicBool::new(true),
@@ -153,11 +155,7 @@ impl Gateway {
 
     /// The address clients connect to.
     pub fn local_addr(&self) -> SocketAddr {
-        self.inner
-            .replica
-            .address
-            .parse()
-            .unwrap_or(self.inner.config.listen)
+        self.inner.local
     }
 
     /// Whether the gateway is ready (false from the first step of a drain on).
