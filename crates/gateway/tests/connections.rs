@@ -163,19 +163,28 @@ async fn a_slow_consumer_is_disconnected_and_the_others_get_every_message() {
 // r[verify gateway.registry.by-connection]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_connection_closing_keeps_the_users_route_and_newer_connection() {
-    let node = start(config("a")).await;
-    let old = member(&node.gateway, "ann", "lobby").await;
-    let mut new = member(&node.gateway, "ann", "lobby").await;
+    let routing = CountingRouting::default();
+    let gateway = start_backends(
+        config("a"),
+        std::sync::Arc::new(holdfast_gateway::MemoryRegistry::new()),
+        std::sync::Arc::new(routing.clone()),
+    )
+    .await;
+    let deletes = || routing.deletes.load(std::sync::atomic::Ordering::SeqCst);
+    let old = member(&gateway, "ann", "lobby").await;
+    let mut new = member(&gateway, "ann", "lobby").await;
     drop(old);
-    eventually("old torn down", || node.gateway.connections() == 1).await;
+    eventually("old torn down", || gateway.connections() == 1).await;
     // Give a wrongly spawned route release time to run before checking it did not.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(node.routing.get("ann").as_deref(), Some("a"));
-    assert_eq!(node.gateway.push_user("ann", "to new").queued, 1);
+    assert_eq!(deletes(), 0, "the older connection never touches the route");
+    assert_eq!(routing.inner.get("ann").as_deref(), Some("a"));
+    assert_eq!(gateway.push_user("ann", "to new").queued, 1);
     assert_eq!(next_text(&mut new).await, "to new");
     drop(new);
     eventually("last connection releases the route", || {
-        node.routing.get("ann").is_none()
+        routing.inner.get("ann").is_none()
     })
     .await;
+    assert_eq!(deletes(), 1);
 }

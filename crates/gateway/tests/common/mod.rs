@@ -148,3 +148,37 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
     panic!("not within 5 s: {what}");
 }
+
+/// A routing map that counts compare-and-deletes, over an in-memory one.
+#[derive(Clone, Default)]
+pub struct CountingRouting {
+    pub inner: MemoryRouting,
+    pub deletes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RoutingMap for CountingRouting {
+    fn set_route(
+        &self,
+        user: &str,
+        replica: &str,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_gateway::ClusterError>> {
+        self.inner.set_route(user, replica)
+    }
+    fn route(
+        &self,
+        user: &str,
+    ) -> holdfast_lifecycle::BoxFuture<Result<Option<String>, holdfast_gateway::ClusterError>> {
+        self.inner.route(user)
+    }
+    fn compare_and_delete(
+        &self,
+        user: &str,
+        replica: &str,
+    ) -> holdfast_lifecycle::BoxFuture<
+        Result<holdfast_gateway::CasOutcome, holdfast_gateway::ClusterError>,
+    > {
+        self.deletes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.compare_and_delete(user, replica)
+    }
+}
