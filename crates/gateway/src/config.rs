@@ -81,6 +81,9 @@ pub struct GatewayConfig {
     pub ping_interval: Duration,
     /// A connection from which nothing arrived for this long is closed.
     pub idle_timeout: Duration,
+    /// How long a connection the gateway closed (outside a drain) may take to answer the close
+    /// before it is dropped.
+    pub close_timeout: Duration,
     /// Registry shards.
     pub shards: usize,
     /// The drain.
@@ -104,6 +107,7 @@ impl GatewayConfig {
             auth_timeout: Duration::from_secs(10),
             ping_interval: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(60),
+            close_timeout: Duration::from_secs(2),
             shards: 16,
             drain: DrainConfig::default(),
         }

@@ -381,8 +381,12 @@ async fn connection(
                 reason: reason.into(),
             })))
             .await;
-        // Wait for the client's close (the drain's force-close bounds this).
-        while let Some(Ok(_)) = ws.next().await {}
+        // Wait for the client's close, but not for ever: a client that does not read never
+        // answers.
+        let _ = tokio::time::timeout(inner.config.close_timeout, async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
     }
 }
 
@@ -426,8 +430,10 @@ async fn serve(
                 inner.stats.auth_failure();
                 return Ending::Close(close::POLICY, "authentication timeout".into());
             }
+            // r[impl gateway.keepalive]
             _ = ping.tick() => {
                 if last_seen.elapsed() >= cfg.idle_timeout {
+                    inner.stats.idle();
                     return Ending::Close(close::IDLE, "idle timeout".into());
                 }
                 if let Err(e) = ws.send(Message::Ping(Default::default())).await {

@@ -18,6 +18,7 @@ pub struct Stats {
     slow_consumer_drops: AtomicU64,
     routing_errors: AtomicU64,
     close_frames_sent: AtomicU64,
+    idle_closed: AtomicU64,
     close_sent: Notify,
 }
 
@@ -42,6 +43,8 @@ pub struct StatsSnapshot {
     pub routing_errors: u64,
     /// Drain close frames sent.
     pub close_frames_sent: u64,
+    /// Connections closed at the idle timeout.
+    pub idle_closed: u64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -66,6 +69,9 @@ impl Stats {
     }
     pub(crate) fn message_out(&self) {
         inc(&self.messages_out);
+    }
+    pub(crate) fn idle(&self) {
+        inc(&self.idle_closed);
     }
     pub(crate) fn routing_error(&self) {
         inc(&self.routing_errors);
@@ -102,6 +108,7 @@ impl Stats {
             slow_consumer_drops: g(&self.slow_consumer_drops),
             routing_errors: g(&self.routing_errors),
             close_frames_sent: g(&self.close_frames_sent),
+            idle_closed: g(&self.idle_closed),
         }
     }
 }

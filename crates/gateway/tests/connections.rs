@@ -188,3 +188,44 @@ async fn an_older_connection_closing_keeps_the_users_route_and_newer_connection(
     .await;
     assert_eq!(deletes(), 1);
 }
+
+// r[verify gateway.keepalive]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_clients_that_answer_pings_stay_and_silent_ones_are_closed() {
+    let keepalive = |close_timeout_ms| {
+        let mut c = config("a");
+        c.ping_interval = Duration::from_millis(100);
+        c.idle_timeout = Duration::from_millis(300);
+        c.close_timeout = Duration::from_millis(close_timeout_ms);
+        c
+    };
+    // A client that never reads answers neither pings nor the close: it is dropped.
+    let node = start(keepalive(200)).await;
+    let mut answering = member(&node.gateway, "ann", "lobby").await;
+    let _silent = member(&node.gateway, "bob", "lobby").await;
+    // Reading is what makes tungstenite answer pings; the answering client sends nothing else.
+    let reader = tokio::spawn(async move {
+        let end = read_to_end(&mut answering, Duration::from_millis(1200)).await;
+        (end, answering)
+    });
+    eventually("the silent client is dropped", || {
+        node.gateway.connections() == 1
+    })
+    .await;
+    let (end, _answering) = reader.await.unwrap();
+    assert!(end.close.is_none(), "the answering client was never closed");
+    assert_eq!(
+        node.gateway.connections(),
+        1,
+        "still connected after 1.2 s of quiet"
+    );
+    assert_eq!(node.gateway.push_user("bob", "gone").queued, 0);
+    assert_eq!(node.gateway.stats().idle_closed, 1);
+
+    // What the silent client is sent, read once the server has closed it.
+    let node = start(keepalive(10_000)).await;
+    let mut silent = member(&node.gateway, "cat", "lobby").await;
+    eventually("idle close sent", || node.gateway.stats().idle_closed == 1).await;
+    let (code, why) = close_code_of(&mut silent).await;
+    assert_eq!((code, why.as_str()), (1000, "idle timeout"));
+}
