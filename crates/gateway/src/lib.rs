@@ -8,7 +8,8 @@
 //! - The [`Registry`] tracks every connection from accept to teardown, authenticated or not, in
 //!   shards, keyed by connection and never by user alone.
 //! - The cluster traits [`ServiceRegistry`] and [`RoutingMap`] have in-memory implementations
-//!   (the embedded single-node default); the routing entry is removed by compare-and-delete.
+//!   (the embedded single-node default); the routing map also lives in Redis ([`RedisRouting`]),
+//!   where the entry is removed by a compare-and-delete Lua script.
 //! - [`Gateway::drain`] (and the module's [`Gateway::stopper`]) leaves in order: readiness off,
 //!   upgrades refused with 503 and Retry-After, deregistration; queued messages flushed, then a
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest
@@ -22,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod drain;
 pub mod protocol;
+pub mod redis_routing;
 pub mod registry;
 mod server;
 pub mod stats;
@@ -33,6 +35,7 @@ pub use cluster::{
 pub use config::{CloseChoice, DrainConfig, GatewayConfig};
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 pub use protocol::ClientMessage;
+pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;

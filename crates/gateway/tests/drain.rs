@@ -345,8 +345,8 @@ async fn the_stop_deadline_shortens_the_cap() {
 async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
     let routing = MemoryRouting::new();
     let registry = MemoryRegistry::new();
-    let a = start_with(config("a"), registry.clone(), routing.clone()).await;
-    let b = start_with(config("b"), registry.clone(), routing.clone()).await;
+    let a = start_with(short_cap("a", 1000), registry.clone(), routing.clone()).await;
+    let b = start_with(short_cap("b", 1000), registry.clone(), routing.clone()).await;
     let _ann = member(&a.gateway, "ann", "lobby").await;
     let _bob_old = member(&a.gateway, "bob", "lobby").await;
     // Bob reconnects to b before a drains.
