@@ -85,12 +85,7 @@ impl FaultBoard {
         now: SystemTime,
     ) -> bool {
         let mut faults = self.lock();
-        if let Some(open) = faults.get_mut(&subject) {
-            open.kind = kind.to_owned();
-            open.message = message.to_owned();
-            open.failures = failures;
-            open.updated = now;
-            tracing::debug!(subject = %subject, kind, failures, message, "fault refreshed");
+        if refresh_open(&mut faults, &subject, kind, message, failures, now) {
             return false;
         }
         tracing::warn!(subject = %subject, kind, failures, message, "fault filed");
@@ -106,6 +101,20 @@ impl FaultBoard {
             },
         );
         true
+    }
+
+    /// Refreshes the subject's open fault (kind, message, failures, updated; `since` kept) and
+    /// files nothing when none is open. Returns whether one was open. The check and the refresh
+    /// are one step, so a failure racing a clear on another thread never files the fault again.
+    pub fn refresh(
+        &self,
+        subject: &Subject,
+        kind: &str,
+        message: &str,
+        failures: u32,
+        now: SystemTime,
+    ) -> bool {
+        refresh_open(&mut self.lock(), subject, kind, message, failures, now)
     }
 
     /// Clears the subject's fault; returns whether one was open.
@@ -138,9 +147,7 @@ impl FaultBoard {
                 self.clear(&subject);
             }
             (None, Reason::Failed { .. } | Reason::Expired) => {
-                if self.lock().contains_key(&subject) {
-                    self.file(subject, kind, message, transition.failures, now);
-                }
+                self.refresh(&subject, kind, message, transition.failures, now);
             }
             (None, Reason::Superseded | Reason::Released) => {}
         }
@@ -186,4 +193,24 @@ impl FaultBoard {
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
+}
+
+/// Refreshes `subject`'s open fault in the locked map; whether one was open.
+fn refresh_open(
+    faults: &mut BTreeMap<Subject, Fault>,
+    subject: &Subject,
+    kind: &str,
+    message: &str,
+    failures: u32,
+    now: SystemTime,
+) -> bool {
+    let Some(open) = faults.get_mut(subject) else {
+        return false;
+    };
+    open.kind = kind.to_owned();
+    open.message = message.to_owned();
+    open.failures = failures;
+    open.updated = now;
+    tracing::debug!(subject = %subject, kind, failures, message, "fault refreshed");
+    true
 }

@@ -23,7 +23,13 @@ pub enum Health {
 // r[impl lifecycle.health]
 pub fn health_channel() -> (HealthReporter, HealthWatch) {
     let (tx, rx) = watch::channel(Health::Starting);
-    (HealthReporter { tx }, HealthWatch { rx })
+    (
+        HealthReporter { tx },
+        HealthWatch {
+            rx,
+            last: Health::Starting,
+        },
+    )
 }
 
 /// The writing end of a module's health. Clones write to the same channel.
@@ -51,6 +57,9 @@ impl HealthReporter {
 #[derive(Debug, Clone)]
 pub struct HealthWatch {
     rx: watch::Receiver<Health>,
+    /// What `changed` last returned (initially the channel's first value): a change back to it
+    /// before the watcher looked is no change.
+    last: Health,
 }
 
 impl HealthWatch {
@@ -63,7 +72,13 @@ impl HealthWatch {
     /// returns the new value (intermediate values may be skipped: only the latest is kept).
     /// `None` once every reporter is gone and the latest value has been seen.
     pub async fn changed(&mut self) -> Option<Health> {
-        self.rx.changed().await.ok()?;
-        Some(self.rx.borrow_and_update().clone())
+        loop {
+            self.rx.changed().await.ok()?;
+            let current = self.rx.borrow_and_update().clone();
+            if current != self.last {
+                self.last = current.clone();
+                return Some(current);
+            }
+        }
     }
 }

@@ -11,6 +11,10 @@ use holdfast_retry::stable_hash;
 /// Where the machine id is read from.
 pub const MACHINE_ID_PATH: &str = "/etc/machine-id";
 
+/// What systemd writes into `/etc/machine-id` until the first boot has committed a real id
+/// (machine-id(5)): a value every machine booted from that image shares, so it is no identity.
+const MACHINE_ID_PLACEHOLDER: &str = "uninitialized";
+
 /// The node's identity, from which every module's jitter seed is derived.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentity {
@@ -70,8 +74,9 @@ impl NodeIdentity {
     }
 
     /// Same, with the machine-id path and hostname source injected (for tests). Empty or
-    /// whitespace-only values are skipped, as is a machine-id file that cannot be read.
-    // r[impl lifecycle.identity]
+    /// whitespace-only values are skipped, as are a machine-id file that cannot be read and
+    /// systemd's "uninitialized" placeholder.
+    // r[impl lifecycle.identity+2]
     pub fn resolve_with(
         configured: Option<&str>,
         machine_id_path: &Path,
@@ -85,14 +90,19 @@ impl NodeIdentity {
             });
         }
         match std::fs::read_to_string(machine_id_path) {
-            Ok(contents) => {
-                if let Some(id) = usable(&contents) {
+            Ok(contents) => match usable(&contents) {
+                Some(id) if id == MACHINE_ID_PLACEHOLDER => {
+                    tracing::debug!(path = %machine_id_path.display(),
+                        "machine id not yet initialised; trying the host name");
+                }
+                Some(id) => {
                     return Ok(Self {
                         id,
                         source: IdentitySource::MachineId,
                     });
                 }
-            }
+                None => {}
+            },
             Err(err) => {
                 tracing::debug!(path = %machine_id_path.display(), error = %err,
                     "no machine id; trying the host name");

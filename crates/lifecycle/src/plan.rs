@@ -156,6 +156,12 @@ impl StopPlan {
         for group in self.groups {
             let share = u64::from(group.share);
             let group_start = Instant::now();
+            // A second signal that came while no group was running (between two groups, or
+            // before the plan ran) is seen here, so the group is skipped instead of being asked
+            // to stop and cut off at once.
+            if !aborted && !group.modules.is_empty() && has_fired(abort.as_mut()).await {
+                aborted = true;
+            }
             if aborted {
                 for (module, _) in group.modules {
                     let stop = ModuleStop {
@@ -206,6 +212,12 @@ impl StopPlan {
         );
         report
     }
+}
+
+/// Whether `abort` has resolved, polled once without waiting. Never called again once it said
+/// yes, so a finished future is never polled.
+async fn has_fired<A: Future<Output = ()>>(mut abort: std::pin::Pin<&mut A>) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(abort.as_mut().poll(cx).is_ready())).await
 }
 
 /// `left * share / weight`, the group's part of the time that is left.

@@ -188,3 +188,45 @@ fn faults_serialise_for_the_admin_api() {
     assert_eq!(json[0]["kind"], "not_found");
     assert_eq!(json[0]["failures"], 1);
 }
+
+/// A failure only ever refreshes a fault that is open when it is applied: one cleared by another
+/// thread in the meantime (the subject recovered, or the node cleared the module) stays cleared.
+// r[verify lifecycle.fault.board]
+#[test]
+fn a_failure_racing_a_clear_never_files_the_fault_again() {
+    let board = FaultBoard::new();
+    let s = Subject::new("pull", "image r/a:1");
+    let failed = bare(Reason::Failed {
+        hint_applied: false,
+    });
+    // The clearing thread files at at(0) and clears; the failing thread only refreshes, at at(1).
+    // A fault whose `since` is at(1) was filed by a failure.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clearer = {
+        let (board, s, stop) = (board.clone(), s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                board.file(s.clone(), "unreachable", "down", 5, at(0));
+                board.clear(&s);
+            }
+        })
+    };
+    let mut refiled = 0u32;
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let mut rounds = 0u64;
+    while Instant::now() < deadline && refiled == 0 {
+        for _ in 0..1000 {
+            board.apply(s.clone(), &failed, "unreachable", "still down", at(1));
+            if board.get(&s).is_some_and(|f| f.since == at(1)) {
+                refiled += 1;
+            }
+        }
+        rounds += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    clearer.join().unwrap();
+    assert_eq!(
+        refiled, 0,
+        "a failure filed a fault that had been cleared ({rounds} rounds)"
+    );
+}

@@ -66,3 +66,26 @@ fn health_serialises_with_its_reason() {
         serde_json::json!({"state": "ready"})
     );
 }
+
+// r[verify lifecycle.health]
+#[tokio::test(start_paused = true)]
+async fn a_blip_back_to_the_value_last_seen_wakes_no_watcher() {
+    let (reporter, mut watch) = health_channel();
+    reporter.set(Health::Ready);
+    assert_eq!(watch.changed().await, Some(Health::Ready));
+    // Degraded and back before the node looked: what it last saw is what it is.
+    reporter.set(Health::Degraded("redis reconnecting".into()));
+    reporter.set(Health::Ready);
+    let waited = timeout(Duration::from_secs(60), watch.changed()).await;
+    assert!(waited.is_err(), "no difference, no wake-up: {waited:?}");
+    reporter.set(Health::Draining);
+    assert_eq!(watch.changed().await, Some(Health::Draining));
+    // Gone after a last value equal to the one seen: waiting ends.
+    reporter.set(Health::Ready);
+    reporter.set(Health::Draining);
+    drop(reporter);
+    assert_eq!(
+        timeout(Duration::from_secs(60), watch.changed()).await,
+        Ok(None)
+    );
+}

@@ -28,7 +28,7 @@ fn resolve(
     })
 }
 
-// r[verify lifecycle.identity]
+// r[verify lifecycle.identity+2]
 #[test]
 fn the_configured_id_wins_then_the_machine_id_then_the_host_name() {
     let id = resolve(Some("  node-a \n"), Some("m1"), Some("h1")).unwrap();
@@ -42,7 +42,7 @@ fn the_configured_id_wins_then_the_machine_id_then_the_host_name() {
     assert_eq!((id.id(), id.source()), ("h1", IdentitySource::Hostname));
 }
 
-// r[verify lifecycle.identity]
+// r[verify lifecycle.identity+2]
 #[test]
 fn empty_values_are_skipped_and_an_empty_configured_id_is_an_error() {
     assert_eq!(
@@ -63,7 +63,7 @@ fn empty_values_are_skipped_and_an_empty_configured_id_is_an_error() {
     ));
 }
 
-// r[verify lifecycle.identity]
+// r[verify lifecycle.identity+2]
 #[test]
 fn the_host_name_is_not_asked_for_when_a_machine_id_is_there() {
     let dir = machine_id(Some("m1"));
@@ -132,4 +132,17 @@ fn two_nodes_jitter_the_same_key_and_streak_apart() {
             "key {key}: two nodes must not come back at the same instant"
         );
     }
+}
+
+// r[verify lifecycle.identity+2]
+#[test]
+fn systemds_uninitialized_placeholder_is_no_machine_id() {
+    // systemd writes "uninitialized" into /etc/machine-id until first boot completes: every node
+    // booting that image would share it, and so their jitter.
+    let id = resolve(None, Some("uninitialized\n"), Some("h1")).unwrap();
+    assert_eq!((id.id(), id.source()), ("h1", IdentitySource::Hostname));
+    assert!(matches!(
+        resolve(None, Some("uninitialized\n"), None),
+        Err(IdentityError::Unavailable { .. })
+    ));
 }

@@ -320,3 +320,33 @@ fn the_report_serialises_with_snake_case_outcomes() {
     let json = serde_json::to_value(StopReason::Restart).unwrap();
     assert_eq!(json, serde_json::json!("restart"));
 }
+
+/// A second signal that came before a group started (say, while the previous group's last
+/// stopper was returning): that group is skipped, its modules never asked.
+// r[verify lifecycle.stop.abort]
+#[tokio::test(start_paused = true)]
+async fn an_abort_that_fired_before_a_group_started_skips_that_group_unasked() {
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut plan = StopPlan::new(10 * S);
+    let only = plan.group("only", 1);
+    let flag = asked.clone();
+    plan.add(
+        only,
+        "gateway",
+        stopper_fn(move |_| {
+            flag.store(true, Ordering::SeqCst);
+            async { Ok(()) }
+        }),
+    );
+    let report = plan.run(StopReason::Shutdown, std::future::ready(())).await;
+    assert!(report.aborted);
+    assert_eq!(outcome(&report, "gateway"), StopOutcome::Aborted);
+    assert_eq!(
+        module(&report, "gateway").budget,
+        Duration::ZERO,
+        "skipped, not started and cut off"
+    );
+    assert_eq!(report.took, Duration::ZERO);
+    sleep(S).await;
+    assert!(!asked.load(Ordering::SeqCst), "never asked");
+}

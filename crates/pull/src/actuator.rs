@@ -267,14 +267,17 @@ impl<F: Fetcher> Actuator<F> {
             match action {
                 Action::Pull { reference, attempt } => {
                     let (progress_tx, progress_rx) = watch::channel(PullProgress::default());
-                    let fetch = self.fetcher.fetch(reference.clone(), progress_tx);
+                    let fetcher = Arc::clone(&self.fetcher);
                     let owned = reference.clone();
+                    // The fetcher is called inside the task, so that a panic while it builds its
+                    // future is the attempt's (joined, counted), not a panic of the caller's tick.
                     let task = self.tasks.spawn_on(
                         async move {
+                            let result = fetcher.fetch(owned.clone(), progress_tx).await;
                             Completion::Pull {
                                 reference: owned,
                                 attempt,
-                                result: fetch.await,
+                                result,
                             }
                         },
                         &self.runtime,
@@ -289,12 +292,12 @@ impl<F: Fetcher> Actuator<F> {
                     );
                 }
                 Action::Probe { attempt } => {
-                    let probe = self.fetcher.probe();
+                    let fetcher = Arc::clone(&self.fetcher);
                     let task = self.tasks.spawn_on(
                         async move {
                             Completion::Probe {
                                 attempt,
-                                result: probe.await,
+                                result: fetcher.probe().await,
                             }
                         },
                         &self.runtime,

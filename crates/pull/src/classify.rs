@@ -40,8 +40,10 @@ pub enum PullErrorKind {
     Stalled,
     /// The daemon rejected the request itself (a 4xx other than 404, e.g. an invalid reference).
     Rejected,
-    /// The Docker daemon (or Podman service) could not be reached: the socket is missing, or
-    /// connecting to it was refused or reset. A different fault from an unreachable registry.
+    /// The Docker daemon (or Podman service) could not be reached: the socket is missing,
+    /// connecting to it was refused or reset, or it accepts connections and does not answer a
+    /// request of its own (version negotiation, image inspect) within the stall bound. A
+    /// different fault from an unreachable registry.
     DaemonUnreachable,
     /// The daemon failed in a way not covered above (an unexpected 5xx or an undecodable reply).
     Daemon,
@@ -163,7 +165,7 @@ impl PullError {
     }
 }
 
-// r[impl actuate.image.classify]
+// r[impl actuate.image.classify+2]
 /// Classifies an error status answered by the daemon for `POST /images/create` (or the image
 /// inspect that precedes it). `status` is the typed HTTP status of the daemon's response.
 pub fn classify_status(status: StatusCode, message: &str) -> PullErrorKind {
@@ -352,7 +354,7 @@ mod tests {
     const UNKNOWN_CODE: &str = "unknown: simulated";
     const BLOB_UNKNOWN: &str = "unknown blob";
 
-    // r[verify actuate.image.classify]
+    // r[verify actuate.image.classify+2]
     #[test]
     fn daemon_status_and_message_shapes_classify_as_specified() {
         let cases: &[(u16, &str, PullErrorKind)] = &[
@@ -387,7 +389,7 @@ mod tests {
         }
     }
 
-    // r[verify actuate.image.classify]
+    // r[verify actuate.image.classify+2]
     #[test]
     fn podman_reports_registry_failures_inside_the_stream() {
         // Verbatim from Podman 4.3.1's Docker-compatible API (errors inside a 200 stream).
@@ -414,7 +416,7 @@ mod tests {
         }
     }
 
-    // r[verify actuate.image.classify]
+    // r[verify actuate.image.classify+2]
     #[test]
     fn numbers_in_text_are_not_statuses() {
         // A 500 whose text mentions 404 or 429 as a port or a count is not a not-found or a
@@ -431,7 +433,7 @@ mod tests {
         );
     }
 
-    // r[verify actuate.image.classify]
+    // r[verify actuate.image.classify+2]
     #[test]
     fn stream_errors_after_the_pull_started_are_their_own_kind() {
         assert_eq!(
@@ -453,7 +455,7 @@ mod tests {
         assert_eq!(err.status, None);
     }
 
-    // r[verify actuate.image.classify]
+    // r[verify actuate.image.classify+2]
     #[test]
     fn daemon_transport_failures_are_daemon_unreachable() {
         let missing = classify_bollard(&bollard::errors::Error::SocketNotFoundError(
@@ -475,7 +477,7 @@ mod tests {
         assert!(!PullErrorKind::RegistryUnreachable.is_daemon_condition());
     }
 
-    // r[verify actuate.image.classify]
+    // r[verify actuate.image.classify+2]
     #[test]
     fn a_rate_limit_through_the_daemon_carries_no_hint_from_text() {
         // dockerd drops the registry's Retry-After; a number in the text is never taken as one.

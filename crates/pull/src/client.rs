@@ -66,7 +66,7 @@ impl DaemonEndpoint {
     }
 }
 
-// r[impl actuate.image.watchdog+2]
+// r[impl actuate.image.watchdog+3]
 /// Awaits the daemon's answer to `what` under the stall bound: bollard's own timeout (120 s) only
 /// bounds the response headers of each request, and a daemon that accepts and never answers a
 /// connect, a version negotiation or an inspect must not hold an attempt longer than a stalled
@@ -86,6 +86,28 @@ pub async fn within<T>(
                 bound.as_secs()
             ),
         )),
+    }
+}
+
+// r[impl actuate.image.daemon.hung]
+/// Like [`within`], for a request that only the daemon itself answers (the connect and version
+/// negotiation, the image inspect; no registry is involved): no answer in time means the daemon
+/// is hung, which is the daemon being unreachable, not a failure of the image's attempt.
+pub async fn daemon_within<T>(
+    bound: Duration,
+    what: &str,
+    answer: impl Future<Output = Result<T, PullError>>,
+) -> Result<T, PullError> {
+    match within(bound, what, answer).await {
+        Err(err) if err.kind == PullErrorKind::Stalled => Err(PullError {
+            kind: PullErrorKind::DaemonUnreachable,
+            message: format!(
+                "the daemon accepts connections but does not answer: {}",
+                err.message
+            ),
+            ..err
+        }),
+        other => other,
     }
 }
 
@@ -133,7 +155,7 @@ pub async fn fetch(
     progress: &watch::Sender<PullProgress>,
 ) -> Result<Fetched, PullError> {
     let name = store_name(reference);
-    let inspected = within(stall_timeout, "the image inspect", async {
+    let inspected = daemon_within(stall_timeout, "the image inspect", async {
         match docker.inspect_image(&name).await {
             Ok(_) => Ok(true),
             Err(bollard::errors::Error::DockerResponseServerError {
@@ -219,7 +241,7 @@ mod tests {
         assert_eq!(err.kind, PullErrorKind::DaemonUnreachable);
     }
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[tokio::test(start_paused = true)]
     async fn no_answer_before_the_stream_is_a_stall_within_the_bound() {
         let start = tokio::time::Instant::now();

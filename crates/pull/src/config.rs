@@ -17,6 +17,10 @@ use crate::watchdog::DEFAULT_STALL_TIMEOUT;
 /// bound, and a slow but healthy pull is never counted as stale.
 pub const DEFAULT_PULL_STALE_AFTER: Duration = Duration::from_secs(6 * 60 * 60);
 
+/// How many waits of an image attempt are each bounded by the stall timeout: the connection and
+/// version negotiation, the image inspect, and the pull stream's progress.
+pub const IMAGE_ATTEMPT_WAITS: u32 = 3;
+
 /// A configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -32,13 +36,26 @@ pub enum PullConfigError {
     /// The stall bound was zero: every attempt would be abandoned at once.
     #[error("stall_timeout must be greater than zero")]
     ZeroStallTimeout,
-    /// An attempt would count as stale (and be superseded) before the watchdog could end it, so a
-    /// pull that is merely slow would be superseded instead of judged by its progress.
+    /// An image attempt waits, each under the stall bound, for the daemon's connection, for its
+    /// image inspect and for progress of the pull stream: an attempt that makes no progress may so
+    /// run for [`IMAGE_ATTEMPT_WAITS`] times the stall bound, and must end by the watchdog before
+    /// its gate may count it as stale.
+    #[error(
+        "stall_timeout ({stall_timeout:?}) bounds each of an image attempt's {IMAGE_ATTEMPT_WAITS} waits (connect, inspect, pull stream), so {IMAGE_ATTEMPT_WAITS} x stall_timeout must be shorter than image_policy's stale_after ({stale_after:?})"
+    )]
+    AttemptNotBelowStale {
+        /// The configured stall bound.
+        stall_timeout: Duration,
+        /// The image policy's stale timeout.
+        stale_after: Duration,
+    },
+    /// A daemon probe would count as stale (and be superseded) before its stall bound could end
+    /// it, so a daemon that is merely slow would be superseded instead of judged by its answer.
     #[error(
         "stall_timeout ({stall_timeout:?}) must be shorter than {which}'s stale_after ({stale_after:?})"
     )]
     StallNotBelowStale {
-        /// `image_policy` or `daemon_policy`.
+        /// The policy concerned (`daemon_policy`).
         which: &'static str,
         /// The configured stall bound.
         stall_timeout: Duration,
@@ -124,7 +141,7 @@ impl PullConfigBuilder {
         self
     }
 
-    // r[impl actuate.image.config]
+    // r[impl actuate.image.config+2]
     /// Validates and returns the configuration.
     pub fn build(self) -> Result<PullConfig, PullConfigError> {
         let PullConfig {
@@ -137,19 +154,21 @@ impl PullConfigBuilder {
         if stall_timeout.is_zero() {
             return Err(PullConfigError::ZeroStallTimeout);
         }
-        // A probe and a pull are both bounded by the stall timeout, so each must end by the
-        // watchdog before its gate may count it as stale.
-        for (which, policy) in [
-            ("image_policy", &image_policy),
-            ("daemon_policy", &daemon_policy),
-        ] {
-            if stall_timeout >= policy.stale_after() {
-                return Err(PullConfigError::StallNotBelowStale {
-                    which,
-                    stall_timeout,
-                    stale_after: policy.stale_after(),
-                });
-            }
+        // An image attempt without progress ends after at most its waits' bounds together; a
+        // probe (one wait) and a pull must each end so before their gate may count them stale.
+        let attempt_bound = stall_timeout.checked_mul(IMAGE_ATTEMPT_WAITS);
+        if attempt_bound.is_none_or(|bound| bound >= image_policy.stale_after()) {
+            return Err(PullConfigError::AttemptNotBelowStale {
+                stall_timeout,
+                stale_after: image_policy.stale_after(),
+            });
+        }
+        if stall_timeout >= daemon_policy.stale_after() {
+            return Err(PullConfigError::StallNotBelowStale {
+                which: "daemon_policy",
+                stall_timeout,
+                stale_after: daemon_policy.stale_after(),
+            });
         }
         Ok(PullConfig {
             image_policy,
@@ -192,7 +211,7 @@ fn default_image_policy(seed: u64) -> Policy {
 mod tests {
     use super::*;
 
-    // r[verify actuate.image.config]
+    // r[verify actuate.image.config+2]
     #[test]
     fn a_stall_bound_at_or_above_the_stale_timeout_is_refused() {
         let short_stale = Policy::builder()
@@ -206,13 +225,41 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            PullConfigError::StallNotBelowStale {
-                which: "image_policy",
+            PullConfigError::AttemptNotBelowStale {
                 stall_timeout: Duration::from_secs(60),
                 stale_after: Duration::from_secs(30),
             }
         );
         assert!(err.to_string().contains("stall_timeout"), "{err}");
+        // Above the stall bound but not above an attempt's three bounded waits: a slow daemon
+        // answering connect and inspect just in time, then a stalled stream, would count as stale
+        // before its watchdog ended it.
+        let stale_150 = Policy::builder()
+            .stale_after(Duration::from_secs(150))
+            .build()
+            .unwrap();
+        assert_eq!(
+            PullConfig::builder(1)
+                .image_policy(stale_150)
+                .stall_timeout(Duration::from_secs(60))
+                .build(),
+            Err(PullConfigError::AttemptNotBelowStale {
+                stall_timeout: Duration::from_secs(60),
+                stale_after: Duration::from_secs(150),
+            })
+        );
+        assert!(
+            PullConfig::builder(1)
+                .image_policy(stale_150)
+                .stall_timeout(Duration::from_secs(49))
+                .build()
+                .is_ok()
+        );
+        // A bound too large to triple is refused, not an overflow.
+        assert!(matches!(
+            PullConfig::builder(1).stall_timeout(Duration::MAX).build(),
+            Err(PullConfigError::AttemptNotBelowStale { .. })
+        ));
         // The daemon's gate is held to the same bound (its default stale timeout is 600 s).
         let err = PullConfig::builder(1)
             .stall_timeout(Duration::from_secs(600))
@@ -235,7 +282,7 @@ mod tests {
         assert_eq!(PullConfig::builder(1).build(), Ok(PullConfig::new(1)));
     }
 
-    // r[verify actuate.image.config]
+    // r[verify actuate.image.config+2]
     #[test]
     fn the_seed_is_the_callers_and_reaches_both_policies() {
         let policy = Policy::builder().seed(99).build().unwrap();

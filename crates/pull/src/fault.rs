@@ -69,9 +69,14 @@ impl PullFaults {
 
     /// Refreshes an open fault's latest error and count; files nothing when none is open.
     pub fn refresh(&self, subject: &FaultSubject, error: &PullError, failures: u32) {
-        if self.is_open(subject) {
-            self.file(subject, error, failures);
-        }
+        // One step on the board: a fault the node clears meanwhile is not filed again.
+        self.board.refresh(
+            &subject.subject(),
+            error.kind.as_str(),
+            &error.message,
+            failures,
+            SystemTime::now(),
+        );
     }
 
     /// Clears the fault for `subject`; returns whether one was open.

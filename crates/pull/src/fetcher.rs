@@ -10,7 +10,7 @@ use bollard::Docker;
 use tokio::sync::{Mutex, watch};
 
 use crate::classify::{PullError, PullErrorKind};
-use crate::client::{DaemonEndpoint, Fetched, fetch, within};
+use crate::client::{DaemonEndpoint, Fetched, daemon_within, fetch};
 use crate::progress::PullProgress;
 
 /// A boxed future, so that [`Fetcher`] stays object-safe.
@@ -68,7 +68,7 @@ impl DockerFetcherInner {
         }
         // Connect without holding the lock, so a daemon that never answers holds up only this
         // attempt (for at most the stall bound), not every other attempt waiting for the lock.
-        let docker = within(
+        let docker = daemon_within(
             self.stall_timeout,
             "connect and version negotiation",
             self.endpoint.connect(),
@@ -116,9 +116,99 @@ impl Fetcher for DockerFetcher {
 mod tests {
     use super::*;
 
-    // r[verify actuate.image.watchdog+2]
+    /// A daemon socket that accepts connections; each request head is answered by `answer`
+    /// (given the request line), or never when it returns `None`.
+    fn fake_daemon(
+        socket: &std::path::Path,
+        answer: fn(&str) -> Option<String>,
+    ) -> tokio::task::JoinHandle<()> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::UnixListener::bind(socket).unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                held.push(tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&seen).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else { continue };
+                        let line = text.lines().next().unwrap_or_default().to_owned();
+                        seen.drain(..end + 4);
+                        match answer(&line) {
+                            Some(body) => {
+                                let response = format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                    body.len()
+                                );
+                                if stream.write_all(response.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
+                            // Holds the connection open and silent.
+                            None => std::future::pending::<()>().await,
+                        }
+                    }
+                }));
+            }
+        })
+    }
+
+    fn endpoint(socket: &std::path::Path) -> DaemonEndpoint {
+        DaemonEndpoint::from_docker_host(Some(&format!("unix://{}", socket.display())))
+    }
+
+    // r[verify actuate.image.daemon.hung]
     #[tokio::test(start_paused = true)]
-    async fn a_daemon_that_accepts_and_never_answers_stalls_the_probe_within_the_bound() {
+    async fn a_daemon_that_accepts_and_never_answers_is_unreachable_for_a_pull_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let _daemon = fake_daemon(&socket, |_| None);
+        let fetcher = DockerFetcher::new(endpoint(&socket), Duration::from_secs(5));
+        let start = tokio::time::Instant::now();
+        let (progress, _) = watch::channel(PullProgress::default());
+        let err = fetcher
+            .fetch("reg/app:1".into(), progress)
+            .await
+            .expect_err("the daemon never answers");
+        assert_eq!(err.kind, PullErrorKind::DaemonUnreachable, "{err}");
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    // r[verify actuate.image.daemon.hung]
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_that_negotiates_and_never_answers_the_inspect_is_unreachable() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let _daemon = fake_daemon(&socket, |line| {
+            line.contains("/version")
+                .then(|| r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#.to_owned())
+        });
+        let fetcher = DockerFetcher::new(endpoint(&socket), Duration::from_secs(5));
+        let start = tokio::time::Instant::now();
+        let (progress, _) = watch::channel(PullProgress::default());
+        let err = fetcher
+            .fetch("reg/app:1".into(), progress)
+            .await
+            .expect_err("the daemon never answers the inspect");
+        assert_eq!(err.kind, PullErrorKind::DaemonUnreachable, "{err}");
+        assert!(err.message.contains("image inspect"), "{err}");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(5),
+            "one bound, for the inspect"
+        );
+    }
+
+    // r[verify actuate.image.watchdog+3]
+    // r[verify actuate.image.daemon.hung]
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_that_accepts_and_never_answers_fails_the_probe_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("docker.sock");
         let listener = tokio::net::UnixListener::bind(&socket).unwrap();
@@ -135,7 +225,7 @@ mod tests {
         );
         let start = tokio::time::Instant::now();
         let err = fetcher.probe().await.expect_err("the daemon never answers");
-        assert_eq!(err.kind, PullErrorKind::Stalled, "{err}");
+        assert_eq!(err.kind, PullErrorKind::DaemonUnreachable, "{err}");
         assert_eq!(
             start.elapsed(),
             Duration::from_secs(5),

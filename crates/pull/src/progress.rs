@@ -65,7 +65,7 @@ impl ProgressTracker {
         Self::default()
     }
 
-    // r[impl actuate.image.watchdog+2]
+    // r[impl actuate.image.watchdog+3]
     // r[impl actuate.image.progress.bounded]
     /// Folds one message in. Returns `true` when it is an advance: more bytes of a layer
     /// downloaded or extracted, or a layer completing (downloaded, or done). Nothing else moves
@@ -216,7 +216,7 @@ mod tests {
     }
 
     // r[verify actuate.image.progress]
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[test]
     fn a_real_pull_sequence_folds_into_bytes_and_layers() {
         // The message sequence dockerd 20.10 sends for a one-layer image, and whether each one
@@ -295,7 +295,7 @@ mod tests {
         assert!(tracker.observe(&msg("Already exists", Some("0123456789ab"), None, None)));
     }
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[test]
     fn repeats_and_retry_countdowns_are_not_progress() {
         let mut tracker = ProgressTracker::new();
@@ -310,7 +310,7 @@ mod tests {
         assert_eq!(tracker.snapshot().layers_done, 0);
     }
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     // r[verify actuate.image.progress.bounded]
     #[test]
     fn a_chatty_daemon_is_no_progress_and_is_held_in_bounded_memory() {

@@ -461,10 +461,25 @@ impl Reconciler {
     }
 
     // r[impl actuate.image.daemon+2]
-    /// Records a failure to reach the daemon on the daemon's own gate, and from then on starts no
-    /// image attempt until a probe gets an answer.
+    /// Records a pull's failure to reach the daemon on the daemon's own gate, and from then on
+    /// starts no image attempt until a probe gets an answer. While a probe is out, the probe's
+    /// answer is the one that counts: the pull's report (which may predate it) only updates the
+    /// last error, and never takes the probe's place on the gate, which would leave the probe's
+    /// answer, a success included, unheard.
     fn daemon_failed(&mut self, err: PullError, now: Instant) {
-        let attempt = match self.daemon.probe.take() {
+        if self.daemon.probe.is_some() {
+            if let Some(down) = &mut self.daemon.down {
+                down.last_error = err;
+            }
+            return;
+        }
+        self.daemon_gate_failed(None, err, now);
+    }
+
+    /// Counts a failure to reach the daemon on its gate: the probe `probe`'s own, or (for `None`)
+    /// one found by a pull, on an attempt begun for it.
+    fn daemon_gate_failed(&mut self, probe: Option<AttemptId>, err: PullError, now: Instant) {
+        let attempt = match probe {
             Some(attempt) => Some(attempt),
             None => match self.daemon_gate.begin((), now) {
                 Permit::Granted {
@@ -539,7 +554,10 @@ impl Reconciler {
                 self.daemon.down = None;
                 self.faults.clear(&FaultSubject::Daemon);
             }
-            Err(err) => self.daemon_failed(err, now),
+            Err(err) => {
+                let probe = self.daemon.probe.take();
+                self.daemon_gate_failed(probe, err, now);
+            }
         }
     }
 

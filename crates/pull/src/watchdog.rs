@@ -68,7 +68,7 @@ pub enum Watched<E> {
     },
 }
 
-// r[impl actuate.image.watchdog+2]
+// r[impl actuate.image.watchdog+3]
 /// Drives `stream` to its end under a watchdog. `advanced` is called with each item and says
 /// whether it moved the pull forward; only advances push the deadline back. The deadline is
 /// armed before the first poll, so a daemon that never even sends response headers is covered
@@ -105,7 +105,7 @@ mod tests {
 
     use super::*;
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[test]
     fn deadline_moves_only_with_progress() {
         let t0 = Instant::now();
@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(wd.deadline(), Some(t0 + Duration::from_secs(110)));
     }
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[tokio::test(start_paused = true)]
     async fn a_bound_beyond_the_clock_is_no_deadline_not_a_panic() {
         let t0 = Instant::now();
@@ -152,7 +152,7 @@ mod tests {
         stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[tokio::test(start_paused = true)]
     async fn a_stream_that_stops_advancing_is_abandoned_after_the_bound() {
         let start = Instant::now();
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(Instant::now() - start, Duration::from_secs(150));
     }
 
-    // r[verify actuate.image.watchdog+2]
+    // r[verify actuate.image.watchdog+3]
     #[tokio::test(start_paused = true)]
     async fn a_stream_that_never_answers_is_abandoned() {
         let start = Instant::now();

@@ -599,7 +599,7 @@ async fn one_attempt(act: &mut Actuator<DockerFetcher>, image: &str, now: Instan
     act.ensure(image, now)
 }
 
-// r[verify actuate.image.watchdog+2]
+// r[verify actuate.image.watchdog+3]
 #[tokio::test]
 async fn a_registry_that_never_answers_is_ended_by_the_watchdog() {
     let Some(s) = setup().await else { return };
@@ -624,7 +624,7 @@ async fn a_registry_that_never_answers_is_ended_by_the_watchdog() {
     s.cleanup().await;
 }
 
-// r[verify actuate.image.watchdog+2]
+// r[verify actuate.image.watchdog+3]
 // r[verify actuate.image.progress]
 #[tokio::test]
 async fn a_registry_that_stops_mid_blob_is_ended_by_the_watchdog() {
@@ -712,7 +712,7 @@ fn registry_error_body(code: &str, message: &str) -> String {
     format!(r#"{{"errors":[{{"code":"{code}","message":"{message}","detail":null}}]}}"#)
 }
 
-// r[verify actuate.image.classify]
+// r[verify actuate.image.classify+2]
 #[tokio::test]
 async fn manifest_unknown_is_not_found() {
     let Some(err) = classify_through(Mode::HttpStatus {
@@ -728,7 +728,7 @@ async fn manifest_unknown_is_not_found() {
     assert_eq!(err.kind, PullErrorKind::NotFound, "{err}");
 }
 
-// r[verify actuate.image.classify]
+// r[verify actuate.image.classify+2]
 #[tokio::test]
 async fn a_missing_tag_in_the_real_registry_is_not_found() {
     let Some(docker) = services::docker() else {
@@ -747,7 +747,7 @@ async fn a_missing_tag_in_the_real_registry_is_not_found() {
     assert_eq!(last_error.status.map(|s| s.as_u16()), Some(404));
 }
 
-// r[verify actuate.image.classify]
+// r[verify actuate.image.classify+2]
 // r[verify actuate.image.classify.policy]
 #[tokio::test]
 async fn a_registry_429_with_retry_after_is_rate_limited_and_paced() {
@@ -766,7 +766,7 @@ async fn a_registry_429_with_retry_after_is_rate_limited_and_paced() {
     assert_eq!(err.retry_after, None);
 }
 
-// r[verify actuate.image.classify]
+// r[verify actuate.image.classify+2]
 #[tokio::test]
 async fn a_registry_429_without_retry_after_is_rate_limited() {
     let Some(err) = classify_through(Mode::HttpStatus {
@@ -782,7 +782,7 @@ async fn a_registry_429_without_retry_after_is_rate_limited() {
     assert_eq!(err.kind, PullErrorKind::RateLimited, "{err}");
 }
 
-// r[verify actuate.image.classify]
+// r[verify actuate.image.classify+2]
 #[tokio::test]
 async fn a_registry_500_is_a_registry_error() {
     let Some(err) = classify_through(Mode::status(500)).await else {
@@ -792,7 +792,7 @@ async fn a_registry_500_is_a_registry_error() {
     assert_eq!(err.kind, PullErrorKind::RegistryError, "{err}");
 }
 
-// r[verify actuate.image.classify]
+// r[verify actuate.image.classify+2]
 #[tokio::test]
 async fn a_reset_registry_is_unreachable() {
     let Some(err) = classify_through(Mode::Reset).await else {

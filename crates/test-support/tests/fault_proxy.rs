@@ -452,3 +452,40 @@ async fn udp_sessions_expire_after_the_idle_time_and_come_back_on_the_next_datag
             .is_err()
     );
 }
+
+// i[verify harness.fault-proxy.modes+2]
+#[tokio::test]
+async fn a_reset_kills_a_live_forwarded_connection_with_an_rst_not_a_clean_close() {
+    let (upstream, _) = http_upstream().await;
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let mut live = connect(proxy.addr()).await;
+    assert_eq!(get(&mut live, "/1").await.unwrap().0, 200);
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    // The client only reads: a registry that dies mid-stream must look reset, not finished.
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), live.read(&mut buf))
+        .await
+        .expect("a reset must end a live connection");
+    let err = read.expect_err("reset, not a clean close");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err:?}");
+}
+
+// i[verify harness.fault-proxy.modes+2]
+#[tokio::test]
+async fn a_reset_kills_a_connection_frozen_mid_stream_with_an_rst() {
+    let (upstream, _) = http_upstream().await;
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let mut frozen = connect(proxy.addr()).await;
+    assert_eq!(get(&mut frozen, "/1").await.unwrap().0, 200);
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 1 })
+        .await
+        .unwrap();
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), frozen.read(&mut buf))
+        .await
+        .expect("a reset must end a frozen connection");
+    let err = read.expect_err("reset, not a clean close");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err:?}");
+}

@@ -22,18 +22,24 @@ const IMG: &str = "127.0.0.1:5000/holdfast/busybox:latest";
 struct Scripted {
     calls: Arc<StdMutex<VecDeque<(String, Reply)>>>,
     panic_next: Arc<StdMutex<bool>>,
+    /// The next `fetch` or `probe` call panics before it even returns its future.
+    panic_on_call: Arc<StdMutex<bool>>,
 }
 
 impl Scripted {
     fn pending(&self) -> usize {
         self.calls.lock().unwrap().len()
     }
-    fn next_call(&self) -> (String, Reply) {
-        self.calls
-            .lock()
-            .unwrap()
-            .pop_front()
-            .expect("an attempt was started")
+    /// The oldest call not yet answered, once its attempt has run far enough to make it (the
+    /// fetcher is called inside the attempt's task).
+    async fn next_call(&self) -> (String, Reply) {
+        for _ in 0..100 {
+            if let Some(call) = self.calls.lock().unwrap().pop_front() {
+                return call;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("an attempt was started")
     }
 }
 
@@ -43,7 +49,10 @@ impl Fetcher for Scripted {
         reference: String,
         progress: watch::Sender<PullProgress>,
     ) -> BoxFuture<Result<Fetched, PullError>> {
-        // Progress is published before the attempt is even polled, so it is visible at once.
+        assert!(
+            !std::mem::take(&mut *self.panic_on_call.lock().unwrap()),
+            "fetch blew up before its future"
+        );
         progress.send_replace(PullProgress {
             layers: 1,
             ..Default::default()
@@ -64,6 +73,10 @@ impl Fetcher for Scripted {
     }
 
     fn probe(&self) -> BoxFuture<Result<(), PullError>> {
+        assert!(
+            !std::mem::take(&mut *self.panic_on_call.lock().unwrap()),
+            "probe blew up before its future"
+        );
         Box::pin(async { Ok(()) })
     }
 }
@@ -127,7 +140,75 @@ async fn a_panicking_attempt_is_joined_and_counted_as_a_failure() {
         act.ensure(IMG, t0 + Duration::from_secs(5)),
         ImageState::Pulling { .. }
     ));
+    tokio::task::yield_now().await;
     assert_eq!(fetcher.pending(), 1, "the next attempt came on schedule");
+}
+
+// r[verify actuate.image.panic]
+#[tokio::test]
+async fn a_fetcher_that_panics_before_returning_its_future_fails_the_attempt_not_the_tick() {
+    let fetcher = Scripted::default();
+    *fetcher.panic_on_call.lock().unwrap() = true;
+    let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+    let t0 = Instant::now();
+    // The caller's tick goes on: the panic belongs to the attempt.
+    assert!(matches!(act.ensure(IMG, t0), ImageState::Pulling { .. }));
+    tokio::time::timeout(Duration::from_secs(10), act.settle(t0))
+        .await
+        .expect("settle returns once the panicked attempt is joined");
+    match act.ensure(IMG, t0) {
+        ImageState::Waiting {
+            failures: 1,
+            last_error,
+            ..
+        } => {
+            assert_eq!(last_error.kind, PullErrorKind::Panicked);
+            assert!(
+                last_error.message.contains("before its future"),
+                "{last_error}"
+            );
+        }
+        other => panic!("expected a paced failure, got {other:?}"),
+    }
+    assert!(matches!(
+        act.ensure(IMG, t0 + Duration::from_secs(5)),
+        ImageState::Pulling { .. }
+    ));
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    assert_eq!(fetcher.pending(), 1, "the next attempt came on schedule");
+}
+
+// r[verify actuate.image.panic]
+#[tokio::test]
+async fn a_probe_that_panics_before_returning_its_future_is_a_daemon_failure() {
+    let fetcher = Scripted::default();
+    let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+    let t0 = Instant::now();
+    act.ensure(IMG, t0);
+    tokio::task::yield_now().await;
+    let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+    fetcher.next_call().await.1.send(Err(down)).unwrap();
+    act.settle(t0).await;
+    assert!(matches!(
+        act.ensure(IMG, t0),
+        ImageState::DaemonUnreachable { failures: 1, .. }
+    ));
+    // The probe due at 5 s panics while it is being made: the daemon's second failure.
+    *fetcher.panic_on_call.lock().unwrap() = true;
+    let t5 = t0 + Duration::from_secs(5);
+    act.ensure(IMG, t5);
+    tokio::time::timeout(Duration::from_secs(10), act.settle(t5))
+        .await
+        .expect("settle returns once the panicked probe is joined");
+    match act.ensure(IMG, t5) {
+        ImageState::DaemonUnreachable {
+            failures: 2,
+            last_error,
+            ..
+        } => assert_eq!(last_error.kind, PullErrorKind::Panicked),
+        other => panic!("expected the daemon's second failure, got {other:?}"),
+    }
 }
 
 // r[verify actuate.image.drop]
@@ -138,8 +219,8 @@ async fn dropping_the_actuator_aborts_its_attempts() {
     let t0 = Instant::now();
     act.ensure(IMG, t0);
     act.ensure("127.0.0.1:5000/holdfast/other:1", t0);
-    let (_, a) = fetcher.next_call();
-    let (_, b) = fetcher.next_call();
+    let (_, a) = fetcher.next_call().await;
+    let (_, b) = fetcher.next_call().await;
     tokio::task::yield_now().await;
     assert!(!a.is_closed() && !b.is_closed(), "both attempts run");
     drop(act);
@@ -154,15 +235,16 @@ async fn a_superseded_attempt_is_aborted_and_its_successor_runs() {
     let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(30))).unwrap();
     let t0 = Instant::now();
     act.ensure(IMG, t0);
-    let (_, a) = fetcher.next_call();
+    let (_, a) = fetcher.next_call().await;
     let mut now = t0 + Duration::from_secs(30);
     while fetcher.pending() == 0 {
         act.ensure(IMG, now);
+        tokio::task::yield_now().await;
         now += Duration::from_secs(1);
         assert!(now < t0 + Duration::from_secs(100), "never superseded");
     }
     assert!(cancelled(&a).await, "the superseded attempt was aborted");
-    let (_, b) = fetcher.next_call();
+    let (_, b) = fetcher.next_call().await;
     assert!(!b.is_closed(), "its successor runs");
     b.send(Ok(Fetched::Pulled)).unwrap();
     act.settle(now).await;
@@ -181,7 +263,7 @@ async fn a_forgotten_reference_has_its_attempt_aborted() {
     let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
     let t0 = Instant::now();
     act.ensure(IMG, t0);
-    let (_, a) = fetcher.next_call();
+    let (_, a) = fetcher.next_call().await;
     act.forget(IMG);
     assert!(
         cancelled(&a).await,
@@ -198,8 +280,10 @@ async fn the_live_attempts_progress_is_shown() {
     let fetcher = Scripted::default();
     let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
     let t0 = Instant::now();
+    assert!(matches!(act.ensure(IMG, t0), ImageState::Pulling { .. }));
+    let reply = fetcher.next_call().await.1;
     let ImageState::Pulling { progress } = act.ensure(IMG, t0) else {
-        panic!("an attempt started");
+        panic!("the attempt is in flight");
     };
     assert_eq!(progress.layers, 1, "ensure shows the attempt's progress");
     assert!(matches!(
@@ -208,9 +292,7 @@ async fn the_live_attempts_progress_is_shown() {
     ));
     assert_eq!(act.statuses().len(), 1);
     assert_eq!(act.progress(IMG).map(|p| p.layers), Some(1));
-    fetcher
-        .next_call()
-        .1
+    reply
         .send(Err(PullError::new(
             PullErrorKind::RegistryUnreachable,
             "connection refused",
@@ -235,7 +317,7 @@ async fn faults_go_on_the_nodes_shared_board_under_module_pull() {
     let t0 = Instant::now();
     act.ensure(IMG, t0);
     let not_found = PullError::new(PullErrorKind::NotFound, "manifest unknown");
-    fetcher.next_call().1.send(Err(not_found)).unwrap();
+    fetcher.next_call().await.1.send(Err(not_found)).unwrap();
     act.settle(t0).await;
     let subject = holdfast_lifecycle::Subject::new("pull", format!("image {IMG}"));
     let fault = board.get(&subject).expect("filed on the shared board");
@@ -244,7 +326,12 @@ async fn faults_go_on_the_nodes_shared_board_under_module_pull() {
     assert_eq!(act.faults(), board.of_module("pull"));
     // The next success clears it there.
     act.ensure(IMG, t0 + Duration::from_secs(5));
-    fetcher.next_call().1.send(Ok(Fetched::Pulled)).unwrap();
+    fetcher
+        .next_call()
+        .await
+        .1
+        .send(Ok(Fetched::Pulled))
+        .unwrap();
     act.settle(t0 + Duration::from_secs(5)).await;
     assert!(board.is_empty(), "{:?}", board.list());
 }

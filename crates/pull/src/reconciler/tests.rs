@@ -850,7 +850,7 @@ fn a_probe_that_never_answers_is_counted_and_its_escalation_files_the_daemon_fau
     }
 }
 
-// r[verify actuate.image.config]
+// r[verify actuate.image.config+2]
 #[test]
 fn two_nodes_seeded_from_their_identities_come_back_at_different_times() {
     use holdfast_lifecycle::NodeIdentity;
@@ -874,4 +874,36 @@ fn two_nodes_seeded_from_their_identities_come_back_at_different_times() {
     for until in [a, b] {
         assert!(until >= t0 + Duration::from_secs(5) && until <= t0 + Duration::from_secs(6));
     }
+}
+
+// r[verify actuate.image.daemon+2]
+#[test]
+fn a_pull_that_finds_the_daemon_down_while_a_probe_is_out_leaves_the_answer_to_the_probe() {
+    let mut sim = Sim::new(config(Duration::from_secs(600)));
+    let t0 = Instant::now();
+    // Two pulls in flight when the daemon goes away; the first to notice takes it down.
+    sim.ensure(IMG, t0);
+    sim.ensure(OTHER, t0);
+    let img = sim.next_call();
+    let other = sim.next_call();
+    sim.finish(img, Err(daemon_down()), t0);
+    // The probe due at 5 s goes out.
+    let t5 = t0 + Duration::from_secs(5);
+    assert!(matches!(
+        sim.ensure(IMG, t5),
+        ImageState::DaemonUnreachable { failures: 1, .. }
+    ));
+    assert_eq!(sim.probes.len(), 1, "a probe is out");
+    // The slower pull reports the same outage while the probe is out.
+    sim.finish(other, Err(daemon_down()), t0 + Duration::from_secs(6));
+    // The daemon is back and the probe says so: pulls resume at once.
+    sim.probe_answer = Ok(());
+    let t7 = t0 + Duration::from_secs(7);
+    sim.settle(t7);
+    assert!(!sim.daemon_fault());
+    assert!(
+        matches!(sim.ensure(IMG, t7), ImageState::Pulling { .. }),
+        "the probe's answer was heard"
+    );
+    assert_eq!(sim.pending(), 1);
 }

@@ -392,7 +392,7 @@ enum Pump {
 /// Forwards both directions, counting requests on the way up; with a budget, stalls once that many
 /// response bytes went down.
 async fn forward(
-    client: TcpStream,
+    mut client: TcpStream,
     mut budget: Option<u64>,
     shared: Arc<Shared>,
     mut modes: watch::Receiver<Mode>,
@@ -405,7 +405,9 @@ async fn forward(
             return;
         }
     };
-    let (mut client_read, mut client_write) = client.into_split();
+    // Borrowed halves: an owned write half shuts its side down (a FIN) when dropped, and a FIN
+    // ahead of the RST would let a reset connection look cleanly closed to a client that reads.
+    let (mut client_read, mut client_write) = client.split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
     let mut tracker = RequestTracker::default();
     let mut up_buf = vec![0u8; 16 * 1024];

@@ -1,0 +1,196 @@
+//! The target allow-list: the only targets the node relays to.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+/// One allowed range of targets: an address prefix and a port range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowRule {
+    net: IpAddr,
+    prefix: u8,
+    ports: RangeInclusive<u16>,
+}
+
+/// Why an allow-list entry did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "allow-list entry {entry:?}: {reason} (expected ADDR[/PREFIX]:PORT[-PORT], e.g. 10.0.0.0/8:53 or [::1]:5000-5100)"
+)]
+pub struct AllowParseError {
+    /// The entry as written.
+    pub entry: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl AllowRule {
+    /// A rule from its parts; `prefix` is clamped to the address family's length.
+    pub fn new(net: IpAddr, prefix: u8, ports: RangeInclusive<u16>) -> Self {
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        AllowRule {
+            net,
+            prefix: prefix.min(max),
+            ports,
+        }
+    }
+
+    /// Whether `target` falls inside this rule.
+    pub fn allows(&self, target: &SocketAddr) -> bool {
+        if !self.ports.contains(&target.port()) {
+            return false;
+        }
+        match (self.net, target.ip()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            // An IPv4 rule never admits an IPv6 target (not even a mapped one), and vice versa.
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for AllowRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.net {
+            IpAddr::V4(ip) => write!(f, "{ip}/{}", self.prefix)?,
+            IpAddr::V6(ip) => write!(f, "[{ip}/{}]", self.prefix)?,
+        }
+        write!(f, ":{}-{}", self.ports.start(), self.ports.end())
+    }
+}
+
+impl FromStr for AllowRule {
+    type Err = AllowParseError;
+
+    fn from_str(entry: &str) -> Result<Self, Self::Err> {
+        let fail = |reason| AllowParseError {
+            entry: entry.to_owned(),
+            reason,
+        };
+        let (net, ports) = if let Some(rest) = entry.strip_prefix('[') {
+            let (net, ports) = rest
+                .split_once("]:")
+                .ok_or(fail("missing ']:' after IPv6 prefix"))?;
+            (net, ports)
+        } else {
+            entry.rsplit_once(':').ok_or(fail("missing ':PORT'"))?
+        };
+        let (addr, prefix) = match net.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (net, None),
+        };
+        let ip: IpAddr = addr.parse().map_err(|_| fail("not an IP address"))?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or(fail("prefix length out of range"))?,
+            None => max,
+        };
+        let port = |p: &str| p.parse::<u16>().map_err(|_| fail("not a port number"));
+        let ports = match ports.split_once('-') {
+            _ if ports == "*" => 0..=u16::MAX,
+            Some((lo, hi)) => {
+                let (lo, hi) = (port(lo)?, port(hi)?);
+                if lo > hi {
+                    return Err(fail("port range is empty"));
+                }
+                lo..=hi
+            }
+            None => {
+                let p = port(ports)?;
+                p..=p
+            }
+        };
+        Ok(AllowRule::new(ip, prefix, ports))
+    }
+}
+
+/// The node's allow-list. Empty allows nothing: the node is never an open relay.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowList {
+    rules: Vec<AllowRule>,
+}
+
+impl AllowList {
+    /// A list of rules.
+    pub fn new(rules: Vec<AllowRule>) -> Self {
+        AllowList { rules }
+    }
+
+    /// Parses each entry (see [`AllowRule`]'s `FromStr`).
+    pub fn parse<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<Self, AllowParseError> {
+        Ok(AllowList {
+            rules: entries
+                .into_iter()
+                .map(str::parse)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Whether `target` is allowed: inside at least one rule.
+    // r[impl forward.allow]
+    pub fn allows(&self, target: &SocketAddr) -> bool {
+        self.rules.iter().any(|r| r.allows(target))
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &[AllowRule] {
+        &self.rules
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().expect("socket address")
+    }
+
+    // r[verify forward.allow]
+    #[test]
+    fn only_targets_inside_a_rule_are_allowed() {
+        let list = AllowList::parse(["10.0.0.0/8:53", "127.0.0.1:5000-5100", "[fd00::/8]:*"])
+            .expect("parses");
+        assert!(list.allows(&sa("10.1.2.3:53")));
+        assert!(!list.allows(&sa("10.1.2.3:54")));
+        assert!(!list.allows(&sa("11.0.0.1:53")));
+        assert!(list.allows(&sa("127.0.0.1:5000")));
+        assert!(list.allows(&sa("127.0.0.1:5100")));
+        assert!(!list.allows(&sa("127.0.0.1:5101")));
+        assert!(!list.allows(&sa("127.0.0.2:5000")));
+        assert!(list.allows(&sa("[fd12::1]:9")));
+        assert!(!list.allows(&sa("[::ffff:10.0.0.1]:53")));
+        assert!(!AllowList::default().allows(&sa("127.0.0.1:53")));
+        assert!(
+            AllowList::parse(["0.0.0.0/0:*"])
+                .expect("parses")
+                .allows(&sa("1.2.3.4:1"))
+        );
+        for bad in [
+            "10.0.0.0/33:53",
+            "10.0.0.1",
+            "x:53",
+            "10.0.0.1:9-1",
+            "[::1:53",
+        ] {
+            assert!(AllowList::parse([bad]).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,842 @@
+//! The operator's side: local UDP listeners whose datagrams travel to the node over one QUIC
+//! connection, with reconnects paced by holdfast-retry.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use holdfast_retry::{Class, Classify, Jitter, Policy};
+use quinn::Connection;
+use thiserror::Error;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::auth::Credential;
+use crate::classify::{DropReason, RelayError};
+use crate::control::{EndReason, Message, Refusal};
+use crate::control_io::{spawn_reader, spawn_writer};
+use crate::identity::{Fingerprint, SERVER_NAME};
+use crate::pin::PinnedVerifier;
+use crate::reconnect::{Pace, Reconnect};
+use crate::report::Reporter;
+use crate::stats::{Counters, ForwardStats};
+use crate::transport::{ALPN, close_code, transport_config};
+use crate::wire::{FlowId, decode_datagram, put_varint};
+
+/// One forward: a local UDP address and the target the node relays to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardSpec {
+    /// The local address to listen on (port 0: any free port).
+    pub local: SocketAddr,
+    /// The target, as the node sees it.
+    pub target: SocketAddr,
+}
+
+/// The client's configuration.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The node's forward endpoint.
+    pub node: SocketAddr,
+    /// The node's pinned identity.
+    pub pin: Fingerprint,
+    /// The credential to present.
+    pub credential: Credential,
+    /// The forwards to open.
+    pub forwards: Vec<ForwardSpec>,
+    /// Reconnect pacing.
+    pub reconnect: Policy,
+    /// A connection counts as a success (resetting the back-off) once it has lasted this long.
+    pub must_last: Duration,
+    /// How long a silent connection lasts (keep-alives go every third of it).
+    pub idle_timeout: Duration,
+    /// How long a connection attempt (handshake, authentication, opening forwards) may take.
+    pub connect_timeout: Duration,
+    /// Flows (local peers) one forward may hold.
+    pub max_flows: usize,
+    /// At most one local transient error per forward is announced per interval.
+    pub report_interval: Duration,
+}
+
+/// The default reconnect policy: 1 s doubling to 60 s, escalated after 5 failures.
+pub fn default_reconnect_policy() -> Policy {
+    Policy::builder()
+        .base(Duration::from_secs(1))
+        .cap(Duration::from_secs(60))
+        .escalate_after(5)
+        .jitter(Jitter::default())
+        .build()
+        .unwrap_or_default()
+}
+
+impl ClientConfig {
+    /// Defaults: no forwards yet, [`default_reconnect_policy`], a connection must last 10 s,
+    /// 15 s idle timeout, 10 s to connect, 256 flows a forward, one report a second.
+    pub fn new(node: SocketAddr, pin: Fingerprint, credential: Credential) -> Self {
+        ClientConfig {
+            node,
+            pin,
+            credential,
+            forwards: Vec::new(),
+            reconnect: default_reconnect_policy(),
+            must_last: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(10),
+            max_flows: 256,
+            report_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a connection attempt failed. Each refusal is its own variant.
+#[derive(Debug, Error)]
+pub enum ConnectError {
+    /// The node presented another identity than the pinned one.
+    #[error("the node's identity {presented} is not the pinned {pinned}")]
+    PinMismatch {
+        /// The pin.
+        pinned: Fingerprint,
+        /// What the node presented.
+        presented: Fingerprint,
+    },
+    /// The node refused the credential.
+    #[error("the node refused the credential: {0}")]
+    BadCredential(String),
+    /// The node refused the connection for another reason.
+    #[error("the node refused the connection ({refusal:?}): {message}")]
+    Refused {
+        /// Which refusal.
+        refusal: Refusal,
+        /// The node's reason.
+        message: String,
+    },
+    /// The node could not be reached, or the handshake failed.
+    #[error("connecting to the node: {0}")]
+    Connection(String),
+    /// The attempt took longer than the connect timeout.
+    #[error("no answer from the node within {0:?}")]
+    Timeout(Duration),
+    /// The node broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+/// A forward the node refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenRefused {
+    /// Which refusal.
+    pub refusal: Refusal,
+    /// The node's reason.
+    pub message: String,
+}
+
+/// What happens to the forwarding, for a status line or `--json` events.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ClientEvent {
+    /// Connected and authenticated.
+    Connected {
+        /// The node.
+        node: SocketAddr,
+    },
+    /// A connection attempt failed.
+    ConnectFailed {
+        /// Why.
+        error: String,
+        /// The pin did not match.
+        pin_mismatch: bool,
+        /// The credential was refused.
+        bad_credential: bool,
+    },
+    /// The next attempt comes after this wait.
+    Reconnecting {
+        /// The wait, in milliseconds.
+        in_ms: u64,
+        /// Consecutive failed attempts so far.
+        failures: u32,
+    },
+    /// A forward is open.
+    Opened {
+        /// The forward.
+        forward: u32,
+        /// Its local address.
+        local: SocketAddr,
+        /// Its target.
+        target: SocketAddr,
+    },
+    /// The node refused a forward.
+    Refused {
+        /// The forward.
+        forward: u32,
+        /// Which refusal.
+        refusal: Refusal,
+        /// The node's reason.
+        message: String,
+    },
+    /// A transient error on a forward; it goes on.
+    Status {
+        /// The forward.
+        forward: u32,
+        /// Reported by the node (else by this client).
+        from_node: bool,
+        /// What happened.
+        message: String,
+    },
+    /// A forward's relay ended (it is re-opened on the next connection unless stopped).
+    Ended {
+        /// The forward.
+        forward: u32,
+        /// Why.
+        reason: EndReason,
+        /// Details.
+        message: String,
+    },
+    /// The connection ended.
+    Disconnected {
+        /// Why.
+        error: String,
+    },
+}
+
+impl fmt::Display for ClientEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientEvent::Connected { node } => write!(f, "connected to {node}"),
+            ClientEvent::ConnectFailed { error, .. } => write!(f, "connect failed: {error}"),
+            ClientEvent::Reconnecting { in_ms, failures } => write!(
+                f,
+                "reconnecting in {:.1} s ({failures} failed attempts)",
+                *in_ms as f64 / 1000.0
+            ),
+            ClientEvent::Opened {
+                forward,
+                local,
+                target,
+            } => write!(f, "forward {forward}: {local} -> {target} open"),
+            ClientEvent::Refused {
+                forward, message, ..
+            } => write!(f, "forward {forward} refused: {message}"),
+            ClientEvent::Status {
+                forward,
+                from_node,
+                message,
+            } => write!(
+                f,
+                "forward {forward}: {message} ({}; relaying continues)",
+                if *from_node { "at the node" } else { "locally" }
+            ),
+            ClientEvent::Ended {
+                forward, message, ..
+            } => write!(f, "forward {forward} ended because {message}"),
+            ClientEvent::Disconnected { error } => write!(f, "disconnected: {error}"),
+        }
+    }
+}
+
+/// Which local peer each flow id stands for (kept across reconnects).
+#[derive(Debug, Default)]
+struct Peers {
+    by_addr: HashMap<SocketAddr, u64>,
+    by_flow: HashMap<u64, SocketAddr>,
+    next: u64,
+}
+
+struct LocalForward {
+    id: u32,
+    spec: ForwardSpec,
+    socket: Arc<UdpSocket>,
+    peers: Mutex<Peers>,
+    reporter: Reporter,
+    max_flows: usize,
+}
+
+impl LocalForward {
+    // r[impl forward.flows]
+    fn flow_of(&self, peer: SocketAddr) -> Option<u64> {
+        let mut peers = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(flow) = peers.by_addr.get(&peer) {
+            return Some(*flow);
+        }
+        if peers.by_addr.len() >= self.max_flows {
+            return None;
+        }
+        let flow = peers.next;
+        peers.next += 1;
+        peers.by_addr.insert(peer, flow);
+        peers.by_flow.insert(flow, peer);
+        Some(flow)
+    }
+
+    fn peer_of(&self, flow: u64) -> Option<SocketAddr> {
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_flow
+            .get(&flow)
+            .copied()
+    }
+}
+
+/// The connection in use, if any.
+type Current = Arc<Mutex<Option<Connection>>>;
+
+/// A running client. Dropping it stops it.
+pub struct Forwarding {
+    locals: Vec<SocketAddr>,
+    forwards: Vec<Arc<LocalForward>>,
+    unattributed: Arc<Counters>,
+    current: Current,
+    events: mpsc::UnboundedReceiver<ClientEvent>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl fmt::Debug for Forwarding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Forwarding")
+            .field("locals", &self.locals)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Forwarding {
+    /// The local addresses, one per forward in the order configured.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.locals
+    }
+
+    /// Each forward's counters (as seen by this client), in the order configured.
+    pub fn stats(&self) -> Vec<ForwardStats> {
+        self.forwards
+            .iter()
+            .map(|f| f.reporter.stats().snapshot())
+            .collect()
+    }
+
+    /// Datagrams from the node no forward could be charged with (malformed, unknown flow).
+    pub fn unattributed(&self) -> ForwardStats {
+        self.unattributed.snapshot()
+    }
+
+    /// The largest payload a datagram of the first forward can carry on the current connection
+    /// right now (it grows as path MTU discovery finds room); `None` while disconnected.
+    pub fn max_payload(&self) -> Option<usize> {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let max = current.as_ref()?.max_datagram_size()?;
+        // Forward ids and the first 64 flows of a forward take one byte each.
+        Some(max.saturating_sub(2))
+    }
+
+    /// The next event; `None` once the client has stopped.
+    pub async fn next_event(&mut self) -> Option<ClientEvent> {
+        self.events.recv().await
+    }
+
+    /// Closes the connection (the node ends its forwards) and stops.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Binds the local addresses and starts forwarding in the background: connects, opens every
+/// forward, relays, and reconnects with back-off whenever the connection is lost.
+pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let mut forwards = Vec::new();
+    let mut locals = Vec::new();
+    for (i, spec) in config.forwards.iter().enumerate() {
+        let socket = Arc::new(UdpSocket::bind(spec.local).await?);
+        locals.push(socket.local_addr()?);
+        let id = i as u32 + 1;
+        let events = events_tx.clone();
+        let sink: crate::report::Sink = Box::new(move |forward, message| {
+            let _ = events.send(ClientEvent::Status {
+                forward,
+                from_node: false,
+                message,
+            });
+        });
+        forwards.push(Arc::new(LocalForward {
+            id,
+            spec: *spec,
+            socket,
+            peers: Mutex::new(Peers::default()),
+            reporter: Reporter::new(
+                id,
+                Arc::new(Counters::default()),
+                sink,
+                config.report_interval,
+            ),
+            max_flows: config.max_flows,
+        }));
+    }
+    let endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+    let unattributed = Arc::new(Counters::default());
+    let current = Current::default();
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(supervise(
+        config,
+        endpoint,
+        forwards.clone(),
+        Shared {
+            unattributed: unattributed.clone(),
+            current: current.clone(),
+            events: events_tx,
+        },
+        stop_rx,
+    ));
+    Ok(Forwarding {
+        locals,
+        forwards,
+        unattributed,
+        current,
+        events,
+        stop,
+        task,
+    })
+}
+
+fn client_crypto(
+    config: &ClientConfig,
+) -> Result<(quinn::ClientConfig, Arc<PinnedVerifier>), ConnectError> {
+    quinn_client_config(config.pin, config.idle_timeout)
+}
+
+/// The quinn client configuration the client connects with: TLS 1.3 with the pinned verifier,
+/// this crate's ALPN and transport settings. Public so a benchmark or a test can open a bare
+/// connection to a node the same way.
+pub fn quinn_client_config(
+    pin: Fingerprint,
+    idle_timeout: Duration,
+) -> Result<(quinn::ClientConfig, Arc<PinnedVerifier>), ConnectError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = PinnedVerifier::new(pin, &provider);
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| ConnectError::Protocol(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier.clone())
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| ConnectError::Protocol(e.to_string()))?;
+    let mut client = quinn::ClientConfig::new(Arc::new(quic));
+    client.transport_config(transport_config(idle_timeout));
+    Ok((client, verifier))
+}
+
+/// An authenticated connection with its control stream.
+struct Session {
+    conn: Connection,
+    writer: mpsc::Sender<Message>,
+    writer_task: JoinHandle<()>,
+    control: mpsc::Receiver<Result<Message, RelayError>>,
+}
+
+/// Connects to the node, checks its pinned identity, and authenticates.
+// r[impl forward.pin]
+async fn connect(
+    config: &ClientConfig,
+    endpoint: &quinn::Endpoint,
+) -> Result<Session, ConnectError> {
+    let (client, verifier) = client_crypto(config)?;
+    let connecting = endpoint
+        .connect_with(client, config.node, SERVER_NAME)
+        .map_err(|e| ConnectError::Connection(e.to_string()))?;
+    let conn = match connecting.await {
+        Ok(conn) => conn,
+        Err(err) => {
+            return Err(match verifier.mismatch() {
+                Some(presented) => ConnectError::PinMismatch {
+                    pinned: config.pin,
+                    presented,
+                },
+                None => ConnectError::Connection(err.to_string()),
+            });
+        }
+    };
+    let (send, recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| ConnectError::Connection(e.to_string()))?;
+    let mut control = spawn_reader(recv);
+    let (writer, writer_task) = spawn_writer(send, Duration::from_secs(1));
+    let hello = Message::Hello {
+        credential: config.credential.expose().to_vec(),
+    };
+    if writer.send(hello).await.is_err() {
+        return Err(ConnectError::Connection("control stream closed".into()));
+    }
+    let answer = control.recv().await;
+    match answer {
+        Some(Ok(Message::Welcome)) => Ok(Session {
+            conn,
+            writer,
+            writer_task,
+            control,
+        }),
+        Some(Ok(Message::Refused {
+            refusal, message, ..
+        })) => {
+            conn.close(close_code::CLIENT_DONE.into(), b"refused");
+            Err(match refusal {
+                Refusal::BadCredential => ConnectError::BadCredential(message),
+                refusal => ConnectError::Refused { refusal, message },
+            })
+        }
+        Some(Ok(other)) => Err(ConnectError::Protocol(format!(
+            "expected Welcome, got {other:?}"
+        ))),
+        Some(Err(err)) => Err(ConnectError::Connection(err.to_string())),
+        None => Err(ConnectError::Connection("control stream closed".into())),
+    }
+}
+
+/// Opens every forward on the session; returns those the node opened.
+async fn open_forwards(
+    session: &mut Session,
+    forwards: &[Arc<LocalForward>],
+    events: &mpsc::UnboundedSender<ClientEvent>,
+) -> Result<Vec<Arc<LocalForward>>, ConnectError> {
+    for forward in forwards {
+        let open = Message::Open {
+            forward: forward.id,
+            target: forward.spec.target,
+        };
+        if session.writer.send(open).await.is_err() {
+            return Err(ConnectError::Connection("control stream closed".into()));
+        }
+    }
+    let mut opened = Vec::new();
+    let mut pending = forwards.len();
+    while pending > 0 {
+        match session.control.recv().await {
+            Some(Ok(Message::Opened { forward })) => {
+                if let Some(f) = forwards.iter().find(|f| f.id == forward) {
+                    pending -= 1;
+                    opened.push(f.clone());
+                    let _ = events.send(ClientEvent::Opened {
+                        forward,
+                        local: f.socket.local_addr().unwrap_or(f.spec.local),
+                        target: f.spec.target,
+                    });
+                }
+            }
+            Some(Ok(Message::Refused {
+                forward,
+                refusal,
+                message,
+            })) => {
+                pending = pending.saturating_sub(1);
+                if let Some(f) = forwards.iter().find(|f| f.id == forward) {
+                    f.reporter.stats().set_last_error(&message);
+                }
+                let _ = events.send(ClientEvent::Refused {
+                    forward,
+                    refusal,
+                    message,
+                });
+            }
+            Some(Ok(Message::Status { forward, message })) => {
+                let _ = events.send(ClientEvent::Status {
+                    forward,
+                    from_node: true,
+                    message,
+                });
+            }
+            Some(Ok(_)) => {}
+            Some(Err(err)) => match err.class() {
+                Class::Item | Class::Transient => {}
+                Class::Fatal => return Err(ConnectError::Connection(err.to_string())),
+            },
+            None => return Err(ConnectError::Connection("control stream closed".into())),
+        }
+    }
+    Ok(opened)
+}
+
+/// What the supervisor shares with the handle.
+struct Shared {
+    unattributed: Arc<Counters>,
+    current: Current,
+    events: mpsc::UnboundedSender<ClientEvent>,
+}
+
+// r[impl forward.reconnect]
+async fn supervise(
+    config: ClientConfig,
+    endpoint: quinn::Endpoint,
+    forwards: Vec<Arc<LocalForward>>,
+    shared: Shared,
+    mut stop: watch::Receiver<bool>,
+) {
+    let events = &shared.events;
+    let mut reconnect = Reconnect::new(config.reconnect, config.must_last);
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let now = std::time::Instant::now();
+        if let Pace::Until(at) = reconnect.begin(now) {
+            let wait = at.saturating_duration_since(now);
+            let _ = events.send(ClientEvent::Reconnecting {
+                in_ms: wait.as_millis() as u64,
+                failures: reconnect.failures(),
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => continue,
+                _ = stop.changed() => break,
+            }
+        }
+        let attempt = async {
+            let mut session = connect(&config, &endpoint).await?;
+            let _ = events.send(ClientEvent::Connected { node: config.node });
+            let opened = open_forwards(&mut session, &forwards, events).await?;
+            Ok::<_, ConnectError>((session, opened))
+        };
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(config.connect_timeout, attempt) => outcome,
+            _ = stop.changed() => break,
+        };
+        let (session, opened) = match outcome {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(err)) => {
+                connect_failed(events, &err);
+                reconnect.failed(std::time::Instant::now());
+                continue;
+            }
+            Err(_) => {
+                connect_failed(events, &ConnectError::Timeout(config.connect_timeout));
+                reconnect.failed(std::time::Instant::now());
+                continue;
+            }
+        };
+        reconnect.connected(std::time::Instant::now());
+        *lock(&shared.current) = Some(session.conn.clone());
+        let stopped = relay(session, opened, &shared, &mut reconnect, &mut stop).await;
+        *lock(&shared.current) = None;
+        reconnect.ended(std::time::Instant::now());
+        if stopped {
+            break;
+        }
+    }
+    endpoint.close(close_code::CLIENT_DONE.into(), b"client stopped");
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+}
+
+fn connect_failed(events: &mpsc::UnboundedSender<ClientEvent>, err: &ConnectError) {
+    tracing::warn!(error = %err, "forward: connect failed");
+    let _ = events.send(ClientEvent::ConnectFailed {
+        error: err.to_string(),
+        pin_mismatch: matches!(err, ConnectError::PinMismatch { .. }),
+        bad_credential: matches!(err, ConnectError::BadCredential(_)),
+    });
+}
+
+/// Relays over one session until the connection ends (false) or the client is stopped (true).
+// r[impl forward.end]
+async fn relay(
+    session: Session,
+    opened: Vec<Arc<LocalForward>>,
+    shared: &Shared,
+    reconnect: &mut Reconnect,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let (unattributed, events) = (&shared.unattributed, &shared.events);
+    let Session {
+        conn,
+        writer,
+        writer_task,
+        mut control,
+    } = session;
+    let mut tasks: Vec<(u32, JoinHandle<()>)> = opened
+        .iter()
+        .map(|f| (f.id, tokio::spawn(local_to_node(f.clone(), conn.clone()))))
+        .collect();
+    let by_id: HashMap<u32, Arc<LocalForward>> = opened.iter().map(|f| (f.id, f.clone())).collect();
+    let reader = tokio::spawn(node_to_local(by_id, conn.clone(), unattributed.clone()));
+    let mut open: Vec<u32> = opened.iter().map(|f| f.id).collect();
+    let (stopped, error) = loop {
+        let lasts = reconnect.lasts_at();
+        tokio::select! {
+            _ = stop.changed() => break (true, "client stopped".to_owned()),
+            _ = async {
+                match lasts {
+                    Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                reconnect.confirm(std::time::Instant::now());
+            }
+            message = control.recv() => match message {
+                Some(Ok(Message::Ended { forward, reason, message })) => {
+                    open.retain(|f| *f != forward);
+                    if let Some(pos) = tasks.iter().position(|(id, _)| *id == forward) {
+                        tasks.swap_remove(pos).1.abort();
+                    }
+                    let _ = events.send(ClientEvent::Ended { forward, reason, message });
+                }
+                Some(Ok(Message::Status { forward, message })) => {
+                    let _ = events.send(ClientEvent::Status { forward, from_node: true, message });
+                }
+                Some(Ok(Message::Refused { forward, refusal, message })) => {
+                    let _ = events.send(ClientEvent::Refused { forward, refusal, message });
+                }
+                // Nothing else is expected once forwards are open; a stray message is dropped.
+                Some(Ok(_)) => unattributed.dropped(DropReason::Malformed),
+                Some(Err(err)) => match err.class() {
+                    Class::Item => unattributed.dropped(err.drop_reason()),
+                    Class::Transient => tracing::warn!(error = %err, "forward: control stream"),
+                    Class::Fatal => {
+                        // Let the connection say why it ended, if it did.
+                        let reason = tokio::time::timeout(Duration::from_millis(200), conn.closed())
+                            .await
+                            .map_or_else(|_| err.to_string(), |e| RelayError::from(e).to_string());
+                        break (false, reason);
+                    }
+                },
+                None => break (false, "control stream ended".to_owned()),
+            },
+            closed = conn.closed() => break (false, RelayError::from(closed).to_string()),
+        }
+    };
+    for (_, task) in tasks {
+        task.abort();
+    }
+    reader.abort();
+    for forward in open {
+        let message = if stopped {
+            "the client stopped".to_owned()
+        } else {
+            format!("the connection was lost: {error}")
+        };
+        if let Some(f) = opened.iter().find(|f| f.id == forward) {
+            f.reporter.stats().set_last_error(&message);
+        }
+        let _ = events.send(ClientEvent::Ended {
+            forward,
+            reason: if stopped {
+                EndReason::Closed
+            } else {
+                EndReason::ConnectionLost
+            },
+            message,
+        });
+    }
+    drop(writer);
+    writer_task.abort();
+    conn.close(close_code::CLIENT_DONE.into(), b"client done");
+    if !stopped {
+        let _ = events.send(ClientEvent::Disconnected { error });
+    }
+    stopped
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Datagrams from local peers to the node.
+// i[impl forward.relay.resilience]
+async fn local_to_node(forward: Arc<LocalForward>, conn: Connection) {
+    // Room in front of the payload for the largest header (two 8-byte varints).
+    const ROOM: usize = 16;
+    let mut buf = vec![0u8; ROOM + 65_536];
+    loop {
+        let err = match forward.socket.recv_from(&mut buf[ROOM..]).await {
+            Ok((n, peer)) => match forward.flow_of(peer) {
+                Some(flow) => {
+                    let mut header = Vec::with_capacity(ROOM);
+                    put_varint(&mut header, u64::from(forward.id));
+                    put_varint(&mut header, flow);
+                    let start = ROOM - header.len();
+                    buf[start..ROOM].copy_from_slice(&header);
+                    match conn.send_datagram(Bytes::copy_from_slice(&buf[start..ROOM + n])) {
+                        Ok(()) => {
+                            forward.reporter.stats().to_target(n);
+                            continue;
+                        }
+                        Err(err) => RelayError::from(err),
+                    }
+                }
+                None => RelayError::FlowLimit(forward.id),
+            },
+            Err(err) => RelayError::Socket(err),
+        };
+        match err.class() {
+            Class::Item => forward.reporter.dropped(&err),
+            Class::Transient => {
+                forward.reporter.transient(&err);
+            }
+            // The connection is gone: the session loop sees it and announces the end.
+            Class::Fatal => return,
+        }
+    }
+}
+
+/// Datagrams from the node to local peers.
+async fn node_to_local(
+    forwards: HashMap<u32, Arc<LocalForward>>,
+    conn: Connection,
+    unattributed: Arc<Counters>,
+) {
+    loop {
+        let err = match conn.read_datagram().await {
+            Ok(datagram) => match decode_datagram(&datagram) {
+                Ok((FlowId { forward, flow }, payload)) => {
+                    let Some(local) = forwards.get(&forward) else {
+                        unattributed.dropped(DropReason::UnknownForward);
+                        continue;
+                    };
+                    let Some(peer) = local.peer_of(flow) else {
+                        local.reporter.stats().dropped(DropReason::UnknownForward);
+                        continue;
+                    };
+                    match local.socket.send_to(payload, peer).await {
+                        Ok(_) => {
+                            local.reporter.stats().from_target(payload.len());
+                            continue;
+                        }
+                        Err(err) => {
+                            let err = RelayError::Socket(err);
+                            match err.class() {
+                                Class::Item => local.reporter.dropped(&err),
+                                Class::Transient => {
+                                    local.reporter.transient(&err);
+                                }
+                                // A local socket that cannot send is this forward's problem
+                                // only; the datagram is dropped and the relay goes on.
+                                Class::Fatal => local.reporter.dropped(&err),
+                            }
+                            continue;
+                        }
+                    }
+                }
+                Err(err) => RelayError::from(err),
+            },
+            Err(err) => RelayError::from(err),
+        };
+        match err.class() {
+            Class::Item => unattributed.dropped(err.drop_reason()),
+            Class::Transient => tracing::warn!(error = %err, "forward: datagram"),
+            Class::Fatal => return,
+        }
+    }
+}

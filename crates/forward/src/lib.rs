@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+
+pub mod allow;
+pub mod auth;
+pub mod classify;
+pub mod client;
+pub mod control;
+mod control_io;
+pub mod identity;
+pub mod pin;
+pub mod reconnect;
+mod report;
+pub mod server;
+pub mod stats;
+pub mod transport;
+pub mod wire;
+
+pub use allow::{AllowList, AllowRule};
+pub use auth::Credential;
+pub use classify::RelayError;
+pub use identity::{Fingerprint, Identity};
+pub use server::{Server, ServerConfig, start};
+pub use stats::ForwardStats;

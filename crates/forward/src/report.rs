@@ -1,0 +1,74 @@
+//! Reporting transient errors: always counted, announced to the client and logged at most once
+//! per interval per forward so an error storm cannot flood the log or the control stream.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::classify::RelayError;
+use crate::stats::Counters;
+
+/// Where announced reports go: the client (as a `Status` message) or the local user (an event).
+pub type Sink = Box<dyn Fn(u32, String) + Send + Sync>;
+
+/// One forward's reporter.
+pub struct Reporter {
+    forward: u32,
+    stats: Arc<Counters>,
+    sink: Sink,
+    interval: Duration,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Reporter {
+    /// A reporter for `forward`; announced reports also go to `sink`.
+    pub fn new(forward: u32, stats: Arc<Counters>, sink: Sink, interval: Duration) -> Self {
+        Reporter {
+            forward,
+            stats,
+            sink,
+            interval,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The forward's counters.
+    pub fn stats(&self) -> &Arc<Counters> {
+        &self.stats
+    }
+
+    /// A transient error: counted; logged and announced unless one was within the interval.
+    /// Returns whether it was announced.
+    pub fn transient(&self, err: &RelayError) -> bool {
+        let text = err.to_string();
+        self.stats.transient(&text);
+        let now = Instant::now();
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|at| now.duration_since(at) < self.interval) {
+            return false;
+        }
+        *last = Some(now);
+        drop(last);
+        tracing::warn!(forward = self.forward, error = %text, "forward: transient error, relaying continues");
+        (self.sink)(self.forward, text);
+        true
+    }
+
+    /// An item dropped because of `err` (counted by reason, remembered as the last error).
+    pub fn dropped(&self, err: &RelayError) {
+        self.stats.dropped(err.drop_reason());
+        self.stats.set_last_error(&err.to_string());
+    }
+}
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reporter")
+            .field("forward", &self.forward)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,852 @@
+//! The node's side: a QUIC endpoint that authenticates clients and relays their forwards to the
+//! targets its allow-list permits, over one connected UDP socket per flow.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use holdfast_retry::{Class, Classify};
+use quinn::Connection;
+use thiserror::Error;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::allow::AllowList;
+use crate::auth::{Credential, Credentials};
+use crate::classify::RelayError;
+use crate::control::{EndReason, FrameError, Message, Refusal};
+use crate::control_io::{finish, spawn_reader, spawn_writer, write};
+use crate::identity::{Fingerprint, Identity, IdentityError};
+use crate::report::Reporter;
+use crate::stats::{Counters, ForwardStats};
+use crate::transport::{ALPN, close_code, transport_config};
+use crate::wire::{FlowId, decode_datagram};
+
+/// The server's configuration.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The UDP address the QUIC endpoint listens on.
+    pub listen: SocketAddr,
+    /// Where the identity (certificate and key) is kept.
+    pub identity_dir: PathBuf,
+    /// The credentials clients may present.
+    pub credentials: Vec<Credential>,
+    /// The targets forwards may reach. Empty: none.
+    pub allow: AllowList,
+    /// Forwards one connection may hold open.
+    pub max_forwards: usize,
+    /// Flows (local peers) one forward may hold.
+    pub max_flows: usize,
+    /// How long a new connection has to open its control stream and authenticate.
+    pub auth_timeout: Duration,
+    /// How long a silent connection lasts (keep-alives go every third of it).
+    pub idle_timeout: Duration,
+    /// At most one transient error per forward is logged and announced per interval.
+    pub report_interval: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults: 64 forwards a connection, 256 flows a forward, 10 s to authenticate, 15 s idle
+    /// timeout, one report a second per forward.
+    pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            listen,
+            identity_dir: identity_dir.into(),
+            credentials: Vec::new(),
+            allow: AllowList::default(),
+            max_forwards: 64,
+            max_flows: 256,
+            auth_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(15),
+            report_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why the server did not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The identity could not be loaded or created.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The TLS configuration was refused.
+    #[error("forward TLS configuration: {0}")]
+    Tls(String),
+    /// The endpoint could not listen.
+    #[error("forward endpoint on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Why a stop did not finish cleanly.
+#[derive(Debug, Error)]
+#[error("forward server: {0}")]
+pub struct ServerStopError(pub String);
+
+/// An active forward, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ForwardInfo {
+    /// The connection (a number unique within this server's life).
+    pub connection: u64,
+    /// The forward's id on its connection.
+    pub forward: u32,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// The target.
+    pub target: SocketAddr,
+    /// Flows (local peers) open now.
+    pub flows: usize,
+    /// Its counters.
+    pub stats: ForwardStats,
+}
+
+struct Listed {
+    client: SocketAddr,
+    target: SocketAddr,
+    flows: Arc<AtomicU64>,
+    stats: Arc<Counters>,
+}
+
+struct Shared {
+    credentials: Credentials,
+    allow: AllowList,
+    max_forwards: usize,
+    max_flows: usize,
+    auth_timeout: Duration,
+    report_interval: Duration,
+    listing: Mutex<BTreeMap<(u64, u32), Listed>>,
+    /// Datagrams that could not be attributed to a forward (malformed, unknown forward).
+    unattributed: Counters,
+    next_connection: AtomicU64,
+}
+
+impl Shared {
+    fn listing(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u64, u32), Listed>> {
+        self.listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The running server. Stop it with [`Server::stop`] (the node's stopper).
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    fingerprint: Fingerprint,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<Option<Shutdown>>,
+    accept: JoinHandle<()>,
+}
+
+/// A stop in progress: by when, and what the clients are told.
+#[derive(Debug, Clone, Copy)]
+struct Shutdown {
+    deadline: Instant,
+    message: &'static str,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("fingerprint", &self.fingerprint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts the server: loads (or creates) the identity, listens, and accepts clients until
+/// stopped. Needs a tokio runtime.
+pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+    let identity = Identity::load_or_create(&config.identity_dir)?;
+    let fingerprint = identity.fingerprint();
+    let server_config = quinn_server_config(&identity, config.idle_timeout)?;
+    let endpoint = quinn::Endpoint::server(server_config, config.listen).map_err(|source| {
+        StartError::Listen {
+            addr: config.listen,
+            source,
+        }
+    })?;
+    let shared = Arc::new(Shared {
+        credentials: Credentials::new(&config.credentials),
+        allow: config.allow,
+        max_forwards: config.max_forwards,
+        max_flows: config.max_flows,
+        auth_timeout: config.auth_timeout,
+        report_interval: config.report_interval,
+        listing: Mutex::new(BTreeMap::new()),
+        unattributed: Counters::default(),
+        next_connection: AtomicU64::new(1),
+    });
+    let (shutdown, shutdown_rx) = watch::channel(None);
+    let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone(), shutdown_rx));
+    tracing::info!(listen = %config.listen, %fingerprint, "forward: listening");
+    Ok(Server {
+        endpoint,
+        fingerprint,
+        shared,
+        shutdown,
+        accept,
+    })
+}
+
+/// The quinn server configuration the node listens with: TLS 1.3 with `identity`, this crate's
+/// ALPN and transport settings. Public so a benchmark can run a bare endpoint the same way.
+pub fn quinn_server_config(
+    identity: &Identity,
+    idle_timeout: Duration,
+) -> Result<quinn::ServerConfig, StartError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| StartError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(identity.cert_chain(), identity.key())
+        .map_err(|e| StartError::Tls(e.to_string()))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| StartError::Tls(e.to_string()))?;
+    let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    server_config.transport_config(transport_config(idle_timeout));
+    Ok(server_config)
+}
+
+impl Server {
+    /// The address the endpoint is bound to.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// The identity's fingerprint (what clients pin).
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+
+    /// The forwards active now, by connection and forward id. A forward is listed from the moment
+    /// it is opened until it ends, whatever ended it.
+    // r[impl forward.end]
+    pub fn forwards(&self) -> Vec<ForwardInfo> {
+        self.shared
+            .listing()
+            .iter()
+            .map(|(&(connection, forward), listed)| ForwardInfo {
+                connection,
+                forward,
+                client: listed.client,
+                target: listed.target,
+                flows: listed.flows.load(Ordering::Relaxed) as usize,
+                stats: listed.stats.snapshot(),
+            })
+            .collect()
+    }
+
+    /// Datagrams no forward could be charged with (malformed headers, unknown forwards).
+    pub fn unattributed(&self) -> ForwardStats {
+        self.shared.unattributed.snapshot()
+    }
+
+    /// Stops: no new connection is accepted; every open forward is told it ends because the node
+    /// is shutting down; connections are closed; returns by `deadline`.
+    // r[impl forward.stop]
+    pub async fn stop(self, deadline: Instant) -> Result<(), ServerStopError> {
+        self.stop_telling(deadline, "node shutting down").await
+    }
+
+    async fn stop_telling(
+        self,
+        deadline: Instant,
+        message: &'static str,
+    ) -> Result<(), ServerStopError> {
+        let _ = self.shutdown.send(Some(Shutdown { deadline, message }));
+        let mut accept = self.accept;
+        let announced = tokio::time::timeout_at(deadline, &mut accept).await.is_ok();
+        if !announced {
+            accept.abort();
+        }
+        self.endpoint
+            .close(close_code::SHUTDOWN.into(), message.as_bytes());
+        let idle = tokio::time::timeout_at(deadline, self.endpoint.wait_idle())
+            .await
+            .is_ok();
+        self.shared.listing().clear();
+        match (announced, idle) {
+            (true, true) => Ok(()),
+            (false, _) => Err(ServerStopError(
+                "connections did not finish announcing the shutdown in time".into(),
+            )),
+            (true, false) => Err(ServerStopError(
+                "the endpoint was not idle by the deadline".into(),
+            )),
+        }
+    }
+}
+
+// The node's stopper: the stop plan hands over its deadline and why the node stops.
+// r[impl forward.stop]
+impl holdfast_lifecycle::Stopper for Server {
+    fn stop(
+        self: Box<Self>,
+        request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        let message = match request.reason {
+            holdfast_lifecycle::StopReason::Restart => "node restarting",
+            holdfast_lifecycle::StopReason::Shutdown => "node shutting down",
+        };
+        Box::pin(async move {
+            self.stop_telling(request.deadline, message)
+                .await
+                .map_err(|err| holdfast_lifecycle::StopError(err.to_string()))
+        })
+    }
+}
+
+async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<Option<Shutdown>>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    let shared = shared.clone();
+                    let shutdown = shutdown.clone();
+                    connections.spawn(async move {
+                        match incoming.await {
+                            Ok(conn) => serve(conn, shared, shutdown).await,
+                            Err(err) => tracing::debug!(error = %err, "forward: handshake failed"),
+                        }
+                    });
+                }
+                // The endpoint was closed.
+                None => break,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    // Stop accepting first (refuse handshakes), then let each connection announce and close.
+    endpoint.set_server_config(None);
+    while connections.join_next().await.is_some() {}
+}
+
+struct Flow {
+    socket: Arc<UdpSocket>,
+    replies: JoinHandle<()>,
+}
+
+struct ServerForward {
+    target: SocketAddr,
+    flows: HashMap<u64, Flow>,
+    flow_count: Arc<AtomicU64>,
+    reporter: Arc<Reporter>,
+}
+
+impl ServerForward {
+    fn end(self) {
+        for flow in self.flows.into_values() {
+            flow.replies.abort();
+        }
+    }
+}
+
+fn linger_until(shutdown: Option<Shutdown>, fallback: Duration) -> Duration {
+    shutdown.map_or(fallback, |s| {
+        s.deadline
+            .saturating_duration_since(Instant::now())
+            .min(fallback)
+    })
+}
+
+/// Refuses the connection's request with `refusal`, delivers the refusal, and closes.
+async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal, message: &str) {
+    tracing::info!(client = %conn.remote_address(), ?refusal, reason = message, "forward: client refused");
+    let _ = write(
+        &mut send,
+        &Message::Refused {
+            forward: 0,
+            refusal,
+            message: message.to_owned(),
+        },
+    )
+    .await;
+    finish(&mut send, Duration::from_secs(2)).await;
+    conn.close(close_code::REFUSED.into(), message.as_bytes());
+}
+
+/// Authenticates the connection; `None` when it was refused (and closed).
+// r[impl forward.auth]
+async fn authenticate(
+    conn: &Connection,
+    shared: &Shared,
+) -> Option<(
+    quinn::SendStream,
+    mpsc::Receiver<Result<Message, RelayError>>,
+)> {
+    let (send, recv) = match tokio::time::timeout(shared.auth_timeout, conn.accept_bi()).await {
+        Ok(Ok(streams)) => streams,
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "forward: connection lost before its control stream");
+            return None;
+        }
+        Err(_) => {
+            conn.close(close_code::REFUSED.into(), b"no control stream in time");
+            return None;
+        }
+    };
+    let mut control = spawn_reader(recv);
+    let first = tokio::time::timeout(shared.auth_timeout, control.recv()).await;
+    let (refusal, message) = match first {
+        Ok(Some(Ok(Message::Hello { credential }))) => {
+            if shared.credentials.allows(&credential) {
+                return Some((send, control));
+            }
+            (
+                Refusal::BadCredential,
+                "credential not allowed by this node",
+            )
+        }
+        Ok(Some(Err(RelayError::Frame(FrameError::Version(_))))) => {
+            (Refusal::Version, "unsupported protocol version")
+        }
+        Ok(Some(Ok(_) | Err(_))) => (
+            Refusal::NotAuthenticated,
+            "the first request must authenticate (Hello)",
+        ),
+        Ok(None) | Err(_) => (Refusal::NotAuthenticated, "no authentication in time"),
+    };
+    refuse(conn, send, refusal, message).await;
+    None
+}
+
+async fn serve(
+    conn: Connection,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<Option<Shutdown>>,
+) {
+    let Some((send, mut control)) = authenticate(&conn, &shared).await else {
+        return;
+    };
+    let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+    let client = conn.remote_address();
+    let (writer, writer_task) = spawn_writer(send, Duration::from_secs(2));
+    let _ = writer.send(Message::Welcome).await;
+    tracing::info!(connection = id, %client, "forward: client authenticated");
+    let mut relay = Relay {
+        id,
+        client,
+        conn: conn.clone(),
+        shared: shared.clone(),
+        writer: writer.clone(),
+        forwards: HashMap::new(),
+    };
+    let ended: Result<Option<Shutdown>, RelayError> = loop {
+        tokio::select! {
+            biased;
+            changed = shutdown.changed() => {
+                // A dropped sender is the server itself going away: the same as a shutdown.
+                let deadline = if changed.is_ok() { *shutdown.borrow() } else { None };
+                break Ok(deadline);
+            }
+            message = control.recv() => match message {
+                Some(Ok(message)) => relay.control(message).await,
+                Some(Err(err)) => match err.class() {
+                    Class::Item => {
+                        shared.unattributed.dropped(err.drop_reason());
+                        tracing::debug!(connection = id, error = %err, "forward: control frame dropped");
+                    }
+                    Class::Transient => {
+                        tracing::warn!(connection = id, error = %err, "forward: control stream");
+                    }
+                    Class::Fatal => break Err(err),
+                },
+                None => break Err(RelayError::Control("reader ended".into())),
+            },
+            datagram = conn.read_datagram() => match datagram {
+                Ok(datagram) => relay.datagram(datagram).await,
+                Err(err) => {
+                    let err = RelayError::from(err);
+                    match err.class() {
+                        Class::Item | Class::Transient => {
+                            tracing::debug!(connection = id, error = %err, "forward: datagram");
+                        }
+                        Class::Fatal => break Err(err),
+                    }
+                }
+            },
+        }
+    };
+    let forwards = std::mem::take(&mut relay.forwards);
+    let reason = match &ended {
+        Ok(_) => EndReason::ShuttingDown,
+        Err(_) => EndReason::ConnectionLost,
+    };
+    let text = match &ended {
+        Ok(shutdown) => shutdown
+            .map_or("node shutting down", |s| s.message)
+            .to_owned(),
+        Err(err) => err.to_string(),
+    };
+    for (forward, state) in forwards {
+        shared.listing().remove(&(id, forward));
+        state.reporter.stats().set_last_error(&text);
+        state.end();
+        // The client is told why (when the connection can still carry it).
+        let _ = writer.try_send(Message::Ended {
+            forward,
+            reason,
+            message: text.clone(),
+        });
+    }
+    drop(relay);
+    drop(writer);
+    match ended {
+        Ok(deadline) => {
+            let _ =
+                tokio::time::timeout(linger_until(deadline, Duration::from_secs(2)), writer_task)
+                    .await;
+            conn.close(close_code::SHUTDOWN.into(), text.as_bytes());
+        }
+        Err(err) => {
+            tracing::info!(connection = id, %client, error = %err, "forward: connection ended");
+            writer_task.abort();
+            conn.close(close_code::PROTOCOL.into(), b"connection ended");
+        }
+    }
+}
+
+struct Relay {
+    id: u64,
+    client: SocketAddr,
+    conn: Connection,
+    shared: Arc<Shared>,
+    writer: mpsc::Sender<Message>,
+    forwards: HashMap<u32, ServerForward>,
+}
+
+impl Relay {
+    async fn reply(&self, message: Message) {
+        let _ = self.writer.send(message).await;
+    }
+
+    async fn control(&mut self, message: Message) {
+        match message {
+            Message::Open { forward, target } => self.open(forward, target).await,
+            Message::Close { forward } => {
+                if let Some(state) = self.forwards.remove(&forward) {
+                    self.shared.listing().remove(&(self.id, forward));
+                    state.end();
+                }
+                self.reply(Message::Ended {
+                    forward,
+                    reason: EndReason::Closed,
+                    message: "closed by the client".into(),
+                })
+                .await;
+            }
+            Message::Hello { .. } => {
+                self.reply(Message::Refused {
+                    forward: 0,
+                    refusal: Refusal::Duplicate,
+                    message: "already authenticated".into(),
+                })
+                .await;
+            }
+            // Messages only the node sends: a confused or hostile client; dropped and counted.
+            Message::Welcome
+            | Message::Opened { .. }
+            | Message::Refused { .. }
+            | Message::Ended { .. }
+            | Message::Status { .. } => {
+                self.shared
+                    .unattributed
+                    .dropped(crate::classify::DropReason::Malformed);
+            }
+        }
+    }
+
+    // r[impl forward.allow]
+    async fn open(&mut self, forward: u32, target: SocketAddr) {
+        let refusal = if forward == 0 {
+            Some((Refusal::Duplicate, "forward id 0 is reserved".to_owned()))
+        } else if self.forwards.contains_key(&forward) {
+            Some((
+                Refusal::Duplicate,
+                format!("forward {forward} is already open"),
+            ))
+        } else if self.forwards.len() >= self.shared.max_forwards {
+            Some((
+                Refusal::TooManyForwards,
+                format!(
+                    "this connection already has {} forwards open",
+                    self.forwards.len()
+                ),
+            ))
+        } else if !self.shared.allow.allows(&target) {
+            Some((
+                Refusal::NotAllowed,
+                format!("target {target} is not in this node's allow-list"),
+            ))
+        } else {
+            None
+        };
+        if let Some((refusal, message)) = refusal {
+            tracing::info!(connection = self.id, forward, %target, ?refusal, reason = %message, "forward: open refused");
+            self.reply(Message::Refused {
+                forward,
+                refusal,
+                message,
+            })
+            .await;
+            return;
+        }
+        let stats = Arc::new(Counters::default());
+        let flow_count = Arc::new(AtomicU64::new(0));
+        let writer = self.writer.clone();
+        let sink: crate::report::Sink = Box::new(move |forward, message| {
+            // A full control queue drops the report; the counters still have it.
+            let _ = writer.try_send(Message::Status { forward, message });
+        });
+        let reporter = Arc::new(Reporter::new(
+            forward,
+            stats.clone(),
+            sink,
+            self.shared.report_interval,
+        ));
+        self.forwards.insert(
+            forward,
+            ServerForward {
+                target,
+                flows: HashMap::new(),
+                flow_count: flow_count.clone(),
+                reporter,
+            },
+        );
+        self.shared.listing().insert(
+            (self.id, forward),
+            Listed {
+                client: self.client,
+                target,
+                flows: flow_count,
+                stats,
+            },
+        );
+        tracing::info!(connection = self.id, forward, %target, "forward: opened");
+        self.reply(Message::Opened { forward }).await;
+    }
+
+    // r[impl forward.flows]
+    async fn datagram(&mut self, datagram: Bytes) {
+        let (id, payload) = match decode_datagram(&datagram) {
+            Ok(decoded) => decoded,
+            Err(err) => {
+                self.shared
+                    .unattributed
+                    .dropped(RelayError::from(err).drop_reason());
+                return;
+            }
+        };
+        let Some(state) = self.forwards.get_mut(&id.forward) else {
+            self.shared
+                .unattributed
+                .dropped(RelayError::UnknownForward(id.forward).drop_reason());
+            return;
+        };
+        let socket = match state.flows.get(&id.flow) {
+            Some(flow) => flow.socket.clone(),
+            None if state.flows.len() >= self.shared.max_flows => {
+                state.reporter.dropped(&RelayError::FlowLimit(id.forward));
+                return;
+            }
+            None => match open_flow(state.target).await {
+                Ok(socket) => {
+                    let replies = tokio::spawn(relay_replies(
+                        socket.clone(),
+                        self.conn.clone(),
+                        id,
+                        state.reporter.clone(),
+                    ));
+                    state.flows.insert(
+                        id.flow,
+                        Flow {
+                            socket: socket.clone(),
+                            replies,
+                        },
+                    );
+                    state
+                        .flow_count
+                        .store(state.flows.len() as u64, Ordering::Relaxed);
+                    socket
+                }
+                Err(err) => {
+                    let err = RelayError::Socket(err);
+                    state.reporter.transient(&err);
+                    state.reporter.dropped(&err);
+                    return;
+                }
+            },
+        };
+        if send_to_target(&socket, payload, &state.reporter).await == Sent::FlowEnded {
+            // The flow's socket is unusable: end that flow only; the next datagram of the same
+            // peer opens a fresh one.
+            if let Some(flow) = state.flows.remove(&id.flow) {
+                flow.replies.abort();
+            }
+        }
+    }
+}
+
+/// What became of a datagram sent towards the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// Sent (and counted).
+    Delivered,
+    /// Not sent; the error was counted and reported, the flow goes on.
+    Dropped,
+    /// Not sent, and the flow's socket cannot be used again.
+    FlowEnded,
+}
+
+/// Sends one datagram on a flow's connected socket. A pending ICMP error (ECONNREFUSED) surfaces
+/// here as well as on the receive side; either way it is reported and the socket stays in use.
+// i[impl forward.relay.resilience]
+async fn send_to_target(socket: &UdpSocket, payload: &[u8], reporter: &Reporter) -> Sent {
+    match socket.send(payload).await {
+        Ok(_) => {
+            reporter.stats().to_target(payload.len());
+            Sent::Delivered
+        }
+        Err(err) => {
+            let err = RelayError::Socket(err);
+            match err.class() {
+                Class::Item => {
+                    reporter.dropped(&err);
+                    Sent::Dropped
+                }
+                Class::Transient => {
+                    reporter.transient(&err);
+                    reporter.stats().dropped(err.drop_reason());
+                    Sent::Dropped
+                }
+                Class::Fatal => {
+                    reporter.transient(&err);
+                    Sent::FlowEnded
+                }
+            }
+        }
+    }
+}
+
+/// A UDP socket connected to `target`, so the kernel filters replies to that target and reports
+/// its ICMP errors on this socket.
+async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+    let local: SocketAddr = if target.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(local).await?;
+    socket.connect(target).await?;
+    Ok(Arc::new(socket))
+}
+
+/// Relays one flow's replies from the target back to the client.
+// i[impl forward.relay.resilience]
+async fn relay_replies(
+    socket: Arc<UdpSocket>,
+    conn: Connection,
+    id: FlowId,
+    reporter: Arc<Reporter>,
+) {
+    let header = id.header();
+    let mut buf = vec![0u8; header.len() + 65_536];
+    buf[..header.len()].copy_from_slice(&header);
+    loop {
+        let err = match socket.recv(&mut buf[header.len()..]).await {
+            Ok(n) => match conn.send_datagram(Bytes::copy_from_slice(&buf[..header.len() + n])) {
+                Ok(()) => {
+                    reporter.stats().from_target(n);
+                    continue;
+                }
+                Err(err) => RelayError::from(err),
+            },
+            Err(err) => RelayError::Socket(err),
+        };
+        match err.class() {
+            Class::Item => reporter.dropped(&err),
+            Class::Transient => {
+                reporter.transient(&err);
+            }
+            // The connection is gone; its relay loop ends the forward and announces it.
+            Class::Fatal => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_discovered_on_send_is_reported_and_the_socket_keeps_working() {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("free port");
+        let socket = open_flow(closed).await.expect("flow socket");
+        let stats = Arc::new(Counters::default());
+        let reported = Arc::new(AtomicU64::new(0));
+        let seen = reported.clone();
+        let reporter = Reporter::new(
+            1,
+            stats.clone(),
+            Box::new(move |_, _| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }),
+            Duration::ZERO,
+        );
+        // Nothing receives on this socket, so the ICMP port-unreachable of one send surfaces as
+        // ECONNREFUSED on a later send.
+        let mut outcomes = Vec::new();
+        for _ in 0..50 {
+            let sent = send_to_target(&socket, b"x", &reporter).await;
+            outcomes.push(sent);
+            if sent == Sent::Dropped {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(outcomes.first(), Some(&Sent::Delivered));
+        assert_eq!(outcomes.last(), Some(&Sent::Dropped), "{outcomes:?}");
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.transient_errors, 1);
+        assert_eq!(snapshot.dropped.error, 1);
+        assert!(
+            snapshot
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("refused"))
+        );
+        assert_eq!(reported.load(Ordering::SeqCst), 1);
+
+        let target = UdpSocket::bind(closed).await.expect("target listens");
+        assert_eq!(
+            send_to_target(&socket, b"hello", &reporter).await,
+            Sent::Delivered
+        );
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), target.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], b"hello");
+    }
+}

@@ -1,0 +1,125 @@
+//! Per-forward counters, shared by a forward's tasks and read by the listing.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::classify::DropReason;
+
+/// Live counters of one forward (cheap atomic updates on the hot path).
+#[derive(Debug, Default)]
+pub struct Counters {
+    to_target_datagrams: AtomicU64,
+    to_target_bytes: AtomicU64,
+    from_target_datagrams: AtomicU64,
+    from_target_bytes: AtomicU64,
+    dropped_oversize: AtomicU64,
+    dropped_malformed: AtomicU64,
+    dropped_unknown_forward: AtomicU64,
+    dropped_flow_limit: AtomicU64,
+    dropped_error: AtomicU64,
+    transient_errors: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A snapshot of one forward's counters. "To target" is the direction from the client's local
+/// peers towards the target; "from target" the replies.
+// r[impl forward.stats]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ForwardStats {
+    /// Datagrams relayed towards the target.
+    pub to_target_datagrams: u64,
+    /// Payload bytes relayed towards the target.
+    pub to_target_bytes: u64,
+    /// Datagrams relayed back from the target.
+    pub from_target_datagrams: u64,
+    /// Payload bytes relayed back from the target.
+    pub from_target_bytes: u64,
+    /// Datagrams dropped, by reason.
+    pub dropped: Drops,
+    /// Transient errors met (each reported, none ended the forward).
+    pub transient_errors: u64,
+    /// The latest error, if any.
+    pub last_error: Option<String>,
+}
+
+/// Drop counts by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Drops {
+    /// Over the connection's current maximum datagram size.
+    pub oversize: u64,
+    /// Malformed.
+    pub malformed: u64,
+    /// For a forward that is not open.
+    pub unknown_forward: u64,
+    /// Over the forward's flow limit.
+    pub flow_limit: u64,
+    /// Not sent because of a socket error.
+    pub error: u64,
+}
+
+impl Counters {
+    /// One datagram of `bytes` relayed towards the target.
+    pub fn to_target(&self, bytes: usize) {
+        self.to_target_datagrams.fetch_add(1, Ordering::Relaxed);
+        self.to_target_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// One datagram of `bytes` relayed back from the target.
+    pub fn from_target(&self, bytes: usize) {
+        self.from_target_datagrams.fetch_add(1, Ordering::Relaxed);
+        self.from_target_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// One datagram dropped.
+    pub fn dropped(&self, reason: DropReason) {
+        let counter = match reason {
+            DropReason::Oversize => &self.dropped_oversize,
+            DropReason::Malformed => &self.dropped_malformed,
+            DropReason::UnknownForward => &self.dropped_unknown_forward,
+            DropReason::FlowLimit => &self.dropped_flow_limit,
+            DropReason::Error => &self.dropped_error,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A transient error (counted, remembered as the last error).
+    pub fn transient(&self, error: &str) {
+        self.transient_errors.fetch_add(1, Ordering::Relaxed);
+        self.set_last_error(error);
+    }
+
+    /// Remembers `error` as the latest.
+    pub fn set_last_error(&self, error: &str) {
+        let mut last = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = Some(error.to_owned());
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> ForwardStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ForwardStats {
+            to_target_datagrams: load(&self.to_target_datagrams),
+            to_target_bytes: load(&self.to_target_bytes),
+            from_target_datagrams: load(&self.from_target_datagrams),
+            from_target_bytes: load(&self.from_target_bytes),
+            dropped: Drops {
+                oversize: load(&self.dropped_oversize),
+                malformed: load(&self.dropped_malformed),
+                unknown_forward: load(&self.dropped_unknown_forward),
+                flow_limit: load(&self.dropped_flow_limit),
+                error: load(&self.dropped_error),
+            },
+            transient_errors: load(&self.transient_errors),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! Real quinn connections on loopback: echo, flows, oversize, ICMP refused, refusals, loss.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use holdfast_forward::client::{self, ClientEvent};
+use holdfast_forward::control::{EndReason, Refusal};
+use holdfast_forward::{Credential, Fingerprint};
+use holdfast_test_support::fault_proxy::{UdpFaultProxy, UdpMode};
+
+// i[verify forward.relay.resilience]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_of_0_1_1162_and_the_maximum_arrive_intact_both_ways() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    // Path MTU discovery grows the maximum past the initial 1200-byte packets within a few RTTs.
+    eventually("room for 1162 bytes", || {
+        client.max_payload().is_some_and(|m| m >= 1162)
+    })
+    .await;
+    let max = client.max_payload().expect("connected");
+    for len in [0usize, 1, 1162, max] {
+        let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        // The node's own view of the path may lag the client's: the reply to the maximum is
+        // retried until both ends have discovered it.
+        let reply = round_trip(&peer, local, &payload).await;
+        assert_eq!(reply, payload, "{len} bytes");
+    }
+    // The node counts after its send returns, which may be after the reply already arrived.
+    eventually("the node counted four datagrams each way", || {
+        let stats = &server.forwards()[0].stats;
+        stats.to_target_datagrams >= 4 && stats.from_target_datagrams >= 4
+    })
+    .await;
+    assert!(client.stats()[0].from_target_bytes >= (1163 + max) as u64);
+}
+
+// r[verify forward.flows]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_local_peers_on_one_forward_get_their_own_replies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let (a, b) = (peer().await, peer().await);
+    for round in 0..3 {
+        let from_a = format!("a{round}");
+        let from_b = format!("b{round}");
+        a.send_to(from_a.as_bytes(), local).await.expect("send a");
+        b.send_to(from_b.as_bytes(), local).await.expect("send b");
+        let mut buf = [0u8; 64];
+        let (n, _) = tokio::time::timeout(WAIT, a.recv_from(&mut buf))
+            .await
+            .expect("a reply")
+            .expect("a recv");
+        assert_eq!(&buf[..n], from_a.as_bytes());
+        let (n, _) = tokio::time::timeout(WAIT, b.recv_from(&mut buf))
+            .await
+            .expect("b reply")
+            .expect("b recv");
+        assert_eq!(&buf[..n], from_b.as_bytes());
+    }
+    let listed = server.forwards();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].flows, 2,
+        "one flow (and one connected socket) per local peer"
+    );
+}
+
+// r[verify forward.oversize]
+// r[verify forward.stats]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_datagram_is_dropped_and_counted_at_each_end_and_the_next_flows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    assert_eq!(round_trip(&peer, local, b"first").await, b"first");
+
+    // Client end: a local datagram too large for the connection.
+    let too_big = vec![7u8; 4000];
+    peer.send_to(&too_big, local).await.expect("send");
+    eventually("client oversize drop counted", || {
+        client.stats()[0].dropped.oversize == 1
+    })
+    .await;
+    assert_eq!(round_trip(&peer, local, b"next").await, b"next");
+
+    // Node end: a reply from the target too large for the connection.
+    peer.send_to(b"big:5000", local).await.expect("send");
+    eventually("node oversize drop counted", || {
+        server.forwards()[0].stats.dropped.oversize >= 1
+    })
+    .await;
+    assert_eq!(round_trip(&peer, local, b"after").await, b"after");
+    let stats = &server.forwards()[0].stats;
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("too large"))
+    );
+    assert!(
+        client.stats()[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("too large"))
+    );
+    assert_eq!(server.forwards().len(), 1, "the forward is still active");
+}
+
+// i[verify forward.relay.resilience]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_target_is_reported_and_relaying_continues_once_it_listens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    // A port that nothing listens on (bound, then released).
+    let closed = {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.local_addr().expect("addr")
+    };
+    let mut client = client::spawn(client_config(&server, &[closed]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    for _ in 0..3 {
+        peer.send_to(b"anyone?", local).await.expect("send");
+    }
+    let status = expect(&mut client, "a refusal reported by the node", |e| {
+        matches!(
+            e,
+            ClientEvent::Status {
+                from_node: true,
+                ..
+            }
+        )
+    })
+    .await;
+    assert!(
+        status.to_string().to_lowercase().contains("refused"),
+        "{status}"
+    );
+    let stats = server.forwards()[0].stats.clone();
+    assert!(stats.transient_errors >= 1);
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("refused"))
+    );
+
+    let _target = echo_on(closed).await;
+    // Datagrams still on their way when the target started are echoed too; then ours.
+    let mut reply = round_trip(&peer, local, b"now?").await;
+    for _ in 0..10 {
+        if reply != b"anyone?" {
+            break;
+        }
+        reply = round_trip(&peer, local, b"now?").await;
+    }
+    assert_eq!(reply, b"now?");
+    assert_eq!(
+        server.forwards().len(),
+        1,
+        "the forward outlived the refusals"
+    );
+}
+
+// r[verify forward.allow]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_outside_the_allow_list_is_refused_with_its_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let outside = "127.0.0.1:53".parse().expect("addr");
+    let inside = echo().await;
+    let mut client = client::spawn(client_config(&server, &[outside, inside.addr]))
+        .await
+        .expect("client");
+    let refused = expect(&mut client, "Refused", |e| {
+        matches!(e, ClientEvent::Refused { .. })
+    })
+    .await;
+    let ClientEvent::Refused {
+        forward,
+        refusal,
+        message,
+    } = refused
+    else {
+        unreachable!()
+    };
+    assert_eq!((forward, refusal), (1, Refusal::NotAllowed));
+    assert!(
+        message.contains("127.0.0.1:53") && message.contains("allow-list"),
+        "{message}"
+    );
+    expect(&mut client, "the allowed forward", |e| {
+        matches!(e, ClientEvent::Opened { forward: 2, .. })
+    })
+    .await;
+    let listed = server.forwards();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].target, inside.addr);
+}
+
+// r[verify forward.auth]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_credential_is_refused_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut config = client_config(&server, &[target.addr]);
+    config.credential = Credential::new("not-the-token");
+    let mut client = client::spawn(config).await.expect("client");
+    let failed = expect(&mut client, "ConnectFailed", |e| {
+        matches!(e, ClientEvent::ConnectFailed { .. })
+    })
+    .await;
+    let ClientEvent::ConnectFailed {
+        error,
+        bad_credential,
+        pin_mismatch,
+    } = failed
+    else {
+        unreachable!()
+    };
+    assert!(bad_credential && !pin_mismatch, "{error}");
+    assert!(error.contains("credential"), "{error}");
+    assert!(!error.contains("not-the-token"));
+    assert!(server.forwards().is_empty());
+}
+
+// r[verify forward.pin]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_identity_is_refused_by_the_pin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut config = client_config(&server, &[target.addr]);
+    let wrong: Fingerprint =
+        "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            .parse()
+            .expect("fingerprint");
+    config.pin = wrong;
+    let mut client = client::spawn(config).await.expect("client");
+    let failed = expect(&mut client, "ConnectFailed", |e| {
+        matches!(e, ClientEvent::ConnectFailed { .. })
+    })
+    .await;
+    let ClientEvent::ConnectFailed {
+        error,
+        pin_mismatch,
+        bad_credential,
+    } = failed
+    else {
+        unreachable!()
+    };
+    assert!(pin_mismatch && !bad_credential, "{error}");
+    assert!(error.contains(&server.fingerprint().to_string()), "{error}");
+    assert!(server.forwards().is_empty());
+}
+
+// r[verify forward.end]
+// r[verify forward.stop]
+// r[verify forward.reconnect]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_ends_the_relay_and_the_client_reconnects_to_its_successor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = server(dir.path()).await;
+    let addr = first.local_addr().expect("addr");
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&first, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    assert_eq!(round_trip(&peer, local, b"one").await, b"one");
+    assert_eq!(first.forwards().len(), 1);
+
+    let started = tokio::time::Instant::now();
+    first
+        .stop(started + Duration::from_secs(3))
+        .await
+        .expect("clean stop");
+    assert!(started.elapsed() <= Duration::from_secs(3));
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            ended,
+            ClientEvent::Ended {
+                forward: 1,
+                reason: EndReason::ShuttingDown,
+                ..
+            }
+        ),
+        "{ended:?}"
+    );
+    expect(&mut client, "Disconnected", |e| {
+        matches!(e, ClientEvent::Disconnected { .. })
+    })
+    .await;
+    expect(&mut client, "Reconnecting", |e| {
+        matches!(e, ClientEvent::Reconnecting { .. })
+    })
+    .await;
+
+    // The successor: same identity (so the same pin), same address.
+    let second = start_on(dir.path(), addr).await;
+    assert_eq!(second.fingerprint(), first_fingerprint(dir.path()));
+    expect(&mut client, "Connected", |e| {
+        matches!(e, ClientEvent::Connected { .. })
+    })
+    .await;
+    opened(&mut client, 1).await;
+    assert_eq!(round_trip(&peer, local, b"two").await, b"two");
+    assert_eq!(second.forwards().len(), 1);
+}
+
+/// Starts a node on `addr`, retrying while quinn's driver of the previous one still holds the
+/// socket (it releases it asynchronously, after the endpoint went idle).
+async fn start_on(dir: &std::path::Path, addr: std::net::SocketAddr) -> holdfast_forward::Server {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match holdfast_forward::start(server_config(dir, addr)).await {
+            Ok(server) => return server,
+            Err(err) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "successor starts: {err}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn first_fingerprint(dir: &std::path::Path) -> Fingerprint {
+    holdfast_forward::Identity::load_or_create(dir)
+        .map(|identity| identity.fingerprint())
+        .unwrap_or_else(|err| panic!("identity: {err}"))
+}
+
+// r[verify forward.end]
+// r[verify forward.reconnect]
+// i[verify forward.relay.resilience]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_path_ends_the_relay_and_the_client_backs_off_until_it_heals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let proxy = UdpFaultProxy::start(server.local_addr().expect("addr"))
+        .await
+        .expect("proxy");
+    let target = echo().await;
+    let mut config = client_config(&server, &[target.addr]);
+    config.node = proxy.addr();
+    let mut client = client::spawn(config).await.expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    assert_eq!(round_trip(&peer, local, b"up").await, b"up");
+
+    proxy.set_mode(UdpMode::Drop);
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            ended,
+            ClientEvent::Ended {
+                reason: EndReason::ConnectionLost,
+                ..
+            }
+        ),
+        "{ended:?}"
+    );
+    assert!(ended.to_string().contains("lost"), "{ended}");
+    eventually("the node unlisted the forward", || {
+        server.forwards().is_empty()
+    })
+    .await;
+
+    // While the path is cut, attempts fail and the waits grow.
+    let mut waits = Vec::new();
+    while waits.len() < 3 {
+        if let ClientEvent::Reconnecting { in_ms, failures } =
+            expect(&mut client, "Reconnecting", |e| {
+                matches!(e, ClientEvent::Reconnecting { .. })
+            })
+            .await
+        {
+            waits.push((failures, in_ms));
+        }
+    }
+    assert!(
+        waits
+            .windows(2)
+            .all(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1),
+        "{waits:?}"
+    );
+
+    proxy.set_mode(UdpMode::Forward);
+    expect(&mut client, "Connected", |e| {
+        matches!(e, ClientEvent::Connected { .. })
+    })
+    .await;
+    opened(&mut client, 1).await;
+    assert_eq!(round_trip(&peer, local, b"again").await, b"again");
+    assert_eq!(server.forwards().len(), 1);
+}
+
+// r[verify forward.stop]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_stopper_tells_clients_the_node_restarts_and_returns_by_its_deadline() {
+    use holdfast_lifecycle::{StopReason, StopRequest, Stopper};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let stopper: Box<dyn Stopper> = Box::new(server);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    stopper
+        .stop(StopRequest {
+            deadline,
+            reason: StopReason::Restart,
+        })
+        .await
+        .expect("clean stop");
+    assert!(tokio::time::Instant::now() <= deadline);
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    let ClientEvent::Ended {
+        reason, message, ..
+    } = ended
+    else {
+        unreachable!()
+    };
+    assert_eq!(reason, EndReason::ShuttingDown);
+    assert_eq!(message, "node restarting");
+}

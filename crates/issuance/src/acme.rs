@@ -1,0 +1,480 @@
+//! The ACME source, over instant-acme: account created once and persisted (0600), optional
+//! external account binding, HTTP-01 answered by the node's own responder, order → authorizations
+//! → challenge → ready → finalize → certificate, every failure classified.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, ExternalAccountKey,
+    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
+};
+
+use crate::cert::CertifiedPair;
+use crate::responder::Challenges;
+use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
+
+/// External account binding (EAB) credentials.
+#[derive(Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Eab {
+    /// The key identifier the CA gave.
+    pub kid: String,
+    /// The HMAC key, base64url as the CA gave it.
+    pub hmac_key: String,
+}
+
+// The HMAC key is a secret: never printed.
+impl std::fmt::Debug for Eab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eab")
+            .field("kid", &self.kid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to reach the ACME server.
+#[derive(Debug, Clone)]
+pub struct AcmeConfig {
+    /// The directory URL.
+    pub directory: String,
+    /// Contact URLs (`mailto:…`).
+    pub contact: Vec<String>,
+    /// External account binding, when the CA requires it.
+    pub eab: Option<Eab>,
+    /// A certificate profile (e.g. `shortlived`): used when the directory lists it, an error when
+    /// it does not.
+    pub profile: Option<String>,
+    /// A PEM root to trust for the ACME server's own TLS (test CAs such as Pebble's).
+    pub ca_pem: Option<PathBuf>,
+    /// Where the account credentials are kept (0600).
+    pub account_path: PathBuf,
+    /// How long an order may take to become ready, and then to yield its certificate.
+    pub order_timeout: Duration,
+}
+
+/// Classifies an instant-acme failure.
+// r[impl issue.acme.classify]
+pub fn classify(err: &instant_acme::Error) -> SourceError {
+    use instant_acme::Error as E;
+    let message = err.to_string();
+    let class = match err {
+        E::Api(problem) => {
+            let kind = problem
+                .r#type
+                .as_deref()
+                .and_then(|t| t.strip_prefix("urn:ietf:params:acme:error:"))
+                .unwrap_or("");
+            match kind {
+                "rateLimited" => ErrorClass::RateLimited,
+                "badNonce" | "serverInternal" => ErrorClass::Server,
+                "connection" | "dns" | "incorrectResponse" | "tls" | "unauthorized" | "caa" => {
+                    ErrorClass::Validation
+                }
+                _ if problem.status.is_some_and(|s| s >= 500) => ErrorClass::Server,
+                _ => ErrorClass::Rejected,
+            }
+        }
+        E::Timeout(_) => ErrorClass::Timeout,
+        E::Unsupported(_) => ErrorClass::Rejected,
+        E::Crypto | E::KeyRejected | E::Json(_) => ErrorClass::Server,
+        _ => ErrorClass::Unreachable,
+    };
+    // instant-acme does not hand the Retry-After of an error response to its caller; a
+    // `rateLimited` problem therefore carries a one-hour hint (Let's Encrypt's failed-validation
+    // window), so the next attempt never comes sooner.
+    let retry_after = (class == ErrorClass::RateLimited).then_some(RATE_LIMIT_HINT);
+    SourceError {
+        class,
+        message,
+        retry_after,
+    }
+}
+
+/// The wait a `rateLimited` problem imposes at least.
+pub const RATE_LIMIT_HINT: Duration = Duration::from_secs(3600);
+
+/// The ACME source.
+pub struct AcmeSource {
+    config: AcmeConfig,
+    challenges: Challenges,
+    account: tokio::sync::Mutex<Option<Account>>,
+}
+
+impl std::fmt::Debug for AcmeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeSource")
+            .field("directory", &self.config.directory)
+            .finish_non_exhaustive()
+    }
+}
+
+fn builder(config: &AcmeConfig) -> Result<instant_acme::AccountBuilder, SourceError> {
+    let built = match &config.ca_pem {
+        Some(pem) => Account::builder_with_root(pem),
+        None => Account::builder(),
+    };
+    built.map_err(|e| SourceError::new(ErrorClass::Rejected, format!("ACME client: {e}")))
+}
+
+/// Writes the account credentials: temp file 0600, fsync, rename, fsync the directory.
+// r[impl issue.acme.account]
+fn save_credentials(path: &Path, credentials: &AccountCredentials) -> Result<(), SourceError> {
+    let storage = |e: std::io::Error| {
+        SourceError::new(
+            ErrorClass::Storage,
+            format!("ACME account {}: {e}", path.display()),
+        )
+    };
+    let json = serde_json::to_vec(credentials)
+        .map_err(|e| SourceError::new(ErrorClass::Storage, e.to_string()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(storage)?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(storage)?;
+    f.write_all(&json).map_err(storage)?;
+    f.sync_all().map_err(storage)?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(storage)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(storage)
+}
+
+impl AcmeSource {
+    /// A source that answers its HTTP-01 challenges through `challenges` (served by an
+    /// [`crate::responder::Http01Responder`]).
+    pub fn new(config: AcmeConfig, challenges: Challenges) -> Self {
+        Self {
+            config,
+            challenges,
+            account: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The account: from memory, else from its credentials file, else created (once) and saved.
+    async fn account(&self) -> Result<Account, SourceError> {
+        let mut slot = self.account.lock().await;
+        if let Some(account) = slot.as_ref() {
+            return Ok(account.clone());
+        }
+        let path = &self.config.account_path;
+        let account = match std::fs::read(path) {
+            Ok(bytes) => {
+                let credentials: AccountCredentials =
+                    serde_json::from_slice(&bytes).map_err(|e| {
+                        SourceError::new(
+                            ErrorClass::Storage,
+                            format!("ACME account {}: {e}", path.display()),
+                        )
+                    })?;
+                builder(&self.config)?
+                    .from_credentials(credentials)
+                    .await
+                    .map_err(|e| classify(&e))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let contact: Vec<&str> = self.config.contact.iter().map(String::as_str).collect();
+                let eab = match &self.config.eab {
+                    Some(eab) => {
+                        let key = base64_url_decode(&eab.hmac_key).ok_or_else(|| {
+                            SourceError::new(ErrorClass::Rejected, "eab.hmac_key is not base64url")
+                        })?;
+                        Some(ExternalAccountKey::new(eab.kid.clone(), &key))
+                    }
+                    None => None,
+                };
+                let (account, credentials) = builder(&self.config)?
+                    .create(
+                        &NewAccount {
+                            contact: &contact,
+                            terms_of_service_agreed: true,
+                            only_return_existing: false,
+                        },
+                        self.config.directory.clone(),
+                        eab.as_ref(),
+                    )
+                    .await
+                    .map_err(|e| classify(&e))?;
+                save_credentials(path, &credentials)?;
+                account
+            }
+            Err(e) => {
+                return Err(SourceError::new(
+                    ErrorClass::Storage,
+                    format!("ACME account {}: {e}", path.display()),
+                ));
+            }
+        };
+        *slot = Some(account.clone());
+        Ok(account)
+    }
+
+    // r[impl issue.acme.flow]
+    async fn issue(&self, hostname: &str) -> Result<CertifiedPair, SourceError> {
+        let account = self.account().await?;
+        let profile = self.config.profile.as_deref();
+        // r[impl issue.acme.profile]
+        if let Some(wanted) = profile
+            && !account.profiles().any(|p| p.name == wanted)
+        {
+            return Err(SourceError::new(
+                ErrorClass::Rejected,
+                format!("the ACME directory does not offer the profile {wanted:?}"),
+            ));
+        }
+        let identifiers = [Identifier::Dns(hostname.to_owned())];
+        let mut new_order = NewOrder::new(&identifiers);
+        if let Some(p) = profile {
+            new_order = new_order.profile(p);
+        }
+        let mut order = account
+            .new_order(&new_order)
+            .await
+            .map_err(|e| classify(&e))?;
+        let mut tokens = Vec::new();
+        let result = async {
+            let mut authorizations = order.authorizations();
+            while let Some(authz) = authorizations.next().await {
+                let mut authz = authz.map_err(|e| classify(&e))?;
+                match authz.status {
+                    AuthorizationStatus::Pending => {}
+                    AuthorizationStatus::Valid => continue,
+                    other => {
+                        return Err(SourceError::new(
+                            ErrorClass::Validation,
+                            format!("authorization is {other:?}"),
+                        ));
+                    }
+                }
+                let mut challenge = authz.challenge(ChallengeType::Http01).ok_or_else(|| {
+                    SourceError::new(ErrorClass::Rejected, "no http-01 challenge offered")
+                })?;
+                let key_authorization = challenge.key_authorization();
+                self.challenges
+                    .insert(&challenge.token, key_authorization.as_str());
+                tokens.push(challenge.token.clone());
+                challenge.set_ready().await.map_err(|e| classify(&e))?;
+            }
+            let retries = RetryPolicy::new().timeout(self.config.order_timeout);
+            let status = order.poll_ready(&retries).await.map_err(|e| classify(&e))?;
+            if status != OrderStatus::Ready {
+                let detail = order
+                    .state()
+                    .error
+                    .as_ref()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default();
+                return Err(SourceError::new(
+                    ErrorClass::Validation,
+                    format!("order is {status:?} {detail}"),
+                ));
+            }
+            let key_pem = order.finalize().await.map_err(|e| classify(&e))?;
+            let chain_pem = order
+                .poll_certificate(&retries)
+                .await
+                .map_err(|e| classify(&e))?;
+            CertifiedPair::parse(hostname, &chain_pem, &key_pem)
+                .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
+        }
+        .await;
+        for token in tokens {
+            self.challenges.remove(&token);
+        }
+        result
+    }
+}
+
+fn base64_url_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.trim_end_matches('=').bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+impl Source for AcmeSource {
+    fn name(&self) -> &str {
+        "acme"
+    }
+
+    fn obtain<'a>(
+        &'a self,
+        hostname: &'a str,
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        Box::pin(self.issue(hostname))
+    }
+
+    fn renewal_window<'a>(
+        &'a self,
+        pair: &'a CertifiedPair,
+    ) -> BoxFuture<'a, Option<RenewalWindow>> {
+        Box::pin(async move {
+            let account = self.account().await.ok()?;
+            let der = rustls_pki_types::CertificateDer::from(pair.leaf_der.clone());
+            let id = instant_acme::CertificateIdentifier::try_from(&der).ok()?;
+            let (info, recheck) = account.renewal_info(&id).await.ok()?;
+            Some(RenewalWindow {
+                start: info.suggested_window.start.into(),
+                end: info.suggested_window.end.into(),
+                recheck_after: recheck,
+            })
+        })
+    }
+}
+
+/// An ACME Renewal Information window (RFC 9773).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenewalWindow {
+    /// Start of the suggested window.
+    pub start: SystemTime,
+    /// End of the suggested window.
+    pub end: SystemTime,
+    /// When to ask again (the response's Retry-After).
+    pub recheck_after: Duration,
+}
+
+/// The renewal time inside `window`: uniformly random (`fraction` in `[0, 1)`), and `now` when
+/// the window has already passed (RFC 9773 §4.2).
+// r[impl issue.renewal.ari]
+pub fn pick_in_window(window: &RenewalWindow, fraction: f64, now: SystemTime) -> SystemTime {
+    if window.end <= now {
+        return now;
+    }
+    let span = window.end.duration_since(window.start).unwrap_or_default();
+    let offset = span
+        .mul_f64(fraction.clamp(0.0, 1.0))
+        .min(span.saturating_sub(Duration::from_nanos(1)));
+    window.start + offset
+}
+
+/// The ACME source plus its responder's challenges, as the module builds them.
+pub fn source(config: AcmeConfig, challenges: Challenges) -> Arc<dyn Source> {
+    Arc::new(AcmeSource::new(config, challenges))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    // r[verify issue.renewal.ari]
+    #[test]
+    fn ari_picks_a_uniform_time_inside_the_window() {
+        let w = RenewalWindow {
+            start: t(1000),
+            end: t(2000),
+            recheck_after: Duration::from_secs(3600),
+        };
+        assert_eq!(pick_in_window(&w, 0.0, t(0)), t(1000));
+        assert_eq!(pick_in_window(&w, 0.5, t(0)), t(1500));
+        let last = pick_in_window(&w, 1.0, t(0));
+        assert!(last < t(2000) && last > t(1999));
+        // Spread: 1000 draws land in every tenth of the window.
+        let mut buckets = [0u32; 10];
+        for i in 0..1000u32 {
+            let f = f64::from(i) / 1000.0;
+            let at = pick_in_window(&w, f, t(0));
+            let off = at.duration_since(t(1000)).unwrap().as_secs();
+            buckets[(off / 100) as usize] += 1;
+        }
+        assert!(buckets.iter().all(|&b| b == 100), "{buckets:?}");
+        // A window already over: renew now.
+        assert_eq!(pick_in_window(&w, 0.3, t(5000)), t(5000));
+    }
+
+    // r[verify issue.acme.classify]
+    #[test]
+    fn acme_problems_are_classified_by_type() {
+        let problem = |t: &str, status: u16| {
+            instant_acme::Error::Api(
+                serde_json::from_value(serde_json::json!({
+                    "type": format!("urn:ietf:params:acme:error:{t}"),
+                    "detail": "retry after port 503",
+                    "status": status,
+                }))
+                .unwrap(),
+            )
+        };
+        let rl = classify(&problem("rateLimited", 429));
+        assert_eq!(rl.class, ErrorClass::RateLimited);
+        assert_eq!(rl.retry_after, Some(RATE_LIMIT_HINT));
+        assert_eq!(
+            classify(&problem("badNonce", 400)).class,
+            ErrorClass::Server
+        );
+        assert_eq!(
+            classify(&problem("serverInternal", 500)).class,
+            ErrorClass::Server
+        );
+        assert_eq!(
+            classify(&problem("unauthorized", 403)).class,
+            ErrorClass::Validation
+        );
+        assert_eq!(
+            classify(&problem("connection", 400)).class,
+            ErrorClass::Validation
+        );
+        assert_eq!(
+            classify(&problem("rejectedIdentifier", 400)).class,
+            ErrorClass::Rejected
+        );
+        assert_eq!(
+            classify(&problem("malformed", 400)).class,
+            ErrorClass::Rejected
+        );
+        assert_eq!(
+            classify(&problem("whatever", 503)).class,
+            ErrorClass::Server
+        );
+        assert_eq!(
+            classify(&instant_acme::Error::Timeout(None)).class,
+            ErrorClass::Timeout
+        );
+        assert_eq!(
+            classify(&instant_acme::Error::Str("x")).class,
+            ErrorClass::Unreachable
+        );
+        assert!(classify(&problem("badNonce", 400)).retry_after.is_none());
+    }
+
+    #[test]
+    fn eab_keys_decode_and_never_print() {
+        assert_eq!(base64_url_decode("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(base64_url_decode("_-8").unwrap(), vec![0xff, 0xef]);
+        assert!(base64_url_decode("no spaces").is_none());
+        let eab = Eab {
+            kid: "kid-1".into(),
+            hmac_key: "c2VjcmV0".into(),
+        };
+        assert!(!format!("{eab:?}").contains("c2VjcmV0"));
+    }
+}

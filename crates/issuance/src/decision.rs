@@ -1,0 +1,413 @@
+//! The one decision taken for a hostname before any source is dispatched.
+//!
+//! [`decide`] is pure: (policy, the current certificate, the hostname's history, operator flags,
+//! now) → [`Verdict`]. Pacing comes from holdfast-retry's [`holdfast_retry::decide`], the same
+//! function the in-memory gates use; this module adds only renewal and the block on top of it.
+
+use std::time::{Duration, SystemTime};
+
+use holdfast_retry::{Decision, History, Policy, Timestamp as _};
+
+use crate::cert::CertInfo;
+
+/// What the operator can do to clear a block (shown in the verdict and the fault).
+pub const FORCE_RETRY_HINT: &str =
+    "wait for the block to expire, or run `holdfast certs retry HOST`";
+
+/// How certificates are paced and when a hostname is blocked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IssuePolicy {
+    /// Pacing of failed attempts (holdfast-retry's schedule, jitter and Retry-After handling).
+    pub retry: Policy,
+    /// A streak this long blocks the hostname.
+    pub block_after: u32,
+    /// How long a block lasts after the failure that (re)engaged it; never longer than the cap,
+    /// so the attempt after a block continues its streak rather than starting a new one.
+    pub block_for: Duration,
+}
+
+/// A block that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IssuePolicyError {
+    /// The retry policy itself.
+    #[error("pacing: {0}")]
+    Retry(#[from] holdfast_retry::PolicyError),
+    /// `block_after` was zero.
+    #[error("block_after: must be at least 1")]
+    BlockAfterZero,
+    /// `block_for` was zero or longer than the cap.
+    #[error("block_for: must be positive and not longer than the pacing cap ({cap:?})")]
+    BlockFor {
+        /// The pacing cap it must not exceed.
+        cap: Duration,
+    },
+}
+
+impl IssuePolicy {
+    /// The defaults: base 5 min, doubling to a 6 h cap, additive jitter, Retry-After honoured up
+    /// to 24 h, blocked for 6 h once 6 consecutive attempts failed.
+    ///
+    /// Failed attempts then start at 0, 5, 15, 35, 75 and 155 minutes (each wait up to 20 % longer):
+    /// at most 4 inside any hour, under Let's Encrypt's 5 failed validations per identifier per
+    /// account per hour. certmagic, for comparison, retries after 1, 2, 2, 5, 10 … minutes up to 6 h.
+    // r[impl issue.pacing.defaults]
+    pub fn standard(seed: u64) -> Self {
+        let retry = Policy::builder()
+            .base(Duration::from_secs(5 * 60))
+            .cap(Duration::from_secs(6 * 3600))
+            .escalate_after(6)
+            .hint_cap(Duration::from_secs(24 * 3600))
+            // An attempt is bounded by the attempt timeout long before this.
+            .stale_after(Duration::from_secs(3600))
+            .seed(seed)
+            .build();
+        // The builder's inputs are constants that satisfy every check.
+        let retry = retry.unwrap_or_default();
+        Self {
+            retry,
+            block_after: 6,
+            block_for: Duration::from_secs(6 * 3600),
+        }
+    }
+
+    /// Checks the block against the pacing policy.
+    pub fn validate(self) -> Result<Self, IssuePolicyError> {
+        if self.block_after == 0 {
+            return Err(IssuePolicyError::BlockAfterZero);
+        }
+        if self.block_for.is_zero() || self.block_for > self.retry.cap() {
+            return Err(IssuePolicyError::BlockFor {
+                cap: self.retry.cap(),
+            });
+        }
+        Ok(self)
+    }
+}
+
+/// What the operator asked for this hostname.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// Issue now even though the certificate is valid or the hostname is debounced (never
+    /// through a block: force-retry is what clears a block).
+    pub manual: bool,
+}
+
+/// Why an attempt is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IssueReason {
+    /// There is no usable certificate.
+    Missing,
+    /// The certificate has expired.
+    Expired,
+    /// The renewal time has passed.
+    Renewal,
+    /// The operator asked for it.
+    Manual,
+    /// The previous attempt failed and its wait has passed.
+    Retry,
+}
+
+/// Why a hostname is blocked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockReason {
+    /// This many consecutive attempts failed.
+    SustainedFailure {
+        /// The streak length.
+        failures: u32,
+    },
+}
+
+/// The decision for one hostname.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The certificate is good; nothing happens before `renew_at`.
+    Valid {
+        /// When renewal becomes due.
+        renew_at: SystemTime,
+    },
+    /// Dispatch the source now.
+    Issue(IssueReason),
+    /// A previous attempt failed; no attempt before `until`.
+    Debounced {
+        /// The earliest next attempt.
+        until: SystemTime,
+        /// The streak length.
+        failures: u32,
+    },
+    /// Sustained failure: no attempt before `until`, unless the operator forces a retry.
+    Blocked {
+        /// Why.
+        reason: BlockReason,
+        /// When the block expires by itself (every block has one).
+        until: SystemTime,
+        /// How to clear it.
+        clear: &'static str,
+    },
+}
+
+impl Verdict {
+    /// Whether the source may be dispatched.
+    pub fn is_issue(&self) -> bool {
+        matches!(self, Verdict::Issue(_))
+    }
+}
+
+/// When a block engaged by this history ends (`None`: the history blocks nothing).
+pub fn block_until(policy: &IssuePolicy, history: &History<SystemTime>) -> Option<SystemTime> {
+    if history.failures < policy.block_after {
+        return None;
+    }
+    let last = history.last_failure?;
+    Some(last.saturating_add(policy.block_for))
+}
+
+/// The decision, before any source is called.
+///
+/// Order: a block wins over everything (a manual trigger does not pass it); then a valid
+/// certificate before its renewal time (unless manual); then the debounce (unless manual); else
+/// issue, with the reason.
+// r[impl issue.decision]
+// r[impl issue.block]
+pub fn decide(
+    policy: &IssuePolicy,
+    current: Option<&CertInfo>,
+    history: &History<SystemTime>,
+    flags: Flags,
+    now: SystemTime,
+) -> Verdict {
+    if let Some(until) = block_until(policy, history)
+        && now < until
+    {
+        return Verdict::Blocked {
+            reason: BlockReason::SustainedFailure {
+                failures: history.failures,
+            },
+            until,
+            clear: FORCE_RETRY_HINT,
+        };
+    }
+    let due = match current {
+        Some(cert) if now >= cert.not_after => Some(IssueReason::Expired),
+        Some(cert) if now < cert.renew_at => None,
+        Some(_) => Some(IssueReason::Renewal),
+        None => Some(IssueReason::Missing),
+    };
+    if flags.manual {
+        return Verdict::Issue(IssueReason::Manual);
+    }
+    let Some(reason) = due else {
+        // r[impl issue.renewal.valid]
+        return Verdict::Valid {
+            renew_at: current.map_or(now, |c| c.renew_at),
+        };
+    };
+    // r[impl issue.pacing]
+    match holdfast_retry::decide(&policy.retry, history, now) {
+        Decision::WaitUntil(until) => Verdict::Debounced {
+            until,
+            failures: history.failures,
+        },
+        Decision::Eligible if history.failures > 0 => Verdict::Issue(IssueReason::Retry),
+        Decision::Eligible => Verdict::Issue(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn policy() -> IssuePolicy {
+        IssuePolicy::standard(7)
+    }
+
+    fn cert(not_before: u64, not_after: u64) -> CertInfo {
+        CertInfo::new(t(not_before), t(not_after))
+    }
+
+    fn failed(p: &IssuePolicy, n: u32, last: SystemTime) -> History<SystemTime> {
+        let mut h = History::for_key("a.example");
+        for _ in 0..n {
+            h.begin_attempt(&p.retry, last);
+            h.record_failure(&p.retry, last, None);
+        }
+        h
+    }
+
+    // r[verify issue.decision]
+    #[test]
+    fn every_branch_of_the_decision() {
+        let p = policy();
+        let fresh = History::for_key("a.example");
+        let none = Flags::default();
+        let manual = Flags { manual: true };
+        // No certificate, no history: issue.
+        assert_eq!(
+            decide(&p, None, &fresh, none, t(0)),
+            Verdict::Issue(IssueReason::Missing)
+        );
+        // Valid certificate before its renewal time: nothing, even long after issuance.
+        let c = cert(0, 90 * 86400);
+        assert_eq!(
+            decide(&p, Some(&c), &fresh, none, t(86400)),
+            Verdict::Valid {
+                renew_at: c.renew_at
+            }
+        );
+        // Renewal time passed.
+        assert_eq!(
+            decide(&p, Some(&c), &fresh, none, t(61 * 86400)),
+            Verdict::Issue(IssueReason::Renewal)
+        );
+        // Expired.
+        assert_eq!(
+            decide(&p, Some(&c), &fresh, none, t(91 * 86400)),
+            Verdict::Issue(IssueReason::Expired)
+        );
+        // A manual trigger issues even with a valid certificate.
+        assert_eq!(
+            decide(&p, Some(&c), &fresh, manual, t(86400)),
+            Verdict::Issue(IssueReason::Manual)
+        );
+        // One failure: debounced for at least the base, then a retry.
+        let h = failed(&p, 1, t(0));
+        let Verdict::Debounced { until, failures } = decide(&p, None, &h, none, t(1)) else {
+            panic!("debounced")
+        };
+        assert_eq!(failures, 1);
+        assert!(until >= t(300) && until < t(360));
+        assert_eq!(
+            decide(&p, None, &h, none, until),
+            Verdict::Issue(IssueReason::Retry)
+        );
+        // A manual trigger skips the debounce.
+        assert_eq!(
+            decide(&p, None, &h, manual, t(1)),
+            Verdict::Issue(IssueReason::Manual)
+        );
+    }
+
+    // r[verify issue.block]
+    #[test]
+    fn a_block_has_an_expiry_and_a_manual_trigger_does_not_pass_it() {
+        let p = policy();
+        let h = failed(&p, p.block_after, t(0));
+        let v = decide(&p, None, &h, Flags { manual: true }, t(60));
+        let Verdict::Blocked {
+            until,
+            reason,
+            clear,
+        } = v
+        else {
+            panic!("blocked: {v:?}")
+        };
+        assert_eq!(until, t(0) + p.block_for);
+        assert_eq!(
+            reason,
+            BlockReason::SustainedFailure {
+                failures: p.block_after
+            }
+        );
+        assert!(clear.contains("holdfast certs retry"));
+        // One failure short of the threshold: only debounced.
+        let h = failed(&p, p.block_after - 1, t(0));
+        assert!(matches!(
+            decide(&p, None, &h, Flags::default(), t(60)),
+            Verdict::Debounced { .. }
+        ));
+        // Force-retry resets the streak: the block is gone and the next decision issues.
+        let mut h = failed(&p, p.block_after, t(0));
+        h.record_success();
+        assert!(decide(&p, None, &h, Flags::default(), t(60)).is_issue());
+    }
+
+    #[test]
+    fn policies_that_cannot_work_are_rejected() {
+        let mut p = policy();
+        p.block_after = 0;
+        assert_eq!(p.validate(), Err(IssuePolicyError::BlockAfterZero));
+        let mut p = policy();
+        p.block_for = p.retry.cap() * 2;
+        assert!(matches!(
+            p.validate(),
+            Err(IssuePolicyError::BlockFor { .. })
+        ));
+        assert!(policy().validate().is_ok());
+    }
+
+    // r[verify issue.pacing.defaults]
+    #[test]
+    fn defaults_stay_under_five_failed_validations_per_hour() {
+        let p = policy();
+        let mut h = History::for_key("a.example");
+        let mut now = t(0);
+        let mut attempts = Vec::new();
+        while now < t(86400) {
+            match decide(&p, None, &h, Flags::default(), now) {
+                Verdict::Issue(_) => {
+                    h.begin_attempt(&p.retry, now);
+                    h.record_failure(&p.retry, now, None);
+                    attempts.push(now);
+                }
+                Verdict::Blocked { until, .. } | Verdict::Debounced { until, .. } => {
+                    assert!(until > now);
+                }
+                Verdict::Valid { .. } => panic!("no certificate"),
+            }
+            now += Duration::from_secs(60);
+        }
+        for (i, start) in attempts.iter().enumerate() {
+            let within = attempts[i..]
+                .iter()
+                .take_while(|a| {
+                    a.duration_since(*start).unwrap_or_default() < Duration::from_secs(3600)
+                })
+                .count();
+            assert!(within < 5, "{within} failures in the hour from attempt {i}");
+        }
+        // Blocked after 6, then one attempt per block: about 9 in a day.
+        assert!((8..=10).contains(&attempts.len()), "{}", attempts.len());
+    }
+
+    proptest! {
+        // r[verify issue.block]
+        #[test]
+        fn no_outcome_sequence_blocks_forever(
+            outcomes in proptest::collection::vec((any::<bool>(), 0u64..20_000, proptest::option::of(0u64..200_000)), 0..60),
+            later in 0u64..100_000,
+        ) {
+            let p = policy();
+            let mut h = History::for_key("a.example");
+            let mut now = t(0);
+            for (ok, gap, hint) in outcomes {
+                now += Duration::from_secs(gap);
+                h.begin_attempt(&p.retry, now);
+                if ok {
+                    h.record_success();
+                } else {
+                    h.record_failure(&p.retry, now, hint.map(Duration::from_secs));
+                }
+            }
+            let probe = now + Duration::from_secs(later);
+            if let Verdict::Blocked { until, .. } = decide(&p, None, &h, Flags::default(), probe) {
+                // The block expires, at most block_for after the latest failure...
+                prop_assert!(until > probe);
+                prop_assert!(until <= now + p.block_for);
+                // ... the wait after it is bounded by the policy's maximum ...
+                let Some(last) = h.last_failure else { unreachable!() };
+                let bound = last + p.block_for.max(p.retry.max_wait());
+                prop_assert!(decide(&p, None, &h, Flags::default(), bound).is_issue());
+                // ... and force-retry clears it at once.
+                let mut forced = h;
+                forced.record_success();
+                prop_assert!(decide(&p, None, &forced, Flags::default(), probe).is_issue());
+            }
+        }
+    }
+}

@@ -1,0 +1,671 @@
+//! The issuer: every tick, for every hostname, the decision first; a source only when it says
+//! issue; the outcome into the attempts table and the certificate into the store.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::join_all;
+use holdfast_lifecycle::{FaultBoard, Subject};
+
+use crate::acme::pick_in_window;
+use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
+use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
+use crate::source::{ErrorClass, Source, SourceError};
+use crate::store::CertStore;
+
+/// The wall clock the issuer reads (injected in tests).
+pub trait WallClock: Send + Sync + 'static {
+    /// Now.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemWallClock;
+
+impl WallClock for SystemWallClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A wall clock that moves only when told to; clones share it.
+#[derive(Debug, Clone)]
+pub struct ManualWallClock(Arc<Mutex<SystemTime>>);
+
+impl ManualWallClock {
+    /// Standing at `at`.
+    pub fn new(at: SystemTime) -> Self {
+        Self(Arc::new(Mutex::new(at)))
+    }
+    /// Moves forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *t += d;
+    }
+}
+
+impl WallClock for ManualWallClock {
+    fn now(&self) -> SystemTime {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One configured hostname and the source that serves it.
+#[derive(Clone)]
+pub struct Hostname {
+    /// The DNS name.
+    pub name: String,
+    /// Its source.
+    pub source: Arc<dyn Source>,
+}
+
+impl std::fmt::Debug for Hostname {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hostname")
+            .field("name", &self.name)
+            .field("source", &self.source.name())
+            .finish()
+    }
+}
+
+/// What `holdfast certs` shows for one hostname.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HostStatus {
+    /// The hostname.
+    pub hostname: String,
+    /// The source's name.
+    pub source: String,
+    /// `valid`, `issuing`, `due`, `debounced` or `blocked`.
+    pub state: &'static str,
+    /// The current certificate's end of validity.
+    pub not_after: Option<SystemTime>,
+    /// The next renewal (valid) or the next attempt (debounced, blocked).
+    pub next: Option<SystemTime>,
+    /// Consecutive failures.
+    pub failures: u32,
+    /// The latest failure's class and message.
+    pub last_error: Option<String>,
+    /// How to clear a block.
+    pub clear: Option<&'static str>,
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Hostnames dispatched, with the reason.
+    pub dispatched: Vec<(String, IssueReason)>,
+    /// Hostnames whose attempt succeeded.
+    pub issued: Vec<String>,
+    /// Hostnames whose attempt failed, with the failure.
+    pub failed: Vec<(String, SourceError)>,
+    /// Hostnames that became blocked in this tick.
+    pub blocked: Vec<String>,
+}
+
+/// A blocked hostname, for the node's fault board.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockedHost {
+    /// The hostname.
+    pub hostname: String,
+    /// Consecutive failures.
+    pub failures: u32,
+    /// The block's expiry.
+    pub until: SystemTime,
+    /// The latest failure.
+    pub last_error: String,
+}
+
+/// The issuer failed before any source was called.
+#[derive(Debug, thiserror::Error)]
+pub enum IssuerError {
+    /// The attempts table.
+    #[error(transparent)]
+    History(#[from] HistoryError),
+    /// An unknown hostname.
+    #[error("{0} is not a configured hostname")]
+    Unknown(String),
+}
+
+#[derive(Debug, Default)]
+struct Memory {
+    manual: HashSet<String>,
+    in_flight: HashSet<String>,
+    last_error: HashMap<String, String>,
+    /// ARI: the chosen renewal time and when to ask again, per hostname.
+    ari: HashMap<String, (Option<SystemTime>, SystemTime)>,
+    /// A certificate file that could not be loaded, per hostname.
+    bad_on_disk: HashMap<String, String>,
+    /// Attempts finished, by (source, outcome).
+    attempts: BTreeMap<(String, &'static str), u64>,
+}
+
+/// The issuer's metrics, for the node's Prometheus endpoint.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Metrics {
+    /// Attempts finished since start, by source and outcome (`success`, `failure`).
+    pub attempts: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Hostnames blocked now.
+    pub blocked: usize,
+    /// Days until each stored certificate expires.
+    pub days_to_expiry: BTreeMap<String, f64>,
+}
+
+/// The issuer.
+pub struct Issuer {
+    policy: IssuePolicy,
+    hosts: Vec<Hostname>,
+    db: Mutex<HistoryDb>,
+    store: CertStore,
+    clock: Arc<dyn WallClock>,
+    attempt_timeout: Duration,
+    memory: Mutex<Memory>,
+    faults: FaultBoard,
+}
+
+/// The module name faults are filed under.
+pub const MODULE: &str = "issuance";
+
+/// The fault subject name for an unusable attempts table.
+pub const STORAGE_SUBJECT: &str = "attempts-table";
+
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issuer")
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Issuer {
+    /// An issuer over `db` and `store`: loads each hostname's certificate from disk (a bad file
+    /// is reported and left alone) and settles attempts a previous process left open.
+    pub fn new(
+        policy: IssuePolicy,
+        hosts: Vec<Hostname>,
+        mut db: HistoryDb,
+        store: CertStore,
+        clock: Arc<dyn WallClock>,
+        attempt_timeout: Duration,
+    ) -> Result<Self, IssuerError> {
+        db.settle_open(&policy.retry, clock.now())?;
+        let mut memory = Memory::default();
+        for host in &hosts {
+            if let Err(err) = store.load(&host.name) {
+                tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
+                memory
+                    .bad_on_disk
+                    .insert(host.name.clone(), err.to_string());
+            }
+        }
+        Ok(Self {
+            policy,
+            hosts,
+            db: Mutex::new(db),
+            store,
+            clock,
+            attempt_timeout,
+            memory: Mutex::new(memory),
+            faults: FaultBoard::new(),
+        })
+    }
+
+    /// Files this issuer's faults on `board` (the node's) instead of a private one.
+    pub fn with_fault_board(mut self, board: FaultBoard) -> Self {
+        self.faults = board;
+        self.sync_faults();
+        self
+    }
+
+    /// The board this issuer files on.
+    pub fn fault_board(&self) -> &FaultBoard {
+        &self.faults
+    }
+
+    /// One fault per blocked hostname (kind `blocked`) and per unusable certificate file (kind
+    /// `bad_certificate`); cleared when the condition is gone.
+    // r[impl issue.fault]
+    pub fn sync_faults(&self) {
+        self.sync_faults_of(self.hosts.iter());
+    }
+
+    /// [`Issuer::sync_faults`] for the hostnames whose state a tick may have changed: those it
+    /// attempted and those with an open fault (whose message carries the time left).
+    fn sync_faults_after(&self, attempted: &[String]) {
+        let open: HashSet<String> = self
+            .faults
+            .of_module(MODULE)
+            .into_iter()
+            .map(|f| f.subject.name)
+            .chain(attempted.iter().cloned())
+            .collect();
+        self.sync_faults_of(self.hosts.iter().filter(|h| open.contains(&h.name)));
+    }
+
+    fn sync_faults_of<'a>(&self, hosts: impl Iterator<Item = &'a Hostname>) {
+        let now = self.clock.now();
+        for host in hosts {
+            let subject = Subject::new(MODULE, host.name.clone());
+            let history = match self.db().history(&host.name) {
+                Ok(h) => h,
+                Err(err) => {
+                    tracing::warn!(hostname = %host.name, %err, "attempt history unreadable");
+                    continue;
+                }
+            };
+            let memory = self.memory();
+            // The fault stays open through the whole sustained failure, not only while the block
+            // holds: between a block's expiry and the next attempt it does not flap.
+            if let Some(until) = decision::block_until(&self.policy, &history) {
+                let last = memory
+                    .last_error
+                    .get(&host.name)
+                    .cloned()
+                    .unwrap_or_default();
+                let when = match until.duration_since(now) {
+                    Ok(left) => format!("blocked for {} s more", left.as_secs()),
+                    Err(_) => "block expired, retrying".to_owned(),
+                };
+                let message = format!(
+                    "{} consecutive failed attempts (last: {last}); {when}; {}",
+                    history.failures,
+                    decision::FORCE_RETRY_HINT
+                );
+                self.faults
+                    .file(subject, "blocked", &message, history.failures, now);
+            } else if let Some(err) = memory.bad_on_disk.get(&host.name) {
+                self.faults.file(subject, "bad_certificate", err, 0, now);
+            } else {
+                self.faults.clear(&subject);
+            }
+        }
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, HistoryDb> {
+        self.db.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The store other modules read.
+    pub fn store(&self) -> &CertStore {
+        &self.store
+    }
+
+    /// The pacing and block policy.
+    pub fn policy(&self) -> &IssuePolicy {
+        &self.policy
+    }
+
+    fn host(&self, name: &str) -> Result<&Hostname, IssuerError> {
+        self.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .ok_or_else(|| IssuerError::Unknown(name.to_owned()))
+    }
+
+    /// Asks for an attempt at the next tick even if the certificate is valid or the hostname is
+    /// debounced. It does not pass a block.
+    pub fn trigger(&self, hostname: &str) -> Result<(), IssuerError> {
+        self.host(hostname)?;
+        self.memory().manual.insert(hostname.to_owned());
+        Ok(())
+    }
+
+    /// The operator's force-retry: clears the block and resets the streak, so the next tick
+    /// attempts the hostname if its certificate is missing or due.
+    // r[impl issue.block.force-retry]
+    pub fn force_retry(&self, hostname: &str) -> Result<(), IssuerError> {
+        self.host(hostname)?;
+        self.db().reset(hostname)?;
+        self.memory().last_error.remove(hostname);
+        self.sync_faults();
+        Ok(())
+    }
+
+    /// The decision for one hostname now, without dispatching anything.
+    pub fn verdict(&self, hostname: &str) -> Result<Verdict, IssuerError> {
+        let host = self.host(hostname)?;
+        let now = self.clock.now();
+        let manual = self.memory().manual.contains(hostname);
+        self.decide(host, Flags { manual }, now)
+    }
+
+    fn decide(
+        &self,
+        host: &Hostname,
+        flags: Flags,
+        now: SystemTime,
+    ) -> Result<Verdict, IssuerError> {
+        let history = self.db().history(&host.name)?;
+        let current = self.store.get(&host.name).map(|pair| {
+            let mut info = pair.info;
+            if let Some((Some(at), _)) = self.memory().ari.get(&host.name) {
+                info.renew_at = *at;
+            }
+            info
+        });
+        Ok(decision::decide(
+            &self.policy,
+            current.as_ref(),
+            &history,
+            flags,
+            now,
+        ))
+    }
+
+    /// One pass over every hostname: the decision first, then a source only for those it says
+    /// to issue (at most one attempt per hostname in flight), all awaited before returning.
+    // r[impl issue.dispatch]
+    // r[impl issue.storage-fault]
+    pub async fn tick(&self) -> Result<TickReport, IssuerError> {
+        let subject = Subject::new(MODULE, STORAGE_SUBJECT);
+        let result = self.tick_inner().await;
+        match &result {
+            // The attempts table cannot be used (locked, corrupt, unwritable): no source was
+            // called for the hostnames not yet decided, and the operator sees why.
+            Err(err) => {
+                self.faults
+                    .file(subject, "storage", &err.to_string(), 0, self.clock.now());
+            }
+            Ok(_) => {
+                self.faults.clear(&subject);
+            }
+        }
+        result
+    }
+
+    async fn tick_inner(&self) -> Result<TickReport, IssuerError> {
+        let now = self.clock.now();
+        self.refresh_renewal_windows(now).await;
+        let mut report = TickReport::default();
+        let mut attempts = Vec::new();
+        let mut stopped: Option<HistoryError> = None;
+        for host in &self.hosts {
+            if self.memory().in_flight.contains(&host.name) {
+                continue;
+            }
+            let manual = self.memory().manual.contains(&host.name);
+            let verdict = match self.decide(host, Flags { manual }, now) {
+                Ok(v) => v,
+                Err(IssuerError::History(err)) => {
+                    stopped = Some(err);
+                    break;
+                }
+                Err(err) => return Err(err),
+            };
+            let Verdict::Issue(reason) = verdict else {
+                continue;
+            };
+            let id = match self
+                .db()
+                .begin(&self.policy.retry, &host.name, host.source.name(), now)
+            {
+                Ok(id) => id,
+                // Dispatch nothing more, but let the attempts already begun finish and record.
+                Err(err) => {
+                    stopped = Some(err);
+                    break;
+                }
+            };
+            {
+                let mut memory = self.memory();
+                memory.manual.remove(&host.name);
+                memory.in_flight.insert(host.name.clone());
+            }
+            report.dispatched.push((host.name.clone(), reason));
+            attempts.push(self.attempt(host, id));
+        }
+        for result in join_all(attempts).await {
+            let (host, outcome) = match result {
+                Ok(r) => r,
+                Err(IssuerError::History(err)) => {
+                    stopped.get_or_insert(err);
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
+            match outcome {
+                Ok(()) => report.issued.push(host),
+                Err((err, newly_blocked)) => {
+                    if newly_blocked {
+                        report.blocked.push(host.clone());
+                    }
+                    report.failed.push((host, err));
+                }
+            }
+        }
+        let attempted: Vec<String> = report.dispatched.iter().map(|(h, _)| h.clone()).collect();
+        self.sync_faults_after(&attempted);
+        match stopped {
+            Some(err) => Err(err.into()),
+            None => Ok(report),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn attempt(
+        &self,
+        host: &Hostname,
+        id: i64,
+    ) -> Result<(String, Result<(), (SourceError, bool)>), IssuerError> {
+        let obtained = match tokio::time::timeout(
+            self.attempt_timeout,
+            host.source.obtain(&host.name),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(SourceError::new(
+                ErrorClass::Timeout,
+                format!("no certificate within {:?}", self.attempt_timeout),
+            )),
+        };
+        let end = self.clock.now();
+        // Free the hostname before any recording can fail: a failed write leaves an open row
+        // (settled as interrupted later), never a hostname stuck "in flight".
+        self.memory().in_flight.remove(&host.name);
+        let stored = obtained.and_then(|pair| {
+            self.store
+                .replace(&host.name, pair, end)
+                .map_err(|e| SourceError::new(ErrorClass::Storage, e.to_string()))
+        });
+        let result = match stored {
+            Ok(_) => {
+                self.db().finish(
+                    &self.policy.retry,
+                    id,
+                    &host.name,
+                    end,
+                    Outcome::Success,
+                    None,
+                )?;
+                let mut memory = self.memory();
+                memory.last_error.remove(&host.name);
+                memory.ari.remove(&host.name);
+                memory.bad_on_disk.remove(&host.name);
+                *memory
+                    .attempts
+                    .entry((host.source.name().to_owned(), "success"))
+                    .or_default() += 1;
+                tracing::info!(hostname = %host.name, source = host.source.name(), "certificate issued");
+                Ok(())
+            }
+            Err(err) => {
+                let failure = FailureRecord {
+                    class: err.class.as_str(),
+                    message: &err.message,
+                    retry_after: err.retry_after,
+                };
+                let before = self.db().history(&host.name)?.failures;
+                let after = self.db().finish(
+                    &self.policy.retry,
+                    id,
+                    &host.name,
+                    end,
+                    Outcome::Failure,
+                    Some(&failure),
+                )?;
+                let newly_blocked =
+                    before < self.policy.block_after && after.failures >= self.policy.block_after;
+                tracing::warn!(hostname = %host.name, source = host.source.name(),
+                    failures = after.failures, class = err.class.as_str(), error = %err.message,
+                    "certificate attempt failed");
+                let mut memory = self.memory();
+                memory.last_error.insert(
+                    host.name.clone(),
+                    format!("{}: {}", err.class.as_str(), err.message),
+                );
+                *memory
+                    .attempts
+                    .entry((host.source.name().to_owned(), "failure"))
+                    .or_default() += 1;
+                drop(memory);
+                Err((err, newly_blocked))
+            }
+        };
+        Ok((host.name.clone(), result))
+    }
+
+    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it.
+    // r[impl issue.renewal.ari]
+    async fn refresh_renewal_windows(&self, now: SystemTime) {
+        for host in &self.hosts {
+            let Some(pair) = self.store.get(&host.name) else {
+                continue;
+            };
+            let due = self
+                .memory()
+                .ari
+                .get(&host.name)
+                .is_none_or(|(_, recheck)| *recheck <= now);
+            if !due {
+                continue;
+            }
+            let window = host.source.renewal_window(&pair).await;
+            let entry = match window {
+                Some(w) => (
+                    Some(pick_in_window(&w, rand::random::<f64>(), now)),
+                    now + w.recheck_after.max(Duration::from_secs(60)),
+                ),
+                // No ARI: the two-thirds fallback; ask again in a day.
+                None => (None, now + Duration::from_secs(86400)),
+            };
+            self.memory().ari.insert(host.name.clone(), entry);
+        }
+    }
+
+    /// Every hostname's state, for `holdfast certs`.
+    pub fn statuses(&self) -> Result<Vec<HostStatus>, IssuerError> {
+        let now = self.clock.now();
+        let mut out = Vec::with_capacity(self.hosts.len());
+        for host in &self.hosts {
+            let (manual, in_flight, last_error) = {
+                let m = self.memory();
+                (
+                    m.manual.contains(&host.name),
+                    m.in_flight.contains(&host.name),
+                    m.last_error
+                        .get(&host.name)
+                        .or_else(|| m.bad_on_disk.get(&host.name))
+                        .cloned(),
+                )
+            };
+            let verdict = self.decide(host, Flags { manual }, now)?;
+            let failures = self.db().history(&host.name)?.failures;
+            let (state, next, clear) = match verdict {
+                _ if in_flight => ("issuing", None, None),
+                Verdict::Valid { renew_at } => ("valid", Some(renew_at), None),
+                Verdict::Issue(_) => ("due", Some(now), None),
+                Verdict::Debounced { until, .. } => ("debounced", Some(until), None),
+                Verdict::Blocked { until, clear, .. } => ("blocked", Some(until), Some(clear)),
+            };
+            out.push(HostStatus {
+                hostname: host.name.clone(),
+                source: host.source.name().to_owned(),
+                state,
+                not_after: self.store.get(&host.name).map(|p| p.info.not_after),
+                next,
+                failures,
+                last_error,
+                clear,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Hostnames blocked now (one fault each on the node's board).
+    pub fn blocked(&self) -> Result<Vec<BlockedHost>, IssuerError> {
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        for host in &self.hosts {
+            if let Verdict::Blocked { until, reason, .. } =
+                self.decide(host, Flags::default(), now)?
+            {
+                let decision::BlockReason::SustainedFailure { failures } = reason;
+                out.push(BlockedHost {
+                    hostname: host.name.clone(),
+                    failures,
+                    until,
+                    last_error: self
+                        .memory()
+                        .last_error
+                        .get(&host.name)
+                        .cloned()
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Settles attempts left open (cancelled by a stop) as interrupted failures now.
+    pub fn settle_interrupted(&self) -> Result<Vec<String>, IssuerError> {
+        let settled = self
+            .db()
+            .settle_open(&self.policy.retry, self.clock.now())?;
+        let mut memory = self.memory();
+        for host in &settled {
+            memory.in_flight.remove(host);
+        }
+        Ok(settled)
+    }
+
+    /// The attempts table (for tests and the admin API).
+    pub fn with_history<T>(&self, f: impl FnOnce(&HistoryDb) -> T) -> T {
+        f(&self.db())
+    }
+
+    /// Attempts by source and outcome, blocked hostnames, days to expiry.
+    // r[impl issue.metrics]
+    pub fn metrics(&self) -> Result<Metrics, IssuerError> {
+        let mut attempts: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((source, outcome), n) in &self.memory().attempts {
+            attempts
+                .entry(source.clone())
+                .or_default()
+                .insert((*outcome).to_owned(), *n);
+        }
+        Ok(Metrics {
+            attempts,
+            blocked: self.blocked()?.len(),
+            days_to_expiry: self.days_to_expiry(),
+        })
+    }
+
+    /// Days until each certificate expires (a metric).
+    pub fn days_to_expiry(&self) -> BTreeMap<String, f64> {
+        let now = self.clock.now();
+        self.store
+            .snapshot()
+            .iter()
+            .map(|(h, p)| {
+                let left = p.info.not_after.duration_since(now).unwrap_or_default();
+                (h.clone(), left.as_secs_f64() / 86400.0)
+            })
+            .collect()
+    }
+}

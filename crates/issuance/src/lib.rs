@@ -1,0 +1,34 @@
+//! holdfast-issuance: TLS certificates for a node's hostnames, with one decision before any
+//! dispatch.
+//!
+//! Every tick the [`Issuer`] takes, for every hostname, the pure [`decision::decide`] over (policy,
+//! the current certificate, that hostname's attempt history, operator flags, now): valid until
+//! renewal, issue now, debounced until T, or blocked (with an expiry and a force-retry). Only when
+//! it says issue is a [`Source`] called: ACME ([`acme`], with the node's own HTTP-01
+//! [`responder`]) or the local provider ([`local`]). Attempts live in SQLite ([`history`]), one row
+//! each, read per hostname, paced through holdfast-retry's pure decision so pacing survives
+//! restarts. Certificates go through a checked, atomic [`store`] that other modules read and watch.
+//! [`module::start`] runs it all as a node module.
+//!
+//! The README follows.
+//!
+#![doc = include_str!("../README.md")]
+
+pub mod acme;
+pub mod cert;
+pub mod decision;
+pub mod history;
+pub mod issuer;
+pub mod local;
+pub mod module;
+pub mod responder;
+pub mod source;
+pub mod store;
+
+pub use cert::{CertError, CertInfo, CertifiedPair};
+pub use decision::{Flags, IssuePolicy, IssueReason, Verdict, decide};
+pub use history::{HistoryDb, HistoryError, Outcome};
+pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
+pub use module::{Issuance, IssuanceConfig, start};
+pub use source::{ErrorClass, Source, SourceError};
+pub use store::CertStore;

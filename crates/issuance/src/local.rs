@@ -1,0 +1,139 @@
+//! The local provider: a daemon on the node that hands out certificates over loopback HTTP or a
+//! Unix socket. `GET /v1/certificate/HOSTNAME` answers 200 with one PEM text holding the chain and
+//! the key; anything else is a classified failure.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::cert::CertifiedPair;
+use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
+
+/// Where the local provider listens.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalEndpoint {
+    /// A loopback TCP address.
+    Tcp(SocketAddr),
+    /// A Unix socket path.
+    Unix(PathBuf),
+}
+
+/// The local provider source.
+#[derive(Debug, Clone)]
+pub struct LocalProvider {
+    endpoint: LocalEndpoint,
+    timeout: Duration,
+}
+
+impl LocalProvider {
+    /// A provider at `endpoint`; each request (connect to last byte) is bounded by `timeout`.
+    pub fn new(endpoint: LocalEndpoint, timeout: Duration) -> Self {
+        Self { endpoint, timeout }
+    }
+
+    async fn request(&self, hostname: &str) -> Result<CertifiedPair, SourceError> {
+        let path = format!("/v1/certificate/{hostname}");
+        let (status, retry_after, body) = match &self.endpoint {
+            LocalEndpoint::Tcp(addr) => {
+                let stream = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(unreachable)?;
+                get(stream, &addr.to_string(), &path).await?
+            }
+            LocalEndpoint::Unix(p) => {
+                let stream = tokio::net::UnixStream::connect(p)
+                    .await
+                    .map_err(unreachable)?;
+                get(stream, "localhost", &path).await?
+            }
+        };
+        let text = String::from_utf8_lossy(&body);
+        if !(200..300).contains(&status) {
+            let class = match status {
+                429 => ErrorClass::RateLimited,
+                s if holdfast_retry::http::StatusCode::new(s)
+                    .is_some_and(holdfast_retry::http::is_retryable) =>
+                {
+                    ErrorClass::Server
+                }
+                _ => ErrorClass::Rejected,
+            };
+            let snippet: String = text.chars().take(200).collect();
+            return Err(SourceError {
+                class,
+                message: format!("local provider answered {status}: {snippet}"),
+                retry_after,
+            });
+        }
+        CertifiedPair::parse_bundle(hostname, &text)
+            .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
+    }
+}
+
+fn unreachable(e: std::io::Error) -> SourceError {
+    SourceError::new(ErrorClass::Unreachable, format!("local provider: {e}"))
+}
+
+async fn get<S>(
+    stream: S,
+    host: &str,
+    path: &str,
+) -> Result<(u16, Option<Duration>, Bytes), SourceError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| SourceError::new(ErrorClass::Unreachable, format!("local provider: {e}")))?;
+    let conn = tokio::spawn(conn);
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, host)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| SourceError::new(ErrorClass::Rejected, e.to_string()))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| SourceError::new(ErrorClass::Unreachable, format!("local provider: {e}")))?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(hyper::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| holdfast_retry::http::parse_retry_after(v, std::time::SystemTime::now()));
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| SourceError::new(ErrorClass::Unreachable, format!("local provider: {e}")))?
+        .to_bytes();
+    conn.abort();
+    Ok((status, retry_after, body))
+}
+
+impl Source for LocalProvider {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    // r[impl issue.local]
+    fn obtain<'a>(
+        &'a self,
+        hostname: &'a str,
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        Box::pin(async move {
+            match tokio::time::timeout(self.timeout, self.request(hostname)).await {
+                Ok(result) => result,
+                Err(_) => Err(SourceError::new(
+                    ErrorClass::Timeout,
+                    format!("local provider did not answer within {:?}", self.timeout),
+                )),
+            }
+        })
+    }
+}

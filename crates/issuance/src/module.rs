@@ -1,0 +1,358 @@
+//! The module as the node runs it: `[issuance]` config, [`start`], and the handle it returns.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_lifecycle::{BoxFuture, FaultBoard, StopError, StopRequest, Stopper};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::acme::{self, AcmeConfig, Eab};
+use crate::decision::{IssuePolicy, IssuePolicyError};
+use crate::history::{HistoryDb, HistoryError};
+use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
+use crate::local::{LocalEndpoint, LocalProvider};
+use crate::responder::Http01Responder;
+use crate::store::{CertStore, StoreError};
+use holdfast_retry::PolicyConfig;
+
+/// Which source serves a hostname.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// ACME (`[issuance.acme]`).
+    Acme,
+    /// The local provider (`[issuance.local]`).
+    Local,
+}
+
+/// One `[[issuance.hostname]]`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostnameConfig {
+    /// The DNS name.
+    pub name: String,
+    /// Its source.
+    pub source: SourceKind,
+}
+
+/// `[issuance.acme]`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeSettings {
+    /// The directory URL.
+    pub directory: String,
+    /// Contact URLs.
+    #[serde(default)]
+    pub contact: Vec<String>,
+    /// External account binding.
+    pub eab: Option<Eab>,
+    /// A certificate profile to request.
+    pub profile: Option<String>,
+    /// A PEM root for the ACME server's TLS.
+    pub ca_pem: Option<PathBuf>,
+    /// Where the HTTP-01 responder listens (default `0.0.0.0:80`).
+    #[serde(default = "default_http01_bind")]
+    pub http01_bind: SocketAddr,
+}
+
+fn default_http01_bind() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 80))
+}
+
+/// `[issuance.local]`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSettings {
+    /// Where the provider listens.
+    pub endpoint: LocalEndpoint,
+}
+
+/// `[issuance]`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuanceConfig {
+    /// The hostnames.
+    #[serde(default, rename = "hostname")]
+    pub hostnames: Vec<HostnameConfig>,
+    /// The ACME source.
+    pub acme: Option<AcmeSettings>,
+    /// The local provider.
+    pub local: Option<LocalSettings>,
+    /// Time between decisions (default `"60s"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub tick: Option<Duration>,
+    /// Time one attempt may take, end to end (default `"5m"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub attempt_timeout: Option<Duration>,
+    /// Attempt rows kept per hostname (default 50).
+    #[serde(default = "default_keep")]
+    pub keep_attempts_per_host: usize,
+    /// Pacing of failed attempts over [`IssuePolicy::standard`]'s (`base = "5m"`, `cap = "6h"`, …).
+    #[serde(default)]
+    pub pacing: PolicyConfig,
+    /// Consecutive failures that block a hostname (default 6).
+    pub block_after: Option<u32>,
+    /// How long a block lasts (default `"6h"`, at most the pacing cap).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub block_for: Option<Duration>,
+}
+
+fn default_keep() -> usize {
+    50
+}
+
+impl IssuanceConfig {
+    /// The policy this config asks for, over the defaults, with the node's seed for this module.
+    pub fn policy(&self, seed: u64) -> Result<IssuePolicy, StartError> {
+        let defaults = IssuePolicy::standard(seed);
+        let retry = self
+            .pacing
+            .build(&defaults.retry, seed)
+            .map_err(|e| StartError::Config(format!("pacing.{e}")))?;
+        Ok(IssuePolicy {
+            retry,
+            block_after: self.block_after.unwrap_or(defaults.block_after),
+            block_for: self.block_for.unwrap_or(defaults.block_for),
+        }
+        .validate()?)
+    }
+
+    fn tick_every(&self) -> Duration {
+        self.tick
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_millis(100))
+    }
+
+    fn attempt_bound(&self) -> Duration {
+        self.attempt_timeout.unwrap_or(Duration::from_secs(300))
+    }
+}
+
+/// The module could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A setting that cannot work (names the key).
+    #[error("issuance: {0}")]
+    Config(String),
+    /// A hostname names a source that is not configured.
+    #[error("issuance: hostname {0} uses the {1} source, which is not configured")]
+    MissingSource(String, &'static str),
+    /// The policy.
+    #[error("issuance: {0}")]
+    Policy(#[from] IssuePolicyError),
+    /// The attempts table.
+    #[error("issuance: {0}")]
+    History(#[from] HistoryError),
+    /// The certificate store.
+    #[error("issuance: {0}")]
+    Store(#[from] StoreError),
+    /// The issuer.
+    #[error("issuance: {0}")]
+    Issuer(#[from] IssuerError),
+    /// The HTTP-01 responder could not bind.
+    #[error("issuance: http-01 responder on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running issuance module.
+#[derive(Debug)]
+pub struct Issuance {
+    issuer: Arc<Issuer>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    responder: Option<Http01Responder>,
+}
+
+/// Starts the module: opens the attempts table and the store under `data_dir/issuance`, binds the
+/// HTTP-01 responder if a hostname uses ACME, and ticks every `tick` on the tokio runtime. `seed`
+/// is the node's jitter seed for this module (`NodeIdentity::seed("issuance")`).
+/// It installs no signal handler and returns at once; stop it through [`Issuance::stop`].
+// r[impl issue.module]
+pub async fn start(
+    config: &IssuanceConfig,
+    data_dir: &Path,
+    seed: u64,
+    clock: Arc<dyn WallClock>,
+    faults: FaultBoard,
+) -> Result<Issuance, StartError> {
+    let policy = config.policy(seed)?;
+    let dir = data_dir.join("issuance");
+    let store = CertStore::new(&dir.join("certs"))?;
+    let db = HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host)?;
+    let mut responder = None;
+    let mut acme_source = None;
+    let mut local_source = None;
+    let mut hosts = Vec::new();
+    for h in &config.hostnames {
+        let source = match h.source {
+            SourceKind::Acme => {
+                let Some(settings) = &config.acme else {
+                    return Err(StartError::MissingSource(h.name.clone(), "acme"));
+                };
+                if acme_source.is_none() {
+                    let r =
+                        Http01Responder::bind(settings.http01_bind)
+                            .await
+                            .map_err(|source| StartError::Bind {
+                                addr: settings.http01_bind,
+                                source,
+                            })?;
+                    acme_source = Some(acme::source(
+                        AcmeConfig {
+                            directory: settings.directory.clone(),
+                            contact: settings.contact.clone(),
+                            eab: settings.eab.clone(),
+                            profile: settings.profile.clone(),
+                            ca_pem: settings.ca_pem.clone(),
+                            account_path: dir.join("acme-account.json"),
+                            order_timeout: config.attempt_bound() / 2,
+                        },
+                        r.challenges().clone(),
+                    ));
+                    responder = Some(r);
+                }
+                acme_source.clone()
+            }
+            SourceKind::Local => {
+                let Some(settings) = &config.local else {
+                    return Err(StartError::MissingSource(h.name.clone(), "local"));
+                };
+                Some(
+                    local_source
+                        .get_or_insert_with(|| {
+                            Arc::new(LocalProvider::new(
+                                settings.endpoint.clone(),
+                                Duration::from_secs(30),
+                            )) as Arc<dyn crate::Source>
+                        })
+                        .clone(),
+                )
+            }
+        };
+        if let Some(source) = source {
+            hosts.push(Hostname {
+                name: h.name.clone(),
+                source,
+            });
+        }
+    }
+    let issuer = Arc::new(
+        Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
+            .with_fault_board(faults),
+    );
+    let (stop, mut stopped) = watch::channel(false);
+    let every = config.tick_every();
+    let ticking = issuer.clone();
+    let task = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => break,
+                _ = interval.tick() => {}
+            }
+            // A failed tick (the attempts table locked, say) is reported; the next tick tries
+            // again. Nothing here ends the loop but a stop.
+            let tick = tokio::select! {
+                _ = stopped.changed() => break,
+                tick = ticking.tick() => tick,
+            };
+            if let Err(err) = tick {
+                tracing::error!(%err, "issuance tick failed");
+            }
+        }
+    });
+    Ok(Issuance {
+        issuer,
+        stop,
+        task,
+        responder,
+    })
+}
+
+impl Issuance {
+    /// The issuer (status, force-retry, the store).
+    pub fn issuer(&self) -> &Arc<Issuer> {
+        &self.issuer
+    }
+
+    /// The certificate store other modules read.
+    pub fn store(&self) -> CertStore {
+        self.issuer.store().clone()
+    }
+
+    /// Where the HTTP-01 responder listens, if one runs.
+    pub fn http01_addr(&self) -> Option<SocketAddr> {
+        self.responder.as_ref().map(Http01Responder::addr)
+    }
+
+    /// Stops ticking and the responder, by `deadline`. An attempt in flight is cancelled and its
+    /// row settled as interrupted now (or, if the process dies first, on the next start).
+    pub async fn shutdown(self, deadline: tokio::time::Instant) -> Result<(), String> {
+        let _ = self.stop.send(true);
+        let mut task = self.task;
+        let mut result = match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                task.abort();
+                Err("the tick loop did not end by the deadline; cut off".to_owned())
+            }
+        };
+        if let Err(err) = self.issuer.settle_interrupted() {
+            result = Err(format!("settling interrupted attempts: {err}"));
+        }
+        if let Some(r) = &self.responder {
+            r.stop();
+        }
+        result
+    }
+}
+
+impl Stopper for Issuance {
+    fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
+        Box::pin(async move { self.shutdown(request.deadline).await.map_err(StopError) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify issue.module]
+    #[test]
+    fn config_durations_are_text_and_bad_settings_name_their_key() {
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "tick": "30s",
+            "pacing": { "base": "10m", "cap": "12h" },
+            "block_for": "8h",
+        }))
+        .unwrap();
+        assert_eq!(config.tick_every(), Duration::from_secs(30));
+        let policy = config.policy(7).unwrap();
+        assert_eq!(policy.retry.base(), Duration::from_secs(600));
+        assert_eq!(policy.block_for, Duration::from_secs(8 * 3600));
+        assert_eq!(policy.block_after, 6);
+        let bad: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "pacing": { "base": "7h" } })).unwrap();
+        let err = bad.policy(7).unwrap_err().to_string();
+        assert!(err.contains("pacing.base"), "{err}");
+        let bad: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "block_for": "1d" })).unwrap();
+        assert!(bad.policy(7).unwrap_err().to_string().contains("block_for"));
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "tick": 30 })).is_err()
+        );
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "nope": 1 })).is_err()
+        );
+    }
+}

@@ -1,0 +1,267 @@
+//! The certificate store: what other modules read (the gateway serves TLS from it), backed by one
+//! file per hostname that is replaced atomically and only by a checked pair.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::sync::watch;
+
+use crate::cert::{CertError, CertifiedPair};
+
+/// The store's disk could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Reading or writing a file failed.
+    #[error("certificate store {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file on disk, or a pair offered to the store, is not a usable certificate.
+    #[error("certificate for {hostname}: {source}")]
+    Bad {
+        /// The hostname.
+        hostname: String,
+        /// What is wrong with it.
+        #[source]
+        source: CertError,
+    },
+}
+
+/// Every hostname's current pair; cheap to clone (`Arc`s).
+pub type Snapshot = Arc<BTreeMap<String, Arc<CertifiedPair>>>;
+
+/// Current certificates by hostname, with a change notification.
+#[derive(Debug, Clone)]
+pub struct CertStore {
+    dir: PathBuf,
+    tx: Arc<watch::Sender<Snapshot>>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+impl CertStore {
+    /// A store writing into `dir` (created 0700 if missing). Nothing is loaded yet.
+    pub fn new(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err(dir))?;
+        let (tx, _) = watch::channel(Snapshot::default());
+        Ok(Self {
+            dir: dir.to_owned(),
+            tx: Arc::new(tx),
+        })
+    }
+
+    /// The file that holds `hostname`'s key and chain.
+    pub fn path_of(&self, hostname: &str) -> PathBuf {
+        self.dir.join(format!("{hostname}.pem"))
+    }
+
+    /// Loads `hostname`'s pair from disk into the store. `Ok(None)`: there is none. A bad file is
+    /// an error and is left where it is (the operator may want it); the store keeps nothing for it.
+    pub fn load(&self, hostname: &str) -> Result<Option<Arc<CertifiedPair>>, StoreError> {
+        let path = self.path_of(hostname);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let pair =
+            CertifiedPair::parse_bundle(hostname, &text).map_err(|source| StoreError::Bad {
+                hostname: hostname.to_owned(),
+                source,
+            })?;
+        let pair = Arc::new(pair);
+        self.publish(hostname, pair.clone());
+        Ok(Some(pair))
+    }
+
+    /// Replaces `hostname`'s pair, on disk and in memory, after checking it: a pair that does not
+    /// parse, does not match its key, does not name the hostname or is not valid at `now` is
+    /// refused and the current one stays.
+    // r[impl issue.store.atomic]
+    pub fn replace(
+        &self,
+        hostname: &str,
+        pair: CertifiedPair,
+        now: SystemTime,
+    ) -> Result<Arc<CertifiedPair>, StoreError> {
+        let bad = |source| StoreError::Bad {
+            hostname: hostname.to_owned(),
+            source,
+        };
+        // Re-parse what will be written, so nothing unchecked reaches the disk.
+        let checked = CertifiedPair::parse_bundle(hostname, &pair.bundle()).map_err(bad)?;
+        checked.check_time(now).map_err(bad)?;
+        let mut checked = checked;
+        checked.info.renew_at = pair.info.renew_at;
+        let path = self.path_of(hostname);
+        write_atomically(&self.dir, &path, checked.bundle().as_bytes())?;
+        let pair = Arc::new(checked);
+        self.publish(hostname, pair.clone());
+        Ok(pair)
+    }
+
+    fn publish(&self, hostname: &str, pair: Arc<CertifiedPair>) {
+        self.tx.send_modify(|snap| {
+            let mut map = (**snap).clone();
+            map.insert(hostname.to_owned(), pair);
+            *snap = Arc::new(map);
+        });
+    }
+
+    /// `hostname`'s current pair.
+    pub fn get(&self, hostname: &str) -> Option<Arc<CertifiedPair>> {
+        self.tx.borrow().get(hostname).cloned()
+    }
+
+    /// Every current pair.
+    pub fn snapshot(&self) -> Snapshot {
+        self.tx.borrow().clone()
+    }
+
+    /// A receiver that wakes on every change (a renewal, a first issuance).
+    // r[impl issue.store.notify]
+    pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
+        self.tx.subscribe()
+    }
+}
+
+/// Temp file (0600) in the same directory, fsync, rename over the target, fsync the directory.
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = path.with_extension(format!("pem.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        f.write_all(bytes).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(io_err(path))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(dir))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cert::testing::leaf;
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::time::Duration;
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn pair(host: &str, from: SystemTime) -> CertifiedPair {
+        let (chain, key) = leaf(host, from, Duration::from_secs(86400));
+        CertifiedPair::parse(host, &chain, &key).unwrap()
+    }
+
+    // r[verify issue.store.atomic]
+    // r[verify issue.store.notify]
+    #[tokio::test]
+    async fn replace_writes_0600_notifies_and_survives_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path()).unwrap();
+        let mut rx = store.subscribe();
+        let first = store
+            .replace("a.example", pair("a.example", t(0)), t(10))
+            .unwrap();
+        rx.changed().await.unwrap();
+        assert_eq!(rx.borrow_and_update().get("a.example"), Some(&first));
+        let mode = std::fs::metadata(store.path_of("a.example"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A bad pair (expired at `now`) is refused; the current one stays, on disk too.
+        let err = store
+            .replace("a.example", pair("a.example", t(0)), t(200_000))
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Bad { .. }), "{err}");
+        assert_eq!(store.get("a.example"), Some(first.clone()));
+        let reloaded = CertStore::new(dir.path()).unwrap();
+        assert_eq!(
+            reloaded.load("a.example").unwrap().unwrap().chain_pem,
+            first.chain_pem
+        );
+        // A renewal notifies again.
+        store
+            .replace("a.example", pair("a.example", t(5)), t(10))
+            .unwrap();
+        rx.changed().await.unwrap();
+        assert_ne!(rx.borrow().get("a.example"), Some(&first));
+        // No temp file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    // r[verify issue.store.validate]
+    #[test]
+    fn bad_pem_on_disk_and_an_unwritable_directory_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path()).unwrap();
+        std::fs::write(store.path_of("a.example"), "not a certificate").unwrap();
+        let err = store.load("a.example").unwrap_err();
+        assert!(err.to_string().contains("a.example"), "{err}");
+        assert!(store.get("a.example").is_none());
+        assert_eq!(
+            std::fs::read_to_string(store.path_of("a.example")).unwrap(),
+            "not a certificate"
+        );
+
+        let good = store
+            .replace("b.example", pair("b.example", t(0)), t(10))
+            .unwrap();
+        // The store's directory becomes unusable (even for root): replacing fails clearly and
+        // the current pair stays served.
+        let moved = dir.path().with_extension("moved");
+        std::fs::rename(dir.path(), &moved).unwrap();
+        std::fs::write(dir.path(), "a file where the directory was").unwrap();
+        let err = store
+            .replace("b.example", pair("b.example", t(1)), t(10))
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Io { .. }), "{err}");
+        assert_eq!(store.get("b.example"), Some(good.clone()));
+        std::fs::remove_file(dir.path()).unwrap();
+        std::fs::rename(&moved, dir.path()).unwrap();
+        assert_eq!(
+            CertStore::new(dir.path())
+                .unwrap()
+                .load("b.example")
+                .unwrap()
+                .unwrap()
+                .chain_pem,
+            good.chain_pem
+        );
+    }
+}

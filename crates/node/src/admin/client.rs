@@ -1,0 +1,154 @@
+//! The CLI's side of the admin API: one HTTP/1 request over TCP or the Unix socket.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+
+use super::token::Token;
+
+/// Where the CLI finds the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Over TCP.
+    Tcp(SocketAddr),
+    /// Over the Unix socket.
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Tcp(addr) => write!(f, "{addr}"),
+            Target::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            return Ok(Target::Unix(PathBuf::from(path)));
+        }
+        s.parse()
+            .map(Target::Tcp)
+            .map_err(|_| format!("invalid admin address {s:?}: write IP:PORT or unix:PATH"))
+    }
+}
+
+// i[impl node.cli.not-running]
+/// A failed admin call.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answers there.
+    #[error(
+        "no holdfast node is running at {target} ({source}); start one with `holdfast run`, or point --admin at it"
+    )]
+    NotRunning {
+        /// Where we looked.
+        target: Target,
+        /// The connect error.
+        source: std::io::Error,
+    },
+    /// The connection broke mid-request.
+    #[error("the node at {target} did not answer: {message}")]
+    Http {
+        /// Where.
+        target: Target,
+        /// What went wrong.
+        message: String,
+    },
+    /// The node refused the call.
+    #[error("the node at {target} answered {status}: {body}")]
+    Refused {
+        /// Where.
+        target: Target,
+        /// The status.
+        status: u16,
+        /// Its explanation.
+        body: String,
+    },
+}
+
+/// Sends one request and returns the body of a 2xx answer.
+pub async fn call(
+    target: &Target,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&Token>,
+) -> Result<String, ClientError> {
+    let http = |message: String| ClientError::Http {
+        target: target.clone(),
+        message,
+    };
+    let not_running = |source| ClientError::NotRunning {
+        target: target.clone(),
+        source,
+    };
+    let mut builder = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, "holdfast");
+    if let Some(token) = token {
+        builder = builder.header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", token.expose()),
+        );
+    }
+    let request = builder
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| http(e.to_string()))?;
+    let response = match target {
+        Target::Tcp(addr) => {
+            let stream = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(not_running)?;
+            send(TokioIo::new(stream), request).await
+        }
+        Target::Unix(path) => {
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(not_running)?;
+            send(TokioIo::new(stream), request).await
+        }
+    }
+    .map_err(http)?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| http(e.to_string()))?
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(ClientError::Refused {
+            target: target.clone(),
+            status: status.as_u16(),
+            body: body.trim().to_owned(),
+        })
+    }
+}
+
+async fn send<IO>(
+    io: IO,
+    request: hyper::Request<Empty<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,342 @@
+//! The admin API: health, readiness, metrics and the node's state over HTTP, on loopback TCP by
+//! default and optionally a Unix socket (mode 0600).
+//!
+//! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
+//! bearer token from `admin.token_file`.
+
+pub mod client;
+pub mod token;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::state::{NodeState, Phase};
+use token::Token;
+
+/// How a request reached the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Tcp,
+    Unix,
+}
+
+#[derive(Clone)]
+struct Api {
+    node: NodeState,
+    token: Option<Token>,
+}
+
+/// `/v1/status`: everything at once.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// The node's identity.
+    pub node_id: String,
+    /// Its phase.
+    pub phase: Phase,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+    /// Every module.
+    pub modules: Vec<crate::state::ModuleStatus>,
+    /// Every workload.
+    pub workloads: Vec<crate::state::WorkloadStatus>,
+    /// Every open fault.
+    pub faults: Vec<holdfast_lifecycle::Fault>,
+}
+
+fn status(node: &NodeState) -> Status {
+    Status {
+        node_id: node.node_id.clone(),
+        phase: node.phase(),
+        uptime_secs: node.started().elapsed().map_or(0, |d| d.as_secs()),
+        modules: node.modules(),
+        workloads: node.workloads(),
+        faults: node.faults.list(),
+    }
+}
+
+// i[impl node.admin.endpoints]
+fn router(api: Api, transport: Transport) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route(
+            "/v1/status",
+            get(|State(api): State<Api>| async move { Json(status(&api.node)) }),
+        )
+        .route(
+            "/v1/faults",
+            get(|State(api): State<Api>| async move { Json(api.node.faults.list()) }),
+        )
+        .route(
+            "/v1/modules",
+            get(|State(api): State<Api>| async move { Json(api.node.modules()) }),
+        )
+        .route(
+            "/v1/workloads",
+            get(|State(api): State<Api>| async move { Json(api.node.workloads()) }),
+        )
+        .route("/v1/drain", post(drain))
+        .layer(Extension(transport))
+        .with_state(api)
+}
+
+// i[impl node.admin.readyz]
+async fn readyz(State(api): State<Api>) -> Response {
+    match api.node.phase() {
+        Phase::Running => (StatusCode::OK, "ready\n").into_response(),
+        Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
+        Phase::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response(),
+    }
+}
+
+async fn metrics(State(api): State<Api>) -> Response {
+    let open = i64::try_from(api.node.faults.len()).unwrap_or(i64::MAX);
+    api.node.metrics.faults_open.set(open);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        api.node.metrics.render(),
+    )
+        .into_response()
+}
+
+// i[impl node.admin.mutating]
+/// `None` when the call may go ahead, else the refusal to answer with.
+fn refusal(api: &Api, transport: Transport, headers: &HeaderMap) -> Option<Response> {
+    if transport == Transport::Unix {
+        return None;
+    }
+    let Some(token) = &api.token else {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "mutating calls need the admin Unix socket or a bearer token (admin.token_file)\n",
+            )
+                .into_response(),
+        );
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(p) if token.matches(p) => None,
+        _ => Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or wrong bearer token\n",
+            )
+                .into_response(),
+        ),
+    }
+}
+
+async fn drain(
+    State(api): State<Api>,
+    Extension(transport): Extension<Transport>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = refusal(&api, transport, &headers) {
+        return refused;
+    }
+    tracing::info!("drain requested through the admin API");
+    api.node.request_drain();
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({"draining": true})),
+    )
+        .into_response()
+}
+
+/// Where the admin API listens.
+#[derive(Debug, Clone, Default)]
+pub struct AdminConfig {
+    /// TCP address (`None`: not over TCP).
+    pub tcp: Option<SocketAddr>,
+    /// Unix socket path.
+    pub socket: Option<PathBuf>,
+    /// The bearer token for mutating calls over TCP.
+    pub token: Option<Token>,
+}
+
+/// The admin API could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Binding the TCP address failed.
+    #[error("admin API: cannot listen on {addr}: {source}")]
+    Tcp {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Binding the Unix socket failed.
+    #[error("admin API: cannot listen on {}: {source}", path.display())]
+    Unix {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The running admin API.
+#[derive(Debug)]
+pub struct AdminServer {
+    /// The TCP address it is bound to.
+    pub tcp: Option<SocketAddr>,
+    /// The Unix socket.
+    pub socket: Option<PathBuf>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// Stops serving and removes the Unix socket.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        if let Some(path) = &self.socket {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Binds and serves the admin API.
+pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, AdminError> {
+    let api = Api {
+        node,
+        token: config.token,
+    };
+    let (shutdown, rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let mut tcp = None;
+    if let Some(addr) = config.tcp {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the admin API listens beyond loopback (admin.allow_non_loopback)");
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminError::Tcp { addr, source })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| AdminError::Tcp { addr, source })?;
+        tcp = Some(bound);
+        let app = router(api.clone(), Transport::Tcp);
+        let mut rx = rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            };
+            if let Err(err) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!(error = %err, "admin API (tcp) ended");
+            }
+        }));
+    }
+    // i[impl node.admin.socket]
+    if let Some(path) = &config.socket {
+        let err = |source| AdminError::Unix {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        // A socket left by a previous run would make bind fail.
+        if std::fs::symlink_metadata(path).is_ok() {
+            std::fs::remove_file(path).map_err(err)?;
+        }
+        let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        }
+        let app = router(api, Transport::Unix);
+        let mut rx = rx;
+        tasks.push(tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            };
+            if let Err(err) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!(error = %err, "admin API (unix) ended");
+            }
+        }));
+    }
+    Ok(AdminServer {
+        tcp,
+        socket: config.socket,
+        shutdown,
+        tasks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use holdfast_lifecycle::FaultBoard;
+
+    // i[verify node.admin.readyz]
+    #[tokio::test]
+    async fn readiness_is_503_while_starting_and_draining() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let status = |r: Response| r.status();
+        assert_eq!(
+            status(readyz(State(api.clone())).await),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        node.set_phase(Phase::Running);
+        assert_eq!(status(readyz(State(api.clone())).await), StatusCode::OK);
+        node.set_phase(Phase::Draining);
+        assert_eq!(
+            status(readyz(State(api.clone())).await),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert!(node.metrics.render().contains("holdfast_draining 1"));
+    }
+
+    // i[verify node.admin.mutating]
+    #[tokio::test]
+    async fn a_drain_over_tcp_without_a_configured_token_is_refused_and_changes_nothing() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Bearer anything".parse().unwrap());
+        let answer = drain(State(api.clone()), Extension(Transport::Tcp), headers).await;
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        // Nothing was requested: a drain asked for now would be seen at once.
+        let requested =
+            tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
+                .await;
+        assert!(requested.is_err(), "a refused call requested a drain");
+        let answer = drain(State(api), Extension(Transport::Unix), HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+}

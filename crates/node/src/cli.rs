@@ -1,0 +1,66 @@
+//! The command line: `holdfast run`, `check-config`, and the admin API's client commands.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::admin::client::Target;
+use crate::config::LogFormat;
+
+/// The holdfast node agent.
+#[derive(Debug, Parser)]
+#[command(name = "holdfast", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the node (the embedded single-node default without -c).
+    Run {
+        /// The config file.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Override node.data_dir.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Override log.format.
+        #[arg(long, value_enum)]
+        log_format: Option<LogFormat>,
+    },
+    /// Validate a config file without starting anything.
+    CheckConfig {
+        /// The config file.
+        file: PathBuf,
+    },
+    /// The node's state: modules, workloads and faults.
+    Status(ClientArgs),
+    /// Open faults.
+    Faults(ClientArgs),
+    /// Modules and their supervisors.
+    Modules(ClientArgs),
+    /// Workloads and their images.
+    Workloads(ClientArgs),
+    /// Drain the node and stop it (needs the Unix socket or --token-file).
+    Drain(ClientArgs),
+}
+
+/// How the client commands reach the node.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The admin API: IP:PORT or unix:PATH (default: from -c, else 127.0.0.1:7480).
+    #[arg(long, env = "HOLDFAST_ADMIN")]
+    pub admin: Option<Target>,
+    /// Find the admin API from this config file.
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// The bearer token file for mutating calls over TCP.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

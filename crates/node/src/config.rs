@@ -1,0 +1,668 @@
+//! The node's configuration: TOML, validated in full before anything starts.
+//!
+//! Every error names the file, line, column and key (`FILE:LINE:COL: KEY: message`); unknown keys
+//! are errors with a did-you-mean; durations are written `"5s"`, `"5m"`. The embedded default is
+//! `examples/single-node.toml`, included verbatim so that the two cannot drift apart.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use holdfast_retry::Policy;
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::duration::ConfigDuration;
+
+// i[impl node.config.default]
+/// The embedded single-node default (`examples/single-node.toml`).
+pub const DEFAULT_CONFIG: &str = include_str!("../../../examples/single-node.toml");
+/// The name the embedded default is reported under in errors.
+pub const DEFAULT_CONFIG_NAME: &str = "<embedded single-node default>";
+
+/// A whole node configuration.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[node]`: identity, data directory, stop budget, tick.
+    pub node: NodeSection,
+    /// `[admin]`: the admin API.
+    #[serde(default)]
+    pub admin: AdminSection,
+    /// `[log]`: log format and level.
+    #[serde(default)]
+    pub log: LogSection,
+    /// `[pull]`: the image actuation module.
+    #[serde(default)]
+    pub pull: PullSection,
+    /// `[supervise]`: how modules are started and restarted.
+    #[serde(default)]
+    pub supervise: SuperviseSection,
+    /// `[[workload]]`: what the node runs (today: which images it keeps present).
+    #[serde(default, rename = "workload")]
+    pub workloads: Vec<Workload>,
+    /// `[testing]`: test-only modules for the binary's own tests. Never in production.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub testing: Option<TestingSection>,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// The node's identity (jitter seeds derive from it); else /etc/machine-id, else the hostname.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Spanned<String>>,
+    /// Where the node keeps its state (created with mode 0700).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// The total time the stop plan may take on SIGTERM.
+    #[serde(default = "default_stop_budget")]
+    pub stop_budget: Spanned<ConfigDuration>,
+    /// How often reconcilers look at their desired state.
+    #[serde(default = "default_tick")]
+    pub tick: Spanned<ConfigDuration>,
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("/var/lib/holdfast")
+}
+fn default_stop_budget() -> Spanned<ConfigDuration> {
+    Spanned::new(0..0, ConfigDuration(Duration::from_secs(10)))
+}
+fn default_tick() -> Spanned<ConfigDuration> {
+    Spanned::new(0..0, ConfigDuration(Duration::from_secs(5)))
+}
+
+/// The admin API's default TCP address.
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7480);
+
+/// `[admin]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// TCP address, or `"off"` (default `127.0.0.1:7480`; port 0 picks one and writes it to
+    /// `DATA_DIR/admin.addr`).
+    #[serde(default = "default_listen")]
+    pub listen: Spanned<Listen>,
+    /// A Unix socket to serve on as well (created with mode 0600); mutating calls are allowed on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    /// A file (mode 0600 or stricter) holding the bearer token that mutating calls over TCP need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// Must be true to bind `listen` to a non-loopback address.
+    #[serde(default)]
+    pub allow_non_loopback: bool,
+}
+
+fn default_listen() -> Spanned<Listen> {
+    Spanned::new(0..0, Listen::Tcp(DEFAULT_ADMIN_LISTEN))
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        AdminSection {
+            listen: default_listen(),
+            socket: None,
+            token_file: None,
+            allow_non_loopback: false,
+        }
+    }
+}
+
+/// Where the admin API listens over TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen {
+    /// On this address.
+    Tcp(SocketAddr),
+    /// Not over TCP (the Unix socket only).
+    Off,
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "off" {
+            return Ok(Listen::Off);
+        }
+        text.parse().map(Listen::Tcp).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "invalid address {text:?}: write IP:PORT, e.g. \"127.0.0.1:7480\", or \"off\""
+            ))
+        })
+    }
+}
+
+impl Serialize for Listen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Listen::Tcp(addr) => s.collect_str(addr),
+            Listen::Off => s.serialize_str("off"),
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// `"human"` (default) or `"json"`.
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `"info"` or `"info,holdfast_pull=debug"` (`RUST_LOG` overrides it).
+    #[serde(default = "default_level")]
+    pub level: Spanned<String>,
+}
+
+fn default_level() -> Spanned<String> {
+    Spanned::new(0..0, "info".to_owned())
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            format: LogFormat::Human,
+            level: default_level(),
+        }
+    }
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Human,
+    /// One JSON object per event.
+    Json,
+}
+
+/// The three settings of a retry policy, borrowed from a section.
+struct PolicySection<'a> {
+    base: &'a Spanned<ConfigDuration>,
+    cap: &'a Spanned<ConfigDuration>,
+    escalate_after: &'a Spanned<u32>,
+}
+
+impl PullSection {
+    fn policy_section(&self) -> PolicySection<'_> {
+        PolicySection {
+            base: &self.base,
+            cap: &self.cap,
+            escalate_after: &self.escalate_after,
+        }
+    }
+}
+
+impl SuperviseSection {
+    fn policy_section(&self) -> PolicySection<'_> {
+        PolicySection {
+            base: &self.base,
+            cap: &self.cap,
+            escalate_after: &self.escalate_after,
+        }
+    }
+}
+
+/// `[pull]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullSection {
+    /// Run the pull module (default true).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The Docker Engine API endpoint (default: `DOCKER_HOST`, else the default socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_host: Option<String>,
+    /// First wait after a failed pull of an image (default 5 s).
+    #[serde(default = "default_pull_base")]
+    pub base: Spanned<ConfigDuration>,
+    /// Longest wait between pulls of an image (default 5 m).
+    #[serde(default = "default_cap")]
+    pub cap: Spanned<ConfigDuration>,
+    /// Consecutive failures of an image after which a fault is filed (default 5).
+    #[serde(default = "default_escalate")]
+    pub escalate_after: Spanned<u32>,
+    /// A pull with no progress for this long is abandoned (default 60 s).
+    #[serde(default = "default_stall")]
+    pub stall_timeout: Spanned<ConfigDuration>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn sp<T>(v: T) -> Spanned<T> {
+    Spanned::new(0..0, v)
+}
+fn secs(n: u64) -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(n))
+}
+fn default_pull_base() -> Spanned<ConfigDuration> {
+    sp(secs(5))
+}
+fn default_cap() -> Spanned<ConfigDuration> {
+    sp(secs(300))
+}
+fn default_escalate() -> Spanned<u32> {
+    sp(5)
+}
+fn default_stall() -> Spanned<ConfigDuration> {
+    sp(secs(60))
+}
+
+impl Default for PullSection {
+    fn default() -> Self {
+        PullSection {
+            enabled: true,
+            docker_host: None,
+            base: default_pull_base(),
+            cap: default_cap(),
+            escalate_after: default_escalate(),
+            stall_timeout: default_stall(),
+        }
+    }
+}
+
+/// `[supervise]`: module starts and restarts.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuperviseSection {
+    /// First wait after a failed start or a crash (default 1 s).
+    #[serde(default = "default_supervise_base")]
+    pub base: Spanned<ConfigDuration>,
+    /// Longest wait between starts (default 5 m).
+    #[serde(default = "default_cap")]
+    pub cap: Spanned<ConfigDuration>,
+    /// Consecutive failed starts after which a fault is filed (default 5).
+    #[serde(default = "default_escalate")]
+    pub escalate_after: Spanned<u32>,
+    /// A start counts as a success only once the module has stayed up this long (default 30 s).
+    #[serde(default = "default_must_last")]
+    pub must_last: ConfigDuration,
+    /// Crashes within `crash_loop_window` that make a crash loop (default 3).
+    #[serde(default = "default_crash_threshold")]
+    pub crash_loop_threshold: Spanned<u32>,
+    /// The crash-loop window (default 60 s).
+    #[serde(default = "default_crash_window")]
+    pub crash_loop_window: ConfigDuration,
+}
+
+fn default_supervise_base() -> Spanned<ConfigDuration> {
+    sp(secs(1))
+}
+fn default_must_last() -> ConfigDuration {
+    secs(30)
+}
+fn default_crash_threshold() -> Spanned<u32> {
+    sp(3)
+}
+fn default_crash_window() -> ConfigDuration {
+    secs(60)
+}
+
+impl Default for SuperviseSection {
+    fn default() -> Self {
+        SuperviseSection {
+            base: default_supervise_base(),
+            cap: default_cap(),
+            escalate_after: default_escalate(),
+            must_last: default_must_last(),
+            crash_loop_threshold: default_crash_threshold(),
+            crash_loop_window: default_crash_window(),
+        }
+    }
+}
+
+/// `[[workload]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Unique name.
+    pub name: Spanned<String>,
+    /// The image reference the workload runs (kept present by the pull module).
+    pub image: Spanned<String>,
+}
+
+/// `[testing]`: modules that exist only for the binary's own subprocess tests.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestingSection {
+    /// Run a module named `testing-hang` whose stopper never returns (so the stop plan must cut it
+    /// off at its budget).
+    #[serde(default)]
+    pub hang_on_stop: bool,
+}
+
+/// A config error, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or [`DEFAULT_CONFIG_NAME`]).
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column (in characters).
+    pub column: usize,
+    /// The dotted key, e.g. `admin.listen` or `workload[1].image`.
+    pub key: String,
+    /// What is wrong, and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}",
+            self.file, self.line, self.column, self.key, self.message
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A failure to load a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid config.
+    #[error("{0}")]
+    Invalid(#[from] ConfigError),
+}
+
+/// Converts a byte offset to a 1-based (line, column in characters).
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
+    (line, column)
+}
+
+struct Locator<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Locator<'_> {
+    fn at(&self, span: Option<std::ops::Range<usize>>, key: &str, message: String) -> ConfigError {
+        let (line, column) = span.map_or((1, 1), |s| line_col(self.text, s.start));
+        ConfigError {
+            file: self.file.to_owned(),
+            line,
+            column,
+            key: if key.is_empty() {
+                "(top level)".to_owned()
+            } else {
+                key.to_owned()
+            },
+            message,
+        }
+    }
+}
+
+/// The keys `serde` lists in an "unknown field" message, and the closest one.
+fn did_you_mean(message: &str) -> Option<(String, String)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    let hint = expected
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(unknown, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min()
+        .map(|(_, k)| format!("; did you mean `{k}`?"))
+        .unwrap_or_else(|| {
+            if expected.is_empty() {
+                String::new()
+            } else {
+                format!("; expected one of {}", expected.join(", "))
+            }
+        });
+    Some((unknown.to_owned(), format!("unknown key `{unknown}`{hint}")))
+}
+
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.strip_suffix('`')
+}
+
+fn dotted(path: &serde_path_to_error::Path) -> String {
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            // toml's `Spanned` wraps the value in a private field: not a key the operator wrote.
+            serde_path_to_error::Segment::Map { key } if key.starts_with("$__serde_spanned") => {}
+            serde_path_to_error::Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            serde_path_to_error::Segment::Map { key }
+            | serde_path_to_error::Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            serde_path_to_error::Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+impl Config {
+    /// The embedded single-node default.
+    pub fn embedded() -> Result<Config, ConfigError> {
+        Config::parse(DEFAULT_CONFIG_NAME, DEFAULT_CONFIG)
+    }
+
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, LoadError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Ok(Config::parse(&file, &text)?)
+    }
+
+    // i[impl node.config.errors]
+    /// Parses and validates `text`, naming `file` in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let loc = Locator { file, text };
+        let deserializer = toml::Deserializer::parse(text)
+            .map_err(|e| loc.at(e.span(), "", e.message().to_owned()))?;
+        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let mut key = dotted(e.path());
+            let inner = e.inner();
+            let message = match did_you_mean(inner.message()) {
+                Some((unknown, message)) => {
+                    if !key.ends_with(&unknown) {
+                        key = if key.is_empty() {
+                            unknown
+                        } else {
+                            format!("{key}.{unknown}")
+                        };
+                    }
+                    message
+                }
+                None => match missing_field(inner.message()) {
+                    Some(field) if key.is_empty() => {
+                        key = field.to_owned();
+                        format!("missing section [{field}]")
+                    }
+                    Some(field) => {
+                        key = format!("{key}.{field}");
+                        format!("missing key `{field}`")
+                    }
+                    None => inner.message().to_owned(),
+                },
+            };
+            loc.at(inner.span(), &key, message)
+        })?;
+        config.validate(&loc)?;
+        Ok(config)
+    }
+
+    // i[impl node.config.validate]
+    fn validate(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        if let Some(id) = &self.node.id {
+            if id.get_ref().trim().is_empty() {
+                return Err(loc.at(
+                    Some(id.span()),
+                    "node.id",
+                    "must not be empty (remove it to use /etc/machine-id or the hostname)".into(),
+                ));
+            }
+        }
+        for (key, d) in [
+            ("node.stop_budget", &self.node.stop_budget),
+            ("node.tick", &self.node.tick),
+        ] {
+            if d.get_ref().get().is_zero() {
+                return Err(loc.at(Some(d.span()), key, "must be longer than zero".into()));
+            }
+        }
+        match self.admin.listen.get_ref() {
+            // i[impl node.admin.non-loopback]
+            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.admin.allow_non_loopback => {
+                return Err(loc.at(
+                    Some(self.admin.listen.span()),
+                    "admin.listen",
+                    format!("{addr} is not a loopback address; set admin.allow_non_loopback = true to expose the admin API beyond this machine"),
+                ));
+            }
+            Listen::Off if self.admin.socket.is_none() => {
+                return Err(loc.at(
+                    Some(self.admin.listen.span()),
+                    "admin.listen",
+                    "is \"off\" and no admin.socket is set: the admin API would be unreachable"
+                        .into(),
+                ));
+            }
+            _ => {}
+        }
+        if let Some(token_file) = &self.admin.token_file {
+            if let Err(message) = crate::admin::token::check_mode(token_file.get_ref()) {
+                return Err(loc.at(Some(token_file.span()), "admin.token_file", message));
+            }
+        }
+        let level = self.log.level.get_ref();
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
+            return Err(loc.at(
+                Some(self.log.level.span()),
+                "log.level",
+                format!("invalid filter {level:?}: {e}"),
+            ));
+        }
+        let pull_policy = self.pull.policy_section().build(loc, "pull", 0)?;
+        if let Err(e) = crate::modules::pull::pull_config(
+            &pull_policy,
+            self.pull.stall_timeout.get_ref().get(),
+            0,
+        ) {
+            return Err(loc.at(
+                Some(self.pull.stall_timeout.span()),
+                "pull.stall_timeout",
+                e.to_string(),
+            ));
+        }
+        self.supervise.policy_section().build(loc, "supervise", 0)?;
+        if *self.supervise.crash_loop_threshold.get_ref() == 0 {
+            return Err(loc.at(
+                Some(self.supervise.crash_loop_threshold.span()),
+                "supervise.crash_loop_threshold",
+                "must be at least 1".into(),
+            ));
+        }
+        let mut names = std::collections::HashMap::new();
+        for (i, w) in self.workloads.iter().enumerate() {
+            let name = w.name.get_ref();
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(loc.at(
+                    Some(w.name.span()),
+                    &format!("workload[{i}].name"),
+                    format!("invalid name {name:?}: use letters, digits, '-', '_' and '.'"),
+                ));
+            }
+            if let Some(first) = names.insert(name.clone(), i) {
+                return Err(loc.at(
+                    Some(w.name.span()),
+                    &format!("workload[{i}].name"),
+                    format!("duplicate workload name {name:?} (also workload[{first}])"),
+                ));
+            }
+            if w.image.get_ref().trim().is_empty() {
+                return Err(loc.at(
+                    Some(w.image.span()),
+                    &format!("workload[{i}].image"),
+                    "must not be empty".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// holdfast-pull's configuration, seeded (validated when the config was parsed).
+    pub fn pull_config(&self, seed: u64) -> holdfast_pull::PullConfig {
+        crate::modules::pull::pull_config(
+            &self.pull.policy_section().policy(seed),
+            self.pull.stall_timeout.get_ref().get(),
+            seed,
+        )
+        .unwrap_or_else(|_| holdfast_pull::PullConfig::new(seed))
+    }
+
+    /// The module supervisor's restart policy, seeded.
+    pub fn supervise_policy(&self, seed: u64) -> Policy {
+        self.supervise.policy_section().policy(seed)
+    }
+}
+
+impl PolicySection<'_> {
+    fn builder(&self, seed: u64) -> holdfast_retry::PolicyBuilder {
+        Policy::builder()
+            .base(self.base.get_ref().get())
+            .cap(self.cap.get_ref().get())
+            .escalate_after(*self.escalate_after.get_ref())
+            .seed(seed)
+    }
+
+    fn build(&self, loc: &Locator<'_>, section: &str, seed: u64) -> Result<Policy, ConfigError> {
+        self.builder(seed).build().map_err(|e| {
+            let field = match &e {
+                holdfast_retry::PolicyError::Zero(field)
+                | holdfast_retry::PolicyError::TooLong { field, .. } => field,
+                _ => &"cap",
+            };
+            let span = match *field {
+                "base" => self.base.span(),
+                "escalate_after" => self.escalate_after.span(),
+                _ => self.cap.span(),
+            };
+            let message = match &e {
+                holdfast_retry::PolicyError::BaseAboveCap { .. } => {
+                    format!("must not be shorter than {section}.base ({e})")
+                }
+                _ => e.to_string(),
+            };
+            loc.at(Some(span), &format!("{section}.{field}"), message)
+        })
+    }
+
+    /// The validated policy (validation ran when the config was parsed).
+    fn policy(&self, seed: u64) -> Policy {
+        self.builder(seed).build().unwrap_or_default()
+    }
+}

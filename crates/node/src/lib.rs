@@ -1,0 +1,21 @@
+//! holdfast: the node binary's library — config, module supervision, the admin API and CLI.
+//!
+//! The binary (`holdfast`) is a thin shell over [`run::run`] and [`admin::client`]; everything
+//! is here so that tests can drive the supervisor with test modules under tokio's paused clock.
+//!
+//! The README follows.
+//!
+#![doc = include_str!("../README.md")]
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod duration;
+pub mod logging;
+pub mod metrics;
+pub mod module;
+pub mod modules;
+pub mod render;
+pub mod run;
+pub mod state;
+pub mod supervisor;

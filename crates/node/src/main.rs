@@ -1,0 +1,176 @@
+//! The `holdfast` binary. Exit status: 0 stopped cleanly; 1 could not start or a command failed;
+//! 2 usage error; 3 the stop plan cut off or saw a failing stopper; 4 a second signal aborted it.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use holdfast::admin::client::{self, Target};
+use holdfast::admin::token;
+use holdfast::cli::{Cli, ClientArgs, Command};
+use holdfast::config::{Config, DEFAULT_ADMIN_LISTEN, Listen};
+use holdfast::{logging, render, run};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("holdfast: cannot start the runtime: {err}");
+            return ExitCode::from(run::EXIT_START_FAILED);
+        }
+    };
+    match cli.command {
+        Command::Run {
+            config,
+            data_dir,
+            log_format,
+        } => {
+            let loaded = match &config {
+                Some(path) => Config::load(path).map_err(|e| e.to_string()),
+                None => Config::embedded().map_err(|e| e.to_string()),
+            };
+            let mut config = match loaded {
+                Ok(config) => config,
+                Err(err) => {
+                    eprintln!("{err}");
+                    return ExitCode::from(run::EXIT_START_FAILED);
+                }
+            };
+            if let Some(dir) = data_dir {
+                config.node.data_dir = dir;
+            }
+            logging::init(
+                log_format.unwrap_or(config.log.format),
+                config.log.level.get_ref(),
+            );
+            match runtime.block_on(run::run(config)) {
+                Ok(report) => {
+                    let code = run::exit_status(&report);
+                    // An aborted plan may leave stoppers running: do not wait for the runtime.
+                    if report.aborted {
+                        std::process::exit(i32::from(code));
+                    }
+                    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+                    ExitCode::from(code)
+                }
+                Err(err) => {
+                    tracing::error!("{err}");
+                    eprintln!("holdfast: {err}");
+                    ExitCode::from(run::EXIT_START_FAILED)
+                }
+            }
+        }
+        // i[impl node.check-config]
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("{err}");
+                ExitCode::from(run::EXIT_START_FAILED)
+            }
+        },
+        Command::Status(args) => runtime.block_on(get(args, "/v1/status", render::status)),
+        Command::Faults(args) => runtime.block_on(get(args, "/v1/faults", render::faults)),
+        Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
+        Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
+        Command::Drain(args) => runtime.block_on(drain(args)),
+    }
+}
+
+struct Resolved {
+    target: Target,
+    token: Option<token::Token>,
+}
+
+fn resolve(args: &ClientArgs) -> Result<Resolved, String> {
+    let config = match &args.config {
+        Some(path) => Some(Config::load(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let target = match (&args.admin, &config) {
+        (Some(target), _) => target.clone(),
+        (None, Some(config)) => match (&config.admin.socket, config.admin.listen.get_ref()) {
+            (Some(socket), _) => Target::Unix(socket.clone()),
+            (None, Listen::Tcp(addr)) => Target::Tcp(*addr),
+            (None, Listen::Off) => Target::Tcp(DEFAULT_ADMIN_LISTEN),
+        },
+        (None, None) => Target::Tcp(DEFAULT_ADMIN_LISTEN),
+    };
+    let token_file = args.token_file.clone().or_else(|| {
+        config
+            .as_ref()
+            .and_then(|c| c.admin.token_file.as_ref().map(|t| t.get_ref().clone()))
+    });
+    let token = match token_file {
+        Some(path) => Some(token::read(&path)?),
+        None => None,
+    };
+    Ok(Resolved { target, token })
+}
+
+async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> String) -> ExitCode {
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match client::call(&resolved.target, hyper::Method::GET, path, None).await {
+        Ok(body) => {
+            if args.json {
+                println!("{}", body.trim_end());
+            } else {
+                match serde_json::from_str(&body) {
+                    Ok(value) => print!("{}", render(&value)),
+                    Err(err) => {
+                        eprintln!("holdfast: the node answered something that is not JSON: {err}");
+                        return ExitCode::from(1);
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn drain(args: ClientArgs) -> ExitCode {
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match client::call(
+        &resolved.target,
+        hyper::Method::POST,
+        "/v1/drain",
+        resolved.token.as_ref(),
+    )
+    .await
+    {
+        Ok(body) => {
+            if args.json {
+                println!("{}", body.trim_end());
+            } else {
+                println!("draining: the node stops within its stop budget");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The modules the node composes. Each talks to its domain crate through one adapter file here.
+
+pub mod pull;
+pub mod testing;

@@ -1,0 +1,349 @@
+//! The pull module: the node's one adapter over holdfast-pull.
+//!
+//! Every tick it asks the actuator for each workload's image, publishes where each stands, and
+//! mirrors the actuator's faults onto the node's fault board. When the Docker daemon cannot be
+//! reached the module reports itself degraded with one fault that says what is missing and how to
+//! fix it; it keeps running (the actuator paces its probes of the daemon), and the fault clears
+//! once the daemon answers, without a restart. When no pull attempt says how the daemon is
+//! (nothing to pull, or every image present) it probes the daemon itself on the same pacing, so a
+//! node with nothing to pull still says that Docker is missing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
+use holdfast_pull::{
+    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher,
+    ImageState, PullConfig, PullConfigError,
+};
+use holdfast_retry::{KeyedGate, Policy};
+use tokio::sync::oneshot;
+
+use crate::metrics::OutcomeLabel;
+use crate::module::{Module, ModuleError, StartError, Started, StopGroup};
+use crate::state::{NodeState, WorkloadStatus};
+
+/// The module's name.
+pub const NAME: &str = "pull";
+
+/// holdfast-pull's configuration from the node's `[pull]` numbers: `policy`'s base, cap and
+/// escalation threshold pace both images (whose attempts go stale only after
+/// [`DEFAULT_PULL_STALE_AFTER`]) and the daemon; `seed` is the node's seed for "pull".
+pub fn pull_config(
+    policy: &Policy,
+    stall_timeout: Duration,
+    seed: u64,
+) -> Result<PullConfig, PullConfigError> {
+    let defaults = PullConfig::new(seed);
+    let with = |stale_after: Duration| {
+        Policy::builder()
+            .base(policy.base())
+            .cap(policy.cap())
+            .escalate_after(policy.escalate_after())
+            .stale_after(stale_after)
+            .build()
+            .map_err(|source| PullConfigError::Policy {
+                which: "image_policy",
+                source,
+            })
+    };
+    PullConfig::builder(seed)
+        .image_policy(with(DEFAULT_PULL_STALE_AFTER)?)
+        .daemon_policy(with(defaults.daemon_policy().stale_after())?)
+        .stall_timeout(stall_timeout)
+        .build()
+}
+
+/// The images to keep present: (workload name, image reference).
+#[derive(Debug, Clone)]
+pub struct PullModule {
+    /// Workloads and their images.
+    pub workloads: Vec<(String, String)>,
+    /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
+    pub docker_host: Option<String>,
+    /// holdfast-pull's configuration (see [`pull_config`]).
+    pub config: PullConfig,
+    /// Tick interval.
+    pub tick: Duration,
+    /// The node's state.
+    pub node: NodeState,
+}
+
+/// The one fault for an unreachable daemon: the same subject holdfast-pull files its daemon
+/// fault under, so the operator sees one, not two.
+fn daemon_subject() -> Subject {
+    FaultSubject::Daemon.subject()
+}
+
+impl Module for PullModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn group(&self) -> StopGroup {
+        StopGroup::Pull
+    }
+
+    fn start(&self) -> Result<Started, StartError> {
+        let endpoint = match &self.docker_host {
+            Some(host) => DaemonEndpoint::from_docker_host(Some(host)),
+            None => DaemonEndpoint::from_env(),
+        };
+        let host = endpoint.host().to_owned();
+        let fetcher = DockerFetcher::new(endpoint, self.config.stall_timeout());
+        // Image faults go straight onto the node's board (module "pull").
+        let actuator =
+            Actuator::with_fault_board(fetcher.clone(), self.config, self.node.faults.clone())
+                .map_err(|e| StartError(e.to_string()))?;
+        let (reporter, health) = health_channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            this.run(actuator, fetcher, host, reporter, stop_rx).await;
+            Ok::<(), ModuleError>(())
+        });
+        let stopper = stopper_fn(move |_request| async move {
+            // The actuator's attempts are cancelled when it is dropped with the task.
+            let _ = stop_tx.send(());
+            Ok(())
+        });
+        Ok(Started {
+            stopper,
+            health,
+            task,
+        })
+    }
+}
+
+impl PullModule {
+    // r[impl node.pull.workloads]
+    async fn run(
+        self,
+        mut actuator: Actuator<DockerFetcher>,
+        fetcher: DockerFetcher,
+        host: String,
+        health: holdfast_lifecycle::HealthReporter,
+        mut stop: oneshot::Receiver<()>,
+    ) {
+        let fetcher = Arc::new(fetcher);
+        let mut probe_gate: KeyedGate<()> = KeyedGate::new(*self.config.daemon_policy());
+        let (probe_tx, mut probe_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut probe_in_flight = false;
+        // `None` until the daemon has been heard from (or found missing) once.
+        let mut probe_down: Option<Option<String>> = None;
+        let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
+        let mut ticker = tokio::time::interval(self.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                Some((token, result)) = probe_rx.recv() => {
+                    let now = tokio::time::Instant::now().into_std();
+                    probe_in_flight = false;
+                    match result {
+                        Ok(()) => {
+                            probe_gate.succeed(token, now);
+                            probe_down = Some(None);
+                        }
+                        Err(err) => {
+                            probe_gate.fail(token, now, None);
+                            probe_down = Some(Some(format!("{err}")));
+                        }
+                    }
+                }
+                _ = &mut stop => {
+                    health.set(Health::Stopped);
+                    return;
+                }
+            }
+            let now = tokio::time::Instant::now().into_std();
+            // `Some(None)`: the daemon answers; `Some(Some(e))`: it does not; `None`: not known yet.
+            let mut down: Option<Option<String>> = None;
+            let mut statuses = Vec::new();
+            for (name, image) in &self.workloads {
+                let state = actuator.ensure(image, now);
+                let (label, detail) = describe(&state, now);
+                match &state {
+                    ImageState::DaemonUnreachable { last_error, .. } => {
+                        down = Some(Some(last_error.to_string()));
+                    }
+                    // A presence remembered, or a pull in flight, says nothing about the daemon now.
+                    ImageState::Present | ImageState::Pulling { .. } => {}
+                    // The daemon answered this reference's attempt.
+                    ImageState::Waiting { .. }
+                    | ImageState::Escalated { .. }
+                    | ImageState::Deferred { .. } => {
+                        if down.is_none() {
+                            down = Some(None);
+                        }
+                    }
+                }
+                self.count_outcome(&mut last, image, label);
+                statuses.push(WorkloadStatus {
+                    name: name.clone(),
+                    image: image.clone(),
+                    image_state: label.to_owned(),
+                    detail,
+                });
+            }
+            if down.is_none() {
+                // No attempt told us about the daemon (nothing to pull, or everything present):
+                // probe it ourselves, paced the same way, so a daemon that goes away is noticed.
+                if !probe_in_flight {
+                    if let Ok(token) = probe_gate.begin(&(), now) {
+                        probe_in_flight = true;
+                        let fetcher = Arc::clone(&fetcher);
+                        let tx = probe_tx.clone();
+                        tokio::spawn(async move {
+                            let result = fetcher.probe().await;
+                            let _ = tx.send((token, result));
+                        });
+                    }
+                }
+                down = probe_down.clone();
+            }
+            self.node.set_workloads(statuses);
+            match &down {
+                Some(Some(err)) => {
+                    self.sync_faults(&actuator, Some(err), &host);
+                    health.set(Health::Degraded(format!(
+                        "cannot reach the Docker daemon at {host}: {err}"
+                    )));
+                }
+                Some(None) => {
+                    self.sync_faults(&actuator, None, &host);
+                    health.set(Health::Ready);
+                }
+                None => self.sync_faults(&actuator, None, &host),
+            }
+        }
+    }
+
+    fn count_outcome(
+        &self,
+        last: &mut BTreeMap<String, &'static str>,
+        image: &str,
+        label: &'static str,
+    ) {
+        let previous = last.insert(image.to_owned(), label);
+        if previous == Some(label) {
+            return;
+        }
+        let outcome = match (previous, label) {
+            (Some("pulling") | None, "present") => "present",
+            (Some("pulling"), "waiting" | "escalated") => "failed",
+            (_, "daemon_unreachable") => "daemon_unreachable",
+            _ => return,
+        };
+        self.node
+            .metrics
+            .pull_outcomes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    // r[impl node.pull.degraded]
+    fn sync_faults(&self, _actuator: &Actuator<DockerFetcher>, down: Option<&str>, host: &str) {
+        let board = &self.node.faults;
+        match down {
+            Some(err) => {
+                let message = format!(
+                    "cannot reach the Docker daemon at {host} ({err}); start dockerd (or Podman's \
+                     service) or point pull.docker_host / DOCKER_HOST at it; retrying with back-off"
+                );
+                let failures = board.get(&daemon_subject()).map_or(1, |f| f.failures);
+                board.file(
+                    daemon_subject(),
+                    "backend_unreachable",
+                    &message,
+                    failures,
+                    SystemTime::now(),
+                );
+            }
+            None => {
+                board.clear(&daemon_subject());
+            }
+        }
+    }
+}
+
+fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Option<String>) {
+    let wait = |until: &std::time::Instant| until.saturating_duration_since(now).as_secs();
+    match state {
+        ImageState::Present => ("present", None),
+        ImageState::Pulling { progress } => (
+            "pulling",
+            Some(format!(
+                "{}/{} layers",
+                progress.layers_done, progress.layers
+            )),
+        ),
+        ImageState::Waiting {
+            until,
+            failures,
+            last_error,
+        } => (
+            "waiting",
+            Some(format!(
+                "{failures} failures, next in {}s: {last_error}",
+                wait(until)
+            )),
+        ),
+        ImageState::Escalated {
+            until,
+            failures,
+            last_error,
+        } => (
+            "escalated",
+            Some(format!(
+                "{failures} failures, next in {}s: {last_error}",
+                wait(until)
+            )),
+        ),
+        ImageState::Deferred { until, failures } => (
+            "deferred",
+            Some(format!(
+                "{failures} failures, held back, next in {}s",
+                wait(until)
+            )),
+        ),
+        ImageState::DaemonUnreachable {
+            until, last_error, ..
+        } => (
+            "daemon_unreachable",
+            Some(format!("next probe in {}s: {last_error}", wait(until))),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
+
+    // r[verify node.module.start]
+    #[tokio::test(start_paused = true)]
+    async fn start_returns_at_once_without_dialing_and_the_stopper_ends_the_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let module = PullModule {
+            workloads: vec![],
+            docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
+            config: PullConfig::new(7),
+            tick: Duration::from_secs(5),
+            node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
+        };
+        // `start` is synchronous: it cannot block on the daemon; it hands back at once.
+        let started = module.start().unwrap();
+        assert_eq!(started.health.get(), Health::Starting);
+        let request = StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+            reason: StopReason::Shutdown,
+        };
+        started.stopper.stop(request).await.unwrap();
+        assert_eq!(started.task.await.unwrap(), Ok(()));
+    }
+}

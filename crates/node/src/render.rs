@@ -1,0 +1,154 @@
+//! Human tables for the CLI, from the admin API's JSON.
+
+use serde_json::Value;
+
+// i[impl node.cli.output]
+/// A plain table: a header row and left-aligned columns two spaces apart.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                out.push_str(cell);
+                out.push_str(&" ".repeat(pad));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.iter().map(|h| (*h).to_owned()).collect());
+    for row in rows {
+        out.push_str(&line(row.clone()));
+    }
+    out
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn health(v: &Value) -> String {
+    match v.get("reason") {
+        Some(reason) => format!("{} ({})", s(&v["state"]), s(reason)),
+        None => s(&v["state"]),
+    }
+}
+
+/// `holdfast modules`.
+pub fn modules(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let sup = &m["supervisor"];
+            let supervisor = match sup["state"].as_str() {
+                Some("waiting") => format!(
+                    "waiting {:.0}s",
+                    sup["next_start_in_secs"].as_f64().unwrap_or(0.0)
+                ),
+                Some("running") if sup["confirmed"] == Value::Bool(false) => {
+                    "running (unconfirmed)".to_owned()
+                }
+                other => other.unwrap_or("-").to_owned(),
+            };
+            vec![
+                s(&m["name"]),
+                supervisor,
+                health(&m["health"]),
+                s(&m["starts"]),
+                s(&m["restarts"]),
+                s(&m["failures"]),
+                if m["crash_loop"] == Value::Bool(true) {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+                s(&m["last_error"]),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "MODULE",
+            "SUPERVISOR",
+            "HEALTH",
+            "STARTS",
+            "RESTARTS",
+            "FAILURES",
+            "CRASH-LOOP",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}
+
+/// `holdfast workloads`.
+pub fn workloads(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| {
+            vec![
+                s(&w["name"]),
+                s(&w["image"]),
+                s(&w["image_state"]),
+                s(&w["detail"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no workloads configured\n".to_owned();
+    }
+    table(&["WORKLOAD", "IMAGE", "IMAGE STATE", "DETAIL"], &rows)
+}
+
+/// `holdfast faults`.
+pub fn faults(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            vec![
+                s(&f["subject"]["module"]),
+                s(&f["subject"]["name"]),
+                s(&f["kind"]),
+                s(&f["failures"]),
+                s(&f["message"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no open faults\n".to_owned();
+    }
+    table(&["MODULE", "SUBJECT", "KIND", "FAILURES", "MESSAGE"], &rows)
+}
+
+/// `holdfast status`.
+pub fn status(v: &Value) -> String {
+    format!(
+        "node {}  phase {}  up {}s\n\n{}\n{}\n{}",
+        s(&v["node_id"]),
+        s(&v["phase"]),
+        s(&v["uptime_secs"]),
+        modules(&v["modules"]),
+        workloads(&v["workloads"]),
+        faults(&v["faults"]),
+    )
+}

@@ -1,0 +1,250 @@
+//! `holdfast run`: compose the modules, serve the admin API, and stop in order on a signal.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_lifecycle::{FaultBoard, NodeIdentity, StopPlan, StopReason, StopReport, Stopper};
+
+use crate::admin::{self, AdminConfig};
+use crate::config::{Config, Listen};
+use crate::metrics::Metrics;
+use crate::module::{Module, StopGroup};
+use crate::modules::{pull::PullModule, testing::HangOnStop};
+use crate::state::{NodeState, Phase};
+use crate::supervisor::{self, SuperviseConfig};
+
+/// Exit status: the node stopped cleanly, inside its budget.
+pub const EXIT_CLEAN: u8 = 0;
+/// Exit status: the node could not start (config, data directory, admin API).
+pub const EXIT_START_FAILED: u8 = 1;
+/// Exit status: the stop plan finished, but a stopper failed or was cut off at its budget.
+pub const EXIT_STOP_UNCLEAN: u8 = 3;
+/// Exit status: a second signal aborted the stop plan.
+pub const EXIT_ABORTED: u8 = 4;
+
+/// The node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The data directory.
+    #[error("data directory {}: {source}", path.display())]
+    DataDir {
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The node identity.
+    #[error("node identity: {0}")]
+    Identity(#[from] holdfast_lifecycle::IdentityError),
+    /// The admin API.
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+    /// The admin token file.
+    #[error("admin.token_file: {0}")]
+    Token(String),
+    /// Signal handlers.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// The exit status a stop report maps to.
+// i[impl node.stop.exit-status]
+pub fn exit_status(report: &StopReport) -> u8 {
+    if report.aborted {
+        EXIT_ABORTED
+    } else if report.clean() {
+        EXIT_CLEAN
+    } else {
+        EXIT_STOP_UNCLEAN
+    }
+}
+
+// r[impl node.data-dir]
+/// Creates the data directory (and its parents) with mode 0700, and tightens an existing one.
+pub fn prepare_data_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+}
+
+// r[impl node.stop.order]
+/// The stop plan: one group per [`StopGroup`] in [`StopGroup::ORDER`] (gateway drain first, image
+/// pulls last; empty groups are fine), each module's stopper in its group, one total budget.
+pub fn stop_plan(
+    budget: Duration,
+    stoppers: Vec<(String, StopGroup, Box<dyn Stopper>)>,
+) -> StopPlan {
+    let mut plan = StopPlan::new(budget);
+    let ids: Vec<_> = StopGroup::ORDER
+        .iter()
+        .map(|group| (*group, plan.group(group.name(), group.share())))
+        .collect();
+    for (name, group, stopper) in stoppers {
+        if let Some((_, id)) = ids.iter().find(|(g, _)| *g == group) {
+            plan.add(*id, name, stopper);
+        }
+    }
+    plan
+}
+
+/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan.
+pub async fn run(config: Config) -> Result<StopReport, RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+
+    let data_dir = config.node.data_dir.clone();
+    prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let identity = NodeIdentity::resolve(config.node.id.as_ref().map(|id| id.get_ref().as_str()))?;
+    let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
+    let token = match &config.admin.token_file {
+        Some(path) => Some(admin::token::read(path.get_ref()).map_err(RunError::Token)?),
+        None => None,
+    };
+    let tcp = match config.admin.listen.get_ref() {
+        Listen::Tcp(addr) => Some(*addr),
+        Listen::Off => None,
+    };
+    let server = admin::serve(
+        node.clone(),
+        AdminConfig {
+            tcp,
+            socket: config.admin.socket.clone(),
+            token,
+        },
+    )
+    .await?;
+    if let Some(addr) = server.tcp {
+        // Lets the CLI and tests find a node that was given port 0.
+        let _ = std::fs::write(data_dir.join("admin.addr"), format!("{addr}\n"));
+    }
+    tracing::info!(
+        node_id = identity.id(),
+        identity_source = ?identity.source(),
+        admin = ?server.tcp,
+        admin_socket = ?server.socket,
+        data_dir = %data_dir.display(),
+        "holdfast node starting"
+    );
+
+    let mut modules: Vec<Arc<dyn Module>> = Vec::new();
+    if config.pull.enabled {
+        modules.push(Arc::new(PullModule {
+            workloads: config
+                .workloads
+                .iter()
+                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
+                .collect(),
+            docker_host: config.pull.docker_host.clone(),
+            config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
+            tick: config.node.tick.get_ref().get(),
+            node: node.clone(),
+        }));
+    }
+    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
+        tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
+        modules.push(Arc::new(HangOnStop));
+    }
+
+    let mut supervised = Vec::new();
+    let mut first_starts = Vec::new();
+    for module in modules {
+        let supervise = SuperviseConfig {
+            policy: config.supervise_policy(identity.seed(&format!("supervise/{}", module.name()))),
+            must_last: config.supervise.must_last.get(),
+            crash_loop_threshold: *config.supervise.crash_loop_threshold.get_ref(),
+            crash_loop_window: config.supervise.crash_loop_window.get(),
+        };
+        let name = module.name().to_owned();
+        let group = module.group();
+        let s = supervisor::spawn(module, supervise, node.clone());
+        first_starts.push(s.first_start);
+        supervised.push((name, group, s.stopper));
+    }
+    let ready_node = node.clone();
+    tokio::spawn(async move {
+        for first in first_starts {
+            let _ = first.await;
+        }
+        if ready_node.phase() == Phase::Starting {
+            ready_node.set_phase(Phase::Running);
+            tracing::info!("holdfast node running");
+        }
+    });
+
+    // r[impl node.stop.signal]
+    let reason = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
+        _ = int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
+        () = node.drain_requested() => StopReason::Restart,
+    };
+    node.set_phase(Phase::Draining);
+    let plan = stop_plan(
+        config.node.stop_budget.get_ref().get(),
+        supervised
+            .into_iter()
+            .map(|(name, group, stopper)| (name, group, Box::new(stopper) as Box<dyn Stopper>))
+            .collect(),
+    );
+    // r[impl node.stop.second-signal]
+    let abort = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::warn!("second signal: aborting the stop plan");
+    };
+    let report = plan.run(reason, abort).await;
+    for module in &report.modules {
+        tracing::info!(module = %module.module, group = %module.group, took = ?module.took,
+            budget = ?module.budget, outcome = ?module.outcome, "module stopped");
+    }
+    tracing::info!(took = ?report.took, budget = ?report.budget, clean = report.clean(),
+        aborted = report.aborted, "holdfast node stopped");
+    if !report.aborted {
+        server.shutdown().await;
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    // r[verify node.stop.order]
+    #[tokio::test(start_paused = true)]
+    async fn modules_stop_group_by_group_gateway_first_pulls_last() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut stoppers = Vec::new();
+        // Added in reverse: the plan orders them, not the caller.
+        for group in StopGroup::ORDER.iter().rev() {
+            let order = Arc::clone(&order);
+            let name = group.name().to_owned();
+            stoppers.push((
+                format!("m-{name}"),
+                *group,
+                holdfast_lifecycle::stopper_fn(move |_| async move {
+                    order.lock().unwrap().push(name);
+                    Ok(())
+                }),
+            ));
+        }
+        let report = stop_plan(Duration::from_secs(10), stoppers)
+            .run(StopReason::Restart, std::future::pending())
+            .await;
+        assert!(report.clean());
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["gateway", "forward", "workload", "issuance", "pull"]
+        );
+        assert_eq!(exit_status(&report), EXIT_CLEAN);
+    }
+}

@@ -1,0 +1,217 @@
+//! What the node knows about itself, shared by the supervisors, the modules and the admin API.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use holdfast_lifecycle::{FaultBoard, Health, HealthWatch};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::module::StopGroup;
+
+/// Where the node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Modules are being started for the first time.
+    Starting,
+    /// Every module has had its first start.
+    Running,
+    /// The stop plan runs.
+    Draining,
+}
+
+/// What the supervisor is doing with a module.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SupervisorState {
+    /// Not started yet.
+    Pending,
+    /// Waiting to (re)start, after `failures` failures.
+    Waiting {
+        /// Seconds until the next start (0: now).
+        next_start_in_secs: f64,
+    },
+    /// Running; the start counts as a success once `confirmed`.
+    Running {
+        /// The start lasted long enough (and the module reported ready).
+        confirmed: bool,
+    },
+    /// Stopped by the stop plan.
+    Stopped,
+}
+
+/// One module's status, as `/v1/modules` answers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModuleStatus {
+    /// The module.
+    pub name: String,
+    /// Its stop group.
+    pub group: StopGroup,
+    /// What its supervisor is doing.
+    pub supervisor: SupervisorState,
+    /// What it says about itself.
+    pub health: Health,
+    /// Starts attempted.
+    pub starts: u32,
+    /// Restarts after its task ended.
+    pub restarts: u32,
+    /// The current failure streak.
+    pub failures: u32,
+    /// A crash loop was detected and not yet cleared by a start that lasted.
+    pub crash_loop: bool,
+    /// The latest failure.
+    pub last_error: Option<String>,
+}
+
+/// One workload's status, as `/v1/workloads` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkloadStatus {
+    /// The workload.
+    pub name: String,
+    /// Its image.
+    pub image: String,
+    /// Where its image stands: `present`, `pulling`, `waiting`, `escalated`, `daemon_unreachable`,
+    /// `unknown` (the pull module has not looked yet).
+    pub image_state: String,
+    /// Detail (progress, next attempt, last error).
+    pub detail: Option<String>,
+}
+
+struct ModuleEntry {
+    status: ModuleStatus,
+    health: Option<HealthWatch>,
+}
+
+/// The node's shared state. Cheap to clone.
+#[derive(Clone)]
+pub struct NodeState {
+    /// The node's identity.
+    pub node_id: String,
+    /// The fault board every module files on.
+    pub faults: FaultBoard,
+    /// The metrics registry.
+    pub metrics: Metrics,
+    phase: Arc<watch::Sender<Phase>>,
+    modules: Arc<Mutex<BTreeMap<String, ModuleEntry>>>,
+    workloads: Arc<Mutex<BTreeMap<String, WorkloadStatus>>>,
+    drain: Arc<tokio::sync::Notify>,
+    started: SystemTime,
+}
+
+impl std::fmt::Debug for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeState")
+            .field("node_id", &self.node_id)
+            .field("phase", &self.phase())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl NodeState {
+    /// A node that is starting.
+    pub fn new(node_id: impl Into<String>, faults: FaultBoard, metrics: Metrics) -> Self {
+        NodeState {
+            node_id: node_id.into(),
+            faults,
+            metrics,
+            phase: Arc::new(watch::channel(Phase::Starting).0),
+            modules: Arc::default(),
+            workloads: Arc::default(),
+            drain: Arc::default(),
+            started: SystemTime::now(),
+        }
+    }
+
+    /// The phase.
+    pub fn phase(&self) -> Phase {
+        *self.phase.borrow()
+    }
+
+    /// Moves to `phase`.
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.send_replace(phase);
+        self.metrics
+            .draining
+            .set(i64::from(phase == Phase::Draining));
+    }
+
+    /// When the node started.
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    /// Asks the node to drain and stop (the admin API's `POST /v1/drain`).
+    pub fn request_drain(&self) {
+        self.drain.notify_one();
+    }
+
+    /// Resolves when a drain was requested.
+    pub async fn drain_requested(&self) {
+        self.drain.notified().await;
+    }
+
+    /// Registers or updates a module's status (keeping its health watch unless a new one is
+    /// given).
+    pub fn update_module(&self, status: ModuleStatus, health: Option<HealthWatch>) {
+        let mut modules = lock(&self.modules);
+        let entry = modules
+            .entry(status.name.clone())
+            .or_insert_with(|| ModuleEntry {
+                status: status.clone(),
+                health: None,
+            });
+        entry.status = status;
+        if health.is_some() {
+            entry.health = health;
+        }
+    }
+
+    /// Drops a module's health watch (its instance ended).
+    pub fn clear_health(&self, module: &str, health: Health) {
+        if let Some(entry) = lock(&self.modules).get_mut(module) {
+            entry.health = None;
+            entry.status.health = health;
+        }
+    }
+
+    /// Every module's status, with its live health.
+    pub fn modules(&self) -> Vec<ModuleStatus> {
+        let modules = lock(&self.modules);
+        modules
+            .values()
+            .map(|entry| {
+                let mut status = entry.status.clone();
+                if let Some(health) = &entry.health {
+                    status.health = health.get();
+                }
+                status
+            })
+            .collect()
+    }
+
+    /// Sets the workloads' statuses (the pull module's view every tick).
+    pub fn set_workloads(&self, workloads: impl IntoIterator<Item = WorkloadStatus>) {
+        let mut map = lock(&self.workloads);
+        map.clear();
+        for w in workloads {
+            map.insert(w.name.clone(), w);
+        }
+    }
+
+    /// Every workload's status.
+    pub fn workloads(&self) -> Vec<WorkloadStatus> {
+        lock(&self.workloads).values().cloned().collect()
+    }
+
+    /// Whether every module has had its first start and the node is not draining.
+    pub fn ready(&self) -> bool {
+        self.phase() == Phase::Running
+    }
+}

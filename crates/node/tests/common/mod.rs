@@ -1,0 +1,129 @@
+//! Running the binary as a subprocess, shared by the subprocess suites.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use holdfast::admin::client::{Target, call};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+pub const TOKEN: &str = "tok-9f3c1e0d-never-logged";
+
+pub struct Node {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub admin: Target,
+}
+
+pub fn write_config(dir: &Path, extra: &str, budget: &str, docker: Option<&str>) -> PathBuf {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = format!(
+        "[node]\ndata_dir = \"{data}\"\nstop_budget = \"{budget}\"\ntick = \"1s\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\nsocket = \"{socket}\"\ntoken_file = \"{token}\"\n\n\
+         [log]\nformat = \"json\"\nlevel = \"debug\"\n\n\
+         [pull]\ndocker_host = \"{docker}\"\nbase = \"1s\"\ncap = \"2s\"\n\n{extra}",
+        data = dir.join("data").display(),
+        socket = dir.join("admin.sock").display(),
+        token = token_file.display(),
+        docker = docker.map_or_else(
+            || format!("unix://{}", dir.join("no-docker.sock").display()),
+            str::to_owned
+        ),
+    );
+    let path = dir.join("holdfast.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+pub fn start(extra: &str, budget: &str) -> Node {
+    start_in(tempfile::tempdir().unwrap(), extra, budget, None)
+}
+
+pub fn start_in(dir: tempfile::TempDir, extra: &str, budget: &str, docker: Option<&str>) -> Node {
+    let config = write_config(dir.path(), extra, budget, docker);
+    let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(["run", "-c"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        // A file, not a pipe: a pipe nobody drains would fill and block the node's logging.
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let addr_file = dir.path().join("data/admin.addr");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        if let Ok(text) = std::fs::read_to_string(&addr_file) {
+            if let Ok(addr) = text.trim().parse() {
+                break addr;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node never wrote its admin address"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Node {
+        child,
+        dir,
+        admin: Target::Tcp(addr),
+    }
+}
+
+impl Node {
+    pub fn signal(&self, signal: Signal) {
+        kill(
+            Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
+            signal,
+        )
+        .unwrap();
+    }
+
+    /// Waits for the exit (at most `limit`), returning the status code, the time it took and the
+    /// whole stderr.
+    pub fn wait(self, limit: Duration) -> (i32, Duration, String) {
+        let (code, took, log, _dir) = self.wait_inner(limit);
+        (code, took, log)
+    }
+
+    /// Like [`Node::wait`], keeping the node's directory for inspection.
+    pub fn wait_keeping_dir(self, limit: Duration) -> (i32, String, tempfile::TempDir) {
+        let (code, _, log, dir) = self.wait_inner(limit);
+        (code, log, dir)
+    }
+
+    fn wait_inner(mut self, limit: Duration) -> (i32, Duration, String, tempfile::TempDir) {
+        let began = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap();
+                return (status.code().unwrap_or(-1), began.elapsed(), log, self.dir);
+            }
+            if began.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("the node did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Result<String, holdfast::admin::client::ClientError> {
+        call(&self.admin, hyper::Method::GET, path, None).await
+    }
+
+    pub async fn until_ready(&self) {
+        for _ in 0..500 {
+            if self.get("/readyz").await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("never ready");
+    }
+}

@@ -1,0 +1,111 @@
+//! The node against the real dockerd and registry from `cargo xtask test` (skipped loudly
+//! without them): a workload's image is pulled and shows in `holdfast status`; the Docker socket
+//! gone makes the pull module degraded with one fault while the node runs on; the socket back
+//! clears the fault, with no restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use holdfast_test_support::services;
+use nix::sys::signal::Signal;
+
+async fn json(node: &common::Node, path: &str) -> serde_json::Value {
+    serde_json::from_str(&node.get(path).await.unwrap()).unwrap()
+}
+
+async fn until(node: &common::Node, what: &str, mut check: impl FnMut(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = json(node, "/v1/status").await;
+        if check(&status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {status:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn daemon_faults(status: &serde_json::Value) -> usize {
+    status["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["subject"]["name"] == "docker daemon")
+        .count()
+}
+
+// r[verify node.pull.workloads]
+// r[verify node.pull.degraded]
+#[tokio::test]
+async fn a_workload_image_is_pulled_and_a_docker_outage_is_one_fault_that_clears() {
+    let (Some(docker), Some(registry)) = (services::docker(), services::registry()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The node reaches dockerd through a link we can take away and put back.
+    let link = dir.path().join("docker.sock");
+    let host = format!("unix://{}", link.display());
+    let workload = format!(
+        "[[workload]]\nname = \"app\"\nimage = \"{}\"\n",
+        registry.image
+    );
+    let node = common::start_in(dir, &workload, "5s", Some(&host));
+    node.until_ready().await;
+
+    until(&node, "degraded without the socket", |s| {
+        s["modules"][0]["health"]["state"] == "degraded" && daemon_faults(s) == 1
+    })
+    .await;
+    let status = json(&node, "/v1/status").await;
+    assert_eq!(status["faults"].as_array().unwrap().len(), 1, "{status:#}");
+    assert_eq!(
+        node.get("/readyz").await.unwrap(),
+        "ready\n",
+        "the rest of the node runs"
+    );
+
+    std::os::unix::fs::symlink(&docker.socket, &link).unwrap();
+    until(&node, "pulled once the socket is back", |s| {
+        s["workloads"][0]["image_state"] == "present" && s["faults"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let status = json(&node, "/v1/status").await;
+    assert_eq!(status["modules"][0]["starts"], 1, "no restart: {status:#}");
+    assert_eq!(status["modules"][0]["restarts"], 0);
+    assert_eq!(status["modules"][0]["health"]["state"], "ready");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(["status", "--admin", &node.admin.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("app "))
+        .unwrap_or_else(|| panic!("no workload row: {text}"));
+    assert!(
+        row.contains(&registry.image) && row.contains("present"),
+        "{text}"
+    );
+
+    // The socket goes away while the image is present: degraded, one fault, node still runs.
+    std::fs::remove_file(node.dir.path().join("docker.sock")).unwrap();
+    until(&node, "degraded after the socket went", |s| {
+        s["modules"][0]["health"]["state"] == "degraded" && daemon_faults(s) == 1
+    })
+    .await;
+    std::os::unix::fs::symlink(&docker.socket, node.dir.path().join("docker.sock")).unwrap();
+    until(&node, "recovered", |s| {
+        s["modules"][0]["health"]["state"] == "ready" && s["faults"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let status = json(&node, "/v1/status").await;
+    assert_eq!(status["modules"][0]["starts"], 1, "no restart: {status:#}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, _) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0);
+}
