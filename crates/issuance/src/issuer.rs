@@ -128,13 +128,25 @@ pub enum IssuerError {
     Unknown(String),
 }
 
+/// The renewal time drawn from one ARI window, and when to ask for the window again.
+#[derive(Debug, Clone, Copy)]
+struct AriChoice {
+    /// The window the time was drawn from, and the time (`None`: no window, the fallback holds).
+    drawn: Option<((SystemTime, SystemTime), SystemTime)>,
+    /// When to ask again.
+    recheck: SystemTime,
+}
+
+/// The longest a renewal-information request may hold up a tick.
+const ARI_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Default)]
 struct Memory {
     manual: HashSet<String>,
     in_flight: HashSet<String>,
     last_error: HashMap<String, String>,
     /// ARI: the chosen renewal time and when to ask again, per hostname.
-    ari: HashMap<String, (Option<SystemTime>, SystemTime)>,
+    ari: HashMap<String, AriChoice>,
     /// A certificate file that could not be loaded, per hostname.
     bad_on_disk: HashMap<String, String>,
     /// Attempts finished, by (source, outcome).
@@ -343,7 +355,11 @@ impl Issuer {
         let history = self.db().history(&host.name)?;
         let current = self.store.get(&host.name).map(|pair| {
             let mut info = pair.info;
-            if let Some((Some(at), _)) = self.memory().ari.get(&host.name) {
+            if let Some(AriChoice {
+                drawn: Some((_, at)),
+                ..
+            }) = self.memory().ari.get(&host.name)
+            {
                 info.renew_at = *at;
             }
             info
@@ -530,29 +546,56 @@ impl Issuer {
         Ok((host.name.clone(), result))
     }
 
-    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it.
+    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it:
+    /// once per window (RFC 9773 §4.2), so re-asking does not re-draw, and an unchanged window
+    /// keeps its time. A request that does not answer in time, or no window, keeps what was drawn
+    /// before (else the two-thirds fallback), and cannot hold up the tick.
     // r[impl issue.renewal.ari]
+    // r[impl issue.bounds]
     async fn refresh_renewal_windows(&self, now: SystemTime) {
+        // One bound for the whole pass, not one per hostname: a stalled server must not hold a
+        // tick for hostnames × timeout. Hostnames not reached stay due for the next tick.
+        let bound = self.attempt_timeout.min(ARI_TIMEOUT);
+        let deadline = tokio::time::Instant::now() + bound;
         for host in &self.hosts {
             let Some(pair) = self.store.get(&host.name) else {
                 continue;
             };
-            let due = self
-                .memory()
-                .ari
-                .get(&host.name)
-                .is_none_or(|(_, recheck)| *recheck <= now);
-            if !due {
+            let previous = self.memory().ari.get(&host.name).copied();
+            if previous.is_some_and(|p| p.recheck > now) {
                 continue;
             }
-            let window = host.source.renewal_window(&pair).await;
+            let kept = previous.and_then(|p| p.drawn);
+            let Ok(window) =
+                tokio::time::timeout_at(deadline, host.source.renewal_window(&pair)).await
+            else {
+                tracing::warn!(hostname = %host.name, timeout = ?bound,
+                    "renewal information did not answer in time; asking again in an hour");
+                let entry = AriChoice {
+                    drawn: kept,
+                    recheck: now + Duration::from_secs(3600),
+                };
+                self.memory().ari.insert(host.name.clone(), entry);
+                break;
+            };
             let entry = match window {
-                Some(w) => (
-                    Some(pick_in_window(&w, rand::random::<f64>(), now)),
-                    now + w.recheck_after.max(Duration::from_secs(60)),
-                ),
-                // No ARI: the two-thirds fallback; ask again in a day.
-                None => (None, now + Duration::from_secs(86400)),
+                Some(w) => {
+                    let span = (w.start, w.end);
+                    let drawn = match kept {
+                        Some((was, at)) if was == span => (span, at),
+                        _ => (span, pick_in_window(&w, rand::random::<f64>(), now)),
+                    };
+                    AriChoice {
+                        drawn: Some(drawn),
+                        recheck: now + w.recheck_after.max(Duration::from_secs(60)),
+                    }
+                }
+                // No ARI (or no answer): what was drawn before, else the two-thirds fallback;
+                // ask again in a day.
+                None => AriChoice {
+                    drawn: kept,
+                    recheck: now + Duration::from_secs(86400),
+                },
             };
             self.memory().ari.insert(host.name.clone(), entry);
         }
