@@ -628,3 +628,49 @@ async fn a_locked_attempts_table_is_a_clear_error_and_a_fault_and_replaces_nothi
     let days = metrics.days_to_expiry["a.example"];
     assert!((89.0..=90.0).contains(&days), "{days}");
 }
+
+/// A provider that answers 200 with a body far larger than any certificate (8 MiB), then stalls.
+async fn oversized_provider() -> SocketAddr {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n";
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'A'; 64 * 1024];
+                for _ in 0..128 {
+                    if stream.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    addr
+}
+
+// r[verify issue.bounds]
+#[tokio::test]
+async fn an_oversized_answer_from_the_local_provider_is_refused_at_once() {
+    let provider = LocalProvider::new(
+        LocalEndpoint::Tcp(oversized_provider().await),
+        Duration::from_secs(3),
+    );
+    let err = provider.obtain("big.example").await.unwrap_err();
+    assert_eq!(
+        err.class,
+        holdfast_issuance::ErrorClass::BadCertificate,
+        "{err}"
+    );
+    assert!(err.message.contains("larger than"), "{err}");
+}
