@@ -174,7 +174,7 @@ fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
         if !is_dns_name(&h.name) {
             return Err(StartError::Config(format!(
                 "{key}: {:?} is not a DNS name (letters, digits, '-' and '_' in dot-separated \
-                 labels of 1 to 63 characters, at most 253 in all)",
+                 labels of 1 to 63 characters, at most 253 in all, optionally after `*.`)",
                 h.name
             )));
         }
@@ -189,6 +189,8 @@ fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
 }
 
 fn is_dns_name(name: &str) -> bool {
+    // A wildcard (a local provider may hand one out) is one leading `*` label.
+    let name = name.strip_prefix("*.").unwrap_or(name);
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {
@@ -404,6 +406,7 @@ mod tests {
             (vec!["a.example", "a/b.example"], "hostname[1].name"),
             (vec![""], "hostname[0].name"),
             (vec!["a.example", "A.example"], "hostname[1].name"),
+            (vec!["*.a.example", "a.*.example"], "hostname[1].name"),
         ] {
             let hostnames: Vec<_> = names
                 .iter()
