@@ -674,3 +674,54 @@ async fn an_oversized_answer_from_the_local_provider_is_refused_at_once() {
     );
     assert!(err.message.contains("larger than"), "{err}");
 }
+
+// r[verify issue.fault]
+// r[verify issue.store.validate]
+#[tokio::test]
+async fn a_bad_certificate_on_disk_is_one_fault_until_a_good_pair_replaces_it() {
+    let env = Env::new();
+    let certs = env.dir.path().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::write(certs.join("a.example.pem"), "not a certificate").unwrap();
+    let proxy = FaultProxy::start(provider().await).await.unwrap();
+    proxy.set_mode(Mode::Close).await.unwrap();
+    let board = holdfast_lifecycle::FaultBoard::new();
+    let issuer = env
+        .issuer(vec![Hostname {
+            name: "a.example".into(),
+            source: local(proxy.addr()),
+        }])
+        .with_fault_board(board.clone());
+    let faults = board.list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(
+        (faults[0].subject.name.as_str(), faults[0].kind.as_str()),
+        ("a.example", "bad_certificate")
+    );
+    assert!(faults[0].message.contains("a.example"), "{faults:?}");
+    // Nothing usable is served, the bad file stays, and a failed attempt keeps the one fault.
+    assert!(issuer.store().get("a.example").is_none());
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(
+        report.dispatched,
+        vec![("a.example".to_owned(), IssueReason::Missing)]
+    );
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(certs.join("a.example.pem")).unwrap(),
+        "not a certificate"
+    );
+    let faults = board.list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].kind, "bad_certificate");
+    // A good pair replaces it: the fault clears.
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    issuer.force_retry("a.example").unwrap();
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    assert!(board.is_empty(), "{:?}", board.list());
+    assert!(
+        std::fs::read_to_string(certs.join("a.example.pem"))
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+}
