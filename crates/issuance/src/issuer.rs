@@ -153,6 +153,22 @@ struct Memory {
     attempts: BTreeMap<(String, &'static str), u64>,
 }
 
+/// Frees a hostname claimed by a tick when dropped.
+struct InFlight<'a> {
+    memory: &'a Mutex<Memory>,
+    hostname: &'a str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .in_flight
+            .remove(self.hostname);
+    }
+}
+
 /// The issuer's metrics, for the node's Prometheus endpoint.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Metrics {
@@ -401,19 +417,30 @@ impl Issuer {
         let mut attempts = Vec::new();
         let mut stopped: Option<HistoryError> = None;
         for host in &self.hosts {
-            if self.memory().in_flight.contains(&host.name) {
+            // Claim the hostname before deciding, in one step with the check: a tick running
+            // beside this one (on another worker) neither dispatches it too nor acts on a
+            // decision taken before this one's attempt recorded its outcome.
+            if !self.memory().in_flight.insert(host.name.clone()) {
                 continue;
             }
+            let release = || {
+                self.memory().in_flight.remove(&host.name);
+            };
             let manual = self.memory().manual.contains(&host.name);
             let verdict = match self.decide(host, Flags { manual }, now) {
                 Ok(v) => v,
                 Err(IssuerError::History(err)) => {
+                    release();
                     stopped = Some(err);
                     break;
                 }
-                Err(err) => return Err(err),
+                Err(err) => {
+                    release();
+                    return Err(err);
+                }
             };
             let Verdict::Issue(reason) = verdict else {
+                release();
                 continue;
             };
             let id = match self
@@ -423,15 +450,12 @@ impl Issuer {
                 Ok(id) => id,
                 // Dispatch nothing more, but let the attempts already begun finish and record.
                 Err(err) => {
+                    release();
                     stopped = Some(err);
                     break;
                 }
             };
-            {
-                let mut memory = self.memory();
-                memory.manual.remove(&host.name);
-                memory.in_flight.insert(host.name.clone());
-            }
+            self.memory().manual.remove(&host.name);
             report.dispatched.push((host.name.clone(), reason));
             attempts.push(self.attempt(host, id));
         }
@@ -481,9 +505,13 @@ impl Issuer {
             )),
         };
         let end = self.clock.now();
-        // Free the hostname before any recording can fail: a failed write leaves an open row
+        // The hostname is freed once its outcome is recorded (so no decision sees it free with
+        // the outcome missing), and also when recording fails: a failed write leaves an open row
         // (settled as interrupted later), never a hostname stuck "in flight".
-        self.memory().in_flight.remove(&host.name);
+        let _free = InFlight {
+            memory: &self.memory,
+            hostname: &host.name,
+        };
         let stored = obtained.and_then(|pair| {
             self.store
                 .replace(&host.name, pair, end)

@@ -725,3 +725,45 @@ async fn a_bad_certificate_on_disk_is_one_fault_until_a_good_pair_replaces_it() 
             .contains("BEGIN CERTIFICATE")
     );
 }
+
+/// Issues a leaf for any hostname and counts the calls per hostname.
+struct Issuing(std::sync::Mutex<HashMap<String, u32>>);
+
+impl Source for Issuing {
+    fn name(&self) -> &str {
+        "issuing"
+    }
+    fn obtain<'a>(&'a self, host: &'a str) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        *self.0.lock().unwrap().entry(host.to_owned()).or_default() += 1;
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            let (chain, key) = leaf(host, SystemTime::now() - Duration::from_secs(60), 90 * DAY);
+            Ok(CertifiedPair::parse(host, &chain, &key).unwrap())
+        })
+    }
+}
+
+// r[verify issue.dispatch]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ticks_at_once_never_dispatch_one_hostname_twice() {
+    let env = Env::new();
+    let source = Arc::new(Issuing(std::sync::Mutex::new(HashMap::new())));
+    let hosts: Vec<Hostname> = (0..300)
+        .map(|i| Hostname {
+            name: format!("c{i}.example"),
+            source: source.clone(),
+        })
+        .collect();
+    let issuer = Arc::new(env.issuer(hosts));
+    let (a, b) = (issuer.clone(), issuer.clone());
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(async move { a.tick().await.unwrap() }),
+        tokio::spawn(async move { b.tick().await.unwrap() })
+    );
+    let dispatched = ra.unwrap().dispatched.len() + rb.unwrap().dispatched.len();
+    let calls = source.0.lock().unwrap();
+    let twice: Vec<_> = calls.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "dispatched twice: {twice:?}");
+    assert_eq!(dispatched, 300);
+    assert_eq!(issuer.with_history(|db| db.row_count().unwrap()), 300);
+}
