@@ -102,6 +102,26 @@ pub struct AcmeSource {
     config: AcmeConfig,
     challenges: Challenges,
     account: tokio::sync::Mutex<Option<Account>>,
+    /// The HTTP client to reach the server with (`None`: instant-acme's own, over TLS).
+    http: Option<Arc<dyn instant_acme::HttpClient>>,
+}
+
+/// Lends a shared HTTP client to an account builder (which takes ownership of one).
+struct SharedHttp(Arc<dyn instant_acme::HttpClient>);
+
+impl instant_acme::HttpClient for SharedHttp {
+    fn request(
+        &self,
+        req: hyper::Request<instant_acme::BodyWrapper<bytes::Bytes>>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<instant_acme::BytesResponse, instant_acme::Error>,
+                > + Send,
+        >,
+    > {
+        self.0.request(req)
+    }
 }
 
 impl std::fmt::Debug for AcmeSource {
@@ -112,10 +132,16 @@ impl std::fmt::Debug for AcmeSource {
     }
 }
 
-fn builder(config: &AcmeConfig) -> Result<instant_acme::AccountBuilder, SourceError> {
-    let built = match &config.ca_pem {
-        Some(pem) => Account::builder_with_root(pem),
-        None => Account::builder(),
+fn builder(
+    config: &AcmeConfig,
+    http: Option<&Arc<dyn instant_acme::HttpClient>>,
+) -> Result<instant_acme::AccountBuilder, SourceError> {
+    let built = match (http, &config.ca_pem) {
+        (Some(http), _) => Ok(Account::builder_with_http(Box::new(SharedHttp(
+            http.clone(),
+        )))),
+        (None, Some(pem)) => Account::builder_with_root(pem),
+        (None, None) => Account::builder(),
     };
     built.map_err(|e| SourceError::new(ErrorClass::Rejected, format!("ACME client: {e}")))
 }
@@ -158,6 +184,20 @@ impl AcmeSource {
             config,
             challenges,
             account: tokio::sync::Mutex::new(None),
+            http: None,
+        }
+    }
+
+    /// A source that reaches the ACME server through `http` instead of instant-acme's own TLS
+    /// client (a proxy, or an in-process server in tests); `config.ca_pem` is then unused.
+    pub fn with_http(
+        config: AcmeConfig,
+        challenges: Challenges,
+        http: Arc<dyn instant_acme::HttpClient>,
+    ) -> Self {
+        Self {
+            http: Some(http),
+            ..Self::new(config, challenges)
         }
     }
 
@@ -177,7 +217,7 @@ impl AcmeSource {
                             format!("ACME account {}: {e}", path.display()),
                         )
                     })?;
-                builder(&self.config)?
+                builder(&self.config, self.http.as_ref())?
                     .from_credentials(credentials)
                     .await
                     .map_err(|e| classify(&e))?
@@ -193,7 +233,7 @@ impl AcmeSource {
                     }
                     None => None,
                 };
-                let (account, credentials) = builder(&self.config)?
+                let (account, credentials) = builder(&self.config, self.http.as_ref())?
                     .create(
                         &NewAccount {
                             contact: &contact,
@@ -241,8 +281,13 @@ impl AcmeSource {
             .new_order(&new_order)
             .await
             .map_err(|e| classify(&e))?;
-        let mut tokens = Vec::new();
-        let result = async {
+        // Tokens stop being answered when the attempt ends, however it ends: finished, failed,
+        // or cancelled by the attempt timeout or a stop (the guard's drop).
+        let mut tokens = AnsweredTokens {
+            challenges: &self.challenges,
+            tokens: Vec::new(),
+        };
+        async {
             let mut authorizations = order.authorizations();
             while let Some(authz) = authorizations.next().await {
                 let mut authz = authz.map_err(|e| classify(&e))?;
@@ -260,9 +305,7 @@ impl AcmeSource {
                     SourceError::new(ErrorClass::Rejected, "no http-01 challenge offered")
                 })?;
                 let key_authorization = challenge.key_authorization();
-                self.challenges
-                    .insert(&challenge.token, key_authorization.as_str());
-                tokens.push(challenge.token.clone());
+                tokens.answer(&challenge.token, key_authorization.as_str());
                 challenge.set_ready().await.map_err(|e| classify(&e))?;
             }
             let retries = RetryPolicy::new().timeout(self.config.order_timeout);
@@ -287,11 +330,30 @@ impl AcmeSource {
             CertifiedPair::parse(hostname, &chain_pem, &key_pem)
                 .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
         }
-        .await;
-        for token in tokens {
-            self.challenges.remove(&token);
+        .await
+    }
+}
+
+/// The challenge tokens one attempt has the responder answer; dropping it stops answering them.
+// r[impl issue.acme.http01]
+// r[impl issue.bounds]
+struct AnsweredTokens<'a> {
+    challenges: &'a Challenges,
+    tokens: Vec<String>,
+}
+
+impl AnsweredTokens<'_> {
+    fn answer(&mut self, token: &str, key_authorization: &str) {
+        self.challenges.insert(token, key_authorization);
+        self.tokens.push(token.to_owned());
+    }
+}
+
+impl Drop for AnsweredTokens<'_> {
+    fn drop(&mut self) {
+        for token in &self.tokens {
+            self.challenges.remove(token);
         }
-        result
     }
 }
 
@@ -476,5 +538,117 @@ mod tests {
             hmac_key: "c2VjcmV0".into(),
         };
         assert!(!format!("{eab:?}").contains("c2VjcmV0"));
+    }
+
+    /// An ACME server in process: account, order and authorization answer; the challenge's
+    /// "ready" never does (a server that stalls mid-attempt).
+    struct StallingAcme;
+
+    impl instant_acme::HttpClient for StallingAcme {
+        fn request(
+            &self,
+            req: hyper::Request<instant_acme::BodyWrapper<bytes::Bytes>>,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<
+                        Output = Result<instant_acme::BytesResponse, instant_acme::Error>,
+                    > + Send,
+            >,
+        > {
+            const BASE: &str = "https://acme.test";
+            let path = req.uri().path().to_owned();
+            let (status, location, body) = match path.as_str() {
+                "/dir" => (
+                    200,
+                    None,
+                    serde_json::json!({
+                        "newNonce": format!("{BASE}/nonce"),
+                        "newAccount": format!("{BASE}/account"),
+                        "newOrder": format!("{BASE}/order"),
+                    }),
+                ),
+                "/nonce" => (200, None, serde_json::json!({})),
+                "/account" => (
+                    201,
+                    Some(format!("{BASE}/acct/1")),
+                    serde_json::json!({ "status": "valid" }),
+                ),
+                "/order" => (
+                    201,
+                    Some(format!("{BASE}/order/1")),
+                    serde_json::json!({
+                        "status": "pending",
+                        "identifiers": [{ "type": "dns", "value": "a.example" }],
+                        "authorizations": [format!("{BASE}/authz/1")],
+                        "finalize": format!("{BASE}/finalize/1"),
+                    }),
+                ),
+                "/authz/1" => (
+                    200,
+                    None,
+                    serde_json::json!({
+                        "status": "pending",
+                        "identifier": { "type": "dns", "value": "a.example" },
+                        "challenges": [{
+                            "type": "http-01",
+                            "url": format!("{BASE}/chall/1"),
+                            "token": "tok-1",
+                            "status": "pending",
+                        }],
+                    }),
+                ),
+                _ => return Box::pin(std::future::pending()),
+            };
+            let mut response = hyper::Response::builder()
+                .status(status)
+                .header("Replay-Nonce", "nonce-1")
+                .header("Content-Type", "application/json");
+            if let Some(l) = location {
+                response = response.header("Location", l);
+            }
+            let (parts, ()) = response.body(()).unwrap().into_parts();
+            let body: Box<dyn instant_acme::BytesBody> =
+                Box::new(bytes::Bytes::from(body.to_string()));
+            Box::pin(async move { Ok(instant_acme::BytesResponse { parts, body }) })
+        }
+    }
+
+    // r[verify issue.acme.http01]
+    // r[verify issue.bounds]
+    #[tokio::test]
+    async fn a_cancelled_attempt_stops_answering_its_challenge() {
+        let dir = tempfile::tempdir().unwrap();
+        let challenges = Challenges::default();
+        let source = AcmeSource::with_http(
+            AcmeConfig {
+                directory: "https://acme.test/dir".into(),
+                contact: vec![],
+                eab: None,
+                profile: None,
+                ca_pem: None,
+                account_path: dir.path().join("account.json"),
+                order_timeout: Duration::from_secs(60),
+            },
+            challenges.clone(),
+            Arc::new(StallingAcme),
+        );
+        let mut attempt = source.obtain("a.example");
+        // Run the attempt until its challenge is being answered, then cut it off, as the
+        // issuer's attempt timeout (or a stop) does.
+        let answered = async {
+            while challenges.get("tok-1").is_none() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::select! {
+            r = &mut attempt => panic!("the stalled attempt ended: {r:?}"),
+            () = answered => {}
+        }
+        drop(attempt);
+        assert_eq!(
+            challenges.get("tok-1"),
+            None,
+            "the token outlived its attempt"
+        );
     }
 }

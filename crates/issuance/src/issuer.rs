@@ -128,17 +128,45 @@ pub enum IssuerError {
     Unknown(String),
 }
 
+/// The renewal time drawn from one ARI window, and when to ask for the window again.
+#[derive(Debug, Clone, Copy)]
+struct AriChoice {
+    /// The window the time was drawn from, and the time (`None`: no window, the fallback holds).
+    drawn: Option<((SystemTime, SystemTime), SystemTime)>,
+    /// When to ask again.
+    recheck: SystemTime,
+}
+
+/// The longest a renewal-information request may hold up a tick.
+const ARI_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Default)]
 struct Memory {
     manual: HashSet<String>,
     in_flight: HashSet<String>,
     last_error: HashMap<String, String>,
     /// ARI: the chosen renewal time and when to ask again, per hostname.
-    ari: HashMap<String, (Option<SystemTime>, SystemTime)>,
+    ari: HashMap<String, AriChoice>,
     /// A certificate file that could not be loaded, per hostname.
     bad_on_disk: HashMap<String, String>,
     /// Attempts finished, by (source, outcome).
     attempts: BTreeMap<(String, &'static str), u64>,
+}
+
+/// Frees a hostname claimed by a tick when dropped.
+struct InFlight<'a> {
+    memory: &'a Mutex<Memory>,
+    hostname: &'a str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .in_flight
+            .remove(self.hostname);
+    }
 }
 
 /// The issuer's metrics, for the node's Prometheus endpoint.
@@ -343,7 +371,11 @@ impl Issuer {
         let history = self.db().history(&host.name)?;
         let current = self.store.get(&host.name).map(|pair| {
             let mut info = pair.info;
-            if let Some((Some(at), _)) = self.memory().ari.get(&host.name) {
+            if let Some(AriChoice {
+                drawn: Some((_, at)),
+                ..
+            }) = self.memory().ari.get(&host.name)
+            {
                 info.renew_at = *at;
             }
             info
@@ -385,19 +417,30 @@ impl Issuer {
         let mut attempts = Vec::new();
         let mut stopped: Option<HistoryError> = None;
         for host in &self.hosts {
-            if self.memory().in_flight.contains(&host.name) {
+            // Claim the hostname before deciding, in one step with the check: a tick running
+            // beside this one (on another worker) neither dispatches it too nor acts on a
+            // decision taken before this one's attempt recorded its outcome.
+            if !self.memory().in_flight.insert(host.name.clone()) {
                 continue;
             }
+            let release = || {
+                self.memory().in_flight.remove(&host.name);
+            };
             let manual = self.memory().manual.contains(&host.name);
             let verdict = match self.decide(host, Flags { manual }, now) {
                 Ok(v) => v,
                 Err(IssuerError::History(err)) => {
+                    release();
                     stopped = Some(err);
                     break;
                 }
-                Err(err) => return Err(err),
+                Err(err) => {
+                    release();
+                    return Err(err);
+                }
             };
             let Verdict::Issue(reason) = verdict else {
+                release();
                 continue;
             };
             let id = match self
@@ -407,15 +450,12 @@ impl Issuer {
                 Ok(id) => id,
                 // Dispatch nothing more, but let the attempts already begun finish and record.
                 Err(err) => {
+                    release();
                     stopped = Some(err);
                     break;
                 }
             };
-            {
-                let mut memory = self.memory();
-                memory.manual.remove(&host.name);
-                memory.in_flight.insert(host.name.clone());
-            }
+            self.memory().manual.remove(&host.name);
             report.dispatched.push((host.name.clone(), reason));
             attempts.push(self.attempt(host, id));
         }
@@ -465,9 +505,13 @@ impl Issuer {
             )),
         };
         let end = self.clock.now();
-        // Free the hostname before any recording can fail: a failed write leaves an open row
+        // The hostname is freed once its outcome is recorded (so no decision sees it free with
+        // the outcome missing), and also when recording fails: a failed write leaves an open row
         // (settled as interrupted later), never a hostname stuck "in flight".
-        self.memory().in_flight.remove(&host.name);
+        let _free = InFlight {
+            memory: &self.memory,
+            hostname: &host.name,
+        };
         let stored = obtained.and_then(|pair| {
             self.store
                 .replace(&host.name, pair, end)
@@ -530,29 +574,56 @@ impl Issuer {
         Ok((host.name.clone(), result))
     }
 
-    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it.
+    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it:
+    /// once per window (RFC 9773 §4.2), so re-asking does not re-draw, and an unchanged window
+    /// keeps its time. A request that does not answer in time, or no window, keeps what was drawn
+    /// before (else the two-thirds fallback), and cannot hold up the tick.
     // r[impl issue.renewal.ari]
+    // r[impl issue.bounds]
     async fn refresh_renewal_windows(&self, now: SystemTime) {
+        // One bound for the whole pass, not one per hostname: a stalled server must not hold a
+        // tick for hostnames × timeout. Hostnames not reached stay due for the next tick.
+        let bound = self.attempt_timeout.min(ARI_TIMEOUT);
+        let deadline = tokio::time::Instant::now() + bound;
         for host in &self.hosts {
             let Some(pair) = self.store.get(&host.name) else {
                 continue;
             };
-            let due = self
-                .memory()
-                .ari
-                .get(&host.name)
-                .is_none_or(|(_, recheck)| *recheck <= now);
-            if !due {
+            let previous = self.memory().ari.get(&host.name).copied();
+            if previous.is_some_and(|p| p.recheck > now) {
                 continue;
             }
-            let window = host.source.renewal_window(&pair).await;
+            let kept = previous.and_then(|p| p.drawn);
+            let Ok(window) =
+                tokio::time::timeout_at(deadline, host.source.renewal_window(&pair)).await
+            else {
+                tracing::warn!(hostname = %host.name, timeout = ?bound,
+                    "renewal information did not answer in time; asking again in an hour");
+                let entry = AriChoice {
+                    drawn: kept,
+                    recheck: now + Duration::from_secs(3600),
+                };
+                self.memory().ari.insert(host.name.clone(), entry);
+                break;
+            };
             let entry = match window {
-                Some(w) => (
-                    Some(pick_in_window(&w, rand::random::<f64>(), now)),
-                    now + w.recheck_after.max(Duration::from_secs(60)),
-                ),
-                // No ARI: the two-thirds fallback; ask again in a day.
-                None => (None, now + Duration::from_secs(86400)),
+                Some(w) => {
+                    let span = (w.start, w.end);
+                    let drawn = match kept {
+                        Some((was, at)) if was == span => (span, at),
+                        _ => (span, pick_in_window(&w, rand::random::<f64>(), now)),
+                    };
+                    AriChoice {
+                        drawn: Some(drawn),
+                        recheck: now + w.recheck_after.max(Duration::from_secs(60)),
+                    }
+                }
+                // No ARI (or no answer): what was drawn before, else the two-thirds fallback;
+                // ask again in a day.
+                None => AriChoice {
+                    drawn: kept,
+                    recheck: now + Duration::from_secs(86400),
+                },
             };
             self.memory().ari.insert(host.name.clone(), entry);
         }

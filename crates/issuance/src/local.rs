@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty};
+use http_body_util::{BodyExt as _, Empty, LengthLimitError, Limited};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -23,6 +23,10 @@ pub enum LocalEndpoint {
     /// A Unix socket path.
     Unix(PathBuf),
 }
+
+/// The largest answer read from the provider: a chain and key are a few KiB, and a peer that
+/// sends more must not be able to grow the node's memory without bound.
+pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// The local provider source.
 #[derive(Debug, Clone)]
@@ -106,11 +110,20 @@ where
         .get(hyper::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| holdfast_retry::http::parse_retry_after(v, std::time::SystemTime::now()));
-    let body = response
-        .into_body()
+    // r[impl issue.bounds]
+    let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
         .collect()
         .await
-        .map_err(|e| SourceError::new(ErrorClass::Unreachable, format!("local provider: {e}")))?
+        .map_err(|e| {
+            if e.is::<LengthLimitError>() {
+                SourceError::new(
+                    ErrorClass::BadCertificate,
+                    format!("local provider: answer larger than {MAX_ANSWER_BYTES} bytes"),
+                )
+            } else {
+                SourceError::new(ErrorClass::Unreachable, format!("local provider: {e}"))
+            }
+        })?
         .to_bytes();
     conn.abort();
     Ok((status, retry_after, body))

@@ -163,6 +163,46 @@ pub enum StartError {
     },
 }
 
+/// Every hostname is a DNS name (it names a file under the data directory and a path on the
+/// local provider, so `/` or `..` must never reach either) and is listed once (case-insensitively:
+/// two entries for one name would be two attempts at once).
+// r[impl issue.module]
+fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, h) in hostnames.iter().enumerate() {
+        let key = format!("hostname[{i}].name");
+        if !is_dns_name(&h.name) {
+            return Err(StartError::Config(format!(
+                "{key}: {:?} is not a DNS name (letters, digits, '-' and '_' in dot-separated \
+                 labels of 1 to 63 characters, at most 253 in all, optionally after `*.`)",
+                h.name
+            )));
+        }
+        if !seen.insert(h.name.to_ascii_lowercase()) {
+            return Err(StartError::Config(format!(
+                "{key}: {:?} is listed more than once",
+                h.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn is_dns_name(name: &str) -> bool {
+    // A wildcard (a local provider may hand one out) is one leading `*` label.
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 /// A running issuance module.
 #[derive(Debug)]
 pub struct Issuance {
@@ -185,6 +225,7 @@ pub async fn start(
     faults: FaultBoard,
 ) -> Result<Issuance, StartError> {
     let policy = config.policy(seed)?;
+    check_hostnames(&config.hostnames)?;
     let dir = data_dir.join("issuance");
     let store = CertStore::new(&dir.join("certs"))?;
     let db = HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host)?;
@@ -354,5 +395,43 @@ mod tests {
         assert!(
             serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "nope": 1 })).is_err()
         );
+    }
+
+    // r[verify issue.module]
+    #[tokio::test]
+    async fn a_hostname_that_is_not_a_dns_name_or_is_listed_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (names, key) in [
+            (vec!["../../escape"], "hostname[0].name"),
+            (vec!["a.example", "a/b.example"], "hostname[1].name"),
+            (vec![""], "hostname[0].name"),
+            (vec!["a.example", "A.example"], "hostname[1].name"),
+            (vec!["*.a.example", "a.*.example"], "hostname[1].name"),
+        ] {
+            let hostnames: Vec<_> = names
+                .iter()
+                .map(|n| serde_json::json!({ "name": n, "source": "local" }))
+                .collect();
+            let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+                "hostname": hostnames,
+                "local": { "endpoint": { "tcp": "127.0.0.1:9" } },
+            }))
+            .unwrap();
+            let err = start(
+                &config,
+                dir.path(),
+                1,
+                Arc::new(crate::SystemWallClock),
+                FaultBoard::new(),
+            )
+            .await
+            .map(|_| ())
+            .unwrap_err();
+            assert!(matches!(err, StartError::Config(_)), "{names:?}: {err}");
+            assert!(err.to_string().contains(key), "{names:?}: {err}");
+        }
+        // Nothing was written outside the data directory.
+        assert!(!dir.path().join("escape.pem").exists());
+        assert!(!dir.path().join("issuance/escape.pem").exists());
     }
 }

@@ -35,7 +35,7 @@ impl Challenges {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(token);
     }
-    fn get(&self, token: &str) -> Option<String> {
+    pub(crate) fn get(&self, token: &str) -> Option<String> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -628,3 +628,142 @@ async fn a_locked_attempts_table_is_a_clear_error_and_a_fault_and_replaces_nothi
     let days = metrics.days_to_expiry["a.example"];
     assert!((89.0..=90.0).contains(&days), "{days}");
 }
+
+/// A provider that answers 200 with a body far larger than any certificate (8 MiB), then stalls.
+async fn oversized_provider() -> SocketAddr {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n";
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'A'; 64 * 1024];
+                for _ in 0..128 {
+                    if stream.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    addr
+}
+
+// r[verify issue.bounds]
+#[tokio::test]
+async fn an_oversized_answer_from_the_local_provider_is_refused_at_once() {
+    let provider = LocalProvider::new(
+        LocalEndpoint::Tcp(oversized_provider().await),
+        Duration::from_secs(3),
+    );
+    let err = provider.obtain("big.example").await.unwrap_err();
+    assert_eq!(
+        err.class,
+        holdfast_issuance::ErrorClass::BadCertificate,
+        "{err}"
+    );
+    assert!(err.message.contains("larger than"), "{err}");
+}
+
+// r[verify issue.fault]
+// r[verify issue.store.validate]
+#[tokio::test]
+async fn a_bad_certificate_on_disk_is_one_fault_until_a_good_pair_replaces_it() {
+    let env = Env::new();
+    let certs = env.dir.path().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::write(certs.join("a.example.pem"), "not a certificate").unwrap();
+    let proxy = FaultProxy::start(provider().await).await.unwrap();
+    proxy.set_mode(Mode::Close).await.unwrap();
+    let board = holdfast_lifecycle::FaultBoard::new();
+    let issuer = env
+        .issuer(vec![Hostname {
+            name: "a.example".into(),
+            source: local(proxy.addr()),
+        }])
+        .with_fault_board(board.clone());
+    let faults = board.list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(
+        (faults[0].subject.name.as_str(), faults[0].kind.as_str()),
+        ("a.example", "bad_certificate")
+    );
+    assert!(faults[0].message.contains("a.example"), "{faults:?}");
+    // Nothing usable is served, the bad file stays, and a failed attempt keeps the one fault.
+    assert!(issuer.store().get("a.example").is_none());
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(
+        report.dispatched,
+        vec![("a.example".to_owned(), IssueReason::Missing)]
+    );
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(certs.join("a.example.pem")).unwrap(),
+        "not a certificate"
+    );
+    let faults = board.list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].kind, "bad_certificate");
+    // A good pair replaces it: the fault clears.
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    issuer.force_retry("a.example").unwrap();
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    assert!(board.is_empty(), "{:?}", board.list());
+    assert!(
+        std::fs::read_to_string(certs.join("a.example.pem"))
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+}
+
+/// Issues a leaf for any hostname and counts the calls per hostname.
+struct Issuing(std::sync::Mutex<HashMap<String, u32>>);
+
+impl Source for Issuing {
+    fn name(&self) -> &str {
+        "issuing"
+    }
+    fn obtain<'a>(&'a self, host: &'a str) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        *self.0.lock().unwrap().entry(host.to_owned()).or_default() += 1;
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            let (chain, key) = leaf(host, SystemTime::now() - Duration::from_secs(60), 90 * DAY);
+            Ok(CertifiedPair::parse(host, &chain, &key).unwrap())
+        })
+    }
+}
+
+// r[verify issue.dispatch]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ticks_at_once_never_dispatch_one_hostname_twice() {
+    let env = Env::new();
+    let source = Arc::new(Issuing(std::sync::Mutex::new(HashMap::new())));
+    let hosts: Vec<Hostname> = (0..300)
+        .map(|i| Hostname {
+            name: format!("c{i}.example"),
+            source: source.clone(),
+        })
+        .collect();
+    let issuer = Arc::new(env.issuer(hosts));
+    let (a, b) = (issuer.clone(), issuer.clone());
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(async move { a.tick().await.unwrap() }),
+        tokio::spawn(async move { b.tick().await.unwrap() })
+    );
+    let dispatched = ra.unwrap().dispatched.len() + rb.unwrap().dispatched.len();
+    let calls = source.0.lock().unwrap();
+    let twice: Vec<_> = calls.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "dispatched twice: {twice:?}");
+    assert_eq!(dispatched, 300);
+    assert_eq!(issuer.with_history(|db| db.row_count().unwrap()), 300);
+}
