@@ -46,6 +46,28 @@ pub enum Command {
     Workloads(ClientArgs),
     /// Drain the node and stop it (needs the Unix socket or --token-file).
     Drain(ClientArgs),
+    /// Certificates: each hostname's state, or `certs retry HOST`.
+    Certs {
+        /// `retry HOST` clears a block (needs the Unix socket or --token-file).
+        #[command(subcommand)]
+        action: Option<CertsAction>,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `holdfast certs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CertsAction {
+    /// Clear HOST's block and reset its failure streak, so the next tick attempts it.
+    Retry {
+        /// The hostname.
+        host: String,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// How the client commands reach the node.

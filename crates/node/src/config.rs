@@ -42,6 +42,10 @@ pub struct Config {
     /// `[[workload]]`: what the node runs (today: which images it keeps present).
     #[serde(default, rename = "workload")]
     pub workloads: Vec<Workload>,
+    /// `[issuance]`: certificates (holdfast-issuance's own config). The module runs only when the
+    /// section is present.
+    #[serde(default, skip_serializing)]
+    pub issuance: Option<Spanned<holdfast_issuance::IssuanceConfig>>,
     /// `[testing]`: test-only modules for the binary's own tests. Never in production.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub testing: Option<TestingSection>,
@@ -582,6 +586,9 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        if let Some(issuance) = &self.issuance {
+            validate_issuance(loc, issuance)?;
+        }
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {
             let name = w.name.get_ref();
@@ -628,6 +635,62 @@ impl Config {
     pub fn supervise_policy(&self, seed: u64) -> Policy {
         self.supervise.policy_section().policy(seed)
     }
+}
+
+// r[impl node.issuance.config]
+/// `[issuance]` beyond its types: a policy that builds, hostnames that are unique, non-empty and
+/// served by a configured source.
+fn validate_issuance(
+    loc: &Locator<'_>,
+    section: &Spanned<holdfast_issuance::IssuanceConfig>,
+) -> Result<(), ConfigError> {
+    use holdfast_issuance::module::SourceKind;
+    let span = Some(section.span());
+    let issuance = section.get_ref();
+    if let Err(e) = issuance.policy(0) {
+        let text = e.to_string();
+        let text = text.strip_prefix("issuance: ").unwrap_or(&text);
+        // The issuance crate names the key first ("pacing.base: ..."), when it can.
+        let (key, message) = match text.split_once(": ") {
+            Some((key, message)) if !key.contains(' ') => (format!("issuance.{key}"), message),
+            _ => ("issuance".to_owned(), text),
+        };
+        return Err(loc.at(span, &key, message.to_owned()));
+    }
+    let mut seen = std::collections::HashMap::new();
+    for (i, host) in issuance.hostnames.iter().enumerate() {
+        let key = format!("issuance.hostname[{i}]");
+        let name = host.name.trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(loc.at(
+                span,
+                &format!("{key}.name"),
+                format!("invalid hostname {:?}", host.name),
+            ));
+        }
+        if let Some(first) = seen.insert(name.to_ascii_lowercase(), i) {
+            return Err(loc.at(
+                span,
+                &format!("{key}.name"),
+                format!("duplicate hostname {name:?} (also issuance.hostname[{first}])"),
+            ));
+        }
+        let missing = match host.source {
+            SourceKind::Acme if issuance.acme.is_none() => Some("acme"),
+            SourceKind::Local if issuance.local.is_none() => Some("local"),
+            _ => None,
+        };
+        if let Some(source) = missing {
+            return Err(loc.at(
+                span,
+                &format!("{key}.source"),
+                format!(
+                    "{name} uses the {source} source, but there is no [issuance.{source}] section"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl PolicySection<'_> {

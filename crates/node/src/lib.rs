@@ -17,5 +17,6 @@ pub mod module;
 pub mod modules;
 pub mod render;
 pub mod run;
+pub mod slot;
 pub mod state;
 pub mod supervisor;

@@ -10,7 +10,7 @@ use crate::admin::{self, AdminConfig};
 use crate::config::{Config, Listen};
 use crate::metrics::Metrics;
 use crate::module::{Module, StopGroup};
-use crate::modules::{pull::PullModule, testing::HangOnStop};
+use crate::modules::{issuance::IssuanceModule, pull::PullModule, testing::HangOnStop};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -147,6 +147,15 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             tick: config.node.tick.get_ref().get(),
             node: node.clone(),
         }));
+    }
+    if let Some(issuance) = &config.issuance {
+        modules.push(Arc::new(IssuanceModule::new(
+            issuance.get_ref().clone(),
+            data_dir.clone(),
+            identity.seed(crate::modules::issuance::NAME),
+            node.faults.clone(),
+            node.issuance.clone(),
+        )));
     }
     if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");

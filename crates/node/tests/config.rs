@@ -95,3 +95,53 @@ fn a_non_loopback_admin_address_needs_the_explicit_setting() {
     // Loopback needs nothing, IPv6 loopback included.
     Config::parse("c.toml", "[node]\n[admin]\nlisten = \"[::1]:7480\"\n").unwrap();
 }
+
+// r[verify node.issuance.config]
+#[test]
+fn the_issuance_section_is_validated_with_the_rest() {
+    let ok = "[node]\n\n[issuance]\ntick = \"30s\"\npacing = { base = \"1m\", cap = \"6h\" }\n\
+              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+              [issuance.local]\nendpoint = { tcp = \"127.0.0.1:8099\" }\n";
+    let config = Config::parse("ok.toml", ok).unwrap();
+    let issuance = config.issuance.unwrap();
+    assert_eq!(issuance.get_ref().hostnames.len(), 1);
+    // No section: no issuance module.
+    assert!(
+        Config::parse("none.toml", "[node]\n")
+            .unwrap()
+            .issuance
+            .is_none()
+    );
+    let cases = [
+        (
+            "[node]\n[issuance]\n[[issuance.hostname]]\nname = \"a.example\"\nsource = \"acme\"\n",
+            "bad.toml:2:1: issuance.hostname[0].source: a.example uses the acme source, but there is no [issuance.acme] section",
+        ),
+        (
+            "[node]\n[issuance]\npacing = { base = \"7h\" }\n",
+            "bad.toml:2:1: issuance.pacing.base: ",
+        ),
+        (
+            "[node]\n[issuance]\nblock_after = 0\n",
+            "bad.toml:2:1: issuance.block_after: must be at least 1",
+        ),
+        (
+            "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+             [[issuance.hostname]]\nname = \"A.example\"\nsource = \"local\"\n",
+            "bad.toml:2:1: issuance.hostname[1].name: duplicate hostname \"A.example\" (also issuance.hostname[0])",
+        ),
+        (
+            "[node]\n[issuance]\ntick = \"soon\"\n",
+            "bad.toml:3:8: issuance.tick: ",
+        ),
+        (
+            "[node]\n[issuance]\nblok_after = 3\n",
+            "bad.toml:3:1: issuance.blok_after: unknown key `blok_after`; did you mean `block_after`?",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
+}

@@ -1,4 +1,6 @@
 //! The modules the node composes. Each talks to its domain crate through one adapter file here.
 
+pub mod hosted;
+pub mod issuance;
 pub mod pull;
 pub mod testing;
