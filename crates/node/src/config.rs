@@ -46,6 +46,9 @@ pub struct Config {
     /// section is present.
     #[serde(default, skip_serializing)]
     pub issuance: Option<Spanned<holdfast_issuance::IssuanceConfig>>,
+    /// `[forward]`: UDP forwards over QUIC. The module runs only when the section is present.
+    #[serde(default, skip_serializing)]
+    pub forward: Option<Spanned<ForwardSection>>,
     /// `[testing]`: test-only modules for the binary's own tests. Never in production.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub testing: Option<TestingSection>,
@@ -331,6 +334,42 @@ pub struct Workload {
     pub image: Spanned<String>,
 }
 
+/// `[forward]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardSection {
+    /// The UDP address the QUIC endpoint listens on.
+    pub listen: Spanned<SocketAddr>,
+    /// A file of client tokens (one a line, `#` comments; mode 0600 or stricter).
+    #[serde(default)]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// Client tokens written inline (a secret in the config: prefer `token_file`). Never logged.
+    #[serde(default)]
+    pub tokens: Vec<Secret>,
+    /// The targets forwards may reach: `ADDR[/PREFIX]:PORT[-PORT]` entries (required; nothing is
+    /// reachable that is not listed).
+    pub allow: Spanned<Vec<String>>,
+}
+
+/// A secret from the config: its `Debug` hides it.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+// r[impl node.log.no-secrets]
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Secret {
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
 /// `[testing]`: modules that exist only for the binary's own subprocess tests.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -589,6 +628,9 @@ impl Config {
         if let Some(issuance) = &self.issuance {
             validate_issuance(loc, issuance)?;
         }
+        if let Some(forward) = &self.forward {
+            validate_forward(loc, forward)?;
+        }
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {
             let name = w.name.get_ref();
@@ -689,6 +731,45 @@ fn validate_issuance(
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+// r[impl node.forward.config]
+/// `[forward]` beyond its types: an allow-list that parses and is not empty, a token file that is
+/// safe and readable, and at least one credential.
+fn validate_forward(
+    loc: &Locator<'_>,
+    section: &Spanned<ForwardSection>,
+) -> Result<(), ConfigError> {
+    let forward = section.get_ref();
+    let allow = &forward.allow;
+    if allow.get_ref().is_empty() {
+        return Err(loc.at(
+            Some(allow.span()),
+            "forward.allow",
+            "is empty: every forward would be refused; list the targets, e.g. \"10.0.0.0/8:53\""
+                .into(),
+        ));
+    }
+    if let Err(e) = holdfast_forward::AllowList::parse(allow.get_ref().iter().map(String::as_str)) {
+        return Err(loc.at(Some(allow.span()), "forward.allow", e.to_string()));
+    }
+    let mut credentials = forward.tokens.iter().filter(|t| !t.0.is_empty()).count();
+    if let Some(file) = &forward.token_file {
+        match crate::forward_client::read_tokens(file.get_ref()) {
+            Ok(tokens) => credentials += tokens.len(),
+            Err(message) => return Err(loc.at(Some(file.span()), "forward.token_file", message)),
+        }
+    }
+    if credentials == 0 {
+        return Err(loc.at(
+            Some(section.span()),
+            "forward",
+            "no client credentials: set forward.token_file (a 0600 file, one token a line) or \
+             forward.tokens"
+                .into(),
+        ));
     }
     Ok(())
 }

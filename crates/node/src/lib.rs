@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod duration;
+pub mod forward_client;
 pub mod logging;
 pub mod metrics;
 pub mod module;

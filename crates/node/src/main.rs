@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use holdfast::admin::client::{self, Target};
 use holdfast::admin::token;
-use holdfast::cli::{CertsAction, Cli, ClientArgs, Command};
+use holdfast::cli::{CertsAction, Cli, ClientArgs, Command, ForwardCommand};
 use holdfast::config::{Config, DEFAULT_ADMIN_LISTEN, Listen};
 use holdfast::{logging, render, run};
 
@@ -80,6 +80,27 @@ fn main() -> ExitCode {
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
         Command::Drain(args) => runtime.block_on(drain(args)),
+        Command::Forwards(args) => runtime.block_on(get(args, "/v1/forwards", render::forwards)),
+        Command::Forward(ForwardCommand::Identity { data_dir, config }) => {
+            forward_identity(data_dir, config)
+        }
+        Command::Forward(ForwardCommand::Udp {
+            local,
+            to,
+            node,
+            pin,
+            token_file,
+            json,
+        }) => ExitCode::from(runtime.block_on(holdfast::forward_client::run(
+            holdfast::forward_client::UdpArgs {
+                local,
+                target: to,
+                node,
+                pin,
+                token_file,
+                json,
+            },
+        ))),
         // i[impl node.certs.cli]
         Command::Certs {
             action: None,
@@ -217,6 +238,41 @@ async fn cert_retry(args: ClientArgs, host: String) -> ExitCode {
         }
         Err(err) => {
             eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+// i[impl node.forward.identity]
+fn forward_identity(
+    data_dir: Option<std::path::PathBuf>,
+    config: Option<std::path::PathBuf>,
+) -> ExitCode {
+    let data_dir = match (data_dir, config) {
+        (Some(dir), _) => dir,
+        (None, Some(path)) => match Config::load(&path) {
+            Ok(config) => config.node.data_dir,
+            Err(err) => {
+                eprintln!("{err}");
+                return ExitCode::from(1);
+            }
+        },
+        (None, None) => match Config::embedded() {
+            Ok(config) => config.node.data_dir,
+            Err(err) => {
+                eprintln!("{err}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let dir = holdfast::modules::forward::identity_dir(&data_dir);
+    match holdfast_forward::Identity::load_or_create(&dir) {
+        Ok(identity) => {
+            println!("{}", identity.fingerprint());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: forward identity in {}: {err}", dir.display());
             ExitCode::from(1)
         }
     }

@@ -295,6 +295,7 @@ impl Metrics {
         }
     }
 
+    // r[impl node.forward.metrics]
     /// Sets the per-forward figures from the server's listing (read at each scrape): a forward
     /// that ended is no longer exported.
     pub fn set_forwards(&self, forwards: &[holdfast_forward::server::ForwardInfo]) {

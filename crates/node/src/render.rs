@@ -215,3 +215,68 @@ pub fn certs(v: &Value) -> String {
         &rows,
     )
 }
+
+// i[impl node.forward.list]
+/// `holdfast forwards`.
+pub fn forwards(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v["forwards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let st = &f["stats"];
+            let d = &st["dropped"];
+            let dropped: u64 = [
+                "oversize",
+                "malformed",
+                "unknown_forward",
+                "flow_limit",
+                "error",
+            ]
+            .iter()
+            .map(|k| d[*k].as_u64().unwrap_or(0))
+            .sum();
+            vec![
+                format!("{}/{}", s(&f["connection"]), s(&f["forward"])),
+                s(&f["client"]),
+                s(&f["target"]),
+                s(&f["flows"]),
+                format!(
+                    "{} ({} B)",
+                    s(&st["to_target_datagrams"]),
+                    s(&st["to_target_bytes"])
+                ),
+                format!(
+                    "{} ({} B)",
+                    s(&st["from_target_datagrams"]),
+                    s(&st["from_target_bytes"])
+                ),
+                dropped.to_string(),
+                s(&st["transient_errors"]),
+                s(&st["last_error"]),
+            ]
+        })
+        .collect();
+    let head = format!(
+        "listening on {}  pin {}\n",
+        s(&v["listen"]),
+        s(&v["fingerprint"])
+    );
+    if rows.is_empty() {
+        return head + "no active forwards\n";
+    }
+    head + &table(
+        &[
+            "FORWARD",
+            "CLIENT",
+            "TARGET",
+            "FLOWS",
+            "TO TARGET",
+            "FROM TARGET",
+            "DROPPED",
+            "TRANSIENT",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}

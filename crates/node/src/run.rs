@@ -10,7 +10,9 @@ use crate::admin::{self, AdminConfig};
 use crate::config::{Config, Listen};
 use crate::metrics::Metrics;
 use crate::module::{Module, StopGroup};
-use crate::modules::{issuance::IssuanceModule, pull::PullModule, testing::HangOnStop};
+use crate::modules::{
+    forward::ForwardModule, issuance::IssuanceModule, pull::PullModule, testing::HangOnStop,
+};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -155,6 +157,13 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             identity.seed(crate::modules::issuance::NAME),
             node.faults.clone(),
             node.issuance.clone(),
+        )));
+    }
+    if let Some(forward) = &config.forward {
+        modules.push(Arc::new(ForwardModule::new(
+            forward.get_ref(),
+            data_dir.clone(),
+            node.forward.clone(),
         )));
     }
     if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {

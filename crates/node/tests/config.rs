@@ -145,3 +145,57 @@ fn the_issuance_section_is_validated_with_the_rest() {
         assert!(err.starts_with(want), "{err}\n  wanted: {want}");
     }
 }
+
+// r[verify node.forward.config]
+#[test]
+fn the_forward_section_is_validated_with_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "# clients\nfwd-secret-1\n").unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ok = format!(
+        "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntoken_file = \"{}\"\nallow = [\"10.0.0.0/8:53\"]\n",
+        tokens.display()
+    );
+    let config = Config::parse("ok.toml", &ok).unwrap();
+    assert_eq!(config.forward.unwrap().get_ref().allow.get_ref().len(), 1);
+    // An inline token is a secret: it never shows in the config's Debug.
+    let inline = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"inline-s3cret\"]\nallow = [\"127.0.0.1:53\"]\n";
+    let config = Config::parse("inline.toml", inline).unwrap();
+    assert!(!format!("{config:?}").contains("inline-s3cret"));
+    let cases = [
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"t\"]\nallow = []\n".to_owned(),
+            "bad.toml:5:9: forward.allow: is empty",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"t\"]\nallow = [\"ten/8:53\"]\n".to_owned(),
+            "bad.toml:5:9: forward.allow: ",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"127.0.0.1:53\"]\n".to_owned(),
+            "bad.toml:2:1: forward: no client credentials",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"nowhere\"\ntokens = [\"t\"]\nallow = [\"127.0.0.1:53\"]\n".to_owned(),
+            "bad.toml:3:10: forward.listen: ",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"127.0.0.1:53\"]\n".to_owned()
+                + "tokens_file = \"x\"\n",
+            "bad.toml:5:1: forward.tokens_file: unknown key `tokens_file`; did you mean `token_file`?",
+        ),
+    ];
+    for (text, want) in &cases {
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
+    // A token file others can read is refused, naming the chmod.
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = Config::parse("loose.toml", &ok).unwrap_err().to_string();
+    assert!(
+        err.contains("forward.token_file") && err.contains("chmod 600"),
+        "{err}"
+    );
+}

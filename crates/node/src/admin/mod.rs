@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod client;
+pub mod forwards;
 pub mod token;
 
 use std::net::SocketAddr;
@@ -90,6 +91,10 @@ fn router(api: Api, transport: Transport) -> Router {
             get(|State(api): State<Api>| async move { certs::list(&api.node) }),
         )
         .route("/v1/certs/{host}/retry", post(cert_retry))
+        .route(
+            "/v1/forwards",
+            get(|State(api): State<Api>| async move { forwards::list(&api.node) }),
+        )
         .route("/v1/drain", post(drain))
         .layer(Extension(transport))
         .with_state(api)
