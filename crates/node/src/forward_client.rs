@@ -51,9 +51,7 @@ pub fn credential(token_file: Option<&std::path::Path>) -> Result<Credential, St
 /// Reads every token of a token file (mode checked first): one a line, `#` comments and blank
 /// lines skipped.
 pub fn read_tokens(path: &std::path::Path) -> Result<Vec<Credential>, String> {
-    crate::admin::token::check_mode(path)?;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    let text = crate::admin::token::read_secret_file(path)?;
     Ok(text
         .lines()
         .map(str::trim)

@@ -199,3 +199,19 @@ fn the_forward_section_is_validated_with_the_rest() {
         "{err}"
     );
 }
+
+// i[verify node.config.validate]
+#[test]
+fn an_empty_token_file_is_refused_at_validation_not_at_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, "  \n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!("[node]\n[admin]\ntoken_file = \"{}\"\n", token.display());
+    let err = Config::parse("t.toml", &text).unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:3:14: admin.token_file: token file") && err.ends_with("is empty"),
+        "{err}"
+    );
+}
