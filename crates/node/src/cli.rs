@@ -46,6 +46,68 @@ pub enum Command {
     Workloads(ClientArgs),
     /// Drain the node and stop it (needs the Unix socket or --token-file).
     Drain(ClientArgs),
+    /// Active UDP forwards on the node, with their stats.
+    Forwards(ClientArgs),
+    /// UDP forwards: `forward identity`, `forward udp LOCAL --to TARGET --node ADDR --pin FP`.
+    #[command(subcommand)]
+    Forward(ForwardCommand),
+    /// Certificates: each hostname's state, or `certs retry HOST`.
+    Certs {
+        /// `retry HOST` clears a block (needs the Unix socket or --token-file).
+        #[command(subcommand)]
+        action: Option<CertsAction>,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `holdfast forward` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ForwardCommand {
+    /// Print the node's forward identity (the pin clients give), from its data directory
+    /// (created there if it does not exist yet).
+    Identity {
+        /// The node's data directory (default: from -c, else the embedded default's).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Take the data directory from this config file.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Forward a local UDP address to TARGET through the node.
+    Udp {
+        /// The local UDP address to listen on, e.g. 127.0.0.1:5353.
+        local: std::net::SocketAddr,
+        /// The target as the node sees it, e.g. 10.0.0.2:53.
+        #[arg(long)]
+        to: std::net::SocketAddr,
+        /// The node's forward endpoint (its `[forward] listen`).
+        #[arg(long)]
+        node: std::net::SocketAddr,
+        /// The node's pinned identity (`holdfast forward identity` on the node).
+        #[arg(long)]
+        pin: holdfast_forward::Fingerprint,
+        /// A file holding the token (mode 0600); else HOLDFAST_FORWARD_TOKEN.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// One JSON event a line even on a terminal.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `holdfast certs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CertsAction {
+    /// Clear HOST's block and reset its failure streak, so the next tick attempts it.
+    Retry {
+        /// The hostname.
+        host: String,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// How the client commands reach the node.

@@ -42,6 +42,13 @@ pub struct Config {
     /// `[[workload]]`: what the node runs (today: which images it keeps present).
     #[serde(default, rename = "workload")]
     pub workloads: Vec<Workload>,
+    /// `[issuance]`: certificates (holdfast-issuance's own config). The module runs only when the
+    /// section is present.
+    #[serde(default, skip_serializing)]
+    pub issuance: Option<Spanned<holdfast_issuance::IssuanceConfig>>,
+    /// `[forward]`: UDP forwards over QUIC. The module runs only when the section is present.
+    #[serde(default, skip_serializing)]
+    pub forward: Option<Spanned<ForwardSection>>,
     /// `[testing]`: test-only modules for the binary's own tests. Never in production.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub testing: Option<TestingSection>,
@@ -327,6 +334,42 @@ pub struct Workload {
     pub image: Spanned<String>,
 }
 
+/// `[forward]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardSection {
+    /// The UDP address the QUIC endpoint listens on.
+    pub listen: Spanned<SocketAddr>,
+    /// A file of client tokens (one a line, `#` comments; mode 0600 or stricter).
+    #[serde(default)]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// Client tokens written inline (a secret in the config: prefer `token_file`). Never logged.
+    #[serde(default)]
+    pub tokens: Vec<Secret>,
+    /// The targets forwards may reach: `ADDR[/PREFIX]:PORT[-PORT]` entries (required; nothing is
+    /// reachable that is not listed).
+    pub allow: Spanned<Vec<String>>,
+}
+
+/// A secret from the config: its `Debug` hides it.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+// r[impl node.log.no-secrets]
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Secret {
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
 /// `[testing]`: modules that exist only for the binary's own subprocess tests.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -582,6 +625,12 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        if let Some(issuance) = &self.issuance {
+            validate_issuance(loc, issuance)?;
+        }
+        if let Some(forward) = &self.forward {
+            validate_forward(loc, forward)?;
+        }
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {
             let name = w.name.get_ref();
@@ -628,6 +677,101 @@ impl Config {
     pub fn supervise_policy(&self, seed: u64) -> Policy {
         self.supervise.policy_section().policy(seed)
     }
+}
+
+// r[impl node.issuance.config]
+/// `[issuance]` beyond its types: a policy that builds, hostnames that are unique, non-empty and
+/// served by a configured source.
+fn validate_issuance(
+    loc: &Locator<'_>,
+    section: &Spanned<holdfast_issuance::IssuanceConfig>,
+) -> Result<(), ConfigError> {
+    use holdfast_issuance::module::SourceKind;
+    let span = Some(section.span());
+    let issuance = section.get_ref();
+    if let Err(e) = issuance.policy(0) {
+        let text = e.to_string();
+        let text = text.strip_prefix("issuance: ").unwrap_or(&text);
+        // The issuance crate names the key first ("pacing.base: ..."), when it can.
+        let (key, message) = match text.split_once(": ") {
+            Some((key, message)) if !key.contains(' ') => (format!("issuance.{key}"), message),
+            _ => ("issuance".to_owned(), text),
+        };
+        return Err(loc.at(span, &key, message.to_owned()));
+    }
+    let mut seen = std::collections::HashMap::new();
+    for (i, host) in issuance.hostnames.iter().enumerate() {
+        let key = format!("issuance.hostname[{i}]");
+        let name = host.name.trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(loc.at(
+                span,
+                &format!("{key}.name"),
+                format!("invalid hostname {:?}", host.name),
+            ));
+        }
+        if let Some(first) = seen.insert(name.to_ascii_lowercase(), i) {
+            return Err(loc.at(
+                span,
+                &format!("{key}.name"),
+                format!("duplicate hostname {name:?} (also issuance.hostname[{first}])"),
+            ));
+        }
+        let missing = match host.source {
+            SourceKind::Acme if issuance.acme.is_none() => Some("acme"),
+            SourceKind::Local if issuance.local.is_none() => Some("local"),
+            _ => None,
+        };
+        if let Some(source) = missing {
+            return Err(loc.at(
+                span,
+                &format!("{key}.source"),
+                format!(
+                    "{name} uses the {source} source, but there is no [issuance.{source}] section"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// r[impl node.forward.config]
+/// `[forward]` beyond its types: an allow-list that parses and is not empty, a token file that is
+/// safe and readable, and at least one credential.
+fn validate_forward(
+    loc: &Locator<'_>,
+    section: &Spanned<ForwardSection>,
+) -> Result<(), ConfigError> {
+    let forward = section.get_ref();
+    let allow = &forward.allow;
+    if allow.get_ref().is_empty() {
+        return Err(loc.at(
+            Some(allow.span()),
+            "forward.allow",
+            "is empty: every forward would be refused; list the targets, e.g. \"10.0.0.0/8:53\""
+                .into(),
+        ));
+    }
+    if let Err(e) = holdfast_forward::AllowList::parse(allow.get_ref().iter().map(String::as_str)) {
+        return Err(loc.at(Some(allow.span()), "forward.allow", e.to_string()));
+    }
+    let mut credentials = forward.tokens.iter().filter(|t| !t.0.is_empty()).count();
+    if let Some(file) = &forward.token_file {
+        match crate::forward_client::read_tokens(file.get_ref()) {
+            Ok(tokens) => credentials += tokens.len(),
+            Err(message) => return Err(loc.at(Some(file.span()), "forward.token_file", message)),
+        }
+    }
+    if credentials == 0 {
+        return Err(loc.at(
+            Some(section.span()),
+            "forward",
+            "no client credentials: set forward.token_file (a 0600 file, one token a line) or \
+             forward.tokens"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 impl PolicySection<'_> {

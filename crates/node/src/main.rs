@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use holdfast::admin::client::{self, Target};
 use holdfast::admin::token;
-use holdfast::cli::{Cli, ClientArgs, Command};
+use holdfast::cli::{CertsAction, Cli, ClientArgs, Command, ForwardCommand};
 use holdfast::config::{Config, DEFAULT_ADMIN_LISTEN, Listen};
 use holdfast::{logging, render, run};
 
@@ -80,6 +80,36 @@ fn main() -> ExitCode {
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
         Command::Drain(args) => runtime.block_on(drain(args)),
+        Command::Forwards(args) => runtime.block_on(get(args, "/v1/forwards", render::forwards)),
+        Command::Forward(ForwardCommand::Identity { data_dir, config }) => {
+            forward_identity(data_dir, config)
+        }
+        Command::Forward(ForwardCommand::Udp {
+            local,
+            to,
+            node,
+            pin,
+            token_file,
+            json,
+        }) => ExitCode::from(runtime.block_on(holdfast::forward_client::run(
+            holdfast::forward_client::UdpArgs {
+                local,
+                target: to,
+                node,
+                pin,
+                token_file,
+                json,
+            },
+        ))),
+        // i[impl node.certs.cli]
+        Command::Certs {
+            action: None,
+            client,
+        } => runtime.block_on(get(client, "/v1/certs", render::certs)),
+        Command::Certs {
+            action: Some(CertsAction::Retry { host, client }),
+            ..
+        } => runtime.block_on(cert_retry(client, host)),
     }
 }
 
@@ -170,6 +200,79 @@ async fn drain(args: ClientArgs) -> ExitCode {
         }
         Err(err) => {
             eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn cert_retry(args: ClientArgs, host: String) -> ExitCode {
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    // A hostname is a path segment: refuse what would change the path rather than escape it.
+    if host.is_empty() || host.contains(['/', '?', '#', '%', ' ']) {
+        eprintln!("holdfast: invalid hostname {host:?}");
+        return ExitCode::from(2);
+    }
+    match client::call(
+        &resolved.target,
+        hyper::Method::POST,
+        &format!("/v1/certs/{host}/retry"),
+        resolved.token.as_ref(),
+    )
+    .await
+    {
+        Ok(body) => {
+            if args.json {
+                println!("{}", body.trim_end());
+            } else {
+                println!(
+                    "{host}: block cleared and failure streak reset; the next tick attempts it"
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+// i[impl node.forward.identity]
+fn forward_identity(
+    data_dir: Option<std::path::PathBuf>,
+    config: Option<std::path::PathBuf>,
+) -> ExitCode {
+    let data_dir = match (data_dir, config) {
+        (Some(dir), _) => dir,
+        (None, Some(path)) => match Config::load(&path) {
+            Ok(config) => config.node.data_dir,
+            Err(err) => {
+                eprintln!("{err}");
+                return ExitCode::from(1);
+            }
+        },
+        (None, None) => match Config::embedded() {
+            Ok(config) => config.node.data_dir,
+            Err(err) => {
+                eprintln!("{err}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let dir = holdfast::modules::forward::identity_dir(&data_dir);
+    match holdfast_forward::Identity::load_or_create(&dir) {
+        Ok(identity) => {
+            println!("{}", identity.fingerprint());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: forward identity in {}: {err}", dir.display());
             ExitCode::from(1)
         }
     }

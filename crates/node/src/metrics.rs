@@ -5,6 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Labels naming a module.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -29,6 +30,55 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+/// Labels of an issuance attempt count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabel {
+    /// `acme` or `local`.
+    pub source: String,
+    /// `success` or `failure`.
+    pub outcome: String,
+}
+
+/// Labels naming a hostname.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostnameLabel {
+    /// The hostname.
+    pub hostname: String,
+}
+
+/// Labels naming one active forward.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardLabel {
+    /// `CONNECTION/FORWARD`, unique while the node runs.
+    pub forward: String,
+    /// The client's address.
+    pub client: String,
+    /// The target's address.
+    pub target: String,
+}
+
+/// Labels of one direction of one forward.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardDirectionLabel {
+    /// `CONNECTION/FORWARD`.
+    pub forward: String,
+    /// The target's address.
+    pub target: String,
+    /// `to_target` or `from_target`.
+    pub direction: String,
+}
+
+/// Labels of one drop reason of one forward.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardDropLabel {
+    /// `CONNECTION/FORWARD`.
+    pub forward: String,
+    /// The target's address.
+    pub target: String,
+    /// `oversize`, `malformed`, `unknown_forward`, `flow_limit` or `error`.
+    pub reason: String,
+}
+
 /// Every metric the node exports, registered in one registry. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Metrics {
@@ -51,6 +101,22 @@ pub struct Metrics {
     pub pull_outcomes: Family<OutcomeLabel, Counter>,
     /// 1 while the node is draining.
     pub draining: Gauge,
+    /// Certificate attempts finished since the issuance module started, by source and outcome.
+    pub issuance_attempts: Family<AttemptLabel, Counter>,
+    /// Hostnames whose issuance is blocked now.
+    pub issuance_blocked: Gauge,
+    /// Days until each stored certificate expires.
+    pub issuance_days_to_expiry: Family<HostnameLabel, Gauge<f64, AtomicU64>>,
+    /// UDP forwards open on the node now.
+    pub forwards_active: Gauge,
+    /// Datagrams relayed per active forward and direction.
+    pub forward_datagrams: Family<ForwardDirectionLabel, Counter>,
+    /// Payload bytes relayed per active forward and direction.
+    pub forward_bytes: Family<ForwardDirectionLabel, Counter>,
+    /// Datagrams dropped per active forward and reason.
+    pub forward_dropped: Family<ForwardDropLabel, Counter>,
+    /// Transient socket errors met per active forward (each reported, none ended it).
+    pub forward_transient_errors: Family<ForwardLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -115,6 +181,46 @@ impl Metrics {
             "1 while the node is draining",
             m.draining.clone(),
         );
+        registry.register(
+            "issuance_attempts",
+            "Certificate attempts finished since the issuance module started, by source and outcome",
+            m.issuance_attempts.clone(),
+        );
+        registry.register(
+            "issuance_blocked",
+            "Hostnames whose issuance is blocked now",
+            m.issuance_blocked.clone(),
+        );
+        registry.register(
+            "issuance_days_to_expiry",
+            "Days until each stored certificate expires",
+            m.issuance_days_to_expiry.clone(),
+        );
+        registry.register(
+            "forwards_active",
+            "UDP forwards open on the node now",
+            m.forwards_active.clone(),
+        );
+        registry.register(
+            "forward_datagrams",
+            "Datagrams relayed per active forward and direction",
+            m.forward_datagrams.clone(),
+        );
+        registry.register(
+            "forward_bytes",
+            "Payload bytes relayed per active forward and direction",
+            m.forward_bytes.clone(),
+        );
+        registry.register(
+            "forward_dropped",
+            "Datagrams dropped per active forward and reason",
+            m.forward_dropped.clone(),
+        );
+        registry.register(
+            "forward_transient_errors",
+            "Transient socket errors met per active forward (each reported, none ended it)",
+            m.forward_transient_errors.clone(),
+        );
         Metrics {
             registry: std::sync::Arc::new(registry),
             module_starts: m.module_starts,
@@ -126,6 +232,14 @@ impl Metrics {
             faults_open: m.faults_open,
             pull_outcomes: m.pull_outcomes,
             draining: m.draining,
+            issuance_attempts: m.issuance_attempts,
+            issuance_blocked: m.issuance_blocked,
+            issuance_days_to_expiry: m.issuance_days_to_expiry,
+            forwards_active: m.forwards_active,
+            forward_datagrams: m.forward_datagrams,
+            forward_bytes: m.forward_bytes,
+            forward_dropped: m.forward_dropped,
+            forward_transient_errors: m.forward_transient_errors,
         }
     }
 
@@ -155,6 +269,86 @@ impl Metrics {
         }
     }
 
+    // r[impl node.issuance.metrics]
+    /// Sets the issuance figures from the issuer's own (read at each scrape).
+    pub fn set_issuance(&self, figures: &holdfast_issuance::issuer::Metrics) {
+        self.issuance_attempts.clear();
+        for (source, outcomes) in &figures.attempts {
+            for (outcome, n) in outcomes {
+                self.issuance_attempts
+                    .get_or_create(&AttemptLabel {
+                        source: source.clone(),
+                        outcome: outcome.clone(),
+                    })
+                    .inc_by(*n);
+            }
+        }
+        self.issuance_blocked
+            .set(i64::try_from(figures.blocked).unwrap_or(i64::MAX));
+        self.issuance_days_to_expiry.clear();
+        for (hostname, days) in &figures.days_to_expiry {
+            self.issuance_days_to_expiry
+                .get_or_create(&HostnameLabel {
+                    hostname: hostname.clone(),
+                })
+                .set(*days);
+        }
+    }
+
+    // r[impl node.forward.metrics]
+    /// Sets the per-forward figures from the server's listing (read at each scrape): a forward
+    /// that ended is no longer exported.
+    pub fn set_forwards(&self, forwards: &[holdfast_forward::server::ForwardInfo]) {
+        self.forwards_active
+            .set(i64::try_from(forwards.len()).unwrap_or(i64::MAX));
+        self.forward_datagrams.clear();
+        self.forward_bytes.clear();
+        self.forward_dropped.clear();
+        self.forward_transient_errors.clear();
+        for f in forwards {
+            let id = format!("{}/{}", f.connection, f.forward);
+            let target = f.target.to_string();
+            let s = &f.stats;
+            for (direction, datagrams, bytes) in [
+                ("to_target", s.to_target_datagrams, s.to_target_bytes),
+                ("from_target", s.from_target_datagrams, s.from_target_bytes),
+            ] {
+                let label = ForwardDirectionLabel {
+                    forward: id.clone(),
+                    target: target.clone(),
+                    direction: direction.to_owned(),
+                };
+                self.forward_datagrams
+                    .get_or_create(&label)
+                    .inc_by(datagrams);
+                self.forward_bytes.get_or_create(&label).inc_by(bytes);
+            }
+            let d = &s.dropped;
+            for (reason, n) in [
+                ("oversize", d.oversize),
+                ("malformed", d.malformed),
+                ("unknown_forward", d.unknown_forward),
+                ("flow_limit", d.flow_limit),
+                ("error", d.error),
+            ] {
+                self.forward_dropped
+                    .get_or_create(&ForwardDropLabel {
+                        forward: id.clone(),
+                        target: target.clone(),
+                        reason: reason.to_owned(),
+                    })
+                    .inc_by(n);
+            }
+            self.forward_transient_errors
+                .get_or_create(&ForwardLabel {
+                    forward: id,
+                    client: f.client.to_string(),
+                    target,
+                })
+                .inc_by(s.transient_errors);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -175,11 +369,58 @@ struct MetricsParts {
     faults_open: Gauge,
     pull_outcomes: Family<OutcomeLabel, Counter>,
     draining: Gauge,
+    issuance_attempts: Family<AttemptLabel, Counter>,
+    issuance_blocked: Gauge,
+    issuance_days_to_expiry: Family<HostnameLabel, Gauge<f64, AtomicU64>>,
+    forwards_active: Gauge,
+    forward_datagrams: Family<ForwardDirectionLabel, Counter>,
+    forward_bytes: Family<ForwardDirectionLabel, Counter>,
+    forward_dropped: Family<ForwardDropLabel, Counter>,
+    forward_transient_errors: Family<ForwardLabel, Counter>,
 }
 
 /// The label for `module`.
 pub fn module(name: &str) -> ModuleLabel {
     ModuleLabel {
         module: name.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify node.issuance.metrics]
+    #[test]
+    fn issuance_figures_replace_the_previous_scrape() {
+        let metrics = Metrics::new();
+        let mut figures = holdfast_issuance::issuer::Metrics::default();
+        figures
+            .attempts
+            .entry("acme".to_owned())
+            .or_default()
+            .insert("success".to_owned(), 3);
+        figures.blocked = 1;
+        figures
+            .days_to_expiry
+            .insert("app.example".to_owned(), 59.5);
+        metrics.set_issuance(&figures);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "holdfast_issuance_attempts_total{source=\"acme\",outcome=\"success\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("holdfast_issuance_blocked 1"), "{text}");
+        assert!(
+            text.contains("holdfast_issuance_days_to_expiry{hostname=\"app.example\"} 59.5"),
+            "{text}"
+        );
+        // The module went away: nothing of it is left behind.
+        metrics.set_issuance(&Default::default());
+        let text = metrics.render();
+        assert!(!text.contains("app.example"), "{text}");
+        assert!(text.contains("holdfast_issuance_blocked 0"), "{text}");
     }
 }

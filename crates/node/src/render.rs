@@ -152,3 +152,131 @@ pub fn status(v: &Value) -> String {
         faults(&v["faults"]),
     )
 }
+
+/// "3d 4h", "12m 5s", "40s": a wait an operator reads at a glance.
+pub fn span(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else if h > 0 {
+        format!("{h}h {m}m")
+    } else if m > 0 {
+        format!("{m}m {s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `holdfast certs`.
+pub fn certs(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let wait = c["next_in_secs"].as_u64().map(span);
+            let next = match (c["state"].as_str(), wait) {
+                (Some("valid"), Some(w)) => format!("renew in {w}"),
+                (Some("due"), _) => "now".to_owned(),
+                (Some("issuing"), _) => "in flight".to_owned(),
+                (Some("blocked"), Some(w)) => {
+                    format!(
+                        "block ends in {w}, or: holdfast certs retry {}",
+                        s(&c["hostname"])
+                    )
+                }
+                (_, Some(w)) => format!("attempt in {w}"),
+                (_, None) => "-".to_owned(),
+            };
+            vec![
+                s(&c["hostname"]),
+                s(&c["source"]),
+                s(&c["state"]),
+                s(&c["not_after_text"]),
+                next,
+                s(&c["failures"]),
+                s(&c["last_error"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no hostnames configured\n".to_owned();
+    }
+    table(
+        &[
+            "HOSTNAME",
+            "SOURCE",
+            "STATE",
+            "NOT AFTER",
+            "NEXT",
+            "FAILURES",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}
+
+// i[impl node.forward.list]
+/// `holdfast forwards`.
+pub fn forwards(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v["forwards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let st = &f["stats"];
+            let d = &st["dropped"];
+            let dropped: u64 = [
+                "oversize",
+                "malformed",
+                "unknown_forward",
+                "flow_limit",
+                "error",
+            ]
+            .iter()
+            .map(|k| d[*k].as_u64().unwrap_or(0))
+            .sum();
+            vec![
+                format!("{}/{}", s(&f["connection"]), s(&f["forward"])),
+                s(&f["client"]),
+                s(&f["target"]),
+                s(&f["flows"]),
+                format!(
+                    "{} ({} B)",
+                    s(&st["to_target_datagrams"]),
+                    s(&st["to_target_bytes"])
+                ),
+                format!(
+                    "{} ({} B)",
+                    s(&st["from_target_datagrams"]),
+                    s(&st["from_target_bytes"])
+                ),
+                dropped.to_string(),
+                s(&st["transient_errors"]),
+                s(&st["last_error"]),
+            ]
+        })
+        .collect();
+    let head = format!(
+        "listening on {}  pin {}\n",
+        s(&v["listen"]),
+        s(&v["fingerprint"])
+    );
+    if rows.is_empty() {
+        return head + "no active forwards\n";
+    }
+    head + &table(
+        &[
+            "FORWARD",
+            "CLIENT",
+            "TARGET",
+            "FLOWS",
+            "TO TARGET",
+            "FROM TARGET",
+            "DROPPED",
+            "TRANSIENT",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}

@@ -10,7 +10,9 @@ use crate::admin::{self, AdminConfig};
 use crate::config::{Config, Listen};
 use crate::metrics::Metrics;
 use crate::module::{Module, StopGroup};
-use crate::modules::{pull::PullModule, testing::HangOnStop};
+use crate::modules::{
+    forward::ForwardModule, issuance::IssuanceModule, pull::PullModule, testing::HangOnStop,
+};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -147,6 +149,22 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             tick: config.node.tick.get_ref().get(),
             node: node.clone(),
         }));
+    }
+    if let Some(issuance) = &config.issuance {
+        modules.push(Arc::new(IssuanceModule::new(
+            issuance.get_ref().clone(),
+            data_dir.clone(),
+            identity.seed(crate::modules::issuance::NAME),
+            node.faults.clone(),
+            node.issuance.clone(),
+        )));
+    }
+    if let Some(forward) = &config.forward {
+        modules.push(Arc::new(ForwardModule::new(
+            forward.get_ref(),
+            data_dir.clone(),
+            node.forward.clone(),
+        )));
     }
     if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");

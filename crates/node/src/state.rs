@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 use crate::module::StopGroup;
+use crate::slot::Slot;
 
 /// Where the node is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -94,6 +95,10 @@ pub struct NodeState {
     pub faults: FaultBoard,
     /// The metrics registry.
     pub metrics: Metrics,
+    /// The running issuance module (certificates, force-retry).
+    pub issuance: Slot<holdfast_issuance::Issuance>,
+    /// The running forward server (its forwards and their stats).
+    pub forward: Slot<holdfast_forward::Server>,
     phase: Arc<watch::Sender<Phase>>,
     modules: Arc<Mutex<BTreeMap<String, ModuleEntry>>>,
     workloads: Arc<Mutex<BTreeMap<String, WorkloadStatus>>>,
@@ -121,6 +126,8 @@ impl NodeState {
             node_id: node_id.into(),
             faults,
             metrics,
+            issuance: Slot::default(),
+            forward: Slot::default(),
             phase: Arc::new(watch::channel(Phase::Starting).0),
             modules: Arc::default(),
             workloads: Arc::default(),
@@ -208,6 +215,18 @@ impl NodeState {
     /// Every workload's status.
     pub fn workloads(&self) -> Vec<WorkloadStatus> {
         lock(&self.workloads).values().cloned().collect()
+    }
+
+    /// Reads the running modules' own figures into the metrics (before each scrape); a module that
+    /// is not running exports nothing of its own.
+    pub fn refresh_module_metrics(&self) {
+        match self.issuance.with(|i| i.issuer().metrics()) {
+            Ok(Ok(figures)) => self.metrics.set_issuance(&figures),
+            Ok(Err(err)) => tracing::warn!(%err, "issuance metrics unavailable"),
+            Err(_) => self.metrics.set_issuance(&Default::default()),
+        }
+        let forwards = self.forward.with(|s| s.forwards()).unwrap_or_default();
+        self.metrics.set_forwards(&forwards);
     }
 
     /// Whether every module has had its first start and the node is not draining.

@@ -252,3 +252,25 @@ async fn the_cli_prints_tables_by_default_and_json_on_request() {
     node.signal(Signal::SIGTERM);
     assert_eq!(node.wait(Duration::from_secs(10)).0, 0);
 }
+
+// i[verify node.cli.timeout]
+#[test]
+fn the_cli_gives_up_on_a_node_that_accepts_but_never_answers() {
+    // Accepts (the kernel's backlog does) and never writes: a wedged or stopped node.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let began = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(["status", "--admin", &addr.to_string()])
+        .output()
+        .unwrap();
+    let took = began.elapsed();
+    drop(listener);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the node at {addr} did not answer within 5s")),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+}

@@ -95,3 +95,123 @@ fn a_non_loopback_admin_address_needs_the_explicit_setting() {
     // Loopback needs nothing, IPv6 loopback included.
     Config::parse("c.toml", "[node]\n[admin]\nlisten = \"[::1]:7480\"\n").unwrap();
 }
+
+// r[verify node.issuance.config]
+#[test]
+fn the_issuance_section_is_validated_with_the_rest() {
+    let ok = "[node]\n\n[issuance]\ntick = \"30s\"\npacing = { base = \"1m\", cap = \"6h\" }\n\
+              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+              [issuance.local]\nendpoint = { tcp = \"127.0.0.1:8099\" }\n";
+    let config = Config::parse("ok.toml", ok).unwrap();
+    let issuance = config.issuance.unwrap();
+    assert_eq!(issuance.get_ref().hostnames.len(), 1);
+    // No section: no issuance module.
+    assert!(
+        Config::parse("none.toml", "[node]\n")
+            .unwrap()
+            .issuance
+            .is_none()
+    );
+    let cases = [
+        (
+            "[node]\n[issuance]\n[[issuance.hostname]]\nname = \"a.example\"\nsource = \"acme\"\n",
+            "bad.toml:2:1: issuance.hostname[0].source: a.example uses the acme source, but there is no [issuance.acme] section",
+        ),
+        (
+            "[node]\n[issuance]\npacing = { base = \"7h\" }\n",
+            "bad.toml:2:1: issuance.pacing.base: ",
+        ),
+        (
+            "[node]\n[issuance]\nblock_after = 0\n",
+            "bad.toml:2:1: issuance.block_after: must be at least 1",
+        ),
+        (
+            "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+             [[issuance.hostname]]\nname = \"A.example\"\nsource = \"local\"\n",
+            "bad.toml:2:1: issuance.hostname[1].name: duplicate hostname \"A.example\" (also issuance.hostname[0])",
+        ),
+        (
+            "[node]\n[issuance]\ntick = \"soon\"\n",
+            "bad.toml:3:8: issuance.tick: ",
+        ),
+        (
+            "[node]\n[issuance]\nblok_after = 3\n",
+            "bad.toml:3:1: issuance.blok_after: unknown key `blok_after`; did you mean `block_after`?",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
+}
+
+// r[verify node.forward.config]
+#[test]
+fn the_forward_section_is_validated_with_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "# clients\nfwd-secret-1\n").unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ok = format!(
+        "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntoken_file = \"{}\"\nallow = [\"10.0.0.0/8:53\"]\n",
+        tokens.display()
+    );
+    let config = Config::parse("ok.toml", &ok).unwrap();
+    assert_eq!(config.forward.unwrap().get_ref().allow.get_ref().len(), 1);
+    // An inline token is a secret: it never shows in the config's Debug.
+    let inline = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"inline-s3cret\"]\nallow = [\"127.0.0.1:53\"]\n";
+    let config = Config::parse("inline.toml", inline).unwrap();
+    assert!(!format!("{config:?}").contains("inline-s3cret"));
+    let cases = [
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"t\"]\nallow = []\n".to_owned(),
+            "bad.toml:5:9: forward.allow: is empty",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"t\"]\nallow = [\"ten/8:53\"]\n".to_owned(),
+            "bad.toml:5:9: forward.allow: ",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"127.0.0.1:53\"]\n".to_owned(),
+            "bad.toml:2:1: forward: no client credentials",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"nowhere\"\ntokens = [\"t\"]\nallow = [\"127.0.0.1:53\"]\n".to_owned(),
+            "bad.toml:3:10: forward.listen: ",
+        ),
+        (
+            "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"127.0.0.1:53\"]\n".to_owned()
+                + "tokens_file = \"x\"\n",
+            "bad.toml:5:1: forward.tokens_file: unknown key `tokens_file`; did you mean `token_file`?",
+        ),
+    ];
+    for (text, want) in &cases {
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
+    // A token file others can read is refused, naming the chmod.
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = Config::parse("loose.toml", &ok).unwrap_err().to_string();
+    assert!(
+        err.contains("forward.token_file") && err.contains("chmod 600"),
+        "{err}"
+    );
+}
+
+// i[verify node.config.validate]
+#[test]
+fn an_empty_token_file_is_refused_at_validation_not_at_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, "  \n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!("[node]\n[admin]\ntoken_file = \"{}\"\n", token.display());
+    let err = Config::parse("t.toml", &text).unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:3:14: admin.token_file: token file") && err.ends_with("is empty"),
+        "{err}"
+    );
+}

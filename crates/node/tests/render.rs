@@ -35,3 +35,23 @@ fn status_tables_are_pinned() {
         render::faults(&json!([])) + &render::workloads(&json!([]))
     );
 }
+
+// i[verify node.certs.cli]
+#[test]
+fn certs_table_is_pinned() {
+    let certs = json!([
+        {"hostname": "app.example.org", "source": "acme", "state": "valid",
+         "not_after": 1_800_000_000u64, "not_after_text": "Fri, 15 Jan 2027 08:00:00 GMT",
+         "next": 1_790_000_000u64, "next_in_secs": 5_000_000u64, "failures": 0,
+         "last_error": null, "clear": null},
+        {"hostname": "internal.example.org", "source": "local", "state": "blocked",
+         "not_after": null, "not_after_text": null, "next": 1_700_000_000u64,
+         "next_in_secs": 4_000u64, "failures": 6,
+         "last_error": "unreachable: connection refused", "clear": "holdfast certs retry HOST"},
+        {"hostname": "new.example.org", "source": "acme", "state": "debounced",
+         "not_after": null, "not_after_text": null, "next": 1_700_000_000u64,
+         "next_in_secs": 290u64, "failures": 1, "last_error": "server: 503", "clear": null}
+    ]);
+    insta::assert_snapshot!(render::certs(&certs));
+    assert_eq!(render::certs(&json!([])), "no hostnames configured\n");
+}

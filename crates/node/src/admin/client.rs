@@ -54,6 +54,22 @@ pub enum ClientError {
         /// The connect error.
         source: std::io::Error,
     },
+    /// The node accepted the connection but did not answer in time (wedged, or stopped).
+    #[error("the node at {target} did not answer within {}s", timeout.as_secs())]
+    Timeout {
+        /// Where.
+        target: Target,
+        /// How long we waited.
+        timeout: std::time::Duration,
+    },
+    /// The Unix socket exists but this user may not use it.
+    #[error("permission denied on {target} ({source}); run as the node's user, or use sudo")]
+    PermissionDenied {
+        /// Where.
+        target: Target,
+        /// The connect error.
+        source: std::io::Error,
+    },
     /// The connection broke mid-request.
     #[error("the node at {target} did not answer: {message}")]
     Http {
@@ -74,8 +90,39 @@ pub enum ClientError {
     },
 }
 
-/// Sends one request and returns the body of a 2xx answer.
+/// How long a CLI call may take, end to end.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+// i[impl node.cli.timeout]
+/// Sends one request and returns the body of a 2xx answer, or [`ClientError::Timeout`] when the
+/// node does not answer within [`CALL_TIMEOUT`].
 pub async fn call(
+    target: &Target,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&Token>,
+) -> Result<String, ClientError> {
+    call_within(target, method, path, token, CALL_TIMEOUT).await
+}
+
+/// [`call`] with its own time limit.
+pub async fn call_within(
+    target: &Target,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&Token>,
+    timeout: std::time::Duration,
+) -> Result<String, ClientError> {
+    match tokio::time::timeout(timeout, call_unbounded(target, method, path, token)).await {
+        Ok(result) => result,
+        Err(_) => Err(ClientError::Timeout {
+            target: target.clone(),
+            timeout,
+        }),
+    }
+}
+
+async fn call_unbounded(
     target: &Target,
     method: hyper::Method,
     path: &str,
@@ -85,9 +132,18 @@ pub async fn call(
         target: target.clone(),
         message,
     };
-    let not_running = |source| ClientError::NotRunning {
-        target: target.clone(),
-        source,
+    let not_running = |source: std::io::Error| {
+        if source.kind() == std::io::ErrorKind::PermissionDenied {
+            ClientError::PermissionDenied {
+                target: target.clone(),
+                source,
+            }
+        } else {
+            ClientError::NotRunning {
+                target: target.clone(),
+                source,
+            }
+        }
     };
     let mut builder = hyper::Request::builder()
         .method(method)

@@ -4,13 +4,15 @@
 //! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
 //! bearer token from `admin.token_file`.
 
+pub mod certs;
 pub mod client;
+pub mod forwards;
 pub mod token;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -84,6 +86,15 @@ fn router(api: Api, transport: Transport) -> Router {
             "/v1/workloads",
             get(|State(api): State<Api>| async move { Json(api.node.workloads()) }),
         )
+        .route(
+            "/v1/certs",
+            get(|State(api): State<Api>| async move { certs::list(&api.node) }),
+        )
+        .route("/v1/certs/{host}/retry", post(cert_retry))
+        .route(
+            "/v1/forwards",
+            get(|State(api): State<Api>| async move { forwards::list(&api.node) }),
+        )
         .route("/v1/drain", post(drain))
         .layer(Extension(transport))
         .with_state(api)
@@ -101,6 +112,7 @@ async fn readyz(State(api): State<Api>) -> Response {
 async fn metrics(State(api): State<Api>) -> Response {
     let open = i64::try_from(api.node.faults.len()).unwrap_or(i64::MAX);
     api.node.metrics.faults_open.set(open);
+    api.node.refresh_module_metrics();
     (
         [(
             header::CONTENT_TYPE,
@@ -141,6 +153,18 @@ fn refusal(api: &Api, transport: Transport, headers: &HeaderMap) -> Option<Respo
                 .into_response(),
         ),
     }
+}
+
+async fn cert_retry(
+    State(api): State<Api>,
+    Extension(transport): Extension<Transport>,
+    Path(host): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = refusal(&api, transport, &headers) {
+        return refused;
+    }
+    certs::retry(&api.node, &host)
 }
 
 async fn drain(

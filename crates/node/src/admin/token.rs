@@ -3,12 +3,36 @@
 
 use std::path::Path;
 
-// i[impl node.admin.token]
-/// Refuses a token file whose mode lets anyone but its owner read or write it.
-pub fn check_mode(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path)
+// i[impl node.admin.token+2]
+/// Opens a secret file once, without following a symlink, and checks the open file itself (so
+/// nothing can be swapped in between the check and the read): a regular file whose mode lets no
+/// one but its owner read or write it. Returns its text.
+pub fn read_secret_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                format!(
+                    "token file {} is a symlink; point the config at the file itself",
+                    path.display()
+                )
+            } else {
+                format!("cannot read token file {}: {e}", path.display())
+            }
+        })?;
+    let meta = file
+        .metadata()
         .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "token file {} is not a regular file",
+            path.display()
+        ));
+    }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
@@ -17,14 +41,22 @@ pub fn check_mode(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    Ok(())
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    Ok(text)
 }
 
-/// Reads the token (mode checked first), trimmed of surrounding whitespace.
+/// Checks a token file as [`read`] would (mode, a regular file, not a symlink, readable and not
+/// empty), without keeping the token.
+pub fn check_mode(path: &Path) -> Result<(), String> {
+    read(path).map(drop)
+}
+
+/// Reads the token (the file checked as [`read_secret_file`] does), trimmed of surrounding
+/// whitespace.
 pub fn read(path: &Path) -> Result<Token, String> {
-    check_mode(path)?;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    let text = read_secret_file(path)?;
     let token = text.trim();
     if token.is_empty() {
         return Err(format!("token file {} is empty", path.display()));
@@ -65,7 +97,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    // i[verify node.admin.token]
+    // i[verify node.admin.token+2]
     #[test]
     fn a_token_file_readable_by_others_is_refused_and_the_token_never_shows_in_debug() {
         let dir = tempfile::tempdir().unwrap();
@@ -80,5 +112,28 @@ mod tests {
         assert!(!token.matches("s3cret-toke"));
         assert!(!token.matches("s3cret-token2"));
         assert!(!format!("{token:?}").contains("s3cret"));
+    }
+
+    // i[verify node.admin.token+2]
+    #[test]
+    fn a_symlinked_empty_or_non_regular_token_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::write(&real, "s3cret-token\n").unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = read(&link).unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        assert!(check_mode(&link).is_err());
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(check_mode(&empty).unwrap_err().contains("is empty"));
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(read(&sub).is_err());
+        assert!(check_mode(&real).is_ok());
     }
 }

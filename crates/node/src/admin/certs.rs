@@ -1,0 +1,134 @@
+//! `/v1/certs` and `/v1/certs/{host}/retry`: the issuance module's hostnames as the operator reads
+//! them, and the force-retry that clears a block.
+
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use holdfast_issuance::issuer::HostStatus;
+use serde::Serialize;
+
+use crate::state::NodeState;
+
+/// One hostname, as `GET /v1/certs` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CertView {
+    /// The hostname.
+    pub hostname: String,
+    /// `acme` or `local`.
+    pub source: String,
+    /// `valid`, `issuing`, `due`, `debounced` or `blocked`.
+    pub state: String,
+    /// The current certificate's end of validity (Unix seconds).
+    pub not_after: Option<u64>,
+    /// The same, as an HTTP date.
+    pub not_after_text: Option<String>,
+    /// The next renewal (valid) or the next attempt (debounced, blocked), Unix seconds.
+    pub next: Option<u64>,
+    /// Seconds from now until `next` (0 when it has passed).
+    pub next_in_secs: Option<u64>,
+    /// Consecutive failures.
+    pub failures: u32,
+    /// The latest failure.
+    pub last_error: Option<String>,
+    /// How to clear a block.
+    pub clear: Option<String>,
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl CertView {
+    /// The view of `status` at `now`.
+    pub fn new(status: HostStatus, now: SystemTime) -> Self {
+        CertView {
+            hostname: status.hostname,
+            source: status.source,
+            state: status.state.to_owned(),
+            not_after: status.not_after.map(unix),
+            not_after_text: status.not_after.map(httpdate::fmt_http_date),
+            next: status.next.map(unix),
+            next_in_secs: status
+                .next
+                .map(|n| n.duration_since(now).map_or(0, |d| d.as_secs())),
+            failures: status.failures,
+            last_error: status.last_error,
+            clear: status.clear.map(str::to_owned),
+        }
+    }
+}
+
+fn unavailable(configured: bool) -> Response {
+    if configured {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the issuance module is not running now (see `holdfast modules`)\n",
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "issuance is not configured on this node (no [issuance] section)\n",
+        )
+            .into_response()
+    }
+}
+
+// i[impl node.certs.list]
+/// `GET /v1/certs`.
+pub fn list(node: &NodeState) -> Response {
+    let issuer = match node.issuance.with(|i| i.issuer().clone()) {
+        Ok(issuer) => issuer,
+        Err(configured) => return unavailable(configured),
+    };
+    let now = SystemTime::now();
+    match issuer.statuses() {
+        Ok(statuses) => Json(
+            statuses
+                .into_iter()
+                .map(|s| CertView::new(s, now))
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the attempts table: {err}\n"),
+        )
+            .into_response(),
+    }
+}
+
+// i[impl node.certs.retry]
+/// `POST /v1/certs/{host}/retry` (the caller has checked that mutating calls are allowed).
+pub fn retry(node: &NodeState, host: &str) -> Response {
+    let issuer = match node.issuance.with(|i| i.issuer().clone()) {
+        Ok(issuer) => issuer,
+        Err(configured) => return unavailable(configured),
+    };
+    match issuer.force_retry(host) {
+        Ok(()) => {
+            tracing::info!(
+                hostname = host,
+                "certificate force-retry through the admin API"
+            );
+            (
+                StatusCode::ACCEPTED,
+                Json(serde_json::json!({ "hostname": host, "retry": true })),
+            )
+                .into_response()
+        }
+        Err(holdfast_issuance::issuer::IssuerError::Unknown(_)) => (
+            StatusCode::NOT_FOUND,
+            format!("{host} is not a configured hostname\n"),
+        )
+            .into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("force-retry of {host} failed: {err}\n"),
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,175 @@
+//! The issuance module inside a running node: `/v1/certs`, `holdfast certs`, the force-retry and
+//! the issuance metrics, against a local certificate provider that is down.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::start;
+use nix::sys::signal::Signal;
+
+fn holdfast(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+// r[verify node.issuance.module]
+// r[verify node.issuance.metrics]
+// i[verify node.certs.list]
+// i[verify node.certs.retry]
+// i[verify node.certs.cli]
+#[tokio::test]
+async fn a_blocked_hostname_is_shown_faulted_and_cleared_by_certs_retry() {
+    // A loopback port nothing listens on: the local provider is down.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let provider = down.local_addr().unwrap();
+    drop(down);
+    let extra = format!(
+        "[issuance]\ntick = \"200ms\"\npacing = {{ base = \"1s\", cap = \"30s\" }}\n\
+         block_after = 2\nblock_for = \"30s\"\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n\
+         [issuance.local]\nendpoint = {{ tcp = \"{provider}\" }}\n"
+    );
+    let node = start(&extra, "10s");
+    node.until_ready().await;
+    let admin = node.admin.to_string();
+
+    // Two failed attempts block the hostname (with an expiry and how to clear it).
+    let mut certs = serde_json::Value::Null;
+    for _ in 0..300 {
+        if let Ok(body) = node.get("/v1/certs").await {
+            certs = serde_json::from_str(&body).unwrap();
+            if certs[0]["state"] == "blocked" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let host = &certs[0];
+    assert_eq!(host["state"], "blocked", "{certs}");
+    assert_eq!(host["hostname"], "app.example");
+    assert_eq!(host["source"], "local");
+    assert_eq!(host["failures"], 2);
+    assert!(host["next_in_secs"].as_u64().unwrap() <= 30, "{host}");
+    assert!(host["clear"].as_str().is_some(), "{host}");
+    assert!(host["last_error"].as_str().is_some(), "{host}");
+
+    // One fault on the node's board for the blocked hostname.
+    let faults: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/faults").await.unwrap()).unwrap();
+    let blocked: Vec<_> = faults
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["subject"]["module"] == "issuance")
+        .collect();
+    assert_eq!(blocked.len(), 1, "{faults}");
+    assert_eq!(blocked[0]["subject"]["name"], "app.example");
+    assert_eq!(blocked[0]["kind"], "blocked");
+
+    // Metrics: attempts by source and outcome, blocked hostnames.
+    let metrics = node.get("/metrics").await.unwrap();
+    assert!(
+        metrics
+            .contains("holdfast_issuance_attempts_total{source=\"local\",outcome=\"failure\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("holdfast_issuance_blocked 1"), "{metrics}");
+    // No certificate is stored, so no hostname has days to expiry.
+    assert!(
+        !metrics.contains("holdfast_issuance_days_to_expiry{"),
+        "{metrics}"
+    );
+
+    // The CLI's table.
+    let (code, table, _) = holdfast(&["certs", "--admin", &admin]);
+    assert_eq!(code, 0);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    for column in [
+        "HOSTNAME",
+        "SOURCE",
+        "STATE",
+        "NOT AFTER",
+        "NEXT",
+        "FAILURES",
+        "LAST ERROR",
+    ] {
+        assert!(header.contains(column), "{table}");
+    }
+    let row = lines.next().unwrap();
+    assert!(
+        row.starts_with("app.example") && row.contains("local") && row.contains("blocked"),
+        "{table}"
+    );
+    assert!(row.contains("holdfast certs retry app.example"), "{table}");
+    let (code, json, _) = holdfast(&["certs", "--admin", &admin, "--json"]);
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json[0]["hostname"], "app.example");
+
+    // Force-retry is mutating: refused over TCP without the token, and nothing changes.
+    let (code, _, err) = holdfast(&["certs", "retry", "app.example", "--admin", &admin]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("401"), "{err}");
+    let still: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/certs").await.unwrap()).unwrap();
+    assert_eq!(still[0]["state"], "blocked");
+    // An unknown hostname is 404.
+    let token = node.dir.path().join("token");
+    let token = token.to_str().unwrap();
+    let (code, _, err) = holdfast(&[
+        "certs",
+        "retry",
+        "nope.example",
+        "--admin",
+        &admin,
+        "--token-file",
+        token,
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("404"), "{err}");
+    // With the token: the block is cleared and the streak reset.
+    let (code, out, err) = holdfast(&[
+        "certs",
+        "retry",
+        "app.example",
+        "--admin",
+        &admin,
+        "--token-file",
+        token,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("app.example"), "{out}");
+    let after: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/certs").await.unwrap()).unwrap();
+    assert_ne!(after[0]["state"], "blocked", "{after}");
+    assert!(after[0]["failures"].as_u64().unwrap() <= 1, "{after}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("\"module\":\"issuance\""), "{log}");
+}
+
+// i[verify node.certs.list]
+#[tokio::test]
+async fn without_an_issuance_section_certs_says_it_is_not_configured() {
+    let node = start("", "10s");
+    node.until_ready().await;
+    let (code, _, err) = holdfast(&["certs", "--admin", &node.admin.to_string()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("404") && err.contains("[issuance]"), "{err}");
+    node.signal(Signal::SIGTERM);
+    let (code, _, _) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0);
+}
