@@ -42,7 +42,9 @@ pub struct Config {
     /// `[[workload]]`: what the node runs (today: which images it keeps present).
     #[serde(default, rename = "workload")]
     pub workloads: Vec<Workload>,
-    /// `[testing]`: test-only modules for the binary's own tests. Never in production.
+    /// `[testing]`: test-only modules for the binary's own tests. Only in builds with the
+    /// `testing-modules` feature; elsewhere `[testing]` is an unknown section.
+    #[cfg(feature = "testing-modules")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub testing: Option<TestingSection>,
 }
@@ -328,6 +330,7 @@ pub struct Workload {
 }
 
 /// `[testing]`: modules that exist only for the binary's own subprocess tests.
+#[cfg(feature = "testing-modules")]
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestingSection {
