@@ -44,6 +44,9 @@ pub fn subject(module: &str) -> Subject {
     Subject::new(module, "supervisor")
 }
 
+/// How long after the stop deadline the supervisor gives up on a stopper itself.
+const STOPPER_GRACE: Duration = Duration::from_millis(10);
+
 type StopMessage = (StopRequest, oneshot::Sender<Result<(), StopError>>);
 
 /// The stop plan's handle on a supervised module: stops the running instance (if any) and the
@@ -478,7 +481,16 @@ impl Supervisor {
         mut task: tokio::task::JoinHandle<Result<(), ModuleError>>,
     ) -> Result<(), StopError> {
         let deadline = request.deadline;
-        let stopped = stopper.stop(request).await;
+        // The plan cuts a late stopper off at the deadline (and reports it so); this bound, a
+        // moment later, only makes sure a hanging stopper does not leave the task unaborted.
+        let stopped = tokio::time::timeout_at(deadline + STOPPER_GRACE, stopper.stop(request))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StopError(format!(
+                    "{}: the stopper had not returned at the stop deadline",
+                    self.name
+                )))
+            });
         let ended = tokio::time::timeout_at(deadline, &mut task).await;
         if ended.is_err() {
             task.abort();

@@ -38,6 +38,8 @@ struct Probes {
     stopper_called: Mutex<Option<Duration>>,
     /// The stopper returns at once and leaves the task running.
     lingers: AtomicBool,
+    /// The stopper never returns.
+    hangs: AtomicBool,
     /// The task was dropped (ended or aborted).
     task_dropped: AtomicBool,
     /// A stop has been sent: a start after this is a bug.
@@ -122,6 +124,9 @@ impl Module for TestModule {
             stopper: stopper_fn(move |request: StopRequest| async move {
                 *probes.stopper_called.lock().unwrap() =
                     Some(request.deadline.saturating_duration_since(Instant::now()));
+                if probes.hangs.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
                 if !probes.lingers.load(Ordering::SeqCst) {
                     let _ = end_tx.send(());
                 } else {
@@ -443,4 +448,25 @@ fn a_module_that_turns_degraded_before_must_last_waits_without_spinning_and_conf
             drop(reporter);
         });
     });
+}
+
+// r[verify node.supervise.stop+2]
+#[tokio::test(start_paused = true)]
+async fn a_stopper_that_hangs_does_not_leave_the_task_running() {
+    let (_node, _starts, s, probes) =
+        setup_probed(Behaviour::CrashAfter(Duration::from_secs(3600)));
+    probes.hangs.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let result = Box::new(s.stopper)
+        .stop(stop_request(Duration::from_secs(2)))
+        .await;
+    assert!(
+        result.is_err(),
+        "a hanging stopper was reported as a clean stop"
+    );
+    tokio::task::yield_now().await;
+    assert!(
+        probes.task_dropped.load(Ordering::SeqCst),
+        "the task was not aborted"
+    );
 }
