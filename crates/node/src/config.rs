@@ -49,7 +49,9 @@ pub struct Config {
     /// `[forward]`: UDP forwards over QUIC. The module runs only when the section is present.
     #[serde(default, skip_serializing)]
     pub forward: Option<Spanned<ForwardSection>>,
-    /// `[testing]`: test-only modules for the binary's own tests. Never in production.
+    /// `[testing]`: test-only modules for the binary's own tests. Only in builds with the
+    /// `testing-modules` feature; elsewhere `[testing]` is an unknown section.
+    #[cfg(feature = "testing-modules")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub testing: Option<TestingSection>,
 }
@@ -371,6 +373,7 @@ impl Secret {
 }
 
 /// `[testing]`: modules that exist only for the binary's own subprocess tests.
+#[cfg(feature = "testing-modules")]
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestingSection {

@@ -10,9 +10,7 @@ use crate::admin::{self, AdminConfig};
 use crate::config::{Config, Listen};
 use crate::metrics::Metrics;
 use crate::module::{Module, StopGroup};
-use crate::modules::{
-    forward::ForwardModule, issuance::IssuanceModule, pull::PullModule, testing::HangOnStop,
-};
+use crate::modules::{forward::ForwardModule, issuance::IssuanceModule, pull::PullModule};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -96,8 +94,8 @@ pub fn stop_plan(
 /// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan.
 pub async fn run(config: Config) -> Result<StopReport, RunError> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
 
     let data_dir = config.node.data_dir.clone();
     prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
@@ -166,13 +164,16 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             node.forward.clone(),
         )));
     }
+    // i[impl node.testing-modules]
+    #[cfg(feature = "testing-modules")]
     if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
-        modules.push(Arc::new(HangOnStop));
+        modules.push(Arc::new(crate::modules::testing::HangOnStop));
     }
 
     let mut supervised = Vec::new();
     let mut first_starts = Vec::new();
+    let mut supervisor_tasks = Vec::new();
     for module in modules {
         let supervise = SuperviseConfig {
             policy: config.supervise_policy(identity.seed(&format!("supervise/{}", module.name()))),
@@ -184,6 +185,7 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         let group = module.group();
         let s = supervisor::spawn(module, supervise, node.clone());
         first_starts.push(s.first_start);
+        supervisor_tasks.push((name.clone(), s.task));
         supervised.push((name, group, s.stopper));
     }
     let ready_node = node.clone();
@@ -191,45 +193,94 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         for first in first_starts {
             let _ = first.await;
         }
-        if ready_node.phase() == Phase::Starting {
-            ready_node.set_phase(Phase::Running);
+        // One atomic step that never leaves Draining (a stop may have begun meanwhile).
+        ready_node.set_phase(Phase::Running);
+        if ready_node.phase() == Phase::Running {
             tracing::info!("holdfast node running");
         }
     });
+    for (name, task) in supervisor_tasks {
+        tokio::spawn(async move {
+            // A supervisor ends only when stopped; one that panics is a bug worth an error line
+            // (its stopper then reports the stop as failed).
+            if let Err(err) = task.await {
+                tracing::error!(module = %name, error = %err, "module supervisor ended on its own");
+            }
+        });
+    }
 
-    // r[impl node.stop.signal]
+    // r[impl node.stop.signal+2]
+    let mut signals = Signals {
+        term,
+        int,
+        until_abort: 1,
+    };
     let reason = tokio::select! {
-        _ = term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
-        _ = int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
-        () = node.drain_requested() => StopReason::Restart,
+        _ = signals.term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
+        _ = signals.int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
+        () = node.drain_requested() => {
+            // A drain asked for through the API: the first signal after it (an operator's or
+            // systemd's stop) is a first signal, not the second one.
+            signals.until_abort = 2;
+            StopReason::Restart
+        }
     };
     node.set_phase(Phase::Draining);
+    let budget = config.node.stop_budget.get_ref().get();
     let plan = stop_plan(
-        config.node.stop_budget.get_ref().get(),
+        budget,
         supervised
             .into_iter()
             .map(|(name, group, stopper)| (name, group, Box::new(stopper) as Box<dyn Stopper>))
             .collect(),
     );
-    // r[impl node.stop.second-signal]
-    let abort = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::warn!("second signal: aborting the stop plan");
-    };
-    let report = plan.run(reason, abort).await;
+    let report = plan.run(reason, signals.abort()).await;
     for module in &report.modules {
         tracing::info!(module = %module.module, group = %module.group, took = ?module.took,
             budget = ?module.budget, outcome = ?module.outcome, "module stopped");
     }
     tracing::info!(took = ?report.took, budget = ?report.budget, clean = report.clean(),
         aborted = report.aborted, "holdfast node stopped");
+    let mut report = report;
     if !report.aborted {
-        server.shutdown().await;
+        // The admin API gets what is left of the budget to finish its requests (a stalled
+        // client must not hold the process), and a second signal still exits at once.
+        let left = budget.saturating_sub(report.took);
+        tokio::select! {
+            () = server.shutdown(left) => {}
+            () = signals.abort() => report.aborted = true,
+        }
     }
     Ok(report)
+}
+
+/// The node's SIGTERM and SIGINT streams, and how many more signals abort the stop.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    /// 1 once a signal started the stop; 2 when the drain call did.
+    until_abort: u32,
+}
+
+impl Signals {
+    // r[impl node.stop.second-signal+2]
+    /// Resolves on the signal that aborts the stop: the second one in all.
+    async fn abort(&mut self) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => {}
+                _ = self.int.recv() => {}
+            }
+            self.until_abort = self.until_abort.saturating_sub(1);
+            if self.until_abort == 0 {
+                break;
+            }
+            tracing::info!(
+                "signal received: already stopping (the drain call started it); a second one aborts"
+            );
+        }
+        tracing::warn!("second signal: aborting the stop plan");
+    }
 }
 
 #[cfg(test)]

@@ -141,12 +141,18 @@ impl NodeState {
         *self.phase.borrow()
     }
 
-    /// Moves to `phase`.
+    /// Moves to `phase`, in one step, and never out of `Draining`: a first start that completes
+    /// just as the stop begins must not make the node ready again.
     pub fn set_phase(&self, phase: Phase) {
-        self.phase.send_replace(phase);
-        self.metrics
-            .draining
-            .set(i64::from(phase == Phase::Draining));
+        let draining = &self.metrics.draining;
+        self.phase.send_if_modified(|current| {
+            if *current == Phase::Draining || *current == phase {
+                return false;
+            }
+            *current = phase;
+            draining.set(i64::from(phase == Phase::Draining));
+            true
+        });
     }
 
     /// When the node started.

@@ -5,7 +5,7 @@
 //! for `must_last` (holdfast-retry's `succeed_provisionally` / `confirm` / `ended`): until then
 //! the attempt stays in flight, so a module that comes up degraded or dies soon after starting
 //! never resets the gate. Every end of the module's task (an error, a
-//! panic) is recorded with the crash-loop detector; a crash loop becomes one fault on the node's
+//! panic, a return) is recorded with the crash-loop detector; a crash loop becomes one fault on the node's
 //! board, and restarts continue at the gate's pace.
 //!
 //! Time is tokio's clock (`tokio::time::Instant`), so tests run it paused.
@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::metrics;
-use crate::module::{Module, ModuleError, Started};
+use crate::module::{Module, ModuleError, StartError, Started};
 use crate::state::{ModuleStatus, NodeState, SupervisorState};
 
 /// How a supervisor paces its module.
@@ -44,6 +44,9 @@ pub fn subject(module: &str) -> Subject {
     Subject::new(module, "supervisor")
 }
 
+/// How long after the stop deadline the supervisor gives up on a stopper itself.
+const STOPPER_GRACE: Duration = Duration::from_millis(10);
+
 type StopMessage = (StopRequest, oneshot::Sender<Result<(), StopError>>);
 
 /// The stop plan's handle on a supervised module: stops the running instance (if any) and the
@@ -52,7 +55,7 @@ pub struct SupervisorStopper {
     tx: oneshot::Sender<StopMessage>,
 }
 
-// r[impl node.supervise.stop]
+// r[impl node.supervise.stop+2]
 impl Stopper for SupervisorStopper {
     fn stop(
         self: Box<Self>,
@@ -60,10 +63,18 @@ impl Stopper for SupervisorStopper {
     ) -> holdfast_lifecycle::BoxFuture<Result<(), StopError>> {
         Box::pin(async move {
             let (reply, answer) = oneshot::channel();
+            // A supervisor that is gone without having been stopped ended on its own (a bug):
+            // say so rather than report a clean stop.
             if self.tx.send((request, reply)).is_err() {
-                return Ok(()); // the supervisor is gone: nothing runs
+                return Err(StopError(
+                    "the module's supervisor had ended on its own before the stop".into(),
+                ));
             }
-            answer.await.unwrap_or(Ok(()))
+            answer.await.unwrap_or_else(|_| {
+                Err(StopError(
+                    "the module's supervisor ended without answering the stop".into(),
+                ))
+            })
         })
     }
 }
@@ -159,6 +170,21 @@ enum Outcome {
     Stop(StopMessage),
 }
 
+/// Takes a stop message that is already waiting, answering nothing yet.
+fn take_stop(
+    stop: &mut oneshot::Receiver<StopMessage>,
+) -> Option<oneshot::Sender<Result<(), StopError>>> {
+    stop.try_recv().ok().map(|(_, reply)| reply)
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 fn now() -> std::time::Instant {
     Instant::now().into_std()
 }
@@ -190,8 +216,8 @@ impl Supervisor {
         }
     }
 
-    // r[impl node.supervise.start]
-    // r[impl node.supervise.crash-loop]
+    // r[impl node.supervise.start+2]
+    // r[impl node.supervise.crash-loop+2]
     async fn run(mut self, mut stop: oneshot::Receiver<StopMessage>) {
         loop {
             // Wait until the gate grants a start.
@@ -206,18 +232,26 @@ impl Supervisor {
                                 .as_secs_f64(),
                         };
                         self.publish();
+                        // Biased: a stop that is already waiting wins over a back-off that
+                        // has just run out, so no start happens after a stop.
                         tokio::select! {
-                            () = tokio::time::sleep_until(until) => {}
+                            biased;
                             message = &mut stop => {
                                 if let Ok((_, reply)) = message {
                                     let _ = reply.send(Ok(()));
                                 }
                                 return self.stopped();
                             }
+                            () = tokio::time::sleep_until(until) => {}
                         }
                     }
                 }
             };
+            // A stop may have arrived while the gate granted at once.
+            if let Some(reply) = take_stop(&mut stop) {
+                let _ = reply.send(Ok(()));
+                return self.stopped();
+            }
             if let Some(report) = self.crashes.take_report() {
                 tracing::warn!(module = %self.name, crashes = report.crashes, window = ?report.window,
                     "restarting a crash-looping module (paced)");
@@ -228,12 +262,21 @@ impl Supervisor {
                 .module_starts
                 .get_or_create(&metrics::module(&self.name))
                 .inc();
-            let started = self.module.start();
+            // A panic in `start` is a failed start (paced, faulted), not the end of the
+            // supervisor.
+            let started =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.module.start()))
+                    .unwrap_or_else(|panic| {
+                        Err(StartError(format!(
+                            "start panicked: {}",
+                            panic_message(&*panic)
+                        )))
+                    });
             self.first_start_done();
             let Started {
                 stopper,
                 health,
-                task,
+                mut task,
             } = match started {
                 Ok(started) => started,
                 Err(err) => {
@@ -253,9 +296,9 @@ impl Supervisor {
             self.status.supervisor = SupervisorState::Running { confirmed: false };
             self.node
                 .update_module(self.status.clone(), Some(health.clone()));
-            match self.watch(token, health, task, &mut stop).await {
+            match self.watch(token, health, &mut task, &mut stop).await {
                 Outcome::Stop((request, reply)) => {
-                    let result = stopper.stop(request).await;
+                    let result = self.stop_instance(stopper, request, task).await;
                     let _ = reply.send(result);
                     return self.stopped();
                 }
@@ -264,7 +307,7 @@ impl Supervisor {
         }
     }
 
-    // r[impl node.supervise.degraded]
+    // r[impl node.supervise.degraded+2]
     /// Watches one running instance until its task ends or the node stops it. The start's
     /// attempt stays held while the module is starting or degraded; once it reports ready the
     /// start is a provisional success (holdfast-retry's "success that must last"), confirmed when
@@ -273,22 +316,26 @@ impl Supervisor {
         &mut self,
         token: AttemptToken<()>,
         mut health: holdfast_lifecycle::HealthWatch,
-        mut task: tokio::task::JoinHandle<Result<(), ModuleError>>,
+        task: &mut tokio::task::JoinHandle<Result<(), ModuleError>>,
         stop: &mut oneshot::Receiver<StopMessage>,
     ) -> Outcome {
         let mut attempt = Attempt::Held(token);
         let mut health_open = true;
         let outcome = loop {
-            attempt = self.advance(attempt, health.get() == Health::Ready);
+            let ready = health.get() == Health::Ready;
+            attempt = self.advance(attempt, ready);
+            // The timer runs only while the module is ready: a module that went degraded before
+            // `must_last` is confirmed on its next report of ready (a timer left armed with a
+            // past deadline would fire on every turn of this loop).
             let lasts_at = match &attempt {
                 Attempt::Lasting {
                     lasting,
                     confirmed: false,
-                } => Some(Instant::from_std(lasting.started() + lasting.must_last())),
+                } if ready => Some(Instant::from_std(lasting.started() + lasting.must_last())),
                 _ => None,
             };
             tokio::select! {
-                result = &mut task => break Outcome::Ended(result),
+                result = &mut *task => break Outcome::Ended(result),
                 () = sleep_until_some(lasts_at), if lasts_at.is_some() => {}
                 changed = health.changed(), if health_open => {
                     if changed.is_none() { health_open = false; }
@@ -351,7 +398,7 @@ impl Supervisor {
     async fn keep_running(
         &mut self,
         attempt: Attempt,
-        task: tokio::task::JoinHandle<Result<(), ModuleError>>,
+        task: &mut tokio::task::JoinHandle<Result<(), ModuleError>>,
     ) -> Outcome {
         let result = task.await;
         self.ended(attempt, &result);
@@ -364,7 +411,8 @@ impl Supervisor {
         result: &Result<Result<(), ModuleError>, tokio::task::JoinError>,
     ) {
         let (exit, message) = match result {
-            Ok(Ok(())) => (Exit::Clean, "module task returned".to_owned()),
+            // While the node runs nobody asked it to end, so a return is a crash too.
+            Ok(Ok(())) => (Exit::Crashed, "module task returned".to_owned()),
             Ok(Err(err)) => (Exit::Crashed, format!("module failed: {err}")),
             Err(err) if err.is_panic() => (Exit::Crashed, "module panicked".to_owned()),
             Err(_) => (Exit::Crashed, "module task was cancelled".to_owned()),
@@ -422,6 +470,39 @@ impl Supervisor {
             self.record(&t, &message);
         }
         self.publish();
+    }
+
+    /// Stops the running instance: its stopper, then its task, both by the request's deadline.
+    /// A task still running then is aborted and the stop is reported as failed.
+    async fn stop_instance(
+        &self,
+        stopper: Box<dyn Stopper>,
+        request: StopRequest,
+        mut task: tokio::task::JoinHandle<Result<(), ModuleError>>,
+    ) -> Result<(), StopError> {
+        let deadline = request.deadline;
+        // The plan cuts a late stopper off at the deadline (and reports it so); this bound, a
+        // moment later, only makes sure a hanging stopper does not leave the task unaborted.
+        let stopped = tokio::time::timeout_at(deadline + STOPPER_GRACE, stopper.stop(request))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StopError(format!(
+                    "{}: the stopper had not returned at the stop deadline",
+                    self.name
+                )))
+            });
+        let ended = tokio::time::timeout_at(deadline, &mut task).await;
+        if ended.is_err() {
+            task.abort();
+            tracing::warn!(module = %self.name, "module task still running at the stop deadline; aborted");
+        }
+        stopped?;
+        ended.map(drop).map_err(|_| {
+            StopError(format!(
+                "{}: the module's task was still running at the stop deadline (aborted)",
+                self.name
+            ))
+        })
     }
 
     fn stopped(mut self) {

@@ -8,13 +8,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{TOKEN, start};
+use common::{TOKEN, start, start_testing};
 use holdfast::admin::client::{Target, call};
 use holdfast::admin::token;
 use nix::sys::signal::Signal;
 
 // i[verify node.admin.endpoints]
-// i[verify node.admin.readyz]
+// i[verify node.admin.readyz+2]
 // r[verify node.pull.degraded]
 #[tokio::test]
 async fn admin_endpoints_answer_and_a_missing_docker_is_one_fault() {
@@ -90,7 +90,7 @@ fn the_cli_says_plainly_when_no_node_is_running() {
     );
 }
 
-// r[verify node.stop.signal]
+// r[verify node.stop.signal+2]
 // i[verify node.stop.exit-status]
 #[tokio::test]
 async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
@@ -106,7 +106,9 @@ async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
 // i[verify node.stop.exit-status]
 #[tokio::test]
 async fn a_hanging_stopper_is_cut_off_at_the_budget_and_the_exit_status_says_so() {
-    let node = start("[testing]\nhang_on_stop = true\n", "1s");
+    let Some(node) = start_testing("[testing]\nhang_on_stop = true\n", "1s") else {
+        return;
+    };
     node.until_ready().await;
     node.signal(Signal::SIGTERM);
     let (code, took, log) = node.wait(Duration::from_secs(10));
@@ -116,12 +118,29 @@ async fn a_hanging_stopper_is_cut_off_at_the_budget_and_the_exit_status_says_so(
     assert!(log.contains("cut_off") || log.contains("CutOff"), "{log}");
 }
 
-// r[verify node.stop.second-signal]
+// r[verify node.stop.second-signal+2]
+// i[verify node.admin.readyz+2]
 #[tokio::test]
 async fn a_second_sigterm_exits_at_once() {
-    let node = start("[testing]\nhang_on_stop = true\n", "60s");
+    let Some(node) = start_testing("[testing]\nhang_on_stop = true\n", "60s") else {
+        return;
+    };
     node.until_ready().await;
     node.signal(Signal::SIGTERM);
+    // The stop has begun: not ready any more.
+    let mut readyz = None;
+    for _ in 0..100 {
+        readyz = Some(node.get("/readyz").await);
+        if matches!(&readyz, Some(Err(holdfast::admin::client::ClientError::Refused { status: 503, body, .. })) if body.contains("draining"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        matches!(&readyz, Some(Err(holdfast::admin::client::ClientError::Refused { status: 503, body, .. })) if body.contains("draining")),
+        "{readyz:?}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let began = Instant::now();
     node.signal(Signal::SIGTERM);
@@ -135,7 +154,7 @@ async fn a_second_sigterm_exits_at_once() {
 }
 
 // i[verify node.admin.mutating]
-// i[verify node.admin.socket]
+// i[verify node.admin.socket+2]
 // r[verify node.log.no-secrets]
 #[tokio::test]
 async fn drain_needs_the_token_or_the_socket_and_the_token_is_never_logged() {
@@ -273,4 +292,183 @@ fn the_cli_gives_up_on_a_node_that_accepts_but_never_answers() {
         "{stderr}"
     );
     assert!(took < Duration::from_secs(15), "{took:?}");
+}
+
+/// Opens a TCP connection to the node's admin API and sends half a request, then holds it.
+fn stalled_client(node: &common::Node) -> std::net::TcpStream {
+    use std::io::Write;
+    let Target::Tcp(addr) = &node.admin else {
+        panic!("the node listens on TCP")
+    };
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    stream
+}
+
+// r[verify node.stop.signal+2]
+#[tokio::test]
+async fn a_stalled_admin_client_does_not_hold_the_node_past_its_budget() {
+    let node = start("", "2s");
+    node.until_ready().await;
+    let _stalled = stalled_client(&node);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    node.signal(Signal::SIGTERM);
+    let (code, took, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+}
+
+// r[verify node.stop.second-signal+2]
+#[tokio::test]
+async fn a_second_sigterm_while_admin_requests_are_still_open_exits_at_once() {
+    let node = start("", "60s");
+    node.until_ready().await;
+    let _stalled = stalled_client(&node);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    node.signal(Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let began = Instant::now();
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 4, "{log}");
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        began.elapsed()
+    );
+}
+
+// r[verify node.stop.second-signal+2]
+#[tokio::test]
+async fn after_a_drain_call_the_first_sigterm_does_not_abort_the_drain() {
+    let Some(node) = start_testing("[testing]\nhang_on_stop = true\n", "6s") else {
+        return;
+    };
+    node.until_ready().await;
+    let unix = Target::Unix(node.dir.path().join("admin.sock"));
+    call(&unix, hyper::Method::POST, "/v1/drain", None)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    node.signal(Signal::SIGTERM);
+    // The drain goes on until the plan cuts the hanging stopper off (3), not aborted (4).
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 3, "{log}");
+    assert!(log.contains("already stopping"), "{log}");
+}
+
+fn run_refused(dir: &std::path::Path, socket: &std::path::Path) -> (i32, String) {
+    let config = common::write_config(dir, "", "2s", None);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        &format!("socket = \"{}\"", dir.join("admin.sock").display()),
+        &format!("socket = \"{}\"", socket.display()),
+    );
+    let text = text.replace("listen = \"127.0.0.1:0\"", "listen = \"off\"");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.join("refused.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(["run", "-c"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if began.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the node started instead of refusing the socket path");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (
+        status.code().unwrap_or(-1),
+        std::fs::read_to_string(&log).unwrap(),
+    )
+}
+
+// i[verify node.admin.socket+2]
+#[test]
+fn a_path_that_is_not_a_socket_is_never_deleted_and_the_node_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("important.txt");
+    std::fs::write(&path, "keep me").unwrap();
+    let (code, err) = run_refused(dir.path(), &path);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "keep me");
+}
+
+// i[verify node.admin.socket+2]
+#[tokio::test]
+async fn a_live_nodes_socket_is_never_taken_over_and_a_stale_one_is_replaced() {
+    let node = start("", "5s");
+    node.until_ready().await;
+    let socket = node.dir.path().join("admin.sock");
+    let other = tempfile::tempdir().unwrap();
+    let (code, err) = run_refused(other.path(), &socket);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("already serving"), "{err}");
+    // The first node still answers on its socket.
+    let unix = Target::Unix(socket.clone());
+    assert!(
+        call(&unix, hyper::Method::GET, "/healthz", None)
+            .await
+            .is_ok()
+    );
+    node.signal(Signal::SIGTERM);
+    assert_eq!(node.wait(Duration::from_secs(10)).0, 0);
+
+    // A socket nobody listens on (a crashed run's) is replaced.
+    let dir = tempfile::tempdir().unwrap();
+    let stale = dir.path().join("admin.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let node = common::start_in(dir, "", "5s", None);
+    node.until_ready().await;
+    let unix = Target::Unix(stale);
+    assert_eq!(
+        call(&unix, hyper::Method::GET, "/healthz", None)
+            .await
+            .unwrap(),
+        "ok\n"
+    );
+    node.signal(Signal::SIGTERM);
+    assert_eq!(node.wait(Duration::from_secs(10)).0, 0);
+}
+
+// i[verify node.admin.socket+2]
+#[tokio::test]
+async fn under_a_permissive_umask_the_socket_is_0600_and_new_parents_0700() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(dir.path(), "", "5s", None);
+    let socket = dir.path().join("run/holdfast/admin.sock");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("socket = \"{}\"", dir.path().join("admin.sock").display()),
+        &format!("socket = \"{}\"", socket.display()),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_holdfast"));
+    let node = common::spawn_with(dir, &config, shell);
+    node.until_ready().await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600);
+    assert_eq!(mode(socket.parent().unwrap()), 0o700);
+    assert_eq!(mode(socket.parent().unwrap().parent().unwrap()), 0o700);
+    node.signal(Signal::SIGTERM);
+    let (code, _, dir) = node.wait_keeping_dir(Duration::from_secs(10));
+    assert_eq!(code, 0);
+    assert!(!dir.path().join("run/holdfast/admin.sock").exists());
 }

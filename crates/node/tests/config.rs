@@ -77,7 +77,22 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
     assert_eq!(config.node.stop_budget.get_ref().get().as_secs(), 10);
     assert!(config.pull.enabled);
     assert!(config.workloads.is_empty());
+    #[cfg(feature = "testing-modules")]
     assert!(config.testing.is_none(), "no test module by default");
+}
+
+// i[verify node.testing-modules]
+#[test]
+fn the_testing_section_exists_only_in_a_testing_modules_build() {
+    let parsed = Config::parse("c.toml", "[testing]\nhang_on_stop = true\n");
+    #[cfg(feature = "testing-modules")]
+    assert!(parsed.unwrap().testing.is_some_and(|t| t.hang_on_stop));
+    #[cfg(not(feature = "testing-modules"))]
+    {
+        let err = parsed.unwrap_err();
+        assert_eq!((err.line, err.key.as_str()), (1, "testing"), "{err}");
+        assert!(err.to_string().contains("unknown"), "{err}");
+    }
 }
 
 // i[verify node.admin.non-loopback]

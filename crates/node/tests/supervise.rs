@@ -2,6 +2,7 @@
 //! exactly, a crash loop is one fault, and a short or degraded run never resets the gate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,16 +19,51 @@ use tokio::time::Instant;
 #[derive(Clone, Copy)]
 enum Behaviour {
     FailToStart,
+    /// `start` panics.
+    PanicInStart,
+    /// Starts (ready), then its task returns `Ok` after this long.
+    ReturnAfter(Duration),
+    /// Starts ready, turns degraded after this long, and never ends; the test holds its health
+    /// reporter.
+    ReadyThenDegraded(Duration),
     /// Starts (ready), then its task fails after this long.
     CrashAfter(Duration),
     /// Starts degraded, then its task fails after this long.
     DegradedCrashAfter(Duration),
 }
 
+#[derive(Default)]
+struct Probes {
+    /// The instance's stopper was called, with this much time left to its deadline.
+    stopper_called: Mutex<Option<Duration>>,
+    /// The stopper returns at once and leaves the task running.
+    lingers: AtomicBool,
+    /// The stopper never returns.
+    hangs: AtomicBool,
+    /// The task was dropped (ended or aborted).
+    task_dropped: AtomicBool,
+    /// A stop has been sent: a start after this is a bug.
+    stop_sent: AtomicBool,
+    /// Starts that happened after a stop was sent.
+    starts_after_stop: AtomicUsize,
+    /// The latest instance's health reporter (ReadyThenDegraded).
+    reporter: Mutex<Option<holdfast_lifecycle::HealthReporter>>,
+}
+
 struct TestModule {
     behaviour: Behaviour,
     origin: Instant,
     starts: Arc<Mutex<Vec<u64>>>,
+    probes: Arc<Probes>,
+}
+
+/// Sets a flag when dropped: tells whether a task ended or was aborted.
+struct DropFlag(Arc<Probes>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.task_dropped.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Module for TestModule {
@@ -42,20 +78,62 @@ impl Module for TestModule {
             .lock()
             .unwrap()
             .push(Instant::now().duration_since(self.origin).as_secs());
-        let (after, health) = match self.behaviour {
+        if self.probes.stop_sent.load(Ordering::SeqCst) {
+            self.probes.starts_after_stop.fetch_add(1, Ordering::SeqCst);
+        }
+        let (after, health, returns) = match self.behaviour {
             Behaviour::FailToStart => return Err(StartError("address in use".into())),
-            Behaviour::CrashAfter(d) => (d, Health::Ready),
-            Behaviour::DegradedCrashAfter(d) => (d, Health::Degraded("backend absent".into())),
+            Behaviour::PanicInStart => panic!("adapter unwrap"),
+            Behaviour::CrashAfter(d) => (d, Health::Ready, false),
+            Behaviour::ReturnAfter(d) => (d, Health::Ready, true),
+            Behaviour::DegradedCrashAfter(d) => {
+                (d, Health::Degraded("backend absent".into()), false)
+            }
+            Behaviour::ReadyThenDegraded(d) => (d, Health::Ready, false),
         };
         let (reporter, watch) = health_channel();
         reporter.set(health);
-        let task = tokio::spawn(async move {
-            let _reporter = reporter;
-            tokio::time::sleep(after).await;
-            Err::<(), _>(ModuleError("boom".into()))
-        });
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        let flag = DropFlag(Arc::clone(&self.probes));
+        let task = if let Behaviour::ReadyThenDegraded(d) = self.behaviour {
+            *self.probes.reporter.lock().unwrap() = Some(reporter.clone());
+            tokio::spawn(async move {
+                let _flag = flag;
+                tokio::time::sleep(d).await;
+                reporter.set(Health::Degraded("docker went away".into()));
+                let _ = end_rx.await;
+                Ok(())
+            })
+        } else {
+            tokio::spawn(async move {
+                let _flag = flag;
+                let _reporter = reporter;
+                tokio::select! {
+                    () = tokio::time::sleep(after) => {}
+                    _ = end_rx => return Ok(()),
+                }
+                if returns {
+                    Ok(())
+                } else {
+                    Err::<(), _>(ModuleError("boom".into()))
+                }
+            })
+        };
+        let probes = Arc::clone(&self.probes);
         Ok(Started {
-            stopper: stopper_fn(|_| async { Ok(()) }),
+            stopper: stopper_fn(move |request: StopRequest| async move {
+                *probes.stopper_called.lock().unwrap() =
+                    Some(request.deadline.saturating_duration_since(Instant::now()));
+                if probes.hangs.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                if !probes.lingers.load(Ordering::SeqCst) {
+                    let _ = end_tx.send(());
+                } else {
+                    std::mem::forget(end_tx);
+                }
+                Ok(())
+            }),
             health: watch,
             task,
         })
@@ -78,15 +156,60 @@ fn config() -> SuperviseConfig {
 }
 
 fn setup(behaviour: Behaviour) -> (NodeState, Arc<Mutex<Vec<u64>>>, supervisor::Supervised) {
+    let (node, starts, s, _) = setup_probed(behaviour);
+    (node, starts, s)
+}
+
+fn setup_probed(
+    behaviour: Behaviour,
+) -> (
+    NodeState,
+    Arc<Mutex<Vec<u64>>>,
+    supervisor::Supervised,
+    Arc<Probes>,
+) {
     let node = NodeState::new("test-node", FaultBoard::new(), Metrics::new());
     let starts = Arc::new(Mutex::new(Vec::new()));
+    let probes = Arc::new(Probes::default());
     let module = TestModule {
         behaviour,
         origin: Instant::now(),
         starts: Arc::clone(&starts),
+        probes: Arc::clone(&probes),
     };
     let s = supervisor::spawn(Arc::new(module), config(), node.clone());
-    (node, starts, s)
+    (node, starts, s, probes)
+}
+
+fn stop_request(within: Duration) -> StopRequest {
+    StopRequest {
+        deadline: Instant::now() + within,
+        reason: StopReason::Shutdown,
+    }
+}
+
+/// Runs a paused-clock test on its own thread and fails it if it has not finished within
+/// `limit` of real time: a supervisor that spins keeps tokio from auto-advancing its clock, so
+/// the test would hang instead of failing.
+fn with_watchdog(limit: std::time::Duration, test: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(test));
+        let _ = done.send(result);
+    });
+    match finished.recv_timeout(limit) {
+        Ok(Ok(())) => {}
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("the test did not finish within {limit:?}: the supervisor spins"),
+    }
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
 }
 
 fn status(node: &NodeState) -> holdfast::state::ModuleStatus {
@@ -96,7 +219,7 @@ fn status(node: &NodeState) -> holdfast::state::ModuleStatus {
         .unwrap()
 }
 
-// r[verify node.supervise.start]
+// r[verify node.supervise.start+2]
 #[tokio::test(start_paused = true)]
 async fn a_module_that_fails_to_start_is_retried_on_the_schedule_and_faulted_once() {
     let (node, starts, _s) = setup(Behaviour::FailToStart);
@@ -117,7 +240,7 @@ async fn a_module_that_fails_to_start_is_retried_on_the_schedule_and_faulted_onc
     assert_eq!(status(&node).failures, u32::try_from(n).unwrap());
 }
 
-// r[verify node.supervise.crash-loop]
+// r[verify node.supervise.crash-loop+2]
 #[tokio::test(start_paused = true)]
 async fn a_module_that_crashes_at_once_is_a_crash_loop_paced_and_one_fault() {
     let (node, starts, _s) = setup(Behaviour::CrashAfter(Duration::ZERO));
@@ -138,7 +261,7 @@ async fn a_module_that_crashes_at_once_is_a_crash_loop_paced_and_one_fault() {
     assert_eq!(status(&node).restarts, 7);
 }
 
-// r[verify node.supervise.start]
+// r[verify node.supervise.start+2]
 #[tokio::test(start_paused = true)]
 async fn a_short_run_does_not_reset_the_gate_but_a_run_that_lasted_does() {
     // Crashes 10 s after each start, before must_last (30 s): the streak grows.
@@ -161,7 +284,7 @@ async fn a_short_run_does_not_reset_the_gate_but_a_run_that_lasted_does() {
     );
 }
 
-// r[verify node.supervise.degraded]
+// r[verify node.supervise.degraded+2]
 #[tokio::test(start_paused = true)]
 async fn a_module_that_comes_up_degraded_never_resets_the_gate() {
     let (node, starts, _s) = setup(Behaviour::DegradedCrashAfter(Duration::from_secs(40)));
@@ -178,21 +301,172 @@ async fn a_module_that_comes_up_degraded_never_resets_the_gate() {
     assert_eq!(status(&node).failures, 3);
 }
 
-// r[verify node.supervise.stop]
+// r[verify node.supervise.stop+2]
 #[tokio::test(start_paused = true)]
 async fn stopping_a_supervisor_stops_its_instance_and_ends_restarts() {
-    let (node, starts, s) = setup(Behaviour::CrashAfter(Duration::from_secs(3600)));
+    let (node, starts, s, probes) = setup_probed(Behaviour::CrashAfter(Duration::from_secs(3600)));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let request = StopRequest {
-        deadline: Instant::now() + Duration::from_secs(1),
-        reason: StopReason::Shutdown,
-    };
-    Box::new(s.stopper).stop(request).await.unwrap();
+    Box::new(s.stopper)
+        .stop(stop_request(Duration::from_secs(1)))
+        .await
+        .unwrap();
     s.task.await.unwrap();
     tokio::time::sleep(Duration::from_secs(7200)).await;
     assert_eq!(*starts.lock().unwrap(), vec![0]);
     assert_eq!(
         status(&node).supervisor,
         holdfast::state::SupervisorState::Stopped
+    );
+    // The instance's own stopper was called, with the request's deadline passed through, and
+    // its task has ended.
+    assert_eq!(
+        *probes.stopper_called.lock().unwrap(),
+        Some(Duration::from_secs(1))
+    );
+    assert!(probes.task_dropped.load(Ordering::SeqCst));
+}
+
+// r[verify node.supervise.stop+2]
+#[tokio::test(start_paused = true)]
+async fn a_task_that_outlives_its_stopper_is_aborted_at_the_deadline_and_the_stop_fails() {
+    let (_node, _starts, s, probes) =
+        setup_probed(Behaviour::CrashAfter(Duration::from_secs(3600)));
+    probes.lingers.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let began = Instant::now();
+    let result = Box::new(s.stopper)
+        .stop(stop_request(Duration::from_secs(2)))
+        .await;
+    assert!(
+        result.is_err(),
+        "a task left running was reported as a clean stop"
+    );
+    assert_eq!(
+        began.elapsed(),
+        Duration::from_secs(2),
+        "waits for the task until the deadline"
+    );
+    tokio::task::yield_now().await;
+    assert!(
+        probes.task_dropped.load(Ordering::SeqCst),
+        "the task was not aborted"
+    );
+}
+
+// r[verify node.supervise.stop+2]
+#[tokio::test(start_paused = true)]
+async fn a_stop_that_arrives_with_a_due_restart_wins() {
+    // Many supervisors whose back-off runs out at the instant the stop arrives: without a
+    // stop-first choice, about half of them would start once more.
+    let all: Vec<_> = (0..32)
+        .map(|_| setup_probed(Behaviour::FailToStart))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut stops = Vec::new();
+    let mut probed = Vec::new();
+    for (_node, _starts, s, probes) in all {
+        let mut stop = Box::new(s.stopper).stop(stop_request(Duration::from_secs(1)));
+        // Poll once here, so the stop is sent before any supervisor runs again.
+        std::future::poll_fn(|cx| {
+            let _ = stop.as_mut().poll(cx);
+            std::task::Poll::Ready(())
+        })
+        .await;
+        probes.stop_sent.store(true, Ordering::SeqCst);
+        stops.push(stop);
+        probed.push(probes);
+    }
+    for stop in stops {
+        stop.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let late: usize = probed
+        .iter()
+        .map(|p| p.starts_after_stop.load(Ordering::SeqCst))
+        .sum();
+    assert_eq!(late, 0, "starts after a stop was sent");
+}
+
+// r[verify node.supervise.start+2]
+#[tokio::test(start_paused = true)]
+async fn a_module_that_panics_in_start_is_retried_on_the_schedule_and_faulted() {
+    let (node, starts, s) = setup(Behaviour::PanicInStart);
+    tokio::time::sleep(Duration::from_millis(62_500)).await;
+    assert_eq!(*starts.lock().unwrap(), vec![0, 1, 3, 7, 15, 31]);
+    assert!(!s.task.is_finished(), "the supervisor died with the panic");
+    let faults = node.faults.list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].kind, "start_failed");
+    assert!(
+        faults[0].message.contains("start panicked: adapter unwrap"),
+        "{}",
+        faults[0].message
+    );
+    // The supervisor still answers the stop plan.
+    Box::new(s.stopper)
+        .stop(stop_request(Duration::from_secs(1)))
+        .await
+        .unwrap();
+}
+
+// r[verify node.supervise.crash-loop+2]
+#[tokio::test(start_paused = true)]
+async fn a_module_task_that_returns_at_once_is_a_crash_loop() {
+    let (node, starts, _s) = setup(Behaviour::ReturnAfter(Duration::ZERO));
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    assert_eq!(*starts.lock().unwrap(), vec![0, 1, 3]);
+    let faults = node.faults.list();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].kind, "crash_loop");
+    assert!(faults[0].message.contains("module task returned"));
+    assert!(status(&node).crash_loop);
+}
+
+// r[verify node.supervise.degraded+2]
+#[test]
+fn a_module_that_turns_degraded_before_must_last_waits_without_spinning_and_confirms_when_ready() {
+    with_watchdog(std::time::Duration::from_secs(30), || {
+        paused_runtime().block_on(async {
+            let (node, starts, _s, probes) =
+                setup_probed(Behaviour::ReadyThenDegraded(Duration::from_secs(5)));
+            // Ready at 0, degraded at 5, must_last (30 s) passes at 30 while degraded.
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            assert_eq!(*starts.lock().unwrap(), vec![0]);
+            assert_eq!(
+                status(&node).supervisor,
+                holdfast::state::SupervisorState::Running { confirmed: false },
+                "a start that is degraded when must_last passes is not a success"
+            );
+            // Ready again, long after must_last: confirmed at once.
+            let reporter = probes.reporter.lock().unwrap().take().unwrap();
+            reporter.set(Health::Ready);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert_eq!(
+                status(&node).supervisor,
+                holdfast::state::SupervisorState::Running { confirmed: true }
+            );
+            drop(reporter);
+        });
+    });
+}
+
+// r[verify node.supervise.stop+2]
+#[tokio::test(start_paused = true)]
+async fn a_stopper_that_hangs_does_not_leave_the_task_running() {
+    let (_node, _starts, s, probes) =
+        setup_probed(Behaviour::CrashAfter(Duration::from_secs(3600)));
+    probes.hangs.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let result = Box::new(s.stopper)
+        .stop(stop_request(Duration::from_secs(2)))
+        .await;
+    assert!(
+        result.is_err(),
+        "a hanging stopper was reported as a clean stop"
+    );
+    tokio::task::yield_now().await;
+    assert!(
+        probes.task_dropped.load(Ordering::SeqCst),
+        "the task was not aborted"
     );
 }

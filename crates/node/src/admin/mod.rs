@@ -1,5 +1,5 @@
 //! The admin API: health, readiness, metrics and the node's state over HTTP, on loopback TCP by
-//! default and optionally a Unix socket (mode 0600).
+//! default and optionally a Unix socket (mode 0600 from the moment it exists).
 //!
 //! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
 //! bearer token from `admin.token_file`.
@@ -7,6 +7,8 @@
 pub mod certs;
 pub mod client;
 pub mod forwards;
+
+mod socket;
 pub mod token;
 
 use std::net::SocketAddr;
@@ -100,7 +102,7 @@ fn router(api: Api, transport: Transport) -> Router {
         .with_state(api)
 }
 
-// i[impl node.admin.readyz]
+// i[impl node.admin.readyz+2]
 async fn readyz(State(api): State<Api>) -> Response {
     match api.node.phase() {
         Phase::Running => (StatusCode::OK, "ready\n").into_response(),
@@ -214,6 +216,18 @@ pub enum AdminError {
         /// Why.
         source: std::io::Error,
     },
+    /// A node already answers on the Unix socket.
+    #[error("admin API: a node is already serving on {}; stop it or choose another admin.socket", path.display())]
+    SocketInUse {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Something other than a socket is at the socket's path.
+    #[error("admin API: {} exists and is not a socket; refusing to replace it (remove it or choose another admin.socket)", path.display())]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
 }
 
 /// The running admin API.
@@ -225,17 +239,36 @@ pub struct AdminServer {
     pub socket: Option<PathBuf>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The bound socket's (device, inode): removed on shutdown only if the path is still it.
+    socket_id: Option<(u64, u64)>,
 }
 
 impl AdminServer {
-    /// Stops serving and removes the Unix socket.
-    pub async fn shutdown(self) {
+    /// Stops serving: requests in flight get up to `grace` to finish, then the servers are
+    /// aborted (a stalled client cannot hold the node). Removes the Unix socket if it is still
+    /// the one this server bound.
+    pub async fn shutdown(self, grace: std::time::Duration) {
         let _ = self.shutdown.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        let mut tasks = self.tasks;
+        let finished = tokio::time::timeout(grace, async {
+            for task in &mut tasks {
+                let _ = task.await;
+            }
+        })
+        .await;
+        if finished.is_err() {
+            tracing::warn!(
+                ?grace,
+                "admin API: requests still open at the stop deadline; closed"
+            );
+            for task in &tasks {
+                task.abort();
+            }
         }
-        if let Some(path) = &self.socket {
-            let _ = std::fs::remove_file(path);
+        if let (Some(path), Some(id)) = (&self.socket, self.socket_id) {
+            if socket::identity(path) == Some(id) {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
@@ -249,6 +282,7 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
     let (shutdown, rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut tcp = None;
+    let mut socket_id = None;
     if let Some(addr) = config.tcp {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the admin API listens beyond loopback (admin.allow_non_loopback)");
@@ -274,24 +308,9 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
             }
         }));
     }
-    // i[impl node.admin.socket]
     if let Some(path) = &config.socket {
-        let err = |source| AdminError::Unix {
-            path: path.clone(),
-            source,
-        };
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(err)?;
-        }
-        // A socket left by a previous run would make bind fail.
-        if std::fs::symlink_metadata(path).is_ok() {
-            std::fs::remove_file(path).map_err(err)?;
-        }
-        let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-        }
+        let (listener, id) = socket::bind(path)?;
+        socket_id = Some(id);
         let app = router(api, Transport::Unix);
         let mut rx = rx;
         tasks.push(tokio::spawn(async move {
@@ -311,6 +330,7 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
         socket: config.socket,
         shutdown,
         tasks,
+        socket_id,
     })
 }
 
@@ -320,7 +340,7 @@ mod tests {
     use crate::metrics::Metrics;
     use holdfast_lifecycle::FaultBoard;
 
-    // i[verify node.admin.readyz]
+    // i[verify node.admin.readyz+2]
     #[tokio::test]
     async fn readiness_is_503_while_starting_and_draining() {
         let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
@@ -338,6 +358,25 @@ mod tests {
         node.set_phase(Phase::Draining);
         assert_eq!(
             status(readyz(State(api.clone())).await),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert!(node.metrics.render().contains("holdfast_draining 1"));
+    }
+
+    // i[verify node.admin.readyz+2]
+    #[tokio::test]
+    async fn a_first_start_completing_after_the_stop_began_never_makes_the_node_ready() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        node.set_phase(Phase::Draining);
+        // The readiness task's late move to Running.
+        node.set_phase(Phase::Running);
+        assert_eq!(node.phase(), Phase::Draining);
+        assert_eq!(
+            readyz(State(api)).await.status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert!(node.metrics.render().contains("holdfast_draining 1"));

@@ -4,4 +4,5 @@ pub mod forward;
 pub mod hosted;
 pub mod issuance;
 pub mod pull;
+#[cfg(feature = "testing-modules")]
 pub mod testing;

@@ -1,5 +1,6 @@
 //! Test-only modules, enabled by the `[testing]` config section for the binary's own subprocess
-//! tests. Never configured by default; the node logs a warning when one runs.
+//! tests. Compiled only with the `testing-modules` feature (never on by default); the node logs a
+//! warning when one runs.
 
 use holdfast_lifecycle::{Health, health_channel, stopper_fn};
 

@@ -40,15 +40,51 @@ pub fn write_config(dir: &Path, extra: &str, budget: &str, docker: Option<&str>)
     path
 }
 
+/// Starts a node whose config has a `[testing]` section. A binary built without the
+/// `testing-modules` feature has no such section: the test is then skipped, loudly (stderr and
+/// the skip ledger spec-check reads), and `None` is returned.
+pub fn start_testing(extra: &str, budget: &str) -> Option<Node> {
+    if cfg!(feature = "testing-modules") {
+        return Some(start(extra, budget));
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed thread>")
+        .to_owned();
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|stem| holdfast_test_support::services::binary_name_without_hash(&stem).to_owned())
+        .unwrap_or_default();
+    let skip = holdfast_test_support::services::Skip {
+        test: test.clone(),
+        binary,
+        service: "holdfast testing-modules feature".into(),
+        reason: "built without --features testing-modules (cargo xtask test turns it on)".into(),
+    };
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("SKIPPED {test}: needs the testing-modules feature\n").as_bytes(),
+    );
+    let _ = skip.append_to(&holdfast_test_support::services::default_ledger_path());
+    None
+}
+
 pub fn start(extra: &str, budget: &str) -> Node {
     start_in(tempfile::tempdir().unwrap(), extra, budget, None)
 }
 
 pub fn start_in(dir: tempfile::TempDir, extra: &str, budget: &str, docker: Option<&str>) -> Node {
     let config = write_config(dir.path(), extra, budget, docker);
-    let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+    spawn_with(dir, &config, Command::new(env!("CARGO_BIN_EXE_holdfast")))
+}
+
+/// Spawns `command` (the binary, or a shell that runs it) as `holdfast run -c CONFIG` and waits
+/// for its admin address.
+pub fn spawn_with(dir: tempfile::TempDir, config: &Path, mut command: Command) -> Node {
+    let child = command
         .args(["run", "-c"])
-        .arg(&config)
+        .arg(config)
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         // A file, not a pipe: a pipe nobody drains would fill and block the node's logging.
