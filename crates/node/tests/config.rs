@@ -84,13 +84,13 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
 // i[verify node.testing-modules]
 #[test]
 fn the_testing_section_exists_only_in_a_testing_modules_build() {
-    let parsed = Config::parse("c.toml", "[testing]\nhang_on_stop = true\n");
+    let parsed = Config::parse("c.toml", "[node]\n[testing]\nhang_on_stop = true\n");
     #[cfg(feature = "testing-modules")]
     assert!(parsed.unwrap().testing.is_some_and(|t| t.hang_on_stop));
     #[cfg(not(feature = "testing-modules"))]
     {
         let err = parsed.unwrap_err();
-        assert_eq!((err.line, err.key.as_str()), (1, "testing"), "{err}");
+        assert_eq!((err.line, err.key.as_str()), (2, "testing"), "{err}");
         assert!(err.to_string().contains("unknown"), "{err}");
     }
 }
