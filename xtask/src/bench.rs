@@ -22,6 +22,8 @@ use serde_json::{Value, json};
 pub enum Suite {
     /// holdfast-retry: keyed gate vs governor, memory per key, herd simulation.
     Retry,
+    /// spec-check, trace and spec-report on a generated tree ten times the workspace's size.
+    SpecCheck,
 }
 
 /// Arguments of `cargo xtask bench`.
@@ -39,6 +41,9 @@ pub struct Args {
     /// Number of failing keys in the gate benches.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
+    /// spec-check suite: the generated tree's size as a multiple of this workspace's.
+    #[arg(long, default_value_t = 10)]
+    scale: usize,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -48,15 +53,17 @@ const BYTES_PER_KEY_TARGET: f64 = 64.0;
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.suite {
         Suite::Retry => retry(&args),
+        Suite::SpecCheck => {
+            let root = workspace_root()?;
+            crate::output::print(&crate::root::banner(&root));
+            crate::bench_spec::run(&root, args.scale)
+        }
     }
 }
 
-fn workspace_root() -> PathBuf {
-    // xtask/ sits at the workspace root.
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+/// The checkout this runs in (never the one xtask was built from; see `i[xtask.root]`).
+fn workspace_root() -> anyhow::Result<PathBuf> {
+    crate::root::find(None).map_err(|message| anyhow::anyhow!("bench: {message}"))
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -70,7 +77,8 @@ fn cargo() -> Command {
 }
 
 fn retry(args: &Args) -> anyhow::Result<ExitCode> {
-    let root = workspace_root();
+    let root = workspace_root()?;
+    crate::output::print(&crate::root::banner(&root));
     let target = target_dir(&root);
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 

@@ -11,8 +11,10 @@
 //! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
 
 mod bench;
+mod bench_spec;
 mod harness;
 mod output;
+pub(crate) mod prove;
 mod root;
 mod spec_check;
 mod spec_report;
@@ -41,6 +43,8 @@ enum Command {
     Trace(trace::Args),
     /// Write a self-contained HTML report of the spec's coverage (target/spec-report.html).
     SpecReport(spec_report::Args),
+    /// Mutation-backed proof: mutate each rule's implementing items, run only its verifying tests.
+    Prove(prove::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Trace(args) => trace::run(args),
         Command::SpecReport(args) => spec_report::run(args),
+        Command::Prove(args) => prove::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -20,6 +20,7 @@ use crate::auth::Credential;
 use crate::classify::{DropReason, RelayError};
 use crate::control::{EndReason, Message, Refusal};
 use crate::control_io::{spawn_reader, spawn_writer};
+use crate::flows::evictable;
 use crate::identity::{Fingerprint, SERVER_NAME};
 use crate::pin::PinnedVerifier;
 use crate::reconnect::{Pace, Reconnect};
@@ -58,6 +59,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Flows (local peers) one forward may hold.
     pub max_flows: usize,
+    /// At the flow bound, a local peer idle this long gives way to a new one.
+    pub flow_idle: Duration,
     /// At most one local transient error per forward is announced per interval.
     pub report_interval: Duration,
 }
@@ -75,7 +78,8 @@ pub fn default_reconnect_policy() -> Policy {
 
 impl ClientConfig {
     /// Defaults: no forwards yet, [`default_reconnect_policy`], a connection must last 10 s,
-    /// 15 s idle timeout, 10 s to connect, 256 flows a forward, one report a second.
+    /// 15 s idle timeout, 10 s to connect, 256 flows a forward (one idle for 60 s gives way to a
+    /// new one), one report a second.
     pub fn new(node: SocketAddr, pin: Fingerprint, credential: Credential) -> Self {
         ClientConfig {
             node,
@@ -87,6 +91,7 @@ impl ClientConfig {
             idle_timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(10),
             max_flows: 256,
+            flow_idle: Duration::from_secs(60),
             report_interval: Duration::from_secs(1),
         }
     }
@@ -241,7 +246,8 @@ impl fmt::Display for ClientEvent {
 #[derive(Debug, Default)]
 struct Peers {
     by_addr: HashMap<SocketAddr, u64>,
-    by_flow: HashMap<u64, SocketAddr>,
+    /// Each flow's peer and when it last carried a datagram (either way).
+    by_flow: HashMap<u64, (SocketAddr, Instant)>,
     next: u64,
 }
 
@@ -252,35 +258,42 @@ struct LocalForward {
     peers: Mutex<Peers>,
     reporter: Reporter,
     max_flows: usize,
+    flow_idle: Duration,
 }
 
 impl LocalForward {
-    // r[impl forward.flows]
-    fn flow_of(&self, peer: SocketAddr) -> Option<u64> {
-        let mut peers = self
-            .peers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// The flow of a datagram from `peer` at `now`: its own, or a new one (a flow id is never
+    /// reused, so a late reply to a flow that gave way cannot reach the new peer).
+    // r[impl forward.flows+2]
+    fn flow_of(&self, peer: SocketAddr, now: Instant) -> Option<u64> {
+        let mut peers = lock(&self.peers);
+        let peers = &mut *peers;
         if let Some(flow) = peers.by_addr.get(&peer) {
+            if let Some(entry) = peers.by_flow.get_mut(flow) {
+                entry.1 = now;
+            }
             return Some(*flow);
         }
         if peers.by_addr.len() >= self.max_flows {
-            return None;
+            let flows = peers.by_flow.iter().map(|(flow, (_, last))| (*flow, *last));
+            let old = evictable(flows, now, self.flow_idle)?;
+            if let Some((old_peer, _)) = peers.by_flow.remove(&old) {
+                peers.by_addr.remove(&old_peer);
+            }
         }
         let flow = peers.next;
         peers.next += 1;
         peers.by_addr.insert(peer, flow);
-        peers.by_flow.insert(flow, peer);
+        peers.by_flow.insert(flow, (peer, now));
         Some(flow)
     }
 
-    fn peer_of(&self, flow: u64) -> Option<SocketAddr> {
-        self.peers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .by_flow
-            .get(&flow)
-            .copied()
+    /// The peer a reply of `flow` goes to, at `now`.
+    fn peer_of(&self, flow: u64, now: Instant) -> Option<SocketAddr> {
+        let mut peers = lock(&self.peers);
+        let entry = peers.by_flow.get_mut(&flow)?;
+        entry.1 = now;
+        Some(entry.0)
     }
 }
 
@@ -385,6 +398,7 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
                 config.report_interval,
             ),
             max_flows: config.max_flows,
+            flow_idle: config.flow_idle,
         }));
     }
     let endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
@@ -673,10 +687,10 @@ async fn relay(
     let by_id: HashMap<u32, Arc<LocalForward>> = opened.iter().map(|f| (f.id, f.clone())).collect();
     let reader = tokio::spawn(node_to_local(by_id, conn.clone(), unattributed.clone()));
     let mut open: Vec<u32> = opened.iter().map(|f| f.id).collect();
-    let (stopped, error) = loop {
+    let (stopped, error, closed_by) = loop {
         let lasts = reconnect.lasts_at();
         tokio::select! {
-            _ = stop.changed() => break (true, "client stopped".to_owned()),
+            _ = stop.changed() => break (true, "client stopped".to_owned(), None),
             _ = async {
                 match lasts {
                     Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
@@ -706,37 +720,40 @@ async fn relay(
                     Class::Transient => tracing::warn!(error = %err, "forward: control stream"),
                     Class::Fatal => {
                         // Let the connection say why it ended, if it did.
-                        let reason = tokio::time::timeout(Duration::from_millis(200), conn.closed())
-                            .await
-                            .map_or_else(|_| err.to_string(), |e| RelayError::from(e).to_string());
-                        break (false, reason);
+                        match tokio::time::timeout(Duration::from_millis(200), conn.closed()).await {
+                            Ok(closed) => break (false, RelayError::from(closed.clone()).to_string(), Some(closed)),
+                            Err(_) => break (false, err.to_string(), None),
+                        }
                     }
                 },
-                None => break (false, "control stream ended".to_owned()),
+                None => break (false, "control stream ended".to_owned(), None),
             },
-            closed = conn.closed() => break (false, RelayError::from(closed).to_string()),
+            closed = conn.closed() => break (false, RelayError::from(closed.clone()).to_string(), Some(closed)),
         }
     };
     for (_, task) in tasks {
         task.abort();
     }
     reader.abort();
+    // A node that closed the connection because it is shutting down said so in its close, even
+    // when its `Ended` messages did not arrive first (a full queue, or the close overtaking them
+    // on the way to this loop).
+    let shutdown = closed_by.as_ref().and_then(node_shutdown);
     for forward in open {
-        let message = if stopped {
-            "the client stopped".to_owned()
-        } else {
-            format!("the connection was lost: {error}")
+        let (reason, message) = match (&shutdown, stopped) {
+            (_, true) => (EndReason::Closed, "the client stopped".to_owned()),
+            (Some(why), false) => (EndReason::ShuttingDown, why.clone()),
+            (None, false) => (
+                EndReason::ConnectionLost,
+                format!("the connection was lost: {error}"),
+            ),
         };
         if let Some(f) = opened.iter().find(|f| f.id == forward) {
             f.reporter.stats().set_last_error(&message);
         }
         let _ = events.send(ClientEvent::Ended {
             forward,
-            reason: if stopped {
-                EndReason::Closed
-            } else {
-                EndReason::ConnectionLost
-            },
+            reason,
             message,
         });
     }
@@ -747,6 +764,19 @@ async fn relay(
         let _ = events.send(ClientEvent::Disconnected { error });
     }
     stopped
+}
+
+/// The node's reason, when it closed the connection because it is shutting down.
+// r[impl forward.end]
+fn node_shutdown(closed: &quinn::ConnectionError) -> Option<String> {
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close)
+            if close.error_code == quinn::VarInt::from_u32(close_code::SHUTDOWN) =>
+        {
+            Some(String::from_utf8_lossy(&close.reason).into_owned())
+        }
+        _ => None,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -761,7 +791,7 @@ async fn local_to_node(forward: Arc<LocalForward>, conn: Connection) {
     let mut buf = vec![0u8; ROOM + 65_536];
     loop {
         let err = match forward.socket.recv_from(&mut buf[ROOM..]).await {
-            Ok((n, peer)) => match forward.flow_of(peer) {
+            Ok((n, peer)) => match forward.flow_of(peer, Instant::now()) {
                 Some(flow) => {
                     let mut header = Vec::with_capacity(ROOM);
                     put_varint(&mut header, u64::from(forward.id));
@@ -805,7 +835,7 @@ async fn node_to_local(
                         unattributed.dropped(DropReason::UnknownForward);
                         continue;
                     };
-                    let Some(peer) = local.peer_of(flow) else {
+                    let Some(peer) = local.peer_of(flow, Instant::now()) else {
                         local.reporter.stats().dropped(DropReason::UnknownForward);
                         continue;
                     };
@@ -838,5 +868,63 @@ async fn node_to_local(
             Class::Transient => tracing::warn!(error = %err, "forward: datagram"),
             Class::Fatal => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn local_forward(max_flows: usize, flow_idle: Duration) -> LocalForward {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        LocalForward {
+            id: 1,
+            spec: ForwardSpec {
+                local: socket.local_addr().expect("addr"),
+                target: "127.0.0.1:9".parse().expect("addr"),
+            },
+            socket: Arc::new(socket),
+            peers: Mutex::new(Peers::default()),
+            reporter: Reporter::new(
+                1,
+                Arc::new(Counters::default()),
+                Box::new(|_, _| {}),
+                Duration::ZERO,
+            ),
+            max_flows,
+            flow_idle,
+        }
+    }
+
+    // r[verify forward.flows+2]
+    #[tokio::test(start_paused = true)]
+    async fn at_the_bound_an_idle_peer_gives_way_and_a_busy_one_does_not() {
+        let forward = local_forward(2, Duration::from_secs(60)).await;
+        let peer = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let t0 = Instant::now();
+        assert_eq!(forward.flow_of(peer(1), t0), Some(0));
+        assert_eq!(forward.flow_of(peer(2), t0), Some(1));
+        assert_eq!(
+            forward.flow_of(peer(1), t0),
+            Some(0),
+            "a peer keeps its flow"
+        );
+        // Full, and both peers were active within the idle time: the newcomer is refused.
+        assert_eq!(forward.flow_of(peer(3), t0 + Duration::from_secs(59)), None);
+        // A reply keeps peer 2 busy; peer 1 has been idle for 60 s and gives way.
+        assert_eq!(
+            forward.peer_of(1, t0 + Duration::from_secs(30)),
+            Some(peer(2))
+        );
+        let t1 = t0 + Duration::from_secs(60);
+        assert_eq!(forward.flow_of(peer(3), t1), Some(2), "a fresh flow id");
+        assert_eq!(
+            forward.peer_of(0, t1),
+            None,
+            "late replies to flow 0 go nowhere"
+        );
+        assert_eq!(forward.peer_of(1, t1), Some(peer(2)));
+        // Peer 1 comes back: at the bound again, and nothing has been idle long enough.
+        assert_eq!(forward.flow_of(peer(1), t1), None);
     }
 }

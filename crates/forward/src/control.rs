@@ -5,6 +5,7 @@
 //! delimits every frame, so a frame whose body is malformed is dropped on its own and the stream
 //! stays in step; only a length above [`MAX_FRAME`] loses the framing.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use thiserror::Error;
@@ -48,8 +49,9 @@ pub enum EndReason {
     ConnectionLost,
 }
 
-/// One control message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One control message. Its `Debug` never shows a credential, so logging a message cannot leak
+/// one.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Message {
     /// Client → node, first: the client's credential.
     Hello {
@@ -101,6 +103,55 @@ pub enum Message {
         /// What happened.
         message: String,
     },
+}
+
+// r[impl forward.auth]
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Message::Hello { .. } => f
+                .debug_struct("Hello")
+                .field("credential", &format_args!("<redacted>"))
+                .finish(),
+            Message::Welcome => f.write_str("Welcome"),
+            Message::Open { forward, target } => f
+                .debug_struct("Open")
+                .field("forward", forward)
+                .field("target", target)
+                .finish(),
+            Message::Opened { forward } => {
+                f.debug_struct("Opened").field("forward", forward).finish()
+            }
+            Message::Close { forward } => {
+                f.debug_struct("Close").field("forward", forward).finish()
+            }
+            Message::Refused {
+                forward,
+                refusal,
+                message,
+            } => f
+                .debug_struct("Refused")
+                .field("forward", forward)
+                .field("refusal", refusal)
+                .field("message", message)
+                .finish(),
+            Message::Ended {
+                forward,
+                reason,
+                message,
+            } => f
+                .debug_struct("Ended")
+                .field("forward", forward)
+                .field("reason", reason)
+                .field("message", message)
+                .finish(),
+            Message::Status { forward, message } => f
+                .debug_struct("Status")
+                .field("forward", forward)
+                .field("message", message)
+                .finish(),
+        }
+    }
 }
 
 /// Why a frame could not be decoded.
@@ -467,6 +518,24 @@ mod tests {
             while let Some(Ok(_) | Err(FrameError::Version(_) | FrameError::Malformed(_))) =
                 decoder.next_message() {}
         }
+    }
+
+    // r[verify forward.auth]
+    #[test]
+    fn a_hello_never_shows_its_credential() {
+        let hello = Message::Hello {
+            credential: b"s3cret".to_vec(),
+        };
+        let shown = format!("{hello:?} {hello:#?}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(
+            !shown.contains("115") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert_eq!(
+            format!("{:?}", Message::Opened { forward: 3 }),
+            "Opened { forward: 3 }"
+        );
     }
 
     // r[verify forward.codec.malformed]

@@ -6,6 +6,7 @@ pub mod classify;
 pub mod client;
 pub mod control;
 mod control_io;
+mod flows;
 pub mod identity;
 pub mod pin;
 pub mod reconnect;

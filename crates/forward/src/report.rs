@@ -72,3 +72,40 @@ impl std::fmt::Debug for Reporter {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    // r[verify forward.classify]
+    #[tokio::test(start_paused = true)]
+    async fn a_storm_of_transient_errors_is_counted_in_full_and_announced_once_per_interval() {
+        let stats = Arc::new(Counters::default());
+        let announced = Arc::new(AtomicU64::new(0));
+        let seen = announced.clone();
+        let reporter = Reporter::new(
+            7,
+            stats.clone(),
+            Box::new(move |forward, _| {
+                assert_eq!(forward, 7);
+                seen.fetch_add(1, Ordering::SeqCst);
+            }),
+            Duration::from_secs(1),
+        );
+        let refused = || RelayError::Socket(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert!(reporter.transient(&refused()));
+        for _ in 0..99 {
+            assert!(!reporter.transient(&refused()));
+        }
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(!reporter.transient(&refused()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(reporter.transient(&refused()));
+        assert_eq!(announced.load(Ordering::SeqCst), 2);
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.transient_errors, 102);
+        assert!(snapshot.last_error.is_some_and(|e| e.contains("refused")));
+    }
+}

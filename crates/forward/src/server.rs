@@ -22,6 +22,7 @@ use crate::auth::{Credential, Credentials};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
+use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
@@ -43,6 +44,8 @@ pub struct ServerConfig {
     pub max_forwards: usize,
     /// Flows (local peers) one forward may hold.
     pub max_flows: usize,
+    /// At the flow bound, a flow idle this long gives way to a new one.
+    pub flow_idle: Duration,
     /// How long a new connection has to open its control stream and authenticate.
     pub auth_timeout: Duration,
     /// How long a silent connection lasts (keep-alives go every third of it).
@@ -52,8 +55,8 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults: 64 forwards a connection, 256 flows a forward, 10 s to authenticate, 15 s idle
-    /// timeout, one report a second per forward.
+    /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
+    /// new one), 10 s to authenticate, 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -62,6 +65,7 @@ impl ServerConfig {
             allow: AllowList::default(),
             max_forwards: 64,
             max_flows: 256,
+            flow_idle: Duration::from_secs(60),
             auth_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
@@ -122,6 +126,7 @@ struct Shared {
     allow: AllowList,
     max_forwards: usize,
     max_flows: usize,
+    flow_idle: Duration,
     auth_timeout: Duration,
     report_interval: Duration,
     listing: Mutex<BTreeMap<(u64, u32), Listed>>,
@@ -179,6 +184,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         allow: config.allow,
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
+        flow_idle: config.flow_idle,
         auth_timeout: config.auth_timeout,
         report_interval: config.report_interval,
         listing: Mutex::new(BTreeMap::new()),
@@ -321,7 +327,13 @@ async fn accept_loop(
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
                     connections.spawn(async move {
-                        match incoming.await {
+                        // A stop does not wait for handshakes still under way.
+                        let mut stopping = shutdown.clone();
+                        let handshake = tokio::select! {
+                            handshake = incoming.into_future() => handshake,
+                            _ = stopping.wait_for(Option::is_some) => return,
+                        };
+                        match handshake {
                             Ok(conn) => serve(conn, shared, shutdown).await,
                             Err(err) => tracing::debug!(error = %err, "forward: handshake failed"),
                         }
@@ -340,6 +352,7 @@ async fn accept_loop(
 
 struct Flow {
     socket: Arc<UdpSocket>,
+    activity: Arc<Activity>,
     replies: JoinHandle<()>,
 }
 
@@ -351,6 +364,23 @@ struct ServerForward {
 }
 
 impl ServerForward {
+    /// Makes room for a new flow by ending the longest idle one, if it has been idle for `idle`;
+    /// whether it did.
+    // r[impl forward.flows+2]
+    fn evict_idle(&mut self, now: Instant, idle: Duration) -> bool {
+        let flows = self
+            .flows
+            .iter()
+            .map(|(flow, state)| (*flow, state.activity.last()));
+        let Some(flow) = evictable(flows, now, idle) else {
+            return false;
+        };
+        if let Some(state) = self.flows.remove(&flow) {
+            state.replies.abort();
+        }
+        true
+    }
+
     fn end(self) {
         for flow in self.flows.into_values() {
             flow.replies.abort();
@@ -391,7 +421,9 @@ async fn authenticate(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
 )> {
-    let (send, recv) = match tokio::time::timeout(shared.auth_timeout, conn.accept_bi()).await {
+    // One deadline for the whole of it: opening the stream late does not buy a second timeout.
+    let deadline = Instant::now() + shared.auth_timeout;
+    let (send, recv) = match tokio::time::timeout_at(deadline, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "forward: connection lost before its control stream");
@@ -403,7 +435,7 @@ async fn authenticate(
         }
     };
     let mut control = spawn_reader(recv);
-    let first = tokio::time::timeout(shared.auth_timeout, control.recv()).await;
+    let first = tokio::time::timeout_at(deadline, control.recv()).await;
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if shared.credentials.allows(&credential) {
@@ -432,7 +464,19 @@ async fn serve(
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<Option<Shutdown>>,
 ) {
-    let Some((send, mut control)) = authenticate(&conn, &shared).await else {
+    // r[impl forward.stop]
+    // A stop does not wait out the authentication timeout of a client that has not authenticated:
+    // it has no forward to announce, so it is closed with the reason at once.
+    let mut stopping = shutdown.clone();
+    let authenticated = tokio::select! {
+        authenticated = authenticate(&conn, &shared) => authenticated,
+        stop = stopping.wait_for(Option::is_some) => {
+            let message = stop.ok().and_then(|s| *s).map_or("node shutting down", |s| s.message);
+            conn.close(close_code::SHUTDOWN.into(), message.as_bytes());
+            return;
+        }
+    };
+    let Some((send, mut control)) = authenticated else {
         return;
     };
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
@@ -446,6 +490,7 @@ async fn serve(
         conn: conn.clone(),
         shared: shared.clone(),
         writer: writer.clone(),
+        shutdown: shutdown.clone(),
         forwards: HashMap::new(),
     };
     let ended: Result<Option<Shutdown>, RelayError> = loop {
@@ -529,12 +574,21 @@ struct Relay {
     conn: Connection,
     shared: Arc<Shared>,
     writer: mpsc::Sender<Message>,
+    shutdown: watch::Receiver<Option<Shutdown>>,
     forwards: HashMap<u32, ServerForward>,
 }
 
 impl Relay {
+    /// Queues an answer for the client. A client that does not read its control stream fills the
+    /// queue; waiting for room must not keep the relay from seeing a stop, so once the node is
+    /// stopping the answer is dropped (the stop's own announcement follows).
+    // r[impl forward.stop]
     async fn reply(&self, message: Message) {
-        let _ = self.writer.send(message).await;
+        let mut stopping = self.shutdown.clone();
+        tokio::select! {
+            _ = self.writer.send(message) => {}
+            _ = stopping.wait_for(Option::is_some) => {}
+        }
     }
 
     async fn control(&mut self, message: Message) {
@@ -643,7 +697,7 @@ impl Relay {
         self.reply(Message::Opened { forward }).await;
     }
 
-    // r[impl forward.flows]
+    // r[impl forward.flows+2]
     async fn datagram(&mut self, datagram: Bytes) {
         let (id, payload) = match decode_datagram(&datagram) {
             Ok(decoded) => decoded,
@@ -660,24 +714,34 @@ impl Relay {
                 .dropped(RelayError::UnknownForward(id.forward).drop_reason());
             return;
         };
-        let socket = match state.flows.get(&id.flow) {
-            Some(flow) => flow.socket.clone(),
-            None if state.flows.len() >= self.shared.max_flows => {
+        let now = Instant::now();
+        let existing = state.flows.get(&id.flow).map(|flow| {
+            flow.activity.touch(now);
+            flow.socket.clone()
+        });
+        let socket = match existing {
+            Some(socket) => socket,
+            None if state.flows.len() >= self.shared.max_flows
+                && !state.evict_idle(now, self.shared.flow_idle) =>
+            {
                 state.reporter.dropped(&RelayError::FlowLimit(id.forward));
                 return;
             }
             None => match open_flow(state.target).await {
                 Ok(socket) => {
+                    let activity = Arc::new(Activity::new(now));
                     let replies = tokio::spawn(relay_replies(
                         socket.clone(),
                         self.conn.clone(),
                         id,
                         state.reporter.clone(),
+                        activity.clone(),
                     ));
                     state.flows.insert(
                         id.flow,
                         Flow {
                             socket: socket.clone(),
+                            activity,
                             replies,
                         },
                     );
@@ -700,6 +764,9 @@ impl Relay {
             if let Some(flow) = state.flows.remove(&id.flow) {
                 flow.replies.abort();
             }
+            state
+                .flow_count
+                .store(state.flows.len() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -765,6 +832,7 @@ async fn relay_replies(
     conn: Connection,
     id: FlowId,
     reporter: Arc<Reporter>,
+    activity: Arc<Activity>,
 ) {
     let header = id.header();
     let mut buf = vec![0u8; header.len() + 65_536];
@@ -773,6 +841,7 @@ async fn relay_replies(
         let err = match socket.recv(&mut buf[header.len()..]).await {
             Ok(n) => match conn.send_datagram(Bytes::copy_from_slice(&buf[..header.len() + n])) {
                 Ok(()) => {
+                    activity.touch(Instant::now());
                     reporter.stats().from_target(n);
                     continue;
                 }

@@ -137,3 +137,154 @@ async fn malformed_datagrams_and_frames_are_counted_and_dropped_and_the_connecti
         .expect("datagram");
     assert_eq!(&reply[..], &[0x01, 0x00, b'h', b'i']);
 }
+
+// r[verify forward.stop]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_authenticates_does_not_hold_up_the_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    // Handshake done, control stream opened and a partial frame sent, but no Hello: the node is
+    // waiting for the authentication (10 s by default) when it is told to stop.
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&[0, 0]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    let stopped = server.stop(started + Duration::from_secs(3)).await;
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    let closed = tokio::time::timeout(WAIT, raw.conn.closed())
+        .await
+        .expect("closed");
+    assert!(closed.to_string().contains("shutting down"), "{closed}");
+}
+
+// r[verify forward.end]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_still_announced_as_such()
+ {
+    use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
+    use holdfast_forward::control::EndReason;
+
+    // A hand-driven node: it opens the forward, then closes the connection with the shutdown
+    // code and its reason, and no `Ended` message (as when its control queue was full).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let identity = holdfast_forward::Identity::load_or_create(dir.path()).expect("identity");
+    let config = holdfast_forward::server::quinn_server_config(&identity, Duration::from_secs(5))
+        .expect("server config");
+    let endpoint = quinn::Endpoint::server(config, loopback()).expect("endpoint");
+    let addr = endpoint.local_addr().expect("addr");
+    let node = tokio::spawn(async move {
+        let conn = endpoint
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("handshake");
+        let (mut send, mut recv) = conn.accept_bi().await.expect("control stream");
+        let mut decoder = FrameDecoder::new();
+        let mut buf = [0u8; 4096];
+        let mut answered = 0;
+        while answered < 2 {
+            let n = recv.read(&mut buf).await.expect("read").expect("open");
+            decoder.push(&buf[..n]);
+            while let Some(message) = decoder.next_message() {
+                let answer = match message.expect("well-formed") {
+                    Message::Hello { .. } => Message::Welcome,
+                    Message::Open { forward, .. } => Message::Opened { forward },
+                    other => panic!("unexpected {other:?}"),
+                };
+                send.write_all(&control::encode(&answer))
+                    .await
+                    .expect("write");
+                answered += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        conn.close(
+            holdfast_forward::transport::close_code::SHUTDOWN.into(),
+            b"node restarting",
+        );
+        // Kept open (not idle-waited) so the client's reconnect attempts meet a live socket.
+        endpoint
+    });
+
+    let mut config = ClientConfig::new(
+        addr,
+        identity.fingerprint(),
+        holdfast_forward::Credential::new(TOKEN),
+    );
+    config.forwards = vec![ForwardSpec {
+        local: loopback(),
+        target: loopback(),
+    }];
+    config.reconnect = fast_reconnect();
+    let mut client = client::spawn(config).await.expect("client");
+    opened(&mut client, 1).await;
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    let ClientEvent::Ended {
+        forward,
+        reason,
+        message,
+    } = ended
+    else {
+        unreachable!()
+    };
+    assert_eq!((forward, reason), (1, EndReason::ShuttingDown), "{message}");
+    assert!(message.contains("node restarting"), "{message}");
+    client.stop().await;
+    drop(node.await.expect("node"));
+}
+
+// r[verify forward.auth]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authentication_timeout_counts_from_the_connection_not_from_its_stream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.auth_timeout = Duration::from_secs(1);
+    let server = holdfast_forward::start(config).await.expect("server");
+    let mut raw = Raw::connect(&server).await;
+    let connected = tokio::time::Instant::now();
+    // The control stream reaches the node only with its first bytes, late in the timeout; the
+    // Hello never comes.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    raw.send_frame(&[0, 0]).await;
+    match raw.next().await {
+        Message::Refused {
+            refusal: Refusal::NotAuthenticated,
+            ..
+        } => {}
+        other => panic!("expected NotAuthenticated, got {other:?}"),
+    }
+    let took = connected.elapsed();
+    // One timeout (1 s) from the connection, not 0.7 s plus a fresh second for the Hello.
+    assert!(took < Duration::from_millis(1450), "refused after {took:?}");
+    assert!(server.forwards().is_empty());
+}
+
+// r[verify forward.stop]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_its_control_stream_does_not_hold_up_the_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&control::encode(&Message::Hello {
+        credential: TOKEN.as_bytes().to_vec(),
+    }))
+    .await;
+    assert_eq!(raw.next().await, Message::Welcome);
+    // 100 000 requests whose answers (3 MB of Ended) this client never reads: more than its
+    // stream window (1.25 MB) and the node's queue together, so the node's answers back up.
+    let burst = control::encode(&Message::Close { forward: 9 }).repeat(100_000);
+    raw.send_frame(&burst).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = tokio::time::Instant::now();
+    let stopped = server.stop(started + Duration::from_secs(5)).await;
+    assert!(stopped.is_ok(), "{stopped:?} after {:?}", started.elapsed());
+}

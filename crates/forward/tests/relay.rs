@@ -44,7 +44,7 @@ async fn payloads_of_0_1_1162_and_the_maximum_arrive_intact_both_ways() {
     assert!(client.stats()[0].from_target_bytes >= (1163 + max) as u64);
 }
 
-// r[verify forward.flows]
+// r[verify forward.flows+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_local_peers_on_one_forward_get_their_own_replies() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -79,6 +79,33 @@ async fn two_local_peers_on_one_forward_get_their_own_replies() {
         listed[0].flows, 2,
         "one flow (and one connected socket) per local peer"
     );
+}
+
+// r[verify forward.flows+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_node_s_flow_bound_an_idle_flow_gives_way_to_a_new_peer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.max_flows = 1;
+    // Every flow counts as idle at once, so the test needs no clock: only the bound matters.
+    config.flow_idle = Duration::ZERO;
+    let server = holdfast_forward::start(config).await.expect("server");
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let (a, b) = (peer().await, peer().await);
+    assert_eq!(round_trip(&a, local, b"a1").await, b"a1");
+    assert_eq!(
+        round_trip(&b, local, b"b1").await,
+        b"b1",
+        "b is not locked out"
+    );
+    assert_eq!(round_trip(&a, local, b"a2").await, b"a2");
+    let listed = server.forwards();
+    assert_eq!(listed[0].flows, 1, "still within the bound");
 }
 
 // r[verify forward.oversize]

@@ -35,8 +35,10 @@ pub fn parse(text: &str) -> Result<Duration, DurationTextError> {
         .iter()
         .find(|(name, _)| *name == unit)
         .ok_or_else(bad)?;
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    let nanos = u128::from(number) * u128::from(*nanos_per);
+    // Wider than u64: `format` writes any `Duration` exactly, some of them as more than 2^64 ns,
+    // and each of those must read back.
+    let number: u128 = number.parse().map_err(|_| bad())?;
+    let nanos = number.checked_mul(u128::from(*nanos_per)).ok_or_else(bad)?;
     let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| bad())?;
     // The remainder is below 10^9, so it fits.
     let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| bad())?;
@@ -103,6 +105,19 @@ mod tests {
             assert_eq!(parse(text), Ok(want), "{text}");
             assert_eq!(parse(&format(want)), Ok(want), "{text}");
         }
+        // Every duration reads back as written, the largest and the least round included.
+        for d in [
+            Duration::MAX,
+            Duration::new(u64::MAX, 1),
+            Duration::new(u64::MAX / 3, 7),
+            Duration::from_nanos(u64::MAX) + Duration::from_nanos(1),
+        ] {
+            assert_eq!(parse(&format(d)), Ok(d), "{}", format(d));
+        }
+        assert!(
+            parse("18446744073709551616s").is_err(),
+            "more seconds than a Duration holds"
+        );
         assert_eq!(format(Duration::from_secs(300)), "5m");
         assert_eq!(format(Duration::from_millis(1500)), "1500ms");
         for bad in [

@@ -80,9 +80,6 @@ fn agree(
     dropped: bool,
 ) -> Result<(), TestCaseError> {
     let gate = gate.clone().with_key(());
-    if gate.reason == Reason::Superseded && history.reason == Reason::Superseded {
-        return Ok(());
-    }
     if gate != *history {
         prop_assert!(
             dropped && gate.reason == Reason::Superseded && history.escalation.is_none(),
@@ -133,11 +130,14 @@ impl Run {
                 prop_assert_eq!(gate, history, "check {}", KEYS[k]);
             }
             Op::Begin(k) => {
+                // Only a sweep of an earlier call can have dropped the key: a call decides on its
+                // own key before it sweeps.
+                let dropped_before = self.gate.state(&KEYS[k]).is_none();
                 let got = self.gate.begin(&KEYS[k], self.now);
                 let history = &mut self.histories[k];
                 // The gate's sweep (inside `begin`) may drop a stale attempt's key that holds no
                 // information once settled, and with it an expiry that escalates nothing.
-                let droppable = {
+                let droppable = dropped_before && {
                     let mut h = *history;
                     let expiry = h.settle(&p, self.now);
                     expiry.is_some_and(|e| e.escalation.is_none())
@@ -169,14 +169,16 @@ impl Run {
                             prop_assert_eq!(late.reason, Reason::Superseded);
                             prop_assert_eq!(self.gate.state(&KEYS[k]), before);
                             let snapshot = *history;
-                            let late = history.fail(
+                            let late_history = history.fail(
                                 &p,
                                 old_attempt,
                                 self.now,
                                 Some(Duration::from_secs(1)),
                             );
-                            prop_assert_eq!(late.reason, Reason::Superseded);
+                            prop_assert_eq!(late_history.reason, Reason::Superseded);
                             prop_assert_eq!(*history, snapshot);
+                            // The same answer in full: streak and next deadline too.
+                            agree(&late, &late_history, false)?;
                         }
                     }
                     (Err(refused), Err(expected)) => {
@@ -204,16 +206,18 @@ impl Run {
             Op::Fail(k, hint) => {
                 if let Some((token, attempt)) = self.tokens.remove(&k) {
                     let hint = hint.map(Duration::from_millis);
-                    let t = self.gate.fail(token, self.now, hint);
+                    // Dropped before this call (by a sweep that another call ran): the attempt's
+                    // own outcome is judged before any sweep it runs itself.
                     let dropped = self.gate.state(&KEYS[k]).is_none();
+                    let t = self.gate.fail(token, self.now, hint);
                     let h = self.histories[k].fail(&p, attempt, self.now, hint);
                     agree(&t, &h, dropped)?;
                 }
             }
             Op::Release(k) => {
                 if let Some((token, attempt)) = self.tokens.remove(&k) {
-                    let t = self.gate.release(token, self.now);
                     let dropped = self.gate.state(&KEYS[k]).is_none();
+                    let t = self.gate.release(token, self.now);
                     let h = self.histories[k].release(&p, attempt, self.now);
                     agree(&t, &h, dropped)?;
                     if t.reason == Reason::Released {
@@ -223,10 +227,10 @@ impl Run {
             }
             Op::Succeed(k) => {
                 if let Some((token, attempt)) = self.tokens.remove(&k) {
+                    let dropped = self.gate.state(&KEYS[k]).is_none();
                     let t = self.gate.succeed(token, self.now);
                     let h = self.histories[k].succeed(&p, attempt);
-                    // A success leaves the gate holding nothing either way.
-                    agree(&t, &h, true)?;
+                    agree(&t, &h, dropped)?;
                     prop_assert_eq!(
                         t.escalation,
                         h.escalation,
@@ -434,6 +438,105 @@ proptest! {
                 prop_assert_eq!(gate.state(&"k"), None);
                 prop_assert_eq!(recovered, usize::from(escalated_before));
             }
+        }
+    }
+}
+
+/// One step of a key's persisted history, as a process (that may crash) drives it.
+#[cfg(feature = "serde")]
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    Begin,
+    Fail(Option<u64>),
+    Succeed,
+    Release,
+    /// The process crashes: the attempt in flight never reports (its row stays open).
+    Crash,
+    ForceRetry,
+}
+
+#[cfg(feature = "serde")]
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => (0u64..20_000).prop_map(Step::Advance),
+            3 => Just(Step::Begin),
+            3 => proptest::option::of(0u64..20_000).prop_map(Step::Fail),
+            1 => Just(Step::Succeed),
+            1 => Just(Step::Release),
+            1 => Just(Step::Crash),
+            1 => Just(Step::ForceRetry),
+        ],
+        1..120,
+    )
+}
+
+#[cfg(feature = "serde")]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    // r[verify retry.history]
+    #[test]
+    fn a_history_stored_and_restored_at_any_point_decides_as_one_never_stored(
+        policy in policy(),
+        steps in steps(),
+    ) {
+        use std::time::SystemTime;
+        let p = policy;
+        let mut now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut kept: History<SystemTime> = History::for_key("example.org");
+        let mut stored = kept;
+        let mut attempt: Option<HistoryAttempt<SystemTime>> = None;
+        let round_trip = |h: &History<SystemTime>| -> History<SystemTime> {
+            serde_json::from_str(&serde_json::to_string(h).expect("serializes"))
+                .expect("deserializes")
+        };
+        for step in &steps {
+            // The stored copy goes through its serialized form before every step: every point
+            // of the run is a restart.
+            stored = round_trip(&stored);
+            let attempt_stored = attempt.map(|a| {
+                serde_json::from_str::<HistoryAttempt<SystemTime>>(
+                    &serde_json::to_string(&a).expect("serializes"),
+                )
+                .expect("deserializes")
+            });
+            prop_assert_eq!(attempt_stored, attempt);
+            match (step, attempt) {
+                (Step::Advance(ms), _) => now += Duration::from_millis(*ms),
+                (Step::Begin, _) => {
+                    let a = kept.begin(&p, now);
+                    let b = stored.begin(&p, now);
+                    prop_assert_eq!(&a, &b);
+                    if let Ok((granted, _)) = a {
+                        attempt = Some(granted);
+                    }
+                }
+                (Step::Fail(hint), Some(at)) => {
+                    let hint = hint.map(Duration::from_millis);
+                    prop_assert_eq!(kept.fail(&p, at, now, hint), stored.fail(&p, at, now, hint));
+                    attempt = None;
+                }
+                (Step::Succeed, Some(at)) => {
+                    prop_assert_eq!(kept.succeed(&p, at), stored.succeed(&p, at));
+                    attempt = None;
+                }
+                (Step::Release, Some(at)) => {
+                    prop_assert_eq!(kept.release(&p, at, now), stored.release(&p, at, now));
+                    attempt = None;
+                }
+                (Step::Crash, _) => attempt = None,
+                (Step::ForceRetry, _) => {
+                    prop_assert_eq!(kept.force_retry(), stored.force_retry());
+                }
+                (Step::Fail(_) | Step::Succeed | Step::Release, None) => {}
+            }
+            prop_assert_eq!(kept, stored);
+            prop_assert_eq!(
+                holdfast_retry::decide(&p, &kept, now),
+                holdfast_retry::decide(&p, &stored, now)
+            );
         }
     }
 }

@@ -231,6 +231,14 @@ fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
         }
         packages::install_nextest()?;
     }
+    if !packages::has_mutants() {
+        if !install {
+            bail!(
+                "cargo-mutants is missing: run `cargo install --locked cargo-mutants` (or pass --install)"
+            );
+        }
+        packages::install_cargo_tool("cargo-mutants")?;
+    }
     packages::locate("busybox", &path).context("no statically linked busybox")
 }
 

@@ -17,6 +17,7 @@ pub struct Requirement {
 }
 
 /// Everything `cargo xtask test` runs, in the order a reader would ask about it.
+// i[impl spec-report.browser]
 pub const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         program: "dockerd",
@@ -77,6 +78,11 @@ pub const REQUIREMENTS: &[Requirement] = &[
         program: "protoc",
         package: "protobuf-compiler",
         purpose: "building etcd-client's protobufs",
+    },
+    Requirement {
+        program: "chromium",
+        package: "chromium",
+        purpose: "rendering the spec report in a real browser",
     },
 ];
 
@@ -209,13 +215,28 @@ pub fn has_nextest() -> bool {
 
 /// Installs cargo-nextest from crates.io.
 pub fn install_nextest() -> anyhow::Result<()> {
-    eprintln!("xtask test: installing cargo-nextest");
+    install_cargo_tool("cargo-nextest")
+}
+
+/// Whether `cargo mutants` runs (for `cargo xtask prove` and its test).
+pub fn has_mutants() -> bool {
+    Command::new("cargo")
+        .args(["mutants", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `cargo install --locked TOOL`.
+pub fn install_cargo_tool(tool: &str) -> anyhow::Result<()> {
+    eprintln!("xtask test: installing {tool}");
     let status = Command::new("cargo")
-        .args(["install", "--locked", "cargo-nextest"])
+        .args(["install", "--locked", tool])
         .status()
         .context("running cargo install")?;
     if !status.success() {
-        bail!("cargo install cargo-nextest failed: {status}");
+        bail!("cargo install {tool} failed: {status}");
     }
     Ok(())
 }
@@ -241,6 +262,7 @@ mod tests {
         assert_eq!(package("redis-server"), Some("redis-server"));
         assert_eq!(package("busybox"), Some("busybox-static"));
         assert_eq!(package("protoc"), Some("protobuf-compiler"));
+        assert_eq!(package("chromium"), Some("chromium"));
     }
 
     // i[verify harness.install]
@@ -262,7 +284,8 @@ mod tests {
                 "busybox-static",
                 "openssl",
                 "tar",
-                "protobuf-compiler"
+                "protobuf-compiler",
+                "chromium"
             ]
         );
         let error = missing_error(&missing[4..6]);

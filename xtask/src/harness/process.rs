@@ -323,11 +323,13 @@ mod tests {
     fn processes_mentioning_the_root_are_swept() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("marker");
-        // The path rides along as `$0` of the shell, so it shows in the command line.
-        // Short sleeps in a loop, so killing the shell leaves no long-lived orphan behind.
+        // The path rides along as `$0` of the shell, so it shows in the command line. The shell
+        // blocks in the `read` builtin: it never forks, so no short-lived child (whose command
+        // line is still the shell's) can be seen beside it, and killing it leaves no orphan.
         let mut child = Command::new("sh")
-            .args(["-c", "while :; do sleep 0.1; done"])
+            .args(["-c", "read line"])
             .arg(&marker)
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -108,6 +108,22 @@ fn module_path(parts: &[&str]) -> Vec<String> {
 /// `name` from the `[package]` table of a manifest, read line by line (a workspace-only manifest
 /// has none).
 fn package_name(manifest: &Path) -> Option<String> {
+    // Asked once per source file and per test site: remember each manifest's answer.
+    static SEEN: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Option<String>>>,
+    > = std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(known) = seen.lock().ok().and_then(|m| m.get(manifest).cloned()) {
+        return known;
+    }
+    let name = read_package_name(manifest);
+    if let Ok(mut map) = seen.lock() {
+        map.insert(manifest.to_path_buf(), name.clone());
+    }
+    name
+}
+
+fn read_package_name(manifest: &Path) -> Option<String> {
     let text = std::fs::read_to_string(manifest).ok()?;
     let mut in_package = false;
     for line in text.lines() {

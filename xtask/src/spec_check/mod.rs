@@ -191,6 +191,29 @@ pub(crate) fn check(
         );
     }
 
+    // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
+    let proofs: Vec<(String, crate::prove::Proof)> = rules
+        .iter()
+        .filter_map(|r| crate::prove::recorded(root, &r.id).map(|p| (r.marker(), p)))
+        .collect();
+    if !proofs.is_empty() {
+        let survivors: Vec<&str> = proofs
+            .iter()
+            .filter(|(_, p)| p.missed > 0)
+            .map(|(m, _)| m.as_str())
+            .collect();
+        notes.push(format!(
+            "proof (target/prove/): {} of {} rules proven; with surviving mutants: {}",
+            proofs.iter().filter(|(_, p)| p.proven()).count(),
+            rules.len(),
+            if survivors.is_empty() {
+                "none".to_owned()
+            } else {
+                survivors.join(", ")
+            }
+        ));
+    }
+
     let findings = findings_gate::check(root, &rules);
     problems.extend(findings.problems);
 

@@ -11,6 +11,23 @@ use super::block_on::block_on;
 use super::problem::{Kind, Problem};
 use super::walk::{self, Keep};
 
+/// The text of the spec file `file` (root-relative) under `root`, read once per process: the trace
+/// and the report quote a rule's text for every rule of a file.
+pub fn spec_text(root: &Path, file: &str) -> Option<std::sync::Arc<str>> {
+    type Cache = std::sync::Mutex<BTreeMap<std::path::PathBuf, std::sync::Arc<str>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let path = root.join(file);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(text) = cache.lock().ok().and_then(|c| c.get(&path).cloned()) {
+        return Some(text);
+    }
+    let text: std::sync::Arc<str> = std::fs::read_to_string(&path).ok()?.into();
+    if let Ok(mut c) = cache.lock() {
+        c.insert(path, text.clone());
+    }
+    Some(text)
+}
+
 /// A rule definition in a spec file.
 #[derive(Debug, Clone)]
 pub struct Rule {
@@ -377,6 +394,11 @@ fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
     let mut markers = Vec::new();
     let mut merged = Vec::new();
     let mut quote_opened = false;
+    // Byte offset of each line start, so a paragraph's line is a binary search, not a rescan.
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let line_of = |offset: usize| line_starts.partition_point(|&start| start <= offset);
     let mut quote_depth = 0usize;
     for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
         match event {
@@ -387,7 +409,7 @@ fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
             Event::End(TagEnd::BlockQuote(_)) => quote_depth = quote_depth.saturating_sub(1),
             Event::Start(Tag::Paragraph) if quote_depth > 0 => {
                 let first_line = text[range.start..].lines().next().unwrap_or_default();
-                let line = text[..range.start].matches('\n').count() + 1;
+                let line = line_of(range.start);
                 let rest = text[range.clone()].lines().enumerate().skip(1);
                 let later = if quote_opened {
                     if let Some(marker) = parse_marker(first_line) {

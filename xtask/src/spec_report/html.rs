@@ -230,6 +230,28 @@ pub fn page(
         }
     );
 
+    let surviving: Vec<&RuleReport> = everything.rules.iter().filter(|r| r.survivors).collect();
+    let _ = writeln!(
+        out,
+        "<h2>Rules with surviving mutants</h2>\n<p id=\"survivors\" data-count=\"{}\">{}</p>",
+        surviving.len(),
+        if surviving.is_empty() {
+            "None recorded (<code>cargo xtask prove</code> writes target/prove/).".to_owned()
+        } else {
+            surviving
+                .iter()
+                .map(|r| {
+                    format!(
+                        "<a class=\"marker\" href=\"#{}\">{}</a>",
+                        esc(&r.rule),
+                        esc(&r.rule)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+
     // Findings.
     let _ = writeln!(
         out,
@@ -258,6 +280,7 @@ pub fn page(
     let _ = writeln!(out, "<h2>Rules</h2>");
     for rule in &everything.rules {
         let class = match rule.verdict {
+            _ if rule.survivors => "rule bad",
             "verified" if only_skipped(rule) => "rule warn",
             "verified" => "rule",
             "regressed" => "rule bad",
@@ -313,6 +336,19 @@ pub fn page(
         for reason in &rule.reasons {
             let _ = writeln!(out, "<p class=\"muted\">{}</p>", esc(reason));
         }
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">proof: {}</p>",
+            esc(&rule
+                .proof
+                .as_deref()
+                .map_or("not run".to_owned(), |p| p.replacen(
+                    &format!("{}: ", rule.rule),
+                    "",
+                    1
+                )))
+            .replace('\n', "<br>")
+        );
         let _ = writeln!(out, "</div>");
     }
     out.push_str("</body></html>\n");

@@ -121,7 +121,12 @@ pub(crate) fn everything(
     no_results: bool,
 ) -> Result<Everything, String> {
     let tree = read_tree(root)?;
-    let all = findings::load(root)?;
+    // A tree without findings has nothing to list; a broken findings file is an error.
+    let all = if root.join(FINDINGS_PATH).exists() {
+        findings::load(root)?
+    } else {
+        Vec::new()
+    };
     let run = results::load(root, results, skips, no_results)?;
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
     let mut rules = Vec::new();

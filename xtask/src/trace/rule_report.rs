@@ -54,6 +54,10 @@ pub struct RuleReport {
     pub verifies: Vec<VerifySite>,
     /// The findings whose `**Closed by:**` names the rule.
     pub closes: Vec<ClosedFinding>,
+    /// The last `cargo xtask prove` of the rule, in words (`None`: never proven here).
+    pub proof: Option<String>,
+    /// Whether that proof left surviving mutants.
+    pub survivors: bool,
     /// `verified`, `not verified` or `regressed`.
     pub verdict: &'static str,
     /// Why it is not verified.
@@ -163,7 +167,10 @@ pub fn trace(
             title: f.title.clone(),
         })
         .collect();
+    let proof = crate::prove::recorded(root, &rule.id);
     Ok(RuleReport {
+        survivors: proof.as_ref().is_some_and(|p| p.missed > 0),
+        proof: proof.map(|p| p.line(&rule.marker())),
         root: root.display().to_string(),
         results: evidence.map(|(_, source)| source.to_owned()),
         rule: rule.marker(),
@@ -184,7 +191,7 @@ pub fn trace(
 
 /// The rule's whole text: its blockquote after the marker, lines joined with spaces.
 fn rule_text(root: &Path, rule: &Rule) -> String {
-    let Ok(text) = std::fs::read_to_string(root.join(&rule.file)) else {
+    let Some(text) = crate::spec_check::rules::spec_text(root, &rule.file) else {
         return String::new();
     };
     let lines: Vec<&str> = text
@@ -276,6 +283,19 @@ fn text(report: &RuleReport) -> String {
     for finding in &report.closes {
         let _ = writeln!(out, "  closes  {}: {}", finding.id, finding.title);
     }
+    match &report.proof {
+        Some(proof) => {
+            let proof = proof.replacen(&format!("{}: ", report.rule), "", 1);
+            let _ = writeln!(out, "  proof   {proof}");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  proof   not run (`cargo xtask prove {}`)",
+                report.rule
+            );
+        }
+    }
     let _ = writeln!(out, "\n  verdict: {}", report.verdict);
     for reason in &report.reasons {
         let _ = writeln!(out, "    - {reason}");
@@ -331,6 +351,19 @@ fn markdown(report: &RuleReport) -> String {
             .collect();
         let _ = writeln!(out, "\nCloses: {}.", closes.join(", "));
     }
+    let _ = writeln!(
+        out,
+        "\nProof: {}",
+        report
+            .proof
+            .as_deref()
+            .map_or("not run".to_owned(), |p| p.replacen(
+                &format!("{}: ", report.rule),
+                "",
+                1
+            ))
+            .replace('\n', "<br>")
+    );
     if !report.reasons.is_empty() {
         out.push('\n');
     }

@@ -127,7 +127,7 @@ fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -
 
 /// The rule's first line of text (after the marker, or the next line of the blockquote).
 fn first_line(root: &Path, rule: &Rule) -> (String, bool) {
-    let Ok(text) = std::fs::read_to_string(root.join(&rule.file)) else {
+    let Some(text) = crate::spec_check::rules::spec_text(root, &rule.file) else {
         return (String::new(), false);
     };
     let quoted: Vec<&str> = text

@@ -51,7 +51,7 @@ impl Slot {
         self.meta & ESCALATED != 0
     }
     /// The token's attempt is the one in flight. The start time is compared too, so a token from
-    /// 2^29 attempts ago whose generation number came round again cannot pass for the live one.
+    /// 2^28 grants ago whose generation number came round again cannot pass for the live one.
     fn runs(&self, generation: u32, began: Instant) -> bool {
         self.in_flight() && self.meta & (PROVISIONAL | GENERATION) == generation && self.at == began
     }
@@ -245,7 +245,22 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     where
         Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
     {
+        let granted = self.begin_now(key, now, budget);
         self.maybe_sweep(now);
+        granted
+    }
+
+    /// The decision itself. Taken before the sweep, so a key whose attempt hung long enough to
+    /// hold nothing once settled still reports that attempt's expiry, as a `History` does.
+    fn begin_now<Q>(
+        &mut self,
+        key: &Q,
+        now: Instant,
+        budget: Option<&Mutex<RetryBudget>>,
+    ) -> Result<AttemptToken<K>, NotYet>
+    where
+        Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
+    {
         let policy = self.policy;
         let generation = self.generation & GENERATION;
         let Some(slot) = self.slots.get_mut(key) else {
@@ -331,7 +346,10 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             attempt,
             reason: Reason::Superseded,
             failures: slot.map_or(0, |s| s.failures),
-            next_attempt_at: slot.filter(|s| !s.in_flight()).map(|s| s.at),
+            // As the pure decision says it: no deadline while in flight or with an empty streak.
+            next_attempt_at: slot
+                .filter(|s| !s.in_flight() && s.failures > 0)
+                .map(|s| s.at),
             escalation: None,
             key,
         }
@@ -346,7 +364,19 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         now: Instant,
         must_last: Duration,
     ) -> Lasting<K> {
+        let lasting = self.succeed_provisionally_now(token, now, must_last);
         self.maybe_sweep(now);
+        lasting
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn succeed_provisionally_now(
+        &mut self,
+        token: AttemptToken<K>,
+        now: Instant,
+        must_last: Duration,
+    ) -> Lasting<K> {
         let lasts_at = now.saturating_add(must_last);
         let state = match self.slots.get_mut(&token.key) {
             // As for a success: a stale attempt's late success counts unless a newer one began.
@@ -354,9 +384,17 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                 if slot.runs(token.generation, token.began)
                     || slot.expired_from(token.generation) =>
             {
+                // A stale attempt was already counted as failed at its stale moment. Take that
+                // count back while it runs again, so an early end counts this attempt once (its
+                // late failure adds nothing further), not twice.
+                let failures = if slot.in_flight() {
+                    slot.failures
+                } else {
+                    slot.failures.saturating_sub(1)
+                };
                 *slot = Slot {
                     at: lasts_at,
-                    failures: slot.failures,
+                    failures,
                     meta: IN_FLIGHT | PROVISIONAL | (slot.meta & ESCALATED) | token.generation,
                 };
                 LastingState::Pending
@@ -472,7 +510,19 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         now: Instant,
         hint: Option<Duration>,
     ) -> Transition<K> {
+        let transition = self.fail_now(token, now, hint);
         self.maybe_sweep(now);
+        transition
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn fail_now(
+        &mut self,
+        token: AttemptToken<K>,
+        now: Instant,
+        hint: Option<Duration>,
+    ) -> Transition<K> {
         let policy = self.policy;
         let Some(slot) = self
             .slots
@@ -493,7 +543,14 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
 
     // r[impl retry.token.release]
     pub(crate) fn release(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let transition = self.release_now(token, now);
         self.maybe_sweep(now);
+        transition
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn release_now(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
         let policy = self.policy;
         let Some(slot) = self
             .slots
@@ -521,8 +578,8 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         // As the pure decision says it: no failures in the streak, no deadline.
         let next_attempt_at = restored.filter(|s| s.failures > 0).map(|s| s.at);
         match restored {
-            // Also dropped at once if it already holds nothing a fresh key lacks (the sweep that
-            // ran above saw it in flight), so memory stays as bounded as after any other call.
+            // Also dropped at once if it already holds nothing a fresh key lacks (the sweep, which
+            // runs after, may not be due), so memory stays as bounded as after any other call.
             Some(restored) if !droppable(&policy, &token.key, restored, now) => {
                 *slot = restored;
             }
@@ -541,7 +598,14 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     }
 
     pub(crate) fn succeed(&mut self, token: AttemptToken<K>, now: Instant) -> Transition<K> {
+        let transition = self.succeed_now(token);
         self.maybe_sweep(now);
+        transition
+    }
+
+    /// The outcome itself. Judged before the sweep, so a long-hung attempt still finds its own
+    /// slot and its answer is the one a `History` (which never forgets) gives.
+    fn succeed_now(&mut self, token: AttemptToken<K>) -> Transition<K> {
         match self.slots.get(&token.key) {
             // A stale attempt's late success still resets the key unless a newer attempt began.
             // r[impl retry.in-flight.expiry]

@@ -972,3 +972,133 @@ fn a_lost_or_superseded_provisional_success_never_wedges_its_key() {
     );
     assert_eq!(shared.state(&"web"), None);
 }
+
+// r[verify retry.history]
+// r[verify retry.in-flight.expiry]
+#[test]
+fn a_long_hung_attempts_own_outcome_is_judged_before_the_sweep_drops_its_key() {
+    let clock = ManualClock::new();
+    let p = policy();
+    // So late that the settled key holds nothing a fresh key lacks: the sweep would drop it.
+    let late = p.stale_after() + p.max_wait() + p.cap() * 2;
+    for outcome in ["fail", "succeed", "release", "provisional"] {
+        let mut gate = KeyedGate::new(p);
+        let mut history = History::for_key("img");
+        let t0 = clock.now();
+        let token = gate.begin(&"img", t0).unwrap();
+        let (attempt, _) = history.begin(&p, t0).unwrap();
+        let now = t0 + late;
+        let (gate_says, history_says) = match outcome {
+            "fail" => (
+                gate.fail(token, now, None),
+                history.fail(&p, attempt, now, None),
+            ),
+            "succeed" => (gate.succeed(token, now), history.succeed(&p, attempt)),
+            "release" => (gate.release(token, now), history.release(&p, attempt, now)),
+            _ => {
+                let mut lasting = gate.succeed_provisionally(token, now, S(1));
+                assert!(
+                    !lasting.is_superseded(),
+                    "its own late success still counts"
+                );
+                let confirmed = gate.confirm(&mut lasting, now + S(1)).unwrap();
+                (confirmed, history.succeed(&p, attempt))
+            }
+        };
+        // The outcome of the attempt is what the history (which never forgets) says it is: an
+        // expiry for a late failure or release, a success for a late success.
+        assert_ne!(gate_says.reason, Reason::Superseded, "{outcome}");
+        assert_eq!(gate_says.with_key(()), history_says, "{outcome}");
+    }
+}
+
+// r[verify retry.history]
+// r[verify retry.token.stale]
+#[test]
+fn a_superseded_outcome_on_an_escalated_key_with_an_empty_streak_names_no_deadline() {
+    let clock = ManualClock::new();
+    let p = policy();
+    let mut gate = KeyedGate::new(p);
+    let mut history = History::for_key("img");
+    let mut hung = None;
+    for _ in 0..p.escalate_after() {
+        let token = gate.begin(&"img", clock.now()).unwrap();
+        let (attempt, _) = history.begin(&p, clock.now()).unwrap();
+        let failed = gate.fail(token, clock.now(), None);
+        assert_eq!(
+            failed.clone().with_key(()),
+            history.fail(&p, attempt, clock.now(), None)
+        );
+        hung.get_or_insert(attempt);
+        clock.advance(failed.next_attempt_at.unwrap() - clock.now());
+    }
+    // Quiet for more than the cap: the next attempt starts a new streak, and its release leaves
+    // that streak empty while the escalation stays open.
+    clock.advance(p.cap() + S(1));
+    let token = gate.begin(&"img", clock.now()).unwrap();
+    let (attempt, _) = history.begin(&p, clock.now()).unwrap();
+    let released = gate.release(token, clock.now());
+    assert_eq!(
+        released.clone().with_key(()),
+        history.release(&p, attempt, clock.now())
+    );
+    assert_eq!((released.failures, released.next_attempt_at), (0, None));
+    // An old attempt's late outcome: superseded, and saying what the key is (no deadline).
+    let old = hung.unwrap();
+    let stale_token = AttemptToken {
+        key: "img",
+        generation: 12345,
+        attempt: old.attempt,
+        began: old.began,
+        prior: None,
+        expired: None,
+    };
+    let late = gate.fail(stale_token, clock.now(), None);
+    assert_eq!(late.reason, Reason::Superseded);
+    assert_eq!(late.with_key(()), history.fail(&p, old, clock.now(), None));
+}
+
+// r[verify retry.lasting]
+// r[verify retry.in-flight.expiry]
+#[test]
+fn a_stale_attempts_provisional_success_that_ends_early_counts_its_attempt_once() {
+    let clock = ManualClock::new();
+    let p = lasting_policy();
+    let mut gate = KeyedGate::new(p);
+    let slow = gate.begin(&"web", clock.now()).unwrap();
+    clock.advance(p.stale_after());
+    // The hung start counts as failure 1 at its stale moment...
+    let refused = gate.begin(&"web", clock.now()).unwrap_err();
+    assert_eq!(refused.expired.unwrap().failures, 1);
+    // ...then it comes up after all (no newer attempt began), and exits before it lasted: that is
+    // still one failed attempt, not two.
+    let lasting = gate.succeed_provisionally(slow, clock.now(), S(30));
+    assert!(!lasting.is_superseded());
+    clock.advance(S(5));
+    let ended = gate.ended(lasting, clock.now(), None);
+    assert!(matches!(ended.reason, Reason::Failed { .. }));
+    assert_eq!(ended.failures, 1, "one attempt, one failure");
+    assert_eq!(ended.next_attempt_at, Some(clock.now() + p.base()));
+    assert_eq!(gate.state(&"web").unwrap().failures, 1);
+}
+
+// r[verify retry.history]
+// r[verify retry.attempts]
+#[test]
+fn a_grant_long_after_a_hung_attempt_reports_its_expiry_as_history_does() {
+    let clock = ManualClock::new();
+    let p = policy();
+    let mut gate = KeyedGate::new(p);
+    let mut history = History::for_key("img");
+    let t0 = clock.now();
+    let _hung = gate.begin(&"img", t0).unwrap();
+    let _ = history.begin(&p, t0).unwrap();
+    let now = t0 + p.stale_after() + p.max_wait() + p.cap() * 2;
+    let mut token = gate.begin(&"img", now).unwrap();
+    let (attempt, expired) = history.begin(&p, now).unwrap();
+    assert_eq!(token.attempt(), attempt.attempt);
+    let expired_by_gate = token.expired.take();
+    assert!(expired.is_some(), "the hung attempt counts as failed, once");
+    assert_eq!(expired_by_gate, expired);
+    let _ = gate.release(token, now);
+}

@@ -1,0 +1,186 @@
+//! The cluster traits: a service registry of replicas and a routing map user → replica, each
+//! with an in-memory implementation (the embedded single-node default, and the model the etcd
+//! and Redis implementations must match).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use holdfast_lifecycle::BoxFuture;
+
+/// A replica as the service registry lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Replica {
+    /// The replica's id (unique in the cluster).
+    pub id: String,
+    /// Where clients and peers reach it.
+    pub address: String,
+}
+
+/// A failure of the cluster backend (registry or routing map).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// The backend could not be reached or answered with an error; the call may be retried.
+    #[error("cluster backend unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The outcome of a compare-and-delete of a routing entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CasOutcome {
+    /// The entry named this replica and was deleted.
+    Cleared,
+    /// The entry names another replica (the user reconnected elsewhere) and was left alone.
+    Stale,
+    /// There was no entry.
+    Absent,
+}
+
+/// The service registry: which replicas are up.
+pub trait ServiceRegistry: Send + Sync + 'static {
+    /// Registers (or refreshes) this replica.
+    fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>>;
+    /// Removes this replica's registration (revokes its lease).
+    fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>>;
+}
+
+/// The routing map: which replica holds a user's connections.
+pub trait RoutingMap: Send + Sync + 'static {
+    /// Routes `user` to `replica`, replacing any earlier entry.
+    fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>>;
+    /// The replica `user` is routed to.
+    fn route(&self, user: &str) -> BoxFuture<Result<Option<String>, ClusterError>>;
+    /// Deletes `user`'s entry only if it still names `replica`.
+    fn compare_and_delete(
+        &self,
+        user: &str,
+        replica: &str,
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>>;
+}
+
+/// The in-memory service registry.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryRegistry {
+    replicas: Arc<Mutex<HashMap<String, Replica>>>,
+}
+
+impl MemoryRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a replica is registered.
+    pub fn is_registered(&self, id: &str) -> bool {
+        lock(&self.replicas).contains_key(id)
+    }
+
+    /// The registered replicas, ordered by id.
+    pub fn replicas(&self) -> Vec<Replica> {
+        let mut v: Vec<_> = lock(&self.replicas).values().cloned().collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+}
+
+impl ServiceRegistry for MemoryRegistry {
+    fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        lock(&self.replicas).insert(replica.id.clone(), replica.clone());
+        Box::pin(async { Ok(()) })
+    }
+
+    fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        lock(&self.replicas).remove(&replica.id);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The in-memory routing map.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryRouting {
+    routes: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl MemoryRouting {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The entry for `user`, read synchronously.
+    pub fn get(&self, user: &str) -> Option<String> {
+        lock(&self.routes).get(user).cloned()
+    }
+
+    /// How many entries name `replica`.
+    pub fn count_for(&self, replica: &str) -> usize {
+        lock(&self.routes)
+            .values()
+            .filter(|r| *r == replica)
+            .count()
+    }
+}
+
+impl RoutingMap for MemoryRouting {
+    fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>> {
+        lock(&self.routes).insert(user.to_owned(), replica.to_owned());
+        Box::pin(async { Ok(()) })
+    }
+
+    fn route(&self, user: &str) -> BoxFuture<Result<Option<String>, ClusterError>> {
+        let r = self.get(user);
+        Box::pin(async move { Ok(r) })
+    }
+
+    // r[impl gateway.routing.compare-and-delete]
+    fn compare_and_delete(
+        &self,
+        user: &str,
+        replica: &str,
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
+        // Compare and delete under one lock: the in-memory twin of the Redis Lua script.
+        let mut routes = lock(&self.routes);
+        let outcome = match routes.get(user) {
+            None => CasOutcome::Absent,
+            Some(r) if r == replica => {
+                routes.remove(user);
+                CasOutcome::Cleared
+            }
+            Some(_) => CasOutcome::Stale,
+        };
+        Box::pin(async move { Ok(outcome) })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify gateway.routing.compare-and-delete]
+    #[tokio::test]
+    async fn compare_and_delete_has_three_outcomes() {
+        let map = MemoryRouting::new();
+        map.set_route("ann", "a").await.unwrap();
+        map.set_route("bob", "a").await.unwrap();
+        // Bob reconnected to replica b before a drained.
+        map.set_route("bob", "b").await.unwrap();
+        assert_eq!(
+            map.compare_and_delete("ann", "a").await,
+            Ok(CasOutcome::Cleared)
+        );
+        assert_eq!(map.get("ann"), None);
+        assert_eq!(
+            map.compare_and_delete("bob", "a").await,
+            Ok(CasOutcome::Stale)
+        );
+        assert_eq!(map.get("bob").as_deref(), Some("b"), "b's entry survives a");
+        assert_eq!(
+            map.compare_and_delete("cat", "a").await,
+            Ok(CasOutcome::Absent)
+        );
+    }
+}

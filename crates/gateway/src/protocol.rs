@@ -1,0 +1,45 @@
+//! What clients send (JSON text messages) and the close codes the gateway uses.
+
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+/// A message from a client.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientMessage {
+    /// Authenticate with a signed token (must be the first message).
+    Auth {
+        /// The token.
+        token: String,
+    },
+    /// Join a room.
+    Join {
+        /// The room.
+        room: String,
+    },
+    /// Leave a room.
+    Leave {
+        /// The room.
+        room: String,
+    },
+}
+
+/// The close codes the gateway sends, and why.
+pub mod close {
+    use super::CloseCode;
+
+    /// Drain for a restart: come back after the hint.
+    pub const RESTART: CloseCode = CloseCode::Restart;
+    /// Drain for good: this replica is leaving.
+    pub const GOING_AWAY: CloseCode = CloseCode::Away;
+    /// A malformed frame.
+    pub const PROTOCOL: CloseCode = CloseCode::Protocol;
+    /// A binary message: the gateway speaks JSON text.
+    pub const UNSUPPORTED: CloseCode = CloseCode::Unsupported;
+    /// A bad, unknown or unauthenticated message, a bad or expired token, no authentication in
+    /// time.
+    pub const POLICY: CloseCode = CloseCode::Policy;
+    /// A message or frame over the size limit.
+    pub const TOO_BIG: CloseCode = CloseCode::Size;
+    /// Nothing arrived within the idle timeout.
+    pub const IDLE: CloseCode = CloseCode::Normal;
+}

@@ -1,0 +1,407 @@
+//! The connection registry: every connection from accept to teardown, keyed by connection.
+//!
+//! Connections live in shards chosen by their id; the user and room indexes are sharded by the
+//! hash of the user or room. Every index maps to a set of connection ids, so removing one
+//! connection can never remove another connection of the same user (finding H8).
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hash};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+/// A connection's identity on this replica: unique for the registry's lifetime, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct ConnId(pub u64);
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+/// What the registry knows of one connection.
+#[derive(Debug, Clone)]
+struct Entry<H> {
+    user: Option<String>,
+    rooms: BTreeSet<String>,
+    handle: Option<H>,
+}
+
+/// What removing a connection took away, so the caller can clean up what it owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    /// The connection's user, if it had authenticated.
+    pub user: Option<String>,
+    /// Whether that user still holds another connection on this replica.
+    pub user_still_connected: bool,
+    /// The rooms it had joined.
+    pub rooms: BTreeSet<String>,
+}
+
+/// Why an update of the registry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The connection is not (or no longer) registered.
+    #[error("connection {0} is not registered")]
+    Unknown(ConnId),
+    /// The connection already authenticated, as another user.
+    #[error("connection {0} is already authenticated")]
+    AlreadyAuthenticated(ConnId),
+}
+
+type Index = Mutex<HashMap<String, BTreeSet<ConnId>>>;
+
+/// The registry. `H` is the per-connection handle the server keeps (its queue and controls).
+pub struct Registry<H> {
+    next: AtomicU64,
+    shards: Vec<Mutex<HashMap<ConnId, Entry<H>>>>,
+    users: Vec<Index>,
+    rooms: Vec<Index>,
+    hasher: std::collections::hash_map::RandomState,
+    changed: Notify,
+}
+
+impl<H: Clone> Registry<H> {
+    /// A registry with `shards` shards (at least one).
+    pub fn new(shards: usize) -> Self {
+        let n = shards.max(1);
+        Self {
+            next: AtomicU64::new(1),
+            shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
+            users: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
+            rooms: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+            changed: Notify::new(),
+        }
+    }
+
+    /// How many shards the registry has.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard a connection lives in.
+    pub fn shard_of(&self, id: ConnId) -> usize {
+        (id.0 % self.shards.len() as u64) as usize
+    }
+
+    fn index_shard<'a>(&self, index: &'a [Index], key: &str) -> &'a Index {
+        let h = self.hasher.hash_one(key) as usize;
+        &index[h % index.len()]
+    }
+
+    // r[impl gateway.registry.track]
+    /// Registers a new connection at accept time, before any handshake or authentication, and
+    /// returns its id.
+    pub fn accept(&self) -> ConnId {
+        let id = ConnId(self.next.fetch_add(1, Ordering::Relaxed));
+        lock(&self.shards[self.shard_of(id)]).insert(
+            id,
+            Entry {
+                user: None,
+                rooms: BTreeSet::new(),
+                handle: None,
+            },
+        );
+        id
+    }
+
+    /// Attaches the server's handle for a connection (once its task exists).
+    pub fn set_handle(&self, id: ConnId, handle: H) -> Result<(), RegistryError> {
+        let mut shard = lock(&self.shards[self.shard_of(id)]);
+        let entry = shard.get_mut(&id).ok_or(RegistryError::Unknown(id))?;
+        entry.handle = Some(handle);
+        Ok(())
+    }
+
+    /// Records that a connection authenticated as `user`. Authenticating again as the same user
+    /// is a no-op; as another user it is refused.
+    pub fn authenticate(&self, id: ConnId, user: &str) -> Result<(), RegistryError> {
+        {
+            let mut shard = lock(&self.shards[self.shard_of(id)]);
+            let entry = shard.get_mut(&id).ok_or(RegistryError::Unknown(id))?;
+            match &entry.user {
+                Some(u) if u == user => return Ok(()),
+                Some(_) => return Err(RegistryError::AlreadyAuthenticated(id)),
+                None => entry.user = Some(user.to_owned()),
+            }
+        }
+        lock(self.index_shard(&self.users, user))
+            .entry(user.to_owned())
+            .or_default()
+            .insert(id);
+        Ok(())
+    }
+
+    /// Adds a connection to a room (idempotent).
+    pub fn join(&self, id: ConnId, room: &str) -> Result<(), RegistryError> {
+        {
+            let mut shard = lock(&self.shards[self.shard_of(id)]);
+            let entry = shard.get_mut(&id).ok_or(RegistryError::Unknown(id))?;
+            if !entry.rooms.insert(room.to_owned()) {
+                return Ok(());
+            }
+        }
+        lock(self.index_shard(&self.rooms, room))
+            .entry(room.to_owned())
+            .or_default()
+            .insert(id);
+        Ok(())
+    }
+
+    /// Takes a connection out of a room (idempotent).
+    pub fn leave(&self, id: ConnId, room: &str) -> Result<(), RegistryError> {
+        {
+            let mut shard = lock(&self.shards[self.shard_of(id)]);
+            let entry = shard.get_mut(&id).ok_or(RegistryError::Unknown(id))?;
+            if !entry.rooms.remove(room) {
+                return Ok(());
+            }
+        }
+        remove_from(self.index_shard(&self.rooms, room), room, id);
+        Ok(())
+    }
+
+    // r[impl gateway.registry.by-connection]
+    /// Removes one connection and only that connection: its user's and rooms' other connections
+    /// stay. Removing an unknown or already removed connection returns `None` and changes
+    /// nothing.
+    pub fn remove(&self, id: ConnId) -> Option<Removed> {
+        let entry = lock(&self.shards[self.shard_of(id)]).remove(&id)?;
+        let mut user_still_connected = false;
+        if let Some(user) = &entry.user {
+            user_still_connected = remove_from(self.index_shard(&self.users, user), user, id);
+        }
+        for room in &entry.rooms {
+            remove_from(self.index_shard(&self.rooms, room), room, id);
+        }
+        self.changed.notify_waiters();
+        Some(Removed {
+            user: entry.user,
+            user_still_connected,
+            rooms: entry.rooms,
+        })
+    }
+
+    /// Whether a connection is registered.
+    pub fn contains(&self, id: ConnId) -> bool {
+        lock(&self.shards[self.shard_of(id)]).contains_key(&id)
+    }
+
+    /// The user a connection authenticated as.
+    pub fn user_of(&self, id: ConnId) -> Option<String> {
+        lock(&self.shards[self.shard_of(id)])
+            .get(&id)
+            .and_then(|e| e.user.clone())
+    }
+
+    /// The connections a user holds on this replica.
+    pub fn connections_of(&self, user: &str) -> Vec<ConnId> {
+        lookup(self.index_shard(&self.users, user), user)
+    }
+
+    /// The connections in a room.
+    pub fn members(&self, room: &str) -> Vec<ConnId> {
+        lookup(self.index_shard(&self.rooms, room), room)
+    }
+
+    /// The handle of a connection, if it has one.
+    pub fn handle(&self, id: ConnId) -> Option<H> {
+        lock(&self.shards[self.shard_of(id)])
+            .get(&id)
+            .and_then(|e| e.handle.clone())
+    }
+
+    /// Every registered connection with its handle (if set), shard by shard.
+    pub fn snapshot(&self) -> Vec<(ConnId, Option<H>)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            out.extend(lock(shard).iter().map(|(id, e)| (*id, e.handle.clone())));
+        }
+        out
+    }
+
+    /// How many connections are registered, authenticated or not.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// Whether no connection is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many registered connections have authenticated.
+    pub fn authenticated(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).values().filter(|e| e.user.is_some()).count())
+            .sum()
+    }
+
+    /// Woken whenever a connection is removed.
+    pub fn changed(&self) -> &Notify {
+        &self.changed
+    }
+
+    /// Waits until no connection is registered or `deadline` passes; true when empty.
+    pub async fn wait_empty(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.is_empty();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding a shard cannot leave it half-updated in a way later calls depend on.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes `id` from `key`'s set; true when the set still has other members.
+fn remove_from<K: Hash + Eq + ?Sized>(index: &Index, key: &K, id: ConnId) -> bool
+where
+    String: std::borrow::Borrow<K>,
+{
+    let mut map = lock(index);
+    let Some(set) = map.get_mut(key) else {
+        return false;
+    };
+    set.remove(&id);
+    if set.is_empty() {
+        map.remove(key);
+        false
+    } else {
+        true
+    }
+}
+
+fn lookup(index: &Index, key: &str) -> Vec<ConnId> {
+    lock(index)
+        .get(key)
+        .map(|s| s.iter().copied().collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // r[verify gateway.registry.track]
+    #[test]
+    fn unauthenticated_connections_are_registered_in_shards_and_removal_is_idempotent() {
+        let r: Registry<()> = Registry::new(4);
+        let ids: Vec<_> = (0..8).map(|_| r.accept()).collect();
+        assert_eq!(r.len(), 8);
+        assert_eq!(r.authenticated(), 0);
+        let used: BTreeSet<_> = ids.iter().map(|id| r.shard_of(*id)).collect();
+        assert_eq!(used.len(), 4, "connections spread over every shard");
+        r.authenticate(ids[0], "ann").unwrap();
+        assert_eq!(r.authenticated(), 1);
+        assert!(r.remove(ids[1]).is_some());
+        assert_eq!(r.remove(ids[1]), None, "second removal changes nothing");
+        assert_eq!(r.len(), 7);
+        assert_eq!(r.join(ids[1], "x"), Err(RegistryError::Unknown(ids[1])));
+    }
+
+    // r[verify gateway.registry.by-connection]
+    #[test]
+    fn removing_an_older_connection_leaves_the_users_newer_one() {
+        let r: Registry<()> = Registry::new(8);
+        let old = r.accept();
+        let new = r.accept();
+        r.authenticate(old, "ann").unwrap();
+        r.join(old, "lobby").unwrap();
+        r.authenticate(new, "ann").unwrap();
+        r.join(new, "lobby").unwrap();
+        let removed = r.remove(old).unwrap();
+        assert_eq!(removed.user.as_deref(), Some("ann"));
+        assert!(removed.user_still_connected);
+        assert_eq!(r.connections_of("ann"), vec![new]);
+        assert_eq!(r.members("lobby"), vec![new]);
+        let removed = r.remove(new).unwrap();
+        assert!(!removed.user_still_connected);
+        assert!(r.connections_of("ann").is_empty());
+        assert!(r.members("lobby").is_empty());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Accept,
+        Auth(usize, u8),
+        Join(usize, u8),
+        Leave(usize, u8),
+        Remove(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            Just(Op::Accept),
+            (0..12usize, 0..3u8).prop_map(|(c, u)| Op::Auth(c, u)),
+            (0..12usize, 0..3u8).prop_map(|(c, r)| Op::Join(c, r)),
+            (0..12usize, 0..3u8).prop_map(|(c, r)| Op::Leave(c, r)),
+            (0..12usize).prop_map(Op::Remove),
+        ]
+    }
+
+    proptest! {
+        // r[verify gateway.registry.by-connection]
+        #[test]
+        fn indexes_match_a_model_keyed_by_connection(ops in proptest::collection::vec(op(), 1..80)) {
+            let r: Registry<()> = Registry::new(3);
+            let mut ids = Vec::new();
+            let mut model: HashMap<ConnId, (Option<String>, BTreeSet<String>)> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Accept => { let id = r.accept(); ids.push(id); model.insert(id, (None, BTreeSet::new())); }
+                    Op::Auth(c, u) => if let Some(&id) = ids.get(c) {
+                        let user = format!("u{u}");
+                        let expect = match model.get_mut(&id) {
+                            None => Err(RegistryError::Unknown(id)),
+                            Some((Some(x), _)) if *x == user => Ok(()),
+                            Some((Some(_), _)) => Err(RegistryError::AlreadyAuthenticated(id)),
+                            Some((slot, _)) => { *slot = Some(user.clone()); Ok(()) }
+                        };
+                        prop_assert_eq!(r.authenticate(id, &user), expect);
+                    },
+                    Op::Join(c, room) => if let Some(&id) = ids.get(c) {
+                        let room = format!("r{room}");
+                        let ok = r.join(id, &room).is_ok();
+                        prop_assert_eq!(ok, model.contains_key(&id));
+                        if let Some((_, rooms)) = model.get_mut(&id) { rooms.insert(room); }
+                    },
+                    Op::Leave(c, room) => if let Some(&id) = ids.get(c) {
+                        let room = format!("r{room}");
+                        let _ = r.leave(id, &room);
+                        if let Some((_, rooms)) = model.get_mut(&id) { rooms.remove(&room); }
+                    },
+                    Op::Remove(c) => if let Some(&id) = ids.get(c) {
+                        let got = r.remove(id).map(|x| x.user);
+                        prop_assert_eq!(got, model.remove(&id).map(|(u, _)| u));
+                    },
+                }
+                for u in 0..3u8 {
+                    let user = format!("u{u}");
+                    let mut want: Vec<_> = model.iter().filter(|(_, (x, _))| x.as_deref() == Some(user.as_str())).map(|(id, _)| *id).collect();
+                    want.sort();
+                    prop_assert_eq!(r.connections_of(&user), want);
+                    let room = format!("r{u}");
+                    let mut want: Vec<_> = model.iter().filter(|(_, (_, rs))| rs.contains(&room)).map(|(id, _)| *id).collect();
+                    want.sort();
+                    prop_assert_eq!(r.members(&room), want);
+                }
+                prop_assert_eq!(r.len(), model.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! The gateway: the accept loop, one task per connection, and pushes to users and rooms.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use futures_util::{SinkExt, StreamExt};
+use holdfast_retry::Class;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::StatusCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use crate::cluster::{CasOutcome, ClusterError, Replica, RoutingMap, ServiceRegistry};
+use crate::config::GatewayConfig;
+use crate::protocol::{ClientMessage, close};
+use crate::registry::{ConnId, Registry};
+use crate::stats::Stats;
+use crate::token::TokenError;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The replica could not be registered.
+    #[error("cannot register replica: {0}")]
+    Register(ClusterError),
+}
+
+/// What the server keeps per connection.
+#[derive(Clone)]
+pub(crate) struct ConnHandle {
+    queue: mpsc::Sender<Arc<str>>,
+    abort: AbortHandle,
+}
+
+impl ConnHandle {
+    /// Ends the connection at once (its teardown still runs).
+    pub(crate) fn force_close(&self) {
+        self.abort.abort();
+    }
+}
+
+/// How a drain closes connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DrainSignal {
+    pub(crate) code: CloseCode,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: GatewayConfig,
+    pub(crate) replica: Replica,
+    pub(crate) local: SocketAddr,
+    pub(crate) registry: Registry<ConnHandle>,
+    pub(crate) service: Arc<dyn ServiceRegistry>,
+    pub(crate) routing: Arc<dyn RoutingMap>,
+    pub(crate) ready: AtomicBool,
+    pub(crate) refusing: AtomicBool,
+    pub(crate) draining: AtomicBool,
+    pub(crate) owned_routes: Mutex<HashSet<String>>,
+    pub(crate) stats: Stats,
+    pub(crate) drain_tx: watch::Sender<Option<DrainSignal>>,
+    pub(crate) stop_accept: watch::Sender<bool>,
+    pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub(crate) drain_lock: tokio::sync::Mutex<Option<crate::drain::DrainReport>>,
+}
+
+/// A running gateway. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// What a push reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Delivery {
+    /// Connections the message was queued for.
+    pub queued: usize,
+    /// Connections disconnected as slow consumers instead.
+    pub slow_consumers: usize,
+}
+
+impl Gateway {
+    /// Binds, registers the replica, and starts accepting.
+    pub async fn start(
+        config: GatewayConfig,
+        service: Arc<dyn ServiceRegistry>,
+        routing: Arc<dyn RoutingMap>,
+    ) -> Result<Gateway, StartError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let replica = Replica {
+            id: config.replica_id.clone(),
+            address: config
+                .advertise
+                .clone()
+                .unwrap_or_else(|| local.to_string()),
+        };
+        service
+            .register(&replica)
+            .await
+            .map_err(StartError::Register)?;
+        let (drain_tx, _) = watch::channel(None);
+        let (stop_accept, stop_rx) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            registry: Registry::new(config.shards),
+            config,
+            replica,
+            local,
+            service,
+            routing,
+            ready: AtomicBool::new(true),
+            refusing: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            owned_routes: Mutex::new(HashSet::new()),
+            stats: Stats::default(),
+            drain_tx,
+            stop_accept,
+            accept_task: Mutex::new(None),
+            drain_lock: tokio::sync::Mutex::new(None),
+        });
+        let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
+        *lock(&inner.accept_task) = Some(task);
+        Ok(Gateway { inner })
+    }
+
+    /// The replica as registered.
+    pub fn replica(&self) -> &Replica {
+        &self.inner.replica
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local
+    }
+
+    /// Whether the gateway is ready (false from the first step of a drain on).
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::SeqCst)
+    }
+
+    /// Connections registered, authenticated or not.
+    pub fn connections(&self) -> usize {
+        self.inner.registry.len()
+    }
+
+    /// Connections that have authenticated.
+    pub fn authenticated(&self) -> usize {
+        self.inner.registry.authenticated()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> crate::stats::StatsSnapshot {
+        self.inner.stats.snapshot()
+    }
+
+    /// Ends the gateway the way a killed process would: it stops accepting and drops every
+    /// connection without a close frame, deregisters nothing and releases no route. This is the
+    /// control arm that tests and the drain demo compare the drain against.
+    pub fn abandon(&self) {
+        self.inner.draining.store(true, Ordering::SeqCst);
+        let _ = self.inner.stop_accept.send(true);
+        for (_, handle) in self.inner.registry.snapshot() {
+            if let Some(h) = handle {
+                h.force_close();
+            }
+        }
+    }
+
+    /// Queues a text message for every connection of `user` on this replica.
+    pub fn push_user(&self, user: &str, text: &str) -> Delivery {
+        let ids = self.inner.registry.connections_of(user);
+        self.push(&ids, text)
+    }
+
+    /// Queues a text message for every connection in `room` on this replica.
+    pub fn push_room(&self, room: &str, text: &str) -> Delivery {
+        let ids = self.inner.registry.members(room);
+        self.push(&ids, text)
+    }
+
+    // r[impl gateway.send-queue.slow-consumer]
+    fn push(&self, ids: &[ConnId], text: &str) -> Delivery {
+        let text: Arc<str> = Arc::from(text);
+        let mut d = Delivery::default();
+        for id in ids {
+            let Some(h) = self.inner.registry.handle(*id) else {
+                continue;
+            };
+            match h.queue.try_send(text.clone()) {
+                Ok(()) => d.queued += 1,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // A full queue means the client is not reading: disconnect it rather than
+                    // buffer without bound or stall the other recipients.
+                    d.slow_consumers += 1;
+                    self.inner.stats.slow_consumer(*id);
+                    h.force_close();
+                }
+                // The connection is ending; its teardown is already under way.
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+        d
+    }
+}
+
+async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => spawn_connection(&inner, stream, peer),
+                Err(e) => match holdfast_retry::classify::io(&e) {
+                    // One failed accept (a reset before accept, a short of descriptors): report,
+                    // pace briefly so a persistent condition does not spin, go on.
+                    Class::Item | Class::Transient => {
+                        inner.stats.accept_error();
+                        tracing::warn!(replica = %inner.replica.id, error = %e, "accept failed; continuing");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                    Class::Fatal => {
+                        tracing::error!(replica = %inner.replica.id, error = %e, "listener lost; no longer accepting");
+                        break;
+                    }
+                },
+            },
+        }
+    }
+}
+
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // A dropped sender also means stop.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+fn spawn_connection(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
+    let id = inner.registry.accept();
+    inner.stats.accepted();
+    let (queue, queue_rx) = mpsc::channel(inner.config.send_queue.max(1));
+    let (go, go_rx) = oneshot::channel();
+    let task = tokio::spawn(connection(inner.clone(), id, stream, peer, queue_rx, go_rx));
+    let handle = ConnHandle {
+        queue,
+        abort: task.abort_handle(),
+    };
+    if inner.registry.set_handle(id, handle).is_ok() {
+        let _ = go.send(());
+    }
+}
+
+/// Removes the connection from the registry however its task ends (returns, or is aborted).
+struct Teardown {
+    inner: Arc<Inner>,
+    id: ConnId,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let Some(removed) = self.inner.registry.remove(self.id) else {
+            return;
+        };
+        let Some(user) = removed.user else { return };
+        if removed.user_still_connected || self.inner.draining.load(Ordering::SeqCst) {
+            // Another connection still needs the route, or the drain clears routes itself.
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(release_route(self.inner.clone(), user));
+        }
+    }
+}
+
+/// Compare-and-deletes a user's route after their last connection here ended.
+async fn release_route(inner: Arc<Inner>, user: String) {
+    match inner
+        .routing
+        .compare_and_delete(&user, &inner.replica.id)
+        .await
+    {
+        Ok(outcome) => {
+            if outcome == CasOutcome::Cleared && !inner.registry.connections_of(&user).is_empty() {
+                // The user reconnected here while the delete was in flight: route them again.
+                if inner
+                    .routing
+                    .set_route(&user, &inner.replica.id)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+            lock(&inner.owned_routes).remove(&user);
+        }
+        Err(e) => {
+            // Left in owned_routes: the drain retries it.
+            tracing::warn!(replica = %inner.replica.id, error = %e, "routing cleanup failed");
+        }
+    }
+}
+
+enum Ending {
+    /// Close with this code and reason, then wait for the client's close.
+    Close(CloseCode, String),
+    /// The channel is gone: nothing more can be sent.
+    Gone,
+}
+
+async fn connection(
+    inner: Arc<Inner>,
+    id: ConnId,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut queue: mpsc::Receiver<Arc<str>>,
+    go: oneshot::Receiver<()>,
+) {
+    let _teardown = Teardown {
+        inner: inner.clone(),
+        id,
+    };
+    if go.await.is_err() {
+        return;
+    }
+    let cfg = &inner.config;
+    let ws_config = WebSocketConfig::default()
+        .read_buffer_size(cfg.read_buffer)
+        .write_buffer_size(cfg.write_buffer)
+        .max_message_size(Some(cfg.max_message_size))
+        .max_frame_size(Some(cfg.max_frame_size));
+    let gate = inner.clone();
+    // The callback's signature is tungstenite's; its error type is not ours to shrink.
+    #[allow(clippy::result_large_err)]
+    let callback = move |_req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        if gate.refusing.load(Ordering::SeqCst) {
+            gate.stats.refused();
+            return Err(refusal(gate.config.drain.retry_after_secs));
+        }
+        Ok(resp)
+    };
+    let handshake =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config));
+    let mut ws = match tokio::time::timeout(cfg.handshake_timeout, handshake).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            tracing::debug!(conn = %id, %peer, error = %e, "handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(conn = %id, %peer, "handshake timed out");
+            return;
+        }
+    };
+    let ending = serve(&inner, id, &mut ws, &mut queue).await;
+    if let Ending::Close(code, reason) = ending {
+        let _ = ws
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+        // Wait for the client's close, but not for ever: a client that does not read never
+        // answers.
+        let _ = tokio::time::timeout(inner.config.close_timeout, async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+    }
+}
+
+// r[impl gateway.drain.refuse]
+fn refusal(retry_after_secs: u32) -> ErrorResponse {
+    let mut resp = ErrorResponse::new(Some("draining".to_owned()));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    if let Ok(v) = retry_after_secs.to_string().parse() {
+        resp.headers_mut().insert("retry-after", v);
+    }
+    resp
+}
+
+async fn serve(
+    inner: &Arc<Inner>,
+    id: ConnId,
+    ws: &mut WebSocketStream<TcpStream>,
+    queue: &mut mpsc::Receiver<Arc<str>>,
+) -> Ending {
+    let cfg = &inner.config;
+    let mut drain = inner.drain_tx.subscribe();
+    let mut ping = tokio::time::interval_at(Instant::now() + cfg.ping_interval, cfg.ping_interval);
+    ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let auth_deadline = tokio::time::sleep(cfg.auth_timeout);
+    tokio::pin!(auth_deadline);
+    let mut authed = false;
+    let mut last_seen = Instant::now();
+    loop {
+        let signal = *drain.borrow_and_update();
+        if let Some(signal) = signal {
+            return drain_connection(inner, id, ws, queue, signal).await;
+        }
+        tokio::select! {
+            biased;
+            changed = drain.changed() => {
+                if changed.is_err() {
+                    return Ending::Close(close::GOING_AWAY, "gateway stopped".into());
+                }
+            }
+            _ = &mut auth_deadline, if !authed => {
+                inner.stats.auth_failure();
+                return Ending::Close(close::POLICY, "authentication timeout".into());
+            }
+            // r[impl gateway.keepalive]
+            _ = ping.tick() => {
+                if last_seen.elapsed() >= cfg.idle_timeout {
+                    inner.stats.idle();
+                    return Ending::Close(close::IDLE, "idle timeout".into());
+                }
+                if let Err(e) = ws.send(Message::Ping(Default::default())).await {
+                    if let Some(end) = on_error(e) { return end; }
+                }
+            }
+            out = queue.recv() => match out {
+                Some(text) => {
+                    if let Err(e) = ws.send(Message::Text(text.as_ref().into())).await {
+                        if let Some(end) = on_error(e) { return end; }
+                    } else {
+                        inner.stats.message_out();
+                    }
+                }
+                None => return Ending::Gone,
+            },
+            incoming = ws.next() => {
+                last_seen = Instant::now();
+                match incoming {
+                    None => return Ending::Gone,
+                    Some(Err(e)) => if let Some(end) = on_error(e) { return end; },
+                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut authed).await { return end; },
+                }
+            }
+        }
+    }
+}
+
+// r[impl gateway.limits]
+/// What a WebSocket error means for the connection: `None` to go on.
+fn on_error(e: WsError) -> Option<Ending> {
+    match e {
+        WsError::Capacity(_) => Some(Ending::Close(close::TOO_BIG, "message too big".into())),
+        WsError::Protocol(p) => Some(Ending::Close(close::PROTOCOL, p.to_string())),
+        WsError::Utf8(_) => Some(Ending::Close(CloseCode::Invalid, "invalid utf-8".into())),
+        WsError::Io(io) => match holdfast_retry::classify::io(&io) {
+            Class::Item | Class::Transient => None,
+            Class::Fatal => Some(Ending::Gone),
+        },
+        // Closed, or closing, by either side: nothing more can be exchanged.
+        WsError::ConnectionClosed | WsError::AlreadyClosed => Some(Ending::Gone),
+        other => Some(Ending::Close(close::PROTOCOL, other.to_string())),
+    }
+}
+
+async fn on_message(
+    inner: &Arc<Inner>,
+    id: ConnId,
+    ws: &mut WebSocketStream<TcpStream>,
+    msg: Message,
+    authed: &mut bool,
+) -> Option<Ending> {
+    let text = match msg {
+        Message::Text(t) => t,
+        Message::Binary(_) => {
+            return Some(Ending::Close(
+                close::UNSUPPORTED,
+                "binary messages are not accepted".into(),
+            ));
+        }
+        // Ping/pong are answered by tungstenite and only refresh the idle timer.
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => return None,
+        // tungstenite queues the reply; the stream then ends.
+        Message::Close(_) => return None,
+    };
+    inner.stats.message_in();
+    let parsed: ClientMessage = match serde_json::from_str(text.as_str()) {
+        Ok(m) => m,
+        Err(_) => return Some(Ending::Close(close::POLICY, "bad message".into())),
+    };
+    match (parsed, *authed) {
+        (ClientMessage::Auth { token }, false) => {
+            match inner.config.token_key.verify(&token, SystemTime::now()) {
+                Ok(user) => {
+                    if inner.registry.authenticate(id, &user).is_err() {
+                        return Some(Ending::Gone);
+                    }
+                    *authed = true;
+                    claim_route(inner, &user).await;
+                    reply(
+                        ws,
+                        format!("{{\"type\":\"authenticated\",\"conn\":\"{id}\"}}"),
+                    )
+                    .await
+                }
+                Err(e) => {
+                    inner.stats.auth_failure();
+                    let reason = match e {
+                        TokenError::Invalid => "invalid token",
+                        TokenError::Expired => "token expired",
+                    };
+                    Some(Ending::Close(close::POLICY, reason.into()))
+                }
+            }
+        }
+        (ClientMessage::Auth { .. }, true) => {
+            Some(Ending::Close(close::POLICY, "already authenticated".into()))
+        }
+        (_, false) => Some(Ending::Close(close::POLICY, "authenticate first".into())),
+        (ClientMessage::Join { room }, true) => {
+            if inner.registry.join(id, &room).is_err() {
+                return Some(Ending::Gone);
+            }
+            reply(ws, ack("joined", &room)).await
+        }
+        (ClientMessage::Leave { room }, true) => {
+            if inner.registry.leave(id, &room).is_err() {
+                return Some(Ending::Gone);
+            }
+            reply(ws, ack("left", &room)).await
+        }
+    }
+}
+
+fn ack(kind: &str, room: &str) -> String {
+    serde_json::json!({ "type": kind, "room": room }).to_string()
+}
+
+/// Sends an acknowledgement; `Some` when the connection must end.
+async fn reply(ws: &mut WebSocketStream<TcpStream>, text: String) -> Option<Ending> {
+    match ws.send(Message::Text(text.into())).await {
+        Ok(()) => None,
+        Err(e) => on_error(e),
+    }
+}
+
+/// Routes the user to this replica; an outage of the routing map is reported, never fatal to the
+/// client (it is still reachable on this replica).
+async fn claim_route(inner: &Arc<Inner>, user: &str) {
+    match inner.routing.set_route(user, &inner.replica.id).await {
+        Ok(()) => {
+            lock(&inner.owned_routes).insert(user.to_owned());
+        }
+        Err(e) => {
+            inner.stats.routing_error();
+            tracing::warn!(replica = %inner.replica.id, error = %e, "cannot route user here");
+        }
+    }
+}
+
+// r[impl gateway.drain.flush]
+/// Sends what is already queued, then the drain's close frame.
+async fn drain_connection(
+    inner: &Arc<Inner>,
+    id: ConnId,
+    ws: &mut WebSocketStream<TcpStream>,
+    queue: &mut mpsc::Receiver<Arc<str>>,
+    signal: DrainSignal,
+) -> Ending {
+    while let Ok(text) = queue.try_recv() {
+        if ws.feed(Message::Text(text.as_ref().into())).await.is_err() {
+            return Ending::Gone;
+        }
+        inner.stats.message_out();
+    }
+    let reason = crate::drain::close_reason(&inner.config.drain, signal.code, id);
+    let frame = CloseFrame {
+        code: signal.code,
+        reason: reason.into(),
+    };
+    if ws.send(Message::Close(Some(frame))).await.is_ok() {
+        inner.stats.close_sent();
+    }
+    while let Some(Ok(_)) = ws.next().await {}
+    Ending::Gone
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,114 @@
+//! The gateway's counters, as plain fields the node exports as metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+use crate::registry::ConnId;
+
+/// Live counters.
+#[derive(Debug, Default)]
+pub struct Stats {
+    accepted: AtomicU64,
+    accept_errors: AtomicU64,
+    refused_draining: AtomicU64,
+    auth_failures: AtomicU64,
+    messages_in: AtomicU64,
+    messages_out: AtomicU64,
+    slow_consumer_drops: AtomicU64,
+    routing_errors: AtomicU64,
+    close_frames_sent: AtomicU64,
+    idle_closed: AtomicU64,
+    close_sent: Notify,
+}
+
+/// A copy of the counters at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatsSnapshot {
+    /// TCP connections accepted.
+    pub accepted: u64,
+    /// Failed accepts (each reported and survived).
+    pub accept_errors: u64,
+    /// Upgrades refused with 503 while draining.
+    pub refused_draining: u64,
+    /// Connections closed for a bad, expired or missing token.
+    pub auth_failures: u64,
+    /// Text messages received.
+    pub messages_in: u64,
+    /// Text messages sent.
+    pub messages_out: u64,
+    /// Connections disconnected because their send queue was full.
+    pub slow_consumer_drops: u64,
+    /// Routing-map calls that failed.
+    pub routing_errors: u64,
+    /// Drain close frames sent.
+    pub close_frames_sent: u64,
+    /// Connections closed at the idle timeout.
+    pub idle_closed: u64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Stats {
+    pub(crate) fn accepted(&self) {
+        inc(&self.accepted);
+    }
+    pub(crate) fn accept_error(&self) {
+        inc(&self.accept_errors);
+    }
+    pub(crate) fn refused(&self) {
+        inc(&self.refused_draining);
+    }
+    pub(crate) fn auth_failure(&self) {
+        inc(&self.auth_failures);
+    }
+    pub(crate) fn message_in(&self) {
+        inc(&self.messages_in);
+    }
+    pub(crate) fn message_out(&self) {
+        inc(&self.messages_out);
+    }
+    pub(crate) fn idle(&self) {
+        inc(&self.idle_closed);
+    }
+    pub(crate) fn routing_error(&self) {
+        inc(&self.routing_errors);
+    }
+    pub(crate) fn slow_consumer(&self, id: ConnId) {
+        inc(&self.slow_consumer_drops);
+        tracing::info!(conn = %id, "send queue full: slow consumer disconnected");
+    }
+    pub(crate) fn close_sent(&self) {
+        inc(&self.close_frames_sent);
+        self.close_sent.notify_waiters();
+    }
+
+    /// Drain close frames sent so far.
+    pub(crate) fn close_frames(&self) -> u64 {
+        self.close_frames_sent.load(Ordering::Relaxed)
+    }
+
+    /// Woken whenever a drain close frame was sent.
+    pub(crate) fn close_notify(&self) -> &Notify {
+        &self.close_sent
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            accepted: g(&self.accepted),
+            accept_errors: g(&self.accept_errors),
+            refused_draining: g(&self.refused_draining),
+            auth_failures: g(&self.auth_failures),
+            messages_in: g(&self.messages_in),
+            messages_out: g(&self.messages_out),
+            slow_consumer_drops: g(&self.slow_consumer_drops),
+            routing_errors: g(&self.routing_errors),
+            close_frames_sent: g(&self.close_frames_sent),
+            idle_closed: g(&self.idle_closed),
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Connections against real WebSocket clients on loopback: registration from accept, bad input,
+//! authentication, slow consumers, and route release by connection.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use futures_util::SinkExt;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+
+async fn close_code_of(ws: &mut Client) -> (u16, String) {
+    let end = read_to_end(ws, Duration::from_secs(5)).await;
+    let close = end.close.expect("a close frame");
+    (u16::from(close.code), close.reason.to_string())
+}
+
+// r[verify gateway.registry.track]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_registered_from_accept_authenticated_or_not() {
+    let node = start(config("a")).await;
+    // A TCP connection that has not even sent its upgrade request is already tracked.
+    let _raw = TcpStream::connect(node.gateway.local_addr()).await.unwrap();
+    eventually("raw accept registered", || node.gateway.connections() == 1).await;
+    let _unauth = connect(&node.gateway).await;
+    eventually("upgraded, unauthenticated", || {
+        node.gateway.connections() == 2
+    })
+    .await;
+    assert_eq!(node.gateway.authenticated(), 0);
+    let ann = member(&node.gateway, "ann", "lobby").await;
+    assert_eq!(node.gateway.connections(), 3);
+    assert_eq!(node.gateway.authenticated(), 1);
+    drop(ann);
+    eventually("teardown removes it", || node.gateway.connections() == 2).await;
+}
+
+// r[verify gateway.auth.token]
+// r[verify gateway.limits]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_closes_only_the_sender_with_the_right_code() {
+    let mut c = config("a");
+    c.max_message_size = 1024;
+    c.max_frame_size = 1024;
+    let node = start(c).await;
+    let mut bystander = member(&node.gateway, "zed", "lobby").await;
+
+    let expired = key().sign("ann", SystemTime::now() - Duration::from_secs(1));
+    let forged = holdfast_gateway::TokenKey::new(b"wrong".to_vec())
+        .sign("ann", SystemTime::now() + Duration::from_secs(60));
+    let cases: Vec<(Message, u16, &str)> = vec![
+        (
+            Message::Text(
+                serde_json::json!({"type":"auth","token":expired})
+                    .to_string()
+                    .into(),
+            ),
+            1008,
+            "token expired",
+        ),
+        (
+            Message::Text(
+                serde_json::json!({"type":"auth","token":forged})
+                    .to_string()
+                    .into(),
+            ),
+            1008,
+            "invalid token",
+        ),
+        (
+            Message::Text(
+                serde_json::json!({"type":"join","room":"lobby"})
+                    .to_string()
+                    .into(),
+            ),
+            1008,
+            "authenticate first",
+        ),
+        (Message::Text("not json".into()), 1008, "bad message"),
+        (Message::Binary(vec![1, 2, 3].into()), 1003, ""),
+        (Message::Text("x".repeat(4096).into()), 1009, ""),
+    ];
+    for (msg, code, reason) in cases {
+        let mut ws = connect(&node.gateway).await;
+        ws.send(msg).await.unwrap();
+        let (got, why) = close_code_of(&mut ws).await;
+        assert_eq!(got, code, "{why}");
+        assert!(why.contains(reason), "{why} should contain {reason}");
+    }
+    // A malformed frame: reserved bits set, written straight onto an upgraded socket.
+    let mut ws = connect(&node.gateway).await;
+    ws.get_mut()
+        .write_all(&[0xF1, 0x80, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    let (got, _) = close_code_of(&mut ws).await;
+    assert_eq!(got, 1002);
+    // An authenticated client sending an unknown message.
+    let mut ann = member(&node.gateway, "ann", "lobby").await;
+    send_json(&mut ann, serde_json::json!({"type":"shout"})).await;
+    assert_eq!(close_code_of(&mut ann).await.0, 1008);
+
+    // Nothing else was disturbed.
+    assert_eq!(node.gateway.push_room("lobby", "still here").queued, 1);
+    assert_eq!(next_text(&mut bystander).await, "still here");
+    assert_eq!(node.gateway.authenticated(), 1);
+    assert_eq!(node.gateway.stats().auth_failures, 2);
+}
+
+// r[verify gateway.auth.token]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unauthenticated_connections_is_closed_at_the_auth_timeout() {
+    let mut c = config("a");
+    c.auth_timeout = Duration::from_millis(300);
+    let node = start(c).await;
+    let mut member_ws = member(&node.gateway, "ann", "lobby").await;
+    let mut flood = Vec::new();
+    for _ in 0..50 {
+        flood.push(connect(&node.gateway).await);
+    }
+    for mut ws in flood {
+        let (code, why) = close_code_of(&mut ws).await;
+        assert_eq!((code, why.as_str()), (1008, "authentication timeout"));
+    }
+    eventually("flood torn down", || node.gateway.connections() == 1).await;
+    node.gateway.push_user("ann", "hi");
+    assert_eq!(next_text(&mut member_ws).await, "hi");
+}
+
+// r[verify gateway.send-queue.slow-consumer]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_disconnected_and_the_others_get_every_message() {
+    let mut c = config("a");
+    c.send_queue = 4;
+    let node = start(c).await;
+    let mut fast = member(&node.gateway, "fast", "lobby").await;
+    let _slow = member(&node.gateway, "slow", "lobby").await; // never reads from here on
+    let big = "y".repeat(32 * 1024);
+    let mut dropped_at = None;
+    for i in 0..4000 {
+        let text = format!("{i}:{big}");
+        let d = node.gateway.push_room("lobby", &text);
+        assert!(d.queued >= 1, "the fast client always has room");
+        // Lockstep with the fast client, so only the slow one falls behind.
+        assert_eq!(next_text(&mut fast).await, text);
+        if d.slow_consumers == 1 {
+            dropped_at = Some(i);
+            break;
+        }
+    }
+    let i = dropped_at.expect("the slow consumer was disconnected");
+    assert!(i > 4, "a few messages fit in its queue and socket first");
+    eventually("slow consumer gone", || node.gateway.connections() == 1).await;
+    assert_eq!(node.gateway.stats().slow_consumer_drops, 1);
+    // The fast client is still there and still served.
+    assert_eq!(node.gateway.push_room("lobby", "after").queued, 1);
+    assert_eq!(next_text(&mut fast).await, "after");
+}
+
+// r[verify gateway.registry.by-connection]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_connection_closing_keeps_the_users_route_and_newer_connection() {
+    let routing = CountingRouting::default();
+    let gateway = start_backends(
+        config("a"),
+        std::sync::Arc::new(holdfast_gateway::MemoryRegistry::new()),
+        std::sync::Arc::new(routing.clone()),
+    )
+    .await;
+    let deletes = || routing.deletes.load(std::sync::atomic::Ordering::SeqCst);
+    let old = member(&gateway, "ann", "lobby").await;
+    let mut new = member(&gateway, "ann", "lobby").await;
+    drop(old);
+    eventually("old torn down", || gateway.connections() == 1).await;
+    // Give a wrongly spawned route release time to run before checking it did not.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(deletes(), 0, "the older connection never touches the route");
+    assert_eq!(routing.inner.get("ann").as_deref(), Some("a"));
+    assert_eq!(gateway.push_user("ann", "to new").queued, 1);
+    assert_eq!(next_text(&mut new).await, "to new");
+    drop(new);
+    eventually("last connection releases the route", || {
+        routing.inner.get("ann").is_none()
+    })
+    .await;
+    assert_eq!(deletes(), 1);
+}
+
+// r[verify gateway.keepalive]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_clients_that_answer_pings_stay_and_silent_ones_are_closed() {
+    let keepalive = |close_timeout_ms| {
+        let mut c = config("a");
+        c.ping_interval = Duration::from_millis(100);
+        c.idle_timeout = Duration::from_millis(300);
+        c.close_timeout = Duration::from_millis(close_timeout_ms);
+        c
+    };
+    // A client that never reads answers neither pings nor the close: it is dropped.
+    let node = start(keepalive(200)).await;
+    let mut answering = member(&node.gateway, "ann", "lobby").await;
+    let _silent = member(&node.gateway, "bob", "lobby").await;
+    // Reading is what makes tungstenite answer pings; the answering client sends nothing else.
+    let reader = tokio::spawn(async move {
+        let end = read_to_end(&mut answering, Duration::from_millis(1200)).await;
+        (end, answering)
+    });
+    eventually("the silent client is dropped", || {
+        node.gateway.connections() == 1
+    })
+    .await;
+    let (end, _answering) = reader.await.unwrap();
+    assert!(end.close.is_none(), "the answering client was never closed");
+    assert_eq!(
+        node.gateway.connections(),
+        1,
+        "still connected after 1.2 s of quiet"
+    );
+    assert_eq!(node.gateway.push_user("bob", "gone").queued, 0);
+    assert_eq!(node.gateway.stats().idle_closed, 1);
+
+    // What the silent client is sent, read once the server has closed it.
+    let node = start(keepalive(10_000)).await;
+    let mut silent = member(&node.gateway, "cat", "lobby").await;
+    eventually("idle close sent", || node.gateway.stats().idle_closed == 1).await;
+    let (code, why) = close_code_of(&mut silent).await;
+    assert_eq!((code, why.as_str()), (1000, "idle timeout"));
+}

@@ -1,0 +1,131 @@
+//! The routing map on a real Redis (`cargo xtask test -- -p holdfast-gateway` starts one; without
+//! it these tests skip loudly): the Lua compare-and-delete's three outcomes, two replicas
+//! draining against one map, and Redis stalled at drain time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use holdfast_gateway::{CasOutcome, MemoryRegistry, RedisRouting, RoutingMap};
+use holdfast_lifecycle::StopReason;
+use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
+use holdfast_test_support::services;
+use tokio::time::Instant;
+
+fn prefix(test: &str) -> String {
+    format!("holdfast-test:{}:{}:", test, std::process::id())
+}
+
+// r[verify gateway.routing.compare-and-delete]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lua_compare_and_delete_has_three_outcomes_on_redis() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("cas");
+    let a = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let b = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    a.set_route("ann", "a").await.unwrap();
+    a.set_route("bob", "a").await.unwrap();
+    // Bob reconnected to b before a cleaned up.
+    b.set_route("bob", "b").await.unwrap();
+    assert_eq!(
+        a.compare_and_delete("ann", "a").await,
+        Ok(CasOutcome::Cleared)
+    );
+    assert_eq!(a.route("ann").await, Ok(None));
+    assert_eq!(
+        a.compare_and_delete("bob", "a").await,
+        Ok(CasOutcome::Stale)
+    );
+    assert_eq!(a.route("bob").await, Ok(Some("b".into())));
+    assert_eq!(
+        a.compare_and_delete("cat", "a").await,
+        Ok(CasOutcome::Absent)
+    );
+    assert_eq!(
+        b.compare_and_delete("bob", "b").await,
+        Ok(CasOutcome::Cleared)
+    );
+}
+
+// r[verify gateway.drain.routing]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_map_drain_without_deleting_each_others_routes() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("drain");
+    let routing = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let registry = MemoryRegistry::new();
+    let a = start_backends(
+        config("a"),
+        Arc::new(registry.clone()),
+        Arc::new(routing.clone()),
+    )
+    .await;
+    let b = start_backends(
+        config("b"),
+        Arc::new(registry.clone()),
+        Arc::new(routing.clone()),
+    )
+    .await;
+    let _ann = member(&a, "ann", "lobby").await;
+    let _bob_old = member(&a, "bob", "lobby").await;
+    let _bob_new = member(&b, "bob", "lobby").await;
+    let report = a.drain(StopReason::Restart, None).await;
+    assert_eq!(
+        (report.routes.cleared, report.routes.stale),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(routing.route("ann").await, Ok(None));
+    assert_eq!(routing.route("bob").await, Ok(Some("b".into())));
+    b.drain(StopReason::Restart, None).await;
+    assert_eq!(routing.route("bob").await, Ok(None));
+}
+
+// r[verify gateway.drain.budget]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stalled_at_drain_time_still_closes_clients_inside_the_cap() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let url = format!("redis://{}", proxy.addr());
+    let routing = RedisRouting::new(&url, &prefix("stall"), Duration::from_secs(30)).unwrap();
+    let mut c = config("a");
+    c.drain.total = Duration::from_millis(1000);
+    let a = start_backends(
+        c,
+        Arc::new(MemoryRegistry::new()),
+        Arc::new(routing.clone()),
+    )
+    .await;
+    let mut ws = member(&a, "ann", "lobby").await;
+    let reader = tokio::spawn(async move { read_to_end(&mut ws, Duration::from_secs(10)).await });
+    // Redis hangs: the live connection freezes, and new ones are never answered.
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let report = a.drain(StopReason::Restart, None).await;
+    assert!(
+        started.elapsed() <= Duration::from_millis(1000 + 150),
+        "{report:?}"
+    );
+    assert_eq!(u16::from(reader.await.unwrap().close.unwrap().code), 1012);
+    // Unanswered at the deadline, or failed by the client's own response timeout: either way
+    // not cleared, and reported.
+    assert_eq!(
+        report.routes.unfinished + report.routes.failed,
+        1,
+        "{report:?}"
+    );
+    assert_eq!(report.routes.cleared, 0);
+    assert!(report.problems.iter().any(|p| p.contains("routing")));
+}

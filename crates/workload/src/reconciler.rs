@@ -1,0 +1,1011 @@
+//! The synchronous core: every decision about the node's workloads, no I/O, no runtime.
+//!
+//! The core holds the desired workloads ([`Reconciler::set_desired`]) and what it knows of their
+//! containers, learned from the daemon's list ([`Reconciler::resync`]) and event stream
+//! ([`Reconciler::on_event`]). [`Reconciler::tick`] decides, at the caller's `now`, which
+//! [`Action`]s to perform (create and start a container, stop and remove one); the shell performs
+//! them and hands each result back with [`Reconciler::on_result`]. Nothing here spawns, awaits or
+//! reads a clock (fault timestamps aside, which are for display), so it is tested by calling it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use holdfast_lifecycle::{Fault, FaultBoard, Subject};
+use holdfast_retry::{
+    AttemptToken, CrashLoopDetector, Escalation, Exit, KeyedGate, Lasting, Reason, Transition,
+};
+
+use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
+use crate::images::{ImagePresence, Images};
+use crate::state::{Counters, LastExit, WorkloadState, WorkloadStatus};
+
+/// The module name faults are filed under on the node's board.
+pub const MODULE: &str = "workload";
+/// The label that says which workload a container belongs to.
+pub const WORKLOAD_LABEL: &str = "holdfast.workload";
+/// The label that carries the workload's spec hash ([`WorkloadConfig::spec_hash`]).
+pub const SPEC_LABEL: &str = "holdfast.spec";
+
+/// The label that scopes containers to one holdfast instance ([`ModuleConfig::owner`]).
+pub const OWNER_LABEL: &str = "holdfast.owner";
+
+/// How many events about not-yet-tracked containers are kept while starts are in flight.
+const EARLY_EVENTS: usize = 64;
+
+/// Identifies one start attempt between the core and the shell.
+pub type AttemptId = u64;
+
+/// What to create a container from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// The workload it runs.
+    pub workload: String,
+    /// The image reference.
+    pub image: String,
+    /// The command (empty: the image's).
+    pub command: Vec<String>,
+    /// `KEY=VALUE` pairs.
+    pub env: Vec<String>,
+    /// The container's labels ([`WORKLOAD_LABEL`] and [`SPEC_LABEL`]).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Something the shell must do for the core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create a container from `spec` and start it; report [`Completion::Started`].
+    Start {
+        /// Reported back with the result.
+        attempt: AttemptId,
+        /// What to create.
+        spec: ContainerSpec,
+    },
+    /// Stop the container (SIGTERM, SIGKILL after `stop_timeout`) and remove it; report
+    /// [`Completion::Removed`]. A container already gone is removed.
+    Remove {
+        /// The workload it belonged to (possibly one no longer configured).
+        workload: String,
+        /// The container id.
+        container: String,
+        /// How long it gets to stop.
+        stop_timeout: Duration,
+    },
+}
+
+/// Why a create-and-start failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartError {
+    /// The container, if the create succeeded and the start failed (it is removed).
+    pub container: Option<String>,
+    /// What the daemon said.
+    pub message: String,
+}
+
+/// An action's result, as the shell reports it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// A [`Action::Start`] ended.
+    Started {
+        /// The workload.
+        workload: String,
+        /// The attempt it was started with.
+        attempt: AttemptId,
+        /// The running container's id, or why not.
+        result: Result<String, StartError>,
+    },
+    /// A [`Action::Remove`] ended.
+    Removed {
+        /// The container id.
+        container: String,
+        /// Whether it is gone.
+        result: Result<(), String>,
+    },
+}
+
+/// One labelled container as the daemon lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// The container id.
+    pub id: String,
+    /// Its [`WORKLOAD_LABEL`].
+    pub workload: String,
+    /// Its [`SPEC_LABEL`], if it has one.
+    pub spec_hash: Option<String>,
+    /// Whether it runs.
+    pub running: bool,
+    /// Its exit code, when it has exited.
+    pub exit_code: Option<i64>,
+    /// The last lines of its log, when it has exited.
+    pub log_tail: Vec<String>,
+}
+
+/// What the daemon's event stream reported about a labelled container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerEvent {
+    /// The container's process ended.
+    Died {
+        /// The container id.
+        id: String,
+        /// Its exit code.
+        exit_code: Option<i64>,
+        /// The last lines of its log.
+        log_tail: Vec<String>,
+    },
+    /// The container was removed.
+    Destroyed {
+        /// The container id.
+        id: String,
+    },
+}
+
+#[derive(Debug)]
+enum Run {
+    /// Nothing runs: start when the gate and the image allow.
+    Idle,
+    /// A create-and-start is in flight.
+    Starting {
+        attempt: AttemptId,
+        token: AttemptToken<String>,
+    },
+    /// The container runs. Its start is a provisional success (`lasting`) until the run has
+    /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted.
+    Running {
+        container: String,
+        since: Instant,
+        lasting: Option<Lasting<String>>,
+    },
+    /// Exited and left stopped by the restart policy.
+    Stopped {
+        container: Option<String>,
+        exit_code: Option<i64>,
+        completed: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Entry {
+    config: WorkloadConfig,
+    hash: String,
+    run: Run,
+    crash: CrashLoopDetector,
+    crash_looping: bool,
+    last_exit: Option<LastExit>,
+    counters: Counters,
+    image_detail: Option<String>,
+    /// A start has failed or a run has ended since the last start: the next start is a restart.
+    restart_due: bool,
+}
+
+/// Every decision about the node's workloads, on the caller's clock.
+#[derive(Debug)]
+pub struct Reconciler {
+    config: ModuleConfig,
+    gate: KeyedGate<String>,
+    entries: BTreeMap<String, Entry>,
+    /// Containers being stopped and removed (their exits are forced, not crashes).
+    retiring: BTreeMap<String, String>,
+    /// Starts in flight whose workload was removed or replaced: removed when they report.
+    orphans: BTreeMap<AttemptId, String>,
+    /// Events about containers not (yet) tracked, kept while a start is in flight: a container
+    /// that dies at once can be reported before its start's result.
+    early: Vec<ContainerEvent>,
+    /// A container list has been applied since the start or since the event stream was lost.
+    synced: bool,
+    board: FaultBoard,
+    next_attempt: AttemptId,
+}
+
+impl Reconciler {
+    // r[impl workload.restart.backoff]
+    /// A core with no workloads, filing faults on `board` (the node's) under module "workload".
+    /// Every workload is paced by its own key on one gate of the module's restart policy.
+    pub fn new(config: ModuleConfig, board: FaultBoard) -> Self {
+        Reconciler {
+            gate: KeyedGate::new(config.restart_policy),
+            config,
+            entries: BTreeMap::new(),
+            retiring: BTreeMap::new(),
+            orphans: BTreeMap::new(),
+            early: Vec::new(),
+            synced: false,
+            board,
+            next_attempt: 1,
+        }
+    }
+
+    /// The module settings.
+    pub fn config(&self) -> &ModuleConfig {
+        &self.config
+    }
+
+    /// The board faults are filed on.
+    pub fn fault_board(&self) -> &FaultBoard {
+        &self.board
+    }
+
+    /// This module's open faults.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.board.of_module(MODULE)
+    }
+
+    fn subject(name: &str) -> Subject {
+        Subject::new(MODULE, name)
+    }
+
+    // r[impl workload.reconcile]
+    // r[impl workload.replace]
+    // r[impl workload.remove]
+    /// Sets the configured workloads (validated by the caller). New ones start once synced;
+    /// removed ones have their containers removed; one whose container spec changed has its
+    /// container replaced and a fresh streak; a change of restart policy, minimum run or stop
+    /// timeout alone changes no container.
+    pub fn set_desired(&mut self, workloads: Vec<WorkloadConfig>) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let mut wanted: BTreeMap<String, WorkloadConfig> =
+            workloads.into_iter().map(|w| (w.name.clone(), w)).collect();
+        let gone: Vec<String> = self
+            .entries
+            .keys()
+            .filter(|name| !wanted.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(entry) = self.entries.remove(&name) {
+                tracing::info!(workload = %name, "workload no longer configured; removing its container");
+                self.drop_run(entry.run, &name, entry.config.stop_timeout, &mut actions);
+            }
+            self.gate.forget(&name);
+            self.board.clear(&Self::subject(&name));
+        }
+        for (name, config) in std::mem::take(&mut wanted) {
+            let hash = config.spec_hash();
+            match self.entries.get_mut(&name) {
+                None => {
+                    self.entries.insert(
+                        name,
+                        Entry {
+                            config,
+                            hash,
+                            run: Run::Idle,
+                            crash: self.config.crash_loop.clone(),
+                            crash_looping: false,
+                            last_exit: None,
+                            counters: Counters::default(),
+                            image_detail: None,
+                            restart_due: false,
+                        },
+                    );
+                }
+                Some(entry) if entry.hash != hash => {
+                    tracing::info!(workload = %name, "workload spec changed; replacing its container");
+                    let old = std::mem::replace(&mut entry.run, Run::Idle);
+                    let stop_timeout = entry.config.stop_timeout;
+                    entry.config = config;
+                    entry.hash = hash;
+                    entry.crash = self.config.crash_loop.clone();
+                    entry.crash_looping = false;
+                    entry.restart_due = false;
+                    self.drop_run(old, &name, stop_timeout, &mut actions);
+                    self.gate.forget(&name);
+                    self.board.clear(&Self::subject(&name));
+                }
+                Some(entry) => {
+                    let now_restarts = entry.config.restart != config.restart;
+                    entry.config = config;
+                    let mut release = None;
+                    // Left stopped by a policy that no longer says so: start again.
+                    if let (
+                        true,
+                        Run::Stopped {
+                            container,
+                            exit_code,
+                            completed,
+                        },
+                    ) = (now_restarts, &entry.run)
+                    {
+                        let stays = match entry.config.restart {
+                            RestartPolicy::Never => true,
+                            RestartPolicy::OnFailure => *completed && *exit_code == Some(0),
+                            RestartPolicy::Always => false,
+                        };
+                        if !stays {
+                            release = Some(container.clone());
+                        }
+                    }
+                    if let Some(container) = release {
+                        let stop_timeout = entry.config.stop_timeout;
+                        entry.run = Run::Idle;
+                        entry.restart_due = true;
+                        if let Some(container) = container {
+                            self.retire(&name, container, stop_timeout, &mut actions);
+                        }
+                    }
+                }
+            }
+        }
+        actions
+    }
+
+    /// Ends whatever `run` holds: its container is removed, a start in flight is removed when
+    /// it reports.
+    fn drop_run(
+        &mut self,
+        run: Run,
+        workload: &str,
+        stop_timeout: Duration,
+        actions: &mut Vec<Action>,
+    ) {
+        match run {
+            Run::Idle => {}
+            Run::Starting { attempt, token } => {
+                // The token dies with the key (the caller forgets it).
+                drop(token);
+                self.orphans.insert(attempt, workload.to_owned());
+            }
+            Run::Running { container, .. }
+            | Run::Stopped {
+                container: Some(container),
+                ..
+            } => self.retire(workload, container, stop_timeout, actions),
+            Run::Stopped {
+                container: None, ..
+            } => {}
+        }
+    }
+
+    fn retire(
+        &mut self,
+        workload: &str,
+        container: String,
+        stop_timeout: Duration,
+        actions: &mut Vec<Action>,
+    ) {
+        if self
+            .retiring
+            .insert(container.clone(), workload.to_owned())
+            .is_none()
+        {
+            actions.push(Action::Remove {
+                workload: workload.to_owned(),
+                container,
+                stop_timeout,
+            });
+        }
+    }
+
+    /// The event stream was lost: nothing is started until a fresh container list is applied
+    /// (an exit may have been missed meanwhile, and a start now could duplicate a container).
+    pub fn stream_lost(&mut self) {
+        self.synced = false;
+    }
+
+    /// Whether a container list has been applied since the start or the last stream loss.
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    // r[impl workload.adopt]
+    // r[impl workload.events]
+    /// Applies the daemon's list of labelled containers at `now`: adopts a running container of
+    /// the current spec instead of starting another, removes containers of unconfigured
+    /// workloads, of old specs and duplicates, and handles an exit or a removal the event stream
+    /// did not report.
+    pub fn resync(&mut self, listing: Vec<Observed>, now: Instant) -> Vec<Action> {
+        self.synced = true;
+        let mut actions = Vec::new();
+        let listed: std::collections::BTreeSet<String> =
+            listing.iter().map(|c| c.id.clone()).collect();
+        for c in listing {
+            if self.retiring.contains_key(&c.id) {
+                continue;
+            }
+            let Some(entry) = self.entries.get_mut(&c.workload) else {
+                tracing::info!(workload = %c.workload, container = %c.id, "container of an unconfigured workload; removing it");
+                let stop_timeout = crate::config::DEFAULT_STOP_TIMEOUT;
+                self.retire(&c.workload.clone(), c.id, stop_timeout, &mut actions);
+                continue;
+            };
+            let stop_timeout = entry.config.stop_timeout;
+            let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
+            match &entry.run {
+                Run::Running { container, .. } if *container == c.id => {
+                    if !c.running {
+                        let name = c.workload.clone();
+                        self.exited(&name, c.exit_code, c.log_tail, now, &mut actions);
+                    }
+                }
+                // Probably the start in flight: its result says.
+                Run::Starting { .. } => {}
+                Run::Idle if current && c.running => {
+                    tracing::info!(workload = %c.workload, container = %c.id, "adopted the running container");
+                    entry.run = Run::Running {
+                        container: c.id,
+                        since: now,
+                        lasting: None,
+                    };
+                }
+                Run::Idle if current && !c.running => {
+                    let stays = match entry.config.restart {
+                        RestartPolicy::Never => Some(false),
+                        RestartPolicy::OnFailure if c.exit_code == Some(0) => Some(true),
+                        _ => None,
+                    };
+                    match stays {
+                        Some(completed) => {
+                            entry.run = Run::Stopped {
+                                container: Some(c.id),
+                                exit_code: c.exit_code,
+                                completed,
+                            };
+                        }
+                        None => {
+                            let name = c.workload.clone();
+                            self.retire(&name, c.id, stop_timeout, &mut actions);
+                        }
+                    }
+                }
+                Run::Stopped {
+                    container: Some(id),
+                    ..
+                } if *id == c.id && current => {}
+                _ => {
+                    // An old spec, a duplicate, or a leftover beside the one we track.
+                    let name = c.workload.clone();
+                    self.retire(&name, c.id, stop_timeout, &mut actions);
+                }
+            }
+        }
+        // What we track but the daemon no longer lists went away unreported.
+        let names: Vec<String> = self.entries.keys().cloned().collect();
+        for name in names {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            match &entry.run {
+                Run::Running { container, .. } if !listed.contains(container) => {
+                    self.exited(&name, None, Vec::new(), now, &mut actions);
+                }
+                Run::Stopped {
+                    container: Some(container),
+                    ..
+                } if !listed.contains(container) => {
+                    if let Run::Stopped { container, .. } = &mut entry.run {
+                        *container = None;
+                    }
+                }
+                _ => {}
+            }
+        }
+        actions
+    }
+
+    // r[impl workload.events]
+    /// Applies one event from the daemon's stream at `now`. Events about containers being
+    /// removed on the core's own decision, or about containers it does not track, change nothing.
+    pub fn on_event(&mut self, event: ContainerEvent, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let id = match &event {
+            ContainerEvent::Died { id, .. } | ContainerEvent::Destroyed { id } => id.clone(),
+        };
+        if self.retiring.contains_key(&id) {
+            return actions;
+        }
+        let Some(name) = self.entries.iter().find_map(|(name, e)| match &e.run {
+            Run::Running { container, .. }
+            | Run::Stopped {
+                container: Some(container),
+                ..
+            } if *container == id => Some(name.clone()),
+            _ => None,
+        }) else {
+            let starting = self
+                .entries
+                .values()
+                .any(|e| matches!(e.run, Run::Starting { .. }));
+            if starting {
+                if self.early.len() >= EARLY_EVENTS {
+                    self.early.remove(0);
+                }
+                self.early.push(event);
+            }
+            return actions;
+        };
+        let running = matches!(
+            self.entries.get(&name).map(|e| &e.run),
+            Some(Run::Running { .. })
+        );
+        match event {
+            ContainerEvent::Died {
+                exit_code,
+                log_tail,
+                ..
+            } if running => self.exited(&name, exit_code, log_tail, now, &mut actions),
+            ContainerEvent::Destroyed { .. } if running => {
+                self.exited(&name, None, Vec::new(), now, &mut actions);
+            }
+            ContainerEvent::Destroyed { .. } => {
+                if let Some(Entry {
+                    run: Run::Stopped { container, .. },
+                    ..
+                }) = self.entries.get_mut(&name)
+                {
+                    *container = None;
+                }
+            }
+            ContainerEvent::Died { .. } => {}
+        }
+        actions
+    }
+
+    // r[impl workload.min-run]
+    // r[impl workload.crash-loop]
+    // r[impl workload.policy]
+    /// The tracked container of `name` exited at `now`.
+    fn exited(
+        &mut self,
+        name: &str,
+        exit_code: Option<i64>,
+        log_tail: Vec<String>,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        let Run::Running {
+            container,
+            since,
+            lasting,
+        } = std::mem::replace(&mut entry.run, Run::Idle)
+        else {
+            return;
+        };
+        let ran = now.saturating_duration_since(since);
+        let mut lasted = true;
+        let mut failures = 0;
+        if let Some(lasting) = lasting {
+            lasted = lasting.is_confirmed() || now >= lasting.lasts_at();
+            // H2: a start that did not last is a failure of the same streak, never a success.
+            let t = self.gate.ended(lasting, now, None);
+            match t.reason {
+                Reason::Succeeded => Self::lasted(&self.board, &self.config, entry, &t),
+                _ => failures = t.failures,
+            }
+        }
+        let crashed = !lasted || exit_code != Some(0);
+        let kind = if crashed { Exit::Crashed } else { Exit::Clean };
+        tracing::info!(
+            workload = name,
+            container = %container,
+            ?exit_code,
+            ran_ms = ran.as_millis() as u64,
+            lasted,
+            "workload container exited"
+        );
+        entry.last_exit = Some(LastExit {
+            exit_code,
+            ran,
+            lasted,
+            log_tail,
+        });
+        let tripped = entry.crash.record(kind, now);
+        if tripped.is_some() {
+            entry.counters.crash_loops += 1;
+            entry.crash_looping = true;
+        }
+        if entry.crash_looping {
+            let message = crash_message(entry, failures);
+            self.board.file(
+                Self::subject(name),
+                "crash_loop",
+                &message,
+                failures,
+                SystemTime::now(),
+            );
+        }
+        let stays = match entry.config.restart {
+            RestartPolicy::Never => Some(false),
+            RestartPolicy::OnFailure if lasted && exit_code == Some(0) => Some(true),
+            _ => None,
+        };
+        match stays {
+            Some(completed) => {
+                tracing::info!(workload = name, "left stopped by its restart policy");
+                entry.run = Run::Stopped {
+                    container: Some(container),
+                    exit_code,
+                    completed,
+                };
+            }
+            None => {
+                entry.restart_due = true;
+                let stop_timeout = entry.config.stop_timeout;
+                self.retire(name, container, stop_timeout, actions);
+            }
+        }
+    }
+
+    /// A run lasted: the streak is reset (by the caller's `succeed`), the crash count starts
+    /// again and the fault is cleared.
+    fn lasted(
+        board: &FaultBoard,
+        config: &ModuleConfig,
+        entry: &mut Entry,
+        t: &Transition<String>,
+    ) {
+        if t.reason == Reason::Succeeded {
+            entry.crash = config.crash_loop.clone();
+            entry.crash_looping = false;
+            entry.restart_due = false;
+            if board.clear(&Self::subject(&entry.config.name)) {
+                tracing::info!(workload = %entry.config.name, "workload recovered; fault cleared");
+            }
+        }
+    }
+
+    // r[impl workload.reconcile]
+    // r[impl workload.image]
+    // r[impl workload.min-run]
+    /// Decides at `now` what to do: confirms runs that lasted, and starts every idle workload
+    /// whose restart gate allows it and whose image is present (`images` is asked only then, so
+    /// a workload waiting for its image spends no attempt). Nothing is started before a
+    /// container list has been applied.
+    pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let names: Vec<String> = self.entries.keys().cloned().collect();
+        for name in names {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            match &mut entry.run {
+                Run::Running {
+                    lasting: Some(lasting),
+                    ..
+                } if !lasting.is_confirmed() && now >= lasting.lasts_at() => {
+                    if let Some(t) = self.gate.confirm(lasting, now) {
+                        tracing::info!(workload = %name, "the start lasted; streak reset");
+                        Self::lasted(&self.board, &self.config, entry, &t);
+                    }
+                }
+                Run::Idle if self.synced => {
+                    if self.gate.check(&name, now).is_err() {
+                        continue;
+                    }
+                    match images.ensure(&entry.config.image, now) {
+                        ImagePresence::Pending { detail } => {
+                            entry.image_detail = Some(detail);
+                            continue;
+                        }
+                        ImagePresence::Present => entry.image_detail = None,
+                    }
+                    let Ok(token) = self.gate.begin(&name, now) else {
+                        continue;
+                    };
+                    let attempt = self.next_attempt;
+                    self.next_attempt += 1;
+                    entry.counters.starts += 1;
+                    if entry.restart_due || token.attempt() > 1 {
+                        entry.counters.restarts += 1;
+                    }
+                    if let Some(report) = entry.crash.take_report() {
+                        tracing::warn!(
+                            workload = %name,
+                            crashes = report.crashes,
+                            window_s = report.window.as_secs(),
+                            "restarting after a crash loop"
+                        );
+                    }
+                    tracing::info!(workload = %name, attempt = token.attempt(), "starting workload container");
+                    actions.push(Action::Start {
+                        attempt,
+                        spec: spec_of(&entry.config, &entry.hash, self.config.owner.as_deref()),
+                    });
+                    entry.run = Run::Starting { attempt, token };
+                }
+                _ => {}
+            }
+        }
+        actions
+    }
+
+    // r[impl workload.min-run]
+    /// Applies an action's result at `now`.
+    pub fn on_result(&mut self, completion: Completion, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match completion {
+            Completion::Removed { container, result } => {
+                if let Some(workload) = self.retiring.remove(&container) {
+                    match result {
+                        Ok(()) => tracing::info!(%workload, %container, "container removed"),
+                        // The next container list finds it and removes it again.
+                        Err(error) => {
+                            tracing::warn!(%workload, %container, %error, "container removal failed");
+                        }
+                    }
+                }
+            }
+            Completion::Started {
+                workload,
+                attempt,
+                result,
+            } => {
+                if let Some(orphan) = self.orphans.remove(&attempt) {
+                    let container = match result {
+                        Ok(id) => Some(id),
+                        Err(e) => e.container,
+                    };
+                    if let Some(container) = container {
+                        self.retire(
+                            &orphan,
+                            container,
+                            crate::config::DEFAULT_STOP_TIMEOUT,
+                            &mut actions,
+                        );
+                    }
+                    return actions;
+                }
+                let live = self.entries.get(&workload).is_some_and(
+                    |e| matches!(&e.run, Run::Starting { attempt: a, .. } if *a == attempt),
+                );
+                if !live {
+                    // Not ours any more: make sure it does not run beside the tracked one.
+                    let container = match result {
+                        Ok(id) => Some(id),
+                        Err(e) => e.container,
+                    };
+                    if let Some(container) = container {
+                        self.retire(
+                            &workload,
+                            container,
+                            crate::config::DEFAULT_STOP_TIMEOUT,
+                            &mut actions,
+                        );
+                    }
+                    return actions;
+                }
+                let Some(entry) = self.entries.get_mut(&workload) else {
+                    return actions;
+                };
+                let Run::Starting { token, .. } = std::mem::replace(&mut entry.run, Run::Idle)
+                else {
+                    return actions;
+                };
+                match result {
+                    Ok(container) => {
+                        tracing::info!(%workload, %container, "workload container started");
+                        let lasting =
+                            self.gate
+                                .succeed_provisionally(token, now, entry.config.min_run);
+                        entry.run = Run::Running {
+                            container: container.clone(),
+                            since: now,
+                            lasting: Some(lasting),
+                        };
+                        // Its exit may have been reported before this result.
+                        let early = std::mem::take(&mut self.early);
+                        let starting = self
+                            .entries
+                            .values()
+                            .any(|e| matches!(e.run, Run::Starting { .. }));
+                        for event in early {
+                            let id = match &event {
+                                ContainerEvent::Died { id, .. }
+                                | ContainerEvent::Destroyed { id } => id,
+                            };
+                            if *id == container {
+                                actions.extend(self.on_event(event, now));
+                            } else if starting {
+                                self.early.push(event);
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        entry.counters.start_failures += 1;
+                        entry.restart_due = true;
+                        let t = self.gate.fail(token, now, None);
+                        tracing::warn!(%workload, error = %err.message, failures = t.failures, "workload container failed to start");
+                        let message = format!(
+                            "create/start failed ({} consecutive failures): {}",
+                            t.failures, err.message
+                        );
+                        if t.escalation == Some(Escalation::Escalated) || entry.crash_looping {
+                            self.board.file(
+                                Self::subject(&workload),
+                                if entry.crash_looping {
+                                    "crash_loop"
+                                } else {
+                                    "start_failed"
+                                },
+                                &message,
+                                t.failures,
+                                SystemTime::now(),
+                            );
+                        } else if self.board.get(&Self::subject(&workload)).is_some() {
+                            self.board.file(
+                                Self::subject(&workload),
+                                "start_failed",
+                                &message,
+                                t.failures,
+                                SystemTime::now(),
+                            );
+                        }
+                        if let Some(container) = err.container {
+                            let stop_timeout = entry.config.stop_timeout;
+                            self.retire(&workload, container, stop_timeout, &mut actions);
+                        }
+                    }
+                }
+            }
+        }
+        actions
+    }
+
+    /// The earliest time at which [`Reconciler::tick`] may have something to do (a back-off
+    /// ending, a run reaching its minimum); `None` when only an event or a result can change
+    /// anything. A workload waiting for its image is asked again at the caller's next tick.
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .filter_map(|(name, e)| match &e.run {
+                Run::Running {
+                    lasting: Some(lasting),
+                    ..
+                } if !lasting.is_confirmed() => Some(lasting.lasts_at()),
+                Run::Idle => self
+                    .gate
+                    .state(name)
+                    .filter(|s| !s.in_flight)
+                    .map(|s| s.next_attempt_at),
+                _ => None,
+            })
+            .min()
+    }
+
+    // r[impl workload.status]
+    /// Each workload's state at `now`, ordered by name.
+    pub fn status(&self, now: Instant) -> Vec<WorkloadStatus> {
+        self.entries
+            .iter()
+            .map(|(name, e)| WorkloadStatus {
+                name: name.clone(),
+                image: e.config.image.clone(),
+                state: self.state_of(name, e, now),
+                counters: e.counters,
+                last_exit: e.last_exit.clone(),
+            })
+            .collect()
+    }
+
+    fn state_of(&self, name: &str, e: &Entry, now: Instant) -> WorkloadState {
+        match &e.run {
+            Run::Running {
+                container,
+                since,
+                lasting,
+            } => WorkloadState::Running {
+                container: container.clone(),
+                running_for: now.saturating_duration_since(*since),
+                lasted: lasting.as_ref().is_none_or(Lasting::is_confirmed),
+            },
+            Run::Starting { token, .. } => WorkloadState::Starting {
+                attempt: token.attempt(),
+            },
+            Run::Stopped {
+                completed: true, ..
+            } => WorkloadState::Completed,
+            Run::Stopped { exit_code, .. } => WorkloadState::StoppedByPolicy {
+                exit_code: *exit_code,
+            },
+            Run::Idle if !self.synced => WorkloadState::Syncing,
+            Run::Idle => {
+                let exit_code = e.last_exit.as_ref().and_then(|x| x.exit_code);
+                let key = self.gate.state(&name.to_owned()).filter(|s| s.failures > 0);
+                let backing_off = key.filter(|s| now < s.next_attempt_at);
+                match (backing_off.or(key), &e.image_detail) {
+                    (Some(s), detail) if backing_off.is_some() || detail.is_none() => {
+                        let restarting_in = s.next_attempt_at.saturating_duration_since(now);
+                        if e.crash_looping {
+                            WorkloadState::CrashLooping {
+                                restarting_in,
+                                failures: s.failures,
+                                exit_code,
+                            }
+                        } else {
+                            WorkloadState::Restarting {
+                                restarting_in,
+                                failures: s.failures,
+                                exit_code,
+                            }
+                        }
+                    }
+                    (_, Some(detail)) => WorkloadState::WaitingForImage {
+                        detail: detail.clone(),
+                    },
+                    _ => WorkloadState::Pending,
+                }
+            }
+        }
+    }
+
+    /// The module's counters summed over every workload.
+    pub fn counters(&self) -> Counters {
+        self.entries
+            .values()
+            .fold(Counters::default(), |mut sum, e| {
+                sum.starts += e.counters.starts;
+                sum.restarts += e.counters.restarts;
+                sum.start_failures += e.counters.start_failures;
+                sum.crash_loops += e.counters.crash_loops;
+                sum
+            })
+    }
+
+    /// The containers holdfast tracks as running, with their stop timeouts (for a stop on exit).
+    pub fn running_containers(&self) -> Vec<(String, String, Duration)> {
+        self.entries
+            .iter()
+            .filter_map(|(name, e)| match &e.run {
+                Run::Running { container, .. } => {
+                    Some((name.clone(), container.clone(), e.config.stop_timeout))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The restart gate's streak for `name` (0 when it has none).
+    pub fn failures(&self, name: &str) -> u32 {
+        self.gate.state(&name.to_owned()).map_or(0, |s| s.failures)
+    }
+
+    /// When `name` may next be started, if it is backing off.
+    pub fn next_attempt_at(&self, name: &str) -> Option<Instant> {
+        self.gate
+            .state(&name.to_owned())
+            .filter(|s| !s.in_flight && s.failures > 0)
+            .map(|s| s.next_attempt_at)
+    }
+}
+
+fn crash_message(entry: &Entry, failures: u32) -> String {
+    let (code, ran, tail) = entry
+        .last_exit
+        .as_ref()
+        .map_or((None, Duration::ZERO, &[][..]), |x| {
+            (x.exit_code, x.ran, &x.log_tail[..])
+        });
+    let code = code.map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+    let mut message = format!(
+        "crash loop: exit code {code} after {:.1}s ({failures} consecutive failed starts; minimum run {})",
+        ran.as_secs_f64(),
+        holdfast_retry::duration_text::format(entry.config.min_run)
+    );
+    if tail.is_empty() {
+        message.push_str("; no log output");
+    } else {
+        message.push_str("; last log lines:\n");
+        message.push_str(&tail.join("\n"));
+    }
+    message
+}
+
+// r[impl workload.owner]
+fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> ContainerSpec {
+    let mut labels = BTreeMap::from([
+        (WORKLOAD_LABEL.to_owned(), config.name.clone()),
+        (SPEC_LABEL.to_owned(), hash.to_owned()),
+    ]);
+    if let Some(owner) = owner {
+        labels.insert(OWNER_LABEL.to_owned(), owner.to_owned());
+    }
+    ContainerSpec {
+        workload: config.name.clone(),
+        image: config.image.clone(),
+        command: config.command.clone(),
+        env: config.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        labels,
+    }
+}
+
+#[cfg(test)]
+mod tests;

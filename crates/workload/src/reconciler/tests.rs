@@ -1,0 +1,722 @@
+//! The core, driven by calling it: a fake daemon (ids handed out here), a fake image source, and
+//! the caller's clock.
+
+use std::time::{Duration, Instant};
+
+use holdfast_lifecycle::FaultBoard;
+use holdfast_retry::{CrashLoopDetector, Jitter, Policy};
+
+use super::*;
+use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
+use crate::images::ImagePresence;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+fn module() -> ModuleConfig {
+    let mut m = ModuleConfig::new(7);
+    // The nominal schedule, so the test can state it exactly: 10 s doubling to 300 s.
+    m.restart_policy = Policy::builder()
+        .base(S(10))
+        .cap(S(300))
+        .escalate_after(5)
+        .jitter(Jitter::None)
+        .stale_after(S(7200))
+        .build()
+        .unwrap();
+    m.crash_loop = CrashLoopDetector::default();
+    m
+}
+
+struct Harness {
+    core: Reconciler,
+    t0: Instant,
+    now: Instant,
+    image_present: bool,
+    image_asks: u32,
+    next_id: u32,
+    /// Containers the fake daemon runs: (id, workload, spec hash, running).
+    daemon: Vec<(String, String, String, bool)>,
+    removed: Vec<String>,
+    started: Vec<(Duration, String)>,
+}
+
+impl Harness {
+    fn new(workloads: Vec<WorkloadConfig>) -> Self {
+        let mut core = Reconciler::new(module(), FaultBoard::new());
+        assert!(core.set_desired(workloads).is_empty());
+        let t0 = Instant::now();
+        Harness {
+            core,
+            t0,
+            now: t0,
+            image_present: true,
+            image_asks: 0,
+            next_id: 0,
+            daemon: Vec::new(),
+            removed: Vec::new(),
+            started: Vec::new(),
+        }
+    }
+
+    fn at(&self) -> Duration {
+        self.now - self.t0
+    }
+
+    /// Performs actions like a daemon that always succeeds; returns the ids started.
+    fn perform(&mut self, actions: Vec<Action>) -> Vec<String> {
+        let mut started = Vec::new();
+        let mut queue = actions;
+        while !queue.is_empty() {
+            let mut next = Vec::new();
+            for action in queue {
+                match action {
+                    Action::Start { attempt, spec } => {
+                        self.next_id += 1;
+                        let id = format!("c{}", self.next_id);
+                        self.daemon.push((
+                            id.clone(),
+                            spec.workload.clone(),
+                            spec.labels[SPEC_LABEL].clone(),
+                            true,
+                        ));
+                        self.started.push((self.at(), spec.workload.clone()));
+                        started.push(id.clone());
+                        next.extend(self.core.on_result(
+                            Completion::Started {
+                                workload: spec.workload,
+                                attempt,
+                                result: Ok(id),
+                            },
+                            self.now,
+                        ));
+                    }
+                    Action::Remove { container, .. } => {
+                        self.daemon.retain(|c| c.0 != container);
+                        self.removed.push(container.clone());
+                        next.extend(self.core.on_result(
+                            Completion::Removed {
+                                container,
+                                result: Ok(()),
+                            },
+                            self.now,
+                        ));
+                    }
+                }
+            }
+            queue = next;
+        }
+        started
+    }
+
+    fn tick(&mut self) -> Vec<String> {
+        let present = self.image_present;
+        let asks = &mut self.image_asks;
+        let mut images = |_: &str, _: Instant| {
+            *asks += 1;
+            if present {
+                ImagePresence::Present
+            } else {
+                ImagePresence::Pending {
+                    detail: "pulling".into(),
+                }
+            }
+        };
+        let actions = self.core.tick(self.now, &mut images);
+        self.perform(actions)
+    }
+
+    fn listing(&self) -> Vec<Observed> {
+        self.daemon
+            .iter()
+            .map(|(id, w, h, running)| Observed {
+                id: id.clone(),
+                workload: w.clone(),
+                spec_hash: Some(h.clone()),
+                running: *running,
+                exit_code: (!running).then_some(1),
+                log_tail: vec![],
+            })
+            .collect()
+    }
+
+    fn resync(&mut self) {
+        let actions = self.core.resync(self.listing(), self.now);
+        self.perform(actions);
+    }
+
+    fn die(&mut self, id: &str, code: i64, log: &[&str]) {
+        for c in &mut self.daemon {
+            if c.0 == id {
+                c.3 = false;
+            }
+        }
+        let actions = self.core.on_event(
+            ContainerEvent::Died {
+                id: id.to_owned(),
+                exit_code: Some(code),
+                log_tail: log.iter().map(|l| (*l).to_owned()).collect(),
+            },
+            self.now,
+        );
+        self.perform(actions);
+    }
+
+    fn state(&self, name: &str) -> WorkloadState {
+        self.core
+            .status(self.now)
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .state
+    }
+
+    fn running_id(&self, name: &str) -> String {
+        match self.state(name) {
+            WorkloadState::Running { container, .. } => container,
+            other => panic!("{name} not running: {other:?}"),
+        }
+    }
+
+    /// Ticks once per simulated second until `name` is started; returns its container.
+    fn until_started(&mut self, limit: Duration) -> String {
+        let end = self.now + limit;
+        while self.now <= end {
+            if let Some(id) = self.tick().pop() {
+                return id;
+            }
+            self.now += S(1);
+        }
+        panic!(
+            "not started within {limit:?}: {:?}",
+            self.core.status(self.now)
+        );
+    }
+}
+
+fn sleeper(name: &str) -> WorkloadConfig {
+    let mut w = WorkloadConfig::new(name, "busybox");
+    w.command = vec!["sleep".into(), "3600".into()];
+    w
+}
+
+// r[verify workload.reconcile]
+#[test]
+fn nothing_starts_before_the_list_then_one_start_per_workload() {
+    let mut h = Harness::new(vec![sleeper("web"), sleeper("db")]);
+    assert!(h.tick().is_empty(), "no start before the daemon's list");
+    assert_eq!(h.state("web"), WorkloadState::Syncing);
+    h.resync();
+    let started = h.tick();
+    assert_eq!(started.len(), 2);
+    // Ticks after that start nothing more.
+    for _ in 0..100 {
+        h.now += S(1);
+        assert!(h.tick().is_empty());
+    }
+    assert!(matches!(
+        h.state("web"),
+        WorkloadState::Running { lasted: true, .. }
+    ));
+    assert_eq!(h.core.counters().starts, 2);
+    assert_eq!(h.core.counters().restarts, 0);
+}
+
+// r[verify workload.adopt]
+#[test]
+fn a_running_container_of_the_current_spec_is_adopted_not_started_again() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    // A second core (the node restarted) sees the same daemon.
+    let daemon = h.daemon.clone();
+    let mut h2 = Harness::new(vec![sleeper("web")]);
+    h2.daemon = daemon;
+    h2.next_id = 100;
+    h2.resync();
+    assert!(h2.tick().is_empty(), "adopted, not started");
+    assert_eq!(h2.running_id("web"), first);
+    assert!(h2.removed.is_empty());
+    // Two running copies (a crash between create and record): one adopted, one removed.
+    let mut h3 = Harness::new(vec![sleeper("web")]);
+    h3.daemon = h.daemon.clone();
+    h3.daemon
+        .push(("dup".into(), "web".into(), sleeper("web").spec_hash(), true));
+    h3.resync();
+    assert!(h3.tick().is_empty());
+    assert_eq!(h3.daemon.len(), 1);
+    assert_eq!(h3.removed.len(), 1);
+}
+
+// r[verify workload.restart.backoff]
+// r[verify workload.crash-loop]
+#[test]
+fn a_crash_loop_follows_the_schedule_becomes_one_fault_and_continues_at_the_cap() {
+    let mut w = WorkloadConfig::new("crash", "busybox");
+    w.command = vec!["false".into()];
+    let mut h = Harness::new(vec![w]);
+    h.resync();
+    let mut starts = Vec::new();
+    let mut filed = 0;
+    for _ in 0..12 {
+        let id = h.until_started(S(400));
+        starts.push(h.at().as_secs());
+        // Exits 1 at once.
+        h.die(&id, 1, &["boom", "exit 1"]);
+        if h.core.faults().len() == 1 && filed == 0 {
+            filed = starts.len();
+        }
+        h.now += S(1);
+    }
+    let gaps: Vec<u64> = starts.windows(2).map(|p| p[1] - p[0]).collect();
+    assert_eq!(
+        gaps,
+        [10, 20, 40, 80, 160, 300, 300, 300, 300, 300, 300],
+        "starts at {starts:?}"
+    );
+    assert_eq!(filed, 3, "the third crash within 60 s trips the detector");
+    let faults = h.core.faults();
+    assert_eq!(faults.len(), 1, "one fault: {faults:?}");
+    assert_eq!(faults[0].kind, "crash_loop");
+    assert!(
+        faults[0].message.contains("exit code 1"),
+        "{}",
+        faults[0].message
+    );
+    assert!(
+        faults[0].message.contains("boom\nexit 1"),
+        "{}",
+        faults[0].message
+    );
+    assert_eq!(faults[0].failures, 12);
+    assert!(matches!(
+        h.state("crash"),
+        WorkloadState::CrashLooping {
+            failures: 12,
+            exit_code: Some(1),
+            ..
+        }
+    ));
+    assert_eq!(h.core.counters().restarts, 11);
+    assert!(h.core.counters().crash_loops >= 1);
+    // Exited containers are removed before the next one starts: never more than one.
+    assert!(h.daemon.len() <= 1);
+}
+
+// r[verify workload.min-run]
+// r[verify workload.crash-loop]
+#[test]
+fn runs_shorter_than_the_minimum_are_failures_and_a_run_that_lasts_resets() {
+    let mut w = WorkloadConfig::new("short", "busybox");
+    w.min_run = S(10);
+    let mut h = Harness::new(vec![w]);
+    h.resync();
+    let mut waits = Vec::new();
+    for round in 1..=6u32 {
+        let id = h.until_started(S(400));
+        // Runs 2 s, then exits 0: still a failure, it did not last.
+        h.now += S(2);
+        assert!(h.tick().is_empty());
+        h.die(&id, 0, &["done"]);
+        assert_eq!(
+            h.core.failures("short"),
+            round,
+            "the streak grows, never re-armed"
+        );
+        let wait = h.core.next_attempt_at("short").unwrap() - h.now;
+        waits.push(wait.as_secs());
+    }
+    assert_eq!(waits, [10, 20, 40, 80, 160, 300]);
+    assert_eq!(h.core.faults().len(), 1, "the short runs are a crash loop");
+    // Now one run lasts 10 s: the streak resets and the fault clears.
+    let id = h.until_started(S(400));
+    h.now += S(10);
+    assert!(h.tick().is_empty());
+    assert_eq!(h.core.failures("short"), 0);
+    assert!(h.core.faults().is_empty());
+    assert!(matches!(
+        h.state("short"),
+        WorkloadState::Running { lasted: true, .. }
+    ));
+    // Its exit after lasting starts again at once (a new streak).
+    h.die(&id, 1, &[]);
+    assert_eq!(h.core.failures("short"), 0);
+    h.tick();
+    assert!(matches!(h.state("short"), WorkloadState::Running { .. }));
+}
+
+// r[verify workload.min-run]
+#[test]
+fn a_failed_create_or_start_is_a_failure_of_the_same_streak() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    for round in 1..=5u32 {
+        let when = h.core.next_attempt_at("web").unwrap_or(h.now);
+        h.now = h.now.max(when);
+        let actions = h.core.tick(h.now, &mut images);
+        let [Action::Start { attempt, .. }] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        let created = (round % 2 == 0).then(|| format!("half{round}"));
+        let follow = h.core.on_result(
+            Completion::Started {
+                workload: "web".into(),
+                attempt: *attempt,
+                result: Err(StartError {
+                    container: created.clone(),
+                    message: "start: no such file".into(),
+                }),
+            },
+            h.now,
+        );
+        // A container created but not started is removed.
+        assert_eq!(follow.len(), usize::from(created.is_some()), "{follow:?}");
+        assert_eq!(h.core.failures("web"), round);
+        h.perform(follow);
+    }
+    let faults = h.core.faults();
+    assert_eq!(faults.len(), 1, "escalated at 5: {faults:?}");
+    assert_eq!(faults[0].kind, "start_failed");
+    assert_eq!(h.core.counters().start_failures, 5);
+}
+
+// r[verify workload.image]
+#[test]
+fn a_missing_image_is_waited_for_without_spending_attempts() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    h.image_present = false;
+    for _ in 0..60 {
+        assert!(h.tick().is_empty());
+        h.now += S(1);
+    }
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::WaitingForImage {
+            detail: "pulling".into()
+        }
+    );
+    assert_eq!(h.core.failures("web"), 0, "waiting is not failing");
+    h.image_present = true;
+    assert_eq!(h.tick().len(), 1, "started as soon as the image is there");
+    assert_eq!(h.core.counters().restarts, 0);
+    // A running workload does not ask for its image.
+    let asks = h.image_asks;
+    h.now += S(5);
+    h.tick();
+    assert_eq!(h.image_asks, asks);
+}
+
+// r[verify workload.events]
+#[test]
+fn a_missed_exit_is_found_by_the_list_and_repeats_change_nothing() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let id = h.tick().pop().unwrap();
+    h.now += S(60);
+    h.tick();
+    // The stream is lost; the container dies meanwhile; nothing starts until the list is read.
+    h.core.stream_lost();
+    for c in &mut h.daemon {
+        c.3 = false;
+    }
+    h.now += S(1);
+    assert!(h.tick().is_empty(), "no start while unsynced");
+    h.resync();
+    assert_eq!(
+        h.removed,
+        vec![id.clone()],
+        "the exited container is removed"
+    );
+    let second = h.tick().pop().expect("restarted after the resync");
+    // The die event replayed from before the list changes nothing.
+    h.die(&id, 1, &[]);
+    assert_eq!(h.running_id("web"), second);
+    // A list seen twice changes nothing either.
+    h.resync();
+    h.resync();
+    assert!(h.tick().is_empty());
+    assert_eq!(h.core.counters().starts, 2);
+    // A die of a container being removed on our own decision is forced, not a crash.
+    let actions = h.core.set_desired(vec![]);
+    assert_eq!(actions.len(), 1);
+    h.die(&second, 137, &[]);
+    assert!(h.core.faults().is_empty());
+}
+
+// r[verify workload.replace]
+#[test]
+fn a_spec_change_replaces_the_container_and_other_changes_do_not() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    let mut same_container = sleeper("web");
+    same_container.min_run = S(3);
+    same_container.stop_timeout = S(1);
+    assert!(h.core.set_desired(vec![same_container]).is_empty());
+    assert!(h.tick().is_empty());
+    let mut changed = sleeper("web");
+    changed.env.insert("MODE".into(), "2".into());
+    let actions = h.core.set_desired(vec![changed.clone()]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if *container == first));
+    h.perform(actions);
+    let second = h.tick().pop().unwrap();
+    assert_ne!(first, second);
+    assert_eq!(h.daemon.len(), 1);
+    assert_eq!(h.daemon[0].2, changed.spec_hash());
+    // A container of an old spec found in the list is replaced too.
+    let mut h2 = Harness::new(vec![changed]);
+    h2.daemon = vec![("old".into(), "web".into(), sleeper("web").spec_hash(), true)];
+    h2.resync();
+    assert_eq!(h2.removed, vec!["old".to_owned()]);
+    assert_eq!(h2.tick().len(), 1);
+}
+
+// r[verify workload.remove]
+#[test]
+fn unconfigured_workloads_lose_their_containers() {
+    let mut h = Harness::new(vec![sleeper("web"), sleeper("db")]);
+    h.resync();
+    h.tick();
+    let db = h.running_id("db");
+    let actions = h.core.set_desired(vec![sleeper("web")]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if *container == db));
+    h.perform(actions);
+    assert_eq!(h.daemon.len(), 1);
+    // A labelled container of a workload nobody configured is removed when listed.
+    h.daemon
+        .push(("stray".into(), "gone".into(), "x".into(), true));
+    h.resync();
+    assert!(h.removed.contains(&"stray".to_owned()));
+    // A start in flight for a workload removed meanwhile is removed when it reports.
+    let mut h2 = Harness::new(vec![sleeper("late")]);
+    h2.core.resync(vec![], h2.now);
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h2.core.tick(h2.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!()
+    };
+    assert!(h2.core.set_desired(vec![]).is_empty());
+    let follow = h2.core.on_result(
+        Completion::Started {
+            workload: "late".into(),
+            attempt: *attempt,
+            result: Ok("c9".into()),
+        },
+        h2.now,
+    );
+    assert!(matches!(&follow[..], [Action::Remove { container, .. }] if container == "c9"));
+}
+
+// r[verify workload.policy]
+#[test]
+fn only_never_leaves_a_failed_workload_stopped() {
+    let mut never = WorkloadConfig::new("once", "busybox");
+    never.restart = RestartPolicy::Never;
+    let mut on_failure = WorkloadConfig::new("job", "busybox");
+    on_failure.restart = RestartPolicy::OnFailure;
+    on_failure.min_run = S(1);
+    let mut h = Harness::new(vec![never.clone(), on_failure]);
+    h.resync();
+    h.tick();
+    let once = h.running_id("once");
+    let job = h.running_id("job");
+    h.now += S(5);
+    h.tick();
+    h.die(&once, 3, &[]);
+    h.die(&job, 2, &[]);
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) }
+    );
+    for _ in 0..700 {
+        h.now += S(1);
+        h.tick();
+    }
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) },
+        "never: stays stopped, and says so"
+    );
+    // on-failure: exit 2 after lasting is restarted; an exit 0 after lasting completes.
+    let job = h.running_id("job");
+    h.now += S(5);
+    h.tick();
+    h.die(&job, 0, &[]);
+    assert_eq!(h.state("job"), WorkloadState::Completed);
+    h.now += S(600);
+    assert!(h.tick().is_empty());
+    // The stopped container is kept (for its logs), and a new core adopts the stop.
+    assert!(h.daemon.iter().any(|c| c.0 == once && !c.3));
+    let mut h2 = Harness::new(vec![never]);
+    h2.daemon = h.daemon.clone();
+    h2.resync();
+    assert!(h2.tick().is_empty());
+    assert!(matches!(
+        h2.state("once"),
+        WorkloadState::StoppedByPolicy { .. }
+    ));
+}
+
+// r[verify workload.status]
+#[test]
+fn the_operator_view_serializes_each_state() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let id = h.tick().pop().unwrap();
+    h.now += S(2);
+    h.die(&id, 1, &["oops"]);
+    let status = h.core.status(h.now);
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!([{
+            "name": "web",
+            "image": "busybox",
+            "state": "restarting",
+            "in_secs": 10,
+            "failures": 1,
+            "exit_code": 1,
+            "counters": {"starts": 1, "restarts": 0, "start_failures": 0, "crash_loops": 0},
+            "last_exit": {"exit_code": 1, "ran_secs": 2, "lasted": false, "log_tail": ["oops"]},
+        }])
+    );
+    h.now += S(10);
+    h.tick();
+    let json = serde_json::to_value(h.core.status(h.now + S(4))).unwrap();
+    assert_eq!(json[0]["state"], "running");
+    assert_eq!(json[0]["running_for_secs"], 4);
+    assert_eq!(json[0]["lasted"], false);
+    assert_eq!(json[0]["counters"]["restarts"], 1);
+}
+
+// r[verify workload.events]
+#[test]
+fn an_exit_reported_before_the_start_result_is_not_lost() {
+    let mut h = Harness::new(vec![WorkloadConfig::new("fast", "busybox")]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    // The die event of the new container arrives first.
+    assert!(
+        h.core
+            .on_event(
+                ContainerEvent::Died {
+                    id: "c1".into(),
+                    exit_code: Some(1),
+                    log_tail: vec!["x".into()],
+                },
+                h.now,
+            )
+            .is_empty()
+    );
+    let follow = h.core.on_result(
+        Completion::Started {
+            workload: "fast".into(),
+            attempt: *attempt,
+            result: Ok("c1".into()),
+        },
+        h.now,
+    );
+    assert!(matches!(&follow[..], [Action::Remove { container, .. }] if container == "c1"));
+    assert_eq!(h.core.failures("fast"), 1);
+    assert!(matches!(
+        h.state("fast"),
+        WorkloadState::Restarting {
+            exit_code: Some(1),
+            ..
+        }
+    ));
+}
+
+// r[verify workload.owner]
+#[test]
+fn an_owner_scopes_the_containers_labels() {
+    let mut m = module();
+    m.owner = Some("node-a".into());
+    let mut core = Reconciler::new(m, FaultBoard::new());
+    core.set_desired(vec![WorkloadConfig::new("web", "busybox")]);
+    core.resync(vec![], Instant::now());
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = core.tick(Instant::now(), &mut images);
+    let [Action::Start { spec, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(spec.labels[WORKLOAD_LABEL], "web");
+    assert_eq!(spec.labels[OWNER_LABEL], "node-a");
+    assert_eq!(
+        spec.labels[SPEC_LABEL],
+        WorkloadConfig::new("web", "busybox").spec_hash()
+    );
+    // Without an owner there is no owner label.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![WorkloadConfig::new("web", "busybox")]);
+    core.resync(vec![], Instant::now());
+    let actions = core.tick(Instant::now(), &mut images);
+    let [Action::Start { spec, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert!(!spec.labels.contains_key(OWNER_LABEL));
+}
+
+// r[verify workload.status]
+#[test]
+fn the_status_report_format_is_pinned() {
+    let mut h = Harness::new(vec![
+        sleeper("web"),
+        WorkloadConfig::new("crash", "busybox"),
+    ]);
+    h.resync();
+    h.tick();
+    for _ in 0..3 {
+        let id = h.running_id("crash");
+        h.now += S(1);
+        h.die(&id, 2, &["panic: config missing"]);
+        h.until_started(S(100));
+    }
+    let id = h.running_id("crash");
+    h.die(&id, 2, &["panic: config missing"]);
+    h.now += S(3);
+    // Container ids are the fake daemon's ("c1", ...): stable.
+    insta::assert_json_snapshot!(h.core.status(h.now));
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // r[verify workload.min-run]
+        // r[verify workload.restart.backoff]
+        /// Whatever the run lengths: a run shorter than the minimum adds one failure to the
+        /// streak (never re-arming it), a run that lasted resets it, the wait after a failure
+        /// is the schedule's for the streak, and one container at most runs per workload.
+        #[test]
+        fn short_runs_grow_the_streak_and_lasting_runs_reset_it(
+            runs in proptest::collection::vec(0u64..25, 1..40),
+        ) {
+            let mut w = WorkloadConfig::new("w", "busybox");
+            w.min_run = S(10);
+            let mut h = Harness::new(vec![w]);
+            h.resync();
+            let mut expected = 0u32;
+            for ran in runs {
+                let id = h.until_started(S(400));
+                h.now += S(ran);
+                h.tick();
+                h.die(&id, 1, &[]);
+                expected = if ran >= 10 { 0 } else { expected + 1 };
+                prop_assert_eq!(h.core.failures("w"), expected);
+                if expected > 0 {
+                    let wait = h.core.next_attempt_at("w").unwrap() - h.now;
+                    let nominal = S(10u64.saturating_mul(1 << (expected - 1).min(20))).min(S(300));
+                    prop_assert_eq!(wait, nominal);
+                }
+                prop_assert!(h.daemon.iter().filter(|c| c.3).count() <= 1);
+            }
+        }
+    }
+}

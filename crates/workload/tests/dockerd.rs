@@ -1,0 +1,755 @@
+//! Workloads against a real Docker Engine and the seeded busybox image (started by
+//! `cargo xtask test`).
+//!
+//! Every test scopes its containers with its own owner label, so tests running side by side on
+//! one daemon never see each other's containers. Pacing runs on an injected clock: real time plus
+//! an offset that a test jumps forward over back-off waits, while every container runs for real.
+
+// Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, ListContainersOptions, RemoveContainerOptions, TagImageOptions,
+};
+use futures_util::TryStreamExt;
+use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
+use holdfast_test_support::services;
+use holdfast_workload::supervisor::STREAM_MIN_UP;
+use holdfast_workload::{
+    ImagePresence, Images, ModuleConfig, RestartPolicy, Supervisor, WorkloadConfig, WorkloadState,
+};
+
+/// The daemon's images as far as the test has asked it (image inspect), for the `Images` trait.
+#[derive(Clone, Default)]
+struct DaemonImages {
+    present: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Images for DaemonImages {
+    fn ensure(&mut self, reference: &str, _now: Instant) -> ImagePresence {
+        if self.present.lock().unwrap().contains(reference) {
+            ImagePresence::Present
+        } else {
+            ImagePresence::Pending {
+                detail: "not in the daemon's store".into(),
+            }
+        }
+    }
+}
+
+impl DaemonImages {
+    async fn refresh(&self, docker: &Docker, reference: &str) -> bool {
+        let there = docker.inspect_image(reference).await.is_ok();
+        if there {
+            self.present.lock().unwrap().insert(reference.to_owned());
+        }
+        there
+    }
+}
+
+/// Real time plus an offset the test jumps forward.
+struct Clock {
+    offset: Duration,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Clock {
+            offset: Duration::ZERO,
+        }
+    }
+    fn now(&self) -> Instant {
+        Instant::now() + self.offset
+    }
+    fn jump(&mut self, d: Duration) {
+        self.offset += d;
+    }
+}
+
+struct Env {
+    docker: Docker,
+    host: String,
+    image: String,
+    owner: String,
+}
+
+async fn env(test: &str) -> Option<Env> {
+    let daemon = services::docker()?;
+    let registry = services::registry()?;
+    let docker = Docker::connect_with_host(&daemon.host)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    if docker.inspect_image(&registry.image).await.is_err() {
+        let (from, tag) = registry.image.rsplit_once(':').unwrap();
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(from)
+            .tag(tag)
+            .build();
+        docker
+            .create_image(Some(options), None, None)
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+    }
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Some(Env {
+        docker,
+        host: daemon.host,
+        image: registry.image,
+        owner: format!("{test}-{}-{nonce:x}", std::process::id()),
+    })
+}
+
+impl Env {
+    fn module(&self) -> ModuleConfig {
+        let mut m = ModuleConfig::new(7);
+        m.owner = Some(self.owner.clone());
+        m
+    }
+
+    async fn images(&self) -> DaemonImages {
+        let images = DaemonImages::default();
+        assert!(images.refresh(&self.docker, &self.image).await);
+        images
+    }
+
+    fn workload(&self, name: &str, script: &str) -> WorkloadConfig {
+        let mut w = WorkloadConfig::new(name, self.image.clone());
+        w.command = vec!["sh".into(), "-c".into(), script.into()];
+        w.stop_timeout = Duration::from_secs(1);
+        w
+    }
+
+    /// This test's containers: id → (workload, running).
+    async fn containers(&self) -> HashMap<String, (String, bool)> {
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("holdfast.owner={}", self.owner)],
+            )])),
+            ..Default::default()
+        };
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                let labels = c.labels.unwrap_or_default();
+                (
+                    c.id.unwrap(),
+                    (
+                        labels.get("holdfast.workload").cloned().unwrap_or_default(),
+                        c.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING),
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    async fn cleanup(&self) {
+        for id in self.containers().await.keys() {
+            let options = RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            };
+            let _ = self.docker.remove_container(id, Some(options)).await;
+        }
+    }
+}
+
+/// Steps `sup` on `clock` until `done` holds for its status (real-time `limit`).
+async fn drive<I: Images>(
+    sup: &mut Supervisor<I>,
+    clock: &Clock,
+    limit: Duration,
+    mut done: impl FnMut(&Supervisor<I>, Instant) -> bool,
+) {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let now = clock.now();
+        sup.step(now);
+        if done(sup, now) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "not reached within {limit:?}: {:?}",
+            sup.status(now)
+        );
+        sup.wait_input(now, Duration::from_millis(50)).await;
+    }
+}
+
+fn state_of<I: Images>(sup: &Supervisor<I>, name: &str, now: Instant) -> WorkloadState {
+    sup.status(now)
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap()
+        .state
+}
+
+fn running_id<I: Images>(sup: &Supervisor<I>, name: &str, now: Instant) -> Option<String> {
+    match state_of(sup, name, now) {
+        WorkloadState::Running { container, .. } => Some(container),
+        _ => None,
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+// r[verify workload.reconcile]
+// r[verify workload.adopt]
+#[tokio::test]
+async fn a_sleeping_workload_is_started_once_and_adopted_by_the_next_supervisor() {
+    let Some(env) = env("adopt").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let web = env.workload("web", "exec sleep 3600");
+    let mut first = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    first.set_desired(vec![web.clone()]).unwrap();
+    drive(&mut first, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let id = running_id(&first, "web", clock.now()).unwrap();
+    assert_eq!(first.core().counters().starts, 1);
+    // The node process goes away (the supervisor is dropped without a stop on exit).
+    drop(first);
+    let mut second = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    second.set_desired(vec![web]).unwrap();
+    drive(&mut second, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    for _ in 0..20 {
+        second.step(clock.now());
+        second
+            .wait_input(clock.now(), Duration::from_millis(50))
+            .await;
+    }
+    assert_eq!(
+        running_id(&second, "web", clock.now()),
+        Some(id.clone()),
+        "adopted"
+    );
+    assert_eq!(second.core().counters().starts, 0, "never started twice");
+    let containers = env.containers().await;
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_eq!(containers[&id], ("web".to_owned(), true));
+    env.cleanup().await;
+}
+
+// r[verify workload.restart.backoff]
+// r[verify workload.crash-loop]
+#[tokio::test]
+async fn a_workload_that_exits_1_at_once_restarts_on_the_schedule_and_is_one_crash_loop_fault() {
+    let Some(env) = env("crash").await else {
+        return;
+    };
+    let mut clock = Clock::new();
+    let board = FaultBoard::new();
+    let module = env.module();
+    let policy = module.restart_policy;
+    let mut sup = Supervisor::new(&env.host, module, board.clone(), env.images().await).unwrap();
+    sup.set_desired(vec![env.workload(
+        "crash",
+        "echo starting; echo 'fatal: no config file' >&2; exit 1",
+    )])
+    .unwrap();
+    let t0 = clock.now();
+    let mut starts: Vec<Duration> = Vec::new();
+    let mut faults_at_start = Vec::new();
+    while starts.len() < 9 {
+        let seen = starts.len() as u64;
+        drive(&mut sup, &clock, LIMIT, |s, _| {
+            s.core().counters().starts > seen
+        })
+        .await;
+        starts.push(clock.now() - t0);
+        faults_at_start.push(board.of_module("workload").len());
+        // Wait (real time) for the exit, then jump the clock over the back-off.
+        drive(&mut sup, &clock, LIMIT, |s, now| {
+            matches!(
+                state_of(s, "crash", now),
+                WorkloadState::Restarting { .. } | WorkloadState::CrashLooping { .. }
+            )
+        })
+        .await;
+        if let Some(at) = sup.core().next_attempt_at("crash") {
+            clock.jump(at.saturating_duration_since(clock.now()));
+        }
+    }
+    let nominal = |n: u32| {
+        policy
+            .base()
+            .saturating_mul(2u32.saturating_pow(n - 1))
+            .min(policy.cap())
+    };
+    eprintln!("CRASH LOOP SCHEDULE (attempt, started at, gap, nominal gap):");
+    for (i, at) in starts.iter().enumerate() {
+        let gap = i.checked_sub(1).map(|p| *at - starts[p]);
+        let want = (i > 0).then(|| nominal(i as u32));
+        eprintln!(
+            "  attempt {:>2}: t = {:>7.1}s  gap {:>7}  nominal {:>5}",
+            i + 1,
+            at.as_secs_f64(),
+            gap.map_or("-".to_owned(), |g| format!("{:.1}s", g.as_secs_f64())),
+            want.map_or("-".to_owned(), |w| format!("{}s", w.as_secs())),
+        );
+    }
+    for i in 1..starts.len() {
+        let gap = starts[i] - starts[i - 1];
+        let want = nominal(i as u32);
+        // Additive jitter: in [d, 1.2 d), plus the real time the container took to exit.
+        assert!(gap >= want, "gap {i}: {gap:?} < {want:?}");
+        assert!(
+            gap < want.mul_f64(1.2) + Duration::from_secs(5),
+            "gap {i}: {gap:?} vs {want:?}"
+        );
+    }
+    assert!(
+        starts[8] - starts[7] >= policy.cap(),
+        "attempts continue at the cap"
+    );
+    let faults = board.of_module("workload");
+    assert_eq!(faults.len(), 1, "one fault: {faults:?}");
+    eprintln!(
+        "CRASH LOOP FAULT: {}: {}",
+        faults[0].kind, faults[0].message
+    );
+    assert_eq!(faults[0].kind, "crash_loop");
+    assert!(
+        faults[0].message.contains("exit code 1"),
+        "{}",
+        faults[0].message
+    );
+    assert!(
+        faults[0].message.contains("fatal: no config file"),
+        "the log tail: {}",
+        faults[0].message
+    );
+    assert_eq!(faults_at_start[..3], [0, 0, 0], "the third crash trips it");
+    assert!(faults_at_start[3..].iter().all(|&n| n == 1));
+    assert!(matches!(
+        state_of(&sup, "crash", clock.now()),
+        WorkloadState::CrashLooping {
+            exit_code: Some(1),
+            ..
+        }
+    ));
+    assert!(env.containers().await.len() <= 1);
+    env.cleanup().await;
+}
+
+// r[verify workload.min-run]
+#[tokio::test]
+async fn runs_of_two_seconds_under_a_ten_second_minimum_never_rearm_the_gate() {
+    let Some(env) = env("minrun").await else {
+        return;
+    };
+    let mut clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    let mut w = env.workload("short", "sleep 2; exit 0");
+    w.min_run = Duration::from_secs(10);
+    sup.set_desired(vec![w]).unwrap();
+    let mut waits = Vec::new();
+    for round in 1..=4u32 {
+        drive(&mut sup, &clock, LIMIT, |s, now| {
+            running_id(s, "short", now).is_some()
+        })
+        .await;
+        // It runs for real, 2 s, on the clock as real time passes.
+        drive(&mut sup, &clock, LIMIT, |s, now| {
+            running_id(s, "short", now).is_none()
+        })
+        .await;
+        assert_eq!(sup.core().failures("short"), round, "a failure every time");
+        let at = sup.core().next_attempt_at("short").unwrap();
+        waits.push(at.saturating_duration_since(clock.now()));
+        clock.jump(at.saturating_duration_since(clock.now()));
+    }
+    eprintln!("MIN RUN: waits after each 2 s run: {waits:?}");
+    for (i, wait) in waits.iter().enumerate() {
+        let nominal = Duration::from_secs(10 << i);
+        assert!(
+            *wait + Duration::from_secs(1) >= nominal,
+            "wait {i}: {wait:?}, the gate was re-armed"
+        );
+    }
+    env.cleanup().await;
+}
+
+// r[verify workload.image]
+#[tokio::test]
+async fn a_missing_image_is_waited_for_and_started_once_it_is_present() {
+    let Some(env) = env("image").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let images = env.images().await;
+    let late = format!(
+        "{}:late-{}",
+        env.image.rsplit_once(':').unwrap().0,
+        std::process::id()
+    );
+    let mut sup =
+        Supervisor::new(&env.host, env.module(), FaultBoard::new(), images.clone()).unwrap();
+    let mut w = env.workload("late", "exec sleep 3600");
+    w.image = late.clone();
+    sup.set_desired(vec![w]).unwrap();
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < end {
+        assert!(!images.refresh(&env.docker, &late).await);
+        sup.step(clock.now());
+        sup.wait_input(clock.now(), Duration::from_millis(100))
+            .await;
+    }
+    assert!(matches!(
+        state_of(&sup, "late", clock.now()),
+        WorkloadState::WaitingForImage { .. }
+    ));
+    assert_eq!(sup.core().failures("late"), 0);
+    assert!(env.containers().await.is_empty());
+    // The image arrives (as a pull would leave it).
+    let (repo, tag) = late.rsplit_once(':').unwrap();
+    env.docker
+        .tag_image(
+            &env.image,
+            Some(TagImageOptions {
+                repo: Some(repo.to_owned()),
+                tag: Some(tag.to_owned()),
+            }),
+        )
+        .await
+        .unwrap();
+    assert!(images.refresh(&env.docker, &late).await);
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "late", now).is_some()
+    })
+    .await;
+    let counters = sup.core().counters();
+    assert_eq!((counters.starts, counters.restarts), (1, 0));
+    env.cleanup().await;
+    let _ = env
+        .docker
+        .remove_image(
+            &late,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await;
+}
+
+/// A Unix socket in front of the daemon's that can cut every connection and refuse new ones.
+struct CutProxy {
+    path: PathBuf,
+    state: Arc<Mutex<ProxyState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    down: bool,
+    relays: Vec<tokio::task::AbortHandle>,
+    accepted: u32,
+}
+
+impl CutProxy {
+    async fn start(dir: &Path, daemon: &Path) -> CutProxy {
+        let path = dir.join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let shared = Arc::clone(&state);
+        let daemon = daemon.to_owned();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut st = shared.lock().unwrap();
+                st.accepted += 1;
+                if st.down {
+                    drop(client);
+                    continue;
+                }
+                let daemon = daemon.clone();
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::UnixStream::connect(&daemon).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+                st.relays.push(relay.abort_handle());
+            }
+        });
+        CutProxy { path, state, task }
+    }
+    fn host(&self) -> String {
+        format!("unix://{}", self.path.display())
+    }
+    fn cut(&self, down: bool) {
+        let mut st = self.state.lock().unwrap();
+        st.down = down;
+        for relay in st.relays.drain(..) {
+            relay.abort();
+        }
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// r[verify workload.events]
+// r[verify workload.daemon]
+#[tokio::test]
+async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice() {
+    let Some(env) = env("cut").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = services::docker().unwrap().socket;
+    let proxy = CutProxy::start(dir.path(), &daemon).await;
+    let mut clock = Clock::new();
+    let board = FaultBoard::new();
+    let mut sup = Supervisor::new(
+        proxy.host(),
+        env.module(),
+        board.clone(),
+        env.images().await,
+    )
+    .unwrap();
+    let mut once = env.workload("once", "sleep 3; exit 0");
+    once.restart = RestartPolicy::Never;
+    sup.set_desired(vec![env.workload("web", "exec sleep 3600"), once])
+        .unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some() && running_id(s, "once", now).is_some()
+    })
+    .await;
+    let web = running_id(&sup, "web", clock.now()).unwrap();
+    // The stream has stayed up: its connect counted as a success.
+    clock.jump(STREAM_MIN_UP);
+    sup.step(clock.now());
+    assert_eq!(sup.stream_connects(), 1);
+    // Cut every connection and refuse new ones while "once" exits: its die event is lost.
+    proxy.cut(true);
+    drive(&mut sup, &clock, LIMIT, |s, _| !s.stream_up()).await;
+    let refused_from = proxy.state.lock().unwrap().accepted;
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < end {
+        sup.step(clock.now());
+        sup.wait_input(clock.now(), Duration::from_millis(100))
+            .await;
+    }
+    assert!(
+        matches!(
+            state_of(&sup, "web", clock.now()),
+            WorkloadState::Running { .. }
+        ),
+        "what the core knows stays"
+    );
+    let attempts_while_down = proxy.state.lock().unwrap().accepted - refused_from;
+    eprintln!("CUT: {attempts_while_down} stream reconnect attempts in 5 s while refused");
+    assert!(
+        (1..=4).contains(&attempts_while_down),
+        "paced, not a tight loop: {attempts_while_down}"
+    );
+    // A longer outage (the clock jumps over the reconnect waits): one daemon fault.
+    for _ in 0..6 {
+        let at = sup.stream_next_attempt_at().expect("backing off");
+        clock.jump(at.saturating_duration_since(clock.now()));
+        sup.step(clock.now());
+        assert!(sup.stream_active(), "a reconnect once the wait has passed");
+        let end = std::time::Instant::now() + LIMIT;
+        while sup.stream_active() && std::time::Instant::now() < end {
+            sup.wait_input(clock.now(), Duration::from_millis(100))
+                .await;
+        }
+    }
+    let faults = board.of_module("workload");
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].subject.name, "docker daemon");
+    proxy.cut(false);
+    if let Some(at) = sup.stream_next_attempt_at() {
+        clock.jump(at.saturating_duration_since(clock.now()));
+    }
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        s.stream_up()
+            && matches!(
+                state_of(s, "once", now),
+                WorkloadState::StoppedByPolicy { .. }
+            )
+    })
+    .await;
+    assert_eq!(
+        state_of(&sup, "once", clock.now()),
+        WorkloadState::StoppedByPolicy { exit_code: Some(0) },
+        "the missed exit was found by the list"
+    );
+    assert_eq!(running_id(&sup, "web", clock.now()), Some(web.clone()));
+    assert_eq!(sup.core().counters().starts, 2, "nothing started twice");
+    clock.jump(STREAM_MIN_UP);
+    sup.step(clock.now());
+    assert!(
+        board.is_empty(),
+        "cleared once the stream stayed up: {:?}",
+        board.list()
+    );
+    let containers = env.containers().await;
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    assert_eq!(containers[&web], ("web".to_owned(), true));
+    env.cleanup().await;
+}
+
+// r[verify workload.replace]
+// r[verify workload.remove]
+#[tokio::test]
+async fn a_config_change_replaces_the_container_and_a_removed_workload_is_removed() {
+    let Some(env) = env("replace").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    let web = env.workload("web", "exec sleep 3600");
+    sup.set_desired(vec![web.clone()]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let first = running_id(&sup, "web", clock.now()).unwrap();
+    let mut changed = web.clone();
+    changed.env.insert("MODE".into(), "2".into());
+    sup.set_desired(vec![changed]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some_and(|id| id != first) && s.running_actions() == 0
+    })
+    .await;
+    let second = running_id(&sup, "web", clock.now()).unwrap();
+    let containers = env.containers().await;
+    assert_eq!(
+        containers.keys().collect::<Vec<_>>(),
+        vec![&second],
+        "old one removed"
+    );
+    let env_of = env
+        .docker
+        .inspect_container(&second, None)
+        .await
+        .unwrap()
+        .config
+        .unwrap()
+        .env
+        .unwrap();
+    assert!(env_of.contains(&"MODE=2".to_owned()), "{env_of:?}");
+    sup.set_desired(vec![]).unwrap();
+    sup.settle(clock.now()).await;
+    assert!(
+        env.containers().await.is_empty(),
+        "removed with its workload"
+    );
+}
+
+// r[verify workload.stop]
+#[tokio::test]
+async fn stopping_holdfast_leaves_containers_running_unless_told_to_stop_them() {
+    let Some(env) = env("stop").await else {
+        return;
+    };
+    let web = env.workload("web", "exec sleep 3600");
+    let request = |secs| StopRequest {
+        deadline: tokio::time::Instant::now() + Duration::from_secs(secs),
+        reason: StopReason::Restart,
+    };
+    let wait_running = |handle: &holdfast_workload::supervisor::WorkloadsHandle| {
+        let handle = handle.clone();
+        async move {
+            for _ in 0..600 {
+                if matches!(
+                    handle.status().first().map(|s| &s.state),
+                    Some(WorkloadState::Running { .. })
+                ) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("not running: {:?}", handle.status());
+        }
+    };
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    sup.set_desired(vec![web.clone()]).unwrap();
+    let (handle, stopper) = sup.start(Duration::from_millis(100));
+    wait_running(&handle).await;
+    stopper.stop(request(5)).await.unwrap();
+    let after_default = env.containers().await;
+    assert_eq!(after_default.len(), 1);
+    assert!(
+        after_default.values().all(|(_, running)| *running),
+        "left running"
+    );
+    // With stop_on_exit: adopted, then stopped inside the deadline.
+    let mut module = env.module();
+    module.stop_on_exit = true;
+    let mut sup =
+        Supervisor::new(&env.host, module, FaultBoard::new(), env.images().await).unwrap();
+    sup.set_desired(vec![web]).unwrap();
+    let (handle, stopper) = sup.start(Duration::from_millis(100));
+    wait_running(&handle).await;
+    let began = std::time::Instant::now();
+    stopper.stop(request(5)).await.unwrap();
+    let took = began.elapsed();
+    eprintln!("STOP ON EXIT: stopped in {took:?} (stop timeout 1 s, deadline 5 s)");
+    assert!(took < Duration::from_secs(5));
+    let after = env.containers().await;
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        after_default.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        after.values().all(|(_, running)| !*running),
+        "stopped: {after:?}"
+    );
+    env.cleanup().await;
+}

@@ -1,0 +1,280 @@
+//! `cargo xtask bench spec-check` — the spec tools at ten times this workspace's size: a generated
+//! tree with ten times the rules, source files and annotations, on which `spec-check`, `trace --all`
+//! and `spec-report` are each timed (median of three runs of this binary). The target is 2 s each;
+//! like the other benches, a missed target is reported, not failed (a shared 2-core machine is
+//! noisy). The summary goes to `target/bench/spec-check.json`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// The target per command, from the issue.
+const TARGET: Duration = Duration::from_secs(2);
+
+/// Counts of a tree, for "ten times the workspace".
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    rules: usize,
+    files: usize,
+    annotations: usize,
+}
+
+/// Runs the bench on a tree `scale` times the size of the workspace at `root`.
+// i[impl bench.spec-check]
+pub fn run(root: &Path, scale: usize) -> anyhow::Result<ExitCode> {
+    let here = measure_workspace(root)?;
+    let wanted = Size {
+        rules: here.rules * scale,
+        files: here.files * scale,
+        annotations: here.annotations * scale,
+    };
+    // Outside the checkout: the walk honours the checkout's .gitignore, which ignores target/.
+    let dir = tempfile_dir()?;
+    let made = generate(&dir, wanted)?;
+    eprintln!(
+        "bench: workspace {} rules, {} files, {} annotations; generated {} rules, {} files, {} annotations in {}",
+        here.rules,
+        here.files,
+        here.annotations,
+        made.rules,
+        made.files,
+        made.annotations,
+        dir.display()
+    );
+    let exe = std::env::current_exe()?;
+    let report = dir.join("report.html");
+    let report_arg = report.display().to_string();
+    let commands: Vec<(&str, Vec<&str>)> = vec![
+        ("spec-check", vec!["spec-check"]),
+        ("trace --all", vec!["trace", "--all", "--no-results"]),
+        (
+            "spec-report",
+            vec!["spec-report", "--no-results", "--out", &report_arg],
+        ),
+    ];
+    let mut results = Vec::new();
+    let mut text = String::new();
+    for (name, args) in &commands {
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let started = Instant::now();
+            let status = Command::new(&exe)
+                .args(args)
+                .arg("--root")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?;
+            times.push(started.elapsed());
+            // spec-check and trace exit 1 on the generated tree's open findings; 2 is a failure.
+            if status.code() == Some(2) {
+                anyhow::bail!("`{name}` failed on the generated tree ({})", dir.display());
+            }
+        }
+        times.sort();
+        let median = times[1];
+        let met = median <= TARGET;
+        let _ = writeln!(
+            text,
+            "{name:12} median {:.2} s (runs {}) — target {} s {}",
+            median.as_secs_f64(),
+            times
+                .iter()
+                .map(|t| format!("{:.2}", t.as_secs_f64()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            TARGET.as_secs(),
+            if met { "met" } else { "MISSED" }
+        );
+        results.push(json!({
+            "command": name,
+            "median_s": median.as_secs_f64(),
+            "runs_s": times.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+            "target_s": TARGET.as_secs_f64(),
+            "met": met,
+        }));
+    }
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let summary = json!({
+        "scale": scale,
+        "profile": profile,
+        "workspace": {"rules": here.rules, "files": here.files, "annotations": here.annotations},
+        "generated": {"rules": made.rules, "files": made.files, "annotations": made.annotations},
+        "load_before": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "results": results,
+    });
+    let out = root.join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(
+        out.join("spec-check.json"),
+        serde_json::to_string_pretty(&summary)? + "\n",
+    )?;
+    crate::output::print(&format!(
+        "bench spec-check ({profile} build, {scale}× the workspace: {} rules, {} files, {} annotations)\n{text}summary: {}\n",
+        made.rules,
+        made.files,
+        made.annotations,
+        out.join("spec-check.json").display()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("holdfast-spec-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The workspace's rules (from the gate), `.rs` files and annotations under the config's roots.
+fn measure_workspace(root: &Path) -> anyhow::Result<Size> {
+    let config = crate::spec_check::config::load(root).map_err(|p| anyhow::anyhow!("{p}"))?;
+    let tree = crate::spec_check::read_tree(root, &config.config);
+    let annotations = tree.parsed.files.values().map(|f| f.refs.len()).sum();
+    Ok(Size {
+        rules: tree.rules.len(),
+        files: tree.parsed.files.len(),
+        annotations,
+    })
+}
+
+/// Writes a tree of about `size` under `dir`: two specs, crates of 20 files, each file one rule's
+/// implementing function and a test module verifying it; files beyond the rules hold plain code.
+/// Findings name five rules each.
+fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
+    let write = |path: &str, text: &str| -> anyhow::Result<()> {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
+        Ok(())
+    };
+    write(
+        "Cargo.toml",
+        "[workspace]\nmembers = [\"crates/*\"]\nresolver = \"2\"\n",
+    )?;
+    write(
+        ".config/tracey/config.styx",
+        "specs (\n    {\n        name runtime\n        include (docs/spec/runtime.md)\n        impls (\n            {\n                name rust\n                include (crates/**/*.rs)\n                test_include (crates/**/tests/**/*.rs)\n            }\n        )\n    }\n)\n",
+    )?;
+    // Verify annotations per rule, so the annotation count scales like the workspace's.
+    let verifies = size
+        .annotations
+        .div_ceil(size.rules.max(1))
+        .saturating_sub(1)
+        .max(1);
+    let mut spec = String::from("# Generated spec\n");
+    let mut findings = String::from("# Findings\n");
+    let mut annotations = 0;
+    let files_per_crate = 20;
+    for file in 0..size.files.max(size.rules) {
+        let krate = file / files_per_crate;
+        let module = file % files_per_crate;
+        let mut code = String::new();
+        if file < size.rules {
+            let id = format!("area{krate}.topic{module}.rule");
+            let _ = write!(
+                spec,
+                "\n## Rule {file}\n\n> r[{id}]\n> Generated rule {file} must hold, in every case that the generator can think of,\n> across two lines of text.\n"
+            );
+            let _ = write!(
+                code,
+                "/// Rule {file}.\n// r[impl {id}]\npub fn rule_{file}(x: u64) -> u64 {{\n    x.saturating_add({file})\n}}\n\n#[cfg(test)]\nmod tests {{\n"
+            );
+            annotations += 1;
+            for test in 0..verifies {
+                let _ = write!(
+                    code,
+                    "    // r[verify {id}]\n    #[test]\n    fn rule_{file}_holds_{test}() {{\n        assert_eq!(super::rule_{file}(0), {file});\n    }}\n\n"
+                );
+                annotations += 1;
+            }
+            code.push_str("}\n");
+        } else {
+            let _ = write!(
+                code,
+                "/// Plain code.\npub fn plain_{file}() -> u64 {{\n    {file}\n}}\n"
+            );
+        }
+        write(&format!("crates/c{krate}/src/m{module}.rs"), &code)?;
+        if module == 0 {
+            let mods: String = (0..files_per_crate)
+                .map(|m| format!("pub mod m{m};\n"))
+                .collect();
+            write(&format!("crates/c{krate}/src/lib.rs"), &mods)?;
+            write(
+                &format!("crates/c{krate}/Cargo.toml"),
+                &format!(
+                    "[package]\nname = \"c{krate}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"
+                ),
+            )?;
+        }
+    }
+    for finding in 0..(size.rules / 12).max(1) {
+        let named: Vec<String> = (0..5)
+            .map(|k| {
+                let rule = (finding * 5 + k) % size.rules.max(1);
+                format!(
+                    "`r[area{}.topic{}.rule]`",
+                    rule / files_per_crate,
+                    rule % files_per_crate
+                )
+            })
+            .collect();
+        let _ = write!(
+            findings,
+            "\n## H{}: Generated finding {finding}\n\nA defect the generator made up.\n\n**Closed by:** {}\n",
+            finding + 1,
+            named.join(", ")
+        );
+    }
+    write("docs/spec/runtime.md", &spec)?;
+    write("docs/audit/findings.md", &findings)?;
+    Ok(Size {
+        rules: size.rules,
+        files: size.files.max(size.rules) + size.files.max(size.rules).div_ceil(files_per_crate),
+        annotations,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify bench.spec-check]
+    #[test]
+    fn the_generated_tree_has_the_asked_size_and_reads_clean() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let made = generate(
+            dir.path(),
+            Size {
+                rules: 30,
+                files: 45,
+                annotations: 120,
+            },
+        )
+        .expect("generate");
+        assert_eq!(made.rules, 30);
+        assert_eq!(made.annotations, 120, "one impl and three verify per rule");
+        let root = dir.path().canonicalize().expect("root");
+        let config = crate::spec_check::config::load(&root).expect("config");
+        let tree = crate::spec_check::read_tree(&root, &config.config);
+        assert!(tree.problems.is_empty(), "{:?}", tree.problems);
+        assert_eq!(tree.rules.len(), 30);
+        let refs: usize = tree.parsed.files.values().map(|f| f.refs.len()).sum();
+        assert_eq!(refs, 120);
+        // 45 module files and one lib.rs per crate of 20.
+        assert_eq!(tree.parsed.files.len(), 45 + 3);
+        let outcome = crate::spec_check::check(&root, None, None, &[]).expect("check");
+        assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+    }
+}

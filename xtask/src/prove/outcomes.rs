@@ -1,0 +1,167 @@
+//! Reads cargo-mutants' `outcomes.json` into one rule's proof: mutants caught, missed, unviable and
+//! timed out, and each survivor's place and mutation.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::Plan;
+
+/// What became of one rule's mutants.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    /// Mutants the rule's tests caught.
+    pub caught: usize,
+    /// Mutants that survived them.
+    pub missed: usize,
+    /// Mutants that did not build.
+    pub unviable: usize,
+    /// Mutants whose tests timed out (counted as caught by cargo-mutants; listed apart here).
+    pub timeout: usize,
+    /// Each survivor: `file:line:col: mutation`.
+    pub survivors: Vec<String>,
+    /// Why the rule could not be proven, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_provable: Option<String>,
+}
+
+impl Proof {
+    /// A rule with nothing to mutate or nothing to judge with.
+    pub fn not_provable(plan: &Plan) -> Self {
+        let why = if plan.targets.is_empty() {
+            "no `impl` annotation precedes a Rust item"
+        } else {
+            "no `verify` annotation precedes a test"
+        };
+        Proof {
+            not_provable: Some(why.to_owned()),
+            ..Proof::default()
+        }
+    }
+
+    /// Proven: at least one viable mutant, and every viable one caught.
+    pub fn proven(&self) -> bool {
+        self.not_provable.is_none() && self.missed == 0 && self.caught + self.timeout > 0
+    }
+
+    /// One line for the terminal.
+    pub fn line(&self, rule: &str) -> String {
+        if let Some(why) = &self.not_provable {
+            return format!("{rule}: not provable — {why}");
+        }
+        let verdict = if self.proven() {
+            "proven"
+        } else if self.caught + self.missed + self.timeout == 0 {
+            "no viable mutant"
+        } else {
+            "SURVIVORS"
+        };
+        let mut line = format!(
+            "{rule}: {verdict} — {} caught, {} missed, {} unviable, {} timed out",
+            self.caught, self.missed, self.unviable, self.timeout
+        );
+        for survivor in &self.survivors {
+            line.push_str(&format!("\n    missed: {survivor}"));
+        }
+        line
+    }
+}
+
+#[derive(Deserialize)]
+struct Lab {
+    outcomes: Vec<Outcome>,
+}
+
+#[derive(Deserialize)]
+struct Outcome {
+    scenario: serde_json::Value,
+    summary: String,
+}
+
+/// Reads `outcomes.json`; `code` is cargo-mutants' exit code, for the error when there is none.
+pub fn read(path: &Path, code: Option<i32>) -> anyhow::Result<Proof> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        anyhow::anyhow!(
+            "cargo-mutants (exit {code:?}) left no {}: {err}; see cargo-mutants.log beside it",
+            path.display()
+        )
+    })?;
+    parse(&text)
+}
+
+/// Parses `outcomes.json`.
+// i[impl prove.outcomes]
+pub fn parse(text: &str) -> anyhow::Result<Proof> {
+    let lab: Lab = serde_json::from_str(text)?;
+    let mut proof = Proof::default();
+    for outcome in lab.outcomes {
+        let Some(mutant) = outcome.scenario.get("Mutant") else {
+            // The baseline: cargo-mutants stops before any mutant when it fails.
+            if outcome.summary != "Success" {
+                anyhow::bail!("the unmutated tree failed its tests ({})", outcome.summary);
+            }
+            continue;
+        };
+        match outcome.summary.as_str() {
+            "CaughtMutant" => proof.caught += 1,
+            "Timeout" => proof.timeout += 1,
+            "Unviable" => proof.unviable += 1,
+            "MissedMutant" => {
+                proof.missed += 1;
+                let name = mutant
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("?")
+                    .to_owned();
+                let (line, col) =
+                    mutant
+                        .get("span")
+                        .and_then(|s| s.get("start"))
+                        .map_or((0, 0), |start| {
+                            (
+                                start.get("line").and_then(|v| v.as_u64()).unwrap_or(0),
+                                start.get("column").and_then(|v| v.as_u64()).unwrap_or(0),
+                            )
+                        });
+                let file = mutant.get("file").and_then(|f| f.as_str()).unwrap_or("?");
+                // cargo-mutants' names already start with `file:line:col: `; older ones did not.
+                if name.starts_with(file) {
+                    proof.survivors.push(name);
+                } else {
+                    proof.survivors.push(format!("{file}:{line}:{col}: {name}"));
+                }
+            }
+            other => anyhow::bail!("unexpected cargo-mutants outcome `{other}`"),
+        }
+    }
+    Ok(proof)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify prove.outcomes]
+    #[test]
+    fn outcomes_are_counted_and_survivors_placed() {
+        let json = r#"{"outcomes":[
+            {"scenario":"Baseline","summary":"Success"},
+            {"scenario":{"Mutant":{"name":"replace alpha -> u32 with 0","file":"crates/demo/src/lib.rs","span":{"start":{"line":3,"column":5},"end":{"line":3,"column":6}}}},"summary":"CaughtMutant"},
+            {"scenario":{"Mutant":{"name":"crates/demo/src/lib.rs:3:5: replace alpha -> u32 with 1","file":"crates/demo/src/lib.rs","span":{"start":{"line":3,"column":5},"end":{"line":3,"column":6}}}},"summary":"MissedMutant"},
+            {"scenario":{"Mutant":{"name":"replace + with -","file":"crates/demo/src/lib.rs","span":{"start":{"line":4,"column":7},"end":{"line":4,"column":8}}}},"summary":"Unviable"},
+            {"scenario":{"Mutant":{"name":"replace loop","file":"crates/demo/src/lib.rs","span":{"start":{"line":5,"column":1},"end":{"line":5,"column":2}}}},"summary":"Timeout"}
+        ],"total_mutants":4}"#;
+        let proof = parse(json).expect("parses");
+        assert_eq!(
+            (proof.caught, proof.missed, proof.unviable, proof.timeout),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(
+            proof.survivors,
+            ["crates/demo/src/lib.rs:3:5: replace alpha -> u32 with 1"]
+        );
+        assert!(!proof.proven());
+        let failed = r#"{"outcomes":[{"scenario":"Baseline","summary":"Failure"}]}"#;
+        assert!(parse(failed).is_err(), "a failing baseline proves nothing");
+    }
+}

@@ -1,0 +1,234 @@
+//! What `prove` mutates and which tests judge it, per rule: the items under the rule's current
+//! `impl` annotations (file and line span, comments and attributes included) and the test
+//! functions under its current `verify` annotations, named as nextest names them.
+
+use std::path::Path;
+
+use crate::spec_check::Tree;
+use crate::spec_check::crate_layout;
+use crate::spec_check::test_backed;
+
+/// An item to mutate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// File, root-relative with `/`.
+    pub file: String,
+    /// First and last line of the item.
+    pub lines: (usize, usize),
+    /// `fn name`, `impl Type`, …
+    pub item: String,
+    /// The package that owns the file.
+    pub package: Option<String>,
+}
+
+/// A test that judges the mutants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judge {
+    /// nextest binary id (`holdfast-pull::dockerd`), when the file's binary is known.
+    pub binary: Option<String>,
+    /// libtest name (`tests::alpha_holds`).
+    pub name: String,
+    /// The package whose tests hold it.
+    pub package: Option<String>,
+}
+
+/// One rule's proof plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The rule's marker, e.g. `r[retry.schedule]`.
+    pub rule: String,
+    /// The id without prefix, e.g. `retry.schedule` (names its output directory).
+    pub id: String,
+    /// Items to mutate.
+    pub targets: Vec<Target>,
+    /// Tests to run against each mutant.
+    pub judges: Vec<Judge>,
+}
+
+impl Plan {
+    /// `cargo mutants --re` patterns: a mutant's name starts `FILE:LINE:COL:`; one pattern per
+    /// target, matching the lines of its item.
+    pub fn name_patterns(&self) -> Vec<String> {
+        self.targets
+            .iter()
+            .map(|t| {
+                let lines: Vec<String> = (t.lines.0..=t.lines.1).map(|l| l.to_string()).collect();
+                format!("^{}:({}):", regex_escape(&t.file), lines.join("|"))
+            })
+            .collect()
+    }
+
+    /// The packages whose tests must be built to judge (`None`: one of them is unknown, so the
+    /// whole workspace's tests are built).
+    pub fn test_packages(&self) -> Option<Vec<String>> {
+        let mut packages: Vec<String> = self
+            .judges
+            .iter()
+            .map(|j| j.package.clone())
+            .collect::<Option<_>>()?;
+        packages.sort();
+        packages.dedup();
+        Some(packages)
+    }
+
+    /// The nextest filterset selecting exactly the rule's verifying tests.
+    pub fn test_filter(&self) -> String {
+        let one: Vec<String> = self
+            .judges
+            .iter()
+            .map(|j| match &j.binary {
+                Some(binary) => format!("(binary_id(={binary}) & test(={}))", j.name),
+                None => format!("test(={})", j.name),
+            })
+            .collect();
+        one.join(" | ")
+    }
+}
+
+fn regex_escape(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The plan of every rule in `tree` (in spec order); rules with no Rust item or no test to judge
+/// it get an empty target or judge list, which `prove` reports as not provable.
+// i[impl prove.plan]
+pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    for rule in &tree.rules {
+        let mut targets: Vec<Target> = Vec::new();
+        let mut judges: Vec<Judge> = Vec::new();
+        for coverage in tree
+            .analyses
+            .iter()
+            .flat_map(|a| a.rules.iter())
+            .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)
+        {
+            for site in coverage.impl_sites.iter().filter(|s| !s.stale) {
+                let Some(item) = tree
+                    .parsed
+                    .files
+                    .get(&site.path)
+                    .and_then(|f| f.layout.as_ref())
+                    .and_then(|layout| layout.item_at(site.line))
+                else {
+                    continue;
+                };
+                let target = Target {
+                    file: site.file.clone(),
+                    lines: (item.start, item.end),
+                    item: item.describe(),
+                    package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
+                };
+                if !targets.contains(&target) {
+                    targets.push(target);
+                }
+            }
+            for site in coverage.verify_sites.iter().filter(|s| !s.stale) {
+                let Some(test) = test_backed::test_fn(root, site, &tree.parsed) else {
+                    continue;
+                };
+                let judge = Judge {
+                    package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
+                    binary: test.target.map(|t| t.suite),
+                    name: test.full_name,
+                };
+                if !judges.contains(&judge) {
+                    judges.push(judge);
+                }
+            }
+        }
+        plans.push(Plan {
+            rule: rule.marker(),
+            id: rule.id.to_string(),
+            targets,
+            judges,
+        });
+    }
+    plans
+}
+
+/// Lines changed since `rev` (`git diff -U0`), per root-relative file.
+pub fn changed_lines(
+    root: &Path,
+    rev: &str,
+) -> Result<std::collections::BTreeMap<String, Vec<(usize, usize)>>, String> {
+    let output = std::process::Command::new("git")
+        .args(["diff", "-U0", "--no-color", rev, "--"])
+        .current_dir(root)
+        .output()
+        .map_err(|err| format!("running git diff: {err}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "git diff {rev} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let mut changed: std::collections::BTreeMap<String, Vec<(usize, usize)>> =
+        std::collections::BTreeMap::new();
+    let mut file: Option<String> = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        if let Some(path) = line.strip_prefix("+++ ") {
+            file = path.strip_prefix("b/").map(str::to_owned);
+        } else if let (Some(hunk), Some(file)) = (line.strip_prefix("@@ "), &file) {
+            // `@@ -a,b +c,d @@`: the new side starts at c and spans d lines (1 when omitted).
+            let Some(new) = hunk.split_whitespace().find(|w| w.starts_with('+')) else {
+                continue;
+            };
+            let (start, count) = match new[1..].split_once(',') {
+                Some((s, c)) => (s.parse().unwrap_or(0), c.parse().unwrap_or(0)),
+                None => (new[1..].parse().unwrap_or(0), 1),
+            };
+            let end = if count == 0 { start } else { start + count - 1 };
+            changed.entry(file.clone()).or_default().push((start, end));
+        }
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify prove.plan]
+    #[test]
+    fn patterns_select_the_items_lines_and_the_filter_the_rules_tests() {
+        let plan = Plan {
+            rule: "r[retry.schedule]".into(),
+            id: "retry.schedule".into(),
+            targets: vec![Target {
+                file: "crates/retry/src/schedule.rs".into(),
+                lines: (3, 5),
+                item: "fn nominal_delay".into(),
+                package: Some("holdfast-retry".into()),
+            }],
+            judges: vec![
+                Judge {
+                    binary: Some("holdfast-retry".into()),
+                    name: "schedule::tests::doubles".into(),
+                    package: Some("holdfast-retry".into()),
+                },
+                Judge {
+                    binary: None,
+                    name: "caps".into(),
+                    package: None,
+                },
+            ],
+        };
+        assert_eq!(
+            plan.name_patterns(),
+            [r"^crates/retry/src/schedule\.rs:(3|4|5):"]
+        );
+        assert_eq!(plan.test_packages(), None, "caps's package is unknown");
+        assert_eq!(
+            plan.test_filter(),
+            "(binary_id(=holdfast-retry) & test(=schedule::tests::doubles)) | test(=caps)"
+        );
+    }
+}
