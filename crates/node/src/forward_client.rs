@@ -197,9 +197,15 @@ pub async fn run(args: UdpArgs) -> u8 {
                 output.event(&event);
                 // What retrying cannot fix ends the client: the operator must change something.
                 match &event {
-                    ClientEvent::Refused { message, .. } => break End::Refused(format!(
-                        "the node refused the forward {local} -> {}: {message}", args.target
-                    )),
+                    // A node that is shutting down refuses for now only: reconnect and re-open.
+                    ClientEvent::Refused { refusal, message, .. }
+                        if *refusal != holdfast_forward::control::Refusal::ShuttingDown =>
+                    {
+                        break End::Refused(format!(
+                            "the node refused the forward {local} -> {}: {message}",
+                            args.target
+                        ));
+                    }
                     ClientEvent::ConnectFailed { error, pin_mismatch: true, .. }
                     | ClientEvent::ConnectFailed { error, bad_credential: true, .. } => {
                         break End::Refused(error.clone());
