@@ -126,11 +126,12 @@ async fn a_sleep_workload_from_the_registry_runs_and_shows_running() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    // The seeded image holds only busybox as /bin/sh, whose shell runs `sleep` as an applet.
     // An owner label of this run's own, so the test touches no other container on the daemon.
     let owner = format!("node-test-{}", std::process::id());
     let extra = format!(
         "[workloads]\nstop_on_exit = true\nowner = \"{owner}\"\n\n\
-         [[workload]]\nname = \"sleeper\"\nimage = \"{}\"\ncommand = [\"sleep\", \"3600\"]\n\
+         [[workload]]\nname = \"sleeper\"\nimage = \"{}\"\ncommand = [\"sh\", \"-c\", \"exec sleep 3600\"]\n\
          min_run = \"1s\"\n",
         registry.image
     );
