@@ -39,9 +39,12 @@ pub struct Config {
     /// `[supervise]`: how modules are started and restarted.
     #[serde(default)]
     pub supervise: SuperviseSection,
-    /// `[[workload]]`: what the node runs (today: which images it keeps present).
+    /// `[[workload]]`: the containers the node runs (and whose images it keeps present).
     #[serde(default, rename = "workload")]
     pub workloads: Vec<Workload>,
+    /// `[workloads]`: settings of the workload module as a whole.
+    #[serde(default, rename = "workloads")]
+    pub workloads_module: WorkloadsSection,
     /// `[issuance]`: certificates (holdfast-issuance's own config). The module runs only when the
     /// section is present.
     #[serde(default, skip_serializing)]
@@ -326,7 +329,8 @@ impl Default for SuperviseSection {
     }
 }
 
-/// `[[workload]]`.
+/// `[[workload]]`: holdfast-workload's [`WorkloadConfig`](holdfast_workload::WorkloadConfig),
+/// with the spans the node's errors need.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
@@ -334,6 +338,75 @@ pub struct Workload {
     pub name: Spanned<String>,
     /// The image reference the workload runs (kept present by the pull module).
     pub image: Spanned<String>,
+    /// The command (argv); empty: the image's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Spanned<Vec<String>>>,
+    /// Environment variables of the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    /// `"always"` (default), `"on-failure"` or `"never"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Spanned<holdfast_workload::RestartPolicy>>,
+    /// How long a start must last to count as a success (default 10 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_run: Option<Spanned<ConfigDuration>>,
+    /// How long the container gets to stop before it is killed (default 10 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout: Option<Spanned<ConfigDuration>>,
+}
+
+impl Workload {
+    /// The workload as holdfast-workload runs it (defaults filled in).
+    pub fn to_config(&self) -> holdfast_workload::WorkloadConfig {
+        let mut w = holdfast_workload::WorkloadConfig::new(
+            self.name.get_ref().clone(),
+            self.image.get_ref().clone(),
+        );
+        if let Some(command) = &self.command {
+            w.command = command.get_ref().clone();
+        }
+        if let Some(env) = &self.env {
+            w.env = env.get_ref().clone();
+        }
+        if let Some(restart) = &self.restart {
+            w.restart = *restart.get_ref();
+        }
+        if let Some(min_run) = &self.min_run {
+            w.min_run = min_run.get_ref().get();
+        }
+        if let Some(stop_timeout) = &self.stop_timeout {
+            w.stop_timeout = stop_timeout.get_ref().get();
+        }
+        w
+    }
+
+    /// Where `field` (as holdfast-workload's error names it) is written, else the entry's name.
+    fn span_of(&self, field: &str) -> std::ops::Range<usize> {
+        let span = match field {
+            "image" => Some(self.image.span()),
+            "command" => self.command.as_ref().map(Spanned::span),
+            "env" => self.env.as_ref().map(Spanned::span),
+            "restart" => self.restart.as_ref().map(Spanned::span),
+            "min_run" => self.min_run.as_ref().map(Spanned::span),
+            "stop_timeout" => self.stop_timeout.as_ref().map(Spanned::span),
+            _ => None,
+        };
+        span.unwrap_or_else(|| self.name.span())
+    }
+}
+
+/// `[workloads]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadsSection {
+    /// Stop the workloads' containers when holdfast stops (default false: they keep running and
+    /// the next start adopts them, as the kubelet leaves its pods).
+    #[serde(default)]
+    pub stop_on_exit: bool,
+    /// Label this node's containers `holdfast.owner=OWNER` and touch only those: for several
+    /// nodes (or test runs) sharing one daemon. Unset in production.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// `[forward]`.
@@ -660,6 +733,16 @@ impl Config {
                     Some(w.image.span()),
                     &format!("workload[{i}].image"),
                     "must not be empty".into(),
+                ));
+            }
+            // i[impl node.workloads.config]
+            // holdfast-workload owns what a workload may be; its error names the field.
+            if let Err(e) = w.to_config().validate() {
+                let field = e.key.rsplit('.').next().unwrap_or("name");
+                return Err(loc.at(
+                    Some(w.span_of(field)),
+                    &format!("workload[{i}].{field}"),
+                    e.message,
                 ));
             }
         }

@@ -57,6 +57,13 @@ pub struct ForwardLabel {
     pub target: String,
 }
 
+/// Labels naming one workload.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkloadLabel {
+    /// The workload's name.
+    pub workload: String,
+}
+
 /// Labels of one direction of one forward.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ForwardDirectionLabel {
@@ -117,6 +124,12 @@ pub struct Metrics {
     pub forward_dropped: Family<ForwardDropLabel, Counter>,
     /// Transient socket errors met per active forward (each reported, none ended it).
     pub forward_transient_errors: Family<ForwardLabel, Counter>,
+    /// Container restarts per workload (starts that followed an exit or a failed start).
+    pub workload_restarts: Family<WorkloadLabel, Counter>,
+    /// Failed container creates or starts per workload.
+    pub workload_start_failures: Family<WorkloadLabel, Counter>,
+    /// Crash loops detected per workload.
+    pub workload_crash_loops: Family<WorkloadLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -221,6 +234,21 @@ impl Metrics {
             "Transient socket errors met per active forward (each reported, none ended it)",
             m.forward_transient_errors.clone(),
         );
+        registry.register(
+            "workload_restarts",
+            "Container restarts per workload since the workload module started",
+            m.workload_restarts.clone(),
+        );
+        registry.register(
+            "workload_start_failures",
+            "Failed container creates or starts per workload since the workload module started",
+            m.workload_start_failures.clone(),
+        );
+        registry.register(
+            "workload_crash_loops",
+            "Crash loops detected per workload since the workload module started",
+            m.workload_crash_loops.clone(),
+        );
         Metrics {
             registry: std::sync::Arc::new(registry),
             module_starts: m.module_starts,
@@ -240,6 +268,9 @@ impl Metrics {
             forward_bytes: m.forward_bytes,
             forward_dropped: m.forward_dropped,
             forward_transient_errors: m.forward_transient_errors,
+            workload_restarts: m.workload_restarts,
+            workload_start_failures: m.workload_start_failures,
+            workload_crash_loops: m.workload_crash_loops,
         }
     }
 
@@ -349,6 +380,34 @@ impl Metrics {
         }
     }
 
+    // r[impl node.workload.metrics]
+    /// Sets the per-workload counters from the workload module's status (read at each scrape): a
+    /// workload no longer configured is no longer exported.
+    pub fn set_workloads(&self, workloads: &[holdfast_workload::WorkloadStatus]) {
+        for family in [
+            &self.workload_restarts,
+            &self.workload_start_failures,
+            &self.workload_crash_loops,
+        ] {
+            family.clear();
+        }
+        for w in workloads {
+            let label = WorkloadLabel {
+                workload: w.name.clone(),
+            };
+            let c = &w.counters;
+            self.workload_restarts
+                .get_or_create(&label)
+                .inc_by(c.restarts);
+            self.workload_start_failures
+                .get_or_create(&label)
+                .inc_by(c.start_failures);
+            self.workload_crash_loops
+                .get_or_create(&label)
+                .inc_by(c.crash_loops);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -377,6 +436,9 @@ struct MetricsParts {
     forward_bytes: Family<ForwardDirectionLabel, Counter>,
     forward_dropped: Family<ForwardDropLabel, Counter>,
     forward_transient_errors: Family<ForwardLabel, Counter>,
+    workload_restarts: Family<WorkloadLabel, Counter>,
+    workload_start_failures: Family<WorkloadLabel, Counter>,
+    workload_crash_loops: Family<WorkloadLabel, Counter>,
 }
 
 /// The label for `module`.

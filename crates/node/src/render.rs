@@ -107,6 +107,7 @@ pub fn workloads(v: &Value) -> String {
             vec![
                 s(&w["name"]),
                 s(&w["image"]),
+                run_state(&w["run"]),
                 s(&w["image_state"]),
                 s(&w["detail"]),
             ]
@@ -115,7 +116,39 @@ pub fn workloads(v: &Value) -> String {
     if rows.is_empty() {
         return "no workloads configured\n".to_owned();
     }
-    table(&["WORKLOAD", "IMAGE", "IMAGE STATE", "DETAIL"], &rows)
+    table(
+        &["WORKLOAD", "IMAGE", "STATE", "IMAGE STATE", "DETAIL"],
+        &rows,
+    )
+}
+
+// i[impl node.workloads.state]
+/// What the workload module says of one workload, in a phrase.
+fn run_state(run: &Value) -> String {
+    let secs = |key: &str| span(run[key].as_u64().unwrap_or(0));
+    let exit = || match run["exit_code"].as_i64() {
+        Some(code) => format!(", exit code {code}"),
+        None => String::new(),
+    };
+    let failures = run["failures"].as_u64().unwrap_or(0);
+    match run["state"].as_str() {
+        None => "-".to_owned(),
+        Some("running") => format!("running for {}", secs("running_for_secs")),
+        Some("starting") => format!("starting (attempt {})", s(&run["attempt"])),
+        Some("restarting") => format!(
+            "restarting in {} after attempt {failures}{}",
+            secs("in_secs"),
+            exit()
+        ),
+        Some("crash_looping") => format!(
+            "crash-looping: restarting in {} after attempt {failures}{}",
+            secs("in_secs"),
+            exit()
+        ),
+        Some("waiting_for_image") => "waiting for image".to_owned(),
+        Some("stopped_by_policy") => format!("stopped by policy{}", exit()),
+        Some(other) => other.replace('_', " "),
+    }
 }
 
 /// `holdfast faults`.

@@ -10,7 +10,9 @@ use crate::admin::{self, AdminConfig};
 use crate::config::{Config, Listen};
 use crate::metrics::Metrics;
 use crate::module::{Module, StopGroup};
-use crate::modules::{forward::ForwardModule, issuance::IssuanceModule, pull::PullModule};
+use crate::modules::{
+    forward::ForwardModule, issuance::IssuanceModule, pull::PullModule, workload::WorkloadModule,
+};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -145,6 +147,18 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             docker_host: config.pull.docker_host.clone(),
             config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
             tick: config.node.tick.get_ref().get(),
+            node: node.clone(),
+        }));
+    }
+    if !config.workloads.is_empty() {
+        modules.push(Arc::new(WorkloadModule {
+            workloads: config.workloads.iter().map(|w| w.to_config()).collect(),
+            docker_host: config.pull.docker_host.clone(),
+            seed: identity.seed(crate::modules::workload::NAME),
+            stop_on_exit: config.workloads_module.stop_on_exit,
+            owner: config.workloads_module.owner.clone(),
+            tick: config.node.tick.get_ref().get(),
+            pull_enabled: config.pull.enabled,
             node: node.clone(),
         }));
     }

@@ -79,6 +79,10 @@ pub struct WorkloadStatus {
     pub image_state: String,
     /// Detail (progress, next attempt, last error).
     pub detail: Option<String>,
+    /// What the workload module says of it (running, restarting, crash-looping, waiting for its
+    /// image, stopped by policy); absent while the workload module is not running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<holdfast_workload::WorkloadStatus>,
 }
 
 struct ModuleEntry {
@@ -99,6 +103,8 @@ pub struct NodeState {
     pub issuance: Slot<holdfast_issuance::Issuance>,
     /// The running forward server (its forwards and their stats).
     pub forward: Slot<holdfast_forward::Server>,
+    /// The running workload supervisor (each workload's state).
+    pub workload: Slot<crate::modules::workload::RunningWorkloads>,
     phase: Arc<watch::Sender<Phase>>,
     modules: Arc<Mutex<BTreeMap<String, ModuleEntry>>>,
     workloads: Arc<Mutex<BTreeMap<String, WorkloadStatus>>>,
@@ -128,6 +134,7 @@ impl NodeState {
             metrics,
             issuance: Slot::default(),
             forward: Slot::default(),
+            workload: Slot::default(),
             phase: Arc::new(watch::channel(Phase::Starting).0),
             modules: Arc::default(),
             workloads: Arc::default(),
@@ -218,9 +225,28 @@ impl NodeState {
         }
     }
 
-    /// Every workload's status.
+    // r[impl node.workload.status]
+    /// Every workload's status: the pull module's view of its image, and the workload module's
+    /// view of its container beside it.
     pub fn workloads(&self) -> Vec<WorkloadStatus> {
-        lock(&self.workloads).values().cloned().collect()
+        let mut map = lock(&self.workloads).clone();
+        let running = self
+            .workload
+            .with(|r| r.handle.status())
+            .unwrap_or_default();
+        for run in running {
+            let (name, image) = (run.name.clone(), run.image.clone());
+            map.entry(name.clone())
+                .or_insert_with(|| WorkloadStatus {
+                    name,
+                    image,
+                    image_state: "unknown".to_owned(),
+                    detail: None,
+                    run: None,
+                })
+                .run = Some(run);
+        }
+        map.into_values().collect()
     }
 
     /// Reads the running modules' own figures into the metrics (before each scrape); a module that
@@ -233,6 +259,11 @@ impl NodeState {
         }
         let forwards = self.forward.with(|s| s.forwards()).unwrap_or_default();
         self.metrics.set_forwards(&forwards);
+        let workloads = self
+            .workload
+            .with(|r| r.handle.status())
+            .unwrap_or_default();
+        self.metrics.set_workloads(&workloads);
     }
 
     /// Whether every module has had its first start and the node is not draining.

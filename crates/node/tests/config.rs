@@ -230,3 +230,45 @@ fn an_empty_token_file_is_refused_at_validation_not_at_run() {
         "{err}"
     );
 }
+
+// i[verify node.workloads.config]
+#[test]
+fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
+    let text = "[node]\n\n[workloads]\nstop_on_exit = true\n\n[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\ncommand = [\"sleep\", \"3600\"]\nenv = { A = \"1\" }\nrestart = \"on-failure\"\nmin_run = \"2s\"\nstop_timeout = \"5s\"\n\n[[workload]]\nname = \"plain\"\nimage = \"busybox:1\"\n";
+    let config = Config::parse("t.toml", text).unwrap();
+    assert!(config.workloads_module.stop_on_exit);
+    let web = config.workloads[0].to_config();
+    assert_eq!(web.command, ["sleep", "3600"]);
+    assert_eq!(web.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(web.restart, holdfast_workload::RestartPolicy::OnFailure);
+    assert_eq!(web.min_run, std::time::Duration::from_secs(2));
+    assert_eq!(web.stop_timeout, std::time::Duration::from_secs(5));
+    // name and image alone still work, with the workload crate's defaults.
+    assert_eq!(
+        config.workloads[1].to_config(),
+        holdfast_workload::WorkloadConfig::new("plain", "busybox:1")
+    );
+    // The default leaves containers running when holdfast stops.
+    let plain = Config::parse("t.toml", "[node]\n").unwrap();
+    assert!(!plain.workloads_module.stop_on_exit);
+
+    let err = |text: &str| Config::parse("t.toml", text).unwrap_err().to_string();
+    let head = "[node]\n[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\n";
+    assert_eq!(
+        err(&format!("{head}min_run = \"2h\"\n")),
+        "t.toml:5:11: workload[0].min_run: must be between 1ms and 1h"
+    );
+    assert_eq!(
+        err(&format!("{head}stop_timeout = \"1h\"\n")),
+        "t.toml:5:16: workload[0].stop_timeout: must be at most 10m"
+    );
+    assert!(
+        err(&format!("{head}env = {{ \"A=B\" = \"x\" }}\n"))
+            .starts_with("t.toml:5:7: workload[0].env:")
+    );
+    assert!(
+        err(&format!("{head}restart = \"sometimes\"\n"))
+            .starts_with("t.toml:5:11: workload[0].restart:")
+    );
+    assert!(err("[node]\n[workloads]\nstop_on_exti = true\n").contains("workloads.stop_on_exti"));
+}

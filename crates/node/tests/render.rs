@@ -55,3 +55,41 @@ fn certs_table_is_pinned() {
     insta::assert_snapshot!(render::certs(&certs));
     assert_eq!(render::certs(&json!([])), "no hostnames configured\n");
 }
+
+// i[verify node.workloads.state]
+#[test]
+fn workloads_table_says_where_each_container_stands() {
+    let workloads = json!([
+        {"name": "api", "image": "reg/api:1", "image_state": "present", "detail": null,
+         "run": {"state": "running", "container": "c1", "running_for_secs": 3725, "lasted": true,
+                 "counters": {"starts": 1, "restarts": 0, "start_failures": 0, "crash_loops": 0},
+                 "last_exit": null}},
+        {"name": "batch", "image": "reg/batch:1", "image_state": "present", "detail": null,
+         "run": {"state": "restarting", "in_secs": 40, "failures": 2, "exit_code": 1,
+                 "counters": {"starts": 2, "restarts": 1, "start_failures": 0, "crash_loops": 0},
+                 "last_exit": null}},
+        {"name": "flaky", "image": "reg/flaky:1", "image_state": "present", "detail": null,
+         "run": {"state": "crash_looping", "in_secs": 300, "failures": 7, "exit_code": 137,
+                 "counters": {"starts": 7, "restarts": 6, "start_failures": 0, "crash_loops": 1},
+                 "last_exit": null}},
+        {"name": "new", "image": "reg/new:1", "image_state": "waiting",
+         "detail": "2 failures, next in 9s: refused",
+         "run": {"state": "waiting_for_image", "detail": "waiting: 2 failures",
+                 "counters": {"starts": 0, "restarts": 0, "start_failures": 0, "crash_loops": 0},
+                 "last_exit": null}},
+        {"name": "once", "image": "reg/once:1", "image_state": "present", "detail": null,
+         "run": {"state": "stopped_by_policy", "exit_code": 0,
+                 "counters": {"starts": 1, "restarts": 0, "start_failures": 0, "crash_loops": 0},
+                 "last_exit": null}},
+        {"name": "pulled-only", "image": "reg/p:1", "image_state": "pulling", "detail": "1/3 layers"}
+    ]);
+    let table = render::workloads(&workloads);
+    assert!(table.contains("running for 1h 2m"), "{table}");
+    assert!(
+        table.contains("restarting in 40s after attempt 2, exit code 1"),
+        "{table}"
+    );
+    assert!(table.contains("crash-looping: restarting in 5m 0s after attempt 7, exit code 137"));
+    assert!(table.contains("stopped by policy, exit code 0"), "{table}");
+    insta::assert_snapshot!(table);
+}

@@ -6,3 +6,4 @@ pub mod issuance;
 pub mod pull;
 #[cfg(feature = "testing-modules")]
 pub mod testing;
+pub mod workload;

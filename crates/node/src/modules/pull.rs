@@ -185,6 +185,7 @@ impl PullModule {
                     image: image.clone(),
                     image_state: label.to_owned(),
                     detail,
+                    run: None,
                 });
             }
             if down.is_none() {

@@ -1,0 +1,284 @@
+//! The workload module: the node's one adapter over holdfast-workload.
+//!
+//! The module runs holdfast-workload's supervisor against the node's Docker daemon, seeded with
+//! the node's seed for "workload", filing faults on the node's board, and keeps its handle where
+//! the admin API reads each workload's state. The workload crate asks for images through its own
+//! [`Images`] trait; the node answers it with the pull module's account of each image
+//! ([`PulledImages`]), so a workload starts once the pull module has its image present and the two
+//! crates never depend on each other.
+
+use std::time::{Duration, Instant};
+
+use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
+use holdfast_workload::{
+    ImagePresence, Images, ModuleConfig, Supervisor, WorkloadConfig, supervisor::WorkloadsHandle,
+};
+
+use crate::module::{Module, StartError, Started, StopGroup};
+use crate::modules::hosted::spawn_hosted;
+use crate::state::NodeState;
+
+/// The module's name.
+pub const NAME: &str = "workload";
+
+// r[impl node.workload.images]
+/// holdfast-workload's [`Images`] answered by the pull module: an image is present when the pull
+/// module last said so; otherwise the workload waits, with the pull module's own account. Without
+/// a pull module (`pull.enabled = false`) the operator keeps images present, and every image
+/// counts as present (a missing one fails the create, which the restart gate paces).
+#[derive(Debug, Clone)]
+pub struct PulledImages {
+    /// The node's state, where the pull module publishes each image's state every tick.
+    pub node: NodeState,
+    /// Whether the pull module runs.
+    pub pull_enabled: bool,
+}
+
+impl Images for PulledImages {
+    fn ensure(&mut self, reference: &str, _now: Instant) -> ImagePresence {
+        if !self.pull_enabled {
+            return ImagePresence::Present;
+        }
+        let pulled = self
+            .node
+            .workloads()
+            .into_iter()
+            .find(|w| w.image == reference);
+        match pulled {
+            Some(w) if w.image_state == "present" => ImagePresence::Present,
+            Some(w) => ImagePresence::Pending {
+                detail: match w.detail {
+                    Some(detail) => format!("{}: {detail}", w.image_state),
+                    None => w.image_state,
+                },
+            },
+            None => ImagePresence::Pending {
+                detail: "the pull module has not looked at it yet".to_owned(),
+            },
+        }
+    }
+}
+
+/// The running supervisor: its handle (for status) and its stopper.
+pub struct RunningWorkloads {
+    /// Each workload's state and config changes.
+    pub handle: WorkloadsHandle,
+    stopper: Box<dyn Stopper>,
+}
+
+impl Stopper for RunningWorkloads {
+    fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
+        self.stopper.stop(request)
+    }
+}
+
+/// The `[[workload]]` entries and `[workloads]` section as the node runs them.
+#[derive(Debug, Clone)]
+pub struct WorkloadModule {
+    /// The workloads.
+    pub workloads: Vec<WorkloadConfig>,
+    /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
+    pub docker_host: Option<String>,
+    /// `NodeIdentity::seed("workload")`.
+    pub seed: u64,
+    /// `[workloads] stop_on_exit`.
+    pub stop_on_exit: bool,
+    /// `holdfast.owner` label value (tests sharing a daemon); `None` in production.
+    pub owner: Option<String>,
+    /// Tick interval.
+    pub tick: Duration,
+    /// Whether the pull module runs (see [`PulledImages`]).
+    pub pull_enabled: bool,
+    /// The node's state (fault board, the slot the admin API reads).
+    pub node: NodeState,
+}
+
+impl WorkloadModule {
+    fn host(&self) -> String {
+        match &self.docker_host {
+            Some(host) => host.clone(),
+            None => std::env::var("DOCKER_HOST")
+                .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned()),
+        }
+    }
+}
+
+// r[impl node.workload.module]
+impl Module for WorkloadModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn group(&self) -> StopGroup {
+        StopGroup::Workload
+    }
+
+    fn start(&self) -> Result<Started, StartError> {
+        let this = self.clone();
+        let slot = self.node.workload.clone();
+        slot.configure();
+        Ok(spawn_hosted(slot, async move {
+            let mut config = ModuleConfig::new(this.seed);
+            config.stop_on_exit = this.stop_on_exit;
+            config.owner = this.owner.clone();
+            let images = PulledImages {
+                node: this.node.clone(),
+                pull_enabled: this.pull_enabled,
+            };
+            let mut supervisor =
+                Supervisor::new(this.host(), config, this.node.faults.clone(), images)
+                    .map_err(|e| e.to_string())?;
+            supervisor
+                .set_desired(this.workloads.clone())
+                .map_err(|e| e.to_string())?;
+            let (handle, stopper) = supervisor.start(this.tick);
+            Ok(RunningWorkloads { handle, stopper })
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::state::WorkloadStatus;
+    use holdfast_lifecycle::FaultBoard;
+
+    fn node() -> NodeState {
+        NodeState::new("n", FaultBoard::new(), Metrics::new())
+    }
+
+    fn pulled(image_state: &str, detail: Option<&str>) -> WorkloadStatus {
+        WorkloadStatus {
+            name: "web".into(),
+            image: "busybox:1".into(),
+            image_state: image_state.into(),
+            detail: detail.map(str::to_owned),
+            run: None,
+        }
+    }
+
+    // r[verify node.workload.images]
+    #[test]
+    fn an_image_is_present_for_the_workload_only_once_the_pull_module_says_so() {
+        let node = node();
+        let mut images = PulledImages {
+            node: node.clone(),
+            pull_enabled: true,
+        };
+        let now = Instant::now();
+        assert!(matches!(
+            images.ensure("busybox:1", now),
+            ImagePresence::Pending { .. }
+        ));
+        node.set_workloads([pulled("waiting", Some("2 failures, next in 9s: refused"))]);
+        assert_eq!(
+            images.ensure("busybox:1", now),
+            ImagePresence::Pending {
+                detail: "waiting: 2 failures, next in 9s: refused".into()
+            }
+        );
+        node.set_workloads([pulled("present", None)]);
+        assert_eq!(images.ensure("busybox:1", now), ImagePresence::Present);
+        assert!(matches!(
+            images.ensure("other:2", now),
+            ImagePresence::Pending { .. }
+        ));
+        let mut unmanaged = PulledImages {
+            node,
+            pull_enabled: false,
+        };
+        assert_eq!(unmanaged.ensure("other:2", now), ImagePresence::Present);
+    }
+
+    fn module(node: &NodeState, dir: &std::path::Path) -> WorkloadModule {
+        WorkloadModule {
+            workloads: vec![WorkloadConfig::new("web", "busybox:1")],
+            docker_host: Some(format!("unix://{}", dir.join("none.sock").display())),
+            seed: 7,
+            stop_on_exit: false,
+            owner: None,
+            tick: Duration::from_millis(50),
+            pull_enabled: true,
+            node: node.clone(),
+        }
+    }
+
+    /// Starts the module and waits (polling, bounded) until its status is published.
+    async fn started(node: &NodeState, dir: &std::path::Path) -> Started {
+        let started = module(node, dir).start().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while node
+            .workload
+            .with(|r| r.handle.status().is_empty())
+            .unwrap_or(true)
+        {
+            assert!(tokio::time::Instant::now() < deadline, "never published");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        started
+    }
+
+    async fn stop(started: Started) {
+        let request = StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+            reason: holdfast_lifecycle::StopReason::Shutdown,
+        };
+        started.stopper.stop(request).await.unwrap();
+        assert_eq!(started.task.await.unwrap(), Ok(()));
+    }
+
+    // r[verify node.workload.module]
+    #[tokio::test]
+    async fn the_module_stops_in_the_workload_group_and_starts_without_dialing() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node();
+        let m = module(&node, dir.path());
+        assert_eq!(m.group(), StopGroup::Workload);
+        assert_eq!(m.name(), "workload");
+        // No daemon at the socket: the module still starts (it reports through its state and
+        // faults) and the stopper ends it and takes its handle out.
+        let s = started(&node, dir.path()).await;
+        stop(s).await;
+        assert!(node.workload.with(|_| ()).is_err());
+    }
+
+    // r[verify node.workload.status]
+    #[tokio::test]
+    async fn workloads_show_the_pull_view_and_the_workload_modules_view_side_by_side() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node();
+        node.set_workloads([pulled("pulling", Some("1/3 layers"))]);
+        let s = started(&node, dir.path()).await;
+        let all = node.workloads();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].image_state, "pulling");
+        let run = all[0].run.as_ref().expect("the workload module's state");
+        assert_eq!(run.name, "web");
+        let json = serde_json::to_value(&all[0]).unwrap();
+        assert!(json["run"]["state"].is_string(), "{json}");
+        stop(s).await;
+        assert!(node.workloads()[0].run.is_none());
+    }
+
+    // r[verify node.workload.metrics]
+    #[tokio::test]
+    async fn restart_and_crash_loop_counters_are_exported_per_workload() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node();
+        let s = started(&node, dir.path()).await;
+        node.refresh_module_metrics();
+        let text = node.metrics.render();
+        for name in ["restarts", "start_failures", "crash_loops"] {
+            assert!(
+                text.contains(&format!(
+                    "holdfast_workload_{name}_total{{workload=\"web\"}} 0"
+                )),
+                "{name}: {text}"
+            );
+        }
+        stop(s).await;
+        node.refresh_module_metrics();
+        assert!(!node.metrics.render().contains("workload=\"web\""));
+    }
+}
