@@ -7,6 +7,7 @@
 use std::io::{self, ErrorKind};
 use std::time::Duration;
 
+use holdfast_retry::{Jitter, Policy};
 use nix::errno::Errno;
 
 /// What an error says about the socket it came from.
@@ -58,6 +59,17 @@ pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(1);
 /// The longest pause between two attempts while errors persist.
 pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(1);
 
+/// The pacing of a loop past its burst: holdfast-retry's schedule from [`FIRST_PAUSE`] to
+/// [`MAX_PAUSE`], without jitter (a test proxy wants repeatable pauses).
+fn pause_policy() -> Option<Policy> {
+    Policy::builder()
+        .base(FIRST_PAUSE)
+        .cap(MAX_PAUSE)
+        .jitter(Jitter::None)
+        .build()
+        .ok()
+}
+
 /// A loop's run of consecutive errors. A persistent error ends the loop; a transient one is
 /// retried at once, unless so many came in a row that it is effectively persistent, in which case
 /// the loop backs off instead of spinning.
@@ -75,11 +87,10 @@ impl ErrorStreak {
         self.consecutive = self.consecutive.saturating_add(1);
         match self.consecutive.checked_sub(BURST + 1) {
             None => Next::Continue,
-            Some(doublings) => Next::Pause(
-                FIRST_PAUSE
-                    .checked_mul(1u32.checked_shl(doublings).unwrap_or(u32::MAX))
-                    .map_or(MAX_PAUSE, |pause| pause.min(MAX_PAUSE)),
-            ),
+            // The shared schedule, un-jittered: FIRST_PAUSE doubling per further error, capped.
+            Some(doublings) => Next::Pause(pause_policy().map_or(MAX_PAUSE, |policy| {
+                policy.nominal_delay(doublings.saturating_add(1))
+            })),
         }
     }
 
