@@ -105,6 +105,10 @@ pub struct GatewayConfig {
     pub per_ip_limit: usize,
     /// Connections allowed in total that have not yet authenticated (0: no limit).
     pub unauthenticated_limit: usize,
+    /// How long a connection refused for a limit has to send its upgrade request and take the
+    /// 503 before it is dropped (capped by `handshake_timeout`): a flood past the limits does not
+    /// hold sockets for the whole handshake timeout.
+    pub refusal_timeout: Duration,
 }
 
 impl GatewayConfig {
@@ -132,6 +136,7 @@ impl GatewayConfig {
             tls_check_interval: Duration::from_secs(1),
             per_ip_limit: 256,
             unauthenticated_limit: 1024,
+            refusal_timeout: Duration::from_secs(1),
         }
     }
 }

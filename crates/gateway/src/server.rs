@@ -410,6 +410,10 @@ async fn connection(
     }
     let cfg = &inner.config;
     let refused = admission.as_ref().err().copied();
+    if let Some(over) = refused {
+        // Counted at accept, so a refused socket that never sends its request counts too.
+        inner.stats.refused_limit(over);
+    }
     let gate = inner.clone();
     // The callback's signature is tungstenite's; its error type is not ours to shrink.
     #[allow(clippy::result_large_err)]
@@ -419,13 +423,16 @@ async fn connection(
             return Err(refusal(gate.config.drain.retry_after_secs));
         }
         if let Some(over) = refused {
-            gate.stats.refused_limit(over);
             return Err(limit_refusal(over, gate.config.drain.retry_after_secs));
         }
         Ok(resp)
     };
     let handshake = upgrade(&inner, stream, callback);
-    let mut ws = match tokio::time::timeout(cfg.handshake_timeout, handshake).await {
+    let window = match refused {
+        Some(_) => cfg.handshake_timeout.min(cfg.refusal_timeout),
+        None => cfg.handshake_timeout,
+    };
+    let mut ws = match tokio::time::timeout(window, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             tracing::debug!(conn = %id, %peer, error = %e, "handshake failed");

@@ -439,3 +439,39 @@ async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_wit
     .await;
     assert!(matches!(r, Err(StartError::Config(_))));
 }
+
+// r[verify gateway.edge.limits]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout() {
+    let mut c = config("a");
+    c.per_ip_limit = 1;
+    c.handshake_timeout = Duration::from_secs(30);
+    c.refusal_timeout = Duration::from_millis(200);
+    let node = start(c).await;
+    let addr = node.gateway.local_addr();
+    // Both sockets stay silent: the first is admitted, the second is over the limit.
+    let _admitted = TcpStream::connect(addr).await.unwrap();
+    eventually("admitted", || node.gateway.connections() == 1).await;
+    let mut refused = TcpStream::connect(addr).await.unwrap();
+    eventually("the refused socket registered", || {
+        node.gateway.connections() == 2
+    })
+    .await;
+    // The gateway closes the refused socket on its own, long before the handshake timeout.
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut refused, &mut buf),
+    )
+    .await
+    .expect("closed within 5 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    eventually("refused socket torn down", || {
+        node.gateway.connections() == 1
+    })
+    .await;
+    assert_eq!(node.gateway.stats().refused_per_ip, 1);
+    // The admitted one, just as silent, is still there (its handshake timeout is 30 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(node.gateway.connections(), 1);
+}
