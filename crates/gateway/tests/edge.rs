@@ -312,6 +312,35 @@ fn assert_reason(body: &str, reason: &str) {
     );
 }
 
+/// Sends an upgrade request from `source` on a raw socket and reads the whole answer, up to the
+/// gateway closing the socket: the status line, the headers and the complete body.
+async fn raw_refusal(source: &str, gateway: &Gateway) -> (String, Option<String>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let addr = gateway.local_addr();
+    let mut tcp = socket.connect(addr).await.unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the gateway ends a refused connection")
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a complete head");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().to_owned();
+    let retry = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("retry-after"))
+        .map(|(_, v)| v.trim().to_owned());
+    (status, retry, body.to_owned())
+}
+
 // r[verify gateway.edge.limits]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_notices() {
@@ -329,7 +358,12 @@ async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_noti
         assert_eq!((status, retry.as_deref()), (503, Some("2")));
         assert_reason(&body, "too many connections from this address");
     }
-    assert_eq!(node.gateway.stats().refused_per_ip, 40);
+    // Read to the end, the answer names the limit in full.
+    let (status, retry, body) = raw_refusal("127.0.0.1", &node.gateway).await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert_eq!(retry.as_deref(), Some("2"));
+    assert_eq!(body, "too many connections from this address");
+    assert_eq!(node.gateway.stats().refused_per_ip, 41);
     assert_eq!(node.gateway.stats().refused_unauthenticated, 0);
     // Another address is not affected, and the member kept receiving throughout.
     let mut other = connect_from("127.0.0.2", &node.gateway).await.unwrap();
@@ -385,7 +419,11 @@ async fn unauthenticated_connections_are_capped_in_total_and_authenticating_free
         assert_eq!((status, retry.as_deref()), (503, Some("2")));
         assert_reason(&body, "too many unauthenticated connections");
     }
-    assert_eq!(node.gateway.stats().refused_unauthenticated, 20);
+    let (status, retry, body) = raw_refusal("127.0.1.99", &node.gateway).await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert_eq!(retry.as_deref(), Some("2"));
+    assert_eq!(body, "too many unauthenticated connections");
+    assert_eq!(node.gateway.stats().refused_unauthenticated, 21);
     assert_eq!(node.gateway.push_room("lobby", "unbothered").queued, 1);
     assert_eq!(next_text(&mut ann).await, "unbothered");
 
