@@ -8,7 +8,7 @@ use holdfast_retry::{Class, Jitter, Policy};
 
 /// The first pause after a failed accept.
 pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(5);
-/// The longest pause while accepts keep failing.
+/// The longest nominal pause while accepts keep failing (jitter adds up to a fifth).
 pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// What to do after a failed accept.

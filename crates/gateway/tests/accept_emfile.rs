@@ -119,6 +119,29 @@ async fn out_of_descriptors_the_accept_loop_backs_off_and_resumes() {
             node.gateway.stats(),
         );
     }
+
+    // The late client is still in the backlog and the descriptors are gone again: the loop is
+    // back in a streak. Deep into it (the seventh pause is 320 ms or more), a stop ends the pause
+    // at once rather than when it runs out: the listener closes without the clock moving on.
+    let errors = node.gateway.stats().accept_errors;
+    let streak = Instant::now();
+    while node.gateway.stats().accept_errors < errors + 7 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(streak.elapsed() < Duration::from_secs(30), "no new streak");
+    }
+    let stop = Instant::now();
+    node.gateway.abandon();
+    loop {
+        match TcpStream::connect(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            // Still listening (or this process is still out of descriptors): look again.
+            _ => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+        assert!(
+            stop.elapsed() < Duration::from_millis(100),
+            "the stop waited for the pause to end"
+        );
+    }
     drop(clients);
     set_soft_nofile(before + 1000);
 }
