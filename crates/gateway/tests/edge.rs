@@ -479,11 +479,14 @@ async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_wit
 }
 
 // r[verify gateway.edge.limits]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On tokio's paused clock: the refusal timeout is measured, not slept through.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout() {
     let mut c = config("a");
     c.per_ip_limit = 1;
-    c.handshake_timeout = Duration::from_secs(30);
+    // The paused clock jumps to the next timer whenever the runtime idles: the admitted socket's
+    // handshake timeout must lie far beyond anything this test waits for.
+    c.handshake_timeout = Duration::from_secs(24 * 3600);
     c.refusal_timeout = Duration::from_millis(200);
     let node = start(c).await;
     let addr = node.gateway.local_addr();
@@ -495,7 +498,9 @@ async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout()
         node.gateway.connections() == 2
     })
     .await;
-    // The gateway closes the refused socket on its own, long before the handshake timeout.
+    let registered = tokio::time::Instant::now();
+    // The gateway closes the refused socket on its own at the refusal timeout, not before (it
+    // had that long to send its request and take the 503) and not at the handshake timeout.
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(
         Duration::from_secs(5),
@@ -504,12 +509,17 @@ async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout()
     .await
     .expect("closed within 5 s");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let waited = registered.elapsed();
+    assert!(
+        waited >= Duration::from_millis(180) && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
     eventually("refused socket torn down", || {
         node.gateway.connections() == 1
     })
     .await;
     assert_eq!(node.gateway.stats().refused_per_ip, 1);
-    // The admitted one, just as silent, is still there (its handshake timeout is 30 s).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The admitted one, just as silent, is still there well past the refusal timeout.
+    tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(node.gateway.connections(), 1);
 }
