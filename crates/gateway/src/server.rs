@@ -585,10 +585,7 @@ fn on_error(e: WsError) -> Option<Ending> {
         // r[impl gateway.edge.buffers]
         // A pushed message larger than the write buffer cap: it cannot be sent, so the client
         // is told rather than silently missing it.
-        WsError::WriteBufferFull(_) => Some(Ending::Close(
-            close::TOO_BIG,
-            "message too big to send".into(),
-        )),
+        WsError::WriteBufferFull(_) => Some(too_big_to_send()),
         WsError::Protocol(p) => Some(Ending::Close(close::PROTOCOL, p.to_string())),
         WsError::Utf8(_) => Some(Ending::Close(CloseCode::Invalid, "invalid utf-8".into())),
         WsError::Io(io) => match holdfast_retry::classify::io(&io) {
@@ -698,6 +695,11 @@ async fn claim_route(inner: &Arc<Inner>, user: &str) {
     }
 }
 
+/// A pushed message larger than the write buffer cap: it cannot be sent.
+fn too_big_to_send() -> Ending {
+    Ending::Close(close::TOO_BIG, "message too big to send".into())
+}
+
 // r[impl gateway.drain.flush]
 /// Sends what is already queued, then the drain's close frame.
 async fn drain_connection(
@@ -708,10 +710,14 @@ async fn drain_connection(
     signal: DrainSignal,
 ) -> Ending {
     while let Ok(text) = queue.try_recv() {
-        if ws.feed(Message::Text(text.as_ref().into())).await.is_err() {
-            return Ending::Gone;
+        match ws.feed(Message::Text(text.as_ref().into())).await {
+            Ok(()) => inner.stats.message_out(),
+            // r[impl gateway.edge.buffers]
+            // The channel is fine, the message is not: its recipient is told with 1009, as
+            // outside a drain, rather than dropped without any close frame.
+            Err(WsError::WriteBufferFull(_)) => return too_big_to_send(),
+            Err(_) => return Ending::Gone,
         }
-        inner.stats.message_out();
     }
     let reason = crate::drain::close_reason(&inner.config.drain, signal.code, id);
     let frame = CloseFrame {

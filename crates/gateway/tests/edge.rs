@@ -523,3 +523,31 @@ async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout()
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(node.gateway.connections(), 1);
 }
+
+// r[verify gateway.edge.buffers]
+// One thread: both pushes are queued before the connections' tasks run again, so the drain's
+// flush, not the serving loop, is what meets the oversize message.
+#[tokio::test(flavor = "current_thread")]
+async fn a_push_too_large_for_the_write_buffer_cap_met_by_the_drain_closes_with_1009() {
+    let mut c = config("a");
+    c.max_write_buffer = 2048;
+    let node = start(c).await;
+    let mut big = member(&node.gateway, "ann", "big").await;
+    let mut small = member(&node.gateway, "bob", "small").await;
+    assert_eq!(node.gateway.push_room("big", &"y".repeat(4096)).queued, 1);
+    assert_eq!(node.gateway.push_room("small", "fine").queued, 1);
+    let (_report, big_end, small_end) = tokio::join!(
+        node.gateway
+            .drain(holdfast_lifecycle::StopReason::Restart, None),
+        read_to_end(&mut big, Duration::from_secs(5)),
+        read_to_end(&mut small, Duration::from_secs(5)),
+    );
+    let close = big_end.close.expect("a close frame for the oversize push");
+    assert_eq!(
+        (u16::from(close.code), close.reason.as_str()),
+        (1009, "message too big to send")
+    );
+    // Its neighbour gets what was queued and the drain's own close.
+    assert_eq!(small_end.texts, ["fine"]);
+    assert_eq!(small_end.close.map(|c| u16::from(c.code)), Some(1012));
+}
