@@ -15,28 +15,36 @@
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest
 //!   force-closed; the routing entries it owns compare-and-deleted — all inside one cap.
 //!
+//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change, per-address
+//!   and unauthenticated connection limits enforced before the upgrade, and an accept loop paced
+//!   on holdfast-retry's back-off.
+//!
 //! Every behaviour is a rule under `gateway.*` in `docs/spec/runtime.md`. The README follows.
 //!
 #![doc = include_str!("../README.md")]
 
+mod accept;
 pub mod cluster;
 pub mod config;
 pub mod drain;
+mod limits;
 pub mod protocol;
 pub mod redis_routing;
 pub mod registry;
 mod server;
 pub mod stats;
+pub mod tls;
 pub mod token;
 
 pub use cluster::{
     CasOutcome, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap, ServiceRegistry,
 };
-pub use config::{CloseChoice, DrainConfig, GatewayConfig};
+pub use config::{CloseChoice, ConfigError, DrainConfig, GatewayConfig};
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 pub use protocol::ClientMessage;
 pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;
+pub use tls::{TlsError, TlsFiles, TlsReload};
 pub use token::{TokenError, TokenKey};
