@@ -138,7 +138,8 @@ impl Drop for BusSubscription {
 
 /// Cross-replica delivery.
 pub trait ClusterBus: Send + Sync + 'static {
-    /// Sends `message` to the replica `replica`.
+    /// Sends `message` to the replica `replica`; an error when it is not subscribed (the
+    /// message reached nobody).
     fn send_to(&self, replica: &str, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>>;
     /// Sends `message` to every replica, the sender included.
     fn broadcast(&self, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>>;
@@ -163,24 +164,36 @@ impl MemoryBus {
         Self::default()
     }
 
-    fn deliver_to(&self, replica: Option<&str>, message: &BusMessage) {
+    /// Delivers to the subscriptions of `replica` (every replica for `None`); how many.
+    fn deliver_to(&self, replica: Option<&str>, message: &BusMessage) -> usize {
         let mut subs = crate::server::lock(&self.subscribers);
+        let mut reached = 0;
         for (id, senders) in subs.iter_mut() {
             if replica.is_some_and(|r| r != id) {
                 continue;
             }
             // Dropped subscriptions leave closed senders behind: prune them here.
             senders.retain(|tx| self.counters.deliver(tx, message.clone()));
+            reached += senders.len();
         }
         subs.retain(|_, senders| !senders.is_empty());
+        reached
     }
 }
 
 impl ClusterBus for MemoryBus {
     fn send_to(&self, replica: &str, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>> {
         BusCounters::bump(&self.counters.published);
-        self.deliver_to(Some(replica), message);
-        Box::pin(async { Ok(()) })
+        let reached = self.deliver_to(Some(replica), message);
+        let replica = replica.to_owned();
+        Box::pin(async move {
+            if reached == 0 {
+                return Err(ClusterError::Unavailable(format!(
+                    "bus: replica {replica} is not subscribed"
+                )));
+            }
+            Ok(())
+        })
     }
 
     fn broadcast(&self, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>> {
@@ -233,7 +246,10 @@ mod tests {
         assert_eq!(a.recv().await, Some(room), "a gets only the broadcast");
         assert!(a.rx.try_recv().is_err());
         drop(b);
-        bus.send_to("b", &user("nobody")).await.unwrap();
+        assert!(
+            bus.send_to("b", &user("nobody")).await.is_err(),
+            "reached nobody"
+        );
         assert_eq!(bus.stats().received, 3);
     }
 

@@ -61,6 +61,9 @@ pub trait ServiceRegistry: Send + Sync + 'static {
     fn is_live(&self) -> bool {
         true
     }
+    /// Stops keeping the registration alive without removing it, as a killed process would: an
+    /// etcd key then expires with its lease. Registries without leases do nothing.
+    fn abandon(&self) {}
 }
 
 /// The cluster backends a gateway runs on: service registry, routing map and bus.

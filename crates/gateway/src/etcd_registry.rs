@@ -364,4 +364,12 @@ impl ServiceRegistry for EtcdRegistry {
     fn is_live(&self) -> bool {
         self.state.live.load(Ordering::SeqCst)
     }
+
+    fn abandon(&self) {
+        self.state.closed.store(true, Ordering::SeqCst);
+        if let Some(task) = lock(&self.state.keeper).take() {
+            task.abort();
+        }
+        self.state.live.store(false, Ordering::SeqCst);
+    }
 }

@@ -7,9 +7,12 @@
 //!   many idle connections.
 //! - The [`Registry`] tracks every connection from accept to teardown, authenticated or not, in
 //!   shards, keyed by connection and never by user alone.
-//! - The cluster traits [`ServiceRegistry`] and [`RoutingMap`] have in-memory implementations
-//!   (the embedded single-node default); the routing map also lives in Redis ([`RedisRouting`]),
-//!   where the entry is removed by a compare-and-delete Lua script.
+//! - The cluster traits [`ServiceRegistry`], [`RoutingMap`] and [`ClusterBus`] have in-memory
+//!   implementations (the embedded single-node default, [`Cluster::memory`]); the registry also
+//!   lives in etcd (`EtcdRegistry`, feature `etcd`: a key on a lease kept alive and revoked on
+//!   drain), the routing map in Redis ([`RedisRouting`], entries removed by a compare-and-delete
+//!   Lua script) and the bus on Redis pub/sub ([`RedisBus`]). [`connect_cluster`] builds them
+//!   from a [`ClusterConfig`]; registration and reconnects are paced by holdfast-retry.
 //! - [`Gateway::drain`] (and the module's [`Gateway::stopper`]) leaves in order: readiness off,
 //!   upgrades refused with 503 and Retry-After, deregistration; queued messages flushed, then a
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest

@@ -71,11 +71,12 @@ impl RedisBus {
         format!("{}rooms", self.prefix)
     }
 
+    /// Publishes `message` on `channel`; how many subscribers received it.
     fn publish(
         &self,
         channel: String,
         message: &BusMessage,
-    ) -> BoxFuture<Result<(), ClusterError>> {
+    ) -> BoxFuture<Result<i64, ClusterError>> {
         let payload = match serde_json::to_string(message) {
             Ok(p) => p,
             Err(e) => {
@@ -93,9 +94,9 @@ impl RedisBus {
         });
         Box::pin(async move {
             match call.await {
-                Ok(_) => {
+                Ok(receivers) => {
                     BusCounters::bump(&counters.published);
-                    Ok(())
+                    Ok(receivers)
                 }
                 Err(e) => {
                     BusCounters::bump(&counters.publish_errors);
@@ -108,11 +109,21 @@ impl RedisBus {
 
 impl ClusterBus for RedisBus {
     fn send_to(&self, replica: &str, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>> {
-        self.publish(self.replica_channel(replica), message)
+        let sent = self.publish(self.replica_channel(replica), message);
+        let replica = replica.to_owned();
+        Box::pin(async move {
+            match sent.await? {
+                0 => Err(ClusterError::Unavailable(format!(
+                    "bus: replica {replica} is not subscribed"
+                ))),
+                _ => Ok(()),
+            }
+        })
     }
 
     fn broadcast(&self, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>> {
-        self.publish(self.rooms_channel(), message)
+        let sent = self.publish(self.rooms_channel(), message);
+        Box::pin(async move { sent.await.map(|_| ()) })
     }
 
     fn subscribe(&self, replica: &str) -> BusSubscription {

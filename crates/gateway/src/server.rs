@@ -223,6 +223,7 @@ impl Gateway {
         self.inner.draining.store(true, Ordering::SeqCst);
         let _ = self.inner.stop_accept.send(true);
         self.inner.membership.leave();
+        self.inner.service.abandon();
         for (_, handle) in self.inner.registry.snapshot() {
             if let Some(h) = handle {
                 h.force_close();

@@ -64,11 +64,16 @@ async fn pushes_reach_users_and_rooms_on_the_other_replica() {
     b.push_user("bob", "after").await;
     assert_eq!(next_text(&mut bob).await, "after");
 
-    // A drained replica no longer receives from the bus.
+    // A drained replica no longer receives from the bus: a push routed to it fails to go on,
+    // reported, while local recipients still get theirs.
+    drop(bob);
     b.drain(StopReason::Shutdown, None).await;
+    cluster.routing.set_route("bob", "b").await.unwrap();
     let d = a.push_user("bob", "gone").await;
-    assert_eq!(d.queued, 0);
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Failed));
+    assert_eq!(a.cluster_health().forward_errors, 1);
     assert_eq!(a.push_room("lobby", "still").await.queued, 1);
+    assert_eq!(next_text(&mut ann).await, "still");
 }
 
 /// A registry that fails until `up` is set, counting attempts.

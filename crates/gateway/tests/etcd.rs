@@ -118,6 +118,33 @@ async fn the_registration_is_a_key_on_a_lease_kept_alive_and_replaced_when_lost(
     assert_eq!(read(&etcd.url, &key).await, None);
 }
 
+// r[verify gateway.cluster.lease]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_dies_without_draining_disappears_within_one_ttl() {
+    let Some(etcd) = services::etcd() else {
+        return;
+    };
+    let p = prefix("abandon");
+    let registry = EtcdRegistry::connect(etcd_config(&etcd.url, &p, 2))
+        .await
+        .unwrap();
+    let a = start_on(config("a"), &registry).await;
+    let key = registry.key("a");
+    a.abandon();
+    let abandoned = Instant::now();
+    // Nothing revoked it: the key is still there at first (the control arm of the drain)...
+    assert!(read(&etcd.url, &key).await.is_some());
+    // ...and gone once the lease, no longer kept alive, expires.
+    eventually_async("the lease expires", Duration::from_secs(10), || async {
+        read(&etcd.url, &key).await.is_none()
+    })
+    .await;
+    assert!(
+        abandoned.elapsed() >= Duration::from_secs(1),
+        "expired, not revoked"
+    );
+}
+
 // r[verify gateway.cluster.revoke]
 // r[verify gateway.drain.deregister]
 // r[verify gateway.drain.order]
