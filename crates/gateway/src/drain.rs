@@ -273,7 +273,7 @@ impl Gateway {
         if let Some(task) = accept {
             let _ = tokio::time::timeout_at(deadlines[3], task).await;
         }
-        inner.membership.leave();
+        inner.membership.leave().await;
         finish(Step::Routing, &mut steps, 3);
 
         let report = DrainReport {

@@ -23,7 +23,7 @@ pub(crate) struct Membership {
     registration_failures: AtomicU64,
     pub(crate) forward_errors: AtomicU64,
     registrar: std::sync::Mutex<Option<AbortHandle>>,
-    receiver: std::sync::Mutex<Option<AbortHandle>>,
+    receiver: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// How the gateway stands in its cluster.
@@ -67,7 +67,7 @@ impl Membership {
         let m = &inner.membership;
         let subscription = m.bus.subscribe(&inner.replica.id);
         let receiver = tokio::spawn(receive(inner.clone(), subscription));
-        *lock(&m.receiver) = Some(receiver.abort_handle());
+        *lock(&m.receiver) = Some(receiver);
         let (first, first_done) = tokio::sync::oneshot::channel();
         let registrar = tokio::spawn(register(inner.clone(), first));
         *lock(&m.registrar) = Some(registrar.abort_handle());
@@ -83,11 +83,22 @@ impl Membership {
         self.registered.store(false, Ordering::SeqCst);
     }
 
-    /// Stops receiving from the bus (the end of a drain, or an abandon).
-    pub(crate) fn leave(&self) {
+    /// Stops receiving from the bus at once (an abandon): the subscription ends soon after.
+    pub(crate) fn abandon(&self) {
         self.stop_registering();
         if let Some(task) = lock(&self.receiver).take() {
             task.abort();
+        }
+    }
+
+    /// Stops receiving from the bus (the end of a drain): when this returns, the subscription
+    /// has ended, so nothing more is delivered here.
+    pub(crate) async fn leave(&self) {
+        self.stop_registering();
+        let task = lock(&self.receiver).take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
         }
     }
 

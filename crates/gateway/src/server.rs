@@ -222,7 +222,7 @@ impl Gateway {
     pub fn abandon(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
         let _ = self.inner.stop_accept.send(true);
-        self.inner.membership.leave();
+        self.inner.membership.abandon();
         self.inner.service.abandon();
         for (_, handle) in self.inner.registry.snapshot() {
             if let Some(h) = handle {
