@@ -61,9 +61,26 @@ pub trait ServiceRegistry: Send + Sync + 'static {
     fn is_live(&self) -> bool {
         true
     }
+    /// The registry's counters (all zero for registries without leases).
+    fn stats(&self) -> RegistryStats {
+        RegistryStats::default()
+    }
     /// Stops keeping the registration alive without removing it, as a killed process would: an
     /// etcd key then expires with its lease. Registries without leases do nothing.
     fn abandon(&self) {}
+}
+
+/// Counters of a service registry's registration (an etcd lease).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryStats {
+    /// Registrations put (the first and every re-registration on a new lease).
+    pub registrations: u64,
+    /// Keep-alive failures that were transient (unreachable, timed out).
+    pub keepalive_transient: u64,
+    /// Keep-alive failures that will not pass by themselves (authentication, configuration).
+    pub keepalive_persistent: u64,
+    /// Leases found lost (expired or unknown to the server) and replaced.
+    pub leases_lost: u64,
 }
 
 /// The cluster backends a gateway runs on: service registry, routing map and bus.

@@ -17,7 +17,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::cluster::{ClusterError, Replica, ServiceRegistry};
+use crate::cluster::{ClusterError, RegistryStats, Replica, ServiceRegistry};
 use crate::server::lock;
 
 /// Where the etcd registry is, and how it keeps its lease.
@@ -33,19 +33,6 @@ pub struct EtcdConfig {
     pub timeout: Duration,
     /// The keep-alive loop's jitter seed (from the replica's identity).
     pub seed: u64,
-}
-
-/// Counters of the registry's lease.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LeaseStats {
-    /// Leases granted with the key put (the first registration and every re-registration).
-    pub registrations: u64,
-    /// Keep-alive failures that were transient (unreachable, timed out).
-    pub keepalive_transient: u64,
-    /// Keep-alive failures that will not pass by themselves (authentication, configuration).
-    pub keepalive_persistent: u64,
-    /// Leases found lost (expired or unknown) and replaced.
-    pub leases_lost: u64,
 }
 
 #[derive(Default)]
@@ -114,9 +101,9 @@ impl EtcdRegistry {
     }
 
     /// The lease's counters.
-    pub fn lease_stats(&self) -> LeaseStats {
+    pub fn lease_stats(&self) -> RegistryStats {
         let s = &self.state;
-        LeaseStats {
+        RegistryStats {
             registrations: s.registrations.load(Ordering::Relaxed),
             keepalive_transient: s.keepalive_transient.load(Ordering::Relaxed),
             keepalive_persistent: s.keepalive_persistent.load(Ordering::Relaxed),
@@ -363,6 +350,10 @@ impl ServiceRegistry for EtcdRegistry {
 
     fn is_live(&self) -> bool {
         self.state.live.load(Ordering::SeqCst)
+    }
+
+    fn stats(&self) -> RegistryStats {
+        self.lease_stats()
     }
 
     fn abandon(&self) {

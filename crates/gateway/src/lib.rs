@@ -43,8 +43,8 @@ pub mod token;
 
 pub use bus::{BusMessage, BusStats, BusSubscription, ClusterBus, MemoryBus};
 pub use cluster::{
-    CasOutcome, Cluster, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap,
-    ServiceRegistry,
+    CasOutcome, Cluster, ClusterError, MemoryRegistry, MemoryRouting, RegistryStats, Replica,
+    RoutingMap, ServiceRegistry,
 };
 pub use cluster_config::{ClusterConfig, connect_cluster};
 pub use config::{CloseChoice, DrainConfig, GatewayConfig};

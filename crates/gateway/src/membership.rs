@@ -38,6 +38,8 @@ pub struct ClusterHealth {
     pub registration_failures: u64,
     /// Pushes that could not be handed to the bus or the routing map.
     pub forward_errors: u64,
+    /// The registry's counters (lease keep-alive outages, re-registrations).
+    pub registry: crate::cluster::RegistryStats,
     /// The bus's counters.
     pub bus: BusStats,
 }
@@ -102,8 +104,10 @@ impl Membership {
         }
     }
 
-    pub(crate) fn health(&self, live: bool) -> ClusterHealth {
+    pub(crate) fn health(&self, registry: &dyn crate::ServiceRegistry) -> ClusterHealth {
+        let live = registry.is_live();
         ClusterHealth {
+            registry: registry.stats(),
             registered: self.is_registered(),
             registration_live: live,
             registration_failures: self.registration_failures.load(Ordering::Relaxed),

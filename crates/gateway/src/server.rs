@@ -198,7 +198,7 @@ impl Gateway {
 
     /// How the gateway stands in its cluster.
     pub fn cluster_health(&self) -> crate::membership::ClusterHealth {
-        self.inner.membership.health(self.inner.service.is_live())
+        self.inner.membership.health(self.inner.service.as_ref())
     }
 
     /// Connections registered, authenticated or not.

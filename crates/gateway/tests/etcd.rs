@@ -113,6 +113,10 @@ async fn the_registration_is_a_key_on_a_lease_kept_alive_and_replaced_when_lost(
     })
     .await;
     assert!(registry.lease_stats().leases_lost >= 1);
+    assert!(
+        a.cluster_health().registry.registrations >= 2,
+        "seen through the gateway"
+    );
     eventually("ready again", || a.is_ready()).await;
     a.drain(StopReason::Shutdown, None).await;
     assert_eq!(read(&etcd.url, &key).await, None);
