@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use holdfast_lifecycle::BoxFuture;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 
 use crate::cluster::ClusterError;
 
@@ -108,23 +108,39 @@ impl BusCounters {
     }
 }
 
-/// What a replica receives from the bus. Dropping it unsubscribes (and stops any reconnecting
-/// task behind it).
+/// What a replica receives from the bus. [`BusSubscription::close`] ends it and returns once
+/// the bus no longer counts it; dropping it ends it too, but without waiting (a Redis
+/// subscriber's connection then closes a moment later).
 #[derive(Debug)]
 pub struct BusSubscription {
     rx: mpsc::Receiver<BusMessage>,
-    task: Option<AbortHandle>,
+    task: Option<JoinHandle<()>>,
 }
 
 impl BusSubscription {
-    /// A subscription fed by `rx`, with the task that feeds it (aborted on drop), if any.
-    pub fn new(rx: mpsc::Receiver<BusMessage>, task: Option<AbortHandle>) -> Self {
+    /// A subscription fed by `rx`, with the task that feeds it, if any: the task must end once
+    /// `rx` is closed ([`mpsc::Sender::closed`]), and is aborted when the subscription is
+    /// dropped.
+    pub fn new(rx: mpsc::Receiver<BusMessage>, task: Option<JoinHandle<()>>) -> Self {
         Self { rx, task }
     }
 
     /// The next message; `None` once the bus is gone.
     pub async fn recv(&mut self) -> Option<BusMessage> {
         self.rx.recv().await
+    }
+
+    /// Ends the subscription: when this returns, a send to this subscription reaches nobody
+    /// and says so (for Redis, its UNSUBSCRIBE has been answered, or its connection is gone).
+    /// Bounded by the bus's own call timeout; cancelled, it still ends the subscription, as a
+    /// drop does.
+    pub async fn close(mut self) {
+        // Closing the channel is what a feeding task watches for; the memory bus's senders see
+        // it at their next send.
+        self.rx.close();
+        if let Some(task) = self.task.as_mut() {
+            let _ = task.await;
+        }
     }
 }
 
@@ -251,6 +267,16 @@ mod tests {
             "reached nobody"
         );
         assert_eq!(bus.stats().received, 3);
+    }
+
+    // r[verify gateway.cluster.bus]
+    #[tokio::test]
+    async fn a_closed_memory_subscription_reaches_nobody_at_once() {
+        let bus = MemoryBus::new();
+        let b = bus.subscribe("b");
+        bus.send_to("b", &user("before")).await.unwrap();
+        b.close().await;
+        assert!(bus.send_to("b", &user("after")).await.is_err());
     }
 
     #[test]

@@ -273,7 +273,13 @@ impl Gateway {
         if let Some(task) = accept {
             let _ = tokio::time::timeout_at(deadlines[3], task).await;
         }
-        inner.membership.leave().await;
+        // Bounded like the step: a bus that does not answer the unsubscribe is dropped instead.
+        if tokio::time::timeout_at(deadlines[3], inner.membership.leave())
+            .await
+            .is_err()
+        {
+            problems.push("bus: unsubscribe unanswered".into());
+        }
         finish(Step::Routing, &mut steps, 3);
 
         let report = DrainReport {

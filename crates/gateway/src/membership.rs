@@ -23,7 +23,13 @@ pub(crate) struct Membership {
     registration_failures: AtomicU64,
     pub(crate) forward_errors: AtomicU64,
     registrar: std::sync::Mutex<Option<AbortHandle>>,
-    receiver: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    receiver: std::sync::Mutex<Option<Receiver>>,
+}
+
+/// The task delivering from the bus, and how to tell it to close its subscription.
+struct Receiver {
+    task: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// How the gateway stands in its cluster.
@@ -68,8 +74,9 @@ impl Membership {
     pub(crate) async fn join(inner: &Arc<Inner>) {
         let m = &inner.membership;
         let subscription = m.bus.subscribe(&inner.replica.id);
-        let receiver = tokio::spawn(receive(inner.clone(), subscription));
-        *lock(&m.receiver) = Some(receiver);
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(receive(inner.clone(), subscription, stopped));
+        *lock(&m.receiver) = Some(Receiver { task, stop });
         let (first, first_done) = tokio::sync::oneshot::channel();
         let registrar = tokio::spawn(register(inner.clone(), first));
         *lock(&m.registrar) = Some(registrar.abort_handle());
@@ -88,19 +95,23 @@ impl Membership {
     /// Stops receiving from the bus at once (an abandon): the subscription ends soon after.
     pub(crate) fn abandon(&self) {
         self.stop_registering();
-        if let Some(task) = lock(&self.receiver).take() {
-            task.abort();
+        if let Some(receiver) = lock(&self.receiver).take() {
+            receiver.task.abort();
         }
     }
 
-    /// Stops receiving from the bus (the end of a drain): when this returns, the subscription
-    /// has ended, so nothing more is delivered here.
+    /// Stops receiving from the bus (the end of a drain): when this returns, the bus has
+    /// confirmed the subscription's end, so a send to this replica reaches nobody and says so.
+    /// Cancelled (the drain's budget ran out), the subscription still ends, without the wait.
     pub(crate) async fn leave(&self) {
         self.stop_registering();
-        let task = lock(&self.receiver).take();
-        if let Some(task) = task {
-            task.abort();
-            let _ = task.await;
+        let receiver = lock(&self.receiver).take();
+        if let Some(mut receiver) = receiver {
+            let _ = receiver.stop.send(());
+            // Aborted if this wait is cancelled: the subscription is then dropped, not closed.
+            let abort = receiver.task.abort_handle();
+            let _guard = AbortOnDrop(Some(abort));
+            let _ = (&mut receiver.task).await;
         }
     }
 
@@ -154,11 +165,21 @@ async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
 // r[impl gateway.cluster.bus]
 /// Delivers what other replicas sent here: a user's pushes to their connections here, a room's
 /// to its members here (skipping this replica's own broadcasts, delivered when they were sent).
-async fn receive(inner: Arc<Inner>, mut subscription: crate::bus::BusSubscription) {
+async fn receive(
+    inner: Arc<Inner>,
+    mut subscription: crate::bus::BusSubscription,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
     let gateway = Gateway {
         inner: inner.clone(),
     };
-    while let Some(message) = subscription.recv().await {
+    loop {
+        let message = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            message = subscription.recv() => message,
+        };
+        let Some(message) = message else { break };
         match message {
             BusMessage::User { user, text } => {
                 gateway.push_user_local(&user, &text);
@@ -168,6 +189,18 @@ async fn receive(inner: Arc<Inner>, mut subscription: crate::bus::BusSubscriptio
                     gateway.push_room_local(&room, &text);
                 }
             }
+        }
+    }
+    subscription.close().await;
+}
+
+/// Aborts a task when dropped (a no-op once it has ended).
+struct AbortOnDrop(Option<AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
         }
     }
 }

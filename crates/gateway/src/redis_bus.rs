@@ -130,7 +130,7 @@ impl ClusterBus for RedisBus {
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_BUFFER);
         let channels = vec![self.replica_channel(replica), self.rooms_channel()];
         let task = tokio::spawn(subscriber(self.clone(), channels, tx));
-        BusSubscription::new(rx, Some(task.abort_handle()))
+        BusSubscription::new(rx, Some(task))
     }
 
     fn stats(&self) -> BusStats {
@@ -148,11 +148,15 @@ enum Lost {
 
 // r[impl gateway.cluster.bus-reconnect]
 /// Keeps the subscription up: connects and subscribes, forwards messages, and on any outage
-/// reconnects paced by the gate. Only dropping the subscription ends it.
+/// reconnects paced by the gate. Only closing (or dropping) the subscription ends it.
 async fn subscriber(bus: RedisBus, channels: Vec<String>, tx: mpsc::Sender<BusMessage>) {
     let mut backoff = Backoff::new("subscribe", bus.seed);
     loop {
-        let token = backoff.ready().await;
+        // A subscription closed during the back-off is not subscribed anywhere: just end.
+        let token = tokio::select! {
+            token = backoff.ready() => token,
+            _ = tx.closed() => return,
+        };
         let connect = async {
             let pubsub = bus
                 .conn
@@ -171,7 +175,7 @@ async fn subscriber(bus: RedisBus, channels: Vec<String>, tx: mpsc::Sender<BusMe
                 BusCounters::bump(&bus.counters.subscribed);
                 tracing::info!(channels = ?channels, "bus subscribed");
                 let lasting = backoff.succeed_provisionally(token, MUST_LAST);
-                let lost = relay(&bus, sink, stream, &tx).await;
+                let lost = relay(&bus, &channels, sink, stream, &tx).await;
                 backoff.ended(lasting);
                 lost
             }
@@ -203,9 +207,11 @@ async fn subscriber(bus: RedisBus, channels: Vec<String>, tx: mpsc::Sender<BusMe
 }
 
 /// Forwards messages until the connection fails (or stops answering pings) or the receiver is
-/// gone.
+/// gone; then it unsubscribes and waits for Redis to confirm, so that a publish after
+/// [`BusSubscription::close`] returned counts no subscriber here.
 async fn relay(
     bus: &RedisBus,
+    channels: &[String],
     mut sink: redis::aio::PubSubSink,
     mut stream: redis::aio::PubSubStream,
     tx: &mpsc::Sender<BusMessage>,
@@ -221,7 +227,7 @@ async fn relay(
                 match serde_json::from_slice::<BusMessage>(msg.get_payload_bytes()) {
                     Ok(m) => {
                         if !bus.counters.deliver(tx, m) {
-                            return Lost::Unsubscribed;
+                            return unsubscribe(bus, channels, &mut sink).await;
                         }
                     }
                     // Not ours (or from a newer replica): dropped and counted, the channel goes on.
@@ -236,7 +242,22 @@ async fn relay(
                     Err(_) => return Lost::Outage(ClusterError::Unavailable("redis: ping timed out".into())),
                 }
             }
-            _ = tx.closed() => return Lost::Unsubscribed,
+            _ = tx.closed() => return unsubscribe(bus, channels, &mut sink).await,
         }
     }
+}
+
+/// Unsubscribes from `channels` and waits for the answer (within the call timeout): Redis runs
+/// commands one at a time, so any PUBLISH it handles after that answer counts no subscriber
+/// here. Failing that, the connection is dropped, which ends the subscription as well.
+async fn unsubscribe(
+    bus: &RedisBus,
+    channels: &[String],
+    sink: &mut redis::aio::PubSubSink,
+) -> Lost {
+    let answered = tokio::time::timeout(bus.conn.timeout, sink.unsubscribe(channels)).await;
+    if !matches!(answered, Ok(Ok(()))) {
+        tracing::warn!(channels = ?channels, "bus unsubscribe unanswered; dropping the connection");
+    }
+    Lost::Unsubscribed
 }

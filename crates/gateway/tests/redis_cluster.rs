@@ -76,6 +76,53 @@ async fn pushes_cross_replicas_through_redis() {
     b.drain(StopReason::Restart, None).await;
 }
 
+// r[verify gateway.cluster.bus]
+// One thread, and b's subscriber behind a proxy: a subscription merely dropped at the drain's end
+// (its connection closing a moment later, relayed by the proxy only when the runtime next polls
+// for I/O) is still counted by Redis when the test asks; only one unsubscribed before the drain
+// returns is not.
+#[tokio::test(flavor = "current_thread")]
+async fn a_drained_replica_is_unsubscribed_when_its_drain_returns() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("leave");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via_proxy = format!("redis://{}", proxy.addr());
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let mut cb = on_redis(&redis.url, &p, &registry, 2);
+    let bus = RedisBus::new(&via_proxy, &p, Duration::from_secs(1), 2).unwrap();
+    let channel = bus.replica_channel("b");
+    cb.bus = Arc::new(bus);
+    let routing = cb.routing.clone();
+    let b = start_subscribed(config("b"), cb).await;
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let c = client.get_multiplexed_async_connection().await.unwrap();
+    let numsub = || {
+        let mut c = c.clone();
+        let channel = channel.clone();
+        async move {
+            let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert_eq!(numsub().await, 1);
+
+    b.drain(StopReason::Shutdown, None).await;
+    // No waiting: the drain's end is the subscription's end, not a moment before it.
+    assert_eq!(numsub().await, 0, "still subscribed after the drain");
+    routing.set_route("bob", "b").await.unwrap();
+    let d = a.push_user("bob", "gone").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Failed));
+    a.drain(StopReason::Shutdown, None).await;
+}
+
 // r[verify gateway.cluster.bus-reconnect]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_loses_redis_reconnects_and_local_pushes_go_on() {
