@@ -13,7 +13,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, PutOptions};
 use holdfast_lifecycle::BoxFuture;
 use holdfast_retry::{Class, Classify};
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
@@ -40,7 +40,7 @@ struct State {
     lease: Mutex<Option<i64>>,
     live: AtomicBool,
     closed: AtomicBool,
-    keeper: Mutex<Option<AbortHandle>>,
+    keeper: Mutex<Option<JoinHandle<()>>>,
     registrations: AtomicU64,
     keepalive_transient: AtomicU64,
     keepalive_persistent: AtomicU64,
@@ -315,7 +315,7 @@ impl ServiceRegistry for EtcdRegistry {
             let mut keeper_slot = lock(&this.state.keeper);
             if keeper_slot.is_none() {
                 let task = tokio::spawn(keeper(this.clone(), replica));
-                *keeper_slot = Some(task.abort_handle());
+                *keeper_slot = Some(task);
             }
             Ok(())
         })
@@ -328,8 +328,13 @@ impl ServiceRegistry for EtcdRegistry {
             let state = &this.state;
             // Nothing may register the replica again behind this call.
             state.closed.store(true, Ordering::SeqCst);
-            if let Some(task) = lock(&state.keeper).take() {
+            let keeper = lock(&state.keeper).take();
+            if let Some(task) = keeper {
                 task.abort();
+                // An abort lands at the keeper's next await: until it has, a re-registration it
+                // was making could still store a new lease (and put the key on it) behind the
+                // revoke below. Once it has ended, the lease read here is the last one.
+                let _ = task.await;
             }
             state.live.store(false, Ordering::SeqCst);
             let lease = lock(&state.lease).take();
