@@ -9,8 +9,8 @@ use crate::cluster::{Cluster, ClusterError, MemoryRegistry, MemoryRouting};
 use crate::redis_bus::RedisBus;
 use crate::redis_routing::RedisRouting;
 
-/// Where a gateway's cluster backends are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a gateway's cluster backends are. Its `Debug` hides the Redis URL's credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
     /// etcd endpoints (`http://host:port`); empty keeps the service registry in memory. Needs
     /// the crate's `etcd` feature.
@@ -29,6 +29,28 @@ pub struct ClusterConfig {
     /// The jitter seed of every backend loop (the node passes `NodeIdentity::seed("gateway")`);
     /// `None` derives it from the replica id.
     pub seed: Option<u64>,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A Redis URL may carry a password (`redis://user:secret@host`): print only the host.
+        let redis = self.redis.as_deref().map(|url| match url.rsplit_once('@') {
+            Some((scheme_and_user, host)) => {
+                let scheme = scheme_and_user.split("://").next().unwrap_or("redis");
+                format!("{scheme}://***@{host}")
+            }
+            None => url.to_owned(),
+        });
+        f.debug_struct("ClusterConfig")
+            .field("etcd", &self.etcd)
+            .field("etcd_prefix", &self.etcd_prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("redis", &redis)
+            .field("redis_prefix", &self.redis_prefix)
+            .field("timeout", &self.timeout)
+            .field("seed", &self.seed)
+            .finish()
+    }
 }
 
 impl Default for ClusterConfig {
@@ -116,6 +138,17 @@ fn colon_terminated(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_hides_the_redis_password() {
+        let config = ClusterConfig {
+            redis: Some("redis://holdfast:s3cret@10.0.0.5:6379/0".into()),
+            ..ClusterConfig::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("redis://***@10.0.0.5:6379/0"), "{shown}");
+    }
 
     #[tokio::test]
     async fn an_empty_config_is_a_single_node_in_memory() {
