@@ -199,6 +199,8 @@ impl Gateway {
         inner.ready.store(false, Ordering::SeqCst);
         inner.refusing.store(true, Ordering::SeqCst);
         inner.draining.store(true, Ordering::SeqCst);
+        // A registration still being retried must not land behind the deregistration.
+        inner.membership.stop_registering();
         let deregistration = deregister(inner, deadlines[0]).await;
         if deregistration != Cleanup::Done {
             problems.push(format!("deregistration: {deregistration:?}"));
@@ -270,6 +272,13 @@ impl Gateway {
         let accept = lock(&inner.accept_task).take();
         if let Some(task) = accept {
             let _ = tokio::time::timeout_at(deadlines[3], task).await;
+        }
+        // Bounded like the step: a bus that does not answer the unsubscribe is dropped instead.
+        if tokio::time::timeout_at(deadlines[3], inner.membership.leave())
+            .await
+            .is_err()
+        {
+            problems.push("bus: unsubscribe unanswered".into());
         }
         finish(Step::Routing, &mut steps, 3);
 

@@ -7,9 +7,12 @@
 //!   many idle connections.
 //! - The [`Registry`] tracks every connection from accept to teardown, authenticated or not, in
 //!   shards, keyed by connection and never by user alone.
-//! - The cluster traits [`ServiceRegistry`] and [`RoutingMap`] have in-memory implementations
-//!   (the embedded single-node default); the routing map also lives in Redis ([`RedisRouting`]),
-//!   where the entry is removed by a compare-and-delete Lua script.
+//! - The cluster traits [`ServiceRegistry`], [`RoutingMap`] and [`ClusterBus`] have in-memory
+//!   implementations (the embedded single-node default, [`Cluster::memory`]); the registry also
+//!   lives in etcd (`EtcdRegistry`, feature `etcd`: a key on a lease kept alive and revoked on
+//!   drain), the routing map in Redis ([`RedisRouting`], entries removed by a compare-and-delete
+//!   Lua script) and the bus on Redis pub/sub ([`RedisBus`]). [`connect_cluster`] builds them
+//!   from a [`ClusterConfig`]; registration and reconnects are paced by holdfast-retry.
 //! - [`Gateway::drain`] (and the module's [`Gateway::stopper`]) leaves in order: readiness off,
 //!   upgrades refused with 503 and Retry-After, deregistration; queued messages flushed, then a
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest
@@ -24,11 +27,20 @@
 #![doc = include_str!("../README.md")]
 
 mod accept;
+pub mod backoff;
+pub mod bus;
 pub mod cluster;
+pub mod cluster_config;
 pub mod config;
+mod delivery;
 pub mod drain;
+#[cfg(feature = "etcd")]
+pub mod etcd_registry;
 mod limits;
+mod membership;
 pub mod protocol;
+pub mod redis_bus;
+mod redis_conn;
 pub mod redis_routing;
 pub mod registry;
 mod server;
@@ -36,12 +48,20 @@ pub mod stats;
 pub mod tls;
 pub mod token;
 
+pub use bus::{BusMessage, BusStats, BusSubscription, ClusterBus, MemoryBus};
 pub use cluster::{
-    CasOutcome, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap, ServiceRegistry,
+    CasOutcome, Cluster, ClusterError, MemoryRegistry, MemoryRouting, RegistryStats, Replica,
+    RoutingMap, ServiceRegistry,
 };
+pub use cluster_config::{ClusterConfig, connect_cluster};
 pub use config::{CloseChoice, ConfigError, DrainConfig, GatewayConfig};
+pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
+#[cfg(feature = "etcd")]
+pub use etcd_registry::{EtcdConfig, EtcdRegistry};
+pub use membership::ClusterHealth;
 pub use protocol::ClientMessage;
+pub use redis_bus::RedisBus;
 pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};

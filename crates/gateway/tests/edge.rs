@@ -161,7 +161,12 @@ async fn a_renewal_reaches_new_connections_while_open_ones_keep_receiving() {
     assert_eq!(node.gateway.stats().tls_reloads, 1);
 
     // The connection opened before the renewal is still up and still served.
-    assert_eq!(node.gateway.push_room("lobby", "after renewal").queued, 2);
+    assert_eq!(
+        node.gateway
+            .push_room_local("lobby", "after renewal")
+            .queued,
+        2
+    );
     assert_eq!(next_text_of(&mut old).await, "after renewal");
     assert_eq!(next_text_of(&mut new).await, "after renewal");
 
@@ -184,7 +189,7 @@ async fn a_renewal_reaches_new_connections_while_open_ones_keep_receiving() {
     let (_ws, seen) = connect_wss(&ca, addr).await.unwrap();
     assert_eq!(seen, second.der);
     assert_eq!(node.gateway.stats().tls_reload_failures, 2);
-    assert_eq!(node.gateway.push_user("ann", "still here").queued, 1);
+    assert_eq!(node.gateway.push_user_local("ann", "still here").queued, 1);
     assert_eq!(next_text_of(&mut old).await, "still here");
 
     // Fixing the files is picked up again.
@@ -367,7 +372,12 @@ async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_noti
     assert_eq!(node.gateway.stats().refused_unauthenticated, 0);
     // Another address is not affected, and the member kept receiving throughout.
     let mut other = connect_from("127.0.0.2", &node.gateway).await.unwrap();
-    assert_eq!(node.gateway.push_user("ann", "through the flood").queued, 1);
+    assert_eq!(
+        node.gateway
+            .push_user_local("ann", "through the flood")
+            .queued,
+        1
+    );
     assert_eq!(next_text(&mut ann).await, "through the flood");
     // The admitted part of the flood is unharmed too: it may still authenticate.
     send_json(
@@ -424,7 +434,10 @@ async fn unauthenticated_connections_are_capped_in_total_and_authenticating_free
     assert_eq!(retry.as_deref(), Some("2"));
     assert_eq!(body, "too many unauthenticated connections");
     assert_eq!(node.gateway.stats().refused_unauthenticated, 21);
-    assert_eq!(node.gateway.push_room("lobby", "unbothered").queued, 1);
+    assert_eq!(
+        node.gateway.push_room_local("lobby", "unbothered").queued,
+        1
+    );
     assert_eq!(next_text(&mut ann).await, "unbothered");
 
     // One of them authenticates: its place is free for a newcomer.
@@ -453,16 +466,16 @@ async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_wit
     let mut big = member(&node.gateway, "ann", "big").await;
     let mut small = member(&node.gateway, "bob", "small").await;
     let fits = "x".repeat(1024);
-    assert_eq!(node.gateway.push_room("big", &fits).queued, 1);
+    assert_eq!(node.gateway.push_room_local("big", &fits).queued, 1);
     assert_eq!(next_text(&mut big).await, fits);
-    node.gateway.push_room("big", &"y".repeat(4096));
+    node.gateway.push_room_local("big", &"y".repeat(4096));
     let end = read_to_end(&mut big, Duration::from_secs(5)).await;
     let close = end.close.expect("a close frame");
     assert_eq!(
         (u16::from(close.code), close.reason.as_str()),
         (1009, "message too big to send")
     );
-    assert_eq!(node.gateway.push_room("small", "fine").queued, 1);
+    assert_eq!(node.gateway.push_room_local("small", "fine").queued, 1);
     assert_eq!(next_text(&mut small).await, "fine");
 
     // A cap that leaves no room beyond the write buffer target is refused at start.
@@ -534,8 +547,13 @@ async fn a_push_too_large_for_the_write_buffer_cap_met_by_the_drain_closes_with_
     let node = start(c).await;
     let mut big = member(&node.gateway, "ann", "big").await;
     let mut small = member(&node.gateway, "bob", "small").await;
-    assert_eq!(node.gateway.push_room("big", &"y".repeat(4096)).queued, 1);
-    assert_eq!(node.gateway.push_room("small", "fine").queued, 1);
+    assert_eq!(
+        node.gateway
+            .push_room_local("big", &"y".repeat(4096))
+            .queued,
+        1
+    );
+    assert_eq!(node.gateway.push_room_local("small", "fine").queued, 1);
     let (_report, big_end, small_end) = tokio::join!(
         node.gateway
             .drain(holdfast_lifecycle::StopReason::Restart, None),
