@@ -24,6 +24,8 @@ pub enum Suite {
     Retry,
     /// spec-check, trace and spec-report on a generated tree ten times the workspace's size.
     SpecCheck,
+    /// holdfast-gateway: memory per idle connection, broadcast beside a bare server, drains.
+    Gateway,
 }
 
 /// Arguments of `cargo xtask bench`.
@@ -44,6 +46,9 @@ pub struct Args {
     /// spec-check suite: the generated tree's size as a multiple of this workspace's.
     #[arg(long, default_value_t = 10)]
     scale: usize,
+    /// gateway suite: clients per fleet.
+    #[arg(long, default_value_t = 10_000)]
+    connections: usize,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -57,6 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
             crate::bench_spec::run(&root, args.scale)
+        }
+        Suite::Gateway => {
+            let root = workspace_root()?;
+            crate::output::print(&crate::root::banner(&root));
+            crate::bench_gateway::run(&root, &target_dir(&root), args.connections)
         }
     }
 }
@@ -72,7 +82,7 @@ fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
