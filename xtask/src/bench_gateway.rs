@@ -38,7 +38,10 @@ pub fn run(root: &Path, target: &Path, connections: usize) -> anyhow::Result<Exi
     if !status.success() {
         bail!("cargo build --example gateway_bench failed: {status}");
     }
-    let exe = target.join("release").join("examples").join("gateway_bench");
+    let exe = target
+        .join("release")
+        .join("examples")
+        .join("gateway_bench");
     eprintln!("bench: gateway, {connections} connections per fleet");
     let output = std::process::Command::new(&exe)
         .args(["run", "--connections", &connections.to_string()])
@@ -109,9 +112,11 @@ fn broadcast_figures(server: &Value) -> Value {
         .iter()
         .map(|t| num(&t["server_cpu_ms"]) * 1e6 / num(&t["frames"]))
         .collect();
+    let push_ms = trials.iter().map(|t| num(&t["push_ms"])).collect();
     json!({
         "median_frames_per_sec": median(rates),
         "median_server_cpu_ns_per_frame": median(cpu_ns),
+        "median_push_ms": median(push_ms),
         "trials": trials.len(),
         "slow_consumers": server["slow_consumers"],
         "frames_short": server["frames_short"],
@@ -211,7 +216,8 @@ pub fn table(s: &Value) -> String {
     let _ = writeln!(
         out,
         "holdfast-gateway bench: {} connections per fleet ({})",
-        s["connections"], s["command"].as_str().unwrap_or_default()
+        s["connections"],
+        s["command"].as_str().unwrap_or_default()
     );
     let _ = writeln!(out, "  {:<44} {:>14} {:>14}", "", "gateway", "bare");
     let _ = writeln!(
@@ -234,6 +240,13 @@ pub fn table(s: &Value) -> String {
         "server CPU ns per frame (median)",
         num(&b["gateway"]["median_server_cpu_ns_per_frame"]),
         num(&b["bare"]["median_server_cpu_ns_per_frame"])
+    );
+    let _ = writeln!(
+        out,
+        "  {:<44} {:>14.0} {:>14.0}",
+        "ms per trial spent queueing pushes (median)",
+        num(&b["gateway"]["median_push_ms"]),
+        num(&b["bare"]["median_push_ms"])
     );
     let _ = writeln!(
         out,
@@ -291,12 +304,12 @@ mod tests {
             "broadcast": {
                 "burst": 32, "rounds": 50, "payload_bytes": 61,
                 "gateway": {"connections": 1000, "slow_consumers": 0, "frames_short": 0, "trials": [
-                    {"frames": 1_600_000, "secs": 2.0, "frames_per_sec": 800_000.0, "server_cpu_ms": 1600, "complete": true},
-                    {"frames": 1_600_000, "secs": 1.6, "frames_per_sec": 1_000_000.0, "server_cpu_ms": 1200, "complete": true},
+                    {"frames": 1_600_000, "secs": 2.0, "frames_per_sec": 800_000.0, "server_cpu_ms": 1600, "push_ms": 500, "complete": true},
+                    {"frames": 1_600_000, "secs": 1.6, "frames_per_sec": 1_000_000.0, "server_cpu_ms": 1200, "push_ms": 300, "complete": true},
                 ]},
                 "bare": {"connections": 1000, "slow_consumers": 0, "frames_short": 0, "trials": [
-                    {"frames": 1_600_000, "secs": 1.6, "frames_per_sec": 1_000_000.0, "server_cpu_ms": 1000, "complete": true},
-                    {"frames": 1_600_000, "secs": 1.6, "frames_per_sec": 1_000_000.0, "server_cpu_ms": 1000, "complete": true},
+                    {"frames": 1_600_000, "secs": 1.6, "frames_per_sec": 1_000_000.0, "server_cpu_ms": 1000, "push_ms": 200, "complete": true},
+                    {"frames": 1_600_000, "secs": 1.6, "frames_per_sec": 1_000_000.0, "server_cpu_ms": 1000, "push_ms": 200, "complete": true},
                 ]},
             },
             "drain": [
@@ -326,7 +339,10 @@ mod tests {
         );
         // Median of 0.8 M and 1 M frames/s against 1 M.
         assert_eq!(s["broadcast"]["gateway_vs_bare"], json!(0.9));
-        assert_eq!(s["targets"]["close_share_silent_tenth"]["met"], json!(false));
+        assert_eq!(
+            s["targets"]["close_share_silent_tenth"]["met"],
+            json!(false)
+        );
         assert_eq!(s["targets"]["drain_ms_silent_tenth"]["met"], json!(true));
         let mut shape = s.clone();
         shape["raw"] = json!("(the example's RESULT line)");

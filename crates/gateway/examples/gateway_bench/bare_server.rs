@@ -40,12 +40,13 @@ pub async fn run() -> Result<(), String> {
     answer(&format!("listen {addr}"));
     let message = Message::Text(payload().into());
     let mut lines = stdin_lines();
-    let (mut queued, mut slow) = (0usize, 0usize);
+    let (mut queued, mut slow, mut push_us) = (0usize, 0usize, 0u128);
     while let Some(line) = lines.recv().await {
         let mut words = line.split_whitespace();
         match words.next() {
             Some("push") => {
                 let n: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or(1);
+                let t0 = std::time::Instant::now();
                 for _ in 0..n {
                     let mut m = members.lock().unwrap_or_else(|p| p.into_inner());
                     m.retain(|tx| match tx.try_send(message.clone()) {
@@ -60,7 +61,8 @@ pub async fn run() -> Result<(), String> {
                         Err(mpsc::error::TrySendError::Closed(_)) => false,
                     });
                 }
-                answer(&format!("pushed {queued} {slow}"));
+                push_us += t0.elapsed().as_micros();
+                answer(&format!("pushed {queued} {slow} {push_us}"));
             }
             Some("quit") => break,
             _ => answer(&format!("error unknown command {line:?}")),

@@ -1,7 +1,8 @@
 //! `gateway_bench gateway`: a holdfast gateway on a loopback port, with the memory registry and
 //! routing map, driven by the orchestrator's commands:
 //!
-//! - `push B` → pushes B messages to the room, answers `pushed QUEUED SLOW` (totals so far);
+//! - `push B` → pushes B messages to the room, answers `pushed QUEUED SLOW PUSH_US` (totals so far;
+//!   PUSH_US is the time spent queueing, in microseconds);
 //! - `drain` → drains (a restart, default 5 s cap), answers `drained {DrainReport}`;
 //! - `quit` (or end of input) → exits.
 
@@ -37,18 +38,20 @@ pub async fn run() -> Result<(), String> {
     answer(&format!("listen {}", gateway.local_addr()));
     let payload = crate::bare_server::payload();
     let mut lines = stdin_lines();
-    let (mut queued, mut slow) = (0usize, 0usize);
+    let (mut queued, mut slow, mut push_us) = (0usize, 0usize, 0u128);
     while let Some(line) = lines.recv().await {
         let mut words = line.split_whitespace();
         match words.next() {
             Some("push") => {
                 let n: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or(1);
+                let t0 = std::time::Instant::now();
                 for _ in 0..n {
                     let d = gateway.push_room(crate::ROOM, &payload);
                     queued += d.queued;
                     slow += d.slow_consumers;
                 }
-                answer(&format!("pushed {queued} {slow}"));
+                push_us += t0.elapsed().as_micros();
+                answer(&format!("pushed {queued} {slow} {push_us}"));
             }
             Some("drain") => {
                 let report = gateway.drain(StopReason::Restart, None).await;

@@ -41,7 +41,9 @@ fn main() {
             "gateway" => gateway_server::run().await,
             "bare" => bare_server::run().await,
             "clients" => clients::run(opts).await,
-            other => Err(format!("unknown mode {other:?} (run, gateway, bare, clients)")),
+            other => Err(format!(
+                "unknown mode {other:?} (run, gateway, bare, clients)"
+            )),
         }
     });
     if let Err(e) = code {

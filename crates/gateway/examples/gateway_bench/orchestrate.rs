@@ -32,6 +32,8 @@ struct Server {
     reading: u64,
     received: u64,
     slow: u64,
+    /// Time the server has spent queueing pushes (microseconds, in total).
+    push_us: u64,
     short: u64,
     trials: Vec<Value>,
     rss_before: u64,
@@ -148,6 +150,7 @@ async fn start(
         reading: 0,
         received: 0,
         slow: 0,
+        push_us: 0,
         short: 0,
         trials: Vec::new(),
         rss_before,
@@ -160,18 +163,25 @@ async fn connected(s: &mut Server) -> Result<(), String> {
     let mut words = line.split_whitespace();
     let total: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
     s.reading = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
-    eprintln!("gateway_bench: {}: {total} connected, {} reading", s.name, s.reading);
+    eprintln!(
+        "gateway_bench: {}: {total} connected, {} reading",
+        s.name, s.reading
+    );
     Ok(())
 }
 
 /// Pushes `burst` messages and waits until the reading clients have counted them.
 async fn push_and_wait(s: &mut Server, burst: usize) -> Result<bool, String> {
     let pushed = s.server.ask(&format!("push {burst}"), "pushed").await?;
-    s.slow = pushed
-        .split_whitespace()
-        .nth(1)
-        .and_then(|w| w.parse().ok())
-        .unwrap_or(0);
+    let field = |i: usize| -> u64 {
+        pushed
+            .split_whitespace()
+            .nth(i)
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(0)
+    };
+    s.slow = field(1);
+    s.push_us = field(2);
     let want = s.received + burst as u64 * s.reading;
     let got: u64 = s
         .clients
@@ -189,6 +199,7 @@ async fn push_and_wait(s: &mut Server, burst: usize) -> Result<bool, String> {
 
 async fn broadcast_trial(s: &mut Server, rounds: usize) -> Result<(), String> {
     let cpu0 = cpu_ms(s.server.pid())?;
+    let push0 = s.push_us;
     let from = s.received;
     let t0 = Instant::now();
     let mut complete = true;
@@ -206,6 +217,7 @@ async fn broadcast_trial(s: &mut Server, rounds: usize) -> Result<(), String> {
         "secs": secs,
         "frames_per_sec": frames as f64 / secs.max(1e-9),
         "server_cpu_ms": cpu,
+        "push_ms": (s.push_us - push0) / 1000,
         "complete": complete,
     }));
     Ok(())

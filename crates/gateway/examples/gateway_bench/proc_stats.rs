@@ -40,7 +40,12 @@ pub fn cpu_ms(pid: u32) -> Result<u64, String> {
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line (1-based), so 11 and 12 (0-based) after it.
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     let hz = clock_ticks();
     Ok((ticks(11) + ticks(12)) * 1000 / hz)
 }
