@@ -216,7 +216,9 @@ impl<H: Clone> Registry<H> {
 
     /// Calls `f` with the handle of each of `ids` that is registered and has one, taking each
     /// shard's lock once rather than once per connection and lending the handle rather than
-    /// cloning it: a broadcast to thousands of connections is mostly this loop.
+    /// cloning it: a broadcast to thousands of connections is mostly this loop. `f` runs with
+    /// the shard's lock held, so it must be short, must not block or log, and must not call back
+    /// into the registry.
     pub fn for_each_handle(&self, ids: &[ConnId], mut f: impl FnMut(ConnId, &H)) {
         let mut by_shard: Vec<Vec<ConnId>> = vec![Vec::new(); self.shards.len()];
         for id in ids {

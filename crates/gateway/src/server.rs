@@ -208,20 +208,24 @@ impl Gateway {
     fn push(&self, ids: &[ConnId], text: &str) -> Delivery {
         let text = Utf8Bytes::from(text);
         let mut d = Delivery::default();
+        let mut slow = Vec::new();
         self.inner.registry.for_each_handle(ids, |id, h| {
             match h.queue.try_send(text.clone()) {
                 Ok(()) => d.queued += 1,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    // A full queue means the client is not reading: disconnect it rather than
-                    // buffer without bound or stall the other recipients.
-                    d.slow_consumers += 1;
-                    self.inner.stats.slow_consumer(id);
-                    h.force_close();
-                }
+                // A full queue means the client is not reading: disconnect it rather than
+                // buffer without bound or stall the other recipients.
+                Err(mpsc::error::TrySendError::Full(_)) => slow.push((id, h.clone())),
                 // The connection is ending; its teardown is already under way.
                 Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
         });
+        // Logged and closed once the shard locks are released: a log line is I/O, and the other
+        // connections of those shards must not wait on it to authenticate, join or tear down.
+        for (id, h) in slow {
+            d.slow_consumers += 1;
+            self.inner.stats.slow_consumer(id);
+            h.force_close();
+        }
         d
     }
 }
