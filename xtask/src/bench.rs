@@ -46,8 +46,8 @@ pub struct Args {
     /// spec-check suite: the generated tree's size as a multiple of this workspace's.
     #[arg(long, default_value_t = 10)]
     scale: usize,
-    /// gateway suite: clients per fleet.
-    #[arg(long, default_value_t = 10_000)]
+    /// gateway suite: clients per fleet (at least one: the figures are per connection).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     connections: usize,
 }
 
@@ -245,4 +245,22 @@ fn result_line(root: &Path, bench: &str, keys: u64) -> anyhow::Result<Value> {
         .find_map(|l| l.strip_prefix("RESULT "))
         .with_context(|| format!("no RESULT line from the {bench} bench"))?;
     serde_json::from_str(line).with_context(|| format!("parsing the {bench} bench's RESULT line"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    #[test]
+    fn the_gateway_suite_refuses_zero_connections() {
+        assert!(Cli::try_parse_from(["bench", "gateway", "--connections", "0"]).is_err());
+        let cli = Cli::try_parse_from(["bench", "gateway", "--connections", "2"]).unwrap();
+        assert_eq!(cli.args.connections, 2);
+    }
 }
