@@ -24,6 +24,8 @@ pub enum Suite {
     Retry,
     /// spec-check, trace and spec-report on a generated tree ten times the workspace's size.
     SpecCheck,
+    /// holdfast-gateway: memory per idle connection, broadcast beside a bare server, drains.
+    Gateway,
 }
 
 /// Arguments of `cargo xtask bench`.
@@ -44,6 +46,9 @@ pub struct Args {
     /// spec-check suite: the generated tree's size as a multiple of this workspace's.
     #[arg(long, default_value_t = 10)]
     scale: usize,
+    /// gateway suite: clients per fleet (at least one: the figures are per connection).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    connections: usize,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -57,6 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
             crate::bench_spec::run(&root, args.scale)
+        }
+        Suite::Gateway => {
+            let root = workspace_root()?;
+            crate::output::print(&crate::root::banner(&root));
+            crate::bench_gateway::run(&root, &target_dir(&root), args.connections)
         }
     }
 }
@@ -72,7 +82,7 @@ fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
@@ -235,4 +245,22 @@ fn result_line(root: &Path, bench: &str, keys: u64) -> anyhow::Result<Value> {
         .find_map(|l| l.strip_prefix("RESULT "))
         .with_context(|| format!("no RESULT line from the {bench} bench"))?;
     serde_json::from_str(line).with_context(|| format!("parsing the {bench} bench's RESULT line"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    #[test]
+    fn the_gateway_suite_refuses_zero_connections() {
+        assert!(Cli::try_parse_from(["bench", "gateway", "--connections", "0"]).is_err());
+        let cli = Cli::try_parse_from(["bench", "gateway", "--connections", "2"]).unwrap();
+        assert_eq!(cli.args.connections, 2);
+    }
 }

@@ -214,6 +214,29 @@ impl<H: Clone> Registry<H> {
             .and_then(|e| e.handle.clone())
     }
 
+    /// Calls `f` with the handle of each of `ids` that is registered and has one, taking each
+    /// shard's lock once rather than once per connection and lending the handle rather than
+    /// cloning it: a broadcast to thousands of connections is mostly this loop. `f` runs with
+    /// the shard's lock held, so it must be short, must not block or log, and must not call back
+    /// into the registry.
+    pub fn for_each_handle(&self, ids: &[ConnId], mut f: impl FnMut(ConnId, &H)) {
+        let mut by_shard: Vec<Vec<ConnId>> = vec![Vec::new(); self.shards.len()];
+        for id in ids {
+            by_shard[self.shard_of(*id)].push(*id);
+        }
+        for (shard, group) in self.shards.iter().zip(&by_shard) {
+            if group.is_empty() {
+                continue;
+            }
+            let shard = lock(shard);
+            for id in group {
+                if let Some(h) = shard.get(id).and_then(|e| e.handle.as_ref()) {
+                    f(*id, h);
+                }
+            }
+        }
+    }
+
     /// Every registered connection with its handle (if set), shard by shard.
     pub fn snapshot(&self) -> Vec<(ConnId, Option<H>)> {
         let mut out = Vec::new();
@@ -296,6 +319,24 @@ fn lookup(index: &Index, key: &str) -> Vec<ConnId> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn for_each_handle_visits_each_registered_connection_with_a_handle_once() {
+        let r: Registry<u64> = Registry::new(4);
+        let ids: Vec<_> = (0..10).map(|_| r.accept()).collect();
+        for id in &ids[..8] {
+            r.set_handle(*id, id.0 * 10).unwrap();
+        }
+        r.remove(ids[0]);
+        let mut seen = Vec::new();
+        r.for_each_handle(&ids, |id, h| seen.push((id, *h)));
+        seen.sort();
+        let want: Vec<_> = ids[1..8].iter().map(|id| (*id, id.0 * 10)).collect();
+        assert_eq!(
+            seen, want,
+            "removed and handle-less connections are skipped"
+        );
+    }
 
     // r[verify gateway.registry.track]
     #[test]

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use crate::accept::{AcceptPacer, AfterError};
 use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
@@ -55,7 +55,8 @@ pub enum StartError {
 /// What the server keeps per connection.
 #[derive(Clone)]
 pub(crate) struct ConnHandle {
-    queue: mpsc::Sender<Arc<str>>,
+    // tungstenite's shared text: one allocation per push, a reference count per recipient.
+    queue: mpsc::Sender<Utf8Bytes>,
     abort: AbortHandle,
 }
 
@@ -278,24 +279,25 @@ impl Gateway {
 
     // r[impl gateway.send-queue.slow-consumer]
     fn push(&self, ids: &[ConnId], text: &str) -> Delivery {
-        let text: Arc<str> = Arc::from(text);
+        let text = Utf8Bytes::from(text);
         let mut d = Delivery::default();
-        for id in ids {
-            let Some(h) = self.inner.registry.handle(*id) else {
-                continue;
-            };
+        let mut slow = Vec::new();
+        self.inner.registry.for_each_handle(ids, |id, h| {
             match h.queue.try_send(text.clone()) {
                 Ok(()) => d.queued += 1,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    // A full queue means the client is not reading: disconnect it rather than
-                    // buffer without bound or stall the other recipients.
-                    d.slow_consumers += 1;
-                    self.inner.stats.slow_consumer(*id);
-                    h.force_close();
-                }
+                // A full queue means the client is not reading: disconnect it rather than
+                // buffer without bound or stall the other recipients.
+                Err(mpsc::error::TrySendError::Full(_)) => slow.push((id, h.clone())),
                 // The connection is ending; its teardown is already under way.
                 Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
+        });
+        // Logged and closed once the shard locks are released: a log line is I/O, and the other
+        // connections of those shards must not wait on it to authenticate, join or tear down.
+        for (id, h) in slow {
+            d.slow_consumers += 1;
+            self.inner.stats.slow_consumer(id);
+            h.force_close();
         }
         d
     }
@@ -435,7 +437,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     admission: Result<Admission, Refusal>,
-    mut queue: mpsc::Receiver<Arc<str>>,
+    mut queue: mpsc::Receiver<Utf8Bytes>,
     go: oneshot::Receiver<()>,
 ) {
     let _teardown = Teardown {
@@ -558,11 +560,15 @@ async fn serve(
     inner: &Arc<Inner>,
     id: ConnId,
     ws: &mut Ws,
-    queue: &mut mpsc::Receiver<Arc<str>>,
+    queue: &mut mpsc::Receiver<Utf8Bytes>,
     admission: &mut Admission,
 ) -> Ending {
     let cfg = &inner.config;
     let mut drain = inner.drain_tx.subscribe();
+    // One future for the whole connection, not one per loop turn: re-creating `changed()` on
+    // every message registered and removed a waiter on the watch shared by all connections.
+    let signalled = async move { drain.wait_for(|s| s.is_some()).await.ok().and_then(|s| *s) };
+    tokio::pin!(signalled);
     let mut ping = tokio::time::interval_at(Instant::now() + cfg.ping_interval, cfg.ping_interval);
     ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let auth_deadline = tokio::time::sleep(cfg.auth_timeout);
@@ -570,17 +576,12 @@ async fn serve(
     let mut authed = false;
     let mut last_seen = Instant::now();
     loop {
-        let signal = *drain.borrow_and_update();
-        if let Some(signal) = signal {
-            return drain_connection(inner, id, ws, queue, signal).await;
-        }
         tokio::select! {
             biased;
-            changed = drain.changed() => {
-                if changed.is_err() {
-                    return Ending::Close(close::GOING_AWAY, "gateway stopped".into());
-                }
-            }
+            signal = &mut signalled => match signal {
+                Some(signal) => return drain_connection(inner, id, ws, queue, signal).await,
+                None => return Ending::Close(close::GOING_AWAY, "gateway stopped".into()),
+            },
             _ = &mut auth_deadline, if !authed => {
                 inner.stats.auth_failure();
                 return Ending::Close(close::POLICY, "authentication timeout".into());
@@ -597,10 +598,21 @@ async fn serve(
             }
             out = queue.recv() => match out {
                 Some(text) => {
-                    if let Err(e) = ws.send(Message::Text(text.as_ref().into())).await {
-                        if let Some(end) = on_error(e) { return end; }
-                    } else {
+                    // Send what is already queued behind it in the same turn (at most a queue's
+                    // worth): a burst then costs one pass of this select per connection, not one
+                    // per message.
+                    let mut next = Some(text);
+                    let mut budget = cfg.send_queue.max(1);
+                    while let Some(text) = next.take() {
+                        if let Err(e) = ws.send(Message::Text(text)).await {
+                            if let Some(end) = on_error(e) { return end; }
+                            break;
+                        }
                         inner.stats.message_out();
+                        budget -= 1;
+                        if budget > 0 {
+                            next = queue.try_recv().ok();
+                        }
                     }
                 }
                 None => return Ending::Gone,
@@ -746,11 +758,11 @@ async fn drain_connection(
     inner: &Arc<Inner>,
     id: ConnId,
     ws: &mut Ws,
-    queue: &mut mpsc::Receiver<Arc<str>>,
+    queue: &mut mpsc::Receiver<Utf8Bytes>,
     signal: DrainSignal,
 ) -> Ending {
     while let Ok(text) = queue.try_recv() {
-        match ws.feed(Message::Text(text.as_ref().into())).await {
+        match ws.feed(Message::Text(text)).await {
             Ok(()) => inner.stats.message_out(),
             // r[impl gateway.edge.buffers]
             // The channel is fine, the message is not: its recipient is told with 1009, as

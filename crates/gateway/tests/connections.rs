@@ -232,3 +232,101 @@ async fn quiet_clients_that_answer_pings_stay_and_silent_ones_are_closed() {
     let (code, why) = close_code_of(&mut silent).await;
     assert_eq!((code, why.as_str()), (1000, "idle timeout"));
 }
+
+/// A subscriber that, on each event, asks another thread to count the gateway's connections
+/// (which takes every registry shard lock) and records whether that count was kept waiting:
+/// an event logged while the pushing thread holds a shard lock.
+struct LockProbe {
+    gateway: holdfast_gateway::Gateway,
+    events: std::sync::atomic::AtomicUsize,
+    blocked: std::sync::atomic::AtomicUsize,
+}
+
+impl tracing::Subscriber for LockProbe {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.events.fetch_add(1, SeqCst);
+        let gateway = self.gateway.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Another thread, so a held lock delays it rather than deadlocking this one.
+        std::thread::spawn(move || {
+            let _ = tx.send(gateway.connections());
+        });
+        if rx.recv_timeout(Duration::from_millis(500)).is_err() {
+            self.blocked.fetch_add(1, SeqCst);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// r[verify gateway.send-queue.slow-consumer]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_reported_and_closed_with_no_registry_lock_held() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut c = config("a");
+    c.send_queue = 1;
+    let node = start(c).await;
+    let _slow = member(&node.gateway, "slow", "lobby").await; // never reads
+    let probe = Arc::new(LockProbe {
+        gateway: node.gateway.clone(),
+        events: Default::default(),
+        blocked: Default::default(),
+    });
+    let gateway = node.gateway.clone();
+    let on_thread = probe.clone();
+    // The pushes run on a thread of their own, whose events alone go to the probe.
+    let slow = std::thread::spawn(move || {
+        let _guard = tracing::subscriber::set_default(ArcSubscriber(on_thread));
+        let big = "y".repeat(64 * 1024);
+        (0..4000)
+            .map(|_| gateway.push_room_local("lobby", &big).slow_consumers)
+            .find(|s| *s > 0)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(slow, Some(1), "the silent member became a slow consumer");
+    assert!(probe.events.load(SeqCst) >= 1, "the disconnect was logged");
+    assert_eq!(
+        probe.blocked.load(SeqCst),
+        0,
+        "the slow consumer was logged while a registry lock was held"
+    );
+    eventually("slow consumer gone", || node.gateway.connections() == 0).await;
+}
+
+/// Lends an `Arc`'d subscriber to `set_default`, which wants it by value.
+struct ArcSubscriber(std::sync::Arc<LockProbe>);
+
+impl tracing::Subscriber for ArcSubscriber {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        self.0.enabled(m)
+    }
+    fn new_span(&self, a: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        self.0.new_span(a)
+    }
+    fn record(&self, s: &tracing::span::Id, r: &tracing::span::Record<'_>) {
+        self.0.record(s, r)
+    }
+    fn record_follows_from(&self, s: &tracing::span::Id, f: &tracing::span::Id) {
+        self.0.record_follows_from(s, f)
+    }
+    fn event(&self, e: &tracing::Event<'_>) {
+        self.0.event(e)
+    }
+    fn enter(&self, s: &tracing::span::Id) {
+        self.0.enter(s)
+    }
+    fn exit(&self, s: &tracing::span::Id) {
+        self.0.exit(s)
+    }
+}
