@@ -52,6 +52,9 @@ pub struct Config {
     /// `[forward]`: UDP forwards over QUIC. The module runs only when the section is present.
     #[serde(default, skip_serializing)]
     pub forward: Option<Spanned<ForwardSection>>,
+    /// `[gateway]`: the WebSocket gateway. The module runs only when the section is present.
+    #[serde(default, skip_serializing)]
+    pub gateway: Option<Spanned<crate::gateway_config::GatewaySection>>,
     /// `[testing]`: test-only modules for the binary's own tests. Only in builds with the
     /// `testing-modules` feature; elsewhere `[testing]` is an unknown section.
     #[cfg(feature = "testing-modules")]
@@ -706,6 +709,11 @@ impl Config {
         }
         if let Some(forward) = &self.forward {
             validate_forward(loc, forward)?;
+        }
+        if let Some(gateway) = &self.gateway {
+            crate::gateway_config::validate(gateway, &|span, key, message| {
+                loc.at(span, key, message)
+            })?;
         }
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {

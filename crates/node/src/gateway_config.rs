@@ -1,0 +1,258 @@
+//! The `[gateway]` section: the WebSocket gateway as the node runs it, mapped onto
+//! holdfast-gateway's [`GatewayConfig`].
+//!
+//! The token key (the HMAC secret client tokens are signed with) is read from a file checked like
+//! the admin token file (a regular 0600 file, not a symlink, not empty), at validation and again at
+//! each start of the module, so a rotated key is picked up by a restart; it never appears in any
+//! output.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use holdfast_gateway::{CloseChoice, GatewayConfig, TokenKey};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::config::ConfigError;
+use crate::duration::ConfigDuration;
+
+/// The shortest token key accepted (bytes): a shorter HMAC secret is guessable.
+pub const MIN_TOKEN_KEY_LEN: usize = 16;
+
+/// `[gateway]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    /// The TCP address clients connect to (port 0 picks one; `/v1/gateway` names it).
+    pub listen: Spanned<SocketAddr>,
+    /// This replica's id in the cluster (default: the node id).
+    #[serde(default)]
+    pub replica_id: Option<Spanned<String>>,
+    /// The address the service registry advertises (default: the bound address).
+    #[serde(default)]
+    pub advertise: Option<Spanned<String>>,
+    /// The file holding the HMAC secret client tokens are signed with (mode 0600 or stricter).
+    pub token_key_file: Spanned<PathBuf>,
+    /// The largest message (and frame) a client may send, in bytes (default 65536).
+    #[serde(default)]
+    pub max_message_size: Option<Spanned<usize>>,
+    /// Messages queued per connection before it counts as a slow consumer (default 64).
+    #[serde(default)]
+    pub send_queue: Option<Spanned<usize>>,
+    /// How often the server pings (default 20 s).
+    #[serde(default)]
+    pub ping_interval: Option<Spanned<ConfigDuration>>,
+    /// A connection from which nothing arrived for this long is closed (default 60 s).
+    #[serde(default)]
+    pub idle_timeout: Option<Spanned<ConfigDuration>>,
+    /// `[gateway.drain]`.
+    #[serde(default)]
+    pub drain: DrainSection,
+}
+
+/// `[gateway.drain]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainSection {
+    /// The cap on the whole drain (default 5 s; the stop plan's share for the gateway group caps
+    /// it too).
+    #[serde(default)]
+    pub total: Option<Spanned<ConfigDuration>>,
+    /// Which close code the drain sends (default `"from-reason"`).
+    #[serde(default)]
+    pub close: Option<Spanned<CloseSetting>>,
+    /// The Retry-After sent with a 503 to upgrades refused while draining (default 2 s; whole
+    /// seconds, rounded up).
+    #[serde(default)]
+    pub retry_after: Option<Spanned<ConfigDuration>>,
+}
+
+/// `gateway.drain.close`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CloseSetting {
+    /// 1012 when the node restarts (`holdfast drain --restart`), 1001 when it shuts down
+    /// (SIGTERM, SIGINT, `holdfast drain`).
+    #[default]
+    FromReason,
+    /// Always 1012 (Service Restart) with a reconnect hint.
+    Restart,
+    /// Always 1001 (Going Away).
+    GoingAway,
+}
+
+impl From<CloseSetting> for CloseChoice {
+    fn from(c: CloseSetting) -> Self {
+        match c {
+            CloseSetting::FromReason => CloseChoice::FromReason,
+            CloseSetting::Restart => CloseChoice::Restart,
+            CloseSetting::GoingAway => CloseChoice::GoingAway,
+        }
+    }
+}
+
+fn value<T: Copy>(v: &Option<Spanned<T>>, default: T) -> T {
+    v.as_ref().map_or(default, |v| *v.get_ref())
+}
+
+fn duration(v: &Option<Spanned<ConfigDuration>>, default: Duration) -> Duration {
+    v.as_ref().map_or(default, |v| v.get_ref().get())
+}
+
+// i[impl node.gateway.token-key]
+/// Reads the token key: the file checked as the admin token file is (a regular file, not a
+/// symlink, mode 0600 or stricter, not empty), its text trimmed, at least
+/// [`MIN_TOKEN_KEY_LEN`] bytes.
+pub fn read_token_key(path: &Path) -> Result<TokenKey, String> {
+    let token = crate::admin::token::read(path)?;
+    let secret = token.expose();
+    if secret.len() < MIN_TOKEN_KEY_LEN {
+        return Err(format!(
+            "token key file {} holds {} bytes; a key needs at least {MIN_TOKEN_KEY_LEN} \
+             (e.g. `head -c 32 /dev/urandom | base64 > FILE`)",
+            path.display(),
+            secret.len()
+        ));
+    }
+    Ok(TokenKey::new(secret.as_bytes().to_vec()))
+}
+
+impl GatewaySection {
+    /// holdfast-gateway's config for this section: `node_id` is the default replica id.
+    pub fn gateway_config(&self, node_id: &str, key: TokenKey) -> GatewayConfig {
+        let replica_id = self
+            .replica_id
+            .as_ref()
+            .map_or_else(|| node_id.to_owned(), |r| r.get_ref().clone());
+        let mut c = GatewayConfig::new(*self.listen.get_ref(), replica_id, key);
+        c.advertise = self.advertise.as_ref().map(|a| a.get_ref().clone());
+        c.max_message_size = value(&self.max_message_size, c.max_message_size);
+        // A frame can never carry more than the message it belongs to.
+        c.max_frame_size = c.max_message_size;
+        c.send_queue = value(&self.send_queue, c.send_queue);
+        c.ping_interval = duration(&self.ping_interval, c.ping_interval);
+        c.idle_timeout = duration(&self.idle_timeout, c.idle_timeout);
+        c.drain.total = duration(&self.drain.total, c.drain.total);
+        c.drain.close = value(&self.drain.close, CloseSetting::FromReason).into();
+        if let Some(r) = &self.drain.retry_after {
+            c.drain.retry_after_secs = retry_after_secs(r.get_ref().get());
+        }
+        c
+    }
+}
+
+fn retry_after_secs(d: Duration) -> u32 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
+/// The largest `max_message_size` accepted (bytes).
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+/// The largest `send_queue` accepted.
+pub const MAX_SEND_QUEUE: usize = 65_536;
+
+type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
+
+// i[impl node.gateway.config]
+/// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
+/// and durations in range; an idle timeout longer than the ping interval.
+pub fn validate(section: &Spanned<GatewaySection>, at: At<'_>) -> Result<(), ConfigError> {
+    let g = section.get_ref();
+    if let Some(id) = &g.replica_id {
+        if id.get_ref().trim().is_empty() {
+            return Err(at(
+                Some(id.span()),
+                "gateway.replica_id",
+                "must not be empty (remove it to use the node id)".into(),
+            ));
+        }
+    }
+    if let Some(a) = &g.advertise {
+        if a.get_ref().trim().is_empty() {
+            return Err(at(
+                Some(a.span()),
+                "gateway.advertise",
+                "must not be empty (remove it to advertise the bound address)".into(),
+            ));
+        }
+    }
+    if let Err(message) = read_token_key(g.token_key_file.get_ref()) {
+        return Err(at(
+            Some(g.token_key_file.span()),
+            "gateway.token_key_file",
+            message,
+        ));
+    }
+    if let Some(size) = &g.max_message_size {
+        if !(1..=MAX_MESSAGE_SIZE).contains(size.get_ref()) {
+            return Err(at(
+                Some(size.span()),
+                "gateway.max_message_size",
+                format!("must be between 1 and {MAX_MESSAGE_SIZE} bytes"),
+            ));
+        }
+    }
+    if let Some(queue) = &g.send_queue {
+        if !(1..=MAX_SEND_QUEUE).contains(queue.get_ref()) {
+            return Err(at(
+                Some(queue.span()),
+                "gateway.send_queue",
+                format!("must be between 1 and {MAX_SEND_QUEUE}"),
+            ));
+        }
+    }
+    for (key, d) in [
+        ("gateway.ping_interval", &g.ping_interval),
+        ("gateway.idle_timeout", &g.idle_timeout),
+        ("gateway.drain.total", &g.drain.total),
+        ("gateway.drain.retry_after", &g.drain.retry_after),
+    ] {
+        if let Some(d) = d {
+            if d.get_ref().get().is_zero() {
+                return Err(at(Some(d.span()), key, "must be longer than zero".into()));
+            }
+        }
+    }
+    let defaults = GatewayConfig::new(*g.listen.get_ref(), "-", TokenKey::new(Vec::<u8>::new()));
+    let ping = duration(&g.ping_interval, defaults.ping_interval);
+    let idle = duration(&g.idle_timeout, defaults.idle_timeout);
+    if idle <= ping {
+        let span = g
+            .idle_timeout
+            .as_ref()
+            .or(g.ping_interval.as_ref())
+            .map(Spanned::span);
+        return Err(at(
+            span,
+            "gateway.idle_timeout",
+            format!(
+                "must be longer than gateway.ping_interval ({ping:?}): a client answering every \
+                 ping would still be closed as idle"
+            ),
+        ));
+    }
+    if let Some(total) = &g.drain.total {
+        if total.get_ref().get() > Duration::from_secs(600) {
+            return Err(at(
+                Some(total.span()),
+                "gateway.drain.total",
+                "must be at most 10m".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+    }
+}

@@ -1,0 +1,280 @@
+//! The gateway module: the node's one adapter over holdfast-gateway.
+//!
+//! Each start reads the token key file (a rotated key is picked up by a restart), starts the
+//! gateway on the single-node memory registry and routing map, and publishes it in the node's
+//! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
+//! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
+//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use holdfast_gateway::{
+    DrainReport, Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, Replica, RoutingMap,
+    ServiceRegistry, StatsSnapshot,
+};
+use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
+use serde::Serialize;
+
+use crate::module::{Module, StartError, Started, StopGroup};
+use crate::modules::hosted::spawn_hosted;
+use crate::slot::Slot;
+
+/// The module's name.
+pub const NAME: &str = "gateway";
+
+#[derive(Default)]
+struct ViewState {
+    configured: bool,
+    current: Option<Gateway>,
+    /// Counters of the instances before the current one (so the node's totals only grow).
+    before: StatsSnapshot,
+    draining: bool,
+    last_drain: Option<DrainReport>,
+}
+
+/// The node's view of its gateway: the instance running now (kept after its drain, so the drain
+/// stays visible until the process exits), and the last drain's report. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct GatewayView(Arc<Mutex<ViewState>>);
+
+impl std::fmt::Debug for GatewayView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayView").finish_non_exhaustive()
+    }
+}
+
+/// `GET /v1/gateway`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewayStatus {
+    /// The replica as registered.
+    pub replica: Replica,
+    /// Whether the gateway takes new clients (false from the first step of a drain on).
+    pub ready: bool,
+    /// A drain has begun.
+    pub draining: bool,
+    /// Connections open now, authenticated or not.
+    pub connections: usize,
+    /// Connections open now that have authenticated.
+    pub authenticated: usize,
+    /// Text messages received from clients since the node started.
+    pub messages_in: u64,
+    /// Text messages sent to clients since the node started.
+    pub messages_out: u64,
+    /// Connections disconnected as slow consumers since the node started.
+    pub slow_consumer_drops: u64,
+    /// The last drain's report, once there was one.
+    pub last_drain: Option<DrainReport>,
+}
+
+/// Why the admin API cannot reach the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unavailable {
+    /// No `[gateway]` section.
+    NotConfigured,
+    /// Configured, not running now (starting, or waiting to restart).
+    Down,
+}
+
+fn add(a: StatsSnapshot, b: StatsSnapshot) -> StatsSnapshot {
+    StatsSnapshot {
+        accepted: a.accepted + b.accepted,
+        accept_errors: a.accept_errors + b.accept_errors,
+        refused_draining: a.refused_draining + b.refused_draining,
+        auth_failures: a.auth_failures + b.auth_failures,
+        messages_in: a.messages_in + b.messages_in,
+        messages_out: a.messages_out + b.messages_out,
+        slow_consumer_drops: a.slow_consumer_drops + b.slow_consumer_drops,
+        routing_errors: a.routing_errors + b.routing_errors,
+        close_frames_sent: a.close_frames_sent + b.close_frames_sent,
+        idle_closed: a.idle_closed + b.idle_closed,
+    }
+}
+
+impl GatewayView {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the gateway configured (the node has a `[gateway]` section).
+    pub fn configure(&self) {
+        self.lock().configured = true;
+    }
+
+    /// Whether the node has a `[gateway]` section.
+    pub fn configured(&self) -> bool {
+        self.lock().configured
+    }
+
+    /// Publishes a newly started instance (the previous one's counters are kept in the totals).
+    pub fn started(&self, gateway: Gateway) {
+        let mut s = self.lock();
+        if let Some(old) = s.current.take() {
+            s.before = add(s.before, old.stats());
+        }
+        s.current = Some(gateway);
+        s.draining = false;
+    }
+
+    /// The gateway running now.
+    pub fn current(&self) -> Result<Gateway, Unavailable> {
+        let s = self.lock();
+        match (&s.current, s.configured) {
+            (Some(g), _) => Ok(g.clone()),
+            (None, true) => Err(Unavailable::Down),
+            (None, false) => Err(Unavailable::NotConfigured),
+        }
+    }
+
+    // r[impl node.gateway.readyz]
+    /// Whether the gateway lets the node be ready: no `[gateway]` section, or a running gateway
+    /// that is ready (not draining).
+    pub fn ready(&self) -> bool {
+        let s = self.lock();
+        !s.configured || s.current.as_ref().is_some_and(Gateway::is_ready)
+    }
+
+    /// The counters since the node started (every instance's).
+    pub fn totals(&self) -> Option<StatsSnapshot> {
+        let s = self.lock();
+        s.current.as_ref().map(|g| add(s.before, g.stats()))
+    }
+
+    /// The last drain's report.
+    pub fn last_drain(&self) -> Option<DrainReport> {
+        self.lock().last_drain.clone()
+    }
+
+    /// What `GET /v1/gateway` answers.
+    pub fn status(&self) -> Result<GatewayStatus, Unavailable> {
+        let gateway = self.current()?;
+        let s = self.lock();
+        let totals = add(s.before, gateway.stats());
+        Ok(GatewayStatus {
+            replica: gateway.replica().clone(),
+            ready: gateway.is_ready(),
+            draining: s.draining,
+            connections: gateway.connections(),
+            authenticated: gateway.authenticated(),
+            messages_in: totals.messages_in,
+            messages_out: totals.messages_out,
+            slow_consumer_drops: totals.slow_consumer_drops,
+            last_drain: s.last_drain.clone(),
+        })
+    }
+
+    fn drain_began(&self) {
+        self.lock().draining = true;
+    }
+
+    fn drained(&self, report: DrainReport) {
+        self.lock().last_drain = Some(report);
+    }
+}
+
+/// A running gateway as the module's task holds it: stopping it drains it.
+struct RunningGateway {
+    gateway: Gateway,
+    view: GatewayView,
+}
+
+// r[impl node.gateway.stop]
+impl Stopper for RunningGateway {
+    fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
+        Box::pin(async move {
+            self.view.drain_began();
+            let report = self
+                .gateway
+                .drain(request.reason, Some(request.deadline))
+                .await;
+            let problems = report.problems.clone();
+            self.view.drained(report);
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(StopError(problems.join("; ")))
+            }
+        })
+    }
+}
+
+/// The `[gateway]` section as the node runs it.
+#[derive(Clone)]
+pub struct GatewayModule {
+    /// holdfast-gateway's config, its token key replaced at each start by the file's.
+    pub config: GatewayConfig,
+    /// The token key file, read at each start.
+    pub token_key_file: PathBuf,
+    /// The service registry (single node: in memory, kept across restarts).
+    pub registry: Arc<dyn ServiceRegistry>,
+    /// The routing map (single node: in memory, kept across restarts).
+    pub routing: Arc<dyn RoutingMap>,
+    /// Where the running gateway is published.
+    pub view: GatewayView,
+    slot: Slot<RunningGateway>,
+}
+
+impl std::fmt::Debug for GatewayModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is redacted by TokenKey's own Debug.
+        f.debug_struct("GatewayModule")
+            .field("listen", &self.config.listen)
+            .field("replica_id", &self.config.replica_id)
+            .field("token_key_file", &self.token_key_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayModule {
+    /// The module for a validated `[gateway]` section, on the single-node memory backends.
+    pub fn new(
+        section: &crate::gateway_config::GatewaySection,
+        node_id: &str,
+        view: GatewayView,
+    ) -> Self {
+        view.configure();
+        let token_key_file = section.token_key_file.get_ref().clone();
+        // The real key is read at each start; this placeholder is never used to verify.
+        let config = section.gateway_config(node_id, holdfast_gateway::TokenKey::new(Vec::new()));
+        GatewayModule {
+            config,
+            token_key_file,
+            registry: Arc::new(MemoryRegistry::new()),
+            routing: Arc::new(MemoryRouting::new()),
+            view,
+            slot: Slot::default(),
+        }
+    }
+}
+
+// r[impl node.gateway.module]
+impl Module for GatewayModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn group(&self) -> StopGroup {
+        StopGroup::Gateway
+    }
+
+    fn start(&self) -> Result<Started, StartError> {
+        let key =
+            crate::gateway_config::read_token_key(&self.token_key_file).map_err(StartError)?;
+        let mut config = self.config.clone();
+        config.token_key = key;
+        let (registry, routing, view) = (
+            self.registry.clone(),
+            self.routing.clone(),
+            self.view.clone(),
+        );
+        Ok(spawn_hosted(self.slot.clone(), async move {
+            let gateway = Gateway::start(config, registry, routing)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
+                "gateway accepting");
+            view.started(gateway.clone());
+            Ok(RunningGateway { gateway, view })
+        }))
+    }
+}
