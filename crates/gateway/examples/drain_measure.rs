@@ -28,7 +28,10 @@ async fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(10);
     let key = TokenKey::new(b"measure".to_vec());
-    let config = GatewayConfig::new("127.0.0.1:0".parse().unwrap(), "a", key.clone());
+    let mut config = GatewayConfig::new("127.0.0.1:0".parse().unwrap(), "a", key.clone());
+    // Every client comes from 127.0.0.1: the per-address limit would refuse all but 256.
+    config.per_ip_limit = 0;
+    config.unauthenticated_limit = 0;
     let gateway = Gateway::start(
         config,
         Arc::new(MemoryRegistry::new()),

@@ -3,6 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+
+use crate::tls::TlsFiles;
 use crate::token::TokenKey;
 
 /// Which close code a drain sends.
@@ -88,6 +91,24 @@ pub struct GatewayConfig {
     pub shards: usize,
     /// The drain.
     pub drain: DrainConfig,
+    /// tungstenite's cap on a connection's write buffer: a frame that would grow it past this
+    /// cannot be sent (must be greater than `write_buffer`).
+    pub max_write_buffer: usize,
+    /// Serve `wss://` with this certificate chain and key (PEM files, re-read when they change);
+    /// `None` serves plain `ws://`.
+    pub tls: Option<TlsFiles>,
+    /// The shortest time between two checks of the TLS files for a change; a check runs when a
+    /// connection arrives and this long has passed since the last one (zero: on every
+    /// connection).
+    pub tls_check_interval: Duration,
+    /// Open connections allowed per source address, authenticated or not (0: no limit).
+    pub per_ip_limit: usize,
+    /// Connections allowed in total that have not yet authenticated (0: no limit).
+    pub unauthenticated_limit: usize,
+    /// How long a connection refused for a limit has to send its upgrade request and take the
+    /// 503 before it is dropped (capped by `handshake_timeout`): a flood past the limits does not
+    /// hold sockets for the whole handshake timeout.
+    pub refusal_timeout: Duration,
 }
 
 impl GatewayConfig {
@@ -110,6 +131,94 @@ impl GatewayConfig {
             close_timeout: Duration::from_secs(2),
             shards: 16,
             drain: DrainConfig::default(),
+            max_write_buffer: 1024 * 1024,
+            tls: None,
+            tls_check_interval: Duration::from_secs(1),
+            per_ip_limit: 256,
+            unauthenticated_limit: 1024,
+            refusal_timeout: Duration::from_secs(1),
         }
+    }
+}
+
+/// A configuration the gateway cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// tungstenite needs room for at least one frame beyond its write buffer target.
+    #[error("max_write_buffer ({max}) must be greater than write_buffer ({target})")]
+    WriteBuffer {
+        /// `max_write_buffer`.
+        max: usize,
+        /// `write_buffer`.
+        target: usize,
+    },
+}
+
+impl GatewayConfig {
+    /// Rejects settings tungstenite would panic on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_write_buffer <= self.write_buffer {
+            return Err(ConfigError::WriteBuffer {
+                max: self.max_write_buffer,
+                target: self.write_buffer,
+            });
+        }
+        Ok(())
+    }
+
+    /// tungstenite's settings for each connection: the buffers and size limits configured here,
+    /// never its defaults (a 128 KiB read buffer per idle connection, an unbounded write buffer).
+    // r[impl gateway.edge.buffers]
+    pub(crate) fn websocket(&self) -> WebSocketConfig {
+        WebSocketConfig::default()
+            .read_buffer_size(self.read_buffer)
+            .write_buffer_size(self.write_buffer)
+            .max_write_buffer_size(self.max_write_buffer)
+            .max_message_size(Some(self.max_message_size))
+            .max_frame_size(Some(self.max_frame_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> GatewayConfig {
+        GatewayConfig::new(
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            "a",
+            TokenKey::new(b"k".to_vec()),
+        )
+    }
+
+    // r[verify gateway.edge.buffers]
+    #[test]
+    fn tungstenite_gets_the_configured_buffers_not_its_defaults() {
+        let mut c = config();
+        c.read_buffer = 2048;
+        c.write_buffer = 512;
+        c.max_write_buffer = 256 * 1024;
+        c.max_message_size = 10_000;
+        c.max_frame_size = 5_000;
+        let ws = c.websocket();
+        assert_eq!(ws.read_buffer_size, 2048);
+        assert_eq!(ws.write_buffer_size, 512);
+        assert_eq!(ws.max_write_buffer_size, 256 * 1024);
+        assert_eq!(ws.max_message_size, Some(10_000));
+        assert_eq!(ws.max_frame_size, Some(5_000));
+        // The defaults are sized for many idle connections.
+        let d = config().websocket();
+        let tungstenite = WebSocketConfig::default();
+        assert!(d.read_buffer_size <= 4096 && d.read_buffer_size < tungstenite.read_buffer_size);
+        assert!(d.max_write_buffer_size < tungstenite.max_write_buffer_size);
+        assert_eq!(config().validate(), Ok(()));
+        c.max_write_buffer = 512;
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::WriteBuffer {
+                max: 512,
+                target: 512
+            })
+        );
     }
 }

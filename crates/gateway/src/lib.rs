@@ -15,12 +15,17 @@
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest
 //!   force-closed; the routing entries it owns compare-and-deleted — all inside one cap.
 //!
+//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change, per-address
+//!   and unauthenticated connection limits enforced before the upgrade, and an accept loop paced
+//!   on holdfast-retry's back-off.
+//!
 //! Every behaviour is a rule under `gateway.*` in `docs/spec/runtime.md`. The README follows.
 //!
 #![doc = include_str!("../README.md")]
 
 pub mod backoff;
 pub mod bus;
+mod accept;
 pub mod cluster;
 pub mod cluster_config;
 pub mod config;
@@ -29,6 +34,7 @@ pub mod drain;
 #[cfg(feature = "etcd")]
 pub mod etcd_registry;
 mod membership;
+mod limits;
 pub mod protocol;
 pub mod redis_bus;
 mod redis_conn;
@@ -36,6 +42,7 @@ pub mod redis_routing;
 pub mod registry;
 mod server;
 pub mod stats;
+pub mod tls;
 pub mod token;
 
 pub use bus::{BusMessage, BusStats, BusSubscription, ClusterBus, MemoryBus};
@@ -44,7 +51,7 @@ pub use cluster::{
     ServiceRegistry,
 };
 pub use cluster_config::{ClusterConfig, connect_cluster};
-pub use config::{CloseChoice, DrainConfig, GatewayConfig};
+pub use config::{CloseChoice, ConfigError, DrainConfig, GatewayConfig};
 pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 #[cfg(feature = "etcd")]
@@ -56,4 +63,5 @@ pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;
+pub use tls::{TlsError, TlsFiles, TlsReload};
 pub use token::{TokenError, TokenKey};

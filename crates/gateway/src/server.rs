@@ -13,18 +13,25 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::server::Callback;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
+use crate::accept::{AcceptPacer, AfterError};
 use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
-use crate::config::GatewayConfig;
+use crate::config::{ConfigError, GatewayConfig};
+use crate::limits::{Admission, Limits, Refusal};
 use crate::protocol::{ClientMessage, close};
 use crate::registry::{ConnId, Registry};
 use crate::stats::Stats;
+use crate::tls::{Stream, Tls, TlsError, TlsReload};
 use crate::token::TokenError;
+
+/// A client's WebSocket, over plain TCP or TLS.
+pub(crate) type Ws = WebSocketStream<Stream>;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +44,12 @@ pub enum StartError {
         /// The error.
         source: std::io::Error,
     },
+    /// The TLS certificate pair is unusable (the error names the file).
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// The configuration is inconsistent.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
 }
 
 /// What the server keeps per connection.
@@ -76,6 +89,8 @@ pub(crate) struct Inner {
     pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) drain_lock: tokio::sync::Mutex<Option<crate::drain::DrainReport>>,
     pub(crate) membership: crate::membership::Membership,
+    pub(crate) limits: Arc<Limits>,
+    pub(crate) tls: Option<Tls>,
 }
 
 /// A running gateway. Cheap to clone.
@@ -124,6 +139,7 @@ impl Gateway {
             bus,
             seed,
         } = cluster;
+        let (limits, tls) = edge(&config)?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -165,6 +181,8 @@ impl Gateway {
                 bus,
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
+            limits,
+            tls,
         });
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
         *lock(&inner.accept_task) = Some(task);
@@ -214,6 +232,21 @@ impl Gateway {
     /// The counters.
     pub fn stats(&self) -> crate::stats::StatsSnapshot {
         self.inner.stats.snapshot()
+    }
+
+    /// Connections admitted that have not authenticated yet.
+    pub fn unauthenticated(&self) -> usize {
+        self.inner.limits.unauthenticated()
+    }
+
+    /// Checks the TLS files now (instead of at the next connection after the check interval):
+    /// a changed, usable pair is served to new connections from here on; open connections keep
+    /// theirs. The node calls this when the issuance module renews the certificate.
+    pub fn reload_tls(&self) -> TlsReload {
+        match &self.inner.tls {
+            None => TlsReload::Off,
+            Some(tls) => tls.store.refresh(&self.inner.stats, Instant::now(), true),
+        }
     }
 
     /// Ends the gateway the way a killed process would: it stops accepting and drops every
@@ -267,21 +300,39 @@ impl Gateway {
     }
 }
 
+/// The limits and the TLS acceptor, checked before anything is bound or registered.
+fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError> {
+    config.validate()?;
+    let limits = Limits::new(config.per_ip_limit, config.unauthenticated_limit);
+    let tls = match &config.tls {
+        Some(files) => Some(Tls::new(files.clone(), config.tls_check_interval)?),
+        None => None,
+    };
+    Ok((limits, tls))
+}
+
 async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let mut pacer = AcceptPacer::new(&inner.replica.id);
     loop {
         tokio::select! {
             _ = stopped(&mut stop) => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => spawn_connection(&inner, stream, peer),
-                Err(e) => match holdfast_retry::classify::io(&e) {
-                    // One failed accept (a reset before accept, a short of descriptors): report,
-                    // pace briefly so a persistent condition does not spin, go on.
-                    Class::Item | Class::Transient => {
+                Ok((stream, peer)) => {
+                    pacer.accepted();
+                    spawn_connection(&inner, stream, peer);
+                }
+                Err(e) => match pacer.failed(&e) {
+                    // One failed accept, or a shortage such as EMFILE: report, back off so a
+                    // persistent condition does not spin, go on. A stop ends the pause.
+                    AfterError::Pause(pause) => {
                         inner.stats.accept_error();
-                        tracing::warn!(replica = %inner.replica.id, error = %e, "accept failed; continuing");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        tracing::warn!(replica = %inner.replica.id, error = %e, ?pause, "accept failed; continuing");
+                        tokio::select! {
+                            _ = stopped(&mut stop) => break,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
                     }
-                    Class::Fatal => {
+                    AfterError::Stop => {
                         tracing::error!(replica = %inner.replica.id, error = %e, "listener lost; no longer accepting");
                         break;
                     }
@@ -301,7 +352,16 @@ fn spawn_connection(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
     inner.stats.accepted();
     let (queue, queue_rx) = mpsc::channel(inner.config.send_queue.max(1));
     let (go, go_rx) = oneshot::channel();
-    let task = tokio::spawn(connection(inner.clone(), id, stream, peer, queue_rx, go_rx));
+    let admission = inner.limits.admit(peer.ip());
+    let task = tokio::spawn(connection(
+        inner.clone(),
+        id,
+        stream,
+        peer,
+        admission,
+        queue_rx,
+        go_rx,
+    ));
     let handle = ConnHandle {
         queue,
         abort: task.abort_handle(),
@@ -373,6 +433,7 @@ async fn connection(
     id: ConnId,
     stream: TcpStream,
     peer: SocketAddr,
+    admission: Result<Admission, Refusal>,
     mut queue: mpsc::Receiver<Arc<str>>,
     go: oneshot::Receiver<()>,
 ) {
@@ -380,15 +441,18 @@ async fn connection(
         inner: inner.clone(),
         id,
     };
+    // Declared after the teardown so it is dropped first: a connection gone from the registry
+    // no longer holds its place under the limits.
+    let admission = admission;
     if go.await.is_err() {
         return;
     }
     let cfg = &inner.config;
-    let ws_config = WebSocketConfig::default()
-        .read_buffer_size(cfg.read_buffer)
-        .write_buffer_size(cfg.write_buffer)
-        .max_message_size(Some(cfg.max_message_size))
-        .max_frame_size(Some(cfg.max_frame_size));
+    let refused = admission.as_ref().err().copied();
+    if let Some(over) = refused {
+        // Counted at accept, so a refused socket that never sends its request counts too.
+        inner.stats.refused_limit(over);
+    }
     let gate = inner.clone();
     // The callback's signature is tungstenite's; its error type is not ours to shrink.
     #[allow(clippy::result_large_err)]
@@ -397,11 +461,17 @@ async fn connection(
             gate.stats.refused();
             return Err(refusal(gate.config.drain.retry_after_secs));
         }
+        if let Some(over) = refused {
+            return Err(limit_refusal(over, gate.config.drain.retry_after_secs));
+        }
         Ok(resp)
     };
-    let handshake =
-        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(ws_config));
-    let mut ws = match tokio::time::timeout(cfg.handshake_timeout, handshake).await {
+    let handshake = upgrade(&inner, stream, callback);
+    let window = match refused {
+        Some(_) => cfg.handshake_timeout.min(cfg.refusal_timeout),
+        None => cfg.handshake_timeout,
+    };
+    let mut ws = match tokio::time::timeout(window, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             tracing::debug!(conn = %id, %peer, error = %e, "handshake failed");
@@ -412,7 +482,9 @@ async fn connection(
             return;
         }
     };
-    let ending = serve(&inner, id, &mut ws, &mut queue).await;
+    // Refused connections never reach this point: their upgrade was answered with 503.
+    let Ok(mut admission) = admission else { return };
+    let ending = serve(&inner, id, &mut ws, &mut queue, &mut admission).await;
     if let Ending::Close(code, reason) = ending {
         let _ = ws
             .send(Message::Close(Some(CloseFrame {
@@ -429,6 +501,48 @@ async fn connection(
     }
 }
 
+/// Why a connection did not complete its upgrade (logged at debug level).
+#[derive(Debug, thiserror::Error)]
+enum UpgradeError {
+    #[error("TLS handshake: {0}")]
+    Tls(std::io::Error),
+    #[error("WebSocket handshake: {0}")]
+    Ws(WsError),
+}
+
+/// The TLS handshake (when configured), then the WebSocket upgrade with the configured buffers.
+async fn upgrade<C: Callback + Unpin>(
+    inner: &Arc<Inner>,
+    tcp: TcpStream,
+    callback: C,
+) -> Result<Ws, UpgradeError> {
+    let stream = match &inner.tls {
+        Some(tls) => tls
+            .accept(&inner.stats, tcp)
+            .await
+            .map_err(UpgradeError::Tls)?,
+        None => Stream::Plain(tcp),
+    };
+    tokio_tungstenite::accept_hdr_async_with_config(
+        stream,
+        callback,
+        Some(inner.config.websocket()),
+    )
+    .await
+    .map_err(UpgradeError::Ws)
+}
+
+/// The 503 for a connection over a limit: refused before the upgrade, told when to retry.
+// r[impl gateway.edge.limits]
+fn limit_refusal(over: Refusal, retry_after_secs: u32) -> ErrorResponse {
+    let mut resp = ErrorResponse::new(Some(over.reason().to_owned()));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    if let Ok(v) = retry_after_secs.to_string().parse() {
+        resp.headers_mut().insert("retry-after", v);
+    }
+    resp
+}
+
 // r[impl gateway.drain.refuse]
 fn refusal(retry_after_secs: u32) -> ErrorResponse {
     let mut resp = ErrorResponse::new(Some("draining".to_owned()));
@@ -442,8 +556,9 @@ fn refusal(retry_after_secs: u32) -> ErrorResponse {
 async fn serve(
     inner: &Arc<Inner>,
     id: ConnId,
-    ws: &mut WebSocketStream<TcpStream>,
+    ws: &mut Ws,
     queue: &mut mpsc::Receiver<Arc<str>>,
+    admission: &mut Admission,
 ) -> Ending {
     let cfg = &inner.config;
     let mut drain = inner.drain_tx.subscribe();
@@ -494,7 +609,7 @@ async fn serve(
                 match incoming {
                     None => return Ending::Gone,
                     Some(Err(e)) => if let Some(end) = on_error(e) { return end; },
-                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut authed).await { return end; },
+                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut authed, admission).await { return end; },
                 }
             }
         }
@@ -506,6 +621,13 @@ async fn serve(
 fn on_error(e: WsError) -> Option<Ending> {
     match e {
         WsError::Capacity(_) => Some(Ending::Close(close::TOO_BIG, "message too big".into())),
+        // r[impl gateway.edge.buffers]
+        // A pushed message larger than the write buffer cap: it cannot be sent, so the client
+        // is told rather than silently missing it.
+        WsError::WriteBufferFull(_) => Some(Ending::Close(
+            close::TOO_BIG,
+            "message too big to send".into(),
+        )),
         WsError::Protocol(p) => Some(Ending::Close(close::PROTOCOL, p.to_string())),
         WsError::Utf8(_) => Some(Ending::Close(CloseCode::Invalid, "invalid utf-8".into())),
         WsError::Io(io) => match holdfast_retry::classify::io(&io) {
@@ -521,9 +643,10 @@ fn on_error(e: WsError) -> Option<Ending> {
 async fn on_message(
     inner: &Arc<Inner>,
     id: ConnId,
-    ws: &mut WebSocketStream<TcpStream>,
+    ws: &mut Ws,
     msg: Message,
     authed: &mut bool,
+    admission: &mut Admission,
 ) -> Option<Ending> {
     let text = match msg {
         Message::Text(t) => t,
@@ -551,6 +674,7 @@ async fn on_message(
                         return Some(Ending::Gone);
                     }
                     *authed = true;
+                    admission.authenticated();
                     claim_route(inner, &user).await;
                     reply(
                         ws,
@@ -592,7 +716,7 @@ fn ack(kind: &str, room: &str) -> String {
 }
 
 /// Sends an acknowledgement; `Some` when the connection must end.
-async fn reply(ws: &mut WebSocketStream<TcpStream>, text: String) -> Option<Ending> {
+async fn reply(ws: &mut Ws, text: String) -> Option<Ending> {
     match ws.send(Message::Text(text.into())).await {
         Ok(()) => None,
         Err(e) => on_error(e),
@@ -618,7 +742,7 @@ async fn claim_route(inner: &Arc<Inner>, user: &str) {
 async fn drain_connection(
     inner: &Arc<Inner>,
     id: ConnId,
-    ws: &mut WebSocketStream<TcpStream>,
+    ws: &mut Ws,
     queue: &mut mpsc::Receiver<Arc<str>>,
     signal: DrainSignal,
 ) -> Ending {

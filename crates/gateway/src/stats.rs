@@ -19,6 +19,10 @@ pub struct Stats {
     routing_errors: AtomicU64,
     close_frames_sent: AtomicU64,
     idle_closed: AtomicU64,
+    refused_per_ip: AtomicU64,
+    refused_unauthenticated: AtomicU64,
+    tls_reloads: AtomicU64,
+    tls_reload_failures: AtomicU64,
     close_sent: Notify,
 }
 
@@ -45,6 +49,14 @@ pub struct StatsSnapshot {
     pub close_frames_sent: u64,
     /// Connections closed at the idle timeout.
     pub idle_closed: u64,
+    /// Upgrades refused with 503 because their address held the per-address limit.
+    pub refused_per_ip: u64,
+    /// Upgrades refused with 503 because the unauthenticated limit was reached.
+    pub refused_unauthenticated: u64,
+    /// Times a changed TLS pair was loaded.
+    pub tls_reloads: u64,
+    /// Times a changed TLS pair was rejected (the previous one kept), once per change.
+    pub tls_reload_failures: u64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -80,6 +92,18 @@ impl Stats {
         inc(&self.slow_consumer_drops);
         tracing::info!(conn = %id, "send queue full: slow consumer disconnected");
     }
+    pub(crate) fn refused_limit(&self, refusal: crate::limits::Refusal) {
+        match refusal {
+            crate::limits::Refusal::PerIp => inc(&self.refused_per_ip),
+            crate::limits::Refusal::Unauthenticated => inc(&self.refused_unauthenticated),
+        }
+    }
+    pub(crate) fn tls_reloaded(&self) {
+        inc(&self.tls_reloads);
+    }
+    pub(crate) fn tls_reload_failed(&self) {
+        inc(&self.tls_reload_failures);
+    }
     pub(crate) fn close_sent(&self) {
         inc(&self.close_frames_sent);
         self.close_sent.notify_waiters();
@@ -109,6 +133,10 @@ impl Stats {
             routing_errors: g(&self.routing_errors),
             close_frames_sent: g(&self.close_frames_sent),
             idle_closed: g(&self.idle_closed),
+            refused_per_ip: g(&self.refused_per_ip),
+            refused_unauthenticated: g(&self.refused_unauthenticated),
+            tls_reloads: g(&self.tls_reloads),
+            tls_reload_failures: g(&self.tls_reload_failures),
         }
     }
 }

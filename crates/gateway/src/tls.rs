@@ -1,0 +1,352 @@
+//! TLS for `wss://`: a PEM certificate chain and key, re-read when their files change, so a
+//! renewed certificate reaches new connections while open ones stay up.
+
+use std::fmt;
+use std::io;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::stats::Stats;
+
+/// A certificate chain (leaf first) and its private key, as PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// The private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// Why a certificate pair cannot be used. Each variant names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("{}: no certificate in the PEM file", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file holds no private key.
+    #[error("{}: no private key in the PEM file", path.display())]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file's content could not be parsed or used.
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The key is not the one the leaf certificate certifies.
+    #[error("{} is not the key of the certificate in {}", key.display(), cert.display())]
+    Mismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
+}
+
+/// What a check of the TLS files found.
+#[derive(Debug)]
+pub enum TlsReload {
+    /// The gateway serves plain `ws://`.
+    Off,
+    /// The files have not changed since the last check.
+    Unchanged,
+    /// The files changed and the new pair is served to new connections.
+    Reloaded,
+    /// The files changed but the new pair is unusable: the previous one is still served.
+    Rejected(TlsError),
+}
+
+/// The ring provider, as the workspace's other rustls users pick it.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads and checks a pair: the chain parses, the key parses and is the leaf's.
+pub(crate) fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+    let cert_pem = read(&files.cert)?;
+    let key_pem = read(&files.key)?;
+    let invalid = |path: &Path, e: &dyn fmt::Display| TlsError::Invalid {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(&files.cert, &e))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: files.cert.clone(),
+        });
+    }
+    let key = match PrivateKeyDer::from_pem_slice(&key_pem) {
+        Ok(key) => key,
+        Err(rustls_pki_types::pem::Error::NoItemsFound) => {
+            return Err(TlsError::NoKey {
+                path: files.key.clone(),
+            });
+        }
+        Err(e) => return Err(invalid(&files.key, &e)),
+    };
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| invalid(&files.key, &e))?;
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        // A key type whose public half rustls cannot derive is not proof of a mismatch.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+            Ok(certified)
+        }
+        Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::Mismatch {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+        }),
+        Err(e) => Err(invalid(&files.cert, &e)),
+    }
+}
+
+/// What identifies one version of a file without reading it: replaced (new inode), rewritten
+/// (mtime, ctime) or resized. `None` when it cannot be stat'ed.
+type Stamp = Option<(u64, u64, u64, i64, i64, i64, i64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
+}
+
+struct Watch {
+    /// The stamps of the pair last read (served, or rejected and reported).
+    seen: (Stamp, Stamp),
+    last_check: Instant,
+}
+
+/// The certificate currently served, and the watch on its files.
+pub(crate) struct CertStore {
+    files: TlsFiles,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+    watch: Mutex<Watch>,
+    interval: Duration,
+}
+
+// The key is a secret: only the file names are printed.
+impl fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CertStore")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
+    }
+}
+
+impl CertStore {
+    /// Reads the pair for the first time; a bad pair is an error naming the file.
+    fn open(files: TlsFiles, interval: Duration) -> Result<Self, TlsError> {
+        let provider = provider();
+        let seen = (stamp(&files.cert), stamp(&files.key));
+        let key = load(&files, &provider)?;
+        Ok(Self {
+            files,
+            provider,
+            current: RwLock::new(Arc::new(key)),
+            watch: Mutex::new(Watch {
+                seen,
+                last_check: Instant::now(),
+            }),
+            interval,
+        })
+    }
+
+    /// Re-reads the pair if its files changed. Unless `force`, checks at most once per interval;
+    /// a check already running elsewhere is not repeated. A changed pair that is unusable is
+    /// counted and logged once, and the served one is kept until the files change again.
+    // r[impl gateway.tls.reload]
+    pub(crate) fn refresh(&self, stats: &Stats, now: Instant, force: bool) -> TlsReload {
+        let mut watch = if force {
+            // A requested reload must look at the files after the request, so it waits for a
+            // check already under way (a short one: two stats, at most two small reads).
+            crate::server::lock(&self.watch)
+        } else {
+            match self.watch.try_lock() {
+                Ok(w) => w,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // Another connection is checking right now: it serves the outcome.
+                Err(TryLockError::WouldBlock) => return TlsReload::Unchanged,
+            }
+        };
+        if !force && now.saturating_duration_since(watch.last_check) < self.interval {
+            return TlsReload::Unchanged;
+        }
+        watch.last_check = now;
+        let seen = (stamp(&self.files.cert), stamp(&self.files.key));
+        if seen == watch.seen {
+            return TlsReload::Unchanged;
+        }
+        // Recorded before reading, so a bad pair is reported once per change, not per check.
+        watch.seen = seen;
+        match load(&self.files, &self.provider) {
+            Ok(key) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+                stats.tls_reloaded();
+                tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                TlsReload::Reloaded
+            }
+            Err(e) => {
+                stats.tls_reload_failed();
+                tracing::warn!(error = %e, "new TLS certificate rejected; still serving the previous one");
+                TlsReload::Rejected(e)
+            }
+        }
+    }
+}
+
+/// The gateway's TLS side: the acceptor and the store it takes certificates from.
+pub(crate) struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    pub(crate) store: Arc<CertStore>,
+}
+
+impl Tls {
+    /// Loads the pair and builds the acceptor.
+    // r[impl gateway.tls.serve]
+    pub(crate) fn new(files: TlsFiles, interval: Duration) -> Result<Self, TlsError> {
+        let store = Arc::new(CertStore::open(files, interval)?);
+        let config = rustls::ServerConfig::builder_with_provider(store.provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Invalid {
+                path: store.files.cert.clone(),
+                reason: e.to_string(),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(store.clone());
+        Ok(Self {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            store,
+        })
+    }
+
+    /// Checks the files (if due), then runs the TLS handshake with the certificate now served.
+    pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Stream> {
+        self.store.refresh(stats, Instant::now(), false);
+        let tls = self.acceptor.accept(tcp).await?;
+        Ok(Stream::Tls(Box::new(tls)))
+    }
+}
+
+/// A client's byte stream: plain TCP or TLS over it.
+pub(crate) enum Stream {
+    /// `ws://`.
+    Plain(TcpStream),
+    /// `wss://` (boxed: a TLS session is large, and plain connections should not pay for it).
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
