@@ -23,9 +23,9 @@
 //!
 #![doc = include_str!("../README.md")]
 
+mod accept;
 pub mod backoff;
 pub mod bus;
-mod accept;
 pub mod cluster;
 pub mod cluster_config;
 pub mod config;
@@ -33,8 +33,8 @@ mod delivery;
 pub mod drain;
 #[cfg(feature = "etcd")]
 pub mod etcd_registry;
-mod membership;
 mod limits;
+mod membership;
 pub mod protocol;
 pub mod redis_bus;
 mod redis_conn;

@@ -161,7 +161,12 @@ async fn a_renewal_reaches_new_connections_while_open_ones_keep_receiving() {
     assert_eq!(node.gateway.stats().tls_reloads, 1);
 
     // The connection opened before the renewal is still up and still served.
-    assert_eq!(node.gateway.push_room_local("lobby", "after renewal").queued, 2);
+    assert_eq!(
+        node.gateway
+            .push_room_local("lobby", "after renewal")
+            .queued,
+        2
+    );
     assert_eq!(next_text_of(&mut old).await, "after renewal");
     assert_eq!(next_text_of(&mut new).await, "after renewal");
 
@@ -333,7 +338,12 @@ async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_noti
     assert_eq!(node.gateway.stats().refused_unauthenticated, 0);
     // Another address is not affected, and the member kept receiving throughout.
     let mut other = connect_from("127.0.0.2", &node.gateway).await.unwrap();
-    assert_eq!(node.gateway.push_user_local("ann", "through the flood").queued, 1);
+    assert_eq!(
+        node.gateway
+            .push_user_local("ann", "through the flood")
+            .queued,
+        1
+    );
     assert_eq!(next_text(&mut ann).await, "through the flood");
     // The admitted part of the flood is unharmed too: it may still authenticate.
     send_json(
@@ -386,7 +396,10 @@ async fn unauthenticated_connections_are_capped_in_total_and_authenticating_free
         assert_reason(&body, "too many unauthenticated connections");
     }
     assert_eq!(node.gateway.stats().refused_unauthenticated, 20);
-    assert_eq!(node.gateway.push_room_local("lobby", "unbothered").queued, 1);
+    assert_eq!(
+        node.gateway.push_room_local("lobby", "unbothered").queued,
+        1
+    );
     assert_eq!(next_text(&mut ann).await, "unbothered");
 
     // One of them authenticates: its place is free for a newcomer.

@@ -711,7 +711,18 @@ impl Config {
             validate_forward(loc, forward)?;
         }
         if let Some(gateway) = &self.gateway {
-            crate::gateway_config::validate(gateway, &|span, key, message| {
+            let hosts: Vec<String> = self
+                .issuance
+                .as_ref()
+                .map(|i| {
+                    i.get_ref()
+                        .hostnames
+                        .iter()
+                        .map(|h| h.name.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            crate::gateway_config::validate(gateway, &hosts, &|span, key, message| {
                 loc.at(span, key, message)
             })?;
         }

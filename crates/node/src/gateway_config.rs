@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use holdfast_gateway::{CloseChoice, GatewayConfig, TokenKey};
+use holdfast_gateway::{CloseChoice, ClusterConfig, GatewayConfig, TlsFiles, TokenKey};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -47,9 +47,69 @@ pub struct GatewaySection {
     /// A connection from which nothing arrived for this long is closed (default 60 s).
     #[serde(default)]
     pub idle_timeout: Option<Spanned<ConfigDuration>>,
+    /// Open connections allowed per source IP, authenticated or not (default 256; 0: no limit).
+    #[serde(default)]
+    pub per_ip_limit: Option<Spanned<usize>>,
+    /// Connections allowed not yet authenticated, in all (default 1024; 0: no limit).
+    #[serde(default)]
+    pub unauthenticated_limit: Option<Spanned<usize>>,
     /// `[gateway.drain]`.
     #[serde(default)]
     pub drain: DrainSection,
+    /// `[gateway.tls]`: serve `wss://` (absent: plain `ws://`).
+    #[serde(default)]
+    pub tls: Option<Spanned<TlsSection>>,
+    /// `[gateway.cluster]`: etcd and Redis (absent: the single-node memory backends).
+    #[serde(default)]
+    pub cluster: Option<Spanned<ClusterSection>>,
+}
+
+/// `[gateway.tls]`: a PEM pair, or the issuance module's certificate for a hostname.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The certificate chain (PEM).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    /// A hostname of the `[issuance]` section: its key and chain in the issuance store.
+    #[serde(default)]
+    pub from_issuance: Option<String>,
+}
+
+/// `[gateway.cluster]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// etcd endpoints (`http://HOST:PORT`); empty keeps the service registry in memory.
+    #[serde(default)]
+    pub etcd: Option<Spanned<Vec<String>>>,
+    /// The etcd key prefix (default `/holdfast/gateway`).
+    #[serde(default)]
+    pub etcd_prefix: Option<String>,
+    /// The registration lease's time to live (default 10 s).
+    #[serde(default)]
+    pub lease_ttl: Option<Spanned<ConfigDuration>>,
+    /// The Redis URL (`redis://HOST:PORT`); absent keeps the routing map and the bus in memory.
+    #[serde(default)]
+    pub redis: Option<Spanned<String>>,
+    /// The Redis key and channel prefix (default `holdfast:gateway`).
+    #[serde(default)]
+    pub redis_prefix: Option<String>,
+    /// The bound on every backend call (default 2 s).
+    #[serde(default)]
+    pub timeout: Option<Spanned<ConfigDuration>>,
+}
+
+/// Where the issuance module keeps `hostname`'s key and chain (one PEM bundle), under the node's
+/// data directory.
+pub fn issuance_bundle(data_dir: &Path, hostname: &str) -> PathBuf {
+    data_dir
+        .join("issuance")
+        .join("certs")
+        .join(format!("{hostname}.pem"))
 }
 
 /// `[gateway.drain]`.
@@ -120,8 +180,9 @@ pub fn read_token_key(path: &Path) -> Result<TokenKey, String> {
 }
 
 impl GatewaySection {
-    /// holdfast-gateway's config for this section: `node_id` is the default replica id.
-    pub fn gateway_config(&self, node_id: &str, key: TokenKey) -> GatewayConfig {
+    /// holdfast-gateway's config for this section: `node_id` is the default replica id,
+    /// `data_dir` holds the issuance store (for `tls.from_issuance`).
+    pub fn gateway_config(&self, node_id: &str, key: TokenKey, data_dir: &Path) -> GatewayConfig {
         let replica_id = self
             .replica_id
             .as_ref()
@@ -138,6 +199,53 @@ impl GatewaySection {
         c.drain.close = value(&self.drain.close, CloseSetting::FromReason).into();
         if let Some(r) = &self.drain.retry_after {
             c.drain.retry_after_secs = retry_after_secs(r.get_ref().get());
+        }
+        c.per_ip_limit = value(&self.per_ip_limit, c.per_ip_limit);
+        c.unauthenticated_limit = value(&self.unauthenticated_limit, c.unauthenticated_limit);
+        c.tls = self.tls.as_ref().and_then(|t| {
+            let t = t.get_ref();
+            match (&t.from_issuance, &t.cert, &t.key) {
+                // The issuance store keeps key and chain in one bundle: both files are it.
+                (Some(host), _, _) => {
+                    let bundle = issuance_bundle(data_dir, host);
+                    Some(TlsFiles {
+                        cert: bundle.clone(),
+                        key: bundle,
+                    })
+                }
+                (None, Some(cert), Some(key)) => Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                // Refused when the config was validated.
+                _ => None,
+            }
+        });
+        c
+    }
+
+    /// holdfast-gateway's cluster settings (absent section: memory backends), seeded.
+    pub fn cluster_config(&self, seed: u64) -> ClusterConfig {
+        let mut c = ClusterConfig {
+            seed: Some(seed),
+            ..ClusterConfig::default()
+        };
+        if let Some(section) = &self.cluster {
+            let s = section.get_ref();
+            c.etcd = s
+                .etcd
+                .as_ref()
+                .map(|e| e.get_ref().clone())
+                .unwrap_or_default();
+            if let Some(p) = &s.etcd_prefix {
+                c.etcd_prefix = p.clone();
+            }
+            c.lease_ttl = duration(&s.lease_ttl, c.lease_ttl);
+            c.redis = s.redis.as_ref().map(|r| r.get_ref().clone());
+            if let Some(p) = &s.redis_prefix {
+                c.redis_prefix = p.clone();
+            }
+            c.timeout = duration(&s.timeout, c.timeout);
         }
         c
     }
@@ -157,9 +265,20 @@ type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
 
 // i[impl node.gateway.config]
 /// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
-/// and durations in range; an idle timeout longer than the ping interval.
-pub fn validate(section: &Spanned<GatewaySection>, at: At<'_>) -> Result<(), ConfigError> {
+/// and durations in range; an idle timeout longer than the ping interval; a TLS source that is
+/// one pair or one issuance hostname (of `issuance_hosts`); cluster endpoints that are URLs.
+pub fn validate(
+    section: &Spanned<GatewaySection>,
+    issuance_hosts: &[String],
+    at: At<'_>,
+) -> Result<(), ConfigError> {
     let g = section.get_ref();
+    if let Some(tls) = &g.tls {
+        validate_tls(tls, issuance_hosts, at)?;
+    }
+    if let Some(cluster) = &g.cluster {
+        validate_cluster(cluster, at)?;
+    }
     if let Some(id) = &g.replica_id {
         if id.get_ref().trim().is_empty() {
             return Err(at(
@@ -240,6 +359,88 @@ pub fn validate(section: &Spanned<GatewaySection>, at: At<'_>) -> Result<(), Con
                 "gateway.drain.total",
                 "must be at most 10m".into(),
             ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_tls(
+    section: &Spanned<TlsSection>,
+    issuance_hosts: &[String],
+    at: At<'_>,
+) -> Result<(), ConfigError> {
+    let t = section.get_ref();
+    let span = Some(section.span());
+    match (&t.from_issuance, &t.cert, &t.key) {
+        (Some(host), None, None) => {
+            if !issuance_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+                return Err(at(
+                    span,
+                    "gateway.tls.from_issuance",
+                    format!(
+                        "{host:?} is not a hostname of the [issuance] section: add it as an \
+                         [[issuance.hostname]], or give cert and key"
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        (None, Some(_), Some(_)) => Ok(()),
+        (Some(_), _, _) => Err(at(
+            span,
+            "gateway.tls",
+            "give either from_issuance or cert and key, not both".into(),
+        )),
+        (None, _, _) => Err(at(
+            span,
+            "gateway.tls",
+            "needs both cert and key (PEM files), or from_issuance".into(),
+        )),
+    }
+}
+
+fn validate_cluster(section: &Spanned<ClusterSection>, at: At<'_>) -> Result<(), ConfigError> {
+    let c = section.get_ref();
+    let no_endpoints = Vec::new();
+    let etcd = c.etcd.as_ref().map_or(&no_endpoints, |e| e.get_ref());
+    let etcd_span = c.etcd.as_ref().map(Spanned::span);
+    if let Some(bad) = etcd
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
+        return Err(at(
+            etcd_span.clone(),
+            "gateway.cluster.etcd",
+            format!("invalid endpoint {bad:?}: write http://HOST:PORT"),
+        ));
+    }
+    if !etcd.is_empty() && !cfg!(feature = "etcd") {
+        return Err(at(
+            etcd_span,
+            "gateway.cluster.etcd",
+            "this holdfast was built without etcd support (cargo feature `etcd`, which needs \
+             protoc): rebuild with --features etcd, or remove etcd to keep the registry in memory"
+                .into(),
+        ));
+    }
+    if let Some(redis) = &c.redis {
+        let url = redis.get_ref();
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(at(
+                Some(redis.span()),
+                "gateway.cluster.redis",
+                format!("invalid URL {url:?}: write redis://HOST:PORT"),
+            ));
+        }
+    }
+    for (key, d) in [
+        ("gateway.cluster.lease_ttl", &c.lease_ttl),
+        ("gateway.cluster.timeout", &c.timeout),
+    ] {
+        if let Some(d) = d {
+            if d.get_ref().get().is_zero() {
+                return Err(at(Some(d.span()), key, "must be longer than zero".into()));
+            }
         }
     }
     Ok(())

@@ -462,17 +462,18 @@ impl Metrics {
     }
 
     // r[impl node.gateway.metrics]
-    /// Sets the gateway's series (read at each scrape): connections now, the node's totals of
+    /// Sets the gateway's series (read at each scrape): connections now (authenticated,
+    /// unauthenticated), the node's totals of
     /// messages and slow-consumer drops (`totals`; `None` while no gateway has run, which exports
     /// no connections), and the step durations of the last drain.
     pub fn set_gateway(
         &self,
         connections: Option<(usize, usize)>,
-        totals: Option<holdfast_gateway::StatsSnapshot>,
+        totals: Option<crate::modules::gateway::GatewayTotals>,
         last_drain: Option<&holdfast_gateway::DrainReport>,
     ) {
         self.gateway_connections.clear();
-        if let Some((all, authenticated)) = connections {
+        if let Some((authenticated, unauthenticated)) = connections {
             let gauge = |state: &str, n: usize| {
                 self.gateway_connections
                     .get_or_create(&ConnStateLabel {
@@ -481,7 +482,7 @@ impl Metrics {
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             };
             gauge("authenticated", authenticated);
-            gauge("unauthenticated", all.saturating_sub(authenticated));
+            gauge("unauthenticated", unauthenticated);
         }
         if let Some(t) = totals {
             for (direction, total) in [("in", t.messages_in), ("out", t.messages_out)] {
@@ -598,18 +599,16 @@ mod tests {
     // r[verify node.gateway.metrics]
     #[test]
     fn gateway_series_follow_the_gateway_and_its_counters_never_go_down() {
-        use holdfast_gateway::{
-            Cleanup, DrainReport, RouteCleanup, StatsSnapshot, Step, StepReport,
-        };
+        use crate::modules::gateway::GatewayTotals;
+        use holdfast_gateway::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
         let metrics = Metrics::new();
         // No gateway has run: no connection series.
         metrics.set_gateway(None, None, None);
         assert!(!metrics.render().contains("holdfast_gateway_connections{"));
-        let totals = StatsSnapshot {
+        let totals = GatewayTotals {
             messages_in: 7,
             messages_out: 11,
             slow_consumer_drops: 2,
-            ..Default::default()
         };
         let report = DrainReport {
             code: 1012,
@@ -635,7 +634,7 @@ mod tests {
             took_ms: 1300,
             problems: vec![],
         };
-        metrics.set_gateway(Some((3, 2)), Some(totals), Some(&report));
+        metrics.set_gateway(Some((2, 1)), Some(totals), Some(&report));
         let text = metrics.render();
         for series in [
             "holdfast_gateway_connections{state=\"authenticated\"} 2",
@@ -649,7 +648,7 @@ mod tests {
             assert!(text.contains(series), "{series} missing:\n{text}");
         }
         // Smaller totals (they never are, from the node's view; a counter ignores them anyway).
-        metrics.set_gateway(Some((0, 0)), Some(StatsSnapshot::default()), None);
+        metrics.set_gateway(Some((0, 0)), Some(GatewayTotals::default()), None);
         let text = metrics.render();
         assert!(
             text.contains("holdfast_gateway_messages_total{direction=\"in\"} 7"),

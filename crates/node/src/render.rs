@@ -245,10 +245,16 @@ pub fn gateway(g: &Value) -> String {
     out
 }
 
-/// `holdfast gateway push`: what the push reached.
+/// `holdfast gateway push`: what the push reached (here, and whether it went to the other
+/// replicas).
 pub fn delivery(to: &str, v: &Value) -> String {
+    let forwarded = match v["forwarded"].as_str() {
+        Some("published") => "; handed to the other replicas",
+        Some("failed") => "; NOT handed to the other replicas (the bus failed)",
+        _ => "",
+    };
     format!(
-        "pushed to {to}: queued for {} connections, {} slow consumers disconnected\n",
+        "pushed to {to}: queued for {} connections, {} slow consumers disconnected{forwarded}\n",
         s(&v["queued"]),
         s(&v["slow_consumers"]),
     )

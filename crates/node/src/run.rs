@@ -183,6 +183,8 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         modules.push(Arc::new(GatewayModule::new(
             gateway.get_ref(),
             identity.id(),
+            identity.seed(crate::modules::gateway::NAME),
+            &data_dir,
             node.gateway.clone(),
         )));
     }

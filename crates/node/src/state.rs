@@ -276,7 +276,7 @@ impl NodeState {
         self.metrics.set_gateway(
             running
                 .as_ref()
-                .map(|g| (g.connections(), g.authenticated())),
+                .map(|g| (g.authenticated(), g.unauthenticated())),
             self.gateway.totals(),
             self.gateway.last_drain().as_ref(),
         );

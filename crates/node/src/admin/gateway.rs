@@ -66,8 +66,9 @@ fn parse(body: &[u8]) -> Result<(To, String), String> {
 
 // i[impl node.gateway.push]
 /// `POST /v1/gateway/push` (the caller is already allowed to mutate): queues the text for every
-/// connection in the room, or of the user, on this replica, and answers the delivery.
-pub fn push(node: &NodeState, body: &[u8]) -> Response {
+/// connection in the room, or of the user — here and, in a cluster, through the bus on the other
+/// replicas — and answers the delivery.
+pub async fn push(node: &NodeState, body: &[u8]) -> Response {
     let (to, text) = match parse(body) {
         Ok(parsed) => parsed,
         Err(message) => return (StatusCode::BAD_REQUEST, message + "\n").into_response(),
@@ -77,8 +78,8 @@ pub fn push(node: &NodeState, body: &[u8]) -> Response {
         Err(why) => return unavailable(why),
     };
     let delivery = match &to {
-        To::Room(room) => gateway.push_room(room, &text),
-        To::User(user) => gateway.push_user(user, &text),
+        To::Room(room) => gateway.push_room(room, &text).await,
+        To::User(user) => gateway.push_user(user, &text).await,
     };
     Json(delivery).into_response()
 }

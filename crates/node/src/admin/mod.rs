@@ -192,7 +192,7 @@ async fn gateway_push(
     if let Some(refused) = refusal(&api, transport, &headers) {
         return refused;
     }
-    gateway::push(&api.node, &body)
+    gateway::push(&api.node, &body).await
 }
 
 /// `POST /v1/drain`'s optional body.

@@ -1,7 +1,8 @@
 //! The gateway module: the node's one adapter over holdfast-gateway.
 //!
-//! Each start reads the token key file (a rotated key is picked up by a restart), starts the
-//! gateway on the single-node memory registry and routing map, and publishes it in the node's
+//! Each start reads the token key file (a rotated key is picked up by a restart), connects the
+//! cluster backends of `[gateway.cluster]` (memory without it; nothing is contacted yet), starts
+//! the gateway on them, and publishes it in the node's
 //! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
 //! stop plan's reason and deadline, and its report is kept for `/v1/gateway`.
@@ -10,8 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use holdfast_gateway::{
-    DrainReport, Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, Replica, RoutingMap,
-    ServiceRegistry, StatsSnapshot,
+    ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
 };
 use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
 use serde::Serialize;
@@ -28,7 +28,7 @@ struct ViewState {
     configured: bool,
     current: Option<Gateway>,
     /// Counters of the instances before the current one (so the node's totals only grow).
-    before: StatsSnapshot,
+    before: GatewayTotals,
     draining: bool,
     last_drain: Option<DrainReport>,
 }
@@ -63,8 +63,40 @@ pub struct GatewayStatus {
     pub messages_out: u64,
     /// Connections disconnected as slow consumers since the node started.
     pub slow_consumer_drops: u64,
+    /// Registration and cross-replica delivery.
+    pub cluster: ClusterHealth,
     /// The last drain's report, once there was one.
     pub last_drain: Option<DrainReport>,
+}
+
+/// The gateway's counters the node keeps across restarts of the module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatewayTotals {
+    /// Text messages received from clients.
+    pub messages_in: u64,
+    /// Text messages sent to clients.
+    pub messages_out: u64,
+    /// Connections disconnected as slow consumers.
+    pub slow_consumer_drops: u64,
+}
+
+impl GatewayTotals {
+    fn of(gateway: &Gateway) -> Self {
+        let s = gateway.stats();
+        GatewayTotals {
+            messages_in: s.messages_in,
+            messages_out: s.messages_out,
+            slow_consumer_drops: s.slow_consumer_drops,
+        }
+    }
+
+    fn plus(self, o: GatewayTotals) -> Self {
+        GatewayTotals {
+            messages_in: self.messages_in + o.messages_in,
+            messages_out: self.messages_out + o.messages_out,
+            slow_consumer_drops: self.slow_consumer_drops + o.slow_consumer_drops,
+        }
+    }
 }
 
 /// Why the admin API cannot reach the gateway.
@@ -74,21 +106,6 @@ pub enum Unavailable {
     NotConfigured,
     /// Configured, not running now (starting, or waiting to restart).
     Down,
-}
-
-fn add(a: StatsSnapshot, b: StatsSnapshot) -> StatsSnapshot {
-    StatsSnapshot {
-        accepted: a.accepted + b.accepted,
-        accept_errors: a.accept_errors + b.accept_errors,
-        refused_draining: a.refused_draining + b.refused_draining,
-        auth_failures: a.auth_failures + b.auth_failures,
-        messages_in: a.messages_in + b.messages_in,
-        messages_out: a.messages_out + b.messages_out,
-        slow_consumer_drops: a.slow_consumer_drops + b.slow_consumer_drops,
-        routing_errors: a.routing_errors + b.routing_errors,
-        close_frames_sent: a.close_frames_sent + b.close_frames_sent,
-        idle_closed: a.idle_closed + b.idle_closed,
-    }
 }
 
 impl GatewayView {
@@ -110,7 +127,7 @@ impl GatewayView {
     pub fn started(&self, gateway: Gateway) {
         let mut s = self.lock();
         if let Some(old) = s.current.take() {
-            s.before = add(s.before, old.stats());
+            s.before = s.before.plus(GatewayTotals::of(&old));
         }
         s.current = Some(gateway);
         s.draining = false;
@@ -135,9 +152,11 @@ impl GatewayView {
     }
 
     /// The counters since the node started (every instance's).
-    pub fn totals(&self) -> Option<StatsSnapshot> {
+    pub fn totals(&self) -> Option<GatewayTotals> {
         let s = self.lock();
-        s.current.as_ref().map(|g| add(s.before, g.stats()))
+        s.current
+            .as_ref()
+            .map(|g| s.before.plus(GatewayTotals::of(g)))
     }
 
     /// The last drain's report.
@@ -149,7 +168,7 @@ impl GatewayView {
     pub fn status(&self) -> Result<GatewayStatus, Unavailable> {
         let gateway = self.current()?;
         let s = self.lock();
-        let totals = add(s.before, gateway.stats());
+        let totals = s.before.plus(GatewayTotals::of(&gateway));
         Ok(GatewayStatus {
             replica: gateway.replica().clone(),
             ready: gateway.is_ready(),
@@ -159,6 +178,7 @@ impl GatewayView {
             messages_in: totals.messages_in,
             messages_out: totals.messages_out,
             slow_consumer_drops: totals.slow_consumer_drops,
+            cluster: gateway.cluster_health(),
             last_drain: s.last_drain.clone(),
         })
     }
@@ -205,10 +225,8 @@ pub struct GatewayModule {
     pub config: GatewayConfig,
     /// The token key file, read at each start.
     pub token_key_file: PathBuf,
-    /// The service registry (single node: in memory, kept across restarts).
-    pub registry: Arc<dyn ServiceRegistry>,
-    /// The routing map (single node: in memory, kept across restarts).
-    pub routing: Arc<dyn RoutingMap>,
+    /// The cluster backends (`[gateway.cluster]`; absent: memory), connected at each start.
+    pub cluster: ClusterConfig,
     /// Where the running gateway is published.
     pub view: GatewayView,
     slot: Slot<RunningGateway>,
@@ -226,21 +244,27 @@ impl std::fmt::Debug for GatewayModule {
 }
 
 impl GatewayModule {
-    /// The module for a validated `[gateway]` section, on the single-node memory backends.
+    /// The module for a validated `[gateway]` section: `seed` is the node identity's seed for
+    /// `gateway`, `data_dir` holds the issuance store.
     pub fn new(
         section: &crate::gateway_config::GatewaySection,
         node_id: &str,
+        seed: u64,
+        data_dir: &std::path::Path,
         view: GatewayView,
     ) -> Self {
         view.configure();
         let token_key_file = section.token_key_file.get_ref().clone();
         // The real key is read at each start; this placeholder is never used to verify.
-        let config = section.gateway_config(node_id, holdfast_gateway::TokenKey::new(Vec::new()));
+        let config = section.gateway_config(
+            node_id,
+            holdfast_gateway::TokenKey::new(Vec::new()),
+            data_dir,
+        );
         GatewayModule {
             config,
             token_key_file,
-            registry: Arc::new(MemoryRegistry::new()),
-            routing: Arc::new(MemoryRouting::new()),
+            cluster: section.cluster_config(seed),
             view,
             slot: Slot::default(),
         }
@@ -262,13 +286,13 @@ impl Module for GatewayModule {
             crate::gateway_config::read_token_key(&self.token_key_file).map_err(StartError)?;
         let mut config = self.config.clone();
         config.token_key = key;
-        let (registry, routing, view) = (
-            self.registry.clone(),
-            self.routing.clone(),
-            self.view.clone(),
-        );
+        let (settings, view) = (self.cluster.clone(), self.view.clone());
         Ok(spawn_hosted(self.slot.clone(), async move {
-            let gateway = Gateway::start(config, registry, routing)
+            // Contacts nothing: a backend that is down delays readiness, not the start.
+            let cluster = holdfast_gateway::connect_cluster(&settings, &config.replica_id)
+                .await
+                .map_err(|e| e.to_string())?;
+            let gateway = Gateway::start_cluster(config, cluster)
                 .await
                 .map_err(|e| e.to_string())?;
             tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
