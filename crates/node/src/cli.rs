@@ -44,10 +44,11 @@ pub enum Command {
     Modules(ClientArgs),
     /// Workloads and their images.
     Workloads(ClientArgs),
-    /// Drain the node and stop it (needs the Unix socket or --token-file).
+    /// Drain the node and stop it for good: gateway clients get 1001 (Going Away); with
+    /// --restart, 1012 (needs the Unix socket or --token-file).
     Drain {
         /// The node will be back: gateway clients get 1012 (Service Restart) with a reconnect
-        /// hint instead of 1001 (Going Away).
+        /// hint instead of 1001 (Going Away), as on SIGTERM.
         #[arg(long)]
         restart: bool,
         /// How to reach the node.

@@ -133,8 +133,8 @@ pub struct DrainSection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CloseSetting {
-    /// 1012 when the node restarts (`holdfast drain --restart`), 1001 when it shuts down
-    /// (SIGTERM, SIGINT, `holdfast drain`).
+    /// 1012 when the node restarts (SIGTERM, SIGINT, `holdfast drain --restart`), 1001 when it
+    /// leaves for good (`holdfast drain`).
     #[default]
     FromReason,
     /// Always 1012 (Service Restart) with a reconnect hint.

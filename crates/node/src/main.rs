@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
         Command::Drain { restart, client } => runtime.block_on(drain(client, restart)),
-        // i[impl node.gateway.cli]
+        // i[impl node.gateway.cli+2]
         Command::Gateway {
             action: None,
             client,
@@ -189,7 +189,7 @@ async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> Str
     }
 }
 
-// r[impl node.gateway.stop-reason]
+// r[impl node.gateway.stop-reason+2]
 async fn drain(args: ClientArgs, restart: bool) -> ExitCode {
     let resolved = match resolve(&args) {
         Ok(resolved) => resolved,

@@ -213,7 +213,7 @@ pub fn gateway_line(g: &Value) -> String {
     )
 }
 
-// i[impl node.gateway.cli]
+// i[impl node.gateway.cli+2]
 /// `holdfast gateway`: the status line, and the last drain when there was one.
 pub fn gateway(g: &Value) -> String {
     let mut out = gateway_line(g);

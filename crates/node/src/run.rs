@@ -234,17 +234,17 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
     }
 
     // r[impl node.stop.signal+2]
-    // r[impl node.gateway.stop-reason]
+    // r[impl node.gateway.stop-reason+2]
     let mut signals = Signals {
         term,
         int,
         until_abort: 1,
     };
     let reason = tokio::select! {
-        // A signal cannot say whether the node comes back: it is a shutdown. A planned restart
-        // is `holdfast drain --restart` (or `gateway.drain.close = "restart"`).
-        _ = signals.term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Shutdown }
-        _ = signals.int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Shutdown }
+        // A signal is a restart (systemd's restart, a deploy): clients are told to come back.
+        // Only `holdfast drain` (without --restart) says the node leaves for good.
+        _ = signals.term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
+        _ = signals.int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
         reason = node.drain_requested() => {
             // A drain asked for through the API: the first signal after it (an operator's or
             // systemd's stop) is a first signal, not the second one.

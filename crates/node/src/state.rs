@@ -143,7 +143,7 @@ impl NodeState {
             modules: Arc::default(),
             workloads: Arc::default(),
             drain: Arc::default(),
-            drain_reason: Arc::new(Mutex::new(StopReason::Shutdown)),
+            drain_reason: Arc::new(Mutex::new(StopReason::Restart)),
             started: SystemTime::now(),
         }
     }
@@ -172,7 +172,7 @@ impl NodeState {
         self.started
     }
 
-    // r[impl node.gateway.stop-reason]
+    // r[impl node.gateway.stop-reason+2]
     /// Asks the node to drain and stop for `reason` (the admin API's `POST /v1/drain`).
     pub fn request_drain(&self, reason: StopReason) {
         *lock(&self.drain_reason) = reason;

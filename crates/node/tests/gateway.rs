@@ -111,12 +111,12 @@ fn cli(args: &[&str]) -> (i32, String) {
 
 // r[verify node.gateway.module]
 // r[verify node.gateway.stop]
-// r[verify node.gateway.stop-reason]
+// r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
 // r[verify node.gateway.metrics]
 // i[verify node.gateway.show]
 // i[verify node.gateway.push]
-// i[verify node.gateway.cli]
+// i[verify node.gateway.cli+2]
 // i[verify node.gateway.status]
 #[tokio::test]
 async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_1012() {
@@ -250,11 +250,11 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
     assert!(!log.contains(KEY), "the token key was logged");
 }
 
-// r[verify node.gateway.stop-reason]
+// r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.stop]
 // The reader must run while this thread waits for the node's exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_is_a_shutdown_and_the_client_gets_1001_well_inside_the_budget() {
+async fn sigterm_is_a_restart_and_the_client_gets_1012_well_inside_the_budget() {
     let node = start_gateway("total = \"3s\"");
     node.until_ready().await;
     let shown = json_get(&node, "/v1/gateway").await;
@@ -266,9 +266,34 @@ async fn sigterm_is_a_shutdown_and_the_client_gets_1001_well_inside_the_budget()
     let (code, took, log) = node.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{log}");
     let frame = reader.await.unwrap().expect("a close frame");
-    assert_eq!(u16::from(frame.code), 1001, "{frame:?}");
+    // systemd's stop and restart both send SIGTERM: the clients are told to come back.
+    assert_eq!(u16::from(frame.code), 1012, "{frame:?}");
+    assert!(frame.reason.contains("reconnect_in_ms"), "{frame:?}");
     // The client answered: the drain did not wait for its handshake deadline.
     assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+// r[verify node.gateway.stop-reason+2]
+// i[verify node.gateway.cli+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_drain_is_a_shutdown_and_the_client_gets_1001() {
+    let node = start_gateway("total = \"3s\"");
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = member(&addr, "cy", "lobby").await;
+    let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
+    let sock = socket(&node).to_string();
+    let (code, out) = cli(&["drain", "--json", "--admin", &sock]);
+    assert_eq!(code, 0, "{out}");
+    let answer: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(answer["reason"], "shutdown", "{answer}");
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    let frame = reader.await.unwrap().expect("a close frame");
+    // The node leaves for good: no reconnect hint.
+    assert_eq!(u16::from(frame.code), 1001, "{frame:?}");
+    assert!(!frame.reason.contains("reconnect_in_ms"), "{frame:?}");
 }
 
 // r[verify node.gateway.module]

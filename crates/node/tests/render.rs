@@ -95,7 +95,7 @@ fn workloads_table_says_where_each_container_stands() {
 }
 
 // i[verify node.gateway.status]
-// i[verify node.gateway.cli]
+// i[verify node.gateway.cli+2]
 #[test]
 fn gateway_line_and_table_are_pinned() {
     let gateway = json!({

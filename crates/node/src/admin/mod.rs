@@ -199,25 +199,26 @@ async fn gateway_push(
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DrainBody {
-    /// `"shutdown"` (the default) or `"restart"`.
+    /// `"restart"` (the default) or `"shutdown"` (the node leaves for good).
     #[serde(default)]
     reason: Option<String>,
 }
 
-// r[impl node.gateway.stop-reason]
-/// The stop reason a drain call asks for: an empty body is a shutdown.
+// r[impl node.gateway.stop-reason+2]
+/// The stop reason a drain call asks for: without one it is a restart (clients are told to come
+/// back), as a signal is; only `"shutdown"` says the node leaves for good.
 fn drain_reason(body: &[u8]) -> Result<holdfast_lifecycle::StopReason, String> {
     use holdfast_lifecycle::StopReason;
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(StopReason::Shutdown);
+        return Ok(StopReason::Restart);
     }
     let parsed: DrainBody =
         serde_json::from_slice(body).map_err(|e| format!("invalid drain request: {e}"))?;
     match parsed.reason.as_deref() {
-        None | Some("shutdown") => Ok(StopReason::Shutdown),
-        Some("restart") => Ok(StopReason::Restart),
+        None | Some("restart") => Ok(StopReason::Restart),
+        Some("shutdown") => Ok(StopReason::Shutdown),
         Some(other) => Err(format!(
-            "invalid drain reason {other:?}: \"shutdown\" or \"restart\""
+            "invalid drain reason {other:?}: \"restart\" or \"shutdown\""
         )),
     }
 }
@@ -520,12 +521,13 @@ mod tests {
         assert_eq!(readyz(State(api)).await.status(), StatusCode::OK);
     }
 
-    // r[verify node.gateway.stop-reason]
+    // r[verify node.gateway.stop-reason+2]
     #[tokio::test]
     async fn a_drain_call_says_whether_the_node_restarts_or_shuts_down() {
         use holdfast_lifecycle::StopReason;
-        assert_eq!(drain_reason(b""), Ok(StopReason::Shutdown));
-        assert_eq!(drain_reason(b"{}"), Ok(StopReason::Shutdown));
+        assert_eq!(drain_reason(b""), Ok(StopReason::Restart));
+        assert_eq!(drain_reason(b" \n"), Ok(StopReason::Restart));
+        assert_eq!(drain_reason(b"{}"), Ok(StopReason::Restart));
         assert_eq!(
             drain_reason(br#"{"reason":"shutdown"}"#),
             Ok(StopReason::Shutdown)
@@ -553,14 +555,15 @@ mod tests {
             State(api),
             Extension(Transport::Unix),
             HeaderMap::new(),
-            axum::body::Bytes::from_static(b"{\"reason\":\"restart\"}"),
+            axum::body::Bytes::from_static(b"{\"reason\":\"shutdown\"}"),
         )
         .await;
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
+        // The reason reaches the stop (not the default, which is a restart).
         let reason =
             tokio::time::timeout(std::time::Duration::from_secs(1), node.drain_requested())
                 .await
                 .unwrap();
-        assert_eq!(reason, StopReason::Restart);
+        assert_eq!(reason, StopReason::Shutdown);
     }
 }
