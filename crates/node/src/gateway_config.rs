@@ -373,7 +373,22 @@ fn validate_tls(
     let span = Some(section.span());
     match (&t.from_issuance, &t.cert, &t.key) {
         (Some(host), None, None) => {
-            if !issuance_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            // The store's file is named as the [issuance] section spells the hostname, so a
+            // spelling differing in case only would name a file that is never written.
+            if let Some(spelt) = issuance_hosts
+                .iter()
+                .find(|h| h.eq_ignore_ascii_case(host) && *h != host)
+            {
+                return Err(at(
+                    span,
+                    "gateway.tls.from_issuance",
+                    format!(
+                        "{host:?}: write the hostname as the [issuance] section does ({spelt:?}), \
+                         which names its certificate file"
+                    ),
+                ));
+            }
+            if !issuance_hosts.iter().any(|h| h == host) {
                 return Err(at(
                     span,
                     "gateway.tls.from_issuance",

@@ -379,6 +379,20 @@ fn the_gateway_section_is_validated_with_the_rest() {
     let tls = issued.tls.unwrap();
     let bundle = std::path::Path::new("/var/lib/holdfast/issuance/certs/app.example.pem");
     assert_eq!((tls.cert.as_path(), tls.key.as_path()), (bundle, bundle));
+    // The bundle's file name is the [issuance] spelling: another case would name no file.
+    let other_case = format!(
+        "{head}[gateway.tls]\nfrom_issuance = \"App.Example\"\n\
+         [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n"
+    );
+    let e = Config::parse("case.toml", &other_case)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "case.toml:6:1: gateway.tls.from_issuance: \"App.Example\": write the hostname as the \
+         [issuance] section does (\"app.example\"), which names its certificate file"
+    );
     // The key never shows in the config's or the gateway config's Debug.
     assert!(!format!("{g:?}").contains("gateway-secret"));
     // No section: no gateway.
