@@ -325,3 +325,77 @@ async fn without_a_gateway_section_the_api_says_so() {
     let (code, _, _) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 0);
 }
+
+// r[verify node.gateway.module]
+// The issuance store keeps one bundle per hostname (key, then chain), replaced by a rename at
+// each renewal: the gateway takes that one file as both its chain and its key, fails its start
+// while the certificate is not issued yet, and serves the renewed one.
+#[tokio::test]
+async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal() {
+    use holdfast::config::Config;
+    use holdfast_gateway::{Gateway, MemoryRegistry, MemoryRouting, TlsReload};
+    use holdfast_issuance::cert::testing::leaf;
+    use holdfast_issuance::{CertStore, CertifiedPair};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!(
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n\
+         [gateway.tls]\nfrom_issuance = \"app.example\"\n\
+         [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n",
+        key.display()
+    );
+    let config = Config::parse("tls.toml", &text).unwrap();
+    let section = config.gateway.unwrap();
+    let data_dir = dir.path().join("data");
+    let gateway_config = |k: &str| {
+        section.get_ref().gateway_config(
+            "n",
+            TokenKey::new(k.as_bytes().to_vec()),
+            data_dir.as_path(),
+        )
+    };
+    let start = || async {
+        Gateway::start(
+            gateway_config(KEY),
+            Arc::new(MemoryRegistry::new()),
+            Arc::new(MemoryRouting::new()),
+        )
+        .await
+    };
+    // Not issued yet: the start fails (the supervisor retries it).
+    assert!(start().await.is_err(), "started without a certificate");
+
+    // The issuance module's own store writes the bundle.
+    let store = CertStore::new(&data_dir.join("issuance").join("certs")).unwrap();
+    let issue = || {
+        let now = SystemTime::now();
+        let (chain, key) = leaf(
+            "app.example",
+            now - Duration::from_secs(3600),
+            Duration::from_secs(90 * 86400),
+        );
+        store
+            .replace(
+                "app.example",
+                CertifiedPair::parse("app.example", &chain, &key).unwrap(),
+                now,
+            )
+            .unwrap();
+    };
+    issue();
+    let gateway = start().await.expect("the bundle is both chain and key");
+    assert!(matches!(gateway.reload_tls(), TlsReload::Unchanged));
+    // A renewal replaces the file by a rename: the new pair is served.
+    issue();
+    let reload = gateway.reload_tls();
+    assert!(matches!(reload, TlsReload::Reloaded), "{reload:?}");
+    assert_eq!(gateway.stats().tls_reloads, 1);
+    gateway
+        .drain(holdfast_lifecycle::StopReason::Restart, None)
+        .await;
+}
