@@ -302,3 +302,85 @@ impl Module for GatewayModule {
         }))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use futures_util::{SinkExt, StreamExt};
+    use holdfast_gateway::{MemoryRegistry, MemoryRouting, TokenKey};
+    use std::time::{Duration, SystemTime};
+    use tokio_tungstenite::tungstenite::Message;
+
+    const KEY: &[u8] = b"0123456789abcdef";
+
+    async fn gateway() -> Gateway {
+        let config = GatewayConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "gw",
+            TokenKey::new(KEY.to_vec()),
+        );
+        Gateway::start(
+            config,
+            Arc::new(MemoryRegistry::new()),
+            Arc::new(MemoryRouting::new()),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// One client authenticates (one message in, one answer out) and hangs up.
+    async fn one_exchange(g: &Gateway) {
+        let addr = g.local_addr();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+            .await
+            .unwrap();
+        let token =
+            TokenKey::new(KEY.to_vec()).sign("ann", SystemTime::now() + Duration::from_secs(60));
+        let auth = serde_json::json!({"type": "auth", "token": token}).to_string();
+        ws.send(Message::Text(auth.into())).await.unwrap();
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if msg.is_text() {
+                break;
+            }
+        }
+        let _ = ws.close(None).await;
+    }
+
+    // r[verify node.gateway.metrics]
+    #[tokio::test]
+    async fn the_totals_keep_every_instances_counters_across_restarts() {
+        let view = GatewayView::default();
+        view.configure();
+        assert_eq!(view.totals(), None);
+        let first = gateway().await;
+        view.started(first.clone());
+        one_exchange(&first).await;
+        let after_first = view.totals().unwrap();
+        assert!(after_first.messages_in >= 1, "{after_first:?}");
+        first
+            .drain(holdfast_lifecycle::StopReason::Restart, None)
+            .await;
+        // The module restarts: a new instance, its own counters at zero.
+        let second = gateway().await;
+        view.started(second.clone());
+        assert_eq!(view.totals(), Some(after_first));
+        one_exchange(&second).await;
+        let after_second = view.totals().unwrap();
+        assert_eq!(
+            after_second.messages_in,
+            after_first.messages_in + second.stats().messages_in
+        );
+        assert!(after_second.messages_in > after_first.messages_in);
+        assert_eq!(view.status().unwrap().messages_in, after_second.messages_in);
+        second
+            .drain(holdfast_lifecycle::StopReason::Restart, None)
+            .await;
+    }
+}
