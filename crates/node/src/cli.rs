@@ -44,8 +44,27 @@ pub enum Command {
     Modules(ClientArgs),
     /// Workloads and their images.
     Workloads(ClientArgs),
-    /// Drain the node and stop it (needs the Unix socket or --token-file).
-    Drain(ClientArgs),
+    /// Drain the node and stop it for good: gateway clients get 1001 (Going Away); with
+    /// --restart, 1012 (needs the Unix socket or --token-file).
+    Drain {
+        /// The node will be back: gateway clients get 1012 (Service Restart) with a reconnect
+        /// hint instead of 1001 (Going Away), as on SIGTERM.
+        #[arg(long)]
+        restart: bool,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// The WebSocket gateway: its replica, readiness, connections and counters, or
+    /// `gateway push --room R|--user U TEXT`.
+    Gateway {
+        /// `push` sends a message (needs the Unix socket or --token-file).
+        #[command(subcommand)]
+        action: Option<GatewayAction>,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Active UDP forwards on the node, with their stats.
     Forwards(ClientArgs),
     /// UDP forwards: `forward identity`, `forward udp LOCAL --to TARGET --node ADDR --pin FP`.
@@ -104,6 +123,25 @@ pub enum CertsAction {
     Retry {
         /// The hostname.
         host: String,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `holdfast gateway` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum GatewayAction {
+    /// Push TEXT to every connection in a room, or of a user, on this node's gateway.
+    Push {
+        /// The room.
+        #[arg(long, conflicts_with = "user", required_unless_present = "user")]
+        room: Option<String>,
+        /// The user.
+        #[arg(long)]
+        user: Option<String>,
+        /// The message (a text frame, sent as given).
+        text: String,
         /// How to reach the node.
         #[command(flatten)]
         client: ClientArgs,

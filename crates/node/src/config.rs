@@ -52,6 +52,9 @@ pub struct Config {
     /// `[forward]`: UDP forwards over QUIC. The module runs only when the section is present.
     #[serde(default, skip_serializing)]
     pub forward: Option<Spanned<ForwardSection>>,
+    /// `[gateway]`: the WebSocket gateway. The module runs only when the section is present.
+    #[serde(default, skip_serializing)]
+    pub gateway: Option<Spanned<crate::gateway_config::GatewaySection>>,
     /// `[testing]`: test-only modules for the binary's own tests. Only in builds with the
     /// `testing-modules` feature; elsewhere `[testing]` is an unknown section.
     #[cfg(feature = "testing-modules")]
@@ -706,6 +709,22 @@ impl Config {
         }
         if let Some(forward) = &self.forward {
             validate_forward(loc, forward)?;
+        }
+        if let Some(gateway) = &self.gateway {
+            let hosts: Vec<String> = self
+                .issuance
+                .as_ref()
+                .map(|i| {
+                    i.get_ref()
+                        .hostnames
+                        .iter()
+                        .map(|h| h.name.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            crate::gateway_config::validate(gateway, &hosts, &|span, key, message| {
+                loc.at(span, key, message)
+            })?;
         }
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {

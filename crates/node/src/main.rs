@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use holdfast::admin::client::{self, Target};
 use holdfast::admin::token;
-use holdfast::cli::{CertsAction, Cli, ClientArgs, Command, ForwardCommand};
+use holdfast::cli::{CertsAction, Cli, ClientArgs, Command, ForwardCommand, GatewayAction};
 use holdfast::config::{Config, DEFAULT_ADMIN_LISTEN, Listen};
 use holdfast::{logging, render, run};
 
@@ -79,7 +79,22 @@ fn main() -> ExitCode {
         Command::Faults(args) => runtime.block_on(get(args, "/v1/faults", render::faults)),
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
-        Command::Drain(args) => runtime.block_on(drain(args)),
+        Command::Drain { restart, client } => runtime.block_on(drain(client, restart)),
+        // i[impl node.gateway.cli+2]
+        Command::Gateway {
+            action: None,
+            client,
+        } => runtime.block_on(get(client, "/v1/gateway", render::gateway)),
+        Command::Gateway {
+            action:
+                Some(GatewayAction::Push {
+                    room,
+                    user,
+                    text,
+                    client,
+                }),
+            ..
+        } => runtime.block_on(gateway_push(client, room, user, text)),
         Command::Forwards(args) => runtime.block_on(get(args, "/v1/forwards", render::forwards)),
         Command::Forward(ForwardCommand::Identity { data_dir, config }) => {
             forward_identity(data_dir, config)
@@ -174,7 +189,8 @@ async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> Str
     }
 }
 
-async fn drain(args: ClientArgs) -> ExitCode {
+// r[impl node.gateway.stop-reason+2]
+async fn drain(args: ClientArgs, restart: bool) -> ExitCode {
     let resolved = match resolve(&args) {
         Ok(resolved) => resolved,
         Err(err) => {
@@ -182,11 +198,13 @@ async fn drain(args: ClientArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match client::call(
+    let reason = if restart { "restart" } else { "shutdown" };
+    match client::call_json(
         &resolved.target,
         hyper::Method::POST,
         "/v1/drain",
         resolved.token.as_ref(),
+        &serde_json::json!({ "reason": reason }),
     )
     .await
     {
@@ -194,7 +212,65 @@ async fn drain(args: ClientArgs) -> ExitCode {
             if args.json {
                 println!("{}", body.trim_end());
             } else {
-                println!("draining: the node stops within its stop budget");
+                println!("draining ({reason}): the node stops within its stop budget");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn gateway_push(
+    args: ClientArgs,
+    room: Option<String>,
+    user: Option<String>,
+    text: String,
+) -> ExitCode {
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let (body, to) = match (room, user) {
+        (Some(room), _) => (
+            serde_json::json!({ "room": room, "text": text }),
+            format!("room {room}"),
+        ),
+        (None, Some(user)) => (
+            serde_json::json!({ "user": user, "text": text }),
+            format!("user {user}"),
+        ),
+        // clap requires one of them.
+        (None, None) => {
+            eprintln!("holdfast: give --room or --user");
+            return ExitCode::from(2);
+        }
+    };
+    match client::call_json(
+        &resolved.target,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        resolved.token.as_ref(),
+        &body,
+    )
+    .await
+    {
+        Ok(answer) => {
+            if args.json {
+                println!("{}", answer.trim_end());
+            } else {
+                match serde_json::from_str::<serde_json::Value>(&answer) {
+                    Ok(v) => print!("{}", render::delivery(&to, &v)),
+                    Err(err) => {
+                        eprintln!("holdfast: the node answered something that is not JSON: {err}");
+                        return ExitCode::from(1);
+                    }
+                }
             }
             ExitCode::SUCCESS
         }

@@ -86,6 +86,27 @@ pub struct ForwardDropLabel {
     pub reason: String,
 }
 
+/// Labels of the gateway's connection gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnStateLabel {
+    /// `authenticated` or `unauthenticated`.
+    pub state: String,
+}
+
+/// Labels of the gateway's message counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabel {
+    /// `in` (from clients) or `out` (to clients).
+    pub direction: String,
+}
+
+/// Labels of a gateway drain step.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    /// `stop_accepting`, `close`, `handshake` or `routing`.
+    pub step: String,
+}
+
 /// Every metric the node exports, registered in one registry. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Metrics {
@@ -130,6 +151,14 @@ pub struct Metrics {
     pub workload_start_failures: Family<WorkloadLabel, Counter>,
     /// Crash loops detected per workload.
     pub workload_crash_loops: Family<WorkloadLabel, Counter>,
+    /// Gateway connections open now, authenticated or not.
+    pub gateway_connections: Family<ConnStateLabel, Gauge>,
+    /// Gateway text messages since the node started, by direction.
+    pub gateway_messages: Family<DirectionLabel, Counter>,
+    /// Gateway connections disconnected as slow consumers since the node started.
+    pub gateway_slow_consumer_drops: Counter,
+    /// How long each step of the gateway's last drain took.
+    pub gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -249,6 +278,26 @@ impl Metrics {
             "Crash loops detected per workload since the workload module started",
             m.workload_crash_loops.clone(),
         );
+        registry.register(
+            "gateway_connections",
+            "Gateway connections open now, by state",
+            m.gateway_connections.clone(),
+        );
+        registry.register(
+            "gateway_messages",
+            "Gateway text messages since the node started, from clients (in) and to clients (out)",
+            m.gateway_messages.clone(),
+        );
+        registry.register(
+            "gateway_slow_consumer_drops",
+            "Gateway connections disconnected as slow consumers since the node started",
+            m.gateway_slow_consumer_drops.clone(),
+        );
+        registry.register(
+            "gateway_drain_step_seconds",
+            "How long each step of the gateway's last drain took",
+            m.gateway_drain_step_seconds.clone(),
+        );
         Metrics {
             registry: std::sync::Arc::new(registry),
             module_starts: m.module_starts,
@@ -271,6 +320,10 @@ impl Metrics {
             workload_restarts: m.workload_restarts,
             workload_start_failures: m.workload_start_failures,
             workload_crash_loops: m.workload_crash_loops,
+            gateway_connections: m.gateway_connections,
+            gateway_messages: m.gateway_messages,
+            gateway_slow_consumer_drops: m.gateway_slow_consumer_drops,
+            gateway_drain_step_seconds: m.gateway_drain_step_seconds,
         }
     }
 
@@ -408,6 +461,50 @@ impl Metrics {
         }
     }
 
+    // r[impl node.gateway.metrics]
+    /// Sets the gateway's series (read at each scrape): connections now (authenticated,
+    /// unauthenticated), the node's totals of
+    /// messages and slow-consumer drops (`totals`; `None` while no gateway has run, which exports
+    /// no connections), and the step durations of the last drain.
+    pub fn set_gateway(
+        &self,
+        connections: Option<(usize, usize)>,
+        totals: Option<crate::modules::gateway::GatewayTotals>,
+        last_drain: Option<&holdfast_gateway::DrainReport>,
+    ) {
+        self.gateway_connections.clear();
+        if let Some((authenticated, unauthenticated)) = connections {
+            let gauge = |state: &str, n: usize| {
+                self.gateway_connections
+                    .get_or_create(&ConnStateLabel {
+                        state: state.to_owned(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            };
+            gauge("authenticated", authenticated);
+            gauge("unauthenticated", unauthenticated);
+        }
+        if let Some(t) = totals {
+            for (direction, total) in [("in", t.messages_in), ("out", t.messages_out)] {
+                let counter = self.gateway_messages.get_or_create(&DirectionLabel {
+                    direction: direction.to_owned(),
+                });
+                raise_to(&counter, total);
+            }
+            raise_to(&self.gateway_slow_consumer_drops, t.slow_consumer_drops);
+        }
+        self.gateway_drain_step_seconds.clear();
+        for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
+            let name = serde_json::to_value(step.step)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            self.gateway_drain_step_seconds
+                .get_or_create(&StepLabel { step: name })
+                .set(step.took_ms as f64 / 1000.0);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -439,6 +536,19 @@ struct MetricsParts {
     workload_restarts: Family<WorkloadLabel, Counter>,
     workload_start_failures: Family<WorkloadLabel, Counter>,
     workload_crash_loops: Family<WorkloadLabel, Counter>,
+    gateway_connections: Family<ConnStateLabel, Gauge>,
+    gateway_messages: Family<DirectionLabel, Counter>,
+    gateway_slow_consumer_drops: Counter,
+    gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
+}
+
+/// Raises a counter to a total kept elsewhere (counters only grow: a smaller total changes
+/// nothing).
+fn raise_to(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
 }
 
 /// The label for `module`.
@@ -484,5 +594,73 @@ mod tests {
         let text = metrics.render();
         assert!(!text.contains("app.example"), "{text}");
         assert!(text.contains("holdfast_issuance_blocked 0"), "{text}");
+    }
+
+    // r[verify node.gateway.metrics]
+    #[test]
+    fn gateway_series_follow_the_gateway_and_its_counters_never_go_down() {
+        use crate::modules::gateway::GatewayTotals;
+        use holdfast_gateway::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
+        let metrics = Metrics::new();
+        // No gateway has run: no connection series.
+        metrics.set_gateway(None, None, None);
+        assert!(!metrics.render().contains("holdfast_gateway_connections{"));
+        let totals = GatewayTotals {
+            messages_in: 7,
+            messages_out: 11,
+            slow_consumer_drops: 2,
+        };
+        let report = DrainReport {
+            code: 1012,
+            connections: 3,
+            close_frames_sent: 3,
+            closed_in_time: 3,
+            force_closed: 0,
+            deregistration: Cleanup::Done,
+            routes: RouteCleanup::default(),
+            steps: vec![
+                StepReport {
+                    step: Step::StopAccepting,
+                    deadline_ms: 1000,
+                    took_ms: 4,
+                },
+                StepReport {
+                    step: Step::Handshake,
+                    deadline_ms: 3500,
+                    took_ms: 1250,
+                },
+            ],
+            cap_ms: 5000,
+            took_ms: 1300,
+            problems: vec![],
+        };
+        metrics.set_gateway(Some((2, 1)), Some(totals), Some(&report));
+        let text = metrics.render();
+        for series in [
+            "holdfast_gateway_connections{state=\"authenticated\"} 2",
+            "holdfast_gateway_connections{state=\"unauthenticated\"} 1",
+            "holdfast_gateway_messages_total{direction=\"in\"} 7",
+            "holdfast_gateway_messages_total{direction=\"out\"} 11",
+            "holdfast_gateway_slow_consumer_drops_total 2",
+            "holdfast_gateway_drain_step_seconds{step=\"stop_accepting\"} 0.004",
+            "holdfast_gateway_drain_step_seconds{step=\"handshake\"} 1.25",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // Smaller totals (they never are, from the node's view; a counter ignores them anyway).
+        metrics.set_gateway(Some((0, 0)), Some(GatewayTotals::default()), None);
+        let text = metrics.render();
+        assert!(
+            text.contains("holdfast_gateway_messages_total{direction=\"in\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_gateway_connections{state=\"authenticated\"} 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("holdfast_gateway_drain_step_seconds{"),
+            "{text}"
+        );
     }
 }

@@ -175,14 +175,88 @@ pub fn faults(v: &Value) -> String {
 
 /// `holdfast status`.
 pub fn status(v: &Value) -> String {
+    let gateway = if v["gateway"].is_object() {
+        gateway_line(&v["gateway"])
+    } else {
+        String::new()
+    };
     format!(
-        "node {}  phase {}  up {}s\n\n{}\n{}\n{}",
+        "node {}  phase {}  up {}s\n{gateway}\n{}\n{}\n{}",
         s(&v["node_id"]),
         s(&v["phase"]),
         s(&v["uptime_secs"]),
         modules(&v["modules"]),
         workloads(&v["workloads"]),
         faults(&v["faults"]),
+    )
+}
+
+// i[impl node.gateway.status]
+/// The gateway in one line: replica, address, state, connections, message counters, drops.
+pub fn gateway_line(g: &Value) -> String {
+    let state = if g["draining"] == Value::Bool(true) {
+        "draining"
+    } else if g["ready"] == Value::Bool(true) {
+        "ready"
+    } else {
+        "not ready"
+    };
+    format!(
+        "gateway {} at {}  {state}  connections {} ({} authenticated)  messages in {} out {}  slow-consumer drops {}\n",
+        s(&g["replica"]["id"]),
+        s(&g["replica"]["address"]),
+        s(&g["connections"]),
+        s(&g["authenticated"]),
+        s(&g["messages_in"]),
+        s(&g["messages_out"]),
+        s(&g["slow_consumer_drops"]),
+    )
+}
+
+// i[impl node.gateway.cli+2]
+/// `holdfast gateway`: the status line, and the last drain when there was one.
+pub fn gateway(g: &Value) -> String {
+    let mut out = gateway_line(g);
+    let d = &g["last_drain"];
+    if d.is_object() {
+        out.push_str(&format!(
+            "last drain: close code {}, {} connections, {} close frames sent, {} closed in time, {} force-closed, took {} ms of {} ms\n",
+            s(&d["code"]),
+            s(&d["connections"]),
+            s(&d["close_frames_sent"]),
+            s(&d["closed_in_time"]),
+            s(&d["force_closed"]),
+            s(&d["took_ms"]),
+            s(&d["cap_ms"]),
+        ));
+        let steps: Vec<String> = d["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|st| format!("{} {} ms", s(&st["step"]), s(&st["took_ms"])))
+            .collect();
+        if !steps.is_empty() {
+            out.push_str(&format!("  steps: {}\n", steps.join(", ")));
+        }
+        for problem in d["problems"].as_array().into_iter().flatten() {
+            out.push_str(&format!("  problem: {}\n", s(problem)));
+        }
+    }
+    out
+}
+
+/// `holdfast gateway push`: what the push reached (here, and whether it went to the other
+/// replicas).
+pub fn delivery(to: &str, v: &Value) -> String {
+    let forwarded = match v["forwarded"].as_str() {
+        Some("published") => "; handed to the other replicas",
+        Some("failed") => "; NOT handed to the other replicas (the bus failed)",
+        _ => "",
+    };
+    format!(
+        "pushed to {to}: queued for {} connections, {} slow consumers disconnected{forwarded}\n",
+        s(&v["queued"]),
+        s(&v["slow_consumers"]),
     )
 }
 

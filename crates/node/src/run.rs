@@ -11,7 +11,8 @@ use crate::config::{Config, Listen};
 use crate::metrics::Metrics;
 use crate::module::{Module, StopGroup};
 use crate::modules::{
-    forward::ForwardModule, issuance::IssuanceModule, pull::PullModule, workload::WorkloadModule,
+    forward::ForwardModule, gateway::GatewayModule, issuance::IssuanceModule, pull::PullModule,
+    workload::WorkloadModule,
 };
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
@@ -178,6 +179,15 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             node.forward.clone(),
         )));
     }
+    if let Some(gateway) = &config.gateway {
+        modules.push(Arc::new(GatewayModule::new(
+            gateway.get_ref(),
+            identity.id(),
+            identity.seed(crate::modules::gateway::NAME),
+            &data_dir,
+            node.gateway.clone(),
+        )));
+    }
     // i[impl node.testing-modules]
     #[cfg(feature = "testing-modules")]
     if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
@@ -224,19 +234,22 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
     }
 
     // r[impl node.stop.signal+2]
+    // r[impl node.gateway.stop-reason+2]
     let mut signals = Signals {
         term,
         int,
         until_abort: 1,
     };
     let reason = tokio::select! {
+        // A signal is a restart (systemd's restart, a deploy): clients are told to come back.
+        // Only `holdfast drain` (without --restart) says the node leaves for good.
         _ = signals.term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
         _ = signals.int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
-        () = node.drain_requested() => {
+        reason = node.drain_requested() => {
             // A drain asked for through the API: the first signal after it (an operator's or
             // systemd's stop) is a first signal, not the second one.
             signals.until_abort = 2;
-            StopReason::Restart
+            reason
         }
     };
     node.set_phase(Phase::Draining);

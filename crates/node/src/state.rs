@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use holdfast_lifecycle::{FaultBoard, Health, HealthWatch};
+use holdfast_lifecycle::{FaultBoard, Health, HealthWatch, StopReason};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -105,10 +105,13 @@ pub struct NodeState {
     pub forward: Slot<holdfast_forward::Server>,
     /// The running workload supervisor (each workload's state).
     pub workload: Slot<crate::modules::workload::RunningWorkloads>,
+    /// The running gateway (its connections, pushes, readiness and last drain).
+    pub gateway: crate::modules::gateway::GatewayView,
     phase: Arc<watch::Sender<Phase>>,
     modules: Arc<Mutex<BTreeMap<String, ModuleEntry>>>,
     workloads: Arc<Mutex<BTreeMap<String, WorkloadStatus>>>,
     drain: Arc<tokio::sync::Notify>,
+    drain_reason: Arc<Mutex<StopReason>>,
     started: SystemTime,
 }
 
@@ -135,10 +138,12 @@ impl NodeState {
             issuance: Slot::default(),
             forward: Slot::default(),
             workload: Slot::default(),
+            gateway: Default::default(),
             phase: Arc::new(watch::channel(Phase::Starting).0),
             modules: Arc::default(),
             workloads: Arc::default(),
             drain: Arc::default(),
+            drain_reason: Arc::new(Mutex::new(StopReason::Restart)),
             started: SystemTime::now(),
         }
     }
@@ -167,14 +172,17 @@ impl NodeState {
         self.started
     }
 
-    /// Asks the node to drain and stop (the admin API's `POST /v1/drain`).
-    pub fn request_drain(&self) {
+    // r[impl node.gateway.stop-reason+2]
+    /// Asks the node to drain and stop for `reason` (the admin API's `POST /v1/drain`).
+    pub fn request_drain(&self, reason: StopReason) {
+        *lock(&self.drain_reason) = reason;
         self.drain.notify_one();
     }
 
-    /// Resolves when a drain was requested.
-    pub async fn drain_requested(&self) {
+    /// Resolves when a drain was requested, with the reason of the latest request.
+    pub async fn drain_requested(&self) -> StopReason {
         self.drain.notified().await;
+        *lock(&self.drain_reason)
     }
 
     /// Registers or updates a module's status (keeping its health watch unless a new one is
@@ -264,6 +272,14 @@ impl NodeState {
             .with(|r| r.handle.status())
             .unwrap_or_default();
         self.metrics.set_workloads(&workloads);
+        let running = self.gateway.current().ok();
+        self.metrics.set_gateway(
+            running
+                .as_ref()
+                .map(|g| (g.authenticated(), g.unauthenticated())),
+            self.gateway.totals(),
+            self.gateway.last_drain().as_ref(),
+        );
     }
 
     /// Whether every module has had its first start and the node is not draining.

@@ -42,6 +42,22 @@ const BAD: &[(&str, &str)] = &[
     ("bad log filter", "[node]\n[log]\nlevel = \"info,=[\"\n"),
     ("toml syntax", "[node]\ntick = \"5s\n"),
     ("empty node id", "[node]\nid = \"  \"\n"),
+    (
+        "gateway without a key file",
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\n",
+    ),
+    (
+        "gateway key file missing",
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"/nonexistent/gateway.key\"\n",
+    ),
+    (
+        "gateway close choice",
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"/k\"\n[gateway.drain]\nclose = \"sometimes\"\n",
+    ),
+    (
+        "gateway key with a near miss",
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"/k\"\nping_intervall = \"5s\"\n",
+    ),
 ];
 
 // i[verify node.config.errors]
@@ -271,4 +287,190 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
             .starts_with("t.toml:5:11: workload[0].restart:")
     );
     assert!(err("[node]\n[workloads]\nstop_on_exti = true\n").contains("workloads.stop_on_exti"));
+}
+
+// i[verify node.gateway.config]
+// i[verify node.gateway.token-key]
+#[test]
+fn the_gateway_section_is_validated_with_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, "0123456789abcdef-gateway-secret\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let head = format!(
+        "[node]\nid = \"node-7\"\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"{}\"\n",
+        key.display()
+    );
+    // Defaults: the node id is the replica id; holdfast-gateway's defaults otherwise.
+    let config = Config::parse("ok.toml", &head).unwrap();
+    let section = config.gateway.unwrap();
+    let key_value = holdfast::gateway_config::read_token_key(&key).unwrap();
+    let g = section
+        .get_ref()
+        .gateway_config("node-7", key_value.clone(), dir.path());
+    assert_eq!(g.replica_id, "node-7");
+    assert_eq!(g.advertise, None);
+    assert_eq!(g.max_message_size, 65536);
+    assert_eq!(g.send_queue, 64);
+    assert_eq!(g.ping_interval, std::time::Duration::from_secs(20));
+    assert_eq!(g.idle_timeout, std::time::Duration::from_secs(60));
+    assert_eq!(g.drain.total, std::time::Duration::from_secs(5));
+    assert_eq!(g.drain.close, holdfast_gateway::CloseChoice::FromReason);
+    assert_eq!(g.drain.retry_after_secs, 2);
+    assert_eq!((g.per_ip_limit, g.unauthenticated_limit), (256, 1024));
+    assert!(g.tls.is_none());
+    let cluster = section.get_ref().cluster_config(42);
+    assert_eq!((cluster.etcd.len(), cluster.redis.as_deref()), (0, None));
+    assert_eq!(cluster.seed, Some(42));
+    // Every key written.
+    let full = format!(
+        "{head}replica_id = \"gw-a\"\nadvertise = \"10.0.0.5:7443\"\nmax_message_size = 4096\n\
+         send_queue = 8\nping_interval = \"5s\"\nidle_timeout = \"15s\"\nper_ip_limit = 0\n\
+         unauthenticated_limit = 10\n\
+         [gateway.drain]\ntotal = \"2s\"\nclose = \"going-away\"\nretry_after = \"1500ms\"\n\
+         [gateway.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\n\
+         [gateway.cluster]\nredis = \"redis://127.0.0.1:6379\"\nredis_prefix = \"hf:gw\"\n\
+         lease_ttl = \"4s\"\ntimeout = \"1s\"\n"
+    );
+    let config = Config::parse("full.toml", &full).unwrap();
+    let g = config
+        .gateway
+        .unwrap()
+        .get_ref()
+        .gateway_config("node-7", key_value, dir.path());
+    assert_eq!(g.replica_id, "gw-a");
+    assert_eq!(g.advertise.as_deref(), Some("10.0.0.5:7443"));
+    assert_eq!((g.max_message_size, g.max_frame_size), (4096, 4096));
+    assert_eq!(g.send_queue, 8);
+    assert_eq!(g.idle_timeout, std::time::Duration::from_secs(15));
+    assert_eq!(g.drain.total, std::time::Duration::from_secs(2));
+    assert_eq!(g.drain.close, holdfast_gateway::CloseChoice::GoingAway);
+    assert_eq!(g.drain.retry_after_secs, 2);
+    assert_eq!((g.per_ip_limit, g.unauthenticated_limit), (0, 10));
+    let tls = g.tls.clone().unwrap();
+    assert_eq!(
+        (tls.cert.to_str(), tls.key.to_str()),
+        (Some("/c.pem"), Some("/k.pem"))
+    );
+    let cluster = Config::parse("full.toml", &full)
+        .unwrap()
+        .gateway
+        .unwrap()
+        .get_ref()
+        .cluster_config(1);
+    assert_eq!(cluster.redis.as_deref(), Some("redis://127.0.0.1:6379"));
+    assert_eq!(cluster.redis_prefix, "hf:gw");
+    assert_eq!(cluster.lease_ttl, std::time::Duration::from_secs(4));
+    assert_eq!(cluster.timeout, std::time::Duration::from_secs(1));
+    assert_eq!(cluster.etcd_prefix, "/holdfast/gateway");
+    // TLS from the issuance store: the hostname's bundle is both the chain and the key.
+    let issued = format!(
+        "{head}[gateway.tls]\nfrom_issuance = \"app.example\"\n\
+         [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n"
+    );
+    let config = Config::parse("issued.toml", &issued).unwrap();
+    let issued = config.gateway.unwrap().get_ref().gateway_config(
+        "n",
+        holdfast_gateway::TokenKey::new(b"x".to_vec()),
+        std::path::Path::new("/var/lib/holdfast"),
+    );
+    let tls = issued.tls.unwrap();
+    let bundle = std::path::Path::new("/var/lib/holdfast/issuance/certs/app.example.pem");
+    assert_eq!((tls.cert.as_path(), tls.key.as_path()), (bundle, bundle));
+    // The bundle's file name is the [issuance] spelling: another case would name no file.
+    let other_case = format!(
+        "{head}[gateway.tls]\nfrom_issuance = \"App.Example\"\n\
+         [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n"
+    );
+    let e = Config::parse("case.toml", &other_case)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "case.toml:6:1: gateway.tls.from_issuance: \"App.Example\": write the hostname as the \
+         [issuance] section does (\"app.example\"), which names its certificate file"
+    );
+    // The key never shows in the config's or the gateway config's Debug.
+    assert!(!format!("{g:?}").contains("gateway-secret"));
+    // No section: no gateway.
+    assert!(
+        Config::parse("none.toml", "[node]\n")
+            .unwrap()
+            .gateway
+            .is_none()
+    );
+
+    let err = |text: &str| Config::parse("bad.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        err(&format!("{head}send_queue = 0\n")),
+        "bad.toml:6:14: gateway.send_queue: must be between 1 and 65536"
+    );
+    assert_eq!(
+        err(&format!("{head}max_message_size = 0\n")),
+        "bad.toml:6:20: gateway.max_message_size: must be between 1 and 67108864 bytes"
+    );
+    assert_eq!(
+        err(&format!("{head}idle_timeout = \"10s\"\n")),
+        "bad.toml:6:16: gateway.idle_timeout: must be longer than gateway.ping_interval (20s): \
+         a client answering every ping would still be closed as idle"
+    );
+    assert_eq!(
+        err(&format!("{head}[gateway.drain]\ntotal = \"0s\"\n")),
+        "bad.toml:7:9: gateway.drain.total: must be longer than zero"
+    );
+    assert_eq!(
+        err(&format!("{head}replica_id = \" \"\n")),
+        "bad.toml:6:14: gateway.replica_id: must not be empty (remove it to use the node id)"
+    );
+    assert_eq!(
+        err(&format!(
+            "{head}[gateway.tls]\nfrom_issuance = \"app.example\"\n"
+        )),
+        "bad.toml:6:1: gateway.tls.from_issuance: \"app.example\" is not a hostname of the \
+         [issuance] section: add it as an [[issuance.hostname]], or give cert and key"
+    );
+    assert_eq!(
+        err(&format!("{head}[gateway.tls]\ncert = \"/c.pem\"\n")),
+        "bad.toml:6:1: gateway.tls: needs both cert and key (PEM files), or from_issuance"
+    );
+    assert_eq!(
+        err(&format!(
+            "{head}[gateway.cluster]\nredis = \"127.0.0.1:6379\"\n"
+        )),
+        "bad.toml:7:9: gateway.cluster.redis: invalid URL \"127.0.0.1:6379\": write redis://HOST:PORT"
+    );
+    assert_eq!(
+        err(&format!(
+            "{head}[gateway.cluster]\netcd = [\"127.0.0.1:2379\"]\n"
+        )),
+        "bad.toml:7:8: gateway.cluster.etcd: invalid endpoint \"127.0.0.1:2379\": write http://HOST:PORT"
+    );
+    let etcd = Config::parse(
+        "e.toml",
+        &format!("{head}[gateway.cluster]\netcd = [\"http://127.0.0.1:2379\"]\n"),
+    );
+    if cfg!(feature = "etcd") {
+        assert!(etcd.is_ok(), "{etcd:?}");
+    } else {
+        let e = etcd.unwrap_err().to_string();
+        assert!(e.contains("built without etcd support"), "{e}");
+    }
+    // A key file others can read is refused, naming the chmod; a short key is refused too.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let loose = err(&head);
+    assert!(
+        loose.starts_with("bad.toml:5:18: gateway.token_key_file: ") && loose.contains("chmod 600"),
+        "{loose}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&key, "short\n").unwrap();
+    let short = err(&head);
+    assert!(
+        short.starts_with("bad.toml:5:18: gateway.token_key_file: ")
+            && short.contains("at least 16"),
+        "{short}"
+    );
 }

@@ -93,3 +93,41 @@ fn workloads_table_says_where_each_container_stands() {
     assert!(table.contains("stopped by policy, exit code 0"), "{table}");
     insta::assert_snapshot!(table);
 }
+
+// i[verify node.gateway.status]
+// i[verify node.gateway.cli+2]
+#[test]
+fn gateway_line_and_table_are_pinned() {
+    let gateway = json!({
+        "replica": {"id": "gw-a", "address": "10.0.0.5:7443"},
+        "ready": true, "draining": false, "connections": 3, "authenticated": 2,
+        "messages_in": 14, "messages_out": 40, "slow_consumer_drops": 1, "last_drain": null
+    });
+    let status = json!({
+        "node_id": "node-1", "phase": "running", "uptime_secs": 42,
+        "modules": [], "workloads": [], "faults": [], "gateway": gateway
+    });
+    insta::assert_snapshot!("status_with_gateway", render::status(&status));
+    let drained = json!({
+        "replica": {"id": "gw-a", "address": "10.0.0.5:7443"},
+        "ready": false, "draining": true, "connections": 0, "authenticated": 0,
+        "messages_in": 14, "messages_out": 43, "slow_consumer_drops": 1,
+        "last_drain": {
+            "code": 1012, "connections": 3, "close_frames_sent": 3, "closed_in_time": 2,
+            "force_closed": 1, "deregistration": "done",
+            "routes": {"cleared": 2, "stale": 0, "absent": 0, "failed": 0, "unfinished": 0},
+            "steps": [
+                {"step": "stop_accepting", "deadline_ms": 1000, "took_ms": 2},
+                {"step": "close", "deadline_ms": 2000, "took_ms": 1},
+                {"step": "handshake", "deadline_ms": 3500, "took_ms": 1499},
+                {"step": "routing", "deadline_ms": 5000, "took_ms": 3}
+            ],
+            "cap_ms": 5000, "took_ms": 1505, "problems": ["routing: 1 deletes failed, 0 unanswered"]
+        }
+    });
+    insta::assert_snapshot!("gateway_after_a_drain", render::gateway(&drained));
+    assert_eq!(
+        render::delivery("room lobby", &json!({"queued": 3, "slow_consumers": 1})),
+        "pushed to room lobby: queued for 3 connections, 1 slow consumers disconnected\n"
+    );
+}

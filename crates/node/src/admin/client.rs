@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 
@@ -105,6 +105,29 @@ pub async fn call(
     call_within(target, method, path, token, CALL_TIMEOUT).await
 }
 
+/// [`call`] with a JSON request body.
+pub async fn call_json(
+    target: &Target,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&Token>,
+    body: &serde_json::Value,
+) -> Result<String, ClientError> {
+    let body = body.to_string();
+    match tokio::time::timeout(
+        CALL_TIMEOUT,
+        call_unbounded(target, method, path, token, Some(&body)),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(ClientError::Timeout {
+            target: target.clone(),
+            timeout: CALL_TIMEOUT,
+        }),
+    }
+}
+
 /// [`call`] with its own time limit.
 pub async fn call_within(
     target: &Target,
@@ -113,7 +136,7 @@ pub async fn call_within(
     token: Option<&Token>,
     timeout: std::time::Duration,
 ) -> Result<String, ClientError> {
-    match tokio::time::timeout(timeout, call_unbounded(target, method, path, token)).await {
+    match tokio::time::timeout(timeout, call_unbounded(target, method, path, token, None)).await {
         Ok(result) => result,
         Err(_) => Err(ClientError::Timeout {
             target: target.clone(),
@@ -127,6 +150,7 @@ async fn call_unbounded(
     method: hyper::Method,
     path: &str,
     token: Option<&Token>,
+    body: Option<&str>,
 ) -> Result<String, ClientError> {
     let http = |message: String| ClientError::Http {
         target: target.clone(),
@@ -155,8 +179,11 @@ async fn call_unbounded(
             format!("Bearer {}", token.expose()),
         );
     }
+    if body.is_some() {
+        builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
     let request = builder
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(Bytes::from(body.unwrap_or_default().to_owned())))
         .map_err(|e| http(e.to_string()))?;
     let response = match target {
         Target::Tcp(addr) => {
@@ -194,7 +221,7 @@ async fn call_unbounded(
 
 async fn send<IO>(
     io: IO,
-    request: hyper::Request<Empty<Bytes>>,
+    request: hyper::Request<Full<Bytes>>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, String>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,

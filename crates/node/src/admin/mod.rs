@@ -7,6 +7,7 @@
 pub mod certs;
 pub mod client;
 pub mod forwards;
+pub mod gateway;
 
 mod socket;
 pub mod token;
@@ -53,6 +54,9 @@ pub struct Status {
     pub workloads: Vec<crate::state::WorkloadStatus>,
     /// Every open fault.
     pub faults: Vec<holdfast_lifecycle::Fault>,
+    /// The gateway, while it runs (absent without a `[gateway]` section or while it is down).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<crate::modules::gateway::GatewayStatus>,
 }
 
 fn status(node: &NodeState) -> Status {
@@ -63,6 +67,7 @@ fn status(node: &NodeState) -> Status {
         modules: node.modules(),
         workloads: node.workloads(),
         faults: node.faults.list(),
+        gateway: node.gateway.status().ok(),
     }
 }
 
@@ -97,6 +102,11 @@ fn router(api: Api, transport: Transport) -> Router {
             "/v1/forwards",
             get(|State(api): State<Api>| async move { forwards::list(&api.node) }),
         )
+        .route(
+            "/v1/gateway",
+            get(|State(api): State<Api>| async move { gateway::show(&api.node) }),
+        )
+        .route("/v1/gateway/push", post(gateway_push))
         .route("/v1/drain", post(drain))
         .layer(Extension(transport))
         .with_state(api)
@@ -105,6 +115,10 @@ fn router(api: Api, transport: Transport) -> Router {
 // i[impl node.admin.readyz+2]
 async fn readyz(State(api): State<Api>) -> Response {
     match api.node.phase() {
+        // r[impl node.gateway.readyz]
+        Phase::Running if !api.node.gateway.ready() => {
+            (StatusCode::SERVICE_UNAVAILABLE, "gateway not ready\n").into_response()
+        }
         Phase::Running => (StatusCode::OK, "ready\n").into_response(),
         Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
         Phase::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response(),
@@ -169,19 +183,64 @@ async fn cert_retry(
     certs::retry(&api.node, &host)
 }
 
-async fn drain(
+async fn gateway_push(
     State(api): State<Api>,
     Extension(transport): Extension<Transport>,
     headers: HeaderMap,
+    body: axum::body::Bytes,
 ) -> Response {
     if let Some(refused) = refusal(&api, transport, &headers) {
         return refused;
     }
-    tracing::info!("drain requested through the admin API");
-    api.node.request_drain();
+    gateway::push(&api.node, &body).await
+}
+
+/// `POST /v1/drain`'s optional body.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    /// `"restart"` (the default) or `"shutdown"` (the node leaves for good).
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+// r[impl node.gateway.stop-reason+2]
+/// The stop reason a drain call asks for: without one it is a restart (clients are told to come
+/// back), as a signal is; only `"shutdown"` says the node leaves for good.
+fn drain_reason(body: &[u8]) -> Result<holdfast_lifecycle::StopReason, String> {
+    use holdfast_lifecycle::StopReason;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(StopReason::Restart);
+    }
+    let parsed: DrainBody =
+        serde_json::from_slice(body).map_err(|e| format!("invalid drain request: {e}"))?;
+    match parsed.reason.as_deref() {
+        None | Some("restart") => Ok(StopReason::Restart),
+        Some("shutdown") => Ok(StopReason::Shutdown),
+        Some(other) => Err(format!(
+            "invalid drain reason {other:?}: \"restart\" or \"shutdown\""
+        )),
+    }
+}
+
+async fn drain(
+    State(api): State<Api>,
+    Extension(transport): Extension<Transport>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(refused) = refusal(&api, transport, &headers) {
+        return refused;
+    }
+    let reason = match drain_reason(&body) {
+        Ok(reason) => reason,
+        Err(message) => return (StatusCode::BAD_REQUEST, message + "\n").into_response(),
+    };
+    tracing::info!(?reason, "drain requested through the admin API");
+    api.node.request_drain(reason);
     (
         StatusCode::ACCEPTED,
-        Json(serde_json::json!({"draining": true})),
+        Json(serde_json::json!({"draining": true, "reason": reason})),
     )
         .into_response()
 }
@@ -392,14 +451,119 @@ mod tests {
         };
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, "Bearer anything".parse().unwrap());
-        let answer = drain(State(api.clone()), Extension(Transport::Tcp), headers).await;
+        let answer = drain(
+            State(api.clone()),
+            Extension(Transport::Tcp),
+            headers,
+            Default::default(),
+        )
+        .await;
         assert_eq!(answer.status(), StatusCode::FORBIDDEN);
         // Nothing was requested: a drain asked for now would be seen at once.
         let requested =
             tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
                 .await;
         assert!(requested.is_err(), "a refused call requested a drain");
-        let answer = drain(State(api), Extension(Transport::Unix), HeaderMap::new()).await;
+        let answer = drain(
+            State(api),
+            Extension(Transport::Unix),
+            HeaderMap::new(),
+            Default::default(),
+        )
+        .await;
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+
+    // r[verify node.gateway.readyz]
+    #[tokio::test]
+    async fn with_a_gateway_the_node_is_ready_only_while_the_gateway_is() {
+        use holdfast_gateway::{Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, TokenKey};
+        use std::sync::Arc;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        node.gateway.configure();
+        node.set_phase(Phase::Running);
+        // Configured, not running yet.
+        let answer = readyz(State(api.clone())).await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let config = GatewayConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "gw",
+            TokenKey::new(b"0123456789abcdef".to_vec()),
+        );
+        let gateway = Gateway::start(
+            config,
+            Arc::new(MemoryRegistry::new()),
+            Arc::new(MemoryRouting::new()),
+        )
+        .await
+        .unwrap();
+        node.gateway.started(gateway.clone());
+        assert_eq!(readyz(State(api.clone())).await.status(), StatusCode::OK);
+        // The gateway's own drain makes it not ready: so is the node.
+        gateway
+            .drain(holdfast_lifecycle::StopReason::Shutdown, None)
+            .await;
+        assert_eq!(
+            readyz(State(api.clone())).await.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        // Without a gateway section nothing of this applies.
+        let plain = NodeState::new("p", FaultBoard::new(), Metrics::new());
+        plain.set_phase(Phase::Running);
+        let api = Api {
+            node: plain,
+            token: None,
+        };
+        assert_eq!(readyz(State(api)).await.status(), StatusCode::OK);
+    }
+
+    // r[verify node.gateway.stop-reason+2]
+    #[tokio::test]
+    async fn a_drain_call_says_whether_the_node_restarts_or_shuts_down() {
+        use holdfast_lifecycle::StopReason;
+        assert_eq!(drain_reason(b""), Ok(StopReason::Restart));
+        assert_eq!(drain_reason(b" \n"), Ok(StopReason::Restart));
+        assert_eq!(drain_reason(b"{}"), Ok(StopReason::Restart));
+        assert_eq!(
+            drain_reason(br#"{"reason":"shutdown"}"#),
+            Ok(StopReason::Shutdown)
+        );
+        assert_eq!(
+            drain_reason(br#"{"reason":"restart"}"#),
+            Ok(StopReason::Restart)
+        );
+        assert!(drain_reason(br#"{"reason":"later"}"#).is_err());
+        assert!(drain_reason(br#"{"restart":true}"#).is_err());
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let bad = drain(
+            State(api.clone()),
+            Extension(Transport::Unix),
+            HeaderMap::new(),
+            axum::body::Bytes::from_static(b"{\"reason\":\"later\"}"),
+        )
+        .await;
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let answer = drain(
+            State(api),
+            Extension(Transport::Unix),
+            HeaderMap::new(),
+            axum::body::Bytes::from_static(b"{\"reason\":\"shutdown\"}"),
+        )
+        .await;
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+        // The reason reaches the stop (not the default, which is a restart).
+        let reason =
+            tokio::time::timeout(std::time::Duration::from_secs(1), node.drain_requested())
+                .await
+                .unwrap();
+        assert_eq!(reason, StopReason::Shutdown);
     }
 }

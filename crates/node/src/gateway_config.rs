@@ -1,0 +1,474 @@
+//! The `[gateway]` section: the WebSocket gateway as the node runs it, mapped onto
+//! holdfast-gateway's [`GatewayConfig`].
+//!
+//! The token key (the HMAC secret client tokens are signed with) is read from a file checked like
+//! the admin token file (a regular 0600 file, not a symlink, not empty), at validation and again at
+//! each start of the module, so a rotated key is picked up by a restart; it never appears in any
+//! output.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use holdfast_gateway::{CloseChoice, ClusterConfig, GatewayConfig, TlsFiles, TokenKey};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::config::ConfigError;
+use crate::duration::ConfigDuration;
+
+/// The shortest token key accepted (bytes): a shorter HMAC secret is guessable.
+pub const MIN_TOKEN_KEY_LEN: usize = 16;
+
+/// `[gateway]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    /// The TCP address clients connect to (port 0 picks one; `/v1/gateway` names it).
+    pub listen: Spanned<SocketAddr>,
+    /// This replica's id in the cluster (default: the node id).
+    #[serde(default)]
+    pub replica_id: Option<Spanned<String>>,
+    /// The address the service registry advertises (default: the bound address).
+    #[serde(default)]
+    pub advertise: Option<Spanned<String>>,
+    /// The file holding the HMAC secret client tokens are signed with (mode 0600 or stricter).
+    pub token_key_file: Spanned<PathBuf>,
+    /// The largest message (and frame) a client may send, in bytes (default 65536).
+    #[serde(default)]
+    pub max_message_size: Option<Spanned<usize>>,
+    /// Messages queued per connection before it counts as a slow consumer (default 64).
+    #[serde(default)]
+    pub send_queue: Option<Spanned<usize>>,
+    /// How often the server pings (default 20 s).
+    #[serde(default)]
+    pub ping_interval: Option<Spanned<ConfigDuration>>,
+    /// A connection from which nothing arrived for this long is closed (default 60 s).
+    #[serde(default)]
+    pub idle_timeout: Option<Spanned<ConfigDuration>>,
+    /// Open connections allowed per source IP, authenticated or not (default 256; 0: no limit).
+    #[serde(default)]
+    pub per_ip_limit: Option<Spanned<usize>>,
+    /// Connections allowed not yet authenticated, in all (default 1024; 0: no limit).
+    #[serde(default)]
+    pub unauthenticated_limit: Option<Spanned<usize>>,
+    /// `[gateway.drain]`.
+    #[serde(default)]
+    pub drain: DrainSection,
+    /// `[gateway.tls]`: serve `wss://` (absent: plain `ws://`).
+    #[serde(default)]
+    pub tls: Option<Spanned<TlsSection>>,
+    /// `[gateway.cluster]`: etcd and Redis (absent: the single-node memory backends).
+    #[serde(default)]
+    pub cluster: Option<Spanned<ClusterSection>>,
+}
+
+/// `[gateway.tls]`: a PEM pair, or the issuance module's certificate for a hostname.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The certificate chain (PEM).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    /// A hostname of the `[issuance]` section: its key and chain in the issuance store.
+    #[serde(default)]
+    pub from_issuance: Option<String>,
+}
+
+/// `[gateway.cluster]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// etcd endpoints (`http://HOST:PORT`); empty keeps the service registry in memory.
+    #[serde(default)]
+    pub etcd: Option<Spanned<Vec<String>>>,
+    /// The etcd key prefix (default `/holdfast/gateway`).
+    #[serde(default)]
+    pub etcd_prefix: Option<String>,
+    /// The registration lease's time to live (default 10 s).
+    #[serde(default)]
+    pub lease_ttl: Option<Spanned<ConfigDuration>>,
+    /// The Redis URL (`redis://HOST:PORT`); absent keeps the routing map and the bus in memory.
+    #[serde(default)]
+    pub redis: Option<Spanned<String>>,
+    /// The Redis key and channel prefix (default `holdfast:gateway`).
+    #[serde(default)]
+    pub redis_prefix: Option<String>,
+    /// The bound on every backend call (default 2 s).
+    #[serde(default)]
+    pub timeout: Option<Spanned<ConfigDuration>>,
+}
+
+/// Where the issuance module keeps `hostname`'s key and chain (one PEM bundle), under the node's
+/// data directory.
+pub fn issuance_bundle(data_dir: &Path, hostname: &str) -> PathBuf {
+    data_dir
+        .join("issuance")
+        .join("certs")
+        .join(format!("{hostname}.pem"))
+}
+
+/// `[gateway.drain]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainSection {
+    /// The cap on the whole drain (default 5 s; the stop plan's share for the gateway group caps
+    /// it too).
+    #[serde(default)]
+    pub total: Option<Spanned<ConfigDuration>>,
+    /// Which close code the drain sends (default `"from-reason"`).
+    #[serde(default)]
+    pub close: Option<Spanned<CloseSetting>>,
+    /// The Retry-After sent with a 503 to upgrades refused while draining (default 2 s; whole
+    /// seconds, rounded up).
+    #[serde(default)]
+    pub retry_after: Option<Spanned<ConfigDuration>>,
+}
+
+/// `gateway.drain.close`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CloseSetting {
+    /// 1012 when the node restarts (SIGTERM, SIGINT, `holdfast drain --restart`), 1001 when it
+    /// leaves for good (`holdfast drain`).
+    #[default]
+    FromReason,
+    /// Always 1012 (Service Restart) with a reconnect hint.
+    Restart,
+    /// Always 1001 (Going Away).
+    GoingAway,
+}
+
+impl From<CloseSetting> for CloseChoice {
+    fn from(c: CloseSetting) -> Self {
+        match c {
+            CloseSetting::FromReason => CloseChoice::FromReason,
+            CloseSetting::Restart => CloseChoice::Restart,
+            CloseSetting::GoingAway => CloseChoice::GoingAway,
+        }
+    }
+}
+
+fn value<T: Copy>(v: &Option<Spanned<T>>, default: T) -> T {
+    v.as_ref().map_or(default, |v| *v.get_ref())
+}
+
+fn duration(v: &Option<Spanned<ConfigDuration>>, default: Duration) -> Duration {
+    v.as_ref().map_or(default, |v| v.get_ref().get())
+}
+
+// i[impl node.gateway.token-key]
+/// Reads the token key: the file checked as the admin token file is (a regular file, not a
+/// symlink, mode 0600 or stricter, not empty), its text trimmed, at least
+/// [`MIN_TOKEN_KEY_LEN`] bytes.
+pub fn read_token_key(path: &Path) -> Result<TokenKey, String> {
+    let token = crate::admin::token::read(path)?;
+    let secret = token.expose();
+    if secret.len() < MIN_TOKEN_KEY_LEN {
+        return Err(format!(
+            "token key file {} holds {} bytes; a key needs at least {MIN_TOKEN_KEY_LEN} \
+             (e.g. `head -c 32 /dev/urandom | base64 > FILE`)",
+            path.display(),
+            secret.len()
+        ));
+    }
+    Ok(TokenKey::new(secret.as_bytes().to_vec()))
+}
+
+impl GatewaySection {
+    /// holdfast-gateway's config for this section: `node_id` is the default replica id,
+    /// `data_dir` holds the issuance store (for `tls.from_issuance`).
+    pub fn gateway_config(&self, node_id: &str, key: TokenKey, data_dir: &Path) -> GatewayConfig {
+        let replica_id = self
+            .replica_id
+            .as_ref()
+            .map_or_else(|| node_id.to_owned(), |r| r.get_ref().clone());
+        let mut c = GatewayConfig::new(*self.listen.get_ref(), replica_id, key);
+        c.advertise = self.advertise.as_ref().map(|a| a.get_ref().clone());
+        c.max_message_size = value(&self.max_message_size, c.max_message_size);
+        // A frame can never carry more than the message it belongs to.
+        c.max_frame_size = c.max_message_size;
+        c.send_queue = value(&self.send_queue, c.send_queue);
+        c.ping_interval = duration(&self.ping_interval, c.ping_interval);
+        c.idle_timeout = duration(&self.idle_timeout, c.idle_timeout);
+        c.drain.total = duration(&self.drain.total, c.drain.total);
+        c.drain.close = value(&self.drain.close, CloseSetting::FromReason).into();
+        if let Some(r) = &self.drain.retry_after {
+            c.drain.retry_after_secs = retry_after_secs(r.get_ref().get());
+        }
+        c.per_ip_limit = value(&self.per_ip_limit, c.per_ip_limit);
+        c.unauthenticated_limit = value(&self.unauthenticated_limit, c.unauthenticated_limit);
+        c.tls = self.tls.as_ref().and_then(|t| {
+            let t = t.get_ref();
+            match (&t.from_issuance, &t.cert, &t.key) {
+                // The issuance store keeps key and chain in one bundle: both files are it.
+                (Some(host), _, _) => {
+                    let bundle = issuance_bundle(data_dir, host);
+                    Some(TlsFiles {
+                        cert: bundle.clone(),
+                        key: bundle,
+                    })
+                }
+                (None, Some(cert), Some(key)) => Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                // Refused when the config was validated.
+                _ => None,
+            }
+        });
+        c
+    }
+
+    /// holdfast-gateway's cluster settings (absent section: memory backends), seeded.
+    pub fn cluster_config(&self, seed: u64) -> ClusterConfig {
+        let mut c = ClusterConfig {
+            seed: Some(seed),
+            ..ClusterConfig::default()
+        };
+        if let Some(section) = &self.cluster {
+            let s = section.get_ref();
+            c.etcd = s
+                .etcd
+                .as_ref()
+                .map(|e| e.get_ref().clone())
+                .unwrap_or_default();
+            if let Some(p) = &s.etcd_prefix {
+                c.etcd_prefix = p.clone();
+            }
+            c.lease_ttl = duration(&s.lease_ttl, c.lease_ttl);
+            c.redis = s.redis.as_ref().map(|r| r.get_ref().clone());
+            if let Some(p) = &s.redis_prefix {
+                c.redis_prefix = p.clone();
+            }
+            c.timeout = duration(&s.timeout, c.timeout);
+        }
+        c
+    }
+}
+
+fn retry_after_secs(d: Duration) -> u32 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
+/// The largest `max_message_size` accepted (bytes).
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+/// The largest `send_queue` accepted.
+pub const MAX_SEND_QUEUE: usize = 65_536;
+
+type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
+
+// i[impl node.gateway.config]
+/// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
+/// and durations in range; an idle timeout longer than the ping interval; a TLS source that is
+/// one pair or one issuance hostname (of `issuance_hosts`); cluster endpoints that are URLs.
+pub fn validate(
+    section: &Spanned<GatewaySection>,
+    issuance_hosts: &[String],
+    at: At<'_>,
+) -> Result<(), ConfigError> {
+    let g = section.get_ref();
+    if let Some(tls) = &g.tls {
+        validate_tls(tls, issuance_hosts, at)?;
+    }
+    if let Some(cluster) = &g.cluster {
+        validate_cluster(cluster, at)?;
+    }
+    if let Some(id) = &g.replica_id {
+        if id.get_ref().trim().is_empty() {
+            return Err(at(
+                Some(id.span()),
+                "gateway.replica_id",
+                "must not be empty (remove it to use the node id)".into(),
+            ));
+        }
+    }
+    if let Some(a) = &g.advertise {
+        if a.get_ref().trim().is_empty() {
+            return Err(at(
+                Some(a.span()),
+                "gateway.advertise",
+                "must not be empty (remove it to advertise the bound address)".into(),
+            ));
+        }
+    }
+    if let Err(message) = read_token_key(g.token_key_file.get_ref()) {
+        return Err(at(
+            Some(g.token_key_file.span()),
+            "gateway.token_key_file",
+            message,
+        ));
+    }
+    if let Some(size) = &g.max_message_size {
+        if !(1..=MAX_MESSAGE_SIZE).contains(size.get_ref()) {
+            return Err(at(
+                Some(size.span()),
+                "gateway.max_message_size",
+                format!("must be between 1 and {MAX_MESSAGE_SIZE} bytes"),
+            ));
+        }
+    }
+    if let Some(queue) = &g.send_queue {
+        if !(1..=MAX_SEND_QUEUE).contains(queue.get_ref()) {
+            return Err(at(
+                Some(queue.span()),
+                "gateway.send_queue",
+                format!("must be between 1 and {MAX_SEND_QUEUE}"),
+            ));
+        }
+    }
+    for (key, d) in [
+        ("gateway.ping_interval", &g.ping_interval),
+        ("gateway.idle_timeout", &g.idle_timeout),
+        ("gateway.drain.total", &g.drain.total),
+        ("gateway.drain.retry_after", &g.drain.retry_after),
+    ] {
+        if let Some(d) = d {
+            if d.get_ref().get().is_zero() {
+                return Err(at(Some(d.span()), key, "must be longer than zero".into()));
+            }
+        }
+    }
+    let defaults = GatewayConfig::new(*g.listen.get_ref(), "-", TokenKey::new(Vec::<u8>::new()));
+    let ping = duration(&g.ping_interval, defaults.ping_interval);
+    let idle = duration(&g.idle_timeout, defaults.idle_timeout);
+    if idle <= ping {
+        let span = g
+            .idle_timeout
+            .as_ref()
+            .or(g.ping_interval.as_ref())
+            .map(Spanned::span);
+        return Err(at(
+            span,
+            "gateway.idle_timeout",
+            format!(
+                "must be longer than gateway.ping_interval ({ping:?}): a client answering every \
+                 ping would still be closed as idle"
+            ),
+        ));
+    }
+    if let Some(total) = &g.drain.total {
+        if total.get_ref().get() > Duration::from_secs(600) {
+            return Err(at(
+                Some(total.span()),
+                "gateway.drain.total",
+                "must be at most 10m".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_tls(
+    section: &Spanned<TlsSection>,
+    issuance_hosts: &[String],
+    at: At<'_>,
+) -> Result<(), ConfigError> {
+    let t = section.get_ref();
+    let span = Some(section.span());
+    match (&t.from_issuance, &t.cert, &t.key) {
+        (Some(host), None, None) => {
+            // The store's file is named as the [issuance] section spells the hostname, so a
+            // spelling differing in case only would name a file that is never written.
+            if let Some(spelt) = issuance_hosts
+                .iter()
+                .find(|h| h.eq_ignore_ascii_case(host) && *h != host)
+            {
+                return Err(at(
+                    span,
+                    "gateway.tls.from_issuance",
+                    format!(
+                        "{host:?}: write the hostname as the [issuance] section does ({spelt:?}), \
+                         which names its certificate file"
+                    ),
+                ));
+            }
+            if !issuance_hosts.iter().any(|h| h == host) {
+                return Err(at(
+                    span,
+                    "gateway.tls.from_issuance",
+                    format!(
+                        "{host:?} is not a hostname of the [issuance] section: add it as an \
+                         [[issuance.hostname]], or give cert and key"
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        (None, Some(_), Some(_)) => Ok(()),
+        (Some(_), _, _) => Err(at(
+            span,
+            "gateway.tls",
+            "give either from_issuance or cert and key, not both".into(),
+        )),
+        (None, _, _) => Err(at(
+            span,
+            "gateway.tls",
+            "needs both cert and key (PEM files), or from_issuance".into(),
+        )),
+    }
+}
+
+fn validate_cluster(section: &Spanned<ClusterSection>, at: At<'_>) -> Result<(), ConfigError> {
+    let c = section.get_ref();
+    let no_endpoints = Vec::new();
+    let etcd = c.etcd.as_ref().map_or(&no_endpoints, |e| e.get_ref());
+    let etcd_span = c.etcd.as_ref().map(Spanned::span);
+    if let Some(bad) = etcd
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
+        return Err(at(
+            etcd_span.clone(),
+            "gateway.cluster.etcd",
+            format!("invalid endpoint {bad:?}: write http://HOST:PORT"),
+        ));
+    }
+    if !etcd.is_empty() && !cfg!(feature = "etcd") {
+        return Err(at(
+            etcd_span,
+            "gateway.cluster.etcd",
+            "this holdfast was built without etcd support (cargo feature `etcd`, which needs \
+             protoc): rebuild with --features etcd, or remove etcd to keep the registry in memory"
+                .into(),
+        ));
+    }
+    if let Some(redis) = &c.redis {
+        let url = redis.get_ref();
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(at(
+                Some(redis.span()),
+                "gateway.cluster.redis",
+                format!("invalid URL {url:?}: write redis://HOST:PORT"),
+            ));
+        }
+    }
+    for (key, d) in [
+        ("gateway.cluster.lease_ttl", &c.lease_ttl),
+        ("gateway.cluster.timeout", &c.timeout),
+    ] {
+        if let Some(d) = d {
+            if d.get_ref().get().is_zero() {
+                return Err(at(Some(d.span()), key, "must be longer than zero".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+    }
+}

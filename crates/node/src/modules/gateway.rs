@@ -1,0 +1,386 @@
+//! The gateway module: the node's one adapter over holdfast-gateway.
+//!
+//! Each start reads the token key file (a rotated key is picked up by a restart), connects the
+//! cluster backends of `[gateway.cluster]` (memory without it; nothing is contacted yet), starts
+//! the gateway on them, and publishes it in the node's
+//! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
+//! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
+//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use holdfast_gateway::{
+    ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
+};
+use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
+use serde::Serialize;
+
+use crate::module::{Module, StartError, Started, StopGroup};
+use crate::modules::hosted::spawn_hosted;
+use crate::slot::Slot;
+
+/// The module's name.
+pub const NAME: &str = "gateway";
+
+#[derive(Default)]
+struct ViewState {
+    configured: bool,
+    current: Option<Gateway>,
+    /// Counters of the instances before the current one (so the node's totals only grow).
+    before: GatewayTotals,
+    draining: bool,
+    last_drain: Option<DrainReport>,
+}
+
+/// The node's view of its gateway: the instance running now (kept after its drain, so the drain
+/// stays visible until the process exits), and the last drain's report. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct GatewayView(Arc<Mutex<ViewState>>);
+
+impl std::fmt::Debug for GatewayView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayView").finish_non_exhaustive()
+    }
+}
+
+/// `GET /v1/gateway`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewayStatus {
+    /// The replica as registered.
+    pub replica: Replica,
+    /// Whether the gateway takes new clients (false from the first step of a drain on).
+    pub ready: bool,
+    /// A drain has begun.
+    pub draining: bool,
+    /// Connections open now, authenticated or not.
+    pub connections: usize,
+    /// Connections open now that have authenticated.
+    pub authenticated: usize,
+    /// Text messages received from clients since the node started.
+    pub messages_in: u64,
+    /// Text messages sent to clients since the node started.
+    pub messages_out: u64,
+    /// Connections disconnected as slow consumers since the node started.
+    pub slow_consumer_drops: u64,
+    /// Registration and cross-replica delivery.
+    pub cluster: ClusterHealth,
+    /// The last drain's report, once there was one.
+    pub last_drain: Option<DrainReport>,
+}
+
+/// The gateway's counters the node keeps across restarts of the module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatewayTotals {
+    /// Text messages received from clients.
+    pub messages_in: u64,
+    /// Text messages sent to clients.
+    pub messages_out: u64,
+    /// Connections disconnected as slow consumers.
+    pub slow_consumer_drops: u64,
+}
+
+impl GatewayTotals {
+    fn of(gateway: &Gateway) -> Self {
+        let s = gateway.stats();
+        GatewayTotals {
+            messages_in: s.messages_in,
+            messages_out: s.messages_out,
+            slow_consumer_drops: s.slow_consumer_drops,
+        }
+    }
+
+    fn plus(self, o: GatewayTotals) -> Self {
+        GatewayTotals {
+            messages_in: self.messages_in + o.messages_in,
+            messages_out: self.messages_out + o.messages_out,
+            slow_consumer_drops: self.slow_consumer_drops + o.slow_consumer_drops,
+        }
+    }
+}
+
+/// Why the admin API cannot reach the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unavailable {
+    /// No `[gateway]` section.
+    NotConfigured,
+    /// Configured, not running now (starting, or waiting to restart).
+    Down,
+}
+
+impl GatewayView {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the gateway configured (the node has a `[gateway]` section).
+    pub fn configure(&self) {
+        self.lock().configured = true;
+    }
+
+    /// Whether the node has a `[gateway]` section.
+    pub fn configured(&self) -> bool {
+        self.lock().configured
+    }
+
+    /// Publishes a newly started instance (the previous one's counters are kept in the totals).
+    pub fn started(&self, gateway: Gateway) {
+        let mut s = self.lock();
+        if let Some(old) = s.current.take() {
+            s.before = s.before.plus(GatewayTotals::of(&old));
+        }
+        s.current = Some(gateway);
+        s.draining = false;
+    }
+
+    /// The gateway running now.
+    pub fn current(&self) -> Result<Gateway, Unavailable> {
+        let s = self.lock();
+        match (&s.current, s.configured) {
+            (Some(g), _) => Ok(g.clone()),
+            (None, true) => Err(Unavailable::Down),
+            (None, false) => Err(Unavailable::NotConfigured),
+        }
+    }
+
+    // r[impl node.gateway.readyz]
+    /// Whether the gateway lets the node be ready: no `[gateway]` section, or a running gateway
+    /// that is ready (not draining).
+    pub fn ready(&self) -> bool {
+        let s = self.lock();
+        !s.configured || s.current.as_ref().is_some_and(Gateway::is_ready)
+    }
+
+    /// The counters since the node started (every instance's).
+    pub fn totals(&self) -> Option<GatewayTotals> {
+        let s = self.lock();
+        s.current
+            .as_ref()
+            .map(|g| s.before.plus(GatewayTotals::of(g)))
+    }
+
+    /// The last drain's report.
+    pub fn last_drain(&self) -> Option<DrainReport> {
+        self.lock().last_drain.clone()
+    }
+
+    /// What `GET /v1/gateway` answers.
+    pub fn status(&self) -> Result<GatewayStatus, Unavailable> {
+        let gateway = self.current()?;
+        let s = self.lock();
+        let totals = s.before.plus(GatewayTotals::of(&gateway));
+        Ok(GatewayStatus {
+            replica: gateway.replica().clone(),
+            ready: gateway.is_ready(),
+            draining: s.draining,
+            connections: gateway.connections(),
+            authenticated: gateway.authenticated(),
+            messages_in: totals.messages_in,
+            messages_out: totals.messages_out,
+            slow_consumer_drops: totals.slow_consumer_drops,
+            cluster: gateway.cluster_health(),
+            last_drain: s.last_drain.clone(),
+        })
+    }
+
+    fn drain_began(&self) {
+        self.lock().draining = true;
+    }
+
+    fn drained(&self, report: DrainReport) {
+        self.lock().last_drain = Some(report);
+    }
+}
+
+/// A running gateway as the module's task holds it: stopping it drains it.
+struct RunningGateway {
+    gateway: Gateway,
+    view: GatewayView,
+}
+
+// r[impl node.gateway.stop]
+impl Stopper for RunningGateway {
+    fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
+        Box::pin(async move {
+            self.view.drain_began();
+            let report = self
+                .gateway
+                .drain(request.reason, Some(request.deadline))
+                .await;
+            let problems = report.problems.clone();
+            self.view.drained(report);
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(StopError(problems.join("; ")))
+            }
+        })
+    }
+}
+
+/// The `[gateway]` section as the node runs it.
+#[derive(Clone)]
+pub struct GatewayModule {
+    /// holdfast-gateway's config, its token key replaced at each start by the file's.
+    pub config: GatewayConfig,
+    /// The token key file, read at each start.
+    pub token_key_file: PathBuf,
+    /// The cluster backends (`[gateway.cluster]`; absent: memory), connected at each start.
+    pub cluster: ClusterConfig,
+    /// Where the running gateway is published.
+    pub view: GatewayView,
+    slot: Slot<RunningGateway>,
+}
+
+impl std::fmt::Debug for GatewayModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is redacted by TokenKey's own Debug.
+        f.debug_struct("GatewayModule")
+            .field("listen", &self.config.listen)
+            .field("replica_id", &self.config.replica_id)
+            .field("token_key_file", &self.token_key_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayModule {
+    /// The module for a validated `[gateway]` section: `seed` is the node identity's seed for
+    /// `gateway`, `data_dir` holds the issuance store.
+    pub fn new(
+        section: &crate::gateway_config::GatewaySection,
+        node_id: &str,
+        seed: u64,
+        data_dir: &std::path::Path,
+        view: GatewayView,
+    ) -> Self {
+        view.configure();
+        let token_key_file = section.token_key_file.get_ref().clone();
+        // The real key is read at each start; this placeholder is never used to verify.
+        let config = section.gateway_config(
+            node_id,
+            holdfast_gateway::TokenKey::new(Vec::new()),
+            data_dir,
+        );
+        GatewayModule {
+            config,
+            token_key_file,
+            cluster: section.cluster_config(seed),
+            view,
+            slot: Slot::default(),
+        }
+    }
+}
+
+// r[impl node.gateway.module]
+impl Module for GatewayModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn group(&self) -> StopGroup {
+        StopGroup::Gateway
+    }
+
+    fn start(&self) -> Result<Started, StartError> {
+        let key =
+            crate::gateway_config::read_token_key(&self.token_key_file).map_err(StartError)?;
+        let mut config = self.config.clone();
+        config.token_key = key;
+        let (settings, view) = (self.cluster.clone(), self.view.clone());
+        Ok(spawn_hosted(self.slot.clone(), async move {
+            // Contacts nothing: a backend that is down delays readiness, not the start.
+            let cluster = holdfast_gateway::connect_cluster(&settings, &config.replica_id)
+                .await
+                .map_err(|e| e.to_string())?;
+            let gateway = Gateway::start_cluster(config, cluster)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
+                "gateway accepting");
+            view.started(gateway.clone());
+            Ok(RunningGateway { gateway, view })
+        }))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use futures_util::{SinkExt, StreamExt};
+    use holdfast_gateway::{MemoryRegistry, MemoryRouting, TokenKey};
+    use std::time::{Duration, SystemTime};
+    use tokio_tungstenite::tungstenite::Message;
+
+    const KEY: &[u8] = b"0123456789abcdef";
+
+    async fn gateway() -> Gateway {
+        let config = GatewayConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "gw",
+            TokenKey::new(KEY.to_vec()),
+        );
+        Gateway::start(
+            config,
+            Arc::new(MemoryRegistry::new()),
+            Arc::new(MemoryRouting::new()),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// One client authenticates (one message in, one answer out) and hangs up.
+    async fn one_exchange(g: &Gateway) {
+        let addr = g.local_addr();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+            .await
+            .unwrap();
+        let token =
+            TokenKey::new(KEY.to_vec()).sign("ann", SystemTime::now() + Duration::from_secs(60));
+        let auth = serde_json::json!({"type": "auth", "token": token}).to_string();
+        ws.send(Message::Text(auth.into())).await.unwrap();
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if msg.is_text() {
+                break;
+            }
+        }
+        let _ = ws.close(None).await;
+    }
+
+    // r[verify node.gateway.metrics]
+    #[tokio::test]
+    async fn the_totals_keep_every_instances_counters_across_restarts() {
+        let view = GatewayView::default();
+        view.configure();
+        assert_eq!(view.totals(), None);
+        let first = gateway().await;
+        view.started(first.clone());
+        one_exchange(&first).await;
+        let after_first = view.totals().unwrap();
+        assert!(after_first.messages_in >= 1, "{after_first:?}");
+        first
+            .drain(holdfast_lifecycle::StopReason::Restart, None)
+            .await;
+        // The module restarts: a new instance, its own counters at zero.
+        let second = gateway().await;
+        view.started(second.clone());
+        assert_eq!(view.totals(), Some(after_first));
+        one_exchange(&second).await;
+        let after_second = view.totals().unwrap();
+        assert_eq!(
+            after_second.messages_in,
+            after_first.messages_in + second.stats().messages_in
+        );
+        assert!(after_second.messages_in > after_first.messages_in);
+        assert_eq!(view.status().unwrap().messages_in, after_second.messages_in);
+        second
+            .drain(holdfast_lifecycle::StopReason::Restart, None)
+            .await;
+    }
+}

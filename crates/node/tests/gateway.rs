@@ -1,0 +1,401 @@
+//! The gateway in the node, through the binary: a WebSocket client authenticates, receives what is
+//! pushed through the admin API, and is closed with the code for the node's stop reason while
+//! `/readyz` says 503.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use common::{Node, start_in};
+use futures_util::{SinkExt, StreamExt};
+use holdfast::admin::client::{ClientError, Target, call, call_json};
+use holdfast::admin::token;
+use holdfast_gateway::TokenKey;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+const KEY: &str = "gateway-test-key-0123456789";
+
+type Client = WebSocketStream<TcpStream>;
+
+/// A node with a `[gateway]` section (replica `gw-a`, port picked by the system).
+fn start_gateway(drain: &str) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let extra = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nreplica_id = \"gw-a\"\ntoken_key_file = \"{}\"\n\n\
+         [gateway.drain]\n{drain}\n",
+        key.display()
+    );
+    start_in(dir, &extra, "10s", None)
+}
+
+async fn json_get(node: &Node, path: &str) -> Value {
+    serde_json::from_str(&node.get(path).await.unwrap()).unwrap()
+}
+
+fn socket(node: &Node) -> Target {
+    Target::Unix(node.dir.path().join("admin.sock"))
+}
+
+async fn next_text(ws: &mut Client) -> String {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("a message within 5 s")
+            .expect("stream open")
+            .expect("no error");
+        match msg {
+            Message::Text(t) => return t.to_string(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
+}
+
+/// Connects to the node's gateway, authenticates as `user` and joins `room`.
+async fn member(addr: &str, user: &str, room: &str) -> Client {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    let token = TokenKey::new(KEY.as_bytes().to_vec())
+        .sign(user, SystemTime::now() + Duration::from_secs(3600));
+    for message in [
+        json!({"type": "auth", "token": token}),
+        json!({"type": "join", "room": room}),
+    ] {
+        ws.send(Message::Text(message.to_string().into()))
+            .await
+            .unwrap();
+        next_text(&mut ws).await;
+    }
+    ws
+}
+
+/// The close frame the client receives (answering it), if any, within `limit`.
+async fn close_frame(ws: &mut Client, limit: Duration) -> Option<CloseFrame> {
+    let mut close = None;
+    let _ = tokio::time::timeout(limit, async {
+        while let Some(msg) = ws.next().await {
+            match msg {
+                Ok(Message::Close(frame)) => close = frame,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    })
+    .await;
+    close
+}
+
+fn cli(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+// r[verify node.gateway.module]
+// r[verify node.gateway.stop]
+// r[verify node.gateway.stop-reason+2]
+// r[verify node.gateway.readyz]
+// r[verify node.gateway.metrics]
+// i[verify node.gateway.show]
+// i[verify node.gateway.push]
+// i[verify node.gateway.cli+2]
+// i[verify node.gateway.status]
+#[tokio::test]
+async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_1012() {
+    let node = start_gateway("total = \"3s\"");
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    assert_eq!(shown["replica"]["id"], "gw-a", "{shown}");
+    assert_eq!(shown["ready"], true, "{shown}");
+    assert_eq!(shown["draining"], false, "{shown}");
+    assert_eq!(shown["last_drain"], Value::Null, "{shown}");
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+
+    let mut ws = member(&addr, "ann", "lobby").await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    assert_eq!(
+        (&shown["connections"], &shown["authenticated"]),
+        (&json!(1), &json!(1))
+    );
+
+    // A push is a mutating call: refused over TCP without the token, sending nothing.
+    let body = json!({"room": "lobby", "text": "hello lobby"});
+    let refused = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        None,
+        &body,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, ClientError::Refused { status: 401, .. }),
+        "{refused}"
+    );
+    let bad = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        Some(&token::read(&node.dir.path().join("token")).unwrap()),
+        &json!({"room": "lobby", "user": "ann", "text": "both"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(bad, ClientError::Refused { status: 400, .. }),
+        "{bad}"
+    );
+    let delivered = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        Some(&token::read(&node.dir.path().join("token")).unwrap()),
+        &body,
+    )
+    .await
+    .unwrap();
+    let delivered: Value = serde_json::from_str(&delivered).unwrap();
+    assert_eq!(
+        (&delivered["queued"], &delivered["slow_consumers"]),
+        (&json!(1), &json!(0)),
+        "{delivered}"
+    );
+    assert_eq!(next_text(&mut ws).await, "hello lobby");
+
+    // The CLI pushes to a user over the Unix socket.
+    let sock = socket(&node).to_string();
+    let (code, out) = cli(&[
+        "gateway", "push", "--user", "ann", "hi ann", "--admin", &sock,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("pushed to user ann: queued for 1"), "{out}");
+    assert_eq!(next_text(&mut ws).await, "hi ann");
+
+    let metrics = node.get("/metrics").await.unwrap();
+    for series in [
+        "holdfast_gateway_connections{state=\"authenticated\"} 1",
+        "holdfast_gateway_connections{state=\"unauthenticated\"} 0",
+        "holdfast_gateway_messages_total{direction=\"in\"} 2",
+        "holdfast_gateway_slow_consumer_drops_total 0",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
+    assert!(
+        metrics.contains("holdfast_gateway_messages_total{direction=\"out\"}"),
+        "{metrics}"
+    );
+    let (code, out) = cli(&["status", "--admin", &sock]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("gateway gw-a at ") && out.contains("ready  connections 1 (1 authenticated)"),
+        "{out}"
+    );
+    let (code, out) = cli(&["gateway", "--admin", &sock]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("gateway gw-a at "), "{out}");
+
+    // A restart drain. The client does not read yet, so the drain waits for its close handshake:
+    // meanwhile the node is not ready and the gateway says it drains.
+    let (code, out) = cli(&["drain", "--restart", "--admin", &sock]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("draining (restart)"), "{out}");
+    let mut saw_draining = false;
+    for _ in 0..100 {
+        match call(&node.admin, hyper::Method::GET, "/readyz", None).await {
+            Err(ClientError::Refused {
+                status: 503, body, ..
+            }) => {
+                assert_eq!(body, "draining");
+                saw_draining = true;
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(saw_draining, "/readyz never said 503 during the drain");
+    let shown = json_get(&node, "/v1/gateway").await;
+    assert_eq!(
+        (&shown["ready"], &shown["draining"]),
+        (&json!(false), &json!(true)),
+        "{shown}"
+    );
+    let frame = close_frame(&mut ws, Duration::from_secs(5))
+        .await
+        .expect("a close frame");
+    assert_eq!(u16::from(frame.code), 1012, "{frame:?}");
+    assert!(frame.reason.contains("reconnect_in_ms"), "{frame:?}");
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("gateway drained"), "{log}");
+    assert!(!log.contains(KEY), "the token key was logged");
+}
+
+// r[verify node.gateway.stop-reason+2]
+// r[verify node.gateway.stop]
+// The reader must run while this thread waits for the node's exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_is_a_restart_and_the_client_gets_1012_well_inside_the_budget() {
+    let node = start_gateway("total = \"3s\"");
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = member(&addr, "bob", "lobby").await;
+    // A client that reads (and so answers the close at once).
+    let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
+    node.signal(Signal::SIGTERM);
+    let (code, took, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    let frame = reader.await.unwrap().expect("a close frame");
+    // systemd's stop and restart both send SIGTERM: the clients are told to come back.
+    assert_eq!(u16::from(frame.code), 1012, "{frame:?}");
+    assert!(frame.reason.contains("reconnect_in_ms"), "{frame:?}");
+    // The client answered: the drain did not wait for its handshake deadline.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+// r[verify node.gateway.stop-reason+2]
+// i[verify node.gateway.cli+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_drain_is_a_shutdown_and_the_client_gets_1001() {
+    let node = start_gateway("total = \"3s\"");
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = member(&addr, "cy", "lobby").await;
+    let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
+    let sock = socket(&node).to_string();
+    let (code, out) = cli(&["drain", "--json", "--admin", &sock]);
+    assert_eq!(code, 0, "{out}");
+    let answer: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(answer["reason"], "shutdown", "{answer}");
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    let frame = reader.await.unwrap().expect("a close frame");
+    // The node leaves for good: no reconnect hint.
+    assert_eq!(u16::from(frame.code), 1001, "{frame:?}");
+    assert!(!frame.reason.contains("reconnect_in_ms"), "{frame:?}");
+}
+
+// r[verify node.gateway.module]
+#[tokio::test]
+async fn without_a_gateway_section_the_api_says_so() {
+    let node = common::start("", "5s");
+    node.until_ready().await;
+    let err = node.get("/v1/gateway").await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::Refused { status: 404, .. }),
+        "{err}"
+    );
+    let status: Value = json_get(&node, "/v1/status").await;
+    assert!(status.get("gateway").is_none(), "{status}");
+    let err = call_json(
+        &socket(&node),
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        None,
+        &json!({"room": "r", "text": "t"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, ClientError::Refused { status: 404, .. }),
+        "{err}"
+    );
+    node.signal(Signal::SIGTERM);
+    let (code, _, _) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0);
+}
+
+// r[verify node.gateway.module]
+// The issuance store keeps one bundle per hostname (key, then chain), replaced by a rename at
+// each renewal: the gateway takes that one file as both its chain and its key, fails its start
+// while the certificate is not issued yet, and serves the renewed one.
+#[tokio::test]
+async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal() {
+    use holdfast::config::Config;
+    use holdfast_gateway::{Gateway, MemoryRegistry, MemoryRouting, TlsReload};
+    use holdfast_issuance::cert::testing::leaf;
+    use holdfast_issuance::{CertStore, CertifiedPair};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!(
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n\
+         [gateway.tls]\nfrom_issuance = \"app.example\"\n\
+         [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n",
+        key.display()
+    );
+    let config = Config::parse("tls.toml", &text).unwrap();
+    let section = config.gateway.unwrap();
+    let data_dir = dir.path().join("data");
+    let gateway_config = |k: &str| {
+        section.get_ref().gateway_config(
+            "n",
+            TokenKey::new(k.as_bytes().to_vec()),
+            data_dir.as_path(),
+        )
+    };
+    let start = || async {
+        Gateway::start(
+            gateway_config(KEY),
+            Arc::new(MemoryRegistry::new()),
+            Arc::new(MemoryRouting::new()),
+        )
+        .await
+    };
+    // Not issued yet: the start fails (the supervisor retries it).
+    assert!(start().await.is_err(), "started without a certificate");
+
+    // The issuance module's own store writes the bundle.
+    let store = CertStore::new(&data_dir.join("issuance").join("certs")).unwrap();
+    let issue = || {
+        let now = SystemTime::now();
+        let (chain, key) = leaf(
+            "app.example",
+            now - Duration::from_secs(3600),
+            Duration::from_secs(90 * 86400),
+        );
+        store
+            .replace(
+                "app.example",
+                CertifiedPair::parse("app.example", &chain, &key).unwrap(),
+                now,
+            )
+            .unwrap();
+    };
+    issue();
+    let gateway = start().await.expect("the bundle is both chain and key");
+    assert!(matches!(gateway.reload_tls(), TlsReload::Unchanged));
+    // A renewal replaces the file by a rename: the new pair is served.
+    issue();
+    let reload = gateway.reload_tls();
+    assert!(matches!(reload, TlsReload::Reloaded), "{reload:?}");
+    assert_eq!(gateway.stats().tls_reloads, 1);
+    gateway
+        .drain(holdfast_lifecycle::StopReason::Restart, None)
+        .await;
+}
