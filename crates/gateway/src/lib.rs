@@ -53,6 +53,11 @@ pub use cluster::{
     CasOutcome, Cluster, ClusterError, MemoryRegistry, MemoryRouting, RegistryStats, Replica,
     RoutingMap, ServiceRegistry,
 };
+/// Whether this build has the etcd service registry (`EtcdRegistry`, cargo feature `etcd`):
+/// a caller that maps configuration onto [`ClusterConfig`] can refuse etcd endpoints up front,
+/// whichever crate turned the feature on.
+pub const ETCD_SUPPORTED: bool = cfg!(feature = "etcd");
+
 pub use cluster_config::{ClusterConfig, connect_cluster};
 pub use config::{CloseChoice, ConfigError, DrainConfig, GatewayConfig};
 pub use delivery::Forward;

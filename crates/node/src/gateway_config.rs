@@ -429,12 +429,12 @@ fn validate_cluster(section: &Spanned<ClusterSection>, at: At<'_>) -> Result<(),
             format!("invalid endpoint {bad:?}: write http://HOST:PORT"),
         ));
     }
-    if !etcd.is_empty() && !cfg!(feature = "etcd") {
+    if !etcd.is_empty() && !holdfast_gateway::ETCD_SUPPORTED {
         return Err(at(
             etcd_span,
             "gateway.cluster.etcd",
             "this holdfast was built without etcd support (cargo feature `etcd`, which needs \
-             protoc): rebuild with --features etcd, or remove etcd to keep the registry in memory"
+             protoc): rebuild with --features etcd (or holdfast-gateway/etcd), or remove etcd to keep the registry in memory"
                 .into(),
         ));
     }

@@ -452,7 +452,7 @@ fn the_gateway_section_is_validated_with_the_rest() {
         "e.toml",
         &format!("{head}[gateway.cluster]\netcd = [\"http://127.0.0.1:2379\"]\n"),
     );
-    if cfg!(feature = "etcd") {
+    if holdfast_gateway::ETCD_SUPPORTED {
         assert!(etcd.is_ok(), "{etcd:?}");
     } else {
         let e = etcd.unwrap_err().to_string();
