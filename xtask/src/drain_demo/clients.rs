@@ -328,6 +328,86 @@ mod tests {
         assert!(ips.iter().all(|ip| ip.is_loopback()));
     }
 
+    /// A gateway on a loopback port, single node.
+    async fn gateway(id: &str, key: &holdfast_gateway::TokenKey) -> holdfast_gateway::Gateway {
+        let config =
+            holdfast_gateway::GatewayConfig::new("127.0.0.1:0".parse().unwrap(), id, key.clone());
+        holdfast_gateway::Gateway::start(
+            config,
+            Arc::new(holdfast_gateway::MemoryRegistry::new()),
+            Arc::new(holdfast_gateway::MemoryRouting::new()),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    // i[verify xtask.drain-demo.arms]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_of_a_drained_replica_takes_the_hint_and_moves_to_the_other() {
+        let key = holdfast_gateway::TokenKey::new(b"demo".to_vec());
+        let (a, b) = (gateway("a", &key).await, gateway("b", &key).await);
+        let targets = Arc::new(Targets {
+            a: a.local_addr(),
+            b: b.local_addr(),
+            room: "r".into(),
+        });
+        let progress = Arc::new(Progress::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let t0 = Instant::now();
+        let plan = ClientPlan {
+            index: 0,
+            first: Side::A,
+            token: key.sign(
+                "user-0",
+                std::time::SystemTime::now() + Duration::from_secs(60),
+            ),
+        };
+        let client = tokio::spawn(run(
+            plan,
+            targets,
+            t0,
+            progress.clone(),
+            stop_rx,
+            Arc::new(Semaphore::new(MAX_HANDSHAKES)),
+        ));
+        until("the join", || progress.joined.load(Ordering::SeqCst) == 1).await;
+        a.push_room("r", "{\"seq\":1}");
+        let drained_at = t0.elapsed();
+        let report = a.drain(holdfast_lifecycle::StopReason::Restart, None).await;
+        assert_eq!(report.code, 1012);
+        until("the move to b", || {
+            progress.moved_to_b.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        let moved_after = t0.elapsed() - drained_at;
+        b.push_room("r", "{\"seq\":2}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.send(true).unwrap();
+        let log = client.await.unwrap();
+
+        assert_eq!(log.closes.len(), 1, "{log:?}");
+        assert_eq!(
+            (log.closes[0].side, log.closes[0].code),
+            (Side::A, Some(1012))
+        );
+        assert_eq!(
+            log.joined.iter().map(|j| j.1).collect::<Vec<_>>(),
+            vec![Side::A, Side::B]
+        );
+        assert_eq!(log.seqs, vec![1, 2]);
+        assert_eq!(log.survivor_frames, 1);
+        // It waited for the hint (at least the gateway's 500 ms minimum) before reconnecting.
+        assert!(moved_after >= Duration::from_millis(500), "{moved_after:?}");
+    }
+
     #[test]
     fn stream_messages_are_counted_and_acks_are_not() {
         let plan = ClientPlan {

@@ -172,6 +172,7 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("chmod 0600 {}", path.display()))
 }
 
+// i[impl xtask.drain-demo.cluster]
 async fn demo(
     args: &Args,
     binary: &Path,
