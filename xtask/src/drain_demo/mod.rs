@@ -117,13 +117,20 @@ fn target_dir(workspace: &Path) -> PathBuf {
     }
 }
 
-/// `cargo build -p holdfast`; returns the binary's path.
+/// The node's build features: the gateway's etcd registry (behind a feature because its client
+/// needs protoc to build).
+const NODE_FEATURES: &str = "holdfast-gateway/etcd";
+
+/// `cargo build -p holdfast --features holdfast-gateway/etcd`; returns the binary's path.
 fn build_node(workspace: &Path, target: &Path, release: bool) -> anyhow::Result<PathBuf> {
-    progress(format_args!("building the node (cargo build -p holdfast)"));
+    progress(format_args!(
+        "building the node (cargo build -p holdfast --features {NODE_FEATURES})"
+    ));
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command
         .current_dir(workspace)
-        .args(["build", "-p", "holdfast", "--bin", "holdfast"]);
+        .args(["build", "-p", "holdfast", "--bin", "holdfast"])
+        .args(["--features", NODE_FEATURES]);
     if release {
         command.arg("--release");
     }
