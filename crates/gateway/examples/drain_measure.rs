@@ -75,7 +75,9 @@ async fn main() {
     // A message stream until the stop.
     let sent = 50u64;
     for i in 0..sent {
-        gateway.push_room("lobby", &format!("{{\"seq\":{i}}}"));
+        gateway
+            .push_room("lobby", &format!("{{\"seq\":{i}}}"))
+            .await;
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let started = Instant::now();

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use holdfast_lifecycle::BoxFuture;
 
 /// A replica as the service registry lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Replica {
     /// The replica's id (unique in the cluster).
     pub id: String,
@@ -22,6 +22,20 @@ pub enum ClusterError {
     /// The backend could not be reached or answered with an error; the call may be retried.
     #[error("cluster backend unavailable: {0}")]
     Unavailable(String),
+    /// The backend refused the call for a reason that will not pass by itself (bad
+    /// configuration, authentication, a feature this build lacks). Loops still retry it, at the
+    /// back-off's cap, and report it as persistent.
+    #[error("cluster backend misconfigured: {0}")]
+    Config(String),
+}
+
+impl holdfast_retry::Classify for ClusterError {
+    fn class(&self) -> holdfast_retry::Class {
+        match self {
+            ClusterError::Unavailable(_) => holdfast_retry::Class::Transient,
+            ClusterError::Config(_) => holdfast_retry::Class::Fatal,
+        }
+    }
 }
 
 /// The outcome of a compare-and-delete of a routing entry.
@@ -42,6 +56,45 @@ pub trait ServiceRegistry: Send + Sync + 'static {
     fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>>;
     /// Removes this replica's registration (revokes its lease).
     fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>>;
+    /// Whether the registration is believed to hold now (an etcd lease lost to an outage is
+    /// not). Registries without leases always hold.
+    fn is_live(&self) -> bool {
+        true
+    }
+}
+
+/// The cluster backends a gateway runs on: service registry, routing map and bus.
+#[derive(Clone)]
+pub struct Cluster {
+    /// Where the replica registers.
+    pub registry: Arc<dyn ServiceRegistry>,
+    /// Which replica holds each user.
+    pub routing: Arc<dyn RoutingMap>,
+    /// How pushes reach other replicas.
+    pub bus: Arc<dyn crate::bus::ClusterBus>,
+    /// The jitter seed of the gateway's own retries (registration); `None` derives it from the
+    /// replica id. The node passes `NodeIdentity::seed("gateway")`.
+    pub seed: Option<u64>,
+}
+
+impl Cluster {
+    /// A single node: registry, routing map and bus in memory.
+    pub fn memory() -> Self {
+        Self {
+            registry: Arc::new(MemoryRegistry::new()),
+            routing: Arc::new(MemoryRouting::new()),
+            bus: Arc::new(crate::bus::MemoryBus::new()),
+            seed: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The routing map: which replica holds a user's connections.

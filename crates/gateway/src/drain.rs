@@ -199,6 +199,8 @@ impl Gateway {
         inner.ready.store(false, Ordering::SeqCst);
         inner.refusing.store(true, Ordering::SeqCst);
         inner.draining.store(true, Ordering::SeqCst);
+        // A registration still being retried must not land behind the deregistration.
+        inner.membership.stop_registering();
         let deregistration = deregister(inner, deadlines[0]).await;
         if deregistration != Cleanup::Done {
             problems.push(format!("deregistration: {deregistration:?}"));
@@ -271,6 +273,7 @@ impl Gateway {
         if let Some(task) = accept {
             let _ = tokio::time::timeout_at(deadlines[3], task).await;
         }
+        inner.membership.leave();
         finish(Step::Routing, &mut steps, 3);
 
         let report = DrainReport {

@@ -19,22 +19,39 @@
 //!
 #![doc = include_str!("../README.md")]
 
+pub mod backoff;
+pub mod bus;
 pub mod cluster;
+pub mod cluster_config;
 pub mod config;
+mod delivery;
 pub mod drain;
+#[cfg(feature = "etcd")]
+pub mod etcd_registry;
+mod membership;
 pub mod protocol;
+pub mod redis_bus;
+mod redis_conn;
 pub mod redis_routing;
 pub mod registry;
 mod server;
 pub mod stats;
 pub mod token;
 
+pub use bus::{BusMessage, BusStats, BusSubscription, ClusterBus, MemoryBus};
 pub use cluster::{
-    CasOutcome, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap, ServiceRegistry,
+    CasOutcome, Cluster, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap,
+    ServiceRegistry,
 };
+pub use cluster_config::{ClusterConfig, connect_cluster};
 pub use config::{CloseChoice, DrainConfig, GatewayConfig};
+pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
+#[cfg(feature = "etcd")]
+pub use etcd_registry::{EtcdConfig, EtcdRegistry};
+pub use membership::ClusterHealth;
 pub use protocol::ClientMessage;
+pub use redis_bus::RedisBus;
 pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};

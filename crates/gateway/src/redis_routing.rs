@@ -11,6 +11,7 @@ use holdfast_lifecycle::BoxFuture;
 use redis::aio::MultiplexedConnection;
 
 use crate::cluster::{CasOutcome, ClusterError, RoutingMap};
+use crate::redis_conn::RedisConn;
 
 /// Deletes KEYS[1] only if it holds ARGV[1]: 1 cleared, 0 stale (another value), -1 absent.
 const COMPARE_AND_DELETE: &str = r"
@@ -26,10 +27,8 @@ return 0
 /// The routing map in Redis.
 #[derive(Clone)]
 pub struct RedisRouting {
-    client: redis::Client,
-    conn: Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+    conn: RedisConn,
     prefix: String,
-    timeout: Duration,
     script: Arc<redis::Script>,
 }
 
@@ -46,12 +45,9 @@ impl RedisRouting {
     /// A map on the Redis at `url` (`redis://host:port`), its keys under `prefix`. Nothing is
     /// connected until the first call; every call is bounded by `timeout`.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, ClusterError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
         Ok(Self {
-            client,
-            conn: Arc::new(tokio::sync::Mutex::new(None)),
+            conn: RedisConn::new(url, timeout)?,
             prefix: prefix.to_owned(),
-            timeout,
             script: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
         })
     }
@@ -60,52 +56,14 @@ impl RedisRouting {
         format!("{}route:{}", self.prefix, user)
     }
 
-    /// Runs `op` on the shared connection (connecting first if needed), within the timeout; a
-    /// failed call drops the connection so the next call reconnects.
     fn call<T, F, Fut>(&self, op: F) -> BoxFuture<Result<T, ClusterError>>
     where
         T: Send + 'static,
         F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = redis::RedisResult<T>> + Send + 'static,
     {
-        let this = self.clone();
-        Box::pin(async move {
-            let work = async {
-                let mut slot = this.conn.lock().await;
-                let conn = match slot.as_ref() {
-                    Some(c) => c.clone(),
-                    None => {
-                        let c = this
-                            .client
-                            .get_multiplexed_async_connection()
-                            .await
-                            .map_err(unavailable)?;
-                        *slot = Some(c.clone());
-                        c
-                    }
-                };
-                drop(slot);
-                match op(conn).await {
-                    Ok(v) => Ok(v),
-                    Err(e) => {
-                        *this.conn.lock().await = None;
-                        Err(unavailable(e))
-                    }
-                }
-            };
-            match tokio::time::timeout(this.timeout, work).await {
-                Ok(r) => r,
-                Err(_) => {
-                    *this.conn.lock().await = None;
-                    Err(ClusterError::Unavailable("redis: timed out".into()))
-                }
-            }
-        })
+        self.conn.call(op)
     }
-}
-
-fn unavailable(e: redis::RedisError) -> ClusterError {
-    ClusterError::Unavailable(format!("redis: {e}"))
 }
 
 impl RoutingMap for RedisRouting {

@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use crate::cluster::{CasOutcome, ClusterError, Replica, RoutingMap, ServiceRegistry};
+use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
 use crate::config::GatewayConfig;
 use crate::protocol::{ClientMessage, close};
 use crate::registry::{ConnId, Registry};
@@ -37,9 +37,6 @@ pub enum StartError {
         /// The error.
         source: std::io::Error,
     },
-    /// The replica could not be registered.
-    #[error("cannot register replica: {0}")]
-    Register(ClusterError),
 }
 
 /// What the server keeps per connection.
@@ -78,6 +75,7 @@ pub(crate) struct Inner {
     pub(crate) stop_accept: watch::Sender<bool>,
     pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) drain_lock: tokio::sync::Mutex<Option<crate::drain::DrainReport>>,
+    pub(crate) membership: crate::membership::Membership,
 }
 
 /// A running gateway. Cheap to clone.
@@ -93,15 +91,39 @@ pub struct Delivery {
     pub queued: usize,
     /// Connections disconnected as slow consumers instead.
     pub slow_consumers: usize,
+    /// Whether the push went on to other replicas (always `NotNeeded` for the `_local` pushes).
+    pub forwarded: crate::delivery::Forward,
 }
 
 impl Gateway {
-    /// Binds, registers the replica, and starts accepting.
+    /// [`Gateway::start_cluster`] on `service` and `routing`, with a bus of its own: pushes reach
+    /// this replica's connections only.
     pub async fn start(
         config: GatewayConfig,
         service: Arc<dyn ServiceRegistry>,
         routing: Arc<dyn RoutingMap>,
     ) -> Result<Gateway, StartError> {
+        let cluster = Cluster {
+            registry: service,
+            routing,
+            bus: Arc::new(crate::bus::MemoryBus::new()),
+            seed: None,
+        };
+        Gateway::start_cluster(config, cluster).await
+    }
+
+    /// Binds and starts accepting, registers the replica in the background (retried until it
+    /// holds; not ready until then), and receives what other replicas push to it.
+    pub async fn start_cluster(
+        config: GatewayConfig,
+        cluster: Cluster,
+    ) -> Result<Gateway, StartError> {
+        let Cluster {
+            registry: service,
+            routing,
+            bus,
+            seed,
+        } = cluster;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -120,10 +142,7 @@ impl Gateway {
                 .clone()
                 .unwrap_or_else(|| local.to_string()),
         };
-        service
-            .register(&replica)
-            .await
-            .map_err(StartError::Register)?;
+        let replica_id = replica.id.clone();
         let (drain_tx, _) = watch::channel(None);
         let (stop_accept, stop_rx) = watch::channel(false);
         let inner = Arc::new(Inner {
@@ -142,9 +161,14 @@ impl Gateway {
             stop_accept,
             accept_task: Mutex::new(None),
             drain_lock: tokio::sync::Mutex::new(None),
+            membership: crate::membership::Membership::new(
+                bus,
+                seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
+            ),
         });
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
         *lock(&inner.accept_task) = Some(task);
+        crate::membership::Membership::join(&inner).await;
         Ok(Gateway { inner })
     }
 
@@ -158,9 +182,23 @@ impl Gateway {
         self.inner.local
     }
 
-    /// Whether the gateway is ready (false from the first step of a drain on).
+    // r[impl gateway.cluster.ready]
+    /// Whether the gateway is ready: registered, the registration still holding, and no drain
+    /// begun.
     pub fn is_ready(&self) -> bool {
         self.inner.ready.load(Ordering::SeqCst)
+            && self.inner.membership.is_registered()
+            && self.inner.service.is_live()
+    }
+
+    /// Whether the replica's registration has succeeded (and no drain has begun since).
+    pub fn is_registered(&self) -> bool {
+        self.inner.membership.is_registered()
+    }
+
+    /// How the gateway stands in its cluster.
+    pub fn cluster_health(&self) -> crate::membership::ClusterHealth {
+        self.inner.membership.health(self.inner.service.is_live())
     }
 
     /// Connections registered, authenticated or not.
@@ -184,6 +222,7 @@ impl Gateway {
     pub fn abandon(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
         let _ = self.inner.stop_accept.send(true);
+        self.inner.membership.leave();
         for (_, handle) in self.inner.registry.snapshot() {
             if let Some(h) = handle {
                 h.force_close();
@@ -191,14 +230,14 @@ impl Gateway {
         }
     }
 
-    /// Queues a text message for every connection of `user` on this replica.
-    pub fn push_user(&self, user: &str, text: &str) -> Delivery {
+    /// Queues a text message for every connection of `user` on this replica only.
+    pub fn push_user_local(&self, user: &str, text: &str) -> Delivery {
         let ids = self.inner.registry.connections_of(user);
         self.push(&ids, text)
     }
 
-    /// Queues a text message for every connection in `room` on this replica.
-    pub fn push_room(&self, room: &str, text: &str) -> Delivery {
+    /// Queues a text message for every connection in `room` on this replica only.
+    pub fn push_room_local(&self, room: &str, text: &str) -> Delivery {
         let ids = self.inner.registry.members(room);
         self.push(&ids, text)
     }

@@ -104,7 +104,10 @@ async fn bad_input_closes_only_the_sender_with_the_right_code() {
     assert_eq!(close_code_of(&mut ann).await.0, 1008);
 
     // Nothing else was disturbed.
-    assert_eq!(node.gateway.push_room("lobby", "still here").queued, 1);
+    assert_eq!(
+        node.gateway.push_room("lobby", "still here").await.queued,
+        1
+    );
     assert_eq!(next_text(&mut bystander).await, "still here");
     assert_eq!(node.gateway.authenticated(), 1);
     assert_eq!(node.gateway.stats().auth_failures, 2);
@@ -126,7 +129,7 @@ async fn a_flood_of_unauthenticated_connections_is_closed_at_the_auth_timeout() 
         assert_eq!((code, why.as_str()), (1008, "authentication timeout"));
     }
     eventually("flood torn down", || node.gateway.connections() == 1).await;
-    node.gateway.push_user("ann", "hi");
+    node.gateway.push_user("ann", "hi").await;
     assert_eq!(next_text(&mut member_ws).await, "hi");
 }
 
@@ -142,7 +145,7 @@ async fn a_slow_consumer_is_disconnected_and_the_others_get_every_message() {
     let mut dropped_at = None;
     for i in 0..4000 {
         let text = format!("{i}:{big}");
-        let d = node.gateway.push_room("lobby", &text);
+        let d = node.gateway.push_room("lobby", &text).await;
         assert!(d.queued >= 1, "the fast client always has room");
         // Lockstep with the fast client, so only the slow one falls behind.
         assert_eq!(next_text(&mut fast).await, text);
@@ -156,7 +159,7 @@ async fn a_slow_consumer_is_disconnected_and_the_others_get_every_message() {
     eventually("slow consumer gone", || node.gateway.connections() == 1).await;
     assert_eq!(node.gateway.stats().slow_consumer_drops, 1);
     // The fast client is still there and still served.
-    assert_eq!(node.gateway.push_room("lobby", "after").queued, 1);
+    assert_eq!(node.gateway.push_room("lobby", "after").await.queued, 1);
     assert_eq!(next_text(&mut fast).await, "after");
 }
 
@@ -179,7 +182,7 @@ async fn an_older_connection_closing_keeps_the_users_route_and_newer_connection(
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(deletes(), 0, "the older connection never touches the route");
     assert_eq!(routing.inner.get("ann").as_deref(), Some("a"));
-    assert_eq!(gateway.push_user("ann", "to new").queued, 1);
+    assert_eq!(gateway.push_user("ann", "to new").await.queued, 1);
     assert_eq!(next_text(&mut new).await, "to new");
     drop(new);
     eventually("last connection releases the route", || {
@@ -219,7 +222,7 @@ async fn quiet_clients_that_answer_pings_stay_and_silent_ones_are_closed() {
         1,
         "still connected after 1.2 s of quiet"
     );
-    assert_eq!(node.gateway.push_user("bob", "gone").queued, 0);
+    assert_eq!(node.gateway.push_user("bob", "gone").await.queued, 0);
     assert_eq!(node.gateway.stats().idle_closed, 1);
 
     // What the silent client is sent, read once the server has closed it.

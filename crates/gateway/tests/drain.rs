@@ -113,7 +113,7 @@ async fn clients_that_answer_get_1012_after_deregistration_with_their_queue_flus
     assert_eq!(node.routing.count_for("a"), users.len());
     // Queued just before the stop: each must arrive before the close frame.
     for i in 0..20 {
-        node.gateway.push_room("lobby", &format!("m{i}"));
+        node.gateway.push_room("lobby", &format!("m{i}")).await;
     }
     let mut readers = Vec::new();
     for mut ws in clients {
@@ -244,7 +244,7 @@ async fn clients_that_never_read_are_force_closed_inside_the_cap() {
     // dropped as a slow consumer before the drain).
     let big = "x".repeat(32 * 1024);
     for _ in 0..60 {
-        node.gateway.push_room("lobby", &big);
+        node.gateway.push_room("lobby", &big).await;
     }
     let started = Instant::now();
     let report = node.gateway.drain(StopReason::Restart, None).await;

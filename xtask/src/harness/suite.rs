@@ -49,8 +49,13 @@ pub fn nextest(
         .context("running cargo nextest (install it with `cargo install cargo-nextest`)")
 }
 
+/// Cargo features the suite builds with, each `(package, feature)`: code behind a feature that
+/// needs a build tool the harness installs (holdfast-gateway's etcd registry needs `protoc`),
+/// enabled whenever that package is in the run.
+pub const SUITE_FEATURES: &[(&str, &str)] = &[("holdfast-gateway", "etcd")];
+
 /// The whole workspace unless the caller named packages (`-p`/`--package`), which cargo would
-/// otherwise ignore next to `--workspace`.
+/// otherwise ignore next to `--workspace`; with [`SUITE_FEATURES`] of the packages in the run.
 pub fn nextest_args(extra: &[String]) -> Vec<String> {
     let names_packages = extra.iter().any(|a| {
         a == "-p"
@@ -63,6 +68,15 @@ pub fn nextest_args(extra: &[String]) -> Vec<String> {
         args.push("--workspace".into());
     }
     args.extend(["--profile".into(), "ci".into()]);
+    let named = packages_named(extra);
+    let features: Vec<String> = SUITE_FEATURES
+        .iter()
+        .filter(|(package, _)| !names_packages || named.iter().any(|n| n == package))
+        .map(|(package, feature)| format!("{package}/{feature}"))
+        .collect();
+    if !features.is_empty() {
+        args.extend(["--features".into(), features.join(",")]);
+    }
     args.extend(extra.iter().cloned());
     args
 }
@@ -205,10 +219,17 @@ mod tests {
         let args = |extra: &[&str]| {
             nextest_args(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()).join(" ")
         };
-        assert_eq!(args(&[]), "nextest run --workspace --profile ci");
+        assert_eq!(
+            args(&[]),
+            "nextest run --workspace --profile ci --features holdfast-gateway/etcd"
+        );
         assert_eq!(
             args(&["smoke"]),
-            "nextest run --workspace --profile ci smoke"
+            "nextest run --workspace --profile ci --features holdfast-gateway/etcd smoke"
+        );
+        assert_eq!(
+            args(&["-p", "holdfast-gateway"]),
+            "nextest run --profile ci --features holdfast-gateway/etcd -p holdfast-gateway"
         );
         assert_eq!(
             args(&["-p", "holdfast-pull"]),

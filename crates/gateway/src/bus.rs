@@ -1,0 +1,254 @@
+//! Cross-replica delivery: the bus a replica publishes pushes on when their recipients are
+//! elsewhere, and its in-process twin ([`MemoryBus`]). The Redis implementation is
+//! [`crate::RedisBus`].
+//!
+//! Two destinations exist: one replica (a push to a user routed there) and every replica (a push
+//! to a room, whose members may be anywhere). A broadcast reaches its sender too; the sender
+//! recognises its own `origin` and skips it, because it has already delivered locally.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use holdfast_lifecycle::BoxFuture;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::cluster::ClusterError;
+
+/// Messages a subscription buffers before the bus drops new ones for it (counted in
+/// [`BusStats::dropped`]): a stalled gateway must not make the bus grow without bound.
+pub const SUBSCRIPTION_BUFFER: usize = 4096;
+
+/// A push travelling between replicas.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BusMessage {
+    /// For a user's connections on the receiving replica.
+    User {
+        /// The user.
+        user: String,
+        /// The text to push.
+        text: String,
+    },
+    /// For a room's members on every replica but `origin`.
+    Room {
+        /// The room.
+        room: String,
+        /// The text to push.
+        text: String,
+        /// The replica that published it (and delivered it locally already).
+        origin: String,
+    },
+}
+
+/// The counters of a bus, as a snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BusStats {
+    /// Messages published.
+    pub published: u64,
+    /// Publishes that failed (the backend was down or answered an error).
+    pub publish_errors: u64,
+    /// Messages received by this process's subscriptions.
+    pub received: u64,
+    /// Messages dropped because a subscription's buffer was full, or unreadable.
+    pub dropped: u64,
+    /// Subscriptions (re)established.
+    pub subscribed: u64,
+    /// Subscriber outages that were transient (connection refused, reset, timed out).
+    pub outages_transient: u64,
+    /// Subscriber outages that will not pass by themselves (authentication, configuration);
+    /// still retried, at the back-off's cap.
+    pub outages_persistent: u64,
+}
+
+/// The counters behind [`BusStats`], shared by a bus and its subscriber tasks.
+#[derive(Debug, Default)]
+pub(crate) struct BusCounters {
+    pub(crate) published: AtomicU64,
+    pub(crate) publish_errors: AtomicU64,
+    pub(crate) received: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) subscribed: AtomicU64,
+    pub(crate) outages_transient: AtomicU64,
+    pub(crate) outages_persistent: AtomicU64,
+}
+
+impl BusCounters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> BusStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        BusStats {
+            published: get(&self.published),
+            publish_errors: get(&self.publish_errors),
+            received: get(&self.received),
+            dropped: get(&self.dropped),
+            subscribed: get(&self.subscribed),
+            outages_transient: get(&self.outages_transient),
+            outages_persistent: get(&self.outages_persistent),
+        }
+    }
+
+    /// Hands a received message to the subscription, dropping it when the buffer is full.
+    pub(crate) fn deliver(&self, tx: &mpsc::Sender<BusMessage>, message: BusMessage) -> bool {
+        match tx.try_send(message) {
+            Ok(()) => {
+                Self::bump(&self.received);
+                true
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                Self::bump(&self.dropped);
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+/// What a replica receives from the bus. Dropping it unsubscribes (and stops any reconnecting
+/// task behind it).
+#[derive(Debug)]
+pub struct BusSubscription {
+    rx: mpsc::Receiver<BusMessage>,
+    task: Option<AbortHandle>,
+}
+
+impl BusSubscription {
+    /// A subscription fed by `rx`, with the task that feeds it (aborted on drop), if any.
+    pub fn new(rx: mpsc::Receiver<BusMessage>, task: Option<AbortHandle>) -> Self {
+        Self { rx, task }
+    }
+
+    /// The next message; `None` once the bus is gone.
+    pub async fn recv(&mut self) -> Option<BusMessage> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for BusSubscription {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Cross-replica delivery.
+pub trait ClusterBus: Send + Sync + 'static {
+    /// Sends `message` to the replica `replica`.
+    fn send_to(&self, replica: &str, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>>;
+    /// Sends `message` to every replica, the sender included.
+    fn broadcast(&self, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>>;
+    /// Starts receiving what is sent to `replica` and what is broadcast. The subscription stays
+    /// up (reconnecting through outages) until it is dropped. Needs a tokio runtime.
+    fn subscribe(&self, replica: &str) -> BusSubscription;
+    /// The bus's counters.
+    fn stats(&self) -> BusStats;
+}
+
+/// The in-process bus: every [`Gateway`](crate::Gateway) started on one `MemoryBus` (clones
+/// share it) is a replica of one cluster.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBus {
+    subscribers: Arc<Mutex<HashMap<String, Vec<mpsc::Sender<BusMessage>>>>>,
+    counters: Arc<BusCounters>,
+}
+
+impl MemoryBus {
+    /// An empty bus.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn deliver_to(&self, replica: Option<&str>, message: &BusMessage) {
+        let mut subs = crate::server::lock(&self.subscribers);
+        for (id, senders) in subs.iter_mut() {
+            if replica.is_some_and(|r| r != id) {
+                continue;
+            }
+            // Dropped subscriptions leave closed senders behind: prune them here.
+            senders.retain(|tx| self.counters.deliver(tx, message.clone()));
+        }
+        subs.retain(|_, senders| !senders.is_empty());
+    }
+}
+
+impl ClusterBus for MemoryBus {
+    fn send_to(&self, replica: &str, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>> {
+        BusCounters::bump(&self.counters.published);
+        self.deliver_to(Some(replica), message);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn broadcast(&self, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>> {
+        BusCounters::bump(&self.counters.published);
+        self.deliver_to(None, message);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn subscribe(&self, replica: &str) -> BusSubscription {
+        let (tx, rx) = mpsc::channel(SUBSCRIPTION_BUFFER);
+        crate::server::lock(&self.subscribers)
+            .entry(replica.to_owned())
+            .or_default()
+            .push(tx);
+        BusCounters::bump(&self.counters.subscribed);
+        BusSubscription::new(rx, None)
+    }
+
+    fn stats(&self) -> BusStats {
+        self.counters.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(text: &str) -> BusMessage {
+        BusMessage::User {
+            user: "ann".into(),
+            text: text.into(),
+        }
+    }
+
+    // r[verify gateway.cluster.bus]
+    #[tokio::test]
+    async fn memory_bus_sends_to_one_replica_and_broadcasts_to_all() {
+        let bus = MemoryBus::new();
+        let mut a = bus.subscribe("a");
+        let mut b = bus.subscribe("b");
+        bus.send_to("b", &user("for b")).await.unwrap();
+        let room = BusMessage::Room {
+            room: "lobby".into(),
+            text: "all".into(),
+            origin: "a".into(),
+        };
+        bus.broadcast(&room).await.unwrap();
+        assert_eq!(b.recv().await, Some(user("for b")));
+        assert_eq!(b.recv().await, Some(room.clone()));
+        assert_eq!(a.recv().await, Some(room), "a gets only the broadcast");
+        assert!(a.rx.try_recv().is_err());
+        drop(b);
+        bus.send_to("b", &user("nobody")).await.unwrap();
+        assert_eq!(bus.stats().received, 3);
+    }
+
+    #[test]
+    fn bus_messages_round_trip_as_json() {
+        let m = BusMessage::Room {
+            room: "r".into(),
+            text: "t".into(),
+            origin: "o".into(),
+        };
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"room","room":"r","text":"t","origin":"o"}"#
+        );
+        assert_eq!(serde_json::from_str::<BusMessage>(&json).unwrap(), m);
+    }
+}

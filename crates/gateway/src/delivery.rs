@@ -1,0 +1,85 @@
+//! Pushes across the cluster: to a user wherever the routing map places them, and to a room on
+//! every replica.
+
+use std::sync::atomic::Ordering;
+
+use crate::bus::BusMessage;
+use crate::server::{Delivery, Gateway};
+
+/// Whether a push went on to other replicas through the bus.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forward {
+    /// Not needed: the user is routed here or nowhere.
+    #[default]
+    #[serde(rename = "none")]
+    NotNeeded,
+    /// Handed to the bus.
+    Published,
+    /// The routing map or the bus failed; only this replica's recipients got it.
+    Failed,
+}
+
+impl Gateway {
+    // r[impl gateway.cluster.push-user]
+    /// Pushes to `user`'s connections on this replica, and to the replica the routing map names
+    /// for them when that is another one. A routing or bus outage is reported in
+    /// [`Delivery::forwarded`], never fatal.
+    pub async fn push_user(&self, user: &str, text: &str) -> Delivery {
+        let mut delivery = self.push_user_local(user, text);
+        let inner = &self.inner;
+        let forwarded = match inner.routing.route(user).await {
+            Ok(Some(replica)) if replica != inner.replica.id => {
+                let message = BusMessage::User {
+                    user: user.to_owned(),
+                    text: text.to_owned(),
+                };
+                match inner.membership.bus.send_to(&replica, &message).await {
+                    Ok(()) => Forward::Published,
+                    Err(e) => {
+                        tracing::warn!(replica = %inner.replica.id, to = %replica, error = %e, "cannot forward a push");
+                        Forward::Failed
+                    }
+                }
+            }
+            Ok(_) => Forward::NotNeeded,
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, error = %e, "cannot look up a route");
+                Forward::Failed
+            }
+        };
+        if forwarded == Forward::Failed {
+            inner
+                .membership
+                .forward_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        delivery.forwarded = forwarded;
+        delivery
+    }
+
+    // r[impl gateway.cluster.push-room]
+    /// Pushes to `room`'s members on this replica, and broadcasts it so every other replica
+    /// pushes it to its members. A bus outage is reported in [`Delivery::forwarded`].
+    pub async fn push_room(&self, room: &str, text: &str) -> Delivery {
+        let mut delivery = self.push_room_local(room, text);
+        let inner = &self.inner;
+        let message = BusMessage::Room {
+            room: room.to_owned(),
+            text: text.to_owned(),
+            origin: inner.replica.id.clone(),
+        };
+        delivery.forwarded = match inner.membership.bus.broadcast(&message).await {
+            Ok(()) => Forward::Published,
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, error = %e, "cannot broadcast a push");
+                inner
+                    .membership
+                    .forward_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                Forward::Failed
+            }
+        };
+        delivery
+    }
+}

@@ -1,0 +1,367 @@
+//! The service registry in etcd (cargo feature `etcd`).
+//!
+//! A replica is the key `{prefix}/replicas/{id}`, its value the JSON [`Replica`], attached to a
+//! lease with the configured TTL. A task keeps the lease alive (at a third of the TTL); its
+//! failures are classified and paced by holdfast-retry, and a lease that is lost (expired in an
+//! outage, or unknown to the server) is replaced by registering again. Deregistration stops the
+//! task and revokes the lease, which deletes the key at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, PutOptions};
+use holdfast_lifecycle::BoxFuture;
+use holdfast_retry::{Class, Classify};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::cluster::{ClusterError, Replica, ServiceRegistry};
+use crate::server::lock;
+
+/// Where the etcd registry is, and how it keeps its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Client URLs (`http://host:port`).
+    pub endpoints: Vec<String>,
+    /// Key prefix; replicas are `{prefix}/replicas/{id}`.
+    pub prefix: String,
+    /// The lease's time to live (whole seconds, at least 1 s; etcd may raise it to its minimum).
+    pub lease_ttl: Duration,
+    /// The bound on every etcd call.
+    pub timeout: Duration,
+    /// The keep-alive loop's jitter seed (from the replica's identity).
+    pub seed: u64,
+}
+
+/// Counters of the registry's lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseStats {
+    /// Leases granted with the key put (the first registration and every re-registration).
+    pub registrations: u64,
+    /// Keep-alive failures that were transient (unreachable, timed out).
+    pub keepalive_transient: u64,
+    /// Keep-alive failures that will not pass by themselves (authentication, configuration).
+    pub keepalive_persistent: u64,
+    /// Leases found lost (expired or unknown) and replaced.
+    pub leases_lost: u64,
+}
+
+#[derive(Default)]
+struct State {
+    lease: Mutex<Option<i64>>,
+    live: AtomicBool,
+    closed: AtomicBool,
+    keeper: Mutex<Option<AbortHandle>>,
+    registrations: AtomicU64,
+    keepalive_transient: AtomicU64,
+    keepalive_persistent: AtomicU64,
+    leases_lost: AtomicU64,
+}
+
+/// The etcd service registry. Cheap to clone (clones share the lease).
+#[derive(Clone)]
+pub struct EtcdRegistry {
+    client: Client,
+    config: EtcdConfig,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for EtcdRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdRegistry")
+            .field("endpoints", &self.config.endpoints)
+            .field("prefix", &self.config.prefix)
+            .field("lease", &self.lease_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdRegistry {
+    /// A registry on `config.endpoints`. The channel connects lazily: an etcd that is down now
+    /// fails the first registration (which the gateway retries), not this call.
+    pub async fn connect(config: EtcdConfig) -> Result<Self, ClusterError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.timeout)
+            .with_timeout(config.timeout);
+        let client = tokio::time::timeout(
+            config.timeout,
+            Client::connect(config.endpoints.clone(), Some(options)),
+        )
+        .await
+        .map_err(|_| ClusterError::Unavailable("etcd: connect timed out".into()))?
+        .map_err(|e| classified(&e))?;
+        Ok(Self {
+            client,
+            config,
+            state: Arc::new(State::default()),
+        })
+    }
+
+    /// The key a replica is registered under.
+    pub fn key(&self, replica_id: &str) -> String {
+        format!(
+            "{}/replicas/{}",
+            self.config.prefix.trim_end_matches('/'),
+            replica_id
+        )
+    }
+
+    /// The lease currently held, if any.
+    pub fn lease_id(&self) -> Option<i64> {
+        *lock(&self.state.lease)
+    }
+
+    /// The lease's counters.
+    pub fn lease_stats(&self) -> LeaseStats {
+        let s = &self.state;
+        LeaseStats {
+            registrations: s.registrations.load(Ordering::Relaxed),
+            keepalive_transient: s.keepalive_transient.load(Ordering::Relaxed),
+            keepalive_persistent: s.keepalive_persistent.load(Ordering::Relaxed),
+            leases_lost: s.leases_lost.load(Ordering::Relaxed),
+        }
+    }
+
+    fn ttl_secs(&self) -> i64 {
+        i64::try_from(self.config.lease_ttl.as_secs().max(1)).unwrap_or(i64::MAX)
+    }
+
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, ClusterError> {
+        match tokio::time::timeout(self.config.timeout, call).await {
+            Ok(r) => r.map_err(|e| classified(&e)),
+            Err(_) => Err(ClusterError::Unavailable(format!("etcd: {what} timed out"))),
+        }
+    }
+
+    // r[impl gateway.cluster.lease]
+    /// Grants a lease and puts the replica's key on it.
+    async fn grant_and_put(&self, replica: &Replica) -> Result<(), ClusterError> {
+        let value = serde_json::to_string(replica)
+            .map_err(|e| ClusterError::Config(format!("replica: {e}")))?;
+        let mut leases = self.client.lease_client();
+        let granted = self
+            .bounded("lease grant", leases.grant(self.ttl_secs(), None))
+            .await?;
+        let id = granted.id();
+        *lock(&self.state.lease) = Some(id);
+        let mut kv = self.client.kv_client();
+        let put = kv.put(
+            self.key(&replica.id),
+            value,
+            Some(PutOptions::new().with_lease(id)),
+        );
+        self.bounded("put", put).await?;
+        self.state.live.store(true, Ordering::SeqCst);
+        self.state.registrations.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// How a keep-alive session ended.
+enum SessionEnd {
+    /// The server no longer knows the lease: register again.
+    Lost,
+    /// etcd failed or did not answer.
+    Failed(ClusterError),
+}
+
+// r[impl gateway.cluster.keepalive]
+/// Keeps the lease alive until deregistration; re-registers when it is lost. Never ends on an
+/// outage.
+async fn keeper(registry: EtcdRegistry, replica: Replica) {
+    let state = &registry.state;
+    let ttl = registry.config.lease_ttl.max(Duration::from_secs(1));
+    let mut backoff = Backoff::new("keep-alive", registry.config.seed);
+    // When the server last confirmed the lease: past a TTL without it, the lease is gone.
+    let mut confirmed = Instant::now();
+    loop {
+        let token = backoff.ready().await;
+        if state.closed.load(Ordering::SeqCst) {
+            backoff.succeed(token);
+            return;
+        }
+        let lease = *lock(&state.lease);
+        let lease = match lease {
+            Some(id) if confirmed.elapsed() < ttl => id,
+            _ => {
+                state.live.store(false, Ordering::SeqCst);
+                match registry.grant_and_put(&replica).await {
+                    Ok(()) => {
+                        backoff.succeed(token);
+                        confirmed = Instant::now();
+                        tracing::info!(replica = %replica.id, "re-registered in etcd with a new lease");
+                    }
+                    Err(e) => {
+                        backoff.fail(token);
+                        count(state, &e);
+                        tracing::warn!(replica = %replica.id, error = %e, "etcd re-registration failed; retrying");
+                    }
+                }
+                continue;
+            }
+        };
+        match session(&registry, lease, ttl, &mut confirmed, &mut backoff, token).await {
+            SessionEnd::Lost => {
+                state.live.store(false, Ordering::SeqCst);
+                state.leases_lost.fetch_add(1, Ordering::Relaxed);
+                *lock(&state.lease) = None;
+                tracing::warn!(replica = %replica.id, lease, "etcd lease lost; registering again");
+            }
+            SessionEnd::Failed(e) => {
+                count(state, &e);
+                if confirmed.elapsed() >= ttl {
+                    state.live.store(false, Ordering::SeqCst);
+                }
+                tracing::warn!(replica = %replica.id, error = %e, failures = backoff.failures(), "etcd keep-alive failed; retrying");
+            }
+        }
+    }
+}
+
+/// One keep-alive stream: opened (the attempt `token`), then refreshed every third of the TTL
+/// until it fails.
+async fn session(
+    registry: &EtcdRegistry,
+    lease: i64,
+    ttl: Duration,
+    confirmed: &mut Instant,
+    backoff: &mut Backoff,
+    token: holdfast_retry::AttemptToken<String>,
+) -> SessionEnd {
+    let mut leases = registry.client.lease_client();
+    let opened = tokio::time::timeout(registry.config.timeout, leases.keep_alive(lease)).await;
+    let (mut keeper, mut stream) = match opened {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
+            // "lease not found": the lease expired while etcd was out of reach.
+            backoff.succeed(token);
+            return SessionEnd::Lost;
+        }
+        Ok(Err(e)) => {
+            backoff.fail(token);
+            return SessionEnd::Failed(classified(&e));
+        }
+        Err(_) => {
+            backoff.fail(token);
+            return SessionEnd::Failed(ClusterError::Unavailable(
+                "etcd: keep-alive timed out".into(),
+            ));
+        }
+    };
+    // The stream is up: the outage, if any, is over.
+    backoff.succeed(token);
+    *confirmed = Instant::now();
+    registry.state.live.store(true, Ordering::SeqCst);
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        let refresh = async {
+            keeper.keep_alive().await?;
+            stream.message().await
+        };
+        match tokio::time::timeout(registry.config.timeout, refresh).await {
+            Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                *confirmed = Instant::now();
+                registry.state.live.store(true, Ordering::SeqCst);
+            }
+            Ok(Ok(Some(_))) => return SessionEnd::Lost,
+            Ok(Ok(None)) => {
+                return SessionEnd::Failed(ClusterError::Unavailable(
+                    "etcd: keep-alive stream ended".into(),
+                ));
+            }
+            Ok(Err(e)) => return SessionEnd::Failed(classified(&e)),
+            Err(_) => {
+                return SessionEnd::Failed(ClusterError::Unavailable(
+                    "etcd: keep-alive timed out".into(),
+                ));
+            }
+        }
+    }
+}
+
+fn count(state: &State, e: &ClusterError) {
+    match e.class() {
+        Class::Fatal => state.keepalive_persistent.fetch_add(1, Ordering::Relaxed),
+        Class::Item | Class::Transient => state.keepalive_transient.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+/// An etcd error as a cluster error: `Config` for what will not pass by itself.
+fn classified(e: &etcd_client::Error) -> ClusterError {
+    match e {
+        etcd_client::Error::InvalidArgs(_)
+        | etcd_client::Error::InvalidUri(_)
+        | etcd_client::Error::InvalidMetadataValue(_)
+        | etcd_client::Error::EndpointError(_) => ClusterError::Config(format!("etcd: {e}")),
+        etcd_client::Error::GRpcStatus(status) if is_persistent(status) => {
+            ClusterError::Config(format!("etcd: {e}"))
+        }
+        _ => ClusterError::Unavailable(format!("etcd: {e}")),
+    }
+}
+
+/// gRPC codes that a retry will not fix.
+fn is_persistent(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        status.code(),
+        Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::InvalidArgument
+            | Code::Unimplemented
+    )
+}
+
+impl ServiceRegistry for EtcdRegistry {
+    fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        let this = self.clone();
+        let replica = replica.clone();
+        Box::pin(async move {
+            this.state.closed.store(false, Ordering::SeqCst);
+            this.grant_and_put(&replica).await?;
+            let mut keeper_slot = lock(&this.state.keeper);
+            if keeper_slot.is_none() {
+                let task = tokio::spawn(keeper(this.clone(), replica));
+                *keeper_slot = Some(task.abort_handle());
+            }
+            Ok(())
+        })
+    }
+
+    // r[impl gateway.cluster.revoke]
+    fn deregister(&self, _replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let state = &this.state;
+            // Nothing may register the replica again behind this call.
+            state.closed.store(true, Ordering::SeqCst);
+            if let Some(task) = lock(&state.keeper).take() {
+                task.abort();
+            }
+            state.live.store(false, Ordering::SeqCst);
+            let lease = lock(&state.lease).take();
+            let Some(lease) = lease else {
+                return Ok(());
+            };
+            let mut leases = this.client.lease_client();
+            match this.bounded("lease revoke", leases.revoke(lease)).await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    // Not revoked: the key lasts until the lease expires (one TTL at most).
+                    *lock(&state.lease) = Some(lease);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn is_live(&self) -> bool {
+        self.state.live.load(Ordering::SeqCst)
+    }
+}

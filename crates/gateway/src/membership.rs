@@ -1,0 +1,158 @@
+//! A gateway's place in its cluster: it registers in the background until the registration
+//! holds (not ready until then, clients served all the same), and it delivers what other
+//! replicas push to it over the bus.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+
+use crate::backoff::Backoff;
+use crate::bus::{BusMessage, BusStats, ClusterBus};
+use crate::server::{Gateway, Inner, lock};
+
+/// How long one registration attempt may take before it counts as failed.
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The cluster side of a gateway, held in its shared state.
+pub(crate) struct Membership {
+    pub(crate) bus: Arc<dyn ClusterBus>,
+    seed: u64,
+    registered: AtomicBool,
+    registration_failures: AtomicU64,
+    pub(crate) forward_errors: AtomicU64,
+    registrar: std::sync::Mutex<Option<AbortHandle>>,
+    receiver: std::sync::Mutex<Option<AbortHandle>>,
+}
+
+/// How the gateway stands in its cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterHealth {
+    /// The registration succeeded (and no drain has begun since).
+    pub registered: bool,
+    /// The registry believes the registration holds now (an etcd lease lost to an outage does
+    /// not).
+    pub registration_live: bool,
+    /// Registration attempts that failed.
+    pub registration_failures: u64,
+    /// Pushes that could not be handed to the bus or the routing map.
+    pub forward_errors: u64,
+    /// The bus's counters.
+    pub bus: BusStats,
+}
+
+impl Membership {
+    pub(crate) fn new(bus: Arc<dyn ClusterBus>, seed: u64) -> Self {
+        Self {
+            bus,
+            seed,
+            registered: AtomicBool::new(false),
+            registration_failures: AtomicU64::new(0),
+            forward_errors: AtomicU64::new(0),
+            registrar: std::sync::Mutex::new(None),
+            receiver: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::SeqCst)
+    }
+
+    /// Starts receiving and registering, and waits for the first registration attempt (which
+    /// the registry's own timeout bounds): a healthy cluster lists the replica when its start
+    /// returns, a registry that is down only delays readiness. Called once, by
+    /// `Gateway::start_cluster`.
+    pub(crate) async fn join(inner: &Arc<Inner>) {
+        let m = &inner.membership;
+        let subscription = m.bus.subscribe(&inner.replica.id);
+        let receiver = tokio::spawn(receive(inner.clone(), subscription));
+        *lock(&m.receiver) = Some(receiver.abort_handle());
+        let (first, first_done) = tokio::sync::oneshot::channel();
+        let registrar = tokio::spawn(register(inner.clone(), first));
+        *lock(&m.registrar) = Some(registrar.abort_handle());
+        let _ = first_done.await;
+    }
+
+    /// Stops any registration still being retried (the drain's first step, before it
+    /// deregisters, so nothing registers the replica again behind it).
+    pub(crate) fn stop_registering(&self) {
+        if let Some(task) = lock(&self.registrar).take() {
+            task.abort();
+        }
+        self.registered.store(false, Ordering::SeqCst);
+    }
+
+    /// Stops receiving from the bus (the end of a drain, or an abandon).
+    pub(crate) fn leave(&self) {
+        self.stop_registering();
+        if let Some(task) = lock(&self.receiver).take() {
+            task.abort();
+        }
+    }
+
+    pub(crate) fn health(&self, live: bool) -> ClusterHealth {
+        ClusterHealth {
+            registered: self.is_registered(),
+            registration_live: live,
+            registration_failures: self.registration_failures.load(Ordering::Relaxed),
+            forward_errors: self.forward_errors.load(Ordering::Relaxed),
+            bus: self.bus.stats(),
+        }
+    }
+}
+
+// r[impl gateway.cluster.register]
+/// Registers the replica, retrying through the gate until it holds. A registry outage delays
+/// readiness; it never ends the gateway or touches its clients. `first` is dropped when the
+/// first attempt has finished, either way.
+async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
+    let m = &inner.membership;
+    let mut backoff = Backoff::new("register", m.seed);
+    let mut first = Some(first);
+    loop {
+        let token = backoff.ready().await;
+        let attempt =
+            tokio::time::timeout(REGISTER_TIMEOUT, inner.service.register(&inner.replica)).await;
+        match attempt {
+            Ok(Ok(())) => {
+                backoff.succeed(token);
+                m.registered.store(true, Ordering::SeqCst);
+                tracing::info!(replica = %inner.replica.id, "registered");
+                return;
+            }
+            Ok(Err(e)) => {
+                let class = holdfast_retry::Classify::class(&e);
+                tracing::warn!(replica = %inner.replica.id, error = %e, ?class, "registration failed; retrying");
+                backoff.fail(token);
+            }
+            Err(_) => {
+                tracing::warn!(replica = %inner.replica.id, "registration timed out; retrying");
+                backoff.fail(token);
+            }
+        }
+        m.registration_failures.fetch_add(1, Ordering::Relaxed);
+        first.take();
+    }
+}
+
+// r[impl gateway.cluster.bus]
+/// Delivers what other replicas sent here: a user's pushes to their connections here, a room's
+/// to its members here (skipping this replica's own broadcasts, delivered when they were sent).
+async fn receive(inner: Arc<Inner>, mut subscription: crate::bus::BusSubscription) {
+    let gateway = Gateway {
+        inner: inner.clone(),
+    };
+    while let Some(message) = subscription.recv().await {
+        match message {
+            BusMessage::User { user, text } => {
+                gateway.push_user_local(&user, &text);
+            }
+            BusMessage::Room { room, text, origin } => {
+                if origin != inner.replica.id {
+                    gateway.push_room_local(&room, &text);
+                }
+            }
+        }
+    }
+}

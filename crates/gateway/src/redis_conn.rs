@@ -1,0 +1,88 @@
+//! One shared, lazily (re)connected Redis connection with a timeout on every call, used by the
+//! routing map and the bus's publisher.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_lifecycle::BoxFuture;
+use redis::aio::MultiplexedConnection;
+
+use crate::cluster::ClusterError;
+
+/// A Redis client and its shared connection.
+#[derive(Clone)]
+pub(crate) struct RedisConn {
+    pub(crate) client: redis::Client,
+    conn: Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+    pub(crate) timeout: Duration,
+}
+
+impl RedisConn {
+    /// A client for `url`; nothing is connected until the first call.
+    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, ClusterError> {
+        let client = redis::Client::open(url).map_err(|e| classified(&e))?;
+        Ok(Self {
+            client,
+            conn: Arc::new(tokio::sync::Mutex::new(None)),
+            timeout,
+        })
+    }
+
+    /// Runs `op` on the shared connection (connecting first if needed), within the timeout; a
+    /// failed call drops the connection so the next call reconnects.
+    pub(crate) fn call<T, F, Fut>(&self, op: F) -> BoxFuture<Result<T, ClusterError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = redis::RedisResult<T>> + Send + 'static,
+    {
+        let this = self.clone();
+        Box::pin(async move {
+            let work = async {
+                let mut slot = this.conn.lock().await;
+                let conn = match slot.as_ref() {
+                    Some(c) => c.clone(),
+                    None => {
+                        let c = this
+                            .client
+                            .get_multiplexed_async_connection()
+                            .await
+                            .map_err(|e| classified(&e))?;
+                        *slot = Some(c.clone());
+                        c
+                    }
+                };
+                drop(slot);
+                match op(conn).await {
+                    Ok(v) => Ok(v),
+                    Err(e) => {
+                        *this.conn.lock().await = None;
+                        Err(classified(&e))
+                    }
+                }
+            };
+            match tokio::time::timeout(this.timeout, work).await {
+                Ok(r) => r,
+                Err(_) => {
+                    *this.conn.lock().await = None;
+                    Err(ClusterError::Unavailable("redis: timed out".into()))
+                }
+            }
+        })
+    }
+}
+
+/// A Redis error as a cluster error: `Config` when it will not pass by itself (authentication,
+/// a bad URL), else `Unavailable`.
+pub(crate) fn classified(e: &redis::RedisError) -> ClusterError {
+    if matches!(
+        e.kind(),
+        redis::ErrorKind::AuthenticationFailed
+            | redis::ErrorKind::InvalidClientConfig
+            | redis::ErrorKind::RESP3NotSupported
+    ) {
+        ClusterError::Config(format!("redis: {e}"))
+    } else {
+        ClusterError::Unavailable(format!("redis: {e}"))
+    }
+}

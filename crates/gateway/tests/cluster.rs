@@ -1,0 +1,144 @@
+//! Two replicas in one process on the in-memory backends (the embedded default's model of a
+//! cluster): cross-replica pushes, and a registry that is down at start.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use holdfast_gateway::{
+    Cluster, ClusterError, Forward, Gateway, GatewayConfig, MemoryBus, MemoryRegistry,
+    MemoryRouting, Replica, ServiceRegistry,
+};
+use holdfast_lifecycle::{BoxFuture, StopReason};
+
+fn shared() -> Cluster {
+    Cluster {
+        registry: Arc::new(MemoryRegistry::new()),
+        routing: Arc::new(MemoryRouting::new()),
+        bus: Arc::new(MemoryBus::new()),
+        seed: None,
+    }
+}
+
+async fn start_in(cluster: &Cluster, config: GatewayConfig) -> Gateway {
+    Gateway::start_cluster(config, cluster.clone())
+        .await
+        .unwrap()
+}
+
+// r[verify gateway.cluster.push-user]
+// r[verify gateway.cluster.push-room]
+// r[verify gateway.cluster.bus]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_reach_users_and_rooms_on_the_other_replica() {
+    let cluster = shared();
+    let a = start_in(&cluster, config("a")).await;
+    let b = start_in(&cluster, config("b")).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    let mut bob = member(&b, "bob", "lobby").await;
+
+    // Bob is routed to b: a push made on a reaches him there.
+    let d = a.push_user("bob", "to bob").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    assert_eq!(next_text(&mut bob).await, "to bob");
+    // Ann is routed here: nothing goes on the bus.
+    let d = a.push_user("ann", "to ann").await;
+    assert_eq!((d.queued, d.forwarded), (1, Forward::NotNeeded));
+    assert_eq!(next_text(&mut ann).await, "to ann");
+
+    // A room push reaches the members on both replicas, each once.
+    let d = a.push_room("lobby", "to all").await;
+    assert_eq!((d.queued, d.forwarded), (1, Forward::Published));
+    assert_eq!(next_text(&mut ann).await, "to all");
+    assert_eq!(next_text(&mut bob).await, "to all");
+    b.push_user("ann", "after").await;
+    assert_eq!(
+        next_text(&mut ann).await,
+        "after",
+        "a did not deliver its own broadcast twice"
+    );
+    b.push_user("bob", "after").await;
+    assert_eq!(next_text(&mut bob).await, "after");
+
+    // A drained replica no longer receives from the bus.
+    b.drain(StopReason::Shutdown, None).await;
+    let d = a.push_user("bob", "gone").await;
+    assert_eq!(d.queued, 0);
+    assert_eq!(a.push_room("lobby", "still").await.queued, 1);
+}
+
+/// A registry that fails until `up` is set, counting attempts.
+#[derive(Clone, Default)]
+struct Flaky {
+    up: Arc<AtomicBool>,
+    attempts: Arc<AtomicUsize>,
+    inner: MemoryRegistry,
+}
+
+impl ServiceRegistry for Flaky {
+    fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if self.up.load(Ordering::SeqCst) {
+            self.inner.register(replica)
+        } else {
+            Box::pin(async { Err(ClusterError::Unavailable("connection refused".into())) })
+        }
+    }
+    fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        self.inner.deregister(replica)
+    }
+}
+
+// r[verify gateway.cluster.register]
+// r[verify gateway.cluster.ready]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_down_at_start_delays_readiness_and_never_a_client() {
+    let flaky = Flaky::default();
+    let mut cluster = shared();
+    cluster.registry = Arc::new(flaky.clone());
+    let a = start_in(&cluster, config("a")).await;
+    assert!(
+        !a.is_registered() && !a.is_ready(),
+        "not ready unregistered"
+    );
+    // Clients are served all the same.
+    let mut ann = member(&a, "ann", "lobby").await;
+    a.push_room("lobby", "served").await;
+    assert_eq!(next_text(&mut ann).await, "served");
+    assert!(!flaky.inner.is_registered("a"));
+
+    flaky.up.store(true, Ordering::SeqCst);
+    eventually("registered once the registry is back", || a.is_ready()).await;
+    assert!(flaky.inner.is_registered("a"));
+    assert!(a.cluster_health().registration_failures >= 1);
+    // The client never noticed.
+    a.push_room("lobby", "still here").await;
+    assert_eq!(next_text(&mut ann).await, "still here");
+}
+
+// r[verify gateway.cluster.register]
+// r[verify gateway.cluster.jitter-seed]
+#[tokio::test(start_paused = true)]
+async fn registration_retries_are_paced_and_stop_at_the_drain() {
+    let flaky = Flaky::default();
+    let mut cluster = shared();
+    cluster.registry = Arc::new(flaky.clone());
+    let a = start_in(&cluster, config("a")).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // 100 ms doubling to 5 s: 0.1+0.2+0.4+0.8+1.6+3.2 = 6.3 s, then 5 s steps.
+    let in_ten_seconds = flaky.attempts.load(Ordering::SeqCst);
+    assert!(
+        (6..=8).contains(&in_ten_seconds),
+        "paced, not spinning: {in_ten_seconds}"
+    );
+    let report = a.drain(StopReason::Shutdown, None).await;
+    assert_eq!(report.deregistration, holdfast_gateway::Cleanup::Done);
+    let at_drain = flaky.attempts.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(flaky.attempts.load(Ordering::SeqCst), at_drain);
+    assert!(!flaky.inner.is_registered("a"));
+}

@@ -1,0 +1,150 @@
+//! Two replicas on one real Redis (`cargo xtask test -- -p holdfast-gateway` starts it; without
+//! it these tests skip loudly), each with its own connections as separate processes would have:
+//! cross-replica pushes, a subscriber that loses Redis and comes back, and Redis down at drain.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use holdfast_gateway::{
+    Cluster, Forward, Gateway, GatewayConfig, MemoryRegistry, RedisBus, RedisRouting,
+};
+use holdfast_lifecycle::StopReason;
+use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
+use holdfast_test_support::services;
+use tokio::time::Instant;
+
+fn prefix(test: &str) -> String {
+    format!("holdfast-test:{}:{}:", test, std::process::id())
+}
+
+/// A replica's own Redis clients on `url`, with a registry shared by the test.
+fn on_redis(url: &str, prefix: &str, registry: &MemoryRegistry, seed: u64) -> Cluster {
+    Cluster {
+        registry: Arc::new(registry.clone()),
+        routing: Arc::new(RedisRouting::new(url, prefix, Duration::from_secs(2)).unwrap()),
+        bus: Arc::new(RedisBus::new(url, prefix, Duration::from_secs(1), seed).unwrap()),
+        seed: Some(seed),
+    }
+}
+
+async fn start_subscribed(config: GatewayConfig, cluster: Cluster) -> Gateway {
+    let g = Gateway::start_cluster(config, cluster).await.unwrap();
+    eventually("subscribed to the bus", || {
+        g.cluster_health().bus.subscribed >= 1
+    })
+    .await;
+    g
+}
+
+// r[verify gateway.cluster.push-user]
+// r[verify gateway.cluster.push-room]
+// r[verify gateway.cluster.bus]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_cross_replicas_through_redis() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("bus");
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    let mut bob = member(&b, "bob", "lobby").await;
+
+    let d = a.push_user("bob", "to bob").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    assert_eq!(next_text(&mut bob).await, "to bob");
+    let d = b.push_user("ann", "to ann").await;
+    assert_eq!(d.forwarded, Forward::Published);
+    assert_eq!(next_text(&mut ann).await, "to ann");
+
+    let d = b.push_room("lobby", "to all").await;
+    assert_eq!((d.queued, d.forwarded), (1, Forward::Published));
+    assert_eq!(next_text(&mut ann).await, "to all");
+    assert_eq!(next_text(&mut bob).await, "to all");
+    // b skipped its own broadcast: the next thing bob sees is this.
+    b.push_user("bob", "next").await;
+    assert_eq!(next_text(&mut bob).await, "next");
+
+    // Clients that hang up, so the drains do not wait out their handshake budget.
+    drop((ann, bob));
+    a.drain(StopReason::Restart, None).await;
+    b.drain(StopReason::Restart, None).await;
+}
+
+// r[verify gateway.cluster.bus-reconnect]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_loses_redis_reconnects_and_local_pushes_go_on() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("reconnect");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via_proxy = format!("redis://{}", proxy.addr());
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    // b's bus goes through the proxy; its routing map does not (only the bus is under test).
+    let mut cb = on_redis(&redis.url, &p, &registry, 2);
+    cb.bus = Arc::new(RedisBus::new(&via_proxy, &p, Duration::from_millis(500), 2).unwrap());
+    let b = start_subscribed(config("b"), cb).await;
+    let mut bob = member(&b, "bob", "lobby").await;
+    a.push_room("lobby", "before").await;
+    assert_eq!(next_text(&mut bob).await, "before");
+
+    // Redis "dies" for b's subscriber: connections reset, reconnects too.
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    eventually("the outage is counted", || {
+        b.cluster_health().bus.outages_transient >= 2
+    })
+    .await;
+    // Local pushes never depended on it.
+    b.push_room_local("lobby", "local");
+    assert_eq!(next_text(&mut bob).await, "local");
+    assert!(b.is_ready(), "a bus outage does not unready the replica");
+
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    eventually("subscribed again", || {
+        b.cluster_health().bus.subscribed >= 2
+    })
+    .await;
+    a.push_room("lobby", "after").await;
+    assert_eq!(next_text(&mut bob).await, "after");
+    let health = b.cluster_health();
+    assert_eq!(health.bus.outages_persistent, 0, "{health:?}");
+}
+
+// r[verify gateway.drain.budget]
+// r[verify gateway.drain.routing]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_at_drain_still_closes_clients_inside_the_cap_and_reports_it() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("down");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let url = format!("redis://{}", proxy.addr());
+    let mut c = config("a");
+    c.drain.total = Duration::from_millis(1000);
+    let a = start_subscribed(c, on_redis(&url, &p, &MemoryRegistry::new(), 1)).await;
+    let mut ws = member(&a, "ann", "lobby").await;
+    let reader = tokio::spawn(async move { read_to_end(&mut ws, Duration::from_secs(10)).await });
+    // Redis dies: open connections reset, new ones too.
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    let started = Instant::now();
+    let report = a.drain(StopReason::Restart, None).await;
+    assert!(
+        started.elapsed() <= Duration::from_millis(1000 + 150),
+        "{report:?}"
+    );
+    assert_eq!(u16::from(reader.await.unwrap().close.unwrap().code), 1012);
+    assert_eq!(report.routes.cleared, 0, "{report:?}");
+    assert_eq!(report.routes.failed + report.routes.unfinished, 1);
+    assert!(
+        report.problems.iter().any(|p| p.contains("routing")),
+        "{report:?}"
+    );
+}
