@@ -396,6 +396,13 @@ async fn run_arm(
     ));
     tokio::time::sleep(WARM_UP).await;
 
+    let etcd = registration::etcd_addr(&shared.etcd)?;
+    let key = registration::key(&shared.etcd_prefix, &a.spec.id);
+    // A registration that was never there cannot outlive anything: the figure would be a lie.
+    if !registration::present(etcd, &key).await? {
+        bail!("[{name}] gw-a is not registered in etcd under {key}");
+    }
+
     // Everything below is timed from the signal.
     let signal_at_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let since = Instant::now();
@@ -404,8 +411,6 @@ async fn run_arm(
         "[{name}] {} sent to gw-a",
         arm.signal().as_str()
     ));
-    let etcd = registration::etcd_addr(&shared.etcd)?;
-    let key = registration::key(&shared.etcd_prefix, &a.spec.id);
     let watch_cap = shared.lease_ttl + Duration::from_secs(5);
     let registration =
         tokio::spawn(
