@@ -379,7 +379,7 @@ mod tests {
             Arc::new(Semaphore::new(MAX_HANDSHAKES)),
         ));
         until("the join", || progress.joined.load(Ordering::SeqCst) == 1).await;
-        a.push_room("r", "{\"seq\":1}");
+        a.push_room_local("r", "{\"seq\":1}");
         let drained_at = t0.elapsed();
         let report = a.drain(holdfast_lifecycle::StopReason::Restart, None).await;
         assert_eq!(report.code, 1012);
@@ -388,7 +388,7 @@ mod tests {
         })
         .await;
         let moved_after = t0.elapsed() - drained_at;
-        b.push_room("r", "{\"seq\":2}");
+        b.push_room_local("r", "{\"seq\":2}");
         tokio::time::sleep(Duration::from_millis(500)).await;
         stop.send(true).unwrap();
         let log = client.await.unwrap();

@@ -100,7 +100,8 @@ fn draw_panel(
     panel: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     tl: &Timeline,
 ) -> anyhow::Result<()> {
-    let top = tl.a.iter().chain(&tl.b).map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    // Headroom above the lines for the legend.
+    let top = tl.a.iter().chain(&tl.b).map(|p| p.1).fold(1.0, f64::max) * 1.6;
     let mut chart = ChartBuilder::on(panel)
         .caption(&tl.title, ("sans-serif", 18))
         .margin(12)
@@ -116,14 +117,7 @@ fn draw_panel(
         .map_err(plot_error)?;
     let a_color = RGBColor(200, 60, 40);
     let b_color = RGBColor(40, 90, 200);
-    chart
-        .draw_series(LineSeries::new(
-            tl.a.iter().copied(),
-            a_color.stroke_width(2),
-        ))
-        .map_err(plot_error)?
-        .label("connections on replica A")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], a_color));
+    // B first, A on top and wider: with equal counts A's line stays visible.
     chart
         .draw_series(LineSeries::new(
             tl.b.iter().copied(),
@@ -132,6 +126,14 @@ fn draw_panel(
         .map_err(plot_error)?
         .label("connections on replica B")
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], b_color));
+    chart
+        .draw_series(LineSeries::new(
+            tl.a.iter().copied(),
+            a_color.stroke_width(3),
+        ))
+        .map_err(plot_error)?
+        .label("connections on replica A")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], a_color));
     chart
         .draw_series(LineSeries::new(
             [(tl.signal_at, 0.0), (tl.signal_at, top)],
