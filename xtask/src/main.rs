@@ -9,10 +9,13 @@
 //! - `trace` — walks an audit finding (or one rule) to its rules, their code, their tests and the
 //!   tests' results.
 //! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
+//! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
+//!   and with a drain; the figures under `target/drain-demo/`.
 
 mod bench;
 mod bench_gateway;
 mod bench_spec;
+mod drain_demo;
 mod harness;
 mod output;
 pub(crate) mod prove;
@@ -46,6 +49,8 @@ enum Command {
     SpecReport(spec_report::Args),
     /// Mutation-backed proof: mutate each rule's implementing items, run only its verifying tests.
     Prove(prove::Args),
+    /// Two replicas, N clients, one replica stopped with and without a drain (target/drain-demo/).
+    DrainDemo(drain_demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => trace::run(args),
         Command::SpecReport(args) => spec_report::run(args),
         Command::Prove(args) => prove::run(args),
+        Command::DrainDemo(args) => drain_demo::run(args),
     };
     match outcome {
         Ok(code) => code,

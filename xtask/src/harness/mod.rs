@@ -12,13 +12,13 @@
 //! (readiness), one file per service, and `suite` (the test runs and their counts).
 
 mod docker;
-mod etcd;
-mod layout;
+pub(crate) mod etcd;
+pub(crate) mod layout;
 mod packages;
 mod pebble;
 mod probe;
-mod process;
-mod redis;
+pub(crate) mod process;
+pub(crate) mod redis;
 mod registry;
 mod suite;
 

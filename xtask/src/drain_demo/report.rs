@@ -1,0 +1,193 @@
+//! The demo's outputs as text: `report.json` (every figure) and `report.md` (a table per arm).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::measures::ArmMeasures;
+
+/// The whole run, as written to `report.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The command line that produced it.
+    pub command: String,
+    /// Clients per arm.
+    pub clients: usize,
+    /// Stream messages pushed per second.
+    pub rate_per_s: u32,
+    /// The room every client joined.
+    pub room: String,
+    /// The etcd lease TTL the replicas registered with.
+    pub lease_ttl_s: u64,
+    /// CPUs and load of the machine it ran on.
+    pub machine: Machine,
+    /// The arms, in the order they ran.
+    pub arms: Vec<ArmMeasures>,
+}
+
+/// Where the run happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Machine {
+    /// Available parallelism.
+    pub cpus: usize,
+    /// `/proc/loadavg` before the run.
+    pub loadavg_before: String,
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"))
+}
+
+fn share(part: usize, whole: usize) -> String {
+    if whole == 0 {
+        return "-".to_owned();
+    }
+    format!("{:.1} %", 100.0 * part as f64 / whole as f64)
+}
+
+/// `report.md`: a heading, then a table per arm.
+// i[impl xtask.drain-demo.outputs]
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# drain-demo: {} clients over two replicas\n\n`{}` — a room stream of {} messages/s \
+         pushed through replica B; replica A stopped once per arm (etcd lease TTL {} s; {} CPUs, \
+         load before: {}).",
+        report.clients,
+        report.command,
+        report.rate_per_s,
+        report.lease_ttl_s,
+        report.machine.cpus,
+        report.machine.loadavg_before,
+    );
+    for arm in &report.arms {
+        let what = match arm.arm {
+            super::measures::Arm::Control => "no drain, the process is killed",
+            super::measures::Arm::Graceful => "the node drains the gateway",
+        };
+        let _ = writeln!(
+            out,
+            "\n## {} arm: {} ({what})\n\n| measure | value |\n| --- | --- |",
+            arm.arm.name(),
+            arm.signal
+        );
+        let mut row = |name: &str, value: String| {
+            let _ = writeln!(out, "| {name} | {value} |");
+        };
+        row(
+            "clients (on A / on B)",
+            format!(
+                "{} ({} / {})",
+                arm.clients,
+                arm.clients_on_a,
+                arm.clients - arm.clients_on_a
+            ),
+        );
+        let codes: Vec<String> = arm
+            .close_codes
+            .iter()
+            .map(|(code, n)| format!("{code} × {n} ({})", share(*n, arm.clients_on_a)))
+            .collect();
+        row(
+            "close codes received by A's clients (1006: no close frame)",
+            if codes.is_empty() {
+                "-".to_owned()
+            } else {
+                codes.join(", ")
+            },
+        );
+        row(
+            "time to notice p50 / p95 (signal → close or error)",
+            format!(
+                "{} / {} ({} of {} noticed)",
+                ms(arm.notice_p50_ms),
+                ms(arm.notice_p95_ms),
+                arm.noticed,
+                arm.clients_on_a
+            ),
+        );
+        row(
+            "registration outlived the stop",
+            match arm.registration_outlived_ms {
+                Some(v) => format!("{v:.0} ms"),
+                None => format!("still present after {:.0} ms", arm.registration_watched_ms),
+            },
+        );
+        row("A's stop (signal → exit)", ms(arm.stop_ms));
+        row(
+            "messages sent / push errors",
+            format!("{} / {}", arm.messages_sent, arm.push_errors),
+        );
+        row(
+            "deliveries expected / received / lost (lost by A's clients)",
+            format!(
+                "{} / {} / {} ({})",
+                arm.deliveries_expected, arm.deliveries_received, arm.lost, arm.lost_by_a_clients
+            ),
+        );
+        row(
+            "A's clients reconnected to B",
+            format!("{} of {}", arm.reconnected_to_b, arm.clients_on_a),
+        );
+        row(
+            "frames on the survivor (A's clients, after reconnecting)",
+            arm.frames_on_survivor.to_string(),
+        );
+        row("connections on B that ended", arm.closes_on_b.to_string());
+    }
+    out
+}
+
+/// `report.json`: the report, pretty-printed.
+// i[impl xtask.drain-demo.outputs]
+pub fn json(report: &Report) -> String {
+    serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::measures::{Arm, measure, tests::fixture};
+    use super::*;
+
+    pub(crate) fn fixed_report() -> Report {
+        Report {
+            command: "cargo xtask drain-demo --clients 4".into(),
+            clients: 4,
+            rate_per_s: 20,
+            room: "demo".into(),
+            lease_ttl_s: 10,
+            machine: Machine {
+                cpus: 2,
+                loadavg_before: "0.50 0.40 0.30 1/100 1234".into(),
+            },
+            arms: vec![
+                measure(&fixture(Arm::Control)),
+                measure(&fixture(Arm::Graceful)),
+            ],
+        }
+    }
+
+    // i[verify xtask.drain-demo.outputs]
+    #[test]
+    fn the_markdown_report_has_a_table_per_arm() {
+        insta::assert_snapshot!(markdown(&fixed_report()));
+    }
+
+    // i[verify xtask.drain-demo.outputs]
+    #[test]
+    fn the_json_report_carries_every_figure() {
+        let v: serde_json::Value = serde_json::from_str(&json(&fixed_report())).unwrap();
+        assert_eq!(v["clients"], 4);
+        assert_eq!(v["arms"][0]["arm"], "control");
+        assert_eq!(v["arms"][0]["close_codes"]["1006"], 2);
+        assert_eq!(
+            v["arms"][0]["registration_outlived_ms"],
+            serde_json::Value::Null
+        );
+        assert_eq!(v["arms"][1]["arm"], "graceful");
+        assert_eq!(v["arms"][1]["close_codes"]["1012"], 2);
+        assert_eq!(v["arms"][1]["registration_outlived_ms"], 3.5);
+        assert_eq!(v["arms"][1]["frames_on_survivor"], 6);
+    }
+}
