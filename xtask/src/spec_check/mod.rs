@@ -202,8 +202,10 @@ pub(crate) fn check(
             .filter(|(_, p)| p.missed > 0)
             .map(|(m, _)| m.as_str())
             .collect();
+        let justified: usize = proofs.iter().map(|(_, p)| p.justified.len()).sum();
         notes.push(format!(
-            "proof (target/prove/): {} of {} rules proven; with surviving mutants: {}",
+            "proof (target/prove/, docs/audit/proof.md): {} of {} rules proven; with surviving \
+             mutants: {}; justified survivors: {justified}",
             proofs.iter().filter(|(_, p)| p.proven()).count(),
             rules.len(),
             if survivors.is_empty() {
