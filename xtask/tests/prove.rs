@@ -41,8 +41,10 @@ mod tests {
 }
 ";
 
+// Behind a feature: proven only because prove turns every feature on.
 const BETA_TEST: &str = "\
 // r[verify demo.beta]
+#[cfg(feature = \"checked\")]
 #[test]
 fn beta_holds() {
     assert_eq!(demo::beta(), 2);
@@ -89,7 +91,7 @@ fn tree() -> Tree {
             ),
             (
                 "crates/demo/Cargo.toml",
-                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[features]\nchecked = []\n",
             ),
             ("crates/demo/src/lib.rs", LIB),
             ("crates/demo/tests/beta.rs", BETA_TEST),
@@ -106,7 +108,7 @@ fn the_plan_names_each_rules_items_and_tests() {
     insta::assert_snapshot!(run.stdout);
 }
 
-// i[verify prove.run]
+// i[verify prove.run+2]
 #[test]
 fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
     if !mutants_installed() {

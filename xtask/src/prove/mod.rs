@@ -108,7 +108,7 @@ struct Written<'a> {
 
 /// Runs `prove`; exit 0 when every viable mutant of every proven rule was caught, 1 when one
 /// survived (or a rule cannot be proven), 2 for usage errors.
-// i[impl prove.run]
+// i[impl prove.run+2]
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let usage = |message: String| {
         eprintln!("error: prove: {message}");
@@ -408,6 +408,9 @@ fn prove_one(
         .arg(&rule_dir)
         .current_dir(root);
     select_mutants(&mut command, plan);
+    // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
+    // judged, never a survivor because its test was not compiled. Features here are additive.
+    command.arg("--all-features");
     // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
     match plan.test_packages() {
         Some(packages) => {
