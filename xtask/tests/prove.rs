@@ -305,3 +305,53 @@ fn ci_fails_when_a_commit_weakens_a_rules_test() {
         "alpha was not touched: {stdout}"
     );
 }
+
+// A test that skips for want of a service, as holdfast-test-support's accessors do: it records
+// the skip in the ledger `HOLDFAST_TEST_SKIP_LEDGER` names and passes.
+const SKIPPING_TEST: &str = "\
+// r[verify demo.beta]
+#[test]
+fn beta_against_redis() {
+    let Ok(ledger) = std::env::var(\"HOLDFAST_TEST_SKIP_LEDGER\") else { return };
+    let line = \"{\\\"test\\\":\\\"beta_against_redis\\\",\\\"binary\\\":\\\"beta\\\",\\\"service\\\":\\\"redis\\\",\\\"reason\\\":\\\"unset\\\"}\\n\";
+    let mut old = std::fs::read_to_string(&ledger).unwrap_or_default();
+    old.push_str(line);
+    std::fs::write(&ledger, old).unwrap();
+}
+";
+
+// i[verify ci.prove+2]
+#[test]
+fn a_rule_whose_tests_skipped_for_a_service_is_not_run_never_a_verdict() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = tree();
+    tree.write("crates/demo/tests/beta.rs", SKIPPING_TEST.as_bytes());
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "demo.beta", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("HOLDFAST_TEST_SKIP_LEDGER")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Every mutant "survived" the skipping test; that is no verdict, so no failure either.
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: NOT RUN — its tests need redis"),
+        "{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("SURVIVORS"), "{stdout}");
+    assert!(
+        stderr.contains("WARNING: 1 rule NOT RUN because their tests skipped"),
+        "{stderr}"
+    );
+    assert!(
+        !tree.path().join("target/prove/demo.beta.json").exists(),
+        "no proof is recorded"
+    );
+}

@@ -37,6 +37,29 @@ impl Budget {
         self.admit_at(count, self.started.elapsed())
     }
 
+    /// Why no further rule may start, whatever its size (a cap reached, the time spent).
+    pub fn spent(&self) -> Option<String> {
+        self.spent_at(self.started.elapsed())
+    }
+
+    /// `spent` with the run's elapsed time given.
+    // i[impl prove.budget]
+    pub fn spent_at(&self, elapsed: Duration) -> Option<String> {
+        if let Some(max) = self.max_mutants
+            && self.mutants >= max
+        {
+            return Some(format!("the cap of {max} mutants is reached"));
+        }
+        match self.seconds {
+            Some(seconds) if elapsed >= seconds => Some(format!(
+                "the {}s budget is spent ({}s elapsed)",
+                seconds.as_secs(),
+                elapsed.as_secs()
+            )),
+            _ => None,
+        }
+    }
+
     /// `admit` with the run's elapsed time given (the clock is injected for tests).
     // i[impl prove.budget]
     pub fn admit_at(&self, count: usize, elapsed: Duration) -> Result<(), String> {
@@ -118,6 +141,16 @@ mod tests {
         assert_eq!(budget.admit_at(5, secs(50)), Ok(()), "50 + 50 fits");
         assert!(budget.admit_at(7, secs(0)).is_err(), "4 + 7 > 10");
         assert!(budget.admit_at(0, secs(100)).is_err(), "the time is spent");
+        assert_eq!(budget.spent_at(secs(99)), None);
+        assert!(
+            budget.spent_at(secs(100)).is_some(),
+            "no rule starts, none is listed"
+        );
+        budget.ran(6, secs(10));
+        assert!(
+            budget.spent_at(secs(60)).is_some(),
+            "the cap of 10 is reached"
+        );
         assert_eq!(budget.warning(), None);
         budget.left_unrun("r[a.b]");
         budget.left_unrun("r[c.d]");

@@ -13,7 +13,7 @@ pub const BUDGET_SECS: u64 = 240;
 
 /// The revision CI compares the tree with: `from_env` when given (it must name a commit), else
 /// HEAD's first parent; `None` when HEAD has no parent.
-// i[impl ci.prove]
+// i[impl ci.prove+2]
 pub fn base(root: &Path, from_env: Option<&str>) -> Result<Option<String>, String> {
     let rev = match from_env.map(str::trim).filter(|r| !r.is_empty()) {
         Some(rev) => rev.to_owned(),
@@ -58,7 +58,7 @@ mod tests {
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
-    // i[verify ci.prove]
+    // i[verify ci.prove+2]
     #[test]
     fn the_base_is_the_given_commit_or_heads_first_parent() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -16,6 +16,7 @@ mod ci;
 mod justified;
 mod outcomes;
 mod plan;
+mod services;
 mod summary;
 
 use std::path::Path;
@@ -168,12 +169,18 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let mut all_proven = true;
     let mut lines = Vec::new();
     let mut bound = budget::Budget::new(args.max_mutants, args.budget);
+    let mut unserved = Vec::new();
     let (commit, date) = (head_commit(&root), timestamp_now());
     for plan in &chosen {
         let provable = !plan.targets.is_empty() && !plan.judges.is_empty();
         if provable && bound.bounded() {
-            let count = count_mutants(&root, plan)?;
-            if let Err(why) = bound.admit(count) {
+            // Once a cap is reached, later rules are not even listed: listing costs a second or
+            // two per rule, and a big merge touches hundreds.
+            let admitted = match bound.spent() {
+                Some(why) => Err(why),
+                None => bound.admit(count_mutants(&root, plan)?),
+            };
+            if let Err(why) = admitted {
                 let line = format!("{}: NOT RUN — {why}", plan.rule);
                 crate::output::print(&format!("{line}\n"));
                 bound.left_unrun(&plan.rule);
@@ -191,6 +198,16 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 proof.caught + proof.missed + proof.unviable + proof.timeout,
                 started.elapsed(),
             );
+            // A test that skipped for want of a service passes with every mutant: that run
+            // judged nothing, so it is no proof (neither caught nor missed) and is named.
+            let needed = services::skipped(&out_dir.join(&plan.id).join(services::LEDGER));
+            if !needed.is_empty() {
+                let why = services::reason(&needed);
+                crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+                let _ = std::fs::remove_file(out_dir.join(format!("{}.json", plan.id)));
+                unserved.push(plan.rule.clone());
+                continue;
+            }
         }
         justified::apply(&mut proof, &plan.id, &justified);
         proof.commit = commit.clone();
@@ -215,7 +232,10 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         lines.iter().filter(|l| l.contains(": proven")).count(),
         out_dir.display()
     ));
-    if let Some(warning) = bound.warning() {
+    for warning in [bound.warning(), services::warning(&unserved)]
+        .into_iter()
+        .flatten()
+    {
         // Loud on both streams: a CI log reader and a job summary must both see it.
         crate::output::print(&format!("{warning}\n"));
         eprintln!("{warning}");
@@ -426,6 +446,9 @@ fn prove_one(
         command.args(["--timeout", &timeout.to_string()]);
     }
     command.args(["--", "-E", &plan.test_filter()]);
+    // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
+    // the run is known to have judged nothing (`services::skipped`).
+    command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
     let status = command.stdout(log.try_clone()?).stderr(log).status()?;
     // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an
