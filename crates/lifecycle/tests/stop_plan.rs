@@ -440,3 +440,30 @@ async fn an_abort_during_a_group_skips_every_later_group_without_polling_the_sig
         "skipped groups are never asked"
     );
 }
+
+/// A signal still to come skips nothing: the group after one that stopped cleanly is asked, and
+/// only the stopper still running when the signal comes is aborted.
+// r[verify lifecycle.stop.abort]
+#[tokio::test(start_paused = true)]
+async fn groups_before_the_abort_run_as_planned() {
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut plan = StopPlan::new(10 * S);
+    let first = plan.group("first", 1);
+    let second = plan.group("second", 1);
+    plan.add(first, "quick", stopper_fn(|_| async { Ok(()) }));
+    let flag = asked.clone();
+    plan.add(
+        second,
+        "hung",
+        stopper_fn(move |_| {
+            flag.store(true, Ordering::SeqCst);
+            std::future::pending()
+        }),
+    );
+    let report = plan.run(StopReason::Shutdown, sleep(2 * S)).await;
+    assert!(report.aborted);
+    assert_eq!(outcome(&report, "quick"), StopOutcome::Stopped);
+    assert!(asked.load(Ordering::SeqCst), "the second group was started");
+    assert_eq!(outcome(&report, "hung"), StopOutcome::Aborted);
+    assert_eq!(module(&report, "hung").took, 2 * S);
+}
