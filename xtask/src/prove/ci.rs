@@ -33,6 +33,20 @@ pub fn base(root: &Path, from_env: Option<&str>) -> Result<Option<String>, Strin
     if from_env.is_some_and(|r| !r.trim().is_empty()) {
         return Err(format!("HOLDFAST_PROVE_BASE={rev} names no commit"));
     }
+    // A shallow clone has a HEAD whose parent was not fetched: that is not a root commit, and
+    // proving nothing there would pass CI without a proof.
+    let shallow = Command::new("git")
+        .args(["rev-parse", "--is-shallow-repository"])
+        .current_dir(root)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "true");
+    if shallow {
+        return Err(
+            "HEAD's first parent is not in this shallow clone: fetch it (`git fetch --deepen=1`) \
+             or set HOLDFAST_PROVE_BASE"
+                .to_owned(),
+        );
+    }
     Ok(None)
 }
 
@@ -91,5 +105,17 @@ mod tests {
             "blank is unset"
         );
         assert!(base(dir.path(), Some("no-such-rev")).is_err());
+        // A shallow clone of the merge lacks its parents: an error, never "nothing to prove".
+        let clone = tempfile::tempdir().expect("tempdir");
+        let url = format!("file://{}", dir.path().display());
+        git(
+            clone.path(),
+            &["clone", "-q", "--depth", "1", "--branch", "main", &url, "c"],
+        );
+        let shallow = base(&clone.path().join("c"), None);
+        assert!(
+            shallow.as_ref().is_err_and(|e| e.contains("shallow")),
+            "{shallow:?}"
+        );
     }
 }
