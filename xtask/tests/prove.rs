@@ -355,3 +355,54 @@ fn a_rule_whose_tests_skipped_for_a_service_is_not_run_never_a_verdict() {
         "no proof is recorded"
     );
 }
+
+// i[verify ci.prove+2]
+#[test]
+fn ci_warns_but_passes_for_a_touched_rule_that_cannot_be_proven() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = tree();
+    let git = |args: &[&str]| {
+        let output = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(["-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(tree.path())
+            .output()
+            .expect("git");
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+    };
+    tree.write(".gitignore", b"target/\n");
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "demo"]);
+    // The commit under test touches beta and drops its only test: nothing can judge it.
+    tree.write(
+        "crates/demo/src/lib.rs",
+        LIB.replace("    2\n", "    1 + 1\n").as_bytes(),
+    );
+    git(&["rm", "-q", "crates/demo/tests/beta.rs"]);
+    git(&["commit", "-q", "-am", "beta, untested"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "--ci", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("HOLDFAST_PROVE_BASE")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove --ci");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: not provable"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("WARNING: 1 rule touched but not proven")
+            && stderr.contains("r[demo.beta]"),
+        "{stderr}"
+    );
+}

@@ -170,6 +170,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let mut lines = Vec::new();
     let mut bound = budget::Budget::new(args.max_mutants, args.budget);
     let mut unserved = Vec::new();
+    // CI fails on a survivor only: a touched rule with no viable mutant (or none to make) shows
+    // no weakened test, and is named on a WARNING line instead.
+    let (mut survived, mut unjudged) = (false, Vec::new());
     let (commit, date) = (head_commit(&root), timestamp_now());
     for plan in &chosen {
         let provable = !plan.targets.is_empty() && !plan.judges.is_empty();
@@ -213,6 +216,10 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         proof.commit = commit.clone();
         proof.date = Some(date.clone());
         all_proven &= proof.proven();
+        survived |= proof.missed > 0;
+        if !proof.proven() && proof.missed == 0 {
+            unjudged.push(plan.rule.clone());
+        }
         let written = Written {
             rule: &plan.rule,
             proof: &proof,
@@ -232,15 +239,28 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         lines.iter().filter(|l| l.contains(": proven")).count(),
         out_dir.display()
     ));
-    for warning in [bound.warning(), services::warning(&unserved)]
-        .into_iter()
-        .flatten()
+    let unjudged_warning = (args.ci && !unjudged.is_empty()).then(|| {
+        format!(
+            "prove: WARNING: {} rule{} touched but not proven (no viable mutant, or nothing to mutate or judge): {}",
+            unjudged.len(),
+            if unjudged.len() == 1 { "" } else { "s" },
+            unjudged.join(", ")
+        )
+    });
+    for warning in [
+        bound.warning(),
+        services::warning(&unserved),
+        unjudged_warning,
+    ]
+    .into_iter()
+    .flatten()
     {
         // Loud on both streams: a CI log reader and a job summary must both see it.
         crate::output::print(&format!("{warning}\n"));
         eprintln!("{warning}");
     }
-    Ok(if all_proven {
+    let passed = if args.ci { !survived } else { all_proven };
+    Ok(if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
