@@ -251,7 +251,7 @@ fn the_summary_is_written_for_current_rules_only() {
     assert!(!text.contains("demo.alpha"), "no proof, no row: {text}");
 }
 
-// i[verify ci.prove]
+// i[verify ci.prove+2]
 #[test]
 fn ci_fails_when_a_commit_weakens_a_rules_test() {
     if !mutants_installed() {
