@@ -41,45 +41,19 @@ mod tests {
 }
 ";
 
+// Behind a feature: proven only because prove turns every feature on.
 const BETA_TEST: &str = "\
 // r[verify demo.beta]
+#[cfg(feature = \"checked\")]
 #[test]
 fn beta_holds() {
     assert_eq!(demo::beta(), 2);
 }
 ";
 
-fn tree() -> Tree {
-    Tree::new(
-        SPEC,
-        &[],
-        &[
-            (
-                "Cargo.toml",
-                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
-            ),
-            (
-                "crates/demo/Cargo.toml",
-                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
-            ),
-            ("crates/demo/src/lib.rs", LIB),
-            ("crates/demo/tests/beta.rs", BETA_TEST),
-        ],
-    )
-}
-
-// i[verify prove.plan]
-#[test]
-fn the_plan_names_each_rules_items_and_tests() {
-    let tree = tree();
-    let run = fixture::xtask("prove", tree.path(), &["--list"]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    insta::assert_snapshot!(run.stdout);
-}
-
-// i[verify prove.run]
-#[test]
-fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
+/// Whether cargo-mutants runs; when not, records a loud skip (the harness, which installs it,
+/// fails instead).
+fn mutants_installed() -> bool {
     let installed = Command::new("cargo")
         .args(["mutants", "--version"])
         .output()
@@ -101,6 +75,43 @@ fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
             skip.test
         );
         let _ = skip.append_to(&holdfast_test_support::services::default_ledger_path());
+        return false;
+    }
+    true
+}
+
+fn tree() -> Tree {
+    Tree::new(
+        SPEC,
+        &[],
+        &[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[features]\nchecked = []\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+            ("crates/demo/tests/beta.rs", BETA_TEST),
+        ],
+    )
+}
+
+// i[verify prove.plan+2]
+#[test]
+fn the_plan_names_each_rules_items_and_tests() {
+    let tree = tree();
+    let run = fixture::xtask("prove", tree.path(), &["--list"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(run.stdout);
+}
+
+// i[verify prove.run+2]
+#[test]
+fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
+    if !mutants_installed() {
         return;
     }
     let tree = tree();
@@ -141,7 +152,7 @@ fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
     );
 }
 
-// i[verify prove.shown]
+// i[verify prove.shown+2]
 #[test]
 fn the_last_proof_is_shown_by_trace_report_and_gate() {
     let tree = tree();
@@ -174,7 +185,7 @@ fn the_last_proof_is_shown_by_trace_report_and_gate() {
     );
     let gate = fixture::xtask("spec-check", tree.path(), &[]);
     assert!(
-        gate.stdout.contains("note: proof (target/prove/): 1 of 2 rules proven; with surviving mutants: r[demo.alpha]"),
+        gate.stdout.contains("note: proof (target/prove/, docs/audit/proof.md): 1 of 2 rules proven; with surviving mutants: r[demo.alpha]; justified survivors: 0"),
         "{}",
         gate.stdout
     );
@@ -186,5 +197,212 @@ fn the_last_proof_is_shown_by_trace_report_and_gate() {
             "<p id=\"survivors\" data-count=\"1\"><a class=\"marker\" href=\"#r[demo.alpha]\">"
         ),
         "{page}"
+    );
+
+    // Without target/prove/, the checked-in summary is what is shown.
+    let summary = fixture::xtask("prove", tree.path(), &["--summary"]);
+    assert_eq!(summary.code, 0, "{}", summary.stderr);
+    assert!(
+        summary
+            .stdout
+            .contains("wrote docs/audit/proof.md (2 of 2 rules recorded, 1 proven)"),
+        "{}",
+        summary.stdout
+    );
+    std::fs::remove_dir_all(tree.path().join("target/prove")).expect("rm target/prove");
+    let again = fixture::xtask("trace", tree.path(), &["demo.alpha", "--no-results"]);
+    assert!(
+        again.stdout.contains("  proof   SURVIVORS — 1 caught, 1 missed, 0 unviable, 0 timed out\n    missed: crates/demo/src/lib.rs:3:5: replace + with * in alpha"),
+        "{}",
+        again.stdout
+    );
+    let gate = fixture::xtask("spec-check", tree.path(), &[]);
+    assert!(
+        gate.stdout
+            .contains("1 of 2 rules proven; with surviving mutants: r[demo.alpha]"),
+        "{}",
+        gate.stdout
+    );
+}
+
+// i[verify prove.summary]
+#[test]
+fn the_summary_is_written_for_current_rules_only() {
+    let tree = tree();
+    tree.write(
+        "target/prove/demo.beta.json",
+        br#"{"rule":"r[demo.beta]","caught":2,"missed":0,"unviable":1,"timeout":0,"survivors":[],"commit":"abc1234","date":"2026-12-01 14:00:00 UTC"}"#,
+    );
+    // A row for an older version of a rule is not carried over.
+    tree.write(
+        "docs/audit/proof.md",
+        b"| `r[demo.gamma]` | proven | 1 | 0 | 0 | 0 | 0 | - | - |\n",
+    );
+    let run = fixture::xtask("prove", tree.path(), &["--summary"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let text = std::fs::read_to_string(tree.path().join("docs/audit/proof.md")).expect("summary");
+    assert!(
+        text.contains(
+            "| `r[demo.beta]` | proven | 2 | 0 | 1 | 0 | 0 | abc1234 | 2026-12-01 14:00:00 UTC |"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("demo.gamma"), "{text}");
+    assert!(!text.contains("demo.alpha"), "no proof, no row: {text}");
+}
+
+// i[verify ci.prove+2]
+#[test]
+fn ci_fails_when_a_commit_weakens_a_rules_test() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = tree();
+    let git = |args: &[&str]| {
+        let output = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(tree.path())
+            .output()
+            .expect("git");
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+    };
+    tree.write(".gitignore", b"target/\n");
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "demo"]);
+    // The commit under test: beta's test no longer checks beta's result.
+    tree.write(
+        "crates/demo/tests/beta.rs",
+        b"// r[verify demo.beta]\n#[test]\nfn beta_holds() {\n    let _ = demo::beta();\n}\n",
+    );
+    git(&["commit", "-q", "-am", "weaken beta's test"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "--ci", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("HOLDFAST_PROVE_BASE")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove --ci");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: SURVIVORS"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        !stdout.contains("r[demo.alpha]"),
+        "alpha was not touched: {stdout}"
+    );
+}
+
+// A test that skips for want of a service, as holdfast-test-support's accessors do: it records
+// the skip in the ledger `HOLDFAST_TEST_SKIP_LEDGER` names and passes.
+const SKIPPING_TEST: &str = "\
+// r[verify demo.beta]
+#[test]
+fn beta_against_redis() {
+    let Ok(ledger) = std::env::var(\"HOLDFAST_TEST_SKIP_LEDGER\") else { return };
+    let line = \"{\\\"test\\\":\\\"beta_against_redis\\\",\\\"binary\\\":\\\"beta\\\",\\\"service\\\":\\\"redis\\\",\\\"reason\\\":\\\"unset\\\"}\\n\";
+    let mut old = std::fs::read_to_string(&ledger).unwrap_or_default();
+    old.push_str(line);
+    std::fs::write(&ledger, old).unwrap();
+}
+";
+
+// i[verify ci.prove+2]
+#[test]
+fn a_rule_whose_tests_skipped_for_a_service_is_not_run_never_a_verdict() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = tree();
+    tree.write("crates/demo/tests/beta.rs", SKIPPING_TEST.as_bytes());
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "demo.beta", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("HOLDFAST_TEST_SKIP_LEDGER")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Every mutant "survived" the skipping test; that is no verdict, so no failure either.
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: NOT RUN — its tests need redis"),
+        "{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("SURVIVORS"), "{stdout}");
+    assert!(
+        stderr.contains("WARNING: 1 rule NOT RUN because their tests skipped"),
+        "{stderr}"
+    );
+    assert!(
+        !tree.path().join("target/prove/demo.beta.json").exists(),
+        "no proof is recorded"
+    );
+}
+
+// i[verify ci.prove+2]
+#[test]
+fn ci_warns_but_passes_for_a_touched_rule_that_cannot_be_proven() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = tree();
+    let git = |args: &[&str]| {
+        let output = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(["-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(tree.path())
+            .output()
+            .expect("git");
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+    };
+    tree.write(".gitignore", b"target/\n");
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "demo"]);
+    // The commit under test touches beta and drops its only test: nothing can judge it.
+    tree.write(
+        "crates/demo/src/lib.rs",
+        LIB.replace("    2\n", "    1 + 1\n").as_bytes(),
+    );
+    git(&["rm", "-q", "crates/demo/tests/beta.rs"]);
+    git(&["commit", "-q", "-am", "beta, untested"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "--ci", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("HOLDFAST_PROVE_BASE")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove --ci");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: not provable"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("WARNING: 1 rule touched but not proven")
+            && stderr.contains("r[demo.beta]"),
+        "{stderr}"
     );
 }

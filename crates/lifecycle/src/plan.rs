@@ -156,24 +156,9 @@ impl StopPlan {
         for group in self.groups {
             let share = u64::from(group.share);
             let group_start = Instant::now();
-            // A second signal that came while no group was running (between two groups, or
-            // before the plan ran) is seen here, so the group is skipped instead of being asked
-            // to stop and cut off at once.
-            if !aborted && !group.modules.is_empty() && has_fired(abort.as_mut()).await {
-                aborted = true;
-            }
+            aborted = aborted_before(aborted, &group, abort.as_mut()).await;
             if aborted {
-                for (module, _) in group.modules {
-                    let stop = ModuleStop {
-                        group: group.name.clone(),
-                        module,
-                        budget: Duration::ZERO,
-                        took: Duration::ZERO,
-                        outcome: StopOutcome::Aborted,
-                    };
-                    log(&stop);
-                    modules.push(stop);
-                }
+                modules.extend(skipped(group));
                 continue;
             }
             let budget = share_of(
@@ -185,8 +170,8 @@ impl StopPlan {
             let deadline = group_start + budget;
             let outcomes =
                 run_group(group.modules, StopRequest { deadline, reason }, &mut abort).await;
+            aborted = aborted_during(&outcomes);
             for (module, outcome, took) in outcomes {
-                aborted |= outcome == StopOutcome::Aborted;
                 let stop = ModuleStop {
                     group: group.name.clone(),
                     module,
@@ -212,6 +197,48 @@ impl StopPlan {
         );
         report
     }
+}
+
+/// Whether the plan is aborted before `group` starts: it already was, or a second signal came
+/// while no group was running (between two groups, or before the plan ran), so the group is
+/// skipped instead of being asked to stop and cut off at once. Once aborted, `abort` (which may
+/// be a future that must not be polled after it resolved) is not polled again.
+// r[impl lifecycle.stop.abort]
+async fn aborted_before<A: Future<Output = ()>>(
+    aborted: bool,
+    group: &Group,
+    abort: std::pin::Pin<&mut A>,
+) -> bool {
+    aborted || (!group.modules.is_empty() && has_fired(abort).await)
+}
+
+/// Whether the signal cut the group off (any of its stoppers aborted): every later group is
+/// skipped.
+// r[impl lifecycle.stop.abort]
+fn aborted_during(outcomes: &[(String, StopOutcome, Instant)]) -> bool {
+    outcomes
+        .iter()
+        .any(|(_, outcome, _)| *outcome == StopOutcome::Aborted)
+}
+
+/// A group skipped by an abort: each module reported aborted, with no budget, never asked.
+// r[impl lifecycle.stop.abort]
+fn skipped(group: Group) -> Vec<ModuleStop> {
+    group
+        .modules
+        .into_iter()
+        .map(|(module, _)| {
+            let stop = ModuleStop {
+                group: group.name.clone(),
+                module,
+                budget: Duration::ZERO,
+                took: Duration::ZERO,
+                outcome: StopOutcome::Aborted,
+            };
+            log(&stop);
+            stop
+        })
+        .collect()
 }
 
 /// Whether `abort` has resolved, polled once without waiting. Never called again once it said

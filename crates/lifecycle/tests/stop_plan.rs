@@ -350,3 +350,120 @@ async fn an_abort_that_fired_before_a_group_started_skips_that_group_unasked() {
     sleep(S).await;
     assert!(!asked.load(Ordering::SeqCst), "never asked");
 }
+
+/// The second signal comes as the first group's stopper returns: the later groups are skipped
+/// unasked, and the signal (an `async` block, which must not be polled once it resolved) is
+/// not polled again.
+// r[verify lifecycle.stop.abort]
+#[tokio::test(start_paused = true)]
+async fn an_abort_between_groups_skips_the_later_groups_and_is_polled_no_more() {
+    let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+    let signal = Arc::new(Mutex::new(Some(signal)));
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut plan = StopPlan::new(10 * S);
+    let first = plan.group("first", 1);
+    let second = plan.group("second", 1);
+    let third = plan.group("third", 1);
+    plan.add(
+        first,
+        "signals",
+        stopper_fn(move |_| {
+            let signal = signal.clone();
+            async move {
+                // The abort is sent as this stopper returns: it is seen between the groups.
+                if let Some(signal) = signal.lock().unwrap().take() {
+                    let _ = signal.send(());
+                }
+                Ok(())
+            }
+        }),
+    );
+    for (group, name) in [(second, "second"), (third, "third")] {
+        let flag = asked.clone();
+        plan.add(
+            group,
+            name,
+            stopper_fn(move |_| {
+                flag.store(true, Ordering::SeqCst);
+                async { Ok(()) }
+            }),
+        );
+    }
+    let report = plan
+        .run(StopReason::Shutdown, async move {
+            let _ = signalled.await;
+        })
+        .await;
+    assert!(report.aborted);
+    // Whether "signals" counts as stopped or aborted depends on which its group's wait saw first;
+    // the rule is about the groups after it.
+    assert_eq!(outcome(&report, "second"), StopOutcome::Aborted);
+    assert_eq!(outcome(&report, "third"), StopOutcome::Aborted);
+    assert!(
+        !asked.load(Ordering::SeqCst),
+        "skipped groups are never asked"
+    );
+}
+
+/// An abort that cut a group off also skips every later group, without polling the signal again
+/// (an `async` block panics when polled after it resolved).
+// r[verify lifecycle.stop.abort]
+#[tokio::test(start_paused = true)]
+async fn an_abort_during_a_group_skips_every_later_group_without_polling_the_signal_again() {
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut plan = StopPlan::new(10 * S);
+    let first = plan.group("first", 1);
+    let second = plan.group("second", 1);
+    let third = plan.group("third", 1);
+    plan.add(first, "hung", stopper_fn(|_| std::future::pending()));
+    for (group, name) in [(second, "second"), (third, "third")] {
+        let flag = asked.clone();
+        plan.add(
+            group,
+            name,
+            stopper_fn(move |_| {
+                flag.store(true, Ordering::SeqCst);
+                async { Ok(()) }
+            }),
+        );
+    }
+    let report = plan
+        .run(StopReason::Shutdown, async { sleep(2 * S).await })
+        .await;
+    assert!(report.aborted);
+    assert_eq!(outcome(&report, "hung"), StopOutcome::Aborted);
+    assert_eq!(outcome(&report, "second"), StopOutcome::Aborted);
+    assert_eq!(outcome(&report, "third"), StopOutcome::Aborted);
+    assert_eq!(report.took, 2 * S);
+    assert!(
+        !asked.load(Ordering::SeqCst),
+        "skipped groups are never asked"
+    );
+}
+
+/// A signal still to come skips nothing: the group after one that stopped cleanly is asked, and
+/// only the stopper still running when the signal comes is aborted.
+// r[verify lifecycle.stop.abort]
+#[tokio::test(start_paused = true)]
+async fn groups_before_the_abort_run_as_planned() {
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut plan = StopPlan::new(10 * S);
+    let first = plan.group("first", 1);
+    let second = plan.group("second", 1);
+    plan.add(first, "quick", stopper_fn(|_| async { Ok(()) }));
+    let flag = asked.clone();
+    plan.add(
+        second,
+        "hung",
+        stopper_fn(move |_| {
+            flag.store(true, Ordering::SeqCst);
+            std::future::pending()
+        }),
+    );
+    let report = plan.run(StopReason::Shutdown, sleep(2 * S)).await;
+    assert!(report.aborted);
+    assert_eq!(outcome(&report, "quick"), StopOutcome::Stopped);
+    assert!(asked.load(Ordering::SeqCst), "the second group was started");
+    assert_eq!(outcome(&report, "hung"), StopOutcome::Aborted);
+    assert_eq!(module(&report, "hung").took, 2 * S);
+}

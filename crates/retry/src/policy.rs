@@ -215,6 +215,8 @@ mod tests {
             Policy::builder().cap(s(400 * 24 * 3600)).build(),
             Err(PolicyError::TooLong { field: "cap", .. })
         ));
+        // The maximum itself is allowed: only beyond it is too long.
+        assert!(Policy::builder().cap(MAX_POLICY_DURATION).build().is_ok());
         assert_eq!(Policy::builder().build(), Ok(Policy::default()));
         let p = Policy::builder().base(s(1)).cap(s(1)).build().unwrap();
         assert_eq!((p.base(), p.cap()), (s(1), s(1)));

@@ -183,6 +183,15 @@ mod tests {
             }),
             "base: must be <= cap (10m > 5m)"
         );
+        // Both set: the cap is named, as the key the base is judged against.
+        assert_eq!(
+            err(PolicyConfig {
+                base: Some(S(10)),
+                cap: Some(S(5)),
+                ..Default::default()
+            }),
+            "cap: must be >= base (5s < 10s)"
+        );
         assert_eq!(
             err(PolicyConfig {
                 escalate_after: Some(0),

@@ -42,6 +42,10 @@ pub struct Args {
     /// target/holdfast-services/env), and keep them running until Ctrl-C instead of running tests.
     #[arg(long)]
     pub services_only: bool,
+    /// After the tests and doctests pass, run `cargo xtask prove --ci` while the services are
+    /// still up (CI's mutation proof: tests that need a service judge mutants against it).
+    #[arg(long, conflicts_with = "services_only")]
+    pub prove_ci: bool,
     /// Arguments for `cargo nextest run` (a filter, `--no-capture`, ...), after `--`.
     #[arg(last = true)]
     pub test_args: Vec<String>,
@@ -128,6 +132,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(suite::doctests(&workspace, &env)?)
     };
     let tests_took = tests_started.elapsed();
+    let proof = if args.prove_ci && !interrupted && !process::interrupted() {
+        Some(prove_ci(
+            &xtask,
+            &workspace,
+            &env,
+            nextest.success(),
+            doctests.as_ref(),
+        )?)
+    } else {
+        None
+    };
     let logs = supervisor.logs();
     supervisor.stop_all();
     if interrupted || process::interrupted() {
@@ -141,9 +156,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The gate's own JUnit reader: the closing line and the gate count the same test cases.
     let counts = suite::junit_counts(&junit) + doc_counts.unwrap_or_default();
     let doc_ok = doc_status.is_some_and(|s| s.success());
-    let ok = nextest.success() && doc_ok && gate.success();
+    let proof_ok = proof.is_none_or(|p| p);
+    let ok = nextest.success() && doc_ok && gate.success() && proof_ok;
     if !nextest.success() || !doc_ok {
         print_logs(&logs);
+    }
+    if let Some(proof_ok) = proof {
+        eprintln!("xtask test: prove --ci {}", verdict(proof_ok));
     }
     eprintln!(
         "xtask test: nextest {}, doctests {}, spec-check {}; setup {:.1}s, services {:.1}s, tests {:.1}s, total {:.1}s",
@@ -163,6 +182,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `--prove-ci`: `xtask prove --ci` with the services' environment (`HOLDFAST_TEST_SERVICES=1`,
+/// so a test whose service is missing panics rather than skipping). Not run when the tests failed:
+/// a failing suite fails the build already, and cargo-mutants' baseline would only fail too.
+/// Whether it passed.
+// i[impl ci.prove+2]
+fn prove_ci(
+    xtask: &Path,
+    workspace: &Path,
+    env: &[(String, String)],
+    tests_ok: bool,
+    doctests: Option<&(std::process::ExitStatus, suite::Counts)>,
+) -> anyhow::Result<bool> {
+    if !tests_ok || !doctests.is_some_and(|(status, _)| status.success()) {
+        eprintln!("xtask test: prove --ci NOT RUN: the tests failed");
+        return Ok(false);
+    }
+    eprintln!("xtask test: prove --ci, with the services up");
+    let status = std::process::Command::new(xtask)
+        .args(["prove", "--ci"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(workspace)
+        .status()
+        .context("running xtask prove --ci")?;
+    Ok(status.success())
 }
 
 fn verdict(ok: bool) -> &'static str {

@@ -4,11 +4,20 @@
 //! not check. Results per rule go to `target/prove/RULE.json` (and cargo-mutants' own output to
 //! `target/prove/RULE/mutants.out/`).
 //!
+//! `--summary` writes the checked-in `docs/audit/proof.md` from those results; survivors justified
+//! in `docs/audit/survivors.toml` do not count as missed. `--max-mutants` and `--budget` bound a
+//! run (CI's), and the rules they leave unrun are named.
+//!
 //! Mutants run in place (`--in-place`) so they reuse the warm target directory; cargo-mutants
 //! restores each file after its mutant, and the tree must not be edited while a proof runs.
 
+mod budget;
+mod ci;
+mod justified;
 mod outcomes;
 mod plan;
+mod services;
+mod summary;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -41,14 +50,53 @@ pub struct Args {
     /// Test timeout per mutant, in seconds (cargo-mutants' --timeout).
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
+    /// Write docs/audit/proof.md from the proofs under target/prove/ (merged over the file's
+    /// earlier rows) and run nothing.
+    #[arg(long, conflicts_with_all = ["list", "max_mutants", "budget"])]
+    summary: bool,
+    /// CI's run: the rules touched since `HOLDFAST_PROVE_BASE`, else since HEAD's first parent,
+    /// with caps of 40 mutants and 240 s unless `--max-mutants`/`--budget` say otherwise.
+    #[arg(long, conflicts_with_all = ["rules", "package", "changed_since", "summary"])]
+    ci: bool,
+    /// Start no rule whose mutants would take the run past this many mutants.
+    #[arg(long, value_name = "N")]
+    max_mutants: Option<usize>,
+    /// Start no rule once this many seconds have passed, or when its mutants would take the run
+    /// past them at the run's pace so far.
+    #[arg(long, value_name = "SECS")]
+    budget: Option<u64>,
 }
 
-/// The last recorded proof of the rule `id` under `root`, if `prove` ran on this version of it.
-// i[impl prove.shown]
+/// The last recorded proof of the rule `id` under `root`, if `prove` ran on this version of it:
+/// `target/prove/ID.json`, else the rule's row in the checked-in `docs/audit/proof.md`.
+// i[impl prove.shown+2]
 pub fn recorded(root: &Path, id: &tracey_core::RuleId) -> Option<Proof> {
+    let id = id.to_string();
+    local(root, &id).or_else(|| {
+        summary::read(root)
+            .iter()
+            .find(|(marker, _)| marker_id(marker) == id)
+            .map(|(_, proof)| proof.clone())
+    })
+}
+
+/// The text of `docs/audit/proof.md` for `proofs` (marker, proof), as `prove --summary` writes it.
+pub fn render_summary(proofs: &[(String, Proof)]) -> String {
+    summary::render(proofs)
+}
+
+/// `target/prove/ID.json`, if a proof of that rule version ran here.
+fn local(root: &Path, id: &str) -> Option<Proof> {
     let text =
         std::fs::read_to_string(root.join("target/prove").join(format!("{id}.json"))).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// `retry.schedule+2` from `r[retry.schedule+2]`.
+fn marker_id(marker: &str) -> &str {
+    marker
+        .split_once('[')
+        .map_or(marker, |(_, rest)| rest.trim_end_matches(']'))
 }
 
 /// A rule's result as `target/prove/RULE.json` holds it.
@@ -61,8 +109,8 @@ struct Written<'a> {
 
 /// Runs `prove`; exit 0 when every viable mutant of every proven rule was caught, 1 when one
 /// survived (or a rule cannot be proven), 2 for usage errors.
-// i[impl prove.run]
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+// i[impl prove.run+2]
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let usage = |message: String| {
         eprintln!("error: prove: {message}");
         Ok(ExitCode::from(spec_check::USAGE_ERROR))
@@ -72,12 +120,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(message) => return usage(message),
     };
     crate::output::print(&crate::root::banner(&root));
+    if args.ci {
+        let from_env = std::env::var("HOLDFAST_PROVE_BASE").ok();
+        match ci::base(&root, from_env.as_deref()) {
+            Ok(Some(base)) => {
+                crate::output::print(&format!("prove: CI run, rules touched since {base}\n"));
+                args.changed_since = Some(base);
+                args.max_mutants = args.max_mutants.or(Some(ci::MAX_MUTANTS));
+                args.budget = args.budget.or(Some(ci::BUDGET_SECS));
+            }
+            Ok(None) => {
+                crate::output::print(
+                    "prove: CI run: HEAD has no parent (or this is no git checkout): nothing to compare\n",
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(message) => return usage(message),
+        }
+    }
     let config = match config::load(&root) {
         Ok(config) => config,
         Err(problem) => return usage(problem.to_string()),
     };
     let tree = spec_check::read_tree(&root, &config.config);
     let all = plan::plans(&root, &tree);
+    if args.summary {
+        return write_summary(&root, &all);
+    }
+    let justified = match justified::load(&root) {
+        Ok(justified) => justified,
+        Err(message) => return usage(message),
+    };
     let chosen = match select(&root, &args, all) {
         Ok(chosen) => chosen,
         Err(message) => return usage(message),
@@ -95,13 +168,58 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&out_dir)?;
     let mut all_proven = true;
     let mut lines = Vec::new();
+    let mut bound = budget::Budget::new(args.max_mutants, args.budget);
+    let mut unserved = Vec::new();
+    // CI fails on a survivor only: a touched rule with no viable mutant (or none to make) shows
+    // no weakened test, and is named on a WARNING line instead.
+    let (mut survived, mut unjudged) = (false, Vec::new());
+    let (commit, date) = (head_commit(&root), timestamp_now());
     for plan in &chosen {
-        let proof = if plan.targets.is_empty() || plan.judges.is_empty() {
-            Proof::not_provable(plan)
-        } else {
+        let provable = !plan.targets.is_empty() && !plan.judges.is_empty();
+        if provable && bound.bounded() {
+            // Once a cap is reached, later rules are not even listed: listing costs a second or
+            // two per rule, and a big merge touches hundreds.
+            let admitted = match bound.spent() {
+                Some(why) => Err(why),
+                None => bound.admit(count_mutants(&root, plan)?),
+            };
+            if let Err(why) = admitted {
+                let line = format!("{}: NOT RUN — {why}", plan.rule);
+                crate::output::print(&format!("{line}\n"));
+                bound.left_unrun(&plan.rule);
+                continue;
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut proof = if provable {
             prove_one(&root, &out_dir, plan, args.timeout)?
+        } else {
+            Proof::not_provable(plan)
         };
+        if provable {
+            bound.ran(
+                proof.caught + proof.missed + proof.unviable + proof.timeout,
+                started.elapsed(),
+            );
+            // A test that skipped for want of a service passes with every mutant: that run
+            // judged nothing, so it is no proof (neither caught nor missed) and is named.
+            let needed = services::skipped(&out_dir.join(&plan.id).join(services::LEDGER));
+            if !needed.is_empty() {
+                let why = services::reason(&needed);
+                crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+                let _ = std::fs::remove_file(out_dir.join(format!("{}.json", plan.id)));
+                unserved.push(plan.rule.clone());
+                continue;
+            }
+        }
+        justified::apply(&mut proof, &plan.id, &justified);
+        proof.commit = commit.clone();
+        proof.date = Some(date.clone());
         all_proven &= proof.proven();
+        survived |= proof.missed > 0;
+        if !proof.proven() && proof.missed == 0 {
+            unjudged.push(plan.rule.clone());
+        }
         let written = Written {
             rule: &plan.rule,
             proof: &proof,
@@ -121,11 +239,79 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         lines.iter().filter(|l| l.contains(": proven")).count(),
         out_dir.display()
     ));
-    Ok(if all_proven {
+    let unjudged_warning = (args.ci && !unjudged.is_empty()).then(|| {
+        format!(
+            "prove: WARNING: {} rule{} touched but not proven (no viable mutant, or nothing to mutate or judge): {}",
+            unjudged.len(),
+            if unjudged.len() == 1 { "" } else { "s" },
+            unjudged.join(", ")
+        )
+    });
+    for warning in [
+        bound.warning(),
+        services::warning(&unserved),
+        unjudged_warning,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        // Loud on both streams: a CI log reader and a job summary must both see it.
+        crate::output::print(&format!("{warning}\n"));
+        eprintln!("{warning}");
+    }
+    let passed = if args.ci { !survived } else { all_proven };
+    Ok(if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `--summary`: docs/audit/proof.md from target/prove/ over the file's earlier rows, for the
+/// current rules in spec order.
+fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
+    let earlier = summary::read(root);
+    let mut proofs = Vec::new();
+    for plan in all {
+        let proof = local(root, &plan.id).or_else(|| earlier.get(&plan.rule).cloned());
+        if let Some(proof) = proof {
+            proofs.push((plan.rule.clone(), proof));
+        }
+    }
+    let path = root.join(summary::FILE);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, summary::render(&proofs))?;
+    crate::output::print(&format!(
+        "prove: wrote {} ({} of {} rules recorded, {} proven)\n",
+        summary::FILE,
+        proofs.len(),
+        all.len(),
+        proofs.iter().filter(|(_, p)| p.proven()).count()
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The short commit of `root`'s HEAD, `-dirty` when tracked files differ from it.
+fn head_commit(root: &Path) -> Option<String> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
+}
+
+fn timestamp_now() -> String {
+    crate::trace::timestamp::utc(std::time::SystemTime::now())
 }
 
 /// The rules `args` asks for.
@@ -162,18 +348,7 @@ fn select(root: &Path, args: &Args, all: Vec<Plan>) -> Result<Vec<Plan>, String>
     }
     if let Some(rev) = &args.changed_since {
         let changed = plan::changed_lines(root, rev)?;
-        return Ok(all
-            .into_iter()
-            .filter(|p| {
-                p.targets.iter().any(|t| {
-                    changed.get(&t.file).is_some_and(|ranges| {
-                        ranges
-                            .iter()
-                            .any(|&(start, end)| start <= t.lines.1 && t.lines.0 <= end)
-                    })
-                })
-            })
-            .collect());
+        return Ok(all.into_iter().filter(|p| p.touched_by(&changed)).collect());
     }
     Ok(all)
 }
@@ -207,6 +382,40 @@ fn cargo_mutants_installed() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The cargo-mutants arguments that choose the rule's mutants: its items' files and lines.
+fn select_mutants(command: &mut Command, plan: &Plan) {
+    for file in plan
+        .targets
+        .iter()
+        .map(|t| t.file.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        command.args(["--file", file]);
+    }
+    for pattern in plan.name_patterns() {
+        command.args(["--re", &pattern]);
+    }
+}
+
+/// How many mutants the rule's items make (`cargo mutants --list`: no build, no test).
+fn count_mutants(root: &Path, plan: &Plan) -> anyhow::Result<usize> {
+    let mut command = Command::new("cargo");
+    command
+        .args(["mutants", "--list", "--json", "--colors", "never"])
+        .current_dir(root);
+    select_mutants(&mut command, plan);
+    let output = command.output()?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "cargo mutants --list failed for {}: {}",
+            plan.rule,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout)?;
+    Ok(listed.len())
+}
+
 /// One cargo-mutants run: the rule's items, the rule's tests.
 fn prove_one(
     root: &Path,
@@ -238,17 +447,10 @@ fn prove_one(
         .arg("--output")
         .arg(&rule_dir)
         .current_dir(root);
-    for file in plan
-        .targets
-        .iter()
-        .map(|t| t.file.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        command.args(["--file", file]);
-    }
-    for pattern in plan.name_patterns() {
-        command.args(["--re", &pattern]);
-    }
+    select_mutants(&mut command, plan);
+    // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
+    // judged, never a survivor because its test was not compiled. Features here are additive.
+    command.arg("--all-features");
     // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
     match plan.test_packages() {
         Some(packages) => {
@@ -264,6 +466,9 @@ fn prove_one(
         command.args(["--timeout", &timeout.to_string()]);
     }
     command.args(["--", "-E", &plan.test_filter()]);
+    // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
+    // the run is known to have judged nothing (`services::skipped`).
+    command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
     let status = command.stdout(log.try_clone()?).stderr(log).status()?;
     // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an

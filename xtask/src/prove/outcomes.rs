@@ -23,6 +23,16 @@ pub struct Proof {
     /// Why the rule could not be proven, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_provable: Option<String>,
+    /// Survivors `docs/audit/survivors.toml` justifies: `file:line:col: mutation — reason`. They
+    /// are not counted in `missed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub justified: Vec<String>,
+    /// The commit the proof ran on (`-dirty` when the tree had uncommitted changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// When the proof ran (UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
 }
 
 impl Proof {
@@ -60,8 +70,17 @@ impl Proof {
             "{rule}: {verdict} — {} caught, {} missed, {} unviable, {} timed out",
             self.caught, self.missed, self.unviable, self.timeout
         );
+        if !self.justified.is_empty() {
+            line.push_str(&format!(", {} justified", self.justified.len()));
+        }
+        if let (Some(commit), Some(date)) = (&self.commit, &self.date) {
+            line.push_str(&format!(" (at {commit}, {date})"));
+        }
         for survivor in &self.survivors {
             line.push_str(&format!("\n    missed: {survivor}"));
+        }
+        for survivor in &self.justified {
+            line.push_str(&format!("\n    justified: {survivor}"));
         }
         line
     }

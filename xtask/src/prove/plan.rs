@@ -30,6 +30,10 @@ pub struct Judge {
     pub name: String,
     /// The package whose tests hold it.
     pub package: Option<String>,
+    /// The test's file, root-relative with `/`.
+    pub file: String,
+    /// First and last line of the test function (comments and attributes included), when known.
+    pub lines: Option<(usize, usize)>,
 }
 
 /// One rule's proof plan.
@@ -98,7 +102,7 @@ fn regex_escape(text: &str) -> String {
 
 /// The plan of every rule in `tree` (in spec order); rules with no Rust item or no test to judge
 /// it get an empty target or judge list, which `prove` reports as not provable.
-// i[impl prove.plan]
+// i[impl prove.plan+2]
 pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
     let mut plans = Vec::new();
     for rule in &tree.rules {
@@ -134,10 +138,19 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
                 let Some(test) = test_backed::test_fn(root, site, &tree.parsed) else {
                     continue;
                 };
+                let lines = tree
+                    .parsed
+                    .files
+                    .get(&site.path)
+                    .and_then(|f| f.layout.as_ref())
+                    .and_then(|layout| layout.item_at(site.line))
+                    .map(|item| (item.start, item.end));
                 let judge = Judge {
                     package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
                     binary: test.target.map(|t| t.suite),
                     name: test.full_name,
+                    file: site.file.clone(),
+                    lines,
                 };
                 if !judges.contains(&judge) {
                     judges.push(judge);
@@ -154,11 +167,31 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
     plans
 }
 
+/// Lines changed per file, as `changed_lines` reads them.
+pub type Changed = std::collections::BTreeMap<String, Vec<(usize, usize)>>;
+
+impl Plan {
+    /// Whether `changed` touches one of the rule's items or one of its verifying tests (a test
+    /// whose span is unknown counts as touched when its file changed): a change to either can
+    /// weaken the proof.
+    // i[impl prove.changed]
+    pub fn touched_by(&self, changed: &Changed) -> bool {
+        let overlaps = |file: &str, span: Option<(usize, usize)>| {
+            changed.get(file).is_some_and(|ranges| {
+                ranges.iter().any(|&(start, end)| {
+                    span.is_none_or(|(first, last)| start <= last && first <= end)
+                })
+            })
+        };
+        self.targets
+            .iter()
+            .any(|t| overlaps(&t.file, Some(t.lines)))
+            || self.judges.iter().any(|j| overlaps(&j.file, j.lines))
+    }
+}
+
 /// Lines changed since `rev` (`git diff -U0`), per root-relative file.
-pub fn changed_lines(
-    root: &Path,
-    rev: &str,
-) -> Result<std::collections::BTreeMap<String, Vec<(usize, usize)>>, String> {
+pub fn changed_lines(root: &Path, rev: &str) -> Result<Changed, String> {
     let output = std::process::Command::new("git")
         .args(["diff", "-U0", "--no-color", rev, "--"])
         .current_dir(root)
@@ -170,8 +203,7 @@ pub fn changed_lines(
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    let mut changed: std::collections::BTreeMap<String, Vec<(usize, usize)>> =
-        std::collections::BTreeMap::new();
+    let mut changed = Changed::new();
     let mut file: Option<String> = None;
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         if let Some(path) = line.strip_prefix("+++ ") {
@@ -196,7 +228,7 @@ pub fn changed_lines(
 mod tests {
     use super::*;
 
-    // i[verify prove.plan]
+    // i[verify prove.plan+2]
     #[test]
     fn patterns_select_the_items_lines_and_the_filter_the_rules_tests() {
         let plan = Plan {
@@ -213,11 +245,15 @@ mod tests {
                     binary: Some("holdfast-retry".into()),
                     name: "schedule::tests::doubles".into(),
                     package: Some("holdfast-retry".into()),
+                    file: "crates/retry/src/schedule.rs".into(),
+                    lines: Some((10, 20)),
                 },
                 Judge {
                     binary: None,
                     name: "caps".into(),
                     package: None,
+                    file: "elsewhere/caps.rs".into(),
+                    lines: None,
                 },
             ],
         };
@@ -230,5 +266,63 @@ mod tests {
             plan.test_filter(),
             "(binary_id(=holdfast-retry) & test(=schedule::tests::doubles)) | test(=caps)"
         );
+    }
+
+    // i[verify prove.changed]
+    #[test]
+    fn a_change_to_an_item_or_a_verifying_test_selects_the_rule() {
+        let plan = Plan {
+            rule: "r[retry.schedule]".into(),
+            id: "retry.schedule".into(),
+            targets: vec![Target {
+                file: "crates/retry/src/schedule.rs".into(),
+                lines: (3, 5),
+                item: "fn nominal_delay".into(),
+                package: Some("holdfast-retry".into()),
+            }],
+            judges: vec![
+                Judge {
+                    binary: Some("holdfast-retry".into()),
+                    name: "schedule::tests::doubles".into(),
+                    package: Some("holdfast-retry".into()),
+                    file: "crates/retry/src/schedule.rs".into(),
+                    lines: Some((10, 20)),
+                },
+                Judge {
+                    binary: None,
+                    name: "caps".into(),
+                    package: None,
+                    file: "elsewhere/caps.rs".into(),
+                    lines: None,
+                },
+            ],
+        };
+        let changed = |file: &str, start: usize, end: usize| -> Changed {
+            [(file.to_owned(), vec![(start, end)])]
+                .into_iter()
+                .collect()
+        };
+        let schedule = "crates/retry/src/schedule.rs";
+        assert!(
+            plan.touched_by(&changed(schedule, 5, 5)),
+            "the item's last line"
+        );
+        assert!(
+            plan.touched_by(&changed(schedule, 15, 16)),
+            "inside a verifying test"
+        );
+        assert!(
+            !plan.touched_by(&changed(schedule, 6, 9)),
+            "between item and test"
+        );
+        assert!(
+            !plan.touched_by(&changed(schedule, 21, 30)),
+            "after the test"
+        );
+        assert!(
+            plan.touched_by(&changed("elsewhere/caps.rs", 99, 99)),
+            "span unknown: the file"
+        );
+        assert!(!plan.touched_by(&changed("crates/retry/src/lib.rs", 1, 9)));
     }
 }

@@ -126,6 +126,25 @@ pub(crate) fn check(
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<Outcome, Problem> {
+    check_read(root, &read(root), results, skips, crates)
+}
+
+/// Reads `root`'s config and, when it is usable, its tree: what [`check_read`] judges and
+/// `cargo xtask spec-report` also traces, so the tree is read and parsed once.
+pub(crate) fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
+    let config = config::load(root)?;
+    let tree = read_tree(root, &config.config);
+    Ok((config, tree))
+}
+
+/// [`check`] on a tree already [`read`]; the tree is only borrowed.
+pub(crate) fn check_read(
+    root: &Path,
+    read: &Result<(config::Loaded, Tree), Problem>,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<Outcome, Problem> {
     let mut problems = Vec::new();
     let mut notes = Vec::new();
 
@@ -152,14 +171,14 @@ pub(crate) fn check(
             .map(|path| shown(root, path));
     }
 
-    let config = match config::load(root) {
-        Ok(config) => config,
+    let (config, tree) = match read {
+        Ok(read) => read,
         Err(problem) => {
             return Ok(Outcome {
                 root: root.display().to_string(),
                 mode,
                 specs: Vec::new(),
-                problems: vec![problem],
+                problems: vec![problem.clone()],
                 notes,
                 planned: Vec::new(),
             });
@@ -169,13 +188,13 @@ pub(crate) fn check(
 
     let Tree {
         rules,
-        mut analyses,
+        analyses,
         parsed,
         problems: tree_problems,
         notes: tree_notes,
-    } = read_tree(root, &config.config);
-    problems.extend(tree_problems);
-    notes.extend(tree_notes);
+    } = tree;
+    problems.extend(tree_problems.iter().cloned());
+    notes.extend(tree_notes.iter().cloned());
     let mut specs = Vec::new();
 
     // A reference whose prefix belongs to no spec is only reported when it uses an explicit verb,
@@ -183,7 +202,7 @@ pub(crate) fn check(
     // While a spec has no rules its prefix is unknown, and any unclaimed prefix may be its own.
     let known_prefixes: Vec<String> = analyses.iter().filter_map(|a| a.prefix.clone()).collect();
     if analyses.iter().all(|a| a.prefix.is_some()) {
-        problems.extend(coverage::unknown_prefixes(&parsed, &known_prefixes));
+        problems.extend(coverage::unknown_prefixes(parsed, &known_prefixes));
     } else {
         notes.push(
             "references with an unclaimed prefix are not checked while a spec has no rules"
@@ -202,8 +221,10 @@ pub(crate) fn check(
             .filter(|(_, p)| p.missed > 0)
             .map(|(m, _)| m.as_str())
             .collect();
+        let justified: usize = proofs.iter().map(|(_, p)| p.justified.len()).sum();
         notes.push(format!(
-            "proof (target/prove/): {} of {} rules proven; with surviving mutants: {}",
+            "proof (target/prove/, docs/audit/proof.md): {} of {} rules proven; with surviving \
+             mutants: {}; justified survivors: {justified}",
             proofs.iter().filter(|(_, p)| p.proven()).count(),
             rules.len(),
             if survivors.is_empty() {
@@ -214,25 +235,34 @@ pub(crate) fn check(
         ));
     }
 
-    let findings = findings_gate::check(root, &rules);
+    let findings = findings_gate::check(root, rules);
     problems.extend(findings.problems);
 
-    if let Some(evidence) = &evidence {
-        let mut judged = 0;
-        for analysis in &mut analyses {
-            judged += test_backed::apply(root, analysis, evidence, &parsed, crates);
-        }
-        mode.judged = Some(judged);
-        problems.extend(freshness::outdated(root, &analyses, evidence, crates));
+    // The test-backed verdicts, kept beside the (borrowed) analyses they re-judge.
+    let judged: Option<Vec<test_backed::Judged>> = evidence.as_ref().map(|evidence| {
+        analyses
+            .iter()
+            .map(|analysis| test_backed::apply(root, analysis, evidence, parsed, crates))
+            .collect()
+    });
+    if let (Some(evidence), Some(judged)) = (&evidence, &judged) {
+        mode.judged = Some(judged.iter().map(|j| j.judged).sum());
+        problems.extend(freshness::outdated(root, analyses, evidence, crates));
     }
 
-    for analysis in &analyses {
+    for (index, analysis) in analyses.iter().enumerate() {
         problems.extend(analysis.problems.iter().cloned());
+        if let Some(judged) = &judged {
+            problems.extend(judged[index].problems.iter().cloned());
+        }
     }
     problems.sort_by(Problem::order);
     problems.dedup();
-    for analysis in &analyses {
+    for (index, analysis) in analyses.iter().enumerate() {
         let mut summary = analysis.summary.clone();
+        if let Some(judged) = &judged {
+            summary.tested = Some(judged[index].tested);
+        }
         summary.errors = problems
             .iter()
             .filter(|p| p.spec.as_deref() == Some(analysis.spec.as_str()))

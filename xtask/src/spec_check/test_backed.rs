@@ -108,18 +108,30 @@ impl Outcome {
     }
 }
 
-/// Re-judges `analysis`'s rules against the run, setting its `tested` count and adding a problem
-/// for each rule none of whose tests passed.
+/// What re-judging one analysis against a run found.
+pub struct Judged {
+    /// Rules judged by test results (the others keep their annotations' verdict).
+    pub judged: usize,
+    /// Of those, rules with a verifying test that passed.
+    pub tested: usize,
+    /// One problem per judged rule none of whose tests passed.
+    pub problems: Vec<Problem>,
+}
+
+/// Re-judges `analysis`'s rules against the run: how many have a passing test, and a problem for
+/// each rule none of whose tests passed. The analysis is only read, so one tree serves several
+/// reports.
 // i[impl spec-check.test-backed]
 pub fn apply(
     root: &Path,
-    analysis: &mut Analysis,
+    analysis: &Analysis,
     evidence: &Evidence,
     parsed: &ParsedFiles,
     crates: &[String],
-) -> usize {
+) -> Judged {
     let mut tested = 0;
     let mut judged = 0;
+    let mut problems = Vec::new();
     for coverage in &analysis.rules {
         if coverage.verify_sites.is_empty() {
             continue; // already a missing-verify problem
@@ -167,15 +179,18 @@ pub fn apply(
             );
         }
         message.pop();
-        analysis.problems.push(
+        problems.push(
             Problem::new(Kind::NotVerifiedByTest, message)
                 .at(&rule.file, rule.line)
                 .spec(&analysis.spec)
                 .rule(rule.marker()),
         );
     }
-    analysis.summary.tested = Some(tested);
-    judged
+    Judged {
+        judged,
+        tested,
+        problems,
+    }
 }
 
 /// The test function a `verify` site precedes, placed in its test binary.

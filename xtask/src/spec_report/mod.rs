@@ -3,9 +3,10 @@
 //! and verifying sites (linked), its tests' last results and the findings it closes, the findings
 //! with their verdicts, and the rules whose only verifying tests were skipped, highlighted.
 //!
-//! It reads the tree with the spec gate ([`crate::spec_check::check`]: the per-spec counts are the
-//! gate's own) and the trace ([`crate::trace::everything`]: per rule and per finding), so the page,
-//! `spec-check --json` and `trace` never disagree.
+//! It reads the tree once ([`crate::spec_check::read`]) and judges it with the spec gate
+//! ([`crate::spec_check::check_read`]: the per-spec counts are the gate's own) and the trace
+//! ([`crate::trace::everything`]: per rule and per finding), so the page, `spec-check --json` and
+//! `trace` never disagree.
 
 mod html;
 
@@ -70,15 +71,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| root.join(DEFAULT_SKIPS));
     let skips = results.as_ref().map(|_| skips).filter(|p| p.is_file());
-    let outcome = match spec_check::check(&root, results.as_deref(), skips.as_deref(), &[]) {
-        Ok(outcome) => outcome,
-        Err(problem) => {
-            eprintln!("error: spec-report: {problem}");
-            return Ok(ExitCode::from(spec_check::USAGE_ERROR));
-        }
-    };
+    // Read and parsed once: the gate borrows the tree, then the trace keeps it.
+    let read = spec_check::read(&root);
+    let outcome =
+        match spec_check::check_read(&root, &read, results.as_deref(), skips.as_deref(), &[]) {
+            Ok(outcome) => outcome,
+            Err(problem) => {
+                eprintln!("error: spec-report: {problem}");
+                return Ok(ExitCode::from(spec_check::USAGE_ERROR));
+            }
+        };
     let everything = match crate::trace::everything(
         &root,
+        read,
         results.as_deref(),
         skips.as_deref(),
         results.is_none(),

@@ -28,6 +28,7 @@ mod verdict;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::spec_check::problem::Problem;
 use crate::spec_check::{self, config, suggest};
 
 use self::findings::{FINDINGS_PATH, Finding};
@@ -113,14 +114,15 @@ pub(crate) struct Everything {
     pub results: Option<String>,
 }
 
-/// Traces every rule and every finding of `root`.
+/// Traces every rule and every finding of `root`, whose tree is already [`spec_check::read`].
 pub(crate) fn everything(
     root: &Path,
+    read: Result<(config::Loaded, spec_check::Tree), Problem>,
     results: Option<&Path>,
     skips: Option<&Path>,
     no_results: bool,
 ) -> Result<Everything, String> {
-    let tree = read_tree(root)?;
+    let tree = usable(read)?;
     // A tree without findings has nothing to list; a broken findings file is an error.
     let all = if root.join(FINDINGS_PATH).exists() {
         findings::load(root)?
@@ -161,8 +163,15 @@ pub(crate) fn everything(
 
 /// Reads the tree for a trace; a config or spec with problems of its own is an error.
 fn read_tree(root: &Path) -> Result<spec_check::Tree, String> {
-    let config = config::load(root).map_err(|problem| problem.to_string())?;
-    let tree = spec_check::read_tree(root, &config.config);
+    usable(spec_check::read(root))
+}
+
+/// The tree of `read` when the trace can judge it: a config or spec with problems of its own is
+/// an error.
+fn usable(
+    read: Result<(config::Loaded, spec_check::Tree), Problem>,
+) -> Result<spec_check::Tree, String> {
+    let (config, tree) = read.map_err(|problem| problem.to_string())?;
     // i[impl trace.broken-spec]
     let broken: Vec<String> = config
         .problems

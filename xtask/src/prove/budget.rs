@@ -1,0 +1,161 @@
+//! A bound on one `prove` run (CI's): at most so many mutants, at most so many seconds. A rule is
+//! run whole or not at all, so every recorded proof is complete; the rules left unrun are named.
+
+use std::time::{Duration, Instant};
+
+/// The caps of a run and what it has spent.
+#[derive(Debug)]
+pub struct Budget {
+    max_mutants: Option<usize>,
+    seconds: Option<Duration>,
+    started: Instant,
+    mutants: usize,
+    spent: Duration,
+    unrun: Vec<String>,
+}
+
+impl Budget {
+    /// A budget of `max_mutants` mutants and `seconds` of wall clock (each optional).
+    pub fn new(max_mutants: Option<usize>, seconds: Option<u64>) -> Self {
+        Budget {
+            max_mutants,
+            seconds: seconds.map(Duration::from_secs),
+            started: Instant::now(),
+            mutants: 0,
+            spent: Duration::ZERO,
+            unrun: Vec::new(),
+        }
+    }
+
+    /// Whether any cap is set (only then are a rule's mutants counted before it runs).
+    pub fn bounded(&self) -> bool {
+        self.max_mutants.is_some() || self.seconds.is_some()
+    }
+
+    /// Whether a rule of `count` mutants may start now; the reason when not.
+    pub fn admit(&self, count: usize) -> Result<(), String> {
+        self.admit_at(count, self.started.elapsed())
+    }
+
+    /// Why no further rule may start, whatever its size (a cap reached, the time spent).
+    pub fn spent(&self) -> Option<String> {
+        self.spent_at(self.started.elapsed())
+    }
+
+    /// `spent` with the run's elapsed time given.
+    // i[impl prove.budget]
+    pub fn spent_at(&self, elapsed: Duration) -> Option<String> {
+        if let Some(max) = self.max_mutants
+            && self.mutants >= max
+        {
+            return Some(format!("the cap of {max} mutants is reached"));
+        }
+        match self.seconds {
+            Some(seconds) if elapsed >= seconds => Some(format!(
+                "the {}s budget is spent ({}s elapsed)",
+                seconds.as_secs(),
+                elapsed.as_secs()
+            )),
+            _ => None,
+        }
+    }
+
+    /// `admit` with the run's elapsed time given (the clock is injected for tests).
+    // i[impl prove.budget]
+    pub fn admit_at(&self, count: usize, elapsed: Duration) -> Result<(), String> {
+        if let Some(max) = self.max_mutants
+            && self.mutants + count > max
+        {
+            return Err(format!(
+                "its {count} mutants would exceed the cap of {max} ({} already tried)",
+                self.mutants
+            ));
+        }
+        if let Some(seconds) = self.seconds {
+            if elapsed >= seconds {
+                return Err(format!(
+                    "the {}s budget is spent ({}s elapsed)",
+                    seconds.as_secs(),
+                    elapsed.as_secs()
+                ));
+            }
+            // The run's pace so far predicts this rule's time; the first rule has none to go by.
+            if self.mutants > 0 {
+                let per_mutant = self.spent / u32::try_from(self.mutants).unwrap_or(u32::MAX);
+                let estimate = per_mutant * u32::try_from(count).unwrap_or(u32::MAX);
+                if elapsed + estimate > seconds {
+                    return Err(format!(
+                        "its {count} mutants would take about {}s, past the {}s budget ({}s elapsed)",
+                        estimate.as_secs(),
+                        seconds.as_secs(),
+                        elapsed.as_secs()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a rule that ran `count` mutants in `took`.
+    pub fn ran(&mut self, count: usize, took: Duration) {
+        self.mutants += count;
+        self.spent += took;
+    }
+
+    /// Records a rule the budget left unrun.
+    pub fn left_unrun(&mut self, rule: &str) {
+        self.unrun.push(rule.to_owned());
+    }
+
+    /// The warning naming the rules left unrun, if any.
+    pub fn warning(&self) -> Option<String> {
+        if self.unrun.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "prove: WARNING: {} rule{} NOT RUN within the budget, so not proven by this run: {} \
+             (run `cargo xtask prove RULE` for each)",
+            self.unrun.len(),
+            if self.unrun.len() == 1 { "" } else { "s" },
+            self.unrun.join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify prove.budget]
+    #[test]
+    fn rules_past_either_cap_are_left_unrun_and_named() {
+        let secs = Duration::from_secs;
+        let mut budget = Budget::new(Some(10), Some(100));
+        assert!(budget.bounded());
+        assert!(!Budget::new(None, None).bounded());
+        assert_eq!(budget.admit_at(10, secs(0)), Ok(()), "exactly the cap");
+        assert!(budget.admit_at(11, secs(0)).is_err(), "one past the cap");
+        budget.ran(4, secs(40));
+        // 10 s per mutant so far: 6 more would end at 50 + 60 > 100.
+        assert!(budget.admit_at(6, secs(50)).is_err());
+        assert_eq!(budget.admit_at(5, secs(50)), Ok(()), "50 + 50 fits");
+        assert!(budget.admit_at(7, secs(0)).is_err(), "4 + 7 > 10");
+        assert!(budget.admit_at(0, secs(100)).is_err(), "the time is spent");
+        assert_eq!(budget.spent_at(secs(99)), None);
+        assert!(
+            budget.spent_at(secs(100)).is_some(),
+            "no rule starts, none is listed"
+        );
+        budget.ran(6, secs(10));
+        assert!(
+            budget.spent_at(secs(60)).is_some(),
+            "the cap of 10 is reached"
+        );
+        assert_eq!(budget.warning(), None);
+        budget.left_unrun("r[a.b]");
+        budget.left_unrun("r[c.d]");
+        let warning = budget.warning().expect("a warning");
+        assert!(warning.contains("2 rules NOT RUN"), "{warning}");
+        assert!(warning.contains("r[a.b], r[c.d]"), "{warning}");
+    }
+}

@@ -1,0 +1,162 @@
+//! `docs/audit/survivors.toml`: surviving mutants a maintainer has judged harmless, each with its
+//! rule, place, mutation and reason. `prove` moves a matching survivor out of `missed` into the
+//! proof's `justified` list, so a justified rule is proven and the reason travels with the proof.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::outcomes::Proof;
+
+/// Where the justified survivors live, relative to the root.
+pub const FILE: &str = "docs/audit/survivors.toml";
+
+/// One justified survivor.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Justified {
+    /// The rule id, without marker or version (`retry.schedule`).
+    pub rule: String,
+    /// `file:line` of the mutant when it was judged; the line is for the reader (it moves with
+    /// every edit above it), only the file is matched.
+    pub at: String,
+    /// The mutation as cargo-mutants names it after `file:line:col: ` (`replace < with <= in f`).
+    pub mutation: String,
+    /// Why no test should catch it.
+    pub reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    survivor: Vec<Justified>,
+}
+
+/// Reads the justified survivors under `root` (none when the file does not exist).
+pub fn load(root: &Path) -> Result<Vec<Justified>, String> {
+    let path = root.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(format!("reading {FILE}: {err}")),
+    };
+    let file: File = toml::from_str(&text).map_err(|err| format!("{FILE}: {err}"))?;
+    for entry in &file.survivor {
+        if entry.reason.trim().is_empty() {
+            return Err(format!(
+                "{FILE}: the survivor `{}` of `{}` has no reason",
+                entry.mutation, entry.rule
+            ));
+        }
+    }
+    Ok(file.survivor)
+}
+
+/// Splits a survivor `file:line:col: mutation` into its file and mutation.
+fn split(survivor: &str) -> Option<(&str, &str)> {
+    let (place, mutation) = survivor.split_once(": ")?;
+    let mut parts = place.rsplitn(3, ':');
+    let (_col, _line, file) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((file, mutation))
+}
+
+/// Moves the survivors of rule `id` (with or without version) that `list` justifies from
+/// `proof.survivors` into `proof.justified`, adjusting `missed`.
+// i[impl prove.justified]
+pub fn apply(proof: &mut Proof, id: &str, list: &[Justified]) {
+    let base = id.split('+').next().unwrap_or(id);
+    let mut kept = Vec::new();
+    for survivor in std::mem::take(&mut proof.survivors) {
+        let reason = split(&survivor).and_then(|(file, mutation)| {
+            list.iter()
+                .find(|j| {
+                    j.rule.split('+').next() == Some(base)
+                        && j.at.split(':').next() == Some(file)
+                        && j.mutation == mutation
+                })
+                .map(|j| j.reason.trim().to_owned())
+        });
+        match reason {
+            Some(reason) => {
+                proof.missed = proof.missed.saturating_sub(1);
+                proof.justified.push(format!("{survivor} — {reason}"));
+            }
+            None => kept.push(survivor),
+        }
+    }
+    proof.survivors = kept;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify prove.justified]
+    #[test]
+    fn a_justified_survivor_leaves_missed_and_keeps_its_reason() {
+        let list: Vec<Justified> = toml::from_str::<File>(
+            r#"
+[[survivor]]
+rule = "demo.alpha"
+at = "crates/demo/src/lib.rs:2"
+mutation = "replace alpha -> u32 with 1"
+reason = "alpha's result is only logged"
+"#,
+        )
+        .expect("parses")
+        .survivor;
+        let mut proof = Proof {
+            caught: 3,
+            missed: 2,
+            survivors: vec![
+                // The line moved since it was judged: still the same mutant.
+                "crates/demo/src/lib.rs:7:5: replace alpha -> u32 with 1".to_owned(),
+                "crates/demo/src/lib.rs:8:5: replace + with - in alpha".to_owned(),
+            ],
+            ..Proof::default()
+        };
+        let unjustified = proof.clone();
+        apply(&mut proof, "demo.beta", &list);
+        assert_eq!(
+            proof, unjustified,
+            "another rule's justification does not apply"
+        );
+        apply(&mut proof, "demo.alpha+2", &list);
+        assert_eq!(proof.missed, 1);
+        assert_eq!(
+            proof.survivors,
+            ["crates/demo/src/lib.rs:8:5: replace + with - in alpha"]
+        );
+        assert_eq!(
+            proof.justified,
+            [
+                "crates/demo/src/lib.rs:7:5: replace alpha -> u32 with 1 — alpha's result is only logged"
+            ]
+        );
+        assert!(!proof.proven(), "one unjustified survivor remains");
+        let mut other_file = unjustified.clone();
+        other_file.survivors[0] =
+            "crates/demo/src/other.rs:7:5: replace alpha -> u32 with 1".into();
+        apply(&mut other_file, "demo.alpha", &list);
+        assert_eq!(other_file.missed, 2, "the file must match");
+    }
+
+    #[test]
+    fn a_survivor_without_reason_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("docs/audit")).expect("mkdir");
+        std::fs::write(
+            dir.path().join(FILE),
+            "[[survivor]]\nrule = \"a.b\"\nat = \"x.rs:1\"\nmutation = \"m\"\nreason = \" \"\n",
+        )
+        .expect("write");
+        assert!(load(dir.path()).is_err());
+        std::fs::remove_file(dir.path().join(FILE)).expect("rm");
+        assert_eq!(
+            load(dir.path()),
+            Ok(Vec::new()),
+            "no file, no justification"
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! `docs/audit/proof.md`: the checked-in summary of the last proof of every rule, so a clean
+//! checkout shows which rules are proven without a local `target/prove/`. `prove --summary` writes
+//! it from `target/prove/*.json` merged over its own earlier rows; `recorded` reads it back.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::outcomes::Proof;
+
+/// Where the summary lives, relative to the root.
+pub const FILE: &str = "docs/audit/proof.md";
+
+const HEADER: &str =
+    "| rule | verdict | caught | missed | unviable | timed out | justified | commit | date |";
+
+/// The verdict column of a proof.
+fn verdict(proof: &Proof) -> String {
+    if let Some(why) = &proof.not_provable {
+        return format!("not provable — {why}");
+    }
+    if proof.proven() {
+        "proven".to_owned()
+    } else if proof.caught + proof.missed + proof.timeout == 0 {
+        "no viable mutant".to_owned()
+    } else {
+        "SURVIVORS".to_owned()
+    }
+}
+
+/// `text` as one markdown code span, whatever backticks it holds.
+fn code(text: &str) -> String {
+    if text.contains('`') {
+        format!("`` {text} ``")
+    } else {
+        format!("`{text}`")
+    }
+}
+
+fn uncode(text: &str) -> &str {
+    let text = text.trim();
+    let ticks = text.len() - text.trim_start_matches('`').len();
+    let inner = &text[ticks..text.len().saturating_sub(ticks).max(ticks)];
+    if ticks > 1 { inner.trim() } else { inner }
+}
+
+/// The summary of `proofs` (marker, proof), in the order given.
+// i[impl prove.summary]
+pub fn render(proofs: &[(String, Proof)]) -> String {
+    let mut out = String::from(
+        "# Mutation proof\n\n\
+         Written by `cargo xtask prove --summary` from the proofs under `target/prove/`, merged \
+         over this file's earlier rows; do not edit it by hand. A rule is proven when its \
+         `verify` tests caught every viable mutant cargo-mutants made of its `impl` items. \
+         Justified survivors, with their reasons, are in `docs/audit/survivors.toml`. \
+         `spec-check`, `trace` and `spec-report` read this file for a rule that `target/prove/` \
+         holds no proof of.\n\n",
+    );
+    let proven = proofs.iter().filter(|(_, p)| p.proven()).count();
+    let _ = writeln!(
+        out,
+        "{proven} of {} rules proven; mutants: {} caught, {} missed, {} unviable, {} timed out, {} justified.\n",
+        proofs.len(),
+        proofs.iter().map(|(_, p)| p.caught).sum::<usize>(),
+        proofs.iter().map(|(_, p)| p.missed).sum::<usize>(),
+        proofs.iter().map(|(_, p)| p.unviable).sum::<usize>(),
+        proofs.iter().map(|(_, p)| p.timeout).sum::<usize>(),
+        proofs.iter().map(|(_, p)| p.justified.len()).sum::<usize>(),
+    );
+    out.push_str(HEADER);
+    out.push_str("\n|---|---|--:|--:|--:|--:|--:|---|---|\n");
+    for (marker, proof) in proofs {
+        let _ = writeln!(
+            out,
+            "| `{marker}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            verdict(proof),
+            proof.caught,
+            proof.missed,
+            proof.unviable,
+            proof.timeout,
+            proof.justified.len(),
+            proof.commit.as_deref().unwrap_or("-"),
+            proof.date.as_deref().unwrap_or("-"),
+        );
+    }
+    let listed: Vec<&(String, Proof)> = proofs
+        .iter()
+        .filter(|(_, p)| !p.survivors.is_empty() || !p.justified.is_empty())
+        .collect();
+    if !listed.is_empty() {
+        out.push_str("\n## Survivors\n\n");
+        for (marker, proof) in listed {
+            for survivor in &proof.survivors {
+                let _ = writeln!(out, "- `{marker}` missed: {}", code(survivor));
+            }
+            for survivor in &proof.justified {
+                let _ = writeln!(out, "- `{marker}` justified: {}", code(survivor));
+            }
+        }
+    }
+    out
+}
+
+/// Reads a summary back: proof per marker.
+pub fn parse(text: &str) -> BTreeMap<String, Proof> {
+    let mut proofs: BTreeMap<String, Proof> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(row) = line.strip_prefix("| `") {
+            let cells: Vec<&str> = row.trim_end_matches('|').split(" | ").collect();
+            let [
+                marker,
+                verdict,
+                caught,
+                missed,
+                unviable,
+                timeout,
+                _justified,
+                commit,
+                date,
+            ] = cells[..]
+            else {
+                continue;
+            };
+            let number = |cell: &str| cell.trim().parse::<usize>().unwrap_or(0);
+            let known = |cell: &str| Some(cell.trim()).filter(|c| *c != "-").map(str::to_owned);
+            let proof = proofs
+                .entry(marker.trim_end_matches('`').to_owned())
+                .or_default();
+            proof.caught = number(caught);
+            proof.missed = number(missed);
+            proof.unviable = number(unviable);
+            proof.timeout = number(timeout);
+            proof.commit = known(commit);
+            proof.date = known(date);
+            proof.not_provable = verdict
+                .strip_prefix("not provable — ")
+                .map(|why| why.trim().to_owned());
+        } else if let Some(item) = line.strip_prefix("- `") {
+            let Some((marker, rest)) = item.split_once("` ") else {
+                continue;
+            };
+            let proof = proofs.entry(marker.to_owned()).or_default();
+            if let Some(survivor) = rest.strip_prefix("missed: ") {
+                proof.survivors.push(uncode(survivor).to_owned());
+            } else if let Some(survivor) = rest.strip_prefix("justified: ") {
+                proof.justified.push(uncode(survivor).to_owned());
+            }
+        }
+    }
+    proofs
+}
+
+type Cache = Mutex<BTreeMap<PathBuf, Arc<BTreeMap<String, Proof>>>>;
+
+/// The summary's proofs under `root`, read once per process (trace and report ask per rule).
+pub fn read(root: &Path) -> Arc<BTreeMap<String, Proof>> {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Cache::default);
+    let mut cache = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache
+        .entry(root.to_path_buf())
+        .or_insert_with(|| {
+            Arc::new(
+                std::fs::read_to_string(root.join(FILE))
+                    .map(|text| parse(&text))
+                    .unwrap_or_default(),
+            )
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify prove.summary]
+    #[test]
+    fn the_summary_reads_back_as_written() {
+        let proofs = vec![
+            (
+                "r[demo.alpha]".to_owned(),
+                Proof {
+                    caught: 1,
+                    missed: 1,
+                    unviable: 2,
+                    timeout: 3,
+                    survivors: vec![
+                        "crates/demo/src/lib.rs:3:5: replace || with && in alpha".into(),
+                    ],
+                    justified: vec!["crates/demo/src/lib.rs:4:5: replace `x` — why".into()],
+                    commit: Some("c361102".into()),
+                    date: Some("2026-12-01 14:30:00 UTC".into()),
+                    ..Proof::default()
+                },
+            ),
+            (
+                "r[demo.beta+2]".to_owned(),
+                Proof {
+                    not_provable: Some("no `verify` annotation precedes a test".into()),
+                    ..Proof::default()
+                },
+            ),
+        ];
+        let text = render(&proofs);
+        assert!(text.contains("0 of 2 rules proven"), "{text}");
+        let back = parse(&text);
+        assert_eq!(back.len(), 2);
+        assert_eq!(back["r[demo.alpha]"], proofs[0].1);
+        assert_eq!(back["r[demo.beta+2]"], proofs[1].1);
+    }
+}
