@@ -24,6 +24,8 @@ pub enum Suite {
     Retry,
     /// spec-check, trace and spec-report on a generated tree ten times the workspace's size.
     SpecCheck,
+    /// holdfast-forward: raw quinn against the same load through a forward.
+    Forward,
 }
 
 /// Arguments of `cargo xtask bench`.
@@ -44,6 +46,9 @@ pub struct Args {
     /// spec-check suite: the generated tree's size as a multiple of this workspace's.
     #[arg(long, default_value_t = 10)]
     scale: usize,
+    /// forward suite: a bounded run (well under a minute) for CI.
+    #[arg(long)]
+    quick: bool,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -57,6 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
             crate::bench_spec::run(&root, args.scale)
+        }
+        Suite::Forward => {
+            let root = workspace_root()?;
+            crate::output::print(&crate::root::banner(&root));
+            crate::bench_forward::run(&root, &target_dir(&root), args.quick)
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
 
 mod bench;
+mod bench_forward;
 mod bench_spec;
 mod harness;
 mod output;

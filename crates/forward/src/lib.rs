@@ -9,11 +9,13 @@ mod control_io;
 mod flows;
 pub mod identity;
 pub mod pin;
+mod ready;
 pub mod reconnect;
 mod report;
 pub mod server;
 pub mod stats;
 pub mod transport;
+mod udp_io;
 pub mod wire;
 
 pub use allow::{AllowList, AllowRule};
