@@ -321,6 +321,7 @@ async fn connections_beyond_the_unauthenticated_bound_are_refused_until_one_auth
 }
 
 /// A bare handshake with the node (no control stream).
+#[allow(clippy::expect_used)]
 async fn try_connect(
     server: &holdfast_forward::Server,
 ) -> Result<(quinn::Connection, quinn::Endpoint), quinn::ConnectionError> {
