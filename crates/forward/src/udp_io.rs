@@ -13,9 +13,6 @@ use tokio::net::UdpSocket;
 /// The largest datagram a receive buffer must hold whole (a GRO batch is at most this too).
 pub(crate) const MAX_DATAGRAM: usize = 65_536;
 
-/// The receive buffer asked for on every relay socket.
-const RECV_BUFFER: usize = 1 << 20;
-
 /// The most bytes one GSO send carries (the kernel's limit is 64 KiB including headers).
 const GSO_MAX_BYTES: usize = 60_000;
 
@@ -31,9 +28,6 @@ impl UdpIo {
     /// Wraps `socket` (enables GRO where the platform has it).
     pub(crate) fn new(socket: UdpSocket) -> io::Result<Self> {
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
-        // Room for a burst while the relay is not scheduled (the kernel caps it at rmem_max); a
-        // smaller buffer only means earlier drops, so a refusal is not an error.
-        let _ = state.set_recv_buffer_size(UdpSockRef::from(&socket), RECV_BUFFER);
         Ok(UdpIo { socket, state })
     }
 
