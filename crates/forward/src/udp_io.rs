@@ -48,15 +48,28 @@ impl UdpIo {
     }
 
     /// Receives at least one buffer's worth (waiting for it); returns how many of `bufs` were
-    /// filled. A filled buffer may hold several datagrams (GRO): see [`segments`].
+    /// filled. A filled buffer may hold several datagrams (GRO): see [`segments`]. A pending
+    /// socket error (an ICMP refusal on a connected socket) is returned as soon as it arrives.
     pub(crate) async fn recv(
         &self,
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> io::Result<usize> {
+        // A pending error makes epoll report EPOLLERR without EPOLLIN, which tokio does not count
+        // as readable: waiting for readability alone would leave a refusal unseen until the next
+        // datagram or send. tokio's `try_io` takes one interest (a combined one is never ready):
+        // the one that woke us, so a WouldBlock clears that one.
         loop {
-            self.socket.readable().await?;
-            match self.socket.try_io(Interest::READABLE, || {
+            let ready = self
+                .socket
+                .ready(Interest::READABLE | Interest::ERROR)
+                .await?;
+            let interest = if ready.is_error() {
+                Interest::ERROR
+            } else {
+                Interest::READABLE
+            };
+            match self.socket.try_io(interest, || {
                 self.state.recv(UdpSockRef::from(&self.socket), bufs, meta)
             }) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
@@ -189,7 +202,10 @@ pub(crate) struct Gathered<'a, K> {
 
 impl<K> Gathered<'_, K> {
     /// Sends the datagrams; a GSO send the path refuses (EIO, EINVAL: no offload there) is
-    /// retried a datagram at a time. Returns the datagrams sent and the first error.
+    /// retried a datagram at a time. Any other error of a GSO send is what the first datagram
+    /// would have met alone (a pending ICMP refusal is returned once): that one is lost and the
+    /// rest go a datagram at a time, as one by one would have sent them. Returns the datagrams
+    /// sent and the first error.
     pub(crate) async fn send(&self, io: &UdpIo) -> (usize, Option<io::Error>) {
         if self.count <= 1 {
             return match io.send(self.to, self.contents, None).await {
@@ -199,10 +215,15 @@ impl<K> Gathered<'_, K> {
         }
         match io.send(self.to, self.contents, Some(self.segment)).await {
             Ok(()) => (self.count, None),
-            Err(err) if matches!(err.raw_os_error(), Some(EIO | EINVAL)) => {
+            Err(err) => {
+                let no_offload = matches!(err.raw_os_error(), Some(EIO | EINVAL));
+                let (skip, mut first) = if no_offload {
+                    (0, None)
+                } else {
+                    (1, Some(err))
+                };
                 let mut sent = 0;
-                let mut first = None;
-                for one in self.contents.chunks(self.segment) {
+                for one in self.contents.chunks(self.segment).skip(skip) {
                     match io.send(self.to, one, None).await {
                         Ok(()) => sent += 1,
                         Err(err) => {
@@ -212,7 +233,6 @@ impl<K> Gathered<'_, K> {
                 }
                 (sent, first)
             }
-            Err(err) => (0, Some(err)),
         }
     }
 }
@@ -244,6 +264,72 @@ mod tests {
         assert_eq!(whole, vec![&buf[..]]);
         let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
         assert_eq!(empty, vec![&[] as &[u8]]);
+    }
+
+    /// A connected `UdpIo` towards a port nothing listens on (bound, then released).
+    async fn towards_closed_port() -> (UdpIo, SocketAddr) {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("port");
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        socket.connect(closed).await.expect("connect");
+        (UdpIo::new(socket).expect("udp io"), closed)
+    }
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_is_received_without_any_further_datagram_or_send() {
+        let (io, closed) = towards_closed_port().await;
+        io.send(closed, b"anyone?", None).await.expect("send");
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default()];
+        let mut slices = [IoSliceMut::new(&mut buf)];
+        let received = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            io.recv(&mut slices, &mut meta),
+        )
+        .await
+        .expect("the refusal wakes the receive");
+        let err = received.expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_pending_refusal_costs_a_gathered_run_one_datagram_as_one_by_one() {
+        let (io, closed) = towards_closed_port().await;
+        io.send(closed, b"x", None).await.expect("send");
+        // The ICMP refusal is now pending on the socket (not consumed: nothing receives).
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            io.socket.ready(Interest::ERROR),
+        )
+        .await
+        .expect("refusal arrives")
+        .expect("ready");
+        let target = UdpSocket::bind(closed)
+            .await
+            .expect("the target listens now");
+        let mut gather = Gather::<u8>::default();
+        for payload in [b"aa", b"bb", b"cc"] {
+            assert!(gather.push(1, closed, payload, 64));
+        }
+        let gathered = gather.take().expect("gathered");
+        let (sent, err) = gathered.send(&io).await;
+        // Alone, the first datagram meets the refusal and the next two go out.
+        assert_eq!(sent, 2);
+        assert_eq!(
+            err.map(|e| e.kind()),
+            Some(io::ErrorKind::ConnectionRefused)
+        );
+        let mut buf = [0u8; 16];
+        for expected in [b"bb", b"cc"] {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(5), target.recv(&mut buf))
+                .await
+                .expect("delivered")
+                .expect("recv");
+            assert_eq!(&buf[..n], expected, "in order");
+        }
     }
 
     // r[verify forward.batch]
