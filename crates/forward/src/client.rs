@@ -1016,7 +1016,16 @@ async fn flush_local(
         .from_target_many(sent, sent * gathered.segment);
     if let Some(err) = err {
         let err = RelayError::Socket(err);
-        for _ in sent..gathered.count {
+        let lost = gathered.count - sent;
+        if err.class() == Class::Item {
+            // Each datagram the error cost is one drop (`local_socket_error` would count one
+            // more for an item).
+            for _ in 0..lost {
+                local.reporter.dropped(&err);
+            }
+            return;
+        }
+        for _ in 0..lost {
             local.reporter.stats().dropped(err.drop_reason());
         }
         // A local socket that cannot send is this forward's problem only: the datagrams are
@@ -1081,6 +1090,22 @@ mod tests {
         assert_eq!(forward.peer_of(1, t1), Some(peer(2)));
         // Peer 1 comes back: at the bound again, and nothing has been idle long enough.
         assert_eq!(forward.flow_of(peer(1), t1), None);
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_reply_the_local_socket_cannot_send_is_one_drop() {
+        let forward = Arc::new(local_forward(4, Duration::from_secs(60)).await);
+        let forwards = HashMap::from([(1, forward.clone())]);
+        let (events, _announced) = mpsc::unbounded_channel();
+        // An IPv6 peer on an IPv4 socket: EAFNOSUPPORT, an item error of this datagram only.
+        let peer: SocketAddr = "[::1]:9".parse().expect("addr");
+        let mut gather = Gather::default();
+        assert!(gather.push(1, peer, b"reply", 64));
+        flush_local(&mut gather, &forwards, &events).await;
+        let snapshot = forward.reporter.stats().snapshot();
+        assert_eq!(snapshot.dropped.error, 1, "one datagram, one drop");
+        assert_eq!(snapshot.from_target_datagrams, 0);
     }
 
     // r[verify forward.local.failure]
