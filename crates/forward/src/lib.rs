@@ -7,6 +7,8 @@ pub mod client;
 pub mod control;
 mod control_io;
 mod flows;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod fragmentation;
 pub mod identity;
 pub mod pin;
 mod ready;

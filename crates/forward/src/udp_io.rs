@@ -25,9 +25,16 @@ pub(crate) struct UdpIo {
 }
 
 impl UdpIo {
-    /// Wraps `socket` (enables GRO where the platform has it).
+    /// Wraps `socket` (enables GRO where the platform has it); the socket fragments as plain UDP.
     pub(crate) fn new(socket: UdpSocket) -> io::Result<Self> {
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        // quinn-udp's setup sets "don't fragment", which is QUIC's need, not a relay's.
+        // r[impl forward.fragment]
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        crate::fragmentation::leave_to_kernel(
+            std::os::fd::AsFd::as_fd(&socket),
+            socket.local_addr()?.is_ipv6(),
+        )?;
         Ok(UdpIo { socket, state })
     }
 
@@ -330,6 +337,53 @@ mod tests {
                 .expect("recv");
             assert_eq!(&buf[..n], expected, "in order");
         }
+    }
+
+    // r[verify forward.fragment]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[tokio::test]
+    async fn relay_sockets_leave_fragmentation_to_the_kernel() {
+        use crate::fragmentation::get;
+        use std::os::fd::AsFd;
+        let v4 = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind")).expect("udp io");
+        let fd = v4.socket.as_fd();
+        assert_eq!(
+            get(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).expect("get"),
+            libc::IP_PMTUDISC_WANT
+        );
+        let v6 = UdpIo::new(UdpSocket::bind("[::1]:0").await.expect("bind ::1")).expect("udp io");
+        let fd = v6.socket.as_fd();
+        assert_eq!(
+            get(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).expect("get"),
+            libc::IP_PMTUDISC_WANT
+        );
+        assert_eq!(
+            get(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER).expect("get"),
+            libc::IPV6_PMTUDISC_WANT
+        );
+        assert_eq!(
+            get(fd, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG).expect("get"),
+            0
+        );
+    }
+
+    // A datagram above a 1500-byte MTU goes out whole. On loopback (MTU 65536) this passes with
+    // or without fragmentation; run in a network namespace whose loopback MTU is 1400 it shows
+    // the kernel fragmenting (with "don't fragment" set the send fails with EMSGSIZE).
+    // r[verify forward.fragment]
+    #[tokio::test]
+    async fn a_datagram_larger_than_1500_bytes_is_sent_whole() {
+        let target = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let to = target.local_addr().expect("addr");
+        let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind")).expect("udp io");
+        let payload: Vec<u8> = (0..4000u32).map(|i| i as u8).collect();
+        io.send(to, &payload, None).await.expect("send");
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), target.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], &payload[..]);
     }
 
     // r[verify forward.batch]
