@@ -26,6 +26,8 @@ pub enum Suite {
     SpecCheck,
     /// holdfast-gateway: memory per idle connection, broadcast beside a bare server, drains.
     Gateway,
+    /// holdfast-forward: raw quinn against the same load through a forward.
+    Forward,
 }
 
 /// Arguments of `cargo xtask bench`.
@@ -49,6 +51,9 @@ pub struct Args {
     /// gateway suite: clients per fleet (at least one: the figures are per connection).
     #[arg(long, default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     connections: usize,
+    /// forward suite: a bounded run (well under a minute) for CI.
+    #[arg(long)]
+    quick: bool,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -67,6 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
             crate::bench_gateway::run(&root, &target_dir(&root), args.connections)
+        }
+        Suite::Forward => {
+            let root = workspace_root()?;
+            crate::output::print(&crate::root::banner(&root));
+            crate::bench_forward::run(&root, &target_dir(&root), args.quick)
         }
     }
 }

@@ -14,6 +14,8 @@
 
 mod bench;
 mod bench_gateway;
+
+mod bench_forward;
 mod bench_spec;
 mod drain_demo;
 mod harness;

@@ -41,6 +41,9 @@ pub enum RelayError {
     /// A datagram would open a flow beyond the forward's limit.
     #[error("flow limit of forward {0} reached")]
     FlowLimit(u32),
+    /// A datagram would open a flow socket beyond the node's bound across all connections.
+    #[error("the node's bound on flow sockets is reached")]
+    FlowSockets,
 }
 
 /// The class of an I/O error on a UDP socket of a relay: holdfast-retry's one I/O table.
@@ -71,7 +74,9 @@ impl Classify for RelayError {
             RelayError::Frame(FrameError::TooLong(_)) => Class::Fatal,
             RelayError::Frame(FrameError::Version(_) | FrameError::Malformed(_)) => Class::Item,
             RelayError::Control(_) => Class::Fatal,
-            RelayError::UnknownForward(_) | RelayError::FlowLimit(_) => Class::Item,
+            RelayError::UnknownForward(_) | RelayError::FlowLimit(_) | RelayError::FlowSockets => {
+                Class::Item
+            }
         }
     }
 }
@@ -83,7 +88,7 @@ impl RelayError {
             RelayError::Send(SendDatagramError::TooLarge) => DropReason::Oversize,
             RelayError::Wire(_) | RelayError::Frame(_) => DropReason::Malformed,
             RelayError::UnknownForward(_) => DropReason::UnknownForward,
-            RelayError::FlowLimit(_) => DropReason::FlowLimit,
+            RelayError::FlowLimit(_) | RelayError::FlowSockets => DropReason::FlowLimit,
             _ => DropReason::Error,
         }
     }

@@ -1,15 +1,18 @@
 //! The operator's side: local UDP listeners whose datagrams travel to the node over one QUIC
 //! connection, with reconnects paced by holdfast-retry.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use holdfast_retry::{Class, Classify, Jitter, Policy};
 use quinn::Connection;
+use quinn::udp::RecvMeta;
 use thiserror::Error;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
@@ -23,11 +26,13 @@ use crate::control_io::{spawn_reader, spawn_writer};
 use crate::flows::evictable;
 use crate::identity::{Fingerprint, SERVER_NAME};
 use crate::pin::PinnedVerifier;
+use crate::ready::ready_now;
 use crate::reconnect::{Pace, Reconnect};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, transport_config};
-use crate::wire::{FlowId, decode_datagram, put_varint};
+use crate::udp_io::{Gather, MAX_DATAGRAM, UdpIo, segments};
+use crate::wire::{FlowId, decode_datagram};
 
 /// One forward: a local UDP address and the target the node relays to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +210,16 @@ pub enum ClientEvent {
         /// Why.
         error: String,
     },
+    /// A forward's local socket failed for good: that forward relays nothing more until the
+    /// client is started again (the other forwards go on).
+    LocalFailed {
+        /// The forward.
+        forward: u32,
+        /// Its local address.
+        local: SocketAddr,
+        /// What failed.
+        error: String,
+    },
 }
 
 impl fmt::Display for ClientEvent {
@@ -238,6 +253,14 @@ impl fmt::Display for ClientEvent {
                 forward, message, ..
             } => write!(f, "forward {forward} ended because {message}"),
             ClientEvent::Disconnected { error } => write!(f, "disconnected: {error}"),
+            ClientEvent::LocalFailed {
+                forward,
+                local,
+                error,
+            } => write!(
+                f,
+                "forward {forward}: the local socket {local} failed ({error}); this forward relays nothing more"
+            ),
         }
     }
 }
@@ -254,11 +277,13 @@ struct Peers {
 struct LocalForward {
     id: u32,
     spec: ForwardSpec,
-    socket: Arc<UdpSocket>,
+    socket: UdpIo,
     peers: Mutex<Peers>,
     reporter: Reporter,
     max_flows: usize,
     flow_idle: Duration,
+    /// The local socket failed for good (announced once).
+    failed: AtomicBool,
 }
 
 impl LocalForward {
@@ -286,6 +311,39 @@ impl LocalForward {
         peers.by_addr.insert(peer, flow);
         peers.by_flow.insert(flow, (peer, now));
         Some(flow)
+    }
+
+    /// Counts and reports an error of the local socket; whether relaying on it goes on. A socket
+    /// that is itself gone is announced to the user, once.
+    // r[impl forward.local.failure]
+    fn local_socket_error(
+        &self,
+        err: &RelayError,
+        events: &mpsc::UnboundedSender<ClientEvent>,
+    ) -> bool {
+        match err.class() {
+            Class::Item => {
+                self.reporter.dropped(err);
+                true
+            }
+            Class::Transient => {
+                self.reporter.transient(err);
+                true
+            }
+            Class::Fatal => {
+                let text = err.to_string();
+                self.reporter.stats().set_last_error(&text);
+                if !self.failed.swap(true, Ordering::Relaxed) {
+                    tracing::error!(forward = self.id, error = %text, "forward: local socket failed");
+                    let _ = events.send(ClientEvent::LocalFailed {
+                        forward: self.id,
+                        local: self.socket.local_addr().unwrap_or(self.spec.local),
+                        error: text,
+                    });
+                }
+                false
+            }
+        }
     }
 
     /// The peer a reply of `flow` goes to, at `now`.
@@ -375,7 +433,7 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
     let mut forwards = Vec::new();
     let mut locals = Vec::new();
     for (i, spec) in config.forwards.iter().enumerate() {
-        let socket = Arc::new(UdpSocket::bind(spec.local).await?);
+        let socket = UdpIo::new(UdpSocket::bind(spec.local).await?)?;
         locals.push(socket.local_addr()?);
         let id = i as u32 + 1;
         let events = events_tx.clone();
@@ -399,6 +457,7 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
             ),
             max_flows: config.max_flows,
             flow_idle: config.flow_idle,
+            failed: AtomicBool::new(false),
         }));
     }
     let endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
@@ -539,12 +598,17 @@ async fn open_forwards(
         }
     }
     let mut opened = Vec::new();
-    let mut pending = forwards.len();
-    while pending > 0 {
+    // r[impl forward.open.answers]
+    // Only an answer naming a forward still awaited settles it: a refusal about the connection
+    // (forward 0) or a repeated answer must not leave a forward unawaited.
+    let mut pending: HashSet<u32> = forwards.iter().map(|f| f.id).collect();
+    while !pending.is_empty() {
         match session.control.recv().await {
             Some(Ok(Message::Opened { forward })) => {
+                if !pending.remove(&forward) {
+                    continue;
+                }
                 if let Some(f) = forwards.iter().find(|f| f.id == forward) {
-                    pending -= 1;
                     opened.push(f.clone());
                     let _ = events.send(ClientEvent::Opened {
                         forward,
@@ -558,7 +622,7 @@ async fn open_forwards(
                 refusal,
                 message,
             })) => {
-                pending = pending.saturating_sub(1);
+                pending.remove(&forward);
                 if let Some(f) = forwards.iter().find(|f| f.id == forward) {
                     f.reporter.stats().set_last_error(&message);
                 }
@@ -682,10 +746,18 @@ async fn relay(
     } = session;
     let mut tasks: Vec<(u32, JoinHandle<()>)> = opened
         .iter()
-        .map(|f| (f.id, tokio::spawn(local_to_node(f.clone(), conn.clone()))))
+        .map(|f| {
+            let task = local_to_node(f.clone(), conn.clone(), events.clone());
+            (f.id, tokio::spawn(task))
+        })
         .collect();
     let by_id: HashMap<u32, Arc<LocalForward>> = opened.iter().map(|f| (f.id, f.clone())).collect();
-    let reader = tokio::spawn(node_to_local(by_id, conn.clone(), unattributed.clone()));
+    let reader = tokio::spawn(node_to_local(
+        by_id,
+        conn.clone(),
+        unattributed.clone(),
+        events.clone(),
+    ));
     let mut open: Vec<u32> = opened.iter().map(|f| f.id).collect();
     let (stopped, error, closed_by) = loop {
         let lasts = reconnect.lasts_at();
@@ -783,91 +855,182 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Datagrams from local peers to the node.
+/// Receive buffers per wakeup of a forward's local socket (each holds one datagram, or several
+/// the kernel coalesced).
+const LOCAL_BATCH: usize = 16;
+
+/// At most this many datagrams from the node are relayed per wakeup.
+const DRAIN: usize = 256;
+
+/// Datagrams from local peers to the node: every datagram of a receive batch, with one
+/// allocation for all of them.
 // i[impl forward.relay.resilience]
-async fn local_to_node(forward: Arc<LocalForward>, conn: Connection) {
-    // Room in front of the payload for the largest header (two 8-byte varints).
-    const ROOM: usize = 16;
-    let mut buf = vec![0u8; ROOM + 65_536];
+// r[impl forward.batch]
+async fn local_to_node(
+    forward: Arc<LocalForward>,
+    conn: Connection,
+    events: mpsc::UnboundedSender<ClientEvent>,
+) {
+    let mut bufs = vec![0u8; LOCAL_BATCH * MAX_DATAGRAM];
+    let mut meta = [RecvMeta::default(); LOCAL_BATCH];
+    let mut out = BytesMut::new();
+    // The last flow's header, kept: consecutive datagrams are mostly from one peer.
+    let mut header: Option<(u64, Vec<u8>)> = None;
     loop {
-        let err = match forward.socket.recv_from(&mut buf[ROOM..]).await {
-            Ok((n, peer)) => match forward.flow_of(peer, Instant::now()) {
-                Some(flow) => {
-                    let mut header = Vec::with_capacity(ROOM);
-                    put_varint(&mut header, u64::from(forward.id));
-                    put_varint(&mut header, flow);
-                    let start = ROOM - header.len();
-                    buf[start..ROOM].copy_from_slice(&header);
-                    match conn.send_datagram(Bytes::copy_from_slice(&buf[start..ROOM + n])) {
-                        Ok(()) => {
-                            forward.reporter.stats().to_target(n);
-                            continue;
-                        }
-                        Err(err) => RelayError::from(err),
-                    }
-                }
-                None => RelayError::FlowLimit(forward.id),
-            },
-            Err(err) => RelayError::Socket(err),
+        let received = {
+            let mut chunks = bufs.chunks_mut(MAX_DATAGRAM);
+            let mut slices: [IoSliceMut<'_>; LOCAL_BATCH] =
+                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+            forward.socket.recv(&mut slices, &mut meta).await
         };
-        match err.class() {
-            Class::Item => forward.reporter.dropped(&err),
-            Class::Transient => {
-                forward.reporter.transient(&err);
+        let filled = match received {
+            Ok(filled) => filled,
+            Err(err) => {
+                if forward.local_socket_error(&RelayError::Socket(err), &events) {
+                    continue;
+                }
+                return;
             }
-            // The connection is gone: the session loop sees it and announces the end.
-            Class::Fatal => return,
+        };
+        let now = Instant::now();
+        out.reserve(
+            meta[..filled]
+                .iter()
+                .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
+                .sum(),
+        );
+        for (i, m) in meta[..filled].iter().enumerate() {
+            let buf = &bufs[i * MAX_DATAGRAM..(i + 1) * MAX_DATAGRAM];
+            let Some(flow) = forward.flow_of(m.addr, now) else {
+                for _ in segments(buf, m) {
+                    forward.reporter.dropped(&RelayError::FlowLimit(forward.id));
+                }
+                continue;
+            };
+            if header.as_ref().is_none_or(|(f, _)| *f != flow) {
+                let id = FlowId {
+                    forward: forward.id,
+                    flow,
+                };
+                header = Some((flow, id.header()));
+            }
+            let Some((_, bytes)) = &header else {
+                continue;
+            };
+            for payload in segments(buf, m) {
+                out.extend_from_slice(bytes);
+                out.extend_from_slice(payload);
+                let err = match conn.send_datagram(out.split().freeze()) {
+                    Ok(()) => {
+                        forward.reporter.stats().to_target(payload.len());
+                        continue;
+                    }
+                    Err(err) => RelayError::from(err),
+                };
+                match err.class() {
+                    Class::Item => forward.reporter.dropped(&err),
+                    Class::Transient => {
+                        forward.reporter.transient(&err);
+                    }
+                    // The connection is gone: the session loop sees it and announces the end.
+                    Class::Fatal => return,
+                }
+            }
         }
     }
 }
 
-/// Datagrams from the node to local peers.
+/// Datagrams from the node to local peers: every datagram already queued is taken per wakeup,
+/// and a run of equal-sized ones to one peer leaves in one send.
+// r[impl forward.batch]
 async fn node_to_local(
     forwards: HashMap<u32, Arc<LocalForward>>,
     conn: Connection,
     unattributed: Arc<Counters>,
+    events: mpsc::UnboundedSender<ClientEvent>,
 ) {
+    let mut gather: Gather<u32> = Gather::default();
     loop {
-        let err = match conn.read_datagram().await {
-            Ok(datagram) => match decode_datagram(&datagram) {
-                Ok((FlowId { forward, flow }, payload)) => {
-                    let Some(local) = forwards.get(&forward) else {
-                        unattributed.dropped(DropReason::UnknownForward);
-                        continue;
-                    };
-                    let Some(peer) = local.peer_of(flow, Instant::now()) else {
-                        local.reporter.stats().dropped(DropReason::UnknownForward);
-                        continue;
-                    };
-                    match local.socket.send_to(payload, peer).await {
-                        Ok(_) => {
-                            local.reporter.stats().from_target(payload.len());
-                            continue;
-                        }
-                        Err(err) => {
-                            let err = RelayError::Socket(err);
-                            match err.class() {
-                                Class::Item => local.reporter.dropped(&err),
-                                Class::Transient => {
-                                    local.reporter.transient(&err);
-                                }
-                                // A local socket that cannot send is this forward's problem
-                                // only; the datagram is dropped and the relay goes on.
-                                Class::Fatal => local.reporter.dropped(&err),
-                            }
-                            continue;
-                        }
-                    }
+        let first = match conn.read_datagram().await {
+            Ok(datagram) => datagram,
+            Err(err) => {
+                let err = RelayError::from(err);
+                match err.class() {
+                    Class::Item => unattributed.dropped(err.drop_reason()),
+                    Class::Transient => tracing::warn!(error = %err, "forward: datagram"),
+                    Class::Fatal => return,
                 }
-                Err(err) => RelayError::from(err),
-            },
-            Err(err) => RelayError::from(err),
+                continue;
+            }
         };
-        match err.class() {
-            Class::Item => unattributed.dropped(err.drop_reason()),
-            Class::Transient => tracing::warn!(error = %err, "forward: datagram"),
-            Class::Fatal => return,
+        let now = Instant::now();
+        let mut next = Some(first);
+        let mut drained = 0;
+        while let Some(datagram) = next {
+            match decode_datagram(&datagram) {
+                Ok((FlowId { forward, flow }, payload)) => match forwards.get(&forward) {
+                    None => unattributed.dropped(DropReason::UnknownForward),
+                    Some(local) => match local.peer_of(flow, now) {
+                        None => local.reporter.stats().dropped(DropReason::UnknownForward),
+                        Some(peer) => {
+                            let max = local.socket.max_segments();
+                            if !gather.push(forward, peer, payload, max) {
+                                flush_local(&mut gather, &forwards, &events).await;
+                                gather.push(forward, peer, payload, max);
+                            }
+                        }
+                    },
+                },
+                Err(err) => unattributed.dropped(RelayError::from(err).drop_reason()),
+            }
+            drained += 1;
+            next = if drained < DRAIN {
+                // A connection error is left for the next read to see.
+                ready_now(conn.read_datagram()).and_then(Result::ok)
+            } else {
+                None
+            };
         }
+        flush_local(&mut gather, &forwards, &events).await;
+    }
+}
+
+/// Sends what was gathered to its local peer.
+// i[impl forward.relay.resilience]
+async fn flush_local(
+    gather: &mut Gather<u32>,
+    forwards: &HashMap<u32, Arc<LocalForward>>,
+    events: &mpsc::UnboundedSender<ClientEvent>,
+) {
+    let Some(gathered) = gather.take() else {
+        return;
+    };
+    let Some(local) = forwards.get(&gathered.key) else {
+        return;
+    };
+    let (sent, err) = gathered.send(&local.socket).await;
+    // A run is of equal-sized datagrams.
+    local
+        .reporter
+        .stats()
+        .from_target_many(sent, sent * gathered.segment);
+    if let Some(err) = err {
+        let err = RelayError::Socket(err);
+        let lost = gathered.count - sent;
+        if err.class() == Class::Item {
+            // Each datagram the error cost is one drop (`local_socket_error` would count one
+            // more for an item).
+            for _ in 0..lost {
+                local.reporter.dropped(&err);
+            }
+            return;
+        }
+        for _ in 0..lost {
+            local.reporter.stats().dropped(err.drop_reason());
+        }
+        // A local socket that cannot send is this forward's problem only: the datagrams are
+        // dropped and the relay goes on; one that is gone is announced.
+        local.local_socket_error(&err, events);
     }
 }
 
@@ -883,7 +1046,7 @@ mod tests {
                 local: socket.local_addr().expect("addr"),
                 target: "127.0.0.1:9".parse().expect("addr"),
             },
-            socket: Arc::new(socket),
+            socket: UdpIo::new(socket).expect("udp io"),
             peers: Mutex::new(Peers::default()),
             reporter: Reporter::new(
                 1,
@@ -893,6 +1056,7 @@ mod tests {
             ),
             max_flows,
             flow_idle,
+            failed: AtomicBool::new(false),
         }
     }
 
@@ -926,5 +1090,74 @@ mod tests {
         assert_eq!(forward.peer_of(1, t1), Some(peer(2)));
         // Peer 1 comes back: at the bound again, and nothing has been idle long enough.
         assert_eq!(forward.flow_of(peer(1), t1), None);
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_reply_the_local_socket_cannot_send_is_one_drop() {
+        let forward = Arc::new(local_forward(4, Duration::from_secs(60)).await);
+        let forwards = HashMap::from([(1, forward.clone())]);
+        let (events, _announced) = mpsc::unbounded_channel();
+        // An IPv6 peer on an IPv4 socket: EAFNOSUPPORT, an item error of this datagram only.
+        let peer: SocketAddr = "[::1]:9".parse().expect("addr");
+        let mut gather = Gather::default();
+        assert!(gather.push(1, peer, b"reply", 64));
+        flush_local(&mut gather, &forwards, &events).await;
+        let snapshot = forward.reporter.stats().snapshot();
+        assert_eq!(snapshot.dropped.error, 1, "one datagram, one drop");
+        assert_eq!(snapshot.from_target_datagrams, 0);
+    }
+
+    // r[verify forward.local.failure]
+    #[tokio::test]
+    async fn a_local_socket_that_is_gone_is_announced_once_and_a_transient_error_is_not() {
+        let forward = local_forward(4, Duration::from_secs(60)).await;
+        let (events, mut announced) = mpsc::unbounded_channel();
+        let refused = RelayError::Socket(std::io::Error::from_raw_os_error(111));
+        assert!(
+            forward.local_socket_error(&refused, &events),
+            "ECONNREFUSED: relaying goes on"
+        );
+        let too_big = RelayError::Socket(std::io::Error::from_raw_os_error(90));
+        assert!(
+            forward.local_socket_error(&too_big, &events),
+            "EMSGSIZE: one datagram"
+        );
+        assert_eq!(forward.reporter.stats().snapshot().dropped.error, 1);
+        // Only the transient error's own report so far, no failure.
+        while let Ok(event) = announced.try_recv() {
+            assert!(
+                !matches!(event, ClientEvent::LocalFailed { .. }),
+                "{event:?}"
+            );
+        }
+
+        let gone = RelayError::Socket(std::io::Error::from_raw_os_error(9));
+        assert!(
+            !forward.local_socket_error(&gone, &events),
+            "EBADF: the socket is gone"
+        );
+        let local = forward.socket.local_addr().expect("addr");
+        match announced.try_recv() {
+            Ok(ClientEvent::LocalFailed {
+                forward: 1,
+                local: at,
+                error,
+            }) => {
+                assert_eq!(at, local);
+                assert!(error.contains("Bad file descriptor"), "{error}");
+            }
+            other => panic!("expected LocalFailed, got {other:?}"),
+        }
+        assert!(!forward.local_socket_error(&gone, &events));
+        assert!(announced.try_recv().is_err(), "announced once");
+        assert!(
+            forward
+                .reporter
+                .stats()
+                .snapshot()
+                .last_error
+                .is_some_and(|e| e.contains("Bad file descriptor"))
+        );
     }
 }

@@ -7,13 +7,17 @@ pub mod client;
 pub mod control;
 mod control_io;
 mod flows;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod fragmentation;
 pub mod identity;
 pub mod pin;
+mod ready;
 pub mod reconnect;
 mod report;
 pub mod server;
 pub mod stats;
 pub mod transport;
+mod udp_io;
 pub mod wire;
 
 pub use allow::{AllowList, AllowRule};

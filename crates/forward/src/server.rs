@@ -2,18 +2,20 @@
 //! targets its allow-list permits, over one connected UDP socket per flow.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use holdfast_retry::{Class, Classify};
 use quinn::Connection;
+use quinn::udp::RecvMeta;
 use thiserror::Error;
 use tokio::net::UdpSocket;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
@@ -24,9 +26,11 @@ use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
 use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
+use crate::ready::ready_now;
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, transport_config};
+use crate::udp_io::{Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// The server's configuration.
@@ -46,6 +50,11 @@ pub struct ServerConfig {
     pub max_flows: usize,
     /// At the flow bound, a flow idle this long gives way to a new one.
     pub flow_idle: Duration,
+    /// Flow sockets the node holds at once, across every connection and forward.
+    pub max_flow_sockets: usize,
+    /// Connections in their handshake or not yet authenticated, at once; a new one beyond this
+    /// is refused before its handshake.
+    pub max_unauthenticated: usize,
     /// How long a new connection has to open its control stream and authenticate.
     pub auth_timeout: Duration,
     /// How long a silent connection lasts (keep-alives go every third of it).
@@ -56,7 +65,8 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
-    /// new one), 10 s to authenticate, 15 s idle timeout, one report a second per forward.
+    /// new one), 4096 flow sockets in all, 64 connections not yet authenticated, 10 s to
+    /// authenticate, 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -66,6 +76,8 @@ impl ServerConfig {
             max_forwards: 64,
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
+            max_flow_sockets: 4096,
+            max_unauthenticated: 64,
             auth_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
@@ -127,15 +139,26 @@ struct Shared {
     max_forwards: usize,
     max_flows: usize,
     flow_idle: Duration,
+    max_flow_sockets: usize,
     auth_timeout: Duration,
     report_interval: Duration,
     listing: Mutex<BTreeMap<(u64, u32), Listed>>,
     /// Datagrams that could not be attributed to a forward (malformed, unknown forward).
     unattributed: Counters,
     next_connection: AtomicU64,
+    /// One permit per flow socket the node may hold, across every connection.
+    flow_sockets: Arc<Semaphore>,
+    /// One permit per connection that may be in its handshake or authenticating.
+    unauthenticated: Arc<Semaphore>,
+    /// Connections refused because `unauthenticated` had no permit left.
+    refused_unauthenticated: AtomicU64,
 }
 
 impl Shared {
+    fn max_flow_sockets(&self) -> usize {
+        self.max_flow_sockets
+    }
+
     fn listing(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u64, u32), Listed>> {
         self.listing
             .lock()
@@ -185,11 +208,20 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
         flow_idle: config.flow_idle,
+        max_flow_sockets: config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
         auth_timeout: config.auth_timeout,
         report_interval: config.report_interval,
         listing: Mutex::new(BTreeMap::new()),
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
+        // Clamped: a semaphore cannot hold more permits than this.
+        flow_sockets: Arc::new(Semaphore::new(
+            config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
+        )),
+        unauthenticated: Arc::new(Semaphore::new(
+            config.max_unauthenticated.min(Semaphore::MAX_PERMITS),
+        )),
+        refused_unauthenticated: AtomicU64::new(0),
     });
     let (shutdown, shutdown_rx) = watch::channel(None);
     let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone(), shutdown_rx));
@@ -258,6 +290,19 @@ impl Server {
         self.shared.unattributed.snapshot()
     }
 
+    /// Connections refused before their handshake because the bound on connections not yet
+    /// authenticated was reached.
+    pub fn refused_unauthenticated(&self) -> u64 {
+        self.shared.refused_unauthenticated.load(Ordering::Relaxed)
+    }
+
+    /// Flow sockets open now, across every connection.
+    pub fn flow_sockets(&self) -> usize {
+        self.shared
+            .max_flow_sockets()
+            .saturating_sub(self.shared.flow_sockets.available_permits())
+    }
+
     /// Stops: no new connection is accepted; every open forward is told it ends because the node
     /// is shutting down; connections are closed; returns by `deadline`.
     // r[impl forward.stop]
@@ -324,6 +369,15 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
+                    // r[impl forward.limits.unauthenticated]
+                    // Bounded before any handshake work: a flood of new connections costs a
+                    // refusal packet each, never a handshake or an authentication timer.
+                    let Ok(permit) = shared.unauthenticated.clone().try_acquire_owned() else {
+                        shared.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(remote = %incoming.remote_address(), "forward: too many unauthenticated connections, refused");
+                        incoming.refuse();
+                        continue;
+                    };
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
                     connections.spawn(async move {
@@ -334,7 +388,7 @@ async fn accept_loop(
                             _ = stopping.wait_for(Option::is_some) => return,
                         };
                         match handshake {
-                            Ok(conn) => serve(conn, shared, shutdown).await,
+                            Ok(conn) => serve(conn, shared, shutdown, permit).await,
                             Err(err) => tracing::debug!(error = %err, "forward: handshake failed"),
                         }
                     });
@@ -351,9 +405,11 @@ async fn accept_loop(
 }
 
 struct Flow {
-    socket: Arc<UdpSocket>,
+    socket: Arc<UdpIo>,
     activity: Arc<Activity>,
     replies: JoinHandle<()>,
+    /// Its share of the node's flow sockets, given back when the flow is dropped.
+    _permit: OwnedSemaphorePermit,
 }
 
 struct ServerForward {
@@ -463,6 +519,7 @@ async fn serve(
     conn: Connection,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<Option<Shutdown>>,
+    unauthenticated: OwnedSemaphorePermit,
 ) {
     // r[impl forward.stop]
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
@@ -476,6 +533,8 @@ async fn serve(
             return;
         }
     };
+    // r[impl forward.limits.unauthenticated]
+    drop(unauthenticated);
     let Some((send, mut control)) = authenticated else {
         return;
     };
@@ -492,6 +551,7 @@ async fn serve(
         writer: writer.clone(),
         shutdown: shutdown.clone(),
         forwards: HashMap::new(),
+        gather: Gather::default(),
     };
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
@@ -516,7 +576,7 @@ async fn serve(
                 None => break Err(RelayError::Control("reader ended".into())),
             },
             datagram = conn.read_datagram() => match datagram {
-                Ok(datagram) => relay.datagram(datagram).await,
+                Ok(datagram) => relay.datagrams(datagram).await,
                 Err(err) => {
                     let err = RelayError::from(err);
                     match err.class() {
@@ -576,6 +636,8 @@ struct Relay {
     writer: mpsc::Sender<Message>,
     shutdown: watch::Receiver<Option<Shutdown>>,
     forwards: HashMap<u32, ServerForward>,
+    /// Datagrams of one flow waiting to leave in one send.
+    gather: Gather<(u32, u64)>,
 }
 
 impl Relay {
@@ -697,9 +759,30 @@ impl Relay {
         self.reply(Message::Opened { forward }).await;
     }
 
+    /// Relays `first` and every datagram already queued behind it (at most [`DRAIN`], so control
+    /// messages and a stop are still seen), gathering each flow's run of equal-sized datagrams
+    /// into one send towards its target.
+    // r[impl forward.batch]
+    async fn datagrams(&mut self, first: Bytes) {
+        let now = Instant::now();
+        let mut next = Some(first);
+        let mut drained = 0;
+        while let Some(datagram) = next {
+            self.datagram(&datagram, now).await;
+            drained += 1;
+            next = if drained < DRAIN {
+                // A connection error is left for the relay loop's next read to see.
+                ready_now(self.conn.read_datagram()).and_then(Result::ok)
+            } else {
+                None
+            };
+        }
+        self.flush().await;
+    }
+
     // r[impl forward.flows+2]
-    async fn datagram(&mut self, datagram: Bytes) {
-        let (id, payload) = match decode_datagram(&datagram) {
+    async fn datagram(&mut self, datagram: &[u8], now: Instant) {
+        let (id, payload) = match decode_datagram(datagram) {
             Ok(decoded) => decoded,
             Err(err) => {
                 self.shared
@@ -708,13 +791,20 @@ impl Relay {
                 return;
             }
         };
+        // A new flow may evict another: what was gathered for that one goes out first.
+        let known = self
+            .forwards
+            .get(&id.forward)
+            .map(|state| state.flows.contains_key(&id.flow));
+        if known == Some(false) {
+            self.flush().await;
+        }
         let Some(state) = self.forwards.get_mut(&id.forward) else {
             self.shared
                 .unattributed
                 .dropped(RelayError::UnknownForward(id.forward).drop_reason());
             return;
         };
-        let now = Instant::now();
         let existing = state.flows.get(&id.flow).map(|flow| {
             flow.activity.touch(now);
             flow.socket.clone()
@@ -727,41 +817,70 @@ impl Relay {
                 state.reporter.dropped(&RelayError::FlowLimit(id.forward));
                 return;
             }
-            None => match open_flow(state.target).await {
-                Ok(socket) => {
-                    let activity = Arc::new(Activity::new(now));
-                    let replies = tokio::spawn(relay_replies(
-                        socket.clone(),
-                        self.conn.clone(),
-                        id,
-                        state.reporter.clone(),
-                        activity.clone(),
-                    ));
-                    state.flows.insert(
-                        id.flow,
-                        Flow {
-                            socket: socket.clone(),
-                            activity,
-                            replies,
-                        },
-                    );
-                    state
-                        .flow_count
-                        .store(state.flows.len() as u64, Ordering::Relaxed);
-                    socket
-                }
-                Err(err) => {
-                    let err = RelayError::Socket(err);
-                    state.reporter.transient(&err);
-                    state.reporter.dropped(&err);
+            None => {
+                // r[impl forward.limits.flow-sockets]
+                let Ok(permit) = self.shared.flow_sockets.clone().try_acquire_owned() else {
+                    state.reporter.dropped(&RelayError::FlowSockets);
                     return;
+                };
+                match open_flow(state.target).await {
+                    Ok(socket) => {
+                        let activity = Arc::new(Activity::new(now));
+                        let replies = tokio::spawn(relay_replies(
+                            socket.clone(),
+                            self.conn.clone(),
+                            id,
+                            state.reporter.clone(),
+                            activity.clone(),
+                        ));
+                        state.flows.insert(
+                            id.flow,
+                            Flow {
+                                socket: socket.clone(),
+                                activity,
+                                replies,
+                                _permit: permit,
+                            },
+                        );
+                        state
+                            .flow_count
+                            .store(state.flows.len() as u64, Ordering::Relaxed);
+                        socket
+                    }
+                    Err(err) => {
+                        let err = RelayError::Socket(err);
+                        state.reporter.transient(&err);
+                        state.reporter.dropped(&err);
+                        return;
+                    }
                 }
-            },
+            }
         };
-        if send_to_target(&socket, payload, &state.reporter).await == Sent::FlowEnded {
+        let key = (id.forward, id.flow);
+        let target = state.target;
+        let max = socket.max_segments();
+        if !self.gather.push(key, target, payload, max) {
+            self.flush().await;
+            self.gather.push(key, target, payload, max);
+        }
+    }
+
+    /// Sends what was gathered to its flow's target.
+    async fn flush(&mut self) {
+        let Some(gathered) = self.gather.take() else {
+            return;
+        };
+        let (forward, flow) = gathered.key;
+        let Some(state) = self.forwards.get_mut(&forward) else {
+            return;
+        };
+        let Some(socket) = state.flows.get(&flow).map(|f| f.socket.clone()) else {
+            return;
+        };
+        if send_to_target(&socket, &gathered, &state.reporter).await == Sent::FlowEnded {
             // The flow's socket is unusable: end that flow only; the next datagram of the same
             // peer opens a fresh one.
-            if let Some(flow) = state.flows.remove(&id.flow) {
+            if let Some(flow) = state.flows.remove(&flow) {
                 flow.replies.abort();
             }
             state
@@ -771,50 +890,65 @@ impl Relay {
     }
 }
 
-/// What became of a datagram sent towards the target.
+/// At most this many datagrams are relayed per wakeup of a connection's relay loop.
+const DRAIN: usize = 256;
+
+/// What became of datagrams sent towards the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sent {
     /// Sent (and counted).
     Delivered,
-    /// Not sent; the error was counted and reported, the flow goes on.
+    /// Not all sent; the error was counted and reported, the flow goes on.
     Dropped,
-    /// Not sent, and the flow's socket cannot be used again.
+    /// Not all sent, and the flow's socket cannot be used again.
     FlowEnded,
 }
 
-/// Sends one datagram on a flow's connected socket. A pending ICMP error (ECONNREFUSED) surfaces
-/// here as well as on the receive side; either way it is reported and the socket stays in use.
+/// Sends gathered datagrams on a flow's connected socket. A pending ICMP error (ECONNREFUSED)
+/// surfaces here as well as on the receive side; either way it is reported and the socket stays
+/// in use.
 // i[impl forward.relay.resilience]
-async fn send_to_target(socket: &UdpSocket, payload: &[u8], reporter: &Reporter) -> Sent {
-    match socket.send(payload).await {
-        Ok(_) => {
-            reporter.stats().to_target(payload.len());
-            Sent::Delivered
-        }
-        Err(err) => {
-            let err = RelayError::Socket(err);
-            match err.class() {
-                Class::Item => {
-                    reporter.dropped(&err);
-                    Sent::Dropped
-                }
-                Class::Transient => {
-                    reporter.transient(&err);
-                    reporter.stats().dropped(err.drop_reason());
-                    Sent::Dropped
-                }
-                Class::Fatal => {
-                    reporter.transient(&err);
-                    Sent::FlowEnded
-                }
+async fn send_to_target<K>(
+    socket: &UdpIo,
+    gathered: &Gathered<'_, K>,
+    reporter: &Reporter,
+) -> Sent {
+    let (sent, err) = gathered.send(socket).await;
+    if sent > 0 {
+        // A run is of equal-sized datagrams.
+        reporter
+            .stats()
+            .to_target_many(sent, sent * gathered.segment);
+    }
+    let Some(err) = err else {
+        return Sent::Delivered;
+    };
+    let lost = gathered.count - sent;
+    let err = RelayError::Socket(err);
+    match err.class() {
+        Class::Item => {
+            for _ in 0..lost {
+                reporter.dropped(&err);
             }
+            Sent::Dropped
+        }
+        Class::Transient => {
+            reporter.transient(&err);
+            for _ in 0..lost {
+                reporter.stats().dropped(err.drop_reason());
+            }
+            Sent::Dropped
+        }
+        Class::Fatal => {
+            reporter.transient(&err);
+            Sent::FlowEnded
         }
     }
 }
 
 /// A UDP socket connected to `target`, so the kernel filters replies to that target and reports
 /// its ICMP errors on this socket.
-async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpIo>> {
     let local: SocketAddr = if target.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -822,31 +956,53 @@ async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
     };
     let socket = UdpSocket::bind(local).await?;
     socket.connect(target).await?;
-    Ok(Arc::new(socket))
+    Ok(Arc::new(UdpIo::new(socket)?))
 }
 
-/// Relays one flow's replies from the target back to the client.
+/// Relays one flow's replies from the target back to the client: every datagram of a receive
+/// (several, when the kernel coalesced them) with one allocation for all of them.
 // i[impl forward.relay.resilience]
 async fn relay_replies(
-    socket: Arc<UdpSocket>,
+    socket: Arc<UdpIo>,
     conn: Connection,
     id: FlowId,
     reporter: Arc<Reporter>,
     activity: Arc<Activity>,
 ) {
     let header = id.header();
-    let mut buf = vec![0u8; header.len() + 65_536];
-    buf[..header.len()].copy_from_slice(&header);
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut meta = [RecvMeta::default()];
+    let mut out = BytesMut::new();
     loop {
-        let err = match socket.recv(&mut buf[header.len()..]).await {
-            Ok(n) => match conn.send_datagram(Bytes::copy_from_slice(&buf[..header.len() + n])) {
-                Ok(()) => {
-                    activity.touch(Instant::now());
-                    reporter.stats().from_target(n);
-                    continue;
+        let received = {
+            let mut slices = [IoSliceMut::new(&mut buf)];
+            socket.recv(&mut slices, &mut meta).await
+        };
+        let err = match received {
+            Ok(_) => {
+                let count = segments(&buf, &meta[0]).count();
+                out.reserve(count * header.len() + meta[0].len);
+                for payload in segments(&buf, &meta[0]) {
+                    out.extend_from_slice(&header);
+                    out.extend_from_slice(payload);
+                    let err = match conn.send_datagram(out.split().freeze()) {
+                        Ok(()) => {
+                            reporter.stats().from_target(payload.len());
+                            continue;
+                        }
+                        Err(err) => RelayError::from(err),
+                    };
+                    match err.class() {
+                        Class::Item => reporter.dropped(&err),
+                        Class::Transient => {
+                            reporter.transient(&err);
+                        }
+                        Class::Fatal => return,
+                    }
                 }
-                Err(err) => RelayError::from(err),
-            },
+                activity.touch(Instant::now());
+                continue;
+            }
             Err(err) => RelayError::Socket(err),
         };
         match err.class() {
@@ -863,6 +1019,17 @@ async fn relay_replies(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn send_one(socket: &UdpIo, payload: &[u8], reporter: &Reporter) -> Sent {
+        let mut gather = Gather::default();
+        assert!(gather.push((), closed_target(socket), payload, 1));
+        let gathered = gather.take().expect("gathered");
+        send_to_target(socket, &gathered, reporter).await
+    }
+
+    fn closed_target(socket: &UdpIo) -> SocketAddr {
+        socket.peer_addr().expect("connected")
+    }
 
     // i[verify forward.relay.resilience]
     #[tokio::test]
@@ -886,7 +1053,7 @@ mod tests {
         // ECONNREFUSED on a later send.
         let mut outcomes = Vec::new();
         for _ in 0..50 {
-            let sent = send_to_target(&socket, b"x", &reporter).await;
+            let sent = send_one(&socket, b"x", &reporter).await;
             outcomes.push(sent);
             if sent == Sent::Dropped {
                 break;
@@ -908,7 +1075,7 @@ mod tests {
 
         let target = UdpSocket::bind(closed).await.expect("target listens");
         assert_eq!(
-            send_to_target(&socket, b"hello", &reporter).await,
+            send_one(&socket, b"hello", &reporter).await,
             Sent::Delivered
         );
         let mut buf = [0u8; 16];

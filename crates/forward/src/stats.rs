@@ -65,6 +65,14 @@ impl Counters {
             .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// `datagrams` datagrams of `bytes` in all relayed towards the target.
+    pub fn to_target_many(&self, datagrams: usize, bytes: usize) {
+        self.to_target_datagrams
+            .fetch_add(datagrams as u64, Ordering::Relaxed);
+        self.to_target_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     /// One datagram of `bytes` relayed back from the target.
     pub fn from_target(&self, bytes: usize) {
         self.from_target_datagrams.fetch_add(1, Ordering::Relaxed);
@@ -82,6 +90,14 @@ impl Counters {
             DropReason::Error => &self.dropped_error,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `datagrams` datagrams of `bytes` in all relayed back from the target.
+    pub fn from_target_many(&self, datagrams: usize, bytes: usize) {
+        self.from_target_datagrams
+            .fetch_add(datagrams as u64, Ordering::Relaxed);
+        self.from_target_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// A transient error (counted, remembered as the last error).

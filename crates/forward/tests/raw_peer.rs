@@ -288,3 +288,151 @@ async fn a_client_that_does_not_read_its_control_stream_does_not_hold_up_the_sto
     let stopped = server.stop(started + Duration::from_secs(5)).await;
     assert!(stopped.is_ok(), "{stopped:?} after {:?}", started.elapsed());
 }
+
+// r[verify forward.limits.unauthenticated]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_unauthenticated_bound_are_refused_until_one_authenticates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.max_unauthenticated = 1;
+    let server = holdfast_forward::start(config).await.expect("server");
+    // One connection that has not authenticated holds the only place.
+    let mut first = Raw::connect(&server).await;
+    let refused = try_connect(&server).await;
+    assert!(
+        matches!(
+            refused,
+            Err(quinn::ConnectionError::ConnectionClosed(ref close))
+                if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(server.refused_unauthenticated(), 1);
+    // Once it authenticates, its place is free for the next.
+    first
+        .send_frame(&control::encode(&Message::Hello {
+            credential: TOKEN.as_bytes().to_vec(),
+        }))
+        .await;
+    assert_eq!(first.next().await, Message::Welcome);
+    let second = try_connect(&server).await;
+    assert!(second.is_ok(), "{second:?}");
+    assert_eq!(server.refused_unauthenticated(), 1);
+}
+
+/// A bare handshake with the node (no control stream).
+#[allow(clippy::expect_used)]
+async fn try_connect(
+    server: &holdfast_forward::Server,
+) -> Result<(quinn::Connection, quinn::Endpoint), quinn::ConnectionError> {
+    let (config, _) =
+        holdfast_forward::client::quinn_client_config(server.fingerprint(), Duration::from_secs(5))
+            .expect("client config");
+    let endpoint = quinn::Endpoint::client(loopback()).expect("endpoint");
+    let conn = endpoint
+        .connect_with(config, server.local_addr().expect("addr"), SERVER_NAME)
+        .expect("connect")
+        .await?;
+    Ok((conn, endpoint))
+}
+
+// r[verify forward.open.answers]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited() {
+    use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
+
+    // A hand-driven node: it answers the two Opens with a refusal naming forward 0 first, then
+    // opens both.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let identity = holdfast_forward::Identity::load_or_create(dir.path()).expect("identity");
+    let config = holdfast_forward::server::quinn_server_config(&identity, Duration::from_secs(5))
+        .expect("server config");
+    let endpoint = quinn::Endpoint::server(config, loopback()).expect("endpoint");
+    let addr = endpoint.local_addr().expect("addr");
+    let node = tokio::spawn(async move {
+        let conn = endpoint
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("handshake");
+        let (mut send, mut recv) = conn.accept_bi().await.expect("control stream");
+        let mut decoder = FrameDecoder::new();
+        let mut buf = [0u8; 4096];
+        let mut opens = Vec::new();
+        while opens.len() < 2 {
+            let n = recv.read(&mut buf).await.expect("read").expect("open");
+            decoder.push(&buf[..n]);
+            while let Some(message) = decoder.next_message() {
+                match message.expect("well-formed") {
+                    Message::Hello { .. } => {
+                        send.write_all(&control::encode(&Message::Welcome))
+                            .await
+                            .expect("write");
+                    }
+                    Message::Open { forward, .. } => opens.push(forward),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        let mut answers = vec![Message::Refused {
+            forward: 0,
+            refusal: Refusal::Duplicate,
+            message: "already authenticated".into(),
+        }];
+        answers.extend(opens.iter().map(|&forward| Message::Opened { forward }));
+        for answer in answers {
+            send.write_all(&control::encode(&answer))
+                .await
+                .expect("write");
+        }
+        (conn, endpoint)
+    });
+
+    let mut config = ClientConfig::new(
+        addr,
+        identity.fingerprint(),
+        holdfast_forward::Credential::new(TOKEN),
+    );
+    config.forwards = vec![
+        ForwardSpec {
+            local: loopback(),
+            target: loopback(),
+        };
+        2
+    ];
+    config.reconnect = fast_reconnect();
+    let mut client = client::spawn(config).await.expect("client");
+    let mut opened = Vec::new();
+    while opened.len() < 2 {
+        if let ClientEvent::Opened { forward, .. } = expect(&mut client, "Opened", |e| {
+            matches!(e, ClientEvent::Opened { .. })
+        })
+        .await
+        {
+            opened.push(forward);
+        }
+    }
+    opened.sort();
+    assert_eq!(opened, vec![1, 2]);
+    let (conn, _endpoint) = node.await.expect("node");
+    // Both forwards are relayed: a datagram on each local address reaches the node.
+    let peer = peer().await;
+    for local in client.local_addrs() {
+        peer.send_to(b"x", local).await.expect("send");
+    }
+    let mut forwards = Vec::new();
+    while forwards.len() < 2 {
+        let datagram = tokio::time::timeout(WAIT, conn.read_datagram())
+            .await
+            .expect("a datagram in time")
+            .expect("datagram");
+        let (id, payload) =
+            holdfast_forward::wire::decode_datagram(&datagram).expect("well-formed");
+        assert_eq!(payload, b"x");
+        forwards.push(id.forward);
+    }
+    forwards.sort();
+    assert_eq!(forwards, vec![1, 2]);
+    client.stop().await;
+}

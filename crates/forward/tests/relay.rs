@@ -41,7 +41,12 @@ async fn payloads_of_0_1_1162_and_the_maximum_arrive_intact_both_ways() {
         stats.to_target_datagrams >= 4 && stats.from_target_datagrams >= 4
     })
     .await;
-    assert!(client.stats()[0].from_target_bytes >= (1163 + max) as u64);
+    // The client too counts after its send to the peer returns, which may be after the peer has
+    // the reply.
+    eventually("the client counted the replies' bytes", || {
+        client.stats()[0].from_target_bytes >= (1163 + max) as u64
+    })
+    .await;
 }
 
 // r[verify forward.flows+2]
@@ -494,4 +499,118 @@ async fn the_node_stopper_tells_clients_the_node_restarts_and_returns_by_its_dea
     };
     assert_eq!(reason, EndReason::ShuttingDown);
     assert_eq!(message, "node restarting");
+}
+
+// r[verify forward.limits.flow-sockets]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_node_s_flow_socket_bound_a_new_flow_is_dropped_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.max_flow_sockets = 2;
+    let server = holdfast_forward::start(config).await.expect("server");
+    let (one, two) = (echo().await, echo().await);
+    // Two forwards on one connection, so the bound is the node's, not one forward's.
+    let mut client = client::spawn(client_config(&server, &[one.addr, two.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 2).await;
+    let (first, second) = (client.local_addrs()[0], client.local_addrs()[1]);
+    let (a, b, c) = (peer().await, peer().await, peer().await);
+    assert_eq!(round_trip(&a, first, b"a").await, b"a");
+    assert_eq!(round_trip(&b, second, b"b").await, b"b");
+    assert_eq!(server.flow_sockets(), 2);
+    // A third flow finds no socket left: dropped, counted, and the others go on.
+    assert_eq!(try_round_trip(&c, second, b"c", 2).await, None);
+    let over = || {
+        server
+            .forwards()
+            .iter()
+            .map(|f| f.stats.dropped.flow_limit)
+            .sum::<u64>()
+    };
+    assert!(over() >= 1, "{:?}", server.forwards());
+    assert_eq!(round_trip(&a, first, b"a2").await, b"a2");
+    // A forward that ends gives its flows' sockets back.
+    drop(client);
+    eventually("flow sockets given back", || server.flow_sockets() == 0).await;
+}
+
+// r[verify forward.batch]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_datagrams_of_mixed_sizes_arrives_whole_in_order_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = tokio::net::UdpSocket::bind(loopback())
+        .await
+        .expect("target");
+    let mut client = client::spawn(client_config(
+        &server,
+        &[target.local_addr().expect("addr")],
+    ))
+    .await
+    .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    assert_eq!(
+        try_round_trip(&peer, local, b"warm", 1).await,
+        None,
+        "the target does not answer"
+    );
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
+        .await
+        .expect("warm-up arrives")
+        .expect("recv");
+    assert_eq!(&buf[..n], b"warm");
+    // Runs of equal sizes (gathered into one send) broken by other sizes and empty datagrams,
+    // sent back to back so several wait at once at each end.
+    let sizes: Vec<usize> = (0..300)
+        .map(|i| match i % 10 {
+            0..=5 => 100,
+            6 => 0,
+            7 | 8 => 1162,
+            _ => 1 + i % 7,
+        })
+        .collect();
+    let datagram =
+        |i: usize, size: usize| -> Vec<u8> { (0..size).map(|j| (i + j) as u8).collect() };
+    // The target reads while the burst is sent, so its own buffer does not overflow.
+    let expected = sizes.len();
+    let reader = tokio::spawn(async move {
+        let mut received = Vec::new();
+        while received.len() < expected {
+            match tokio::time::timeout(Duration::from_secs(2), target.recv_from(&mut buf)).await {
+                Ok(Ok((n, _))) => received.push(buf[..n].to_vec()),
+                _ => break,
+            }
+        }
+        received
+    });
+    for (i, &size) in sizes.iter().enumerate() {
+        peer.send_to(&datagram(i, size), local).await.expect("send");
+        if i % 50 == 49 {
+            // Paced a little so no socket buffer overflows on a loaded machine.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let received = reader.await.expect("reader");
+    // UDP may lose a datagram under load; what arrives is whole, in order, and counted.
+    assert!(
+        received.len() >= sizes.len() * 9 / 10,
+        "{} of {}",
+        received.len(),
+        sizes.len()
+    );
+    let mut next = 0;
+    for got in &received {
+        let i = (next..sizes.len())
+            .find(|&i| datagram(i, sizes[i]) == *got)
+            .unwrap_or_else(|| panic!("{} bytes out of order or altered", got.len()));
+        next = i + 1;
+    }
+    let node = &server.forwards()[0].stats;
+    assert_eq!(node.to_target_datagrams, 1 + received.len() as u64);
+    let bytes: usize = received.iter().map(Vec::len).sum();
+    assert_eq!(node.to_target_bytes, 4 + bytes as u64);
 }

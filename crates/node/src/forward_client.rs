@@ -82,6 +82,7 @@ impl Output {
                     ClientEvent::Refused { .. }
                         | ClientEvent::Ended { .. }
                         | ClientEvent::ConnectFailed { .. }
+                        | ClientEvent::LocalFailed { .. }
                 ) {
                     let _ = writeln!(err);
                 }

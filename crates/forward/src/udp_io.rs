@@ -1,0 +1,407 @@
+//! Batched UDP I/O at the relay's edges: many datagrams per system call where the kernel allows
+//! it (recvmmsg and GRO on receive, GSO on send, through quinn-udp), one datagram per call where
+//! it does not. The relay's cost per datagram is dominated by system calls, so this is where it
+//! pays to batch.
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+
+use quinn::udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+/// The largest datagram a receive buffer must hold whole (a GRO batch is at most this too).
+pub(crate) const MAX_DATAGRAM: usize = 65_536;
+
+/// The most bytes one GSO send carries (the kernel's limit is 64 KiB including headers).
+const GSO_MAX_BYTES: usize = 60_000;
+
+/// A UDP socket with quinn-udp's batched send and receive.
+// r[impl forward.batch]
+#[derive(Debug)]
+pub(crate) struct UdpIo {
+    socket: UdpSocket,
+    state: UdpSocketState,
+}
+
+impl UdpIo {
+    /// Wraps `socket` (enables GRO where the platform has it); the socket fragments as plain UDP.
+    pub(crate) fn new(socket: UdpSocket) -> io::Result<Self> {
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        // quinn-udp's setup sets "don't fragment", which is QUIC's need, not a relay's.
+        // r[impl forward.fragment]
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        crate::fragmentation::leave_to_kernel(
+            std::os::fd::AsFd::as_fd(&socket),
+            socket.local_addr()?.is_ipv6(),
+        )?;
+        Ok(UdpIo { socket, state })
+    }
+
+    /// The address the socket is bound to.
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// The address the socket is connected to.
+    #[cfg(test)]
+    pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.peer_addr()
+    }
+
+    /// How many segments one send may carry.
+    pub(crate) fn max_segments(&self) -> usize {
+        self.state.max_gso_segments().max(1)
+    }
+
+    /// Receives at least one buffer's worth (waiting for it); returns how many of `bufs` were
+    /// filled. A filled buffer may hold several datagrams (GRO): see [`segments`]. A pending
+    /// socket error (an ICMP refusal on a connected socket) is returned as soon as it arrives.
+    pub(crate) async fn recv(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        // A pending error makes epoll report EPOLLERR without EPOLLIN, which tokio does not count
+        // as readable: waiting for readability alone would leave a refusal unseen until the next
+        // datagram or send. tokio's `try_io` takes one interest (a combined one is never ready):
+        // the one that woke us, so a WouldBlock clears that one.
+        loop {
+            let ready = self
+                .socket
+                .ready(Interest::READABLE | Interest::ERROR)
+                .await?;
+            let interest = if ready.is_error() {
+                Interest::ERROR
+            } else {
+                Interest::READABLE
+            };
+            match self.socket.try_io(interest, || {
+                self.state.recv(UdpSockRef::from(&self.socket), bufs, meta)
+            }) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Sends `contents` to `to`: one datagram, or with `segment` set, datagrams of that size
+    /// (the last may be shorter) in one call.
+    pub(crate) async fn send(
+        &self,
+        to: SocketAddr,
+        contents: &[u8],
+        segment: Option<usize>,
+    ) -> io::Result<()> {
+        let transmit = Transmit {
+            destination: to,
+            ecn: None,
+            contents,
+            segment_size: segment.filter(|s| *s < contents.len()),
+            src_ip: None,
+        };
+        loop {
+            match self.socket.try_io(Interest::WRITABLE, || {
+                self.state
+                    .try_send(UdpSockRef::from(&self.socket), &transmit)
+            }) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    self.socket.writable().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The datagrams in one received buffer: `len` bytes cut every `stride` bytes (a buffer without
+/// GRO holds one datagram, which may be empty).
+// r[impl forward.batch]
+pub(crate) fn segments<'a>(
+    buf: &'a [u8],
+    meta: &RecvMeta,
+) -> impl Iterator<Item = &'a [u8]> + use<'a> {
+    let data = &buf[..meta.len.min(buf.len())];
+    let stride = if meta.stride == 0 || meta.stride >= data.len() {
+        data.len().max(1)
+    } else {
+        meta.stride
+    };
+    let count = if data.is_empty() {
+        1
+    } else {
+        data.len().div_ceil(stride)
+    };
+    (0..count).map(move |i| {
+        let start = (i * stride).min(data.len());
+        &data[start..((i + 1) * stride).min(data.len())]
+    })
+}
+
+/// Datagrams of one size to one destination, gathered so they leave in one send.
+// r[impl forward.batch]
+#[derive(Debug, Default)]
+pub(crate) struct Gather<K> {
+    /// Whose datagrams these are (a flow, a peer), with their destination and size.
+    key: Option<(K, SocketAddr, usize)>,
+    buf: Vec<u8>,
+    count: usize,
+}
+
+impl<K: PartialEq + Copy> Gather<K> {
+    /// Adds `payload` if it can join the datagrams gathered; `false` when it cannot, and the
+    /// gathered ones must be flushed first.
+    pub(crate) fn push(
+        &mut self,
+        key: K,
+        to: SocketAddr,
+        payload: &[u8],
+        max_segments: usize,
+    ) -> bool {
+        match self.key {
+            None => {
+                self.key = Some((key, to, payload.len()));
+                self.buf.clear();
+                self.buf.extend_from_slice(payload);
+                self.count = 1;
+                true
+            }
+            // Equal, non-empty sizes only: a GSO send cuts at one segment size, and an empty
+            // datagram cannot be a segment.
+            Some((k, dest, size))
+                if k == key
+                    && dest == to
+                    && size == payload.len()
+                    && size > 0
+                    && self.count < max_segments
+                    && self.buf.len() + size <= GSO_MAX_BYTES =>
+            {
+                self.buf.extend_from_slice(payload);
+                self.count += 1;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Takes what was gathered: key, destination, segment size, datagram count and bytes.
+    pub(crate) fn take(&mut self) -> Option<Gathered<'_, K>> {
+        let (key, to, size) = self.key.take()?;
+        Some(Gathered {
+            key,
+            to,
+            segment: size,
+            count: self.count,
+            contents: &self.buf,
+        })
+    }
+}
+
+/// One gathered send.
+#[derive(Debug)]
+pub(crate) struct Gathered<'a, K> {
+    pub(crate) key: K,
+    pub(crate) to: SocketAddr,
+    pub(crate) segment: usize,
+    pub(crate) count: usize,
+    pub(crate) contents: &'a [u8],
+}
+
+impl<K> Gathered<'_, K> {
+    /// Sends the datagrams; a GSO send the path refuses (EIO, EINVAL: no offload there) is
+    /// retried a datagram at a time. Any other error of a GSO send is what the first datagram
+    /// would have met alone (a pending ICMP refusal is returned once): that one is lost and the
+    /// rest go a datagram at a time, as one by one would have sent them. Returns the datagrams
+    /// sent and the first error.
+    pub(crate) async fn send(&self, io: &UdpIo) -> (usize, Option<io::Error>) {
+        if self.count <= 1 {
+            return match io.send(self.to, self.contents, None).await {
+                Ok(()) => (self.count, None),
+                Err(err) => (0, Some(err)),
+            };
+        }
+        match io.send(self.to, self.contents, Some(self.segment)).await {
+            Ok(()) => (self.count, None),
+            Err(err) => {
+                let no_offload = matches!(err.raw_os_error(), Some(EIO | EINVAL));
+                let (skip, mut first) = if no_offload {
+                    (0, None)
+                } else {
+                    (1, Some(err))
+                };
+                let mut sent = 0;
+                for one in self.contents.chunks(self.segment).skip(skip) {
+                    match io.send(self.to, one, None).await {
+                        Ok(()) => sent += 1,
+                        Err(err) => {
+                            first.get_or_insert(err);
+                        }
+                    }
+                }
+                (sent, first)
+            }
+        }
+    }
+}
+
+// The errors (Linux errno values) a path without segmentation offload answers a GSO send with;
+// GSO is only used on Linux.
+const EIO: i32 = 5;
+const EINVAL: i32 = 22;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(len: usize, stride: usize) -> RecvMeta {
+        RecvMeta {
+            len,
+            stride,
+            ..RecvMeta::default()
+        }
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn a_buffer_is_cut_at_its_stride_and_an_empty_datagram_is_one_datagram() {
+        let buf: Vec<u8> = (0..10).collect();
+        let cut: Vec<&[u8]> = segments(&buf, &meta(10, 4)).collect();
+        assert_eq!(cut, vec![&buf[0..4], &buf[4..8], &buf[8..10]]);
+        let whole: Vec<&[u8]> = segments(&buf, &meta(10, 10)).collect();
+        assert_eq!(whole, vec![&buf[..]]);
+        let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
+        assert_eq!(empty, vec![&[] as &[u8]]);
+    }
+
+    /// A connected `UdpIo` towards a port nothing listens on (bound, then released).
+    async fn towards_closed_port() -> (UdpIo, SocketAddr) {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("port");
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        socket.connect(closed).await.expect("connect");
+        (UdpIo::new(socket).expect("udp io"), closed)
+    }
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_is_received_without_any_further_datagram_or_send() {
+        let (io, closed) = towards_closed_port().await;
+        io.send(closed, b"anyone?", None).await.expect("send");
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default()];
+        let mut slices = [IoSliceMut::new(&mut buf)];
+        let received = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            io.recv(&mut slices, &mut meta),
+        )
+        .await
+        .expect("the refusal wakes the receive");
+        let err = received.expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_pending_refusal_costs_a_gathered_run_one_datagram_as_one_by_one() {
+        let (io, closed) = towards_closed_port().await;
+        io.send(closed, b"x", None).await.expect("send");
+        // The ICMP refusal is now pending on the socket (not consumed: nothing receives).
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            io.socket.ready(Interest::ERROR),
+        )
+        .await
+        .expect("refusal arrives")
+        .expect("ready");
+        let target = UdpSocket::bind(closed)
+            .await
+            .expect("the target listens now");
+        let mut gather = Gather::<u8>::default();
+        for payload in [b"aa", b"bb", b"cc"] {
+            assert!(gather.push(1, closed, payload, 64));
+        }
+        let gathered = gather.take().expect("gathered");
+        let (sent, err) = gathered.send(&io).await;
+        // Alone, the first datagram meets the refusal and the next two go out.
+        assert_eq!(sent, 2);
+        assert_eq!(
+            err.map(|e| e.kind()),
+            Some(io::ErrorKind::ConnectionRefused)
+        );
+        let mut buf = [0u8; 16];
+        for expected in [b"bb", b"cc"] {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(5), target.recv(&mut buf))
+                .await
+                .expect("delivered")
+                .expect("recv");
+            assert_eq!(&buf[..n], expected, "in order");
+        }
+    }
+
+    // r[verify forward.fragment]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[tokio::test]
+    async fn relay_sockets_leave_fragmentation_to_the_kernel() {
+        use crate::fragmentation::get;
+        use std::os::fd::AsFd;
+        let v4 = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind")).expect("udp io");
+        let fd = v4.socket.as_fd();
+        assert_eq!(
+            get(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).expect("get"),
+            libc::IP_PMTUDISC_WANT
+        );
+        let v6 = UdpIo::new(UdpSocket::bind("[::1]:0").await.expect("bind ::1")).expect("udp io");
+        let fd = v6.socket.as_fd();
+        assert_eq!(
+            get(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).expect("get"),
+            libc::IP_PMTUDISC_WANT
+        );
+        assert_eq!(
+            get(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER).expect("get"),
+            libc::IPV6_PMTUDISC_WANT
+        );
+        assert_eq!(
+            get(fd, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG).expect("get"),
+            0
+        );
+    }
+
+    // A datagram above a 1500-byte MTU goes out whole. On loopback (MTU 65536) this passes with
+    // or without fragmentation; run in a network namespace whose loopback MTU is 1400 it shows
+    // the kernel fragmenting (with "don't fragment" set the send fails with EMSGSIZE).
+    // r[verify forward.fragment]
+    #[tokio::test]
+    async fn a_datagram_larger_than_1500_bytes_is_sent_whole() {
+        let target = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let to = target.local_addr().expect("addr");
+        let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind")).expect("udp io");
+        let payload: Vec<u8> = (0..4000u32).map(|i| i as u8).collect();
+        io.send(to, &payload, None).await.expect("send");
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), target.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], &payload[..]);
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn only_equal_non_empty_datagrams_to_one_destination_are_gathered() {
+        let to: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let mut gather = Gather::<u8>::default();
+        assert!(gather.push(1, to, b"ab", 64));
+        assert!(gather.push(1, to, b"cd", 64));
+        assert!(!gather.push(1, to, b"e", 64), "another size");
+        assert!(!gather.push(2, to, b"ef", 64), "another flow");
+        let taken = gather.take().expect("gathered");
+        assert_eq!(
+            (taken.count, taken.segment, taken.contents),
+            (2, 2, &b"abcd"[..])
+        );
+        assert!(gather.take().is_none());
+        assert!(gather.push(1, to, b"", 64));
+        assert!(!gather.push(1, to, b"", 64), "empty datagrams go alone");
+    }
+}
