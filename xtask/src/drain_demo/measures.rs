@@ -72,6 +72,17 @@ pub struct ClientLog {
     pub survivor_frames: u64,
 }
 
+/// One push the API accepted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pushed {
+    /// Its sequence number.
+    pub seq: u64,
+    /// When the request was sent (ms since the arm started).
+    pub sent_ms: f64,
+    /// When the API's answer arrived: the message was published by then.
+    pub accepted_ms: f64,
+}
+
 /// The raw record of one arm.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArmLog {
@@ -85,8 +96,8 @@ pub struct ArmLog {
     pub registration_gone_at_ms: Option<f64>,
     /// How long after the signal the key was watched.
     pub registration_watched_ms: f64,
-    /// The sequence numbers the push API accepted.
-    pub sent: Vec<u64>,
+    /// The pushes the API accepted.
+    pub sent: Vec<Pushed>,
     /// Pushes the API refused or that failed.
     pub push_errors: u64,
     /// Every client's log.
@@ -112,11 +123,16 @@ pub struct ArmMeasures {
     pub notice_p50_ms: Option<f64>,
     /// 95th percentile of the same.
     pub notice_p95_ms: Option<f64>,
+    /// The earliest of the same: the first close a client of A saw.
+    pub first_notice_ms: Option<f64>,
     /// How long A's registration outlived the signal; `None` when it was still there at the end of
     /// the watch.
     pub registration_outlived_ms: Option<f64>,
     /// How long the registration was watched after the signal.
     pub registration_watched_ms: f64,
+    /// Whether the registration was gone no later than the first close a client of A saw
+    /// (`None` when either did not happen).
+    pub registration_gone_before_first_close: Option<bool>,
     /// From the signal to A's process exit.
     pub stop_ms: Option<f64>,
     /// Stream messages the push API accepted.
@@ -131,6 +147,12 @@ pub struct ArmMeasures {
     pub lost: u64,
     /// Of those, lost by clients that started on A.
     pub lost_by_a_clients: u64,
+    /// Deliveries owed to a joined connection: messages pushed after a session had joined the
+    /// room and published before that session ended, summed over all sessions.
+    pub deliveries_expected_while_joined: u64,
+    /// Of those, not received: what the stop lost from connections that were there (messages
+    /// pushed while a client was away reconnecting are not owed to it: there is no replay).
+    pub lost_while_joined: u64,
     /// Of A's clients, those that joined the room again on B.
     pub reconnected_to_b: usize,
     /// Stream frames A's clients received on B after reconnecting.
@@ -151,9 +173,9 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
 }
 
 /// Computes an arm's figures from its log.
-// i[impl xtask.drain-demo.measures]
+// i[impl xtask.drain-demo.measures+2]
 pub fn measure(log: &ArmLog) -> ArmMeasures {
-    let sent: HashSet<u64> = log.sent.iter().copied().collect();
+    let sent: HashSet<u64> = log.sent.iter().map(|p| p.seq).collect();
     let on_a: Vec<&ClientLog> = log.clients.iter().filter(|c| c.first == Side::A).collect();
     let mut close_codes = BTreeMap::new();
     let mut notice = Vec::new();
@@ -181,6 +203,26 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
     let deliveries_received: u64 = log.clients.iter().map(received).sum();
     let lost_by_a_clients: u64 = on_a.iter().map(|c| per_client - received(c)).sum();
     let expected = per_client * log.clients.len() as u64;
+    let (mut owed, mut owed_lost) = (0u64, 0u64);
+    for client in &log.clients {
+        let got: HashSet<u64> = client.seqs.iter().copied().collect();
+        for (k, &(joined_at, _)) in client.joined.iter().enumerate() {
+            // Session k ends with the k-th close (a close is only recorded after a joined session).
+            let ended_at = client.closes.get(k).map_or(f64::INFINITY, |c| c.at_ms);
+            for push in &log.sent {
+                if push.sent_ms >= joined_at && push.accepted_ms <= ended_at {
+                    owed += 1;
+                    if !got.contains(&push.seq) {
+                        owed_lost += 1;
+                    }
+                }
+            }
+        }
+    }
+    let first_notice_ms = notice.iter().copied().min_by(f64::total_cmp);
+    let registration_outlived_ms = log
+        .registration_gone_at_ms
+        .map(|t| (t - log.signal_at_ms).max(0.0));
     ArmMeasures {
         arm: log.arm,
         signal: log.arm.signal().as_str().to_owned(),
@@ -190,10 +232,12 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
         noticed: notice.len(),
         notice_p50_ms: percentile(&notice, 50.0),
         notice_p95_ms: percentile(&notice, 95.0),
-        registration_outlived_ms: log
-            .registration_gone_at_ms
-            .map(|t| (t - log.signal_at_ms).max(0.0)),
+        first_notice_ms,
+        registration_outlived_ms,
         registration_watched_ms: log.registration_watched_ms,
+        registration_gone_before_first_close: registration_outlived_ms
+            .zip(first_notice_ms)
+            .map(|(gone, first)| gone <= first),
         stop_ms: log.exited_at_ms.map(|t| t - log.signal_at_ms),
         messages_sent: per_client,
         push_errors: log.push_errors,
@@ -201,6 +245,8 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
         deliveries_received,
         lost: expected - deliveries_received,
         lost_by_a_clients,
+        deliveries_expected_while_joined: owed,
+        lost_while_joined: owed_lost,
         reconnected_to_b: on_a
             .iter()
             .filter(|c| c.joined.iter().any(|&(_, side)| side == Side::B))
@@ -232,7 +278,7 @@ pub(crate) mod tests {
                 side: Side::A,
                 code,
             }],
-            // Missed seq 3 and 4 while reconnecting; 5 arrived twice.
+            // Missed seq 3 and 4 (pushed while joined to A); 5 arrived twice.
             seqs: vec![1, 2, 5, 5, 6],
             survivor_frames: 3,
         };
@@ -249,13 +295,20 @@ pub(crate) mod tests {
             exited_at_ms: Some(if arm == Arm::Control { 1002.0 } else { 1180.0 }),
             registration_gone_at_ms: (arm == Arm::Graceful).then_some(1003.5),
             registration_watched_ms: if arm == Arm::Control { 15000.0 } else { 3.5 },
-            sent: vec![1, 2, 3, 4, 5, 6],
+            // One push every 200 ms from 200 ms; each takes 10 ms.
+            sent: (1..=6)
+                .map(|seq| Pushed {
+                    seq,
+                    sent_ms: 200.0 * seq as f64,
+                    accepted_ms: 200.0 * seq as f64 + 10.0,
+                })
+                .collect(),
             push_errors: 0,
             clients: vec![a_client(0), b_client(0), a_client(1), b_client(1)],
         }
     }
 
-    // i[verify xtask.drain-demo.measures]
+    // i[verify xtask.drain-demo.measures+2]
     #[test]
     fn an_arm_is_measured_from_its_logs() {
         let m = measure(&fixture(Arm::Control));
@@ -278,15 +331,32 @@ pub(crate) mod tests {
         assert_eq!(m.reconnected_to_b, 2);
         assert_eq!(m.frames_on_survivor, 6);
         assert_eq!(m.closes_on_b, 0);
+        assert_eq!(m.first_notice_ms, Some(4.0));
+        // No registration gone: no order to tell.
+        assert_eq!(m.registration_gone_before_first_close, None);
+        // A's clients were owed seq 1-4 on A (5 was published after their close), B's all six.
+        assert_eq!(m.deliveries_expected_while_joined, 2 * 4 + 2 * 6);
+        assert_eq!(m.lost_while_joined, 4);
 
         let g = measure(&fixture(Arm::Graceful));
         assert_eq!(g.close_codes, BTreeMap::from([(1012, 2)]));
         assert_eq!(g.registration_outlived_ms, Some(3.5));
         assert_eq!(g.signal, "SIGTERM");
         assert_eq!(g.stop_ms, Some(180.0));
+        assert_eq!(g.first_notice_ms, Some(30.0));
+        assert_eq!(g.registration_gone_before_first_close, Some(true));
+        // Their connections lasted until 1030 ms: seq 5 (published by 1010 ms) was owed too.
+        assert_eq!(g.deliveries_expected_while_joined, 2 * 5 + 2 * 6);
+        assert_eq!(g.lost_while_joined, 4);
+        let mut late = fixture(Arm::Graceful);
+        late.registration_gone_at_ms = Some(1031.0);
+        assert_eq!(
+            measure(&late).registration_gone_before_first_close,
+            Some(false)
+        );
     }
 
-    // i[verify xtask.drain-demo.measures]
+    // i[verify xtask.drain-demo.measures+2]
     #[test]
     fn closes_before_the_signal_do_not_count_as_noticing() {
         let mut log = fixture(Arm::Control);
