@@ -137,6 +137,9 @@ pub struct ArmMeasures {
     pub stop_ms: Option<f64>,
     /// Stream messages the push API accepted.
     pub messages_sent: u64,
+    /// The rate the stream achieved (accepted pushes per second, first send to last answer); below
+    /// the asked rate when pushes took longer than their period.
+    pub stream_rate_per_s: Option<f64>,
     /// Pushes that failed.
     pub push_errors: u64,
     /// Sent messages × clients.
@@ -148,7 +151,8 @@ pub struct ArmMeasures {
     /// Of those, lost by clients that started on A.
     pub lost_by_a_clients: u64,
     /// Deliveries owed to a joined connection: messages pushed after a session had joined the
-    /// room and published before that session ended, summed over all sessions.
+    /// room and published before that session ended (on A: before the signal), summed over all
+    /// sessions.
     pub deliveries_expected_while_joined: u64,
     /// Of those, not received: what the stop lost from connections that were there (messages
     /// pushed while a client was away reconnecting are not owed to it: there is no replay).
@@ -170,6 +174,13 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     sorted.sort_by(f64::total_cmp);
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Accepted pushes per second over the stream's span; `None` under two pushes.
+fn stream_rate(sent: &[Pushed]) -> Option<f64> {
+    let first = sent.iter().map(|p| p.sent_ms).min_by(f64::total_cmp)?;
+    let last = sent.iter().map(|p| p.accepted_ms).max_by(f64::total_cmp)?;
+    (sent.len() >= 2 && last > first).then(|| sent.len() as f64 * 1000.0 / (last - first))
 }
 
 /// Computes an arm's figures from its log.
@@ -206,9 +217,15 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
     let (mut owed, mut owed_lost) = (0u64, 0u64);
     for client in &log.clients {
         let got: HashSet<u64> = client.seqs.iter().copied().collect();
-        for (k, &(joined_at, _)) in client.joined.iter().enumerate() {
+        for (k, &(joined_at, side)) in client.joined.iter().enumerate() {
             // Session k ends with the k-th close (a close is only recorded after a joined session).
-            let ended_at = client.closes.get(k).map_or(f64::INFINITY, |c| c.at_ms);
+            let mut ended_at = client.closes.get(k).map_or(f64::INFINITY, |c| c.at_ms);
+            // A stopping replica owes what was published before its stop began; what it is sent
+            // later, while the client has not read its close yet, is not owed (a slow client
+            // reads its close late, and a killed replica cannot deliver anything).
+            if side == Side::A {
+                ended_at = ended_at.min(log.signal_at_ms);
+            }
             for push in &log.sent {
                 if push.sent_ms >= joined_at && push.accepted_ms <= ended_at {
                     owed += 1;
@@ -240,6 +257,7 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
             .map(|(gone, first)| gone <= first),
         stop_ms: log.exited_at_ms.map(|t| t - log.signal_at_ms),
         messages_sent: per_client,
+        stream_rate_per_s: stream_rate(&log.sent),
         push_errors: log.push_errors,
         deliveries_expected: expected,
         deliveries_received,
@@ -323,6 +341,9 @@ pub(crate) mod tests {
         assert_eq!(m.stop_ms, Some(2.0));
         assert_eq!(m.signal, "SIGKILL");
         assert_eq!(m.messages_sent, 6);
+        // Six pushes from 200 ms to 1210 ms.
+        assert_eq!(m.stream_rate_per_s, Some(6000.0 / 1010.0));
+        assert_eq!(stream_rate(&fixture(Arm::Control).sent[..1]), None);
         assert_eq!(m.deliveries_expected, 24);
         // Repeats and seqs that were never sent do not count.
         assert_eq!(m.deliveries_received, 2 * 4 + 2 * 6);
@@ -334,7 +355,7 @@ pub(crate) mod tests {
         assert_eq!(m.first_notice_ms, Some(4.0));
         // No registration gone: no order to tell.
         assert_eq!(m.registration_gone_before_first_close, None);
-        // A's clients were owed seq 1-4 on A (5 was published after their close), B's all six.
+        // A's clients were owed seq 1-4 on A (5 was published after the signal), B's all six.
         assert_eq!(m.deliveries_expected_while_joined, 2 * 4 + 2 * 6);
         assert_eq!(m.lost_while_joined, 4);
 
@@ -345,8 +366,9 @@ pub(crate) mod tests {
         assert_eq!(g.stop_ms, Some(180.0));
         assert_eq!(g.first_notice_ms, Some(30.0));
         assert_eq!(g.registration_gone_before_first_close, Some(true));
-        // Their connections lasted until 1030 ms: seq 5 (published by 1010 ms) was owed too.
-        assert_eq!(g.deliveries_expected_while_joined, 2 * 5 + 2 * 6);
+        // Their connections lasted until 1030 ms, but seq 5 (published by 1010 ms, after the
+        // signal) is not owed by a replica that had begun to stop.
+        assert_eq!(g.deliveries_expected_while_joined, 2 * 4 + 2 * 6);
         assert_eq!(g.lost_while_joined, 4);
         let mut late = fixture(Arm::Graceful);
         late.registration_gone_at_ms = Some(1031.0);

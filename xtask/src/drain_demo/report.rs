@@ -130,8 +130,14 @@ pub fn markdown(report: &Report) -> String {
         );
         row("A's stop (signal → exit)", ms(arm.stop_ms));
         row(
-            "messages sent / push errors",
-            format!("{} / {}", arm.messages_sent, arm.push_errors),
+            "messages sent / push errors (achieved rate)",
+            format!(
+                "{} / {} ({})",
+                arm.messages_sent,
+                arm.push_errors,
+                arm.stream_rate_per_s
+                    .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}/s"))
+            ),
         );
         row(
             "deliveries expected / received / lost (lost by A's clients)",
