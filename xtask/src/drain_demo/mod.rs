@@ -425,6 +425,25 @@ async fn run_arm(
             None
         }
     };
+    // Armed before the signal: as soon as the first client of A has its close, etcd is read.
+    let (armed, is_armed) = tokio::sync::oneshot::channel();
+    let at_first_close = tokio::spawn({
+        let progress = progress_counts.clone();
+        let key = key.clone();
+        let cap = shared.lease_ttl + Duration::from_secs(5);
+        async move {
+            let first_close = progress.closed_on_a.notified();
+            tokio::pin!(first_close);
+            first_close.as_mut().enable();
+            let _ = armed.send(());
+            tokio::time::timeout(cap, first_close).await.ok()?;
+            registration::present(etcd, &key)
+                .await
+                .ok()
+                .map(|present| !present)
+        }
+    });
+    is_armed.await.context("arming the first-close read")?;
     let signal_at_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let since = Instant::now();
     a.signal(arm.signal())?;
@@ -469,6 +488,7 @@ async fn run_arm(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let (gone, watched) = registration.await.context("the registration watch")?;
+    let gone_at_first_close = at_first_close.await.context("the first-close read")?;
     match gone {
         Some(at) => progress(format_args!(
             "[{name}] gw-a's registration was gone {:.0} ms after the signal",
@@ -506,6 +526,7 @@ async fn run_arm(
         exited_at_ms,
         registration_gone_at_ms: gone.map(|d| signal_at_ms + d.as_secs_f64() * 1000.0),
         registration_watched_ms: watched.as_secs_f64() * 1000.0,
+        registration_gone_at_first_close: gone_at_first_close,
         sent: sent.accepted,
         push_errors: sent.errors,
         clients: logs,

@@ -117,10 +117,10 @@ pub fn markdown(report: &Report) -> String {
             },
         );
         row(
-            "registration gone before the first close (first close at)",
+            "registration gone when A's first client had its close (first close at)",
             format!(
                 "{} ({})",
-                match arm.registration_gone_before_first_close {
+                match arm.registration_gone_at_first_close {
                     Some(true) => "yes",
                     Some(false) => "no",
                     None => "-",

@@ -26,21 +26,17 @@ pub fn failures(arm: &ArmMeasures) -> Vec<String> {
             drain_closes, arm.clients_on_a, arm.close_codes
         ));
     }
-    match arm.registration_gone_before_first_close {
+    match arm.registration_gone_at_first_close {
         Some(true) => {}
         Some(false) => out.push(format!(
-            "gw-a's registration was gone {:.0} ms after the signal, after the first close ({:.0} ms)",
-            arm.registration_outlived_ms.unwrap_or(f64::NAN),
+            "gw-a's registration was still in etcd when its first client had received a close \
+             ({:.0} ms after the signal)",
             arm.first_notice_ms.unwrap_or(f64::NAN)
         )),
-        None => out.push(format!(
-            "gw-a's registration was not seen gone before a close ({})",
-            if arm.registration_outlived_ms.is_none() {
-                "it was still there at the end of the watch"
-            } else {
-                "no client of gw-a saw a close"
-            }
-        )),
+        None => out.push(
+            "gw-a's registration could not be read at the first close (no close, or etcd failed)"
+                .to_owned(),
+        ),
     }
     if arm.stop_ms.is_none() {
         out.push("gw-a did not exit".to_owned());
@@ -103,15 +99,12 @@ mod tests {
                 Box::new(|m| m.close_codes = [(1012, 1)].into()),
             ),
             (
-                "after the first close",
-                Box::new(|m| m.registration_gone_before_first_close = Some(false)),
+                "still in etcd",
+                Box::new(|m| m.registration_gone_at_first_close = Some(false)),
             ),
             (
-                "still there",
-                Box::new(|m| {
-                    m.registration_outlived_ms = None;
-                    m.registration_gone_before_first_close = None;
-                }),
+                "could not be read",
+                Box::new(|m| m.registration_gone_at_first_close = None),
             ),
             ("did not exit", Box::new(|m| m.stop_ms = None)),
             ("joined again", Box::new(|m| m.reconnected_to_b = 1)),
