@@ -89,7 +89,8 @@ mod tests {
     // i[verify xtask.drain-demo.verdict]
     #[test]
     fn each_broken_promise_fails_the_graceful_arm() {
-        let broken: Vec<(&str, Box<dyn Fn(&mut ArmMeasures)>)> = vec![
+        type Breaks = Box<dyn Fn(&mut ArmMeasures)>;
+        let broken: Vec<(&str, Breaks)> = vec![
             (
                 "1012 or 1001",
                 Box::new(|m| m.close_codes = [(1012, 1), (NO_CLOSE_FRAME, 1)].into()),
