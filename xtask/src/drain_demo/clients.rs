@@ -102,6 +102,8 @@ pub struct Progress {
     pub joined: AtomicUsize,
     /// Clients of A that have joined the room again on B.
     pub moved_to_b: AtomicUsize,
+    /// Woken whenever a connection to A ends (its close received, or its error).
+    pub closed_on_a: tokio::sync::Notify,
 }
 
 /// How a session ended.
@@ -172,6 +174,9 @@ pub async fn run(
                 return log;
             }
             Ending::Closed(code, reason) => {
+                if side == Side::A {
+                    progress.closed_on_a.notify_waiters();
+                }
                 log.closes.push(Close {
                     at_ms: ms(t0),
                     side,

@@ -72,6 +72,17 @@ pub struct ClientLog {
     pub survivor_frames: u64,
 }
 
+/// One push the API accepted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pushed {
+    /// Its sequence number.
+    pub seq: u64,
+    /// When the request was sent (ms since the arm started).
+    pub sent_ms: f64,
+    /// When the API's answer arrived: the message was published by then.
+    pub accepted_ms: f64,
+}
+
 /// The raw record of one arm.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArmLog {
@@ -85,8 +96,11 @@ pub struct ArmLog {
     pub registration_gone_at_ms: Option<f64>,
     /// How long after the signal the key was watched.
     pub registration_watched_ms: f64,
-    /// The sequence numbers the push API accepted.
-    pub sent: Vec<u64>,
+    /// Whether A's key was gone when read right after the first close one of A's clients
+    /// received (`None`: no close, or the read failed).
+    pub registration_gone_at_first_close: Option<bool>,
+    /// The pushes the API accepted.
+    pub sent: Vec<Pushed>,
     /// Pushes the API refused or that failed.
     pub push_errors: u64,
     /// Every client's log.
@@ -112,15 +126,24 @@ pub struct ArmMeasures {
     pub notice_p50_ms: Option<f64>,
     /// 95th percentile of the same.
     pub notice_p95_ms: Option<f64>,
+    /// The earliest of the same: the first close a client of A saw.
+    pub first_notice_ms: Option<f64>,
     /// How long A's registration outlived the signal; `None` when it was still there at the end of
     /// the watch.
     pub registration_outlived_ms: Option<f64>,
     /// How long the registration was watched after the signal.
     pub registration_watched_ms: f64,
+    /// Whether an etcd read issued as soon as the first client of A had received its close found
+    /// the registration gone (`None`: no close, or the read failed). A read, not the watch's time:
+    /// under load the watch reports the delete tens of milliseconds late.
+    pub registration_gone_at_first_close: Option<bool>,
     /// From the signal to A's process exit.
     pub stop_ms: Option<f64>,
     /// Stream messages the push API accepted.
     pub messages_sent: u64,
+    /// The rate the stream achieved (accepted pushes per second, first send to last answer); below
+    /// the asked rate when pushes took longer than their period.
+    pub stream_rate_per_s: Option<f64>,
     /// Pushes that failed.
     pub push_errors: u64,
     /// Sent messages × clients.
@@ -131,6 +154,13 @@ pub struct ArmMeasures {
     pub lost: u64,
     /// Of those, lost by clients that started on A.
     pub lost_by_a_clients: u64,
+    /// Deliveries owed to a joined connection: messages pushed after a session had joined the
+    /// room and published before that session ended (on A: before the signal), summed over all
+    /// sessions.
+    pub deliveries_expected_while_joined: u64,
+    /// Of those, not received: what the stop lost from connections that were there (messages
+    /// pushed while a client was away reconnecting are not owed to it: there is no replay).
+    pub lost_while_joined: u64,
     /// Of A's clients, those that joined the room again on B.
     pub reconnected_to_b: usize,
     /// Stream frames A's clients received on B after reconnecting.
@@ -150,10 +180,17 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
+/// Accepted pushes per second over the stream's span; `None` under two pushes.
+fn stream_rate(sent: &[Pushed]) -> Option<f64> {
+    let first = sent.iter().map(|p| p.sent_ms).min_by(f64::total_cmp)?;
+    let last = sent.iter().map(|p| p.accepted_ms).max_by(f64::total_cmp)?;
+    (sent.len() >= 2 && last > first).then(|| sent.len() as f64 * 1000.0 / (last - first))
+}
+
 /// Computes an arm's figures from its log.
-// i[impl xtask.drain-demo.measures]
+// i[impl xtask.drain-demo.measures+2]
 pub fn measure(log: &ArmLog) -> ArmMeasures {
-    let sent: HashSet<u64> = log.sent.iter().copied().collect();
+    let sent: HashSet<u64> = log.sent.iter().map(|p| p.seq).collect();
     let on_a: Vec<&ClientLog> = log.clients.iter().filter(|c| c.first == Side::A).collect();
     let mut close_codes = BTreeMap::new();
     let mut notice = Vec::new();
@@ -181,6 +218,32 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
     let deliveries_received: u64 = log.clients.iter().map(received).sum();
     let lost_by_a_clients: u64 = on_a.iter().map(|c| per_client - received(c)).sum();
     let expected = per_client * log.clients.len() as u64;
+    let (mut owed, mut owed_lost) = (0u64, 0u64);
+    for client in &log.clients {
+        let got: HashSet<u64> = client.seqs.iter().copied().collect();
+        for (k, &(joined_at, side)) in client.joined.iter().enumerate() {
+            // Session k ends with the k-th close (a close is only recorded after a joined session).
+            let mut ended_at = client.closes.get(k).map_or(f64::INFINITY, |c| c.at_ms);
+            // A stopping replica owes what was published before its stop began; what it is sent
+            // later, while the client has not read its close yet, is not owed (a slow client
+            // reads its close late, and a killed replica cannot deliver anything).
+            if side == Side::A {
+                ended_at = ended_at.min(log.signal_at_ms);
+            }
+            for push in &log.sent {
+                if push.sent_ms >= joined_at && push.accepted_ms <= ended_at {
+                    owed += 1;
+                    if !got.contains(&push.seq) {
+                        owed_lost += 1;
+                    }
+                }
+            }
+        }
+    }
+    let first_notice_ms = notice.iter().copied().min_by(f64::total_cmp);
+    let registration_outlived_ms = log
+        .registration_gone_at_ms
+        .map(|t| (t - log.signal_at_ms).max(0.0));
     ArmMeasures {
         arm: log.arm,
         signal: log.arm.signal().as_str().to_owned(),
@@ -190,17 +253,20 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
         noticed: notice.len(),
         notice_p50_ms: percentile(&notice, 50.0),
         notice_p95_ms: percentile(&notice, 95.0),
-        registration_outlived_ms: log
-            .registration_gone_at_ms
-            .map(|t| (t - log.signal_at_ms).max(0.0)),
+        first_notice_ms,
+        registration_outlived_ms,
         registration_watched_ms: log.registration_watched_ms,
+        registration_gone_at_first_close: log.registration_gone_at_first_close,
         stop_ms: log.exited_at_ms.map(|t| t - log.signal_at_ms),
         messages_sent: per_client,
+        stream_rate_per_s: stream_rate(&log.sent),
         push_errors: log.push_errors,
         deliveries_expected: expected,
         deliveries_received,
         lost: expected - deliveries_received,
         lost_by_a_clients,
+        deliveries_expected_while_joined: owed,
+        lost_while_joined: owed_lost,
         reconnected_to_b: on_a
             .iter()
             .filter(|c| c.joined.iter().any(|&(_, side)| side == Side::B))
@@ -232,7 +298,7 @@ pub(crate) mod tests {
                 side: Side::A,
                 code,
             }],
-            // Missed seq 3 and 4 while reconnecting; 5 arrived twice.
+            // Missed seq 3 and 4 (pushed while joined to A); 5 arrived twice.
             seqs: vec![1, 2, 5, 5, 6],
             survivor_frames: 3,
         };
@@ -249,13 +315,21 @@ pub(crate) mod tests {
             exited_at_ms: Some(if arm == Arm::Control { 1002.0 } else { 1180.0 }),
             registration_gone_at_ms: (arm == Arm::Graceful).then_some(1003.5),
             registration_watched_ms: if arm == Arm::Control { 15000.0 } else { 3.5 },
-            sent: vec![1, 2, 3, 4, 5, 6],
+            registration_gone_at_first_close: Some(arm == Arm::Graceful),
+            // One push every 200 ms from 200 ms; each takes 10 ms.
+            sent: (1..=6)
+                .map(|seq| Pushed {
+                    seq,
+                    sent_ms: 200.0 * seq as f64,
+                    accepted_ms: 200.0 * seq as f64 + 10.0,
+                })
+                .collect(),
             push_errors: 0,
             clients: vec![a_client(0), b_client(0), a_client(1), b_client(1)],
         }
     }
 
-    // i[verify xtask.drain-demo.measures]
+    // i[verify xtask.drain-demo.measures+2]
     #[test]
     fn an_arm_is_measured_from_its_logs() {
         let m = measure(&fixture(Arm::Control));
@@ -270,6 +344,9 @@ pub(crate) mod tests {
         assert_eq!(m.stop_ms, Some(2.0));
         assert_eq!(m.signal, "SIGKILL");
         assert_eq!(m.messages_sent, 6);
+        // Six pushes from 200 ms to 1210 ms.
+        assert_eq!(m.stream_rate_per_s, Some(6000.0 / 1010.0));
+        assert_eq!(stream_rate(&fixture(Arm::Control).sent[..1]), None);
         assert_eq!(m.deliveries_expected, 24);
         // Repeats and seqs that were never sent do not count.
         assert_eq!(m.deliveries_received, 2 * 4 + 2 * 6);
@@ -278,15 +355,27 @@ pub(crate) mod tests {
         assert_eq!(m.reconnected_to_b, 2);
         assert_eq!(m.frames_on_survivor, 6);
         assert_eq!(m.closes_on_b, 0);
+        assert_eq!(m.first_notice_ms, Some(4.0));
+        // Still registered when the first close arrived.
+        assert_eq!(m.registration_gone_at_first_close, Some(false));
+        // A's clients were owed seq 1-4 on A (5 was published after the signal), B's all six.
+        assert_eq!(m.deliveries_expected_while_joined, 2 * 4 + 2 * 6);
+        assert_eq!(m.lost_while_joined, 4);
 
         let g = measure(&fixture(Arm::Graceful));
         assert_eq!(g.close_codes, BTreeMap::from([(1012, 2)]));
         assert_eq!(g.registration_outlived_ms, Some(3.5));
         assert_eq!(g.signal, "SIGTERM");
         assert_eq!(g.stop_ms, Some(180.0));
+        assert_eq!(g.first_notice_ms, Some(30.0));
+        assert_eq!(g.registration_gone_at_first_close, Some(true));
+        // Their connections lasted until 1030 ms, but seq 5 (published by 1010 ms, after the
+        // signal) is not owed by a replica that had begun to stop.
+        assert_eq!(g.deliveries_expected_while_joined, 2 * 4 + 2 * 6);
+        assert_eq!(g.lost_while_joined, 4);
     }
 
-    // i[verify xtask.drain-demo.measures]
+    // i[verify xtask.drain-demo.measures+2]
     #[test]
     fn closes_before_the_signal_do_not_count_as_noticing() {
         let mut log = fixture(Arm::Control);

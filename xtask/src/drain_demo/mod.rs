@@ -10,8 +10,8 @@
 //! stop duration, in `target/drain-demo/report.json`, `report.md` and `timeline.svg`.
 //!
 //! Layout: `cluster` (replica configs and processes), `clients`, `stream` (the pushes),
-//! `registration` (the etcd key), `measures` (pure figures from the logs), `report` (JSON and
-//! Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
+//! `registration` (the etcd key), `measures` (pure figures from the logs), `verdict` (the graceful
+//! arm's rules), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
 
 mod clients;
 mod cluster;
@@ -22,6 +22,7 @@ mod plot;
 mod registration;
 mod report;
 mod stream;
+mod verdict;
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -103,7 +104,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = runtime.block_on(demo(&args, &binary, &out, load_before.trim()))?;
     write_outputs(&out, &report)?;
     crate::output::print(&report::markdown(&report.report));
-    Ok(ExitCode::SUCCESS)
+    // i[impl xtask.drain-demo.verdict]
+    if report.report.failures.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &report.report.failures {
+        eprintln!("drain-demo: graceful arm failed: {failure}");
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 fn progress(line: std::fmt::Arguments<'_>) {
@@ -288,6 +296,7 @@ async fn demo(
     for arm in &args.arm {
         command += &format!(" --arm {}", arm.name());
     }
+    let failures = measured.iter().flat_map(verdict::failures).collect();
     Ok(Outcome {
         report: report::Report {
             command,
@@ -300,6 +309,7 @@ async fn demo(
                 loadavg_before: load_before.to_owned(),
             },
             arms: measured,
+            failures,
         },
         timelines,
     })
@@ -388,6 +398,7 @@ async fn run_arm(
     ));
     let (stop_stream, stream_rx) = watch::channel(false);
     let stream = tokio::spawn(stream::run(
+        t0,
         b.spec.socket.clone(),
         ROOM.into(),
         args.rate,
@@ -404,6 +415,35 @@ async fn run_arm(
     }
 
     // Everything below is timed from the signal.
+    // The watch is in place before the signal, so it sees the delete as etcd commits it.
+    let watch = match registration::watch(etcd, &key).await {
+        Ok(watch) => Some(watch),
+        Err(e) => {
+            progress(format_args!(
+                "[{name}] no etcd watch ({e:#}); polling the registration instead"
+            ));
+            None
+        }
+    };
+    // Armed before the signal: as soon as the first client of A has its close, etcd is read.
+    let (armed, is_armed) = tokio::sync::oneshot::channel();
+    let at_first_close = tokio::spawn({
+        let progress = progress_counts.clone();
+        let key = key.clone();
+        let cap = shared.lease_ttl + Duration::from_secs(5);
+        async move {
+            let first_close = progress.closed_on_a.notified();
+            tokio::pin!(first_close);
+            first_close.as_mut().enable();
+            let _ = armed.send(());
+            tokio::time::timeout(cap, first_close).await.ok()?;
+            registration::present(etcd, &key)
+                .await
+                .ok()
+                .map(|present| !present)
+        }
+    });
+    is_armed.await.context("arming the first-close read")?;
     let signal_at_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let since = Instant::now();
     a.signal(arm.signal())?;
@@ -414,7 +454,7 @@ async fn run_arm(
     let watch_cap = shared.lease_ttl + Duration::from_secs(5);
     let registration =
         tokio::spawn(
-            async move { registration::watch_until_gone(etcd, &key, since, watch_cap).await },
+            async move { registration::until_gone(etcd, &key, watch, since, watch_cap).await },
         );
     let mut exited_at_ms = None;
     loop {
@@ -448,6 +488,7 @@ async fn run_arm(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let (gone, watched) = registration.await.context("the registration watch")?;
+    let gone_at_first_close = at_first_close.await.context("the first-close read")?;
     match gone {
         Some(at) => progress(format_args!(
             "[{name}] gw-a's registration was gone {:.0} ms after the signal",
@@ -485,6 +526,7 @@ async fn run_arm(
         exited_at_ms,
         registration_gone_at_ms: gone.map(|d| signal_at_ms + d.as_secs_f64() * 1000.0),
         registration_watched_ms: watched.as_secs_f64() * 1000.0,
+        registration_gone_at_first_close: gone_at_first_close,
         sent: sent.accepted,
         push_errors: sent.errors,
         clients: logs,

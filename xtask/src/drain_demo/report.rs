@@ -23,6 +23,8 @@ pub struct Report {
     pub machine: Machine,
     /// The arms, in the order they ran.
     pub arms: Vec<ArmMeasures>,
+    /// The graceful arm's rules it broke (empty: met, or no graceful arm ran).
+    pub failures: Vec<String>,
 }
 
 /// Where the run happened.
@@ -114,16 +116,41 @@ pub fn markdown(report: &Report) -> String {
                 None => format!("still present after {:.0} ms", arm.registration_watched_ms),
             },
         );
+        row(
+            "registration gone when A's first client had its close (first close at)",
+            format!(
+                "{} ({})",
+                match arm.registration_gone_at_first_close {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "-",
+                },
+                ms(arm.first_notice_ms)
+            ),
+        );
         row("A's stop (signal → exit)", ms(arm.stop_ms));
         row(
-            "messages sent / push errors",
-            format!("{} / {}", arm.messages_sent, arm.push_errors),
+            "messages sent / push errors (achieved rate)",
+            format!(
+                "{} / {} ({})",
+                arm.messages_sent,
+                arm.push_errors,
+                arm.stream_rate_per_s
+                    .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}/s"))
+            ),
         );
         row(
             "deliveries expected / received / lost (lost by A's clients)",
             format!(
                 "{} / {} / {} ({})",
                 arm.deliveries_expected, arm.deliveries_received, arm.lost, arm.lost_by_a_clients
+            ),
+        );
+        row(
+            "deliveries owed to joined connections / lost",
+            format!(
+                "{} / {}",
+                arm.deliveries_expected_while_joined, arm.lost_while_joined
             ),
         );
         row(
@@ -135,6 +162,20 @@ pub fn markdown(report: &Report) -> String {
             arm.frames_on_survivor.to_string(),
         );
         row("connections on B that ended", arm.closes_on_b.to_string());
+    }
+    if report
+        .arms
+        .iter()
+        .any(|a| a.arm == super::measures::Arm::Graceful)
+    {
+        if report.failures.is_empty() {
+            let _ = writeln!(out, "\nGraceful arm: every rule met.");
+        } else {
+            let _ = writeln!(out, "\nGraceful arm: rules broken:\n");
+            for failure in &report.failures {
+                let _ = writeln!(out, "- {failure}");
+            }
+        }
     }
     out
 }
@@ -165,6 +206,7 @@ mod tests {
                 measure(&fixture(Arm::Control)),
                 measure(&fixture(Arm::Graceful)),
             ],
+            failures: vec!["4 deliveries owed to joined connections were lost".into()],
         }
     }
 

@@ -5,14 +5,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::http;
+use super::measures::Pushed;
 
 /// What the stream sent.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Sent {
-    /// The sequence numbers the API accepted.
-    pub accepted: Vec<u64>,
+    /// The pushes the API accepted.
+    pub accepted: Vec<Pushed>,
     /// Pushes it refused or that failed.
     pub errors: u64,
 }
@@ -24,6 +26,7 @@ pub fn body(room: &str, seq: u64) -> String {
 
 /// Pushes one message per `1/rate` seconds through the admin socket until `stop` turns true.
 pub async fn run(
+    t0: Instant,
     socket: PathBuf,
     room: String,
     rate_per_s: u32,
@@ -41,8 +44,13 @@ pub async fn run(
             _ = ticks.tick() => {}
             _ = stop.wait_for(|s| *s) => return sent,
         }
+        let sent_ms = t0.elapsed().as_secs_f64() * 1000.0;
         match http::unix(&socket, "POST", "/v1/gateway/push", Some(&body(&room, seq))).await {
-            Ok((status, _)) if (200..300).contains(&status) => sent.accepted.push(seq),
+            Ok((status, _)) if (200..300).contains(&status) => sent.accepted.push(Pushed {
+                seq,
+                sent_ms,
+                accepted_ms: t0.elapsed().as_secs_f64() * 1000.0,
+            }),
             _ => sent.errors += 1,
         }
         seq += 1;

@@ -1,0 +1,132 @@
+//! What the graceful arm must show for the demo to pass (and CI with it): the drain's promises,
+//! checked on the arm's figures. The control arm has no verdict: it is the contrast.
+
+use super::measures::{Arm, ArmMeasures};
+
+/// The close codes a drain may send.
+const DRAIN_CODES: [u16; 2] = [1001, 1012];
+
+/// The rules the graceful arm broke, one sentence each; empty when it met them all (and for the
+/// control arm).
+// i[impl xtask.drain-demo.verdict]
+pub fn failures(arm: &ArmMeasures) -> Vec<String> {
+    let mut out = Vec::new();
+    if arm.arm != Arm::Graceful {
+        return out;
+    }
+    let drain_closes: usize = arm
+        .close_codes
+        .iter()
+        .filter(|(code, _)| DRAIN_CODES.contains(code))
+        .map(|(_, n)| n)
+        .sum();
+    if drain_closes != arm.clients_on_a {
+        out.push(format!(
+            "{} of {} clients of gw-a received a 1012 or 1001 close frame (codes: {:?})",
+            drain_closes, arm.clients_on_a, arm.close_codes
+        ));
+    }
+    match arm.registration_gone_at_first_close {
+        Some(true) => {}
+        Some(false) => out.push(format!(
+            "gw-a's registration was still in etcd when its first client had received a close \
+             ({:.0} ms after the signal)",
+            arm.first_notice_ms.unwrap_or(f64::NAN)
+        )),
+        None => out.push(
+            "gw-a's registration could not be read at the first close (no close, or etcd failed)"
+                .to_owned(),
+        ),
+    }
+    if arm.stop_ms.is_none() {
+        out.push("gw-a did not exit".to_owned());
+    }
+    if arm.reconnected_to_b != arm.clients_on_a {
+        out.push(format!(
+            "{} of {} clients of gw-a joined again on gw-b",
+            arm.reconnected_to_b, arm.clients_on_a
+        ));
+    }
+    if arm.closes_on_b != 0 {
+        out.push(format!("{} connections on gw-b ended", arm.closes_on_b));
+    }
+    if arm.push_errors != 0 {
+        out.push(format!("{} pushes through gw-b failed", arm.push_errors));
+    }
+    if arm.lost_while_joined != 0 {
+        out.push(format!(
+            "{} deliveries owed to joined connections were lost",
+            arm.lost_while_joined
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::measures::{NO_CLOSE_FRAME, measure, tests::fixture};
+    use super::*;
+
+    /// The fixture's graceful arm with nothing lost while joined: it meets every rule.
+    fn passing() -> ArmMeasures {
+        let mut log = fixture(Arm::Graceful);
+        for client in &mut log.clients {
+            client.seqs = vec![1, 2, 3, 4, 5, 6];
+        }
+        measure(&log)
+    }
+
+    // i[verify xtask.drain-demo.verdict]
+    #[test]
+    fn a_graceful_arm_that_kept_the_drains_promises_passes() {
+        assert_eq!(failures(&passing()), Vec::<String>::new());
+        // 1001 (a shutdown) is a drain's close too.
+        let mut m = passing();
+        m.close_codes = [(1001, 2)].into();
+        assert_eq!(failures(&m), Vec::<String>::new());
+    }
+
+    // i[verify xtask.drain-demo.verdict]
+    #[test]
+    fn each_broken_promise_fails_the_graceful_arm() {
+        type Breaks = Box<dyn Fn(&mut ArmMeasures)>;
+        let broken: Vec<(&str, Breaks)> = vec![
+            (
+                "1012 or 1001",
+                Box::new(|m| m.close_codes = [(1012, 1), (NO_CLOSE_FRAME, 1)].into()),
+            ),
+            (
+                "1012 or 1001",
+                Box::new(|m| m.close_codes = [(1012, 1)].into()),
+            ),
+            (
+                "still in etcd",
+                Box::new(|m| m.registration_gone_at_first_close = Some(false)),
+            ),
+            (
+                "could not be read",
+                Box::new(|m| m.registration_gone_at_first_close = None),
+            ),
+            ("did not exit", Box::new(|m| m.stop_ms = None)),
+            ("joined again", Box::new(|m| m.reconnected_to_b = 1)),
+            ("on gw-b ended", Box::new(|m| m.closes_on_b = 1)),
+            ("pushes", Box::new(|m| m.push_errors = 1)),
+            ("owed", Box::new(|m| m.lost_while_joined = 1)),
+        ];
+        for (says, breaks) in broken {
+            let mut m = passing();
+            breaks(&mut m);
+            let f = failures(&m);
+            assert_eq!(f.len(), 1, "{says}: {f:?}");
+            assert!(f[0].contains(says), "{says}: {f:?}");
+        }
+    }
+
+    // i[verify xtask.drain-demo.verdict]
+    #[test]
+    fn the_control_arm_has_no_verdict() {
+        let m = measure(&fixture(Arm::Control));
+        assert_eq!(m.close_codes, [(NO_CLOSE_FRAME, 2)].into());
+        assert_eq!(failures(&m), Vec::<String>::new());
+    }
+}
