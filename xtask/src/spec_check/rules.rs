@@ -11,17 +11,41 @@ use super::block_on::block_on;
 use super::problem::{Kind, Problem};
 use super::walk::{self, Keep};
 
-/// The text of the spec file `file` (root-relative) under `root`, read once per process: the trace
-/// and the report quote a rule's text for every rule of a file.
-pub fn spec_text(root: &Path, file: &str) -> Option<std::sync::Arc<str>> {
-    type Cache = std::sync::Mutex<BTreeMap<std::path::PathBuf, std::sync::Arc<str>>>;
+/// A spec file's text with the byte offset where each line starts, so a rule's text is found from
+/// its line by indexing rather than by rescanning the file for newlines once per rule.
+pub struct SpecText {
+    text: String,
+    line_starts: Vec<usize>,
+}
+
+impl SpecText {
+    fn new(text: String) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        Self { text, line_starts }
+    }
+
+    /// The text from the start of 1-based `line` to the end of the file (as
+    /// `text.lines().skip(line - 1)` reads it); empty past the end.
+    pub fn starting_at_line(&self, line: usize) -> &str {
+        self.line_starts
+            .get(line.saturating_sub(1))
+            .map_or("", |&start| &self.text[start..])
+    }
+}
+
+/// The text of the spec file `file` (root-relative) under `root`, read and indexed once per
+/// process: the trace and the report quote a rule's text for every rule of a file.
+pub fn spec_text(root: &Path, file: &str) -> Option<std::sync::Arc<SpecText>> {
+    type Cache = std::sync::Mutex<BTreeMap<std::path::PathBuf, std::sync::Arc<SpecText>>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let path = root.join(file);
     let cache = CACHE.get_or_init(Default::default);
     if let Some(text) = cache.lock().ok().and_then(|c| c.get(&path).cloned()) {
         return Some(text);
     }
-    let text: std::sync::Arc<str> = std::fs::read_to_string(&path).ok()?.into();
+    let text = std::sync::Arc::new(SpecText::new(std::fs::read_to_string(&path).ok()?));
     if let Ok(mut c) = cache.lock() {
         c.insert(path, text.clone());
     }
@@ -453,4 +477,26 @@ fn parse_marker(line: &str) -> Option<Marker> {
         prefix: prefix.to_owned(),
         inner: line[bracket + 1..bracket + close].to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::SpecText;
+
+    proptest! {
+        // The index must quote exactly what a rescan from the top would: a rule's text is
+        // byte-identical in trace and spec-report either way.
+        #[test]
+        fn starting_at_line_reads_what_skipping_lines_reads(
+            text in "(>? ?[a-z\\]\\[]{0,6}(\r?\n)?){0,12}",
+            line in 0usize..16,
+        ) {
+            let indexed = SpecText::new(text.clone());
+            let from_index: Vec<&str> = indexed.starting_at_line(line).lines().collect();
+            let rescanned: Vec<&str> = text.lines().skip(line.saturating_sub(1)).collect();
+            prop_assert_eq!(from_index, rescanned);
+        }
+    }
 }

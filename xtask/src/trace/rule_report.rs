@@ -195,8 +195,8 @@ fn rule_text(root: &Path, rule: &Rule) -> String {
         return String::new();
     };
     let lines: Vec<&str> = text
+        .starting_at_line(rule.line)
         .lines()
-        .skip(rule.line.saturating_sub(1))
         .map_while(|line| line.trim_start().strip_prefix('>'))
         .map(str::trim)
         .enumerate()

@@ -131,8 +131,8 @@ fn first_line(root: &Path, rule: &Rule) -> (String, bool) {
         return (String::new(), false);
     };
     let quoted: Vec<&str> = text
+        .starting_at_line(rule.line)
         .lines()
-        .skip(rule.line.saturating_sub(1))
         .map_while(|line| line.trim_start().strip_prefix('>'))
         .map(str::trim)
         .collect();
