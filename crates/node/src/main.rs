@@ -167,23 +167,38 @@ async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> Str
             return ExitCode::from(1);
         }
     };
-    match client::call(&resolved.target, hyper::Method::GET, path, None).await {
-        Ok(body) => {
-            if args.json {
-                println!("{}", body.trim_end());
-            } else {
-                match serde_json::from_str(&body) {
-                    Ok(value) => print!("{}", render(&value)),
-                    Err(err) => {
-                        eprintln!("holdfast: the node answered something that is not JSON: {err}");
-                        return ExitCode::from(1);
-                    }
-                }
-            }
+    print_answer(
+        client::call(&resolved.target, hyper::Method::GET, path, None).await,
+        args.json,
+        render,
+    )
+}
+
+/// Prints the node's answer: verbatim with `--json`, else rendered; an error or an answer that is
+/// not JSON is exit 1.
+fn print_answer<E: std::fmt::Display>(
+    answer: Result<String, E>,
+    json: bool,
+    render: impl FnOnce(&serde_json::Value) -> String,
+) -> ExitCode {
+    let body = match answer {
+        Ok(body) => body,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    if json {
+        println!("{}", body.trim_end());
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::from_str::<serde_json::Value>(&body) {
+        Ok(value) => {
+            print!("{}", render(&value));
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("holdfast: {err}");
+            eprintln!("holdfast: the node answered something that is not JSON: {err}");
             ExitCode::from(1)
         }
     }
@@ -251,34 +266,15 @@ async fn gateway_push(
             return ExitCode::from(2);
         }
     };
-    match client::call_json(
+    let answer = client::call_json(
         &resolved.target,
         hyper::Method::POST,
         "/v1/gateway/push",
         resolved.token.as_ref(),
         &body,
     )
-    .await
-    {
-        Ok(answer) => {
-            if args.json {
-                println!("{}", answer.trim_end());
-            } else {
-                match serde_json::from_str::<serde_json::Value>(&answer) {
-                    Ok(v) => print!("{}", render::delivery(&to, &v)),
-                    Err(err) => {
-                        eprintln!("holdfast: the node answered something that is not JSON: {err}");
-                        return ExitCode::from(1);
-                    }
-                }
-            }
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("holdfast: {err}");
-            ExitCode::from(1)
-        }
-    }
+    .await;
+    print_answer(answer, args.json, |v| render::delivery(&to, v))
 }
 
 async fn cert_retry(args: ClientArgs, host: String) -> ExitCode {
