@@ -552,6 +552,7 @@ async fn serve(
         shutdown: shutdown.clone(),
         forwards: HashMap::new(),
         gather: Gather::default(),
+        gather_max: 1,
     };
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
@@ -638,6 +639,8 @@ struct Relay {
     forwards: HashMap<u32, ServerForward>,
     /// Datagrams of one flow waiting to leave in one send.
     gather: Gather<(u32, u64)>,
+    /// How many datagrams one send of the run under way may carry.
+    gather_max: usize,
 }
 
 impl Relay {
@@ -791,6 +794,14 @@ impl Relay {
                 return;
             }
         };
+        // Most of a batch continues the run under way: its flow is open (the run's flow was
+        // looked up, and touched, when the run began), so no lookup is needed.
+        if self
+            .gather
+            .push_same((id.forward, id.flow), payload, self.gather_max)
+        {
+            return;
+        }
         // A new flow may evict another: what was gathered for that one goes out first.
         let known = self
             .forwards
@@ -863,6 +874,7 @@ impl Relay {
             self.flush().await;
             self.gather.push(key, target, payload, max);
         }
+        self.gather_max = max;
     }
 
     /// Sends what was gathered to its flow's target.
@@ -982,12 +994,15 @@ async fn relay_replies(
             Ok(_) => {
                 let count = segments(&buf, &meta[0]).count();
                 out.reserve(count * header.len() + meta[0].len);
+                // Counted once per receive, not per datagram.
+                let (mut relayed, mut bytes) = (0, 0);
                 for payload in segments(&buf, &meta[0]) {
                     out.extend_from_slice(&header);
                     out.extend_from_slice(payload);
                     let err = match conn.send_datagram(out.split().freeze()) {
                         Ok(()) => {
-                            reporter.stats().from_target(payload.len());
+                            relayed += 1;
+                            bytes += payload.len();
                             continue;
                         }
                         Err(err) => RelayError::from(err),
@@ -997,9 +1012,13 @@ async fn relay_replies(
                         Class::Transient => {
                             reporter.transient(&err);
                         }
-                        Class::Fatal => return,
+                        Class::Fatal => {
+                            reporter.stats().from_target_many(relayed, bytes);
+                            return;
+                        }
                     }
                 }
+                reporter.stats().from_target_many(relayed, bytes);
                 activity.touch(Instant::now());
                 continue;
             }

@@ -184,6 +184,16 @@ impl<K: PartialEq + Copy> Gather<K> {
         }
     }
 
+    /// Adds `payload` if it continues the run gathered for `key` (same key, same size, room
+    /// left); `false` otherwise, and the caller takes the slow path. Lets a relay skip looking up
+    /// a datagram's flow when it belongs to the run under way, as most of a batch does.
+    pub(crate) fn push_same(&mut self, key: K, payload: &[u8], max_segments: usize) -> bool {
+        match self.key {
+            Some((k, to, _)) if k == key => self.push(key, to, payload, max_segments),
+            _ => false,
+        }
+    }
+
     /// Takes what was gathered: key, destination, segment size, datagram count and bytes.
     pub(crate) fn take(&mut self) -> Option<Gathered<'_, K>> {
         let (key, to, size) = self.key.take()?;
@@ -401,6 +411,13 @@ mod tests {
             (2, 2, &b"abcd"[..])
         );
         assert!(gather.take().is_none());
+        assert!(!gather.push_same(1, b"ab", 64), "nothing under way");
+        assert!(gather.push(1, to, b"ab", 64));
+        assert!(gather.push_same(1, b"cd", 64), "the run under way");
+        assert!(!gather.push_same(2, b"ef", 64), "another flow");
+        assert!(!gather.push_same(1, b"e", 64), "another size");
+        assert!(!gather.push_same(1, b"gh", 2), "no room left");
+        assert_eq!(gather.take().map(|t| t.count), Some(2));
         assert!(gather.push(1, to, b"", 64));
         assert!(!gather.push(1, to, b"", 64), "empty datagrams go alone");
     }
