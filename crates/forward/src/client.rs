@@ -31,7 +31,7 @@ use crate::reconnect::{Pace, Reconnect};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, transport_config};
-use crate::udp_io::{Gather, MAX_DATAGRAM, UdpIo, segments};
+use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// One forward: a local UDP address and the target the node relays to.
@@ -433,7 +433,7 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
     let mut forwards = Vec::new();
     let mut locals = Vec::new();
     for (i, spec) in config.forwards.iter().enumerate() {
-        let socket = UdpIo::new(UdpSocket::bind(spec.local).await?)?;
+        let socket = UdpIo::new(UdpSocket::bind(spec.local).await?, LOCAL_BUFFER)?;
         locals.push(socket.local_addr()?);
         let id = i as u32 + 1;
         let events = events_tx.clone();
@@ -1077,7 +1077,7 @@ mod tests {
                 local: socket.local_addr().expect("addr"),
                 target: "127.0.0.1:9".parse().expect("addr"),
             },
-            socket: UdpIo::new(socket).expect("udp io"),
+            socket: UdpIo::new(socket, LOCAL_BUFFER).expect("udp io"),
             peers: Mutex::new(Peers::default()),
             reporter: Reporter::new(
                 1,

@@ -30,7 +30,7 @@ use crate::ready::ready_now;
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, transport_config};
-use crate::udp_io::{Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
+use crate::udp_io::{FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// The server's configuration.
@@ -968,7 +968,7 @@ async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpIo>> {
     };
     let socket = UdpSocket::bind(local).await?;
     socket.connect(target).await?;
-    Ok(Arc::new(UdpIo::new(socket)?))
+    Ok(Arc::new(UdpIo::new(socket, FLOW_BUFFER)?))
 }
 
 /// Relays one flow's replies from the target back to the client: every datagram of a receive
