@@ -30,7 +30,7 @@ use crate::ready::ready_now;
 use crate::reconnect::{Pace, Reconnect};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
-use crate::transport::{ALPN, close_code, transport_config};
+use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
 use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
@@ -460,7 +460,10 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
             failed: AtomicBool::new(false),
         }));
     }
-    let endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+    let endpoint = endpoint(
+        endpoint_socket(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?,
+        None,
+    )?;
     let unattributed = Arc::new(Counters::default());
     let current = Current::default();
     let (stop, stop_rx) = watch::channel(false);

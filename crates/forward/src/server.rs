@@ -29,7 +29,7 @@ use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::ready_now;
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
-use crate::transport::{ALPN, close_code, transport_config};
+use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
 use crate::udp_io::{FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
@@ -196,12 +196,12 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
     let identity = Identity::load_or_create(&config.identity_dir)?;
     let fingerprint = identity.fingerprint();
     let server_config = quinn_server_config(&identity, config.idle_timeout)?;
-    let endpoint = quinn::Endpoint::server(server_config, config.listen).map_err(|source| {
-        StartError::Listen {
+    let endpoint = endpoint_socket(config.listen)
+        .and_then(|socket| endpoint(socket, Some(server_config)))
+        .map_err(|source| StartError::Listen {
             addr: config.listen,
             source,
-        }
-    })?;
+        })?;
     let shared = Arc::new(Shared {
         credentials: Credentials::new(&config.credentials),
         allow: config.allow,

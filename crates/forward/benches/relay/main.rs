@@ -50,6 +50,7 @@ use bytes::BytesMut;
 use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
 use holdfast_forward::identity::{Identity, SERVER_NAME};
 use holdfast_forward::server::quinn_server_config;
+use holdfast_forward::transport;
 use holdfast_forward::{AllowList, Credential, ServerConfig};
 use tokio::sync::{Notify, watch};
 
@@ -380,14 +381,19 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
 /// echoes every datagram.
 async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
     let identity = Identity::load_or_create(dir).expect("identity");
-    let server = quinn::Endpoint::server(
-        quinn_server_config(&identity, IDLE).expect("server config"),
-        loopback(),
+    // The same endpoint sockets (and buffers) as the forward's own endpoints.
+    let server = transport::endpoint(
+        transport::endpoint_socket(loopback()).expect("server socket"),
+        Some(quinn_server_config(&identity, IDLE).expect("server config")),
     )
     .expect("server endpoint");
     let addr = server.local_addr().expect("addr");
     let (config, _) = client::quinn_client_config(identity.fingerprint(), IDLE).expect("client");
-    let client = quinn::Endpoint::client(loopback()).expect("client endpoint");
+    let client = transport::endpoint(
+        transport::endpoint_socket(loopback()).expect("client socket"),
+        None,
+    )
+    .expect("client endpoint");
     let connecting = client
         .connect_with(config, addr, SERVER_NAME)
         .expect("connect");
