@@ -20,7 +20,11 @@
 //!
 //! Throughput is a closed loop with the same bounded window of datagrams in flight on both paths,
 //! at 64 and 1162 payload bytes: the sender fills the window, then waits (without spinning) for
-//! echoes; after 5 ms without one, what is in flight is written off as lost. Latency is measured
+//! echoes. Each datagram carries a sequence number, and an echo settles every datagram sent
+//! before it — one path, in order, on loopback: one that has not come back by then is lost — so a
+//! loss frees its place in the window at once; a lost tail, with nothing after it to show it, is
+//! given up after 50 ms without an echo (longer than the machine's scheduling stalls, so a
+//! window that is merely late is not sent again on top of itself). Latency is measured
 //! under load: both paths are offered the same paced rate, half of the forward's measured maximum
 //! at 64 bytes, by the same pacer (`pacer.rs`: a thread of its own sleeping to absolute deadlines
 //! every 100 µs and sending the datagrams owed by then, so pacing does not take a core from the
@@ -57,14 +61,15 @@ use tokio::sync::{Notify, watch};
 /// The tag of the next phase; tags start at 1 so an all-zero payload matches none.
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
 
-/// A fresh tag for one phase's payloads (bytes 8..16; bytes 0..8 carry the send time).
+/// A fresh tag for one phase's payloads (bytes 8..16; bytes 0..8 carry the send time, 16..24 the
+/// datagram's sequence number within the phase).
 fn next_tag() -> u64 {
     NEXT_TAG.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Whether an echo in `buf` belongs to the phase tagged `tag`.
 fn is_ours(buf: &[u8], tag: u64) -> bool {
-    buf.len() >= 16 && buf[8..16] == tag.to_le_bytes()
+    buf.len() >= HEADER && buf[8..16] == tag.to_le_bytes()
 }
 
 const IDLE: Duration = Duration::from_secs(10);
@@ -72,6 +77,11 @@ const IDLE: Duration = Duration::from_secs(10);
 /// At most this many datagrams in flight (sent, not yet echoed): a closed loop that measures
 /// what the path carries instead of how much a flood overflows its buffers.
 const WINDOW: u64 = 256;
+
+/// How long the closed loop waits for an echo before it gives up on what is in flight (a lost
+/// tail: nothing sent after it came back to show it lost). Longer than the machine's scheduling
+/// stalls, so a window that is only late is not sent a second time on top of itself.
+const TAIL_LOST: Duration = Duration::from_millis(50);
 
 /// At most this many datagrams a quinn connection has queued are taken per wakeup of the raw
 /// path's reader (the forward's reader takes at most 32 buffers a call).
@@ -100,6 +110,9 @@ struct Phases {
     latency: Duration,
 }
 
+/// The bench's own bytes at the start of every payload: send time, phase tag, sequence number.
+const HEADER: usize = 24;
+
 /// One phase's payloads: up to a window of datagrams of one size, each tagged.
 struct Burst {
     size: usize,
@@ -108,7 +121,7 @@ struct Burst {
 
 impl Burst {
     fn new(size: usize, tag: u64) -> Self {
-        let size = size.max(16);
+        let size = size.max(HEADER);
         let mut buf = vec![0u8; size * WINDOW as usize];
         for one in buf.chunks_mut(size) {
             one[8..16].copy_from_slice(&tag.to_le_bytes());
@@ -116,11 +129,12 @@ impl Burst {
         Burst { size, buf }
     }
 
-    /// The first `count` datagrams, stamped with the send time `now_ns`.
-    fn stamped(&mut self, count: usize, now_ns: u64) -> &[u8] {
+    /// The first `count` datagrams, stamped with the send time `now_ns` and numbered from `seq`.
+    fn stamped(&mut self, count: usize, now_ns: u64, seq: u64) -> &[u8] {
         let bytes = &mut self.buf[..count.min(WINDOW as usize) * self.size];
-        for one in bytes.chunks_mut(self.size) {
+        for (i, one) in bytes.chunks_mut(self.size).enumerate() {
             one[..8].copy_from_slice(&now_ns.to_le_bytes());
+            one[16..24].copy_from_slice(&(seq + i as u64).to_le_bytes());
         }
         bytes
     }
@@ -135,9 +149,9 @@ enum Path {
 
 impl Path {
     /// Sends `count` datagrams of the burst from a runtime task; how many went.
-    async fn send(&self, burst: &mut Burst, count: usize, now_ns: u64) -> u64 {
+    async fn send(&self, burst: &mut Burst, count: usize, now_ns: u64, seq: u64) -> u64 {
         let size = burst.size;
-        let bytes = burst.stamped(count, now_ns);
+        let bytes = burst.stamped(count, now_ns, seq);
         match self {
             Path::Raw(conn) => raw_send(conn, bytes, size),
             Path::Forward(socket, to) => {
@@ -153,9 +167,9 @@ impl Path {
     }
 
     /// The same from the pacer's thread.
-    fn send_blocking(&self, burst: &mut Burst, count: usize, now_ns: u64) -> u64 {
+    fn send_blocking(&self, burst: &mut Burst, count: usize, now_ns: u64, seq: u64) -> u64 {
         let size = burst.size;
-        let bytes = burst.stamped(count, now_ns);
+        let bytes = burst.stamped(count, now_ns, seq);
         match self {
             Path::Raw(conn) => raw_send(conn, bytes, size),
             Path::Forward(socket, to) => {
@@ -212,6 +226,9 @@ fn raw_send(conn: &quinn::Connection, bytes: &[u8], size: usize) -> u64 {
 struct Echoes {
     tag: u64,
     received: AtomicU64,
+    /// One past the highest sequence number echoed: every datagram before it has come back or
+    /// is lost (one path, in order, on loopback).
+    resolved: AtomicU64,
     progress: Notify,
 }
 
@@ -220,6 +237,7 @@ impl Echoes {
         Echoes {
             tag: next_tag(),
             received: AtomicU64::new(0),
+            resolved: AtomicU64::new(0),
             progress: Notify::new(),
         }
     }
@@ -237,6 +255,7 @@ fn spawn_reader(
         let mut bufs = RecvBufs::new();
         let mut rtts = Vec::new();
         let mut received = 0u64;
+        let mut resolved = 0u64;
         loop {
             // One clock read per batch: every echo in it had arrived by then.
             let mut now = None;
@@ -248,6 +267,8 @@ fn spawn_reader(
                         return;
                     }
                     received += 1;
+                    let seq = u64::from_le_bytes(echo[16..24].try_into().unwrap());
+                    resolved = resolved.max(seq + 1);
                     if timed {
                         let at = *now.get_or_insert_with(|| epoch.elapsed());
                         let sent = u64::from_le_bytes(echo[..8].try_into().unwrap());
@@ -259,6 +280,7 @@ fn spawn_reader(
                 break;
             }
             echoes.received.store(received, Ordering::Relaxed);
+            echoes.resolved.store(resolved, Ordering::Relaxed);
             echoes.progress.notify_one();
         }
         rtts
@@ -325,24 +347,23 @@ async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
     let mut burst = Burst::new(size, echoes.tag);
     let start = Instant::now();
     let mut sent = 0u64;
-    // Datagrams given up on: a lost datagram never comes back.
-    let mut written_off = 0u64;
+    // Every datagram before this one has come back or is lost.
+    let mut resolved = 0u64;
     while start.elapsed() < run {
-        let received = echoes.received.load(Ordering::Relaxed);
-        let in_flight = sent.saturating_sub(received + written_off);
+        let progress = echoes.progress.notified();
+        resolved = resolved.max(echoes.resolved.load(Ordering::Relaxed));
+        let in_flight = sent - resolved;
         if in_flight >= WINDOW {
-            let progress = echoes.progress.notified();
-            if tokio::time::timeout(Duration::from_millis(5), progress)
-                .await
-                .is_err()
-                && echoes.received.load(Ordering::Relaxed) == received
+            // A lost tail is never followed by an echo: after 50 ms without one, it is given up.
+            if tokio::time::timeout(TAIL_LOST, progress).await.is_err()
+                && echoes.resolved.load(Ordering::Relaxed) <= resolved
             {
-                written_off = sent - received;
+                resolved = sent;
             }
             continue;
         }
         sent += path
-            .send(&mut burst, (WINDOW - in_flight) as usize, 0)
+            .send(&mut burst, (WINDOW - in_flight) as usize, 0, sent)
             .await;
     }
     let secs = start.elapsed().as_secs_f64();
@@ -359,13 +380,15 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
     let sender = path.clone();
     let start = Instant::now();
     let sent = tokio::task::spawn_blocking(move || {
+        let mut seq = 0u64;
         pacer::pace(rate, run, |owed| {
             let now = epoch.elapsed().as_nanos() as u64;
             let mut sent = 0;
             let mut owed = owed as usize;
             while owed > 0 {
                 let n = owed.min(WINDOW as usize);
-                sent += sender.send_blocking(&mut burst, n, now);
+                sent += sender.send_blocking(&mut burst, n, now, seq);
+                seq += n as u64;
                 owed -= n;
             }
             sent
