@@ -5,7 +5,9 @@
 //! overrides the path; `HOLDFAST_BENCH_QUICK=1` shortens every phase for CI).
 //!
 //! Both paths are round trips through an echo, driven the same way from the same process:
-//! - raw: a quinn client sends datagrams to a quinn server that echoes each one back;
+//! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
+//!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
+//!   and transport configuration);
 //! - forward: a UDP socket (the app) sends to a holdfast forward's local address; the node relays
 //!   to a UDP echo target, whose replies come back through the forward.
 //!
