@@ -37,11 +37,11 @@ impl UdpIo {
     /// `buffer` bytes (as far as the kernel allows); the socket fragments as plain UDP.
     pub(crate) fn new(socket: UdpSocket, buffer: usize) -> io::Result<Self> {
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
-        // r[impl forward.buffers]
+        // r[impl forward.buffers+2]
         // A burst that arrives while the relay is busy waits here instead of being dropped by
-        // the kernel (the default, about 200 KiB, holds a few milliseconds at full rate).
-        state.set_recv_buffer_size(UdpSockRef::from(&socket), buffer)?;
-        state.set_send_buffer_size(UdpSockRef::from(&socket), buffer)?;
+        // the kernel (the default, about 200 KiB, holds a few milliseconds at full rate). A
+        // kernel that gives less is logged, never fatal.
+        crate::buffers::ask(&socket, &state, buffer);
         // quinn-udp's setup sets "don't fragment", which is QUIC's need, not a relay's.
         // r[impl forward.fragment]
         #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(&buf[..n], &payload[..]);
     }
 
-    // r[verify forward.buffers]
+    // r[verify forward.buffers+2]
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[tokio::test]
     async fn relay_sockets_get_the_buffers_they_ask_for_up_to_the_kernels_maximum() {
