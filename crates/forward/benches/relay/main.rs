@@ -191,14 +191,16 @@ impl Path {
     async fn recv(&self, bufs: &mut RecvBufs, mut each: impl FnMut(&[u8])) -> Option<()> {
         match self {
             Path::Raw(conn) => {
-                let first = conn.read_datagram().await.ok()?;
-                each(&first);
-                for _ in 1..RAW_DRAIN {
+                // The batch is taken whole before any echo is handed on, so the reader's one
+                // clock read comes after every echo in it arrived, as recvmmsg's does.
+                let mut batch = vec![conn.read_datagram().await.ok()?];
+                while batch.len() < RAW_DRAIN {
                     match ready_now(conn.read_datagram()) {
-                        Some(Ok(d)) => each(&d),
+                        Some(Ok(d)) => batch.push(d),
                         _ => break,
                     }
                 }
+                batch.iter().for_each(|d| each(d));
             }
             Path::Forward(socket, _) => {
                 let filled = socket.recv(bufs).await.ok()?;
@@ -349,24 +351,28 @@ async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
     let mut burst = Burst::new(size, echoes.tag);
     let start = Instant::now();
     let mut sent = 0u64;
+    // The sequence number of the next datagram: it counts every datagram handed to the path,
+    // sent or refused, so numbers are never reused and an echo never settles beyond it (a
+    // refused send is a loss, as a datagram the path drops is).
+    let mut next = 0u64;
     // Every datagram before this one has come back or is lost.
     let mut resolved = 0u64;
     while start.elapsed() < run {
         let progress = echoes.progress.notified();
         resolved = resolved.max(echoes.resolved.load(Ordering::Relaxed));
-        let in_flight = sent - resolved;
+        let in_flight = next - resolved;
         if in_flight >= WINDOW {
             // A lost tail is never followed by an echo: after 50 ms without one, it is given up.
             if tokio::time::timeout(TAIL_LOST, progress).await.is_err()
                 && echoes.resolved.load(Ordering::Relaxed) <= resolved
             {
-                resolved = sent;
+                resolved = next;
             }
             continue;
         }
-        sent += path
-            .send(&mut burst, (WINDOW - in_flight) as usize, 0, sent)
-            .await;
+        let count = WINDOW - in_flight;
+        sent += path.send(&mut burst, count as usize, 0, next).await;
+        next += count;
     }
     let secs = start.elapsed().as_secs_f64();
     finish(sent, secs, &echoes, stop, reader).await
