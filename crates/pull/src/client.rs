@@ -18,6 +18,7 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use tokio::sync::watch;
 
 use crate::classify::{PullError, PullErrorKind, classify_bollard};
+pub use crate::daemon_wait::daemon_within;
 use crate::progress::{ProgressTracker, PullProgress};
 use crate::watchdog::{Watched, drive};
 
@@ -86,28 +87,6 @@ pub async fn within<T>(
                 bound.as_secs()
             ),
         )),
-    }
-}
-
-// r[impl actuate.image.daemon.hung]
-/// Like [`within`], for a request that only the daemon itself answers (the connect and version
-/// negotiation, the image inspect; no registry is involved): no answer in time means the daemon
-/// is hung, which is the daemon being unreachable, not a failure of the image's attempt.
-pub async fn daemon_within<T>(
-    bound: Duration,
-    what: &str,
-    answer: impl Future<Output = Result<T, PullError>>,
-) -> Result<T, PullError> {
-    match within(bound, what, answer).await {
-        Err(err) if err.kind == PullErrorKind::Stalled => Err(PullError {
-            kind: PullErrorKind::DaemonUnreachable,
-            message: format!(
-                "the daemon accepts connections but does not answer: {}",
-                err.message
-            ),
-            ..err
-        }),
-        other => other,
     }
 }
 

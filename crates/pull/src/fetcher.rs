@@ -163,7 +163,7 @@ mod tests {
         DaemonEndpoint::from_docker_host(Some(&format!("unix://{}", socket.display())))
     }
 
-    // r[verify actuate.image.daemon.hung]
+    // r[verify actuate.image.daemon.hung+2]
     #[tokio::test(start_paused = true)]
     async fn a_daemon_that_accepts_and_never_answers_is_unreachable_for_a_pull_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
-    // r[verify actuate.image.daemon.hung]
+    // r[verify actuate.image.daemon.hung+2]
     #[tokio::test(start_paused = true)]
     async fn a_daemon_that_negotiates_and_never_answers_the_inspect_is_unreachable() {
         let dir = tempfile::tempdir().unwrap();
@@ -206,7 +206,7 @@ mod tests {
     }
 
     // r[verify actuate.image.watchdog+3]
-    // r[verify actuate.image.daemon.hung]
+    // r[verify actuate.image.daemon.hung+2]
     #[tokio::test(start_paused = true)]
     async fn a_daemon_that_accepts_and_never_answers_fails_the_probe_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
