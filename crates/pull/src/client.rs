@@ -39,6 +39,7 @@ impl DaemonEndpoint {
         Self::from_docker_host(std::env::var("DOCKER_HOST").ok().as_deref())
     }
 
+    // r[impl actuate.image.daemon.connect]
     /// The endpoint for a given `DOCKER_HOST` value (`None` or empty: the default socket).
     pub fn from_docker_host(value: Option<&str>) -> Self {
         match value.map(str::trim).filter(|v| !v.is_empty()) {
@@ -56,6 +57,7 @@ impl DaemonEndpoint {
         &self.host
     }
 
+    // r[impl actuate.image.daemon.connect]
     /// Connects and negotiates the API version. Fails with [`PullErrorKind::DaemonUnreachable`]
     /// when the socket is missing or refuses, like any pull would.
     pub async fn connect(&self) -> Result<Docker, PullError> {
