@@ -71,7 +71,7 @@ impl ProgressTracker {
     /// the watchdog: not a new status line, not a new layer id, not a phase change short of
     /// completion, so a daemon that chatters (dockerd's "Retrying in N seconds" countdown, a
     /// stream of new status strings or layer ids) cannot keep a stalled pull alive. What is kept
-    /// is bounded (see [`ProgressTracker::admit`]).
+    /// is bounded ([`MAX_TRACKED_LAYERS`], [`MAX_LAYER_ID_LEN`], [`MAX_STATUS_LEN`]).
     pub fn observe(&mut self, info: &CreateImageInfo) -> bool {
         let status = info.status.as_deref().unwrap_or_default();
         let Some(layer) = self.admit(status, info.id.as_deref()) else {
