@@ -178,6 +178,7 @@ fn saturating_sum(bytes: impl Iterator<Item = u64>) -> u64 {
     bytes.fold(0, u64::saturating_add)
 }
 
+// r[impl actuate.image.progress.bounded]
 /// `text` cut to at most `max` bytes, at a character boundary.
 fn truncated(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
@@ -187,6 +188,8 @@ fn truncated(text: &str, max: usize) -> String {
     text[..end].to_owned()
 }
 
+// r[impl actuate.image.watchdog+3]
+/// Whether `status` is about one layer; a pull-level status line is never a layer's progress.
 fn is_layer_status(status: &str) -> bool {
     // Layer messages carry the short layer id; pull-level ones carry the tag as id
     // ("Pulling from holdfast/busybox", id "latest") or none.
