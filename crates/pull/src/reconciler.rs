@@ -132,6 +132,7 @@ impl Reconciler {
     }
 
     // r[impl actuate.image.ensure+2]
+    // r[impl actuate.image.retry]
     /// Where `reference` stands at `now`, and what to do about it: at most one new attempt when
     /// pacing allows one, the cancellation of any attempt that one supersedes, or a probe of the
     /// daemon while it is down. A `Pulling` answer carries no progress: the shell, which holds
