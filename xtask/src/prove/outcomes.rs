@@ -97,8 +97,20 @@ struct Outcome {
     summary: String,
 }
 
+/// Why a rule is not provable when cargo-mutants found nothing to mutate in its items.
+pub const NO_MUTANTS: &str = "cargo-mutants finds no mutant to make in the annotated items";
+
 /// Reads `outcomes.json`; `code` is cargo-mutants' exit code, for the error when there is none.
+// i[impl prove.outcomes]
 pub fn read(path: &Path, code: Option<i32>) -> anyhow::Result<Proof> {
+    // cargo-mutants exits 0 and writes no outcomes when the filters leave no mutant ("Found 0
+    // mutants to test"): nothing was judged, which is not an error of the run.
+    if code == Some(0) && !path.exists() {
+        return Ok(Proof {
+            not_provable: Some(NO_MUTANTS.to_owned()),
+            ..Proof::default()
+        });
+    }
     let text = std::fs::read_to_string(path).map_err(|err| {
         anyhow::anyhow!(
             "cargo-mutants (exit {code:?}) left no {}: {err}; see cargo-mutants.log beside it",
@@ -182,5 +194,22 @@ mod tests {
         assert!(!proof.proven());
         let failed = r#"{"outcomes":[{"scenario":"Baseline","summary":"Failure"}]}"#;
         assert!(parse(failed).is_err(), "a failing baseline proves nothing");
+    }
+
+    // i[verify prove.outcomes]
+    #[test]
+    fn no_mutant_to_make_is_not_provable_but_a_missing_report_after_a_run_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let absent = dir.path().join("mutants.out/outcomes.json");
+        let proof = read(&absent, Some(0)).expect("exit 0 without outcomes is no mutant");
+        assert_eq!(proof.not_provable.as_deref(), Some(NO_MUTANTS));
+        assert!(!proof.proven());
+        assert_eq!(
+            proof.line("r[demo]"),
+            format!("r[demo]: not provable — {NO_MUTANTS}")
+        );
+        // Survivors or timeouts were reported, so the outcomes must be there.
+        assert!(read(&absent, Some(2)).is_err());
+        assert!(read(&absent, Some(3)).is_err());
     }
 }
