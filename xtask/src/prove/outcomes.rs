@@ -49,6 +49,11 @@ impl Proof {
         }
     }
 
+    /// Mutants judged, whatever became of them.
+    pub fn tried(&self) -> usize {
+        self.caught + self.missed + self.unviable + self.timeout
+    }
+
     /// Proven: at least one viable mutant, and every viable one caught.
     pub fn proven(&self) -> bool {
         self.not_provable.is_none() && self.missed == 0 && self.caught + self.timeout > 0
