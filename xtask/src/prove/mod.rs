@@ -200,9 +200,14 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             let deadline = bound.remaining().map(|left| started + left);
             match prove_one(&root, &out_dir, plan, args.timeout, deadline)? {
                 Run::Done(proof) => proof,
-                Run::CutOff(tried) => {
+                Run::CutOff(mut tried) => {
                     // The time cap holds inside a rule too: the first rule has no pace to be
                     // judged by, and one slow rule must not take CI's step past its bound.
+                    if let Some(tried) = tried.as_mut() {
+                        justified::apply(tried, &plan.id, &justified);
+                        // A survivor seen is one whatever the untried mutants would have shown.
+                        survived |= tried.missed > 0;
+                    }
                     let why = budget::cut_off_reason(&tried, count, started.elapsed());
                     crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
                     bound.ran(tried.as_ref().map_or(0, Proof::tried), started.elapsed());
