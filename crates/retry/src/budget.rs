@@ -67,7 +67,8 @@ impl RetryBudget {
         if available > now {
             return Err(available);
         }
-        let from = self.full_at.filter(|t| *t > now).unwrap_or(now);
+        // Booked from the later of the bucket's own time and now: an idle bucket books no credit.
+        let from = self.full_at.map_or(now, |full_at| full_at.max(now));
         self.full_at = Some(from.saturating_add(self.interval));
         Ok(())
     }
