@@ -514,7 +514,9 @@ fn prove_one(
             child.wait()?;
             let tried = std::fs::read_to_string(&outcomes_json)
                 .ok()
-                .and_then(|text| outcomes::parse(&text).ok());
+                .and_then(|text| {
+                    outcomes::parse(&text, &|file, line| plan.covers(file, line)).ok()
+                });
             return Ok(Run::CutOff(tried));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -522,7 +524,10 @@ fn prove_one(
     // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an
     // interrupt) is no proof, and nothing is recorded.
     match status.code() {
-        Some(0 | 2 | 3) => outcomes::read(&outcomes_json, status.code()).map(Run::Done),
+        Some(0 | 2 | 3) => outcomes::read(&outcomes_json, status.code(), &|file, line| {
+            plan.covers(file, line)
+        })
+        .map(Run::Done),
         code => anyhow::bail!(
             "cargo-mutants ended with {code:?} for {}; see {}",
             plan.rule,

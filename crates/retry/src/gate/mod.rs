@@ -339,7 +339,9 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
 
     /// The decision itself. Taken before the sweep, so a key whose attempt hung long enough to
     /// hold nothing once settled still reports that attempt's expiry, as a `History` does. Each
-    /// step is its rule's own item, so each rule's proof mutates that rule's code.
+    /// step is its rule's own item, so each rule's proof mutates that rule's code; what is left
+    /// here is that the answer carries the expiry it recorded.
+    // r[impl retry.attempts]
     fn begin_now<Q>(
         &mut self,
         key: &Q,
