@@ -145,6 +145,47 @@ fn keys_are_paced_independently() {
     assert_eq!(gate.state(&"b").unwrap().failures, 1);
 }
 
+// r[verify retry.keys-independent]
+#[test]
+fn many_keys_each_keep_their_own_streak() {
+    // Enough keys that many share a bucket's tag: a lookup that took another key's entry would
+    // show as a streak of the wrong length.
+    let clock = ManualClock::new();
+    let mut gate = KeyedGate::<String>::new(policy());
+    let keys: Vec<String> = (0..600).map(|k| format!("image-{k}")).collect();
+    let streak = |k: usize| u32::try_from(k % 3 + 1).unwrap();
+    for round in 1..=3 {
+        for (k, key) in keys.iter().enumerate() {
+            if streak(k) < round {
+                continue;
+            }
+            let token = gate.begin(key.as_str(), clock.now()).expect("eligible");
+            let t = gate.fail(token, clock.now(), None);
+            assert_eq!(t.failures, round, "{key}");
+        }
+        // Past every wait, within the cap: no key is dropped or starts a new streak.
+        clock.advance(S(60));
+    }
+    for (k, key) in keys.iter().enumerate() {
+        assert_eq!(
+            gate.state(key.as_str()).map(|s| s.failures),
+            Some(streak(k)),
+            "{key}"
+        );
+    }
+    // One key's success resets that key alone.
+    let token = gate.begin(keys[0].as_str(), clock.now()).unwrap();
+    let _ = gate.succeed(token, clock.now());
+    assert_eq!(gate.state(keys[0].as_str()), None);
+    for (k, key) in keys.iter().enumerate().skip(1) {
+        assert_eq!(
+            gate.state(key.as_str()).map(|s| s.failures),
+            Some(streak(k)),
+            "{key}"
+        );
+    }
+}
+
 // r[verify retry.single-flight]
 #[test]
 fn one_attempt_in_flight_per_key() {
