@@ -16,6 +16,7 @@ mod ci;
 mod justified;
 mod outcomes;
 mod plan;
+mod pristine;
 mod services;
 mod summary;
 
@@ -498,29 +499,26 @@ fn prove_one(
     // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
     // the run is known to have judged nothing (`services::skipped`).
     command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
+    pristine::quiet(&mut command);
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
-    let mut child = command.stdout(log.try_clone()?).stderr(log).spawn()?;
-    let outcomes_json = rule_dir.join("mutants.out/outcomes.json");
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
-            // SIGTERM, not SIGKILL: cargo-mutants (ctrlc's termination handler) stops its cargo,
-            // reverts the mutated file in place and exits, leaving the tree as it was.
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            child.wait()?;
-            let tried = std::fs::read_to_string(&outcomes_json)
-                .ok()
-                .and_then(|text| {
-                    outcomes::parse(&text, &|file, line| plan.covers(file, line)).ok()
-                });
-            return Ok(Run::CutOff(tried));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
+    // i[impl prove.pristine]
+    let snapshot = pristine::Snapshot::take(root, plan.targets.iter().map(|t| t.file.as_str()));
+    let ended = wait_or_cut_off(&mut command, log, plan, &outcomes_json(&rule_dir), deadline);
+    // Whatever became of the run, the files it may have mutated are as they were.
+    let restored = snapshot.restore_changed()?;
+    if !restored.is_empty() {
+        let names: Vec<_> = restored.iter().map(|p| p.display().to_string()).collect();
+        anyhow::bail!(
+            "cargo-mutants left {} mutated for {}; written back from before the run",
+            names.join(", "),
+            plan.rule
+        );
+    }
+    let status = match ended? {
+        Ended::Exited(status) => status,
+        Ended::CutOff(tried) => return Ok(Run::CutOff(tried)),
     };
+    let outcomes_json = outcomes_json(&rule_dir);
     // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an
     // interrupt) is no proof, and nothing is recorded.
     match status.code() {
@@ -533,5 +531,46 @@ fn prove_one(
             plan.rule,
             rule_dir.join("cargo-mutants.log").display()
         ),
+    }
+}
+
+fn outcomes_json(rule_dir: &Path) -> std::path::PathBuf {
+    rule_dir.join("mutants.out/outcomes.json")
+}
+
+/// How cargo-mutants' process ended.
+enum Ended {
+    Exited(std::process::ExitStatus),
+    CutOff(Option<Proof>),
+}
+
+/// Runs cargo-mutants to its end, or ends it at `deadline`.
+fn wait_or_cut_off(
+    command: &mut Command,
+    log: std::fs::File,
+    plan: &Plan,
+    outcomes_json: &Path,
+    deadline: Option<std::time::Instant>,
+) -> anyhow::Result<Ended> {
+    let mut child = command.stdout(log.try_clone()?).stderr(log).spawn()?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Ended::Exited(status));
+        }
+        if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+            // SIGTERM, not SIGKILL: cargo-mutants (ctrlc's termination handler) stops its cargo,
+            // reverts the mutated file in place and exits; the caller checks that it did.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            child.wait()?;
+            let tried = std::fs::read_to_string(outcomes_json)
+                .ok()
+                .and_then(|text| {
+                    outcomes::parse(&text, &|file, line| plan.covers(file, line)).ok()
+                });
+            return Ok(Ended::CutOff(tried));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
