@@ -42,6 +42,8 @@ const EXPIRED: u32 = 1 << 29;
 /// In flight as a provisional success (see `Lasting`): `at` is the moment it will have lasted.
 const PROVISIONAL: u32 = 1 << 28;
 const GENERATION: u32 = PROVISIONAL - 1;
+/// What names an attempt in flight: its generation, and whether it is a provisional success.
+const ATTEMPT: u32 = PROVISIONAL | GENERATION;
 
 /// Who an in-flight or expired slot belongs to: the attempt's generation number.
 type Generation = u32;
@@ -79,13 +81,14 @@ impl Slot {
     }
     /// The token's attempt is the one in flight. The start time is compared too, so a token from
     /// 2^28 grants ago whose generation number came round again cannot pass for the live one.
+    // r[impl retry.token.stale]
     fn runs(&self, generation: u32, began: Instant) -> bool {
-        self.in_flight() && self.meta & (PROVISIONAL | GENERATION) == generation && self.at == began
+        self.in_flight() && self.meta & ATTEMPT == generation && self.at == began
     }
     /// The provisional success of this generation, lasting at `lasts_at`, is in flight.
     fn lasts(&self, generation: u32, lasts_at: Instant) -> bool {
         self.in_flight()
-            && self.meta & (PROVISIONAL | GENERATION) == PROVISIONAL | generation
+            && self.meta & ATTEMPT == PROVISIONAL | generation
             && self.at == lasts_at
     }
     /// The token's attempt went stale, was counted as failed, and no newer attempt has begun.
