@@ -87,9 +87,7 @@ impl Slot {
     }
     /// The provisional success of this generation, lasting at `lasts_at`, is in flight.
     fn lasts(&self, generation: u32, lasts_at: Instant) -> bool {
-        self.in_flight()
-            && self.meta & ATTEMPT == PROVISIONAL | generation
-            && self.at == lasts_at
+        self.in_flight() && self.meta & ATTEMPT == PROVISIONAL | generation && self.at == lasts_at
     }
     /// The token's attempt went stale, was counted as failed, and no newer attempt has begun.
     fn expired_from(&self, generation: u32) -> bool {
