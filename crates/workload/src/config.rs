@@ -374,4 +374,21 @@ mod tests {
         holdfast_only.stop_timeout = Duration::from_secs(1);
         assert_eq!(holdfast_only.spec_hash(), h);
     }
+
+    // r[verify workload.config]
+    #[test]
+    fn the_limits_are_inclusive_and_an_image_reference_has_no_space() {
+        let key = |w: &WorkloadConfig| w.validate().map_err(|e| e.key);
+        let bad = |field: &str| Err(format!("workload[web].{field}"));
+        assert_eq!(key(&WorkloadConfig::new("web", "busy box")), bad("image"));
+        let mut w = WorkloadConfig::new("web", "busybox");
+        w.min_run = MAX_MIN_RUN;
+        w.stop_timeout = MAX_STOP_TIMEOUT;
+        assert_eq!(key(&w), Ok(()));
+        w.min_run = MAX_MIN_RUN + Duration::from_millis(1);
+        assert_eq!(key(&w), bad("min_run"));
+        w.min_run = MAX_MIN_RUN;
+        w.stop_timeout = MAX_STOP_TIMEOUT + Duration::from_millis(1);
+        assert_eq!(key(&w), bad("stop_timeout"));
+    }
 }
