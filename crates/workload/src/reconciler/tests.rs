@@ -965,3 +965,145 @@ fn after_a_node_restart_the_listed_exit_is_judged_by_the_policy() {
         WorkloadState::StoppedByPolicy { exit_code: Some(0) }
     );
 }
+
+// r[verify workload.events]
+#[test]
+fn a_container_missing_from_the_list_went_away_unreported() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(60);
+    h.tick();
+    // Listed and running: nothing changes.
+    h.resync();
+    assert_eq!(h.running_id("web"), first);
+    // Removed behind holdfast's back while the stream was down: an exit, and a new start.
+    h.core.stream_lost();
+    h.daemon.clear();
+    h.resync();
+    let second = h.tick().pop().expect("started again");
+    assert_ne!(second, first);
+    h.resync();
+    assert_eq!(h.running_id("web"), second);
+    // A container kept stopped by policy is kept while listed, forgotten once it is not: a
+    // policy change then has no container to remove.
+    let mut never = sleeper("once");
+    never.restart = RestartPolicy::Never;
+    let mut always = never.clone();
+    always.restart = RestartPolicy::Always;
+    for listed in [true, false] {
+        let mut h = Harness::new(vec![never.clone()]);
+        h.resync();
+        let id = h.tick().pop().unwrap();
+        h.die(&id, 3, &[]);
+        if !listed {
+            h.daemon.clear();
+        }
+        h.resync();
+        let actions = h.core.set_desired(vec![always.clone()]);
+        let removes = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Remove { container, .. } if *container == id))
+            .count();
+        assert_eq!(removes, usize::from(listed), "listed: {listed}");
+    }
+}
+
+// r[verify workload.events]
+#[test]
+fn a_destroy_event_is_an_exit_of_a_running_container_and_forgets_a_stopped_one() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(60);
+    h.tick();
+    h.daemon.clear();
+    let actions = h
+        .core
+        .on_event(ContainerEvent::Destroyed { id: first.clone() }, h.now);
+    h.perform(actions);
+    let second = h.tick().pop().expect("started again");
+    assert_ne!(second, first);
+    // Stopped by policy, then destroyed: a policy change has no container left to remove.
+    let mut never = sleeper("once");
+    never.restart = RestartPolicy::Never;
+    let mut always = never.clone();
+    always.restart = RestartPolicy::Always;
+    let mut h = Harness::new(vec![never]);
+    h.resync();
+    let id = h.tick().pop().unwrap();
+    h.die(&id, 3, &[]);
+    // The die seen twice changes nothing.
+    h.die(&id, 3, &[]);
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) }
+    );
+    h.daemon.clear();
+    assert!(
+        h.core
+            .on_event(ContainerEvent::Destroyed { id: id.clone() }, h.now)
+            .is_empty()
+    );
+    let actions = h.core.set_desired(vec![always]);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Remove { container, .. } if *container == id)),
+        "{actions:?}"
+    );
+}
+
+// r[verify workload.min-run]
+// r[verify workload.crash-loop]
+#[test]
+fn a_run_that_lasted_counts_even_when_its_exit_comes_before_the_next_tick() {
+    let mut w = WorkloadConfig::new("short", "busybox");
+    w.min_run = S(10);
+    let mut h = Harness::new(vec![w]);
+    h.resync();
+    for _ in 0..6 {
+        let id = h.until_started(S(400));
+        h.now += S(2);
+        h.die(&id, 1, &[]);
+    }
+    assert_eq!(h.core.faults().len(), 1, "a crash loop");
+    let id = h.until_started(S(400));
+    h.now += S(11);
+    // No tick in between: the exit is the first the core hears of the run lasting.
+    h.die(&id, 0, &[]);
+    assert!(h.core.faults().is_empty(), "the run lasted: fault cleared");
+    assert_eq!(h.core.failures("short"), 0);
+    let last = h.core.status(h.now)[0].last_exit.clone().unwrap();
+    assert!(last.lasted);
+}
+
+// r[verify workload.crash-loop]
+#[test]
+fn a_non_zero_exit_after_lasting_is_a_crash_and_a_clean_one_is_not() {
+    for (code, trips) in [(1, true), (0, false)] {
+        let mut w = WorkloadConfig::new("svc", "busybox");
+        w.min_run = S(1);
+        let mut h = Harness::new(vec![]);
+        // A run that lasts resets the crash count: one crash is a loop at threshold 1.
+        let mut m = module();
+        m.crash_loop = CrashLoopDetector::new(1, S(60)).unwrap();
+        h.core = Reconciler::new(m, FaultBoard::new());
+        h.core.set_desired(vec![w]);
+        h.resync();
+        let id = h.until_started(S(400));
+        h.now += S(2);
+        h.tick();
+        h.die(&id, code, &["bye"]);
+        let faults = h.core.faults();
+        assert_eq!(faults.len(), usize::from(trips), "exit {code}: {faults:?}");
+        if trips {
+            assert_eq!(faults[0].kind, "crash_loop");
+            assert!(
+                faults[0].message.contains("exit code 1"),
+                "{}",
+                faults[0].message
+            );
+        }
+    }
+}
