@@ -1045,6 +1045,11 @@ fn a_destroy_event_is_an_exit_of_a_running_container_and_forgets_a_stopped_one()
             .on_event(ContainerEvent::Destroyed { id: id.clone() }, h.now)
             .is_empty()
     );
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) },
+        "still stopped by policy, without its container"
+    );
     let actions = h.core.set_desired(vec![always]);
     assert!(
         !actions
