@@ -319,7 +319,7 @@ impl Reconciler {
         entry.crash_looping = false;
         entry.restart_due = false;
         self.drop_run(old, name, stop_timeout, actions);
-        self.gate.forget(&name.to_owned());
+        self.gate.forget(name);
         self.board.clear(&Self::subject(name));
     }
 
