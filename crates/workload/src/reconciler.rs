@@ -158,6 +158,9 @@ enum Run {
     Stopped {
         container: Option<String>,
         exit_code: Option<i64>,
+        /// Whether the run had lasted (unknown after a node restart: counts as lasted), so a
+        /// later policy can judge the exit as it would have.
+        lasted: bool,
         completed: bool,
     },
 }
@@ -316,7 +319,7 @@ impl Reconciler {
         entry.crash_looping = false;
         entry.restart_due = false;
         self.drop_run(old, name, stop_timeout, actions);
-        self.gate.forget(&name.to_owned());
+        self.gate.forget(name);
         self.board.clear(&Self::subject(name));
     }
 
@@ -332,20 +335,18 @@ impl Reconciler {
         let Run::Stopped {
             container,
             exit_code,
+            lasted,
             completed,
-        } = &entry.run
+        } = &mut entry.run
         else {
             return;
         };
         if !now_restarts {
             return;
         }
-        let stays = match entry.config.restart {
-            RestartPolicy::Never => true,
-            RestartPolicy::OnFailure => *completed && *exit_code == Some(0),
-            RestartPolicy::Always => false,
-        };
-        if stays {
+        // Judged as the new policy would have judged the exit.
+        if let Some(now_completed) = stays_stopped(entry.config.restart, *lasted, *exit_code) {
+            *completed = now_completed;
             return;
         }
         let container = container.clone();
@@ -524,6 +525,7 @@ impl Reconciler {
                 entry.run = Run::Stopped {
                     container: Some(c.id),
                     exit_code: c.exit_code,
+                    lasted: true,
                     completed,
                 };
             }
@@ -646,6 +648,7 @@ impl Reconciler {
                 entry.run = Run::Stopped {
                     container: Some(container),
                     exit_code,
+                    lasted,
                     completed,
                 };
             }

@@ -905,7 +905,8 @@ fn a_policy_change_releases_a_workload_its_old_policy_left_stopped() {
     h.now += S(10);
     let second = h.until_started(S(20));
     assert_ne!(second, first);
-    // A `never` workload that exited 0 is not known to have completed: on-failure starts it.
+    // A `never` workload whose run lasted and exited 0 is what on-failure leaves completed:
+    // it stays, and now says completed.
     let mut h = Harness::new(vec![never.clone()]);
     h.resync();
     let first = h.tick().pop().unwrap();
@@ -914,7 +915,17 @@ fn a_policy_change_releases_a_workload_its_old_policy_left_stopped() {
     h.die(&first, 0, &[]);
     let mut on_failure = never.clone();
     on_failure.restart = RestartPolicy::OnFailure;
-    assert_eq!(h.core.set_desired(vec![on_failure.clone()]).len(), 1);
+    assert!(h.core.set_desired(vec![on_failure.clone()]).is_empty());
+    assert_eq!(h.state("once"), WorkloadState::Completed);
+    assert!(h.tick().is_empty());
+    // One that exited 0 before its minimum run is a failure on-failure restarts.
+    let mut h = Harness::new(vec![never.clone()]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(2);
+    h.die(&first, 0, &[]);
+    let actions = h.core.set_desired(vec![on_failure.clone()]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if *container == first));
     // A completed on-failure job stays completed through never and back to on-failure.
     let mut h = Harness::new(vec![on_failure.clone()]);
     h.resync();
