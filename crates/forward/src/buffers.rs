@@ -82,6 +82,18 @@ fn reported(size: usize) -> usize {
     }
 }
 
+/// The kernel's cap on a socket buffer, `/proc/sys/net/core/NAME` (`rmem_max`, `wmem_max`): what
+/// the buffer tests expect a request above it to be granted.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+#[allow(clippy::expect_used)]
+pub(crate) fn kernel_max(name: &str) -> usize {
+    std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+        .expect("sysctl")
+        .trim()
+        .parse()
+        .expect("number")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,13 +127,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_size_above_the_kernels_maximum_is_granted_up_to_it_without_an_error() {
-        let max = |name: &str| -> usize {
-            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
-                .expect("sysctl")
-                .trim()
-                .parse()
-                .expect("number")
-        };
+        let max = kernel_max;
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         let state = UdpSocketState::new(UdpSockRef::from(&socket)).expect("state");
         let want = 2 * max("rmem_max").max(max("wmem_max"));

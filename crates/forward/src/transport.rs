@@ -77,13 +77,7 @@ mod tests {
     async fn an_endpoint_socket_gets_the_buffers_it_asks_for_up_to_the_kernels_maximum() {
         use crate::fragmentation::get;
         use std::os::fd::AsFd;
-        let max = |name: &str| -> usize {
-            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
-                .expect("sysctl")
-                .trim()
-                .parse()
-                .expect("number")
-        };
+        let max = crate::buffers::kernel_max;
         let socket = endpoint_socket("127.0.0.1:0".parse().expect("addr")).expect("socket");
         // Linux reports twice what was set (the rest is its bookkeeping).
         let rcv = get(socket.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).expect("get") as usize;

@@ -428,13 +428,7 @@ mod tests {
     async fn relay_sockets_get_the_buffers_they_ask_for_up_to_the_kernels_maximum() {
         use crate::fragmentation::get;
         use std::os::fd::AsFd;
-        let max = |name: &str| -> usize {
-            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
-                .expect("sysctl")
-                .trim()
-                .parse()
-                .expect("number")
-        };
+        let max = crate::buffers::kernel_max;
         let (rmem_max, wmem_max) = (max("rmem_max"), max("wmem_max"));
         for buffer in [FLOW_BUFFER, LOCAL_BUFFER] {
             let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"), buffer)
