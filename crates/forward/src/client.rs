@@ -30,8 +30,8 @@ use crate::ready::ready_now;
 use crate::reconnect::{Pace, Reconnect};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
-use crate::transport::{ALPN, close_code, transport_config};
-use crate::udp_io::{Gather, MAX_DATAGRAM, UdpIo, segments};
+use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
+use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// One forward: a local UDP address and the target the node relays to.
@@ -433,7 +433,7 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
     let mut forwards = Vec::new();
     let mut locals = Vec::new();
     for (i, spec) in config.forwards.iter().enumerate() {
-        let socket = UdpIo::new(UdpSocket::bind(spec.local).await?)?;
+        let socket = UdpIo::new(UdpSocket::bind(spec.local).await?, LOCAL_BUFFER)?;
         locals.push(socket.local_addr()?);
         let id = i as u32 + 1;
         let events = events_tx.clone();
@@ -460,7 +460,10 @@ pub async fn spawn(config: ClientConfig) -> std::io::Result<Forwarding> {
             failed: AtomicBool::new(false),
         }));
     }
-    let endpoint = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+    let endpoint = endpoint(
+        endpoint_socket(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?,
+        None,
+    )?;
     let unattributed = Arc::new(Counters::default());
     let current = Current::default();
     let (stop, stop_rx) = watch::channel(false);
@@ -917,12 +920,15 @@ async fn local_to_node(
             let Some((_, bytes)) = &header else {
                 continue;
             };
+            // Counted once per buffer, not per datagram.
+            let (mut relayed, mut relayed_bytes) = (0, 0);
             for payload in segments(buf, m) {
                 out.extend_from_slice(bytes);
                 out.extend_from_slice(payload);
                 let err = match conn.send_datagram(out.split().freeze()) {
                     Ok(()) => {
-                        forward.reporter.stats().to_target(payload.len());
+                        relayed += 1;
+                        relayed_bytes += payload.len();
                         continue;
                     }
                     Err(err) => RelayError::from(err),
@@ -933,9 +939,19 @@ async fn local_to_node(
                         forward.reporter.transient(&err);
                     }
                     // The connection is gone: the session loop sees it and announces the end.
-                    Class::Fatal => return,
+                    Class::Fatal => {
+                        forward
+                            .reporter
+                            .stats()
+                            .to_target_many(relayed, relayed_bytes);
+                        return;
+                    }
                 }
             }
+            forward
+                .reporter
+                .stats()
+                .to_target_many(relayed, relayed_bytes);
         }
     }
 }
@@ -966,21 +982,39 @@ async fn node_to_local(
         let now = Instant::now();
         let mut next = Some(first);
         let mut drained = 0;
+        // The last flow's peer in this wakeup: most of a batch is one flow's, and looking it up
+        // (a lock) once per run of it is enough to keep the flow active.
+        let mut last: Option<(FlowId, SocketAddr, usize)> = None;
         while let Some(datagram) = next {
             match decode_datagram(&datagram) {
-                Ok((FlowId { forward, flow }, payload)) => match forwards.get(&forward) {
-                    None => unattributed.dropped(DropReason::UnknownForward),
-                    Some(local) => match local.peer_of(flow, now) {
-                        None => local.reporter.stats().dropped(DropReason::UnknownForward),
-                        Some(peer) => {
-                            let max = local.socket.max_segments();
-                            if !gather.push(forward, peer, payload, max) {
-                                flush_local(&mut gather, &forwards, &events).await;
-                                gather.push(forward, peer, payload, max);
+                Ok((id, payload)) => {
+                    let found = match last {
+                        Some((seen, peer, max)) if seen == id => Some((peer, max)),
+                        _ => match forwards.get(&id.forward) {
+                            None => {
+                                unattributed.dropped(DropReason::UnknownForward);
+                                None
                             }
-                        }
-                    },
-                },
+                            Some(local) => match local.peer_of(id.flow, now) {
+                                None => {
+                                    local.reporter.stats().dropped(DropReason::UnknownForward);
+                                    None
+                                }
+                                Some(peer) => {
+                                    let max = local.socket.max_segments();
+                                    last = Some((id, peer, max));
+                                    Some((peer, max))
+                                }
+                            },
+                        },
+                    };
+                    if let Some((peer, max)) = found
+                        && !gather.push(id.forward, peer, payload, max)
+                    {
+                        flush_local(&mut gather, &forwards, &events).await;
+                        gather.push(id.forward, peer, payload, max);
+                    }
+                }
                 Err(err) => unattributed.dropped(RelayError::from(err).drop_reason()),
             }
             drained += 1;
@@ -1046,7 +1080,7 @@ mod tests {
                 local: socket.local_addr().expect("addr"),
                 target: "127.0.0.1:9".parse().expect("addr"),
             },
-            socket: UdpIo::new(socket).expect("udp io"),
+            socket: UdpIo::new(socket, LOCAL_BUFFER).expect("udp io"),
             peers: Mutex::new(Peers::default()),
             reporter: Reporter::new(
                 1,

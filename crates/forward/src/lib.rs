@@ -2,6 +2,7 @@
 
 pub mod allow;
 pub mod auth;
+mod buffers;
 pub mod classify;
 pub mod client;
 pub mod control;

@@ -29,8 +29,8 @@ use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::ready_now;
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
-use crate::transport::{ALPN, close_code, transport_config};
-use crate::udp_io::{Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
+use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
+use crate::udp_io::{FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// The server's configuration.
@@ -196,12 +196,12 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
     let identity = Identity::load_or_create(&config.identity_dir)?;
     let fingerprint = identity.fingerprint();
     let server_config = quinn_server_config(&identity, config.idle_timeout)?;
-    let endpoint = quinn::Endpoint::server(server_config, config.listen).map_err(|source| {
-        StartError::Listen {
+    let endpoint = endpoint_socket(config.listen)
+        .and_then(|socket| endpoint(socket, Some(server_config)))
+        .map_err(|source| StartError::Listen {
             addr: config.listen,
             source,
-        }
-    })?;
+        })?;
     let shared = Arc::new(Shared {
         credentials: Credentials::new(&config.credentials),
         allow: config.allow,
@@ -552,6 +552,7 @@ async fn serve(
         shutdown: shutdown.clone(),
         forwards: HashMap::new(),
         gather: Gather::default(),
+        gather_max: 1,
     };
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
@@ -638,6 +639,8 @@ struct Relay {
     forwards: HashMap<u32, ServerForward>,
     /// Datagrams of one flow waiting to leave in one send.
     gather: Gather<(u32, u64)>,
+    /// How many datagrams one send of the run under way may carry.
+    gather_max: usize,
 }
 
 impl Relay {
@@ -791,6 +794,14 @@ impl Relay {
                 return;
             }
         };
+        // Most of a batch continues the run under way: its flow is open (the run's flow was
+        // looked up, and touched, when the run began), so no lookup is needed.
+        if self
+            .gather
+            .push_same((id.forward, id.flow), payload, self.gather_max)
+        {
+            return;
+        }
         // A new flow may evict another: what was gathered for that one goes out first.
         let known = self
             .forwards
@@ -863,6 +874,7 @@ impl Relay {
             self.flush().await;
             self.gather.push(key, target, payload, max);
         }
+        self.gather_max = max;
     }
 
     /// Sends what was gathered to its flow's target.
@@ -956,7 +968,7 @@ async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpIo>> {
     };
     let socket = UdpSocket::bind(local).await?;
     socket.connect(target).await?;
-    Ok(Arc::new(UdpIo::new(socket)?))
+    Ok(Arc::new(UdpIo::new(socket, FLOW_BUFFER)?))
 }
 
 /// Relays one flow's replies from the target back to the client: every datagram of a receive
@@ -982,12 +994,15 @@ async fn relay_replies(
             Ok(_) => {
                 let count = segments(&buf, &meta[0]).count();
                 out.reserve(count * header.len() + meta[0].len);
+                // Counted once per receive, not per datagram.
+                let (mut relayed, mut bytes) = (0, 0);
                 for payload in segments(&buf, &meta[0]) {
                     out.extend_from_slice(&header);
                     out.extend_from_slice(payload);
                     let err = match conn.send_datagram(out.split().freeze()) {
                         Ok(()) => {
-                            reporter.stats().from_target(payload.len());
+                            relayed += 1;
+                            bytes += payload.len();
                             continue;
                         }
                         Err(err) => RelayError::from(err),
@@ -997,9 +1012,13 @@ async fn relay_replies(
                         Class::Transient => {
                             reporter.transient(&err);
                         }
-                        Class::Fatal => return,
+                        Class::Fatal => {
+                            reporter.stats().from_target_many(relayed, bytes);
+                            return;
+                        }
                     }
                 }
+                reporter.stats().from_target_many(relayed, bytes);
                 activity.touch(Instant::now());
                 continue;
             }

@@ -1,7 +1,10 @@
 //! QUIC settings both ends share.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use quinn::udp::{UdpSockRef, UdpSocketState};
 
 /// The ALPN protocol id of this crate's protocol.
 pub const ALPN: &[u8] = b"holdfast-forward/1";
@@ -30,4 +33,59 @@ pub fn transport_config(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
     transport.datagram_receive_buffer_size(Some(4 * 1024 * 1024));
     transport.datagram_send_buffer_size(4 * 1024 * 1024);
     Arc::new(transport)
+}
+
+/// The send and receive buffers a QUIC endpoint's UDP socket asks for, each way: every datagram of
+/// every forward on the connection passes there, so it gets the room quinn's own datagram
+/// buffers have.
+pub const ENDPOINT_BUFFER: usize = 4 << 20;
+
+/// A UDP socket bound to `addr` for a QUIC endpoint, with [`ENDPOINT_BUFFER`] send and receive
+/// buffers (as far as the kernel allows): the kernel's default (about 200 KiB) is a few
+/// milliseconds of packets at full rate, and a busy endpoint driver loses what overflows it.
+/// Public so a benchmark's bare quinn endpoints get the same.
+/// A kernel that gives less than asked is logged, never an error: only binding can fail.
+// r[impl forward.buffers+2]
+pub fn endpoint_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+    crate::buffers::ask(&socket, &state, ENDPOINT_BUFFER);
+    Ok(socket)
+}
+
+/// A quinn endpoint on `socket` (from [`endpoint_socket`]), a server when `server` is given.
+/// Needs a tokio runtime.
+pub fn endpoint(
+    socket: std::net::UdpSocket,
+    server: Option<quinn::ServerConfig>,
+) -> std::io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify forward.buffers+2]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[tokio::test]
+    async fn an_endpoint_socket_gets_the_buffers_it_asks_for_up_to_the_kernels_maximum() {
+        use crate::fragmentation::get;
+        use std::os::fd::AsFd;
+        let max = crate::buffers::kernel_max;
+        let socket = endpoint_socket("127.0.0.1:0".parse().expect("addr")).expect("socket");
+        // Linux reports twice what was set (the rest is its bookkeeping).
+        let rcv = get(socket.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).expect("get") as usize;
+        let snd = get(socket.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF).expect("get") as usize;
+        assert_eq!(rcv / 2, ENDPOINT_BUFFER.min(max("rmem_max")));
+        assert_eq!(snd / 2, ENDPOINT_BUFFER.min(max("wmem_max")));
+        // And a quinn endpoint runs on it.
+        let endpoint = endpoint(socket, None).expect("endpoint");
+        assert!(endpoint.local_addr().expect("addr").port() > 0);
+    }
 }

@@ -16,6 +16,14 @@ pub(crate) const MAX_DATAGRAM: usize = 65_536;
 /// The most bytes one GSO send carries (the kernel's limit is 64 KiB including headers).
 const GSO_MAX_BYTES: usize = 60_000;
 
+/// The socket buffers a client's local socket asks for, each way: every datagram of its forward
+/// enters there, so it gets the room quinn's own datagram buffers have (4 MiB).
+pub(crate) const LOCAL_BUFFER: usize = 4 << 20;
+
+/// The socket buffers a node's flow socket asks for, each way: one flow's share, with thousands
+/// of flows possible. The kernel charges only what is queued, and caps both at its maximum.
+pub(crate) const FLOW_BUFFER: usize = 1 << 20;
+
 /// A UDP socket with quinn-udp's batched send and receive.
 // r[impl forward.batch]
 #[derive(Debug)]
@@ -25,9 +33,15 @@ pub(crate) struct UdpIo {
 }
 
 impl UdpIo {
-    /// Wraps `socket` (enables GRO where the platform has it); the socket fragments as plain UDP.
-    pub(crate) fn new(socket: UdpSocket) -> io::Result<Self> {
+    /// Wraps `socket` (enables GRO where the platform has it) with send and receive buffers of
+    /// `buffer` bytes (as far as the kernel allows); the socket fragments as plain UDP.
+    pub(crate) fn new(socket: UdpSocket, buffer: usize) -> io::Result<Self> {
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        // r[impl forward.buffers+2]
+        // A burst that arrives while the relay is busy waits here instead of being dropped by
+        // the kernel (the default, about 200 KiB, holds a few milliseconds at full rate). A
+        // kernel that gives less is logged, never fatal.
+        crate::buffers::ask(&socket, &state, buffer);
         // quinn-udp's setup sets "don't fragment", which is QUIC's need, not a relay's.
         // r[impl forward.fragment]
         #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -184,6 +198,16 @@ impl<K: PartialEq + Copy> Gather<K> {
         }
     }
 
+    /// Adds `payload` if it continues the run gathered for `key` (same key, same size, room
+    /// left); `false` otherwise, and the caller takes the slow path. Lets a relay skip looking up
+    /// a datagram's flow when it belongs to the run under way, as most of a batch does.
+    pub(crate) fn push_same(&mut self, key: K, payload: &[u8], max_segments: usize) -> bool {
+        match self.key {
+            Some((k, to, _)) if k == key => self.push(key, to, payload, max_segments),
+            _ => false,
+        }
+    }
+
     /// Takes what was gathered: key, destination, segment size, datagram count and bytes.
     pub(crate) fn take(&mut self) -> Option<Gathered<'_, K>> {
         let (key, to, size) = self.key.take()?;
@@ -280,7 +304,7 @@ mod tests {
             .expect("port");
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
         socket.connect(closed).await.expect("connect");
-        (UdpIo::new(socket).expect("udp io"), closed)
+        (UdpIo::new(socket, FLOW_BUFFER).expect("udp io"), closed)
     }
 
     // i[verify forward.relay.resilience]
@@ -345,13 +369,21 @@ mod tests {
     async fn relay_sockets_leave_fragmentation_to_the_kernel() {
         use crate::fragmentation::get;
         use std::os::fd::AsFd;
-        let v4 = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind")).expect("udp io");
+        let v4 = UdpIo::new(
+            UdpSocket::bind("127.0.0.1:0").await.expect("bind"),
+            FLOW_BUFFER,
+        )
+        .expect("udp io");
         let fd = v4.socket.as_fd();
         assert_eq!(
             get(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).expect("get"),
             libc::IP_PMTUDISC_WANT
         );
-        let v6 = UdpIo::new(UdpSocket::bind("[::1]:0").await.expect("bind ::1")).expect("udp io");
+        let v6 = UdpIo::new(
+            UdpSocket::bind("[::1]:0").await.expect("bind ::1"),
+            FLOW_BUFFER,
+        )
+        .expect("udp io");
         let fd = v6.socket.as_fd();
         assert_eq!(
             get(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).expect("get"),
@@ -375,7 +407,11 @@ mod tests {
     async fn a_datagram_larger_than_1500_bytes_is_sent_whole() {
         let target = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
         let to = target.local_addr().expect("addr");
-        let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind")).expect("udp io");
+        let io = UdpIo::new(
+            UdpSocket::bind("127.0.0.1:0").await.expect("bind"),
+            FLOW_BUFFER,
+        )
+        .expect("udp io");
         let payload: Vec<u8> = (0..4000u32).map(|i| i as u8).collect();
         io.send(to, &payload, None).await.expect("send");
         let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -384,6 +420,33 @@ mod tests {
             .expect("delivered")
             .expect("recv");
         assert_eq!(&buf[..n], &payload[..]);
+    }
+
+    // r[verify forward.buffers+2]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[tokio::test]
+    async fn relay_sockets_get_the_buffers_they_ask_for_up_to_the_kernels_maximum() {
+        use crate::fragmentation::get;
+        use std::os::fd::AsFd;
+        let max = crate::buffers::kernel_max;
+        let (rmem_max, wmem_max) = (max("rmem_max"), max("wmem_max"));
+        for buffer in [FLOW_BUFFER, LOCAL_BUFFER] {
+            let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"), buffer)
+                .expect("udp io");
+            let fd = io.socket.as_fd();
+            // Linux reports twice what was set (the rest is its bookkeeping).
+            let rcv = get(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).expect("get") as usize / 2;
+            let snd = get(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).expect("get") as usize / 2;
+            assert_eq!(rcv, buffer.min(rmem_max), "receive buffer for {buffer}");
+            assert_eq!(snd, buffer.min(wmem_max), "send buffer for {buffer}");
+        }
+        // Where the kernel allows it, more than a plain socket's default, which a burst overflowed.
+        let plain = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let default =
+            get(plain.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).expect("get") as usize / 2;
+        if rmem_max > default {
+            assert!(FLOW_BUFFER.min(rmem_max) > default, "{default}");
+        }
     }
 
     // r[verify forward.batch]
@@ -401,6 +464,13 @@ mod tests {
             (2, 2, &b"abcd"[..])
         );
         assert!(gather.take().is_none());
+        assert!(!gather.push_same(1, b"ab", 64), "nothing under way");
+        assert!(gather.push(1, to, b"ab", 64));
+        assert!(gather.push_same(1, b"cd", 64), "the run under way");
+        assert!(!gather.push_same(2, b"ef", 64), "another flow");
+        assert!(!gather.push_same(1, b"e", 64), "another size");
+        assert!(!gather.push_same(1, b"gh", 2), "no room left");
+        assert_eq!(gather.take().map(|t| t.count), Some(2));
         assert!(gather.push(1, to, b"", 64));
         assert!(!gather.push(1, to, b"", 64), "empty datagrams go alone");
     }

@@ -173,9 +173,6 @@ pub fn classify_status(status: StatusCode, message: &str) -> PullErrorKind {
     if let Some(kind) = classify_message(message) {
         return kind;
     }
-    if code == 404 && message.to_ascii_lowercase().contains("not found") {
-        return PullErrorKind::NotFound;
-    }
     match code {
         404 => PullErrorKind::NotFound,
         401 | 403 => PullErrorKind::Unauthorized,
@@ -379,6 +376,22 @@ mod tests {
             (505, "version not supported", PullErrorKind::Daemon),
             (409, "conflict", PullErrorKind::Rejected),
             (503, "daemon busy", PullErrorKind::Daemon),
+            // The typed status alone decides when the message names no registry condition: any
+            // 404 is not found, 401 and 403 are unauthorized, and "not found" in the text of
+            // another status is no 404.
+            (
+                404,
+                "No such image: holdfast/busybox:nope",
+                PullErrorKind::NotFound,
+            ),
+            (401, "authentication failed", PullErrorKind::Unauthorized),
+            (403, "forbidden", PullErrorKind::Unauthorized),
+            (500, "layer not found in the store", PullErrorKind::Daemon),
+            (
+                400,
+                "repository not found in request",
+                PullErrorKind::Rejected,
+            ),
         ];
         for (status, message, expected) in cases {
             assert_eq!(

@@ -18,6 +18,7 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use tokio::sync::watch;
 
 use crate::classify::{PullError, PullErrorKind, classify_bollard};
+pub use crate::daemon_wait::daemon_within;
 use crate::progress::{ProgressTracker, PullProgress};
 use crate::watchdog::{Watched, drive};
 
@@ -38,6 +39,7 @@ impl DaemonEndpoint {
         Self::from_docker_host(std::env::var("DOCKER_HOST").ok().as_deref())
     }
 
+    // r[impl actuate.image.daemon.connect]
     /// The endpoint for a given `DOCKER_HOST` value (`None` or empty: the default socket).
     pub fn from_docker_host(value: Option<&str>) -> Self {
         match value.map(str::trim).filter(|v| !v.is_empty()) {
@@ -55,6 +57,7 @@ impl DaemonEndpoint {
         &self.host
     }
 
+    // r[impl actuate.image.daemon.connect]
     /// Connects and negotiates the API version. Fails with [`PullErrorKind::DaemonUnreachable`]
     /// when the socket is missing or refuses, like any pull would.
     pub async fn connect(&self) -> Result<Docker, PullError> {
@@ -86,28 +89,6 @@ pub async fn within<T>(
                 bound.as_secs()
             ),
         )),
-    }
-}
-
-// r[impl actuate.image.daemon.hung]
-/// Like [`within`], for a request that only the daemon itself answers (the connect and version
-/// negotiation, the image inspect; no registry is involved): no answer in time means the daemon
-/// is hung, which is the daemon being unreachable, not a failure of the image's attempt.
-pub async fn daemon_within<T>(
-    bound: Duration,
-    what: &str,
-    answer: impl Future<Output = Result<T, PullError>>,
-) -> Result<T, PullError> {
-    match within(bound, what, answer).await {
-        Err(err) if err.kind == PullErrorKind::Stalled => Err(PullError {
-            kind: PullErrorKind::DaemonUnreachable,
-            message: format!(
-                "the daemon accepts connections but does not answer: {}",
-                err.message
-            ),
-            ..err
-        }),
-        other => other,
     }
 }
 

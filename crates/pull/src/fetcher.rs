@@ -163,7 +163,7 @@ mod tests {
         DaemonEndpoint::from_docker_host(Some(&format!("unix://{}", socket.display())))
     }
 
-    // r[verify actuate.image.daemon.hung]
+    // r[verify actuate.image.daemon.hung+2]
     #[tokio::test(start_paused = true)]
     async fn a_daemon_that_accepts_and_never_answers_is_unreachable_for_a_pull_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
-    // r[verify actuate.image.daemon.hung]
+    // r[verify actuate.image.daemon.hung+2]
     #[tokio::test(start_paused = true)]
     async fn a_daemon_that_negotiates_and_never_answers_the_inspect_is_unreachable() {
         let dir = tempfile::tempdir().unwrap();
@@ -205,8 +205,61 @@ mod tests {
         );
     }
 
+    // r[verify actuate.image.daemon.hung+2]
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_daemon_is_one_daemon_fault_that_says_so_and_counts_against_no_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let _daemon = fake_daemon(&socket, |_| None);
+        let config = crate::PullConfig::builder(7)
+            .stall_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let mut actuator = crate::Actuator::new(
+            DockerFetcher::new(endpoint(&socket), config.stall_timeout()),
+            config,
+        )
+        .unwrap();
+        let images = ["reg/a:1", "reg/b:1"];
+        let t0 = std::time::Instant::now();
+        // Twenty minutes of ticks: far past the daemon's escalation threshold on its schedule.
+        for step in 0..120u64 {
+            let now = t0 + Duration::from_secs(10 * step);
+            for image in images {
+                actuator.ensure(image, now);
+            }
+            actuator.settle(now).await;
+        }
+        let faults = actuator.faults();
+        assert_eq!(
+            faults.len(),
+            1,
+            "one fault for the daemon, none per image: {faults:?}"
+        );
+        let fault = &faults[0];
+        assert_eq!(fault.subject, crate::FaultSubject::Daemon.subject());
+        assert_eq!(fault.kind, PullErrorKind::DaemonUnreachable.as_str());
+        assert!(
+            fault
+                .message
+                .contains("the daemon accepts connections but does not answer"),
+            "{fault:?}"
+        );
+        assert!(
+            fault.message.contains("connect and version negotiation"),
+            "names the request that went unanswered: {fault:?}"
+        );
+        for image in images {
+            assert_eq!(actuator.reference_failures(image), 0, "{image}");
+            assert!(matches!(
+                actuator.status(image),
+                Some(crate::ImageState::DaemonUnreachable { .. })
+            ));
+        }
+    }
+
     // r[verify actuate.image.watchdog+3]
-    // r[verify actuate.image.daemon.hung]
+    // r[verify actuate.image.daemon.hung+2]
     #[tokio::test(start_paused = true)]
     async fn a_daemon_that_accepts_and_never_answers_fails_the_probe_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();

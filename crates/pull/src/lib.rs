@@ -19,6 +19,7 @@ pub mod actuator;
 pub mod classify;
 pub mod client;
 pub mod config;
+pub mod daemon_wait;
 pub mod fault;
 pub mod fetcher;
 pub mod pacing;

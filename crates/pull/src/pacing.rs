@@ -82,7 +82,6 @@ impl<K: Hash + Eq + Clone> Pacer<K> {
         self.attempts.policy()
     }
 
-    // r[impl actuate.image.retry]
     /// Asks the gate whether `key` may be attempted at `now`.
     pub fn begin(&mut self, key: K, now: Instant) -> Permit {
         self.attempts.begin(&key, now).into()

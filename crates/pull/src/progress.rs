@@ -66,7 +66,6 @@ impl ProgressTracker {
     }
 
     // r[impl actuate.image.watchdog+3]
-    // r[impl actuate.image.progress.bounded]
     /// Folds one message in. Returns `true` when it is an advance: more bytes of a layer
     /// downloaded or extracted, or a layer completing (downloaded, or done). Nothing else moves
     /// the watchdog: not a new status line, not a new layer id, not a phase change short of
@@ -75,21 +74,11 @@ impl ProgressTracker {
     /// is bounded ([`MAX_TRACKED_LAYERS`], [`MAX_LAYER_ID_LEN`], [`MAX_STATUS_LEN`]).
     pub fn observe(&mut self, info: &CreateImageInfo) -> bool {
         let status = info.status.as_deref().unwrap_or_default();
-        if !status.is_empty() {
-            self.last_status = Some(truncated(status, MAX_STATUS_LEN));
-        }
-        let Some(id) = info
-            .id
-            .as_deref()
-            .filter(|id| is_layer_status(status) && id.len() <= MAX_LAYER_ID_LEN)
-        else {
-            // A pull-level status ("Pulling from ...", "Digest: ...", "Status: ..."): shown, never
-            // progress.
+        let Some(layer) = self.admit(status, info.id.as_deref()) else {
+            // A pull-level status ("Pulling from ...", "Digest: ...", "Status: ..."), or a layer
+            // not kept: shown, never progress.
             return false;
         };
-        if !self.layers.contains_key(id) && self.layers.len() >= MAX_TRACKED_LAYERS {
-            return false;
-        }
         let phase = layer_phase(status);
         let detail = info.progress_detail.as_ref();
         let current = detail
@@ -98,54 +87,35 @@ impl ProgressTracker {
         let total = detail
             .and_then(|d| d.total)
             .and_then(|t| u64::try_from(t).ok());
-        let mut advanced = false;
-        let layer = self.layers.entry(id.to_owned()).or_insert(Layer {
+        let advanced = layer.advance(phase, current);
+        layer.account(phase, total);
+        advanced
+    }
+
+    // r[impl actuate.image.progress.bounded]
+    /// Keeps the message's status line (cut to [`MAX_STATUS_LEN`]) and returns the layer it is
+    /// about, if it is a layer message and the layer is kept: ids longer than
+    /// [`MAX_LAYER_ID_LEN`] are ignored, and no layer beyond [`MAX_TRACKED_LAYERS`] is added.
+    fn admit(&mut self, status: &str, id: Option<&str>) -> Option<&mut Layer> {
+        if !status.is_empty() {
+            self.last_status = Some(truncated(status, MAX_STATUS_LEN));
+        }
+        let id = id.filter(|id| is_layer_status(status) && id.len() <= MAX_LAYER_ID_LEN)?;
+        if !self.layers.contains_key(id) && self.layers.len() >= MAX_TRACKED_LAYERS {
+            return None;
+        }
+        Some(self.layers.entry(id.to_owned()).or_insert(Layer {
             phase: LayerPhase::Waiting,
             downloaded: 0,
             extracted: 0,
             total: 0,
-        });
-        if let Some(phase) = phase
-            && phase > layer.phase
-        {
-            let completes = |stage: LayerPhase| layer.phase < stage && phase >= stage;
-            advanced |= completes(LayerPhase::Downloaded) || completes(LayerPhase::Done);
-            layer.phase = phase;
-        }
-        if let Some(total) = total
-            && total > layer.total
-            && matches!(phase, Some(LayerPhase::Downloading))
-        {
-            layer.total = total;
-        }
-        if let Some(current) = current {
-            let counter = match phase {
-                Some(LayerPhase::Downloading) => Some(&mut layer.downloaded),
-                Some(LayerPhase::Extracting) => Some(&mut layer.extracted),
-                _ => None,
-            };
-            if let Some(counter) = counter
-                && current > *counter
-            {
-                *counter = current;
-                advanced = true;
-            }
-        }
-        if layer.phase >= LayerPhase::Downloaded && layer.total > 0 {
-            layer.downloaded = layer.total;
-        }
-        advanced
+        }))
     }
 
     /// The progress so far. Byte sums saturate: a daemon reporting sizes near `i64::MAX` for
     /// several layers shows the maximum, never a wrapped (or panicking) sum.
     pub fn snapshot(&self) -> PullProgress {
-        let sum = |bytes: fn(&Layer) -> u64| {
-            self.layers
-                .values()
-                .map(bytes)
-                .fold(0u64, u64::saturating_add)
-        };
+        let sum = |bytes: fn(&Layer) -> u64| saturating_sum(self.layers.values().map(bytes));
         PullProgress {
             layers: self.layers.len(),
             layers_done: self
@@ -160,6 +130,55 @@ impl ProgressTracker {
     }
 }
 
+impl Layer {
+    // r[impl actuate.image.watchdog+3]
+    /// Moves the layer on by one message of `phase` carrying `current` bytes; `true` when that
+    /// is an advance: the layer completing a stage (downloaded, done), or more bytes of its
+    /// download or extraction. A phase the layer has already passed moves nothing.
+    fn advance(&mut self, phase: Option<LayerPhase>, current: Option<u64>) -> bool {
+        let mut advanced = false;
+        if let Some(phase) = phase {
+            let completes = |stage: LayerPhase| self.phase < stage && phase >= stage;
+            advanced |= completes(LayerPhase::Downloaded) || completes(LayerPhase::Done);
+            self.phase = self.phase.max(phase);
+        }
+        let counter = match phase {
+            Some(LayerPhase::Downloading) => Some(&mut self.downloaded),
+            Some(LayerPhase::Extracting) => Some(&mut self.extracted),
+            _ => None,
+        };
+        if let (Some(counter), Some(current)) = (counter, current)
+            && current > *counter
+        {
+            *counter = current;
+            advanced = true;
+        }
+        advanced
+    }
+
+    // r[impl actuate.image.progress]
+    /// Keeps the layer's size as the download reports it (extraction reports other sizes), and
+    /// counts a layer whose size is known as fully downloaded once its download completed
+    /// (dockerd sends no final byte count); without a known size, the bytes seen stand.
+    fn account(&mut self, phase: Option<LayerPhase>, total: Option<u64>) {
+        if phase == Some(LayerPhase::Downloading)
+            && let Some(total) = total
+        {
+            self.total = self.total.max(total);
+        }
+        if self.phase >= LayerPhase::Downloaded && self.total > 0 {
+            self.downloaded = self.total;
+        }
+    }
+}
+
+// r[impl actuate.image.progress.bounded]
+/// The sum of byte counts, saturating at `u64::MAX` rather than wrapping or panicking.
+fn saturating_sum(bytes: impl Iterator<Item = u64>) -> u64 {
+    bytes.fold(0, u64::saturating_add)
+}
+
+// r[impl actuate.image.progress.bounded]
 /// `text` cut to at most `max` bytes, at a character boundary.
 fn truncated(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
@@ -169,6 +188,8 @@ fn truncated(text: &str, max: usize) -> String {
     text[..end].to_owned()
 }
 
+// r[impl actuate.image.watchdog+3]
+/// Whether `status` is about one layer; a pull-level status line is never a layer's progress.
 fn is_layer_status(status: &str) -> bool {
     // Layer messages carry the short layer id; pull-level ones carry the tag as id
     // ("Pulling from holdfast/busybox", id "latest") or none.
@@ -308,6 +329,78 @@ mod tests {
         assert!(tracker.observe(&msg("Downloading", Some("abc"), Some(11), Some(100))));
         assert_eq!(tracker.snapshot().bytes_downloaded, 11);
         assert_eq!(tracker.snapshot().layers_done, 0);
+    }
+
+    // r[verify actuate.image.watchdog+3]
+    #[test]
+    fn a_phase_change_short_of_completion_is_not_progress() {
+        let mut tracker = ProgressTracker::new();
+        let layer = Some("8acd48497341");
+        let seq = [
+            (msg("Pulling fs layer", layer, None, None), false),
+            // Phases with no bytes, short of a completed download.
+            (msg("Waiting", layer, None, None), false),
+            (msg("Downloading", layer, None, None), false),
+            (msg("Verifying Checksum", layer, None, None), false),
+            (msg("Download complete", layer, None, None), true),
+            // Completion is once: saying it again, or a phase already passed, is no advance.
+            (msg("Download complete", layer, None, None), false),
+            (msg("Verifying Checksum", layer, None, None), false),
+            // Extraction starting is a phase change, not a completion; its bytes are progress.
+            (msg("Extracting", layer, None, None), false),
+            (msg("Extracting", layer, Some(10), Some(100)), true),
+            (msg("Extracting", layer, Some(10), Some(100)), false),
+            (msg("Pull complete", layer, None, None), true),
+            (msg("Pull complete", layer, None, None), false),
+        ];
+        for (m, advance) in &seq {
+            assert_eq!(tracker.observe(m), *advance, "{m:?}");
+        }
+    }
+
+    // r[verify actuate.image.progress]
+    #[test]
+    fn sizes_come_from_the_download_and_seen_bytes_stand_without_one() {
+        let mut tracker = ProgressTracker::new();
+        tracker.observe(&msg(
+            "Downloading",
+            Some("a"),
+            Some(32_768),
+            Some(1_000_000),
+        ));
+        let p = tracker.snapshot();
+        assert_eq!(
+            (p.bytes_downloaded, p.bytes_total),
+            (32_768, 1_000_000),
+            "mid-download, the bytes so far of the known size"
+        );
+        tracker.observe(&msg("Download complete", Some("a"), None, None));
+        // Extraction reports sizes of its own; the layer's size is its download's.
+        tracker.observe(&msg("Extracting", Some("a"), Some(65_536), Some(2_000_000)));
+        let p = tracker.snapshot();
+        assert_eq!((p.bytes_downloaded, p.bytes_total), (1_000_000, 1_000_000));
+        // A layer whose size never came keeps the bytes seen, before and after its download.
+        tracker.observe(&msg("Downloading", Some("b"), Some(500), None));
+        assert_eq!(tracker.snapshot().bytes_downloaded, 1_000_500);
+        tracker.observe(&msg("Download complete", Some("b"), None, None));
+        let p = tracker.snapshot();
+        assert_eq!((p.bytes_downloaded, p.bytes_total), (1_000_500, 1_000_000));
+        assert_eq!((p.layers, p.layers_done), (2, 0));
+    }
+
+    // r[verify actuate.image.progress.bounded]
+    #[test]
+    fn an_overlong_layer_id_is_never_kept() {
+        let mut tracker = ProgressTracker::new();
+        let long_id = "y".repeat(MAX_LAYER_ID_LEN + 1);
+        assert!(!tracker.observe(&msg("Downloading", Some(&long_id), Some(5), Some(9))));
+        assert!(!tracker.observe(&msg("Pull complete", Some(&long_id), None, None)));
+        let p = tracker.snapshot();
+        assert_eq!((p.layers, p.bytes_downloaded, p.bytes_total), (0, 0, 0));
+        // The longest id kept is kept.
+        let longest = "z".repeat(MAX_LAYER_ID_LEN);
+        tracker.observe(&msg("Downloading", Some(&longest), Some(5), Some(9)));
+        assert_eq!(tracker.snapshot().layers, 1);
     }
 
     // r[verify actuate.image.watchdog+3]

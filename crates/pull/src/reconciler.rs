@@ -132,6 +132,7 @@ impl Reconciler {
     }
 
     // r[impl actuate.image.ensure+2]
+    // r[impl actuate.image.retry]
     /// Where `reference` stands at `now`, and what to do about it: at most one new attempt when
     /// pacing allows one, the cancellation of any attempt that one supersedes, or a probe of the
     /// daemon while it is down. A `Pulling` answer carries no progress: the shell, which holds
@@ -183,6 +184,7 @@ impl Reconciler {
         (state, actions)
     }
 
+    // r[impl actuate.image.ensure+2]
     /// The answer for a reference the gate holds back: its own latest failure if one was
     /// recorded, else that the gate defers it (never an error that did not happen).
     fn waiting_state(&self, reference: &str, until: Instant, failures: u32) -> ImageState {
@@ -374,6 +376,10 @@ impl Reconciler {
     }
 
     // r[impl actuate.image.attempt-token]
+    // r[impl actuate.image.retry]
+    /// Takes a pull's result back: a live attempt's failure counts on the reference's own gate
+    /// (paced by holdfast-retry), its success resets the reference; a superseded one changes
+    /// nothing.
     fn on_pull(
         &mut self,
         reference: &str,
@@ -431,19 +437,27 @@ impl Reconciler {
                     error = %err.message,
                     "image pull failed"
                 );
-                let file_now =
-                    failed.escalated || err.kind.fault_policy() == FaultPolicy::Immediately;
-                if file_now {
-                    self.faults.file(&subject, &err, failed.failures);
-                } else {
-                    self.faults.refresh(&subject, &err, failed.failures);
-                }
+                self.report_failure(&subject, &err, failed);
                 if err.kind.is_daemon_condition() {
                     self.daemon_failed(err, now);
                 } else if err.kind.is_daemon_answer() {
                     self.daemon_answered();
                 }
             }
+        }
+    }
+
+    // r[impl actuate.image.fault]
+    // r[impl actuate.image.classify.policy]
+    /// Shows a reference's counted failure to the operator: its fault is filed when the failure
+    /// escalated the reference, or at once for a class that needs an operator; otherwise an open
+    /// fault is only updated with the latest error.
+    fn report_failure(&mut self, subject: &FaultSubject, err: &PullError, failed: Failed) {
+        let file_now = failed.escalated || err.kind.fault_policy() == FaultPolicy::Immediately;
+        if file_now {
+            self.faults.file(subject, err, failed.failures);
+        } else {
+            self.faults.refresh(subject, err, failed.failures);
         }
     }
 

@@ -67,7 +67,8 @@ impl RetryBudget {
         if available > now {
             return Err(available);
         }
-        let from = self.full_at.filter(|t| *t > now).unwrap_or(now);
+        // Booked from the later of the bucket's own time and now: an idle bucket books no credit.
+        let from = self.full_at.map_or(now, |full_at| full_at.max(now));
         self.full_at = Some(from.saturating_add(self.interval));
         Ok(())
     }
@@ -99,5 +100,29 @@ mod tests {
         }
         assert!(b.try_acquire(later).is_err());
         assert!(RetryBudget::new(0, Duration::from_secs(1)).is_err());
+    }
+
+    // r[verify retry.budget]
+    #[test]
+    fn a_token_is_taken_at_exactly_the_moment_it_is_earned_and_books_the_next_from_then() {
+        let s = Duration::from_secs;
+        let mut b = RetryBudget::new(1, s(1)).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(b.try_acquire(t0), Ok(()));
+        let early = t0 + s(1) - Duration::from_nanos(1);
+        assert_eq!(
+            b.try_acquire(early),
+            Err(t0 + s(1)),
+            "not a nanosecond early"
+        );
+        assert_eq!(b.try_acquire(t0 + s(1)), Ok(()), "at exactly the moment");
+        assert_eq!(
+            b.try_acquire(t0 + s(1)),
+            Err(t0 + s(2)),
+            "the next one interval on"
+        );
+        // Idle past its time, the bucket books from now, not from when it was last full.
+        assert_eq!(b.try_acquire(t0 + s(10)), Ok(()));
+        assert_eq!(b.try_acquire(t0 + s(10)), Err(t0 + s(11)));
     }
 }

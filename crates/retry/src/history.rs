@@ -492,6 +492,9 @@ mod tests {
             .unwrap_err();
         assert_eq!(refused.until, t0 + p.stale_after());
         assert_eq!(refused.reason, WaitReason::InFlight { attempt: 1 });
+        // At exactly the stale moment it is stale, as in the gate.
+        let at_stale = h.clone().begin(&p, t0 + p.stale_after()).unwrap_err();
+        assert_eq!(at_stale.expired.map(|e| e.reason), Some(Reason::Expired));
         // ...and after it, as failed at the stale moment, reported once by the call that saw it.
         let later = t0 + p.stale_after() + Duration::from_secs(1);
         let refused = h.begin(&p, later).unwrap_err();

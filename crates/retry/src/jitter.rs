@@ -72,7 +72,7 @@ fn additive(d: Duration, fraction: u64) -> Duration {
 
 impl Policy {
     /// The jittered backoff after `failures` consecutive failures of the key with `jitter_key`.
-    // r[impl retry.jitter]
+    // r[impl retry.jitter+2]
     // r[impl retry.jitter.cap]
     pub fn jittered_delay(&self, failures: u32, jitter_key: u64) -> Duration {
         if failures == 0 {
@@ -85,17 +85,23 @@ impl Policy {
             Jitter::Additive => additive(d, r),
             Jitter::Full => scale(d, r),
             Jitter::Equal => d / 2 + scale(d / 2, r),
-            Jitter::Decorrelated => {
-                let first = failures.saturating_sub(DECORRELATED_WINDOW - 1).max(1);
-                let mut prev = self.base;
-                for step in first..=failures {
-                    let hi = (prev * 3).min(self.cap);
-                    let r = draw(self.seed, jitter_key, STREAM_BACKOFF, step);
-                    prev = self.base + scale(hi.saturating_sub(self.base), r);
-                }
-                prev
-            }
+            Jitter::Decorrelated => self.decorrelated(failures, jitter_key),
         }
+    }
+
+    /// The decorrelated chain's link for `failures`: each link uniform in
+    /// `[base, min(3 × previous, cap))`, from `base`, replayed over (at most) the streak's last
+    /// `DECORRELATED_WINDOW` failures so a wait costs the same at any streak length.
+    // r[impl retry.jitter+2]
+    fn decorrelated(&self, failures: u32, jitter_key: u64) -> Duration {
+        let first = failures.saturating_sub(DECORRELATED_WINDOW - 1).max(1);
+        let mut prev = self.base;
+        for step in first..=failures {
+            let hi = (prev * 3).min(self.cap);
+            let r = draw(self.seed, jitter_key, STREAM_BACKOFF, step);
+            prev = self.base + scale(hi.saturating_sub(self.base), r);
+        }
+        prev
     }
 
     /// The wait after the latest failure: the jittered backoff, or the capped, positively
@@ -127,7 +133,7 @@ mod tests {
             .unwrap()
     }
 
-    // r[verify retry.jitter]
+    // r[verify retry.jitter+2]
     #[test]
     fn each_strategy_stays_in_its_range() {
         for key in 0..200u64 {
@@ -150,14 +156,55 @@ mod tests {
         }
     }
 
-    // r[verify retry.jitter]
+    // r[verify retry.jitter+2]
     #[test]
     fn jitter_spreads_keys_apart() {
-        let p = policy(Jitter::Additive);
-        let mut waits: Vec<_> = (0..100u64).map(|k| p.jittered_delay(3, k)).collect();
-        waits.sort();
-        waits.dedup();
-        assert!(waits.len() > 90, "only {} distinct waits", waits.len());
+        for jitter in [
+            Jitter::Additive,
+            Jitter::Full,
+            Jitter::Equal,
+            Jitter::Decorrelated,
+        ] {
+            let p = policy(jitter);
+            let mut waits: Vec<_> = (0..100u64).map(|k| p.jittered_delay(3, k)).collect();
+            waits.sort();
+            waits.dedup();
+            assert!(
+                waits.len() > 90,
+                "{jitter:?}: only {} distinct waits",
+                waits.len()
+            );
+        }
+    }
+
+    // r[verify retry.jitter+2]
+    #[test]
+    fn the_decorrelated_chain_draws_below_three_times_its_previous_link_over_the_last_32() {
+        let p = policy(Jitter::Decorrelated);
+        // The rule's chain, link by link, replayed from `base` at failure max(1, n - 31).
+        let chain = |n: u32, key: u64| {
+            let mut prev = p.base();
+            for step in n.saturating_sub(31).max(1)..=n {
+                let hi = (prev * 3).min(p.cap());
+                let fraction = draw(p.seed, key, STREAM_BACKOFF, step);
+                let next = p.base() + scale(hi - p.base(), fraction);
+                assert!(
+                    next >= p.base() && (next < hi || hi == p.base()),
+                    "{next:?}"
+                );
+                prev = next;
+            }
+            prev
+        };
+        for key in 0..20 {
+            for n in (1..70).chain([1_000, u32::MAX]) {
+                assert_eq!(
+                    p.jittered_delay(n, key),
+                    chain(n, key),
+                    "n = {n}, key = {key}"
+                );
+            }
+        }
     }
 
     // r[verify retry.jitter.cap]
@@ -181,11 +228,21 @@ mod tests {
             let max = *at_cap.last().unwrap();
             assert!(max <= p.max_wait(), "{jitter:?}: {max:?} above max_wait");
         }
-        // Additive at the cap: in [cap, 1.2 cap).
-        let p = policy(Jitter::Additive);
+        // At the cap each strategy spreads over its own range, with the cap as its nominal delay.
+        let cap = policy(Jitter::None).cap();
         for k in 0..100 {
-            let w = p.jittered_delay(u32::MAX, k);
-            assert!(w >= p.cap() && w < p.cap() + p.cap() / 5);
+            for n in [40, u32::MAX] {
+                let w = policy(Jitter::Additive).jittered_delay(n, k);
+                assert!(w >= cap && w < cap + cap / 5, "additive {w:?}");
+                assert!(policy(Jitter::Full).jittered_delay(n, k) < cap);
+                let w = policy(Jitter::Equal).jittered_delay(n, k);
+                assert!(w >= cap / 2 && w < cap, "equal {w:?}");
+                let w = policy(Jitter::Decorrelated).jittered_delay(n, k);
+                assert!(
+                    w >= policy(Jitter::None).base() && w < cap,
+                    "decorrelated {w:?}"
+                );
+            }
         }
     }
 

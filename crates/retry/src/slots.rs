@@ -67,6 +67,8 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         (hash, part)
     }
 
+    // Each key finds its own entry and only that: keys never share state.
+    // r[impl retry.keys-independent]
     pub(crate) fn get<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<&V> {
         let (hash, part) = self.locate(key);
         self.parts[part]
@@ -75,6 +77,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
             .map(|(_, v)| v)
     }
 
+    // r[impl retry.keys-independent]
     pub(crate) fn get_mut<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<&mut V> {
         let (hash, part) = self.locate(key);
         self.parts[part]
@@ -84,6 +87,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
     }
 
     /// Insert a key known to be absent.
+    // r[impl retry.keys-independent]
     pub(crate) fn insert_new(&mut self, key: K, value: V) {
         let (hash, part) = self.locate(&key);
         let hasher = &self.hasher;
@@ -92,6 +96,8 @@ impl<K: Hash + Eq, V> Slots<K, V> {
             .insert_unique(hash, (key, value), |(k, _)| hasher.hash_one(k));
     }
 
+    /// Removes a key's entry, so that the key is as one never seen.
+    // r[impl retry.success-reset]
     pub(crate) fn remove<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<V> {
         let (hash, part) = self.locate(key);
         match self.parts[part]

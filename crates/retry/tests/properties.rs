@@ -318,7 +318,7 @@ proptest! {
         }
     }
 
-    // r[verify retry.jitter]
+    // r[verify retry.jitter+2]
     #[test]
     fn additive_jitter_never_waits_less_than_nominal(
         policy in policy(),

@@ -242,15 +242,7 @@ impl ModuleConfig {
     pub fn new(seed: u64) -> Self {
         // The schedule's defaults are valid by construction; fall back to the crate default
         // rather than panic if that ever changed.
-        let restart_policy = Policy::builder()
-            .base(Duration::from_secs(10))
-            .cap(Duration::from_secs(300))
-            .escalate_after(5)
-            .jitter(Jitter::Additive)
-            .stale_after(MAX_MIN_RUN + Duration::from_secs(600))
-            .seed(seed)
-            .build()
-            .unwrap_or_default();
+        let restart_policy = restart_policy(seed);
         let stream_policy = Policy::builder()
             .base(Duration::from_secs(1))
             .cap(Duration::from_secs(30))
@@ -267,6 +259,21 @@ impl ModuleConfig {
             owner: None,
         }
     }
+}
+
+// r[impl workload.restart.backoff]
+/// The workloads' restart gate: 10 s doubling to 300 s, escalated after 5 failures, and an
+/// attempt in flight judged stale only well after the longest minimum run.
+fn restart_policy(seed: u64) -> Policy {
+    Policy::builder()
+        .base(Duration::from_secs(10))
+        .cap(Duration::from_secs(300))
+        .escalate_after(5)
+        .jitter(Jitter::Additive)
+        .stale_after(MAX_MIN_RUN + Duration::from_secs(600))
+        .seed(seed)
+        .build()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -373,5 +380,34 @@ mod tests {
         holdfast_only.min_run = Duration::from_secs(1);
         holdfast_only.stop_timeout = Duration::from_secs(1);
         assert_eq!(holdfast_only.spec_hash(), h);
+    }
+
+    // r[verify workload.config]
+    #[test]
+    fn the_limits_are_inclusive_and_an_image_reference_has_no_space() {
+        let key = |w: &WorkloadConfig| w.validate().map_err(|e| e.key);
+        let bad = |field: &str| Err(format!("workload[web].{field}"));
+        assert_eq!(key(&WorkloadConfig::new("web", "busy box")), bad("image"));
+        let mut w = WorkloadConfig::new("web", "busybox");
+        w.min_run = MAX_MIN_RUN;
+        w.stop_timeout = MAX_STOP_TIMEOUT;
+        assert_eq!(key(&w), Ok(()));
+        w.min_run = MAX_MIN_RUN + Duration::from_millis(1);
+        assert_eq!(key(&w), bad("min_run"));
+        w.min_run = MAX_MIN_RUN;
+        w.stop_timeout = MAX_STOP_TIMEOUT + Duration::from_millis(1);
+        assert_eq!(key(&w), bad("stop_timeout"));
+    }
+
+    // r[verify workload.restart.backoff]
+    #[test]
+    fn the_default_restart_gate_is_ten_seconds_doubling_to_five_minutes() {
+        let p = ModuleConfig::new(7).restart_policy;
+        assert_eq!(p.base(), Duration::from_secs(10));
+        assert_eq!(p.cap(), Duration::from_secs(300));
+        assert_eq!(p.seed(), 7);
+        // A start is judged by its run, which may have to last up to the longest minimum run:
+        // the gate must not call it stale before.
+        assert!(p.stale_after() > MAX_MIN_RUN);
     }
 }

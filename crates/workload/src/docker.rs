@@ -15,8 +15,10 @@ use bollard::query_parameters::{
 };
 use futures_util::{Stream, StreamExt};
 
+pub use crate::owner::label_filter;
+
 use crate::reconciler::{
-    ContainerEvent, ContainerSpec, OWNER_LABEL, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
+    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
 };
 
 /// The daemon could not be reached or refused a call.
@@ -151,16 +153,6 @@ pub async fn log_tail(docker: &Docker, container: &str, lines: usize) -> Vec<Str
     all.into_iter().skip(skip).collect()
 }
 
-// r[impl workload.owner]
-/// The label filters: every workload container, or only those of `owner`.
-pub fn label_filter(owner: Option<&str>) -> Vec<String> {
-    let mut labels = vec![WORKLOAD_LABEL.to_owned()];
-    if let Some(owner) = owner {
-        labels.push(format!("{OWNER_LABEL}={owner}"));
-    }
-    labels
-}
-
 /// Every container labelled with [`WORKLOAD_LABEL`] (and `owner`'s label when given), running or
 /// not; an exited one with its exit code and log tail.
 pub async fn list(
@@ -286,18 +278,5 @@ mod tests {
             Some(ContainerEvent::Destroyed { id: "c1".into() })
         );
         assert_eq!(container_event(&message("start", &[])), None);
-    }
-
-    // r[verify workload.owner]
-    #[test]
-    fn an_owner_narrows_the_list_and_the_events_to_its_label() {
-        assert_eq!(label_filter(None), vec!["holdfast.workload".to_owned()]);
-        assert_eq!(
-            label_filter(Some("node-a")),
-            vec![
-                "holdfast.workload".to_owned(),
-                "holdfast.owner=node-a".to_owned()
-            ]
-        );
     }
 }

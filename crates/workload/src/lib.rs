@@ -17,6 +17,7 @@
 pub mod config;
 pub mod docker;
 pub mod images;
+pub mod owner;
 pub mod reconciler;
 pub mod state;
 pub mod supervisor;

@@ -158,6 +158,9 @@ enum Run {
     Stopped {
         container: Option<String>,
         exit_code: Option<i64>,
+        /// Whether the run had lasted (unknown after a node restart: counts as lasted), so a
+        /// later policy can judge the exit as it would have.
+        lasted: bool,
         completed: bool,
     },
 }
@@ -233,16 +236,47 @@ impl Reconciler {
     }
 
     // r[impl workload.reconcile]
-    // r[impl workload.replace]
-    // r[impl workload.remove]
     /// Sets the configured workloads (validated by the caller). New ones start once synced;
     /// removed ones have their containers removed; one whose container spec changed has its
     /// container replaced and a fresh streak; a change of restart policy, minimum run or stop
     /// timeout alone changes no container.
     pub fn set_desired(&mut self, workloads: Vec<WorkloadConfig>) -> Vec<Action> {
         let mut actions = Vec::new();
-        let mut wanted: BTreeMap<String, WorkloadConfig> =
+        let wanted: BTreeMap<String, WorkloadConfig> =
             workloads.into_iter().map(|w| (w.name.clone(), w)).collect();
+        self.remove_unconfigured(&wanted, &mut actions);
+        for (name, config) in wanted {
+            let hash = config.spec_hash();
+            if self.entries.contains_key(&name) {
+                self.reconfigure(&name, config, hash, &mut actions);
+                continue;
+            }
+            self.entries.insert(
+                name,
+                Entry {
+                    config,
+                    hash,
+                    run: Run::Idle,
+                    crash: self.config.crash_loop.clone(),
+                    crash_looping: false,
+                    last_exit: None,
+                    counters: Counters::default(),
+                    image_detail: None,
+                    restart_due: false,
+                },
+            );
+        }
+        actions
+    }
+
+    // r[impl workload.remove]
+    /// Forgets every workload `wanted` no longer names, removing its container (a start in
+    /// flight is removed when it reports) and its fault.
+    fn remove_unconfigured(
+        &mut self,
+        wanted: &BTreeMap<String, WorkloadConfig>,
+        actions: &mut Vec<Action>,
+    ) {
         let gone: Vec<String> = self
             .entries
             .keys()
@@ -252,78 +286,76 @@ impl Reconciler {
         for name in gone {
             if let Some(entry) = self.entries.remove(&name) {
                 tracing::info!(workload = %name, "workload no longer configured; removing its container");
-                self.drop_run(entry.run, &name, entry.config.stop_timeout, &mut actions);
+                self.drop_run(entry.run, &name, entry.config.stop_timeout, actions);
             }
             self.gate.forget(&name);
             self.board.clear(&Self::subject(&name));
         }
-        for (name, config) in std::mem::take(&mut wanted) {
-            let hash = config.spec_hash();
-            match self.entries.get_mut(&name) {
-                None => {
-                    self.entries.insert(
-                        name,
-                        Entry {
-                            config,
-                            hash,
-                            run: Run::Idle,
-                            crash: self.config.crash_loop.clone(),
-                            crash_looping: false,
-                            last_exit: None,
-                            counters: Counters::default(),
-                            image_detail: None,
-                            restart_due: false,
-                        },
-                    );
-                }
-                Some(entry) if entry.hash != hash => {
-                    tracing::info!(workload = %name, "workload spec changed; replacing its container");
-                    let old = std::mem::replace(&mut entry.run, Run::Idle);
-                    let stop_timeout = entry.config.stop_timeout;
-                    entry.config = config;
-                    entry.hash = hash;
-                    entry.crash = self.config.crash_loop.clone();
-                    entry.crash_looping = false;
-                    entry.restart_due = false;
-                    self.drop_run(old, &name, stop_timeout, &mut actions);
-                    self.gate.forget(&name);
-                    self.board.clear(&Self::subject(&name));
-                }
-                Some(entry) => {
-                    let now_restarts = entry.config.restart != config.restart;
-                    entry.config = config;
-                    let mut release = None;
-                    // Left stopped by a policy that no longer says so: start again.
-                    if let (
-                        true,
-                        Run::Stopped {
-                            container,
-                            exit_code,
-                            completed,
-                        },
-                    ) = (now_restarts, &entry.run)
-                    {
-                        let stays = match entry.config.restart {
-                            RestartPolicy::Never => true,
-                            RestartPolicy::OnFailure => *completed && *exit_code == Some(0),
-                            RestartPolicy::Always => false,
-                        };
-                        if !stays {
-                            release = Some(container.clone());
-                        }
-                    }
-                    if let Some(container) = release {
-                        let stop_timeout = entry.config.stop_timeout;
-                        entry.run = Run::Idle;
-                        entry.restart_due = true;
-                        if let Some(container) = container {
-                            self.retire(&name, container, stop_timeout, &mut actions);
-                        }
-                    }
-                }
-            }
+    }
+
+    // r[impl workload.replace]
+    /// A configured workload seen again: a changed container spec (`hash`) replaces its
+    /// container, with a fresh streak; the same spec only takes the new settings.
+    fn reconfigure(
+        &mut self,
+        name: &str,
+        config: WorkloadConfig,
+        hash: String,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        if entry.hash == hash {
+            self.resettle(name, config, actions);
+            return;
         }
-        actions
+        tracing::info!(workload = %name, "workload spec changed; replacing its container");
+        let old = std::mem::replace(&mut entry.run, Run::Idle);
+        let stop_timeout = entry.config.stop_timeout;
+        entry.config = config;
+        entry.hash = hash;
+        entry.crash = self.config.crash_loop.clone();
+        entry.crash_looping = false;
+        entry.restart_due = false;
+        self.drop_run(old, name, stop_timeout, actions);
+        self.gate.forget(name);
+        self.board.clear(&Self::subject(name));
+    }
+
+    // r[impl workload.policy+2]
+    /// The same container spec with new settings: a workload left stopped by a restart policy
+    /// that would no longer leave it stopped starts again.
+    fn resettle(&mut self, name: &str, config: WorkloadConfig, actions: &mut Vec<Action>) {
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        let now_restarts = entry.config.restart != config.restart;
+        entry.config = config;
+        let Run::Stopped {
+            container,
+            exit_code,
+            lasted,
+            completed,
+        } = &mut entry.run
+        else {
+            return;
+        };
+        if !now_restarts {
+            return;
+        }
+        // Judged as the new policy would have judged the exit.
+        if let Some(now_completed) = stays_stopped(entry.config.restart, *lasted, *exit_code) {
+            *completed = now_completed;
+            return;
+        }
+        let container = container.clone();
+        let stop_timeout = entry.config.stop_timeout;
+        entry.run = Run::Idle;
+        entry.restart_due = true;
+        if let Some(container) = container {
+            self.retire(name, container, stop_timeout, actions);
+        }
     }
 
     /// Ends whatever `run` holds: its container is removed, a start in flight is removed when
@@ -384,7 +416,6 @@ impl Reconciler {
         self.synced
     }
 
-    // r[impl workload.adopt]
     // r[impl workload.events]
     /// Applies the daemon's list of labelled containers at `now`: adopts a running container of
     /// the current spec instead of starting another, removes containers of unconfigured
@@ -399,60 +430,10 @@ impl Reconciler {
             if self.retiring.contains_key(&c.id) {
                 continue;
             }
-            let Some(entry) = self.entries.get_mut(&c.workload) else {
-                tracing::info!(workload = %c.workload, container = %c.id, "container of an unconfigured workload; removing it");
-                let stop_timeout = crate::config::DEFAULT_STOP_TIMEOUT;
-                self.retire(&c.workload.clone(), c.id, stop_timeout, &mut actions);
-                continue;
-            };
-            let stop_timeout = entry.config.stop_timeout;
-            let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
-            match &entry.run {
-                Run::Running { container, .. } if *container == c.id => {
-                    if !c.running {
-                        let name = c.workload.clone();
-                        self.exited(&name, c.exit_code, c.log_tail, now, &mut actions);
-                    }
-                }
-                // Probably the start in flight: its result says.
-                Run::Starting { .. } => {}
-                Run::Idle if current && c.running => {
-                    tracing::info!(workload = %c.workload, container = %c.id, "adopted the running container");
-                    entry.run = Run::Running {
-                        container: c.id,
-                        since: now,
-                        lasting: None,
-                    };
-                }
-                Run::Idle if current && !c.running => {
-                    let stays = match entry.config.restart {
-                        RestartPolicy::Never => Some(false),
-                        RestartPolicy::OnFailure if c.exit_code == Some(0) => Some(true),
-                        _ => None,
-                    };
-                    match stays {
-                        Some(completed) => {
-                            entry.run = Run::Stopped {
-                                container: Some(c.id),
-                                exit_code: c.exit_code,
-                                completed,
-                            };
-                        }
-                        None => {
-                            let name = c.workload.clone();
-                            self.retire(&name, c.id, stop_timeout, &mut actions);
-                        }
-                    }
-                }
-                Run::Stopped {
-                    container: Some(id),
-                    ..
-                } if *id == c.id && current => {}
-                _ => {
-                    // An old spec, a duplicate, or a leftover beside the one we track.
-                    let name = c.workload.clone();
-                    self.retire(&name, c.id, stop_timeout, &mut actions);
-                }
+            if self.entries.contains_key(&c.workload) {
+                self.apply_listed(c, now, &mut actions);
+            } else {
+                self.remove_stray(c, &mut actions);
             }
         }
         // What we track but the daemon no longer lists went away unreported.
@@ -477,6 +458,82 @@ impl Reconciler {
             }
         }
         actions
+    }
+
+    // r[impl workload.remove]
+    /// A listed container of a workload nobody configures is removed.
+    fn remove_stray(&mut self, c: Observed, actions: &mut Vec<Action>) {
+        tracing::info!(workload = %c.workload, container = %c.id, "container of an unconfigured workload; removing it");
+        self.retire(
+            &c.workload,
+            c.id,
+            crate::config::DEFAULT_STOP_TIMEOUT,
+            actions,
+        );
+    }
+
+    // r[impl workload.adopt]
+    /// One listed container of a configured workload: the tracked one is followed, a running
+    /// one of the current spec is adopted when nothing else is, an exited one is judged by the
+    /// restart policy, and any other (an old spec, a second copy) is removed.
+    fn apply_listed(&mut self, c: Observed, now: Instant, actions: &mut Vec<Action>) {
+        let Some(entry) = self.entries.get_mut(&c.workload) else {
+            return;
+        };
+        let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
+        match &entry.run {
+            Run::Running { container, .. } if *container == c.id => {
+                if !c.running {
+                    let name = c.workload.clone();
+                    self.exited(&name, c.exit_code, c.log_tail, now, actions);
+                }
+            }
+            // Probably the start in flight: its result says.
+            Run::Starting { .. } => {}
+            Run::Idle if current && c.running => {
+                tracing::info!(workload = %c.workload, container = %c.id, "adopted the running container");
+                entry.run = Run::Running {
+                    container: c.id,
+                    since: now,
+                    lasting: None,
+                };
+            }
+            Run::Idle if current => self.listed_exit(c, actions),
+            Run::Stopped {
+                container: Some(id),
+                ..
+            } if *id == c.id && current => {}
+            _ => {
+                // An old spec, a duplicate, or a leftover beside the one we track.
+                let stop_timeout = entry.config.stop_timeout;
+                let name = c.workload.clone();
+                self.retire(&name, c.id, stop_timeout, actions);
+            }
+        }
+    }
+
+    // r[impl workload.policy+2]
+    /// An exited container of the current spec, listed while nothing is tracked (after a node
+    /// restart): kept when the restart policy leaves the workload stopped, else removed.
+    fn listed_exit(&mut self, c: Observed, actions: &mut Vec<Action>) {
+        let Some(entry) = self.entries.get_mut(&c.workload) else {
+            return;
+        };
+        // Whether its run lasted is not known after a restart: it counts as lasted.
+        match stays_stopped(entry.config.restart, true, c.exit_code) {
+            Some(completed) => {
+                entry.run = Run::Stopped {
+                    container: Some(c.id),
+                    exit_code: c.exit_code,
+                    lasted: true,
+                    completed,
+                };
+            }
+            None => {
+                let stop_timeout = entry.config.stop_timeout;
+                self.retire(&c.workload, c.id, stop_timeout, actions);
+            }
+        }
     }
 
     // r[impl workload.events]
@@ -538,8 +595,6 @@ impl Reconciler {
     }
 
     // r[impl workload.min-run]
-    // r[impl workload.crash-loop]
-    // r[impl workload.policy]
     /// The tracked container of `name` exited at `now`.
     fn exited(
         &mut self,
@@ -572,8 +627,6 @@ impl Reconciler {
                 _ => failures = t.failures,
             }
         }
-        let crashed = !lasted || exit_code != Some(0);
-        let kind = if crashed { Exit::Crashed } else { Exit::Clean };
         tracing::info!(
             workload = name,
             container = %container,
@@ -588,32 +641,14 @@ impl Reconciler {
             lasted,
             log_tail,
         });
-        let tripped = entry.crash.record(kind, now);
-        if tripped.is_some() {
-            entry.counters.crash_loops += 1;
-            entry.crash_looping = true;
-        }
-        if entry.crash_looping {
-            let message = crash_message(entry, failures);
-            self.board.file(
-                Self::subject(name),
-                "crash_loop",
-                &message,
-                failures,
-                SystemTime::now(),
-            );
-        }
-        let stays = match entry.config.restart {
-            RestartPolicy::Never => Some(false),
-            RestartPolicy::OnFailure if lasted && exit_code == Some(0) => Some(true),
-            _ => None,
-        };
-        match stays {
+        Self::record_crash(&self.board, name, entry, failures, now);
+        match stays_stopped(entry.config.restart, lasted, exit_code) {
             Some(completed) => {
                 tracing::info!(workload = name, "left stopped by its restart policy");
                 entry.run = Run::Stopped {
                     container: Some(container),
                     exit_code,
+                    lasted,
                     completed,
                 };
             }
@@ -622,6 +657,39 @@ impl Reconciler {
                 let stop_timeout = entry.config.stop_timeout;
                 self.retire(name, container, stop_timeout, actions);
             }
+        }
+    }
+
+    // r[impl workload.crash-loop]
+    /// Feeds the exit in `entry.last_exit` to the crash-loop detector: a run that did not last,
+    /// or a non-zero exit, is a crash; once the detector trips, the workload's `crash_loop`
+    /// fault is filed and refreshed on each further exit.
+    fn record_crash(
+        board: &FaultBoard,
+        name: &str,
+        entry: &mut Entry,
+        failures: u32,
+        now: Instant,
+    ) {
+        let (lasted, exit_code) = entry
+            .last_exit
+            .as_ref()
+            .map_or((true, None), |x| (x.lasted, x.exit_code));
+        let crashed = !lasted || exit_code != Some(0);
+        let kind = if crashed { Exit::Crashed } else { Exit::Clean };
+        if entry.crash.record(kind, now).is_some() {
+            entry.counters.crash_loops += 1;
+            entry.crash_looping = true;
+        }
+        if entry.crash_looping {
+            let message = crash_message(entry, failures);
+            board.file(
+                Self::subject(name),
+                "crash_loop",
+                &message,
+                failures,
+                SystemTime::now(),
+            );
         }
     }
 
@@ -644,8 +712,6 @@ impl Reconciler {
     }
 
     // r[impl workload.reconcile]
-    // r[impl workload.image]
-    // r[impl workload.min-run]
     /// Decides at `now` what to do: confirms runs that lasted, and starts every idle workload
     /// whose restart gate allows it and whose image is present (`images` is asked only then, so
     /// a workload waiting for its image spends no attempt). Nothing is started before a
@@ -659,34 +725,20 @@ impl Reconciler {
             };
             match &mut entry.run {
                 Run::Running {
-                    lasting: Some(lasting),
-                    ..
-                } if !lasting.is_confirmed() && now >= lasting.lasts_at() => {
-                    if let Some(t) = self.gate.confirm(lasting, now) {
-                        tracing::info!(workload = %name, "the start lasted; streak reset");
-                        Self::lasted(&self.board, &self.config, entry, &t);
-                    }
-                }
+                    lasting: Some(_), ..
+                } => Self::confirm_lasted(&mut self.gate, &self.board, &self.config, entry, now),
                 Run::Idle if self.synced => {
                     if self.gate.check(&name, now).is_err() {
                         continue;
                     }
-                    match images.ensure(&entry.config.image, now) {
-                        ImagePresence::Pending { detail } => {
-                            entry.image_detail = Some(detail);
-                            continue;
-                        }
-                        ImagePresence::Present => entry.image_detail = None,
+                    if !Self::image_present(images, entry, now) {
+                        continue;
                     }
                     let Ok(token) = self.gate.begin(&name, now) else {
                         continue;
                     };
-                    let attempt = self.next_attempt;
-                    self.next_attempt += 1;
-                    entry.counters.starts += 1;
-                    if entry.restart_due || token.attempt() > 1 {
-                        entry.counters.restarts += 1;
-                    }
+                    let attempt = Self::allocate_attempt(&mut self.next_attempt);
+                    count_start(&mut entry.counters, entry.restart_due);
                     if let Some(report) = entry.crash.take_report() {
                         tracing::warn!(
                             workload = %name,
@@ -706,6 +758,54 @@ impl Reconciler {
             }
         }
         actions
+    }
+
+    // r[impl workload.min-run]
+    /// A run that has lasted its minimum by `now` makes its start a success: the streak, the
+    /// crash count and the fault are reset (the gate reports the success once).
+    fn confirm_lasted(
+        gate: &mut KeyedGate<String>,
+        board: &FaultBoard,
+        config: &ModuleConfig,
+        entry: &mut Entry,
+        now: Instant,
+    ) {
+        let Run::Running {
+            lasting: Some(lasting),
+            ..
+        } = &mut entry.run
+        else {
+            return;
+        };
+        if let Some(t) = gate.confirm(lasting, now) {
+            tracing::info!(workload = %entry.config.name, "the start lasted; streak reset");
+            Self::lasted(board, config, entry, &t);
+        }
+    }
+
+    // r[impl workload.remove]
+    /// A fresh id for a start attempt: a start in flight of a workload removed or replaced
+    /// meanwhile is told by it from every other start when it reports.
+    fn allocate_attempt(next: &mut AttemptId) -> AttemptId {
+        let attempt = *next;
+        *next += 1;
+        attempt
+    }
+
+    // r[impl workload.image]
+    /// Asks `images` at `now` whether `entry`'s image is present; while it is not, the entry
+    /// keeps the pull's account of it (and the caller begins no attempt).
+    fn image_present(images: &mut dyn Images, entry: &mut Entry, now: Instant) -> bool {
+        match images.ensure(&entry.config.image, now) {
+            ImagePresence::Pending { detail } => {
+                entry.image_detail = Some(detail);
+                false
+            }
+            ImagePresence::Present => {
+                entry.image_detail = None;
+                true
+            }
+        }
     }
 
     // r[impl workload.min-run]
@@ -729,38 +829,7 @@ impl Reconciler {
                 attempt,
                 result,
             } => {
-                if let Some(orphan) = self.orphans.remove(&attempt) {
-                    let container = match result {
-                        Ok(id) => Some(id),
-                        Err(e) => e.container,
-                    };
-                    if let Some(container) = container {
-                        self.retire(
-                            &orphan,
-                            container,
-                            crate::config::DEFAULT_STOP_TIMEOUT,
-                            &mut actions,
-                        );
-                    }
-                    return actions;
-                }
-                let live = self.entries.get(&workload).is_some_and(
-                    |e| matches!(&e.run, Run::Starting { attempt: a, .. } if *a == attempt),
-                );
-                if !live {
-                    // Not ours any more: make sure it does not run beside the tracked one.
-                    let container = match result {
-                        Ok(id) => Some(id),
-                        Err(e) => e.container,
-                    };
-                    if let Some(container) = container {
-                        self.retire(
-                            &workload,
-                            container,
-                            crate::config::DEFAULT_STOP_TIMEOUT,
-                            &mut actions,
-                        );
-                    }
+                if self.settle_stale_start(&workload, attempt, &result, &mut actions) {
                     return actions;
                 }
                 let Some(entry) = self.entries.get_mut(&workload) else {
@@ -781,54 +850,14 @@ impl Reconciler {
                             since: now,
                             lasting: Some(lasting),
                         };
-                        // Its exit may have been reported before this result.
-                        let early = std::mem::take(&mut self.early);
-                        let starting = self
-                            .entries
-                            .values()
-                            .any(|e| matches!(e.run, Run::Starting { .. }));
-                        for event in early {
-                            let id = match &event {
-                                ContainerEvent::Died { id, .. }
-                                | ContainerEvent::Destroyed { id } => id,
-                            };
-                            if *id == container {
-                                actions.extend(self.on_event(event, now));
-                            } else if starting {
-                                self.early.push(event);
-                            }
-                        }
+                        self.replay_early(&container, now, &mut actions);
                     }
                     Err(err) => {
                         entry.counters.start_failures += 1;
                         entry.restart_due = true;
                         let t = self.gate.fail(token, now, None);
                         tracing::warn!(%workload, error = %err.message, failures = t.failures, "workload container failed to start");
-                        let message = format!(
-                            "create/start failed ({} consecutive failures): {}",
-                            t.failures, err.message
-                        );
-                        if t.escalation == Some(Escalation::Escalated) || entry.crash_looping {
-                            self.board.file(
-                                Self::subject(&workload),
-                                if entry.crash_looping {
-                                    "crash_loop"
-                                } else {
-                                    "start_failed"
-                                },
-                                &message,
-                                t.failures,
-                                SystemTime::now(),
-                            );
-                        } else if self.board.get(&Self::subject(&workload)).is_some() {
-                            self.board.file(
-                                Self::subject(&workload),
-                                "start_failed",
-                                &message,
-                                t.failures,
-                                SystemTime::now(),
-                            );
-                        }
+                        Self::file_start_failure(&self.board, &workload, entry, &t, &err.message);
                         if let Some(container) = err.container {
                             let stop_timeout = entry.config.stop_timeout;
                             self.retire(&workload, container, stop_timeout, &mut actions);
@@ -838,6 +867,104 @@ impl Reconciler {
             }
         }
         actions
+    }
+
+    // r[impl workload.remove]
+    /// A start result that is not the tracked start in flight (its workload was removed or
+    /// replaced meanwhile): whatever it created is removed. Returns whether it was one.
+    fn settle_stale_start(
+        &mut self,
+        workload: &str,
+        attempt: AttemptId,
+        result: &Result<String, StartError>,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let owner = match self.orphans.remove(&attempt) {
+            Some(orphan) => orphan,
+            None => {
+                let live = self.entries.get(workload).is_some_and(
+                    |e| matches!(&e.run, Run::Starting { attempt: a, .. } if *a == attempt),
+                );
+                if live {
+                    return false;
+                }
+                workload.to_owned()
+            }
+        };
+        let container = match result {
+            Ok(id) => Some(id.clone()),
+            Err(e) => e.container.clone(),
+        };
+        if let Some(container) = container {
+            // Not ours any more: make sure it does not run beside the tracked one.
+            self.retire(
+                &owner,
+                container,
+                crate::config::DEFAULT_STOP_TIMEOUT,
+                actions,
+            );
+        }
+        true
+    }
+
+    // r[impl workload.events]
+    /// The start of `container` reported: an exit of it reported before the result is applied
+    /// now; early events about other containers are kept while other starts are in flight.
+    fn replay_early(&mut self, container: &str, now: Instant, actions: &mut Vec<Action>) {
+        let early = std::mem::take(&mut self.early);
+        let starting = self
+            .entries
+            .values()
+            .any(|e| matches!(e.run, Run::Starting { .. }));
+        for event in early {
+            let id = match &event {
+                ContainerEvent::Died { id, .. } | ContainerEvent::Destroyed { id } => id,
+            };
+            if id == container {
+                actions.extend(self.on_event(event, now));
+            } else if starting {
+                self.early.push(event);
+            }
+        }
+    }
+
+    // r[impl workload.crash-loop]
+    /// A failed start (the gate's transition `t`): filed as one `start_failed` fault once the
+    /// gate escalates, as the open `crash_loop` fault while the workload crash-loops, and an
+    /// open fault is refreshed.
+    fn file_start_failure(
+        board: &FaultBoard,
+        workload: &str,
+        entry: &Entry,
+        t: &Transition<String>,
+        error: &str,
+    ) {
+        let message = format!(
+            "create/start failed ({} consecutive failures): {error}",
+            t.failures
+        );
+        let kind = if entry.crash_looping {
+            "crash_loop"
+        } else {
+            "start_failed"
+        };
+        if t.escalation == Some(Escalation::Escalated) || entry.crash_looping {
+            board.file(
+                Self::subject(workload),
+                kind,
+                &message,
+                t.failures,
+                SystemTime::now(),
+            );
+        } else if board.get(&Self::subject(workload)).is_some() {
+            board.file(
+                Self::subject(workload),
+                "start_failed",
+                &message,
+                t.failures,
+                SystemTime::now(),
+            );
+        }
     }
 
     /// The earliest time at which [`Reconciler::tick`] may have something to do (a back-off
@@ -987,6 +1114,27 @@ fn crash_message(entry: &Entry, failures: u32) -> String {
         message.push_str(&tail.join("\n"));
     }
     message
+}
+
+// r[impl workload.policy+2]
+/// Whether an exit leaves the workload stopped under `policy` (`Some(completed)`) or it is
+/// started again (`None`): `never` always stops, `on-failure` completes on an exit 0 after a
+/// run that lasted.
+fn stays_stopped(policy: RestartPolicy, lasted: bool, exit_code: Option<i64>) -> Option<bool> {
+    match policy {
+        RestartPolicy::Never => Some(false),
+        RestartPolicy::OnFailure if lasted && exit_code == Some(0) => Some(true),
+        _ => None,
+    }
+}
+
+// r[impl workload.status]
+/// Counts a start in `counters`: a restart when a failed start or an ended run came before it.
+fn count_start(counters: &mut Counters, restart: bool) {
+    counters.starts += 1;
+    if restart {
+        counters.restarts += 1;
+    }
 }
 
 // r[impl workload.owner]

@@ -132,6 +132,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(suite::doctests(&workspace, &env)?)
     };
     let tests_took = tests_started.elapsed();
+    // The gate judges this run's results against the tree they ran on, so it runs before the
+    // proof: cargo-mutants mutates in place and writes each file back, same content but a newer
+    // mtime, which the gate's results-outdated check would take for an edit after the tests.
+    let packages = suite::packages_named(&args.test_args);
+    let gate = if interrupted || process::interrupted() {
+        None
+    } else {
+        Some(suite::spec_check(
+            &xtask, &workspace, &junit, &ledger, &packages,
+        )?)
+    };
     let proof = if args.prove_ci && !interrupted && !process::interrupted() {
         Some(prove_ci(
             &xtask,
@@ -150,8 +161,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(130));
     }
 
-    let packages = suite::packages_named(&args.test_args);
-    let gate = suite::spec_check(&xtask, &workspace, &junit, &ledger, &packages)?;
+    let Some(gate) = gate else {
+        print_logs(&logs);
+        return Ok(ExitCode::from(130));
+    };
     let (doc_status, doc_counts) = doctests.unzip();
     // The gate's own JUnit reader: the closing line and the gate count the same test cases.
     let counts = suite::junit_counts(&junit) + doc_counts.unwrap_or_default();

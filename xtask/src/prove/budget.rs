@@ -1,7 +1,10 @@
 //! A bound on one `prove` run (CI's): at most so many mutants, at most so many seconds. A rule is
-//! run whole or not at all, so every recorded proof is complete; the rules left unrun are named.
+//! run whole or not at all, so every recorded proof is complete; a rule still running when the
+//! seconds are spent is cut off and recorded as unrun; the rules left unrun are named.
 
 use std::time::{Duration, Instant};
+
+use super::outcomes::Proof;
 
 /// The caps of a run and what it has spent.
 #[derive(Debug)]
@@ -43,7 +46,7 @@ impl Budget {
     }
 
     /// `spent` with the run's elapsed time given.
-    // i[impl prove.budget]
+    // i[impl prove.budget+2]
     pub fn spent_at(&self, elapsed: Duration) -> Option<String> {
         if let Some(max) = self.max_mutants
             && self.mutants >= max
@@ -61,7 +64,7 @@ impl Budget {
     }
 
     /// `admit` with the run's elapsed time given (the clock is injected for tests).
-    // i[impl prove.budget]
+    // i[impl prove.budget+2]
     pub fn admit_at(&self, count: usize, elapsed: Duration) -> Result<(), String> {
         if let Some(max) = self.max_mutants
             && self.mutants + count > max
@@ -96,6 +99,19 @@ impl Budget {
         Ok(())
     }
 
+    /// How long the rule starting now may run before it is cut off, if the run has a time cap.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.remaining_at(self.started.elapsed())
+    }
+
+    /// `remaining` with the run's elapsed time given. The first rule has no pace to be judged by
+    /// before it starts, so this is what holds the time cap for it (and for any rule whose
+    /// mutants are slower than the run's pace so far).
+    // i[impl prove.budget+2]
+    pub fn remaining_at(&self, elapsed: Duration) -> Option<Duration> {
+        self.seconds.map(|seconds| seconds.saturating_sub(elapsed))
+    }
+
     /// Records a rule that ran `count` mutants in `took`.
     pub fn ran(&mut self, count: usize, took: Duration) {
         self.mutants += count;
@@ -122,11 +138,36 @@ impl Budget {
     }
 }
 
+/// What a cut-off rule's NOT RUN line says: how far it got, and that nothing of it is recorded.
+// i[impl prove.budget+2]
+pub fn cut_off_reason(tried: &Option<Proof>, count: Option<usize>, took: Duration) -> String {
+    let of = count.map_or(String::new(), |n| format!(" of {n}"));
+    let far = match tried {
+        Some(p) => format!(
+            "{}{of} mutants tried ({} caught, {} missed{})",
+            p.tried(),
+            p.caught + p.timeout,
+            p.missed,
+            if p.survivors.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", p.survivors.join("; "))
+            }
+        ),
+        None => format!("no mutant{of} judged"),
+    };
+    format!(
+        "cut off when the run's time budget was spent, after {}s: {far}; no proof recorded \
+         (run `cargo xtask prove RULE` without a budget)",
+        took.as_secs()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // i[verify prove.budget]
+    // i[verify prove.budget+2]
     #[test]
     fn rules_past_either_cap_are_left_unrun_and_named() {
         let secs = Duration::from_secs;
@@ -157,5 +198,41 @@ mod tests {
         let warning = budget.warning().expect("a warning");
         assert!(warning.contains("2 rules NOT RUN"), "{warning}");
         assert!(warning.contains("r[a.b], r[c.d]"), "{warning}");
+    }
+
+    // i[verify prove.budget+2]
+    #[test]
+    fn a_rule_may_run_only_for_what_is_left_of_the_seconds() {
+        let secs = Duration::from_secs;
+        let budget = Budget::new(Some(40), Some(240));
+        assert_eq!(budget.remaining_at(secs(0)), Some(secs(240)));
+        assert_eq!(budget.remaining_at(secs(200)), Some(secs(40)));
+        assert_eq!(budget.remaining_at(secs(300)), Some(Duration::ZERO));
+        assert_eq!(
+            Budget::new(Some(40), None).remaining_at(secs(1000)),
+            None,
+            "no time cap, no cut-off"
+        );
+        let tried = Proof {
+            caught: 3,
+            missed: 1,
+            unviable: 2,
+            survivors: vec!["a.rs:1:2: replace > with >= in f".to_owned()],
+            ..Proof::default()
+        };
+        let why = cut_off_reason(&Some(tried), Some(15), secs(241));
+        assert!(why.starts_with("cut off"), "{why}");
+        assert!(why.contains("after 241s"), "{why}");
+        assert!(
+            why.contains("6 of 15 mutants tried (3 caught, 1 missed"),
+            "{why}"
+        );
+        assert!(
+            why.contains("replace > with >= in f"),
+            "the survivor seen is named: {why}"
+        );
+        assert!(why.contains("no proof recorded"), "{why}");
+        let none = cut_off_reason(&None, None, secs(240));
+        assert!(none.contains("no mutant judged"), "{none}");
     }
 }

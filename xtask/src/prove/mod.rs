@@ -16,6 +16,7 @@ mod ci;
 mod justified;
 mod outcomes;
 mod plan;
+mod pristine;
 mod services;
 mod summary;
 
@@ -176,12 +177,17 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let (commit, date) = (head_commit(&root), timestamp_now());
     for plan in &chosen {
         let provable = !plan.targets.is_empty() && !plan.judges.is_empty();
+        let mut count = None;
         if provable && bound.bounded() {
             // Once a cap is reached, later rules are not even listed: listing costs a second or
             // two per rule, and a big merge touches hundreds.
             let admitted = match bound.spent() {
                 Some(why) => Err(why),
-                None => bound.admit(count_mutants(&root, plan)?),
+                None => {
+                    let n = count_mutants(&root, plan)?;
+                    count = Some(n);
+                    bound.admit(n)
+                }
             };
             if let Err(why) = admitted {
                 let line = format!("{}: NOT RUN — {why}", plan.rule);
@@ -192,15 +198,29 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         }
         let started = std::time::Instant::now();
         let mut proof = if provable {
-            prove_one(&root, &out_dir, plan, args.timeout)?
+            let deadline = bound.remaining().map(|left| started + left);
+            match prove_one(&root, &out_dir, plan, args.timeout, deadline)? {
+                Run::Done(proof) => proof,
+                Run::CutOff(mut tried) => {
+                    // The time cap holds inside a rule too: the first rule has no pace to be
+                    // judged by, and one slow rule must not take CI's step past its bound.
+                    if let Some(tried) = tried.as_mut() {
+                        justified::apply(tried, &plan.id, &justified);
+                        // A survivor seen is one whatever the untried mutants would have shown.
+                        survived |= tried.missed > 0;
+                    }
+                    let why = budget::cut_off_reason(&tried, count, started.elapsed());
+                    crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+                    bound.ran(tried.as_ref().map_or(0, Proof::tried), started.elapsed());
+                    bound.left_unrun(&plan.rule);
+                    continue;
+                }
+            }
         } else {
             Proof::not_provable(plan)
         };
         if provable {
-            bound.ran(
-                proof.caught + proof.missed + proof.unviable + proof.timeout,
-                started.elapsed(),
-            );
+            bound.ran(proof.tried(), started.elapsed());
             // A test that skipped for want of a service passes with every mutant: that run
             // judged nothing, so it is no proof (neither caught nor missed) and is named.
             let needed = services::skipped(&out_dir.join(&plan.id).join(services::LEDGER));
@@ -416,13 +436,23 @@ fn count_mutants(root: &Path, plan: &Plan) -> anyhow::Result<usize> {
     Ok(listed.len())
 }
 
-/// One cargo-mutants run: the rule's items, the rule's tests.
+/// How one rule's cargo-mutants run ended.
+enum Run {
+    /// It judged every mutant.
+    Done(Proof),
+    /// The run's time cap ended it first; what it had judged by then, when that can be read.
+    CutOff(Option<Proof>),
+}
+
+/// One cargo-mutants run: the rule's items, the rule's tests; ended (cargo-mutants reverts the
+/// mutant it has applied, then exits) if still running at `deadline`.
 fn prove_one(
     root: &Path,
     out_dir: &Path,
     plan: &Plan,
     timeout: Option<u64>,
-) -> anyhow::Result<Proof> {
+    deadline: Option<std::time::Instant>,
+) -> anyhow::Result<Run> {
     let rule_dir = out_dir.join(&plan.id);
     let _ = std::fs::remove_dir_all(&rule_dir);
     std::fs::create_dir_all(&rule_dir)?;
@@ -469,18 +499,78 @@ fn prove_one(
     // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
     // the run is known to have judged nothing (`services::skipped`).
     command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
+    pristine::quiet(&mut command);
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
-    let status = command.stdout(log.try_clone()?).stderr(log).status()?;
+    // i[impl prove.pristine]
+    let snapshot = pristine::Snapshot::take(root, plan.targets.iter().map(|t| t.file.as_str()));
+    let ended = wait_or_cut_off(&mut command, log, plan, &outcomes_json(&rule_dir), deadline);
+    // Whatever became of the run, the files it may have mutated are as they were.
+    let restored = snapshot.restore_changed()?;
+    if !restored.is_empty() {
+        let names: Vec<_> = restored.iter().map(|p| p.display().to_string()).collect();
+        anyhow::bail!(
+            "cargo-mutants left {} mutated for {}; written back from before the run",
+            names.join(", "),
+            plan.rule
+        );
+    }
+    let status = match ended? {
+        Ended::Exited(status) => status,
+        Ended::CutOff(tried) => return Ok(Run::CutOff(tried)),
+    };
+    let outcomes_json = outcomes_json(&rule_dir);
     // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an
     // interrupt) is no proof, and nothing is recorded.
     match status.code() {
-        Some(0 | 2 | 3) => {
-            outcomes::read(&rule_dir.join("mutants.out/outcomes.json"), status.code())
-        }
+        Some(0 | 2 | 3) => outcomes::read(&outcomes_json, status.code(), &|file, line| {
+            plan.covers(file, line)
+        })
+        .map(Run::Done),
         code => anyhow::bail!(
             "cargo-mutants ended with {code:?} for {}; see {}",
             plan.rule,
             rule_dir.join("cargo-mutants.log").display()
         ),
+    }
+}
+
+fn outcomes_json(rule_dir: &Path) -> std::path::PathBuf {
+    rule_dir.join("mutants.out/outcomes.json")
+}
+
+/// How cargo-mutants' process ended.
+enum Ended {
+    Exited(std::process::ExitStatus),
+    CutOff(Option<Proof>),
+}
+
+/// Runs cargo-mutants to its end, or ends it at `deadline`.
+fn wait_or_cut_off(
+    command: &mut Command,
+    log: std::fs::File,
+    plan: &Plan,
+    outcomes_json: &Path,
+    deadline: Option<std::time::Instant>,
+) -> anyhow::Result<Ended> {
+    let mut child = command.stdout(log.try_clone()?).stderr(log).spawn()?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Ended::Exited(status));
+        }
+        if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+            // SIGTERM, not SIGKILL: cargo-mutants (ctrlc's termination handler) stops its cargo,
+            // reverts the mutated file in place and exits; the caller checks that it did.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            child.wait()?;
+            let tried = std::fs::read_to_string(outcomes_json)
+                .ok()
+                .and_then(|text| {
+                    outcomes::parse(&text, &|file, line| plan.covers(file, line)).ok()
+                });
+            return Ok(Ended::CutOff(tried));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }

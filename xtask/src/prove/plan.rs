@@ -50,6 +50,13 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether line `line` of `file` lies in one of the rule's items.
+    pub fn covers(&self, file: &str, line: usize) -> bool {
+        self.targets
+            .iter()
+            .any(|t| t.file == file && (t.lines.0..=t.lines.1).contains(&line))
+    }
+
     /// `cargo mutants --re` patterns: a mutant's name starts `FILE:LINE:COL:`; one pattern per
     /// target, matching the lines of its item.
     pub fn name_patterns(&self) -> Vec<String> {

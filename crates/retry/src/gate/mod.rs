@@ -42,8 +42,37 @@ const EXPIRED: u32 = 1 << 29;
 /// In flight as a provisional success (see `Lasting`): `at` is the moment it will have lasted.
 const PROVISIONAL: u32 = 1 << 28;
 const GENERATION: u32 = PROVISIONAL - 1;
+/// What names an attempt in flight: its generation, and whether it is a provisional success.
+const ATTEMPT: u32 = PROVISIONAL | GENERATION;
+
+/// Who an in-flight or expired slot belongs to: the attempt's generation number.
+type Generation = u32;
 
 impl Slot {
+    /// In flight since `at` for the attempt of `generation`, keeping the escalation flag.
+    ///
+    /// The flags and the generation occupy disjoint bits of `meta`, so they are combined in this
+    /// one place (on disjoint bits `|` and `^` agree: there is no mutant of rule logic here).
+    fn flying(at: Instant, failures: u32, escalated: bool, generation: Generation) -> Slot {
+        Slot {
+            at,
+            failures,
+            meta: IN_FLIGHT | (if escalated { ESCALATED } else { 0 }) | (generation & GENERATION),
+        }
+    }
+    /// Idle until `at`: expired from `expired` (the stale attempt's generation) when given.
+    fn idle(at: Instant, failures: u32, escalated: bool, expired: Option<Generation>) -> Slot {
+        let expired = expired.map_or(0, |generation| EXPIRED | (generation & GENERATION));
+        Slot {
+            at,
+            failures,
+            meta: (if escalated { ESCALATED } else { 0 }) | expired,
+        }
+    }
+    /// The generation of the attempt this slot holds (in flight, or expired from).
+    fn generation(&self) -> Generation {
+        self.meta & GENERATION
+    }
     fn in_flight(&self) -> bool {
         self.meta & IN_FLIGHT != 0
     }
@@ -52,14 +81,13 @@ impl Slot {
     }
     /// The token's attempt is the one in flight. The start time is compared too, so a token from
     /// 2^28 grants ago whose generation number came round again cannot pass for the live one.
+    // r[impl retry.token.stale]
     fn runs(&self, generation: u32, began: Instant) -> bool {
-        self.in_flight() && self.meta & (PROVISIONAL | GENERATION) == generation && self.at == began
+        self.in_flight() && self.meta & ATTEMPT == generation && self.at == began
     }
     /// The provisional success of this generation, lasting at `lasts_at`, is in flight.
     fn lasts(&self, generation: u32, lasts_at: Instant) -> bool {
-        self.in_flight()
-            && self.meta & (PROVISIONAL | GENERATION) == PROVISIONAL | generation
-            && self.at == lasts_at
+        self.in_flight() && self.meta & ATTEMPT == PROVISIONAL | generation && self.at == lasts_at
     }
     /// The token's attempt went stale, was counted as failed, and no newer attempt has begun.
     fn expired_from(&self, generation: u32) -> bool {
@@ -123,12 +151,8 @@ fn settle<Q: ?Sized + Hash>(
     let (failures, escalated) = policy.after_failure(slot.failures, slot.escalated());
     let wait = policy.wait_after(failures, stable_hash(key), None);
     let next_at = stale_at.saturating_add(wait);
-    let settled = Slot {
-        at: next_at,
-        failures,
-        // Keep the stale attempt's generation: its late success may still reset the key.
-        meta: (if escalated { ESCALATED } else { 0 }) | EXPIRED | (slot.meta & GENERATION),
-    };
+    // Keep the stale attempt's generation: its late success may still reset the key.
+    let settled = Slot::idle(next_at, failures, escalated, Some(slot.generation()));
     let expiry = Expiry {
         attempt: slot.failures.saturating_add(1),
         failures,
@@ -162,11 +186,7 @@ fn count_failure<K: Hash>(
     let hint_applied = hint.is_some() && wait > policy.jittered_delay(failures, jitter_key);
     let escalated_now = escalated && !slot.escalated();
     let at = now.saturating_add(wait);
-    *slot = Slot {
-        at,
-        failures,
-        meta: if escalated { ESCALATED } else { 0 },
-    };
+    *slot = Slot::idle(at, failures, escalated, None);
     Transition {
         key,
         attempt,
@@ -175,6 +195,74 @@ fn count_failure<K: Hash>(
         next_attempt_at: Some(at),
         escalation: escalated_now.then_some(Escalation::Escalated),
     }
+}
+
+/// Whether a success with this token is the key's: the attempt in flight, or a stale attempt's
+/// late success when no newer attempt has begun.
+// r[impl retry.in-flight.expiry]
+fn succeeds(slot: Slot, generation: Generation, began: Instant) -> bool {
+    slot.runs(generation, began) || slot.expired_from(generation)
+}
+
+/// The event a success reports: `Recovered` exactly when an escalation was open.
+// r[impl retry.escalation]
+fn recovery(escalated: bool) -> Option<Escalation> {
+    escalated.then_some(Escalation::Recovered)
+}
+
+/// An attempt in flight is refused until it becomes stale, saying until when.
+// r[impl retry.single-flight]
+fn refuse_in_flight(policy: &Policy, slot: Slot, now: Instant) -> Result<(), NotYet> {
+    if slot.in_flight() && now < slot.next_at(policy) {
+        return Err(NotYet {
+            until: slot.next_at(policy),
+            reason: WaitReason::InFlight {
+                attempt: slot.failures.saturating_add(1),
+            },
+            expired: None,
+        });
+    }
+    Ok(())
+}
+
+/// An idle key backing off is refused until its deadline, and eligible at exactly it.
+// r[impl retry.eligible]
+fn refuse_backoff(slot: Slot, now: Instant) -> Result<(), NotYet> {
+    if now < slot.at {
+        return Err(NotYet {
+            until: slot.at,
+            reason: WaitReason::Backoff {
+                failures: slot.failures,
+                escalated: slot.escalated(),
+            },
+            expired: None,
+        });
+    }
+    Ok(())
+}
+
+/// A retry (not a fresh streak) also needs the global budget's token: the wait is the later of
+/// both.
+// r[impl retry.budget]
+fn refuse_budget(
+    budget: Option<&Mutex<RetryBudget>>,
+    restarted: bool,
+    now: Instant,
+) -> Result<(), NotYet> {
+    match budget.filter(|_| !restarted) {
+        Some(budget) => lock(budget).try_acquire(now).map_err(|until| NotYet {
+            until,
+            reason: WaitReason::Budget,
+            expired: None,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The streak an attempt continues: none after a gap past the cap, else the key's.
+// r[impl retry.gap-reset]
+fn streak_on_grant(restarted: bool, failures: u32) -> u32 {
+    if restarted { 0 } else { failures }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -251,7 +339,10 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     }
 
     /// The decision itself. Taken before the sweep, so a key whose attempt hung long enough to
-    /// hold nothing once settled still reports that attempt's expiry, as a `History` does.
+    /// hold nothing once settled still reports that attempt's expiry, as a `History` does. Each
+    /// step is its rule's own item, so each rule's proof mutates that rule's code; what is left
+    /// here is that the answer carries the expiry it recorded.
+    // r[impl retry.attempts]
     fn begin_now<Q>(
         &mut self,
         key: &Q,
@@ -262,68 +353,25 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
     {
         let policy = self.policy;
-        let generation = self.generation & GENERATION;
+        let generation = self.generation();
         let Some(slot) = self.slots.get_mut(key) else {
-            // r[impl retry.keys-independent]
-            self.slots.insert_new(
-                key.to_owned(),
-                Slot {
-                    at: now,
-                    failures: 0,
-                    meta: IN_FLIGHT | generation,
-                },
-            );
-            self.generation = self.generation.wrapping_add(1);
-            return Ok(AttemptToken {
-                key: key.to_owned(),
-                generation,
-                attempt: 1,
-                began: now,
-                prior: None,
-                expired: None,
-            });
+            return Ok(self.begin_fresh(key, now));
         };
-        if slot.in_flight() && now < slot.next_at(&policy) {
-            return Err(NotYet {
-                until: slot.next_at(&policy),
-                reason: WaitReason::InFlight {
-                    attempt: slot.failures.saturating_add(1),
-                },
-                expired: None,
-            });
-        }
+        refuse_in_flight(&policy, *slot, now)?;
         let (settled, expiry) = settle(&policy, key, *slot, now);
         *slot = settled;
         let expired = expiry.map(Expiry::transition);
-        // r[impl retry.eligible]
-        if now < settled.at {
+        let restarted = policy.restarts_streak(settled.at, now);
+        if let Err(refused) =
+            refuse_backoff(settled, now).and_then(|()| refuse_budget(budget, restarted, now))
+        {
             return Err(NotYet {
-                until: settled.at,
-                reason: WaitReason::Backoff {
-                    failures: settled.failures,
-                    escalated: settled.escalated(),
-                },
                 expired: expired.map(Box::new),
+                ..refused
             });
         }
-        let restarted = policy.restarts_streak(settled.at, now);
-        // A retry (not a fresh streak) also needs the global budget: the wait is the later of both.
-        // r[impl retry.budget]
-        if let Some(budget) = budget.filter(|_| !restarted) {
-            if let Err(until) = lock(budget).try_acquire(now) {
-                return Err(NotYet {
-                    until,
-                    reason: WaitReason::Budget,
-                    expired: expired.map(Box::new),
-                });
-            }
-        }
-        let failures = if restarted { 0 } else { settled.failures };
-        *slot = Slot {
-            at: now,
-            failures,
-            meta: IN_FLIGHT | (settled.meta & ESCALATED) | generation,
-        };
+        let failures = streak_on_grant(restarted, settled.failures);
+        *slot = Slot::flying(now, failures, settled.escalated(), generation);
         self.generation = self.generation.wrapping_add(1);
         Ok(AttemptToken {
             key: key.to_owned(),
@@ -334,6 +382,34 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             prior: Some((settled.at, failures)),
             expired,
         })
+    }
+
+    /// The generation the next granted attempt gets: distinct from the last 2^28 grants', so a
+    /// superseded token (with its start time) is told from the live one.
+    // r[impl retry.token.stale]
+    fn generation(&self) -> Generation {
+        self.generation & GENERATION
+    }
+
+    /// A key the gate holds nothing for is granted at once: it gets its own slot, and no other
+    /// key's state is read or changed.
+    // r[impl retry.keys-independent]
+    fn begin_fresh<Q>(&mut self, key: &Q, now: Instant) -> AttemptToken<K>
+    where
+        Q: ?Sized + Hash + Equivalent<K> + ToOwned<Owned = K>,
+    {
+        let generation = self.generation();
+        self.slots
+            .insert_new(key.to_owned(), Slot::flying(now, 0, false, generation));
+        self.generation = self.generation.wrapping_add(1);
+        AttemptToken {
+            key: key.to_owned(),
+            generation,
+            attempt: 1,
+            began: now,
+            prior: None,
+            expired: None,
+        }
     }
 
     fn superseded(&self, token: AttemptToken<K>) -> Transition<K> {
@@ -427,7 +503,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
                     reason: Reason::Succeeded,
                     failures: 0,
                     next_attempt_at: None,
-                    escalation: recovered.then_some(Escalation::Recovered),
+                    escalation: recovery(recovered),
                 }
             }
             _ => self.superseded_key(lasting.key.clone(), lasting.attempt),
@@ -569,11 +645,9 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
         let escalated = slot.escalated();
         // The key goes back to how it stood before `begin`: a fresh key leaves nothing behind, a
         // failing one gets back its deadline and streak (the deadline already carries any hint).
-        let restored = token.prior.map(|(at, failures)| Slot {
-            at,
-            failures,
-            meta: if escalated { ESCALATED } else { 0 },
-        });
+        let restored = token
+            .prior
+            .map(|(at, failures)| Slot::idle(at, failures, escalated, None));
         let failures = restored.map_or(0, |s| s.failures);
         // As the pure decision says it: no failures in the streak, no deadline.
         let next_attempt_at = restored.filter(|s| s.failures > 0).map(|s| s.at);
@@ -607,26 +681,24 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
     /// slot and its answer is the one a `History` (which never forgets) gives.
     fn succeed_now(&mut self, token: AttemptToken<K>) -> Transition<K> {
         match self.slots.get(&token.key) {
-            // A stale attempt's late success still resets the key unless a newer attempt began.
-            // r[impl retry.in-flight.expiry]
-            Some(slot)
-                if slot.runs(token.generation, token.began)
-                    || slot.expired_from(token.generation) =>
-            {
-                let recovered = slot.escalated();
-                // r[impl retry.success-reset]
-                self.slots.remove(&token.key);
-                Transition {
-                    key: token.key,
-                    attempt: token.attempt,
-                    reason: Reason::Succeeded,
-                    failures: 0,
-                    next_attempt_at: None,
-                    // r[impl retry.escalation]
-                    escalation: recovered.then_some(Escalation::Recovered),
-                }
+            Some(slot) if succeeds(*slot, token.generation, token.began) => {
+                self.reset(token.key, token.attempt)
             }
             _ => self.superseded(token),
+        }
+    }
+
+    /// The key's success: it is as a key never seen, and an open escalation is closed.
+    // r[impl retry.success-reset]
+    fn reset(&mut self, key: K, attempt: u32) -> Transition<K> {
+        let escalated = self.slots.remove(&key).is_some_and(|slot| slot.escalated());
+        Transition {
+            key,
+            attempt,
+            reason: Reason::Succeeded,
+            failures: 0,
+            next_attempt_at: None,
+            escalation: recovery(escalated),
         }
     }
 

@@ -85,6 +85,44 @@ fn a_99_failure_streak_stays_at_the_cap_and_stays_eligible_after_max_wait() {
     assert!(!decide(&p, &h, p.cap() - Duration::from_nanos(1)).is_eligible());
 }
 
+// r[verify retry.eligible]
+#[test]
+fn the_maximum_wait_is_the_longer_of_the_jittered_cap_and_hint_cap() {
+    let build = |jitter, hint_cap| {
+        Policy::builder()
+            .base(S(1))
+            .cap(S(300))
+            .hint_cap(hint_cap)
+            .jitter(jitter)
+            .build()
+            .unwrap()
+    };
+    // Additive backoff reaches up to 1.2 × cap; a hint is always jittered additively.
+    assert_eq!(build(Jitter::Additive, S(100)).max_wait(), S(360));
+    assert_eq!(build(Jitter::Additive, S(3600)).max_wait(), S(4320));
+    for jitter in [
+        Jitter::None,
+        Jitter::Full,
+        Jitter::Equal,
+        Jitter::Decorrelated,
+    ] {
+        assert_eq!(build(jitter, S(100)).max_wait(), S(300), "{jitter:?}");
+        assert_eq!(build(jitter, S(3600)).max_wait(), S(4320), "{jitter:?}");
+    }
+}
+
+// r[verify retry.eligible]
+#[test]
+fn the_pure_decision_admits_at_exactly_the_deadline_and_not_before() {
+    let p = policy();
+    let mut h = History::<Duration>::new(7);
+    h.record_failure(&p, S(100), None);
+    let at = h.next_attempt_at(&p).expect("a deadline after a failure");
+    assert!(at > S(100));
+    assert!(decide(&p, &h, at).is_eligible(), "eligible at the deadline");
+    assert!(!decide(&p, &h, at - Duration::from_nanos(1)).is_eligible());
+}
+
 // r[verify retry.keys-independent]
 #[test]
 fn keys_are_paced_independently() {
@@ -107,6 +145,47 @@ fn keys_are_paced_independently() {
     assert_eq!(gate.state(&"b").unwrap().failures, 1);
 }
 
+// r[verify retry.keys-independent]
+#[test]
+fn many_keys_each_keep_their_own_streak() {
+    // Enough keys that many share a bucket's tag: a lookup that took another key's entry would
+    // show as a streak of the wrong length.
+    let clock = ManualClock::new();
+    let mut gate = KeyedGate::<String>::new(policy());
+    let keys: Vec<String> = (0..600).map(|k| format!("image-{k}")).collect();
+    let streak = |k: usize| u32::try_from(k % 3 + 1).unwrap();
+    for round in 1..=3 {
+        for (k, key) in keys.iter().enumerate() {
+            if streak(k) < round {
+                continue;
+            }
+            let token = gate.begin(key.as_str(), clock.now()).expect("eligible");
+            let t = gate.fail(token, clock.now(), None);
+            assert_eq!(t.failures, round, "{key}");
+        }
+        // Past every wait, within the cap: no key is dropped or starts a new streak.
+        clock.advance(S(60));
+    }
+    for (k, key) in keys.iter().enumerate() {
+        assert_eq!(
+            gate.state(key.as_str()).map(|s| s.failures),
+            Some(streak(k)),
+            "{key}"
+        );
+    }
+    // One key's success resets that key alone.
+    let token = gate.begin(keys[0].as_str(), clock.now()).unwrap();
+    let _ = gate.succeed(token, clock.now());
+    assert_eq!(gate.state(keys[0].as_str()), None);
+    for (k, key) in keys.iter().enumerate().skip(1) {
+        assert_eq!(
+            gate.state(key.as_str()).map(|s| s.failures),
+            Some(streak(k)),
+            "{key}"
+        );
+    }
+}
+
 // r[verify retry.single-flight]
 #[test]
 fn one_attempt_in_flight_per_key() {
@@ -120,7 +199,29 @@ fn one_attempt_in_flight_per_key() {
     assert!(gate.begin(&"img", clock.now()).is_err());
     let done = gate.succeed(token, clock.now());
     assert_eq!(done.reason, Reason::Succeeded);
-    assert!(gate.begin(&"img", clock.now()).is_ok());
+    let token = gate.begin(&"img", clock.now()).unwrap();
+    // A refusal names an attempt in flight only while one is: after its failure the key backs off.
+    let t = gate.fail(token, clock.now(), None);
+    assert!(matches!(
+        gate.begin(&"img", clock.now()).unwrap_err().reason,
+        WaitReason::Backoff { failures: 1, .. }
+    ));
+    // Refused until the attempt goes stale, and no longer refused as in flight at that moment.
+    clock.advance(t.next_attempt_at.unwrap() - clock.now());
+    let _live = gate.begin(&"img", clock.now()).unwrap();
+    let refused = gate.begin(&"img", clock.now()).unwrap_err();
+    assert_eq!(refused.reason, WaitReason::InFlight { attempt: 2 });
+    assert_eq!(refused.until, clock.now() + S(600));
+    clock.advance(S(600) - Duration::from_nanos(1));
+    assert!(matches!(
+        gate.begin(&"img", clock.now()).unwrap_err().reason,
+        WaitReason::InFlight { .. }
+    ));
+    clock.advance(Duration::from_nanos(1));
+    assert!(!matches!(
+        gate.begin(&"img", clock.now()).unwrap_err().reason,
+        WaitReason::InFlight { .. }
+    ));
 }
 
 // r[verify retry.token.stale]
@@ -484,6 +585,27 @@ fn a_token_whose_generation_came_round_again_is_still_superseded() {
     assert_eq!(gate.succeed(live, clock.now()).reason, Reason::Succeeded);
 }
 
+// r[verify retry.token.stale]
+#[test]
+fn a_stale_attempts_late_success_changes_nothing_once_a_newer_attempt_went_stale_too() {
+    let clock = ManualClock::new();
+    let mut gate = KeyedGate::new(policy());
+    let first = gate.begin(&"img", clock.now()).unwrap();
+    clock.advance(S(600));
+    let refused = gate.begin(&"img", clock.now()).unwrap_err();
+    clock.advance(refused.until - clock.now());
+    let second = gate.begin(&"img", clock.now()).unwrap();
+    clock.advance(S(600));
+    assert!(gate.begin(&"img", clock.now()).is_err(), "backing off");
+    let before = gate.state(&"img");
+    assert_eq!(before.map(|s| s.failures), Some(2));
+    // Both went stale; only the newer one's late success is the key's.
+    assert_eq!(gate.succeed(first, clock.now()).reason, Reason::Superseded);
+    assert_eq!(gate.state(&"img"), before);
+    assert_eq!(gate.succeed(second, clock.now()).reason, Reason::Succeeded);
+    assert_eq!(gate.state(&"img"), None);
+}
+
 // r[verify retry.token.granted-only]
 #[test]
 fn refused_calls_never_grow_the_streak() {
@@ -685,6 +807,26 @@ fn keys_in_flight_are_kept_until_stale() {
     assert_eq!(gate.state(&"lost"), None);
 }
 
+// r[verify retry.memory+2]
+#[test]
+fn a_key_eligible_for_exactly_the_cap_still_holds_its_streak_and_is_kept() {
+    let clock = ManualClock::new();
+    let p = policy();
+    let mut gate = KeyedGate::new(p);
+    let t = fail_now(&mut gate, "img", clock.now());
+    let eligible_at = t.next_attempt_at.unwrap();
+    // Exactly a cap after it became eligible its next attempt still continues the streak (a gap
+    // reset needs more than the cap), so the key holds information a fresh key lacks.
+    clock.advance(eligible_at - clock.now() + p.cap());
+    let token = gate.begin(&"img", clock.now()).unwrap();
+    assert_eq!(token.attempt(), 2, "the streak continues");
+    // Released at once, the key is back as it was (one failure, eligible for exactly the cap):
+    // dropping it now would turn that continuing streak into a fresh one.
+    let _ = gate.release(token, clock.now());
+    assert_eq!(gate.state(&"img").map(|s| s.failures), Some(1));
+    assert_eq!(gate.begin(&"img", clock.now()).unwrap().attempt(), 2);
+}
+
 // r[verify retry.escalation]
 #[test]
 fn forgetting_an_escalated_key_hands_back_its_state() {
@@ -743,6 +885,36 @@ fn the_global_budget_composes_with_per_key_pacing() {
     assert!(gate.begin(&"fresh", clock.now()).is_ok());
     clock.advance(S(10));
     assert!(gate.begin(&"c", clock.now()).is_ok());
+}
+
+// r[verify retry.budget]
+#[test]
+fn an_attempt_that_starts_a_new_streak_does_not_wait_for_the_budget() {
+    let clock = ManualClock::new();
+    let p = Policy::builder()
+        .base(S(1))
+        .cap(S(60))
+        .jitter(Jitter::None)
+        .build()
+        .unwrap();
+    let mut gate = KeyedGate::new(p).with_budget(RetryBudget::new(1, S(3600)).unwrap());
+    let _ = fail_now(&mut gate, "quiet", clock.now());
+    let _ = fail_now(&mut gate, "busy", clock.now());
+    clock.advance(S(1));
+    // The one token goes to busy's retry; quiet's retry then waits for the next token.
+    let token = gate
+        .begin(&"busy", clock.now())
+        .expect("the budget's token");
+    let _ = gate.fail(token, clock.now(), None);
+    let refused = gate.begin(&"quiet", clock.now()).unwrap_err();
+    assert_eq!(refused.reason, WaitReason::Budget);
+    // Quiet for more than the cap since it became eligible, its attempt starts a new streak, which
+    // is no retry: it needs no token, although the bucket is still empty.
+    clock.advance(p.cap() + S(1));
+    let token = gate
+        .begin(&"quiet", clock.now())
+        .expect("a new streak needs no token");
+    assert_eq!(token.attempt(), 1);
 }
 
 /// A composite key looked up by a borrowed view of it, without building the key.

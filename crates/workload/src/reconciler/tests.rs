@@ -345,12 +345,13 @@ fn runs_shorter_than_the_minimum_are_failures_and_a_run_that_lasts_resets() {
 }
 
 // r[verify workload.min-run]
+// r[verify workload.crash-loop]
 #[test]
 fn a_failed_create_or_start_is_a_failure_of_the_same_streak() {
     let mut h = Harness::new(vec![sleeper("web")]);
     h.resync();
     let mut images = |_: &str, _: Instant| ImagePresence::Present;
-    for round in 1..=5u32 {
+    for round in 1..=6u32 {
         let when = h.core.next_attempt_at("web").unwrap_or(h.now);
         h.now = h.now.max(when);
         let actions = h.core.tick(h.now, &mut images);
@@ -372,12 +373,24 @@ fn a_failed_create_or_start_is_a_failure_of_the_same_streak() {
         // A container created but not started is removed.
         assert_eq!(follow.len(), usize::from(created.is_some()), "{follow:?}");
         assert_eq!(h.core.failures("web"), round);
+        // One fault once the gate escalates (at 5), none before.
+        assert_eq!(
+            h.core.faults().len(),
+            usize::from(round >= 5),
+            "round {round}"
+        );
         h.perform(follow);
     }
     let faults = h.core.faults();
     assert_eq!(faults.len(), 1, "escalated at 5: {faults:?}");
     assert_eq!(faults[0].kind, "start_failed");
-    assert_eq!(h.core.counters().start_failures, 5);
+    // Refreshed by the failure after the escalation.
+    assert!(
+        faults[0].message.contains("(6 consecutive failures)"),
+        "{}",
+        faults[0].message
+    );
+    assert_eq!(h.core.counters().start_failures, 6);
 }
 
 // r[verify workload.image]
@@ -508,7 +521,7 @@ fn unconfigured_workloads_lose_their_containers() {
     assert!(matches!(&follow[..], [Action::Remove { container, .. }] if container == "c9"));
 }
 
-// r[verify workload.policy]
+// r[verify workload.policy+2]
 #[test]
 fn only_never_leaves_a_failed_workload_stopped() {
     let mut never = WorkloadConfig::new("once", "busybox");
@@ -717,6 +730,396 @@ mod properties {
                 }
                 prop_assert!(h.daemon.iter().filter(|c| c.3).count() <= 1);
             }
+        }
+    }
+}
+
+// r[verify workload.adopt]
+#[test]
+fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
+    let listed = |id: &str, hash: &str, running: bool| Observed {
+        id: id.to_owned(),
+        workload: "web".into(),
+        spec_hash: Some(hash.to_owned()),
+        running,
+        exit_code: (!running).then_some(0),
+        log_tail: vec![],
+    };
+    let current = sleeper("web").spec_hash();
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    // A running container of an old spec is removed, not adopted, and one of the current
+    // spec started.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    let actions = core.resync(vec![listed("old", "stale", true)], t);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "old"));
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // An adopted container stays adopted through the next lists, and a copy listed beside it
+    // is removed.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    assert!(core.resync(vec![listed("a", &current, true)], t).is_empty());
+    assert!(core.resync(vec![listed("a", &current, true)], t).is_empty());
+    let actions = core.resync(
+        vec![listed("a", &current, true), listed("b", &current, true)],
+        t,
+    );
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "b"));
+    assert!(
+        matches!(core.status(t)[0].state, WorkloadState::Running { ref container, .. } if container == "a")
+    );
+    assert!(core.tick(t, &mut images).is_empty());
+    // While a start is in flight, the list does not judge the container it may have made.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    assert!(
+        core.resync(vec![listed("new", &current, true)], t)
+            .is_empty()
+    );
+    let follow = core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Ok("new".into()),
+        },
+        t,
+    );
+    assert!(follow.is_empty());
+    assert!(
+        core.resync(vec![listed("new", &current, true)], t)
+            .is_empty()
+    );
+    // A stop adopted under `never` is kept through the next lists; an exited container of an
+    // old spec, or a second one, is removed.
+    let mut never = sleeper("web");
+    never.restart = RestartPolicy::Never;
+    let current = never.spec_hash();
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![never]);
+    let actions = core.resync(
+        vec![
+            listed("old", "stale", false),
+            listed("kept", &current, false),
+        ],
+        t,
+    );
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "old"));
+    assert!(
+        core.resync(vec![listed("kept", &current, false)], t)
+            .is_empty()
+    );
+    let actions = core.resync(
+        vec![
+            listed("kept", &current, false),
+            listed("other", &current, false),
+        ],
+        t,
+    );
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "other"));
+    assert_eq!(
+        core.status(t)[0].state,
+        WorkloadState::StoppedByPolicy { exit_code: Some(0) }
+    );
+}
+
+// r[verify workload.remove]
+#[test]
+fn a_removed_workloads_start_in_flight_is_told_from_the_others() {
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("a"), sleeper("b"), sleeper("c")]);
+    let t = Instant::now();
+    core.resync(vec![], t);
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let attempts: BTreeMap<String, AttemptId> = core
+        .tick(t, &mut images)
+        .into_iter()
+        .map(|a| match a {
+            Action::Start { attempt, spec } => (spec.workload, attempt),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(attempts.len(), 3);
+    // `a` is removed while its start is in flight: only its container is removed when the
+    // starts report, whatever order they report in.
+    assert!(
+        core.set_desired(vec![sleeper("b"), sleeper("c")])
+            .is_empty()
+    );
+    for (name, id) in [("c", "c-1"), ("a", "a-1"), ("b", "b-1")] {
+        let follow = core.on_result(
+            Completion::Started {
+                workload: name.into(),
+                attempt: attempts[name],
+                result: Ok(id.into()),
+            },
+            t,
+        );
+        if name == "a" {
+            assert!(
+                matches!(&follow[..], [Action::Remove { container, .. }] if container == "a-1")
+            );
+        } else {
+            assert!(follow.is_empty(), "{name}: {follow:?}");
+        }
+    }
+    let running: Vec<String> = core
+        .running_containers()
+        .into_iter()
+        .map(|(_, id, _)| id)
+        .collect();
+    assert_eq!(running, vec!["b-1".to_owned(), "c-1".to_owned()]);
+}
+
+// r[verify workload.policy+2]
+#[test]
+fn a_policy_change_releases_a_workload_its_old_policy_left_stopped() {
+    let mut never = WorkloadConfig::new("once", "busybox");
+    never.restart = RestartPolicy::Never;
+    let mut h = Harness::new(vec![never.clone()]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.die(&first, 3, &[]);
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) }
+    );
+    // Another setting alone keeps it stopped.
+    let mut slower = never.clone();
+    slower.stop_timeout = S(1);
+    assert!(h.core.set_desired(vec![slower]).is_empty());
+    // `always` would not have left it stopped: its container goes and a new one starts.
+    let mut always = never.clone();
+    always.restart = RestartPolicy::Always;
+    let actions = h.core.set_desired(vec![always.clone()]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if *container == first));
+    h.perform(actions);
+    h.now += S(10);
+    let second = h.until_started(S(20));
+    assert_ne!(second, first);
+    // A `never` workload whose run lasted and exited 0 is what on-failure leaves completed:
+    // it stays, and now says completed.
+    let mut h = Harness::new(vec![never.clone()]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(20);
+    h.tick();
+    h.die(&first, 0, &[]);
+    let mut on_failure = never.clone();
+    on_failure.restart = RestartPolicy::OnFailure;
+    assert!(h.core.set_desired(vec![on_failure.clone()]).is_empty());
+    assert_eq!(h.state("once"), WorkloadState::Completed);
+    assert!(h.tick().is_empty());
+    // One that exited 0 before its minimum run is a failure on-failure restarts.
+    let mut h = Harness::new(vec![never.clone()]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(2);
+    h.die(&first, 0, &[]);
+    let actions = h.core.set_desired(vec![on_failure.clone()]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if *container == first));
+    // A completed on-failure job stays completed through never and back to on-failure.
+    let mut h = Harness::new(vec![on_failure.clone()]);
+    h.resync();
+    let job = h.tick().pop().unwrap();
+    h.now += S(20);
+    h.tick();
+    h.die(&job, 0, &[]);
+    assert_eq!(h.state("once"), WorkloadState::Completed);
+    assert!(h.core.set_desired(vec![never.clone()]).is_empty());
+    assert!(h.core.set_desired(vec![on_failure]).is_empty());
+    assert_eq!(h.state("once"), WorkloadState::Completed);
+    assert!(h.tick().is_empty());
+}
+
+// r[verify workload.policy+2]
+#[test]
+fn after_a_node_restart_the_listed_exit_is_judged_by_the_policy() {
+    let mut on_failure = WorkloadConfig::new("job", "busybox");
+    on_failure.restart = RestartPolicy::OnFailure;
+    let hash = on_failure.spec_hash();
+    let listed = |id: &str, code: i64| Observed {
+        id: id.to_owned(),
+        workload: "job".into(),
+        spec_hash: Some(hash.clone()),
+        running: false,
+        exit_code: Some(code),
+        log_tail: vec![],
+    };
+    // Exit 0 under on-failure: completed, container kept.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![on_failure.clone()]);
+    let t = Instant::now();
+    assert!(core.resync(vec![listed("done", 0)], t).is_empty());
+    assert_eq!(core.status(t)[0].state, WorkloadState::Completed);
+    // A non-zero exit under on-failure: removed and started again.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![on_failure.clone()]);
+    let actions = core.resync(vec![listed("failed", 2)], t);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "failed"));
+    // Under never any exit is kept, stopped by policy with its code.
+    let mut never = on_failure.clone();
+    never.restart = RestartPolicy::Never;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![never]);
+    assert!(core.resync(vec![listed("failed", 0)], t).is_empty());
+    assert_eq!(
+        core.status(t)[0].state,
+        WorkloadState::StoppedByPolicy { exit_code: Some(0) }
+    );
+}
+
+// r[verify workload.events]
+#[test]
+fn a_container_missing_from_the_list_went_away_unreported() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(60);
+    h.tick();
+    // Listed and running: nothing changes.
+    h.resync();
+    assert_eq!(h.running_id("web"), first);
+    // Removed behind holdfast's back while the stream was down: an exit, and a new start.
+    h.core.stream_lost();
+    h.daemon.clear();
+    h.resync();
+    let second = h.tick().pop().expect("started again");
+    assert_ne!(second, first);
+    h.resync();
+    assert_eq!(h.running_id("web"), second);
+    // A container kept stopped by policy is kept while listed, forgotten once it is not: a
+    // policy change then has no container to remove.
+    let mut never = sleeper("once");
+    never.restart = RestartPolicy::Never;
+    let mut always = never.clone();
+    always.restart = RestartPolicy::Always;
+    for listed in [true, false] {
+        let mut h = Harness::new(vec![never.clone()]);
+        h.resync();
+        let id = h.tick().pop().unwrap();
+        h.die(&id, 3, &[]);
+        if !listed {
+            h.daemon.clear();
+        }
+        h.resync();
+        let actions = h.core.set_desired(vec![always.clone()]);
+        let removes = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Remove { container, .. } if *container == id))
+            .count();
+        assert_eq!(removes, usize::from(listed), "listed: {listed}");
+    }
+}
+
+// r[verify workload.events]
+#[test]
+fn a_destroy_event_is_an_exit_of_a_running_container_and_forgets_a_stopped_one() {
+    let mut h = Harness::new(vec![sleeper("web")]);
+    h.resync();
+    let first = h.tick().pop().unwrap();
+    h.now += S(60);
+    h.tick();
+    h.daemon.clear();
+    let actions = h
+        .core
+        .on_event(ContainerEvent::Destroyed { id: first.clone() }, h.now);
+    h.perform(actions);
+    let second = h.tick().pop().expect("started again");
+    assert_ne!(second, first);
+    // Stopped by policy, then destroyed: a policy change has no container left to remove.
+    let mut never = sleeper("once");
+    never.restart = RestartPolicy::Never;
+    let mut always = never.clone();
+    always.restart = RestartPolicy::Always;
+    let mut h = Harness::new(vec![never]);
+    h.resync();
+    let id = h.tick().pop().unwrap();
+    h.die(&id, 3, &[]);
+    // The die seen twice changes nothing.
+    h.die(&id, 3, &[]);
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) }
+    );
+    h.daemon.clear();
+    assert!(
+        h.core
+            .on_event(ContainerEvent::Destroyed { id: id.clone() }, h.now)
+            .is_empty()
+    );
+    assert_eq!(
+        h.state("once"),
+        WorkloadState::StoppedByPolicy { exit_code: Some(3) },
+        "still stopped by policy, without its container"
+    );
+    let actions = h.core.set_desired(vec![always]);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Remove { container, .. } if *container == id)),
+        "{actions:?}"
+    );
+}
+
+// r[verify workload.min-run]
+// r[verify workload.crash-loop]
+#[test]
+fn a_run_that_lasted_counts_even_when_its_exit_comes_before_the_next_tick() {
+    let mut w = WorkloadConfig::new("short", "busybox");
+    w.min_run = S(10);
+    let mut h = Harness::new(vec![w]);
+    h.resync();
+    for _ in 0..6 {
+        let id = h.until_started(S(400));
+        h.now += S(2);
+        h.die(&id, 1, &[]);
+    }
+    assert_eq!(h.core.faults().len(), 1, "a crash loop");
+    let id = h.until_started(S(400));
+    h.now += S(11);
+    // No tick in between: the exit is the first the core hears of the run lasting.
+    h.die(&id, 0, &[]);
+    assert!(h.core.faults().is_empty(), "the run lasted: fault cleared");
+    assert_eq!(h.core.failures("short"), 0);
+    let last = h.core.status(h.now)[0].last_exit.clone().unwrap();
+    assert!(last.lasted);
+}
+
+// r[verify workload.crash-loop]
+#[test]
+fn a_non_zero_exit_after_lasting_is_a_crash_and_a_clean_one_is_not() {
+    for (code, trips) in [(1, true), (0, false)] {
+        let mut w = WorkloadConfig::new("svc", "busybox");
+        w.min_run = S(1);
+        let mut h = Harness::new(vec![]);
+        // A run that lasts resets the crash count: one crash is a loop at threshold 1.
+        let mut m = module();
+        m.crash_loop = CrashLoopDetector::new(1, S(60)).unwrap();
+        h.core = Reconciler::new(m, FaultBoard::new());
+        h.core.set_desired(vec![w]);
+        h.resync();
+        let id = h.until_started(S(400));
+        h.now += S(2);
+        h.tick();
+        h.die(&id, code, &["bye"]);
+        let faults = h.core.faults();
+        assert_eq!(faults.len(), usize::from(trips), "exit {code}: {faults:?}");
+        if trips {
+            assert_eq!(faults[0].kind, "crash_loop");
+            assert!(
+                faults[0].message.contains("exit code 1"),
+                "{}",
+                faults[0].message
+            );
         }
     }
 }

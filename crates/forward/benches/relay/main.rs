@@ -1,0 +1,594 @@
+//! Raw quinn datagrams against the same load through a holdfast forward, in one run, on loopback.
+//!
+//! `cargo bench -p holdfast-forward --bench relay` (or `cargo xtask bench forward`, which adds
+//! the targets) prints a table and writes `target/bench/forward.json` (`HOLDFAST_BENCH_OUT`
+//! overrides the path; `HOLDFAST_BENCH_QUICK=1` shortens every phase for CI).
+//!
+//! Both paths are round trips through an echo, driven the same way from the same process:
+//! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
+//!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
+//!   and transport configuration);
+//! - forward: a UDP socket (the app) sends to a holdfast forward's local address; the node relays
+//!   to a UDP echo target, whose replies come back through the forward.
+//!
+//! The load generator batches on both paths, so what is measured is the path, not the bench:
+//! - sends go in bursts. Raw: one `send_datagram` per datagram (quinn's own packets carry many)
+//!   from one allocation per burst. Forward: the app sends each burst with GSO, one system call
+//!   per up to 64 datagrams (`batched.rs`).
+//! - receives take everything ready. Raw: every datagram quinn has queued per wakeup. Forward:
+//!   the app and the echo target receive with recvmmsg and GRO (32 buffers a call, each
+//!   holding one datagram or a run of them), and the echo target returns each buffer with one
+//!   GSO send. One clock read per received batch times every echo in it.
+//!
+//! Throughput is a closed loop with the same bounded window of datagrams in flight on both paths,
+//! at 64 and 1162 payload bytes: the sender fills the window, then waits (without spinning) for
+//! echoes. Each datagram carries a sequence number, and an echo settles every datagram sent
+//! before it — one path, in order, on loopback: one that has not come back by then is lost — so a
+//! loss frees its place in the window at once; a lost tail, with nothing after it to show it, is
+//! given up after 50 ms without an echo (longer than the machine's scheduling stalls, so a
+//! window that is merely late is not sent again on top of itself). Latency is measured
+//! under load: both paths are offered the same paced rate, half of the forward's measured maximum
+//! at 64 bytes, by the same pacer (`pacer.rs`: a thread of its own sleeping to absolute deadlines
+//! every 100 µs and sending the datagrams owed by then, so pacing does not take a core from the
+//! path); every echo's round trip is timed from a send time carried in its payload. Each phase
+//! tags its payloads, so an echo left over from an earlier phase (still queued when that phase
+//! ended) is neither counted nor timed. The latency figures are percentiles of each path's round
+//! trips; "forward minus raw" is the difference of those percentiles (not a percentile of a
+//! per-datagram added latency, which cannot be observed), so it can come out negative when the
+//! forward's tail is the tighter one. Numbers, never assertions.
+
+// Bench harness code: a broken setup should stop the run loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod batched;
+mod pacer;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use batched::{Batched, RecvBufs, datagrams};
+use bytes::BytesMut;
+use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
+use holdfast_forward::identity::{Identity, SERVER_NAME};
+use holdfast_forward::server::quinn_server_config;
+use holdfast_forward::transport;
+use holdfast_forward::{AllowList, Credential, ServerConfig};
+use tokio::sync::{Notify, watch};
+
+/// The tag of the next phase; tags start at 1 so an all-zero payload matches none.
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh tag for one phase's payloads (bytes 8..16; bytes 0..8 carry the send time, 16..24 the
+/// datagram's sequence number within the phase).
+fn next_tag() -> u64 {
+    NEXT_TAG.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Whether an echo in `buf` belongs to the phase tagged `tag`.
+fn is_ours(buf: &[u8], tag: u64) -> bool {
+    buf.len() >= HEADER && buf[8..16] == tag.to_le_bytes()
+}
+
+const IDLE: Duration = Duration::from_secs(10);
+
+/// At most this many datagrams in flight (sent, not yet echoed): a closed loop that measures
+/// what the path carries instead of how much a flood overflows its buffers.
+const WINDOW: u64 = 256;
+
+/// How long the closed loop waits for an echo before it gives up on what is in flight (a lost
+/// tail: nothing sent after it came back to show it lost). Longer than the machine's scheduling
+/// stalls, so a window that is only late is not sent a second time on top of itself.
+const TAIL_LOST: Duration = Duration::from_millis(50);
+
+/// At most this many datagrams a quinn connection has queued are taken per wakeup of the raw
+/// path's reader (the forward's reader takes at most 32 buffers a call).
+const RAW_DRAIN: usize = 1024;
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// The output of `future` if it is ready now (the raw reader's "take what is queued").
+fn ready_now<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
+
+/// How long each phase runs.
+#[derive(Clone, Copy)]
+struct Phases {
+    throughput: Duration,
+    latency: Duration,
+}
+
+/// The bench's own bytes at the start of every payload: send time, phase tag, sequence number.
+const HEADER: usize = 24;
+
+/// One phase's payloads: up to a window of datagrams of one size, each tagged.
+struct Burst {
+    size: usize,
+    buf: Vec<u8>,
+}
+
+impl Burst {
+    fn new(size: usize, tag: u64) -> Self {
+        let size = size.max(HEADER);
+        let mut buf = vec![0u8; size * WINDOW as usize];
+        for one in buf.chunks_mut(size) {
+            one[8..16].copy_from_slice(&tag.to_le_bytes());
+        }
+        Burst { size, buf }
+    }
+
+    /// The first `count` datagrams, stamped with the send time `now_ns` and numbered from `seq`.
+    fn stamped(&mut self, count: usize, now_ns: u64, seq: u64) -> &[u8] {
+        let bytes = &mut self.buf[..count.min(WINDOW as usize) * self.size];
+        for (i, one) in bytes.chunks_mut(self.size).enumerate() {
+            one[..8].copy_from_slice(&now_ns.to_le_bytes());
+            one[16..24].copy_from_slice(&(seq + i as u64).to_le_bytes());
+        }
+        bytes
+    }
+}
+
+/// One path under test.
+#[derive(Clone)]
+enum Path {
+    Raw(quinn::Connection),
+    Forward(Arc<Batched>, SocketAddr),
+}
+
+impl Path {
+    /// Sends `count` datagrams of the burst from a runtime task; how many went.
+    async fn send(&self, burst: &mut Burst, count: usize, now_ns: u64, seq: u64) -> u64 {
+        let size = burst.size;
+        let bytes = burst.stamped(count, now_ns, seq);
+        match self {
+            Path::Raw(conn) => raw_send(conn, bytes, size),
+            Path::Forward(socket, to) => {
+                let mut sent = 0;
+                for chunk in bytes.chunks(size * socket.per_send(size)) {
+                    if socket.send(*to, chunk, size).await.is_ok() {
+                        sent += chunk.len().div_ceil(size) as u64;
+                    }
+                }
+                sent
+            }
+        }
+    }
+
+    /// The same from the pacer's thread.
+    fn send_blocking(&self, burst: &mut Burst, count: usize, now_ns: u64, seq: u64) -> u64 {
+        let size = burst.size;
+        let bytes = burst.stamped(count, now_ns, seq);
+        match self {
+            Path::Raw(conn) => raw_send(conn, bytes, size),
+            Path::Forward(socket, to) => {
+                let mut sent = 0;
+                for chunk in bytes.chunks(size * socket.per_send(size)) {
+                    if socket.send_blocking(*to, chunk, size).is_ok() {
+                        sent += chunk.len().div_ceil(size) as u64;
+                    }
+                }
+                sent
+            }
+        }
+    }
+
+    /// Waits for echoes and hands each one of the batch that arrived to `each`; `None` once the
+    /// path is gone.
+    async fn recv(&self, bufs: &mut RecvBufs, mut each: impl FnMut(&[u8])) -> Option<()> {
+        match self {
+            Path::Raw(conn) => {
+                // The batch is taken whole before any echo is handed on, so the reader's one
+                // clock read comes after every echo in it arrived, as recvmmsg's does.
+                let mut batch = vec![conn.read_datagram().await.ok()?];
+                while batch.len() < RAW_DRAIN {
+                    match ready_now(conn.read_datagram()) {
+                        Some(Ok(d)) => batch.push(d),
+                        _ => break,
+                    }
+                }
+                batch.iter().for_each(|d| each(d));
+            }
+            Path::Forward(socket, _) => {
+                let filled = socket.recv(bufs).await.ok()?;
+                for (_, stride, data) in bufs.buffers(filled) {
+                    datagrams(data, stride).for_each(&mut each);
+                }
+            }
+        }
+        Some(())
+    }
+}
+
+/// Queues each datagram of `bytes` on the connection, all from one allocation.
+fn raw_send(conn: &quinn::Connection, bytes: &[u8], size: usize) -> u64 {
+    let mut out = BytesMut::from(bytes);
+    let mut sent = 0;
+    while !out.is_empty() {
+        let one = out.split_to(size.min(out.len())).freeze();
+        if conn.send_datagram(one).is_ok() {
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// Echoes of one phase seen so far, and a wakeup for a sender waiting for them.
+struct Echoes {
+    tag: u64,
+    received: AtomicU64,
+    /// One past the highest sequence number echoed: every datagram before it has come back or
+    /// is lost (one path, in order, on loopback).
+    resolved: AtomicU64,
+    progress: Notify,
+}
+
+impl Echoes {
+    fn new() -> Self {
+        Echoes {
+            tag: next_tag(),
+            received: AtomicU64::new(0),
+            resolved: AtomicU64::new(0),
+            progress: Notify::new(),
+        }
+    }
+}
+
+/// Counts (and when `timed`, times) the phase's echoes until `stop`; returns the round trips.
+fn spawn_reader(
+    path: Path,
+    epoch: Instant,
+    echoes: Arc<Echoes>,
+    timed: bool,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<Duration>> {
+    tokio::spawn(async move {
+        let mut bufs = RecvBufs::new();
+        let mut rtts = Vec::new();
+        let mut received = 0u64;
+        let mut resolved = 0u64;
+        loop {
+            // One clock read per batch: every echo in it had arrived by then.
+            let mut now = None;
+            let got = tokio::select! {
+                biased;
+                _ = stop.changed() => break,
+                got = path.recv(&mut bufs, |echo| {
+                    if !is_ours(echo, echoes.tag) {
+                        return;
+                    }
+                    received += 1;
+                    let seq = u64::from_le_bytes(echo[16..24].try_into().unwrap());
+                    resolved = resolved.max(seq + 1);
+                    if timed {
+                        let at = *now.get_or_insert_with(|| epoch.elapsed());
+                        let sent = u64::from_le_bytes(echo[..8].try_into().unwrap());
+                        rtts.push(at.saturating_sub(Duration::from_nanos(sent)));
+                    }
+                }) => got,
+            };
+            if got.is_none() {
+                break;
+            }
+            echoes.received.store(received, Ordering::Relaxed);
+            echoes.resolved.store(resolved, Ordering::Relaxed);
+            echoes.progress.notify_one();
+        }
+        rtts
+    })
+}
+
+struct Measured {
+    sent: u64,
+    received: u64,
+    secs: f64,
+    /// Sorted round trips (latency phase only).
+    rtts: Vec<Duration>,
+}
+
+impl Measured {
+    fn per_sec(&self) -> f64 {
+        self.received as f64 / self.secs
+    }
+    fn mbit(&self, size: usize) -> f64 {
+        self.per_sec() * size as f64 * 8.0 / 1e6
+    }
+    fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            (1.0 - self.received as f64 / self.sent as f64).max(0.0)
+        }
+    }
+    fn percentile_us(&self, p: f64) -> f64 {
+        if self.rtts.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.rtts.len() as f64 - 1.0) * p).round() as usize;
+        self.rtts[i.min(self.rtts.len() - 1)].as_secs_f64() * 1e6
+    }
+}
+
+/// Lets the phase's last echoes arrive, stops its reader and gathers what it saw.
+async fn finish(
+    sent: u64,
+    secs: f64,
+    echoes: &Echoes,
+    stop: watch::Sender<bool>,
+    reader: tokio::task::JoinHandle<Vec<Duration>>,
+) -> Measured {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = stop.send(true);
+    let mut rtts = reader.await.expect("reader");
+    rtts.sort();
+    Measured {
+        sent,
+        received: echoes.received.load(Ordering::Relaxed).min(sent),
+        secs,
+        rtts,
+    }
+}
+
+/// The closed loop: as fast as the window allows, for `run`.
+async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
+    let epoch = Instant::now();
+    let echoes = Arc::new(Echoes::new());
+    let (stop, stopped) = watch::channel(false);
+    let reader = spawn_reader(path.clone(), epoch, echoes.clone(), false, stopped);
+    let mut burst = Burst::new(size, echoes.tag);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    // The sequence number of the next datagram: it counts every datagram handed to the path,
+    // sent or refused, so numbers are never reused and an echo never settles beyond it (a
+    // refused send is a loss, as a datagram the path drops is).
+    let mut next = 0u64;
+    // Every datagram before this one has come back or is lost.
+    let mut resolved = 0u64;
+    while start.elapsed() < run {
+        let progress = echoes.progress.notified();
+        resolved = resolved.max(echoes.resolved.load(Ordering::Relaxed));
+        let in_flight = next - resolved;
+        if in_flight >= WINDOW {
+            // A lost tail is never followed by an echo: after 50 ms without one, it is given up.
+            if tokio::time::timeout(TAIL_LOST, progress).await.is_err()
+                && echoes.resolved.load(Ordering::Relaxed) <= resolved
+            {
+                resolved = next;
+            }
+            continue;
+        }
+        let count = WINDOW - in_flight;
+        sent += path.send(&mut burst, count as usize, 0, next).await;
+        next += count;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    finish(sent, secs, &echoes, stop, reader).await
+}
+
+/// The open loop: `rate` datagrams a second from the pacer's thread, for `run`; every echo timed.
+async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
+    let epoch = Instant::now();
+    let echoes = Arc::new(Echoes::new());
+    let (stop, stopped) = watch::channel(false);
+    let reader = spawn_reader(path.clone(), epoch, echoes.clone(), true, stopped);
+    let mut burst = Burst::new(size, echoes.tag);
+    let sender = path.clone();
+    let start = Instant::now();
+    let sent = tokio::task::spawn_blocking(move || {
+        let mut seq = 0u64;
+        pacer::pace(rate, run, |owed| {
+            let now = epoch.elapsed().as_nanos() as u64;
+            let mut sent = 0;
+            let mut owed = owed as usize;
+            while owed > 0 {
+                let n = owed.min(WINDOW as usize);
+                sent += sender.send_blocking(&mut burst, n, now, seq);
+                seq += n as u64;
+                owed -= n;
+            }
+            sent
+        })
+    })
+    .await
+    .expect("pacer");
+    let secs = start.elapsed().as_secs_f64();
+    finish(sent, secs, &echoes, stop, reader).await
+}
+
+/// Two bare quinn endpoints with the crate's own TLS and transport settings; the server side
+/// echoes every datagram.
+async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
+    let identity = Identity::load_or_create(dir).expect("identity");
+    // The same endpoint sockets (and buffers) as the forward's own endpoints.
+    let server = transport::endpoint(
+        transport::endpoint_socket(loopback()).expect("server socket"),
+        Some(quinn_server_config(&identity, IDLE).expect("server config")),
+    )
+    .expect("server endpoint");
+    let addr = server.local_addr().expect("addr");
+    let (config, _) = client::quinn_client_config(identity.fingerprint(), IDLE).expect("client");
+    let client = transport::endpoint(
+        transport::endpoint_socket(loopback()).expect("client socket"),
+        None,
+    )
+    .expect("client endpoint");
+    let connecting = client
+        .connect_with(config, addr, SERVER_NAME)
+        .expect("connect");
+    let (accepted, connected) = tokio::join!(
+        async {
+            server
+                .accept()
+                .await
+                .expect("incoming")
+                .await
+                .expect("accepted")
+        },
+        async { connecting.await.expect("connected") }
+    );
+    drop(server);
+    let echo = tokio::spawn(async move {
+        while let Ok(d) = accepted.read_datagram().await {
+            let _ = accepted.send_datagram(d);
+        }
+    });
+    (Path::Raw(connected), client, echo)
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let quick = std::env::var_os("HOLDFAST_BENCH_QUICK").is_some_and(|v| v != "0");
+    let phases = if quick {
+        Phases {
+            throughput: Duration::from_millis(600),
+            latency: Duration::from_millis(600),
+        }
+    } else {
+        Phases {
+            throughput: Duration::from_secs(2),
+            latency: Duration::from_secs(2),
+        }
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path()).await;
+
+    // The forward: a node, a UDP echo target, a client with one forward to it.
+    let echo = Batched::bind(loopback(), None).expect("echo");
+    let echo_addr = echo.local_addr();
+    let echo_task = tokio::spawn(async move {
+        let mut bufs = RecvBufs::new();
+        while let Ok(filled) = echo.recv(&mut bufs).await {
+            for (from, stride, data) in bufs.buffers(filled) {
+                let _ = echo.send(from, data, stride).await;
+            }
+        }
+    });
+    let mut config = ServerConfig::new(loopback(), dir.path().join("node"));
+    config.credentials = vec![Credential::new("bench")];
+    config.allow = AllowList::parse(["127.0.0.1:*"]).expect("allow");
+    let server = holdfast_forward::start(config).await.expect("node");
+    let mut client_config = ClientConfig::new(
+        server.local_addr().expect("addr"),
+        server.fingerprint(),
+        Credential::new("bench"),
+    );
+    client_config.forwards = vec![ForwardSpec {
+        local: loopback(),
+        target: echo_addr,
+    }];
+    let mut forwarding = client::spawn(client_config).await.expect("client");
+    loop {
+        if let Some(ClientEvent::Opened { .. }) = forwarding.next_event().await {
+            break;
+        }
+    }
+    let local = forwarding.local_addrs()[0];
+    let app = Batched::bind(loopback(), Some(local)).expect("app");
+    let forward = Path::Forward(Arc::new(app), local);
+    // Let path MTU discovery finish on both connections so 1162-byte payloads fit.
+    tokio::time::sleep(Duration::from_millis(if quick { 300 } else { 500 })).await;
+
+    let mut report = serde_json::Map::new();
+    report.insert("quick".into(), quick.into());
+    report.insert("window".into(), WINDOW.into());
+    report.insert(
+        "throughput_secs".into(),
+        phases.throughput.as_secs_f64().into(),
+    );
+    println!(
+        "{:<10} {:>6} {:>12} {:>10} {:>7}",
+        "path", "bytes", "datagrams/s", "Mbit/s", "loss"
+    );
+    let mut forward_max_64 = 0.0;
+    for size in [64usize, 1162] {
+        let r = throughput(&raw, size, phases.throughput).await;
+        let f = throughput(&forward, size, phases.throughput).await;
+        for (name, t) in [("raw", &r), ("forward", &f)] {
+            println!(
+                "{name:<10} {size:>6} {:>12.0} {:>10.1} {:>6.2}%",
+                t.per_sec(),
+                t.mbit(size),
+                t.loss() * 100.0
+            );
+        }
+        let ratio = f.per_sec() / r.per_sec();
+        println!("forward/raw at {size} bytes: {:.0}%", ratio * 100.0);
+        if size == 64 {
+            forward_max_64 = f.per_sec();
+        }
+        report.insert(
+            format!("throughput_{size}"),
+            serde_json::json!({
+                "raw": {"datagrams_per_sec": r.per_sec(), "mbit_per_sec": r.mbit(size), "loss": r.loss()},
+                "forward": {"datagrams_per_sec": f.per_sec(), "mbit_per_sec": f.mbit(size), "loss": f.loss()},
+                "forward_over_raw": ratio,
+            }),
+        );
+    }
+
+    // Latency under load: the same paced rate on both paths.
+    let rate = forward_max_64 / 2.0;
+    let r = paced(&raw, 64, rate, phases.latency).await;
+    let f = paced(&forward, 64, rate, phases.latency).await;
+    let (r50, r99) = (r.percentile_us(0.5), r.percentile_us(0.99));
+    let (f50, f99) = (f.percentile_us(0.5), f.percentile_us(0.99));
+    println!(
+        "round trip at {rate:.0} datagrams/s (half the forward's maximum), p50/p99: raw {r50:.0}/{r99:.0} µs, \
+         forward {f50:.0}/{f99:.0} µs, forward minus raw (difference of the percentiles) {:.0}/{:.0} µs; loss raw {:.2}%, forward {:.2}%",
+        f50 - r50,
+        f99 - r99,
+        r.loss() * 100.0,
+        f.loss() * 100.0
+    );
+    report.insert(
+        "latency".into(),
+        serde_json::json!({
+            "rate_datagrams_per_sec": rate,
+            "bytes": 64,
+            "secs": phases.latency.as_secs_f64(),
+            "raw": {"p50_us": r50, "p99_us": r99, "loss": r.loss(), "samples": r.rtts.len()},
+            "forward": {"p50_us": f50, "p99_us": f99, "loss": f.loss(), "samples": f.rtts.len()},
+            // The difference of the two paths' percentiles, not a percentile of added latency.
+            "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
+        }),
+    );
+
+    echo_task.abort();
+    raw_echo.abort();
+    forwarding.stop().await;
+    server
+        .stop(tokio::time::Instant::now() + Duration::from_secs(2))
+        .await
+        .ok();
+    let path = std::env::var_os("HOLDFAST_BENCH_OUT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/forward.json")
+        });
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("bench output directory");
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json")).expect("write");
+    println!("wrote {}", path.display());
+}
