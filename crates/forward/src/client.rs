@@ -933,19 +933,13 @@ async fn local_to_node(
                     }
                     Err(err) => RelayError::from(err),
                 };
-                match err.class() {
-                    Class::Item => forward.reporter.dropped(&err),
-                    Class::Transient => {
-                        forward.reporter.transient(&err);
-                    }
-                    // The connection is gone: the session loop sees it and announces the end.
-                    Class::Fatal => {
-                        forward
-                            .reporter
-                            .stats()
-                            .to_target_many(relayed, relayed_bytes);
-                        return;
-                    }
+                // The connection is gone: the session loop sees it and announces the end.
+                if !forward.reporter.datagram_not_sent(&err) {
+                    forward
+                        .reporter
+                        .stats()
+                        .to_target_many(relayed, relayed_bytes);
+                    return;
                 }
             }
             forward

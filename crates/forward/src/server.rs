@@ -1007,15 +1007,9 @@ async fn relay_replies(
                         }
                         Err(err) => RelayError::from(err),
                     };
-                    match err.class() {
-                        Class::Item => reporter.dropped(&err),
-                        Class::Transient => {
-                            reporter.transient(&err);
-                        }
-                        Class::Fatal => {
-                            reporter.stats().from_target_many(relayed, bytes);
-                            return;
-                        }
+                    if !reporter.datagram_not_sent(&err) {
+                        reporter.stats().from_target_many(relayed, bytes);
+                        return;
                     }
                 }
                 reporter.stats().from_target_many(relayed, bytes);

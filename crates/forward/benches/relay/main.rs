@@ -60,6 +60,60 @@ use holdfast_forward::transport;
 use holdfast_forward::{AllowList, Credential, ServerConfig};
 use tokio::sync::{Notify, watch};
 
+/// Diagnostics (`HOLDFAST_BENCH_STAGES=1`): each echo target records, for the paced phase, how
+/// long each datagram took from the pacer to it (the outbound half of the round trip); printed
+/// beside the round trips, never part of the report.
+mod stages {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    /// The tag whose echoes are recorded (0: none).
+    pub static TAG: AtomicU64 = AtomicU64::new(0);
+    pub static OUTBOUND: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+    pub fn enabled() -> bool {
+        std::env::var_os("HOLDFAST_BENCH_STAGES").is_some_and(|v| v != "0")
+    }
+
+    /// The process-wide clock every send time is read from.
+    pub fn epoch() -> Instant {
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    /// At an echo target: records the outbound time of each datagram of the recorded phase.
+    pub fn at_echo<'a>(echoes: impl Iterator<Item = &'a [u8]>) {
+        let tag = TAG.load(Ordering::Relaxed);
+        if tag == 0 {
+            return;
+        }
+        let now = epoch().elapsed().as_nanos() as u64;
+        let mut out = OUTBOUND.lock().unwrap();
+        for e in echoes {
+            if e.len() >= 24 && e[8..16] == tag.to_le_bytes() {
+                let sent = u64::from_le_bytes(e[..8].try_into().unwrap());
+                out.push(now.saturating_sub(sent));
+            }
+        }
+    }
+
+    /// p50/p99 of the recorded outbound times in µs, and clears them.
+    pub fn take() -> (f64, f64, usize) {
+        TAG.store(0, Ordering::Relaxed);
+        let mut v = std::mem::take(&mut *OUTBOUND.lock().unwrap());
+        v.sort_unstable();
+        let p = |q: f64| {
+            if v.is_empty() {
+                f64::NAN
+            } else {
+                v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1e3
+            }
+        };
+        (p(0.5), p(0.99), v.len())
+    }
+}
+
 /// The tag of the next phase; tags start at 1 so an all-zero payload matches none.
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
 
@@ -380,8 +434,11 @@ async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
 
 /// The open loop: `rate` datagrams a second from the pacer's thread, for `run`; every echo timed.
 async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
-    let epoch = Instant::now();
+    let epoch = stages::epoch();
     let echoes = Arc::new(Echoes::new());
+    if stages::enabled() {
+        stages::TAG.store(echoes.tag, Ordering::Relaxed);
+    }
     let (stop, stopped) = watch::channel(false);
     let reader = spawn_reader(path.clone(), epoch, echoes.clone(), true, stopped);
     let mut burst = Burst::new(size, echoes.tag);
@@ -442,6 +499,7 @@ async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task:
     drop(server);
     let echo = tokio::spawn(async move {
         while let Ok(d) = accepted.read_datagram().await {
+            stages::at_echo(std::iter::once(&d[..]));
             let _ = accepted.send_datagram(d);
         }
     });
@@ -480,6 +538,7 @@ async fn run() {
         let mut bufs = RecvBufs::new();
         while let Ok(filled) = echo.recv(&mut bufs).await {
             for (from, stride, data) in bufs.buffers(filled) {
+                stages::at_echo(datagrams(data, stride));
                 let _ = echo.send(from, data, stride).await;
             }
         }
@@ -521,7 +580,13 @@ async fn run() {
         "path", "bytes", "datagrams/s", "Mbit/s", "loss"
     );
     let mut forward_max_64 = 0.0;
-    for size in [64usize, 1162] {
+    // Diagnostics: `HOLDFAST_BENCH_PACED_ONLY=RATE` runs the paced phase alone at RATE, to
+    // profile it without the throughput phase.
+    let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let sizes: &[usize] = if paced_only.is_some() { &[] } else { &[64, 1162] };
+    for &size in sizes {
         let r = throughput(&raw, size, phases.throughput).await;
         let f = throughput(&forward, size, phases.throughput).await;
         for (name, t) in [("raw", &r), ("forward", &f)] {
@@ -548,9 +613,17 @@ async fn run() {
     }
 
     // Latency under load: the same paced rate on both paths.
-    let rate = forward_max_64 / 2.0;
+    let rate = paced_only.unwrap_or(forward_max_64 / 2.0);
     let r = paced(&raw, 64, rate, phases.latency).await;
+    let raw_out = stages::take();
     let f = paced(&forward, 64, rate, phases.latency).await;
+    let fwd_out = stages::take();
+    if stages::enabled() {
+        println!(
+            "outbound (pacer to echo) p50/p99 µs: raw {:.0}/{:.0} ({} samples), forward {:.0}/{:.0} ({} samples)",
+            raw_out.0, raw_out.1, raw_out.2, fwd_out.0, fwd_out.1, fwd_out.2
+        );
+    }
     let (r50, r99) = (r.percentile_us(0.5), r.percentile_us(0.99));
     let (f50, f99) = (f.percentile_us(0.5), f.percentile_us(0.99));
     println!(
