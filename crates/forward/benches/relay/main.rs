@@ -4,7 +4,16 @@
 //! the targets) prints a table and writes `target/bench/forward.json` (`HOLDFAST_BENCH_OUT`
 //! overrides the path; `HOLDFAST_BENCH_QUICK=1` shortens every phase for CI).
 //!
-//! Both paths are round trips through an echo, driven the same way from the same process:
+//! Both paths are round trips through an echo, driven the same way from the same process, with
+//! the same two runtimes of one worker each: one for the client's side (the app's reader and the
+//! holdfast client, or the raw quinn client) and one for the node's side (the holdfast node and
+//! the echo target, or the raw quinn server and its echo), as a client process and a node
+//! process would each have their own on this 2-core machine. (On one shared runtime tokio ran
+//! one side's tasks queued behind the other's on one worker, a coupling no deployment has: the
+//! forward's p50 round trip at the paced rate doubled. `HOLDFAST_BENCH_ONE_RUNTIME=1` runs
+//! everything on one runtime of two workers, to compare.) The load generator's sender (the
+//! pacer, or the closed loop on the main thread) is outside both.
+//!
 //! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
 //!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
 //!   and transport configuration);
@@ -35,13 +44,15 @@
 //! ended) is neither counted nor timed. The latency figures are percentiles of each path's round
 //! trips; "forward minus raw" is the difference of those percentiles (not a percentile of a
 //! per-datagram added latency, which cannot be observed), so it can come out negative when the
-//! forward's tail is the tighter one. Numbers, never assertions.
+//! forward's tail is the tighter one. Numbers, never assertions. Diagnostics of the paced phase
+//! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
 
 // Bench harness code: a broken setup should stop the run loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod batched;
 mod pacer;
+mod stages;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -58,61 +69,8 @@ use holdfast_forward::identity::{Identity, SERVER_NAME};
 use holdfast_forward::server::quinn_server_config;
 use holdfast_forward::transport;
 use holdfast_forward::{AllowList, Credential, ServerConfig};
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
-
-/// Diagnostics (`HOLDFAST_BENCH_STAGES=1`): each echo target records, for the paced phase, how
-/// long each datagram took from the pacer to it (the outbound half of the round trip); printed
-/// beside the round trips, never part of the report.
-mod stages {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::Instant;
-
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    /// The tag whose echoes are recorded (0: none).
-    pub static TAG: AtomicU64 = AtomicU64::new(0);
-    pub static OUTBOUND: Mutex<Vec<u64>> = Mutex::new(Vec::new());
-
-    pub fn enabled() -> bool {
-        std::env::var_os("HOLDFAST_BENCH_STAGES").is_some_and(|v| v != "0")
-    }
-
-    /// The process-wide clock every send time is read from.
-    pub fn epoch() -> Instant {
-        *EPOCH.get_or_init(Instant::now)
-    }
-
-    /// At an echo target: records the outbound time of each datagram of the recorded phase.
-    pub fn at_echo<'a>(echoes: impl Iterator<Item = &'a [u8]>) {
-        let tag = TAG.load(Ordering::Relaxed);
-        if tag == 0 {
-            return;
-        }
-        let now = epoch().elapsed().as_nanos() as u64;
-        let mut out = OUTBOUND.lock().unwrap();
-        for e in echoes {
-            if e.len() >= 24 && e[8..16] == tag.to_le_bytes() {
-                let sent = u64::from_le_bytes(e[..8].try_into().unwrap());
-                out.push(now.saturating_sub(sent));
-            }
-        }
-    }
-
-    /// p50/p99 of the recorded outbound times in µs, and clears them.
-    pub fn take() -> (f64, f64, usize) {
-        TAG.store(0, Ordering::Relaxed);
-        let mut v = std::mem::take(&mut *OUTBOUND.lock().unwrap());
-        v.sort_unstable();
-        let p = |q: f64| {
-            if v.is_empty() {
-                f64::NAN
-            } else {
-                v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1e3
-            }
-        };
-        (p(0.5), p(0.99), v.len())
-    }
-}
 
 /// The tag of the next phase; tags start at 1 so an all-zero payload matches none.
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
@@ -466,15 +424,21 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
 }
 
 /// Two bare quinn endpoints with the crate's own TLS and transport settings; the server side
-/// echoes every datagram.
-async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
+/// (on the node's runtime) echoes every datagram.
+async fn raw_path(
+    dir: &std::path::Path,
+    node: &Handle,
+) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
     let identity = Identity::load_or_create(dir).expect("identity");
     // The same endpoint sockets (and buffers) as the forward's own endpoints.
-    let server = transport::endpoint(
-        transport::endpoint_socket(loopback()).expect("server socket"),
-        Some(quinn_server_config(&identity, IDLE).expect("server config")),
-    )
-    .expect("server endpoint");
+    let server = {
+        let _node = node.enter();
+        transport::endpoint(
+            transport::endpoint_socket(loopback()).expect("server socket"),
+            Some(quinn_server_config(&identity, IDLE).expect("server config")),
+        )
+        .expect("server endpoint")
+    };
     let addr = server.local_addr().expect("addr");
     let (config, _) = client::quinn_client_config(identity.fingerprint(), IDLE).expect("client");
     let client = transport::endpoint(
@@ -485,19 +449,18 @@ async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task:
     let connecting = client
         .connect_with(config, addr, SERVER_NAME)
         .expect("connect");
-    let (accepted, connected) = tokio::join!(
-        async {
-            server
-                .accept()
-                .await
-                .expect("incoming")
-                .await
-                .expect("accepted")
-        },
-        async { connecting.await.expect("connected") }
-    );
-    drop(server);
-    let echo = tokio::spawn(async move {
+    // Accepted on the node's runtime, so its connection's driver runs there.
+    let accepting = node.spawn(async move {
+        server
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("accepted")
+    });
+    let connected = connecting.await.expect("connected");
+    let accepted = accepting.await.expect("accept task");
+    let echo = node.spawn(async move {
         while let Ok(d) = accepted.read_datagram().await {
             stages::at_echo(std::iter::once(&d[..]));
             let _ = accepted.send_datagram(d);
@@ -506,16 +469,32 @@ async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task:
     (Path::Raw(connected), client, echo)
 }
 
+/// The client's side (the app, the holdfast client or the raw quinn client) and the node's side
+/// (the holdfast node or the raw quinn server, and the echo target) each run on a runtime of
+/// their own with one worker, as two processes on this 2-core machine would: one shared
+/// runtime would let tokio run one side's tasks behind the other's on one worker, a coupling no
+/// deployment has. `HOLDFAST_BENCH_ONE_RUNTIME=1` runs both on one runtime of two workers, as
+/// the bench did before.
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run());
+    let runtime = |workers| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    if std::env::var_os("HOLDFAST_BENCH_ONE_RUNTIME").is_some_and(|v| v != "0") {
+        let shared = runtime(2);
+        let node = shared.handle().clone();
+        shared.block_on(run(node));
+    } else {
+        let client = runtime(1);
+        let node = runtime(1);
+        client.block_on(run(node.handle().clone()));
+    }
 }
 
-async fn run() {
+async fn run(node: Handle) {
     let quick = std::env::var_os("HOLDFAST_BENCH_QUICK").is_some_and(|v| v != "0");
     let phases = if quick {
         Phases {
@@ -529,12 +508,15 @@ async fn run() {
         }
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path()).await;
+    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path(), &node).await;
 
     // The forward: a node, a UDP echo target, a client with one forward to it.
-    let echo = Batched::bind(loopback(), None).expect("echo");
+    let echo = {
+        let _node = node.enter();
+        Batched::bind(loopback(), None).expect("echo")
+    };
     let echo_addr = echo.local_addr();
-    let echo_task = tokio::spawn(async move {
+    let echo_task = node.spawn(async move {
         let mut bufs = RecvBufs::new();
         while let Ok(filled) = echo.recv(&mut bufs).await {
             for (from, stride, data) in bufs.buffers(filled) {
@@ -546,7 +528,11 @@ async fn run() {
     let mut config = ServerConfig::new(loopback(), dir.path().join("node"));
     config.credentials = vec![Credential::new("bench")];
     config.allow = AllowList::parse(["127.0.0.1:*"]).expect("allow");
-    let server = holdfast_forward::start(config).await.expect("node");
+    let server = node
+        .spawn(holdfast_forward::start(config))
+        .await
+        .expect("node task")
+        .expect("node");
     let mut client_config = ClientConfig::new(
         server.local_addr().expect("addr"),
         server.fingerprint(),
@@ -585,7 +571,11 @@ async fn run() {
     let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
         .ok()
         .and_then(|v| v.parse().ok());
-    let sizes: &[usize] = if paced_only.is_some() { &[] } else { &[64, 1162] };
+    let sizes: &[usize] = if paced_only.is_some() {
+        &[]
+    } else {
+        &[64, 1162]
+    };
     for &size in sizes {
         let r = throughput(&raw, size, phases.throughput).await;
         let f = throughput(&forward, size, phases.throughput).await;
@@ -614,11 +604,35 @@ async fn run() {
 
     // Latency under load: the same paced rate on both paths.
     let rate = paced_only.unwrap_or(forward_max_64 / 2.0);
+    let u0 = stages::usage();
+    let t0 = stages::threads();
     let r = paced(&raw, 64, rate, phases.latency).await;
     let raw_out = stages::take();
+    let u1 = stages::usage();
+    let t1 = stages::threads();
     let f = paced(&forward, 64, rate, phases.latency).await;
     let fwd_out = stages::take();
+    let u2 = stages::usage();
+    let t2 = stages::threads();
     if stages::enabled() {
+        stages::print_threads("raw", &t0, &t1);
+        stages::print_threads("forward", &t1, &t2);
+    }
+    if stages::enabled() {
+        let per = |a: (f64, i64, i64), b: (f64, i64, i64), m: &Measured| {
+            let n = m.sent.max(1) as f64;
+            let periods = phases.latency.as_secs_f64() / pacer::PERIOD.as_secs_f64();
+            (
+                (b.0 - a.0) / n,
+                (b.1 - a.1) as f64 / periods,
+                (b.2 - a.2) as f64 / periods,
+            )
+        };
+        let (rc, rv, ri) = per(u0, u1, &r);
+        let (fc, fv, fi) = per(u1, u2, &f);
+        println!(
+            "cpu µs/datagram, voluntary/involuntary switches per pacer period: raw {rc:.2}, {rv:.1}/{ri:.2}; forward {fc:.2}, {fv:.1}/{fi:.2}"
+        );
         println!(
             "outbound (pacer to echo) p50/p99 µs: raw {:.0}/{:.0} ({} samples), forward {:.0}/{:.0} ({} samples)",
             raw_out.0, raw_out.1, raw_out.2, fwd_out.0, fwd_out.1, fwd_out.2
@@ -650,10 +664,14 @@ async fn run() {
     echo_task.abort();
     raw_echo.abort();
     forwarding.stop().await;
-    server
-        .stop(tokio::time::Instant::now() + Duration::from_secs(2))
-        .await
-        .ok();
+    node.spawn(async move {
+        server
+            .stop(tokio::time::Instant::now() + Duration::from_secs(2))
+            .await
+            .ok()
+    })
+    .await
+    .ok();
     let path = std::env::var_os("HOLDFAST_BENCH_OUT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
