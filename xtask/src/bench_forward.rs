@@ -20,7 +20,7 @@ const SHARE_1162: f64 = 0.70;
 const ADDED_P99_US: f64 = 200.0;
 
 /// Runs the bench and reports; `quick` is the bounded CI run.
-// i[impl bench.forward+4]
+// i[impl bench.forward+3]
 pub fn run(root: &Path, target: &Path, quick: bool) -> anyhow::Result<ExitCode> {
     let load_before = loadavg();
     let out_dir = target.join("bench");
@@ -74,7 +74,7 @@ fn loadavg() -> String {
 
 /// The targets against what the bench measured: each with its bound, the figure, and
 /// whether it was met (a figure the bench did not produce is not met).
-// i[impl bench.forward+4]
+// i[impl bench.forward+3]
 pub fn targets(measured: &Value) -> Value {
     let num = |v: &Value| v.as_f64().filter(|x| x.is_finite());
     let share = |size: &str, min: f64| {
@@ -94,7 +94,7 @@ pub fn targets(measured: &Value) -> Value {
 }
 
 /// The table and the verdicts, as printed.
-// i[impl bench.forward+4]
+// i[impl bench.forward+3]
 pub fn summary(report: &Value) -> String {
     use std::fmt::Write as _;
     let m = &report["measured"];
@@ -182,7 +182,7 @@ mod tests {
         })
     }
 
-    // i[verify bench.forward+4]
+    // i[verify bench.forward+3]
     #[test]
     fn each_target_passes_or_misses_by_its_bound() {
         let t = targets(&measured(0.5, 0.69, json!(199.0)));
@@ -201,7 +201,7 @@ mod tests {
         assert_eq!(t["p99_forward_minus_raw_us_at_half_max_rate"]["met"], false);
     }
 
-    // i[verify bench.forward+4]
+    // i[verify bench.forward+3]
     #[test]
     fn the_summary_shows_the_table_the_load_and_a_verdict_per_target() {
         let m = measured(0.62, 0.69, json!(120.0));

@@ -905,6 +905,9 @@ impl Relay {
 /// At most this many datagrams are relayed per wakeup of a connection's relay loop.
 const DRAIN: usize = 256;
 
+/// Receive buffers per wakeup of a flow's reply task.
+const REPLY_BATCH: usize = 2;
+
 /// What became of datagrams sent towards the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sent {
@@ -982,21 +985,34 @@ async fn relay_replies(
     activity: Arc<Activity>,
 ) {
     let header = id.header();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut meta = [RecvMeta::default()];
+    // Two buffers: the usual receive fills one (the target's burst, coalesced), and a batch that
+    // leaves a buffer empty ends the wakeup without one more receive (`UdpIo::recv`). The second
+    // one's pages are only touched when a burst needs it.
+    let mut buf = vec![0u8; REPLY_BATCH * MAX_DATAGRAM];
+    let mut meta = [RecvMeta::default(); REPLY_BATCH];
     let mut out = BytesMut::new();
     loop {
         let received = {
-            let mut slices = [IoSliceMut::new(&mut buf)];
+            let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
+            let mut slices: [IoSliceMut<'_>; REPLY_BATCH] =
+                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
             socket.recv(&mut slices, &mut meta).await
         };
         let err = match received {
-            Ok(_) => {
-                let count = segments(&buf, &meta[0]).count();
-                out.reserve(count * header.len() + meta[0].len);
+            Ok(filled) => {
+                let filled = &meta[..filled.min(REPLY_BATCH)];
+                let buffers = || {
+                    filled
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, m)| segments(&buf[i * MAX_DATAGRAM..], m))
+                };
+                out.reserve(
+                    buffers().count() * header.len() + filled.iter().map(|m| m.len).sum::<usize>(),
+                );
                 // Counted once per receive, not per datagram.
                 let (mut relayed, mut bytes) = (0, 0);
-                for payload in segments(&buf, &meta[0]) {
+                for payload in buffers() {
                     out.extend_from_slice(&header);
                     out.extend_from_slice(payload);
                     let err = match conn.send_datagram(out.split().freeze()) {

@@ -90,10 +90,27 @@ impl UdpIo {
             } else {
                 Interest::READABLE
             };
+            // A batch that did not fill every buffer emptied the socket's queue: its readiness is
+            // cleared now, as a WouldBlock would, instead of by one more receive that can only
+            // fail. That receive is a system call on the path of every datagram of the batch
+            // (the task that takes them over runs only once this one waits). A datagram that
+            // arrives after the batch is a new readiness event, which a clear with the tick seen
+            // before the batch cannot erase.
+            let mut partial = None;
             match self.socket.try_io(interest, || {
-                self.state.recv(UdpSockRef::from(&self.socket), bufs, meta)
+                let filled = self
+                    .state
+                    .recv(UdpSockRef::from(&self.socket), bufs, meta)?;
+                if interest == Interest::READABLE && filled < bufs.len() {
+                    partial = Some(filled);
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(filled)
             }) {
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => match partial {
+                    Some(filled) => return Ok(filled),
+                    None => continue,
+                },
                 other => return other,
             }
         }
@@ -295,6 +312,38 @@ mod tests {
         assert_eq!(whole, vec![&buf[..]]);
         let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
         assert_eq!(empty, vec![&[] as &[u8]]);
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_batch_that_empties_the_socket_still_wakes_for_the_next_datagram() {
+        let io = UdpIo::new(
+            UdpSocket::bind("127.0.0.1:0").await.expect("bind"),
+            FLOW_BUFFER,
+        )
+        .expect("udp io");
+        let to = io.local_addr().expect("addr");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("peer");
+        let mut buf = vec![0u8; 4 * MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default(); 4];
+        for (round, payload) in [&b"one"[..], b"two", b"three"].into_iter().enumerate() {
+            peer.send_to(payload, to).expect("send");
+            let filled = {
+                let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
+                let mut slices: [IoSliceMut<'_>; 4] =
+                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    io.recv(&mut slices, &mut meta),
+                )
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: the datagram woke the receive"))
+                .expect("recv")
+            };
+            // One of four buffers: a partial batch, after which readiness was cleared.
+            assert_eq!(filled, 1);
+            assert_eq!(&buf[..meta[0].len], payload);
+        }
     }
 
     /// A connected `UdpIo` towards a port nothing listens on (bound, then released).

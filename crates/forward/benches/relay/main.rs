@@ -4,16 +4,10 @@
 //! the targets) prints a table and writes `target/bench/forward.json` (`HOLDFAST_BENCH_OUT`
 //! overrides the path; `HOLDFAST_BENCH_QUICK=1` shortens every phase for CI).
 //!
-//! Both paths are round trips through an echo, driven the same way from the same process, with
-//! the same two runtimes of one worker each: one for the client's side (the app's reader and the
-//! holdfast client, or the raw quinn client) and one for the node's side (the holdfast node and
-//! the echo target, or the raw quinn server and its echo), as a client process and a node
-//! process would each have their own on this 2-core machine. (On one shared runtime tokio ran
-//! one side's tasks queued behind the other's on one worker, a coupling no deployment has: the
-//! forward's p50 round trip at the paced rate doubled. `HOLDFAST_BENCH_ONE_RUNTIME=1` runs
-//! everything on one runtime of two workers, to compare.) The load generator's sender (the
-//! pacer, or the closed loop on the main thread) is outside both.
-//!
+//! Both paths are round trips through an echo, driven the same way from the same process:
+//! everything runs on one runtime of two workers, for both paths. (`HOLDFAST_BENCH_SPLIT_RUNTIMES=1`
+//! gives the client's side and the node's side a runtime of one worker each instead, as two
+//! processes would have, for both paths alike: a diagnostic, not the measurement.)
 //! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
 //!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
 //!   and transport configuration);
@@ -345,6 +339,9 @@ async fn finish(
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _ = stop.send(true);
     let mut rtts = reader.await.expect("reader");
+    if stages::enabled() && !rtts.is_empty() {
+        stages::windowed_p99(&rtts);
+    }
     rtts.sort();
     Measured {
         sent,
@@ -469,12 +466,10 @@ async fn raw_path(
     (Path::Raw(connected), client, echo)
 }
 
-/// The client's side (the app, the holdfast client or the raw quinn client) and the node's side
-/// (the holdfast node or the raw quinn server, and the echo target) each run on a runtime of
-/// their own with one worker, as two processes on this 2-core machine would: one shared
-/// runtime would let tokio run one side's tasks behind the other's on one worker, a coupling no
-/// deployment has. `HOLDFAST_BENCH_ONE_RUNTIME=1` runs both on one runtime of two workers, as
-/// the bench did before.
+/// One runtime of two workers for everything; with `HOLDFAST_BENCH_SPLIT_RUNTIMES=1`, the
+/// client's side (the app's reader, the holdfast client or the raw quinn client) and the node's
+/// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
+/// runtime of one worker each.
 fn main() {
     let runtime = |workers| {
         tokio::runtime::Builder::new_multi_thread()
@@ -483,14 +478,14 @@ fn main() {
             .build()
             .expect("runtime")
     };
-    if std::env::var_os("HOLDFAST_BENCH_ONE_RUNTIME").is_some_and(|v| v != "0") {
-        let shared = runtime(2);
-        let node = shared.handle().clone();
-        shared.block_on(run(node));
-    } else {
+    if std::env::var_os("HOLDFAST_BENCH_SPLIT_RUNTIMES").is_some_and(|v| v != "0") {
         let client = runtime(1);
         let node = runtime(1);
         client.block_on(run(node.handle().clone()));
+    } else {
+        let shared = runtime(2);
+        let node = shared.handle().clone();
+        shared.block_on(run(node));
     }
 }
 

@@ -108,3 +108,24 @@ pub fn take() -> (f64, f64, usize) {
     };
     (p(0.5), p(0.99), v.len())
 }
+
+/// On a busy machine one stall of another process's making spoils a phase's p99; the p99 of
+/// each twentieth of the phase's round trips (in arrival order), and their median, show whether
+/// the tail is the path's own or a few stalls'.
+pub fn windowed_p99(rtts: &[std::time::Duration]) {
+    let chunk = rtts.len().div_ceil(20).max(1);
+    let mut p99s: Vec<u64> = rtts
+        .chunks(chunk)
+        .map(|c| {
+            let mut c: Vec<u64> = c.iter().map(|d| d.as_micros() as u64).collect();
+            c.sort_unstable();
+            c[((c.len() - 1) as f64 * 0.99).round() as usize]
+        })
+        .collect();
+    let shown = p99s.clone();
+    p99s.sort_unstable();
+    println!(
+        "p99 per twentieth of the phase, µs: {shown:?}; median {}",
+        p99s[p99s.len() / 2]
+    );
+}
