@@ -636,8 +636,13 @@ async fn run(node: Handle) {
     let (r50, r99) = (r.percentile_us(0.5), r.percentile_us(0.99));
     let (f50, f99) = (f.percentile_us(0.5), f.percentile_us(0.99));
     println!(
-        "round trip at {rate:.0} datagrams/s (half the forward's maximum), p50/p99: raw {r50:.0}/{r99:.0} µs, \
+        "round trip at {rate:.0} datagrams/s ({}), p50/p99: raw {r50:.0}/{r99:.0} µs, \
          forward {f50:.0}/{f99:.0} µs, forward minus raw (difference of the percentiles) {:.0}/{:.0} µs; loss raw {:.2}%, forward {:.2}%",
+        if paced_only.is_some() {
+            "HOLDFAST_BENCH_PACED_ONLY"
+        } else {
+            "half the forward's maximum"
+        },
         f50 - r50,
         f99 - r99,
         r.loss() * 100.0,
@@ -667,6 +672,12 @@ async fn run(node: Handle) {
     })
     .await
     .ok();
+    // A diagnostic run measured something else than the report's figures: it leaves the last
+    // report as it was.
+    if paced_only.is_some() {
+        println!("HOLDFAST_BENCH_PACED_ONLY: a diagnostic run, no report written");
+        return;
+    }
     let path = std::env::var_os("HOLDFAST_BENCH_OUT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
