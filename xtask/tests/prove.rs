@@ -406,3 +406,74 @@ fn ci_warns_but_passes_for_a_touched_rule_that_cannot_be_proven() {
         "{stderr}"
     );
 }
+
+// i[verify prove.targets]
+#[test]
+fn only_the_test_binaries_holding_a_rules_tests_are_built() {
+    if !mutants_installed() {
+        return;
+    }
+    // A test binary that does not compile: built, it fails the baseline, so the rule's proof
+    // stands only when each of its runs leaves that binary out.
+    let tree = Tree::new(
+        SPEC,
+        &[],
+        &[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[features]\nchecked = []\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+            ("crates/demo/tests/beta.rs", BETA_TEST),
+            (
+                "crates/demo/tests/unbuilt.rs",
+                "compile_error!(\"no rule's test lives here\");\n",
+            ),
+        ],
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "demo.beta", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: proven — 2 caught, 0 missed"),
+        "{stdout}{stderr}"
+    );
+    // The baseline and each mutant, build and test phase: every cargo command names the one
+    // binary, and never the library's unit tests that hold no test of the rule.
+    let outcomes: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            tree.path()
+                .join("target/prove/demo.beta/mutants.out/outcomes.json"),
+        )
+        .expect("outcomes"),
+    )
+    .expect("json");
+    let runs = outcomes["outcomes"].as_array().expect("outcomes");
+    assert_eq!(runs.len(), 3, "the baseline and two mutants: {outcomes}");
+    for run in runs {
+        let phases = run["phase_results"].as_array().expect("phases");
+        assert_eq!(phases.len(), 2, "build and test: {run}");
+        for phase in phases {
+            let argv: Vec<&str> = phase["argv"]
+                .as_array()
+                .expect("argv")
+                .iter()
+                .filter_map(|a| a.as_str())
+                .collect();
+            assert!(argv.contains(&"--test=beta"), "{argv:?}");
+            assert!(!argv.contains(&"--lib"), "{argv:?}");
+        }
+    }
+}

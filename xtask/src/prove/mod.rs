@@ -176,7 +176,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let (mut survived, mut unjudged) = (false, Vec::new());
     let (commit, date) = (head_commit(&root), timestamp_now());
     for plan in &chosen {
-        let provable = !plan.targets.is_empty() && !plan.judges.is_empty();
+        let provable = plan.provable();
         let mut count = None;
         if provable && bound.bounded() {
             // Once a cap is reached, later rules are not even listed: listing costs a second or
@@ -417,6 +417,17 @@ fn select_mutants(command: &mut Command, plan: &Plan) {
     }
 }
 
+/// Builds only the test binaries that hold the rule's verifying tests, in the baseline and for
+/// every mutant: `--cargo-arg` reaches cargo-mutants' build phase (`nextest run --no-run`) and
+/// its test phase alike, where arguments after `--` reach the test phase only. Building every
+/// test binary of the package costs each mutant a compile of code no judging test runs.
+// i[impl prove.targets]
+fn select_test_targets(command: &mut Command, plan: &Plan) {
+    for target in plan.test_targets().unwrap_or_default() {
+        command.arg(format!("--cargo-arg={target}"));
+    }
+}
+
 /// How many mutants the rule's items make (`cargo mutants --list`: no build, no test).
 fn count_mutants(root: &Path, plan: &Plan) -> anyhow::Result<usize> {
     let mut command = Command::new("cargo");
@@ -492,6 +503,7 @@ fn prove_one(
             command.args(["--test-workspace", "true"]);
         }
     }
+    select_test_targets(&mut command, plan);
     if let Some(timeout) = timeout {
         command.args(["--timeout", &timeout.to_string()]);
     }
