@@ -450,19 +450,25 @@ fn only_the_test_binaries_holding_a_rules_tests_are_built() {
         stdout.contains("r[demo.beta]: proven — 2 caught, 0 missed"),
         "{stdout}{stderr}"
     );
-    // The baseline and each mutant, build and test phase: every cargo command names the one
-    // binary, and never the library's unit tests that hold no test of the rule.
+    // The baseline, which prove runs itself with the mutants' selection (cargo-mutants' own
+    // would build the mutated package's every test binary), and each mutant's build and test
+    // phase: every cargo command names the one binary, and never the library's unit tests.
+    let rule_dir = tree.path().join("target/prove/demo.beta");
+    let baseline = std::fs::read_to_string(rule_dir.join("baseline.log")).expect("baseline log");
+    let commands: Vec<&str> = baseline.lines().filter(|l| l.starts_with("*** ")).collect();
+    assert_eq!(commands.len(), 2, "build and test: {baseline}");
+    for command in commands {
+        assert!(command.contains("\"--test=beta\""), "{command}");
+        assert!(!command.contains("\"--lib\""), "{command}");
+    }
     let outcomes: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            tree.path()
-                .join("target/prove/demo.beta/mutants.out/outcomes.json"),
-        )
-        .expect("outcomes"),
+        &std::fs::read_to_string(rule_dir.join("mutants.out/outcomes.json")).expect("outcomes"),
     )
     .expect("json");
     let runs = outcomes["outcomes"].as_array().expect("outcomes");
-    assert_eq!(runs.len(), 3, "the baseline and two mutants: {outcomes}");
+    assert_eq!(runs.len(), 2, "two mutants, no second baseline: {outcomes}");
     for run in runs {
+        assert!(run["scenario"].get("Mutant").is_some(), "{run}");
         let phases = run["phase_results"].as_array().expect("phases");
         assert_eq!(phases.len(), 2, "build and test: {run}");
         for phase in phases {

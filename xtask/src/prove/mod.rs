@@ -20,6 +20,7 @@ mod pristine;
 mod services;
 mod summary;
 
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
@@ -504,14 +505,22 @@ fn prove_one(
         }
     }
     select_test_targets(&mut command, plan);
-    if let Some(timeout) = timeout {
-        command.args(["--timeout", &timeout.to_string()]);
-    }
-    command.args(["--", "-E", &plan.test_filter()]);
     // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
     // the run is known to have judged nothing (`services::skipped`).
     command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
     pristine::quiet(&mut command);
+    // cargo-mutants' own baseline builds and tests the mutated packages, not the test packages
+    // each mutant gets: ours runs the rule's tests with the mutants' selection instead.
+    command.args(["--baseline", "skip"]);
+    let baseline_test = match baseline(root, &rule_dir, plan, deadline)? {
+        Baseline::Passed(took) => took,
+        Baseline::CutOff => return Ok(Run::CutOff(None)),
+    };
+    command.args([
+        "--timeout",
+        &test_timeout(timeout, baseline_test).to_string(),
+    ]);
+    command.args(["--", "-E", &plan.test_filter()]);
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
     // i[impl prove.pristine]
     let snapshot = pristine::Snapshot::take(root, plan.targets.iter().map(|t| t.file.as_str()));
@@ -544,6 +553,117 @@ fn prove_one(
             rule_dir.join("cargo-mutants.log").display()
         ),
     }
+}
+
+/// How the baseline (the rule's tests on the unmutated tree) ended, if it did not fail.
+enum Baseline {
+    /// It passed; its test phase took this long.
+    Passed(std::time::Duration),
+    /// The run's time cap ended it first.
+    CutOff,
+}
+
+/// The `cargo nextest run` arguments each mutant of the rule is built and tested with (after
+/// `nextest run`, before `-E`): the test packages, every feature, the test binaries.
+// i[impl prove.targets]
+fn nextest_selection(plan: &Plan) -> Vec<String> {
+    let mut args: Vec<String> = match plan.test_packages() {
+        Some(packages) => packages.iter().map(|p| format!("--package={p}")).collect(),
+        None => vec!["--workspace".to_owned()],
+    };
+    args.push("--all-features".to_owned());
+    args.extend(plan.test_targets().unwrap_or_default());
+    args
+}
+
+/// Runs the rule's tests on the unmutated tree, built as each mutant is (`nextest_selection`, and
+/// cargo-mutants' capped lints, so the mutants reuse its build): a failure, or no test run, is
+/// an error and no proof. Logged to the rule's `baseline.log`.
+// i[impl prove.targets]
+fn baseline(
+    root: &Path,
+    rule_dir: &Path,
+    plan: &Plan,
+    deadline: Option<std::time::Instant>,
+) -> anyhow::Result<Baseline> {
+    let log_path = rule_dir.join("baseline.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut test_took = std::time::Duration::ZERO;
+    for phase in ["build", "test"] {
+        let mut command = Command::new("cargo");
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("NEXTEST") {
+                command.env_remove(&name);
+            }
+        }
+        command.args(["nextest", "run"]);
+        if phase == "build" {
+            command.arg("--no-run");
+        }
+        command.args(nextest_selection(plan));
+        if phase == "test" {
+            // No test run is no baseline: the filter names tests these binaries do not hold.
+            command.args(["--no-tests=fail", "-E", &plan.test_filter()]);
+        }
+        command
+            .env("INSTA_UPDATE", "no")
+            .env("INSTA_FORCE_PASS", "0")
+            .env("CARGO_ENCODED_RUSTFLAGS", capped_rustflags())
+            .env(services::LEDGER_VAR, rule_dir.join(services::LEDGER))
+            .current_dir(root);
+        pristine::quiet(&mut command);
+        // The command first, as cargo-mutants' logs have it, for a reader of the log.
+        writeln!(&log, "*** {command:?}")?;
+        let started = std::time::Instant::now();
+        let mut child = command
+            .stdout(log.try_clone()?)
+            .stderr(log.try_clone()?)
+            .spawn()?;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+                let _ = child.kill();
+                child.wait()?;
+                return Ok(Baseline::CutOff);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        if !status.success() {
+            anyhow::bail!(
+                "the unmutated tree failed the {phase} of {}'s tests ({status}); see {}",
+                plan.rule,
+                log_path.display()
+            );
+        }
+        test_took = started.elapsed();
+    }
+    Ok(Baseline::Passed(test_took))
+}
+
+/// The rustflags cargo-mutants builds mutants with (the caller's, lints capped at warn).
+fn capped_rustflags() -> String {
+    const CAP: &str = "--cap-lints=warn";
+    if let Ok(encoded) = std::env::var("CARGO_ENCODED_RUSTFLAGS") {
+        if encoded.is_empty() {
+            CAP.to_owned()
+        } else {
+            format!("{encoded}\x1f{CAP}")
+        }
+    } else if let Ok(flags) = std::env::var("RUSTFLAGS") {
+        let mut parts: Vec<&str> = flags.split(' ').filter(|s| !s.is_empty()).collect();
+        parts.push(CAP);
+        parts.join("\x1f")
+    } else {
+        CAP.to_owned()
+    }
+}
+
+/// The test timeout per mutant: the one given, else cargo-mutants' own rule from the baseline
+/// (five times its test phase, at least 20 s).
+fn test_timeout(given: Option<u64>, baseline_test: std::time::Duration) -> u64 {
+    given.unwrap_or_else(|| (baseline_test.as_secs_f64() * 5.0).ceil().max(20.0) as u64)
 }
 
 fn outcomes_json(rule_dir: &Path) -> std::path::PathBuf {
