@@ -468,50 +468,7 @@ fn prove_one(
     let rule_dir = out_dir.join(&plan.id);
     let _ = std::fs::remove_dir_all(&rule_dir);
     std::fs::create_dir_all(&rule_dir)?;
-    let mut command = Command::new("cargo");
-    // Run from inside a nextest run (the prove suite under `cargo xtask test`), the parent's
-    // NEXTEST_* variables would select its profile (`ci`) in the tree being proved, which may not
-    // have one: cargo-mutants' baseline would then fail before any mutant is tried.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("NEXTEST") {
-            command.env_remove(&name);
-        }
-    }
-    command
-        .args([
-            "mutants",
-            "--no-shuffle",
-            "--in-place",
-            "--test-tool",
-            "nextest",
-        ])
-        .args(["--colors", "never"])
-        .arg("--output")
-        .arg(&rule_dir)
-        .current_dir(root);
-    select_mutants(&mut command, plan);
-    // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
-    // judged, never a survivor because its test was not compiled. Features here are additive.
-    command.arg("--all-features");
-    // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
-    match plan.test_packages() {
-        Some(packages) => {
-            for package in packages {
-                command.args(["--test-package", &package]);
-            }
-        }
-        None => {
-            command.args(["--test-workspace", "true"]);
-        }
-    }
-    select_test_targets(&mut command, plan);
-    // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
-    // the run is known to have judged nothing (`services::skipped`).
-    command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
-    pristine::quiet(&mut command);
-    // cargo-mutants' own baseline builds and tests the mutated packages, not the test packages
-    // each mutant gets: ours runs the rule's tests with the mutants' selection instead.
-    command.args(["--baseline", "skip"]);
+    let mut command = mutants_command(root, &rule_dir, plan);
     let baseline_test = match baseline(root, &rule_dir, plan, deadline)? {
         Baseline::Passed(took) => took,
         Baseline::CutOff => return Ok(Run::CutOff(None)),
@@ -555,6 +512,58 @@ fn prove_one(
     }
 }
 
+/// The cargo-mutants command for the rule's mutants, before its `--timeout` and test filter.
+fn mutants_command(root: &Path, rule_dir: &Path, plan: &Plan) -> Command {
+    let mut command = Command::new("cargo");
+    // Run from inside a nextest run (the prove suite under `cargo xtask test`), the parent's
+    // NEXTEST_* variables would select its profile (`ci`) in the tree being proved, which may not
+    // have one: cargo-mutants' baseline would then fail before any mutant is tried.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("NEXTEST") {
+            command.env_remove(&name);
+        }
+    }
+    command
+        .args([
+            "mutants",
+            "--no-shuffle",
+            "--in-place",
+            "--test-tool",
+            "nextest",
+        ])
+        .args(["--colors", "never"])
+        .arg("--output")
+        .arg(rule_dir)
+        .current_dir(root);
+    select_mutants(&mut command, plan);
+    // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
+    // judged, never a survivor because its test was not compiled. Features here are additive.
+    command.arg("--all-features");
+    // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
+    match plan.test_packages() {
+        Some(packages) => {
+            for package in packages {
+                command.args(["--test-package", &package]);
+            }
+        }
+        None => {
+            command.args(["--test-workspace", "true"]);
+        }
+    }
+    select_test_targets(&mut command, plan);
+    // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
+    // the run is known to have judged nothing (`services::skipped`).
+    command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
+    pristine::quiet(&mut command);
+    // cargo-mutants' own baseline builds and tests the mutated packages, not the test packages
+    // each mutant gets: ours runs the rule's tests with the mutants' selection instead.
+    command.args(["--baseline", "skip"]);
+    // The baseline builds with the caller's rustflags: so must each mutant, whatever a
+    // `.cargo/mutants.toml` says (capped lints would rebuild every dependency, twice per rule).
+    command.args(["--cap-lints", "false"]);
+    command
+}
+
 /// How the baseline (the rule's tests on the unmutated tree) ended, if it did not fail.
 enum Baseline {
     /// It passed; its test phase took this long.
@@ -576,9 +585,8 @@ fn nextest_selection(plan: &Plan) -> Vec<String> {
     args
 }
 
-/// Runs the rule's tests on the unmutated tree, built as each mutant is (`nextest_selection`, and
-/// cargo-mutants' capped lints, so the mutants reuse its build): a failure, or no test run, is
-/// an error and no proof. Logged to the rule's `baseline.log`.
+/// Runs the rule's tests on the unmutated tree, built as each mutant is (`baseline_command`, so
+/// the mutants reuse its build): a failure, or no test run, is an error and no proof. Logged to the rule's `baseline.log`.
 // i[impl prove.targets]
 fn baseline(
     root: &Path,
@@ -589,29 +597,8 @@ fn baseline(
     let log_path = rule_dir.join("baseline.log");
     let log = std::fs::File::create(&log_path)?;
     let mut test_took = std::time::Duration::ZERO;
-    for phase in ["build", "test"] {
-        let mut command = Command::new("cargo");
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("NEXTEST") {
-                command.env_remove(&name);
-            }
-        }
-        command.args(["nextest", "run"]);
-        if phase == "build" {
-            command.arg("--no-run");
-        }
-        command.args(nextest_selection(plan));
-        if phase == "test" {
-            // No test run is no baseline: the filter names tests these binaries do not hold.
-            command.args(["--no-tests=fail", "-E", &plan.test_filter()]);
-        }
-        command
-            .env("INSTA_UPDATE", "no")
-            .env("INSTA_FORCE_PASS", "0")
-            .env("CARGO_ENCODED_RUSTFLAGS", capped_rustflags())
-            .env(services::LEDGER_VAR, rule_dir.join(services::LEDGER))
-            .current_dir(root);
-        pristine::quiet(&mut command);
+    for phase in [Phase::Build, Phase::Test] {
+        let mut command = baseline_command(root, rule_dir, plan, phase);
         // The command first, as cargo-mutants' logs have it, for a reader of the log.
         writeln!(&log, "*** {command:?}")?;
         let started = std::time::Instant::now();
@@ -632,7 +619,8 @@ fn baseline(
         };
         if !status.success() {
             anyhow::bail!(
-                "the unmutated tree failed the {phase} of {}'s tests ({status}); see {}",
+                "the unmutated tree failed the {} of {}'s tests ({status}); see {}",
+                phase.name(),
                 plan.rule,
                 log_path.display()
             );
@@ -642,22 +630,52 @@ fn baseline(
     Ok(Baseline::Passed(test_took))
 }
 
-/// The rustflags cargo-mutants builds mutants with (the caller's, lints capped at warn).
-fn capped_rustflags() -> String {
-    const CAP: &str = "--cap-lints=warn";
-    if let Ok(encoded) = std::env::var("CARGO_ENCODED_RUSTFLAGS") {
-        if encoded.is_empty() {
-            CAP.to_owned()
-        } else {
-            format!("{encoded}\x1f{CAP}")
+/// A phase of the baseline, as cargo-mutants runs each mutant in two.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// `nextest run --no-run`.
+    Build,
+    /// `nextest run` with the rule's filter.
+    Test,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Build => "build",
+            Phase::Test => "test",
         }
-    } else if let Ok(flags) = std::env::var("RUSTFLAGS") {
-        let mut parts: Vec<&str> = flags.split(' ').filter(|s| !s.is_empty()).collect();
-        parts.push(CAP);
-        parts.join("\x1f")
-    } else {
-        CAP.to_owned()
     }
+}
+
+/// The baseline's cargo command for `phase`: cargo-mutants' own for a mutant (`cargo_argv` and
+/// the environment of its `run_cargo`, with `--cap-lints false` as `prove_one` pins it): the same
+/// selection, and the caller's rustflags untouched, so the mutants reuse the baseline's build and
+/// the warm target directory. `--verbose`, which only changes the output, is left out.
+// i[impl prove.targets]
+fn baseline_command(root: &Path, rule_dir: &Path, plan: &Plan, phase: Phase) -> Command {
+    let mut command = Command::new("cargo");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("NEXTEST") {
+            command.env_remove(&name);
+        }
+    }
+    command.args(["nextest", "run"]);
+    if let Phase::Build = phase {
+        command.arg("--no-run");
+    }
+    command.args(nextest_selection(plan));
+    if let Phase::Test = phase {
+        // No test run is no baseline: the filter names tests these binaries do not hold.
+        command.args(["--no-tests=fail", "-E", &plan.test_filter()]);
+    }
+    command
+        .env("INSTA_UPDATE", "no")
+        .env("INSTA_FORCE_PASS", "0")
+        .env(services::LEDGER_VAR, rule_dir.join(services::LEDGER))
+        .current_dir(root);
+    pristine::quiet(&mut command);
+    command
 }
 
 /// The test timeout per mutant: the one given, else cargo-mutants' own rule from the baseline
@@ -704,5 +722,79 @@ fn wait_or_cut_off(
             return Ok(Ended::CutOff(tried));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan {
+            rule: "r[a.b]".into(),
+            id: "a.b".into(),
+            targets: Vec::new(),
+            judges: vec![plan::Judge {
+                binary: Some("a::t".into()),
+                name: "t".into(),
+                package: Some("a".into()),
+                file: "crates/a/tests/t.rs".into(),
+                lines: None,
+            }],
+        }
+    }
+
+    fn args(command: &Command) -> Vec<String> {
+        command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    // i[verify prove.targets]
+    #[test]
+    fn the_baseline_builds_with_the_mutants_rustflags_and_selection() {
+        let (root, rule_dir) = (Path::new("/r"), Path::new("/r/target/prove/a.b"));
+        let mutants = args(&mutants_command(root, rule_dir, &plan()));
+        // cargo-mutants sets rustflags only with capped lints: pinned off, whatever its config.
+        assert!(
+            mutants.windows(2).any(|w| w == ["--cap-lints", "false"]),
+            "{mutants:?}"
+        );
+        assert!(
+            mutants.contains(&"--cargo-arg=--test=t".to_owned()),
+            "{mutants:?}"
+        );
+        for phase in [Phase::Build, Phase::Test] {
+            let command = baseline_command(root, rule_dir, &plan(), phase);
+            for (name, value) in command.get_envs() {
+                assert!(
+                    name != "CARGO_ENCODED_RUSTFLAGS" && name != "RUSTFLAGS",
+                    "the baseline must build as the mutants do: {name:?}={value:?}"
+                );
+            }
+            let argv = args(&command);
+            for wanted in ["--package=a", "--all-features", "--test=t"] {
+                assert!(argv.contains(&wanted.to_owned()), "{argv:?}");
+            }
+            // A filter that matches nothing on the unmutated tree is no baseline.
+            let test_phase = matches!(phase, Phase::Test);
+            assert_eq!(
+                argv.contains(&"--no-tests=fail".to_owned()),
+                test_phase,
+                "{argv:?}"
+            );
+            assert_eq!(argv.contains(&plan().test_filter()), test_phase, "{argv:?}");
+        }
+    }
+
+    // i[verify prove.targets]
+    #[test]
+    fn the_mutants_test_timeout_follows_cargo_mutants_rule_unless_given() {
+        let secs = std::time::Duration::from_secs_f64;
+        assert_eq!(test_timeout(Some(7), secs(100.0)), 7, "--timeout wins");
+        assert_eq!(test_timeout(None, secs(1.0)), 20, "at least 20 s");
+        assert_eq!(test_timeout(None, secs(4.0)), 20);
+        assert_eq!(test_timeout(None, secs(10.1)), 51, "five times, rounded up");
     }
 }
