@@ -483,3 +483,64 @@ fn only_the_test_binaries_holding_a_rules_tests_are_built() {
         }
     }
 }
+
+// i[verify prove.outcomes+2]
+#[test]
+fn a_failing_baseline_is_an_error_naming_the_rule_and_leaves_no_proof() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = Tree::new(
+        SPEC,
+        &[],
+        &[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[features]\nchecked = []\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+            (
+                "crates/demo/tests/beta.rs",
+                "// r[verify demo.beta]\n#[test]\nfn beta_holds() {\n    assert_eq!(demo::beta(), 3, \"fails unmutated\");\n}\n",
+            ),
+        ],
+    );
+    // An earlier run's proof of this rule version: it must not stand for a run that failed.
+    tree.write(
+        "target/prove/demo.beta.json",
+        br#"{"rule":"r[demo.beta]","caught":2,"missed":0,"unviable":0,"timeout":0,"survivors":[]}"#,
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "demo.beta", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the unmutated tree failed the test of r[demo.beta]'s tests"),
+        "{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("proven"), "{stdout}");
+    assert!(
+        !tree.path().join("target/prove/demo.beta.json").exists(),
+        "no proof is recorded for a failing baseline"
+    );
+    assert!(
+        !tree
+            .path()
+            .join("target/prove/demo.beta/mutants.out")
+            .exists(),
+        "no mutant is tried on a failing baseline"
+    );
+    let trace = fixture::xtask("trace", tree.path(), &["demo.beta", "--no-results"]);
+    assert!(!trace.stdout.contains("proven"), "{}", trace.stdout);
+}

@@ -467,6 +467,9 @@ fn prove_one(
 ) -> anyhow::Result<Run> {
     let rule_dir = out_dir.join(&plan.id);
     let _ = std::fs::remove_dir_all(&rule_dir);
+    // An earlier run's result must not stand for this one when this one fails (a failing
+    // baseline, cargo-mutants' error): the rule then has no proof.
+    let _ = std::fs::remove_file(out_dir.join(format!("{}.json", plan.id)));
     std::fs::create_dir_all(&rule_dir)?;
     let mut command = mutants_command(root, &rule_dir, plan);
     let baseline_test = match baseline(root, &rule_dir, plan, deadline)? {
