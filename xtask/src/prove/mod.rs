@@ -13,6 +13,7 @@
 
 mod budget;
 mod ci;
+mod group;
 mod justified;
 mod outcomes;
 mod plan;
@@ -605,20 +606,9 @@ fn baseline(
         // The command first, as cargo-mutants' logs have it, for a reader of the log.
         writeln!(&log, "*** {command:?}")?;
         let started = std::time::Instant::now();
-        let mut child = command
-            .stdout(log.try_clone()?)
-            .stderr(log.try_clone()?)
-            .spawn()?;
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-            if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
-                let _ = child.kill();
-                child.wait()?;
-                return Ok(Baseline::CutOff);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut child = group::spawn(command.stdout(log.try_clone()?).stderr(log.try_clone()?))?;
+        let Some(status) = group::wait_until(&mut child, deadline)? else {
+            return Ok(Baseline::CutOff);
         };
         if !status.success() {
             anyhow::bail!(
