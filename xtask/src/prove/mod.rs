@@ -666,6 +666,8 @@ fn baseline_command(root: &Path, rule_dir: &Path, plan: &Plan, phase: Phase) -> 
         .env("INSTA_UPDATE", "no")
         .env("INSTA_FORCE_PASS", "0")
         .env(services::LEDGER_VAR, rule_dir.join(services::LEDGER))
+        // cargo-mutants gives its cargo no stdin either: a test reading it sees its end.
+        .stdin(std::process::Stdio::null())
         .current_dir(root);
     pristine::quiet(&mut command);
     command
