@@ -423,7 +423,7 @@ pub struct RenewalWindow {
 
 /// The renewal time inside `window`: uniformly random (`fraction` in `[0, 1)`), and `now` when
 /// the window has already passed (RFC 9773 §4.2).
-// r[impl issue.renewal.ari]
+// r[impl issue.renewal.ari+2]
 pub fn pick_in_window(window: &RenewalWindow, fraction: f64, now: SystemTime) -> SystemTime {
     if window.end <= now {
         return now;
@@ -448,7 +448,7 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
     }
 
-    // r[verify issue.renewal.ari]
+    // r[verify issue.renewal.ari+2]
     #[test]
     fn ari_picks_a_uniform_time_inside_the_window() {
         let w = RenewalWindow {
