@@ -157,7 +157,7 @@ impl AriChoice {
     /// come (the instant itself included).
     // r[impl issue.renewal.ari+2]
     fn due(previous: Option<AriChoice>, now: SystemTime) -> bool {
-        !previous.is_some_and(|p| p.recheck > now)
+        previous.is_none_or(|p| p.recheck <= now)
     }
 
     /// The choice once the source answered `window` at `now`: a window seen before keeps its
