@@ -232,6 +232,8 @@ async fn upgrades_during_the_drain_get_503_with_retry_after() {
     assert_eq!(gateway.stats().refused_draining, 1);
 }
 
+// Step 3 of the order: whoever has not answered the close is force-closed, and counted.
+// r[verify gateway.drain.order]
 // r[verify gateway.drain.budget]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_are_force_closed_inside_the_cap() {
@@ -272,6 +274,8 @@ async fn clients_that_never_read_are_force_closed_inside_the_cap() {
 // r[verify gateway.drain.budget]
 // r[verify gateway.drain.deregister]
 // r[verify gateway.drain.signal]
+// Every step runs and reports its problem even when the backends fail or hang.
+// r[verify gateway.drain.order]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backends_that_hang_at_drain_time_do_not_keep_clients_or_overrun_the_cap() {
     for hang in [true, false] {
