@@ -156,9 +156,11 @@ async fn a_keepalive_outage_keeps_the_replica_ready_for_a_ttl_then_its_lease_is_
     assert_eq!(registry.lease_stats().leases_lost, 0);
 
     // A whole TTL without a confirmation: the lease is taken as gone, not ready.
-    eventually_async("not ready past the TTL", Duration::from_secs(10), || async {
-        !a.is_ready()
-    })
+    eventually_async(
+        "not ready past the TTL",
+        Duration::from_secs(10),
+        || async { !a.is_ready() },
+    )
     .await;
     // The last confirmation came at most a third of the TTL before the cut.
     assert!(cut.elapsed() >= ttl - ttl / 3, "{:?}", cut.elapsed());
