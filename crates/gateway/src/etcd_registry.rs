@@ -158,7 +158,7 @@ enum SessionEnd {
     Failed(ClusterError),
 }
 
-// r[impl gateway.cluster.keepalive]
+// r[impl gateway.cluster.keepalive+2]
 /// Keeps the lease alive until deregistration; re-registers when it is lost. Never ends on an
 /// outage.
 async fn keeper(registry: EtcdRegistry, replica: Replica) {
@@ -173,10 +173,12 @@ async fn keeper(registry: EtcdRegistry, replica: Replica) {
             backoff.succeed(token);
             return;
         }
+        // A lease kept through an outage is tried again even past its TTL: the server says
+        // whether it still knows it, and one it no longer knows is counted as lost below.
         let lease = *lock(&state.lease);
         let lease = match lease {
-            Some(id) if confirmed.elapsed() < ttl => id,
-            _ => {
+            Some(id) => id,
+            None => {
                 state.live.store(false, Ordering::SeqCst);
                 match registry.grant_and_put(&replica).await {
                     Ok(()) => {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use holdfast_gateway::{
-    CasOutcome, Cleanup, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap,
-    ServiceRegistry, Step,
+    CasOutcome, Cleanup, ClusterError, MemoryRegistry, MemoryRouting, Replica, RouteCleanup,
+    RoutingMap, ServiceRegistry, Step,
 };
 use holdfast_lifecycle::{BoxFuture, StopReason, StopRequest};
 use tokio::net::TcpStream;
@@ -232,6 +232,8 @@ async fn upgrades_during_the_drain_get_503_with_retry_after() {
     assert_eq!(gateway.stats().refused_draining, 1);
 }
 
+// Step 3 of the order: whoever has not answered the close is force-closed, and counted.
+// r[verify gateway.drain.order]
 // r[verify gateway.drain.budget]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_are_force_closed_inside_the_cap() {
@@ -272,6 +274,8 @@ async fn clients_that_never_read_are_force_closed_inside_the_cap() {
 // r[verify gateway.drain.budget]
 // r[verify gateway.drain.deregister]
 // r[verify gateway.drain.signal]
+// Every step runs and reports its problem even when the backends fail or hang.
+// r[verify gateway.drain.order]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backends_that_hang_at_drain_time_do_not_keep_clients_or_overrun_the_cap() {
     for hang in [true, false] {
@@ -352,9 +356,27 @@ async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
     // Bob reconnects to b before a drains.
     let _bob_new = member(&b.gateway, "bob", "lobby").await;
     assert_eq!(routing.get("bob").as_deref(), Some("b"));
+    // Cat's and Dan's entries are removed from outside (an operator, an expiry) before a drains.
+    let _cat = member(&a.gateway, "cat", "lobby").await;
+    let _dan = member(&a.gateway, "dan", "lobby").await;
+    for user in ["cat", "dan"] {
+        assert_eq!(
+            routing.compare_and_delete(user, "a").await,
+            Ok(CasOutcome::Cleared)
+        );
+    }
     let report = a.gateway.drain(StopReason::Restart, None).await;
-    assert_eq!(report.routes.cleared, 1);
-    assert_eq!(report.routes.stale, 1);
+    // Every count the report prints, each distinct, so a miscounted outcome shows.
+    assert_eq!(
+        report.routes,
+        RouteCleanup {
+            cleared: 1,
+            stale: 1,
+            absent: 2,
+            failed: 0,
+            unfinished: 0,
+        }
+    );
     assert_eq!(routing.get("ann"), None);
     assert_eq!(
         routing.get("bob").as_deref(),

@@ -76,7 +76,7 @@ where
 }
 
 // r[verify gateway.cluster.lease]
-// r[verify gateway.cluster.keepalive]
+// r[verify gateway.cluster.keepalive+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_registration_is_a_key_on_a_lease_kept_alive_and_replaced_when_lost() {
     let Some(etcd) = services::etcd() else {
@@ -120,6 +120,63 @@ async fn the_registration_is_a_key_on_a_lease_kept_alive_and_replaced_when_lost(
     eventually("ready again", || a.is_ready()).await;
     a.drain(StopReason::Shutdown, None).await;
     assert_eq!(read(&etcd.url, &key).await, None);
+}
+
+// r[verify gateway.cluster.keepalive+2]
+// r[verify gateway.cluster.ready]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_outage_keeps_the_replica_ready_for_a_ttl_then_its_lease_is_replaced() {
+    let Some(etcd) = services::etcd() else {
+        return;
+    };
+    let proxy = FaultProxy::start(addr(&etcd.url)).await.unwrap();
+    let p = prefix("outage");
+    let via = format!("http://{}", proxy.addr());
+    let ttl = Duration::from_secs(4);
+    let registry = EtcdRegistry::connect(etcd_config(&via, &p, ttl.as_secs()))
+        .await
+        .unwrap();
+    let a = start_on(config("a"), &registry).await;
+    let key = registry.key("a");
+    let (_, lease) = read(&etcd.url, &key).await.expect("registered");
+    assert!(a.is_ready());
+
+    // etcd becomes unreachable: every connection to it is reset.
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    let cut = Instant::now();
+    eventually_async("a keep-alive failure", Duration::from_secs(5), || async {
+        registry.lease_stats().keepalive_transient >= 1
+    })
+    .await;
+    // The failure is counted, and the replica stays ready: the lease may still be alive (the
+    // first refresh after the cut comes within a third of the TTL, far inside the TTL).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(cut.elapsed() < ttl / 2, "checked inside the TTL");
+    assert!(a.is_ready(), "one failed keep-alive does not end readiness");
+    assert_eq!(registry.lease_stats().leases_lost, 0);
+
+    // A whole TTL without a confirmation: the lease is taken as gone, not ready.
+    eventually_async(
+        "not ready past the TTL",
+        Duration::from_secs(10),
+        || async { !a.is_ready() },
+    )
+    .await;
+    // The last confirmation came at most a third of the TTL before the cut.
+    assert!(cut.elapsed() >= ttl - ttl / 3, "{:?}", cut.elapsed());
+
+    // etcd is back after the lease expired there: it is counted lost and replaced.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    eventually_async("ready again", Duration::from_secs(15), || async {
+        a.is_ready()
+    })
+    .await;
+    assert_eq!(registry.lease_stats().leases_lost, 1);
+    let (_, renewed) = read(&etcd.url, &key).await.expect("registered again");
+    assert_ne!(renewed, lease, "on a new lease");
+    assert_eq!(Some(renewed), registry.lease_id());
+    a.drain(StopReason::Shutdown, None).await;
 }
 
 // r[verify gateway.cluster.lease]
