@@ -127,13 +127,12 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_size_above_the_kernels_maximum_is_granted_up_to_it_without_an_error() {
-        let max = kernel_max;
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         let state = UdpSocketState::new(UdpSockRef::from(&socket)).expect("state");
-        let want = 2 * max("rmem_max").max(max("wmem_max"));
+        let want = 2 * kernel_max("rmem_max").max(kernel_max("wmem_max"));
         let granted = ask(&socket, &state, want);
-        assert_eq!(granted.recv, Some(max("rmem_max")));
-        assert_eq!(granted.send, Some(max("wmem_max")));
+        assert_eq!(granted.recv, Some(kernel_max("rmem_max")));
+        assert_eq!(granted.send, Some(kernel_max("wmem_max")));
     }
 
     // r[verify forward.buffers+2]

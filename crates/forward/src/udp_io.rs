@@ -546,10 +546,10 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[tokio::test]
     async fn relay_sockets_get_the_buffers_they_ask_for_up_to_the_kernels_maximum() {
+        use crate::buffers::kernel_max;
         use crate::fragmentation::get;
         use std::os::fd::AsFd;
-        let max = crate::buffers::kernel_max;
-        let (rmem_max, wmem_max) = (max("rmem_max"), max("wmem_max"));
+        let (rmem_max, wmem_max) = (kernel_max("rmem_max"), kernel_max("wmem_max"));
         for buffer in [FLOW_BUFFER, LOCAL_BUFFER] {
             let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"), buffer)
                 .expect("udp io");
