@@ -271,6 +271,50 @@ async fn clients_that_never_read_are_force_closed_inside_the_cap() {
     drop(silent);
 }
 
+// Step 2 ends only when each connection the drain began with was sent its close frame or ended,
+// each counted once: a client that got its frame and answered it (ended) does not stand in for a
+// silent one whose frame is stuck behind what it never read. Step 2 therefore runs to its
+// deadline, and the report counts the one frame that was sent.
+// r[verify gateway.drain.order]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_2_waits_for_every_connections_frame_counting_each_connection_once() {
+    use futures_util::StreamExt;
+    let node = start(short_cap("a", 1500)).await;
+    let mut ann = member(&node.gateway, "ann", "talk").await;
+    let bob = member(&node.gateway, "bob", "lobby").await;
+    // Far more than the kernel's socket buffers hold: bob's close frame cannot be written.
+    let big = "x".repeat(512 * 1024);
+    for _ in 0..48 {
+        node.gateway.push_room("lobby", &big).await;
+    }
+    // Ann reads on and answers the close (tungstenite replies to it), so she ends at once.
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = ann.next().await {} });
+    let report = node.gateway.drain(StopReason::Restart, None).await;
+    reader.await.unwrap();
+    assert_eq!(report.connections, 2);
+    assert_eq!(report.close_frames_sent, 1, "{report:?}");
+    assert_eq!((report.closed_in_time, report.force_closed), (1, 1));
+    assert_eq!(node.gateway.stats().slow_consumer_drops, 0);
+    let order: Vec<Step> = report.steps.iter().map(|s| s.step).collect();
+    assert_eq!(
+        order,
+        [
+            Step::StopAccepting,
+            Step::Close,
+            Step::Handshake,
+            Step::Routing
+        ]
+    );
+    // Steps 1 and 2 together lasted until step 2's deadline (less the rounding of two
+    // truncated milliseconds): bob never got his frame, so step 2 did not end early.
+    let close = &report.steps[1];
+    assert!(
+        report.steps[0].took_ms + close.took_ms + 2 >= close.deadline_ms,
+        "{report:?}"
+    );
+    drop(bob);
+}
+
 // r[verify gateway.drain.budget]
 // r[verify gateway.drain.deregister]
 // r[verify gateway.drain.signal]
