@@ -26,7 +26,7 @@ use crate::control_io::{spawn_reader, spawn_writer};
 use crate::flows::evictable;
 use crate::identity::{Fingerprint, SERVER_NAME};
 use crate::pin::PinnedVerifier;
-use crate::ready::ready_now;
+use crate::ready::{Drain, ready_now};
 use crate::reconnect::{Pace, Reconnect};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
@@ -862,9 +862,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// the kernel coalesced).
 const LOCAL_BATCH: usize = 16;
 
-/// At most this many datagrams from the node are relayed per wakeup.
-const DRAIN: usize = 256;
-
 /// Datagrams from local peers to the node: every datagram of a receive batch, with one
 /// allocation for all of them.
 // i[impl forward.relay.resilience]
@@ -975,7 +972,7 @@ async fn node_to_local(
         };
         let now = Instant::now();
         let mut next = Some(first);
-        let mut drained = 0;
+        let mut drain = Drain::default();
         // The last flow's peer in this wakeup: most of a batch is one flow's, and looking it up
         // (a lock) once per run of it is enough to keep the flow active.
         let mut last: Option<(FlowId, SocketAddr, usize)> = None;
@@ -1011,13 +1008,8 @@ async fn node_to_local(
                 }
                 Err(err) => unattributed.dropped(RelayError::from(err).drop_reason()),
             }
-            drained += 1;
-            next = if drained < DRAIN {
-                // A connection error is left for the next read to see.
-                ready_now(conn.read_datagram()).and_then(Result::ok)
-            } else {
-                None
-            };
+            // A connection error is left for the next read to see.
+            next = drain.more(|| ready_now(conn.read_datagram()).and_then(Result::ok));
         }
         flush_local(&mut gather, &forwards, &events).await;
     }
