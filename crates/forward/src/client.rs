@@ -893,12 +893,7 @@ async fn local_to_node(
             }
         };
         let now = Instant::now();
-        out.reserve(
-            meta[..filled]
-                .iter()
-                .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
-                .sum(),
-        );
+        out.reserve(framed_capacity(&meta[..filled]));
         for (i, m) in meta[..filled].iter().enumerate() {
             let buf = &bufs[i * MAX_DATAGRAM..(i + 1) * MAX_DATAGRAM];
             let Some(flow) = forward.flow_of(m.addr, now) else {
@@ -945,6 +940,18 @@ async fn local_to_node(
                 .to_target_many(relayed, relayed_bytes);
         }
     }
+}
+
+/// The most bytes a receive batch takes framed for the connection: each buffer's bytes plus a
+/// header (at most 16 bytes: two QUIC varints) per datagram it holds, with at most one header
+/// to spare per buffer, so one allocation serves the whole batch without holding much more.
+// r[impl forward.batch]
+fn framed_capacity(meta: &[RecvMeta]) -> usize {
+    // `len / stride + 1` datagrams per buffer: the exact count, or one more when the last
+    // segment is full (quinn-udp gives a buffer without GRO its length as stride).
+    meta.iter()
+        .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
+        .sum()
 }
 
 /// Datagrams from the node to local peers: every datagram already queued is taken per wakeup,
@@ -1110,6 +1117,40 @@ mod tests {
         assert_eq!(forward.peer_of(1, t1), Some(peer(2)));
         // Peer 1 comes back: at the bound again, and nothing has been idle long enough.
         assert_eq!(forward.flow_of(peer(1), t1), None);
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn a_batch_s_framed_capacity_holds_every_datagram_with_a_header_to_spare_at_most_per_buffer() {
+        let meta = |len: usize, stride: usize| RecvMeta {
+            len,
+            stride,
+            ..RecvMeta::default()
+        };
+        // Buffers without GRO (quinn-udp reports the length as the stride, so an empty one has
+        // stride 0), and GRO buffers whose last segment is full or short.
+        let batches = [
+            vec![meta(100, 100)],
+            vec![meta(0, 0), meta(1162, 1162)],
+            vec![meta(1000, 100)],
+            vec![meta(1050, 100), meta(60_000, 1200), meta(7, 7)],
+            vec![meta(65_507, 65_507); LOCAL_BATCH],
+        ];
+        for batch in batches {
+            let buffers = batch.len();
+            let framed: usize = batch
+                .iter()
+                .map(|m| {
+                    let buf = vec![0u8; m.len];
+                    segments(&buf, m).map(|d| 16 + d.len()).sum::<usize>()
+                })
+                .sum();
+            let capacity = framed_capacity(&batch);
+            assert!(
+                (framed..=framed + 16 * buffers).contains(&capacity),
+                "{batch:?}: {capacity} for {framed} bytes framed"
+            );
+        }
     }
 
     // r[verify forward.batch]

@@ -698,11 +698,12 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
         .expect("recv");
     assert_eq!(&buf[..n], b"warm");
     // Back to back, so they wait together in the local socket and one wakeup takes them; one in
-    // the middle is too large for the connection, as one by one it is lost alone.
+    // the middle is too large for the connection, as one by one it is lost alone. It is the
+    // largest a UDP datagram over IPv4 can be: the batch's buffers must hold it too.
     let burst: Vec<Vec<u8>> = (0..12)
         .map(|i| {
             if i == 4 {
-                vec![7u8; 4000]
+                vec![7u8; 65_507]
             } else {
                 vec![i as u8; 10 + i]
             }
@@ -711,7 +712,7 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
     for datagram in &burst {
         peer.send_to(datagram, local).await.expect("send");
     }
-    let relayed: Vec<Vec<u8>> = burst.iter().filter(|d| d.len() < 4000).cloned().collect();
+    let relayed: Vec<Vec<u8>> = burst.iter().filter(|d| d.len() < 65_507).cloned().collect();
     let mut received = Vec::new();
     while received.len() < relayed.len() {
         match tokio::time::timeout(WAIT, target.recv_from(&mut buf)).await {
