@@ -29,6 +29,7 @@ pub(crate) struct Drain {
     relayed: usize,
 }
 
+// r[impl forward.batch]
 impl Drain {
     /// One more datagram relayed: the next one from `take` (what is queued now), or `None` once
     /// [`DRAIN`] have been relayed, and `take` is not called.
