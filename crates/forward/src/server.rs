@@ -26,7 +26,7 @@ use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
 use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
-use crate::ready::ready_now;
+use crate::ready::{Drain, ready_now};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
@@ -762,23 +762,18 @@ impl Relay {
         self.reply(Message::Opened { forward }).await;
     }
 
-    /// Relays `first` and every datagram already queued behind it (at most [`DRAIN`], so control
-    /// messages and a stop are still seen), gathering each flow's run of equal-sized datagrams
-    /// into one send towards its target.
+    /// Relays `first` and every datagram already queued behind it (at most
+    /// [`DRAIN`](crate::ready::DRAIN), so control messages and a stop are still seen), gathering
+    /// each flow's run of equal-sized datagrams into one send towards its target.
     // r[impl forward.batch]
     async fn datagrams(&mut self, first: Bytes) {
         let now = Instant::now();
         let mut next = Some(first);
-        let mut drained = 0;
+        let mut drain = Drain::default();
         while let Some(datagram) = next {
             self.datagram(&datagram, now).await;
-            drained += 1;
-            next = if drained < DRAIN {
-                // A connection error is left for the relay loop's next read to see.
-                ready_now(self.conn.read_datagram()).and_then(Result::ok)
-            } else {
-                None
-            };
+            // A connection error is left for the relay loop's next read to see.
+            next = drain.more(|| ready_now(self.conn.read_datagram()).and_then(Result::ok));
         }
         self.flush().await;
     }
@@ -901,9 +896,6 @@ impl Relay {
         }
     }
 }
-
-/// At most this many datagrams are relayed per wakeup of a connection's relay loop.
-const DRAIN: usize = 256;
 
 /// Receive buffers per wakeup of a flow's reply task.
 const REPLY_BATCH: usize = 2;

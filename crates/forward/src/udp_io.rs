@@ -326,6 +326,11 @@ mod tests {
         assert_eq!(cut, vec![&buf[0..4], &buf[4..8], &buf[8..10]]);
         let whole: Vec<&[u8]> = segments(&buf, &meta(10, 10)).collect();
         assert_eq!(whole, vec![&buf[..]]);
+        // No stride (a buffer without GRO), or one beyond the length: one datagram, whole.
+        for stride in [0, 11, MAX_DATAGRAM] {
+            let one: Vec<&[u8]> = segments(&buf, &meta(10, stride)).collect();
+            assert_eq!(one, vec![&buf[..]], "stride {stride}");
+        }
         let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
         assert_eq!(empty, vec![&[] as &[u8]]);
     }
