@@ -406,3 +406,141 @@ fn ci_warns_but_passes_for_a_touched_rule_that_cannot_be_proven() {
         "{stderr}"
     );
 }
+
+// i[verify prove.targets]
+#[test]
+fn only_the_test_binaries_holding_a_rules_tests_are_built() {
+    if !mutants_installed() {
+        return;
+    }
+    // A test binary that does not compile: built, it fails the baseline, so the rule's proof
+    // stands only when each of its runs leaves that binary out.
+    let tree = Tree::new(
+        SPEC,
+        &[],
+        &[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[features]\nchecked = []\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+            ("crates/demo/tests/beta.rs", BETA_TEST),
+            (
+                "crates/demo/tests/unbuilt.rs",
+                "compile_error!(\"no rule's test lives here\");\n",
+            ),
+        ],
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "demo.beta", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("r[demo.beta]: proven — 2 caught, 0 missed"),
+        "{stdout}{stderr}"
+    );
+    // The baseline, which prove runs itself with the mutants' selection (cargo-mutants' own
+    // would build the mutated package's every test binary), and each mutant's build and test
+    // phase: every cargo command names the one binary, and never the library's unit tests.
+    let rule_dir = tree.path().join("target/prove/demo.beta");
+    let baseline = std::fs::read_to_string(rule_dir.join("baseline.log")).expect("baseline log");
+    let commands: Vec<&str> = baseline.lines().filter(|l| l.starts_with("*** ")).collect();
+    assert_eq!(commands.len(), 2, "build and test: {baseline}");
+    for command in commands {
+        assert!(command.contains("\"--test=beta\""), "{command}");
+        assert!(!command.contains("\"--lib\""), "{command}");
+    }
+    let outcomes: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(rule_dir.join("mutants.out/outcomes.json")).expect("outcomes"),
+    )
+    .expect("json");
+    let runs = outcomes["outcomes"].as_array().expect("outcomes");
+    assert_eq!(runs.len(), 2, "two mutants, no second baseline: {outcomes}");
+    for run in runs {
+        assert!(run["scenario"].get("Mutant").is_some(), "{run}");
+        let phases = run["phase_results"].as_array().expect("phases");
+        assert_eq!(phases.len(), 2, "build and test: {run}");
+        for phase in phases {
+            let argv: Vec<&str> = phase["argv"]
+                .as_array()
+                .expect("argv")
+                .iter()
+                .filter_map(|a| a.as_str())
+                .collect();
+            assert!(argv.contains(&"--test=beta"), "{argv:?}");
+            assert!(!argv.contains(&"--lib"), "{argv:?}");
+        }
+    }
+}
+
+// i[verify prove.outcomes+2]
+#[test]
+fn a_failing_baseline_is_an_error_naming_the_rule_and_leaves_no_proof() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = Tree::new(
+        SPEC,
+        &[],
+        &[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[features]\nchecked = []\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+            (
+                "crates/demo/tests/beta.rs",
+                "// r[verify demo.beta]\n#[test]\nfn beta_holds() {\n    assert_eq!(demo::beta(), 3, \"fails unmutated\");\n}\n",
+            ),
+        ],
+    );
+    // An earlier run's proof of this rule version: it must not stand for a run that failed.
+    tree.write(
+        "target/prove/demo.beta.json",
+        br#"{"rule":"r[demo.beta]","caught":2,"missed":0,"unviable":0,"timeout":0,"survivors":[]}"#,
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["prove", "demo.beta", "--root"])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the unmutated tree failed the test of r[demo.beta]'s tests"),
+        "{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("proven"), "{stdout}");
+    assert!(
+        !tree.path().join("target/prove/demo.beta.json").exists(),
+        "no proof is recorded for a failing baseline"
+    );
+    assert!(
+        !tree
+            .path()
+            .join("target/prove/demo.beta/mutants.out")
+            .exists(),
+        "no mutant is tried on a failing baseline"
+    );
+    let trace = fixture::xtask("trace", tree.path(), &["demo.beta", "--no-results"]);
+    assert!(!trace.stdout.contains("proven"), "{}", trace.stdout);
+}

@@ -39,25 +39,49 @@ where
     let send = accept_largest(want, |size| state.set_send_buffer_size(sock(), size))
         .and_then(|_| state.send_buffer_size(sock()).ok().map(reported));
     let granted = Granted { recv, send };
-    if (recv.is_none() || send.is_none()) && !REFUSED.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
+    match first_notice(granted, want, &REFUSED, &CAPPED) {
+        Some(Shortfall::Refused) => tracing::warn!(
             asked = want,
             recv = ?recv,
             send = ?send,
             "forward: the kernel accepted no socket buffer size asked for; the socket keeps its default"
-        );
-    } else if (recv.is_some_and(|r| r < want) || send.is_some_and(|s| s < want))
-        && !CAPPED.swap(true, Ordering::Relaxed)
-    {
-        tracing::info!(
+        ),
+        Some(Shortfall::Capped) => tracing::info!(
             asked = want,
             recv = ?recv,
             send = ?send,
             "forward: socket buffers capped by the kernel (net.core.rmem_max and wmem_max on \
              Linux); a burst beyond them is dropped at the relay's edge"
-        );
+        ),
+        None => {}
     }
     granted
+}
+
+/// How a socket's buffers fell short of the size asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shortfall {
+    /// The kernel accepted no size for one direction at least: it keeps its default.
+    Refused,
+    /// Both directions got a size, one of them less than asked.
+    Capped,
+}
+
+/// The shortfall of `granted` against `want` that is to be logged: each kind only the first time
+/// it happens (`refused` and `capped` remember that), so thousands of flow sockets log it once.
+// r[impl forward.buffers+2]
+fn first_notice(
+    granted: Granted,
+    want: usize,
+    refused: &AtomicBool,
+    capped: &AtomicBool,
+) -> Option<Shortfall> {
+    let (kind, seen) = match (granted.recv, granted.send) {
+        (Some(recv), Some(send)) if recv >= want && send >= want => return None,
+        (Some(_), Some(_)) => (Shortfall::Capped, capped),
+        _ => (Shortfall::Refused, refused),
+    };
+    (!seen.swap(true, Ordering::Relaxed)).then_some(kind)
 }
 
 /// Tries `want`, then halves on each refusal down to [`FLOOR`]; the size accepted, if any.
@@ -124,16 +148,58 @@ mod tests {
     }
 
     // r[verify forward.buffers+2]
+    #[test]
+    fn a_cap_and_a_refusal_are_each_noticed_once() {
+        let (refused, capped) = (AtomicBool::new(false), AtomicBool::new(false));
+        let granted = |recv, send| Granted { recv, send };
+        let want = 4 << 20;
+        // Everything asked for, or more (a kernel may round up): nothing to say, nothing spent.
+        for (recv, send) in [(want, want), (want + 1, want), (want, want + 1)] {
+            let got = granted(Some(recv), Some(send));
+            assert_eq!(first_notice(got, want, &refused, &capped), None);
+        }
+        // Either direction one byte short is a cap, said once.
+        let short = granted(Some(want - 1), Some(want));
+        assert_eq!(
+            first_notice(short, want, &refused, &capped),
+            Some(Shortfall::Capped)
+        );
+        let short = granted(Some(want), Some(want - 1));
+        assert_eq!(first_notice(short, want, &refused, &capped), None);
+        // Either direction refused outright is a refusal, said once, even beside a cap.
+        let none = granted(Some(want), None);
+        assert_eq!(
+            first_notice(none, want, &refused, &capped),
+            Some(Shortfall::Refused)
+        );
+        for (recv, send) in [(None, Some(want)), (None, None), (None, Some(want - 1))] {
+            let got = granted(recv, send);
+            assert_eq!(first_notice(got, want, &refused, &capped), None);
+        }
+        // The two are remembered apart: a refusal first leaves the cap still to be said.
+        let (refused, capped) = (AtomicBool::new(false), AtomicBool::new(false));
+        let none = granted(None, Some(want - 1));
+        assert_eq!(
+            first_notice(none, want, &refused, &capped),
+            Some(Shortfall::Refused)
+        );
+        let short = granted(Some(want), Some(want - 1));
+        assert_eq!(
+            first_notice(short, want, &refused, &capped),
+            Some(Shortfall::Capped)
+        );
+    }
+
+    // r[verify forward.buffers+2]
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_size_above_the_kernels_maximum_is_granted_up_to_it_without_an_error() {
-        let max = kernel_max;
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         let state = UdpSocketState::new(UdpSockRef::from(&socket)).expect("state");
-        let want = 2 * max("rmem_max").max(max("wmem_max"));
+        let want = 2 * kernel_max("rmem_max").max(kernel_max("wmem_max"));
         let granted = ask(&socket, &state, want);
-        assert_eq!(granted.recv, Some(max("rmem_max")));
-        assert_eq!(granted.send, Some(max("wmem_max")));
+        assert_eq!(granted.recv, Some(kernel_max("rmem_max")));
+        assert_eq!(granted.send, Some(kernel_max("wmem_max")));
     }
 
     // r[verify forward.buffers+2]

@@ -26,7 +26,7 @@ use crate::control_io::{spawn_reader, spawn_writer};
 use crate::flows::evictable;
 use crate::identity::{Fingerprint, SERVER_NAME};
 use crate::pin::PinnedVerifier;
-use crate::ready::ready_now;
+use crate::ready::{Drain, ready_now};
 use crate::reconnect::{Pace, Reconnect};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
@@ -862,9 +862,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// the kernel coalesced).
 const LOCAL_BATCH: usize = 16;
 
-/// At most this many datagrams from the node are relayed per wakeup.
-const DRAIN: usize = 256;
-
 /// Datagrams from local peers to the node: every datagram of a receive batch, with one
 /// allocation for all of them.
 // i[impl forward.relay.resilience]
@@ -896,12 +893,7 @@ async fn local_to_node(
             }
         };
         let now = Instant::now();
-        out.reserve(
-            meta[..filled]
-                .iter()
-                .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
-                .sum(),
-        );
+        out.reserve(framed_capacity(&meta[..filled]));
         for (i, m) in meta[..filled].iter().enumerate() {
             let buf = &bufs[i * MAX_DATAGRAM..(i + 1) * MAX_DATAGRAM];
             let Some(flow) = forward.flow_of(m.addr, now) else {
@@ -933,19 +925,13 @@ async fn local_to_node(
                     }
                     Err(err) => RelayError::from(err),
                 };
-                match err.class() {
-                    Class::Item => forward.reporter.dropped(&err),
-                    Class::Transient => {
-                        forward.reporter.transient(&err);
-                    }
-                    // The connection is gone: the session loop sees it and announces the end.
-                    Class::Fatal => {
-                        forward
-                            .reporter
-                            .stats()
-                            .to_target_many(relayed, relayed_bytes);
-                        return;
-                    }
+                // The connection is gone: the session loop sees it and announces the end.
+                if !forward.reporter.datagram_not_sent(&err) {
+                    forward
+                        .reporter
+                        .stats()
+                        .to_target_many(relayed, relayed_bytes);
+                    return;
                 }
             }
             forward
@@ -954,6 +940,18 @@ async fn local_to_node(
                 .to_target_many(relayed, relayed_bytes);
         }
     }
+}
+
+/// The most bytes a receive batch takes framed for the connection: each buffer's bytes plus a
+/// header (at most 16 bytes: two QUIC varints) per datagram it holds, with at most one header
+/// to spare per buffer, so one allocation serves the whole batch without holding much more.
+// r[impl forward.batch]
+fn framed_capacity(meta: &[RecvMeta]) -> usize {
+    // `len / stride + 1` datagrams per buffer: the exact count, or one more when the last
+    // segment is full (quinn-udp gives a buffer without GRO its length as stride).
+    meta.iter()
+        .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
+        .sum()
 }
 
 /// Datagrams from the node to local peers: every datagram already queued is taken per wakeup,
@@ -981,7 +979,7 @@ async fn node_to_local(
         };
         let now = Instant::now();
         let mut next = Some(first);
-        let mut drained = 0;
+        let mut drain = Drain::default();
         // The last flow's peer in this wakeup: most of a batch is one flow's, and looking it up
         // (a lock) once per run of it is enough to keep the flow active.
         let mut last: Option<(FlowId, SocketAddr, usize)> = None;
@@ -1017,13 +1015,8 @@ async fn node_to_local(
                 }
                 Err(err) => unattributed.dropped(RelayError::from(err).drop_reason()),
             }
-            drained += 1;
-            next = if drained < DRAIN {
-                // A connection error is left for the next read to see.
-                ready_now(conn.read_datagram()).and_then(Result::ok)
-            } else {
-                None
-            };
+            // A connection error is left for the next read to see.
+            next = drain.more(|| ready_now(conn.read_datagram()).and_then(Result::ok));
         }
         flush_local(&mut gather, &forwards, &events).await;
     }
@@ -1124,6 +1117,40 @@ mod tests {
         assert_eq!(forward.peer_of(1, t1), Some(peer(2)));
         // Peer 1 comes back: at the bound again, and nothing has been idle long enough.
         assert_eq!(forward.flow_of(peer(1), t1), None);
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn a_batch_s_framed_capacity_holds_every_datagram_with_a_header_to_spare_at_most_per_buffer() {
+        let meta = |len: usize, stride: usize| RecvMeta {
+            len,
+            stride,
+            ..RecvMeta::default()
+        };
+        // Buffers without GRO (quinn-udp reports the length as the stride, so an empty one has
+        // stride 0), and GRO buffers whose last segment is full or short.
+        let batches = [
+            vec![meta(100, 100)],
+            vec![meta(0, 0), meta(1162, 1162)],
+            vec![meta(1000, 100)],
+            vec![meta(1050, 100), meta(60_000, 1200), meta(7, 7)],
+            vec![meta(65_507, 65_507); LOCAL_BATCH],
+        ];
+        for batch in batches {
+            let buffers = batch.len();
+            let framed: usize = batch
+                .iter()
+                .map(|m| {
+                    let buf = vec![0u8; m.len];
+                    segments(&buf, m).map(|d| 16 + d.len()).sum::<usize>()
+                })
+                .sum();
+            let capacity = framed_capacity(&batch);
+            assert!(
+                (framed..=framed + 16 * buffers).contains(&capacity),
+                "{batch:?}: {capacity} for {framed} bytes framed"
+            );
+        }
     }
 
     // r[verify forward.batch]

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use holdfast_retry::{Class, Classify};
 use tokio::time::Instant;
 
 use crate::classify::RelayError;
@@ -63,6 +64,26 @@ impl Reporter {
         self.stats.dropped(err.drop_reason());
         self.stats.set_last_error(&err.to_string());
     }
+
+    /// A datagram `send_datagram` refused with `err`: the datagram is lost either way, so an item
+    /// or a transient error is one drop (a transient one is also reported); whether relaying
+    /// goes on (`false`: the connection is gone, and its relay loop announces the end).
+    // r[impl forward.stats]
+    // r[impl forward.classify]
+    pub fn datagram_not_sent(&self, err: &RelayError) -> bool {
+        match err.class() {
+            Class::Item => {
+                self.dropped(err);
+                true
+            }
+            Class::Transient => {
+                self.transient(err);
+                self.stats.dropped(err.drop_reason());
+                true
+            }
+            Class::Fatal => false,
+        }
+    }
 }
 
 impl std::fmt::Debug for Reporter {
@@ -78,6 +99,45 @@ mod tests {
     use super::*;
     use std::io;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    // r[verify forward.stats]
+    // r[verify forward.classify]
+    #[tokio::test(start_paused = true)]
+    async fn a_datagram_the_connection_did_not_take_is_one_drop_and_only_its_loss_ends_the_relay() {
+        let stats = Arc::new(Counters::default());
+        let announced = Arc::new(AtomicU64::new(0));
+        let seen = announced.clone();
+        let reporter = Reporter::new(
+            1,
+            stats.clone(),
+            Box::new(move |_, _| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }),
+            Duration::from_secs(1),
+        );
+        // Transient (ENOBUFS): reported and counted as a transient error, and the datagram it
+        // cost is a drop.
+        let transient = RelayError::Socket(io::Error::from_raw_os_error(105));
+        assert!(reporter.datagram_not_sent(&transient));
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.transient_errors, 1);
+        assert_eq!(snapshot.dropped.error, 1, "the datagram is lost: one drop");
+        assert_eq!(announced.load(Ordering::SeqCst), 1);
+        // An item (oversize): one drop of its own reason, nothing announced.
+        let oversize = RelayError::Send(quinn::SendDatagramError::TooLarge);
+        assert!(reporter.datagram_not_sent(&oversize));
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.dropped.oversize, 1);
+        assert_eq!(snapshot.dropped.error, 1);
+        assert_eq!(snapshot.transient_errors, 1);
+        // The connection gone: the relay ends, no drop counted for it.
+        let lost = RelayError::Send(quinn::SendDatagramError::ConnectionLost(
+            quinn::ConnectionError::TimedOut,
+        ));
+        assert!(!reporter.datagram_not_sent(&lost));
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.dropped.oversize + snapshot.dropped.error, 2);
+    }
 
     // r[verify forward.classify]
     #[tokio::test(start_paused = true)]

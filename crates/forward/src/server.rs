@@ -26,7 +26,7 @@ use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
 use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
-use crate::ready::ready_now;
+use crate::ready::{Drain, ready_now};
 use crate::report::Reporter;
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
@@ -762,23 +762,18 @@ impl Relay {
         self.reply(Message::Opened { forward }).await;
     }
 
-    /// Relays `first` and every datagram already queued behind it (at most [`DRAIN`], so control
-    /// messages and a stop are still seen), gathering each flow's run of equal-sized datagrams
-    /// into one send towards its target.
+    /// Relays `first` and every datagram already queued behind it (at most
+    /// [`DRAIN`](crate::ready::DRAIN), so control messages and a stop are still seen), gathering
+    /// each flow's run of equal-sized datagrams into one send towards its target.
     // r[impl forward.batch]
     async fn datagrams(&mut self, first: Bytes) {
         let now = Instant::now();
         let mut next = Some(first);
-        let mut drained = 0;
+        let mut drain = Drain::default();
         while let Some(datagram) = next {
             self.datagram(&datagram, now).await;
-            drained += 1;
-            next = if drained < DRAIN {
-                // A connection error is left for the relay loop's next read to see.
-                ready_now(self.conn.read_datagram()).and_then(Result::ok)
-            } else {
-                None
-            };
+            // A connection error is left for the relay loop's next read to see.
+            next = drain.more(|| ready_now(self.conn.read_datagram()).and_then(Result::ok));
         }
         self.flush().await;
     }
@@ -902,8 +897,8 @@ impl Relay {
     }
 }
 
-/// At most this many datagrams are relayed per wakeup of a connection's relay loop.
-const DRAIN: usize = 256;
+/// Receive buffers per wakeup of a flow's reply task.
+const REPLY_BATCH: usize = 2;
 
 /// What became of datagrams sent towards the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -982,21 +977,34 @@ async fn relay_replies(
     activity: Arc<Activity>,
 ) {
     let header = id.header();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut meta = [RecvMeta::default()];
+    // Two buffers: the usual receive fills one (the target's burst, coalesced), and a batch that
+    // leaves a buffer empty ends the wakeup without one more receive (`UdpIo::recv`). The second
+    // one's pages are only touched when a burst needs it.
+    let mut buf = vec![0u8; REPLY_BATCH * MAX_DATAGRAM];
+    let mut meta = [RecvMeta::default(); REPLY_BATCH];
     let mut out = BytesMut::new();
     loop {
         let received = {
-            let mut slices = [IoSliceMut::new(&mut buf)];
+            let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
+            let mut slices: [IoSliceMut<'_>; REPLY_BATCH] =
+                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
             socket.recv(&mut slices, &mut meta).await
         };
         let err = match received {
-            Ok(_) => {
-                let count = segments(&buf, &meta[0]).count();
-                out.reserve(count * header.len() + meta[0].len);
+            Ok(filled) => {
+                let filled = &meta[..filled.min(REPLY_BATCH)];
+                let buffers = || {
+                    filled
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, m)| segments(&buf[i * MAX_DATAGRAM..], m))
+                };
+                out.reserve(
+                    buffers().count() * header.len() + filled.iter().map(|m| m.len).sum::<usize>(),
+                );
                 // Counted once per receive, not per datagram.
                 let (mut relayed, mut bytes) = (0, 0);
-                for payload in segments(&buf, &meta[0]) {
+                for payload in buffers() {
                     out.extend_from_slice(&header);
                     out.extend_from_slice(payload);
                     let err = match conn.send_datagram(out.split().freeze()) {
@@ -1007,15 +1015,9 @@ async fn relay_replies(
                         }
                         Err(err) => RelayError::from(err),
                     };
-                    match err.class() {
-                        Class::Item => reporter.dropped(&err),
-                        Class::Transient => {
-                            reporter.transient(&err);
-                        }
-                        Class::Fatal => {
-                            reporter.stats().from_target_many(relayed, bytes);
-                            return;
-                        }
+                    if !reporter.datagram_not_sent(&err) {
+                        reporter.stats().from_target_many(relayed, bytes);
+                        return;
                     }
                 }
                 reporter.stats().from_target_many(relayed, bytes);

@@ -75,15 +75,15 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[tokio::test]
     async fn an_endpoint_socket_gets_the_buffers_it_asks_for_up_to_the_kernels_maximum() {
+        use crate::buffers::kernel_max;
         use crate::fragmentation::get;
         use std::os::fd::AsFd;
-        let max = crate::buffers::kernel_max;
         let socket = endpoint_socket("127.0.0.1:0".parse().expect("addr")).expect("socket");
         // Linux reports twice what was set (the rest is its bookkeeping).
         let rcv = get(socket.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).expect("get") as usize;
         let snd = get(socket.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF).expect("get") as usize;
-        assert_eq!(rcv / 2, ENDPOINT_BUFFER.min(max("rmem_max")));
-        assert_eq!(snd / 2, ENDPOINT_BUFFER.min(max("wmem_max")));
+        assert_eq!(rcv / 2, ENDPOINT_BUFFER.min(kernel_max("rmem_max")));
+        assert_eq!(snd / 2, ENDPOINT_BUFFER.min(kernel_max("wmem_max")));
         // And a quinn endpoint runs on it.
         let endpoint = endpoint(socket, None).expect("endpoint");
         assert!(endpoint.local_addr().expect("addr").port() > 0);

@@ -90,12 +90,45 @@ impl UdpIo {
             } else {
                 Interest::READABLE
             };
+            // A batch that took fewer datagrams than one call could have emptied the socket's
+            // queue: its readiness is cleared now, as a WouldBlock would, instead of by one more
+            // receive that can only fail. That receive is a system call on the path of every
+            // datagram of the batch (the task that takes them over runs only once this one
+            // waits). A datagram that arrives after the batch is a new readiness event, which a
+            // clear with the tick seen before the batch cannot erase.
+            let batch = Self::batch_limit(bufs.len());
+            let mut partial = None;
             match self.socket.try_io(interest, || {
-                self.state.recv(UdpSockRef::from(&self.socket), bufs, meta)
+                let filled = self
+                    .state
+                    .recv(UdpSockRef::from(&self.socket), bufs, meta)?;
+                if interest == Interest::READABLE && filled < batch {
+                    partial = Some(filled);
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(filled)
             }) {
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => match partial {
+                    Some(filled) => return Ok(filled),
+                    None => continue,
+                },
                 other => return other,
             }
+        }
+    }
+
+    /// Below how many datagrams a receive into `bufs` buffers proves the socket's queue empty.
+    /// Only Linux's `recvmmsg` (which quinn-udp uses there) stops short of its buffers for no
+    /// other reason than an empty queue (or a pending error, which has its own readiness), and
+    /// it takes at most quinn-udp's batch per call. Elsewhere a receive takes one datagram
+    /// whatever the buffers (`recvmsg` on the BSDs, macOS and illumos, `WSARecvMsg` on
+    /// Windows): no count proves anything, and `0` keeps the readiness until a receive that
+    /// would block.
+    fn batch_limit(bufs: usize) -> usize {
+        if cfg!(any(target_os = "linux", target_os = "android")) {
+            bufs.min(quinn::udp::BATCH_SIZE)
+        } else {
+            0
         }
     }
 
@@ -293,8 +326,100 @@ mod tests {
         assert_eq!(cut, vec![&buf[0..4], &buf[4..8], &buf[8..10]]);
         let whole: Vec<&[u8]> = segments(&buf, &meta(10, 10)).collect();
         assert_eq!(whole, vec![&buf[..]]);
+        // No stride (a buffer without GRO), or one beyond the length: one datagram, whole.
+        for stride in [0, 11, MAX_DATAGRAM] {
+            let one: Vec<&[u8]> = segments(&buf, &meta(10, stride)).collect();
+            assert_eq!(one, vec![&buf[..]], "stride {stride}");
+        }
         let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
         assert_eq!(empty, vec![&[] as &[u8]]);
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_batch_that_fills_one_call_of_more_buffers_keeps_the_rest_of_the_queue_readable() {
+        // More buffers than one receive call takes: a full call leaves buffers empty without
+        // the queue being empty, and its readiness must stay (nothing new arrives to restore it).
+        const BUFS: usize = quinn::udp::BATCH_SIZE + 8;
+        let io = UdpIo::new(
+            UdpSocket::bind("127.0.0.1:0").await.expect("bind"),
+            FLOW_BUFFER,
+        )
+        .expect("udp io");
+        let to = io.local_addr().expect("addr");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("peer");
+        // Sizes all different, so the kernel coalesces none of them (GRO joins equal sizes).
+        let sent: Vec<Vec<u8>> = (1..=BUFS).map(|n| vec![n as u8; n]).collect();
+        for payload in &sent {
+            peer.send_to(payload, to).expect("send");
+        }
+        let mut buf = vec![0u8; BUFS * MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default(); BUFS];
+        let mut received: Vec<Vec<u8>> = Vec::new();
+        while received.len() < sent.len() {
+            let filled = {
+                let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
+                let mut slices: [IoSliceMut<'_>; BUFS] =
+                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    io.recv(&mut slices, &mut meta),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{} of {} queued datagrams received, then no wakeup for the rest",
+                        received.len(),
+                        sent.len()
+                    )
+                })
+                .expect("recv")
+            };
+            for (i, m) in meta[..filled].iter().enumerate() {
+                received.extend(segments(&buf[i * MAX_DATAGRAM..], m).map(<[u8]>::to_vec));
+            }
+        }
+        assert_eq!(received, sent);
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_batch_that_empties_the_socket_still_wakes_for_the_next_datagram() {
+        let io = UdpIo::new(
+            UdpSocket::bind("127.0.0.1:0").await.expect("bind"),
+            FLOW_BUFFER,
+        )
+        .expect("udp io");
+        let to = io.local_addr().expect("addr");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("peer");
+        let mut buf = vec![0u8; 4 * MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default(); 4];
+        for (round, payload) in [&b"one"[..], b"two", b"three"].into_iter().enumerate() {
+            peer.send_to(payload, to).expect("send");
+            let filled = {
+                let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
+                let mut slices: [IoSliceMut<'_>; 4] =
+                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    io.recv(&mut slices, &mut meta),
+                )
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: the datagram woke the receive"))
+                .expect("recv")
+            };
+            // One of four buffers: a partial batch, after which readiness was cleared (where a
+            // partial batch proves the queue empty): tokio runs no receive until a new event.
+            assert_eq!(filled, 1);
+            assert_eq!(&buf[..meta[0].len], payload);
+            if cfg!(any(target_os = "linux", target_os = "android")) {
+                let ran = io.socket.try_io(Interest::READABLE, || Ok(()));
+                assert!(
+                    ran.is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock),
+                    "round {round}: the partial batch left the socket's readiness set"
+                );
+            }
+        }
     }
 
     /// A connected `UdpIo` towards a port nothing listens on (bound, then released).
@@ -426,10 +551,10 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[tokio::test]
     async fn relay_sockets_get_the_buffers_they_ask_for_up_to_the_kernels_maximum() {
+        use crate::buffers::kernel_max;
         use crate::fragmentation::get;
         use std::os::fd::AsFd;
-        let max = crate::buffers::kernel_max;
-        let (rmem_max, wmem_max) = (max("rmem_max"), max("wmem_max"));
+        let (rmem_max, wmem_max) = (kernel_max("rmem_max"), kernel_max("wmem_max"));
         for buffer in [FLOW_BUFFER, LOCAL_BUFFER] {
             let io = UdpIo::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"), buffer)
                 .expect("udp io");

@@ -668,3 +668,70 @@ async fn a_burst_of_datagrams_of_mixed_sizes_arrives_whole_in_order_and_counted(
     let bytes: usize = received.iter().map(Vec::len).sum();
     assert_eq!(node.to_target_bytes, 4 + bytes as u64);
 }
+
+// r[verify forward.batch]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = tokio::net::UdpSocket::bind(loopback())
+        .await
+        .expect("target");
+    let mut client = client::spawn(client_config(
+        &server,
+        &[target.local_addr().expect("addr")],
+    ))
+    .await
+    .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    assert_eq!(
+        try_round_trip(&peer, local, b"warm", 1).await,
+        None,
+        "the target does not answer"
+    );
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
+        .await
+        .expect("warm-up arrives")
+        .expect("recv");
+    assert_eq!(&buf[..n], b"warm");
+    // Back to back, so they wait together in the local socket and one wakeup takes them; one in
+    // the middle is too large for the connection, as one by one it is lost alone. It is the
+    // largest a UDP datagram over IPv4 can be: the batch's buffers must hold it too.
+    let burst: Vec<Vec<u8>> = (0..12)
+        .map(|i| {
+            if i == 4 {
+                vec![7u8; 65_507]
+            } else {
+                vec![i as u8; 10 + i]
+            }
+        })
+        .collect();
+    for datagram in &burst {
+        peer.send_to(datagram, local).await.expect("send");
+    }
+    let relayed: Vec<Vec<u8>> = burst.iter().filter(|d| d.len() < 65_507).cloned().collect();
+    let mut received = Vec::new();
+    while received.len() < relayed.len() {
+        match tokio::time::timeout(WAIT, target.recv_from(&mut buf)).await {
+            Ok(Ok((n, _))) => received.push(buf[..n].to_vec()),
+            _ => break,
+        }
+    }
+    assert_eq!(
+        received, relayed,
+        "the datagrams after the oversize one too"
+    );
+    // The client counts a buffer's datagrams once it has handed them all to the connection.
+    let count = 1 + relayed.len() as u64;
+    eventually("the client counts what it relayed", || {
+        client.stats()[0].to_target_datagrams == count
+    })
+    .await;
+    let stats = &client.stats()[0];
+    let bytes: usize = relayed.iter().map(Vec::len).sum();
+    assert_eq!(stats.to_target_bytes, 4 + bytes as u64);
+    assert_eq!(stats.dropped.oversize, 1);
+}

@@ -84,7 +84,7 @@ pub struct DrainReport {
     pub code: u16,
     /// Connections registered when the drain began.
     pub connections: usize,
-    /// Close frames sent.
+    /// Connections the drain began with that were sent the close frame.
     pub close_frames_sent: u64,
     /// Connections that ended by the close handshake deadline.
     pub closed_in_time: usize,
@@ -162,6 +162,18 @@ async fn wait_for(notify: &Notify, deadline: Instant, done: impl Fn() -> bool) -
     }
 }
 
+// r[impl gateway.drain.order]
+/// Whether step 2 is over: every connection the drain began with (`original`) has been sent its
+/// close frame (`sent`) or is no longer `open`. Each connection counts once, whichever happened,
+/// so one that got its frame and then ended cannot stand in for one still waiting for its frame.
+pub(crate) fn closes_done(
+    original: &HashSet<ConnId>,
+    sent: &HashSet<ConnId>,
+    open: impl Fn(ConnId) -> bool,
+) -> bool {
+    original.iter().all(|id| sent.contains(id) || !open(*id))
+}
+
 /// How long a drain step lets wake-ups gather before it looks again.
 const COALESCE: Duration = Duration::from_millis(2);
 
@@ -214,7 +226,6 @@ impl Gateway {
             .into_iter()
             .map(|(id, _)| id)
             .collect();
-        let frames_before = inner.stats.close_frames();
         inner.drain_tx.send_replace(Some(DrainSignal { code }));
         let ended = |ids: &HashSet<ConnId>| {
             if inner.registry.is_empty() {
@@ -225,20 +236,13 @@ impl Gateway {
                     .count()
             }
         };
-        let closes = async {
-            wait_for(inner.stats.close_notify(), deadlines[1], || {
-                (inner.stats.close_frames() - frames_before) as usize + ended(&original)
-                    >= original.len()
+        let step_2_done = || {
+            closes_done(&original, &lock(&inner.closed_by_drain), |id| {
+                inner.registry.contains(id)
             })
-            .await
         };
-        let gone = async {
-            wait_for(inner.registry.changed(), deadlines[1], || {
-                (inner.stats.close_frames() - frames_before) as usize + ended(&original)
-                    >= original.len()
-            })
-            .await
-        };
+        let closes = wait_for(inner.stats.close_notify(), deadlines[1], step_2_done);
+        let gone = wait_for(inner.registry.changed(), deadlines[1], step_2_done);
         // Either wake-up source may complete the condition.
         tokio::select! { _ = closes => {}, _ = gone => {} }
         finish(Step::Close, &mut steps, 1);
@@ -282,10 +286,14 @@ impl Gateway {
         }
         finish(Step::Routing, &mut steps, 3);
 
+        let close_frames_sent = {
+            let sent = lock(&inner.closed_by_drain);
+            original.iter().filter(|id| sent.contains(id)).count() as u64
+        };
         let report = DrainReport {
             code: u16::from(code),
             connections: original.len(),
-            close_frames_sent: inner.stats.close_frames() - frames_before,
+            close_frames_sent,
             closed_in_time,
             force_closed,
             deregistration,
@@ -386,6 +394,38 @@ mod tests {
                 prop_assert!(got <= want && want - got <= 1, "{} vs {}", got, want);
             }
         }
+    }
+
+    fn ids(ids: &[u64]) -> HashSet<ConnId> {
+        ids.iter().copied().map(ConnId).collect()
+    }
+
+    // Step 2 ends when each of the drain's connections was sent its frame or ended, each counted
+    // once: two connections, one of which got its frame and then ended, are not done while the
+    // other is still open without one.
+    // r[verify gateway.drain.order]
+    #[test]
+    fn step_2_ends_when_each_connection_got_its_frame_or_ended() {
+        let original = ids(&[1, 2]);
+        let open = |live: &'static [u64]| move |id: ConnId| live.contains(&id.0);
+        // Nothing yet.
+        assert!(!closes_done(&original, &ids(&[]), open(&[1, 2])));
+        // 1 got its frame and ended; 2 is open without a frame.
+        assert!(!closes_done(&original, &ids(&[1]), open(&[2])));
+        // 1 got its frame and is still open (handshake pending); 2 has none yet.
+        assert!(!closes_done(&original, &ids(&[1]), open(&[1, 2])));
+        // 1 ended without a frame; 2 has none yet.
+        assert!(!closes_done(&original, &ids(&[]), open(&[2])));
+        // Both got theirs, both still open.
+        assert!(closes_done(&original, &ids(&[1, 2]), open(&[1, 2])));
+        // One got its frame, the other ended without one.
+        assert!(closes_done(&original, &ids(&[1]), open(&[1])));
+        // Both ended without frames.
+        assert!(closes_done(&original, &ids(&[]), open(&[])));
+        // A connection that came after the drain began does not hold step 2 open.
+        assert!(closes_done(&original, &ids(&[1, 2]), open(&[1, 2, 3])));
+        // Nothing to close.
+        assert!(closes_done(&ids(&[]), &ids(&[]), open(&[7])));
     }
 
     // r[verify gateway.drain.close]

@@ -35,10 +35,37 @@ pub struct EtcdConfig {
     pub seed: u64,
 }
 
+// r[impl gateway.cluster.ready]
+/// Until when the registry may believe it holds its lease: one TTL after the server last
+/// confirmed it. A deadline, not a flag, so readiness ends at the TTL even while the keeper waits
+/// on its back-off or on a call that does not answer.
+#[derive(Default)]
+struct Liveness {
+    until: Mutex<Option<Instant>>,
+}
+
+impl Liveness {
+    /// The server confirmed the lease in answer to a request sent at `sent`: it renewed the lease
+    /// no earlier than that, so the lease lives at least until `sent + ttl`.
+    fn confirmed(&self, sent: Instant, ttl: Duration) {
+        *lock(&self.until) = Some(sent + ttl);
+    }
+
+    /// The lease is gone (lost, revoked, or never granted).
+    fn clear(&self) {
+        *lock(&self.until) = None;
+    }
+
+    /// Whether a TTL has not yet passed since the last confirmation.
+    fn is_live(&self, now: Instant) -> bool {
+        lock(&self.until).is_some_and(|until| now < until)
+    }
+}
+
 #[derive(Default)]
 struct State {
     lease: Mutex<Option<i64>>,
-    live: AtomicBool,
+    live: Liveness,
     closed: AtomicBool,
     keeper: Mutex<Option<JoinHandle<()>>>,
     registrations: AtomicU64,
@@ -132,19 +159,25 @@ impl EtcdRegistry {
         let value = serde_json::to_string(replica)
             .map_err(|e| ClusterError::Config(format!("replica: {e}")))?;
         let mut leases = self.client.lease_client();
+        let sent = Instant::now();
         let granted = self
             .bounded("lease grant", leases.grant(self.ttl_secs(), None))
             .await?;
         let id = granted.id();
-        *lock(&self.state.lease) = Some(id);
         let mut kv = self.client.kv_client();
         let put = kv.put(
             self.key(&replica.id),
             value,
             Some(PutOptions::new().with_lease(id)),
         );
+        // The lease is the replica's only once its key is on it: a lease whose put failed holds
+        // nothing, and keeping it alive would make a replica ready that the registry does not
+        // list. Left alone, it expires within one TTL.
         self.bounded("put", put).await?;
-        self.state.live.store(true, Ordering::SeqCst);
+        *lock(&self.state.lease) = Some(id);
+        self.state
+            .live
+            .confirmed(sent, self.config.lease_ttl.max(Duration::from_secs(1)));
         self.state.registrations.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -158,30 +191,29 @@ enum SessionEnd {
     Failed(ClusterError),
 }
 
-// r[impl gateway.cluster.keepalive]
+// r[impl gateway.cluster.keepalive+2]
 /// Keeps the lease alive until deregistration; re-registers when it is lost. Never ends on an
 /// outage.
 async fn keeper(registry: EtcdRegistry, replica: Replica) {
     let state = &registry.state;
     let ttl = registry.config.lease_ttl.max(Duration::from_secs(1));
     let mut backoff = Backoff::new("keep-alive", registry.config.seed);
-    // When the server last confirmed the lease: past a TTL without it, the lease is gone.
-    let mut confirmed = Instant::now();
     loop {
         let token = backoff.ready().await;
         if state.closed.load(Ordering::SeqCst) {
             backoff.succeed(token);
             return;
         }
+        // A lease kept through an outage is tried again even past its TTL: the server says
+        // whether it still knows it, and one it no longer knows is counted as lost below.
         let lease = *lock(&state.lease);
         let lease = match lease {
-            Some(id) if confirmed.elapsed() < ttl => id,
-            _ => {
-                state.live.store(false, Ordering::SeqCst);
+            Some(id) => id,
+            None => {
+                state.live.clear();
                 match registry.grant_and_put(&replica).await {
                     Ok(()) => {
                         backoff.succeed(token);
-                        confirmed = Instant::now();
                         tracing::info!(replica = %replica.id, "re-registered in etcd with a new lease");
                     }
                     Err(e) => {
@@ -193,18 +225,17 @@ async fn keeper(registry: EtcdRegistry, replica: Replica) {
                 continue;
             }
         };
-        match session(&registry, lease, ttl, &mut confirmed, &mut backoff, token).await {
+        match session(&registry, lease, ttl, &mut backoff, token).await {
             SessionEnd::Lost => {
-                state.live.store(false, Ordering::SeqCst);
+                state.live.clear();
                 state.leases_lost.fetch_add(1, Ordering::Relaxed);
                 *lock(&state.lease) = None;
                 tracing::warn!(replica = %replica.id, lease, "etcd lease lost; registering again");
             }
             SessionEnd::Failed(e) => {
+                // Readiness lasts until the last confirmation's TTL has passed (the deadline in
+                // `state.live`), not until the next failure is seen.
                 count(state, &e);
-                if confirmed.elapsed() >= ttl {
-                    state.live.store(false, Ordering::SeqCst);
-                }
                 tracing::warn!(replica = %replica.id, error = %e, failures = backoff.failures(), "etcd keep-alive failed; retrying");
             }
         }
@@ -217,11 +248,11 @@ async fn session(
     registry: &EtcdRegistry,
     lease: i64,
     ttl: Duration,
-    confirmed: &mut Instant,
     backoff: &mut Backoff,
     token: holdfast_retry::AttemptToken<String>,
 ) -> SessionEnd {
     let mut leases = registry.client.lease_client();
+    let sent = Instant::now();
     let opened = tokio::time::timeout(registry.config.timeout, leases.keep_alive(lease)).await;
     let (mut keeper, mut stream) = match opened {
         Ok(Ok(pair)) => pair,
@@ -243,19 +274,16 @@ async fn session(
     };
     // The stream is up: the outage, if any, is over.
     backoff.succeed(token);
-    *confirmed = Instant::now();
-    registry.state.live.store(true, Ordering::SeqCst);
+    registry.state.live.confirmed(sent, ttl);
     loop {
         tokio::time::sleep(ttl / 3).await;
+        let sent = Instant::now();
         let refresh = async {
             keeper.keep_alive().await?;
             stream.message().await
         };
         match tokio::time::timeout(registry.config.timeout, refresh).await {
-            Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
-                *confirmed = Instant::now();
-                registry.state.live.store(true, Ordering::SeqCst);
-            }
+            Ok(Ok(Some(resp))) if resp.ttl() > 0 => registry.state.live.confirmed(sent, ttl),
             Ok(Ok(Some(_))) => return SessionEnd::Lost,
             Ok(Ok(None)) => {
                 return SessionEnd::Failed(ClusterError::Unavailable(
@@ -336,7 +364,7 @@ impl ServiceRegistry for EtcdRegistry {
                 // revoke below. Once it has ended, the lease read here is the last one.
                 let _ = task.await;
             }
-            state.live.store(false, Ordering::SeqCst);
+            state.live.clear();
             let lease = lock(&state.lease).take();
             let Some(lease) = lease else {
                 return Ok(());
@@ -354,7 +382,8 @@ impl ServiceRegistry for EtcdRegistry {
     }
 
     fn is_live(&self) -> bool {
-        self.state.live.load(Ordering::SeqCst)
+        // A keeper aborted by `abandon` may still record one confirmation before its abort lands.
+        !self.state.closed.load(Ordering::SeqCst) && self.state.live.is_live(Instant::now())
     }
 
     fn stats(&self) -> RegistryStats {
@@ -366,6 +395,35 @@ impl ServiceRegistry for EtcdRegistry {
         if let Some(task) = lock(&self.state.keeper).take() {
             task.abort();
         }
-        self.state.live.store(false, Ordering::SeqCst);
+        self.state.live.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Readiness ends exactly one TTL after the request the server last confirmed was sent, with
+    // no keeper event needed to end it; a later confirmation moves the deadline, a loss ends it.
+    // r[verify gateway.cluster.ready]
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_believed_held_for_one_ttl_from_the_confirmed_request() {
+        let ttl = Duration::from_secs(3);
+        let live = Liveness::default();
+        let sent = Instant::now();
+        assert!(!live.is_live(sent), "nothing confirmed yet");
+        live.confirmed(sent, ttl);
+        assert!(live.is_live(sent));
+        assert!(live.is_live(sent + ttl - Duration::from_nanos(1)));
+        assert!(
+            !live.is_live(sent + ttl),
+            "a whole TTL without a confirmation"
+        );
+        tokio::time::advance(ttl).await;
+        assert!(!live.is_live(Instant::now()));
+        live.confirmed(Instant::now(), ttl);
+        assert!(live.is_live(Instant::now() + ttl - Duration::from_nanos(1)));
+        live.clear();
+        assert!(!live.is_live(Instant::now()));
     }
 }

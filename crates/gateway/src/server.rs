@@ -86,6 +86,9 @@ pub(crate) struct Inner {
     pub(crate) owned_routes: Mutex<HashSet<String>>,
     pub(crate) stats: Stats,
     pub(crate) drain_tx: watch::Sender<Option<DrainSignal>>,
+    /// The connections the drain's close frame was sent to (kept after they end, for step 2's
+    /// end and the report).
+    pub(crate) closed_by_drain: Mutex<HashSet<ConnId>>,
     pub(crate) stop_accept: watch::Sender<bool>,
     pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) drain_lock: tokio::sync::Mutex<Option<crate::drain::DrainReport>>,
@@ -175,6 +178,7 @@ impl Gateway {
             owned_routes: Mutex::new(HashSet::new()),
             stats: Stats::default(),
             drain_tx,
+            closed_by_drain: Mutex::new(HashSet::new()),
             stop_accept,
             accept_task: Mutex::new(None),
             drain_lock: tokio::sync::Mutex::new(None),
@@ -777,6 +781,8 @@ async fn drain_connection(
         reason: reason.into(),
     };
     if ws.send(Message::Close(Some(frame))).await.is_ok() {
+        // Recorded before the wake-up, so the drain sees it when it looks.
+        lock(&inner.closed_by_drain).insert(id);
         inner.stats.close_sent();
     }
     while let Some(Ok(_)) = ws.next().await {}

@@ -109,11 +109,6 @@ impl Stats {
         self.close_sent.notify_waiters();
     }
 
-    /// Drain close frames sent so far.
-    pub(crate) fn close_frames(&self) -> u64 {
-        self.close_frames_sent.load(Ordering::Relaxed)
-    }
-
     /// Woken whenever a drain close frame was sent.
     pub(crate) fn close_notify(&self) -> &Notify {
         &self.close_sent

@@ -350,3 +350,44 @@ impl AsyncWrite for Stream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn write_pair(files: &TlsFiles, name: &str) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+    }
+
+    // The exact boundary: a connection arriving one interval after the last check checks again,
+    // one arriving a nanosecond earlier does not.
+    // r[verify gateway.tls.reload]
+    #[tokio::test(start_paused = true)]
+    async fn a_check_is_due_exactly_one_interval_after_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair(&files, "first.test");
+        let interval = Duration::from_secs(1);
+        let store = CertStore::open(files.clone(), interval).unwrap();
+        let opened = store.watch.lock().unwrap().last_check;
+        write_pair(&files, "second-and-longer.test");
+        let stats = Stats::default();
+        let early = opened + interval - Duration::from_nanos(1);
+        assert!(matches!(
+            store.refresh(&stats, early, false),
+            TlsReload::Unchanged
+        ));
+        assert!(matches!(
+            store.refresh(&stats, opened + interval, false),
+            TlsReload::Reloaded
+        ));
+    }
+}

@@ -233,6 +233,37 @@ async fn quiet_clients_that_answer_pings_stay_and_silent_ones_are_closed() {
     assert_eq!((code, why.as_str()), (1000, "idle timeout"));
 }
 
+// r[verify gateway.keepalive]
+// On tokio's paused clock: the first ping comes one ping interval after the connection, not at
+// once, and the next one interval later.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn pings_come_at_the_ping_interval_from_the_connection_on() {
+    use futures_util::StreamExt;
+    let mut c = config("a");
+    let interval = Duration::from_secs(10);
+    c.ping_interval = interval;
+    // The paused clock jumps to the next timer whenever the runtime idles: every other timeout
+    // lies far beyond what this test waits for.
+    c.idle_timeout = Duration::from_secs(24 * 3600);
+    c.auth_timeout = Duration::from_secs(24 * 3600);
+    c.handshake_timeout = Duration::from_secs(24 * 3600);
+    let node = start(c).await;
+    let connected = tokio::time::Instant::now();
+    let mut ws = connect(&node.gateway).await;
+    let mut pings = Vec::new();
+    while pings.len() < 2 {
+        match ws.next().await.expect("open").expect("no error") {
+            Message::Ping(_) => pings.push(connected.elapsed()),
+            other => panic!("expected a ping, got {other:?}"),
+        }
+    }
+    assert!(
+        pings[0] >= interval && pings[0] < interval + Duration::from_secs(1),
+        "first ping at {pings:?}"
+    );
+    assert_eq!(pings[1] - pings[0], interval, "{pings:?}");
+}
+
 /// A subscriber that, on each event, asks another thread to count the gateway's connections
 /// (which takes every registry shard lock) and records whether that count was kept waiting:
 /// an event logged while the pushing thread holds a shard lock.

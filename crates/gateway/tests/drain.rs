@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use holdfast_gateway::{
-    CasOutcome, Cleanup, ClusterError, MemoryRegistry, MemoryRouting, Replica, RoutingMap,
-    ServiceRegistry, Step,
+    CasOutcome, Cleanup, ClusterError, MemoryRegistry, MemoryRouting, Replica, RouteCleanup,
+    RoutingMap, ServiceRegistry, Step,
 };
 use holdfast_lifecycle::{BoxFuture, StopReason, StopRequest};
 use tokio::net::TcpStream;
@@ -232,6 +232,8 @@ async fn upgrades_during_the_drain_get_503_with_retry_after() {
     assert_eq!(gateway.stats().refused_draining, 1);
 }
 
+// Step 3 of the order: whoever has not answered the close is force-closed, and counted.
+// r[verify gateway.drain.order]
 // r[verify gateway.drain.budget]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_are_force_closed_inside_the_cap() {
@@ -269,9 +271,55 @@ async fn clients_that_never_read_are_force_closed_inside_the_cap() {
     drop(silent);
 }
 
+// Step 2 ends only when each connection the drain began with was sent its close frame or ended,
+// each counted once: a client that got its frame and answered it (ended) does not stand in for a
+// silent one whose frame is stuck behind what it never read. Step 2 therefore runs to its
+// deadline, and the report counts the one frame that was sent.
+// r[verify gateway.drain.order]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_2_waits_for_every_connections_frame_counting_each_connection_once() {
+    use futures_util::StreamExt;
+    let node = start(short_cap("a", 1500)).await;
+    let mut ann = member(&node.gateway, "ann", "talk").await;
+    let bob = member(&node.gateway, "bob", "lobby").await;
+    // Far more than the kernel's socket buffers hold: bob's close frame cannot be written.
+    let big = "x".repeat(512 * 1024);
+    for _ in 0..48 {
+        node.gateway.push_room("lobby", &big).await;
+    }
+    // Ann reads on and answers the close (tungstenite replies to it), so she ends at once.
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = ann.next().await {} });
+    let report = node.gateway.drain(StopReason::Restart, None).await;
+    reader.await.unwrap();
+    assert_eq!(report.connections, 2);
+    assert_eq!(report.close_frames_sent, 1, "{report:?}");
+    assert_eq!((report.closed_in_time, report.force_closed), (1, 1));
+    assert_eq!(node.gateway.stats().slow_consumer_drops, 0);
+    let order: Vec<Step> = report.steps.iter().map(|s| s.step).collect();
+    assert_eq!(
+        order,
+        [
+            Step::StopAccepting,
+            Step::Close,
+            Step::Handshake,
+            Step::Routing
+        ]
+    );
+    // Steps 1 and 2 together lasted until step 2's deadline (less the rounding of two
+    // truncated milliseconds): bob never got his frame, so step 2 did not end early.
+    let close = &report.steps[1];
+    assert!(
+        report.steps[0].took_ms + close.took_ms + 2 >= close.deadline_ms,
+        "{report:?}"
+    );
+    drop(bob);
+}
+
 // r[verify gateway.drain.budget]
 // r[verify gateway.drain.deregister]
 // r[verify gateway.drain.signal]
+// Every step runs and reports its problem even when the backends fail or hang.
+// r[verify gateway.drain.order]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backends_that_hang_at_drain_time_do_not_keep_clients_or_overrun_the_cap() {
     for hang in [true, false] {
@@ -352,9 +400,27 @@ async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
     // Bob reconnects to b before a drains.
     let _bob_new = member(&b.gateway, "bob", "lobby").await;
     assert_eq!(routing.get("bob").as_deref(), Some("b"));
+    // Cat's and Dan's entries are removed from outside (an operator, an expiry) before a drains.
+    let _cat = member(&a.gateway, "cat", "lobby").await;
+    let _dan = member(&a.gateway, "dan", "lobby").await;
+    for user in ["cat", "dan"] {
+        assert_eq!(
+            routing.compare_and_delete(user, "a").await,
+            Ok(CasOutcome::Cleared)
+        );
+    }
     let report = a.gateway.drain(StopReason::Restart, None).await;
-    assert_eq!(report.routes.cleared, 1);
-    assert_eq!(report.routes.stale, 1);
+    // Every count the report prints, each distinct, so a miscounted outcome shows.
+    assert_eq!(
+        report.routes,
+        RouteCleanup {
+            cleared: 1,
+            stale: 1,
+            absent: 2,
+            failed: 0,
+            unfinished: 0,
+        }
+    );
     assert_eq!(routing.get("ann"), None);
     assert_eq!(
         routing.get("bob").as_deref(),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use holdfast_gateway::{
     Cleanup, Cluster, EtcdConfig, EtcdRegistry, Gateway, GatewayConfig, MemoryBus, MemoryRouting,
-    Replica,
+    Replica, ServiceRegistry,
 };
 use holdfast_lifecycle::StopReason;
 use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
@@ -76,7 +76,7 @@ where
 }
 
 // r[verify gateway.cluster.lease]
-// r[verify gateway.cluster.keepalive]
+// r[verify gateway.cluster.keepalive+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_registration_is_a_key_on_a_lease_kept_alive_and_replaced_when_lost() {
     let Some(etcd) = services::etcd() else {
@@ -120,6 +120,91 @@ async fn the_registration_is_a_key_on_a_lease_kept_alive_and_replaced_when_lost(
     eventually("ready again", || a.is_ready()).await;
     a.drain(StopReason::Shutdown, None).await;
     assert_eq!(read(&etcd.url, &key).await, None);
+}
+
+// r[verify gateway.cluster.keepalive+2]
+// r[verify gateway.cluster.ready]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_outage_keeps_the_replica_ready_for_a_ttl_then_its_lease_is_replaced() {
+    let Some(etcd) = services::etcd() else {
+        return;
+    };
+    let proxy = FaultProxy::start(addr(&etcd.url)).await.unwrap();
+    let p = prefix("outage");
+    let via = format!("http://{}", proxy.addr());
+    let ttl = Duration::from_secs(4);
+    let registry = EtcdRegistry::connect(etcd_config(&via, &p, ttl.as_secs()))
+        .await
+        .unwrap();
+    let a = start_on(config("a"), &registry).await;
+    let key = registry.key("a");
+    let (_, lease) = read(&etcd.url, &key).await.expect("registered");
+    assert!(a.is_ready());
+
+    // etcd becomes unreachable: every connection to it is reset.
+    proxy.set_mode(Mode::Reset).await.unwrap();
+    let cut = Instant::now();
+    eventually_async("a keep-alive failure", Duration::from_secs(5), || async {
+        registry.lease_stats().keepalive_transient >= 1
+    })
+    .await;
+    // The failure is counted, and the replica stays ready: the lease may still be alive (the
+    // first refresh after the cut comes within a third of the TTL, far inside the TTL).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(cut.elapsed() < ttl / 2, "checked inside the TTL");
+    assert!(a.is_ready(), "one failed keep-alive does not end readiness");
+    assert_eq!(registry.lease_stats().leases_lost, 0);
+
+    // A whole TTL without a confirmation: the lease is taken as gone, not ready.
+    eventually_async(
+        "not ready past the TTL",
+        Duration::from_secs(10),
+        || async { !a.is_ready() },
+    )
+    .await;
+    // The last confirmation came at most a third of the TTL before the cut, and readiness ends
+    // one TTL after it, whatever the keeper is waiting on (the margin is the polling).
+    let unready = cut.elapsed();
+    assert!(unready >= ttl - ttl / 3, "{unready:?}");
+    assert!(unready < ttl + Duration::from_millis(300), "{unready:?}");
+
+    // etcd is back after the lease expired there: it is counted lost and replaced.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    eventually_async("ready again", Duration::from_secs(15), || async {
+        a.is_ready()
+    })
+    .await;
+    assert_eq!(registry.lease_stats().leases_lost, 1);
+    let (_, renewed) = read(&etcd.url, &key).await.expect("registered again");
+    assert_ne!(renewed, lease, "on a new lease");
+    assert_eq!(Some(renewed), registry.lease_id());
+    a.drain(StopReason::Shutdown, None).await;
+}
+
+// A lease was granted but the key could not be put on it (etcd refuses a value over its request
+// limit): the registration failed, the registry holds no lease and is not live, so nothing keeps
+// a keyless lease alive or calls the replica ready.
+// r[verify gateway.cluster.lease]
+// r[verify gateway.cluster.ready]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_key_could_not_be_put_is_not_held() {
+    let Some(etcd) = services::etcd() else {
+        return;
+    };
+    let p = prefix("unput");
+    let registry = EtcdRegistry::connect(etcd_config(&etcd.url, &p, 5))
+        .await
+        .unwrap();
+    let replica = Replica {
+        id: "big".into(),
+        address: "x".repeat(3 << 20),
+    };
+    let registered = registry.register(&replica).await;
+    assert!(registered.is_err(), "{registered:?}");
+    assert_eq!(registry.lease_id(), None);
+    assert!(!registry.is_live());
+    assert_eq!(registry.lease_stats().registrations, 0);
 }
 
 // r[verify gateway.cluster.lease]

@@ -57,7 +57,7 @@ pub struct AcmeConfig {
 }
 
 /// Classifies an instant-acme failure.
-// r[impl issue.acme.classify]
+// r[impl issue.acme.classify+2]
 pub fn classify(err: &instant_acme::Error) -> SourceError {
     use instant_acme::Error as E;
     let message = err.to_string();
@@ -92,6 +92,23 @@ pub fn classify(err: &instant_acme::Error) -> SourceError {
         message,
         retry_after,
     }
+}
+
+/// The error for a configured profile that the directory does not list (`None`: no profile is
+/// configured, or the directory lists it), checked before any order is created.
+// r[impl issue.acme.profile]
+pub fn unlisted_profile<'a>(
+    wanted: Option<&str>,
+    listed: impl IntoIterator<Item = &'a str>,
+) -> Option<SourceError> {
+    let wanted = wanted?;
+    if listed.into_iter().any(|name| name == wanted) {
+        return None;
+    }
+    Some(SourceError::new(
+        ErrorClass::Rejected,
+        format!("the ACME directory does not offer the profile {wanted:?}"),
+    ))
 }
 
 /// The wait a `rateLimited` problem imposes at least.
@@ -263,14 +280,8 @@ impl AcmeSource {
     async fn issue(&self, hostname: &str) -> Result<CertifiedPair, SourceError> {
         let account = self.account().await?;
         let profile = self.config.profile.as_deref();
-        // r[impl issue.acme.profile]
-        if let Some(wanted) = profile
-            && !account.profiles().any(|p| p.name == wanted)
-        {
-            return Err(SourceError::new(
-                ErrorClass::Rejected,
-                format!("the ACME directory does not offer the profile {wanted:?}"),
-            ));
+        if let Some(err) = unlisted_profile(profile, account.profiles().map(|p| p.name)) {
+            return Err(err);
         }
         let identifiers = [Identifier::Dns(hostname.to_owned())];
         let mut new_order = NewOrder::new(&identifiers);
@@ -423,7 +434,7 @@ pub struct RenewalWindow {
 
 /// The renewal time inside `window`: uniformly random (`fraction` in `[0, 1)`), and `now` when
 /// the window has already passed (RFC 9773 §4.2).
-// r[impl issue.renewal.ari]
+// r[impl issue.renewal.ari+2]
 pub fn pick_in_window(window: &RenewalWindow, fraction: f64, now: SystemTime) -> SystemTime {
     if window.end <= now {
         return now;
@@ -448,7 +459,7 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
     }
 
-    // r[verify issue.renewal.ari]
+    // r[verify issue.renewal.ari+2]
     #[test]
     fn ari_picks_a_uniform_time_inside_the_window() {
         let w = RenewalWindow {
@@ -473,7 +484,7 @@ mod tests {
         assert_eq!(pick_in_window(&w, 0.3, t(5000)), t(5000));
     }
 
-    // r[verify issue.acme.classify]
+    // r[verify issue.acme.classify+2]
     #[test]
     fn acme_problems_are_classified_by_type() {
         let problem = |t: &str, status: u16| {
@@ -526,6 +537,40 @@ mod tests {
             ErrorClass::Unreachable
         );
         assert!(classify(&problem("badNonce", 400)).retry_after.is_none());
+    }
+
+    // r[verify issue.acme.classify+2]
+    #[test]
+    fn library_failures_outside_a_problem_document_are_classified() {
+        use instant_acme::Error as E;
+        assert_eq!(
+            classify(&E::Unsupported("profiles")).class,
+            ErrorClass::Rejected
+        );
+        assert_eq!(classify(&E::Crypto).class, ErrorClass::Server);
+        assert_eq!(classify(&E::KeyRejected).class, ErrorClass::Server);
+        let json = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        assert_eq!(classify(&E::Json(json)).class, ErrorClass::Server);
+        for err in [E::Unsupported("x"), E::Crypto, E::KeyRejected] {
+            assert!(classify(&err).retry_after.is_none());
+        }
+    }
+
+    // r[verify issue.acme.profile]
+    #[test]
+    fn a_profile_is_checked_against_the_directory_list() {
+        let listed = ["classic", "shortlived", "tlsserver"];
+        assert!(unlisted_profile(None, listed).is_none(), "none configured");
+        assert!(unlisted_profile(None, []).is_none());
+        for wanted in listed {
+            assert!(unlisted_profile(Some(wanted), listed).is_none(), "{wanted}");
+        }
+        for (wanted, listed) in [("custom", &listed[..]), ("shortlived", &[][..])] {
+            let err = unlisted_profile(Some(wanted), listed.iter().copied())
+                .unwrap_or_else(|| panic!("{wanted} is not listed"));
+            assert_eq!(err.class, ErrorClass::Rejected);
+            assert!(err.message.contains(wanted), "{err}");
+        }
     }
 
     #[test]

@@ -154,7 +154,9 @@ impl Verdict {
     }
 }
 
-/// When a block engaged by this history ends (`None`: the history blocks nothing).
+/// When a block engaged by this history ends (`None`: the history blocks nothing): a streak of at
+/// least the threshold blocks until `block_for` after its latest failure.
+// r[impl issue.block+2]
 pub fn block_until(policy: &IssuePolicy, history: &History<SystemTime>) -> Option<SystemTime> {
     if history.failures < policy.block_after {
         return None;
@@ -163,13 +165,66 @@ pub fn block_until(policy: &IssuePolicy, history: &History<SystemTime>) -> Optio
     Some(last.saturating_add(policy.block_for))
 }
 
+/// The block in force at `now`, as its expiry: before the expiry the hostname is blocked, at the
+/// expiry itself it no longer is.
+// r[impl issue.block+2]
+pub fn blocked_at(
+    policy: &IssuePolicy,
+    history: &History<SystemTime>,
+    now: SystemTime,
+) -> Option<SystemTime> {
+    block_until(policy, history).filter(|&until| now < until)
+}
+
+/// Why the current certificate calls for an attempt at `now` (`None`: it is valid and before
+/// its renewal time): missing; expired from its not-after time on; renewal due from its renewal
+/// time on.
+// r[impl issue.decision+2]
+pub fn due(current: Option<&CertInfo>, now: SystemTime) -> Option<IssueReason> {
+    let cert = match current {
+        None => return Some(IssueReason::Missing),
+        Some(cert) => cert,
+    };
+    if now >= cert.not_after {
+        Some(IssueReason::Expired)
+    } else if renewal_due(cert, now) {
+        Some(IssueReason::Renewal)
+    } else {
+        None
+    }
+}
+
+/// Whether a stored certificate's renewal time has come: from `renew_at` on, not before.
+// r[impl issue.renewal.valid+2]
+pub fn renewal_due(cert: &CertInfo, now: SystemTime) -> bool {
+    now >= cert.renew_at
+}
+
+/// The pacing step, once there is a reason to issue: debounced while holdfast-retry's decision
+/// over the persisted history says wait; else issue, as a retry when the streak is not empty.
+// r[impl issue.pacing]
+pub fn paced(
+    policy: &Policy,
+    history: &History<SystemTime>,
+    reason: IssueReason,
+    now: SystemTime,
+) -> Verdict {
+    match holdfast_retry::decide(policy, history, now) {
+        Decision::WaitUntil(until) => Verdict::Debounced {
+            until,
+            failures: history.failures,
+        },
+        Decision::Eligible if history.failures > 0 => Verdict::Issue(IssueReason::Retry),
+        Decision::Eligible => Verdict::Issue(reason),
+    }
+}
+
 /// The decision, before any source is called.
 ///
 /// Order: a block wins over everything (a manual trigger does not pass it); then a valid
 /// certificate before its renewal time (unless manual); then the debounce (unless manual); else
 /// issue, with the reason.
-// r[impl issue.decision]
-// r[impl issue.block]
+// r[impl issue.decision+2]
 pub fn decide(
     policy: &IssuePolicy,
     current: Option<&CertInfo>,
@@ -177,9 +232,7 @@ pub fn decide(
     flags: Flags,
     now: SystemTime,
 ) -> Verdict {
-    if let Some(until) = block_until(policy, history)
-        && now < until
-    {
+    if let Some(until) = blocked_at(policy, history, now) {
         return Verdict::Blocked {
             reason: BlockReason::SustainedFailure {
                 failures: history.failures,
@@ -188,30 +241,15 @@ pub fn decide(
             clear: FORCE_RETRY_HINT,
         };
     }
-    let due = match current {
-        Some(cert) if now >= cert.not_after => Some(IssueReason::Expired),
-        Some(cert) if now < cert.renew_at => None,
-        Some(_) => Some(IssueReason::Renewal),
-        None => Some(IssueReason::Missing),
-    };
     if flags.manual {
         return Verdict::Issue(IssueReason::Manual);
     }
-    let Some(reason) = due else {
-        // r[impl issue.renewal.valid]
+    let Some(reason) = due(current, now) else {
         return Verdict::Valid {
             renew_at: current.map_or(now, |c| c.renew_at),
         };
     };
-    // r[impl issue.pacing]
-    match holdfast_retry::decide(&policy.retry, history, now) {
-        Decision::WaitUntil(until) => Verdict::Debounced {
-            until,
-            failures: history.failures,
-        },
-        Decision::Eligible if history.failures > 0 => Verdict::Issue(IssueReason::Retry),
-        Decision::Eligible => Verdict::Issue(reason),
-    }
+    paced(&policy.retry, history, reason, now)
 }
 
 #[cfg(test)]
@@ -240,7 +278,7 @@ mod tests {
         h
     }
 
-    // r[verify issue.decision]
+    // r[verify issue.decision+2]
     #[test]
     fn every_branch_of_the_decision() {
         let p = policy();
@@ -293,7 +331,158 @@ mod tests {
         );
     }
 
-    // r[verify issue.block]
+    const NS: Duration = Duration::from_nanos(1);
+
+    // r[verify issue.decision+2]
+    #[test]
+    fn expiry_and_renewal_take_effect_at_their_instants() {
+        let p = policy();
+        let fresh = History::for_key("a.example");
+        let none = Flags::default();
+        let c = cert(0, 90 * 86400);
+        let at = |now| decide(&p, Some(&c), &fresh, none, now);
+        assert_eq!(
+            at(c.renew_at - NS),
+            Verdict::Valid {
+                renew_at: c.renew_at
+            }
+        );
+        assert_eq!(at(c.renew_at), Verdict::Issue(IssueReason::Renewal));
+        assert_eq!(at(c.not_after - NS), Verdict::Issue(IssueReason::Renewal));
+        assert_eq!(at(c.not_after), Verdict::Issue(IssueReason::Expired));
+        assert_eq!(due(None, t(0)), Some(IssueReason::Missing));
+        assert_eq!(due(Some(&c), c.renew_at - NS), None);
+        // A manual trigger does not pass a block.
+        let h = failed(&p, p.block_after, t(0));
+        assert!(matches!(
+            decide(&p, Some(&c), &h, Flags { manual: true }, t(1)),
+            Verdict::Blocked { .. }
+        ));
+    }
+
+    // r[verify issue.renewal.valid+2]
+    #[test]
+    fn a_valid_certificate_is_left_alone_until_the_renewal_instant() {
+        let p = policy();
+        let fresh = History::for_key("a.example");
+        let c = cert(0, 90 * 86400);
+        // Renewal at two thirds of 90 days.
+        assert_eq!(c.renew_at, t(60 * 86400));
+        assert!(!renewal_due(&c, t(0)));
+        assert!(!renewal_due(&c, c.renew_at - NS));
+        assert!(renewal_due(&c, c.renew_at));
+        assert!(renewal_due(&c, c.renew_at + NS));
+        assert!(!decide(&p, Some(&c), &fresh, Flags::default(), c.renew_at - NS).is_issue());
+        assert!(decide(&p, Some(&c), &fresh, Flags::default(), c.renew_at).is_issue());
+    }
+
+    // r[verify issue.pacing]
+    #[test]
+    fn a_failure_debounces_until_the_retry_decision_then_issues_as_a_retry() {
+        let p = policy();
+        let fresh = History::for_key("a.example");
+        // No streak: the reason stands.
+        for reason in [
+            IssueReason::Missing,
+            IssueReason::Renewal,
+            IssueReason::Expired,
+        ] {
+            assert_eq!(
+                paced(&p.retry, &fresh, reason, t(0)),
+                Verdict::Issue(reason)
+            );
+        }
+        // One failure: debounced until the instant holdfast-retry names, a retry from then on.
+        let h = failed(&p, 1, t(0));
+        let Decision::WaitUntil(until) = holdfast_retry::decide(&p.retry, &h, t(1)) else {
+            panic!("waits")
+        };
+        assert!(until >= t(300) && until <= t(360), "{until:?}");
+        assert_eq!(
+            paced(&p.retry, &h, IssueReason::Missing, until - NS),
+            Verdict::Debounced { until, failures: 1 }
+        );
+        assert_eq!(
+            paced(&p.retry, &h, IssueReason::Missing, until),
+            Verdict::Issue(IssueReason::Retry)
+        );
+        // Through `decide` too, with a certificate due for renewal.
+        let c = cert(0, 90);
+        assert_eq!(
+            decide(&p, Some(&c), &h, Flags::default(), t(61)),
+            Verdict::Debounced { until, failures: 1 }
+        );
+        assert_eq!(
+            decide(&p, Some(&c), &h, Flags::default(), until),
+            Verdict::Issue(IssueReason::Retry)
+        );
+    }
+
+    proptest! {
+        // r[verify issue.pacing]
+        #[test]
+        fn a_retry_after_lengthens_the_wait_and_never_shortens_it(
+            failures in 1u32..5,
+            hint in 0u64..(20 * 3600),
+        ) {
+            let p = policy();
+            let mut plain = History::for_key("a.example");
+            let mut hinted = History::for_key("a.example");
+            for i in 0..failures {
+                let at = t(u64::from(i));
+                plain.begin_attempt(&p.retry, at);
+                plain.record_failure(&p.retry, at, None);
+                hinted.begin_attempt(&p.retry, at);
+                let last = i + 1 == failures;
+                hinted.record_failure(&p.retry, at, last.then(|| Duration::from_secs(hint)));
+            }
+            let now = t(u64::from(failures));
+            let until = |h: &History<SystemTime>| match paced(&p.retry, h, IssueReason::Missing, now) {
+                Verdict::Debounced { until, failures: f } => {
+                    assert_eq!(f, failures);
+                    until
+                }
+                other => panic!("debounced: {other:?}"),
+            };
+            let (plain_until, hinted_until) = (until(&plain), until(&hinted));
+            prop_assert!(hinted_until >= plain_until);
+            let last = t(u64::from(failures - 1));
+            prop_assert!(hinted_until >= last + Duration::from_secs(hint));
+            prop_assert_eq!(
+                paced(&p.retry, &hinted, IssueReason::Missing, hinted_until),
+                Verdict::Issue(IssueReason::Retry)
+            );
+        }
+    }
+
+    // r[verify issue.block+2]
+    #[test]
+    fn a_block_holds_before_its_expiry_and_not_at_it() {
+        let p = policy();
+        let h = failed(&p, p.block_after, t(0));
+        let until = t(0) + p.block_for;
+        assert_eq!(block_until(&p, &h), Some(until));
+        assert_eq!(blocked_at(&p, &h, until - NS), Some(until));
+        assert_eq!(blocked_at(&p, &h, until), None);
+        assert!(matches!(
+            decide(&p, None, &h, Flags::default(), until - NS),
+            Verdict::Blocked { until: u, .. } if u == until
+        ));
+        // At the expiry the one attempt is due (the streak's wait is shorter than the block).
+        assert_eq!(
+            decide(&p, None, &h, Flags::default(), until),
+            Verdict::Issue(IssueReason::Retry)
+        );
+        // The threshold itself blocks; one short of it and one past it are as they should be.
+        assert_eq!(block_until(&p, &failed(&p, p.block_after - 1, t(0))), None);
+        assert_eq!(
+            block_until(&p, &failed(&p, p.block_after + 1, t(0))),
+            Some(until)
+        );
+        assert_eq!(block_until(&p, &History::for_key("a.example")), None);
+    }
+
+    // r[verify issue.block+2]
     #[test]
     fn a_block_has_an_expiry_and_a_manual_trigger_does_not_pass_it() {
         let p = policy();
@@ -345,6 +534,12 @@ mod tests {
     #[test]
     fn defaults_stay_under_five_failed_validations_per_hour() {
         let p = policy();
+        assert_eq!(p.retry.base(), Duration::from_secs(5 * 60));
+        assert_eq!(p.retry.cap(), Duration::from_secs(6 * 3600));
+        assert_eq!(p.retry.escalate_after(), 6);
+        assert_eq!(p.retry.hint_cap(), Duration::from_secs(24 * 3600));
+        assert_eq!(p.block_after, 6);
+        assert_eq!(p.block_for, Duration::from_secs(6 * 3600));
         let mut h = History::for_key("a.example");
         let mut now = t(0);
         let mut attempts = Vec::new();
@@ -376,7 +571,7 @@ mod tests {
     }
 
     proptest! {
-        // r[verify issue.block]
+        // r[verify issue.block+2]
         #[test]
         fn no_outcome_sequence_blocks_forever(
             outcomes in proptest::collection::vec((any::<bool>(), 0u64..20_000, proptest::option::of(0u64..200_000)), 0..60),

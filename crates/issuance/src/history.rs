@@ -165,7 +165,7 @@ pub struct HistoryDb {
 
 impl HistoryDb {
     /// Opens (creating and migrating) the database at `path`, in WAL mode.
-    // r[impl issue.history.sqlite]
+    // r[impl issue.history.sqlite+2]
     pub fn open(path: &Path, keep_per_host: usize) -> Result<Self, HistoryError> {
         let name = path.display().to_string();
         let wrap = |source| HistoryError::Sqlite {
@@ -469,7 +469,68 @@ mod tests {
             .unwrap()
     }
 
-    // r[verify issue.history.sqlite]
+    // r[verify issue.history.sqlite+2]
+    #[test]
+    fn the_file_and_its_missing_directory_are_created_on_first_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("node").join("data");
+        let path = data.join("attempts.sqlite");
+        let db = HistoryDb::open(&path, 10).unwrap();
+        assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
+        assert!(data.is_dir() && path.is_file());
+        drop(db);
+        // A file where the directory should be is a clear error naming the path.
+        let blocked = dir.path().join("file");
+        std::fs::write(&blocked, b"x").unwrap();
+        let err = HistoryDb::open(&blocked.join("attempts.sqlite"), 10).unwrap_err();
+        assert!(err.to_string().contains("attempts.sqlite"), "{err}");
+    }
+
+    proptest::proptest! {
+        // Each case opens a database and folds up to 40 attempts: fewer cases than the default.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        // r[verify issue.history.per-host]
+        #[test]
+        fn each_hostnames_folded_row_is_its_own_outcomes_folded(
+            steps in proptest::collection::vec(
+                (proptest::bool::ANY, proptest::bool::ANY, proptest::option::of(0u64..7200), 1u64..4000),
+                1..40,
+            ),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = Policy::default();
+            let mut db = HistoryDb::open(&dir.path().join("a.sqlite"), 5).unwrap();
+            let hosts = ["a.example", "b.example"];
+            let mut memory = hosts.map(History::<SystemTime>::for_key);
+            let mut now = t(0);
+            for (second, ok, hint, gap) in steps {
+                now += Duration::from_secs(gap);
+                let i = usize::from(second);
+                let id = db.begin(&p, hosts[i], "local", now).unwrap();
+                memory[i].begin_attempt(&p, now);
+                let retry_after = hint.map(Duration::from_secs);
+                let f = FailureRecord { class: "unreachable", message: "refused", retry_after };
+                if ok {
+                    db.finish(&p, id, hosts[i], now, Outcome::Success, None).unwrap();
+                    memory[i].record_success();
+                } else {
+                    db.finish(&p, id, hosts[i], now, Outcome::Failure, Some(&f)).unwrap();
+                    memory[i].record_failure(&p, now, retry_after);
+                }
+                for (host, want) in hosts.iter().zip(&memory) {
+                    let got = db.history(host).unwrap();
+                    proptest::prop_assert_eq!(
+                        (got.failures, got.last_failure, got.hint, got.escalated, got.jitter_key),
+                        (want.failures, want.last_failure, want.hint, want.escalated, want.jitter_key),
+                        "{}", host
+                    );
+                }
+            }
+        }
+    }
+
+    // r[verify issue.history.sqlite+2]
     #[test]
     fn wal_migrations_and_reopen_keep_the_history() {
         let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use futures_util::future::join_all;
 use holdfast_lifecycle::{FaultBoard, Subject};
 
-use crate::acme::pick_in_window;
+use crate::acme::{RenewalWindow, pick_in_window};
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
 use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
 use crate::source::{ErrorClass, Source, SourceError};
@@ -139,6 +139,67 @@ struct AriChoice {
 
 /// The longest a renewal-information request may hold up a tick.
 const ARI_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The shortest wait before a window is asked for again, whatever its Retry-After says.
+const ARI_MIN_RECHECK: Duration = Duration::from_secs(60);
+
+/// When a source that offered no window is asked again.
+const ARI_NO_WINDOW_RECHECK: Duration = Duration::from_secs(86400);
+
+/// When a hostname whose request did not answer in time is asked again.
+const ARI_UNANSWERED_RECHECK: Duration = Duration::from_secs(3600);
+
+/// A window's span and the renewal time drawn in it.
+type Drawn = ((SystemTime, SystemTime), SystemTime);
+
+impl AriChoice {
+    /// Whether the window is to be asked for at `now`: never asked yet, or its recheck time has
+    /// come (the instant itself included).
+    // r[impl issue.renewal.ari+2]
+    fn due(previous: Option<AriChoice>, now: SystemTime) -> bool {
+        previous.is_none_or(|p| p.recheck <= now)
+    }
+
+    /// The choice once the source answered `window` at `now`: a window seen before keeps its
+    /// time (RFC 9773 §4.2: drawn once per window, so re-asking does not re-draw), a new one draws
+    /// with `draw` (a fraction in `[0, 1)`); no window keeps what was drawn before.
+    // r[impl issue.renewal.ari+2]
+    fn answered(
+        kept: Option<Drawn>,
+        window: Option<RenewalWindow>,
+        now: SystemTime,
+        draw: impl FnOnce() -> f64,
+    ) -> AriChoice {
+        match window {
+            Some(w) => {
+                let span = (w.start, w.end);
+                let drawn = match kept {
+                    Some((was, at)) if was == span => (span, at),
+                    _ => (span, pick_in_window(&w, draw(), now)),
+                };
+                AriChoice {
+                    drawn: Some(drawn),
+                    recheck: now + w.recheck_after.max(ARI_MIN_RECHECK),
+                }
+            }
+            // No ARI (or no answer): what was drawn before, else the two-thirds fallback.
+            None => AriChoice {
+                drawn: kept,
+                recheck: now + ARI_NO_WINDOW_RECHECK,
+            },
+        }
+    }
+
+    /// The choice when the request did not answer inside the pass's bound: what was drawn
+    /// before stays, and the hostname is asked again an hour later.
+    // r[impl issue.bounds]
+    fn unanswered(kept: Option<Drawn>, now: SystemTime) -> AriChoice {
+        AriChoice {
+            drawn: kept,
+            recheck: now + ARI_UNANSWERED_RECHECK,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Memory {
@@ -574,11 +635,9 @@ impl Issuer {
         Ok((host.name.clone(), result))
     }
 
-    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it:
-    /// once per window (RFC 9773 §4.2), so re-asking does not re-draw, and an unchanged window
-    /// keeps its time. A request that does not answer in time, or no window, keeps what was drawn
-    /// before (else the two-thirds fallback), and cannot hold up the tick.
-    // r[impl issue.renewal.ari]
+    /// Asks each source that offers ARI for its window, when due, and picks a renewal time in it
+    /// ([`AriChoice::answered`]). A request that does not answer in time keeps what was drawn
+    /// before (else the two-thirds fallback), and the whole pass cannot hold up the tick.
     // r[impl issue.bounds]
     async fn refresh_renewal_windows(&self, now: SystemTime) {
         // One bound for the whole pass, not one per hostname: a stalled server must not hold a
@@ -590,7 +649,7 @@ impl Issuer {
                 continue;
             };
             let previous = self.memory().ari.get(&host.name).copied();
-            if previous.is_some_and(|p| p.recheck > now) {
+            if !AriChoice::due(previous, now) {
                 continue;
             }
             let kept = previous.and_then(|p| p.drawn);
@@ -599,32 +658,11 @@ impl Issuer {
             else {
                 tracing::warn!(hostname = %host.name, timeout = ?bound,
                     "renewal information did not answer in time; asking again in an hour");
-                let entry = AriChoice {
-                    drawn: kept,
-                    recheck: now + Duration::from_secs(3600),
-                };
+                let entry = AriChoice::unanswered(kept, now);
                 self.memory().ari.insert(host.name.clone(), entry);
                 break;
             };
-            let entry = match window {
-                Some(w) => {
-                    let span = (w.start, w.end);
-                    let drawn = match kept {
-                        Some((was, at)) if was == span => (span, at),
-                        _ => (span, pick_in_window(&w, rand::random::<f64>(), now)),
-                    };
-                    AriChoice {
-                        drawn: Some(drawn),
-                        recheck: now + w.recheck_after.max(Duration::from_secs(60)),
-                    }
-                }
-                // No ARI (or no answer): what was drawn before, else the two-thirds fallback;
-                // ask again in a day.
-                None => AriChoice {
-                    drawn: kept,
-                    recheck: now + Duration::from_secs(86400),
-                },
-            };
+            let entry = AriChoice::answered(kept, window, now, rand::random::<f64>);
             self.memory().ari.insert(host.name.clone(), entry);
         }
     }
@@ -738,5 +776,61 @@ impl Issuer {
                 (h.clone(), left.as_secs_f64() / 86400.0)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    const NS: Duration = Duration::from_nanos(1);
+
+    fn window(start: u64, end: u64, recheck: u64) -> RenewalWindow {
+        RenewalWindow {
+            start: t(start),
+            end: t(end),
+            recheck_after: Duration::from_secs(recheck),
+        }
+    }
+
+    // r[verify issue.renewal.ari+2]
+    #[test]
+    fn a_window_is_asked_again_from_its_recheck_time_on() {
+        assert!(AriChoice::due(None, t(0)), "never asked");
+        let asked = AriChoice::answered(None, Some(window(1000, 2000, 600)), t(0), || 0.5);
+        assert_eq!(asked.recheck, t(600));
+        assert!(!AriChoice::due(Some(asked), t(0)));
+        assert!(!AriChoice::due(Some(asked), t(600) - NS));
+        assert!(AriChoice::due(Some(asked), t(600)));
+        assert!(AriChoice::due(Some(asked), t(601)));
+        // A Retry-After under a minute is raised to one.
+        let soon = AriChoice::answered(None, Some(window(1000, 2000, 1)), t(0), || 0.5);
+        assert_eq!(soon.recheck, t(60));
+        // A source that offers no window is asked again a day later.
+        let none = AriChoice::answered(None, None, t(0), || 0.5);
+        assert_eq!(none.recheck, t(86400));
+        assert!(none.drawn.is_none(), "the fallback holds");
+    }
+
+    // r[verify issue.renewal.ari+2]
+    #[test]
+    fn the_time_is_drawn_once_per_window_and_anew_for_a_changed_one() {
+        let w = window(1000, 2000, 60);
+        let first = AriChoice::answered(None, Some(w), t(0), || 0.5);
+        assert_eq!(first.drawn, Some(((t(1000), t(2000)), t(1500))));
+        // The same window again: the time stays, whatever a new draw would say.
+        let again = AriChoice::answered(first.drawn, Some(w), t(60), || 0.9);
+        assert_eq!(again.drawn, first.drawn);
+        assert_eq!(again.recheck, t(120));
+        // A changed window draws anew, inside it.
+        let moved = AriChoice::answered(first.drawn, Some(window(3000, 5000, 60)), t(60), || 0.25);
+        assert_eq!(moved.drawn, Some(((t(3000), t(5000)), t(3500))));
+        // No window this time: what was drawn before stays.
+        let gone = AriChoice::answered(first.drawn, None, t(60), || 0.9);
+        assert_eq!(gone.drawn, first.drawn);
     }
 }

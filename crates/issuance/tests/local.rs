@@ -115,7 +115,7 @@ fn local(addr: SocketAddr) -> Arc<dyn Source> {
 }
 
 // r[verify issue.local]
-// r[verify issue.renewal.valid]
+// r[verify issue.renewal.valid+2]
 // r[verify issue.store.notify]
 #[tokio::test]
 async fn issues_once_restarts_quietly_and_renews_when_the_clock_passes_renewal() {

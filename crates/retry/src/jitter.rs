@@ -124,6 +124,21 @@ impl Policy {
 mod tests {
     use super::*;
 
+    const EVERY_JITTER: [Jitter; 4] = [
+        Jitter::Additive,
+        Jitter::Full,
+        Jitter::Equal,
+        Jitter::Decorrelated,
+    ];
+
+    /// The distinct waits that keys 0..100 draw after `failures` failures, sorted.
+    fn distinct_waits(p: &Policy, failures: u32) -> Vec<Duration> {
+        let mut waits: Vec<_> = (0..100u64).map(|k| p.jittered_delay(failures, k)).collect();
+        waits.sort();
+        waits.dedup();
+        waits
+    }
+
     fn policy(jitter: Jitter) -> Policy {
         Policy::builder()
             .base(Duration::from_millis(100))
@@ -159,16 +174,9 @@ mod tests {
     // r[verify retry.jitter+2]
     #[test]
     fn jitter_spreads_keys_apart() {
-        for jitter in [
-            Jitter::Additive,
-            Jitter::Full,
-            Jitter::Equal,
-            Jitter::Decorrelated,
-        ] {
+        for jitter in EVERY_JITTER {
             let p = policy(jitter);
-            let mut waits: Vec<_> = (0..100u64).map(|k| p.jittered_delay(3, k)).collect();
-            waits.sort();
-            waits.dedup();
+            let waits = distinct_waits(&p, 3);
             assert!(
                 waits.len() > 90,
                 "{jitter:?}: only {} distinct waits",
@@ -210,16 +218,9 @@ mod tests {
     // r[verify retry.jitter.cap]
     #[test]
     fn jitter_is_not_clamped_away_at_the_cap() {
-        for jitter in [
-            Jitter::Additive,
-            Jitter::Full,
-            Jitter::Equal,
-            Jitter::Decorrelated,
-        ] {
+        for jitter in EVERY_JITTER {
             let p = policy(jitter);
-            let mut at_cap: Vec<_> = (0..100u64).map(|k| p.jittered_delay(40, k)).collect();
-            at_cap.sort();
-            at_cap.dedup();
+            let at_cap = distinct_waits(&p, 40);
             assert!(
                 at_cap.len() > 90,
                 "{jitter:?}: only {} distinct waits at the cap",

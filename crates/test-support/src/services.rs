@@ -297,6 +297,16 @@ mod tests {
     /// Runs one ignored helper test of this binary in a child process with a chosen environment,
     /// because the environment of this process is shared by every test running in parallel.
     fn run_helper(helper: &str, under_harness: bool, ledger: &Path) -> std::process::Output {
+        run_helper_with(helper, under_harness, ledger, None)
+    }
+
+    /// `run_helper`, with the redis variable set to `redis` when given.
+    fn run_helper_with(
+        helper: &str,
+        under_harness: bool,
+        ledger: &Path,
+        redis: Option<&str>,
+    ) -> std::process::Output {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.args([
             "--exact",
@@ -307,6 +317,9 @@ mod tests {
         ])
         .env_remove(REDIS_VAR)
         .env(SKIP_LEDGER_VAR, ledger);
+        if let Some(redis) = redis {
+            cmd.env(REDIS_VAR, redis);
+        }
         if under_harness {
             cmd.env(SERVICES_VAR, "1");
         } else {
@@ -320,6 +333,43 @@ mod tests {
     fn helper_needs_redis() {
         let Some(_redis) = redis() else { return };
         panic!("the helper must never see redis: its parent removed the variable");
+    }
+
+    #[test]
+    #[ignore = "helper: run in a child process by the skip tests"]
+    fn helper_reports_redis() {
+        match redis() {
+            Some(redis) => println!("REDIS AT {}", redis.url),
+            None => println!("NO REDIS"),
+        }
+    }
+
+    // i[verify harness.skip.loud]
+    #[test]
+    fn a_running_service_is_no_skip_and_an_empty_variable_is_no_service() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("skips.jsonl");
+        let helper = "services::tests::helper_reports_redis";
+        let out = run_helper_with(helper, true, &ledger, Some("redis://127.0.0.1:6379"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "a set variable failed: {stderr}");
+        assert!(
+            stdout.contains("REDIS AT redis://127.0.0.1:6379"),
+            "{stdout}{stderr}"
+        );
+        assert!(!stderr.contains("SKIPPED"), "{stderr}");
+        assert!(!ledger.exists(), "a running service is no skip");
+        let out = run_helper_with(helper, false, &ledger, Some(""));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.contains("NO REDIS"), "{stdout}{stderr}");
+        assert!(
+            stderr.contains("SKIPPED services::tests::helper_reports_redis: needs redis"),
+            "an empty variable names no service: {stderr}"
+        );
+        assert!(ledger.exists(), "the skip is recorded");
     }
 
     // i[verify harness.skip.loud]

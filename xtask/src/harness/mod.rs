@@ -136,14 +136,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // proof: cargo-mutants mutates in place and writes each file back, same content but a newer
     // mtime, which the gate's results-outdated check would take for an edit after the tests.
     let packages = suite::packages_named(&args.test_args);
-    let gate = if interrupted || process::interrupted() {
+    // A Ctrl-C during the tests, or during any step after them.
+    let stopped = || interrupted || process::interrupted();
+    let gate = if stopped() {
         None
     } else {
         Some(suite::spec_check(
             &xtask, &workspace, &junit, &ledger, &packages,
         )?)
     };
-    let proof = if args.prove_ci && !interrupted && !process::interrupted() {
+    let proof = if args.prove_ci && !stopped() {
         Some(prove_ci(
             &xtask,
             &workspace,
@@ -156,12 +158,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let logs = supervisor.logs();
     supervisor.stop_all();
-    if interrupted || process::interrupted() {
-        print_logs(&logs);
-        return Ok(ExitCode::from(130));
-    }
-
-    let Some(gate) = gate else {
+    // The gate is missing only when a stop came before it.
+    let (false, Some(gate)) = (stopped(), gate) else {
         print_logs(&logs);
         return Ok(ExitCode::from(130));
     };

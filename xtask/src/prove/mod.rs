@@ -13,6 +13,7 @@
 
 mod budget;
 mod ci;
+mod group;
 mod justified;
 mod outcomes;
 mod plan;
@@ -20,6 +21,7 @@ mod pristine;
 mod services;
 mod summary;
 
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
@@ -176,7 +178,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let (mut survived, mut unjudged) = (false, Vec::new());
     let (commit, date) = (head_commit(&root), timestamp_now());
     for plan in &chosen {
-        let provable = !plan.targets.is_empty() && !plan.judges.is_empty();
+        let provable = plan.provable();
         let mut count = None;
         if provable && bound.bounded() {
             // Once a cap is reached, later rules are not even listed: listing costs a second or
@@ -417,6 +419,17 @@ fn select_mutants(command: &mut Command, plan: &Plan) {
     }
 }
 
+/// Builds only the test binaries that hold the rule's verifying tests, in the baseline and for
+/// every mutant: `--cargo-arg` reaches cargo-mutants' build phase (`nextest run --no-run`) and
+/// its test phase alike, where arguments after `--` reach the test phase only. Building every
+/// test binary of the package costs each mutant a compile of code no judging test runs.
+// i[impl prove.targets]
+fn select_test_targets(command: &mut Command, plan: &Plan) {
+    for target in plan.test_targets().unwrap_or_default() {
+        command.arg(format!("--cargo-arg={target}"));
+    }
+}
+
 /// How many mutants the rule's items make (`cargo mutants --list`: no build, no test).
 fn count_mutants(root: &Path, plan: &Plan) -> anyhow::Result<usize> {
     let mut command = Command::new("cargo");
@@ -455,51 +468,20 @@ fn prove_one(
 ) -> anyhow::Result<Run> {
     let rule_dir = out_dir.join(&plan.id);
     let _ = std::fs::remove_dir_all(&rule_dir);
+    // An earlier run's result must not stand for this one when this one fails (a failing
+    // baseline, cargo-mutants' error): the rule then has no proof.
+    let _ = std::fs::remove_file(out_dir.join(format!("{}.json", plan.id)));
     std::fs::create_dir_all(&rule_dir)?;
-    let mut command = Command::new("cargo");
-    // Run from inside a nextest run (the prove suite under `cargo xtask test`), the parent's
-    // NEXTEST_* variables would select its profile (`ci`) in the tree being proved, which may not
-    // have one: cargo-mutants' baseline would then fail before any mutant is tried.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("NEXTEST") {
-            command.env_remove(&name);
-        }
-    }
-    command
-        .args([
-            "mutants",
-            "--no-shuffle",
-            "--in-place",
-            "--test-tool",
-            "nextest",
-        ])
-        .args(["--colors", "never"])
-        .arg("--output")
-        .arg(&rule_dir)
-        .current_dir(root);
-    select_mutants(&mut command, plan);
-    // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
-    // judged, never a survivor because its test was not compiled. Features here are additive.
-    command.arg("--all-features");
-    // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
-    match plan.test_packages() {
-        Some(packages) => {
-            for package in packages {
-                command.args(["--test-package", &package]);
-            }
-        }
-        None => {
-            command.args(["--test-workspace", "true"]);
-        }
-    }
-    if let Some(timeout) = timeout {
-        command.args(["--timeout", &timeout.to_string()]);
-    }
+    let mut command = mutants_command(root, &rule_dir, plan);
+    let baseline_test = match baseline(root, &rule_dir, plan, deadline)? {
+        Baseline::Passed(took) => took,
+        Baseline::CutOff => return Ok(Run::CutOff(None)),
+    };
+    command.args([
+        "--timeout",
+        &test_timeout(timeout, baseline_test).to_string(),
+    ]);
     command.args(["--", "-E", &plan.test_filter()]);
-    // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
-    // the run is known to have judged nothing (`services::skipped`).
-    command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
-    pristine::quiet(&mut command);
     let log = std::fs::File::create(rule_dir.join("cargo-mutants.log"))?;
     // i[impl prove.pristine]
     let snapshot = pristine::Snapshot::take(root, plan.targets.iter().map(|t| t.file.as_str()));
@@ -532,6 +514,169 @@ fn prove_one(
             rule_dir.join("cargo-mutants.log").display()
         ),
     }
+}
+
+/// The cargo-mutants command for the rule's mutants, before its `--timeout` and test filter.
+fn mutants_command(root: &Path, rule_dir: &Path, plan: &Plan) -> Command {
+    let mut command = Command::new("cargo");
+    // Run from inside a nextest run (the prove suite under `cargo xtask test`), the parent's
+    // NEXTEST_* variables would select its profile (`ci`) in the tree being proved, which may not
+    // have one: cargo-mutants' baseline would then fail before any mutant is tried.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("NEXTEST") {
+            command.env_remove(&name);
+        }
+    }
+    command
+        .args([
+            "mutants",
+            "--no-shuffle",
+            "--in-place",
+            "--test-tool",
+            "nextest",
+        ])
+        .args(["--colors", "never"])
+        .arg("--output")
+        .arg(rule_dir)
+        .current_dir(root);
+    select_mutants(&mut command, plan);
+    // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
+    // judged, never a survivor because its test was not compiled. Features here are additive.
+    command.arg("--all-features");
+    // Build only the packages that hold the rule's tests: far fewer test binaries per mutant.
+    match plan.test_packages() {
+        Some(packages) => {
+            for package in packages {
+                command.args(["--test-package", &package]);
+            }
+        }
+        None => {
+            command.args(["--test-workspace", "true"]);
+        }
+    }
+    select_test_targets(&mut command, plan);
+    // The rule's own skip ledger: a test that skips for want of a service is recorded there, so
+    // the run is known to have judged nothing (`services::skipped`).
+    command.env(services::LEDGER_VAR, rule_dir.join(services::LEDGER));
+    pristine::quiet(&mut command);
+    // cargo-mutants' own baseline builds and tests the mutated packages, not the test packages
+    // each mutant gets: ours runs the rule's tests with the mutants' selection instead.
+    command.args(["--baseline", "skip"]);
+    // The baseline builds with the caller's rustflags: so must each mutant, whatever a
+    // `.cargo/mutants.toml` says (capped lints would rebuild every dependency, twice per rule).
+    command.args(["--cap-lints", "false"]);
+    command
+}
+
+/// How the baseline (the rule's tests on the unmutated tree) ended, if it did not fail.
+enum Baseline {
+    /// It passed; its test phase took this long.
+    Passed(std::time::Duration),
+    /// The run's time cap ended it first.
+    CutOff,
+}
+
+/// The `cargo nextest run` arguments each mutant of the rule is built and tested with (after
+/// `nextest run`, before `-E`): the test packages, every feature, the test binaries.
+// i[impl prove.targets]
+fn nextest_selection(plan: &Plan) -> Vec<String> {
+    let mut args: Vec<String> = match plan.test_packages() {
+        Some(packages) => packages.iter().map(|p| format!("--package={p}")).collect(),
+        None => vec!["--workspace".to_owned()],
+    };
+    args.push("--all-features".to_owned());
+    args.extend(plan.test_targets().unwrap_or_default());
+    args
+}
+
+/// Runs the rule's tests on the unmutated tree, built as each mutant is (`baseline_command`, so
+/// the mutants reuse its build): a failure, or no test run, is an error and no proof. Logged to the rule's `baseline.log`.
+// i[impl prove.targets]
+fn baseline(
+    root: &Path,
+    rule_dir: &Path,
+    plan: &Plan,
+    deadline: Option<std::time::Instant>,
+) -> anyhow::Result<Baseline> {
+    let log_path = rule_dir.join("baseline.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut test_took = std::time::Duration::ZERO;
+    for phase in [Phase::Build, Phase::Test] {
+        let mut command = baseline_command(root, rule_dir, plan, phase);
+        // The command first, as cargo-mutants' logs have it, for a reader of the log.
+        writeln!(&log, "*** {command:?}")?;
+        let started = std::time::Instant::now();
+        let mut child = group::spawn(command.stdout(log.try_clone()?).stderr(log.try_clone()?))?;
+        let Some(status) = group::wait_until(&mut child, deadline)? else {
+            return Ok(Baseline::CutOff);
+        };
+        if !status.success() {
+            anyhow::bail!(
+                "the unmutated tree failed the {} of {}'s tests ({status}); see {}",
+                phase.name(),
+                plan.rule,
+                log_path.display()
+            );
+        }
+        test_took = started.elapsed();
+    }
+    Ok(Baseline::Passed(test_took))
+}
+
+/// A phase of the baseline, as cargo-mutants runs each mutant in two.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// `nextest run --no-run`.
+    Build,
+    /// `nextest run` with the rule's filter.
+    Test,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Build => "build",
+            Phase::Test => "test",
+        }
+    }
+}
+
+/// The baseline's cargo command for `phase`: cargo-mutants' own for a mutant (`cargo_argv` and
+/// the environment of its `run_cargo`, with `--cap-lints false` as `prove_one` pins it): the same
+/// selection, and the caller's rustflags untouched, so the mutants reuse the baseline's build and
+/// the warm target directory. `--verbose`, which only changes the output, is left out.
+// i[impl prove.targets]
+fn baseline_command(root: &Path, rule_dir: &Path, plan: &Plan, phase: Phase) -> Command {
+    let mut command = Command::new("cargo");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("NEXTEST") {
+            command.env_remove(&name);
+        }
+    }
+    command.args(["nextest", "run"]);
+    if let Phase::Build = phase {
+        command.arg("--no-run");
+    }
+    command.args(nextest_selection(plan));
+    if let Phase::Test = phase {
+        // No test run is no baseline: the filter names tests these binaries do not hold.
+        command.args(["--no-tests=fail", "-E", &plan.test_filter()]);
+    }
+    command
+        .env("INSTA_UPDATE", "no")
+        .env("INSTA_FORCE_PASS", "0")
+        .env(services::LEDGER_VAR, rule_dir.join(services::LEDGER))
+        // cargo-mutants gives its cargo no stdin either: a test reading it sees its end.
+        .stdin(std::process::Stdio::null())
+        .current_dir(root);
+    pristine::quiet(&mut command);
+    command
+}
+
+/// The test timeout per mutant: the one given, else cargo-mutants' own rule from the baseline
+/// (five times its test phase, at least 20 s).
+fn test_timeout(given: Option<u64>, baseline_test: std::time::Duration) -> u64 {
+    given.unwrap_or_else(|| (baseline_test.as_secs_f64() * 5.0).ceil().max(20.0) as u64)
 }
 
 fn outcomes_json(rule_dir: &Path) -> std::path::PathBuf {
@@ -572,5 +717,79 @@ fn wait_or_cut_off(
             return Ok(Ended::CutOff(tried));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan {
+            rule: "r[a.b]".into(),
+            id: "a.b".into(),
+            targets: Vec::new(),
+            judges: vec![plan::Judge {
+                binary: Some("a::t".into()),
+                name: "t".into(),
+                package: Some("a".into()),
+                file: "crates/a/tests/t.rs".into(),
+                lines: None,
+            }],
+        }
+    }
+
+    fn args(command: &Command) -> Vec<String> {
+        command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    // i[verify prove.targets]
+    #[test]
+    fn the_baseline_builds_with_the_mutants_rustflags_and_selection() {
+        let (root, rule_dir) = (Path::new("/r"), Path::new("/r/target/prove/a.b"));
+        let mutants = args(&mutants_command(root, rule_dir, &plan()));
+        // cargo-mutants sets rustflags only with capped lints: pinned off, whatever its config.
+        assert!(
+            mutants.windows(2).any(|w| w == ["--cap-lints", "false"]),
+            "{mutants:?}"
+        );
+        assert!(
+            mutants.contains(&"--cargo-arg=--test=t".to_owned()),
+            "{mutants:?}"
+        );
+        for phase in [Phase::Build, Phase::Test] {
+            let command = baseline_command(root, rule_dir, &plan(), phase);
+            for (name, value) in command.get_envs() {
+                assert!(
+                    name != "CARGO_ENCODED_RUSTFLAGS" && name != "RUSTFLAGS",
+                    "the baseline must build as the mutants do: {name:?}={value:?}"
+                );
+            }
+            let argv = args(&command);
+            for wanted in ["--package=a", "--all-features", "--test=t"] {
+                assert!(argv.contains(&wanted.to_owned()), "{argv:?}");
+            }
+            // A filter that matches nothing on the unmutated tree is no baseline.
+            let test_phase = matches!(phase, Phase::Test);
+            assert_eq!(
+                argv.contains(&"--no-tests=fail".to_owned()),
+                test_phase,
+                "{argv:?}"
+            );
+            assert_eq!(argv.contains(&plan().test_filter()), test_phase, "{argv:?}");
+        }
+    }
+
+    // i[verify prove.targets]
+    #[test]
+    fn the_mutants_test_timeout_follows_cargo_mutants_rule_unless_given() {
+        let secs = std::time::Duration::from_secs_f64;
+        assert_eq!(test_timeout(Some(7), secs(100.0)), 7, "--timeout wins");
+        assert_eq!(test_timeout(None, secs(1.0)), 20, "at least 20 s");
+        assert_eq!(test_timeout(None, secs(4.0)), 20);
+        assert_eq!(test_timeout(None, secs(10.1)), 51, "five times, rounded up");
     }
 }

@@ -82,6 +82,29 @@ impl Plan {
         Some(packages)
     }
 
+    /// Whether the rule can be proven at all: it has an item to mutate and a test to judge it.
+    // i[impl prove.run+2]
+    pub fn provable(&self) -> bool {
+        !self.targets.is_empty() && !self.judges.is_empty()
+    }
+
+    /// The cargo target selection (`--lib`, `--bin=NAME`, `--test=NAME`, `--bench=NAME`) that
+    /// builds exactly the test binaries holding the rule's verifying tests, deduplicated and
+    /// sorted; `None` when one test's binary is unknown, so every test target of the packages is
+    /// built. cargo applies a selection to each selected package, so with several packages a
+    /// target kind one of them needs may also be built in another: never fewer than needed.
+    // i[impl prove.targets]
+    pub fn test_targets(&self) -> Option<Vec<String>> {
+        let mut selection: Vec<String> = self
+            .judges
+            .iter()
+            .map(|j| j.binary.as_deref().map(target_of_binary))
+            .collect::<Option<_>>()?;
+        selection.sort();
+        selection.dedup();
+        Some(selection)
+    }
+
     /// The nextest filterset selecting exactly the rule's verifying tests.
     pub fn test_filter(&self) -> String {
         let one: Vec<String> = self
@@ -93,6 +116,23 @@ impl Plan {
             })
             .collect();
         one.join(" | ")
+    }
+}
+
+/// The cargo option that builds the test binary nextest names `binary`: `PACKAGE` is the
+/// library's unit tests, `PACKAGE::bin/NAME` a binary's, `PACKAGE::bench/NAME` a bench's,
+/// `PACKAGE::NAME` the integration test `tests/NAME.rs`.
+// i[impl prove.targets]
+fn target_of_binary(binary: &str) -> String {
+    let Some((_, target)) = binary.split_once("::") else {
+        return "--lib".to_owned();
+    };
+    if let Some(name) = target.strip_prefix("bin/") {
+        format!("--bin={name}")
+    } else if let Some(name) = target.strip_prefix("bench/") {
+        format!("--bench={name}")
+    } else {
+        format!("--test={target}")
     }
 }
 
@@ -273,6 +313,80 @@ mod tests {
             plan.test_filter(),
             "(binary_id(=holdfast-retry) & test(=schedule::tests::doubles)) | test(=caps)"
         );
+    }
+
+    fn judge(binary: Option<&str>, package: &str) -> Judge {
+        Judge {
+            binary: binary.map(str::to_owned),
+            name: "tests::t".into(),
+            package: Some(package.into()),
+            file: "x.rs".into(),
+            lines: None,
+        }
+    }
+
+    fn plan_of(judges: Vec<Judge>, targets: usize) -> Plan {
+        let target = Target {
+            file: "crates/a/src/lib.rs".into(),
+            lines: (1, 2),
+            item: "fn f".into(),
+            package: Some("a".into()),
+        };
+        Plan {
+            rule: "r[a.b]".into(),
+            id: "a.b".into(),
+            targets: vec![target; targets],
+            judges,
+        }
+    }
+
+    // i[verify prove.targets]
+    #[test]
+    fn each_judging_test_binary_is_selected_once_and_no_other() {
+        let plan = plan_of(
+            vec![
+                judge(Some("holdfast-pull::dockerd"), "holdfast-pull"),
+                judge(Some("xtask::bin/xtask"), "xtask"),
+                judge(Some("holdfast-retry"), "holdfast-retry"),
+                judge(Some("holdfast-pull::dockerd"), "holdfast-pull"),
+                judge(Some("holdfast-retry::bench/schedule"), "holdfast-retry"),
+                judge(Some("holdfast-retry"), "holdfast-retry"),
+            ],
+            1,
+        );
+        assert_eq!(
+            plan.test_targets(),
+            Some(vec![
+                "--bench=schedule".to_owned(),
+                "--bin=xtask".to_owned(),
+                "--lib".to_owned(),
+                "--test=dockerd".to_owned(),
+            ])
+        );
+        assert_eq!(
+            plan_of(vec![judge(Some("xtask::prove"), "xtask")], 1).test_targets(),
+            Some(vec!["--test=prove".to_owned()])
+        );
+        let unknown = plan_of(
+            vec![judge(Some("xtask::prove"), "xtask"), judge(None, "xtask")],
+            1,
+        );
+        assert_eq!(
+            unknown.test_targets(),
+            None,
+            "one binary unknown: every test target is built"
+        );
+        assert_eq!(plan_of(Vec::new(), 1).test_targets(), Some(Vec::new()));
+    }
+
+    // i[verify prove.run+2]
+    #[test]
+    fn a_rule_needs_an_item_and_a_test_to_be_provable() {
+        let one = || vec![judge(Some("a"), "a")];
+        assert!(plan_of(one(), 1).provable());
+        assert!(!plan_of(one(), 0).provable(), "nothing to mutate");
+        assert!(!plan_of(Vec::new(), 1).provable(), "nothing to judge");
+        assert!(!plan_of(Vec::new(), 0).provable());
     }
 
     // i[verify prove.changed]

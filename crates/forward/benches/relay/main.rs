@@ -5,6 +5,9 @@
 //! overrides the path; `HOLDFAST_BENCH_QUICK=1` shortens every phase for CI).
 //!
 //! Both paths are round trips through an echo, driven the same way from the same process:
+//! everything runs on one runtime of two workers, for both paths. (`HOLDFAST_BENCH_SPLIT_RUNTIMES=1`
+//! gives the client's side and the node's side a runtime of one worker each instead, as two
+//! processes would have, for both paths alike: a diagnostic, not the measurement.)
 //! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
 //!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
 //!   and transport configuration);
@@ -35,13 +38,15 @@
 //! ended) is neither counted nor timed. The latency figures are percentiles of each path's round
 //! trips; "forward minus raw" is the difference of those percentiles (not a percentile of a
 //! per-datagram added latency, which cannot be observed), so it can come out negative when the
-//! forward's tail is the tighter one. Numbers, never assertions.
+//! forward's tail is the tighter one. Numbers, never assertions. Diagnostics of the paced phase
+//! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
 
 // Bench harness code: a broken setup should stop the run loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod batched;
 mod pacer;
+mod stages;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -58,6 +63,7 @@ use holdfast_forward::identity::{Identity, SERVER_NAME};
 use holdfast_forward::server::quinn_server_config;
 use holdfast_forward::transport;
 use holdfast_forward::{AllowList, Credential, ServerConfig};
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
 /// The tag of the next phase; tags start at 1 so an all-zero payload matches none.
@@ -333,6 +339,9 @@ async fn finish(
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _ = stop.send(true);
     let mut rtts = reader.await.expect("reader");
+    if stages::enabled() && !rtts.is_empty() {
+        stages::windowed_p99(&rtts);
+    }
     rtts.sort();
     Measured {
         sent,
@@ -380,8 +389,11 @@ async fn throughput(path: &Path, size: usize, run: Duration) -> Measured {
 
 /// The open loop: `rate` datagrams a second from the pacer's thread, for `run`; every echo timed.
 async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
-    let epoch = Instant::now();
+    let epoch = stages::epoch();
     let echoes = Arc::new(Echoes::new());
+    if stages::enabled() {
+        stages::TAG.store(echoes.tag, Ordering::Relaxed);
+    }
     let (stop, stopped) = watch::channel(false);
     let reader = spawn_reader(path.clone(), epoch, echoes.clone(), true, stopped);
     let mut burst = Burst::new(size, echoes.tag);
@@ -409,15 +421,21 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
 }
 
 /// Two bare quinn endpoints with the crate's own TLS and transport settings; the server side
-/// echoes every datagram.
-async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
+/// (on the node's runtime) echoes every datagram.
+async fn raw_path(
+    dir: &std::path::Path,
+    node: &Handle,
+) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
     let identity = Identity::load_or_create(dir).expect("identity");
     // The same endpoint sockets (and buffers) as the forward's own endpoints.
-    let server = transport::endpoint(
-        transport::endpoint_socket(loopback()).expect("server socket"),
-        Some(quinn_server_config(&identity, IDLE).expect("server config")),
-    )
-    .expect("server endpoint");
+    let server = {
+        let _node = node.enter();
+        transport::endpoint(
+            transport::endpoint_socket(loopback()).expect("server socket"),
+            Some(quinn_server_config(&identity, IDLE).expect("server config")),
+        )
+        .expect("server endpoint")
+    };
     let addr = server.local_addr().expect("addr");
     let (config, _) = client::quinn_client_config(identity.fingerprint(), IDLE).expect("client");
     let client = transport::endpoint(
@@ -428,36 +446,50 @@ async fn raw_path(dir: &std::path::Path) -> (Path, quinn::Endpoint, tokio::task:
     let connecting = client
         .connect_with(config, addr, SERVER_NAME)
         .expect("connect");
-    let (accepted, connected) = tokio::join!(
-        async {
-            server
-                .accept()
-                .await
-                .expect("incoming")
-                .await
-                .expect("accepted")
-        },
-        async { connecting.await.expect("connected") }
-    );
-    drop(server);
-    let echo = tokio::spawn(async move {
+    // Accepted on the node's runtime, so its connection's driver runs there.
+    let accepting = node.spawn(async move {
+        server
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("accepted")
+    });
+    let connected = connecting.await.expect("connected");
+    let accepted = accepting.await.expect("accept task");
+    let echo = node.spawn(async move {
         while let Ok(d) = accepted.read_datagram().await {
+            stages::at_echo(std::iter::once(&d[..]));
             let _ = accepted.send_datagram(d);
         }
     });
     (Path::Raw(connected), client, echo)
 }
 
+/// One runtime of two workers for everything; with `HOLDFAST_BENCH_SPLIT_RUNTIMES=1`, the
+/// client's side (the app's reader, the holdfast client or the raw quinn client) and the node's
+/// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
+/// runtime of one worker each.
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run());
+    let runtime = |workers| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    if std::env::var_os("HOLDFAST_BENCH_SPLIT_RUNTIMES").is_some_and(|v| v != "0") {
+        let client = runtime(1);
+        let node = runtime(1);
+        client.block_on(run(node.handle().clone()));
+    } else {
+        let shared = runtime(2);
+        let node = shared.handle().clone();
+        shared.block_on(run(node));
+    }
 }
 
-async fn run() {
+async fn run(node: Handle) {
     let quick = std::env::var_os("HOLDFAST_BENCH_QUICK").is_some_and(|v| v != "0");
     let phases = if quick {
         Phases {
@@ -471,15 +503,19 @@ async fn run() {
         }
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path()).await;
+    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path(), &node).await;
 
     // The forward: a node, a UDP echo target, a client with one forward to it.
-    let echo = Batched::bind(loopback(), None).expect("echo");
+    let echo = {
+        let _node = node.enter();
+        Batched::bind(loopback(), None).expect("echo")
+    };
     let echo_addr = echo.local_addr();
-    let echo_task = tokio::spawn(async move {
+    let echo_task = node.spawn(async move {
         let mut bufs = RecvBufs::new();
         while let Ok(filled) = echo.recv(&mut bufs).await {
             for (from, stride, data) in bufs.buffers(filled) {
+                stages::at_echo(datagrams(data, stride));
                 let _ = echo.send(from, data, stride).await;
             }
         }
@@ -487,7 +523,11 @@ async fn run() {
     let mut config = ServerConfig::new(loopback(), dir.path().join("node"));
     config.credentials = vec![Credential::new("bench")];
     config.allow = AllowList::parse(["127.0.0.1:*"]).expect("allow");
-    let server = holdfast_forward::start(config).await.expect("node");
+    let server = node
+        .spawn(holdfast_forward::start(config))
+        .await
+        .expect("node task")
+        .expect("node");
     let mut client_config = ClientConfig::new(
         server.local_addr().expect("addr"),
         server.fingerprint(),
@@ -521,7 +561,17 @@ async fn run() {
         "path", "bytes", "datagrams/s", "Mbit/s", "loss"
     );
     let mut forward_max_64 = 0.0;
-    for size in [64usize, 1162] {
+    // Diagnostics: `HOLDFAST_BENCH_PACED_ONLY=RATE` runs the paced phase alone at RATE, to
+    // profile it without the throughput phase.
+    let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let sizes: &[usize] = if paced_only.is_some() {
+        &[]
+    } else {
+        &[64, 1162]
+    };
+    for &size in sizes {
         let r = throughput(&raw, size, phases.throughput).await;
         let f = throughput(&forward, size, phases.throughput).await;
         for (name, t) in [("raw", &r), ("forward", &f)] {
@@ -548,14 +598,51 @@ async fn run() {
     }
 
     // Latency under load: the same paced rate on both paths.
-    let rate = forward_max_64 / 2.0;
+    let rate = paced_only.unwrap_or(forward_max_64 / 2.0);
+    let u0 = stages::usage();
+    let t0 = stages::threads();
     let r = paced(&raw, 64, rate, phases.latency).await;
+    let raw_out = stages::take();
+    let u1 = stages::usage();
+    let t1 = stages::threads();
     let f = paced(&forward, 64, rate, phases.latency).await;
+    let fwd_out = stages::take();
+    let u2 = stages::usage();
+    let t2 = stages::threads();
+    if stages::enabled() {
+        stages::print_threads("raw", &t0, &t1);
+        stages::print_threads("forward", &t1, &t2);
+    }
+    if stages::enabled() {
+        let per = |a: (f64, i64, i64), b: (f64, i64, i64), m: &Measured| {
+            let n = m.sent.max(1) as f64;
+            let periods = phases.latency.as_secs_f64() / pacer::PERIOD.as_secs_f64();
+            (
+                (b.0 - a.0) / n,
+                (b.1 - a.1) as f64 / periods,
+                (b.2 - a.2) as f64 / periods,
+            )
+        };
+        let (rc, rv, ri) = per(u0, u1, &r);
+        let (fc, fv, fi) = per(u1, u2, &f);
+        println!(
+            "cpu µs/datagram, voluntary/involuntary switches per pacer period: raw {rc:.2}, {rv:.1}/{ri:.2}; forward {fc:.2}, {fv:.1}/{fi:.2}"
+        );
+        println!(
+            "outbound (pacer to echo) p50/p99 µs: raw {:.0}/{:.0} ({} samples), forward {:.0}/{:.0} ({} samples)",
+            raw_out.0, raw_out.1, raw_out.2, fwd_out.0, fwd_out.1, fwd_out.2
+        );
+    }
     let (r50, r99) = (r.percentile_us(0.5), r.percentile_us(0.99));
     let (f50, f99) = (f.percentile_us(0.5), f.percentile_us(0.99));
     println!(
-        "round trip at {rate:.0} datagrams/s (half the forward's maximum), p50/p99: raw {r50:.0}/{r99:.0} µs, \
+        "round trip at {rate:.0} datagrams/s ({}), p50/p99: raw {r50:.0}/{r99:.0} µs, \
          forward {f50:.0}/{f99:.0} µs, forward minus raw (difference of the percentiles) {:.0}/{:.0} µs; loss raw {:.2}%, forward {:.2}%",
+        if paced_only.is_some() {
+            "HOLDFAST_BENCH_PACED_ONLY"
+        } else {
+            "half the forward's maximum"
+        },
         f50 - r50,
         f99 - r99,
         r.loss() * 100.0,
@@ -577,10 +664,20 @@ async fn run() {
     echo_task.abort();
     raw_echo.abort();
     forwarding.stop().await;
-    server
-        .stop(tokio::time::Instant::now() + Duration::from_secs(2))
-        .await
-        .ok();
+    node.spawn(async move {
+        server
+            .stop(tokio::time::Instant::now() + Duration::from_secs(2))
+            .await
+            .ok()
+    })
+    .await
+    .ok();
+    // A diagnostic run measured something else than the report's figures: it leaves the last
+    // report as it was.
+    if paced_only.is_some() {
+        println!("HOLDFAST_BENCH_PACED_ONLY: a diagnostic run, no report written");
+        return;
+    }
     let path = std::env::var_os("HOLDFAST_BENCH_OUT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {

@@ -712,15 +712,8 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             return Ok(());
         };
         // The common case, kept short: an idle key backing off.
-        if !slot.in_flight() && now < slot.at {
-            return Err(NotYet {
-                until: slot.at,
-                reason: WaitReason::Backoff {
-                    failures: slot.failures,
-                    escalated: slot.escalated(),
-                },
-                expired: None,
-            });
+        if !slot.in_flight() {
+            refuse_backoff(*slot, now)?;
         }
         self.check_slow(key, *slot, now, budget)
     }
@@ -743,16 +736,7 @@ impl<K: Hash + Eq + Clone> GateCore<K> {
             });
         }
         let (slot, _) = settle(&self.policy, key, slot, now);
-        if now < slot.at {
-            return Err(NotYet {
-                until: slot.at,
-                reason: WaitReason::Backoff {
-                    failures: slot.failures,
-                    escalated: slot.escalated(),
-                },
-                expired: None,
-            });
-        }
+        refuse_backoff(slot, now)?;
         let retry = !self.policy.restarts_streak(slot.at, now);
         if let Some(budget) = budget.filter(|_| retry) {
             let until = lock(budget).available_at(now);

@@ -269,7 +269,7 @@ pub(crate) async fn relay<F: FrontSocket>(
 ) {
     let mut sessions: HashMap<SocketAddr, Session> = HashMap::new();
     let mut replies = JoinSet::new();
-    let mut next_id = 0u64;
+    let mut last_id = 0u64;
     // No session expires before this; recomputed from the sessions' own deadlines at each sweep.
     let mut next_sweep: Option<Instant> = None;
     let mut streak = ErrorStreak::default();
@@ -307,29 +307,20 @@ pub(crate) async fn relay<F: FrontSocket>(
                 continue;
             }
             Step::Sweep => {
-                let now = Instant::now();
-                sessions.retain(|_, session| {
-                    let keep = now.saturating_duration_since(last(&session.last_active))
-                        < config.session_idle;
-                    if !keep {
-                        session.replies.abort();
-                        counters.bump(&counters.expired);
-                    }
-                    keep
-                });
-                next_sweep = sessions
-                    .values()
-                    .map(|s| last(&s.last_active) + config.session_idle)
-                    .min();
+                next_sweep = sweep(
+                    &mut sessions,
+                    Instant::now(),
+                    config.session_idle,
+                    &counters,
+                );
                 counters.set_sessions(sessions.len());
                 continue;
             }
             Step::Ended(ended) => {
-                // A reply loop ended on a persistent error: that session is gone (an aborted,
-                // expired one was already removed). A newer session of the same peer is kept.
+                // An aborted (expired or dropped) session's loop ends in a `JoinError`: that
+                // session was already removed.
                 if let Ok((peer, id)) = ended {
-                    if sessions.get(&peer).is_some_and(|s| s.id == id) {
-                        sessions.remove(&peer);
+                    if end_session(&mut sessions, peer, id) {
                         counters.set_sessions(sessions.len());
                     }
                 }
@@ -349,27 +340,29 @@ pub(crate) async fn relay<F: FrontSocket>(
             None => match open_session(upstream).await {
                 Ok(socket) => {
                     let socket = Arc::new(socket);
-                    let last_active = Arc::new(Mutex::new(Instant::now()));
-                    next_id += 1;
+                    let opened = Instant::now();
+                    let last_active = Arc::new(Mutex::new(opened));
+                    let id = next_session_id(&mut last_id);
                     let replies = replies.spawn(relay_replies(
                         socket.clone(),
                         front.clone(),
                         peer,
-                        next_id,
+                        id,
                         counters.clone(),
                         last_active.clone(),
                     ));
                     sessions.insert(
                         peer,
                         Session {
-                            id: next_id,
+                            id,
                             socket: socket.clone(),
                             last_active,
                             replies,
                         },
                     );
                     counters.set_sessions(sessions.len());
-                    next_sweep.get_or_insert(Instant::now() + config.session_idle);
+                    // Any sweep already due is no later than this session's deadline.
+                    next_sweep.get_or_insert(idle_deadline(opened, config.session_idle));
                     socket
                 }
                 Err(_) => {
@@ -384,15 +377,82 @@ pub(crate) async fn relay<F: FrontSocket>(
             Err(err) => {
                 counters.bump(&counters.errors);
                 counters.bump(&counters.dropped);
-                if classify(&err) == ErrorClass::Persistent {
-                    // That session's socket is unusable; the client's next datagram opens a new one.
-                    if let Some(session) = sessions.remove(&peer) {
-                        session.replies.abort();
-                    }
+                if send_failed(&mut sessions, peer, &err) {
                     counters.set_sessions(sessions.len());
                 }
             }
         }
+    }
+}
+
+/// When a session last active at `last_active` falls idle: `idle` after it.
+// i[impl harness.fault-proxy.udp.idle]
+fn idle_deadline(last_active: Instant, idle: Duration) -> Instant {
+    last_active + idle
+}
+
+/// The sweep at `now`: drops every session that has had no datagram for `idle` (stopping its
+/// reply relay) and counts it as expired; a session is kept until its deadline, not after.
+/// Returns when the next sweep is due: the earliest deadline of the sessions kept, if any.
+// i[impl harness.fault-proxy.udp.idle]
+fn sweep(
+    sessions: &mut HashMap<SocketAddr, Session>,
+    now: Instant,
+    idle: Duration,
+    counters: &Counters,
+) -> Option<Instant> {
+    sessions.retain(|_, session| {
+        let expired = idle_deadline(last(&session.last_active), idle) <= now;
+        if expired {
+            session.replies.abort();
+            counters.bump(&counters.expired);
+        }
+        !expired
+    });
+    sessions
+        .values()
+        .map(|s| idle_deadline(last(&s.last_active), idle))
+        .min()
+}
+
+/// The id for the next session, after `last`: a new one each time, so the end of an old
+/// session's reply relay is never taken for the end of a newer one of the same client.
+// i[impl harness.fault-proxy.udp.errors]
+fn next_session_id(last: &mut u64) -> u64 {
+    *last += 1;
+    *last
+}
+
+/// Session `id` of `peer` ended its reply relay on a persistent error: drops that session, and
+/// not a newer one the client has opened since. Says whether a session was dropped.
+// i[impl harness.fault-proxy.udp.errors]
+fn end_session(sessions: &mut HashMap<SocketAddr, Session>, peer: SocketAddr, id: u64) -> bool {
+    if sessions.get(&peer).is_some_and(|s| s.id == id) {
+        sessions.remove(&peer);
+        true
+    } else {
+        false
+    }
+}
+
+/// A send on `peer`'s session socket failed with `err`: a persistent error drops that session
+/// and its reply relay (the client's next datagram opens a new one); a transient one keeps it.
+/// Says whether a session was dropped.
+// i[impl harness.fault-proxy.udp.errors]
+fn send_failed(
+    sessions: &mut HashMap<SocketAddr, Session>,
+    peer: SocketAddr,
+    err: &io::Error,
+) -> bool {
+    if classify(err) != ErrorClass::Persistent {
+        return false;
+    }
+    match sessions.remove(&peer) {
+        Some(session) => {
+            session.replies.abort();
+            true
+        }
+        None => false,
     }
 }
 
@@ -535,5 +595,164 @@ mod tests {
         );
         assert_eq!(counters.stats().errors, calls);
         assert!(counters.failure().is_none());
+    }
+
+    /// A session of `id`, last active at `last_active`, on a real loopback socket, whose reply
+    /// relay waits forever; the handle tells whether that relay was stopped.
+    async fn session(id: u64, last_active: Instant) -> (Session, JoinHandle<()>) {
+        let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let relay = tokio::spawn(std::future::pending::<()>());
+        let session = Session {
+            id,
+            socket,
+            last_active: Arc::new(Mutex::new(last_active)),
+            replies: relay.abort_handle(),
+        };
+        (session, relay)
+    }
+
+    /// Whether a session's reply relay was stopped (a relay left running waits out the timeout).
+    async fn stopped(relay: JoinHandle<()>) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), relay).await,
+            Ok(Err(err)) if err.is_cancelled()
+        )
+    }
+
+    fn peer(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    const IDLE: Duration = Duration::from_secs(10);
+    const TICK: Duration = Duration::from_nanos(1);
+
+    // i[verify harness.fault-proxy.udp.idle]
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_one_tick_before_the_idle_time_keeps_the_session_and_is_due_again_then() {
+        let t0 = Instant::now();
+        let (early, early_relay) = session(1, t0).await;
+        let (later, later_relay) = session(2, t0 + Duration::from_secs(3)).await;
+        let mut sessions = HashMap::from([(peer(1), early), (peer(2), later)]);
+        let counters = Counters::default();
+
+        let next = sweep(&mut sessions, t0 + IDLE - TICK, IDLE, &counters);
+
+        assert_eq!(sessions.len(), 2, "neither has been idle for {IDLE:?}");
+        assert_eq!(counters.stats().expired, 0);
+        assert_eq!(next, Some(t0 + IDLE), "the earliest deadline: the first's");
+        assert!(!stopped(early_relay).await);
+        assert!(!stopped(later_relay).await);
+    }
+
+    // i[verify harness.fault-proxy.udp.idle]
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_at_exactly_the_idle_time_drops_that_session_and_stops_its_relay() {
+        let t0 = Instant::now();
+        let (early, early_relay) = session(1, t0).await;
+        let (later, later_relay) = session(2, t0 + Duration::from_secs(3)).await;
+        let mut sessions = HashMap::from([(peer(1), early), (peer(2), later)]);
+        let counters = Counters::default();
+
+        let next = sweep(&mut sessions, t0 + IDLE, IDLE, &counters);
+
+        assert_eq!(sessions.keys().copied().collect::<Vec<_>>(), [peer(2)]);
+        assert_eq!(counters.stats().expired, 1);
+        assert_eq!(
+            next,
+            Some(t0 + Duration::from_secs(3) + IDLE),
+            "the one kept"
+        );
+        assert!(
+            stopped(early_relay).await,
+            "an expired session's relay is stopped"
+        );
+        assert!(!stopped(later_relay).await);
+    }
+
+    // i[verify harness.fault-proxy.udp.idle]
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_long_past_every_deadline_drops_them_all_and_schedules_none() {
+        let t0 = Instant::now();
+        let (early, early_relay) = session(1, t0).await;
+        let (later, later_relay) = session(2, t0 + Duration::from_secs(3)).await;
+        let mut sessions = HashMap::from([(peer(1), early), (peer(2), later)]);
+        let counters = Counters::default();
+
+        let next = sweep(&mut sessions, t0 + 3 * IDLE, IDLE, &counters);
+
+        assert!(sessions.is_empty());
+        assert_eq!(counters.stats().expired, 2);
+        assert_eq!(next, None, "nothing left to expire");
+        assert!(stopped(early_relay).await);
+        assert!(stopped(later_relay).await);
+    }
+
+    // i[verify harness.fault-proxy.udp.idle]
+    #[test]
+    fn a_new_session_falls_idle_the_idle_time_after_its_last_datagram() {
+        let t0 = Instant::now();
+        assert_eq!(idle_deadline(t0, IDLE), t0 + IDLE);
+        assert_eq!(idle_deadline(t0, Duration::ZERO), t0);
+    }
+
+    // i[verify harness.fault-proxy.udp.errors]
+    #[tokio::test(start_paused = true)]
+    async fn an_ended_reply_relay_drops_its_own_session_and_not_a_newer_one_of_the_same_client() {
+        let mut last_id = 0;
+        let old = next_session_id(&mut last_id);
+        let new = next_session_id(&mut last_id);
+        assert_ne!(old, new, "each session gets its own id");
+        let now = Instant::now();
+        let (newer, _newer_relay) = session(new, now).await;
+        let (other, _other_relay) = session(old, now).await;
+        let mut sessions = HashMap::from([(peer(1), newer), (peer(2), other)]);
+
+        // The client's old session (since replaced) ends: the newer one stays.
+        assert!(!end_session(&mut sessions, peer(1), old));
+        assert_eq!(sessions.get(&peer(1)).map(|s| s.id), Some(new));
+        assert_eq!(sessions.len(), 2);
+
+        // The newer session's own relay ends: that session goes, another client's stays.
+        assert!(end_session(&mut sessions, peer(1), new));
+        assert_eq!(sessions.keys().copied().collect::<Vec<_>>(), [peer(2)]);
+        assert!(!end_session(&mut sessions, peer(1), new), "already gone");
+    }
+
+    // i[verify harness.fault-proxy.udp.errors]
+    #[tokio::test(start_paused = true)]
+    async fn a_persistent_send_error_drops_the_session_and_a_transient_one_keeps_it() {
+        let now = Instant::now();
+        let (first, first_relay) = session(1, now).await;
+        let (second, second_relay) = session(2, now).await;
+        let mut sessions = HashMap::from([(peer(1), first), (peer(2), second)]);
+        let os = |errno: nix::errno::Errno| io::Error::from_raw_os_error(errno as i32);
+
+        assert!(!send_failed(
+            &mut sessions,
+            peer(1),
+            &os(nix::errno::Errno::ECONNREFUSED)
+        ));
+        assert!(!send_failed(
+            &mut sessions,
+            peer(1),
+            &os(nix::errno::Errno::ENOBUFS)
+        ));
+        assert_eq!(sessions.len(), 2, "a transient error keeps the session");
+
+        assert!(send_failed(
+            &mut sessions,
+            peer(1),
+            &os(nix::errno::Errno::EBADF)
+        ));
+        assert_eq!(sessions.keys().copied().collect::<Vec<_>>(), [peer(2)]);
+        assert!(
+            stopped(first_relay).await,
+            "the dropped session's relay is stopped"
+        );
+        assert!(!stopped(second_relay).await);
+        assert!(
+            !send_failed(&mut sessions, peer(1), &os(nix::errno::Errno::EBADF)),
+            "no session left to drop"
+        );
     }
 }
