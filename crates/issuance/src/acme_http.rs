@@ -121,7 +121,8 @@ pub fn default_client(ca_pem: Option<&Path>) -> Result<Arc<dyn HttpClient>, Clie
                 path: path.display().to_string(),
                 reason,
             };
-            let root = CertificateDer::from_pem_file(path).map_err(|e| root_error(e.to_string()))?;
+            let root =
+                CertificateDer::from_pem_file(path).map_err(|e| root_error(e.to_string()))?;
             let mut roots = rustls::RootCertStore::empty();
             roots.add(root).map_err(|e| root_error(e.to_string()))?;
             let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -135,11 +136,7 @@ pub fn default_client(ca_pem: Option<&Path>) -> Result<Arc<dyn HttpClient>, Clie
             .with_provider_and_platform_verifier(provider)
             .map_err(|e| ClientError::Tls(e.to_string()))?,
     };
-    let connector = connector
-        .https_only()
-        .enable_http1()
-        .enable_http2()
-        .build();
+    let connector = connector.https_only().enable_http1().enable_http2().build();
     let client: hyper_util::client::legacy::Client<_, BodyWrapper<Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(connector);
