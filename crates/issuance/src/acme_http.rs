@@ -45,6 +45,12 @@ pub fn bound_retry_after(headers: &mut HeaderMap, now: SystemTime) -> Bounded {
     };
     match holdfast_retry::http::parse_retry_after(value, now) {
         Some(wait) if wait > RETRY_AFTER_MAX => {
+            // A peer that misbehaves is survived, and seen.
+            tracing::warn!(
+                asked = value,
+                max_secs = RETRY_AFTER_MAX.as_secs(),
+                "the ACME server asked for a Retry-After beyond the bound; capped"
+            );
             headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_MAX.as_secs()));
             Bounded::Capped
         }
@@ -79,13 +85,7 @@ impl HttpClient for RetryAfterGuard {
         let response = self.inner.request(req);
         Box::pin(async move {
             let mut response = response.await?;
-            if bound_retry_after(&mut response.parts.headers, SystemTime::now()) == Bounded::Capped
-            {
-                tracing::warn!(
-                    max_secs = RETRY_AFTER_MAX.as_secs(),
-                    "the ACME server asked for a Retry-After beyond the bound; capped"
-                );
-            }
+            bound_retry_after(&mut response.parts.headers, SystemTime::now());
             Ok(response)
         })
     }
