@@ -36,14 +36,15 @@ pub enum Bounded {
 }
 
 /// Bounds the `Retry-After` in `headers` to [`RETRY_AFTER_MAX`] from `now`: delay-seconds of any
-/// size (beyond `u64` too) and an HTTP-date further away are rewritten to the bound in
-/// delay-seconds; an absent, garbled or in-bound header is left alone.
+/// size (beyond `u64` too, and with the leading `+` instant-acme accepts) and an HTTP-date further
+/// away are rewritten to the bound in delay-seconds; an absent, garbled or in-bound header is left
+/// alone.
 // r[impl issue.acme.retry-after]
 pub fn bound_retry_after(headers: &mut HeaderMap, now: SystemTime) -> Bounded {
     let Some(value) = headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()) else {
         return Bounded::Unchanged;
     };
-    match holdfast_retry::http::parse_retry_after(value, now) {
+    match asked_wait(value, now) {
         Some(wait) if wait > RETRY_AFTER_MAX => {
             // A peer that misbehaves is survived, and seen.
             tracing::warn!(
@@ -56,6 +57,18 @@ pub fn bound_retry_after(headers: &mut HeaderMap, now: SystemTime) -> Bounded {
         }
         _ => Bounded::Unchanged,
     }
+}
+
+/// The wait `value` asks for, read at least as leniently as instant-acme reads it: it takes
+/// delay-seconds with `u64::from_str`, which also accepts a leading `+`, so `+18446744073709551615`
+/// must count as the huge number it is to instant-acme, not as a garbled header.
+fn asked_wait(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let digits = value.strip_prefix('+').unwrap_or(value);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Duration::from_secs(digits.parse().unwrap_or(u64::MAX)));
+    }
+    holdfast_retry::http::parse_retry_after(value, now)
 }
 
 /// An [`HttpClient`] that bounds every response's `Retry-After` before its caller sees it.
@@ -174,8 +187,19 @@ mod tests {
             "99999999999999999999999999".to_owned(),
             (max + 1).to_string(),
             format!(" {} ", u64::MAX),
+            // instant-acme's `u64::from_str` reads a leading '+' as a sign.
+            format!("+{}", u64::MAX),
+            format!("\t+{} ", u64::MAX),
+            format!("+{}", max + 1),
         ] {
             assert_eq!(bounded(Some(&huge), t(0)), capped, "{huge}");
+        }
+        for fine in ["+120".to_owned(), format!("+{max}")] {
+            assert_eq!(
+                bounded(Some(&fine), t(0)),
+                (Bounded::Unchanged, Some(fine.clone())),
+                "{fine}"
+            );
         }
         for fine in [0, 1, 120, max - 1, max] {
             let v = fine.to_string();
@@ -211,7 +235,7 @@ mod tests {
         // Absent and garbled headers are not invented or repaired: instant-acme treats them as
         // no hint, as it would have.
         assert_eq!(bounded(None, now), (Bounded::Unchanged, None));
-        for garbled in ["soon", "-5", "1.5", "", "12 s"] {
+        for garbled in ["soon", "-5", "1.5", "", "12 s", "+", "++5", "+-5"] {
             assert_eq!(
                 bounded(Some(garbled), now),
                 (Bounded::Unchanged, Some(garbled.to_owned())),

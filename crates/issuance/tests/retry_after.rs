@@ -177,6 +177,8 @@ fn issuer(dir: &std::path::Path, source: Arc<dyn Source>, clock: &ManualWallCloc
 async fn an_order_poll_told_to_wait_forever_ends_as_a_classified_timeout() {
     for retry_after in [
         HOSTILE,
+        // instant-acme reads the number with `u64::from_str`, which takes a '+' sign.
+        "+18446744073709551615",
         "99999999999999999999999",
         "Fri, 31 Dec 9999 23:59:59 GMT",
     ] {
