@@ -22,8 +22,10 @@ use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
 ///
 /// It is the longest wait holdfast honours anywhere on this path: the issuance policy's hint cap
 /// (a failure's Retry-After never paces beyond it), the renewal-information recheck a window-less
-/// source gets, and RFC 9773 §4.3's advice to treat longer ARI rechecks as one day. Any order
-/// timeout is shorter, so an order poll told to wait this long ends at once as a timeout.
+/// source gets, and RFC 9773 §4.3's advice to treat longer ARI rechecks as one day. The order
+/// timeout (half the attempt timeout: 150 s by default) is shorter unless `attempt_timeout` is set
+/// beyond two days, so an order poll told to wait this long ends at once as a timeout; with such a
+/// setting it waits the day, still inside the attempt's own bound.
 pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(24 * 3600);
 
 /// What [`bound_retry_after`] did to a response's header.
