@@ -84,30 +84,19 @@ pub struct Extracted {
     pub notes: Vec<String>,
 }
 
-/// Reads every markdown file of `spec` and collects its rules.
-// i[impl spec-check.duplicate]
+/// Reads every markdown file of `spec` and collects its rules; each check on what was read is a
+/// function of its own, under the rule it implements.
+// i[impl spec-check.spec-parse]
 pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
     let selection = walk::select(root, &spec.include, &[], Keep::Markdown);
-    let mut problems = Vec::new();
+    let mut problems: Vec<Problem> = include_matches_nothing(spec, &selection.files)
+        .into_iter()
+        .collect();
     let mut notes: Vec<String> = selection
         .notes
         .into_iter()
         .map(|n| format!("spec `{}`: {n}", spec.name))
         .collect();
-    if selection.files.is_empty() && !spec.include.is_empty() {
-        problems.push(
-            Problem::new(
-                Kind::Config,
-                format!(
-                    "spec `{}`: include ({}) matches no markdown file",
-                    spec.name,
-                    spec.include.join(" ")
-                ),
-            )
-            .in_file(super::config::CONFIG_PATH)
-            .spec(&spec.name),
-        );
-    }
 
     let mut rules: Vec<Rule> = Vec::new();
     let mut unrecognised: Vec<(String, Marker)> = Vec::new();
@@ -125,159 +114,37 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
                 continue;
             }
         };
-        // i[impl spec-check.spec-parse]
-        match block_on(marq::render(&text, &marq::RenderOptions::default())) {
-            Ok(doc) => {
-                let recognised: Vec<usize> = doc.reqs.iter().map(|def| def.line).collect();
-                let (first_lines, later_lines) = blockquote_markers(&text);
-                unrecognised.extend(
-                    first_lines
-                        .into_iter()
-                        .filter(|marker| !recognised.contains(&marker.line))
-                        .map(|marker| (file.clone(), marker)),
-                );
-                merged.extend(
-                    later_lines
-                        .into_iter()
-                        .filter(|marker| !recognised.contains(&marker.line))
-                        .map(|marker| (file.clone(), marker)),
-                );
-                for def in doc.reqs {
-                    let Some(id) = parse_rule_id(&def.id.to_string()) else {
-                        continue;
-                    };
-                    let prefix = marker_prefix(&text, def.marker_span.offset).unwrap_or_default();
-                    rules.push(Rule {
-                        id,
-                        prefix,
-                        file: file.clone(),
-                        line: def.line,
-                    });
-                }
-            }
-            Err(marq::Error::DuplicateReq(what)) if !what.starts_with("empty or invalid") => {
-                // marq stops at the second definition without saying where either is; find both.
-                problems.extend(duplicates_in_file(&text, &file, &spec.name, &what));
-            }
+        let file_rules = match rules_of_file(&text, &file) {
+            Ok(file_rules) => file_rules,
             Err(err) => {
-                let message = err.to_string();
-                let problem = Problem::new(
-                    Kind::SpecParse,
-                    format!("cannot parse the spec file: {message}"),
-                )
-                .spec(&spec.name);
-                problems.push(match line_of_named_rule(&text, &message) {
-                    Some(line) => problem.at(&file, line),
-                    None => problem.in_file(&file),
-                });
+                problems.push(
+                    Problem::new(Kind::SpecParse, format!("cannot parse the spec file: {err}"))
+                        .in_file(&file)
+                        .spec(&spec.name),
+                );
+                continue;
             }
-        }
+        };
+        let (first_lines, later_lines) = blockquote_markers(&text);
+        let in_file = |marker| (file.clone(), marker);
+        unrecognised.extend(not_rules(first_lines, &file_rules).map(in_file));
+        merged.extend(not_rules(later_lines, &file_rules).map(in_file));
+        rules.extend(file_rules);
     }
 
-    // Across files of one spec: the same id, or the same base id at two versions, is a duplicate
-    // (tracey rejects both).
-    let mut first_by_base: BTreeMap<&str, &Rule> = BTreeMap::new();
-    for rule in &rules {
-        match first_by_base.get(rule.id.base.as_str()) {
-            Some(first) => problems.push(duplicate(rule, first, &spec.name)),
-            None => {
-                first_by_base.insert(&rule.id.base, rule);
-            }
-        }
-    }
-
-    // marq 2.0.0 (and so tracey 1.3.0) silently renders a blockquote whose marker is invalid or
-    // repeats an id as plain text: the rule just vanishes. Report each one.
+    problems.extend(duplicate_ids(&rules, &spec.name));
     let rule_prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
     for (file, marker) in &unrecognised {
-        let looks_like_rule = if rule_prefixes.is_empty() {
-            marker.inner.contains('.')
-        } else {
-            rule_prefixes.contains(&marker.prefix.as_str())
-        };
-        if !looks_like_rule {
-            continue;
+        if looks_like_rule(marker, &rule_prefixes) {
+            problems.push(unrecognised_marker(file, marker, &rules, &spec.name));
         }
-        let id_text = marker.inner.split_whitespace().next().unwrap_or_default();
-        let first = parse_rule_id(id_text)
-            .and_then(|id| rules.iter().find(|r| r.id.base == id.base).map(|r| (id, r)));
-        problems.push(match first {
-            Some((id, first)) => duplicate(
-                &Rule {
-                    id,
-                    prefix: marker.prefix.clone(),
-                    file: file.clone(),
-                    line: marker.line,
-                },
-                first,
-                &spec.name,
-            ),
-            None => Problem::new(
-                Kind::SpecParse,
-                format!(
-                    "`{}[{}]` is not a valid rule marker, so no rule is defined here (marq, and so \
-                     tracey, render it as plain text); ids are lowercase dot-separated words with \
-                     an optional `+N` version, and the only attributes are status=, level=, \
-                     since=, until= and tags=",
-                    marker.prefix, marker.inner
-                ),
-            )
-            .at(file, marker.line)
-            .spec(&spec.name),
-        });
     }
-
-    // i[impl spec-check.merged-rule]
     for (file, marker) in &merged {
-        let looks_like_rule = if rule_prefixes.is_empty() {
-            marker.inner.contains('.')
-        } else {
-            rule_prefixes.contains(&marker.prefix.as_str())
-        };
-        if !looks_like_rule {
-            continue;
-        }
-        let above = rules
-            .iter()
-            .filter(|r| &r.file == file && r.line < marker.line)
-            .max_by_key(|r| r.line)
-            .map_or_else(String::new, |r| {
-                format!(" ({} at line {})", r.marker(), r.line)
-            });
-        problems.push(
-            Problem::new(
-                Kind::MergedRule,
-                format!(
-                    "`{}[{}]` continues the blockquote above{above}, so it defines no rule and its \
-                     text joins the rule above; put a blank line (without `>`) before this line",
-                    marker.prefix, marker.inner
-                ),
-            )
-            .at(file, marker.line)
-            .spec(&spec.name),
-        );
-    }
-
-    // i[impl spec-check.rule-id]
-    for rule in &rules {
-        if rule.id.base.chars().any(|c| c.is_ascii_uppercase()) {
-            problems.push(
-                Problem::new(
-                    Kind::RuleId,
-                    format!(
-                        "rule {} has uppercase letters; ids are lowercase `area.topic` words: \
-                         write `{}[{}]` and update its references",
-                        rule.marker(),
-                        rule.prefix,
-                        rule.id.to_string().to_lowercase()
-                    ),
-                )
-                .at(&rule.file, rule.line)
-                .spec(&spec.name)
-                .rule(rule.marker()),
-            );
+        if looks_like_rule(marker, &rule_prefixes) {
+            problems.push(merged_marker(file, marker, &rules, &spec.name));
         }
     }
+    problems.extend(uppercase_ids(&rules, &spec.name));
 
     let mut prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
     prefixes.sort_unstable();
@@ -315,6 +182,171 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
     }
 }
 
+/// The `config` problem of a spec whose `include` globs match no markdown file.
+// i[impl spec-check.config]
+fn include_matches_nothing(
+    spec: &SpecConfig,
+    files: &std::collections::BTreeSet<std::path::PathBuf>,
+) -> Option<Problem> {
+    // A spec without `include` is reported by the config check; only a non-empty one is judged here.
+    (files.is_empty() && !spec.include.is_empty()).then(|| {
+        Problem::new(
+            Kind::Config,
+            format!(
+                "spec `{}`: include ({}) matches no markdown file",
+                spec.name,
+                spec.include.join(" ")
+            ),
+        )
+        .in_file(super::config::CONFIG_PATH)
+        .spec(&spec.name)
+    })
+}
+
+/// The rules marq (as tracey 1.3.0) reads from one spec file, in file order.
+///
+/// marq 2.0.0 never reports a repeated or invalid marker as an error: it renders such a blockquote
+/// as plain text, so those are found by comparing [`blockquote_markers`] with what it returns.
+// i[impl spec-check.spec-parse]
+fn rules_of_file(text: &str, file: &str) -> Result<Vec<Rule>, marq::Error> {
+    let doc = block_on(marq::render(text, &marq::RenderOptions::default()))?;
+    Ok(doc
+        .reqs
+        .into_iter()
+        .filter_map(|def| {
+            let id = parse_rule_id(&def.id.to_string())?;
+            Some(Rule {
+                id,
+                prefix: marker_prefix(text, def.marker_span.offset).unwrap_or_default(),
+                file: file.to_owned(),
+                line: def.line,
+            })
+        })
+        .collect())
+}
+
+/// The markers of `markers` at no rule's line: markers that define nothing.
+// i[impl spec-check.duplicate]
+// i[impl spec-check.merged-rule]
+// i[impl spec-check.spec-parse]
+fn not_rules(markers: Vec<Marker>, rules: &[Rule]) -> impl Iterator<Item = Marker> + '_ {
+    markers
+        .into_iter()
+        .filter(|marker| !rules.iter().any(|rule| rule.line == marker.line))
+}
+
+/// Whether a marker that defines nothing was meant as a rule: it uses a prefix the spec's rules
+/// use, or (in a spec with no rule) its id has a dot. Other bracketed words are prose.
+// i[impl spec-check.duplicate]
+// i[impl spec-check.merged-rule]
+// i[impl spec-check.spec-parse]
+fn looks_like_rule(marker: &Marker, rule_prefixes: &[&str]) -> bool {
+    if rule_prefixes.is_empty() {
+        marker.inner.contains('.')
+    } else {
+        rule_prefixes.contains(&marker.prefix.as_str())
+    }
+}
+
+/// Across the files of one spec: the same id, or the same base id at two versions, is a duplicate
+/// (tracey rejects both), reported at the later definition.
+// i[impl spec-check.duplicate]
+fn duplicate_ids(rules: &[Rule], spec: &str) -> Vec<Problem> {
+    let mut first_by_base: BTreeMap<&str, &Rule> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for rule in rules {
+        match first_by_base.get(rule.id.base.as_str()) {
+            Some(first) => problems.push(duplicate(rule, first, spec)),
+            None => {
+                first_by_base.insert(&rule.id.base, rule);
+            }
+        }
+    }
+    problems
+}
+
+/// The problem of a blockquote-opening marker that marq rendered as plain text: a repeated id
+/// (`duplicate-rule`, naming the first definition) or an invalid marker (`spec-parse`).
+// i[impl spec-check.duplicate]
+// i[impl spec-check.spec-parse]
+fn unrecognised_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) -> Problem {
+    let id_text = marker.inner.split_whitespace().next().unwrap_or_default();
+    let first = parse_rule_id(id_text)
+        .and_then(|id| rules.iter().find(|r| r.id.base == id.base).map(|r| (id, r)));
+    match first {
+        Some((id, first)) => duplicate(
+            &Rule {
+                id,
+                prefix: marker.prefix.clone(),
+                file: file.to_owned(),
+                line: marker.line,
+            },
+            first,
+            spec,
+        ),
+        None => Problem::new(
+            Kind::SpecParse,
+            format!(
+                "`{}[{}]` is not a valid rule marker, so no rule is defined here (marq, and so \
+                 tracey, render it as plain text); ids are lowercase dot-separated words with \
+                 an optional `+N` version, and the only attributes are status=, level=, \
+                 since=, until= and tags=",
+                marker.prefix, marker.inner
+            ),
+        )
+        .at(file, marker.line)
+        .spec(spec),
+    }
+}
+
+/// The problem of a marker on a later line of a blockquote, naming the rule that blockquote
+/// defines (none when the blockquote is no rule).
+// i[impl spec-check.merged-rule]
+fn merged_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) -> Problem {
+    let into = rules
+        .iter()
+        .find(|r| r.file == file && Some(r.line) == marker.quote_line)
+        .map_or_else(String::new, |r| {
+            format!(" ({} at line {})", r.marker(), r.line)
+        });
+    Problem::new(
+        Kind::MergedRule,
+        format!(
+            "`{}[{}]` continues the blockquote above{into}, so it defines no rule and its text \
+             joins the rule above; put a blank line (without `>`) before this line",
+            marker.prefix, marker.inner
+        ),
+    )
+    .at(file, marker.line)
+    .spec(spec)
+}
+
+/// A `rule-id` problem for each rule whose id has an uppercase letter, with the id to write.
+// i[impl spec-check.rule-id]
+fn uppercase_ids(rules: &[Rule], spec: &str) -> Vec<Problem> {
+    rules
+        .iter()
+        .filter(|rule| rule.id.base.chars().any(|c| c.is_ascii_uppercase()))
+        .map(|rule| {
+            Problem::new(
+                Kind::RuleId,
+                format!(
+                    "rule {} has uppercase letters; ids are lowercase `area.topic` words: write \
+                     `{}[{}]` and update its references",
+                    rule.marker(),
+                    rule.prefix,
+                    rule.id.to_string().to_lowercase()
+                ),
+            )
+            .at(&rule.file, rule.line)
+            .spec(spec)
+            .rule(rule.marker())
+        })
+        .collect()
+}
+
+/// A `duplicate-rule` problem at `rule`, naming `first`, the definition it repeats.
+// i[impl spec-check.duplicate]
 fn duplicate(rule: &Rule, first: &Rule, spec: &str) -> Problem {
     let what = if rule.id == first.id {
         format!("rule {} is defined twice", rule.marker())
@@ -342,64 +374,12 @@ fn marker_prefix(text: &str, offset: usize) -> Option<String> {
     (!prefix.is_empty()).then(|| prefix.to_owned())
 }
 
-/// Locates the definitions behind marq's "duplicate requirement" error, which names only the id.
-fn duplicates_in_file(text: &str, file: &str, spec: &str, what: &str) -> Vec<Problem> {
-    let base = what
-        .strip_prefix("duplicate requirement base: ")
-        .unwrap_or(what);
-    let base = parse_rule_id(base).map_or_else(|| base.to_owned(), |id| id.base);
-    let mut found: Vec<Rule> = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let marker = line.trim_start().trim_start_matches('>').trim_start();
-        let Some(bracket) = marker.find('[') else {
-            continue;
-        };
-        let prefix = &marker[..bracket];
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric()) {
-            continue;
-        }
-        let Some(close) = marker[bracket..].find(']') else {
-            continue;
-        };
-        let inner = &marker[bracket + 1..bracket + close];
-        let id_text = inner.split_whitespace().next().unwrap_or_default();
-        if let Some(id) = parse_rule_id(id_text).filter(|id| id.base == base) {
-            found.push(Rule {
-                id,
-                prefix: prefix.to_owned(),
-                file: file.to_owned(),
-                line: index + 1,
-            });
-        }
-    }
-    match found.as_slice() {
-        [first, rest @ ..] if !rest.is_empty() => {
-            rest.iter().map(|r| duplicate(r, first, spec)).collect()
-        }
-        _ => vec![
-            Problem::new(
-                Kind::DuplicateRule,
-                format!("rule id `{base}` is defined twice (marq: {what})"),
-            )
-            .in_file(file)
-            .spec(spec),
-        ],
-    }
-}
-
-/// The line of the marker of the rule marq's error message names (`... for requirement 'x.y'`).
-fn line_of_named_rule(text: &str, message: &str) -> Option<usize> {
-    let (_, rest) = message.split_once("requirement '")?;
-    let (id, _) = rest.split_once('\'')?;
-    let needle = format!("[{id}");
-    text.lines()
-        .position(|line| line.contains(&needle))
-        .map(|index| index + 1)
-}
-
-/// A `PREFIX[...]` marker opening a blockquote.
+/// A `PREFIX[...]` marker in a blockquote.
 struct Marker {
     line: usize,
+    /// The line of the first paragraph of the innermost blockquote holding the marker (where the
+    /// rule it merges into, if any, is defined); `None` when that blockquote opens otherwise.
+    quote_line: Option<usize>,
     prefix: String,
     inner: String,
 }
@@ -423,32 +403,44 @@ fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))
         .collect();
     let line_of = |offset: usize| line_starts.partition_point(|&start| start <= offset);
-    let mut quote_depth = 0usize;
+    // Per open blockquote, innermost last: the line of its first paragraph, if it opens with one.
+    let mut quotes: Vec<Option<usize>> = Vec::new();
     for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
         match event {
             Event::Start(Tag::BlockQuote(_)) => {
                 quote_opened = true;
-                quote_depth += 1;
+                quotes.push(None);
             }
-            Event::End(TagEnd::BlockQuote(_)) => quote_depth = quote_depth.saturating_sub(1),
-            Event::Start(Tag::Paragraph) if quote_depth > 0 => {
+            Event::End(TagEnd::BlockQuote(_)) => {
+                quotes.pop();
+            }
+            Event::Start(Tag::Paragraph) if !quotes.is_empty() => {
                 let first_line = text[range.start..].lines().next().unwrap_or_default();
                 let line = line_of(range.start);
                 let rest = text[range.clone()].lines().enumerate().skip(1);
                 let later = if quote_opened {
+                    if let Some(quote) = quotes.last_mut() {
+                        *quote = Some(line);
+                    }
                     if let Some(marker) = parse_marker(first_line) {
-                        markers.push(Marker { line, ..marker });
+                        markers.push(Marker {
+                            line,
+                            quote_line: Some(line),
+                            ..marker
+                        });
                     }
                     None
                 } else {
                     Some((0, first_line))
                 };
                 quote_opened = false;
+                let quote_line = quotes.last().copied().flatten();
                 for (offset, raw) in later.into_iter().chain(rest) {
                     let stripped = raw.trim_start_matches(|c: char| c == '>' || c.is_whitespace());
                     if let Some(marker) = parse_marker(stripped) {
                         merged.push(Marker {
                             line: line + offset,
+                            quote_line,
                             ..marker
                         });
                     }
@@ -474,6 +466,7 @@ fn parse_marker(line: &str) -> Option<Marker> {
     let close = line[bracket..].find(']')?;
     Some(Marker {
         line: 0,
+        quote_line: None,
         prefix: prefix.to_owned(),
         inner: line[bracket + 1..bracket + close].to_owned(),
     })
