@@ -118,9 +118,12 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
             Ok(file_rules) => file_rules,
             Err(err) => {
                 problems.push(
-                    Problem::new(Kind::SpecParse, format!("cannot parse the spec file: {err}"))
-                        .in_file(&file)
-                        .spec(&spec.name),
+                    Problem::new(
+                        Kind::SpecParse,
+                        format!("cannot parse the spec file: {err}"),
+                    )
+                    .in_file(&file)
+                    .spec(&spec.name),
                 );
                 continue;
             }
@@ -306,14 +309,21 @@ fn merged_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) -> Pro
     let into = rules
         .iter()
         .find(|r| r.file == file && Some(r.line) == marker.quote_line)
-        .map_or_else(String::new, |r| {
-            format!(" ({} at line {})", r.marker(), r.line)
-        });
+        .map_or_else(
+            || ", so it defines no rule".to_owned(),
+            |r| {
+                format!(
+                    " ({} at line {}), so it defines no rule and its text joins the rule above",
+                    r.marker(),
+                    r.line
+                )
+            },
+        );
     Problem::new(
         Kind::MergedRule,
         format!(
-            "`{}[{}]` continues the blockquote above{into}, so it defines no rule and its text \
-             joins the rule above; put a blank line (without `>`) before this line",
+            "`{}[{}]` continues the blockquote above{into}; put a blank line (without `>`) \
+             before this line",
             marker.prefix, marker.inner
         ),
     )
@@ -475,8 +485,271 @@ fn parse_marker(line: &str) -> Option<Marker> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use tracey_config::SpecConfig;
 
-    use super::SpecText;
+    use super::{Extracted, SpecText, extract};
+
+    /// Extracts spec `demo` (include `include`) from a temp tree holding `files`.
+    fn extract_from(include: &[&str], files: &[(&str, &str)]) -> Extracted {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        }
+        let spec = SpecConfig {
+            name: "demo".into(),
+            prefix: None,
+            source_url: None,
+            include: include.iter().map(|&i| i.to_owned()).collect(),
+            impls: Vec::new(),
+        };
+        extract(dir.path(), &spec)
+    }
+
+    /// The problems of spec `demo` made of `files`, as the gate prints them.
+    fn problems(files: &[(&str, &str)]) -> Vec<String> {
+        let extracted = extract_from(&["docs/spec/*.md"], files);
+        extracted.problems.iter().map(ToString::to_string).collect()
+    }
+
+    /// The ids of the rules read, with their places.
+    fn rules(files: &[(&str, &str)]) -> Vec<String> {
+        let extracted = extract_from(&["docs/spec/*.md"], files);
+        extracted
+            .rules
+            .iter()
+            .map(|r| format!("{}:{} {}", r.file, r.line, r.marker()))
+            .collect()
+    }
+
+    // i[verify spec-check.config]
+    #[test]
+    fn an_include_matching_no_markdown_is_a_config_problem() {
+        let none = extract_from(&["docs/spec/*.md"], &[("docs/spec/notes.txt", "no spec")]);
+        let none: Vec<String> = none.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            none,
+            [
+                ".config/tracey/config.styx: [config] spec `demo`: include (docs/spec/*.md) matches \
+              no markdown file"
+            ]
+        );
+        let found = extract_from(
+            &["docs/spec/*.md"],
+            &[("docs/spec/a.md", "> r[demo.a]\n> A.\n")],
+        );
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        // No include at all is the config check's to report, not a second problem here.
+        let empty = extract_from(&[], &[]);
+        assert!(empty.problems.is_empty(), "{:?}", empty.problems);
+    }
+
+    // Bracketed words with a prefix no rule uses are prose: neither merged rules, nor repeated
+    // ids, nor invalid markers.
+    // i[verify spec-check.duplicate]
+    // i[verify spec-check.merged-rule]
+    // i[verify spec-check.spec-parse]
+    #[test]
+    fn markers_with_a_prefix_no_rule_uses_are_prose() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha]
+> Alpha must hold.
+> see[demo.beta] below.
+
+> note[demo.alpha] is prose, and so is note[Not An Id].
+
+> r[demo.beta]
+> Beta must hold.
+";
+        let files = [("docs/spec/demo.md", spec)];
+        assert_eq!(problems(&files), Vec::<String>::new());
+        assert_eq!(
+            rules(&files),
+            [
+                "docs/spec/demo.md:3 r[demo.alpha]",
+                "docs/spec/demo.md:9 r[demo.beta]"
+            ]
+        );
+    }
+
+    // In a spec without any rule there is no prefix to go by: a marker is meant as a rule when
+    // its id has a dot.
+    // i[verify spec-check.duplicate]
+    // i[verify spec-check.merged-rule]
+    // i[verify spec-check.spec-parse]
+    #[test]
+    fn without_rules_a_marker_with_a_dotted_id_is_meant_as_a_rule() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha status=bogus]
+> Alpha.
+> r[demo.beta]
+> see[nodot]
+
+> note[nodot status=bogus]
+> Prose.
+";
+        assert_eq!(
+            problems(&[("docs/spec/demo.md", spec)]),
+            [
+                "docs/spec/demo.md:3: [spec-parse] `r[demo.alpha status=bogus]` is not a valid \
+                 rule marker, so no rule is defined here (marq, and so tracey, render it as plain \
+                 text); ids are lowercase dot-separated words with an optional `+N` version, and \
+                 the only attributes are status=, level=, since=, until= and tags=",
+                "docs/spec/demo.md:5: [merged-rule] `r[demo.beta]` continues the blockquote \
+                 above, so it defines no rule; put a blank line (without `>`) before this line",
+            ]
+        );
+    }
+
+    // i[verify spec-check.duplicate]
+    #[test]
+    fn a_redefinition_in_one_file_names_the_first_definition() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha]
+> Alpha.
+
+> r[demo.beta]
+> Beta.
+
+> r[demo.beta+2]
+> Beta again.
+
+> r[demo.alpha]
+> Alpha again.
+";
+        assert_eq!(
+            problems(&[("docs/spec/demo.md", spec)]),
+            [
+                "docs/spec/demo.md:9: [duplicate-rule] rule r[demo.beta+2] redefines \
+                 r[demo.beta] (same id at another version); first defined at docs/spec/demo.md:6",
+                "docs/spec/demo.md:12: [duplicate-rule] rule r[demo.alpha] is defined twice; \
+                 first defined at docs/spec/demo.md:3",
+            ]
+        );
+    }
+
+    // i[verify spec-check.duplicate]
+    #[test]
+    fn a_redefinition_in_another_file_is_reported_at_the_later_one() {
+        let files = [
+            (
+                "docs/spec/a.md",
+                "# A\n\n> r[demo.alpha]\n> Alpha.\n\n> r[demo.beta]\n> B.\n",
+            ),
+            (
+                "docs/spec/b.md",
+                "# B\n\n> r[demo.gamma]\n> G.\n\n> r[demo.beta+3]\n> B.\n",
+            ),
+            ("docs/spec/c.md", "# C\n\n> r[demo.alpha]\n> Alpha.\n"),
+        ];
+        assert_eq!(
+            problems(&files),
+            [
+                "docs/spec/b.md:6: [duplicate-rule] rule r[demo.beta+3] redefines r[demo.beta] \
+                 (same id at another version); first defined at docs/spec/a.md:6",
+                "docs/spec/c.md:3: [duplicate-rule] rule r[demo.alpha] is defined twice; first \
+                 defined at docs/spec/a.md:3",
+            ]
+        );
+    }
+
+    // Each merged marker names the rule of its own blockquote, not the nearest rule above; one in
+    // a blockquote that is no rule names none.
+    // i[verify spec-check.merged-rule]
+    #[test]
+    fn a_merged_marker_names_the_rule_of_its_blockquote() {
+        let a = "\
+# A
+
+> r[demo.alpha]
+> Alpha.
+> r[demo.gamma]
+> Gamma.
+
+> r[demo.beta]
+> Beta.
+>
+> r[demo.delta] Delta.
+
+> Note: a plain quote.
+> r[demo.epsilon]
+";
+        let b = "# B\n\n> r[demo.zeta]\n> Zeta.\n\n> Plain.\n> r[demo.eta]\n";
+        let joins = ", so it defines no rule and its text joins the rule above";
+        let tail = "; put a blank line (without `>`) before this line";
+        assert_eq!(
+            problems(&[("docs/spec/a.md", a), ("docs/spec/b.md", b)]),
+            [
+                format!(
+                    "docs/spec/a.md:5: [merged-rule] `r[demo.gamma]` continues the blockquote \
+                     above (r[demo.alpha] at line 3){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/a.md:11: [merged-rule] `r[demo.delta]` continues the blockquote \
+                     above (r[demo.beta] at line 8){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/a.md:14: [merged-rule] `r[demo.epsilon]` continues the blockquote \
+                     above, so it defines no rule{tail}"
+                ),
+                format!(
+                    "docs/spec/b.md:7: [merged-rule] `r[demo.eta]` continues the blockquote \
+                     above, so it defines no rule{tail}"
+                ),
+            ]
+        );
+    }
+
+    // i[verify spec-check.rule-id]
+    #[test]
+    fn only_an_id_with_an_uppercase_letter_is_a_rule_id_problem() {
+        let spec =
+            "# Demo\n\n> r[demo.alpha]\n> A.\n\n> r[demo.Beta+2]\n> B.\n\n> r[demo.gamma9]\n> G.\n";
+        let files = [("docs/spec/demo.md", spec)];
+        assert_eq!(
+            problems(&files),
+            [
+                "docs/spec/demo.md:6: [rule-id] rule r[demo.Beta+2] has uppercase letters; ids \
+                 are lowercase `area.topic` words: write `r[demo.beta+2]` and update its \
+                 references"
+            ]
+        );
+        // It still counts as a rule, as tracey counts it.
+        assert_eq!(
+            rules(&files),
+            [
+                "docs/spec/demo.md:3 r[demo.alpha]",
+                "docs/spec/demo.md:6 r[demo.Beta+2]",
+                "docs/spec/demo.md:9 r[demo.gamma9]"
+            ]
+        );
+    }
+
+    // i[verify spec-check.spec-parse]
+    #[test]
+    fn a_spec_mixing_prefixes_is_a_spec_parse_problem() {
+        let files = [
+            ("docs/spec/a.md", "# A\n\n> r[demo.alpha]\n> A.\n"),
+            ("docs/spec/b.md", "# B\n\n> x[demo.beta]\n> B.\n"),
+        ];
+        let extracted = extract_from(&["docs/spec/*.md"], &files);
+        let problems: Vec<String> = extracted.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            ["[spec-parse] spec `demo` mixes marker prefixes (r, x); use one prefix per spec"]
+        );
+        assert_eq!(extracted.prefix, None);
+        let one = extract_from(&["docs/spec/a.md"], &files);
+        assert_eq!(one.prefix.as_deref(), Some("r"));
+        assert!(one.problems.is_empty(), "{:?}", one.problems);
+    }
 
     proptest! {
         // The index must quote exactly what a rescan from the top would: a rule's text is
