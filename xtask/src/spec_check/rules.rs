@@ -302,13 +302,15 @@ fn unrecognised_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) 
     }
 }
 
-/// The problem of a marker on a later line of a blockquote, naming the rule that blockquote
-/// defines (none when the blockquote is no rule).
+/// The problem of a marker on a later line of a blockquote, naming the rule of the innermost
+/// blockquote holding it that defines one (none when no blockquote holding it is a rule).
 // i[impl spec-check.merged-rule]
 fn merged_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) -> Problem {
-    let into = rules
+    let into = marker
+        .quote_lines
         .iter()
-        .find(|r| r.file == file && Some(r.line) == marker.quote_line)
+        .rev()
+        .find_map(|&line| rules.iter().find(|r| r.file == file && r.line == line))
         .map_or_else(
             || ", so it defines no rule".to_owned(),
             |r| {
@@ -387,9 +389,10 @@ fn marker_prefix(text: &str, offset: usize) -> Option<String> {
 /// A `PREFIX[...]` marker in a blockquote.
 struct Marker {
     line: usize,
-    /// The line of the first paragraph of the innermost blockquote holding the marker (where the
-    /// rule it merges into, if any, is defined); `None` when that blockquote opens otherwise.
-    quote_line: Option<usize>,
+    /// The line of the first paragraph of each blockquote holding the marker, innermost last (a
+    /// rule it merges into is defined at one of them: a plain blockquote nested in a rule's is
+    /// part of that rule); a blockquote that opens otherwise has none.
+    quote_lines: Vec<usize>,
     prefix: String,
     inner: String,
 }
@@ -433,24 +436,20 @@ fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
                         *quote = Some(line);
                     }
                     if let Some(marker) = parse_marker(first_line) {
-                        markers.push(Marker {
-                            line,
-                            quote_line: Some(line),
-                            ..marker
-                        });
+                        markers.push(Marker { line, ..marker });
                     }
                     None
                 } else {
                     Some((0, first_line))
                 };
                 quote_opened = false;
-                let quote_line = quotes.last().copied().flatten();
+                let quote_lines: Vec<usize> = quotes.iter().copied().flatten().collect();
                 for (offset, raw) in later.into_iter().chain(rest) {
                     let stripped = raw.trim_start_matches(|c: char| c == '>' || c.is_whitespace());
                     if let Some(marker) = parse_marker(stripped) {
                         merged.push(Marker {
                             line: line + offset,
-                            quote_line,
+                            quote_lines: quote_lines.clone(),
                             ..marker
                         });
                     }
@@ -476,7 +475,7 @@ fn parse_marker(line: &str) -> Option<Marker> {
     let close = line[bracket..].find(']')?;
     Some(Marker {
         line: 0,
-        quote_line: None,
+        quote_lines: Vec::new(),
         prefix: prefix.to_owned(),
         inner: line[bracket + 1..bracket + close].to_owned(),
     })
@@ -702,6 +701,44 @@ mod tests {
                 format!(
                     "docs/spec/b.md:7: [merged-rule] `r[demo.eta]` continues the blockquote \
                      above, so it defines no rule{tail}"
+                ),
+            ]
+        );
+    }
+
+    // A plain blockquote nested in a rule's blockquote is part of that rule's text (marq appends
+    // it to the rule), so a marker merged into it names that rule; a rule nested in a plain
+    // blockquote is the one named for a marker merged into it.
+    // i[verify spec-check.merged-rule]
+    #[test]
+    fn a_merged_marker_in_a_nested_blockquote_names_the_enclosing_rule() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha]
+> Alpha.
+>
+> > Note: a nested quote.
+> > r[demo.beta]
+
+> Plain.
+>
+> > r[demo.gamma]
+> > Gamma.
+> > r[demo.delta]
+";
+        let joins = ", so it defines no rule and its text joins the rule above";
+        let tail = "; put a blank line (without `>`) before this line";
+        assert_eq!(
+            problems(&[("docs/spec/demo.md", spec)]),
+            [
+                format!(
+                    "docs/spec/demo.md:7: [merged-rule] `r[demo.beta]` continues the blockquote \
+                     above (r[demo.alpha] at line 3){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/demo.md:13: [merged-rule] `r[demo.delta]` continues the blockquote \
+                     above (r[demo.gamma] at line 11){joins}{tail}"
                 ),
             ]
         );
