@@ -708,7 +708,7 @@ mod tests {
 
     // A plain blockquote nested in a rule's blockquote is part of that rule's text (marq appends
     // it to the rule), so a marker merged into it names that rule; a rule nested in a plain
-    // blockquote is the one named for a marker merged into it.
+    // blockquote, or in another rule's, is the one named for a marker merged into it.
     // i[verify spec-check.merged-rule]
     #[test]
     fn a_merged_marker_in_a_nested_blockquote_names_the_enclosing_rule() {
@@ -726,6 +726,13 @@ mod tests {
 > > r[demo.gamma]
 > > Gamma.
 > > r[demo.delta]
+
+> r[demo.epsilon]
+> Epsilon.
+>
+> > r[demo.zeta]
+> > Zeta.
+> > r[demo.eta]
 ";
         let joins = ", so it defines no rule and its text joins the rule above";
         let tail = "; put a blank line (without `>`) before this line";
@@ -739,6 +746,10 @@ mod tests {
                 format!(
                     "docs/spec/demo.md:13: [merged-rule] `r[demo.delta]` continues the blockquote \
                      above (r[demo.gamma] at line 11){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/demo.md:20: [merged-rule] `r[demo.eta]` continues the blockquote \
+                     above (r[demo.zeta] at line 18){joins}{tail}"
                 ),
             ]
         );
