@@ -1,5 +1,5 @@
-//! A command's report reaches its reader through a pipe, and a reader that leaves early ends the
-//! command quietly (`cargo xtask trace --all | head -1`).
+//! A command's report reaches its reader through a pipe, and a reader that leaves while the command
+//! is still writing ends the command quietly (`cargo xtask trace --all | head -1`).
 
 mod fixture;
 
@@ -12,8 +12,15 @@ const SPEC: &str =
 // i[verify xtask.broken-pipe]
 #[test]
 fn a_reader_that_takes_one_line_and_leaves_gets_that_line() {
-    let findings = "# Findings\n\n## H1: Alpha\n\n**Closed by:** `r[demo.alpha]`\n";
-    let tree = fixture::Tree::new(SPEC, &[("docs/audit/findings.md", findings)], &[]);
+    // Enough findings that the report outgrows the pipe's buffer (64 KiB on Linux): the command
+    // is still writing when the reader leaves, so its last writes meet a closed pipe.
+    let findings: String =
+        std::iter::once("# Findings\n".to_owned())
+            .chain((1..=2000).map(|n| {
+                format!("\n## H{n}: Alpha number {n}\n\n**Closed by:** `r[demo.alpha]`\n")
+            }))
+            .collect();
+    let tree = fixture::Tree::new(SPEC, &[("docs/audit/findings.md", &findings)], &[]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["trace", "--all", "--root"])
         .arg(tree.path())
