@@ -64,6 +64,7 @@ pub fn bound_retry_after(headers: &mut HeaderMap, now: SystemTime) -> Bounded {
 /// The wait `value` asks for, read at least as leniently as instant-acme reads it: it takes
 /// delay-seconds with `u64::from_str`, which also accepts a leading `+`, so `+18446744073709551615`
 /// must count as the huge number it is to instant-acme, not as a garbled header.
+// r[impl issue.acme.retry-after]
 fn asked_wait(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     let digits = value.strip_prefix('+').unwrap_or(value);
