@@ -146,3 +146,98 @@ fn the_page_is_self_contained_and_its_numbers_are_the_gates() {
         )
     );
 }
+
+/// The class of each rule's block, in page order.
+fn rule_classes(page: &str) -> Vec<(String, String)> {
+    let rules = attributes(page, "data-rule=", "data-rule");
+    let classes = attributes(page, "data-rule=", "class");
+    rules.into_iter().zip(classes).collect()
+}
+
+/// A rule whose verifying test failed, and a verified rule with surviving mutants, are both shown
+/// as bad; a verified rule without survivors is plain.
+// i[verify spec-report.content]
+#[test]
+fn regressed_rules_and_rules_with_survivors_are_marked_bad() {
+    let spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma must hold.\n");
+    let lib = fixture::LIB.replace(
+        "#[cfg(test)]",
+        "// r[impl demo.gamma]\npub fn gamma() {}\n\n#[cfg(test)]",
+    ) + "\n// r[verify demo.gamma]\n#[test]\nfn gamma_holds() {}\n";
+    let tree = Tree::new(
+        &spec,
+        &[],
+        &[
+            ("crates/demo/src/lib.rs", &lib),
+            (
+                "target/prove/demo.alpha.json",
+                "{\"rule\": \"r[demo.alpha]\", \"caught\": 1, \"missed\": 1, \"unviable\": 0, \
+                 \"timeout\": 0, \"survivors\": [\"crates/demo/src/lib.rs:2:5: replace alpha -> \
+                 u32 with 0\"]}",
+            ),
+        ],
+    );
+    let results = tree.write(
+        "junit.xml",
+        junit(&[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo", "gamma_holds", "passed"),
+            ("demo::beta", "beta_holds", "failed"),
+        ])
+        .as_bytes(),
+    );
+    tree.date_all(RESULTS_WRITTEN - 60);
+    std::fs::File::options()
+        .write(true)
+        .open(&results)
+        .expect("open")
+        .set_modified(UNIX_EPOCH + Duration::from_secs(RESULTS_WRITTEN))
+        .expect("date");
+    let out = tree.path().join("report.html");
+    let run = fixture::xtask(
+        "spec-report",
+        tree.path(),
+        &[
+            "--results",
+            results.to_str().expect("utf-8"),
+            "--out",
+            out.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let page = std::fs::read_to_string(&out).expect("page");
+    assert_eq!(
+        rule_classes(&page),
+        [
+            ("r[demo.alpha]".to_owned(), "rule bad".to_owned()),
+            ("r[demo.beta]".to_owned(), "rule bad".to_owned()),
+            ("r[demo.gamma]".to_owned(), "rule".to_owned()),
+        ]
+    );
+    assert_eq!(
+        attributes(&page, "data-rule=", "data-verdict"),
+        ["verified", "regressed", "verified"]
+    );
+}
+
+/// `--out` into directories that do not exist yet creates them.
+// i[verify spec-report.file]
+#[test]
+fn the_page_is_written_into_new_directories() {
+    let tree = Tree::new(SPEC, &[], &[]);
+    let out = tree.path().join("reports/today/spec.html");
+    let run = fixture::xtask(
+        "spec-report",
+        tree.path(),
+        &["--no-results", "--out", out.to_str().expect("utf-8")],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .ends_with("spec-report: wrote [ROOT]/reports/today/spec.html\n"),
+        "{}",
+        run.stdout
+    );
+    let page = std::fs::read_to_string(&out).expect("page written");
+    assert!(page.contains("data-rule=\"r[demo.alpha]\""), "{page}");
+}

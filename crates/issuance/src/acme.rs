@@ -13,6 +13,7 @@ use instant_acme::{
     Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 
+use crate::acme_http::{RetryAfterGuard, default_client};
 use crate::cert::CertifiedPair;
 use crate::responder::Challenges;
 use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
@@ -119,26 +120,8 @@ pub struct AcmeSource {
     config: AcmeConfig,
     challenges: Challenges,
     account: tokio::sync::Mutex<Option<Account>>,
-    /// The HTTP client to reach the server with (`None`: instant-acme's own, over TLS).
+    /// The HTTP client to reach the server with (`None`: [`default_client`], over TLS).
     http: Option<Arc<dyn instant_acme::HttpClient>>,
-}
-
-/// Lends a shared HTTP client to an account builder (which takes ownership of one).
-struct SharedHttp(Arc<dyn instant_acme::HttpClient>);
-
-impl instant_acme::HttpClient for SharedHttp {
-    fn request(
-        &self,
-        req: hyper::Request<instant_acme::BodyWrapper<bytes::Bytes>>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<
-                    Output = Result<instant_acme::BytesResponse, instant_acme::Error>,
-                > + Send,
-        >,
-    > {
-        self.0.request(req)
-    }
 }
 
 impl std::fmt::Debug for AcmeSource {
@@ -149,18 +132,21 @@ impl std::fmt::Debug for AcmeSource {
     }
 }
 
+/// The account builder: every request goes through [`RetryAfterGuard`], over the client given
+/// to [`AcmeSource::with_http`] or else the same TLS client instant-acme would build itself.
+// r[impl issue.acme.retry-after]
 fn builder(
     config: &AcmeConfig,
     http: Option<&Arc<dyn instant_acme::HttpClient>>,
 ) -> Result<instant_acme::AccountBuilder, SourceError> {
-    let built = match (http, &config.ca_pem) {
-        (Some(http), _) => Ok(Account::builder_with_http(Box::new(SharedHttp(
-            http.clone(),
-        )))),
-        (None, Some(pem)) => Account::builder_with_root(pem),
-        (None, None) => Account::builder(),
+    let inner = match http {
+        Some(http) => http.clone(),
+        None => default_client(config.ca_pem.as_deref())
+            .map_err(|e| SourceError::new(ErrorClass::Rejected, format!("ACME client: {e}")))?,
     };
-    built.map_err(|e| SourceError::new(ErrorClass::Rejected, format!("ACME client: {e}")))
+    Ok(Account::builder_with_http(Box::new(RetryAfterGuard::new(
+        inner,
+    ))))
 }
 
 /// Writes the account credentials: temp file 0600, fsync, rename, fsync the directory.
@@ -205,8 +191,9 @@ impl AcmeSource {
         }
     }
 
-    /// A source that reaches the ACME server through `http` instead of instant-acme's own TLS
-    /// client (a proxy, or an in-process server in tests); `config.ca_pem` is then unused.
+    /// A source that reaches the ACME server through `http` instead of the default TLS client
+    /// (a proxy, or an in-process server in tests); `config.ca_pem` is then unused. Its responses
+    /// pass the same Retry-After guard.
     pub fn with_http(
         config: AcmeConfig,
         challenges: Challenges,

@@ -190,6 +190,8 @@ pub mod testing {
         let mut params = rcgen::CertificateParams::new(vec![hostname.to_owned()]).expect("params");
         params.not_before = time::OffsetDateTime::from(not_before);
         params.not_after = time::OffsetDateTime::from(not_before + lifetime);
+        // As a CA's leaves do, so an ACME renewal-information request can name it (RFC 9773).
+        params.use_authority_key_identifier_extension = true;
         let cert = params.signed_by(&key, &issuer).expect("sign");
         (format!("{}{}", cert.pem(), ca.pem()), key.serialize_pem())
     }

@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 use holdfast_lifecycle::{FaultBoard, Subject};
 
 use crate::acme::{RenewalWindow, pick_in_window};
+use crate::acme_http::RETRY_AFTER_MAX;
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
 use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
 use crate::source::{ErrorClass, Source, SourceError};
@@ -149,6 +150,15 @@ const ARI_NO_WINDOW_RECHECK: Duration = Duration::from_secs(86400);
 /// When a hostname whose request did not answer in time is asked again.
 const ARI_UNANSWERED_RECHECK: Duration = Duration::from_secs(3600);
 
+/// When a window answered at `now` with `recheck_after` is asked for again: the wait raised to
+/// [`ARI_MIN_RECHECK`] and cut to [`RETRY_AFTER_MAX`] (a source other than the guarded ACME client
+/// may hand over any duration), and the addition checked, so no answer can panic the pass.
+// r[impl issue.acme.retry-after]
+fn recheck_at(now: SystemTime, recheck_after: Duration) -> SystemTime {
+    let wait = recheck_after.clamp(ARI_MIN_RECHECK, RETRY_AFTER_MAX);
+    now.checked_add(wait).unwrap_or(now)
+}
+
 /// A window's span and the renewal time drawn in it.
 type Drawn = ((SystemTime, SystemTime), SystemTime);
 
@@ -179,7 +189,7 @@ impl AriChoice {
                 };
                 AriChoice {
                     drawn: Some(drawn),
-                    recheck: now + w.recheck_after.max(ARI_MIN_RECHECK),
+                    recheck: recheck_at(now, w.recheck_after),
                 }
             }
             // No ARI (or no answer): what was drawn before, else the two-thirds fallback.
@@ -814,6 +824,28 @@ mod tests {
         let none = AriChoice::answered(None, None, t(0), || 0.5);
         assert_eq!(none.recheck, t(86400));
         assert!(none.drawn.is_none(), "the fallback holds");
+    }
+
+    // r[verify issue.acme.retry-after]
+    #[test]
+    fn a_recheck_never_lies_more_than_a_day_ahead() {
+        for (asked, expected) in [
+            (Duration::MAX, RETRY_AFTER_MAX),
+            (Duration::from_secs(u64::MAX), RETRY_AFTER_MAX),
+            (RETRY_AFTER_MAX + NS, RETRY_AFTER_MAX),
+            (RETRY_AFTER_MAX, RETRY_AFTER_MAX),
+            (RETRY_AFTER_MAX - NS, RETRY_AFTER_MAX - NS),
+            (Duration::from_secs(600), Duration::from_secs(600)),
+            (Duration::ZERO, ARI_MIN_RECHECK),
+        ] {
+            assert_eq!(recheck_at(t(0), asked), t(0) + expected, "{asked:?}");
+            let w = RenewalWindow {
+                recheck_after: asked,
+                ..window(1000, 2000, 0)
+            };
+            let choice = AriChoice::answered(None, Some(w), t(0), || 0.5);
+            assert_eq!(choice.recheck, t(0) + expected, "{asked:?}");
+        }
     }
 
     // r[verify issue.renewal.ari+2]

@@ -15,6 +15,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod acme;
+pub mod acme_http;
 pub mod cert;
 pub mod decision;
 pub mod history;

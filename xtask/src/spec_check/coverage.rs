@@ -82,20 +82,20 @@ pub struct Analysis {
     pub problems: Vec<Problem>,
 }
 
-/// What references one rule has, as tracey tallies them.
-#[derive(Default)]
-struct Tally {
-    /// An `impl` or `define` reference, current or stale.
-    implemented: bool,
-    /// A `verify` reference, current or stale.
-    verified: bool,
-    /// An `impl`, `define` or `verify` reference to an older version.
-    stale: bool,
+impl RuleCoverage {
+    /// Whether any reference (impl, define or verify) names an older version of the rule: tracey
+    /// counts such a rule as stale, and not as implemented.
+    // i[impl spec-check.counts]
+    fn is_stale(&self) -> bool {
+        self.impl_sites
+            .iter()
+            .chain(&self.verify_sites)
+            .any(|site| site.stale)
+    }
 }
 
 /// Counts and checks `implementation` of `spec`.
 // i[impl spec-check.counts]
-// i[impl spec-check.missing]
 pub fn analyse(
     spec: &SpecConfig,
     implementation: &Impl,
@@ -104,21 +104,13 @@ pub fn analyse(
     scanned: &Scanned,
     parsed: &ParsedFiles,
 ) -> Analysis {
-    let name = if spec.impls.len() > 1 {
-        format!("{}/{}", spec.name, implementation.name)
-    } else {
-        spec.name.clone()
-    };
     let mut problems = Vec::new();
-    let mut coverage: Vec<(RuleCoverage, Tally)> = rules
+    let mut coverage: Vec<RuleCoverage> = rules
         .iter()
-        .map(|rule| {
-            let entry = RuleCoverage {
-                rule: rule.clone(),
-                impl_sites: Vec::new(),
-                verify_sites: Vec::new(),
-            };
-            (entry, Tally::default())
+        .map(|rule| RuleCoverage {
+            rule: rule.clone(),
+            impl_sites: Vec::new(),
+            verify_sites: Vec::new(),
         })
         .collect();
 
@@ -137,29 +129,19 @@ pub fn analyse(
                 stale: false,
             };
             let mut matched = None;
-            for (entry, tally) in &mut coverage {
+            for entry in &mut coverage {
                 let kind = classify_reference_for_rule(&entry.rule.id, &reference.req_id);
                 if kind == RuleIdMatch::NoMatch {
                     continue;
                 }
                 let is_stale = kind == RuleIdMatch::Stale;
+                let sited = Site {
+                    stale: is_stale,
+                    ..site.clone()
+                };
                 match reference.verb {
-                    RefVerb::Impl | RefVerb::Define => {
-                        tally.implemented = true;
-                        tally.stale |= is_stale;
-                        entry.impl_sites.push(Site {
-                            stale: is_stale,
-                            ..site.clone()
-                        });
-                    }
-                    RefVerb::Verify => {
-                        tally.verified = true;
-                        tally.stale |= is_stale;
-                        entry.verify_sites.push(Site {
-                            stale: is_stale,
-                            ..site.clone()
-                        });
-                    }
+                    RefVerb::Impl | RefVerb::Define => entry.impl_sites.push(sited),
+                    RefVerb::Verify => entry.verify_sites.push(sited),
                     RefVerb::Depends | RefVerb::Related => {}
                 }
                 matched = Some((entry.rule.clone(), is_stale));
@@ -171,12 +153,39 @@ pub fn analyse(
                 Some((_, false)) => {}
                 None => problems.push(unknown_rule(reference, rules, &site, &spec.name)),
             }
-            problems.extend(placement_problem(
-                reference, &site, scanned, parsed, &spec.name,
+            let code = code_at(&site, scanned, parsed);
+            problems.extend(placement_problem(reference, &site, code, &spec.name));
+            problems.extend(verify_not_on_test(
+                reference, &site, code, parsed, &spec.name,
             ));
         }
     }
 
+    for entry in &coverage {
+        problems.extend(missing_problems(entry, &spec.name));
+    }
+    Analysis {
+        spec: spec.name.clone(),
+        prefix: prefix.map(str::to_owned),
+        summary: summarise(row_name(spec, implementation), &coverage),
+        rules: coverage,
+        problems,
+    }
+}
+
+/// The table row's name: the spec's, or `spec/impl` when the spec has several impls.
+// i[impl spec-check.counts]
+fn row_name(spec: &SpecConfig, implementation: &Impl) -> String {
+    if spec.impls.len() > 1 {
+        format!("{}/{}", spec.name, implementation.name)
+    } else {
+        spec.name.clone()
+    }
+}
+
+/// The counts as tracey 1.3.0 tallies them (errors are added once every problem is known).
+// i[impl spec-check.counts]
+fn summarise(name: String, coverage: &[RuleCoverage]) -> Summary {
     let mut summary = Summary {
         name,
         total: coverage.len(),
@@ -186,49 +195,50 @@ pub fn analyse(
         errors: 0,
         tested: None,
     };
-    for (entry, tally) in &coverage {
-        let rule = &entry.rule;
-        summary.stale += usize::from(tally.stale);
-        summary.implemented += usize::from(!tally.stale && tally.implemented);
-        summary.verified += usize::from(tally.verified);
-        // A missing reference is reported where the rule is defined, with the annotation to add.
-        let missing = |kind, verb, place| {
-            Problem::new(
-                kind,
-                format!(
-                    "rule {} has no {verb} reference; put `// {}[{verb} {}]` {place}",
-                    rule.marker(),
-                    rule.prefix,
-                    rule.id
-                ),
-            )
-            .at(&rule.file, rule.line)
-            .spec(&spec.name)
-            .rule(rule.marker())
-        };
-        if !tally.implemented {
-            problems.push(missing(
-                Kind::MissingImpl,
-                "impl",
-                "on the line before the code that implements it",
-            ));
-        }
-        if !tally.verified {
-            problems.push(missing(
-                Kind::MissingVerify,
-                "verify",
-                "before a test that proves it",
-            ));
-        }
+    for entry in coverage {
+        let stale = entry.is_stale();
+        summary.stale += usize::from(stale);
+        summary.implemented += usize::from(!stale && !entry.impl_sites.is_empty());
+        summary.verified += usize::from(!entry.verify_sites.is_empty());
     }
+    summary
+}
 
-    Analysis {
-        spec: spec.name.clone(),
-        prefix: prefix.map(str::to_owned),
-        summary,
-        rules: coverage.into_iter().map(|(entry, ..)| entry).collect(),
-        problems,
+/// A rule without any `impl` (or `define`) reference, or without any `verify` reference, current
+/// or stale, is reported where it is defined, with the annotation to add.
+// i[impl spec-check.missing]
+fn missing_problems(entry: &RuleCoverage, spec: &str) -> Vec<Problem> {
+    let rule = &entry.rule;
+    let missing = |kind, verb, place| {
+        Problem::new(
+            kind,
+            format!(
+                "rule {} has no {verb} reference; put `// {}[{verb} {}]` {place}",
+                rule.marker(),
+                rule.prefix,
+                rule.id
+            ),
+        )
+        .at(&rule.file, rule.line)
+        .spec(spec)
+        .rule(rule.marker())
+    };
+    let mut problems = Vec::new();
+    if entry.impl_sites.is_empty() {
+        problems.push(missing(
+            Kind::MissingImpl,
+            "impl",
+            "on the line before the code that implements it",
+        ));
     }
+    if entry.verify_sites.is_empty() {
+        problems.push(missing(
+            Kind::MissingVerify,
+            "verify",
+            "before a test that proves it",
+        ));
+    }
+    problems
 }
 
 fn written(reference: &ReqReference) -> String {
@@ -280,18 +290,37 @@ fn unknown_rule(reference: &ReqReference, rules: &[Rule], site: &Site, spec: &st
     .rule(format!("{}[{}]", reference.prefix, reference.req_id))
 }
 
+/// Whether a reference sits in test code, and which kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Code {
+    /// A file matching the impl's `test_include` (tracey's notion of test code).
+    TestFile,
+    /// An item under `#[cfg(test)]` in a file that does not match `test_include`.
+    CfgTest,
+    /// Neither.
+    NotTest,
+}
+
+// i[impl spec-check.placement]
+fn code_at(site: &Site, scanned: &Scanned, parsed: &ParsedFiles) -> Code {
+    if scanned.test_files.contains(&site.path) {
+        Code::TestFile
+    } else if parsed.in_cfg_test(&site.path, site.line) {
+        Code::CfgTest
+    } else {
+        Code::NotTest
+    }
+}
+
 // i[impl spec-check.placement]
 fn placement_problem(
     reference: &ReqReference,
     site: &Site,
-    scanned: &Scanned,
-    parsed: &ParsedFiles,
+    code: Code,
     spec: &str,
 ) -> Option<Problem> {
-    let test_file = scanned.test_files.contains(&site.path);
-    let cfg_test = !test_file && parsed.in_cfg_test(&site.path, site.line);
-    let problem = match reference.verb {
-        RefVerb::Verify if !test_file && !cfg_test => Problem::new(
+    let problem = match (reference.verb, code) {
+        (RefVerb::Verify, Code::NotTest) => Problem::new(
             Kind::VerifyOutsideTest,
             format!(
                 "{} is not in test code; put it before a test in a `#[cfg(test)]` module or in a \
@@ -299,7 +328,7 @@ fn placement_problem(
                 written(reference)
             ),
         ),
-        RefVerb::Impl if test_file => Problem::new(
+        (RefVerb::Impl, Code::TestFile) => Problem::new(
             Kind::ImplInTest,
             format!(
                 "{} is in a test file (it matches test_include); `impl` belongs next to the \
@@ -307,7 +336,7 @@ fn placement_problem(
                 written(reference)
             ),
         ),
-        RefVerb::Impl if cfg_test => Problem::new(
+        (RefVerb::Impl, Code::CfgTest) => Problem::new(
             Kind::ImplInTest,
             format!(
                 "{} is in `#[cfg(test)]` code; `impl` belongs next to the implementation, tests use \
@@ -315,41 +344,55 @@ fn placement_problem(
                 written(reference)
             ),
         ),
-        // i[impl spec-check.verify-on-test]
-        RefVerb::Verify => match parsed
-            .files
-            .get(&site.path)
-            .and_then(|f| f.layout.as_ref())
-            .map(|layout| layout.function_after(site.line))
-        {
-            Some(Some(function)) if !function.is_test => Problem::new(
-                Kind::VerifyNotOnTest,
-                format!(
-                    "{} precedes `fn {}`, which is not a test (no `#[test]` or other test \
-                     attribute), so no test run can prove the rule; move it to the line before \
-                     the test that proves the rule",
-                    written(reference),
-                    function.name,
-                ),
-            ),
-            Some(None) => Problem::new(
-                Kind::VerifyNotOnTest,
-                format!(
-                    "{} precedes no function, so no test run can prove the rule; move it to the \
-                     line before a test",
-                    written(reference)
-                ),
-            ),
-            _ => return None,
-        },
         _ => return None,
     };
-    Some(
-        problem
-            .at(&site.file, site.line)
-            .spec(spec)
-            .rule(format!("{}[{}]", reference.prefix, reference.req_id)),
-    )
+    Some(located(problem, reference, site, spec))
+}
+
+/// A `verify` annotation in test code must precede a test function (one outside test code is a
+/// placement problem instead).
+// i[impl spec-check.verify-on-test]
+fn verify_not_on_test(
+    reference: &ReqReference,
+    site: &Site,
+    code: Code,
+    parsed: &ParsedFiles,
+    spec: &str,
+) -> Option<Problem> {
+    if reference.verb != RefVerb::Verify || code == Code::NotTest {
+        return None;
+    }
+    let layout = parsed.files.get(&site.path)?.layout.as_ref()?;
+    let problem = match layout.function_after(site.line) {
+        Some(function) if !function.is_test => Problem::new(
+            Kind::VerifyNotOnTest,
+            format!(
+                "{} precedes `fn {}`, which is not a test (no `#[test]` or other test \
+                 attribute), so no test run can prove the rule; move it to the line before \
+                 the test that proves the rule",
+                written(reference),
+                function.name,
+            ),
+        ),
+        Some(_) => return None,
+        None => Problem::new(
+            Kind::VerifyNotOnTest,
+            format!(
+                "{} precedes no function, so no test run can prove the rule; move it to the \
+                 line before a test",
+                written(reference)
+            ),
+        ),
+    };
+    Some(located(problem, reference, site, spec))
+}
+
+/// A placement problem at the reference, counted against `spec`.
+fn located(problem: Problem, reference: &ReqReference, site: &Site, spec: &str) -> Problem {
+    problem
+        .at(&site.file, site.line)
+        .spec(spec)
+        .rule(format!("{}[{}]", reference.prefix, reference.req_id))
 }
 
 /// References with an explicit verb whose prefix belongs to no spec (likely a typo'd prefix).

@@ -84,30 +84,19 @@ pub struct Extracted {
     pub notes: Vec<String>,
 }
 
-/// Reads every markdown file of `spec` and collects its rules.
-// i[impl spec-check.duplicate]
+/// Reads every markdown file of `spec` and collects its rules; each check on what was read is a
+/// function of its own, under the rule it implements.
+// i[impl spec-check.spec-parse]
 pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
     let selection = walk::select(root, &spec.include, &[], Keep::Markdown);
-    let mut problems = Vec::new();
+    let mut problems: Vec<Problem> = include_matches_nothing(spec, &selection.files)
+        .into_iter()
+        .collect();
     let mut notes: Vec<String> = selection
         .notes
         .into_iter()
         .map(|n| format!("spec `{}`: {n}", spec.name))
         .collect();
-    if selection.files.is_empty() && !spec.include.is_empty() {
-        problems.push(
-            Problem::new(
-                Kind::Config,
-                format!(
-                    "spec `{}`: include ({}) matches no markdown file",
-                    spec.name,
-                    spec.include.join(" ")
-                ),
-            )
-            .in_file(super::config::CONFIG_PATH)
-            .spec(&spec.name),
-        );
-    }
 
     let mut rules: Vec<Rule> = Vec::new();
     let mut unrecognised: Vec<(String, Marker)> = Vec::new();
@@ -125,159 +114,40 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
                 continue;
             }
         };
-        // i[impl spec-check.spec-parse]
-        match block_on(marq::render(&text, &marq::RenderOptions::default())) {
-            Ok(doc) => {
-                let recognised: Vec<usize> = doc.reqs.iter().map(|def| def.line).collect();
-                let (first_lines, later_lines) = blockquote_markers(&text);
-                unrecognised.extend(
-                    first_lines
-                        .into_iter()
-                        .filter(|marker| !recognised.contains(&marker.line))
-                        .map(|marker| (file.clone(), marker)),
-                );
-                merged.extend(
-                    later_lines
-                        .into_iter()
-                        .filter(|marker| !recognised.contains(&marker.line))
-                        .map(|marker| (file.clone(), marker)),
-                );
-                for def in doc.reqs {
-                    let Some(id) = parse_rule_id(&def.id.to_string()) else {
-                        continue;
-                    };
-                    let prefix = marker_prefix(&text, def.marker_span.offset).unwrap_or_default();
-                    rules.push(Rule {
-                        id,
-                        prefix,
-                        file: file.clone(),
-                        line: def.line,
-                    });
-                }
-            }
-            Err(marq::Error::DuplicateReq(what)) if !what.starts_with("empty or invalid") => {
-                // marq stops at the second definition without saying where either is; find both.
-                problems.extend(duplicates_in_file(&text, &file, &spec.name, &what));
-            }
+        let file_rules = match rules_of_file(&text, &file) {
+            Ok(file_rules) => file_rules,
             Err(err) => {
-                let message = err.to_string();
-                let problem = Problem::new(
-                    Kind::SpecParse,
-                    format!("cannot parse the spec file: {message}"),
-                )
-                .spec(&spec.name);
-                problems.push(match line_of_named_rule(&text, &message) {
-                    Some(line) => problem.at(&file, line),
-                    None => problem.in_file(&file),
-                });
+                problems.push(
+                    Problem::new(
+                        Kind::SpecParse,
+                        format!("cannot parse the spec file: {err}"),
+                    )
+                    .in_file(&file)
+                    .spec(&spec.name),
+                );
+                continue;
             }
-        }
+        };
+        let (first_lines, later_lines) = blockquote_markers(&text);
+        let in_file = |marker| (file.clone(), marker);
+        unrecognised.extend(not_rules(first_lines, &file_rules).map(in_file));
+        merged.extend(not_rules(later_lines, &file_rules).map(in_file));
+        rules.extend(file_rules);
     }
 
-    // Across files of one spec: the same id, or the same base id at two versions, is a duplicate
-    // (tracey rejects both).
-    let mut first_by_base: BTreeMap<&str, &Rule> = BTreeMap::new();
-    for rule in &rules {
-        match first_by_base.get(rule.id.base.as_str()) {
-            Some(first) => problems.push(duplicate(rule, first, &spec.name)),
-            None => {
-                first_by_base.insert(&rule.id.base, rule);
-            }
-        }
-    }
-
-    // marq 2.0.0 (and so tracey 1.3.0) silently renders a blockquote whose marker is invalid or
-    // repeats an id as plain text: the rule just vanishes. Report each one.
+    problems.extend(duplicate_ids(&rules, &spec.name));
     let rule_prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
     for (file, marker) in &unrecognised {
-        let looks_like_rule = if rule_prefixes.is_empty() {
-            marker.inner.contains('.')
-        } else {
-            rule_prefixes.contains(&marker.prefix.as_str())
-        };
-        if !looks_like_rule {
-            continue;
+        if looks_like_rule(marker, &rule_prefixes) {
+            problems.push(unrecognised_marker(file, marker, &rules, &spec.name));
         }
-        let id_text = marker.inner.split_whitespace().next().unwrap_or_default();
-        let first = parse_rule_id(id_text)
-            .and_then(|id| rules.iter().find(|r| r.id.base == id.base).map(|r| (id, r)));
-        problems.push(match first {
-            Some((id, first)) => duplicate(
-                &Rule {
-                    id,
-                    prefix: marker.prefix.clone(),
-                    file: file.clone(),
-                    line: marker.line,
-                },
-                first,
-                &spec.name,
-            ),
-            None => Problem::new(
-                Kind::SpecParse,
-                format!(
-                    "`{}[{}]` is not a valid rule marker, so no rule is defined here (marq, and so \
-                     tracey, render it as plain text); ids are lowercase dot-separated words with \
-                     an optional `+N` version, and the only attributes are status=, level=, \
-                     since=, until= and tags=",
-                    marker.prefix, marker.inner
-                ),
-            )
-            .at(file, marker.line)
-            .spec(&spec.name),
-        });
     }
-
-    // i[impl spec-check.merged-rule]
     for (file, marker) in &merged {
-        let looks_like_rule = if rule_prefixes.is_empty() {
-            marker.inner.contains('.')
-        } else {
-            rule_prefixes.contains(&marker.prefix.as_str())
-        };
-        if !looks_like_rule {
-            continue;
-        }
-        let above = rules
-            .iter()
-            .filter(|r| &r.file == file && r.line < marker.line)
-            .max_by_key(|r| r.line)
-            .map_or_else(String::new, |r| {
-                format!(" ({} at line {})", r.marker(), r.line)
-            });
-        problems.push(
-            Problem::new(
-                Kind::MergedRule,
-                format!(
-                    "`{}[{}]` continues the blockquote above{above}, so it defines no rule and its \
-                     text joins the rule above; put a blank line (without `>`) before this line",
-                    marker.prefix, marker.inner
-                ),
-            )
-            .at(file, marker.line)
-            .spec(&spec.name),
-        );
-    }
-
-    // i[impl spec-check.rule-id]
-    for rule in &rules {
-        if rule.id.base.chars().any(|c| c.is_ascii_uppercase()) {
-            problems.push(
-                Problem::new(
-                    Kind::RuleId,
-                    format!(
-                        "rule {} has uppercase letters; ids are lowercase `area.topic` words: \
-                         write `{}[{}]` and update its references",
-                        rule.marker(),
-                        rule.prefix,
-                        rule.id.to_string().to_lowercase()
-                    ),
-                )
-                .at(&rule.file, rule.line)
-                .spec(&spec.name)
-                .rule(rule.marker()),
-            );
+        if looks_like_rule(marker, &rule_prefixes) {
+            problems.push(merged_marker(file, marker, &rules, &spec.name));
         }
     }
+    problems.extend(uppercase_ids(&rules, &spec.name));
 
     let mut prefixes: Vec<&str> = rules.iter().map(|r| r.prefix.as_str()).collect();
     prefixes.sort_unstable();
@@ -315,6 +185,180 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
     }
 }
 
+/// The `config` problem of a spec whose `include` globs match no markdown file.
+// i[impl spec-check.config]
+fn include_matches_nothing(
+    spec: &SpecConfig,
+    files: &std::collections::BTreeSet<std::path::PathBuf>,
+) -> Option<Problem> {
+    // A spec without `include` is reported by the config check; only a non-empty one is judged here.
+    (files.is_empty() && !spec.include.is_empty()).then(|| {
+        Problem::new(
+            Kind::Config,
+            format!(
+                "spec `{}`: include ({}) matches no markdown file",
+                spec.name,
+                spec.include.join(" ")
+            ),
+        )
+        .in_file(super::config::CONFIG_PATH)
+        .spec(&spec.name)
+    })
+}
+
+/// The rules marq (as tracey 1.3.0) reads from one spec file, in file order.
+///
+/// marq 2.0.0 never reports a repeated or invalid marker as an error: it renders such a blockquote
+/// as plain text, so those are found by comparing [`blockquote_markers`] with what it returns.
+// i[impl spec-check.spec-parse]
+fn rules_of_file(text: &str, file: &str) -> Result<Vec<Rule>, marq::Error> {
+    let doc = block_on(marq::render(text, &marq::RenderOptions::default()))?;
+    Ok(doc
+        .reqs
+        .into_iter()
+        .filter_map(|def| {
+            let id = parse_rule_id(&def.id.to_string())?;
+            Some(Rule {
+                id,
+                prefix: marker_prefix(text, def.marker_span.offset).unwrap_or_default(),
+                file: file.to_owned(),
+                line: def.line,
+            })
+        })
+        .collect())
+}
+
+/// The markers of `markers` at no rule's line: markers that define nothing.
+// i[impl spec-check.duplicate]
+// i[impl spec-check.merged-rule]
+// i[impl spec-check.spec-parse]
+fn not_rules(markers: Vec<Marker>, rules: &[Rule]) -> impl Iterator<Item = Marker> + '_ {
+    markers
+        .into_iter()
+        .filter(|marker| !rules.iter().any(|rule| rule.line == marker.line))
+}
+
+/// Whether a marker that defines nothing was meant as a rule: it uses a prefix the spec's rules
+/// use, or (in a spec with no rule) its id has a dot. Other bracketed words are prose.
+// i[impl spec-check.duplicate]
+// i[impl spec-check.merged-rule]
+// i[impl spec-check.spec-parse]
+fn looks_like_rule(marker: &Marker, rule_prefixes: &[&str]) -> bool {
+    if rule_prefixes.is_empty() {
+        marker.inner.contains('.')
+    } else {
+        rule_prefixes.contains(&marker.prefix.as_str())
+    }
+}
+
+/// Across the files of one spec: the same id, or the same base id at two versions, is a duplicate
+/// (tracey rejects both), reported at the later definition.
+// i[impl spec-check.duplicate]
+fn duplicate_ids(rules: &[Rule], spec: &str) -> Vec<Problem> {
+    let mut first_by_base: BTreeMap<&str, &Rule> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for rule in rules {
+        match first_by_base.get(rule.id.base.as_str()) {
+            Some(first) => problems.push(duplicate(rule, first, spec)),
+            None => {
+                first_by_base.insert(&rule.id.base, rule);
+            }
+        }
+    }
+    problems
+}
+
+/// The problem of a blockquote-opening marker that marq rendered as plain text: a repeated id
+/// (`duplicate-rule`, naming the first definition) or an invalid marker (`spec-parse`).
+// i[impl spec-check.duplicate]
+// i[impl spec-check.spec-parse]
+fn unrecognised_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) -> Problem {
+    let id_text = marker.inner.split_whitespace().next().unwrap_or_default();
+    let first = parse_rule_id(id_text)
+        .and_then(|id| rules.iter().find(|r| r.id.base == id.base).map(|r| (id, r)));
+    match first {
+        Some((id, first)) => duplicate(
+            &Rule {
+                id,
+                prefix: marker.prefix.clone(),
+                file: file.to_owned(),
+                line: marker.line,
+            },
+            first,
+            spec,
+        ),
+        None => Problem::new(
+            Kind::SpecParse,
+            format!(
+                "`{}[{}]` is not a valid rule marker, so no rule is defined here (marq, and so \
+                 tracey, render it as plain text); ids are lowercase dot-separated words with \
+                 an optional `+N` version, and the only attributes are status=, level=, \
+                 since=, until= and tags=",
+                marker.prefix, marker.inner
+            ),
+        )
+        .at(file, marker.line)
+        .spec(spec),
+    }
+}
+
+/// The problem of a marker on a later line of a blockquote, naming the rule of the innermost
+/// blockquote holding it that defines one (none when no blockquote holding it is a rule).
+// i[impl spec-check.merged-rule]
+fn merged_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) -> Problem {
+    let into = marker
+        .quote_lines
+        .iter()
+        .rev()
+        .find_map(|&line| rules.iter().find(|r| r.file == file && r.line == line))
+        .map_or_else(
+            || ", so it defines no rule".to_owned(),
+            |r| {
+                format!(
+                    " ({} at line {}), so it defines no rule and its text joins the rule above",
+                    r.marker(),
+                    r.line
+                )
+            },
+        );
+    Problem::new(
+        Kind::MergedRule,
+        format!(
+            "`{}[{}]` continues the blockquote above{into}; put a blank line (without `>`) \
+             before this line",
+            marker.prefix, marker.inner
+        ),
+    )
+    .at(file, marker.line)
+    .spec(spec)
+}
+
+/// A `rule-id` problem for each rule whose id has an uppercase letter, with the id to write.
+// i[impl spec-check.rule-id]
+fn uppercase_ids(rules: &[Rule], spec: &str) -> Vec<Problem> {
+    rules
+        .iter()
+        .filter(|rule| rule.id.base.chars().any(|c| c.is_ascii_uppercase()))
+        .map(|rule| {
+            Problem::new(
+                Kind::RuleId,
+                format!(
+                    "rule {} has uppercase letters; ids are lowercase `area.topic` words: write \
+                     `{}[{}]` and update its references",
+                    rule.marker(),
+                    rule.prefix,
+                    rule.id.to_string().to_lowercase()
+                ),
+            )
+            .at(&rule.file, rule.line)
+            .spec(spec)
+            .rule(rule.marker())
+        })
+        .collect()
+}
+
+/// A `duplicate-rule` problem at `rule`, naming `first`, the definition it repeats.
+// i[impl spec-check.duplicate]
 fn duplicate(rule: &Rule, first: &Rule, spec: &str) -> Problem {
     let what = if rule.id == first.id {
         format!("rule {} is defined twice", rule.marker())
@@ -342,64 +386,13 @@ fn marker_prefix(text: &str, offset: usize) -> Option<String> {
     (!prefix.is_empty()).then(|| prefix.to_owned())
 }
 
-/// Locates the definitions behind marq's "duplicate requirement" error, which names only the id.
-fn duplicates_in_file(text: &str, file: &str, spec: &str, what: &str) -> Vec<Problem> {
-    let base = what
-        .strip_prefix("duplicate requirement base: ")
-        .unwrap_or(what);
-    let base = parse_rule_id(base).map_or_else(|| base.to_owned(), |id| id.base);
-    let mut found: Vec<Rule> = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let marker = line.trim_start().trim_start_matches('>').trim_start();
-        let Some(bracket) = marker.find('[') else {
-            continue;
-        };
-        let prefix = &marker[..bracket];
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric()) {
-            continue;
-        }
-        let Some(close) = marker[bracket..].find(']') else {
-            continue;
-        };
-        let inner = &marker[bracket + 1..bracket + close];
-        let id_text = inner.split_whitespace().next().unwrap_or_default();
-        if let Some(id) = parse_rule_id(id_text).filter(|id| id.base == base) {
-            found.push(Rule {
-                id,
-                prefix: prefix.to_owned(),
-                file: file.to_owned(),
-                line: index + 1,
-            });
-        }
-    }
-    match found.as_slice() {
-        [first, rest @ ..] if !rest.is_empty() => {
-            rest.iter().map(|r| duplicate(r, first, spec)).collect()
-        }
-        _ => vec![
-            Problem::new(
-                Kind::DuplicateRule,
-                format!("rule id `{base}` is defined twice (marq: {what})"),
-            )
-            .in_file(file)
-            .spec(spec),
-        ],
-    }
-}
-
-/// The line of the marker of the rule marq's error message names (`... for requirement 'x.y'`).
-fn line_of_named_rule(text: &str, message: &str) -> Option<usize> {
-    let (_, rest) = message.split_once("requirement '")?;
-    let (id, _) = rest.split_once('\'')?;
-    let needle = format!("[{id}");
-    text.lines()
-        .position(|line| line.contains(&needle))
-        .map(|index| index + 1)
-}
-
-/// A `PREFIX[...]` marker opening a blockquote.
+/// A `PREFIX[...]` marker in a blockquote.
 struct Marker {
     line: usize,
+    /// The line of the first paragraph of each blockquote holding the marker, innermost last (a
+    /// rule it merges into is defined at one of them: a plain blockquote nested in a rule's is
+    /// part of that rule); a blockquote that opens otherwise has none.
+    quote_lines: Vec<usize>,
     prefix: String,
     inner: String,
 }
@@ -423,19 +416,25 @@ fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))
         .collect();
     let line_of = |offset: usize| line_starts.partition_point(|&start| start <= offset);
-    let mut quote_depth = 0usize;
+    // Per open blockquote, innermost last: the line of its first paragraph, if it opens with one.
+    let mut quotes: Vec<Option<usize>> = Vec::new();
     for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
         match event {
             Event::Start(Tag::BlockQuote(_)) => {
                 quote_opened = true;
-                quote_depth += 1;
+                quotes.push(None);
             }
-            Event::End(TagEnd::BlockQuote(_)) => quote_depth = quote_depth.saturating_sub(1),
-            Event::Start(Tag::Paragraph) if quote_depth > 0 => {
+            Event::End(TagEnd::BlockQuote(_)) => {
+                quotes.pop();
+            }
+            Event::Start(Tag::Paragraph) if !quotes.is_empty() => {
                 let first_line = text[range.start..].lines().next().unwrap_or_default();
                 let line = line_of(range.start);
                 let rest = text[range.clone()].lines().enumerate().skip(1);
                 let later = if quote_opened {
+                    if let Some(quote) = quotes.last_mut() {
+                        *quote = Some(line);
+                    }
                     if let Some(marker) = parse_marker(first_line) {
                         markers.push(Marker { line, ..marker });
                     }
@@ -444,11 +443,13 @@ fn blockquote_markers(text: &str) -> (Vec<Marker>, Vec<Marker>) {
                     Some((0, first_line))
                 };
                 quote_opened = false;
+                let quote_lines: Vec<usize> = quotes.iter().copied().flatten().collect();
                 for (offset, raw) in later.into_iter().chain(rest) {
                     let stripped = raw.trim_start_matches(|c: char| c == '>' || c.is_whitespace());
                     if let Some(marker) = parse_marker(stripped) {
                         merged.push(Marker {
                             line: line + offset,
+                            quote_lines: quote_lines.clone(),
                             ..marker
                         });
                     }
@@ -474,6 +475,7 @@ fn parse_marker(line: &str) -> Option<Marker> {
     let close = line[bracket..].find(']')?;
     Some(Marker {
         line: 0,
+        quote_lines: Vec::new(),
         prefix: prefix.to_owned(),
         inner: line[bracket + 1..bracket + close].to_owned(),
     })
@@ -482,8 +484,320 @@ fn parse_marker(line: &str) -> Option<Marker> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use tracey_config::SpecConfig;
 
-    use super::SpecText;
+    use super::{Extracted, SpecText, extract};
+
+    /// Extracts spec `demo` (include `include`) from a temp tree holding `files`.
+    fn extract_from(include: &[&str], files: &[(&str, &str)]) -> Extracted {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        }
+        let spec = SpecConfig {
+            name: "demo".into(),
+            prefix: None,
+            source_url: None,
+            include: include.iter().map(|&i| i.to_owned()).collect(),
+            impls: Vec::new(),
+        };
+        extract(dir.path(), &spec)
+    }
+
+    /// The problems of spec `demo` made of `files`, as the gate prints them.
+    fn problems(files: &[(&str, &str)]) -> Vec<String> {
+        let extracted = extract_from(&["docs/spec/*.md"], files);
+        extracted.problems.iter().map(ToString::to_string).collect()
+    }
+
+    /// The ids of the rules read, with their places.
+    fn rules(files: &[(&str, &str)]) -> Vec<String> {
+        let extracted = extract_from(&["docs/spec/*.md"], files);
+        extracted
+            .rules
+            .iter()
+            .map(|r| format!("{}:{} {}", r.file, r.line, r.marker()))
+            .collect()
+    }
+
+    // i[verify spec-check.config]
+    #[test]
+    fn an_include_matching_no_markdown_is_a_config_problem() {
+        let none = extract_from(&["docs/spec/*.md"], &[("docs/spec/notes.txt", "no spec")]);
+        let none: Vec<String> = none.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            none,
+            [
+                ".config/tracey/config.styx: [config] spec `demo`: include (docs/spec/*.md) matches \
+              no markdown file"
+            ]
+        );
+        let found = extract_from(
+            &["docs/spec/*.md"],
+            &[("docs/spec/a.md", "> r[demo.a]\n> A.\n")],
+        );
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+        // No include at all is the config check's to report, not a second problem here.
+        let empty = extract_from(&[], &[]);
+        assert!(empty.problems.is_empty(), "{:?}", empty.problems);
+    }
+
+    // Bracketed words with a prefix no rule uses are prose: neither merged rules, nor repeated
+    // ids, nor invalid markers.
+    // i[verify spec-check.duplicate]
+    // i[verify spec-check.merged-rule]
+    // i[verify spec-check.spec-parse]
+    #[test]
+    fn markers_with_a_prefix_no_rule_uses_are_prose() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha]
+> Alpha must hold.
+> see[demo.beta] below.
+
+> note[demo.alpha] is prose, and so is note[Not An Id].
+
+> r[demo.beta]
+> Beta must hold.
+";
+        let files = [("docs/spec/demo.md", spec)];
+        assert_eq!(problems(&files), Vec::<String>::new());
+        assert_eq!(
+            rules(&files),
+            [
+                "docs/spec/demo.md:3 r[demo.alpha]",
+                "docs/spec/demo.md:9 r[demo.beta]"
+            ]
+        );
+    }
+
+    // In a spec without any rule there is no prefix to go by: a marker is meant as a rule when
+    // its id has a dot.
+    // i[verify spec-check.duplicate]
+    // i[verify spec-check.merged-rule]
+    // i[verify spec-check.spec-parse]
+    #[test]
+    fn without_rules_a_marker_with_a_dotted_id_is_meant_as_a_rule() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha status=bogus]
+> Alpha.
+> r[demo.beta]
+> see[nodot]
+
+> note[nodot status=bogus]
+> Prose.
+";
+        assert_eq!(
+            problems(&[("docs/spec/demo.md", spec)]),
+            [
+                "docs/spec/demo.md:3: [spec-parse] `r[demo.alpha status=bogus]` is not a valid \
+                 rule marker, so no rule is defined here (marq, and so tracey, render it as plain \
+                 text); ids are lowercase dot-separated words with an optional `+N` version, and \
+                 the only attributes are status=, level=, since=, until= and tags=",
+                "docs/spec/demo.md:5: [merged-rule] `r[demo.beta]` continues the blockquote \
+                 above, so it defines no rule; put a blank line (without `>`) before this line",
+            ]
+        );
+    }
+
+    // i[verify spec-check.duplicate]
+    #[test]
+    fn a_redefinition_in_one_file_names_the_first_definition() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha]
+> Alpha.
+
+> r[demo.beta]
+> Beta.
+
+> r[demo.beta+2]
+> Beta again.
+
+> r[demo.alpha]
+> Alpha again.
+";
+        assert_eq!(
+            problems(&[("docs/spec/demo.md", spec)]),
+            [
+                "docs/spec/demo.md:9: [duplicate-rule] rule r[demo.beta+2] redefines \
+                 r[demo.beta] (same id at another version); first defined at docs/spec/demo.md:6",
+                "docs/spec/demo.md:12: [duplicate-rule] rule r[demo.alpha] is defined twice; \
+                 first defined at docs/spec/demo.md:3",
+            ]
+        );
+    }
+
+    // i[verify spec-check.duplicate]
+    #[test]
+    fn a_redefinition_in_another_file_is_reported_at_the_later_one() {
+        let files = [
+            (
+                "docs/spec/a.md",
+                "# A\n\n> r[demo.alpha]\n> Alpha.\n\n> r[demo.beta]\n> B.\n",
+            ),
+            (
+                "docs/spec/b.md",
+                "# B\n\n> r[demo.gamma]\n> G.\n\n> r[demo.beta+3]\n> B.\n",
+            ),
+            ("docs/spec/c.md", "# C\n\n> r[demo.alpha]\n> Alpha.\n"),
+        ];
+        assert_eq!(
+            problems(&files),
+            [
+                "docs/spec/b.md:6: [duplicate-rule] rule r[demo.beta+3] redefines r[demo.beta] \
+                 (same id at another version); first defined at docs/spec/a.md:6",
+                "docs/spec/c.md:3: [duplicate-rule] rule r[demo.alpha] is defined twice; first \
+                 defined at docs/spec/a.md:3",
+            ]
+        );
+    }
+
+    // Each merged marker names the rule of its own blockquote, not the nearest rule above; one in
+    // a blockquote that is no rule names none.
+    // i[verify spec-check.merged-rule]
+    #[test]
+    fn a_merged_marker_names_the_rule_of_its_blockquote() {
+        let a = "\
+# A
+
+> r[demo.alpha]
+> Alpha.
+> r[demo.gamma]
+> Gamma.
+
+> r[demo.beta]
+> Beta.
+>
+> r[demo.delta] Delta.
+
+> Note: a plain quote.
+> r[demo.epsilon]
+";
+        let b = "# B\n\n> r[demo.zeta]\n> Zeta.\n\n> Plain.\n> r[demo.eta]\n";
+        let joins = ", so it defines no rule and its text joins the rule above";
+        let tail = "; put a blank line (without `>`) before this line";
+        assert_eq!(
+            problems(&[("docs/spec/a.md", a), ("docs/spec/b.md", b)]),
+            [
+                format!(
+                    "docs/spec/a.md:5: [merged-rule] `r[demo.gamma]` continues the blockquote \
+                     above (r[demo.alpha] at line 3){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/a.md:11: [merged-rule] `r[demo.delta]` continues the blockquote \
+                     above (r[demo.beta] at line 8){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/a.md:14: [merged-rule] `r[demo.epsilon]` continues the blockquote \
+                     above, so it defines no rule{tail}"
+                ),
+                format!(
+                    "docs/spec/b.md:7: [merged-rule] `r[demo.eta]` continues the blockquote \
+                     above, so it defines no rule{tail}"
+                ),
+            ]
+        );
+    }
+
+    // A plain blockquote nested in a rule's blockquote is part of that rule's text (marq appends
+    // it to the rule), so a marker merged into it names that rule; a rule nested in a plain
+    // blockquote, or in another rule's, is the one named for a marker merged into it.
+    // i[verify spec-check.merged-rule]
+    #[test]
+    fn a_merged_marker_in_a_nested_blockquote_names_the_enclosing_rule() {
+        let spec = "\
+# Demo
+
+> r[demo.alpha]
+> Alpha.
+>
+> > Note: a nested quote.
+> > r[demo.beta]
+
+> Plain.
+>
+> > r[demo.gamma]
+> > Gamma.
+> > r[demo.delta]
+
+> r[demo.epsilon]
+> Epsilon.
+>
+> > r[demo.zeta]
+> > Zeta.
+> > r[demo.eta]
+";
+        let joins = ", so it defines no rule and its text joins the rule above";
+        let tail = "; put a blank line (without `>`) before this line";
+        assert_eq!(
+            problems(&[("docs/spec/demo.md", spec)]),
+            [
+                format!(
+                    "docs/spec/demo.md:7: [merged-rule] `r[demo.beta]` continues the blockquote \
+                     above (r[demo.alpha] at line 3){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/demo.md:13: [merged-rule] `r[demo.delta]` continues the blockquote \
+                     above (r[demo.gamma] at line 11){joins}{tail}"
+                ),
+                format!(
+                    "docs/spec/demo.md:20: [merged-rule] `r[demo.eta]` continues the blockquote \
+                     above (r[demo.zeta] at line 18){joins}{tail}"
+                ),
+            ]
+        );
+    }
+
+    // i[verify spec-check.rule-id]
+    #[test]
+    fn only_an_id_with_an_uppercase_letter_is_a_rule_id_problem() {
+        let spec =
+            "# Demo\n\n> r[demo.alpha]\n> A.\n\n> r[demo.Beta+2]\n> B.\n\n> r[demo.gamma9]\n> G.\n";
+        let files = [("docs/spec/demo.md", spec)];
+        assert_eq!(
+            problems(&files),
+            [
+                "docs/spec/demo.md:6: [rule-id] rule r[demo.Beta+2] has uppercase letters; ids \
+                 are lowercase `area.topic` words: write `r[demo.beta+2]` and update its \
+                 references"
+            ]
+        );
+        // It still counts as a rule, as tracey counts it.
+        assert_eq!(
+            rules(&files),
+            [
+                "docs/spec/demo.md:3 r[demo.alpha]",
+                "docs/spec/demo.md:6 r[demo.Beta+2]",
+                "docs/spec/demo.md:9 r[demo.gamma9]"
+            ]
+        );
+    }
+
+    // i[verify spec-check.spec-parse]
+    #[test]
+    fn a_spec_mixing_prefixes_is_a_spec_parse_problem() {
+        let files = [
+            ("docs/spec/a.md", "# A\n\n> r[demo.alpha]\n> A.\n"),
+            ("docs/spec/b.md", "# B\n\n> x[demo.beta]\n> B.\n"),
+        ];
+        let extracted = extract_from(&["docs/spec/*.md"], &files);
+        let problems: Vec<String> = extracted.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            ["[spec-parse] spec `demo` mixes marker prefixes (r, x); use one prefix per spec"]
+        );
+        assert_eq!(extracted.prefix, None);
+        let one = extract_from(&["docs/spec/a.md"], &files);
+        assert_eq!(one.prefix.as_deref(), Some("r"));
+        assert!(one.problems.is_empty(), "{:?}", one.problems);
+    }
 
     proptest! {
         // The index must quote exactly what a rescan from the top would: a rule's text is
