@@ -216,6 +216,24 @@ mod tests {
 
     // r[verify forward.identity]
     #[test]
+    fn a_half_persisted_identity_is_generated_anew_and_then_reused() {
+        // A first start cut off between writing the key and the certificate leaves one of them:
+        // that is no identity yet, so the next start generates a whole one instead of failing.
+        for (kept, lost) in [(KEY_FILE, CERT_FILE), (CERT_FILE, KEY_FILE)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let old = Identity::load_or_create(dir.path()).expect("created");
+            fs::remove_file(dir.path().join(lost)).expect("remove");
+            assert!(dir.path().join(kept).exists());
+            let new = Identity::load_or_create(dir.path()).expect("generated anew, not refused");
+            assert_ne!(old.fingerprint(), new.fingerprint(), "kept {kept}");
+            assert!(dir.path().join(lost).exists(), "{lost} written again");
+            let again = Identity::load_or_create(dir.path()).expect("reused");
+            assert_eq!(new.fingerprint(), again.fingerprint(), "kept {kept}");
+        }
+    }
+
+    // r[verify forward.identity]
+    #[test]
     fn a_leftover_readable_temporary_file_does_not_make_the_key_readable() {
         let dir = tempfile::tempdir().expect("tempdir");
         let leftover = dir.path().join(KEY_FILE).with_extension("tmp");
