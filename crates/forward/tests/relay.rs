@@ -592,31 +592,15 @@ async fn beyond_the_node_s_flow_socket_bound_a_new_flow_is_dropped_and_counted()
 // r[verify forward.batch]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_datagrams_of_mixed_sizes_arrives_whole_in_order_and_counted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = server(dir.path()).await;
-    let target = tokio::net::UdpSocket::bind(loopback())
-        .await
-        .expect("target");
-    let mut client = client::spawn(client_config(
-        &server,
-        &[target.local_addr().expect("addr")],
-    ))
-    .await
-    .expect("client");
-    opened(&mut client, 1).await;
-    let local = client.local_addrs()[0];
-    let peer = peer().await;
-    assert_eq!(
-        try_round_trip(&peer, local, b"warm", 1).await,
-        None,
-        "the target does not answer"
-    );
+    let Warmed {
+        dir: _dir,
+        server,
+        target,
+        client: _client,
+        local,
+        peer,
+    } = warmed_forward_to_a_silent_target().await;
     let mut buf = vec![0u8; 65_536];
-    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
-        .await
-        .expect("warm-up arrives")
-        .expect("recv");
-    assert_eq!(&buf[..n], b"warm");
     // Runs of equal sizes (gathered into one send) broken by other sizes and empty datagrams,
     // sent back to back so several wait at once at each end.
     let sizes: Vec<usize> = (0..300)
@@ -672,31 +656,15 @@ async fn a_burst_of_datagrams_of_mixed_sizes_arrives_whole_in_order_and_counted(
 // r[verify forward.batch]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts_the_rest() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = server(dir.path()).await;
-    let target = tokio::net::UdpSocket::bind(loopback())
-        .await
-        .expect("target");
-    let mut client = client::spawn(client_config(
-        &server,
-        &[target.local_addr().expect("addr")],
-    ))
-    .await
-    .expect("client");
-    opened(&mut client, 1).await;
-    let local = client.local_addrs()[0];
-    let peer = peer().await;
-    assert_eq!(
-        try_round_trip(&peer, local, b"warm", 1).await,
-        None,
-        "the target does not answer"
-    );
+    let Warmed {
+        dir: _dir,
+        server: _server,
+        target,
+        client,
+        local,
+        peer,
+    } = warmed_forward_to_a_silent_target().await;
     let mut buf = vec![0u8; 65_536];
-    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
-        .await
-        .expect("warm-up arrives")
-        .expect("recv");
-    assert_eq!(&buf[..n], b"warm");
     // Back to back, so they wait together in the local socket and one wakeup takes them; one in
     // the middle is too large for the connection, as one by one it is lost alone. It is the
     // largest a UDP datagram over IPv4 can be: the batch's buffers must hold it too.
@@ -734,4 +702,52 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
     let bytes: usize = relayed.iter().map(Vec::len).sum();
     assert_eq!(stats.to_target_bytes, 4 + bytes as u64);
     assert_eq!(stats.dropped.oversize, 1);
+}
+
+/// A forward to a target that reads but never answers, with one `warm` datagram already relayed
+/// through it and read at the target, so the flow exists before a test's burst.
+struct Warmed {
+    dir: tempfile::TempDir,
+    server: holdfast_forward::Server,
+    target: tokio::net::UdpSocket,
+    client: client::Forwarding,
+    local: std::net::SocketAddr,
+    peer: tokio::net::UdpSocket,
+}
+
+#[allow(clippy::expect_used)]
+async fn warmed_forward_to_a_silent_target() -> Warmed {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = tokio::net::UdpSocket::bind(loopback())
+        .await
+        .expect("target");
+    let mut client = client::spawn(client_config(
+        &server,
+        &[target.local_addr().expect("addr")],
+    ))
+    .await
+    .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let peer = peer().await;
+    assert_eq!(
+        try_round_trip(&peer, local, b"warm", 1).await,
+        None,
+        "the target does not answer"
+    );
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
+        .await
+        .expect("warm-up arrives")
+        .expect("recv");
+    assert_eq!(&buf[..n], b"warm");
+    Warmed {
+        dir,
+        server,
+        target,
+        client,
+        local,
+        peer,
+    }
 }
