@@ -207,15 +207,20 @@ pub fn missing_error(missing: &[Requirement]) -> String {
     text
 }
 
-// i[impl harness.install+2]
 /// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages.
 pub fn install(packages: &[&str]) -> anyhow::Result<()> {
+    install_with(Path::new("apt-get"), packages)
+}
+
+/// [`install`] with the package manager at `apt_get` (a test hands it a stand-in script).
+// i[impl harness.install+2]
+fn install_with(apt_get: &Path, packages: &[&str]) -> anyhow::Result<()> {
     if packages.is_empty() {
         return Ok(());
     }
     eprintln!("xtask test: installing {}", packages.join(" "));
     let apt = |args: &[&str]| -> anyhow::Result<()> {
-        let status = Command::new("apt-get")
+        let status = Command::new(apt_get)
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
@@ -353,6 +358,56 @@ mod tests {
         std::fs::create_dir_all(&types).unwrap();
         std::fs::write(types.join("descriptor.proto"), "syntax = \"proto2\";\n").unwrap();
         assert_eq!(locate("protoc", path), Some(protoc));
+    }
+
+    /// A stand-in apt-get that logs each call's arguments and environment, and fails its
+    /// `install` when `fail_install`.
+    fn fake_apt(dir: &Path, fail_install: bool) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let log = dir.join("calls.log");
+        let script = dir.join("apt-get");
+        let fail = if fail_install {
+            "[ \"$1\" = install ] && exit 100\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$DEBIAN_FRONTEND $*\" >> '{}'\n{fail}exit 0\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (script, log)
+    }
+
+    // i[verify harness.install+2]
+    #[test]
+    fn install_updates_then_installs_exactly_the_packages_and_nothing_for_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (apt, log) = fake_apt(dir.path(), false);
+        install_with(&apt, &[]).unwrap();
+        assert!(!log.exists(), "no package, no apt-get call");
+        install_with(&apt, &["redis-server", "pebble"]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "noninteractive update -q\n\
+             noninteractive install -y -q --no-install-recommends redis-server pebble\n"
+        );
+    }
+
+    // i[verify harness.install+2]
+    #[test]
+    fn a_failed_install_is_an_error_naming_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let (apt, _) = fake_apt(dir.path(), true);
+        let error = install_with(&apt, &["pebble"]).unwrap_err().to_string();
+        assert!(
+            error.starts_with("apt-get install -y -q --no-install-recommends pebble failed"),
+            "{error}"
+        );
     }
 
     #[test]
