@@ -261,7 +261,8 @@ async fn a_module_that_crashes_at_once_is_a_crash_loop_paced_and_one_fault() {
     assert_eq!(node.faults.len(), 1);
     assert_eq!(node.faults.list()[0].kind, "crash_loop");
     assert_eq!(status(&node).restarts, 7);
-    // Every restart of the loop is a start in the operator's account.
+    // The operator's account counts every start: the first and the six restarts so far (the
+    // seventh end's restart is still due; `restarts` counts the ends).
     assert_eq!(status(&node).starts, 7);
 }
 
