@@ -162,66 +162,89 @@ async fn a_connection_that_never_authenticates_does_not_hold_up_the_stop() {
     assert!(closed.to_string().contains("shutting down"), "{closed}");
 }
 
+/// A hand-driven node: a bare quinn endpoint on loopback with an identity of its own in `dir`, and
+/// the configuration of a client of it with `forwards` forwards (to loopback, never reached).
+#[allow(clippy::expect_used)]
+fn hand_driven_node(
+    dir: &std::path::Path,
+    forwards: usize,
+) -> (quinn::Endpoint, holdfast_forward::client::ClientConfig) {
+    use holdfast_forward::client::{ClientConfig, ForwardSpec};
+
+    let identity = holdfast_forward::Identity::load_or_create(dir).expect("identity");
+    let config = holdfast_forward::server::quinn_server_config(&identity, Duration::from_secs(5))
+        .expect("server config");
+    let endpoint = quinn::Endpoint::server(config, loopback()).expect("endpoint");
+    let mut client = ClientConfig::new(
+        endpoint.local_addr().expect("addr"),
+        identity.fingerprint(),
+        holdfast_forward::Credential::new(TOKEN),
+    );
+    client.forwards = vec![
+        ForwardSpec {
+            local: loopback(),
+            target: loopback(),
+        };
+        forwards
+    ];
+    client.reconnect = fast_reconnect();
+    (endpoint, client)
+}
+
+/// Plays a node that welcomes its first client and opens its one forward, then closes the
+/// connection with `code` and `reason` and no `Ended` message; returns the endpoint, kept open
+/// (not idle-waited) so the client's reconnect attempts meet a live socket.
+#[allow(clippy::expect_used)]
+async fn open_then_close(
+    endpoint: quinn::Endpoint,
+    code: u32,
+    reason: &'static [u8],
+) -> quinn::Endpoint {
+    let conn = endpoint
+        .accept()
+        .await
+        .expect("incoming")
+        .await
+        .expect("handshake");
+    let (mut send, mut recv) = conn.accept_bi().await.expect("control stream");
+    let mut decoder = FrameDecoder::new();
+    let mut buf = [0u8; 4096];
+    let mut answered = 0;
+    while answered < 2 {
+        let n = recv.read(&mut buf).await.expect("read").expect("open");
+        decoder.push(&buf[..n]);
+        while let Some(message) = decoder.next_message() {
+            let answer = match message.expect("well-formed") {
+                Message::Hello { .. } => Message::Welcome,
+                Message::Open { forward, .. } => Message::Opened { forward },
+                other => panic!("unexpected {other:?}"),
+            };
+            send.write_all(&control::encode(&answer))
+                .await
+                .expect("write");
+            answered += 1;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    conn.close(code.into(), reason);
+    endpoint
+}
+
 // r[verify forward.end]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_still_announced_as_such()
  {
-    use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
+    use holdfast_forward::client::{self, ClientEvent};
     use holdfast_forward::control::EndReason;
 
-    // A hand-driven node: it opens the forward, then closes the connection with the shutdown
-    // code and its reason, and no `Ended` message (as when its control queue was full).
+    // As when the node's control queue was full: the shutdown close, and no `Ended` message.
     let dir = tempfile::tempdir().expect("tempdir");
-    let identity = holdfast_forward::Identity::load_or_create(dir.path()).expect("identity");
-    let config = holdfast_forward::server::quinn_server_config(&identity, Duration::from_secs(5))
-        .expect("server config");
-    let endpoint = quinn::Endpoint::server(config, loopback()).expect("endpoint");
-    let addr = endpoint.local_addr().expect("addr");
-    let node = tokio::spawn(async move {
-        let conn = endpoint
-            .accept()
-            .await
-            .expect("incoming")
-            .await
-            .expect("handshake");
-        let (mut send, mut recv) = conn.accept_bi().await.expect("control stream");
-        let mut decoder = FrameDecoder::new();
-        let mut buf = [0u8; 4096];
-        let mut answered = 0;
-        while answered < 2 {
-            let n = recv.read(&mut buf).await.expect("read").expect("open");
-            decoder.push(&buf[..n]);
-            while let Some(message) = decoder.next_message() {
-                let answer = match message.expect("well-formed") {
-                    Message::Hello { .. } => Message::Welcome,
-                    Message::Open { forward, .. } => Message::Opened { forward },
-                    other => panic!("unexpected {other:?}"),
-                };
-                send.write_all(&control::encode(&answer))
-                    .await
-                    .expect("write");
-                answered += 1;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        conn.close(
-            holdfast_forward::transport::close_code::SHUTDOWN.into(),
-            b"node restarting",
-        );
-        // Kept open (not idle-waited) so the client's reconnect attempts meet a live socket.
-        endpoint
-    });
-
-    let mut config = ClientConfig::new(
-        addr,
-        identity.fingerprint(),
-        holdfast_forward::Credential::new(TOKEN),
-    );
-    config.forwards = vec![ForwardSpec {
-        local: loopback(),
-        target: loopback(),
-    }];
-    config.reconnect = fast_reconnect();
+    let (endpoint, config) = hand_driven_node(dir.path(), 1);
+    let node = tokio::spawn(open_then_close(
+        endpoint,
+        holdfast_forward::transport::close_code::SHUTDOWN,
+        b"node restarting",
+    ));
     let mut client = client::spawn(config).await.expect("client");
     opened(&mut client, 1).await;
     let ended = expect(&mut client, "Ended", |e| {
@@ -238,6 +261,49 @@ async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_sti
     };
     assert_eq!((forward, reason), (1, EndReason::ShuttingDown), "{message}");
     assert!(message.contains("node restarting"), "{message}");
+    client.stop().await;
+    drop(node.await.expect("node"));
+}
+
+// r[verify forward.end]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_closes_with_another_code_has_lost_the_connection_and_the_forward_records_it() {
+    use holdfast_forward::client::{self, ClientEvent};
+    use holdfast_forward::control::EndReason;
+
+    // An application close, but not the shutdown one: the node broke off, it is not stopping.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (endpoint, config) = hand_driven_node(dir.path(), 1);
+    let node = tokio::spawn(open_then_close(
+        endpoint,
+        holdfast_forward::transport::close_code::PROTOCOL,
+        b"connection ended",
+    ));
+    let mut client = client::spawn(config).await.expect("client");
+    opened(&mut client, 1).await;
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    let ClientEvent::Ended {
+        forward,
+        reason,
+        message,
+    } = ended
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (forward, reason),
+        (1, EndReason::ConnectionLost),
+        "{message}"
+    );
+    assert!(message.contains("connection was lost"), "{message}");
+    // The forward keeps the reason as its last error, for the client's listing.
+    assert_eq!(
+        client.stats()[0].last_error.as_deref(),
+        Some(message.as_str())
+    );
     client.stop().await;
     drop(node.await.expect("node"));
 }
@@ -339,16 +405,12 @@ async fn try_connect(
 // r[verify forward.open.answers]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited() {
-    use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
+    use holdfast_forward::client::{self, ClientEvent};
 
     // A hand-driven node: it answers the two Opens with a refusal naming forward 0 first, then
     // opens both.
     let dir = tempfile::tempdir().expect("tempdir");
-    let identity = holdfast_forward::Identity::load_or_create(dir.path()).expect("identity");
-    let config = holdfast_forward::server::quinn_server_config(&identity, Duration::from_secs(5))
-        .expect("server config");
-    let endpoint = quinn::Endpoint::server(config, loopback()).expect("endpoint");
-    let addr = endpoint.local_addr().expect("addr");
+    let (endpoint, config) = hand_driven_node(dir.path(), 2);
     let node = tokio::spawn(async move {
         let conn = endpoint
             .accept()
@@ -389,19 +451,6 @@ async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited(
         (conn, endpoint)
     });
 
-    let mut config = ClientConfig::new(
-        addr,
-        identity.fingerprint(),
-        holdfast_forward::Credential::new(TOKEN),
-    );
-    config.forwards = vec![
-        ForwardSpec {
-            local: loopback(),
-            target: loopback(),
-        };
-        2
-    ];
-    config.reconnect = fast_reconnect();
     let mut client = client::spawn(config).await.expect("client");
     let mut opened = Vec::new();
     while opened.len() < 2 {
