@@ -28,10 +28,10 @@ use crate::identity::{Fingerprint, SERVER_NAME};
 use crate::pin::PinnedVerifier;
 use crate::ready::{Drain, ready_now};
 use crate::reconnect::{Pace, Reconnect};
-use crate::report::Reporter;
+use crate::report::{Handed, Reporter};
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
-use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, segments};
+use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, framed_capacity, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// One forward: a local UDP address and the target the node relays to.
@@ -344,6 +344,30 @@ impl LocalForward {
                 false
             }
         }
+    }
+
+    /// Counts the `lost` replies a send to a local peer failed with `err` and reports it. A local
+    /// socket that cannot send is this forward's problem only: the datagrams are dropped and the
+    /// relay goes on; one that is gone is announced.
+    // i[impl forward.relay.resilience]
+    fn replies_not_sent(
+        &self,
+        err: &RelayError,
+        lost: usize,
+        events: &mpsc::UnboundedSender<ClientEvent>,
+    ) {
+        if err.class() == Class::Item {
+            // Each datagram the error cost is one drop (`local_socket_error` would count one
+            // more for an item).
+            for _ in 0..lost {
+                self.reporter.dropped(err);
+            }
+            return;
+        }
+        for _ in 0..lost {
+            self.reporter.stats().dropped(err.drop_reason());
+        }
+        self.local_socket_error(err, events);
     }
 
     /// The peer a reply of `flow` goes to, at `now`.
@@ -864,7 +888,6 @@ const LOCAL_BATCH: usize = 16;
 
 /// Datagrams from local peers to the node: every datagram of a receive batch, with one
 /// allocation for all of them.
-// i[impl forward.relay.resilience]
 // r[impl forward.batch]
 async fn local_to_node(
     forward: Arc<LocalForward>,
@@ -893,7 +916,8 @@ async fn local_to_node(
             }
         };
         let now = Instant::now();
-        out.reserve(framed_capacity(&meta[..filled]));
+        // A header is at most 16 bytes (two QUIC varints), whichever flow the datagram is of.
+        out.reserve(framed_capacity(&meta[..filled], 16));
         for (i, m) in meta[..filled].iter().enumerate() {
             let buf = &bufs[i * MAX_DATAGRAM..(i + 1) * MAX_DATAGRAM];
             let Some(flow) = forward.flow_of(m.addr, now) else {
@@ -917,21 +941,20 @@ async fn local_to_node(
             for payload in segments(buf, m) {
                 out.extend_from_slice(bytes);
                 out.extend_from_slice(payload);
-                let err = match conn.send_datagram(out.split().freeze()) {
-                    Ok(()) => {
+                match forward.reporter.send_datagram(&conn, out.split().freeze()) {
+                    Handed::Sent => {
                         relayed += 1;
                         relayed_bytes += payload.len();
-                        continue;
                     }
-                    Err(err) => RelayError::from(err),
-                };
-                // The connection is gone: the session loop sees it and announces the end.
-                if !forward.reporter.datagram_not_sent(&err) {
-                    forward
-                        .reporter
-                        .stats()
-                        .to_target_many(relayed, relayed_bytes);
-                    return;
+                    Handed::Dropped => {}
+                    // The connection is gone: the session loop sees it and announces the end.
+                    Handed::Lost => {
+                        forward
+                            .reporter
+                            .stats()
+                            .to_target_many(relayed, relayed_bytes);
+                        return;
+                    }
                 }
             }
             forward
@@ -940,18 +963,6 @@ async fn local_to_node(
                 .to_target_many(relayed, relayed_bytes);
         }
     }
-}
-
-/// The most bytes a receive batch takes framed for the connection: each buffer's bytes plus a
-/// header (at most 16 bytes: two QUIC varints) per datagram it holds, with at most one header
-/// to spare per buffer, so one allocation serves the whole batch without holding much more.
-// r[impl forward.batch]
-fn framed_capacity(meta: &[RecvMeta]) -> usize {
-    // `len / stride + 1` datagrams per buffer: the exact count, or one more when the last
-    // segment is full (quinn-udp gives a buffer without GRO its length as stride).
-    meta.iter()
-        .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
-        .sum()
 }
 
 /// Datagrams from the node to local peers: every datagram already queued is taken per wakeup,
@@ -1022,8 +1033,8 @@ async fn node_to_local(
     }
 }
 
-/// Sends what was gathered to its local peer.
-// i[impl forward.relay.resilience]
+/// Sends what was gathered to its local peer, counted as one by one would count it.
+// r[impl forward.batch]
 async fn flush_local(
     gather: &mut Gather<u32>,
     forwards: &HashMap<u32, Arc<LocalForward>>,
@@ -1042,22 +1053,7 @@ async fn flush_local(
         .stats()
         .from_target_many(sent, sent * gathered.segment);
     if let Some(err) = err {
-        let err = RelayError::Socket(err);
-        let lost = gathered.count - sent;
-        if err.class() == Class::Item {
-            // Each datagram the error cost is one drop (`local_socket_error` would count one
-            // more for an item).
-            for _ in 0..lost {
-                local.reporter.dropped(&err);
-            }
-            return;
-        }
-        for _ in 0..lost {
-            local.reporter.stats().dropped(err.drop_reason());
-        }
-        // A local socket that cannot send is this forward's problem only: the datagrams are
-        // dropped and the relay goes on; one that is gone is announced.
-        local.local_socket_error(&err, events);
+        local.replies_not_sent(&RelayError::Socket(err), gathered.count - sent, events);
     }
 }
 
@@ -1117,40 +1113,6 @@ mod tests {
         assert_eq!(forward.peer_of(1, t1), Some(peer(2)));
         // Peer 1 comes back: at the bound again, and nothing has been idle long enough.
         assert_eq!(forward.flow_of(peer(1), t1), None);
-    }
-
-    // r[verify forward.batch]
-    #[test]
-    fn a_batch_s_framed_capacity_holds_every_datagram_with_a_header_to_spare_at_most_per_buffer() {
-        let meta = |len: usize, stride: usize| RecvMeta {
-            len,
-            stride,
-            ..RecvMeta::default()
-        };
-        // Buffers without GRO (quinn-udp reports the length as the stride, so an empty one has
-        // stride 0), and GRO buffers whose last segment is full or short.
-        let batches = [
-            vec![meta(100, 100)],
-            vec![meta(0, 0), meta(1162, 1162)],
-            vec![meta(1000, 100)],
-            vec![meta(1050, 100), meta(60_000, 1200), meta(7, 7)],
-            vec![meta(65_507, 65_507); LOCAL_BATCH],
-        ];
-        for batch in batches {
-            let buffers = batch.len();
-            let framed: usize = batch
-                .iter()
-                .map(|m| {
-                    let buf = vec![0u8; m.len];
-                    segments(&buf, m).map(|d| 16 + d.len()).sum::<usize>()
-                })
-                .sum();
-            let capacity = framed_capacity(&batch);
-            assert!(
-                (framed..=framed + 16 * buffers).contains(&capacity),
-                "{batch:?}: {capacity} for {framed} bytes framed"
-            );
-        }
     }
 
     // r[verify forward.batch]

@@ -27,10 +27,12 @@ use crate::control_io::{finish, spawn_reader, spawn_writer, write};
 use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
-use crate::report::Reporter;
+use crate::report::{Handed, Reporter};
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
-use crate::udp_io::{FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
+use crate::udp_io::{
+    FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
+};
 use crate::wire::{FlowId, decode_datagram};
 
 /// The server's configuration.
@@ -911,43 +913,46 @@ enum Sent {
     FlowEnded,
 }
 
-/// Sends gathered datagrams on a flow's connected socket. A pending ICMP error (ECONNREFUSED)
-/// surfaces here as well as on the receive side; either way it is reported and the socket stays
-/// in use.
-// i[impl forward.relay.resilience]
+/// Sends gathered datagrams on a flow's connected socket, counted as one by one would count
+/// them.
+// r[impl forward.batch]
 async fn send_to_target<K>(
     socket: &UdpIo,
     gathered: &Gathered<'_, K>,
     reporter: &Reporter,
 ) -> Sent {
     let (sent, err) = gathered.send(socket).await;
-    if sent > 0 {
-        // A run is of equal-sized datagrams.
-        reporter
-            .stats()
-            .to_target_many(sent, sent * gathered.segment);
-    }
+    // A run is of equal-sized datagrams.
+    reporter
+        .stats()
+        .to_target_many(sent, sent * gathered.segment);
     let Some(err) = err else {
         return Sent::Delivered;
     };
-    let lost = gathered.count - sent;
-    let err = RelayError::Socket(err);
+    target_send_failed(&RelayError::Socket(err), gathered.count - sent, reporter)
+}
+
+/// Counts the `lost` datagrams a send towards the target failed with `err` and reports it;
+/// what becomes of the flow. A pending ICMP error (ECONNREFUSED) surfaces here as well as on the
+/// receive side; either way it is reported and the socket stays in use.
+// i[impl forward.relay.resilience]
+fn target_send_failed(err: &RelayError, lost: usize, reporter: &Reporter) -> Sent {
     match err.class() {
         Class::Item => {
             for _ in 0..lost {
-                reporter.dropped(&err);
+                reporter.dropped(err);
             }
             Sent::Dropped
         }
         Class::Transient => {
-            reporter.transient(&err);
+            reporter.transient(err);
             for _ in 0..lost {
                 reporter.stats().dropped(err.drop_reason());
             }
             Sent::Dropped
         }
         Class::Fatal => {
-            reporter.transient(&err);
+            reporter.transient(err);
             Sent::FlowEnded
         }
     }
@@ -966,9 +971,27 @@ async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpIo>> {
     Ok(Arc::new(UdpIo::new(socket, FLOW_BUFFER)?))
 }
 
+/// Counts and reports an error of receiving on a flow's socket; whether receiving on it goes
+/// on (a pending ICMP refusal, say, is reported and the socket stays in use).
+// i[impl forward.relay.resilience]
+fn flow_recv_failed(err: &RelayError, reporter: &Reporter) -> bool {
+    match err.class() {
+        Class::Item => {
+            reporter.dropped(err);
+            true
+        }
+        Class::Transient => {
+            reporter.transient(err);
+            true
+        }
+        // The socket cannot be used again: the flow's replies end here.
+        Class::Fatal => false,
+    }
+}
+
 /// Relays one flow's replies from the target back to the client: every datagram of a receive
 /// (several, when the kernel coalesced them) with one allocation for all of them.
-// i[impl forward.relay.resilience]
+// r[impl forward.batch]
 async fn relay_replies(
     socket: Arc<UdpIo>,
     conn: Connection,
@@ -990,50 +1013,38 @@ async fn relay_replies(
                 std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
             socket.recv(&mut slices, &mut meta).await
         };
-        let err = match received {
-            Ok(filled) => {
-                let filled = &meta[..filled.min(REPLY_BATCH)];
-                let buffers = || {
-                    filled
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(i, m)| segments(&buf[i * MAX_DATAGRAM..], m))
-                };
-                out.reserve(
-                    buffers().count() * header.len() + filled.iter().map(|m| m.len).sum::<usize>(),
-                );
-                // Counted once per receive, not per datagram.
-                let (mut relayed, mut bytes) = (0, 0);
-                for payload in buffers() {
-                    out.extend_from_slice(&header);
-                    out.extend_from_slice(payload);
-                    let err = match conn.send_datagram(out.split().freeze()) {
-                        Ok(()) => {
-                            relayed += 1;
-                            bytes += payload.len();
-                            continue;
-                        }
-                        Err(err) => RelayError::from(err),
-                    };
-                    if !reporter.datagram_not_sent(&err) {
+        let filled = match received {
+            Ok(filled) => &meta[..filled.min(REPLY_BATCH)],
+            Err(err) => {
+                if flow_recv_failed(&RelayError::Socket(err), &reporter) {
+                    continue;
+                }
+                return;
+            }
+        };
+        out.reserve(framed_capacity(filled, header.len()));
+        // Counted once per receive, not per datagram.
+        let (mut relayed, mut bytes) = (0, 0);
+        for (i, m) in filled.iter().enumerate() {
+            for payload in segments(&buf[i * MAX_DATAGRAM..], m) {
+                out.extend_from_slice(&header);
+                out.extend_from_slice(payload);
+                match reporter.send_datagram(&conn, out.split().freeze()) {
+                    Handed::Sent => {
+                        relayed += 1;
+                        bytes += payload.len();
+                    }
+                    Handed::Dropped => {}
+                    // The connection is gone; its relay loop ends the forward and announces it.
+                    Handed::Lost => {
                         reporter.stats().from_target_many(relayed, bytes);
                         return;
                     }
                 }
-                reporter.stats().from_target_many(relayed, bytes);
-                activity.touch(Instant::now());
-                continue;
             }
-            Err(err) => RelayError::Socket(err),
-        };
-        match err.class() {
-            Class::Item => reporter.dropped(&err),
-            Class::Transient => {
-                reporter.transient(&err);
-            }
-            // The connection is gone; its relay loop ends the forward and announces it.
-            Class::Fatal => return,
         }
+        reporter.stats().from_target_many(relayed, bytes);
+        activity.touch(Instant::now());
     }
 }
 

@@ -185,6 +185,19 @@ pub(crate) fn segments<'a>(
     })
 }
 
+/// The most bytes the datagrams of received buffers take framed for the connection: each
+/// buffer's bytes plus a header of at most `header` bytes per datagram it holds, with at most
+/// one header to spare per buffer, so one allocation serves the whole batch without holding
+/// much more.
+// r[impl forward.batch]
+pub(crate) fn framed_capacity(meta: &[RecvMeta], header: usize) -> usize {
+    // `len / stride + 1` datagrams per buffer: the exact count, or one more when the last
+    // segment is full (quinn-udp gives a buffer without GRO its length as stride).
+    meta.iter()
+        .map(|m| m.len + header * (m.len / m.stride.max(1) + 1))
+        .sum()
+}
+
 /// Datagrams of one size to one destination, gathered so they leave in one send.
 // r[impl forward.batch]
 #[derive(Debug, Default)]
@@ -333,6 +346,38 @@ mod tests {
         }
         let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
         assert_eq!(empty, vec![&[] as &[u8]]);
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn a_batch_s_framed_capacity_holds_every_datagram_with_a_header_to_spare_at_most_per_buffer() {
+        // Buffers without GRO (quinn-udp reports the length as the stride, so an empty one has
+        // stride 0), and GRO buffers whose last segment is full or short.
+        let batches = [
+            vec![meta(100, 100)],
+            vec![meta(0, 0), meta(1162, 1162)],
+            vec![meta(1000, 100)],
+            vec![meta(1050, 100), meta(60_000, 1200), meta(7, 7)],
+            vec![meta(65_507, 65_507); 16],
+        ];
+        // The node's one flow header (two bytes for small ids), and the client's bound for any.
+        for header in [2, 16] {
+            for batch in &batches {
+                let buffers = batch.len();
+                let framed: usize = batch
+                    .iter()
+                    .map(|m| {
+                        let buf = vec![0u8; m.len];
+                        segments(&buf, m).map(|d| header + d.len()).sum::<usize>()
+                    })
+                    .sum();
+                let capacity = framed_capacity(batch, header);
+                assert!(
+                    (framed..=framed + header * buffers).contains(&capacity),
+                    "{batch:?}, {header}-byte headers: {capacity} for {framed} bytes framed"
+                );
+            }
+        }
     }
 
     // r[verify forward.batch]
