@@ -1051,6 +1051,7 @@ async fn relay_replies(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::udp_io::tests::{refusal_pending, towards_closed_port};
 
     async fn send_one(socket: &UdpIo, payload: &[u8], reporter: &Reporter) -> Sent {
         let mut gather = Gather::default();
@@ -1063,13 +1064,9 @@ mod tests {
         socket.peer_addr().expect("connected")
     }
 
-    // i[verify forward.relay.resilience]
-    #[tokio::test]
-    async fn a_refusal_discovered_on_send_is_reported_and_the_socket_keeps_working() {
-        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .expect("free port");
-        let socket = open_flow(closed).await.expect("flow socket");
+    /// A reporter of forward 1 that announces every report, with its counters and the count of
+    /// reports announced.
+    fn counting_reporter() -> (Reporter, Arc<Counters>, Arc<AtomicU64>) {
         let stats = Arc::new(Counters::default());
         let reported = Arc::new(AtomicU64::new(0));
         let seen = reported.clone();
@@ -1081,6 +1078,17 @@ mod tests {
             }),
             Duration::ZERO,
         );
+        (reporter, stats, reported)
+    }
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_discovered_on_send_is_reported_and_the_socket_keeps_working() {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("free port");
+        let socket = open_flow(closed).await.expect("flow socket");
+        let (reporter, stats, reported) = counting_reporter();
         // Nothing receives on this socket, so the ICMP port-unreachable of one send surfaces as
         // ECONNREFUSED on a later send.
         let mut outcomes = Vec::new();
@@ -1116,5 +1124,88 @@ mod tests {
             .expect("delivered")
             .expect("recv");
         assert_eq!(&buf[..n], b"hello");
+    }
+
+    // A refusal pending on the flow socket cuts the first datagram of a run, as it would alone.
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_run_a_refusal_cuts_short_is_counted_as_one_by_one() {
+        let (socket, closed) = towards_closed_port().await;
+        refusal_pending(&socket, closed).await;
+        let target = UdpSocket::bind(closed).await.expect("target listens");
+        let (reporter, stats, _) = counting_reporter();
+        let mut gather = Gather::default();
+        for payload in [b"aa", b"bb"] {
+            assert!(gather.push((), closed, payload, 64));
+        }
+        let gathered = gather.take().expect("gathered");
+        assert_eq!(
+            send_to_target(&socket, &gathered, &reporter).await,
+            Sent::Dropped
+        );
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), target.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], b"bb");
+        let snapshot = stats.snapshot();
+        assert_eq!(
+            (snapshot.to_target_datagrams, snapshot.to_target_bytes),
+            (1, 2),
+            "the datagram that left"
+        );
+        assert_eq!(snapshot.dropped.error, 1, "the one the refusal cost");
+        assert_eq!(snapshot.transient_errors, 1);
+    }
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_received_on_a_flow_socket_is_reported_and_the_next_reply_is_received() {
+        let (socket, closed) = towards_closed_port().await;
+        refusal_pending(&socket, closed).await;
+        let (reporter, stats, reported) = counting_reporter();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default()];
+        let refused = socket
+            .recv(&mut [IoSliceMut::new(&mut buf)], &mut meta)
+            .await
+            .expect_err("the refusal");
+        assert!(
+            flow_recv_failed(&RelayError::Socket(refused), &reporter),
+            "a refusal: receiving goes on"
+        );
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.transient_errors, 1);
+        assert_eq!(snapshot.dropped.error, 0, "no datagram was lost");
+        assert!(
+            snapshot
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("refused"))
+        );
+        assert_eq!(reported.load(Ordering::SeqCst), 1);
+
+        // The socket is still the flow's: the target's reply arrives on it.
+        let target = UdpSocket::bind(closed).await.expect("target listens");
+        target
+            .send_to(b"reply", socket.local_addr().expect("addr"))
+            .await
+            .expect("reply");
+        let filled = tokio::time::timeout(
+            Duration::from_secs(5),
+            socket.recv(&mut [IoSliceMut::new(&mut buf)], &mut meta),
+        )
+        .await
+        .expect("the reply in time")
+        .expect("recv");
+        assert_eq!((filled, &buf[..meta[0].len]), (1, &b"reply"[..]));
+
+        // A socket that is gone ends the flow's replies.
+        let gone = RelayError::Socket(std::io::Error::from_raw_os_error(9));
+        assert!(
+            !flow_recv_failed(&gone, &reporter),
+            "EBADF: the socket is gone"
+        );
     }
 }

@@ -320,7 +320,7 @@ const EIO: i32 = 5;
 const EINVAL: i32 = 22;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn meta(len: usize, stride: usize) -> RecvMeta {
@@ -468,13 +468,26 @@ mod tests {
     }
 
     /// A connected `UdpIo` towards a port nothing listens on (bound, then released).
-    async fn towards_closed_port() -> (UdpIo, SocketAddr) {
+    pub(crate) async fn towards_closed_port() -> (UdpIo, SocketAddr) {
         let closed = std::net::UdpSocket::bind("127.0.0.1:0")
             .and_then(|s| s.local_addr())
             .expect("port");
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
         socket.connect(closed).await.expect("connect");
         (UdpIo::new(socket, FLOW_BUFFER).expect("udp io"), closed)
+    }
+
+    /// Sends one datagram from `io`, connected to `closed`, and waits until the ICMP refusal it
+    /// draws is pending on the socket (not consumed: nothing receives).
+    pub(crate) async fn refusal_pending(io: &UdpIo, closed: SocketAddr) {
+        io.send(closed, b"x", None).await.expect("send");
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            io.socket.ready(Interest::ERROR),
+        )
+        .await
+        .expect("refusal arrives")
+        .expect("ready");
     }
 
     // i[verify forward.relay.resilience]
@@ -499,15 +512,7 @@ mod tests {
     #[tokio::test]
     async fn a_pending_refusal_costs_a_gathered_run_one_datagram_as_one_by_one() {
         let (io, closed) = towards_closed_port().await;
-        io.send(closed, b"x", None).await.expect("send");
-        // The ICMP refusal is now pending on the socket (not consumed: nothing receives).
-        tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            io.socket.ready(Interest::ERROR),
-        )
-        .await
-        .expect("refusal arrives")
-        .expect("ready");
+        refusal_pending(&io, closed).await;
         let target = UdpSocket::bind(closed)
             .await
             .expect("the target listens now");
