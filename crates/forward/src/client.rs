@@ -1060,16 +1060,26 @@ async fn flush_local(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::udp_io::tests::{refusal_pending, towards_closed_port};
 
     async fn local_forward(max_flows: usize, flow_idle: Duration) -> LocalForward {
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        local_forward_on(
+            UdpIo::new(socket, LOCAL_BUFFER).expect("udp io"),
+            max_flows,
+            flow_idle,
+        )
+    }
+
+    /// Forward 1, relaying through `socket`.
+    fn local_forward_on(socket: UdpIo, max_flows: usize, flow_idle: Duration) -> LocalForward {
         LocalForward {
             id: 1,
             spec: ForwardSpec {
                 local: socket.local_addr().expect("addr"),
                 target: "127.0.0.1:9".parse().expect("addr"),
             },
-            socket: UdpIo::new(socket, LOCAL_BUFFER).expect("udp io"),
+            socket,
             peers: Mutex::new(Peers::default()),
             reporter: Reporter::new(
                 1,
@@ -1128,7 +1138,53 @@ mod tests {
         flush_local(&mut gather, &forwards, &events).await;
         let snapshot = forward.reporter.stats().snapshot();
         assert_eq!(snapshot.dropped.error, 1, "one datagram, one drop");
-        assert_eq!(snapshot.from_target_datagrams, 0);
+        assert_eq!(
+            (snapshot.from_target_datagrams, snapshot.from_target_bytes),
+            (0, 0)
+        );
+    }
+
+    // A local socket is not connected; one connected to a closed port is how a test has a send
+    // error cost one datagram of a run: a pending refusal cuts the run's first reply, as it
+    // would alone, and the rest leave.
+    // r[verify forward.batch]
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_that_cuts_a_run_of_replies_short_costs_one_reply_and_is_reported() {
+        let (socket, closed) = towards_closed_port().await;
+        refusal_pending(&socket, closed).await;
+        let forward = Arc::new(local_forward_on(socket, 4, Duration::from_secs(60)));
+        let forwards = HashMap::from([(1, forward.clone())]);
+        let (events, mut announced) = mpsc::unbounded_channel();
+        let peer = UdpSocket::bind(closed).await.expect("the peer listens now");
+        let mut gather = Gather::default();
+        for payload in [b"aa", b"bb"] {
+            assert!(gather.push(1, closed, payload, 64));
+        }
+        flush_local(&mut gather, &forwards, &events).await;
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), peer.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], b"bb");
+        let snapshot = forward.reporter.stats().snapshot();
+        assert_eq!(
+            (snapshot.from_target_datagrams, snapshot.from_target_bytes),
+            (1, 2),
+            "the reply that left"
+        );
+        assert_eq!(snapshot.dropped.error, 1, "the one the refusal cost");
+        assert_eq!(snapshot.transient_errors, 1, "the refusal is reported");
+        assert!(
+            snapshot
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("refused"))
+        );
+        // Relaying goes on: the local socket is not failed, and nothing says so.
+        assert!(!forward.failed.load(Ordering::Relaxed));
+        assert!(announced.try_recv().is_err());
     }
 
     // r[verify forward.local.failure]
