@@ -207,6 +207,7 @@ async fn at_the_node_s_flow_bound_a_new_peer_is_dropped_and_counted_while_the_fl
 
 // r[verify forward.oversize]
 // r[verify forward.stats]
+// i[verify forward.relay.resilience]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_datagram_is_dropped_and_counted_at_each_end_and_the_next_flows() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -637,6 +638,7 @@ async fn a_burst_of_datagrams_of_mixed_sizes_arrives_whole_in_order_and_counted(
         client: _client,
         local,
         peer,
+        ..
     } = warmed_forward_to_a_silent_target().await;
     let mut buf = vec![0u8; 65_536];
     // Runs of equal sizes (gathered into one send) broken by other sizes and empty datagrams,
@@ -701,6 +703,7 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
         client,
         local,
         peer,
+        ..
     } = warmed_forward_to_a_silent_target().await;
     let mut buf = vec![0u8; 65_536];
     // Back to back, so they wait together in the local socket and one wakeup takes them; one in
@@ -742,6 +745,55 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
     assert_eq!(stats.dropped.oversize, 1);
 }
 
+// A current-thread runtime, so the target's replies all wait in the node's flow socket before
+// its reply task runs: it takes them a batch of buffers at a time, and the client a run of equal
+// sizes at a time.
+// r[verify forward.batch]
+#[tokio::test]
+async fn a_burst_of_replies_of_mixed_sizes_arrives_whole_in_order_and_counted() {
+    let Warmed {
+        dir: _dir,
+        server,
+        target,
+        client,
+        peer,
+        flow,
+        ..
+    } = warmed_forward_to_a_silent_target().await;
+    // Sizes that differ from one reply to the next, with runs of equal ones and empty ones.
+    let sizes = [10usize, 300, 0, 7, 7, 7, 512, 1, 1, 100, 0, 64];
+    let replies: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| (0..size).map(|j| (31 * i + j) as u8).collect())
+        .collect();
+    for reply in &replies {
+        // Not awaited: no task of the relay runs before all of them wait at the node.
+        target.try_send_to(reply, flow).expect("reply");
+    }
+    let mut buf = vec![0u8; 65_536];
+    let mut received = Vec::new();
+    while received.len() < replies.len() {
+        match tokio::time::timeout(WAIT, peer.recv_from(&mut buf)).await {
+            Ok(Ok((n, _))) => received.push(buf[..n].to_vec()),
+            _ => break,
+        }
+    }
+    assert_eq!(received, replies, "every reply, whole and in order");
+    let counted = (replies.len() as u64, sizes.iter().sum::<usize>() as u64);
+    let replies_of = |stats: &holdfast_forward::ForwardStats| {
+        (stats.from_target_datagrams, stats.from_target_bytes)
+    };
+    eventually("the node counted the replies", || {
+        replies_of(&server.forwards()[0].stats) == counted
+    })
+    .await;
+    eventually("the client counted the replies", || {
+        replies_of(&client.stats()[0]) == counted
+    })
+    .await;
+}
+
 // A current-thread runtime, so the two datagrams below travel together: both wait in the
 // client's local socket before its relay task runs, that task hands both to the connection
 // before its driver runs, so they leave in one QUIC packet, and the node's relay takes both in
@@ -756,6 +808,7 @@ async fn a_datagram_gathered_for_a_flow_that_an_eviction_ends_in_the_same_batch_
         client: _client,
         local,
         peer: _warm,
+        ..
     } = warmed_forward_to_a_silent_target_with(|node| {
         node.max_flows = 1;
         node.flow_idle = Duration::ZERO;
@@ -795,6 +848,8 @@ struct Warmed {
     client: client::Forwarding,
     local: std::net::SocketAddr,
     peer: tokio::net::UdpSocket,
+    /// The node's socket of `peer`'s flow, as the target sees it: where a reply goes.
+    flow: std::net::SocketAddr,
 }
 
 async fn warmed_forward_to_a_silent_target() -> Warmed {
@@ -830,7 +885,7 @@ async fn warmed_forward_to_a_silent_target_with(
         "the target does not answer"
     );
     let mut buf = vec![0u8; 65_536];
-    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
+    let (n, flow) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
         .await
         .expect("warm-up arrives")
         .expect("recv");
@@ -842,5 +897,6 @@ async fn warmed_forward_to_a_silent_target_with(
         client,
         local,
         peer,
+        flow,
     }
 }
