@@ -90,7 +90,6 @@ pub const REQUIREMENTS: &[Requirement] = &[
 
 /// Finds `program` on `path` (a `PATH`-style list); busybox must also be static, and protoc must
 /// find the well-known types.
-// i[impl harness.install+2]
 pub fn locate(program: &str, path: &str) -> Option<PathBuf> {
     let found = std::env::split_paths(path)
         .map(|dir| dir.join(program))
@@ -110,6 +109,7 @@ pub fn locate(program: &str, path: &str) -> Option<PathBuf> {
 
 /// Whether protoc at `protoc` finds the well-known types in its default include directory
 /// (`../include` beside its own directory), as an unconfigured build script needs.
+// i[impl harness.install+2]
 fn has_well_known_types(protoc: &Path) -> bool {
     let protoc = protoc
         .canonicalize()
