@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Suite::Forward => {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
-            crate::bench_forward::run(&root, &target_dir(&root), args.quick)
+            crate::bench_forward::run(cargo(), &root, &target_dir(&root), args.quick)
         }
     }
 }
