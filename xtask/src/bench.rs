@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Suite::Gateway => {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
-            crate::bench_gateway::run(&root, &target_dir(&root), args.connections)
+            crate::bench_gateway::run(cargo(), &root, &target_dir(&root), args.connections)
         }
         Suite::Forward => {
             let root = workspace_root()?;
