@@ -147,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let proof = if args.prove_ci && !stopped() {
         Some(prove_ci(
-            &xtask,
+            std::process::Command::new(&xtask),
             &workspace,
             &env,
             nextest.success(),
@@ -198,10 +198,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// `--prove-ci`: `xtask prove --ci` with the services' environment (`HOLDFAST_TEST_SERVICES=1`,
 /// so a test whose service is missing panics rather than skipping). Not run when the tests failed:
 /// a failing suite fails the build already, and cargo-mutants' baseline would only fail too.
-/// Whether it passed.
+/// Whether it passed. `xtask` runs this binary (a stand-in in tests).
 // i[impl ci.prove+2]
 fn prove_ci(
-    xtask: &Path,
+    mut xtask: std::process::Command,
     workspace: &Path,
     env: &[(String, String)],
     tests_ok: bool,
@@ -212,7 +212,7 @@ fn prove_ci(
         return Ok(false);
     }
     eprintln!("xtask test: prove --ci, with the services up");
-    let status = std::process::Command::new(xtask)
+    let status = xtask
         .args(["prove", "--ci"])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
@@ -373,6 +373,66 @@ fn print_logs(logs: &[(String, PathBuf)]) {
             for line in tail {
                 eprintln!("    {line}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    /// A stand-in for xtask that notes its call in its working directory (`called`: its arguments
+    /// and `HOLDFAST_TEST_SERVICES`) and exits with `exit`.
+    fn xtask(dir: &Path, exit: u8) -> std::process::Command {
+        crate::stand_in::script(
+            dir,
+            "xtask.sh",
+            &format!("echo \"$* services=$HOLDFAST_TEST_SERVICES\" > called\nexit {exit}\n"),
+        )
+    }
+
+    /// `--prove-ci` after tests that passed (`tests_ok`) and doctests that ended with exit code
+    /// `doctests` (`None`: not run).
+    fn prove_after(
+        dir: &Path,
+        exit: u8,
+        tests_ok: bool,
+        doctests: Option<i32>,
+    ) -> anyhow::Result<bool> {
+        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        // A wait status has the exit code in its second byte.
+        let doctests =
+            doctests.map(|code| (ExitStatus::from_raw(code << 8), suite::Counts::default()));
+        prove_ci(xtask(dir, exit), dir, &env, tests_ok, doctests.as_ref())
+    }
+
+    // i[verify ci.prove+2]
+    #[test]
+    fn prove_ci_runs_prove_with_the_services_env_and_returns_its_verdict() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(prove_after(dir.path(), 0, true, Some(0)).expect("run"));
+        let called = std::fs::read_to_string(dir.path().join("called")).expect("called");
+        assert_eq!(called.trim(), "prove --ci services=1", "in the workspace");
+        assert!(!prove_after(dir.path(), 1, true, Some(0)).expect("run"));
+    }
+
+    // i[verify ci.prove+2]
+    #[test]
+    fn prove_ci_is_not_run_after_failed_tests_or_doctests() {
+        for (tests_ok, doctests) in [
+            (false, Some(0)),
+            (true, Some(1)),
+            (true, None),
+            (false, None),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let proved = prove_after(dir.path(), 0, tests_ok, doctests).expect("no run, no error");
+            let case = format!("tests passed: {tests_ok}, doctests: {doctests:?}");
+            assert!(!proved, "a failed build: {case}");
+            assert!(!dir.path().join("called").exists(), "not run: {case}");
         }
     }
 }
