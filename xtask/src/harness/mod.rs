@@ -87,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(err) => {
             let logs = supervisor.logs();
             supervisor.stop_all();
-            print_logs(&logs);
+            let _ = print_logs(&mut std::io::stderr(), &logs);
             return Err(err);
         }
     };
@@ -160,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     supervisor.stop_all();
     // The gate is missing only when a stop came before it.
     let (false, Some(gate)) = (stopped(), gate) else {
-        print_logs(&logs);
+        let _ = print_logs(&mut std::io::stderr(), &logs);
         return Ok(ExitCode::from(130));
     };
     let (doc_status, doc_counts) = doctests.unzip();
@@ -170,7 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let proof_ok = proof.is_none_or(|p| p);
     let ok = nextest.success() && doc_ok && gate.success() && proof_ok;
     if !nextest.success() || !doc_ok {
-        print_logs(&logs);
+        let _ = print_logs(&mut std::io::stderr(), &logs);
     }
     if let Some(proof_ok) = proof {
         eprintln!("xtask test: prove --ci {}", verdict(proof_ok));
@@ -354,27 +354,28 @@ fn write_env_file(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
     std::fs::write(root.join("env"), text).context("writing the environment file")
 }
 
-/// Prints where each service's log is, and the tail of each.
+/// Prints (to `out`: stderr in a run) where each service's log is, and the tail of each.
 // i[impl harness.logs]
-fn print_logs(logs: &[(String, PathBuf)]) {
+fn print_logs(out: &mut impl std::io::Write, logs: &[(String, PathBuf)]) -> std::io::Result<()> {
     if logs.is_empty() {
-        return;
+        return Ok(());
     }
-    eprintln!("xtask test: service logs:");
+    writeln!(out, "xtask test: service logs:")?;
     for (name, path) in logs {
-        eprintln!("  {name}: {}", path.display());
+        writeln!(out, "  {name}: {}", path.display())?;
     }
     for (name, path) in logs {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = &lines[lines.len().saturating_sub(5)..];
         if !tail.is_empty() {
-            eprintln!("--- last lines of {name} ({}):", path.display());
+            writeln!(out, "--- last lines of {name} ({}):", path.display())?;
             for line in tail {
-                eprintln!("    {line}");
+                writeln!(out, "    {line}")?;
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -434,5 +435,33 @@ mod tests {
             assert!(!proved, "a failed build: {case}");
             assert!(!dir.path().join("called").exists(), "not run: {case}");
         }
+    }
+
+    // i[verify harness.logs]
+    #[test]
+    fn the_logs_are_named_with_the_last_lines_of_each() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (redis, etcd) = (dir.path().join("redis.log"), dir.path().join("etcd.log"));
+        let lines: String = (1..=7).map(|n| format!("line {n}\n")).collect();
+        std::fs::write(&redis, lines).expect("redis log");
+        // A service that said nothing: named, with no empty tail.
+        std::fs::write(&etcd, "").expect("etcd log");
+        let logs = [
+            ("redis".to_owned(), redis.clone()),
+            ("etcd".to_owned(), etcd.clone()),
+        ];
+        let mut out = Vec::new();
+        print_logs(&mut out, &logs).expect("printed");
+        let (redis, etcd) = (redis.display(), etcd.display());
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            format!(
+                "xtask test: service logs:\n  redis: {redis}\n  etcd: {etcd}\n\
+                 --- last lines of redis ({redis}):\n    line 3\n    line 4\n    line 5\n    line 6\n    line 7\n"
+            )
+        );
+        let mut out = Vec::new();
+        print_logs(&mut out, &[]).expect("printed");
+        assert!(out.is_empty(), "no services, no logs");
     }
 }
