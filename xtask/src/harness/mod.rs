@@ -124,7 +124,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Skips are per run: the ledger must describe this run only.
     let _ = std::fs::remove_file(&ledger);
     let tests_started = Instant::now();
-    let nextest = suite::nextest(&workspace, &junit, &env, &args.test_args)?;
+    let nextest = suite::nextest(
+        std::process::Command::new("cargo"),
+        &workspace,
+        &junit,
+        &env,
+        &args.test_args,
+    )?;
     let interrupted = process::interrupted();
     let doctests = if interrupted {
         None
