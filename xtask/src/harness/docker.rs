@@ -39,8 +39,28 @@ pub fn start(
     // Stopping containers and containerd can take a while; dockerd's own shutdown timeout is 15 s.
     let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(30))?;
     probe::wait_ready(service, "GET /_ping", Duration::from_secs(90), || {
-        probe::unix_http_get(&socket, "/_ping")
-            .is_ok_and(|(status, body)| status == 200 && body == "OK")
+        pinged(probe::unix_http_get(&socket, "/_ping"))
     })?;
     Ok(vec![("HOLDFAST_TEST_DOCKER_HOST", host)])
+}
+
+/// dockerd answers: `/_ping` says 200 `OK`.
+// i[impl harness.services.ready]
+fn pinged(answer: std::io::Result<(u16, String)>) -> bool {
+    answer.is_ok_and(|(status, body)| status == 200 && body == "OK")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify harness.services.ready]
+    #[test]
+    fn dockerd_is_ready_only_once_ping_answers_200_ok() {
+        let answer = |status: u16, body: &str| Ok((status, body.to_owned()));
+        assert!(pinged(answer(200, "OK")));
+        assert!(!pinged(answer(200, "")));
+        assert!(!pinged(answer(500, "OK")));
+        assert!(!pinged(Err(std::io::ErrorKind::NotFound.into())));
+    }
 }

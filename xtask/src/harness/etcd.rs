@@ -31,8 +31,31 @@ pub fn start(
         .args(["--logger", "zap", "--log-outputs", "stderr"]);
     let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(10))?;
     probe::wait_ready(service, "GET /health", Duration::from_secs(60), || {
-        probe::http_get(loopback(client_port), "/health")
-            .is_ok_and(|(status, body)| status == 200 && body.contains(r#""health":"true""#))
+        healthy(probe::http_get(loopback(client_port), "/health"))
     })?;
     Ok(vec![("HOLDFAST_TEST_ETCD", client)])
+}
+
+/// etcd answers: `/health` says 200 `"health":"true"`.
+// i[impl harness.services.ready]
+fn healthy(answer: std::io::Result<(u16, String)>) -> bool {
+    answer.is_ok_and(|(status, body)| status == 200 && body.contains(r#""health":"true""#))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify harness.services.ready]
+    #[test]
+    fn etcd_is_ready_only_once_health_answers_200_true() {
+        let answer = |status: u16, body: &str| Ok((status, body.to_owned()));
+        assert!(healthy(answer(200, r#"{"health":"true","reason":""}"#)));
+        assert!(!healthy(answer(
+            200,
+            r#"{"health":"false","reason":"NOSPACE"}"#
+        )));
+        assert!(!healthy(answer(503, r#"{"health":"true"}"#)));
+        assert!(!healthy(Err(std::io::ErrorKind::ConnectionRefused.into())));
+    }
 }
