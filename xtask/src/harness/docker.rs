@@ -53,6 +53,38 @@ fn pinged(answer: std::io::Result<(u16, String)>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::process::processes_under;
+    use crate::harness::testing::{Run, installed};
+
+    // i[verify harness.services.docker]
+    #[test]
+    fn dockerd_starts_privately_and_exports_its_socket() {
+        if !installed(&["dockerd", "containerd"]) {
+            return;
+        }
+        let mut run = Run::new();
+        let dir = run.dir("dockerd");
+        let env = start(&mut run.supervisor, &dir).unwrap();
+        let socket = dir.sock();
+        assert_eq!(
+            env,
+            [(
+                "HOLDFAST_TEST_DOCKER_HOST",
+                format!("unix://{}", socket.display())
+            )]
+        );
+        // The engine answers on that socket, storing in this run's data root with vfs.
+        let (status, info) = probe::unix_http_get(&socket, "/info").unwrap();
+        assert_eq!(status, 200, "{info}");
+        let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+        assert_eq!(info["DockerRootDir"], dir.data().display().to_string());
+        assert_eq!(info["Driver"], "vfs");
+        // This run's dockerd and its own containerd (under its exec root), beside any other.
+        assert_eq!(processes_under(run.root(), &["dockerd"]).len(), 1);
+        assert_eq!(processes_under(run.root(), &["containerd"]).len(), 1);
+        run.supervisor.stop_all();
+        assert!(processes_under(run.root(), &["dockerd", "containerd"]).is_empty());
+    }
 
     // i[verify harness.services.ready]
     #[test]

@@ -21,6 +21,8 @@ pub(crate) mod process;
 pub(crate) mod redis;
 mod registry;
 mod suite;
+#[cfg(test)]
+mod testing;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
