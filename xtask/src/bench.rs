@@ -66,17 +66,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Suite::SpecCheck => {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
-            crate::bench_spec::run(&root, args.scale)
+            let exe = std::env::current_exe().context("finding the xtask binary")?;
+            crate::bench_spec::run(&root, args.scale, &|| Command::new(&exe))
         }
         Suite::Gateway => {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
-            crate::bench_gateway::run(&root, &target_dir(&root), args.connections)
+            crate::bench_gateway::run(cargo(), &root, &target_dir(&root), args.connections)
         }
         Suite::Forward => {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
-            crate::bench_forward::run(&root, &target_dir(&root), args.quick)
+            crate::bench_forward::run(cargo(), &root, &target_dir(&root), args.quick)
         }
     }
 }

@@ -19,9 +19,15 @@ const SHARE_1162: f64 = 0.70;
 /// forward's maximum rate, in µs.
 const ADDED_P99_US: f64 = 200.0;
 
-/// Runs the bench and reports; `quick` is the bounded CI run.
+/// Runs the bench with `cargo` (`$CARGO`; a stand-in in tests) in `root` and reports; `quick` is
+/// the bounded CI run.
 // i[impl bench.forward+3]
-pub fn run(root: &Path, target: &Path, quick: bool) -> anyhow::Result<ExitCode> {
+pub fn run(
+    mut cargo: Command,
+    root: &Path,
+    target: &Path,
+    quick: bool,
+) -> anyhow::Result<ExitCode> {
     let load_before = loadavg();
     let out_dir = target.join("bench");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
@@ -31,7 +37,7 @@ pub fn run(root: &Path, target: &Path, quick: bool) -> anyhow::Result<ExitCode> 
         if quick { "quick" } else { "full" },
         load_before
     );
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let status = cargo
         .current_dir(root)
         .env("HOLDFAST_BENCH_OUT", &out)
         .env("HOLDFAST_BENCH_QUICK", if quick { "1" } else { "0" })
@@ -138,9 +144,8 @@ pub fn summary(report: &Value) -> String {
     );
     for (name, t) in report["targets"].as_object().into_iter().flatten() {
         let bound = match (t["target_min"].as_f64(), t["target_max"].as_f64()) {
-            (Some(min), _) if name.starts_with("forward_over_raw") => {
-                format!(">= {:.0}%", min * 100.0)
-            }
+            // Only the shares have a minimum.
+            (Some(min), _) => format!(">= {:.0}%", min * 100.0),
             (_, Some(max)) => format!("< {max:.0}"),
             _ => String::new(),
         };
@@ -211,5 +216,72 @@ mod tests {
             "measured": m,
         });
         insta::assert_snapshot!(summary(&report));
+    }
+
+    /// A stand-in for cargo in `root`: it notes how it was called (in `root/called`: the cargo
+    /// arguments and `HOLDFAST_BENCH_QUICK`), then, as the relay bench does, writes the measured
+    /// figures (`root/measured.json`) to `HOLDFAST_BENCH_OUT` and exits with `exit`.
+    fn bench_stand_in(root: &Path, exit: u8) -> Command {
+        crate::stand_in::script(
+            root,
+            "cargo.sh",
+            &format!(
+                "echo \"$* quick=$HOLDFAST_BENCH_QUICK\" > called\n\
+                 cp measured.json \"$HOLDFAST_BENCH_OUT\"\n\
+                 exit {exit}\n"
+            ),
+        )
+    }
+
+    // i[verify bench.forward+3]
+    #[test]
+    fn run_runs_the_relay_bench_and_writes_its_figures_with_the_verdicts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let m = measured(0.62, 0.69, json!(120.0));
+        std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
+        let code = run(bench_stand_in(root, 0), root, &target, true).expect("run");
+        assert_eq!(code, ExitCode::SUCCESS);
+        // Called in the checkout, for the relay bench, bounded.
+        let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
+        assert_eq!(
+            called.trim(),
+            "bench -p holdfast-forward --bench relay quick=1"
+        );
+        let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("report");
+        let report: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(report["command"], "cargo xtask bench forward --quick");
+        assert_eq!(report["measured"], m, "the bench's figures, as measured");
+        assert_eq!(
+            report["targets"],
+            targets(&m),
+            "and the verdict on each target"
+        );
+        assert!(report["machine"]["cpus"].as_u64() >= Some(1), "{report}");
+        for load in ["loadavg_before", "loadavg_after"] {
+            let fields = report["machine"][load]
+                .as_str()
+                .map(|l| l.split(' ').count());
+            assert_eq!(fields, Some(3), "{load}: the 1, 5 and 15 minute averages");
+        }
+    }
+
+    // i[verify bench.forward+3]
+    #[test]
+    fn run_fails_when_the_relay_bench_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let m = measured(0.62, 0.69, json!(120.0));
+        std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
+        let err = run(bench_stand_in(root, 1), root, &target, false).expect_err("a failed bench");
+        assert!(err.to_string().contains("--bench relay failed"), "{err}");
+        let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
+        assert_eq!(
+            called.trim(),
+            "bench -p holdfast-forward --bench relay quick=0"
+        );
+        // Figures a failed bench left behind are not reported as a run.
+        let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("figures");
+        assert_eq!(serde_json::from_str::<Value>(&text).expect("json"), m);
     }
 }

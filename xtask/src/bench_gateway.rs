@@ -10,7 +10,7 @@
 //! noisy); a run that could not measure at all is an error.
 
 use std::path::Path;
-use std::process::{ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -24,12 +24,19 @@ const CLOSE_SHARE_TARGET: f64 = 0.999;
 /// The drain's cap (the gateway's default), milliseconds.
 const DRAIN_CAP_MS: f64 = 5000.0;
 
+/// Builds the example with `cargo` (`$CARGO`; a stand-in in tests) in `root`, runs it from
+/// `target`, and reports.
 // i[impl bench.gateway]
-pub fn run(root: &Path, target: &Path, connections: usize) -> anyhow::Result<ExitCode> {
+pub fn run(
+    mut cargo: Command,
+    root: &Path,
+    target: &Path,
+    connections: usize,
+) -> anyhow::Result<ExitCode> {
     raise_nofile();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("bench: building holdfast-gateway's gateway_bench example (release)");
-    let status = crate::bench::cargo()
+    let status = cargo
         .current_dir(root)
         .args(["build", "--release", "-p", "holdfast-gateway"])
         .args(["--example", "gateway_bench"])
@@ -43,7 +50,7 @@ pub fn run(root: &Path, target: &Path, connections: usize) -> anyhow::Result<Exi
         .join("examples")
         .join("gateway_bench");
     eprintln!("bench: gateway, {connections} connections per fleet");
-    let output = std::process::Command::new(&exe)
+    let output = Command::new(&exe)
         .args(["run", "--connections", &connections.to_string()])
         .stderr(Stdio::inherit())
         .output()
@@ -348,5 +355,75 @@ mod tests {
         shape["raw"] = json!("(the example's RESULT line)");
         insta::assert_json_snapshot!("bench_gateway_summary", shape);
         insta::assert_snapshot!("bench_gateway_table", table(&s));
+    }
+
+    /// A checkout at `root` with stand-ins for cargo and the example: cargo notes its arguments
+    /// (`root/built`), "builds" the example into `root/target` and exits with `build_exit`; the
+    /// example notes its arguments (`root/ran`), prints [`sample`] on its `RESULT` line after a
+    /// line of progress, and exits with `run_exit`.
+    fn stand_ins(root: &Path, build_exit: u8, run_exit: u8) -> Command {
+        std::fs::write(
+            root.join("example"),
+            format!(
+                "#!/bin/sh\necho \"$*\" > '{}'\necho 'trial 1 of 2'\necho 'RESULT {}'\nexit {run_exit}\n",
+                root.join("ran").display(),
+                sample()
+            ),
+        )
+        .expect("the example's stand-in");
+        // Copied into place by another process (cp), so no descriptor this process holds on it
+        // can make running it fail with ETXTBSY.
+        crate::stand_in::script(
+            root,
+            "cargo.sh",
+            &format!(
+                "echo \"$*\" > built\n\
+                 mkdir -p target/release/examples\n\
+                 cp example target/release/examples/gateway_bench\n\
+                 chmod +x target/release/examples/gateway_bench\n\
+                 exit {build_exit}\n"
+            ),
+        )
+    }
+
+    // i[verify bench.gateway]
+    #[test]
+    fn run_builds_and_runs_the_example_and_writes_the_summary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let code = run(stand_ins(root, 0, 0), root, &target, 1000).expect("run");
+        assert_eq!(code, ExitCode::SUCCESS);
+        let read = |name: &str| std::fs::read_to_string(root.join(name)).expect(name);
+        assert_eq!(
+            read("built").trim(),
+            "build --release -p holdfast-gateway --example gateway_bench"
+        );
+        assert_eq!(read("ran").trim(), "run --connections 1000");
+        let text = std::fs::read_to_string(target.join("bench/gateway.json")).expect("summary");
+        let written: Value = serde_json::from_str(&text).expect("json");
+        let machine = &written["machine"];
+        assert!(machine["cpus"].as_u64() >= Some(1), "{machine}");
+        assert!(machine["loadavg_before"].is_string(), "{machine}");
+        // The summary of what the example printed (the machine's figures aside).
+        let command = "cargo xtask bench gateway --connections 1000";
+        assert_eq!(written, summarize(&sample(), command, machine.clone()));
+    }
+
+    // i[verify bench.gateway]
+    #[test]
+    fn run_fails_when_the_build_or_the_example_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let err = run(stand_ins(root, 1, 0), root, &target, 1000).expect_err("a failed build");
+        assert!(err.to_string().contains("gateway_bench failed"), "{err}");
+        assert!(!root.join("ran").exists(), "the example is not run");
+        // A failed example fails the run even after printing a RESULT line.
+        let err = run(stand_ins(root, 0, 1), root, &target, 1000).expect_err("a failed example");
+        assert!(err.to_string().contains("gateway_bench failed"), "{err}");
+        assert!(root.join("ran").exists(), "the example ran");
+        assert!(
+            !target.join("bench/gateway.json").exists(),
+            "nothing measured"
+        );
     }
 }

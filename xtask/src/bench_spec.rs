@@ -22,9 +22,10 @@ struct Size {
     annotations: usize,
 }
 
-/// Runs the bench on a tree `scale` times the size of the workspace at `root`.
+/// Runs the bench on a tree `scale` times the size of the workspace at `root`, timing the commands
+/// of `xtask()` (this binary; a stand-in in tests).
 // i[impl bench.spec-check]
-pub fn run(root: &Path, scale: usize) -> anyhow::Result<ExitCode> {
+pub fn run(root: &Path, scale: usize, xtask: &dyn Fn() -> Command) -> anyhow::Result<ExitCode> {
     let here = measure_workspace(root)?;
     let wanted = Size {
         rules: here.rules * scale,
@@ -44,7 +45,6 @@ pub fn run(root: &Path, scale: usize) -> anyhow::Result<ExitCode> {
         made.annotations,
         dir.display()
     );
-    let exe = std::env::current_exe()?;
     let report = dir.join("report.html");
     let report_arg = report.display().to_string();
     let commands: Vec<(&str, Vec<&str>)> = vec![
@@ -61,7 +61,7 @@ pub fn run(root: &Path, scale: usize) -> anyhow::Result<ExitCode> {
         let mut times = Vec::new();
         for _ in 0..3 {
             let started = Instant::now();
-            let status = Command::new(&exe)
+            let status = xtask()
                 .args(args)
                 .arg("--root")
                 .arg(&dir)
@@ -127,8 +127,11 @@ pub fn run(root: &Path, scale: usize) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A fresh directory of this run's own (a process's runs, as tests make, never share one).
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("holdfast-spec-bench-{}", std::process::id()));
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("holdfast-spec-bench-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
@@ -295,5 +298,112 @@ mod tests {
         assert_eq!(tree.parsed.files.len(), 45 + 3);
         let outcome = crate::spec_check::check(&root, None, None, &[]).expect("check");
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+    }
+
+    /// A workspace at `root` of 4 rules, 10 module files (and a lib.rs) and 16 annotations, and a
+    /// stand-in for xtask that notes each call in `root/calls` (its arguments and the number of
+    /// rules in the spec of the tree it is given, its last argument) and exits 1, as spec-check
+    /// and trace do on the generated tree's open findings, or 2 (a failure) when called as `fail`.
+    fn workspace_and_xtask(root: &Path, fail: &str) -> crate::stand_in::Script {
+        let size = Size {
+            rules: 4,
+            files: 10,
+            annotations: 16,
+        };
+        generate(root, size).expect("workspace");
+        let calls = root.join("calls");
+        crate::stand_in::Script::new(
+            root,
+            "xtask.sh",
+            &format!(
+                "for tree; do :; done\n\
+                 echo \"$* rules=$(grep -c '^> r\\[' \"$tree/docs/spec/runtime.md\")\" >> '{}'\n\
+                 [ \"$1\" = '{fail}' ] && exit 2\n\
+                 exit 1\n",
+                calls.display()
+            ),
+        )
+    }
+
+    /// The calls the stand-in noted, and the tree they were given.
+    fn calls(root: &Path) -> (Vec<String>, String) {
+        let text = std::fs::read_to_string(root.join("calls")).expect("xtask was called");
+        let calls: Vec<String> = text.lines().map(str::to_owned).collect();
+        let tree = calls[0].split(' ').nth(2).expect("--root TREE").to_owned();
+        (calls, tree)
+    }
+
+    // i[verify bench.spec-check]
+    #[test]
+    fn run_times_each_command_thrice_on_a_tree_scale_times_the_workspace() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().canonicalize().expect("root");
+        let xtask = workspace_and_xtask(&root, "none");
+        let code = run(&root, 3, &|| xtask.command()).expect("run");
+        assert_eq!(code, ExitCode::SUCCESS);
+        let (calls, tree) = calls(&root);
+        let commands = [
+            format!("spec-check --root {tree}"),
+            format!("trace --all --no-results --root {tree}"),
+            format!("spec-report --no-results --out {tree}/report.html --root {tree}"),
+        ];
+        let thrice: Vec<String> = commands
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(format!("{c} rules=12"), 3))
+            .collect();
+        assert_eq!(calls, thrice, "each command three times, on 3 × 4 rules");
+        assert!(!Path::new(&tree).exists(), "the generated tree is removed");
+        let text = std::fs::read_to_string(root.join("target/bench/spec-check.json"))
+            .expect("the summary");
+        let summary: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(summary["scale"], 3);
+        assert_eq!(
+            summary["workspace"],
+            json!({"rules": 4, "files": 11, "annotations": 16})
+        );
+        // 3 × 11 files asked: 33 module files and a lib.rs per crate of 20.
+        assert_eq!(
+            summary["generated"],
+            json!({"rules": 12, "files": 35, "annotations": 48})
+        );
+        let results = summary["results"].as_array().expect("results");
+        let names: Vec<&str> = results
+            .iter()
+            .filter_map(|r| r["command"].as_str())
+            .collect();
+        assert_eq!(names, ["spec-check", "trace --all", "spec-report"]);
+        for r in results {
+            let runs: Vec<f64> = r["runs_s"]
+                .as_array()
+                .expect("runs")
+                .iter()
+                .filter_map(serde_json::Value::as_f64)
+                .collect();
+            assert_eq!(runs.len(), 3, "{r}");
+            assert!(runs.is_sorted(), "{r}");
+            assert_eq!(r["median_s"].as_f64(), Some(runs[1]), "{r}");
+            assert_eq!(r["target_s"], 2.0, "{r}");
+            // A shell script answers in milliseconds, far inside the 2 s target.
+            assert_eq!(r["met"], true, "{r}");
+        }
+    }
+
+    // i[verify bench.spec-check]
+    #[test]
+    fn run_fails_when_a_command_fails_on_the_generated_tree() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().canonicalize().expect("root");
+        let xtask = workspace_and_xtask(&root, "trace");
+        let err = run(&root, 1, &|| xtask.command()).expect_err("trace failed");
+        assert!(err.to_string().contains("`trace --all` failed"), "{err}");
+        let (calls, tree) = calls(&root);
+        // Left for a look (the error names it).
+        let _ = std::fs::remove_dir_all(&tree);
+        assert_eq!(
+            calls.len(),
+            4,
+            "spec-check thrice, then trace, then no more: {calls:?}"
+        );
+        assert!(!root.join("target/bench/spec-check.json").exists());
     }
 }

@@ -24,6 +24,8 @@ pub(crate) mod prove;
 mod root;
 mod spec_check;
 mod spec_report;
+#[cfg(test)]
+mod stand_in;
 mod trace;
 
 use std::process::ExitCode;

@@ -28,10 +28,10 @@ use crate::identity::{Fingerprint, SERVER_NAME};
 use crate::pin::PinnedVerifier;
 use crate::ready::{Drain, ready_now};
 use crate::reconnect::{Pace, Reconnect};
-use crate::report::Reporter;
+use crate::report::{Handed, Reporter};
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
-use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, segments};
+use crate::udp_io::{Gather, LOCAL_BUFFER, MAX_DATAGRAM, UdpIo, framed_capacity, segments};
 use crate::wire::{FlowId, decode_datagram};
 
 /// One forward: a local UDP address and the target the node relays to.
@@ -344,6 +344,30 @@ impl LocalForward {
                 false
             }
         }
+    }
+
+    /// Counts the `lost` replies a send to a local peer failed with `err` and reports it. A local
+    /// socket that cannot send is this forward's problem only: the datagrams are dropped and the
+    /// relay goes on; one that is gone is announced.
+    // i[impl forward.relay.resilience]
+    fn replies_not_sent(
+        &self,
+        err: &RelayError,
+        lost: usize,
+        events: &mpsc::UnboundedSender<ClientEvent>,
+    ) {
+        if err.class() == Class::Item {
+            // Each datagram the error cost is one drop (`local_socket_error` would count one
+            // more for an item).
+            for _ in 0..lost {
+                self.reporter.dropped(err);
+            }
+            return;
+        }
+        for _ in 0..lost {
+            self.reporter.stats().dropped(err.drop_reason());
+        }
+        self.local_socket_error(err, events);
     }
 
     /// The peer a reply of `flow` goes to, at `now`.
@@ -864,7 +888,6 @@ const LOCAL_BATCH: usize = 16;
 
 /// Datagrams from local peers to the node: every datagram of a receive batch, with one
 /// allocation for all of them.
-// i[impl forward.relay.resilience]
 // r[impl forward.batch]
 async fn local_to_node(
     forward: Arc<LocalForward>,
@@ -893,7 +916,8 @@ async fn local_to_node(
             }
         };
         let now = Instant::now();
-        out.reserve(framed_capacity(&meta[..filled]));
+        // A header is at most 16 bytes (two QUIC varints), whichever flow the datagram is of.
+        out.reserve(framed_capacity(&meta[..filled], 16));
         for (i, m) in meta[..filled].iter().enumerate() {
             let buf = &bufs[i * MAX_DATAGRAM..(i + 1) * MAX_DATAGRAM];
             let Some(flow) = forward.flow_of(m.addr, now) else {
@@ -917,21 +941,20 @@ async fn local_to_node(
             for payload in segments(buf, m) {
                 out.extend_from_slice(bytes);
                 out.extend_from_slice(payload);
-                let err = match conn.send_datagram(out.split().freeze()) {
-                    Ok(()) => {
+                match forward.reporter.send_datagram(&conn, out.split().freeze()) {
+                    Handed::Sent => {
                         relayed += 1;
                         relayed_bytes += payload.len();
-                        continue;
                     }
-                    Err(err) => RelayError::from(err),
-                };
-                // The connection is gone: the session loop sees it and announces the end.
-                if !forward.reporter.datagram_not_sent(&err) {
-                    forward
-                        .reporter
-                        .stats()
-                        .to_target_many(relayed, relayed_bytes);
-                    return;
+                    Handed::Dropped => {}
+                    // The connection is gone: the session loop sees it and announces the end.
+                    Handed::Lost => {
+                        forward
+                            .reporter
+                            .stats()
+                            .to_target_many(relayed, relayed_bytes);
+                        return;
+                    }
                 }
             }
             forward
@@ -940,18 +963,6 @@ async fn local_to_node(
                 .to_target_many(relayed, relayed_bytes);
         }
     }
-}
-
-/// The most bytes a receive batch takes framed for the connection: each buffer's bytes plus a
-/// header (at most 16 bytes: two QUIC varints) per datagram it holds, with at most one header
-/// to spare per buffer, so one allocation serves the whole batch without holding much more.
-// r[impl forward.batch]
-fn framed_capacity(meta: &[RecvMeta]) -> usize {
-    // `len / stride + 1` datagrams per buffer: the exact count, or one more when the last
-    // segment is full (quinn-udp gives a buffer without GRO its length as stride).
-    meta.iter()
-        .map(|m| m.len + 16 * (m.len / m.stride.max(1) + 1))
-        .sum()
 }
 
 /// Datagrams from the node to local peers: every datagram already queued is taken per wakeup,
@@ -1022,8 +1033,8 @@ async fn node_to_local(
     }
 }
 
-/// Sends what was gathered to its local peer.
-// i[impl forward.relay.resilience]
+/// Sends what was gathered to its local peer, counted as one by one would count it.
+// r[impl forward.batch]
 async fn flush_local(
     gather: &mut Gather<u32>,
     forwards: &HashMap<u32, Arc<LocalForward>>,
@@ -1042,38 +1053,33 @@ async fn flush_local(
         .stats()
         .from_target_many(sent, sent * gathered.segment);
     if let Some(err) = err {
-        let err = RelayError::Socket(err);
-        let lost = gathered.count - sent;
-        if err.class() == Class::Item {
-            // Each datagram the error cost is one drop (`local_socket_error` would count one
-            // more for an item).
-            for _ in 0..lost {
-                local.reporter.dropped(&err);
-            }
-            return;
-        }
-        for _ in 0..lost {
-            local.reporter.stats().dropped(err.drop_reason());
-        }
-        // A local socket that cannot send is this forward's problem only: the datagrams are
-        // dropped and the relay goes on; one that is gone is announced.
-        local.local_socket_error(&err, events);
+        local.replies_not_sent(&RelayError::Socket(err), gathered.count - sent, events);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::udp_io::tests::{refusal_pending, towards_closed_port};
 
     async fn local_forward(max_flows: usize, flow_idle: Duration) -> LocalForward {
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        local_forward_on(
+            UdpIo::new(socket, LOCAL_BUFFER).expect("udp io"),
+            max_flows,
+            flow_idle,
+        )
+    }
+
+    /// Forward 1, relaying through `socket`.
+    fn local_forward_on(socket: UdpIo, max_flows: usize, flow_idle: Duration) -> LocalForward {
         LocalForward {
             id: 1,
             spec: ForwardSpec {
                 local: socket.local_addr().expect("addr"),
                 target: "127.0.0.1:9".parse().expect("addr"),
             },
-            socket: UdpIo::new(socket, LOCAL_BUFFER).expect("udp io"),
+            socket,
             peers: Mutex::new(Peers::default()),
             reporter: Reporter::new(
                 1,
@@ -1120,40 +1126,6 @@ mod tests {
     }
 
     // r[verify forward.batch]
-    #[test]
-    fn a_batch_s_framed_capacity_holds_every_datagram_with_a_header_to_spare_at_most_per_buffer() {
-        let meta = |len: usize, stride: usize| RecvMeta {
-            len,
-            stride,
-            ..RecvMeta::default()
-        };
-        // Buffers without GRO (quinn-udp reports the length as the stride, so an empty one has
-        // stride 0), and GRO buffers whose last segment is full or short.
-        let batches = [
-            vec![meta(100, 100)],
-            vec![meta(0, 0), meta(1162, 1162)],
-            vec![meta(1000, 100)],
-            vec![meta(1050, 100), meta(60_000, 1200), meta(7, 7)],
-            vec![meta(65_507, 65_507); LOCAL_BATCH],
-        ];
-        for batch in batches {
-            let buffers = batch.len();
-            let framed: usize = batch
-                .iter()
-                .map(|m| {
-                    let buf = vec![0u8; m.len];
-                    segments(&buf, m).map(|d| 16 + d.len()).sum::<usize>()
-                })
-                .sum();
-            let capacity = framed_capacity(&batch);
-            assert!(
-                (framed..=framed + 16 * buffers).contains(&capacity),
-                "{batch:?}: {capacity} for {framed} bytes framed"
-            );
-        }
-    }
-
-    // r[verify forward.batch]
     #[tokio::test]
     async fn a_reply_the_local_socket_cannot_send_is_one_drop() {
         let forward = Arc::new(local_forward(4, Duration::from_secs(60)).await);
@@ -1166,7 +1138,53 @@ mod tests {
         flush_local(&mut gather, &forwards, &events).await;
         let snapshot = forward.reporter.stats().snapshot();
         assert_eq!(snapshot.dropped.error, 1, "one datagram, one drop");
-        assert_eq!(snapshot.from_target_datagrams, 0);
+        assert_eq!(
+            (snapshot.from_target_datagrams, snapshot.from_target_bytes),
+            (0, 0)
+        );
+    }
+
+    // A local socket is not connected; one connected to a closed port is how a test has a send
+    // error cost one datagram of a run: a pending refusal cuts the run's first reply, as it
+    // would alone, and the rest leave.
+    // r[verify forward.batch]
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_that_cuts_a_run_of_replies_short_costs_one_reply_and_is_reported() {
+        let (socket, closed) = towards_closed_port().await;
+        refusal_pending(&socket, closed).await;
+        let forward = Arc::new(local_forward_on(socket, 4, Duration::from_secs(60)));
+        let forwards = HashMap::from([(1, forward.clone())]);
+        let (events, mut announced) = mpsc::unbounded_channel();
+        let peer = UdpSocket::bind(closed).await.expect("the peer listens now");
+        let mut gather = Gather::default();
+        for payload in [b"aa", b"bb"] {
+            assert!(gather.push(1, closed, payload, 64));
+        }
+        flush_local(&mut gather, &forwards, &events).await;
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), peer.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], b"bb");
+        let snapshot = forward.reporter.stats().snapshot();
+        assert_eq!(
+            (snapshot.from_target_datagrams, snapshot.from_target_bytes),
+            (1, 2),
+            "the reply that left"
+        );
+        assert_eq!(snapshot.dropped.error, 1, "the one the refusal cost");
+        assert_eq!(snapshot.transient_errors, 1, "the refusal is reported");
+        assert!(
+            snapshot
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("refused"))
+        );
+        // Relaying goes on: the local socket is not failed, and nothing says so.
+        assert!(!forward.failed.load(Ordering::Relaxed));
+        assert!(announced.try_recv().is_err());
     }
 
     // r[verify forward.local.failure]

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use holdfast_retry::{Class, Classify};
 use tokio::time::Instant;
 
@@ -70,6 +71,7 @@ impl Reporter {
     /// goes on (`false`: the connection is gone, and its relay loop announces the end).
     // r[impl forward.stats]
     // r[impl forward.classify]
+    // i[impl forward.relay.resilience]
     pub fn datagram_not_sent(&self, err: &RelayError) -> bool {
         match err.class() {
             Class::Item => {
@@ -84,6 +86,34 @@ impl Reporter {
             Class::Fatal => false,
         }
     }
+
+    /// Hands one framed datagram to the connection: sent (the caller counts it, once per
+    /// batch), or refused and accounted for by [`Self::datagram_not_sent`].
+    // i[impl forward.relay.resilience]
+    #[inline]
+    pub(crate) fn send_datagram(&self, conn: &quinn::Connection, datagram: Bytes) -> Handed {
+        match conn.send_datagram(datagram) {
+            Ok(()) => Handed::Sent,
+            Err(err) => {
+                if self.datagram_not_sent(&RelayError::from(err)) {
+                    Handed::Dropped
+                } else {
+                    Handed::Lost
+                }
+            }
+        }
+    }
+}
+
+/// What became of a datagram handed to the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// The connection took it.
+    Sent,
+    /// Refused and counted as a drop (and reported, if transient): relaying goes on.
+    Dropped,
+    /// The connection is gone: the relay ends, and its relay loop announces the end.
+    Lost,
 }
 
 impl std::fmt::Debug for Reporter {
@@ -102,6 +132,7 @@ mod tests {
 
     // r[verify forward.stats]
     // r[verify forward.classify]
+    // i[verify forward.relay.resilience]
     #[tokio::test(start_paused = true)]
     async fn a_datagram_the_connection_did_not_take_is_one_drop_and_only_its_loss_ends_the_relay() {
         let stats = Arc::new(Counters::default());

@@ -27,10 +27,12 @@ use crate::control_io::{finish, spawn_reader, spawn_writer, write};
 use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
-use crate::report::Reporter;
+use crate::report::{Handed, Reporter};
 use crate::stats::{Counters, ForwardStats};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
-use crate::udp_io::{FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, segments};
+use crate::udp_io::{
+    FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
+};
 use crate::wire::{FlowId, decode_datagram};
 
 /// The server's configuration.
@@ -911,43 +913,46 @@ enum Sent {
     FlowEnded,
 }
 
-/// Sends gathered datagrams on a flow's connected socket. A pending ICMP error (ECONNREFUSED)
-/// surfaces here as well as on the receive side; either way it is reported and the socket stays
-/// in use.
-// i[impl forward.relay.resilience]
+/// Sends gathered datagrams on a flow's connected socket, counted as one by one would count
+/// them.
+// r[impl forward.batch]
 async fn send_to_target<K>(
     socket: &UdpIo,
     gathered: &Gathered<'_, K>,
     reporter: &Reporter,
 ) -> Sent {
     let (sent, err) = gathered.send(socket).await;
-    if sent > 0 {
-        // A run is of equal-sized datagrams.
-        reporter
-            .stats()
-            .to_target_many(sent, sent * gathered.segment);
-    }
+    // A run is of equal-sized datagrams.
+    reporter
+        .stats()
+        .to_target_many(sent, sent * gathered.segment);
     let Some(err) = err else {
         return Sent::Delivered;
     };
-    let lost = gathered.count - sent;
-    let err = RelayError::Socket(err);
+    target_send_failed(&RelayError::Socket(err), gathered.count - sent, reporter)
+}
+
+/// Counts the `lost` datagrams a send towards the target failed with `err` and reports it;
+/// what becomes of the flow. A pending ICMP error (ECONNREFUSED) surfaces here as well as on the
+/// receive side; either way it is reported and the socket stays in use.
+// i[impl forward.relay.resilience]
+fn target_send_failed(err: &RelayError, lost: usize, reporter: &Reporter) -> Sent {
     match err.class() {
         Class::Item => {
             for _ in 0..lost {
-                reporter.dropped(&err);
+                reporter.dropped(err);
             }
             Sent::Dropped
         }
         Class::Transient => {
-            reporter.transient(&err);
+            reporter.transient(err);
             for _ in 0..lost {
                 reporter.stats().dropped(err.drop_reason());
             }
             Sent::Dropped
         }
         Class::Fatal => {
-            reporter.transient(&err);
+            reporter.transient(err);
             Sent::FlowEnded
         }
     }
@@ -966,9 +971,27 @@ async fn open_flow(target: SocketAddr) -> std::io::Result<Arc<UdpIo>> {
     Ok(Arc::new(UdpIo::new(socket, FLOW_BUFFER)?))
 }
 
+/// Counts and reports an error of receiving on a flow's socket; whether receiving on it goes
+/// on (a pending ICMP refusal, say, is reported and the socket stays in use).
+// i[impl forward.relay.resilience]
+fn flow_recv_failed(err: &RelayError, reporter: &Reporter) -> bool {
+    match err.class() {
+        Class::Item => {
+            reporter.dropped(err);
+            true
+        }
+        Class::Transient => {
+            reporter.transient(err);
+            true
+        }
+        // The socket cannot be used again: the flow's replies end here.
+        Class::Fatal => false,
+    }
+}
+
 /// Relays one flow's replies from the target back to the client: every datagram of a receive
 /// (several, when the kernel coalesced them) with one allocation for all of them.
-// i[impl forward.relay.resilience]
+// r[impl forward.batch]
 async fn relay_replies(
     socket: Arc<UdpIo>,
     conn: Connection,
@@ -990,56 +1013,45 @@ async fn relay_replies(
                 std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
             socket.recv(&mut slices, &mut meta).await
         };
-        let err = match received {
-            Ok(filled) => {
-                let filled = &meta[..filled.min(REPLY_BATCH)];
-                let buffers = || {
-                    filled
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(i, m)| segments(&buf[i * MAX_DATAGRAM..], m))
-                };
-                out.reserve(
-                    buffers().count() * header.len() + filled.iter().map(|m| m.len).sum::<usize>(),
-                );
-                // Counted once per receive, not per datagram.
-                let (mut relayed, mut bytes) = (0, 0);
-                for payload in buffers() {
-                    out.extend_from_slice(&header);
-                    out.extend_from_slice(payload);
-                    let err = match conn.send_datagram(out.split().freeze()) {
-                        Ok(()) => {
-                            relayed += 1;
-                            bytes += payload.len();
-                            continue;
-                        }
-                        Err(err) => RelayError::from(err),
-                    };
-                    if !reporter.datagram_not_sent(&err) {
+        let filled = match received {
+            Ok(filled) => &meta[..filled.min(REPLY_BATCH)],
+            Err(err) => {
+                if flow_recv_failed(&RelayError::Socket(err), &reporter) {
+                    continue;
+                }
+                return;
+            }
+        };
+        out.reserve(framed_capacity(filled, header.len()));
+        // Counted once per receive, not per datagram.
+        let (mut relayed, mut bytes) = (0, 0);
+        for (i, m) in filled.iter().enumerate() {
+            for payload in segments(&buf[i * MAX_DATAGRAM..], m) {
+                out.extend_from_slice(&header);
+                out.extend_from_slice(payload);
+                match reporter.send_datagram(&conn, out.split().freeze()) {
+                    Handed::Sent => {
+                        relayed += 1;
+                        bytes += payload.len();
+                    }
+                    Handed::Dropped => {}
+                    // The connection is gone; its relay loop ends the forward and announces it.
+                    Handed::Lost => {
                         reporter.stats().from_target_many(relayed, bytes);
                         return;
                     }
                 }
-                reporter.stats().from_target_many(relayed, bytes);
-                activity.touch(Instant::now());
-                continue;
             }
-            Err(err) => RelayError::Socket(err),
-        };
-        match err.class() {
-            Class::Item => reporter.dropped(&err),
-            Class::Transient => {
-                reporter.transient(&err);
-            }
-            // The connection is gone; its relay loop ends the forward and announces it.
-            Class::Fatal => return,
         }
+        reporter.stats().from_target_many(relayed, bytes);
+        activity.touch(Instant::now());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::udp_io::tests::{refusal_pending, towards_closed_port};
 
     async fn send_one(socket: &UdpIo, payload: &[u8], reporter: &Reporter) -> Sent {
         let mut gather = Gather::default();
@@ -1052,13 +1064,9 @@ mod tests {
         socket.peer_addr().expect("connected")
     }
 
-    // i[verify forward.relay.resilience]
-    #[tokio::test]
-    async fn a_refusal_discovered_on_send_is_reported_and_the_socket_keeps_working() {
-        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .expect("free port");
-        let socket = open_flow(closed).await.expect("flow socket");
+    /// A reporter of forward 1 that announces every report, with its counters and the count of
+    /// reports announced.
+    fn counting_reporter() -> (Reporter, Arc<Counters>, Arc<AtomicU64>) {
         let stats = Arc::new(Counters::default());
         let reported = Arc::new(AtomicU64::new(0));
         let seen = reported.clone();
@@ -1070,6 +1078,17 @@ mod tests {
             }),
             Duration::ZERO,
         );
+        (reporter, stats, reported)
+    }
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_discovered_on_send_is_reported_and_the_socket_keeps_working() {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("free port");
+        let socket = open_flow(closed).await.expect("flow socket");
+        let (reporter, stats, reported) = counting_reporter();
         // Nothing receives on this socket, so the ICMP port-unreachable of one send surfaces as
         // ECONNREFUSED on a later send.
         let mut outcomes = Vec::new();
@@ -1105,5 +1124,88 @@ mod tests {
             .expect("delivered")
             .expect("recv");
         assert_eq!(&buf[..n], b"hello");
+    }
+
+    // A refusal pending on the flow socket cuts the first datagram of a run, as it would alone.
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_run_a_refusal_cuts_short_is_counted_as_one_by_one() {
+        let (socket, closed) = towards_closed_port().await;
+        refusal_pending(&socket, closed).await;
+        let target = UdpSocket::bind(closed).await.expect("target listens");
+        let (reporter, stats, _) = counting_reporter();
+        let mut gather = Gather::default();
+        for payload in [b"aa", b"bb"] {
+            assert!(gather.push((), closed, payload, 64));
+        }
+        let gathered = gather.take().expect("gathered");
+        assert_eq!(
+            send_to_target(&socket, &gathered, &reporter).await,
+            Sent::Dropped
+        );
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), target.recv(&mut buf))
+            .await
+            .expect("delivered")
+            .expect("recv");
+        assert_eq!(&buf[..n], b"bb");
+        let snapshot = stats.snapshot();
+        assert_eq!(
+            (snapshot.to_target_datagrams, snapshot.to_target_bytes),
+            (1, 2),
+            "the datagram that left"
+        );
+        assert_eq!(snapshot.dropped.error, 1, "the one the refusal cost");
+        assert_eq!(snapshot.transient_errors, 1);
+    }
+
+    // i[verify forward.relay.resilience]
+    #[tokio::test]
+    async fn a_refusal_received_on_a_flow_socket_is_reported_and_the_next_reply_is_received() {
+        let (socket, closed) = towards_closed_port().await;
+        refusal_pending(&socket, closed).await;
+        let (reporter, stats, reported) = counting_reporter();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default()];
+        let refused = socket
+            .recv(&mut [IoSliceMut::new(&mut buf)], &mut meta)
+            .await
+            .expect_err("the refusal");
+        assert!(
+            flow_recv_failed(&RelayError::Socket(refused), &reporter),
+            "a refusal: receiving goes on"
+        );
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.transient_errors, 1);
+        assert_eq!(snapshot.dropped.error, 0, "no datagram was lost");
+        assert!(
+            snapshot
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("refused"))
+        );
+        assert_eq!(reported.load(Ordering::SeqCst), 1);
+
+        // The socket is still the flow's: the target's reply arrives on it.
+        let target = UdpSocket::bind(closed).await.expect("target listens");
+        target
+            .send_to(b"reply", socket.local_addr().expect("addr"))
+            .await
+            .expect("reply");
+        let filled = tokio::time::timeout(
+            Duration::from_secs(5),
+            socket.recv(&mut [IoSliceMut::new(&mut buf)], &mut meta),
+        )
+        .await
+        .expect("the reply in time")
+        .expect("recv");
+        assert_eq!((filled, &buf[..meta[0].len]), (1, &b"reply"[..]));
+
+        // A socket that is gone ends the flow's replies.
+        let gone = RelayError::Socket(std::io::Error::from_raw_os_error(9));
+        assert!(
+            !flow_recv_failed(&gone, &reporter),
+            "EBADF: the socket is gone"
+        );
     }
 }

@@ -185,6 +185,19 @@ pub(crate) fn segments<'a>(
     })
 }
 
+/// The most bytes the datagrams of received buffers take framed for the connection: each
+/// buffer's bytes plus a header of at most `header` bytes per datagram it holds, with at most
+/// one header to spare per buffer, so one allocation serves the whole batch without holding
+/// much more.
+// r[impl forward.batch]
+pub(crate) fn framed_capacity(meta: &[RecvMeta], header: usize) -> usize {
+    // `len / stride + 1` datagrams per buffer: the exact count, or one more when the last
+    // segment is full (quinn-udp gives a buffer without GRO its length as stride).
+    meta.iter()
+        .map(|m| m.len + header * (m.len / m.stride.max(1) + 1))
+        .sum()
+}
+
 /// Datagrams of one size to one destination, gathered so they leave in one send.
 // r[impl forward.batch]
 #[derive(Debug, Default)]
@@ -307,7 +320,7 @@ const EIO: i32 = 5;
 const EINVAL: i32 = 22;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn meta(len: usize, stride: usize) -> RecvMeta {
@@ -333,6 +346,38 @@ mod tests {
         }
         let empty: Vec<&[u8]> = segments(&buf, &meta(0, 0)).collect();
         assert_eq!(empty, vec![&[] as &[u8]]);
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn a_batch_s_framed_capacity_holds_every_datagram_with_a_header_to_spare_at_most_per_buffer() {
+        // Buffers without GRO (quinn-udp reports the length as the stride, so an empty one has
+        // stride 0), and GRO buffers whose last segment is full or short.
+        let batches = [
+            vec![meta(100, 100)],
+            vec![meta(0, 0), meta(1162, 1162)],
+            vec![meta(1000, 100)],
+            vec![meta(1050, 100), meta(60_000, 1200), meta(7, 7)],
+            vec![meta(65_507, 65_507); 16],
+        ];
+        // The node's one flow header (two bytes for small ids), and the client's bound for any.
+        for header in [2, 16] {
+            for batch in &batches {
+                let buffers = batch.len();
+                let framed: usize = batch
+                    .iter()
+                    .map(|m| {
+                        let buf = vec![0u8; m.len];
+                        segments(&buf, m).map(|d| header + d.len()).sum::<usize>()
+                    })
+                    .sum();
+                let capacity = framed_capacity(batch, header);
+                assert!(
+                    (framed..=framed + header * buffers).contains(&capacity),
+                    "{batch:?}, {header}-byte headers: {capacity} for {framed} bytes framed"
+                );
+            }
+        }
     }
 
     // r[verify forward.batch]
@@ -423,13 +468,26 @@ mod tests {
     }
 
     /// A connected `UdpIo` towards a port nothing listens on (bound, then released).
-    async fn towards_closed_port() -> (UdpIo, SocketAddr) {
+    pub(crate) async fn towards_closed_port() -> (UdpIo, SocketAddr) {
         let closed = std::net::UdpSocket::bind("127.0.0.1:0")
             .and_then(|s| s.local_addr())
             .expect("port");
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
         socket.connect(closed).await.expect("connect");
         (UdpIo::new(socket, FLOW_BUFFER).expect("udp io"), closed)
+    }
+
+    /// Sends one datagram from `io`, connected to `closed`, and waits until the ICMP refusal it
+    /// draws is pending on the socket (not consumed: nothing receives).
+    pub(crate) async fn refusal_pending(io: &UdpIo, closed: SocketAddr) {
+        io.send(closed, b"x", None).await.expect("send");
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            io.socket.ready(Interest::ERROR),
+        )
+        .await
+        .expect("refusal arrives")
+        .expect("ready");
     }
 
     // i[verify forward.relay.resilience]
@@ -454,15 +512,7 @@ mod tests {
     #[tokio::test]
     async fn a_pending_refusal_costs_a_gathered_run_one_datagram_as_one_by_one() {
         let (io, closed) = towards_closed_port().await;
-        io.send(closed, b"x", None).await.expect("send");
-        // The ICMP refusal is now pending on the socket (not consumed: nothing receives).
-        tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            io.socket.ready(Interest::ERROR),
-        )
-        .await
-        .expect("refusal arrives")
-        .expect("ready");
+        refusal_pending(&io, closed).await;
         let target = UdpSocket::bind(closed)
             .await
             .expect("the target listens now");

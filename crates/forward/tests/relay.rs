@@ -165,10 +165,49 @@ async fn at_the_node_s_flow_bound_an_idle_flow_gives_way_to_a_new_peer() {
     assert_eq!(round_trip(&a, local, b"a2").await, b"a2");
     let listed = server.forwards();
     assert_eq!(listed[0].flows, 1, "still within the bound");
+    // The idle flow gave way to the datagram that found it: none was dropped at the bound (the
+    // retries of `round_trip` alone would hide a first datagram dropped at each eviction).
+    assert_eq!(
+        listed[0].stats.dropped.flow_limit, 0,
+        "{:?}",
+        listed[0].stats
+    );
+}
+
+// r[verify forward.flows+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_node_s_flow_bound_a_new_peer_is_dropped_and_counted_while_the_flow_is_in_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    // The client's own bound (256) is far above the node's: the node must hold its own.
+    config.max_flows = 1;
+    // Far longer than the test: the one flow is never idle long enough to give way.
+    config.flow_idle = Duration::from_secs(3600);
+    let server = holdfast_forward::start(config).await.expect("server");
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    let (a, b) = (peer().await, peer().await);
+    assert_eq!(round_trip(&a, local, b"a1").await, b"a1");
+    assert_eq!(
+        try_round_trip(&b, local, b"b1", 3).await,
+        None,
+        "b is not let past the bound"
+    );
+    let over = || server.forwards()[0].stats.dropped.flow_limit;
+    eventually("the node counted b's datagrams", || over() >= 1).await;
+    assert!(over() <= 3, "one drop per datagram b sent: {}", over());
+    let listed = server.forwards();
+    assert_eq!(listed[0].flows, 1, "b got no flow");
+    assert_eq!(round_trip(&a, local, b"a2").await, b"a2", "a goes on");
 }
 
 // r[verify forward.oversize]
 // r[verify forward.stats]
+// i[verify forward.relay.resilience]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_datagram_is_dropped_and_counted_at_each_end_and_the_next_flows() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -599,6 +638,7 @@ async fn a_burst_of_datagrams_of_mixed_sizes_arrives_whole_in_order_and_counted(
         client: _client,
         local,
         peer,
+        ..
     } = warmed_forward_to_a_silent_target().await;
     let mut buf = vec![0u8; 65_536];
     // Runs of equal sizes (gathered into one send) broken by other sizes and empty datagrams,
@@ -663,6 +703,7 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
         client,
         local,
         peer,
+        ..
     } = warmed_forward_to_a_silent_target().await;
     let mut buf = vec![0u8; 65_536];
     // Back to back, so they wait together in the local socket and one wakeup takes them; one in
@@ -704,6 +745,100 @@ async fn an_oversize_datagram_in_a_burst_costs_only_itself_and_the_client_counts
     assert_eq!(stats.dropped.oversize, 1);
 }
 
+// A current-thread runtime, so the target's replies all wait in the node's flow socket before
+// its reply task runs: it takes them a batch of buffers at a time, and the client a run of equal
+// sizes at a time.
+// r[verify forward.batch]
+#[tokio::test]
+async fn a_burst_of_replies_of_mixed_sizes_arrives_whole_in_order_and_counted() {
+    let Warmed {
+        dir: _dir,
+        server,
+        target,
+        client,
+        peer,
+        flow,
+        ..
+    } = warmed_forward_to_a_silent_target().await;
+    // Sizes that differ from one reply to the next, with runs of equal ones and empty ones.
+    let sizes = [10usize, 300, 0, 7, 7, 7, 512, 1, 1, 100, 0, 64];
+    let replies: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| (0..size).map(|j| (31 * i + j) as u8).collect())
+        .collect();
+    for reply in &replies {
+        // Not awaited: no task of the relay runs before all of them wait at the node.
+        target.try_send_to(reply, flow).expect("reply");
+    }
+    let mut buf = vec![0u8; 65_536];
+    let mut received = Vec::new();
+    while received.len() < replies.len() {
+        match tokio::time::timeout(WAIT, peer.recv_from(&mut buf)).await {
+            Ok(Ok((n, _))) => received.push(buf[..n].to_vec()),
+            _ => break,
+        }
+    }
+    assert_eq!(received, replies, "every reply, whole and in order");
+    let counted = (replies.len() as u64, sizes.iter().sum::<usize>() as u64);
+    let replies_of = |stats: &holdfast_forward::ForwardStats| {
+        (stats.from_target_datagrams, stats.from_target_bytes)
+    };
+    eventually("the node counted the replies", || {
+        replies_of(&server.forwards()[0].stats) == counted
+    })
+    .await;
+    eventually("the client counted the replies", || {
+        replies_of(&client.stats()[0]) == counted
+    })
+    .await;
+}
+
+// A current-thread runtime, so the two datagrams below travel together: both wait in the
+// client's local socket before its relay task runs, that task hands both to the connection
+// before its driver runs, so they leave in one QUIC packet, and the node's relay takes both in
+// one wakeup: the batch in which the second peer's new flow evicts the first's.
+// r[verify forward.flows+2]
+#[tokio::test]
+async fn a_datagram_gathered_for_a_flow_that_an_eviction_ends_in_the_same_batch_still_leaves() {
+    let Warmed {
+        dir: _dir,
+        server,
+        target,
+        client: _client,
+        local,
+        peer: _warm,
+        ..
+    } = warmed_forward_to_a_silent_target_with(|node| {
+        node.max_flows = 1;
+        node.flow_idle = Duration::ZERO;
+    })
+    .await;
+    // Blocking sockets: both sends are done before any task of the runtime runs again.
+    let (a, b) = (std_peer(), std_peer());
+    a.send_to(b"from a", local).expect("send a");
+    b.send_to(b"from b", local).expect("send b");
+    let mut buf = vec![0u8; 65_536];
+    // a's first: gathered before b's new flow evicted a's flow, it must leave before that.
+    for sent in [&b"from a"[..], b"from b"] {
+        let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
+            .await
+            .expect("a datagram in time")
+            .expect("recv");
+        assert_eq!(&buf[..n], sent);
+    }
+    eventually("the node counted the warm-up, a's and b's", || {
+        server.forwards()[0].stats.to_target_datagrams == 3
+    })
+    .await;
+    assert_eq!(server.forwards()[0].stats.dropped.flow_limit, 0);
+}
+
+#[allow(clippy::expect_used)]
+fn std_peer() -> std::net::UdpSocket {
+    std::net::UdpSocket::bind(loopback()).expect("bind peer")
+}
+
 /// A forward to a target that reads but never answers, with one `warm` datagram already relayed
 /// through it and read at the target, so the flow exists before a test's burst.
 struct Warmed {
@@ -713,12 +848,25 @@ struct Warmed {
     client: client::Forwarding,
     local: std::net::SocketAddr,
     peer: tokio::net::UdpSocket,
+    /// The node's socket of `peer`'s flow, as the target sees it: where a reply goes.
+    flow: std::net::SocketAddr,
 }
 
-#[allow(clippy::expect_used)]
 async fn warmed_forward_to_a_silent_target() -> Warmed {
+    warmed_forward_to_a_silent_target_with(|_| {}).await
+}
+
+/// The same, on a node whose configuration `node` has adjusted.
+#[allow(clippy::expect_used)]
+async fn warmed_forward_to_a_silent_target_with(
+    node: impl FnOnce(&mut holdfast_forward::ServerConfig),
+) -> Warmed {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = server(dir.path()).await;
+    let mut config = server_config(dir.path(), loopback());
+    node(&mut config);
+    let server = holdfast_forward::start(config)
+        .await
+        .expect("server starts");
     let target = tokio::net::UdpSocket::bind(loopback())
         .await
         .expect("target");
@@ -737,7 +885,7 @@ async fn warmed_forward_to_a_silent_target() -> Warmed {
         "the target does not answer"
     );
     let mut buf = vec![0u8; 65_536];
-    let (n, _) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
+    let (n, flow) = tokio::time::timeout(WAIT, target.recv_from(&mut buf))
         .await
         .expect("warm-up arrives")
         .expect("recv");
@@ -749,5 +897,6 @@ async fn warmed_forward_to_a_silent_target() -> Warmed {
         client,
         local,
         peer,
+        flow,
     }
 }

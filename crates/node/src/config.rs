@@ -796,12 +796,7 @@ fn validate_issuance(
     let issuance = section.get_ref();
     if let Err(e) = issuance.policy(0) {
         let text = e.to_string();
-        let text = text.strip_prefix("issuance: ").unwrap_or(&text);
-        // The issuance crate names the key first ("pacing.base: ..."), when it can.
-        let (key, message) = match text.split_once(": ") {
-            Some((key, message)) if !key.contains(' ') => (format!("issuance.{key}"), message),
-            _ => ("issuance".to_owned(), text),
-        };
+        let (key, message) = policy_error_key(&text);
         return Err(loc.at(span, &key, message.to_owned()));
     }
     let mut seen = std::collections::HashMap::new();
@@ -838,6 +833,17 @@ fn validate_issuance(
         }
     }
     Ok(())
+}
+
+// r[impl node.issuance.config]
+/// The key and message of an error from holdfast-issuance's policy: it names the key first
+/// ("issuance: pacing.base: ..."), when it can; a text that starts with no key is the section's.
+fn policy_error_key(text: &str) -> (String, &str) {
+    let text = text.strip_prefix("issuance: ").unwrap_or(text);
+    match text.split_once(": ") {
+        Some((key, message)) if !key.contains(' ') => (format!("issuance.{key}"), message),
+        _ => ("issuance".to_owned(), text),
+    }
 }
 
 // r[impl node.forward.config]
@@ -913,5 +919,35 @@ impl PolicySection<'_> {
     /// The validated policy (validation ran when the config was parsed).
     fn policy(&self, seed: u64) -> Policy {
         self.builder(seed).build().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify node.issuance.config]
+    // Every error the issuance policy returns today starts with its key, so the fallback is
+    // reached through no config: a message whose first ": " follows words, not a key.
+    #[test]
+    fn an_issuance_policy_error_is_keyed_only_by_a_key() {
+        assert_eq!(
+            policy_error_key("issuance: pacing.base: must be <= cap (7h > 6h)"),
+            (
+                "issuance.pacing.base".to_owned(),
+                "must be <= cap (7h > 6h)"
+            )
+        );
+        assert_eq!(
+            policy_error_key("issuance: the pacing cannot work: base above cap"),
+            (
+                "issuance".to_owned(),
+                "the pacing cannot work: base above cap"
+            )
+        );
+        assert_eq!(
+            policy_error_key("issuance: no key here"),
+            ("issuance".to_owned(), "no key here")
+        );
     }
 }

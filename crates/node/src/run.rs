@@ -94,6 +94,74 @@ pub fn stop_plan(
     plan
 }
 
+// r[impl node.workload.module]
+// r[impl node.issuance.module]
+// r[impl node.forward.module]
+// r[impl node.gateway.module]
+/// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
+/// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
+/// section.
+fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Arc<dyn Module>> {
+    let mut modules: Vec<Arc<dyn Module>> = Vec::new();
+    if config.pull.enabled {
+        modules.push(Arc::new(PullModule {
+            workloads: config
+                .workloads
+                .iter()
+                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
+                .collect(),
+            docker_host: config.pull.docker_host.clone(),
+            config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
+            tick: config.node.tick.get_ref().get(),
+            node: node.clone(),
+        }));
+    }
+    if !config.workloads.is_empty() {
+        modules.push(Arc::new(WorkloadModule {
+            workloads: config.workloads.iter().map(|w| w.to_config()).collect(),
+            docker_host: config.pull.docker_host.clone(),
+            seed: identity.seed(crate::modules::workload::NAME),
+            stop_on_exit: config.workloads_module.stop_on_exit,
+            owner: config.workloads_module.owner.clone(),
+            tick: config.node.tick.get_ref().get(),
+            pull_enabled: config.pull.enabled,
+            node: node.clone(),
+        }));
+    }
+    if let Some(issuance) = &config.issuance {
+        modules.push(Arc::new(IssuanceModule::new(
+            issuance.get_ref().clone(),
+            config.node.data_dir.clone(),
+            identity.seed(crate::modules::issuance::NAME),
+            node.faults.clone(),
+            node.issuance.clone(),
+        )));
+    }
+    if let Some(forward) = &config.forward {
+        modules.push(Arc::new(ForwardModule::new(
+            forward.get_ref(),
+            config.node.data_dir.clone(),
+            node.forward.clone(),
+        )));
+    }
+    if let Some(gateway) = &config.gateway {
+        modules.push(Arc::new(GatewayModule::new(
+            gateway.get_ref(),
+            identity.id(),
+            identity.seed(crate::modules::gateway::NAME),
+            &config.node.data_dir,
+            node.gateway.clone(),
+        )));
+    }
+    // i[impl node.testing-modules]
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
+        tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
+        modules.push(Arc::new(crate::modules::testing::HangOnStop));
+    }
+    modules
+}
+
 /// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan.
 pub async fn run(config: Config) -> Result<StopReport, RunError> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -137,63 +205,7 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         "holdfast node starting"
     );
 
-    let mut modules: Vec<Arc<dyn Module>> = Vec::new();
-    if config.pull.enabled {
-        modules.push(Arc::new(PullModule {
-            workloads: config
-                .workloads
-                .iter()
-                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
-                .collect(),
-            docker_host: config.pull.docker_host.clone(),
-            config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
-            tick: config.node.tick.get_ref().get(),
-            node: node.clone(),
-        }));
-    }
-    if !config.workloads.is_empty() {
-        modules.push(Arc::new(WorkloadModule {
-            workloads: config.workloads.iter().map(|w| w.to_config()).collect(),
-            docker_host: config.pull.docker_host.clone(),
-            seed: identity.seed(crate::modules::workload::NAME),
-            stop_on_exit: config.workloads_module.stop_on_exit,
-            owner: config.workloads_module.owner.clone(),
-            tick: config.node.tick.get_ref().get(),
-            pull_enabled: config.pull.enabled,
-            node: node.clone(),
-        }));
-    }
-    if let Some(issuance) = &config.issuance {
-        modules.push(Arc::new(IssuanceModule::new(
-            issuance.get_ref().clone(),
-            data_dir.clone(),
-            identity.seed(crate::modules::issuance::NAME),
-            node.faults.clone(),
-            node.issuance.clone(),
-        )));
-    }
-    if let Some(forward) = &config.forward {
-        modules.push(Arc::new(ForwardModule::new(
-            forward.get_ref(),
-            data_dir.clone(),
-            node.forward.clone(),
-        )));
-    }
-    if let Some(gateway) = &config.gateway {
-        modules.push(Arc::new(GatewayModule::new(
-            gateway.get_ref(),
-            identity.id(),
-            identity.seed(crate::modules::gateway::NAME),
-            &data_dir,
-            node.gateway.clone(),
-        )));
-    }
-    // i[impl node.testing-modules]
-    #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
-        tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
-        modules.push(Arc::new(crate::modules::testing::HangOnStop));
-    }
+    let modules = compose(&config, &identity, &node);
 
     let mut supervised = Vec::new();
     let mut first_starts = Vec::new();
@@ -314,6 +326,82 @@ impl Signals {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    /// The modules (name and stop group) that `text` composes.
+    fn composed(text: &str) -> Vec<(String, StopGroup)> {
+        let config = Config::parse("compose.toml", text).unwrap();
+        let identity = NodeIdentity::resolve(Some("compose-node")).unwrap();
+        let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
+        compose(&config, &identity, &node)
+            .iter()
+            .map(|m| (m.name().to_owned(), m.group()))
+            .collect()
+    }
+
+    fn names(modules: &[(String, StopGroup)]) -> Vec<&str> {
+        modules.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    // r[verify node.workload.module]
+    // r[verify node.issuance.module]
+    // r[verify node.forward.module]
+    // r[verify node.gateway.module]
+    // i[verify node.testing-modules]
+    #[test]
+    fn a_config_composes_the_modules_of_its_sections_and_no_others() {
+        use std::os::unix::fs::PermissionsExt;
+        // Without sections only the pull module runs, and not even it when it is turned off.
+        assert_eq!(composed("[node]\n"), [("pull".to_owned(), StopGroup::Pull)]);
+        assert!(composed("[node]\n[pull]\nenabled = false\n").is_empty());
+        let workload = "[[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n";
+        assert_eq!(
+            names(&composed(&format!("[node]\n{workload}"))),
+            ["pull", "workload"]
+        );
+        assert_eq!(
+            names(&composed(&format!(
+                "[node]\n[pull]\nenabled = false\n{workload}"
+            ))),
+            ["workload"]
+        );
+
+        // Every section: each module once, in its own stop group.
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "compose-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let all = format!(
+            "[node]\ndata_dir = \"{data}\"\n{workload}\
+             [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+             [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"t\"]\nallow = [\"127.0.0.1:53\"]\n\
+             [gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{key}\"\n",
+            data = dir.path().join("data").display(),
+            key = key.display(),
+        );
+        assert_eq!(
+            composed(&all),
+            [
+                ("pull".to_owned(), StopGroup::Pull),
+                ("workload".to_owned(), StopGroup::Workload),
+                ("issuance".to_owned(), StopGroup::Issuance),
+                ("forward".to_owned(), StopGroup::Forward),
+                ("gateway".to_owned(), StopGroup::Gateway),
+            ]
+        );
+
+        // The test-only module runs only in a build that has it, and only when asked for.
+        let testing = "[node]\n[testing]\nhang_on_stop = true\n";
+        if cfg!(feature = "testing-modules") {
+            assert_eq!(names(&composed(testing)), ["pull", "testing-hang"]);
+            assert_eq!(
+                names(&composed("[node]\n[testing]\nhang_on_stop = false\n")),
+                ["pull"]
+            );
+        } else {
+            assert!(Config::parse("compose.toml", testing).is_err());
+        }
+    }
 
     // r[verify node.stop.order]
     #[tokio::test(start_paused = true)]

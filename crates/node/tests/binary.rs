@@ -100,7 +100,10 @@ async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
     let (code, took, log) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 0, "{log}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    assert!(log.contains("holdfast node stopped"));
+    // It said it was running (every first start done) before it stopped.
+    let running = log.find("holdfast node running");
+    assert!(running.is_some(), "{log}");
+    assert!(running < log.find("holdfast node stopped"), "{log}");
 }
 
 // i[verify node.stop.exit-status]
@@ -318,6 +321,58 @@ async fn a_stalled_admin_client_does_not_hold_the_node_past_its_budget() {
     let (code, took, log) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 0, "{log}");
     assert!(took < Duration::from_millis(2500), "took {took:?}");
+}
+
+// r[verify node.stop.signal+2]
+#[tokio::test]
+async fn an_admin_request_open_when_the_stop_plan_returns_is_answered_in_the_budget_left() {
+    use std::io::{Read, Write};
+    let mut node = start("", "10s");
+    node.until_ready().await;
+    let mut client = stalled_client(&node);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    node.signal(Signal::SIGTERM);
+    // The stop plan has returned (its modules stop at once): what is left of the 10 s budget is
+    // the admin API's, to finish the request it has half read.
+    let stderr = node.dir.path().join("stderr.log");
+    let began = Instant::now();
+    while !std::fs::read_to_string(&stderr)
+        .unwrap()
+        .contains("holdfast node stopped")
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the stop plan never returned"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The admin API's shutdown has begun (it no longer accepts), and the process waits for the
+    // request still open instead of exiting: no fixed sleep decides this.
+    let Target::Tcp(addr) = node.admin.clone() else {
+        panic!("the node listens on TCP")
+    };
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the admin API never stopped accepting"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        node.child.try_wait().unwrap().is_none(),
+        "the node exited with an admin request still open and budget left"
+    );
+    client.write_all(b"\r\n").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut response = String::new();
+    let _ = client.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response:?}");
+    // Its last request answered, the admin API is done: the node exits then, not at the budget.
+    let (code, took, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
 // r[verify node.stop.second-signal+2]

@@ -130,12 +130,15 @@ fn a_non_loopback_admin_address_needs_the_explicit_setting() {
 // r[verify node.issuance.config]
 #[test]
 fn the_issuance_section_is_validated_with_the_rest() {
+    // Both sources configured, a hostname on each: each finds its source.
     let ok = "[node]\n\n[issuance]\ntick = \"30s\"\npacing = { base = \"1m\", cap = \"6h\" }\n\
               [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
-              [issuance.local]\nendpoint = { tcp = \"127.0.0.1:8099\" }\n";
+              [[issuance.hostname]]\nname = \"b.example\"\nsource = \"acme\"\n\
+              [issuance.local]\nendpoint = { tcp = \"127.0.0.1:8099\" }\n\
+              [issuance.acme]\ndirectory = \"https://acme.example/directory\"\n";
     let config = Config::parse("ok.toml", ok).unwrap();
     let issuance = config.issuance.unwrap();
-    assert_eq!(issuance.get_ref().hostnames.len(), 1);
+    assert_eq!(issuance.get_ref().hostnames.len(), 2);
     // No section: no issuance module.
     assert!(
         Config::parse("none.toml", "[node]\n")
@@ -147,6 +150,23 @@ fn the_issuance_section_is_validated_with_the_rest() {
         (
             "[node]\n[issuance]\n[[issuance.hostname]]\nname = \"a.example\"\nsource = \"acme\"\n",
             "bad.toml:2:1: issuance.hostname[0].source: a.example uses the acme source, but there is no [issuance.acme] section",
+        ),
+        (
+            "[node]\n[issuance]\n[issuance.acme]\ndirectory = \"https://acme.example/directory\"\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n",
+            "bad.toml:2:1: issuance.hostname[0].source: a.example uses the local source, but there is no [issuance.local] section",
+        ),
+        // A name that is blank once trimmed, and one with whitespace inside.
+        (
+            "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+             [[issuance.hostname]]\nname = \"  \"\nsource = \"local\"\n",
+            "bad.toml:2:1: issuance.hostname[0].name: invalid hostname \"  \"",
+        ),
+        (
+            "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+             [[issuance.hostname]]\nname = \"b .example\"\nsource = \"local\"\n",
+            "bad.toml:2:1: issuance.hostname[1].name: invalid hostname \"b .example\"",
         ),
         (
             "[node]\n[issuance]\npacing = { base = \"7h\" }\n",
@@ -178,6 +198,7 @@ fn the_issuance_section_is_validated_with_the_rest() {
 }
 
 // r[verify node.forward.config]
+// r[verify node.log.no-secrets]
 #[test]
 fn the_forward_section_is_validated_with_the_rest() {
     use std::os::unix::fs::PermissionsExt;
@@ -194,7 +215,10 @@ fn the_forward_section_is_validated_with_the_rest() {
     // An inline token is a secret: it never shows in the config's Debug.
     let inline = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"inline-s3cret\"]\nallow = [\"127.0.0.1:53\"]\n";
     let config = Config::parse("inline.toml", inline).unwrap();
-    assert!(!format!("{config:?}").contains("inline-s3cret"));
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("inline-s3cret"), "{shown}");
+    // It shows as redacted, not as nothing: the config still says a token is there.
+    assert!(shown.contains("tokens: [<redacted>]"), "{shown}");
     let cases = [
         (
             "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"t\"]\nallow = []\n".to_owned(),

@@ -174,6 +174,23 @@ async fn a_datagram_is_echoed_through_holdfast_forward_udp() {
         )),
         "{metrics}"
     );
+    // The supervisor knows the module by its name, in the metrics and in the module list.
+    assert!(
+        metrics.contains("holdfast_module_starts_total{module=\"forward\"} "),
+        "{metrics}"
+    );
+    let modules: serde_json::Value =
+        serde_json::from_str(&node.get("/v1/modules").await.unwrap()).unwrap();
+    let module = modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "forward");
+    assert_eq!(
+        module.map(|m| m["group"].clone()),
+        Some(serde_json::json!("forward")),
+        "{modules}"
+    );
 
     // SIGINT: the client prints its summary and exits 0.
     kill(

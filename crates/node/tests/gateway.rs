@@ -203,6 +203,22 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
         metrics.contains("holdfast_gateway_messages_total{direction=\"out\"}"),
         "{metrics}"
     );
+    // The supervisor knows the module by its name, in the metrics and in the module list.
+    assert!(
+        metrics.contains("holdfast_module_starts_total{module=\"gateway\"} "),
+        "{metrics}"
+    );
+    let modules: Value = json_get(&node, "/v1/modules").await;
+    let module = modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "gateway");
+    assert_eq!(
+        module.map(|m| m["group"].clone()),
+        Some(json!("gateway")),
+        "{modules}"
+    );
     let (code, out) = cli(&["status", "--admin", &sock]);
     assert_eq!(code, 0, "{out}");
     assert!(

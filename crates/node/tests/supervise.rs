@@ -237,6 +237,8 @@ async fn a_module_that_fails_to_start_is_retried_on_the_schedule_and_faulted_onc
     tokio::time::sleep(Duration::from_secs(3600)).await;
     let n = starts.lock().unwrap().len();
     assert!((17..=20).contains(&n), "{n} starts in the first hour");
+    // The operator's account (`holdfast modules`) counts every start, failed ones included.
+    assert_eq!(status(&node).starts, u32::try_from(n).unwrap());
     assert_eq!(status(&node).failures, u32::try_from(n).unwrap());
 }
 
@@ -259,6 +261,9 @@ async fn a_module_that_crashes_at_once_is_a_crash_loop_paced_and_one_fault() {
     assert_eq!(node.faults.len(), 1);
     assert_eq!(node.faults.list()[0].kind, "crash_loop");
     assert_eq!(status(&node).restarts, 7);
+    // The operator's account counts every start: the first and the six restarts so far (the
+    // seventh end's restart is still due; `restarts` counts the ends).
+    assert_eq!(status(&node).starts, 7);
 }
 
 // r[verify node.supervise.start+2]
@@ -469,4 +474,34 @@ async fn a_stopper_that_hangs_does_not_leave_the_task_running() {
         probes.task_dropped.load(Ordering::SeqCst),
         "the task was not aborted"
     );
+}
+
+// r[verify node.supervise.degraded+2]
+#[test]
+fn a_module_ready_again_before_must_last_is_confirmed_when_must_last_passes() {
+    with_watchdog(std::time::Duration::from_secs(30), || {
+        paused_runtime().block_on(async {
+            let (node, starts, _s, probes) =
+                setup_probed(Behaviour::ReadyThenDegraded(Duration::from_secs(5)));
+            // Ready at 0, degraded at 5, ready again at 10: still inside must_last (30 s).
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let reporter = probes.reporter.lock().unwrap().take().unwrap();
+            reporter.set(Health::Ready);
+            tokio::time::sleep(Duration::from_millis(19_500)).await;
+            assert_eq!(
+                status(&node).supervisor,
+                holdfast::state::SupervisorState::Running { confirmed: false },
+                "confirmed before must_last passed"
+            );
+            // No further health report comes: the must_last timer, armed again by the ready
+            // report, confirms the start at 30 s.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(
+                status(&node).supervisor,
+                holdfast::state::SupervisorState::Running { confirmed: true }
+            );
+            assert_eq!(*starts.lock().unwrap(), vec![0]);
+            drop(reporter);
+        });
+    });
 }

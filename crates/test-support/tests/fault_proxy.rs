@@ -131,6 +131,37 @@ async fn concurrent_connections_are_counted_exactly() {
     assert_eq!(proxy.request_count(), 40);
 }
 
+// i[verify harness.fault-proxy.count]
+#[tokio::test]
+async fn connections_are_counted_in_every_mode_that_accepts_them() {
+    let (upstream, _) = http_upstream().await;
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    // Close: accepted, counted, closed without a byte.
+    proxy.set_mode(Mode::Close).await.unwrap();
+    let mut closed = connect(proxy.addr()).await;
+    assert_eq!(closed.read(&mut [0u8; 1]).await.unwrap(), 0);
+    assert_eq!(proxy.connections(), 1);
+    // A status answer: the connection and its request are counted, the service never asked.
+    proxy.set_mode(Mode::status(503)).await.unwrap();
+    let mut answered = connect(proxy.addr()).await;
+    assert_eq!(get(&mut answered, "/busy").await.unwrap().0, 503);
+    // Refuse: nothing reaches the proxy, so nothing is counted.
+    proxy.set_mode(Mode::Refuse).await.unwrap();
+    let refused = TcpStream::connect(proxy.addr()).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::ConnectionRefused);
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    let mut forwarded = connect(proxy.addr()).await;
+    assert_eq!(
+        get(&mut forwarded, "/again").await.unwrap(),
+        (200, BODY.into())
+    );
+    assert_eq!(proxy.connections(), 3);
+    assert_eq!(
+        proxy.requests(),
+        ["GET /busy HTTP/1.1", "GET /again HTTP/1.1"]
+    );
+}
+
 // i[verify harness.fault-proxy.modes+2]
 #[tokio::test]
 async fn refuse_stops_listening_and_forward_listens_again_on_the_same_port() {

@@ -31,8 +31,57 @@ pub fn start(
         .args(["--logger", "zap", "--log-outputs", "stderr"]);
     let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(10))?;
     probe::wait_ready(service, "GET /health", Duration::from_secs(60), || {
-        probe::http_get(loopback(client_port), "/health")
-            .is_ok_and(|(status, body)| status == 200 && body.contains(r#""health":"true""#))
+        healthy(probe::http_get(loopback(client_port), "/health"))
     })?;
     Ok(vec![("HOLDFAST_TEST_ETCD", client)])
+}
+
+/// etcd answers: `/health` says 200 `"health":"true"`.
+// i[impl harness.services.ready]
+fn healthy(answer: std::io::Result<(u16, String)>) -> bool {
+    answer.is_ok_and(|(status, body)| status == 200 && body.contains(r#""health":"true""#))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::layout::free_ports;
+    use crate::harness::process::processes_under;
+    use crate::harness::testing::{Run, installed};
+
+    // i[verify harness.services.etcd]
+    #[test]
+    fn etcd_starts_privately_and_exports_its_client_url() {
+        if !installed(&["etcd"]) {
+            return;
+        }
+        let mut run = Run::new();
+        let dir = run.dir("etcd");
+        let ports = free_ports(2).unwrap();
+        let env = start(&mut run.supervisor, &dir, ports[0], ports[1]).unwrap();
+        let url = format!("http://127.0.0.1:{}", ports[0]);
+        assert_eq!(env, [("HOLDFAST_TEST_ETCD", url)]);
+        // An etcd 3 answers on the exported port...
+        let (status, body) = probe::http_get(loopback(ports[0]), "/version").unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""etcdserver":"3."#), "{body}");
+        // ...one of this run's, keeping its state in this run's directory.
+        assert_eq!(processes_under(run.root(), &["etcd"]).len(), 1);
+        assert!(dir.data().join("member").is_dir());
+        run.supervisor.stop_all();
+        assert!(processes_under(run.root(), &["etcd"]).is_empty());
+    }
+
+    // i[verify harness.services.ready]
+    #[test]
+    fn etcd_is_ready_only_once_health_answers_200_true() {
+        let answer = |status: u16, body: &str| Ok((status, body.to_owned()));
+        assert!(healthy(answer(200, r#"{"health":"true","reason":""}"#)));
+        assert!(!healthy(answer(
+            200,
+            r#"{"health":"false","reason":"NOSPACE"}"#
+        )));
+        assert!(!healthy(answer(503, r#"{"health":"true"}"#)));
+        assert!(!healthy(Err(std::io::ErrorKind::ConnectionRefused.into())));
+    }
 }

@@ -21,6 +21,8 @@ pub(crate) mod process;
 pub(crate) mod redis;
 mod registry;
 mod suite;
+#[cfg(test)]
+mod testing;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -87,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(err) => {
             let logs = supervisor.logs();
             supervisor.stop_all();
-            print_logs(&logs);
+            let _ = print_logs(&mut std::io::stderr(), &logs);
             return Err(err);
         }
     };
@@ -124,7 +126,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Skips are per run: the ledger must describe this run only.
     let _ = std::fs::remove_file(&ledger);
     let tests_started = Instant::now();
-    let nextest = suite::nextest(&workspace, &junit, &env, &args.test_args)?;
+    let nextest = suite::nextest(
+        std::process::Command::new("cargo"),
+        &workspace,
+        &junit,
+        &env,
+        &args.test_args,
+    )?;
     let interrupted = process::interrupted();
     let doctests = if interrupted {
         None
@@ -147,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let proof = if args.prove_ci && !stopped() {
         Some(prove_ci(
-            &xtask,
+            std::process::Command::new(&xtask),
             &workspace,
             &env,
             nextest.success(),
@@ -160,7 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     supervisor.stop_all();
     // The gate is missing only when a stop came before it.
     let (false, Some(gate)) = (stopped(), gate) else {
-        print_logs(&logs);
+        let _ = print_logs(&mut std::io::stderr(), &logs);
         return Ok(ExitCode::from(130));
     };
     let (doc_status, doc_counts) = doctests.unzip();
@@ -170,7 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let proof_ok = proof.is_none_or(|p| p);
     let ok = nextest.success() && doc_ok && gate.success() && proof_ok;
     if !nextest.success() || !doc_ok {
-        print_logs(&logs);
+        let _ = print_logs(&mut std::io::stderr(), &logs);
     }
     if let Some(proof_ok) = proof {
         eprintln!("xtask test: prove --ci {}", verdict(proof_ok));
@@ -198,10 +206,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// `--prove-ci`: `xtask prove --ci` with the services' environment (`HOLDFAST_TEST_SERVICES=1`,
 /// so a test whose service is missing panics rather than skipping). Not run when the tests failed:
 /// a failing suite fails the build already, and cargo-mutants' baseline would only fail too.
-/// Whether it passed.
+/// Whether it passed. `xtask` runs this binary (a stand-in in tests).
 // i[impl ci.prove+2]
 fn prove_ci(
-    xtask: &Path,
+    mut xtask: std::process::Command,
     workspace: &Path,
     env: &[(String, String)],
     tests_ok: bool,
@@ -212,7 +220,7 @@ fn prove_ci(
         return Ok(false);
     }
     eprintln!("xtask test: prove --ci, with the services up");
-    let status = std::process::Command::new(xtask)
+    let status = xtask
         .args(["prove", "--ci"])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
@@ -354,25 +362,114 @@ fn write_env_file(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
     std::fs::write(root.join("env"), text).context("writing the environment file")
 }
 
-/// Prints where each service's log is, and the tail of each.
+/// Prints (to `out`: stderr in a run) where each service's log is, and the tail of each.
 // i[impl harness.logs]
-fn print_logs(logs: &[(String, PathBuf)]) {
+fn print_logs(out: &mut impl std::io::Write, logs: &[(String, PathBuf)]) -> std::io::Result<()> {
     if logs.is_empty() {
-        return;
+        return Ok(());
     }
-    eprintln!("xtask test: service logs:");
+    writeln!(out, "xtask test: service logs:")?;
     for (name, path) in logs {
-        eprintln!("  {name}: {}", path.display());
+        writeln!(out, "  {name}: {}", path.display())?;
     }
     for (name, path) in logs {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = &lines[lines.len().saturating_sub(5)..];
         if !tail.is_empty() {
-            eprintln!("--- last lines of {name} ({}):", path.display());
+            writeln!(out, "--- last lines of {name} ({}):", path.display())?;
             for line in tail {
-                eprintln!("    {line}");
+                writeln!(out, "    {line}")?;
             }
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    /// A stand-in for xtask that notes its call in its working directory (`called`: its arguments
+    /// and `HOLDFAST_TEST_SERVICES`) and exits with `exit`.
+    fn xtask(dir: &Path, exit: u8) -> std::process::Command {
+        crate::stand_in::script(
+            dir,
+            "xtask.sh",
+            &format!("echo \"$* services=$HOLDFAST_TEST_SERVICES\" > called\nexit {exit}\n"),
+        )
+    }
+
+    /// `--prove-ci` after tests that passed (`tests_ok`) and doctests that ended with exit code
+    /// `doctests` (`None`: not run).
+    fn prove_after(
+        dir: &Path,
+        exit: u8,
+        tests_ok: bool,
+        doctests: Option<i32>,
+    ) -> anyhow::Result<bool> {
+        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        // A wait status has the exit code in its second byte.
+        let doctests =
+            doctests.map(|code| (ExitStatus::from_raw(code << 8), suite::Counts::default()));
+        prove_ci(xtask(dir, exit), dir, &env, tests_ok, doctests.as_ref())
+    }
+
+    // i[verify ci.prove+2]
+    #[test]
+    fn prove_ci_runs_prove_with_the_services_env_and_returns_its_verdict() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(prove_after(dir.path(), 0, true, Some(0)).expect("run"));
+        let called = std::fs::read_to_string(dir.path().join("called")).expect("called");
+        assert_eq!(called.trim(), "prove --ci services=1", "in the workspace");
+        assert!(!prove_after(dir.path(), 1, true, Some(0)).expect("run"));
+    }
+
+    // i[verify ci.prove+2]
+    #[test]
+    fn prove_ci_is_not_run_after_failed_tests_or_doctests() {
+        for (tests_ok, doctests) in [
+            (false, Some(0)),
+            (true, Some(1)),
+            (true, None),
+            (false, None),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let proved = prove_after(dir.path(), 0, tests_ok, doctests).expect("no run, no error");
+            let case = format!("tests passed: {tests_ok}, doctests: {doctests:?}");
+            assert!(!proved, "a failed build: {case}");
+            assert!(!dir.path().join("called").exists(), "not run: {case}");
+        }
+    }
+
+    // i[verify harness.logs]
+    #[test]
+    fn the_logs_are_named_with_the_last_lines_of_each() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (redis, etcd) = (dir.path().join("redis.log"), dir.path().join("etcd.log"));
+        let lines: String = (1..=7).map(|n| format!("line {n}\n")).collect();
+        std::fs::write(&redis, lines).expect("redis log");
+        // A service that said nothing: named, with no empty tail.
+        std::fs::write(&etcd, "").expect("etcd log");
+        let logs = [
+            ("redis".to_owned(), redis.clone()),
+            ("etcd".to_owned(), etcd.clone()),
+        ];
+        let mut out = Vec::new();
+        print_logs(&mut out, &logs).expect("printed");
+        let (redis, etcd) = (redis.display(), etcd.display());
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            format!(
+                "xtask test: service logs:\n  redis: {redis}\n  etcd: {etcd}\n\
+                 --- last lines of redis ({redis}):\n    line 3\n    line 4\n    line 5\n    line 6\n    line 7\n"
+            )
+        );
+        let mut out = Vec::new();
+        print_logs(&mut out, &[]).expect("printed");
+        assert!(out.is_empty(), "no services, no logs");
     }
 }

@@ -10,8 +10,8 @@ use anyhow::{Context as _, bail};
 pub struct Requirement {
     /// The executable's name, looked up on `PATH` (or a fixed path for busybox).
     pub program: &'static str,
-    /// The Debian package that provides it.
-    pub package: &'static str,
+    /// The Debian packages that provide it (and what it needs beside it to be usable).
+    pub packages: &'static [&'static str],
     /// What the harness uses it for.
     pub purpose: &'static str,
 }
@@ -21,76 +21,82 @@ pub struct Requirement {
 pub const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         program: "dockerd",
-        package: "docker.io",
+        packages: &["docker.io"],
         purpose: "the private Docker Engine",
     },
     Requirement {
         program: "docker",
-        package: "docker.io",
+        packages: &["docker.io"],
         purpose: "seeding the registry",
     },
     Requirement {
         program: "containerd",
-        package: "containerd",
+        packages: &["containerd"],
         purpose: "dockerd's runtime",
     },
     Requirement {
         program: "docker-registry",
-        package: "docker-registry",
+        packages: &["docker-registry"],
         purpose: "the registry",
     },
     Requirement {
         program: "pebble",
-        package: "pebble",
+        packages: &["pebble"],
         purpose: "the ACME server",
     },
     Requirement {
         program: "pebble-challtestsrv",
-        package: "pebble",
+        packages: &["pebble"],
         purpose: "pebble's DNS and challenge server",
     },
     Requirement {
         program: "etcd",
-        package: "etcd-server",
+        packages: &["etcd-server"],
         purpose: "etcd",
     },
     Requirement {
         program: "redis-server",
-        package: "redis-server",
+        packages: &["redis-server"],
         purpose: "redis",
     },
     Requirement {
         program: "busybox",
-        package: "busybox-static",
+        packages: &["busybox-static"],
         purpose: "the seeded image's rootfs (must be statically linked)",
     },
     Requirement {
         program: "openssl",
-        package: "openssl",
+        packages: &["openssl"],
         purpose: "pebble's TLS certificate",
     },
     Requirement {
         program: "tar",
-        package: "tar",
+        packages: &["tar"],
         purpose: "packing the seeded rootfs",
     },
     Requirement {
         program: "protoc",
-        package: "protobuf-compiler",
+        // Debian's protoc comes without the well-known types (google/protobuf/*.proto) that
+        // etcd-client's protobufs import: libprotobuf-dev puts them where protoc looks.
+        packages: &["protobuf-compiler", "libprotobuf-dev"],
         purpose: "building etcd-client's protobufs",
     },
     Requirement {
         program: "chromium",
-        package: "chromium",
+        packages: &["chromium"],
         purpose: "rendering the spec report in a real browser",
     },
 ];
 
-/// Finds `program` on `path` (a `PATH`-style list); busybox must also be static.
+/// Finds `program` on `path` (a `PATH`-style list); busybox must also be static, and protoc must
+/// find the well-known types.
 pub fn locate(program: &str, path: &str) -> Option<PathBuf> {
     let found = std::env::split_paths(path)
         .map(|dir| dir.join(program))
         .find(|candidate| is_executable(candidate))?;
+    if program == "protoc" && !has_well_known_types(&found) {
+        return None;
+    }
     if program == "busybox" && !is_static_elf(&found) {
         // A dynamically linked busybox would not run inside the seeded image.
         return ["/bin/busybox", "/usr/bin/busybox"]
@@ -99,6 +105,23 @@ pub fn locate(program: &str, path: &str) -> Option<PathBuf> {
             .find(|p| is_executable(p) && is_static_elf(p));
     }
     Some(found)
+}
+
+/// Whether protoc at `protoc` finds the well-known types in its default include directory
+/// (`../include` beside its own directory), as an unconfigured build script needs.
+// i[impl harness.install+2]
+fn has_well_known_types(protoc: &Path) -> bool {
+    let protoc = protoc
+        .canonicalize()
+        .unwrap_or_else(|_| protoc.to_path_buf());
+    protoc
+        .parent()
+        .and_then(Path::parent)
+        .is_some_and(|prefix| {
+            prefix
+                .join("include/google/protobuf/descriptor.proto")
+                .is_file()
+        })
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -155,21 +178,26 @@ pub fn missing(path: &str) -> Vec<Requirement> {
 pub fn packages_for(missing: &[Requirement]) -> Vec<&'static str> {
     let mut packages: Vec<&'static str> = Vec::new();
     for r in missing {
-        if !packages.contains(&r.package) {
-            packages.push(r.package);
+        for package in r.packages {
+            if !packages.contains(package) {
+                packages.push(package);
+            }
         }
     }
     packages
 }
 
 /// The error for missing programs without `--install`: names each program and its package.
-// i[impl harness.install]
+// i[impl harness.install+2]
 pub fn missing_error(missing: &[Requirement]) -> String {
     let mut text = String::from("missing programs the test services need:\n");
     for r in missing {
         text.push_str(&format!(
-            "  {} ({}) — install Debian package `{}`\n",
-            r.program, r.purpose, r.package
+            "  {} ({}) — install Debian package{} `{}`\n",
+            r.program,
+            r.purpose,
+            if r.packages.len() == 1 { "" } else { "s" },
+            r.packages.join(" ")
         ));
     }
     text.push_str(&format!(
@@ -179,15 +207,20 @@ pub fn missing_error(missing: &[Requirement]) -> String {
     text
 }
 
-// i[impl harness.install]
 /// `apt-get update` then `apt-get install -y --no-install-recommends` of the packages.
 pub fn install(packages: &[&str]) -> anyhow::Result<()> {
+    install_with(Path::new("apt-get"), packages)
+}
+
+/// [`install`] with the package manager at `apt_get` (a test hands it a stand-in script).
+// i[impl harness.install+2]
+fn install_with(apt_get: &Path, packages: &[&str]) -> anyhow::Result<()> {
     if packages.is_empty() {
         return Ok(());
     }
     eprintln!("xtask test: installing {}", packages.join(" "));
     let apt = |args: &[&str]| -> anyhow::Result<()> {
-        let status = Command::new("apt-get")
+        let status = Command::new(apt_get)
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
@@ -245,27 +278,30 @@ pub fn install_cargo_tool(tool: &str) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    // i[verify harness.install]
+    // i[verify harness.install+2]
     #[test]
     fn every_service_program_maps_to_its_debian_package() {
         let package = |program: &str| {
             REQUIREMENTS
                 .iter()
                 .find(|r| r.program == program)
-                .map(|r| r.package)
+                .map(|r| r.packages)
         };
-        assert_eq!(package("dockerd"), Some("docker.io"));
-        assert_eq!(package("docker-registry"), Some("docker-registry"));
-        assert_eq!(package("pebble"), Some("pebble"));
-        assert_eq!(package("pebble-challtestsrv"), Some("pebble"));
-        assert_eq!(package("etcd"), Some("etcd-server"));
-        assert_eq!(package("redis-server"), Some("redis-server"));
-        assert_eq!(package("busybox"), Some("busybox-static"));
-        assert_eq!(package("protoc"), Some("protobuf-compiler"));
-        assert_eq!(package("chromium"), Some("chromium"));
+        assert_eq!(package("dockerd"), Some(&["docker.io"][..]));
+        assert_eq!(package("docker-registry"), Some(&["docker-registry"][..]));
+        assert_eq!(package("pebble"), Some(&["pebble"][..]));
+        assert_eq!(package("pebble-challtestsrv"), Some(&["pebble"][..]));
+        assert_eq!(package("etcd"), Some(&["etcd-server"][..]));
+        assert_eq!(package("redis-server"), Some(&["redis-server"][..]));
+        assert_eq!(package("busybox"), Some(&["busybox-static"][..]));
+        assert_eq!(
+            package("protoc"),
+            Some(&["protobuf-compiler", "libprotobuf-dev"][..])
+        );
+        assert_eq!(package("chromium"), Some(&["chromium"][..]));
     }
 
-    // i[verify harness.install]
+    // i[verify harness.install+2]
     #[test]
     fn nothing_is_found_on_an_empty_path_and_the_error_names_every_package() {
         let dir = tempfile::tempdir().unwrap();
@@ -285,6 +321,7 @@ mod tests {
                 "openssl",
                 "tar",
                 "protobuf-compiler",
+                "libprotobuf-dev",
                 "chromium"
             ]
         );
@@ -303,6 +340,74 @@ mod tests {
         assert_eq!(locate("redis-server", path), None);
         std::fs::set_permissions(&redis, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(locate("redis-server", path), Some(redis));
+    }
+
+    // i[verify harness.install+2]
+    #[test]
+    fn protoc_counts_as_found_only_with_its_well_known_types() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let protoc = bin.join("protoc");
+        std::fs::write(&protoc, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&protoc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = bin.to_str().unwrap();
+        assert_eq!(locate("protoc", path), None, "no include/ beside bin/");
+        let types = dir.path().join("include/google/protobuf");
+        std::fs::create_dir_all(&types).unwrap();
+        std::fs::write(types.join("descriptor.proto"), "syntax = \"proto2\";\n").unwrap();
+        assert_eq!(locate("protoc", path), Some(protoc));
+    }
+
+    /// A stand-in apt-get that logs each call's arguments and environment, and fails its
+    /// `install` when `fail_install`.
+    fn fake_apt(dir: &Path, fail_install: bool) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let log = dir.join("calls.log");
+        let script = dir.join("apt-get");
+        let fail = if fail_install {
+            "[ \"$1\" = install ] && exit 100\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$DEBIAN_FRONTEND $*\" >> '{}'\n{fail}exit 0\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (script, log)
+    }
+
+    // i[verify harness.install+2]
+    #[test]
+    fn install_updates_then_installs_exactly_the_packages_and_nothing_for_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (apt, log) = fake_apt(dir.path(), false);
+        install_with(&apt, &[]).unwrap();
+        assert!(!log.exists(), "no package, no apt-get call");
+        install_with(&apt, &["redis-server", "pebble"]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "noninteractive update -q\n\
+             noninteractive install -y -q --no-install-recommends redis-server pebble\n"
+        );
+    }
+
+    // i[verify harness.install+2]
+    #[test]
+    fn a_failed_install_is_an_error_naming_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let (apt, _) = fake_apt(dir.path(), true);
+        let error = install_with(&apt, &["pebble"]).unwrap_err().to_string();
+        assert!(
+            error.starts_with("apt-get install -y -q --no-install-recommends pebble failed"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -178,3 +178,122 @@ fn make_certificates(dir: &ServiceDir) -> anyhow::Result<std::path::PathBuf> {
     ])?;
     Ok(dir.file("ca.pem"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::path::Path;
+    use std::process::Stdio;
+
+    use super::*;
+    use crate::harness::layout::free_ports;
+    use crate::harness::process::processes_under;
+    use crate::harness::testing::{Run, installed};
+
+    /// `GET /dir` from pebble over TLS with `openssl s_client` (which the harness needs anyway),
+    /// requiring a chain that verifies against `ca` (the system's roots when `None`) and a
+    /// certificate for 127.0.0.1: whether it did, and what pebble answered.
+    fn directory_over_tls(port: u16, ca: Option<&Path>) -> (bool, String) {
+        let mut command = Command::new("openssl");
+        command
+            .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+            .args([
+                "-verify_return_error",
+                "-verify_ip",
+                "127.0.0.1",
+                "-ign_eof",
+            ]);
+        if let Some(ca) = ca {
+            command.arg("-CAfile").arg(ca);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // HTTP/1.0: pebble closes after answering, which ends s_client.
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET /dir HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    // i[verify harness.services.acme]
+    #[test]
+    fn pebble_starts_privately_with_its_own_ca_and_exports_where_it_is() {
+        if !installed(&["pebble", "pebble-challtestsrv", "openssl"]) {
+            return;
+        }
+        let mut run = Run::new();
+        let (challtestsrv_dir, dir) = (run.dir("challtestsrv"), run.dir("pebble"));
+        let p = free_ports(6).unwrap();
+        let ports = Ports {
+            acme: p[0],
+            management: p[1],
+            http01: p[2],
+            tls_alpn01: p[3],
+            dns: p[4],
+            challtestsrv: p[5],
+        };
+        let env = start(&mut run.supervisor, &challtestsrv_dir, &dir, ports).unwrap();
+        let ca = dir.file("ca.pem");
+        assert_eq!(
+            env,
+            [
+                (
+                    "HOLDFAST_TEST_ACME_DIRECTORY",
+                    format!("https://127.0.0.1:{}/dir", ports.acme)
+                ),
+                ("HOLDFAST_TEST_ACME_CA", ca.display().to_string()),
+                (
+                    "HOLDFAST_TEST_ACME_MANAGEMENT",
+                    format!("https://127.0.0.1:{}", ports.management)
+                ),
+                ("HOLDFAST_TEST_ACME_HTTP01_PORT", ports.http01.to_string()),
+                (
+                    "HOLDFAST_TEST_CHALLTESTSRV",
+                    format!("http://127.0.0.1:{}", ports.challtestsrv)
+                ),
+            ]
+        );
+        // The directory answers over TLS with a certificate for 127.0.0.1 from the CA made at
+        // start-up, and from no other.
+        let (verified, answer) = directory_over_tls(ports.acme, Some(&ca));
+        assert!(verified, "{answer}");
+        assert!(answer.contains("HTTP/1.0 200 OK"), "{answer}");
+        assert!(answer.contains("newNonce"), "{answer}");
+        let (verified, answer) = directory_over_tls(ports.acme, None);
+        assert!(!verified, "trusted without the run's CA: {answer}");
+        // challtestsrv answers on its management port; the HTTP-01 port is left free.
+        let (status, _) = probe::http_get(loopback(ports.challtestsrv), "/").unwrap();
+        assert!(status >= 200, "{status}");
+        assert!(std::net::TcpListener::bind(loopback(ports.http01)).is_ok());
+        // This run's pebble (configured from its directory), with no validation sleeps and with
+        // nonce rejection.
+        let pids = processes_under(run.root(), &["pebble"]);
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let environ = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        let vars: Vec<&str> = environ.split('\0').collect();
+        assert!(vars.contains(&"PEBBLE_VA_NOSLEEP=1"), "{vars:?}");
+        let reject = vars
+            .iter()
+            .find_map(|v| v.strip_prefix("PEBBLE_WFE_NONCEREJECT="))
+            .and_then(|v| v.parse::<u32>().ok());
+        assert!(reject.is_some_and(|percent| percent > 0), "{vars:?}");
+        run.supervisor.stop_all();
+        assert!(!probe::accepts(loopback(ports.acme)), "pebble still up");
+        assert!(
+            !probe::accepts(loopback(ports.challtestsrv)),
+            "challtestsrv still up"
+        );
+    }
+}

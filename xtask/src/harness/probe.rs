@@ -64,9 +64,36 @@ pub fn wait_ready(
     service: &mut Running,
     what: &str,
     timeout: Duration,
-    mut ready: impl FnMut() -> bool,
+    ready: impl FnMut() -> bool,
 ) -> anyhow::Result<()> {
     let start = Instant::now();
+    let clock = Clock {
+        elapsed: || start.elapsed(),
+        sleep: std::thread::sleep,
+    };
+    wait_ready_on(clock, service, what, timeout, ready)
+}
+
+/// How long to wait between two probes.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The time [`wait_ready_on`] goes by: the wall clock in a run, a counted one in tests.
+struct Clock<E, S> {
+    /// Time since the wait began.
+    elapsed: E,
+    /// Waits that long.
+    sleep: S,
+}
+
+/// [`wait_ready`] on `clock`.
+// i[impl harness.services.ready]
+fn wait_ready_on(
+    mut clock: Clock<impl Fn() -> Duration, impl FnMut(Duration)>,
+    service: &mut Running,
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
     loop {
         if interrupted() {
             bail!("interrupted while waiting for {}", service.name);
@@ -82,18 +109,19 @@ pub fn wait_ready(
             eprintln!(
                 "xtask test: {} ready in {:.1}s",
                 service.name,
-                start.elapsed().as_secs_f64()
+                (clock.elapsed)().as_secs_f64()
             );
             return Ok(());
         }
-        if start.elapsed() > timeout {
+        // The bound is the service's to use whole: it fails once the bound has passed.
+        if (clock.elapsed)() > timeout {
             bail!(
                 "{} did not answer {what} within {timeout:?}; see its log: {}",
                 service.name,
                 service.log.display()
             );
         }
-        std::thread::sleep(Duration::from_millis(100));
+        (clock.sleep)(POLL);
     }
 }
 
@@ -130,21 +158,21 @@ mod tests {
         );
     }
 
+    /// A service that runs (and never answers anything) until the supervisor stops it.
+    fn sleeper<'a>(supervisor: &'a mut Supervisor, dir: &Path) -> &'a mut Running {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", "exec sleep 600"]);
+        supervisor
+            .spawn("slow", command, &dir.join("log"), Duration::from_secs(5))
+            .unwrap()
+    }
+
     // i[verify harness.services.ready]
     #[test]
     fn readiness_waits_for_the_probe_not_for_the_process() {
         let dir = tempfile::tempdir().unwrap();
         let mut supervisor = Supervisor::new(dir.path().to_owned());
-        let mut command = std::process::Command::new("sh");
-        command.args(["-c", "exec sleep 600"]);
-        let service = supervisor
-            .spawn(
-                "slow",
-                command,
-                &dir.path().join("log"),
-                Duration::from_secs(5),
-            )
-            .unwrap();
+        let service = sleeper(&mut supervisor, dir.path());
         let mut probes = 0;
         wait_ready(service, "a probe", Duration::from_secs(60), || {
             probes += 1;
@@ -157,5 +185,29 @@ mod tests {
             format!("{err}").contains("did not answer a probe within"),
             "{err}"
         );
+    }
+
+    // i[verify harness.services.ready]
+    #[test]
+    fn a_service_is_probed_until_its_bound_has_passed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut supervisor = Supervisor::new(dir.path().to_owned());
+        let service = sleeper(&mut supervisor, dir.path());
+        // A counted clock: each sleep moves it on by exactly the pause asked for.
+        let now = std::cell::Cell::new(Duration::ZERO);
+        let clock = Clock {
+            elapsed: || now.get(),
+            sleep: |pause| now.set(now.get() + pause),
+        };
+        let mut probed_at = Vec::new();
+        let bound = Duration::from_millis(300);
+        let err = wait_ready_on(clock, service, "a probe", bound, || {
+            probed_at.push(now.get().as_millis());
+            false
+        })
+        .unwrap_err();
+        assert!(format!("{err}").contains("within 300ms"), "{err}");
+        // Probed at the very end of the bound too; failed by the first probe after it.
+        assert_eq!(probed_at, [0, 100, 200, 300, 400]);
     }
 }

@@ -113,3 +113,53 @@ fn run(command: &mut Command, log: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::layout::free_ports;
+    use crate::harness::testing::{Run, installed};
+
+    // i[verify harness.registry.seed]
+    #[test]
+    fn the_seeded_image_is_in_the_registry_and_not_in_dockerds_store() {
+        let programs = [
+            "docker-registry",
+            "dockerd",
+            "containerd",
+            "docker",
+            "tar",
+            "busybox",
+        ];
+        if !installed(&programs) {
+            return;
+        }
+        let path = std::env::var("PATH").unwrap_or_default();
+        let busybox = crate::harness::packages::locate("busybox", &path).unwrap();
+        let mut run = Run::new();
+        let (registry_dir, docker_dir) = (run.dir("registry"), run.dir("dockerd"));
+        let port = free_ports(1).unwrap()[0];
+        start(&mut run.supervisor, &registry_dir, port).unwrap();
+        let docker = crate::harness::docker::start(&mut run.supervisor, &docker_dir).unwrap();
+        let registry = format!("127.0.0.1:{port}");
+        let image = seed(&registry_dir, &docker[0].1, &registry, &busybox).unwrap();
+        assert_eq!(image, format!("{registry}/holdfast/busybox:latest"));
+        // The registry holds it...
+        let (status, tags) =
+            probe::http_get(loopback(port), "/v2/holdfast/busybox/tags/list").unwrap();
+        assert_eq!(status, 200, "{tags}");
+        let tags: serde_json::Value = serde_json::from_str(&tags).unwrap();
+        assert_eq!(tags["tags"], serde_json::json!(["latest"]));
+        // ...built from busybox alone, in one layer...
+        let (status, manifest) =
+            probe::http_get(loopback(port), "/v2/holdfast/busybox/manifests/latest").unwrap();
+        assert_eq!(status, 200, "{manifest}");
+        // Asked without an Accept header, the registry answers in schema 1.
+        let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+        assert_eq!(manifest["fsLayers"].as_array().map(Vec::len), Some(1));
+        // ...and dockerd's local store does not: a test that wants it must pull it.
+        let (status, images) = probe::unix_http_get(&docker_dir.sock(), "/images/json").unwrap();
+        assert_eq!(status, 200, "{images}");
+        assert_eq!(images.trim(), "[]");
+    }
+}

@@ -30,10 +30,12 @@ impl std::ops::Add for Counts {
     }
 }
 
-/// `cargo nextest run --workspace --profile ci <args>` with the services' environment; its JUnit
-/// report lands at `junit` (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
+/// `cargo nextest run --workspace --profile ci <args>` with the services' environment, `cargo`
+/// being `cargo` (a stand-in in tests); its JUnit report lands at `junit`
+/// (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
 // i[impl harness.results+2]
 pub fn nextest(
+    mut cargo: Command,
     workspace: &Path,
     junit: &Path,
     env: &[(String, String)],
@@ -41,7 +43,7 @@ pub fn nextest(
 ) -> anyhow::Result<ExitStatus> {
     // A report left by an earlier run must never be read as this run's.
     let _ = std::fs::remove_file(junit);
-    Command::new("cargo")
+    cargo
         .args(nextest_args(args))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
@@ -299,6 +301,33 @@ mod tests {
         assert_eq!(
             nextest_args(&["-p".into(), "holdfast-retry".into()]).join(" "),
             "nextest run --profile ci -p holdfast-retry"
+        );
+    }
+
+    // i[verify harness.results+2]
+    #[test]
+    fn nextest_runs_the_ci_profile_with_the_services_env_and_returns_its_status() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let junit = dir.path().join("target/nextest/ci/junit.xml");
+        std::fs::create_dir_all(junit.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&junit, "an earlier run's report").expect("write");
+        // A stand-in cargo, run in the workspace: it notes its arguments, the services' variable
+        // and whether an old report was still there, then fails as a failing suite does.
+        let cargo = crate::stand_in::script(
+            dir.path(),
+            "cargo.sh",
+            "old=no; [ -e target/nextest/ci/junit.xml ] && old=yes\n\
+             echo \"$* services=$HOLDFAST_TEST_SERVICES old=$old\" > called\n\
+             exit 3\n",
+        );
+        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        let args = ["-p".to_owned(), "holdfast-retry".to_owned()];
+        let status = nextest(cargo, dir.path(), &junit, &env, &args).expect("ran");
+        assert_eq!(status.code(), Some(3), "the suite's own status");
+        let called = std::fs::read_to_string(dir.path().join("called")).expect("cargo ran");
+        assert_eq!(
+            called.trim(),
+            "nextest run --profile ci -p holdfast-retry services=1 old=no"
         );
     }
 
