@@ -222,6 +222,40 @@ fn hand_driven_node(
     (endpoint, client)
 }
 
+/// A client's one forward, opened through a hand-driven node that then closes the connection
+/// with `code` and `why`: the client, the node's task, and what the client's `Ended` said.
+#[allow(clippy::expect_used)]
+async fn ended_by_a_node_close(
+    dir: &std::path::Path,
+    code: u32,
+    why: &'static [u8],
+) -> (
+    holdfast_forward::client::Forwarding,
+    tokio::task::JoinHandle<impl Sized>,
+    u32,
+    holdfast_forward::control::EndReason,
+    String,
+) {
+    use holdfast_forward::client::{self, ClientEvent};
+    let (endpoint, config) = hand_driven_node(dir, 1);
+    let node = tokio::spawn(open_then_close(endpoint, code, why));
+    let mut client = client::spawn(config).await.expect("client");
+    opened(&mut client, 1).await;
+    let ended = expect(&mut client, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    let ClientEvent::Ended {
+        forward,
+        reason,
+        message,
+    } = ended
+    else {
+        unreachable!()
+    };
+    (client, node, forward, reason, message)
+}
+
 /// Plays a node that welcomes its first client and opens its one forward, then closes the
 /// connection with `code` and `reason` and no `Ended` message; returns the endpoint, kept open
 /// (not idle-waited) so the client's reconnect attempts meet a live socket.
@@ -265,31 +299,16 @@ async fn open_then_close(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_still_announced_as_such()
  {
-    use holdfast_forward::client::{self, ClientEvent};
     use holdfast_forward::control::EndReason;
 
     // As when the node's control queue was full: the shutdown close, and no `Ended` message.
     let dir = tempfile::tempdir().expect("tempdir");
-    let (endpoint, config) = hand_driven_node(dir.path(), 1);
-    let node = tokio::spawn(open_then_close(
-        endpoint,
+    let (client, node, forward, reason, message) = ended_by_a_node_close(
+        dir.path(),
         holdfast_forward::transport::close_code::SHUTDOWN,
         b"node restarting",
-    ));
-    let mut client = client::spawn(config).await.expect("client");
-    opened(&mut client, 1).await;
-    let ended = expect(&mut client, "Ended", |e| {
-        matches!(e, ClientEvent::Ended { .. })
-    })
+    )
     .await;
-    let ClientEvent::Ended {
-        forward,
-        reason,
-        message,
-    } = ended
-    else {
-        unreachable!()
-    };
     assert_eq!((forward, reason), (1, EndReason::ShuttingDown), "{message}");
     assert!(message.contains("node restarting"), "{message}");
     client.stop().await;
@@ -299,31 +318,16 @@ async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_sti
 // r[verify forward.end]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_with_another_code_has_lost_the_connection_and_the_forward_records_it() {
-    use holdfast_forward::client::{self, ClientEvent};
     use holdfast_forward::control::EndReason;
 
     // An application close, but not the shutdown one: the node broke off, it is not stopping.
     let dir = tempfile::tempdir().expect("tempdir");
-    let (endpoint, config) = hand_driven_node(dir.path(), 1);
-    let node = tokio::spawn(open_then_close(
-        endpoint,
+    let (client, node, forward, reason, message) = ended_by_a_node_close(
+        dir.path(),
         holdfast_forward::transport::close_code::PROTOCOL,
         b"connection ended",
-    ));
-    let mut client = client::spawn(config).await.expect("client");
-    opened(&mut client, 1).await;
-    let ended = expect(&mut client, "Ended", |e| {
-        matches!(e, ClientEvent::Ended { .. })
-    })
+    )
     .await;
-    let ClientEvent::Ended {
-        forward,
-        reason,
-        message,
-    } = ended
-    else {
-        unreachable!()
-    };
     assert_eq!(
         (forward, reason),
         (1, EndReason::ConnectionLost),
