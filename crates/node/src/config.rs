@@ -652,24 +652,13 @@ impl Config {
                 return Err(loc.at(Some(d.span()), key, "must be longer than zero".into()));
             }
         }
-        match self.admin.listen.get_ref() {
-            // i[impl node.admin.non-loopback]
-            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.admin.allow_non_loopback => {
-                return Err(loc.at(
-                    Some(self.admin.listen.span()),
-                    "admin.listen",
-                    format!("{addr} is not a loopback address; set admin.allow_non_loopback = true to expose the admin API beyond this machine"),
-                ));
-            }
-            Listen::Off if self.admin.socket.is_none() => {
-                return Err(loc.at(
-                    Some(self.admin.listen.span()),
-                    "admin.listen",
-                    "is \"off\" and no admin.socket is set: the admin API would be unreachable"
-                        .into(),
-                ));
-            }
-            _ => {}
+        self.refuse_non_loopback_admin(loc)?;
+        if matches!(self.admin.listen.get_ref(), Listen::Off) && self.admin.socket.is_none() {
+            return Err(loc.at(
+                Some(self.admin.listen.span()),
+                "admin.listen",
+                "is \"off\" and no admin.socket is set: the admin API would be unreachable".into(),
+            ));
         }
         if let Some(token_file) = &self.admin.token_file {
             if let Err(message) = crate::admin::token::check_mode(token_file.get_ref()) {
@@ -726,6 +715,29 @@ impl Config {
                 loc.at(span, key, message)
             })?;
         }
+        self.validate_workloads(loc)
+    }
+
+    // i[impl node.admin.non-loopback]
+    /// A TCP admin address beyond loopback only with `admin.allow_non_loopback`.
+    fn refuse_non_loopback_admin(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        match self.admin.listen.get_ref() {
+            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.admin.allow_non_loopback => {
+                Err(loc.at(
+                    Some(self.admin.listen.span()),
+                    "admin.listen",
+                    format!("{addr} is not a loopback address; set admin.allow_non_loopback = true to expose the admin API beyond this machine"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    // i[impl node.config.validate]
+    // i[impl node.workloads.config]
+    /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
+    /// asks of the rest.
+    fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {
             let name = w.name.get_ref();
@@ -754,7 +766,6 @@ impl Config {
                     "must not be empty".into(),
                 ));
             }
-            // i[impl node.workloads.config]
             // holdfast-workload owns what a workload may be; its error names the field.
             if let Err(e) = w.to_config().validate() {
                 let field = e.key.rsplit('.').next().unwrap_or("name");

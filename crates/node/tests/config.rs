@@ -292,6 +292,43 @@ fn an_empty_token_file_is_refused_at_validation_not_at_run() {
     );
 }
 
+// i[verify node.config.validate]
+#[test]
+fn an_admin_api_turned_off_needs_the_socket() {
+    let off = "[node]\n[admin]\nlisten = \"off\"\n";
+    assert_eq!(
+        Config::parse("c.toml", off).unwrap_err().to_string(),
+        "c.toml:3:10: admin.listen: is \"off\" and no admin.socket is set: the admin API would be \
+         unreachable"
+    );
+    let config = Config::parse(
+        "c.toml",
+        &format!("{off}socket = \"/run/holdfast/admin.sock\"\n"),
+    )
+    .unwrap();
+    assert!(config.admin.socket.is_some());
+}
+
+// i[verify node.config.validate]
+// i[verify node.workloads.config]
+#[test]
+fn a_workload_name_is_letters_digits_dash_underscore_and_dot() {
+    let entry = |name: &str| format!("[node]\n[[workload]]\nname = \"{name}\"\nimage = \"a:1\"\n");
+    let config = Config::parse("w.toml", &entry("Web-1_a.b")).unwrap();
+    assert_eq!(config.workloads[0].name.get_ref(), "Web-1_a.b");
+    for name in ["a/b", "a b", ""] {
+        assert_eq!(
+            Config::parse("w.toml", &entry(name))
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "w.toml:3:8: workload[0].name: invalid name {name:?}: use letters, digits, '-', \
+                 '_' and '.'"
+            )
+        );
+    }
+}
+
 // i[verify node.workloads.config]
 #[test]
 fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
@@ -351,6 +388,15 @@ fn the_gateway_section_is_validated_with_the_rest() {
     let config = Config::parse("ok.toml", &head).unwrap();
     let section = config.gateway.unwrap();
     let key_value = holdfast::gateway_config::read_token_key(&key).unwrap();
+    // A key of exactly the minimum length is a key; one byte less is not.
+    let min = holdfast::gateway_config::MIN_TOKEN_KEY_LEN;
+    let edge = dir.path().join("edge.key");
+    for (len, ok) in [(min, true), (min - 1, false)] {
+        std::fs::write(&edge, "k".repeat(len)).unwrap();
+        std::fs::set_permissions(&edge, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let read = holdfast::gateway_config::read_token_key(&edge);
+        assert_eq!(read.is_ok(), ok, "{len} bytes: {:?}", read.err());
+    }
     let g = section
         .get_ref()
         .gateway_config("node-7", key_value.clone(), dir.path());
@@ -465,6 +511,16 @@ fn the_gateway_section_is_validated_with_the_rest() {
     assert_eq!(
         err(&format!("{head}[gateway.drain]\ntotal = \"0s\"\n")),
         "bad.toml:7:9: gateway.drain.total: must be longer than zero"
+    );
+    // At most ten minutes: exactly 10m is a drain, a second more is not.
+    Config::parse(
+        "ok.toml",
+        &format!("{head}[gateway.drain]\ntotal = \"10m\"\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        err(&format!("{head}[gateway.drain]\ntotal = \"601s\"\n")),
+        "bad.toml:7:9: gateway.drain.total: must be at most 10m"
     );
     assert_eq!(
         err(&format!("{head}replica_id = \" \"\n")),
