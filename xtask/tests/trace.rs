@@ -383,6 +383,8 @@ fn a_rule_trace_as_json_and_markdown() {
     insta::assert_snapshot!(markdown);
     let (code, finding) = fixture.trace(&["H1", "--json"]);
     assert_eq!(code, 2, "{finding}");
+    let (code, finding) = fixture.trace(&["H1", "--markdown"]);
+    assert_eq!(code, 2, "{finding}");
 }
 
 /// A proof record as `cargo xtask prove` writes it under `target/prove/`.
@@ -422,4 +424,8 @@ fn a_rule_trace_shows_its_last_proof_and_whether_mutants_survived() {
     }
     let (_, text) = fixture.trace(&["demo.alpha"]);
     assert!(text.contains(survivor), "{text}");
+    // A finding's id is no rule id: it is traced as a finding.
+    let (code, finding) = fixture.trace(&["H1"]);
+    assert_eq!(code, 0, "{finding}");
+    assert!(finding.contains("verdict: closed"), "{finding}");
 }

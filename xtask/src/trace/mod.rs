@@ -189,6 +189,17 @@ fn usable(
 }
 
 /// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
+/// `--json` and `--markdown` are a rule's formats: with a finding (or `--all`) a usage error.
+// i[impl trace.rule-output]
+fn refuse_rule_formats(args: &Args) -> Result<(), String> {
+    if args.json || args.markdown {
+        return Err(
+            "--json and --markdown trace a rule (`cargo xtask trace RULE.ID --json`)".to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// One `warning:` line (each after a newline) per verifying file edited after the results were
 /// written.
 // i[impl trace.freshness]
@@ -241,14 +252,8 @@ fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCod
 
 /// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
 // i[impl trace.exit-code]
-// i[impl trace.output]
-// i[impl trace.rule-output]
 fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
-    if args.json || args.markdown {
-        return Err(
-            "--json and --markdown trace a rule (`cargo xtask trace RULE.ID --json`)".to_owned(),
-        );
-    }
+    refuse_rule_formats(args)?;
     let all = findings::load(root)?;
     let chosen: Vec<&Finding> = match &args.finding {
         Some(wanted) => vec![find(&all, wanted)?],
