@@ -59,25 +59,13 @@ fn mutants_installed() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !installed {
-        // The harness installs it; a plain `cargo test` skips loudly and records the skip.
-        if std::env::var("HOLDFAST_TEST_SERVICES").is_ok_and(|v| v == "1") {
-            panic!("needs cargo-mutants, which the harness installs (cargo xtask test --install)");
-        }
-        let skip = holdfast_test_support::services::Skip {
-            test: std::thread::current().name().unwrap_or("?").to_owned(),
-            binary: "prove".to_owned(),
-            service: "cargo-mutants".to_owned(),
-            reason: "cargo-mutants is not installed (cargo install --locked cargo-mutants)"
-                .to_owned(),
-        };
-        eprintln!(
-            "SKIPPED {}: needs cargo-mutants (run cargo xtask test)",
-            skip.test
+        holdfast_test_support::services::skip_loudly(
+            "cargo-mutants",
+            "cargo-mutants is not installed (cargo install --locked cargo-mutants)",
+            holdfast_test_support::services::FailWhen::Harness,
         );
-        let _ = skip.append_to(&holdfast_test_support::services::default_ledger_path());
-        return false;
     }
-    true
+    installed
 }
 
 fn tree() -> Tree {
