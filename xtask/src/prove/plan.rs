@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::spec_check::Tree;
 use crate::spec_check::crate_layout;
+use crate::spec_check::rust_layout::{Item, RustLayout};
 use crate::spec_check::test_backed;
 
 /// An item to mutate.
@@ -149,7 +150,7 @@ fn regex_escape(text: &str) -> String {
 
 /// The plan of every rule in `tree` (in spec order); rules with no Rust item or no test to judge
 /// it get an empty target or judge list, which `prove` reports as not provable.
-// i[impl prove.plan+2]
+// i[impl prove.plan+3]
 pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
     let mut plans = Vec::new();
     for rule in &tree.rules {
@@ -162,23 +163,25 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
             .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)
         {
             for site in coverage.impl_sites.iter().filter(|s| !s.stale) {
-                let Some(item) = tree
+                let layout = tree
                     .parsed
                     .files
                     .get(&site.path)
-                    .and_then(|f| f.layout.as_ref())
-                    .and_then(|layout| layout.item_at(site.line))
-                else {
+                    .and_then(|f| f.layout.as_ref());
+                let Some(item) = layout.and_then(|layout| layout.item_at(site.line)) else {
                     continue;
                 };
-                let target = Target {
-                    file: site.file.clone(),
-                    lines: (item.start, item.end),
-                    item: item.describe(),
-                    package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
-                };
-                if !targets.contains(&target) {
-                    targets.push(target);
+                let package = crate_layout::package_of(root, &site.path).map(|(p, _)| p);
+                for item in std::iter::once(item).chain(impls_of(layout, item)) {
+                    let target = Target {
+                        file: site.file.clone(),
+                        lines: (item.start, item.end),
+                        item: item.describe(),
+                        package: package.clone(),
+                    };
+                    if !targets.contains(&target) {
+                        targets.push(target);
+                    }
                 }
             }
             for site in coverage.verify_sites.iter().filter(|s| !s.stale) {
@@ -212,6 +215,31 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
         });
     }
     plans
+}
+
+/// The impl blocks, inherent or of a trait, of the struct or enum `item` in the same file, outside
+/// test code: a type's annotation covers its methods, which are where its behaviour lies. Any
+/// other item has none.
+// i[impl prove.plan+3]
+fn impls_of<'a>(layout: Option<&'a RustLayout>, item: &Item) -> Vec<&'a Item> {
+    let (Some(layout), "struct" | "enum") = (layout, item.kind) else {
+        return Vec::new();
+    };
+    layout
+        .items()
+        .iter()
+        .filter(|i| i.kind == "impl" && self_type(&i.name) == item.name)
+        .filter(|i| !layout.in_cfg_test(i.start))
+        .collect()
+}
+
+/// The type an impl block is for, as its name gives it: `Gather` of `Gather<K>`, `a::B` or `&B`.
+// i[impl prove.plan+3]
+fn self_type(name: &str) -> &str {
+    let name = name.trim_start_matches('&').trim_start();
+    let name = name.strip_prefix("mut ").unwrap_or(name);
+    let path = name.split('<').next().unwrap_or(name);
+    path.rsplit("::").next().unwrap_or(path).trim()
 }
 
 /// Lines changed per file, as `changed_lines` reads them.
@@ -275,7 +303,7 @@ pub fn changed_lines(root: &Path, rev: &str) -> Result<Changed, String> {
 mod tests {
     use super::*;
 
-    // i[verify prove.plan+2]
+    // i[verify prove.plan+3]
     #[test]
     fn patterns_select_the_items_lines_and_the_filter_the_rules_tests() {
         let plan = Plan {
@@ -313,6 +341,17 @@ mod tests {
             plan.test_filter(),
             "(binary_id(=holdfast-retry) & test(=schedule::tests::doubles)) | test(=caps)"
         );
+    }
+
+    // i[verify prove.plan+3]
+    #[test]
+    fn an_impl_blocks_type_is_its_name_without_path_generics_or_reference() {
+        assert_eq!(self_type("Gather<K>"), "Gather");
+        assert_eq!(self_type("Gathered<'_, K>"), "Gathered");
+        assert_eq!(self_type("crate::udp::Gather<K>"), "Gather");
+        assert_eq!(self_type("&Gather"), "Gather");
+        assert_eq!(self_type("&mut Gather"), "Gather");
+        assert_eq!(self_type("Gather"), "Gather");
     }
 
     fn judge(binary: Option<&str>, package: &str) -> Judge {
