@@ -120,6 +120,51 @@ impl Plan {
     }
 }
 
+/// A mutant as `cargo mutants --list --json` names it: where it starts, and whether the name
+/// filter (`--re`) reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// File, root-relative with `/`.
+    pub file: String,
+    /// The line the mutant starts on.
+    pub line: usize,
+    /// A struct-field deletion: cargo-mutants 27 applies no `--re` to those, so a run tries every
+    /// one in the files it is given.
+    pub unfiltered: bool,
+}
+
+/// Reads the output of `cargo mutants --list --json`.
+// i[impl prove.budget+3]
+pub fn listed(json: &[u8]) -> anyhow::Result<Vec<Listed>> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(json)?;
+    Ok(entries
+        .iter()
+        .map(|entry| Listed {
+            file: entry["file"].as_str().unwrap_or_default().to_owned(),
+            line: entry["span"]["start"]["line"]
+                .as_u64()
+                .and_then(|l| usize::try_from(l).ok())
+                .unwrap_or(0),
+            unfiltered: entry["genre"] == "StructField",
+        })
+        .collect())
+}
+
+impl Plan {
+    /// How many of `listed` (one listing over several rules' files and items) the rule's own run
+    /// would try: those in its items, and the unfiltered ones in its files.
+    // i[impl prove.budget+3]
+    pub fn mutants_among(&self, listed: &[Listed]) -> usize {
+        listed
+            .iter()
+            .filter(|m| {
+                self.covers(&m.file, m.line)
+                    || (m.unfiltered && self.targets.iter().any(|t| t.file == m.file))
+            })
+            .count()
+    }
+}
+
 /// The cargo option that builds the test binary nextest names `binary`: `PACKAGE` is the
 /// library's unit tests, `PACKAGE::bin/NAME` a binary's, `PACKAGE::bench/NAME` a bench's,
 /// `PACKAGE::NAME` the integration test `tests/NAME.rs`.
@@ -484,5 +529,36 @@ mod tests {
             "span unknown: the file"
         );
         assert!(!plan.touched_by(&changed("crates/retry/src/lib.rs", 1, 9)));
+    }
+
+    // i[verify prove.budget+3]
+    #[test]
+    fn one_listing_counts_each_rules_mutants_as_its_own_run_would() {
+        let json = br#"[
+            {"name":"crates/retry/src/schedule.rs:3:5: replace f -> u32 with 0","file":"crates/retry/src/schedule.rs","span":{"start":{"line":3,"column":5}},"genre":"FnValue"},
+            {"name":"crates/retry/src/schedule.rs:5:9: replace + with -","file":"crates/retry/src/schedule.rs","span":{"start":{"line":5,"column":9}},"genre":"BinaryOperator"},
+            {"name":"crates/retry/src/schedule.rs:6:9: replace + with -","file":"crates/retry/src/schedule.rs","span":{"start":{"line":6,"column":9}},"genre":"BinaryOperator"},
+            {"name":"crates/retry/src/schedule.rs:40:9: delete field x from struct S expression","file":"crates/retry/src/schedule.rs","span":{"start":{"line":40,"column":9}},"genre":"StructField"},
+            {"name":"crates/retry/src/lib.rs:40:9: delete field y from struct S expression","file":"crates/retry/src/lib.rs","span":{"start":{"line":40,"column":9}},"genre":"StructField"},
+            {"name":"crates/retry/src/lib.rs:4:1: replace g with ()","file":"crates/retry/src/lib.rs","span":{"start":{"line":4,"column":1}},"genre":"FnValue"}
+        ]"#;
+        let listed = listed(json).expect("parses");
+        assert_eq!(
+            listed[3],
+            Listed {
+                file: "crates/retry/src/schedule.rs".into(),
+                line: 40,
+                unfiltered: true,
+            }
+        );
+        assert!(!listed[0].unfiltered);
+        let mut plan = plan_of(Vec::new(), 1);
+        plan.targets[0].file = "crates/retry/src/schedule.rs".into();
+        plan.targets[0].lines = (3, 5);
+        // Lines 3 and 5 in its item, and the field deletion its file's run would try too.
+        assert_eq!(plan.mutants_among(&listed), 3);
+        plan.targets[0].file = "crates/retry/src/other.rs".into();
+        assert_eq!(plan.mutants_among(&listed), 0, "another file's mutants");
+        assert!(super::listed(b"not json").is_err());
     }
 }
