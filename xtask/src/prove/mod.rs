@@ -539,15 +539,7 @@ fn prove_one(
     let snapshot = pristine::Snapshot::take(root, plan.targets.iter().map(|t| t.file.as_str()));
     let ended = wait_or_cut_off(&mut command, log, plan, &outcomes_json(&rule_dir), deadline);
     // Whatever became of the run, the files it may have mutated are as they were.
-    let restored = snapshot.restore_changed()?;
-    if !restored.is_empty() {
-        let names: Vec<_> = restored.iter().map(|p| p.display().to_string()).collect();
-        anyhow::bail!(
-            "cargo-mutants left {} mutated for {}; written back from before the run",
-            names.join(", "),
-            plan.rule
-        );
-    }
+    snapshot.ensure_restored(&plan.rule)?;
     let status = match ended? {
         Ended::Exited(status) => status,
         Ended::CutOff(tried) => return Ok(Run::CutOff(tried)),
