@@ -403,6 +403,7 @@ fn proof_record(rule: &str, caught: u32, survivors: &[&str]) -> String {
 }
 
 // i[verify trace.rule]
+// i[verify prove.shown+2]
 #[test]
 fn a_rule_trace_shows_its_last_proof_and_whether_mutants_survived() {
     let fixture = Fixture::new(&[]);

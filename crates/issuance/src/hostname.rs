@@ -26,7 +26,7 @@ pub enum HostnameError {
 /// optional leading `*.` (a local provider may hand out a wildcard). Nothing is trimmed: a hostname
 /// names a file under the data directory and a path on the local provider, so `/`, `..` and
 /// whitespace must never reach either.
-// r[impl issue.module]
+// r[impl issue.hostnames]
 pub fn is_dns_name(name: &str) -> bool {
     let name = name.strip_prefix("*.").unwrap_or(name);
     !name.is_empty()
@@ -43,7 +43,7 @@ pub fn is_dns_name(name: &str) -> bool {
 
 /// The first refused hostname of `names`, with its index: one that is not a DNS name, or one
 /// listed before (case-insensitively: two entries for one name would be two attempts at once).
-// r[impl issue.module]
+// r[impl issue.hostnames]
 pub fn check<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), (usize, HostnameError)> {
     let mut seen = std::collections::HashMap::new();
     for (i, name) in names.into_iter().enumerate() {
@@ -67,7 +67,7 @@ pub fn check<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), (usize,
 mod tests {
     use super::*;
 
-    // r[verify issue.module]
+    // r[verify issue.hostnames]
     #[test]
     fn a_dns_name_is_dot_separated_labels_within_their_lengths() {
         let long_label = "a".repeat(63);
@@ -107,7 +107,7 @@ mod tests {
         }
     }
 
-    // r[verify issue.module]
+    // r[verify issue.hostnames]
     #[test]
     fn the_first_refused_hostname_is_named_by_its_index() {
         assert_eq!(check(["a.example", "b.example"]), Ok(()));

@@ -164,7 +164,7 @@ pub enum StartError {
 }
 
 /// Every hostname is a DNS name and is listed once ([`crate::hostname::check`]).
-// r[impl issue.module]
+// r[impl issue.hostnames]
 fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
     crate::hostname::check(hostnames.iter().map(|h| h.name.as_str()))
         .map_err(|(i, e)| StartError::Config(format!("hostname[{i}].name: {e}")))
@@ -364,7 +364,7 @@ mod tests {
         );
     }
 
-    // r[verify issue.module]
+    // r[verify issue.hostnames]
     #[tokio::test]
     async fn a_hostname_that_is_not_a_dns_name_or_is_listed_twice_is_refused() {
         let dir = tempfile::tempdir().unwrap();

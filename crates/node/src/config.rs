@@ -813,10 +813,17 @@ fn validate_issuance(
     if let Err((i, e)) =
         holdfast_issuance::hostname::check(issuance.hostnames.iter().map(|h| h.name.as_str()))
     {
+        // The earlier listing is named by the node's own key for it.
+        let message = match e {
+            holdfast_issuance::hostname::HostnameError::Duplicate { name, first } => {
+                format!("{name:?} is listed more than once (also issuance.hostname[{first}])")
+            }
+            other => other.to_string(),
+        };
         return Err(loc.at(
             hostname_span(loc.text, i, false).or(span),
             &format!("issuance.hostname[{i}].name"),
-            e.to_string(),
+            message,
         ));
     }
     for (i, host) in issuance.hostnames.iter().enumerate() {

@@ -161,7 +161,7 @@ fn the_issuance_section_is_validated_with_the_rest() {
             "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
              [[issuance.hostname]]\nname = \"A.example\"\nsource = \"local\"\n",
-            "bad.toml:9:8: issuance.hostname[1].name: \"A.example\" is listed more than once (also entry 0)",
+            "bad.toml:9:8: issuance.hostname[1].name: \"A.example\" is listed more than once (also issuance.hostname[0])",
         ),
         (
             "[node]\n[issuance]\npacing = { base = \"7h\" }\n",

@@ -70,7 +70,8 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
     // The open finding and its paragraphs (first line number, text).
     let mut current: Option<(Finding, Vec<(usize, String)>)> = None;
     let mut in_fence = false;
-    // Whether the last line read was blank (or a heading): the next text line opens a paragraph.
+    // Whether the last line read was blank, a heading or a fence: the next text line opens a
+    // paragraph.
     let mut after_blank = true;
 
     let close = |current: &mut Option<(Finding, Vec<(usize, String)>)>,
@@ -87,8 +88,10 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
         if line.trim_start().starts_with("```") {
-            // A fence line is neither heading nor text, the closing one included.
+            // A fence line is neither heading nor text, the closing one included; what follows
+            // it opens a paragraph.
             in_fence = !in_fence;
+            after_blank = true;
             continue;
         }
         if !in_fence && let Some(heading) = line.strip_prefix("## ") {
@@ -103,6 +106,8 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
             continue;
         }
         if in_fence || line.starts_with('#') {
+            // Skipped, but a sub-heading ends the paragraph before it, as a fence does.
+            after_blank = true;
             continue;
         }
         let Some((_, paragraphs)) = current.as_mut() else {
@@ -317,6 +322,15 @@ Text.
             "a paragraph starts at its first line"
         );
         assert_eq!(findings[1].still_open, None);
+    }
+
+    // i[verify trace.findings-file]
+    #[test]
+    fn a_sub_heading_or_a_fence_ends_a_paragraph_without_a_blank_line() {
+        let text =
+            "## H1: T\nfirst\n### Sub\nsecond\n```\ncode\n```\nthird\n\n**Closed by:** `r[a.b]`\n";
+        let findings = parse(text).expect("parses");
+        assert_eq!(findings[0].description, "first\n\nsecond\n\nthird");
     }
 
     // i[verify trace.findings-file]

@@ -188,7 +188,6 @@ fn usable(
     Ok(tree)
 }
 
-/// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
 /// `--json` and `--markdown` are a rule's formats: with a finding (or `--all`) a usage error.
 // i[impl trace.rule-output]
 fn refuse_rule_formats(args: &Args) -> Result<(), String> {
@@ -220,6 +219,7 @@ fn dispatch(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
     }
 }
 
+/// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
 fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
     // A rule is traced even while the findings file is broken; spec-check reports that.
