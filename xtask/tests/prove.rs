@@ -59,25 +59,13 @@ fn mutants_installed() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !installed {
-        // The harness installs it; a plain `cargo test` skips loudly and records the skip.
-        if std::env::var("HOLDFAST_TEST_SERVICES").is_ok_and(|v| v == "1") {
-            panic!("needs cargo-mutants, which the harness installs (cargo xtask test --install)");
-        }
-        let skip = holdfast_test_support::services::Skip {
-            test: std::thread::current().name().unwrap_or("?").to_owned(),
-            binary: "prove".to_owned(),
-            service: "cargo-mutants".to_owned(),
-            reason: "cargo-mutants is not installed (cargo install --locked cargo-mutants)"
-                .to_owned(),
-        };
-        eprintln!(
-            "SKIPPED {}: needs cargo-mutants (run cargo xtask test)",
-            skip.test
+        holdfast_test_support::services::skip_loudly(
+            "cargo-mutants",
+            "cargo-mutants is not installed (cargo install --locked cargo-mutants)",
+            holdfast_test_support::services::FailWhen::Harness,
         );
-        let _ = skip.append_to(&holdfast_test_support::services::default_ledger_path());
-        return false;
     }
-    true
+    installed
 }
 
 fn tree() -> Tree {
@@ -99,7 +87,7 @@ fn tree() -> Tree {
     )
 }
 
-// i[verify prove.plan+2]
+// i[verify prove.plan+3]
 #[test]
 fn the_plan_names_each_rules_items_and_tests() {
     let tree = tree();
@@ -543,4 +531,85 @@ fn a_failing_baseline_is_an_error_naming_the_rule_and_leaves_no_proof() {
     );
     let trace = fixture::xtask("trace", tree.path(), &["demo.beta", "--no-results"]);
     assert!(!trace.stdout.contains("proven"), "{}", trace.stdout);
+}
+
+// i[verify prove.plan+3]
+#[test]
+fn a_types_annotation_covers_its_impl_blocks_in_the_file() {
+    let lib = "\
+// r[impl demo.alpha]
+pub struct Counter<K> {
+    n: K,
+}
+
+impl<K: Copy> Counter<K> {
+    pub fn get(&self) -> K {
+        self.n
+    }
+}
+
+impl Default for Counter<u32> {
+    fn default() -> Self {
+        Counter { n: 1 }
+    }
+}
+
+pub struct Other;
+
+impl Other {
+    pub fn beta() -> u32 {
+        2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    impl super::Counter<u8> {
+        fn helper(&self) -> u8 {
+            0
+        }
+    }
+
+    // r[verify demo.alpha]
+    #[test]
+    fn alpha_holds() {
+        assert_eq!(super::Counter::<u32>::default().get(), 1);
+    }
+}
+";
+    let tree = Tree::new(
+        "# Demo spec\n\n> r[demo.alpha]\n> Alpha must hold.\n",
+        &[],
+        &[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/demo\"]\nresolver = \"2\"\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            ("crates/demo/src/lib.rs", lib),
+        ],
+    );
+    let run = fixture::xtask("prove", tree.path(), &["--list"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let plan: Vec<&str> = run
+        .stdout
+        .lines()
+        .skip_while(|l| l.starts_with("root:"))
+        .collect();
+    // The struct, its inherent impl and its trait impl; not another type's, nor test code's.
+    assert_eq!(
+        plan,
+        [
+            "r[demo.alpha]",
+            "  mutate  crates/demo/src/lib.rs:1-4  struct Counter",
+            "  mutate  crates/demo/src/lib.rs:6-10  impl Counter<K>",
+            "  mutate  crates/demo/src/lib.rs:12-16  impl Counter<u32>",
+            "  judge   (binary_id(=demo) & test(=tests::alpha_holds))",
+        ],
+        "{}",
+        run.stdout
+    );
 }

@@ -40,20 +40,11 @@ fn chromium() -> Option<PathBuf> {
         .flat_map(|dir| [dir.join("chromium"), dir.join("chromium-browser")])
         .find(|p| p.is_file());
     if found.is_none() {
-        if std::env::var("HOLDFAST_TEST_SERVICES").is_ok_and(|v| v == "1") {
-            panic!("needs chromium, which the harness installs (cargo xtask test --install)");
-        }
-        let skip = holdfast_test_support::services::Skip {
-            test: std::thread::current().name().unwrap_or("?").to_owned(),
-            binary: "spec_report_browser".to_owned(),
-            service: "chromium".to_owned(),
-            reason: "chromium is not installed (apt-get install chromium)".to_owned(),
-        };
-        eprintln!(
-            "SKIPPED {}: needs chromium (run cargo xtask test)",
-            skip.test
+        holdfast_test_support::services::skip_loudly(
+            "chromium",
+            "chromium is not installed (apt-get install chromium)",
+            holdfast_test_support::services::FailWhen::Harness,
         );
-        let _ = skip.append_to(&holdfast_test_support::services::default_ledger_path());
     }
     found
 }

@@ -164,6 +164,7 @@ fn regressed_finding_has_a_failed_test() {
 }
 
 // i[verify trace.walk]
+// i[verify trace.verdict]
 #[test]
 fn stale_annotations_and_renamed_rules_do_not_count() {
     let spec = SPEC.replace("> r[demo.beta]", "> r[demo.beta+2]");
@@ -175,7 +176,14 @@ fn stale_annotations_and_renamed_rules_do_not_count() {
     fixture.write("docs/audit/findings.md", &findings);
     let (code, stale) = fixture.trace(&["H1"]);
     assert_eq!(code, 1);
-    insta::assert_snapshot!(format!("{renamed}{stale}"));
+    // A finding naming a rule under another prefix than the spec's is open, naming the spec's.
+    fixture.write(
+        "docs/audit/findings.md",
+        &findings.replace("`r[demo.alpha]`", "`i[demo.alpha]`"),
+    );
+    let (code, prefix) = fixture.trace(&["H1"]);
+    assert_eq!(code, 1);
+    insta::assert_snapshot!(format!("{renamed}{stale}{prefix}"));
 }
 
 // i[verify trace.unknown]
@@ -189,6 +197,13 @@ fn unknown_finding_suggests_close_ids() {
     let (code, nothing) = fixture.trace(&["H7"]);
     assert_eq!(code, 2);
     insta::assert_snapshot!(format!("{typo}{by_title}{nothing}"));
+    // The same number under another letter.
+    let (code, same_number) = fixture.trace(&["G2"]);
+    assert_eq!(code, 2);
+    assert!(
+        same_number.contains("no finding `G2` in docs/audit/findings.md (did you mean H2 ("),
+        "{same_number}"
+    );
 }
 
 // i[verify trace.exit-code]
@@ -368,4 +383,50 @@ fn a_rule_trace_as_json_and_markdown() {
     insta::assert_snapshot!(markdown);
     let (code, finding) = fixture.trace(&["H1", "--json"]);
     assert_eq!(code, 2, "{finding}");
+    let (code, finding) = fixture.trace(&["H1", "--markdown"]);
+    assert_eq!(code, 2, "{finding}");
+}
+
+/// A proof record as `cargo xtask prove` writes it under `target/prove/`.
+fn proof_record(rule: &str, caught: u32, survivors: &[&str]) -> String {
+    serde_json::json!({
+        "rule": rule,
+        "caught": caught,
+        "missed": survivors.len(),
+        "unviable": 0,
+        "timeout": 0,
+        "survivors": survivors,
+        "commit": "abc1234",
+        "date": "2026-12-02 10:00:00 UTC",
+    })
+    .to_string()
+}
+
+// i[verify trace.rule]
+// i[verify prove.shown+2]
+#[test]
+fn a_rule_trace_shows_its_last_proof_and_whether_mutants_survived() {
+    let fixture = Fixture::new(&[]);
+    let survivor = "crates/demo/src/lib.rs:2:5: replace alpha -> bool with true";
+    fixture.write(
+        "target/prove/demo.alpha.json",
+        &proof_record("r[demo.alpha]", 3, &[survivor]),
+    );
+    fixture.write(
+        "target/prove/demo.beta.json",
+        &proof_record("r[demo.beta]", 2, &[]),
+    );
+    for (rule, survived) in [("demo.alpha", true), ("demo.beta", false)] {
+        let run = fixture::xtask("trace", fixture.path(), &[rule, "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+        assert_eq!(json["survivors"], survived, "{rule}: {json}");
+        let proof = json["proof"].as_str().unwrap_or_default();
+        assert!(proof.contains("abc1234"), "{rule}: {proof}");
+    }
+    let (_, text) = fixture.trace(&["demo.alpha"]);
+    assert!(text.contains(survivor), "{text}");
+    // A finding's id is no rule id: it is traced as a finding.
+    let (code, finding) = fixture.trace(&["H1"]);
+    assert_eq!(code, 0, "{finding}");
+    assert!(finding.contains("verdict: closed"), "{finding}");
 }

@@ -471,12 +471,83 @@ async fn try_connect(
 // r[verify forward.open.answers]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited() {
+    // The node answers the two Opens with a refusal naming forward 0 first, then opens both.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let answers = |opens: &[u32]| {
+        let mut answers = vec![about_the_connection()];
+        answers.extend(opens.iter().map(|&forward| Message::Opened { forward }));
+        answers
+    };
+    let (client, _, conn, _endpoint) =
+        answered_by_a_hand_driven_node(dir.path(), answers, &[1, 2]).await;
+    // Both forwards are relayed: a datagram on each local address reaches the node.
+    assert_eq!(relayed(&client, &conn, &[0, 1]).await, vec![1, 2]);
+    // The connection's refusal is no forward's error.
+    let errors: Vec<_> = client.stats().into_iter().map(|s| s.last_error).collect();
+    assert_eq!(errors, vec![None, None]);
+    client.stop().await;
+}
+
+// r[verify forward.open.answers]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_naming_a_forward_settles_that_forward_and_no_other() {
+    use holdfast_forward::client::ClientEvent;
+
+    // The node refuses the connection (forward 0) and forward 2, and opens forward 1.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let answers = |_: &[u32]| {
+        vec![
+            about_the_connection(),
+            Message::Refused {
+                forward: 2,
+                refusal: Refusal::NotAllowed,
+                message: "target not allowed".into(),
+            },
+            Message::Opened { forward: 1 },
+        ]
+    };
+    let (client, seen, conn, _endpoint) =
+        answered_by_a_hand_driven_node(dir.path(), answers, &[1]).await;
+    let refused = ClientEvent::Refused {
+        forward: 2,
+        refusal: Refusal::NotAllowed,
+        message: "target not allowed".into(),
+    };
+    assert!(seen.contains(&refused), "{seen:?}");
+    // The refusal is forward 2's error, and only its.
+    let errors: Vec<_> = client.stats().into_iter().map(|s| s.last_error).collect();
+    assert_eq!(errors, vec![None, Some("target not allowed".to_owned())]);
+    assert_eq!(relayed(&client, &conn, &[0]).await, vec![1]);
+    client.stop().await;
+}
+
+/// A refusal naming forward 0: about the connection, not about a forward.
+fn about_the_connection() -> Message {
+    Message::Refused {
+        forward: 0,
+        refusal: Refusal::Duplicate,
+        message: "already authenticated".into(),
+    }
+}
+
+/// A client of two forwards, and a hand-driven node that welcomes it and, once both Opens have
+/// arrived, sends what `answers` makes of their forward ids. Waits until the client announces
+/// the forwards `opened` as open, each with its own local address, and returns the client, the
+/// events it told until then, and the node's end of the connection with its endpoint.
+#[allow(clippy::expect_used)]
+async fn answered_by_a_hand_driven_node(
+    dir: &std::path::Path,
+    answers: impl FnOnce(&[u32]) -> Vec<Message> + Send + 'static,
+    opened: &[u32],
+) -> (
+    holdfast_forward::client::Forwarding,
+    Vec<holdfast_forward::client::ClientEvent>,
+    quinn::Connection,
+    quinn::Endpoint,
+) {
     use holdfast_forward::client::{self, ClientEvent};
 
-    // A hand-driven node: it answers the two Opens with a refusal naming forward 0 first, then
-    // opens both.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (endpoint, config) = hand_driven_node(dir.path(), 2);
+    let (endpoint, config) = hand_driven_node(dir, 2);
     let node = tokio::spawn(async move {
         let conn = endpoint
             .accept()
@@ -503,13 +574,7 @@ async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited(
                 }
             }
         }
-        let mut answers = vec![Message::Refused {
-            forward: 0,
-            refusal: Refusal::Duplicate,
-            message: "already authenticated".into(),
-        }];
-        answers.extend(opens.iter().map(|&forward| Message::Opened { forward }));
-        for answer in answers {
+        for answer in answers(&opens) {
             send.write_all(&control::encode(&answer))
                 .await
                 .expect("write");
@@ -518,26 +583,43 @@ async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited(
     });
 
     let mut client = client::spawn(config).await.expect("client");
-    let mut opened = Vec::new();
-    while opened.len() < 2 {
-        if let ClientEvent::Opened { forward, .. } = expect(&mut client, "Opened", |e| {
-            matches!(e, ClientEvent::Opened { .. })
-        })
-        .await
-        {
-            opened.push(forward);
+    let mut seen = Vec::new();
+    let mut announced = Vec::new();
+    while announced.len() < opened.len() {
+        let event = expect(&mut client, "the forwards opened", |_| true).await;
+        if let ClientEvent::Opened { forward, local, .. } = &event {
+            // Forward n is the n-th configured: the event names its own local address.
+            assert_eq!(
+                Some(local),
+                client.local_addrs().get(*forward as usize - 1),
+                "{event:?}"
+            );
+            announced.push(*forward);
         }
+        seen.push(event);
     }
-    opened.sort();
-    assert_eq!(opened, vec![1, 2]);
-    let (conn, _endpoint) = node.await.expect("node");
-    // Both forwards are relayed: a datagram on each local address reaches the node.
+    announced.sort();
+    assert_eq!(announced, opened);
+    let (conn, endpoint) = node.await.expect("node");
+    (client, seen, conn, endpoint)
+}
+
+/// Sends a datagram on the client's local addresses of the forwards at `forwards` (indices in
+/// the configured order) and returns the forward ids they reached the node as, sorted.
+#[allow(clippy::expect_used)]
+async fn relayed(
+    client: &holdfast_forward::client::Forwarding,
+    conn: &quinn::Connection,
+    forwards: &[usize],
+) -> Vec<u32> {
     let peer = peer().await;
-    for local in client.local_addrs() {
-        peer.send_to(b"x", local).await.expect("send");
+    for &i in forwards {
+        peer.send_to(b"x", client.local_addrs()[i])
+            .await
+            .expect("send");
     }
-    let mut forwards = Vec::new();
-    while forwards.len() < 2 {
+    let mut ids = Vec::new();
+    while ids.len() < forwards.len() {
         let datagram = tokio::time::timeout(WAIT, conn.read_datagram())
             .await
             .expect("a datagram in time")
@@ -545,9 +627,8 @@ async fn a_refusal_about_the_connection_does_not_settle_a_forward_still_awaited(
         let (id, payload) =
             holdfast_forward::wire::decode_datagram(&datagram).expect("well-formed");
         assert_eq!(payload, b"x");
-        forwards.push(id.forward);
+        ids.push(id.forward);
     }
-    forwards.sort();
-    assert_eq!(forwards, vec![1, 2]);
-    client.stop().await;
+    ids.sort();
+    ids
 }

@@ -144,10 +144,30 @@ async fn two_peers_interleaved_in_one_batch_each_get_only_their_own_replies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_node_s_flow_bound_an_idle_flow_gives_way_to_a_new_peer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = server_config(dir.path(), loopback());
+    an_idle_flow_gives_way(dir.path(), |_| {}).await;
+}
+
+// r[verify forward.limits.flow-sockets]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_that_gives_way_at_its_forward_s_bound_gives_its_socket_to_the_new_peer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One socket for the whole node: the new peer's flow can only have the evicted one's.
+    an_idle_flow_gives_way(dir.path(), |node| node.max_flow_sockets = 1).await;
+}
+
+/// On a node bounded to one flow per forward (and as `node` adjusts it), where every flow counts
+/// as idle at once: peers a, b, then a again each have their datagram relayed, each new flow
+/// taking the place (and the socket) of the last without a datagram dropped at the bound.
+#[allow(clippy::expect_used)]
+async fn an_idle_flow_gives_way(
+    dir: &std::path::Path,
+    node: impl FnOnce(&mut holdfast_forward::ServerConfig),
+) {
+    let mut config = server_config(dir, loopback());
     config.max_flows = 1;
     // Every flow counts as idle at once, so the test needs no clock: only the bound matters.
     config.flow_idle = Duration::ZERO;
+    node(&mut config);
     let server = holdfast_forward::start(config).await.expect("server");
     let target = echo().await;
     let mut client = client::spawn(client_config(&server, &[target.addr]))
@@ -171,6 +191,11 @@ async fn at_the_node_s_flow_bound_an_idle_flow_gives_way_to_a_new_peer() {
         listed[0].stats.dropped.flow_limit, 0,
         "{:?}",
         listed[0].stats
+    );
+    assert_eq!(
+        server.flow_sockets(),
+        1,
+        "the evicted flows' sockets were given back"
     );
 }
 
@@ -801,6 +826,24 @@ async fn a_burst_of_replies_of_mixed_sizes_arrives_whole_in_order_and_counted() 
 // r[verify forward.flows+2]
 #[tokio::test]
 async fn a_datagram_gathered_for_a_flow_that_an_eviction_ends_in_the_same_batch_still_leaves() {
+    a_gathered_datagram_leaves_before_its_flow_gives_way(|_| {}).await;
+}
+
+// The same batch on a node with one flow socket: the new peer's flow takes the socket of the
+// flow that gave way, and only once what that flow had gathered has left through it.
+// r[verify forward.limits.flow-sockets]
+#[tokio::test]
+async fn a_flow_socket_handed_on_within_a_batch_first_sends_what_its_flow_gathered() {
+    a_gathered_datagram_leaves_before_its_flow_gives_way(|node| node.max_flow_sockets = 1).await;
+}
+
+/// On a node bounded to one flow per forward (and as `node` adjusts it), where every flow counts
+/// as idle at once: peer a's datagram and peer b's arrive in one batch, b's new flow evicting a's,
+/// and both reach the target, a's first, none dropped, and one socket is held at the end.
+#[allow(clippy::expect_used)]
+async fn a_gathered_datagram_leaves_before_its_flow_gives_way(
+    node: impl FnOnce(&mut holdfast_forward::ServerConfig),
+) {
     let Warmed {
         dir: _dir,
         server,
@@ -809,9 +852,10 @@ async fn a_datagram_gathered_for_a_flow_that_an_eviction_ends_in_the_same_batch_
         local,
         peer: _warm,
         ..
-    } = warmed_forward_to_a_silent_target_with(|node| {
-        node.max_flows = 1;
-        node.flow_idle = Duration::ZERO;
+    } = warmed_forward_to_a_silent_target_with(|config| {
+        config.max_flows = 1;
+        config.flow_idle = Duration::ZERO;
+        node(config);
     })
     .await;
     // Blocking sockets: both sends are done before any task of the runtime runs again.
@@ -832,6 +876,11 @@ async fn a_datagram_gathered_for_a_flow_that_an_eviction_ends_in_the_same_batch_
     })
     .await;
     assert_eq!(server.forwards()[0].stats.dropped.flow_limit, 0);
+    assert_eq!(
+        server.flow_sockets(),
+        1,
+        "the evicted flows' sockets were given back"
+    );
 }
 
 #[allow(clippy::expect_used)]

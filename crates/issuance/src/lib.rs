@@ -19,6 +19,7 @@ pub mod acme_http;
 pub mod cert;
 pub mod decision;
 pub mod history;
+pub mod hostname;
 pub mod issuer;
 pub mod local;
 pub mod module;

@@ -163,44 +163,11 @@ pub enum StartError {
     },
 }
 
-/// Every hostname is a DNS name (it names a file under the data directory and a path on the
-/// local provider, so `/` or `..` must never reach either) and is listed once (case-insensitively:
-/// two entries for one name would be two attempts at once).
-// r[impl issue.module]
+/// Every hostname is a DNS name and is listed once ([`crate::hostname::check`]).
+// r[impl issue.hostnames]
 fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
-    let mut seen = std::collections::HashSet::new();
-    for (i, h) in hostnames.iter().enumerate() {
-        let key = format!("hostname[{i}].name");
-        if !is_dns_name(&h.name) {
-            return Err(StartError::Config(format!(
-                "{key}: {:?} is not a DNS name (letters, digits, '-' and '_' in dot-separated \
-                 labels of 1 to 63 characters, at most 253 in all, optionally after `*.`)",
-                h.name
-            )));
-        }
-        if !seen.insert(h.name.to_ascii_lowercase()) {
-            return Err(StartError::Config(format!(
-                "{key}: {:?} is listed more than once",
-                h.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn is_dns_name(name: &str) -> bool {
-    // A wildcard (a local provider may hand one out) is one leading `*` label.
-    let name = name.strip_prefix("*.").unwrap_or(name);
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            (1..=63).contains(&label.len())
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
+    crate::hostname::check(hostnames.iter().map(|h| h.name.as_str()))
+        .map_err(|(i, e)| StartError::Config(format!("hostname[{i}].name: {e}")))
 }
 
 /// A running issuance module.
@@ -397,7 +364,7 @@ mod tests {
         );
     }
 
-    // r[verify issue.module]
+    // r[verify issue.hostnames]
     #[tokio::test]
     async fn a_hostname_that_is_not_a_dns_name_or_is_listed_twice_is_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -652,24 +652,13 @@ impl Config {
                 return Err(loc.at(Some(d.span()), key, "must be longer than zero".into()));
             }
         }
-        match self.admin.listen.get_ref() {
-            // i[impl node.admin.non-loopback]
-            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.admin.allow_non_loopback => {
-                return Err(loc.at(
-                    Some(self.admin.listen.span()),
-                    "admin.listen",
-                    format!("{addr} is not a loopback address; set admin.allow_non_loopback = true to expose the admin API beyond this machine"),
-                ));
-            }
-            Listen::Off if self.admin.socket.is_none() => {
-                return Err(loc.at(
-                    Some(self.admin.listen.span()),
-                    "admin.listen",
-                    "is \"off\" and no admin.socket is set: the admin API would be unreachable"
-                        .into(),
-                ));
-            }
-            _ => {}
+        self.refuse_non_loopback_admin(loc)?;
+        if matches!(self.admin.listen.get_ref(), Listen::Off) && self.admin.socket.is_none() {
+            return Err(loc.at(
+                Some(self.admin.listen.span()),
+                "admin.listen",
+                "is \"off\" and no admin.socket is set: the admin API would be unreachable".into(),
+            ));
         }
         if let Some(token_file) = &self.admin.token_file {
             if let Err(message) = crate::admin::token::check_mode(token_file.get_ref()) {
@@ -726,6 +715,29 @@ impl Config {
                 loc.at(span, key, message)
             })?;
         }
+        self.validate_workloads(loc)
+    }
+
+    // i[impl node.admin.non-loopback]
+    /// A TCP admin address beyond loopback only with `admin.allow_non_loopback`.
+    fn refuse_non_loopback_admin(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        match self.admin.listen.get_ref() {
+            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.admin.allow_non_loopback => {
+                Err(loc.at(
+                    Some(self.admin.listen.span()),
+                    "admin.listen",
+                    format!("{addr} is not a loopback address; set admin.allow_non_loopback = true to expose the admin API beyond this machine"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    // i[impl node.config.validate]
+    // i[impl node.workloads.config]
+    /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
+    /// asks of the rest.
+    fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
         let mut names = std::collections::HashMap::new();
         for (i, w) in self.workloads.iter().enumerate() {
             let name = w.name.get_ref();
@@ -754,7 +766,6 @@ impl Config {
                     "must not be empty".into(),
                 ));
             }
-            // i[impl node.workloads.config]
             // holdfast-workload owns what a workload may be; its error names the field.
             if let Err(e) = w.to_config().validate() {
                 let field = e.key.rsplit('.').next().unwrap_or("name");
@@ -784,9 +795,9 @@ impl Config {
     }
 }
 
-// r[impl node.issuance.config]
-/// `[issuance]` beyond its types: a policy that builds, hostnames that are unique, non-empty and
-/// served by a configured source.
+// r[impl node.issuance.config+2]
+/// `[issuance]` beyond its types: a policy that builds, hostnames that holdfast-issuance accepts
+/// (DNS names, each listed once) and that are served by a configured source.
 fn validate_issuance(
     loc: &Locator<'_>,
     section: &Spanned<holdfast_issuance::IssuanceConfig>,
@@ -799,24 +810,25 @@ fn validate_issuance(
         let (key, message) = policy_error_key(&text);
         return Err(loc.at(span, &key, message.to_owned()));
     }
-    let mut seen = std::collections::HashMap::new();
+    if let Err((i, e)) =
+        holdfast_issuance::hostname::check(issuance.hostnames.iter().map(|h| h.name.as_str()))
+    {
+        // The earlier listing is named by the node's own key for it.
+        let message = match e {
+            holdfast_issuance::hostname::HostnameError::Duplicate { name, first } => {
+                format!("{name:?} is listed more than once (also issuance.hostname[{first}])")
+            }
+            other => other.to_string(),
+        };
+        return Err(loc.at(
+            hostname_span(loc.text, i, false).or(span),
+            &format!("issuance.hostname[{i}].name"),
+            message,
+        ));
+    }
     for (i, host) in issuance.hostnames.iter().enumerate() {
         let key = format!("issuance.hostname[{i}]");
-        let name = host.name.trim();
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(loc.at(
-                span,
-                &format!("{key}.name"),
-                format!("invalid hostname {:?}", host.name),
-            ));
-        }
-        if let Some(first) = seen.insert(name.to_ascii_lowercase(), i) {
-            return Err(loc.at(
-                span,
-                &format!("{key}.name"),
-                format!("duplicate hostname {name:?} (also issuance.hostname[{first}])"),
-            ));
-        }
+        let name = &host.name;
         let missing = match host.source {
             SourceKind::Acme if issuance.acme.is_none() => Some("acme"),
             SourceKind::Local if issuance.local.is_none() => Some("local"),
@@ -824,7 +836,7 @@ fn validate_issuance(
         };
         if let Some(source) = missing {
             return Err(loc.at(
-                span,
+                hostname_span(loc.text, i, true).or(span),
                 &format!("{key}.source"),
                 format!(
                     "{name} uses the {source} source, but there is no [issuance.{source}] section"
@@ -835,7 +847,33 @@ fn validate_issuance(
     Ok(())
 }
 
-// r[impl node.issuance.config]
+// r[impl node.issuance.config+2]
+/// Where `[[issuance.hostname]]` entry `index` writes its `name` (else its `source`, when
+/// `source` is true). holdfast-issuance's config carries no spans, so the text is read once more
+/// for them, only when an entry is refused.
+fn hostname_span(text: &str, index: usize, source: bool) -> Option<std::ops::Range<usize>> {
+    use serde::de::IgnoredAny;
+    #[derive(Deserialize)]
+    struct File {
+        issuance: Option<Section>,
+    }
+    #[derive(Deserialize)]
+    struct Section {
+        #[serde(default)]
+        hostname: Vec<Entry>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        name: Option<Spanned<IgnoredAny>>,
+        source: Option<Spanned<IgnoredAny>>,
+    }
+    let file: File = toml::from_str(text).ok()?;
+    let entry = file.issuance?.hostname.into_iter().nth(index)?;
+    let field = if source { entry.source } else { entry.name };
+    Some(field?.span())
+}
+
+// r[impl node.issuance.config+2]
 /// The key and message of an error from holdfast-issuance's policy: it names the key first
 /// ("issuance: pacing.base: ..."), when it can; a text that starts with no key is the section's.
 fn policy_error_key(text: &str) -> (String, &str) {
@@ -926,7 +964,7 @@ impl PolicySection<'_> {
 mod tests {
     use super::*;
 
-    // r[verify node.issuance.config]
+    // r[verify node.issuance.config+2]
     // Every error the issuance policy returns today starts with its key, so the fallback is
     // reached through no config: a message whose first ": " follows words, not a key.
     #[test]

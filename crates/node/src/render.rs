@@ -16,13 +16,10 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let line = |cells: Vec<String>| {
         let mut out = String::new();
         for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(cell);
-            } else {
-                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
-                out.push_str(cell);
-                out.push_str(&" ".repeat(pad));
-            }
+            // Every cell is padded to its column; the last one's padding goes with the trim.
+            let width = widths.get(i).copied().unwrap_or(0);
+            out.push_str(cell);
+            out.push_str(&" ".repeat(width.saturating_sub(cell.chars().count()) + 2));
         }
         out.trim_end().to_owned() + "\n"
     };

@@ -114,11 +114,26 @@ async fn a_hanging_stopper_is_cut_off_at_the_budget_and_the_exit_status_says_so(
     };
     node.until_ready().await;
     node.signal(Signal::SIGTERM);
-    let (code, took, log) = node.wait(Duration::from_secs(10));
+    // Its stopper never returns, so exiting at all is the cut-off; the 10 s limit only keeps a
+    // broken build from hanging the suite, and no wall-time bound is asserted (a loaded machine
+    // stretches it): the plan's own record says what it cut off and under which budget.
+    let (code, _, log) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 3, "{log}");
-    // Cut off at its group's share of the 1 s budget; the whole stop stays inside the budget.
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
-    assert!(log.contains("cut_off") || log.contains("CutOff"), "{log}");
+    let cut: serde_json::Value = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["message"] == "module stop overran its budget: cut off")
+        .unwrap_or_else(|| panic!("no cut-off event: {log}"));
+    assert_eq!(
+        cut["module"],
+        // The testing module's name (holdfast::modules::testing::HANG_NAME, which exists only
+        // with the feature this test needs; without it the test skips before reaching here).
+        "testing-hang",
+        "{cut}"
+    );
+    // Its group's share of the node's 1 s stop budget, never more.
+    let budget_ms = cut["budget_ms"].as_u64().unwrap_or_default();
+    assert!((1..=1000).contains(&budget_ms), "{cut}");
 }
 
 // r[verify node.stop.second-signal+2]
@@ -145,15 +160,11 @@ async fn a_second_sigterm_exits_at_once() {
         "{readyz:?}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let began = Instant::now();
     node.signal(Signal::SIGTERM);
+    // The hanging stopper would hold the stop for its share of the 60 s budget: exiting inside
+    // the 10 s limit, with the aborted status, is the second signal acting at once.
     let (code, _, log) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 4, "{log}");
-    assert!(
-        began.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        began.elapsed()
-    );
 }
 
 // i[verify node.admin.mutating]

@@ -127,7 +127,7 @@ fn a_non_loopback_admin_address_needs_the_explicit_setting() {
     Config::parse("c.toml", "[node]\n[admin]\nlisten = \"[::1]:7480\"\n").unwrap();
 }
 
-// r[verify node.issuance.config]
+// r[verify node.issuance.config+2]
 #[test]
 fn the_issuance_section_is_validated_with_the_rest() {
     // Both sources configured, a hostname on each: each finds its source.
@@ -146,27 +146,22 @@ fn the_issuance_section_is_validated_with_the_rest() {
             .issuance
             .is_none()
     );
+    // An entry's error points at the entry: its source, or its name.
     let cases = [
         (
             "[node]\n[issuance]\n[[issuance.hostname]]\nname = \"a.example\"\nsource = \"acme\"\n",
-            "bad.toml:2:1: issuance.hostname[0].source: a.example uses the acme source, but there is no [issuance.acme] section",
+            "bad.toml:5:10: issuance.hostname[0].source: a.example uses the acme source, but there is no [issuance.acme] section",
         ),
         (
             "[node]\n[issuance]\n[issuance.acme]\ndirectory = \"https://acme.example/directory\"\n\
              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n",
-            "bad.toml:2:1: issuance.hostname[0].source: a.example uses the local source, but there is no [issuance.local] section",
-        ),
-        // A name that is blank once trimmed, and one with whitespace inside.
-        (
-            "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
-             [[issuance.hostname]]\nname = \"  \"\nsource = \"local\"\n",
-            "bad.toml:2:1: issuance.hostname[0].name: invalid hostname \"  \"",
+            "bad.toml:7:10: issuance.hostname[0].source: a.example uses the local source, but there is no [issuance.local] section",
         ),
         (
             "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
-             [[issuance.hostname]]\nname = \"b .example\"\nsource = \"local\"\n",
-            "bad.toml:2:1: issuance.hostname[1].name: invalid hostname \"b .example\"",
+             [[issuance.hostname]]\nname = \"A.example\"\nsource = \"local\"\n",
+            "bad.toml:9:8: issuance.hostname[1].name: \"A.example\" is listed more than once (also issuance.hostname[0])",
         ),
         (
             "[node]\n[issuance]\npacing = { base = \"7h\" }\n",
@@ -175,12 +170,6 @@ fn the_issuance_section_is_validated_with_the_rest() {
         (
             "[node]\n[issuance]\nblock_after = 0\n",
             "bad.toml:2:1: issuance.block_after: must be at least 1",
-        ),
-        (
-            "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
-             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
-             [[issuance.hostname]]\nname = \"A.example\"\nsource = \"local\"\n",
-            "bad.toml:2:1: issuance.hostname[1].name: duplicate hostname \"A.example\" (also issuance.hostname[0])",
         ),
         (
             "[node]\n[issuance]\ntick = \"soon\"\n",
@@ -194,6 +183,38 @@ fn the_issuance_section_is_validated_with_the_rest() {
     for (text, want) in cases {
         let err = Config::parse("bad.toml", text).unwrap_err().to_string();
         assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
+}
+
+// r[verify node.issuance.config+2]
+#[test]
+fn an_issuance_hostname_that_issuance_would_refuse_is_refused_at_its_entry() {
+    // Whatever holdfast-issuance refuses at start the node refuses in its config check: blank,
+    // whitespace inside, a leading space (nothing is trimmed), a path, `..`, a 64-character label.
+    let long_label = "a".repeat(64);
+    for name in [
+        "  ",
+        "b .example",
+        " a.example",
+        "a/b.example",
+        "..",
+        long_label.as_str(),
+    ] {
+        // The refused entry is the second; its name is indented, so its column is its own.
+        let text = format!(
+            "[node]\n[issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:1\" }}\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+             [[issuance.hostname]]\nsource = \"local\"\n  name = \"{name}\"\n"
+        );
+        let err = Config::parse("bad.toml", &text).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "bad.toml:10:10: issuance.hostname[1].name: {name:?} is not a DNS name (letters, \
+                 digits, '-' and '_' in dot-separated labels of 1 to 63 characters, at most 253 in \
+                 all, optionally after `*.`)"
+            ),
+        );
     }
 }
 
@@ -271,6 +292,43 @@ fn an_empty_token_file_is_refused_at_validation_not_at_run() {
     );
 }
 
+// i[verify node.config.validate]
+#[test]
+fn an_admin_api_turned_off_needs_the_socket() {
+    let off = "[node]\n[admin]\nlisten = \"off\"\n";
+    assert_eq!(
+        Config::parse("c.toml", off).unwrap_err().to_string(),
+        "c.toml:3:10: admin.listen: is \"off\" and no admin.socket is set: the admin API would be \
+         unreachable"
+    );
+    let config = Config::parse(
+        "c.toml",
+        &format!("{off}socket = \"/run/holdfast/admin.sock\"\n"),
+    )
+    .unwrap();
+    assert!(config.admin.socket.is_some());
+}
+
+// i[verify node.config.validate]
+// i[verify node.workloads.config]
+#[test]
+fn a_workload_name_is_letters_digits_dash_underscore_and_dot() {
+    let entry = |name: &str| format!("[node]\n[[workload]]\nname = \"{name}\"\nimage = \"a:1\"\n");
+    let config = Config::parse("w.toml", &entry("Web-1_a.b")).unwrap();
+    assert_eq!(config.workloads[0].name.get_ref(), "Web-1_a.b");
+    for name in ["a/b", "a b", ""] {
+        assert_eq!(
+            Config::parse("w.toml", &entry(name))
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "w.toml:3:8: workload[0].name: invalid name {name:?}: use letters, digits, '-', \
+                 '_' and '.'"
+            )
+        );
+    }
+}
+
 // i[verify node.workloads.config]
 #[test]
 fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
@@ -330,6 +388,15 @@ fn the_gateway_section_is_validated_with_the_rest() {
     let config = Config::parse("ok.toml", &head).unwrap();
     let section = config.gateway.unwrap();
     let key_value = holdfast::gateway_config::read_token_key(&key).unwrap();
+    // A key of exactly the minimum length is a key; one byte less is not.
+    let min = holdfast::gateway_config::MIN_TOKEN_KEY_LEN;
+    let edge = dir.path().join("edge.key");
+    for (len, ok) in [(min, true), (min - 1, false)] {
+        std::fs::write(&edge, "k".repeat(len)).unwrap();
+        std::fs::set_permissions(&edge, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let read = holdfast::gateway_config::read_token_key(&edge);
+        assert_eq!(read.is_ok(), ok, "{len} bytes: {:?}", read.err());
+    }
     let g = section
         .get_ref()
         .gateway_config("node-7", key_value.clone(), dir.path());
@@ -444,6 +511,16 @@ fn the_gateway_section_is_validated_with_the_rest() {
     assert_eq!(
         err(&format!("{head}[gateway.drain]\ntotal = \"0s\"\n")),
         "bad.toml:7:9: gateway.drain.total: must be longer than zero"
+    );
+    // At most ten minutes: exactly 10m is a drain, a second more is not.
+    Config::parse(
+        "ok.toml",
+        &format!("{head}[gateway.drain]\ntotal = \"10m\"\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        err(&format!("{head}[gateway.drain]\ntotal = \"601s\"\n")),
+        "bad.toml:7:9: gateway.drain.total: must be at most 10m"
     );
     assert_eq!(
         err(&format!("{head}replica_id = \" \"\n")),

@@ -158,6 +158,7 @@ fn parse_or_panic<T, E: std::fmt::Display>(var: &str, text: &str, parsed: Result
 #[derive(Debug, Clone)]
 struct Environment {
     under_harness: bool,
+    ci: bool,
     ledger: PathBuf,
 }
 
@@ -165,19 +166,82 @@ impl Environment {
     fn from_process() -> Self {
         Environment {
             under_harness: std::env::var(SERVICES_VAR).is_ok_and(|v| v == "1"),
+            ci: std::env::var(CI_VAR).is_ok_and(|v| v == "true"),
             ledger: std::env::var_os(SKIP_LEDGER_VAR)
                 .map(PathBuf::from)
                 .unwrap_or_else(default_ledger_path),
         }
     }
+
+    /// Why a missing need fails the test here rather than skipping it, or `None` for a skip.
+    // i[impl harness.skip.loud]
+    fn fails(&self, when: FailWhen) -> Option<&'static str> {
+        match when {
+            FailWhen::Never => None,
+            _ if self.under_harness => Some("the harness (HOLDFAST_TEST_SERVICES=1)"),
+            FailWhen::HarnessOrCi if self.ci => Some("CI (CI=true)"),
+            _ => None,
+        }
+    }
 }
+
+/// `CI=true` marks a CI run, which installs what the tests need.
+const CI_VAR: &str = "CI";
 
 /// `<workspace>/target/holdfast-test-skips.jsonl`.
 pub fn default_ledger_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/holdfast-test-skips.jsonl")
 }
 
+/// Where a missing need is a failure of the test rather than a skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailWhen {
+    /// Under the harness (`HOLDFAST_TEST_SERVICES=1`), which provides it.
+    Harness,
+    /// Under the harness, or in CI (`CI=true`): both install it.
+    HarnessOrCi,
+    /// Never: the harness provides it only by how it builds the tests (a cargo feature), so a
+    /// test missing it was built by hand, with or without the services' environment loaded.
+    Never,
+}
+
+/// Reports that the current test cannot run for want of `service` (`reason` says why, e.g.
+/// `HOLDFAST_TEST_REDIS is not set`). Where `fail` says so (under the harness, or in CI) it
+/// panics, failing the test. Otherwise it prints `SKIPPED <test>: needs <service> (run cargo
+/// xtask test)` straight to stderr and appends the skip (test thread, binary without cargo's hash,
+/// service, reason) to the ledger at `HOLDFAST_TEST_SKIP_LEDGER` or [`default_ledger_path`],
+/// warning on stderr when the ledger cannot be written; the caller then returns early.
+// i[impl harness.skip.loud]
+#[track_caller]
+pub fn skip_loudly(service: &str, reason: &str, fail: FailWhen) {
+    let skip = Skip::for_current_test(service, reason);
+    let env = Environment::from_process();
+    if let Some(there) = env.fails(fail) {
+        panic!(
+            "{}: needs {service}, but {reason}; under {there} that fails the test",
+            skip.test
+        );
+    }
+    // Straight to the stderr handle, not `eprintln!`: libtest captures the print macros, and a
+    // skip must be visible in a plain `cargo test` run.
+    let mut stderr = std::io::stderr();
+    let _ = writeln!(
+        stderr,
+        "SKIPPED {}: needs {service} (run cargo xtask test)",
+        skip.test
+    );
+    if let Err(err) = skip.append_to(&env.ledger) {
+        // The skip is still loud on stderr; a ledger we cannot write is worth saying too.
+        let _ = writeln!(
+            stderr,
+            "warning: could not record the skip in {}: {err}",
+            env.ledger.display()
+        );
+    }
+}
+
 /// Reads every variable, or reports the service missing (skip or panic) and returns `None`.
+// i[impl harness.skip.loud]
 #[track_caller]
 fn require(service: &str, vars: &[&str]) -> Option<Vec<String>> {
     let values: Vec<Option<String>> = vars
@@ -193,30 +257,9 @@ fn require(service: &str, vars: &[&str]) -> Option<Vec<String>> {
         .filter(|(_, v)| v.is_none())
         .map(|(var, _)| *var)
         .collect();
-    let skip = Skip::for_current_test(service, &missing);
-    let env = Environment::from_process();
-    // i[impl harness.skip.loud]
-    if env.under_harness {
-        panic!(
-            "{}: needs {service}, but {} is not set although {SERVICES_VAR}=1 (the harness did not start it)",
-            skip.test,
-            missing.join(", ")
-        );
-    }
-    // Straight to the stderr handle, not `eprintln!`: libtest captures the print macros, and a
-    // skip must be visible in a plain `cargo test` run.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED {}: needs {service} (run cargo xtask test)",
-        skip.test
-    );
-    if let Err(err) = skip.append_to(&env.ledger) {
-        // The skip is still loud on stderr; a ledger we cannot write is worth saying too.
-        eprintln!(
-            "warning: could not record the skip in {}: {err}",
-            env.ledger.display()
-        );
-    }
+    let verb = if missing.len() == 1 { "is" } else { "are" };
+    let reason = format!("{} {verb} not set", missing.join(", "));
+    skip_loudly(service, &reason, FailWhen::Harness);
     None
 }
 
@@ -234,7 +277,7 @@ pub struct Skip {
 }
 
 impl Skip {
-    fn for_current_test(service: &str, missing: &[&str]) -> Self {
+    fn for_current_test(service: &str, reason: &str) -> Self {
         let test = std::thread::current()
             .name()
             .unwrap_or("<unnamed thread>")
@@ -248,7 +291,7 @@ impl Skip {
             test,
             binary,
             service: service.to_owned(),
-            reason: format!("{} not set (run cargo xtask test)", missing.join(", ")),
+            reason: reason.to_owned(),
         }
     }
 
@@ -297,7 +340,12 @@ mod tests {
     /// Runs one ignored helper test of this binary in a child process with a chosen environment,
     /// because the environment of this process is shared by every test running in parallel.
     fn run_helper(helper: &str, under_harness: bool, ledger: &Path) -> std::process::Output {
-        run_helper_with(helper, under_harness, ledger, None)
+        let harness: &[_] = if under_harness {
+            &[(SERVICES_VAR, "1")]
+        } else {
+            &[]
+        };
+        run_helper_in(helper, ledger, harness)
     }
 
     /// `run_helper`, with the redis variable set to `redis` when given.
@@ -307,25 +355,53 @@ mod tests {
         ledger: &Path,
         redis: Option<&str>,
     ) -> std::process::Output {
-        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            helper,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env_remove(REDIS_VAR)
-        .env(SKIP_LEDGER_VAR, ledger);
-        if let Some(redis) = redis {
-            cmd.env(REDIS_VAR, redis);
-        }
+        let mut env = vec![];
         if under_harness {
-            cmd.env(SERVICES_VAR, "1");
-        } else {
-            cmd.env_remove(SERVICES_VAR);
+            env.push((SERVICES_VAR, "1"));
         }
-        cmd.output().unwrap()
+        if let Some(redis) = redis {
+            env.push((REDIS_VAR, redis));
+        }
+        run_helper_in(helper, ledger, &env)
+    }
+
+    /// Runs `helper` with the skip ledger at `ledger` and `env` set, and none of the variables that
+    /// decide a skip (the harness's, CI's, redis's) inherited.
+    fn run_helper_in(helper: &str, ledger: &Path, env: &[(&str, &str)]) -> std::process::Output {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                helper,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_remove(REDIS_VAR)
+            .env_remove(SERVICES_VAR)
+            .env_remove(CI_VAR)
+            .env(SKIP_LEDGER_VAR, ledger)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+
+    /// The one skip recorded in `ledger`.
+    fn the_recorded_skip(ledger: &Path) -> Skip {
+        serde_json::from_str(std::fs::read_to_string(ledger).unwrap().trim()).unwrap()
+    }
+
+    #[test]
+    #[ignore = "helper: run in a child process by the skip tests"]
+    fn helper_skips_for_a_feature() {
+        skip_loudly("a feature", "built without it", FailWhen::Never);
+        println!("RETURNED");
+    }
+
+    #[test]
+    #[ignore = "helper: run in a child process by the skip tests"]
+    fn helper_skips_for_a_program() {
+        skip_loudly("a program", "it is not installed", FailWhen::HarnessOrCi);
+        println!("RETURNED");
     }
 
     #[test]
@@ -386,11 +462,11 @@ mod tests {
             ),
             "no loud skip line in: {stderr}"
         );
-        let recorded: Skip =
-            serde_json::from_str(std::fs::read_to_string(&ledger).unwrap().trim()).unwrap();
+        let recorded = the_recorded_skip(&ledger);
         assert_eq!(recorded.test, "services::tests::helper_needs_redis");
         assert_eq!(recorded.service, "redis");
         assert_eq!(recorded.binary, "holdfast_test_support");
+        assert_eq!(recorded.reason, "HOLDFAST_TEST_REDIS is not set");
     }
 
     // i[verify harness.skip.loud]
@@ -434,13 +510,119 @@ mod tests {
 
     #[test]
     fn skip_names_the_current_test_thread() {
-        let skip = Skip::for_current_test("redis", &[REDIS_VAR]);
+        let skip = Skip::for_current_test("redis", "HOLDFAST_TEST_REDIS is not set");
         assert_eq!(
             skip.test,
             "services::tests::skip_names_the_current_test_thread"
         );
         assert_eq!(skip.service, "redis");
-        assert!(skip.reason.contains(REDIS_VAR));
-        assert!(!skip.binary.is_empty());
+        assert_eq!(skip.reason, "HOLDFAST_TEST_REDIS is not set");
+        assert_eq!(skip.binary, "holdfast_test_support");
+    }
+
+    // i[verify harness.skip.loud]
+    #[test]
+    fn only_what_the_harness_or_ci_provides_fails_there() {
+        let env = |under_harness, ci| Environment {
+            under_harness,
+            ci,
+            ledger: PathBuf::new(),
+        };
+        let harness = Some("the harness (HOLDFAST_TEST_SERVICES=1)");
+        let ci = Some("CI (CI=true)");
+        // (under the harness, CI=true) → what each kind of need does there.
+        for (under_harness, in_ci, service, program) in [
+            (false, false, None, None),
+            (true, false, harness, harness),
+            (false, true, None, ci),
+            (true, true, harness, harness),
+        ] {
+            let env = env(under_harness, in_ci);
+            let case = format!("harness {under_harness}, CI {in_ci}");
+            assert_eq!(env.fails(FailWhen::Harness), service, "a service: {case}");
+            assert_eq!(
+                env.fails(FailWhen::HarnessOrCi),
+                program,
+                "a program: {case}"
+            );
+            assert_eq!(env.fails(FailWhen::Never), None, "a feature: {case}");
+        }
+    }
+
+    // i[verify harness.skip.loud]
+    #[test]
+    fn a_need_the_harness_cannot_provide_is_a_skip_even_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("skips.jsonl");
+        let helper = "services::tests::helper_skips_for_a_feature";
+        let out = run_helper_in(helper, &ledger, &[(SERVICES_VAR, "1"), (CI_VAR, "true")]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert!(stdout.contains("RETURNED"), "{stdout}");
+        assert!(
+            stderr.contains(&format!(
+                "SKIPPED {helper}: needs a feature (run cargo xtask test)"
+            )),
+            "{stderr}"
+        );
+        assert_eq!(
+            the_recorded_skip(&ledger),
+            Skip {
+                test: helper.into(),
+                binary: "holdfast_test_support".into(),
+                service: "a feature".into(),
+                reason: "built without it".into(),
+            }
+        );
+    }
+
+    // i[verify harness.skip.loud]
+    #[test]
+    fn a_program_ci_installs_fails_the_test_in_ci() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("skips.jsonl");
+        let helper = "services::tests::helper_skips_for_a_program";
+        let out = run_helper_in(helper, &ledger, &[(CI_VAR, "true")]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "skipped in CI: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{helper}: needs a program, but it is not installed; under CI (CI=true) that fails the test"
+            )),
+            "{stderr}"
+        );
+        assert!(!stdout.contains("RETURNED"), "{stdout}");
+        assert!(!ledger.exists(), "a failure is not a skip");
+        // Outside CI and the harness the same need is a skip.
+        let out = run_helper_in(helper, &ledger, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains(&format!("SKIPPED {helper}: needs a program")));
+        assert_eq!(the_recorded_skip(&ledger).service, "a program");
+    }
+
+    // i[verify harness.skip.loud]
+    #[test]
+    fn a_ledger_that_cannot_be_written_is_warned_about_and_the_skip_stays_loud() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the ledger file should be: it cannot be opened for appending.
+        let ledger = dir.path().to_owned();
+        let helper = "services::tests::helper_skips_for_a_feature";
+        let out = run_helper_in(helper, &ledger, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("SKIPPED {helper}: needs a feature")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "warning: could not record the skip in {}: ",
+                ledger.display()
+            )),
+            "{stderr}"
+        );
     }
 }

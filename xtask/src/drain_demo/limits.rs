@@ -15,20 +15,75 @@ pub fn needed(clients: usize) -> u64 {
 // i[impl xtask.drain-demo.scale]
 pub fn raise_nofile(want: u64) -> anyhow::Result<u64> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading RLIMIT_NOFILE")?;
+    let (first, fallback) = match attempts(soft, hard, want) {
+        Attempts::Enough => return Ok(soft),
+        Attempts::Raise { first, fallback } => (first, fallback),
+    };
+    if let Some((new_soft, new_hard)) = first
+        && setrlimit(Resource::RLIMIT_NOFILE, new_soft, new_hard).is_ok()
+    {
+        return Ok(new_soft);
+    }
+    let (new_soft, new_hard) = fallback;
+    setrlimit(Resource::RLIMIT_NOFILE, new_soft, new_hard).context("raising RLIMIT_NOFILE")?;
+    Ok(new_soft)
+}
+
+/// The (soft, hard) limits to ask for, in order.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempts {
+    /// The soft limit already allows `want`: change nothing.
+    Enough,
+    /// Try `first` (raising the hard limit too, which only a privileged process may), else the
+    /// `fallback` within the hard limit, which any process may.
+    Raise {
+        first: Option<(u64, u64)>,
+        fallback: (u64, u64),
+    },
+}
+
+// i[impl xtask.drain-demo.scale]
+fn attempts(soft: u64, hard: u64, want: u64) -> Attempts {
     if soft >= want {
-        return Ok(soft);
+        return Attempts::Enough;
     }
-    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
-        return Ok(want);
+    Attempts::Raise {
+        first: (want > hard).then_some((want, want)),
+        fallback: (want.min(hard), hard),
     }
-    let soft = want.min(hard);
-    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).context("raising RLIMIT_NOFILE")?;
-    Ok(soft)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // i[verify xtask.drain-demo.scale]
+    #[test]
+    fn the_hard_limit_is_raised_only_when_the_want_is_past_it() {
+        assert_eq!(attempts(4096, 8192, 4096), Attempts::Enough);
+        assert_eq!(attempts(5000, 8192, 4096), Attempts::Enough);
+        assert_eq!(
+            attempts(1024, 8192, 4096),
+            Attempts::Raise {
+                first: None,
+                fallback: (4096, 8192)
+            }
+        );
+        assert_eq!(
+            attempts(1024, 4096, 4096),
+            Attempts::Raise {
+                first: None,
+                fallback: (4096, 4096)
+            }
+        );
+        assert_eq!(
+            attempts(1024, 4095, 4096),
+            Attempts::Raise {
+                first: Some((4096, 4096)),
+                fallback: (4095, 4095)
+            }
+        );
+    }
 
     // i[verify xtask.drain-demo.scale]
     #[test]

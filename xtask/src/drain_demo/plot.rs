@@ -196,6 +196,12 @@ mod tests {
 
         let svg = svg(&[tl, timeline(&fixture(Arm::Graceful))]).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40.min(svg.len())]);
+        // One 360-pixel panel per arm, stacked.
+        assert!(
+            svg.contains(r#"height="720""#),
+            "{}",
+            &svg[..200.min(svg.len())]
+        );
         for text in [
             "control arm: replica A gets SIGKILL",
             "graceful arm: replica A gets SIGTERM",

@@ -214,6 +214,13 @@ mod tests {
     #[test]
     fn the_markdown_report_has_a_table_per_arm() {
         insta::assert_snapshot!(markdown(&fixed_report()));
+        // The control arm alone has no verdict to state.
+        let mut control_only = fixed_report();
+        control_only
+            .arms
+            .retain(|a| a.arm == super::super::measures::Arm::Control);
+        let text = markdown(&control_only);
+        assert!(!text.contains("Graceful arm"), "{text}");
     }
 
     // i[verify xtask.drain-demo.outputs]

@@ -26,7 +26,7 @@ mod testing;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -64,15 +64,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let services_root = target.join("holdfast-services");
     let run_started = Instant::now();
     let xtask = xtask_path()?;
-    // i[impl harness.services.stop]
-    ctrlc::set_handler(|| {
-        eprintln!("\nxtask test: interrupted; stopping the services");
-        process::INTERRUPTED.store(true, Ordering::SeqCst);
-    })
-    .context("installing the Ctrl-C handler")?;
+    ctrlc::set_handler(|| on_interrupt(&process::INTERRUPTED))
+        .context("installing the Ctrl-C handler")?;
 
-    let install = args.install || std::env::var("CI").is_ok_and(|v| v == "true");
-    let busybox = ensure_requirements(install)?;
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let busybox = ensure_requirements(install_allowed(args.install, ci))?;
     let ready_after = run_started.elapsed();
 
     // One run per target directory: a second one would wipe the first one's services.
@@ -133,8 +129,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &env,
         &args.test_args,
     )?;
-    let interrupted = process::interrupted();
-    let doctests = if interrupted {
+    // The interrupt flag is sticky: once set, every later step is skipped.
+    let doctests = if process::interrupted() {
         None
     } else {
         Some(suite::doctests(&workspace, &env)?)
@@ -144,16 +140,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // proof: cargo-mutants mutates in place and writes each file back, same content but a newer
     // mtime, which the gate's results-outdated check would take for an edit after the tests.
     let packages = suite::packages_named(&args.test_args);
-    // A Ctrl-C during the tests, or during any step after them.
-    let stopped = || interrupted || process::interrupted();
-    let gate = if stopped() {
+    let gate = if process::interrupted() {
         None
     } else {
         Some(suite::spec_check(
             &xtask, &workspace, &junit, &ledger, &packages,
         )?)
     };
-    let proof = if args.prove_ci && !stopped() {
+    let proof = if args.prove_ci && !process::interrupted() {
         Some(prove_ci(
             std::process::Command::new(&xtask),
             &workspace,
@@ -166,18 +160,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let logs = supervisor.logs();
     supervisor.stop_all();
-    // The gate is missing only when a stop came before it.
-    let (false, Some(gate)) = (stopped(), gate) else {
+    let (doc_status, doc_counts) = doctests.unzip();
+    let found = Findings {
+        nextest: nextest.success(),
+        doctests: doc_status.map(|s| s.success()),
+        gate: gate.map(|g| g.success()),
+        proof,
+    };
+    let Ending::Finished {
+        ok,
+        print_logs: logs_wanted,
+    } = ending(process::interrupted(), &found)
+    else {
         let _ = print_logs(&mut std::io::stderr(), &logs);
         return Ok(ExitCode::from(130));
     };
-    let (doc_status, doc_counts) = doctests.unzip();
     // The gate's own JUnit reader: the closing line and the gate count the same test cases.
     let counts = suite::junit_counts(&junit) + doc_counts.unwrap_or_default();
-    let doc_ok = doc_status.is_some_and(|s| s.success());
-    let proof_ok = proof.is_none_or(|p| p);
-    let ok = nextest.success() && doc_ok && gate.success() && proof_ok;
-    if !nextest.success() || !doc_ok {
+    if logs_wanted {
         let _ = print_logs(&mut std::io::stderr(), &logs);
     }
     if let Some(proof_ok) = proof {
@@ -185,9 +185,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!(
         "xtask test: nextest {}, doctests {}, spec-check {}; setup {:.1}s, services {:.1}s, tests {:.1}s, total {:.1}s",
-        verdict(nextest.success()),
-        verdict(doc_ok),
-        verdict(gate.success()),
+        verdict(found.nextest),
+        verdict(found.doctests == Some(true)),
+        verdict(found.gate == Some(true)),
         ready_after.as_secs_f64(),
         services_took.as_secs_f64(),
         tests_took.as_secs_f64(),
@@ -201,6 +201,53 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The Ctrl-C / SIGTERM handler: says so and sets `flag`, which every wait loop and every step of
+/// the run checks, so the run winds down and stops its services.
+// i[impl harness.services.stop]
+fn on_interrupt(flag: &AtomicBool) {
+    eprintln!("\nxtask test: interrupted; stopping the services");
+    flag.store(true, Ordering::SeqCst);
+}
+
+/// Whether missing packages may be installed: with `--install`, or in CI.
+// i[impl harness.install+2]
+fn install_allowed(flag: bool, ci: bool) -> bool {
+    flag || ci
+}
+
+/// What the run's steps found; `None`: the step did not run.
+#[derive(Debug, Clone, Copy)]
+struct Findings {
+    nextest: bool,
+    doctests: Option<bool>,
+    gate: Option<bool>,
+    proof: Option<bool>,
+}
+
+/// How a run ends once its services are stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    /// A Ctrl-C or SIGTERM came before the gate judged the run: exit 130, with the logs.
+    Interrupted,
+    /// The run got to its end: whether it passed, and whether the logs are worth printing.
+    Finished { ok: bool, print_logs: bool },
+}
+
+/// The run passes only if the tests, the doctests, the gate and (when asked for) the proof all
+/// passed; the services' logs are printed when the tests or doctests failed.
+// i[impl harness.results+2]
+// i[impl harness.logs]
+fn ending(stopped: bool, found: &Findings) -> Ending {
+    let (false, Some(gate)) = (stopped, found.gate) else {
+        return Ending::Interrupted;
+    };
+    let doctests = found.doctests == Some(true);
+    Ending::Finished {
+        ok: found.nextest && doctests && gate && found.proof != Some(false),
+        print_logs: !found.nextest || !doctests,
+    }
 }
 
 /// `--prove-ci`: `xtask prove --ci` with the services' environment (`HOLDFAST_TEST_SERVICES=1`,
@@ -442,6 +489,99 @@ mod tests {
             let case = format!("tests passed: {tests_ok}, doctests: {doctests:?}");
             assert!(!proved, "a failed build: {case}");
             assert!(!dir.path().join("called").exists(), "not run: {case}");
+        }
+    }
+
+    // i[verify harness.services.stop]
+    #[test]
+    fn an_interrupt_sets_the_flag_the_run_winds_down_on() {
+        let flag = AtomicBool::new(false);
+        on_interrupt(&flag);
+        assert!(flag.load(Ordering::SeqCst));
+    }
+
+    // i[verify harness.install+2]
+    #[test]
+    fn packages_are_installed_with_install_or_in_ci_only() {
+        assert!(!install_allowed(false, false));
+        assert!(install_allowed(true, false));
+        assert!(install_allowed(false, true));
+        assert!(install_allowed(true, true));
+    }
+
+    /// Findings of a run whose every step ran and passed.
+    const ALL_PASSED: Findings = Findings {
+        nextest: true,
+        doctests: Some(true),
+        gate: Some(true),
+        proof: None,
+    };
+
+    // i[verify harness.services.stop]
+    #[test]
+    fn a_run_stopped_before_the_gate_ends_interrupted() {
+        assert_eq!(ending(true, &ALL_PASSED), Ending::Interrupted);
+        let no_gate = Findings {
+            gate: None,
+            ..ALL_PASSED
+        };
+        assert_eq!(ending(false, &no_gate), Ending::Interrupted);
+        assert_eq!(ending(true, &no_gate), Ending::Interrupted);
+    }
+
+    // i[verify harness.results+2]
+    // i[verify harness.logs]
+    #[test]
+    fn a_run_passes_only_if_every_step_passed_and_logs_follow_failed_tests() {
+        let passed = |found: Findings| ending(false, &found);
+        let finished = |ok, print_logs| Ending::Finished { ok, print_logs };
+        assert_eq!(passed(ALL_PASSED), finished(true, false));
+        let cases = [
+            (
+                Findings {
+                    nextest: false,
+                    ..ALL_PASSED
+                },
+                finished(false, true),
+            ),
+            (
+                Findings {
+                    doctests: Some(false),
+                    ..ALL_PASSED
+                },
+                finished(false, true),
+            ),
+            (
+                Findings {
+                    doctests: None,
+                    ..ALL_PASSED
+                },
+                finished(false, true),
+            ),
+            (
+                Findings {
+                    gate: Some(false),
+                    ..ALL_PASSED
+                },
+                finished(false, false),
+            ),
+            (
+                Findings {
+                    proof: Some(false),
+                    ..ALL_PASSED
+                },
+                finished(false, false),
+            ),
+            (
+                Findings {
+                    proof: Some(true),
+                    ..ALL_PASSED
+                },
+                finished(true, false),
+            ),
+        ];
+        for (found, expected) in cases {
+            assert_eq!(passed(found), expected, "{found:?}");
         }
     }
 

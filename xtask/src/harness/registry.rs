@@ -120,6 +120,33 @@ mod tests {
     use crate::harness::layout::free_ports;
     use crate::harness::testing::{Run, installed};
 
+    // i[verify harness.services.registry]
+    #[test]
+    fn the_registry_starts_privately_and_exports_where_it_answers() {
+        if !installed(&["docker-registry"]) {
+            return;
+        }
+        let mut run = Run::new();
+        let dir = run.dir("registry");
+        let port = free_ports(1).unwrap()[0];
+        let env = start(&mut run.supervisor, &dir, port).unwrap();
+        assert_eq!(
+            env,
+            [("HOLDFAST_TEST_REGISTRY", format!("127.0.0.1:{port}"))]
+        );
+        // The exported address answers the registry API (plain HTTP), storing in this run's root.
+        let addr: std::net::SocketAddr = env[0].1.parse().unwrap();
+        let (status, body) = probe::http_get(addr, "/v2/").unwrap();
+        assert_eq!(status, 200, "{body}");
+        let config = std::fs::read_to_string(dir.file("config.yml")).unwrap();
+        assert!(
+            config.contains(&format!("rootdirectory: {}", dir.data().display())),
+            "{config}"
+        );
+        run.supervisor.stop_all();
+        assert!(!probe::accepts(addr), "the registry still answers");
+    }
+
     // i[verify harness.registry.seed]
     #[test]
     fn the_seeded_image_is_in_the_registry_and_not_in_dockerds_store() {

@@ -2,12 +2,11 @@
 //! services root, and for the programs those tests need.
 
 use std::fs::File;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::fcntl::{Flock, FlockArg};
 
-use holdfast_test_support::services::{self, Skip};
+use holdfast_test_support::services::{self, FailWhen};
 
 use super::layout::ServiceDir;
 use super::process::{SERVICE_PROGRAMS, Supervisor, sweep_processes, unmount_under};
@@ -27,35 +26,11 @@ pub fn installed(programs: &[&str]) -> bool {
         return true;
     }
     let missing = missing.join(", ");
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("<unnamed thread>")
-        .to_owned();
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let harness = std::env::var(services::SERVICES_VAR).is_ok_and(|v| v == "1");
-    if ci || harness {
-        panic!("{test}: needs {missing}, not installed (cargo xtask test --install installs it)");
-    }
-    let binary = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .map(|stem| services::binary_name_without_hash(&stem).to_owned())
-        .unwrap_or_default();
-    let skip = Skip {
-        test: test.clone(),
-        binary,
-        service: missing.clone(),
-        reason: format!("{missing} not installed (cargo xtask test --install installs it)"),
-    };
-    // Straight to the stderr handle: libtest captures the print macros, and a skip must be seen.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED {test}: needs {missing} (run cargo xtask test)"
+    services::skip_loudly(
+        &missing,
+        &format!("{missing} not installed (cargo xtask test --install installs it)"),
+        FailWhen::HarnessOrCi,
     );
-    let ledger = std::env::var_os(services::SKIP_LEDGER_VAR)
-        .map(PathBuf::from)
-        .unwrap_or_else(services::default_ledger_path);
-    let _ = skip.append_to(&ledger);
     false
 }
 

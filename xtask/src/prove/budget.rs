@@ -36,17 +36,32 @@ impl Budget {
     }
 
     /// Whether a rule of `count` mutants may start now; the reason when not.
-    pub fn admit(&self, count: usize) -> Result<(), String> {
-        self.admit_at(count, self.started.elapsed())
+    pub fn admit_rule(&self, provable: bool, count: usize) -> Result<(), String> {
+        self.admit_rule_at(provable, count, self.started.elapsed())
     }
 
-    /// Why no further rule may start, whatever its size (a cap reached, the time spent).
-    pub fn spent(&self) -> Option<String> {
-        self.spent_at(self.started.elapsed())
+    /// `admit_rule` with the run's elapsed time given: a rule that runs no mutant (not provable)
+    /// and any rule of an unbounded run start; otherwise none once a cap is reached or the time
+    /// spent, whatever its size, nor one that `admit_at` refuses.
+    // i[impl prove.budget+3]
+    pub fn admit_rule_at(
+        &self,
+        provable: bool,
+        count: usize,
+        elapsed: Duration,
+    ) -> Result<(), String> {
+        if !provable || !self.bounded() {
+            return Ok(());
+        }
+        match self.spent_at(elapsed) {
+            Some(why) => Err(why),
+            None => self.admit_at(count, elapsed),
+        }
     }
 
-    /// `spent` with the run's elapsed time given.
-    // i[impl prove.budget+2]
+    /// Why no further rule may start, whatever its size (a cap reached, the time spent), with
+    /// the run's elapsed time given.
+    // i[impl prove.budget+3]
     pub fn spent_at(&self, elapsed: Duration) -> Option<String> {
         if let Some(max) = self.max_mutants
             && self.mutants >= max
@@ -64,7 +79,7 @@ impl Budget {
     }
 
     /// `admit` with the run's elapsed time given (the clock is injected for tests).
-    // i[impl prove.budget+2]
+    // i[impl prove.budget+3]
     pub fn admit_at(&self, count: usize, elapsed: Duration) -> Result<(), String> {
         if let Some(max) = self.max_mutants
             && self.mutants + count > max
@@ -99,15 +114,18 @@ impl Budget {
         Ok(())
     }
 
-    /// How long the rule starting now may run before it is cut off, if the run has a time cap.
-    pub fn remaining(&self) -> Option<Duration> {
-        self.remaining_at(self.started.elapsed())
+    /// When a rule starting at `now` is cut off, if the run has a time cap: once the run's
+    /// seconds are spent.
+    // i[impl prove.budget+3]
+    pub fn deadline(&self, now: Instant) -> Option<Instant> {
+        self.remaining_at(now.saturating_duration_since(self.started))
+            .map(|left| now + left)
     }
 
     /// `remaining` with the run's elapsed time given. The first rule has no pace to be judged by
     /// before it starts, so this is what holds the time cap for it (and for any rule whose
     /// mutants are slower than the run's pace so far).
-    // i[impl prove.budget+2]
+    // i[impl prove.budget+3]
     pub fn remaining_at(&self, elapsed: Duration) -> Option<Duration> {
         self.seconds.map(|seconds| seconds.saturating_sub(elapsed))
     }
@@ -138,8 +156,18 @@ impl Budget {
     }
 }
 
+/// The order a bounded run takes its rules in, given each one's mutants (0 for a rule that runs
+/// none): fewest first, so the caps judge as many rules as they can; equal counts keep the order
+/// chosen.
+// i[impl prove.budget+3]
+pub fn order(counts: &[usize]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..counts.len()).collect();
+    order.sort_by_key(|&i| counts[i]);
+    order
+}
+
 /// What a cut-off rule's NOT RUN line says: how far it got, and that nothing of it is recorded.
-// i[impl prove.budget+2]
+// i[impl prove.budget+3]
 pub fn cut_off_reason(tried: &Option<Proof>, count: Option<usize>, took: Duration) -> String {
     let of = count.map_or(String::new(), |n| format!(" of {n}"));
     let far = match tried {
@@ -167,7 +195,7 @@ pub fn cut_off_reason(tried: &Option<Proof>, count: Option<usize>, took: Duratio
 mod tests {
     use super::*;
 
-    // i[verify prove.budget+2]
+    // i[verify prove.budget+3]
     #[test]
     fn rules_past_either_cap_are_left_unrun_and_named() {
         let secs = Duration::from_secs;
@@ -200,7 +228,7 @@ mod tests {
         assert!(warning.contains("r[a.b], r[c.d]"), "{warning}");
     }
 
-    // i[verify prove.budget+2]
+    // i[verify prove.budget+3]
     #[test]
     fn a_rule_may_run_only_for_what_is_left_of_the_seconds() {
         let secs = Duration::from_secs;
@@ -234,5 +262,58 @@ mod tests {
         assert!(why.contains("no proof recorded"), "{why}");
         let none = cut_off_reason(&None, None, secs(240));
         assert!(none.contains("no mutant judged"), "{none}");
+    }
+
+    // i[verify prove.budget+3]
+    #[test]
+    fn a_bounded_run_takes_the_smallest_rules_first_in_the_order_chosen() {
+        assert_eq!(order(&[30, 0, 5, 30, 5, 1]), [1, 5, 2, 4, 0, 3]);
+        assert_eq!(order(&[]), Vec::<usize>::new());
+    }
+
+    // i[verify prove.budget+3]
+    #[test]
+    fn a_rule_starts_only_within_the_caps_unless_it_runs_nothing() {
+        let secs = Duration::from_secs;
+        let unbounded = Budget::new(None, None);
+        assert_eq!(unbounded.admit_rule_at(true, 1000, secs(1000)), Ok(()));
+        let mut budget = Budget::new(Some(10), Some(100));
+        assert_eq!(budget.admit_rule_at(true, 10, secs(0)), Ok(()));
+        assert!(
+            budget.admit_rule_at(true, 11, secs(0)).is_err(),
+            "past the cap"
+        );
+        assert!(
+            budget.admit_rule_at(true, 0, secs(100)).is_err(),
+            "time spent"
+        );
+        assert_eq!(
+            budget.admit_rule_at(false, 11, secs(100)),
+            Ok(()),
+            "a rule not provable runs no mutant: it is reported, never left unrun"
+        );
+        budget.ran(10, secs(10));
+        let reached = budget.admit_rule_at(true, 0, secs(10));
+        assert!(
+            reached
+                .as_ref()
+                .is_err_and(|why| why.contains("cap of 10 mutants is reached")),
+            "{reached:?}"
+        );
+    }
+
+    // i[verify prove.budget+3]
+    #[test]
+    fn a_rule_is_cut_off_when_the_runs_seconds_are_spent() {
+        let budget = Budget::new(None, Some(240));
+        let at = |secs| budget.started + Duration::from_secs(secs);
+        assert_eq!(budget.deadline(at(0)), Some(at(240)));
+        assert_eq!(budget.deadline(at(200)), Some(at(240)));
+        assert_eq!(
+            budget.deadline(at(300)),
+            Some(at(300)),
+            "already spent: now"
+        );
+        assert_eq!(Budget::new(Some(40), None).deadline(at(0)), None);
     }
 }

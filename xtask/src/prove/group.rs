@@ -15,7 +15,7 @@ pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
 /// Waits for `child` (spawned by `spawn`) to exit; `None` when `deadline` came first, in which case
 /// its whole group was sent SIGTERM (nextest then ends its tests, cargo its rustc) and the child
 /// was waited for.
-// i[impl prove.budget+2]
+// i[impl prove.budget+3]
 pub fn wait_until(
     child: &mut Child,
     deadline: Option<Instant>,
@@ -52,7 +52,7 @@ mod tests {
         })
     }
 
-    // i[verify prove.budget+2]
+    // i[verify prove.budget+3]
     #[test]
     fn a_command_cut_off_at_its_deadline_ends_with_what_it_started() {
         let dir = tempfile::tempdir().unwrap();

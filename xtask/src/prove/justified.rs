@@ -53,34 +53,48 @@ pub fn load(root: &Path) -> Result<Vec<Justified>, String> {
     Ok(file.survivor)
 }
 
-/// Splits a survivor `file:line:col: mutation` into its file and mutation.
-fn split(survivor: &str) -> Option<(&str, &str)> {
+/// Splits a survivor `file:line:col: mutation` into its file, line and mutation.
+fn split(survivor: &str) -> Option<(&str, &str, &str)> {
     let (place, mutation) = survivor.split_once(": ")?;
     let mut parts = place.rsplitn(3, ':');
-    let (_col, _line, file) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((file, mutation))
+    let (_col, line, file) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((file, line, mutation))
+}
+
+/// What a justified survivor is recorded as: cargo-mutants' place and mutation, the entry's `at`
+/// when the line has moved from it, and the reason.
+// i[impl prove.justified+2]
+fn record(survivor: &str, line: &str, entry: &Justified) -> String {
+    let reason = entry.reason.trim();
+    match entry.at.split_once(':') {
+        Some((_, at_line)) if at_line.trim() == line => format!("{survivor} — {reason}"),
+        _ => format!(
+            "{survivor} (survivors.toml has it at {}) — {reason}",
+            entry.at.trim()
+        ),
+    }
 }
 
 /// Moves the survivors of rule `id` (with or without version) that `list` justifies from
 /// `proof.survivors` into `proof.justified`, adjusting `missed`.
-// i[impl prove.justified]
+// i[impl prove.justified+2]
 pub fn apply(proof: &mut Proof, id: &str, list: &[Justified]) {
     let base = id.split('+').next().unwrap_or(id);
     let mut kept = Vec::new();
     for survivor in std::mem::take(&mut proof.survivors) {
-        let reason = split(&survivor).and_then(|(file, mutation)| {
+        let justified = split(&survivor).and_then(|(file, line, mutation)| {
             list.iter()
                 .find(|j| {
                     j.rule.split('+').next() == Some(base)
                         && j.at.split(':').next() == Some(file)
                         && j.mutation == mutation
                 })
-                .map(|j| j.reason.trim().to_owned())
+                .map(|j| record(&survivor, line, j))
         });
-        match reason {
-            Some(reason) => {
+        match justified {
+            Some(justified) => {
                 proof.missed = proof.missed.saturating_sub(1);
-                proof.justified.push(format!("{survivor} — {reason}"));
+                proof.justified.push(justified);
             }
             None => kept.push(survivor),
         }
@@ -92,7 +106,7 @@ pub fn apply(proof: &mut Proof, id: &str, list: &[Justified]) {
 mod tests {
     use super::*;
 
-    // i[verify prove.justified]
+    // i[verify prove.justified+2]
     #[test]
     fn a_justified_survivor_leaves_missed_and_keeps_its_reason() {
         let list: Vec<Justified> = toml::from_str::<File>(
@@ -131,8 +145,10 @@ reason = "alpha's result is only logged"
         assert_eq!(
             proof.justified,
             [
-                "crates/demo/src/lib.rs:7:5: replace alpha -> u32 with 1 — alpha's result is only logged"
-            ]
+                "crates/demo/src/lib.rs:7:5: replace alpha -> u32 with 1 (survivors.toml has it at \
+                 crates/demo/src/lib.rs:2) — alpha's result is only logged"
+            ],
+            "cargo-mutants' line is shown, and the entry's `at` it has moved from"
         );
         assert!(!proof.proven(), "one unjustified survivor remains");
         let mut other_file = unjustified.clone();
@@ -140,6 +156,16 @@ reason = "alpha's result is only logged"
             "crates/demo/src/other.rs:7:5: replace alpha -> u32 with 1".into();
         apply(&mut other_file, "demo.alpha", &list);
         assert_eq!(other_file.missed, 2, "the file must match");
+        let mut in_place = unjustified.clone();
+        in_place.survivors[0] = "crates/demo/src/lib.rs:2:5: replace alpha -> u32 with 1".into();
+        apply(&mut in_place, "demo.alpha", &list);
+        assert_eq!(
+            in_place.justified,
+            [
+                "crates/demo/src/lib.rs:2:5: replace alpha -> u32 with 1 — alpha's result is only logged"
+            ],
+            "an `at` that still holds is not repeated"
+        );
     }
 
     #[test]

@@ -169,48 +169,39 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let out_dir = root.join("target/prove");
     std::fs::create_dir_all(&out_dir)?;
-    let mut all_proven = true;
-    let mut lines = Vec::new();
     let mut bound = budget::Budget::new(args.max_mutants, args.budget);
+    // A bounded run knows every rule's size before it starts one, and takes the smallest first.
+    let counts = if bound.bounded() {
+        Some(count_mutants(&root, &chosen)?)
+    } else {
+        None
+    };
+    let order = counts
+        .as_deref()
+        .map_or_else(|| (0..chosen.len()).collect(), budget::order);
+    let mut tally = Tally::default();
     let mut unserved = Vec::new();
-    // CI fails on a survivor only: a touched rule with no viable mutant (or none to make) shows
-    // no weakened test, and is named on a WARNING line instead.
-    let (mut survived, mut unjudged) = (false, Vec::new());
     let (commit, date) = (head_commit(&root), timestamp_now());
-    for plan in &chosen {
+    for index in order {
+        let plan = &chosen[index];
         let provable = plan.provable();
-        let mut count = None;
-        if provable && bound.bounded() {
-            // Once a cap is reached, later rules are not even listed: listing costs a second or
-            // two per rule, and a big merge touches hundreds.
-            let admitted = match bound.spent() {
-                Some(why) => Err(why),
-                None => {
-                    let n = count_mutants(&root, plan)?;
-                    count = Some(n);
-                    bound.admit(n)
-                }
-            };
-            if let Err(why) = admitted {
-                let line = format!("{}: NOT RUN — {why}", plan.rule);
-                crate::output::print(&format!("{line}\n"));
-                bound.left_unrun(&plan.rule);
-                continue;
-            }
+        let count = counts.as_ref().map(|counts| counts[index]);
+        if let Err(why) = bound.admit_rule(provable, count.unwrap_or(0)) {
+            crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+            bound.left_unrun(&plan.rule);
+            continue;
         }
         let started = std::time::Instant::now();
         let mut proof = if provable {
-            let deadline = bound.remaining().map(|left| started + left);
-            match prove_one(&root, &out_dir, plan, args.timeout, deadline)? {
+            match prove_one(&root, &out_dir, plan, args.timeout, bound.deadline(started))? {
                 Run::Done(proof) => proof,
                 Run::CutOff(mut tried) => {
                     // The time cap holds inside a rule too: the first rule has no pace to be
                     // judged by, and one slow rule must not take CI's step past its bound.
                     if let Some(tried) = tried.as_mut() {
                         justified::apply(tried, &plan.id, &justified);
-                        // A survivor seen is one whatever the untried mutants would have shown.
-                        survived |= tried.missed > 0;
                     }
+                    tally.cut_off(tried.as_ref());
                     let why = budget::cut_off_reason(&tried, count, started.elapsed());
                     crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
                     bound.ran(tried.as_ref().map_or(0, Proof::tried), started.elapsed());
@@ -237,11 +228,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         justified::apply(&mut proof, &plan.id, &justified);
         proof.commit = commit.clone();
         proof.date = Some(date.clone());
-        all_proven &= proof.proven();
-        survived |= proof.missed > 0;
-        if !proof.proven() && proof.missed == 0 {
-            unjudged.push(plan.rule.clone());
-        }
+        tally.record(&plan.rule, &proof);
         let written = Written {
             rule: &plan.rule,
             proof: &proof,
@@ -250,29 +237,19 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             out_dir.join(format!("{}.json", plan.id)),
             serde_json::to_string_pretty(&written)? + "\n",
         )?;
-        let line = proof.line(&plan.rule);
-        crate::output::print(&format!("{line}\n"));
-        lines.push(line);
+        crate::output::print(&format!("{}\n", proof.line(&plan.rule)));
     }
     crate::output::print(&format!(
         "\nprove: {} rule{}, {} proven; results in {}\n",
         chosen.len(),
         if chosen.len() == 1 { "" } else { "s" },
-        lines.iter().filter(|l| l.contains(": proven")).count(),
+        tally.proven,
         out_dir.display()
     ));
-    let unjudged_warning = (args.ci && !unjudged.is_empty()).then(|| {
-        format!(
-            "prove: WARNING: {} rule{} touched but not proven (no viable mutant, or nothing to mutate or judge): {}",
-            unjudged.len(),
-            if unjudged.len() == 1 { "" } else { "s" },
-            unjudged.join(", ")
-        )
-    });
     for warning in [
         bound.warning(),
         services::warning(&unserved),
-        unjudged_warning,
+        tally.unjudged_warning(args.ci),
     ]
     .into_iter()
     .flatten()
@@ -281,12 +258,68 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         crate::output::print(&format!("{warning}\n"));
         eprintln!("{warning}");
     }
-    let passed = if args.ci { !survived } else { all_proven };
-    Ok(if passed {
+    Ok(if tally.passed(args.ci) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What the rules a run recorded (and those it cut off) add up to: its exit and its warning.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Rules recorded as proven.
+    proven: usize,
+    /// Whether a rule was recorded unproven.
+    unproven: bool,
+    /// Whether a recorded rule, or a cut-off one, showed an unjustified survivor.
+    survived: bool,
+    /// Rules recorded unproven without a survivor (no viable mutant, nothing to mutate or judge).
+    unjudged: Vec<String>,
+}
+
+impl Tally {
+    /// A rule's proof, as recorded.
+    // i[impl prove.run+2]
+    fn record(&mut self, rule: &str, proof: &Proof) {
+        if proof.proven() {
+            self.proven += 1;
+        } else {
+            self.unproven = true;
+            if proof.missed == 0 {
+                self.unjudged.push(rule.to_owned());
+            }
+        }
+        self.survived |= proof.missed > 0;
+    }
+
+    /// What a cut-off rule had judged, when that can be read: a survivor seen is one whatever
+    /// the untried mutants would have shown.
+    // i[impl prove.run+2]
+    fn cut_off(&mut self, tried: Option<&Proof>) {
+        self.survived |= tried.is_some_and(|tried| tried.missed > 0);
+    }
+
+    /// Whether the run passes: CI's fails on a survivor only (a touched rule with no viable
+    /// mutant, or none to make, shows no weakened test and is warned of instead); any other run
+    /// fails unless every recorded rule is proven.
+    // i[impl prove.run+2]
+    fn passed(&self, ci: bool) -> bool {
+        if ci { !self.survived } else { !self.unproven }
+    }
+
+    /// CI's warning naming the touched rules recorded unproven without a survivor.
+    // i[impl ci.prove+2]
+    fn unjudged_warning(&self, ci: bool) -> Option<String> {
+        (ci && !self.unjudged.is_empty()).then(|| {
+            format!(
+                "prove: WARNING: {} rule{} touched but not proven (no viable mutant, or nothing to mutate or judge): {}",
+                self.unjudged.len(),
+                if self.unjudged.len() == 1 { "" } else { "s" },
+                self.unjudged.join(", ")
+            )
+        })
+    }
 }
 
 /// `--summary`: docs/audit/proof.md from target/prove/ over the file's earlier rows, for the
@@ -404,17 +437,16 @@ fn cargo_mutants_installed() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The cargo-mutants arguments that choose the rule's mutants: its items' files and lines.
-fn select_mutants(command: &mut Command, plan: &Plan) {
-    for file in plan
-        .targets
+/// The cargo-mutants arguments that choose the mutants of `plans`: their items' files and lines.
+fn select_mutants(command: &mut Command, plans: &[&Plan]) {
+    for file in plans
         .iter()
-        .map(|t| t.file.as_str())
+        .flat_map(|plan| plan.targets.iter().map(|t| t.file.as_str()))
         .collect::<std::collections::BTreeSet<_>>()
     {
         command.args(["--file", file]);
     }
-    for pattern in plan.name_patterns() {
+    for pattern in plans.iter().flat_map(|plan| plan.name_patterns()) {
         command.args(["--re", &pattern]);
     }
 }
@@ -430,23 +462,43 @@ fn select_test_targets(command: &mut Command, plan: &Plan) {
     }
 }
 
-/// How many mutants the rule's items make (`cargo mutants --list`: no build, no test).
-fn count_mutants(root: &Path, plan: &Plan) -> anyhow::Result<usize> {
+/// How many mutants each of `plans` makes (0 for one not provable), from one `cargo mutants
+/// --list` over them all (no build, no test): a listing per rule costs a second or two, and a big
+/// merge touches hundreds of rules.
+// i[impl prove.budget+3]
+fn count_mutants(root: &Path, plans: &[Plan]) -> anyhow::Result<Vec<usize>> {
+    let provable: Vec<&Plan> = plans.iter().filter(|p| p.provable()).collect();
+    if provable.is_empty() {
+        return Ok(vec![0; plans.len()]);
+    }
     let mut command = Command::new("cargo");
     command
         .args(["mutants", "--list", "--json", "--colors", "never"])
         .current_dir(root);
-    select_mutants(&mut command, plan);
+    select_mutants(&mut command, &provable);
     let output = command.output()?;
     if !output.status.success() {
         anyhow::bail!(
             "cargo mutants --list failed for {}: {}",
-            plan.rule,
+            provable
+                .iter()
+                .map(|p| p.rule.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    let listed: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout)?;
-    Ok(listed.len())
+    let listed = plan::listed(&output.stdout)?;
+    Ok(plans
+        .iter()
+        .map(|p| {
+            if p.provable() {
+                p.mutants_among(&listed)
+            } else {
+                0
+            }
+        })
+        .collect())
 }
 
 /// How one rule's cargo-mutants run ended.
@@ -487,15 +539,7 @@ fn prove_one(
     let snapshot = pristine::Snapshot::take(root, plan.targets.iter().map(|t| t.file.as_str()));
     let ended = wait_or_cut_off(&mut command, log, plan, &outcomes_json(&rule_dir), deadline);
     // Whatever became of the run, the files it may have mutated are as they were.
-    let restored = snapshot.restore_changed()?;
-    if !restored.is_empty() {
-        let names: Vec<_> = restored.iter().map(|p| p.display().to_string()).collect();
-        anyhow::bail!(
-            "cargo-mutants left {} mutated for {}; written back from before the run",
-            names.join(", "),
-            plan.rule
-        );
-    }
+    snapshot.ensure_restored(&plan.rule)?;
     let status = match ended? {
         Ended::Exited(status) => status,
         Ended::CutOff(tried) => return Ok(Run::CutOff(tried)),
@@ -539,7 +583,7 @@ fn mutants_command(root: &Path, rule_dir: &Path, plan: &Plan) -> Command {
         .arg("--output")
         .arg(rule_dir)
         .current_dir(root);
-    select_mutants(&mut command, plan);
+    select_mutants(&mut command, &[plan]);
     // Every feature on: an item or a test behind a feature (`#[cfg(feature = "tracing")]`) is
     // judged, never a survivor because its test was not compiled. Features here are additive.
     command.arg("--all-features");
@@ -791,5 +835,79 @@ mod tests {
         assert_eq!(test_timeout(None, secs(1.0)), 20, "at least 20 s");
         assert_eq!(test_timeout(None, secs(4.0)), 20);
         assert_eq!(test_timeout(None, secs(10.1)), 51, "five times, rounded up");
+    }
+
+    fn proof(caught: usize, missed: usize, unviable: usize) -> Proof {
+        Proof {
+            caught,
+            missed,
+            unviable,
+            ..Proof::default()
+        }
+    }
+
+    // i[verify prove.run+2]
+    #[test]
+    fn a_run_passes_when_every_recorded_rule_is_proven() {
+        let mut tally = Tally::default();
+        assert!(
+            tally.passed(false) && tally.passed(true),
+            "nothing recorded"
+        );
+        tally.record("r[a]", &proof(2, 0, 1));
+        tally.record("r[b]", &proof(1, 0, 0));
+        assert_eq!(tally.proven, 2);
+        assert!(tally.passed(false) && tally.passed(true));
+        assert_eq!(tally.unjudged_warning(true), None);
+        tally.record("r[c]", &proof(0, 0, 3));
+        assert_eq!(tally.proven, 2);
+        assert!(
+            !tally.passed(false),
+            "a rule with no viable mutant is not proven"
+        );
+        assert!(tally.passed(true), "CI fails on a survivor only");
+        let warning = tally.unjudged_warning(true).expect("CI names it");
+        assert!(
+            warning.contains("1 rule touched but not proven") && warning.ends_with(": r[c]"),
+            "{warning}"
+        );
+        assert_eq!(tally.unjudged_warning(false), None, "CI's warning only");
+        tally.record("r[d]", &proof(1, 1, 0));
+        assert!(!tally.passed(true), "a survivor fails CI");
+        assert_eq!(
+            tally.unjudged,
+            ["r[c]"],
+            "a rule with a survivor was judged"
+        );
+        let not_provable = Proof {
+            not_provable: Some("no test".into()),
+            ..Proof::default()
+        };
+        let mut other = Tally::default();
+        other.record("r[e]", &not_provable);
+        assert!(!other.passed(false));
+        assert!(other.passed(true));
+        assert_eq!(other.unjudged, ["r[e]"]);
+        let warning = Tally {
+            unjudged: vec!["r[x]".into(), "r[y]".into()],
+            ..Tally::default()
+        }
+        .unjudged_warning(true)
+        .expect("a warning");
+        assert!(warning.contains("2 rules touched") && warning.ends_with(": r[x], r[y]"));
+    }
+
+    // i[verify prove.run+2]
+    #[test]
+    fn a_survivor_seen_before_a_cut_off_fails_ci() {
+        let mut tally = Tally::default();
+        tally.cut_off(None);
+        tally.cut_off(Some(&proof(3, 0, 1)));
+        assert!(tally.passed(true) && tally.passed(false), "nothing missed");
+        assert_eq!(tally.proven, 0, "a cut-off rule is not recorded");
+        tally.cut_off(Some(&proof(0, 1, 0)));
+        assert!(!tally.passed(true), "a survivor seen is one");
+        tally.cut_off(Some(&proof(3, 0, 0)));
+        assert!(!tally.passed(true), "and stays one");
     }
 }

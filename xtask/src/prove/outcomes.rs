@@ -23,8 +23,9 @@ pub struct Proof {
     /// Why the rule could not be proven, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_provable: Option<String>,
-    /// Survivors `docs/audit/survivors.toml` justifies: `file:line:col: mutation — reason`. They
-    /// are not counted in `missed`.
+    /// Survivors `docs/audit/survivors.toml` justifies: `file:line:col: mutation — reason`, with
+    /// ` (survivors.toml has it at FILE:LINE)` before the reason when the entry's line differs.
+    /// They are not counted in `missed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub justified: Vec<String>,
     /// The commit the proof ran on (`-dirty` when the tree had uncommitted changes).

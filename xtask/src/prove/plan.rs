@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::spec_check::Tree;
 use crate::spec_check::crate_layout;
+use crate::spec_check::rust_layout::{Item, RustLayout};
 use crate::spec_check::test_backed;
 
 /// An item to mutate.
@@ -119,6 +120,51 @@ impl Plan {
     }
 }
 
+/// A mutant as `cargo mutants --list --json` names it: where it starts, and whether the name
+/// filter (`--re`) reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// File, root-relative with `/`.
+    pub file: String,
+    /// The line the mutant starts on.
+    pub line: usize,
+    /// A struct-field deletion: cargo-mutants 27 applies no `--re` to those, so a run tries every
+    /// one in the files it is given.
+    pub unfiltered: bool,
+}
+
+/// Reads the output of `cargo mutants --list --json`.
+// i[impl prove.budget+3]
+pub fn listed(json: &[u8]) -> anyhow::Result<Vec<Listed>> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(json)?;
+    Ok(entries
+        .iter()
+        .map(|entry| Listed {
+            file: entry["file"].as_str().unwrap_or_default().to_owned(),
+            line: entry["span"]["start"]["line"]
+                .as_u64()
+                .and_then(|l| usize::try_from(l).ok())
+                .unwrap_or(0),
+            unfiltered: entry["genre"] == "StructField",
+        })
+        .collect())
+}
+
+impl Plan {
+    /// How many of `listed` (one listing over several rules' files and items) the rule's own run
+    /// would try: those in its items, and the unfiltered ones in its files.
+    // i[impl prove.budget+3]
+    pub fn mutants_among(&self, listed: &[Listed]) -> usize {
+        listed
+            .iter()
+            .filter(|m| {
+                self.covers(&m.file, m.line)
+                    || (m.unfiltered && self.targets.iter().any(|t| t.file == m.file))
+            })
+            .count()
+    }
+}
+
 /// The cargo option that builds the test binary nextest names `binary`: `PACKAGE` is the
 /// library's unit tests, `PACKAGE::bin/NAME` a binary's, `PACKAGE::bench/NAME` a bench's,
 /// `PACKAGE::NAME` the integration test `tests/NAME.rs`.
@@ -149,7 +195,7 @@ fn regex_escape(text: &str) -> String {
 
 /// The plan of every rule in `tree` (in spec order); rules with no Rust item or no test to judge
 /// it get an empty target or judge list, which `prove` reports as not provable.
-// i[impl prove.plan+2]
+// i[impl prove.plan+3]
 pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
     let mut plans = Vec::new();
     for rule in &tree.rules {
@@ -162,23 +208,25 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
             .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)
         {
             for site in coverage.impl_sites.iter().filter(|s| !s.stale) {
-                let Some(item) = tree
+                let layout = tree
                     .parsed
                     .files
                     .get(&site.path)
-                    .and_then(|f| f.layout.as_ref())
-                    .and_then(|layout| layout.item_at(site.line))
-                else {
+                    .and_then(|f| f.layout.as_ref());
+                let Some(item) = layout.and_then(|layout| layout.item_at(site.line)) else {
                     continue;
                 };
-                let target = Target {
-                    file: site.file.clone(),
-                    lines: (item.start, item.end),
-                    item: item.describe(),
-                    package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
-                };
-                if !targets.contains(&target) {
-                    targets.push(target);
+                let package = crate_layout::package_of(root, &site.path).map(|(p, _)| p);
+                for item in std::iter::once(item).chain(impls_of(layout, item)) {
+                    let target = Target {
+                        file: site.file.clone(),
+                        lines: (item.start, item.end),
+                        item: item.describe(),
+                        package: package.clone(),
+                    };
+                    if !targets.contains(&target) {
+                        targets.push(target);
+                    }
                 }
             }
             for site in coverage.verify_sites.iter().filter(|s| !s.stale) {
@@ -212,6 +260,31 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
         });
     }
     plans
+}
+
+/// The impl blocks, inherent or of a trait, of the struct or enum `item` in the same file, outside
+/// test code: a type's annotation covers its methods, which are where its behaviour lies. Any
+/// other item has none.
+// i[impl prove.plan+3]
+fn impls_of<'a>(layout: Option<&'a RustLayout>, item: &Item) -> Vec<&'a Item> {
+    let (Some(layout), "struct" | "enum") = (layout, item.kind) else {
+        return Vec::new();
+    };
+    layout
+        .items()
+        .iter()
+        .filter(|i| i.kind == "impl" && self_type(&i.name) == item.name)
+        .filter(|i| !layout.in_cfg_test(i.start))
+        .collect()
+}
+
+/// The type an impl block is for, as its name gives it: `Gather` of `Gather<K>`, `a::B` or `&B`.
+// i[impl prove.plan+3]
+fn self_type(name: &str) -> &str {
+    let name = name.trim_start_matches('&').trim_start();
+    let name = name.strip_prefix("mut ").unwrap_or(name);
+    let path = name.split('<').next().unwrap_or(name);
+    path.rsplit("::").next().unwrap_or(path).trim()
 }
 
 /// Lines changed per file, as `changed_lines` reads them.
@@ -275,7 +348,7 @@ pub fn changed_lines(root: &Path, rev: &str) -> Result<Changed, String> {
 mod tests {
     use super::*;
 
-    // i[verify prove.plan+2]
+    // i[verify prove.plan+3]
     #[test]
     fn patterns_select_the_items_lines_and_the_filter_the_rules_tests() {
         let plan = Plan {
@@ -313,6 +386,17 @@ mod tests {
             plan.test_filter(),
             "(binary_id(=holdfast-retry) & test(=schedule::tests::doubles)) | test(=caps)"
         );
+    }
+
+    // i[verify prove.plan+3]
+    #[test]
+    fn an_impl_blocks_type_is_its_name_without_path_generics_or_reference() {
+        assert_eq!(self_type("Gather<K>"), "Gather");
+        assert_eq!(self_type("Gathered<'_, K>"), "Gathered");
+        assert_eq!(self_type("crate::udp::Gather<K>"), "Gather");
+        assert_eq!(self_type("&Gather"), "Gather");
+        assert_eq!(self_type("&mut Gather"), "Gather");
+        assert_eq!(self_type("Gather"), "Gather");
     }
 
     fn judge(binary: Option<&str>, package: &str) -> Judge {
@@ -445,5 +529,36 @@ mod tests {
             "span unknown: the file"
         );
         assert!(!plan.touched_by(&changed("crates/retry/src/lib.rs", 1, 9)));
+    }
+
+    // i[verify prove.budget+3]
+    #[test]
+    fn one_listing_counts_each_rules_mutants_as_its_own_run_would() {
+        let json = br#"[
+            {"name":"crates/retry/src/schedule.rs:3:5: replace f -> u32 with 0","file":"crates/retry/src/schedule.rs","span":{"start":{"line":3,"column":5}},"genre":"FnValue"},
+            {"name":"crates/retry/src/schedule.rs:5:9: replace + with -","file":"crates/retry/src/schedule.rs","span":{"start":{"line":5,"column":9}},"genre":"BinaryOperator"},
+            {"name":"crates/retry/src/schedule.rs:6:9: replace + with -","file":"crates/retry/src/schedule.rs","span":{"start":{"line":6,"column":9}},"genre":"BinaryOperator"},
+            {"name":"crates/retry/src/schedule.rs:40:9: delete field x from struct S expression","file":"crates/retry/src/schedule.rs","span":{"start":{"line":40,"column":9}},"genre":"StructField"},
+            {"name":"crates/retry/src/lib.rs:40:9: delete field y from struct S expression","file":"crates/retry/src/lib.rs","span":{"start":{"line":40,"column":9}},"genre":"StructField"},
+            {"name":"crates/retry/src/lib.rs:4:1: replace g with ()","file":"crates/retry/src/lib.rs","span":{"start":{"line":4,"column":1}},"genre":"FnValue"}
+        ]"#;
+        let listed = listed(json).expect("parses");
+        assert_eq!(
+            listed[3],
+            Listed {
+                file: "crates/retry/src/schedule.rs".into(),
+                line: 40,
+                unfiltered: true,
+            }
+        );
+        assert!(!listed[0].unfiltered);
+        let mut plan = plan_of(Vec::new(), 1);
+        plan.targets[0].file = "crates/retry/src/schedule.rs".into();
+        plan.targets[0].lines = (3, 5);
+        // Lines 3 and 5 in its item, and the field deletion its file's run would try too.
+        assert_eq!(plan.mutants_among(&listed), 3);
+        plan.targets[0].file = "crates/retry/src/other.rs".into();
+        assert_eq!(plan.mutants_among(&listed), 0, "another file's mutants");
+        assert!(super::listed(b"not json").is_err());
     }
 }

@@ -47,6 +47,23 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// Writes back every file that differs from its snapshot; an error naming them, for `rule`'s
+    /// run, when there was one.
+    // i[impl prove.pristine]
+    pub fn ensure_restored(&self, rule: &str) -> anyhow::Result<()> {
+        let restored = self.restore_changed()?;
+        if restored.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<_> = restored.iter().map(|p| p.display().to_string()).collect();
+        anyhow::bail!(
+            "cargo-mutants left {} mutated for {rule}; written back from before the run",
+            names.join(", ")
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +107,28 @@ mod tests {
             })
             .collect();
         assert_eq!(set.len(), 1, "proptest's failure persistence is turned off");
+    }
+
+    // i[verify prove.pristine]
+    #[test]
+    fn a_run_that_left_a_file_mutated_fails_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.rs"), "fn a() -> u32 { 1 }\n").unwrap();
+        let snapshot = Snapshot::take(dir.path(), ["a.rs"]);
+        assert!(snapshot.ensure_restored("r[a.b]").is_ok(), "left as found");
+        std::fs::write(dir.path().join("a.rs"), "fn a() -> u32 { 0 }\n").unwrap();
+        let failed = snapshot
+            .ensure_restored("r[a.b]")
+            .expect_err("left mutated");
+        let message = failed.to_string();
+        assert!(
+            message.contains("a.rs") && message.contains("for r[a.b]"),
+            "{message}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.rs")).unwrap(),
+            "fn a() -> u32 { 1 }\n"
+        );
+        assert!(snapshot.ensure_restored("r[a.b]").is_ok(), "written back");
     }
 }

@@ -211,4 +211,34 @@ mod tests {
         assert_eq!(back["r[demo.alpha]"], proofs[0].1);
         assert_eq!(back["r[demo.beta+2]"], proofs[1].1);
     }
+
+    // i[verify prove.summary]
+    #[test]
+    fn survivors_are_listed_for_rules_with_missed_or_justified_mutants_only() {
+        let proven = |caught| Proof {
+            caught,
+            ..Proof::default()
+        };
+        let none = render(&[("r[a]".to_owned(), proven(1))]);
+        assert!(!none.contains("## Survivors"), "{none}");
+        let missed = Proof {
+            missed: 1,
+            survivors: vec!["a.rs:1:1: replace f with ()".into()],
+            ..proven(1)
+        };
+        let justified = Proof {
+            justified: vec!["b.rs:2:2: replace g with () — why".into()],
+            ..proven(1)
+        };
+        for (marker, proof) in [("r[m]", missed), ("r[j]", justified)] {
+            let text = render(&[("r[a]".to_owned(), proven(1)), (marker.to_owned(), proof)]);
+            let listed = text.split_once("\n## Survivors\n\n").map(|(_, l)| l);
+            assert!(
+                listed.is_some_and(
+                    |l| l.lines().count() == 1 && l.starts_with(&format!("- `{marker}`"))
+                ),
+                "{text}"
+            );
+        }
+    }
 }

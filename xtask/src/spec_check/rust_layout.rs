@@ -134,6 +134,11 @@ impl RustLayout {
             .min_by_key(|item| item.end - item.start)
     }
 
+    /// Every named item of the file, in source order.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
     /// Modules this file declares as `#[cfg(test)] mod name;` (their files are test code).
     pub fn test_child_modules(&self) -> &[String] {
         &self.test_child_modules

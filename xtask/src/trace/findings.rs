@@ -70,6 +70,9 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
     // The open finding and its paragraphs (first line number, text).
     let mut current: Option<(Finding, Vec<(usize, String)>)> = None;
     let mut in_fence = false;
+    // Whether the last line read was blank, a heading or a fence: the next text line opens a
+    // paragraph.
+    let mut after_blank = true;
 
     let close = |current: &mut Option<(Finding, Vec<(usize, String)>)>,
                  findings: &mut Vec<Finding>,
@@ -85,10 +88,15 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
         if line.trim_start().starts_with("```") {
+            // A fence line is neither heading nor text, the closing one included; what follows
+            // it opens a paragraph.
             in_fence = !in_fence;
+            after_blank = true;
+            continue;
         }
         if !in_fence && let Some(heading) = line.strip_prefix("## ") {
             close(&mut current, &mut findings, &mut errors);
+            after_blank = true;
             if let Some(finding) = heading_of(heading, number, &mut errors) {
                 if findings.iter().any(|f| f.id == finding.id) {
                     errors.push((number, format!("finding {} is defined twice", finding.id)));
@@ -98,28 +106,26 @@ pub fn parse(text: &str) -> Result<Vec<Finding>, Vec<(usize, String)>> {
             continue;
         }
         if in_fence || line.starts_with('#') {
+            // Skipped, but a sub-heading ends the paragraph before it, as a fence does.
+            after_blank = true;
             continue;
         }
         let Some((_, paragraphs)) = current.as_mut() else {
             continue;
         };
         if line.trim().is_empty() {
-            if paragraphs.last().is_some_and(|(_, p)| !p.is_empty()) {
-                paragraphs.push((number + 1, String::new()));
-            }
+            after_blank = true;
             continue;
         }
+        // A line after a blank one (or the first) starts a paragraph at its own line number.
         match paragraphs.last_mut() {
-            Some((_, paragraph)) if !paragraph.is_empty() => {
+            Some((_, paragraph)) if !after_blank => {
                 paragraph.push(' ');
                 paragraph.push_str(line.trim());
             }
-            Some((start, paragraph)) => {
-                *start = number;
-                paragraph.push_str(line.trim());
-            }
-            None => paragraphs.push((number, line.trim().to_owned())),
+            _ => paragraphs.push((number, line.trim().to_owned())),
         }
+        after_blank = false;
     }
     close(&mut current, &mut findings, &mut errors);
     if findings.is_empty() && errors.is_empty() {
@@ -176,7 +182,7 @@ fn finish(
 ) -> Result<Finding, (usize, String)> {
     let mut description = Vec::new();
     let mut closed_by = None;
-    for (line, paragraph) in paragraphs.iter().filter(|(_, p)| !p.is_empty()) {
+    for (line, paragraph) in paragraphs {
         if let Some(rest) = paragraph.strip_prefix(CLOSED_BY) {
             if closed_by.is_some() {
                 return Err((
@@ -273,6 +279,14 @@ Intro, with a `## H9: not a heading` in code:
 One line
 wrapped.
 
+### A sub-heading is not text
+
+```text
+**Closed by:** `r[in.a.fence]`
+```
+
+Second paragraph.
+
 **Closed by:** `r[a.b]`, `i[c.d+2]`
 
 **Still open:** the crate.
@@ -297,12 +311,26 @@ Text.
         let first = &findings[0];
         assert_eq!((first.id.as_str(), first.title.as_str()), ("H1", "First"));
         assert_eq!(first.line, 9);
-        assert_eq!(first.description, "One line wrapped.");
+        assert_eq!(first.description, "One line wrapped.\n\nSecond paragraph.");
+        assert_eq!(first.closed_by_line, 21);
         let markers: Vec<String> = first.rules.iter().map(NamedRule::marker).collect();
         assert_eq!(markers, ["r[a.b]", "i[c.d+2]"]);
         assert_eq!(first.still_open.as_deref(), Some("the crate."));
         assert_eq!(findings[1].rules[0].marker(), "r[e.f]");
+        assert_eq!(
+            findings[1].closed_by_line, 33,
+            "a paragraph starts at its first line"
+        );
         assert_eq!(findings[1].still_open, None);
+    }
+
+    // i[verify trace.findings-file]
+    #[test]
+    fn a_sub_heading_or_a_fence_ends_a_paragraph_without_a_blank_line() {
+        let text =
+            "## H1: T\nfirst\n### Sub\nsecond\n```\ncode\n```\nthird\n\n**Closed by:** `r[a.b]`\n";
+        let findings = parse(text).expect("parses");
+        assert_eq!(findings[0].description, "first\n\nsecond\n\nthird");
     }
 
     // i[verify trace.findings-file]

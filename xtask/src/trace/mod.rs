@@ -86,10 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.json {
         crate::output::print(&crate::root::banner(&root));
     }
-    let traced = match args.finding.as_deref() {
-        Some(wanted) if rule_report::is_rule_id(wanted) => trace_rule(&root, &args, wanted),
-        _ => trace(&root, &args),
-    };
+    let traced = dispatch(&root, &args);
     match traced {
         Ok((output, code)) => {
             crate::output::print(&output);
@@ -191,6 +188,37 @@ fn usable(
     Ok(tree)
 }
 
+/// `--json` and `--markdown` are a rule's formats: with a finding (or `--all`) a usage error.
+// i[impl trace.rule-output]
+fn refuse_rule_formats(args: &Args) -> Result<(), String> {
+    if args.json || args.markdown {
+        return Err(
+            "--json and --markdown trace a rule (`cargo xtask trace RULE.ID --json`)".to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// One `warning:` line (each after a newline) per verifying file edited after the results were
+/// written.
+// i[impl trace.freshness]
+fn freshness_warnings(root: &Path, tree: &spec_check::Tree, run: &results::Run) -> String {
+    spec_check::freshness::outdated(root, &tree.analyses, &run.evidence, &[])
+        .iter()
+        .map(|problem| format!("\nwarning: {problem}"))
+        .collect()
+}
+
+/// A rule id (`demo.alpha`, `r[demo.alpha]`) is traced as a rule; anything else (a finding id,
+/// `--all`) as findings.
+// i[impl trace.rule]
+fn dispatch(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
+    match args.finding.as_deref() {
+        Some(wanted) if rule_report::is_rule_id(wanted) => trace_rule(root, args, wanted),
+        _ => trace(root, args),
+    }
+}
+
 /// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
 fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
@@ -223,12 +251,9 @@ fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCod
 }
 
 /// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
+// i[impl trace.exit-code]
 fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
-    if args.json || args.markdown {
-        return Err(
-            "--json and --markdown trace a rule (`cargo xtask trace RULE.ID --json`)".to_owned(),
-        );
-    }
+    refuse_rule_formats(args)?;
     let all = findings::load(root)?;
     let chosen: Vec<&Finding> = match &args.finding {
         Some(wanted) => vec![find(&all, wanted)?],
@@ -246,11 +271,7 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
     match &run {
         Some(run) => {
             out.push_str(&run.source);
-            // i[impl trace.freshness]
-            for problem in spec_check::freshness::outdated(root, &tree.analyses, &run.evidence, &[])
-            {
-                out.push_str(&format!("\nwarning: {problem}"));
-            }
+            out.push_str(&freshness_warnings(root, &tree, run));
         }
         None => out.push_str(
             "test results: none — annotations only (`cargo xtask test` writes target/nextest/ci/junit.xml)",

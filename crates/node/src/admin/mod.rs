@@ -475,6 +475,7 @@ mod tests {
     }
 
     // r[verify node.gateway.readyz]
+    // i[verify node.admin.readyz+2]
     #[tokio::test]
     async fn with_a_gateway_the_node_is_ready_only_while_the_gateway_is() {
         use holdfast_gateway::{Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, TokenKey};

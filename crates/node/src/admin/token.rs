@@ -12,7 +12,8 @@ pub fn read_secret_file(path: &Path) -> Result<String, String> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        // std opens every file with O_CLOEXEC already; a symlink must fail to open.
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ELOOP) {
