@@ -18,7 +18,7 @@ mod justified;
 mod outcomes;
 mod plan;
 mod pristine;
-mod services;
+pub(crate) mod services;
 mod summary;
 
 use std::io::Write as _;
