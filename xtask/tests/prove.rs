@@ -150,7 +150,14 @@ fn under_a_mutant_cap_the_smaller_rule_runs_first_and_the_larger_is_named_unrun(
     // Chosen largest first: the counts from `cargo mutants --list` put beta (2) before alpha (4),
     // and alpha's 4 would take the run past 3.
     let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "demo.alpha", "demo.beta", "--max-mutants", "3", "--root"])
+        .args([
+            "prove",
+            "demo.alpha",
+            "demo.beta",
+            "--max-mutants",
+            "3",
+            "--root",
+        ])
         .arg(tree.path())
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
@@ -168,7 +175,8 @@ fn under_a_mutant_cap_the_smaller_rule_runs_first_and_the_larger_is_named_unrun(
         .unwrap_or_else(|| panic!("alpha not named unrun: {stdout}{stderr}"));
     assert!(beta < alpha, "the smaller rule runs first: {stdout}");
     assert!(
-        stderr.contains("WARNING: 1 rule NOT RUN within the budget") && stderr.contains("r[demo.alpha]"),
+        stderr.contains("WARNING: 1 rule NOT RUN within the budget")
+            && stderr.contains("r[demo.alpha]"),
         "{stderr}"
     );
     assert!(tree.path().join("target/prove/demo.beta.json").exists());
