@@ -140,6 +140,49 @@ fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
     );
 }
 
+// i[verify prove.budget+3]
+#[test]
+fn under_a_mutant_cap_the_smaller_rule_runs_first_and_the_larger_is_named_unrun() {
+    if !mutants_installed() {
+        return;
+    }
+    let tree = tree();
+    // Chosen largest first: the counts from `cargo mutants --list` put beta (2) before alpha (4),
+    // and alpha's 4 would take the run past 3.
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "prove",
+            "demo.alpha",
+            "demo.beta",
+            "--max-mutants",
+            "3",
+            "--root",
+        ])
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run xtask prove");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    let beta = stdout
+        .find("r[demo.beta]: proven — 2 caught, 0 missed")
+        .unwrap_or_else(|| panic!("beta not proven: {stdout}{stderr}"));
+    let alpha = stdout
+        .find("r[demo.alpha]: NOT RUN — its 4 mutants would exceed the cap of 3 (2 already tried)")
+        .unwrap_or_else(|| panic!("alpha not named unrun: {stdout}{stderr}"));
+    assert!(beta < alpha, "the smaller rule runs first: {stdout}");
+    assert!(
+        stderr.contains("WARNING: 1 rule NOT RUN within the budget")
+            && stderr.contains("r[demo.alpha]"),
+        "{stderr}"
+    );
+    assert!(tree.path().join("target/prove/demo.beta.json").exists());
+    assert!(!tree.path().join("target/prove/demo.alpha.json").exists());
+}
+
 // i[verify prove.shown+2]
 #[test]
 fn the_last_proof_is_shown_by_trace_report_and_gate() {

@@ -277,20 +277,44 @@ pub(crate) struct Gathered<'a, K> {
     pub(crate) contents: &'a [u8],
 }
 
+/// Where a gathered run is sent: one `sendmsg`, segmented (GSO) when `segment` is given.
+/// [`UdpIo`] is the real one; unit tests put a socket there that refuses what they choose.
+pub(crate) trait SendTo {
+    /// Sends `contents` to `to`, as datagrams of `segment` bytes when given.
+    fn send_to(
+        &self,
+        to: SocketAddr,
+        contents: &[u8],
+        segment: Option<usize>,
+    ) -> impl Future<Output = io::Result<()>>;
+}
+
+impl SendTo for UdpIo {
+    fn send_to(
+        &self,
+        to: SocketAddr,
+        contents: &[u8],
+        segment: Option<usize>,
+    ) -> impl Future<Output = io::Result<()>> {
+        self.send(to, contents, segment)
+    }
+}
+
 impl<K> Gathered<'_, K> {
+    // r[impl forward.batch]
     /// Sends the datagrams; a GSO send the path refuses (EIO, EINVAL: no offload there) is
     /// retried a datagram at a time. Any other error of a GSO send is what the first datagram
     /// would have met alone (a pending ICMP refusal is returned once): that one is lost and the
     /// rest go a datagram at a time, as one by one would have sent them. Returns the datagrams
     /// sent and the first error.
-    pub(crate) async fn send(&self, io: &UdpIo) -> (usize, Option<io::Error>) {
+    pub(crate) async fn send(&self, io: &impl SendTo) -> (usize, Option<io::Error>) {
         if self.count <= 1 {
-            return match io.send(self.to, self.contents, None).await {
+            return match io.send_to(self.to, self.contents, None).await {
                 Ok(()) => (self.count, None),
                 Err(err) => (0, Some(err)),
             };
         }
-        match io.send(self.to, self.contents, Some(self.segment)).await {
+        match io.send_to(self.to, self.contents, Some(self.segment)).await {
             Ok(()) => (self.count, None),
             Err(err) => {
                 let no_offload = matches!(err.raw_os_error(), Some(EIO | EINVAL));
@@ -301,7 +325,7 @@ impl<K> Gathered<'_, K> {
                 };
                 let mut sent = 0;
                 for one in self.contents.chunks(self.segment).skip(skip) {
-                    match io.send(self.to, one, None).await {
+                    match io.send_to(self.to, one, None).await {
                         Ok(()) => sent += 1,
                         Err(err) => {
                             first.get_or_insert(err);
@@ -648,5 +672,122 @@ pub(crate) mod tests {
         assert_eq!(gather.take().map(|t| t.count), Some(2));
         assert!(gather.push(1, to, b"", 64));
         assert!(!gather.push(1, to, b"", 64), "empty datagrams go alone");
+    }
+
+    /// A socket that records each `sendmsg` and answers it with the errno its rule gives.
+    struct Refusing {
+        /// The errno for a segmented send, if it is refused.
+        segmented: Option<i32>,
+        /// The errno for a single send of these contents, if it is refused.
+        single: Option<(&'static [u8], i32)>,
+        calls: std::sync::Mutex<Vec<(Vec<u8>, Option<usize>)>>,
+    }
+
+    impl Refusing {
+        fn new(segmented: Option<i32>, single: Option<(&'static [u8], i32)>) -> Self {
+            Self {
+                segmented,
+                single,
+                calls: std::sync::Mutex::default(),
+            }
+        }
+
+        fn calls(&self) -> Vec<(Vec<u8>, Option<usize>)> {
+            self.calls.lock().expect("calls").clone()
+        }
+    }
+
+    impl SendTo for Refusing {
+        async fn send_to(
+            &self,
+            _to: SocketAddr,
+            contents: &[u8],
+            segment: Option<usize>,
+        ) -> io::Result<()> {
+            self.calls
+                .lock()
+                .expect("calls")
+                .push((contents.to_vec(), segment));
+            let refused = match (segment, self.single) {
+                (Some(_), _) => self.segmented,
+                (None, Some((one, errno))) if one == contents => Some(errno),
+                (None, _) => None,
+            };
+            refused.map_or(Ok(()), |errno| Err(io::Error::from_raw_os_error(errno)))
+        }
+    }
+
+    fn run(contents: &[u8], segment: usize) -> Gathered<'_, ()> {
+        Gathered {
+            key: (),
+            to: "127.0.0.1:9".parse().expect("addr"),
+            segment,
+            count: contents.len().div_ceil(segment).max(1),
+            contents,
+        }
+    }
+
+    const ECONNREFUSED: i32 = 111;
+
+    fn one(contents: &[u8]) -> (Vec<u8>, Option<usize>) {
+        (contents.to_vec(), None)
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_run_goes_out_in_one_segmented_send_and_a_lone_datagram_unsegmented() {
+        let socket = Refusing::new(None, None);
+        let (sent, err) = run(b"aaabbbccc", 3).send(&socket).await;
+        assert_eq!((sent, err.is_none()), (3, true));
+        assert_eq!(socket.calls(), [(b"aaabbbccc".to_vec(), Some(3))]);
+
+        for lone in [&b"abc"[..], b""] {
+            let socket = Refusing::new(Some(EIO), None);
+            let (sent, err) = run(lone, 3).send(&socket).await;
+            assert_eq!((sent, err.is_none()), (1, true), "{lone:?}");
+            assert_eq!(socket.calls(), [one(lone)]);
+        }
+        let socket = Refusing::new(None, Some((b"abc", ECONNREFUSED)));
+        let (sent, err) = run(b"abc", 3).send(&socket).await;
+        assert_eq!(sent, 0);
+        assert_eq!(err.and_then(|e| e.raw_os_error()), Some(ECONNREFUSED));
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn a_segmented_send_the_path_refuses_is_resent_a_datagram_at_a_time() {
+        for errno in [EIO, EINVAL] {
+            let socket = Refusing::new(Some(errno), None);
+            let (sent, err) = run(b"aaabbbccc", 3).send(&socket).await;
+            assert_eq!((sent, err.is_none()), (3, true), "errno {errno}");
+            assert_eq!(
+                socket.calls(),
+                [
+                    (b"aaabbbccc".to_vec(), Some(3)),
+                    one(b"aaa"),
+                    one(b"bbb"),
+                    one(b"ccc")
+                ]
+            );
+        }
+        // One of the single sends failing loses that one only, and its error is reported.
+        let socket = Refusing::new(Some(EIO), Some((b"bbb", ECONNREFUSED)));
+        let (sent, err) = run(b"aaabbbccc", 3).send(&socket).await;
+        assert_eq!(sent, 2);
+        assert_eq!(err.and_then(|e| e.raw_os_error()), Some(ECONNREFUSED));
+        assert_eq!(socket.calls().len(), 4);
+    }
+
+    // r[verify forward.batch]
+    #[tokio::test]
+    async fn another_error_of_a_segmented_send_is_the_first_datagrams_and_the_rest_go_alone() {
+        let socket = Refusing::new(Some(ECONNREFUSED), None);
+        let (sent, err) = run(b"aaabbbccc", 3).send(&socket).await;
+        assert_eq!(sent, 2);
+        assert_eq!(err.and_then(|e| e.raw_os_error()), Some(ECONNREFUSED));
+        assert_eq!(
+            socket.calls(),
+            [(b"aaabbbccc".to_vec(), Some(3)), one(b"bbb"), one(b"ccc")]
+        );
     }
 }

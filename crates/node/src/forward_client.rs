@@ -67,6 +67,19 @@ enum Output {
 }
 
 impl Output {
+    // i[impl node.forward.cli.udp]
+    /// The forward's stats as printed when the client exits. `local` is the address bound, which
+    /// differs from the one asked for when that had port 0.
+    fn summary(&self, local: SocketAddr, target: SocketAddr, stats: &ForwardStats) -> String {
+        match self {
+            Output::Json => serde_json::json!({
+                "event": "summary", "forward": 1, "local": local, "target": target, "stats": stats
+            })
+            .to_string(),
+            Output::Tty => summary_line(1, &ForwardSpec { local, target }, stats),
+        }
+    }
+
     fn event(&self, event: &ClientEvent) {
         match self {
             Output::Json => {
@@ -219,13 +232,10 @@ pub async fn run(args: UdpArgs) -> u8 {
     let stats = forwarding.stats();
     forwarding.stop().await;
     let stats = stats.into_iter().next().unwrap_or_default();
-    let spec = ForwardSpec { local, ..spec };
+    let summary = output.summary(local, args.target, &stats);
     match output {
-        Output::Json => println!(
-            "{}",
-            serde_json::json!({"event": "summary", "forward": 1, "local": local, "target": args.target, "stats": stats})
-        ),
-        Output::Tty => eprintln!("\r\x1b[2K{}", summary_line(1, &spec, &stats)),
+        Output::Json => println!("{summary}"),
+        Output::Tty => eprintln!("\r\x1b[2K{summary}"),
     }
     match end {
         End::Signal => EXIT_STOPPED,
@@ -261,5 +271,28 @@ mod tests {
             message: "the connection was lost".into(),
         });
         assert_eq!(ended, "forward 1 ended because the connection was lost");
+    }
+
+    // i[verify node.forward.cli.udp]
+    #[test]
+    fn the_exit_summary_names_the_address_bound_not_the_one_asked_for() {
+        let bound: SocketAddr = "127.0.0.1:40123".parse().unwrap();
+        let target: SocketAddr = "10.0.0.7:53".parse().unwrap();
+        let stats = ForwardStats {
+            to_target_datagrams: 3,
+            ..ForwardStats::default()
+        };
+        let tty = Output::Tty.summary(bound, target, &stats);
+        assert!(
+            tty.starts_with("forward 1 127.0.0.1:40123 -> 10.0.0.7:53: sent 3 datagrams"),
+            "{tty}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&Output::Json.summary(bound, target, &stats)).unwrap();
+        assert_eq!(json["event"], "summary");
+        assert_eq!(json["forward"], 1);
+        assert_eq!(json["local"], "127.0.0.1:40123");
+        assert_eq!(json["target"], "10.0.0.7:53");
+        assert_eq!(json["stats"]["to_target_datagrams"], 3);
     }
 }

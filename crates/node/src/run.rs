@@ -246,24 +246,12 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
     }
 
     // r[impl node.stop.signal+2]
-    // r[impl node.gateway.stop-reason+2]
     let mut signals = Signals {
         term,
         int,
         until_abort: 1,
     };
-    let reason = tokio::select! {
-        // A signal is a restart (systemd's restart, a deploy): clients are told to come back.
-        // Only `holdfast drain` (without --restart) says the node leaves for good.
-        _ = signals.term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
-        _ = signals.int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
-        reason = node.drain_requested() => {
-            // A drain asked for through the API: the first signal after it (an operator's or
-            // systemd's stop) is a first signal, not the second one.
-            signals.until_abort = 2;
-            reason
-        }
-    };
+    let reason = signals.stop_reason(&node).await;
     node.set_phase(Phase::Draining);
     let budget = config.node.stop_budget.get_ref().get();
     let plan = stop_plan(
@@ -302,6 +290,24 @@ struct Signals {
 }
 
 impl Signals {
+    // r[impl node.stop.signal+2]
+    // r[impl node.gateway.stop-reason+2]
+    /// Resolves when the stop begins, with why: a signal, or the admin API's drain call.
+    async fn stop_reason(&mut self, node: &NodeState) -> StopReason {
+        tokio::select! {
+            // A signal is a restart (systemd's restart, a deploy): clients are told to come back.
+            // Only `holdfast drain` (without --restart) says the node leaves for good.
+            _ = self.term.recv() => { tracing::info!("SIGTERM: stopping"); StopReason::Restart }
+            _ = self.int.recv() => { tracing::info!("SIGINT: stopping"); StopReason::Restart }
+            reason = node.drain_requested() => {
+                // A drain asked for through the API: the first signal after it (an operator's
+                // or systemd's stop) is a first signal, not the second one.
+                self.until_abort = 2;
+                reason
+            }
+        }
+    }
+
     // r[impl node.stop.second-signal+2]
     /// Resolves on the signal that aborts the stop: the second one in all.
     async fn abort(&mut self) {

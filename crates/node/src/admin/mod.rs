@@ -474,6 +474,58 @@ mod tests {
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
     }
 
+    // i[verify node.admin.mutating]
+    #[tokio::test]
+    async fn a_drain_over_tcp_needs_the_configured_token_itself() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "s3cret-token\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: Some(token::read(&file).unwrap()),
+        };
+        let bearer = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            headers
+        };
+        // A wrong token, a prefix of the right one, the right one without the scheme, and none.
+        for headers in [
+            bearer("Bearer wrong-token!"),
+            bearer("Bearer s3cret"),
+            bearer("s3cret-token"),
+            HeaderMap::new(),
+        ] {
+            let answer = drain(
+                State(api.clone()),
+                Extension(Transport::Tcp),
+                headers,
+                Default::default(),
+            )
+            .await;
+            assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(
+                answer.headers().get(header::WWW_AUTHENTICATE).unwrap(),
+                "Bearer"
+            );
+        }
+        let requested =
+            tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
+                .await;
+        assert!(requested.is_err(), "a refused call requested a drain");
+        let answer = drain(
+            State(api),
+            Extension(Transport::Tcp),
+            bearer("Bearer s3cret-token"),
+            Default::default(),
+        )
+        .await;
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+
     // r[verify node.gateway.readyz]
     // i[verify node.admin.readyz+2]
     #[tokio::test]

@@ -16,6 +16,16 @@ pub(super) fn identity(path: &Path) -> Option<(u64, u64)> {
 }
 
 // i[impl node.admin.socket+2]
+/// The directory the socket at `path` is bound in: a bare name (`node.sock`) is in the working
+/// directory, whose parent `Path::parent` gives as the empty path.
+fn parent_dir(path: &Path) -> std::path::PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    }
+}
+
+// i[impl node.admin.socket+2]
 /// Binds the socket at `path` with mode 0600 from the moment it is connectable: it is bound in
 /// a fresh 0700 directory beside `path`, given its mode there, then renamed into place. A
 /// socket already at `path` is replaced only if no node answers on it; anything else there is
@@ -25,10 +35,7 @@ pub(super) fn bind(path: &Path) -> Result<(tokio::net::UnixListener, (u64, u64))
         path: path.to_owned(),
         source,
     };
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => std::path::PathBuf::from("."),
-    };
+    let parent = parent_dir(path);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -94,5 +101,22 @@ fn check_existing(path: &Path) -> Result<(), AdminError> {
             path: path.to_owned(),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify node.admin.socket+2]
+    #[test]
+    fn a_bare_socket_name_is_bound_in_the_working_directory() {
+        assert_eq!(parent_dir(Path::new("node.sock")), Path::new("."));
+        assert_eq!(parent_dir(Path::new("./node.sock")), Path::new("."));
+        assert_eq!(parent_dir(Path::new("run/node.sock")), Path::new("run"));
+        assert_eq!(
+            parent_dir(Path::new("/run/holdfast/admin.sock")),
+            Path::new("/run/holdfast")
+        );
     }
 }
