@@ -68,6 +68,42 @@ fn mutants_installed() -> bool {
     installed
 }
 
+/// `xtask prove ARGS --root TREE` with a real cargo-mutants run, in an environment of its own:
+/// no outer target directory or RUSTFLAGS, offline, and without the variables in `unset`.
+/// Returns the exit code, stdout and stderr.
+fn prove_on(tree: &Tree, args: &[&str], unset: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command
+        .arg("prove")
+        .args(args)
+        .arg("--root")
+        .arg(tree.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_NET_OFFLINE", "true");
+    for name in unset {
+        command.env_remove(name);
+    }
+    let output = command.output().expect("run xtask prove");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs git in the fixture tree as a throwaway identity, unsigned; fails the test if git does.
+fn git_in(tree: &Tree, args: &[&str]) {
+    let output = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(["-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(tree.path())
+        .output()
+        .expect("git");
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+}
+
 fn tree() -> Tree {
     Tree::new(
         SPEC,
@@ -103,17 +139,8 @@ fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
         return;
     }
     let tree = tree();
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "demo.alpha", "demo.beta", "--root"])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    let (code, stdout, stderr) = prove_on(&tree, &["demo.alpha", "demo.beta"], &[]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(
         stdout.contains("r[demo.beta]: proven — 2 caught, 0 missed"),
         "{stdout}{stderr}"
@@ -149,24 +176,12 @@ fn under_a_mutant_cap_the_smaller_rule_runs_first_and_the_larger_is_named_unrun(
     let tree = tree();
     // Chosen largest first: the counts from `cargo mutants --list` put beta (2) before alpha (4),
     // and alpha's 4 would take the run past 3.
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args([
-            "prove",
-            "demo.alpha",
-            "demo.beta",
-            "--max-mutants",
-            "3",
-            "--root",
-        ])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = prove_on(
+        &tree,
+        &["demo.alpha", "demo.beta", "--max-mutants", "3"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
     let beta = stdout
         .find("r[demo.beta]: proven — 2 caught, 0 missed")
         .unwrap_or_else(|| panic!("beta not proven: {stdout}{stderr}"));
@@ -289,22 +304,7 @@ fn ci_fails_when_a_commit_weakens_a_rules_test() {
         return;
     }
     let tree = tree();
-    let git = |args: &[&str]| {
-        let output = Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "commit.gpgsign=false",
-            ])
-            .args(args)
-            .current_dir(tree.path())
-            .output()
-            .expect("git");
-        assert!(output.status.success(), "git {args:?}: {output:?}");
-    };
+    let git = |args: &[&str]| git_in(&tree, args);
     tree.write(".gitignore", b"target/\n");
     git(&["init", "-q", "-b", "main"]);
     git(&["add", "-A"]);
@@ -315,18 +315,8 @@ fn ci_fails_when_a_commit_weakens_a_rules_test() {
         b"// r[verify demo.beta]\n#[test]\nfn beta_holds() {\n    let _ = demo::beta();\n}\n",
     );
     git(&["commit", "-q", "-am", "weaken beta's test"]);
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "--ci", "--root"])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env_remove("HOLDFAST_PROVE_BASE")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove --ci");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    let (code, stdout, stderr) = prove_on(&tree, &["--ci"], &["HOLDFAST_PROVE_BASE"]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(
         stdout.contains("r[demo.beta]: SURVIVORS"),
         "{stdout}{stderr}"
@@ -359,19 +349,9 @@ fn a_rule_whose_tests_skipped_for_a_service_is_not_run_never_a_verdict() {
     }
     let tree = tree();
     tree.write("crates/demo/tests/beta.rs", SKIPPING_TEST.as_bytes());
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "demo.beta", "--root"])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env_remove("HOLDFAST_TEST_SKIP_LEDGER")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (code, stdout, stderr) = prove_on(&tree, &["demo.beta"], &["HOLDFAST_TEST_SKIP_LEDGER"]);
     // Every mutant "survived" the skipping test; that is no verdict, so no failure either.
-    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(
         stdout.contains("r[demo.beta]: NOT RUN — its tests need redis"),
         "{stdout}{stderr}"
@@ -394,16 +374,7 @@ fn ci_warns_but_passes_for_a_touched_rule_that_cannot_be_proven() {
         return;
     }
     let tree = tree();
-    let git = |args: &[&str]| {
-        let output = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(["-c", "commit.gpgsign=false"])
-            .args(args)
-            .current_dir(tree.path())
-            .output()
-            .expect("git");
-        assert!(output.status.success(), "git {args:?}: {output:?}");
-    };
+    let git = |args: &[&str]| git_in(&tree, args);
     tree.write(".gitignore", b"target/\n");
     git(&["init", "-q", "-b", "main"]);
     git(&["add", "-A"]);
@@ -415,18 +386,8 @@ fn ci_warns_but_passes_for_a_touched_rule_that_cannot_be_proven() {
     );
     git(&["rm", "-q", "crates/demo/tests/beta.rs"]);
     git(&["commit", "-q", "-am", "beta, untested"]);
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "--ci", "--root"])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env_remove("HOLDFAST_PROVE_BASE")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove --ci");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = prove_on(&tree, &["--ci"], &["HOLDFAST_PROVE_BASE"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(
         stdout.contains("r[demo.beta]: not provable"),
         "{stdout}{stderr}"
@@ -466,17 +427,8 @@ fn only_the_test_binaries_holding_a_rules_tests_are_built() {
             ),
         ],
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "demo.beta", "--root"])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = prove_on(&tree, &["demo.beta"], &[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(
         stdout.contains("r[demo.beta]: proven — 2 caught, 0 missed"),
         "{stdout}{stderr}"
@@ -545,17 +497,8 @@ fn a_failing_baseline_is_an_error_naming_the_rule_and_leaves_no_proof() {
         "target/prove/demo.beta.json",
         br#"{"rule":"r[demo.beta]","caught":2,"missed":0,"unviable":0,"timeout":0,"survivors":[]}"#,
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["prove", "demo.beta", "--root"])
-        .arg(tree.path())
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env("CARGO_NET_OFFLINE", "true")
-        .output()
-        .expect("run xtask prove");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    let (code, stdout, stderr) = prove_on(&tree, &["demo.beta"], &[]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
     assert!(
         stderr.contains("the unmutated tree failed the test of r[demo.beta]'s tests"),
         "{stdout}{stderr}"

@@ -441,6 +441,30 @@ mod tests {
         assert!(node.metrics.render().contains("holdfast_draining 1"));
     }
 
+    /// A `POST /v1/drain` without a body, as it arrives over `transport` with `headers`.
+    async fn drain_call(api: &Api, transport: Transport, headers: HeaderMap) -> Response {
+        drain(
+            State(api.clone()),
+            Extension(transport),
+            headers,
+            Default::default(),
+        )
+        .await
+    }
+
+    fn bearer(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+        headers
+    }
+
+    /// Whether no drain was requested: one asked for would be seen at once.
+    async fn no_drain_requested(node: &NodeState) -> bool {
+        tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
+            .await
+            .is_err()
+    }
+
     // i[verify node.admin.mutating]
     #[tokio::test]
     async fn a_drain_over_tcp_without_a_configured_token_is_refused_and_changes_nothing() {
@@ -449,28 +473,13 @@ mod tests {
             node: node.clone(),
             token: None,
         };
-        let mut headers = HeaderMap::new();
-        headers.insert(header::AUTHORIZATION, "Bearer anything".parse().unwrap());
-        let answer = drain(
-            State(api.clone()),
-            Extension(Transport::Tcp),
-            headers,
-            Default::default(),
-        )
-        .await;
+        let answer = drain_call(&api, Transport::Tcp, bearer("Bearer anything")).await;
         assert_eq!(answer.status(), StatusCode::FORBIDDEN);
-        // Nothing was requested: a drain asked for now would be seen at once.
-        let requested =
-            tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
-                .await;
-        assert!(requested.is_err(), "a refused call requested a drain");
-        let answer = drain(
-            State(api),
-            Extension(Transport::Unix),
-            HeaderMap::new(),
-            Default::default(),
-        )
-        .await;
+        assert!(
+            no_drain_requested(&node).await,
+            "a refused call requested a drain"
+        );
+        let answer = drain_call(&api, Transport::Unix, HeaderMap::new()).await;
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
     }
 
@@ -487,11 +496,6 @@ mod tests {
             node: node.clone(),
             token: Some(token::read(&file).unwrap()),
         };
-        let bearer = |value: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
-            headers
-        };
         // A wrong token, a prefix of the right one, the right one without the scheme, and none.
         for headers in [
             bearer("Bearer wrong-token!"),
@@ -499,30 +503,18 @@ mod tests {
             bearer("s3cret-token"),
             HeaderMap::new(),
         ] {
-            let answer = drain(
-                State(api.clone()),
-                Extension(Transport::Tcp),
-                headers,
-                Default::default(),
-            )
-            .await;
+            let answer = drain_call(&api, Transport::Tcp, headers).await;
             assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
             assert_eq!(
                 answer.headers().get(header::WWW_AUTHENTICATE).unwrap(),
                 "Bearer"
             );
         }
-        let requested =
-            tokio::time::timeout(std::time::Duration::from_millis(50), node.drain_requested())
-                .await;
-        assert!(requested.is_err(), "a refused call requested a drain");
-        let answer = drain(
-            State(api),
-            Extension(Transport::Tcp),
-            bearer("Bearer s3cret-token"),
-            Default::default(),
-        )
-        .await;
+        assert!(
+            no_drain_requested(&node).await,
+            "a refused call requested a drain"
+        );
+        let answer = drain_call(&api, Transport::Tcp, bearer("Bearer s3cret-token")).await;
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
     }
 
