@@ -133,7 +133,9 @@ impl UdpIo {
     }
 
     /// Sends `contents` to `to`: one datagram, or with `segment` set, datagrams of that size
-    /// (the last may be shorter) in one call.
+    /// (the last may be shorter) in one call. Callers set `segment` only for two datagrams or
+    /// more: a lone datagram sent with it is refused (EINVAL) where it exceeds the path's MTU,
+    /// where a plain send would have the kernel fragment it.
     pub(crate) async fn send(
         &self,
         to: SocketAddr,
@@ -144,7 +146,7 @@ impl UdpIo {
             destination: to,
             ecn: None,
             contents,
-            segment_size: segment.filter(|s| *s < contents.len()),
+            segment_size: segment,
             src_ip: None,
         };
         loop {
@@ -248,9 +250,10 @@ impl<K: PartialEq + Copy> Gather<K> {
     /// left); `false` otherwise, and the caller takes the slow path. Lets a relay skip looking up
     /// a datagram's flow when it belongs to the run under way, as most of a batch does.
     pub(crate) fn push_same(&mut self, key: K, payload: &[u8], max_segments: usize) -> bool {
+        // `push` refuses another key: only the destination is taken from the run.
         match self.key {
-            Some((k, to, _)) if k == key => self.push(key, to, payload, max_segments),
-            _ => false,
+            Some((_, to, _)) => self.push(key, to, payload, max_segments),
+            None => false,
         }
     }
 
@@ -514,7 +517,9 @@ pub(crate) mod tests {
         .expect("ready");
     }
 
+    // A batched receive returns a refusal as a receive of one datagram does.
     // i[verify forward.relay.resilience]
+    // r[verify forward.batch]
     #[tokio::test]
     async fn a_refusal_is_received_without_any_further_datagram_or_send() {
         let (io, closed) = towards_closed_port().await;
@@ -672,6 +677,56 @@ pub(crate) mod tests {
         assert_eq!(gather.take().map(|t| t.count), Some(2));
         assert!(gather.push(1, to, b"", 64));
         assert!(!gather.push(1, to, b"", 64), "empty datagrams go alone");
+    }
+
+    // r[verify forward.batch]
+    #[test]
+    fn a_run_stops_at_the_segment_count_and_at_one_gso_send_s_bytes() {
+        let to: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let full = |size: usize, max_segments: usize| {
+            let mut gather = Gather::<u8>::default();
+            let payload = vec![7u8; size];
+            let mut count = 0;
+            while gather.push(1, to, &payload, max_segments) {
+                count += 1;
+                assert!(count <= 64, "{size}-byte datagrams never stop gathering");
+            }
+            count
+        };
+        // 1,200-byte datagrams: 50 make 60,000 bytes, the most one GSO send carries.
+        assert_eq!(full(1200, 64), 50);
+        assert_eq!(full(1201, 64), 49);
+        // Small datagrams stop at the segment count the socket allows.
+        assert_eq!(full(100, 64), 64);
+        assert_eq!(full(100, 3), 3);
+        assert_eq!(full(100, 1), 1);
+    }
+
+    // r[verify forward.batch]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[allow(unsafe_code)]
+    #[tokio::test]
+    async fn a_socket_offers_several_segments_per_send_where_the_kernel_segments() {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        // Whether this kernel takes UDP_SEGMENT (Linux 4.18 on), asked of a socket of our own.
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").expect("probe");
+        let size: libc::c_int = 1200;
+        // SAFETY: a valid socket, and an option value that lives across the call with its size.
+        let gso = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&probe),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                (&raw const size).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        } == 0;
+        let io = UdpIo::new(socket, FLOW_BUFFER).expect("udp io");
+        if gso {
+            assert!(io.max_segments() > 1, "{}", io.max_segments());
+        } else {
+            assert_eq!(io.max_segments(), 1);
+        }
     }
 
     /// A socket that records each `sendmsg` and answers it with the errno its rule gives.

@@ -67,6 +67,46 @@ fn filing_and_clearing_are_each_logged_once() {
     );
 }
 
+// r[verify lifecycle.fault.board]
+#[test]
+fn clearing_a_module_is_logged_once_and_only_when_it_cleared_something() {
+    let buf = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(buf.clone())
+        .with_ansi(false)
+        .finish();
+    let board = FaultBoard::new();
+    assert!(board.is_empty());
+    assert_eq!(board.len(), 0);
+    tracing::subscriber::with_default(subscriber, || {
+        for name in ["app:1", "app:2"] {
+            board.file(
+                Subject::new("pull", name),
+                "unreachable",
+                "refused",
+                3,
+                at(0),
+            );
+        }
+        board.file(
+            Subject::new("issuance", "a.test"),
+            "rejected",
+            "no",
+            3,
+            at(0),
+        );
+        assert_eq!(board.len(), 3);
+        assert_eq!(board.clear_module("gateway"), 0);
+        assert_eq!(board.clear_module("pull"), 2);
+        assert_eq!(board.clear_module("pull"), 0);
+    });
+    let out = buf.text();
+    assert_eq!(out.matches("faults of module cleared").count(), 1, "{out}");
+    assert!(out.contains("module=\"pull\" cleared=2"), "{out}");
+    assert_eq!(board.len(), 1, "the other module's fault stays");
+    assert!(!board.is_empty());
+}
+
 /// A `MakeWriter` that keeps what tracing writes.
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<u8>>>);

@@ -46,7 +46,6 @@ enum Attempt {
 pub struct Actuator<F: Fetcher = DockerFetcher> {
     fetcher: Arc<F>,
     core: Reconciler,
-    // r[impl actuate.image.drop]
     /// Every spawned attempt; dropping it (with the actuator) aborts them all.
     tasks: JoinSet<Completion>,
     running: HashMap<AttemptId, Running>,
@@ -262,6 +261,9 @@ impl<F: Fetcher> Actuator<F> {
         }
     }
 
+    // r[impl actuate.image.drop]
+    /// Starts and cancels attempts. Each one is spawned into the actuator's own task set, never
+    /// detached, so that dropping the actuator aborts every attempt still running.
     fn perform(&mut self, actions: Vec<Action>) {
         for action in actions {
             match action {
