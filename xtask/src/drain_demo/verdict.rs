@@ -62,6 +62,20 @@ pub fn failures(arm: &ArmMeasures) -> Vec<String> {
     out
 }
 
+/// How the demo exits once its outputs are written: 0 when the graceful arm broke no rule (or did
+/// not run), else 1, with a line for stderr per rule broken.
+// i[impl xtask.drain-demo.verdict]
+pub fn exit_status(failures: &[String]) -> (u8, Vec<String>) {
+    if failures.is_empty() {
+        return (0, Vec::new());
+    }
+    let lines = failures
+        .iter()
+        .map(|failure| format!("drain-demo: graceful arm failed: {failure}"))
+        .collect();
+    (1, lines)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::measures::{NO_CLOSE_FRAME, measure, tests::fixture};
@@ -128,5 +142,34 @@ mod tests {
         let m = measure(&fixture(Arm::Control));
         assert_eq!(m.close_codes, [(NO_CLOSE_FRAME, 2)].into());
         assert_eq!(failures(&m), Vec::<String>::new());
+    }
+
+    // i[verify xtask.drain-demo.verdict]
+    #[test]
+    fn the_demo_exits_1_with_a_line_per_broken_rule_and_0_without() {
+        assert_eq!(exit_status(&[]), (0, vec![]));
+        let broken = [
+            "gw-a did not exit".to_owned(),
+            "1 pushes through gw-b failed".to_owned(),
+        ];
+        assert_eq!(
+            exit_status(&broken),
+            (
+                1,
+                vec![
+                    "drain-demo: graceful arm failed: gw-a did not exit".to_owned(),
+                    "drain-demo: graceful arm failed: 1 pushes through gw-b failed".to_owned(),
+                ]
+            )
+        );
+        // The codes are the process's exit statuses.
+        assert_eq!(
+            std::process::ExitCode::SUCCESS,
+            std::process::ExitCode::from(0)
+        );
+        assert_eq!(
+            std::process::ExitCode::FAILURE,
+            std::process::ExitCode::from(1)
+        );
     }
 }
