@@ -10,8 +10,8 @@
 //! stop duration, in `target/drain-demo/report.json`, `report.md` and `timeline.svg`.
 //!
 //! Layout: `cluster` (replica configs and processes), `clients`, `stream` (the pushes),
-//! `registration` (the etcd key), `measures` (pure figures from the logs), `verdict` (the graceful
-//! arm's rules), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
+//! `registration` (the etcd key), `measures` (pure figures from the logs), `schedule` (an arm's waits,
+//! deadlines and caps, decided from values), `verdict` (the graceful arm's rules and the exit), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
 
 mod clients;
 mod cluster;
@@ -76,8 +76,11 @@ const WARM_UP: Duration = Duration::from_millis(1500);
 /// How long it runs on after the arm has settled, so the survivor's frames are counted.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// Runs `cargo xtask drain-demo`: orchestration only; what it decides is in `schedule` and
-/// `verdict` (its exit status).
+/// Runs `cargo xtask drain-demo`: raises the file limit, builds the node, runs the arms, writes
+/// the outputs, prints the report, then exits as [`verdict::exit_status`] says. The waits and
+/// deadlines of an arm are decided in `schedule`.
+// i[impl xtask.drain-demo.command]
+// i[impl xtask.drain-demo.verdict]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace =
         crate::root::find(None).map_err(|message| anyhow::anyhow!("drain-demo: {message}"))?;
@@ -108,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for line in lines {
         eprintln!("{line}");
     }
-    Ok(ExitCode::from(status))
+    Ok(status)
 }
 
 fn progress(line: std::fmt::Arguments<'_>) {

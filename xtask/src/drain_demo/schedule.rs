@@ -14,7 +14,8 @@ use super::measures::{Arm, Side};
 
 /// The clients' join wait allows this, plus [`JOIN_PER_CLIENT`] per client.
 pub const JOIN_BASE: Duration = Duration::from_secs(60);
-/// The join wait's allowance per client (at most 64 handshakes run at once).
+/// The join wait's allowance per client (at most [`clients::MAX_HANDSHAKES`] handshakes run at
+/// once).
 pub const JOIN_PER_CLIENT: Duration = Duration::from_millis(50);
 /// How often the join wait prints its progress line.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -70,7 +71,7 @@ pub fn clients_on_a(n: usize) -> usize {
 }
 
 /// When the clients' tokens, signed at `now`, expire.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.cluster]
 pub fn token_expiry(now: SystemTime) -> SystemTime {
     now + TOKEN_LIFETIME
 }
@@ -97,6 +98,7 @@ pub enum JoinWait {
 /// The join wait's step at `now`, with `joined` of `n` clients in the room, its deadline and the
 /// time of its last progress line (or of its start).
 // i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.command]
 pub fn join_wait(
     joined: usize,
     n: usize,
@@ -126,7 +128,7 @@ pub fn exit_newly_seen(seen_before: bool, exited: bool) -> bool {
 pub enum MoveWait {
     /// A has exited and all its clients are back on B.
     Done,
-    /// [`MOVE_TIMEOUT`] passed since the signal first.
+    /// More than [`MOVE_TIMEOUT`] has passed since the signal, before the move was done.
     GaveUp,
     /// Still waiting.
     Wait,
@@ -168,20 +170,20 @@ pub fn gone_at_read(present: anyhow::Result<bool>) -> Option<bool> {
 }
 
 /// A duration in milliseconds.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.measures+2]
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 /// The milliseconds from the arm's start `t0` to `at` (0 when `at` is earlier).
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.measures+2]
 pub fn at_ms(t0: Instant, at: Instant) -> f64 {
     ms(at.saturating_duration_since(t0))
 }
 
 /// When (ms since the arm started) the registration was seen gone, `gone` after the signal at
 /// `signal_at_ms`.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.measures+2]
 pub fn gone_at_ms(signal_at_ms: f64, gone: Option<Duration>) -> Option<f64> {
     gone.map(|d| signal_at_ms + ms(d))
 }
@@ -251,7 +253,7 @@ mod tests {
         assert_eq!(clients_on_a(1000), 500);
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.cluster]
     #[test]
     fn tokens_last_an_hour() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
@@ -271,6 +273,7 @@ mod tests {
     }
 
     // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.command]
     #[test]
     fn the_join_wait_ends_when_all_joined_times_out_past_its_deadline_and_reports_every_2_s() {
         let t0 = Instant::now();
@@ -302,6 +305,12 @@ mod tests {
             join_wait(0, 4, at(Duration::from_secs(5)), deadline, last),
             JoinWait::Progress
         );
+        // Past the deadline with a line due too: the timeout wins.
+        assert_eq!(
+            join_wait(3, 4, deadline + ns, deadline, t0),
+            JoinWait::TimedOut
+        );
+        assert_eq!(PROGRESS_EVERY, Duration::from_secs(2));
     }
 
     // i[verify xtask.drain-demo.arms]
@@ -325,7 +334,7 @@ mod tests {
         assert_eq!(move_wait(false, 2, 2, s(1)), MoveWait::Wait);
         assert_eq!(move_wait(true, 1, 2, s(1)), MoveWait::Wait);
         assert_eq!(move_wait(false, 1, 2, s(1)), MoveWait::Wait);
-        // More than moved (a miscount) is not done either.
+        // More moved than A had (a miscount) is not done either.
         assert_eq!(move_wait(true, 3, 2, s(1)), MoveWait::Wait);
         // Given up one past 30 s, not at exactly 30 s.
         assert_eq!(move_wait(true, 1, 2, MOVE_TIMEOUT), MoveWait::Wait);
@@ -366,7 +375,7 @@ mod tests {
         assert_eq!(gone_at_read(Err(anyhow::anyhow!("etcd failed"))), None);
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.measures+2]
     #[test]
     fn the_log_records_milliseconds_from_the_start_and_the_signal() {
         assert_eq!(ms(Duration::from_micros(1500)), 1.5);
