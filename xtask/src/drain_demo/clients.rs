@@ -326,6 +326,8 @@ mod tests {
     // i[verify xtask.drain-demo.arms]
     #[test]
     fn clients_alternate_over_the_replicas_and_spread_over_source_addresses() {
+        let sides: Vec<Side> = (0..4).map(first_side).collect();
+        assert_eq!(sides, [Side::A, Side::B, Side::A, Side::B]);
         let on_a = (0..1000).filter(|&i| first_side(i) == Side::A).count();
         assert_eq!(on_a, 500);
         let ips: std::collections::HashSet<_> = (0..1000).map(source_ip).collect();

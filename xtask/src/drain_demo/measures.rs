@@ -392,6 +392,21 @@ pub(crate) mod tests {
         assert_eq!(m.noticed, 2);
     }
 
+    // i[verify xtask.drain-demo.measures+2]
+    #[test]
+    fn a_client_of_a_that_joined_only_on_a_has_not_reconnected_to_b() {
+        let mut log = fixture(Arm::Graceful);
+        // The first of A's clients never joined again: only its session on A is left.
+        log.clients[0].joined.truncate(1);
+        let m = measure(&log);
+        assert_eq!(m.clients_on_a, 2);
+        assert_eq!(m.reconnected_to_b, 1);
+        // With neither of A's clients back on B, none reconnected: B's own clients, joined on B
+        // from the start, do not count.
+        log.clients[2].joined.truncate(1);
+        assert_eq!(measure(&log).reconnected_to_b, 0);
+    }
+
     // i[verify xtask.drain-demo.arms]
     #[test]
     fn the_control_arm_kills_and_the_graceful_arm_terminates() {

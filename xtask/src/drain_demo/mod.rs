@@ -10,8 +10,8 @@
 //! stop duration, in `target/drain-demo/report.json`, `report.md` and `timeline.svg`.
 //!
 //! Layout: `cluster` (replica configs and processes), `clients`, `stream` (the pushes),
-//! `registration` (the etcd key), `measures` (pure figures from the logs), `verdict` (the graceful
-//! arm's rules), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
+//! `registration` (the etcd key), `measures` (pure figures from the logs), `schedule` (an arm's waits,
+//! deadlines and caps, decided from values), `verdict` (the graceful arm's rules and the exit), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
 
 mod clients;
 mod cluster;
@@ -21,6 +21,7 @@ mod measures;
 mod plot;
 mod registration;
 mod report;
+mod schedule;
 mod stream;
 mod verdict;
 
@@ -40,7 +41,8 @@ use crate::harness::layout::{self, ServiceDir};
 use crate::harness::process::{self, Supervisor};
 use clients::{ClientPlan, Progress, Targets};
 use cluster::{Replica, ReplicaSpec, Shared};
-use measures::{Arm, ArmLog, Side};
+use measures::{Arm, ArmLog};
+use schedule::{JoinWait, MoveWait};
 
 /// Arguments of `cargo xtask drain-demo`.
 // i[impl xtask.drain-demo.command]
@@ -73,11 +75,12 @@ const ROOM: &str = "demo";
 const WARM_UP: Duration = Duration::from_millis(1500);
 /// How long it runs on after the arm has settled, so the survivor's frames are counted.
 const SETTLE: Duration = Duration::from_secs(1);
-/// Longest wait for A's clients to be back on B.
-const MOVE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Runs `cargo xtask drain-demo`.
+/// Runs `cargo xtask drain-demo`: raises the file limit, builds the node, runs the arms, writes
+/// the outputs, prints the report, then exits as [`verdict::exit_status`] says. The waits and
+/// deadlines of an arm are decided in `schedule`.
 // i[impl xtask.drain-demo.command]
+// i[impl xtask.drain-demo.verdict]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace =
         crate::root::find(None).map_err(|message| anyhow::anyhow!("drain-demo: {message}"))?;
@@ -104,14 +107,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = runtime.block_on(demo(&args, &binary, &out, load_before.trim()))?;
     write_outputs(&out, &report)?;
     crate::output::print(&report::markdown(&report.report));
-    // i[impl xtask.drain-demo.verdict]
-    if report.report.failures.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+    let (status, lines) = verdict::exit_status(&report.report.failures);
+    for line in lines {
+        eprintln!("{line}");
     }
-    for failure in &report.report.failures {
-        eprintln!("drain-demo: graceful arm failed: {failure}");
-    }
-    Ok(ExitCode::FAILURE)
+    Ok(status)
 }
 
 fn progress(line: std::fmt::Arguments<'_>) {
@@ -252,17 +252,13 @@ async fn demo(
         b: b.spec.listen,
         room: ROOM.into(),
     });
-    let arms = if args.arm.is_empty() {
-        vec![Arm::Control, Arm::Graceful]
-    } else {
-        args.arm.clone()
-    };
+    let arms = schedule::arms(&args.arm);
     let mut measured = Vec::new();
     let mut timelines = Vec::new();
     for (i, &arm) in arms.iter().enumerate() {
         let log = run_arm(
             arm,
-            i as u64 * 1_000_000,
+            schedule::first_seq(i),
             args,
             &mut a,
             &b,
@@ -286,16 +282,7 @@ async fn demo(
     drop(a);
     drop(b);
     supervisor.stop_all();
-    let mut command = format!("cargo xtask drain-demo --clients {}", args.clients);
-    if args.rate != 20 {
-        command += &format!(" --rate {}", args.rate);
-    }
-    if args.lease_ttl_secs != 10 {
-        command += &format!(" --lease-ttl-secs {}", args.lease_ttl_secs);
-    }
-    for arm in &args.arm {
-        command += &format!(" --arm {}", arm.name());
-    }
+    let command = schedule::command_line(args);
     let failures = measured.iter().flat_map(verdict::failures).collect();
     Ok(Outcome {
         report: report::Report {
@@ -350,7 +337,7 @@ async fn run_arm(
     let (stop_clients, stop_rx) = watch::channel(false);
     let progress_counts = Arc::new(Progress::default());
     let handshakes = Arc::new(Semaphore::new(clients::MAX_HANDSHAKES));
-    let expires = SystemTime::now() + Duration::from_secs(3600);
+    let expires = schedule::token_expiry(SystemTime::now());
     let mut tasks = Vec::with_capacity(n);
     for index in 0..n {
         let plan = ClientPlan {
@@ -367,26 +354,24 @@ async fn run_arm(
             handshakes.clone(),
         )));
     }
-    let n_a = (0..n)
-        .filter(|&i| clients::first_side(i) == Side::A)
-        .count();
-    let join_deadline = t0 + Duration::from_secs(60) + Duration::from_millis(50 * n as u64);
+    let n_a = schedule::clients_on_a(n);
+    let join_deadline = schedule::join_deadline(t0, n);
     let mut last_line = Instant::now();
     loop {
         check_interrupted()?;
         let joined = progress_counts.joined.load(Ordering::SeqCst);
-        if joined == n {
-            break;
-        }
-        if Instant::now() > join_deadline {
-            bail!(
+        let now = Instant::now();
+        match schedule::join_wait(joined, n, now, join_deadline, last_line) {
+            JoinWait::Done => break,
+            JoinWait::TimedOut => bail!(
                 "[{name}] only {joined} of {} clients joined the room in time",
                 n
-            );
-        }
-        if last_line.elapsed() >= Duration::from_secs(2) {
-            progress(format_args!("[{name}] {joined}/{} clients joined", n));
-            last_line = Instant::now();
+            ),
+            JoinWait::Progress => {
+                progress(format_args!("[{name}] {joined}/{} clients joined", n));
+                last_line = now;
+            }
+            JoinWait::Wait => {}
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -410,9 +395,7 @@ async fn run_arm(
     let etcd = registration::etcd_addr(&shared.etcd)?;
     let key = registration::key(&shared.etcd_prefix, &a.spec.id);
     // A registration that was never there cannot outlive anything: the figure would be a lie.
-    if !registration::present(etcd, &key).await? {
-        bail!("[{name}] gw-a is not registered in etcd under {key}");
-    }
+    schedule::require_registered(registration::present(etcd, &key).await?, name, &key)?;
 
     // Everything below is timed from the signal.
     // The watch is in place before the signal, so it sees the delete as etcd commits it.
@@ -430,28 +413,25 @@ async fn run_arm(
     let at_first_close = tokio::spawn({
         let progress = progress_counts.clone();
         let key = key.clone();
-        let cap = shared.lease_ttl + Duration::from_secs(5);
+        let cap = schedule::registration_cap(shared.lease_ttl);
         async move {
             let first_close = progress.closed_on_a.notified();
             tokio::pin!(first_close);
             first_close.as_mut().enable();
             let _ = armed.send(());
             tokio::time::timeout(cap, first_close).await.ok()?;
-            registration::present(etcd, &key)
-                .await
-                .ok()
-                .map(|present| !present)
+            schedule::gone_at_read(registration::present(etcd, &key).await)
         }
     });
     is_armed.await.context("arming the first-close read")?;
-    let signal_at_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let signal_at_ms = schedule::at_ms(t0, Instant::now());
     let since = Instant::now();
     a.signal(arm.signal())?;
     progress(format_args!(
         "[{name}] {} sent to gw-a",
         arm.signal().as_str()
     ));
-    let watch_cap = shared.lease_ttl + Duration::from_secs(5);
+    let watch_cap = schedule::registration_cap(shared.lease_ttl);
     let registration =
         tokio::spawn(
             async move { registration::until_gone(etcd, &key, watch, since, watch_cap).await },
@@ -459,31 +439,34 @@ async fn run_arm(
     let mut exited_at_ms = None;
     loop {
         check_interrupted()?;
-        if exited_at_ms.is_none() && a.exited() {
-            exited_at_ms = Some(t0.elapsed().as_secs_f64() * 1000.0);
+        if schedule::exit_newly_seen(exited_at_ms.is_some(), a.exited()) {
+            exited_at_ms = Some(schedule::at_ms(t0, Instant::now()));
             progress(format_args!(
                 "[{name}] gw-a exited {:.0} ms after the signal",
-                since.elapsed().as_secs_f64() * 1000.0
+                schedule::ms(since.elapsed())
             ));
         }
         let moved = progress_counts.moved_to_b.load(Ordering::SeqCst);
-        if exited_at_ms.is_some() && moved == n_a {
-            progress(format_args!(
-                "[{name}] all {n_a} clients of gw-a are on gw-b, {:.1} s after the signal",
-                since.elapsed().as_secs_f64()
-            ));
-            break;
-        }
-        if since.elapsed() > MOVE_TIMEOUT {
-            progress(format_args!(
-                "[{name}] gave up waiting: {moved}/{n_a} clients moved, gw-a {}",
-                if exited_at_ms.is_some() {
-                    "exited"
-                } else {
-                    "still running"
-                }
-            ));
-            break;
+        match schedule::move_wait(exited_at_ms.is_some(), moved, n_a, since.elapsed()) {
+            MoveWait::Done => {
+                progress(format_args!(
+                    "[{name}] all {n_a} clients of gw-a are on gw-b, {:.1} s after the signal",
+                    since.elapsed().as_secs_f64()
+                ));
+                break;
+            }
+            MoveWait::GaveUp => {
+                progress(format_args!(
+                    "[{name}] gave up waiting: {moved}/{n_a} clients moved, gw-a {}",
+                    if exited_at_ms.is_some() {
+                        "exited"
+                    } else {
+                        "still running"
+                    }
+                ));
+                break;
+            }
+            MoveWait::Wait => {}
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -492,7 +475,7 @@ async fn run_arm(
     match gone {
         Some(at) => progress(format_args!(
             "[{name}] gw-a's registration was gone {:.0} ms after the signal",
-            at.as_secs_f64() * 1000.0
+            schedule::ms(at)
         )),
         None => progress(format_args!(
             "[{name}] gw-a's registration was still there after {:.1} s",
@@ -524,8 +507,8 @@ async fn run_arm(
         arm,
         signal_at_ms,
         exited_at_ms,
-        registration_gone_at_ms: gone.map(|d| signal_at_ms + d.as_secs_f64() * 1000.0),
-        registration_watched_ms: watched.as_secs_f64() * 1000.0,
+        registration_gone_at_ms: schedule::gone_at_ms(signal_at_ms, gone),
+        registration_watched_ms: schedule::ms(watched),
         registration_gone_at_first_close: gone_at_first_close,
         sent: sent.accepted,
         push_errors: sent.errors,

@@ -202,6 +202,19 @@ mod tests {
             "{}",
             &svg[..200.min(svg.len())]
         );
+        // One arm, one panel; none still draws one empty panel.
+        let one = super::svg(&[timeline(&fixture(Arm::Graceful))]).unwrap();
+        assert!(
+            one.contains(r#"height="360""#),
+            "{}",
+            &one[..200.min(one.len())]
+        );
+        let none = super::svg(&[]).unwrap();
+        assert!(
+            none.contains(r#"height="360""#),
+            "{}",
+            &none[..200.min(none.len())]
+        );
         for text in [
             "control arm: replica A gets SIGKILL",
             "graceful arm: replica A gets SIGTERM",

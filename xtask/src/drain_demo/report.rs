@@ -221,6 +221,22 @@ mod tests {
             .retain(|a| a.arm == super::super::measures::Arm::Control);
         let text = markdown(&control_only);
         assert!(!text.contains("Graceful arm"), "{text}");
+        // The graceful arm alone states its verdict: the rules it broke, or that it met them all.
+        let mut graceful_only = fixed_report();
+        graceful_only
+            .arms
+            .retain(|a| a.arm == super::super::measures::Arm::Graceful);
+        let text = markdown(&graceful_only);
+        assert!(
+            text.contains(
+                "\nGraceful arm: rules broken:\n\n- 4 deliveries owed to joined connections were lost\n"
+            ),
+            "{text}"
+        );
+        graceful_only.failures.clear();
+        let text = markdown(&graceful_only);
+        assert!(text.contains("\nGraceful arm: every rule met.\n"), "{text}");
+        assert!(!text.contains("rules broken"), "{text}");
     }
 
     // i[verify xtask.drain-demo.outputs]

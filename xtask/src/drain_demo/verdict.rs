@@ -1,6 +1,8 @@
 //! What the graceful arm must show for the demo to pass (and CI with it): the drain's promises,
 //! checked on the arm's figures. The control arm has no verdict: it is the contrast.
 
+use std::process::ExitCode;
+
 use super::measures::{Arm, ArmMeasures};
 
 /// The close codes a drain may send.
@@ -60,6 +62,20 @@ pub fn failures(arm: &ArmMeasures) -> Vec<String> {
         ));
     }
     out
+}
+
+/// How the demo exits once its outputs are written: 0 when the graceful arm broke no rule (or did
+/// not run), else 1, with a line for stderr per rule broken.
+// i[impl xtask.drain-demo.verdict]
+pub fn exit_status(failures: &[String]) -> (ExitCode, Vec<String>) {
+    if failures.is_empty() {
+        return (ExitCode::SUCCESS, Vec::new());
+    }
+    let lines = failures
+        .iter()
+        .map(|failure| format!("drain-demo: graceful arm failed: {failure}"))
+        .collect();
+    (ExitCode::FAILURE, lines)
 }
 
 #[cfg(test)]
@@ -128,5 +144,25 @@ mod tests {
         let m = measure(&fixture(Arm::Control));
         assert_eq!(m.close_codes, [(NO_CLOSE_FRAME, 2)].into());
         assert_eq!(failures(&m), Vec::<String>::new());
+    }
+
+    // i[verify xtask.drain-demo.verdict]
+    #[test]
+    fn the_demo_exits_1_with_a_line_per_broken_rule_and_0_without() {
+        assert_eq!(exit_status(&[]), (ExitCode::SUCCESS, vec![]));
+        let broken = [
+            "gw-a did not exit".to_owned(),
+            "1 pushes through gw-b failed".to_owned(),
+        ];
+        assert_eq!(
+            exit_status(&broken),
+            (
+                ExitCode::FAILURE,
+                vec![
+                    "drain-demo: graceful arm failed: gw-a did not exit".to_owned(),
+                    "drain-demo: graceful arm failed: 1 pushes through gw-b failed".to_owned(),
+                ]
+            )
+        );
     }
 }
