@@ -134,8 +134,8 @@ impl UdpIo {
 
     /// Sends `contents` to `to`: one datagram, or with `segment` set, datagrams of that size
     /// (the last may be shorter) in one call. Callers set `segment` only for two datagrams or
-    /// more: a lone datagram sent with it is refused (EINVAL) where it exceeds the path's MTU,
-    /// where a plain send would have the kernel fragment it.
+    /// more: quinn-udp drops a segment size that covers the whole contents on Unix, not on
+    /// Windows, where a lone datagram sent with one could be refused instead of sent plain.
     pub(crate) async fn send(
         &self,
         to: SocketAddr,

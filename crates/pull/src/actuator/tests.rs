@@ -14,6 +14,7 @@ use crate::client::Fetched;
 use crate::fetcher::BoxFuture;
 
 type Reply = oneshot::Sender<Result<Fetched, PullError>>;
+type ProbeReply = oneshot::Sender<Result<(), PullError>>;
 
 const IMG: &str = "127.0.0.1:5000/holdfast/busybox:latest";
 
@@ -24,6 +25,8 @@ struct Scripted {
     panic_next: Arc<StdMutex<bool>>,
     /// The next `fetch` or `probe` call panics before it even returns its future.
     panic_on_call: Arc<StdMutex<bool>>,
+    /// Probes wait for an answer here (one sender per probe) instead of succeeding at once.
+    held_probes: Option<Arc<StdMutex<VecDeque<ProbeReply>>>>,
 }
 
 impl Scripted {
@@ -77,7 +80,15 @@ impl Fetcher for Scripted {
             !std::mem::take(&mut *self.panic_on_call.lock().unwrap()),
             "probe blew up before its future"
         );
-        Box::pin(async { Ok(()) })
+        let Some(held) = &self.held_probes else {
+            return Box::pin(async { Ok(()) });
+        };
+        let (tx, rx) = oneshot::channel();
+        held.lock().unwrap().push_back(tx);
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(PullError::new(PullErrorKind::Daemon, "dropped")))
+        })
     }
 }
 
@@ -226,6 +237,44 @@ async fn dropping_the_actuator_aborts_its_attempts() {
     drop(act);
     assert!(cancelled(&a).await, "the first attempt was aborted");
     assert!(cancelled(&b).await, "the second attempt was aborted");
+}
+
+// r[verify actuate.image.drop]
+#[tokio::test]
+async fn dropping_the_actuator_aborts_its_probe() {
+    let held = Arc::new(StdMutex::new(VecDeque::new()));
+    let fetcher = Scripted {
+        held_probes: Some(held.clone()),
+        ..Scripted::default()
+    };
+    let mut act = Actuator::new(fetcher.clone(), config(Duration::from_secs(600))).unwrap();
+    let t0 = Instant::now();
+    act.ensure(IMG, t0);
+    let down = PullError::new(PullErrorKind::DaemonUnreachable, "daemon socket not found");
+    fetcher.next_call().await.1.send(Err(down)).unwrap();
+    act.settle(t0).await;
+    // The daemon is down: the next attempt, due at 5 s, is a probe.
+    act.ensure(IMG, t0 + Duration::from_secs(5));
+    let mut probe = None;
+    for _ in 0..100 {
+        probe = held.lock().unwrap().pop_front();
+        if probe.is_some() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let probe = probe.expect("a probe was started");
+    assert!(!probe.is_closed(), "the probe runs");
+    drop(act);
+    let mut aborted = false;
+    for _ in 0..100 {
+        if probe.is_closed() {
+            aborted = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(aborted, "the probe was aborted");
 }
 
 // r[verify actuate.image.single-flight+3]
