@@ -20,11 +20,7 @@ fn at(secs: u64) -> SystemTime {
 #[tokio::test(start_paused = true)]
 async fn every_module_outcome_is_logged() {
     let buf = Capture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(buf.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(buf.subscriber());
     let mut plan = StopPlan::new(4 * S);
     let g = plan.group("g", 1);
     plan.add(g, "fine", stopper_fn(|_| async { Ok(()) }));
@@ -45,11 +41,7 @@ async fn every_module_outcome_is_logged() {
 #[test]
 fn filing_and_clearing_are_each_logged_once() {
     let buf = Capture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(buf.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    tracing::subscriber::with_default(buf.subscriber(), || {
         let board = FaultBoard::new();
         let s = Subject::new("pull", "app:1");
         board.file(s.clone(), "unreachable", "dial refused", 5, at(0));
@@ -71,14 +63,10 @@ fn filing_and_clearing_are_each_logged_once() {
 #[test]
 fn clearing_a_module_is_logged_once_and_only_when_it_cleared_something() {
     let buf = Capture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(buf.clone())
-        .with_ansi(false)
-        .finish();
     let board = FaultBoard::new();
     assert!(board.is_empty());
     assert_eq!(board.len(), 0);
-    tracing::subscriber::with_default(subscriber, || {
+    tracing::subscriber::with_default(buf.subscriber(), || {
         for name in ["app:1", "app:2"] {
             board.file(
                 Subject::new("pull", name),
@@ -112,6 +100,14 @@ fn clearing_a_module_is_logged_once_and_only_when_it_cleared_something() {
 struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl Capture {
+    /// A plain-text subscriber that writes here.
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + use<> {
+        tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .finish()
+    }
+
     fn text(&self) -> String {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }

@@ -190,8 +190,9 @@ pub async fn run(
     }
 }
 
+/// The milliseconds since `t0`, as the log records them.
 fn ms(t0: Instant) -> f64 {
-    t0.elapsed().as_secs_f64() * 1000.0
+    super::schedule::at_ms(t0, Instant::now())
 }
 
 /// Connects from the client's source address, authenticates and joins the room.

@@ -45,6 +45,11 @@ use measures::{Arm, ArmLog};
 use schedule::{JoinWait, MoveWait};
 
 /// Arguments of `cargo xtask drain-demo`.
+/// Room messages pushed per second, unless `--rate` says otherwise.
+pub const DEFAULT_RATE: u32 = 20;
+/// The replicas' etcd lease TTL in seconds, unless `--lease-ttl-secs` says otherwise.
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 10;
+
 // i[impl xtask.drain-demo.command]
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -53,10 +58,10 @@ pub struct Args {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(2..=62_500))]
     pub clients: u64,
     /// Room messages pushed per second.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = DEFAULT_RATE)]
     pub rate: u32,
     /// The replicas' etcd lease TTL, in seconds (how long a killed replica stays registered).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = DEFAULT_LEASE_TTL_SECS)]
     pub lease_ttl_secs: u64,
     /// Run only this arm (repeatable); default both, control first.
     #[arg(long, value_enum)]

@@ -44,10 +44,10 @@ pub fn arms(asked: &[Arm]) -> Vec<Arm> {
 // i[impl xtask.drain-demo.outputs]
 pub fn command_line(args: &Args) -> String {
     let mut command = format!("cargo xtask drain-demo --clients {}", args.clients);
-    if args.rate != 20 {
+    if args.rate != super::DEFAULT_RATE {
         command += &format!(" --rate {}", args.rate);
     }
-    if args.lease_ttl_secs != 10 {
+    if args.lease_ttl_secs != super::DEFAULT_LEASE_TTL_SECS {
         command += &format!(" --lease-ttl-secs {}", args.lease_ttl_secs);
     }
     for arm in &args.arm {

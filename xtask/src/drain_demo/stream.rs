@@ -44,12 +44,12 @@ pub async fn run(
             _ = ticks.tick() => {}
             _ = stop.wait_for(|s| *s) => return sent,
         }
-        let sent_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let sent_ms = super::schedule::at_ms(t0, Instant::now());
         match http::unix(&socket, "POST", "/v1/gateway/push", Some(&body(&room, seq))).await {
             Ok((status, _)) if (200..300).contains(&status) => sent.accepted.push(Pushed {
                 seq,
                 sent_ms,
-                accepted_ms: t0.elapsed().as_secs_f64() * 1000.0,
+                accepted_ms: super::schedule::at_ms(t0, Instant::now()),
             }),
             _ => sent.errors += 1,
         }
