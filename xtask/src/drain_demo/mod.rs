@@ -10,8 +10,10 @@
 //! stop duration, in `target/drain-demo/report.json`, `report.md` and `timeline.svg`.
 //!
 //! Layout: `cluster` (replica configs and processes), `clients`, `stream` (the pushes),
-//! `registration` (the etcd key), `measures` (pure figures from the logs), `schedule` (an arm's waits,
-//! deadlines and caps, decided from values), `verdict` (the graceful arm's rules and the exit), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a one-request client).
+//! `registration` (the etcd key), `measures` (pure figures from the logs), `schedule` (an arm's
+//! waits, deadlines and caps, decided from values), `verdict` (the graceful arm's rules and the
+//! exit), `report` (JSON and Markdown), `plot` (the SVG), `limits` (RLIMIT_NOFILE), `http` (a
+//! one-request client).
 
 mod clients;
 mod cluster;
