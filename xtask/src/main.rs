@@ -12,6 +12,7 @@
 //! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
 //!   and with a drain; the figures under `target/drain-demo/`.
 
+mod attack;
 mod bench;
 mod bench_gateway;
 
@@ -55,6 +56,8 @@ enum Command {
     Prove(prove::Args),
     /// Two replicas, N clients, one replica stopped with and without a drain (target/drain-demo/).
     DrainDemo(drain_demo::Args),
+    /// Bounded floods from loopback against a real node, judged by docs/security.md (target/attack/).
+    Attack(attack::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::SpecReport(args) => spec_report::run(args),
         Command::Prove(args) => prove::run(args),
         Command::DrainDemo(args) => drain_demo::run(args),
+        Command::Attack(args) => attack::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -1,0 +1,294 @@
+//! The attackers: each flood opens its connections from several loopback addresses, holds them
+//! (or repeats its attempt) until its deadline, and counts what the node did with them. Every
+//! loop ends at the deadline; nothing outlives the flood.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::node::Edges;
+use crate::plan::{Attack, Edge, Flood};
+use crate::verdict::Attackers;
+
+/// How long an attacker waits for a connection or a handshake.
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// Connections are opened in batches this large, a few milliseconds apart, so the flood fills the
+/// node's listeners rather than the kernel's accept backlog.
+const BATCH: usize = 100;
+
+#[derive(Default)]
+struct Counts {
+    attempted: AtomicUsize,
+    accepted: AtomicUsize,
+    ended_by_node: AtomicUsize,
+    held_at_end: AtomicUsize,
+}
+
+impl Counts {
+    fn bump(counter: &AtomicUsize) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Attackers {
+        Attackers {
+            attempted: self.attempted.load(Ordering::Relaxed),
+            accepted: self.accepted.load(Ordering::Relaxed),
+            ended_by_node: self.ended_by_node.load(Ordering::Relaxed),
+            held_at_end: self.held_at_end.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The `i`th attacker's source address: 127.0.0.2 and up, `sources` of them.
+fn source(i: usize, sources: u8) -> IpAddr {
+    let n = u8::try_from(i % usize::from(sources.max(1))).unwrap_or(0);
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + n))
+}
+
+fn target(edges: &Edges, edge: Edge) -> SocketAddr {
+    match edge {
+        Edge::Admin => edges.admin,
+        Edge::Http01 => edges.http01,
+        Edge::Forward => edges.forward,
+        Edge::Gateway => edges.gateway,
+    }
+}
+
+/// Runs `flood` against `edges` until `deadline`; returns what its attackers saw.
+pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
+    let counts = Arc::new(Counts::default());
+    let to = target(edges, flood.edge);
+    let mut tasks = tokio::task::JoinSet::new();
+    match flood.attack {
+        Attack::Slowloris { connections } => {
+            for i in 0..connections {
+                let counts = counts.clone();
+                let from = source(i, flood.sources);
+                tasks.spawn(slowloris(to, from, deadline, counts));
+                pace(i).await;
+            }
+        }
+        Attack::QuicUnauthenticated { connections } => {
+            let Ok((config, _)) =
+                holdfast_forward::client::quinn_client_config(edges.pin, Duration::from_secs(60))
+            else {
+                return counts.snapshot();
+            };
+            let mut endpoints = Vec::new();
+            for s in 0..flood.sources {
+                let bind = SocketAddr::new(source(usize::from(s), flood.sources), 0);
+                if let Ok(e) = quinn::Endpoint::client(bind) {
+                    endpoints.push(e);
+                }
+            }
+            if endpoints.is_empty() {
+                return counts.snapshot();
+            }
+            for i in 0..connections {
+                let endpoint = endpoints[i % endpoints.len()].clone();
+                let counts = counts.clone();
+                tasks.spawn(quic_unauthenticated(
+                    endpoint,
+                    config.clone(),
+                    to,
+                    deadline,
+                    counts,
+                ));
+                pace(i).await;
+            }
+        }
+        Attack::WsUnauthenticated { connections } => {
+            for i in 0..connections {
+                let counts = counts.clone();
+                let from = source(i, flood.sources);
+                tasks.spawn(ws_unauthenticated(to, from, deadline, counts));
+                pace(i).await;
+            }
+        }
+        Attack::WsBadTokens { workers } => {
+            for i in 0..workers {
+                let counts = counts.clone();
+                let from = source(i, flood.sources);
+                tasks.spawn(ws_bad_tokens(to, from, deadline, counts));
+            }
+        }
+    }
+    // Every task ends by the deadline; the margin covers a connect begun just before it.
+    let _ = tokio::time::timeout_at(deadline + CONNECT * 2, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+    counts.snapshot()
+}
+
+async fn pace(i: usize) {
+    if (i + 1) % BATCH == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn connect_from(from: IpAddr, to: SocketAddr) -> Option<TcpStream> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(SocketAddr::new(from, 0)).ok()?;
+    tokio::time::timeout(CONNECT, socket.connect(to))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// Half a request, then one header byte a second until the node ends it or the flood ends.
+async fn slowloris(to: SocketAddr, from: IpAddr, deadline: Instant, counts: Arc<Counts>) {
+    Counts::bump(&counts.attempted);
+    let Some(mut stream) = connect_from(from, to).await else {
+        return;
+    };
+    Counts::bump(&counts.accepted);
+    let head = format!("GET /v1/status HTTP/1.1\r\nHost: {to}\r\nX-Slow: ");
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        Counts::bump(&counts.ended_by_node);
+        return;
+    }
+    let mut buf = [0u8; 512];
+    let mut drip = tokio::time::interval_at(
+        Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    loop {
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                // An answer (408, 400) is read and the wait for the close goes on.
+                Ok(n) if n > 0 => {}
+                _ => {
+                    Counts::bump(&counts.ended_by_node);
+                    return;
+                }
+            },
+            _ = drip.tick() => {
+                if stream.write_all(b"a").await.is_err() {
+                    Counts::bump(&counts.ended_by_node);
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                Counts::bump(&counts.held_at_end);
+                return;
+            }
+        }
+    }
+}
+
+/// A finished handshake, then silence: no stream, no credential.
+async fn quic_unauthenticated(
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    to: SocketAddr,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) {
+    Counts::bump(&counts.attempted);
+    let Ok(connecting) = endpoint.connect_with(config, to, holdfast_forward::identity::SERVER_NAME)
+    else {
+        return;
+    };
+    let Ok(Ok(conn)) = tokio::time::timeout(CONNECT, connecting).await else {
+        return;
+    };
+    Counts::bump(&counts.accepted);
+    tokio::select! {
+        _ = conn.closed() => Counts::bump(&counts.ended_by_node),
+        () = tokio::time::sleep_until(deadline) => {
+            Counts::bump(&counts.held_at_end);
+            conn.close(0u32.into(), b"flood over");
+        }
+    }
+}
+
+/// An upgraded WebSocket that never sends its token.
+async fn ws_unauthenticated(to: SocketAddr, from: IpAddr, deadline: Instant, counts: Arc<Counts>) {
+    Counts::bump(&counts.attempted);
+    let Some(stream) = connect_from(from, to).await else {
+        return;
+    };
+    let url = format!("ws://{to}/");
+    let Ok(Ok((mut ws, _))) =
+        tokio::time::timeout(CONNECT, tokio_tungstenite::client_async(url, stream)).await
+    else {
+        return;
+    };
+    Counts::bump(&counts.accepted);
+    loop {
+        tokio::select! {
+            msg = ws.next() => match msg {
+                Some(Ok(WsMessage::Close(_)) | Err(_)) | None => {
+                    Counts::bump(&counts.ended_by_node);
+                    return;
+                }
+                Some(Ok(_)) => {}
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                Counts::bump(&counts.held_at_end);
+                return;
+            }
+        }
+    }
+}
+
+/// Upgrade, send a token that is not one, wait for the close; again until the deadline.
+async fn ws_bad_tokens(to: SocketAddr, from: IpAddr, deadline: Instant, counts: Arc<Counts>) {
+    let url = format!("ws://{to}/");
+    let auth = serde_json::json!({"type": "auth", "token": "not-a-token.AAAA"}).to_string();
+    while Instant::now() < deadline {
+        Counts::bump(&counts.attempted);
+        let Some(stream) = connect_from(from, to).await else {
+            continue;
+        };
+        let Ok(Ok((mut ws, _))) = tokio::time::timeout(
+            CONNECT,
+            tokio_tungstenite::client_async(url.as_str(), stream),
+        )
+        .await
+        else {
+            continue;
+        };
+        Counts::bump(&counts.accepted);
+        if ws.send(WsMessage::text(auth.clone())).await.is_err() {
+            Counts::bump(&counts.ended_by_node);
+            continue;
+        }
+        let ended = tokio::time::timeout(CONNECT, async {
+            while let Some(msg) = ws.next().await {
+                if matches!(msg, Ok(WsMessage::Close(_)) | Err(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+        if ended.is_ok() {
+            Counts::bump(&counts.ended_by_node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attackers_spread_over_their_sources_and_never_use_the_probes_address() {
+        let seen: std::collections::BTreeSet<IpAddr> = (0..100).map(|i| source(i, 8)).collect();
+        assert_eq!(seen.len(), 8);
+        assert!(!seen.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert_eq!(source(0, 8), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(source(7, 8), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)));
+        assert_eq!(source(8, 8), source(0, 8));
+    }
+}

@@ -1,0 +1,282 @@
+//! holdfast-attack: the adversarial suite.
+//!
+//! It starts a real `holdfast run` with every listener on loopback (admin API, HTTP-01 responder,
+//! forward QUIC, gateway WebSocket), then runs bounded floods against one edge at a time from
+//! 127.0.0.2 and up (`plan`), while a real client on 127.0.0.1 probes every edge (`probe`) and the
+//! node's descriptors and memory are sampled from /proc (`node`). After each flood it waits for the
+//! node to settle back. The run is judged against the budgets of `docs/security.md` (`verdict`) and
+//! written to `report.json` and `report.md` (`report`); it exits 1 when a budget broke, 2 when it
+//! could not measure. `cargo xtask attack` builds the node and runs it.
+//!
+//! Every flood stops by itself: its connections are counted, bounded and closed at its deadline.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+mod flood;
+mod latency;
+mod node;
+mod plan;
+mod probe;
+mod report;
+mod verdict;
+
+use plan::{Scale, floods};
+use verdict::{Budgets, FloodResult, Outcome, Resource};
+
+/// Floods a real node from loopback and judges it against docs/security.md's budgets.
+#[derive(Debug, Parser)]
+#[command(name = "holdfast-attack")]
+struct Args {
+    /// The `holdfast` binary to attack.
+    #[arg(long)]
+    node_bin: PathBuf,
+    /// The full floods, or the bounded ones CI runs.
+    #[arg(long, value_enum, default_value = "full")]
+    scale: ScaleArg,
+    /// Seconds each flood runs once open (default: 20 at full scale, 5 for ci).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Run only these floods (repeatable).
+    #[arg(long)]
+    only: Vec<String>,
+    /// Where the reports go.
+    #[arg(long, default_value = "target/attack")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ScaleArg {
+    Full,
+    Ci,
+}
+
+/// How often each edge is probed during a flood.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// How often the node's process is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// How long the node may take to return to its baseline after a flood.
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("holdfast-attack: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("holdfast-attack: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs the suite; `Ok(true)` when every budget held.
+async fn run(args: Args) -> anyhow::Result<bool> {
+    raise_descriptor_limit();
+    let (scale, default_secs) = match args.scale {
+        ScaleArg::Full => (Scale::Full, 20),
+        ScaleArg::Ci => (Scale::Ci, 5),
+    };
+    let duration = Duration::from_secs(args.duration.unwrap_or(default_secs));
+    let mut plan = floods(scale, duration);
+    for name in &args.only {
+        anyhow::ensure!(
+            plan.iter().any(|f| f.name == name),
+            "no flood named {name:?}; the floods are {}",
+            plan::names().join(", ")
+        );
+    }
+    if !args.only.is_empty() {
+        plan.retain(|f| args.only.iter().any(|n| n == f.name));
+    }
+    let dir = tempfile::tempdir().context("a directory for the node")?;
+    let mut node = node::Node::start(&args.node_bin, dir.path())?;
+    eprintln!(
+        "attack: node {} ready (pid {}, log {})",
+        args.node_bin.display(),
+        node.pid(),
+        node.log().display()
+    );
+    let prober = Arc::new(probe::Prober::new(node.edges.clone())?);
+    // The baseline is a node in service: every edge has served a real client for a while, so
+    // what a first exchange allocates once (buffers, TLS sessions, worker stacks) is not
+    // mistaken for what a flood left behind.
+    warm_up(prober.clone()).await;
+    let budgets = Budgets::default();
+    let mut results = Vec::new();
+    for (i, flood) in plan.iter().enumerate() {
+        eprintln!(
+            "attack: [{}/{}] {} on {} for {:?}",
+            i + 1,
+            plan.len(),
+            flood.name,
+            flood.edge.name(),
+            flood.duration
+        );
+        let pid = node.pid();
+        let baseline = settled_sample(pid).await;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let sampler = tokio::spawn(peak(pid, stop_rx.clone()));
+        let watcher = tokio::spawn(probe::watch(prober.clone(), PROBE_EVERY, stop_rx));
+        let deadline = tokio::time::Instant::now() + duration;
+        let attackers = flood::run(flood, &node.edges, deadline).await;
+        let _ = stop_tx.send(true);
+        let peak = sampler.await.unwrap_or(baseline);
+        let samples = watcher.await.unwrap_or_default();
+        let after = settle(pid, baseline, &budgets).await;
+        let latency: BTreeMap<_, _> = samples
+            .iter()
+            .map(|(edge, s)| (*edge, latency::summarise(s)))
+            .collect();
+        eprintln!(
+            "attack:   attackers {attackers:?}; fds {} → {} → {}; rss {} → {} → {} KiB",
+            baseline.0, peak.0, after.0, baseline.1, peak.1, after.1
+        );
+        results.push(FloodResult {
+            name: flood.name.to_owned(),
+            edge: flood.edge,
+            attackers,
+            latency,
+            fds: Resource {
+                baseline: baseline.0,
+                peak: peak.0.max(baseline.0),
+                after: after.0,
+            },
+            rss_kib: Resource {
+                baseline: baseline.1,
+                peak: peak.1.max(baseline.1),
+                after: after.1,
+            },
+        });
+    }
+    let outcome = Outcome {
+        floods: results,
+        node_alive: node.alive(),
+        panics: node.panics(),
+    };
+    let violations = verdict::judge(&outcome, &budgets);
+    let report = report::Report {
+        command: format!(
+            "holdfast-attack --scale {} --duration {} (node {})",
+            match scale {
+                Scale::Full => "full",
+                Scale::Ci => "ci",
+            },
+            duration.as_secs(),
+            args.node_bin.display()
+        ),
+        plan,
+        budgets,
+        outcome,
+        violations,
+    };
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("report.json"), report.json())?;
+    let md = report.markdown();
+    std::fs::write(args.out.join("report.md"), &md)?;
+    println!("{md}");
+    eprintln!("attack: reports in {}", args.out.display());
+    Ok(report.violations.is_empty())
+}
+
+/// How long every edge is probed before the first baseline.
+const WARM_UP: Duration = Duration::from_secs(3);
+
+async fn warm_up(prober: Arc<probe::Prober>) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let watcher = tokio::spawn(probe::watch(prober, PROBE_EVERY, stop_rx));
+    tokio::time::sleep(WARM_UP).await;
+    let _ = stop_tx.send(true);
+    let _ = watcher.await;
+}
+
+/// The attackers hold thousands of sockets: the soft descriptor limit goes up to the hard one.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{Resource as Limit, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Limit::RLIMIT_NOFILE) {
+        let _ = setrlimit(Limit::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+/// The median of three samples 200 ms apart, so a probe's own socket does not set the baseline.
+async fn settled_sample(pid: u32) -> (u64, u64) {
+    let mut fds = Vec::new();
+    let mut rss = Vec::new();
+    for _ in 0..3 {
+        if let Some((f, r)) = node::sample(pid) {
+            fds.push(f);
+            rss.push(r);
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+    fds.sort_unstable();
+    rss.sort_unstable();
+    (
+        fds.get(fds.len() / 2).copied().unwrap_or(0),
+        rss.get(rss.len() / 2).copied().unwrap_or(0),
+    )
+}
+
+/// The highest descriptors and memory seen until `stop`.
+async fn peak(pid: u32, mut stop: tokio::sync::watch::Receiver<bool>) -> (u64, u64) {
+    let mut high = (0, 0);
+    loop {
+        if let Some((f, r)) = node::sample(pid) {
+            high = (high.0.max(f), high.1.max(r));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(SAMPLE_EVERY) => {}
+            _ = stop.changed() => return high,
+        }
+    }
+}
+
+/// Waits (up to `SETTLE`) until the node is back within the settle budget; the last sample.
+async fn settle(pid: u32, baseline: (u64, u64), budgets: &Budgets) -> (u64, u64) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut last = baseline;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        last = settled_sample(pid).await;
+        let probe = Outcome {
+            floods: vec![FloodResult {
+                name: String::new(),
+                edge: plan::Edge::Admin,
+                attackers: Default::default(),
+                latency: BTreeMap::new(),
+                fds: Resource {
+                    baseline: baseline.0,
+                    peak: 0,
+                    after: last.0,
+                },
+                rss_kib: Resource {
+                    baseline: baseline.1,
+                    peak: 0,
+                    after: last.1,
+                },
+            }],
+            node_alive: true,
+            panics: 0,
+        };
+        if verdict::judge(&probe, budgets).is_empty() {
+            break;
+        }
+    }
+    last
+}

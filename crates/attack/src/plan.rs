@@ -1,0 +1,202 @@
+//! Which floods run, against which edge, and how big each is: pure, so the bounds CI runs are
+//! pinned by tests and the full run is the same list at full size.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The node's listeners: each flood attacks one, and a real client is measured on every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Edge {
+    /// The admin API over TCP.
+    Admin,
+    /// The ACME HTTP-01 responder.
+    Http01,
+    /// The forward's QUIC listener.
+    Forward,
+    /// The gateway's WebSocket listener.
+    Gateway,
+}
+
+impl Edge {
+    /// Every edge, in report order.
+    pub const ALL: [Edge; 4] = [Edge::Admin, Edge::Http01, Edge::Forward, Edge::Gateway];
+
+    /// The name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Edge::Admin => "admin",
+            Edge::Http01 => "http01",
+            Edge::Forward => "forward",
+            Edge::Gateway => "gateway",
+        }
+    }
+}
+
+/// What one flood does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Attack {
+    /// TCP connections that send half a request and then one header byte a second, never
+    /// finishing it (slowloris).
+    Slowloris {
+        /// Connections opened.
+        connections: usize,
+    },
+    /// QUIC connections that complete the handshake and never authenticate.
+    QuicUnauthenticated {
+        /// Connections opened.
+        connections: usize,
+    },
+    /// WebSocket upgrades that never send their token.
+    WsUnauthenticated {
+        /// Connections opened.
+        connections: usize,
+    },
+    /// WebSocket connections that each send a bad token, one after another, from `workers` at once.
+    WsBadTokens {
+        /// Concurrent attackers.
+        workers: usize,
+    },
+}
+
+/// One flood of the suite.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Flood {
+    /// Its name in the report and for `--only`.
+    pub name: &'static str,
+    /// The edge it attacks.
+    pub edge: Edge,
+    /// What it does.
+    pub attack: Attack,
+    /// How many distinct loopback source addresses (127.0.0.2 and up) the attackers use.
+    pub sources: u8,
+    /// How long it runs once its connections are open; it stops by itself.
+    #[serde(with = "secs")]
+    pub duration: Duration,
+}
+
+/// How large the floods are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scale {
+    /// The full floods `docs/security.md` names.
+    Full,
+    /// The bounded version CI runs: the same floods, smaller and shorter.
+    Ci,
+}
+
+// i[impl attack.floods]
+/// The suite at `scale`, each flood running `duration` (the full run's default is 20 s).
+pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
+    let (slow, quic, ws, workers) = match scale {
+        Scale::Full => (2_000, 1_000, 2_000, 64),
+        Scale::Ci => (400, 200, 400, 16),
+    };
+    vec![
+        Flood {
+            name: "admin-slowloris",
+            edge: Edge::Admin,
+            attack: Attack::Slowloris { connections: slow },
+            sources: 8,
+            duration,
+        },
+        Flood {
+            name: "http01-slowloris",
+            edge: Edge::Http01,
+            attack: Attack::Slowloris { connections: slow },
+            sources: 8,
+            duration,
+        },
+        Flood {
+            name: "forward-unauthenticated",
+            edge: Edge::Forward,
+            attack: Attack::QuicUnauthenticated { connections: quic },
+            sources: 10,
+            duration,
+        },
+        Flood {
+            name: "gateway-unauthenticated",
+            edge: Edge::Gateway,
+            attack: Attack::WsUnauthenticated { connections: ws },
+            sources: 4,
+            duration,
+        },
+        Flood {
+            name: "gateway-bad-tokens",
+            edge: Edge::Gateway,
+            attack: Attack::WsBadTokens { workers },
+            sources: 4,
+            duration,
+        },
+    ]
+}
+
+/// The flood names, for `--only`'s help and errors.
+pub fn names() -> Vec<&'static str> {
+    floods(Scale::Ci, Duration::ZERO)
+        .iter()
+        .map(|f| f.name)
+        .collect()
+}
+
+mod secs {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify attack.floods]
+    #[test]
+    fn the_full_suite_is_the_documented_one_and_ci_runs_the_same_floods_smaller() {
+        let full = floods(Scale::Full, Duration::from_secs(20));
+        let ci = floods(Scale::Ci, Duration::from_secs(5));
+        let edges: Vec<Edge> = full.iter().map(|f| f.edge).collect();
+        for edge in Edge::ALL {
+            assert!(edges.contains(&edge), "{edge:?} is attacked");
+        }
+        assert!(
+            full.iter()
+                .any(|f| f.attack == Attack::Slowloris { connections: 2_000 }
+                    && f.edge == Edge::Admin)
+        );
+        assert!(full.iter().any(
+            |f| f.attack == Attack::Slowloris { connections: 2_000 } && f.edge == Edge::Http01
+        ));
+        assert!(
+            full.iter()
+                .any(|f| f.attack == Attack::QuicUnauthenticated { connections: 1_000 })
+        );
+        assert_eq!(
+            full.iter().map(|f| f.name).collect::<Vec<_>>(),
+            ci.iter().map(|f| f.name).collect::<Vec<_>>()
+        );
+        for (big, small) in full.iter().zip(&ci) {
+            assert_eq!(big.edge, small.edge);
+            assert!(size(small.attack) < size(big.attack), "{}", big.name);
+            assert_eq!(small.duration, Duration::from_secs(5));
+            assert!(
+                big.sources >= 2,
+                "{} comes from several addresses",
+                big.name
+            );
+        }
+        assert_eq!(names().len(), full.len());
+    }
+
+    fn size(attack: Attack) -> usize {
+        match attack {
+            Attack::Slowloris { connections }
+            | Attack::QuicUnauthenticated { connections }
+            | Attack::WsUnauthenticated { connections } => connections,
+            Attack::WsBadTokens { workers } => workers,
+        }
+    }
+}

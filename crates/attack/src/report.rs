@@ -1,0 +1,182 @@
+//! The run's report: `report.json` for tools, `report.md` for people; both say which budgets broke.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::plan::{Edge, Flood};
+use crate::verdict::{Budgets, Outcome, Violation};
+
+/// Everything a run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// How the run was made (scale, flood duration, the node binary), as one line.
+    pub command: String,
+    /// The floods as planned.
+    pub plan: Vec<Flood>,
+    /// The budgets judged.
+    pub budgets: Budgets,
+    /// What was measured.
+    pub outcome: Outcome,
+    /// Budgets broken; empty when the run passed.
+    pub violations: Vec<Violation>,
+}
+
+// i[impl attack.report]
+impl Report {
+    /// The JSON report.
+    pub fn json(&self) -> String {
+        // A report of plain data always serialises; the fallback keeps the signature honest.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// The Markdown report: one table of a real client's latency per flood and edge, one of the
+    /// node's descriptors and memory, one of what the attackers saw, then the verdict.
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# holdfast attack report\n\n`{}`\n", self.command);
+        let _ = writeln!(
+            md,
+            "Budgets: a real client's p99 under {} ms on every edge during every flood, {} probe(s) \
+             unserved at most; at most {} descriptors and {} MiB resident; after each flood, back \
+             within {:.0} % of baseline ({} descriptors at least).\n",
+            self.budgets.p99.as_millis(),
+            self.budgets.failed_probes,
+            self.budgets.fd_cap,
+            self.budgets.rss_cap_kib / 1024,
+            self.budgets.settle_fraction * 100.0,
+            self.budgets.settle_fds
+        );
+        md.push_str("## A real client during each flood (p50 / p99 ms, unserved of probes)\n\n");
+        md.push_str("| flood |");
+        for edge in Edge::ALL {
+            let _ = write!(md, " {} |", edge.name());
+        }
+        md.push_str("\n|---|");
+        for _ in Edge::ALL {
+            md.push_str("---|");
+        }
+        md.push('\n');
+        for f in &self.outcome.floods {
+            let _ = write!(md, "| {} |", f.name);
+            for edge in Edge::ALL {
+                match f.latency.get(&edge) {
+                    Some(s) => {
+                        let mark = if edge == f.edge { "**" } else { "" };
+                        let _ = write!(
+                            md,
+                            " {mark}{:.1} / {:.1}{mark}, {} of {} |",
+                            s.p50_ms, s.p99_ms, s.failed, s.probes
+                        );
+                    }
+                    None => md.push_str(" — |"),
+                }
+            }
+            md.push('\n');
+        }
+        md.push_str("\n(The attacked edge in bold.)\n\n## The node\n\n");
+        md.push_str(
+            "| flood | fds before | fds peak | fds after | RSS before KiB | RSS peak KiB | RSS after KiB |\n\
+             |---|---|---|---|---|---|---|\n",
+        );
+        for f in &self.outcome.floods {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                f.name,
+                f.fds.baseline,
+                f.fds.peak,
+                f.fds.after,
+                f.rss_kib.baseline,
+                f.rss_kib.peak,
+                f.rss_kib.after
+            );
+        }
+        md.push_str(
+            "\n## The attackers\n\n| flood | attempted | accepted | ended by the node | held at the end |\n\
+             |---|---|---|---|---|\n",
+        );
+        for f in &self.outcome.floods {
+            let a = f.attackers;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} |",
+                f.name, a.attempted, a.accepted, a.ended_by_node, a.held_at_end
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nNode running after the floods: {}; panics in its log: {}.\n",
+            if self.outcome.node_alive { "yes" } else { "no" },
+            self.outcome.panics
+        );
+        if self.violations.is_empty() {
+            md.push_str("**Verdict: every budget held.**\n");
+        } else {
+            let _ = writeln!(
+                md,
+                "**Verdict: {} budget(s) broken.**\n",
+                self.violations.len()
+            );
+            for v in &self.violations {
+                match &v.flood {
+                    Some(flood) => {
+                        let _ = writeln!(md, "- {flood}: {}", v.what);
+                    }
+                    None => {
+                        let _ = writeln!(md, "- {}", v.what);
+                    }
+                }
+            }
+        }
+        md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::plan::{Scale, floods};
+    use crate::verdict::{judge, tests::passing};
+
+    fn report(outcome: Outcome) -> Report {
+        let budgets = Budgets::default();
+        Report {
+            command: "holdfast-attack --scale ci --duration 5".into(),
+            plan: floods(Scale::Ci, Duration::from_secs(5)),
+            budgets,
+            violations: judge(&outcome, &budgets),
+            outcome,
+        }
+    }
+
+    // i[verify attack.report]
+    #[test]
+    fn the_markdown_report_is_pinned_and_names_every_broken_budget() {
+        insta::assert_snapshot!("passing", report(passing()).markdown());
+        let mut broken = passing();
+        broken.node_alive = false;
+        broken.floods[0].fds.after = 100;
+        let md = report(broken).markdown();
+        assert!(md.contains("**Verdict: 2 budget(s) broken.**"), "{md}");
+        assert!(
+            md.contains("- the node was not running after the floods"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- admin-slowloris: descriptors did not return: 100 after"),
+            "{md}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&report(passing()).json()).unwrap_or_default();
+        assert_eq!(json["violations"], serde_json::json!([]));
+        assert_eq!(json["budgets"]["p99"], serde_json::json!(1000.0));
+        assert_eq!(json["plan"][0]["attack"]["kind"], "slowloris");
+        assert_eq!(
+            json["outcome"]["floods"][0]["latency"]["forward"]["p99_ms"],
+            serde_json::json!(999.0)
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! The budgets `docs/security.md` states, and the verdict of a run against them: pure, so each
+//! budget's edge is pinned by a test.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::latency::Summary;
+use crate::plan::Edge;
+
+/// What the attackers of one flood saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct Attackers {
+    /// Connections (or attempts) the attackers made.
+    pub attempted: usize,
+    /// Connections the node accepted (TCP connected, QUIC handshake done, WebSocket upgraded).
+    pub accepted: usize,
+    /// Accepted connections the node ended before the flood did.
+    pub ended_by_node: usize,
+    /// Accepted connections still open when the flood ended.
+    pub held_at_end: usize,
+}
+
+/// One resource of the node's process: before a flood, its peak during, and after the settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct Resource {
+    /// Before the flood.
+    pub baseline: u64,
+    /// The highest sample during it.
+    pub peak: u64,
+    /// After the flood, once settled (or at the settle's deadline).
+    pub after: u64,
+}
+
+/// What one flood measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FloodResult {
+    /// The flood's name.
+    pub name: String,
+    /// The edge it attacked.
+    pub edge: Edge,
+    /// What its attackers saw.
+    pub attackers: Attackers,
+    /// A real client's latency on every edge during the flood.
+    pub latency: BTreeMap<Edge, Summary>,
+    /// The node's open file descriptors.
+    pub fds: Resource,
+    /// The node's resident memory, KiB.
+    pub rss_kib: Resource,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// Each flood, in the order run.
+    pub floods: Vec<FloodResult>,
+    /// The node was still running after the last flood.
+    pub node_alive: bool,
+    /// Lines of the node's log that report a panic.
+    pub panics: usize,
+}
+
+/// The budgets a run is judged against (`docs/security.md`, "Budgets").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Budgets {
+    /// A real client's p99 on every edge, during every flood.
+    #[serde(serialize_with = "ms")]
+    pub p99: Duration,
+    /// Probes a real client may see fail during a flood.
+    pub failed_probes: usize,
+    /// Open descriptors the node may hold at any time.
+    pub fd_cap: u64,
+    /// Resident memory the node may use at any time, KiB.
+    pub rss_cap_kib: u64,
+    /// After a flood, descriptors and memory are back within this fraction above baseline.
+    pub settle_fraction: f64,
+    /// ... or within this many descriptors (a small baseline's 10 % is less than one socket).
+    pub settle_fds: u64,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            p99: Duration::from_secs(1),
+            failed_probes: 0,
+            fd_cap: 4_096,
+            rss_cap_kib: 256 * 1024,
+            settle_fraction: 0.10,
+            settle_fds: 8,
+        }
+    }
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+/// One broken budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The flood during which it broke; none for the run as a whole.
+    pub flood: Option<String>,
+    /// What broke, with the figures.
+    pub what: String,
+}
+
+// i[impl attack.budgets]
+/// Every budget `outcome` breaks; empty when the run passes.
+pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if !outcome.node_alive {
+        out.push(Violation {
+            flood: None,
+            what: "the node was not running after the floods".into(),
+        });
+    }
+    if outcome.panics > 0 {
+        out.push(Violation {
+            flood: None,
+            what: format!("the node's log reports {} panic(s)", outcome.panics),
+        });
+    }
+    let p99_ms = budgets.p99.as_secs_f64() * 1e3;
+    for flood in &outcome.floods {
+        let mut broke = |what: String| {
+            out.push(Violation {
+                flood: Some(flood.name.clone()),
+                what,
+            })
+        };
+        for (edge, s) in &flood.latency {
+            let whose = if *edge == flood.edge {
+                "attacked"
+            } else {
+                "other"
+            };
+            if s.probes == 0 {
+                broke(format!("{} ({whose} edge): no probe was made", edge.name()));
+            }
+            if s.failed > budgets.failed_probes {
+                broke(format!(
+                    "{} ({whose} edge): {} of {} probes not served (budget {})",
+                    edge.name(),
+                    s.failed,
+                    s.probes,
+                    budgets.failed_probes
+                ));
+            }
+            if s.p99_ms >= p99_ms {
+                broke(format!(
+                    "{} ({whose} edge): p99 {:.1} ms, budget under {p99_ms:.0} ms",
+                    edge.name(),
+                    s.p99_ms
+                ));
+            }
+        }
+        if flood.fds.peak > budgets.fd_cap {
+            broke(format!(
+                "descriptors peaked at {}, cap {}",
+                flood.fds.peak, budgets.fd_cap
+            ));
+        }
+        if flood.rss_kib.peak > budgets.rss_cap_kib {
+            broke(format!(
+                "resident memory peaked at {} KiB, cap {} KiB",
+                flood.rss_kib.peak, budgets.rss_cap_kib
+            ));
+        }
+        let fd_limit = settle_limit(flood.fds.baseline, budgets.settle_fraction)
+            .max(flood.fds.baseline + budgets.settle_fds);
+        if flood.fds.after > fd_limit {
+            broke(format!(
+                "descriptors did not return: {} after, baseline {}, limit {fd_limit}",
+                flood.fds.after, flood.fds.baseline
+            ));
+        }
+        let rss_limit = settle_limit(flood.rss_kib.baseline, budgets.settle_fraction);
+        if flood.rss_kib.after > rss_limit {
+            broke(format!(
+                "resident memory did not return: {} KiB after, baseline {} KiB, limit {rss_limit} KiB",
+                flood.rss_kib.after, flood.rss_kib.baseline
+            ));
+        }
+    }
+    out
+}
+
+/// `baseline` plus `fraction` of it, rounded down.
+fn settle_limit(baseline: u64, fraction: f64) -> u64 {
+    // Precision is irrelevant at these magnitudes (descriptors, KiB).
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let extra = (baseline as f64 * fraction) as u64;
+    baseline + extra
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn passing() -> Outcome {
+        let latency = Edge::ALL
+            .iter()
+            .map(|e| {
+                (
+                    *e,
+                    Summary {
+                        probes: 50,
+                        failed: 0,
+                        p50_ms: 1.0,
+                        p99_ms: 999.0,
+                        max_ms: 999.0,
+                    },
+                )
+            })
+            .collect();
+        Outcome {
+            floods: vec![FloodResult {
+                name: "admin-slowloris".into(),
+                edge: Edge::Admin,
+                attackers: Attackers {
+                    attempted: 10,
+                    accepted: 10,
+                    ended_by_node: 10,
+                    held_at_end: 0,
+                },
+                latency,
+                fds: Resource {
+                    baseline: 40,
+                    peak: 4_096,
+                    after: 48,
+                },
+                rss_kib: Resource {
+                    baseline: 10_000,
+                    peak: 256 * 1024,
+                    after: 11_000,
+                },
+            }],
+            node_alive: true,
+            panics: 0,
+        }
+    }
+
+    fn broken(change: impl FnOnce(&mut Outcome)) -> Vec<String> {
+        let mut o = passing();
+        change(&mut o);
+        judge(&o, &Budgets::default())
+            .into_iter()
+            .map(|v| v.what)
+            .collect()
+    }
+
+    // i[verify attack.budgets]
+    #[test]
+    fn each_budget_holds_at_its_edge_and_breaks_just_past_it() {
+        assert_eq!(judge(&passing(), &Budgets::default()), vec![]);
+        let p99 = broken(|o| {
+            if let Some(s) = o.floods[0].latency.get_mut(&Edge::Forward) {
+                s.p99_ms = 1000.0;
+            }
+        });
+        assert_eq!(
+            p99,
+            vec!["forward (other edge): p99 1000.0 ms, budget under 1000 ms"]
+        );
+        let failed = broken(|o| {
+            if let Some(s) = o.floods[0].latency.get_mut(&Edge::Admin) {
+                s.failed = 1;
+            }
+        });
+        assert_eq!(
+            failed,
+            vec!["admin (attacked edge): 1 of 50 probes not served (budget 0)"]
+        );
+        let none = broken(|o| {
+            if let Some(s) = o.floods[0].latency.get_mut(&Edge::Gateway) {
+                s.probes = 0;
+            }
+        });
+        assert_eq!(none, vec!["gateway (other edge): no probe was made"]);
+        assert_eq!(
+            broken(|o| o.floods[0].fds.peak = 4_097),
+            vec!["descriptors peaked at 4097, cap 4096"]
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].rss_kib.peak = 256 * 1024 + 1),
+            vec!["resident memory peaked at 262145 KiB, cap 262144 KiB"]
+        );
+        // 40 descriptors: 10 % is 4, so the absolute slack of 8 is the limit.
+        assert_eq!(
+            broken(|o| o.floods[0].fds.after = 49),
+            vec!["descriptors did not return: 49 after, baseline 40, limit 48"]
+        );
+        // 400 descriptors: 10 % (40) is more than the slack.
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].fds.baseline = 400;
+                o.floods[0].fds.after = 440;
+            }),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].rss_kib.after = 11_001),
+            vec![
+                "resident memory did not return: 11001 KiB after, baseline 10000 KiB, limit 11000 KiB"
+            ]
+        );
+        assert_eq!(
+            broken(|o| o.node_alive = false),
+            vec!["the node was not running after the floods"]
+        );
+        assert_eq!(
+            broken(|o| o.panics = 2),
+            vec!["the node's log reports 2 panic(s)"]
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! `cargo xtask attack`: builds the node and holdfast-attack (crates/attack), then runs the
+//! adversarial suite against the node and passes its exit status on (0 every budget held, 1 a
+//! budget broke, 2 it could not measure). The suite itself lives in its own crate, beside the
+//! crates it attacks; this is only the command.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context as _, bail};
+
+/// `cargo xtask attack`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The bounded floods CI runs (smaller, 5 s each) instead of the full ones.
+    #[arg(long)]
+    pub ci: bool,
+    /// Seconds each flood runs (default 20, or 5 with --ci).
+    #[arg(long)]
+    pub duration: Option<u64>,
+    /// Run only this flood (repeatable).
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// Build the node and the attacker with --release.
+    #[arg(long)]
+    pub release: bool,
+    /// Attack this holdfast binary instead of building the checkout's (e.g. an older build, for
+    /// a before/after).
+    #[arg(long)]
+    pub holdfast: Option<PathBuf>,
+}
+
+// i[impl xtask.attack]
+/// Runs the command.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let workspace =
+        crate::root::find(None).map_err(|message| anyhow::anyhow!("attack: {message}"))?;
+    crate::output::print(&crate::root::banner(&workspace));
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace.join(dir),
+        _ => workspace.join("target"),
+    };
+    let mut packages = vec!["-p", "holdfast-attack"];
+    if args.holdfast.is_none() {
+        packages.extend(["-p", "holdfast"]);
+    }
+    build(&workspace, &packages, args.release)?;
+    let status = attacker(&args, &workspace, &target)
+        .status()
+        .context("running holdfast-attack")?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(1) => ExitCode::from(1),
+        _ => ExitCode::from(2),
+    })
+}
+
+/// The attacker's command line: the node it attacks, the scale, and target/attack for reports.
+fn attacker(args: &Args, workspace: &Path, target: &Path) -> Command {
+    let profile = target.join(if args.release { "release" } else { "debug" });
+    let node = args
+        .holdfast
+        .clone()
+        .unwrap_or_else(|| profile.join("holdfast"));
+    let mut command = Command::new(profile.join("holdfast-attack"));
+    command
+        .current_dir(workspace)
+        .arg("--node-bin")
+        .arg(&node)
+        .args(["--scale", if args.ci { "ci" } else { "full" }])
+        .arg("--out")
+        .arg(target.join("attack"));
+    if let Some(d) = args.duration {
+        command.args(["--duration", &d.to_string()]);
+    }
+    for name in &args.only {
+        command.args(["--only", name]);
+    }
+    command
+}
+
+fn build(workspace: &Path, packages: &[&str], release: bool) -> anyhow::Result<()> {
+    eprintln!("attack: cargo build {}", packages.join(" "));
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(workspace).arg("build").args(packages);
+    if release {
+        command.arg("--release");
+    }
+    let status = command.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build {} failed: {status}", packages.join(" "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(args: &Args) -> Vec<String> {
+        let c = attacker(args, Path::new("/w"), Path::new("/w/target"));
+        std::iter::once(c.get_program())
+            .chain(c.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    // i[verify xtask.attack]
+    #[test]
+    fn the_attacker_gets_the_built_node_or_the_given_one_and_writes_under_target_attack() {
+        let ci = Args {
+            ci: true,
+            duration: None,
+            only: vec![],
+            release: false,
+            holdfast: None,
+        };
+        assert_eq!(
+            line(&ci),
+            [
+                "/w/target/debug/holdfast-attack",
+                "--node-bin",
+                "/w/target/debug/holdfast",
+                "--scale",
+                "ci",
+                "--out",
+                "/w/target/attack"
+            ]
+        );
+        let before = Args {
+            ci: false,
+            duration: Some(30),
+            only: vec!["admin-slowloris".into()],
+            release: true,
+            holdfast: Some(PathBuf::from("/old/holdfast")),
+        };
+        assert_eq!(
+            line(&before),
+            [
+                "/w/target/release/holdfast-attack",
+                "--node-bin",
+                "/old/holdfast",
+                "--scale",
+                "full",
+                "--out",
+                "/w/target/attack",
+                "--duration",
+                "30",
+                "--only",
+                "admin-slowloris"
+            ]
+        );
+    }
+}
