@@ -14,7 +14,7 @@ use crate::decision::{IssuePolicy, IssuePolicyError};
 use crate::history::{HistoryDb, HistoryError};
 use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
 use crate::local::{LocalEndpoint, LocalProvider};
-use crate::responder::Http01Responder;
+use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
 use holdfast_retry::PolicyConfig;
 
@@ -56,6 +56,9 @@ pub struct AcmeSettings {
     /// Where the HTTP-01 responder listens (default `0.0.0.0:80`).
     #[serde(default = "default_http01_bind")]
     pub http01_bind: SocketAddr,
+    /// The HTTP-01 responder's connection caps and timeouts (defaults in [`ResponderLimits`]).
+    #[serde(default)]
+    pub http01_limits: ResponderLimits,
 }
 
 fn default_http01_bind() -> SocketAddr {
@@ -207,13 +210,16 @@ pub async fn start(
                     return Err(StartError::MissingSource(h.name.clone(), "acme"));
                 };
                 if acme_source.is_none() {
-                    let r =
-                        Http01Responder::bind(settings.http01_bind)
-                            .await
-                            .map_err(|source| StartError::Bind {
-                                addr: settings.http01_bind,
-                                source,
-                            })?;
+                    let limits = settings
+                        .http01_limits
+                        .validate()
+                        .map_err(|e| StartError::Config(format!("acme.http01_limits.{e}")))?;
+                    let r = Http01Responder::bind_with(settings.http01_bind, limits)
+                        .await
+                        .map_err(|source| StartError::Bind {
+                            addr: settings.http01_bind,
+                            source,
+                        })?;
                     acme_source = Some(acme::source(
                         AcmeConfig {
                             directory: settings.directory.clone(),
@@ -303,6 +309,11 @@ impl Issuance {
         self.responder.as_ref().map(Http01Responder::addr)
     }
 
+    /// The HTTP-01 responder's open connections and what it refused or cut off, if one runs.
+    pub fn http01_stats(&self) -> Option<ResponderStats> {
+        self.responder.as_ref().map(Http01Responder::stats)
+    }
+
     /// Stops ticking and the responder, by `deadline`. An attempt in flight is cancelled and its
     /// row settled as interrupted now (or, if the process dies first, on the next start).
     pub async fn shutdown(self, deadline: tokio::time::Instant) -> Result<(), String> {
@@ -362,6 +373,39 @@ mod tests {
         assert!(
             serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "nope": 1 })).is_err()
         );
+    }
+
+    // r[verify issue.responder.limits]
+    #[tokio::test]
+    async fn the_responder_limits_are_set_in_the_acme_section_and_a_zero_names_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "hostname": [{ "name": "a.example", "source": "acme" }],
+            "acme": {
+                "directory": "https://127.0.0.1:9/dir",
+                "http01_bind": "127.0.0.1:0",
+                "http01_limits": { "max_connections": 0 },
+            },
+        }))
+        .unwrap();
+        let err = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("acme.http01_limits.max_connections"),
+            "{err}"
+        );
+        let acme = serde_json::json!({ "directory": "https://127.0.0.1:9/dir" });
+        let settings: AcmeSettings = serde_json::from_value(acme).unwrap();
+        assert_eq!(settings.http01_limits, ResponderLimits::default());
     }
 
     // r[verify issue.hostnames]
