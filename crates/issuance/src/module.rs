@@ -182,11 +182,13 @@ pub struct Issuance {
     responder: Option<Http01Responder>,
 }
 
-/// Starts the module: opens the attempts table and the store under `data_dir/issuance`, binds the
+/// Starts the module: opens the attempts table (in memory, with a fault, when the file cannot be
+/// used) and the store under `data_dir/issuance`, binds the
 /// HTTP-01 responder if a hostname uses ACME, and ticks every `tick` on the tokio runtime. `seed`
 /// is the node's jitter seed for this module (`NodeIdentity::seed("issuance")`).
 /// It installs no signal handler and returns at once; stop it through [`Issuance::stop`].
 // r[impl issue.module]
+// r[impl issue.history.unavailable]
 pub async fn start(
     config: &IssuanceConfig,
     data_dir: &Path,
@@ -198,7 +200,23 @@ pub async fn start(
     check_hostnames(&config.hostnames)?;
     let dir = data_dir.join("issuance");
     let store = CertStore::new(&dir.join("certs"))?;
-    let db = HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host)?;
+    // An attempts table that cannot be used (corrupt, locked, newer) must not stop renewals:
+    // attempts are kept in memory instead, the file is left as it is, and a fault says so.
+    let (db, history_unavailable) =
+        match HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host) {
+            Ok(db) => (db, None),
+            Err(err) => {
+                tracing::error!(%err, "attempts table unusable; attempts kept in memory");
+                let why = format!(
+                    "{err}; attempts are kept in memory until a restart finds the file usable, \
+                     so pacing does not survive a restart meanwhile"
+                );
+                (
+                    HistoryDb::in_memory(config.keep_attempts_per_host)?,
+                    Some(why),
+                )
+            }
+        };
     let mut responder = None;
     let mut acme_source = None;
     let mut local_source = None;
@@ -259,10 +277,12 @@ pub async fn start(
             });
         }
     }
-    let issuer = Arc::new(
-        Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
-            .with_fault_board(faults),
-    );
+    let mut issuer = Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
+        .with_fault_board(faults);
+    if let Some(why) = history_unavailable {
+        issuer = issuer.with_history_unavailable(why);
+    }
+    let issuer = Arc::new(issuer);
     let (stop, mut stopped) = watch::channel(false);
     let every = config.tick_every();
     let ticking = issuer.clone();
