@@ -378,6 +378,8 @@ impl Issuer {
             let memory = self.memory();
             // The fault stays open through the whole sustained failure, not only while the block
             // holds: between a block's expiry and the next attempt it does not flap.
+            // As the decision sees it: a failure dated after now counts as now.
+            let history = decision::as_of(&history, now);
             if let Some(until) = decision::block_until(&self.policy, &history) {
                 let last = memory
                     .last_error
