@@ -13,7 +13,7 @@ use crate::acme::{self, AcmeConfig, Eab};
 use crate::decision::{IssuePolicy, IssuePolicyError};
 use crate::history::{HistoryDb, HistoryError};
 use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
-use crate::local::{LocalEndpoint, LocalProvider};
+use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
 use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
 use holdfast_retry::PolicyConfig;
@@ -155,6 +155,9 @@ pub enum StartError {
     /// The issuer.
     #[error("issuance: {0}")]
     Issuer(#[from] IssuerError),
+    /// The local provider's endpoint is not on this node (a TCP address off loopback).
+    #[error("issuance: local.endpoint: {0}")]
+    Local(#[from] LocalEndpointError),
     /// The HTTP-01 responder could not bind.
     #[error("issuance: http-01 responder on {addr}: {source}")]
     Bind {
@@ -189,6 +192,7 @@ pub struct Issuance {
 /// It installs no signal handler and returns at once; stop it through [`Issuance::stop`].
 // r[impl issue.module]
 // r[impl issue.history.unavailable]
+// r[impl issue.local.loopback]
 pub async fn start(
     config: &IssuanceConfig,
     data_dir: &Path,
@@ -198,6 +202,9 @@ pub async fn start(
 ) -> Result<Issuance, StartError> {
     let policy = config.policy(seed)?;
     check_hostnames(&config.hostnames)?;
+    if let Some(local) = &config.local {
+        local.endpoint.check()?;
+    }
     let dir = data_dir.join("issuance");
     let store = CertStore::new(&dir.join("certs"))?;
     // An attempts table that cannot be used (corrupt, locked, newer) must not stop renewals:
@@ -426,6 +433,46 @@ mod tests {
         let acme = serde_json::json!({ "directory": "https://127.0.0.1:9/dir" });
         let settings: AcmeSettings = serde_json::from_value(acme).unwrap();
         assert_eq!(settings.http01_limits, ResponderLimits::default());
+    }
+
+    // r[verify issue.local.loopback]
+    #[tokio::test]
+    async fn a_local_provider_off_loopback_is_refused_at_start_with_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "hostname": [{ "name": "a.example", "source": "local" }],
+            "local": { "endpoint": { "tcp": "127.0.0.1:9" } },
+        }))
+        .unwrap();
+        // Built in code, past the config reader's own check.
+        let addr: SocketAddr = "192.0.2.1:8099".parse().unwrap();
+        config.local = Some(LocalSettings {
+            endpoint: LocalEndpoint::Tcp(addr),
+        });
+        let err = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            matches!(err, StartError::Local(LocalEndpointError::NotLoopback(a)) if a == addr),
+            "{err}"
+        );
+        assert!(err.to_string().contains("local.endpoint"), "{err}");
+        // And through the config reader, the node's path.
+        let read = serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+            "local": { "endpoint": { "tcp": "10.0.0.2:8099" } },
+        }))
+        .unwrap_err();
+        assert!(
+            read.to_string().contains("not a loopback address"),
+            "{read}"
+        );
     }
 
     // r[verify issue.hostnames]
