@@ -406,15 +406,31 @@ mod tests {
     #[tokio::test]
     async fn the_responder_limits_are_set_in_the_acme_section_and_a_zero_names_its_key() {
         let dir = tempfile::tempdir().unwrap();
-        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
-            "hostname": [{ "name": "a.example", "source": "acme" }],
-            "acme": {
-                "directory": "https://127.0.0.1:9/dir",
-                "http01_bind": "127.0.0.1:0",
-                "http01_limits": { "max_connections": 0 },
-            },
-        }))
-        .unwrap();
+        let acme = |limits| {
+            serde_json::json!({
+                "hostname": [{ "name": "a.example", "source": "acme" }],
+                "acme": {
+                    "directory": "https://127.0.0.1:9/dir",
+                    "http01_bind": "127.0.0.1:0",
+                    "http01_limits": limits,
+                },
+            })
+        };
+        // Refused when the config is read, naming the key...
+        let read = serde_json::from_value::<IssuanceConfig>(acme(
+            serde_json::json!({ "max_connections": 0 }),
+        ))
+        .unwrap_err();
+        assert!(read.to_string().contains("max_connections"), "{read}");
+        let mut config: IssuanceConfig =
+            serde_json::from_value(acme(serde_json::json!({ "header_timeout": "5s" }))).unwrap();
+        let settings = config.acme.as_mut().unwrap();
+        assert_eq!(
+            settings.http01_limits.header_timeout,
+            Duration::from_secs(5)
+        );
+        // ... and at start, when built in code.
+        settings.http01_limits.max_connections = 0;
         let err = start(
             &config,
             dir.path(),

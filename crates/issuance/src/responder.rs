@@ -43,7 +43,7 @@ pub const MAX_REQUEST_HEAD_BYTES: usize = 8192;
 /// Limits of the HTTP-01 responder, which any peer on the network can reach
 /// (`[issuance.acme.http01_limits]`; durations written `"10s"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(try_from = "RawLimits")]
 pub struct ResponderLimits {
     /// Connections open at once from all peers; one more is closed as soon as it is accepted
     /// (default [`DEFAULT_MAX_CONNECTIONS`]).
@@ -53,12 +53,49 @@ pub struct ResponderLimits {
     pub max_connections_per_address: usize,
     /// Time a peer has to send a request's whole header, from the connection's start or from the
     /// end of the previous response (default [`DEFAULT_HEADER_TIMEOUT`]).
-    #[serde(deserialize_with = "duration_text")]
     pub header_timeout: Duration,
     /// Time a connection may pass with nothing read or written before it is closed (default
     /// [`DEFAULT_IDLE_TIMEOUT`]).
-    #[serde(deserialize_with = "duration_text")]
     pub idle_timeout: Duration,
+}
+
+/// [`ResponderLimits`] as written (durations as text, missing keys defaulted), before
+/// [`ResponderLimits::validate`].
+#[derive(serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawLimits {
+    max_connections: usize,
+    max_connections_per_address: usize,
+    #[serde(deserialize_with = "duration_text")]
+    header_timeout: Duration,
+    #[serde(deserialize_with = "duration_text")]
+    idle_timeout: Duration,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        let d = ResponderLimits::default();
+        Self {
+            max_connections: d.max_connections,
+            max_connections_per_address: d.max_connections_per_address,
+            header_timeout: d.header_timeout,
+            idle_timeout: d.idle_timeout,
+        }
+    }
+}
+
+impl TryFrom<RawLimits> for ResponderLimits {
+    type Error = ResponderLimitsError;
+
+    fn try_from(raw: RawLimits) -> Result<Self, Self::Error> {
+        ResponderLimits {
+            max_connections: raw.max_connections,
+            max_connections_per_address: raw.max_connections_per_address,
+            header_timeout: raw.header_timeout,
+            idle_timeout: raw.idle_timeout,
+        }
+        .validate()
+    }
 }
 
 impl Default for ResponderLimits {
@@ -722,6 +759,15 @@ mod tests {
         assert_eq!(set.idle_timeout, DEFAULT_IDLE_TIMEOUT);
         assert!(
             serde_json::from_value::<ResponderLimits>(serde_json::json!({ "nope": 1 })).is_err()
+        );
+        // A zero is refused when the config is read too, naming its key.
+        let err =
+            serde_json::from_value::<ResponderLimits>(serde_json::json!({ "idle_timeout": "0s" }))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("idle_timeout: must be more than zero"),
+            "{err}"
         );
         let zero = ResponderLimits {
             max_connections_per_address: 0,
