@@ -3,8 +3,8 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -106,33 +106,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> IdentityError + '_ {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file (mode 0600, fsynced, renamed into place).
+/// Writes `bytes` to `path` with holdfast-keyfile: mode 0600, atomically, never through a link
+/// planted at its temporary path.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
-    let tmp = path.with_extension("tmp");
-    // A temporary file left by an interrupted start keeps its own mode when reopened, so it is
-    // removed and created afresh: the key is never written into a file others can read.
-    match fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-        Err(err) => return Err(io_err(&tmp)(err)),
-    }
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    file.write_all(bytes).map_err(io_err(&tmp))?;
-    file.sync_all().map_err(io_err(&tmp))?;
-    fs::rename(&tmp, path).map_err(io_err(path))?;
-    // The rename itself is durable only once the directory is synced.
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
+    holdfast_keyfile::write_private(path, bytes).map_err(|e| IdentityError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }
 
 impl Identity {
@@ -236,7 +216,8 @@ mod tests {
     #[test]
     fn a_leftover_readable_temporary_file_does_not_make_the_key_readable() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let leftover = dir.path().join(KEY_FILE).with_extension("tmp");
+        // The temporary path holdfast-keyfile writes the key through.
+        let leftover = holdfast_keyfile::temp_path(&dir.path().join(KEY_FILE));
         fs::write(&leftover, b"half-written").expect("leftover");
         fs::set_permissions(&leftover, fs::Permissions::from_mode(0o644)).expect("chmod");
         let first = Identity::load_or_create(dir.path()).expect("created");
@@ -245,6 +226,7 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+        assert!(!leftover.exists(), "the leftover was not replaced");
         let again = Identity::load_or_create(dir.path()).expect("reused, not refused");
         assert_eq!(first.fingerprint(), again.fingerprint());
     }

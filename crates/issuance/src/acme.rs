@@ -2,8 +2,6 @@
 //! external account binding, HTTP-01 answered by the node's own responder, order → authorizations
 //! → challenge → ready → finalize → certificate, every failure classified.
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -149,8 +147,9 @@ fn builder(
     ))))
 }
 
-/// Writes the account credentials: temp file 0600, fsync, rename, fsync the directory.
+/// Writes the account credentials: 0600, atomically, never through a planted link.
 // r[impl issue.acme.account]
+// r[impl issue.store.secret-file]
 fn save_credentials(path: &Path, credentials: &AccountCredentials) -> Result<(), SourceError> {
     let storage = |e: std::io::Error| {
         SourceError::new(
@@ -162,21 +161,8 @@ fn save_credentials(path: &Path, credentials: &AccountCredentials) -> Result<(),
         .map_err(|e| SourceError::new(ErrorClass::Storage, e.to_string()))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(storage)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(storage)?;
-    f.write_all(&json).map_err(storage)?;
-    f.sync_all().map_err(storage)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(storage)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(storage)
+    holdfast_keyfile::write_private(path, &json)
+        .map_err(|e| SourceError::new(ErrorClass::Storage, format!("ACME account {e}")))
 }
 
 impl AcmeSource {

@@ -219,12 +219,32 @@ pub fn paced(
     }
 }
 
+/// `history` as seen at `now`: a latest failure dated after `now` (written while the clock was
+/// ahead, before it was set back) has no usable time, so it neither debounces nor blocks; the
+/// streak's length is kept, and the next attempt's outcome is recorded at the present time.
+///
+/// Clamping it to `now` instead would not do: the wait would then start afresh at every `now`
+/// until the clock caught up with the stored date, which may be years away.
+// r[impl issue.decision.future]
+pub fn as_of(history: &History<SystemTime>, now: SystemTime) -> History<SystemTime> {
+    match history.last_failure {
+        Some(at) if at > now => History {
+            last_failure: None,
+            hint: None,
+            ..*history
+        },
+        _ => *history,
+    }
+}
+
 /// The decision, before any source is called.
 ///
-/// Order: a block wins over everything (a manual trigger does not pass it); then a valid
+/// A latest failure dated after `now` neither debounces nor blocks ([`as_of`]). Order: a block wins over
+/// everything (a manual trigger does not pass it); then a valid
 /// certificate before its renewal time (unless manual); then the debounce (unless manual); else
 /// issue, with the reason.
 // r[impl issue.decision+2]
+// r[impl issue.decision.future]
 pub fn decide(
     policy: &IssuePolicy,
     current: Option<&CertInfo>,
@@ -232,6 +252,7 @@ pub fn decide(
     flags: Flags,
     now: SystemTime,
 ) -> Verdict {
+    let history = &as_of(history, now);
     if let Some(until) = blocked_at(policy, history, now) {
         return Verdict::Blocked {
             reason: BlockReason::SustainedFailure {
@@ -604,5 +625,78 @@ mod tests {
                 prop_assert!(decide(&p, None, &forced, Flags::default(), probe).is_issue());
             }
         }
+    }
+
+    proptest! {
+        // r[verify issue.decision.future]
+        #[test]
+        fn future_dated_attempts_never_hold_a_certificate_past_its_expiry(
+            failures in 1u32..30,
+            ahead in 1u64..(20 * 365 * 86400),
+            hint in proptest::option::of(0u64..200_000),
+            at in 0u64..(365 * 86400),
+            spare in 1u64..(30 * 86400),
+            manual in any::<bool>(),
+        ) {
+            let p = policy();
+            let now = t(at);
+            // Attempts stored by a clock that was ahead: the clock has since jumped back.
+            let dated = now + Duration::from_secs(ahead);
+            let mut h = History::for_key("a.example");
+            for i in 0..failures {
+                h.begin_attempt(&p.retry, dated);
+                let last = i + 1 == failures;
+                h.record_failure(&p.retry, dated, hint.filter(|_| last).map(Duration::from_secs));
+            }
+            // The longest a failure now could hold the hostname back.
+            let longest = p.block_for.max(p.retry.max_wait());
+            // A certificate due for renewal now that expires only after that wait.
+            let not_after = now + longest + Duration::from_secs(spare);
+            let mut c = CertInfo::new(now - Duration::from_secs(90 * 86400), not_after);
+            c.renew_at = now;
+            let flags = Flags { manual };
+            // Whatever it says now, it names no time beyond what a present-day attempt would...
+            match decide(&p, Some(&c), &h, flags, now) {
+                Verdict::Blocked { until, .. } | Verdict::Debounced { until, .. } => {
+                    prop_assert!(until <= now + longest, "{until:?} > {:?}", now + longest);
+                    prop_assert!(until < not_after);
+                    // ... and at that time the certificate is attempted, before it expires.
+                    prop_assert!(decide(&p, Some(&c), &h, flags, until).is_issue());
+                }
+                Verdict::Issue(_) => {}
+                Verdict::Valid { .. } => prop_assert!(false, "a due certificate is not valid"),
+            }
+            prop_assert!(decide(&p, Some(&c), &h, Flags::default(), now + longest).is_issue());
+        }
+    }
+
+    // r[verify issue.decision.future]
+    #[test]
+    fn a_failure_dated_in_the_future_neither_debounces_nor_blocks() {
+        let p = policy();
+        let now = t(1000);
+        let year = Duration::from_secs(365 * 86400);
+        for n in [1, p.block_after] {
+            let from_the_future = failed(&p, n, now + year);
+            assert_eq!(
+                decide(&p, None, &from_the_future, Flags::default(), now),
+                Verdict::Issue(IssueReason::Retry)
+            );
+            assert_eq!(as_of(&from_the_future, now).failures, n);
+            // Its failure, recorded at the present time, paces and blocks from now on.
+            let mut h = from_the_future;
+            h.begin_attempt(&p.retry, now);
+            h.record_failure(&p.retry, now, None);
+            let v = decide(&p, None, &h, Flags::default(), now);
+            let until = match v {
+                Verdict::Debounced { until, .. } | Verdict::Blocked { until, .. } => until,
+                other => panic!("paced: {other:?}"),
+            };
+            assert!(until > now && until <= now + p.block_for.max(p.retry.max_wait()));
+        }
+        // A failure dated in the past, or at now itself, is untouched.
+        let past = failed(&p, 2, t(0));
+        assert_eq!(as_of(&past, now), past);
+        assert_eq!(as_of(&past, t(0)), past);
     }
 }

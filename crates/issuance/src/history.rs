@@ -204,6 +204,21 @@ impl HistoryDb {
         Ok(db)
     }
 
+    /// A database in memory, for when the file cannot be used: the same schema and behaviour,
+    /// gone with the process.
+    // r[impl issue.history.unavailable]
+    pub fn in_memory(keep_per_host: usize) -> Result<Self, HistoryError> {
+        let name = ":memory:".to_owned();
+        let conn = Connection::open_in_memory().map_err(|e| sq(&name, e))?;
+        let mut db = Self {
+            conn,
+            path: name,
+            keep_per_host: keep_per_host.max(1),
+        };
+        db.migrate(0)?;
+        Ok(db)
+    }
+
     fn err(&self, source: rusqlite::Error) -> HistoryError {
         HistoryError::Sqlite {
             path: self.path.clone(),

@@ -261,6 +261,8 @@ pub struct Issuer {
     attempt_timeout: Duration,
     memory: Mutex<Memory>,
     faults: FaultBoard,
+    /// Why the attempts are kept in memory (the file could not be used at start), if they are.
+    history_unavailable: Option<String>,
 }
 
 /// The module name faults are filed under.
@@ -268,6 +270,9 @@ pub const MODULE: &str = "issuance";
 
 /// The fault subject name for an unusable attempts table.
 pub const STORAGE_SUBJECT: &str = "attempts-table";
+
+/// The fault kind while attempts are kept in memory because the table's file could not be used.
+pub const HISTORY_UNAVAILABLE: &str = "history_unavailable";
 
 impl std::fmt::Debug for Issuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -307,6 +312,7 @@ impl Issuer {
             attempt_timeout,
             memory: Mutex::new(memory),
             faults: FaultBoard::new(),
+            history_unavailable: None,
         })
     }
 
@@ -314,6 +320,22 @@ impl Issuer {
     pub fn with_fault_board(mut self, board: FaultBoard) -> Self {
         self.faults = board;
         self.sync_faults();
+        self
+    }
+
+    /// Says that `db` is the in-memory stand-in for an attempts table that could not be used
+    /// (`why` names the file and the error): one fault (subject `attempts-table`, kind
+    /// `history_unavailable`) stays on the board while this issuer runs.
+    // r[impl issue.history.unavailable]
+    pub fn with_history_unavailable(mut self, why: String) -> Self {
+        self.faults.file(
+            Subject::new(MODULE, STORAGE_SUBJECT),
+            HISTORY_UNAVAILABLE,
+            &why,
+            0,
+            self.clock.now(),
+        );
+        self.history_unavailable = Some(why);
         self
     }
 
@@ -356,6 +378,8 @@ impl Issuer {
             let memory = self.memory();
             // The fault stays open through the whole sustained failure, not only while the block
             // holds: between a block's expiry and the next attempt it does not flap.
+            // As the decision sees it: a failure dated after now counts as now.
+            let history = decision::as_of(&history, now);
             if let Some(until) = decision::block_until(&self.policy, &history) {
                 let last = memory
                     .last_error
@@ -474,9 +498,16 @@ impl Issuer {
                 self.faults
                     .file(subject, "storage", &err.to_string(), 0, self.clock.now());
             }
-            Ok(_) => {
-                self.faults.clear(&subject);
-            }
+            // In memory since the start: the table works, but the file still does not.
+            Ok(_) => match &self.history_unavailable {
+                Some(why) => {
+                    self.faults
+                        .file(subject, HISTORY_UNAVAILABLE, why, 0, self.clock.now());
+                }
+                None => {
+                    self.faults.clear(&subject);
+                }
+            },
         }
         result
     }

@@ -32,5 +32,6 @@ pub use decision::{Flags, IssuePolicy, IssueReason, Verdict, decide};
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
 pub use module::{Issuance, IssuanceConfig, start};
+pub use responder::{Http01Responder, ResponderLimits, ResponderStats};
 pub use source::{ErrorClass, Source, SourceError};
 pub use store::CertStore;

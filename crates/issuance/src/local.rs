@@ -14,14 +14,62 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::cert::CertifiedPair;
 use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
 
-/// Where the local provider listens.
+/// Where the local provider listens. A TCP address off loopback is refused when the config is
+/// read ([`LocalEndpoint::check`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "RawEndpoint")]
 pub enum LocalEndpoint {
     /// A loopback TCP address.
     Tcp(SocketAddr),
     /// A Unix socket path.
     Unix(PathBuf),
+}
+
+/// A local provider endpoint that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocalEndpointError {
+    /// A TCP address off loopback: the provider hands out private keys, so it must be a daemon
+    /// on this node, reached without crossing a network.
+    #[error(
+        "local provider endpoint {0} is not a loopback address: the provider must run on this node \
+         (127.0.0.0/8, ::1, or a unix socket)"
+    )]
+    NotLoopback(SocketAddr),
+}
+
+impl LocalEndpoint {
+    /// A TCP endpoint must be a loopback address (an IPv4-mapped IPv6 one included); a Unix
+    /// socket is always local.
+    // r[impl issue.local.loopback]
+    pub fn check(&self) -> Result<(), LocalEndpointError> {
+        match self {
+            LocalEndpoint::Tcp(addr) if !addr.ip().to_canonical().is_loopback() => {
+                Err(LocalEndpointError::NotLoopback(*addr))
+            }
+            LocalEndpoint::Tcp(_) | LocalEndpoint::Unix(_) => Ok(()),
+        }
+    }
+}
+
+/// [`LocalEndpoint`] as written, before [`LocalEndpoint::check`].
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawEndpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl TryFrom<RawEndpoint> for LocalEndpoint {
+    type Error = LocalEndpointError;
+
+    fn try_from(raw: RawEndpoint) -> Result<Self, Self::Error> {
+        let endpoint = match raw {
+            RawEndpoint::Tcp(addr) => LocalEndpoint::Tcp(addr),
+            RawEndpoint::Unix(path) => LocalEndpoint::Unix(path),
+        };
+        endpoint.check()?;
+        Ok(endpoint)
+    }
 }
 
 /// The largest answer read from the provider: a chain and key are a few KiB, and a peer that
@@ -45,6 +93,10 @@ impl LocalProvider {
         let path = format!("/v1/certificate/{hostname}");
         let (status, retry_after, body) = match &self.endpoint {
             LocalEndpoint::Tcp(addr) => {
+                // A provider built in code, past config validation, still never leaves loopback.
+                self.endpoint
+                    .check()
+                    .map_err(|e| SourceError::new(ErrorClass::Rejected, e.to_string()))?;
                 let stream = tokio::net::TcpStream::connect(addr)
                     .await
                     .map_err(unreachable)?;
@@ -148,5 +200,46 @@ impl Source for LocalProvider {
                 )),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify issue.local.loopback]
+    #[test]
+    fn a_tcp_endpoint_off_loopback_is_refused_with_a_typed_error() {
+        for ok in [
+            "127.0.0.1:8099",
+            "127.3.4.5:1",
+            "[::1]:8099",
+            "[::ffff:127.0.0.1]:9",
+        ] {
+            let endpoint: LocalEndpoint =
+                serde_json::from_value(serde_json::json!({ "tcp": ok })).unwrap();
+            assert_eq!(endpoint.check(), Ok(()), "{ok}");
+        }
+        for bad in [
+            "10.0.0.2:8099",
+            "0.0.0.0:8099",
+            "[::]:1",
+            "192.0.2.1:80",
+            "[2001:db8::1]:80",
+        ] {
+            let addr: SocketAddr = bad.parse().unwrap();
+            assert_eq!(
+                LocalEndpoint::Tcp(addr).check(),
+                Err(LocalEndpointError::NotLoopback(addr))
+            );
+            // Refused when the config is read, with the reason in the message.
+            let err = serde_json::from_value::<LocalEndpoint>(serde_json::json!({ "tcp": bad }))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("not a loopback address"), "{bad}: {err}");
+        }
+        let unix: LocalEndpoint =
+            serde_json::from_value(serde_json::json!({ "unix": "/run/certd.sock" })).unwrap();
+        assert_eq!(unix.check(), Ok(()));
     }
 }

@@ -13,8 +13,8 @@ use crate::acme::{self, AcmeConfig, Eab};
 use crate::decision::{IssuePolicy, IssuePolicyError};
 use crate::history::{HistoryDb, HistoryError};
 use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
-use crate::local::{LocalEndpoint, LocalProvider};
-use crate::responder::Http01Responder;
+use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
+use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
 use holdfast_retry::PolicyConfig;
 
@@ -56,6 +56,9 @@ pub struct AcmeSettings {
     /// Where the HTTP-01 responder listens (default `0.0.0.0:80`).
     #[serde(default = "default_http01_bind")]
     pub http01_bind: SocketAddr,
+    /// The HTTP-01 responder's connection caps and timeouts (defaults in [`ResponderLimits`]).
+    #[serde(default)]
+    pub http01_limits: ResponderLimits,
 }
 
 fn default_http01_bind() -> SocketAddr {
@@ -152,6 +155,9 @@ pub enum StartError {
     /// The issuer.
     #[error("issuance: {0}")]
     Issuer(#[from] IssuerError),
+    /// The local provider's endpoint is not on this node (a TCP address off loopback).
+    #[error("issuance: local.endpoint: {0}")]
+    Local(#[from] LocalEndpointError),
     /// The HTTP-01 responder could not bind.
     #[error("issuance: http-01 responder on {addr}: {source}")]
     Bind {
@@ -179,11 +185,14 @@ pub struct Issuance {
     responder: Option<Http01Responder>,
 }
 
-/// Starts the module: opens the attempts table and the store under `data_dir/issuance`, binds the
+/// Starts the module: opens the attempts table (in memory, with a fault, when the file cannot be
+/// used) and the store under `data_dir/issuance`, binds the
 /// HTTP-01 responder if a hostname uses ACME, and ticks every `tick` on the tokio runtime. `seed`
 /// is the node's jitter seed for this module (`NodeIdentity::seed("issuance")`).
 /// It installs no signal handler and returns at once; stop it through [`Issuance::stop`].
 // r[impl issue.module]
+// r[impl issue.history.unavailable]
+// r[impl issue.local.loopback]
 pub async fn start(
     config: &IssuanceConfig,
     data_dir: &Path,
@@ -193,9 +202,28 @@ pub async fn start(
 ) -> Result<Issuance, StartError> {
     let policy = config.policy(seed)?;
     check_hostnames(&config.hostnames)?;
+    if let Some(local) = &config.local {
+        local.endpoint.check()?;
+    }
     let dir = data_dir.join("issuance");
     let store = CertStore::new(&dir.join("certs"))?;
-    let db = HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host)?;
+    // An attempts table that cannot be used (corrupt, locked, newer) must not stop renewals:
+    // attempts are kept in memory instead, the file is left as it is, and a fault says so.
+    let (db, history_unavailable) =
+        match HistoryDb::open(&dir.join("attempts.sqlite"), config.keep_attempts_per_host) {
+            Ok(db) => (db, None),
+            Err(err) => {
+                tracing::error!(%err, "attempts table unusable; attempts kept in memory");
+                let why = format!(
+                    "{err}; attempts are kept in memory until a restart finds the file usable, \
+                     so pacing does not survive a restart meanwhile"
+                );
+                (
+                    HistoryDb::in_memory(config.keep_attempts_per_host)?,
+                    Some(why),
+                )
+            }
+        };
     let mut responder = None;
     let mut acme_source = None;
     let mut local_source = None;
@@ -207,13 +235,16 @@ pub async fn start(
                     return Err(StartError::MissingSource(h.name.clone(), "acme"));
                 };
                 if acme_source.is_none() {
-                    let r =
-                        Http01Responder::bind(settings.http01_bind)
-                            .await
-                            .map_err(|source| StartError::Bind {
-                                addr: settings.http01_bind,
-                                source,
-                            })?;
+                    let limits = settings
+                        .http01_limits
+                        .validate()
+                        .map_err(|e| StartError::Config(format!("acme.http01_limits.{e}")))?;
+                    let r = Http01Responder::bind_with(settings.http01_bind, limits)
+                        .await
+                        .map_err(|source| StartError::Bind {
+                            addr: settings.http01_bind,
+                            source,
+                        })?;
                     acme_source = Some(acme::source(
                         AcmeConfig {
                             directory: settings.directory.clone(),
@@ -253,10 +284,12 @@ pub async fn start(
             });
         }
     }
-    let issuer = Arc::new(
-        Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
-            .with_fault_board(faults),
-    );
+    let mut issuer = Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
+        .with_fault_board(faults);
+    if let Some(why) = history_unavailable {
+        issuer = issuer.with_history_unavailable(why);
+    }
+    let issuer = Arc::new(issuer);
     let (stop, mut stopped) = watch::channel(false);
     let every = config.tick_every();
     let ticking = issuer.clone();
@@ -301,6 +334,11 @@ impl Issuance {
     /// Where the HTTP-01 responder listens, if one runs.
     pub fn http01_addr(&self) -> Option<SocketAddr> {
         self.responder.as_ref().map(Http01Responder::addr)
+    }
+
+    /// The HTTP-01 responder's open connections and what it refused or cut off, if one runs.
+    pub fn http01_stats(&self) -> Option<ResponderStats> {
+        self.responder.as_ref().map(Http01Responder::stats)
     }
 
     /// Stops ticking and the responder, by `deadline`. An attempt in flight is cancelled and its
@@ -361,6 +399,95 @@ mod tests {
         );
         assert!(
             serde_json::from_value::<IssuanceConfig>(serde_json::json!({ "nope": 1 })).is_err()
+        );
+    }
+
+    // r[verify issue.responder.limits]
+    #[tokio::test]
+    async fn the_responder_limits_are_set_in_the_acme_section_and_a_zero_names_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = |limits| {
+            serde_json::json!({
+                "hostname": [{ "name": "a.example", "source": "acme" }],
+                "acme": {
+                    "directory": "https://127.0.0.1:9/dir",
+                    "http01_bind": "127.0.0.1:0",
+                    "http01_limits": limits,
+                },
+            })
+        };
+        // Refused when the config is read, naming the key...
+        let read = serde_json::from_value::<IssuanceConfig>(acme(
+            serde_json::json!({ "max_connections": 0 }),
+        ))
+        .unwrap_err();
+        assert!(read.to_string().contains("max_connections"), "{read}");
+        let mut config: IssuanceConfig =
+            serde_json::from_value(acme(serde_json::json!({ "header_timeout": "5s" }))).unwrap();
+        let settings = config.acme.as_mut().unwrap();
+        assert_eq!(
+            settings.http01_limits.header_timeout,
+            Duration::from_secs(5)
+        );
+        // ... and at start, when built in code.
+        settings.http01_limits.max_connections = 0;
+        let err = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("acme.http01_limits.max_connections"),
+            "{err}"
+        );
+        let acme = serde_json::json!({ "directory": "https://127.0.0.1:9/dir" });
+        let settings: AcmeSettings = serde_json::from_value(acme).unwrap();
+        assert_eq!(settings.http01_limits, ResponderLimits::default());
+    }
+
+    // r[verify issue.local.loopback]
+    #[tokio::test]
+    async fn a_local_provider_off_loopback_is_refused_at_start_with_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "hostname": [{ "name": "a.example", "source": "local" }],
+            "local": { "endpoint": { "tcp": "127.0.0.1:9" } },
+        }))
+        .unwrap();
+        // Built in code, past the config reader's own check.
+        let addr: SocketAddr = "192.0.2.1:8099".parse().unwrap();
+        config.local = Some(LocalSettings {
+            endpoint: LocalEndpoint::Tcp(addr),
+        });
+        let err = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            matches!(err, StartError::Local(LocalEndpointError::NotLoopback(a)) if a == addr),
+            "{err}"
+        );
+        assert!(err.to_string().contains("local.endpoint"), "{err}");
+        // And through the config reader, the node's path.
+        let read = serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+            "local": { "endpoint": { "tcp": "10.0.0.2:8099" } },
+        }))
+        .unwrap_err();
+        assert!(
+            read.to_string().contains("not a loopback address"),
+            "{read}"
         );
     }
 

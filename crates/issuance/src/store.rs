@@ -2,8 +2,7 @@
 //! file per hostname that is replaced atomically and only by a checked pair.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -33,6 +32,9 @@ pub enum StoreError {
         #[source]
         source: CertError,
     },
+    /// Writing a certificate and key file failed (names the file and the step).
+    #[error("certificate store: {0}")]
+    Write(#[from] holdfast_keyfile::KeyfileError),
 }
 
 /// Every hostname's current pair; cheap to clone (`Arc`s).
@@ -95,6 +97,7 @@ impl CertStore {
     /// parse, does not match its key, does not name the hostname or is not valid at `now` is
     /// refused and the current one stays.
     // r[impl issue.store.atomic]
+    // r[impl issue.store.secret-file]
     pub fn replace(
         &self,
         hostname: &str,
@@ -111,7 +114,8 @@ impl CertStore {
         let mut checked = checked;
         checked.info.renew_at = pair.info.renew_at;
         let path = self.path_of(hostname);
-        write_atomically(&self.dir, &path, checked.bundle().as_bytes())?;
+        // The file holds the key: written 0600, atomically, never through a planted link.
+        holdfast_keyfile::write_private(&path, checked.bundle().as_bytes())?;
         let pair = Arc::new(checked);
         self.publish(hostname, pair.clone());
         Ok(pair)
@@ -140,31 +144,6 @@ impl CertStore {
     pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
         self.tx.subscribe()
     }
-}
-
-/// Temp file (0600) in the same directory, fsync, rename over the target, fsync the directory.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let tmp = path.with_extension(format!("pem.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io_err(&tmp))?;
-        f.write_all(bytes).map_err(io_err(&tmp))?;
-        f.sync_all().map_err(io_err(&tmp))?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(io_err(path))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err(dir))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]
@@ -225,6 +204,24 @@ mod tests {
         assert_eq!(names.len(), 1, "{names:?}");
     }
 
+    // r[verify issue.store.secret-file]
+    #[test]
+    fn a_link_planted_at_the_temporary_path_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(&dir.path().join("certs")).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let target = store.path_of("a.example");
+        std::os::unix::fs::symlink(&victim, holdfast_keyfile::temp_path(&target)).unwrap();
+        store
+            .replace("a.example", pair("a.example", t(0)), t(10))
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        let meta = std::fs::symlink_metadata(&target).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    }
+
     // r[verify issue.store.validate]
     #[test]
     fn bad_pem_on_disk_and_an_unwritable_directory_are_clear_errors() {
@@ -250,7 +247,8 @@ mod tests {
         let err = store
             .replace("b.example", pair("b.example", t(1)), t(10))
             .unwrap_err();
-        assert!(matches!(err, StoreError::Io { .. }), "{err}");
+        assert!(matches!(err, StoreError::Write(_)), "{err}");
+        assert!(err.to_string().contains("b.example.pem"), "{err}");
         assert_eq!(store.get("b.example"), Some(good.clone()));
         std::fs::remove_file(dir.path()).unwrap();
         std::fs::rename(&moved, dir.path()).unwrap();

@@ -767,3 +767,104 @@ async fn two_ticks_at_once_never_dispatch_one_hostname_twice() {
     assert_eq!(dispatched, 300);
     assert_eq!(issuer.with_history(|db| db.row_count().unwrap()), 300);
 }
+
+/// Starts the module over one local-provider hostname in `dir`, ticking every 100 ms.
+async fn start_local(
+    dir: &std::path::Path,
+    faults: &holdfast_lifecycle::FaultBoard,
+) -> holdfast_issuance::Issuance {
+    let config: holdfast_issuance::IssuanceConfig = serde_json::from_value(serde_json::json!({
+        "hostname": [{ "name": "a.example", "source": "local" }],
+        "local": { "endpoint": { "tcp": provider().await.to_string() } },
+        "tick": "100ms",
+    }))
+    .unwrap();
+    holdfast_issuance::start(
+        &config,
+        dir,
+        1,
+        Arc::new(holdfast_issuance::SystemWallClock),
+        faults.clone(),
+    )
+    .await
+    .expect("the module starts without its attempts table")
+}
+
+/// Waits (bounded) until the store's pair for `a.example` differs from `before`.
+async fn issued_after(
+    module: &holdfast_issuance::Issuance,
+    before: Option<Arc<CertifiedPair>>,
+) -> Arc<CertifiedPair> {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match module.store().get("a.example") {
+                Some(pair) if Some(&pair) != before.as_ref() => return pair,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("nothing issued in 20 s")
+}
+
+// r[verify issue.history.unavailable]
+#[tokio::test]
+async fn a_corrupt_attempts_table_starts_in_memory_with_a_fault_and_keeps_renewing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("issuance/attempts.sqlite");
+    std::fs::create_dir_all(db_path.parent().unwrap()).unwrap();
+    let garbage = b"this is not an SQLite database, and never was. ".repeat(100);
+    std::fs::write(&db_path, &garbage).unwrap();
+    let faults = holdfast_lifecycle::FaultBoard::new();
+    let module = start_local(dir.path(), &faults).await;
+    let subject = holdfast_lifecycle::Subject::new("issuance", "attempts-table");
+    let fault = faults.get(&subject).expect("a fault from the start");
+    assert_eq!(fault.kind, "history_unavailable");
+    assert!(
+        fault.message.contains("attempts.sqlite"),
+        "{}",
+        fault.message
+    );
+    assert!(fault.message.contains("in memory"), "{}", fault.message);
+
+    // It issues, and renews when asked, with the fault still up after the successful ticks.
+    let first = issued_after(&module, None).await;
+    module.issuer().trigger("a.example").unwrap();
+    let renewed = issued_after(&module, Some(first.clone())).await;
+    assert_ne!(renewed.chain_pem, first.chain_pem);
+    let fault = faults
+        .get(&subject)
+        .expect("the fault stays while in memory");
+    assert_eq!(fault.kind, "history_unavailable");
+    assert_eq!(faults.of_module("issuance").len(), 1, "{:?}", faults.list());
+    // The bad file is left for the operator, not replaced.
+    assert_eq!(std::fs::read(&db_path).unwrap(), garbage);
+    holdfast_issuance::Issuance::shutdown(
+        module,
+        tokio::time::Instant::now() + Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+}
+
+// r[verify issue.history.unavailable]
+#[tokio::test]
+async fn a_locked_attempts_table_starts_in_memory_with_a_fault_and_issues() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("issuance/attempts.sqlite");
+    drop(HistoryDb::open(&db_path, 50).unwrap());
+    // Another process holds the file's exclusive lock past the busy timeout.
+    let holder = rusqlite::Connection::open(&db_path).unwrap();
+    holder
+        .execute_batch("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE;")
+        .unwrap();
+    let faults = holdfast_lifecycle::FaultBoard::new();
+    let module = start_local(dir.path(), &faults).await;
+    let subject = holdfast_lifecycle::Subject::new("issuance", "attempts-table");
+    assert_eq!(
+        faults.get(&subject).expect("a fault").kind,
+        "history_unavailable"
+    );
+    issued_after(&module, None).await;
+    drop(holder);
+}

@@ -1,0 +1,203 @@
+//! holdfast-keyfile: one way to write a secret file — mode 0600, through a temporary file created
+//! with `O_EXCL | O_NOFOLLOW`, fsynced, renamed into place, the directory fsynced.
+//!
+//! The README follows.
+//!
+#![doc = include_str!("../README.md")]
+
+use std::ffi::OsString;
+use std::fmt;
+use std::fs;
+use std::io::{self, Write as _};
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+/// The mode of every file written here: read and write for the owner only.
+pub const MODE: u32 = 0o600;
+
+/// The step of [`write_private`] that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Removing a temporary file left by an interrupted run.
+    RemoveStale,
+    /// Creating the temporary file (it exists again: someone planted it after the removal).
+    Create,
+    /// Writing or fsyncing the temporary file.
+    Write,
+    /// Renaming it over the target.
+    Rename,
+    /// Fsyncing the directory.
+    SyncDir,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::RemoveStale => "removing the stale temporary file",
+            Step::Create => "creating the temporary file",
+            Step::Write => "writing",
+            Step::Rename => "renaming into place",
+            Step::SyncDir => "syncing the directory",
+        })
+    }
+}
+
+/// A secret file could not be written; the file at the target path, if any, is unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {step}: {source}")]
+pub struct KeyfileError {
+    /// The step that failed.
+    pub step: Step,
+    /// The file it concerned (the temporary file, the target or the directory).
+    pub path: PathBuf,
+    /// The I/O error.
+    #[source]
+    pub source: io::Error,
+}
+
+/// The temporary file [`write_private`] uses for `path`: `NAME.tmp` in the same directory.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(OsString::from).unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Writes `bytes` to `path` atomically with mode 0600: a temporary file in the same directory
+/// created exclusively and without following links, fsync, rename over `path`, fsync of the
+/// directory. The directory must exist.
+// r[impl issue.store.secret-file]
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), KeyfileError> {
+    let tmp = temp_path(path);
+    let fail = |step, path: &Path| {
+        let path = path.to_owned();
+        move |source| KeyfileError { step, path, source }
+    };
+    // A temporary file left by an interrupted run keeps its own mode and owner, and a symlink
+    // there points wherever its planter chose: unlink removes either itself, never its target.
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(fail(Step::RemoveStale, &tmp)(err)),
+    }
+    // O_EXCL: anything planted at `tmp` since the removal fails the open instead of being
+    // written through; O_NOFOLLOW says the same for links on every kernel and filesystem.
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(fail(Step::Create, &tmp))?;
+    let written = (|| {
+        // The umask may only clear bits, but say the mode outright on the open descriptor.
+        file.set_permissions(fs::Permissions::from_mode(MODE))?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    })()
+    .map_err(fail(Step::Write, &tmp));
+    drop(file);
+    let renamed = written.and_then(|()| fs::rename(&tmp, path).map_err(fail(Step::Rename, path)));
+    if let Err(err) = renamed {
+        // Best effort: the next write removes it anyway.
+        let _ = fs::remove_file(&tmp);
+        return Err(err);
+    }
+    // The rename itself is durable only once the directory is synced.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail(Step::SyncDir, dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn mode(path: &Path) -> u32 {
+        fs::symlink_metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    // r[verify issue.store.secret-file]
+    #[test]
+    fn written_0600_and_replaced_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("key.pem");
+        write_private(&path, b"first").expect("written");
+        assert_eq!(fs::read(&path).expect("read"), b"first");
+        assert_eq!(mode(&path), 0o600);
+        // An existing target with a wider mode is replaced by a 0600 file.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
+        write_private(&path, b"second").expect("rewritten");
+        assert_eq!(fs::read(&path).expect("read"), b"second");
+        assert_eq!(mode(&path), 0o600);
+        assert!(!temp_path(&path).exists(), "temporary file left behind");
+    }
+
+    // r[verify issue.store.secret-file]
+    #[test]
+    fn a_symlink_planted_at_the_temporary_path_is_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"untouched").expect("victim");
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let path = dir.path().join("key.pem");
+        symlink(&victim, temp_path(&path)).expect("symlink");
+        write_private(&path, b"secret").expect("written");
+        assert_eq!(fs::read(&victim).expect("victim"), b"untouched");
+        assert_eq!(mode(&victim), 0o644);
+        assert_eq!(fs::read(&path).expect("read"), b"secret");
+        assert_eq!(mode(&path), 0o600);
+        assert!(
+            !fs::symlink_metadata(&path)
+                .expect("metadata")
+                .file_type()
+                .is_symlink()
+        );
+        // A dangling link (a file the planter hopes the node creates) is not followed either.
+        let absent = dir.path().join("absent");
+        symlink(&absent, temp_path(&path)).expect("symlink");
+        write_private(&path, b"again").expect("written");
+        assert!(!absent.exists(), "the write created the link's target");
+        assert_eq!(fs::read(&path).expect("read"), b"again");
+    }
+
+    // r[verify issue.store.secret-file]
+    #[test]
+    fn a_temporary_file_left_by_a_crash_is_replaced_not_reused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("key.pem");
+        let tmp = temp_path(&path);
+        fs::write(
+            &tmp,
+            b"half written by a run that died, and much longer than the new one",
+        )
+        .expect("leftover");
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o666)).expect("chmod");
+        write_private(&path, b"new").expect("written");
+        assert_eq!(fs::read(&path).expect("read"), b"new");
+        assert_eq!(mode(&path), 0o600);
+        assert!(!tmp.exists());
+    }
+
+    // r[verify issue.store.secret-file]
+    #[test]
+    fn a_failed_write_names_the_file_and_leaves_the_current_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("key.pem");
+        write_private(&path, b"current").expect("written");
+        // The temporary path is a directory: it cannot be removed as a file nor created.
+        fs::create_dir(temp_path(&path)).expect("mkdir");
+        let err = write_private(&path, b"next").expect_err("a directory in the way");
+        assert_eq!(err.path, temp_path(&path));
+        assert!(err.to_string().contains("key.pem.tmp"), "{err}");
+        assert_eq!(fs::read(&path).expect("read"), b"current");
+    }
+}
