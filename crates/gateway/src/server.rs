@@ -28,7 +28,6 @@ use crate::protocol::{ClientMessage, close};
 use crate::registry::{ConnId, Registry};
 use crate::stats::Stats;
 use crate::tls::{Stream, Tls, TlsError, TlsReload};
-use crate::token::TokenError;
 
 /// A client's WebSocket, over plain TCP or TLS.
 pub(crate) type Ws = WebSocketStream<Stream>;
@@ -698,11 +697,9 @@ async fn on_message(
                 }
                 Err(e) => {
                     inner.stats.auth_failure();
-                    let reason = match e {
-                        TokenError::Invalid => "invalid token",
-                        TokenError::Expired => "token expired",
-                    };
-                    Some(Ending::Close(close::POLICY, reason.into()))
+                    // The error's text is the close reason ("invalid token", "token expired",
+                    // "token expiry out of range"): it names no secret.
+                    Some(Ending::Close(close::POLICY, e.to_string()))
                 }
             }
         }

@@ -361,3 +361,22 @@ impl tracing::Subscriber for ArcSubscriber {
         self.0.exit(s)
     }
 }
+
+// r[verify gateway.auth.expiry-range]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_token_with_an_absurd_expiry_is_refused_and_the_gateway_serves_on() {
+    let node = start(config("a")).await;
+    let mut bystander = member(&node.gateway, "zed", "lobby").await;
+    for secs in [u64::MAX, u64::MAX - 1, 1 << 63] {
+        let mut ws = connect(&node.gateway).await;
+        let absurd = key().sign_unix("ann", secs);
+        send_json(&mut ws, serde_json::json!({"type":"auth","token":absurd})).await;
+        // A close with the reason, not a connection task that died on it.
+        let (code, why) = close_code_of(&mut ws).await;
+        assert_eq!((code, why.as_str()), (1008, "token expiry out of range"));
+    }
+    assert_eq!(node.gateway.stats().auth_failures, 3);
+    eventually("refused ones torn down", || node.gateway.connections() == 1).await;
+    assert_eq!(node.gateway.push_user_local("zed", "on").queued, 1);
+    assert_eq!(next_text(&mut bystander).await, "on");
+}
