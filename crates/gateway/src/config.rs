@@ -101,7 +101,8 @@ pub struct GatewayConfig {
     /// connection arrives and this long has passed since the last one (zero: on every
     /// connection).
     pub tls_check_interval: Duration,
-    /// Open connections allowed per source address, authenticated or not (0: no limit).
+    /// Open connections allowed per source (an IPv4 address, or an IPv6 /64), authenticated or
+    /// not (0: no limit).
     pub per_ip_limit: usize,
     /// Connections allowed in total that have not yet authenticated (0: no limit).
     pub unauthenticated_limit: usize,

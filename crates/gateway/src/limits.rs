@@ -1,8 +1,8 @@
-//! Admission at accept: open connections per source address, and connections not yet
-//! authenticated in total.
+//! Admission at accept: open connections per source (an IPv4 address or an IPv6 /64), and
+//! connections not yet authenticated in total.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +25,23 @@ impl Refusal {
         }
     }
 }
+
+/// The source a connection counts against: its IPv4 address (an IPv4-mapped IPv6 address counts
+/// as the IPv4 address), or the /64 its IPv6 address lies in.
+// r[impl gateway.edge.source]
+pub(crate) fn source_of(ip: IpAddr) -> IpAddr {
+    // An IPv4 client seen through a dual-stack socket is the same client.
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        // One host is routinely given a whole /64 and picks its interface identifiers freely
+        // (privacy addresses, RFC 8981): keyed on the full address, one host would be 2^64
+        // sources.
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & SLASH_64)),
+    }
+}
+
+/// The network half of an IPv6 address.
+const SLASH_64: u128 = !((1u128 << 64) - 1);
 
 #[derive(Debug, Default)]
 struct Counts {
@@ -54,10 +71,9 @@ impl Limits {
     /// Admits a connection from `ip`, or says which limit it is over. An admitted connection
     /// counts as open for its address and as unauthenticated until its [`Admission`] says
     /// otherwise or is dropped; a refused one counts toward neither.
-    // r[impl gateway.edge.limits]
+    // r[impl gateway.edge.limits+2]
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, Refusal> {
-        // An IPv4 client seen through a dual-stack socket is the same client.
-        let ip = ip.to_canonical();
+        let ip = source_of(ip);
         let mut counts = crate::server::lock(&self.counts);
         let open = counts.per_ip.get(&ip).copied().unwrap_or(0);
         if self.per_ip_limit != 0 && open >= self.per_ip_limit {
@@ -88,7 +104,7 @@ impl Limits {
     fn open_from(&self, ip: IpAddr) -> usize {
         crate::server::lock(&self.counts)
             .per_ip
-            .get(&ip.to_canonical())
+            .get(&source_of(ip))
             .copied()
             .unwrap_or(0)
     }
@@ -134,7 +150,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    // r[verify gateway.edge.limits]
+    // r[verify gateway.edge.limits+2]
     #[test]
     fn each_limit_refuses_past_its_count_and_frees_its_place_on_drop() {
         let limits = Limits::new(2, 3);
@@ -160,6 +176,74 @@ mod tests {
         drop((b1, c1));
         assert_eq!(limits.unauthenticated(), 0);
         assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
+    }
+
+    // r[verify gateway.edge.source]
+    #[test]
+    fn sources_are_ipv4_addresses_and_ipv6_slash_64s() {
+        // One /64 is one source, whatever its interface identifier.
+        assert_eq!(
+            source_of(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            source_of(ip("2001:db8:1:2::1")),
+            source_of(ip("2001:db8:1:2::2"))
+        );
+        assert_ne!(
+            source_of(ip("2001:db8:1:2::1")),
+            source_of(ip("2001:db8:1:3::1"))
+        );
+        // IPv4 is keyed on the whole address (its /32), mapped or not.
+        assert_eq!(source_of(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_ne!(source_of(ip("192.0.2.7")), source_of(ip("192.0.2.8")));
+        // A mapped address is not folded into the /64 of ::ffff:0:0.
+        assert_ne!(
+            source_of(ip("::ffff:192.0.2.7")),
+            source_of(ip("::ffff:192.0.2.8"))
+        );
+        assert_eq!(source_of(ip("::1")), ip("::"));
+    }
+
+    // r[verify gateway.edge.source]
+    #[test]
+    fn one_ipv6_slash_64_shares_one_per_address_limit() {
+        let limits = Limits::new(2, 0);
+        let _a = limits.admit(ip("2001:db8::1")).unwrap();
+        let _b = limits.admit(ip("2001:db8::ffff:2")).unwrap();
+        // A third interface identifier in the same /64 is the same source.
+        assert_eq!(limits.admit(ip("2001:db8::3")).unwrap_err(), Refusal::PerIp);
+        assert_eq!(limits.open_from(ip("2001:db8::42")), 2);
+        // The next /64 is another source.
+        let _c = limits.admit(ip("2001:db8:0:1::1")).unwrap();
+    }
+
+    proptest::proptest! {
+        // r[verify gateway.edge.source]
+        #[test]
+        fn the_source_is_the_first_64_bits_of_ipv6_and_all_of_ipv4(a in proptest::prelude::any::<u128>(), b in proptest::prelude::any::<u128>(), v4 in proptest::prelude::any::<u32>()) {
+            let (a6, b6) = (Ipv6Addr::from(a), Ipv6Addr::from(b));
+            let mapped = |x: Ipv6Addr| x.to_ipv4_mapped().is_some();
+            if !mapped(a6) && !mapped(b6) {
+                let same = a >> 64 == b >> 64;
+                proptest::prop_assert_eq!(
+                    source_of(IpAddr::V6(a6)) == source_of(IpAddr::V6(b6)),
+                    same
+                );
+                // The key is the /64's network address.
+                proptest::prop_assert_eq!(
+                    source_of(IpAddr::V6(a6)),
+                    IpAddr::V6(Ipv6Addr::from(a & !((1u128 << 64) - 1)))
+                );
+            }
+            let v4 = std::net::Ipv4Addr::from(v4);
+            proptest::prop_assert_eq!(source_of(IpAddr::V4(v4)), IpAddr::V4(v4));
+            proptest::prop_assert_eq!(source_of(IpAddr::V6(v4.to_ipv6_mapped())), IpAddr::V4(v4));
+            // The key of a key is itself: counting and releasing agree.
+            let k = source_of(IpAddr::V6(a6));
+            proptest::prop_assert_eq!(source_of(k), k);
+        }
     }
 
     #[test]

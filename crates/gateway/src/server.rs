@@ -539,7 +539,7 @@ async fn upgrade<C: Callback + Unpin>(
 }
 
 /// The 503 for a connection over a limit: refused before the upgrade, told when to retry.
-// r[impl gateway.edge.limits]
+// r[impl gateway.edge.limits+2]
 fn limit_refusal(over: Refusal, retry_after_secs: u32) -> ErrorResponse {
     let mut resp = ErrorResponse::new(Some(over.reason().to_owned()));
     *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

@@ -346,7 +346,7 @@ async fn raw_refusal(source: &str, gateway: &Gateway) -> (String, Option<String>
     (status, retry, body.to_owned())
 }
 
-// r[verify gateway.edge.limits]
+// r[verify gateway.edge.limits+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_notices() {
     let mut c = config("a");
@@ -405,7 +405,7 @@ async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_noti
     assert!(connect_from("127.0.0.1", &node.gateway).await.is_err());
 }
 
-// r[verify gateway.edge.limits]
+// r[verify gateway.edge.limits+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_connections_are_capped_in_total_and_authenticating_frees_a_place() {
     let mut c = config("a");
@@ -491,7 +491,7 @@ async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_wit
     assert!(matches!(r, Err(StartError::Config(_))));
 }
 
-// r[verify gateway.edge.limits]
+// r[verify gateway.edge.limits+2]
 // On tokio's paused clock: the refusal timeout is measured, not slept through.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout() {
