@@ -8,6 +8,11 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use crate::tls::TlsFiles;
 use crate::token::TokenKey;
 
+/// The default cap on one source's unauthenticated connections: a thirty-second of the default
+/// pool (1024), so it takes 32 sources to fill it, and more than a browser or a NAT's worth of
+/// clients authenticating at one instant.
+pub const DEFAULT_UNAUTHENTICATED_PER_IP: usize = 32;
+
 /// Which close code a drain sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CloseChoice {
@@ -106,6 +111,10 @@ pub struct GatewayConfig {
     pub per_ip_limit: usize,
     /// Connections allowed in total that have not yet authenticated (0: no limit).
     pub unauthenticated_limit: usize,
+    /// Connections allowed per source (an IPv4 address, or an IPv6 /64) that have not yet
+    /// authenticated (0: no limit). Far below `unauthenticated_limit`, so that one source cannot
+    /// take the unauthenticated pool from everyone else.
+    pub unauthenticated_per_ip_limit: usize,
     /// How long a connection refused for a limit has to send its upgrade request and take the
     /// 503 before it is dropped (capped by `handshake_timeout`): a flood past the limits does not
     /// hold sockets for the whole handshake timeout.
@@ -137,6 +146,7 @@ impl GatewayConfig {
             tls_check_interval: Duration::from_secs(1),
             per_ip_limit: 256,
             unauthenticated_limit: 1024,
+            unauthenticated_per_ip_limit: DEFAULT_UNAUTHENTICATED_PER_IP,
             refusal_timeout: Duration::from_secs(1),
         }
     }

@@ -59,7 +59,9 @@ pub use cluster::{
 pub const ETCD_SUPPORTED: bool = cfg!(feature = "etcd");
 
 pub use cluster_config::{ClusterConfig, connect_cluster};
-pub use config::{CloseChoice, ConfigError, DrainConfig, GatewayConfig};
+pub use config::{
+    CloseChoice, ConfigError, DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig,
+};
 pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 #[cfg(feature = "etcd")]

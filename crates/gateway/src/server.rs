@@ -309,7 +309,11 @@ impl Gateway {
 /// The limits and the TLS acceptor, checked before anything is bound or registered.
 fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError> {
     config.validate()?;
-    let limits = Limits::new(config.per_ip_limit, config.unauthenticated_limit);
+    let limits = Limits::new(
+        config.per_ip_limit,
+        config.unauthenticated_limit,
+        config.unauthenticated_per_ip_limit,
+    );
     let tls = match &config.tls {
         Some(files) => Some(Tls::new(files.clone(), config.tls_check_interval)?),
         None => None,

@@ -21,6 +21,7 @@ pub struct Stats {
     idle_closed: AtomicU64,
     refused_per_ip: AtomicU64,
     refused_unauthenticated: AtomicU64,
+    refused_unauthenticated_per_ip: AtomicU64,
     tls_reloads: AtomicU64,
     tls_reload_failures: AtomicU64,
     close_sent: Notify,
@@ -53,6 +54,8 @@ pub struct StatsSnapshot {
     pub refused_per_ip: u64,
     /// Upgrades refused with 503 because the unauthenticated limit was reached.
     pub refused_unauthenticated: u64,
+    /// Connections refused because their source held its limit of unauthenticated connections.
+    pub refused_unauthenticated_per_ip: u64,
     /// Times a changed TLS pair was loaded.
     pub tls_reloads: u64,
     /// Times a changed TLS pair was rejected (the previous one kept), once per change.
@@ -96,6 +99,9 @@ impl Stats {
         match refusal {
             crate::limits::Refusal::PerIp => inc(&self.refused_per_ip),
             crate::limits::Refusal::Unauthenticated => inc(&self.refused_unauthenticated),
+            crate::limits::Refusal::UnauthenticatedPerIp => {
+                inc(&self.refused_unauthenticated_per_ip)
+            }
         }
     }
     pub(crate) fn tls_reloaded(&self) {
@@ -130,6 +136,7 @@ impl Stats {
             idle_closed: g(&self.idle_closed),
             refused_per_ip: g(&self.refused_per_ip),
             refused_unauthenticated: g(&self.refused_unauthenticated),
+            refused_unauthenticated_per_ip: g(&self.refused_unauthenticated_per_ip),
             tls_reloads: g(&self.tls_reloads),
             tls_reload_failures: g(&self.tls_reload_failures),
         }

@@ -457,6 +457,61 @@ async fn unauthenticated_connections_are_capped_in_total_and_authenticating_free
     .await;
 }
 
+// r[verify gateway.edge.unauthenticated-per-source]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_at_its_unauthenticated_cap_is_refused_while_another_authenticates() {
+    let mut c = config("a");
+    c.unauthenticated_per_ip_limit = 3;
+    let node = start(c).await;
+    assert_eq!(
+        config("b").unauthenticated_per_ip_limit,
+        holdfast_gateway::DEFAULT_UNAUTHENTICATED_PER_IP
+    );
+    // Source A holds three silent, unauthenticated connections: its cap.
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        a.push(connect_from("127.0.0.3", &node.gateway).await.unwrap());
+    }
+    for _ in 0..10 {
+        let (status, retry, body) = connect_from("127.0.0.3", &node.gateway).await.unwrap_err();
+        assert_eq!((status, retry.as_deref()), (503, Some("2")));
+        assert_reason(
+            &body,
+            "too many unauthenticated connections from this address",
+        );
+    }
+    let (status, _, body) = raw_refusal("127.0.0.3", &node.gateway).await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert_eq!(
+        body,
+        "too many unauthenticated connections from this address"
+    );
+    let stats = node.gateway.stats();
+    assert_eq!(stats.refused_unauthenticated_per_ip, 11);
+    assert_eq!(
+        (stats.refused_per_ip, stats.refused_unauthenticated),
+        (0, 0)
+    );
+    // Source B is not affected: it connects and authenticates.
+    let mut b = connect_from("127.0.0.4", &node.gateway).await.unwrap();
+    send_json(
+        &mut b,
+        serde_json::json!({"type":"auth","token":token("bea")}),
+    )
+    .await;
+    assert!(next_text(&mut b).await.contains("authenticated"));
+    // One of A's connections authenticates: A has a place again, and only one.
+    send_json(
+        &mut a[0],
+        serde_json::json!({"type":"auth","token":token("al")}),
+    )
+    .await;
+    assert!(next_text(&mut a[0]).await.contains("authenticated"));
+    a.push(connect_from("127.0.0.3", &node.gateway).await.unwrap());
+    assert!(connect_from("127.0.0.3", &node.gateway).await.is_err());
+    assert_eq!(node.gateway.unauthenticated(), 3);
+}
+
 // r[verify gateway.edge.buffers]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_with_1009() {
