@@ -91,7 +91,7 @@ impl Limits {
     /// Admits a connection from `ip`, or says which limit it is over. An admitted connection
     /// counts as open for its address and as unauthenticated until its [`Admission`] says
     /// otherwise or is dropped; a refused one counts toward neither.
-    // r[impl gateway.edge.limits+2]
+    // r[impl gateway.edge.limits+3]
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, Refusal> {
         let ip = source_of(ip);
         let mut counts = crate::server::lock(&self.counts);
@@ -197,7 +197,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    // r[verify gateway.edge.limits+2]
+    // r[verify gateway.edge.limits+3]
     #[test]
     fn each_limit_refuses_past_its_count_and_frees_its_place_on_drop() {
         let limits = Limits::new(2, 3, 0);

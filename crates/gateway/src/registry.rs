@@ -92,7 +92,7 @@ impl<H: Clone> Registry<H> {
         &index[h % index.len()]
     }
 
-    // r[impl gateway.registry.track]
+    // r[impl gateway.registry.track+2]
     /// Registers a new connection at accept time, before any handshake or authentication, and
     /// returns its id.
     pub fn accept(&self) -> ConnId {
@@ -338,7 +338,7 @@ mod tests {
         );
     }
 
-    // r[verify gateway.registry.track]
+    // r[verify gateway.registry.track+2]
     #[test]
     fn unauthenticated_connections_are_registered_in_shards_and_removal_is_idempotent() {
         let r: Registry<()> = Registry::new(4);

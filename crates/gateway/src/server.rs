@@ -358,11 +358,15 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 fn spawn_connection(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
-    let id = inner.registry.accept();
     inner.stats.accepted();
+    let admission = inner.limits.admit(peer.ip());
+    if let (Err(over), Some(_)) = (&admission, &inner.tls) {
+        refuse_before_tls(inner, stream, peer, *over);
+        return;
+    }
+    let id = inner.registry.accept();
     let (queue, queue_rx) = mpsc::channel(inner.config.send_queue.max(1));
     let (go, go_rx) = oneshot::channel();
-    let admission = inner.limits.admit(peer.ip());
     let task = tokio::spawn(connection(
         inner.clone(),
         id,
@@ -379,6 +383,17 @@ fn spawn_connection(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
     if inner.registry.set_handle(id, handle).is_ok() {
         let _ = go.send(());
     }
+}
+
+/// Closes a socket over a limit on a TLS listener at accept: a 503 could only be sent after a
+/// TLS handshake, which is the expensive part (key exchange and signature) a flood past the
+/// limits must not buy. The client's handshake fails at once, with no ServerHello; the socket
+/// never enters the registry and holds no task, timer or buffer.
+// r[impl gateway.edge.refuse-before-tls]
+fn refuse_before_tls(inner: &Inner, stream: TcpStream, peer: SocketAddr, over: Refusal) {
+    inner.stats.refused_limit(over);
+    tracing::debug!(%peer, reason = over.reason(), "refused before the TLS handshake");
+    drop(stream);
 }
 
 /// Removes the connection from the registry however its task ends (returns, or is aborted).
@@ -543,7 +558,7 @@ async fn upgrade<C: Callback + Unpin>(
 }
 
 /// The 503 for a connection over a limit: refused before the upgrade, told when to retry.
-// r[impl gateway.edge.limits+2]
+// r[impl gateway.edge.limits+3]
 fn limit_refusal(over: Refusal, retry_after_secs: u32) -> ErrorResponse {
     let mut resp = ErrorResponse::new(Some(over.reason().to_owned()));
     *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

@@ -18,7 +18,7 @@ async fn close_code_of(ws: &mut Client) -> (u16, String) {
     (u16::from(close.code), close.reason.to_string())
 }
 
-// r[verify gateway.registry.track]
+// r[verify gateway.registry.track+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_registered_from_accept_authenticated_or_not() {
     let node = start(config("a")).await;
