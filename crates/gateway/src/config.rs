@@ -13,6 +13,12 @@ use crate::token::TokenKey;
 /// clients authenticating at one instant.
 pub const DEFAULT_UNAUTHENTICATED_PER_IP: usize = 32;
 
+/// The default cap on the rooms one connection may be in at once.
+pub const DEFAULT_MAX_ROOMS: usize = 64;
+
+/// The default cap on a room name's length, in bytes.
+pub const DEFAULT_MAX_ROOM_NAME: usize = 128;
+
 /// Which close code a drain sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CloseChoice {
@@ -119,6 +125,13 @@ pub struct GatewayConfig {
     /// 503 before it is dropped (capped by `handshake_timeout`): a flood past the limits does not
     /// hold sockets for the whole handshake timeout.
     pub refusal_timeout: Duration,
+    /// Rooms one connection may be in at once (0: no limit): each costs the registry an entry in
+    /// the room's index and the connection's own set, so an authenticated client cannot make
+    /// the replica hold an unbounded number of them.
+    pub max_rooms_per_connection: usize,
+    /// The longest room name a client may join, in bytes (0: no limit), so a room name cannot
+    /// cost up to a whole message's size in each index that holds it.
+    pub max_room_name: usize,
 }
 
 impl GatewayConfig {
@@ -148,6 +161,8 @@ impl GatewayConfig {
             unauthenticated_limit: 1024,
             unauthenticated_per_ip_limit: DEFAULT_UNAUTHENTICATED_PER_IP,
             refusal_timeout: Duration::from_secs(1),
+            max_rooms_per_connection: DEFAULT_MAX_ROOMS,
+            max_room_name: DEFAULT_MAX_ROOM_NAME,
         }
     }
 }

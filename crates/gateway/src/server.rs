@@ -726,17 +726,67 @@ async fn on_message(
             Some(Ending::Close(close::POLICY, "already authenticated".into()))
         }
         (_, false) => Some(Ending::Close(close::POLICY, "authenticate first".into())),
-        (ClientMessage::Join { room }, true) => {
-            if inner.registry.join(id, &room).is_err() {
-                return Some(Ending::Gone);
-            }
-            reply(ws, ack("joined", &room)).await
-        }
+        (ClientMessage::Join { room }, true) => join(inner, id, ws, &room).await,
         (ClientMessage::Leave { room }, true) => {
             if inner.registry.leave(id, &room).is_err() {
                 return Some(Ending::Gone);
             }
             reply(ws, ack("left", &room)).await
+        }
+    }
+}
+
+/// Joins `room` within the room limits, or tells the client why not and goes on.
+// r[impl gateway.rooms.limits]
+async fn join(inner: &Arc<Inner>, id: ConnId, ws: &mut Ws, room: &str) -> Option<Ending> {
+    let cfg = &inner.config;
+    if cfg.max_room_name != 0 && room.len() > cfg.max_room_name {
+        return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
+    }
+    match inner
+        .registry
+        .join_within(id, room, cfg.max_rooms_per_connection)
+    {
+        Ok(()) => reply(ws, ack("joined", room)).await,
+        Err(crate::registry::RegistryError::TooManyRooms(..)) => {
+            refuse_join(inner, ws, room, JoinRefusal::TooManyRooms).await
+        }
+        // The connection is no longer registered: its teardown is under way.
+        Err(_) => Some(Ending::Gone),
+    }
+}
+
+/// Counts a refused join and tells the client; the connection stays open. A name refused for
+/// its length is not echoed back (it may be up to a message's size).
+async fn refuse_join(
+    inner: &Arc<Inner>,
+    ws: &mut Ws,
+    room: &str,
+    why: JoinRefusal,
+) -> Option<Ending> {
+    inner.stats.join_refused(why);
+    let mut msg = serde_json::json!({"type": "error", "op": "join", "reason": why.reason()});
+    if why != JoinRefusal::NameTooLong {
+        msg["room"] = serde_json::Value::from(room);
+    }
+    reply(ws, msg.to_string()).await
+}
+
+/// Why a join was refused (the connection stays open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JoinRefusal {
+    /// The connection is already in its limit of rooms.
+    TooManyRooms,
+    /// The room's name is longer than the limit.
+    NameTooLong,
+}
+
+impl JoinRefusal {
+    /// The reason the client is told.
+    fn reason(self) -> &'static str {
+        match self {
+            JoinRefusal::TooManyRooms => "too many rooms",
+            JoinRefusal::NameTooLong => "room name too long",
         }
     }
 }

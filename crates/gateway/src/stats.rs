@@ -24,6 +24,8 @@ pub struct Stats {
     refused_unauthenticated_per_ip: AtomicU64,
     tls_reloads: AtomicU64,
     tls_reload_failures: AtomicU64,
+    joins_refused_rooms: AtomicU64,
+    joins_refused_name: AtomicU64,
     close_sent: Notify,
 }
 
@@ -60,6 +62,10 @@ pub struct StatsSnapshot {
     pub tls_reloads: u64,
     /// Times a changed TLS pair was rejected (the previous one kept), once per change.
     pub tls_reload_failures: u64,
+    /// Joins refused because the connection was already in its limit of rooms.
+    pub joins_refused_rooms: u64,
+    /// Joins refused because the room's name was longer than the limit.
+    pub joins_refused_name: u64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -110,6 +116,12 @@ impl Stats {
     pub(crate) fn tls_reload_failed(&self) {
         inc(&self.tls_reload_failures);
     }
+    pub(crate) fn join_refused(&self, refusal: crate::server::JoinRefusal) {
+        match refusal {
+            crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
+            crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
+        }
+    }
     pub(crate) fn close_sent(&self) {
         inc(&self.close_frames_sent);
         self.close_sent.notify_waiters();
@@ -139,6 +151,8 @@ impl Stats {
             refused_unauthenticated_per_ip: g(&self.refused_unauthenticated_per_ip),
             tls_reloads: g(&self.tls_reloads),
             tls_reload_failures: g(&self.tls_reload_failures),
+            joins_refused_rooms: g(&self.joins_refused_rooms),
+            joins_refused_name: g(&self.joins_refused_name),
         }
     }
 }

@@ -382,3 +382,60 @@ async fn a_signed_token_with_an_absurd_expiry_is_refused_and_the_gateway_serves_
     assert_eq!(node.gateway.push_user_local("zed", "on").queued, 1);
     assert_eq!(next_text(&mut bystander).await, "on");
 }
+
+/// Sends a join and returns the answer.
+async fn join_answer(ws: &mut Client, room: &str) -> serde_json::Value {
+    send_json(ws, serde_json::json!({"type":"join","room":room})).await;
+    serde_json::from_str(&next_text(ws).await).unwrap()
+}
+
+// r[verify gateway.rooms.limits]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_past_the_room_limits_are_refused_and_the_connection_stays() {
+    let defaults = config("d");
+    assert_eq!(
+        (defaults.max_rooms_per_connection, defaults.max_room_name),
+        (64, 128)
+    );
+    let mut c = config("a");
+    c.max_rooms_per_connection = 3;
+    c.max_room_name = 8;
+    let node = start(c).await;
+    let mut ann = member(&node.gateway, "ann", "r1").await;
+    let mut bystander = member(&node.gateway, "zed", "r1").await;
+    for room in ["r2", "r3"] {
+        assert_eq!(join_answer(&mut ann, room).await["type"], "joined");
+    }
+    // A fourth room is refused with an error message, not a close.
+    let refused = join_answer(&mut ann, "r4").await;
+    assert_eq!(
+        refused,
+        serde_json::json!({"type":"error","op":"join","room":"r4","reason":"too many rooms"})
+    );
+    assert!(node.gateway.push_room_local("r4", "x").queued == 0);
+    // Joining a room it is already in is no new room: still fine.
+    assert_eq!(join_answer(&mut ann, "r2").await["type"], "joined");
+    // A name over eight bytes (here four two-byte characters and one more) is refused, and not
+    // echoed back; eight bytes are fine once a place is free.
+    let refused = join_answer(&mut ann, "ééééx").await;
+    assert_eq!(
+        refused,
+        serde_json::json!({"type":"error","op":"join","reason":"room name too long"})
+    );
+    send_json(&mut ann, serde_json::json!({"type":"leave","room":"r3"})).await;
+    let left: serde_json::Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(left, serde_json::json!({"type":"left","room":"r3"}));
+    assert_eq!(join_answer(&mut ann, "éééé").await["type"], "joined");
+    let stats = node.gateway.stats();
+    assert_eq!(
+        (stats.joins_refused_rooms, stats.joins_refused_name),
+        (1, 1)
+    );
+    // The connection is open and served, and so is everyone else.
+    assert_eq!(node.gateway.push_room_local("r1", "still").queued, 2);
+    assert_eq!(next_text(&mut ann).await, "still");
+    assert_eq!(next_text(&mut bystander).await, "still");
+    assert_eq!(node.gateway.push_room_local("éééé", "new").queued, 1);
+    assert_eq!(next_text(&mut ann).await, "new");
+    assert_eq!(node.gateway.connections(), 2);
+}
