@@ -32,6 +32,7 @@ async fn main() {
     // Every client comes from 127.0.0.1: the per-address limit would refuse all but 256.
     config.per_ip_limit = 0;
     config.unauthenticated_limit = 0;
+    config.unauthenticated_per_ip_limit = 0;
     let gateway = Gateway::start(
         config,
         Arc::new(MemoryRegistry::new()),

@@ -8,6 +8,17 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use crate::tls::TlsFiles;
 use crate::token::TokenKey;
 
+/// The default cap on one source's unauthenticated connections: a thirty-second of the default
+/// pool (1024), so it takes 32 sources to fill it, and more than a browser or a NAT's worth of
+/// clients authenticating at one instant.
+pub const DEFAULT_UNAUTHENTICATED_PER_IP: usize = 32;
+
+/// The default cap on the rooms one connection may be in at once.
+pub const DEFAULT_MAX_ROOMS: usize = 64;
+
+/// The default cap on a room name's length, in bytes.
+pub const DEFAULT_MAX_ROOM_NAME: usize = 128;
+
 /// Which close code a drain sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CloseChoice {
@@ -101,14 +112,26 @@ pub struct GatewayConfig {
     /// connection arrives and this long has passed since the last one (zero: on every
     /// connection).
     pub tls_check_interval: Duration,
-    /// Open connections allowed per source address, authenticated or not (0: no limit).
+    /// Open connections allowed per source (an IPv4 address, or an IPv6 /64), authenticated or
+    /// not (0: no limit).
     pub per_ip_limit: usize,
     /// Connections allowed in total that have not yet authenticated (0: no limit).
     pub unauthenticated_limit: usize,
+    /// Connections allowed per source (an IPv4 address, or an IPv6 /64) that have not yet
+    /// authenticated (0: no limit). Far below `unauthenticated_limit`, so that one source cannot
+    /// take the unauthenticated pool from everyone else.
+    pub unauthenticated_per_ip_limit: usize,
     /// How long a connection refused for a limit has to send its upgrade request and take the
     /// 503 before it is dropped (capped by `handshake_timeout`): a flood past the limits does not
     /// hold sockets for the whole handshake timeout.
     pub refusal_timeout: Duration,
+    /// Rooms one connection may be in at once (0: no limit): each costs the registry an entry in
+    /// the room's index and the connection's own set, so an authenticated client cannot make
+    /// the replica hold an unbounded number of them.
+    pub max_rooms_per_connection: usize,
+    /// The longest room name a client may join, in bytes (0: no limit), so a room name cannot
+    /// cost up to a whole message's size in each index that holds it.
+    pub max_room_name: usize,
 }
 
 impl GatewayConfig {
@@ -136,7 +159,10 @@ impl GatewayConfig {
             tls_check_interval: Duration::from_secs(1),
             per_ip_limit: 256,
             unauthenticated_limit: 1024,
+            unauthenticated_per_ip_limit: DEFAULT_UNAUTHENTICATED_PER_IP,
             refusal_timeout: Duration::from_secs(1),
+            max_rooms_per_connection: DEFAULT_MAX_ROOMS,
+            max_room_name: DEFAULT_MAX_ROOM_NAME,
         }
     }
 }

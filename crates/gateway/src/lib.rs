@@ -18,9 +18,10 @@
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest
 //!   force-closed; the routing entries it owns compare-and-deleted — all inside one cap.
 //!
-//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change, per-address
-//!   and unauthenticated connection limits enforced before the upgrade, and an accept loop paced
-//!   on holdfast-retry's back-off.
+//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change; limits on
+//!   connections per source (an IPv4 address or an IPv6 /64), on unauthenticated ones per source
+//!   and in all, enforced before the upgrade (and on `wss://` before the TLS handshake); and an
+//!   accept loop paced on holdfast-retry's back-off.
 //!
 //! Every behaviour is a rule under `gateway.*` in `docs/spec/runtime.md`. The README follows.
 //!
@@ -59,7 +60,10 @@ pub use cluster::{
 pub const ETCD_SUPPORTED: bool = cfg!(feature = "etcd");
 
 pub use cluster_config::{ClusterConfig, connect_cluster};
-pub use config::{CloseChoice, ConfigError, DrainConfig, GatewayConfig};
+pub use config::{
+    CloseChoice, ConfigError, DEFAULT_MAX_ROOM_NAME, DEFAULT_MAX_ROOMS,
+    DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig,
+};
 pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 #[cfg(feature = "etcd")]

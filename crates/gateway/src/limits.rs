@@ -1,8 +1,8 @@
-//! Admission at accept: open connections per source address, and connections not yet
-//! authenticated in total.
+//! Admission at accept: open connections per source (an IPv4 address or an IPv6 /64), and
+//! connections not yet authenticated in total.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,6 +14,8 @@ pub(crate) enum Refusal {
     PerIp,
     /// The limit of unauthenticated connections is reached.
     Unauthenticated,
+    /// Its source already holds the per-address limit of unauthenticated connections.
+    UnauthenticatedPerIp,
 }
 
 impl Refusal {
@@ -22,13 +24,42 @@ impl Refusal {
         match self {
             Refusal::PerIp => "too many connections from this address",
             Refusal::Unauthenticated => "too many unauthenticated connections",
+            Refusal::UnauthenticatedPerIp => {
+                "too many unauthenticated connections from this address"
+            }
         }
     }
 }
 
+/// The source a connection counts against: its IPv4 address (an IPv4-mapped IPv6 address counts
+/// as the IPv4 address), or the /64 its IPv6 address lies in.
+// r[impl gateway.edge.source]
+pub(crate) fn source_of(ip: IpAddr) -> IpAddr {
+    // An IPv4 client seen through a dual-stack socket is the same client.
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        // One host is routinely given a whole /64 and picks its interface identifiers freely
+        // (privacy addresses, RFC 8981): keyed on the full address, one host would be 2^64
+        // sources.
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & SLASH_64)),
+    }
+}
+
+/// The network half of an IPv6 address.
+const SLASH_64: u128 = !((1u128 << 64) - 1);
+
+/// What one source holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    /// Admitted connections, authenticated or not.
+    open: usize,
+    /// Admitted connections not yet authenticated.
+    unauthenticated: usize,
+}
+
 #[derive(Debug, Default)]
 struct Counts {
-    per_ip: HashMap<IpAddr, usize>,
+    per_ip: HashMap<IpAddr, Held>,
 }
 
 /// The limits and what currently counts against them.
@@ -36,16 +67,22 @@ struct Counts {
 pub(crate) struct Limits {
     per_ip_limit: usize,
     unauthenticated_limit: usize,
+    unauthenticated_per_ip_limit: usize,
     counts: Mutex<Counts>,
     unauthenticated: AtomicUsize,
 }
 
 impl Limits {
     /// Limits as configured (0: none).
-    pub(crate) fn new(per_ip_limit: usize, unauthenticated_limit: usize) -> Arc<Self> {
+    pub(crate) fn new(
+        per_ip_limit: usize,
+        unauthenticated_limit: usize,
+        unauthenticated_per_ip_limit: usize,
+    ) -> Arc<Self> {
         Arc::new(Self {
             per_ip_limit,
             unauthenticated_limit,
+            unauthenticated_per_ip_limit,
             counts: Mutex::new(Counts::default()),
             unauthenticated: AtomicUsize::new(0),
         })
@@ -54,14 +91,16 @@ impl Limits {
     /// Admits a connection from `ip`, or says which limit it is over. An admitted connection
     /// counts as open for its address and as unauthenticated until its [`Admission`] says
     /// otherwise or is dropped; a refused one counts toward neither.
-    // r[impl gateway.edge.limits]
+    // r[impl gateway.edge.limits+3]
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, Refusal> {
-        // An IPv4 client seen through a dual-stack socket is the same client.
-        let ip = ip.to_canonical();
+        let ip = source_of(ip);
         let mut counts = crate::server::lock(&self.counts);
-        let open = counts.per_ip.get(&ip).copied().unwrap_or(0);
-        if self.per_ip_limit != 0 && open >= self.per_ip_limit {
+        let held = counts.per_ip.get(&ip).copied().unwrap_or_default();
+        if self.per_ip_limit != 0 && held.open >= self.per_ip_limit {
             return Err(Refusal::PerIp);
+        }
+        if let Some(refusal) = self.unauthenticated_per_ip_refusal(held) {
+            return Err(refusal);
         }
         // Under the same lock as the per-address count, so two admissions cannot both take the
         // last unauthenticated place.
@@ -70,12 +109,24 @@ impl Limits {
             return Err(Refusal::Unauthenticated);
         }
         self.unauthenticated.fetch_add(1, Ordering::SeqCst);
-        *counts.per_ip.entry(ip).or_insert(0) += 1;
+        let held = counts.per_ip.entry(ip).or_default();
+        held.open += 1;
+        held.unauthenticated += 1;
         Ok(Admission {
             limits: self.clone(),
             ip,
             unauthenticated: true,
         })
+    }
+
+    /// Whether a source holding `held` is at its own limit of unauthenticated connections:
+    /// checked before the pool, so a source that fills its share is refused for that, and the
+    /// pool needs many sources to fill.
+    // r[impl gateway.edge.unauthenticated-per-source]
+    fn unauthenticated_per_ip_refusal(&self, held: Held) -> Option<Refusal> {
+        (self.unauthenticated_per_ip_limit != 0
+            && held.unauthenticated >= self.unauthenticated_per_ip_limit)
+            .then_some(Refusal::UnauthenticatedPerIp)
     }
 
     /// Admitted connections not yet authenticated.
@@ -88,9 +139,17 @@ impl Limits {
     fn open_from(&self, ip: IpAddr) -> usize {
         crate::server::lock(&self.counts)
             .per_ip
-            .get(&ip.to_canonical())
-            .copied()
-            .unwrap_or(0)
+            .get(&source_of(ip))
+            .map_or(0, |h| h.open)
+    }
+
+    /// Admitted connections from `ip` not yet authenticated.
+    #[cfg(test)]
+    fn unauthenticated_from(&self, ip: IpAddr) -> usize {
+        crate::server::lock(&self.counts)
+            .per_ip
+            .get(&source_of(ip))
+            .map_or(0, |h| h.unauthenticated)
     }
 }
 
@@ -106,7 +165,11 @@ impl Admission {
     /// The connection authenticated: it no longer counts as unauthenticated (idempotent).
     pub(crate) fn authenticated(&mut self) {
         if std::mem::take(&mut self.unauthenticated) {
+            let mut counts = crate::server::lock(&self.limits.counts);
             self.limits.unauthenticated.fetch_sub(1, Ordering::SeqCst);
+            if let Some(held) = counts.per_ip.get_mut(&self.ip) {
+                held.unauthenticated = held.unauthenticated.saturating_sub(1);
+            }
         }
     }
 }
@@ -115,9 +178,9 @@ impl Drop for Admission {
     fn drop(&mut self) {
         self.authenticated();
         let mut counts = crate::server::lock(&self.limits.counts);
-        if let Some(n) = counts.per_ip.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(held) = counts.per_ip.get_mut(&self.ip) {
+            held.open = held.open.saturating_sub(1);
+            if held.open == 0 {
                 // Addresses that left hold no memory.
                 counts.per_ip.remove(&self.ip);
             }
@@ -134,10 +197,10 @@ mod tests {
         s.parse().unwrap()
     }
 
-    // r[verify gateway.edge.limits]
+    // r[verify gateway.edge.limits+3]
     #[test]
     fn each_limit_refuses_past_its_count_and_frees_its_place_on_drop() {
-        let limits = Limits::new(2, 3);
+        let limits = Limits::new(2, 3, 0);
         let a1 = limits.admit(ip("10.0.0.1")).unwrap();
         let mut a2 = limits.admit(ip("::ffff:10.0.0.1")).unwrap();
         assert_eq!(limits.admit(ip("10.0.0.1")).unwrap_err(), Refusal::PerIp);
@@ -162,9 +225,123 @@ mod tests {
         assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
     }
 
+    // r[verify gateway.edge.unauthenticated-per-source]
+    #[test]
+    fn one_source_cannot_take_the_unauthenticated_pool() {
+        // Four places per source and a pool of ten: the first source is stopped at four.
+        let limits = Limits::new(0, 10, 4);
+        let mut a: Vec<_> = (0..4)
+            .map(|i| limits.admit(ip(&format!("2001:db8::{i}"))).unwrap())
+            .collect();
+        assert_eq!(
+            limits.admit(ip("2001:db8::99")).unwrap_err(),
+            Refusal::UnauthenticatedPerIp
+        );
+        assert_eq!(limits.unauthenticated_from(ip("2001:db8::")), 4);
+        // Another source still gets in, and the pool is six short of full.
+        let b = limits.admit(ip("192.0.2.1")).unwrap();
+        assert_eq!(limits.unauthenticated(), 5);
+        // Authenticating gives the source its place back, not the open place.
+        a[0].authenticated();
+        assert_eq!(limits.unauthenticated_from(ip("2001:db8::")), 3);
+        assert_eq!(limits.open_from(ip("2001:db8::")), 4);
+        let a4 = limits.admit(ip("2001:db8::4")).unwrap();
+        assert_eq!(
+            limits.admit(ip("2001:db8::5")).unwrap_err(),
+            Refusal::UnauthenticatedPerIp
+        );
+        // An unauthenticated one leaving gives it back too; nothing is left once all are gone.
+        a.pop();
+        let a5 = limits.admit(ip("2001:db8::5")).unwrap();
+        drop((a, a4, a5, b));
+        assert_eq!(limits.unauthenticated(), 0);
+        assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
+    }
+
+    // r[verify gateway.edge.unauthenticated-per-source]
+    #[test]
+    fn the_pool_still_caps_many_sources_under_their_own_limit() {
+        let limits = Limits::new(0, 3, 2);
+        let _held: Vec<_> = (1..=3)
+            .map(|i| limits.admit(ip(&format!("10.0.0.{i}"))).unwrap())
+            .collect();
+        assert_eq!(
+            limits.admit(ip("10.0.0.4")).unwrap_err(),
+            Refusal::Unauthenticated
+        );
+    }
+
+    // r[verify gateway.edge.source]
+    #[test]
+    fn sources_are_ipv4_addresses_and_ipv6_slash_64s() {
+        // One /64 is one source, whatever its interface identifier.
+        assert_eq!(
+            source_of(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            source_of(ip("2001:db8:1:2::1")),
+            source_of(ip("2001:db8:1:2::2"))
+        );
+        assert_ne!(
+            source_of(ip("2001:db8:1:2::1")),
+            source_of(ip("2001:db8:1:3::1"))
+        );
+        // IPv4 is keyed on the whole address (its /32), mapped or not.
+        assert_eq!(source_of(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_ne!(source_of(ip("192.0.2.7")), source_of(ip("192.0.2.8")));
+        // A mapped address is not folded into the /64 of ::ffff:0:0.
+        assert_ne!(
+            source_of(ip("::ffff:192.0.2.7")),
+            source_of(ip("::ffff:192.0.2.8"))
+        );
+        assert_eq!(source_of(ip("::1")), ip("::"));
+    }
+
+    // r[verify gateway.edge.source]
+    #[test]
+    fn one_ipv6_slash_64_shares_one_per_address_limit() {
+        let limits = Limits::new(2, 0, 0);
+        let _a = limits.admit(ip("2001:db8::1")).unwrap();
+        let _b = limits.admit(ip("2001:db8::ffff:2")).unwrap();
+        // A third interface identifier in the same /64 is the same source.
+        assert_eq!(limits.admit(ip("2001:db8::3")).unwrap_err(), Refusal::PerIp);
+        assert_eq!(limits.open_from(ip("2001:db8::42")), 2);
+        // The next /64 is another source.
+        let _c = limits.admit(ip("2001:db8:0:1::1")).unwrap();
+    }
+
+    proptest::proptest! {
+        // r[verify gateway.edge.source]
+        #[test]
+        fn the_source_is_the_first_64_bits_of_ipv6_and_all_of_ipv4(a in proptest::prelude::any::<u128>(), b in proptest::prelude::any::<u128>(), v4 in proptest::prelude::any::<u32>()) {
+            let (a6, b6) = (Ipv6Addr::from(a), Ipv6Addr::from(b));
+            let mapped = |x: Ipv6Addr| x.to_ipv4_mapped().is_some();
+            if !mapped(a6) && !mapped(b6) {
+                let same = a >> 64 == b >> 64;
+                proptest::prop_assert_eq!(
+                    source_of(IpAddr::V6(a6)) == source_of(IpAddr::V6(b6)),
+                    same
+                );
+                // The key is the /64's network address.
+                proptest::prop_assert_eq!(
+                    source_of(IpAddr::V6(a6)),
+                    IpAddr::V6(Ipv6Addr::from(a & !((1u128 << 64) - 1)))
+                );
+            }
+            let v4 = std::net::Ipv4Addr::from(v4);
+            proptest::prop_assert_eq!(source_of(IpAddr::V4(v4)), IpAddr::V4(v4));
+            proptest::prop_assert_eq!(source_of(IpAddr::V6(v4.to_ipv6_mapped())), IpAddr::V4(v4));
+            // The key of a key is itself: counting and releasing agree.
+            let k = source_of(IpAddr::V6(a6));
+            proptest::prop_assert_eq!(source_of(k), k);
+        }
+    }
+
     #[test]
     fn zero_means_no_limit() {
-        let limits = Limits::new(0, 0);
+        let limits = Limits::new(0, 0, 0);
         let held: Vec<_> = (0..1000)
             .map(|_| limits.admit(ip("10.0.0.1")).unwrap())
             .collect();

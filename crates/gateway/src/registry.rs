@@ -49,6 +49,9 @@ pub enum RegistryError {
     /// The connection already authenticated, as another user.
     #[error("connection {0} is already authenticated")]
     AlreadyAuthenticated(ConnId),
+    /// The connection is already in as many rooms as it may be.
+    #[error("connection {0} is already in {1} rooms")]
+    TooManyRooms(ConnId, usize),
 }
 
 type Index = Mutex<HashMap<String, BTreeSet<ConnId>>>;
@@ -92,7 +95,7 @@ impl<H: Clone> Registry<H> {
         &index[h % index.len()]
     }
 
-    // r[impl gateway.registry.track]
+    // r[impl gateway.registry.track+2]
     /// Registers a new connection at accept time, before any handshake or authentication, and
     /// returns its id.
     pub fn accept(&self) -> ConnId {
@@ -137,12 +140,29 @@ impl<H: Clone> Registry<H> {
 
     /// Adds a connection to a room (idempotent).
     pub fn join(&self, id: ConnId, room: &str) -> Result<(), RegistryError> {
+        self.join_within(id, room, 0)
+    }
+
+    /// Adds a connection to a room (idempotent) unless it is already in `max_rooms` others
+    /// (0: no limit); checked and added under one lock, so two joins cannot both take the last
+    /// place.
+    // r[impl gateway.rooms.limits]
+    pub fn join_within(
+        &self,
+        id: ConnId,
+        room: &str,
+        max_rooms: usize,
+    ) -> Result<(), RegistryError> {
         {
             let mut shard = lock(&self.shards[self.shard_of(id)]);
             let entry = shard.get_mut(&id).ok_or(RegistryError::Unknown(id))?;
-            if !entry.rooms.insert(room.to_owned()) {
+            if entry.rooms.contains(room) {
                 return Ok(());
             }
+            if max_rooms != 0 && entry.rooms.len() >= max_rooms {
+                return Err(RegistryError::TooManyRooms(id, max_rooms));
+            }
+            entry.rooms.insert(room.to_owned());
         }
         lock(self.index_shard(&self.rooms, room))
             .entry(room.to_owned())
@@ -320,6 +340,28 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    // r[verify gateway.rooms.limits]
+    #[test]
+    fn a_join_past_the_room_limit_is_refused_and_a_rejoin_is_not_a_new_room() {
+        let r: Registry<u64> = Registry::new(4);
+        let id = r.accept();
+        r.join_within(id, "a", 2).unwrap();
+        r.join_within(id, "b", 2).unwrap();
+        assert_eq!(
+            r.join_within(id, "c", 2),
+            Err(RegistryError::TooManyRooms(id, 2))
+        );
+        assert!(r.members("c").is_empty());
+        r.join_within(id, "a", 2).unwrap();
+        r.leave(id, "a").unwrap();
+        r.join_within(id, "c", 2).unwrap();
+        assert_eq!(r.members("c"), vec![id]);
+        // 0 is no limit.
+        for i in 0..100 {
+            r.join_within(id, &format!("x{i}"), 0).unwrap();
+        }
+    }
+
     #[test]
     fn for_each_handle_visits_each_registered_connection_with_a_handle_once() {
         let r: Registry<u64> = Registry::new(4);
@@ -338,7 +380,7 @@ mod tests {
         );
     }
 
-    // r[verify gateway.registry.track]
+    // r[verify gateway.registry.track+2]
     #[test]
     fn unauthenticated_connections_are_registered_in_shards_and_removal_is_idempotent() {
         let r: Registry<()> = Registry::new(4);

@@ -28,7 +28,6 @@ use crate::protocol::{ClientMessage, close};
 use crate::registry::{ConnId, Registry};
 use crate::stats::Stats;
 use crate::tls::{Stream, Tls, TlsError, TlsReload};
-use crate::token::TokenError;
 
 /// A client's WebSocket, over plain TCP or TLS.
 pub(crate) type Ws = WebSocketStream<Stream>;
@@ -310,7 +309,11 @@ impl Gateway {
 /// The limits and the TLS acceptor, checked before anything is bound or registered.
 fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError> {
     config.validate()?;
-    let limits = Limits::new(config.per_ip_limit, config.unauthenticated_limit);
+    let limits = Limits::new(
+        config.per_ip_limit,
+        config.unauthenticated_limit,
+        config.unauthenticated_per_ip_limit,
+    );
     let tls = match &config.tls {
         Some(files) => Some(Tls::new(files.clone(), config.tls_check_interval)?),
         None => None,
@@ -355,11 +358,15 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 fn spawn_connection(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
-    let id = inner.registry.accept();
     inner.stats.accepted();
+    let admission = inner.limits.admit(peer.ip());
+    if let (Err(over), Some(_)) = (&admission, &inner.tls) {
+        refuse_before_tls(inner, stream, peer, *over);
+        return;
+    }
+    let id = inner.registry.accept();
     let (queue, queue_rx) = mpsc::channel(inner.config.send_queue.max(1));
     let (go, go_rx) = oneshot::channel();
-    let admission = inner.limits.admit(peer.ip());
     let task = tokio::spawn(connection(
         inner.clone(),
         id,
@@ -376,6 +383,17 @@ fn spawn_connection(inner: &Arc<Inner>, stream: TcpStream, peer: SocketAddr) {
     if inner.registry.set_handle(id, handle).is_ok() {
         let _ = go.send(());
     }
+}
+
+/// Closes a socket over a limit on a TLS listener at accept: a 503 could only be sent after a
+/// TLS handshake, which is the expensive part (key exchange and signature) a flood past the
+/// limits must not buy. The client's handshake fails at once, with no ServerHello; the socket
+/// never enters the registry and holds no task, timer or buffer.
+// r[impl gateway.edge.refuse-before-tls]
+fn refuse_before_tls(inner: &Inner, stream: TcpStream, peer: SocketAddr, over: Refusal) {
+    inner.stats.refused_limit(over);
+    tracing::debug!(%peer, reason = over.reason(), "refused before the TLS handshake");
+    drop(stream);
 }
 
 /// Removes the connection from the registry however its task ends (returns, or is aborted).
@@ -540,7 +558,7 @@ async fn upgrade<C: Callback + Unpin>(
 }
 
 /// The 503 for a connection over a limit: refused before the upgrade, told when to retry.
-// r[impl gateway.edge.limits]
+// r[impl gateway.edge.limits+3]
 fn limit_refusal(over: Refusal, retry_after_secs: u32) -> ErrorResponse {
     let mut resp = ErrorResponse::new(Some(over.reason().to_owned()));
     *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
@@ -698,11 +716,9 @@ async fn on_message(
                 }
                 Err(e) => {
                     inner.stats.auth_failure();
-                    let reason = match e {
-                        TokenError::Invalid => "invalid token",
-                        TokenError::Expired => "token expired",
-                    };
-                    Some(Ending::Close(close::POLICY, reason.into()))
+                    // The error's text is the close reason ("invalid token", "token expired",
+                    // "token expiry out of range"): it names no secret.
+                    Some(Ending::Close(close::POLICY, e.to_string()))
                 }
             }
         }
@@ -710,17 +726,67 @@ async fn on_message(
             Some(Ending::Close(close::POLICY, "already authenticated".into()))
         }
         (_, false) => Some(Ending::Close(close::POLICY, "authenticate first".into())),
-        (ClientMessage::Join { room }, true) => {
-            if inner.registry.join(id, &room).is_err() {
-                return Some(Ending::Gone);
-            }
-            reply(ws, ack("joined", &room)).await
-        }
+        (ClientMessage::Join { room }, true) => join(inner, id, ws, &room).await,
         (ClientMessage::Leave { room }, true) => {
             if inner.registry.leave(id, &room).is_err() {
                 return Some(Ending::Gone);
             }
             reply(ws, ack("left", &room)).await
+        }
+    }
+}
+
+/// Joins `room` within the room limits, or tells the client why not and goes on.
+// r[impl gateway.rooms.limits]
+async fn join(inner: &Arc<Inner>, id: ConnId, ws: &mut Ws, room: &str) -> Option<Ending> {
+    let cfg = &inner.config;
+    if cfg.max_room_name != 0 && room.len() > cfg.max_room_name {
+        return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
+    }
+    match inner
+        .registry
+        .join_within(id, room, cfg.max_rooms_per_connection)
+    {
+        Ok(()) => reply(ws, ack("joined", room)).await,
+        Err(crate::registry::RegistryError::TooManyRooms(..)) => {
+            refuse_join(inner, ws, room, JoinRefusal::TooManyRooms).await
+        }
+        // The connection is no longer registered: its teardown is under way.
+        Err(_) => Some(Ending::Gone),
+    }
+}
+
+/// Counts a refused join and tells the client; the connection stays open. A name refused for
+/// its length is not echoed back (it may be up to a message's size).
+async fn refuse_join(
+    inner: &Arc<Inner>,
+    ws: &mut Ws,
+    room: &str,
+    why: JoinRefusal,
+) -> Option<Ending> {
+    inner.stats.join_refused(why);
+    let mut msg = serde_json::json!({"type": "error", "op": "join", "reason": why.reason()});
+    if why != JoinRefusal::NameTooLong {
+        msg["room"] = serde_json::Value::from(room);
+    }
+    reply(ws, msg.to_string()).await
+}
+
+/// Why a join was refused (the connection stays open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JoinRefusal {
+    /// The connection is already in its limit of rooms.
+    TooManyRooms,
+    /// The room's name is longer than the limit.
+    NameTooLong,
+}
+
+impl JoinRefusal {
+    /// The reason the client is told.
+    fn reason(self) -> &'static str {
+        match self {
+            JoinRefusal::TooManyRooms => "too many rooms",
+            JoinRefusal::NameTooLong => "room name too long",
         }
     }
 }

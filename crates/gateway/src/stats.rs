@@ -21,8 +21,11 @@ pub struct Stats {
     idle_closed: AtomicU64,
     refused_per_ip: AtomicU64,
     refused_unauthenticated: AtomicU64,
+    refused_unauthenticated_per_ip: AtomicU64,
     tls_reloads: AtomicU64,
     tls_reload_failures: AtomicU64,
+    joins_refused_rooms: AtomicU64,
+    joins_refused_name: AtomicU64,
     close_sent: Notify,
 }
 
@@ -53,10 +56,16 @@ pub struct StatsSnapshot {
     pub refused_per_ip: u64,
     /// Upgrades refused with 503 because the unauthenticated limit was reached.
     pub refused_unauthenticated: u64,
+    /// Connections refused because their source held its limit of unauthenticated connections.
+    pub refused_unauthenticated_per_ip: u64,
     /// Times a changed TLS pair was loaded.
     pub tls_reloads: u64,
     /// Times a changed TLS pair was rejected (the previous one kept), once per change.
     pub tls_reload_failures: u64,
+    /// Joins refused because the connection was already in its limit of rooms.
+    pub joins_refused_rooms: u64,
+    /// Joins refused because the room's name was longer than the limit.
+    pub joins_refused_name: u64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -96,6 +105,9 @@ impl Stats {
         match refusal {
             crate::limits::Refusal::PerIp => inc(&self.refused_per_ip),
             crate::limits::Refusal::Unauthenticated => inc(&self.refused_unauthenticated),
+            crate::limits::Refusal::UnauthenticatedPerIp => {
+                inc(&self.refused_unauthenticated_per_ip)
+            }
         }
     }
     pub(crate) fn tls_reloaded(&self) {
@@ -103,6 +115,12 @@ impl Stats {
     }
     pub(crate) fn tls_reload_failed(&self) {
         inc(&self.tls_reload_failures);
+    }
+    pub(crate) fn join_refused(&self, refusal: crate::server::JoinRefusal) {
+        match refusal {
+            crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
+            crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
+        }
     }
     pub(crate) fn close_sent(&self) {
         inc(&self.close_frames_sent);
@@ -130,8 +148,11 @@ impl Stats {
             idle_closed: g(&self.idle_closed),
             refused_per_ip: g(&self.refused_per_ip),
             refused_unauthenticated: g(&self.refused_unauthenticated),
+            refused_unauthenticated_per_ip: g(&self.refused_unauthenticated_per_ip),
             tls_reloads: g(&self.tls_reloads),
             tls_reload_failures: g(&self.tls_reload_failures),
+            joins_refused_rooms: g(&self.joins_refused_rooms),
+            joins_refused_name: g(&self.joins_refused_name),
         }
     }
 }

@@ -20,6 +20,11 @@ pub enum TokenError {
     /// The token's signature is good but it has expired.
     #[error("token expired")]
     Expired,
+    /// The token's signature is good but its expiry lies beyond any time this system can
+    /// represent: a token meant to never expire, or a signer's bug, refused rather than trusted
+    /// for ever.
+    #[error("token expiry out of range")]
+    ExpiryOutOfRange,
 }
 
 /// Signs and verifies tokens with one shared secret.
@@ -58,6 +63,12 @@ impl TokenKey {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
             .as_secs();
+        self.sign_unix(user, secs)
+    }
+
+    /// A token for `user` that expires `secs` seconds after the Unix epoch, as a backend that
+    /// works in Unix seconds signs it (any `u64`, representable or not).
+    pub fn sign_unix(&self, user: &str, secs: u64) -> String {
         let payload = format!("{user}\n{secs}");
         let sig = self.mac(payload.as_bytes()).finalize().into_bytes();
         format!(
@@ -87,7 +98,8 @@ impl TokenKey {
         if user.is_empty() {
             return Err(TokenError::Invalid);
         }
-        let expires = UNIX_EPOCH + Duration::from_secs(secs);
+        // A peer chooses `secs`: `SystemTime + Duration` panics past what the clock can hold.
+        let expires = expires_at(secs)?;
         if now >= expires {
             return Err(TokenError::Expired);
         }
@@ -95,9 +107,55 @@ impl TokenKey {
     }
 }
 
+/// The instant a token's expiry names, if the system clock can hold it.
+// r[impl gateway.auth.expiry-range]
+fn expires_at(secs: u64) -> Result<SystemTime, TokenError> {
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(secs))
+        .ok_or(TokenError::ExpiryOutOfRange)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the first version did with an expiry it could not add to the epoch: it panicked.
+    fn verify_at(key: &TokenKey, secs: u64, now: SystemTime) -> Result<String, TokenError> {
+        let t = key.sign_unix("ann", secs);
+        key.verify(&t, now)
+    }
+
+    // r[verify gateway.auth.expiry-range]
+    #[test]
+    fn an_expiry_past_what_the_clock_can_hold_is_refused_not_a_panic() {
+        let key = TokenKey::new("s3cret");
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            verify_at(&key, u64::MAX, now),
+            Err(TokenError::ExpiryOutOfRange)
+        );
+        assert_eq!(
+            TokenError::ExpiryOutOfRange.to_string(),
+            "token expiry out of range"
+        );
+        // Far but representable: still a good token.
+        assert_eq!(verify_at(&key, 1 << 40, now), Ok("ann".into()));
+    }
+
+    proptest::proptest! {
+        // r[verify gateway.auth.expiry-range]
+        #[test]
+        fn every_expiry_is_accepted_expired_or_refused_never_a_panic(secs in proptest::prelude::any::<u64>(), now_secs in 0u64..(1 << 40)) {
+            let key = TokenKey::new("s3cret");
+            let now = UNIX_EPOCH + Duration::from_secs(now_secs);
+            let r = verify_at(&key, secs, now);
+            match UNIX_EPOCH.checked_add(Duration::from_secs(secs)) {
+                None => proptest::prop_assert_eq!(r, Err(TokenError::ExpiryOutOfRange)),
+                Some(exp) if now >= exp => proptest::prop_assert_eq!(r, Err(TokenError::Expired)),
+                Some(_) => proptest::prop_assert_eq!(r, Ok("ann".to_owned())),
+            }
+        }
+    }
 
     // r[verify gateway.auth.token]
     #[test]

@@ -62,6 +62,7 @@ async fn settle_closed(gateway: &holdfast_gateway::Gateway, accepted: u64) {
 async fn out_of_descriptors_the_accept_loop_backs_off_and_resumes() {
     let mut c = config("a");
     c.per_ip_limit = 0;
+    c.unauthenticated_per_ip_limit = 0;
     // The paused clock jumps whenever the runtime idles: no other timer may end a connection
     // (and free its descriptor) during the test.
     c.handshake_timeout = Duration::from_secs(24 * 3600);

@@ -18,7 +18,7 @@ async fn close_code_of(ws: &mut Client) -> (u16, String) {
     (u16::from(close.code), close.reason.to_string())
 }
 
-// r[verify gateway.registry.track]
+// r[verify gateway.registry.track+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_registered_from_accept_authenticated_or_not() {
     let node = start(config("a")).await;
@@ -118,6 +118,8 @@ async fn bad_input_closes_only_the_sender_with_the_right_code() {
 async fn a_flood_of_unauthenticated_connections_is_closed_at_the_auth_timeout() {
     let mut c = config("a");
     c.auth_timeout = Duration::from_millis(300);
+    // All fifty come from 127.0.0.1: this is about the timeout, not the per-source cap.
+    c.unauthenticated_per_ip_limit = 0;
     let node = start(c).await;
     let mut member_ws = member(&node.gateway, "ann", "lobby").await;
     let mut flood = Vec::new();
@@ -360,4 +362,80 @@ impl tracing::Subscriber for ArcSubscriber {
     fn exit(&self, s: &tracing::span::Id) {
         self.0.exit(s)
     }
+}
+
+// r[verify gateway.auth.expiry-range]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_token_with_an_absurd_expiry_is_refused_and_the_gateway_serves_on() {
+    let node = start(config("a")).await;
+    let mut bystander = member(&node.gateway, "zed", "lobby").await;
+    for secs in [u64::MAX, u64::MAX - 1, 1 << 63] {
+        let mut ws = connect(&node.gateway).await;
+        let absurd = key().sign_unix("ann", secs);
+        send_json(&mut ws, serde_json::json!({"type":"auth","token":absurd})).await;
+        // A close with the reason, not a connection task that died on it.
+        let (code, why) = close_code_of(&mut ws).await;
+        assert_eq!((code, why.as_str()), (1008, "token expiry out of range"));
+    }
+    assert_eq!(node.gateway.stats().auth_failures, 3);
+    eventually("refused ones torn down", || node.gateway.connections() == 1).await;
+    assert_eq!(node.gateway.push_user_local("zed", "on").queued, 1);
+    assert_eq!(next_text(&mut bystander).await, "on");
+}
+
+/// Sends a join and returns the answer.
+async fn join_answer(ws: &mut Client, room: &str) -> serde_json::Value {
+    send_json(ws, serde_json::json!({"type":"join","room":room})).await;
+    serde_json::from_str(&next_text(ws).await).unwrap()
+}
+
+// r[verify gateway.rooms.limits]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_past_the_room_limits_are_refused_and_the_connection_stays() {
+    let defaults = config("d");
+    assert_eq!(
+        (defaults.max_rooms_per_connection, defaults.max_room_name),
+        (64, 128)
+    );
+    let mut c = config("a");
+    c.max_rooms_per_connection = 3;
+    c.max_room_name = 8;
+    let node = start(c).await;
+    let mut ann = member(&node.gateway, "ann", "r1").await;
+    let mut bystander = member(&node.gateway, "zed", "r1").await;
+    for room in ["r2", "r3"] {
+        assert_eq!(join_answer(&mut ann, room).await["type"], "joined");
+    }
+    // A fourth room is refused with an error message, not a close.
+    let refused = join_answer(&mut ann, "r4").await;
+    assert_eq!(
+        refused,
+        serde_json::json!({"type":"error","op":"join","room":"r4","reason":"too many rooms"})
+    );
+    assert!(node.gateway.push_room_local("r4", "x").queued == 0);
+    // Joining a room it is already in is no new room: still fine.
+    assert_eq!(join_answer(&mut ann, "r2").await["type"], "joined");
+    // A name over eight bytes (here four two-byte characters and one more) is refused, and not
+    // echoed back; eight bytes are fine once a place is free.
+    let refused = join_answer(&mut ann, "ééééx").await;
+    assert_eq!(
+        refused,
+        serde_json::json!({"type":"error","op":"join","reason":"room name too long"})
+    );
+    send_json(&mut ann, serde_json::json!({"type":"leave","room":"r3"})).await;
+    let left: serde_json::Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(left, serde_json::json!({"type":"left","room":"r3"}));
+    assert_eq!(join_answer(&mut ann, "éééé").await["type"], "joined");
+    let stats = node.gateway.stats();
+    assert_eq!(
+        (stats.joins_refused_rooms, stats.joins_refused_name),
+        (1, 1)
+    );
+    // The connection is open and served, and so is everyone else.
+    assert_eq!(node.gateway.push_room_local("r1", "still").queued, 2);
+    assert_eq!(next_text(&mut ann).await, "still");
+    assert_eq!(next_text(&mut bystander).await, "still");
+    assert_eq!(node.gateway.push_room_local("éééé", "new").queued, 1);
+    assert_eq!(next_text(&mut ann).await, "new");
+    assert_eq!(node.gateway.connections(), 2);
 }

@@ -54,6 +54,10 @@ impl Ca {
     }
 
     fn client(&self) -> tokio_rustls::TlsConnector {
+        tokio_rustls::TlsConnector::from(self.client_config())
+    }
+
+    fn client_config(&self) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from(self.cert.der().to_vec()))
@@ -64,7 +68,7 @@ impl Ca {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
+        Arc::new(config)
     }
 }
 
@@ -346,7 +350,7 @@ async fn raw_refusal(source: &str, gateway: &Gateway) -> (String, Option<String>
     (status, retry, body.to_owned())
 }
 
-// r[verify gateway.edge.limits]
+// r[verify gateway.edge.limits+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_notices() {
     let mut c = config("a");
@@ -405,7 +409,7 @@ async fn a_flood_from_one_address_is_refused_past_its_limit_and_nobody_else_noti
     assert!(connect_from("127.0.0.1", &node.gateway).await.is_err());
 }
 
-// r[verify gateway.edge.limits]
+// r[verify gateway.edge.limits+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_connections_are_capped_in_total_and_authenticating_frees_a_place() {
     let mut c = config("a");
@@ -457,6 +461,147 @@ async fn unauthenticated_connections_are_capped_in_total_and_authenticating_free
     .await;
 }
 
+// r[verify gateway.edge.unauthenticated-per-source]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_at_its_unauthenticated_cap_is_refused_while_another_authenticates() {
+    let mut c = config("a");
+    c.unauthenticated_per_ip_limit = 3;
+    let node = start(c).await;
+    assert_eq!(
+        config("b").unauthenticated_per_ip_limit,
+        holdfast_gateway::DEFAULT_UNAUTHENTICATED_PER_IP
+    );
+    // Source A holds three silent, unauthenticated connections: its cap.
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        a.push(connect_from("127.0.0.3", &node.gateway).await.unwrap());
+    }
+    for _ in 0..10 {
+        let (status, retry, body) = connect_from("127.0.0.3", &node.gateway).await.unwrap_err();
+        assert_eq!((status, retry.as_deref()), (503, Some("2")));
+        assert_reason(
+            &body,
+            "too many unauthenticated connections from this address",
+        );
+    }
+    let (status, _, body) = raw_refusal("127.0.0.3", &node.gateway).await;
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert_eq!(
+        body,
+        "too many unauthenticated connections from this address"
+    );
+    let stats = node.gateway.stats();
+    assert_eq!(stats.refused_unauthenticated_per_ip, 11);
+    assert_eq!(
+        (stats.refused_per_ip, stats.refused_unauthenticated),
+        (0, 0)
+    );
+    // Source B is not affected: it connects and authenticates.
+    let mut b = connect_from("127.0.0.4", &node.gateway).await.unwrap();
+    send_json(
+        &mut b,
+        serde_json::json!({"type":"auth","token":token("bea")}),
+    )
+    .await;
+    assert!(next_text(&mut b).await.contains("authenticated"));
+    // One of A's connections authenticates: A has a place again, and only one.
+    send_json(
+        &mut a[0],
+        serde_json::json!({"type":"auth","token":token("al")}),
+    )
+    .await;
+    assert!(next_text(&mut a[0]).await.contains("authenticated"));
+    a.push(connect_from("127.0.0.3", &node.gateway).await.unwrap());
+    assert!(connect_from("127.0.0.3", &node.gateway).await.is_err());
+    assert_eq!(node.gateway.unauthenticated(), 3);
+}
+
+/// Sends a TLS ClientHello from `source` on a raw socket and returns the first bytes the gateway
+/// answers with (none when it closes or resets the socket first), and how long that took.
+async fn hello_answer(ca: &Ca, source: &str, addr: SocketAddr) -> (Vec<u8>, Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut tcp = socket.connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut client = rustls::ClientConnection::new(ca.client_config(), name).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    // The gateway may have closed already: a failed write is part of the answer.
+    let _ = tcp.write_all(&hello).await;
+    let mut buf = [0u8; 4096];
+    // The first read is enough: a ServerHello, or the end of the socket (EOF or a reset).
+    let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
+        .await
+        .expect("the gateway answers or ends the socket")
+        .unwrap_or(0);
+    (buf[..n].to_vec(), started.elapsed())
+}
+
+// r[verify gateway.edge.refuse-before-tls]
+// r[verify gateway.registry.track+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_limit_a_tls_client_is_closed_without_a_server_hello() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let leaf = ca.leaf();
+    let mut c = tls_config(install(dir.path(), &leaf), Duration::from_secs(3600));
+    c.per_ip_limit = 2;
+    c.unauthenticated_per_ip_limit = 1;
+    // Far beyond what the test waits: a close at once is the refusal, not a timeout.
+    c.refusal_timeout = Duration::from_secs(30);
+    c.handshake_timeout = Duration::from_secs(30);
+    let node = start(c).await;
+    let addr = node.gateway.local_addr();
+    // Under the limits a ClientHello is answered with a ServerHello (a TLS handshake record).
+    let (answer, _) = hello_answer(&ca, "127.0.0.5", addr).await;
+    assert_eq!(answer.first(), Some(&0x16), "{answer:?}");
+    // 127.0.0.6 takes its one unauthenticated place with a real session and keeps it.
+    let tcp = TcpSocket::new_v4().unwrap();
+    tcp.bind("127.0.0.6:0".parse().unwrap()).unwrap();
+    let tcp = tcp.connect(addr).await.unwrap();
+    let tls = ca
+        .client()
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut held, _) = tokio_tungstenite::client_async("wss://localhost/", tls)
+        .await
+        .unwrap();
+    // Past the cap, a ClientHello gets nothing back: the socket is closed at once.
+    for _ in 0..5 {
+        let (answer, took) = hello_answer(&ca, "127.0.0.6", addr).await;
+        assert!(
+            answer.is_empty(),
+            "a refused socket was answered: {answer:?}"
+        );
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+    // A TLS client sees its handshake fail at once.
+    let tcp = TcpSocket::new_v4().unwrap();
+    tcp.bind("127.0.0.6:0".parse().unwrap()).unwrap();
+    let tcp = tcp.connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let r = ca
+        .client()
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await;
+    assert!(r.is_err(), "a handshake past the cap completed");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(node.gateway.stats().refused_unauthenticated_per_ip, 6);
+    // The refused sockets hold nothing; the held session still authenticates.
+    eventually("refused sockets gone", || node.gateway.connections() == 1).await;
+    held.send(Message::Text(
+        serde_json::json!({"type":"auth","token":token("hal")})
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    assert!(next_text_of(&mut held).await.contains("authenticated"));
+}
+
 // r[verify gateway.edge.buffers]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_with_1009() {
@@ -491,7 +636,7 @@ async fn a_push_too_large_for_the_write_buffer_cap_closes_only_its_recipient_wit
     assert!(matches!(r, Err(StartError::Config(_))));
 }
 
-// r[verify gateway.edge.limits]
+// r[verify gateway.edge.limits+3]
 // On tokio's paused clock: the refusal timeout is measured, not slept through.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_refused_socket_that_sends_nothing_is_dropped_at_the_refusal_timeout() {
