@@ -28,22 +28,30 @@ pub struct AllowParseError {
 }
 
 impl AllowRule {
-    /// A rule from its parts; `prefix` is clamped to the address family's length.
+    /// A rule from its parts; `prefix` is clamped to the address family's length. A rule inside
+    /// the IPv4-mapped range (`::ffff:0:0/96`) is the IPv4 rule it means.
+    // r[impl forward.allow+2]
     pub fn new(net: IpAddr, prefix: u8, ports: RangeInclusive<u16>) -> Self {
         let max = if net.is_ipv4() { 32 } else { 128 };
-        AllowRule {
-            net,
-            prefix: prefix.min(max),
-            ports,
-        }
+        let prefix = prefix.min(max);
+        let (net, prefix) = match net {
+            IpAddr::V6(v6) if prefix >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), prefix - 96),
+                None => (net, prefix),
+            },
+            _ => (net, prefix),
+        };
+        AllowRule { net, prefix, ports }
     }
 
-    /// Whether `target` falls inside this rule.
+    /// Whether `target` falls inside this rule. An IPv4-mapped target is matched as the IPv4
+    /// address it reaches (the node's flow sockets are dual-stack), so only an IPv4 rule admits it.
+    // r[impl forward.allow+2]
     pub fn allows(&self, target: &SocketAddr) -> bool {
         if !self.ports.contains(&target.port()) {
             return false;
         }
-        match (self.net, target.ip()) {
+        match (self.net, canonical(target.ip())) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 let mask = u32::MAX
                     .checked_shl(32 - u32::from(self.prefix))
@@ -56,9 +64,17 @@ impl AllowRule {
                     .unwrap_or(0);
                 u128::from(net) & mask == u128::from(ip) & mask
             }
-            // An IPv4 rule never admits an IPv6 target (not even a mapped one), and vice versa.
+            // An IPv4 rule never admits an IPv6 target, and vice versa.
             _ => false,
         }
+    }
+}
+
+/// The address a packet sent to `ip` reaches: an IPv4-mapped IPv6 address is its IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
     }
 }
 
@@ -144,7 +160,7 @@ impl AllowList {
     }
 
     /// Whether `target` is allowed: inside at least one rule.
-    // r[impl forward.allow]
+    // r[impl forward.allow+2]
     pub fn allows(&self, target: &SocketAddr) -> bool {
         self.rules.iter().any(|r| r.allows(target))
     }
@@ -157,13 +173,17 @@ impl AllowList {
 
 #[cfg(test)]
 mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use proptest::prelude::*;
+
     use super::*;
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().expect("socket address")
     }
 
-    // r[verify forward.allow]
+    // r[verify forward.allow+2]
     #[test]
     fn only_targets_inside_a_rule_are_allowed() {
         let list = AllowList::parse(["10.0.0.0/8:53", "127.0.0.1:5000-5100", "[fd00::/8]:*"])
@@ -176,7 +196,6 @@ mod tests {
         assert!(!list.allows(&sa("127.0.0.1:5101")));
         assert!(!list.allows(&sa("127.0.0.2:5000")));
         assert!(list.allows(&sa("[fd12::1]:9")));
-        assert!(!list.allows(&sa("[::ffff:10.0.0.1]:53")));
         assert!(!AllowList::default().allows(&sa("127.0.0.1:53")));
         assert!(
             AllowList::parse(["0.0.0.0/0:*"])
@@ -191,6 +210,54 @@ mod tests {
             "[::1:53",
         ] {
             assert!(AllowList::parse([bad]).is_err(), "{bad}");
+        }
+    }
+
+    // r[verify forward.allow+2]
+    #[test]
+    fn an_ipv4_mapped_address_is_matched_as_the_ipv4_address_it_reaches() {
+        // The flow socket is dual-stack: [::ffff:a.b.c.d] reaches a.b.c.d.
+        let wide = AllowList::parse(["[::/0]:53"]).expect("parses");
+        assert!(!wide.allows(&sa("[::ffff:127.0.0.53]:53")));
+        assert!(!wide.allows(&sa("[::ffff:10.0.0.1]:53")));
+        assert!(wide.allows(&sa("[2001:db8::1]:53")));
+        let v4 = AllowList::parse(["10.0.0.0/8:53"]).expect("parses");
+        assert!(v4.allows(&sa("[::ffff:10.0.0.1]:53")));
+        assert!(!v4.allows(&sa("[::ffff:11.0.0.1]:53")));
+        // A rule written in the mapped form is the IPv4 rule it means.
+        let mapped: AllowRule = "[::ffff:10.0.0.0/104]:53".parse().expect("parses");
+        assert_eq!(mapped, "10.0.0.0/8:53".parse().expect("parses"));
+        assert!(
+            AllowList::new(vec![mapped.clone()]).allows(&sa("10.1.2.3:53")),
+            "{mapped}"
+        );
+        assert!(!AllowList::new(vec![mapped]).allows(&sa("[2001:db8::1]:53")));
+    }
+
+    fn v4_rule() -> impl Strategy<Value = (Ipv4Addr, u8)> {
+        (any::<u32>(), 0u8..=32).prop_map(|(ip, prefix)| (Ipv4Addr::from(ip), prefix))
+    }
+
+    proptest! {
+        // r[verify forward.allow+2]
+        #[test]
+        fn a_mapped_target_is_allowed_exactly_as_its_ipv4_address(
+            (net, prefix) in v4_rule(),
+            ip in any::<u32>(),
+            port in any::<u16>(),
+            wide in 0u8..=96,
+        ) {
+            let ip = Ipv4Addr::from(ip);
+            let rule = AllowRule::new(IpAddr::V4(net), prefix, 0..=u16::MAX);
+            let plain = SocketAddr::from((ip, port));
+            let mapped = SocketAddr::from((ip.to_ipv6_mapped(), port));
+            prop_assert_eq!(rule.allows(&mapped), rule.allows(&plain));
+            // The same rule written in the mapped form.
+            let as_v6 = AllowRule::new(IpAddr::V6(net.to_ipv6_mapped()), prefix + 96, 0..=u16::MAX);
+            prop_assert_eq!(&as_v6, &rule);
+            // An IPv6 rule wider than the mapped range never reaches an IPv4 address through it.
+            let v6 = AllowRule::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), wide, 0..=u16::MAX);
+            prop_assert!(!v6.allows(&mapped));
         }
     }
 }

@@ -694,7 +694,7 @@ impl Relay {
         }
     }
 
-    // r[impl forward.allow]
+    // r[impl forward.allow+2]
     async fn open(&mut self, forward: u32, target: SocketAddr) {
         let refusal = if forward == 0 {
             Some((Refusal::Duplicate, "forward id 0 is reserved".to_owned()))

@@ -337,7 +337,7 @@ async fn a_refused_target_is_reported_and_relaying_continues_once_it_listens() {
     );
 }
 
-// r[verify forward.allow]
+// r[verify forward.allow+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_outside_the_allow_list_is_refused_with_its_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
