@@ -45,13 +45,21 @@ impl AllowRule {
     }
 
     /// Whether `target` falls inside this rule. An IPv4-mapped target is matched as the IPv4
-    /// address it reaches (the node's flow sockets are dual-stack), so only an IPv4 rule admits it.
+    /// address it reaches (the node's flow sockets are dual-stack), so only an IPv4 rule admits it;
+    /// a special target only when this rule lies inside its special range.
     // r[impl forward.allow+2]
+    // r[impl forward.allow.special]
     pub fn allows(&self, target: &SocketAddr) -> bool {
         if !self.ports.contains(&target.port()) {
             return false;
         }
-        match (self.net, canonical(target.ip())) {
+        let ip = canonical(target.ip());
+        self.contains(ip) && special_prefix(ip).is_none_or(|special| self.prefix >= special)
+    }
+
+    /// Whether `ip` lies in this rule's network.
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.net, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 let mask = u32::MAX
                     .checked_shl(32 - u32::from(self.prefix))
@@ -66,6 +74,40 @@ impl AllowRule {
             }
             // An IPv4 rule never admits an IPv6 target, and vice versa.
             _ => false,
+        }
+    }
+}
+
+/// The prefix length of the special range `ip` lies in (loopback, link-local, unspecified,
+/// multicast, IPv4 broadcast), if any: such a target is reached only through a rule of at least
+/// that length, a rule inside the range, never through one that merely contains it (`0.0.0.0/0`).
+/// Since the rule contains the target too, a rule at least as long as the range lies within it.
+// r[impl forward.allow.special]
+fn special_prefix(ip: IpAddr) -> Option<u8> {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            match (a, b) {
+                // The cloud metadata address (169.254.169.254) is link-local.
+                (169, 254) => Some(16),
+                (127, _) => Some(8),
+                // 0.0.0.0 reaches this host; the rest of 0/8 is "this network".
+                (0, _) => Some(8),
+                _ if v4.is_broadcast() => Some(32),
+                _ if v4.is_multicast() => Some(4),
+                _ => None,
+            }
+        }
+        IpAddr::V6(v6) => {
+            if v6.is_loopback() || v6.is_unspecified() {
+                Some(128)
+            } else if v6.is_unicast_link_local() {
+                Some(10)
+            } else if v6.is_multicast() {
+                Some(8)
+            } else {
+                None
+            }
         }
     }
 }
@@ -258,6 +300,140 @@ mod tests {
             // An IPv6 rule wider than the mapped range never reaches an IPv4 address through it.
             let v6 = AllowRule::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), wide, 0..=u16::MAX);
             prop_assert!(!v6.allows(&mapped));
+        }
+    }
+
+    // r[verify forward.allow.special]
+    #[test]
+    fn a_special_target_needs_a_rule_that_names_it() {
+        let broad = AllowList::parse(["0.0.0.0/0:*", "[::/0]:*"]).expect("parses");
+        for special in [
+            "127.0.0.1:53",
+            "127.0.0.53:53",
+            "169.254.169.254:80",
+            "169.254.0.1:53",
+            "0.0.0.0:53",
+            "0.1.2.3:53",
+            "224.0.0.251:5353",
+            "239.255.255.250:1900",
+            "255.255.255.255:67",
+            "[::1]:53",
+            "[::]:53",
+            "[fe80::1]:53",
+            "[febf::1]:53",
+            "[ff02::fb]:5353",
+            "[::ffff:127.0.0.1]:53",
+            "[::ffff:169.254.169.254]:80",
+        ] {
+            assert!(
+                !broad.allows(&sa(special)),
+                "{special} through a broad rule"
+            );
+        }
+        for ordinary in [
+            "10.0.0.1:53",
+            "1.1.1.1:53",
+            "[2001:db8::1]:53",
+            "[fec0::1]:53",
+        ] {
+            assert!(broad.allows(&sa(ordinary)), "{ordinary}");
+        }
+        // Rules inside the special range name it.
+        let named = AllowList::parse([
+            "127.0.0.1/32:53",
+            "169.254.169.254:80",
+            "224.0.0.0/4:*",
+            "[::1]:53",
+            "[fe80::/10]:*",
+        ])
+        .expect("parses");
+        assert!(named.allows(&sa("127.0.0.1:53")));
+        assert!(!named.allows(&sa("127.0.0.2:53")));
+        assert!(named.allows(&sa("169.254.169.254:80")));
+        assert!(named.allows(&sa("239.1.1.1:9")));
+        assert!(named.allows(&sa("[::1]:53")));
+        assert!(named.allows(&sa("[fe80::1234]:9")));
+        assert!(named.allows(&sa("[::ffff:127.0.0.1]:53")));
+        assert!(
+            AllowList::parse(["127.0.0.0/8:*"])
+                .expect("parses")
+                .allows(&sa("127.9.9.9:1"))
+        );
+        // A rule wider than the special range does not name it.
+        assert!(
+            !AllowList::parse(["96.0.0.0/3:*"])
+                .expect("parses")
+                .allows(&sa("127.0.0.1:53"))
+        );
+        assert!(
+            !AllowList::parse(["169.0.0.0/8:*"])
+                .expect("parses")
+                .allows(&sa("169.254.169.254:80"))
+        );
+        assert!(
+            !AllowList::parse(["[fe00::/7]:*"])
+                .expect("parses")
+                .allows(&sa("[fe80::1]:53"))
+        );
+    }
+
+    /// The special ranges, as (network, prefix).
+    const SPECIAL: &[(&str, u8)] = &[
+        ("127.0.0.0", 8),
+        ("169.254.0.0", 16),
+        ("0.0.0.0", 8),
+        ("224.0.0.0", 4),
+        ("255.255.255.255", 32),
+        ("::1", 128),
+        ("::", 128),
+        ("fe80::", 10),
+        ("ff00::", 8),
+    ];
+
+    /// An address inside special range `which`, from `bits`.
+    fn inside(which: usize, bits: u128) -> IpAddr {
+        let (net, prefix) = SPECIAL[which % SPECIAL.len()];
+        match net.parse::<IpAddr>().expect("range") {
+            IpAddr::V4(net) => {
+                let host = u32::MAX.checked_shr(u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(net) | (bits as u32 & host)))
+            }
+            IpAddr::V6(net) => {
+                let host = u128::MAX.checked_shr(u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(net) | (bits & host)))
+            }
+        }
+    }
+
+    proptest! {
+        // r[verify forward.allow.special]
+        #[test]
+        fn a_special_target_is_reached_only_by_a_rule_inside_its_range(
+            which in 0usize..64,
+            bits in any::<u128>(),
+            wide in 0u8..=128,
+            narrow in 0u8..=128,
+            port in any::<u16>(),
+        ) {
+            let ip = inside(which, bits);
+            let (_, range) = SPECIAL[which % SPECIAL.len()];
+            let target = SocketAddr::new(ip, port);
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            // Any rule around the target wider than its special range refuses it.
+            let wide = wide % range.max(1);
+            if range > 0 && wide < range {
+                let rule = AllowRule::new(ip, wide, 0..=u16::MAX);
+                prop_assert!(!rule.allows(&target), "{} admits {}", rule, target);
+            }
+            // Any rule around it no wider than the range admits it.
+            let narrow = range + narrow % (max - range + 1);
+            let rule = AllowRule::new(ip, narrow, 0..=u16::MAX);
+            prop_assert!(rule.allows(&target), "{} refuses {}", rule, target);
+            // So does its IPv4-mapped form, when it has one.
+            if let IpAddr::V4(v4) = ip {
+                let mapped = SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), port);
+                prop_assert!(rule.allows(&mapped));
+            }
         }
     }
 }
