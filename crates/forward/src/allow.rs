@@ -4,8 +4,14 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 use thiserror::Error;
+
+use crate::auth::Credential;
 
 /// One allowed range of targets: an address prefix and a port range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,6 +216,85 @@ impl AllowList {
     /// The rules.
     pub fn rules(&self) -> &[AllowRule] {
         &self.rules
+    }
+}
+
+/// Which allow-list each credential reaches: its own, when the node's configuration gives it one,
+/// else the node's. Opens refused for a target outside the credential's list are counted here.
+pub struct Grants {
+    global: Arc<AllowList>,
+    /// SHA-256 of each credential with its own list, and that list.
+    own: Vec<([u8; 32], Arc<AllowList>)>,
+    refused: AtomicU64,
+}
+
+impl fmt::Debug for Grants {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No credential (nor its digest) in any output.
+        write!(
+            f,
+            "Grants({} global rules, {} credentials with their own)",
+            self.global.rules.len(),
+            self.own.len()
+        )
+    }
+}
+
+impl Grants {
+    /// `global` for every credential not in `own`; each of `own` reaches only its own list.
+    pub fn new<'a>(
+        global: AllowList,
+        own: impl IntoIterator<Item = (&'a Credential, &'a AllowList)>,
+    ) -> Self {
+        Grants {
+            global: Arc::new(global),
+            own: own
+                .into_iter()
+                .map(|(credential, list)| {
+                    (
+                        Sha256::digest(credential.expose()).into(),
+                        Arc::new(list.clone()),
+                    )
+                })
+                .collect(),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// The list an authenticated connection that presented `presented` reaches: the first own
+    /// list of that credential, else the node's. Every entry is compared, in constant time, as
+    /// the credential check does, so the time taken says nothing about which entry matched.
+    // r[impl forward.allow.credential]
+    pub fn list_for(&self, presented: &[u8]) -> Arc<AllowList> {
+        let presented: [u8; 32] = Sha256::digest(presented).into();
+        // 0: the node's list; i + 1: own entry i. Entries are visited last to first so that the
+        // first one listed wins.
+        let mut chosen = 0u64;
+        for (i, (digest, _)) in self.own.iter().enumerate().rev() {
+            let index = u64::try_from(i + 1).unwrap_or(u64::MAX);
+            chosen.conditional_assign(&index, digest.ct_eq(&presented));
+        }
+        usize::try_from(chosen)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| self.own.get(i))
+            .map_or_else(|| self.global.clone(), |(_, list)| list.clone())
+    }
+
+    /// Whether a forward to `target` may open under `list` (from [`Grants::list_for`]); a refusal
+    /// is counted.
+    // r[impl forward.allow.credential]
+    pub fn admits(&self, list: &AllowList, target: &SocketAddr) -> bool {
+        let admitted = list.allows(target);
+        if !admitted {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// Opens refused because their target was outside the credential's list.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 }
 
@@ -435,5 +520,26 @@ mod tests {
                 prop_assert!(rule.allows(&mapped));
             }
         }
+    }
+
+    // r[verify forward.allow.credential]
+    #[test]
+    fn a_credential_with_its_own_list_reaches_only_its_targets() {
+        let global = AllowList::parse(["10.0.0.1:53"]).expect("parses");
+        let (alice, bob) = (Credential::new("alice-token"), Credential::new("bob-token"));
+        let (alice_list, bob_list) = (
+            AllowList::parse(["10.0.0.2:53"]).expect("parses"),
+            AllowList::parse(["10.0.0.3:53", "10.0.0.4:53"]).expect("parses"),
+        );
+        let grants = Grants::new(global.clone(), [(&alice, &alice_list), (&bob, &bob_list)]);
+        assert_eq!(*grants.list_for(b"alice-token"), alice_list);
+        assert_eq!(*grants.list_for(b"bob-token"), bob_list);
+        assert_eq!(*grants.list_for(b"anyone-else"), global);
+        let alice = grants.list_for(b"alice-token");
+        assert!(grants.admits(&alice, &sa("10.0.0.2:53")));
+        assert!(!grants.admits(&alice, &sa("10.0.0.1:53")));
+        assert!(!grants.admits(&alice, &sa("10.0.0.3:53")));
+        assert_eq!(grants.refused(), 2);
+        assert!(!format!("{grants:?}").contains("token"));
     }
 }

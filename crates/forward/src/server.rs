@@ -19,7 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::allow::AllowList;
+use crate::allow::{AllowList, Grants};
 use crate::auth::{Credential, Credentials};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
@@ -46,6 +46,9 @@ pub struct ServerConfig {
     pub credentials: Vec<Credential>,
     /// The targets forwards may reach. Empty: none.
     pub allow: AllowList,
+    /// Credentials with their own allow-list (allowed as well as `credentials`): each reaches
+    /// only its own targets, not `allow`'s.
+    pub scoped: Vec<(Credential, AllowList)>,
     /// Forwards one connection may hold open.
     pub max_forwards: usize,
     /// Flows (local peers) one forward may hold.
@@ -75,6 +78,7 @@ impl ServerConfig {
             identity_dir: identity_dir.into(),
             credentials: Vec::new(),
             allow: AllowList::default(),
+            scoped: Vec::new(),
             max_forwards: 64,
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
@@ -137,7 +141,7 @@ struct Listed {
 
 struct Shared {
     credentials: Credentials,
-    allow: AllowList,
+    grants: Grants,
     max_forwards: usize,
     max_flows: usize,
     flow_idle: Duration,
@@ -205,8 +209,19 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             source,
         })?;
     let shared = Arc::new(Shared {
-        credentials: Credentials::new(&config.credentials),
-        allow: config.allow,
+        credentials: Credentials::new(
+            config
+                .credentials
+                .iter()
+                .chain(config.scoped.iter().map(|(credential, _)| credential)),
+        ),
+        grants: Grants::new(
+            config.allow,
+            config
+                .scoped
+                .iter()
+                .map(|(credential, list)| (credential, list)),
+        ),
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
         flow_idle: config.flow_idle,
@@ -296,6 +311,11 @@ impl Server {
     /// authenticated was reached.
     pub fn refused_unauthenticated(&self) -> u64 {
         self.shared.refused_unauthenticated.load(Ordering::Relaxed)
+    }
+
+    /// Forwards refused because their target was outside the credential's allow-list.
+    pub fn refused_targets(&self) -> u64 {
+        self.shared.grants.refused()
     }
 
     /// Flow sockets open now, across every connection.
@@ -470,7 +490,8 @@ async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal
     conn.close(close_code::REFUSED.into(), message.as_bytes());
 }
 
-/// Authenticates the connection; `None` when it was refused (and closed).
+/// Authenticates the connection, with the allow-list its credential reaches; `None` when it was
+/// refused (and closed).
 // r[impl forward.auth]
 async fn authenticate(
     conn: &Connection,
@@ -478,6 +499,7 @@ async fn authenticate(
 ) -> Option<(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
+    Arc<AllowList>,
 )> {
     // One deadline for the whole of it: opening the stream late does not buy a second timeout.
     let deadline = Instant::now() + shared.auth_timeout;
@@ -497,7 +519,8 @@ async fn authenticate(
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if shared.credentials.allows(&credential) {
-                return Some((send, control));
+                // r[impl forward.allow.credential]
+                return Some((send, control, shared.grants.list_for(&credential)));
             }
             (
                 Refusal::BadCredential,
@@ -537,7 +560,7 @@ async fn serve(
     };
     // r[impl forward.limits.unauthenticated]
     drop(unauthenticated);
-    let Some((send, mut control)) = authenticated else {
+    let Some((send, mut control, allow)) = authenticated else {
         return;
     };
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
@@ -552,6 +575,7 @@ async fn serve(
         shared: shared.clone(),
         writer: writer.clone(),
         shutdown: shutdown.clone(),
+        allow,
         forwards: HashMap::new(),
         gather: Gather::default(),
         gather_max: 1,
@@ -638,6 +662,8 @@ struct Relay {
     shared: Arc<Shared>,
     writer: mpsc::Sender<Message>,
     shutdown: watch::Receiver<Option<Shutdown>>,
+    /// The targets this connection's credential reaches.
+    allow: Arc<AllowList>,
     forwards: HashMap<u32, ServerForward>,
     /// Datagrams of one flow waiting to leave in one send.
     gather: Gather<(u32, u64)>,
@@ -695,6 +721,7 @@ impl Relay {
     }
 
     // r[impl forward.allow+2]
+    // r[impl forward.allow.credential]
     async fn open(&mut self, forward: u32, target: SocketAddr) {
         let refusal = if forward == 0 {
             Some((Refusal::Duplicate, "forward id 0 is reserved".to_owned()))
@@ -711,7 +738,7 @@ impl Relay {
                     self.forwards.len()
                 ),
             ))
-        } else if !self.shared.allow.allows(&target) {
+        } else if !self.shared.grants.admits(&self.allow, &target) {
             Some((
                 Refusal::NotAllowed,
                 format!("target {target} is not in this node's allow-list"),

@@ -427,6 +427,24 @@ pub struct ForwardSection {
     /// The targets forwards may reach: `ADDR[/PREFIX]:PORT[-PORT]` entries (required; nothing is
     /// reachable that is not listed).
     pub allow: Spanned<Vec<String>>,
+    /// `[[forward.client]]`: clients with their own allow-list; their tokens reach only their
+    /// own `allow` targets, not `forward.allow`'s.
+    #[serde(default)]
+    pub client: Vec<Spanned<ForwardClient>>,
+}
+
+/// `[[forward.client]]`: tokens (inline or from a file) and the only targets they reach.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardClient {
+    /// A file of this client's tokens (one a line, `#` comments; mode 0600 or stricter).
+    #[serde(default)]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// This client's tokens written inline. Never logged.
+    #[serde(default)]
+    pub tokens: Vec<Secret>,
+    /// The only targets this client's tokens reach (same syntax as `forward.allow`).
+    pub allow: Spanned<Vec<String>>,
 }
 
 /// A secret from the config: its `Debug` hides it.
@@ -884,32 +902,31 @@ fn policy_error_key(text: &str) -> (String, &str) {
     }
 }
 
-// r[impl node.forward.config]
-/// `[forward]` beyond its types: an allow-list that parses and is not empty, a token file that is
-/// safe and readable, and at least one credential.
+// r[impl node.forward.config+2]
+/// `[forward]` beyond its types: allow-lists that parse and are not empty, token files that are
+/// safe and readable, at least one credential, and a token of its own for each
+/// `[[forward.client]]`.
 fn validate_forward(
     loc: &Locator<'_>,
     section: &Spanned<ForwardSection>,
 ) -> Result<(), ConfigError> {
     let forward = section.get_ref();
-    let allow = &forward.allow;
-    if allow.get_ref().is_empty() {
-        return Err(loc.at(
-            Some(allow.span()),
-            "forward.allow",
-            "is empty: every forward would be refused; list the targets, e.g. \"10.0.0.0/8:53\""
-                .into(),
-        ));
-    }
-    if let Err(e) = holdfast_forward::AllowList::parse(allow.get_ref().iter().map(String::as_str)) {
-        return Err(loc.at(Some(allow.span()), "forward.allow", e.to_string()));
-    }
-    let mut credentials = forward.tokens.iter().filter(|t| !t.0.is_empty()).count();
-    if let Some(file) = &forward.token_file {
-        match crate::forward_client::read_tokens(file.get_ref()) {
-            Ok(tokens) => credentials += tokens.len(),
-            Err(message) => return Err(loc.at(Some(file.span()), "forward.token_file", message)),
+    validate_allow(loc, &forward.allow, "forward.allow")?;
+    let mut credentials =
+        count_tokens(loc, &forward.tokens, forward.token_file.as_ref(), "forward")?;
+    for (i, client) in forward.client.iter().enumerate() {
+        let key = format!("forward.client[{i}]");
+        let entry = client.get_ref();
+        validate_allow(loc, &entry.allow, &format!("{key}.allow"))?;
+        let tokens = count_tokens(loc, &entry.tokens, entry.token_file.as_ref(), &key)?;
+        if tokens == 0 {
+            return Err(loc.at(
+                Some(client.span()),
+                &key,
+                "has no token: set token_file (a 0600 file, one token a line) or tokens".into(),
+            ));
         }
+        credentials += tokens;
     }
     if credentials == 0 {
         return Err(loc.at(
@@ -921,6 +938,46 @@ fn validate_forward(
         ));
     }
     Ok(())
+}
+
+/// An allow-list (`key`) that is not empty and parses.
+fn validate_allow(
+    loc: &Locator<'_>,
+    allow: &Spanned<Vec<String>>,
+    key: &str,
+) -> Result<(), ConfigError> {
+    if allow.get_ref().is_empty() {
+        return Err(loc.at(
+            Some(allow.span()),
+            key,
+            "is empty: every forward would be refused; list the targets, e.g. \"10.0.0.0/8:53\""
+                .into(),
+        ));
+    }
+    if let Err(e) = holdfast_forward::AllowList::parse(allow.get_ref().iter().map(String::as_str)) {
+        return Err(loc.at(Some(allow.span()), key, e.to_string()));
+    }
+    Ok(())
+}
+
+/// The tokens of `section` (`forward` or `forward.client[i]`): inline and from its token file,
+/// which must be safe and readable.
+fn count_tokens(
+    loc: &Locator<'_>,
+    tokens: &[Secret],
+    token_file: Option<&Spanned<PathBuf>>,
+    section: &str,
+) -> Result<usize, ConfigError> {
+    let mut count = tokens.iter().filter(|t| !t.0.is_empty()).count();
+    if let Some(file) = token_file {
+        match crate::forward_client::read_tokens(file.get_ref()) {
+            Ok(tokens) => count += tokens.len(),
+            Err(message) => {
+                return Err(loc.at(Some(file.span()), &format!("{section}.token_file"), message));
+            }
+        }
+    }
+    Ok(count)
 }
 
 impl PolicySection<'_> {

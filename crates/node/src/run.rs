@@ -96,7 +96,7 @@ pub fn stop_plan(
 
 // r[impl node.workload.module]
 // r[impl node.issuance.module]
-// r[impl node.forward.module]
+// r[impl node.forward.module+2]
 // r[impl node.gateway.module]
 /// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
@@ -350,7 +350,7 @@ mod tests {
 
     // r[verify node.workload.module]
     // r[verify node.issuance.module]
-    // r[verify node.forward.module]
+    // r[verify node.forward.module+2]
     // r[verify node.gateway.module]
     // i[verify node.testing-modules]
     #[test]

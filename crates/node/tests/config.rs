@@ -218,7 +218,7 @@ fn an_issuance_hostname_that_issuance_would_refuse_is_refused_at_its_entry() {
     }
 }
 
-// r[verify node.forward.config]
+// r[verify node.forward.config+2]
 // r[verify node.log.no-secrets]
 #[test]
 fn the_forward_section_is_validated_with_the_rest() {
@@ -274,6 +274,49 @@ fn the_forward_section_is_validated_with_the_rest() {
         err.contains("forward.token_file") && err.contains("chmod 600"),
         "{err}"
     );
+}
+
+// r[verify node.forward.config+2]
+// r[verify node.log.no-secrets]
+#[test]
+fn a_forward_client_has_its_own_tokens_and_allow_list() {
+    let head = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"10.0.0.1:53\"]\n";
+    // A node whose only credentials are a client's.
+    let ok = format!(
+        "{head}[[forward.client]]\ntokens = [\"client-s3cret\"]\nallow = [\"10.0.0.2:53\"]\n"
+    );
+    let config = Config::parse("ok.toml", &ok).unwrap();
+    let forward = config.forward.as_ref().unwrap().get_ref();
+    assert_eq!(forward.client.len(), 1);
+    assert_eq!(
+        forward.client[0].get_ref().allow.get_ref(),
+        &["10.0.0.2:53".to_owned()]
+    );
+    assert!(!format!("{config:?}").contains("client-s3cret"));
+    let cases = [
+        (
+            format!("{head}[[forward.client]]\ntokens = [\"c\"]\nallow = []\n"),
+            "bad.toml:7:9: forward.client[0].allow: is empty",
+        ),
+        (
+            format!("{head}[[forward.client]]\ntokens = [\"c\"]\nallow = [\"10.0.0.0/99:1\"]\n"),
+            "bad.toml:7:9: forward.client[0].allow: ",
+        ),
+        (
+            format!("{head}[[forward.client]]\nallow = [\"10.0.0.2:53\"]\n"),
+            "bad.toml:5:1: forward.client[0]: has no token",
+        ),
+        (
+            format!(
+                "{head}[[forward.client]]\ntokens = [\"c\"]\nallow = [\"10.0.0.2:53\"]\ntoken = \"c\"\n"
+            ),
+            "bad.toml:8:1: forward.client[0].token: unknown key",
+        ),
+    ];
+    for (text, want) in &cases {
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
 }
 
 // i[verify node.config.validate]

@@ -60,7 +60,7 @@ async fn listing(node: &common::Node) -> serde_json::Value {
     panic!("/v1/forwards never answered");
 }
 
-// r[verify node.forward.module]
+// r[verify node.forward.module+2]
 // r[verify node.forward.metrics]
 // i[verify node.forward.list]
 // i[verify node.forward.identity]
