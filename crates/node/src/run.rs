@@ -380,7 +380,7 @@ mod tests {
             "[node]\ndata_dir = \"{data}\"\n{workload}\
              [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
-             [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"t\"]\nallow = [\"127.0.0.1:53\"]\n\
+             [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"compose-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n\
              [gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{key}\"\n",
             data = dir.path().join("data").display(),
             key = key.display(),

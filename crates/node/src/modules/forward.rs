@@ -123,14 +123,14 @@ impl ForwardModule {
         let mut config = ServerConfig::new(self.listen, identity_dir(&self.data_dir));
         let mut credentials = self.tokens.clone();
         if let Some(path) = &self.token_file {
-            credentials.extend(crate::forward_client::read_tokens(path)?);
+            credentials.extend(crate::config::read_forward_tokens(path)?);
         }
         // r[impl node.forward.module+2]
         let mut scoped = Vec::new();
         for client in &self.clients {
             let mut tokens = client.tokens.clone();
             if let Some(path) = &client.token_file {
-                tokens.extend(crate::forward_client::read_tokens(path)?);
+                tokens.extend(crate::config::read_forward_tokens(path)?);
             }
             scoped.extend(tokens.into_iter().map(|t| (t, client.allow.clone())));
         }
@@ -172,8 +172,8 @@ mod tests {
     #[test]
     fn a_clients_tokens_reach_only_its_own_targets() {
         const WIDE: &str = "node-wide-7c41e0a95b2d3f68a1c0e4d7";
-        const ONE: &str = "client-one-3b9f02d6e18c47a5b0f2";
-        const TWO: &str = "client-two-58e1a7c30d4b92f6e7a1";
+        const ONE: &str = "client-one-3b9f02d6e18c47a5b0f2c4";
+        const TWO: &str = "client-two-58e1a7c30d4b92f6e7a1d0";
         let text = format!(
             "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"{WIDE}\"]\n\
              allow = [\"10.0.0.1:53\"]\n[[forward.client]]\ntokens = [\"{ONE}\", \"{TWO}\"]\n\
@@ -202,5 +202,35 @@ mod tests {
                 (Credential::new(TWO), own)
             ]
         );
+    }
+
+    // r[verify node.forward.config+2]
+    #[test]
+    fn a_token_file_read_at_a_start_is_held_to_the_minimum_length() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tokens");
+        let write = |text: &str| {
+            std::fs::write(&file, text).expect("write");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        };
+        write("forward-token-at-validation-0123456789\n");
+        let text = format!(
+            "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\
+             allow = [\"10.0.0.1:53\"]\n",
+            file.display()
+        );
+        let config = crate::config::Config::parse("c.toml", &text).expect("valid");
+        let section = config.forward.expect("[forward]");
+        let module = ForwardModule::new(section.get_ref(), dir.path().into(), Slot::default());
+        assert_eq!(module.server_config().expect("config").credentials.len(), 1);
+        // Rotated to a short token: the start fails, naming the line and not the token.
+        write("# rotated\nshort-token\n");
+        let err = module.server_config().expect_err("a short token");
+        assert!(
+            err.contains("line 2") && err.contains("at least 32"),
+            "{err}"
+        );
+        assert!(!err.contains("short-token"), "{err}");
     }
 }
