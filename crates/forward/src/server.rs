@@ -24,7 +24,9 @@ use crate::auth::{Credential, Credentials};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
-use crate::flows::{Activity, evictable};
+use crate::flows::{
+    Activity, FLOW_SWEEP, FlowPool, PoolPermit, evictable, idle_flows, least_recent,
+};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
 use crate::report::{Handed, Reporter};
@@ -145,15 +147,14 @@ struct Shared {
     max_forwards: usize,
     max_flows: usize,
     flow_idle: Duration,
-    max_flow_sockets: usize,
     auth_timeout: Duration,
     report_interval: Duration,
     listing: Mutex<BTreeMap<(u64, u32), Listed>>,
     /// Datagrams that could not be attributed to a forward (malformed, unknown forward).
     unattributed: Counters,
     next_connection: AtomicU64,
-    /// One permit per flow socket the node may hold, across every connection.
-    flow_sockets: Arc<Semaphore>,
+    /// The flow sockets the node may hold, shared between connections.
+    flow_pool: Arc<FlowPool>,
     /// One permit per connection that may be in its handshake or authenticating.
     unauthenticated: Arc<Semaphore>,
     /// Connections refused because `unauthenticated` had no permit left.
@@ -161,10 +162,6 @@ struct Shared {
 }
 
 impl Shared {
-    fn max_flow_sockets(&self) -> usize {
-        self.max_flow_sockets
-    }
-
     fn listing(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u64, u32), Listed>> {
         self.listing
             .lock()
@@ -225,16 +222,12 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
         flow_idle: config.flow_idle,
-        max_flow_sockets: config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
         auth_timeout: config.auth_timeout,
         report_interval: config.report_interval,
         listing: Mutex::new(BTreeMap::new()),
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
-        // Clamped: a semaphore cannot hold more permits than this.
-        flow_sockets: Arc::new(Semaphore::new(
-            config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
-        )),
+        flow_pool: FlowPool::new(config.max_flow_sockets),
         unauthenticated: Arc::new(Semaphore::new(
             config.max_unauthenticated.min(Semaphore::MAX_PERMITS),
         )),
@@ -320,9 +313,7 @@ impl Server {
 
     /// Flow sockets open now, across every connection.
     pub fn flow_sockets(&self) -> usize {
-        self.shared
-            .max_flow_sockets()
-            .saturating_sub(self.shared.flow_sockets.available_permits())
+        self.shared.flow_pool.in_use()
     }
 
     /// Stops: no new connection is accepted; every open forward is told it ends because the node
@@ -430,8 +421,8 @@ struct Flow {
     socket: Arc<UdpIo>,
     activity: Arc<Activity>,
     replies: JoinHandle<()>,
-    /// Its share of the node's flow sockets, given back when the flow is dropped.
-    _permit: OwnedSemaphorePermit,
+    /// Its place among the node's flow sockets, given back when the flow is dropped.
+    _permit: PoolPermit,
 }
 
 struct ServerForward {
@@ -457,6 +448,17 @@ impl ServerForward {
             state.replies.abort();
         }
         true
+    }
+
+    /// Ends each of `flows`.
+    fn end_flows(&mut self, flows: impl IntoIterator<Item = u64>) {
+        for flow in flows {
+            if let Some(state) = self.flows.remove(&flow) {
+                state.replies.abort();
+            }
+        }
+        self.flow_count
+            .store(self.flows.len() as u64, Ordering::Relaxed);
     }
 
     fn end(self) {
@@ -580,6 +582,10 @@ async fn serve(
         gather: Gather::default(),
         gather_max: 1,
     };
+    // r[impl forward.flows.sweep]
+    // r[impl forward.limits.flow-sockets+2]
+    let mut sweep = tokio::time::interval_at(Instant::now() + FLOW_SWEEP, FLOW_SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
             biased;
@@ -602,6 +608,8 @@ async fn serve(
                 },
                 None => break Err(RelayError::Control("reader ended".into())),
             },
+            // Before datagrams: a flood of them must not keep the sweep from running.
+            _ = sweep.tick() => relay.sweep(Instant::now()),
             datagram = conn.read_datagram() => match datagram {
                 Ok(datagram) => relay.datagrams(datagram).await,
                 Err(err) => {
@@ -791,6 +799,47 @@ impl Relay {
         self.reply(Message::Opened { forward }).await;
     }
 
+    /// Ends the connection's flows that have been idle for the flow idle time, whatever their
+    /// forward's bound, and, while another connection waits for a flow socket, its least
+    /// recently active flows beyond its share of them.
+    // r[impl forward.flows.sweep]
+    // r[impl forward.limits.flow-sockets+2]
+    fn sweep(&mut self, now: Instant) {
+        let idle = self.shared.flow_idle;
+        for state in self.forwards.values_mut() {
+            let ended = idle_flows(
+                state
+                    .flows
+                    .iter()
+                    .map(|(flow, f)| (*flow, f.activity.last())),
+                now,
+                idle,
+            );
+            state.end_flows(ended);
+        }
+        let excess = self.shared.flow_pool.excess(self.id, now);
+        if excess == 0 {
+            return;
+        }
+        let flows = self.forwards.iter().flat_map(|(forward, state)| {
+            state
+                .flows
+                .iter()
+                .map(|(flow, f)| ((*forward, *flow), f.activity.last()))
+        });
+        let given_back = least_recent(flows, excess);
+        tracing::debug!(
+            connection = self.id,
+            flows = given_back.len(),
+            "forward: flows beyond the connection's share of flow sockets given back"
+        );
+        for (forward, flow) in given_back {
+            if let Some(state) = self.forwards.get_mut(&forward) {
+                state.end_flows([flow]);
+            }
+        }
+    }
+
     /// Relays `first` and every datagram already queued behind it (at most
     /// [`DRAIN`](crate::ready::DRAIN), so control messages and a stop are still seen), gathering
     /// each flow's run of equal-sized datagrams into one send towards its target.
@@ -853,8 +902,8 @@ impl Relay {
                 return;
             }
             None => {
-                // r[impl forward.limits.flow-sockets]
-                let Ok(permit) = self.shared.flow_sockets.clone().try_acquire_owned() else {
+                // r[impl forward.limits.flow-sockets+2]
+                let Some(permit) = self.shared.flow_pool.acquire(self.id, now) else {
                     state.reporter.dropped(&RelayError::FlowSockets);
                     return;
                 };
