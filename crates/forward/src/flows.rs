@@ -112,8 +112,8 @@ impl FlowPool {
     }
 
     /// One more socket for connection `conn` at `now`, or `None` when the pool is full or `conn`
-    /// is at its share while another connection waits. A connection refused below its share is
-    /// counted as waiting from then on.
+    /// is at its share while another connection waits. A connection refused below its share
+    /// counts as waiting until it has its share, or for [`WAITING_FOR`] after it last was.
     // r[impl forward.limits.flow-sockets+2]
     pub(crate) fn acquire(self: &Arc<Self>, conn: u64, now: Instant) -> Option<PoolPermit> {
         let mut state = self.state();
@@ -127,7 +127,11 @@ impl FlowPool {
             }
             return None;
         }
-        state.waiting.remove(&conn);
+        // A waiting connection waits until it has its share (or gives up asking), so the others
+        // do not take back at once what they gave it room for.
+        if mine + 1 >= share {
+            state.waiting.remove(&conn);
+        }
         *state.held.entry(conn).or_default() += 1;
         state.total += 1;
         Some(PoolPermit {
@@ -269,10 +273,14 @@ mod tests {
         assert_eq!(pool.in_use(), 2);
         // While the other waits, the hog does not take the freed sockets back...
         assert!(pool.acquire(1, at(t0, 1)).is_none());
-        // ... and the waiting connection gets them, up to its share.
-        let mut fair: Vec<_> = (0..2)
-            .map(|_| pool.acquire(2, at(t0, 1)).expect("its share"))
-            .collect();
+        // ... and the waiting connection gets them, up to its share, waiting until it has it.
+        let mut fair = vec![pool.acquire(2, at(t0, 1)).expect("its share")];
+        assert_eq!(pool.excess(1, at(t0, 1)), 0);
+        assert!(
+            pool.acquire(1, at(t0, 1)).is_none(),
+            "2 still waits, below its share"
+        );
+        fair.push(pool.acquire(2, at(t0, 1)).expect("its share"));
         assert!(pool.acquire(2, at(t0, 1)).is_none(), "the pool is full");
         assert_eq!(
             (pool.excess(1, at(t0, 1)), pool.excess(2, at(t0, 1))),
