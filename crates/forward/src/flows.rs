@@ -1,11 +1,187 @@
-//! Which flow gives way when a forward is at its flow bound: the least recently active one, once
-//! it has been idle for the flow idle time. A bound without this would fill up with peers that
-//! are long gone (every `dig` is a new source port) and then refuse every new peer for good.
+//! Which flows give way, and to whom. At a forward's flow bound: the least recently active one,
+//! once it has been idle for the flow idle time. A bound without this would fill up with peers
+//! that are long gone (every `dig` is a new source port) and then refuse every new peer for good.
+//! Across the node: every connection sweeps its idle flows whatever their forward's bound, and
+//! the node's flow sockets are shared fairly between connections ([`FlowPool`]), so neither a
+//! churn of source ports nor one busy connection holds them all for good.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// How often each connection sweeps its flows: ends those idle for the flow idle time, and gives
+/// back what it holds beyond its share of the node's flow sockets while another connection
+/// waits for one.
+pub(crate) const FLOW_SWEEP: Duration = Duration::from_secs(1);
+
+/// How long a connection refused a flow socket below its share counts as waiting: two sweeps, so
+/// every other connection sweeps at least once while it waits.
+pub(crate) const WAITING_FOR: Duration = Duration::from_secs(2);
+
+/// The flows a sweep ends: every one that has carried nothing for `idle`, and never one active
+/// within the last [`FLOW_SWEEP`] (a flow idle time shorter than that is for the per-forward
+/// bound, where a new peer asks for the place).
+// r[impl forward.flows.sweep]
+pub(crate) fn idle_flows<K>(
+    flows: impl IntoIterator<Item = (K, Instant)>,
+    now: Instant,
+    idle: Duration,
+) -> Vec<K> {
+    let idle = idle.max(FLOW_SWEEP);
+    flows
+        .into_iter()
+        .filter(|(_, last)| now.saturating_duration_since(*last) >= idle)
+        .map(|(key, _)| key)
+        .collect()
+}
+
+/// The `count` least recently active of `flows`: those a connection over its share gives back.
+// r[impl forward.limits.flow-sockets+2]
+pub(crate) fn least_recent<K>(
+    flows: impl IntoIterator<Item = (K, Instant)>,
+    count: usize,
+) -> Vec<K> {
+    let mut flows: Vec<_> = flows.into_iter().collect();
+    flows.sort_by_key(|(_, last)| *last);
+    flows.into_iter().take(count).map(|(key, _)| key).collect()
+}
+
+/// The node's flow sockets, shared fairly between connections: a connection takes any free one
+/// while nobody waits; once a connection below its share (the pool divided by the connections
+/// holding or waiting for sockets) has been refused, no connection takes one beyond its share,
+/// and those above it give back their least recently active flows at their next sweep.
+#[derive(Debug)]
+pub(crate) struct FlowPool {
+    capacity: usize,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Sockets held, by connection (only connections holding one).
+    held: HashMap<u64, usize>,
+    total: usize,
+    /// Connections refused below their share, and when.
+    waiting: HashMap<u64, Instant>,
+}
+
+impl PoolState {
+    fn forget_waits(&mut self, now: Instant) {
+        self.waiting
+            .retain(|_, since| now.saturating_duration_since(*since) < WAITING_FOR);
+    }
+
+    /// The share of `capacity` each connection holding or waiting for a socket is due (`conn`
+    /// counted among them), at least one.
+    fn share(&self, capacity: usize, conn: u64) -> usize {
+        let mut sharing = self.held.len()
+            + self
+                .waiting
+                .keys()
+                .filter(|c| !self.held.contains_key(c))
+                .count();
+        if !self.held.contains_key(&conn) && !self.waiting.contains_key(&conn) {
+            sharing += 1;
+        }
+        (capacity / sharing.max(1)).max(1)
+    }
+
+    fn others_wait(&self, conn: u64) -> bool {
+        self.waiting.keys().any(|c| *c != conn)
+    }
+
+    fn mine(&self, conn: u64) -> usize {
+        self.held.get(&conn).copied().unwrap_or(0)
+    }
+}
+
+impl FlowPool {
+    /// A pool of `capacity` sockets.
+    pub(crate) fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(FlowPool {
+            capacity,
+            state: Mutex::new(PoolState::default()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One more socket for connection `conn` at `now`, or `None` when the pool is full or `conn`
+    /// is at its share while another connection waits. A connection refused below its share
+    /// counts as waiting until it has its share, or for [`WAITING_FOR`] after it last was.
+    // r[impl forward.limits.flow-sockets+2]
+    pub(crate) fn acquire(self: &Arc<Self>, conn: u64, now: Instant) -> Option<PoolPermit> {
+        let mut state = self.state();
+        state.forget_waits(now);
+        let share = state.share(self.capacity, conn);
+        let mine = state.mine(conn);
+        let fits = state.total < self.capacity && (mine < share || !state.others_wait(conn));
+        if !fits {
+            if mine < share {
+                state.waiting.insert(conn, now);
+            }
+            return None;
+        }
+        // A waiting connection waits until it has its share (or gives up asking), so the others
+        // do not take back at once what they gave it room for.
+        if mine + 1 >= share {
+            state.waiting.remove(&conn);
+        }
+        *state.held.entry(conn).or_default() += 1;
+        state.total += 1;
+        Some(PoolPermit {
+            pool: self.clone(),
+            conn,
+        })
+    }
+
+    /// How many sockets `conn` must give back at `now`: what it holds beyond its share while
+    /// another connection waits; none otherwise.
+    // r[impl forward.limits.flow-sockets+2]
+    pub(crate) fn excess(&self, conn: u64, now: Instant) -> usize {
+        let mut state = self.state();
+        state.forget_waits(now);
+        if !state.others_wait(conn) {
+            return 0;
+        }
+        let share = state.share(self.capacity, conn);
+        state.mine(conn).saturating_sub(share)
+    }
+
+    /// Sockets held now, across every connection.
+    pub(crate) fn in_use(&self) -> usize {
+        self.state().total
+    }
+
+    fn release(&self, conn: u64) {
+        let mut state = self.state();
+        state.total = state.total.saturating_sub(1);
+        if let Some(held) = state.held.get_mut(&conn) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                state.held.remove(&conn);
+            }
+        }
+    }
+}
+
+/// One socket of a [`FlowPool`], given back when dropped.
+#[derive(Debug)]
+pub(crate) struct PoolPermit {
+    pool: Arc<FlowPool>,
+    conn: u64,
+}
+
+impl Drop for PoolPermit {
+    fn drop(&mut self) {
+        self.pool.release(self.conn);
+    }
+}
 
 /// The flow to evict so that a new one fits: the least recently active of `flows` (key, last
 /// activity), if it has been idle for at least `idle`; `None` while every flow is in use.
@@ -56,6 +232,88 @@ impl Activity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(t0: Instant, secs: u64) -> Instant {
+        t0 + Duration::from_secs(secs)
+    }
+
+    // r[verify forward.flows.sweep]
+    #[test]
+    fn a_sweep_ends_every_flow_idle_for_the_idle_time_and_none_just_active() {
+        let t0 = Instant::now();
+        let idle = Duration::from_secs(60);
+        let flows = [("a", at(t0, 0)), ("b", at(t0, 30)), ("c", at(t0, 59))];
+        assert!(idle_flows(flows, at(t0, 59), idle).is_empty());
+        assert_eq!(idle_flows(flows, at(t0, 60), idle), ["a"]);
+        assert_eq!(idle_flows(flows, at(t0, 119), idle), ["a", "b", "c"]);
+        // An idle time shorter than a sweep: a flow active within the last sweep stays.
+        let quick = [("a", at(t0, 10)), ("b", at(t0, 12))];
+        assert_eq!(idle_flows(quick, at(t0, 12), Duration::ZERO), ["a"]);
+        assert_eq!(least_recent(flows, 2), ["a", "b"]);
+        assert!(least_recent(flows, 0).is_empty());
+    }
+
+    // r[verify forward.limits.flow-sockets+2]
+    #[test]
+    fn one_connection_takes_the_pool_only_until_another_waits_then_gives_back_its_excess() {
+        let t0 = Instant::now();
+        let pool = FlowPool::new(4);
+        // Alone, a connection may take every socket.
+        let mut hog: Vec<_> = (0..4)
+            .map(|_| pool.acquire(1, t0).expect("a free socket"))
+            .collect();
+        assert!(pool.acquire(1, t0).is_none(), "the pool is full");
+        assert_eq!((pool.in_use(), pool.excess(1, t0)), (4, 0));
+        // A second connection is refused below its share: it waits, and the hog is told to give
+        // back what it holds beyond half.
+        assert!(pool.acquire(2, at(t0, 1)).is_none());
+        assert_eq!(pool.excess(1, at(t0, 1)), 2);
+        assert_eq!(pool.excess(2, at(t0, 1)), 0);
+        hog.truncate(2);
+        assert_eq!(pool.in_use(), 2);
+        // While the other waits, the hog does not take the freed sockets back...
+        assert!(pool.acquire(1, at(t0, 1)).is_none());
+        // ... and the waiting connection gets them, up to its share, waiting until it has it.
+        let mut fair = vec![pool.acquire(2, at(t0, 1)).expect("its share")];
+        assert_eq!(pool.excess(1, at(t0, 1)), 0);
+        assert!(
+            pool.acquire(1, at(t0, 1)).is_none(),
+            "2 still waits, below its share"
+        );
+        fair.push(pool.acquire(2, at(t0, 1)).expect("its share"));
+        assert!(pool.acquire(2, at(t0, 1)).is_none(), "the pool is full");
+        assert_eq!(
+            (pool.excess(1, at(t0, 1)), pool.excess(2, at(t0, 1))),
+            (0, 0)
+        );
+        // The waiting connection served, nobody waits: a free socket is anyone's again.
+        fair.pop();
+        hog.push(pool.acquire(1, at(t0, 1)).expect("nobody waits"));
+        // A connection that was refused and never asks again stops counting as waiting.
+        assert!(pool.acquire(3, at(t0, 2)).is_none());
+        assert_eq!(pool.excess(1, at(t0, 2)), 2, "three share four: one each");
+        assert_eq!(pool.excess(1, at(t0, 2) + WAITING_FOR), 0);
+        drop((hog, fair));
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    // r[verify forward.limits.flow-sockets+2]
+    #[test]
+    fn the_share_counts_the_connections_holding_or_waiting() {
+        let t0 = Instant::now();
+        let pool = FlowPool::new(9);
+        let held: Vec<_> = (0..9).map(|_| pool.acquire(1, t0).expect("free")).collect();
+        assert!(pool.acquire(2, t0).is_none());
+        assert!(pool.acquire(3, t0).is_none());
+        // Three connections share nine: the hog keeps three.
+        assert_eq!(pool.excess(1, t0), 6);
+        // A connection with a socket is not waiting, and its own socket ends nothing of it.
+        drop(held);
+        assert_eq!(pool.in_use(), 0);
+        let one = pool.acquire(2, t0).expect("free");
+        drop(one);
+        assert_eq!(pool.in_use(), 0);
+    }
 
     // r[verify forward.flows+2]
     #[test]

@@ -21,7 +21,7 @@ pub mod transport;
 mod udp_io;
 pub mod wire;
 
-pub use allow::{AllowList, AllowRule};
+pub use allow::{AllowList, AllowRule, Grants};
 pub use auth::Credential;
 pub use classify::RelayError;
 pub use identity::{Fingerprint, Identity};

@@ -19,12 +19,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::allow::AllowList;
+use crate::allow::{AllowList, Grants};
 use crate::auth::{Credential, Credentials};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
-use crate::flows::{Activity, evictable};
+use crate::flows::{
+    Activity, FLOW_SWEEP, FlowPool, PoolPermit, evictable, idle_flows, least_recent,
+};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
 use crate::report::{Handed, Reporter};
@@ -46,6 +48,9 @@ pub struct ServerConfig {
     pub credentials: Vec<Credential>,
     /// The targets forwards may reach. Empty: none.
     pub allow: AllowList,
+    /// Credentials with their own allow-list (allowed as well as `credentials`): each reaches
+    /// only its own targets, not `allow`'s.
+    pub scoped: Vec<(Credential, AllowList)>,
     /// Forwards one connection may hold open.
     pub max_forwards: usize,
     /// Flows (local peers) one forward may hold.
@@ -75,6 +80,7 @@ impl ServerConfig {
             identity_dir: identity_dir.into(),
             credentials: Vec::new(),
             allow: AllowList::default(),
+            scoped: Vec::new(),
             max_forwards: 64,
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
@@ -137,19 +143,18 @@ struct Listed {
 
 struct Shared {
     credentials: Credentials,
-    allow: AllowList,
+    grants: Grants,
     max_forwards: usize,
     max_flows: usize,
     flow_idle: Duration,
-    max_flow_sockets: usize,
     auth_timeout: Duration,
     report_interval: Duration,
     listing: Mutex<BTreeMap<(u64, u32), Listed>>,
     /// Datagrams that could not be attributed to a forward (malformed, unknown forward).
     unattributed: Counters,
     next_connection: AtomicU64,
-    /// One permit per flow socket the node may hold, across every connection.
-    flow_sockets: Arc<Semaphore>,
+    /// The flow sockets the node may hold, shared between connections.
+    flow_pool: Arc<FlowPool>,
     /// One permit per connection that may be in its handshake or authenticating.
     unauthenticated: Arc<Semaphore>,
     /// Connections refused because `unauthenticated` had no permit left.
@@ -157,10 +162,6 @@ struct Shared {
 }
 
 impl Shared {
-    fn max_flow_sockets(&self) -> usize {
-        self.max_flow_sockets
-    }
-
     fn listing(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u64, u32), Listed>> {
         self.listing
             .lock()
@@ -205,21 +206,28 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             source,
         })?;
     let shared = Arc::new(Shared {
-        credentials: Credentials::new(&config.credentials),
-        allow: config.allow,
+        credentials: Credentials::new(
+            config
+                .credentials
+                .iter()
+                .chain(config.scoped.iter().map(|(credential, _)| credential)),
+        ),
+        grants: Grants::new(
+            config.allow,
+            config
+                .scoped
+                .iter()
+                .map(|(credential, list)| (credential, list)),
+        ),
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
         flow_idle: config.flow_idle,
-        max_flow_sockets: config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
         auth_timeout: config.auth_timeout,
         report_interval: config.report_interval,
         listing: Mutex::new(BTreeMap::new()),
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
-        // Clamped: a semaphore cannot hold more permits than this.
-        flow_sockets: Arc::new(Semaphore::new(
-            config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
-        )),
+        flow_pool: FlowPool::new(config.max_flow_sockets),
         unauthenticated: Arc::new(Semaphore::new(
             config.max_unauthenticated.min(Semaphore::MAX_PERMITS),
         )),
@@ -298,11 +306,14 @@ impl Server {
         self.shared.refused_unauthenticated.load(Ordering::Relaxed)
     }
 
+    /// Forwards refused because their target was outside the credential's allow-list.
+    pub fn refused_targets(&self) -> u64 {
+        self.shared.grants.refused()
+    }
+
     /// Flow sockets open now, across every connection.
     pub fn flow_sockets(&self) -> usize {
-        self.shared
-            .max_flow_sockets()
-            .saturating_sub(self.shared.flow_sockets.available_permits())
+        self.shared.flow_pool.in_use()
     }
 
     /// Stops: no new connection is accepted; every open forward is told it ends because the node
@@ -410,8 +421,8 @@ struct Flow {
     socket: Arc<UdpIo>,
     activity: Arc<Activity>,
     replies: JoinHandle<()>,
-    /// Its share of the node's flow sockets, given back when the flow is dropped.
-    _permit: OwnedSemaphorePermit,
+    /// Its place among the node's flow sockets, given back when the flow is dropped.
+    _permit: PoolPermit,
 }
 
 struct ServerForward {
@@ -437,6 +448,17 @@ impl ServerForward {
             state.replies.abort();
         }
         true
+    }
+
+    /// Ends each of `flows`.
+    fn end_flows(&mut self, flows: impl IntoIterator<Item = u64>) {
+        for flow in flows {
+            if let Some(state) = self.flows.remove(&flow) {
+                state.replies.abort();
+            }
+        }
+        self.flow_count
+            .store(self.flows.len() as u64, Ordering::Relaxed);
     }
 
     fn end(self) {
@@ -470,7 +492,8 @@ async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal
     conn.close(close_code::REFUSED.into(), message.as_bytes());
 }
 
-/// Authenticates the connection; `None` when it was refused (and closed).
+/// Authenticates the connection, with the allow-list its credential reaches; `None` when it was
+/// refused (and closed).
 // r[impl forward.auth]
 async fn authenticate(
     conn: &Connection,
@@ -478,6 +501,7 @@ async fn authenticate(
 ) -> Option<(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
+    Arc<AllowList>,
 )> {
     // One deadline for the whole of it: opening the stream late does not buy a second timeout.
     let deadline = Instant::now() + shared.auth_timeout;
@@ -497,7 +521,8 @@ async fn authenticate(
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if shared.credentials.allows(&credential) {
-                return Some((send, control));
+                // r[impl forward.allow.credential]
+                return Some((send, control, shared.grants.list_for(&credential)));
             }
             (
                 Refusal::BadCredential,
@@ -537,7 +562,7 @@ async fn serve(
     };
     // r[impl forward.limits.unauthenticated]
     drop(unauthenticated);
-    let Some((send, mut control)) = authenticated else {
+    let Some((send, mut control, allow)) = authenticated else {
         return;
     };
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
@@ -552,10 +577,15 @@ async fn serve(
         shared: shared.clone(),
         writer: writer.clone(),
         shutdown: shutdown.clone(),
+        allow,
         forwards: HashMap::new(),
         gather: Gather::default(),
         gather_max: 1,
     };
+    // r[impl forward.flows.sweep]
+    // r[impl forward.limits.flow-sockets+2]
+    let mut sweep = tokio::time::interval_at(Instant::now() + FLOW_SWEEP, FLOW_SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
             biased;
@@ -578,6 +608,8 @@ async fn serve(
                 },
                 None => break Err(RelayError::Control("reader ended".into())),
             },
+            // Before datagrams: a flood of them must not keep the sweep from running.
+            _ = sweep.tick() => relay.sweep(Instant::now()),
             datagram = conn.read_datagram() => match datagram {
                 Ok(datagram) => relay.datagrams(datagram).await,
                 Err(err) => {
@@ -638,6 +670,8 @@ struct Relay {
     shared: Arc<Shared>,
     writer: mpsc::Sender<Message>,
     shutdown: watch::Receiver<Option<Shutdown>>,
+    /// The targets this connection's credential reaches.
+    allow: Arc<AllowList>,
     forwards: HashMap<u32, ServerForward>,
     /// Datagrams of one flow waiting to leave in one send.
     gather: Gather<(u32, u64)>,
@@ -694,7 +728,8 @@ impl Relay {
         }
     }
 
-    // r[impl forward.allow]
+    // r[impl forward.allow+2]
+    // r[impl forward.allow.credential]
     async fn open(&mut self, forward: u32, target: SocketAddr) {
         let refusal = if forward == 0 {
             Some((Refusal::Duplicate, "forward id 0 is reserved".to_owned()))
@@ -711,7 +746,7 @@ impl Relay {
                     self.forwards.len()
                 ),
             ))
-        } else if !self.shared.allow.allows(&target) {
+        } else if !self.shared.grants.admits(&self.allow, &target) {
             Some((
                 Refusal::NotAllowed,
                 format!("target {target} is not in this node's allow-list"),
@@ -762,6 +797,47 @@ impl Relay {
         );
         tracing::info!(connection = self.id, forward, %target, "forward: opened");
         self.reply(Message::Opened { forward }).await;
+    }
+
+    /// Ends the connection's flows that have been idle for the flow idle time, whatever their
+    /// forward's bound, and, while another connection waits for a flow socket, its least
+    /// recently active flows beyond its share of them.
+    // r[impl forward.flows.sweep]
+    // r[impl forward.limits.flow-sockets+2]
+    fn sweep(&mut self, now: Instant) {
+        let idle = self.shared.flow_idle;
+        for state in self.forwards.values_mut() {
+            let ended = idle_flows(
+                state
+                    .flows
+                    .iter()
+                    .map(|(flow, f)| (*flow, f.activity.last())),
+                now,
+                idle,
+            );
+            state.end_flows(ended);
+        }
+        let excess = self.shared.flow_pool.excess(self.id, now);
+        if excess == 0 {
+            return;
+        }
+        let flows = self.forwards.iter().flat_map(|(forward, state)| {
+            state
+                .flows
+                .iter()
+                .map(|(flow, f)| ((*forward, *flow), f.activity.last()))
+        });
+        let given_back = least_recent(flows, excess);
+        tracing::debug!(
+            connection = self.id,
+            flows = given_back.len(),
+            "forward: flows beyond the connection's share of flow sockets given back"
+        );
+        for (forward, flow) in given_back {
+            if let Some(state) = self.forwards.get_mut(&forward) {
+                state.end_flows([flow]);
+            }
+        }
     }
 
     /// Relays `first` and every datagram already queued behind it (at most
@@ -826,8 +902,8 @@ impl Relay {
                 return;
             }
             None => {
-                // r[impl forward.limits.flow-sockets]
-                let Ok(permit) = self.shared.flow_sockets.clone().try_acquire_owned() else {
+                // r[impl forward.limits.flow-sockets+2]
+                let Some(permit) = self.shared.flow_pool.acquire(self.id, now) else {
                     state.reporter.dropped(&RelayError::FlowSockets);
                     return;
                 };

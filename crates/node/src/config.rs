@@ -427,6 +427,67 @@ pub struct ForwardSection {
     /// The targets forwards may reach: `ADDR[/PREFIX]:PORT[-PORT]` entries (required; nothing is
     /// reachable that is not listed).
     pub allow: Spanned<Vec<String>>,
+    /// `[[forward.client]]`: clients with their own allow-list; their tokens reach only their
+    /// own `allow` targets, not `forward.allow`'s.
+    #[serde(default)]
+    pub client: Vec<Spanned<ForwardClient>>,
+}
+
+/// The shortest forward token accepted, in bytes. A token is compared as the bytes written, so
+/// its strength is its length times the bits each character carries; hex, the weakest alphabet
+/// tokens are commonly drawn from, gives 128 bits at 32 characters (`openssl rand -hex 16`),
+/// beyond guessing over the network, and base64 of 32 random bytes (44 characters) passes too. A
+/// shorter token is likely typed by hand or a placeholder left in place.
+// r[impl node.forward.config+2]
+pub const MIN_FORWARD_TOKEN_LEN: usize = 32;
+
+/// Why a token of `len` bytes is refused.
+fn short_token(len: usize) -> String {
+    format!(
+        "is {len} bytes long; a forward token must be at least {MIN_FORWARD_TOKEN_LEN} \
+         (e.g. `openssl rand -hex 16`)"
+    )
+}
+
+/// Reads the tokens of a forward token file (mode checked first; one a line, `#` comments and
+/// blank lines skipped), each at least [`MIN_FORWARD_TOKEN_LEN`] bytes: a shorter one is refused
+/// naming its line, never the token.
+// r[impl node.forward.config+2]
+pub fn read_forward_tokens(
+    path: &std::path::Path,
+) -> Result<Vec<holdfast_forward::Credential>, String> {
+    let text = crate::admin::token::read_secret_file(path)?;
+    let mut tokens = Vec::new();
+    for (line, token) in text.lines().enumerate() {
+        let token = token.trim();
+        if token.is_empty() || token.starts_with('#') {
+            continue;
+        }
+        if token.len() < MIN_FORWARD_TOKEN_LEN {
+            return Err(format!(
+                "token file {} line {}: the token {}",
+                path.display(),
+                line + 1,
+                short_token(token.len())
+            ));
+        }
+        tokens.push(holdfast_forward::Credential::new(token.to_owned()));
+    }
+    Ok(tokens)
+}
+
+/// `[[forward.client]]`: tokens (inline or from a file) and the only targets they reach.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardClient {
+    /// A file of this client's tokens (one a line, `#` comments; mode 0600 or stricter).
+    #[serde(default)]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// This client's tokens written inline. Never logged.
+    #[serde(default)]
+    pub tokens: Vec<Secret>,
+    /// The only targets this client's tokens reach (same syntax as `forward.allow`).
+    pub allow: Spanned<Vec<String>>,
 }
 
 /// A secret from the config: its `Debug` hides it.
@@ -884,32 +945,30 @@ fn policy_error_key(text: &str) -> (String, &str) {
     }
 }
 
-// r[impl node.forward.config]
-/// `[forward]` beyond its types: an allow-list that parses and is not empty, a token file that is
-/// safe and readable, and at least one credential.
+// r[impl node.forward.config+2]
+/// `[forward]` beyond its types: allow-lists that parse and are not empty, token files that are
+/// safe and readable, at least one credential, and a token of its own for each
+/// `[[forward.client]]`.
 fn validate_forward(
     loc: &Locator<'_>,
     section: &Spanned<ForwardSection>,
 ) -> Result<(), ConfigError> {
     let forward = section.get_ref();
-    let allow = &forward.allow;
-    if allow.get_ref().is_empty() {
-        return Err(loc.at(
-            Some(allow.span()),
-            "forward.allow",
-            "is empty: every forward would be refused; list the targets, e.g. \"10.0.0.0/8:53\""
-                .into(),
-        ));
-    }
-    if let Err(e) = holdfast_forward::AllowList::parse(allow.get_ref().iter().map(String::as_str)) {
-        return Err(loc.at(Some(allow.span()), "forward.allow", e.to_string()));
-    }
-    let mut credentials = forward.tokens.iter().filter(|t| !t.0.is_empty()).count();
-    if let Some(file) = &forward.token_file {
-        match crate::forward_client::read_tokens(file.get_ref()) {
-            Ok(tokens) => credentials += tokens.len(),
-            Err(message) => return Err(loc.at(Some(file.span()), "forward.token_file", message)),
+    validate_allow(loc, &forward.allow, "forward.allow")?;
+    let mut credentials = count_tokens(loc, &forward.tokens, forward.token_file.as_ref(), None)?;
+    for (i, client) in forward.client.iter().enumerate() {
+        let key = format!("forward.client[{i}]");
+        let entry = client.get_ref();
+        validate_allow(loc, &entry.allow, &format!("{key}.allow"))?;
+        let tokens = count_tokens(loc, &entry.tokens, entry.token_file.as_ref(), Some(i))?;
+        if tokens == 0 {
+            return Err(loc.at(
+                Some(client.span()),
+                &key,
+                "has no token: set token_file (a 0600 file, one token a line) or tokens".into(),
+            ));
         }
+        credentials += tokens;
     }
     if credentials == 0 {
         return Err(loc.at(
@@ -921,6 +980,88 @@ fn validate_forward(
         ));
     }
     Ok(())
+}
+
+/// An allow-list (`key`) that is not empty and parses.
+fn validate_allow(
+    loc: &Locator<'_>,
+    allow: &Spanned<Vec<String>>,
+    key: &str,
+) -> Result<(), ConfigError> {
+    if allow.get_ref().is_empty() {
+        return Err(loc.at(
+            Some(allow.span()),
+            key,
+            "is empty: every forward would be refused; list the targets, e.g. \"10.0.0.0/8:53\""
+                .into(),
+        ));
+    }
+    if let Err(e) = holdfast_forward::AllowList::parse(allow.get_ref().iter().map(String::as_str)) {
+        return Err(loc.at(Some(allow.span()), key, e.to_string()));
+    }
+    Ok(())
+}
+
+/// The tokens of `[forward]` (`client` `None`) or of `[[forward.client]]` entry `client`: inline
+/// and from its token file, which must be safe and readable; each at least
+/// [`MIN_FORWARD_TOKEN_LEN`] bytes.
+fn count_tokens(
+    loc: &Locator<'_>,
+    tokens: &[Secret],
+    token_file: Option<&Spanned<PathBuf>>,
+    client: Option<usize>,
+) -> Result<usize, ConfigError> {
+    let section = client.map_or_else(|| "forward".to_owned(), |i| format!("forward.client[{i}]"));
+    if let Some((i, token)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.0.len() < MIN_FORWARD_TOKEN_LEN)
+    {
+        return Err(loc.at(
+            forward_token_span(loc.text, client, i),
+            &format!("{section}.tokens[{i}]"),
+            short_token(token.0.len()),
+        ));
+    }
+    let mut count = tokens.len();
+    if let Some(file) = token_file {
+        match read_forward_tokens(file.get_ref()) {
+            Ok(tokens) => count += tokens.len(),
+            Err(message) => {
+                return Err(loc.at(Some(file.span()), &format!("{section}.token_file"), message));
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// Where inline token `index` of `[forward]` (`client` `None`) or of `[[forward.client]]` entry
+/// `client` is written. The section's types keep no span per token (a token is a secret, shown
+/// only redacted), so the text is read once more for it, only when a token is refused.
+fn forward_token_span(
+    text: &str,
+    client: Option<usize>,
+    index: usize,
+) -> Option<std::ops::Range<usize>> {
+    use serde::de::IgnoredAny;
+    #[derive(Deserialize)]
+    struct File {
+        forward: Option<Tokens>,
+    }
+    #[derive(Deserialize)]
+    struct Tokens {
+        #[serde(default)]
+        tokens: Vec<Spanned<IgnoredAny>>,
+        #[serde(default)]
+        client: Vec<Tokens>,
+    }
+    let file: File = toml::from_str(text).ok()?;
+    let forward = file.forward?;
+    let tokens = match client {
+        None => forward.tokens,
+        Some(i) => forward.client.into_iter().nth(i)?.tokens,
+    };
+    Some(tokens.into_iter().nth(index)?.span())
 }
 
 impl PolicySection<'_> {

@@ -96,7 +96,7 @@ pub fn stop_plan(
 
 // r[impl node.workload.module]
 // r[impl node.issuance.module]
-// r[impl node.forward.module]
+// r[impl node.forward.module+2]
 // r[impl node.gateway.module]
 /// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
@@ -350,7 +350,7 @@ mod tests {
 
     // r[verify node.workload.module]
     // r[verify node.issuance.module]
-    // r[verify node.forward.module]
+    // r[verify node.forward.module+2]
     // r[verify node.gateway.module]
     // i[verify node.testing-modules]
     #[test]
@@ -380,7 +380,7 @@ mod tests {
             "[node]\ndata_dir = \"{data}\"\n{workload}\
              [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
              [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
-             [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"t\"]\nallow = [\"127.0.0.1:53\"]\n\
+             [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"compose-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n\
              [gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{key}\"\n",
             data = dir.path().join("data").display(),
             key = key.display(),

@@ -218,14 +218,14 @@ fn an_issuance_hostname_that_issuance_would_refuse_is_refused_at_its_entry() {
     }
 }
 
-// r[verify node.forward.config]
+// r[verify node.forward.config+2]
 // r[verify node.log.no-secrets]
 #[test]
 fn the_forward_section_is_validated_with_the_rest() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "# clients\nfwd-secret-1\n").unwrap();
+    std::fs::write(&tokens, "# clients\nfwd-secret-1-5d0c9e7a2b4f81d36e0a\n").unwrap();
     std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
     let ok = format!(
         "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntoken_file = \"{}\"\nallow = [\"10.0.0.0/8:53\"]\n",
@@ -234,7 +234,7 @@ fn the_forward_section_is_validated_with_the_rest() {
     let config = Config::parse("ok.toml", &ok).unwrap();
     assert_eq!(config.forward.unwrap().get_ref().allow.get_ref().len(), 1);
     // An inline token is a secret: it never shows in the config's Debug.
-    let inline = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"inline-s3cret\"]\nallow = [\"127.0.0.1:53\"]\n";
+    let inline = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\ntokens = [\"inline-s3cret-4e9a0b7c1d2f3e5a6b8c\"]\nallow = [\"127.0.0.1:53\"]\n";
     let config = Config::parse("inline.toml", inline).unwrap();
     let shown = format!("{config:?}");
     assert!(!shown.contains("inline-s3cret"), "{shown}");
@@ -274,6 +274,98 @@ fn the_forward_section_is_validated_with_the_rest() {
         err.contains("forward.token_file") && err.contains("chmod 600"),
         "{err}"
     );
+}
+
+// r[verify node.forward.config+2]
+// r[verify node.log.no-secrets]
+#[test]
+fn a_forward_client_has_its_own_tokens_and_allow_list() {
+    let head = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"10.0.0.1:53\"]\n";
+    // A node whose only credentials are a client's.
+    let ok = format!(
+        "{head}[[forward.client]]\ntokens = [\"client-s3cret-0a1b2c3d4e5f60718293\"]\nallow = [\"10.0.0.2:53\"]\n"
+    );
+    let config = Config::parse("ok.toml", &ok).unwrap();
+    let forward = config.forward.as_ref().unwrap().get_ref();
+    assert_eq!(forward.client.len(), 1);
+    assert_eq!(
+        forward.client[0].get_ref().allow.get_ref(),
+        &["10.0.0.2:53".to_owned()]
+    );
+    assert!(!format!("{config:?}").contains("client-s3cret"));
+    let cases = [
+        (
+            format!("{head}[[forward.client]]\ntokens = [\"c\"]\nallow = []\n"),
+            "bad.toml:7:9: forward.client[0].allow: is empty",
+        ),
+        (
+            format!("{head}[[forward.client]]\ntokens = [\"c\"]\nallow = [\"10.0.0.0/99:1\"]\n"),
+            "bad.toml:7:9: forward.client[0].allow: ",
+        ),
+        (
+            format!("{head}[[forward.client]]\nallow = [\"10.0.0.2:53\"]\n"),
+            "bad.toml:5:1: forward.client[0]: has no token",
+        ),
+        (
+            format!(
+                "{head}[[forward.client]]\ntokens = [\"c\"]\nallow = [\"10.0.0.2:53\"]\ntoken = \"c\"\n"
+            ),
+            "bad.toml:8:1: forward.client[0].token: unknown key",
+        ),
+    ];
+    for (text, want) in &cases {
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+    }
+}
+
+// r[verify node.forward.config+2]
+#[test]
+fn a_forward_token_shorter_than_the_minimum_is_refused_where_it_is_written() {
+    use std::os::unix::fs::PermissionsExt;
+    const LONG: &str = "0123456789abcdef0123456789abcdef";
+    let head = "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"10.0.0.1:53\"]\n";
+    // 32 bytes is enough.
+    Config::parse("ok.toml", &format!("{head}tokens = [\"{LONG}\"]\n")).unwrap();
+    let short = &LONG[..31];
+    let message =
+        "is 31 bytes long; a forward token must be at least 32 (e.g. `openssl rand -hex 16`)";
+    let err = Config::parse(
+        "bad.toml",
+        &format!("{head}tokens = [\"{LONG}\", \"{short}\"]\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(err, format!("bad.toml:5:47: forward.tokens[1]: {message}"));
+    assert!(!err.contains(short));
+    let err = Config::parse(
+        "bad.toml",
+        &format!(
+            "{head}tokens = [\"{LONG}\"]\n[[forward.client]]\nallow = [\"10.0.0.2:53\"]\n\
+             tokens = [\n  \"{short}\",\n]\n"
+        ),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        format!("bad.toml:9:3: forward.client[0].tokens[0]: {message}")
+    );
+    // In a token file: the file's key, naming the line (never the token).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, format!("# clients\n{LONG}\n\n{short}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!("{head}token_file = \"{}\"\n", file.display());
+    let err = Config::parse("bad.toml", &text).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "bad.toml:5:14: forward.token_file: token file {} line 4: the token {message}",
+            file.display()
+        )
+    );
+    assert!(!err.contains(short));
 }
 
 // i[verify node.config.validate]

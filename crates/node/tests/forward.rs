@@ -11,7 +11,7 @@ use common::start_in;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const FORWARD_TOKEN: &str = "fwd-7d2a-never-logged";
+const FORWARD_TOKEN: &str = "fwd-7d2a-never-logged-0c5e91b3f6a4";
 
 fn holdfast(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
@@ -60,7 +60,7 @@ async fn listing(node: &common::Node) -> serde_json::Value {
     panic!("/v1/forwards never answered");
 }
 
-// r[verify node.forward.module]
+// r[verify node.forward.module+2]
 // r[verify node.forward.metrics]
 // i[verify node.forward.list]
 // i[verify node.forward.identity]

@@ -35,6 +35,8 @@ pub struct ForwardModule {
     pub tokens: Vec<Credential>,
     /// The targets forwards may reach.
     pub allow: AllowList,
+    /// Clients with their own allow-list (`[[forward.client]]`).
+    pub clients: Vec<ClientGrant>,
     /// Where the running server is published.
     pub slot: Slot<Server>,
 }
@@ -46,8 +48,45 @@ impl std::fmt::Debug for ForwardModule {
             .field("listen", &self.listen)
             .field("token_file", &self.token_file)
             .field("tokens", &self.tokens.len())
+            .field("clients", &self.clients)
             .finish_non_exhaustive()
     }
+}
+
+/// A `[[forward.client]]` as the node runs it: its tokens reach only its own targets.
+#[derive(Clone)]
+pub struct ClientGrant {
+    /// A token file (one token a line, mode 0600), read at each start.
+    pub token_file: Option<PathBuf>,
+    /// Inline tokens.
+    pub tokens: Vec<Credential>,
+    /// The only targets this client's tokens reach.
+    pub allow: AllowList,
+}
+
+impl std::fmt::Debug for ClientGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No credential in any output.
+        f.debug_struct("ClientGrant")
+            .field("token_file", &self.token_file)
+            .field("tokens", &self.tokens.len())
+            .field("allow", &self.allow.rules().len())
+            .finish()
+    }
+}
+
+/// The inline tokens of a section, as credentials.
+fn credentials(tokens: &[crate::config::Secret]) -> Vec<Credential> {
+    tokens
+        .iter()
+        .filter(|t| !t.expose().is_empty())
+        .map(|t| Credential::new(t.expose().to_owned()))
+        .collect()
+}
+
+/// A validated allow-list (validated when the config was parsed).
+fn allow_list(entries: &[String]) -> AllowList {
+    AllowList::parse(entries.iter().map(String::as_str)).unwrap_or_default()
 }
 
 impl ForwardModule {
@@ -62,15 +101,20 @@ impl ForwardModule {
             listen: *section.listen.get_ref(),
             data_dir,
             token_file: section.token_file.as_ref().map(|f| f.get_ref().clone()),
-            tokens: section
-                .tokens
+            tokens: credentials(&section.tokens),
+            allow: allow_list(section.allow.get_ref()),
+            clients: section
+                .client
                 .iter()
-                .filter(|t| !t.expose().is_empty())
-                .map(|t| Credential::new(t.expose().to_owned()))
+                .map(|client| {
+                    let client = client.get_ref();
+                    ClientGrant {
+                        token_file: client.token_file.as_ref().map(|f| f.get_ref().clone()),
+                        tokens: credentials(&client.tokens),
+                        allow: allow_list(client.allow.get_ref()),
+                    }
+                })
                 .collect(),
-            // Validated when the config was parsed.
-            allow: AllowList::parse(section.allow.get_ref().iter().map(String::as_str))
-                .unwrap_or_default(),
             slot,
         }
     }
@@ -79,18 +123,28 @@ impl ForwardModule {
         let mut config = ServerConfig::new(self.listen, identity_dir(&self.data_dir));
         let mut credentials = self.tokens.clone();
         if let Some(path) = &self.token_file {
-            credentials.extend(crate::forward_client::read_tokens(path)?);
+            credentials.extend(crate::config::read_forward_tokens(path)?);
         }
-        if credentials.is_empty() {
+        // r[impl node.forward.module+2]
+        let mut scoped = Vec::new();
+        for client in &self.clients {
+            let mut tokens = client.tokens.clone();
+            if let Some(path) = &client.token_file {
+                tokens.extend(crate::config::read_forward_tokens(path)?);
+            }
+            scoped.extend(tokens.into_iter().map(|t| (t, client.allow.clone())));
+        }
+        if credentials.is_empty() && scoped.is_empty() {
             return Err("no forward credentials: every client would be refused".to_owned());
         }
         config.credentials = credentials;
         config.allow = self.allow.clone();
+        config.scoped = scoped;
         Ok(config)
     }
 }
 
-// r[impl node.forward.module]
+// r[impl node.forward.module+2]
 impl Module for ForwardModule {
     fn name(&self) -> &str {
         NAME
@@ -107,5 +161,76 @@ impl Module for ForwardModule {
                 .await
                 .map_err(|e| e.to_string())
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify node.forward.module+2]
+    #[test]
+    fn a_clients_tokens_reach_only_its_own_targets() {
+        const WIDE: &str = "node-wide-7c41e0a95b2d3f68a1c0e4d7";
+        const ONE: &str = "client-one-3b9f02d6e18c47a5b0f2c4";
+        const TWO: &str = "client-two-58e1a7c30d4b92f6e7a1d0";
+        let text = format!(
+            "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"{WIDE}\"]\n\
+             allow = [\"10.0.0.1:53\"]\n[[forward.client]]\ntokens = [\"{ONE}\", \"{TWO}\"]\n\
+             allow = [\"10.0.0.2:53\"]\n"
+        );
+        let config = crate::config::Config::parse("c.toml", &text).expect("valid");
+        let section = config.forward.expect("[forward]");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let module = ForwardModule::new(section.get_ref(), dir.path().into(), Slot::default());
+        let shown = format!("{module:?}");
+        assert!(
+            ![WIDE, ONE, TWO].iter().any(|t| shown.contains(t)),
+            "{shown}"
+        );
+        let server = module.server_config().expect("config");
+        assert_eq!(server.credentials, vec![Credential::new(WIDE)]);
+        assert_eq!(
+            server.allow,
+            AllowList::parse(["10.0.0.1:53"]).expect("parses")
+        );
+        let own = AllowList::parse(["10.0.0.2:53"]).expect("parses");
+        assert_eq!(
+            server.scoped,
+            vec![
+                (Credential::new(ONE), own.clone()),
+                (Credential::new(TWO), own)
+            ]
+        );
+    }
+
+    // r[verify node.forward.config+2]
+    #[test]
+    fn a_token_file_read_at_a_start_is_held_to_the_minimum_length() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tokens");
+        let write = |text: &str| {
+            std::fs::write(&file, text).expect("write");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        };
+        write("forward-token-at-validation-0123456789\n");
+        let text = format!(
+            "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\
+             allow = [\"10.0.0.1:53\"]\n",
+            file.display()
+        );
+        let config = crate::config::Config::parse("c.toml", &text).expect("valid");
+        let section = config.forward.expect("[forward]");
+        let module = ForwardModule::new(section.get_ref(), dir.path().into(), Slot::default());
+        assert_eq!(module.server_config().expect("config").credentials.len(), 1);
+        // Rotated to a short token: the start fails, naming the line and not the token.
+        write("# rotated\nshort-token\n");
+        let err = module.server_config().expect_err("a short token");
+        assert!(
+            err.contains("line 2") && err.contains("at least 32"),
+            "{err}"
+        );
+        assert!(!err.contains("short-token"), "{err}");
     }
 }

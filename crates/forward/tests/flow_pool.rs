@@ -1,0 +1,93 @@
+//! The node's flow sockets against a connection that churns or hogs them: idle flows are swept
+//! everywhere, and a connection gives back what it holds beyond its share while another waits.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use holdfast_forward::client;
+
+/// A node with two flow sockets in all and, as `node` adjusts it, one client's forward holding
+/// both (peers `a1`, `a2`); returns the node, the client, its peers, its target.
+async fn two_sockets_held(
+    dir: &std::path::Path,
+) -> (
+    holdfast_forward::Server,
+    client::Forwarding,
+    [tokio::net::UdpSocket; 2],
+    Echo,
+) {
+    let mut config = server_config(dir, loopback());
+    config.max_flow_sockets = 2;
+    config.flow_idle = Duration::from_secs(1);
+    let server = holdfast_forward::start(config).await.expect("server");
+    let target = echo().await;
+    let mut hog = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut hog, 1).await;
+    let local = hog.local_addrs()[0];
+    let peers = [peer().await, peer().await];
+    for (i, peer) in peers.iter().enumerate() {
+        let payload = format!("a{i}");
+        assert_eq!(
+            round_trip(peer, local, payload.as_bytes()).await,
+            payload.as_bytes()
+        );
+    }
+    assert_eq!(server.flow_sockets(), 2);
+    (server, hog, peers, target)
+}
+
+// r[verify forward.flows.sweep]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_flows_of_one_connection_give_their_sockets_to_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, _hog, _peers, target) = two_sockets_held(dir.path()).await;
+    // The first connection's flows go idle, well within its forward's flow bound: they are swept
+    // all the same, and the second connection's peer is relayed.
+    let mut other = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut other, 1).await;
+    let b = peer().await;
+    let reply = try_round_trip(&b, other.local_addrs()[0], b"b", 20).await;
+    assert_eq!(reply.as_deref(), Some(&b"b"[..]), "{:?}", server.forwards());
+    eventually("the idle flows swept", || {
+        server.forwards().iter().map(|f| f.flows).sum::<usize>() == 1
+    })
+    .await;
+}
+
+// r[verify forward.limits.flow-sockets+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_connection_gives_back_its_sockets_beyond_its_share_to_one_that_waits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, hog, peers, target) = two_sockets_held(dir.path()).await;
+    // The first connection keeps both its flows busy.
+    let local = hog.local_addrs()[0];
+    let busy = tokio::spawn(async move {
+        loop {
+            for peer in &peers {
+                let _ = peer.send_to(b"busy", local).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut other = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut other, 1).await;
+    let b = peer().await;
+    let reply = try_round_trip(&b, other.local_addrs()[0], b"b", 20).await;
+    busy.abort();
+    assert_eq!(reply.as_deref(), Some(&b"b"[..]), "{:?}", server.forwards());
+    let flows: Vec<_> = server.forwards().iter().map(|f| f.flows).collect();
+    assert!(
+        flows.iter().all(|f| *f >= 1),
+        "each has its share: {flows:?}"
+    );
+    assert!(server.flow_sockets() <= 2);
+}
