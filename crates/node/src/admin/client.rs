@@ -169,10 +169,15 @@ async fn call_unbounded(
             }
         }
     };
+    // The node answers over TCP only for its own authority (i[node.admin.host]).
+    let host = match target {
+        Target::Tcp(addr) => addr.to_string(),
+        Target::Unix(_) => "localhost".to_owned(),
+    };
     let mut builder = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header(hyper::header::HOST, "holdfast");
+        .header(hyper::header::HOST, host);
     if let Some(token) = token {
         builder = builder.header(
             hyper::header::AUTHORIZATION,

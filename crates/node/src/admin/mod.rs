@@ -2,12 +2,14 @@
 //! default and optionally a Unix socket (mode 0600 from the moment it exists).
 //!
 //! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
-//! bearer token from `admin.token_file`.
+//! bearer token from `admin.token_file`. Over TCP, a request addressed to any other authority
+//! than the listener's own (DNS rebinding) is refused before any handler runs.
 
 pub mod certs;
 pub mod client;
 pub mod forwards;
 pub mod gateway;
+mod host;
 
 mod socket;
 pub mod token;
@@ -353,7 +355,11 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
             .local_addr()
             .map_err(|source| AdminError::Tcp { addr, source })?;
         tcp = Some(bound);
-        let app = router(api.clone(), Transport::Tcp);
+        let metrics = api.node.metrics.clone();
+        // Only the TCP listener: a web page can reach it (DNS rebinding), never the socket.
+        let app = router(api.clone(), Transport::Tcp).layer(axum::middleware::from_fn(
+            move |request, next| host::guard(bound, metrics.clone(), request, next),
+        ));
         let mut rx = rx.clone();
         tasks.push(tokio::spawn(async move {
             let stop = async move {
@@ -564,6 +570,113 @@ mod tests {
             token: None,
         };
         assert_eq!(readyz(State(api)).await.status(), StatusCode::OK);
+    }
+
+    /// Sends `request` raw over TCP to `addr` and returns the answer's status code (0: closed
+    /// without one).
+    async fn raw_status(addr: SocketAddr, request: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        answer
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn get(path: &str, host: Option<&str>) -> String {
+        let host = host.map(|h| format!("Host: {h}\r\n")).unwrap_or_default();
+        format!("GET {path} HTTP/1.1\r\n{host}Connection: close\r\n\r\n")
+    }
+
+    // i[verify node.admin.host]
+    #[tokio::test]
+    async fn a_request_for_another_host_is_refused_over_tcp_and_counted() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                tcp: Some("127.0.0.1:0".parse().unwrap()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let addr = server.tcp.unwrap();
+        let port = addr.port();
+        for good in [
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+            "localhost".to_owned(),
+            format!("localhost:{port}"),
+        ] {
+            assert_eq!(
+                raw_status(addr, &get("/v1/faults", Some(&good))).await,
+                200,
+                "{good}"
+            );
+        }
+        let bad = [
+            Some("evil.example".to_owned()),
+            Some(format!("evil.example:{port}")),
+            Some("127.0.0.1.evil.example".to_owned()),
+            Some(format!("127.0.0.1.evil.example:{port}")),
+            None,
+        ];
+        for host in &bad {
+            assert_eq!(
+                raw_status(addr, &get("/v1/faults", host.as_deref())).await,
+                421,
+                "{host:?}"
+            );
+        }
+        // An absolute target names the authority, whatever Host says.
+        let absolute = format!(
+            "GET http://evil.example:{port}/v1/faults HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(raw_status(addr, &absolute).await, 421);
+        assert!(
+            node.metrics.render().contains(&format!(
+                "holdfast_admin_refused_total{{reason=\"host\"}} {}",
+                bad.len() + 1
+            )),
+            "{}",
+            node.metrics.render()
+        );
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.host]
+    #[tokio::test]
+    async fn over_the_unix_socket_any_host_or_none_is_answered() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let server = serve(
+            node,
+            AdminConfig {
+                socket: Some(path.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        for host in [None, Some("evil.example"), Some("holdfast")] {
+            let mut stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+            stream
+                .write_all(get("/v1/faults", host).as_bytes())
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200 "), "{host:?}: {answer}");
+        }
+        server.shutdown(std::time::Duration::from_secs(1)).await;
     }
 
     // r[verify node.gateway.stop-reason+2]
