@@ -219,7 +219,9 @@ async fn call_unbounded(
         Err(ClientError::Refused {
             target: target.clone(),
             status: status.as_u16(),
-            body: body.trim().to_owned(),
+            // i[impl node.cli.escape]
+            // Printed to the operator's terminal: whatever answered, it writes no escape sequence.
+            body: crate::render::escape(body.trim()),
         })
     }
 }
