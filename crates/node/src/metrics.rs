@@ -111,7 +111,8 @@ pub struct StepLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdminRefusalLabel {
     /// `host` (a request for another authority), `connection_limit` (a connection past the
-    /// listener's cap), `header_timeout` (no complete request head in time, idle included) or
+    /// listener's cap), `per_source_limit` (a TCP connection past its source address's cap),
+    /// `header_timeout` (no complete request head in time, idle included) or
     /// `request_timeout` (a request not answered in time, its body included).
     pub reason: String,
 }

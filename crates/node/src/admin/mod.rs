@@ -4,14 +4,15 @@
 //! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
 //! bearer token from `admin.token_file`. Over TCP, a request addressed to any other authority
 //! than the listener's own (DNS rebinding) is refused before any handler runs. Each listener
-//! bounds its connections, and how long a peer may take to send a request ([`AdminLimits`]).
+//! bounds its connections (TCP also per source address), and how long a peer may take to send
+//! a request ([`AdminLimits`]).
 
 pub mod certs;
 pub mod client;
 pub mod forwards;
 pub mod gateway;
 mod host;
-
+mod places;
 mod socket;
 pub mod token;
 
@@ -253,12 +254,17 @@ async fn drain(
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`AdminLimits::request_timeout`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default [`AdminLimits::max_connections`]: far above what the CLI and a scraper use.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Default [`AdminLimits::max_tcp_connections`]: far above what the CLI and a scraper use, and
+/// room for several sources each at [`MAX_CONNECTIONS_PER_SOURCE`].
+pub const MAX_TCP_CONNECTIONS: usize = 256;
+/// Default [`AdminLimits::max_connections_per_source`]: far above what one CLI or scraper uses.
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 16;
+/// Default [`AdminLimits::max_socket_connections`].
+pub const MAX_SOCKET_CONNECTIONS: usize = 64;
 /// Default [`AdminLimits::max_connection_age`].
 pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 
-// i[impl node.admin.limits]
+// i[impl node.admin.limits+2]
 /// What one peer of the admin API can hold, per listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdminLimits {
@@ -269,10 +275,17 @@ pub struct AdminLimits {
     /// How long one request may take from its head to its answer, its body included; then it
     /// is answered 408 and the connection closed.
     pub request_timeout: Duration,
-    /// Connections open at once on one listener; one more is closed at once. TCP and the Unix
-    /// socket each have their own, so a flood on the TCP port never locks the operator out of
-    /// the socket.
-    pub max_connections: usize,
+    /// Connections open at once on the TCP listener; one more is closed at once. The Unix
+    /// socket has its own ([`max_socket_connections`](Self::max_socket_connections)), so a
+    /// flood on the TCP port never locks the operator out of the socket.
+    pub max_tcp_connections: usize,
+    /// Connections open at once on the TCP listener from one source address (an IPv4-mapped
+    /// IPv6 address counts as its IPv4 address, an IPv6 address by its /64); one more is closed
+    /// at once, so a few sources cannot take every place.
+    pub max_connections_per_source: usize,
+    /// Connections open at once on the Unix socket (whose peers have no address to count
+    /// per source); one more is closed at once.
+    pub max_socket_connections: usize,
     /// A connection older than this is closed once its current request is answered, and
     /// dropped [`request_timeout`](Self::request_timeout) later if that answer is never read.
     pub max_connection_age: Duration,
@@ -283,7 +296,9 @@ impl Default for AdminLimits {
         Self {
             header_read_timeout: HEADER_READ_TIMEOUT,
             request_timeout: REQUEST_TIMEOUT,
-            max_connections: MAX_CONNECTIONS,
+            max_tcp_connections: MAX_TCP_CONNECTIONS,
+            max_connections_per_source: MAX_CONNECTIONS_PER_SOURCE,
+            max_socket_connections: MAX_SOCKET_CONNECTIONS,
             max_connection_age: MAX_CONNECTION_AGE,
         }
     }
@@ -378,18 +393,22 @@ impl AdminServer {
     }
 }
 
-// i[impl node.admin.limits]
-/// Serves `app` on `listener` within `limits` until `stop` turns true; then stops accepting,
-/// lets each open connection finish its current request, and returns when all have closed.
+// i[impl node.admin.limits+2]
+/// Serves `app` on `listener` within `limits` and the connection caps of `places` until `stop`
+/// turns true; then stops accepting, lets each open connection finish its current request, and
+/// returns when all have closed.
 async fn serve_listener<L>(
     mut listener: L,
     app: Router,
     limits: AdminLimits,
+    places: places::Places,
     metrics: crate::metrics::Metrics,
     mut stop: watch::Receiver<bool>,
 ) where
     L: axum::serve::Listener,
+    L::Addr: places::PeerSource,
 {
+    use places::PeerSource;
     let request_timeout = limits.request_timeout;
     let timeouts = metrics.clone();
     // Past the time, 408: a body that never comes (or a handler that hangs) frees its
@@ -413,26 +432,30 @@ async fn serve_listener<L>(
             }
         },
     ));
-    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let places = std::sync::Arc::new(std::sync::Mutex::new(places));
     let mut connections = tokio::task::JoinSet::new();
     loop {
-        let io = tokio::select! {
-            (io, _) = listener.accept() => io,
+        let (io, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = stopped(&mut stop) => break,
             // Reap finished connections as they end, so the set stays as large as what is open.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Closed at once: the peer learns it, and nothing of it is held.
-            metrics.admin_refusal("connection_limit");
-            drop(io);
-            continue;
+        let place = match places::take(&places, peer.source()) {
+            Ok(place) => place,
+            Err(refused) => {
+                // Closed at once: the peer learns it, and nothing of it is held.
+                metrics.admin_refusal(refused.reason());
+                drop(io);
+                continue;
+            }
         };
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let mut stop = stop.clone();
         connections.spawn(async move {
-            let _permit = permit;
+            // Given back when the connection ends, however it ends (an abort included).
+            let _place = place;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -499,10 +522,15 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
             move |request, next| host::guard(bound, metrics.clone(), request, next),
         ));
         let (metrics, limits) = (api.node.metrics.clone(), config.limits);
+        let places = places::Places::new(
+            limits.max_tcp_connections,
+            Some(limits.max_connections_per_source),
+        );
         tasks.push(tokio::spawn(serve_listener(
             listener,
             app,
             limits,
+            places,
             metrics,
             rx.clone(),
         )));
@@ -512,10 +540,13 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
         socket_id = Some(id);
         let metrics = api.node.metrics.clone();
         let app = router(api, Transport::Unix);
+        // Its peers have no address: only its own overall cap.
+        let places = places::Places::new(config.limits.max_socket_connections, None);
         tasks.push(tokio::spawn(serve_listener(
             listener,
             app,
             config.limits,
+            places,
             metrics,
             rx,
         )));
@@ -835,7 +866,7 @@ mod tests {
         }
     }
 
-    // i[verify node.admin.limits]
+    // i[verify node.admin.limits+2]
     #[tokio::test(start_paused = true)]
     async fn a_stalled_request_head_or_an_idle_connection_is_closed_at_the_header_timeout() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -888,7 +919,7 @@ mod tests {
         server.shutdown(Duration::from_secs(1)).await;
     }
 
-    // i[verify node.admin.limits]
+    // i[verify node.admin.limits+2]
     #[tokio::test(start_paused = true)]
     async fn a_request_whose_body_never_comes_is_answered_408_at_the_request_timeout() {
         use tokio::io::AsyncWriteExt;
@@ -916,7 +947,7 @@ mod tests {
         server.shutdown(Duration::from_secs(1)).await;
     }
 
-    // i[verify node.admin.limits]
+    // i[verify node.admin.limits+2]
     #[tokio::test(start_paused = true)]
     async fn a_busy_keep_alive_connection_is_closed_at_its_maximum_age() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -954,13 +985,13 @@ mod tests {
         server.shutdown(Duration::from_secs(1)).await;
     }
 
-    // i[verify node.admin.limits]
+    // i[verify node.admin.limits+2]
     #[tokio::test]
     async fn past_the_connection_cap_a_connection_is_closed_at_once_and_the_others_are_served() {
         use tokio::io::AsyncWriteExt;
         let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
         let limits = AdminLimits {
-            max_connections: 2,
+            max_tcp_connections: 2,
             ..Default::default()
         };
         let (server, addr) = serve_tcp(&node, limits).await;
@@ -1000,6 +1031,149 @@ mod tests {
                 .render()
                 .contains("holdfast_admin_refused_total{reason=\"connection_limit\"}")
         );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// A TCP connection to `addr` from the loopback address `from` (Linux routes all of 127/8 to
+    /// `lo`, so any of them can be a distinct source).
+    async fn connect_from(from: std::net::Ipv4Addr, addr: SocketAddr) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn past_the_per_source_cap_a_connection_is_closed_at_once_and_other_sources_are_served() {
+        use std::net::Ipv4Addr;
+        use tokio::io::AsyncWriteExt;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        let flooder = Ipv4Addr::new(127, 0, 0, 2);
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
+            held.push(connect_from(flooder, addr).await);
+        }
+        // One more from the same source: closed without an answer.
+        let mut extra = connect_from(flooder, addr).await;
+        assert_eq!(
+            closed_within(&mut extra, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some(""),
+            "a connection past the per-source cap was kept"
+        );
+        // Another source is answered while the flooder holds all it may.
+        let request = get("/healthz", Some(&addr.to_string()));
+        let mut other = connect_from(Ipv4Addr::LOCALHOST, addr).await;
+        other.write_all(request.as_bytes()).await.unwrap();
+        let answer = closed_within(&mut other, Duration::from_secs(5))
+            .await
+            .expect("another source was not answered");
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        // The flooder's own connections within its cap are still served.
+        let mut first = held.swap_remove(0);
+        first.write_all(request.as_bytes()).await.unwrap();
+        let answer = closed_within(&mut first, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"per_source_limit\"} 1"),
+            "{}",
+            node.metrics.render()
+        );
+        drop(held);
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn a_slowloris_flood_from_a_few_sources_does_not_lock_out_another() {
+        use std::net::Ipv4Addr;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        // 8 sources (127.0.0.2..=127.0.0.9), each opening more than its cap and sending nothing.
+        let mut flood = Vec::new();
+        for last in 2..=9 {
+            for _ in 0..20 {
+                flood.push(connect_from(Ipv4Addr::new(127, 0, 0, last), addr).await);
+            }
+        }
+        // Well within the header timeout: the flood still holds every place it was given.
+        assert_eq!(
+            raw_status(addr, &get("/healthz", Some(&addr.to_string()))).await,
+            200,
+            "a flood from 8 sources locked out 127.0.0.1"
+        );
+        // Each source's 4 past its cap were closed (accepted, in order, before that request).
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"per_source_limit\"} 32"),
+            "{}",
+            node.metrics.render()
+        );
+        drop(flood);
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn the_unix_socket_has_no_per_source_cap_only_its_own_overall_one() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let limits = AdminLimits {
+            max_socket_connections: MAX_CONNECTIONS_PER_SOURCE + 2,
+            ..Default::default()
+        };
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                socket: Some(path.clone()),
+                limits,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        // More than one TCP source may hold, all from this one process.
+        let mut held = Vec::new();
+        for _ in 0..=MAX_CONNECTIONS_PER_SOURCE {
+            held.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        }
+        let mut last = tokio::net::UnixStream::connect(&path).await.unwrap();
+        last.write_all(get("/healthz", None).as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), last.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        // One more held: the cap is reached whether or not the answered one has been seen
+        // closed yet. One more then is closed at once.
+        held.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        let mut extra = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut rest)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0))),
+            "a connection past the cap was kept"
+        );
+        let metrics = node.metrics.render();
+        assert!(
+            metrics.contains("holdfast_admin_refused_total{reason=\"connection_limit\"}"),
+            "{metrics}"
+        );
+        assert!(!metrics.contains("per_source_limit"), "{metrics}");
+        drop(held);
         server.shutdown(Duration::from_secs(1)).await;
     }
 
