@@ -107,6 +107,16 @@ pub struct StepLabel {
     pub step: String,
 }
 
+/// Labels of an admin API refusal.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdminRefusalLabel {
+    /// `host` (a request for another authority), `connection_limit` (a connection past the
+    /// listener's cap), `per_source_limit` (a TCP connection past its source address's cap),
+    /// `header_timeout` (no complete request head in time, idle included) or
+    /// `request_timeout` (a request not answered in time, its body included).
+    pub reason: String,
+}
+
 /// Every metric the node exports, registered in one registry. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Metrics {
@@ -159,6 +169,8 @@ pub struct Metrics {
     pub gateway_slow_consumer_drops: Counter,
     /// How long each step of the gateway's last drain took.
     pub gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
+    /// Requests and connections the admin API refused or closed, by reason.
+    pub admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -298,6 +310,11 @@ impl Metrics {
             "How long each step of the gateway's last drain took",
             m.gateway_drain_step_seconds.clone(),
         );
+        registry.register(
+            "admin_refused",
+            "Requests and connections the admin API refused or closed, by reason",
+            m.admin_refused.clone(),
+        );
         Metrics {
             registry: std::sync::Arc::new(registry),
             module_starts: m.module_starts,
@@ -324,6 +341,7 @@ impl Metrics {
             gateway_messages: m.gateway_messages,
             gateway_slow_consumer_drops: m.gateway_slow_consumer_drops,
             gateway_drain_step_seconds: m.gateway_drain_step_seconds,
+            admin_refused: m.admin_refused,
         }
     }
 
@@ -505,6 +523,15 @@ impl Metrics {
         }
     }
 
+    /// Counts one admin API refusal (see [`AdminRefusalLabel`]).
+    pub fn admin_refusal(&self, reason: &str) {
+        self.admin_refused
+            .get_or_create(&AdminRefusalLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -540,6 +567,7 @@ struct MetricsParts {
     gateway_messages: Family<DirectionLabel, Counter>,
     gateway_slow_consumer_drops: Counter,
     gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
+    admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
 /// Raises a counter to a total kept elsewhere (counters only grow: a smaller total changes

@@ -1,12 +1,68 @@
 //! Human tables for the CLI, from the admin API's JSON.
+//!
+//! Everything in that JSON may come from a peer or a container (fault messages, log tails,
+//! client addresses, names), so every piece of it is [`escape`]d before it reaches the terminal:
+//! the only line breaks and control characters in the output are the layout's own.
+
+use std::fmt::Write as _;
 
 use serde_json::Value;
 
+// i[impl node.cli.escape]
+/// Whether `c` must not reach a terminal raw: a control character (C0, DEL, C1: escape
+/// sequences, bell, carriage return, line breaks), a bidirectional-text override or isolate
+/// (which reorders what is shown), or a Unicode line or paragraph separator.
+fn must_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+}
+
+// i[impl node.cli.escape]
+/// `text` on one line, with every character [`must_escape`] says may not reach the terminal
+/// written visibly: `\n`, `\r`, `\t`, `\x1b` (C0 and DEL), `\u{9b}` (the rest). A backslash is
+/// left as it is (paths stay readable), so escaping twice changes nothing.
+pub fn escape(text: &str) -> String {
+    if !text.chars().any(must_escape) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if must_escape(c) && u32::from(c) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if must_escape(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 // i[impl node.cli.output]
-/// A plain table: a header row and left-aligned columns two spaces apart.
+// i[impl node.cli.escape]
+/// A plain table: a header row and left-aligned columns two spaces apart. Every cell is
+/// [`escape`]d, so a cell is always one line.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| escape(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             if let Some(w) = widths.get_mut(i) {
                 *w = (*w).max(cell.chars().count());
@@ -23,17 +79,19 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         }
         out.trim_end().to_owned() + "\n"
     };
-    let mut out = line(header.iter().map(|h| (*h).to_owned()).collect());
-    for row in rows {
+    let mut out = line(header.iter().map(|h| escape(h)).collect());
+    for row in &rows {
         out.push_str(&line(row.clone()));
     }
     out
 }
 
+// i[impl node.cli.escape]
+/// A JSON value as text for a table or a line, [`escape`]d.
 fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => escape(s),
         other => other.to_string(),
     }
 }
@@ -148,26 +206,47 @@ fn run_state(run: &Value) -> String {
     }
 }
 
-/// `holdfast faults`.
+// i[impl node.cli.escape]
+/// `holdfast faults`. A message of several lines (a crash loop's log tail) has its first line
+/// in the table and the rest in a block under it, a line each, indented: its line structure
+/// kept, everything else in each line [`escape`]d.
 pub fn faults(v: &Value) -> String {
+    let mut blocks = String::new();
     let rows: Vec<Vec<String>> = v
         .as_array()
         .into_iter()
         .flatten()
         .map(|f| {
+            let message = f["message"].as_str().map(str::lines);
+            let first = match message.clone() {
+                Some(mut lines) => escape(lines.next().unwrap_or_default()),
+                None => s(&f["message"]),
+            };
+            let rest: Vec<&str> = message.into_iter().flatten().skip(1).collect();
+            if !rest.is_empty() {
+                let _ = writeln!(
+                    blocks,
+                    "\n{} {}:",
+                    s(&f["subject"]["module"]),
+                    s(&f["subject"]["name"])
+                );
+                for line in rest {
+                    let _ = writeln!(blocks, "    {}", escape(line));
+                }
+            }
             vec![
                 s(&f["subject"]["module"]),
                 s(&f["subject"]["name"]),
                 s(&f["kind"]),
                 s(&f["failures"]),
-                s(&f["message"]),
+                first,
             ]
         })
         .collect();
     if rows.is_empty() {
         return "no open faults\n".to_owned();
     }
-    table(&["MODULE", "SUBJECT", "KIND", "FAILURES", "MESSAGE"], &rows)
+    table(&["MODULE", "SUBJECT", "KIND", "FAILURES", "MESSAGE"], &rows) + &blocks
 }
 
 /// `holdfast status`.
@@ -251,7 +330,8 @@ pub fn delivery(to: &str, v: &Value) -> String {
         _ => "",
     };
     format!(
-        "pushed to {to}: queued for {} connections, {} slow consumers disconnected{forwarded}\n",
+        "pushed to {}: queued for {} connections, {} slow consumers disconnected{forwarded}\n",
+        escape(to),
         s(&v["queued"]),
         s(&v["slow_consumers"]),
     )

@@ -189,6 +189,7 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             tcp,
             socket: config.admin.socket.clone(),
             token,
+            limits: admin::AdminLimits::default(),
         },
     )
     .await?;

@@ -315,8 +315,9 @@ fn stalled_client(node: &common::Node) -> std::net::TcpStream {
         panic!("the node listens on TCP")
     };
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    // Its own address as Host: the admin API answers nothing else over TCP.
     stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n").as_bytes())
         .unwrap();
     stream
 }

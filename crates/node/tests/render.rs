@@ -131,3 +131,126 @@ fn gateway_line_and_table_are_pinned() {
         "pushed to room lobby: queued for 3 connections, 1 slow consumers disconnected\n"
     );
 }
+
+/// Whether `c` may not reach the terminal raw: a control character (C0, DEL, C1) other than
+/// the layout's own newline, or a bidirectional-text or line-separator format character.
+fn forbidden(c: char) -> bool {
+    c != '\n'
+        && (c.is_control()
+            || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}'))
+}
+
+/// Every table and line the CLI renders, with `x` in every string a peer or a container can
+/// supply, and `message` as the fault's message.
+fn rendered(x: &str, message: &str) -> Vec<(&'static str, String)> {
+    let status = json!({
+        "node_id": x, "phase": x, "uptime_secs": 1,
+        "modules": [{"name": x, "group": x, "supervisor": {"state": x},
+                     "health": {"state": x, "reason": x}, "starts": 1, "restarts": 0,
+                     "failures": 0, "crash_loop": false, "last_error": x}],
+        "workloads": [{"name": x, "image": x, "image_state": x, "detail": x,
+                       "run": {"state": x, "detail": x}}],
+        "faults": [{"subject": {"module": x, "name": x}, "kind": x, "message": message,
+                    "failures": 3}],
+        "gateway": {"replica": {"id": x, "address": x}, "ready": true, "draining": false,
+                    "connections": 1, "authenticated": 1, "messages_in": 1, "messages_out": 1,
+                    "slow_consumer_drops": 0,
+                    "last_drain": {"code": 1012, "connections": 1, "close_frames_sent": 1,
+                                   "closed_in_time": 1, "force_closed": 0, "took_ms": 1,
+                                   "cap_ms": 5000, "steps": [{"step": x, "took_ms": 1}],
+                                   "problems": [x]}}
+    });
+    let certs = json!([{"hostname": x, "source": x, "state": "blocked", "not_after_text": x,
+                        "next_in_secs": 5, "failures": 1, "last_error": x}]);
+    let forwards = json!({"listen": x, "fingerprint": x, "forwards": [
+        {"connection": x, "forward": x, "client": x, "target": x, "flows": 1,
+         "stats": {"to_target_datagrams": 1, "to_target_bytes": 1, "from_target_datagrams": 1,
+                   "from_target_bytes": 1, "dropped": {}, "transient_errors": 0,
+                   "last_error": x}}]});
+    vec![
+        ("status", render::status(&status)),
+        ("gateway", render::gateway(&status["gateway"])),
+        ("certs", render::certs(&certs)),
+        ("forwards", render::forwards(&forwards)),
+        (
+            "delivery",
+            render::delivery(x, &json!({"queued": x, "slow_consumers": 0})),
+        ),
+    ]
+}
+
+/// Text with the characters a hostile peer or container would send, and any other.
+fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop::collection::vec(
+        prop_oneof![
+            any::<char>(),
+            (0u8..0x20).prop_map(char::from),
+            (0x7fu32..0xa0).prop_map(|c| char::from_u32(c).unwrap()),
+            Just('\u{1b}'),
+            Just('\n'),
+            Just('\r'),
+            Just('\u{202e}'),
+            "[a-z ]".prop_map(|s| s.chars().next().unwrap()),
+        ],
+        0..24,
+    )
+    .prop_map(String::from_iter)
+}
+
+proptest::proptest! {
+    // i[verify node.cli.escape]
+    #[test]
+    fn no_peer_text_reaches_the_terminal_raw_or_adds_a_line(x in hostile_text()) {
+        let baseline = rendered("x", "m");
+        for ((name, out), (_, base)) in rendered(&x, "m").into_iter().zip(&baseline) {
+            let raw: Vec<char> = out.chars().filter(|c| forbidden(*c)).collect();
+            proptest::prop_assert!(raw.is_empty(), "{name}: {raw:?} in {out:?}");
+            proptest::prop_assert_eq!(out.lines().count(), base.lines().count(), "{}: {:?}", name, out);
+        }
+    }
+
+    // i[verify node.cli.escape]
+    #[test]
+    fn escaping_leaves_nothing_raw_and_twice_is_once(x in hostile_text()) {
+        let once = render::escape(&x);
+        proptest::prop_assert!(!once.chars().any(|c| forbidden(c) || c == '\n'), "{:?}", once);
+        proptest::prop_assert_eq!(render::escape(&once), once);
+    }
+
+    // i[verify node.cli.escape]
+    #[test]
+    fn a_fault_message_keeps_its_lines_and_nothing_else(message in hostile_text()) {
+        let base = render::faults(&json!([{"subject": {"module": "w", "name": "n"}, "kind": "k",
+                                           "message": "m", "failures": 1}]));
+        let out = render::faults(&json!([{"subject": {"module": "w", "name": "n"}, "kind": "k",
+                                          "message": message, "failures": 1}]));
+        let raw: Vec<char> = out.chars().filter(|c| forbidden(*c)).collect();
+        proptest::prop_assert!(raw.is_empty(), "{raw:?} in {out:?}");
+        // One line in the table; the rest of a multi-line message in a block under it: a blank
+        // line, a heading, and one line for each of its further lines.
+        let lines = message.lines().count();
+        let extra = if lines > 1 { lines + 1 } else { 0 };
+        proptest::prop_assert_eq!(out.lines().count(), base.lines().count() + extra, "{:?}", out);
+    }
+}
+
+// i[verify node.cli.escape]
+#[test]
+fn a_fault_with_escape_sequences_prints_them_visibly() {
+    let faults = json!([
+        {"subject": {"module": "workload", "name": "web\u{1b}[2J"}, "kind": "crash_loop",
+         "failures": 3,
+         "message": "crash loop: exit code 1 after 2s; last log lines:\nstarting \u{1b}[31mred\u{1b}[0m\n\u{1b}]0;owned\u{7}title\rover\u{9b}2J\ttab\r\ndone"},
+        {"subject": {"module": "forward", "name": "10.0.0.2:53"}, "kind": "transient",
+         "failures": 1, "message": "client \u{202e}evil\u{8} said \u{7f}"}
+    ]);
+    let out = render::faults(&faults);
+    assert!(!out.chars().any(forbidden), "{out:?}");
+    assert!(out.contains(r"web\x1b[2J"), "{out}");
+    assert_eq!(
+        render::escape("a\u{1b}\r\n\t\u{7}\u{9b}\u{202e}C:\\x"),
+        r"a\x1b\r\n\t\x07\u{9b}\u{202e}C:\x"
+    );
+    insta::assert_snapshot!(out);
+}

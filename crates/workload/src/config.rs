@@ -54,7 +54,8 @@ pub struct WorkloadConfig {
     /// How long a start must last to count as a success ("10s").
     #[serde(default = "default_min_run", with = "serde_text")]
     pub min_run: Duration,
-    /// How long the container gets to stop before it is killed ("10s").
+    /// How long the container gets to stop before it is killed ("10s"); the daemon counts whole
+    /// seconds, so a fraction is rounded up (`"500ms"` waits 1 s; only `"0s"` kills at once).
     #[serde(default = "default_stop_timeout", with = "serde_text")]
     pub stop_timeout: Duration,
 }

@@ -81,6 +81,19 @@ pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<String, Star
     }
 }
 
+// r[impl workload.stop-timeout]
+/// The daemon's stop timeout for `stop_timeout`, in the whole seconds its API takes, rounded up:
+/// truncating would make 500 ms an immediate SIGKILL. Only a configured zero is zero.
+fn stop_seconds(stop_timeout: Duration) -> i32 {
+    let whole = stop_timeout.as_secs();
+    let secs = if stop_timeout.subsec_nanos() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    };
+    i32::try_from(secs).unwrap_or(i32::MAX)
+}
+
 /// Stops (SIGTERM, SIGKILL after `stop_timeout`) and removes a container; one already gone is
 /// removed.
 pub async fn remove(
@@ -88,7 +101,7 @@ pub async fn remove(
     container: &str,
     stop_timeout: Duration,
 ) -> Result<(), DockerError> {
-    let t = i32::try_from(stop_timeout.as_secs()).unwrap_or(i32::MAX);
+    let t = stop_seconds(stop_timeout);
     let stop = StopContainerOptions {
         signal: None,
         t: Some(t),
@@ -116,7 +129,7 @@ pub async fn stop(
     container: &str,
     stop_timeout: Duration,
 ) -> Result<(), DockerError> {
-    let t = i32::try_from(stop_timeout.as_secs()).unwrap_or(i32::MAX);
+    let t = stop_seconds(stop_timeout);
     let stop = StopContainerOptions {
         signal: None,
         t: Some(t),
@@ -248,6 +261,29 @@ pub fn container_event(message: &EventMessage) -> Option<ContainerEvent> {
 mod tests {
     use super::*;
     use bollard::models::EventActor;
+
+    // r[verify workload.stop-timeout]
+    #[test]
+    fn a_sub_second_stop_timeout_is_rounded_up_never_to_an_immediate_kill() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            stop_seconds(Duration::ZERO),
+            0,
+            "0 is configured as an immediate kill"
+        );
+        assert_eq!(stop_seconds(Duration::from_nanos(1)), 1);
+        assert_eq!(stop_seconds(ms(500)), 1);
+        assert_eq!(stop_seconds(ms(999)), 1);
+        assert_eq!(stop_seconds(ms(1000)), 1);
+        assert_eq!(stop_seconds(ms(1001)), 2);
+        assert_eq!(stop_seconds(ms(2500)), 3);
+        assert_eq!(stop_seconds(Duration::from_secs(10)), 10);
+        assert_eq!(stop_seconds(Duration::MAX), i32::MAX);
+        assert_eq!(
+            stop_seconds(Duration::from_secs(u64::from(i32::MAX.unsigned_abs())) + ms(1)),
+            i32::MAX
+        );
+    }
 
     // r[verify workload.events]
     #[test]

@@ -169,10 +169,15 @@ async fn call_unbounded(
             }
         }
     };
+    // The node answers over TCP only for its own authority (i[node.admin.host]).
+    let host = match target {
+        Target::Tcp(addr) => addr.to_string(),
+        Target::Unix(_) => "localhost".to_owned(),
+    };
     let mut builder = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header(hyper::header::HOST, "holdfast");
+        .header(hyper::header::HOST, host);
     if let Some(token) = token {
         builder = builder.header(
             hyper::header::AUTHORIZATION,
@@ -214,7 +219,9 @@ async fn call_unbounded(
         Err(ClientError::Refused {
             target: target.clone(),
             status: status.as_u16(),
-            body: body.trim().to_owned(),
+            // i[impl node.cli.escape]
+            // Printed to the operator's terminal: whatever answered, it writes no escape sequence.
+            body: crate::render::escape(body.trim()),
         })
     }
 }

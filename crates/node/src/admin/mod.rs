@@ -2,18 +2,23 @@
 //! default and optionally a Unix socket (mode 0600 from the moment it exists).
 //!
 //! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
-//! bearer token from `admin.token_file`.
+//! bearer token from `admin.token_file`. Over TCP, a request addressed to any other authority
+//! than the listener's own (DNS rebinding) is refused before any handler runs. Each listener
+//! bounds its connections (TCP also per source address), and how long a peer may take to send
+//! a request ([`AdminLimits`]).
 
 pub mod certs;
 pub mod client;
 pub mod forwards;
 pub mod gateway;
-
+mod host;
+mod places;
 mod socket;
 pub mod token;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -245,6 +250,60 @@ async fn drain(
         .into_response()
 }
 
+/// Default [`AdminLimits::header_read_timeout`]: a local client sends its request head at once.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`AdminLimits::request_timeout`].
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`AdminLimits::max_tcp_connections`]: far above what the CLI and a scraper use, and
+/// room for several sources each at [`MAX_CONNECTIONS_PER_SOURCE`].
+pub const MAX_TCP_CONNECTIONS: usize = 256;
+/// Default [`AdminLimits::max_connections_per_source`]: far above what one CLI or scraper uses.
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 16;
+/// Default [`AdminLimits::max_socket_connections`].
+pub const MAX_SOCKET_CONNECTIONS: usize = 64;
+/// Default [`AdminLimits::max_connection_age`].
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+
+// i[impl node.admin.limits+2]
+/// What one peer of the admin API can hold, per listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// How long a connection may take to send a whole request head, counted from its start or
+    /// from its previous answer (so this is also the keep-alive idle timeout); then it is
+    /// closed.
+    pub header_read_timeout: Duration,
+    /// How long one request may take from its head to its answer, its body included; then it
+    /// is answered 408 and the connection closed.
+    pub request_timeout: Duration,
+    /// Connections open at once on the TCP listener; one more is closed at once. The Unix
+    /// socket has its own ([`max_socket_connections`](Self::max_socket_connections)), so a
+    /// flood on the TCP port never locks the operator out of the socket.
+    pub max_tcp_connections: usize,
+    /// Connections open at once on the TCP listener from one source address (an IPv4-mapped
+    /// IPv6 address counts as its IPv4 address, an IPv6 address by its /64); one more is closed
+    /// at once, so a few sources cannot take every place.
+    pub max_connections_per_source: usize,
+    /// Connections open at once on the Unix socket (whose peers have no address to count
+    /// per source); one more is closed at once.
+    pub max_socket_connections: usize,
+    /// A connection older than this is closed once its current request is answered, and
+    /// dropped [`request_timeout`](Self::request_timeout) later if that answer is never read.
+    pub max_connection_age: Duration,
+}
+
+impl Default for AdminLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
+            max_tcp_connections: MAX_TCP_CONNECTIONS,
+            max_connections_per_source: MAX_CONNECTIONS_PER_SOURCE,
+            max_socket_connections: MAX_SOCKET_CONNECTIONS,
+            max_connection_age: MAX_CONNECTION_AGE,
+        }
+    }
+}
+
 /// Where the admin API listens.
 #[derive(Debug, Clone, Default)]
 pub struct AdminConfig {
@@ -254,6 +313,8 @@ pub struct AdminConfig {
     pub socket: Option<PathBuf>,
     /// The bearer token for mutating calls over TCP.
     pub token: Option<Token>,
+    /// Each listener's limits.
+    pub limits: AdminLimits,
 }
 
 /// The admin API could not be served.
@@ -332,6 +393,108 @@ impl AdminServer {
     }
 }
 
+// i[impl node.admin.limits+2]
+/// Serves `app` on `listener` within `limits` and the connection caps of `places` until `stop`
+/// turns true; then stops accepting, lets each open connection finish its current request, and
+/// returns when all have closed.
+async fn serve_listener<L>(
+    mut listener: L,
+    app: Router,
+    limits: AdminLimits,
+    places: places::Places,
+    metrics: crate::metrics::Metrics,
+    mut stop: watch::Receiver<bool>,
+) where
+    L: axum::serve::Listener,
+    L::Addr: places::PeerSource,
+{
+    use places::PeerSource;
+    let request_timeout = limits.request_timeout;
+    let timeouts = metrics.clone();
+    // Past the time, 408: a body that never comes (or a handler that hangs) frees its
+    // connection.
+    let app = app.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let metrics = timeouts.clone();
+            async move {
+                match tokio::time::timeout(request_timeout, next.run(request)).await {
+                    Ok(response) => response,
+                    Err(_) => {
+                        metrics.admin_refusal("request_timeout");
+                        (
+                            StatusCode::REQUEST_TIMEOUT,
+                            [(header::CONNECTION, "close")],
+                            "request not complete in time\n",
+                        )
+                            .into_response()
+                    }
+                }
+            }
+        },
+    ));
+    let places = std::sync::Arc::new(std::sync::Mutex::new(places));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (io, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stopped(&mut stop) => break,
+            // Reap finished connections as they end, so the set stays as large as what is open.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let place = match places::take(&places, peer.source()) {
+            Ok(place) => place,
+            Err(refused) => {
+                // Closed at once: the peer learns it, and nothing of it is held.
+                metrics.admin_refusal(refused.reason());
+                drop(io);
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let metrics = metrics.clone();
+        let mut stop = stop.clone();
+        connections.spawn(async move {
+            // Given back when the connection ends, however it ends (an abort included).
+            let _place = place;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+            tokio::pin!(conn);
+            let too_old = tokio::time::sleep(limits.max_connection_age);
+            tokio::pin!(too_old);
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                () = stopped(&mut stop) => {
+                    // The server's own shutdown bounds this (its grace, then an abort).
+                    conn.as_mut().graceful_shutdown();
+                    conn.as_mut().await
+                }
+                _ = &mut too_old => {
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(limits.request_timeout, conn.as_mut())
+                        .await
+                        .unwrap_or(Ok(()))
+                }
+            };
+            if let Err(err) = result {
+                if err.is_timeout() {
+                    metrics.admin_refusal("header_timeout");
+                }
+                tracing::debug!(error = %err, "admin API connection ended");
+            }
+        });
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Returns once `stop` is true (or its sender is gone), holding nothing across the wait.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
 /// Binds and serves the admin API.
 pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, AdminError> {
     let api = Api {
@@ -353,36 +516,40 @@ pub async fn serve(node: NodeState, config: AdminConfig) -> Result<AdminServer, 
             .local_addr()
             .map_err(|source| AdminError::Tcp { addr, source })?;
         tcp = Some(bound);
-        let app = router(api.clone(), Transport::Tcp);
-        let mut rx = rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            };
-            if let Err(err) = axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await
-            {
-                tracing::error!(error = %err, "admin API (tcp) ended");
-            }
-        }));
+        let metrics = api.node.metrics.clone();
+        // Only the TCP listener: a web page can reach it (DNS rebinding), never the socket.
+        let app = router(api.clone(), Transport::Tcp).layer(axum::middleware::from_fn(
+            move |request, next| host::guard(bound, metrics.clone(), request, next),
+        ));
+        let (metrics, limits) = (api.node.metrics.clone(), config.limits);
+        let places = places::Places::new(
+            limits.max_tcp_connections,
+            Some(limits.max_connections_per_source),
+        );
+        tasks.push(tokio::spawn(serve_listener(
+            listener,
+            app,
+            limits,
+            places,
+            metrics,
+            rx.clone(),
+        )));
     }
     if let Some(path) = &config.socket {
         let (listener, id) = socket::bind(path)?;
         socket_id = Some(id);
+        let metrics = api.node.metrics.clone();
         let app = router(api, Transport::Unix);
-        let mut rx = rx;
-        tasks.push(tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            };
-            if let Err(err) = axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await
-            {
-                tracing::error!(error = %err, "admin API (unix) ended");
-            }
-        }));
+        // Its peers have no address: only its own overall cap.
+        let places = places::Places::new(config.limits.max_socket_connections, None);
+        tasks.push(tokio::spawn(serve_listener(
+            listener,
+            app,
+            config.limits,
+            places,
+            metrics,
+            rx,
+        )));
     }
     Ok(AdminServer {
         tcp,
@@ -564,6 +731,450 @@ mod tests {
             token: None,
         };
         assert_eq!(readyz(State(api)).await.status(), StatusCode::OK);
+    }
+
+    /// Sends `request` raw over TCP to `addr` and returns the answer's status code (0: closed
+    /// without one).
+    async fn raw_status(addr: SocketAddr, request: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        answer
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn get(path: &str, host: Option<&str>) -> String {
+        let host = host.map(|h| format!("Host: {h}\r\n")).unwrap_or_default();
+        format!("GET {path} HTTP/1.1\r\n{host}Connection: close\r\n\r\n")
+    }
+
+    // i[verify node.admin.host]
+    #[tokio::test]
+    async fn a_request_for_another_host_is_refused_over_tcp_and_counted() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                tcp: Some("127.0.0.1:0".parse().unwrap()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let addr = server.tcp.unwrap();
+        let port = addr.port();
+        for good in [
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+            "localhost".to_owned(),
+            format!("localhost:{port}"),
+        ] {
+            assert_eq!(
+                raw_status(addr, &get("/v1/faults", Some(&good))).await,
+                200,
+                "{good}"
+            );
+        }
+        let bad = [
+            Some("evil.example".to_owned()),
+            Some(format!("evil.example:{port}")),
+            Some("127.0.0.1.evil.example".to_owned()),
+            Some(format!("127.0.0.1.evil.example:{port}")),
+            None,
+        ];
+        for host in &bad {
+            assert_eq!(
+                raw_status(addr, &get("/v1/faults", host.as_deref())).await,
+                421,
+                "{host:?}"
+            );
+        }
+        // An absolute target names the authority, whatever Host says.
+        let absolute = format!(
+            "GET http://evil.example:{port}/v1/faults HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(raw_status(addr, &absolute).await, 421);
+        assert!(
+            node.metrics.render().contains(&format!(
+                "holdfast_admin_refused_total{{reason=\"host\"}} {}",
+                bad.len() + 1
+            )),
+            "{}",
+            node.metrics.render()
+        );
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.host]
+    #[tokio::test]
+    async fn over_the_unix_socket_any_host_or_none_is_answered() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let server = serve(
+            node,
+            AdminConfig {
+                socket: Some(path.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        for host in [None, Some("evil.example"), Some("holdfast")] {
+            let mut stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+            stream
+                .write_all(get("/v1/faults", host).as_bytes())
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200 "), "{host:?}: {answer}");
+        }
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+
+    async fn serve_tcp(node: &NodeState, limits: AdminLimits) -> (AdminServer, SocketAddr) {
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                tcp: Some("127.0.0.1:0".parse().unwrap()),
+                limits,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let addr = server.tcp.unwrap();
+        (server, addr)
+    }
+
+    /// Reads until the peer closes (`Some(what it sent)`), or `None` if it is still open after
+    /// `within`.
+    async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> Option<String> {
+        use tokio::io::AsyncReadExt;
+        let mut answer = Vec::new();
+        match tokio::time::timeout(within, stream.read_to_end(&mut answer)).await {
+            Ok(_) => Some(String::from_utf8_lossy(&answer).into_owned()),
+            Err(_) => None,
+        }
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_request_head_or_an_idle_connection_is_closed_at_the_header_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::time::Instant;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        // Slowloris: half a request line, then nothing.
+        let began = Instant::now();
+        let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /heal").await.unwrap();
+        let answer = closed_within(&mut half, HEADER_READ_TIMEOUT * 3).await;
+        assert!(
+            answer.is_some(),
+            "a stalled request head held its connection"
+        );
+        assert!(!answer.unwrap().contains(" 200 "));
+        assert!(
+            began.elapsed() >= HEADER_READ_TIMEOUT,
+            "{:?}",
+            began.elapsed()
+        );
+        // Keep-alive: answered, then idle, then closed.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"ok\n") {
+            let mut chunk = [0; 512];
+            let n = idle.read(&mut chunk).await.unwrap();
+            assert_ne!(n, 0, "closed before answering");
+            answer.extend_from_slice(&chunk[..n]);
+        }
+        let answered = Instant::now();
+        assert_eq!(
+            closed_within(&mut idle, HEADER_READ_TIMEOUT * 3)
+                .await
+                .as_deref(),
+            Some(""),
+            "an idle keep-alive connection stayed open"
+        );
+        assert!(answered.elapsed() >= HEADER_READ_TIMEOUT);
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"header_timeout\"} 2"),
+            "{}",
+            node.metrics.render()
+        );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test(start_paused = true)]
+    async fn a_request_whose_body_never_comes_is_answered_408_at_the_request_timeout() {
+        use tokio::io::AsyncWriteExt;
+        use tokio::time::Instant;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        let began = Instant::now();
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        slow.write_all(
+            format!("POST /v1/drain HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 100\r\n\r\n{{")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let answer = closed_within(&mut slow, REQUEST_TIMEOUT * 3).await;
+        let answer = answer.expect("a request whose body never came held its connection");
+        assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+        assert!(began.elapsed() >= REQUEST_TIMEOUT);
+        assert!(no_drain_requested(&node).await);
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"request_timeout\"} 1")
+        );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_keep_alive_connection_is_closed_at_its_maximum_age() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::time::Instant;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        let began = Instant::now();
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+        // A request every half header timeout: never idle long enough to be closed for that.
+        let mut answered = 0;
+        'open: loop {
+            if conn.write_all(request.as_bytes()).await.is_err() {
+                break;
+            }
+            let mut answer = Vec::new();
+            while !answer.ends_with(b"ok\n") {
+                let mut chunk = [0; 512];
+                match conn.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break 'open,
+                    Ok(n) => answer.extend_from_slice(&chunk[..n]),
+                }
+            }
+            answered += 1;
+            assert!(began.elapsed() < MAX_CONNECTION_AGE * 2, "never closed");
+            tokio::time::sleep(HEADER_READ_TIMEOUT / 2).await;
+        }
+        let lived = began.elapsed();
+        assert!(lived >= MAX_CONNECTION_AGE, "closed after {lived:?}");
+        assert!(
+            lived <= MAX_CONNECTION_AGE + HEADER_READ_TIMEOUT,
+            "closed after {lived:?}"
+        );
+        assert!(answered >= 10, "{answered}");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn past_the_connection_cap_a_connection_is_closed_at_once_and_the_others_are_served() {
+        use tokio::io::AsyncWriteExt;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let limits = AdminLimits {
+            max_tcp_connections: 2,
+            ..Default::default()
+        };
+        let (server, addr) = serve_tcp(&node, limits).await;
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // Accepted after the two (one queue): past the cap, closed without an answer.
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert_eq!(
+            closed_within(&mut third, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some(""),
+            "a connection past the cap was kept"
+        );
+        // The two within the cap are still served.
+        first
+            .write_all(get("/healthz", Some(&addr.to_string())).as_bytes())
+            .await
+            .unwrap();
+        let answer = closed_within(&mut first, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        drop(second);
+        // Both gone, the listener serves again (once it has seen them close).
+        let mut served = false;
+        for _ in 0..100 {
+            if raw_status(addr, &get("/healthz", Some(&addr.to_string()))).await == 200 {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(served, "the cap was never released");
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"connection_limit\"}")
+        );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// A TCP connection to `addr` from the loopback address `from` (Linux routes all of 127/8 to
+    /// `lo`, so any of them can be a distinct source).
+    async fn connect_from(from: std::net::Ipv4Addr, addr: SocketAddr) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn past_the_per_source_cap_a_connection_is_closed_at_once_and_other_sources_are_served() {
+        use std::net::Ipv4Addr;
+        use tokio::io::AsyncWriteExt;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        let flooder = Ipv4Addr::new(127, 0, 0, 2);
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
+            held.push(connect_from(flooder, addr).await);
+        }
+        // One more from the same source: closed without an answer.
+        let mut extra = connect_from(flooder, addr).await;
+        assert_eq!(
+            closed_within(&mut extra, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some(""),
+            "a connection past the per-source cap was kept"
+        );
+        // Another source is answered while the flooder holds all it may.
+        let request = get("/healthz", Some(&addr.to_string()));
+        let mut other = connect_from(Ipv4Addr::LOCALHOST, addr).await;
+        other.write_all(request.as_bytes()).await.unwrap();
+        let answer = closed_within(&mut other, Duration::from_secs(5))
+            .await
+            .expect("another source was not answered");
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        // The flooder's own connections within its cap are still served.
+        let mut first = held.swap_remove(0);
+        first.write_all(request.as_bytes()).await.unwrap();
+        let answer = closed_within(&mut first, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"per_source_limit\"} 1"),
+            "{}",
+            node.metrics.render()
+        );
+        drop(held);
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn a_slowloris_flood_from_a_few_sources_does_not_lock_out_another() {
+        use std::net::Ipv4Addr;
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let (server, addr) = serve_tcp(&node, AdminLimits::default()).await;
+        // 8 sources (127.0.0.2..=127.0.0.9), each opening more than its cap and sending nothing.
+        let mut flood = Vec::new();
+        for last in 2..=9 {
+            for _ in 0..20 {
+                flood.push(connect_from(Ipv4Addr::new(127, 0, 0, last), addr).await);
+            }
+        }
+        // Well within the header timeout: the flood still holds every place it was given.
+        assert_eq!(
+            raw_status(addr, &get("/healthz", Some(&addr.to_string()))).await,
+            200,
+            "a flood from 8 sources locked out 127.0.0.1"
+        );
+        // Each source's 4 past its cap were closed (accepted, in order, before that request).
+        assert!(
+            node.metrics
+                .render()
+                .contains("holdfast_admin_refused_total{reason=\"per_source_limit\"} 32"),
+            "{}",
+            node.metrics.render()
+        );
+        drop(flood);
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.limits+2]
+    #[tokio::test]
+    async fn the_unix_socket_has_no_per_source_cap_only_its_own_overall_one() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let limits = AdminLimits {
+            max_socket_connections: MAX_CONNECTIONS_PER_SOURCE + 2,
+            ..Default::default()
+        };
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                socket: Some(path.clone()),
+                limits,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        // More than one TCP source may hold, all from this one process.
+        let mut held = Vec::new();
+        for _ in 0..=MAX_CONNECTIONS_PER_SOURCE {
+            held.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        }
+        let mut last = tokio::net::UnixStream::connect(&path).await.unwrap();
+        last.write_all(get("/healthz", None).as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), last.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        // One more held: the cap is reached whether or not the answered one has been seen
+        // closed yet. One more then is closed at once.
+        held.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        let mut extra = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut rest)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0))),
+            "a connection past the cap was kept"
+        );
+        let metrics = node.metrics.render();
+        assert!(
+            metrics.contains("holdfast_admin_refused_total{reason=\"connection_limit\"}"),
+            "{metrics}"
+        );
+        assert!(!metrics.contains("per_source_limit"), "{metrics}");
+        drop(held);
+        server.shutdown(Duration::from_secs(1)).await;
     }
 
     // r[verify node.gateway.stop-reason+2]
