@@ -145,17 +145,31 @@ async fn connect_from(from: IpAddr, to: SocketAddr) -> Option<TcpStream> {
         .ok()
 }
 
-/// Half a request, then one header byte a second until the node ends it or the flood ends.
+/// Half a request, then one header byte a second; when the node ends the connection, another
+/// after a second's pause, until the flood ends (a slowloris attacker keeps its places filled).
 async fn slowloris(to: SocketAddr, from: IpAddr, deadline: Instant, counts: Arc<Counts>) {
+    while Instant::now() < deadline {
+        if slowloris_once(to, from, deadline, &counts).await {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+}
+
+/// One slowloris connection; true when it was still held at the deadline.
+async fn slowloris_once(to: SocketAddr, from: IpAddr, deadline: Instant, counts: &Counts) -> bool {
     Counts::bump(&counts.attempted);
     let Some(mut stream) = connect_from(from, to).await else {
-        return;
+        return false;
     };
     Counts::bump(&counts.accepted);
     let head = format!("GET /v1/status HTTP/1.1\r\nHost: {to}\r\nX-Slow: ");
     if stream.write_all(head.as_bytes()).await.is_err() {
         Counts::bump(&counts.ended_by_node);
-        return;
+        return false;
     }
     let mut buf = [0u8; 512];
     let mut drip = tokio::time::interval_at(
@@ -169,18 +183,18 @@ async fn slowloris(to: SocketAddr, from: IpAddr, deadline: Instant, counts: Arc<
                 Ok(n) if n > 0 => {}
                 _ => {
                     Counts::bump(&counts.ended_by_node);
-                    return;
+                    return false;
                 }
             },
             _ = drip.tick() => {
                 if stream.write_all(b"a").await.is_err() {
                     Counts::bump(&counts.ended_by_node);
-                    return;
+                    return false;
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
                 Counts::bump(&counts.held_at_end);
-                return;
+                return true;
             }
         }
     }

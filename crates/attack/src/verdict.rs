@@ -77,6 +77,35 @@ pub struct Budgets {
     pub settle_fraction: f64,
     /// ... or within this many descriptors (a small baseline's 10 % is less than one socket).
     pub settle_fds: u64,
+    /// Connections the node may still hold for a flood's attackers at its end, per edge: the
+    /// listener's documented cap on connections that have not authenticated (or not finished a
+    /// request).
+    pub held: HeldCaps,
+}
+
+/// Per edge, the connections the attackers may hold at a flood's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HeldCaps {
+    /// The admin API over TCP: its connection cap.
+    pub admin: usize,
+    /// The HTTP-01 responder: its connection cap.
+    pub http01: usize,
+    /// The forward: its cap on unauthenticated connections.
+    pub forward: usize,
+    /// The gateway: its cap on unauthenticated connections.
+    pub gateway: usize,
+}
+
+impl HeldCaps {
+    /// The cap of `edge`.
+    pub fn of(&self, edge: Edge) -> usize {
+        match edge {
+            Edge::Admin => self.admin,
+            Edge::Http01 => self.http01,
+            Edge::Forward => self.forward,
+            Edge::Gateway => self.gateway,
+        }
+    }
 }
 
 impl Default for Budgets {
@@ -88,6 +117,12 @@ impl Default for Budgets {
             rss_cap_kib: 256 * 1024,
             settle_fraction: 0.10,
             settle_fds: 8,
+            held: HeldCaps {
+                admin: 256,
+                http01: 256,
+                forward: 64,
+                gateway: 1_024,
+            },
         }
     }
 }
@@ -154,6 +189,13 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                     s.p99_ms
                 ));
             }
+        }
+        let cap = budgets.held.of(flood.edge);
+        if flood.attackers.held_at_end > cap {
+            broke(format!(
+                "the attackers held {} connections at the end, cap {cap}",
+                flood.attackers.held_at_end
+            ));
         }
         if flood.fds.peak > budgets.fd_cap {
             broke(format!(
@@ -308,6 +350,15 @@ pub(crate) mod tests {
             vec![
                 "resident memory did not return: 11001 KiB after, baseline 10000 KiB, limit 11000 KiB"
             ]
+        );
+        // The admin API's cap is 256: 256 held is within it, 257 is not.
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.held_at_end = 256),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.held_at_end = 257),
+            vec!["the attackers held 257 connections at the end, cap 256"]
         );
         assert_eq!(
             broken(|o| o.node_alive = false),
