@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IoSliceMut;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use crate::admission::{
+    Admission, AdmissionLimits, DEFAULT_MAX_UNAUTHENTICATED,
+    DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE, DEFAULT_VALIDATE_ABOVE, Decision, Refused,
+};
 use crate::allow::AllowList;
 use crate::auth::{Credential, Credentials};
 use crate::classify::RelayError;
@@ -28,7 +32,7 @@ use crate::flows::{Activity, evictable};
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
 use crate::report::{Handed, Reporter};
-use crate::stats::{Counters, ForwardStats};
+use crate::stats::{ConnectionCounters, ConnectionStats, Counters, ForwardStats, Turned};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
 use crate::udp_io::{
     FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
@@ -57,7 +61,13 @@ pub struct ServerConfig {
     /// Connections in their handshake or not yet authenticated, at once; a new one beyond this
     /// is refused before its handshake.
     pub max_unauthenticated: usize,
-    /// How long a new connection has to open its control stream and authenticate.
+    /// The same, from one source (an IPv4 address or an IPv6 /64).
+    pub max_unauthenticated_per_source: usize,
+    /// While at least this many connections are unauthenticated, a new one must first validate
+    /// its address with a QUIC Retry (0: every one must).
+    pub validate_addresses_above: usize,
+    /// How long a new connection has, from its first packet, to complete its handshake, open its
+    /// control stream and authenticate.
     pub auth_timeout: Duration,
     /// How long a silent connection lasts (keep-alives go every third of it).
     pub idle_timeout: Duration,
@@ -67,8 +77,9 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
-    /// new one), 4096 flow sockets in all, 64 connections not yet authenticated, 10 s to
-    /// authenticate, 15 s idle timeout, one report a second per forward.
+    /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
+    /// source, every address validated by a Retry, 5 s from the first packet to authentication,
+    /// 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -79,13 +90,19 @@ impl ServerConfig {
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
             max_flow_sockets: 4096,
-            max_unauthenticated: 64,
-            auth_timeout: Duration::from_secs(10),
+            max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
+            max_unauthenticated_per_source: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
+            validate_addresses_above: DEFAULT_VALIDATE_ABOVE,
+            auth_timeout: DEFAULT_AUTH_TIMEOUT,
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
         }
     }
 }
+
+/// Default time a new connection has, from its first packet, to complete its handshake and
+/// authenticate: all an unauthenticated peer can hold a place for.
+pub const DEFAULT_AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the server did not start.
 #[derive(Debug, Error)]
@@ -150,10 +167,10 @@ struct Shared {
     next_connection: AtomicU64,
     /// One permit per flow socket the node may hold, across every connection.
     flow_sockets: Arc<Semaphore>,
-    /// One permit per connection that may be in its handshake or authenticating.
-    unauthenticated: Arc<Semaphore>,
-    /// Connections refused because `unauthenticated` had no permit left.
-    refused_unauthenticated: AtomicU64,
+    /// The connections in their handshake or authenticating, by source.
+    admission: Mutex<Admission>,
+    /// Who was let in, who was not, and why.
+    connections: ConnectionCounters,
 }
 
 impl Shared {
@@ -165,6 +182,62 @@ impl Shared {
         self.listing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn admission(&self) -> std::sync::MutexGuard<'_, Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A connection's place among the unauthenticated ones, given back when it authenticates or
+/// ends (dropped).
+struct Place {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.shared.admission().release(self.ip);
+    }
+}
+
+/// Decides on a new connection attempt before any handshake work: a Retry, a refusal (each a
+/// single stateless packet, counted), or a place among the unauthenticated connections.
+// r[impl forward.limits.unauthenticated+2]
+fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quinn::Incoming)> {
+    let remote = incoming.remote_address();
+    let decision = shared
+        .admission()
+        .decide(remote.ip(), incoming.remote_address_validated());
+    match decision {
+        Decision::Admit => Some((
+            Place {
+                shared: shared.clone(),
+                ip: remote.ip(),
+            },
+            incoming,
+        )),
+        Decision::Retry => {
+            shared.connections.count(Turned::Retried);
+            // Only an attempt that already carries a Retry token cannot be retried, and that one
+            // is validated; refused all the same rather than trusted.
+            if let Err(err) = incoming.retry() {
+                err.into_incoming().refuse();
+            }
+            None
+        }
+        Decision::Refuse(why) => {
+            shared.connections.count(match why {
+                Refused::Total => Turned::RefusedUnauthenticated,
+                Refused::PerSource => Turned::RefusedPerSource,
+            });
+            tracing::debug!(%remote, ?why, "forward: too many unauthenticated connections, refused");
+            incoming.refuse();
+            None
+        }
     }
 }
 
@@ -220,10 +293,12 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         flow_sockets: Arc::new(Semaphore::new(
             config.max_flow_sockets.min(Semaphore::MAX_PERMITS),
         )),
-        unauthenticated: Arc::new(Semaphore::new(
-            config.max_unauthenticated.min(Semaphore::MAX_PERMITS),
-        )),
-        refused_unauthenticated: AtomicU64::new(0),
+        admission: Mutex::new(Admission::new(AdmissionLimits {
+            max_unauthenticated: config.max_unauthenticated,
+            max_per_source: config.max_unauthenticated_per_source,
+            validate_above: config.validate_addresses_above,
+        })),
+        connections: ConnectionCounters::default(),
     });
     let (shutdown, shutdown_rx) = watch::channel(None);
     let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone(), shutdown_rx));
@@ -293,9 +368,16 @@ impl Server {
     }
 
     /// Connections refused before their handshake because the bound on connections not yet
-    /// authenticated was reached.
+    /// authenticated, in all, was reached.
     pub fn refused_unauthenticated(&self) -> u64 {
-        self.shared.refused_unauthenticated.load(Ordering::Relaxed)
+        self.connections().refused_unauthenticated
+    }
+
+    /// The node's connection counters: unauthenticated connections now, Retries, refusals by
+    /// bound, failed handshakes and timeouts.
+    pub fn connections(&self) -> ConnectionStats {
+        let unauthenticated = self.shared.admission().unauthenticated();
+        self.shared.connections.snapshot(unauthenticated)
     }
 
     /// Flow sockets open now, across every connection.
@@ -371,27 +453,36 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
-                    // r[impl forward.limits.unauthenticated]
                     // Bounded before any handshake work: a flood of new connections costs a
-                    // refusal packet each, never a handshake or an authentication timer.
-                    let Ok(permit) = shared.unauthenticated.clone().try_acquire_owned() else {
-                        shared.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(remote = %incoming.remote_address(), "forward: too many unauthenticated connections, refused");
-                        incoming.refuse();
+                    // Retry or a refusal packet each, never a handshake or an authentication
+                    // timer.
+                    let Some((place, incoming)) = admit(&shared, incoming) else {
                         continue;
                     };
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
                     connections.spawn(async move {
+                        // r[impl forward.limits.unauthenticated+2]
+                        // One deadline from the first packet: a slow handshake leaves less time
+                        // to authenticate, it does not buy more.
+                        let deadline = Instant::now() + shared.auth_timeout;
                         // A stop does not wait for handshakes still under way.
                         let mut stopping = shutdown.clone();
                         let handshake = tokio::select! {
-                            handshake = incoming.into_future() => handshake,
+                            handshake = tokio::time::timeout_at(deadline, incoming.into_future()) => handshake,
                             _ = stopping.wait_for(Option::is_some) => return,
                         };
                         match handshake {
-                            Ok(conn) => serve(conn, shared, shutdown, permit).await,
-                            Err(err) => tracing::debug!(error = %err, "forward: handshake failed"),
+                            Ok(Ok(conn)) => serve(conn, shared, shutdown, place, deadline).await,
+                            Ok(Err(err)) => {
+                                shared.connections.count(Turned::HandshakeFailed);
+                                tracing::debug!(error = %err, "forward: handshake failed");
+                            }
+                            // Dropping the handshake closes the connection.
+                            Err(_) => {
+                                shared.connections.count(Turned::TimedOut);
+                                tracing::debug!("forward: handshake not done in time");
+                            }
                         }
                     });
                 }
@@ -475,12 +566,13 @@ async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal
 async fn authenticate(
     conn: &Connection,
     shared: &Shared,
+    deadline: Instant,
 ) -> Option<(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
 )> {
-    // One deadline for the whole of it: opening the stream late does not buy a second timeout.
-    let deadline = Instant::now() + shared.auth_timeout;
+    // One deadline for the whole of it (from the first packet): opening the stream late does not
+    // buy a second timeout.
     let (send, recv) = match tokio::time::timeout_at(deadline, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
@@ -488,6 +580,7 @@ async fn authenticate(
             return None;
         }
         Err(_) => {
+            shared.connections.count(Turned::TimedOut);
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
@@ -511,7 +604,11 @@ async fn authenticate(
             Refusal::NotAuthenticated,
             "the first request must authenticate (Hello)",
         ),
-        Ok(None) | Err(_) => (Refusal::NotAuthenticated, "no authentication in time"),
+        Ok(None) => (Refusal::NotAuthenticated, "no authentication in time"),
+        Err(_) => {
+            shared.connections.count(Turned::TimedOut);
+            (Refusal::NotAuthenticated, "no authentication in time")
+        }
     };
     refuse(conn, send, refusal, message).await;
     None
@@ -521,21 +618,22 @@ async fn serve(
     conn: Connection,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<Option<Shutdown>>,
-    unauthenticated: OwnedSemaphorePermit,
+    unauthenticated: Place,
+    deadline: Instant,
 ) {
     // r[impl forward.stop]
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
     // it has no forward to announce, so it is closed with the reason at once.
     let mut stopping = shutdown.clone();
     let authenticated = tokio::select! {
-        authenticated = authenticate(&conn, &shared) => authenticated,
+        authenticated = authenticate(&conn, &shared, deadline) => authenticated,
         stop = stopping.wait_for(Option::is_some) => {
             let message = stop.ok().and_then(|s| *s).map_or("node shutting down", |s| s.message);
             conn.close(close_code::SHUTDOWN.into(), message.as_bytes());
             return;
         }
     };
-    // r[impl forward.limits.unauthenticated]
+    // r[impl forward.limits.unauthenticated+2]
     drop(unauthenticated);
     let Some((send, mut control)) = authenticated else {
         return;

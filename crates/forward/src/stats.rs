@@ -139,3 +139,72 @@ impl Counters {
         }
     }
 }
+
+/// Live counters of the node's connections: who was let in, who was not, and why.
+#[derive(Debug, Default)]
+pub struct ConnectionCounters {
+    retried: AtomicU64,
+    refused_unauthenticated: AtomicU64,
+    refused_per_source: AtomicU64,
+    handshake_failed: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+/// Why a connection attempt or a connection was turned away, for [`ConnectionCounters::count`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turned {
+    /// Answered with a Retry to validate its address.
+    Retried,
+    /// Refused: the bound on unauthenticated connections in all.
+    RefusedUnauthenticated,
+    /// Refused: the bound on unauthenticated connections from its source.
+    RefusedPerSource,
+    /// Its handshake failed.
+    HandshakeFailed,
+    /// Closed: no handshake and authentication within the authentication timeout.
+    TimedOut,
+}
+
+/// A snapshot of the node's connection counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnectionStats {
+    /// Connections in their handshake or not yet authenticated, now.
+    pub unauthenticated: u64,
+    /// Attempts answered with a Retry (address validation).
+    pub retried: u64,
+    /// Attempts refused at the bound on unauthenticated connections in all.
+    pub refused_unauthenticated: u64,
+    /// Attempts refused at the bound on unauthenticated connections from one source.
+    pub refused_per_source: u64,
+    /// Handshakes that failed.
+    pub handshake_failed: u64,
+    /// Connections closed for not completing the handshake and authentication in time.
+    pub timed_out: u64,
+}
+
+impl ConnectionCounters {
+    /// One attempt or connection turned away.
+    pub fn count(&self, turned: Turned) {
+        let counter = match turned {
+            Turned::Retried => &self.retried,
+            Turned::RefusedUnauthenticated => &self.refused_unauthenticated,
+            Turned::RefusedPerSource => &self.refused_per_source,
+            Turned::HandshakeFailed => &self.handshake_failed,
+            Turned::TimedOut => &self.timed_out,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now, with `unauthenticated` connections held.
+    pub fn snapshot(&self, unauthenticated: usize) -> ConnectionStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ConnectionStats {
+            unauthenticated: unauthenticated as u64,
+            retried: load(&self.retried),
+            refused_unauthenticated: load(&self.refused_unauthenticated),
+            refused_per_source: load(&self.refused_per_source),
+            handshake_failed: load(&self.handshake_failed),
+            timed_out: load(&self.timed_out),
+        }
+    }
+}

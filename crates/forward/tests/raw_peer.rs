@@ -421,7 +421,7 @@ async fn a_stop_closes_a_connection_whose_last_answers_cannot_leave_by_the_stop_
     }
 }
 
-// r[verify forward.limits.unauthenticated]
+// r[verify forward.limits.unauthenticated+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_unauthenticated_bound_are_refused_until_one_authenticates() {
     let dir = tempfile::tempdir().expect("tempdir");
