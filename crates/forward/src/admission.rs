@@ -151,6 +151,68 @@ impl Admission {
     }
 }
 
+/// Why an authenticated connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionRefused {
+    /// The bound on authenticated connections in all was reached.
+    Total,
+    /// The bound on its credential's connections was reached.
+    PerCredential,
+}
+
+/// The authenticated connections the node holds now, by credential (its index among the
+/// allowed ones), and the decision on each newly authenticated one.
+#[derive(Debug)]
+pub struct Sessions {
+    max_total: usize,
+    max_per_credential: usize,
+    total: usize,
+    by_credential: HashMap<usize, usize>,
+}
+
+impl Sessions {
+    /// No connection yet; at most `max_total` in all and `max_per_credential` of one credential.
+    pub fn new(max_total: usize, max_per_credential: usize) -> Self {
+        Sessions {
+            max_total,
+            max_per_credential,
+            total: 0,
+            by_credential: HashMap::new(),
+        }
+    }
+
+    /// Counts a connection that authenticated with `credential`, unless a bound is reached.
+    // r[impl forward.limits.per-credential]
+    pub fn admit(&mut self, credential: usize) -> Result<(), SessionRefused> {
+        let of_credential = self.by_credential.get(&credential).copied().unwrap_or(0);
+        if of_credential >= self.max_per_credential {
+            return Err(SessionRefused::PerCredential);
+        }
+        if self.total >= self.max_total {
+            return Err(SessionRefused::Total);
+        }
+        self.total += 1;
+        *self.by_credential.entry(credential).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// A connection of `credential` ended.
+    pub fn release(&mut self, credential: usize) {
+        if let Some(count) = self.by_credential.get_mut(&credential) {
+            *count -= 1;
+            self.total = self.total.saturating_sub(1);
+            if *count == 0 {
+                self.by_credential.remove(&credential);
+            }
+        }
+    }
+
+    /// Authenticated connections now.
+    pub fn authenticated(&self) -> usize {
+        self.total
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +318,26 @@ mod tests {
         // Releasing a source that holds nothing frees nothing.
         admission.release(ip("10.9.9.9"));
         assert_eq!(admission.unauthenticated(), 2);
+    }
+
+    // r[verify forward.limits.per-credential]
+    #[test]
+    fn a_credential_is_refused_at_its_bound_and_the_total_bound_refuses_every_credential() {
+        let mut sessions = Sessions::new(3, 2);
+        assert_eq!(sessions.admit(0), Ok(()));
+        assert_eq!(sessions.admit(0), Ok(()));
+        assert_eq!(sessions.admit(0), Err(SessionRefused::PerCredential));
+        assert_eq!(sessions.admit(1), Ok(()));
+        assert_eq!(sessions.admit(2), Err(SessionRefused::Total));
+        sessions.release(0);
+        assert_eq!(sessions.admit(2), Ok(()));
+        assert_eq!(sessions.authenticated(), 3);
+        sessions.release(7);
+        assert_eq!(
+            sessions.authenticated(),
+            3,
+            "a credential that holds nothing frees nothing"
+        );
     }
 
     proptest! {

@@ -29,5 +29,8 @@ pub use allow::{AllowList, AllowRule};
 pub use auth::Credential;
 pub use classify::RelayError;
 pub use identity::{Fingerprint, Identity};
-pub use server::{DEFAULT_AUTH_TIMEOUT, Server, ServerConfig, start};
+pub use server::{
+    DEFAULT_AUTH_TIMEOUT, DEFAULT_MAX_AUTHENTICATED, DEFAULT_MAX_PER_CREDENTIAL, Server,
+    ServerConfig, start,
+};
 pub use stats::{ConnectionStats, ForwardStats};

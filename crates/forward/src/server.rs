@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::admission::{
     Admission, AdmissionLimits, DEFAULT_MAX_UNAUTHENTICATED,
     DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE, DEFAULT_VALIDATE_ABOVE, Decision, Refused,
+    SessionRefused, Sessions,
 };
 use crate::allow::AllowList;
 use crate::auth::{Credential, Credentials};
@@ -33,7 +34,7 @@ use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
 use crate::report::{Handed, Reporter};
 use crate::stats::{ConnectionCounters, ConnectionStats, Counters, ForwardStats, Turned};
-use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
+use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, server_transport_config};
 use crate::udp_io::{
     FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
 };
@@ -66,6 +67,10 @@ pub struct ServerConfig {
     /// While at least this many connections are unauthenticated, a new one must first validate
     /// its address with a QUIC Retry (0: every one must).
     pub validate_addresses_above: usize,
+    /// Authenticated connections, in all; one more is refused after its Hello.
+    pub max_authenticated: usize,
+    /// Authenticated connections of one credential; one more is refused after its Hello.
+    pub max_per_credential: usize,
     /// How long a new connection has, from its first packet, to complete its handshake, open its
     /// control stream and authenticate.
     pub auth_timeout: Duration,
@@ -79,7 +84,8 @@ impl ServerConfig {
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
     /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
     /// source, every address validated by a Retry, 5 s from the first packet to authentication,
-    /// 15 s idle timeout, one report a second per forward.
+    /// 64 authenticated connections and 4 per credential, 15 s idle timeout, one report a second
+    /// per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -93,12 +99,31 @@ impl ServerConfig {
             max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
             max_unauthenticated_per_source: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
             validate_addresses_above: DEFAULT_VALIDATE_ABOVE,
+            max_authenticated: DEFAULT_MAX_AUTHENTICATED,
+            max_per_credential: DEFAULT_MAX_PER_CREDENTIAL,
             auth_timeout: DEFAULT_AUTH_TIMEOUT,
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
         }
     }
 }
+
+/// Connection attempts the endpoint holds before the accept loop has decided on them; more are
+/// refused by quinn itself.
+pub const MAX_INCOMING: usize = 4096;
+
+/// Bytes the endpoint buffers for one undecided attempt (beyond its first packet).
+pub const INCOMING_BUFFER: u64 = 64 << 10;
+
+/// Bytes the endpoint buffers for all undecided attempts together.
+pub const INCOMING_BUFFER_TOTAL: u64 = 16 << 20;
+
+/// Default bound on authenticated connections in all.
+pub const DEFAULT_MAX_AUTHENTICATED: usize = 64;
+
+/// Default bound on authenticated connections of one credential: a client that reconnects while
+/// the node still holds its lost connection (until the idle timeout) is not refused.
+pub const DEFAULT_MAX_PER_CREDENTIAL: usize = 4;
 
 /// Default time a new connection has, from its first packet, to complete its handshake and
 /// authenticate: all an unauthenticated peer can hold a place for.
@@ -169,6 +194,8 @@ struct Shared {
     flow_sockets: Arc<Semaphore>,
     /// The connections in their handshake or authenticating, by source.
     admission: Mutex<Admission>,
+    /// The authenticated connections, by credential.
+    sessions: Mutex<Sessions>,
     /// Who was let in, who was not, and why.
     connections: ConnectionCounters,
 }
@@ -180,6 +207,12 @@ impl Shared {
 
     fn listing(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u64, u32), Listed>> {
         self.listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -201,6 +234,19 @@ struct Place {
 impl Drop for Place {
     fn drop(&mut self) {
         self.shared.admission().release(self.ip);
+    }
+}
+
+/// An authenticated connection's place among those of its credential, given back when it ends
+/// (dropped).
+struct Session {
+    shared: Arc<Shared>,
+    credential: usize,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shared.sessions().release(self.credential);
     }
 }
 
@@ -298,6 +344,10 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             max_per_source: config.max_unauthenticated_per_source,
             validate_above: config.validate_addresses_above,
         })),
+        sessions: Mutex::new(Sessions::new(
+            config.max_authenticated,
+            config.max_per_credential,
+        )),
         connections: ConnectionCounters::default(),
     });
     let (shutdown, shutdown_rx) = watch::channel(None);
@@ -329,7 +379,14 @@ pub fn quinn_server_config(
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| StartError::Tls(e.to_string()))?;
     let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    server_config.transport_config(transport_config(idle_timeout));
+    server_config.transport_config(server_transport_config(idle_timeout));
+    // r[impl forward.limits.windows]
+    // What the endpoint buffers for attempts not yet decided on (quinn: 65 536 of them, 10 MB
+    // each, 100 MB in all); the accept loop decides at once, so these only bound a flood.
+    server_config
+        .max_incoming(MAX_INCOMING)
+        .incoming_buffer_size(INCOMING_BUFFER)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
     Ok(server_config)
 }
 
@@ -377,7 +434,10 @@ impl Server {
     /// bound, failed handshakes and timeouts.
     pub fn connections(&self) -> ConnectionStats {
         let unauthenticated = self.shared.admission().unauthenticated();
-        self.shared.connections.snapshot(unauthenticated)
+        let authenticated = self.shared.sessions().authenticated();
+        self.shared
+            .connections
+            .snapshot(unauthenticated, authenticated)
     }
 
     /// Flow sockets open now, across every connection.
@@ -570,6 +630,7 @@ async fn authenticate(
 ) -> Option<(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
+    usize,
 )> {
     // One deadline for the whole of it (from the first packet): opening the stream late does not
     // buy a second timeout.
@@ -589,8 +650,8 @@ async fn authenticate(
     let first = tokio::time::timeout_at(deadline, control.recv()).await;
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
-            if shared.credentials.allows(&credential) {
-                return Some((send, control));
+            if let Some(which) = shared.credentials.matching(&credential) {
+                return Some((send, control, which));
             }
             (
                 Refusal::BadCredential,
@@ -625,8 +686,18 @@ async fn serve(
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
     // it has no forward to announce, so it is closed with the reason at once.
     let mut stopping = shutdown.clone();
+    // r[impl forward.limits.windows]
+    // Datagrams before authentication are read and dropped, so an unauthenticated peer cannot
+    // keep the connection's datagram buffer full.
+    let drain = async {
+        while conn.read_datagram().await.is_ok() {
+            shared.connections.count(Turned::DroppedUnauthenticated);
+        }
+        std::future::pending::<()>().await;
+    };
     let authenticated = tokio::select! {
         authenticated = authenticate(&conn, &shared, deadline) => authenticated,
+        () = drain => None,
         stop = stopping.wait_for(Option::is_some) => {
             let message = stop.ok().and_then(|s| *s).map_or("node shutting down", |s| s.message);
             conn.close(close_code::SHUTDOWN.into(), message.as_bytes());
@@ -635,8 +706,31 @@ async fn serve(
     };
     // r[impl forward.limits.unauthenticated+2]
     drop(unauthenticated);
-    let Some((send, mut control)) = authenticated else {
+    let Some((send, mut control, credential)) = authenticated else {
         return;
+    };
+    // r[impl forward.limits.per-credential]
+    let admitted = shared.sessions().admit(credential);
+    let _session = match admitted {
+        Ok(()) => Session {
+            shared: shared.clone(),
+            credential,
+        },
+        Err(why) => {
+            let (turned, message) = match why {
+                SessionRefused::Total => (
+                    Turned::RefusedAuthenticated,
+                    "the node holds as many connections as it allows",
+                ),
+                SessionRefused::PerCredential => (
+                    Turned::RefusedPerCredential,
+                    "this credential holds as many connections as the node allows",
+                ),
+            };
+            shared.connections.count(turned);
+            refuse(&conn, send, Refusal::TooManyConnections, message).await;
+            return;
+        }
     };
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
     let client = conn.remote_address();

@@ -148,6 +148,9 @@ pub struct ConnectionCounters {
     refused_per_source: AtomicU64,
     handshake_failed: AtomicU64,
     timed_out: AtomicU64,
+    refused_authenticated: AtomicU64,
+    refused_per_credential: AtomicU64,
+    dropped_unauthenticated: AtomicU64,
 }
 
 /// Why a connection attempt or a connection was turned away, for [`ConnectionCounters::count`].
@@ -163,6 +166,12 @@ pub enum Turned {
     HandshakeFailed,
     /// Closed: no handshake and authentication within the authentication timeout.
     TimedOut,
+    /// Refused after authenticating: the bound on authenticated connections in all.
+    RefusedAuthenticated,
+    /// Refused after authenticating: the bound on connections of its credential.
+    RefusedPerCredential,
+    /// A datagram that arrived before its connection authenticated, dropped.
+    DroppedUnauthenticated,
 }
 
 /// A snapshot of the node's connection counters.
@@ -180,6 +189,14 @@ pub struct ConnectionStats {
     pub handshake_failed: u64,
     /// Connections closed for not completing the handshake and authentication in time.
     pub timed_out: u64,
+    /// Authenticated connections now.
+    pub authenticated: u64,
+    /// Connections refused after authenticating, at the bound on authenticated connections.
+    pub refused_authenticated: u64,
+    /// Connections refused after authenticating, at the bound on one credential's connections.
+    pub refused_per_credential: u64,
+    /// Datagrams that arrived before their connection authenticated, dropped.
+    pub dropped_unauthenticated: u64,
 }
 
 impl ConnectionCounters {
@@ -191,12 +208,15 @@ impl ConnectionCounters {
             Turned::RefusedPerSource => &self.refused_per_source,
             Turned::HandshakeFailed => &self.handshake_failed,
             Turned::TimedOut => &self.timed_out,
+            Turned::RefusedAuthenticated => &self.refused_authenticated,
+            Turned::RefusedPerCredential => &self.refused_per_credential,
+            Turned::DroppedUnauthenticated => &self.dropped_unauthenticated,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counters now, with `unauthenticated` connections held.
-    pub fn snapshot(&self, unauthenticated: usize) -> ConnectionStats {
+    /// The counters now, with `unauthenticated` and `authenticated` connections held.
+    pub fn snapshot(&self, unauthenticated: usize, authenticated: usize) -> ConnectionStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ConnectionStats {
             unauthenticated: unauthenticated as u64,
@@ -205,6 +225,10 @@ impl ConnectionCounters {
             refused_per_source: load(&self.refused_per_source),
             handshake_failed: load(&self.handshake_failed),
             timed_out: load(&self.timed_out),
+            authenticated: authenticated as u64,
+            refused_authenticated: load(&self.refused_authenticated),
+            refused_per_credential: load(&self.refused_per_credential),
+            dropped_unauthenticated: load(&self.dropped_unauthenticated),
         }
     }
 }

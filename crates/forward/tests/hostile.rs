@@ -121,3 +121,24 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
     let again = silent_peer(&server, hostile_source(0)).await;
     assert!(again.is_ok(), "{again:?}");
 }
+
+// r[verify forward.limits.windows]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_sent_before_authentication_are_dropped_not_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let (conn, _endpoint) = silent_peer(&server, hostile_source(0))
+        .await
+        .expect("handshake");
+    for _ in 0..10 {
+        conn.send_datagram(bytes::Bytes::from_static(&[0x01, 0x00, b'x']))
+            .expect("datagrams are on");
+    }
+    // Read and dropped while the node waits for a Hello, so they do not sit in the connection's
+    // datagram buffer until it authenticates or times out.
+    eventually("the datagrams dropped", || {
+        server.connections().dropped_unauthenticated >= 1
+    })
+    .await;
+    assert!(server.forwards().is_empty());
+}
