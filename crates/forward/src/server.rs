@@ -25,7 +25,7 @@ use crate::admission::{
     SessionRefused, Sessions,
 };
 use crate::allow::AllowList;
-use crate::auth::{Credential, Credentials};
+use crate::auth::{AuthPacer, Credential, Credentials, default_auth_pacing};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
@@ -71,6 +71,10 @@ pub struct ServerConfig {
     pub max_authenticated: usize,
     /// Authenticated connections of one credential; one more is refused after its Hello.
     pub max_per_credential: usize,
+    /// How long new connections from a source are refused after one of its connections failed to
+    /// authenticate: a wait that starts at the policy's base and doubles with each further
+    /// failure up to its cap.
+    pub auth_pacing: holdfast_retry::Policy,
     /// How long a new connection has, from its first packet, to complete its handshake, open its
     /// control stream and authenticate.
     pub auth_timeout: Duration,
@@ -84,8 +88,8 @@ impl ServerConfig {
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
     /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
     /// source, every address validated by a Retry, 5 s from the first packet to authentication,
-    /// 64 authenticated connections and 4 per credential, 15 s idle timeout, one report a second
-    /// per forward.
+    /// 64 authenticated connections and 4 per credential, a source refused for 1 s after a failed
+    /// authentication (doubling up to 60 s), 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -101,6 +105,7 @@ impl ServerConfig {
             validate_addresses_above: DEFAULT_VALIDATE_ABOVE,
             max_authenticated: DEFAULT_MAX_AUTHENTICATED,
             max_per_credential: DEFAULT_MAX_PER_CREDENTIAL,
+            auth_pacing: default_auth_pacing(),
             auth_timeout: DEFAULT_AUTH_TIMEOUT,
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
@@ -196,6 +201,8 @@ struct Shared {
     admission: Mutex<Admission>,
     /// The authenticated connections, by credential.
     sessions: Mutex<Sessions>,
+    /// Sources that failed to authenticate, and how long they wait.
+    pacer: Mutex<AuthPacer>,
     /// Who was let in, who was not, and why.
     connections: ConnectionCounters,
 }
@@ -209,6 +216,29 @@ impl Shared {
         self.listing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn pacer(&self) -> std::sync::MutexGuard<'_, AuthPacer> {
+        self.pacer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A connection from `remote` failed to authenticate (`reason`): counted, its source paced,
+    /// and logged once per burst (the failure that starts or lengthens the source's wait).
+    // r[impl forward.auth.pacing]
+    fn auth_failed(&self, remote: SocketAddr, reason: &str) {
+        self.connections.count(Turned::AuthFailed);
+        let burst = self.pacer().failed(remote.ip(), Instant::now().into_std());
+        if let Some(burst) = burst {
+            tracing::warn!(
+                client = %remote,
+                failures = burst.failures,
+                paced_for = ?burst.paced_for,
+                reason,
+                "forward: authentication failed; new connections from this source are refused for a while"
+            );
+        }
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
@@ -255,6 +285,14 @@ impl Drop for Session {
 // r[impl forward.limits.unauthenticated+2]
 fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quinn::Incoming)> {
     let remote = incoming.remote_address();
+    // r[impl forward.auth.pacing]
+    // A source that failed to authenticate waits before its next handshake. Only a completed
+    // handshake can fail, so a forged source cannot get another host paced.
+    if shared.pacer().paced(remote.ip(), Instant::now().into_std()) {
+        shared.connections.count(Turned::RefusedPaced);
+        incoming.refuse();
+        return None;
+    }
     let decision = shared
         .admission()
         .decide(remote.ip(), incoming.remote_address_validated());
@@ -344,6 +382,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             max_per_source: config.max_unauthenticated_per_source,
             validate_above: config.validate_addresses_above,
         })),
+        pacer: Mutex::new(AuthPacer::new(config.auth_pacing)),
         sessions: Mutex::new(Sessions::new(
             config.max_authenticated,
             config.max_per_credential,
@@ -607,7 +646,8 @@ fn linger_until(shutdown: Option<Shutdown>, fallback: Duration) -> Duration {
 
 /// Refuses the connection's request with `refusal`, delivers the refusal, and closes.
 async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal, message: &str) {
-    tracing::info!(client = %conn.remote_address(), ?refusal, reason = message, "forward: client refused");
+    // Each refusal is counted; a failed authentication is logged once per burst of its source.
+    tracing::debug!(client = %conn.remote_address(), ?refusal, reason = message, "forward: client refused");
     let _ = write(
         &mut send,
         &Message::Refused {
@@ -642,6 +682,7 @@ async fn authenticate(
         }
         Err(_) => {
             shared.connections.count(Turned::TimedOut);
+            shared.auth_failed(conn.remote_address(), "no control stream in time");
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
@@ -651,6 +692,7 @@ async fn authenticate(
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if let Some(which) = shared.credentials.matching(&credential) {
+                shared.pacer().succeeded(conn.remote_address().ip());
                 return Some((send, control, which));
             }
             (
@@ -671,6 +713,7 @@ async fn authenticate(
             (Refusal::NotAuthenticated, "no authentication in time")
         }
     };
+    shared.auth_failed(conn.remote_address(), message);
     refuse(conn, send, refusal, message).await;
     None
 }

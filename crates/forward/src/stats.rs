@@ -151,6 +151,8 @@ pub struct ConnectionCounters {
     refused_authenticated: AtomicU64,
     refused_per_credential: AtomicU64,
     dropped_unauthenticated: AtomicU64,
+    auth_failed: AtomicU64,
+    refused_paced: AtomicU64,
 }
 
 /// Why a connection attempt or a connection was turned away, for [`ConnectionCounters::count`].
@@ -172,6 +174,11 @@ pub enum Turned {
     RefusedPerCredential,
     /// A datagram that arrived before its connection authenticated, dropped.
     DroppedUnauthenticated,
+    /// A connection failed to authenticate (bad credential, another request, none in time, or
+    /// another protocol version).
+    AuthFailed,
+    /// Refused before its handshake: its source failed to authenticate recently.
+    RefusedPaced,
 }
 
 /// A snapshot of the node's connection counters.
@@ -197,6 +204,11 @@ pub struct ConnectionStats {
     pub refused_per_credential: u64,
     /// Datagrams that arrived before their connection authenticated, dropped.
     pub dropped_unauthenticated: u64,
+    /// Connections that failed to authenticate.
+    pub auth_failed: u64,
+    /// Attempts refused before their handshake because their source failed to authenticate
+    /// recently.
+    pub refused_paced: u64,
 }
 
 impl ConnectionCounters {
@@ -211,6 +223,8 @@ impl ConnectionCounters {
             Turned::RefusedAuthenticated => &self.refused_authenticated,
             Turned::RefusedPerCredential => &self.refused_per_credential,
             Turned::DroppedUnauthenticated => &self.dropped_unauthenticated,
+            Turned::AuthFailed => &self.auth_failed,
+            Turned::RefusedPaced => &self.refused_paced,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -229,6 +243,8 @@ impl ConnectionCounters {
             refused_authenticated: load(&self.refused_authenticated),
             refused_per_credential: load(&self.refused_per_credential),
             dropped_unauthenticated: load(&self.dropped_unauthenticated),
+            auth_failed: load(&self.auth_failed),
+            refused_paced: load(&self.refused_paced),
         }
     }
 }

@@ -104,6 +104,13 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
     let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
     config.auth_timeout = Duration::from_millis(500);
     config.max_unauthenticated_per_source = 1;
+    // A timeout is a failed authentication, which paces the source: briefly here, so the place
+    // can be seen to be free again.
+    config.auth_pacing = holdfast_retry::Policy::builder()
+        .base(Duration::from_millis(1))
+        .cap(Duration::from_millis(1))
+        .build()
+        .expect("policy");
     let server = holdfast_forward::start(config).await.expect("server");
     let (conn, _endpoint) = silent_peer(&server, hostile_source(0))
         .await

@@ -741,3 +741,54 @@ async fn a_connection_past_the_per_credential_bound_is_refused() {
         .await;
     assert_eq!(again.next().await, Message::Welcome);
 }
+
+// r[verify forward.auth.pacing]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_fails_to_authenticate_is_refused_for_a_while_and_then_let_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.auth_pacing = holdfast_retry::Policy::builder()
+        .base(Duration::from_millis(800))
+        .cap(Duration::from_secs(60))
+        .jitter(holdfast_retry::Jitter::None)
+        .build()
+        .expect("policy");
+    let server = holdfast_forward::start(config).await.expect("server");
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&control::encode(&Message::Hello {
+        credential: b"a guess".to_vec(),
+    }))
+    .await;
+    match raw.next().await {
+        Message::Refused {
+            refusal: Refusal::BadCredential,
+            ..
+        } => {}
+        other => panic!("expected BadCredential, got {other:?}"),
+    }
+    // The source's next connection is refused before its handshake.
+    let paced = try_connect(&server).await;
+    assert!(
+        matches!(
+            paced,
+            Err(quinn::ConnectionError::ConnectionClosed(ref close))
+                if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+        ),
+        "{paced:?}"
+    );
+    let counted = server.connections();
+    assert_eq!(
+        (counted.auth_failed, counted.refused_paced),
+        (1, 1),
+        "{counted:?}"
+    );
+    // Once the wait has passed it is let in, and the right credential is welcome.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let mut again = Raw::connect(&server).await;
+    again
+        .send_frame(&control::encode(&Message::Hello {
+            credential: TOKEN.as_bytes().to_vec(),
+        }))
+        .await;
+    assert_eq!(again.next().await, Message::Welcome);
+}
