@@ -85,6 +85,24 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Refuses bounds and timeouts that would refuse every client.
+    fn check(&self) -> Result<(), StartError> {
+        let zero = [
+            ("max_unauthenticated", self.max_unauthenticated == 0),
+            (
+                "max_unauthenticated_per_source",
+                self.max_unauthenticated_per_source == 0,
+            ),
+            ("max_authenticated", self.max_authenticated == 0),
+            ("max_per_credential", self.max_per_credential == 0),
+            ("auth_timeout", self.auth_timeout.is_zero()),
+        ];
+        match zero.into_iter().find(|(_, is_zero)| *is_zero) {
+            Some((field, _)) => Err(StartError::Zero(field)),
+            None => Ok(()),
+        }
+    }
+
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
     /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
     /// source, every address validated by a Retry, 5 s from the first packet to authentication,
@@ -143,6 +161,9 @@ pub enum StartError {
     /// The TLS configuration was refused.
     #[error("forward TLS configuration: {0}")]
     Tls(String),
+    /// A bound or timeout of the configuration cannot work (zero would refuse every client).
+    #[error("forward configuration: {0} must be greater than zero")]
+    Zero(&'static str),
     /// The endpoint could not listen.
     #[error("forward endpoint on {addr}: {source}")]
     Listen {
@@ -352,6 +373,7 @@ impl std::fmt::Debug for Server {
 /// Starts the server: loads (or creates) the identity, listens, and accepts clients until
 /// stopped. Needs a tokio runtime.
 pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+    config.check()?;
     let identity = Identity::load_or_create(&config.identity_dir)?;
     let fingerprint = identity.fingerprint();
     let server_config = quinn_server_config(&identity, config.idle_timeout)?;

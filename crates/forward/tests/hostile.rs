@@ -149,3 +149,18 @@ async fn datagrams_sent_before_authentication_are_dropped_not_kept() {
     .await;
     assert!(server.forwards().is_empty());
 }
+
+// r[verify forward.limits.per-credential]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_of_zero_is_refused_at_start_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.max_per_credential = 0;
+    let err = holdfast_forward::start(config)
+        .await
+        .expect_err("a bound of zero");
+    assert_eq!(
+        err.to_string(),
+        "forward configuration: max_per_credential must be greater than zero"
+    );
+}
