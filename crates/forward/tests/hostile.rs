@@ -109,6 +109,7 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
     config.auth_pacing = holdfast_retry::Policy::builder()
         .base(Duration::from_millis(1))
         .cap(Duration::from_millis(1))
+        .jitter(holdfast_retry::Jitter::None)
         .build()
         .expect("policy");
     let server = holdfast_forward::start(config).await.expect("server");
@@ -124,7 +125,8 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
         counted.unauthenticated == 0 && counted.timed_out == 1
     })
     .await;
-    // The source's one place is free again.
+    // The source's one place is free again (once its 1 ms of pacing has passed).
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let again = silent_peer(&server, hostile_source(0)).await;
     assert!(again.is_ok(), "{again:?}");
 }
