@@ -1,9 +1,15 @@
 //! Client credentials: a token the node's configuration allows, compared in constant time.
 
 use std::fmt;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use holdfast_retry::{Jitter, KeyedGate, Policy};
 
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+use crate::admission::Source;
 
 /// A client credential (a token). Its `Debug` never shows it, so it cannot leak into a log.
 #[derive(Clone, PartialEq, Eq)]
@@ -60,12 +66,88 @@ impl Credentials {
     /// entry matched. An empty token is never allowed.
     // r[impl forward.auth]
     pub fn allows(&self, presented: &[u8]) -> bool {
+        self.matching(presented).is_some()
+    }
+
+    /// Which allowed credential `presented` is (its place in the list given to
+    /// [`Credentials::new`], empty ones left out), compared as [`Credentials::allows`] does: every
+    /// entry, in constant time, the index chosen without a branch on the comparison.
+    // r[impl forward.auth]
+    pub fn matching(&self, presented: &[u8]) -> Option<usize> {
         let presented = digest(presented);
-        let mut ok = subtle::Choice::from(0);
-        for allowed in &self.digests {
-            ok |= allowed.ct_eq(&presented);
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u64;
+        for (i, allowed) in self.digests.iter().enumerate() {
+            let same = allowed.ct_eq(&presented);
+            index = u64::conditional_select(&index, &(i as u64), same & !found);
+            found |= same;
         }
-        bool::from(ok) && !self.digests.is_empty()
+        bool::from(found).then_some(index as usize)
+    }
+}
+
+/// The default pacing of a source after a failed authentication: 1 s after the first failure,
+/// doubling with each further one up to 60 s, without jitter (nothing here needs spreading).
+pub fn default_auth_pacing() -> Policy {
+    Policy::builder()
+        .base(Duration::from_secs(1))
+        .cap(Duration::from_secs(60))
+        .jitter(Jitter::None)
+        .escalate_after(u32::MAX)
+        .build()
+        // A constant policy that builds; the fallback only keeps a panic off this path.
+        .unwrap_or_default()
+}
+
+/// A burst of failed authentications from one source, to log once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Burst {
+    /// Failures from the source in its current streak (this one included).
+    pub failures: u32,
+    /// How long new connections from it are refused from now.
+    pub paced_for: Duration,
+}
+
+/// Failed authentications, paced per source through holdfast-retry's gate: each failure starts or
+/// lengthens a wait during which new connections from its source are refused before their
+/// handshake. Caller-clocked (every call takes `now`), as the gate is.
+#[derive(Debug)]
+pub struct AuthPacer {
+    gate: KeyedGate<Source>,
+}
+
+impl AuthPacer {
+    /// Pacing by `policy`.
+    pub fn new(policy: Policy) -> Self {
+        AuthPacer {
+            gate: KeyedGate::new(policy),
+        }
+    }
+
+    /// Whether a new connection from `ip` is refused at `now` (its source failed recently).
+    // r[impl forward.auth.pacing]
+    pub fn paced(&self, ip: IpAddr, now: Instant) -> bool {
+        self.gate.check(&Source::of(ip), now).is_err()
+    }
+
+    /// A connection from `ip` failed to authenticate at `now`. The failure that starts (or, once
+    /// the wait has passed, lengthens) the source's wait is the burst to log; failures of
+    /// connections let in before the wait began are part of that burst, so `None`.
+    // r[impl forward.auth.pacing]
+    pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Option<Burst> {
+        let token = self.gate.begin(&Source::of(ip), now).ok()?;
+        let transition = self.gate.fail(token, now, None);
+        Some(Burst {
+            failures: transition.failures,
+            paced_for: transition
+                .next_attempt_at
+                .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
+        })
+    }
+
+    /// A connection from `ip` authenticated: its source starts afresh.
+    pub fn succeeded(&mut self, ip: IpAddr) {
+        self.gate.forget(&Source::of(ip));
     }
 }
 
@@ -86,5 +168,59 @@ mod tests {
         assert!(!Credentials::default().allows(b"alpha-token"));
         assert!(!Credentials::new([&Credential::new("")]).allows(b""));
         assert!(!format!("{a:?} {creds:?}").contains("alpha"));
+        assert_eq!(creds.matching(b"alpha-token"), Some(0));
+        assert_eq!(creds.matching(b"beta-token"), Some(1));
+        assert_eq!(creds.matching(b"gamma-token"), None);
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    // r[verify forward.auth.pacing]
+    #[test]
+    fn a_source_that_fails_is_refused_for_a_doubling_wait_and_logged_once_per_burst() {
+        let mut pacer = AuthPacer::new(default_auth_pacing());
+        let t0 = Instant::now();
+        let (attacker, other) = (ip("192.0.2.7"), ip("198.51.100.1"));
+        assert!(!pacer.paced(attacker, t0));
+        // Eight connections let in at once all fail: one burst, one line.
+        let bursts: Vec<_> = (0..8).filter_map(|_| pacer.failed(attacker, t0)).collect();
+        assert_eq!(
+            bursts,
+            vec![Burst {
+                failures: 1,
+                paced_for: Duration::from_secs(1)
+            }]
+        );
+        assert!(pacer.paced(attacker, t0 + Duration::from_millis(999)));
+        assert!(!pacer.paced(other, t0), "other sources are not paced");
+        // Once the wait has passed, the next failure is the next burst: a longer wait.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(!pacer.paced(attacker, t1));
+        assert_eq!(
+            pacer.failed(attacker, t1),
+            Some(Burst {
+                failures: 2,
+                paced_for: Duration::from_secs(2)
+            })
+        );
+        // A guesser that tries at every chance gets a handful of attempts in ten minutes.
+        let mut now = t1;
+        let mut attempts = 2;
+        let end = t0 + Duration::from_secs(600);
+        while now < end {
+            if !pacer.paced(attacker, now) && pacer.failed(attacker, now).is_some() {
+                attempts += 1;
+            }
+            now += Duration::from_millis(100);
+        }
+        assert!(attempts <= 16, "{attempts} attempts in 10 minutes");
+        // An IPv6 host is paced by its /64.
+        pacer.failed(ip("2001:db8::1"), t0);
+        assert!(pacer.paced(ip("2001:db8::ffff"), t0));
+        // A success starts its source afresh.
+        pacer.succeeded(attacker);
+        assert!(!pacer.paced(attacker, now));
     }
 }

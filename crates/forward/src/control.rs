@@ -35,6 +35,9 @@ pub enum Refusal {
     Version,
     /// The node is shutting down.
     ShuttingDown,
+    /// The node already holds as many authenticated connections as it allows, in all or for
+    /// this credential.
+    TooManyConnections,
 }
 
 /// Why a forward ended.
@@ -187,6 +190,7 @@ impl Refusal {
             Refusal::TooManyForwards => 5,
             Refusal::Version => 6,
             Refusal::ShuttingDown => 7,
+            Refusal::TooManyConnections => 8,
         }
     }
 
@@ -199,6 +203,7 @@ impl Refusal {
             5 => Refusal::TooManyForwards,
             6 => Refusal::Version,
             7 => Refusal::ShuttingDown,
+            8 => Refusal::TooManyConnections,
             _ => return None,
         })
     }
@@ -457,7 +462,7 @@ mod tests {
     }
 
     fn refusal() -> impl Strategy<Value = Refusal> {
-        (1u8..=7).prop_map(|c| Refusal::from_code(c).expect("valid code"))
+        (1u8..=8).prop_map(|c| Refusal::from_code(c).expect("valid code"))
     }
 
     fn end_reason() -> impl Strategy<Value = EndReason> {

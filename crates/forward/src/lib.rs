@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod admission;
 pub mod allow;
 pub mod auth;
 mod buffers;
@@ -21,9 +22,15 @@ pub mod transport;
 mod udp_io;
 pub mod wire;
 
+pub use admission::{
+    DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE, DEFAULT_VALIDATE_ABOVE,
+};
 pub use allow::{AllowList, AllowRule, Grants};
 pub use auth::Credential;
 pub use classify::RelayError;
 pub use identity::{Fingerprint, Identity};
-pub use server::{Server, ServerConfig, start};
-pub use stats::ForwardStats;
+pub use server::{
+    DEFAULT_AUTH_TIMEOUT, DEFAULT_MAX_AUTHENTICATED, DEFAULT_MAX_PER_CREDENTIAL, Server,
+    ServerConfig, start,
+};
+pub use stats::{ConnectionStats, ForwardStats};

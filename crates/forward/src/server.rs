@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IoSliceMut;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,12 +15,17 @@ use quinn::Connection;
 use quinn::udp::RecvMeta;
 use thiserror::Error;
 use tokio::net::UdpSocket;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use crate::admission::{
+    Admission, AdmissionLimits, DEFAULT_MAX_UNAUTHENTICATED,
+    DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE, DEFAULT_VALIDATE_ABOVE, Decision, Refused,
+    SessionRefused, Sessions,
+};
 use crate::allow::{AllowList, Grants};
-use crate::auth::{Credential, Credentials};
+use crate::auth::{AuthPacer, Credential, Credentials, default_auth_pacing};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
@@ -30,8 +35,8 @@ use crate::flows::{
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
 use crate::report::{Handed, Reporter};
-use crate::stats::{Counters, ForwardStats};
-use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, transport_config};
+use crate::stats::{ConnectionCounters, ConnectionStats, Counters, ForwardStats, Turned};
+use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, server_transport_config};
 use crate::udp_io::{
     FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
 };
@@ -62,7 +67,21 @@ pub struct ServerConfig {
     /// Connections in their handshake or not yet authenticated, at once; a new one beyond this
     /// is refused before its handshake.
     pub max_unauthenticated: usize,
-    /// How long a new connection has to open its control stream and authenticate.
+    /// The same, from one source (an IPv4 address or an IPv6 /64).
+    pub max_unauthenticated_per_source: usize,
+    /// While at least this many connections are unauthenticated, a new one must first validate
+    /// its address with a QUIC Retry (0: every one must).
+    pub validate_addresses_above: usize,
+    /// Authenticated connections, in all; one more is refused after its Hello.
+    pub max_authenticated: usize,
+    /// Authenticated connections of one credential; one more is refused after its Hello.
+    pub max_per_credential: usize,
+    /// How long new connections from a source are refused after one of its connections failed to
+    /// authenticate: a wait that starts at the policy's base and doubles with each further
+    /// failure up to its cap.
+    pub auth_pacing: holdfast_retry::Policy,
+    /// How long a new connection has, from its first packet, to complete its handshake, open its
+    /// control stream and authenticate.
     pub auth_timeout: Duration,
     /// How long a silent connection lasts (keep-alives go every third of it).
     pub idle_timeout: Duration,
@@ -71,9 +90,29 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Refuses bounds and timeouts that would refuse every client.
+    fn check(&self) -> Result<(), StartError> {
+        let zero = [
+            ("max_unauthenticated", self.max_unauthenticated == 0),
+            (
+                "max_unauthenticated_per_source",
+                self.max_unauthenticated_per_source == 0,
+            ),
+            ("max_authenticated", self.max_authenticated == 0),
+            ("max_per_credential", self.max_per_credential == 0),
+            ("auth_timeout", self.auth_timeout.is_zero()),
+        ];
+        match zero.into_iter().find(|(_, is_zero)| *is_zero) {
+            Some((field, _)) => Err(StartError::Zero(field)),
+            None => Ok(()),
+        }
+    }
+
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
-    /// new one), 4096 flow sockets in all, 64 connections not yet authenticated, 10 s to
-    /// authenticate, 15 s idle timeout, one report a second per forward.
+    /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
+    /// source, every address validated by a Retry, 5 s from the first packet to authentication,
+    /// 64 authenticated connections and 4 per credential, a source refused for 1 s after a failed
+    /// authentication (doubling up to 60 s), 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             listen,
@@ -85,13 +124,39 @@ impl ServerConfig {
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
             max_flow_sockets: 4096,
-            max_unauthenticated: 64,
-            auth_timeout: Duration::from_secs(10),
+            max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
+            max_unauthenticated_per_source: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
+            validate_addresses_above: DEFAULT_VALIDATE_ABOVE,
+            max_authenticated: DEFAULT_MAX_AUTHENTICATED,
+            max_per_credential: DEFAULT_MAX_PER_CREDENTIAL,
+            auth_pacing: default_auth_pacing(),
+            auth_timeout: DEFAULT_AUTH_TIMEOUT,
             idle_timeout: Duration::from_secs(15),
             report_interval: Duration::from_secs(1),
         }
     }
 }
+
+/// Connection attempts the endpoint holds before the accept loop has decided on them; more are
+/// refused by quinn itself.
+pub const MAX_INCOMING: usize = 4096;
+
+/// Bytes the endpoint buffers for one undecided attempt (beyond its first packet).
+pub const INCOMING_BUFFER: u64 = 64 << 10;
+
+/// Bytes the endpoint buffers for all undecided attempts together.
+pub const INCOMING_BUFFER_TOTAL: u64 = 16 << 20;
+
+/// Default bound on authenticated connections in all.
+pub const DEFAULT_MAX_AUTHENTICATED: usize = 64;
+
+/// Default bound on authenticated connections of one credential: a client that reconnects while
+/// the node still holds its lost connection (until the idle timeout) is not refused.
+pub const DEFAULT_MAX_PER_CREDENTIAL: usize = 4;
+
+/// Default time a new connection has, from its first packet, to complete its handshake and
+/// authenticate: all an unauthenticated peer can hold a place for.
+pub const DEFAULT_AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the server did not start.
 #[derive(Debug, Error)]
@@ -102,6 +167,9 @@ pub enum StartError {
     /// The TLS configuration was refused.
     #[error("forward TLS configuration: {0}")]
     Tls(String),
+    /// A bound or timeout of the configuration cannot work (zero would refuse every client).
+    #[error("forward configuration: {0} must be greater than zero")]
+    Zero(&'static str),
     /// The endpoint could not listen.
     #[error("forward endpoint on {addr}: {source}")]
     Listen {
@@ -155,10 +223,14 @@ struct Shared {
     next_connection: AtomicU64,
     /// The flow sockets the node may hold, shared between connections.
     flow_pool: Arc<FlowPool>,
-    /// One permit per connection that may be in its handshake or authenticating.
-    unauthenticated: Arc<Semaphore>,
-    /// Connections refused because `unauthenticated` had no permit left.
-    refused_unauthenticated: AtomicU64,
+    /// The connections in their handshake or authenticating, by source.
+    admission: Mutex<Admission>,
+    /// The authenticated connections, by credential.
+    sessions: Mutex<Sessions>,
+    /// Sources that failed to authenticate, and how long they wait.
+    pacer: Mutex<AuthPacer>,
+    /// Who was let in, who was not, and why.
+    connections: ConnectionCounters,
 }
 
 impl Shared {
@@ -166,6 +238,112 @@ impl Shared {
         self.listing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn pacer(&self) -> std::sync::MutexGuard<'_, AuthPacer> {
+        self.pacer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A connection from `remote` failed to authenticate (`reason`): counted, its source paced,
+    /// and logged once per burst (the failure that starts or lengthens the source's wait).
+    // r[impl forward.auth.pacing]
+    fn auth_failed(&self, remote: SocketAddr, reason: &str) {
+        self.connections.count(Turned::AuthFailed);
+        let burst = self.pacer().failed(remote.ip(), Instant::now().into_std());
+        if let Some(burst) = burst {
+            tracing::warn!(
+                client = %remote,
+                failures = burst.failures,
+                paced_for = ?burst.paced_for,
+                reason,
+                "forward: authentication failed; new connections from this source are refused for a while"
+            );
+        }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn admission(&self) -> std::sync::MutexGuard<'_, Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A connection's place among the unauthenticated ones, given back when it authenticates or
+/// ends (dropped).
+struct Place {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.shared.admission().release(self.ip);
+    }
+}
+
+/// An authenticated connection's place among those of its credential, given back when it ends
+/// (dropped).
+struct Session {
+    shared: Arc<Shared>,
+    credential: usize,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shared.sessions().release(self.credential);
+    }
+}
+
+/// Decides on a new connection attempt before any handshake work: a Retry, a refusal (each a
+/// single stateless packet, counted), or a place among the unauthenticated connections.
+// r[impl forward.limits.unauthenticated+2]
+fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quinn::Incoming)> {
+    let remote = incoming.remote_address();
+    // r[impl forward.auth.pacing]
+    // A source that failed to authenticate waits before its next handshake. Only a completed
+    // handshake can fail, so a forged source cannot get another host paced.
+    if shared.pacer().paced(remote.ip(), Instant::now().into_std()) {
+        shared.connections.count(Turned::RefusedPaced);
+        incoming.refuse();
+        return None;
+    }
+    let decision = shared
+        .admission()
+        .decide(remote.ip(), incoming.remote_address_validated());
+    match decision {
+        Decision::Admit => Some((
+            Place {
+                shared: shared.clone(),
+                ip: remote.ip(),
+            },
+            incoming,
+        )),
+        Decision::Retry => {
+            shared.connections.count(Turned::Retried);
+            // Only an attempt that already carries a Retry token cannot be retried, and that one
+            // is validated; refused all the same rather than trusted.
+            if let Err(err) = incoming.retry() {
+                err.into_incoming().refuse();
+            }
+            None
+        }
+        Decision::Refuse(why) => {
+            shared.connections.count(match why {
+                Refused::Total => Turned::RefusedUnauthenticated,
+                Refused::PerSource => Turned::RefusedPerSource,
+            });
+            tracing::debug!(%remote, ?why, "forward: too many unauthenticated connections, refused");
+            incoming.refuse();
+            None
+        }
     }
 }
 
@@ -196,6 +374,7 @@ impl std::fmt::Debug for Server {
 /// Starts the server: loads (or creates) the identity, listens, and accepts clients until
 /// stopped. Needs a tokio runtime.
 pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+    config.check()?;
     let identity = Identity::load_or_create(&config.identity_dir)?;
     let fingerprint = identity.fingerprint();
     let server_config = quinn_server_config(&identity, config.idle_timeout)?;
@@ -228,10 +407,17 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
         flow_pool: FlowPool::new(config.max_flow_sockets),
-        unauthenticated: Arc::new(Semaphore::new(
-            config.max_unauthenticated.min(Semaphore::MAX_PERMITS),
+        admission: Mutex::new(Admission::new(AdmissionLimits {
+            max_unauthenticated: config.max_unauthenticated,
+            max_per_source: config.max_unauthenticated_per_source,
+            validate_above: config.validate_addresses_above,
+        })),
+        pacer: Mutex::new(AuthPacer::new(config.auth_pacing)),
+        sessions: Mutex::new(Sessions::new(
+            config.max_authenticated,
+            config.max_per_credential,
         )),
-        refused_unauthenticated: AtomicU64::new(0),
+        connections: ConnectionCounters::default(),
     });
     let (shutdown, shutdown_rx) = watch::channel(None);
     let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone(), shutdown_rx));
@@ -262,7 +448,14 @@ pub fn quinn_server_config(
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| StartError::Tls(e.to_string()))?;
     let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    server_config.transport_config(transport_config(idle_timeout));
+    server_config.transport_config(server_transport_config(idle_timeout));
+    // r[impl forward.limits.windows]
+    // What the endpoint buffers for attempts not yet decided on (quinn: 65 536 of them, 10 MB
+    // each, 100 MB in all); the accept loop decides at once, so these only bound a flood.
+    server_config
+        .max_incoming(MAX_INCOMING)
+        .incoming_buffer_size(INCOMING_BUFFER)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
     Ok(server_config)
 }
 
@@ -301,9 +494,19 @@ impl Server {
     }
 
     /// Connections refused before their handshake because the bound on connections not yet
-    /// authenticated was reached.
+    /// authenticated, in all, was reached.
     pub fn refused_unauthenticated(&self) -> u64 {
-        self.shared.refused_unauthenticated.load(Ordering::Relaxed)
+        self.connections().refused_unauthenticated
+    }
+
+    /// The node's connection counters: unauthenticated connections now, Retries, refusals by
+    /// bound, failed handshakes and timeouts.
+    pub fn connections(&self) -> ConnectionStats {
+        let unauthenticated = self.shared.admission().unauthenticated();
+        let authenticated = self.shared.sessions().authenticated();
+        self.shared
+            .connections
+            .snapshot(unauthenticated, authenticated)
     }
 
     /// Forwards refused because their target was outside the credential's allow-list.
@@ -382,27 +585,36 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
-                    // r[impl forward.limits.unauthenticated]
                     // Bounded before any handshake work: a flood of new connections costs a
-                    // refusal packet each, never a handshake or an authentication timer.
-                    let Ok(permit) = shared.unauthenticated.clone().try_acquire_owned() else {
-                        shared.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(remote = %incoming.remote_address(), "forward: too many unauthenticated connections, refused");
-                        incoming.refuse();
+                    // Retry or a refusal packet each, never a handshake or an authentication
+                    // timer.
+                    let Some((place, incoming)) = admit(&shared, incoming) else {
                         continue;
                     };
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
                     connections.spawn(async move {
+                        // r[impl forward.limits.unauthenticated+2]
+                        // One deadline from the first packet: a slow handshake leaves less time
+                        // to authenticate, it does not buy more.
+                        let deadline = Instant::now() + shared.auth_timeout;
                         // A stop does not wait for handshakes still under way.
                         let mut stopping = shutdown.clone();
                         let handshake = tokio::select! {
-                            handshake = incoming.into_future() => handshake,
+                            handshake = tokio::time::timeout_at(deadline, incoming.into_future()) => handshake,
                             _ = stopping.wait_for(Option::is_some) => return,
                         };
                         match handshake {
-                            Ok(conn) => serve(conn, shared, shutdown, permit).await,
-                            Err(err) => tracing::debug!(error = %err, "forward: handshake failed"),
+                            Ok(Ok(conn)) => serve(conn, shared, shutdown, place, deadline).await,
+                            Ok(Err(err)) => {
+                                shared.connections.count(Turned::HandshakeFailed);
+                                tracing::debug!(error = %err, "forward: handshake failed");
+                            }
+                            // Dropping the handshake closes the connection.
+                            Err(_) => {
+                                shared.connections.count(Turned::TimedOut);
+                                tracing::debug!("forward: handshake not done in time");
+                            }
                         }
                     });
                 }
@@ -478,7 +690,8 @@ fn linger_until(shutdown: Option<Shutdown>, fallback: Duration) -> Duration {
 
 /// Refuses the connection's request with `refusal`, delivers the refusal, and closes.
 async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal, message: &str) {
-    tracing::info!(client = %conn.remote_address(), ?refusal, reason = message, "forward: client refused");
+    // Each refusal is counted; a failed authentication is logged once per burst of its source.
+    tracing::debug!(client = %conn.remote_address(), ?refusal, reason = message, "forward: client refused");
     let _ = write(
         &mut send,
         &Message::Refused {
@@ -498,13 +711,15 @@ async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal
 async fn authenticate(
     conn: &Connection,
     shared: &Shared,
+    deadline: Instant,
 ) -> Option<(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
     Arc<AllowList>,
+    usize,
 )> {
-    // One deadline for the whole of it: opening the stream late does not buy a second timeout.
-    let deadline = Instant::now() + shared.auth_timeout;
+    // One deadline for the whole of it (from the first packet): opening the stream late does not
+    // buy a second timeout.
     let (send, recv) = match tokio::time::timeout_at(deadline, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
@@ -512,6 +727,8 @@ async fn authenticate(
             return None;
         }
         Err(_) => {
+            shared.connections.count(Turned::TimedOut);
+            shared.auth_failed(conn.remote_address(), "no control stream in time");
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
@@ -520,9 +737,10 @@ async fn authenticate(
     let first = tokio::time::timeout_at(deadline, control.recv()).await;
     let (refusal, message) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
-            if shared.credentials.allows(&credential) {
+            if let Some(which) = shared.credentials.matching(&credential) {
+                shared.pacer().succeeded(conn.remote_address().ip());
                 // r[impl forward.allow.credential]
-                return Some((send, control, shared.grants.list_for(&credential)));
+                return Some((send, control, shared.grants.list_for(&credential), which));
             }
             (
                 Refusal::BadCredential,
@@ -536,8 +754,13 @@ async fn authenticate(
             Refusal::NotAuthenticated,
             "the first request must authenticate (Hello)",
         ),
-        Ok(None) | Err(_) => (Refusal::NotAuthenticated, "no authentication in time"),
+        Ok(None) => (Refusal::NotAuthenticated, "no authentication in time"),
+        Err(_) => {
+            shared.connections.count(Turned::TimedOut);
+            (Refusal::NotAuthenticated, "no authentication in time")
+        }
     };
+    shared.auth_failed(conn.remote_address(), message);
     refuse(conn, send, refusal, message).await;
     None
 }
@@ -546,24 +769,58 @@ async fn serve(
     conn: Connection,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<Option<Shutdown>>,
-    unauthenticated: OwnedSemaphorePermit,
+    unauthenticated: Place,
+    deadline: Instant,
 ) {
     // r[impl forward.stop]
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
     // it has no forward to announce, so it is closed with the reason at once.
     let mut stopping = shutdown.clone();
+    // r[impl forward.limits.windows]
+    // Datagrams before authentication are read and dropped, so an unauthenticated peer cannot
+    // keep the connection's datagram buffer full.
+    let drain = async {
+        while conn.read_datagram().await.is_ok() {
+            shared.connections.count(Turned::DroppedUnauthenticated);
+        }
+        std::future::pending::<()>().await;
+    };
     let authenticated = tokio::select! {
-        authenticated = authenticate(&conn, &shared) => authenticated,
+        authenticated = authenticate(&conn, &shared, deadline) => authenticated,
+        () = drain => None,
         stop = stopping.wait_for(Option::is_some) => {
             let message = stop.ok().and_then(|s| *s).map_or("node shutting down", |s| s.message);
             conn.close(close_code::SHUTDOWN.into(), message.as_bytes());
             return;
         }
     };
-    // r[impl forward.limits.unauthenticated]
+    // r[impl forward.limits.unauthenticated+2]
     drop(unauthenticated);
-    let Some((send, mut control, allow)) = authenticated else {
+    let Some((send, mut control, allow, credential)) = authenticated else {
         return;
+    };
+    // r[impl forward.limits.per-credential]
+    let admitted = shared.sessions().admit(credential);
+    let _session = match admitted {
+        Ok(()) => Session {
+            shared: shared.clone(),
+            credential,
+        },
+        Err(why) => {
+            let (turned, message) = match why {
+                SessionRefused::Total => (
+                    Turned::RefusedAuthenticated,
+                    "the node holds as many connections as it allows",
+                ),
+                SessionRefused::PerCredential => (
+                    Turned::RefusedPerCredential,
+                    "this credential holds as many connections as the node allows",
+                ),
+            };
+            shared.connections.count(turned);
+            refuse(&conn, send, Refusal::TooManyConnections, message).await;
+            return;
+        }
     };
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
     let client = conn.remote_address();

@@ -139,3 +139,112 @@ impl Counters {
         }
     }
 }
+
+/// Live counters of the node's connections: who was let in, who was not, and why.
+#[derive(Debug, Default)]
+pub struct ConnectionCounters {
+    retried: AtomicU64,
+    refused_unauthenticated: AtomicU64,
+    refused_per_source: AtomicU64,
+    handshake_failed: AtomicU64,
+    timed_out: AtomicU64,
+    refused_authenticated: AtomicU64,
+    refused_per_credential: AtomicU64,
+    dropped_unauthenticated: AtomicU64,
+    auth_failed: AtomicU64,
+    refused_paced: AtomicU64,
+}
+
+/// Why a connection attempt or a connection was turned away, for [`ConnectionCounters::count`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turned {
+    /// Answered with a Retry to validate its address.
+    Retried,
+    /// Refused: the bound on unauthenticated connections in all.
+    RefusedUnauthenticated,
+    /// Refused: the bound on unauthenticated connections from its source.
+    RefusedPerSource,
+    /// Its handshake failed.
+    HandshakeFailed,
+    /// Closed: no handshake and authentication within the authentication timeout.
+    TimedOut,
+    /// Refused after authenticating: the bound on authenticated connections in all.
+    RefusedAuthenticated,
+    /// Refused after authenticating: the bound on connections of its credential.
+    RefusedPerCredential,
+    /// A datagram that arrived before its connection authenticated, dropped.
+    DroppedUnauthenticated,
+    /// A connection failed to authenticate (bad credential, another request, none in time, or
+    /// another protocol version).
+    AuthFailed,
+    /// Refused before its handshake: its source failed to authenticate recently.
+    RefusedPaced,
+}
+
+/// A snapshot of the node's connection counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnectionStats {
+    /// Connections in their handshake or not yet authenticated, now.
+    pub unauthenticated: u64,
+    /// Attempts answered with a Retry (address validation).
+    pub retried: u64,
+    /// Attempts refused at the bound on unauthenticated connections in all.
+    pub refused_unauthenticated: u64,
+    /// Attempts refused at the bound on unauthenticated connections from one source.
+    pub refused_per_source: u64,
+    /// Handshakes that failed.
+    pub handshake_failed: u64,
+    /// Connections closed for not completing the handshake and authentication in time.
+    pub timed_out: u64,
+    /// Authenticated connections now.
+    pub authenticated: u64,
+    /// Connections refused after authenticating, at the bound on authenticated connections.
+    pub refused_authenticated: u64,
+    /// Connections refused after authenticating, at the bound on one credential's connections.
+    pub refused_per_credential: u64,
+    /// Datagrams that arrived before their connection authenticated, dropped.
+    pub dropped_unauthenticated: u64,
+    /// Connections that failed to authenticate.
+    pub auth_failed: u64,
+    /// Attempts refused before their handshake because their source failed to authenticate
+    /// recently.
+    pub refused_paced: u64,
+}
+
+impl ConnectionCounters {
+    /// One attempt or connection turned away.
+    pub fn count(&self, turned: Turned) {
+        let counter = match turned {
+            Turned::Retried => &self.retried,
+            Turned::RefusedUnauthenticated => &self.refused_unauthenticated,
+            Turned::RefusedPerSource => &self.refused_per_source,
+            Turned::HandshakeFailed => &self.handshake_failed,
+            Turned::TimedOut => &self.timed_out,
+            Turned::RefusedAuthenticated => &self.refused_authenticated,
+            Turned::RefusedPerCredential => &self.refused_per_credential,
+            Turned::DroppedUnauthenticated => &self.dropped_unauthenticated,
+            Turned::AuthFailed => &self.auth_failed,
+            Turned::RefusedPaced => &self.refused_paced,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now, with `unauthenticated` and `authenticated` connections held.
+    pub fn snapshot(&self, unauthenticated: usize, authenticated: usize) -> ConnectionStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ConnectionStats {
+            unauthenticated: unauthenticated as u64,
+            retried: load(&self.retried),
+            refused_unauthenticated: load(&self.refused_unauthenticated),
+            refused_per_source: load(&self.refused_per_source),
+            handshake_failed: load(&self.handshake_failed),
+            timed_out: load(&self.timed_out),
+            authenticated: authenticated as u64,
+            refused_authenticated: load(&self.refused_authenticated),
+            refused_per_credential: load(&self.refused_per_credential),
+            dropped_unauthenticated: load(&self.dropped_unauthenticated),
+            auth_failed: load(&self.auth_failed),
+            refused_paced: load(&self.refused_paced),
+        }
+    }
+}

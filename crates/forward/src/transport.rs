@@ -21,18 +21,55 @@ pub mod close_code {
     pub const CLIENT_DONE: u32 = 4;
 }
 
-/// The transport configuration: datagrams on, keep-alives well inside the idle timeout so a live
-/// but quiet connection is never timed out, and a lost path is noticed after `idle_timeout`.
+/// What a peer may send on the stream it opens (the control stream) before the other end has read
+/// it: four of the largest control frames ([`MAX_FRAME`](crate::control::MAX_FRAME)).
+pub const STREAM_RECEIVE_WINDOW: u32 = 64 << 10;
+
+/// What a peer may send across all streams before the other end has read it: the one stream's
+/// window, since the protocol has one stream.
+pub const RECEIVE_WINDOW: u32 = STREAM_RECEIVE_WINDOW;
+
+/// What one end keeps of its own stream writes until they are acknowledged (quinn's default is
+/// 10 MB): a peer that stops acknowledging holds at most this much of the node's memory.
+pub const SEND_WINDOW: u64 = 256 << 10;
+
+/// What each end buffers of received datagrams not yet relayed (quinn drops the oldest when it
+/// is full).
+pub const DATAGRAM_RECEIVE_BUFFER: usize = 4 << 20;
+
+/// The transport configuration of the client's end: the settings both ends share, and no stream
+/// the node may open (it never does).
 pub fn transport_config(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
+    Arc::new(shared_transport(idle_timeout, 0))
+}
+
+/// The transport configuration of the node's end: the settings both ends share, and exactly the
+/// one bidirectional stream the client opens (its control stream); no unidirectional one.
+pub fn server_transport_config(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
+    Arc::new(shared_transport(idle_timeout, 1))
+}
+
+/// Datagrams on, keep-alives well inside the idle timeout so a live but quiet connection is never
+/// timed out, a lost path noticed after `idle_timeout`, `bidi` streams the peer may open, and
+/// stream windows sized to the control stream, so a peer can make the other end hold little more
+/// than its datagram buffer.
+// r[impl forward.limits.streams]
+// r[impl forward.limits.windows]
+fn shared_transport(idle_timeout: Duration, bidi: u32) -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
+    transport.max_concurrent_bidi_streams(bidi.into());
+    transport.max_concurrent_uni_streams(0u32.into());
+    transport.stream_receive_window(STREAM_RECEIVE_WINDOW.into());
+    transport.receive_window(RECEIVE_WINDOW.into());
+    transport.send_window(SEND_WINDOW);
     let idle = quinn::IdleTimeout::try_from(idle_timeout)
         .unwrap_or_else(|_| quinn::IdleTimeout::from(quinn::VarInt::from_u32(30_000)));
     transport.max_idle_timeout(Some(idle));
     transport.keep_alive_interval(Some(idle_timeout / 3));
     // Room for bursts of datagrams on both ends (quinn drops the oldest when full).
-    transport.datagram_receive_buffer_size(Some(4 * 1024 * 1024));
+    transport.datagram_receive_buffer_size(Some(DATAGRAM_RECEIVE_BUFFER));
     transport.datagram_send_buffer_size(4 * 1024 * 1024);
-    Arc::new(transport)
+    transport
 }
 
 /// The send and receive buffers a QUIC endpoint's UDP socket asks for, each way: every datagram of

@@ -55,8 +55,8 @@ impl Raw {
         }
     }
 
-    /// An authenticated connection that has sent 100 000 requests whose answers (3 MB of
-    /// `Ended`) it never reads: far more than its stream window and the node's queue together,
+    /// An authenticated connection that has sent 5 000 requests whose answers (165 KB of
+    /// `Ended`) it never reads: more than its stream window and the node's queue together,
     /// so the node's answers back up. The window is small (64 KiB): with quinn's 1.25 MB, this
     /// end may itself give up on the unread stream ("too many gaps in stream buffer").
     async fn not_reading(server: &holdfast_forward::Server) -> Raw {
@@ -69,7 +69,9 @@ impl Raw {
         }))
         .await;
         assert_eq!(raw.next().await, Message::Welcome);
-        let burst = control::encode(&Message::Close { forward: 9 }).repeat(100_000);
+        // 5 000 answers (165 KB) back up past its window and the node's queue; the requests left
+        // unread fit in the node's stream window, so this write completes.
+        let burst = control::encode(&Message::Close { forward: 9 }).repeat(5_000);
         raw.send_frame(&burst).await;
         raw
     }
@@ -390,8 +392,10 @@ async fn a_stop_closes_a_connection_whose_last_answers_cannot_leave_by_the_stop_
     let raw = Raw::not_reading(&server).await;
     // The node's stream is blocked on this client's window: its writer cannot finish, so only
     // the deadline ends the wait for the connection's last answers.
+    // Blocked on the stream's window or the connection's (the same size here).
     eventually("the node's control stream blocked", || {
-        raw.conn.stats().frame_rx.stream_data_blocked > 0
+        let frames = raw.conn.stats().frame_rx;
+        frames.stream_data_blocked > 0 || frames.data_blocked > 0
     })
     .await;
     let started = tokio::time::Instant::now();
@@ -421,7 +425,7 @@ async fn a_stop_closes_a_connection_whose_last_answers_cannot_leave_by_the_stop_
     }
 }
 
-// r[verify forward.limits.unauthenticated]
+// r[verify forward.limits.unauthenticated+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_unauthenticated_bound_are_refused_until_one_authenticates() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -631,4 +635,160 @@ async fn relayed(
     }
     ids.sort();
     ids
+}
+
+// r[verify forward.limits.streams]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_can_open_the_control_stream_and_no_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let target = echo().await;
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&control::encode(&Message::Hello {
+        credential: TOKEN.as_bytes().to_vec(),
+    }))
+    .await;
+    assert_eq!(raw.next().await, Message::Welcome);
+    // A second bidirectional stream, or a unidirectional one, waits for credit the node never
+    // gives: the protocol has one stream, the client's control stream.
+    let second = tokio::time::timeout(Duration::from_millis(500), raw.conn.open_bi()).await;
+    assert!(second.is_err(), "a second bidirectional stream opened");
+    let uni = tokio::time::timeout(Duration::from_millis(500), raw.conn.open_uni()).await;
+    assert!(uni.is_err(), "a unidirectional stream opened");
+    // The control stream goes on.
+    raw.send_frame(&control::encode(&Message::Open {
+        forward: 1,
+        target: target.addr,
+    }))
+    .await;
+    assert_eq!(raw.next().await, Message::Opened { forward: 1 });
+}
+
+// r[verify forward.limits.windows]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_writes_while_the_node_is_not_reading_is_held_to_the_node_s_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    // Its answers back up (it does not read them), so the node stops reading its requests.
+    let mut raw = Raw::not_reading(&server).await;
+    let chunk = control::encode(&Message::Close { forward: 9 }).repeat(400);
+    let mut accepted = 0usize;
+    while accepted < (4 << 20) {
+        match tokio::time::timeout(Duration::from_millis(500), raw.send.write(&chunk)).await {
+            Ok(Ok(n)) => accepted += n,
+            Ok(Err(err)) => panic!("write: {err}"),
+            Err(_) => break,
+        }
+    }
+    // The node's stream window (64 KiB) is all a peer can make it buffer of a stream it is not
+    // reading; quinn's default would take 1.25 MB.
+    assert!(
+        accepted <= holdfast_forward::transport::STREAM_RECEIVE_WINDOW as usize,
+        "{accepted} bytes accepted while the node was not reading"
+    );
+}
+
+// r[verify forward.limits.per-credential]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_per_credential_bound_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut raw = Raw::connect(&server).await;
+        raw.send_frame(&control::encode(&Message::Hello {
+            credential: TOKEN.as_bytes().to_vec(),
+        }))
+        .await;
+        assert_eq!(raw.next().await, Message::Welcome);
+        held.push(raw);
+    }
+    let mut fifth = Raw::connect(&server).await;
+    fifth
+        .send_frame(&control::encode(&Message::Hello {
+            credential: TOKEN.as_bytes().to_vec(),
+        }))
+        .await;
+    match fifth.next().await {
+        Message::Refused {
+            forward: 0,
+            refusal: Refusal::TooManyConnections,
+            ..
+        } => {}
+        other => panic!("expected TooManyConnections, got {other:?}"),
+    }
+    let closed = tokio::time::timeout(WAIT, fifth.conn.closed())
+        .await
+        .expect("closed");
+    match &closed {
+        quinn::ConnectionError::ApplicationClosed(close)
+            if close.error_code
+                == quinn::VarInt::from_u32(holdfast_forward::transport::close_code::REFUSED) => {}
+        other => panic!("expected the REFUSED close, got {other}"),
+    }
+    assert_eq!(server.connections().refused_per_credential, 1);
+    // One of the four ends: its place is free for the next.
+    held.pop().expect("one").conn.close(0u32.into(), b"done");
+    eventually("the place given back", || {
+        server.connections().authenticated == 3
+    })
+    .await;
+    let mut again = Raw::connect(&server).await;
+    again
+        .send_frame(&control::encode(&Message::Hello {
+            credential: TOKEN.as_bytes().to_vec(),
+        }))
+        .await;
+    assert_eq!(again.next().await, Message::Welcome);
+}
+
+// r[verify forward.auth.pacing]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_fails_to_authenticate_is_refused_for_a_while_and_then_let_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.auth_pacing = holdfast_retry::Policy::builder()
+        .base(Duration::from_millis(800))
+        .cap(Duration::from_secs(60))
+        .jitter(holdfast_retry::Jitter::None)
+        .build()
+        .expect("policy");
+    let server = holdfast_forward::start(config).await.expect("server");
+    let mut raw = Raw::connect(&server).await;
+    raw.send_frame(&control::encode(&Message::Hello {
+        credential: b"a guess".to_vec(),
+    }))
+    .await;
+    match raw.next().await {
+        Message::Refused {
+            refusal: Refusal::BadCredential,
+            ..
+        } => {}
+        other => panic!("expected BadCredential, got {other:?}"),
+    }
+    // The source's next connection is refused before its handshake.
+    let paced = try_connect(&server).await;
+    assert!(
+        matches!(
+            paced,
+            Err(quinn::ConnectionError::ConnectionClosed(ref close))
+                if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+        ),
+        "{paced:?}"
+    );
+    let counted = server.connections();
+    assert_eq!(
+        (counted.auth_failed, counted.refused_paced),
+        (1, 1),
+        "{counted:?}"
+    );
+    // Once the wait has passed it is let in, and the right credential is welcome.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let mut again = Raw::connect(&server).await;
+    again
+        .send_frame(&control::encode(&Message::Hello {
+            credential: TOKEN.as_bytes().to_vec(),
+        }))
+        .await;
+    assert_eq!(again.next().await, Message::Welcome);
 }

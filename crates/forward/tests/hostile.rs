@@ -1,0 +1,168 @@
+//! Hostile peers on loopback: connections that never authenticate, from many sources, and what a
+//! real client still gets meanwhile.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use common::*;
+use holdfast_forward::client;
+use holdfast_forward::identity::SERVER_NAME;
+
+/// A peer that completes the QUIC handshake from `source` (any 127.0.0.x on Linux) and then says
+/// nothing: no control stream, no credential.
+#[allow(clippy::expect_used)]
+async fn silent_peer(
+    server: &holdfast_forward::Server,
+    source: Ipv4Addr,
+) -> Result<(quinn::Connection, quinn::Endpoint), quinn::ConnectionError> {
+    let (config, _) = holdfast_forward::client::quinn_client_config(
+        server.fingerprint(),
+        Duration::from_secs(60),
+    )
+    .expect("client config");
+    let endpoint = quinn::Endpoint::client(SocketAddr::new(IpAddr::V4(source), 0))
+        .expect("endpoint on a loopback source");
+    let conn = endpoint
+        .connect_with(config, server.local_addr().expect("addr"), SERVER_NAME)
+        .expect("connect")
+        .await?;
+    Ok((conn, endpoint))
+}
+
+/// Sources 127.0.0.10 and up: none is the real client's 127.0.0.1.
+fn hostile_source(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 10 + i as u8)
+}
+
+// r[verify forward.limits.unauthenticated+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_client_connects_and_relays_while_96_silent_peers_hold_connections_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    // Long enough that none of the silent peers is timed out while the test runs: what is
+    // measured is the bounds, not the timeout.
+    config.auth_timeout = Duration::from_secs(60);
+    let server = holdfast_forward::start(config).await.expect("server");
+    // 12 sources, 8 silent connections each: more than the 64 places the node once had in all.
+    let mut held = Vec::new();
+    let mut failed = Vec::new();
+    for i in 0..96 {
+        match silent_peer(&server, hostile_source(i % 12)).await {
+            Ok(peer) => held.push(peer),
+            Err(err) => failed.push(err),
+        }
+    }
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let peer = peer().await;
+    let reply = round_trip(&peer, client.local_addrs()[0], b"through the flood").await;
+    assert_eq!(reply, b"through the flood");
+    assert!(
+        failed.is_empty(),
+        "{} refused: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    // Every silent connection is still open: none was the price of the real client.
+    for (conn, _) in &held {
+        assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
+    }
+    let counted = server.connections();
+    assert_eq!(counted.unauthenticated, 96, "{counted:?}");
+    // Each address was validated first (the real client's too).
+    assert!(counted.retried >= 97, "{counted:?}");
+    // A ninth from a source that holds eight is refused, and counted as such; others still get in.
+    let ninth = silent_peer(&server, hostile_source(0)).await;
+    assert!(
+        matches!(
+            ninth,
+            Err(quinn::ConnectionError::ConnectionClosed(ref close))
+                if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+        ),
+        "{ninth:?}"
+    );
+    let counted = server.connections();
+    assert_eq!(
+        (counted.refused_per_source, counted.refused_unauthenticated),
+        (1, 0),
+        "{counted:?}"
+    );
+    let other = silent_peer(&server, hostile_source(12)).await;
+    assert!(other.is_ok(), "{other:?}");
+    client.stop().await;
+}
+
+// r[verify forward.limits.unauthenticated+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_timeout = Duration::from_millis(500);
+    config.max_unauthenticated_per_source = 1;
+    // A timeout is a failed authentication, which paces the source: briefly here, so the place
+    // can be seen to be free again.
+    config.auth_pacing = holdfast_retry::Policy::builder()
+        .base(Duration::from_millis(1))
+        .cap(Duration::from_millis(1))
+        .jitter(holdfast_retry::Jitter::None)
+        .build()
+        .expect("policy");
+    let server = holdfast_forward::start(config).await.expect("server");
+    let (conn, _endpoint) = silent_peer(&server, hostile_source(0))
+        .await
+        .expect("handshake");
+    let closed = tokio::time::timeout(WAIT, conn.closed())
+        .await
+        .expect("closed by the node");
+    assert!(closed.to_string().contains("in time"), "{closed}");
+    eventually("its place given back", || {
+        let counted = server.connections();
+        counted.unauthenticated == 0 && counted.timed_out == 1
+    })
+    .await;
+    // The source's one place is free again (once its 1 ms of pacing has passed).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = silent_peer(&server, hostile_source(0)).await;
+    assert!(again.is_ok(), "{again:?}");
+}
+
+// r[verify forward.limits.windows]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_sent_before_authentication_are_dropped_not_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server(dir.path()).await;
+    let (conn, _endpoint) = silent_peer(&server, hostile_source(0))
+        .await
+        .expect("handshake");
+    for _ in 0..10 {
+        conn.send_datagram(bytes::Bytes::from_static(&[0x01, 0x00, b'x']))
+            .expect("datagrams are on");
+    }
+    // Read and dropped while the node waits for a Hello, so they do not sit in the connection's
+    // datagram buffer until it authenticates or times out.
+    eventually("the datagrams dropped", || {
+        server.connections().dropped_unauthenticated >= 1
+    })
+    .await;
+    assert!(server.forwards().is_empty());
+}
+
+// r[verify forward.limits.per-credential]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_of_zero_is_refused_at_start_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.max_per_credential = 0;
+    let err = holdfast_forward::start(config)
+        .await
+        .expect_err("a bound of zero");
+    assert_eq!(
+        err.to_string(),
+        "forward configuration: max_per_credential must be greater than zero"
+    );
+}
