@@ -8,8 +8,9 @@
 //!    1.3.0 renders specs with.
 //! 3. [`sources`] walks each impl's `include` and `test_include` exactly as tracey does and extracts
 //!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables).
-//! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code and which
-//!    test function a `verify` annotation precedes.
+//! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code, which
+//!    test function a `verify` annotation precedes (its test attribute may sit above the
+//!    annotation), and which file or module's tests an annotation at its head stands for.
 //! 5. [`coverage`] counts per spec like `tracey query status` (total, implemented, verified, stale)
 //!    and turns every gap into a [`problem::Problem`].
 //! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
