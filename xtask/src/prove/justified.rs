@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::outcomes::Proof;
+use crate::model::proof::Proof;
 
 /// Where the justified survivors live, relative to the root.
 pub const FILE: &str = "docs/audit/survivors.toml";

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::trace::findings::{self, FINDINGS_PATH};
+use crate::model::findings::{self, FINDINGS_PATH};
 
 use super::problem::{Kind, Problem};
 use super::rules::Rule;

@@ -165,7 +165,7 @@ pub(crate) fn check_read(
     };
     if let (Some(evidence), Some(results)) = (&evidence, results) {
         mode.results = Some(shown(root, results));
-        mode.written = Some(crate::trace::timestamp::utc(evidence.written));
+        mode.written = Some(crate::model::timestamp::utc(evidence.written));
         mode.cases = Some(evidence.cases);
         mode.skips = skips
             .filter(|_| evidence.has_ledger)
@@ -212,9 +212,9 @@ pub(crate) fn check_read(
     }
 
     // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
-    let proofs: Vec<(String, crate::prove::Proof)> = rules
+    let proofs: Vec<(String, crate::model::proof::Proof)> = rules
         .iter()
-        .filter_map(|r| crate::prove::recorded(root, &r.id).map(|p| (r.marker(), p)))
+        .filter_map(|r| crate::model::proof::recorded(root, &r.id).map(|p| (r.marker(), p)))
         .collect();
     if !proofs.is_empty() {
         let survivors: Vec<&str> = proofs

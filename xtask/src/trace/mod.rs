@@ -3,7 +3,7 @@
 //!
 //! One file per step:
 //!
-//! 1. [`findings`] parses `docs/audit/findings.md`.
+//! 1. [`crate::model::findings`] parses `docs/audit/findings.md` (the model the gate shares).
 //! 2. The spec gate reads the tree ([`crate::spec_check::read_tree`]: config, rules, references),
 //!    so trace and gate agree on every rule and annotation.
 //! 3. [`results`] picks the test run (`--results`, or `target/nextest/ci/junit.xml` when present)
@@ -17,12 +17,10 @@
 //! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
 //! file, an unusable tracey config or results file.
 
-pub(crate) mod findings;
 mod report;
 pub(crate) mod results;
 pub(crate) mod rule_report;
 mod rule_trace;
-pub(crate) mod timestamp;
 mod verdict;
 
 use std::path::{Path, PathBuf};
@@ -31,9 +29,9 @@ use std::process::ExitCode;
 use crate::spec_check::problem::Problem;
 use crate::spec_check::{self, config, suggest};
 
-use self::findings::{FINDINGS_PATH, Finding};
 use self::report::Traced;
 use self::verdict::Verdict;
+use crate::model::findings::{self, FINDINGS_PATH, Finding};
 
 /// Arguments of `cargo xtask trace`.
 #[derive(clap::Args)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::spec_check::test_backed::Evidence;
 
-use super::timestamp;
+use crate::model::timestamp;
 
 /// Where `cargo xtask test` leaves nextest's JUnit, relative to the root.
 pub const DEFAULT_RESULTS: &str = "target/nextest/ci/junit.xml";

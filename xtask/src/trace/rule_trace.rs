@@ -11,7 +11,7 @@ use crate::spec_check::rules::Rule;
 use crate::spec_check::suggest;
 use crate::spec_check::test_backed::{self, Evidence, Outcome};
 
-use super::findings::NamedRule;
+use crate::model::findings::NamedRule;
 
 /// A `verify` site and the test behind it.
 pub struct Verify {

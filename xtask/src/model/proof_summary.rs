@@ -1,13 +1,14 @@
 //! `docs/audit/proof.md`: the checked-in summary of the last proof of every rule, so a clean
 //! checkout shows which rules are proven without a local `target/prove/`. `prove --summary` writes
-//! it from `target/prove/*.json` merged over its own earlier rows; `recorded` reads it back.
+//! it from `target/prove/*.json` merged over its own earlier rows; [`super::proof::recorded`]
+//! reads it back.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::outcomes::Proof;
+use super::proof::Proof;
 
 /// Where the summary lives, relative to the root.
 pub const FILE: &str = "docs/audit/proof.md";
