@@ -596,3 +596,78 @@ fn a_verify_heading_a_file_is_judged_by_that_files_tests() {
     );
     assert_eq!(code, 1);
 }
+
+/// The workspace manifest with a `[workspace.metadata.spec-engine]` table of `keys`.
+fn manifest_with(keys: &str) -> String {
+    format!(
+        "{}\n[workspace.metadata.spec-engine]\n{keys}",
+        fixture::WORKSPACE_MANIFEST
+    )
+}
+
+/// The findings and the proof summary are read where the workspace's `Cargo.toml` says, not at
+/// holdfast's paths; a table the gate cannot use fails it.
+// i[verify xtask.paths]
+#[test]
+fn the_engines_files_are_read_where_the_workspace_says() {
+    let manifest = manifest_with("findings = \"audit/found.md\"\nproof = \"audit/proven.md\"\n");
+    let tree = tree(&[
+        ("Cargo.toml", &manifest),
+        // At the default paths, no longer read: each would add a problem or a proof.
+        (
+            "docs/audit/findings.md",
+            "# Findings\n\n## H9: Ignored\n\n**Closed by:** `r[demo.alpah]`\n",
+        ),
+        (
+            "docs/audit/proof.md",
+            "| `r[demo.beta]` | proven | 1 | 0 | 0 | 0 | 0 | abc | - |\n",
+        ),
+        (
+            "audit/found.md",
+            "# Findings\n\n## H1: Alpha\n\nAlpha failed.\n\n**Closed by:** `r[demo.alpha+2]`\n",
+        ),
+        (
+            "audit/proven.md",
+            "| `r[demo.alpha]` | proven | 3 | 0 | 0 | 0 | 0 | abc | - |\n",
+        ),
+    ]);
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(
+        problems(&out),
+        [
+            "audit/found.md:7: [findings] finding H1 names r[demo.alpha+2]: stale: the spec \
+             defines r[demo.alpha] (docs/spec/demo.md:3); check the finding still holds under \
+             the new text, then write that marker"
+        ],
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "note: proof (target/prove/, audit/proven.md): 1 of 2 rules proven; with surviving \
+             mutants: none; justified survivors: 0"
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+
+    let tree = self::tree(&[("Cargo.toml", &manifest_with("finding = \"a.md\"\n"))]);
+    let (code, out) = check(&tree, &[]);
+    let problems = problems(&out);
+    assert_eq!(problems.len(), 1, "{out}");
+    assert!(
+        problems[0].starts_with(
+            "Cargo.toml: [config] Cargo.toml: [workspace.metadata.spec-engine]: line 5: unknown \
+             field `finding`"
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+
+    let tree = self::tree(&[("Cargo.toml", &manifest_with("proof = \"../proof.md\"\n"))]);
+    let (code, out) = check(&tree, &[]);
+    assert!(
+        out.contains("`proof = \"../proof.md\"` must be a non-empty path relative to the root"),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}

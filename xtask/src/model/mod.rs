@@ -1,11 +1,13 @@
 //! The traceability engine's shared model: the files and records that the spec gate
-//! (`spec_check`), `trace`, `prove` and `spec-report` all read — audit findings, recorded
-//! mutation proofs and their checked-in summary, and UTC timestamps.
+//! (`spec_check`), `trace`, `prove` and `spec-report` all read — where those files live
+//! ([`paths`]), audit findings, recorded mutation proofs and their checked-in summary, and UTC
+//! timestamps.
 //!
 //! A leaf: nothing here imports another module of this crate, so the engine's imports point one
 //! way, `model` ← `spec_check` ← {`prove`, `trace`} ← `spec_report` (the test below checks it).
 
 pub(crate) mod findings;
+pub(crate) mod paths;
 pub(crate) mod proof;
 pub(crate) mod proof_summary;
 pub(crate) mod timestamp;

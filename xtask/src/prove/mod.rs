@@ -97,6 +97,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         Err(message) => return usage(message),
     };
     crate::output::print(&crate::root::banner(&root));
+    if let Err(message) = crate::model::paths::load(&root) {
+        return usage(message);
+    }
     if args.ci {
         let from_env = std::env::var("HOLDFAST_PROVE_BASE").ok();
         match ci::base(&root, from_env.as_deref()) {
@@ -296,8 +299,8 @@ impl Tally {
     }
 }
 
-/// `--summary`: docs/audit/proof.md from target/prove/ over the file's earlier rows, for the
-/// current rules in spec order.
+/// `--summary`: the proof summary (docs/audit/proof.md unless configured) from target/prove/
+/// over the file's earlier rows, for the current rules in spec order.
 fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
     let earlier = summary::read(root);
     let mut proofs = Vec::new();
@@ -307,14 +310,15 @@ fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
             proofs.push((plan.rule.clone(), proof));
         }
     }
-    let path = root.join(summary::FILE);
+    let file = crate::model::paths::of(root).proof;
+    let path = root.join(&file);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(&path, summary::render(&proofs))?;
     crate::output::print(&format!(
         "prove: wrote {} ({} of {} rules recorded, {} proven)\n",
-        summary::FILE,
+        file,
         proofs.len(),
         all.len(),
         proofs.iter().filter(|(_, p)| p.proven()).count()

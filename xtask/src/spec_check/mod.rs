@@ -133,7 +133,14 @@ pub(crate) fn check(
 /// Reads `root`'s config and, when it is usable, its tree: what [`check_read`] judges and
 /// `cargo xtask spec-report` also traces, so the tree is read and parsed once.
 pub(crate) fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
-    let config = config::load(root)?;
+    let mut config = config::load(root)?;
+    // The engine's own paths (findings, proof summary, …): an unusable table fails the gate
+    // rather than quietly reading the defaults.
+    if let Err(message) = crate::model::paths::load(root) {
+        config
+            .problems
+            .push(Problem::new(problem::Kind::Config, message).in_file("Cargo.toml"));
+    }
     let tree = read_tree(root, &config.config);
     Ok((config, tree))
 }
@@ -224,8 +231,9 @@ pub(crate) fn check_read(
             .collect();
         let justified: usize = proofs.iter().map(|(_, p)| p.justified.len()).sum();
         notes.push(format!(
-            "proof (target/prove/, docs/audit/proof.md): {} of {} rules proven; with surviving \
-             mutants: {}; justified survivors: {justified}",
+            "proof (target/prove/, {}): {} of {} rules proven; with surviving mutants: {}; \
+             justified survivors: {justified}",
+            crate::model::paths::of(root).proof,
             proofs.iter().filter(|(_, p)| p.proven()).count(),
             rules.len(),
             if survivors.is_empty() {
