@@ -539,6 +539,26 @@ fn a_verify_heading_a_test_file_or_module_is_accepted() {
         "{out}"
     );
     assert_eq!(code, 1);
+
+    // Nor does a head of a test module holding only helpers.
+    std::fs::remove_file(&empty).expect("rm");
+    let lib = std::fs::read_to_string(tree.path().join("crates/demo/src/lib.rs")).expect("read");
+    let lib = format!(
+        "{lib}\n#[cfg(test)]\nmod helpers {{\n    // r[verify demo.alpha]\n\n    use super::alpha;\n\n    \
+         fn one() -> u32 {{\n        alpha()\n    }}\n}}\n"
+    );
+    tree.write("crates/demo/src/lib.rs", lib.as_bytes());
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(
+        problems(&out),
+        [
+            "crates/demo/src/lib.rs:25: [verify-not-on-test] r[verify demo.alpha] heads `mod \
+             helpers`, which holds no test, so no test run can prove the rule; move it to the line \
+             before a test"
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
 }
 
 /// In test-backed mode a headed rule is verified when its file's (module's) tests ran and passed:

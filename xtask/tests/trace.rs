@@ -487,3 +487,28 @@ fn the_findings_and_results_are_read_where_the_workspace_says() {
     );
     assert_eq!(code, 2);
 }
+
+/// A `verify` heading a test file is traced to that file's tests, and judged by them.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_test_file_is_traced_to_its_tests() {
+    let beta =
+        "//! Golden.\n// r[verify demo.beta]\n\nuse demo::beta;\n\n#[test]\nfn golden() {}\n";
+    let fixture = Fixture::new(&[("crates/demo/tests/beta.rs", beta)]);
+    let (code, out) = fixture.trace(&["demo.beta", "--no-results"]);
+    assert!(
+        out.contains("verify  crates/demo/tests/beta.rs:2  demo::beta *\n"),
+        "{out}"
+    );
+    assert_eq!(code, 0, "{out}");
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "golden", "failed"),
+    ]);
+    let (code, out) = fixture.trace(&["demo.beta"]);
+    assert!(
+        out.contains("verify  crates/demo/tests/beta.rs:2  demo::beta *  failed"),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+}

@@ -268,17 +268,7 @@ fn judge_scope(
     evidence: &Evidence,
     scope: TestScope,
 ) -> (String, Outcome) {
-    let target = crate_layout::locate(root, &site.path);
-    let mut path = target
-        .as_ref()
-        .map(|t| t.modules.clone())
-        .unwrap_or_default();
-    path.extend(scope.modules.iter().cloned());
-    path.push("*".to_owned());
-    let shown = match &target {
-        Some(t) => format!("{} {}", t.suite, path.join("::")),
-        None => path.join("::"),
-    };
+    let shown = scope_shown(root, site, &scope);
     if scope.tests.is_empty() {
         return (shown, Outcome::NoFunction);
     }
@@ -293,6 +283,31 @@ fn judge_scope(
         .or_else(|| first(|o| *o == Outcome::Passed).map(|(_, o)| (shown.clone(), o)))
         .or_else(|| first(|o| matches!(o, Outcome::Ambiguous(_))))
         .unwrap_or((shown, Outcome::Absent))
+}
+
+/// How nextest would name a scope's tests as a pattern: `BINARY-ID module::path::*`.
+fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
+    let target = crate_layout::locate(root, &site.path);
+    let mut path = target
+        .as_ref()
+        .map(|t| t.modules.clone())
+        .unwrap_or_default();
+    path.extend(scope.modules.iter().cloned());
+    path.push("*".to_owned());
+    match &target {
+        Some(t) => format!("{} {}", t.suite, path.join("::")),
+        None => path.join("::"),
+    }
+}
+
+/// The tests a `verify` site stands for, as shown: its test function, or the pattern of the
+/// file's or module's tests when it heads one that holds a test.
+pub(crate) fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
+    if let Some(test) = test_fn(root, site, parsed) {
+        return Some(test.shown);
+    }
+    let scope = layout_of(site, parsed)?.scope_headed_at(site.line)?;
+    (!scope.tests.is_empty()).then(|| scope_shown(root, site, &scope))
 }
 
 /// Looks `test` up in the results and says how it ended.

@@ -109,7 +109,7 @@ fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -
     let verifies = verify_sites
         .into_iter()
         .map(|site| {
-            let test = test_backed::test_fn(root, &site, &tree.parsed).map(|t| t.shown);
+            let test = test_backed::tests_shown(root, &site, &tree.parsed);
             let fate = evidence
                 .filter(|_| !site.stale)
                 .map(|evidence| test_backed::judge(root, &site, evidence, &tree.parsed).1);
