@@ -62,6 +62,9 @@ impl Item {
 pub struct AttributedFn {
     /// The function's name.
     pub name: String,
+    /// A line of the function's item: its `fn NAME` line, or its first line when the annotation
+    /// sits in its body.
+    pub line: usize,
     /// Inline modules enclosing it in this file, outermost first.
     pub modules: Vec<String>,
     /// Whether it is a test: it carries a test attribute (`#[test]`, `#[tokio::test]`, …) or sits
@@ -171,6 +174,7 @@ impl RustLayout {
             .collect();
         Some(AttributedFn {
             name,
+            line: fn_line,
             modules,
             is_test,
         })
@@ -320,6 +324,7 @@ impl RustLayout {
                 self.attributes_mark_test(f.start, fn_line)
                     .then(|| AttributedFn {
                         name: f.name.clone(),
+                        line: fn_line,
                         modules: modules_at(fn_line),
                         is_test: true,
                     })
@@ -513,6 +518,7 @@ mod helpers;
             found,
             Some(AttributedFn {
                 name: "through_attributes".into(),
+                line: line_of(SOURCE, "fn through_attributes"),
                 modules: vec!["tests".into()],
                 is_test: true,
             })
@@ -528,6 +534,7 @@ mod helpers;
             found,
             Some(AttributedFn {
                 name: "property".into(),
+                line: line_of(SOURCE, "fn property"),
                 modules: vec!["tests".into(), "nested".into()],
                 is_test: true,
             })
@@ -654,6 +661,7 @@ use std::io;
         let layout = layout(file);
         let test = |name: &str, modules: &[&str]| AttributedFn {
             name: name.into(),
+            line: line_of(file, &format!("fn {name}")),
             modules: modules.iter().map(|m| (*m).to_owned()).collect(),
             is_test: true,
         };

@@ -199,6 +199,8 @@ pub fn apply(
 pub(crate) struct TestFn {
     /// The function's name.
     pub function: String,
+    /// A line of the function's item in its file.
+    pub line: usize,
     /// Its test binary, when cargo's conventional layout says which.
     pub target: Option<crate_layout::TestTarget>,
     /// Its libtest name: module path and function, e.g. `tests::delay_doubles`.
@@ -234,6 +236,7 @@ fn placed(root: &Path, site: &Site, function: AttributedFn) -> TestFn {
     };
     TestFn {
         function: function.name,
+        line: function.line,
         target,
         full_name,
         shown,
@@ -300,6 +303,21 @@ fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
     }
 }
 
+/// The tests of the file or module a `verify` site heads (none when it heads none), placed in
+/// their test binary.
+pub(crate) fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
+    layout_of(site, parsed)
+        .and_then(|layout| layout.scope_headed_at(site.line))
+        .map(|scope| {
+            scope
+                .tests
+                .into_iter()
+                .map(|function| placed(root, site, function))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The tests a `verify` site stands for, as shown: its test function, or the pattern of the
 /// file's or module's tests when it heads one that holds a test.
 pub(crate) fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
@@ -317,6 +335,7 @@ fn lookup(root: &Path, site: &Site, evidence: &Evidence, test: TestFn) -> (Strin
         target,
         full_name,
         shown,
+        ..
     } = test;
 
     let exact = target.as_ref().and_then(|t| {
