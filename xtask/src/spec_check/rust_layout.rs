@@ -315,22 +315,53 @@ impl RustLayout {
             .filter(|m| m.start <= start && end <= m.end)
             .map(|m| m.name.clone())
             .collect();
-        let tests = self
+        let mut found: Vec<(String, usize)> = self
             .functions
             .iter()
             .filter(|f| start <= f.start && f.end <= end)
             .filter_map(|f| {
                 let fn_line = self.fn_line(f)?;
                 self.attributes_mark_test(f.start, fn_line)
-                    .then(|| AttributedFn {
-                        name: f.name.clone(),
-                        line: fn_line,
-                        modules: modules_at(fn_line),
-                        is_test: true,
-                    })
+                    .then(|| (f.name.clone(), fn_line))
+            })
+            .collect();
+        // Functions inside `proptest! { .. }` are no code units of their own.
+        found.extend(self.macro_tests(start, end));
+        found.sort_by_key(|&(_, line)| line);
+        found.dedup();
+        let tests = found
+            .into_iter()
+            .map(|(name, line)| AttributedFn {
+                name,
+                line,
+                modules: modules_at(line),
+                is_test: true,
             })
             .collect();
         TestScope { modules, tests }
+    }
+
+    /// The functions declared inside test macros (`proptest! {`) within lines `start..=end`.
+    fn macro_tests(&self, start: usize, end: usize) -> Vec<(String, usize)> {
+        let mut found = Vec::new();
+        let mut depth: i32 = 0;
+        for line in start..=end {
+            let Some(text) = self.lines.get(line.saturating_sub(1)) else {
+                break;
+            };
+            let trimmed = text.trim();
+            if depth > 0 {
+                if !trimmed.starts_with("//") {
+                    if let Some(name) = fn_name(trimmed) {
+                        found.push((name, line));
+                    }
+                }
+                depth += brace_balance(trimmed);
+            } else if is_macro_opener(trimmed) && is_test_macro(trimmed) {
+                depth = brace_balance(trimmed);
+            }
+        }
+        found
     }
 
     /// The line of `function`'s `fn NAME` (after its comments and attributes).
@@ -396,6 +427,14 @@ fn bracket_balance(text: &str) -> i32 {
     text.chars().fold(0, |depth, c| match c {
         '[' => depth + 1,
         ']' => depth - 1,
+        _ => depth,
+    })
+}
+
+fn brace_balance(text: &str) -> i32 {
+    text.chars().fold(0, |depth, c| match c {
+        '{' => depth + 1,
+        '}' => depth - 1,
         _ => depth,
     })
 }
@@ -678,6 +717,16 @@ use std::io;
                 modules: vec!["inner".into()],
                 tests: vec![test("nested", &["inner"])],
             })
+        );
+        let props =
+            "// MARK-P\nuse x;\n\nproptest! {\n    #[test]\n    fn prop(x in 0u8..3) {}\n}\n";
+        assert_eq!(
+            self::layout(props).scope_headed_at(1).map(|s| s
+                .tests
+                .into_iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()),
+            Some(vec!["prop".to_owned()])
         );
         // After code, an annotation heads nothing; before a fn, it is that fn's.
         assert_eq!(layout.scope_headed_at(line_of(file, "MARK-LATE")), None);
