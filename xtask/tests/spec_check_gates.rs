@@ -691,3 +691,54 @@ fn the_engines_files_are_read_where_the_workspace_says() {
     );
     assert_eq!(code, 1);
 }
+
+/// A head of a file that its parent declares `#[cfg(test)] mod golden;` is test code too, and its
+/// tests are found at their module path.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_cfg_test_module_file_is_judged_by_its_tests() {
+    let lib = LIB.replace(
+        "    // r[verify demo.alpha]\n    #[test]\n",
+        "    #[test]\n",
+    );
+    let lib = format!("{lib}\n#[cfg(test)]\nmod golden;\n");
+    let golden = "//! Golden alpha.\n// r[verify demo.alpha]\n\nuse super::alpha;\n\n#[test]\nfn alpha_golden() {\n    assert_eq!(alpha(), 1);\n}\n";
+    let tree = tree(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/src/golden.rs", golden),
+    ]);
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "golden::alpha_golden", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    // Only `tests::alpha_holds` passed, which is not a test of that file.
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(
+        problems(&out),
+        [
+            "docs/spec/demo.md:3: [not-verified-by-test] rule r[demo.alpha] is not verified by a \
+             passing test (no test passed): `demo golden::*` (crates/demo/src/golden.rs:2) \
+             ignored or not run (absent from the results)"
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}
