@@ -367,7 +367,7 @@ impl RustLayout {
     /// The line of `function`'s `fn NAME` (after its comments and attributes).
     fn fn_line(&self, function: &Function) -> Option<usize> {
         (function.start..=function.end).find(|&line| {
-            self.lines.get(line - 1).is_some_and(|text| {
+            self.lines.get(line.saturating_sub(1)).is_some_and(|text| {
                 let trimmed = text.trim();
                 !trimmed.starts_with("//")
                     && !trimmed.starts_with("#[")
@@ -431,6 +431,7 @@ fn bracket_balance(text: &str) -> i32 {
     })
 }
 
+/// Braces opened minus braces closed on a line (a macro body's depth).
 fn brace_balance(text: &str) -> i32 {
     text.chars().fold(0, |depth, c| match c {
         '{' => depth + 1,
