@@ -20,6 +20,7 @@ mod bench_forward;
 mod bench_spec;
 mod drain_demo;
 mod harness;
+mod model;
 mod output;
 pub(crate) mod prove;
 mod root;

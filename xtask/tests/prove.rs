@@ -123,13 +123,36 @@ fn tree() -> Tree {
     )
 }
 
-// i[verify prove.plan+3]
+// i[verify prove.plan+4]
 #[test]
 fn the_plan_names_each_rules_items_and_tests() {
     let tree = tree();
     let run = fixture::xtask("prove", tree.path(), &["--list"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     insta::assert_snapshot!(run.stdout);
+}
+
+/// A `verify` heading a test file is judged by every test of that file.
+// i[verify prove.plan+4]
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_test_file_is_judged_by_each_of_its_tests() {
+    let tree = tree();
+    tree.write(
+        "crates/demo/tests/beta.rs",
+        b"//! Golden.\n// r[verify demo.beta]\n\nuse demo::beta;\n\n#[test]\nfn golden() {\n    \
+          assert_eq!(beta(), 2);\n}\n\nfn helper() {}\n\n#[test]\nfn again() {}\n",
+    );
+    let run = fixture::xtask("prove", tree.path(), &["--list", "demo.beta"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(
+            "  judge   (binary_id(=demo::beta) & test(=golden)) | (binary_id(=demo::beta) & \
+             test(=again))\n"
+        ),
+        "{}",
+        run.stdout
+    );
 }
 
 // i[verify prove.run+2]
@@ -519,7 +542,7 @@ fn a_failing_baseline_is_an_error_naming_the_rule_and_leaves_no_proof() {
     assert!(!trace.stdout.contains("proven"), "{}", trace.stdout);
 }
 
-// i[verify prove.plan+3]
+// i[verify prove.plan+4]
 #[test]
 fn a_types_annotation_covers_its_impl_blocks_in_the_file() {
     let lib = "\

@@ -509,7 +509,7 @@ fn an_uppercase_rule_id_fails() {
     assert_eq!(code, 1);
 }
 
-// i[verify spec-check.verify-on-test]
+// i[verify spec-check.verify-on-test+2]
 #[test]
 fn verify_before_a_helper_in_test_code_fails() {
     let lib = LIB.replace(

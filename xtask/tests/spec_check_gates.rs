@@ -137,7 +137,7 @@ fn missing_means_no_reference_at_all_not_no_current_one() {
 }
 
 /// A `verify` annotation in test code that no function follows cannot be proven by any run.
-// i[verify spec-check.verify-on-test]
+// i[verify spec-check.verify-on-test+2]
 #[test]
 fn verify_before_no_function_in_test_code_fails() {
     let beta = format!("{BETA_TEST}\n// r[verify demo.alpha]\n");
@@ -157,7 +157,7 @@ fn verify_before_no_function_in_test_code_fails() {
 /// Verify annotations outside test code are placement problems only; impl annotations before
 /// ordinary functions are fine.
 // i[verify spec-check.placement]
-// i[verify spec-check.verify-on-test]
+// i[verify spec-check.verify-on-test+2]
 #[test]
 fn verify_outside_test_code_is_only_a_placement_problem() {
     let lib = format!("{LIB}\n// r[verify demo.alpha]\npub fn not_a_test() {{}}\n");
@@ -401,4 +401,344 @@ fn a_planned_id_is_listed_once_with_each_finding_naming_it() {
         "{out}"
     );
     assert_eq!(code, 0);
+}
+
+/// Test files in the shapes other tracey workspaces write: a `verify` annotation between a
+/// function's test attribute and the function, among several attributes and doc comments.
+const BETA_BETWEEN_ATTRIBUTES: &str = "\
+/// Beta, on the runtime.
+#[tokio::test(start_paused = true)]
+// r[verify demo.beta]
+async fn beta_holds() {}
+
+#[test_case(1 ; \"one\")]
+#[test_case(2 ; \"two\")]
+/// Every case.
+// r[verify demo.beta]
+#[allow(unused)]
+fn beta_cases(n: u32) {}
+
+#[rstest]
+#[case(1)]
+// r[verify demo.beta]
+fn beta_rstest(#[case] n: u32) {}
+";
+
+/// A `verify` annotation after `#[test]` (or `#[tokio::test]`, `#[test_case(..)]`, among other
+/// attributes and doc comments) is on that test: no problem, and its result is that test's.
+// i[verify spec-check.placement.between-attributes]
+#[test]
+fn a_verify_between_a_test_attribute_and_its_fn_is_on_that_test() {
+    let lib = LIB.replace(
+        "    // r[verify demo.alpha]\n    #[test]\n",
+        "    #[test]\n    // r[verify demo.alpha]\n",
+    );
+    assert_ne!(lib, LIB);
+    let tree = tree(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/tests/beta.rs", BETA_BETWEEN_ATTRIBUTES),
+    ]);
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    // Each annotation is judged by the test it sits on, by name.
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "tests::alpha_holds", "failed"),
+            ("demo::beta", "beta_holds", "failed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(
+        problems(&out),
+        [
+            "docs/spec/demo.md:3: [not-verified-by-test] rule r[demo.alpha] is not verified by a \
+             passing test (no test passed): `demo tests::alpha_holds` (crates/demo/src/lib.rs:14) \
+             failed",
+            "docs/spec/demo.md:6: [not-verified-by-test] rule r[demo.beta] is not verified by a \
+             passing test (no test passed): `demo::beta beta_holds` (crates/demo/tests/beta.rs:3) \
+             failed; `demo::beta beta_cases` (crates/demo/tests/beta.rs:9) ignored or not run \
+             (absent from the results); `demo::beta beta_rstest` (crates/demo/tests/beta.rs:15) \
+             ignored or not run (absent from the results)",
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}
+
+/// A golden test file whose head verifies a rule for all its tests.
+const WIRE_TEST: &str = "\
+//! Golden conformance tests for the wire protocol.
+// r[verify demo.beta]
+
+use demo::beta;
+
+#[test]
+fn golden_beta() {
+    assert_eq!(beta(), 2);
+}
+
+#[test]
+fn golden_again() {}
+";
+
+/// The demo crate with `demo.alpha` verified at the head of its `#[cfg(test)]` module and
+/// `demo.beta` at the head of `tests/wire.rs`.
+fn headed_tree() -> Tree {
+    let lib = LIB.replace(
+        "mod tests {\n    // r[verify demo.alpha]\n    #[test]\n",
+        "mod tests {\n    // r[verify demo.alpha]\n\n    use super::alpha;\n\n    #[test]\n",
+    );
+    assert_ne!(lib, LIB);
+    let tree = tree(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/tests/wire.rs", WIRE_TEST),
+    ]);
+    tree.remove("crates/demo/tests/beta.rs");
+    tree
+}
+
+/// A `verify` annotation heading a test file or a `#[cfg(test)]` module is no placement problem:
+/// the file's (module's) tests verify the rule.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_test_file_or_module_is_accepted() {
+    let tree = headed_tree();
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    // A head followed by no test at all still proves nothing.
+    let empty = tree.path().join("crates/demo/tests/empty.rs");
+    std::fs::write(
+        &empty,
+        "//! Nothing here.\n// r[verify demo.beta]\n\nuse demo::beta;\n",
+    )
+    .expect("write");
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(
+        problems(&out),
+        [
+            "crates/demo/tests/empty.rs:2: [verify-not-on-test] r[verify demo.beta] heads this \
+             file, which holds no test, so no test run can prove the rule; move it to the line \
+             before a test"
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
+
+    // Nor does a head of a test module holding only helpers.
+    std::fs::remove_file(&empty).expect("rm");
+    let lib = std::fs::read_to_string(tree.path().join("crates/demo/src/lib.rs")).expect("read");
+    let lib = format!(
+        "{lib}\n#[cfg(test)]\nmod helpers {{\n    // r[verify demo.alpha]\n\n    use super::alpha;\n\n    \
+         fn one() -> u32 {{\n        alpha()\n    }}\n}}\n"
+    );
+    tree.write("crates/demo/src/lib.rs", lib.as_bytes());
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(
+        problems(&out),
+        [
+            "crates/demo/src/lib.rs:25: [verify-not-on-test] r[verify demo.alpha] heads `mod \
+             helpers`, which holds no test, so no test run can prove the rule; move it to the line \
+             before a test"
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}
+
+/// In test-backed mode a headed rule is verified when its file's (module's) tests ran and passed:
+/// one failure or an absent file fails it, naming the test.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_file_is_judged_by_that_files_tests() {
+    let tree = headed_tree();
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::wire", "golden_beta", "passed"),
+            ("demo::wire", "golden_again", "passed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::wire", "golden_beta", "passed"),
+            ("demo::wire", "golden_again", "failed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(
+        problems(&out),
+        [
+            "docs/spec/demo.md:6: [not-verified-by-test] rule r[demo.beta] is not verified by a \
+             passing test (no test passed): `demo::wire golden_again` \
+             (crates/demo/tests/wire.rs:2) failed"
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
+
+    // Neither the module's nor the file's tests ran.
+    let results = write_results(&tree, &[("demo", "other", "passed")]);
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(
+        problems(&out),
+        [
+            "docs/spec/demo.md:3: [not-verified-by-test] rule r[demo.alpha] is not verified by a \
+             passing test (no test passed): `demo tests::*` (crates/demo/src/lib.rs:13) ignored \
+             or not run (absent from the results)",
+            "docs/spec/demo.md:6: [not-verified-by-test] rule r[demo.beta] is not verified by a \
+             passing test (no test passed): `demo::wire *` (crates/demo/tests/wire.rs:2) ignored \
+             or not run (absent from the results)",
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}
+
+/// The workspace manifest with a `[workspace.metadata.spec-engine]` table of `keys`.
+fn manifest_with(keys: &str) -> String {
+    format!(
+        "{}\n[workspace.metadata.spec-engine]\n{keys}",
+        fixture::WORKSPACE_MANIFEST
+    )
+}
+
+/// The findings and the proof summary are read where the workspace's `Cargo.toml` says, not at
+/// holdfast's paths; a table the gate cannot use fails it.
+// i[verify xtask.paths]
+#[test]
+fn the_engines_files_are_read_where_the_workspace_says() {
+    let manifest = manifest_with("findings = \"audit/found.md\"\nproof = \"audit/proven.md\"\n");
+    let tree = tree(&[
+        ("Cargo.toml", &manifest),
+        // At the default paths, no longer read: each would add a problem or a proof.
+        (
+            "docs/audit/findings.md",
+            "# Findings\n\n## H9: Ignored\n\n**Closed by:** `r[demo.alpah]`\n",
+        ),
+        (
+            "docs/audit/proof.md",
+            "| `r[demo.beta]` | proven | 1 | 0 | 0 | 0 | 0 | abc | - |\n",
+        ),
+        (
+            "audit/found.md",
+            "# Findings\n\n## H1: Alpha\n\nAlpha failed.\n\n**Closed by:** `r[demo.alpha+2]`\n",
+        ),
+        (
+            "audit/proven.md",
+            "| `r[demo.alpha]` | proven | 3 | 0 | 0 | 0 | 0 | abc | - |\n",
+        ),
+    ]);
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(
+        problems(&out),
+        [
+            "audit/found.md:7: [findings] finding H1 names r[demo.alpha+2]: stale: the spec \
+             defines r[demo.alpha] (docs/spec/demo.md:3); check the finding still holds under \
+             the new text, then write that marker"
+        ],
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "note: proof (target/prove/, audit/proven.md): 1 of 2 rules proven; with surviving \
+             mutants: none; justified survivors: 0"
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+
+    let tree = self::tree(&[("Cargo.toml", &manifest_with("finding = \"a.md\"\n"))]);
+    let (code, out) = check(&tree, &[]);
+    let problems = problems(&out);
+    assert_eq!(problems.len(), 1, "{out}");
+    assert!(
+        problems[0].starts_with(
+            "Cargo.toml: [config] Cargo.toml: [workspace.metadata.spec-engine]: line 5: unknown \
+             field `finding`"
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+
+    let tree = self::tree(&[("Cargo.toml", &manifest_with("proof = \"../proof.md\"\n"))]);
+    let (code, out) = check(&tree, &[]);
+    assert!(
+        out.contains("`proof = \"../proof.md\"` must be a non-empty path relative to the root"),
+        "{out}"
+    );
+    assert_eq!(code, 1);
+}
+
+/// A head of a file that its parent declares `#[cfg(test)] mod golden;` is test code too, and its
+/// tests are found at their module path.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_cfg_test_module_file_is_judged_by_its_tests() {
+    let lib = LIB.replace(
+        "    // r[verify demo.alpha]\n    #[test]\n",
+        "    #[test]\n",
+    );
+    let lib = format!("{lib}\n#[cfg(test)]\nmod golden;\n");
+    let golden = "//! Golden alpha.\n// r[verify demo.alpha]\n\nuse super::alpha;\n\n#[test]\nfn alpha_golden() {\n    assert_eq!(alpha(), 1);\n}\n";
+    let tree = tree(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/src/golden.rs", golden),
+    ]);
+    let (code, out) = check(&tree, &[]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "golden::alpha_golden", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(problems(&out), Vec::<&str>::new(), "{out}");
+    assert_eq!(code, 0, "{out}");
+
+    // Only `tests::alpha_holds` passed, which is not a test of that file.
+    let results = write_results(
+        &tree,
+        &[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "passed"),
+        ],
+    );
+    let (code, out) = check(&tree, &["--results", utf8(&results)]);
+    assert_eq!(
+        problems(&out),
+        [
+            "docs/spec/demo.md:3: [not-verified-by-test] rule r[demo.alpha] is not verified by a \
+             passing test (no test passed): `demo golden::*` (crates/demo/src/golden.rs:2) \
+             ignored or not run (absent from the results)"
+        ],
+        "{out}"
+    );
+    assert_eq!(code, 1);
 }

@@ -430,3 +430,85 @@ fn a_rule_trace_shows_its_last_proof_and_whether_mutants_survived() {
     assert_eq!(code, 0, "{finding}");
     assert!(finding.contains("verdict: closed"), "{finding}");
 }
+
+/// The findings and the default results are read where the workspace's `Cargo.toml` says
+/// (`[workspace.metadata.spec-engine]`); a table the trace cannot use is a usage error.
+// i[verify xtask.paths]
+#[test]
+fn the_findings_and_results_are_read_where_the_workspace_says() {
+    let manifest = format!(
+        "{}\n[workspace.metadata.spec-engine]\nfindings = \"audit/found.md\"\n\
+         results = \"target/nextest/default/junit.xml\"\n",
+        fixture::WORKSPACE_MANIFEST
+    );
+    let fixture = Fixture::new(&[("Cargo.toml", &manifest), ("audit/found.md", FINDINGS)]);
+    fixture.0.remove("docs/audit/findings.md");
+    let results = fixture.write(
+        "target/nextest/default/junit.xml",
+        &junit(&[
+            ("demo", "tests::alpha_holds", "passed"),
+            ("demo::beta", "beta_holds", "failed"),
+        ]),
+    );
+    fixture.0.date_all(RESULTS_WRITTEN - 60);
+    std::fs::File::options()
+        .write(true)
+        .open(&results)
+        .expect("open results")
+        .set_modified(UNIX_EPOCH + Duration::from_secs(RESULTS_WRITTEN))
+        .expect("date results");
+    let (code, out) = fixture.trace(&["H1"]);
+    assert!(out.contains("\n  audit/found.md:9\n"), "{out}");
+    assert!(
+        out.contains("test results: target/nextest/default/junit.xml (written"),
+        "{out}"
+    );
+    assert!(
+        out.contains("verify  crates/demo/tests/beta.rs:1  demo::beta beta_holds  failed"),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+    let (code, out) = fixture.trace(&["H7"]);
+    assert!(out.contains("no finding `H7` in audit/found.md"), "{out}");
+    assert_eq!(code, 2);
+
+    let manifest = format!(
+        "{}\n[workspace.metadata.spec-engine]\nfindings = \"\"\n",
+        fixture::WORKSPACE_MANIFEST
+    );
+    fixture.write("Cargo.toml", &manifest);
+    let (code, out) = fixture.trace(&["H1"]);
+    assert!(
+        out.contains(
+            "error: Cargo.toml: [workspace.metadata.spec-engine]: `findings = \"\"` must be a \
+             non-empty path relative to the root"
+        ),
+        "{out}"
+    );
+    assert_eq!(code, 2);
+}
+
+/// A `verify` heading a test file is traced to that file's tests, and judged by them.
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_heading_a_test_file_is_traced_to_its_tests() {
+    let beta =
+        "//! Golden.\n// r[verify demo.beta]\n\nuse demo::beta;\n\n#[test]\nfn golden() {}\n";
+    let fixture = Fixture::new(&[("crates/demo/tests/beta.rs", beta)]);
+    let (code, out) = fixture.trace(&["demo.beta", "--no-results"]);
+    assert!(
+        out.contains("verify  crates/demo/tests/beta.rs:2  demo::beta *\n"),
+        "{out}"
+    );
+    assert_eq!(code, 0, "{out}");
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "golden", "failed"),
+    ]);
+    let (code, out) = fixture.trace(&["demo.beta"]);
+    assert!(
+        out.contains("verify  crates/demo/tests/beta.rs:2  demo::beta *  failed"),
+        "{out}"
+    );
+    assert_eq!(code, 1, "{out}");
+}

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::outcomes::Proof;
+use crate::model::proof::Proof;
 
 /// The caps of a run and what it has spent.
 #[derive(Debug)]

@@ -1,15 +1,13 @@
-//! `docs/audit/survivors.toml`: surviving mutants a maintainer has judged harmless, each with its
-//! rule, place, mutation and reason. `prove` moves a matching survivor out of `missed` into the
-//! proof's `justified` list, so a justified rule is proven and the reason travels with the proof.
+//! `docs/audit/survivors.toml` (unless configured, [`crate::model::paths`]): surviving mutants a
+//! maintainer has judged harmless, each with its rule, place, mutation and reason. `prove` moves a
+//! matching survivor out of `missed` into the proof's `justified` list, so a justified rule is
+//! proven and the reason travels with the proof.
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-use super::outcomes::Proof;
-
-/// Where the justified survivors live, relative to the root.
-pub const FILE: &str = "docs/audit/survivors.toml";
+use crate::model::proof::Proof;
 
 /// One justified survivor.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -35,22 +33,22 @@ struct File {
 
 /// Reads the justified survivors under `root` (none when the file does not exist).
 pub fn load(root: &Path) -> Result<Vec<Justified>, String> {
-    let path = root.join(FILE);
-    let text = match std::fs::read_to_string(&path) {
+    let file = crate::model::paths::of(root).survivors;
+    let text = match std::fs::read_to_string(root.join(&file)) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => return Err(format!("reading {FILE}: {err}")),
+        Err(err) => return Err(format!("reading {file}: {err}")),
     };
-    let file: File = toml::from_str(&text).map_err(|err| format!("{FILE}: {err}"))?;
-    for entry in &file.survivor {
+    let list: File = toml::from_str(&text).map_err(|err| format!("{file}: {err}"))?;
+    for entry in &list.survivor {
         if entry.reason.trim().is_empty() {
             return Err(format!(
-                "{FILE}: the survivor `{}` of `{}` has no reason",
+                "{file}: the survivor `{}` of `{}` has no reason",
                 entry.mutation, entry.rule
             ));
         }
     }
-    Ok(file.survivor)
+    Ok(list.survivor)
 }
 
 /// Splits a survivor `file:line:col: mutation` into its file, line and mutation.
@@ -173,12 +171,12 @@ reason = "alpha's result is only logged"
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("docs/audit")).expect("mkdir");
         std::fs::write(
-            dir.path().join(FILE),
+            dir.path().join(crate::model::paths::DEFAULT_SURVIVORS),
             "[[survivor]]\nrule = \"a.b\"\nat = \"x.rs:1\"\nmutation = \"m\"\nreason = \" \"\n",
         )
         .expect("write");
         assert!(load(dir.path()).is_err());
-        std::fs::remove_file(dir.path().join(FILE)).expect("rm");
+        std::fs::remove_file(dir.path().join(crate::model::paths::DEFAULT_SURVIVORS)).expect("rm");
         assert_eq!(
             load(dir.path()),
             Ok(Vec::new()),

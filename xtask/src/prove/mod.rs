@@ -19,7 +19,6 @@ mod outcomes;
 mod plan;
 mod pristine;
 pub(crate) mod services;
-mod summary;
 
 use std::io::Write as _;
 use std::path::Path;
@@ -29,8 +28,10 @@ use serde::Serialize;
 
 use crate::spec_check::{self, config};
 
-pub use self::outcomes::Proof;
 use self::plan::Plan;
+pub use crate::model::proof::Proof;
+use crate::model::proof::local;
+use crate::model::proof_summary as summary;
 
 /// Arguments of `cargo xtask prove`.
 #[derive(clap::Args)]
@@ -70,36 +71,9 @@ pub struct Args {
     budget: Option<u64>,
 }
 
-/// The last recorded proof of the rule `id` under `root`, if `prove` ran on this version of it:
-/// `target/prove/ID.json`, else the rule's row in the checked-in `docs/audit/proof.md`.
-// i[impl prove.shown+2]
-pub fn recorded(root: &Path, id: &tracey_core::RuleId) -> Option<Proof> {
-    let id = id.to_string();
-    local(root, &id).or_else(|| {
-        summary::read(root)
-            .iter()
-            .find(|(marker, _)| marker_id(marker) == id)
-            .map(|(_, proof)| proof.clone())
-    })
-}
-
 /// The text of `docs/audit/proof.md` for `proofs` (marker, proof), as `prove --summary` writes it.
 pub fn render_summary(proofs: &[(String, Proof)]) -> String {
     summary::render(proofs)
-}
-
-/// `target/prove/ID.json`, if a proof of that rule version ran here.
-fn local(root: &Path, id: &str) -> Option<Proof> {
-    let text =
-        std::fs::read_to_string(root.join("target/prove").join(format!("{id}.json"))).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
-/// `retry.schedule+2` from `r[retry.schedule+2]`.
-fn marker_id(marker: &str) -> &str {
-    marker
-        .split_once('[')
-        .map_or(marker, |(_, rest)| rest.trim_end_matches(']'))
 }
 
 /// A rule's result as `target/prove/RULE.json` holds it.
@@ -123,6 +97,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         Err(message) => return usage(message),
     };
     crate::output::print(&crate::root::banner(&root));
+    if let Err(message) = crate::model::paths::load(&root) {
+        return usage(message);
+    }
     if args.ci {
         let from_env = std::env::var("HOLDFAST_PROVE_BASE").ok();
         match ci::base(&root, from_env.as_deref()) {
@@ -210,7 +187,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
         } else {
-            Proof::not_provable(plan)
+            outcomes::not_provable(plan)
         };
         if provable {
             bound.ran(proof.tried(), started.elapsed());
@@ -322,8 +299,8 @@ impl Tally {
     }
 }
 
-/// `--summary`: docs/audit/proof.md from target/prove/ over the file's earlier rows, for the
-/// current rules in spec order.
+/// `--summary`: the proof summary (docs/audit/proof.md unless configured) from target/prove/
+/// over the file's earlier rows, for the current rules in spec order.
 fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
     let earlier = summary::read(root);
     let mut proofs = Vec::new();
@@ -333,14 +310,15 @@ fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
             proofs.push((plan.rule.clone(), proof));
         }
     }
-    let path = root.join(summary::FILE);
+    let file = crate::model::paths::of(root).proof;
+    let path = root.join(&file);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(&path, summary::render(&proofs))?;
     crate::output::print(&format!(
         "prove: wrote {} ({} of {} rules recorded, {} proven)\n",
-        summary::FILE,
+        file,
         proofs.len(),
         all.len(),
         proofs.iter().filter(|(_, p)| p.proven()).count()
@@ -366,7 +344,7 @@ fn head_commit(root: &Path) -> Option<String> {
 }
 
 fn timestamp_now() -> String {
-    crate::trace::timestamp::utc(std::time::SystemTime::now())
+    crate::model::timestamp::utc(std::time::SystemTime::now())
 }
 
 /// The rules `args` asks for.

@@ -195,7 +195,7 @@ fn regex_escape(text: &str) -> String {
 
 /// The plan of every rule in `tree` (in spec order); rules with no Rust item or no test to judge
 /// it get an empty target or judge list, which `prove` reports as not provable.
-// i[impl prove.plan+3]
+// i[impl prove.plan+4]
 pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
     let mut plans = Vec::new();
     for rule in &tree.rules {
@@ -230,25 +230,40 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
                 }
             }
             for site in coverage.verify_sites.iter().filter(|s| !s.stale) {
-                let Some(test) = test_backed::test_fn(root, site, &tree.parsed) else {
-                    continue;
-                };
-                let lines = tree
+                let layout = tree
                     .parsed
                     .files
                     .get(&site.path)
-                    .and_then(|f| f.layout.as_ref())
-                    .and_then(|layout| layout.item_at(site.line))
-                    .map(|item| (item.start, item.end));
-                let judge = Judge {
-                    package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
-                    binary: test.target.map(|t| t.suite),
-                    name: test.full_name,
-                    file: site.file.clone(),
-                    lines,
+                    .and_then(|f| f.layout.as_ref());
+                let span = |line: usize| {
+                    layout
+                        .and_then(|layout| layout.item_at(line))
+                        .map(|item| (item.start, item.end))
                 };
-                if !judges.contains(&judge) {
-                    judges.push(judge);
+                // The test the annotation precedes, else every test of the file or module it
+                // heads.
+                let tests: Vec<(test_backed::TestFn, Option<(usize, usize)>)> =
+                    match test_backed::test_fn(root, site, &tree.parsed) {
+                        Some(test) => vec![(test, span(site.line))],
+                        None => test_backed::scope_tests(root, site, &tree.parsed)
+                            .into_iter()
+                            .map(|test| {
+                                let lines = span(test.line);
+                                (test, lines)
+                            })
+                            .collect(),
+                    };
+                for (test, lines) in tests {
+                    let judge = Judge {
+                        package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
+                        binary: test.target.map(|t| t.suite),
+                        name: test.full_name,
+                        file: site.file.clone(),
+                        lines,
+                    };
+                    if !judges.contains(&judge) {
+                        judges.push(judge);
+                    }
                 }
             }
         }
@@ -265,7 +280,7 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
 /// The impl blocks, inherent or of a trait, of the struct or enum `item` in the same file, outside
 /// test code: a type's annotation covers its methods, which are where its behaviour lies. Any
 /// other item has none.
-// i[impl prove.plan+3]
+// i[impl prove.plan+4]
 fn impls_of<'a>(layout: Option<&'a RustLayout>, item: &Item) -> Vec<&'a Item> {
     let (Some(layout), "struct" | "enum") = (layout, item.kind) else {
         return Vec::new();
@@ -279,7 +294,7 @@ fn impls_of<'a>(layout: Option<&'a RustLayout>, item: &Item) -> Vec<&'a Item> {
 }
 
 /// The type an impl block is for, as its name gives it: `Gather` of `Gather<K>`, `a::B` or `&B`.
-// i[impl prove.plan+3]
+// i[impl prove.plan+4]
 fn self_type(name: &str) -> &str {
     let name = name.trim_start_matches('&').trim_start();
     let name = name.strip_prefix("mut ").unwrap_or(name);
@@ -348,7 +363,7 @@ pub fn changed_lines(root: &Path, rev: &str) -> Result<Changed, String> {
 mod tests {
     use super::*;
 
-    // i[verify prove.plan+3]
+    // i[verify prove.plan+4]
     #[test]
     fn patterns_select_the_items_lines_and_the_filter_the_rules_tests() {
         let plan = Plan {
@@ -388,7 +403,7 @@ mod tests {
         );
     }
 
-    // i[verify prove.plan+3]
+    // i[verify prove.plan+4]
     #[test]
     fn an_impl_blocks_type_is_its_name_without_path_generics_or_reference() {
         assert_eq!(self_type("Gather<K>"), "Gather");

@@ -349,9 +349,10 @@ fn placement_problem(
     Some(located(problem, reference, site, spec))
 }
 
-/// A `verify` annotation in test code must precede a test function (one outside test code is a
-/// placement problem instead).
-// i[impl spec-check.verify-on-test]
+/// A `verify` annotation in test code must precede a test function, or head a file or module
+/// holding tests (one outside test code is a placement problem instead).
+// i[impl spec-check.verify-on-test+2]
+// i[impl spec-check.placement.file-head]
 fn verify_not_on_test(
     reference: &ReqReference,
     site: &Site,
@@ -375,14 +376,30 @@ fn verify_not_on_test(
             ),
         ),
         Some(_) => return None,
-        None => Problem::new(
-            Kind::VerifyNotOnTest,
-            format!(
-                "{} precedes no function, so no test run can prove the rule; move it to the \
-                 line before a test",
-                written(reference)
+        // At the head of a file or `#[cfg(test)]` module: that scope's tests verify the rule.
+        None => match layout.scope_headed_at(site.line) {
+            Some(scope) if !scope.tests.is_empty() => return None,
+            Some(scope) => Problem::new(
+                Kind::VerifyNotOnTest,
+                format!(
+                    "{} heads {}, which holds no test, so no test run can prove the rule; move \
+                     it to the line before a test",
+                    written(reference),
+                    match scope.modules.last() {
+                        Some(module) => format!("`mod {module}`"),
+                        None => "this file".to_owned(),
+                    }
+                ),
             ),
-        ),
+            None => Problem::new(
+                Kind::VerifyNotOnTest,
+                format!(
+                    "{} precedes no function, so no test run can prove the rule; move it to the \
+                     line before a test",
+                    written(reference)
+                ),
+            ),
+        },
     };
     Some(located(problem, reference, site, spec))
 }

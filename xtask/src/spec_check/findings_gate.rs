@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::trace::findings::{self, FINDINGS_PATH};
+use crate::model::{findings, paths};
 
 use super::problem::{Kind, Problem};
 use super::rules::Rule;
@@ -25,15 +25,15 @@ pub struct Checked {
 /// Checks the findings file under `root` against `rules`.
 // i[impl spec-check.findings+2]
 pub fn check(root: &Path, rules: &[Rule]) -> Checked {
-    let path = root.join(FINDINGS_PATH);
-    let text = match std::fs::read_to_string(&path) {
+    let file = paths::of(root).findings;
+    let text = match std::fs::read_to_string(root.join(&file)) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Checked::default(),
         Err(err) => {
             return Checked {
                 problems: vec![
                     Problem::new(Kind::Findings, format!("cannot read the findings: {err}"))
-                        .in_file(FINDINGS_PATH),
+                        .in_file(&file),
                 ],
                 planned: Vec::new(),
             };
@@ -45,9 +45,7 @@ pub fn check(root: &Path, rules: &[Rule]) -> Checked {
         Err(errors) => {
             checked.problems = errors
                 .into_iter()
-                .map(|(line, message)| {
-                    Problem::new(Kind::Findings, message).at(FINDINGS_PATH, line)
-                })
+                .map(|(line, message)| Problem::new(Kind::Findings, message).at(&file, line))
                 .collect();
             return checked;
         }
@@ -60,7 +58,7 @@ pub fn check(root: &Path, rules: &[Rule]) -> Checked {
                     Kind::Findings,
                     format!("finding {} names {}: {message}", finding.id, named.marker()),
                 )
-                .at(FINDINGS_PATH, finding.closed_by_line)
+                .at(&file, finding.closed_by_line)
                 .rule(named.marker())
             };
             match rules.iter().find(|r| r.id.base == named.id.base) {

@@ -9,7 +9,7 @@ use super::coverage::Analysis;
 use super::crate_layout;
 use super::problem::{Kind, Problem};
 use super::test_backed::Evidence;
-use crate::trace::timestamp;
+use crate::model::timestamp;
 
 /// One problem per file with `verify` annotations (of the rules judged) modified after the results.
 // i[impl spec-check.freshness]

@@ -8,8 +8,9 @@
 //!    1.3.0 renders specs with.
 //! 3. [`sources`] walks each impl's `include` and `test_include` exactly as tracey does and extracts
 //!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables).
-//! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code and which
-//!    test function a `verify` annotation precedes.
+//! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code, which
+//!    test function a `verify` annotation precedes (its test attribute may sit above the
+//!    annotation), and which file or module's tests an annotation at its head stands for.
 //! 5. [`coverage`] counts per spec like `tracey query status` (total, implemented, verified, stale)
 //!    and turns every gap into a [`problem::Problem`].
 //! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
@@ -132,7 +133,14 @@ pub(crate) fn check(
 /// Reads `root`'s config and, when it is usable, its tree: what [`check_read`] judges and
 /// `cargo xtask spec-report` also traces, so the tree is read and parsed once.
 pub(crate) fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
-    let config = config::load(root)?;
+    let mut config = config::load(root)?;
+    // The engine's own paths (findings, proof summary, …): an unusable table fails the gate
+    // rather than quietly reading the defaults.
+    if let Err(message) = crate::model::paths::load(root) {
+        config
+            .problems
+            .push(Problem::new(problem::Kind::Config, message).in_file("Cargo.toml"));
+    }
     let tree = read_tree(root, &config.config);
     Ok((config, tree))
 }
@@ -164,7 +172,7 @@ pub(crate) fn check_read(
     };
     if let (Some(evidence), Some(results)) = (&evidence, results) {
         mode.results = Some(shown(root, results));
-        mode.written = Some(crate::trace::timestamp::utc(evidence.written));
+        mode.written = Some(crate::model::timestamp::utc(evidence.written));
         mode.cases = Some(evidence.cases);
         mode.skips = skips
             .filter(|_| evidence.has_ledger)
@@ -211,9 +219,9 @@ pub(crate) fn check_read(
     }
 
     // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
-    let proofs: Vec<(String, crate::prove::Proof)> = rules
+    let proofs: Vec<(String, crate::model::proof::Proof)> = rules
         .iter()
-        .filter_map(|r| crate::prove::recorded(root, &r.id).map(|p| (r.marker(), p)))
+        .filter_map(|r| crate::model::proof::recorded(root, &r.id).map(|p| (r.marker(), p)))
         .collect();
     if !proofs.is_empty() {
         let survivors: Vec<&str> = proofs
@@ -223,8 +231,9 @@ pub(crate) fn check_read(
             .collect();
         let justified: usize = proofs.iter().map(|(_, p)| p.justified.len()).sum();
         notes.push(format!(
-            "proof (target/prove/, docs/audit/proof.md): {} of {} rules proven; with surviving \
-             mutants: {}; justified survivors: {justified}",
+            "proof (target/prove/, {}): {} of {} rules proven; with surviving mutants: {}; \
+             justified survivors: {justified}",
+            crate::model::paths::of(root).proof,
             proofs.iter().filter(|(_, p)| p.proven()).count(),
             rules.len(),
             if survivors.is_empty() {

@@ -62,11 +62,23 @@ impl Item {
 pub struct AttributedFn {
     /// The function's name.
     pub name: String,
+    /// A line of the function's item: its `fn NAME` line, or its first line when the annotation
+    /// sits in its body.
+    pub line: usize,
     /// Inline modules enclosing it in this file, outermost first.
     pub modules: Vec<String>,
     /// Whether it is a test: it carries a test attribute (`#[test]`, `#[tokio::test]`, …) or sits
     /// in a test macro such as `proptest! {`.
     pub is_test: bool,
+}
+
+/// The tests of a file or inline module whose head carries a `verify` annotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestScope {
+    /// Inline modules enclosing the scope in this file, outermost first (empty: the whole file).
+    pub modules: Vec<String>,
+    /// The test functions in it, in source order.
+    pub tests: Vec<AttributedFn>,
 }
 
 impl RustLayout {
@@ -162,6 +174,7 @@ impl RustLayout {
             .collect();
         Some(AttributedFn {
             name,
+            line: fn_line,
             modules,
             is_test,
         })
@@ -223,9 +236,144 @@ impl RustLayout {
                 is_test |= is_test_macro(trimmed);
                 continue;
             }
-            return fn_name(trimmed).map(|name| (name, index + 1, is_test));
+            let name = fn_name(trimmed)?;
+            let fn_line = index + 1;
+            // A test attribute may sit above the annotation (`#[test]`, then the comment, then
+            // the fn): read every attribute of the function's item, not only those below.
+            is_test |= self
+                .functions
+                .iter()
+                .filter(|f| f.name == name && f.start <= fn_line && fn_line <= f.end)
+                .min_by_key(|f| f.end - f.start)
+                .is_some_and(|f| self.attributes_mark_test(f.start, fn_line));
+            return Some((name, fn_line, is_test));
         }
         None
+    }
+
+    /// Whether the attribute lines from `start` (a function item's first line, comments
+    /// included) up to its `fn` line include a test attribute; comments and doc comments between
+    /// them are read through.
+    // i[impl spec-check.placement.between-attributes]
+    fn attributes_mark_test(&self, start: usize, fn_line: usize) -> bool {
+        self.lines
+            .iter()
+            .take(fn_line.saturating_sub(1))
+            .skip(start.saturating_sub(1))
+            .map(|l| l.trim())
+            .any(is_test_attribute)
+    }
+
+    /// The tests a `verify` annotation on `line` stands for when it heads a file or an inline
+    /// module: only comments, blank lines and inner attributes (`#![..]`) come before it in that
+    /// file or module body, and it precedes no function (it is followed by `use` items, other
+    /// items, then tests). `None` when the annotation is not at such a head.
+    // i[impl spec-check.placement.file-head]
+    pub fn scope_headed_at(&self, line: usize) -> Option<TestScope> {
+        if line == 0 || self.function_after(line).is_some() {
+            return None;
+        }
+        let innermost = self
+            .modules
+            .iter()
+            .filter(|m| m.start <= line && line <= m.end)
+            .min_by_key(|m| m.end - m.start);
+        let before = self.lines.iter().take(line - 1).enumerate().rev();
+        for (index, text) in before {
+            let trimmed = text.trim();
+            if trimmed.is_empty()
+                || trimmed.starts_with("//")
+                || trimmed.starts_with("/*")
+                || trimmed.starts_with('*')
+                || trimmed.starts_with("#![")
+            {
+                continue;
+            }
+            // Code before the annotation: it heads only the module this line opens.
+            let module =
+                innermost.filter(|m| m.start <= index + 1 && is_module_opener(trimmed, &m.name))?;
+            return Some(self.scope(module.start, module.end));
+        }
+        // Nothing but comments above it: the head of the file (a file-level module is never
+        // enclosed by an inline one, so the loop above already met its opener if there was one).
+        Some(self.scope(1, self.lines.len()))
+    }
+
+    /// The tests among the functions within lines `start..=end`, with the modules enclosing the
+    /// scope itself.
+    fn scope(&self, start: usize, end: usize) -> TestScope {
+        let modules_at = |line: usize| -> Vec<String> {
+            self.modules
+                .iter()
+                .filter(|m| m.start <= line && line <= m.end)
+                .map(|m| m.name.clone())
+                .collect()
+        };
+        let modules = self
+            .modules
+            .iter()
+            .filter(|m| m.start <= start && end <= m.end)
+            .map(|m| m.name.clone())
+            .collect();
+        let mut found: Vec<(String, usize)> = self
+            .functions
+            .iter()
+            .filter(|f| start <= f.start && f.end <= end)
+            .filter_map(|f| {
+                let fn_line = self.fn_line(f)?;
+                self.attributes_mark_test(f.start, fn_line)
+                    .then(|| (f.name.clone(), fn_line))
+            })
+            .collect();
+        // Functions inside `proptest! { .. }` are no code units of their own.
+        found.extend(self.macro_tests(start, end));
+        found.sort_by_key(|&(_, line)| line);
+        found.dedup();
+        let tests = found
+            .into_iter()
+            .map(|(name, line)| AttributedFn {
+                name,
+                line,
+                modules: modules_at(line),
+                is_test: true,
+            })
+            .collect();
+        TestScope { modules, tests }
+    }
+
+    /// The functions declared inside test macros (`proptest! {`) within lines `start..=end`.
+    fn macro_tests(&self, start: usize, end: usize) -> Vec<(String, usize)> {
+        let mut found = Vec::new();
+        let mut depth: i32 = 0;
+        for line in start..=end {
+            let Some(text) = self.lines.get(line.saturating_sub(1)) else {
+                break;
+            };
+            let trimmed = text.trim();
+            if depth > 0 {
+                if !trimmed.starts_with("//") {
+                    if let Some(name) = fn_name(trimmed) {
+                        found.push((name, line));
+                    }
+                }
+                depth += brace_balance(trimmed);
+            } else if is_macro_opener(trimmed) && is_test_macro(trimmed) {
+                depth = brace_balance(trimmed);
+            }
+        }
+        found
+    }
+
+    /// The line of `function`'s `fn NAME` (after its comments and attributes).
+    fn fn_line(&self, function: &Function) -> Option<usize> {
+        (function.start..=function.end).find(|&line| {
+            self.lines.get(line.saturating_sub(1)).is_some_and(|text| {
+                let trimmed = text.trim();
+                !trimmed.starts_with("//")
+                    && !trimmed.starts_with("#[")
+                    && fn_name(trimmed).as_deref() == Some(function.name.as_str())
+            })
+        })
     }
 
     /// Whether the attribute lines at the top of an item (lines `start..=end`) include
@@ -283,6 +431,15 @@ fn bracket_balance(text: &str) -> i32 {
     })
 }
 
+/// Braces opened minus braces closed on a line (a macro body's depth).
+fn brace_balance(text: &str) -> i32 {
+    text.chars().fold(0, |depth, c| match c {
+        '{' => depth + 1,
+        '}' => depth - 1,
+        _ => depth,
+    })
+}
+
 /// `name! {` or `name!{` alone on a line (e.g. `proptest! {`), whose body holds the test fns.
 fn is_macro_opener(trimmed: &str) -> bool {
     let Some(body) = trimmed.strip_suffix('{') else {
@@ -295,6 +452,14 @@ fn is_macro_opener(trimmed: &str) -> bool {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     })
+}
+
+/// `mod NAME {` (with any visibility), the line that opens the inline module `name`.
+fn is_module_opener(trimmed: &str, name: &str) -> bool {
+    trimmed.ends_with('{') && {
+        let mut words = trimmed.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        words.any(|w| w == "mod") && words.any(|w| w == name)
+    }
 }
 
 /// `#[test]`, `#[tokio::test]`, `#[tokio::test(start_paused = true)]`, `#[rstest]`,
@@ -393,6 +558,7 @@ mod helpers;
             found,
             Some(AttributedFn {
                 name: "through_attributes".into(),
+                line: line_of(SOURCE, "fn through_attributes"),
                 modules: vec!["tests".into()],
                 is_test: true,
             })
@@ -408,6 +574,7 @@ mod helpers;
             found,
             Some(AttributedFn {
                 name: "property".into(),
+                line: line_of(SOURCE, "fn property"),
                 modules: vec!["tests".into(), "nested".into()],
                 is_test: true,
             })
@@ -421,7 +588,7 @@ mod helpers;
         assert_eq!(found.map(|f| f.name), Some("inside".to_owned()));
     }
 
-    // i[verify spec-check.verify-on-test]
+    // i[verify spec-check.verify-on-test+2]
     #[test]
     fn a_helper_in_test_code_is_not_a_test() {
         let source = "\
@@ -463,5 +630,111 @@ mod tests {
         assert!(layout.in_cfg_test(line_of(SOURCE, "MARK-C")));
         assert!(!layout.in_cfg_test(line_of(SOURCE, "MARK-D")));
         assert_eq!(layout.test_child_modules(), ["helpers".to_owned()]);
+    }
+    // i[verify spec-check.placement.between-attributes]
+    #[test]
+    fn an_annotation_after_the_test_attribute_is_on_that_test() {
+        let source = "\
+#[cfg(test)]
+mod tests {
+    #[test]
+    // MARK-1
+    fn after_test() {}
+
+    /// Docs.
+    #[tokio::test(start_paused = true)]
+    /// More docs.
+    // MARK-2
+    #[allow(unused)]
+    async fn after_tokio() {}
+
+    #[test_case(1 ; \"one\")]
+    #[test_case(2 ; \"two\")]
+    // MARK-3
+    fn after_cases(n: u32) {}
+
+    #[allow(unused)]
+    // MARK-4
+    fn helper() {}
+}
+";
+        let layout = layout(source);
+        let at = |mark| {
+            layout
+                .function_after(line_of(source, mark))
+                .map(|f| (f.name, f.is_test))
+        };
+        assert_eq!(at("MARK-1"), Some(("after_test".into(), true)));
+        assert_eq!(at("MARK-2"), Some(("after_tokio".into(), true)));
+        assert_eq!(at("MARK-3"), Some(("after_cases".into(), true)));
+        assert_eq!(at("MARK-4"), Some(("helper".into(), false)));
+    }
+
+    // i[verify spec-check.placement.file-head]
+    #[test]
+    fn an_annotation_heading_a_file_or_module_stands_for_its_tests() {
+        let file = "\
+//! Golden tests.
+#![allow(unused)]
+// MARK-HEAD
+
+use std::fmt;
+
+fn helper() {}
+
+#[test]
+fn golden() {}
+
+mod inner {
+    // MARK-INNER
+    use super::*;
+
+    #[tokio::test]
+    async fn nested() {}
+
+    fn helper() {}
+}
+
+// MARK-LATE
+use std::io;
+";
+        let layout = layout(file);
+        let test = |name: &str, modules: &[&str]| AttributedFn {
+            name: name.into(),
+            line: line_of(file, &format!("fn {name}")),
+            modules: modules.iter().map(|m| (*m).to_owned()).collect(),
+            is_test: true,
+        };
+        assert_eq!(
+            layout.scope_headed_at(line_of(file, "MARK-HEAD")),
+            Some(TestScope {
+                modules: vec![],
+                tests: vec![test("golden", &[]), test("nested", &["inner"])],
+            })
+        );
+        assert_eq!(
+            layout.scope_headed_at(line_of(file, "MARK-INNER")),
+            Some(TestScope {
+                modules: vec!["inner".into()],
+                tests: vec![test("nested", &["inner"])],
+            })
+        );
+        let props =
+            "// MARK-P\nuse x;\n\nproptest! {\n    #[test]\n    fn prop(x in 0u8..3) {}\n}\n";
+        assert_eq!(
+            self::layout(props).scope_headed_at(1).map(|s| s
+                .tests
+                .into_iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()),
+            Some(vec!["prop".to_owned()])
+        );
+        // After code, an annotation heads nothing; before a fn, it is that fn's.
+        assert_eq!(layout.scope_headed_at(line_of(file, "MARK-LATE")), None);
+        let before_fn = "// MARK-FN\n#[test]\nfn first() {}\n";
+        assert_eq!(
+            self::layout(before_fn).scope_headed_at(line_of(before_fn, "MARK-FN")),
+            None
+        );
     }
 }

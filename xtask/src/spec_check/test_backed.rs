@@ -1,7 +1,8 @@
 //! Test-backed verification: a rule counts as verified only if a test carrying its `verify`
 //! annotation ran and passed in this run and did not record a skip.
 //!
-//! Each `verify` annotation is attributed to the function it precedes; the function is looked up
+//! Each `verify` annotation is attributed to the function it precedes (or, at the head of a file
+//! or module, to every test in it, all of which must pass when they ran); a function is looked up
 //! among the JUnit test cases by its binary and full module path, or — only when the file's place
 //! in the crate is not conventional, so its binary cannot be named — by a unique function name
 //! within its package.
@@ -14,6 +15,7 @@ use super::coverage::{Analysis, Site};
 use super::crate_layout::{self, executable_of_suite};
 use super::junit::{self, Results, Status};
 use super::problem::{Kind, Problem};
+use super::rust_layout::{AttributedFn, RustLayout, TestScope};
 use super::skips::Ledger;
 use super::sources::ParsedFiles;
 
@@ -197,6 +199,8 @@ pub fn apply(
 pub(crate) struct TestFn {
     /// The function's name.
     pub function: String,
+    /// A line of the function's item in its file.
+    pub line: usize,
     /// Its test binary, when cargo's conventional layout says which.
     pub target: Option<crate_layout::TestTarget>,
     /// Its libtest name: module path and function, e.g. `tests::delay_doubles`.
@@ -207,11 +211,16 @@ pub(crate) struct TestFn {
 
 /// Finds the test function a `verify` site precedes, if any.
 pub(crate) fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
-    let function = parsed
-        .files
-        .get(&site.path)
-        .and_then(|f| f.layout.as_ref())
-        .and_then(|layout| layout.function_after(site.line))?;
+    let function = layout_of(site, parsed).and_then(|layout| layout.function_after(site.line))?;
+    Some(placed(root, site, function))
+}
+
+fn layout_of<'a>(site: &Site, parsed: &'a ParsedFiles) -> Option<&'a RustLayout> {
+    parsed.files.get(&site.path).and_then(|f| f.layout.as_ref())
+}
+
+/// `function` (of the file at `site`) placed in its test binary.
+fn placed(root: &Path, site: &Site, function: AttributedFn) -> TestFn {
     let target = crate_layout::locate(root, &site.path);
     let mut full_path = target
         .as_ref()
@@ -225,30 +234,109 @@ pub(crate) fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<
         Some(t) => format!("{} {full_name}", t.suite),
         None => full_name.clone(),
     };
-    Some(TestFn {
+    TestFn {
         function: function.name,
+        line: function.line,
         target,
         full_name,
         shown,
-    })
+    }
 }
 
-/// Finds the test a `verify` site belongs to and how it ended.
+/// Finds the test a `verify` site belongs to and how it ended. A site heading a file or module
+/// stands for that scope's tests.
 pub(crate) fn judge(
     root: &Path,
     site: &Site,
     evidence: &Evidence,
     parsed: &ParsedFiles,
 ) -> (String, Outcome) {
-    let Some(TestFn {
+    let layout = layout_of(site, parsed);
+    if let Some(function) = layout.and_then(|layout| layout.function_after(site.line)) {
+        return lookup(root, site, evidence, placed(root, site, function));
+    }
+    match layout.and_then(|layout| layout.scope_headed_at(site.line)) {
+        Some(scope) => judge_scope(root, site, evidence, scope),
+        None => ("?".to_owned(), Outcome::NoFunction),
+    }
+}
+
+/// A scope's verdict: passed when at least one of its tests ran and passed and none failed or
+/// recorded a skip (ignored tests are absent from the results and do not count); otherwise the
+/// first failed, then skipped test names the fate.
+// i[impl spec-check.placement.file-head]
+fn judge_scope(
+    root: &Path,
+    site: &Site,
+    evidence: &Evidence,
+    scope: TestScope,
+) -> (String, Outcome) {
+    let shown = scope_shown(root, site, &scope);
+    if scope.tests.is_empty() {
+        return (shown, Outcome::NoFunction);
+    }
+    let outcomes: Vec<(String, Outcome)> = scope
+        .tests
+        .into_iter()
+        .map(|function| lookup(root, site, evidence, placed(root, site, function)))
+        .collect();
+    let first = |wanted: fn(&Outcome) -> bool| outcomes.iter().find(|(_, o)| wanted(o)).cloned();
+    first(|o| *o == Outcome::Failed)
+        .or_else(|| first(|o| matches!(o, Outcome::Skipped(_))))
+        .or_else(|| first(|o| *o == Outcome::Passed).map(|(_, o)| (shown.clone(), o)))
+        .or_else(|| first(|o| matches!(o, Outcome::Ambiguous(_))))
+        .unwrap_or((shown, Outcome::Absent))
+}
+
+/// How nextest would name a scope's tests as a pattern: `BINARY-ID module::path::*`.
+fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
+    let target = crate_layout::locate(root, &site.path);
+    let mut path = target
+        .as_ref()
+        .map(|t| t.modules.clone())
+        .unwrap_or_default();
+    path.extend(scope.modules.iter().cloned());
+    path.push("*".to_owned());
+    match &target {
+        Some(t) => format!("{} {}", t.suite, path.join("::")),
+        None => path.join("::"),
+    }
+}
+
+/// The tests of the file or module a `verify` site heads (none when it heads none), placed in
+/// their test binary.
+pub(crate) fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
+    layout_of(site, parsed)
+        .and_then(|layout| layout.scope_headed_at(site.line))
+        .map(|scope| {
+            scope
+                .tests
+                .into_iter()
+                .map(|function| placed(root, site, function))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The tests a `verify` site stands for, as shown: its test function, or the pattern of the
+/// file's or module's tests when it heads one that holds a test.
+pub(crate) fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
+    if let Some(test) = test_fn(root, site, parsed) {
+        return Some(test.shown);
+    }
+    let scope = layout_of(site, parsed)?.scope_headed_at(site.line)?;
+    (!scope.tests.is_empty()).then(|| scope_shown(root, site, &scope))
+}
+
+/// Looks `test` up in the results and says how it ended.
+fn lookup(root: &Path, site: &Site, evidence: &Evidence, test: TestFn) -> (String, Outcome) {
+    let TestFn {
         function,
         target,
         full_name,
         shown,
-    }) = test_fn(root, site, parsed)
-    else {
-        return ("?".to_owned(), Outcome::NoFunction);
-    };
+        ..
+    } = test;
 
     let exact = target.as_ref().and_then(|t| {
         evidence

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::model::paths;
 use crate::spec_check::{self, crate_layout};
-use crate::trace::results::{DEFAULT_RESULTS, DEFAULT_SKIPS};
+use crate::trace::results::DEFAULT_SKIPS;
 
 /// Arguments of `cargo xtask spec-report`.
 #[derive(clap::Args)]
@@ -26,7 +27,8 @@ pub struct Args {
     /// Where to write the page (default: target/spec-report.html under the root).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// nextest JUnit file of a test run (default: target/nextest/ci/junit.xml when it exists).
+    /// nextest JUnit file of a test run (default: the configured `results`,
+    /// target/nextest/ci/junit.xml, when it exists).
     #[arg(long, value_name = "JUNIT_XML")]
     results: Option<PathBuf>,
     /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
@@ -59,12 +61,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     crate::output::print(&crate::root::banner(&root));
+    if let Err(message) = paths::load(&root) {
+        eprintln!("error: spec-report: {message}");
+        return Ok(ExitCode::from(spec_check::USAGE_ERROR));
+    }
     let results = if args.no_results {
         None
     } else {
         args.results
             .clone()
-            .or_else(|| Some(root.join(DEFAULT_RESULTS)).filter(|p| p.is_file()))
+            .or_else(|| Some(root.join(paths::of(&root).results)).filter(|p| p.is_file()))
     };
     let skips = args
         .skips

@@ -3,7 +3,7 @@
 //!
 //! One file per step:
 //!
-//! 1. [`findings`] parses `docs/audit/findings.md`.
+//! 1. [`crate::model::findings`] parses `docs/audit/findings.md` (the model the gate shares).
 //! 2. The spec gate reads the tree ([`crate::spec_check::read_tree`]: config, rules, references),
 //!    so trace and gate agree on every rule and annotation.
 //! 3. [`results`] picks the test run (`--results`, or `target/nextest/ci/junit.xml` when present)
@@ -17,12 +17,10 @@
 //! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
 //! file, an unusable tracey config or results file.
 
-pub(crate) mod findings;
 mod report;
 pub(crate) mod results;
 pub(crate) mod rule_report;
 mod rule_trace;
-pub(crate) mod timestamp;
 mod verdict;
 
 use std::path::{Path, PathBuf};
@@ -31,9 +29,10 @@ use std::process::ExitCode;
 use crate::spec_check::problem::Problem;
 use crate::spec_check::{self, config, suggest};
 
-use self::findings::{FINDINGS_PATH, Finding};
 use self::report::Traced;
 use self::verdict::Verdict;
+use crate::model::findings::{self, Finding};
+use crate::model::paths;
 
 /// Arguments of `cargo xtask trace`.
 #[derive(clap::Args)]
@@ -52,7 +51,8 @@ pub struct Args {
     /// Root of the tree (default: this workspace's root).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// nextest JUnit file of a test run (default: target/nextest/ci/junit.xml when it exists).
+    /// nextest JUnit file of a test run (default: the configured `results`,
+    /// target/nextest/ci/junit.xml, when it exists).
     #[arg(long, value_name = "JUNIT_XML")]
     results: Option<PathBuf>,
     /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.json {
         crate::output::print(&crate::root::banner(&root));
     }
-    let traced = dispatch(&root, &args);
+    let traced = paths::load(&root).and_then(|_| dispatch(&root, &args));
     match traced {
         Ok((output, code)) => {
             crate::output::print(&output);
@@ -121,7 +121,7 @@ pub(crate) fn everything(
 ) -> Result<Everything, String> {
     let tree = usable(read)?;
     // A tree without findings has nothing to list; a broken findings file is an error.
-    let all = if root.join(FINDINGS_PATH).exists() {
+    let all = if root.join(paths::of(root).findings).exists() {
         findings::load(root)?
     } else {
         Vec::new()
@@ -223,7 +223,7 @@ fn dispatch(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
 fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
     // A rule is traced even while the findings file is broken; spec-check reports that.
-    let all = std::fs::read_to_string(root.join(FINDINGS_PATH))
+    let all = std::fs::read_to_string(root.join(paths::of(root).findings))
         .ok()
         .and_then(|text| findings::parse(&text).ok())
         .unwrap_or_default();
@@ -256,7 +256,7 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
     refuse_rule_formats(args)?;
     let all = findings::load(root)?;
     let chosen: Vec<&Finding> = match &args.finding {
-        Some(wanted) => vec![find(&all, wanted)?],
+        Some(wanted) => vec![find(root, &all, wanted)?],
         None => all.iter().collect(),
     };
     let tree = read_tree(root)?;
@@ -299,7 +299,7 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
         if index > 0 {
             out.push('\n');
         }
-        report::finding(&mut out, one, FINDINGS_PATH);
+        report::finding(&mut out, one, &paths::of(root).findings);
     }
     let worst = traced
         .iter()
@@ -324,7 +324,7 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
 
 /// The finding `wanted` names (ids compare case-insensitively), or an error with a did-you-mean.
 // i[impl trace.unknown]
-fn find<'a>(all: &'a [Finding], wanted: &str) -> Result<&'a Finding, String> {
+fn find<'a>(root: &Path, all: &'a [Finding], wanted: &str) -> Result<&'a Finding, String> {
     let wanted = wanted.trim();
     if let Some(found) = all.iter().find(|f| f.id.eq_ignore_ascii_case(wanted)) {
         return Ok(found);
@@ -357,7 +357,8 @@ fn find<'a>(all: &'a [Finding], wanted: &str) -> Result<&'a Finding, String> {
     };
     let known: Vec<&str> = all.iter().map(|f| f.id.as_str()).collect();
     Err(format!(
-        "no finding `{wanted}` in {FINDINGS_PATH}{hint}; the findings are {}",
+        "no finding `{wanted}` in {}{hint}; the findings are {}",
+        paths::of(root).findings,
         known.join(", ")
     ))
 }

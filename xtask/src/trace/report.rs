@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::findings::Finding;
 use super::rule_trace::{RuleState, RuleTrace};
 use super::verdict::{Judgement, Verdict};
+use crate::model::findings::Finding;
 
 /// Lines are wrapped to this width (descriptions only; paths and names are never broken).
 const WIDTH: usize = 100;

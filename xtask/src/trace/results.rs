@@ -1,15 +1,14 @@
 //! Which test run the trace judges against: the `--results` JUnit file, or by default the one
-//! `cargo xtask test` leaves at `target/nextest/ci/junit.xml` when it exists; plus the skip ledger
+//! `cargo xtask test` leaves at `target/nextest/ci/junit.xml` (the configured `results` path,
+//! [`crate::model::paths`]) when it exists; plus the skip ledger
 //! of that run. Read with the spec gate's own [`Evidence`], so a test counts the same in both.
 
 use std::path::{Path, PathBuf};
 
 use crate::spec_check::test_backed::Evidence;
 
-use super::timestamp;
+use crate::model::timestamp;
 
-/// Where `cargo xtask test` leaves nextest's JUnit, relative to the root.
-pub const DEFAULT_RESULTS: &str = "target/nextest/ci/junit.xml";
 /// Where holdfast-test-support writes the skip ledger by default, relative to the root.
 pub const DEFAULT_SKIPS: &str = "target/holdfast-test-skips.jsonl";
 
@@ -36,7 +35,7 @@ pub fn load(
     let results: PathBuf = match results {
         Some(path) => path.to_path_buf(),
         None => {
-            let default = root.join(DEFAULT_RESULTS);
+            let default = root.join(crate::model::paths::of(root).results);
             if !default.is_file() {
                 return Ok(None);
             }

@@ -11,9 +11,9 @@ use crate::spec_check::rules::Rule;
 use crate::spec_check::test_backed::Evidence;
 use crate::spec_check::{Tree, suggest};
 
-use super::findings::{Finding, NamedRule};
 use super::rule_trace::{self, RuleState};
 use super::verdict::{self, Verdict};
+use crate::model::findings::{Finding, NamedRule};
 
 /// Output format of a rule trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ pub fn trace(
             title: f.title.clone(),
         })
         .collect();
-    let proof = crate::prove::recorded(root, &rule.id);
+    let proof = crate::model::proof::recorded(root, &rule.id);
     Ok(RuleReport {
         survivors: proof.as_ref().is_some_and(|p| p.missed > 0),
         proof: proof.map(|p| p.line(&rule.marker())),

@@ -11,7 +11,7 @@ use crate::spec_check::rules::Rule;
 use crate::spec_check::suggest;
 use crate::spec_check::test_backed::{self, Evidence, Outcome};
 
-use super::findings::NamedRule;
+use crate::model::findings::NamedRule;
 
 /// A `verify` site and the test behind it.
 pub struct Verify {
@@ -109,7 +109,7 @@ fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -
     let verifies = verify_sites
         .into_iter()
         .map(|site| {
-            let test = test_backed::test_fn(root, &site, &tree.parsed).map(|t| t.shown);
+            let test = test_backed::tests_shown(root, &site, &tree.parsed);
             let fate = evidence
                 .filter(|_| !site.stale)
                 .map(|evidence| test_backed::judge(root, &site, evidence, &tree.parsed).1);

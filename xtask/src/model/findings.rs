@@ -1,14 +1,12 @@
-//! Reads `docs/audit/findings.md`: one `## Hn: title` section per finding, a description, a
-//! `**Closed by:**` paragraph naming rule markers in backticks, and an optional `**Still open:**`
-//! paragraph. Any other `##` heading ends a finding's section. A malformed finding is an error
-//! naming its line, never a finding quietly dropped.
+//! Reads the audit findings (`docs/audit/findings.md` unless configured, [`super::paths`]): one
+//! `## Hn: title` section per finding, a description, a `**Closed by:**` paragraph naming rule
+//! markers in backticks, and an optional `**Still open:**` paragraph. Any other `##` heading ends a
+//! finding's section. A malformed finding is an error naming its line, never a finding quietly
+//! dropped.
 
 use std::path::Path;
 
 use tracey_core::{RuleId, parse_rule_id};
-
-/// Where the findings live, relative to the root.
-pub const FINDINGS_PATH: &str = "docs/audit/findings.md";
 
 /// A rule a finding names, as written there.
 #[derive(Debug, Clone)]
@@ -45,15 +43,15 @@ pub struct Finding {
     pub still_open: Option<String>,
 }
 
-/// Reads and parses the findings file under `root`.
+/// Reads and parses the findings file under `root` (at its configured path, [`super::paths`]).
 pub fn load(root: &Path) -> Result<Vec<Finding>, String> {
-    let path = root.join(FINDINGS_PATH);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|err| format!("{FINDINGS_PATH}: cannot read the findings: {err}"))?;
+    let file = super::paths::of(root).findings;
+    let text = std::fs::read_to_string(root.join(&file))
+        .map_err(|err| format!("{file}: cannot read the findings: {err}"))?;
     parse(&text).map_err(|errors| {
         let lines: Vec<String> = errors
             .iter()
-            .map(|(line, message)| format!("{FINDINGS_PATH}:{line}: {message}"))
+            .map(|(line, message)| format!("{file}:{line}: {message}"))
             .collect();
         format!("the findings file is malformed:\n{}", lines.join("\n"))
     })

@@ -1,16 +1,14 @@
-//! `docs/audit/proof.md`: the checked-in summary of the last proof of every rule, so a clean
-//! checkout shows which rules are proven without a local `target/prove/`. `prove --summary` writes
-//! it from `target/prove/*.json` merged over its own earlier rows; `recorded` reads it back.
+//! `docs/audit/proof.md` (unless configured, [`super::paths`]): the checked-in summary of the last
+//! proof of every rule, so a clean checkout shows which rules are proven without a local
+//! `target/prove/`. `prove --summary` writes it from `target/prove/*.json` merged over its own
+//! earlier rows; [`super::proof::recorded`] reads it back.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::outcomes::Proof;
-
-/// Where the summary lives, relative to the root.
-pub const FILE: &str = "docs/audit/proof.md";
+use super::proof::Proof;
 
 const HEADER: &str =
     "| rule | verdict | caught | missed | unviable | timed out | justified | commit | date |";
@@ -164,7 +162,7 @@ pub fn read(root: &Path) -> Arc<BTreeMap<String, Proof>> {
         .entry(root.to_path_buf())
         .or_insert_with(|| {
             Arc::new(
-                std::fs::read_to_string(root.join(FILE))
+                std::fs::read_to_string(root.join(super::paths::of(root).proof))
                     .map(|text| parse(&text))
                     .unwrap_or_default(),
             )

@@ -1,0 +1,107 @@
+//! One rule's mutation proof as `cargo xtask prove` records it, and where the last one is found:
+//! `target/prove/ID.json`, else the rule's row of `docs/audit/proof.md` ([`super::proof_summary`]).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::proof_summary;
+
+/// What became of one rule's mutants.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    /// Mutants the rule's tests caught.
+    pub caught: usize,
+    /// Mutants that survived them.
+    pub missed: usize,
+    /// Mutants that did not build.
+    pub unviable: usize,
+    /// Mutants whose tests timed out (counted as caught by cargo-mutants; listed apart here).
+    pub timeout: usize,
+    /// Each survivor: `file:line:col: mutation`.
+    pub survivors: Vec<String>,
+    /// Why the rule could not be proven, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_provable: Option<String>,
+    /// Survivors `docs/audit/survivors.toml` justifies: `file:line:col: mutation — reason`, with
+    /// ` (survivors.toml has it at FILE:LINE)` before the reason when the entry's line differs.
+    /// They are not counted in `missed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub justified: Vec<String>,
+    /// The commit the proof ran on (`-dirty` when the tree had uncommitted changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// When the proof ran (UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+}
+
+impl Proof {
+    /// Mutants judged, whatever became of them.
+    pub fn tried(&self) -> usize {
+        self.caught + self.missed + self.unviable + self.timeout
+    }
+
+    /// Proven: at least one viable mutant, and every viable one caught.
+    pub fn proven(&self) -> bool {
+        self.not_provable.is_none() && self.missed == 0 && self.caught + self.timeout > 0
+    }
+
+    /// One line for the terminal.
+    pub fn line(&self, rule: &str) -> String {
+        if let Some(why) = &self.not_provable {
+            return format!("{rule}: not provable — {why}");
+        }
+        let verdict = if self.proven() {
+            "proven"
+        } else if self.caught + self.missed + self.timeout == 0 {
+            "no viable mutant"
+        } else {
+            "SURVIVORS"
+        };
+        let mut line = format!(
+            "{rule}: {verdict} — {} caught, {} missed, {} unviable, {} timed out",
+            self.caught, self.missed, self.unviable, self.timeout
+        );
+        if !self.justified.is_empty() {
+            line.push_str(&format!(", {} justified", self.justified.len()));
+        }
+        if let (Some(commit), Some(date)) = (&self.commit, &self.date) {
+            line.push_str(&format!(" (at {commit}, {date})"));
+        }
+        for survivor in &self.survivors {
+            line.push_str(&format!("\n    missed: {survivor}"));
+        }
+        for survivor in &self.justified {
+            line.push_str(&format!("\n    justified: {survivor}"));
+        }
+        line
+    }
+}
+
+/// The last recorded proof of the rule `id` under `root`, if `prove` ran on this version of it:
+/// `target/prove/ID.json`, else the rule's row in the checked-in `docs/audit/proof.md`.
+// i[impl prove.shown+2]
+pub fn recorded(root: &Path, id: &tracey_core::RuleId) -> Option<Proof> {
+    let id = id.to_string();
+    local(root, &id).or_else(|| {
+        proof_summary::read(root)
+            .iter()
+            .find(|(marker, _)| marker_id(marker) == id)
+            .map(|(_, proof)| proof.clone())
+    })
+}
+
+/// `target/prove/ID.json`, if a proof of that rule version ran here.
+pub fn local(root: &Path, id: &str) -> Option<Proof> {
+    let text =
+        std::fs::read_to_string(root.join("target/prove").join(format!("{id}.json"))).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// `retry.schedule+2` from `r[retry.schedule+2]`.
+fn marker_id(marker: &str) -> &str {
+    marker
+        .split_once('[')
+        .map_or(marker, |(_, rest)| rest.trim_end_matches(']'))
+}
