@@ -53,6 +53,17 @@ pub struct GatewaySection {
     /// Connections allowed not yet authenticated, in all (default 1024; 0: no limit).
     #[serde(default)]
     pub unauthenticated_limit: Option<Spanned<usize>>,
+    /// Connections allowed not yet authenticated per source IP (an IPv4 address or an IPv6 /64),
+    /// so one source cannot take the unauthenticated places from every other (default 32; 0: no
+    /// limit).
+    #[serde(default)]
+    pub unauthenticated_per_ip_limit: Option<Spanned<usize>>,
+    /// Rooms one connection may be in at once (default 64; 0: no limit).
+    #[serde(default)]
+    pub max_rooms_per_connection: Option<Spanned<usize>>,
+    /// The longest room name a client may join, in bytes (default 128; 0: no limit).
+    #[serde(default)]
+    pub max_room_name: Option<Spanned<usize>>,
     /// `[gateway.drain]`.
     #[serde(default)]
     pub drain: DrainSection,
@@ -202,6 +213,13 @@ impl GatewaySection {
         }
         c.per_ip_limit = value(&self.per_ip_limit, c.per_ip_limit);
         c.unauthenticated_limit = value(&self.unauthenticated_limit, c.unauthenticated_limit);
+        c.unauthenticated_per_ip_limit = value(
+            &self.unauthenticated_per_ip_limit,
+            c.unauthenticated_per_ip_limit,
+        );
+        c.max_rooms_per_connection =
+            value(&self.max_rooms_per_connection, c.max_rooms_per_connection);
+        c.max_room_name = value(&self.max_room_name, c.max_room_name);
         c.tls = self.tls.as_ref().and_then(|t| {
             let t = t.get_ref();
             match (&t.from_issuance, &t.cert, &t.key) {
@@ -263,7 +281,7 @@ pub const MAX_SEND_QUEUE: usize = 65_536;
 
 type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
 
-// i[impl node.gateway.config]
+// i[impl node.gateway.config+2]
 /// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
 /// and durations in range; an idle timeout longer than the ping interval; a TLS source that is
 /// one pair or one issuance hostname (of `issuance_hosts`); cluster endpoints that are URLs.

@@ -107,6 +107,33 @@ pub struct StepLabel {
     pub step: String,
 }
 
+/// Labels of a connection the gateway refused.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GatewayRefusalLabel {
+    /// The limit it was over, named as its `[gateway]` key (`per_ip_limit`,
+    /// `unauthenticated_limit`, `unauthenticated_per_ip_limit`), or `draining` (an upgrade
+    /// refused during a drain).
+    pub reason: String,
+}
+
+/// Labels of a room join the gateway refused.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JoinRefusalLabel {
+    /// The limit it was over, named as its `[gateway]` key: `max_rooms_per_connection` or
+    /// `max_room_name`.
+    pub reason: String,
+}
+
+/// Labels of a connection the HTTP-01 responder refused or cut off.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Http01RefusalLabel {
+    /// `connection_limit` (closed at accept: the responder held its total),
+    /// `per_source_limit` (closed at accept: its address held its cap), `header_timeout` (no
+    /// complete request header in time) or `idle_timeout` (nothing read or written for the idle
+    /// timeout).
+    pub reason: String,
+}
+
 /// Labels of an admin API refusal.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdminRefusalLabel {
@@ -145,6 +172,10 @@ pub struct Metrics {
     pub issuance_blocked: Gauge,
     /// Days until each stored certificate expires.
     pub issuance_days_to_expiry: Family<HostnameLabel, Gauge<f64, AtomicU64>>,
+    /// Connections open on the HTTP-01 responder now (0 without one).
+    pub issuance_http01_connections: Gauge,
+    /// Connections the HTTP-01 responder refused or cut off since it started, by reason.
+    pub issuance_http01_refused: Family<Http01RefusalLabel, Counter>,
     /// UDP forwards open on the node now.
     pub forwards_active: Gauge,
     /// Datagrams relayed per active forward and direction.
@@ -169,6 +200,10 @@ pub struct Metrics {
     pub gateway_slow_consumer_drops: Counter,
     /// How long each step of the gateway's last drain took.
     pub gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
+    /// Gateway connections refused since the node started, by the limit they were over.
+    pub gateway_refused: Family<GatewayRefusalLabel, Counter>,
+    /// Gateway room joins refused since the node started, by the limit they were over.
+    pub gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
     /// Requests and connections the admin API refused or closed, by reason.
     pub admin_refused: Family<AdminRefusalLabel, Counter>,
 }
@@ -251,6 +286,16 @@ impl Metrics {
             m.issuance_days_to_expiry.clone(),
         );
         registry.register(
+            "issuance_http01_connections",
+            "Connections open on the HTTP-01 responder now",
+            m.issuance_http01_connections.clone(),
+        );
+        registry.register(
+            "issuance_http01_refused",
+            "Connections the HTTP-01 responder refused or cut off since it started, by reason",
+            m.issuance_http01_refused.clone(),
+        );
+        registry.register(
             "forwards_active",
             "UDP forwards open on the node now",
             m.forwards_active.clone(),
@@ -311,6 +356,17 @@ impl Metrics {
             m.gateway_drain_step_seconds.clone(),
         );
         registry.register(
+            "gateway_refused",
+            "Gateway connections refused since the node started, by the limit they were over \
+             (or draining)",
+            m.gateway_refused.clone(),
+        );
+        registry.register(
+            "gateway_joins_refused",
+            "Gateway room joins refused since the node started, by the limit they were over",
+            m.gateway_joins_refused.clone(),
+        );
+        registry.register(
             "admin_refused",
             "Requests and connections the admin API refused or closed, by reason",
             m.admin_refused.clone(),
@@ -329,6 +385,8 @@ impl Metrics {
             issuance_attempts: m.issuance_attempts,
             issuance_blocked: m.issuance_blocked,
             issuance_days_to_expiry: m.issuance_days_to_expiry,
+            issuance_http01_connections: m.issuance_http01_connections,
+            issuance_http01_refused: m.issuance_http01_refused,
             forwards_active: m.forwards_active,
             forward_datagrams: m.forward_datagrams,
             forward_bytes: m.forward_bytes,
@@ -341,6 +399,8 @@ impl Metrics {
             gateway_messages: m.gateway_messages,
             gateway_slow_consumer_drops: m.gateway_slow_consumer_drops,
             gateway_drain_step_seconds: m.gateway_drain_step_seconds,
+            gateway_refused: m.gateway_refused,
+            gateway_joins_refused: m.gateway_joins_refused,
             admin_refused: m.admin_refused,
         }
     }
@@ -371,7 +431,7 @@ impl Metrics {
         }
     }
 
-    // r[impl node.issuance.metrics]
+    // r[impl node.issuance.metrics+2]
     /// Sets the issuance figures from the issuer's own (read at each scrape).
     pub fn set_issuance(&self, figures: &holdfast_issuance::issuer::Metrics) {
         self.issuance_attempts.clear();
@@ -394,6 +454,32 @@ impl Metrics {
                     hostname: hostname.clone(),
                 })
                 .set(*days);
+        }
+    }
+
+    // r[impl node.issuance.metrics+2]
+    /// Sets the HTTP-01 responder's figures (read at each scrape): `None` (no responder runs)
+    /// exports no refusals and no open connections.
+    pub fn set_http01(&self, stats: Option<holdfast_issuance::ResponderStats>) {
+        let s = stats.unwrap_or_default();
+        self.issuance_http01_connections
+            .set(i64::try_from(s.open).unwrap_or(i64::MAX));
+        // Since the responder started: a new responder starts its counts again.
+        self.issuance_http01_refused.clear();
+        if stats.is_none() {
+            return;
+        }
+        for (reason, n) in [
+            ("connection_limit", s.refused_over_total),
+            ("per_source_limit", s.refused_over_address),
+            ("header_timeout", s.header_timeouts),
+            ("idle_timeout", s.idle_timeouts),
+        ] {
+            self.issuance_http01_refused
+                .get_or_create(&Http01RefusalLabel {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
         }
     }
 
@@ -479,10 +565,10 @@ impl Metrics {
         }
     }
 
-    // r[impl node.gateway.metrics]
+    // r[impl node.gateway.metrics+2]
     /// Sets the gateway's series (read at each scrape): connections now (authenticated,
-    /// unauthenticated), the node's totals of
-    /// messages and slow-consumer drops (`totals`; `None` while no gateway has run, which exports
+    /// unauthenticated), the node's totals of messages, slow-consumer drops, refused
+    /// connections and refused joins (`totals`; `None` while no gateway has run, which exports
     /// no connections), and the step durations of the last drain.
     pub fn set_gateway(
         &self,
@@ -510,6 +596,29 @@ impl Metrics {
                 raise_to(&counter, total);
             }
             raise_to(&self.gateway_slow_consumer_drops, t.slow_consumer_drops);
+            for (reason, total) in [
+                ("per_ip_limit", t.refused_per_ip),
+                ("unauthenticated_limit", t.refused_unauthenticated),
+                (
+                    "unauthenticated_per_ip_limit",
+                    t.refused_unauthenticated_per_ip,
+                ),
+                ("draining", t.refused_draining),
+            ] {
+                let counter = self.gateway_refused.get_or_create(&GatewayRefusalLabel {
+                    reason: reason.to_owned(),
+                });
+                raise_to(&counter, total);
+            }
+            for (reason, total) in [
+                ("max_rooms_per_connection", t.joins_refused_rooms),
+                ("max_room_name", t.joins_refused_name),
+            ] {
+                let counter = self.gateway_joins_refused.get_or_create(&JoinRefusalLabel {
+                    reason: reason.to_owned(),
+                });
+                raise_to(&counter, total);
+            }
         }
         self.gateway_drain_step_seconds.clear();
         for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
@@ -555,6 +664,8 @@ struct MetricsParts {
     issuance_attempts: Family<AttemptLabel, Counter>,
     issuance_blocked: Gauge,
     issuance_days_to_expiry: Family<HostnameLabel, Gauge<f64, AtomicU64>>,
+    issuance_http01_connections: Gauge,
+    issuance_http01_refused: Family<Http01RefusalLabel, Counter>,
     forwards_active: Gauge,
     forward_datagrams: Family<ForwardDirectionLabel, Counter>,
     forward_bytes: Family<ForwardDirectionLabel, Counter>,
@@ -567,6 +678,8 @@ struct MetricsParts {
     gateway_messages: Family<DirectionLabel, Counter>,
     gateway_slow_consumer_drops: Counter,
     gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
+    gateway_refused: Family<GatewayRefusalLabel, Counter>,
+    gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
     admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
@@ -590,7 +703,7 @@ pub fn module(name: &str) -> ModuleLabel {
 mod tests {
     use super::*;
 
-    // r[verify node.issuance.metrics]
+    // r[verify node.issuance.metrics+2]
     #[test]
     fn issuance_figures_replace_the_previous_scrape() {
         let metrics = Metrics::new();
@@ -624,7 +737,64 @@ mod tests {
         assert!(text.contains("holdfast_issuance_blocked 0"), "{text}");
     }
 
-    // r[verify node.gateway.metrics]
+    // r[verify node.issuance.metrics+2]
+    #[test]
+    fn http01_responder_figures_follow_the_responder() {
+        let metrics = Metrics::new();
+        // No responder (no ACME hostname, or the module is down): nothing open, no refusals.
+        metrics.set_http01(None);
+        let text = metrics.render();
+        assert!(
+            text.contains("holdfast_issuance_http01_connections 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("holdfast_issuance_http01_refused_total{"),
+            "{text}"
+        );
+        let stats = holdfast_issuance::ResponderStats {
+            open: 2,
+            refused_over_total: 3,
+            refused_over_address: 4,
+            header_timeouts: 5,
+            idle_timeouts: 6,
+        };
+        metrics.set_http01(Some(stats));
+        let text = metrics.render();
+        for series in [
+            "holdfast_issuance_http01_connections 2",
+            "holdfast_issuance_http01_refused_total{reason=\"connection_limit\"} 3",
+            "holdfast_issuance_http01_refused_total{reason=\"per_source_limit\"} 4",
+            "holdfast_issuance_http01_refused_total{reason=\"header_timeout\"} 5",
+            "holdfast_issuance_http01_refused_total{reason=\"idle_timeout\"} 6",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // A restarted responder counts from zero again, as the module's attempts do.
+        metrics.set_http01(Some(holdfast_issuance::ResponderStats {
+            open: 0,
+            refused_over_address: 1,
+            ..Default::default()
+        }));
+        let text = metrics.render();
+        assert!(
+            text.contains("holdfast_issuance_http01_refused_total{reason=\"per_source_limit\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_issuance_http01_connections 0"),
+            "{text}"
+        );
+        // The module went away: its refusals are no longer exported.
+        metrics.set_http01(None);
+        assert!(
+            !metrics
+                .render()
+                .contains("holdfast_issuance_http01_refused_total{")
+        );
+    }
+
+    // r[verify node.gateway.metrics+2]
     #[test]
     fn gateway_series_follow_the_gateway_and_its_counters_never_go_down() {
         use crate::modules::gateway::GatewayTotals;
@@ -637,6 +807,12 @@ mod tests {
             messages_in: 7,
             messages_out: 11,
             slow_consumer_drops: 2,
+            refused_draining: 1,
+            refused_per_ip: 3,
+            refused_unauthenticated: 4,
+            refused_unauthenticated_per_ip: 5,
+            joins_refused_rooms: 6,
+            joins_refused_name: 8,
         };
         let report = DrainReport {
             code: 1012,
@@ -670,6 +846,12 @@ mod tests {
             "holdfast_gateway_messages_total{direction=\"in\"} 7",
             "holdfast_gateway_messages_total{direction=\"out\"} 11",
             "holdfast_gateway_slow_consumer_drops_total 2",
+            "holdfast_gateway_refused_total{reason=\"draining\"} 1",
+            "holdfast_gateway_refused_total{reason=\"per_ip_limit\"} 3",
+            "holdfast_gateway_refused_total{reason=\"unauthenticated_limit\"} 4",
+            "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 5",
+            "holdfast_gateway_joins_refused_total{reason=\"max_rooms_per_connection\"} 6",
+            "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 8",
             "holdfast_gateway_drain_step_seconds{step=\"stop_accepting\"} 0.004",
             "holdfast_gateway_drain_step_seconds{step=\"handshake\"} 1.25",
         ] {
@@ -678,10 +860,13 @@ mod tests {
         // Smaller totals (they never are, from the node's view; a counter ignores them anyway).
         metrics.set_gateway(Some((0, 0)), Some(GatewayTotals::default()), None);
         let text = metrics.render();
-        assert!(
-            text.contains("holdfast_gateway_messages_total{direction=\"in\"} 7"),
-            "{text}"
-        );
+        for series in [
+            "holdfast_gateway_messages_total{direction=\"in\"} 7",
+            "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 5",
+            "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 8",
+        ] {
+            assert!(text.contains(series), "{series} went down:\n{text}");
+        }
         assert!(
             text.contains("holdfast_gateway_connections{state=\"authenticated\"} 0"),
             "{text}"

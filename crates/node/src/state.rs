@@ -265,6 +265,8 @@ impl NodeState {
             Ok(Err(err)) => tracing::warn!(%err, "issuance metrics unavailable"),
             Err(_) => self.metrics.set_issuance(&Default::default()),
         }
+        let http01 = self.issuance.with(|i| i.http01_stats()).ok().flatten();
+        self.metrics.set_http01(http01);
         let forwards = self.forward.with(|s| s.forwards()).unwrap_or_default();
         self.metrics.set_forwards(&forwards);
         let workloads = self

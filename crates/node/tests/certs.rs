@@ -23,7 +23,7 @@ fn holdfast(args: &[&str]) -> (i32, String, String) {
 }
 
 // r[verify node.issuance.module]
-// r[verify node.issuance.metrics]
+// r[verify node.issuance.metrics+2]
 // i[verify node.certs.list]
 // i[verify node.certs.retry]
 // i[verify node.certs.cli]
@@ -172,4 +172,56 @@ async fn without_an_issuance_section_certs_says_it_is_not_configured() {
     node.signal(Signal::SIGTERM);
     let (code, _, _) = node.wait(Duration::from_secs(10));
     assert_eq!(code, 0);
+}
+
+// r[verify node.issuance.metrics+2]
+#[tokio::test]
+async fn the_http01_responders_connections_and_refusals_are_in_the_metrics() {
+    // A port for the responder, and an ACME directory nothing answers on (no attempt succeeds;
+    // the responder runs all the same).
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http01 = free.local_addr().unwrap();
+    drop(free);
+    let extra = format!(
+        "[issuance]\ntick = \"1h\"\n\
+         [[issuance.hostname]]\nname = \"app.example\"\nsource = \"acme\"\n\
+         [issuance.acme]\ndirectory = \"https://127.0.0.1:9/dir\"\nhttp01_bind = \"{http01}\"\n\
+         http01_limits = {{ max_connections_per_address = 1 }}\n"
+    );
+    let node = start(&extra, "10s");
+    node.until_ready().await;
+    // The module's start (which binds the responder) runs on its own task: /v1/certs answers
+    // once it has published its handle, so after the bind.
+    let mut published = false;
+    for _ in 0..200 {
+        if node.get("/v1/certs").await.is_ok() {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(published, "the issuance module never came up");
+
+    // One connection holds the address's one place; a second is closed at accept.
+    let _held = tokio::net::TcpStream::connect(http01).await.unwrap();
+    let _over = tokio::net::TcpStream::connect(http01).await.unwrap();
+    let want = [
+        "holdfast_issuance_http01_connections 1",
+        "holdfast_issuance_http01_refused_total{reason=\"per_source_limit\"} 1",
+        "holdfast_issuance_http01_refused_total{reason=\"connection_limit\"} 0",
+        "holdfast_issuance_http01_refused_total{reason=\"header_timeout\"} 0",
+        "holdfast_issuance_http01_refused_total{reason=\"idle_timeout\"} 0",
+    ];
+    // The responder accepts on its own task: wait for it to have seen both.
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = node.get("/metrics").await.unwrap();
+        if want.iter().all(|series| metrics.contains(series)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for series in want {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
 }

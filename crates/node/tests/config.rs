@@ -97,6 +97,95 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
     assert!(config.testing.is_none(), "no test module by default");
 }
 
+// i[verify node.gateway.config+2]
+#[test]
+fn the_examples_gateway_block_parses_and_states_the_defaults() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, "0123456789abcdef-gateway-secret\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The commented [gateway] block and its [gateway.drain], uncommented (the TLS and cluster
+    // blocks list alternatives, so they stop it), with a key file that exists.
+    let mut block = String::from("[node]\n");
+    let mut inside = false;
+    for line in DEFAULT_CONFIG.lines() {
+        let Some(text) = line.strip_prefix("# ") else {
+            inside = false;
+            continue;
+        };
+        if text.starts_with("[gateway]") {
+            inside = true;
+        } else if text.starts_with("[gateway.tls]") {
+            inside = false;
+        }
+        if inside {
+            if text.starts_with("token_key_file") {
+                block.push_str(&format!("token_key_file = \"{}\"\n", key.display()));
+            } else {
+                block.push_str(text);
+                block.push('\n');
+            }
+        }
+    }
+    for k in [
+        "unauthenticated_per_ip_limit",
+        "max_rooms_per_connection",
+        "max_room_name",
+    ] {
+        assert!(
+            block.contains(&format!("\n{k} = ")),
+            "{k} missing:\n{block}"
+        );
+    }
+    let config = Config::parse("example.toml", &block).unwrap();
+    let g = config.gateway.unwrap().get_ref().gateway_config(
+        "n",
+        holdfast_gateway::TokenKey::new(b"x".to_vec()),
+        dir.path(),
+    );
+    // Every value the example writes is the default it would have without the key.
+    let d = holdfast_gateway::GatewayConfig::new(
+        g.listen,
+        "n",
+        holdfast_gateway::TokenKey::new(b"x".to_vec()),
+    );
+    assert_eq!(
+        (
+            g.max_message_size,
+            g.send_queue,
+            g.ping_interval,
+            g.idle_timeout
+        ),
+        (
+            d.max_message_size,
+            d.send_queue,
+            d.ping_interval,
+            d.idle_timeout
+        )
+    );
+    assert_eq!(
+        (
+            g.per_ip_limit,
+            g.unauthenticated_limit,
+            g.unauthenticated_per_ip_limit,
+            g.max_rooms_per_connection,
+            g.max_room_name
+        ),
+        (
+            d.per_ip_limit,
+            d.unauthenticated_limit,
+            d.unauthenticated_per_ip_limit,
+            d.max_rooms_per_connection,
+            d.max_room_name
+        )
+    );
+    assert_eq!(
+        (g.drain.total, g.drain.retry_after_secs),
+        (d.drain.total, d.drain.retry_after_secs)
+    );
+}
+
 // i[verify node.testing-modules]
 #[test]
 fn the_testing_section_exists_only_in_a_testing_modules_build() {
@@ -463,7 +552,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
     assert!(err("[node]\n[workloads]\nstop_on_exti = true\n").contains("workloads.stop_on_exti"));
 }
 
-// i[verify node.gateway.config]
+// i[verify node.gateway.config+2]
 // i[verify node.gateway.token-key]
 #[test]
 fn the_gateway_section_is_validated_with_the_rest() {
@@ -502,6 +591,27 @@ fn the_gateway_section_is_validated_with_the_rest() {
     assert_eq!(g.drain.close, holdfast_gateway::CloseChoice::FromReason);
     assert_eq!(g.drain.retry_after_secs, 2);
     assert_eq!((g.per_ip_limit, g.unauthenticated_limit), (256, 1024));
+    // The limits the node had no keys for before are holdfast-gateway's defaults when absent.
+    assert_eq!(
+        (
+            g.unauthenticated_per_ip_limit,
+            g.max_rooms_per_connection,
+            g.max_room_name
+        ),
+        (
+            holdfast_gateway::DEFAULT_UNAUTHENTICATED_PER_IP,
+            holdfast_gateway::DEFAULT_MAX_ROOMS,
+            holdfast_gateway::DEFAULT_MAX_ROOM_NAME
+        )
+    );
+    assert_eq!(
+        (
+            g.unauthenticated_per_ip_limit,
+            g.max_rooms_per_connection,
+            g.max_room_name
+        ),
+        (32, 64, 128)
+    );
     assert!(g.tls.is_none());
     let cluster = section.get_ref().cluster_config(42);
     assert_eq!((cluster.etcd.len(), cluster.redis.as_deref()), (0, None));
@@ -510,18 +620,20 @@ fn the_gateway_section_is_validated_with_the_rest() {
     let full = format!(
         "{head}replica_id = \"gw-a\"\nadvertise = \"10.0.0.5:7443\"\nmax_message_size = 4096\n\
          send_queue = 8\nping_interval = \"5s\"\nidle_timeout = \"15s\"\nper_ip_limit = 0\n\
-         unauthenticated_limit = 10\n\
+         unauthenticated_limit = 10\nunauthenticated_per_ip_limit = 3\n\
+         max_rooms_per_connection = 5\nmax_room_name = 40\n\
          [gateway.drain]\ntotal = \"2s\"\nclose = \"going-away\"\nretry_after = \"1500ms\"\n\
          [gateway.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\n\
          [gateway.cluster]\nredis = \"redis://127.0.0.1:6379\"\nredis_prefix = \"hf:gw\"\n\
          lease_ttl = \"4s\"\ntimeout = \"1s\"\n"
     );
     let config = Config::parse("full.toml", &full).unwrap();
-    let g = config
-        .gateway
-        .unwrap()
-        .get_ref()
-        .gateway_config("node-7", key_value, dir.path());
+    let g =
+        config
+            .gateway
+            .unwrap()
+            .get_ref()
+            .gateway_config("node-7", key_value.clone(), dir.path());
     assert_eq!(g.replica_id, "gw-a");
     assert_eq!(g.advertise.as_deref(), Some("10.0.0.5:7443"));
     assert_eq!((g.max_message_size, g.max_frame_size), (4096, 4096));
@@ -531,6 +643,32 @@ fn the_gateway_section_is_validated_with_the_rest() {
     assert_eq!(g.drain.close, holdfast_gateway::CloseChoice::GoingAway);
     assert_eq!(g.drain.retry_after_secs, 2);
     assert_eq!((g.per_ip_limit, g.unauthenticated_limit), (0, 10));
+    assert_eq!(
+        (
+            g.unauthenticated_per_ip_limit,
+            g.max_rooms_per_connection,
+            g.max_room_name
+        ),
+        (3, 5, 40)
+    );
+    // 0 disables each of them, as it does the other limits.
+    let off = format!(
+        "{head}unauthenticated_per_ip_limit = 0\nmax_rooms_per_connection = 0\nmax_room_name = 0\n"
+    );
+    let g_off = Config::parse("off.toml", &off)
+        .unwrap()
+        .gateway
+        .unwrap()
+        .get_ref()
+        .gateway_config("node-7", key_value, dir.path());
+    assert_eq!(
+        (
+            g_off.unauthenticated_per_ip_limit,
+            g_off.max_rooms_per_connection,
+            g_off.max_room_name
+        ),
+        (0, 0, 0)
+    );
     let tls = g.tls.clone().unwrap();
     assert_eq!(
         (tls.cert.to_str(), tls.key.to_str()),
@@ -614,6 +752,20 @@ fn the_gateway_section_is_validated_with_the_rest() {
         err(&format!("{head}[gateway.drain]\ntotal = \"601s\"\n")),
         "bad.toml:7:9: gateway.drain.total: must be at most 10m"
     );
+    // The limits are counts: a negative or fractional one is refused where it is written.
+    for key in [
+        "per_ip_limit",
+        "unauthenticated_limit",
+        "unauthenticated_per_ip_limit",
+        "max_rooms_per_connection",
+        "max_room_name",
+    ] {
+        for bad in ["-1", "1.5"] {
+            let e = err(&format!("{head}{key} = {bad}\n"));
+            let at = format!("bad.toml:6:{}: gateway.{key}: ", key.len() + 4);
+            assert!(e.starts_with(&at), "{key} = {bad}: {e}");
+        }
+    }
     assert_eq!(
         err(&format!("{head}replica_id = \" \"\n")),
         "bad.toml:6:14: gateway.replica_id: must not be empty (remove it to use the node id)"

@@ -113,7 +113,7 @@ fn cli(args: &[&str]) -> (i32, String) {
 // r[verify node.gateway.stop]
 // r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
-// r[verify node.gateway.metrics]
+// r[verify node.gateway.metrics+2]
 // i[verify node.gateway.show]
 // i[verify node.gateway.push]
 // i[verify node.gateway.cli+2]
@@ -414,4 +414,74 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
     gateway
         .drain(holdfast_lifecycle::StopReason::Restart, None)
         .await;
+}
+
+// i[verify node.gateway.config+2]
+// r[verify node.gateway.metrics+2]
+#[tokio::test]
+async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let extra = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n\
+         unauthenticated_per_ip_limit = 1\nmax_rooms_per_connection = 1\nmax_room_name = 8\n",
+        key.display()
+    );
+    let node = start_in(dir, &extra, "10s", None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+
+    // In its one room already: a second room is refused, the connection stays served.
+    let mut ann = member(&addr, "ann", "lobby").await;
+    let join = json!({"type": "join", "room": "second"}).to_string();
+    ann.send(Message::Text(join.into())).await.unwrap();
+    let refused = next_text(&mut ann).await;
+    assert!(refused.contains("too many rooms"), "{refused}");
+    // A name of 9 bytes, one over the limit: refused.
+    let mut bob = member(&addr, "bob", "123456789").await;
+    // An exactly 8-byte name is a room.
+    let join = json!({"type": "join", "room": "12345678"}).to_string();
+    bob.send(Message::Text(join.into())).await.unwrap();
+    let joined = next_text(&mut bob).await;
+    assert!(!joined.contains("error"), "{joined}");
+
+    // One connection from 127.0.0.1 not yet authenticated holds the source's one place: a
+    // second is refused before its upgrade.
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let (_waiting, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let over = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp).await;
+    assert!(
+        over.is_err(),
+        "a second unauthenticated connection was upgraded"
+    );
+
+    let metrics = node.get("/metrics").await.unwrap();
+    for series in [
+        "holdfast_gateway_joins_refused_total{reason=\"max_rooms_per_connection\"} 1",
+        "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 1",
+        "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 1",
+        "holdfast_gateway_refused_total{reason=\"per_ip_limit\"} 0",
+        "holdfast_gateway_refused_total{reason=\"unauthenticated_limit\"} 0",
+        "holdfast_gateway_refused_total{reason=\"draining\"} 0",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
+    // The refusals disturbed nobody: ann is still served.
+    let body = json!({"room": "lobby", "text": "still here"});
+    call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        Some(&token::read(&node.dir.path().join("token")).unwrap()),
+        &body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(next_text(&mut ann).await, "still here");
 }

@@ -78,6 +78,18 @@ pub struct GatewayTotals {
     pub messages_out: u64,
     /// Connections disconnected as slow consumers.
     pub slow_consumer_drops: u64,
+    /// Upgrades refused with 503 while draining.
+    pub refused_draining: u64,
+    /// Connections refused because their source held `per_ip_limit`.
+    pub refused_per_ip: u64,
+    /// Connections refused because `unauthenticated_limit` was reached.
+    pub refused_unauthenticated: u64,
+    /// Connections refused because their source held `unauthenticated_per_ip_limit`.
+    pub refused_unauthenticated_per_ip: u64,
+    /// Joins refused because the connection was in `max_rooms_per_connection` rooms.
+    pub joins_refused_rooms: u64,
+    /// Joins refused because the room's name was longer than `max_room_name`.
+    pub joins_refused_name: u64,
 }
 
 impl GatewayTotals {
@@ -87,14 +99,35 @@ impl GatewayTotals {
             messages_in: s.messages_in,
             messages_out: s.messages_out,
             slow_consumer_drops: s.slow_consumer_drops,
+            refused_draining: s.refused_draining,
+            refused_per_ip: s.refused_per_ip,
+            refused_unauthenticated: s.refused_unauthenticated,
+            refused_unauthenticated_per_ip: s.refused_unauthenticated_per_ip,
+            joins_refused_rooms: s.joins_refused_rooms,
+            joins_refused_name: s.joins_refused_name,
         }
     }
 
     fn plus(self, o: GatewayTotals) -> Self {
+        // Saturating: a sum of u64 counters cannot wrap in practice, and must never panic.
         GatewayTotals {
-            messages_in: self.messages_in + o.messages_in,
-            messages_out: self.messages_out + o.messages_out,
-            slow_consumer_drops: self.slow_consumer_drops + o.slow_consumer_drops,
+            messages_in: self.messages_in.saturating_add(o.messages_in),
+            messages_out: self.messages_out.saturating_add(o.messages_out),
+            slow_consumer_drops: self
+                .slow_consumer_drops
+                .saturating_add(o.slow_consumer_drops),
+            refused_draining: self.refused_draining.saturating_add(o.refused_draining),
+            refused_per_ip: self.refused_per_ip.saturating_add(o.refused_per_ip),
+            refused_unauthenticated: self
+                .refused_unauthenticated
+                .saturating_add(o.refused_unauthenticated),
+            refused_unauthenticated_per_ip: self
+                .refused_unauthenticated_per_ip
+                .saturating_add(o.refused_unauthenticated_per_ip),
+            joins_refused_rooms: self
+                .joins_refused_rooms
+                .saturating_add(o.joins_refused_rooms),
+            joins_refused_name: self.joins_refused_name.saturating_add(o.joins_refused_name),
         }
     }
 }
@@ -353,7 +386,7 @@ mod tests {
         let _ = ws.close(None).await;
     }
 
-    // r[verify node.gateway.metrics]
+    // r[verify node.gateway.metrics+2]
     #[tokio::test]
     async fn the_totals_keep_every_instances_counters_across_restarts() {
         let view = GatewayView::default();
