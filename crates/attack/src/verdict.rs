@@ -120,7 +120,7 @@ impl Default for Budgets {
             held: HeldCaps {
                 admin: 256,
                 http01: 256,
-                forward: 64,
+                forward: 256,
                 gateway: 1_024,
             },
         }
