@@ -20,6 +20,14 @@ use crate::verdict::Attackers;
 /// How long an attacker waits for a connection or a handshake.
 const CONNECT: Duration = Duration::from_secs(5);
 
+/// A connection still open at the deadline counts as held only when the node has not ended it
+/// within this much longer: one it accepted in the flood's last instant and is about to refuse is
+/// not a place the attackers hold.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// How long a bad-token attacker pauses after a connection the node refused outright.
+const REFUSED_PAUSE: Duration = Duration::from_millis(50);
+
 /// Connections are opened in batches this large, a few milliseconds apart, so the flood fills the
 /// node's listeners rather than the kernel's accept backlog.
 const BATCH: usize = 100;
@@ -193,7 +201,18 @@ async fn slowloris_once(to: SocketAddr, from: IpAddr, deadline: Instant, counts:
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
-                Counts::bump(&counts.held_at_end);
+                let ended = tokio::time::timeout(GRACE, async {
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                })
+                .await;
+                match ended {
+                    Ok(()) => Counts::bump(&counts.ended_by_node),
+                    Err(_) => Counts::bump(&counts.held_at_end),
+                }
                 return true;
             }
         }
@@ -217,9 +236,10 @@ async fn quic_unauthenticated(
         return;
     };
     Counts::bump(&counts.accepted);
-    tokio::select! {
-        _ = conn.closed() => Counts::bump(&counts.ended_by_node),
-        () = tokio::time::sleep_until(deadline) => {
+    let ended = tokio::time::timeout_at(deadline + GRACE, conn.closed()).await;
+    match ended {
+        Ok(_) => Counts::bump(&counts.ended_by_node),
+        Err(_) => {
             Counts::bump(&counts.held_at_end);
             conn.close(0u32.into(), b"flood over");
         }
@@ -248,7 +268,7 @@ async fn ws_unauthenticated(to: SocketAddr, from: IpAddr, deadline: Instant, cou
                 }
                 Some(Ok(_)) => {}
             },
-            () = tokio::time::sleep_until(deadline) => {
+            () = tokio::time::sleep_until(deadline + GRACE) => {
                 Counts::bump(&counts.held_at_end);
                 return;
             }
@@ -263,6 +283,7 @@ async fn ws_bad_tokens(to: SocketAddr, from: IpAddr, deadline: Instant, counts: 
     while Instant::now() < deadline {
         Counts::bump(&counts.attempted);
         let Some(stream) = connect_from(from, to).await else {
+            tokio::time::sleep(REFUSED_PAUSE).await;
             continue;
         };
         let Ok(Ok((mut ws, _))) = tokio::time::timeout(
@@ -271,6 +292,7 @@ async fn ws_bad_tokens(to: SocketAddr, from: IpAddr, deadline: Instant, counts: 
         )
         .await
         else {
+            tokio::time::sleep(REFUSED_PAUSE).await;
             continue;
         };
         Counts::bump(&counts.accepted);

@@ -151,6 +151,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         results.push(FloodResult {
             name: flood.name.to_owned(),
             edge: flood.edge,
+            sources: flood.sources,
             attackers,
             latency,
             fds: Resource {
@@ -258,6 +259,7 @@ async fn settle(pid: u32, baseline: (u64, u64), budgets: &Budgets) -> (u64, u64)
             floods: vec![FloodResult {
                 name: String::new(),
                 edge: plan::Edge::Admin,
+                sources: 0,
                 attackers: Default::default(),
                 latency: BTreeMap::new(),
                 fds: Resource {

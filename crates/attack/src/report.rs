@@ -40,17 +40,22 @@ impl Report {
             "Budgets: a real client's p99 under {} ms on every edge during every flood, {} probe(s) \
              unserved at most; at most {} descriptors and {} MiB resident; after each flood, back \
              within {:.0} % of baseline ({} descriptors at least); connections the attackers \
-             hold at a flood's end at most admin {}, http01 {}, forward {}, gateway {}.\n",
+             hold at a flood's end at most the listener's cap per source times the sources, and \
+             its cap in all (admin {}/{}, http01 {}/{}, forward {}/{}, gateway {}/{}).\n",
             self.budgets.p99.as_millis(),
             self.budgets.failed_probes,
             self.budgets.fd_cap,
             self.budgets.rss_cap_kib / 1024,
             self.budgets.settle_fraction * 100.0,
             self.budgets.settle_fds,
-            self.budgets.held.admin,
-            self.budgets.held.http01,
-            self.budgets.held.forward,
-            self.budgets.held.gateway
+            self.budgets.held.admin.per_source,
+            self.budgets.held.admin.total,
+            self.budgets.held.http01.per_source,
+            self.budgets.held.http01.total,
+            self.budgets.held.forward.per_source,
+            self.budgets.held.forward.total,
+            self.budgets.held.gateway.per_source,
+            self.budgets.held.gateway.total
         );
         md.push_str("## A real client during each flood (p50 / p99 ms, unserved of probes)\n\n");
         md.push_str("| flood |");

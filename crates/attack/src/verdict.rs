@@ -40,6 +40,8 @@ pub struct FloodResult {
     pub name: String,
     /// The edge it attacked.
     pub edge: Edge,
+    /// How many source addresses its attackers used.
+    pub sources: u8,
     /// What its attackers saw.
     pub attackers: Attackers,
     /// A real client's latency on every edge during the flood.
@@ -83,28 +85,41 @@ pub struct Budgets {
     pub held: HeldCaps,
 }
 
-/// Per edge, the connections the attackers may hold at a flood's end.
+/// Per edge, the connections the attackers may hold at a flood's end: the listener's cap per
+/// source address and in all (of connections not yet authenticated, or not done with a request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct HeldCaps {
-    /// The admin API over TCP: its connection cap.
-    pub admin: usize,
-    /// The HTTP-01 responder: its connection cap.
-    pub http01: usize,
-    /// The forward: its cap on unauthenticated connections.
-    pub forward: usize,
-    /// The gateway: its cap on unauthenticated connections.
-    pub gateway: usize,
+    /// The admin API over TCP.
+    pub admin: Caps,
+    /// The HTTP-01 responder.
+    pub http01: Caps,
+    /// The forward, unauthenticated connections.
+    pub forward: Caps,
+    /// The gateway, unauthenticated connections.
+    pub gateway: Caps,
+}
+
+/// One listener's caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Caps {
+    /// Per source address.
+    pub per_source: usize,
+    /// In all.
+    pub total: usize,
 }
 
 impl HeldCaps {
-    /// The cap of `edge`.
-    pub fn of(&self, edge: Edge) -> usize {
-        match edge {
+    /// What attackers from `sources` addresses may hold on `edge`: each source its own cap, and
+    /// all of them together no more than the cap in all.
+    pub fn of(&self, edge: Edge, sources: u8) -> usize {
+        let caps = match edge {
             Edge::Admin => self.admin,
             Edge::Http01 => self.http01,
             Edge::Forward => self.forward,
             Edge::Gateway => self.gateway,
-        }
+        };
+        caps.total
+            .min(caps.per_source.saturating_mul(usize::from(sources)))
     }
 }
 
@@ -118,10 +133,22 @@ impl Default for Budgets {
             settle_fraction: 0.10,
             settle_fds: 8,
             held: HeldCaps {
-                admin: 256,
-                http01: 256,
-                forward: 256,
-                gateway: 1_024,
+                admin: Caps {
+                    per_source: 16,
+                    total: 256,
+                },
+                http01: Caps {
+                    per_source: 16,
+                    total: 256,
+                },
+                forward: Caps {
+                    per_source: 8,
+                    total: 256,
+                },
+                gateway: Caps {
+                    per_source: 32,
+                    total: 1_024,
+                },
             },
         }
     }
@@ -190,7 +217,7 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 ));
             }
         }
-        let cap = budgets.held.of(flood.edge);
+        let cap = budgets.held.of(flood.edge, flood.sources);
         if flood.attackers.held_at_end > cap {
             broke(format!(
                 "the attackers held {} connections at the end, cap {cap}",
@@ -264,6 +291,7 @@ pub(crate) mod tests {
             floods: vec![FloodResult {
                 name: "admin-slowloris".into(),
                 edge: Edge::Admin,
+                sources: 8,
                 attackers: Attackers {
                     attempted: 10,
                     accepted: 10,
@@ -351,13 +379,21 @@ pub(crate) mod tests {
                 "resident memory did not return: 11001 KiB after, baseline 10000 KiB, limit 11000 KiB"
             ]
         );
-        // The admin API's cap is 256: 256 held is within it, 257 is not.
+        // Eight sources on the admin API: 16 each, 128 in all; with 20 sources the cap in all
+        // (256) is the smaller.
         assert_eq!(
-            broken(|o| o.floods[0].attackers.held_at_end = 256),
+            broken(|o| o.floods[0].attackers.held_at_end = 128),
             Vec::<String>::new()
         );
         assert_eq!(
-            broken(|o| o.floods[0].attackers.held_at_end = 257),
+            broken(|o| o.floods[0].attackers.held_at_end = 129),
+            vec!["the attackers held 129 connections at the end, cap 128"]
+        );
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].sources = 20;
+                o.floods[0].attackers.held_at_end = 257;
+            }),
             vec!["the attackers held 257 connections at the end, cap 256"]
         );
         assert_eq!(
