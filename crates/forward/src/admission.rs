@@ -5,7 +5,9 @@
 //! ended: that is all an unauthenticated peer can make the node hold.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
+
+use holdfast_source::Source;
 
 /// Default bound on connections in their handshake or not yet authenticated, in all.
 pub const DEFAULT_MAX_UNAUTHENTICATED: usize = 256;
@@ -43,28 +45,6 @@ impl Default for AdmissionLimits {
     }
 }
 
-/// Where a connection comes from, as far as the per-source bound is concerned: an IPv4 address,
-/// or an IPv6 /64 (one host usually holds a whole /64, so counting its addresses one by one
-/// would bound nothing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Source(IpAddr);
-
-impl Source {
-    /// The source of a connection from `ip` (an IPv4-mapped IPv6 address is its IPv4 one).
-    pub fn of(ip: IpAddr) -> Source {
-        match ip {
-            IpAddr::V4(v4) => Source(IpAddr::V4(v4)),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Source(IpAddr::V4(v4)),
-                None => {
-                    let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-                    Source(IpAddr::V6(Ipv6Addr::from(prefix)))
-                }
-            },
-        }
-    }
-}
-
 /// What becomes of a connection attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -91,6 +71,7 @@ pub enum Refused {
 pub struct Admission {
     limits: AdmissionLimits,
     total: usize,
+    /// Keyed on holdfast-source's [`Source`] (`r[source.key]`): IPv4 address or IPv6 /64.
     by_source: HashMap<Source, usize>,
 }
 

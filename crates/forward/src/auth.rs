@@ -5,11 +5,9 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use holdfast_retry::{Jitter, KeyedGate, Policy};
-
+use holdfast_source::Source;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
-
-use crate::admission::Source;
 
 /// A client credential (a token). Its `Debug` never shows it, so it cannot leak into a log.
 #[derive(Clone, PartialEq, Eq)]

@@ -402,7 +402,7 @@ mod tests {
         );
     }
 
-    // r[verify issue.responder.limits]
+    // r[verify issue.responder.limits+2]
     #[tokio::test]
     async fn the_responder_limits_are_set_in_the_acme_section_and_a_zero_names_its_key() {
         let dir = tempfile::tempdir().unwrap();

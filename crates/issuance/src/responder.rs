@@ -2,7 +2,8 @@
 //! authorization of a challenge in progress, and 404 for anything else.
 //!
 //! It listens on a public address (port 80 by default), so every peer on the internet can reach
-//! it: [`ResponderLimits`] bounds the connections in all and per source address, the time to send
+//! it: [`ResponderLimits`] bounds the connections in all and per source (an IPv4 address or an
+//! IPv6 /64, holdfast-source's `Source`), the time to send
 //! a request's header and the time a connection may stay silent, and [`Http01Responder::stop`]
 //! ends every connection still open.
 
@@ -24,6 +25,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
+
+use holdfast_source::Source;
 
 const PREFIX: &str = "/.well-known/acme-challenge/";
 
@@ -48,8 +51,9 @@ pub struct ResponderLimits {
     /// Connections open at once from all peers; one more is closed as soon as it is accepted
     /// (default [`DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
-    /// Connections open at once from one source address; one more from that address is closed
-    /// as soon as it is accepted (default [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
+    /// Connections open at once from one source (an IPv4 address, an IPv4-mapped IPv6 address
+    /// counting as its IPv4 address, or an IPv6 /64); one more from that source is closed as soon
+    /// as it is accepted (default [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
     pub max_connections_per_address: usize,
     /// Time a peer has to send a request's whole header, from the connection's start or from the
     /// end of the previous response (default [`DEFAULT_HEADER_TIMEOUT`]).
@@ -146,7 +150,7 @@ pub struct ResponderStats {
     pub open: usize,
     /// Connections closed at accept because [`ResponderLimits::max_connections`] were open.
     pub refused_over_total: u64,
-    /// Connections closed at accept because their address had
+    /// Connections closed at accept because their source had
     /// [`ResponderLimits::max_connections_per_address`] open.
     pub refused_over_address: u64,
     /// Connections closed because their request header did not arrive in time.
@@ -163,11 +167,13 @@ struct Counters {
     idle_timeouts: AtomicU64,
 }
 
-/// The connections open now, in all and per source address.
+/// The connections open now, in all and per source.
 #[derive(Debug, Default)]
 struct Open {
     total: usize,
-    per_address: HashMap<IpAddr, usize>,
+    /// Keyed on holdfast-source's [`Source`] (`r[source.key]`): one host holding a /64 is one
+    /// source, not 2^64.
+    per_source: HashMap<Source, usize>,
 }
 
 #[derive(Debug, Default)]
@@ -180,7 +186,7 @@ struct Shared {
 /// it ends (served, timed out, errored or aborted by a stop).
 struct Slot {
     shared: Arc<Shared>,
-    ip: IpAddr,
+    source: Source,
 }
 
 impl Drop for Slot {
@@ -191,19 +197,21 @@ impl Drop for Slot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         open.total = open.total.saturating_sub(1);
-        if let Some(n) = open.per_address.get_mut(&self.ip) {
+        if let Some(n) = open.per_source.get_mut(&self.source) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                open.per_address.remove(&self.ip);
+                open.per_source.remove(&self.source);
             }
         }
     }
 }
 
 impl Shared {
-    /// A place for a connection from `ip`, or `None` (counted) when a cap is reached.
-    // r[impl issue.responder.limits]
+    /// A place for a connection from `ip` (counted under its [`Source`]), or `None` (counted)
+    /// when a cap is reached.
+    // r[impl issue.responder.limits+2]
     fn admit(self: &Arc<Self>, ip: IpAddr, limits: &ResponderLimits) -> Option<Slot> {
+        let source = Source::of(ip);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open.total >= limits.max_connections {
             self.counters
@@ -211,18 +219,18 @@ impl Shared {
                 .fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let from_ip = open.per_address.entry(ip).or_insert(0);
-        if *from_ip >= limits.max_connections_per_address {
+        let from_source = open.per_source.entry(source).or_insert(0);
+        if *from_source >= limits.max_connections_per_address {
             self.counters
                 .refused_over_address
                 .fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        *from_ip += 1;
+        *from_source += 1;
         open.total += 1;
         Some(Slot {
             shared: self.clone(),
-            ip,
+            source,
         })
     }
 }
@@ -357,8 +365,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        // An IPv4 peer on a dual-stack socket counts as its IPv4 address.
-        let Some(slot) = shared.admit(peer.ip().to_canonical(), &limits) else {
+        let Some(slot) = shared.admit(peer.ip(), &limits) else {
             // Dropping the stream closes it at once; the refusal is counted in `admit`.
             tracing::debug!(%peer, "http-01 responder: connection cap reached; closed");
             continue;
@@ -368,7 +375,7 @@ async fn accept_loop(
 }
 
 /// Serves one connection until it ends, its header is late or it stays silent too long.
-// r[impl issue.responder.limits]
+// r[impl issue.responder.limits+2]
 async fn serve(stream: TcpStream, slot: Slot, challenges: Challenges, limits: ResponderLimits) {
     let activity = Activity::new();
     let io = Watched {
@@ -586,7 +593,7 @@ mod tests {
         assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
     }
 
-    // r[verify issue.responder.limits]
+    // r[verify issue.responder.limits+2]
     #[tokio::test(start_paused = true)]
     async fn a_half_request_line_is_closed_at_the_header_timeout() {
         let r = Http01Responder::bind("127.0.0.1:0".parse().unwrap())
@@ -611,7 +618,7 @@ mod tests {
         assert_eq!(r.stats().header_timeouts, 1, "{:?}", r.stats());
     }
 
-    // r[verify issue.responder.limits]
+    // r[verify issue.responder.limits+2]
     #[tokio::test(start_paused = true)]
     async fn a_silent_kept_alive_connection_is_closed_at_the_idle_timeout() {
         let idle = Duration::from_secs(5);
@@ -651,7 +658,7 @@ mod tests {
         assert_eq!(r.stats().idle_timeouts, 1, "{:?}", r.stats());
     }
 
-    // r[verify issue.responder.limits]
+    // r[verify issue.responder.limits+2]
     #[tokio::test]
     async fn past_the_per_address_cap_a_connection_is_closed_and_other_addresses_are_served() {
         let r = Http01Responder::bind_with("127.0.0.1:0".parse().unwrap(), limits(256, 2))
@@ -700,7 +707,39 @@ mod tests {
         );
     }
 
-    // r[verify issue.responder.limits]
+    // r[verify issue.responder.limits+2]
+    #[test]
+    fn the_addresses_of_one_ipv6_64_share_one_per_source_cap() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        let shared = Arc::new(Shared::default());
+        let limits = limits(256, 2);
+        let a = shared.admit(ip("2001:db8:1:2::1"), &limits).unwrap();
+        let _b = shared.admit(ip("2001:db8:1:2:ffff::9"), &limits).unwrap();
+        // A third interface identifier in the same /64 is the same source, at its cap.
+        assert!(
+            shared.admit(ip("2001:db8:1:2::3"), &limits).is_none(),
+            "a third address of the /64 got past the per-source cap"
+        );
+        assert_eq!(
+            shared.counters.refused_over_address.load(Ordering::Relaxed),
+            1
+        );
+        // The next /64 is another source.
+        let _c = shared.admit(ip("2001:db8:1:3::1"), &limits).unwrap();
+        // An IPv4 peer counts as one source whether seen mapped or not.
+        let _d = shared.admit(ip("::ffff:192.0.2.7"), &limits).unwrap();
+        let _e = shared.admit(ip("192.0.2.7"), &limits).unwrap();
+        assert!(shared.admit(ip("192.0.2.7"), &limits).is_none());
+        // A connection of the /64 ending gives the /64 its place back.
+        drop(a);
+        let _f = shared.admit(ip("2001:db8:1:2::4"), &limits).unwrap();
+        assert_eq!(
+            shared.counters.refused_over_address.load(Ordering::Relaxed),
+            2
+        );
+    }
+
+    // r[verify issue.responder.limits+2]
     #[tokio::test]
     async fn past_the_total_cap_a_connection_is_closed() {
         let r = Http01Responder::bind_with("127.0.0.1:0".parse().unwrap(), limits(2, 16))
@@ -738,7 +777,7 @@ mod tests {
         );
     }
 
-    // r[verify issue.responder.limits]
+    // r[verify issue.responder.limits+2]
     #[test]
     fn limits_default_parse_as_text_and_zero_is_refused() {
         let d = ResponderLimits::default();

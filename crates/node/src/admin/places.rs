@@ -2,31 +2,9 @@
 //! so that one source, or a few, holding all they may cannot lock another out.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// What a peer's connections are counted under: its IPv4 address (an IPv4-mapped IPv6 address
-/// being that IPv4 address), or the /64 of its IPv6 address (one host is given a whole /64, so
-/// counting single IPv6 addresses would cap nothing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct Source(IpAddr);
-
-impl Source {
-    // i[impl node.admin.limits+2]
-    /// The source `ip`'s connections count under.
-    pub(super) fn of(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(v4) => Self(IpAddr::V4(v4)),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Self(IpAddr::V4(v4)),
-                None => {
-                    let prefix = v6.to_bits() & (u128::MAX << 64);
-                    Self(IpAddr::V6(Ipv6Addr::from_bits(prefix)))
-                }
-            },
-        }
-    }
-}
+use holdfast_source::Source;
 
 /// The source of a listener's peer address: `None` for a peer without one (the Unix socket),
 /// whose connections count only toward the listener's overall cap.
@@ -35,6 +13,10 @@ pub(super) trait PeerSource {
     fn source(&self) -> Option<Source>;
 }
 
+// i[impl node.admin.limits+2]
+/// A TCP peer counts under holdfast-source's [`Source`] of its address (`r[source.key]`): its
+/// IPv4 address (an IPv4-mapped IPv6 address being that IPv4 address), or the /64 of its IPv6
+/// address (one host is given a whole /64, so counting single IPv6 addresses would cap nothing).
 impl PeerSource for std::net::SocketAddr {
     fn source(&self) -> Option<Source> {
         Some(Source::of(self.ip()))
@@ -184,30 +166,10 @@ fn lock(places: &SharedPlaces) -> std::sync::MutexGuard<'_, Places> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     fn v4(last: u8) -> Option<Source> {
         Some(Source::of(IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))))
-    }
-
-    fn v6(text: &str) -> Source {
-        Source::of(text.parse().unwrap())
-    }
-
-    // i[verify node.admin.limits+2]
-    #[test]
-    fn an_ipv4_mapped_address_is_its_ipv4_source_and_ipv6_is_keyed_on_its_64() {
-        assert_eq!(v6("::ffff:127.0.0.2"), v4(2).unwrap());
-        assert_eq!(v6("::ffff:10.1.2.3"), v6("10.1.2.3"));
-        assert_ne!(v6("::ffff:10.1.2.3"), v6("10.1.2.4"));
-        assert_eq!(
-            v6("2001:db8:1:2::1"),
-            v6("2001:db8:1:2:ffff:ffff:ffff:ffff")
-        );
-        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
-        assert_eq!(v6("::1"), v6("::2"));
-        // An IPv6 address is not taken for an IPv4 one with the same bits.
-        assert_ne!(v6("::7f00:2"), v4(2).unwrap());
     }
 
     // i[verify node.admin.limits+2]
@@ -230,6 +192,25 @@ mod tests {
         // Giving back a place never taken changes nothing.
         places.release(v4(9));
         assert_eq!(places.open(), 5);
+    }
+
+    // i[verify node.admin.limits+2]
+    #[test]
+    fn a_tcp_peers_cap_is_shared_by_its_ipv6_64_and_by_its_mapped_and_plain_ipv4_address() {
+        let peer = |text: &str| text.parse::<std::net::SocketAddr>().unwrap().source();
+        let mut places = Places::new(8, Some(1));
+        assert_eq!(places.admit(peer("[2001:db8:1:2::1]:40000")), Ok(()));
+        assert_eq!(
+            places.admit(peer("[2001:db8:1:2:ffff::9]:40001")),
+            Err(Refused::PerSourceLimit)
+        );
+        assert_eq!(places.admit(peer("[2001:db8:1:3::1]:40000")), Ok(()));
+        assert_eq!(places.admit(peer("[::ffff:192.0.2.7]:40000")), Ok(()));
+        assert_eq!(
+            places.admit(peer("192.0.2.7:40001")),
+            Err(Refused::PerSourceLimit)
+        );
+        assert_eq!(places.admit(peer("192.0.2.8:40000")), Ok(()));
     }
 
     // i[verify node.admin.limits+2]
