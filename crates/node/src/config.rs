@@ -111,6 +111,21 @@ pub struct AdminSection {
     /// Must be true to bind `listen` to a non-loopback address.
     #[serde(default)]
     pub allow_non_loopback: bool,
+    /// Names (and addresses) the TCP listener answers for besides its own address and
+    /// `localhost`, with its port or none: a scraper's or a health probe's name for the node.
+    /// Each a DNS name or an IP address, without a port (default: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<Spanned<String>>,
+}
+
+impl AdminSection {
+    /// `allowed_hosts`, parsed (entries [`Config::parse`] refused never get here).
+    pub fn allowed_hosts(&self) -> Vec<crate::admin::AllowedHost> {
+        self.allowed_hosts
+            .iter()
+            .filter_map(|entry| crate::admin::AllowedHost::parse(entry.get_ref()).ok())
+            .collect()
+    }
 }
 
 fn default_listen() -> Spanned<Listen> {
@@ -124,6 +139,7 @@ impl Default for AdminSection {
             socket: None,
             token_file: None,
             allow_non_loopback: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -714,6 +730,7 @@ impl Config {
             }
         }
         self.refuse_non_loopback_admin(loc)?;
+        self.check_allowed_hosts(loc)?;
         if matches!(self.admin.listen.get_ref(), Listen::Off) && self.admin.socket.is_none() {
             return Err(loc.at(
                 Some(self.admin.listen.span()),
@@ -777,6 +794,21 @@ impl Config {
             })?;
         }
         self.validate_workloads(loc)
+    }
+
+    // i[impl node.admin.host+2]
+    /// Each `admin.allowed_hosts` entry a DNS name or an IP address, without a port.
+    fn check_allowed_hosts(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        for (i, entry) in self.admin.allowed_hosts.iter().enumerate() {
+            if let Err(message) = crate::admin::AllowedHost::parse(entry.get_ref()) {
+                return Err(loc.at(
+                    Some(entry.span()),
+                    &format!("admin.allowed_hosts[{i}]"),
+                    message,
+                ));
+            }
+        }
+        Ok(())
     }
 
     // i[impl node.admin.non-loopback]

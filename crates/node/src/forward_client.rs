@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use holdfast_forward::client::{self, ClientConfig, ClientEvent, ForwardSpec};
 use holdfast_forward::{Credential, Fingerprint, ForwardStats};
 
+use crate::render::escape;
+
 /// What `holdfast forward udp` was asked to do.
 #[derive(Debug, Clone)]
 pub struct UdpArgs {
@@ -106,7 +108,9 @@ impl Output {
 }
 
 // i[impl node.forward.cli.status]
-/// The status line for one event: connected, reconnecting in N s, ended because ….
+// i[impl node.cli.escape]
+/// The status line for one event: connected, reconnecting in N s, ended because …. The node's
+/// words (refusals, statuses, ends) are [`escape`]d: they reach the operator's terminal.
 pub fn status_line(event: &ClientEvent) -> String {
     match event {
         ClientEvent::Connected { node } => format!("connected to {node}"),
@@ -114,11 +118,12 @@ pub fn status_line(event: &ClientEvent) -> String {
             "reconnecting in {} s ({failures} failed attempts)",
             in_ms.div_ceil(1000)
         ),
-        other => other.to_string(),
+        other => escape(&other.to_string()),
     }
 }
 
-/// The exit summary of one forward.
+// i[impl node.cli.escape]
+/// The exit summary of one forward; its last error (the node's words, maybe) [`escape`]d.
 pub fn summary_line(forward: u32, spec: &ForwardSpec, s: &ForwardStats) -> String {
     let d = &s.dropped;
     format!(
@@ -137,8 +142,15 @@ pub fn summary_line(forward: u32, spec: &ForwardSpec, s: &ForwardStats) -> Strin
         d.flow_limit,
         d.error,
         s.transient_errors,
-        s.last_error.as_deref().unwrap_or("none"),
+        escape(s.last_error.as_deref().unwrap_or("none")),
     )
+}
+
+// i[impl node.cli.escape]
+/// The last line printed when the node refused: its reason carries the node's words, so it is
+/// [`escape`]d.
+fn refused_line(reason: &str) -> String {
+    format!("holdfast: {}", escape(reason))
 }
 
 /// Why the client stops.
@@ -240,7 +252,7 @@ pub async fn run(args: UdpArgs) -> u8 {
     match end {
         End::Signal => EXIT_STOPPED,
         End::Refused(reason) => {
-            eprintln!("holdfast: {reason}");
+            eprintln!("{}", refused_line(&reason));
             EXIT_REFUSED
         }
     }
@@ -271,6 +283,54 @@ mod tests {
             message: "the connection was lost".into(),
         });
         assert_eq!(ended, "forward 1 ended because the connection was lost");
+    }
+
+    // i[verify node.cli.escape]
+    #[test]
+    fn the_nodes_refusals_status_and_end_messages_print_as_visible_escapes() {
+        let hostile = "no\x1b[2J\x1b]0;owned\x07\r\nfake prompt $ \u{9b}31m";
+        let events = [
+            ClientEvent::Refused {
+                forward: 1,
+                refusal: holdfast_forward::control::Refusal::NotAllowed,
+                message: hostile.into(),
+            },
+            ClientEvent::Status {
+                forward: 1,
+                from_node: true,
+                message: hostile.into(),
+            },
+            ClientEvent::Ended {
+                forward: 1,
+                reason: holdfast_forward::control::EndReason::ConnectionLost,
+                message: hostile.into(),
+            },
+            ClientEvent::ConnectFailed {
+                error: hostile.into(),
+                pin_mismatch: false,
+                bad_credential: true,
+            },
+        ];
+        let stats = ForwardStats {
+            last_error: Some(hostile.into()),
+            ..ForwardStats::default()
+        };
+        let spec = ForwardSpec {
+            local: "127.0.0.1:5353".parse().unwrap(),
+            target: "10.0.0.7:53".parse().unwrap(),
+        };
+        let lines = events
+            .iter()
+            .map(status_line)
+            .chain([summary_line(1, &spec, &stats)]);
+        let refused = refused_line(&format!("the node refused the forward: {hostile}"));
+        for line in lines.chain([refused]) {
+            assert!(
+                line.contains("no\\x1b[2J\\x1b]0;owned\\x07\\r\\nfake"),
+                "{line:?}"
+            );
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
     }
 
     // i[verify node.forward.cli.udp]

@@ -190,6 +190,7 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             socket: config.admin.socket.clone(),
             token,
             limits: admin::AdminLimits::default(),
+            allowed_hosts: config.admin.allowed_hosts(),
         },
     )
     .await?;

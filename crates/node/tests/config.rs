@@ -216,6 +216,39 @@ fn a_non_loopback_admin_address_needs_the_explicit_setting() {
     Config::parse("c.toml", "[node]\n[admin]\nlisten = \"[::1]:7480\"\n").unwrap();
 }
 
+// i[verify node.admin.host+2]
+#[test]
+fn admin_allowed_hosts_are_names_or_addresses_located_when_not() {
+    let base = "[node]\n[admin]\nallowed_hosts = ";
+    Config::parse(
+        "c.toml",
+        &format!("{base}[\"metrics.internal\", \"Probe-1.Example.org\", \"10.0.0.5\", \"::1\", \"[2001:db8::1]\"]\n"),
+    )
+    .unwrap();
+    Config::parse("c.toml", &format!("{base}[]\n")).unwrap();
+    for (entry, column, says) in [
+        ("metrics.internal:9090", 32, "port"),
+        ("*.internal", 32, "DNS name"),
+        ("", 32, "DNS name"),
+        ("evil example", 32, "DNS name"),
+        ("-bad.example", 32, "DNS name"),
+        ("256.1.1.1", 32, "DNS name"),
+        ("http://metrics.internal", 32, "DNS name"),
+    ] {
+        let text = format!("{base}[\"ok.example\", \"{entry}\"]\n");
+        let err = Config::parse("c.toml", &text).unwrap_err();
+        assert_eq!(
+            (err.line, err.column, err.key.as_str()),
+            (3, column, "admin.allowed_hosts[1]"),
+            "{entry}: {err}"
+        );
+        assert!(err.message.contains(says), "{entry}: {err}");
+    }
+    let long = format!("{}.example", "a".repeat(64));
+    let err = Config::parse("c.toml", &format!("{base}[\"{long}\"]\n")).unwrap_err();
+    assert_eq!(err.key, "admin.allowed_hosts[0]", "{err}");
+}
+
 // r[verify node.issuance.config+2]
 #[test]
 fn the_issuance_section_is_validated_with_the_rest() {

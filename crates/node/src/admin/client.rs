@@ -169,7 +169,7 @@ async fn call_unbounded(
             }
         }
     };
-    // The node answers over TCP only for its own authority (i[node.admin.host]).
+    // The node answers over TCP only for its own authority (i[node.admin.host+2]).
     let host = match target {
         Target::Tcp(addr) => addr.to_string(),
         Target::Unix(_) => "localhost".to_owned(),

@@ -1,8 +1,10 @@
 //! The admin API answers only for its own authority: a DNS-rebinding page (its name resolved to
 //! 127.0.0.1 after the page loaded) reaches the TCP listener with its own name in `Host`, and is
-//! refused before any handler runs.
+//! refused before any handler runs. Names the operator lists in `admin.allowed_hosts` (a
+//! scraper's, a health probe's) are answered too.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
@@ -11,26 +13,125 @@ use axum::response::{IntoResponse, Response};
 
 use crate::metrics::Metrics;
 
-// i[impl node.admin.host]
-/// Whether `authority` (a `Host` header's value, or an absolute request target's authority)
-/// names the TCP listener bound at `listener`: `localhost` with or without the listener's port,
-/// or an IP literal with the listener's port whose address is a loopback one, the bound one, or
-/// any when the listener is bound to the unspecified address. A name is never trusted: under DNS
-/// rebinding any name can resolve here.
-pub(super) fn allowed(authority: &str, listener: SocketAddr) -> bool {
-    let Some((host, port)) = split(authority) else {
-        return false;
-    };
-    // The port as the listener's own, digit for digit: no sign, no leading zero.
-    let port_ok = |port: Option<&str>| port.is_some_and(|p| p == listener.port().to_string());
-    match host {
-        Host::Name(name) if name.eq_ignore_ascii_case("localhost") => {
-            port.is_none() || port_ok(port)
+/// The longest DNS name (RFC 1035 §2.3.4, in its dotted text form).
+const MAX_NAME_LEN: usize = 253;
+/// The longest DNS label (RFC 1035 §2.3.4).
+const MAX_LABEL_LEN: usize = 63;
+
+/// The port a client leaves out of `Host` (RFC 9110 §4.2.1: `http`'s default).
+const DEFAULT_HTTP_PORT: u16 = 80;
+
+/// One `admin.allowed_hosts` entry: an authority, besides the listener's own, that the TCP
+/// listener answers for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowedHost {
+    /// A DNS name, lower-cased (compared without regard to case).
+    Name(String),
+    /// An IP address.
+    Ip(IpAddr),
+}
+
+impl AllowedHost {
+    // i[impl node.admin.host+2]
+    /// Parses an entry: a DNS name (letters, digits and hyphens in dot-separated labels, the
+    /// last not all digits) or an IP address (an IPv6 one with or without brackets), without a
+    /// port. The error says what is wrong.
+    pub fn parse(entry: &str) -> Result<AllowedHost, String> {
+        let bracketed = entry
+            .strip_prefix('[')
+            .and_then(|rest| rest.strip_suffix(']'));
+        if let Some(inside) = bracketed {
+            return match inside.parse::<std::net::Ipv6Addr>() {
+                Ok(ip) => Ok(AllowedHost::Ip(IpAddr::V6(ip))),
+                Err(_) => Err(format!("{entry:?} is not an IPv6 address")),
+            };
         }
-        Host::Name(_) => false,
-        Host::Ip(ip) => {
-            port_ok(port)
-                && (ip.is_loopback() || ip == listener.ip() || listener.ip().is_unspecified())
+        if let Ok(ip) = entry.parse::<IpAddr>() {
+            return Ok(AllowedHost::Ip(ip));
+        }
+        if let Some((host, port)) = entry.rsplit_once(':') {
+            if !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && AllowedHost::parse(host).is_ok()
+            {
+                return Err(format!(
+                    "{entry:?} must not carry a port: {host:?} is answered with the listener's \
+                     port or none"
+                ));
+            }
+        }
+        if is_dns_name(entry) {
+            return Ok(AllowedHost::Name(entry.to_ascii_lowercase()));
+        }
+        Err(format!(
+            "{entry:?} is neither a DNS name (letters, digits and hyphens in dot-separated labels, \
+             no wildcard) nor an IP address"
+        ))
+    }
+}
+
+/// Whether `name` is a DNS host name: labels of 1 to 63 letters, digits and hyphens, not
+/// starting or ending with a hyphen, at most 253 characters in all, the last label not all
+/// digits (that would be a malformed IPv4 address, such as `256.1.1.1`).
+fn is_dns_name(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        (1..=MAX_LABEL_LEN).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    name.len() <= MAX_NAME_LEN
+        && name.split('.').all(label_ok)
+        && name
+            .rsplit('.')
+            .next()
+            .is_some_and(|last| !last.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What the TCP listener answers for: its own address and `localhost`, and the operator's
+/// `admin.allowed_hosts`.
+#[derive(Debug, Clone)]
+pub(super) struct HostCheck {
+    listener: SocketAddr,
+    allowed: Vec<AllowedHost>,
+}
+
+impl HostCheck {
+    pub(super) fn new(listener: SocketAddr, allowed: Vec<AllowedHost>) -> Self {
+        Self { listener, allowed }
+    }
+
+    // i[impl node.admin.host+2]
+    /// Whether `authority` (a `Host` header's value, or an absolute request target's authority)
+    /// names the TCP listener: `localhost` or a listed entry, with the listener's port or none,
+    /// or an IP literal with the listener's port (none on port 80) whose address is a loopback
+    /// one, the bound one, or any when the listener is bound to the unspecified address. A name
+    /// is trusted only when the operator listed it: under DNS rebinding any name can resolve
+    /// here.
+    pub(super) fn allows(&self, authority: &str) -> bool {
+        let Some((host, port)) = split(authority) else {
+            return false;
+        };
+        let listener = self.listener;
+        // The port as the listener's own, digit for digit: no sign, no leading zero.
+        let same_port = port.is_some_and(|p| p == listener.port().to_string());
+        let own_or_none = same_port || port.is_none();
+        match host {
+            Host::Name(name) => {
+                own_or_none
+                    && (name.eq_ignore_ascii_case("localhost")
+                        || self.allowed.iter().any(|a| match a {
+                            AllowedHost::Name(listed) => name.eq_ignore_ascii_case(listed),
+                            AllowedHost::Ip(_) => false,
+                        }))
+            }
+            Host::Ip(ip) if self.allowed.contains(&AllowedHost::Ip(ip)) => own_or_none,
+            Host::Ip(ip) => {
+                (same_port || (port.is_none() && listener.port() == DEFAULT_HTTP_PORT))
+                    && (ip.is_loopback() || ip == listener.ip() || listener.ip().is_unspecified())
+            }
         }
     }
 }
@@ -74,24 +175,26 @@ fn authority(request: &Request) -> Option<&str> {
     request.headers().get(header::HOST)?.to_str().ok()
 }
 
-// i[impl node.admin.host]
+// i[impl node.admin.host+2]
 /// The TCP listener's middleware: a request for any other authority, or with none, is answered
 /// 421 Misdirected Request and counted (`holdfast_admin_refused_total{reason="host"}`).
 pub(super) async fn guard(
-    listener: SocketAddr,
+    check: Arc<HostCheck>,
     metrics: Metrics,
     request: Request,
     next: Next,
 ) -> Response {
-    if authority(&request).is_some_and(|a| allowed(a, listener)) {
+    if authority(&request).is_some_and(|a| check.allows(a)) {
         return next.run(request).await;
     }
     metrics.admin_refusal("host");
+    // The listed names are not echoed: a rebinding page reads this answer.
+    let listener = check.listener;
     (
         StatusCode::MISDIRECTED_REQUEST,
         format!(
             "this is the holdfast admin API at {listener}: address it as {listener} or \
-             localhost:{}\n",
+             localhost:{} (or a name in admin.allowed_hosts)\n",
             listener.port()
         ),
     )
@@ -109,7 +212,108 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], PORT))
     }
 
-    // i[verify node.admin.host]
+    /// The check with no `admin.allowed_hosts`.
+    fn allowed(authority: &str, listener: SocketAddr) -> bool {
+        HostCheck::new(listener, Vec::new()).allows(authority)
+    }
+
+    fn listing(entries: &[&str]) -> HostCheck {
+        let allowed = entries
+            .iter()
+            .map(|e| AllowedHost::parse(e).unwrap())
+            .collect();
+        HostCheck::new(on_loopback(), allowed)
+    }
+
+    // i[verify node.admin.host+2]
+    #[test]
+    fn a_listed_name_is_allowed_in_any_case_with_the_listeners_port_or_none() {
+        let check = listing(&["Metrics.Internal", "203.0.113.5", "[2001:db8::1]"]);
+        for good in [
+            "metrics.internal",
+            "metrics.internal:7480",
+            "METRICS.INTERNAL:7480",
+            "203.0.113.5",
+            "203.0.113.5:7480",
+            "[2001:db8::1]",
+            "[2001:db8::1]:7480",
+            "localhost:7480",
+            "127.0.0.1:7480",
+        ] {
+            assert!(check.allows(good), "{good} refused");
+        }
+        for bad in [
+            "metrics.internal:80",
+            "metrics.internal:",
+            "metrics.internal:07480",
+            "metrics.internal.",
+            "metrics.internal.evil.example",
+            "evil.metrics.internal",
+            "other.internal:7480",
+            "evil.example",
+            "203.0.113.6:7480",
+            "203.0.113.5:80",
+            "[2001:db8::2]:7480",
+            "127.0.0.1",
+        ] {
+            assert!(!check.allows(bad), "{bad} allowed");
+        }
+    }
+
+    // i[verify node.admin.host+2]
+    #[test]
+    fn an_allowed_hosts_entry_is_a_dns_name_or_an_address_without_a_port() {
+        assert_eq!(
+            AllowedHost::parse("Probe-1.Example.ORG"),
+            Ok(AllowedHost::Name("probe-1.example.org".into()))
+        );
+        assert_eq!(
+            AllowedHost::parse("metrics"),
+            Ok(AllowedHost::Name("metrics".into()))
+        );
+        for (entry, ip) in [
+            ("10.0.0.5", "10.0.0.5"),
+            ("::1", "::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+        ] {
+            assert_eq!(
+                AllowedHost::parse(entry),
+                Ok(AllowedHost::Ip(ip.parse().unwrap()))
+            );
+        }
+        for port in ["metrics.internal:9090", "10.0.0.5:80", "[::1]:7480"] {
+            let err = AllowedHost::parse(port).unwrap_err();
+            assert!(err.contains("must not carry a port"), "{port}: {err}");
+        }
+        let long_label = format!("{}.example", "a".repeat(64));
+        let long_name = format!("{}example", "abcdefgh.".repeat(28));
+        for bad in [
+            "",
+            "*",
+            "*.internal",
+            "evil example",
+            "-bad.example",
+            "bad-.example",
+            "a..b",
+            ".example",
+            "example.",
+            "under_score.example",
+            "256.1.1.1",
+            "10.0.0",
+            "http://metrics.internal",
+            "metrics.internal/",
+            "[::1",
+            "[metrics.internal]",
+            "fe80::1%eth0",
+            "m\u{e9}trics.internal",
+            &long_label,
+            &long_name,
+        ] {
+            assert!(AllowedHost::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    // i[verify node.admin.host+2]
     #[test]
     fn only_the_listeners_own_authority_is_allowed() {
         let l = on_loopback();
@@ -154,8 +358,29 @@ mod tests {
         assert!(!allowed("evil.example:7480", any));
     }
 
+    // i[verify node.admin.host+2]
+    #[test]
+    fn on_port_80_an_address_without_a_port_is_the_listeners_own() {
+        // What curl sends for http://127.0.0.1/: the default port is left out.
+        let l = SocketAddr::from(([127, 0, 0, 1], 80));
+        for good in [
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:80",
+            "localhost",
+        ] {
+            assert!(allowed(good, l), "{good} refused");
+        }
+        for bad in ["127.0.0.1:", "127.0.0.1:7480", "evil.example", "10.0.0.5"] {
+            assert!(!allowed(bad, l), "{bad} allowed");
+        }
+        // On any other port the port stays required.
+        assert!(!allowed("127.0.0.1", on_loopback()));
+    }
+
     proptest! {
-        // i[verify node.admin.host]
+        // i[verify node.admin.host+2]
         #[test]
         fn no_name_but_localhost_is_ever_allowed(
             host in prop_oneof!["[ -~]{0,40}", "(localhost|127\\.0\\.0\\.1|\\[::1\\])[.:a-z0-9]{0,12}"]
@@ -170,7 +395,32 @@ mod tests {
             }
         }
 
-        // i[verify node.admin.host]
+        // i[verify node.admin.host+2]
+        #[test]
+        fn a_listed_name_allows_itself_and_nothing_else(host in prop_oneof![
+            "[ -~]{0,40}",
+            "(?i:metrics\\.internal)[.:a-z0-9]{0,8}",
+        ]) {
+            let lower = host.to_ascii_lowercase();
+            let listed = lower == "metrics.internal" || lower == format!("metrics.internal:{PORT}");
+            let own = allowed(&host, on_loopback());
+            prop_assert_eq!(listing(&["metrics.internal"]).allows(&host), listed || own, "{:?}", host);
+        }
+
+        // i[verify node.admin.host+2]
+        #[test]
+        fn an_accepted_entry_is_an_address_or_a_lowercase_dns_name(entry in "[ -~]{0,70}") {
+            match AllowedHost::parse(&entry) {
+                Ok(AllowedHost::Name(name)) => {
+                    prop_assert!(name.len() <= MAX_NAME_LEN);
+                    prop_assert!(name.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.')), "{:?}", name);
+                    prop_assert_eq!(name, entry.to_ascii_lowercase());
+                }
+                Ok(AllowedHost::Ip(_)) | Err(_) => {}
+            }
+        }
+
+        // i[verify node.admin.host+2]
         #[test]
         fn any_loopback_literal_with_the_port_is_allowed(a in 0u8.., b in 0u8.., c in 0u8.., v6 in any::<bool>()) {
             let addr = if v6 {
