@@ -246,11 +246,12 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A connection from `remote` failed to authenticate (`reason`): counted, its source paced,
-    /// and logged once per burst (the failure that starts or lengthens the source's wait).
-    // r[impl forward.auth.pacing]
-    fn auth_failed(&self, remote: SocketAddr, reason: &str) {
-        self.connections.count(Turned::AuthFailed);
+    /// A connection from `remote` failed to authenticate (`reason`): counted as `turned`, its
+    /// source paced, and logged once per burst (the failure that starts or lengthens the source's
+    /// wait).
+    // r[impl forward.auth.pacing+2]
+    fn auth_failed(&self, remote: SocketAddr, turned: Turned, reason: &str) {
+        self.connections.count(turned);
         let burst = self.pacer().failed(remote.ip(), Instant::now().into_std());
         if let Some(burst) = burst {
             tracing::warn!(
@@ -307,7 +308,7 @@ impl Drop for Session {
 // r[impl forward.limits.unauthenticated+2]
 fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quinn::Incoming)> {
     let remote = incoming.remote_address();
-    // r[impl forward.auth.pacing]
+    // r[impl forward.auth.pacing+2]
     // A source that failed to authenticate waits before its next handshake. Only a completed
     // handshake can fail, so a forged source cannot get another host paced.
     if shared.pacer().paced(remote.ip(), Instant::now().into_std()) {
@@ -723,12 +724,29 @@ async fn authenticate(
     let (send, recv) = match tokio::time::timeout_at(deadline, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
-            tracing::debug!(error = %err, "forward: connection lost before its control stream");
+            match err {
+                // The node's own doing (a stop) or the idle timeout: not the peer's.
+                quinn::ConnectionError::LocallyClosed | quinn::ConnectionError::TimedOut => {
+                    tracing::debug!(error = %err, "forward: connection lost before its control stream");
+                }
+                // r[impl forward.auth.pacing+2]
+                // The peer had its handshake (a signature of the node's) and closed: paced like a
+                // bad credential, or one source could have the node sign without end.
+                _ => shared.auth_failed(
+                    conn.remote_address(),
+                    Turned::ClosedUnauthenticated,
+                    "closed before authenticating",
+                ),
+            }
             return None;
         }
         Err(_) => {
             shared.connections.count(Turned::TimedOut);
-            shared.auth_failed(conn.remote_address(), "no control stream in time");
+            shared.auth_failed(
+                conn.remote_address(),
+                Turned::AuthFailed,
+                "no control stream in time",
+            );
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
@@ -760,7 +778,7 @@ async fn authenticate(
             (Refusal::NotAuthenticated, "no authentication in time")
         }
     };
-    shared.auth_failed(conn.remote_address(), message);
+    shared.auth_failed(conn.remote_address(), Turned::AuthFailed, message);
     refuse(conn, send, refusal, message).await;
     None
 }

@@ -152,6 +152,7 @@ pub struct ConnectionCounters {
     refused_per_credential: AtomicU64,
     dropped_unauthenticated: AtomicU64,
     auth_failed: AtomicU64,
+    closed_unauthenticated: AtomicU64,
     refused_paced: AtomicU64,
 }
 
@@ -177,6 +178,8 @@ pub enum Turned {
     /// A connection failed to authenticate (bad credential, another request, none in time, or
     /// another protocol version).
     AuthFailed,
+    /// A connection was closed by its peer after its handshake, before it authenticated.
+    ClosedUnauthenticated,
     /// Refused before its handshake: its source failed to authenticate recently.
     RefusedPaced,
 }
@@ -206,6 +209,8 @@ pub struct ConnectionStats {
     pub dropped_unauthenticated: u64,
     /// Connections that failed to authenticate.
     pub auth_failed: u64,
+    /// Connections their peer closed after the handshake, before authenticating.
+    pub closed_unauthenticated: u64,
     /// Attempts refused before their handshake because their source failed to authenticate
     /// recently.
     pub refused_paced: u64,
@@ -224,6 +229,7 @@ impl ConnectionCounters {
             Turned::RefusedPerCredential => &self.refused_per_credential,
             Turned::DroppedUnauthenticated => &self.dropped_unauthenticated,
             Turned::AuthFailed => &self.auth_failed,
+            Turned::ClosedUnauthenticated => &self.closed_unauthenticated,
             Turned::RefusedPaced => &self.refused_paced,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -244,6 +250,7 @@ impl ConnectionCounters {
             refused_per_credential: load(&self.refused_per_credential),
             dropped_unauthenticated: load(&self.dropped_unauthenticated),
             auth_failed: load(&self.auth_failed),
+            closed_unauthenticated: load(&self.closed_unauthenticated),
             refused_paced: load(&self.refused_paced),
         }
     }

@@ -131,6 +131,64 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
     assert!(again.is_ok(), "{again:?}");
 }
 
+/// A pacing that outlasts the test: a source it paces stays refused while the test looks.
+#[allow(clippy::expect_used)]
+fn long_pacing() -> holdfast_retry::Policy {
+    holdfast_retry::Policy::builder()
+        .base(Duration::from_secs(60))
+        .cap(Duration::from_secs(60))
+        .jitter(holdfast_retry::Jitter::None)
+        .build()
+        .expect("policy")
+}
+
+/// Whether `attempt` was refused before its handshake (a paced or bounded source).
+fn refused(attempt: &Result<(quinn::Connection, quinn::Endpoint), quinn::ConnectionError>) -> bool {
+    matches!(
+        attempt,
+        Err(quinn::ConnectionError::ConnectionClosed(close))
+            if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+    )
+}
+
+// Each handshake costs the node a signature: a peer that closes once it is done, before
+// authenticating, and starts again must be paced like one that presents a bad credential.
+// r[verify forward.auth.pacing+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_closed_before_authenticating_are_counted_and_pace_their_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let source = hostile_source(0);
+    let (conn, _endpoint) = silent_peer(&server, source).await.expect("handshake");
+    conn.close(0u32.into(), b"done");
+    eventually("the close counted", || {
+        let counted = server.connections();
+        counted.closed_unauthenticated == 1 && counted.unauthenticated == 0
+    })
+    .await;
+    // Every further round from the source is refused before its handshake, and counted.
+    let mut rounds = Vec::new();
+    for _ in 0..10 {
+        let attempt = silent_peer(&server, source).await;
+        if let Ok((conn, _)) = &attempt {
+            conn.close(0u32.into(), b"done");
+        }
+        rounds.push(refused(&attempt));
+    }
+    assert!(rounds.iter().all(|r| *r), "{rounds:?}");
+    let counted = server.connections();
+    assert_eq!(
+        (counted.closed_unauthenticated, counted.refused_paced),
+        (1, 10),
+        "{counted:?}"
+    );
+    // Another source is not paced.
+    let other = silent_peer(&server, hostile_source(1)).await;
+    assert!(other.is_ok(), "{other:?}");
+}
+
 // r[verify forward.limits.windows]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datagrams_sent_before_authentication_are_dropped_not_kept() {
