@@ -740,20 +740,19 @@ async fn authenticate(
             }
             return None;
         }
+        // r[impl forward.auth.pacing+2]
+        // Counted, not paced: a slow client may share its address (a NAT) with good ones.
         Err(_) => {
             shared.connections.count(Turned::TimedOut);
-            shared.auth_failed(
-                conn.remote_address(),
-                Turned::AuthFailed,
-                "no control stream in time",
-            );
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
     };
     let mut control = spawn_reader(recv);
     let first = tokio::time::timeout_at(deadline, control.recv()).await;
-    let (refusal, message) = match first {
+    // How the failure is counted, and whether it paces the source (`None`: a timeout, counted
+    // only).
+    let (refusal, message, paced) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if let Some(which) = shared.credentials.matching(&credential) {
                 shared.pacer().succeeded(conn.remote_address().ip());
@@ -763,22 +762,32 @@ async fn authenticate(
             (
                 Refusal::BadCredential,
                 "credential not allowed by this node",
+                Some(Turned::AuthFailed),
             )
         }
-        Ok(Some(Err(RelayError::Frame(FrameError::Version(_))))) => {
-            (Refusal::Version, "unsupported protocol version")
-        }
+        Ok(Some(Err(RelayError::Frame(FrameError::Version(_))))) => (
+            Refusal::Version,
+            "unsupported protocol version",
+            Some(Turned::AuthFailed),
+        ),
+        // The control stream (or the connection) ended before a Hello.
+        Ok(Some(Err(RelayError::Control(_))) | None) => (
+            Refusal::NotAuthenticated,
+            "closed before authenticating",
+            Some(Turned::ClosedUnauthenticated),
+        ),
         Ok(Some(Ok(_) | Err(_))) => (
             Refusal::NotAuthenticated,
             "the first request must authenticate (Hello)",
+            Some(Turned::AuthFailed),
         ),
-        Ok(None) => (Refusal::NotAuthenticated, "no authentication in time"),
-        Err(_) => {
-            shared.connections.count(Turned::TimedOut);
-            (Refusal::NotAuthenticated, "no authentication in time")
-        }
+        Err(_) => (Refusal::NotAuthenticated, "no authentication in time", None),
     };
-    shared.auth_failed(conn.remote_address(), Turned::AuthFailed, message);
+    // r[impl forward.auth.pacing+2]
+    match paced {
+        Some(turned) => shared.auth_failed(conn.remote_address(), turned, message),
+        None => shared.connections.count(Turned::TimedOut),
+    }
     refuse(conn, send, refusal, message).await;
     None
 }

@@ -175,8 +175,8 @@ pub enum Turned {
     RefusedPerCredential,
     /// A datagram that arrived before its connection authenticated, dropped.
     DroppedUnauthenticated,
-    /// A connection failed to authenticate (bad credential, another request, none in time, or
-    /// another protocol version).
+    /// A connection failed to authenticate: a bad credential, another request first, or another
+    /// protocol version (a timeout is [`Turned::TimedOut`] only).
     AuthFailed,
     /// A connection was closed by its peer after its handshake, before it authenticated.
     ClosedUnauthenticated,
@@ -207,7 +207,8 @@ pub struct ConnectionStats {
     pub refused_per_credential: u64,
     /// Datagrams that arrived before their connection authenticated, dropped.
     pub dropped_unauthenticated: u64,
-    /// Connections that failed to authenticate.
+    /// Connections that failed to authenticate: a bad credential, another request first, or
+    /// another protocol version (timeouts are `timed_out`).
     pub auth_failed: u64,
     /// Connections their peer closed after the handshake, before authenticating.
     pub closed_unauthenticated: u64,
