@@ -111,7 +111,7 @@ impl ServerConfig {
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
     /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
     /// source, every address validated by a Retry, 5 s from the first packet to authentication,
-    /// 64 authenticated connections and 4 per credential, a source refused for 1 s after a failed
+    /// 64 authenticated connections and 16 per credential, a source refused for 1 s after a failed
     /// authentication (doubling up to 60 s), 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
@@ -150,9 +150,10 @@ pub const INCOMING_BUFFER_TOTAL: u64 = 16 << 20;
 /// Default bound on authenticated connections in all.
 pub const DEFAULT_MAX_AUTHENTICATED: usize = 64;
 
-/// Default bound on authenticated connections of one credential: a client that reconnects while
-/// the node still holds its lost connection (until the idle timeout) is not refused.
-pub const DEFAULT_MAX_PER_CREDENTIAL: usize = 4;
+/// Default bound on authenticated connections of one credential: a token is commonly shared by a
+/// fleet of clients, and a client that reconnects while the node still holds its lost connection
+/// (until the idle timeout) is not refused.
+pub const DEFAULT_MAX_PER_CREDENTIAL: usize = 16;
 
 /// Default time a new connection has, from its first packet, to complete its handshake and
 /// authenticate: all an unauthenticated peer can hold a place for.
@@ -826,7 +827,7 @@ async fn serve(
     let Some((send, mut control, allow, credential)) = authenticated else {
         return;
     };
-    // r[impl forward.limits.per-credential]
+    // r[impl forward.limits.per-credential+2]
     let admitted = shared.sessions().admit(credential);
     let _session = match admitted {
         Ok(()) => Session {
@@ -837,11 +838,11 @@ async fn serve(
             let (turned, message) = match why {
                 SessionRefused::Total => (
                     Turned::RefusedAuthenticated,
-                    "the node holds as many connections as it allows",
+                    "the node holds its maximum of connections in all",
                 ),
                 SessionRefused::PerCredential => (
                     Turned::RefusedPerCredential,
-                    "this credential holds as many connections as the node allows",
+                    "the node holds its maximum of connections for this token",
                 ),
             };
             shared.connections.count(turned);

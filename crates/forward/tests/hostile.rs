@@ -242,7 +242,7 @@ async fn datagrams_sent_before_authentication_are_dropped_not_kept() {
     assert!(server.forwards().is_empty());
 }
 
-// r[verify forward.limits.per-credential]
+// r[verify forward.limits.per-credential+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_of_zero_is_refused_at_start_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
