@@ -252,8 +252,9 @@ impl Shared {
     /// wait).
     // r[impl forward.auth.pacing+2]
     fn auth_failed(&self, remote: SocketAddr, turned: Turned, reason: &str) {
-        self.connections.count(turned);
+        // Paced before it is counted: whoever reads the count finds the source paced.
         let burst = self.pacer().failed(remote.ip(), Instant::now().into_std());
+        self.connections.count(turned);
         if let Some(burst) = burst {
             tracing::warn!(
                 client = %remote,
