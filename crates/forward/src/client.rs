@@ -116,6 +116,10 @@ pub enum ConnectError {
     /// The node refused the credential.
     #[error("the node refused the credential: {0}")]
     BadCredential(String),
+    /// The node holds as many connections as it allows for this credential (or in all); a later
+    /// attempt may get in. The node's reason says which bound.
+    #[error("too many connections: {0}")]
+    TooManyConnections(String),
     /// The node refused the connection for another reason.
     #[error("the node refused the connection ({refusal:?}): {message}")]
     Refused {
@@ -598,6 +602,7 @@ async fn connect(
             conn.close(close_code::CLIENT_DONE.into(), b"refused");
             Err(match refusal {
                 Refusal::BadCredential => ConnectError::BadCredential(message),
+                Refusal::TooManyConnections => ConnectError::TooManyConnections(message),
                 refusal => ConnectError::Refused { refusal, message },
             })
         }

@@ -111,7 +111,7 @@ impl ServerConfig {
     /// Defaults: 64 forwards a connection, 256 flows a forward (one idle for 60 s gives way to a
     /// new one), 4096 flow sockets in all, 256 connections not yet authenticated and 8 from one
     /// source, every address validated by a Retry, 5 s from the first packet to authentication,
-    /// 64 authenticated connections and 4 per credential, a source refused for 1 s after a failed
+    /// 64 authenticated connections and 16 per credential, a source refused for 1 s after a failed
     /// authentication (doubling up to 60 s), 15 s idle timeout, one report a second per forward.
     pub fn new(listen: SocketAddr, identity_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
@@ -150,9 +150,10 @@ pub const INCOMING_BUFFER_TOTAL: u64 = 16 << 20;
 /// Default bound on authenticated connections in all.
 pub const DEFAULT_MAX_AUTHENTICATED: usize = 64;
 
-/// Default bound on authenticated connections of one credential: a client that reconnects while
-/// the node still holds its lost connection (until the idle timeout) is not refused.
-pub const DEFAULT_MAX_PER_CREDENTIAL: usize = 4;
+/// Default bound on authenticated connections of one credential: a token is commonly shared by a
+/// fleet of clients, and a client that reconnects while the node still holds its lost connection
+/// (until the idle timeout) is not refused.
+pub const DEFAULT_MAX_PER_CREDENTIAL: usize = 16;
 
 /// Default time a new connection has, from its first packet, to complete its handshake and
 /// authenticate: all an unauthenticated peer can hold a place for.
@@ -246,12 +247,14 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A connection from `remote` failed to authenticate (`reason`): counted, its source paced,
-    /// and logged once per burst (the failure that starts or lengthens the source's wait).
-    // r[impl forward.auth.pacing]
-    fn auth_failed(&self, remote: SocketAddr, reason: &str) {
-        self.connections.count(Turned::AuthFailed);
+    /// A connection from `remote` failed to authenticate (`reason`): counted as `turned`, its
+    /// source paced, and logged once per burst (the failure that starts or lengthens the source's
+    /// wait).
+    // r[impl forward.auth.pacing+2]
+    fn auth_failed(&self, remote: SocketAddr, turned: Turned, reason: &str) {
+        // Paced before it is counted: whoever reads the count finds the source paced.
         let burst = self.pacer().failed(remote.ip(), Instant::now().into_std());
+        self.connections.count(turned);
         if let Some(burst) = burst {
             tracing::warn!(
                 client = %remote,
@@ -307,7 +310,7 @@ impl Drop for Session {
 // r[impl forward.limits.unauthenticated+2]
 fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quinn::Incoming)> {
     let remote = incoming.remote_address();
-    // r[impl forward.auth.pacing]
+    // r[impl forward.auth.pacing+2]
     // A source that failed to authenticate waits before its next handshake. Only a completed
     // handshake can fail, so a forged source cannot get another host paced.
     if shared.pacer().paced(remote.ip(), Instant::now().into_std()) {
@@ -723,19 +726,35 @@ async fn authenticate(
     let (send, recv) = match tokio::time::timeout_at(deadline, conn.accept_bi()).await {
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
-            tracing::debug!(error = %err, "forward: connection lost before its control stream");
+            match err {
+                // The node's own doing (a stop) or the idle timeout: not the peer's.
+                quinn::ConnectionError::LocallyClosed | quinn::ConnectionError::TimedOut => {
+                    tracing::debug!(error = %err, "forward: connection lost before its control stream");
+                }
+                // r[impl forward.auth.pacing+2]
+                // The peer had its handshake (a signature of the node's) and closed: paced like a
+                // bad credential, or one source could have the node sign without end.
+                _ => shared.auth_failed(
+                    conn.remote_address(),
+                    Turned::ClosedUnauthenticated,
+                    "closed before authenticating",
+                ),
+            }
             return None;
         }
+        // r[impl forward.auth.pacing+2]
+        // Counted, not paced: a slow client may share its address (a NAT) with good ones.
         Err(_) => {
             shared.connections.count(Turned::TimedOut);
-            shared.auth_failed(conn.remote_address(), "no control stream in time");
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
     };
     let mut control = spawn_reader(recv);
     let first = tokio::time::timeout_at(deadline, control.recv()).await;
-    let (refusal, message) = match first {
+    // How the failure is counted, and whether it paces the source (`None`: a timeout, counted
+    // only).
+    let (refusal, message, paced) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if let Some(which) = shared.credentials.matching(&credential) {
                 shared.pacer().succeeded(conn.remote_address().ip());
@@ -745,22 +764,32 @@ async fn authenticate(
             (
                 Refusal::BadCredential,
                 "credential not allowed by this node",
+                Some(Turned::AuthFailed),
             )
         }
-        Ok(Some(Err(RelayError::Frame(FrameError::Version(_))))) => {
-            (Refusal::Version, "unsupported protocol version")
-        }
+        Ok(Some(Err(RelayError::Frame(FrameError::Version(_))))) => (
+            Refusal::Version,
+            "unsupported protocol version",
+            Some(Turned::AuthFailed),
+        ),
+        // The control stream (or the connection) ended before a Hello.
+        Ok(Some(Err(RelayError::Control(_))) | None) => (
+            Refusal::NotAuthenticated,
+            "closed before authenticating",
+            Some(Turned::ClosedUnauthenticated),
+        ),
         Ok(Some(Ok(_) | Err(_))) => (
             Refusal::NotAuthenticated,
             "the first request must authenticate (Hello)",
+            Some(Turned::AuthFailed),
         ),
-        Ok(None) => (Refusal::NotAuthenticated, "no authentication in time"),
-        Err(_) => {
-            shared.connections.count(Turned::TimedOut);
-            (Refusal::NotAuthenticated, "no authentication in time")
-        }
+        Err(_) => (Refusal::NotAuthenticated, "no authentication in time", None),
     };
-    shared.auth_failed(conn.remote_address(), message);
+    // r[impl forward.auth.pacing+2]
+    match paced {
+        Some(turned) => shared.auth_failed(conn.remote_address(), turned, message),
+        None => shared.connections.count(Turned::TimedOut),
+    }
     refuse(conn, send, refusal, message).await;
     None
 }
@@ -799,7 +828,7 @@ async fn serve(
     let Some((send, mut control, allow, credential)) = authenticated else {
         return;
     };
-    // r[impl forward.limits.per-credential]
+    // r[impl forward.limits.per-credential+2]
     let admitted = shared.sessions().admit(credential);
     let _session = match admitted {
         Ok(()) => Session {
@@ -810,11 +839,11 @@ async fn serve(
             let (turned, message) = match why {
                 SessionRefused::Total => (
                     Turned::RefusedAuthenticated,
-                    "the node holds as many connections as it allows",
+                    "the node holds its maximum of connections in all",
                 ),
                 SessionRefused::PerCredential => (
                     Turned::RefusedPerCredential,
-                    "this credential holds as many connections as the node allows",
+                    "the node holds its maximum of connections for this token",
                 ),
             };
             shared.connections.count(turned);

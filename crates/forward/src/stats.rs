@@ -152,6 +152,7 @@ pub struct ConnectionCounters {
     refused_per_credential: AtomicU64,
     dropped_unauthenticated: AtomicU64,
     auth_failed: AtomicU64,
+    closed_unauthenticated: AtomicU64,
     refused_paced: AtomicU64,
 }
 
@@ -174,9 +175,11 @@ pub enum Turned {
     RefusedPerCredential,
     /// A datagram that arrived before its connection authenticated, dropped.
     DroppedUnauthenticated,
-    /// A connection failed to authenticate (bad credential, another request, none in time, or
-    /// another protocol version).
+    /// A connection failed to authenticate: a bad credential, another request first, or another
+    /// protocol version (a timeout is [`Turned::TimedOut`] only).
     AuthFailed,
+    /// A connection was closed by its peer after its handshake, before it authenticated.
+    ClosedUnauthenticated,
     /// Refused before its handshake: its source failed to authenticate recently.
     RefusedPaced,
 }
@@ -204,8 +207,11 @@ pub struct ConnectionStats {
     pub refused_per_credential: u64,
     /// Datagrams that arrived before their connection authenticated, dropped.
     pub dropped_unauthenticated: u64,
-    /// Connections that failed to authenticate.
+    /// Connections that failed to authenticate: a bad credential, another request first, or
+    /// another protocol version (timeouts are `timed_out`).
     pub auth_failed: u64,
+    /// Connections their peer closed after the handshake, before authenticating.
+    pub closed_unauthenticated: u64,
     /// Attempts refused before their handshake because their source failed to authenticate
     /// recently.
     pub refused_paced: u64,
@@ -224,6 +230,7 @@ impl ConnectionCounters {
             Turned::RefusedPerCredential => &self.refused_per_credential,
             Turned::DroppedUnauthenticated => &self.dropped_unauthenticated,
             Turned::AuthFailed => &self.auth_failed,
+            Turned::ClosedUnauthenticated => &self.closed_unauthenticated,
             Turned::RefusedPaced => &self.refused_paced,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -244,6 +251,7 @@ impl ConnectionCounters {
             refused_per_credential: load(&self.refused_per_credential),
             dropped_unauthenticated: load(&self.dropped_unauthenticated),
             auth_failed: load(&self.auth_failed),
+            closed_unauthenticated: load(&self.closed_unauthenticated),
             refused_paced: load(&self.refused_paced),
         }
     }

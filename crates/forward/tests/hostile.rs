@@ -104,14 +104,6 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
     let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
     config.auth_timeout = Duration::from_millis(500);
     config.max_unauthenticated_per_source = 1;
-    // A timeout is a failed authentication, which paces the source: briefly here, so the place
-    // can be seen to be free again.
-    config.auth_pacing = holdfast_retry::Policy::builder()
-        .base(Duration::from_millis(1))
-        .cap(Duration::from_millis(1))
-        .jitter(holdfast_retry::Jitter::None)
-        .build()
-        .expect("policy");
     let server = holdfast_forward::start(config).await.expect("server");
     let (conn, _endpoint) = silent_peer(&server, hostile_source(0))
         .await
@@ -125,10 +117,109 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
         counted.unauthenticated == 0 && counted.timed_out == 1
     })
     .await;
-    // The source's one place is free again (once its 1 ms of pacing has passed).
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The source's one place is free again (a timeout does not pace it).
     let again = silent_peer(&server, hostile_source(0)).await;
     assert!(again.is_ok(), "{again:?}");
+}
+
+/// A pacing that outlasts the test: a source it paces stays refused while the test looks.
+#[allow(clippy::expect_used)]
+fn long_pacing() -> holdfast_retry::Policy {
+    holdfast_retry::Policy::builder()
+        .base(Duration::from_secs(60))
+        .cap(Duration::from_secs(60))
+        .jitter(holdfast_retry::Jitter::None)
+        .build()
+        .expect("policy")
+}
+
+/// Whether `attempt` was refused before its handshake (a paced or bounded source).
+fn refused(attempt: &Result<(quinn::Connection, quinn::Endpoint), quinn::ConnectionError>) -> bool {
+    matches!(
+        attempt,
+        Err(quinn::ConnectionError::ConnectionClosed(close))
+            if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+    )
+}
+
+// Each handshake costs the node a signature: a peer that closes once it is done, before
+// authenticating, and starts again must be paced like one that presents a bad credential.
+// r[verify forward.auth.pacing+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_closed_before_authenticating_are_counted_and_pace_their_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let source = hostile_source(0);
+    let (conn, _endpoint) = silent_peer(&server, source).await.expect("handshake");
+    conn.close(0u32.into(), b"done");
+    eventually("the close counted", || {
+        let counted = server.connections();
+        counted.closed_unauthenticated == 1 && counted.unauthenticated == 0
+    })
+    .await;
+    // Every further round from the source is refused before its handshake, and counted.
+    let mut rounds = Vec::new();
+    for _ in 0..10 {
+        let attempt = silent_peer(&server, source).await;
+        if let Ok((conn, _)) = &attempt {
+            conn.close(0u32.into(), b"done");
+        }
+        rounds.push(refused(&attempt));
+    }
+    assert!(rounds.iter().all(|r| *r), "{rounds:?}");
+    let counted = server.connections();
+    assert_eq!(
+        (counted.closed_unauthenticated, counted.refused_paced),
+        (1, 10),
+        "{counted:?}"
+    );
+    // Another source is not paced.
+    let other = silent_peer(&server, hostile_source(1)).await;
+    assert!(other.is_ok(), "{other:?}");
+}
+
+// A slow client may share its address (a NAT) with good ones: running out of the
+// authentication timeout is counted, but its source is not paced.
+// r[verify forward.auth.pacing+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_runs_out_of_time_does_not_pace_its_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    // Room for a handshake on a busy machine; the test waits this out twice.
+    config.auth_timeout = Duration::from_secs(1);
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let source = hostile_source(0);
+    // Out of time before its control stream.
+    let (silent, _a) = silent_peer(&server, source).await.expect("handshake");
+    let closed = tokio::time::timeout(WAIT, silent.closed())
+        .await
+        .expect("closed by the node");
+    assert!(closed.to_string().contains("in time"), "{closed}");
+    // Out of time on its control stream, its Hello not yet whole (half a length prefix).
+    let (slow, _b) = silent_peer(&server, source).await.expect("handshake");
+    let (mut send, _recv) = slow.open_bi().await.expect("control stream");
+    send.write_all(&[0, 0]).await.expect("written");
+    let closed = tokio::time::timeout(WAIT, slow.closed())
+        .await
+        .expect("closed by the node");
+    assert!(closed.to_string().contains("in time"), "{closed}");
+    eventually("both timeouts counted", || {
+        let counted = server.connections();
+        counted.timed_out == 2 && counted.unauthenticated == 0
+    })
+    .await;
+    // The source is let in at once.
+    let again = silent_peer(&server, source).await;
+    assert!(again.is_ok(), "{again:?}");
+    let counted = server.connections();
+    assert_eq!(
+        (counted.refused_paced, counted.auth_failed),
+        (0, 0),
+        "{counted:?}"
+    );
 }
 
 // r[verify forward.limits.windows]
@@ -152,7 +243,7 @@ async fn datagrams_sent_before_authentication_are_dropped_not_kept() {
     assert!(server.forwards().is_empty());
 }
 
-// r[verify forward.limits.per-credential]
+// r[verify forward.limits.per-credential+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_of_zero_is_refused_at_start_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -400,6 +400,44 @@ async fn a_bad_credential_is_refused_as_such() {
     assert!(server.forwards().is_empty());
 }
 
+// r[verify forward.limits.per-credential+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_past_its_tokens_bound_says_the_node_holds_its_maximum_for_this_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server_config = server_config(dir.path(), loopback());
+    server_config.max_per_credential = 1;
+    let server = holdfast_forward::start(server_config)
+        .await
+        .expect("server");
+    let target = echo().await;
+    let mut first = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut first, 1).await;
+    let mut second = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    let failed = expect(&mut second, "ConnectFailed", |e| {
+        matches!(e, ClientEvent::ConnectFailed { .. })
+    })
+    .await;
+    let ClientEvent::ConnectFailed {
+        error,
+        bad_credential,
+        ..
+    } = failed
+    else {
+        unreachable!()
+    };
+    assert!(!bad_credential, "{error}");
+    assert!(
+        error.contains("the node holds its maximum of connections for this token"),
+        "{error}"
+    );
+    second.stop().await;
+    first.stop().await;
+}
+
 // r[verify forward.pin]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_another_identity_is_refused_by_the_pin() {

@@ -447,6 +447,43 @@ pub struct ForwardSection {
     /// own `allow` targets, not `forward.allow`'s.
     #[serde(default)]
     pub client: Vec<Spanned<ForwardClient>>,
+    /// Authenticated connections, in all (default
+    /// [`holdfast_forward::DEFAULT_MAX_AUTHENTICATED`]); at least 1.
+    #[serde(default)]
+    pub max_connections: Option<Spanned<usize>>,
+    /// Authenticated connections of one token (default
+    /// [`holdfast_forward::DEFAULT_MAX_PER_CREDENTIAL`]: a fleet may share a token); at least 1.
+    #[serde(default)]
+    pub max_connections_per_token: Option<Spanned<usize>>,
+    /// Connections in their handshake or not yet authenticated, in all (default
+    /// [`holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED`]); at least 1.
+    #[serde(default)]
+    pub max_unauthenticated: Option<Spanned<usize>>,
+    /// The same, from one source, an IPv4 address or an IPv6 /64 (default
+    /// [`holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE`]); at least 1.
+    #[serde(default)]
+    pub max_unauthenticated_per_source: Option<Spanned<usize>>,
+}
+
+impl ForwardSection {
+    /// The connection bounds that are set, by key.
+    fn bounds(&self) -> [(&'static str, Option<&Spanned<usize>>); 4] {
+        [
+            ("forward.max_connections", self.max_connections.as_ref()),
+            (
+                "forward.max_connections_per_token",
+                self.max_connections_per_token.as_ref(),
+            ),
+            (
+                "forward.max_unauthenticated",
+                self.max_unauthenticated.as_ref(),
+            ),
+            (
+                "forward.max_unauthenticated_per_source",
+                self.max_unauthenticated_per_source.as_ref(),
+            ),
+        ]
+    }
 }
 
 /// The shortest forward token accepted, in bytes. A token is compared as the bytes written, so
@@ -454,7 +491,7 @@ pub struct ForwardSection {
 /// tokens are commonly drawn from, gives 128 bits at 32 characters (`openssl rand -hex 16`),
 /// beyond guessing over the network, and base64 of 32 random bytes (44 characters) passes too. A
 /// shorter token is likely typed by hand or a placeholder left in place.
-// r[impl node.forward.config+2]
+// r[impl node.forward.config+3]
 pub const MIN_FORWARD_TOKEN_LEN: usize = 32;
 
 /// Why a token of `len` bytes is refused.
@@ -468,7 +505,7 @@ fn short_token(len: usize) -> String {
 /// Reads the tokens of a forward token file (mode checked first; one a line, `#` comments and
 /// blank lines skipped), each at least [`MIN_FORWARD_TOKEN_LEN`] bytes: a shorter one is refused
 /// naming its line, never the token.
-// r[impl node.forward.config+2]
+// r[impl node.forward.config+3]
 pub fn read_forward_tokens(
     path: &std::path::Path,
 ) -> Result<Vec<holdfast_forward::Credential>, String> {
@@ -977,15 +1014,24 @@ fn policy_error_key(text: &str) -> (String, &str) {
     }
 }
 
-// r[impl node.forward.config+2]
+// r[impl node.forward.config+3]
 /// `[forward]` beyond its types: allow-lists that parse and are not empty, token files that are
-/// safe and readable, at least one credential, and a token of its own for each
-/// `[[forward.client]]`.
+/// safe and readable, at least one credential, a token of its own for each
+/// `[[forward.client]]`, and connection bounds of at least 1.
 fn validate_forward(
     loc: &Locator<'_>,
     section: &Spanned<ForwardSection>,
 ) -> Result<(), ConfigError> {
     let forward = section.get_ref();
+    for (key, bound) in forward.bounds() {
+        if let Some(bound) = bound.filter(|b| *b.get_ref() == 0) {
+            return Err(loc.at(
+                Some(bound.span()),
+                key,
+                "must be at least 1 (0 would refuse every client)".into(),
+            ));
+        }
+    }
     validate_allow(loc, &forward.allow, "forward.allow")?;
     let mut credentials = count_tokens(loc, &forward.tokens, forward.token_file.as_ref(), None)?;
     for (i, client) in forward.client.iter().enumerate() {

@@ -340,7 +340,7 @@ fn an_issuance_hostname_that_issuance_would_refuse_is_refused_at_its_entry() {
     }
 }
 
-// r[verify node.forward.config+2]
+// r[verify node.forward.config+3]
 // r[verify node.log.no-secrets]
 #[test]
 fn the_forward_section_is_validated_with_the_rest() {
@@ -398,7 +398,7 @@ fn the_forward_section_is_validated_with_the_rest() {
     );
 }
 
-// r[verify node.forward.config+2]
+// r[verify node.forward.config+3]
 // r[verify node.log.no-secrets]
 #[test]
 fn a_forward_client_has_its_own_tokens_and_allow_list() {
@@ -441,7 +441,75 @@ fn a_forward_client_has_its_own_tokens_and_allow_list() {
     }
 }
 
-// r[verify node.forward.config+2]
+// r[verify node.forward.config+3]
+#[test]
+fn the_forward_connection_bounds_reach_the_server_and_default_to_the_librarys() {
+    use holdfast::modules::forward::ForwardModule;
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    let head = format!(
+        "[node]\n[forward]\nlisten = \"127.0.0.1:4433\"\nallow = [\"10.0.0.1:53\"]\n\
+         tokens = [\"{TOKEN}\"]\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = |text: &str| {
+        let config = Config::parse("ok.toml", text).unwrap();
+        let section = config.forward.unwrap();
+        ForwardModule::new(section.get_ref(), dir.path().into(), Default::default())
+            .server_config()
+            .unwrap()
+    };
+    // Unset: the library's defaults, 16 connections per token among them.
+    let defaults = server(&head);
+    assert_eq!(
+        (
+            defaults.max_authenticated,
+            defaults.max_per_credential,
+            defaults.max_unauthenticated,
+            defaults.max_unauthenticated_per_source,
+        ),
+        (
+            holdfast_forward::DEFAULT_MAX_AUTHENTICATED,
+            holdfast_forward::DEFAULT_MAX_PER_CREDENTIAL,
+            holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED,
+            holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
+        )
+    );
+    assert_eq!(defaults.max_per_credential, 16);
+    // Set: each reaches the server.
+    let set = server(&format!(
+        "{head}max_connections = 500\nmax_connections_per_token = 200\n\
+         max_unauthenticated = 1000\nmax_unauthenticated_per_source = 20\n"
+    ));
+    assert_eq!(
+        (
+            set.max_authenticated,
+            set.max_per_credential,
+            set.max_unauthenticated,
+            set.max_unauthenticated_per_source,
+        ),
+        (500, 200, 1000, 20)
+    );
+    // A zero would refuse every client: an error at its place.
+    for (key, column) in [
+        ("max_connections", 19),
+        ("max_connections_per_token", 29),
+        ("max_unauthenticated", 23),
+        ("max_unauthenticated_per_source", 34),
+    ] {
+        let err = Config::parse("bad.toml", &format!("{head}{key} = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "bad.toml:6:{column}: forward.{key}: must be at least 1 (0 would refuse every \
+                 client)"
+            )
+        );
+    }
+}
+
+// r[verify node.forward.config+3]
 #[test]
 fn a_forward_token_shorter_than_the_minimum_is_refused_where_it_is_written() {
     use std::os::unix::fs::PermissionsExt;

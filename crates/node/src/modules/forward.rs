@@ -37,6 +37,8 @@ pub struct ForwardModule {
     pub allow: AllowList,
     /// Clients with their own allow-list (`[[forward.client]]`).
     pub clients: Vec<ClientGrant>,
+    /// The connection bounds `[forward]` sets; `None`: holdfast-forward's default.
+    pub bounds: Bounds,
     /// Where the running server is published.
     pub slot: Slot<Server>,
 }
@@ -49,7 +51,46 @@ impl std::fmt::Debug for ForwardModule {
             .field("token_file", &self.token_file)
             .field("tokens", &self.tokens.len())
             .field("clients", &self.clients)
+            .field("bounds", &self.bounds)
             .finish_non_exhaustive()
+    }
+}
+
+/// The connection bounds of `[forward]` (validated: none is 0); each unset one keeps
+/// holdfast-forward's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bounds {
+    /// `max_connections`: authenticated connections in all.
+    pub max_connections: Option<usize>,
+    /// `max_connections_per_token`: authenticated connections of one token.
+    pub max_connections_per_token: Option<usize>,
+    /// `max_unauthenticated`: connections not yet authenticated, in all.
+    pub max_unauthenticated: Option<usize>,
+    /// `max_unauthenticated_per_source`: the same, from one source.
+    pub max_unauthenticated_per_source: Option<usize>,
+}
+
+impl Bounds {
+    /// Sets on `config` the bounds that are set.
+    // r[impl node.forward.config+3]
+    fn apply(&self, config: &mut ServerConfig) {
+        let fields = [
+            (self.max_connections, &mut config.max_authenticated),
+            (
+                self.max_connections_per_token,
+                &mut config.max_per_credential,
+            ),
+            (self.max_unauthenticated, &mut config.max_unauthenticated),
+            (
+                self.max_unauthenticated_per_source,
+                &mut config.max_unauthenticated_per_source,
+            ),
+        ];
+        for (set, field) in fields {
+            if let Some(value) = set {
+                *field = value;
+            }
+        }
     }
 }
 
@@ -115,11 +156,25 @@ impl ForwardModule {
                     }
                 })
                 .collect(),
+            bounds: Bounds {
+                max_connections: section.max_connections.as_ref().map(|b| *b.get_ref()),
+                max_connections_per_token: section
+                    .max_connections_per_token
+                    .as_ref()
+                    .map(|b| *b.get_ref()),
+                max_unauthenticated: section.max_unauthenticated.as_ref().map(|b| *b.get_ref()),
+                max_unauthenticated_per_source: section
+                    .max_unauthenticated_per_source
+                    .as_ref()
+                    .map(|b| *b.get_ref()),
+            },
             slot,
         }
     }
 
-    fn server_config(&self) -> Result<ServerConfig, String> {
+    /// holdfast-forward's configuration for a start: the credentials read now (the token files
+    /// again), the allow-lists and the connection bounds.
+    pub fn server_config(&self) -> Result<ServerConfig, String> {
         let mut config = ServerConfig::new(self.listen, identity_dir(&self.data_dir));
         let mut credentials = self.tokens.clone();
         if let Some(path) = &self.token_file {
@@ -140,6 +195,7 @@ impl ForwardModule {
         config.credentials = credentials;
         config.allow = self.allow.clone();
         config.scoped = scoped;
+        self.bounds.apply(&mut config);
         Ok(config)
     }
 }
@@ -204,7 +260,7 @@ mod tests {
         );
     }
 
-    // r[verify node.forward.config+2]
+    // r[verify node.forward.config+3]
     #[test]
     fn a_token_file_read_at_a_start_is_held_to_the_minimum_length() {
         use std::os::unix::fs::PermissionsExt;
