@@ -163,7 +163,7 @@ impl Sessions {
     }
 
     /// Counts a connection that authenticated with `credential`, unless a bound is reached.
-    // r[impl forward.limits.per-credential]
+    // r[impl forward.limits.per-credential+2]
     pub fn admit(&mut self, credential: usize) -> Result<(), SessionRefused> {
         let of_credential = self.by_credential.get(&credential).copied().unwrap_or(0);
         if of_credential >= self.max_per_credential {
@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(admission.unauthenticated(), 2);
     }
 
-    // r[verify forward.limits.per-credential]
+    // r[verify forward.limits.per-credential+2]
     #[test]
     fn a_credential_is_refused_at_its_bound_and_the_total_bound_refuses_every_credential() {
         let mut sessions = Sessions::new(3, 2);
