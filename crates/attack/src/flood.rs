@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::node::Edges;
-use crate::plan::{Attack, Edge, Flood};
+use crate::plan::{Attack, Edge, Flood, WsPayload};
 use crate::verdict::Attackers;
 
 /// How long an attacker waits for a connection or a handshake.
@@ -121,11 +121,32 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
                 pace(i).await;
             }
         }
-        Attack::WsBadTokens { workers } => {
+        Attack::WsHostile { workers, sends } => {
             for i in 0..workers {
                 let counts = counts.clone();
                 let from = source(i, flood.sources);
-                tasks.spawn(ws_bad_tokens(to, from, deadline, counts));
+                tasks.spawn(ws_hostile(to, from, sends, deadline, counts));
+            }
+        }
+        Attack::QuicBadTokens { workers } => {
+            let Ok((config, _)) =
+                holdfast_forward::client::quinn_client_config(edges.pin, Duration::from_secs(10))
+            else {
+                return counts.snapshot();
+            };
+            for i in 0..workers {
+                let bind = SocketAddr::new(source(i, flood.sources), 0);
+                let Ok(endpoint) = quinn::Endpoint::client(bind) else {
+                    continue;
+                };
+                let counts = counts.clone();
+                tasks.spawn(quic_bad_tokens(
+                    endpoint,
+                    config.clone(),
+                    to,
+                    deadline,
+                    counts,
+                ));
             }
         }
     }
@@ -276,10 +297,17 @@ async fn ws_unauthenticated(to: SocketAddr, from: IpAddr, deadline: Instant, cou
     }
 }
 
-/// Upgrade, send a token that is not one, wait for the close; again until the deadline.
-async fn ws_bad_tokens(to: SocketAddr, from: IpAddr, deadline: Instant, counts: Arc<Counts>) {
+/// Upgrade, send something hostile, wait for the close; again until the deadline.
+async fn ws_hostile(
+    to: SocketAddr,
+    from: IpAddr,
+    sends: WsPayload,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) {
     let url = format!("ws://{to}/");
     let auth = serde_json::json!({"type": "auth", "token": "not-a-token.AAAA"}).to_string();
+    let oversized = "x".repeat(1 << 20);
     while Instant::now() < deadline {
         Counts::bump(&counts.attempted);
         let Some(stream) = connect_from(from, to).await else {
@@ -296,7 +324,18 @@ async fn ws_bad_tokens(to: SocketAddr, from: IpAddr, deadline: Instant, counts: 
             continue;
         };
         Counts::bump(&counts.accepted);
-        if ws.send(WsMessage::text(auth.clone())).await.is_err() {
+        let sent = match sends {
+            WsPayload::BadToken => ws.send(WsMessage::text(auth.clone())).await.is_ok(),
+            WsPayload::Oversized => ws.send(WsMessage::text(oversized.clone())).await.is_ok(),
+            // Under the WebSocket layer: a whole frame header with every reserved bit set and a
+            // reserved opcode (masked, empty), then bytes that are no frame at all.
+            WsPayload::Malformed => ws
+                .get_mut()
+                .write_all(b"\xff\x80\x00\x00\x00\x00junk")
+                .await
+                .is_ok(),
+        };
+        if !sent {
             Counts::bump(&counts.ended_by_node);
             continue;
         }
@@ -311,6 +350,45 @@ async fn ws_bad_tokens(to: SocketAddr, from: IpAddr, deadline: Instant, counts: 
         if ended.is_ok() {
             Counts::bump(&counts.ended_by_node);
         }
+    }
+}
+
+/// Handshake, present a credential that is not one, wait for the refusal; again until the
+/// deadline. A source the node paces is refused before its handshake.
+async fn quic_bad_tokens(
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    to: SocketAddr,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) {
+    let hello = holdfast_forward::control::encode(&holdfast_forward::control::Message::Hello {
+        credential: b"not-the-token-not-the-token-not-the-token".to_vec(),
+    });
+    while Instant::now() < deadline {
+        Counts::bump(&counts.attempted);
+        let Ok(connecting) =
+            endpoint.connect_with(config.clone(), to, holdfast_forward::identity::SERVER_NAME)
+        else {
+            tokio::time::sleep(REFUSED_PAUSE).await;
+            continue;
+        };
+        let Ok(Ok(conn)) = tokio::time::timeout(CONNECT, connecting).await else {
+            tokio::time::sleep(REFUSED_PAUSE).await;
+            continue;
+        };
+        Counts::bump(&counts.accepted);
+        let refused = tokio::time::timeout(CONNECT, async {
+            let (mut send, _recv) = conn.open_bi().await.ok()?;
+            send.write_all(&hello).await.ok()?;
+            conn.closed().await;
+            Some(())
+        })
+        .await;
+        if matches!(refused, Ok(Some(()))) {
+            Counts::bump(&counts.ended_by_node);
+        }
+        conn.close(0u32.into(), b"next");
     }
 }
 

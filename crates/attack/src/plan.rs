@@ -54,11 +54,32 @@ pub enum Attack {
         /// Connections opened.
         connections: usize,
     },
-    /// WebSocket connections that each send a bad token, one after another, from `workers` at once.
-    WsBadTokens {
+    /// WebSocket connections that each send something hostile after the upgrade, one after
+    /// another, from `workers` at once.
+    WsHostile {
+        /// Concurrent attackers.
+        workers: usize,
+        /// What each sends.
+        sends: WsPayload,
+    },
+    /// QUIC connections that each present a wrong credential, one after another, from `workers`
+    /// at once.
+    QuicBadTokens {
         /// Concurrent attackers.
         workers: usize,
     },
+}
+
+/// What a hostile WebSocket client sends once upgraded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WsPayload {
+    /// An `auth` message whose token is not one.
+    BadToken,
+    /// A 1 MiB text message (the gateway's limit is 64 KiB).
+    Oversized,
+    /// Bytes that are no WebSocket frame.
+    Malformed,
 }
 
 /// One flood of the suite.
@@ -94,6 +115,13 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
         Scale::Full => (2_000, 1_000, 2_000, 64),
         Scale::Ci => (400, 200, 400, 16),
     };
+    let hostile = |name, sends| Flood {
+        name,
+        edge: Edge::Gateway,
+        attack: Attack::WsHostile { workers, sends },
+        sources: 4,
+        duration,
+    };
     vec![
         Flood {
             name: "admin-slowloris",
@@ -123,10 +151,15 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             sources: 4,
             duration,
         },
+        hostile("gateway-bad-tokens", WsPayload::BadToken),
+        hostile("gateway-oversized", WsPayload::Oversized),
+        hostile("gateway-malformed", WsPayload::Malformed),
         Flood {
-            name: "gateway-bad-tokens",
-            edge: Edge::Gateway,
-            attack: Attack::WsBadTokens { workers },
+            name: "forward-bad-tokens",
+            edge: Edge::Forward,
+            attack: Attack::QuicBadTokens {
+                workers: workers / 2,
+            },
             sources: 4,
             duration,
         },
@@ -174,6 +207,21 @@ mod tests {
             full.iter()
                 .any(|f| f.attack == Attack::QuicUnauthenticated { connections: 1_000 })
         );
+        for sends in [
+            WsPayload::BadToken,
+            WsPayload::Oversized,
+            WsPayload::Malformed,
+        ] {
+            assert!(
+                full.iter()
+                    .any(|f| f.attack == Attack::WsHostile { workers: 64, sends }),
+                "{sends:?}"
+            );
+        }
+        assert!(
+            full.iter()
+                .any(|f| f.attack == Attack::QuicBadTokens { workers: 32 })
+        );
         assert_eq!(
             full.iter().map(|f| f.name).collect::<Vec<_>>(),
             ci.iter().map(|f| f.name).collect::<Vec<_>>()
@@ -196,7 +244,7 @@ mod tests {
             Attack::Slowloris { connections }
             | Attack::QuicUnauthenticated { connections }
             | Attack::WsUnauthenticated { connections } => connections,
-            Attack::WsBadTokens { workers } => workers,
+            Attack::WsHostile { workers, .. } | Attack::QuicBadTokens { workers } => workers,
         }
     }
 }
