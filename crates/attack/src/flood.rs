@@ -150,8 +150,9 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
             }
         }
     }
-    // Every task ends by the deadline; the margin covers a connect begun just before it.
-    let _ = tokio::time::timeout_at(deadline + CONNECT * 2, async {
+    // Every task ends by the deadline; the margin covers an attempt begun just before it (its
+    // connect, its upgrade or handshake, and its wait for the node's close) and the grace.
+    let _ = tokio::time::timeout_at(deadline + CONNECT * 3 + GRACE, async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
@@ -347,8 +348,10 @@ async fn ws_hostile(
             }
         })
         .await;
-        if ended.is_ok() {
-            Counts::bump(&counts.ended_by_node);
+        // A connection the node did not end is one it kept for the attacker.
+        match ended {
+            Ok(()) => Counts::bump(&counts.ended_by_node),
+            Err(_) => Counts::bump(&counts.held_at_end),
         }
     }
 }
@@ -385,8 +388,12 @@ async fn quic_bad_tokens(
             Some(())
         })
         .await;
-        if matches!(refused, Ok(Some(()))) {
-            Counts::bump(&counts.ended_by_node);
+        match refused {
+            Ok(Some(())) => Counts::bump(&counts.ended_by_node),
+            // Kept open past the wait: the node let the wrong credential hold a connection.
+            Err(_) => Counts::bump(&counts.held_at_end),
+            // The stream could not be opened or written: the node ended it.
+            Ok(None) => Counts::bump(&counts.ended_by_node),
         }
         conn.close(0u32.into(), b"next");
     }

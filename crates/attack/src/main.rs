@@ -152,6 +152,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             name: flood.name.to_owned(),
             edge: flood.edge,
             sources: flood.sources,
+            ends_all: flood.attack.ends_all(),
             attackers,
             latency,
             fds: Resource {
@@ -260,6 +261,7 @@ async fn settle(pid: u32, baseline: (u64, u64), budgets: &Budgets) -> (u64, u64)
                 name: String::new(),
                 edge: plan::Edge::Admin,
                 sources: 0,
+                ends_all: false,
                 attackers: Default::default(),
                 latency: BTreeMap::new(),
                 fds: Resource {

@@ -70,6 +70,17 @@ pub enum Attack {
     },
 }
 
+impl Attack {
+    /// Whether the node must end every connection of this attack (each carries something it
+    /// refuses), rather than hold up to its caps of them.
+    pub fn ends_all(self) -> bool {
+        matches!(
+            self,
+            Attack::WsHostile { .. } | Attack::QuicBadTokens { .. }
+        )
+    }
+}
+
 /// What a hostile WebSocket client sends once upgraded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -16,8 +16,10 @@ use crate::latency::Sample;
 use crate::node::Edges;
 use crate::plan::Edge;
 
-/// How long a probe may take before it counts as not served.
-pub const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a probe may take before it counts as not served: longer than the forward's 5 s for
+/// a handshake and its credential, so the node, not the probe, ends a slow one (a client that
+/// gives up mid-handshake is a failure the node paces its source for).
+pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The probes' shared state: one QUIC client endpoint for the forward's probes.
 pub struct Prober {

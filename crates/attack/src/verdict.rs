@@ -42,6 +42,9 @@ pub struct FloodResult {
     pub edge: Edge,
     /// How many source addresses its attackers used.
     pub sources: u8,
+    /// Its attackers send what the node must end every time (bad credentials, hostile frames):
+    /// no connection may be left held.
+    pub ends_all: bool,
     /// What its attackers saw.
     pub attackers: Attackers,
     /// A real client's latency on every edge during the flood.
@@ -217,7 +220,11 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 ));
             }
         }
-        let cap = budgets.held.of(flood.edge, flood.sources);
+        let cap = if flood.ends_all {
+            0
+        } else {
+            budgets.held.of(flood.edge, flood.sources)
+        };
         if flood.attackers.held_at_end > cap {
             broke(format!(
                 "the attackers held {} connections at the end, cap {cap}",
@@ -292,6 +299,7 @@ pub(crate) mod tests {
                 name: "admin-slowloris".into(),
                 edge: Edge::Admin,
                 sources: 8,
+                ends_all: false,
                 attackers: Attackers {
                     attempted: 10,
                     accepted: 10,
@@ -395,6 +403,14 @@ pub(crate) mod tests {
                 o.floods[0].attackers.held_at_end = 257;
             }),
             vec!["the attackers held 257 connections at the end, cap 256"]
+        );
+        // A flood the node must end every time of: one connection kept is one too many.
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].ends_all = true;
+                o.floods[0].attackers.held_at_end = 1;
+            }),
+            vec!["the attackers held 1 connections at the end, cap 0"]
         );
         assert_eq!(
             broken(|o| o.node_alive = false),
