@@ -1015,6 +1015,67 @@ fn policy_error_key(text: &str) -> (String, &str) {
 }
 
 // r[impl node.forward.config+3]
+/// A part that could never be reached past its whole (a token allowed more connections than the
+/// node holds in all) is an error at the part; so is a bound on unauthenticated connections above
+/// the attempts the node's endpoint buffers, which would be no bound at all.
+// r[impl node.forward.config+3]
+fn validate_forward_bound_pairs(
+    loc: &Locator<'_>,
+    forward: &ForwardSection,
+) -> Result<(), ConfigError> {
+    let value = |b: &Option<Spanned<usize>>, default| b.as_ref().map_or(default, |b| *b.get_ref());
+    let in_all = value(
+        &forward.max_connections,
+        holdfast_forward::DEFAULT_MAX_AUTHENTICATED,
+    );
+    let unauthenticated = value(
+        &forward.max_unauthenticated,
+        holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED,
+    );
+    let pairs = [
+        (
+            "forward.max_connections_per_token",
+            &forward.max_connections_per_token,
+            "forward.max_connections",
+            in_all,
+        ),
+        (
+            "forward.max_unauthenticated_per_source",
+            &forward.max_unauthenticated_per_source,
+            "forward.max_unauthenticated",
+            unauthenticated,
+        ),
+    ];
+    for (key, part, whole_key, whole) in pairs {
+        if let Some(part) = part.as_ref().filter(|p| *p.get_ref() > whole) {
+            return Err(loc.at(
+                Some(part.span()),
+                key,
+                format!(
+                    "is {}, more than {whole_key} ({whole}): it could never be reached",
+                    part.get_ref()
+                ),
+            ));
+        }
+    }
+    let most = holdfast_forward::server::MAX_INCOMING;
+    if let Some(b) = forward
+        .max_unauthenticated
+        .as_ref()
+        .filter(|b| *b.get_ref() > most)
+    {
+        return Err(loc.at(
+            Some(b.span()),
+            "forward.max_unauthenticated",
+            format!(
+                "is {}, more than the {most} connection attempts the node's endpoint holds",
+                b.get_ref()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `[forward]` beyond its types: allow-lists that parse and are not empty, token files that are
 /// safe and readable, at least one credential, a token of its own for each
 /// `[[forward.client]]`, and connection bounds of at least 1.
@@ -1032,6 +1093,7 @@ fn validate_forward(
             ));
         }
     }
+    validate_forward_bound_pairs(loc, forward)?;
     validate_allow(loc, &forward.allow, "forward.allow")?;
     let mut credentials = count_tokens(loc, &forward.tokens, forward.token_file.as_ref(), None)?;
     for (i, client) in forward.client.iter().enumerate() {

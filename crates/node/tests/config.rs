@@ -507,6 +507,38 @@ fn the_forward_connection_bounds_reach_the_server_and_default_to_the_librarys() 
             )
         );
     }
+    // A part above its whole could never be reached; more unauthenticated places than the
+    // endpoint holds attempts would be no bound.
+    let err = |extra: &str| {
+        Config::parse("bad.toml", &format!("{head}{extra}"))
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        err("max_connections = 10\nmax_connections_per_token = 11\n"),
+        "bad.toml:7:29: forward.max_connections_per_token: is 11, more than \
+         forward.max_connections (10): it could never be reached"
+    );
+    assert_eq!(
+        err("max_connections_per_token = 65\n"),
+        "bad.toml:6:29: forward.max_connections_per_token: is 65, more than \
+         forward.max_connections (64): it could never be reached"
+    );
+    assert_eq!(
+        err("max_unauthenticated_per_source = 257\n"),
+        "bad.toml:6:34: forward.max_unauthenticated_per_source: is 257, more than \
+         forward.max_unauthenticated (256): it could never be reached"
+    );
+    assert_eq!(
+        err("max_unauthenticated = 4097\n"),
+        "bad.toml:6:23: forward.max_unauthenticated: is 4097, more than the 4096 connection \
+         attempts the node's endpoint holds"
+    );
+    Config::parse(
+        "ok.toml",
+        &format!("{head}max_connections_per_token = 64\nmax_unauthenticated = 4096\n"),
+    )
+    .unwrap();
 }
 
 // r[verify node.forward.config+3]
