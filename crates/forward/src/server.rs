@@ -823,8 +823,14 @@ async fn authenticate(
             "unsupported protocol version",
             Some(Turned::AuthFailed),
         ),
+        // r[impl forward.auth.pacing+3]
+        // The node closed the connection itself (a stop): not the peer's doing, not charged.
+        Ok(Some(Err(RelayError::Connection(quinn::ConnectionError::LocallyClosed)))) => {
+            tracing::debug!("forward: connection closed by the node before authenticating");
+            return None;
+        }
         // The control stream (or the connection) ended before a Hello.
-        Ok(Some(Err(RelayError::Control(_))) | None) => (
+        Ok(Some(Err(RelayError::Control(_) | RelayError::Connection(_))) | None) => (
             Refusal::NotAuthenticated,
             "closed before authenticating",
             Some(Turned::ClosedUnauthenticated),
