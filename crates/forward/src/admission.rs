@@ -120,6 +120,12 @@ impl Admission {
         }
     }
 
+    /// Whether the source of `ip` holds its whole cap of unauthenticated places.
+    // r[impl forward.auth.pacing+3]
+    pub fn at_cap(&self, ip: IpAddr) -> bool {
+        self.by_source.get(&Source::of(ip)).copied().unwrap_or(0) >= self.limits.max_per_source
+    }
+
     /// Connections admitted and not yet released.
     pub fn unauthenticated(&self) -> usize {
         self.total

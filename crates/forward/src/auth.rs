@@ -123,7 +123,7 @@ impl AuthPacer {
     }
 
     /// Whether a new connection from `ip` is refused at `now` (its source failed recently).
-    // r[impl forward.auth.pacing+2]
+    // r[impl forward.auth.pacing+3]
     pub fn paced(&self, ip: IpAddr, now: Instant) -> bool {
         self.gate.check(&Source::of(ip), now).is_err()
     }
@@ -131,7 +131,7 @@ impl AuthPacer {
     /// A connection from `ip` failed to authenticate at `now`. The failure that starts (or, once
     /// the wait has passed, lengthens) the source's wait is the burst to log; failures of
     /// connections let in before the wait began are part of that burst, so `None`.
-    // r[impl forward.auth.pacing+2]
+    // r[impl forward.auth.pacing+3]
     pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Option<Burst> {
         let token = self.gate.begin(&Source::of(ip), now).ok()?;
         let transition = self.gate.fail(token, now, None);
@@ -175,7 +175,7 @@ mod tests {
         s.parse().expect("ip")
     }
 
-    // r[verify forward.auth.pacing+2]
+    // r[verify forward.auth.pacing+3]
     #[test]
     fn a_source_that_fails_is_refused_for_a_doubling_wait_and_logged_once_per_burst() {
         let mut pacer = AuthPacer::new(default_auth_pacing());

@@ -26,6 +26,13 @@ pub fn spawn_reader(mut recv: RecvStream) -> mpsc::Receiver<Result<Message, Rela
                         .await;
                     return;
                 }
+                // r[impl forward.auth.pacing+3]
+                // The connection's loss keeps its kind: the node's own close (a stop) is not the
+                // peer's doing, and authentication must tell the two apart.
+                Err(quinn::ReadError::ConnectionLost(err)) => {
+                    let _ = tx.send(Err(RelayError::Connection(err))).await;
+                    return;
+                }
                 Err(err) => {
                     let _ = tx.send(Err(RelayError::Control(err.to_string()))).await;
                     return;
@@ -74,4 +81,51 @@ pub fn spawn_writer(
         finish(&mut send, linger).await;
     });
     (tx, task)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+
+    use super::*;
+    use crate::identity::{Identity, SERVER_NAME};
+
+    // The node's own close of a connection whose control stream is open is not the peer's doing:
+    // the reader hands it on as the connection error it is (LocallyClosed), not as a string, so
+    // authentication does not charge it to the source.
+    // r[verify forward.auth.pacing+3]
+    #[tokio::test]
+    async fn the_node_s_own_close_reaches_the_reader_as_its_connection_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity = Identity::load_or_create(dir.path()).expect("identity");
+        let config = crate::server::quinn_server_config(&identity, Duration::from_secs(15))
+            .expect("server config");
+        let node = quinn::Endpoint::server(config, ([127, 0, 0, 1], 0).into()).expect("node");
+        let (client_config, _) =
+            crate::client::quinn_client_config(identity.fingerprint(), Duration::from_secs(60))
+                .expect("client config");
+        let peer = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).expect("peer");
+        let connecting = peer
+            .connect_with(client_config, node.local_addr().expect("addr"), SERVER_NAME)
+            .expect("connect");
+        let incoming = node.accept().await.expect("incoming");
+        let (ours, theirs) = tokio::join!(incoming, connecting);
+        let (ours, theirs) = (ours.expect("accepted"), theirs.expect("connected"));
+        let (mut send, _recv) = theirs.open_bi().await.expect("control stream");
+        // Half a length prefix: the stream is open, no message is whole.
+        send.write_all(&[0, 0]).await.expect("written");
+        let (_send, recv) = ours.accept_bi().await.expect("accepted stream");
+        let mut reader = spawn_reader(recv);
+        ours.close(0u32.into(), b"stopping");
+        let last = reader.recv().await.expect("the reader's last item");
+        assert!(
+            matches!(
+                last,
+                Err(RelayError::Connection(
+                    quinn::ConnectionError::LocallyClosed
+                ))
+            ),
+            "{last:?}"
+        );
+    }
 }

@@ -247,13 +247,15 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A connection from `remote` failed to authenticate (`reason`): counted as `turned`, its
-    /// source paced, and logged once per burst (the failure that starts or lengthens the source's
-    /// wait).
-    // r[impl forward.auth.pacing+2]
-    fn auth_failed(&self, remote: SocketAddr, turned: Turned, reason: &str) {
-        // Paced before it is counted: whoever reads the count finds the source paced.
-        let burst = self.pacer().failed(remote.ip(), Instant::now().into_std());
+    /// A connection admitted from `source` (now at `remote`) failed to authenticate (`reason`):
+    /// counted as `turned`, its source paced, and logged once per burst (the failure that starts
+    /// or lengthens the source's wait).
+    // r[impl forward.auth.pacing+3]
+    fn auth_failed(&self, source: IpAddr, remote: SocketAddr, turned: Turned, reason: &str) {
+        // Paced before it is counted: whoever reads the count finds the source paced. The source
+        // is the one admitted (its address validated by a Retry), never where later packets
+        // claim to come from.
+        let burst = self.pacer().failed(source, Instant::now().into_std());
         self.connections.count(turned);
         if let Some(burst) = burst {
             tracing::warn!(
@@ -283,7 +285,29 @@ impl Shared {
 /// ends (dropped).
 struct Place {
     shared: Arc<Shared>,
+    /// The source it was admitted under: what a failure of this connection is charged to.
     ip: IpAddr,
+    /// Whether its address was validated (a Retry) when it was admitted.
+    validated: bool,
+}
+
+impl Place {
+    /// A timeout of this connection, counted and, when its source held its whole cap of
+    /// unauthenticated places (filling them, not a lone slow client behind a NAT), paced.
+    // r[impl forward.auth.pacing+3]
+    fn timed_out(&self, remote: SocketAddr) {
+        let filling = self.shared.admission().at_cap(self.ip);
+        if filling {
+            self.shared.auth_failed(
+                self.ip,
+                remote,
+                Turned::TimedOut,
+                "out of time while holding every place of its source",
+            );
+        } else {
+            self.shared.connections.count(Turned::TimedOut);
+        }
+    }
 }
 
 impl Drop for Place {
@@ -310,7 +334,8 @@ impl Drop for Session {
 // r[impl forward.limits.unauthenticated+2]
 fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quinn::Incoming)> {
     let remote = incoming.remote_address();
-    // r[impl forward.auth.pacing+2]
+    let validated = incoming.remote_address_validated();
+    // r[impl forward.auth.pacing+3]
     // A source that failed to authenticate waits before its next handshake. Only a completed
     // handshake can fail, so a forged source cannot get another host paced.
     if shared.pacer().paced(remote.ip(), Instant::now().into_std()) {
@@ -318,14 +343,13 @@ fn admit(shared: &Arc<Shared>, incoming: quinn::Incoming) -> Option<(Place, quin
         incoming.refuse();
         return None;
     }
-    let decision = shared
-        .admission()
-        .decide(remote.ip(), incoming.remote_address_validated());
+    let decision = shared.admission().decide(remote.ip(), validated);
     match decision {
         Decision::Admit => Some((
             Place {
                 shared: shared.clone(),
                 ip: remote.ip(),
+                validated,
             },
             incoming,
         )),
@@ -459,6 +483,11 @@ pub fn quinn_server_config(
         .max_incoming(MAX_INCOMING)
         .incoming_buffer_size(INCOMING_BUFFER)
         .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
+    // r[impl forward.auth.pacing+3]
+    // No migration: a peer could otherwise send one packet from a forged address and have that
+    // address answered (and charged). A client whose path changes loses its connection and
+    // reconnects (reconnect.rs paces that), which it must already do for a node restart.
+    server_config.migration(false);
     Ok(server_config)
 }
 
@@ -596,6 +625,7 @@ async fn accept_loop(
                     };
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
+                    let remote = incoming.remote_address();
                     connections.spawn(async move {
                         // r[impl forward.limits.unauthenticated+2]
                         // One deadline from the first packet: a slow handshake leaves less time
@@ -610,12 +640,28 @@ async fn accept_loop(
                         match handshake {
                             Ok(Ok(conn)) => serve(conn, shared, shutdown, place, deadline).await,
                             Ok(Err(err)) => {
-                                shared.connections.count(Turned::HandshakeFailed);
                                 tracing::debug!(error = %err, "forward: handshake failed");
+                                // r[impl forward.auth.pacing+3]
+                                // A peer at a validated address that closes (or lets its idle
+                                // timeout lapse) mid-handshake has had the node sign: paced, or
+                                // it could have the node sign without end. An unvalidated one
+                                // may be forged, and the node's own close is not the peer's.
+                                if place.validated
+                                    && !matches!(err, quinn::ConnectionError::LocallyClosed)
+                                {
+                                    shared.auth_failed(
+                                        place.ip,
+                                        remote,
+                                        Turned::HandshakeFailed,
+                                        "handshake failed",
+                                    );
+                                } else {
+                                    shared.connections.count(Turned::HandshakeFailed);
+                                }
                             }
                             // Dropping the handshake closes the connection.
                             Err(_) => {
-                                shared.connections.count(Turned::TimedOut);
+                                place.timed_out(remote);
                                 tracing::debug!("forward: handshake not done in time");
                             }
                         }
@@ -714,6 +760,7 @@ async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal
 async fn authenticate(
     conn: &Connection,
     shared: &Shared,
+    place: &Place,
     deadline: Instant,
 ) -> Option<(
     quinn::SendStream,
@@ -727,14 +774,17 @@ async fn authenticate(
         Ok(Ok(streams)) => streams,
         Ok(Err(err)) => {
             match err {
-                // The node's own doing (a stop) or the idle timeout: not the peer's.
-                quinn::ConnectionError::LocallyClosed | quinn::ConnectionError::TimedOut => {
-                    tracing::debug!(error = %err, "forward: connection lost before its control stream");
+                // The node's own doing (a stop): not the peer's.
+                quinn::ConnectionError::LocallyClosed => {
+                    tracing::debug!(error = %err, "forward: connection closed before its control stream");
                 }
-                // r[impl forward.auth.pacing+2]
-                // The peer had its handshake (a signature of the node's) and closed: paced like a
-                // bad credential, or one source could have the node sign without end.
+                // r[impl forward.auth.pacing+3]
+                // The peer had its handshake (a signature of the node's) and closed, or let the
+                // connection idle out (the node's own idle timeout is longer than the
+                // authentication timeout, so a timeout before it is the peer's short one): paced
+                // like a bad credential, or one source could have the node sign without end.
                 _ => shared.auth_failed(
+                    place.ip,
                     conn.remote_address(),
                     Turned::ClosedUnauthenticated,
                     "closed before authenticating",
@@ -742,10 +792,11 @@ async fn authenticate(
             }
             return None;
         }
-        // r[impl forward.auth.pacing+2]
-        // Counted, not paced: a slow client may share its address (a NAT) with good ones.
+        // r[impl forward.auth.pacing+3]
+        // Paced only when its source fills its places: a slow client may share its address (a
+        // NAT) with good ones.
         Err(_) => {
-            shared.connections.count(Turned::TimedOut);
+            place.timed_out(conn.remote_address());
             conn.close(close_code::REFUSED.into(), b"no control stream in time");
             return None;
         }
@@ -757,7 +808,7 @@ async fn authenticate(
     let (refusal, message, paced) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             if let Some(which) = shared.credentials.matching(&credential) {
-                shared.pacer().succeeded(conn.remote_address().ip());
+                shared.pacer().succeeded(place.ip);
                 // r[impl forward.allow.credential]
                 return Some((send, control, shared.grants.list_for(&credential), which));
             }
@@ -772,8 +823,14 @@ async fn authenticate(
             "unsupported protocol version",
             Some(Turned::AuthFailed),
         ),
+        // r[impl forward.auth.pacing+3]
+        // The node closed the connection itself (a stop): not the peer's doing, not charged.
+        Ok(Some(Err(RelayError::Connection(quinn::ConnectionError::LocallyClosed)))) => {
+            tracing::debug!("forward: connection closed by the node before authenticating");
+            return None;
+        }
         // The control stream (or the connection) ended before a Hello.
-        Ok(Some(Err(RelayError::Control(_))) | None) => (
+        Ok(Some(Err(RelayError::Control(_) | RelayError::Connection(_))) | None) => (
             Refusal::NotAuthenticated,
             "closed before authenticating",
             Some(Turned::ClosedUnauthenticated),
@@ -785,10 +842,10 @@ async fn authenticate(
         ),
         Err(_) => (Refusal::NotAuthenticated, "no authentication in time", None),
     };
-    // r[impl forward.auth.pacing+2]
+    // r[impl forward.auth.pacing+3]
     match paced {
-        Some(turned) => shared.auth_failed(conn.remote_address(), turned, message),
-        None => shared.connections.count(Turned::TimedOut),
+        Some(turned) => shared.auth_failed(place.ip, conn.remote_address(), turned, message),
+        None => place.timed_out(conn.remote_address()),
     }
     refuse(conn, send, refusal, message).await;
     None
@@ -815,7 +872,7 @@ async fn serve(
         std::future::pending::<()>().await;
     };
     let authenticated = tokio::select! {
-        authenticated = authenticate(&conn, &shared, deadline) => authenticated,
+        authenticated = authenticate(&conn, &shared, &unauthenticated, deadline) => authenticated,
         () = drain => None,
         stop = stopping.wait_for(Option::is_some) => {
             let message = stop.ok().and_then(|s| *s).map_or("node shutting down", |s| s.message);

@@ -178,7 +178,8 @@ pub enum Turned {
     /// A connection failed to authenticate: a bad credential, another request first, or another
     /// protocol version (a timeout is [`Turned::TimedOut`] only).
     AuthFailed,
-    /// A connection was closed by its peer after its handshake, before it authenticated.
+    /// A connection was closed by its peer (or idled out by its peer's idle timeout) after its
+    /// handshake, before it authenticated.
     ClosedUnauthenticated,
     /// Refused before its handshake: its source failed to authenticate recently.
     RefusedPaced,

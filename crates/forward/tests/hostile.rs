@@ -103,7 +103,8 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
     config.auth_timeout = Duration::from_millis(500);
-    config.max_unauthenticated_per_source = 1;
+    // Two places: one connection that times out does not fill them (which would pace it).
+    config.max_unauthenticated_per_source = 2;
     let server = holdfast_forward::start(config).await.expect("server");
     let (conn, _endpoint) = silent_peer(&server, hostile_source(0))
         .await
@@ -117,9 +118,11 @@ async fn a_peer_that_completes_its_handshake_and_says_nothing_is_closed_at_the_t
         counted.unauthenticated == 0 && counted.timed_out == 1
     })
     .await;
-    // The source's one place is free again (a timeout does not pace it).
+    // Both of the source's places are free again (a lone timeout does not pace it).
     let again = silent_peer(&server, hostile_source(0)).await;
     assert!(again.is_ok(), "{again:?}");
+    let twice = silent_peer(&server, hostile_source(0)).await;
+    assert!(twice.is_ok(), "{twice:?}");
 }
 
 /// A pacing that outlasts the test: a source it paces stays refused while the test looks.
@@ -144,7 +147,7 @@ fn refused(attempt: &Result<(quinn::Connection, quinn::Endpoint), quinn::Connect
 
 // Each handshake costs the node a signature: a peer that closes once it is done, before
 // authenticating, and starts again must be paced like one that presents a bad credential.
-// r[verify forward.auth.pacing+2]
+// r[verify forward.auth.pacing+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshakes_closed_before_authenticating_are_counted_and_pace_their_source() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -182,7 +185,7 @@ async fn handshakes_closed_before_authenticating_are_counted_and_pace_their_sour
 
 // A slow client may share its address (a NAT) with good ones: running out of the
 // authentication timeout is counted, but its source is not paced.
-// r[verify forward.auth.pacing+2]
+// r[verify forward.auth.pacing+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_runs_out_of_time_does_not_pace_its_source() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -220,6 +223,141 @@ async fn a_connection_that_runs_out_of_time_does_not_pace_its_source() {
         (0, 0),
         "{counted:?}"
     );
+}
+
+// A source that fills its places with connections that never authenticate and lets them run out
+// of time would otherwise hold them for good, refilled at once: its timeouts pace it.
+// r[verify forward.auth.pacing+3]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_connections_time_out_while_holding_all_its_places_is_paced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_timeout = Duration::from_secs(1);
+    config.max_unauthenticated_per_source = 2;
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let source = hostile_source(0);
+    let (a, _a) = silent_peer(&server, source).await.expect("handshake");
+    let (b, _b) = silent_peer(&server, source).await.expect("handshake");
+    for conn in [&a, &b] {
+        let closed = tokio::time::timeout(WAIT, conn.closed())
+            .await
+            .expect("closed by the node");
+        assert!(closed.to_string().contains("in time"), "{closed}");
+    }
+    eventually("both timeouts counted", || {
+        let counted = server.connections();
+        counted.timed_out == 2 && counted.unauthenticated == 0
+    })
+    .await;
+    let again = silent_peer(&server, source).await;
+    assert!(refused(&again), "{:?}", again.as_ref().err());
+    assert_eq!(server.connections().refused_paced, 1);
+    // Another source is not paced.
+    let other = silent_peer(&server, hostile_source(1)).await;
+    assert!(other.is_ok(), "{other:?}");
+}
+
+// A peer that had the node sign its handshake flight and then closes the handshake (here: it
+// rejects the node's certificate) is paced, or it could have the node sign without end.
+// r[verify forward.auth.pacing+3]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_closes_during_its_handshake_is_counted_and_paced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let source = hostile_source(0);
+    let wrong = holdfast_forward::identity::Fingerprint([0; 32]);
+    let (client, _) = holdfast_forward::client::quinn_client_config(wrong, Duration::from_secs(60))
+        .expect("client config");
+    let endpoint =
+        quinn::Endpoint::client(SocketAddr::new(IpAddr::V4(source), 0)).expect("endpoint");
+    let attempt = endpoint
+        .connect_with(client, server.local_addr().expect("addr"), SERVER_NAME)
+        .expect("connect")
+        .await;
+    assert!(attempt.is_err(), "{attempt:?}");
+    eventually("the failed handshake counted", || {
+        let counted = server.connections();
+        counted.handshake_failed == 1 && counted.unauthenticated == 0
+    })
+    .await;
+    let again = silent_peer(&server, source).await;
+    assert!(refused(&again), "{:?}", again.as_ref().err());
+    assert_eq!(server.connections().refused_paced, 1);
+}
+
+// A peer that advertises a tiny idle timeout and goes silent loses its connection (a timeout of
+// its own making: the node's idle timeout is longer than the authentication timeout) before its
+// control stream: counted and paced.
+// r[verify forward.auth.pacing+3]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_idles_out_before_authenticating_is_counted_and_paced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let source = hostile_source(0);
+    let (mut client, _) = holdfast_forward::client::quinn_client_config(
+        server.fingerprint(),
+        Duration::from_secs(60),
+    )
+    .expect("client config");
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_idle_timeout(Some(Duration::from_millis(1).try_into().expect("idle")));
+    client.transport_config(std::sync::Arc::new(transport));
+    let endpoint =
+        quinn::Endpoint::client(SocketAddr::new(IpAddr::V4(source), 0)).expect("endpoint");
+    let attempt = endpoint
+        .connect_with(client, server.local_addr().expect("addr"), SERVER_NAME)
+        .expect("connect")
+        .await;
+    // Whether the handshake completes before the idle timeout does is the peer's luck; either
+    // way the connection is lost before authenticating.
+    if let Ok(conn) = &attempt {
+        let _ = tokio::time::timeout(WAIT, conn.closed()).await;
+    }
+    eventually("the loss counted", || {
+        let counted = server.connections();
+        counted.closed_unauthenticated + counted.handshake_failed == 1
+            && counted.unauthenticated == 0
+    })
+    .await;
+    let again = silent_peer(&server, source).await;
+    assert!(refused(&again), "{:?}", again.as_ref().err());
+    assert_eq!(server.connections().timed_out, 0);
+}
+
+// A peer that completes its handshake and then sends from another (forged) address cannot get
+// that address paced: the node does not follow a migration, and a failure is charged to the
+// source the connection was admitted under.
+// r[verify forward.auth.pacing+3]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_moves_to_another_address_cannot_get_it_paced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.auth_timeout = Duration::from_secs(1);
+    config.auth_pacing = long_pacing();
+    let server = holdfast_forward::start(config).await.expect("server");
+    let (conn, endpoint) = silent_peer(&server, hostile_source(0))
+        .await
+        .expect("handshake");
+    let victim = hostile_source(1);
+    let socket = std::net::UdpSocket::bind(SocketAddr::new(IpAddr::V4(victim), 0)).expect("bind");
+    endpoint.rebind(socket).expect("rebind");
+    // A request that is not a Hello, from the victim's address.
+    if let Ok((mut send, _recv)) = conn.open_bi().await {
+        let _ = send.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).await;
+        let _ = send.finish();
+    }
+    let _ = tokio::time::timeout(WAIT, conn.closed()).await;
+    eventually("the connection ended", || {
+        server.connections().unauthenticated == 0
+    })
+    .await;
+    let attempt = silent_peer(&server, victim).await;
+    assert!(attempt.is_ok(), "the victim was paced: {attempt:?}");
 }
 
 // r[verify forward.limits.windows]

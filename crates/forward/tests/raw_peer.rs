@@ -745,7 +745,7 @@ async fn a_connection_past_the_per_credential_bound_is_refused() {
     assert_eq!(again.next().await, Message::Welcome);
 }
 
-// r[verify forward.auth.pacing+2]
+// r[verify forward.auth.pacing+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_that_fails_to_authenticate_is_refused_for_a_while_and_then_let_in() {
     let dir = tempfile::tempdir().expect("tempdir");
