@@ -128,4 +128,43 @@ mod tests {
             "{last:?}"
         );
     }
+
+    // A length above the frame limit loses the stream's framing: the reader hands on that one
+    // error and ends, rather than repeating it (authentication and the relay treat it as the end
+    // of the peer's control stream).
+    // r[verify forward.auth.pacing+3]
+    #[tokio::test]
+    async fn a_frame_too_long_is_handed_on_once_and_the_reader_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity = Identity::load_or_create(dir.path()).expect("identity");
+        let config = crate::server::quinn_server_config(&identity, Duration::from_secs(15))
+            .expect("server config");
+        let node = quinn::Endpoint::server(config, ([127, 0, 0, 1], 0).into()).expect("node");
+        let (client_config, _) =
+            crate::client::quinn_client_config(identity.fingerprint(), Duration::from_secs(60))
+                .expect("client config");
+        let peer = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).expect("peer");
+        let connecting = peer
+            .connect_with(client_config, node.local_addr().expect("addr"), SERVER_NAME)
+            .expect("connect");
+        let incoming = node.accept().await.expect("incoming");
+        let (ours, theirs) = tokio::join!(incoming, connecting);
+        let (ours, theirs) = (ours.expect("accepted"), theirs.expect("connected"));
+        let (mut send, _recv) = theirs.open_bi().await.expect("control stream");
+        let too_long = u32::try_from(crate::control::MAX_FRAME + 1).expect("small");
+        send.write_all(&too_long.to_be_bytes())
+            .await
+            .expect("written");
+        let (_send, recv) = ours.accept_bi().await.expect("accepted stream");
+        let mut reader = spawn_reader(recv);
+        let first = reader.recv().await.expect("the framing error");
+        assert!(
+            matches!(first, Err(RelayError::Frame(FrameError::TooLong(_)))),
+            "{first:?}"
+        );
+        let next = tokio::time::timeout(Duration::from_secs(5), reader.recv())
+            .await
+            .expect("the reader ends");
+        assert!(next.is_none(), "{next:?}");
+    }
 }
