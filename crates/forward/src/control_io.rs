@@ -90,12 +90,23 @@ mod tests {
     use super::*;
     use crate::identity::{Identity, SERVER_NAME};
 
-    // The node's own close of a connection whose control stream is open is not the peer's doing:
-    // the reader hands it on as the connection error it is (LocallyClosed), not as a string, so
-    // authentication does not charge it to the source.
-    // r[verify forward.auth.pacing+3]
-    #[tokio::test]
-    async fn the_node_s_own_close_reaches_the_reader_as_its_connection_error() {
+    /// A node and a peer on loopback, the peer's control stream open with `first` written on it,
+    /// and the node's end of that stream accepted. Every handle is kept so nothing closes early.
+    struct Opened {
+        ours: quinn::Connection,
+        recv: quinn::RecvStream,
+        _node_send: quinn::SendStream,
+        _peer: (
+            quinn::Endpoint,
+            quinn::Connection,
+            quinn::SendStream,
+            quinn::RecvStream,
+        ),
+        _node: quinn::Endpoint,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn opened(first: &[u8]) -> Opened {
         let dir = tempfile::tempdir().expect("tempdir");
         let identity = Identity::load_or_create(dir.path()).expect("identity");
         let config = crate::server::quinn_server_config(&identity, Duration::from_secs(15))
@@ -111,12 +122,29 @@ mod tests {
         let incoming = node.accept().await.expect("incoming");
         let (ours, theirs) = tokio::join!(incoming, connecting);
         let (ours, theirs) = (ours.expect("accepted"), theirs.expect("connected"));
-        let (mut send, _recv) = theirs.open_bi().await.expect("control stream");
+        let (mut send, peer_recv) = theirs.open_bi().await.expect("control stream");
+        send.write_all(first).await.expect("written");
+        let (node_send, recv) = ours.accept_bi().await.expect("accepted stream");
+        Opened {
+            ours,
+            recv,
+            _node_send: node_send,
+            _peer: (peer, theirs, send, peer_recv),
+            _node: node,
+            _dir: dir,
+        }
+    }
+
+    // The node's own close of a connection whose control stream is open is not the peer's doing:
+    // the reader hands it on as the connection error it is (LocallyClosed), not as a string, so
+    // authentication does not charge it to the source.
+    // r[verify forward.auth.pacing+3]
+    #[tokio::test]
+    async fn the_node_s_own_close_reaches_the_reader_as_its_connection_error() {
         // Half a length prefix: the stream is open, no message is whole.
-        send.write_all(&[0, 0]).await.expect("written");
-        let (_send, recv) = ours.accept_bi().await.expect("accepted stream");
-        let mut reader = spawn_reader(recv);
-        ours.close(0u32.into(), b"stopping");
+        let opened = opened(&[0, 0]).await;
+        let mut reader = spawn_reader(opened.recv);
+        opened.ours.close(0u32.into(), b"stopping");
         let last = reader.recv().await.expect("the reader's last item");
         assert!(
             matches!(
@@ -135,28 +163,9 @@ mod tests {
     // r[verify forward.auth.pacing+3]
     #[tokio::test]
     async fn a_frame_too_long_is_handed_on_once_and_the_reader_ends() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let identity = Identity::load_or_create(dir.path()).expect("identity");
-        let config = crate::server::quinn_server_config(&identity, Duration::from_secs(15))
-            .expect("server config");
-        let node = quinn::Endpoint::server(config, ([127, 0, 0, 1], 0).into()).expect("node");
-        let (client_config, _) =
-            crate::client::quinn_client_config(identity.fingerprint(), Duration::from_secs(60))
-                .expect("client config");
-        let peer = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).expect("peer");
-        let connecting = peer
-            .connect_with(client_config, node.local_addr().expect("addr"), SERVER_NAME)
-            .expect("connect");
-        let incoming = node.accept().await.expect("incoming");
-        let (ours, theirs) = tokio::join!(incoming, connecting);
-        let (ours, theirs) = (ours.expect("accepted"), theirs.expect("connected"));
-        let (mut send, _recv) = theirs.open_bi().await.expect("control stream");
         let too_long = u32::try_from(crate::control::MAX_FRAME + 1).expect("small");
-        send.write_all(&too_long.to_be_bytes())
-            .await
-            .expect("written");
-        let (_send, recv) = ours.accept_bi().await.expect("accepted stream");
-        let mut reader = spawn_reader(recv);
+        let opened = opened(&too_long.to_be_bytes()).await;
+        let mut reader = spawn_reader(opened.recv);
         let first = reader.recv().await.expect("the framing error");
         assert!(
             matches!(first, Err(RelayError::Frame(FrameError::TooLong(_)))),
