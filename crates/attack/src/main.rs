@@ -256,29 +256,8 @@ async fn settle(pid: u32, baseline: (u64, u64), budgets: &Budgets) -> (u64, u64)
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
         last = settled_sample(pid).await;
-        let probe = Outcome {
-            floods: vec![FloodResult {
-                name: String::new(),
-                edge: plan::Edge::Admin,
-                sources: 0,
-                ends_all: false,
-                attackers: Default::default(),
-                latency: BTreeMap::new(),
-                fds: Resource {
-                    baseline: baseline.0,
-                    peak: 0,
-                    after: last.0,
-                },
-                rss_kib: Resource {
-                    baseline: baseline.1,
-                    peak: 0,
-                    after: last.1,
-                },
-            }],
-            node_alive: true,
-            panics: 0,
-        };
-        if verdict::judge(&probe, budgets).is_empty() {
+        let (fds, rss) = budgets.settle_limits(baseline.0, baseline.1);
+        if last.0 <= fds && last.1 <= rss {
             break;
         }
     }

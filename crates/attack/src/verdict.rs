@@ -243,15 +243,14 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 flood.rss_kib.peak, budgets.rss_cap_kib
             ));
         }
-        let fd_limit = settle_limit(flood.fds.baseline, budgets.settle_fraction)
-            .max(flood.fds.baseline + budgets.settle_fds);
+        let (fd_limit, rss_limit) =
+            budgets.settle_limits(flood.fds.baseline, flood.rss_kib.baseline);
         if flood.fds.after > fd_limit {
             broke(format!(
                 "descriptors did not return: {} after, baseline {}, limit {fd_limit}",
                 flood.fds.after, flood.fds.baseline
             ));
         }
-        let rss_limit = settle_limit(flood.rss_kib.baseline, budgets.settle_fraction);
         if flood.rss_kib.after > rss_limit {
             broke(format!(
                 "resident memory did not return: {} KiB after, baseline {} KiB, limit {rss_limit} KiB",
@@ -260,6 +259,17 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
         }
     }
     out
+}
+
+impl Budgets {
+    /// The descriptors and resident memory (KiB) a node may be back at after a flood that began
+    /// at these baselines: `settle_fraction` above each, and at least `settle_fds` descriptors.
+    pub fn settle_limits(&self, fds: u64, rss_kib: u64) -> (u64, u64) {
+        (
+            settle_limit(fds, self.settle_fraction).max(fds + self.settle_fds),
+            settle_limit(rss_kib, self.settle_fraction),
+        )
+    }
 }
 
 /// `baseline` plus `fraction` of it, rounded down.
