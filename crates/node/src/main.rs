@@ -1,5 +1,6 @@
 //! The `holdfast` binary. Exit status: 0 stopped cleanly; 1 could not start or a command failed;
-//! 2 usage error; 3 the stop plan cut off or saw a failing stopper; 4 a second signal aborted it.
+//! 2 usage error; 3 the stop plan cut off or saw a failing stopper; 4 the stop was aborted (a
+//! second signal during it, or SIGQUIT).
 
 use std::process::ExitCode;
 

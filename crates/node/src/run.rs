@@ -23,7 +23,7 @@ pub const EXIT_CLEAN: u8 = 0;
 pub const EXIT_START_FAILED: u8 = 1;
 /// Exit status: the stop plan finished, but a stopper failed or was cut off at its budget.
 pub const EXIT_STOP_UNCLEAN: u8 = 3;
-/// Exit status: a second signal aborted the stop plan.
+/// Exit status: the stop was aborted: a second signal during the stop plan, or SIGQUIT.
 pub const EXIT_ABORTED: u8 = 4;
 
 /// The node could not start.
@@ -52,7 +52,7 @@ pub enum RunError {
 }
 
 /// The exit status a stop report maps to.
-// i[impl node.stop.exit-status]
+// i[impl node.stop.exit-status+2]
 pub fn exit_status(report: &StopReport) -> u8 {
     if report.aborted {
         EXIT_ABORTED
@@ -162,11 +162,19 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
     modules
 }
 
-/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan.
+/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan. SIGHUP leaves
+/// it running; SIGQUIT exits the process at once.
 pub async fn run(config: Config) -> Result<StopReport, RunError> {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    // Installed before anything is served, so neither ever kills the node the default way.
+    tokio::spawn(on_hangup(
+        signal(SignalKind::hangup()).map_err(RunError::Signals)?,
+    ));
+    tokio::spawn(on_quit(
+        signal(SignalKind::quit()).map_err(RunError::Signals)?,
+    ));
 
     let data_dir = config.node.data_dir.clone();
     prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
@@ -281,6 +289,27 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         }
     }
     Ok(report)
+}
+
+// r[impl node.signal.hup]
+/// SIGHUP, for the node's whole life (the stop included): the reload signal. Reload is not built
+/// yet, so each one is a warning line and nothing else; reload will hook in here.
+async fn on_hangup(mut hup: tokio::signal::unix::Signal) {
+    while hup.recv().await.is_some() {
+        tracing::warn!(
+            "SIGHUP: reload is not built yet; running on with the config it started with"
+        );
+    }
+}
+
+// r[impl node.signal.quit]
+/// SIGQUIT: exits at once with the aborted status, whatever the node is doing (the way out of a
+/// stuck stop).
+async fn on_quit(mut quit: tokio::signal::unix::Signal) {
+    if quit.recv().await.is_some() {
+        tracing::error!("SIGQUIT: exiting at once, without the stop plan");
+        std::process::exit(i32::from(EXIT_ABORTED));
+    }
 }
 
 /// The node's SIGTERM and SIGINT streams, and how many more signals abort the stop.
