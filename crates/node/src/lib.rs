@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod module;
 pub mod modules;
+pub mod notify;
 pub mod render;
 pub mod run;
 pub mod slot;

@@ -14,6 +14,7 @@ use crate::modules::{
     forward::ForwardModule, gateway::GatewayModule, issuance::IssuanceModule, pull::PullModule,
     workload::WorkloadModule,
 };
+use crate::notify;
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -217,6 +218,14 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
 
     let modules = compose(&config, &identity, &node);
 
+    // systemd (Type=notify): the watchdog's heartbeat runs only when a service manager listens
+    // and asks for it.
+    let watchdog = notify::enabled().then(notify::watchdog_interval).flatten();
+    let heartbeat = match notify::Core::new(watchdog).beat_every() {
+        Some(every) => notify::Heartbeat::every(every),
+        None => notify::Heartbeat::off(),
+    };
+
     let mut supervised = Vec::new();
     let mut first_starts = Vec::new();
     let mut supervisor_tasks = Vec::new();
@@ -229,12 +238,16 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         };
         let name = module.name().to_owned();
         let group = module.group();
-        let s = supervisor::spawn(module, supervise, node.clone());
+        let s =
+            supervisor::spawn_with_heartbeat(module, supervise, node.clone(), heartbeat.clone());
         first_starts.push(s.first_start);
         supervisor_tasks.push((name.clone(), s.task));
         supervised.push((name, group, s.stopper));
     }
+    // After the supervisors registered their modules, so the first status counts them all.
+    let notifier = notify::spawn(node.clone(), heartbeat, watchdog);
     let ready_node = node.clone();
+    let ready_notifier = notifier.clone();
     tokio::spawn(async move {
         for first in first_starts {
             let _ = first.await;
@@ -243,6 +256,9 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
         ready_node.set_phase(Phase::Running);
         if ready_node.phase() == Phase::Running {
             tracing::info!("holdfast node running");
+        }
+        if let Some(notifier) = ready_notifier {
+            notifier.poke();
         }
     });
     for (name, task) in supervisor_tasks {
@@ -263,6 +279,9 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
     };
     let reason = signals.stop_reason(&node).await;
     node.set_phase(Phase::Draining);
+    if let Some(notifier) = &notifier {
+        notifier.poke();
+    }
     let budget = config.node.stop_budget.get_ref().get();
     let plan = stop_plan(
         budget,
