@@ -23,3 +23,4 @@ pub mod run;
 pub mod slot;
 pub mod state;
 pub mod supervisor;
+pub mod version;
