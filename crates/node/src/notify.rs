@@ -296,6 +296,11 @@ impl Notifier {
     }
 }
 
+// i[impl node.systemd.unit]
+/// The systemd unit the node ships (`dist/holdfast.service`): `Type=notify` for this module's
+/// messages, `WatchdogSec` for its pings, `ExecReload` for SIGHUP, and the hardening.
+pub const UNIT: &str = include_str!("../../../dist/holdfast.service");
+
 /// How often the notifier looks at the node when nothing pokes it.
 const POLL: Duration = Duration::from_millis(250);
 

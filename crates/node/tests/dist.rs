@@ -13,8 +13,12 @@ fn unit_path() -> PathBuf {
 
 /// Every `KEY=VALUE` of the unit, in order (comments and section headers left out).
 fn unit() -> Vec<(String, String)> {
-    std::fs::read_to_string(unit_path())
-        .unwrap()
+    // The text the crate ships, which is the file's.
+    assert_eq!(
+        holdfast::notify::UNIT,
+        std::fs::read_to_string(unit_path()).unwrap()
+    );
+    holdfast::notify::UNIT
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('['))
