@@ -83,3 +83,46 @@ async fn sigquit_exits_at_once_with_status_4_and_runs_no_stop_plan() {
     assert_eq!(events(&log, "module stopped").count(), 0, "{log}");
     assert_eq!(events(&log, "holdfast node stopped").count(), 0, "{log}");
 }
+
+// r[verify node.signal.quit]
+// r[verify node.signal.hup]
+#[tokio::test]
+async fn sighup_leaves_a_stop_going_and_sigquit_ends_a_stuck_stop_at_once() {
+    let Some(mut node) = common::start_testing("[testing]\nhang_on_stop = true\n", "60s") else {
+        return;
+    };
+    node.until_ready().await;
+    node.signal(Signal::SIGTERM);
+    // The stop has begun and hangs in the test module's stopper (its share of 60 s).
+    let log_path = node.dir.path().join("stderr.log");
+    for _ in 0..500 {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("SIGTERM: stopping") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A SIGHUP now is logged and leaves the stop going on.
+    node.signal(Signal::SIGHUP);
+    let mut warned = false;
+    for _ in 0..500 {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if events(&log, HUP_LINE).count() == 1 {
+            warned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(warned, "{}", std::fs::read_to_string(&log_path).unwrap());
+    assert!(node.child.try_wait().unwrap().is_none(), "the stop ended");
+    node.signal(Signal::SIGQUIT);
+    // Exiting inside the 10 s limit, with the aborted status, is SIGQUIT acting at once.
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 4, "{log}");
+    assert_eq!(
+        events(&log, "SIGQUIT: exiting at once, without the stop plan").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(events(&log, "holdfast node stopped").count(), 0, "{log}");
+}
