@@ -97,7 +97,7 @@ fn systemd_analyze_verify_reports_nothing_about_the_unit() {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(unit_path())
         .unwrap()
-        .replace("/usr/local/bin/holdfast", env!("CARGO_BIN_EXE_holdfast"));
+        .replace("/usr/bin/holdfast", env!("CARGO_BIN_EXE_holdfast"));
     let unit = dir.path().join("holdfast.service");
     std::fs::write(&unit, text).unwrap();
     let out = Command::new("systemd-analyze")
