@@ -9,6 +9,7 @@
 //! - `trace` — walks an audit finding (or one rule) to its rules, their code, their tests and the
 //!   tests' results.
 //! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
+//! - `dist deb` — the node's Debian package (cargo-deb), with its unit, man pages and completions.
 //! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
 //!   and with a drain; the figures under `target/drain-demo/`.
 
@@ -18,6 +19,7 @@ mod bench_gateway;
 
 mod bench_forward;
 mod bench_spec;
+mod dist;
 mod drain_demo;
 mod harness;
 mod model;
@@ -59,6 +61,8 @@ enum Command {
     DrainDemo(drain_demo::Args),
     /// Bounded floods from loopback against a real node, judged by docs/security.md (target/attack/).
     Attack(attack::Args),
+    /// Build the node's packages (`dist deb`: a .deb with the unit, man pages and completions).
+    Dist(dist::Args),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Prove(args) => prove::run(args),
         Command::DrainDemo(args) => drain_demo::run(args),
         Command::Attack(args) => attack::run(args),
+        Command::Dist(args) => dist::run(args),
     };
     match outcome {
         Ok(code) => code,

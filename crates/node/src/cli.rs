@@ -1,4 +1,5 @@
-//! The command line: `holdfast run`, `check-config`, and the admin API's client commands.
+//! The command line: `holdfast run`, `check-config`, the admin API's client commands, and
+//! `completions`, `man` and `version`.
 
 use std::path::PathBuf;
 
@@ -79,6 +80,24 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Print the shell completion script for SHELL on stdout (e.g. `holdfast completions bash >
+    /// /etc/bash_completion.d/holdfast`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (holdfast.1 and one a subcommand) into DIR.
+    Man {
+        /// The directory (created if missing).
+        dir: PathBuf,
+    },
+    /// The version, the git commit it was built from, and the features built in.
+    Version {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `holdfast forward` subcommands.
@@ -101,9 +120,10 @@ pub enum ForwardCommand {
         /// The target as the node sees it, e.g. 10.0.0.2:53.
         #[arg(long)]
         to: std::net::SocketAddr,
-        /// The node's forward endpoint (its `[forward] listen`).
+        /// The node's forward endpoint (its `[forward] listen`): HOST:PORT, HOST a name, an IPv4
+        /// address or a bracketed IPv6 address.
         #[arg(long)]
-        node: std::net::SocketAddr,
+        node: crate::forward_client::NodeAddr,
         /// The node's pinned identity (`holdfast forward identity` on the node).
         #[arg(long)]
         pin: holdfast_forward::Fingerprint,

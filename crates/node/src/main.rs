@@ -1,5 +1,6 @@
 //! The `holdfast` binary. Exit status: 0 stopped cleanly; 1 could not start or a command failed;
-//! 2 usage error; 3 the stop plan cut off or saw a failing stopper; 4 a second signal aborted it.
+//! 2 usage error; 3 the stop plan cut off or saw a failing stopper; 4 the stop was aborted (a
+//! second signal during it, or SIGQUIT).
 
 use std::process::ExitCode;
 
@@ -116,6 +117,29 @@ fn main() -> ExitCode {
                 json,
             },
         ))),
+        // i[impl node.cli.completions]
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "holdfast", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => man(&dir),
+        // i[impl node.version]
+        Command::Version { json } => {
+            let info = holdfast::version::build_info();
+            if json {
+                match serde_json::to_string(&info) {
+                    Ok(text) => println!("{text}"),
+                    Err(err) => {
+                        eprintln!("holdfast: {err}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else {
+                print!("{}", info.text());
+            }
+            ExitCode::SUCCESS
+        }
         // i[impl node.certs.cli]
         Command::Certs {
             action: None,
@@ -310,6 +334,38 @@ async fn cert_retry(args: ClientArgs, host: String) -> ExitCode {
         }
         Err(err) => {
             eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+// i[impl node.cli.man]
+/// Writes holdfast.1 and one page a subcommand into `dir`, and prints their paths.
+fn man(dir: &std::path::Path) -> ExitCode {
+    let written = std::fs::create_dir_all(dir).and_then(|()| {
+        clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), dir)?;
+        let mut pages: Vec<_> = std::fs::read_dir(dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "1")
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("holdfast"))
+            })
+            .collect();
+        pages.sort();
+        Ok(pages)
+    });
+    match written {
+        Ok(pages) => {
+            for page in pages {
+                println!("{}", page.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("holdfast: man pages in {}: {err}", dir.display());
             ExitCode::from(1)
         }
     }

@@ -225,6 +225,16 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("holdfast");
         let m = MetricsParts::default();
+        // i[impl node.version]
+        let build_info = Family::<Vec<(String, String)>, Gauge>::default();
+        build_info
+            .get_or_create(&crate::version::build_info().labels())
+            .set(1);
+        registry.register(
+            "build_info",
+            "This build: version, git commit and features (always 1)",
+            build_info,
+        );
         registry.register(
             "module_starts",
             "Module starts attempted",

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::metrics;
 use crate::module::{Module, ModuleError, StartError, Started};
+use crate::notify::Heartbeat;
 use crate::state::{ModuleStatus, NodeState, SupervisorState};
 
 /// How a supervisor paces its module.
@@ -91,6 +92,18 @@ pub struct Supervised {
 
 /// Spawns the supervisor of `module` on the current runtime.
 pub fn spawn(module: Arc<dyn Module>, config: SuperviseConfig, node: NodeState) -> Supervised {
+    spawn_with_heartbeat(module, config, node, Heartbeat::off())
+}
+
+// r[impl node.systemd.watchdog]
+/// Spawns the supervisor of `module` on the current runtime, its loop beating on `heartbeat` (the
+/// service manager's watchdog) on every turn, and at least every heartbeat period.
+pub fn spawn_with_heartbeat(
+    module: Arc<dyn Module>,
+    config: SuperviseConfig,
+    node: NodeState,
+    heartbeat: Heartbeat,
+) -> Supervised {
     let (tx, rx) = oneshot::channel();
     let (first_tx, first_rx) = oneshot::channel();
     let policy = Policy::builder()
@@ -127,7 +140,9 @@ pub fn spawn(module: Arc<dyn Module>, config: SuperviseConfig, node: NodeState) 
         status,
         name,
         first_start: Some(first_tx),
+        heartbeat,
     };
+    supervisor.heartbeat.beat(&supervisor.name);
     let task = tokio::spawn(supervisor.run(rx));
     Supervised {
         stopper: SupervisorStopper { tx },
@@ -145,6 +160,7 @@ struct Supervisor {
     status: ModuleStatus,
     name: String,
     first_start: Option<oneshot::Sender<()>>,
+    heartbeat: Heartbeat,
 }
 
 /// Where a running instance's start attempt stands.
@@ -232,6 +248,8 @@ impl Supervisor {
                                 .as_secs_f64(),
                         };
                         self.publish();
+                        self.heartbeat.beat(&self.name);
+                        let heartbeat = self.heartbeat.clone();
                         // Biased: a stop that is already waiting wins over a back-off that
                         // has just run out, so no start happens after a stop.
                         tokio::select! {
@@ -243,6 +261,7 @@ impl Supervisor {
                                 return self.stopped();
                             }
                             () = tokio::time::sleep_until(until) => {}
+                            () = heartbeat.tick() => {}
                         }
                     }
                 }
@@ -298,6 +317,8 @@ impl Supervisor {
                 .update_module(self.status.clone(), Some(health.clone()));
             match self.watch(token, health, &mut task, &mut stop).await {
                 Outcome::Stop((request, reply)) => {
+                    // Told to stop: the stop's deadline bounds it now, not the watchdog.
+                    self.heartbeat.leave(&self.name);
                     let result = self.stop_instance(stopper, request, task).await;
                     let _ = reply.send(result);
                     return self.stopped();
@@ -321,7 +342,9 @@ impl Supervisor {
     ) -> Outcome {
         let mut attempt = Attempt::Held(token);
         let mut health_open = true;
+        let heartbeat = self.heartbeat.clone();
         let outcome = loop {
+            heartbeat.beat(&self.name);
             let ready = health.get() == Health::Ready;
             attempt = self.advance(attempt, ready);
             // The timer runs only while the module is ready: a module that went degraded before
@@ -342,6 +365,7 @@ impl Supervisor {
                     let ready = i64::from(health.get() == Health::Ready);
                     self.node.metrics.module_ready.get_or_create(&metrics::module(&self.name)).set(ready);
                 }
+                () = heartbeat.tick() => {}
                 message = &mut *stop => match message {
                     Ok(message) => break Outcome::Stop(message),
                     // The node dropped the stopper without stopping: keep supervising.
@@ -400,6 +424,8 @@ impl Supervisor {
         attempt: Attempt,
         task: &mut tokio::task::JoinHandle<Result<(), ModuleError>>,
     ) -> Outcome {
+        // Nobody can stop this loop any more: it no longer holds the watchdog's pings.
+        self.heartbeat.leave(&self.name);
         let result = task.await;
         self.ended(attempt, &result);
         std::future::pending().await
@@ -506,6 +532,7 @@ impl Supervisor {
     }
 
     fn stopped(mut self) {
+        self.heartbeat.leave(&self.name);
         self.status.supervisor = SupervisorState::Stopped;
         self.node.clear_health(&self.name, Health::Stopped);
         self.node.update_module(self.status.clone(), None);

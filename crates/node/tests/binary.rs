@@ -91,7 +91,7 @@ fn the_cli_says_plainly_when_no_node_is_running() {
 }
 
 // r[verify node.stop.signal+2]
-// i[verify node.stop.exit-status]
+// i[verify node.stop.exit-status+2]
 #[tokio::test]
 async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
     let node = start("", "5s");
@@ -106,7 +106,7 @@ async fn sigterm_stops_the_node_inside_its_budget_with_exit_0() {
     assert!(running < log.find("holdfast node stopped"), "{log}");
 }
 
-// i[verify node.stop.exit-status]
+// i[verify node.stop.exit-status+2]
 #[tokio::test]
 async fn a_hanging_stopper_is_cut_off_at_the_budget_and_the_exit_status_says_so() {
     let Some(node) = start_testing("[testing]\nhang_on_stop = true\n", "1s") else {

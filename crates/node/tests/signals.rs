@@ -1,0 +1,128 @@
+//! Signals other than the ordered stop's, on the `holdfast` binary as a subprocess: SIGHUP leaves
+//! the node running, SIGQUIT exits at once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::start;
+use nix::sys::signal::Signal;
+
+const HUP_LINE: &str =
+    "SIGHUP: reload is not built yet; running on with the config it started with";
+
+/// The log's JSON events whose message is `message`.
+fn events<'a>(log: &'a str, message: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(move |event| event["message"].as_str() == Some(message))
+}
+
+// r[verify node.signal.hup]
+// r[verify node.stop.signal+2]
+// i[verify node.stop.exit-status+2]
+#[tokio::test]
+async fn sighup_leaves_the_node_ready_and_sigterm_still_stops_it_in_order() {
+    let node = start("", "5s");
+    node.until_ready().await;
+    // Two, one after the other (two sent at once may be delivered as one): each is one warning
+    // line, and the node runs on.
+    let log_path = node.dir.path().join("stderr.log");
+    for expected in 1..=2 {
+        node.signal(Signal::SIGHUP);
+        let mut warned = 0;
+        for _ in 0..500 {
+            let log = std::fs::read_to_string(&log_path).unwrap();
+            warned = events(&log, HUP_LINE).count();
+            if warned == expected {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            warned,
+            expected,
+            "{}",
+            std::fs::read_to_string(&log_path).unwrap()
+        );
+        assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
+    }
+    assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
+    assert_eq!(node.get("/healthz").await.unwrap(), "ok\n");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    // The ordered stop ran: every module reported stopped, then the node.
+    let warning = events(&log, HUP_LINE).next().unwrap();
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    let stopped: Vec<_> = events(&log, "module stopped")
+        .filter(|event| event["target"] == "holdfast::run")
+        .collect();
+    assert_eq!(stopped.len(), 1, "{log}");
+    assert_eq!(stopped[0]["outcome"], "Stopped", "{log}");
+    assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
+    // SIGHUP is no fault: it filed nothing (the log has no fault line about it).
+    assert!(!log.contains("\"kind\":\"reload\""), "{log}");
+}
+
+// r[verify node.signal.quit]
+// i[verify node.stop.exit-status+2]
+#[tokio::test]
+async fn sigquit_exits_at_once_with_status_4_and_runs_no_stop_plan() {
+    let node = start("", "5s");
+    node.until_ready().await;
+    node.signal(Signal::SIGQUIT);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 4, "{log}");
+    let quit = events(&log, "SIGQUIT: exiting at once, without the stop plan")
+        .next()
+        .unwrap_or_else(|| panic!("no SIGQUIT line: {log}"));
+    assert_eq!(quit["level"], "ERROR", "{quit}");
+    assert_eq!(events(&log, "module stopped").count(), 0, "{log}");
+    assert_eq!(events(&log, "holdfast node stopped").count(), 0, "{log}");
+}
+
+// r[verify node.signal.quit]
+// r[verify node.signal.hup]
+#[tokio::test]
+async fn sighup_leaves_a_stop_going_and_sigquit_ends_a_stuck_stop_at_once() {
+    let Some(mut node) = common::start_testing("[testing]\nhang_on_stop = true\n", "60s") else {
+        return;
+    };
+    node.until_ready().await;
+    node.signal(Signal::SIGTERM);
+    // The stop has begun and hangs in the test module's stopper (its share of 60 s).
+    let log_path = node.dir.path().join("stderr.log");
+    for _ in 0..500 {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("SIGTERM: stopping") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A SIGHUP now is logged and leaves the stop going on.
+    node.signal(Signal::SIGHUP);
+    let mut warned = false;
+    for _ in 0..500 {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if events(&log, HUP_LINE).count() == 1 {
+            warned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(warned, "{}", std::fs::read_to_string(&log_path).unwrap());
+    assert!(node.child.try_wait().unwrap().is_none(), "the stop ended");
+    node.signal(Signal::SIGQUIT);
+    // Exiting inside the 10 s limit, with the aborted status, is SIGQUIT acting at once.
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 4, "{log}");
+    assert_eq!(
+        events(&log, "SIGQUIT: exiting at once, without the stop plan").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(events(&log, "holdfast node stopped").count(), 0, "{log}");
+}
