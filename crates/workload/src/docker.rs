@@ -8,10 +8,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, EventMessage, HostConfig, RestartPolicyNameEnum};
+use bollard::models::{
+    ContainerCreateBody, EventMessage, HostConfig, HostConfigLogConfig, Mount, MountType,
+    PortBinding, RestartPolicyNameEnum,
+};
 use bollard::query_parameters::{
-    EventsOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions,
+    CreateContainerOptionsBuilder, EventsOptions, InspectContainerOptions, ListContainersOptions,
+    LogsOptions, RemoveContainerOptions, StopContainerOptions,
 };
 use futures_util::{Stream, StreamExt};
 
@@ -20,6 +23,7 @@ pub use crate::owner::label_filter;
 use crate::reconciler::{
     ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
 };
+use crate::shape::VolumeSource;
 
 /// The daemon could not be reached or refused a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,25 +52,86 @@ fn not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
-/// Creates a container from `spec` and starts it; the daemon restarts nothing itself (restart
-/// policy "no": holdfast paces restarts).
-pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<String, StartError> {
-    let body = ContainerCreateBody {
+// r[impl workload.shape]
+// r[impl workload.shape.ports]
+// r[impl workload.shape.volumes]
+// r[impl workload.shape.log]
+/// The Engine API's create body for `spec`; the daemon restarts nothing itself (restart policy
+/// "no": holdfast paces restarts). Unset keys stay unset, leaving the daemon's defaults.
+pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let shape = &spec.shape;
+    let mut port_bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    for p in &shape.ports {
+        port_bindings
+            .entry(p.container_key())
+            .or_default()
+            .get_or_insert_with(Vec::new)
+            .push(PortBinding {
+                host_ip: p.host_ip.map(|ip| ip.to_string()),
+                host_port: Some(p.host_port.to_string()),
+            });
+    }
+    let mut exposed: Vec<String> = port_bindings.keys().cloned().collect();
+    exposed.sort();
+    let mounts: Vec<Mount> = shape
+        .volumes
+        .iter()
+        .map(|v| {
+            let (typ, source) = match &v.source {
+                VolumeSource::Bind(path) => (MountType::BIND, path),
+                VolumeSource::Named(name) => (MountType::VOLUME, name),
+            };
+            Mount {
+                target: Some(v.target.clone()),
+                source: Some(source.clone()),
+                typ: Some(typ),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let some_vec = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    ContainerCreateBody {
         image: Some(spec.image.clone()),
         cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
         env: Some(spec.env.clone()),
         labels: Some(spec.labels.clone().into_iter().collect()),
+        user: shape.user.clone(),
+        working_dir: shape.workdir.clone(),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
         host_config: Some(HostConfig {
             restart_policy: Some(bollard::models::RestartPolicy {
                 name: Some(RestartPolicyNameEnum::NO),
                 maximum_retry_count: None,
             }),
+            port_bindings: (!port_bindings.is_empty()).then_some(port_bindings),
+            mounts: (!mounts.is_empty()).then_some(mounts),
+            network_mode: shape.network.clone(),
+            memory: shape.memory.and_then(|m| i64::try_from(m.0).ok()),
+            nano_cpus: shape.cpus.and_then(|c| i64::try_from(c.0).ok()),
+            pids_limit: shape.pids_limit,
+            readonly_rootfs: shape.read_only.then_some(true),
+            cap_add: some_vec(&shape.cap_add),
+            cap_drop: some_vec(&shape.cap_drop),
+            init: shape.init.then_some(true),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some(shape.log.driver.clone()),
+                config: Some(shape.log.effective_options().into_iter().collect()),
+            }),
             ..Default::default()
         }),
         ..Default::default()
-    };
+    }
+}
+
+// r[impl workload.name]
+/// Creates a container from `spec` under its name and starts it.
+pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<String, StartError> {
+    let options = CreateContainerOptionsBuilder::new()
+        .name(&spec.name)
+        .build();
     let created = docker
-        .create_container(None, body)
+        .create_container(Some(options), create_body(spec))
         .await
         .map_err(|e| StartError {
             container: None,
@@ -261,6 +326,64 @@ pub fn container_event(message: &EventMessage) -> Option<ContainerEvent> {
 mod tests {
     use super::*;
     use bollard::models::EventActor;
+
+    fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
+        let mut core = crate::Reconciler::new(
+            crate::ModuleConfig {
+                owner: owner.map(str::to_owned),
+                ..crate::ModuleConfig::new(7)
+            },
+            holdfast_lifecycle::FaultBoard::new(),
+        );
+        core.set_desired(vec![w.clone()]);
+        core.resync(vec![], std::time::Instant::now());
+        let mut images = |_: &str, _: std::time::Instant| crate::ImagePresence::Present;
+        match core.tick(std::time::Instant::now(), &mut images).pop() {
+            Some(crate::Action::Start { spec, .. }) => *spec,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // r[verify workload.shape]
+    // r[verify workload.shape.ports]
+    // r[verify workload.shape.volumes]
+    // r[verify workload.shape.log]
+    // r[verify workload.name]
+    #[test]
+    fn a_full_workload_maps_onto_the_engine_apis_create_body() {
+        let spec = spec_of(&crate::config::tests::full(), None);
+        assert_eq!(spec.name, "holdfast-web");
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(create_body(&spec));
+        });
+    }
+
+    // r[verify workload.shape]
+    // r[verify workload.shape.log]
+    #[test]
+    fn unset_keys_leave_the_daemons_defaults_but_the_log_rotates() {
+        let spec = spec_of(&crate::WorkloadConfig::new("web", "busybox"), Some("t 1"));
+        assert_eq!(spec.name, "holdfast-t-1-web");
+        let body = create_body(&spec);
+        assert_eq!(body.exposed_ports, None);
+        assert_eq!(body.user, None);
+        assert_eq!(body.working_dir, None);
+        let host = body.host_config.unwrap();
+        assert_eq!(host.port_bindings, None);
+        assert_eq!(host.mounts, None);
+        assert_eq!(host.network_mode, None);
+        assert_eq!(host.memory, None);
+        assert_eq!(host.nano_cpus, None);
+        assert_eq!(host.pids_limit, None);
+        assert_eq!(host.readonly_rootfs, None);
+        assert_eq!(host.cap_add, None);
+        assert_eq!(host.init, None);
+        let log = host.log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        let options = log.config.unwrap();
+        assert_eq!(options.get("max-size").map(String::as_str), Some("10m"));
+        assert_eq!(options.get("max-file").map(String::as_str), Some("3"));
+    }
 
     // r[verify workload.stop-timeout]
     #[test]

@@ -46,8 +46,44 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     /// `KEY=VALUE` pairs.
     pub env: Vec<String>,
-    /// The container's labels ([`WORKLOAD_LABEL`] and [`SPEC_LABEL`]).
+    /// The container's labels (the workload's own, [`WORKLOAD_LABEL`] and [`SPEC_LABEL`]).
     pub labels: BTreeMap<String, String>,
+    /// The container's name ([`container_name`]).
+    pub name: String,
+    /// The rest of its shape, as configured.
+    pub shape: Shape,
+}
+
+/// The keys of a [`WorkloadConfig`] that shape its container beyond image, command, environment
+/// and labels.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Published ports.
+    pub ports: Vec<crate::shape::PortSpec>,
+    /// Bind mounts and named volumes.
+    pub volumes: Vec<crate::shape::VolumeSpec>,
+    /// The network joined instead of the default bridge.
+    pub network: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// The working directory.
+    pub workdir: Option<String>,
+    /// The memory limit.
+    pub memory: Option<crate::shape::ByteSize>,
+    /// The CPU quota.
+    pub cpus: Option<crate::shape::Cpus>,
+    /// The process limit.
+    pub pids_limit: Option<i64>,
+    /// A read-only root filesystem.
+    pub read_only: bool,
+    /// Capabilities added.
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped.
+    pub cap_drop: Vec<String>,
+    /// An init process.
+    pub init: bool,
+    /// The log driver and its options.
+    pub log: crate::shape::LogConfig,
 }
 
 /// Something the shell must do for the core.
@@ -57,8 +93,8 @@ pub enum Action {
     Start {
         /// Reported back with the result.
         attempt: AttemptId,
-        /// What to create.
-        spec: ContainerSpec,
+        /// What to create (boxed: it is most of the enum's size).
+        spec: Box<ContainerSpec>,
     },
     /// Stop the container (SIGTERM, SIGKILL after `stop_timeout`) and remove it; report
     /// [`Completion::Removed`]. A container already gone is removed.
@@ -293,7 +329,7 @@ impl Reconciler {
         }
     }
 
-    // r[impl workload.replace]
+    // r[impl workload.replace+2]
     /// A configured workload seen again: a changed container spec (`hash`) replaces its
     /// container, with a fresh streak; the same spec only takes the new settings.
     fn reconfigure(
@@ -731,6 +767,9 @@ impl Reconciler {
                     if self.gate.check(&name, now).is_err() {
                         continue;
                     }
+                    if Self::name_taken(&self.retiring, &name) {
+                        continue;
+                    }
                     if !Self::image_present(images, entry, now) {
                         continue;
                     }
@@ -750,7 +789,11 @@ impl Reconciler {
                     tracing::info!(workload = %name, attempt = token.attempt(), "starting workload container");
                     actions.push(Action::Start {
                         attempt,
-                        spec: spec_of(&entry.config, &entry.hash, self.config.owner.as_deref()),
+                        spec: Box::new(spec_of(
+                            &entry.config,
+                            &entry.hash,
+                            self.config.owner.as_deref(),
+                        )),
                     });
                     entry.run = Run::Starting { attempt, token };
                 }
@@ -758,6 +801,13 @@ impl Reconciler {
             }
         }
         actions
+    }
+
+    // r[impl workload.name]
+    /// Whether a container of `workload` is still being removed: the next one takes the same
+    /// name, so it is not created before the last is gone.
+    fn name_taken(retiring: &BTreeMap<String, String>, workload: &str) -> bool {
+        retiring.values().any(|w| w == workload)
     }
 
     // r[impl workload.min-run]
@@ -1137,12 +1187,34 @@ fn count_start(counters: &mut Counters, restart: bool) {
     }
 }
 
+// r[impl workload.name]
+/// The container name of `workload`: `holdfast-NAME`, or `holdfast-OWNER-NAME` with an owner
+/// (whose characters a container name cannot hold become `-`).
+pub fn container_name(workload: &str, owner: Option<&str>) -> String {
+    match owner {
+        None => format!("holdfast-{workload}"),
+        Some(owner) => {
+            let owner: String = owner
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            format!("holdfast-{owner}-{workload}")
+        }
+    }
+}
+
 // r[impl workload.owner]
+// r[impl workload.shape]
 fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> ContainerSpec {
-    let mut labels = BTreeMap::from([
-        (WORKLOAD_LABEL.to_owned(), config.name.clone()),
-        (SPEC_LABEL.to_owned(), hash.to_owned()),
-    ]);
+    let mut labels = config.labels.clone();
+    labels.insert(WORKLOAD_LABEL.to_owned(), config.name.clone());
+    labels.insert(SPEC_LABEL.to_owned(), hash.to_owned());
     if let Some(owner) = owner {
         labels.insert(OWNER_LABEL.to_owned(), owner.to_owned());
     }
@@ -1152,6 +1224,22 @@ fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> Containe
         command: config.command.clone(),
         env: config.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         labels,
+        name: container_name(&config.name, owner),
+        shape: Shape {
+            ports: config.ports.clone(),
+            volumes: config.volumes.clone(),
+            network: config.network.clone(),
+            user: config.user.clone(),
+            workdir: config.workdir.clone(),
+            memory: config.memory,
+            cpus: config.cpus,
+            pids_limit: config.pids_limit,
+            read_only: config.read_only,
+            cap_add: config.cap_add.clone(),
+            cap_drop: config.cap_drop.clone(),
+            init: config.init,
+            log: config.log.clone(),
+        },
     }
 }
 

@@ -632,7 +632,7 @@ async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice
     env.cleanup().await;
 }
 
-// r[verify workload.replace]
+// r[verify workload.replace+2]
 // r[verify workload.remove]
 #[tokio::test]
 async fn a_config_change_replaces_the_container_and_a_removed_workload_is_removed() {
@@ -752,4 +752,128 @@ async fn stopping_holdfast_leaves_containers_running_unless_told_to_stop_them() 
         "stopped: {after:?}"
     );
     env.cleanup().await;
+}
+
+/// A port nothing listens on now (the kernel's pick, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over HTTP/1.0 from `127.0.0.1:port`: the response, or why not.
+async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+// r[verify workload.shape]
+// r[verify workload.shape.ports]
+// r[verify workload.shape.volumes]
+// r[verify workload.shape.log]
+// r[verify workload.name]
+#[tokio::test]
+async fn a_workload_publishing_a_port_serves_a_file_from_its_bind_mount() {
+    let Some(env) = env("shape").await else {
+        return;
+    };
+    // dockerd runs without a default bridge: the workload joins a network of the test's own.
+    let network = format!("hf-{}", env.owner);
+    env.docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: network.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "served by holdfast\n").unwrap();
+    let volume = format!("hf-{}-data", env.owner);
+    let port = free_port();
+    let mut web = WorkloadConfig::new("web", env.image.clone());
+    web.command = ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
+        .map(String::from)
+        .to_vec();
+    web.stop_timeout = Duration::from_secs(1);
+    web.ports = vec![format!("127.0.0.1:{port}:80").parse().unwrap()];
+    web.volumes = vec![
+        format!("{}:/www:ro", www.path().display()).parse().unwrap(),
+        format!("{volume}:/data").parse().unwrap(),
+    ];
+    web.network = Some(network.clone());
+    web.memory = Some("64m".parse().unwrap());
+    web.pids_limit = Some(64);
+    web.labels.insert("team".into(), "edge".into());
+    web.validate().unwrap();
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    sup.set_desired(vec![web]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let id = running_id(&sup, "web", clock.now()).unwrap();
+    // httpd binds a moment after the container starts.
+    let mut answer = Err(std::io::Error::other("never asked"));
+    for _ in 0..100 {
+        answer = http_get(port, "/index.html").await;
+        if answer
+            .as_ref()
+            .is_ok_and(|a| a.contains("served by holdfast"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = answer.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.ends_with("served by holdfast\n"), "{answer}");
+
+    let inspect = env.docker.inspect_container(&id, None).await.unwrap();
+    assert_eq!(
+        inspect.name.as_deref(),
+        Some(&*format!("/holdfast-{}-web", env.owner))
+    );
+    let host = inspect.host_config.unwrap();
+    let log = host.log_config.unwrap();
+    assert_eq!(log.typ.as_deref(), Some("json-file"));
+    let options = log.config.unwrap();
+    assert_eq!(options.get("max-size").map(String::as_str), Some("10m"));
+    assert_eq!(options.get("max-file").map(String::as_str), Some("3"));
+    assert_eq!(host.memory, Some(64 << 20));
+    assert_eq!(host.pids_limit, Some(64));
+    let labels = inspect.config.unwrap().labels.unwrap();
+    assert_eq!(labels.get("team").map(String::as_str), Some("edge"));
+    // The named volume was created for it.
+    assert!(env.docker.inspect_volume(&volume).await.is_ok());
+
+    sup.set_desired(vec![]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, _| {
+        s.status(clock.now()).is_empty()
+    })
+    .await;
+    sup.settle(clock.now()).await;
+    env.cleanup().await;
+    let _ = env.docker.remove_network(&network).await;
+    let _ = env
+        .docker
+        .remove_volume(
+            &volume,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await;
 }

@@ -457,7 +457,7 @@ fn a_missed_exit_is_found_by_the_list_and_repeats_change_nothing() {
     assert!(h.core.faults().is_empty());
 }
 
-// r[verify workload.replace]
+// r[verify workload.replace+2]
 #[test]
 fn a_spec_change_replaces_the_container_and_other_changes_do_not() {
     let mut h = Harness::new(vec![sleeper("web")]);
@@ -735,6 +735,7 @@ mod properties {
 }
 
 // r[verify workload.adopt]
+// r[verify workload.name]
 #[test]
 fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
     let listed = |id: &str, hash: &str, running: bool| Observed {
@@ -754,6 +755,15 @@ fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
     core.set_desired(vec![sleeper("web")]);
     let actions = core.resync(vec![listed("old", "stale", true)], t);
     assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "old"));
+    // The new container takes the old one's name: it waits for the removal.
+    assert!(core.tick(t, &mut images).is_empty());
+    core.on_result(
+        Completion::Removed {
+            container: "old".into(),
+            result: Ok(()),
+        },
+        t,
+    );
     assert!(matches!(
         &core.tick(t, &mut images)[..],
         [Action::Start { .. }]
