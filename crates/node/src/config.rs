@@ -417,6 +417,10 @@ pub struct Workload {
     /// The log driver and options (default `json-file` rotated at 10m, 3 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<Spanned<holdfast_workload::LogConfig>>,
+    /// The health check: `cmd` or `shell`, `interval`, `timeout`, `start_period`, `retries`, or
+    /// `disable = true` (default: the image's own `HEALTHCHECK`, if it has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Spanned<holdfast_workload::HealthCheck>>,
 }
 
 impl Workload {
@@ -491,6 +495,7 @@ impl Workload {
         if let Some(log) = &self.log {
             w.log = log.get_ref().clone();
         }
+        w.health = self.health.as_ref().map(|h| h.get_ref().clone());
         w
     }
 
@@ -518,6 +523,7 @@ impl Workload {
             "cap_drop" => self.cap_drop.as_ref().map(Spanned::span),
             "init" => self.init.as_ref().map(Spanned::span),
             "log" => self.log.as_ref().map(Spanned::span),
+            "health" => self.health.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())

@@ -686,6 +686,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
 }
 
 // i[verify node.workloads.shape]
+// r[verify workload.health]
 #[test]
 fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     let dir = tempfile::tempdir().unwrap();
@@ -759,6 +760,20 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     );
     assert!(err("log = { driver = \"\" }").starts_with("t.toml:5:7: workload[0].log: "));
     assert!(err("network = \"a b\"").starts_with("t.toml:5:11: workload[0].network: "));
+    let checked = Config::parse(
+        "t.toml",
+        &format!("{head}health = {{ cmd = [\"wget\", \"-q\", \"http://127.0.0.1/\"], interval = \"5s\", retries = 2 }}\n"),
+    )
+    .unwrap();
+    let health = checked.workloads[0].to_config().health.unwrap();
+    assert_eq!(health.cmd, ["wget", "-q", "http://127.0.0.1/"]);
+    assert_eq!(health.interval, std::time::Duration::from_secs(5));
+    assert_eq!(health.retries, 2);
+    assert_eq!(
+        err("health = { cmd = [\"a\"], shell = \"b\" }"),
+        "t.toml:5:10: workload[0].health: give cmd or shell, not both"
+    );
+    assert!(err("health = { interval = \"5\" }").starts_with("t.toml:5:"));
     std::fs::write(&env_file, "A=1\nnot a line\n").unwrap();
     assert_eq!(
         err(&format!("env_file = \"{}\"", env_file.display())),

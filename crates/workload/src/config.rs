@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::shape::{ByteSize, Cpus, LogConfig, MIN_MEMORY, PortSpec, VolumeSpec};
+use crate::shape::{ByteSize, Cpus, HealthCheck, LogConfig, MIN_MEMORY, PortSpec, VolumeSpec};
 
 use holdfast_retry::{CrashLoopDetector, Jitter, Policy};
 
@@ -106,10 +106,13 @@ pub struct WorkloadConfig {
     /// The log driver and its options (default: `json-file`, 10m × 3).
     #[serde(default, skip_serializing_if = "LogConfig::is_default")]
     pub log: LogConfig,
+    /// The health check (unset: the image's own, if it has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
 }
 
 /// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
-mod serde_text {
+pub(crate) mod serde_text {
     use std::time::Duration;
 
     use holdfast_retry::duration_text;
@@ -168,6 +171,7 @@ impl WorkloadConfig {
             cap_drop: Vec::new(),
             init: false,
             log: LogConfig::default(),
+            health: None,
         }
     }
 
@@ -316,6 +320,9 @@ impl WorkloadConfig {
                     format!("{cap:?} is not a capability name such as \"NET_ADMIN\" or \"ALL\""),
                 ));
             }
+        }
+        if let Some(problem) = self.health.as_ref().and_then(HealthCheck::problem) {
+            return Err(err("health", problem));
         }
         if self.log.driver.is_empty() || self.log.driver.contains(char::is_whitespace) {
             return Err(err(
@@ -629,6 +636,19 @@ pub(crate) mod tests {
             driver: "json-file".into(),
             options: Some(BTreeMap::from([("max-size".into(), "50m".into())])),
         };
+        w.health = Some(HealthCheck {
+            cmd: vec![
+                "wget".into(),
+                "-q".into(),
+                "-O-".into(),
+                "http://127.0.0.1/".into(),
+            ],
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            start_period: Duration::from_secs(10),
+            retries: 3,
+            ..HealthCheck::default()
+        });
         w
     }
 
@@ -640,7 +660,7 @@ pub(crate) mod tests {
         let json = serde_json::to_value(&full).unwrap();
         let keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         // The full example sets every key (a key added later must be added there).
-        assert_eq!(keys.len(), 22, "{keys:?}");
+        assert_eq!(keys.len(), 23, "{keys:?}");
         for key in keys {
             // The key back at its default (absent from the TOML).
             let mut without = json.clone();

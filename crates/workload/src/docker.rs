@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, EventMessage, HostConfig, HostConfigLogConfig, Mount, MountType,
-    PortBinding, RestartPolicyNameEnum,
+    ContainerCreateBody, EventMessage, HealthConfig, HealthStatusEnum, HostConfig,
+    HostConfigLogConfig, Mount, MountType, PortBinding, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptions, InspectContainerOptions, ListContainersOptions,
@@ -21,9 +21,10 @@ use futures_util::{Stream, StreamExt};
 pub use crate::owner::label_filter;
 
 use crate::reconciler::{
-    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
+    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, Started, WORKLOAD_LABEL,
 };
 use crate::shape::VolumeSource;
+use crate::state::HealthStatus;
 
 /// The daemon could not be reached or refused a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,13 +121,30 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
             }),
             ..Default::default()
         }),
+        healthcheck: shape.health.as_ref().map(health_config),
         ..Default::default()
     }
 }
 
+// r[impl workload.health]
+/// A `health` table as the Engine API's `HealthConfig` (durations in nanoseconds).
+fn health_config(h: &crate::shape::HealthCheck) -> HealthConfig {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let test = h.test();
+    HealthConfig {
+        test: (!test.is_empty()).then_some(test),
+        interval: Some(nanos(h.interval)),
+        timeout: Some(nanos(h.timeout)),
+        start_period: Some(nanos(h.start_period)),
+        retries: Some(i64::from(h.retries)),
+        start_interval: None,
+    }
+}
+
 // r[impl workload.name]
-/// Creates a container from `spec` under its name and starts it.
-pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<String, StartError> {
+/// Creates a container from `spec` under its name and starts it; says whether the daemon runs a
+/// health check for it (the workload's or the image's).
+pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<Started, StartError> {
     let options = CreateContainerOptionsBuilder::new()
         .name(&spec.name)
         .build();
@@ -138,7 +156,22 @@ pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<String, Star
             message: format!("create: {e}"),
         })?;
     match docker.start_container(&created.id, None).await {
-        Ok(()) => Ok(created.id),
+        Ok(()) => {
+            // The image's HEALTHCHECK is known only to the daemon: ask it. A container gone
+            // already has no health to wait for; its exit is on the event stream.
+            let health_check = docker
+                .inspect_container(&created.id, None::<InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.health)
+                .and_then(|h| h.status)
+                .is_some_and(|s| !matches!(s, HealthStatusEnum::NONE | HealthStatusEnum::EMPTY));
+            Ok(Started {
+                container: created.id,
+                health_check,
+            })
+        }
         Err(e) => Err(StartError {
             container: Some(created.id),
             message: format!("start: {e}"),
@@ -259,6 +292,9 @@ pub async fn list(
             running,
             exit_code: None,
             log_tail: Vec::new(),
+            health: running
+                .then(|| c.status.as_deref().and_then(listed_health))
+                .flatten(),
         };
         if !running {
             match docker
@@ -279,6 +315,36 @@ pub async fn list(
     Ok(out)
 }
 
+// r[impl workload.health.gate]
+/// A running container's health as the daemon's list writes it in its status ("Up 5 seconds
+/// (healthy)", "(health: starting)", "(unhealthy)").
+fn listed_health(status: &str) -> Option<HealthStatus> {
+    if status.ends_with("(healthy)") {
+        Some(HealthStatus::Healthy)
+    } else if status.ends_with("(unhealthy)") {
+        Some(HealthStatus::Unhealthy)
+    } else if status.ends_with("(health: starting)") {
+        Some(HealthStatus::Starting)
+    } else {
+        None
+    }
+}
+
+/// The last probe's output of a container's health check, as lines (empty when unknown).
+pub async fn health_output(docker: &Docker, container: &str) -> Vec<String> {
+    docker
+        .inspect_container(container, None::<InspectContainerOptions>)
+        .await
+        .ok()
+        .and_then(|i| i.state)
+        .and_then(|s| s.health)
+        .and_then(|h| h.log)
+        .and_then(|log| log.into_iter().last())
+        .and_then(|r| r.output)
+        .map(|out| out.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// The daemon's stream of `die` and `destroy` events of labelled containers, from `since`
 /// (seconds since the epoch) on.
 pub fn events_since(
@@ -293,7 +359,12 @@ pub fn events_since(
             ("label".to_owned(), label_filter(owner)),
             (
                 "event".to_owned(),
-                vec!["die".to_owned(), "destroy".to_owned()],
+                // `health_status` matches the daemon's "health_status: healthy" and the rest.
+                vec![
+                    "die".to_owned(),
+                    "destroy".to_owned(),
+                    "health_status".to_owned(),
+                ],
             ),
         ])),
         until: None,
@@ -318,6 +389,16 @@ pub fn container_event(message: &EventMessage) -> Option<ContainerEvent> {
             log_tail: Vec::new(),
         }),
         "destroy" => Some(ContainerEvent::Destroyed { id }),
+        "health_status: healthy" => Some(ContainerEvent::Health {
+            id,
+            status: HealthStatus::Healthy,
+            output: Vec::new(),
+        }),
+        "health_status: unhealthy" => Some(ContainerEvent::Health {
+            id,
+            status: HealthStatus::Unhealthy,
+            output: Vec::new(),
+        }),
         _ => None,
     }
 }
@@ -437,5 +518,73 @@ mod tests {
             Some(ContainerEvent::Destroyed { id: "c1".into() })
         );
         assert_eq!(container_event(&message("start", &[])), None);
+    }
+
+    // r[verify workload.health.gate]
+    #[test]
+    fn health_events_and_listed_health_become_verdicts() {
+        let message = |action: &str| EventMessage {
+            action: Some(action.to_owned()),
+            actor: Some(EventActor {
+                id: Some("c1".to_owned()),
+                attributes: None,
+            }),
+            ..Default::default()
+        };
+        let verdict = |action: &str| match container_event(&message(action)) {
+            Some(ContainerEvent::Health { status, .. }) => Some(status),
+            _ => None,
+        };
+        assert_eq!(
+            verdict("health_status: healthy"),
+            Some(HealthStatus::Healthy)
+        );
+        assert_eq!(
+            verdict("health_status: unhealthy"),
+            Some(HealthStatus::Unhealthy)
+        );
+        assert_eq!(verdict("health_status: starting"), None);
+        assert_eq!(
+            listed_health("Up 5 seconds (healthy)"),
+            Some(HealthStatus::Healthy)
+        );
+        assert_eq!(
+            listed_health("Up 2 minutes (unhealthy)"),
+            Some(HealthStatus::Unhealthy)
+        );
+        assert_eq!(
+            listed_health("Up 1 second (health: starting)"),
+            Some(HealthStatus::Starting)
+        );
+        assert_eq!(listed_health("Up 5 seconds"), None);
+    }
+
+    // r[verify workload.health]
+    #[test]
+    fn a_health_table_is_dockers_health_config_and_none_keeps_the_images() {
+        let mut w = crate::WorkloadConfig::new("web", "busybox");
+        assert_eq!(create_body(&spec_of(&w, None)).healthcheck, None);
+        w.health = Some(crate::HealthCheck {
+            shell: Some("nc -z 127.0.0.1 80".into()),
+            ..Default::default()
+        });
+        let h = create_body(&spec_of(&w, None)).healthcheck.unwrap();
+        assert_eq!(
+            h.test,
+            Some(vec![
+                "CMD-SHELL".to_owned(),
+                "nc -z 127.0.0.1 80".to_owned()
+            ])
+        );
+        assert_eq!(h.interval, Some(30_000_000_000));
+        assert_eq!(h.retries, Some(3));
+        // Timings alone: the image's test with those timings.
+        w.health = Some(crate::HealthCheck {
+            retries: 5,
+            ..Default::default()
+        });
+        let h = create_body(&spec_of(&w, None)).healthcheck.unwrap();
+        assert_eq!(h.test, None);
+        assert_eq!(h.retries, Some(5));
     }
 }

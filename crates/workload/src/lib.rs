@@ -27,11 +27,11 @@ pub use config::{ModuleConfig, RestartPolicy, WorkloadConfig, WorkloadConfigErro
 pub use images::{ImagePresence, Images};
 pub use reconciler::{
     Action, AttemptId, Completion, ContainerEvent, ContainerSpec, MODULE, Observed, Reconciler,
-    SPEC_LABEL, Shape, StartError, WORKLOAD_LABEL, container_name,
+    SPEC_LABEL, Shape, StartError, Started, WORKLOAD_LABEL, container_name,
 };
 pub use shape::{
-    ByteSize, Cpus, EnvFileError, LogConfig, PortSpec, Protocol, ShapeError, VolumeSource,
-    VolumeSpec, parse_env_file,
+    ByteSize, Cpus, EnvFileError, HealthCheck, LogConfig, PortSpec, Protocol, ShapeError,
+    VolumeSource, VolumeSpec, parse_env_file,
 };
-pub use state::{Counters, LastExit, WorkloadState, WorkloadStatus};
+pub use state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 pub use supervisor::{Supervisor, SupervisorError};

@@ -17,7 +17,7 @@ use holdfast_retry::{
 
 use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
 use crate::images::{ImagePresence, Images};
-use crate::state::{Counters, LastExit, WorkloadState, WorkloadStatus};
+use crate::state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 
 /// The module name faults are filed under on the node's board.
 pub const MODULE: &str = "workload";
@@ -84,6 +84,8 @@ pub struct Shape {
     pub init: bool,
     /// The log driver and its options.
     pub log: crate::shape::LogConfig,
+    /// The health check (`None`: the image's own).
+    pub health: Option<crate::shape::HealthCheck>,
 }
 
 /// Something the shell must do for the core.
@@ -117,6 +119,32 @@ pub struct StartError {
     pub message: String,
 }
 
+/// A container created and started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// Its id.
+    pub container: String,
+    /// Whether it has a health check (its own or its image's), as the daemon reports it.
+    pub health_check: bool,
+}
+
+impl From<String> for Started {
+    /// A container without a health check.
+    fn from(container: String) -> Self {
+        Started {
+            container,
+            health_check: false,
+        }
+    }
+}
+
+impl From<&str> for Started {
+    /// A container without a health check.
+    fn from(container: &str) -> Self {
+        Started::from(container.to_owned())
+    }
+}
+
 /// An action's result, as the shell reports it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
@@ -126,8 +154,8 @@ pub enum Completion {
         workload: String,
         /// The attempt it was started with.
         attempt: AttemptId,
-        /// The running container's id, or why not.
-        result: Result<String, StartError>,
+        /// The running container, or why not.
+        result: Result<Started, StartError>,
     },
     /// A [`Action::Remove`] ended.
     Removed {
@@ -153,6 +181,8 @@ pub struct Observed {
     pub exit_code: Option<i64>,
     /// The last lines of its log, when it has exited.
     pub log_tail: Vec<String>,
+    /// Its health, when it runs and has a check.
+    pub health: Option<HealthStatus>,
 }
 
 /// What the daemon's event stream reported about a labelled container.
@@ -172,6 +202,26 @@ pub enum ContainerEvent {
         /// The container id.
         id: String,
     },
+    /// The container's health check changed its verdict.
+    Health {
+        /// The container id.
+        id: String,
+        /// The new verdict.
+        status: HealthStatus,
+        /// The last probe's output (for an unhealthy one).
+        output: Vec<String>,
+    },
+}
+
+impl ContainerEvent {
+    /// The container it is about.
+    pub fn id(&self) -> &str {
+        match self {
+            ContainerEvent::Died { id, .. }
+            | ContainerEvent::Destroyed { id }
+            | ContainerEvent::Health { id, .. } => id,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -184,11 +234,15 @@ enum Run {
         token: AttemptToken<String>,
     },
     /// The container runs. Its start is a provisional success (`lasting`) until the run has
-    /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted.
+    /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted, or
+    /// still `unready`: a container with a health check holds its start's token until it is
+    /// first reported healthy, and only then is the start a provisional success.
     Running {
         container: String,
         since: Instant,
         lasting: Option<Lasting<String>>,
+        unready: Option<AttemptToken<String>>,
+        health: Option<HealthStatus>,
     },
     /// Exited and left stopped by the restart policy.
     Stopped {
@@ -519,9 +573,12 @@ impl Reconciler {
         let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
         match &entry.run {
             Run::Running { container, .. } if *container == c.id => {
+                let name = c.workload.clone();
                 if !c.running {
-                    let name = c.workload.clone();
                     self.exited(&name, c.exit_code, c.log_tail, now, actions);
+                } else if let Some(status) = c.health {
+                    // A verdict the lost event stream did not bring.
+                    self.health_changed(&name, status, Vec::new(), now, actions);
                 }
             }
             // Probably the start in flight: its result says.
@@ -532,6 +589,8 @@ impl Reconciler {
                     container: c.id,
                     since: now,
                     lasting: None,
+                    unready: None,
+                    health: c.health,
                 };
             }
             Run::Idle if current => self.listed_exit(c, actions),
@@ -577,9 +636,7 @@ impl Reconciler {
     /// removed on the core's own decision, or about containers it does not track, change nothing.
     pub fn on_event(&mut self, event: ContainerEvent, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
-        let id = match &event {
-            ContainerEvent::Died { id, .. } | ContainerEvent::Destroyed { id } => id.clone(),
-        };
+        let id = event.id().to_owned();
         if self.retiring.contains_key(&id) {
             return actions;
         }
@@ -625,9 +682,66 @@ impl Reconciler {
                     *container = None;
                 }
             }
-            ContainerEvent::Died { .. } => {}
+            ContainerEvent::Health { status, output, .. } if running => {
+                self.health_changed(&name, status, output, now, &mut actions);
+            }
+            ContainerEvent::Died { .. } | ContainerEvent::Health { .. } => {}
         }
         actions
+    }
+
+    // r[impl workload.health.gate]
+    /// `name`'s running container got a health verdict at `now`. The first `healthy` turns a
+    /// start held unready into a provisional success lasting to the minimum run; `unhealthy` ends
+    /// the run as an exit does (a failure of the streak while unready), except under `never`,
+    /// which leaves it running.
+    fn health_changed(
+        &mut self,
+        name: &str,
+        status: HealthStatus,
+        output: Vec<String>,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        let Run::Running {
+            since,
+            lasting,
+            unready,
+            health,
+            ..
+        } = &mut entry.run
+        else {
+            return;
+        };
+        if *health == Some(status) {
+            return;
+        }
+        *health = Some(status);
+        match status {
+            HealthStatus::Starting => {}
+            HealthStatus::Healthy => {
+                if let Some(token) = unready.take() {
+                    let remaining = (*since + entry.config.min_run).saturating_duration_since(now);
+                    tracing::info!(workload = name, "the container is healthy");
+                    *lasting = Some(self.gate.succeed_provisionally(token, now, remaining));
+                }
+            }
+            HealthStatus::Unhealthy if entry.config.restart == RestartPolicy::Never => {
+                tracing::warn!(
+                    workload = name,
+                    "the container is unhealthy; left running (restart = never)"
+                );
+            }
+            HealthStatus::Unhealthy => {
+                tracing::warn!(workload = name, "the container is unhealthy; replacing it");
+                let mut tail = vec!["health check failing".to_owned()];
+                tail.extend(output);
+                self.exited(name, None, tail, now, actions);
+            }
+        }
     }
 
     // r[impl workload.min-run]
@@ -647,6 +761,8 @@ impl Reconciler {
             container,
             since,
             lasting,
+            unready,
+            ..
         } = std::mem::replace(&mut entry.run, Run::Idle)
         else {
             return;
@@ -654,7 +770,11 @@ impl Reconciler {
         let ran = now.saturating_duration_since(since);
         let mut lasted = true;
         let mut failures = 0;
-        if let Some(lasting) = lasting {
+        if let Some(token) = unready {
+            // Never healthy: the start failed, however long it ran.
+            lasted = false;
+            failures = self.gate.fail(token, now, None).failures;
+        } else if let Some(lasting) = lasting {
             lasted = lasting.is_confirmed() || now >= lasting.lasts_at();
             // H2: a start that did not last is a failure of the same streak, never a success.
             let t = self.gate.ended(lasting, now, None);
@@ -890,15 +1010,26 @@ impl Reconciler {
                     return actions;
                 };
                 match result {
-                    Ok(container) => {
-                        tracing::info!(%workload, %container, "workload container started");
-                        let lasting =
-                            self.gate
-                                .succeed_provisionally(token, now, entry.config.min_run);
+                    Ok(Started {
+                        container,
+                        health_check,
+                    }) => {
+                        tracing::info!(%workload, %container, health_check, "workload container started");
+                        // With a health check the start is judged by its first verdict.
+                        let (lasting, unready, health) = if health_check {
+                            (None, Some(token), Some(HealthStatus::Starting))
+                        } else {
+                            let lasting =
+                                self.gate
+                                    .succeed_provisionally(token, now, entry.config.min_run);
+                            (Some(lasting), None, None)
+                        };
                         entry.run = Run::Running {
                             container: container.clone(),
                             since: now,
-                            lasting: Some(lasting),
+                            lasting,
+                            unready,
+                            health,
                         };
                         self.replay_early(&container, now, &mut actions);
                     }
@@ -926,7 +1057,7 @@ impl Reconciler {
         &mut self,
         workload: &str,
         attempt: AttemptId,
-        result: &Result<String, StartError>,
+        result: &Result<Started, StartError>,
         actions: &mut Vec<Action>,
     ) -> bool {
         let owner = match self.orphans.remove(&attempt) {
@@ -942,7 +1073,7 @@ impl Reconciler {
             }
         };
         let container = match result {
-            Ok(id) => Some(id.clone()),
+            Ok(started) => Some(started.container.clone()),
             Err(e) => e.container.clone(),
         };
         if let Some(container) = container {
@@ -967,10 +1098,7 @@ impl Reconciler {
             .values()
             .any(|e| matches!(e.run, Run::Starting { .. }));
         for event in early {
-            let id = match &event {
-                ContainerEvent::Died { id, .. } | ContainerEvent::Destroyed { id } => id,
-            };
-            if id == container {
+            if event.id() == container {
                 actions.extend(self.on_event(event, now));
             } else if starting {
                 self.early.push(event);
@@ -1047,6 +1175,10 @@ impl Reconciler {
                 name: name.clone(),
                 image: e.config.image.clone(),
                 state: self.state_of(name, e, now),
+                health: match &e.run {
+                    Run::Running { health, .. } => *health,
+                    _ => None,
+                },
                 counters: e.counters,
                 last_exit: e.last_exit.clone(),
             })
@@ -1059,10 +1191,12 @@ impl Reconciler {
                 container,
                 since,
                 lasting,
+                unready,
+                ..
             } => WorkloadState::Running {
                 container: container.clone(),
                 running_for: now.saturating_duration_since(*since),
-                lasted: lasting.as_ref().is_none_or(Lasting::is_confirmed),
+                lasted: unready.is_none() && lasting.as_ref().is_none_or(Lasting::is_confirmed),
             },
             Run::Starting { token, .. } => WorkloadState::Starting {
                 attempt: token.attempt(),
@@ -1239,6 +1373,7 @@ fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> Containe
             cap_drop: config.cap_drop.clone(),
             init: config.init,
             log: config.log.clone(),
+            health: config.health.clone(),
         },
     }
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// A written value that does not parse; the message says what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -391,6 +392,120 @@ impl LogConfig {
     }
 }
 
+/// Docker's default health-check interval and timeout.
+pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(30);
+/// Docker's default number of failed probes before unhealthy.
+pub const DEFAULT_HEALTH_RETRIES: u32 = 3;
+/// The longest a start may wait for its first verdict: `start_period + retries × (interval +
+/// timeout)` beyond this would outlast the restart gate's stale timeout.
+pub const MAX_HEALTH_WAIT: Duration = Duration::from_secs(3600);
+
+/// A workload's `health` table: Docker's own health check, run by the daemon in the container.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    /// The probe's argv (Docker's `CMD` form).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cmd: Vec<String>,
+    /// The probe as a shell command line (Docker's `CMD-SHELL` form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// No check at all, not even the image's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable: bool,
+    /// Between probes (default 30 s).
+    #[serde(
+        default = "default_health_interval",
+        with = "crate::config::serde_text"
+    )]
+    pub interval: Duration,
+    /// A probe longer than this failed (default 30 s).
+    #[serde(
+        default = "default_health_interval",
+        with = "crate::config::serde_text"
+    )]
+    pub timeout: Duration,
+    /// Failures within this long after the start do not count (default 0 s).
+    #[serde(default, with = "crate::config::serde_text")]
+    pub start_period: Duration,
+    /// Failed probes in a row that make the container unhealthy (default 3).
+    #[serde(default = "default_health_retries")]
+    pub retries: u32,
+}
+
+fn default_health_interval() -> Duration {
+    DEFAULT_HEALTH_INTERVAL
+}
+
+fn default_health_retries() -> u32 {
+    DEFAULT_HEALTH_RETRIES
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            cmd: Vec::new(),
+            shell: None,
+            disable: false,
+            interval: DEFAULT_HEALTH_INTERVAL,
+            timeout: DEFAULT_HEALTH_INTERVAL,
+            start_period: Duration::ZERO,
+            retries: DEFAULT_HEALTH_RETRIES,
+        }
+    }
+}
+
+impl HealthCheck {
+    // r[impl workload.health]
+    /// What is wrong with the check, if anything.
+    pub fn problem(&self) -> Option<String> {
+        if !self.cmd.is_empty() && self.shell.is_some() {
+            return Some("give cmd or shell, not both".into());
+        }
+        if self.disable && (!self.cmd.is_empty() || self.shell.is_some()) {
+            return Some("disable = true takes no cmd or shell".into());
+        }
+        if self.cmd.first().is_some_and(String::is_empty)
+            || self.shell.as_deref().is_some_and(|s| s.trim().is_empty())
+        {
+            return Some("the probe is empty".into());
+        }
+        if self.interval < Duration::from_millis(1) || self.timeout < Duration::from_millis(1) {
+            return Some("interval and timeout must be at least 1ms".into());
+        }
+        if !(1..=100).contains(&self.retries) {
+            return Some(format!("retries must be 1 to 100, not {}", self.retries));
+        }
+        let wait = self
+            .interval
+            .saturating_add(self.timeout)
+            .saturating_mul(self.retries)
+            .saturating_add(self.start_period);
+        if wait > MAX_HEALTH_WAIT {
+            return Some(format!(
+                "start_period + retries × (interval + timeout) is {}s, above the hour a start may wait",
+                wait.as_secs()
+            ));
+        }
+        None
+    }
+
+    /// The test as the Engine API takes it: `[]` keeps the image's, `["NONE"]` disables.
+    pub fn test(&self) -> Vec<String> {
+        if self.disable {
+            vec!["NONE".into()]
+        } else if let Some(shell) = &self.shell {
+            vec!["CMD-SHELL".into(), shell.clone()]
+        } else if !self.cmd.is_empty() {
+            std::iter::once("CMD".to_owned())
+                .chain(self.cmd.iter().cloned())
+                .collect()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// A bad line of an env file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
@@ -596,6 +711,43 @@ mod tests {
         assert_eq!(
             big.effective_options(),
             BTreeMap::from([("max-size".to_owned(), "50m".to_owned())])
+        );
+    }
+
+    // r[verify workload.health]
+    #[test]
+    fn a_health_check_is_dockers_with_its_defaults_and_its_limits() {
+        let h = |json: &str| serde_json::from_str::<HealthCheck>(json).unwrap();
+        let d = h("{}");
+        assert_eq!(d, HealthCheck::default());
+        assert_eq!(d.test(), Vec::<String>::new(), "the image's own test");
+        assert_eq!(d.problem(), None);
+        let exec = h(r#"{"cmd":["wget","-q","http://127.0.0.1/"],"interval":"2s","retries":2}"#);
+        assert_eq!(exec.test(), ["CMD", "wget", "-q", "http://127.0.0.1/"]);
+        assert_eq!(exec.interval, Duration::from_secs(2));
+        assert_eq!(exec.timeout, DEFAULT_HEALTH_INTERVAL);
+        assert_eq!(
+            h(r#"{"shell":"nc -z 127.0.0.1 80"}"#).test(),
+            ["CMD-SHELL", "nc -z 127.0.0.1 80"]
+        );
+        assert_eq!(h(r#"{"disable":true}"#).test(), ["NONE"]);
+        for bad in [
+            r#"{"cmd":["a"],"shell":"b"}"#,
+            r#"{"disable":true,"shell":"b"}"#,
+            r#"{"cmd":[""]}"#,
+            r#"{"shell":" "}"#,
+            r#"{"interval":"0s"}"#,
+            r#"{"timeout":"0s"}"#,
+            r#"{"retries":0}"#,
+            r#"{"retries":101}"#,
+            r#"{"start_period":"50m","interval":"5m","timeout":"1m","retries":2}"#,
+        ] {
+            assert!(h(bad).problem().is_some(), "{bad}");
+        }
+        // At the limit exactly: accepted.
+        assert_eq!(
+            h(r#"{"start_period":"40m","interval":"5m","timeout":"5m","retries":2}"#).problem(),
+            None
         );
     }
 

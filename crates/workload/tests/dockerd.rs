@@ -877,3 +877,89 @@ async fn a_workload_publishing_a_port_serves_a_file_from_its_bind_mount() {
         )
         .await;
 }
+
+// r[verify workload.health]
+// r[verify workload.health.gate]
+#[tokio::test]
+async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_crash_loop() {
+    let Some(env) = env("health").await else {
+        return;
+    };
+    let mut clock = Clock::new();
+    let board = FaultBoard::new();
+    let module = env.module();
+    let policy = module.restart_policy;
+    let mut sup = Supervisor::new(&env.host, module, board.clone(), env.images().await).unwrap();
+    // Healthy for its first seconds, then its check fails: replaced once it is unhealthy.
+    let mut flaky = env.workload("flaky", ": > /ok; sleep 3; rm /ok; exec sleep 3600");
+    flaky.min_run = Duration::from_secs(1);
+    flaky.health = Some(holdfast_workload::HealthCheck {
+        shell: Some("test -f /ok".into()),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    // Never healthy: each start fails the streak.
+    let mut sick = env.workload("sick", "exec sleep 3600");
+    sick.health = Some(holdfast_workload::HealthCheck {
+        shell: Some("exit 1".into()),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    sup.set_desired(vec![flaky.clone()]).unwrap();
+    let status = |s: &Supervisor<DaemonImages>, name: &str, now| {
+        s.status(now).into_iter().find(|w| w.name == name).unwrap()
+    };
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        status(s, "flaky", now).health == Some(holdfast_workload::HealthStatus::Healthy)
+    })
+    .await;
+    let first = running_id(&sup, "flaky", clock.now()).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        matches!(
+            state_of(s, "flaky", now),
+            WorkloadState::Running { lasted: true, .. }
+        )
+    })
+    .await;
+    // Its check starts failing: the container is replaced by a new one.
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "flaky", now).is_some_and(|id| id != first)
+    })
+    .await;
+    assert_eq!(
+        sup.core().failures("flaky"),
+        0,
+        "a run that lasted, then ended"
+    );
+
+    sup.set_desired(vec![flaky, sick]).unwrap();
+    let t0 = clock.now();
+    let mut starts = Vec::new();
+    for round in 1..=3u32 {
+        drive(&mut sup, &clock, LIMIT, |s, _| {
+            s.core().failures("sick") == round
+        })
+        .await;
+        starts.push(clock.now() - t0);
+        if let Some(at) = sup.core().next_attempt_at("sick") {
+            clock.jump(at.saturating_duration_since(clock.now()));
+        }
+    }
+    // The back-off between the failed starts grows on the gate's schedule.
+    for i in 1..starts.len() {
+        let want = policy.base().saturating_mul(1 << (i - 1));
+        assert!(starts[i] - starts[i - 1] >= want, "{starts:?}");
+    }
+    let faults = board.of_module("workload");
+    let sick_fault = faults.iter().find(|f| f.subject.name == "sick");
+    assert!(
+        sick_fault
+            .is_some_and(|f| f.kind == "crash_loop" && f.message.contains("health check failing")),
+        "{faults:?}"
+    );
+    env.cleanup().await;
+}

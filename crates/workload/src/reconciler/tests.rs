@@ -38,6 +38,8 @@ struct Harness {
     daemon: Vec<(String, String, String, bool)>,
     removed: Vec<String>,
     started: Vec<(Duration, String)>,
+    /// The daemon reports a health check on every container it starts.
+    health_checked: bool,
 }
 
 impl Harness {
@@ -55,6 +57,7 @@ impl Harness {
             daemon: Vec::new(),
             removed: Vec::new(),
             started: Vec::new(),
+            health_checked: false,
         }
     }
 
@@ -85,7 +88,10 @@ impl Harness {
                             Completion::Started {
                                 workload: spec.workload,
                                 attempt,
-                                result: Ok(id),
+                                result: Ok(Started {
+                                    container: id,
+                                    health_check: self.health_checked,
+                                }),
                             },
                             self.now,
                         ));
@@ -135,6 +141,7 @@ impl Harness {
                 running: *running,
                 exit_code: (!running).then_some(1),
                 log_tail: vec![],
+                health: None,
             })
             .collect()
     }
@@ -159,6 +166,27 @@ impl Harness {
             self.now,
         );
         self.perform(actions);
+    }
+
+    fn health(&mut self, id: &str, status: HealthStatus) {
+        let actions = self.core.on_event(
+            ContainerEvent::Health {
+                id: id.to_owned(),
+                status,
+                output: vec!["wget: connection refused".into()],
+            },
+            self.now,
+        );
+        self.perform(actions);
+    }
+
+    fn health_of(&self, name: &str) -> Option<HealthStatus> {
+        self.core
+            .status(self.now)
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .health
     }
 
     fn state(&self, name: &str) -> WorkloadState {
@@ -745,6 +773,7 @@ fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
         running,
         exit_code: (!running).then_some(0),
         log_tail: vec![],
+        health: None,
     };
     let current = sleeper("web").spec_hash();
     let t = Instant::now();
@@ -963,6 +992,7 @@ fn after_a_node_restart_the_listed_exit_is_judged_by_the_policy() {
         running: false,
         exit_code: Some(code),
         log_tail: vec![],
+        health: None,
     };
     // Exit 0 under on-failure: completed, container kept.
     let mut core = Reconciler::new(module(), FaultBoard::new());
@@ -1132,4 +1162,165 @@ fn a_non_zero_exit_after_lasting_is_a_crash_and_a_clean_one_is_not() {
             );
         }
     }
+}
+
+fn checked(name: &str) -> WorkloadConfig {
+    let mut w = sleeper(name);
+    w.health = Some(crate::shape::HealthCheck {
+        cmd: vec!["wget".into(), "-q".into(), "http://127.0.0.1/".into()],
+        ..Default::default()
+    });
+    w
+}
+
+fn lasted(h: &Harness, name: &str) -> bool {
+    matches!(h.state(name), WorkloadState::Running { lasted: true, .. })
+}
+
+// r[verify workload.health.gate]
+// r[verify workload.health.status]
+#[test]
+fn a_checked_start_counts_only_once_healthy_and_past_the_minimum_run() {
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
+    // Far past the minimum run, still not healthy: not a success, nothing to wake for.
+    h.now += S(60);
+    h.tick();
+    assert!(!lasted(&h, "web"));
+    assert_eq!(h.core.next_wake(), None);
+    // Healthy after the minimum run: the success is confirmed at the next tick.
+    h.health(&id, HealthStatus::Healthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
+    h.tick();
+    assert!(lasted(&h, "web"));
+    assert_eq!(h.core.failures("web"), 0);
+
+    // Healthy before the minimum run: a success only once the run has lasted it.
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let start = h.now;
+    let id = h.until_started(S(1));
+    h.now += S(2);
+    h.health(&id, HealthStatus::Healthy);
+    h.tick();
+    assert!(!lasted(&h, "web"));
+    assert_eq!(h.core.next_wake(), Some(start + S(10)));
+    h.now = start + S(10);
+    h.tick();
+    assert!(lasted(&h, "web"));
+    // Never healthy, unhealthy long after the minimum run: still a failed start.
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    h.now += S(60);
+    h.health(&id, HealthStatus::Unhealthy);
+    assert_eq!(h.core.failures("web"), 1);
+    assert!(matches!(
+        h.core.status(h.now)[0].last_exit,
+        Some(LastExit { lasted: false, .. })
+    ));
+    // A container without a check reports no health.
+    let mut h = Harness::new(vec![sleeper("plain")]);
+    h.resync();
+    h.until_started(S(1));
+    assert_eq!(h.health_of("plain"), None);
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn unhealthy_before_healthy_fails_the_same_streak_and_a_run_of_them_is_one_crash_loop_fault() {
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let mut starts = Vec::new();
+    for round in 1..=5u32 {
+        let id = h.until_started(S(400));
+        starts.push(h.at().as_secs());
+        // Its check fails `retries` times: the daemon says unhealthy after 5 s.
+        h.now += S(5);
+        h.health(&id, HealthStatus::Unhealthy);
+        assert!(
+            h.removed.contains(&id),
+            "the unhealthy container is replaced"
+        );
+        assert_eq!(
+            h.core.failures("web"),
+            round,
+            "a failure of the same streak"
+        );
+    }
+    let gaps: Vec<u64> = starts.windows(2).map(|p| p[1] - p[0]).collect();
+    // 5 s of running, then the back-off (10, 20, 40, 80 s) through the one gate.
+    assert_eq!(gaps, [15, 25, 45, 85], "starts at {starts:?}");
+    let faults = h.core.faults();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].kind, "crash_loop");
+    assert!(
+        faults[0]
+            .message
+            .contains("health check failing\nwget: connection refused"),
+        "{}",
+        faults[0].message
+    );
+    assert!(matches!(
+        h.state("web"),
+        WorkloadState::CrashLooping { failures: 5, .. }
+    ));
+    // A start that finally turns healthy (and lasts) clears the fault and the streak.
+    let id = h.until_started(S(400));
+    h.now += S(10);
+    h.health(&id, HealthStatus::Healthy);
+    h.tick();
+    assert!(lasted(&h, "web"));
+    assert!(h.core.faults().is_empty());
+    assert_eq!(h.core.failures("web"), 0);
+    // Unhealthy later ends the run like an exit: replaced, the streak not failed.
+    h.now += S(600);
+    h.health(&id, HealthStatus::Unhealthy);
+    assert!(h.removed.contains(&id));
+    assert_eq!(h.core.failures("web"), 0);
+    let next = h.until_started(S(1));
+    assert_ne!(next, id);
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn an_unhealthy_container_under_never_is_left_running_and_says_so() {
+    let mut w = checked("web");
+    w.restart = RestartPolicy::Never;
+    let mut h = Harness::new(vec![w]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    h.now += S(90);
+    h.health(&id, HealthStatus::Unhealthy);
+    assert!(h.removed.is_empty());
+    assert_eq!(h.running_id("web"), id);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Unhealthy));
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn a_verdict_the_stream_missed_is_found_by_the_list() {
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    h.now += S(30);
+    let mut listing = h.listing();
+    listing[0].health = Some(HealthStatus::Healthy);
+    let actions = h.core.resync(listing, h.now);
+    h.perform(actions);
+    h.tick();
+    assert!(lasted(&h, "web"));
+    let mut listing = h.listing();
+    listing[0].health = Some(HealthStatus::Unhealthy);
+    let actions = h.core.resync(listing, h.now);
+    h.perform(actions);
+    assert!(h.removed.contains(&id));
 }
