@@ -421,6 +421,9 @@ pub struct Workload {
     /// `disable = true` (default: the image's own `HEALTHCHECK`, if it has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Spanned<holdfast_workload::HealthCheck>>,
+    /// Workloads that must be ready (running, and healthy if checked) before this one starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Spanned<Vec<String>>>,
 }
 
 impl Workload {
@@ -496,6 +499,11 @@ impl Workload {
             w.log = log.get_ref().clone();
         }
         w.health = self.health.as_ref().map(|h| h.get_ref().clone());
+        w.depends_on = self
+            .depends_on
+            .as_ref()
+            .map(|d| d.get_ref().clone())
+            .unwrap_or_default();
         w
     }
 
@@ -524,6 +532,7 @@ impl Workload {
             "init" => self.init.as_ref().map(Spanned::span),
             "log" => self.log.as_ref().map(Spanned::span),
             "health" => self.health.as_ref().map(Spanned::span),
+            "depends_on" => self.depends_on.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())
@@ -982,6 +991,7 @@ impl Config {
     // i[impl node.config.validate]
     // i[impl node.workloads.config]
     // i[impl node.workloads.shape]
+    // r[impl workload.depends-on]
     /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
     /// asks of the rest.
     fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
@@ -1027,6 +1037,22 @@ impl Config {
                     e.message,
                 ));
             }
+        }
+        // Across entries: dependencies name configured workloads, and form no cycle.
+        let configs: Vec<_> = self.workloads.iter().map(Workload::shaped_config).collect();
+        if let Err(e) = holdfast_workload::config::validate_dependencies(&configs) {
+            let name = e
+                .key
+                .strip_prefix("workload[")
+                .and_then(|k| k.strip_suffix("].depends_on"))
+                .unwrap_or_default();
+            let i = self
+                .workloads
+                .iter()
+                .position(|w| w.name.get_ref() == name)
+                .unwrap_or(0);
+            let span = self.workloads.get(i).map(|w| w.span_of("depends_on"));
+            return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
         }
         Ok(())
     }

@@ -687,6 +687,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
 
 // i[verify node.workloads.shape]
 // r[verify workload.health]
+// r[verify workload.depends-on]
 #[test]
 fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     let dir = tempfile::tempdir().unwrap();
@@ -774,6 +775,27 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
         "t.toml:5:10: workload[0].health: give cmd or shell, not both"
     );
     assert!(err("health = { interval = \"5\" }").starts_with("t.toml:5:"));
+    let two = |web: &str, db: &str| {
+        Config::parse(
+            "t.toml",
+            &format!(
+                "[node]\n[[workload]]\nname = \"web\"\nimage = \"a:1\"\n{web}\n\
+                 [[workload]]\nname = \"db\"\nimage = \"b:1\"\n{db}\n"
+            ),
+        )
+    };
+    let ok = two("depends_on = [\"db\"]", "").unwrap();
+    assert_eq!(ok.workloads[0].to_config().depends_on, ["db"]);
+    assert_eq!(
+        two("depends_on = [\"db\"]", "depends_on = [\"web\"]")
+            .unwrap_err()
+            .to_string(),
+        "t.toml:9:14: workload[1].depends_on: dependency cycle: db → web → db"
+    );
+    assert_eq!(
+        two("depends_on = [\"cache\"]", "").unwrap_err().to_string(),
+        "t.toml:5:14: workload[0].depends_on: \"cache\" is not a configured workload"
+    );
     std::fs::write(&env_file, "A=1\nnot a line\n").unwrap();
     assert_eq!(
         err(&format!("env_file = \"{}\"", env_file.display())),

@@ -109,6 +109,9 @@ pub struct WorkloadConfig {
     /// The health check (unset: the image's own, if it has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthCheck>,
+    /// Workloads that must be ready before this one is created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
 }
 
 /// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
@@ -172,6 +175,7 @@ impl WorkloadConfig {
             init: false,
             log: LogConfig::default(),
             health: None,
+            depends_on: Vec::new(),
         }
     }
 
@@ -354,7 +358,14 @@ impl WorkloadConfig {
 
 /// The keys of a `[[workload]]` that shape no container (left out of the spec hash): the name is
 /// the label, the env file's variables are in `env`.
-pub const HOLDFAST_ONLY: [&str; 5] = ["name", "restart", "min_run", "stop_timeout", "env_file"];
+pub const HOLDFAST_ONLY: [&str; 6] = [
+    "name",
+    "restart",
+    "min_run",
+    "stop_timeout",
+    "env_file",
+    "depends_on",
+];
 
 /// FNV-1a, 64-bit, each field prefixed with its length so no two specs collide by concatenation.
 struct Fnv(u64);
@@ -404,7 +415,7 @@ impl Fnv {
     }
 }
 
-/// Checks a whole list of workloads: each one, and that names are unique.
+/// Checks a whole list of workloads: each one, that names are unique, and their dependencies.
 pub fn validate_all(workloads: &[WorkloadConfig]) -> Result<(), WorkloadConfigError> {
     let mut seen = std::collections::BTreeSet::new();
     for w in workloads {
@@ -416,7 +427,69 @@ pub fn validate_all(workloads: &[WorkloadConfig]) -> Result<(), WorkloadConfigEr
             });
         }
     }
+    validate_dependencies(workloads)
+}
+
+// r[impl workload.depends-on]
+/// Every `depends_on` names another configured workload and no chain of them comes back: the
+/// error is the first workload (by name) on a cycle, naming the cycle.
+pub fn validate_dependencies(workloads: &[WorkloadConfig]) -> Result<(), WorkloadConfigError> {
+    let graph: BTreeMap<&str, &[String]> = workloads
+        .iter()
+        .map(|w| (w.name.as_str(), w.depends_on.as_slice()))
+        .collect();
+    let err = |name: &str, message: String| WorkloadConfigError {
+        key: format!("workload[{name}].depends_on"),
+        message,
+    };
+    for (name, deps) in &graph {
+        for dep in *deps {
+            if dep == name {
+                return Err(err(name, format!("{name:?} depends on itself")));
+            }
+            if !graph.contains_key(dep.as_str()) {
+                return Err(err(name, format!("{dep:?} is not a configured workload")));
+            }
+        }
+    }
+    // Depth-first, each workload entered once; a workload met again while on the path closes
+    // a cycle.
+    let mut done = std::collections::BTreeSet::new();
+    for start in graph.keys() {
+        let mut path: Vec<&str> = Vec::new();
+        if let Some(cycle) = find_cycle(&graph, start, &mut path, &mut done) {
+            return Err(err(
+                &cycle[0],
+                format!("dependency cycle: {}", cycle.join(" → ")),
+            ));
+        }
+    }
     Ok(())
+}
+
+fn find_cycle<'a>(
+    graph: &BTreeMap<&'a str, &'a [String]>,
+    node: &'a str,
+    path: &mut Vec<&'a str>,
+    done: &mut std::collections::BTreeSet<&'a str>,
+) -> Option<Vec<String>> {
+    if let Some(at) = path.iter().position(|n| *n == node) {
+        let mut cycle: Vec<String> = path[at..].iter().map(|n| (*n).to_owned()).collect();
+        cycle.push(node.to_owned());
+        return Some(cycle);
+    }
+    if done.contains(node) {
+        return None;
+    }
+    path.push(node);
+    for dep in graph.get(node).copied().unwrap_or_default() {
+        if let Some(cycle) = find_cycle(graph, dep, path, done) {
+            return Some(cycle);
+        }
+    }
+    path.pop();
+    done.insert(node);
+    None
 }
 
 /// The module's settings (not per workload).
@@ -636,6 +709,7 @@ pub(crate) mod tests {
             driver: "json-file".into(),
             options: Some(BTreeMap::from([("max-size".into(), "50m".into())])),
         };
+        w.depends_on = vec!["db".into()];
         w.health = Some(HealthCheck {
             cmd: vec![
                 "wget".into(),
@@ -660,7 +734,7 @@ pub(crate) mod tests {
         let json = serde_json::to_value(&full).unwrap();
         let keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         // The full example sets every key (a key added later must be added there).
-        assert_eq!(keys.len(), 23, "{keys:?}");
+        assert_eq!(keys.len(), 24, "{keys:?}");
         for key in keys {
             // The key back at its default (absent from the TOML).
             let mut without = json.clone();
@@ -845,6 +919,39 @@ pub(crate) mod tests {
         .load_env_file()
         .unwrap_err();
         assert!(e.message.starts_with("cannot read"), "{}", e.message);
+    }
+
+    // r[verify workload.depends-on]
+    #[test]
+    fn dependencies_name_configured_workloads_and_a_cycle_is_named() {
+        let w = |name: &str, deps: &[&str]| WorkloadConfig {
+            depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+            ..WorkloadConfig::new(name, "busybox")
+        };
+        assert_eq!(
+            validate_all(&[
+                w("web", &["db", "cache"]),
+                w("db", &[]),
+                w("cache", &["db"])
+            ]),
+            Ok(())
+        );
+        let e = validate_all(&[w("web", &["db"])]).unwrap_err();
+        assert_eq!(e.key, "workload[web].depends_on");
+        assert_eq!(e.message, "\"db\" is not a configured workload");
+        let e = validate_all(&[w("web", &["web"])]).unwrap_err();
+        assert_eq!(e.message, "\"web\" depends on itself");
+        let e = validate_all(&[
+            w("a", &["b"]),
+            w("b", &["c"]),
+            w("c", &["a"]),
+            w("d", &["a"]),
+        ])
+        .unwrap_err();
+        assert_eq!(e.key, "workload[a].depends_on");
+        assert_eq!(e.message, "dependency cycle: a → b → c → a");
+        let e = validate_all(&[w("x", &[]), w("web", &["db"]), w("db", &["web"])]).unwrap_err();
+        assert_eq!(e.message, "dependency cycle: db → web → db");
     }
 
     // r[verify workload.restart.backoff]

@@ -409,6 +409,11 @@ mod tests {
     use bollard::models::EventActor;
 
     fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
+        // Alone here: its dependencies (holdfast's own key) would hold it back.
+        let w = crate::WorkloadConfig {
+            depends_on: Vec::new(),
+            ..w.clone()
+        };
         let mut core = crate::Reconciler::new(
             crate::ModuleConfig {
                 owner: owner.map(str::to_owned),
@@ -416,7 +421,7 @@ mod tests {
             },
             holdfast_lifecycle::FaultBoard::new(),
         );
-        core.set_desired(vec![w.clone()]);
+        core.set_desired(vec![w]);
         core.resync(vec![], std::time::Instant::now());
         let mut images = |_: &str, _: std::time::Instant| crate::ImagePresence::Present;
         match core.tick(std::time::Instant::now(), &mut images).pop() {

@@ -267,6 +267,8 @@ struct Entry {
     image_detail: Option<String>,
     /// A start has failed or a run has ended since the last start: the next start is a restart.
     restart_due: bool,
+    /// The dependencies it waited for at the last tick (empty: none).
+    waiting_on: Vec<String>,
 }
 
 /// Every decision about the node's workloads, on the caller's clock.
@@ -353,6 +355,7 @@ impl Reconciler {
                     counters: Counters::default(),
                     image_detail: None,
                     restart_due: false,
+                    waiting_on: Vec::new(),
                 },
             );
         }
@@ -875,6 +878,12 @@ impl Reconciler {
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
         let names: Vec<String> = self.entries.keys().cloned().collect();
+        let ready: std::collections::BTreeSet<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| is_ready(&e.run))
+            .map(|(name, _)| name.clone())
+            .collect();
         for name in names {
             let Some(entry) = self.entries.get_mut(&name) else {
                 continue;
@@ -888,6 +897,10 @@ impl Reconciler {
                         continue;
                     }
                     if Self::name_taken(&self.retiring, &name) {
+                        continue;
+                    }
+                    entry.waiting_on = unready_dependencies(&entry.config, &ready);
+                    if !entry.waiting_on.is_empty() {
                         continue;
                     }
                     if !Self::image_present(images, entry, now) {
@@ -1208,6 +1221,17 @@ impl Reconciler {
                 exit_code: *exit_code,
             },
             Run::Idle if !self.synced => WorkloadState::Syncing,
+            Run::Idle
+                if !e.waiting_on.is_empty()
+                    && self
+                        .gate
+                        .state(name)
+                        .is_none_or(|s| now >= s.next_attempt_at) =>
+            {
+                WorkloadState::WaitingForDependencies {
+                    waiting_on: e.waiting_on.clone(),
+                }
+            }
             Run::Idle => {
                 let exit_code = e.last_exit.as_ref().and_then(|x| x.exit_code);
                 let key = self.gate.state(&name.to_owned()).filter(|s| s.failures > 0);
@@ -1298,6 +1322,37 @@ fn crash_message(entry: &Entry, failures: u32) -> String {
         message.push_str(&tail.join("\n"));
     }
     message
+}
+
+// r[impl workload.depends-on]
+/// Whether a workload's run makes it ready for its dependents: running and, with a health
+/// check, healthy; or completed.
+fn is_ready(run: &Run) -> bool {
+    match run {
+        Run::Running {
+            unready: None,
+            health,
+            ..
+        } => health.is_none_or(|h| h == HealthStatus::Healthy),
+        Run::Stopped {
+            completed: true, ..
+        } => true,
+        _ => false,
+    }
+}
+
+// r[impl workload.depends-on]
+/// The dependencies of `config` not in `ready`, in the order configured.
+fn unready_dependencies(
+    config: &WorkloadConfig,
+    ready: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    config
+        .depends_on
+        .iter()
+        .filter(|d| !ready.contains(*d))
+        .cloned()
+        .collect()
 }
 
 // r[impl workload.policy+2]

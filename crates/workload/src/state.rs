@@ -47,6 +47,11 @@ pub enum WorkloadState {
         /// What the pull module says.
         detail: String,
     },
+    /// Ready to start but for its dependencies, which are not ready yet.
+    WaitingForDependencies {
+        /// The dependencies not ready, by name.
+        waiting_on: Vec<String>,
+    },
     /// Ready to start: the next tick asks for its image and starts it.
     Pending,
     /// Waiting for the daemon's container list before deciding anything (after holdfast started,

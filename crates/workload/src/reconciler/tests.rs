@@ -38,8 +38,10 @@ struct Harness {
     daemon: Vec<(String, String, String, bool)>,
     removed: Vec<String>,
     started: Vec<(Duration, String)>,
-    /// The daemon reports a health check on every container it starts.
+    /// The daemon reports a health check on every container it starts...
     health_checked: bool,
+    /// ... but those of these workloads.
+    unchecked: Vec<String>,
 }
 
 impl Harness {
@@ -58,6 +60,7 @@ impl Harness {
             removed: Vec::new(),
             started: Vec::new(),
             health_checked: false,
+            unchecked: Vec::new(),
         }
     }
 
@@ -84,13 +87,15 @@ impl Harness {
                         ));
                         self.started.push((self.at(), spec.workload.clone()));
                         started.push(id.clone());
+                        let health_check =
+                            self.health_checked && !self.unchecked.contains(&spec.workload);
                         next.extend(self.core.on_result(
                             Completion::Started {
                                 workload: spec.workload,
                                 attempt,
                                 result: Ok(Started {
                                     container: id,
-                                    health_check: self.health_checked,
+                                    health_check,
                                 }),
                             },
                             self.now,
@@ -1323,4 +1328,81 @@ fn a_verdict_the_stream_missed_is_found_by_the_list() {
     let actions = h.core.resync(listing, h.now);
     h.perform(actions);
     assert!(h.removed.contains(&id));
+}
+
+// r[verify workload.depends-on]
+#[test]
+fn a_dependent_starts_only_once_its_dependencies_are_ready() {
+    let mut db = checked("db");
+    db.min_run = S(1);
+    let cache = sleeper("cache");
+    let mut web = sleeper("web");
+    web.depends_on = vec!["db".into(), "cache".into()];
+    let mut h = Harness::new(vec![web, db, cache]);
+    h.health_checked = true;
+    h.unchecked = vec!["cache".into()];
+    h.resync();
+    // First tick: db and cache start; web waits for both, spending nothing.
+    let started = h.tick();
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::WaitingForDependencies {
+            waiting_on: vec!["db".into(), "cache".into()]
+        }
+    );
+    assert_eq!(h.core.counters().starts, 2);
+    assert_eq!(h.image_asks, 2, "no image asked for a waiting workload");
+    // Both run; cache has no check (ready once running); db's check is still starting.
+    h.now += S(5);
+    assert!(h.tick().is_empty());
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::WaitingForDependencies {
+            waiting_on: vec!["db".into()]
+        }
+    );
+    let db_id = h.running_id("db");
+    h.health(&db_id, HealthStatus::Healthy);
+    let started = h.tick();
+    assert_eq!(started.len(), 1);
+    assert_eq!(h.running_id("web"), started[0]);
+    // A dependency that fails later does not stop its dependent.
+    h.health(&db_id, HealthStatus::Unhealthy);
+    assert_eq!(h.running_id("web"), started[0]);
+}
+
+// r[verify workload.depends-on]
+#[test]
+fn readiness_is_running_and_healthy_if_checked_or_completed() {
+    let ready = std::collections::BTreeSet::from(["a".to_owned()]);
+    let mut w = sleeper("w");
+    w.depends_on = vec!["a".into(), "b".into()];
+    assert_eq!(unready_dependencies(&w, &ready), ["b"]);
+    w.depends_on.clear();
+    assert!(unready_dependencies(&w, &ready).is_empty());
+    let running = |unready: bool, health: Option<HealthStatus>| Run::Running {
+        container: "c".into(),
+        since: Instant::now(),
+        lasting: None,
+        unready: unready.then(|| {
+            let mut gate = KeyedGate::new(module().restart_policy);
+            gate.begin("w", Instant::now()).unwrap()
+        }),
+        health,
+    };
+    assert!(is_ready(&running(false, None)));
+    assert!(is_ready(&running(false, Some(HealthStatus::Healthy))));
+    assert!(!is_ready(&running(false, Some(HealthStatus::Starting))));
+    assert!(!is_ready(&running(false, Some(HealthStatus::Unhealthy))));
+    assert!(!is_ready(&running(true, Some(HealthStatus::Starting))));
+    assert!(!is_ready(&Run::Idle));
+    let stopped = |completed| Run::Stopped {
+        container: None,
+        exit_code: Some(0),
+        lasted: true,
+        completed,
+    };
+    assert!(is_ready(&stopped(true)));
+    assert!(!is_ready(&stopped(false)));
 }
