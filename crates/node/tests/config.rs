@@ -97,6 +97,28 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
     assert!(config.testing.is_none(), "no test module by default");
 }
 
+// i[verify node.workloads.shape]
+// r[verify workload.depends-on]
+#[test]
+fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/web-with-db.toml"
+    );
+    let config = Config::load(std::path::Path::new(path)).unwrap();
+    let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
+    let [store, web] = &workloads[..] else {
+        panic!("{workloads:?}")
+    };
+    assert_eq!(store.name, "store");
+    assert!(store.health.is_some());
+    assert_eq!(store.volumes[0].to_string(), "holdfast-demo-store:/data");
+    assert_eq!(web.depends_on, ["store"]);
+    assert_eq!(web.ports[0].to_string(), "127.0.0.1:8080:8080");
+    assert_eq!(web.network.as_deref(), Some("holdfast-demo"));
+    assert!(web.command[2].contains("http://holdfast-store:8081/greeting"));
+}
+
 // i[verify node.gateway.config+2]
 #[test]
 fn the_examples_gateway_block_parses_and_states_the_defaults() {
