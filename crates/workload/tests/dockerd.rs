@@ -963,3 +963,63 @@ async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_cras
     );
     env.cleanup().await;
 }
+
+// r[verify workload.depends-on]
+#[tokio::test]
+async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
+    let Some(env) = env("depends").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    // Healthy only after 3 s.
+    let mut db = env.workload("db", "sleep 3; : > /ready; exec sleep 3600");
+    db.min_run = Duration::from_secs(1);
+    db.health = Some(holdfast_workload::HealthCheck {
+        shell: Some("test -f /ready".into()),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 30,
+        ..Default::default()
+    });
+    let mut web = env.workload("web", "exec sleep 3600");
+    web.depends_on = vec!["db".into()];
+    sup.set_desired(vec![web, db]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "db", now).is_some()
+    })
+    .await;
+    // db runs but is not healthy: web waits, with nothing spent.
+    let waiting = state_of(&sup, "web", clock.now());
+    assert_eq!(
+        waiting,
+        WorkloadState::WaitingForDependencies {
+            waiting_on: vec!["db".into()]
+        }
+    );
+    let db_started = std::time::Instant::now();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    assert!(
+        db_started.elapsed() >= Duration::from_secs(2),
+        "web started {:?} after db, before db could be healthy",
+        db_started.elapsed()
+    );
+    let db_health = sup
+        .status(clock.now())
+        .into_iter()
+        .find(|w| w.name == "db")
+        .unwrap()
+        .health;
+    assert_eq!(db_health, Some(holdfast_workload::HealthStatus::Healthy));
+    assert_eq!(sup.core().counters().start_failures, 0);
+    env.cleanup().await;
+}
