@@ -372,11 +372,75 @@ pub struct Workload {
     /// How long the container gets to stop before it is killed (default 10 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_timeout: Option<Spanned<ConfigDuration>>,
+    /// Published ports: `"8080:80"`, `"127.0.0.1:8443:443/tcp"`, `"5353:53/udp"` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Spanned<Vec<holdfast_workload::PortSpec>>>,
+    /// Bind mounts `"/host:/ctr[:ro]"` and named volumes `"name:/ctr[:ro]"` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Spanned<Vec<holdfast_workload::VolumeSpec>>>,
+    /// An existing network to join instead of the default bridge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Spanned<String>>,
+    /// The user the process runs as (default: the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<Spanned<String>>,
+    /// The working directory, absolute (default: the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<Spanned<String>>,
+    /// A file of `KEY=VALUE` lines read at load, under `env` (which wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_file: Option<Spanned<std::path::PathBuf>>,
+    /// Labels of the container (none under `holdfast.`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    /// The memory limit, e.g. `"512m"`, `"1g"` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Spanned<holdfast_workload::ByteSize>>,
+    /// The CPU quota in CPUs, e.g. `1.5` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Spanned<holdfast_workload::Cpus>>,
+    /// The most processes the container may hold (default: the daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<Spanned<i64>>,
+    /// A read-only root filesystem (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<Spanned<bool>>,
+    /// Capabilities added (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_add: Option<Spanned<Vec<String>>>,
+    /// Capabilities dropped (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_drop: Option<Spanned<Vec<String>>>,
+    /// An init process as PID 1 (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<Spanned<bool>>,
+    /// The log driver and options (default `json-file` rotated at 10m, 3 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<Spanned<holdfast_workload::LogConfig>>,
+    /// The health check: `cmd` or `shell`, `interval`, `timeout`, `start_period`, `retries`, or
+    /// `disable = true` (default: the image's own `HEALTHCHECK`, if it has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Spanned<holdfast_workload::HealthCheck>>,
+    /// Workloads that must be ready (running, and healthy if checked) before this one starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Spanned<Vec<String>>>,
 }
 
 impl Workload {
-    /// The workload as holdfast-workload runs it (defaults filled in).
+    /// The workload as holdfast-workload runs it (defaults filled in, the env file's variables
+    /// under `env`). The env file was read and checked when the config was loaded; if it has
+    /// become unreadable since, that is logged and the workload runs without it.
     pub fn to_config(&self) -> holdfast_workload::WorkloadConfig {
+        let mut w = self.shaped_config();
+        if let Err(e) = w.load_env_file() {
+            tracing::warn!(workload = %w.name, error = %e, "env file no longer readable");
+        }
+        w
+    }
+
+    // i[impl node.workloads.shape]
+    /// The entry as holdfast-workload's config, its env file not yet read.
+    fn shaped_config(&self) -> holdfast_workload::WorkloadConfig {
         let mut w = holdfast_workload::WorkloadConfig::new(
             self.name.get_ref().clone(),
             self.image.get_ref().clone(),
@@ -396,6 +460,50 @@ impl Workload {
         if let Some(stop_timeout) = &self.stop_timeout {
             w.stop_timeout = stop_timeout.get_ref().get();
         }
+        let get = |v: &Option<Spanned<String>>| v.as_ref().map(|s| s.get_ref().clone());
+        w.ports = self
+            .ports
+            .as_ref()
+            .map(|v| v.get_ref().clone())
+            .unwrap_or_default();
+        w.volumes = self
+            .volumes
+            .as_ref()
+            .map(|v| v.get_ref().clone())
+            .unwrap_or_default();
+        w.network = get(&self.network);
+        w.user = get(&self.user);
+        w.workdir = get(&self.workdir);
+        w.env_file = self.env_file.as_ref().map(|p| p.get_ref().clone());
+        w.labels = self
+            .labels
+            .as_ref()
+            .map(|v| v.get_ref().clone())
+            .unwrap_or_default();
+        w.memory = self.memory.as_ref().map(|v| *v.get_ref());
+        w.cpus = self.cpus.as_ref().map(|v| *v.get_ref());
+        w.pids_limit = self.pids_limit.as_ref().map(|v| *v.get_ref());
+        w.read_only = self.read_only.as_ref().is_some_and(|v| *v.get_ref());
+        w.cap_add = self
+            .cap_add
+            .as_ref()
+            .map(|v| v.get_ref().clone())
+            .unwrap_or_default();
+        w.cap_drop = self
+            .cap_drop
+            .as_ref()
+            .map(|v| v.get_ref().clone())
+            .unwrap_or_default();
+        w.init = self.init.as_ref().is_some_and(|v| *v.get_ref());
+        if let Some(log) = &self.log {
+            w.log = log.get_ref().clone();
+        }
+        w.health = self.health.as_ref().map(|h| h.get_ref().clone());
+        w.depends_on = self
+            .depends_on
+            .as_ref()
+            .map(|d| d.get_ref().clone())
+            .unwrap_or_default();
         w
     }
 
@@ -408,6 +516,23 @@ impl Workload {
             "restart" => self.restart.as_ref().map(Spanned::span),
             "min_run" => self.min_run.as_ref().map(Spanned::span),
             "stop_timeout" => self.stop_timeout.as_ref().map(Spanned::span),
+            "ports" => self.ports.as_ref().map(Spanned::span),
+            "volumes" => self.volumes.as_ref().map(Spanned::span),
+            "network" => self.network.as_ref().map(Spanned::span),
+            "user" => self.user.as_ref().map(Spanned::span),
+            "workdir" => self.workdir.as_ref().map(Spanned::span),
+            "env_file" => self.env_file.as_ref().map(Spanned::span),
+            "labels" => self.labels.as_ref().map(Spanned::span),
+            "memory" => self.memory.as_ref().map(Spanned::span),
+            "cpus" => self.cpus.as_ref().map(Spanned::span),
+            "pids_limit" => self.pids_limit.as_ref().map(Spanned::span),
+            "read_only" => self.read_only.as_ref().map(Spanned::span),
+            "cap_add" => self.cap_add.as_ref().map(Spanned::span),
+            "cap_drop" => self.cap_drop.as_ref().map(Spanned::span),
+            "init" => self.init.as_ref().map(Spanned::span),
+            "log" => self.log.as_ref().map(Spanned::span),
+            "health" => self.health.as_ref().map(Spanned::span),
+            "depends_on" => self.depends_on.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())
@@ -865,6 +990,8 @@ impl Config {
 
     // i[impl node.config.validate]
     // i[impl node.workloads.config]
+    // i[impl node.workloads.shape]
+    // r[impl workload.depends-on]
     /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
     /// asks of the rest.
     fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
@@ -897,7 +1024,12 @@ impl Config {
                 ));
             }
             // holdfast-workload owns what a workload may be; its error names the field.
-            if let Err(e) = w.to_config().validate() {
+            let check = || {
+                let mut config = w.shaped_config();
+                config.validate()?;
+                config.load_env_file()
+            };
+            if let Err(e) = check() {
                 let field = e.key.rsplit('.').next().unwrap_or("name");
                 return Err(loc.at(
                     Some(w.span_of(field)),
@@ -905,6 +1037,22 @@ impl Config {
                     e.message,
                 ));
             }
+        }
+        // Across entries: dependencies name configured workloads, and form no cycle.
+        let configs: Vec<_> = self.workloads.iter().map(Workload::shaped_config).collect();
+        if let Err(e) = holdfast_workload::config::validate_dependencies(&configs) {
+            let name = e
+                .key
+                .strip_prefix("workload[")
+                .and_then(|k| k.strip_suffix("].depends_on"))
+                .unwrap_or_default();
+            let i = self
+                .workloads
+                .iter()
+                .position(|w| w.name.get_ref() == name)
+                .unwrap_or(0);
+            let span = self.workloads.get(i).map(|w| w.span_of("depends_on"));
+            return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
         }
         Ok(())
     }

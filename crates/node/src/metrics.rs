@@ -192,6 +192,8 @@ pub struct Metrics {
     pub workload_start_failures: Family<WorkloadLabel, Counter>,
     /// Crash loops detected per workload.
     pub workload_crash_loops: Family<WorkloadLabel, Counter>,
+    /// 1 while a workload's container is healthy, 0 while starting or unhealthy.
+    pub workload_healthy: Family<WorkloadLabel, Gauge>,
     /// Gateway connections open now, authenticated or not.
     pub gateway_connections: Family<ConnStateLabel, Gauge>,
     /// Gateway text messages since the node started, by direction.
@@ -346,6 +348,11 @@ impl Metrics {
             m.workload_crash_loops.clone(),
         );
         registry.register(
+            "workload_healthy",
+            "1 while the workload's container is healthy, 0 while starting or unhealthy (absent without a health check)",
+            m.workload_healthy.clone(),
+        );
+        registry.register(
             "gateway_connections",
             "Gateway connections open now, by state",
             m.gateway_connections.clone(),
@@ -405,6 +412,7 @@ impl Metrics {
             workload_restarts: m.workload_restarts,
             workload_start_failures: m.workload_start_failures,
             workload_crash_loops: m.workload_crash_loops,
+            workload_healthy: m.workload_healthy,
             gateway_connections: m.gateway_connections,
             gateway_messages: m.gateway_messages,
             gateway_slow_consumer_drops: m.gateway_slow_consumer_drops,
@@ -558,6 +566,7 @@ impl Metrics {
         ] {
             family.clear();
         }
+        self.workload_healthy.clear();
         for w in workloads {
             let label = WorkloadLabel {
                 workload: w.name.clone(),
@@ -572,6 +581,20 @@ impl Metrics {
             self.workload_crash_loops
                 .get_or_create(&label)
                 .inc_by(c.crash_loops);
+            self.set_workload_health(&label, w.health);
+        }
+    }
+
+    // r[impl node.workload.health]
+    /// The health gauge of one workload: not exported without a check.
+    fn set_workload_health(
+        &self,
+        label: &WorkloadLabel,
+        health: Option<holdfast_workload::HealthStatus>,
+    ) {
+        if let Some(health) = health {
+            let healthy = i64::from(health == holdfast_workload::HealthStatus::Healthy);
+            self.workload_healthy.get_or_create(label).set(healthy);
         }
     }
 
@@ -684,6 +707,7 @@ struct MetricsParts {
     workload_restarts: Family<WorkloadLabel, Counter>,
     workload_start_failures: Family<WorkloadLabel, Counter>,
     workload_crash_loops: Family<WorkloadLabel, Counter>,
+    workload_healthy: Family<WorkloadLabel, Gauge>,
     gateway_connections: Family<ConnStateLabel, Gauge>,
     gateway_messages: Family<DirectionLabel, Counter>,
     gateway_slow_consumer_drops: Counter,

@@ -162,7 +162,7 @@ pub fn workloads(v: &Value) -> String {
             vec![
                 s(&w["name"]),
                 s(&w["image"]),
-                run_state(&w["run"]),
+                with_health(run_state(&w["run"]), &w["run"]["health"]),
                 s(&w["image_state"]),
                 s(&w["detail"]),
             ]
@@ -175,6 +175,16 @@ pub fn workloads(v: &Value) -> String {
         &["WORKLOAD", "IMAGE", "STATE", "IMAGE STATE", "DETAIL"],
         &rows,
     )
+}
+
+// r[impl node.workload.health]
+/// The state's phrase with the container's health after it, as `docker ps` writes it.
+fn with_health(phrase: String, health: &Value) -> String {
+    match health.as_str() {
+        Some("starting") => format!("{phrase} (health: starting)"),
+        Some(h) => format!("{phrase} ({h})"),
+        None => phrase,
+    }
 }
 
 // i[impl node.workloads.state]

@@ -97,6 +97,28 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
     assert!(config.testing.is_none(), "no test module by default");
 }
 
+// i[verify node.workloads.shape]
+// r[verify workload.depends-on]
+#[test]
+fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/web-with-db.toml"
+    );
+    let config = Config::load(std::path::Path::new(path)).unwrap();
+    let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
+    let [store, web] = &workloads[..] else {
+        panic!("{workloads:?}")
+    };
+    assert_eq!(store.name, "store");
+    assert!(store.health.is_some());
+    assert_eq!(store.volumes[0].to_string(), "holdfast-demo-store:/data");
+    assert_eq!(web.depends_on, ["store"]);
+    assert_eq!(web.ports[0].to_string(), "127.0.0.1:8080:8080");
+    assert_eq!(web.network.as_deref(), Some("holdfast-demo"));
+    assert!(web.command[2].contains("http://holdfast-store:8081/greeting"));
+}
+
 // i[verify node.gateway.config+2]
 #[test]
 fn the_examples_gateway_block_parses_and_states_the_defaults() {
@@ -683,6 +705,127 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
             .starts_with("t.toml:5:11: workload[0].restart:")
     );
     assert!(err("[node]\n[workloads]\nstop_on_exti = true\n").contains("workloads.stop_on_exti"));
+}
+
+// i[verify node.workloads.shape]
+// r[verify workload.health]
+// r[verify workload.depends-on]
+#[test]
+fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("web.env");
+    std::fs::write(&env_file, "# web\nA=from-file\nB=2\n").unwrap();
+    let head = "[node]\n[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\n";
+    let text = format!(
+        "{head}env = {{ A = \"1\" }}\nports = [\"8080:80\", \"127.0.0.1:8443:443/tcp\", \"5353:53/udp\"]\n\
+         volumes = [\"/srv/www:/www:ro\", \"data:/var/lib/data\"]\nnetwork = \"backend\"\n\
+         user = \"1000\"\nworkdir = \"/www\"\nenv_file = \"{}\"\nlabels = {{ team = \"edge\" }}\n\
+         memory = \"512m\"\ncpus = 1.5\npids_limit = 100\nread_only = true\n\
+         cap_add = [\"NET_BIND_SERVICE\"]\ncap_drop = [\"ALL\"]\ninit = true\n\
+         log = {{ options = {{ max-size = \"50m\" }} }}\n",
+        env_file.display()
+    );
+    let config = Config::parse("t.toml", &text).unwrap();
+    let web = config.workloads[0].to_config();
+    assert_eq!(
+        web.ports
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["8080:80", "127.0.0.1:8443:443", "5353:53/udp"]
+    );
+    assert_eq!(web.volumes[0].to_string(), "/srv/www:/www:ro");
+    assert_eq!(web.network.as_deref(), Some("backend"));
+    assert_eq!(web.user.as_deref(), Some("1000"));
+    assert_eq!(web.workdir.as_deref(), Some("/www"));
+    assert_eq!(web.env["A"], "1", "env wins over the env file");
+    assert_eq!(web.env["B"], "2");
+    assert_eq!(web.labels["team"], "edge");
+    assert_eq!(web.memory.map(|m| m.0), Some(512 << 20));
+    assert_eq!(web.cpus.map(|c| c.0), Some(1_500_000_000));
+    assert_eq!(web.pids_limit, Some(100));
+    assert!(web.read_only && web.init);
+    assert_eq!(web.cap_add, ["NET_BIND_SERVICE"]);
+    assert_eq!(web.cap_drop, ["ALL"]);
+    assert_eq!(web.log.driver, "json-file");
+    assert_eq!(web.log.effective_options()["max-size"], "50m");
+    // Unset, every key has its default (and the log rotates).
+    let plain = Config::parse("t.toml", head).unwrap().workloads[0].to_config();
+    assert_eq!(
+        plain,
+        holdfast_workload::WorkloadConfig::new("web", "busybox:1")
+    );
+
+    let err = |line: &str| {
+        Config::parse("t.toml", &format!("{head}{line}\n"))
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        err("ports = [\"8080:80\", \"80\"]"),
+        "t.toml:5:9: workload[0].ports[1]: \"80\": expected two or three ':'-separated parts \
+         (write [HOST_IP:]HOST_PORT:CONTAINER_PORT[/tcp|/udp])"
+    );
+    assert!(err("ports = [\"80:80\", \"80:81\"]").starts_with("t.toml:5:9: workload[0].ports: "));
+    assert!(
+        err("volumes = [\"./www:/www\"]").starts_with("t.toml:5:11: workload[0].volumes[0]: "),
+        "{}",
+        err("volumes = [\"./www:/www\"]")
+    );
+    assert!(err("memory = \"1t\"").starts_with("t.toml:5:10: workload[0].memory: "));
+    assert!(err("memory = \"1m\"").starts_with("t.toml:5:10: workload[0].memory: "));
+    assert!(err("cpus = 0").starts_with("t.toml:5:8: workload[0].cpus: "));
+    assert!(err("workdir = \"www\"").starts_with("t.toml:5:11: workload[0].workdir: "));
+    assert!(err("pids_limit = 0").starts_with("t.toml:5:14: workload[0].pids_limit: "));
+    assert!(err("cap_add = [\"net admin\"]").starts_with("t.toml:5:11: workload[0].cap_add: "));
+    assert!(
+        err("labels = { \"holdfast.x\" = \"1\" }").starts_with("t.toml:5:10: workload[0].labels: ")
+    );
+    assert!(err("log = { driver = \"\" }").starts_with("t.toml:5:7: workload[0].log: "));
+    assert!(err("network = \"a b\"").starts_with("t.toml:5:11: workload[0].network: "));
+    let checked = Config::parse(
+        "t.toml",
+        &format!("{head}health = {{ cmd = [\"wget\", \"-q\", \"http://127.0.0.1/\"], interval = \"5s\", retries = 2 }}\n"),
+    )
+    .unwrap();
+    let health = checked.workloads[0].to_config().health.unwrap();
+    assert_eq!(health.cmd, ["wget", "-q", "http://127.0.0.1/"]);
+    assert_eq!(health.interval, std::time::Duration::from_secs(5));
+    assert_eq!(health.retries, 2);
+    assert_eq!(
+        err("health = { cmd = [\"a\"], shell = \"b\" }"),
+        "t.toml:5:10: workload[0].health: give cmd or shell, not both"
+    );
+    assert!(err("health = { interval = \"5\" }").starts_with("t.toml:5:"));
+    let two = |web: &str, db: &str| {
+        Config::parse(
+            "t.toml",
+            &format!(
+                "[node]\n[[workload]]\nname = \"web\"\nimage = \"a:1\"\n{web}\n\
+                 [[workload]]\nname = \"db\"\nimage = \"b:1\"\n{db}\n"
+            ),
+        )
+    };
+    let ok = two("depends_on = [\"db\"]", "").unwrap();
+    assert_eq!(ok.workloads[0].to_config().depends_on, ["db"]);
+    assert_eq!(
+        two("depends_on = [\"db\"]", "depends_on = [\"web\"]")
+            .unwrap_err()
+            .to_string(),
+        "t.toml:9:14: workload[1].depends_on: dependency cycle: db → web → db"
+    );
+    assert_eq!(
+        two("depends_on = [\"cache\"]", "").unwrap_err().to_string(),
+        "t.toml:5:14: workload[0].depends_on: \"cache\" is not a configured workload"
+    );
+    std::fs::write(&env_file, "A=1\nnot a line\n").unwrap();
+    assert_eq!(
+        err(&format!("env_file = \"{}\"", env_file.display())),
+        format!(
+            "t.toml:5:12: workload[0].env_file: {}:2: \"not a line\" is not KEY=VALUE",
+            env_file.display()
+        )
+    );
 }
 
 // i[verify node.gateway.config+2]

@@ -94,6 +94,27 @@ fn workloads_table_says_where_each_container_stands() {
     insta::assert_snapshot!(table);
 }
 
+// r[verify node.workload.health]
+#[test]
+fn a_workloads_health_follows_its_state() {
+    let run = |health: serde_json::Value| {
+        json!([{"name": "web", "image": "reg/web:1", "image_state": "present", "detail": null,
+                "run": {"state": "running", "container": "c1", "running_for_secs": 12,
+                        "lasted": true, "health": health,
+                        "counters": {"starts": 1, "restarts": 0, "start_failures": 0,
+                                     "crash_loops": 0},
+                        "last_exit": null}}])
+    };
+    assert!(render::workloads(&run(json!("healthy"))).contains("running for 12s (healthy)"));
+    assert!(render::workloads(&run(json!("unhealthy"))).contains("running for 12s (unhealthy)"));
+    assert!(
+        render::workloads(&run(json!("starting"))).contains("running for 12s (health: starting)")
+    );
+    let plain = render::workloads(&run(serde_json::Value::Null));
+    assert!(plain.contains("running for 12s "), "{plain}");
+    assert!(!plain.contains('('), "{plain}");
+}
+
 // i[verify node.gateway.status]
 // i[verify node.gateway.cli+2]
 #[test]

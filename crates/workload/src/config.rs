@@ -4,7 +4,10 @@
 //! is, its defaults, and its validation, whose errors name the offending key.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::shape::{ByteSize, Cpus, HealthCheck, LogConfig, MIN_MEMORY, PortSpec, VolumeSpec};
 
 use holdfast_retry::{CrashLoopDetector, Jitter, Policy};
 
@@ -58,10 +61,61 @@ pub struct WorkloadConfig {
     /// seconds, so a fraction is rounded up (`"500ms"` waits 1 s; only `"0s"` kills at once).
     #[serde(default = "default_stop_timeout", with = "serde_text")]
     pub stop_timeout: Duration,
+    /// Published ports (`"8080:80"`, `"127.0.0.1:8443:443/tcp"`, `"5353:53/udp"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortSpec>,
+    /// Bind mounts (`"/host:/ctr[:ro]"`) and named volumes (`"name:/ctr[:ro]"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeSpec>,
+    /// An existing network the container joins instead of the default bridge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// The user the process runs as (`"1000"`, `"1000:1000"`, `"nobody"`); unset: the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The working directory (absolute); unset: the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// A file of `KEY=VALUE` lines merged under `env` by [`WorkloadConfig::load_env_file`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_file: Option<PathBuf>,
+    /// Labels of the container (none under `holdfast.`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The memory limit (`"512m"`); unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ByteSize>,
+    /// The CPU quota in CPUs (`1.5`); unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Cpus>,
+    /// The most processes the container may hold; unset: the daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<i64>,
+    /// Mount the container's root filesystem read-only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+    /// Capabilities added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_drop: Vec<String>,
+    /// Run an init process as PID 1 (reaps zombies, forwards signals).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub init: bool,
+    /// The log driver and its options (default: `json-file`, 10m × 3).
+    #[serde(default, skip_serializing_if = "LogConfig::is_default")]
+    pub log: LogConfig,
+    /// The health check (unset: the image's own, if it has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
+    /// Workloads that must be ready before this one is created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
 }
 
 /// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
-mod serde_text {
+pub(crate) mod serde_text {
     use std::time::Duration;
 
     use holdfast_retry::duration_text;
@@ -105,7 +159,45 @@ impl WorkloadConfig {
             restart: RestartPolicy::default(),
             min_run: DEFAULT_MIN_RUN,
             stop_timeout: DEFAULT_STOP_TIMEOUT,
+            ports: Vec::new(),
+            volumes: Vec::new(),
+            network: None,
+            user: None,
+            workdir: None,
+            env_file: None,
+            labels: BTreeMap::new(),
+            memory: None,
+            cpus: None,
+            pids_limit: None,
+            read_only: false,
+            cap_add: Vec::new(),
+            cap_drop: Vec::new(),
+            init: false,
+            log: LogConfig::default(),
+            health: None,
+            depends_on: Vec::new(),
         }
+    }
+
+    // r[impl workload.shape.env-file]
+    /// Reads `env_file` (when set) and merges its variables under `env`: a variable `env` sets
+    /// wins. The error names the file and the line.
+    pub fn load_env_file(&mut self) -> Result<(), WorkloadConfigError> {
+        let Some(path) = &self.env_file else {
+            return Ok(());
+        };
+        let err = |message: String| WorkloadConfigError {
+            key: format!("workload[{}].env_file", self.name),
+            message,
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err(format!("cannot read {}: {e}", path.display())))?;
+        let vars = crate::shape::parse_env_file(&text)
+            .map_err(|e| err(format!("{}:{}: {}", path.display(), e.line, e.message)))?;
+        for (k, v) in vars {
+            self.env.entry(k).or_insert(v);
+        }
+        Ok(())
     }
 
     // r[impl workload.config]
@@ -157,6 +249,7 @@ impl WorkloadConfig {
                 ),
             ));
         }
+        self.validate_shape(&err)?;
         if self.stop_timeout > MAX_STOP_TIMEOUT {
             return Err(err(
                 "stop_timeout",
@@ -169,26 +262,110 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.replace]
-    /// The hash of what the container is made from (image, command, environment), carried as the
-    /// `holdfast.spec` label: a container whose label differs is replaced. The restart policy,
-    /// minimum run and stop timeout are holdfast's own and change no container. Stable across
-    /// processes and builds (FNV-1a over a length-prefixed encoding).
+    // r[impl workload.shape]
+    /// The container's shape: what no single value's parser can see.
+    fn validate_shape(
+        &self,
+        err: &dyn Fn(&str, String) -> WorkloadConfigError,
+    ) -> Result<(), WorkloadConfigError> {
+        let mut published = std::collections::BTreeSet::new();
+        for p in &self.ports {
+            if !published.insert((p.host_ip, p.host_port, p.protocol)) {
+                return Err(err("ports", format!("{p} publishes a host port twice")));
+            }
+        }
+        let mut targets = std::collections::BTreeSet::new();
+        for v in &self.volumes {
+            if !targets.insert(v.target.as_str()) {
+                return Err(err("volumes", format!("{} is mounted twice", v.target)));
+            }
+        }
+        if let Some(network) = &self.network {
+            if !crate::shape::network_name_ok(network) {
+                return Err(err("network", format!("{network:?} is not a network name")));
+            }
+        }
+        if let Some(user) = &self.user {
+            if user.is_empty() || user.contains(char::is_whitespace) {
+                return Err(err("user", format!("{user:?} is not a user")));
+            }
+        }
+        if let Some(workdir) = &self.workdir {
+            if !workdir.starts_with('/') {
+                return Err(err(
+                    "workdir",
+                    format!("{workdir:?} is not an absolute path"),
+                ));
+            }
+        }
+        for key in self.labels.keys() {
+            if key.is_empty() || key.starts_with("holdfast.") {
+                return Err(err(
+                    "labels",
+                    format!("{key:?}: empty, or under the reserved \"holdfast.\" prefix"),
+                ));
+            }
+        }
+        if let Some(memory) = self.memory {
+            if memory.0 < MIN_MEMORY {
+                return Err(err(
+                    "memory",
+                    format!("{memory} is below the daemon's minimum of 6m"),
+                ));
+            }
+        }
+        if self.pids_limit.is_some_and(|n| n < 1) {
+            return Err(err("pids_limit", "must be at least 1".into()));
+        }
+        for (field, caps) in [("cap_add", &self.cap_add), ("cap_drop", &self.cap_drop)] {
+            if let Some(cap) = caps.iter().find(|c| !crate::shape::capability_ok(c)) {
+                return Err(err(
+                    field,
+                    format!("{cap:?} is not a capability name such as \"NET_ADMIN\" or \"ALL\""),
+                ));
+            }
+        }
+        if let Some(problem) = self.health.as_ref().and_then(HealthCheck::problem) {
+            return Err(err("health", problem));
+        }
+        if self.log.driver.is_empty() || self.log.driver.contains(char::is_whitespace) {
+            return Err(err(
+                "log",
+                format!("{:?} is not a log driver", self.log.driver),
+            ));
+        }
+        Ok(())
+    }
+
+    // r[impl workload.replace+2]
+    /// The hash of what the container is made from, carried as the `holdfast.spec` label: a
+    /// container whose label differs is replaced. Every key is in it except those in
+    /// [`HOLDFAST_ONLY`], which holdfast alone acts on, so a key added later is covered unless it
+    /// is listed there. Stable across processes and builds: FNV-1a over a canonical encoding of
+    /// the config's serialized form (object keys sorted, whatever serde_json's map keeps).
     pub fn spec_hash(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(map) = value.as_object_mut() {
+            for key in HOLDFAST_ONLY {
+                map.remove(key);
+            }
+        }
         let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-        h.field(self.image.as_bytes());
-        h.field(&(self.command.len() as u64).to_le_bytes());
-        for arg in &self.command {
-            h.field(arg.as_bytes());
-        }
-        h.field(&(self.env.len() as u64).to_le_bytes());
-        for (k, v) in &self.env {
-            h.field(k.as_bytes());
-            h.field(v.as_bytes());
-        }
+        h.value(&value);
         format!("{:016x}", h.0)
     }
 }
+
+/// The keys of a `[[workload]]` that shape no container (left out of the spec hash): the name is
+/// the label, the env file's variables are in `env`.
+pub const HOLDFAST_ONLY: [&str; 6] = [
+    "name",
+    "restart",
+    "min_run",
+    "stop_timeout",
+    "env_file",
+    "depends_on",
+];
 
 /// FNV-1a, 64-bit, each field prefixed with its length so no two specs collide by concatenation.
 struct Fnv(u64);
@@ -200,9 +377,45 @@ impl Fnv {
             self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
+
+    /// A tag byte per kind, then the content; objects in sorted key order.
+    fn value(&mut self, value: &serde_json::Value) {
+        use serde_json::Value;
+        match value {
+            Value::Null => self.field(b"n"),
+            Value::Bool(b) => self.field(if *b { b"t" } else { b"f" }),
+            Value::Number(n) => {
+                self.field(b"#");
+                self.field(n.to_string().as_bytes());
+            }
+            Value::String(s) => {
+                self.field(b"s");
+                self.field(s.as_bytes());
+            }
+            Value::Array(items) => {
+                self.field(b"[");
+                self.field(&(items.len() as u64).to_le_bytes());
+                for item in items {
+                    self.value(item);
+                }
+            }
+            Value::Object(map) => {
+                self.field(b"{");
+                self.field(&(map.len() as u64).to_le_bytes());
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                for key in keys {
+                    self.field(key.as_bytes());
+                    if let Some(v) = map.get(key) {
+                        self.value(v);
+                    }
+                }
+            }
+        }
+    }
 }
 
-/// Checks a whole list of workloads: each one, and that names are unique.
+/// Checks a whole list of workloads: each one, that names are unique, and their dependencies.
 pub fn validate_all(workloads: &[WorkloadConfig]) -> Result<(), WorkloadConfigError> {
     let mut seen = std::collections::BTreeSet::new();
     for w in workloads {
@@ -214,7 +427,69 @@ pub fn validate_all(workloads: &[WorkloadConfig]) -> Result<(), WorkloadConfigEr
             });
         }
     }
+    validate_dependencies(workloads)
+}
+
+// r[impl workload.depends-on]
+/// Every `depends_on` names another configured workload and no chain of them comes back: the
+/// error is the first workload (by name) on a cycle, naming the cycle.
+pub fn validate_dependencies(workloads: &[WorkloadConfig]) -> Result<(), WorkloadConfigError> {
+    let graph: BTreeMap<&str, &[String]> = workloads
+        .iter()
+        .map(|w| (w.name.as_str(), w.depends_on.as_slice()))
+        .collect();
+    let err = |name: &str, message: String| WorkloadConfigError {
+        key: format!("workload[{name}].depends_on"),
+        message,
+    };
+    for (name, deps) in &graph {
+        for dep in *deps {
+            if dep == name {
+                return Err(err(name, format!("{name:?} depends on itself")));
+            }
+            if !graph.contains_key(dep.as_str()) {
+                return Err(err(name, format!("{dep:?} is not a configured workload")));
+            }
+        }
+    }
+    // Depth-first, each workload entered once; a workload met again while on the path closes
+    // a cycle.
+    let mut done = std::collections::BTreeSet::new();
+    for start in graph.keys() {
+        let mut path: Vec<&str> = Vec::new();
+        if let Some(cycle) = find_cycle(&graph, start, &mut path, &mut done) {
+            return Err(err(
+                &cycle[0],
+                format!("dependency cycle: {}", cycle.join(" → ")),
+            ));
+        }
+    }
     Ok(())
+}
+
+fn find_cycle<'a>(
+    graph: &BTreeMap<&'a str, &'a [String]>,
+    node: &'a str,
+    path: &mut Vec<&'a str>,
+    done: &mut std::collections::BTreeSet<&'a str>,
+) -> Option<Vec<String>> {
+    if let Some(at) = path.iter().position(|n| *n == node) {
+        let mut cycle: Vec<String> = path[at..].iter().map(|n| (*n).to_owned()).collect();
+        cycle.push(node.to_owned());
+        return Some(cycle);
+    }
+    if done.contains(node) {
+        return None;
+    }
+    path.push(node);
+    for dep in graph.get(node).copied().unwrap_or_default() {
+        if let Some(cycle) = find_cycle(graph, dep, path, done) {
+            return Some(cycle);
+        }
+    }
+    path.pop();
+    done.insert(node);
+    None
 }
 
 /// The module's settings (not per workload).
@@ -278,7 +553,7 @@ fn restart_policy(seed: u64) -> Policy {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     // r[verify workload.config]
@@ -354,15 +629,16 @@ mod tests {
         assert!(validate_all(&twice).unwrap_err().message.contains("twice"));
     }
 
-    // r[verify workload.replace]
+    // r[verify workload.replace+2]
     #[test]
     fn the_spec_hash_covers_what_the_container_is_made_of_and_nothing_else() {
         let base = WorkloadConfig::new("web", "busybox");
         let h = base.spec_hash();
         assert_eq!(h, base.clone().spec_hash());
         // Pinned: the label must mean the same after a rebuild or the node would replace
-        // every container on upgrade.
-        assert_eq!(h, "bd7fc74e4b946348");
+        // every container on upgrade. (Changed once, with workload.replace+2: containers made
+        // before the shape keys, the name and the log rotation are replaced once.)
+        assert_eq!(h, "29bea12ecbc86e97");
         assert_eq!(h, WorkloadConfig::new("other", "busybox").spec_hash());
         let mut c = base.clone();
         c.command = vec!["sleep".into(), "1".into()];
@@ -398,6 +674,284 @@ mod tests {
         w.min_run = MAX_MIN_RUN;
         w.stop_timeout = MAX_STOP_TIMEOUT + Duration::from_millis(1);
         assert_eq!(key(&w), bad("stop_timeout"));
+    }
+
+    /// A workload with every key set away from its default.
+    pub(crate) fn full() -> WorkloadConfig {
+        let mut w = WorkloadConfig::new("web", "busybox:1.36");
+        w.command = vec!["httpd".into(), "-f".into()];
+        w.env.insert("A".into(), "1".into());
+        w.restart = RestartPolicy::OnFailure;
+        w.min_run = Duration::from_secs(2);
+        w.stop_timeout = Duration::from_secs(3);
+        w.ports = vec![
+            "8080:80".parse().unwrap(),
+            "127.0.0.1:8443:443/tcp".parse().unwrap(),
+            "5353:53/udp".parse().unwrap(),
+        ];
+        w.volumes = vec![
+            "/srv/www:/www:ro".parse().unwrap(),
+            "data:/var/lib/data".parse().unwrap(),
+        ];
+        w.network = Some("backend".into());
+        w.user = Some("1000:1000".into());
+        w.workdir = Some("/www".into());
+        w.env_file = Some("/etc/web.env".into());
+        w.labels.insert("team".into(), "edge".into());
+        w.memory = Some("512m".parse().unwrap());
+        w.cpus = Some(Cpus::from_cpus(1.5).unwrap());
+        w.pids_limit = Some(100);
+        w.read_only = true;
+        w.cap_add = vec!["NET_BIND_SERVICE".into()];
+        w.cap_drop = vec!["ALL".into()];
+        w.init = true;
+        w.log = LogConfig {
+            driver: "json-file".into(),
+            options: Some(BTreeMap::from([("max-size".into(), "50m".into())])),
+        };
+        w.depends_on = vec!["db".into()];
+        w.health = Some(HealthCheck {
+            cmd: vec![
+                "wget".into(),
+                "-q".into(),
+                "-O-".into(),
+                "http://127.0.0.1/".into(),
+            ],
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            start_period: Duration::from_secs(10),
+            retries: 3,
+            ..HealthCheck::default()
+        });
+        w
+    }
+
+    // r[verify workload.replace+2]
+    #[test]
+    fn every_key_but_holdfasts_own_is_in_the_spec_identity() {
+        let full = full();
+        assert!(full.validate().is_ok(), "{:?}", full.validate());
+        let json = serde_json::to_value(&full).unwrap();
+        let keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        // The full example sets every key (a key added later must be added there).
+        assert_eq!(keys.len(), 24, "{keys:?}");
+        for key in keys {
+            // The key back at its default (absent from the TOML).
+            let mut without = json.clone();
+            without.as_object_mut().unwrap().remove(&key);
+            if key == "name" || key == "image" {
+                without[&key] = "other".into();
+            }
+            let changed: WorkloadConfig = serde_json::from_value(without).unwrap();
+            let same = changed.spec_hash() == full.spec_hash();
+            assert_eq!(
+                same,
+                HOLDFAST_ONLY.contains(&key.as_str()),
+                "{key}: in the spec identity unless holdfast alone acts on it"
+            );
+        }
+    }
+
+    fn shaped() -> impl proptest::strategy::Strategy<Value = WorkloadConfig> {
+        use proptest::prelude::*;
+        let port = prop_oneof![Just("8080:80"), Just("127.0.0.1:81:80"), Just("53:53/udp")]
+            .prop_map(|p| p.parse::<PortSpec>().unwrap());
+        let volume = prop_oneof![Just("/srv:/srv"), Just("/srv:/srv:ro"), Just("data:/d")]
+            .prop_map(|v| v.parse::<VolumeSpec>().unwrap());
+        let word = || proptest::option::of(prop_oneof![Just("a".to_owned()), Just("b".to_owned())]);
+        (
+            (
+                prop_oneof![Just("busybox"), Just("nginx")],
+                proptest::collection::vec(port, 0..2),
+                proptest::collection::vec(volume, 0..2),
+                word(),
+                word(),
+                proptest::option::of(prop_oneof![Just("/a"), Just("/b")]),
+                proptest::option::of(prop_oneof![Just(6u64 << 20), Just(1 << 30)]),
+                proptest::option::of(prop_oneof![Just(1u64), Just(1_500_000_000)]),
+            ),
+            (
+                proptest::option::of(1i64..3),
+                any::<bool>(),
+                any::<bool>(),
+                proptest::collection::vec(prop_oneof![Just("ALL"), Just("NET_ADMIN")], 0..2),
+                proptest::collection::vec(prop_oneof![Just("ALL"), Just("CHOWN")], 0..2),
+                proptest::option::of(prop_oneof![Just("x"), Just("y")]),
+                proptest::option::of(prop_oneof![Just("local"), Just("json-file")]),
+                (any::<bool>(), any::<u8>()),
+            ),
+        )
+            .prop_map(
+                |(
+                    (image, ports, volumes, network, user, workdir, memory, cpus),
+                    (pids, read_only, init, cap_add, cap_drop, label, driver, (rest, seed)),
+                )| {
+                    let mut w = WorkloadConfig::new("web", image);
+                    w.ports = ports;
+                    w.volumes = volumes;
+                    w.network = network;
+                    w.user = user;
+                    w.workdir = workdir.map(str::to_owned);
+                    w.memory = memory.map(ByteSize);
+                    w.cpus = cpus.map(Cpus);
+                    w.pids_limit = pids;
+                    w.read_only = read_only;
+                    w.init = init;
+                    w.cap_add = cap_add.into_iter().map(str::to_owned).collect();
+                    w.cap_drop = cap_drop.into_iter().map(str::to_owned).collect();
+                    if let Some(l) = label {
+                        w.labels.insert("k".into(), l.into());
+                    }
+                    if let Some(d) = driver {
+                        w.log.driver = d.into();
+                    }
+                    // Holdfast's own keys vary freely: they never change the identity.
+                    if rest {
+                        w.restart = RestartPolicy::Never;
+                    }
+                    w.min_run = Duration::from_millis(u64::from(seed) + 1);
+                    w
+                },
+            )
+    }
+
+    /// What the spec hash must see: everything but holdfast's own keys.
+    fn identity(w: &WorkloadConfig) -> WorkloadConfig {
+        let mut w = w.clone();
+        w.restart = RestartPolicy::default();
+        w.min_run = DEFAULT_MIN_RUN;
+        w.stop_timeout = DEFAULT_STOP_TIMEOUT;
+        w.env_file = None;
+        w
+    }
+
+    proptest::proptest! {
+        // r[verify workload.replace+2]
+        #[test]
+        fn two_workloads_share_a_spec_hash_exactly_when_their_containers_would_be_the_same(
+            a in shaped(),
+            b in shaped(),
+        ) {
+            proptest::prop_assert_eq!(a.spec_hash() == b.spec_hash(), identity(&a) == identity(&b));
+        }
+    }
+
+    // r[verify workload.shape]
+    #[test]
+    fn the_shape_is_validated_and_the_error_names_the_key() {
+        let key = |f: &dyn Fn(&mut WorkloadConfig)| {
+            let mut w = WorkloadConfig::new("web", "busybox");
+            f(&mut w);
+            w.validate().map_err(|e| e.key)
+        };
+        let bad = |field: &str| Err(format!("workload[web].{field}"));
+        assert_eq!(key(&|_| {}), Ok(()));
+        assert_eq!(
+            key(&|w| w.ports = vec!["80:80".parse().unwrap(), "80:81".parse().unwrap()]),
+            bad("ports")
+        );
+        // The same host port over another protocol or address is not a clash.
+        assert_eq!(
+            key(&|w| {
+                w.ports = vec![
+                    "80:80".parse().unwrap(),
+                    "80:80/udp".parse().unwrap(),
+                    "127.0.0.1:80:80".parse().unwrap(),
+                ]
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            key(&|w| w.volumes = vec!["a:/d".parse().unwrap(), "/x:/d".parse().unwrap()]),
+            bad("volumes")
+        );
+        assert_eq!(key(&|w| w.network = Some("a b".into())), bad("network"));
+        assert_eq!(key(&|w| w.user = Some(String::new())), bad("user"));
+        assert_eq!(key(&|w| w.workdir = Some("www".into())), bad("workdir"));
+        assert_eq!(
+            key(&|w| {
+                w.labels.insert("holdfast.workload".into(), "x".into());
+            }),
+            bad("labels")
+        );
+        assert_eq!(key(&|w| w.memory = Some(ByteSize(1 << 20))), bad("memory"));
+        assert_eq!(key(&|w| w.memory = Some(ByteSize(MIN_MEMORY))), Ok(()));
+        assert_eq!(key(&|w| w.pids_limit = Some(0)), bad("pids_limit"));
+        assert_eq!(
+            key(&|w| w.cap_add = vec!["net admin".into()]),
+            bad("cap_add")
+        );
+        assert_eq!(key(&|w| w.cap_drop = vec![String::new()]), bad("cap_drop"));
+        assert_eq!(key(&|w| w.log.driver = String::new()), bad("log"));
+    }
+
+    // r[verify workload.shape.env-file]
+    #[test]
+    fn the_env_file_is_merged_under_env_and_a_bad_line_names_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.env");
+        std::fs::write(&path, "# web\nA=from-file\nB=2\n").unwrap();
+        let mut w = WorkloadConfig::new("web", "busybox");
+        w.env.insert("A".into(), "from-env".into());
+        w.env_file = Some(path.clone());
+        let before = w.spec_hash();
+        w.load_env_file().unwrap();
+        assert_eq!(w.env["A"], "from-env");
+        assert_eq!(w.env["B"], "2");
+        // The file's variables are in the identity through `env`.
+        assert_ne!(w.spec_hash(), before);
+        std::fs::write(&path, "A=1\nnot a line\n").unwrap();
+        let e = WorkloadConfig {
+            env_file: Some(path.clone()),
+            ..WorkloadConfig::new("web", "busybox")
+        }
+        .load_env_file()
+        .unwrap_err();
+        assert_eq!(e.key, "workload[web].env_file");
+        assert_eq!(
+            e.message,
+            format!("{}:2: \"not a line\" is not KEY=VALUE", path.display())
+        );
+        let e = WorkloadConfig {
+            env_file: Some(dir.path().join("missing.env")),
+            ..WorkloadConfig::new("web", "busybox")
+        }
+        .load_env_file()
+        .unwrap_err();
+        assert!(e.message.starts_with("cannot read"), "{}", e.message);
+    }
+
+    // r[verify workload.depends-on]
+    #[test]
+    fn dependencies_name_configured_workloads_and_a_cycle_is_named() {
+        let w = |name: &str, deps: &[&str]| WorkloadConfig {
+            depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+            ..WorkloadConfig::new(name, "busybox")
+        };
+        assert_eq!(
+            validate_all(&[
+                w("web", &["db", "cache"]),
+                w("db", &[]),
+                w("cache", &["db"])
+            ]),
+            Ok(())
+        );
+        let e = validate_all(&[w("web", &["db"])]).unwrap_err();
+        assert_eq!(e.key, "workload[web].depends_on");
+        assert_eq!(e.message, "\"db\" is not a configured workload");
+        let e = validate_all(&[w("web", &["web"])]).unwrap_err();
+        assert_eq!(e.message, "\"web\" depends on itself");
+        let e = validate_all(&[
+            w("a", &["b"]),
+            w("b", &["c"]),
+            w("c", &["a"]),
+            w("d", &["a"]),
+        ])
+        .unwrap_err();
+        assert_eq!(e.key, "workload[a].depends_on");
+        assert_eq!(e.message, "dependency cycle: a → b → c → a");
+        let e = validate_all(&[w("x", &[]), w("web", &["db"]), w("db", &["web"])]).unwrap_err();
+        assert_eq!(e.message, "dependency cycle: db → web → db");
     }
 
     // r[verify workload.restart.backoff]

@@ -8,18 +8,23 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, EventMessage, HostConfig, RestartPolicyNameEnum};
+use bollard::models::{
+    ContainerCreateBody, EventMessage, HealthConfig, HealthStatusEnum, HostConfig,
+    HostConfigLogConfig, Mount, MountType, PortBinding, RestartPolicyNameEnum,
+};
 use bollard::query_parameters::{
-    EventsOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions,
+    CreateContainerOptionsBuilder, EventsOptions, InspectContainerOptions, ListContainersOptions,
+    LogsOptions, RemoveContainerOptions, StopContainerOptions,
 };
 use futures_util::{Stream, StreamExt};
 
 pub use crate::owner::label_filter;
 
 use crate::reconciler::{
-    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, WORKLOAD_LABEL,
+    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, Started, WORKLOAD_LABEL,
 };
+use crate::shape::VolumeSource;
+use crate::state::HealthStatus;
 
 /// The daemon could not be reached or refused a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,32 +53,125 @@ fn not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
-/// Creates a container from `spec` and starts it; the daemon restarts nothing itself (restart
-/// policy "no": holdfast paces restarts).
-pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<String, StartError> {
-    let body = ContainerCreateBody {
+// r[impl workload.shape]
+// r[impl workload.shape.ports]
+// r[impl workload.shape.volumes]
+// r[impl workload.shape.log]
+/// The Engine API's create body for `spec`; the daemon restarts nothing itself (restart policy
+/// "no": holdfast paces restarts). Unset keys stay unset, leaving the daemon's defaults.
+pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let shape = &spec.shape;
+    let mut port_bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    for p in &shape.ports {
+        port_bindings
+            .entry(p.container_key())
+            .or_default()
+            .get_or_insert_with(Vec::new)
+            .push(PortBinding {
+                host_ip: p.host_ip.map(|ip| ip.to_string()),
+                host_port: Some(p.host_port.to_string()),
+            });
+    }
+    let mut exposed: Vec<String> = port_bindings.keys().cloned().collect();
+    exposed.sort();
+    let mounts: Vec<Mount> = shape
+        .volumes
+        .iter()
+        .map(|v| {
+            let (typ, source) = match &v.source {
+                VolumeSource::Bind(path) => (MountType::BIND, path),
+                VolumeSource::Named(name) => (MountType::VOLUME, name),
+            };
+            Mount {
+                target: Some(v.target.clone()),
+                source: Some(source.clone()),
+                typ: Some(typ),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let some_vec = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    ContainerCreateBody {
         image: Some(spec.image.clone()),
         cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
         env: Some(spec.env.clone()),
         labels: Some(spec.labels.clone().into_iter().collect()),
+        user: shape.user.clone(),
+        working_dir: shape.workdir.clone(),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
         host_config: Some(HostConfig {
             restart_policy: Some(bollard::models::RestartPolicy {
                 name: Some(RestartPolicyNameEnum::NO),
                 maximum_retry_count: None,
             }),
+            port_bindings: (!port_bindings.is_empty()).then_some(port_bindings),
+            mounts: (!mounts.is_empty()).then_some(mounts),
+            network_mode: shape.network.clone(),
+            memory: shape.memory.and_then(|m| i64::try_from(m.0).ok()),
+            nano_cpus: shape.cpus.and_then(|c| i64::try_from(c.0).ok()),
+            pids_limit: shape.pids_limit,
+            readonly_rootfs: shape.read_only.then_some(true),
+            cap_add: some_vec(&shape.cap_add),
+            cap_drop: some_vec(&shape.cap_drop),
+            init: shape.init.then_some(true),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some(shape.log.driver.clone()),
+                config: Some(shape.log.effective_options().into_iter().collect()),
+            }),
             ..Default::default()
         }),
+        healthcheck: shape.health.as_ref().map(health_config),
         ..Default::default()
-    };
+    }
+}
+
+// r[impl workload.health]
+/// A `health` table as the Engine API's `HealthConfig` (durations in nanoseconds).
+fn health_config(h: &crate::shape::HealthCheck) -> HealthConfig {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let test = h.test();
+    HealthConfig {
+        test: (!test.is_empty()).then_some(test),
+        interval: Some(nanos(h.interval)),
+        timeout: Some(nanos(h.timeout)),
+        start_period: Some(nanos(h.start_period)),
+        retries: Some(i64::from(h.retries)),
+        start_interval: None,
+    }
+}
+
+// r[impl workload.name]
+/// Creates a container from `spec` under its name and starts it; says whether the daemon runs a
+/// health check for it (the workload's or the image's).
+pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<Started, StartError> {
+    let options = CreateContainerOptionsBuilder::new()
+        .name(&spec.name)
+        .build();
     let created = docker
-        .create_container(None, body)
+        .create_container(Some(options), create_body(spec))
         .await
         .map_err(|e| StartError {
             container: None,
             message: format!("create: {e}"),
         })?;
     match docker.start_container(&created.id, None).await {
-        Ok(()) => Ok(created.id),
+        Ok(()) => {
+            // The image's HEALTHCHECK is known only to the daemon: ask it. A container gone
+            // already has no health to wait for; its exit is on the event stream.
+            let health_check = docker
+                .inspect_container(&created.id, None::<InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.health)
+                .and_then(|h| h.status)
+                .is_some_and(|s| !matches!(s, HealthStatusEnum::NONE | HealthStatusEnum::EMPTY));
+            Ok(Started {
+                container: created.id,
+                health_check,
+            })
+        }
         Err(e) => Err(StartError {
             container: Some(created.id),
             message: format!("start: {e}"),
@@ -194,6 +292,9 @@ pub async fn list(
             running,
             exit_code: None,
             log_tail: Vec::new(),
+            health: running
+                .then(|| c.status.as_deref().and_then(listed_health))
+                .flatten(),
         };
         if !running {
             match docker
@@ -214,6 +315,36 @@ pub async fn list(
     Ok(out)
 }
 
+// r[impl workload.health.gate]
+/// A running container's health as the daemon's list writes it in its status ("Up 5 seconds
+/// (healthy)", "(health: starting)", "(unhealthy)").
+fn listed_health(status: &str) -> Option<HealthStatus> {
+    if status.ends_with("(healthy)") {
+        Some(HealthStatus::Healthy)
+    } else if status.ends_with("(unhealthy)") {
+        Some(HealthStatus::Unhealthy)
+    } else if status.ends_with("(health: starting)") {
+        Some(HealthStatus::Starting)
+    } else {
+        None
+    }
+}
+
+/// The last probe's output of a container's health check, as lines (empty when unknown).
+pub async fn health_output(docker: &Docker, container: &str) -> Vec<String> {
+    docker
+        .inspect_container(container, None::<InspectContainerOptions>)
+        .await
+        .ok()
+        .and_then(|i| i.state)
+        .and_then(|s| s.health)
+        .and_then(|h| h.log)
+        .and_then(|log| log.into_iter().last())
+        .and_then(|r| r.output)
+        .map(|out| out.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// The daemon's stream of `die` and `destroy` events of labelled containers, from `since`
 /// (seconds since the epoch) on.
 pub fn events_since(
@@ -228,7 +359,12 @@ pub fn events_since(
             ("label".to_owned(), label_filter(owner)),
             (
                 "event".to_owned(),
-                vec!["die".to_owned(), "destroy".to_owned()],
+                // `health_status` matches the daemon's "health_status: healthy" and the rest.
+                vec![
+                    "die".to_owned(),
+                    "destroy".to_owned(),
+                    "health_status".to_owned(),
+                ],
             ),
         ])),
         until: None,
@@ -253,6 +389,16 @@ pub fn container_event(message: &EventMessage) -> Option<ContainerEvent> {
             log_tail: Vec::new(),
         }),
         "destroy" => Some(ContainerEvent::Destroyed { id }),
+        "health_status: healthy" => Some(ContainerEvent::Health {
+            id,
+            status: HealthStatus::Healthy,
+            output: Vec::new(),
+        }),
+        "health_status: unhealthy" => Some(ContainerEvent::Health {
+            id,
+            status: HealthStatus::Unhealthy,
+            output: Vec::new(),
+        }),
         _ => None,
     }
 }
@@ -261,6 +407,69 @@ pub fn container_event(message: &EventMessage) -> Option<ContainerEvent> {
 mod tests {
     use super::*;
     use bollard::models::EventActor;
+
+    fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
+        // Alone here: its dependencies (holdfast's own key) would hold it back.
+        let w = crate::WorkloadConfig {
+            depends_on: Vec::new(),
+            ..w.clone()
+        };
+        let mut core = crate::Reconciler::new(
+            crate::ModuleConfig {
+                owner: owner.map(str::to_owned),
+                ..crate::ModuleConfig::new(7)
+            },
+            holdfast_lifecycle::FaultBoard::new(),
+        );
+        core.set_desired(vec![w]);
+        core.resync(vec![], std::time::Instant::now());
+        let mut images = |_: &str, _: std::time::Instant| crate::ImagePresence::Present;
+        match core.tick(std::time::Instant::now(), &mut images).pop() {
+            Some(crate::Action::Start { spec, .. }) => *spec,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // r[verify workload.shape]
+    // r[verify workload.shape.ports]
+    // r[verify workload.shape.volumes]
+    // r[verify workload.shape.log]
+    // r[verify workload.name]
+    #[test]
+    fn a_full_workload_maps_onto_the_engine_apis_create_body() {
+        let spec = spec_of(&crate::config::tests::full(), None);
+        assert_eq!(spec.name, "holdfast-web");
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(create_body(&spec));
+        });
+    }
+
+    // r[verify workload.shape]
+    // r[verify workload.shape.log]
+    #[test]
+    fn unset_keys_leave_the_daemons_defaults_but_the_log_rotates() {
+        let spec = spec_of(&crate::WorkloadConfig::new("web", "busybox"), Some("t 1"));
+        assert_eq!(spec.name, "holdfast-t-1-web");
+        let body = create_body(&spec);
+        assert_eq!(body.exposed_ports, None);
+        assert_eq!(body.user, None);
+        assert_eq!(body.working_dir, None);
+        let host = body.host_config.unwrap();
+        assert_eq!(host.port_bindings, None);
+        assert_eq!(host.mounts, None);
+        assert_eq!(host.network_mode, None);
+        assert_eq!(host.memory, None);
+        assert_eq!(host.nano_cpus, None);
+        assert_eq!(host.pids_limit, None);
+        assert_eq!(host.readonly_rootfs, None);
+        assert_eq!(host.cap_add, None);
+        assert_eq!(host.init, None);
+        let log = host.log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        let options = log.config.unwrap();
+        assert_eq!(options.get("max-size").map(String::as_str), Some("10m"));
+        assert_eq!(options.get("max-file").map(String::as_str), Some("3"));
+    }
 
     // r[verify workload.stop-timeout]
     #[test]
@@ -314,5 +523,73 @@ mod tests {
             Some(ContainerEvent::Destroyed { id: "c1".into() })
         );
         assert_eq!(container_event(&message("start", &[])), None);
+    }
+
+    // r[verify workload.health.gate]
+    #[test]
+    fn health_events_and_listed_health_become_verdicts() {
+        let message = |action: &str| EventMessage {
+            action: Some(action.to_owned()),
+            actor: Some(EventActor {
+                id: Some("c1".to_owned()),
+                attributes: None,
+            }),
+            ..Default::default()
+        };
+        let verdict = |action: &str| match container_event(&message(action)) {
+            Some(ContainerEvent::Health { status, .. }) => Some(status),
+            _ => None,
+        };
+        assert_eq!(
+            verdict("health_status: healthy"),
+            Some(HealthStatus::Healthy)
+        );
+        assert_eq!(
+            verdict("health_status: unhealthy"),
+            Some(HealthStatus::Unhealthy)
+        );
+        assert_eq!(verdict("health_status: starting"), None);
+        assert_eq!(
+            listed_health("Up 5 seconds (healthy)"),
+            Some(HealthStatus::Healthy)
+        );
+        assert_eq!(
+            listed_health("Up 2 minutes (unhealthy)"),
+            Some(HealthStatus::Unhealthy)
+        );
+        assert_eq!(
+            listed_health("Up 1 second (health: starting)"),
+            Some(HealthStatus::Starting)
+        );
+        assert_eq!(listed_health("Up 5 seconds"), None);
+    }
+
+    // r[verify workload.health]
+    #[test]
+    fn a_health_table_is_dockers_health_config_and_none_keeps_the_images() {
+        let mut w = crate::WorkloadConfig::new("web", "busybox");
+        assert_eq!(create_body(&spec_of(&w, None)).healthcheck, None);
+        w.health = Some(crate::HealthCheck {
+            shell: Some("nc -z 127.0.0.1 80".into()),
+            ..Default::default()
+        });
+        let h = create_body(&spec_of(&w, None)).healthcheck.unwrap();
+        assert_eq!(
+            h.test,
+            Some(vec![
+                "CMD-SHELL".to_owned(),
+                "nc -z 127.0.0.1 80".to_owned()
+            ])
+        );
+        assert_eq!(h.interval, Some(30_000_000_000));
+        assert_eq!(h.retries, Some(3));
+        // Timings alone: the image's test with those timings.
+        w.health = Some(crate::HealthCheck {
+            retries: 5,
+            ..Default::default()
+        });
+        let h = create_body(&spec_of(&w, None)).healthcheck.unwrap();
+        assert_eq!(h.test, None);
+        assert_eq!(h.retries, Some(5));
     }
 }

@@ -19,6 +19,7 @@ pub mod docker;
 pub mod images;
 pub mod owner;
 pub mod reconciler;
+pub mod shape;
 pub mod state;
 pub mod supervisor;
 
@@ -26,7 +27,11 @@ pub use config::{ModuleConfig, RestartPolicy, WorkloadConfig, WorkloadConfigErro
 pub use images::{ImagePresence, Images};
 pub use reconciler::{
     Action, AttemptId, Completion, ContainerEvent, ContainerSpec, MODULE, Observed, Reconciler,
-    SPEC_LABEL, StartError, WORKLOAD_LABEL,
+    SPEC_LABEL, Shape, StartError, Started, WORKLOAD_LABEL, container_name,
 };
-pub use state::{Counters, LastExit, WorkloadState, WorkloadStatus};
+pub use shape::{
+    ByteSize, Cpus, EnvFileError, HealthCheck, LogConfig, PortSpec, Protocol, ShapeError,
+    VolumeSource, VolumeSpec, parse_env_file,
+};
+pub use state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 pub use supervisor::{Supervisor, SupervisorError};

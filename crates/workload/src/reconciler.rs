@@ -17,7 +17,7 @@ use holdfast_retry::{
 
 use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
 use crate::images::{ImagePresence, Images};
-use crate::state::{Counters, LastExit, WorkloadState, WorkloadStatus};
+use crate::state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 
 /// The module name faults are filed under on the node's board.
 pub const MODULE: &str = "workload";
@@ -46,8 +46,46 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     /// `KEY=VALUE` pairs.
     pub env: Vec<String>,
-    /// The container's labels ([`WORKLOAD_LABEL`] and [`SPEC_LABEL`]).
+    /// The container's labels (the workload's own, [`WORKLOAD_LABEL`] and [`SPEC_LABEL`]).
     pub labels: BTreeMap<String, String>,
+    /// The container's name ([`container_name`]).
+    pub name: String,
+    /// The rest of its shape, as configured.
+    pub shape: Shape,
+}
+
+/// The keys of a [`WorkloadConfig`] that shape its container beyond image, command, environment
+/// and labels.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Published ports.
+    pub ports: Vec<crate::shape::PortSpec>,
+    /// Bind mounts and named volumes.
+    pub volumes: Vec<crate::shape::VolumeSpec>,
+    /// The network joined instead of the default bridge.
+    pub network: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// The working directory.
+    pub workdir: Option<String>,
+    /// The memory limit.
+    pub memory: Option<crate::shape::ByteSize>,
+    /// The CPU quota.
+    pub cpus: Option<crate::shape::Cpus>,
+    /// The process limit.
+    pub pids_limit: Option<i64>,
+    /// A read-only root filesystem.
+    pub read_only: bool,
+    /// Capabilities added.
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped.
+    pub cap_drop: Vec<String>,
+    /// An init process.
+    pub init: bool,
+    /// The log driver and its options.
+    pub log: crate::shape::LogConfig,
+    /// The health check (`None`: the image's own).
+    pub health: Option<crate::shape::HealthCheck>,
 }
 
 /// Something the shell must do for the core.
@@ -57,8 +95,8 @@ pub enum Action {
     Start {
         /// Reported back with the result.
         attempt: AttemptId,
-        /// What to create.
-        spec: ContainerSpec,
+        /// What to create (boxed: it is most of the enum's size).
+        spec: Box<ContainerSpec>,
     },
     /// Stop the container (SIGTERM, SIGKILL after `stop_timeout`) and remove it; report
     /// [`Completion::Removed`]. A container already gone is removed.
@@ -81,6 +119,32 @@ pub struct StartError {
     pub message: String,
 }
 
+/// A container created and started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// Its id.
+    pub container: String,
+    /// Whether it has a health check (its own or its image's), as the daemon reports it.
+    pub health_check: bool,
+}
+
+impl From<String> for Started {
+    /// A container without a health check.
+    fn from(container: String) -> Self {
+        Started {
+            container,
+            health_check: false,
+        }
+    }
+}
+
+impl From<&str> for Started {
+    /// A container without a health check.
+    fn from(container: &str) -> Self {
+        Started::from(container.to_owned())
+    }
+}
+
 /// An action's result, as the shell reports it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
@@ -90,8 +154,8 @@ pub enum Completion {
         workload: String,
         /// The attempt it was started with.
         attempt: AttemptId,
-        /// The running container's id, or why not.
-        result: Result<String, StartError>,
+        /// The running container, or why not.
+        result: Result<Started, StartError>,
     },
     /// A [`Action::Remove`] ended.
     Removed {
@@ -117,6 +181,8 @@ pub struct Observed {
     pub exit_code: Option<i64>,
     /// The last lines of its log, when it has exited.
     pub log_tail: Vec<String>,
+    /// Its health, when it runs and has a check.
+    pub health: Option<HealthStatus>,
 }
 
 /// What the daemon's event stream reported about a labelled container.
@@ -136,6 +202,26 @@ pub enum ContainerEvent {
         /// The container id.
         id: String,
     },
+    /// The container's health check changed its verdict.
+    Health {
+        /// The container id.
+        id: String,
+        /// The new verdict.
+        status: HealthStatus,
+        /// The last probe's output (for an unhealthy one).
+        output: Vec<String>,
+    },
+}
+
+impl ContainerEvent {
+    /// The container it is about.
+    pub fn id(&self) -> &str {
+        match self {
+            ContainerEvent::Died { id, .. }
+            | ContainerEvent::Destroyed { id }
+            | ContainerEvent::Health { id, .. } => id,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -148,11 +234,15 @@ enum Run {
         token: AttemptToken<String>,
     },
     /// The container runs. Its start is a provisional success (`lasting`) until the run has
-    /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted.
+    /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted, or
+    /// still `unready`: a container with a health check holds its start's token until it is
+    /// first reported healthy, and only then is the start a provisional success.
     Running {
         container: String,
         since: Instant,
         lasting: Option<Lasting<String>>,
+        unready: Option<AttemptToken<String>>,
+        health: Option<HealthStatus>,
     },
     /// Exited and left stopped by the restart policy.
     Stopped {
@@ -177,6 +267,8 @@ struct Entry {
     image_detail: Option<String>,
     /// A start has failed or a run has ended since the last start: the next start is a restart.
     restart_due: bool,
+    /// The dependencies it waited for at the last tick (empty: none).
+    waiting_on: Vec<String>,
 }
 
 /// Every decision about the node's workloads, on the caller's clock.
@@ -263,6 +355,7 @@ impl Reconciler {
                     counters: Counters::default(),
                     image_detail: None,
                     restart_due: false,
+                    waiting_on: Vec::new(),
                 },
             );
         }
@@ -293,7 +386,7 @@ impl Reconciler {
         }
     }
 
-    // r[impl workload.replace]
+    // r[impl workload.replace+2]
     /// A configured workload seen again: a changed container spec (`hash`) replaces its
     /// container, with a fresh streak; the same spec only takes the new settings.
     fn reconfigure(
@@ -483,9 +576,12 @@ impl Reconciler {
         let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
         match &entry.run {
             Run::Running { container, .. } if *container == c.id => {
+                let name = c.workload.clone();
                 if !c.running {
-                    let name = c.workload.clone();
                     self.exited(&name, c.exit_code, c.log_tail, now, actions);
+                } else if let Some(status) = c.health {
+                    // A verdict the lost event stream did not bring.
+                    self.health_changed(&name, status, Vec::new(), now, actions);
                 }
             }
             // Probably the start in flight: its result says.
@@ -496,6 +592,8 @@ impl Reconciler {
                     container: c.id,
                     since: now,
                     lasting: None,
+                    unready: None,
+                    health: c.health,
                 };
             }
             Run::Idle if current => self.listed_exit(c, actions),
@@ -541,9 +639,7 @@ impl Reconciler {
     /// removed on the core's own decision, or about containers it does not track, change nothing.
     pub fn on_event(&mut self, event: ContainerEvent, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
-        let id = match &event {
-            ContainerEvent::Died { id, .. } | ContainerEvent::Destroyed { id } => id.clone(),
-        };
+        let id = event.id().to_owned();
         if self.retiring.contains_key(&id) {
             return actions;
         }
@@ -589,9 +685,66 @@ impl Reconciler {
                     *container = None;
                 }
             }
-            ContainerEvent::Died { .. } => {}
+            ContainerEvent::Health { status, output, .. } if running => {
+                self.health_changed(&name, status, output, now, &mut actions);
+            }
+            ContainerEvent::Died { .. } | ContainerEvent::Health { .. } => {}
         }
         actions
+    }
+
+    // r[impl workload.health.gate]
+    /// `name`'s running container got a health verdict at `now`. The first `healthy` turns a
+    /// start held unready into a provisional success lasting to the minimum run; `unhealthy` ends
+    /// the run as an exit does (a failure of the streak while unready), except under `never`,
+    /// which leaves it running.
+    fn health_changed(
+        &mut self,
+        name: &str,
+        status: HealthStatus,
+        output: Vec<String>,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        let Run::Running {
+            since,
+            lasting,
+            unready,
+            health,
+            ..
+        } = &mut entry.run
+        else {
+            return;
+        };
+        if *health == Some(status) {
+            return;
+        }
+        *health = Some(status);
+        match status {
+            HealthStatus::Starting => {}
+            HealthStatus::Healthy => {
+                if let Some(token) = unready.take() {
+                    let remaining = (*since + entry.config.min_run).saturating_duration_since(now);
+                    tracing::info!(workload = name, "the container is healthy");
+                    *lasting = Some(self.gate.succeed_provisionally(token, now, remaining));
+                }
+            }
+            HealthStatus::Unhealthy if entry.config.restart == RestartPolicy::Never => {
+                tracing::warn!(
+                    workload = name,
+                    "the container is unhealthy; left running (restart = never)"
+                );
+            }
+            HealthStatus::Unhealthy => {
+                tracing::warn!(workload = name, "the container is unhealthy; replacing it");
+                let mut tail = vec!["health check failing".to_owned()];
+                tail.extend(output);
+                self.exited(name, None, tail, now, actions);
+            }
+        }
     }
 
     // r[impl workload.min-run]
@@ -611,6 +764,8 @@ impl Reconciler {
             container,
             since,
             lasting,
+            unready,
+            ..
         } = std::mem::replace(&mut entry.run, Run::Idle)
         else {
             return;
@@ -618,7 +773,11 @@ impl Reconciler {
         let ran = now.saturating_duration_since(since);
         let mut lasted = true;
         let mut failures = 0;
-        if let Some(lasting) = lasting {
+        if let Some(token) = unready {
+            // Never healthy: the start failed, however long it ran.
+            lasted = false;
+            failures = self.gate.fail(token, now, None).failures;
+        } else if let Some(lasting) = lasting {
             lasted = lasting.is_confirmed() || now >= lasting.lasts_at();
             // H2: a start that did not last is a failure of the same streak, never a success.
             let t = self.gate.ended(lasting, now, None);
@@ -719,6 +878,12 @@ impl Reconciler {
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
         let names: Vec<String> = self.entries.keys().cloned().collect();
+        let ready: std::collections::BTreeSet<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| is_ready(&e.run))
+            .map(|(name, _)| name.clone())
+            .collect();
         for name in names {
             let Some(entry) = self.entries.get_mut(&name) else {
                 continue;
@@ -729,6 +894,13 @@ impl Reconciler {
                 } => Self::confirm_lasted(&mut self.gate, &self.board, &self.config, entry, now),
                 Run::Idle if self.synced => {
                     if self.gate.check(&name, now).is_err() {
+                        continue;
+                    }
+                    if Self::name_taken(&self.retiring, &name) {
+                        continue;
+                    }
+                    entry.waiting_on = unready_dependencies(&entry.config, &ready);
+                    if !entry.waiting_on.is_empty() {
                         continue;
                     }
                     if !Self::image_present(images, entry, now) {
@@ -750,7 +922,11 @@ impl Reconciler {
                     tracing::info!(workload = %name, attempt = token.attempt(), "starting workload container");
                     actions.push(Action::Start {
                         attempt,
-                        spec: spec_of(&entry.config, &entry.hash, self.config.owner.as_deref()),
+                        spec: Box::new(spec_of(
+                            &entry.config,
+                            &entry.hash,
+                            self.config.owner.as_deref(),
+                        )),
                     });
                     entry.run = Run::Starting { attempt, token };
                 }
@@ -758,6 +934,13 @@ impl Reconciler {
             }
         }
         actions
+    }
+
+    // r[impl workload.name]
+    /// Whether a container of `workload` is still being removed: the next one takes the same
+    /// name, so it is not created before the last is gone.
+    fn name_taken(retiring: &BTreeMap<String, String>, workload: &str) -> bool {
+        retiring.values().any(|w| w == workload)
     }
 
     // r[impl workload.min-run]
@@ -840,15 +1023,26 @@ impl Reconciler {
                     return actions;
                 };
                 match result {
-                    Ok(container) => {
-                        tracing::info!(%workload, %container, "workload container started");
-                        let lasting =
-                            self.gate
-                                .succeed_provisionally(token, now, entry.config.min_run);
+                    Ok(Started {
+                        container,
+                        health_check,
+                    }) => {
+                        tracing::info!(%workload, %container, health_check, "workload container started");
+                        // With a health check the start is judged by its first verdict.
+                        let (lasting, unready, health) = if health_check {
+                            (None, Some(token), Some(HealthStatus::Starting))
+                        } else {
+                            let lasting =
+                                self.gate
+                                    .succeed_provisionally(token, now, entry.config.min_run);
+                            (Some(lasting), None, None)
+                        };
                         entry.run = Run::Running {
                             container: container.clone(),
                             since: now,
-                            lasting: Some(lasting),
+                            lasting,
+                            unready,
+                            health,
                         };
                         self.replay_early(&container, now, &mut actions);
                     }
@@ -876,7 +1070,7 @@ impl Reconciler {
         &mut self,
         workload: &str,
         attempt: AttemptId,
-        result: &Result<String, StartError>,
+        result: &Result<Started, StartError>,
         actions: &mut Vec<Action>,
     ) -> bool {
         let owner = match self.orphans.remove(&attempt) {
@@ -892,7 +1086,7 @@ impl Reconciler {
             }
         };
         let container = match result {
-            Ok(id) => Some(id.clone()),
+            Ok(started) => Some(started.container.clone()),
             Err(e) => e.container.clone(),
         };
         if let Some(container) = container {
@@ -917,10 +1111,7 @@ impl Reconciler {
             .values()
             .any(|e| matches!(e.run, Run::Starting { .. }));
         for event in early {
-            let id = match &event {
-                ContainerEvent::Died { id, .. } | ContainerEvent::Destroyed { id } => id,
-            };
-            if id == container {
+            if event.id() == container {
                 actions.extend(self.on_event(event, now));
             } else if starting {
                 self.early.push(event);
@@ -997,6 +1188,10 @@ impl Reconciler {
                 name: name.clone(),
                 image: e.config.image.clone(),
                 state: self.state_of(name, e, now),
+                health: match &e.run {
+                    Run::Running { health, .. } => *health,
+                    _ => None,
+                },
                 counters: e.counters,
                 last_exit: e.last_exit.clone(),
             })
@@ -1009,10 +1204,12 @@ impl Reconciler {
                 container,
                 since,
                 lasting,
+                unready,
+                ..
             } => WorkloadState::Running {
                 container: container.clone(),
                 running_for: now.saturating_duration_since(*since),
-                lasted: lasting.as_ref().is_none_or(Lasting::is_confirmed),
+                lasted: unready.is_none() && lasting.as_ref().is_none_or(Lasting::is_confirmed),
             },
             Run::Starting { token, .. } => WorkloadState::Starting {
                 attempt: token.attempt(),
@@ -1024,6 +1221,17 @@ impl Reconciler {
                 exit_code: *exit_code,
             },
             Run::Idle if !self.synced => WorkloadState::Syncing,
+            Run::Idle
+                if !e.waiting_on.is_empty()
+                    && self
+                        .gate
+                        .state(name)
+                        .is_none_or(|s| now >= s.next_attempt_at) =>
+            {
+                WorkloadState::WaitingForDependencies {
+                    waiting_on: e.waiting_on.clone(),
+                }
+            }
             Run::Idle => {
                 let exit_code = e.last_exit.as_ref().and_then(|x| x.exit_code);
                 let key = self.gate.state(&name.to_owned()).filter(|s| s.failures > 0);
@@ -1116,6 +1324,37 @@ fn crash_message(entry: &Entry, failures: u32) -> String {
     message
 }
 
+// r[impl workload.depends-on]
+/// Whether a workload's run makes it ready for its dependents: running and, with a health
+/// check, healthy; or completed.
+fn is_ready(run: &Run) -> bool {
+    match run {
+        Run::Running {
+            unready: None,
+            health,
+            ..
+        } => health.is_none_or(|h| h == HealthStatus::Healthy),
+        Run::Stopped {
+            completed: true, ..
+        } => true,
+        _ => false,
+    }
+}
+
+// r[impl workload.depends-on]
+/// The dependencies of `config` not in `ready`, in the order configured.
+fn unready_dependencies(
+    config: &WorkloadConfig,
+    ready: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    config
+        .depends_on
+        .iter()
+        .filter(|d| !ready.contains(*d))
+        .cloned()
+        .collect()
+}
+
 // r[impl workload.policy+2]
 /// Whether an exit leaves the workload stopped under `policy` (`Some(completed)`) or it is
 /// started again (`None`): `never` always stops, `on-failure` completes on an exit 0 after a
@@ -1137,12 +1376,34 @@ fn count_start(counters: &mut Counters, restart: bool) {
     }
 }
 
+// r[impl workload.name]
+/// The container name of `workload`: `holdfast-NAME`, or `holdfast-OWNER-NAME` with an owner
+/// (whose characters a container name cannot hold become `-`).
+pub fn container_name(workload: &str, owner: Option<&str>) -> String {
+    match owner {
+        None => format!("holdfast-{workload}"),
+        Some(owner) => {
+            let owner: String = owner
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            format!("holdfast-{owner}-{workload}")
+        }
+    }
+}
+
 // r[impl workload.owner]
+// r[impl workload.shape]
 fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> ContainerSpec {
-    let mut labels = BTreeMap::from([
-        (WORKLOAD_LABEL.to_owned(), config.name.clone()),
-        (SPEC_LABEL.to_owned(), hash.to_owned()),
-    ]);
+    let mut labels = config.labels.clone();
+    labels.insert(WORKLOAD_LABEL.to_owned(), config.name.clone());
+    labels.insert(SPEC_LABEL.to_owned(), hash.to_owned());
     if let Some(owner) = owner {
         labels.insert(OWNER_LABEL.to_owned(), owner.to_owned());
     }
@@ -1152,6 +1413,23 @@ fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> Containe
         command: config.command.clone(),
         env: config.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         labels,
+        name: container_name(&config.name, owner),
+        shape: Shape {
+            ports: config.ports.clone(),
+            volumes: config.volumes.clone(),
+            network: config.network.clone(),
+            user: config.user.clone(),
+            workdir: config.workdir.clone(),
+            memory: config.memory,
+            cpus: config.cpus,
+            pids_limit: config.pids_limit,
+            read_only: config.read_only,
+            cap_add: config.cap_add.clone(),
+            cap_drop: config.cap_drop.clone(),
+            init: config.init,
+            log: config.log.clone(),
+            health: config.health.clone(),
+        },
     }
 }
 

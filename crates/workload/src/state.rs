@@ -47,6 +47,11 @@ pub enum WorkloadState {
         /// What the pull module says.
         detail: String,
     },
+    /// Ready to start but for its dependencies, which are not ready yet.
+    WaitingForDependencies {
+        /// The dependencies not ready, by name.
+        waiting_on: Vec<String>,
+    },
     /// Ready to start: the next tick asks for its image and starts it.
     Pending,
     /// Waiting for the daemon's container list before deciding anything (after holdfast started,
@@ -61,6 +66,30 @@ pub enum WorkloadState {
     Completed,
 }
 
+// r[impl workload.health.status]
+/// A running container's health, as the daemon's health check reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// Checked, not yet healthy.
+    Starting,
+    /// The last probe passed.
+    Healthy,
+    /// `retries` probes in a row failed.
+    Unhealthy,
+}
+
+impl HealthStatus {
+    /// As the daemon and the operator write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthStatus::Starting => "starting",
+            HealthStatus::Healthy => "healthy",
+            HealthStatus::Unhealthy => "unhealthy",
+        }
+    }
+}
+
 /// One workload as the operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WorkloadStatus {
@@ -71,6 +100,9 @@ pub struct WorkloadStatus {
     /// Its state.
     #[serde(flatten)]
     pub state: WorkloadState,
+    /// Its running container's health (`None`, left out: no check, or no running container).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
     /// Its counters.
     pub counters: Counters,
     /// The last exit, if it has exited since holdfast started.

@@ -557,6 +557,11 @@ async fn follow(
                 let Some(mut event) = docker::container_event(&message) else {
                     continue;
                 };
+                if let ContainerEvent::Health { id, output, status } = &mut event {
+                    if *status == crate::state::HealthStatus::Unhealthy {
+                        *output = docker::health_output(&docker, id).await;
+                    }
+                }
                 if let ContainerEvent::Died { id, log_tail, .. } = &mut event {
                     *log_tail = docker::log_tail(&docker, id, tail).await;
                 }

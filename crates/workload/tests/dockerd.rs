@@ -632,7 +632,7 @@ async fn a_cut_event_stream_is_reconnected_and_resynced_and_nothing_starts_twice
     env.cleanup().await;
 }
 
-// r[verify workload.replace]
+// r[verify workload.replace+2]
 // r[verify workload.remove]
 #[tokio::test]
 async fn a_config_change_replaces_the_container_and_a_removed_workload_is_removed() {
@@ -751,5 +751,275 @@ async fn stopping_holdfast_leaves_containers_running_unless_told_to_stop_them() 
         after.values().all(|(_, running)| !*running),
         "stopped: {after:?}"
     );
+    env.cleanup().await;
+}
+
+/// A port nothing listens on now (the kernel's pick, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over HTTP/1.0 from `127.0.0.1:port`: the response, or why not.
+async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+// r[verify workload.shape]
+// r[verify workload.shape.ports]
+// r[verify workload.shape.volumes]
+// r[verify workload.shape.log]
+// r[verify workload.name]
+#[tokio::test]
+async fn a_workload_publishing_a_port_serves_a_file_from_its_bind_mount() {
+    let Some(env) = env("shape").await else {
+        return;
+    };
+    // dockerd runs without a default bridge: the workload joins a network of the test's own.
+    let network = format!("hf-{}", env.owner);
+    env.docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: network.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "served by holdfast\n").unwrap();
+    let volume = format!("hf-{}-data", env.owner);
+    let port = free_port();
+    let mut web = WorkloadConfig::new("web", env.image.clone());
+    web.command = ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
+        .map(String::from)
+        .to_vec();
+    web.stop_timeout = Duration::from_secs(1);
+    web.ports = vec![format!("127.0.0.1:{port}:80").parse().unwrap()];
+    web.volumes = vec![
+        format!("{}:/www:ro", www.path().display()).parse().unwrap(),
+        format!("{volume}:/data").parse().unwrap(),
+    ];
+    web.network = Some(network.clone());
+    web.memory = Some("64m".parse().unwrap());
+    web.pids_limit = Some(64);
+    web.labels.insert("team".into(), "edge".into());
+    web.validate().unwrap();
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    sup.set_desired(vec![web]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let id = running_id(&sup, "web", clock.now()).unwrap();
+    // httpd binds a moment after the container starts.
+    let mut answer = Err(std::io::Error::other("never asked"));
+    for _ in 0..100 {
+        answer = http_get(port, "/index.html").await;
+        if answer
+            .as_ref()
+            .is_ok_and(|a| a.contains("served by holdfast"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = answer.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.ends_with("served by holdfast\n"), "{answer}");
+
+    let inspect = env.docker.inspect_container(&id, None).await.unwrap();
+    assert_eq!(
+        inspect.name.as_deref(),
+        Some(&*format!("/holdfast-{}-web", env.owner))
+    );
+    let host = inspect.host_config.unwrap();
+    let log = host.log_config.unwrap();
+    assert_eq!(log.typ.as_deref(), Some("json-file"));
+    let options = log.config.unwrap();
+    assert_eq!(options.get("max-size").map(String::as_str), Some("10m"));
+    assert_eq!(options.get("max-file").map(String::as_str), Some("3"));
+    assert_eq!(host.memory, Some(64 << 20));
+    assert_eq!(host.pids_limit, Some(64));
+    let labels = inspect.config.unwrap().labels.unwrap();
+    assert_eq!(labels.get("team").map(String::as_str), Some("edge"));
+    // The named volume was created for it.
+    assert!(env.docker.inspect_volume(&volume).await.is_ok());
+
+    sup.set_desired(vec![]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, _| {
+        s.status(clock.now()).is_empty()
+    })
+    .await;
+    sup.settle(clock.now()).await;
+    env.cleanup().await;
+    let _ = env.docker.remove_network(&network).await;
+    let _ = env
+        .docker
+        .remove_volume(
+            &volume,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await;
+}
+
+// r[verify workload.health]
+// r[verify workload.health.gate]
+#[tokio::test]
+async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_crash_loop() {
+    let Some(env) = env("health").await else {
+        return;
+    };
+    let mut clock = Clock::new();
+    let board = FaultBoard::new();
+    let module = env.module();
+    let policy = module.restart_policy;
+    let mut sup = Supervisor::new(&env.host, module, board.clone(), env.images().await).unwrap();
+    // Healthy for its first seconds, then its check fails: replaced once it is unhealthy.
+    let mut flaky = env.workload("flaky", ": > /ok; sleep 3; rm /ok; exec sleep 3600");
+    flaky.min_run = Duration::from_secs(1);
+    flaky.health = Some(holdfast_workload::HealthCheck {
+        shell: Some("test -f /ok".into()),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    // Never healthy: each start fails the streak.
+    let mut sick = env.workload("sick", "exec sleep 3600");
+    sick.health = Some(holdfast_workload::HealthCheck {
+        shell: Some("exit 1".into()),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    sup.set_desired(vec![flaky.clone()]).unwrap();
+    let status = |s: &Supervisor<DaemonImages>, name: &str, now| {
+        s.status(now).into_iter().find(|w| w.name == name).unwrap()
+    };
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        status(s, "flaky", now).health == Some(holdfast_workload::HealthStatus::Healthy)
+    })
+    .await;
+    let first = running_id(&sup, "flaky", clock.now()).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        matches!(
+            state_of(s, "flaky", now),
+            WorkloadState::Running { lasted: true, .. }
+        )
+    })
+    .await;
+    // Its check starts failing: the container is replaced by a new one.
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "flaky", now).is_some_and(|id| id != first)
+    })
+    .await;
+    assert_eq!(
+        sup.core().failures("flaky"),
+        0,
+        "a run that lasted, then ended"
+    );
+
+    sup.set_desired(vec![flaky, sick]).unwrap();
+    let t0 = clock.now();
+    let mut starts = Vec::new();
+    for round in 1..=3u32 {
+        drive(&mut sup, &clock, LIMIT, |s, _| {
+            s.core().failures("sick") == round
+        })
+        .await;
+        starts.push(clock.now() - t0);
+        if let Some(at) = sup.core().next_attempt_at("sick") {
+            clock.jump(at.saturating_duration_since(clock.now()));
+        }
+    }
+    // The back-off between the failed starts grows on the gate's schedule.
+    for i in 1..starts.len() {
+        let want = policy.base().saturating_mul(1 << (i - 1));
+        assert!(starts[i] - starts[i - 1] >= want, "{starts:?}");
+    }
+    let faults = board.of_module("workload");
+    let sick_fault = faults.iter().find(|f| f.subject.name == "sick");
+    assert!(
+        sick_fault
+            .is_some_and(|f| f.kind == "crash_loop" && f.message.contains("health check failing")),
+        "{faults:?}"
+    );
+    env.cleanup().await;
+}
+
+// r[verify workload.depends-on]
+#[tokio::test]
+async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
+    let Some(env) = env("depends").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    // Healthy only after 3 s.
+    let mut db = env.workload("db", "sleep 3; : > /ready; exec sleep 3600");
+    db.min_run = Duration::from_secs(1);
+    db.health = Some(holdfast_workload::HealthCheck {
+        shell: Some("test -f /ready".into()),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 30,
+        ..Default::default()
+    });
+    let mut web = env.workload("web", "exec sleep 3600");
+    web.depends_on = vec!["db".into()];
+    sup.set_desired(vec![web, db]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "db", now).is_some()
+    })
+    .await;
+    // db runs but is not healthy: web waits, with nothing spent.
+    let waiting = state_of(&sup, "web", clock.now());
+    assert_eq!(
+        waiting,
+        WorkloadState::WaitingForDependencies {
+            waiting_on: vec!["db".into()]
+        }
+    );
+    let db_started = std::time::Instant::now();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    assert!(
+        db_started.elapsed() >= Duration::from_secs(2),
+        "web started {:?} after db, before db could be healthy",
+        db_started.elapsed()
+    );
+    let db_health = sup
+        .status(clock.now())
+        .into_iter()
+        .find(|w| w.name == "db")
+        .unwrap()
+        .health;
+    assert_eq!(db_health, Some(holdfast_workload::HealthStatus::Healthy));
+    assert_eq!(sup.core().counters().start_failures, 0);
     env.cleanup().await;
 }

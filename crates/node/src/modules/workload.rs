@@ -281,4 +281,54 @@ mod tests {
         node.refresh_module_metrics();
         assert!(!node.metrics.render().contains("workload=\"web\""));
     }
+
+    // r[verify node.workload.health]
+    #[test]
+    fn a_workloads_health_is_a_gauge_and_in_its_run() {
+        use holdfast_workload::{Counters, HealthStatus, WorkloadState};
+        let status = |name: &str, health: Option<HealthStatus>| holdfast_workload::WorkloadStatus {
+            name: name.into(),
+            image: "busybox:1".into(),
+            state: WorkloadState::Pending,
+            health,
+            counters: Counters::default(),
+            last_exit: None,
+        };
+        let metrics = Metrics::new();
+        metrics.set_workloads(&[
+            status("up", Some(HealthStatus::Healthy)),
+            status("sick", Some(HealthStatus::Unhealthy)),
+            status("warming", Some(HealthStatus::Starting)),
+            status("plain", None),
+        ]);
+        let text = metrics.render();
+        assert!(
+            text.contains("holdfast_workload_healthy{workload=\"up\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_workload_healthy{workload=\"sick\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_workload_healthy{workload=\"warming\"} 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("holdfast_workload_healthy{workload=\"plain\"}"),
+            "{text}"
+        );
+        // A later scrape without the check drops the series.
+        metrics.set_workloads(&[status("up", None)]);
+        assert!(!metrics.render().contains("holdfast_workload_healthy{"));
+        // In /v1/workloads, `run.health` is the verdict's name.
+        let json = serde_json::to_value(status("up", Some(HealthStatus::Healthy))).unwrap();
+        assert_eq!(json["health"], "healthy");
+        assert!(
+            serde_json::to_value(status("plain", None))
+                .unwrap()
+                .get("health")
+                .is_none()
+        );
+    }
 }

@@ -38,6 +38,10 @@ struct Harness {
     daemon: Vec<(String, String, String, bool)>,
     removed: Vec<String>,
     started: Vec<(Duration, String)>,
+    /// The daemon reports a health check on every container it starts...
+    health_checked: bool,
+    /// ... but those of these workloads.
+    unchecked: Vec<String>,
 }
 
 impl Harness {
@@ -55,6 +59,8 @@ impl Harness {
             daemon: Vec::new(),
             removed: Vec::new(),
             started: Vec::new(),
+            health_checked: false,
+            unchecked: Vec::new(),
         }
     }
 
@@ -81,11 +87,16 @@ impl Harness {
                         ));
                         self.started.push((self.at(), spec.workload.clone()));
                         started.push(id.clone());
+                        let health_check =
+                            self.health_checked && !self.unchecked.contains(&spec.workload);
                         next.extend(self.core.on_result(
                             Completion::Started {
                                 workload: spec.workload,
                                 attempt,
-                                result: Ok(id),
+                                result: Ok(Started {
+                                    container: id,
+                                    health_check,
+                                }),
                             },
                             self.now,
                         ));
@@ -135,6 +146,7 @@ impl Harness {
                 running: *running,
                 exit_code: (!running).then_some(1),
                 log_tail: vec![],
+                health: None,
             })
             .collect()
     }
@@ -159,6 +171,27 @@ impl Harness {
             self.now,
         );
         self.perform(actions);
+    }
+
+    fn health(&mut self, id: &str, status: HealthStatus) {
+        let actions = self.core.on_event(
+            ContainerEvent::Health {
+                id: id.to_owned(),
+                status,
+                output: vec!["wget: connection refused".into()],
+            },
+            self.now,
+        );
+        self.perform(actions);
+    }
+
+    fn health_of(&self, name: &str) -> Option<HealthStatus> {
+        self.core
+            .status(self.now)
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .health
     }
 
     fn state(&self, name: &str) -> WorkloadState {
@@ -457,7 +490,7 @@ fn a_missed_exit_is_found_by_the_list_and_repeats_change_nothing() {
     assert!(h.core.faults().is_empty());
 }
 
-// r[verify workload.replace]
+// r[verify workload.replace+2]
 #[test]
 fn a_spec_change_replaces_the_container_and_other_changes_do_not() {
     let mut h = Harness::new(vec![sleeper("web")]);
@@ -735,6 +768,7 @@ mod properties {
 }
 
 // r[verify workload.adopt]
+// r[verify workload.name]
 #[test]
 fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
     let listed = |id: &str, hash: &str, running: bool| Observed {
@@ -744,6 +778,7 @@ fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
         running,
         exit_code: (!running).then_some(0),
         log_tail: vec![],
+        health: None,
     };
     let current = sleeper("web").spec_hash();
     let t = Instant::now();
@@ -754,6 +789,15 @@ fn only_the_current_specs_container_is_adopted_and_it_stays_adopted() {
     core.set_desired(vec![sleeper("web")]);
     let actions = core.resync(vec![listed("old", "stale", true)], t);
     assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "old"));
+    // The new container takes the old one's name: it waits for the removal.
+    assert!(core.tick(t, &mut images).is_empty());
+    core.on_result(
+        Completion::Removed {
+            container: "old".into(),
+            result: Ok(()),
+        },
+        t,
+    );
     assert!(matches!(
         &core.tick(t, &mut images)[..],
         [Action::Start { .. }]
@@ -953,6 +997,7 @@ fn after_a_node_restart_the_listed_exit_is_judged_by_the_policy() {
         running: false,
         exit_code: Some(code),
         log_tail: vec![],
+        health: None,
     };
     // Exit 0 under on-failure: completed, container kept.
     let mut core = Reconciler::new(module(), FaultBoard::new());
@@ -1122,4 +1167,242 @@ fn a_non_zero_exit_after_lasting_is_a_crash_and_a_clean_one_is_not() {
             );
         }
     }
+}
+
+fn checked(name: &str) -> WorkloadConfig {
+    let mut w = sleeper(name);
+    w.health = Some(crate::shape::HealthCheck {
+        cmd: vec!["wget".into(), "-q".into(), "http://127.0.0.1/".into()],
+        ..Default::default()
+    });
+    w
+}
+
+fn lasted(h: &Harness, name: &str) -> bool {
+    matches!(h.state(name), WorkloadState::Running { lasted: true, .. })
+}
+
+// r[verify workload.health.gate]
+// r[verify workload.health.status]
+#[test]
+fn a_checked_start_counts_only_once_healthy_and_past_the_minimum_run() {
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
+    // Far past the minimum run, still not healthy: not a success, nothing to wake for.
+    h.now += S(60);
+    h.tick();
+    assert!(!lasted(&h, "web"));
+    assert_eq!(h.core.next_wake(), None);
+    // Healthy after the minimum run: the success is confirmed at the next tick.
+    h.health(&id, HealthStatus::Healthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
+    h.tick();
+    assert!(lasted(&h, "web"));
+    assert_eq!(h.core.failures("web"), 0);
+
+    // Healthy before the minimum run: a success only once the run has lasted it.
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let start = h.now;
+    let id = h.until_started(S(1));
+    h.now += S(2);
+    h.health(&id, HealthStatus::Healthy);
+    h.tick();
+    assert!(!lasted(&h, "web"));
+    assert_eq!(h.core.next_wake(), Some(start + S(10)));
+    h.now = start + S(10);
+    h.tick();
+    assert!(lasted(&h, "web"));
+    // Never healthy, unhealthy long after the minimum run: still a failed start.
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    h.now += S(60);
+    h.health(&id, HealthStatus::Unhealthy);
+    assert_eq!(h.core.failures("web"), 1);
+    assert!(matches!(
+        h.core.status(h.now)[0].last_exit,
+        Some(LastExit { lasted: false, .. })
+    ));
+    // A container without a check reports no health.
+    let mut h = Harness::new(vec![sleeper("plain")]);
+    h.resync();
+    h.until_started(S(1));
+    assert_eq!(h.health_of("plain"), None);
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn unhealthy_before_healthy_fails_the_same_streak_and_a_run_of_them_is_one_crash_loop_fault() {
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let mut starts = Vec::new();
+    for round in 1..=5u32 {
+        let id = h.until_started(S(400));
+        starts.push(h.at().as_secs());
+        // Its check fails `retries` times: the daemon says unhealthy after 5 s.
+        h.now += S(5);
+        h.health(&id, HealthStatus::Unhealthy);
+        assert!(
+            h.removed.contains(&id),
+            "the unhealthy container is replaced"
+        );
+        assert_eq!(
+            h.core.failures("web"),
+            round,
+            "a failure of the same streak"
+        );
+    }
+    let gaps: Vec<u64> = starts.windows(2).map(|p| p[1] - p[0]).collect();
+    // 5 s of running, then the back-off (10, 20, 40, 80 s) through the one gate.
+    assert_eq!(gaps, [15, 25, 45, 85], "starts at {starts:?}");
+    let faults = h.core.faults();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0].kind, "crash_loop");
+    assert!(
+        faults[0]
+            .message
+            .contains("health check failing\nwget: connection refused"),
+        "{}",
+        faults[0].message
+    );
+    assert!(matches!(
+        h.state("web"),
+        WorkloadState::CrashLooping { failures: 5, .. }
+    ));
+    // A start that finally turns healthy (and lasts) clears the fault and the streak.
+    let id = h.until_started(S(400));
+    h.now += S(10);
+    h.health(&id, HealthStatus::Healthy);
+    h.tick();
+    assert!(lasted(&h, "web"));
+    assert!(h.core.faults().is_empty());
+    assert_eq!(h.core.failures("web"), 0);
+    // Unhealthy later ends the run like an exit: replaced, the streak not failed.
+    h.now += S(600);
+    h.health(&id, HealthStatus::Unhealthy);
+    assert!(h.removed.contains(&id));
+    assert_eq!(h.core.failures("web"), 0);
+    let next = h.until_started(S(1));
+    assert_ne!(next, id);
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn an_unhealthy_container_under_never_is_left_running_and_says_so() {
+    let mut w = checked("web");
+    w.restart = RestartPolicy::Never;
+    let mut h = Harness::new(vec![w]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    h.now += S(90);
+    h.health(&id, HealthStatus::Unhealthy);
+    assert!(h.removed.is_empty());
+    assert_eq!(h.running_id("web"), id);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Unhealthy));
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn a_verdict_the_stream_missed_is_found_by_the_list() {
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let id = h.until_started(S(1));
+    h.now += S(30);
+    let mut listing = h.listing();
+    listing[0].health = Some(HealthStatus::Healthy);
+    let actions = h.core.resync(listing, h.now);
+    h.perform(actions);
+    h.tick();
+    assert!(lasted(&h, "web"));
+    let mut listing = h.listing();
+    listing[0].health = Some(HealthStatus::Unhealthy);
+    let actions = h.core.resync(listing, h.now);
+    h.perform(actions);
+    assert!(h.removed.contains(&id));
+}
+
+// r[verify workload.depends-on]
+#[test]
+fn a_dependent_starts_only_once_its_dependencies_are_ready() {
+    let mut db = checked("db");
+    db.min_run = S(1);
+    let cache = sleeper("cache");
+    let mut web = sleeper("web");
+    web.depends_on = vec!["db".into(), "cache".into()];
+    let mut h = Harness::new(vec![web, db, cache]);
+    h.health_checked = true;
+    h.unchecked = vec!["cache".into()];
+    h.resync();
+    // First tick: db and cache start; web waits for both, spending nothing.
+    let started = h.tick();
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::WaitingForDependencies {
+            waiting_on: vec!["db".into(), "cache".into()]
+        }
+    );
+    assert_eq!(h.core.counters().starts, 2);
+    assert_eq!(h.image_asks, 2, "no image asked for a waiting workload");
+    // Both run; cache has no check (ready once running); db's check is still starting.
+    h.now += S(5);
+    assert!(h.tick().is_empty());
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::WaitingForDependencies {
+            waiting_on: vec!["db".into()]
+        }
+    );
+    let db_id = h.running_id("db");
+    h.health(&db_id, HealthStatus::Healthy);
+    let started = h.tick();
+    assert_eq!(started.len(), 1);
+    assert_eq!(h.running_id("web"), started[0]);
+    // A dependency that fails later does not stop its dependent.
+    h.health(&db_id, HealthStatus::Unhealthy);
+    assert_eq!(h.running_id("web"), started[0]);
+}
+
+// r[verify workload.depends-on]
+#[test]
+fn readiness_is_running_and_healthy_if_checked_or_completed() {
+    let ready = std::collections::BTreeSet::from(["a".to_owned()]);
+    let mut w = sleeper("w");
+    w.depends_on = vec!["a".into(), "b".into()];
+    assert_eq!(unready_dependencies(&w, &ready), ["b"]);
+    w.depends_on.clear();
+    assert!(unready_dependencies(&w, &ready).is_empty());
+    let running = |unready: bool, health: Option<HealthStatus>| Run::Running {
+        container: "c".into(),
+        since: Instant::now(),
+        lasting: None,
+        unready: unready.then(|| {
+            let mut gate = KeyedGate::new(module().restart_policy);
+            gate.begin("w", Instant::now()).unwrap()
+        }),
+        health,
+    };
+    assert!(is_ready(&running(false, None)));
+    assert!(is_ready(&running(false, Some(HealthStatus::Healthy))));
+    assert!(!is_ready(&running(false, Some(HealthStatus::Starting))));
+    assert!(!is_ready(&running(false, Some(HealthStatus::Unhealthy))));
+    assert!(!is_ready(&running(true, Some(HealthStatus::Starting))));
+    assert!(!is_ready(&Run::Idle));
+    let stopped = |completed| Run::Stopped {
+        container: None,
+        exit_code: Some(0),
+        lasted: true,
+        completed,
+    };
+    assert!(is_ready(&stopped(true)));
+    assert!(!is_ready(&stopped(false)));
 }
