@@ -11,18 +11,11 @@
 //! ports), `process` (supervision: process groups, stopping, sweeping leftovers), `probe`
 //! (readiness), one file per service, and `suite` (the test runs and their counts).
 
-mod docker;
-pub(crate) mod etcd;
-pub(crate) mod layout;
-mod packages;
-mod pebble;
-mod probe;
-pub(crate) mod process;
-pub(crate) mod redis;
-mod registry;
 mod suite;
-#[cfg(test)]
-mod testing;
+
+// The services, packages and processes live in holdfast-harness (xtask/harness), shared with the
+// drain demo; they keep their paths here (`harness::process`, `super::layout`, ...).
+use holdfast_harness::{docker, etcd, layout, packages, pebble, process, redis, registry};
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -45,9 +45,9 @@ fn healthy(answer: std::io::Result<(u16, String)>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::layout::free_ports;
-    use crate::harness::process::processes_under;
-    use crate::harness::testing::{Run, installed};
+    use crate::layout::free_ports;
+    use crate::process::processes_under;
+    use crate::testing::{Run, installed};
 
     // i[verify harness.services.etcd]
     #[test]

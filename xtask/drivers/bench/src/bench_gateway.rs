@@ -373,7 +373,7 @@ mod tests {
         .expect("the example's stand-in");
         // Copied into place by another process (cp), so no descriptor this process holds on it
         // can make running it fail with ETXTBSY.
-        crate::stand_in::script(
+        holdfast_harness::stand_in::script(
             root,
             "cargo.sh",
             &format!(

@@ -53,8 +53,8 @@ fn pinged(answer: std::io::Result<(u16, String)>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::process::processes_under;
-    use crate::harness::testing::{Run, installed};
+    use crate::process::processes_under;
+    use crate::testing::{Run, installed};
 
     // i[verify harness.services.docker]
     #[test]

@@ -36,8 +36,8 @@ mod tests {
     use std::io::{Read as _, Write as _};
 
     use super::*;
-    use crate::harness::layout::free_ports;
-    use crate::harness::testing::{Run, installed};
+    use crate::layout::free_ports;
+    use crate::testing::{Run, installed};
 
     // i[verify harness.services.redis]
     #[test]

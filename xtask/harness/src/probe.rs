@@ -128,7 +128,7 @@ fn wait_ready_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::process::Supervisor;
+    use crate::process::Supervisor;
 
     // i[verify harness.logs]
     // i[verify harness.services.ready]

@@ -124,7 +124,7 @@ mod tests {
     use nix::sys::signal::Signal;
 
     use super::*;
-    use crate::harness::process::processes_under;
+    use crate::process::processes_under;
 
     /// A process whose command line names `root` (as a service's does), blocked in a shell builtin.
     fn resident(root: &Path) -> Child {

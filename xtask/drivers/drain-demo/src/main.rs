@@ -1,4 +1,6 @@
-//! `cargo xtask drain-demo [--clients N]` — what a drain buys, measured on real processes.
+//! holdfast-drain-demo, run by `cargo xtask drain-demo [--clients N]` — what a drain buys,
+//! measured on real processes. A crate of its own, outside the workspace's `default-members`, so
+//! that xtask (the spec gate) builds neither holdfast-gateway, tokio-tungstenite nor plotters.
 //!
 //! It starts the real etcd and Redis (the test harness's own service code), builds the node and
 //! runs two `holdfast run -c` replicas in cluster mode on them, connects N WebSocket clients spread
@@ -39,12 +41,35 @@ use anyhow::{Context as _, bail};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-use crate::harness::layout::{self, ServiceDir};
-use crate::harness::process::{self, Supervisor};
 use clients::{ClientPlan, Progress, Targets};
 use cluster::{Replica, ReplicaSpec, Shared};
+use holdfast_harness::layout::{self, ServiceDir};
+use holdfast_harness::process::{self, Supervisor};
 use measures::{Arm, ArmLog};
 use schedule::{JoinWait, MoveWait};
+
+/// `cargo xtask drain-demo`'s command line.
+#[derive(clap::Parser)]
+#[command(
+    name = "cargo xtask drain-demo",
+    about = "Two replicas, N clients, one replica stopped with and without a drain (target/drain-demo/)"
+)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+}
+
+fn main() -> ExitCode {
+    let cli = <Cli as clap::Parser>::parse();
+    match run(cli.args) {
+        Ok(code) => code,
+        // A run that could not do its job at all: xtask's usage error.
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
 
 /// Arguments of `cargo xtask drain-demo`.
 /// Room messages pushed per second, unless `--rate` says otherwise.
@@ -89,9 +114,9 @@ const SETTLE: Duration = Duration::from_secs(1);
 // i[impl xtask.drain-demo.command]
 // i[impl xtask.drain-demo.verdict]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let workspace =
-        crate::root::find(None).map_err(|message| anyhow::anyhow!("drain-demo: {message}"))?;
-    crate::output::print(&crate::root::banner(&workspace));
+    let workspace = holdfast_harness::root::find(None)
+        .map_err(|message| anyhow::anyhow!("drain-demo: {message}"))?;
+    holdfast_harness::output::print(&holdfast_harness::root::banner(&workspace));
     ctrlc::set_handler(|| {
         eprintln!("\ndrain-demo: interrupted; stopping");
         process::INTERRUPTED.store(true, Ordering::SeqCst);
@@ -113,7 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("starting the tokio runtime")?;
     let report = runtime.block_on(demo(&args, &binary, &out, load_before.trim()))?;
     write_outputs(&out, &report)?;
-    crate::output::print(&report::markdown(&report.report));
+    holdfast_harness::output::print(&report::markdown(&report.report));
     let (status, lines) = verdict::exit_status(&report.report.failures);
     for line in lines {
         eprintln!("{line}");
@@ -206,12 +231,12 @@ async fn demo(
     let mut supervisor = Supervisor::new(services_root.clone());
     process::sweep_processes(&services_root, process::SERVICE_PROGRAMS);
     let ports = layout::free_ports(4)?;
-    let redis_env = crate::harness::redis::start(
+    let redis_env = holdfast_harness::redis::start(
         &mut supervisor,
         &ServiceDir::fresh(&services_root, "redis")?,
         ports[0],
     )?;
-    let etcd_env = crate::harness::etcd::start(
+    let etcd_env = holdfast_harness::etcd::start(
         &mut supervisor,
         &ServiceDir::fresh(&services_root, "etcd")?,
         ports[1],

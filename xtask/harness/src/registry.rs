@@ -117,8 +117,8 @@ fn run(command: &mut Command, log: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::layout::free_ports;
-    use crate::harness::testing::{Run, installed};
+    use crate::layout::free_ports;
+    use crate::testing::{Run, installed};
 
     // i[verify harness.services.registry]
     #[test]
@@ -162,12 +162,12 @@ mod tests {
             return;
         }
         let path = std::env::var("PATH").unwrap_or_default();
-        let busybox = crate::harness::packages::locate("busybox", &path).unwrap();
+        let busybox = crate::packages::locate("busybox", &path).unwrap();
         let mut run = Run::new();
         let (registry_dir, docker_dir) = (run.dir("registry"), run.dir("dockerd"));
         let port = free_ports(1).unwrap()[0];
         start(&mut run.supervisor, &registry_dir, port).unwrap();
-        let docker = crate::harness::docker::start(&mut run.supervisor, &docker_dir).unwrap();
+        let docker = crate::docker::start(&mut run.supervisor, &docker_dir).unwrap();
         let registry = format!("127.0.0.1:{port}");
         let image = seed(&registry_dir, &docker[0].1, &registry, &busybox).unwrap();
         assert_eq!(image, format!("{registry}/holdfast/busybox:latest"));

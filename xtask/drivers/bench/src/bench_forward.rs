@@ -222,7 +222,7 @@ mod tests {
     /// arguments and `HOLDFAST_BENCH_QUICK`), then, as the relay bench does, writes the measured
     /// figures (`root/measured.json`) to `HOLDFAST_BENCH_OUT` and exits with `exit`.
     fn bench_stand_in(root: &Path, exit: u8) -> Command {
-        crate::stand_in::script(
+        holdfast_harness::stand_in::script(
             root,
             "cargo.sh",
             &format!(

@@ -186,9 +186,9 @@ mod tests {
     use std::process::Stdio;
 
     use super::*;
-    use crate::harness::layout::free_ports;
-    use crate::harness::process::processes_under;
-    use crate::harness::testing::{Run, installed};
+    use crate::layout::free_ports;
+    use crate::process::processes_under;
+    use crate::testing::{Run, installed};
 
     /// `GET /dir` from pebble over TLS with `openssl s_client` (which the harness needs anyway),
     /// requiring a chain that verifies against `ca` (the system's roots when `None`) and a
