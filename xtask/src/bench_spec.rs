@@ -153,8 +153,8 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 /// The workspace's rules (from the gate), `.rs` files and annotations under the config's roots.
 fn measure_workspace(root: &Path) -> anyhow::Result<Size> {
-    let config = crate::spec_check::config::load(root).map_err(|p| anyhow::anyhow!("{p}"))?;
-    let tree = crate::spec_check::read_tree(root, &config.config);
+    let config = spec_engine::spec_check::config::load(root).map_err(|p| anyhow::anyhow!("{p}"))?;
+    let tree = spec_engine::spec_check::read_tree(root, &config.config);
     let annotations = tree.parsed.files.values().map(|f| f.refs.len()).sum();
     Ok(Size {
         rules: tree.rules.len(),
@@ -302,15 +302,15 @@ mod tests {
         assert_eq!(made.rules, 30);
         assert_eq!(made.annotations, 120, "one impl and three verify per rule");
         let root = dir.path().canonicalize().expect("root");
-        let config = crate::spec_check::config::load(&root).expect("config");
-        let tree = crate::spec_check::read_tree(&root, &config.config);
+        let config = spec_engine::spec_check::config::load(&root).expect("config");
+        let tree = spec_engine::spec_check::read_tree(&root, &config.config);
         assert!(tree.problems.is_empty(), "{:?}", tree.problems);
         assert_eq!(tree.rules.len(), 30);
         let refs: usize = tree.parsed.files.values().map(|f| f.refs.len()).sum();
         assert_eq!(refs, 120);
         // 45 module files and one lib.rs per crate of 20.
         assert_eq!(tree.parsed.files.len(), 45 + 3);
-        let outcome = crate::spec_check::check(&root, None, None, &[]).expect("check");
+        let outcome = spec_engine::spec_check::check(&root, None, None, &[]).expect("check");
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
     }
 

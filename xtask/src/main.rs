@@ -12,7 +12,8 @@
 //! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
 //!   and with a drain; the figures under `target/drain-demo/`.
 //!
-//! The drain demo and the gateway's and forward's benchmark drivers are crates of their own under
+//! `spec-check`, `trace` and `spec-report` are command lines over the spec-engine library
+//! (`xtask/engine`); `prove` plans from the tree it reads. The drain demo and the gateway's and forward's benchmark drivers are crates of their own under
 //! `xtask/drivers/` (run with `cargo run -p`, see `drivers`); the real services and processes that
 //! the test harness and the drain demo both start are holdfast-harness (`xtask/harness/`).
 
@@ -22,7 +23,6 @@ mod bench_spec;
 mod drain_demo;
 mod drivers;
 mod harness;
-mod model;
 pub(crate) mod prove;
 mod spec_check;
 mod spec_report;

@@ -127,3 +127,25 @@ fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
     }
     assert!(defaults.contains("xtask") && defaults.contains("holdfast-harness"));
 }
+
+// i[verify xtask.layout.engine]
+#[test]
+fn the_engine_depends_on_no_command_line_runtime_or_xtask_crate() {
+    let metadata = metadata();
+    let engine = builds(&metadata, "spec-engine");
+    for forbidden in [
+        "clap",
+        "anyhow",
+        "tokio",
+        "xtask",
+        "holdfast-harness",
+        "holdfast-gateway",
+    ] {
+        assert!(
+            !engine.contains(forbidden),
+            "spec-engine builds {forbidden}: {engine:?}"
+        );
+    }
+    // It is what xtask's spec gate runs.
+    assert!(builds(&metadata, "xtask").contains("spec-engine"));
+}

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::proof::Proof;
+use spec_engine::model::proof::Proof;
 
 /// The caps of a run and what it has spent.
 #[derive(Debug)]

@@ -1,4 +1,4 @@
-//! `docs/audit/survivors.toml` (unless configured, [`crate::model::paths`]): surviving mutants a
+//! `docs/audit/survivors.toml` (unless configured, [`spec_engine::model::paths`]): surviving mutants a
 //! maintainer has judged harmless, each with its rule, place, mutation and reason. `prove` moves a
 //! matching survivor out of `missed` into the proof's `justified` list, so a justified rule is
 //! proven and the reason travels with the proof.
@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::model::proof::Proof;
+use spec_engine::model::proof::Proof;
 
 /// One justified survivor.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -33,7 +33,7 @@ struct File {
 
 /// Reads the justified survivors under `root` (none when the file does not exist).
 pub fn load(root: &Path) -> Result<Vec<Justified>, String> {
-    let file = crate::model::paths::of(root).survivors;
+    let file = spec_engine::model::paths::of(root).survivors;
     let text = match std::fs::read_to_string(root.join(&file)) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -171,12 +171,17 @@ reason = "alpha's result is only logged"
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("docs/audit")).expect("mkdir");
         std::fs::write(
-            dir.path().join(crate::model::paths::DEFAULT_SURVIVORS),
+            dir.path()
+                .join(spec_engine::model::paths::DEFAULT_SURVIVORS),
             "[[survivor]]\nrule = \"a.b\"\nat = \"x.rs:1\"\nmutation = \"m\"\nreason = \" \"\n",
         )
         .expect("write");
         assert!(load(dir.path()).is_err());
-        std::fs::remove_file(dir.path().join(crate::model::paths::DEFAULT_SURVIVORS)).expect("rm");
+        std::fs::remove_file(
+            dir.path()
+                .join(spec_engine::model::paths::DEFAULT_SURVIVORS),
+        )
+        .expect("rm");
         assert_eq!(
             load(dir.path()),
             Ok(Vec::new()),

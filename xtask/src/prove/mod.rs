@@ -26,12 +26,12 @@ use std::process::{Command, ExitCode};
 
 use serde::Serialize;
 
-use crate::spec_check::{self, config};
+use spec_engine::spec_check::{self, config};
 
 use self::plan::Plan;
-pub use crate::model::proof::Proof;
-use crate::model::proof::local;
-use crate::model::proof_summary as summary;
+pub use spec_engine::model::proof::Proof;
+use spec_engine::model::proof::local;
+use spec_engine::model::proof_summary as summary;
 
 /// Arguments of `cargo xtask prove`.
 #[derive(clap::Args)]
@@ -90,14 +90,14 @@ struct Written<'a> {
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let usage = |message: String| {
         eprintln!("error: prove: {message}");
-        Ok(ExitCode::from(spec_check::USAGE_ERROR))
+        Ok(ExitCode::from(crate::spec_check::USAGE_ERROR))
     };
     let root = match crate::root::find(args.root.as_deref()) {
         Ok(root) => root,
         Err(message) => return usage(message),
     };
     crate::output::print(&crate::root::banner(&root));
-    if let Err(message) = crate::model::paths::load(&root) {
+    if let Err(message) = spec_engine::model::paths::load(&root) {
         return usage(message);
     }
     if args.ci {
@@ -310,7 +310,7 @@ fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
             proofs.push((plan.rule.clone(), proof));
         }
     }
-    let file = crate::model::paths::of(root).proof;
+    let file = spec_engine::model::paths::of(root).proof;
     let path = root.join(&file);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -344,7 +344,7 @@ fn head_commit(root: &Path) -> Option<String> {
 }
 
 fn timestamp_now() -> String {
-    crate::model::timestamp::utc(std::time::SystemTime::now())
+    spec_engine::model::timestamp::utc(std::time::SystemTime::now())
 }
 
 /// The rules `args` asks for.

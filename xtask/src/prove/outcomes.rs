@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-pub use crate::model::proof::Proof;
+pub use spec_engine::model::proof::Proof;
 
 use super::plan::Plan;
 

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use crate::spec_check::Tree;
-use crate::spec_check::crate_layout;
-use crate::spec_check::rust_layout::{Item, RustLayout};
-use crate::spec_check::test_backed;
+use spec_engine::spec_check::Tree;
+use spec_engine::spec_check::crate_layout;
+use spec_engine::spec_check::rust_layout::{Item, RustLayout};
+use spec_engine::spec_check::test_backed;
 
 /// An item to mutate.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,7 +64,7 @@ impl Evidence {
 
 /// What became of one verifying test.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Ran and passed, and recorded no skip.
     Passed,
     /// Reported skipped, or passed after recording a skip (why).
@@ -81,7 +81,7 @@ pub(crate) enum Outcome {
 
 impl Outcome {
     /// The fate in words, e.g. `skipped (needs docker: ...)`.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Outcome::Passed => "passed".to_owned(),
             Outcome::Skipped(why) => format!("skipped ({why})"),
@@ -196,7 +196,7 @@ pub fn apply(
 }
 
 /// The test function a `verify` site precedes, placed in its test binary.
-pub(crate) struct TestFn {
+pub struct TestFn {
     /// The function's name.
     pub function: String,
     /// A line of the function's item in its file.
@@ -210,7 +210,7 @@ pub(crate) struct TestFn {
 }
 
 /// Finds the test function a `verify` site precedes, if any.
-pub(crate) fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
+pub fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
     let function = layout_of(site, parsed).and_then(|layout| layout.function_after(site.line))?;
     Some(placed(root, site, function))
 }
@@ -245,7 +245,7 @@ fn placed(root: &Path, site: &Site, function: AttributedFn) -> TestFn {
 
 /// Finds the test a `verify` site belongs to and how it ended. A site heading a file or module
 /// stands for that scope's tests.
-pub(crate) fn judge(
+pub fn judge(
     root: &Path,
     site: &Site,
     evidence: &Evidence,
@@ -305,7 +305,7 @@ fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
 
 /// The tests of the file or module a `verify` site heads (none when it heads none), placed in
 /// their test binary.
-pub(crate) fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
+pub fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
     layout_of(site, parsed)
         .and_then(|layout| layout.scope_headed_at(site.line))
         .map(|scope| {
@@ -320,7 +320,7 @@ pub(crate) fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec
 
 /// The tests a `verify` site stands for, as shown: its test function, or the pattern of the
 /// file's or module's tests when it heads one that holds a test.
-pub(crate) fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
+pub fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
     if let Some(test) = test_fn(root, site, parsed) {
         return Some(test.shown);
     }

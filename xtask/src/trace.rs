@@ -1,38 +1,16 @@
-//! `cargo xtask trace FINDING` — walks an audit finding to the rules that close it, the code that
-//! implements them, the tests that verify them, and (given a test run) what became of those tests.
-//!
-//! One file per step:
-//!
-//! 1. [`crate::model::findings`] parses `docs/audit/findings.md` (the model the gate shares).
-//! 2. The spec gate reads the tree ([`crate::spec_check::read_tree`]: config, rules, references),
-//!    so trace and gate agree on every rule and annotation.
-//! 3. [`results`] picks the test run (`--results`, or `target/nextest/ci/junit.xml` when present)
-//!    and reads it with the gate's test-backed evidence.
-//! 4. [`rule_trace`] follows each named rule to its definition, `impl` and `verify` sites and tests.
-//! 5. [`verdict`] judges the finding: closed, open or regressed.
-//! 6. [`report`] prints it.
-//!
-//! Exit codes: for one finding, 0 when it is closed and 1 when it is open or regressed; with
-//! `--all`, 0 unless a finding is regressed (open findings are expected while their crates are
-//! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
-//! file, an unusable tracey config or results file.
-
-mod report;
-pub(crate) mod results;
-pub(crate) mod rule_report;
-mod rule_trace;
-mod verdict;
+//! `cargo xtask trace`: the command line over the engine's trace ([`spec_engine::trace`]):
+//! finding the root, the flags, choosing what to trace, printing and the exit codes (0 closed or
+//! verified, 1 open or regressed, 2 a usage error).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::spec_check::problem::Problem;
-use crate::spec_check::{self, config, suggest};
-
-use self::report::Traced;
-use self::verdict::Verdict;
-use crate::model::findings::{self, Finding};
-use crate::model::paths;
+use spec_engine::model::findings::{self, Finding};
+use spec_engine::model::paths;
+use spec_engine::spec_check::{self, suggest};
+use spec_engine::trace::report::{self, Traced};
+use spec_engine::trace::verdict::{self, Verdict};
+use spec_engine::trace::{results, rule_report, rule_trace, usable};
 
 /// Arguments of `cargo xtask trace`.
 #[derive(clap::Args)]
@@ -70,7 +48,7 @@ pub struct Args {
 }
 
 /// The exit code of a usage error (unknown finding, malformed findings file, broken config).
-const USAGE_ERROR: u8 = spec_check::USAGE_ERROR;
+const USAGE_ERROR: u8 = crate::spec_check::USAGE_ERROR;
 
 /// Runs the trace; see the module docs for the exit codes.
 // i[impl trace.exit-code]
@@ -99,93 +77,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Everything a report of the whole tree needs, read the way the trace reads it.
-pub(crate) struct Everything {
-    /// The tree.
-    pub tree: spec_check::Tree,
-    /// Each rule, traced (in spec order).
-    pub rules: Vec<rule_report::RuleReport>,
-    /// Each finding with its verdict word and reasons.
-    pub findings: Vec<(Finding, &'static str, Vec<String>)>,
-    /// Which results were used, or `None` for annotations only.
-    pub results: Option<String>,
-}
-
-/// Traces every rule and every finding of `root`, whose tree is already [`spec_check::read`].
-pub(crate) fn everything(
-    root: &Path,
-    read: Result<(config::Loaded, spec_check::Tree), Problem>,
-    results: Option<&Path>,
-    skips: Option<&Path>,
-    no_results: bool,
-) -> Result<Everything, String> {
-    let tree = usable(read)?;
-    // A tree without findings has nothing to list; a broken findings file is an error.
-    let all = if root.join(paths::of(root).findings).exists() {
-        findings::load(root)?
-    } else {
-        Vec::new()
-    };
-    let run = results::load(root, results, skips, no_results)?;
-    let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
-    let mut rules = Vec::new();
-    for rule in &tree.rules {
-        rules.push(rule_report::trace(
-            root,
-            &tree,
-            &all,
-            &rule.marker(),
-            evidence,
-        )?);
-    }
-    let findings = all
-        .iter()
-        .map(|finding| {
-            let traces: Vec<_> = finding
-                .rules
-                .iter()
-                .map(|named| rule_trace::trace(root, &tree, named, evidence.map(|(e, _)| e)))
-                .collect();
-            let judgement = verdict::judge(&traces, run.is_some());
-            (finding.clone(), judgement.verdict.word(), judgement.reasons)
-        })
-        .collect();
-    Ok(Everything {
-        tree,
-        rules,
-        findings,
-        results: run.map(|r| r.source),
-    })
-}
-
 /// Reads the tree for a trace; a config or spec with problems of its own is an error.
 fn read_tree(root: &Path) -> Result<spec_check::Tree, String> {
     usable(spec_check::read(root))
-}
-
-/// The tree of `read` when the trace can judge it: a config or spec with problems of its own is
-/// an error.
-fn usable(
-    read: Result<(config::Loaded, spec_check::Tree), Problem>,
-) -> Result<spec_check::Tree, String> {
-    let (config, tree) = read.map_err(|problem| problem.to_string())?;
-    // i[impl trace.broken-spec]
-    let broken: Vec<String> = config
-        .problems
-        .iter()
-        .chain(&tree.problems)
-        .map(|problem| format!("  {problem}"))
-        .collect();
-    if !broken.is_empty() {
-        return Err(format!(
-            "the spec cannot be read as written ({} problem{}), so nothing is judged; fix \
-             these first (`cargo xtask spec-check` lists them too):\n{}",
-            broken.len(),
-            if broken.len() == 1 { "" } else { "s" },
-            broken.join("\n")
-        ));
-    }
-    Ok(tree)
 }
 
 /// `--json` and `--markdown` are a rule's formats: with a finding (or `--all`) a usage error.

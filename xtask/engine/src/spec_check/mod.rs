@@ -19,109 +19,30 @@
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
 
 mod block_on;
-pub(crate) mod config;
-pub(crate) mod coverage;
-pub(crate) mod crate_layout;
+pub mod config;
+pub mod coverage;
+pub mod crate_layout;
 mod findings_gate;
-pub(crate) mod freshness;
-pub(crate) mod junit;
-pub(crate) mod problem;
-pub(crate) mod report;
-pub(crate) mod rules;
-pub(crate) mod rust_layout;
-pub(crate) mod skips;
-pub(crate) mod sources;
-pub(crate) mod suggest;
-pub(crate) mod test_backed;
+pub mod freshness;
+pub mod junit;
+pub mod problem;
+pub mod report;
+pub mod rules;
+pub mod rust_layout;
+pub mod skips;
+pub mod sources;
+pub mod suggest;
+pub mod test_backed;
 mod walk;
 
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::Path;
 
 use self::problem::Problem;
-use self::report::{Format, Outcome};
-
-/// Arguments of `cargo xtask spec-check`.
-#[derive(clap::Args)]
-pub struct Args {
-    /// Root of the tree to check (default: the cargo workspace above the current directory).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// Print the summary and problems as JSON.
-    #[arg(long, conflicts_with = "markdown")]
-    json: bool,
-    /// Print a markdown table (for CI job summaries).
-    #[arg(long)]
-    markdown: bool,
-    /// nextest JUnit file of a test run: count a rule as verified only if one of its tests passed.
-    #[arg(long, value_name = "JUNIT_XML")]
-    results: Option<PathBuf>,
-    /// Skip ledger (JSON lines) written by holdfast-test-support during that run.
-    #[arg(long, value_name = "LEDGER_JSONL", requires = "results")]
-    skips: Option<PathBuf>,
-    /// With --results from a run of only these packages: judge by test results only the rules
-    /// their tests verify (the others by annotations). Repeatable.
-    #[arg(long = "crate", value_name = "PACKAGE", requires = "results")]
-    crates: Vec<String>,
-}
-
-/// Exit code of a usage or fatal error: nothing was judged.
-pub(crate) const USAGE_ERROR: u8 = 2;
-
-/// Runs the gate: exit 0 when every rule is implemented and verified and every reference is sound,
-/// 1 (with the list of problems) otherwise, 2 when it could not judge (no such root, unusable
-/// results).
-// i[impl spec-check.exit-code+2]
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = match crate::root::find(args.root.as_deref()) {
-        Ok(root) => root,
-        Err(message) => {
-            eprintln!("error: spec-check: {message}");
-            return Ok(ExitCode::from(USAGE_ERROR));
-        }
-    };
-    let format = if args.json {
-        Format::Json
-    } else if args.markdown {
-        Format::Markdown
-    } else {
-        Format::Text
-    };
-    let results = args.results.as_deref().map(|p| root_relative(&root, p));
-    let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
-    match check(&root, results.as_deref(), skips.as_deref(), &args.crates) {
-        Ok(outcome) => {
-            crate::output::print(&report::render(&outcome, format));
-            Ok(if outcome.problems.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
-        Err(fatal) => {
-            if format == Format::Text {
-                crate::output::print(&crate::root::banner(&root));
-            }
-            eprintln!("error: spec-check: {fatal}");
-            eprintln!("error: spec-check: nothing was judged (exit 2)");
-            Ok(ExitCode::from(USAGE_ERROR))
-        }
-    }
-}
-
-/// A path given on the command line, read relative to the current directory when it exists
-/// there, else relative to the root.
-fn root_relative(root: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() || path.exists() {
-        path.to_path_buf()
-    } else {
-        root.join(path)
-    }
-}
+use self::report::Outcome;
 
 /// Runs every step on `root` and collects the summary and the problems; an unusable results file
 /// or skip ledger is fatal.
-pub(crate) fn check(
+pub fn check(
     root: &Path,
     results: Option<&Path>,
     skips: Option<&Path>,
@@ -132,7 +53,7 @@ pub(crate) fn check(
 
 /// Reads `root`'s config and, when it is usable, its tree: what [`check_read`] judges and
 /// `cargo xtask spec-report` also traces, so the tree is read and parsed once.
-pub(crate) fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
+pub fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
     let mut config = config::load(root)?;
     // The engine's own paths (findings, proof summary, …): an unusable table fails the gate
     // rather than quietly reading the defaults.
@@ -146,7 +67,7 @@ pub(crate) fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
 }
 
 /// [`check`] on a tree already [`read`]; the tree is only borrowed.
-pub(crate) fn check_read(
+pub fn check_read(
     root: &Path,
     read: &Result<(config::Loaded, Tree), Problem>,
     results: Option<&Path>,
@@ -291,7 +212,7 @@ pub(crate) fn check_read(
 }
 
 /// `path` relative to `root` when it lies under it.
-pub(crate) fn shown(root: &Path, path: &Path) -> String {
+pub fn shown(root: &Path, path: &Path) -> String {
     let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     absolute.strip_prefix(root).map_or_else(
         |_| path.display().to_string(),
@@ -301,7 +222,7 @@ pub(crate) fn shown(root: &Path, path: &Path) -> String {
 
 /// A tree's rules and the references to them, before any judgement: what `check` and
 /// `cargo xtask trace` both start from.
-pub(crate) struct Tree {
+pub struct Tree {
     /// Every rule of every spec, in config and file order.
     pub rules: Vec<rules::Rule>,
     /// One analysis per spec/impl pair.
@@ -315,7 +236,7 @@ pub(crate) struct Tree {
 }
 
 /// Extracts every spec's rules and scans every impl's sources for references.
-pub(crate) fn read_tree(root: &Path, config: &tracey_config::Config) -> Tree {
+pub fn read_tree(root: &Path, config: &tracey_config::Config) -> Tree {
     let mut tree = Tree {
         rules: Vec::new(),
         analyses: Vec::new(),

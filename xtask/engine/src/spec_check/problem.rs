@@ -145,6 +145,9 @@ impl Problem {
     }
 }
 
+/// A problem is the gate's error type too: reading a tree or a results file can fail with one.
+impl std::error::Error for Problem {}
+
 /// `file:line: [kind] message`, or `file: [kind] message`, or `[kind] message`.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,22 +1,15 @@
-//! `cargo xtask spec-report` — one self-contained HTML file (no network at view time) a reviewer
-//! can open: coverage per spec and per crate as bars, every rule with its text, its implementing
-//! and verifying sites (linked), its tests' last results and the findings it closes, the findings
-//! with their verdicts, and the rules whose only verifying tests were skipped, highlighted.
-//!
-//! It reads the tree once ([`crate::spec_check::read`]) and judges it with the spec gate
-//! ([`crate::spec_check::check_read`]: the per-spec counts are the gate's own) and the trace
-//! ([`crate::trace::everything`]: per rule and per finding), so the page, `spec-check --json` and
-//! `trace` never disagree.
+//! `cargo xtask spec-report`: the command line over the engine's report
+//! ([`spec_engine::spec_report`]): finding the root, the flags, writing the page and the exit code.
 
-mod html;
-
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::model::paths;
-use crate::spec_check::{self, crate_layout};
-use crate::trace::results::DEFAULT_SKIPS;
+use spec_engine::model::paths;
+use spec_engine::spec_check;
+use spec_engine::spec_report::{html, per_crate};
+use spec_engine::trace::results::DEFAULT_SKIPS;
+
+use crate::spec_check::USAGE_ERROR;
 
 /// Arguments of `cargo xtask spec-report`.
 #[derive(clap::Args)]
@@ -39,17 +32,6 @@ pub struct Args {
     no_results: bool,
 }
 
-/// Coverage of one crate: the rules implemented in it.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct CrateCoverage {
-    /// Rules with a current `impl` annotation in the crate.
-    pub rules: usize,
-    /// Of those, rules with a current `verify` annotation (anywhere).
-    pub verified: usize,
-    /// Of those, rules with a verifying test that passed (test-backed only).
-    pub tested: usize,
-}
-
 /// Writes the report; exit 0 when written, 2 when the tree or results cannot be read.
 // i[impl spec-report.file]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -57,13 +39,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(root) => root,
         Err(message) => {
             eprintln!("error: spec-report: {message}");
-            return Ok(ExitCode::from(spec_check::USAGE_ERROR));
+            return Ok(ExitCode::from(USAGE_ERROR));
         }
     };
     crate::output::print(&crate::root::banner(&root));
     if let Err(message) = paths::load(&root) {
         eprintln!("error: spec-report: {message}");
-        return Ok(ExitCode::from(spec_check::USAGE_ERROR));
+        return Ok(ExitCode::from(USAGE_ERROR));
     }
     let results = if args.no_results {
         None
@@ -84,10 +66,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(outcome) => outcome,
             Err(problem) => {
                 eprintln!("error: spec-report: {problem}");
-                return Ok(ExitCode::from(spec_check::USAGE_ERROR));
+                return Ok(ExitCode::from(USAGE_ERROR));
             }
         };
-    let everything = match crate::trace::everything(
+    let everything = match spec_engine::trace::everything(
         &root,
         read,
         results.as_deref(),
@@ -97,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(everything) => everything,
         Err(message) => {
             eprintln!("error: spec-report: {message}");
-            return Ok(ExitCode::from(spec_check::USAGE_ERROR));
+            return Ok(ExitCode::from(USAGE_ERROR));
         }
     };
     let crates = per_crate(&root, &everything);
@@ -113,39 +95,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::write(&out, page)?;
     crate::output::print(&format!("spec-report: wrote {}\n", out.display()));
     Ok(ExitCode::SUCCESS)
-}
-
-/// Per crate (package of the `impl` sites): rules implemented there, verified, tested.
-fn per_crate(
-    root: &Path,
-    everything: &crate::trace::Everything,
-) -> BTreeMap<String, CrateCoverage> {
-    let mut crates: BTreeMap<String, CrateCoverage> = BTreeMap::new();
-    for (report, analysis_rule) in everything.rules.iter().zip(&everything.tree.rules) {
-        let mut packages: Vec<String> = everything
-            .tree
-            .analyses
-            .iter()
-            .flat_map(|a| a.rules.iter())
-            .filter(|c| c.rule.file == analysis_rule.file && c.rule.line == analysis_rule.line)
-            .flat_map(|c| c.impl_sites.iter().filter(|s| !s.stale))
-            .filter_map(|site| crate_layout::package_of(root, &site.path).map(|(p, _)| p))
-            .collect();
-        packages.sort();
-        packages.dedup();
-        let verified = report.verifies.iter().any(|v| !v.stale);
-        let tested = report
-            .verifies
-            .iter()
-            .any(|v| !v.stale && v.result.as_deref() == Some("passed"));
-        for package in packages {
-            let entry = crates.entry(package).or_default();
-            entry.rules += 1;
-            entry.verified += usize::from(verified);
-            entry.tested += usize::from(tested);
-        }
-    }
-    crates
 }
 
 /// How the page links to the tree's files: relative from the page when it is written inside the

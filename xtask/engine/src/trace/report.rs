@@ -154,7 +154,7 @@ pub fn summary(out: &mut String, traced: &[Traced]) {
 }
 
 /// Appends `text` word-wrapped to [`WIDTH`], each line indented by `indent`.
-pub(super) fn wrap(out: &mut String, text: &str, indent: &str) {
+pub fn wrap(out: &mut String, text: &str, indent: &str) {
     let mut line = String::new();
     for word in text.split_whitespace() {
         if !line.is_empty() && indent.len() + line.len() + 1 + word.chars().count() > WIDTH {
