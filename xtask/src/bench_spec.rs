@@ -212,7 +212,7 @@ fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
             // A checked-in proof per rule, a survivor in every tenth: the summary is read too.
             proofs.push((
                 format!("r[{id}]"),
-                crate::prove::Proof {
+                spec_prove::Proof {
                     caught: 3,
                     missed: usize::from(file % 10 == 0),
                     survivors: if file % 10 == 0 {
@@ -220,7 +220,7 @@ fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
                     } else {
                         Vec::new()
                     },
-                    ..crate::prove::Proof::default()
+                    ..spec_prove::Proof::default()
                 },
             ));
             for test in 0..verifies {
@@ -271,10 +271,7 @@ fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
     }
     write("docs/spec/runtime.md", &spec)?;
     write("docs/audit/findings.md", &findings)?;
-    write(
-        "docs/audit/proof.md",
-        &crate::prove::render_summary(&proofs),
-    )?;
+    write("docs/audit/proof.md", &spec_prove::render_summary(&proofs))?;
     Ok(Size {
         rules: size.rules,
         files: size.files.max(size.rules) + size.files.max(size.rules).div_ceil(files_per_crate),

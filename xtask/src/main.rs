@@ -23,7 +23,7 @@ mod bench_spec;
 mod drain_demo;
 mod drivers;
 mod harness;
-pub(crate) mod prove;
+mod prove;
 mod spec_check;
 mod spec_report;
 mod trace;

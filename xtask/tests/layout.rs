@@ -130,7 +130,7 @@ fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
 
 // i[verify xtask.layout.engine]
 #[test]
-fn the_engine_depends_on_no_command_line_runtime_or_xtask_crate() {
+fn the_engine_and_prove_depend_on_no_command_line_runtime_or_xtask_crate() {
     let metadata = metadata();
     let engine = builds(&metadata, "spec-engine");
     for forbidden in [
@@ -148,4 +148,13 @@ fn the_engine_depends_on_no_command_line_runtime_or_xtask_crate() {
     }
     // It is what xtask's spec gate runs.
     assert!(builds(&metadata, "xtask").contains("spec-engine"));
+    // prove sits on the engine, below the command line.
+    let prove = builds(&metadata, "spec-prove");
+    assert!(prove.contains("spec-engine"));
+    for forbidden in ["clap", "xtask"] {
+        assert!(
+            !prove.contains(forbidden),
+            "spec-prove builds {forbidden}: {prove:?}"
+        );
+    }
 }

@@ -90,7 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let junit = workspace.join("target/nextest/ci/junit.xml");
     env.push(("HOLDFAST_TEST_SERVICES".into(), "1".into()));
     env.push((
-        crate::prove::services::LEDGER_VAR.into(),
+        spec_prove::services::LEDGER_VAR.into(),
         ledger.display().to_string(),
     ));
     write_env_file(&services_root, &env)?;

@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "holdfast-bench",
+    bin_name = "cargo xtask bench",
     about = "The gateway's and forward's benchmark drivers (cargo xtask bench gateway|forward)"
 )]
 struct Cli {

@@ -52,6 +52,7 @@ use schedule::{JoinWait, MoveWait};
 #[derive(clap::Parser)]
 #[command(
     name = "cargo xtask drain-demo",
+    bin_name = "cargo xtask drain-demo",
     about = "Two replicas, N clients, one replica stopped with and without a drain (target/drain-demo/)"
 )]
 struct Cli {

@@ -10,6 +10,15 @@
 //!
 //! Mutants run in place (`--in-place`) so they reuse the warm target directory; cargo-mutants
 //! restores each file after its mutant, and the tree must not be edited while a proof runs.
+//!
+//! spec-prove sits on the spec-engine crate (the tree, the rules' sites, the proof records) and
+//! nothing sits on it but xtask's command line, which parses [`Options`] and calls [`run`].
+//! Planning is pure: `plan` (each rule's items, mutant patterns and test filter, from the
+//! engine's tree), `budget` (which rules a bounded run starts) and `justified` (survivors judged
+//! harmless). The I/O: `ci` (which commits CI covers, from git), `group` (a child in its own
+//! process group, ended at a deadline), `pristine` (the tree left as found), `services` (rules
+//! whose tests need a real service), `outcomes` (cargo-mutants' `outcomes.json`) and [`run`]
+//! itself (cargo-mutants per rule, `target/prove/RULE.json`, the summary).
 
 mod budget;
 mod ci;
@@ -18,7 +27,7 @@ mod justified;
 mod outcomes;
 mod plan;
 mod pristine;
-pub(crate) mod services;
+pub mod services;
 
 use std::io::Write as _;
 use std::path::Path;
@@ -30,45 +39,38 @@ use spec_engine::spec_check::{self, config};
 
 use self::plan::Plan;
 pub use spec_engine::model::proof::Proof;
+
+/// The exit code of a usage or fatal error: nothing was judged (the spec gate's too).
+pub const USAGE_ERROR: u8 = 2;
 use spec_engine::model::proof::local;
 use spec_engine::model::proof_summary as summary;
 
-/// Arguments of `cargo xtask prove`.
-#[derive(clap::Args)]
-pub struct Args {
+/// What `cargo xtask prove` was asked to do (its command line, parsed by xtask).
+#[derive(Debug, Default, Clone)]
+pub struct Options {
     /// Rules to prove (`retry.schedule`, with or without `r[...]`); default: every rule.
-    #[arg(value_name = "RULE")]
-    rules: Vec<String>,
+    pub rules: Vec<String>,
     /// Only the rules implemented in this package.
-    #[arg(long = "crate", value_name = "PACKAGE", conflicts_with = "rules")]
-    package: Option<String>,
+    pub package: Option<String>,
     /// Only the rules whose implementing items changed since this git revision.
-    #[arg(long, value_name = "REV", conflicts_with = "rules")]
-    changed_since: Option<String>,
+    pub changed_since: Option<String>,
     /// Root of the tree (default: the cargo workspace above the current directory).
-    #[arg(long, value_name = "DIR")]
-    root: Option<std::path::PathBuf>,
+    pub root: Option<std::path::PathBuf>,
     /// Print each rule's plan (items, mutant patterns, test filter) and run nothing.
-    #[arg(long)]
-    list: bool,
+    pub list: bool,
     /// Test timeout per mutant, in seconds (cargo-mutants' --timeout).
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<u64>,
+    pub timeout: Option<u64>,
     /// Write docs/audit/proof.md from the proofs under target/prove/ (merged over the file's
     /// earlier rows) and run nothing.
-    #[arg(long, conflicts_with_all = ["list", "max_mutants", "budget"])]
-    summary: bool,
+    pub summary: bool,
     /// CI's run: the rules touched since `HOLDFAST_PROVE_BASE`, else since HEAD's first parent,
     /// with caps of 40 mutants and 240 s unless `--max-mutants`/`--budget` say otherwise.
-    #[arg(long, conflicts_with_all = ["rules", "package", "changed_since", "summary"])]
-    ci: bool,
+    pub ci: bool,
     /// Start no rule whose mutants would take the run past this many mutants.
-    #[arg(long, value_name = "N")]
-    max_mutants: Option<usize>,
+    pub max_mutants: Option<usize>,
     /// Start no rule once this many seconds have passed, or when its mutants would take the run
     /// past them at the run's pace so far.
-    #[arg(long, value_name = "SECS")]
-    budget: Option<u64>,
+    pub budget: Option<u64>,
 }
 
 /// The text of `docs/audit/proof.md` for `proofs` (marker, proof), as `prove --summary` writes it.
@@ -87,16 +89,16 @@ struct Written<'a> {
 /// Runs `prove`; exit 0 when every viable mutant of every proven rule was caught, 1 when one
 /// survived (or a rule cannot be proven), 2 for usage errors.
 // i[impl prove.run+2]
-pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Options) -> anyhow::Result<ExitCode> {
     let usage = |message: String| {
         eprintln!("error: prove: {message}");
-        Ok(ExitCode::from(crate::spec_check::USAGE_ERROR))
+        Ok(ExitCode::from(USAGE_ERROR))
     };
-    let root = match crate::root::find(args.root.as_deref()) {
+    let root = match holdfast_harness::root::find(args.root.as_deref()) {
         Ok(root) => root,
         Err(message) => return usage(message),
     };
-    crate::output::print(&crate::root::banner(&root));
+    holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
     if let Err(message) = spec_engine::model::paths::load(&root) {
         return usage(message);
     }
@@ -104,13 +106,15 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         let from_env = std::env::var("HOLDFAST_PROVE_BASE").ok();
         match ci::base(&root, from_env.as_deref()) {
             Ok(Some(base)) => {
-                crate::output::print(&format!("prove: CI run, rules touched since {base}\n"));
+                holdfast_harness::output::print(&format!(
+                    "prove: CI run, rules touched since {base}\n"
+                ));
                 args.changed_since = Some(base);
                 args.max_mutants = args.max_mutants.or(Some(ci::MAX_MUTANTS));
                 args.budget = args.budget.or(Some(ci::BUDGET_SECS));
             }
             Ok(None) => {
-                crate::output::print(
+                holdfast_harness::output::print(
                     "prove: CI run: HEAD has no parent (or this is no git checkout): nothing to compare\n",
                 );
                 return Ok(ExitCode::SUCCESS);
@@ -136,7 +140,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         Err(message) => return usage(message),
     };
     if args.list {
-        crate::output::print(&list(&chosen));
+        holdfast_harness::output::print(&list(&chosen));
         return Ok(ExitCode::SUCCESS);
     }
     if !cargo_mutants_installed() {
@@ -164,7 +168,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         let provable = plan.provable();
         let count = counts.as_ref().map(|counts| counts[index]);
         if let Err(why) = bound.admit_rule(provable, count.unwrap_or(0)) {
-            crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+            holdfast_harness::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
             bound.left_unrun(&plan.rule);
             continue;
         }
@@ -180,7 +184,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                     }
                     tally.cut_off(tried.as_ref());
                     let why = budget::cut_off_reason(&tried, count, started.elapsed());
-                    crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+                    holdfast_harness::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
                     bound.ran(tried.as_ref().map_or(0, Proof::tried), started.elapsed());
                     bound.left_unrun(&plan.rule);
                     continue;
@@ -196,7 +200,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             let needed = services::skipped(&out_dir.join(&plan.id).join(services::LEDGER));
             if !needed.is_empty() {
                 let why = services::reason(&needed);
-                crate::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
+                holdfast_harness::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
                 let _ = std::fs::remove_file(out_dir.join(format!("{}.json", plan.id)));
                 unserved.push(plan.rule.clone());
                 continue;
@@ -214,9 +218,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             out_dir.join(format!("{}.json", plan.id)),
             serde_json::to_string_pretty(&written)? + "\n",
         )?;
-        crate::output::print(&format!("{}\n", proof.line(&plan.rule)));
+        holdfast_harness::output::print(&format!("{}\n", proof.line(&plan.rule)));
     }
-    crate::output::print(&format!(
+    holdfast_harness::output::print(&format!(
         "\nprove: {} rule{}, {} proven; results in {}\n",
         chosen.len(),
         if chosen.len() == 1 { "" } else { "s" },
@@ -232,7 +236,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     .flatten()
     {
         // Loud on both streams: a CI log reader and a job summary must both see it.
-        crate::output::print(&format!("{warning}\n"));
+        holdfast_harness::output::print(&format!("{warning}\n"));
         eprintln!("{warning}");
     }
     Ok(if tally.passed(args.ci) {
@@ -316,7 +320,7 @@ fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(&path, summary::render(&proofs))?;
-    crate::output::print(&format!(
+    holdfast_harness::output::print(&format!(
         "prove: wrote {} ({} of {} rules recorded, {} proven)\n",
         file,
         proofs.len(),
@@ -348,7 +352,7 @@ fn timestamp_now() -> String {
 }
 
 /// The rules `args` asks for.
-fn select(root: &Path, args: &Args, all: Vec<Plan>) -> Result<Vec<Plan>, String> {
+fn select(root: &Path, args: &Options, all: Vec<Plan>) -> Result<Vec<Plan>, String> {
     if !args.rules.is_empty() {
         let mut chosen = Vec::new();
         for wanted in &args.rules {
