@@ -4,6 +4,8 @@
 use std::process::Command;
 use std::time::Duration;
 
+use holdfast_test_support::services::DOCKER_HOST_VAR;
+
 use super::layout::ServiceDir;
 use super::probe;
 use super::process::Supervisor;
@@ -41,7 +43,7 @@ pub fn start(
     probe::wait_ready(service, "GET /_ping", Duration::from_secs(90), || {
         pinged(probe::unix_http_get(&socket, "/_ping"))
     })?;
-    Ok(vec![("HOLDFAST_TEST_DOCKER_HOST", host)])
+    Ok(vec![(DOCKER_HOST_VAR, host)])
 }
 
 /// dockerd answers: `/_ping` says 200 `OK`.

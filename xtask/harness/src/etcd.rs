@@ -3,6 +3,8 @@
 use std::process::Command;
 use std::time::Duration;
 
+use holdfast_test_support::services::ETCD_VAR;
+
 use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
@@ -33,7 +35,7 @@ pub fn start(
     probe::wait_ready(service, "GET /health", Duration::from_secs(60), || {
         healthy(probe::http_get(loopback(client_port), "/health"))
     })?;
-    Ok(vec![("HOLDFAST_TEST_ETCD", client)])
+    Ok(vec![(ETCD_VAR, client)])
 }
 
 /// etcd answers: `/health` says 200 `"health":"true"`.

@@ -5,6 +5,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use holdfast_test_support::services::{
+    ACME_CA_VAR, ACME_DIRECTORY_VAR, ACME_HTTP01_PORT_VAR, ACME_MANAGEMENT_VAR, CHALLTESTSRV_VAR,
+};
 
 use super::layout::{ServiceDir, loopback};
 use super::probe;
@@ -88,17 +91,17 @@ pub fn start(
     })?;
     Ok(vec![
         (
-            "HOLDFAST_TEST_ACME_DIRECTORY",
+            ACME_DIRECTORY_VAR,
             format!("https://127.0.0.1:{}/dir", ports.acme),
         ),
-        ("HOLDFAST_TEST_ACME_CA", ca.display().to_string()),
+        (ACME_CA_VAR, ca.display().to_string()),
         (
-            "HOLDFAST_TEST_ACME_MANAGEMENT",
+            ACME_MANAGEMENT_VAR,
             format!("https://127.0.0.1:{}", ports.management),
         ),
-        ("HOLDFAST_TEST_ACME_HTTP01_PORT", ports.http01.to_string()),
+        (ACME_HTTP01_PORT_VAR, ports.http01.to_string()),
         (
-            "HOLDFAST_TEST_CHALLTESTSRV",
+            CHALLTESTSRV_VAR,
             format!("http://127.0.0.1:{}", ports.challtestsrv),
         ),
     ])

@@ -3,6 +3,8 @@
 use std::process::Command;
 use std::time::Duration;
 
+use holdfast_test_support::services::REDIS_VAR;
+
 use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
@@ -25,10 +27,7 @@ pub fn start(
     probe::wait_ready(service, "PING", Duration::from_secs(30), || {
         probe::redis_ping(loopback(port)).unwrap_or(false)
     })?;
-    Ok(vec![(
-        "HOLDFAST_TEST_REDIS",
-        format!("redis://127.0.0.1:{port}"),
-    )])
+    Ok(vec![(REDIS_VAR, format!("redis://127.0.0.1:{port}"))])
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use holdfast_test_support::services::REGISTRY_VAR;
 
 use super::layout::{ServiceDir, loopback};
 use super::probe;
@@ -35,10 +36,7 @@ pub fn start(
     probe::wait_ready(service, "GET /v2/", Duration::from_secs(30), || {
         probe::http_get(loopback(port), "/v2/").is_ok_and(|(status, _)| status == 200)
     })?;
-    Ok(vec![(
-        "HOLDFAST_TEST_REGISTRY",
-        format!("127.0.0.1:{port}"),
-    )])
+    Ok(vec![(REGISTRY_VAR, format!("127.0.0.1:{port}"))])
 }
 
 /// Builds a rootfs holding a static busybox (and `/bin/sh`), imports it into dockerd as
