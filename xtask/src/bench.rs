@@ -69,17 +69,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let exe = std::env::current_exe().context("finding the xtask binary")?;
             crate::bench_spec::run(&root, args.scale, &|| Command::new(&exe))
         }
+        // The gateway's and forward's drivers are holdfast-bench (xtask/drivers/bench), which
+        // prints the banner itself.
+        Suite::Gateway => crate::drivers::run("holdfast-bench", &driver_args(&args)),
+        Suite::Forward => crate::drivers::run("holdfast-bench", &driver_args(&args)),
+    }
+}
+
+/// holdfast-bench's command line for the gateway or forward suite.
+fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
+    let mut line: Vec<std::ffi::OsString> = Vec::new();
+    match args.suite {
         Suite::Gateway => {
-            let root = workspace_root()?;
-            crate::output::print(&crate::root::banner(&root));
-            crate::bench_gateway::run(cargo(), &root, &target_dir(&root), args.connections)
+            line.push("gateway".into());
+            line.push("--connections".into());
+            line.push(args.connections.to_string().into());
         }
         Suite::Forward => {
-            let root = workspace_root()?;
-            crate::output::print(&crate::root::banner(&root));
-            crate::bench_forward::run(cargo(), &root, &target_dir(&root), args.quick)
+            line.push("forward".into());
+            if args.quick {
+                line.push("--quick".into());
+            }
         }
+        Suite::Retry | Suite::SpecCheck => {}
     }
+    line
 }
 
 /// The checkout this runs in (never the one xtask was built from; see `i[xtask.root]`).
@@ -266,6 +280,30 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: super::Args,
+    }
+
+    #[test]
+    fn the_gateway_and_forward_suites_pass_their_flags_to_holdfast_bench() {
+        let line = |argv: &[&str]| -> Vec<String> {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            super::driver_args(&cli.args)
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            line(&["bench", "gateway", "--connections", "1000"]),
+            ["gateway", "--connections", "1000"]
+        );
+        assert_eq!(
+            line(&["bench", "gateway"]),
+            ["gateway", "--connections", "10000"]
+        );
+        assert_eq!(
+            line(&["bench", "forward", "--quick"]),
+            ["forward", "--quick"]
+        );
+        assert_eq!(line(&["bench", "forward"]), ["forward"]);
     }
 
     #[test]

@@ -153,8 +153,8 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 /// The workspace's rules (from the gate), `.rs` files and annotations under the config's roots.
 fn measure_workspace(root: &Path) -> anyhow::Result<Size> {
-    let config = crate::spec_check::config::load(root).map_err(|p| anyhow::anyhow!("{p}"))?;
-    let tree = crate::spec_check::read_tree(root, &config.config);
+    let config = spec_engine::spec_check::config::load(root).map_err(|p| anyhow::anyhow!("{p}"))?;
+    let tree = spec_engine::spec_check::read_tree(root, &config.config);
     let annotations = tree.parsed.files.values().map(|f| f.refs.len()).sum();
     Ok(Size {
         rules: tree.rules.len(),
@@ -212,7 +212,7 @@ fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
             // A checked-in proof per rule, a survivor in every tenth: the summary is read too.
             proofs.push((
                 format!("r[{id}]"),
-                crate::prove::Proof {
+                spec_prove::Proof {
                     caught: 3,
                     missed: usize::from(file % 10 == 0),
                     survivors: if file % 10 == 0 {
@@ -220,7 +220,7 @@ fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
                     } else {
                         Vec::new()
                     },
-                    ..crate::prove::Proof::default()
+                    ..spec_prove::Proof::default()
                 },
             ));
             for test in 0..verifies {
@@ -271,10 +271,7 @@ fn generate(dir: &Path, size: Size) -> anyhow::Result<Size> {
     }
     write("docs/spec/runtime.md", &spec)?;
     write("docs/audit/findings.md", &findings)?;
-    write(
-        "docs/audit/proof.md",
-        &crate::prove::render_summary(&proofs),
-    )?;
+    write("docs/audit/proof.md", &spec_prove::render_summary(&proofs))?;
     Ok(Size {
         rules: size.rules,
         files: size.files.max(size.rules) + size.files.max(size.rules).div_ceil(files_per_crate),
@@ -302,15 +299,15 @@ mod tests {
         assert_eq!(made.rules, 30);
         assert_eq!(made.annotations, 120, "one impl and three verify per rule");
         let root = dir.path().canonicalize().expect("root");
-        let config = crate::spec_check::config::load(&root).expect("config");
-        let tree = crate::spec_check::read_tree(&root, &config.config);
+        let config = spec_engine::spec_check::config::load(&root).expect("config");
+        let tree = spec_engine::spec_check::read_tree(&root, &config.config);
         assert!(tree.problems.is_empty(), "{:?}", tree.problems);
         assert_eq!(tree.rules.len(), 30);
         let refs: usize = tree.parsed.files.values().map(|f| f.refs.len()).sum();
         assert_eq!(refs, 120);
         // 45 module files and one lib.rs per crate of 20.
         assert_eq!(tree.parsed.files.len(), 45 + 3);
-        let outcome = crate::spec_check::check(&root, None, None, &[]).expect("check");
+        let outcome = spec_engine::spec_check::check(&root, None, None, &[]).expect("check");
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
     }
 

@@ -12,25 +12,28 @@
 //! - `dist deb` — the node's Debian package (cargo-deb), with its unit, man pages and completions.
 //! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
 //!   and with a drain; the figures under `target/drain-demo/`.
+//!
+//! `spec-check`, `trace` and `spec-report` are command lines over the spec-engine library
+//! (`xtask/engine`); `prove` plans from the tree it reads. The drain demo and the gateway's and forward's benchmark drivers are crates of their own under
+//! `xtask/drivers/` (run with `cargo run -p`, see `drivers`); the real services and processes that
+//! the test harness and the drain demo both start are holdfast-harness (`xtask/harness/`).
 
 mod attack;
 mod bench;
-mod bench_gateway;
-
-mod bench_forward;
 mod bench_spec;
 mod dist;
 mod drain_demo;
+mod drivers;
 mod harness;
-mod model;
-mod output;
-pub(crate) mod prove;
-mod root;
+mod prove;
 mod spec_check;
 mod spec_report;
-#[cfg(test)]
-mod stand_in;
 mod trace;
+
+// Finding the root, printing, and the tests' stand-ins are shared with the drivers.
+#[cfg(test)]
+use holdfast_harness::stand_in;
+use holdfast_harness::{output, root};
 
 use std::process::ExitCode;
 
@@ -58,6 +61,7 @@ enum Command {
     /// Mutation-backed proof: mutate each rule's implementing items, run only its verifying tests.
     Prove(prove::Args),
     /// Two replicas, N clients, one replica stopped with and without a drain (target/drain-demo/).
+    #[command(disable_help_flag = true)]
     DrainDemo(drain_demo::Args),
     /// Bounded floods from loopback against a real node, judged by docs/security.md (target/attack/).
     Attack(attack::Args),

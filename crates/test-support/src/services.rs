@@ -22,6 +22,8 @@ pub const IMAGE_VAR: &str = "HOLDFAST_TEST_IMAGE";
 pub const ACME_DIRECTORY_VAR: &str = "HOLDFAST_TEST_ACME_DIRECTORY";
 /// Path to the PEM of the CA that signed pebble's TLS certificate.
 pub const ACME_CA_VAR: &str = "HOLDFAST_TEST_ACME_CA";
+/// `https://127.0.0.1:PORT`, pebble's management API (its intermediate and root certificates).
+pub const ACME_MANAGEMENT_VAR: &str = "HOLDFAST_TEST_ACME_MANAGEMENT";
 /// The port pebble's validator connects to for HTTP-01 challenges (left free for the test).
 pub const ACME_HTTP01_PORT_VAR: &str = "HOLDFAST_TEST_ACME_HTTP01_PORT";
 /// `http://127.0.0.1:PORT`, pebble-challtestsrv's management API.

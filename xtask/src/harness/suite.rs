@@ -6,7 +6,7 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use anyhow::Context as _;
 
-use crate::spec_check::junit::{self, Status};
+use spec_engine::spec_check::junit::{self, Status};
 
 /// Pass/fail counts, for the closing line of the run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

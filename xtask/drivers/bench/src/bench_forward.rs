@@ -1,0 +1,287 @@
+//! `cargo xtask bench forward [--quick]` — runs holdfast-forward's relay bench (raw quinn, then
+//! the same load through a forward to a UDP echo target, in one run) and writes
+//! `target/bench/forward.json` with the issue's targets and whether this run met them.
+//!
+//! A missed target is reported, not failed: figures on a shared 2-core machine are noisy, so the
+//! load average goes into the report beside them.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+/// Throughput through the forward as a share of raw quinn's, at 64 bytes.
+const SHARE_64: f64 = 0.50;
+/// The same at 1162 bytes.
+const SHARE_1162: f64 = 0.70;
+/// The forward's p99 round trip minus raw quinn's (a difference of percentiles), at half the
+/// forward's maximum rate, in µs.
+const ADDED_P99_US: f64 = 200.0;
+
+/// Runs the bench with `cargo` (`$CARGO`; a stand-in in tests) in `root` and reports; `quick` is
+/// the bounded CI run.
+// i[impl bench.forward+3]
+pub fn run(
+    mut cargo: Command,
+    root: &Path,
+    target: &Path,
+    quick: bool,
+) -> anyhow::Result<ExitCode> {
+    let load_before = loadavg();
+    let out_dir = target.join("bench");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let out = out_dir.join("forward.json");
+    eprintln!(
+        "bench: forward relay ({}), load average {}",
+        if quick { "quick" } else { "full" },
+        load_before
+    );
+    let status = cargo
+        .current_dir(root)
+        .env("HOLDFAST_BENCH_OUT", &out)
+        .env("HOLDFAST_BENCH_QUICK", if quick { "1" } else { "0" })
+        .args(["bench", "-p", "holdfast-forward", "--bench", "relay"])
+        .status()
+        .context("running cargo bench -p holdfast-forward --bench relay")?;
+    if !status.success() {
+        bail!("cargo bench -p holdfast-forward --bench relay failed: {status}");
+    }
+    let text =
+        std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    let measured: Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", out.display()))?;
+    let targets = targets(&measured);
+    let report = json!({
+        "command": format!("cargo xtask bench forward{}", if quick { " --quick" } else { "" }),
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "loadavg_before": load_before,
+            "loadavg_after": loadavg(),
+        },
+        "measured": measured,
+        "targets": targets,
+    });
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    print!("{}", summary(&report));
+    println!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The issue's targets against what the bench measured: each with its bound, the figure, and
+/// whether it was met (a figure the bench did not produce is not met).
+// i[impl bench.forward+3]
+pub fn targets(measured: &Value) -> Value {
+    let num = |v: &Value| v.as_f64().filter(|x| x.is_finite());
+    let share = |size: &str, min: f64| {
+        let got = num(&measured[format!("throughput_{size}")]["forward_over_raw"]);
+        json!({"target_min": min, "measured": got, "met": got.is_some_and(|g| g >= min)})
+    };
+    let added = num(&measured["latency"]["forward_minus_raw"]["p99_us"]);
+    json!({
+        "forward_over_raw_64": share("64", SHARE_64),
+        "forward_over_raw_1162": share("1162", SHARE_1162),
+        "p99_forward_minus_raw_us_at_half_max_rate": {
+            "target_max": ADDED_P99_US,
+            "measured": added,
+            "met": added.is_some_and(|a| a < ADDED_P99_US),
+        },
+    })
+}
+
+/// The table and the verdicts, as printed.
+// i[impl bench.forward+3]
+pub fn summary(report: &Value) -> String {
+    use std::fmt::Write as _;
+    let m = &report["measured"];
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "holdfast-forward relay (load average {} before, {} after)",
+        report["machine"]["loadavg_before"].as_str().unwrap_or("?"),
+        report["machine"]["loadavg_after"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(
+        out,
+        "  {:<8} {:>6} {:>12} {:>9} {:>7}",
+        "path", "bytes", "datagrams/s", "Mbit/s", "loss"
+    );
+    for size in ["64", "1162"] {
+        let t = &m[format!("throughput_{size}")];
+        for path in ["raw", "forward"] {
+            let p = &t[path];
+            let _ = writeln!(
+                out,
+                "  {path:<8} {size:>6} {:>12.0} {:>9.1} {:>6.2}%",
+                f(&p["datagrams_per_sec"]),
+                f(&p["mbit_per_sec"]),
+                f(&p["loss"]) * 100.0
+            );
+        }
+    }
+    let l = &m["latency"];
+    let _ = writeln!(
+        out,
+        "  round trip at {:.0} datagrams/s (half the forward's maximum), p50/p99 µs: raw {:.0}/{:.0}, forward {:.0}/{:.0}, forward minus raw {:.0}/{:.0}",
+        f(&l["rate_datagrams_per_sec"]),
+        f(&l["raw"]["p50_us"]),
+        f(&l["raw"]["p99_us"]),
+        f(&l["forward"]["p50_us"]),
+        f(&l["forward"]["p99_us"]),
+        f(&l["forward_minus_raw"]["p50_us"]),
+        f(&l["forward_minus_raw"]["p99_us"]),
+    );
+    for (name, t) in report["targets"].as_object().into_iter().flatten() {
+        let bound = match (t["target_min"].as_f64(), t["target_max"].as_f64()) {
+            // Only the shares have a minimum.
+            (Some(min), _) => format!(">= {:.0}%", min * 100.0),
+            (_, Some(max)) => format!("< {max:.0}"),
+            _ => String::new(),
+        };
+        let got = match t["measured"].as_f64() {
+            Some(v) if name.starts_with("forward_over_raw") => format!("{:.0}%", v * 100.0),
+            Some(v) => format!("{v:.0}"),
+            None => "not measured".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  target {name} {bound}: {got} {}",
+            if t["met"] == true { "pass" } else { "MISS" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(share_64: f64, share_1162: f64, added_p99: Value) -> Value {
+        let throughput = |share: f64| {
+            json!({
+                "raw": {"datagrams_per_sec": 100000.0, "mbit_per_sec": 51.2, "loss": 0.0},
+                "forward": {"datagrams_per_sec": 100000.0 * share, "mbit_per_sec": 51.2 * share, "loss": 0.001},
+                "forward_over_raw": share,
+            })
+        };
+        json!({
+            "throughput_64": throughput(share_64),
+            "throughput_1162": throughput(share_1162),
+            "latency": {
+                "rate_datagrams_per_sec": 50000.0,
+                "raw": {"p50_us": 40.0, "p99_us": 90.0},
+                "forward": {"p50_us": 70.0, "p99_us": 150.0},
+                "forward_minus_raw": {"p50_us": 30.0, "p99_us": added_p99},
+            },
+        })
+    }
+
+    // i[verify bench.forward+3]
+    #[test]
+    fn each_target_passes_or_misses_by_its_bound() {
+        let t = targets(&measured(0.5, 0.69, json!(199.0)));
+        assert_eq!(t["forward_over_raw_64"]["met"], true, "50% is enough");
+        assert_eq!(t["forward_over_raw_1162"]["met"], false, "69% is not 70%");
+        assert_eq!(t["p99_forward_minus_raw_us_at_half_max_rate"]["met"], true);
+        let t = targets(&measured(0.49, 0.7, json!(200.0)));
+        assert_eq!(t["forward_over_raw_64"]["met"], false);
+        assert_eq!(t["forward_over_raw_1162"]["met"], true);
+        assert_eq!(
+            t["p99_forward_minus_raw_us_at_half_max_rate"]["met"], false,
+            "under 200, not at it"
+        );
+        // A figure the bench could not produce (no echo came back) is a miss, not a pass.
+        let t = targets(&measured(0.6, 0.8, Value::Null));
+        assert_eq!(t["p99_forward_minus_raw_us_at_half_max_rate"]["met"], false);
+    }
+
+    // i[verify bench.forward+3]
+    #[test]
+    fn the_summary_shows_the_table_the_load_and_a_verdict_per_target() {
+        let m = measured(0.62, 0.69, json!(120.0));
+        let report = json!({
+            "machine": {"loadavg_before": "1.50 1.20 1.00", "loadavg_after": "1.90 1.30 1.05"},
+            "targets": targets(&m),
+            "measured": m,
+        });
+        insta::assert_snapshot!(summary(&report));
+    }
+
+    /// A stand-in for cargo in `root`: it notes how it was called (in `root/called`: the cargo
+    /// arguments and `HOLDFAST_BENCH_QUICK`), then, as the relay bench does, writes the measured
+    /// figures (`root/measured.json`) to `HOLDFAST_BENCH_OUT` and exits with `exit`.
+    fn bench_stand_in(root: &Path, exit: u8) -> Command {
+        holdfast_harness::stand_in::script(
+            root,
+            "cargo.sh",
+            &format!(
+                "echo \"$* quick=$HOLDFAST_BENCH_QUICK\" > called\n\
+                 cp measured.json \"$HOLDFAST_BENCH_OUT\"\n\
+                 exit {exit}\n"
+            ),
+        )
+    }
+
+    // i[verify bench.forward+3]
+    #[test]
+    fn run_runs_the_relay_bench_and_writes_its_figures_with_the_verdicts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let m = measured(0.62, 0.69, json!(120.0));
+        std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
+        let code = run(bench_stand_in(root, 0), root, &target, true).expect("run");
+        assert_eq!(code, ExitCode::SUCCESS);
+        // Called in the checkout, for the relay bench, bounded.
+        let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
+        assert_eq!(
+            called.trim(),
+            "bench -p holdfast-forward --bench relay quick=1"
+        );
+        let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("report");
+        let report: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(report["command"], "cargo xtask bench forward --quick");
+        assert_eq!(report["measured"], m, "the bench's figures, as measured");
+        assert_eq!(
+            report["targets"],
+            targets(&m),
+            "and the verdict on each target"
+        );
+        assert!(report["machine"]["cpus"].as_u64() >= Some(1), "{report}");
+        for load in ["loadavg_before", "loadavg_after"] {
+            let fields = report["machine"][load]
+                .as_str()
+                .map(|l| l.split(' ').count());
+            assert_eq!(fields, Some(3), "{load}: the 1, 5 and 15 minute averages");
+        }
+    }
+
+    // i[verify bench.forward+3]
+    #[test]
+    fn run_fails_when_the_relay_bench_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let m = measured(0.62, 0.69, json!(120.0));
+        std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
+        let err = run(bench_stand_in(root, 1), root, &target, false).expect_err("a failed bench");
+        assert!(err.to_string().contains("--bench relay failed"), "{err}");
+        let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
+        assert_eq!(
+            called.trim(),
+            "bench -p holdfast-forward --bench relay quick=0"
+        );
+        // Figures a failed bench left behind are not reported as a run.
+        let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("figures");
+        assert_eq!(serde_json::from_str::<Value>(&text).expect("json"), m);
+    }
+}

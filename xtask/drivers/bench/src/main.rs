@@ -1,0 +1,89 @@
+//! holdfast-bench: the gateway's and the forward's benchmark drivers, run by
+//! `cargo xtask bench gateway [--connections N]` and `cargo xtask bench forward [--quick]`.
+//!
+//! Each builds its crate's bench binary in release with cargo (`bench_gateway`: holdfast-gateway's
+//! `gateway_bench` example; `bench_forward`: holdfast-forward's `relay` bench), runs it, turns its
+//! raw `RESULT` line into a summary with the targets and whether this run met them, writes
+//! it under `target/bench/` and prints a table. They are a crate of their own, outside the
+//! workspace's `default-members`, so that xtask (the spec gate) builds none of this.
+
+mod bench_forward;
+mod bench_gateway;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "holdfast-bench",
+    bin_name = "cargo xtask bench",
+    about = "The gateway's and forward's benchmark drivers (cargo xtask bench gateway|forward)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    suite: Suite,
+}
+
+#[derive(Subcommand)]
+enum Suite {
+    /// holdfast-gateway: memory per idle connection, broadcast beside a bare server, drains.
+    Gateway {
+        /// Clients per fleet (at least one: the figures are per connection).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        connections: usize,
+    },
+    /// holdfast-forward: raw quinn against the same load through a forward.
+    Forward {
+        /// A bounded run (well under a minute) for CI.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.suite) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            // xtask's usage error: a run that could not do its job at all.
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(suite: Suite) -> anyhow::Result<ExitCode> {
+    let root = holdfast_harness::root::find(None)
+        .map_err(|message| anyhow::anyhow!("bench: {message}"))?;
+    holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
+    match suite {
+        Suite::Gateway { connections } => {
+            bench_gateway::run(cargo(), &root, &target_dir(&root), connections)
+        }
+        Suite::Forward { quick } => bench_forward::run(cargo(), &root, &target_dir(&root), quick),
+    }
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateway_suite_refuses_zero_connections() {
+        assert!(Cli::try_parse_from(["holdfast-bench", "gateway", "--connections", "0"]).is_err());
+        let cli = Cli::try_parse_from(["holdfast-bench", "gateway", "--connections", "2"]).unwrap();
+        assert!(matches!(cli.suite, Suite::Gateway { connections: 2 }));
+    }
+}

@@ -1,0 +1,37 @@
+//! spec-engine: the traceability engine over a workspace annotated for
+//! [tracey](https://github.com/bearcove/tracey): rules defined in markdown specs, `impl` and
+//! `verify` references to them in the code and tests.
+//!
+//! It reads a tree the way tracey 1.3.0 reads it (tracey's own config, markdown and lexer crates),
+//! judges it, and renders what it found to strings; it prints nothing, runs no process and
+//! decides no exit code — `cargo xtask spec-check`, `trace` and `spec-report` are thin command
+//! lines over it, and `cargo xtask prove` plans its mutation runs from the tree it reads.
+//!
+//! How the parts fit, leaf first (each module imports only modules listed before it; a test in
+//! [`model`] checks that):
+//!
+//! - [`model`] — the records every part shares: where the engine's files live (`paths`, from
+//!   `[workspace.metadata.spec-engine]`), audit findings, recorded mutation proofs and their
+//!   summary, timestamps.
+//! - [`spec_check`] — reading the tree (config, rules, references, Rust test layout) into a
+//!   [`spec_check::Tree`], the gate's checks over it ([`spec_check::check_read`]), test-backed
+//!   evidence from JUnit and the skip ledger, and the gate's report as text, JSON or Markdown.
+//! - [`trace`] — each rule to its definition, `impl` and `verify` sites and test results; each
+//!   audit finding to a verdict ([`trace::everything`]).
+//! - [`spec_report`] — the coverage per crate and the self-contained HTML page.
+//!
+//! The README has an example that checks a small tree (it runs as a doctest).
+
+// i[impl xtask.layout.engine]
+pub mod model;
+pub mod spec_check;
+pub mod spec_report;
+pub mod trace;
+
+#[cfg(test)]
+mod tests;
+
+// The README's example runs as a doctest too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

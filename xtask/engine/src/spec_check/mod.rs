@@ -1,0 +1,267 @@
+//! `cargo xtask spec-check` — the maintainers' traceability gate.
+//!
+//! One process, no daemon. The pipeline, one file per step:
+//!
+//! 1. [`config`] reads `.config/tracey/config.styx` with tracey-config's types and the styx parser
+//!    tracey 1.3.0 uses (facet-styx); a broken config is a problem, never an empty result.
+//! 2. [`rules`] extracts the rule definitions from each spec's markdown with marq, the crate tracey
+//!    1.3.0 renders specs with.
+//! 3. [`sources`] walks each impl's `include` and `test_include` exactly as tracey does and extracts
+//!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables).
+//! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code, which
+//!    test function a `verify` annotation precedes (its test attribute may sit above the
+//!    annotation), and which file or module's tests an annotation at its head stands for.
+//! 5. [`coverage`] counts per spec like `tracey query status` (total, implemented, verified, stale)
+//!    and turns every gap into a [`problem::Problem`].
+//! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
+//!    ([`skips`]), maps tests to files with [`crate_layout`], and keeps a rule verified only if one of
+//!    its tests ran and passed.
+//! 7. [`report`] prints the table and the problems as text, JSON or markdown.
+
+mod block_on;
+pub mod config;
+pub mod coverage;
+pub mod crate_layout;
+mod findings_gate;
+pub mod freshness;
+pub mod junit;
+pub mod problem;
+pub mod report;
+pub mod rules;
+pub mod rust_layout;
+pub mod skips;
+pub mod sources;
+pub mod suggest;
+pub mod test_backed;
+mod walk;
+
+use std::path::Path;
+
+use self::problem::Problem;
+use self::report::Outcome;
+
+/// Runs every step on `root` and collects the summary and the problems; an unusable results file
+/// or skip ledger is fatal.
+pub fn check(
+    root: &Path,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<Outcome, Problem> {
+    check_read(root, &read(root), results, skips, crates)
+}
+
+/// Reads `root`'s config and, when it is usable, its tree: what [`check_read`] judges and
+/// `cargo xtask spec-report` also traces, so the tree is read and parsed once.
+pub fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
+    let mut config = config::load(root)?;
+    // The engine's own paths (findings, proof summary, …): an unusable table fails the gate
+    // rather than quietly reading the defaults.
+    if let Err(message) = crate::model::paths::load(root) {
+        config
+            .problems
+            .push(Problem::new(problem::Kind::Config, message).in_file("Cargo.toml"));
+    }
+    let tree = read_tree(root, &config.config);
+    Ok((config, tree))
+}
+
+/// [`check`] on a tree already [`read`]; the tree is only borrowed.
+pub fn check_read(
+    root: &Path,
+    read: &Result<(config::Loaded, Tree), Problem>,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<Outcome, Problem> {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+
+    // Fatal before anything is judged: a run that cannot be read must not bury its one error
+    // under a "not verified" problem per rule.
+    let evidence = results
+        .map(|results| test_backed::Evidence::load(results, skips))
+        .transpose()?;
+    let mut mode = report::Mode {
+        test_backed: evidence.is_some(),
+        results: None,
+        written: None,
+        cases: None,
+        skips: None,
+        crates: crates.to_vec(),
+        judged: None,
+    };
+    if let (Some(evidence), Some(results)) = (&evidence, results) {
+        mode.results = Some(shown(root, results));
+        mode.written = Some(crate::model::timestamp::utc(evidence.written));
+        mode.cases = Some(evidence.cases);
+        mode.skips = skips
+            .filter(|_| evidence.has_ledger)
+            .map(|path| shown(root, path));
+    }
+
+    let (config, tree) = match read {
+        Ok(read) => read,
+        Err(problem) => {
+            return Ok(Outcome {
+                root: root.display().to_string(),
+                mode,
+                specs: Vec::new(),
+                problems: vec![problem.clone()],
+                notes,
+                planned: Vec::new(),
+            });
+        }
+    };
+    problems.extend(config.problems.iter().cloned());
+
+    let Tree {
+        rules,
+        analyses,
+        parsed,
+        problems: tree_problems,
+        notes: tree_notes,
+    } = tree;
+    problems.extend(tree_problems.iter().cloned());
+    notes.extend(tree_notes.iter().cloned());
+    let mut specs = Vec::new();
+
+    // A reference whose prefix belongs to no spec is only reported when it uses an explicit verb,
+    // so that prose like `a[i]` in a comment never trips the gate.
+    // While a spec has no rules its prefix is unknown, and any unclaimed prefix may be its own.
+    let known_prefixes: Vec<String> = analyses.iter().filter_map(|a| a.prefix.clone()).collect();
+    if analyses.iter().all(|a| a.prefix.is_some()) {
+        problems.extend(coverage::unknown_prefixes(parsed, &known_prefixes));
+    } else {
+        notes.push(
+            "references with an unclaimed prefix are not checked while a spec has no rules"
+                .to_owned(),
+        );
+    }
+
+    // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
+    let proofs: Vec<(String, crate::model::proof::Proof)> = rules
+        .iter()
+        .filter_map(|r| crate::model::proof::recorded(root, &r.id).map(|p| (r.marker(), p)))
+        .collect();
+    if !proofs.is_empty() {
+        let survivors: Vec<&str> = proofs
+            .iter()
+            .filter(|(_, p)| p.missed > 0)
+            .map(|(m, _)| m.as_str())
+            .collect();
+        let justified: usize = proofs.iter().map(|(_, p)| p.justified.len()).sum();
+        notes.push(format!(
+            "proof (target/prove/, {}): {} of {} rules proven; with surviving mutants: {}; \
+             justified survivors: {justified}",
+            crate::model::paths::of(root).proof,
+            proofs.iter().filter(|(_, p)| p.proven()).count(),
+            rules.len(),
+            if survivors.is_empty() {
+                "none".to_owned()
+            } else {
+                survivors.join(", ")
+            }
+        ));
+    }
+
+    let findings = findings_gate::check(root, rules);
+    problems.extend(findings.problems);
+
+    // The test-backed verdicts, kept beside the (borrowed) analyses they re-judge.
+    let judged: Option<Vec<test_backed::Judged>> = evidence.as_ref().map(|evidence| {
+        analyses
+            .iter()
+            .map(|analysis| test_backed::apply(root, analysis, evidence, parsed, crates))
+            .collect()
+    });
+    if let (Some(evidence), Some(judged)) = (&evidence, &judged) {
+        mode.judged = Some(judged.iter().map(|j| j.judged).sum());
+        problems.extend(freshness::outdated(root, analyses, evidence, crates));
+    }
+
+    for (index, analysis) in analyses.iter().enumerate() {
+        problems.extend(analysis.problems.iter().cloned());
+        if let Some(judged) = &judged {
+            problems.extend(judged[index].problems.iter().cloned());
+        }
+    }
+    problems.sort_by(Problem::order);
+    problems.dedup();
+    for (index, analysis) in analyses.iter().enumerate() {
+        let mut summary = analysis.summary.clone();
+        if let Some(judged) = &judged {
+            summary.tested = Some(judged[index].tested);
+        }
+        summary.errors = problems
+            .iter()
+            .filter(|p| p.spec.as_deref() == Some(analysis.spec.as_str()))
+            .count();
+        specs.push(summary);
+    }
+    notes.sort();
+    notes.dedup();
+    Ok(Outcome {
+        root: root.display().to_string(),
+        mode,
+        specs,
+        problems,
+        notes,
+        planned: findings.planned,
+    })
+}
+
+/// `path` relative to `root` when it lies under it.
+pub fn shown(root: &Path, path: &Path) -> String {
+    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    absolute.strip_prefix(root).map_or_else(
+        |_| path.display().to_string(),
+        |rel| rel.display().to_string(),
+    )
+}
+
+/// A tree's rules and the references to them, before any judgement: what `check` and
+/// `cargo xtask trace` both start from.
+pub struct Tree {
+    /// Every rule of every spec, in config and file order.
+    pub rules: Vec<rules::Rule>,
+    /// One analysis per spec/impl pair.
+    pub analyses: Vec<coverage::Analysis>,
+    /// Every scanned source file.
+    pub parsed: sources::ParsedFiles,
+    /// Problems reading the specs and sources (not yet the coverage problems).
+    pub problems: Vec<Problem>,
+    /// Remarks that do not fail the gate.
+    pub notes: Vec<String>,
+}
+
+/// Extracts every spec's rules and scans every impl's sources for references.
+pub fn read_tree(root: &Path, config: &tracey_config::Config) -> Tree {
+    let mut tree = Tree {
+        rules: Vec::new(),
+        analyses: Vec::new(),
+        parsed: sources::ParsedFiles::default(),
+        problems: Vec::new(),
+        notes: Vec::new(),
+    };
+    for spec in &config.specs {
+        let extracted = rules::extract(root, spec);
+        tree.problems.extend(extracted.problems);
+        tree.notes.extend(extracted.notes);
+        for implementation in &spec.impls {
+            let scanned = sources::scan(root, implementation, &mut tree.parsed);
+            tree.problems.extend(scanned.problems.iter().cloned());
+            tree.notes.extend(scanned.notes.iter().cloned());
+            tree.analyses.push(coverage::analyse(
+                spec,
+                implementation,
+                &extracted.rules,
+                extracted.prefix.as_deref(),
+                &scanned,
+                &tree.parsed,
+            ));
+        }
+        tree.rules.extend(extracted.rules);
+    }
+    tree
+}

@@ -1,0 +1,394 @@
+//! Test-backed verification: a rule counts as verified only if a test carrying its `verify`
+//! annotation ran and passed in this run and did not record a skip.
+//!
+//! Each `verify` annotation is attributed to the function it precedes (or, at the head of a file
+//! or module, to every test in it, all of which must pass when they ran); a function is looked up
+//! among the JUnit test cases by its binary and full module path, or — only when the file's place
+//! in the crate is not conventional, so its binary cannot be named — by a unique function name
+//! within its package.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::SystemTime;
+
+use super::coverage::{Analysis, Site};
+use super::crate_layout::{self, executable_of_suite};
+use super::junit::{self, Results, Status};
+use super::problem::{Kind, Problem};
+use super::rust_layout::{AttributedFn, RustLayout, TestScope};
+use super::skips::Ledger;
+use super::sources::ParsedFiles;
+
+/// A run's test results and skip ledger.
+pub struct Evidence {
+    results: Results,
+    ledger: Ledger,
+    /// When the results file was last written.
+    pub written: SystemTime,
+    /// How many test cases the results hold.
+    pub cases: usize,
+    /// Whether a skip ledger was found.
+    pub has_ledger: bool,
+}
+
+impl Evidence {
+    /// Reads the JUnit file and (optionally) the skip ledger. Either being unusable is fatal: a
+    /// run that cannot be read is never judged as an empty one.
+    // i[impl spec-check.fatal]
+    pub fn load(results: &Path, skips: Option<&Path>) -> Result<Self, Problem> {
+        let fatal = |what: &str, path: &Path, err: String| {
+            Problem::new(Kind::TestResults, format!("cannot use the {what}: {err}"))
+                .in_file(path.display().to_string())
+        };
+        let written = std::fs::metadata(results)
+            .and_then(|m| m.modified())
+            .map_err(|err| fatal("test results", results, format!("cannot read: {err}")))?;
+        let parsed = junit::read(results).map_err(|err| fatal("test results", results, err))?;
+        let (ledger, has_ledger) = match skips {
+            None => (Ledger::default(), false),
+            Some(path) => match Ledger::read(path) {
+                Ok(Some(ledger)) => (ledger, true),
+                Ok(None) => (Ledger::default(), false),
+                Err(err) => return Err(fatal("skip ledger", path, err)),
+            },
+        };
+        Ok(Self {
+            cases: parsed.cases.len(),
+            results: parsed,
+            ledger,
+            written,
+            has_ledger,
+        })
+    }
+}
+
+/// What became of one verifying test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Ran and passed, and recorded no skip.
+    Passed,
+    /// Reported skipped, or passed after recording a skip (why).
+    Skipped(String),
+    /// Failed or errored.
+    Failed,
+    /// Not in the results: ignored or not run.
+    Absent,
+    /// The function matches several test cases (their names).
+    Ambiguous(Vec<String>),
+    /// No test function follows the annotation.
+    NoFunction,
+}
+
+impl Outcome {
+    /// The fate in words, e.g. `skipped (needs docker: ...)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::Passed => "passed".to_owned(),
+            Outcome::Skipped(why) => format!("skipped ({why})"),
+            Outcome::Failed => "failed".to_owned(),
+            Outcome::Absent => "ignored or not run (absent from the results)".to_owned(),
+            Outcome::Ambiguous(names) => {
+                format!(
+                    "ambiguous: matches {} test cases ({})",
+                    names.len(),
+                    names.join(", ")
+                )
+            }
+            Outcome::NoFunction => "no test function follows the annotation".to_owned(),
+        }
+    }
+
+    fn category(&self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Skipped(_) => "skipped",
+            Outcome::Failed => "failed",
+            Outcome::Absent => "ignored or not run",
+            Outcome::Ambiguous(_) => "ambiguous",
+            Outcome::NoFunction => "not attached to a test",
+        }
+    }
+}
+
+/// What re-judging one analysis against a run found.
+pub struct Judged {
+    /// Rules judged by test results (the others keep their annotations' verdict).
+    pub judged: usize,
+    /// Of those, rules with a verifying test that passed.
+    pub tested: usize,
+    /// One problem per judged rule none of whose tests passed.
+    pub problems: Vec<Problem>,
+}
+
+/// Re-judges `analysis`'s rules against the run: how many have a passing test, and a problem for
+/// each rule none of whose tests passed. The analysis is only read, so one tree serves several
+/// reports.
+// i[impl spec-check.test-backed]
+pub fn apply(
+    root: &Path,
+    analysis: &Analysis,
+    evidence: &Evidence,
+    parsed: &ParsedFiles,
+    crates: &[String],
+) -> Judged {
+    let mut tested = 0;
+    let mut judged = 0;
+    let mut problems = Vec::new();
+    for coverage in &analysis.rules {
+        if coverage.verify_sites.is_empty() {
+            continue; // already a missing-verify problem
+        }
+        // A one-crate run judges only the rules that crate's tests verify.
+        let in_scope = crates.is_empty()
+            || coverage.verify_sites.iter().any(|site| {
+                crate_layout::package_of(root, &site.path)
+                    .is_some_and(|(package, _)| crates.contains(&package))
+            });
+        if !in_scope {
+            continue;
+        }
+        judged += 1;
+        let outcomes: Vec<(String, &Site, Outcome)> = coverage
+            .verify_sites
+            .iter()
+            .map(|site| {
+                let (name, outcome) = judge(root, site, evidence, parsed);
+                (name, site, outcome)
+            })
+            .collect();
+        if outcomes.iter().any(|(_, _, o)| *o == Outcome::Passed) {
+            tested += 1;
+            continue;
+        }
+        let rule = &coverage.rule;
+        let mut categories: Vec<&str> = outcomes.iter().map(|(_, _, o)| o.category()).collect();
+        categories.dedup();
+        let headline = match categories.as_slice() {
+            [one] if outcomes.len() > 1 => format!("all {} of its tests: {one}", outcomes.len()),
+            _ => "no test passed".to_owned(),
+        };
+        let mut message = format!(
+            "rule {} is not verified by a passing test ({headline}):",
+            rule.marker()
+        );
+        for (name, site, outcome) in &outcomes {
+            let _ = write!(
+                message,
+                " `{name}` ({}:{}) {};",
+                site.file,
+                site.line,
+                outcome.describe()
+            );
+        }
+        message.pop();
+        problems.push(
+            Problem::new(Kind::NotVerifiedByTest, message)
+                .at(&rule.file, rule.line)
+                .spec(&analysis.spec)
+                .rule(rule.marker()),
+        );
+    }
+    Judged {
+        judged,
+        tested,
+        problems,
+    }
+}
+
+/// The test function a `verify` site precedes, placed in its test binary.
+pub struct TestFn {
+    /// The function's name.
+    pub function: String,
+    /// A line of the function's item in its file.
+    pub line: usize,
+    /// Its test binary, when cargo's conventional layout says which.
+    pub target: Option<crate_layout::TestTarget>,
+    /// Its libtest name: module path and function, e.g. `tests::delay_doubles`.
+    pub full_name: String,
+    /// How nextest prints it: `BINARY-ID test::path` (the bare path when the binary is unknown).
+    pub shown: String,
+}
+
+/// Finds the test function a `verify` site precedes, if any.
+pub fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
+    let function = layout_of(site, parsed).and_then(|layout| layout.function_after(site.line))?;
+    Some(placed(root, site, function))
+}
+
+fn layout_of<'a>(site: &Site, parsed: &'a ParsedFiles) -> Option<&'a RustLayout> {
+    parsed.files.get(&site.path).and_then(|f| f.layout.as_ref())
+}
+
+/// `function` (of the file at `site`) placed in its test binary.
+fn placed(root: &Path, site: &Site, function: AttributedFn) -> TestFn {
+    let target = crate_layout::locate(root, &site.path);
+    let mut full_path = target
+        .as_ref()
+        .map(|t| t.modules.clone())
+        .unwrap_or_default();
+    full_path.extend(function.modules.iter().cloned());
+    full_path.push(function.name.clone());
+    let full_name = full_path.join("::");
+    // Name tests the way nextest prints them: `BINARY-ID test::path`.
+    let shown = match &target {
+        Some(t) => format!("{} {full_name}", t.suite),
+        None => full_name.clone(),
+    };
+    TestFn {
+        function: function.name,
+        line: function.line,
+        target,
+        full_name,
+        shown,
+    }
+}
+
+/// Finds the test a `verify` site belongs to and how it ended. A site heading a file or module
+/// stands for that scope's tests.
+pub fn judge(
+    root: &Path,
+    site: &Site,
+    evidence: &Evidence,
+    parsed: &ParsedFiles,
+) -> (String, Outcome) {
+    let layout = layout_of(site, parsed);
+    if let Some(function) = layout.and_then(|layout| layout.function_after(site.line)) {
+        return lookup(root, site, evidence, placed(root, site, function));
+    }
+    match layout.and_then(|layout| layout.scope_headed_at(site.line)) {
+        Some(scope) => judge_scope(root, site, evidence, scope),
+        None => ("?".to_owned(), Outcome::NoFunction),
+    }
+}
+
+/// A scope's verdict: passed when at least one of its tests ran and passed and none failed or
+/// recorded a skip (ignored tests are absent from the results and do not count); otherwise the
+/// first failed, then skipped test names the fate.
+// i[impl spec-check.placement.file-head]
+fn judge_scope(
+    root: &Path,
+    site: &Site,
+    evidence: &Evidence,
+    scope: TestScope,
+) -> (String, Outcome) {
+    let shown = scope_shown(root, site, &scope);
+    if scope.tests.is_empty() {
+        return (shown, Outcome::NoFunction);
+    }
+    let outcomes: Vec<(String, Outcome)> = scope
+        .tests
+        .into_iter()
+        .map(|function| lookup(root, site, evidence, placed(root, site, function)))
+        .collect();
+    let first = |wanted: fn(&Outcome) -> bool| outcomes.iter().find(|(_, o)| wanted(o)).cloned();
+    first(|o| *o == Outcome::Failed)
+        .or_else(|| first(|o| matches!(o, Outcome::Skipped(_))))
+        .or_else(|| first(|o| *o == Outcome::Passed).map(|(_, o)| (shown.clone(), o)))
+        .or_else(|| first(|o| matches!(o, Outcome::Ambiguous(_))))
+        .unwrap_or((shown, Outcome::Absent))
+}
+
+/// How nextest would name a scope's tests as a pattern: `BINARY-ID module::path::*`.
+fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
+    let target = crate_layout::locate(root, &site.path);
+    let mut path = target
+        .as_ref()
+        .map(|t| t.modules.clone())
+        .unwrap_or_default();
+    path.extend(scope.modules.iter().cloned());
+    path.push("*".to_owned());
+    match &target {
+        Some(t) => format!("{} {}", t.suite, path.join("::")),
+        None => path.join("::"),
+    }
+}
+
+/// The tests of the file or module a `verify` site heads (none when it heads none), placed in
+/// their test binary.
+pub fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
+    layout_of(site, parsed)
+        .and_then(|layout| layout.scope_headed_at(site.line))
+        .map(|scope| {
+            scope
+                .tests
+                .into_iter()
+                .map(|function| placed(root, site, function))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The tests a `verify` site stands for, as shown: its test function, or the pattern of the
+/// file's or module's tests when it heads one that holds a test.
+pub fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
+    if let Some(test) = test_fn(root, site, parsed) {
+        return Some(test.shown);
+    }
+    let scope = layout_of(site, parsed)?.scope_headed_at(site.line)?;
+    (!scope.tests.is_empty()).then(|| scope_shown(root, site, &scope))
+}
+
+/// Looks `test` up in the results and says how it ended.
+fn lookup(root: &Path, site: &Site, evidence: &Evidence, test: TestFn) -> (String, Outcome) {
+    let TestFn {
+        function,
+        target,
+        full_name,
+        shown,
+        ..
+    } = test;
+
+    let exact = target.as_ref().and_then(|t| {
+        evidence
+            .results
+            .cases
+            .get_key_value(&(t.suite.clone(), full_name.clone()))
+    });
+    // i[impl spec-check.test-identity]
+    let found = match (exact, &target) {
+        (Some(found), _) => found,
+        // The binary is known and the test is not in it: absent, never another test's result.
+        (None, Some(_)) => return (shown, Outcome::Absent),
+        (None, None) => {
+            // Fallback: a unique test function of that name within the package.
+            let Some((package, _)) = crate_layout::package_of(root, &site.path) else {
+                return (shown, Outcome::Absent);
+            };
+            let suffix = format!("::{function}");
+            let candidates: Vec<_> = evidence
+                .results
+                .cases
+                .iter()
+                .filter(|((suite, name), _)| {
+                    (suite == &package || suite.starts_with(&format!("{package}::")))
+                        && (name == &function || name.ends_with(&suffix))
+                })
+                .collect();
+            match candidates.as_slice() {
+                [] => return (shown, Outcome::Absent),
+                [one] => *one,
+                many => {
+                    let names = many
+                        .iter()
+                        .map(|((suite, name), _)| format!("{suite} {name}"))
+                        .collect();
+                    return (shown, Outcome::Ambiguous(names));
+                }
+            }
+        }
+    };
+    let ((suite, name), status) = found;
+    let outcome = match status {
+        Status::Failed => Outcome::Failed,
+        Status::Skipped => Outcome::Skipped("reported skipped".to_owned()),
+        Status::Passed => match evidence.ledger.find(&executable_of_suite(suite), name) {
+            Some(skip) => {
+                let service = skip.service.as_deref().unwrap_or("a service");
+                let reason = skip.reason.as_deref().unwrap_or("no reason recorded");
+                Outcome::Skipped(format!("needs {service}: {reason}"))
+            }
+            None => Outcome::Passed,
+        },
+    };
+    (format!("{suite} {name}"), outcome)
+}

@@ -1,0 +1,154 @@
+//! The engine's checks on small trees written from strings: a tracey config, one spec of two
+//! rules, one crate. The trees are written to a temporary directory (the engine reads a tree from
+//! the disk; see the crate README on what is left to make that a trait). Annotation-shaped text
+//! inside these string literals is inert: tracey's lexer reads comments only.
+
+use std::path::Path;
+
+use crate::spec_check::problem::Kind;
+use crate::spec_check::report::Outcome;
+
+const CONFIG: &str = "\
+specs (
+    {
+        name demo
+        include (docs/spec/demo.md)
+        impls (
+            {
+                name rust
+                include (crates/**/*.rs)
+                test_include (crates/**/tests/**/*.rs)
+            }
+        )
+    }
+)
+";
+
+const SPEC: &str = "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta]\n> Beta holds.\n";
+
+const MANIFEST: &str = "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n";
+
+/// Both rules implemented; alpha verified by a unit test, beta by an integration test.
+const LIB: &str = "\
+// r[impl demo.alpha]
+pub fn alpha() -> u32 {
+    1
+}
+
+// r[impl demo.beta]
+pub fn beta() -> u32 {
+    2
+}
+
+#[cfg(test)]
+mod tests {
+    // r[verify demo.alpha]
+    #[test]
+    fn alpha_holds() {
+        assert_eq!(super::alpha(), 1);
+    }
+}
+";
+
+const BETA_TEST: &str = "\
+// r[verify demo.beta]
+#[test]
+fn beta_holds() {
+    assert_eq!(demo::beta(), 2);
+}
+";
+
+/// Checks the tree of `files` (path, text) beside the config, the spec and the manifests.
+fn check(files: &[(&str, &str)]) -> Outcome {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = [
+        (".config/tracey/config.styx", CONFIG),
+        ("docs/spec/demo.md", SPEC),
+        ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+        ("crates/demo/Cargo.toml", MANIFEST),
+    ];
+    for (path, text) in base.iter().chain(files) {
+        write(dir.path(), path, text);
+    }
+    crate::spec_check::check(dir.path(), None, None, &[]).expect("the tree is checked")
+}
+
+fn write(root: &Path, path: &str, text: &str) {
+    let path = root.join(path);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
+fn kinds(outcome: &Outcome) -> Vec<(Kind, Option<String>)> {
+    outcome
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.rule.clone()))
+        .collect()
+}
+
+#[test]
+fn a_rule_with_an_impl_and_a_verify_on_a_test_is_covered() {
+    let outcome = check(&[
+        ("crates/demo/src/lib.rs", LIB),
+        ("crates/demo/tests/beta.rs", BETA_TEST),
+    ]);
+    assert_eq!(kinds(&outcome), []);
+    let spec = &outcome.specs[0];
+    assert_eq!(
+        (spec.total, spec.implemented, spec.verified, spec.stale),
+        (2, 2, 2, 0)
+    );
+}
+
+// i[verify spec-check.placement.between-attributes]
+#[test]
+fn a_verify_between_a_test_attribute_and_its_fn_is_on_that_test() {
+    let lib = LIB.replace(
+        "    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds",
+        "    #[test]\n    // r[verify demo.alpha]\n    fn alpha_holds",
+    );
+    assert_ne!(lib, LIB, "the fixture moved the annotation");
+    let outcome = check(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/tests/beta.rs", BETA_TEST),
+    ]);
+    assert_eq!(kinds(&outcome), []);
+    assert_eq!(outcome.specs[0].verified, 2);
+}
+
+// i[verify spec-check.placement.file-head]
+#[test]
+fn a_verify_at_the_head_of_an_integration_test_file_is_verified_by_its_tests() {
+    let head = "\
+//! Golden tests for beta.
+// r[verify demo.beta]
+
+#[test]
+fn beta_is_two() {
+    assert_eq!(demo::beta(), 2);
+}
+";
+    let outcome = check(&[
+        ("crates/demo/src/lib.rs", LIB),
+        ("crates/demo/tests/beta.rs", head),
+    ]);
+    assert_eq!(kinds(&outcome), []);
+    assert_eq!(outcome.specs[0].verified, 2);
+}
+
+// i[verify spec-check.missing]
+#[test]
+fn a_rule_without_an_impl_is_a_problem() {
+    let lib = LIB.replace("// r[impl demo.beta]\n", "");
+    assert_ne!(lib, LIB, "the fixture dropped the annotation");
+    let outcome = check(&[
+        ("crates/demo/src/lib.rs", &lib),
+        ("crates/demo/tests/beta.rs", BETA_TEST),
+    ]);
+    assert_eq!(
+        kinds(&outcome),
+        [(Kind::MissingImpl, Some("r[demo.beta]".to_owned()))]
+    );
+    assert_eq!(outcome.specs[0].implemented, 1);
+}

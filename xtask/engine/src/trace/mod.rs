@@ -1,0 +1,116 @@
+//! `cargo xtask trace FINDING` — walks an audit finding to the rules that close it, the code that
+//! implements them, the tests that verify them, and (given a test run) what became of those tests.
+//!
+//! One file per step:
+//!
+//! 1. [`crate::model::findings`] parses `docs/audit/findings.md` (the model the gate shares).
+//! 2. The spec gate reads the tree ([`crate::spec_check::read_tree`]: config, rules, references),
+//!    so trace and gate agree on every rule and annotation.
+//! 3. [`results`] picks the test run (`--results`, or `target/nextest/ci/junit.xml` when present)
+//!    and reads it with the gate's test-backed evidence.
+//! 4. [`rule_trace`] follows each named rule to its definition, `impl` and `verify` sites and tests.
+//! 5. [`verdict`] judges the finding: closed, open or regressed.
+//! 6. [`report`] prints it.
+//!
+//! Exit codes: for one finding, 0 when it is closed and 1 when it is open or regressed; with
+//! `--all`, 0 unless a finding is regressed (open findings are expected while their crates are
+//! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
+//! file, an unusable tracey config or results file.
+
+pub mod report;
+pub mod results;
+pub mod rule_report;
+pub mod rule_trace;
+pub mod verdict;
+
+use std::path::Path;
+
+use crate::spec_check::problem::Problem;
+use crate::spec_check::{self, config};
+
+use crate::model::findings::{self, Finding};
+use crate::model::paths;
+
+/// Everything a report of the whole tree needs, read the way the trace reads it.
+pub struct Everything {
+    /// The tree.
+    pub tree: spec_check::Tree,
+    /// Each rule, traced (in spec order).
+    pub rules: Vec<rule_report::RuleReport>,
+    /// Each finding with its verdict word and reasons.
+    pub findings: Vec<(Finding, &'static str, Vec<String>)>,
+    /// Which results were used, or `None` for annotations only.
+    pub results: Option<String>,
+}
+
+/// Traces every rule and every finding of `root`, whose tree is already [`spec_check::read`].
+pub fn everything(
+    root: &Path,
+    read: Result<(config::Loaded, spec_check::Tree), Problem>,
+    results: Option<&Path>,
+    skips: Option<&Path>,
+    no_results: bool,
+) -> Result<Everything, String> {
+    let tree = usable(read)?;
+    // A tree without findings has nothing to list; a broken findings file is an error.
+    let all = if root.join(paths::of(root).findings).exists() {
+        findings::load(root)?
+    } else {
+        Vec::new()
+    };
+    let run = results::load(root, results, skips, no_results)?;
+    let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
+    let mut rules = Vec::new();
+    for rule in &tree.rules {
+        rules.push(rule_report::trace(
+            root,
+            &tree,
+            &all,
+            &rule.marker(),
+            evidence,
+        )?);
+    }
+    let findings = all
+        .iter()
+        .map(|finding| {
+            let traces: Vec<_> = finding
+                .rules
+                .iter()
+                .map(|named| rule_trace::trace(root, &tree, named, evidence.map(|(e, _)| e)))
+                .collect();
+            let judgement = verdict::judge(&traces, run.is_some());
+            (finding.clone(), judgement.verdict.word(), judgement.reasons)
+        })
+        .collect();
+    Ok(Everything {
+        tree,
+        rules,
+        findings,
+        results: run.map(|r| r.source),
+    })
+}
+
+/// The tree of `read` when the trace can judge it: a config or spec with problems of its own is
+/// an error.
+pub fn usable(
+    read: Result<(config::Loaded, spec_check::Tree), Problem>,
+) -> Result<spec_check::Tree, String> {
+    let (config, tree) = read.map_err(|problem| problem.to_string())?;
+    // i[impl trace.broken-spec]
+    let broken: Vec<String> = config
+        .problems
+        .iter()
+        .chain(&tree.problems)
+        .map(|problem| format!("  {problem}"))
+        .collect();
+    if !broken.is_empty() {
+        return Err(format!(
+            "the spec cannot be read as written ({} problem{}), so nothing is judged; fix \
+             these first (`cargo xtask spec-check` lists them too):\n{}",
+            broken.len(),
+            if broken.len() == 1 { "" } else { "s" },
+            broken.join("\n")
+        ));
+    }
+    Ok(tree)
+}

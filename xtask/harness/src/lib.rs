@@ -1,0 +1,28 @@
+//! holdfast-harness: running real services and processes for holdfast's tests and drivers.
+//!
+//! `cargo xtask test` (the test runner in xtask) and the drain demo (`xtask/drivers/drain-demo`)
+//! both start real services on loopback; this crate is the code they share, so neither driver
+//! needs the other, and xtask needs neither driver's dependencies.
+//!
+//! Layout: [`root`] (which checkout a command works on) and [`output`] (printing without a panic
+//! on a closed pipe) are the commands' common ground; [`packages`] (what is needed and from which
+//! Debian package), [`layout`] (directories and ports), [`process`] (supervision: process groups,
+//! stopping, sweeping leftovers) and [`probe`] (readiness) are the machinery; [`docker`],
+//! [`registry`], [`pebble`], [`etcd`] and [`redis`] start one service each. [`stand_in`] writes
+//! the stand-in programs (cargo, a bench example) that the drivers' and xtask's tests run instead
+//! of the real ones.
+
+pub mod docker;
+pub mod etcd;
+pub mod layout;
+pub mod output;
+pub mod packages;
+pub mod pebble;
+pub mod probe;
+pub mod process;
+pub mod redis;
+pub mod registry;
+pub mod root;
+pub mod stand_in;
+#[cfg(test)]
+mod testing;

@@ -1,0 +1,64 @@
+//! `cargo xtask prove`: the command line over spec-prove (`xtask/prove`), which plans each rule's
+//! mutation run from the engine's tree and runs cargo-mutants.
+
+use std::process::ExitCode;
+
+/// Arguments of `cargo xtask prove`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Rules to prove (`retry.schedule`, with or without `r[...]`); default: every rule.
+    #[arg(value_name = "RULE")]
+    rules: Vec<String>,
+    /// Only the rules implemented in this package.
+    #[arg(long = "crate", value_name = "PACKAGE", conflicts_with = "rules")]
+    package: Option<String>,
+    /// Only the rules whose implementing items changed since this git revision.
+    #[arg(long, value_name = "REV", conflicts_with = "rules")]
+    changed_since: Option<String>,
+    /// Root of the tree (default: the cargo workspace above the current directory).
+    #[arg(long, value_name = "DIR")]
+    root: Option<std::path::PathBuf>,
+    /// Print each rule's plan (items, mutant patterns, test filter) and run nothing.
+    #[arg(long)]
+    list: bool,
+    /// Test timeout per mutant, in seconds (cargo-mutants' --timeout).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// Write docs/audit/proof.md from the proofs under target/prove/ (merged over the file's
+    /// earlier rows) and run nothing.
+    #[arg(long, conflicts_with_all = ["list", "max_mutants", "budget"])]
+    summary: bool,
+    /// CI's run: the rules touched since `HOLDFAST_PROVE_BASE`, else since HEAD's first parent,
+    /// with caps of 40 mutants and 240 s unless `--max-mutants`/`--budget` say otherwise.
+    #[arg(long, conflicts_with_all = ["rules", "package", "changed_since", "summary"])]
+    ci: bool,
+    /// Start no rule whose mutants would take the run past this many mutants.
+    #[arg(long, value_name = "N")]
+    max_mutants: Option<usize>,
+    /// Start no rule once this many seconds have passed, or when its mutants would take the run
+    /// past them at the run's pace so far.
+    #[arg(long, value_name = "SECS")]
+    budget: Option<u64>,
+}
+
+impl From<Args> for spec_prove::Options {
+    fn from(args: Args) -> Self {
+        Self {
+            rules: args.rules,
+            package: args.package,
+            changed_since: args.changed_since,
+            root: args.root,
+            list: args.list,
+            timeout: args.timeout,
+            summary: args.summary,
+            ci: args.ci,
+            max_mutants: args.max_mutants,
+            budget: args.budget,
+        }
+    }
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    spec_prove::run(args.into())
+}

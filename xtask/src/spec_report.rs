@@ -1,0 +1,110 @@
+//! `cargo xtask spec-report`: the command line over the engine's report
+//! ([`spec_engine::spec_report`]): finding the root, the flags, writing the page and the exit code.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use spec_engine::model::paths;
+use spec_engine::spec_check;
+use spec_engine::spec_report::{html, per_crate};
+use spec_engine::trace::results::DEFAULT_SKIPS;
+
+use crate::spec_check::USAGE_ERROR;
+
+/// Arguments of `cargo xtask spec-report`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Root of the tree (default: the cargo workspace above the current directory).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Where to write the page (default: target/spec-report.html under the root).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// nextest JUnit file of a test run (default: the configured `results`,
+    /// target/nextest/ci/junit.xml, when it exists).
+    #[arg(long, value_name = "JUNIT_XML")]
+    results: Option<PathBuf>,
+    /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
+    #[arg(long, value_name = "LEDGER_JSONL")]
+    skips: Option<PathBuf>,
+    /// Report annotations only, even when a results file exists.
+    #[arg(long, conflicts_with_all = ["results", "skips"])]
+    no_results: bool,
+}
+
+/// Writes the report; exit 0 when written, 2 when the tree or results cannot be read.
+// i[impl spec-report.file]
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let root = match crate::root::find(args.root.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            eprintln!("error: spec-report: {message}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
+    crate::output::print(&crate::root::banner(&root));
+    if let Err(message) = paths::load(&root) {
+        eprintln!("error: spec-report: {message}");
+        return Ok(ExitCode::from(USAGE_ERROR));
+    }
+    let results = if args.no_results {
+        None
+    } else {
+        args.results
+            .clone()
+            .or_else(|| Some(root.join(paths::of(&root).results)).filter(|p| p.is_file()))
+    };
+    let skips = args
+        .skips
+        .clone()
+        .unwrap_or_else(|| root.join(DEFAULT_SKIPS));
+    let skips = results.as_ref().map(|_| skips).filter(|p| p.is_file());
+    // Read and parsed once: the gate borrows the tree, then the trace keeps it.
+    let read = spec_check::read(&root);
+    let outcome =
+        match spec_check::check_read(&root, &read, results.as_deref(), skips.as_deref(), &[]) {
+            Ok(outcome) => outcome,
+            Err(problem) => {
+                eprintln!("error: spec-report: {problem}");
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
+        };
+    let everything = match spec_engine::trace::everything(
+        &root,
+        read,
+        results.as_deref(),
+        skips.as_deref(),
+        results.is_none(),
+    ) {
+        Ok(everything) => everything,
+        Err(message) => {
+            eprintln!("error: spec-report: {message}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
+    let crates = per_crate(&root, &everything);
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("target/spec-report.html"));
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let base = link_base(&root, &out);
+    let page = html::page(&outcome, &everything, &crates, &base);
+    std::fs::write(&out, page)?;
+    crate::output::print(&format!("spec-report: wrote {}\n", out.display()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How the page links to the tree's files: relative from the page when it is written inside the
+/// root, else `file://` URLs.
+fn link_base(root: &Path, out: &Path) -> String {
+    let dir = out
+        .parent()
+        .map(|d| d.canonicalize().unwrap_or_else(|_| d.to_path_buf()));
+    match dir.as_deref().and_then(|d| d.strip_prefix(root).ok()) {
+        Some(relative) => "../".repeat(relative.components().count()),
+        None => format!("file://{}/", root.display()),
+    }
+}

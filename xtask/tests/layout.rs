@@ -1,0 +1,160 @@
+//! The crates' layout, read from `cargo metadata`: what xtask builds, and what it does not.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The host's target triple (`rustc -vV`).
+fn host() -> String {
+    let output = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .expect("running rustc -vV");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_owned()
+}
+
+/// `cargo metadata` of this workspace for this host, resolved from Cargo.lock offline (other
+/// platforms' dependencies are left out: they may not be downloaded).
+fn metadata() -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(&root)
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["--filter-platform", &host()])
+        .output()
+        .expect("running cargo metadata");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("cargo metadata's JSON")
+}
+
+/// Every package name `package` depends on, directly or not (normal and build dependencies, not
+/// dev-dependencies: what `cargo xtask` compiles).
+fn builds(metadata: &Value, package: &str) -> BTreeSet<String> {
+    let name_of: BTreeMap<&str, &str> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().expect("id"),
+                p["name"].as_str().expect("name"),
+            )
+        })
+        .collect();
+    let nodes: BTreeMap<&str, &Value> = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("resolve nodes")
+        .iter()
+        .map(|n| (n["id"].as_str().expect("id"), n))
+        .collect();
+    let start = name_of
+        .iter()
+        .find(|(_, name)| **name == package)
+        .map(|(id, _)| *id)
+        .expect("the package is in the workspace");
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![start];
+    while let Some(id) = todo.pop() {
+        for dep in nodes[id]["deps"].as_array().expect("deps") {
+            let built = dep["dep_kinds"]
+                .as_array()
+                .expect("dep_kinds")
+                .iter()
+                .any(|k| k["kind"].as_str() != Some("dev"));
+            let dep_id = dep["pkg"].as_str().expect("pkg");
+            if built && seen.insert(dep_id) {
+                todo.push(dep_id);
+            }
+        }
+    }
+    seen.into_iter().map(|id| name_of[id].to_owned()).collect()
+}
+
+// i[verify xtask.layout]
+#[test]
+fn xtask_builds_none_of_the_drivers_and_the_drivers_are_not_default_members() {
+    let metadata = metadata();
+    let xtask = builds(&metadata, "xtask");
+    for driver_only in [
+        "holdfast-gateway",
+        "tokio-tungstenite",
+        "plotters",
+        "holdfast-drain-demo",
+        "holdfast-bench",
+    ] {
+        assert!(
+            !xtask.contains(driver_only),
+            "xtask builds {driver_only}: {xtask:?}"
+        );
+    }
+    // The drivers still build what they drive.
+    assert!(builds(&metadata, "holdfast-drain-demo").contains("holdfast-gateway"));
+
+    let name_of: BTreeMap<&str, &str> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().expect("id"),
+                p["name"].as_str().expect("name"),
+            )
+        })
+        .collect();
+    let names = |key: &str| -> BTreeSet<&str> {
+        metadata[key]
+            .as_array()
+            .expect("workspace member list")
+            .iter()
+            .map(|id| name_of[id.as_str().expect("id")])
+            .collect()
+    };
+    let members = names("workspace_members");
+    let defaults = names("workspace_default_members");
+    for driver in ["holdfast-drain-demo", "holdfast-bench"] {
+        assert!(members.contains(driver), "{driver} is a workspace member");
+        assert!(!defaults.contains(driver), "{driver} is a default member");
+    }
+    assert!(defaults.contains("xtask") && defaults.contains("holdfast-harness"));
+}
+
+// i[verify xtask.layout.engine]
+#[test]
+fn the_engine_and_prove_depend_on_no_command_line_runtime_or_xtask_crate() {
+    let metadata = metadata();
+    let engine = builds(&metadata, "spec-engine");
+    for forbidden in [
+        "clap",
+        "anyhow",
+        "tokio",
+        "xtask",
+        "holdfast-harness",
+        "holdfast-gateway",
+    ] {
+        assert!(
+            !engine.contains(forbidden),
+            "spec-engine builds {forbidden}: {engine:?}"
+        );
+    }
+    // It is what xtask's spec gate runs.
+    assert!(builds(&metadata, "xtask").contains("spec-engine"));
+    // prove sits on the engine, below the command line.
+    let prove = builds(&metadata, "spec-prove");
+    assert!(prove.contains("spec-engine"));
+    for forbidden in ["clap", "xtask"] {
+        assert!(
+            !prove.contains(forbidden),
+            "spec-prove builds {forbidden}: {prove:?}"
+        );
+    }
+}
