@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub flow_idle: Duration,
     /// Flow sockets the node holds at once, across every connection and forward.
     pub max_flow_sockets: usize,
+    /// How often each connection sweeps its flows (idle ones ended, sockets beyond its share given
+    /// back); a connection that starts waiting for a socket also wakes the sweeps at once.
+    pub flow_sweep: Duration,
     /// Connections in their handshake or not yet authenticated, at once; a new one beyond this
     /// is refused before its handshake.
     pub max_unauthenticated: usize,
@@ -124,6 +127,7 @@ impl ServerConfig {
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
             max_flow_sockets: 4096,
+            flow_sweep: FLOW_SWEEP,
             max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
             max_unauthenticated_per_source: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
             validate_addresses_above: DEFAULT_VALIDATE_ABOVE,
@@ -224,6 +228,8 @@ struct Shared {
     next_connection: AtomicU64,
     /// The flow sockets the node may hold, shared between connections.
     flow_pool: Arc<FlowPool>,
+    /// [`ServerConfig::flow_sweep`].
+    flow_sweep: Duration,
     /// The connections in their handshake or authenticating, by source.
     admission: Mutex<Admission>,
     /// The authenticated connections, by credential.
@@ -434,6 +440,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
         flow_pool: FlowPool::new(config.max_flow_sockets),
+        flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
         admission: Mutex::new(Admission::new(AdmissionLimits {
             max_unauthenticated: config.max_unauthenticated,
             max_per_source: config.max_unauthenticated_per_source,
@@ -926,9 +933,11 @@ async fn serve(
         gather_max: 1,
     };
     // r[impl forward.flows.sweep]
-    // r[impl forward.limits.flow-sockets+2]
-    let mut sweep = tokio::time::interval_at(Instant::now() + FLOW_SWEEP, FLOW_SWEEP);
+    // r[impl forward.limits.flow-sockets+3]
+    let every = shared.flow_sweep;
+    let mut sweep = tokio::time::interval_at(Instant::now() + every, every);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wakeups = shared.flow_pool.wakeups();
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
             biased;
@@ -953,6 +962,9 @@ async fn serve(
             },
             // Before datagrams: a flood of them must not keep the sweep from running.
             _ = sweep.tick() => relay.sweep(Instant::now()),
+            // A connection started waiting for a flow socket: give back beyond the share now.
+            // (The pool outlives every relay, so the sender is never dropped while this runs.)
+            Ok(()) = wakeups.changed() => relay.sweep(Instant::now()),
             datagram = conn.read_datagram() => match datagram {
                 Ok(datagram) => relay.datagrams(datagram).await,
                 Err(err) => {
@@ -1146,7 +1158,7 @@ impl Relay {
     /// forward's bound, and, while another connection waits for a flow socket, its least
     /// recently active flows beyond its share of them.
     // r[impl forward.flows.sweep]
-    // r[impl forward.limits.flow-sockets+2]
+    // r[impl forward.limits.flow-sockets+3]
     fn sweep(&mut self, now: Instant) {
         let idle = self.shared.flow_idle;
         for state in self.forwards.values_mut() {
@@ -1245,7 +1257,7 @@ impl Relay {
                 return;
             }
             None => {
-                // r[impl forward.limits.flow-sockets+2]
+                // r[impl forward.limits.flow-sockets+3]
                 let Some(permit) = self.shared.flow_pool.acquire(self.id, now) else {
                     state.reporter.dropped(&RelayError::FlowSockets);
                     return;
