@@ -13,6 +13,9 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+use holdfast_forward::control::{self, FrameDecoder, Message};
+use holdfast_forward::wire::{FlowId, encode_datagram};
+
 use crate::node::Edges;
 use crate::plan::{Attack, Edge, Flood, WsPayload};
 use crate::verdict::Attackers;
@@ -38,6 +41,7 @@ struct Counts {
     accepted: AtomicUsize,
     ended_by_node: AtomicUsize,
     held_at_end: AtomicUsize,
+    overreach: AtomicUsize,
 }
 
 impl Counts {
@@ -51,6 +55,7 @@ impl Counts {
             accepted: self.accepted.load(Ordering::Relaxed),
             ended_by_node: self.ended_by_node.load(Ordering::Relaxed),
             held_at_end: self.held_at_end.load(Ordering::Relaxed),
+            overreach: self.overreach.load(Ordering::Relaxed),
         }
     }
 }
@@ -126,6 +131,51 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
                 let counts = counts.clone();
                 let from = source(i, flood.sources);
                 tasks.spawn(ws_hostile(to, from, sends, deadline, counts));
+            }
+        }
+        Attack::QuicStreams { connections } | Attack::FlowChurn { connections } => {
+            let Ok((config, _)) =
+                holdfast_forward::client::quinn_client_config(edges.pin, Duration::from_secs(60))
+            else {
+                return counts.snapshot();
+            };
+            let churn = matches!(flood.attack, Attack::FlowChurn { .. });
+            for i in 0..connections {
+                let bind = SocketAddr::new(source(i, flood.sources), 0);
+                let Ok(endpoint) = quinn::Endpoint::client(bind) else {
+                    continue;
+                };
+                let attacker = Authenticated {
+                    endpoint,
+                    config: config.clone(),
+                    to,
+                    token: edges.attacker_token.clone(),
+                    deadline,
+                    counts: counts.clone(),
+                };
+                if churn {
+                    tasks.spawn(attacker.churn_flows());
+                } else {
+                    tasks.spawn(attacker.flood_streams());
+                }
+            }
+        }
+        Attack::QuicUnvalidated { packets } => {
+            let Some(initials) = initials(edges, INITIALS).await else {
+                return counts.snapshot();
+            };
+            let initials = Arc::new(initials);
+            let next = Arc::new(AtomicUsize::new(0));
+            for i in 0..UNVALIDATED_WORKERS {
+                tasks.spawn(unvalidated(
+                    source(i, flood.sources),
+                    to,
+                    initials.clone(),
+                    next.clone(),
+                    packets,
+                    deadline,
+                    counts.clone(),
+                ));
             }
         }
         Attack::QuicBadTokens { workers } => {
@@ -399,6 +449,255 @@ async fn quic_bad_tokens(
     }
 }
 
+/// An authenticated attacker: its connection, its credential (the attackers' own) and its
+/// deadline.
+struct Authenticated {
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    to: SocketAddr,
+    token: String,
+    deadline: Instant,
+    counts: Arc<Counts>,
+}
+
+/// What came of presenting the credential.
+enum Welcomed {
+    /// Authenticated: the connection and its control stream.
+    Yes(quinn::Connection, quinn::SendStream, quinn::RecvStream),
+    /// Refused or cut off by the node (counted).
+    No,
+}
+
+/// How long an attacker waits for a stream the node may not grant.
+const STREAM_WAIT: Duration = Duration::from_millis(500);
+
+/// Forwards each churning connection opens (up to the node's 64 a connection): at 256 flows a
+/// forward, 16 forwards ask for the whole pool of 4,096 flow sockets.
+const CHURN_FORWARDS: u32 = 16;
+
+impl Authenticated {
+    /// Connects, presents the attackers' credential, and reads the answer.
+    async fn welcome(&self) -> Welcomed {
+        Counts::bump(&self.counts.attempted);
+        let Ok(connecting) = self.endpoint.connect_with(
+            self.config.clone(),
+            self.to,
+            holdfast_forward::identity::SERVER_NAME,
+        ) else {
+            return Welcomed::No;
+        };
+        let Ok(Ok(conn)) = tokio::time::timeout(CONNECT, connecting).await else {
+            return Welcomed::No;
+        };
+        Counts::bump(&self.counts.accepted);
+        let answer = tokio::time::timeout(CONNECT, async {
+            let (mut send, mut recv) = conn.open_bi().await.ok()?;
+            send.write_all(&control::encode(&Message::Hello {
+                credential: self.token.as_bytes().to_vec(),
+            }))
+            .await
+            .ok()?;
+            let mut decoder = FrameDecoder::new();
+            let message = next_message(&mut recv, &mut decoder).await?;
+            Some((send, recv, message))
+        })
+        .await;
+        match answer {
+            Ok(Some((send, recv, Message::Welcome))) => Welcomed::Yes(conn, send, recv),
+            // Refused (past the credential's bound) or closed: the node ended it.
+            _ => {
+                Counts::bump(&self.counts.ended_by_node);
+                conn.close(0u32.into(), b"refused");
+                Welcomed::No
+            }
+        }
+    }
+
+    /// Counts the connection at the deadline: held if the node has not ended it by then.
+    async fn hold(&self, conn: &quinn::Connection) {
+        match tokio::time::timeout_at(self.deadline + GRACE, conn.closed()).await {
+            Ok(_) => Counts::bump(&self.counts.ended_by_node),
+            Err(_) => Counts::bump(&self.counts.held_at_end),
+        }
+        conn.close(0u32.into(), b"flood over");
+    }
+
+    /// Opens every stream it can beyond the control stream (each one the node grants is an
+    /// overreach), then writes requests on the control stream without ever reading the answers,
+    /// until the node stops taking them or the flood ends.
+    async fn flood_streams(self) {
+        let Welcomed::Yes(conn, mut send, _recv) = self.welcome().await else {
+            return;
+        };
+        let extra = async {
+            let bi = tokio::time::timeout(STREAM_WAIT, conn.open_bi()).await;
+            let uni = tokio::time::timeout(STREAM_WAIT, conn.open_uni()).await;
+            usize::from(matches!(bi, Ok(Ok(_)))) + usize::from(matches!(uni, Ok(Ok(_))))
+        };
+        let granted = extra.await;
+        self.counts.overreach.fetch_add(granted, Ordering::Relaxed);
+        // Requests whose answers back up: the node must stop reading them at its window.
+        let chunk = control::encode(&Message::Close { forward: 9 }).repeat(400);
+        let writing = async {
+            loop {
+                if send.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = writing => {}
+            () = tokio::time::sleep_until(self.deadline) => {}
+        }
+        self.hold(&conn).await;
+    }
+
+    /// Opens forwards to the discard port and sends each datagram from a flow never seen
+    /// before, until the flood ends.
+    async fn churn_flows(self) {
+        let Welcomed::Yes(conn, mut send, mut recv) = self.welcome().await else {
+            return;
+        };
+        let target = SocketAddr::from((Ipv4Addr::LOCALHOST, 9));
+        let mut decoder = FrameDecoder::new();
+        let mut opened = Vec::new();
+        for forward in 1..=CHURN_FORWARDS {
+            let open = control::encode(&Message::Open { forward, target });
+            if send.write_all(&open).await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(CONNECT, next_message(&mut recv, &mut decoder)).await {
+                Ok(Some(Message::Opened { forward })) => opened.push(forward),
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        // The answers that come later (a flow's status) are read and let go.
+        let drain = tokio::spawn(async move {
+            let mut buf = vec![0u8; 16 << 10];
+            while let Ok(Some(_)) = recv.read(&mut buf).await {}
+        });
+        if !opened.is_empty() {
+            let mut flow = 0u64;
+            while Instant::now() < self.deadline {
+                for _ in 0..CHURN_BATCH {
+                    let forward = opened[usize::try_from(flow).unwrap_or(0) % opened.len()];
+                    let datagram = encode_datagram(FlowId { forward, flow }, b"churn");
+                    if conn.send_datagram(datagram.into()).is_err() {
+                        break;
+                    }
+                    flow += 1;
+                }
+                tokio::time::sleep(CHURN_PAUSE).await;
+            }
+        }
+        self.hold(&conn).await;
+        drain.abort();
+    }
+}
+
+/// Datagrams a churning connection sends between pauses (about 20,000 a second).
+const CHURN_BATCH: usize = 20;
+/// Its pause between batches.
+const CHURN_PAUSE: Duration = Duration::from_millis(1);
+
+/// The next control message, or `None` when the stream ended or carried something else.
+async fn next_message(recv: &mut quinn::RecvStream, decoder: &mut FrameDecoder) -> Option<Message> {
+    let mut buf = [0u8; 1024];
+    loop {
+        if let Some(m) = decoder.next_message() {
+            return m.ok();
+        }
+        let n = recv.read(&mut buf).await.ok()??;
+        decoder.push(&buf[..n]);
+    }
+}
+
+/// Distinct Initials the unvalidated flood replays, in turn.
+const INITIALS: usize = 64;
+/// Concurrent senders of the unvalidated flood.
+const UNVALIDATED_WORKERS: usize = 50;
+/// How long a sender waits for the node's answer to one Initial.
+const ANSWER_WAIT: Duration = Duration::from_millis(500);
+
+/// `n` real first flights of a client to the node: each connection attempt's first datagram (a
+/// padded Initial with its own connection id), caught on a socket of our own so the node never
+/// sees the attempt itself.
+async fn initials(edges: &Edges, n: usize) -> Option<Vec<Vec<u8>>> {
+    let (config, _) =
+        holdfast_forward::client::quinn_client_config(edges.pin, Duration::from_secs(10)).ok()?;
+    let trap = tokio::net::UdpSocket::bind("127.0.0.1:0").await.ok()?;
+    let at = trap.local_addr().ok()?;
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().ok()?).ok()?;
+    let mut out = Vec::with_capacity(n);
+    let mut buf = vec![0u8; 2048];
+    while out.len() < n {
+        let connecting = endpoint
+            .connect_with(config.clone(), at, holdfast_forward::identity::SERVER_NAME)
+            .ok()?;
+        let (len, _) = tokio::time::timeout(CONNECT, trap.recv_from(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        drop(connecting);
+        // Retransmissions of an earlier attempt carry its connection id again: one of each.
+        let packet = buf[..len].to_vec();
+        if !out.contains(&packet) {
+            out.push(packet);
+        }
+    }
+    endpoint.close(0u32.into(), b"caught");
+    Some(out)
+}
+
+/// Whether `datagram` from the node is a QUIC Retry (a long header of type 3 in QUIC v1).
+fn is_retry(datagram: &[u8]) -> bool {
+    datagram
+        .first()
+        .is_some_and(|b| b & 0x80 != 0 && (b >> 4) & 0x3 == 3)
+}
+
+/// Sends Initials to the node, each from a new socket (a new source port) on `from`, and never
+/// answers: a Retry is the node turning the attempt away (counted as ended by the node), any
+/// other answer is the node taking an unvalidated attempt further (an overreach).
+async fn unvalidated(
+    from: IpAddr,
+    to: SocketAddr,
+    initials: Arc<Vec<Vec<u8>>>,
+    next: Arc<AtomicUsize>,
+    packets: usize,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) {
+    let mut buf = vec![0u8; 2048];
+    while Instant::now() < deadline {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= packets {
+            return;
+        }
+        let Ok(socket) = tokio::net::UdpSocket::bind(SocketAddr::new(from, 0)).await else {
+            return;
+        };
+        Counts::bump(&counts.attempted);
+        if socket
+            .send_to(&initials[i % initials.len()], to)
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        if let Ok(Ok((n, _))) = tokio::time::timeout(ANSWER_WAIT, socket.recv_from(&mut buf)).await
+        {
+            if is_retry(&buf[..n]) {
+                Counts::bump(&counts.ended_by_node);
+            } else {
+                Counts::bump(&counts.accepted);
+                Counts::bump(&counts.overreach);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,5 +710,16 @@ mod tests {
         assert_eq!(source(0, 8), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
         assert_eq!(source(7, 8), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)));
         assert_eq!(source(8, 8), source(0, 8));
+    }
+
+    #[test]
+    fn a_retry_is_told_from_the_other_long_header_packets() {
+        // QUIC v1 long headers: Initial 0, 0-RTT 1, Handshake 2, Retry 3 in bits 4-5.
+        assert!(is_retry(&[0xf0, 0, 0, 0, 1]));
+        assert!(!is_retry(&[0xc0, 0, 0, 0, 1]));
+        assert!(!is_retry(&[0xe0, 0, 0, 0, 1]));
+        // A short header is no Retry, and nothing is nothing.
+        assert!(!is_retry(&[0x70]));
+        assert!(!is_retry(&[]));
     }
 }

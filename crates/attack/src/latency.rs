@@ -28,7 +28,7 @@ pub struct Summary {
     pub max_ms: f64,
 }
 
-// i[impl attack.latency]
+// i[impl attack.latency+2]
 /// Summarises `samples`: nearest-rank percentiles over the served probes; zero when none was served.
 pub fn summarise(samples: &[Sample]) -> Summary {
     let mut served: Vec<Duration> = samples
@@ -66,7 +66,7 @@ mod tests {
         Sample::Served(Duration::from_millis(n))
     }
 
-    // i[verify attack.latency]
+    // i[verify attack.latency+2]
     #[test]
     fn percentiles_are_nearest_rank_over_served_probes_and_failures_are_counted_apart() {
         let mut samples: Vec<Sample> = (1..=100).map(ms).collect();

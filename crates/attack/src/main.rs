@@ -3,10 +3,11 @@
 //! It starts a real `holdfast run` with every listener on loopback (admin API, HTTP-01 responder,
 //! forward QUIC, gateway WebSocket), then runs bounded floods against one edge at a time from
 //! 127.0.0.2 and up (`plan`), while a real client on 127.0.0.1 probes every edge (`probe`) and the
-//! node's descriptors and memory are sampled from /proc (`node`). After each flood it waits for the
-//! node to settle back. The run is judged against the budgets of `docs/security.md` (`verdict`) and
-//! written to `report.json` and `report.md` (`report`); it exits 1 when a budget broke, 2 when it
-//! could not measure. `cargo xtask attack` builds the node and runs it.
+//! node's descriptors and memory are sampled from /proc and its runtime tasks from `/metrics`
+//! (`node`). After each flood it waits for the node to settle back. The run is judged against the
+//! budgets of `docs/security.md` (`verdict`) and written to `report.json` and `report.md`
+//! (`report`); it exits 1 when a budget broke, 2 when it could not measure. `cargo xtask attack`
+//! builds the node and runs it.
 //!
 //! Every flood stops by itself: its connections are counted, bounded and closed at its deadline.
 
@@ -130,29 +131,32 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             flood.duration
         );
         let pid = node.pid();
-        let baseline = settled_sample(pid).await;
+        let admin = node.edges.admin;
+        let baseline = settled_sample(pid, admin).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let sampler = tokio::spawn(peak(pid, stop_rx.clone()));
+        let sampler = tokio::spawn(peak(pid, admin, stop_rx.clone()));
         let watcher = tokio::spawn(probe::watch(prober.clone(), PROBE_EVERY, stop_rx));
         let deadline = tokio::time::Instant::now() + duration;
         let attackers = flood::run(flood, &node.edges, deadline).await;
         let _ = stop_tx.send(true);
         let peak = sampler.await.unwrap_or(baseline);
         let samples = watcher.await.unwrap_or_default();
-        let after = settle(pid, baseline, &budgets).await;
+        let after = settle(pid, admin, baseline, &budgets).await;
         let latency: BTreeMap<_, _> = samples
             .iter()
             .map(|(edge, s)| (*edge, latency::summarise(s)))
             .collect();
         eprintln!(
-            "attack:   attackers {attackers:?}; fds {} → {} → {}; rss {} → {} → {} KiB",
-            baseline.0, peak.0, after.0, baseline.1, peak.1, after.1
+            "attack:   attackers {attackers:?}; fds {} → {} → {}; rss {} → {} → {} KiB; \
+             tasks {} → {} → {}",
+            baseline.0, peak.0, after.0, baseline.1, peak.1, after.1, baseline.2, peak.2, after.2
         );
         results.push(FloodResult {
             name: flood.name.to_owned(),
             edge: flood.edge,
             sources: flood.sources,
             ends_all: flood.attack.ends_all(),
+            authenticated: flood.attack.authenticated(),
             attackers,
             latency,
             fds: Resource {
@@ -164,6 +168,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 baseline: baseline.1,
                 peak: peak.1.max(baseline.1),
                 after: after.1,
+            },
+            tasks: Resource {
+                baseline: baseline.2,
+                peak: peak.2.max(baseline.2),
+                after: after.2,
             },
         });
     }
@@ -216,31 +225,45 @@ fn raise_descriptor_limit() {
     }
 }
 
+/// The node's descriptors, resident memory (KiB) and runtime tasks at one moment.
+type Sample = (u64, u64, u64);
+
 /// The median of three samples 200 ms apart, so a probe's own socket does not set the baseline.
-async fn settled_sample(pid: u32) -> (u64, u64) {
+async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> Sample {
     let mut fds = Vec::new();
     let mut rss = Vec::new();
+    let mut tasks = Vec::new();
     for _ in 0..3 {
         if let Some((f, r)) = node::sample(pid) {
             fds.push(f);
             rss.push(r);
         }
+        if let Some(t) = node::tasks(admin).await {
+            tasks.push(t);
+        }
         tokio::time::sleep(SAMPLE_EVERY).await;
     }
-    fds.sort_unstable();
-    rss.sort_unstable();
-    (
-        fds.get(fds.len() / 2).copied().unwrap_or(0),
-        rss.get(rss.len() / 2).copied().unwrap_or(0),
-    )
+    (median(fds), median(rss), median(tasks))
 }
 
-/// The highest descriptors and memory seen until `stop`.
-async fn peak(pid: u32, mut stop: tokio::sync::watch::Receiver<bool>) -> (u64, u64) {
-    let mut high = (0, 0);
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied().unwrap_or(0)
+}
+
+/// The highest descriptors, memory and tasks seen until `stop`.
+async fn peak(
+    pid: u32,
+    admin: std::net::SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Sample {
+    let mut high = (0, 0, 0);
     loop {
         if let Some((f, r)) = node::sample(pid) {
-            high = (high.0.max(f), high.1.max(r));
+            high = (high.0.max(f), high.1.max(r), high.2);
+        }
+        if let Some(t) = node::tasks(admin).await {
+            high.2 = high.2.max(t);
         }
         tokio::select! {
             () = tokio::time::sleep(SAMPLE_EVERY) => {}
@@ -250,14 +273,20 @@ async fn peak(pid: u32, mut stop: tokio::sync::watch::Receiver<bool>) -> (u64, u
 }
 
 /// Waits (up to `SETTLE`) until the node is back within the settle budget; the last sample.
-async fn settle(pid: u32, baseline: (u64, u64), budgets: &Budgets) -> (u64, u64) {
+async fn settle(
+    pid: u32,
+    admin: std::net::SocketAddr,
+    baseline: Sample,
+    budgets: &Budgets,
+) -> Sample {
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut last = baseline;
+    let (fds, rss) = budgets.settle_limits(baseline.0, baseline.1);
+    let tasks = budgets.settle_tasks_limit(baseline.2);
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        last = settled_sample(pid).await;
-        let (fds, rss) = budgets.settle_limits(baseline.0, baseline.1);
-        if last.0 <= fds && last.1 <= rss {
+        last = settled_sample(pid, admin).await;
+        if last.0 <= fds && last.1 <= rss && last.2 <= tasks {
             break;
         }
     }

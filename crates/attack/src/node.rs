@@ -21,8 +21,13 @@ pub struct Edges {
     pub forward: SocketAddr,
     /// The gateway's WebSocket listener.
     pub gateway: SocketAddr,
-    /// The forward's credential.
+    /// The forward's credential (the real client's).
     pub forward_token: String,
+    /// Another credential of the forward, the authenticated attackers' own: the bound on one
+    /// credential's connections is theirs to fill, not the real client's.
+    pub attacker_token: String,
+    /// A UDP echo on loopback that the forward allows: the real client's forward target.
+    pub echo: SocketAddr,
     /// The forward's pinned identity.
     pub pin: Fingerprint,
     /// The gateway's token key.
@@ -60,6 +65,8 @@ impl Node {
         let (admin, http01, forward, gateway) =
             (free_port()?, free_port()?, free_port()?, free_port()?);
         let forward_token = secret(32)?;
+        let attacker_token = secret(32)?;
+        let echo = echo()?;
         let gateway_key = secret(32)?;
         let key_file = dir.join("gateway.key");
         write_private(&key_file, gateway_key.as_bytes())?;
@@ -82,8 +89,8 @@ directory = "https://127.0.0.1:9/directory"
 http01_bind = "{http01}"
 [forward]
 listen = "{forward}"
-tokens = ["{forward_token}"]
-allow = ["127.0.0.1:9"]
+tokens = ["{forward_token}", "{attacker_token}"]
+allow = ["127.0.0.1:9", "{echo}"]
 [gateway]
 listen = "{gateway}"
 token_key_file = "{key}"
@@ -113,6 +120,8 @@ token_key_file = "{key}"
                 forward,
                 gateway,
                 forward_token,
+                attacker_token,
+                echo,
                 pin,
                 gateway_key: gateway_key.into_bytes(),
             },
@@ -165,6 +174,19 @@ impl Drop for Node {
     }
 }
 
+/// A UDP echo on 127.0.0.1, on its own thread for the rest of the run.
+fn echo() -> anyhow::Result<SocketAddr> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").context("binding the echo")?;
+    let addr = socket.local_addr()?;
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, peer)) = socket.recv_from(&mut buf) {
+            let _ = socket.send_to(&buf[..n], peer);
+        }
+    });
+    Ok(addr)
+}
+
 fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -197,6 +219,19 @@ fn identity(bin: &Path, data: &Path) -> anyhow::Result<Fingerprint> {
         .map_err(|e| anyhow::anyhow!("holdfast forward identity printed {text:?}: {e:?}"))
 }
 
+/// The tasks alive on the node's runtime, from its `/metrics` (`holdfast_runtime_tasks_alive`).
+pub async fn tasks(admin: SocketAddr) -> Option<u64> {
+    let body = crate::probe::http_body(admin, "/metrics").await?;
+    tasks_in(&body)
+}
+
+fn tasks_in(metrics: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("holdfast_runtime_tasks_alive "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// One sample of a process's open descriptors and resident memory (KiB), from /proc.
 pub fn sample(pid: u32) -> Option<(u64, u64)> {
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
@@ -207,4 +242,19 @@ pub fn sample(pid: u32) -> Option<(u64, u64)> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())?;
     Some((fds, rss))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_task_count_is_read_from_its_series_and_nothing_else() {
+        let text = "# HELP holdfast_runtime_tasks_alive Tasks\n\
+                    # TYPE holdfast_runtime_tasks_alive gauge\n\
+                    holdfast_runtime_tasks_alive_other 3\n\
+                    holdfast_runtime_tasks_alive 42\n";
+        assert_eq!(tasks_in(text), Some(42));
+        assert_eq!(tasks_in("holdfast_draining 0\n"), None);
+    }
 }

@@ -68,6 +68,26 @@ pub enum Attack {
         /// Concurrent attackers.
         workers: usize,
     },
+    /// Authenticated QUIC connections (the attackers' own credential) that try to open every
+    /// stream they can and write requests on their control stream without ever reading the
+    /// node's answers (a stream and window flood).
+    QuicStreams {
+        /// Connections opened.
+        connections: usize,
+    },
+    /// Authenticated QUIC connections that open forwards and send datagrams, each from a flow
+    /// never seen before, to churn the node's pool of flow sockets.
+    FlowChurn {
+        /// Connections opened.
+        connections: usize,
+    },
+    /// QUIC Initial packets (a real client's first flight, replayed) from ever-new source ports
+    /// on several addresses, that never answer the node's Retry: connection attempts that never
+    /// complete address validation.
+    QuicUnvalidated {
+        /// Initial packets sent in all.
+        packets: usize,
+    },
 }
 
 impl Attack {
@@ -76,8 +96,16 @@ impl Attack {
     pub fn ends_all(self) -> bool {
         matches!(
             self,
-            Attack::WsHostile { .. } | Attack::QuicBadTokens { .. }
+            Attack::WsHostile { .. }
+                | Attack::QuicBadTokens { .. }
+                | Attack::QuicUnvalidated { .. }
         )
+    }
+
+    /// Whether its attackers authenticate (with their own credential), so what they may hold is
+    /// that credential's bound on connections.
+    pub fn authenticated(self) -> bool {
+        matches!(self, Attack::QuicStreams { .. } | Attack::FlowChurn { .. })
     }
 }
 
@@ -119,12 +147,16 @@ pub enum Scale {
     Ci,
 }
 
-// i[impl attack.floods]
+// i[impl attack.floods+2]
 /// The suite at `scale`, each flood running `duration` (the full run's default is 20 s).
 pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
     let (slow, quic, ws, workers) = match scale {
         Scale::Full => (2_000, 1_000, 2_000, 64),
         Scale::Ci => (400, 200, 400, 16),
+    };
+    let (streams, churn, initials) = match scale {
+        Scale::Full => (32, 4, 20_000),
+        Scale::Ci => (20, 2, 4_000),
     };
     let hostile = |name, sends| Flood {
         name,
@@ -174,6 +206,29 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             sources: 4,
             duration,
         },
+        Flood {
+            name: "forward-streams",
+            edge: Edge::Forward,
+            attack: Attack::QuicStreams {
+                connections: streams,
+            },
+            sources: 4,
+            duration,
+        },
+        Flood {
+            name: "forward-flow-churn",
+            edge: Edge::Forward,
+            attack: Attack::FlowChurn { connections: churn },
+            sources: 2,
+            duration,
+        },
+        Flood {
+            name: "forward-unvalidated",
+            edge: Edge::Forward,
+            attack: Attack::QuicUnvalidated { packets: initials },
+            sources: 10,
+            duration,
+        },
     ]
 }
 
@@ -197,7 +252,7 @@ mod secs {
 mod tests {
     use super::*;
 
-    // i[verify attack.floods]
+    // i[verify attack.floods+2]
     #[test]
     fn the_full_suite_is_the_documented_one_and_ci_runs_the_same_floods_smaller() {
         let full = floods(Scale::Full, Duration::from_secs(20));
@@ -233,6 +288,18 @@ mod tests {
             full.iter()
                 .any(|f| f.attack == Attack::QuicBadTokens { workers: 32 })
         );
+        assert!(
+            full.iter()
+                .any(|f| f.attack == Attack::QuicStreams { connections: 32 })
+        );
+        assert!(
+            full.iter()
+                .any(|f| f.attack == Attack::FlowChurn { connections: 4 })
+        );
+        assert!(
+            full.iter()
+                .any(|f| f.attack == Attack::QuicUnvalidated { packets: 20_000 })
+        );
         assert_eq!(
             full.iter().map(|f| f.name).collect::<Vec<_>>(),
             ci.iter().map(|f| f.name).collect::<Vec<_>>()
@@ -254,7 +321,10 @@ mod tests {
         match attack {
             Attack::Slowloris { connections }
             | Attack::QuicUnauthenticated { connections }
-            | Attack::WsUnauthenticated { connections } => connections,
+            | Attack::WsUnauthenticated { connections }
+            | Attack::QuicStreams { connections }
+            | Attack::FlowChurn { connections } => connections,
+            Attack::QuicUnvalidated { packets } => packets,
             Attack::WsHostile { workers, .. } | Attack::QuicBadTokens { workers } => workers,
         }
     }

@@ -67,7 +67,9 @@ impl Prober {
         }
     }
 
-    /// Connect, authenticate, be welcomed, leave.
+    // i[impl attack.latency+2]
+    /// Connect, authenticate, be welcomed, open a forward to the echo, have a datagram relayed
+    /// there and back, leave.
     async fn forward(&self) -> anyhow::Result<()> {
         let conn = self
             .quic
@@ -83,23 +85,24 @@ impl Prober {
         }))
         .await?;
         let mut decoder = FrameDecoder::new();
-        let mut buf = [0u8; 1024];
-        let answer = loop {
-            if let Some(m) = decoder.next_message() {
-                break m?;
-            }
-            let n = recv
-                .read(&mut buf)
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("the node closed the control stream"))?;
-            decoder.push(&buf[..n]);
-        };
+        let answer = next_message(&mut recv, &mut decoder).await?;
+        anyhow::ensure!(answer == Message::Welcome, "answered {answer:?}");
+        send.write_all(&control::encode(&Message::Open {
+            forward: 1,
+            target: self.edges.echo,
+        }))
+        .await?;
+        let answer = next_message(&mut recv, &mut decoder).await?;
+        anyhow::ensure!(
+            answer == Message::Opened { forward: 1 },
+            "answered {answer:?}"
+        );
+        let relayed = relay_once(&conn).await;
         conn.close(
             quinn::VarInt::from_u32(holdfast_forward::transport::close_code::CLIENT_DONE),
             b"probe done",
         );
-        anyhow::ensure!(answer == Message::Welcome, "answered {answer:?}");
-        Ok(())
+        relayed
     }
 
     /// Upgrade, authenticate, ping, be ponged, leave.
@@ -124,6 +127,68 @@ impl Prober {
         }
         anyhow::bail!("the connection ended before the pong")
     }
+}
+
+/// The next control message on `recv`.
+async fn next_message(
+    recv: &mut quinn::RecvStream,
+    decoder: &mut FrameDecoder,
+) -> anyhow::Result<Message> {
+    let mut buf = [0u8; 1024];
+    loop {
+        if let Some(m) = decoder.next_message() {
+            return Ok(m?);
+        }
+        let n = recv
+            .read(&mut buf)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the node closed the control stream"))?;
+        decoder.push(&buf[..n]);
+    }
+}
+
+/// How often the probe's datagram is sent again while no echo came back (a datagram may be
+/// dropped; a flow socket may be waiting for its fair share of the pool).
+const RESEND: Duration = Duration::from_millis(100);
+
+/// A datagram on forward 1 to the echo and back.
+async fn relay_once(conn: &quinn::Connection) -> anyhow::Result<()> {
+    use holdfast_forward::wire::{FlowId, decode_datagram, encode_datagram};
+    let id = FlowId {
+        forward: 1,
+        flow: 0,
+    };
+    let payload = b"probe through the forward";
+    let datagram = bytes::Bytes::from(encode_datagram(id, payload));
+    loop {
+        conn.send_datagram(datagram.clone())?;
+        if let Ok(back) = tokio::time::timeout(RESEND, conn.read_datagram()).await {
+            let back = back?;
+            let (from, echoed) =
+                decode_datagram(&back).map_err(|e| anyhow::anyhow!("a datagram back: {e:?}"))?;
+            if from == id && echoed == payload {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The body of `GET path` on `addr` (status 200 only).
+pub async fn http_body(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(TIMEOUT, stream.read_to_end(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    if status_of(&answer) != Some(200) {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&answer);
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    Some(body.to_owned())
 }
 
 /// The status code of `GET path` on `addr` (`Host` the address itself unless given), reading

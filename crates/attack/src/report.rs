@@ -22,7 +22,7 @@ pub struct Report {
     pub violations: Vec<Violation>,
 }
 
-// i[impl attack.report]
+// i[impl attack.report+2]
 impl Report {
     /// The JSON report.
     pub fn json(&self) -> String {
@@ -39,15 +39,17 @@ impl Report {
             md,
             "Budgets: a real client's p99 under {} ms on every edge during every flood, {} probe(s) \
              unserved at most; at most {} descriptors and {} MiB resident; after each flood, back \
-             within {:.0} % of baseline ({} descriptors at least); connections the attackers \
-             hold at a flood's end at most the listener's cap per source times the sources, and \
-             its cap in all (admin {}/{}, http01 {}/{}, forward {}/{}, gateway {}/{}).\n",
+             within {:.0} % of baseline ({} descriptors and {} runtime tasks at least); connections \
+             the attackers hold at a flood's end at most the listener's cap per source times the \
+             sources, and its cap in all (admin {}/{}, http01 {}/{}, forward {}/{}, gateway \
+             {}/{}), or their credential's {} when they authenticate; nothing past a bound.\n",
             self.budgets.p99.as_millis(),
             self.budgets.failed_probes,
             self.budgets.fd_cap,
             self.budgets.rss_cap_kib / 1024,
             self.budgets.settle_fraction * 100.0,
             self.budgets.settle_fds,
+            self.budgets.settle_tasks,
             self.budgets.held.admin.per_source,
             self.budgets.held.admin.total,
             self.budgets.held.http01.per_source,
@@ -55,7 +57,8 @@ impl Report {
             self.budgets.held.forward.per_source,
             self.budgets.held.forward.total,
             self.budgets.held.gateway.per_source,
-            self.budgets.held.gateway.total
+            self.budgets.held.gateway.total,
+            self.budgets.held.forward_per_credential
         );
         md.push_str("## A real client during each flood (p50 / p99 ms, unserved of probes)\n\n");
         md.push_str("| flood |");
@@ -86,32 +89,37 @@ impl Report {
         }
         md.push_str("\n(The attacked edge in bold.)\n\n## The node\n\n");
         md.push_str(
-            "| flood | fds before | fds peak | fds after | RSS before KiB | RSS peak KiB | RSS after KiB |\n\
-             |---|---|---|---|---|---|---|\n",
+            "| flood | fds before | fds peak | fds after | RSS before KiB | RSS peak KiB | RSS after KiB \
+             | tasks before | tasks peak | tasks after |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for f in &self.outcome.floods {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 f.name,
                 f.fds.baseline,
                 f.fds.peak,
                 f.fds.after,
                 f.rss_kib.baseline,
                 f.rss_kib.peak,
-                f.rss_kib.after
+                f.rss_kib.after,
+                f.tasks.baseline,
+                f.tasks.peak,
+                f.tasks.after
             );
         }
         md.push_str(
-            "\n## The attackers\n\n| flood | attempted | accepted | ended by the node | held at the end |\n\
-             |---|---|---|---|---|\n",
+            "\n## The attackers\n\n| flood | attempted | accepted | ended by the node | held at the end \
+             | past a bound |\n\
+             |---|---|---|---|---|---|\n",
         );
         for f in &self.outcome.floods {
             let a = f.attackers;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} |",
-                f.name, a.attempted, a.accepted, a.ended_by_node, a.held_at_end
+                "| {} | {} | {} | {} | {} | {} |",
+                f.name, a.attempted, a.accepted, a.ended_by_node, a.held_at_end, a.overreach
             );
         }
         let _ = writeln!(
@@ -162,7 +170,7 @@ mod tests {
         }
     }
 
-    // i[verify attack.report]
+    // i[verify attack.report+2]
     #[test]
     fn the_markdown_report_is_pinned_and_names_every_broken_budget() {
         insta::assert_snapshot!("passing", report(passing()).markdown());

@@ -20,6 +20,9 @@ pub struct Attackers {
     pub ended_by_node: usize,
     /// Accepted connections still open when the flood ended.
     pub held_at_end: usize,
+    /// What the node let the attackers do past its bounds: a stream beyond the control stream,
+    /// an unvalidated connection attempt answered with anything but a Retry.
+    pub overreach: usize,
 }
 
 /// One resource of the node's process: before a flood, its peak during, and after the settle.
@@ -45,6 +48,9 @@ pub struct FloodResult {
     /// Its attackers send what the node must end every time (bad credentials, hostile frames):
     /// no connection may be left held.
     pub ends_all: bool,
+    /// Its attackers authenticate (with their own credential): what they may hold is that
+    /// credential's bound on connections, not the listener's unauthenticated caps.
+    pub authenticated: bool,
     /// What its attackers saw.
     pub attackers: Attackers,
     /// A real client's latency on every edge during the flood.
@@ -53,6 +59,8 @@ pub struct FloodResult {
     pub fds: Resource,
     /// The node's resident memory, KiB.
     pub rss_kib: Resource,
+    /// The tasks alive on the node's runtime (`holdfast_runtime_tasks_alive`).
+    pub tasks: Resource,
 }
 
 /// A whole run.
@@ -82,6 +90,13 @@ pub struct Budgets {
     pub settle_fraction: f64,
     /// ... or within this many descriptors (a small baseline's 10 % is less than one socket).
     pub settle_fds: u64,
+    /// ... or within this much resident memory, KiB: what the allocator keeps of a flood's
+    /// thousands of freed tasks and sockets (glibc returns freed pages lazily), not a leak —
+    /// one is still caught, since it grows past this with every flood.
+    pub settle_rss_kib: u64,
+    /// After a flood, the node's runtime tasks are back within `settle_fraction` above
+    /// baseline, or within this many (a task per connection the node is still closing).
+    pub settle_tasks: u64,
     /// Connections the node may still hold for a flood's attackers at its end, per edge: the
     /// listener's documented cap on connections that have not authenticated (or not finished a
     /// request).
@@ -100,6 +115,8 @@ pub struct HeldCaps {
     pub forward: Caps,
     /// The gateway, unauthenticated connections.
     pub gateway: Caps,
+    /// The forward, authenticated connections of one credential (the attackers' own).
+    pub forward_per_credential: usize,
 }
 
 /// One listener's caps.
@@ -131,10 +148,13 @@ impl Default for Budgets {
         Budgets {
             p99: Duration::from_secs(1),
             failed_probes: 0,
-            fd_cap: 4_096,
+            // The forward's pool of 4,096 flow sockets, and as many again for everything else.
+            fd_cap: 8_192,
             rss_cap_kib: 256 * 1024,
             settle_fraction: 0.10,
             settle_fds: 8,
+            settle_rss_kib: 8 * 1024,
+            settle_tasks: 8,
             held: HeldCaps {
                 admin: Caps {
                     per_source: 16,
@@ -152,6 +172,7 @@ impl Default for Budgets {
                     per_source: 32,
                     total: 1_024,
                 },
+                forward_per_credential: 16,
             },
         }
     }
@@ -170,7 +191,7 @@ pub struct Violation {
     pub what: String,
 }
 
-// i[impl attack.budgets]
+// i[impl attack.budgets+2]
 /// Every budget `outcome` breaks; empty when the run passes.
 pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -222,6 +243,8 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
         }
         let cap = if flood.ends_all {
             0
+        } else if flood.authenticated {
+            budgets.held.forward_per_credential
         } else {
             budgets.held.of(flood.edge, flood.sources)
         };
@@ -229,6 +252,13 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
             broke(format!(
                 "the attackers held {} connections at the end, cap {cap}",
                 flood.attackers.held_at_end
+            ));
+        }
+        if flood.attackers.overreach > 0 {
+            broke(format!(
+                "the node let the attackers past its bounds {} time(s) (a stream beyond the \
+                 control stream, or an unvalidated attempt not answered with a Retry)",
+                flood.attackers.overreach
             ));
         }
         if flood.fds.peak > budgets.fd_cap {
@@ -257,18 +287,34 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 flood.rss_kib.after, flood.rss_kib.baseline
             ));
         }
+        let tasks_limit = budgets.settle_tasks_limit(flood.tasks.baseline);
+        if flood.tasks.after > tasks_limit {
+            broke(format!(
+                "tasks left behind: {} alive after, baseline {}, limit {tasks_limit}",
+                flood.tasks.after, flood.tasks.baseline
+            ));
+        }
     }
     out
 }
 
 impl Budgets {
     /// The descriptors and resident memory (KiB) a node may be back at after a flood that began
-    /// at these baselines: `settle_fraction` above each, and at least `settle_fds` descriptors.
+    /// at these baselines: `settle_fraction` above each, and at least `settle_fds` descriptors
+    /// and `settle_rss_kib` of memory.
     pub fn settle_limits(&self, fds: u64, rss_kib: u64) -> (u64, u64) {
         (
             settle_limit(fds, self.settle_fraction).max(fds + self.settle_fds),
-            settle_limit(rss_kib, self.settle_fraction),
+            settle_limit(rss_kib, self.settle_fraction).max(rss_kib + self.settle_rss_kib),
         )
+    }
+}
+
+impl Budgets {
+    /// The runtime tasks a node may be back at after a flood that began with `tasks` alive:
+    /// `settle_fraction` above, and at least `settle_tasks` more.
+    pub fn settle_tasks_limit(&self, tasks: u64) -> u64 {
+        settle_limit(tasks, self.settle_fraction).max(tasks + self.settle_tasks)
     }
 }
 
@@ -310,22 +356,29 @@ pub(crate) mod tests {
                 edge: Edge::Admin,
                 sources: 8,
                 ends_all: false,
+                authenticated: false,
                 attackers: Attackers {
                     attempted: 10,
                     accepted: 10,
                     ended_by_node: 10,
                     held_at_end: 0,
+                    overreach: 0,
                 },
                 latency,
                 fds: Resource {
                     baseline: 40,
-                    peak: 4_096,
+                    peak: 8_192,
                     after: 48,
                 },
                 rss_kib: Resource {
                     baseline: 10_000,
                     peak: 256 * 1024,
                     after: 11_000,
+                },
+                tasks: Resource {
+                    baseline: 60,
+                    peak: 900,
+                    after: 68,
                 },
             }],
             node_alive: true,
@@ -342,7 +395,7 @@ pub(crate) mod tests {
             .collect()
     }
 
-    // i[verify attack.budgets]
+    // i[verify attack.budgets+2]
     #[test]
     fn each_budget_holds_at_its_edge_and_breaks_just_past_it() {
         assert_eq!(judge(&passing(), &Budgets::default()), vec![]);
@@ -371,8 +424,8 @@ pub(crate) mod tests {
         });
         assert_eq!(none, vec!["gateway (other edge): no probe was made"]);
         assert_eq!(
-            broken(|o| o.floods[0].fds.peak = 4_097),
-            vec!["descriptors peaked at 4097, cap 4096"]
+            broken(|o| o.floods[0].fds.peak = 8_193),
+            vec!["descriptors peaked at 8193, cap 8192"]
         );
         assert_eq!(
             broken(|o| o.floods[0].rss_kib.peak = 256 * 1024 + 1),
@@ -391,10 +444,25 @@ pub(crate) mod tests {
             }),
             Vec::<String>::new()
         );
+        // 10,000 KiB: 10 % is less than the allocator's slack of 8 MiB, which is the limit ...
         assert_eq!(
-            broken(|o| o.floods[0].rss_kib.after = 11_001),
+            broken(|o| o.floods[0].rss_kib.after = 18_192),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].rss_kib.after = 18_193),
             vec![
-                "resident memory did not return: 11001 KiB after, baseline 10000 KiB, limit 11000 KiB"
+                "resident memory did not return: 18193 KiB after, baseline 10000 KiB, limit 18192 KiB"
+            ]
+        );
+        // ... and at 200,000 KiB the 10 % is.
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].rss_kib.baseline = 200_000;
+                o.floods[0].rss_kib.after = 220_001;
+            }),
+            vec![
+                "resident memory did not return: 220001 KiB after, baseline 200000 KiB, limit 220000 KiB"
             ]
         );
         // Eight sources on the admin API: 16 each, 128 in all; with 20 sources the cap in all
@@ -421,6 +489,47 @@ pub(crate) mod tests {
                 o.floods[0].attackers.held_at_end = 1;
             }),
             vec!["the attackers held 1 connections at the end, cap 0"]
+        );
+        // 60 tasks: 10 % is 6, so the slack of 8 is the limit; 400 tasks: 10 % (40) is.
+        assert_eq!(
+            broken(|o| o.floods[0].tasks.after = 69),
+            vec!["tasks left behind: 69 alive after, baseline 60, limit 68"]
+        );
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].tasks.baseline = 400;
+                o.floods[0].tasks.after = 440;
+            }),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].tasks.baseline = 400;
+                o.floods[0].tasks.after = 441;
+            }),
+            vec!["tasks left behind: 441 alive after, baseline 400, limit 440"]
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.overreach = 1),
+            vec![
+                "the node let the attackers past its bounds 1 time(s) (a stream beyond the \
+                 control stream, or an unvalidated attempt not answered with a Retry)"
+            ]
+        );
+        // Authenticated attackers hold at most their credential's 16 connections.
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].authenticated = true;
+                o.floods[0].attackers.held_at_end = 16;
+            }),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].authenticated = true;
+                o.floods[0].attackers.held_at_end = 17;
+            }),
+            vec!["the attackers held 17 connections at the end, cap 16"]
         );
         assert_eq!(
             broken(|o| o.node_alive = false),

@@ -39,7 +39,7 @@ pub(crate) fn idle_flows<K>(
 }
 
 /// The `count` least recently active of `flows`: those a connection over its share gives back.
-// r[impl forward.limits.flow-sockets+2]
+// r[impl forward.limits.flow-sockets+3]
 pub(crate) fn least_recent<K>(
     flows: impl IntoIterator<Item = (K, Instant)>,
     count: usize,
@@ -57,6 +57,9 @@ pub(crate) fn least_recent<K>(
 pub(crate) struct FlowPool {
     capacity: usize,
     state: Mutex<PoolState>,
+    /// Bumped when a connection starts waiting, so that those above their share give back at
+    /// once instead of at their next sweep (a real client waits for a wake-up, not a tick).
+    wake: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +107,7 @@ impl FlowPool {
         Arc::new(FlowPool {
             capacity,
             state: Mutex::new(PoolState::default()),
+            wake: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -114,7 +118,7 @@ impl FlowPool {
     /// One more socket for connection `conn` at `now`, or `None` when the pool is full or `conn`
     /// is at its share while another connection waits. A connection refused below its share
     /// counts as waiting until it has its share, or for [`WAITING_FOR`] after it last was.
-    // r[impl forward.limits.flow-sockets+2]
+    // r[impl forward.limits.flow-sockets+3]
     pub(crate) fn acquire(self: &Arc<Self>, conn: u64, now: Instant) -> Option<PoolPermit> {
         let mut state = self.state();
         state.forget_waits(now);
@@ -122,8 +126,10 @@ impl FlowPool {
         let mine = state.mine(conn);
         let fits = state.total < self.capacity && (mine < share || !state.others_wait(conn));
         if !fits {
-            if mine < share {
-                state.waiting.insert(conn, now);
+            // Only a connection that starts waiting wakes the others: a flood of refused
+            // datagrams from one already waiting wakes nobody again.
+            if mine < share && state.waiting.insert(conn, now).is_none() {
+                self.wake.send_modify(|n| *n = n.wrapping_add(1));
             }
             return None;
         }
@@ -142,7 +148,7 @@ impl FlowPool {
 
     /// How many sockets `conn` must give back at `now`: what it holds beyond its share while
     /// another connection waits; none otherwise.
-    // r[impl forward.limits.flow-sockets+2]
+    // r[impl forward.limits.flow-sockets+3]
     pub(crate) fn excess(&self, conn: u64, now: Instant) -> usize {
         let mut state = self.state();
         state.forget_waits(now);
@@ -151,6 +157,13 @@ impl FlowPool {
         }
         let share = state.share(self.capacity, conn);
         state.mine(conn).saturating_sub(share)
+    }
+
+    /// Changes each time a connection starts waiting for a socket: a connection's relay sweeps
+    /// at once then, giving back what it holds beyond its share.
+    // r[impl forward.limits.flow-sockets+3]
+    pub(crate) fn wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wake.subscribe()
     }
 
     /// Sockets held now, across every connection.
@@ -253,7 +266,34 @@ mod tests {
         assert!(least_recent(flows, 0).is_empty());
     }
 
-    // r[verify forward.limits.flow-sockets+2]
+    // r[verify forward.limits.flow-sockets+3]
+    #[test]
+    fn a_connection_that_starts_waiting_wakes_the_others_once() {
+        let t0 = Instant::now();
+        let pool = FlowPool::new(2);
+        let mut wakeups = pool.wakeups();
+        let _hog: Vec<_> = (0..2)
+            .map(|_| pool.acquire(1, t0).expect("a free socket"))
+            .collect();
+        // The hog itself refused at the full pool, at no share to wait for: nobody is woken.
+        assert!(pool.acquire(1, t0).is_none());
+        assert!(!wakeups.has_changed().expect("the pool's sender"));
+        // A connection refused below its share starts waiting: the others are woken to give back.
+        assert!(pool.acquire(2, at(t0, 1)).is_none());
+        assert!(wakeups.has_changed().expect("the pool's sender"));
+        wakeups.mark_unchanged();
+        // Refused again while it waits: no second wake-up (a flood wakes nobody again) ...
+        assert!(pool.acquire(2, at(t0, 1)).is_none());
+        assert!(!wakeups.has_changed().expect("the pool's sender"));
+        // ... until its wait has lapsed and it starts waiting anew.
+        assert!(
+            pool.acquire(2, t0 + WAITING_FOR + Duration::from_secs(2))
+                .is_none()
+        );
+        assert!(wakeups.has_changed().expect("the pool's sender"));
+    }
+
+    // r[verify forward.limits.flow-sockets+3]
     #[test]
     fn one_connection_takes_the_pool_only_until_another_waits_then_gives_back_its_excess() {
         let t0 = Instant::now();
@@ -297,7 +337,7 @@ mod tests {
         assert_eq!(pool.in_use(), 0);
     }
 
-    // r[verify forward.limits.flow-sockets+2]
+    // r[verify forward.limits.flow-sockets+3]
     #[test]
     fn the_share_counts_the_connections_holding_or_waiting() {
         let t0 = Instant::now();

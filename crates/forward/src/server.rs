@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub flow_idle: Duration,
     /// Flow sockets the node holds at once, across every connection and forward.
     pub max_flow_sockets: usize,
+    /// How often each connection sweeps its flows (idle ones ended, sockets beyond its share given
+    /// back); a connection that starts waiting for a socket also wakes the sweeps at once.
+    pub flow_sweep: Duration,
     /// Connections in their handshake or not yet authenticated, at once; a new one beyond this
     /// is refused before its handshake.
     pub max_unauthenticated: usize,
@@ -124,6 +127,7 @@ impl ServerConfig {
             max_flows: 256,
             flow_idle: Duration::from_secs(60),
             max_flow_sockets: 4096,
+            flow_sweep: FLOW_SWEEP,
             max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
             max_unauthenticated_per_source: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
             validate_addresses_above: DEFAULT_VALIDATE_ABOVE,
@@ -224,6 +228,8 @@ struct Shared {
     next_connection: AtomicU64,
     /// The flow sockets the node may hold, shared between connections.
     flow_pool: Arc<FlowPool>,
+    /// [`ServerConfig::flow_sweep`].
+    flow_sweep: Duration,
     /// The connections in their handshake or authenticating, by source.
     admission: Mutex<Admission>,
     /// The authenticated connections, by credential.
@@ -434,6 +440,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
         flow_pool: FlowPool::new(config.max_flow_sockets),
+        flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
         admission: Mutex::new(Admission::new(AdmissionLimits {
             max_unauthenticated: config.max_unauthenticated,
             max_per_source: config.max_unauthenticated_per_source,
@@ -926,9 +933,11 @@ async fn serve(
         gather_max: 1,
     };
     // r[impl forward.flows.sweep]
-    // r[impl forward.limits.flow-sockets+2]
-    let mut sweep = tokio::time::interval_at(Instant::now() + FLOW_SWEEP, FLOW_SWEEP);
+    // r[impl forward.limits.flow-sockets+3]
+    let every = shared.flow_sweep;
+    let mut sweep = tokio::time::interval_at(Instant::now() + every, every);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wakeups = shared.flow_pool.wakeups();
     let ended: Result<Option<Shutdown>, RelayError> = loop {
         tokio::select! {
             biased;
@@ -953,6 +962,9 @@ async fn serve(
             },
             // Before datagrams: a flood of them must not keep the sweep from running.
             _ = sweep.tick() => relay.sweep(Instant::now()),
+            // A connection started waiting for a flow socket: give back beyond the share now.
+            // (The pool outlives every relay, so the sender is never dropped while this runs.)
+            Ok(()) = wakeups.changed() => relay.sweep(Instant::now()),
             datagram = conn.read_datagram() => match datagram {
                 Ok(datagram) => relay.datagrams(datagram).await,
                 Err(err) => {
@@ -1146,7 +1158,7 @@ impl Relay {
     /// forward's bound, and, while another connection waits for a flow socket, its least
     /// recently active flows beyond its share of them.
     // r[impl forward.flows.sweep]
-    // r[impl forward.limits.flow-sockets+2]
+    // r[impl forward.limits.flow-sockets+3]
     fn sweep(&mut self, now: Instant) {
         let idle = self.shared.flow_idle;
         for state in self.forwards.values_mut() {
@@ -1245,7 +1257,7 @@ impl Relay {
                 return;
             }
             None => {
-                // r[impl forward.limits.flow-sockets+2]
+                // r[impl forward.limits.flow-sockets+3]
                 let Some(permit) = self.shared.flow_pool.acquire(self.id, now) else {
                     state.reporter.dropped(&RelayError::FlowSockets);
                     return;
@@ -1411,6 +1423,7 @@ fn flow_recv_failed(err: &RelayError, reporter: &Reporter) -> bool {
 /// Relays one flow's replies from the target back to the client: every datagram of a receive
 /// (several, when the kernel coalesced them) with one allocation for all of them.
 // r[impl forward.batch]
+// r[impl forward.flows.reply-buffers]
 async fn relay_replies(
     socket: Arc<UdpIo>,
     conn: Connection,
@@ -1420,12 +1433,31 @@ async fn relay_replies(
 ) {
     let header = id.header();
     // Two buffers: the usual receive fills one (the target's burst, coalesced), and a batch that
-    // leaves a buffer empty ends the wakeup without one more receive (`UdpIo::recv`). The second
-    // one's pages are only touched when a burst needs it.
-    let mut buf = vec![0u8; REPLY_BATCH * MAX_DATAGRAM];
+    // leaves a buffer empty ends the wakeup without one more receive (`UdpIo::recv`). They are
+    // allocated at the first reply, not before: a flow whose target never answers holds none.
+    // Allocated up front, 4,096 flows of a client that churns them cost the node over 300 MiB
+    // (zeroed heap memory is touched, and kept by the allocator after the flows end).
+    let mut buf = Vec::new();
     let mut meta = [RecvMeta::default(); REPLY_BATCH];
     let mut out = BytesMut::new();
     loop {
+        if buf.is_empty() {
+            match socket.readable().await {
+                // An error alone (the target refused a datagram): taken without a buffer.
+                Ok(false) => {
+                    let err = match socket.take_error() {
+                        Ok(Some(err)) | Err(err) => err,
+                        Ok(None) => continue,
+                    };
+                    if flow_recv_failed(&RelayError::Socket(err), &reporter) {
+                        continue;
+                    }
+                    return;
+                }
+                // A datagram waits (or readiness failed, which the receive reports).
+                Ok(true) | Err(_) => buf = vec![0u8; REPLY_BATCH * MAX_DATAGRAM],
+            }
+        }
         let received = {
             let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
             let mut slices: [IoSliceMut<'_>; REPLY_BATCH] =

@@ -68,6 +68,32 @@ impl UdpIo {
         self.state.max_gso_segments().max(1)
     }
 
+    /// Waits until a datagram or a pending error has arrived, without taking either; true when
+    /// a datagram waits (a receive needs its buffers), false for an error alone (see
+    /// [`UdpIo::take_error`]).
+    pub(crate) async fn readable(&self) -> io::Result<bool> {
+        let ready = self
+            .socket
+            .ready(Interest::READABLE | Interest::ERROR)
+            .await?;
+        Ok(ready.is_readable())
+    }
+
+    /// Takes the socket's pending error (an ICMP refusal on a connected socket) without
+    /// receiving anything; `None` when there is none (the error readiness is then cleared).
+    pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
+        let taken = self.socket.try_io(Interest::ERROR, || {
+            self.socket
+                .take_error()?
+                .ok_or_else(|| io::ErrorKind::WouldBlock.into())
+        });
+        match taken {
+            Ok(err) => Ok(Some(err)),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Receives at least one buffer's worth (waiting for it); returns how many of `bufs` were
     /// filled. A filled buffer may hold several datagrams (GRO): see [`segments`]. A pending
     /// socket error (an ICMP refusal on a connected socket) is returned as soon as it arrives.
@@ -515,6 +541,39 @@ pub(crate) mod tests {
         .await
         .expect("refusal arrives")
         .expect("ready");
+    }
+
+    // What a flow's reply task allocates its buffers on: a refusal alone says "no datagram" and
+    // is taken without a receive; a datagram says "readable".
+    // r[verify forward.flows.reply-buffers]
+    #[tokio::test]
+    async fn a_refusal_alone_is_taken_without_buffers_and_a_datagram_asks_for_them() {
+        let (io, closed) = towards_closed_port().await;
+        refusal_pending(&io, closed).await;
+        assert!(
+            !io.readable().await.expect("ready"),
+            "a refusal is no datagram"
+        );
+        let err = io.take_error().expect("take").expect("the refusal");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+        // Taken: nothing is pending any more, and the error readiness is cleared.
+        assert!(io.take_error().expect("take").is_none());
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(200), io.readable())
+                .await
+                .is_err(),
+            "nothing arrived, yet the socket is ready"
+        );
+        // A datagram from the target (the port is bound now) makes the socket readable.
+        let target = std::net::UdpSocket::bind(closed).expect("rebind the target port");
+        target
+            .send_to(b"a reply", io.local_addr().expect("addr"))
+            .expect("reply");
+        let readable = tokio::time::timeout(std::time::Duration::from_secs(5), io.readable())
+            .await
+            .expect("the reply wakes it")
+            .expect("ready");
+        assert!(readable);
     }
 
     // A batched receive returns a refusal as a receive of one datagram does.

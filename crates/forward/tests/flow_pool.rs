@@ -9,10 +9,11 @@ use std::time::Duration;
 use common::*;
 use holdfast_forward::client;
 
-/// A node with two flow sockets in all and, as `node` adjusts it, one client's forward holding
+/// A node with two flow sockets in all, sweeping every `sweep`, and one client's forward holding
 /// both (peers `a1`, `a2`); returns the node, the client, its peers, its target.
 async fn two_sockets_held(
     dir: &std::path::Path,
+    sweep: Duration,
 ) -> (
     holdfast_forward::Server,
     client::Forwarding,
@@ -22,6 +23,7 @@ async fn two_sockets_held(
     let mut config = server_config(dir, loopback());
     config.max_flow_sockets = 2;
     config.flow_idle = Duration::from_secs(1);
+    config.flow_sweep = sweep;
     let server = holdfast_forward::start(config).await.expect("server");
     let target = echo().await;
     let mut hog = client::spawn(client_config(&server, &[target.addr]))
@@ -45,7 +47,7 @@ async fn two_sockets_held(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_flows_of_one_connection_give_their_sockets_to_another() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (server, _hog, _peers, target) = two_sockets_held(dir.path()).await;
+    let (server, _hog, _peers, target) = two_sockets_held(dir.path(), Duration::from_secs(1)).await;
     // The first connection's flows go idle, well within its forward's flow bound: they are swept
     // all the same, and the second connection's peer is relayed.
     let mut other = client::spawn(client_config(&server, &[target.addr]))
@@ -61,11 +63,11 @@ async fn idle_flows_of_one_connection_give_their_sockets_to_another() {
     .await;
 }
 
-// r[verify forward.limits.flow-sockets+2]
+// r[verify forward.limits.flow-sockets+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_connection_gives_back_its_sockets_beyond_its_share_to_one_that_waits() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (server, hog, peers, target) = two_sockets_held(dir.path()).await;
+    let (server, hog, peers, target) = two_sockets_held(dir.path(), Duration::from_secs(1)).await;
     // The first connection keeps both its flows busy.
     let local = hog.local_addrs()[0];
     let busy = tokio::spawn(async move {
@@ -89,5 +91,33 @@ async fn a_busy_connection_gives_back_its_sockets_beyond_its_share_to_one_that_w
         flows.iter().all(|f| *f >= 1),
         "each has its share: {flows:?}"
     );
+    assert!(server.flow_sockets() <= 2);
+}
+
+// r[verify forward.limits.flow-sockets+3]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_starts_waiting_gets_its_share_without_waiting_for_a_sweep() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No sweep inside the test: only the wake-up of a connection that starts waiting can make
+    // the busy one give back.
+    let (server, hog, peers, target) =
+        two_sockets_held(dir.path(), Duration::from_secs(3600)).await;
+    let local = hog.local_addrs()[0];
+    let busy = tokio::spawn(async move {
+        loop {
+            for peer in &peers {
+                let _ = peer.send_to(b"busy", local).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut other = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut other, 1).await;
+    let b = peer().await;
+    let reply = try_round_trip(&b, other.local_addrs()[0], b"b", 20).await;
+    busy.abort();
+    assert_eq!(reply.as_deref(), Some(&b"b"[..]), "{:?}", server.forwards());
     assert!(server.flow_sockets() <= 2);
 }

@@ -147,7 +147,7 @@ async fn at_the_node_s_flow_bound_an_idle_flow_gives_way_to_a_new_peer() {
     an_idle_flow_gives_way(dir.path(), |_| {}).await;
 }
 
-// r[verify forward.limits.flow-sockets+2]
+// r[verify forward.limits.flow-sockets+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_that_gives_way_at_its_forward_s_bound_gives_its_socket_to_the_new_peer() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -657,7 +657,7 @@ async fn the_node_stopper_tells_clients_the_node_restarts_and_returns_by_its_dea
     assert_eq!(message, "node restarting");
 }
 
-// r[verify forward.limits.flow-sockets+2]
+// r[verify forward.limits.flow-sockets+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_the_node_s_flow_socket_bound_a_new_flow_is_dropped_and_counted() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -869,7 +869,7 @@ async fn a_datagram_gathered_for_a_flow_that_an_eviction_ends_in_the_same_batch_
 
 // The same batch on a node with one flow socket: the new peer's flow takes the socket of the
 // flow that gave way, and only once what that flow had gathered has left through it.
-// r[verify forward.limits.flow-sockets+2]
+// r[verify forward.limits.flow-sockets+3]
 #[tokio::test]
 async fn a_flow_socket_handed_on_within_a_batch_first_sends_what_its_flow_gathered() {
     a_gathered_datagram_leaves_before_its_flow_gives_way(|node| node.max_flow_sockets = 1).await;

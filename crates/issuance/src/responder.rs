@@ -677,6 +677,38 @@ mod tests {
         until_open(&r, 0).await;
     }
 
+    // A request head past hyper's buffer bound is answered 431 and its connection closed; the
+    // next connection is served.
+    // r[verify issue.responder.limits+2]
+    #[tokio::test]
+    async fn a_request_head_past_its_bound_is_refused_and_closed_and_the_next_is_served() {
+        let r = Http01Responder::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut s = TcpStream::connect(r.addr()).await.unwrap();
+        let long = "a".repeat(MAX_REQUEST_HEAD_BYTES + 1024);
+        let head = format!("GET /x HTTP/1.1\r\nHost: a.example\r\nX-Long: {long}\r\n\r\n");
+        // The node may close before it has read it all: a failed write is a close too.
+        let _ = s.write_all(head.as_bytes()).await;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "still open after an oversized head");
+        assert!(
+            answer.starts_with(b"HTTP/1.1 431"),
+            "{:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        let mut next = TcpStream::connect(r.addr()).await.unwrap();
+        next.write_all(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), next.read_to_end(&mut answer)).await;
+        assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+        assert!(answer.starts_with(b"HTTP/1.1 404"), "{answer:?}");
+    }
+
     // r[verify issue.responder.limits+2]
     #[tokio::test]
     async fn past_the_per_address_cap_a_connection_is_closed_and_other_addresses_are_served() {

@@ -107,6 +107,53 @@ pub struct StepLabel {
     pub step: String,
 }
 
+/// Labels of a connection, an attempt or a forward the forward server turned away.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardRefusalLabel {
+    /// `retried` (an attempt answered with a QUIC Retry: address validation),
+    /// `max_unauthenticated` and `max_unauthenticated_per_source` (attempts refused at those
+    /// bounds), `paced` (an attempt refused because its source failed recently),
+    /// `handshake_failed`, `timed_out` (no handshake and credential in time), `auth_failed`,
+    /// `closed_unauthenticated` (closed by its peer before authenticating), `max_connections` and
+    /// `max_connections_per_token` (refused after authenticating, at those bounds), or
+    /// `target_not_allowed` (a forward whose target is outside its credential's allow-list).
+    pub reason: String,
+}
+
+/// Labels of a datagram the forward server dropped before any forward could be charged with it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardUnattributedLabel {
+    /// `unauthenticated` (arrived before its connection authenticated), `oversize`,
+    /// `malformed`, `unknown_forward`, `flow_limit` or `error`.
+    pub reason: String,
+}
+
+/// The forward server's own figures, beside the per-forward ones: its connections and what it
+/// turned away (read at each scrape).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForwardServerFigures {
+    /// The connection counters (`Server::connections`).
+    pub connections: holdfast_forward::ConnectionStats,
+    /// Datagrams no forward could be charged with, by reason (`Server::unattributed`).
+    pub unattributed: holdfast_forward::stats::Drops,
+    /// Forwards refused for a target outside the allow-list (`Server::refused_targets`).
+    pub refused_targets: u64,
+    /// Flow sockets open now, across every connection (`Server::flow_sockets`).
+    pub flow_sockets: usize,
+}
+
+impl ForwardServerFigures {
+    /// The figures of `server` now.
+    pub fn of(server: &holdfast_forward::Server) -> Self {
+        ForwardServerFigures {
+            connections: server.connections(),
+            unattributed: server.unattributed().dropped,
+            refused_targets: server.refused_targets(),
+            flow_sockets: server.flow_sockets(),
+        }
+    }
+}
+
 /// Labels of a connection the gateway refused.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GatewayRefusalLabel {
@@ -186,6 +233,17 @@ pub struct Metrics {
     pub forward_dropped: Family<ForwardDropLabel, Counter>,
     /// Transient socket errors met per active forward (each reported, none ended it).
     pub forward_transient_errors: Family<ForwardLabel, Counter>,
+    /// Forward connections open now, authenticated or not (in their handshake or before their
+    /// credential).
+    pub forward_connections: Family<ConnStateLabel, Gauge>,
+    /// Attempts, connections and forwards the forward server turned away since it started.
+    pub forward_refused: Family<ForwardRefusalLabel, Counter>,
+    /// Datagrams the forward server dropped unattributed since it started, by reason.
+    pub forward_unattributed_dropped: Family<ForwardUnattributedLabel, Counter>,
+    /// Flow sockets the forward server holds now, across every connection.
+    pub forward_flow_sockets: Gauge,
+    /// Tasks alive on the node's runtime now.
+    pub runtime_tasks_alive: Gauge,
     /// Container restarts per workload (starts that followed an exit or a failed start).
     pub workload_restarts: Family<WorkloadLabel, Counter>,
     /// Failed container creates or starts per workload.
@@ -333,6 +391,34 @@ impl Metrics {
             m.forward_transient_errors.clone(),
         );
         registry.register(
+            "forward_connections",
+            "Forward connections open now, by state (unauthenticated: in their handshake or \
+             before their credential)",
+            m.forward_connections.clone(),
+        );
+        registry.register(
+            "forward_refused",
+            "Attempts, connections and forwards the forward server turned away since it started, \
+             by reason",
+            m.forward_refused.clone(),
+        );
+        registry.register(
+            "forward_unattributed_dropped",
+            "Datagrams the forward server dropped before any forward could be charged with them, \
+             since it started, by reason",
+            m.forward_unattributed_dropped.clone(),
+        );
+        registry.register(
+            "forward_flow_sockets",
+            "Flow sockets the forward server holds now, across every connection",
+            m.forward_flow_sockets.clone(),
+        );
+        registry.register(
+            "runtime_tasks_alive",
+            "Tasks alive on the node's async runtime now",
+            m.runtime_tasks_alive.clone(),
+        );
+        registry.register(
             "workload_restarts",
             "Container restarts per workload since the workload module started",
             m.workload_restarts.clone(),
@@ -409,6 +495,11 @@ impl Metrics {
             forward_bytes: m.forward_bytes,
             forward_dropped: m.forward_dropped,
             forward_transient_errors: m.forward_transient_errors,
+            forward_connections: m.forward_connections,
+            forward_refused: m.forward_refused,
+            forward_unattributed_dropped: m.forward_unattributed_dropped,
+            forward_flow_sockets: m.forward_flow_sockets,
+            runtime_tasks_alive: m.runtime_tasks_alive,
             workload_restarts: m.workload_restarts,
             workload_start_failures: m.workload_start_failures,
             workload_crash_loops: m.workload_crash_loops,
@@ -552,6 +643,80 @@ impl Metrics {
                     target,
                 })
                 .inc_by(s.transient_errors);
+        }
+    }
+
+    // r[impl node.forward.metrics.server]
+    /// Sets the forward server's own figures (read at each scrape): connections open now by
+    /// state, what it turned away and the datagrams it dropped unattributed (since the server
+    /// started: a restarted server counts from zero again), and its flow sockets. `None` (no
+    /// server runs) exports no connection, refusal or drop series and no flow sockets.
+    pub fn set_forward_server(&self, figures: Option<&ForwardServerFigures>) {
+        self.forward_connections.clear();
+        self.forward_refused.clear();
+        self.forward_unattributed_dropped.clear();
+        let Some(f) = figures else {
+            self.forward_flow_sockets.set(0);
+            return;
+        };
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let c = &f.connections;
+        for (state, n) in [
+            ("authenticated", c.authenticated),
+            ("unauthenticated", c.unauthenticated),
+        ] {
+            self.forward_connections
+                .get_or_create(&ConnStateLabel {
+                    state: state.to_owned(),
+                })
+                .set(gauge(n));
+        }
+        for (reason, n) in [
+            ("retried", c.retried),
+            ("max_unauthenticated", c.refused_unauthenticated),
+            ("max_unauthenticated_per_source", c.refused_per_source),
+            ("paced", c.refused_paced),
+            ("handshake_failed", c.handshake_failed),
+            ("timed_out", c.timed_out),
+            ("auth_failed", c.auth_failed),
+            ("closed_unauthenticated", c.closed_unauthenticated),
+            ("max_connections", c.refused_authenticated),
+            ("max_connections_per_token", c.refused_per_credential),
+            ("target_not_allowed", f.refused_targets),
+        ] {
+            self.forward_refused
+                .get_or_create(&ForwardRefusalLabel {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
+        }
+        let d = &f.unattributed;
+        for (reason, n) in [
+            ("unauthenticated", c.dropped_unauthenticated),
+            ("oversize", d.oversize),
+            ("malformed", d.malformed),
+            ("unknown_forward", d.unknown_forward),
+            ("flow_limit", d.flow_limit),
+            ("error", d.error),
+        ] {
+            self.forward_unattributed_dropped
+                .get_or_create(&ForwardUnattributedLabel {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
+        }
+        self.forward_flow_sockets
+            .set(gauge(u64::try_from(f.flow_sockets).unwrap_or(u64::MAX)));
+    }
+
+    // r[impl node.metrics.runtime-tasks]
+    /// Sets the tasks alive on the runtime this is called on (at each scrape); outside a
+    /// runtime it changes nothing.
+    pub fn set_runtime_tasks(&self) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let alive = handle.metrics().num_alive_tasks();
+            self.runtime_tasks_alive
+                .set(i64::try_from(alive).unwrap_or(i64::MAX));
         }
     }
 
@@ -704,6 +869,11 @@ struct MetricsParts {
     forward_bytes: Family<ForwardDirectionLabel, Counter>,
     forward_dropped: Family<ForwardDropLabel, Counter>,
     forward_transient_errors: Family<ForwardLabel, Counter>,
+    forward_connections: Family<ConnStateLabel, Gauge>,
+    forward_refused: Family<ForwardRefusalLabel, Counter>,
+    forward_unattributed_dropped: Family<ForwardUnattributedLabel, Counter>,
+    forward_flow_sockets: Gauge,
+    runtime_tasks_alive: Gauge,
     workload_restarts: Family<WorkloadLabel, Counter>,
     workload_start_failures: Family<WorkloadLabel, Counter>,
     workload_crash_loops: Family<WorkloadLabel, Counter>,
@@ -826,6 +996,110 @@ mod tests {
                 .render()
                 .contains("holdfast_issuance_http01_refused_total{")
         );
+    }
+
+    // r[verify node.forward.metrics.server]
+    #[test]
+    fn the_forward_servers_connections_and_refusals_follow_the_server() {
+        let metrics = Metrics::new();
+        // No server: no connection, refusal or drop series, no flow sockets.
+        metrics.set_forward_server(None);
+        let text = metrics.render();
+        for absent in [
+            "holdfast_forward_connections{",
+            "holdfast_forward_refused_total{",
+            "holdfast_forward_unattributed_dropped_total{",
+        ] {
+            assert!(!text.contains(absent), "{absent} present:\n{text}");
+        }
+        assert!(text.contains("holdfast_forward_flow_sockets 0"), "{text}");
+        let figures = ForwardServerFigures {
+            connections: holdfast_forward::ConnectionStats {
+                unauthenticated: 3,
+                retried: 4,
+                refused_unauthenticated: 5,
+                refused_per_source: 6,
+                handshake_failed: 7,
+                timed_out: 8,
+                authenticated: 2,
+                refused_authenticated: 9,
+                refused_per_credential: 10,
+                dropped_unauthenticated: 11,
+                auth_failed: 12,
+                closed_unauthenticated: 13,
+                refused_paced: 14,
+            },
+            unattributed: holdfast_forward::stats::Drops {
+                oversize: 15,
+                malformed: 16,
+                unknown_forward: 17,
+                flow_limit: 18,
+                error: 19,
+            },
+            refused_targets: 20,
+            flow_sockets: 21,
+        };
+        metrics.set_forward_server(Some(&figures));
+        let text = metrics.render();
+        for series in [
+            "holdfast_forward_connections{state=\"authenticated\"} 2",
+            "holdfast_forward_connections{state=\"unauthenticated\"} 3",
+            "holdfast_forward_refused_total{reason=\"retried\"} 4",
+            "holdfast_forward_refused_total{reason=\"max_unauthenticated\"} 5",
+            "holdfast_forward_refused_total{reason=\"max_unauthenticated_per_source\"} 6",
+            "holdfast_forward_refused_total{reason=\"handshake_failed\"} 7",
+            "holdfast_forward_refused_total{reason=\"timed_out\"} 8",
+            "holdfast_forward_refused_total{reason=\"max_connections\"} 9",
+            "holdfast_forward_refused_total{reason=\"max_connections_per_token\"} 10",
+            "holdfast_forward_unattributed_dropped_total{reason=\"unauthenticated\"} 11",
+            "holdfast_forward_refused_total{reason=\"auth_failed\"} 12",
+            "holdfast_forward_refused_total{reason=\"closed_unauthenticated\"} 13",
+            "holdfast_forward_refused_total{reason=\"paced\"} 14",
+            "holdfast_forward_unattributed_dropped_total{reason=\"oversize\"} 15",
+            "holdfast_forward_unattributed_dropped_total{reason=\"malformed\"} 16",
+            "holdfast_forward_unattributed_dropped_total{reason=\"unknown_forward\"} 17",
+            "holdfast_forward_unattributed_dropped_total{reason=\"flow_limit\"} 18",
+            "holdfast_forward_unattributed_dropped_total{reason=\"error\"} 19",
+            "holdfast_forward_refused_total{reason=\"target_not_allowed\"} 20",
+            "holdfast_forward_flow_sockets 21",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // A restarted server counts from zero again.
+        metrics.set_forward_server(Some(&ForwardServerFigures::default()));
+        let text = metrics.render();
+        assert!(
+            text.contains("holdfast_forward_refused_total{reason=\"retried\"} 0"),
+            "{text}"
+        );
+        // The module went away: its series go with it.
+        metrics.set_forward_server(None);
+        let text = metrics.render();
+        assert!(!text.contains("holdfast_forward_refused_total{"), "{text}");
+        assert!(text.contains("holdfast_forward_flow_sockets 0"), "{text}");
+    }
+
+    // r[verify node.metrics.runtime-tasks]
+    #[tokio::test]
+    async fn the_runtime_tasks_alive_rise_with_a_task_and_fall_when_it_ends() {
+        let metrics = Metrics::new();
+        let alive = |m: &Metrics| -> i64 {
+            m.set_runtime_tasks();
+            let text = m.render();
+            text.lines()
+                .find_map(|l| l.strip_prefix("holdfast_runtime_tasks_alive "))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no tasks series:\n{text}"))
+        };
+        let before = alive(&metrics);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = rx.await;
+        });
+        assert_eq!(alive(&metrics), before + 1);
+        let _ = tx.send(());
+        task.await.unwrap();
+        assert_eq!(alive(&metrics), before);
     }
 
     // r[verify node.gateway.metrics+2]

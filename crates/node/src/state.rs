@@ -269,6 +269,12 @@ impl NodeState {
         self.metrics.set_http01(http01);
         let forwards = self.forward.with(|s| s.forwards()).unwrap_or_default();
         self.metrics.set_forwards(&forwards);
+        let server = self
+            .forward
+            .with(crate::metrics::ForwardServerFigures::of)
+            .ok();
+        self.metrics.set_forward_server(server.as_ref());
+        self.metrics.set_runtime_tasks();
         let workloads = self
             .workload
             .with(|r| r.handle.status())

@@ -62,6 +62,8 @@ async fn listing(node: &common::Node) -> serde_json::Value {
 
 // r[verify node.forward.module+2]
 // r[verify node.forward.metrics]
+// r[verify node.forward.metrics.server]
+// r[verify node.metrics.runtime-tasks]
 // i[verify node.forward.list]
 // i[verify node.forward.identity]
 // i[verify node.forward.cli.udp]
@@ -168,6 +170,16 @@ async fn a_datagram_is_echoed_through_holdfast_forward_udp() {
     );
     let metrics = node.get("/metrics").await.unwrap();
     assert!(metrics.contains("holdfast_forwards_active 1"), "{metrics}");
+    // The server's own figures: the client's connection, its address validated by a Retry.
+    for series in [
+        "holdfast_forward_connections{state=\"authenticated\"} 1",
+        "holdfast_forward_refused_total{reason=\"retried\"} ",
+        "holdfast_forward_refused_total{reason=\"auth_failed\"} 0",
+        "holdfast_forward_flow_sockets 1",
+        "holdfast_runtime_tasks_alive ",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
     assert!(
         metrics.contains(&format!(
             "holdfast_forward_datagrams_total{{forward=\"1/1\",target=\"{target}\",direction=\"from_target\"}}"
