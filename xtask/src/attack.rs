@@ -35,10 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace =
         crate::root::find(None).map_err(|message| anyhow::anyhow!("attack: {message}"))?;
     crate::output::print(&crate::root::banner(&workspace));
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => workspace.join(dir),
-        _ => workspace.join("target"),
-    };
+    let target = crate::root::target_dir(&workspace);
     let mut packages = vec!["-p", "holdfast-attack"];
     if args.holdfast.is_none() {
         packages.extend(["-p", "holdfast"]);

@@ -101,12 +101,6 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
     crate::root::find(None).map_err(|message| anyhow::anyhow!("bench: {message}"))
 }
 
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-}
-
 pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
@@ -114,7 +108,7 @@ pub(crate) fn cargo() -> Command {
 fn retry(args: &Args) -> anyhow::Result<ExitCode> {
     let root = workspace_root()?;
     crate::output::print(&crate::root::banner(&root));
-    let target = target_dir(&root);
+    let target = crate::root::target_dir(&root);
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
     eprintln!("bench: gate (criterion), {} keys", args.keys);

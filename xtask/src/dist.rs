@@ -51,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace =
         crate::root::find(None).map_err(|message| anyhow::anyhow!("dist: {message}"))?;
     crate::output::print(&crate::root::banner(&workspace));
-    let target = target_dir(&workspace);
+    let target = crate::root::target_dir(&workspace);
     let profile = Profile::of(deb.debug);
     cargo_deb_present()?;
     build(&workspace, profile)?;
@@ -91,13 +91,6 @@ impl Profile {
             Self::Release => "release",
             Self::Debug => "dev",
         }
-    }
-}
-
-fn target_dir(workspace: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => workspace.join(dir),
-        _ => workspace.join("target"),
     }
 }
 

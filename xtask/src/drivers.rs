@@ -2,39 +2,36 @@
 //! gateway's and forward's benchmark drivers. Each is a binary outside the workspace's
 //! `default-members`, with the heavy dependencies xtask itself does without (holdfast-gateway,
 //! tokio-tungstenite, plotters); the commands here build and run it with `cargo run -p`, the way
-//! `attack` runs crates/attack's binary, and pass its exit status on.
+//! `attack` runs crates/attack's binary. xtask replaces itself with that cargo (exec), and cargo
+//! runs the driver the same way, so the driver's exit status is the command's and a Ctrl-C reaches
+//! the driver alone, which cleans up before it exits.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use anyhow::Context as _;
-
-/// `cargo run --quiet -p PACKAGE -- ARGS` in `workspace`: the driver finds the same root (the
-/// workspace above its current directory) and prints its banner itself.
+/// `cargo run --quiet --manifest-path ROOT/Cargo.toml -p PACKAGE -- ARGS`, in the caller's
+/// directory, so that a relative path among ARGS means what the caller meant; the driver finds
+/// the same root (the workspace above its current directory) and prints its banner itself.
 pub fn command(workspace: &Path, package: &str, args: &[OsString]) -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command
-        .current_dir(workspace)
-        .args(["run", "--quiet", "-p", package, "--"])
+        .args(["run", "--quiet", "--manifest-path"])
+        .arg(workspace.join("Cargo.toml"))
+        .args(["-p", package, "--"])
         .args(args);
     command
 }
 
 // i[impl xtask.layout]
-/// Runs the driver `package` with `args` in the checkout above the current directory and passes
-/// its exit status on (a driver killed by a signal is a failure to run, 2).
+/// Runs the driver `package` with `args` for the checkout above the current directory, in place
+/// of this process; returns only when cargo could not be started.
 pub fn run(package: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
     let workspace =
         crate::root::find(None).map_err(|message| anyhow::anyhow!("{package}: {message}"))?;
-    let status = command(&workspace, package, args)
-        .status()
-        .with_context(|| format!("running cargo run -p {package}"))?;
-    Ok(match status.code() {
-        Some(0) => ExitCode::SUCCESS,
-        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        None => ExitCode::from(2),
-    })
+    let err = command(&workspace, package, args).exec();
+    Err(anyhow::anyhow!("running cargo run -p {package}: {err}"))
 }
 
 #[cfg(test)]
@@ -42,7 +39,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_driver_runs_with_cargo_run_in_the_workspace_with_its_arguments_after_the_dashes() {
+    fn a_driver_runs_with_cargo_run_on_the_workspace_with_its_arguments_after_the_dashes() {
         let c = command(
             Path::new("/w"),
             "holdfast-drain-demo",
@@ -57,6 +54,8 @@ mod tests {
             [
                 "run",
                 "--quiet",
+                "--manifest-path",
+                "/w/Cargo.toml",
                 "-p",
                 "holdfast-drain-demo",
                 "--",
@@ -64,6 +63,8 @@ mod tests {
                 "4"
             ]
         );
-        assert_eq!(c.get_current_dir(), Some(Path::new("/w")));
+        // The caller's directory: `--holdfast ../../target/release/holdfast` from a
+        // subdirectory names the binary the caller meant.
+        assert_eq!(c.get_current_dir(), None);
     }
 }

@@ -158,3 +158,56 @@ fn the_engine_and_prove_depend_on_no_command_line_runtime_or_xtask_crate() {
         );
     }
 }
+
+/// Runs `cargo xtask ARGS` (the built binary) in `dir` with a stand-in cargo that records its
+/// arguments and directory, then exits `exit`; returns xtask's exit code and what it recorded.
+fn with_stand_in_cargo(dir: &std::path::Path, args: &[&str], exit: i32) -> (Option<i32>, String) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = tempfile::tempdir().expect("tempdir");
+    let record = bin.path().join("called");
+    let cargo = bin.path().join("cargo");
+    std::fs::write(
+        &cargo,
+        format!(
+            "#!/bin/sh\necho \"$PWD $*\" > {}\nexit {exit}\n",
+            record.display()
+        ),
+    )
+    .expect("stand-in cargo");
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO", &cargo)
+        .status()
+        .expect("xtask");
+    let called = std::fs::read_to_string(&record).unwrap_or_default();
+    (status.code(), called)
+}
+
+// i[verify xtask.layout]
+#[test]
+fn a_driver_s_exit_status_is_the_command_s_and_it_runs_in_the_caller_s_directory() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .canonicalize()
+        .expect("canonical");
+    let sub = root.join("crates");
+    for exit in [0, 1, 3] {
+        let (code, called) = with_stand_in_cargo(&sub, &["drain-demo", "--clients", "4"], exit);
+        assert_eq!(code, Some(exit), "{called}");
+        let manifest = root.join("Cargo.toml");
+        assert_eq!(
+            called.trim(),
+            format!(
+                "{} run --quiet --manifest-path {} -p holdfast-drain-demo -- --clients 4",
+                sub.display(),
+                manifest.display()
+            )
+        );
+    }
+    let (code, called) = with_stand_in_cargo(&sub, &["bench", "gateway", "--connections", "10"], 2);
+    assert_eq!(code, Some(2), "{called}");
+    assert!(called.contains("-p holdfast-bench -- gateway"), "{called}");
+}

@@ -40,6 +40,15 @@ fn workspace_above(start: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// Cargo's target directory for the workspace at `root`: `$CARGO_TARGET_DIR` (relative to the
+/// workspace, as cargo reads it there) or `ROOT/target`.
+pub fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
+}
+
 /// The first line every command prints: which tree it reads.
 pub fn banner(root: &Path) -> String {
     format!("root: {}\n", root.display())

@@ -6,8 +6,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// holdfast-test-support's variable naming the skip ledger.
-pub const LEDGER_VAR: &str = "HOLDFAST_TEST_SKIP_LEDGER";
+/// holdfast-test-support's variable naming the skip ledger (its own constant: the name is
+/// written once).
+pub const LEDGER_VAR: &str = holdfast_test_support::services::SKIP_LEDGER_VAR;
 /// The ledger's name inside `target/prove/RULE/`.
 pub const LEDGER: &str = "skips.jsonl";
 

@@ -55,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Which tree is built and tested, before anything else: a shared target dir must never make
     // this checkout test another one.
     crate::output::print(&crate::root::banner(&workspace));
-    let target = target_dir(&workspace);
+    let target = crate::root::target_dir(&workspace);
     let services_root = target.join("holdfast-services");
     let run_started = Instant::now();
     let xtask = xtask_path()?;
@@ -285,14 +285,6 @@ fn xtask_path() -> anyhow::Result<PathBuf> {
     })
 }
 
-/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace) or `<workspace>/target`.
-fn target_dir(workspace: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => workspace.join(dir),
-        _ => workspace.join("target"),
-    }
-}
-
 /// Takes the services directory's lock for this run (released when the process ends, however).
 fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
@@ -430,13 +422,6 @@ fn print_logs(out: &mut impl std::io::Write, logs: &[(String, PathBuf)]) -> std:
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn prove_gives_each_rule_the_skip_ledger_under_test_supports_name() {
-        // spec-prove cannot depend on holdfast-test-support (a tokio crate); its copy of the
-        // name is pinned here instead.
-        assert_eq!(spec_prove::services::LEDGER_VAR, services::SKIP_LEDGER_VAR);
-    }
 
     use std::os::unix::process::ExitStatusExt as _;
     use std::process::ExitStatus;

@@ -10,7 +10,6 @@
 mod bench_forward;
 mod bench_gateway;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::{Parser, Subcommand};
@@ -59,17 +58,19 @@ fn run(suite: Suite) -> anyhow::Result<ExitCode> {
         .map_err(|message| anyhow::anyhow!("bench: {message}"))?;
     holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
     match suite {
-        Suite::Gateway { connections } => {
-            bench_gateway::run(cargo(), &root, &target_dir(&root), connections)
-        }
-        Suite::Forward { quick } => bench_forward::run(cargo(), &root, &target_dir(&root), quick),
+        Suite::Gateway { connections } => bench_gateway::run(
+            cargo(),
+            &root,
+            &holdfast_harness::root::target_dir(&root),
+            connections,
+        ),
+        Suite::Forward { quick } => bench_forward::run(
+            cargo(),
+            &root,
+            &holdfast_harness::root::target_dir(&root),
+            quick,
+        ),
     }
-}
-
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
 }
 
 fn cargo() -> Command {

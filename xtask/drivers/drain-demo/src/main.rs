@@ -123,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         process::INTERRUPTED.store(true, Ordering::SeqCst);
     })
     .context("installing the Ctrl-C handler")?;
-    let target = target_dir(&workspace);
+    let target = holdfast_harness::root::target_dir(&workspace);
     let out = target.join("drain-demo");
     let nofile = limits::raise_nofile(limits::needed(args.clients as usize))?;
     progress(format_args!("RLIMIT_NOFILE {nofile}"));
@@ -149,13 +149,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn progress(line: std::fmt::Arguments<'_>) {
     eprintln!("drain-demo: {line}");
-}
-
-fn target_dir(workspace: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => workspace.join(dir),
-        _ => workspace.join("target"),
-    }
 }
 
 /// The node's build features: the gateway's etcd registry (behind a feature because its client
