@@ -896,7 +896,7 @@ impl Reconciler {
                     if self.gate.check(&name, now).is_err() {
                         continue;
                     }
-                    if Self::name_taken(&self.retiring, &name) {
+                    if Self::name_taken(&self.retiring, &self.orphans, &name) {
                         continue;
                     }
                     entry.waiting_on = unready_dependencies(&entry.config, &ready);
@@ -937,10 +937,18 @@ impl Reconciler {
     }
 
     // r[impl workload.name]
-    /// Whether a container of `workload` is still being removed: the next one takes the same
-    /// name, so it is not created before the last is gone.
-    fn name_taken(retiring: &BTreeMap<String, String>, workload: &str) -> bool {
-        retiring.values().any(|w| w == workload)
+    /// Whether a container of `workload` is still being removed, or a start of a replaced or
+    /// removed spec of it is still in flight (it creates a container under the same name): the
+    /// next one takes the same name, so it is not created before the last is gone.
+    fn name_taken(
+        retiring: &BTreeMap<String, String>,
+        orphans: &BTreeMap<AttemptId, String>,
+        workload: &str,
+    ) -> bool {
+        retiring
+            .values()
+            .chain(orphans.values())
+            .any(|w| w == workload)
     }
 
     // r[impl workload.min-run]

@@ -1406,3 +1406,78 @@ fn readiness_is_running_and_healthy_if_checked_or_completed() {
     assert!(is_ready(&stopped(true)));
     assert!(!is_ready(&stopped(false)));
 }
+
+// r[verify workload.name]
+#[test]
+fn a_replaced_specs_start_in_flight_holds_the_name_until_its_container_is_removed() {
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    // The spec changes while the start is in flight: that start will create `holdfast-web`,
+    // so no second create under the same name is issued until its container is gone.
+    let mut changed = sleeper("web");
+    changed.command = vec!["sleep".into(), "60".into()];
+    assert!(core.set_desired(vec![changed]).is_empty());
+    assert!(
+        core.tick(t, &mut images).is_empty(),
+        "the orphan's start holds the name"
+    );
+    let follow = core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Ok("w-1".into()),
+        },
+        t,
+    );
+    assert!(matches!(&follow[..], [Action::Remove { container, .. }] if container == "w-1"));
+    assert!(
+        core.tick(t, &mut images).is_empty(),
+        "its removal holds the name"
+    );
+    core.on_result(
+        Completion::Removed {
+            container: "w-1".into(),
+            result: Ok(()),
+        },
+        t,
+    );
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // Removed and configured again while the start is in flight: the same, and a start that
+    // failed without a container frees the name at once.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    core.set_desired(vec![]);
+    core.set_desired(vec![sleeper("web")]);
+    assert!(core.tick(t, &mut images).is_empty());
+    let follow = core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Err(StartError {
+                container: None,
+                message: "no such image".into(),
+            }),
+        },
+        t,
+    );
+    assert!(follow.is_empty());
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+}
