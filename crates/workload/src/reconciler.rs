@@ -259,6 +259,9 @@ enum Run {
 struct Entry {
     config: WorkloadConfig,
     hash: String,
+    /// The hash a container made before the shape keys carries for the same spec, if any
+    /// ([`WorkloadConfig::legacy_spec_hash`]).
+    legacy_hash: Option<String>,
     run: Run,
     crash: CrashLoopDetector,
     crash_looping: bool,
@@ -346,6 +349,7 @@ impl Reconciler {
             self.entries.insert(
                 name,
                 Entry {
+                    legacy_hash: config.legacy_spec_hash(),
                     config,
                     hash,
                     run: Run::Idle,
@@ -406,6 +410,7 @@ impl Reconciler {
         tracing::info!(workload = %name, "workload spec changed; replacing its container");
         let old = std::mem::replace(&mut entry.run, Run::Idle);
         let stop_timeout = entry.config.stop_timeout;
+        entry.legacy_hash = config.legacy_spec_hash();
         entry.config = config;
         entry.hash = hash;
         entry.crash = self.config.crash_loop.clone();
@@ -573,7 +578,9 @@ impl Reconciler {
         let Some(entry) = self.entries.get_mut(&c.workload) else {
             return;
         };
-        let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
+        // A container made before the shape keys, of a spec that sets none, is the same one.
+        let current = c.spec_hash.as_deref() == Some(entry.hash.as_str())
+            || (c.spec_hash.is_some() && c.spec_hash == entry.legacy_hash);
         match &entry.run {
             Run::Running { container, .. } if *container == c.id => {
                 let name = c.workload.clone();

@@ -1481,3 +1481,49 @@ fn a_replaced_specs_start_in_flight_holds_the_name_until_its_container_is_remove
         [Action::Start { .. }]
     ));
 }
+
+// r[verify workload.replace+2]
+// r[verify workload.adopt]
+#[test]
+fn a_container_made_before_the_shape_keys_is_adopted_while_none_is_set() {
+    // "bd7fc74e4b946348": the label the release before the shape keys gave the defaults'
+    // container (FNV over image, command and environment).
+    let legacy = || {
+        vec![(
+            "old".to_owned(),
+            "web".to_owned(),
+            "bd7fc74e4b946348".to_owned(),
+            true,
+        )]
+    };
+    let plain = WorkloadConfig::new("web", "busybox");
+    let mut h = Harness::new(vec![plain.clone()]);
+    h.daemon = legacy();
+    h.resync();
+    assert!(h.tick().is_empty(), "adopted, not replaced");
+    assert!(h.removed.is_empty());
+    assert_eq!(h.running_id("web"), "old");
+    // Holdfast's own keys set: still the same container.
+    let mut own = plain.clone();
+    own.restart = RestartPolicy::OnFailure;
+    own.min_run = S(2);
+    own.depends_on = vec![];
+    let mut h = Harness::new(vec![own]);
+    h.daemon = legacy();
+    h.resync();
+    assert!(h.tick().is_empty());
+    assert!(h.removed.is_empty());
+    // A new key set: the container must change, so it is replaced.
+    let mut shaped = plain.clone();
+    shaped.ports = vec!["8080:80".parse().unwrap()];
+    let mut h = Harness::new(vec![shaped]);
+    h.daemon = legacy();
+    h.resync();
+    assert_eq!(h.removed, vec!["old".to_owned()]);
+    assert_eq!(h.tick().len(), 1);
+    // Another image: the legacy label does not match.
+    let mut h = Harness::new(vec![WorkloadConfig::new("web", "busybox:2")]);
+    h.daemon = legacy();
+    h.resync();
+    assert_eq!(h.removed, vec!["old".to_owned()]);
+}
