@@ -274,6 +274,23 @@ struct Entry {
     waiting_on: Vec<String>,
 }
 
+/// A container being stopped and removed.
+#[derive(Debug)]
+struct Retiring {
+    /// The workload it belonged to: its name stays taken until the container is gone.
+    workload: String,
+    stop_timeout: Duration,
+    removal: Removal,
+}
+
+#[derive(Debug)]
+enum Removal {
+    /// A [`Action::Remove`] is in flight (a retry holds its gate's token).
+    InFlight(Option<AttemptToken<String>>),
+    /// The last one failed: the removal gate says when the next is issued.
+    Failed,
+}
+
 /// Every decision about the node's workloads, on the caller's clock.
 #[derive(Debug)]
 pub struct Reconciler {
@@ -281,7 +298,9 @@ pub struct Reconciler {
     gate: KeyedGate<String>,
     entries: BTreeMap<String, Entry>,
     /// Containers being stopped and removed (their exits are forced, not crashes).
-    retiring: BTreeMap<String, String>,
+    retiring: BTreeMap<String, Retiring>,
+    /// Paces the retries of failed removals, per container, on the restart policy's schedule.
+    removals: KeyedGate<String>,
     /// Starts in flight whose workload was removed or replaced: removed when they report.
     orphans: BTreeMap<AttemptId, String>,
     /// Events about containers not (yet) tracked, kept while a start is in flight: a container
@@ -300,6 +319,7 @@ impl Reconciler {
     pub fn new(config: ModuleConfig, board: FaultBoard) -> Self {
         Reconciler {
             gate: KeyedGate::new(config.restart_policy),
+            removals: KeyedGate::new(config.restart_policy),
             config,
             entries: BTreeMap::new(),
             retiring: BTreeMap::new(),
@@ -490,15 +510,56 @@ impl Reconciler {
         stop_timeout: Duration,
         actions: &mut Vec<Action>,
     ) {
-        if self
-            .retiring
-            .insert(container.clone(), workload.to_owned())
-            .is_none()
-        {
-            actions.push(Action::Remove {
+        if self.retiring.contains_key(&container) {
+            return;
+        }
+        self.retiring.insert(
+            container.clone(),
+            Retiring {
                 workload: workload.to_owned(),
-                container,
                 stop_timeout,
+                removal: Removal::InFlight(None),
+            },
+        );
+        actions.push(Action::Remove {
+            workload: workload.to_owned(),
+            container,
+            stop_timeout,
+        });
+    }
+
+    // r[impl workload.name]
+    /// A container whose removal failed is gone after all (destroyed, or no longer listed): its
+    /// name is free.
+    fn retired_unreported(&mut self, container: &str) {
+        if let Some(Retiring {
+            removal: Removal::Failed,
+            workload,
+            ..
+        }) = self.retiring.get(container)
+        {
+            tracing::info!(%workload, %container, "container whose removal failed is gone");
+            self.retiring.remove(container);
+            self.removals.forget(container);
+        }
+    }
+
+    // r[impl workload.name]
+    /// Issues again, at `now`, each failed removal whose gate allows it.
+    fn retry_removals(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        for (container, r) in &mut self.retiring {
+            if !matches!(r.removal, Removal::Failed) {
+                continue;
+            }
+            let Ok(token) = self.removals.begin(container, now) else {
+                continue;
+            };
+            tracing::info!(workload = %r.workload, %container, attempt = token.attempt(), "retrying the container's removal");
+            r.removal = Removal::InFlight(Some(token));
+            actions.push(Action::Remove {
+                workload: r.workload.clone(),
+                container: container.clone(),
+                stop_timeout: r.stop_timeout,
             });
         }
     }
@@ -524,6 +585,15 @@ impl Reconciler {
         let mut actions = Vec::new();
         let listed: std::collections::BTreeSet<String> =
             listing.iter().map(|c| c.id.clone()).collect();
+        let gone: Vec<String> = self
+            .retiring
+            .keys()
+            .filter(|id| !listed.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.retired_unreported(&id);
+        }
         for c in listing {
             if self.retiring.contains_key(&c.id) {
                 continue;
@@ -648,6 +718,9 @@ impl Reconciler {
         let mut actions = Vec::new();
         let id = event.id().to_owned();
         if self.retiring.contains_key(&id) {
+            if matches!(event, ContainerEvent::Destroyed { .. }) {
+                self.retired_unreported(&id);
+            }
             return actions;
         }
         let Some(name) = self.entries.iter().find_map(|(name, e)| match &e.run {
@@ -884,6 +957,7 @@ impl Reconciler {
     /// container list has been applied.
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
+        self.retry_removals(now, &mut actions);
         let names: Vec<String> = self.entries.keys().cloned().collect();
         let ready: std::collections::BTreeSet<String> = self
             .entries
@@ -948,12 +1022,13 @@ impl Reconciler {
     /// removed spec of it is still in flight (it creates a container under the same name): the
     /// next one takes the same name, so it is not created before the last is gone.
     fn name_taken(
-        retiring: &BTreeMap<String, String>,
+        retiring: &BTreeMap<String, Retiring>,
         orphans: &BTreeMap<AttemptId, String>,
         workload: &str,
     ) -> bool {
         retiring
             .values()
+            .map(|r| &r.workload)
             .chain(orphans.values())
             .any(|w| w == workload)
     }
@@ -1006,21 +1081,43 @@ impl Reconciler {
         }
     }
 
+    // r[impl workload.name]
+    /// A removal ended at `now`. A failed one keeps the container, and so its name, held: it is
+    /// retried when the removal gate allows (the restart policy's schedule, per container).
+    fn removed(&mut self, container: String, result: Result<(), String>, now: Instant) {
+        let Some(r) = self.retiring.get_mut(&container) else {
+            return;
+        };
+        let Removal::InFlight(token) = std::mem::replace(&mut r.removal, Removal::Failed) else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(workload = %r.workload, %container, "container removed");
+                drop(token);
+                self.retiring.remove(&container);
+                self.removals.forget(&container);
+            }
+            Err(error) => {
+                let token = match token {
+                    Some(token) => Ok(token),
+                    // The first removal was not paced: its failure starts the streak.
+                    None => self.removals.begin(&container, now),
+                };
+                let failures =
+                    token.map_or(0, |token| self.removals.fail(token, now, None).failures);
+                tracing::warn!(workload = %r.workload, %container, %error, failures, "container removal failed; retrying after a back-off");
+            }
+        }
+    }
+
     // r[impl workload.min-run]
     /// Applies an action's result at `now`.
     pub fn on_result(&mut self, completion: Completion, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         match completion {
             Completion::Removed { container, result } => {
-                if let Some(workload) = self.retiring.remove(&container) {
-                    match result {
-                        Ok(()) => tracing::info!(%workload, %container, "container removed"),
-                        // The next container list finds it and removes it again.
-                        Err(error) => {
-                            tracing::warn!(%workload, %container, %error, "container removal failed");
-                        }
-                    }
-                }
+                self.removed(container, result, now);
             }
             Completion::Started {
                 workload,
@@ -1177,6 +1274,11 @@ impl Reconciler {
     /// ending, a run reaching its minimum); `None` when only an event or a result can change
     /// anything. A workload waiting for its image is asked again at the caller's next tick.
     pub fn next_wake(&self) -> Option<Instant> {
+        let removals = self
+            .retiring
+            .iter()
+            .filter(|(_, r)| matches!(r.removal, Removal::Failed))
+            .filter_map(|(id, _)| self.removals.state(id).map(|s| s.next_attempt_at));
         self.entries
             .iter()
             .filter_map(|(name, e)| match &e.run {
@@ -1191,6 +1293,7 @@ impl Reconciler {
                     .map(|s| s.next_attempt_at),
                 _ => None,
             })
+            .chain(removals)
             .min()
     }
 

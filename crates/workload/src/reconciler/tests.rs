@@ -1527,3 +1527,103 @@ fn a_container_made_before_the_shape_keys_is_adopted_while_none_is_set() {
     h.resync();
     assert_eq!(h.removed, vec!["old".to_owned()]);
 }
+
+// r[verify workload.name]
+#[test]
+fn a_failed_removal_keeps_the_name_and_is_retried_after_a_back_off() {
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Ok("w-1".into()),
+        },
+        t,
+    );
+    let mut changed = sleeper("web");
+    changed.command = vec!["sleep".into(), "60".into()];
+    let actions = core.set_desired(vec![changed]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "w-1"));
+    let failed = |core: &mut Reconciler, at: Instant| {
+        core.on_result(
+            Completion::Removed {
+                container: "w-1".into(),
+                result: Err("device or resource busy".into()),
+            },
+            at,
+        )
+    };
+    assert!(failed(&mut core, t).is_empty());
+    // The old container still holds the name: nothing is created, and the removal is retried
+    // on the module's schedule, not at once.
+    assert!(core.tick(t, &mut images).is_empty());
+    assert_eq!(core.next_wake(), Some(t + S(10)));
+    assert!(core.tick(t + S(9), &mut images).is_empty());
+    let retry = core.tick(t + S(10), &mut images);
+    assert!(
+        matches!(&retry[..], [Action::Remove { container, .. }] if container == "w-1"),
+        "{retry:?}"
+    );
+    // Events about it and the list while the retry is in flight change nothing.
+    assert!(
+        core.on_event(ContainerEvent::Destroyed { id: "x".into() }, t + S(10))
+            .is_empty()
+    );
+    assert!(failed(&mut core, t + S(10)).is_empty());
+    assert!(
+        core.tick(t + S(29), &mut images).is_empty(),
+        "second wait doubles"
+    );
+    assert_eq!(core.tick(t + S(30), &mut images).len(), 1);
+    core.on_result(
+        Completion::Removed {
+            container: "w-1".into(),
+            result: Ok(()),
+        },
+        t + S(30),
+    );
+    assert!(matches!(
+        &core.tick(t + S(30), &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // A container whose removal failed and that the next list no longer holds is gone: the
+    // name is free.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![]);
+    let listed = Observed {
+        id: "stray".into(),
+        workload: "web".into(),
+        spec_hash: Some("x".into()),
+        running: true,
+        exit_code: None,
+        log_tail: vec![],
+        health: None,
+    };
+    assert_eq!(core.resync(vec![listed.clone()], t).len(), 1);
+    core.on_result(
+        Completion::Removed {
+            container: "stray".into(),
+            result: Err("busy".into()),
+        },
+        t,
+    );
+    core.set_desired(vec![sleeper("web")]);
+    assert!(core.tick(t, &mut images).is_empty());
+    assert!(
+        core.resync(vec![listed], t).is_empty(),
+        "retried by its gate"
+    );
+    assert!(core.resync(vec![], t).is_empty());
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+}
