@@ -670,8 +670,14 @@ impl Reconciler {
                     since: now,
                     lasting: None,
                     unready: None,
-                    health: c.health,
+                    health: None,
                 };
+                // Its verdict is judged as if it had just arrived: the stream brings no new one
+                // for a container that stays unhealthy.
+                if let Some(status) = c.health {
+                    let name = c.workload.clone();
+                    self.health_changed(&name, status, Vec::new(), now, actions);
+                }
             }
             Run::Idle if current => self.listed_exit(c, actions),
             Run::Stopped {

@@ -1627,3 +1627,66 @@ fn a_failed_removal_keeps_the_name_and_is_retried_after_a_back_off() {
         [Action::Start { .. }]
     ));
 }
+
+// r[verify workload.health.gate]
+// r[verify workload.adopt]
+#[test]
+fn an_adopted_container_already_unhealthy_is_replaced_unless_never() {
+    let listed = |w: &WorkloadConfig, health: HealthStatus| Observed {
+        id: "old".into(),
+        workload: w.name.clone(),
+        spec_hash: Some(w.spec_hash()),
+        running: true,
+        exit_code: None,
+        log_tail: vec![],
+        health: Some(health),
+    };
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    // Unhealthy when found: the stream brings no new verdict, so it is judged now.
+    let w = checked("web");
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![w.clone()]);
+    let actions = core.resync(vec![listed(&w, HealthStatus::Unhealthy)], t);
+    assert!(
+        matches!(&actions[..], [Action::Remove { container, .. }] if container == "old"),
+        "{actions:?}"
+    );
+    // The same list again changes nothing while it is removed.
+    assert!(
+        core.resync(vec![listed(&w, HealthStatus::Unhealthy)], t)
+            .is_empty()
+    );
+    core.on_result(
+        Completion::Removed {
+            container: "old".into(),
+            result: Ok(()),
+        },
+        t,
+    );
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // Under `never` it is left running, and says so; a healthy one is adopted as healthy.
+    let mut never = checked("web");
+    never.restart = RestartPolicy::Never;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![never.clone()]);
+    assert!(
+        core.resync(vec![listed(&never, HealthStatus::Unhealthy)], t)
+            .is_empty()
+    );
+    assert_eq!(core.status(t)[0].health, Some(HealthStatus::Unhealthy));
+    assert!(matches!(
+        core.status(t)[0].state,
+        WorkloadState::Running { .. }
+    ));
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![w.clone()]);
+    assert!(
+        core.resync(vec![listed(&w, HealthStatus::Healthy)], t)
+            .is_empty()
+    );
+    assert_eq!(core.status(t)[0].health, Some(HealthStatus::Healthy));
+}
