@@ -268,10 +268,12 @@ impl WorkloadConfig {
         &self,
         err: &dyn Fn(&str, String) -> WorkloadConfigError,
     ) -> Result<(), WorkloadConfigError> {
-        let mut published = std::collections::BTreeSet::new();
-        for p in &self.ports {
-            if !published.insert((p.host_ip, p.host_port, p.protocol)) {
-                return Err(err("ports", format!("{p} publishes a host port twice")));
+        for (i, p) in self.ports.iter().enumerate() {
+            if let Some(q) = self.ports[..i].iter().find(|q| p.clashes_with(q)) {
+                return Err(err(
+                    "ports",
+                    format!("{p} publishes a host port {q} already takes"),
+                ));
             }
         }
         let mut targets = std::collections::BTreeSet::new();
@@ -920,19 +922,35 @@ pub(crate) mod tests {
             key(&|w| w.ports = vec!["80:80".parse().unwrap(), "80:81".parse().unwrap()]),
             bad("ports")
         );
-        // The same host port over another protocol or address is not a clash.
+        // The same host port over another protocol or another address is not a clash...
         assert_eq!(
             key(&|w| {
                 w.ports = vec![
                     "80:80".parse().unwrap(),
                     "80:80/udp".parse().unwrap(),
-                    "127.0.0.1:80:80".parse().unwrap(),
+                    "127.0.0.1:81:80".parse().unwrap(),
+                    "127.0.0.2:81:80".parse().unwrap(),
                 ]
             }),
             Ok(())
         );
+        // ... but every address (none written, 0.0.0.0 or [::]) takes the port on each of them.
+        for (a, b) in [
+            ("80:80", "127.0.0.1:80:80"),
+            ("127.0.0.1:80:80", "80:80"),
+            ("0.0.0.0:80:80", "127.0.0.1:80:81"),
+            ("[::]:80:80", "[::1]:80:81"),
+            ("0.0.0.0:80:80", "80:81"),
+            ("[::]:53:53/udp", "127.0.0.1:53:53/udp"),
+        ] {
+            assert_eq!(
+                key(&|w| w.ports = vec![a.parse().unwrap(), b.parse().unwrap()]),
+                bad("ports"),
+                "{a} with {b}"
+            );
+        }
         assert_eq!(
-            key(&|w| w.volumes = vec!["a:/d".parse().unwrap(), "/x:/d".parse().unwrap()]),
+            key(&|w| w.volumes = vec!["ab:/d".parse().unwrap(), "/x:/d".parse().unwrap()]),
             bad("volumes")
         );
         assert_eq!(key(&|w| w.network = Some("a b".into())), bad("network"));
@@ -978,10 +996,7 @@ pub(crate) mod tests {
         .load_env_file()
         .unwrap_err();
         assert_eq!(e.key, "workload[web].env_file");
-        assert_eq!(
-            e.message,
-            format!("{}:2: \"not a line\" is not KEY=VALUE", path.display())
-        );
+        assert_eq!(e.message, format!("{}:2: not KEY=VALUE", path.display()));
         let e = WorkloadConfig {
             env_file: Some(dir.path().join("missing.env")),
             ..WorkloadConfig::new("web", "busybox")
