@@ -1303,7 +1303,7 @@ impl Reconciler {
             .min()
     }
 
-    // r[impl workload.status]
+    // r[impl workload.status+2]
     /// Each workload's state at `now`, ordered by name.
     pub fn status(&self, now: Instant) -> Vec<WorkloadStatus> {
         self.entries
@@ -1491,7 +1491,7 @@ fn stays_stopped(policy: RestartPolicy, lasted: bool, exit_code: Option<i64>) ->
     }
 }
 
-// r[impl workload.status]
+// r[impl workload.status+2]
 /// Counts a start in `counters`: a restart when a failed start or an ended run came before it.
 fn count_start(counters: &mut Counters, restart: bool) {
     counters.starts += 1;

@@ -604,7 +604,7 @@ fn only_never_leaves_a_failed_workload_stopped() {
     ));
 }
 
-// r[verify workload.status]
+// r[verify workload.status+2]
 #[test]
 fn the_operator_view_serializes_each_state() {
     let mut h = Harness::new(vec![sleeper("web")]);
@@ -634,6 +634,19 @@ fn the_operator_view_serializes_each_state() {
     assert_eq!(json[0]["running_for_secs"], 4);
     assert_eq!(json[0]["lasted"], false);
     assert_eq!(json[0]["counters"]["restarts"], 1);
+    // Waiting for its dependencies: the names of those not ready.
+    let mut web = sleeper("web");
+    web.depends_on = vec!["db".into()];
+    let mut db = sleeper("db");
+    db.image = "busybox:2".into();
+    let mut h = Harness::new(vec![web, db]);
+    h.image_present = false;
+    h.resync();
+    h.tick();
+    let json = serde_json::to_value(h.core.status(h.now)).unwrap();
+    assert_eq!(json[1]["name"], "web");
+    assert_eq!(json[1]["state"], "waiting_for_dependencies");
+    assert_eq!(json[1]["waiting_on"], serde_json::json!(["db"]));
 }
 
 // r[verify workload.events]
@@ -708,7 +721,7 @@ fn an_owner_scopes_the_containers_labels() {
     assert!(!spec.labels.contains_key(OWNER_LABEL));
 }
 
-// r[verify workload.status]
+// r[verify workload.status+2]
 #[test]
 fn the_status_report_format_is_pinned() {
     let mut h = Harness::new(vec![
