@@ -17,6 +17,7 @@ use holdfast_retry::{
 
 use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
 use crate::images::{ImagePresence, Images};
+use crate::shape::MAX_HEALTH_WAIT;
 use crate::state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 
 /// The module name faults are filed under on the node's board.
@@ -833,6 +834,34 @@ impl Reconciler {
         }
     }
 
+    // r[impl workload.health.gate]
+    /// `name`'s container has had no health verdict for [`MAX_HEALTH_WAIT`] since its start (an
+    /// image's check may never give one): the start failed, as an unhealthy one does, and the
+    /// container is removed even where the policy leaves the workload stopped.
+    fn no_verdict(&mut self, name: &str, now: Instant, actions: &mut Vec<Action>) {
+        let wait = holdfast_retry::duration_text::format(MAX_HEALTH_WAIT);
+        tracing::warn!(
+            workload = name,
+            "no health verdict within {wait}; replacing the container"
+        );
+        self.exited(
+            name,
+            None,
+            vec![format!("no health verdict within {wait}")],
+            now,
+            actions,
+        );
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        if let Run::Stopped { container, .. } = &mut entry.run {
+            if let Some(container) = container.take() {
+                let stop_timeout = entry.config.stop_timeout;
+                self.retire(name, container, stop_timeout, actions);
+            }
+        }
+    }
+
     // r[impl workload.min-run]
     /// The tracked container of `name` exited at `now`.
     fn exited(
@@ -972,6 +1001,13 @@ impl Reconciler {
             .map(|(name, _)| name.clone())
             .collect();
         for name in names {
+            let silent = self.entries.get(&name).is_some_and(|e| {
+                matches!(&e.run, Run::Running { unready: Some(_), since, .. } if now >= *since + MAX_HEALTH_WAIT)
+            });
+            if silent {
+                self.no_verdict(&name, now, &mut actions);
+                continue;
+            }
             let Some(entry) = self.entries.get_mut(&name) else {
                 continue;
             };
@@ -1277,8 +1313,8 @@ impl Reconciler {
     }
 
     /// The earliest time at which [`Reconciler::tick`] may have something to do (a back-off
-    /// ending, a run reaching its minimum); `None` when only an event or a result can change
-    /// anything. A workload waiting for its image is asked again at the caller's next tick.
+    /// ending, a run reaching its minimum, a first health verdict's deadline, a failed removal's
+    /// retry); `None` when only an event or a result can change anything. A workload waiting for its image is asked again at the caller's next tick.
     pub fn next_wake(&self) -> Option<Instant> {
         let removals = self
             .retiring
@@ -1292,6 +1328,11 @@ impl Reconciler {
                     lasting: Some(lasting),
                     ..
                 } if !lasting.is_confirmed() => Some(lasting.lasts_at()),
+                Run::Running {
+                    unready: Some(_),
+                    since,
+                    ..
+                } => Some(*since + MAX_HEALTH_WAIT),
                 Run::Idle => self
                     .gate
                     .state(name)

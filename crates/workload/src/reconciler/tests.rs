@@ -1202,13 +1202,18 @@ fn a_checked_start_counts_only_once_healthy_and_past_the_minimum_run() {
     let mut h = Harness::new(vec![checked("web")]);
     h.health_checked = true;
     h.resync();
+    let start = h.now;
     let id = h.until_started(S(1));
     assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
-    // Far past the minimum run, still not healthy: not a success, nothing to wake for.
+    // Far past the minimum run, still not healthy: not a success; the next thing to wake for
+    // is the deadline of its first verdict.
     h.now += S(60);
     h.tick();
     assert!(!lasted(&h, "web"));
-    assert_eq!(h.core.next_wake(), None);
+    assert_eq!(
+        h.core.next_wake(),
+        Some(start + crate::shape::MAX_HEALTH_WAIT)
+    );
     // Healthy after the minimum run: the success is confirmed at the next tick.
     h.health(&id, HealthStatus::Healthy);
     assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
@@ -1702,4 +1707,50 @@ fn an_adopted_container_already_unhealthy_is_replaced_unless_never() {
             .is_empty()
     );
     assert_eq!(core.status(t)[0].health, Some(HealthStatus::Healthy));
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn a_start_without_a_first_verdict_within_the_longest_wait_fails_and_is_replaced() {
+    let wait = crate::shape::MAX_HEALTH_WAIT;
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let start = h.now;
+    let id = h.until_started(S(1));
+    // An image's HEALTHCHECK may never say anything: the start is not held for ever.
+    h.now = start + wait - S(1);
+    assert!(h.tick().is_empty());
+    assert!(h.removed.is_empty());
+    h.now = start + wait;
+    h.tick();
+    assert_eq!(h.removed, vec![id.clone()]);
+    assert_eq!(h.core.failures("web"), 1, "a failed start of the streak");
+    let last = h.core.status(h.now)[0].last_exit.clone().unwrap();
+    assert!(!last.lasted);
+    assert_eq!(last.log_tail, ["no health verdict within 1h"]);
+    assert!(matches!(
+        h.state("web"),
+        WorkloadState::Restarting { failures: 1, .. }
+    ));
+    assert_eq!(h.core.next_wake(), Some(h.now + S(10)));
+    h.now += S(10);
+    assert_eq!(h.tick().len(), 1, "started again through the gate");
+    // Under `never` the workload is left stopped, its silent container removed.
+    let mut never = checked("web");
+    never.restart = RestartPolicy::Never;
+    let mut h = Harness::new(vec![never]);
+    h.health_checked = true;
+    h.resync();
+    let start = h.now;
+    let id = h.until_started(S(1));
+    h.now = start + wait;
+    h.tick();
+    assert_eq!(h.removed, vec![id]);
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::StoppedByPolicy { exit_code: None }
+    );
+    h.now += S(600);
+    assert!(h.tick().is_empty());
 }
