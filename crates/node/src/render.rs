@@ -187,7 +187,7 @@ fn with_health(phrase: String, health: &Value) -> String {
     }
 }
 
-// i[impl node.workloads.state]
+// i[impl node.workloads.state+2]
 /// What the workload module says of one workload, in a phrase.
 fn run_state(run: &Value) -> String {
     let secs = |key: &str| span(run[key].as_u64().unwrap_or(0));
@@ -211,6 +211,15 @@ fn run_state(run: &Value) -> String {
             exit()
         ),
         Some("waiting_for_image") => "waiting for image".to_owned(),
+        Some("waiting_for_dependencies") => {
+            let names: Vec<String> = run["waiting_on"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(s)
+                .collect();
+            format!("waiting for dependencies: {}", names.join(", "))
+        }
         Some("stopped_by_policy") => format!("stopped by policy{}", exit()),
         Some(other) => other.replace('_', " "),
     }

@@ -822,7 +822,7 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     assert_eq!(
         err(&format!("env_file = \"{}\"", env_file.display())),
         format!(
-            "t.toml:5:12: workload[0].env_file: {}:2: \"not a line\" is not KEY=VALUE",
+            "t.toml:5:12: workload[0].env_file: {}:2: not KEY=VALUE",
             env_file.display()
         )
     );

@@ -56,7 +56,7 @@ fn certs_table_is_pinned() {
     assert_eq!(render::certs(&json!([])), "no hostnames configured\n");
 }
 
-// i[verify node.workloads.state]
+// i[verify node.workloads.state+2]
 #[test]
 fn workloads_table_says_where_each_container_stands() {
     let workloads = json!([
@@ -81,9 +81,17 @@ fn workloads_table_says_where_each_container_stands() {
          "run": {"state": "stopped_by_policy", "exit_code": 0,
                  "counters": {"starts": 1, "restarts": 0, "start_failures": 0, "crash_loops": 0},
                  "last_exit": null}},
-        {"name": "pulled-only", "image": "reg/p:1", "image_state": "pulling", "detail": "1/3 layers"}
+        {"name": "pulled-only", "image": "reg/p:1", "image_state": "pulling", "detail": "1/3 layers"},
+        {"name": "web", "image": "reg/web:1", "image_state": "present", "detail": null,
+         "run": {"state": "waiting_for_dependencies", "waiting_on": ["db", "cache"],
+                 "counters": {"starts": 0, "restarts": 0, "start_failures": 0, "crash_loops": 0},
+                 "last_exit": null}}
     ]);
     let table = render::workloads(&workloads);
+    assert!(
+        table.contains("waiting for dependencies: db, cache"),
+        "{table}"
+    );
     assert!(table.contains("running for 1h 2m"), "{table}");
     assert!(
         table.contains("restarting in 40s after attempt 2, exit code 1"),

@@ -268,10 +268,12 @@ impl WorkloadConfig {
         &self,
         err: &dyn Fn(&str, String) -> WorkloadConfigError,
     ) -> Result<(), WorkloadConfigError> {
-        let mut published = std::collections::BTreeSet::new();
-        for p in &self.ports {
-            if !published.insert((p.host_ip, p.host_port, p.protocol)) {
-                return Err(err("ports", format!("{p} publishes a host port twice")));
+        for (i, p) in self.ports.iter().enumerate() {
+            if let Some(q) = self.ports[..i].iter().find(|q| p.clashes_with(q)) {
+                return Err(err(
+                    "ports",
+                    format!("{p} publishes a host port {q} already takes"),
+                ));
             }
         }
         let mut targets = std::collections::BTreeSet::new();
@@ -353,6 +355,40 @@ impl WorkloadConfig {
         let mut h = Fnv(0xcbf2_9ce4_8422_2325);
         h.value(&value);
         format!("{:016x}", h.0)
+    }
+
+    // r[impl workload.replace+2]
+    /// The spec hash the release before the container's shape keys gave this workload's
+    /// container (FNV-1a over image, command and environment), while the config sets none of the
+    /// keys added since (`None` once it sets one: such a container must change). A running
+    /// container labelled with it is the same container and is adopted, not replaced, so an
+    /// upgrade does not destroy every container's writable layer.
+    pub fn legacy_spec_hash(&self) -> Option<String> {
+        let legacy = WorkloadConfig {
+            command: self.command.clone(),
+            env: self.env.clone(),
+            restart: self.restart,
+            min_run: self.min_run,
+            stop_timeout: self.stop_timeout,
+            env_file: self.env_file.clone(),
+            depends_on: self.depends_on.clone(),
+            ..WorkloadConfig::new(self.name.clone(), self.image.clone())
+        };
+        if *self != legacy {
+            return None;
+        }
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        h.field(self.image.as_bytes());
+        h.field(&(self.command.len() as u64).to_le_bytes());
+        for arg in &self.command {
+            h.field(arg.as_bytes());
+        }
+        h.field(&(self.env.len() as u64).to_le_bytes());
+        for (k, v) in &self.env {
+            h.field(k.as_bytes());
+            h.field(v.as_bytes());
+        }
+        Some(format!("{:016x}", h.0))
     }
 }
 
@@ -636,8 +672,8 @@ pub(crate) mod tests {
         let h = base.spec_hash();
         assert_eq!(h, base.clone().spec_hash());
         // Pinned: the label must mean the same after a rebuild or the node would replace
-        // every container on upgrade. (Changed once, with workload.replace+2: containers made
-        // before the shape keys, the name and the log rotation are replaced once.)
+        // every container on upgrade. (Changed once, with workload.replace+2: a container made
+        // before, labelled with the legacy hash, is adopted while no shape key is set.)
         assert_eq!(h, "29bea12ecbc86e97");
         assert_eq!(h, WorkloadConfig::new("other", "busybox").spec_hash());
         let mut c = base.clone();
@@ -752,6 +788,42 @@ pub(crate) mod tests {
         }
     }
 
+    // r[verify workload.replace+2]
+    #[test]
+    fn the_hash_before_the_shape_keys_is_kept_while_none_of_them_is_set() {
+        // Pinned: what the release before the shape keys labelled these containers with.
+        let base = WorkloadConfig::new("web", "busybox");
+        assert_eq!(base.legacy_spec_hash().as_deref(), Some("bd7fc74e4b946348"));
+        let mut w = base.clone();
+        w.command = vec!["sleep".into(), "1".into()];
+        w.env.insert("A".into(), "1".into());
+        assert_eq!(w.legacy_spec_hash().as_deref(), Some("f4515083fb70e02f"));
+        // Holdfast's own keys do not matter.
+        w.restart = RestartPolicy::Never;
+        w.min_run = Duration::from_secs(1);
+        w.stop_timeout = Duration::from_secs(1);
+        w.env_file = Some("/etc/web.env".into());
+        w.depends_on = vec!["db".into()];
+        assert_eq!(w.legacy_spec_hash().as_deref(), Some("f4515083fb70e02f"));
+        // Any key added since, set: no legacy container is the same.
+        let full = full();
+        assert_eq!(full.legacy_spec_hash(), None);
+        let json = serde_json::to_value(&full).unwrap();
+        for key in json.as_object().unwrap().keys() {
+            if ["name", "image", "command", "env"].contains(&key.as_str())
+                || HOLDFAST_ONLY.contains(&key.as_str())
+            {
+                continue;
+            }
+            let mut only = serde_json::to_value(&base).unwrap();
+            only[key] = json[key].clone();
+            let set: WorkloadConfig = serde_json::from_value(only).unwrap();
+            assert_eq!(set.legacy_spec_hash(), None, "{key}");
+        }
+        // And the current hash of a workload that sets every key is pinned too.
+        assert_eq!(full.spec_hash(), "3d8a8941aa077858");
+    }
+
     fn shaped() -> impl proptest::strategy::Strategy<Value = WorkloadConfig> {
         use proptest::prelude::*;
         let port = prop_oneof![Just("8080:80"), Just("127.0.0.1:81:80"), Just("53:53/udp")]
@@ -850,19 +922,35 @@ pub(crate) mod tests {
             key(&|w| w.ports = vec!["80:80".parse().unwrap(), "80:81".parse().unwrap()]),
             bad("ports")
         );
-        // The same host port over another protocol or address is not a clash.
+        // The same host port over another protocol or another address is not a clash...
         assert_eq!(
             key(&|w| {
                 w.ports = vec![
                     "80:80".parse().unwrap(),
                     "80:80/udp".parse().unwrap(),
-                    "127.0.0.1:80:80".parse().unwrap(),
+                    "127.0.0.1:81:80".parse().unwrap(),
+                    "127.0.0.2:81:80".parse().unwrap(),
                 ]
             }),
             Ok(())
         );
+        // ... but every address (none written, 0.0.0.0 or [::]) takes the port on each of them.
+        for (a, b) in [
+            ("80:80", "127.0.0.1:80:80"),
+            ("127.0.0.1:80:80", "80:80"),
+            ("0.0.0.0:80:80", "127.0.0.1:80:81"),
+            ("[::]:80:80", "[::1]:80:81"),
+            ("0.0.0.0:80:80", "80:81"),
+            ("[::]:53:53/udp", "127.0.0.1:53:53/udp"),
+        ] {
+            assert_eq!(
+                key(&|w| w.ports = vec![a.parse().unwrap(), b.parse().unwrap()]),
+                bad("ports"),
+                "{a} with {b}"
+            );
+        }
         assert_eq!(
-            key(&|w| w.volumes = vec!["a:/d".parse().unwrap(), "/x:/d".parse().unwrap()]),
+            key(&|w| w.volumes = vec!["ab:/d".parse().unwrap(), "/x:/d".parse().unwrap()]),
             bad("volumes")
         );
         assert_eq!(key(&|w| w.network = Some("a b".into())), bad("network"));
@@ -908,10 +996,7 @@ pub(crate) mod tests {
         .load_env_file()
         .unwrap_err();
         assert_eq!(e.key, "workload[web].env_file");
-        assert_eq!(
-            e.message,
-            format!("{}:2: \"not a line\" is not KEY=VALUE", path.display())
-        );
+        assert_eq!(e.message, format!("{}:2: not KEY=VALUE", path.display()));
         let e = WorkloadConfig {
             env_file: Some(dir.path().join("missing.env")),
             ..WorkloadConfig::new("web", "busybox")

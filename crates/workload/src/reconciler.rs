@@ -17,6 +17,7 @@ use holdfast_retry::{
 
 use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
 use crate::images::{ImagePresence, Images};
+use crate::shape::MAX_HEALTH_WAIT;
 use crate::state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 
 /// The module name faults are filed under on the node's board.
@@ -259,6 +260,9 @@ enum Run {
 struct Entry {
     config: WorkloadConfig,
     hash: String,
+    /// The hash a container made before the shape keys carries for the same spec, if any
+    /// ([`WorkloadConfig::legacy_spec_hash`]).
+    legacy_hash: Option<String>,
     run: Run,
     crash: CrashLoopDetector,
     crash_looping: bool,
@@ -271,6 +275,23 @@ struct Entry {
     waiting_on: Vec<String>,
 }
 
+/// A container being stopped and removed.
+#[derive(Debug)]
+struct Retiring {
+    /// The workload it belonged to: its name stays taken until the container is gone.
+    workload: String,
+    stop_timeout: Duration,
+    removal: Removal,
+}
+
+#[derive(Debug)]
+enum Removal {
+    /// A [`Action::Remove`] is in flight (a retry holds its gate's token).
+    InFlight(Option<AttemptToken<String>>),
+    /// The last one failed: the removal gate says when the next is issued.
+    Failed,
+}
+
 /// Every decision about the node's workloads, on the caller's clock.
 #[derive(Debug)]
 pub struct Reconciler {
@@ -278,7 +299,9 @@ pub struct Reconciler {
     gate: KeyedGate<String>,
     entries: BTreeMap<String, Entry>,
     /// Containers being stopped and removed (their exits are forced, not crashes).
-    retiring: BTreeMap<String, String>,
+    retiring: BTreeMap<String, Retiring>,
+    /// Paces the retries of failed removals, per container, on the restart policy's schedule.
+    removals: KeyedGate<String>,
     /// Starts in flight whose workload was removed or replaced: removed when they report.
     orphans: BTreeMap<AttemptId, String>,
     /// Events about containers not (yet) tracked, kept while a start is in flight: a container
@@ -297,6 +320,7 @@ impl Reconciler {
     pub fn new(config: ModuleConfig, board: FaultBoard) -> Self {
         Reconciler {
             gate: KeyedGate::new(config.restart_policy),
+            removals: KeyedGate::new(config.restart_policy),
             config,
             entries: BTreeMap::new(),
             retiring: BTreeMap::new(),
@@ -346,6 +370,7 @@ impl Reconciler {
             self.entries.insert(
                 name,
                 Entry {
+                    legacy_hash: config.legacy_spec_hash(),
                     config,
                     hash,
                     run: Run::Idle,
@@ -406,6 +431,7 @@ impl Reconciler {
         tracing::info!(workload = %name, "workload spec changed; replacing its container");
         let old = std::mem::replace(&mut entry.run, Run::Idle);
         let stop_timeout = entry.config.stop_timeout;
+        entry.legacy_hash = config.legacy_spec_hash();
         entry.config = config;
         entry.hash = hash;
         entry.crash = self.config.crash_loop.clone();
@@ -485,15 +511,56 @@ impl Reconciler {
         stop_timeout: Duration,
         actions: &mut Vec<Action>,
     ) {
-        if self
-            .retiring
-            .insert(container.clone(), workload.to_owned())
-            .is_none()
-        {
-            actions.push(Action::Remove {
+        if self.retiring.contains_key(&container) {
+            return;
+        }
+        self.retiring.insert(
+            container.clone(),
+            Retiring {
                 workload: workload.to_owned(),
-                container,
                 stop_timeout,
+                removal: Removal::InFlight(None),
+            },
+        );
+        actions.push(Action::Remove {
+            workload: workload.to_owned(),
+            container,
+            stop_timeout,
+        });
+    }
+
+    // r[impl workload.name]
+    /// A container whose removal failed is gone after all (destroyed, or no longer listed): its
+    /// name is free.
+    fn retired_unreported(&mut self, container: &str) {
+        if let Some(Retiring {
+            removal: Removal::Failed,
+            workload,
+            ..
+        }) = self.retiring.get(container)
+        {
+            tracing::info!(%workload, %container, "container whose removal failed is gone");
+            self.retiring.remove(container);
+            self.removals.forget(container);
+        }
+    }
+
+    // r[impl workload.name]
+    /// Issues again, at `now`, each failed removal whose gate allows it.
+    fn retry_removals(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        for (container, r) in &mut self.retiring {
+            if !matches!(r.removal, Removal::Failed) {
+                continue;
+            }
+            let Ok(token) = self.removals.begin(container, now) else {
+                continue;
+            };
+            tracing::info!(workload = %r.workload, %container, attempt = token.attempt(), "retrying the container's removal");
+            r.removal = Removal::InFlight(Some(token));
+            actions.push(Action::Remove {
+                workload: r.workload.clone(),
+                container: container.clone(),
+                stop_timeout: r.stop_timeout,
             });
         }
     }
@@ -519,6 +586,15 @@ impl Reconciler {
         let mut actions = Vec::new();
         let listed: std::collections::BTreeSet<String> =
             listing.iter().map(|c| c.id.clone()).collect();
+        let gone: Vec<String> = self
+            .retiring
+            .keys()
+            .filter(|id| !listed.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.retired_unreported(&id);
+        }
         for c in listing {
             if self.retiring.contains_key(&c.id) {
                 continue;
@@ -573,7 +649,9 @@ impl Reconciler {
         let Some(entry) = self.entries.get_mut(&c.workload) else {
             return;
         };
-        let current = c.spec_hash.as_deref() == Some(entry.hash.as_str());
+        // A container made before the shape keys, of a spec that sets none, is the same one.
+        let current = c.spec_hash.as_deref() == Some(entry.hash.as_str())
+            || (c.spec_hash.is_some() && c.spec_hash == entry.legacy_hash);
         match &entry.run {
             Run::Running { container, .. } if *container == c.id => {
                 let name = c.workload.clone();
@@ -593,8 +671,14 @@ impl Reconciler {
                     since: now,
                     lasting: None,
                     unready: None,
-                    health: c.health,
+                    health: None,
                 };
+                // Its verdict is judged as if it had just arrived: the stream brings no new one
+                // for a container that stays unhealthy.
+                if let Some(status) = c.health {
+                    let name = c.workload.clone();
+                    self.health_changed(&name, status, Vec::new(), now, actions);
+                }
             }
             Run::Idle if current => self.listed_exit(c, actions),
             Run::Stopped {
@@ -641,6 +725,9 @@ impl Reconciler {
         let mut actions = Vec::new();
         let id = event.id().to_owned();
         if self.retiring.contains_key(&id) {
+            if matches!(event, ContainerEvent::Destroyed { .. }) {
+                self.retired_unreported(&id);
+            }
             return actions;
         }
         let Some(name) = self.entries.iter().find_map(|(name, e)| match &e.run {
@@ -743,6 +830,34 @@ impl Reconciler {
                 let mut tail = vec!["health check failing".to_owned()];
                 tail.extend(output);
                 self.exited(name, None, tail, now, actions);
+            }
+        }
+    }
+
+    // r[impl workload.health.gate]
+    /// `name`'s container has had no health verdict for [`MAX_HEALTH_WAIT`] since its start (an
+    /// image's check may never give one): the start failed, as an unhealthy one does, and the
+    /// container is removed even where the policy leaves the workload stopped.
+    fn no_verdict(&mut self, name: &str, now: Instant, actions: &mut Vec<Action>) {
+        let wait = holdfast_retry::duration_text::format(MAX_HEALTH_WAIT);
+        tracing::warn!(
+            workload = name,
+            "no health verdict within {wait}; replacing the container"
+        );
+        self.exited(
+            name,
+            None,
+            vec![format!("no health verdict within {wait}")],
+            now,
+            actions,
+        );
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        if let Run::Stopped { container, .. } = &mut entry.run {
+            if let Some(container) = container.take() {
+                let stop_timeout = entry.config.stop_timeout;
+                self.retire(name, container, stop_timeout, actions);
             }
         }
     }
@@ -877,6 +992,7 @@ impl Reconciler {
     /// container list has been applied.
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
+        self.retry_removals(now, &mut actions);
         let names: Vec<String> = self.entries.keys().cloned().collect();
         let ready: std::collections::BTreeSet<String> = self
             .entries
@@ -885,6 +1001,13 @@ impl Reconciler {
             .map(|(name, _)| name.clone())
             .collect();
         for name in names {
+            let silent = self.entries.get(&name).is_some_and(|e| {
+                matches!(&e.run, Run::Running { unready: Some(_), since, .. } if now >= *since + MAX_HEALTH_WAIT)
+            });
+            if silent {
+                self.no_verdict(&name, now, &mut actions);
+                continue;
+            }
             let Some(entry) = self.entries.get_mut(&name) else {
                 continue;
             };
@@ -896,7 +1019,7 @@ impl Reconciler {
                     if self.gate.check(&name, now).is_err() {
                         continue;
                     }
-                    if Self::name_taken(&self.retiring, &name) {
+                    if Self::name_taken(&self.retiring, &self.orphans, &name) {
                         continue;
                     }
                     entry.waiting_on = unready_dependencies(&entry.config, &ready);
@@ -937,10 +1060,19 @@ impl Reconciler {
     }
 
     // r[impl workload.name]
-    /// Whether a container of `workload` is still being removed: the next one takes the same
-    /// name, so it is not created before the last is gone.
-    fn name_taken(retiring: &BTreeMap<String, String>, workload: &str) -> bool {
-        retiring.values().any(|w| w == workload)
+    /// Whether a container of `workload` is still being removed, or a start of a replaced or
+    /// removed spec of it is still in flight (it creates a container under the same name): the
+    /// next one takes the same name, so it is not created before the last is gone.
+    fn name_taken(
+        retiring: &BTreeMap<String, Retiring>,
+        orphans: &BTreeMap<AttemptId, String>,
+        workload: &str,
+    ) -> bool {
+        retiring
+            .values()
+            .map(|r| &r.workload)
+            .chain(orphans.values())
+            .any(|w| w == workload)
     }
 
     // r[impl workload.min-run]
@@ -991,21 +1123,43 @@ impl Reconciler {
         }
     }
 
+    // r[impl workload.name]
+    /// A removal ended at `now`. A failed one keeps the container, and so its name, held: it is
+    /// retried when the removal gate allows (the restart policy's schedule, per container).
+    fn removed(&mut self, container: String, result: Result<(), String>, now: Instant) {
+        let Some(r) = self.retiring.get_mut(&container) else {
+            return;
+        };
+        let Removal::InFlight(token) = std::mem::replace(&mut r.removal, Removal::Failed) else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(workload = %r.workload, %container, "container removed");
+                drop(token);
+                self.retiring.remove(&container);
+                self.removals.forget(&container);
+            }
+            Err(error) => {
+                let token = match token {
+                    Some(token) => Ok(token),
+                    // The first removal was not paced: its failure starts the streak.
+                    None => self.removals.begin(&container, now),
+                };
+                let failures =
+                    token.map_or(0, |token| self.removals.fail(token, now, None).failures);
+                tracing::warn!(workload = %r.workload, %container, %error, failures, "container removal failed; retrying after a back-off");
+            }
+        }
+    }
+
     // r[impl workload.min-run]
     /// Applies an action's result at `now`.
     pub fn on_result(&mut self, completion: Completion, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         match completion {
             Completion::Removed { container, result } => {
-                if let Some(workload) = self.retiring.remove(&container) {
-                    match result {
-                        Ok(()) => tracing::info!(%workload, %container, "container removed"),
-                        // The next container list finds it and removes it again.
-                        Err(error) => {
-                            tracing::warn!(%workload, %container, %error, "container removal failed");
-                        }
-                    }
-                }
+                self.removed(container, result, now);
             }
             Completion::Started {
                 workload,
@@ -1159,9 +1313,14 @@ impl Reconciler {
     }
 
     /// The earliest time at which [`Reconciler::tick`] may have something to do (a back-off
-    /// ending, a run reaching its minimum); `None` when only an event or a result can change
-    /// anything. A workload waiting for its image is asked again at the caller's next tick.
+    /// ending, a run reaching its minimum, a first health verdict's deadline, a failed removal's
+    /// retry); `None` when only an event or a result can change anything. A workload waiting for its image is asked again at the caller's next tick.
     pub fn next_wake(&self) -> Option<Instant> {
+        let removals = self
+            .retiring
+            .iter()
+            .filter(|(_, r)| matches!(r.removal, Removal::Failed))
+            .filter_map(|(id, _)| self.removals.state(id).map(|s| s.next_attempt_at));
         self.entries
             .iter()
             .filter_map(|(name, e)| match &e.run {
@@ -1169,6 +1328,11 @@ impl Reconciler {
                     lasting: Some(lasting),
                     ..
                 } if !lasting.is_confirmed() => Some(lasting.lasts_at()),
+                Run::Running {
+                    unready: Some(_),
+                    since,
+                    ..
+                } => Some(*since + MAX_HEALTH_WAIT),
                 Run::Idle => self
                     .gate
                     .state(name)
@@ -1176,10 +1340,11 @@ impl Reconciler {
                     .map(|s| s.next_attempt_at),
                 _ => None,
             })
+            .chain(removals)
             .min()
     }
 
-    // r[impl workload.status]
+    // r[impl workload.status+2]
     /// Each workload's state at `now`, ordered by name.
     pub fn status(&self, now: Instant) -> Vec<WorkloadStatus> {
         self.entries
@@ -1367,7 +1532,7 @@ fn stays_stopped(policy: RestartPolicy, lasted: bool, exit_code: Option<i64>) ->
     }
 }
 
-// r[impl workload.status]
+// r[impl workload.status+2]
 /// Counts a start in `counters`: a restart when a failed start or an ended run came before it.
 fn count_start(counters: &mut Counters, restart: bool) {
     counters.starts += 1;

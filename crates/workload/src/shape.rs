@@ -155,6 +155,16 @@ impl fmt::Display for PortSpec {
 serde_via_text!(PortSpec, "port");
 
 impl PortSpec {
+    // r[impl workload.shape.ports]
+    /// Whether the two cannot both be published: the same port and protocol on the same host
+    /// address, or on every address (none written, `0.0.0.0` or `[::]`) beside any other.
+    pub fn clashes_with(&self, other: &PortSpec) -> bool {
+        let every = |ip: Option<IpAddr>| ip.is_none_or(|ip| ip.is_unspecified());
+        self.host_port == other.host_port
+            && self.protocol == other.protocol
+            && (self.host_ip == other.host_ip || every(self.host_ip) || every(other.host_ip))
+    }
+
     /// The container port as the Engine API keys it (`80/tcp`).
     pub fn container_key(&self) -> String {
         format!("{}/{}", self.container_port, self.protocol.as_str())
@@ -181,10 +191,16 @@ pub struct VolumeSpec {
     pub read_only: bool,
 }
 
-fn volume_name_ok(name: &str) -> bool {
+/// Letters, digits, `_`, `.`, `-`, starting with a letter or digit.
+fn name_chars_ok(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A volume name as the daemon takes it (`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`: two characters or more).
+fn volume_name_ok(name: &str) -> bool {
+    name.len() >= 2 && name_chars_ok(name)
 }
 
 // r[impl workload.shape.volumes]
@@ -220,7 +236,7 @@ impl FromStr for VolumeSpec {
             VolumeSource::Named(source.to_owned())
         } else {
             return Err(bad(format!(
-                "{source:?} is neither an absolute host path nor a volume name (letters, digits, '_', '.', '-')"
+                "{source:?} is neither an absolute host path nor a volume name (two or more letters, digits, '_', '.', '-')"
             )));
         };
         Ok(VolumeSpec {
@@ -301,25 +317,23 @@ serde_via_text!(ByteSize, "size");
 
 /// The most CPUs a workload may be given.
 pub const MAX_CPUS: u64 = 1024;
+/// The fewest CPUs a workload may be given (the daemon refuses a smaller quota).
+pub const MIN_CPUS: f64 = 0.01;
 
 /// A CPU quota, written as a number of CPUs (`1.5`), held as nano-CPUs as the Engine API takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Cpus(pub u64);
 
 impl Cpus {
-    /// From a number of CPUs: positive, at most [`MAX_CPUS`].
+    /// From a number of CPUs: at least [`MIN_CPUS`], at most [`MAX_CPUS`].
     pub fn from_cpus(cpus: f64) -> Result<Self, ShapeError> {
-        if !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS as f64) {
+        if !(cpus.is_finite() && cpus >= MIN_CPUS && cpus <= MAX_CPUS as f64) {
             return Err(bad(format!(
-                "{cpus} is not a number of CPUs above 0 and at most {MAX_CPUS}"
+                "{cpus} is not a number of CPUs from {MIN_CPUS} to {MAX_CPUS}"
             )));
         }
         // Exact enough: a billionth of a CPU is below anything the scheduler honours.
-        let nanos = (cpus * 1e9).round() as u64;
-        if nanos == 0 {
-            return Err(bad(format!("{cpus} CPUs is below one nano-CPU")));
-        }
-        Ok(Cpus(nanos))
+        Ok(Cpus((cpus * 1e9).round() as u64))
     }
 
     /// As a number of CPUs.
@@ -523,8 +537,11 @@ pub fn env_name_ok(key: &str) -> bool {
 
 // r[impl workload.shape.env-file]
 /// Parses an env file's text as `docker run --env-file` does: `KEY=VALUE` lines, values literal to
-/// the end of the line, blank lines and `#` comments skipped. A later line wins over an earlier.
+/// the end of the line, blank lines and `#` comments skipped, a leading UTF-8 byte order mark
+/// ignored. A later line wins over an earlier. An error names the line by number and at most its
+/// key: the rest may be a secret.
 pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, EnvFileError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut vars = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim_start();
@@ -537,7 +554,7 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, EnvFileErr
         };
         let (key, value) = line
             .split_once('=')
-            .ok_or_else(|| err(format!("{line:?} is not KEY=VALUE")))?;
+            .ok_or_else(|| err("not KEY=VALUE".to_owned()))?;
         if !env_name_ok(key) {
             return Err(err(format!("{key:?} is not an environment variable name")));
         }
@@ -548,7 +565,7 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, EnvFileErr
 
 /// Whether `name` can name a Docker network.
 pub fn network_name_ok(name: &str) -> bool {
-    volume_name_ok(name)
+    name_chars_ok(name)
 }
 
 /// Whether `cap` is a capability as the daemon takes it (`NET_ADMIN`, `CAP_NET_ADMIN`, `ALL`).
@@ -660,6 +677,9 @@ mod tests {
         assert!(e("data:/d:rx").contains("neither ro nor rw"));
         assert!(e("/a").contains("two or three"));
         assert!(e("-x:/d").contains("volume name"));
+        // The daemon's volume names have at least two characters.
+        assert!(e("a:/d").contains("volume name"), "{}", e("a:/d"));
+        assert_eq!(v("ab:/d").unwrap().source, VolumeSource::Named("ab".into()));
     }
 
     // r[verify workload.shape]
@@ -685,9 +705,11 @@ mod tests {
     fn cpus_are_nano_cpus() {
         assert_eq!(Cpus::from_cpus(1.5), Ok(Cpus(1_500_000_000)));
         assert_eq!(Cpus::from_cpus(0.25).unwrap().as_cpus(), 0.25);
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1025.0, 1e-12] {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1025.0, 1e-12, 0.009] {
             assert!(Cpus::from_cpus(bad).is_err(), "{bad}");
         }
+        // The daemon's smallest quota: a hundredth of a CPU.
+        assert_eq!(Cpus::from_cpus(0.01), Ok(Cpus(10_000_000)));
         let c: Cpus = serde_json::from_str("2").unwrap();
         assert_eq!(c, Cpus(2_000_000_000));
     }
@@ -764,9 +786,31 @@ mod tests {
         assert_eq!(vars.len(), 4);
         let e = parse_env_file("A=1\n\nJUSTAKEY\n").unwrap_err();
         assert_eq!(e.line, 3);
-        assert_eq!(e.to_string(), "line 3: \"JUSTAKEY\" is not KEY=VALUE");
+        // The line may be a secret pasted without its key: it is never echoed.
+        assert_eq!(e.to_string(), "line 3: not KEY=VALUE");
         let e = parse_env_file("=x\n").unwrap_err();
         assert_eq!(e.line, 1);
         assert!(e.message.contains("not an environment variable name"));
+        // A bad name is named, its value never.
+        let e = parse_env_file("BAD KEY=hunter2\n").unwrap_err();
+        assert_eq!(e.message, "\"BAD KEY\" is not an environment variable name");
+        // A file saved with a UTF-8 byte order mark: the first key is still the key.
+        let vars = parse_env_file("\u{feff}DB_PASSWORD=x\nB=1\n").unwrap();
+        assert_eq!(vars.keys().collect::<Vec<_>>(), ["B", "DB_PASSWORD"]);
+    }
+
+    proptest! {
+        // r[verify workload.shape.env-file]
+        #[test]
+        fn an_env_file_error_never_shows_a_value(
+            key in "[A-Z_]{1,8}",
+            value in "[a-z0-9]{12,20}",
+            bad in prop_oneof![Just("{value}"), Just("{key} {value}"), Just("{key}={value}\n{value}")],
+        ) {
+            let text = bad.replace("{key}", &key).replace("{value}", &value);
+            if let Err(e) = parse_env_file(&text) {
+                prop_assert!(!e.to_string().contains(&value), "{}", e);
+            }
+        }
     }
 }

@@ -604,7 +604,7 @@ fn only_never_leaves_a_failed_workload_stopped() {
     ));
 }
 
-// r[verify workload.status]
+// r[verify workload.status+2]
 #[test]
 fn the_operator_view_serializes_each_state() {
     let mut h = Harness::new(vec![sleeper("web")]);
@@ -634,6 +634,19 @@ fn the_operator_view_serializes_each_state() {
     assert_eq!(json[0]["running_for_secs"], 4);
     assert_eq!(json[0]["lasted"], false);
     assert_eq!(json[0]["counters"]["restarts"], 1);
+    // Waiting for its dependencies: the names of those not ready.
+    let mut web = sleeper("web");
+    web.depends_on = vec!["db".into()];
+    let mut db = sleeper("db");
+    db.image = "busybox:2".into();
+    let mut h = Harness::new(vec![web, db]);
+    h.image_present = false;
+    h.resync();
+    h.tick();
+    let json = serde_json::to_value(h.core.status(h.now)).unwrap();
+    assert_eq!(json[1]["name"], "web");
+    assert_eq!(json[1]["state"], "waiting_for_dependencies");
+    assert_eq!(json[1]["waiting_on"], serde_json::json!(["db"]));
 }
 
 // r[verify workload.events]
@@ -708,7 +721,7 @@ fn an_owner_scopes_the_containers_labels() {
     assert!(!spec.labels.contains_key(OWNER_LABEL));
 }
 
-// r[verify workload.status]
+// r[verify workload.status+2]
 #[test]
 fn the_status_report_format_is_pinned() {
     let mut h = Harness::new(vec![
@@ -1189,13 +1202,18 @@ fn a_checked_start_counts_only_once_healthy_and_past_the_minimum_run() {
     let mut h = Harness::new(vec![checked("web")]);
     h.health_checked = true;
     h.resync();
+    let start = h.now;
     let id = h.until_started(S(1));
     assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
-    // Far past the minimum run, still not healthy: not a success, nothing to wake for.
+    // Far past the minimum run, still not healthy: not a success; the next thing to wake for
+    // is the deadline of its first verdict.
     h.now += S(60);
     h.tick();
     assert!(!lasted(&h, "web"));
-    assert_eq!(h.core.next_wake(), None);
+    assert_eq!(
+        h.core.next_wake(),
+        Some(start + crate::shape::MAX_HEALTH_WAIT)
+    );
     // Healthy after the minimum run: the success is confirmed at the next tick.
     h.health(&id, HealthStatus::Healthy);
     assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
@@ -1405,4 +1423,334 @@ fn readiness_is_running_and_healthy_if_checked_or_completed() {
     };
     assert!(is_ready(&stopped(true)));
     assert!(!is_ready(&stopped(false)));
+}
+
+// r[verify workload.name]
+#[test]
+fn a_replaced_specs_start_in_flight_holds_the_name_until_its_container_is_removed() {
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    // The spec changes while the start is in flight: that start will create `holdfast-web`,
+    // so no second create under the same name is issued until its container is gone.
+    let mut changed = sleeper("web");
+    changed.command = vec!["sleep".into(), "60".into()];
+    assert!(core.set_desired(vec![changed]).is_empty());
+    assert!(
+        core.tick(t, &mut images).is_empty(),
+        "the orphan's start holds the name"
+    );
+    let follow = core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Ok("w-1".into()),
+        },
+        t,
+    );
+    assert!(matches!(&follow[..], [Action::Remove { container, .. }] if container == "w-1"));
+    assert!(
+        core.tick(t, &mut images).is_empty(),
+        "its removal holds the name"
+    );
+    core.on_result(
+        Completion::Removed {
+            container: "w-1".into(),
+            result: Ok(()),
+        },
+        t,
+    );
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // Removed and configured again while the start is in flight: the same, and a start that
+    // failed without a container frees the name at once.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    core.set_desired(vec![]);
+    core.set_desired(vec![sleeper("web")]);
+    assert!(core.tick(t, &mut images).is_empty());
+    let follow = core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Err(StartError {
+                container: None,
+                message: "no such image".into(),
+            }),
+        },
+        t,
+    );
+    assert!(follow.is_empty());
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+}
+
+// r[verify workload.replace+2]
+// r[verify workload.adopt]
+#[test]
+fn a_container_made_before_the_shape_keys_is_adopted_while_none_is_set() {
+    // "bd7fc74e4b946348": the label the release before the shape keys gave the defaults'
+    // container (FNV over image, command and environment).
+    let legacy = || {
+        vec![(
+            "old".to_owned(),
+            "web".to_owned(),
+            "bd7fc74e4b946348".to_owned(),
+            true,
+        )]
+    };
+    let plain = WorkloadConfig::new("web", "busybox");
+    let mut h = Harness::new(vec![plain.clone()]);
+    h.daemon = legacy();
+    h.resync();
+    assert!(h.tick().is_empty(), "adopted, not replaced");
+    assert!(h.removed.is_empty());
+    assert_eq!(h.running_id("web"), "old");
+    // Holdfast's own keys set: still the same container.
+    let mut own = plain.clone();
+    own.restart = RestartPolicy::OnFailure;
+    own.min_run = S(2);
+    own.depends_on = vec![];
+    let mut h = Harness::new(vec![own]);
+    h.daemon = legacy();
+    h.resync();
+    assert!(h.tick().is_empty());
+    assert!(h.removed.is_empty());
+    // A new key set: the container must change, so it is replaced.
+    let mut shaped = plain.clone();
+    shaped.ports = vec!["8080:80".parse().unwrap()];
+    let mut h = Harness::new(vec![shaped]);
+    h.daemon = legacy();
+    h.resync();
+    assert_eq!(h.removed, vec!["old".to_owned()]);
+    assert_eq!(h.tick().len(), 1);
+    // Another image: the legacy label does not match.
+    let mut h = Harness::new(vec![WorkloadConfig::new("web", "busybox:2")]);
+    h.daemon = legacy();
+    h.resync();
+    assert_eq!(h.removed, vec!["old".to_owned()]);
+}
+
+// r[verify workload.name]
+#[test]
+fn a_failed_removal_keeps_the_name_and_is_retried_after_a_back_off() {
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![sleeper("web")]);
+    core.resync(vec![], t);
+    let [Action::Start { attempt, .. }] = &core.tick(t, &mut images)[..] else {
+        panic!("one start")
+    };
+    let attempt = *attempt;
+    core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt,
+            result: Ok("w-1".into()),
+        },
+        t,
+    );
+    let mut changed = sleeper("web");
+    changed.command = vec!["sleep".into(), "60".into()];
+    let actions = core.set_desired(vec![changed]);
+    assert!(matches!(&actions[..], [Action::Remove { container, .. }] if container == "w-1"));
+    let failed = |core: &mut Reconciler, at: Instant| {
+        core.on_result(
+            Completion::Removed {
+                container: "w-1".into(),
+                result: Err("device or resource busy".into()),
+            },
+            at,
+        )
+    };
+    assert!(failed(&mut core, t).is_empty());
+    // The old container still holds the name: nothing is created, and the removal is retried
+    // on the module's schedule, not at once.
+    assert!(core.tick(t, &mut images).is_empty());
+    assert_eq!(core.next_wake(), Some(t + S(10)));
+    assert!(core.tick(t + S(9), &mut images).is_empty());
+    let retry = core.tick(t + S(10), &mut images);
+    assert!(
+        matches!(&retry[..], [Action::Remove { container, .. }] if container == "w-1"),
+        "{retry:?}"
+    );
+    // Events about it and the list while the retry is in flight change nothing.
+    assert!(
+        core.on_event(ContainerEvent::Destroyed { id: "x".into() }, t + S(10))
+            .is_empty()
+    );
+    assert!(failed(&mut core, t + S(10)).is_empty());
+    assert!(
+        core.tick(t + S(29), &mut images).is_empty(),
+        "second wait doubles"
+    );
+    assert_eq!(core.tick(t + S(30), &mut images).len(), 1);
+    core.on_result(
+        Completion::Removed {
+            container: "w-1".into(),
+            result: Ok(()),
+        },
+        t + S(30),
+    );
+    assert!(matches!(
+        &core.tick(t + S(30), &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // A container whose removal failed and that the next list no longer holds is gone: the
+    // name is free.
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![]);
+    let listed = Observed {
+        id: "stray".into(),
+        workload: "web".into(),
+        spec_hash: Some("x".into()),
+        running: true,
+        exit_code: None,
+        log_tail: vec![],
+        health: None,
+    };
+    assert_eq!(core.resync(vec![listed.clone()], t).len(), 1);
+    core.on_result(
+        Completion::Removed {
+            container: "stray".into(),
+            result: Err("busy".into()),
+        },
+        t,
+    );
+    core.set_desired(vec![sleeper("web")]);
+    assert!(core.tick(t, &mut images).is_empty());
+    assert!(
+        core.resync(vec![listed], t).is_empty(),
+        "retried by its gate"
+    );
+    assert!(core.resync(vec![], t).is_empty());
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+}
+
+// r[verify workload.health.gate]
+// r[verify workload.adopt]
+#[test]
+fn an_adopted_container_already_unhealthy_is_replaced_unless_never() {
+    let listed = |w: &WorkloadConfig, health: HealthStatus| Observed {
+        id: "old".into(),
+        workload: w.name.clone(),
+        spec_hash: Some(w.spec_hash()),
+        running: true,
+        exit_code: None,
+        log_tail: vec![],
+        health: Some(health),
+    };
+    let t = Instant::now();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    // Unhealthy when found: the stream brings no new verdict, so it is judged now.
+    let w = checked("web");
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![w.clone()]);
+    let actions = core.resync(vec![listed(&w, HealthStatus::Unhealthy)], t);
+    assert!(
+        matches!(&actions[..], [Action::Remove { container, .. }] if container == "old"),
+        "{actions:?}"
+    );
+    // The same list again changes nothing while it is removed.
+    assert!(
+        core.resync(vec![listed(&w, HealthStatus::Unhealthy)], t)
+            .is_empty()
+    );
+    core.on_result(
+        Completion::Removed {
+            container: "old".into(),
+            result: Ok(()),
+        },
+        t,
+    );
+    assert!(matches!(
+        &core.tick(t, &mut images)[..],
+        [Action::Start { .. }]
+    ));
+    // Under `never` it is left running, and says so; a healthy one is adopted as healthy.
+    let mut never = checked("web");
+    never.restart = RestartPolicy::Never;
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![never.clone()]);
+    assert!(
+        core.resync(vec![listed(&never, HealthStatus::Unhealthy)], t)
+            .is_empty()
+    );
+    assert_eq!(core.status(t)[0].health, Some(HealthStatus::Unhealthy));
+    assert!(matches!(
+        core.status(t)[0].state,
+        WorkloadState::Running { .. }
+    ));
+    let mut core = Reconciler::new(module(), FaultBoard::new());
+    core.set_desired(vec![w.clone()]);
+    assert!(
+        core.resync(vec![listed(&w, HealthStatus::Healthy)], t)
+            .is_empty()
+    );
+    assert_eq!(core.status(t)[0].health, Some(HealthStatus::Healthy));
+}
+
+// r[verify workload.health.gate]
+#[test]
+fn a_start_without_a_first_verdict_within_the_longest_wait_fails_and_is_replaced() {
+    let wait = crate::shape::MAX_HEALTH_WAIT;
+    let mut h = Harness::new(vec![checked("web")]);
+    h.health_checked = true;
+    h.resync();
+    let start = h.now;
+    let id = h.until_started(S(1));
+    // An image's HEALTHCHECK may never say anything: the start is not held for ever.
+    h.now = start + wait - S(1);
+    assert!(h.tick().is_empty());
+    assert!(h.removed.is_empty());
+    h.now = start + wait;
+    h.tick();
+    assert_eq!(h.removed, vec![id.clone()]);
+    assert_eq!(h.core.failures("web"), 1, "a failed start of the streak");
+    let last = h.core.status(h.now)[0].last_exit.clone().unwrap();
+    assert!(!last.lasted);
+    assert_eq!(last.log_tail, ["no health verdict within 1h"]);
+    assert!(matches!(
+        h.state("web"),
+        WorkloadState::Restarting { failures: 1, .. }
+    ));
+    assert_eq!(h.core.next_wake(), Some(h.now + S(10)));
+    h.now += S(10);
+    assert_eq!(h.tick().len(), 1, "started again through the gate");
+    // Under `never` the workload is left stopped, its silent container removed.
+    let mut never = checked("web");
+    never.restart = RestartPolicy::Never;
+    let mut h = Harness::new(vec![never]);
+    h.health_checked = true;
+    h.resync();
+    let start = h.now;
+    let id = h.until_started(S(1));
+    h.now = start + wait;
+    h.tick();
+    assert_eq!(h.removed, vec![id]);
+    assert_eq!(
+        h.state("web"),
+        WorkloadState::StoppedByPolicy { exit_code: None }
+    );
+    h.now += S(600);
+    assert!(h.tick().is_empty());
 }
