@@ -132,7 +132,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         );
         let pid = node.pid();
         let admin = node.edges.admin;
-        let baseline = settled_sample(pid, admin).await;
+        let baseline = settled_sample(pid, admin).await?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let sampler = tokio::spawn(peak(pid, admin, stop_rx.clone()));
         let watcher = tokio::spawn(probe::watch(prober.clone(), PROBE_EVERY, stop_rx));
@@ -141,7 +141,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         let _ = stop_tx.send(true);
         let peak = sampler.await.unwrap_or(baseline);
         let samples = watcher.await.unwrap_or_default();
-        let after = settle(pid, admin, baseline, &budgets).await;
+        let after = settle(pid, admin, baseline, &budgets).await?;
         let latency: BTreeMap<_, _> = samples
             .iter()
             .map(|(edge, s)| (*edge, latency::summarise(s)))
@@ -228,8 +228,10 @@ fn raise_descriptor_limit() {
 /// The node's descriptors, resident memory (KiB) and runtime tasks at one moment.
 type Sample = (u64, u64, u64);
 
-/// The median of three samples 200 ms apart, so a probe's own socket does not set the baseline.
-async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> Sample {
+/// The median of three samples 200 ms apart, so a probe's own socket does not set the baseline;
+/// an error when one of the three figures could not be read at all (the suite could not
+/// measure: never a zero that would pass or break a budget by itself).
+async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> anyhow::Result<Sample> {
     let mut fds = Vec::new();
     let mut rss = Vec::new();
     let mut tasks = Vec::new();
@@ -243,12 +245,24 @@ async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> Sample {
         }
         tokio::time::sleep(SAMPLE_EVERY).await;
     }
-    (median(fds), median(rss), median(tasks))
+    let read = |values: Vec<u64>, what: &str| {
+        median(values).with_context(|| {
+            format!("could not read the node's {what} (pid {pid}, admin {admin}) in 3 tries")
+        })
+    };
+    Ok((
+        read(fds, "open descriptors")?,
+        read(rss, "resident memory")?,
+        read(
+            tasks,
+            "runtime tasks (holdfast_runtime_tasks_alive in /metrics)",
+        )?,
+    ))
 }
 
-fn median(mut values: Vec<u64>) -> u64 {
+fn median(mut values: Vec<u64>) -> Option<u64> {
     values.sort_unstable();
-    values.get(values.len() / 2).copied().unwrap_or(0)
+    values.get(values.len() / 2).copied()
 }
 
 /// The highest descriptors, memory and tasks seen until `stop`.
@@ -278,17 +292,28 @@ async fn settle(
     admin: std::net::SocketAddr,
     baseline: Sample,
     budgets: &Budgets,
-) -> Sample {
+) -> anyhow::Result<Sample> {
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut last = baseline;
     let (fds, rss) = budgets.settle_limits(baseline.0, baseline.1);
     let tasks = budgets.settle_tasks_limit(baseline.2);
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        last = settled_sample(pid, admin).await;
+        last = settled_sample(pid, admin).await?;
         if last.0 <= fds && last.1 <= rss && last.2 <= tasks {
             break;
         }
     }
-    last
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_never_read_has_no_median_rather_than_zero() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![30, 10, 20]), Some(20));
+    }
 }

@@ -48,8 +48,19 @@ async fn two_sockets_held(
 async fn idle_flows_of_one_connection_give_their_sockets_to_another() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, _hog, _peers, target) = two_sockets_held(dir.path(), Duration::from_secs(1)).await;
-    // The first connection's flows go idle, well within its forward's flow bound: they are swept
-    // all the same, and the second connection's peer is relayed.
+    let hog = server.forwards()[0].connection;
+    // The first connection's flows go idle, well within its forward's flow bound, and nobody
+    // waits for a socket: the sweep alone ends them and gives the node's sockets back.
+    eventually("the idle flows swept", || {
+        server.flow_sockets() == 0
+            && server
+                .forwards()
+                .iter()
+                .filter(|f| f.connection == hog)
+                .all(|f| f.flows == 0)
+    })
+    .await;
+    // ... so a second connection's peer is relayed.
     let mut other = client::spawn(client_config(&server, &[target.addr]))
         .await
         .expect("client");
@@ -57,10 +68,6 @@ async fn idle_flows_of_one_connection_give_their_sockets_to_another() {
     let b = peer().await;
     let reply = try_round_trip(&b, other.local_addrs()[0], b"b", 20).await;
     assert_eq!(reply.as_deref(), Some(&b"b"[..]), "{:?}", server.forwards());
-    eventually("the idle flows swept", || {
-        server.forwards().iter().map(|f| f.flows).sum::<usize>() == 1
-    })
-    .await;
 }
 
 // r[verify forward.limits.flow-sockets+3]

@@ -110,13 +110,20 @@ pub struct StepLabel {
 /// Labels of a connection, an attempt or a forward the forward server turned away.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ForwardRefusalLabel {
-    /// `retried` (an attempt answered with a QUIC Retry: address validation),
     /// `max_unauthenticated` and `max_unauthenticated_per_source` (attempts refused at those
     /// bounds), `paced` (an attempt refused because its source failed recently),
     /// `handshake_failed`, `timed_out` (no handshake and credential in time), `auth_failed`,
     /// `closed_unauthenticated` (closed by its peer before authenticating), `max_connections` and
     /// `max_connections_per_token` (refused after authenticating, at those bounds), or
     /// `target_not_allowed` (a forward whose target is outside its credential's allow-list).
+    pub reason: String,
+}
+
+/// Labels of a QUIC Retry the forward server sent: why it asked the peer to prove its address.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardRetryLabel {
+    /// `address_validation` (every Retry today: not a refusal, the normal first step of a client
+    /// whose address the server has not validated yet).
     pub reason: String,
 }
 
@@ -238,6 +245,8 @@ pub struct Metrics {
     pub forward_connections: Family<ConnStateLabel, Gauge>,
     /// Attempts, connections and forwards the forward server turned away since it started.
     pub forward_refused: Family<ForwardRefusalLabel, Counter>,
+    /// QUIC Retries the forward server sent since it started (address validation).
+    pub forward_retries: Family<ForwardRetryLabel, Counter>,
     /// Datagrams the forward server dropped unattributed since it started, by reason.
     pub forward_unattributed_dropped: Family<ForwardUnattributedLabel, Counter>,
     /// Flow sockets the forward server holds now, across every connection.
@@ -403,6 +412,12 @@ impl Metrics {
             m.forward_refused.clone(),
         );
         registry.register(
+            "forward_retries",
+            "QUIC Retries the forward server sent since it started (address validation: a client's \
+             normal first step, not a refusal)",
+            m.forward_retries.clone(),
+        );
+        registry.register(
             "forward_unattributed_dropped",
             "Datagrams the forward server dropped before any forward could be charged with them, \
              since it started, by reason",
@@ -497,6 +512,7 @@ impl Metrics {
             forward_transient_errors: m.forward_transient_errors,
             forward_connections: m.forward_connections,
             forward_refused: m.forward_refused,
+            forward_retries: m.forward_retries,
             forward_unattributed_dropped: m.forward_unattributed_dropped,
             forward_flow_sockets: m.forward_flow_sockets,
             runtime_tasks_alive: m.runtime_tasks_alive,
@@ -654,6 +670,7 @@ impl Metrics {
     pub fn set_forward_server(&self, figures: Option<&ForwardServerFigures>) {
         self.forward_connections.clear();
         self.forward_refused.clear();
+        self.forward_retries.clear();
         self.forward_unattributed_dropped.clear();
         let Some(f) = figures else {
             self.forward_flow_sockets.set(0);
@@ -671,8 +688,12 @@ impl Metrics {
                 })
                 .set(gauge(n));
         }
+        self.forward_retries
+            .get_or_create(&ForwardRetryLabel {
+                reason: "address_validation".to_owned(),
+            })
+            .inc_by(c.retried);
         for (reason, n) in [
-            ("retried", c.retried),
             ("max_unauthenticated", c.refused_unauthenticated),
             ("max_unauthenticated_per_source", c.refused_per_source),
             ("paced", c.refused_paced),
@@ -871,6 +892,7 @@ struct MetricsParts {
     forward_transient_errors: Family<ForwardLabel, Counter>,
     forward_connections: Family<ConnStateLabel, Gauge>,
     forward_refused: Family<ForwardRefusalLabel, Counter>,
+    forward_retries: Family<ForwardRetryLabel, Counter>,
     forward_unattributed_dropped: Family<ForwardUnattributedLabel, Counter>,
     forward_flow_sockets: Gauge,
     runtime_tasks_alive: Gauge,
@@ -1008,6 +1030,7 @@ mod tests {
         for absent in [
             "holdfast_forward_connections{",
             "holdfast_forward_refused_total{",
+            "holdfast_forward_retries_total{",
             "holdfast_forward_unattributed_dropped_total{",
         ] {
             assert!(!text.contains(absent), "{absent} present:\n{text}");
@@ -1044,7 +1067,7 @@ mod tests {
         for series in [
             "holdfast_forward_connections{state=\"authenticated\"} 2",
             "holdfast_forward_connections{state=\"unauthenticated\"} 3",
-            "holdfast_forward_refused_total{reason=\"retried\"} 4",
+            "holdfast_forward_retries_total{reason=\"address_validation\"} 4",
             "holdfast_forward_refused_total{reason=\"max_unauthenticated\"} 5",
             "holdfast_forward_refused_total{reason=\"max_unauthenticated_per_source\"} 6",
             "holdfast_forward_refused_total{reason=\"handshake_failed\"} 7",
@@ -1069,9 +1092,11 @@ mod tests {
         metrics.set_forward_server(Some(&ForwardServerFigures::default()));
         let text = metrics.render();
         assert!(
-            text.contains("holdfast_forward_refused_total{reason=\"retried\"} 0"),
+            text.contains("holdfast_forward_retries_total{reason=\"address_validation\"} 0"),
             "{text}"
         );
+        // A Retry is not a refusal: nothing is counted as one.
+        assert!(!text.contains("reason=\"retried\""), "{text}");
         // The module went away: its series go with it.
         metrics.set_forward_server(None);
         let text = metrics.render();

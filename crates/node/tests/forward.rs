@@ -173,7 +173,7 @@ async fn a_datagram_is_echoed_through_holdfast_forward_udp() {
     // The server's own figures: the client's connection, its address validated by a Retry.
     for series in [
         "holdfast_forward_connections{state=\"authenticated\"} 1",
-        "holdfast_forward_refused_total{reason=\"retried\"} ",
+        "holdfast_forward_retries_total{reason=\"address_validation\"} 1",
         "holdfast_forward_refused_total{reason=\"auth_failed\"} 0",
         "holdfast_forward_flow_sockets 1",
         "holdfast_runtime_tasks_alive ",
