@@ -39,7 +39,7 @@ impl Report {
             md,
             "Budgets: a real client's p99 under {} ms on every edge during every flood, {} probe(s) \
              unserved at most; at most {} descriptors and {} MiB resident; after each flood, back \
-             within {:.0} % of baseline ({} descriptors and {} runtime tasks at least); connections \
+             within {:.0} % of baseline ({} descriptors, {} MiB and {} runtime tasks at least); connections \
              the attackers hold at a flood's end at most the listener's cap per source times the \
              sources, and its cap in all (admin {}/{}, http01 {}/{}, forward {}/{}, gateway \
              {}/{}), or their credential's {} when they authenticate; nothing past a bound.\n",
@@ -49,6 +49,7 @@ impl Report {
             self.budgets.rss_cap_kib / 1024,
             self.budgets.settle_fraction * 100.0,
             self.budgets.settle_fds,
+            self.budgets.settle_rss_kib / 1024,
             self.budgets.settle_tasks,
             self.budgets.held.admin.per_source,
             self.budgets.held.admin.total,
