@@ -53,19 +53,52 @@ impl WallClock for ManualWallClock {
     }
 }
 
-/// One configured hostname and the source that serves it.
+/// One configured certificate — named by its first name, its key — and the source that serves
+/// it. A `[[issuance.hostname]]` is one with no further names.
 #[derive(Clone)]
 pub struct Hostname {
-    /// The DNS name.
+    /// The first DNS name: the key of the certificate's file, history, decision and block.
     pub name: String,
+    /// The certificate's further names, issued in the same attempt.
+    pub also: Vec<String>,
     /// Its source.
     pub source: Arc<dyn Source>,
+}
+
+impl Hostname {
+    /// A certificate for one name.
+    pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Self {
+        Self {
+            name: name.into(),
+            also: Vec::new(),
+            source,
+        }
+    }
+
+    /// A certificate for `names`, the first its key (an empty list is refused before this, by
+    /// the config's check).
+    pub fn certificate(names: Vec<String>, source: Arc<dyn Source>) -> Self {
+        let mut names = names.into_iter();
+        Self {
+            name: names.next().unwrap_or_default(),
+            also: names.collect(),
+            source,
+        }
+    }
+
+    /// Every name, the key first.
+    pub fn names(&self) -> Vec<String> {
+        std::iter::once(self.name.clone())
+            .chain(self.also.iter().cloned())
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for Hostname {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hostname")
             .field("name", &self.name)
+            .field("also", &self.also)
             .field("source", &self.source.name())
             .finish()
     }
@@ -457,6 +490,7 @@ impl Issuer {
         self.decide(host, Flags { manual }, now)
     }
 
+    // r[impl issue.certificates]
     fn decide(
         &self,
         host: &Hostname,
@@ -464,7 +498,13 @@ impl Issuer {
         now: SystemTime,
     ) -> Result<Verdict, IssuerError> {
         let history = self.db().history(&host.name)?;
-        let current = self.store.get(&host.name).map(|pair| {
+        // A certificate that lacks one of the configured names (the list grew) is as good as
+        // missing: it is issued again, for every name.
+        let current = self
+            .store
+            .get(&host.name)
+            .filter(|pair| pair.covers(&host.also));
+        let current = current.map(|pair| {
             let mut info = pair.info;
             if let Some(AriChoice {
                 drawn: Some((_, at)),
@@ -589,23 +629,22 @@ impl Issuer {
     }
 
     #[allow(clippy::type_complexity)]
+    // r[impl issue.certificates]
     async fn attempt(
         &self,
         host: &Hostname,
         id: i64,
     ) -> Result<(String, Result<(), (SourceError, bool)>), IssuerError> {
-        let obtained = match tokio::time::timeout(
-            self.attempt_timeout,
-            host.source.obtain(&host.name),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(SourceError::new(
-                ErrorClass::Timeout,
-                format!("no certificate within {:?}", self.attempt_timeout),
-            )),
-        };
+        // One attempt for every name of the certificate.
+        let names = host.names();
+        let obtained =
+            match tokio::time::timeout(self.attempt_timeout, host.source.obtain(&names)).await {
+                Ok(r) => r,
+                Err(_) => Err(SourceError::new(
+                    ErrorClass::Timeout,
+                    format!("no certificate within {:?}", self.attempt_timeout),
+                )),
+            };
         let end = self.clock.now();
         // The hostname is freed once its outcome is recorded (so no decision sees it free with
         // the outcome missing), and also when recording fails: a failed write leaves an open row

@@ -38,6 +38,91 @@ pub struct HostnameConfig {
     pub source: SourceKind,
 }
 
+/// One `[[issuance.certificate]]`: one certificate for several names, issued in one attempt.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// The names it carries; the first is its key (its file, its row in `holdfast certs`, its
+    /// attempt history and block).
+    pub names: Vec<String>,
+    /// Its source.
+    pub source: SourceKind,
+}
+
+/// An entry of `[issuance]` that lists names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `[[issuance.hostname]]` number `i` (one name).
+    Hostname(usize),
+    /// `[[issuance.certificate]]` number `i`.
+    Certificate(usize),
+}
+
+/// Where one name is written: its entry and, in a certificate, its index in `names` (`None`: the
+/// `names` list itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamePlace {
+    /// The entry.
+    pub entry: Entry,
+    /// The index in the entry's `names`.
+    pub name: Option<usize>,
+}
+
+impl NamePlace {
+    /// The key under `[issuance]`: `hostname[0].name`, `certificate[1].names[2]`.
+    pub fn key(&self) -> String {
+        match (self.entry, self.name) {
+            (Entry::Hostname(i), _) => format!("hostname[{i}].name"),
+            (Entry::Certificate(i), Some(j)) => format!("certificate[{i}].names[{j}]"),
+            (Entry::Certificate(i), None) => format!("certificate[{i}].names"),
+        }
+    }
+
+    /// How another error refers to this place: the hostname entry, or the certificate's name.
+    fn reference(&self) -> String {
+        match self.entry {
+            Entry::Hostname(i) => format!("issuance.hostname[{i}]"),
+            Entry::Certificate(_) => format!("issuance.{}", self.key()),
+        }
+    }
+}
+
+/// Why a name of `[issuance]` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Not a DNS name.
+    #[error(transparent)]
+    NotDnsName(crate::hostname::HostnameError),
+    /// A certificate with no names.
+    #[error("a certificate lists at least one name")]
+    Empty,
+    /// The name is written at an earlier place too (case-insensitively).
+    #[error("{name:?} is listed more than once (also {})", first.reference())]
+    Duplicate {
+        /// The name as written here.
+        name: String,
+        /// Where it is written first.
+        first: NamePlace,
+    },
+    /// A wildcard on an ACME certificate: HTTP-01 cannot validate it.
+    #[error(
+        "{0:?} is a wildcard: a wildcard needs the ACME DNS-01 challenge, which holdfast does not \
+         build yet (HTTP-01 cannot validate a wildcard); list each name, or use the local source"
+    )]
+    Wildcard(String),
+}
+
+/// One certificate as the module runs it, whichever entry wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedCertificate {
+    /// The entry that wrote it.
+    pub entry: Entry,
+    /// Its names, the key first.
+    pub names: Vec<String>,
+    /// Its source.
+    pub source: SourceKind,
+}
+
 /// `[issuance.acme]`.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -77,9 +162,12 @@ pub struct LocalSettings {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IssuanceConfig {
-    /// The hostnames.
+    /// The hostnames: certificates with one name each.
     #[serde(default, rename = "hostname")]
     pub hostnames: Vec<HostnameConfig>,
+    /// Certificates with one or more names each.
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateConfig>,
     /// The ACME source.
     pub acme: Option<AcmeSettings>,
     /// The local provider.
@@ -121,6 +209,68 @@ impl IssuanceConfig {
             block_for: self.block_for.unwrap_or(defaults.block_for),
         }
         .validate()?)
+    }
+
+    /// Every certificate: each `[[issuance.hostname]]` as a one-name certificate, then each
+    /// `[[issuance.certificate]]`, so both take one path.
+    // r[impl issue.certificates]
+    pub fn planned(&self) -> Vec<PlannedCertificate> {
+        let hostnames = self
+            .hostnames
+            .iter()
+            .enumerate()
+            .map(|(i, h)| PlannedCertificate {
+                entry: Entry::Hostname(i),
+                names: vec![h.name.clone()],
+                source: h.source,
+            });
+        let certificates = self
+            .certificates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| PlannedCertificate {
+                entry: Entry::Certificate(i),
+                names: c.names.clone(),
+                source: c.source,
+            });
+        hostnames.chain(certificates).collect()
+    }
+
+    /// The first refused name, with where it is written: one that is not a DNS name, a wildcard
+    /// on an ACME certificate, a certificate with no names, or a name written before (in any
+    /// entry, case-insensitively).
+    // r[impl issue.certificates.names]
+    // r[impl issue.hostnames]
+    pub fn check_names(&self) -> Result<(), (NamePlace, NameError)> {
+        let mut seen: std::collections::HashMap<String, NamePlace> =
+            std::collections::HashMap::new();
+        for cert in self.planned() {
+            if cert.names.is_empty() {
+                let place = NamePlace {
+                    entry: cert.entry,
+                    name: None,
+                };
+                return Err((place, NameError::Empty));
+            }
+            for (j, name) in cert.names.iter().enumerate() {
+                let place = NamePlace {
+                    entry: cert.entry,
+                    name: Some(j),
+                };
+                if !crate::hostname::is_dns_name(name) {
+                    let e = crate::hostname::HostnameError::NotDnsName(name.clone());
+                    return Err((place, NameError::NotDnsName(e)));
+                }
+                if cert.source == SourceKind::Acme && name.starts_with("*.") {
+                    return Err((place, NameError::Wildcard(name.clone())));
+                }
+                if let Some(first) = seen.insert(name.to_ascii_lowercase(), place) {
+                    let name = name.clone();
+                    return Err((place, NameError::Duplicate { name, first }));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn tick_every(&self) -> Duration {
@@ -169,11 +319,14 @@ pub enum StartError {
     },
 }
 
-/// Every hostname is a DNS name and is listed once ([`crate::hostname::check`]).
+/// Every name is a DNS name, listed once, and no ACME name is a wildcard
+/// ([`IssuanceConfig::check_names`]).
 // r[impl issue.hostnames]
-fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
-    crate::hostname::check(hostnames.iter().map(|h| h.name.as_str()))
-        .map_err(|(i, e)| StartError::Config(format!("hostname[{i}].name: {e}")))
+// r[impl issue.certificates.names]
+fn check_names(config: &IssuanceConfig) -> Result<(), StartError> {
+    config
+        .check_names()
+        .map_err(|(at, e)| StartError::Config(format!("{}: {e}", at.key())))
 }
 
 /// A running issuance module.
@@ -201,7 +354,7 @@ pub async fn start(
     faults: FaultBoard,
 ) -> Result<Issuance, StartError> {
     let policy = config.policy(seed)?;
-    check_hostnames(&config.hostnames)?;
+    check_names(config)?;
     if let Some(local) = &config.local {
         local.endpoint.check()?;
     }
@@ -228,11 +381,14 @@ pub async fn start(
     let mut acme_source = None;
     let mut local_source = None;
     let mut hosts = Vec::new();
-    for h in &config.hostnames {
+    for h in config.planned() {
+        let Some(key) = h.names.first().cloned() else {
+            continue;
+        };
         let source = match h.source {
             SourceKind::Acme => {
                 let Some(settings) = &config.acme else {
-                    return Err(StartError::MissingSource(h.name.clone(), "acme"));
+                    return Err(StartError::MissingSource(key, "acme"));
                 };
                 if acme_source.is_none() {
                     let limits = settings
@@ -263,7 +419,7 @@ pub async fn start(
             }
             SourceKind::Local => {
                 let Some(settings) = &config.local else {
-                    return Err(StartError::MissingSource(h.name.clone(), "local"));
+                    return Err(StartError::MissingSource(key, "local"));
                 };
                 Some(
                     local_source
@@ -278,10 +434,7 @@ pub async fn start(
             }
         };
         if let Some(source) = source {
-            hosts.push(Hostname {
-                name: h.name.clone(),
-                source,
-            });
+            hosts.push(Hostname::certificate(h.names, source));
         }
     }
     let mut issuer = Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
@@ -527,5 +680,123 @@ mod tests {
         // Nothing was written outside the data directory.
         assert!(!dir.path().join("escape.pem").exists());
         assert!(!dir.path().join("issuance/escape.pem").exists());
+    }
+
+    // r[verify issue.certificates.names]
+    #[tokio::test]
+    async fn certificate_names_are_checked_across_entries_and_an_acme_wildcard_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |value: serde_json::Value| -> IssuanceConfig {
+            let mut value = value;
+            value["local"] = serde_json::json!({ "endpoint": { "tcp": "127.0.0.1:9" } });
+            value["acme"] = serde_json::json!({
+                "directory": "https://127.0.0.1:9/dir",
+                "http01_bind": "127.0.0.1:0",
+            });
+            serde_json::from_value(value).unwrap()
+        };
+        let cases = [
+            (
+                serde_json::json!({
+                    "hostname": [{ "name": "a.example", "source": "local" }],
+                    "certificate": [{ "names": ["b.example", "A.example"], "source": "local" }],
+                }),
+                "certificate[0].names[1]",
+                "\"A.example\" is listed more than once (also issuance.hostname[0])",
+            ),
+            (
+                serde_json::json!({
+                    "certificate": [
+                        { "names": ["a.example", "www.a.example"], "source": "acme" },
+                        { "names": ["c.example", "www.a.example"], "source": "local" },
+                    ],
+                }),
+                "certificate[1].names[1]",
+                "(also issuance.certificate[0].names[1])",
+            ),
+            (
+                serde_json::json!({
+                    "certificate": [{ "names": ["a.example", "*.a.example"], "source": "acme" }],
+                }),
+                "certificate[0].names[1]",
+                "needs the ACME DNS-01 challenge, which holdfast does not build yet",
+            ),
+            (
+                serde_json::json!({
+                    "hostname": [{ "name": "*.a.example", "source": "acme" }],
+                }),
+                "hostname[0].name",
+                "wildcard",
+            ),
+            (
+                serde_json::json!({ "certificate": [{ "names": [], "source": "local" }] }),
+                "certificate[0].names",
+                "at least one name",
+            ),
+            (
+                serde_json::json!({
+                    "certificate": [{ "names": ["a.example", "a/b.example"], "source": "local" }],
+                }),
+                "certificate[0].names[1]",
+                "is not a DNS name",
+            ),
+        ];
+        for (value, key, says) in cases {
+            let config = config(value.clone());
+            let (at, e) = config.check_names().unwrap_err();
+            assert_eq!(at.key(), key, "{value}");
+            assert!(e.to_string().contains(says), "{value}: {e}");
+            let err = start(
+                &config,
+                dir.path(),
+                1,
+                Arc::new(crate::SystemWallClock),
+                FaultBoard::new(),
+            )
+            .await
+            .map(|_| ())
+            .unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("{key}: ")),
+                "{value}: {err}"
+            );
+        }
+        // The local provider may hand out a wildcard.
+        let ok = config(serde_json::json!({
+            "certificate": [{ "names": ["*.a.example", "a.example"], "source": "local" }],
+        }));
+        assert_eq!(ok.check_names(), Ok(()));
+    }
+
+    // r[verify issue.certificates]
+    #[test]
+    fn a_hostname_entry_is_a_one_name_certificate_on_the_same_path() {
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "hostname": [{ "name": "a.example", "source": "local" }],
+            "certificate": [{ "names": ["b.example", "www.b.example"], "source": "acme" }],
+        }))
+        .unwrap();
+        assert_eq!(
+            config.planned(),
+            vec![
+                PlannedCertificate {
+                    entry: Entry::Hostname(0),
+                    names: vec!["a.example".into()],
+                    source: SourceKind::Local,
+                },
+                PlannedCertificate {
+                    entry: Entry::Certificate(0),
+                    names: vec!["b.example".into(), "www.b.example".into()],
+                    source: SourceKind::Acme,
+                },
+            ]
+        );
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+                "certificate": [{ "name": "b.example", "source": "acme" }],
+            }))
+            .is_err(),
+            "`names`, not `name`"
+        );
     }
 }

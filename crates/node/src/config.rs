@@ -932,7 +932,7 @@ fn validate_issuance(
     loc: &Locator<'_>,
     section: &Spanned<holdfast_issuance::IssuanceConfig>,
 ) -> Result<(), ConfigError> {
-    use holdfast_issuance::module::SourceKind;
+    use holdfast_issuance::module::{Entry, NamePlace, SourceKind};
     let span = Some(section.span());
     let issuance = section.get_ref();
     if let Err(e) = issuance.policy(0) {
@@ -940,33 +940,31 @@ fn validate_issuance(
         let (key, message) = policy_error_key(&text);
         return Err(loc.at(span, &key, message.to_owned()));
     }
-    if let Err((i, e)) =
-        holdfast_issuance::hostname::check(issuance.hostnames.iter().map(|h| h.name.as_str()))
-    {
-        // The earlier listing is named by the node's own key for it.
-        let message = match e {
-            holdfast_issuance::hostname::HostnameError::Duplicate { name, first } => {
-                format!("{name:?} is listed more than once (also issuance.hostname[{first}])")
-            }
-            other => other.to_string(),
-        };
+    if let Err((at, e)) = issuance.check_names() {
         return Err(loc.at(
-            hostname_span(loc.text, i, false).or(span),
-            &format!("issuance.hostname[{i}].name"),
-            message,
+            name_span(loc.text, at, false).or(span),
+            &format!("issuance.{}", at.key()),
+            e.to_string(),
         ));
     }
-    for (i, host) in issuance.hostnames.iter().enumerate() {
-        let key = format!("issuance.hostname[{i}]");
-        let name = &host.name;
-        let missing = match host.source {
+    for cert in issuance.planned() {
+        let at = NamePlace {
+            entry: cert.entry,
+            name: None,
+        };
+        let key = match cert.entry {
+            Entry::Hostname(i) => format!("issuance.hostname[{i}]"),
+            Entry::Certificate(i) => format!("issuance.certificate[{i}]"),
+        };
+        let name = cert.names.first().map_or("", String::as_str);
+        let missing = match cert.source {
             SourceKind::Acme if issuance.acme.is_none() => Some("acme"),
             SourceKind::Local if issuance.local.is_none() => Some("local"),
             _ => None,
         };
         if let Some(source) = missing {
             return Err(loc.at(
-                hostname_span(loc.text, i, true).or(span),
+                name_span(loc.text, at, true).or(span),
                 &format!("{key}.source"),
                 format!(
                     "{name} uses the {source} source, but there is no [issuance.{source}] section"
@@ -978,10 +976,17 @@ fn validate_issuance(
 }
 
 // r[impl node.issuance.config+2]
-/// Where `[[issuance.hostname]]` entry `index` writes its `name` (else its `source`, when
-/// `source` is true). holdfast-issuance's config carries no spans, so the text is read once more
-/// for them, only when an entry is refused.
-fn hostname_span(text: &str, index: usize, source: bool) -> Option<std::ops::Range<usize>> {
+// r[impl issue.certificates.names]
+/// Where `at` is written: a `[[issuance.hostname]]`'s `name`, a `[[issuance.certificate]]`'s
+/// `names[j]` (its `names` when `at` names no index), or the entry's `source` when `source` is
+/// true. holdfast-issuance's config carries no spans, so the text is read once more for them,
+/// only when an entry is refused.
+fn name_span(
+    text: &str,
+    at: holdfast_issuance::module::NamePlace,
+    source: bool,
+) -> Option<std::ops::Range<usize>> {
+    use holdfast_issuance::module::Entry;
     use serde::de::IgnoredAny;
     #[derive(Deserialize)]
     struct File {
@@ -990,17 +995,40 @@ fn hostname_span(text: &str, index: usize, source: bool) -> Option<std::ops::Ran
     #[derive(Deserialize)]
     struct Section {
         #[serde(default)]
-        hostname: Vec<Entry>,
+        hostname: Vec<HostEntry>,
+        #[serde(default)]
+        certificate: Vec<CertEntry>,
     }
     #[derive(Deserialize)]
-    struct Entry {
+    struct HostEntry {
         name: Option<Spanned<IgnoredAny>>,
         source: Option<Spanned<IgnoredAny>>,
     }
-    let file: File = toml::from_str(text).ok()?;
-    let entry = file.issuance?.hostname.into_iter().nth(index)?;
-    let field = if source { entry.source } else { entry.name };
-    Some(field?.span())
+    #[derive(Deserialize)]
+    struct CertEntry {
+        names: Option<Spanned<Vec<Spanned<IgnoredAny>>>>,
+        source: Option<Spanned<IgnoredAny>>,
+    }
+    let section = toml::from_str::<File>(text).ok()?.issuance?;
+    match at.entry {
+        Entry::Hostname(i) => {
+            let entry = section.hostname.into_iter().nth(i)?;
+            let field = if source { entry.source } else { entry.name };
+            Some(field?.span())
+        }
+        Entry::Certificate(i) => {
+            let entry = section.certificate.into_iter().nth(i)?;
+            if source {
+                return Some(entry.source?.span());
+            }
+            let names = entry.names?;
+            let whole = names.span();
+            match at.name {
+                Some(j) => names.into_inner().into_iter().nth(j).map(|n| n.span()),
+                None => Some(whole),
+            }
+        }
+    }
 }
 
 // r[impl node.issuance.config+2]
@@ -1267,6 +1295,70 @@ mod tests {
         assert_eq!(
             policy_error_key("issuance: no key here"),
             ("issuance".to_owned(), "no key here")
+        );
+    }
+
+    // r[verify issue.certificates.names]
+    // r[verify node.issuance.config+2]
+    #[test]
+    fn a_certificate_name_is_refused_at_file_line_col_and_a_wildcard_says_it_needs_dns01() {
+        let base = "[node]\n[issuance]\n[issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+                    [issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n";
+        // Two names on one certificate, and a hostname beside it: accepted.
+        let ok = format!(
+            "{base}[[issuance.hostname]]\nname = \"a.example\"\nsource = \"acme\"\n\
+             [[issuance.certificate]]\nnames = [\"b.example\", \"www.b.example\"]\nsource = \"acme\"\n"
+        );
+        let config = Config::parse("ok.toml", &ok).unwrap();
+        assert_eq!(
+            config.issuance.unwrap().get_ref().certificates[0]
+                .names
+                .len(),
+            2
+        );
+        let cases = [
+            (
+                // A wildcard on an ACME certificate: at the name, saying why.
+                "[[issuance.certificate]]\nnames = [\"b.example\", \"*.b.example\"]\nsource = \"acme\"\n",
+                "bad.toml:8:23: issuance.certificate[0].names[1]: \"*.b.example\" is a wildcard: \
+                 a wildcard needs the ACME DNS-01 challenge, which holdfast does not build yet",
+            ),
+            (
+                "[[issuance.hostname]]\nname = \"*.a.example\"\nsource = \"acme\"\n",
+                "bad.toml:8:8: issuance.hostname[0].name: \"*.a.example\" is a wildcard",
+            ),
+            (
+                // A name on two certificates: the error names both.
+                "[[issuance.certificate]]\nnames = [\"a.example\", \"www.a.example\"]\nsource = \"acme\"\n\
+                 [[issuance.certificate]]\nnames = [\"WWW.a.example\"]\nsource = \"local\"\n",
+                "bad.toml:11:10: issuance.certificate[1].names[0]: \"WWW.a.example\" is listed more \
+                 than once (also issuance.certificate[0].names[1])",
+            ),
+            (
+                "[[issuance.certificate]]\nnames = []\nsource = \"acme\"\n",
+                "bad.toml:8:9: issuance.certificate[0].names: a certificate lists at least one name",
+            ),
+            (
+                "[[issuance.certificate]]\nnames = [\"a/b.example\"]\nsource = \"acme\"\n",
+                "bad.toml:8:10: issuance.certificate[0].names[0]: \"a/b.example\" is not a DNS name",
+            ),
+        ];
+        for (entries, want) in cases {
+            let err = Config::parse("bad.toml", &format!("{base}{entries}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+        }
+        // A certificate whose source has no section: at its `source`.
+        let text = "[node]\n[issuance]\n[[issuance.certificate]]\nnames = [\"a.example\"]\n\
+                    source = \"local\"\n";
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "bad.toml:5:10: issuance.certificate[0].source: a.example uses the local source, \
+                 but there is no [issuance.local] section"
+            ),
+            "{err}"
         );
     }
 }

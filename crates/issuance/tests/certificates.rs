@@ -1,0 +1,208 @@
+//! Certificates of several names through the issuer: one attempt for all names, and the
+//! decision, history, block and fault per certificate (keyed by its first name), never per name.
+
+// Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use holdfast_issuance::cert::testing::leaf_for;
+use holdfast_issuance::issuer::{Hostname, Issuer};
+use holdfast_issuance::source::BoxFuture;
+use holdfast_issuance::{
+    CertStore, CertifiedPair, ErrorClass, HistoryDb, IssuePolicy, IssueReason, ManualWallClock,
+    Source, SourceError, Verdict, WallClock as _,
+};
+
+const DAY: Duration = Duration::from_secs(86400);
+
+/// Issues a leaf for every name asked, except that a name listed in `refuse` fails the attempt
+/// naming it (as an ACME authorization failure does). Records every call's names.
+#[derive(Default)]
+struct Names {
+    calls: Mutex<Vec<Vec<String>>>,
+    refuse: Mutex<Vec<String>>,
+}
+
+impl Source for Names {
+    fn name(&self) -> &str {
+        "names"
+    }
+
+    fn obtain<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        self.calls.lock().unwrap().push(names.to_vec());
+        let refused = names
+            .iter()
+            .find(|n| self.refuse.lock().unwrap().contains(n))
+            .cloned();
+        Box::pin(async move {
+            if let Some(name) = refused {
+                return Err(SourceError::new(
+                    ErrorClass::Validation,
+                    format!("authorization for {name} is Invalid"),
+                ));
+            }
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let (chain, key) = leaf_for(
+                &names,
+                SystemTime::now() - Duration::from_secs(60),
+                90 * DAY,
+            );
+            CertifiedPair::parse_bundle_for(
+                &names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+                &format!("{key}{chain}"),
+            )
+            .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
+        })
+    }
+}
+
+fn issuer(dir: &Path, hosts: Vec<Hostname>, clock: &ManualWallClock) -> Issuer {
+    Issuer::new(
+        IssuePolicy::standard(5),
+        hosts,
+        HistoryDb::open(&dir.join("attempts.sqlite"), 50).unwrap(),
+        CertStore::new(&dir.join("certs")).unwrap(),
+        Arc::new(clock.clone()),
+        Duration::from_secs(30),
+    )
+    .unwrap()
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|n| (*n).to_owned()).collect()
+}
+
+// r[verify issue.certificates]
+// r[verify issue.dispatch]
+#[tokio::test]
+async fn a_two_name_certificate_is_one_attempt_one_history_and_one_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    source.refuse.lock().unwrap().push("www.a.example".into());
+    let issuer = issuer(
+        dir.path(),
+        vec![
+            Hostname::certificate(names(&["a.example", "www.a.example"]), source.clone()),
+            Hostname::new("b.example", source.clone()),
+        ],
+        &clock,
+    );
+    let report = issuer.tick().await.unwrap();
+    // One call per certificate, with every name of it.
+    assert_eq!(
+        *source.calls.lock().unwrap(),
+        vec![
+            names(&["a.example", "www.a.example"]),
+            names(&["b.example"])
+        ]
+    );
+    assert_eq!(report.issued, vec!["b.example".to_owned()]);
+    assert_eq!(report.failed.len(), 1);
+    let (key, err) = &report.failed[0];
+    assert_eq!(key, "a.example");
+    assert!(err.message.contains("www.a.example"), "{err}");
+    // The history and the decision are the certificate's, under its first name only.
+    issuer.with_history(|db| {
+        assert_eq!(db.row_count_of("a.example").unwrap(), 1);
+        assert_eq!(db.row_count_of("www.a.example").unwrap(), 0);
+        assert_eq!(db.row_count_of("b.example").unwrap(), 1);
+    });
+    assert!(matches!(
+        issuer.verdict("a.example").unwrap(),
+        Verdict::Debounced { .. }
+    ));
+    assert!(issuer.verdict("www.a.example").is_err(), "not a key");
+    assert!(matches!(
+        issuer.verdict("b.example").unwrap(),
+        Verdict::Valid { .. }
+    ));
+    // Failing on: blocked after six, one fault for the certificate, the other untouched.
+    for _ in 0..5 {
+        // To the end of the debounce, so each tick attempts again.
+        let Verdict::Debounced { until, .. } = issuer.verdict("a.example").unwrap() else {
+            panic!("debounced");
+        };
+        clock.advance(until.duration_since(clock.now()).unwrap());
+        let report = issuer.tick().await.unwrap();
+        assert_eq!(report.dispatched.len(), 1, "{report:?}");
+    }
+    assert!(matches!(
+        issuer.verdict("a.example").unwrap(),
+        Verdict::Blocked { .. }
+    ));
+    let faults: Vec<String> = issuer
+        .fault_board()
+        .of_module("issuance")
+        .into_iter()
+        .map(|f| f.subject.name)
+        .collect();
+    assert_eq!(faults, vec!["a.example".to_owned()]);
+    assert_eq!(
+        source.calls.lock().unwrap().len(),
+        2 + 5,
+        "one call per attempt"
+    );
+    let statuses = issuer.statuses().unwrap();
+    assert_eq!(statuses.len(), 2, "one row per certificate: {statuses:?}");
+    assert_eq!(statuses[0].hostname, "a.example");
+    // Now heal the name: the next attempt issues one pair for both names.
+    source.refuse.lock().unwrap().clear();
+    issuer.force_retry("a.example").unwrap();
+    issuer.trigger("a.example").unwrap();
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(report.issued, vec!["a.example".to_owned()]);
+    let pair = issuer.store().get("a.example").unwrap();
+    assert!(pair.covers(&names(&["a.example", "www.a.example"])));
+    assert!(
+        issuer.store().get("www.a.example").is_none(),
+        "one file per certificate"
+    );
+}
+
+// r[verify issue.certificates]
+#[tokio::test]
+async fn a_stored_certificate_lacking_a_configured_name_is_issued_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let one = issuer(
+        dir.path(),
+        vec![Hostname::new("a.example", source.clone())],
+        &clock,
+    );
+    assert_eq!(one.tick().await.unwrap().issued.len(), 1);
+    assert!(matches!(
+        one.verdict("a.example").unwrap(),
+        Verdict::Valid { .. }
+    ));
+    drop(one);
+    // The list grew: the stored certificate does not name the new name.
+    let two = issuer(
+        dir.path(),
+        vec![Hostname::certificate(
+            names(&["a.example", "www.a.example"]),
+            source.clone(),
+        )],
+        &clock,
+    );
+    assert_eq!(
+        two.verdict("a.example").unwrap(),
+        Verdict::Issue(IssueReason::Missing)
+    );
+    assert_eq!(two.tick().await.unwrap().issued.len(), 1);
+    assert_eq!(
+        source.calls.lock().unwrap().last().unwrap(),
+        &names(&["a.example", "www.a.example"])
+    );
+    assert!(matches!(
+        two.verdict("a.example").unwrap(),
+        Verdict::Valid { .. }
+    ));
+}
