@@ -14,6 +14,7 @@ use crate::decision::{IssuePolicy, IssuePolicyError};
 use crate::history::{HistoryDb, HistoryError};
 use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
 use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
+use crate::redirect::{Http01Other, OtherRequests};
 use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
 use holdfast_retry::PolicyConfig;
@@ -144,6 +145,10 @@ pub struct AcmeSettings {
     /// The HTTP-01 responder's connection caps and timeouts (defaults in [`ResponderLimits`]).
     #[serde(default)]
     pub http01_limits: ResponderLimits,
+    /// What the HTTP-01 responder answers to a request that is not a challenge: `"not_found"`
+    /// (404, the default) or `"redirect"` (308 to https, for a configured name).
+    #[serde(default)]
+    pub http01_other: Http01Other,
 }
 
 fn default_http01_bind() -> SocketAddr {
@@ -395,7 +400,10 @@ pub async fn start(
                         .http01_limits
                         .validate()
                         .map_err(|e| StartError::Config(format!("acme.http01_limits.{e}")))?;
-                    let r = Http01Responder::bind_with(settings.http01_bind, limits)
+                    // Redirects go only to the node's own names, whichever source serves them.
+                    let names = config.planned().into_iter().flat_map(|c| c.names);
+                    let other = OtherRequests::new(settings.http01_other, names);
+                    let r = Http01Responder::bind_serving(settings.http01_bind, limits, other)
                         .await
                         .map_err(|source| StartError::Bind {
                             addr: settings.http01_bind,
@@ -602,6 +610,59 @@ mod tests {
         let acme = serde_json::json!({ "directory": "https://127.0.0.1:9/dir" });
         let settings: AcmeSettings = serde_json::from_value(acme).unwrap();
         assert_eq!(settings.http01_limits, ResponderLimits::default());
+        assert_eq!(settings.http01_other, Http01Other::NotFound);
+    }
+
+    // r[verify issue.responder.redirect]
+    #[tokio::test]
+    async fn http01_other_redirect_makes_the_started_responder_redirect_to_configured_names() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "tick": "1h",
+            "certificate": [{ "names": ["a.example", "www.a.example"], "source": "acme" }],
+            "hostname": [{ "name": "b.example", "source": "local" }],
+            "local": { "endpoint": { "tcp": "127.0.0.1:9" } },
+            "acme": {
+                "directory": "https://127.0.0.1:9/dir",
+                "http01_bind": "127.0.0.1:0",
+                "http01_other": "redirect",
+            },
+        }))
+        .unwrap();
+        let issuance = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .unwrap();
+        let addr = issuance.http01_addr().unwrap();
+        for (host, want) in [
+            ("www.a.example", "HTTP/1.1 308"),
+            ("b.example", "HTTP/1.1 308"),
+            ("c.example", "HTTP/1.1 404"),
+        ] {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET /p HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(out.starts_with(want), "{host}: {out}");
+        }
+        let bad = serde_json::from_value::<AcmeSettings>(serde_json::json!({
+            "directory": "https://127.0.0.1:9/dir",
+            "http01_other": "moved",
+        }))
+        .unwrap_err();
+        assert!(bad.to_string().contains("redirect"), "{bad}");
+        issuance
+            .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await
+            .unwrap();
     }
 
     // r[verify issue.local.loopback]
