@@ -149,7 +149,7 @@ fn builder(
 
 /// Writes the account credentials: 0600, atomically, never through a planted link.
 // r[impl issue.acme.account]
-// r[impl issue.store.secret-file]
+// r[impl issue.store.secret-file+2]
 fn save_credentials(path: &Path, credentials: &AccountCredentials) -> Result<(), SourceError> {
     let storage = |e: std::io::Error| {
         SourceError::new(

@@ -11,6 +11,7 @@ use holdfast_lifecycle::{FaultBoard, Subject};
 use crate::acme::{RenewalWindow, pick_in_window};
 use crate::acme_http::RETRY_AFTER_MAX;
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
+use crate::deploy::DeployTarget;
 use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
 use crate::source::{ErrorClass, Source, SourceError};
 use crate::store::CertStore;
@@ -244,8 +245,29 @@ impl AriChoice {
     }
 }
 
+/// What becomes of one certificate's new pairs beyond the store.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// Where copies are written for other services.
+    pub deploy: Option<DeployTarget>,
+}
+
+/// The work still owed to one certificate's latest pair.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Pending {
+    /// Its files are not written yet.
+    deploy: bool,
+}
+
+/// The fault subject of a certificate's deploy.
+pub fn deploy_subject(name: &str) -> Subject {
+    Subject::new(MODULE, format!("{name}/deploy"))
+}
+
 #[derive(Debug, Default)]
 struct Memory {
+    /// Deploy work owed, per certificate.
+    pending: HashMap<String, Pending>,
     manual: HashSet<String>,
     in_flight: HashSet<String>,
     last_error: HashMap<String, String>,
@@ -296,6 +318,8 @@ pub struct Issuer {
     faults: FaultBoard,
     /// Why the attempts are kept in memory (the file could not be used at start), if they are.
     history_unavailable: Option<String>,
+    /// Deploy, per certificate.
+    outputs: HashMap<String, Outputs>,
 }
 
 /// The module name faults are filed under.
@@ -346,7 +370,63 @@ impl Issuer {
             memory: Mutex::new(memory),
             faults: FaultBoard::new(),
             history_unavailable: None,
+            outputs: HashMap::new(),
         })
+    }
+
+    /// Deploys each certificate's new pairs as `outputs` says (by certificate name). The pairs
+    /// already stored are deployed at the next tick too, so the files exist after a restart or
+    /// a config that added a deploy.
+    // r[impl issue.deploy]
+    pub fn with_outputs(mut self, outputs: HashMap<String, Outputs>) -> Self {
+        {
+            let mut memory = self.memory();
+            for (name, out) in &outputs {
+                if out.deploy.is_some() && self.store.get(name).is_some() {
+                    memory.pending.entry(name.clone()).or_default().deploy = true;
+                }
+            }
+        }
+        self.outputs = outputs;
+        self
+    }
+
+    /// Writes the deploys still owed: a failure is one fault per certificate (kind `deploy`),
+    /// tried again at the next tick; a success clears it.
+    // r[impl issue.deploy]
+    fn run_outputs(&self) {
+        let now = self.clock.now();
+        let owed: Vec<(String, Pending)> = self
+            .memory()
+            .pending
+            .iter()
+            .map(|(name, p)| (name.clone(), *p))
+            .collect();
+        for (name, pending) in owed {
+            let Some(out) = self.outputs.get(&name) else {
+                self.memory().pending.remove(&name);
+                continue;
+            };
+            if pending.deploy {
+                let (Some(target), Some(pair)) = (&out.deploy, self.store.get(&name)) else {
+                    self.memory().pending.remove(&name);
+                    continue;
+                };
+                match target.write(&pair) {
+                    Ok(paths) => {
+                        tracing::info!(certificate = %name, dir = %paths.dir.display(), "certificate deployed");
+                        self.faults.clear(&deploy_subject(&name));
+                        self.memory().pending.remove(&name);
+                    }
+                    Err(err) => {
+                        tracing::warn!(certificate = %name, %err, "certificate deploy failed");
+                        let message = format!("deploy: {err}; tried again every tick");
+                        self.faults
+                            .file(deploy_subject(&name), "deploy", &message, 0, now);
+                    }
+                }
+            }
+        }
     }
 
     /// Files this issuer's faults on `board` (the node's) instead of a private one.
@@ -620,6 +700,7 @@ impl Issuer {
                 }
             }
         }
+        self.run_outputs();
         let attempted: Vec<String> = report.dispatched.iter().map(|(h, _)| h.clone()).collect();
         self.sync_faults_after(&attempted);
         match stopped {
@@ -672,6 +753,13 @@ impl Issuer {
                 memory.last_error.remove(&host.name);
                 memory.ari.remove(&host.name);
                 memory.bad_on_disk.remove(&host.name);
+                if self
+                    .outputs
+                    .get(&host.name)
+                    .is_some_and(|o| o.deploy.is_some())
+                {
+                    memory.pending.entry(host.name.clone()).or_default().deploy = true;
+                }
                 *memory
                     .attempts
                     .entry((host.source.name().to_owned(), "success"))

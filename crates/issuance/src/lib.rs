@@ -18,6 +18,7 @@ pub mod acme;
 pub mod acme_http;
 pub mod cert;
 pub mod decision;
+pub mod deploy;
 pub mod history;
 pub mod hostname;
 pub mod issuer;
@@ -30,6 +31,7 @@ pub mod store;
 
 pub use cert::{CertError, CertInfo, CertifiedPair};
 pub use decision::{Flags, IssuePolicy, IssueReason, Verdict, decide};
+pub use deploy::{DeployConfig, DeployTarget};
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
 pub use module::{Issuance, IssuanceConfig, start};

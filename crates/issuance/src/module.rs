@@ -11,8 +11,9 @@ use tokio::task::JoinHandle;
 
 use crate::acme::{self, AcmeConfig, Eab};
 use crate::decision::{IssuePolicy, IssuePolicyError};
+use crate::deploy::{DeployConfig, DeployError};
 use crate::history::{HistoryDb, HistoryError};
-use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
+use crate::issuer::{Hostname, Issuer, IssuerError, Outputs, WallClock};
 use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
 use crate::redirect::{Http01Other, OtherRequests};
 use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
@@ -37,6 +38,9 @@ pub struct HostnameConfig {
     pub name: String,
     /// Its source.
     pub source: SourceKind,
+    /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
 }
 
 /// One `[[issuance.certificate]]`: one certificate for several names, issued in one attempt.
@@ -48,6 +52,9 @@ pub struct CertificateConfig {
     pub names: Vec<String>,
     /// Its source.
     pub source: SourceKind,
+    /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
 }
 
 /// An entry of `[issuance]` that lists names.
@@ -122,6 +129,8 @@ pub struct PlannedCertificate {
     pub names: Vec<String>,
     /// Its source.
     pub source: SourceKind,
+    /// Its deploy, and whether it is the shared `[issuance.deploy]` (files in `DIR/NAME/`).
+    pub deploy: Option<(DeployConfig, bool)>,
 }
 
 /// `[issuance.acme]`.
@@ -173,6 +182,9 @@ pub struct IssuanceConfig {
     /// Certificates with one or more names each.
     #[serde(default, rename = "certificate")]
     pub certificates: Vec<CertificateConfig>,
+    /// Copies of every certificate in `DIR/NAME/` for other services (none by default).
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
     /// The ACME source.
     pub acme: Option<AcmeSettings>,
     /// The local provider.
@@ -228,6 +240,7 @@ impl IssuanceConfig {
                 entry: Entry::Hostname(i),
                 names: vec![h.name.clone()],
                 source: h.source,
+                deploy: self.deploy_of(h.deploy.as_ref()),
             });
         let certificates = self
             .certificates
@@ -237,8 +250,43 @@ impl IssuanceConfig {
                 entry: Entry::Certificate(i),
                 names: c.names.clone(),
                 source: c.source,
+                deploy: self.deploy_of(c.deploy.as_ref()),
             });
         hostnames.chain(certificates).collect()
+    }
+
+    /// An entry's own deploy, else the shared one.
+    fn deploy_of(&self, own: Option<&DeployConfig>) -> Option<(DeployConfig, bool)> {
+        match own {
+            Some(d) => Some((d.clone(), false)),
+            None => self.deploy.clone().map(|d| (d, true)),
+        }
+    }
+
+    /// The first deploy section that cannot work (a relative directory, an owner or group that
+    /// does not exist), with its key under `[issuance]`.
+    // r[impl issue.deploy]
+    pub fn check_deploys(&self) -> Result<(), (String, DeployError)> {
+        let shared = self.deploy.iter().map(|d| ("deploy".to_owned(), d));
+        let hosts = self
+            .hostnames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((format!("hostname[{i}].deploy"), h.deploy.as_ref()?)));
+        let certs =
+            self.certificates.iter().enumerate().filter_map(|(i, c)| {
+                Some((format!("certificate[{i}].deploy"), c.deploy.as_ref()?))
+            });
+        for (key, deploy) in shared.chain(hosts).chain(certs) {
+            if let Err(e) = deploy.check() {
+                let key = match e.key() {
+                    Some(field) => format!("{key}.{field}"),
+                    None => key,
+                };
+                return Err((key, e));
+            }
+        }
+        Ok(())
     }
 
     /// The first refused name, with where it is written: one that is not a DNS name, a wildcard
@@ -360,6 +408,9 @@ pub async fn start(
 ) -> Result<Issuance, StartError> {
     let policy = config.policy(seed)?;
     check_names(config)?;
+    config
+        .check_deploys()
+        .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
     if let Some(local) = &config.local {
         local.endpoint.check()?;
     }
@@ -386,6 +437,7 @@ pub async fn start(
     let mut acme_source = None;
     let mut local_source = None;
     let mut hosts = Vec::new();
+    let mut outputs = std::collections::HashMap::new();
     for h in config.planned() {
         let Some(key) = h.names.first().cloned() else {
             continue;
@@ -442,10 +494,22 @@ pub async fn start(
             }
         };
         if let Some(source) = source {
+            if let Some((deploy, shared)) = &h.deploy {
+                let target = deploy
+                    .target(&key, *shared)
+                    .map_err(|e| StartError::Config(format!("deploy: {e}")))?;
+                outputs.insert(
+                    key.clone(),
+                    Outputs {
+                        deploy: Some(target),
+                    },
+                );
+            }
             hosts.push(Hostname::certificate(h.names, source));
         }
     }
     let mut issuer = Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
+        .with_outputs(outputs)
         .with_fault_board(faults);
     if let Some(why) = history_unavailable {
         issuer = issuer.with_history_unavailable(why);
@@ -844,11 +908,13 @@ mod tests {
                     entry: Entry::Hostname(0),
                     names: vec!["a.example".into()],
                     source: SourceKind::Local,
+                    deploy: None,
                 },
                 PlannedCertificate {
                     entry: Entry::Certificate(0),
                     names: vec!["b.example".into(), "www.b.example".into()],
                     source: SourceKind::Acme,
+                    deploy: None,
                 },
             ]
         );

@@ -4,16 +4,17 @@
 // Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use holdfast_issuance::cert::testing::leaf_for;
-use holdfast_issuance::issuer::{Hostname, Issuer};
+use holdfast_issuance::issuer::{Hostname, Issuer, Outputs};
 use holdfast_issuance::source::BoxFuture;
 use holdfast_issuance::{
-    CertStore, CertifiedPair, ErrorClass, HistoryDb, IssuePolicy, IssueReason, ManualWallClock,
-    Source, SourceError, Verdict, WallClock as _,
+    CertStore, CertifiedPair, DeployConfig, ErrorClass, HistoryDb, IssuePolicy, IssueReason,
+    ManualWallClock, Source, SourceError, Verdict, WallClock as _,
 };
 
 const DAY: Duration = Duration::from_secs(86400);
@@ -205,4 +206,63 @@ async fn a_stored_certificate_lacking_a_configured_name_is_issued_again() {
         two.verdict("a.example").unwrap(),
         Verdict::Valid { .. }
     ));
+}
+
+// r[verify issue.deploy]
+#[tokio::test]
+async fn a_new_certificate_is_deployed_and_a_failed_deploy_is_one_fault_until_it_succeeds() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let deploy_dir = dir.path().join("deployed");
+    // In the way: a file where the shared directory must be.
+    std::fs::write(&deploy_dir, b"not a directory").unwrap();
+    let config: DeployConfig = serde_json::from_value(serde_json::json!({
+        "dir": deploy_dir, "mode": "0640",
+    }))
+    .unwrap();
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: Some(config.target("a.example", true).unwrap()),
+        },
+    )]);
+    let issuer = issuer(
+        dir.path(),
+        vec![Hostname::certificate(
+            names(&["a.example", "www.a.example"]),
+            source.clone(),
+        )],
+        &clock,
+    )
+    .with_outputs(outputs);
+    let deploy_faults = |issuer: &Issuer| -> Vec<(String, String)> {
+        issuer
+            .fault_board()
+            .of_module("issuance")
+            .into_iter()
+            .map(|f| (f.subject.name, f.kind.to_string()))
+            .collect()
+    };
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    // Issued and stored; the deploy failed: one fault, the certificate in use all the same.
+    assert!(issuer.store().get("a.example").is_some());
+    assert_eq!(
+        deploy_faults(&issuer),
+        vec![("a.example/deploy".to_owned(), "deploy".to_owned())]
+    );
+    issuer.tick().await.unwrap();
+    assert_eq!(deploy_faults(&issuer).len(), 1, "still one fault");
+    // The way cleared: the next tick deploys, with the asked modes, and clears the fault.
+    std::fs::remove_file(&deploy_dir).unwrap();
+    let report = issuer.tick().await.unwrap();
+    assert!(report.dispatched.is_empty(), "no new attempt: {report:?}");
+    assert!(deploy_faults(&issuer).is_empty());
+    let key = deploy_dir.join("a.example/key.pem");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&key), 0o640);
+    assert_eq!(mode(&deploy_dir.join("a.example/fullchain.pem")), 0o644);
+    let pair = issuer.store().get("a.example").unwrap();
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), pair.key_pem);
 }

@@ -947,6 +947,10 @@ fn validate_issuance(
             e.to_string(),
         ));
     }
+    // r[impl issue.deploy]
+    if let Err((key, e)) = issuance.check_deploys() {
+        return Err(loc.at(span, &format!("issuance.{key}"), e.to_string()));
+    }
     for cert in issuance.planned() {
         let at = NamePlace {
             entry: cert.entry,
@@ -1360,5 +1364,46 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_deploy_mode_wider_than_allowed_or_an_unknown_owner_is_refused_at_its_key() {
+        let base = "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+                    [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n";
+        let ok = format!(
+            "{base}[issuance.deploy]\ndir = \"/etc/holdfast/certs\"\nowner = \"root\"\ngroup = 0\n\
+             mode = \"0640\"\n"
+        );
+        let config = Config::parse("ok.toml", &ok).unwrap();
+        let deploy = config.issuance.unwrap().get_ref().deploy.clone().unwrap();
+        assert_eq!(deploy.mode.0, 0o640);
+        for (section, want) in [
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\nmode = \"0644\"\n",
+                "bad.toml:10:8: issuance.deploy.mode: mode 0644 is wider than 0640",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\ncert_mode = \"0666\"\n",
+                "bad.toml:10:13: issuance.deploy.cert_mode: mode 0666 is wider than 0644",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\nmode = 640\n",
+                "bad.toml:10:8: issuance.deploy.mode: ",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\nowner = \"no-such-user-holdfast\"\n",
+                "bad.toml:2:1: issuance.deploy.owner: no user \"no-such-user-holdfast\"",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"certs\"\n",
+                "bad.toml:2:1: issuance.deploy.dir: certs is not an absolute path",
+            ),
+        ] {
+            let err = Config::parse("bad.toml", &format!("{base}{section}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+        }
     }
 }

@@ -1,0 +1,499 @@
+//! Deploy: copies of a certificate where other services read them — `cert.pem`, `chain.pem`,
+//! `fullchain.pem` and `key.pem` in a directory of the operator's choice, with an owner, a group
+//! and modes (the key never wider than 0640), each written atomically through holdfast-keyfile.
+
+use std::path::PathBuf;
+
+use holdfast_keyfile::FileOptions;
+
+use crate::cert::CertifiedPair;
+
+/// The widest mode a deployed key may have.
+pub const MAX_KEY_MODE: u32 = 0o640;
+/// The widest mode the deployed certificate files may have.
+pub const MAX_CERT_MODE: u32 = 0o644;
+
+/// A user or a group: a name, or a numeric id (`owner = 0`, `group = "ssl-cert"`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum Id {
+    /// A numeric id, used as it is.
+    Number(u32),
+    /// A name, looked up in the system's user or group database.
+    Name(String),
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Id::Number(n) => write!(f, "{n}"),
+            Id::Name(name) => write!(f, "{name:?}"),
+        }
+    }
+}
+
+/// A mode that is not what a deployed file may have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    /// Not octal permission bits written as text.
+    #[error("{0:?} is not a mode: write octal permission bits as text, e.g. \"0640\"")]
+    NotOctal(String),
+    /// Wider than the file may be.
+    #[error("mode {mode:04o} is wider than {max:04o}, the widest this file may have")]
+    TooWide {
+        /// The mode asked.
+        mode: u32,
+        /// The widest allowed.
+        max: u32,
+    },
+}
+
+/// Parses octal text (`"0640"`, `"640"`, `"0o640"`) into permission bits no wider than `max`.
+// r[impl issue.deploy]
+pub fn parse_mode(text: &str, max: u32) -> Result<u32, ModeError> {
+    let digits = text.strip_prefix("0o").unwrap_or(text);
+    let not_octal = || ModeError::NotOctal(text.to_owned());
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return Err(not_octal());
+    }
+    let mode = u32::from_str_radix(digits, 8).map_err(|_| not_octal())?;
+    if mode & !max != 0 {
+        return Err(ModeError::TooWide { mode, max });
+    }
+    Ok(mode)
+}
+
+/// The deployed key's mode: octal text, at most 0640 (default 0600).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct KeyMode(pub u32);
+
+impl Default for KeyMode {
+    fn default() -> Self {
+        KeyMode(0o600)
+    }
+}
+
+impl TryFrom<String> for KeyMode {
+    type Error = ModeError;
+    fn try_from(text: String) -> Result<Self, ModeError> {
+        parse_mode(&text, MAX_KEY_MODE).map(KeyMode)
+    }
+}
+
+/// The deployed certificate files' mode: octal text, at most 0644 (default 0644).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct CertMode(pub u32);
+
+impl Default for CertMode {
+    fn default() -> Self {
+        CertMode(0o644)
+    }
+}
+
+impl TryFrom<String> for CertMode {
+    type Error = ModeError;
+    fn try_from(text: String) -> Result<Self, ModeError> {
+        parse_mode(&text, MAX_CERT_MODE).map(CertMode)
+    }
+}
+
+/// `[issuance.deploy]`, or a certificate's own `deploy`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployConfig {
+    /// The directory: in `[issuance.deploy]`, each certificate gets `DIR/NAME/` (NAME its first
+    /// name); in a certificate's own `deploy`, the files go in `DIR` itself.
+    pub dir: PathBuf,
+    /// The files' owner (unset: the node's user).
+    #[serde(default)]
+    pub owner: Option<Id>,
+    /// The files' group (unset: the node's group).
+    #[serde(default)]
+    pub group: Option<Id>,
+    /// The key's mode (default `"0600"`, at most `"0640"`).
+    #[serde(default)]
+    pub mode: KeyMode,
+    /// The mode of `cert.pem`, `chain.pem` and `fullchain.pem` (default `"0644"`).
+    #[serde(default)]
+    pub cert_mode: CertMode,
+}
+
+/// A deploy that cannot be set up or written.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The owner names no user.
+    #[error("no user {0}")]
+    NoUser(Id),
+    /// The group names no group.
+    #[error("no group {0}")]
+    NoGroup(Id),
+    /// The user or group database could not be read.
+    #[error("looking up {id}: {message}")]
+    Lookup {
+        /// `owner` or `group`.
+        key: &'static str,
+        /// What was looked up.
+        id: Id,
+        /// Why it failed.
+        message: String,
+    },
+    /// The directory is not an absolute path.
+    #[error("{} is not an absolute path", .0.display())]
+    Relative(PathBuf),
+    /// The directory could not be created.
+    #[error("{}: {source}", path.display())]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file could not be written (the one named is unchanged).
+    #[error(transparent)]
+    Write(#[from] holdfast_keyfile::KeyfileError),
+}
+
+impl DeployError {
+    /// The config key the error is about, when it is about one.
+    pub fn key(&self) -> Option<&'static str> {
+        match self {
+            DeployError::NoUser(_) => Some("owner"),
+            DeployError::NoGroup(_) => Some("group"),
+            DeployError::Lookup { key, .. } => Some(key),
+            DeployError::Relative(_) => Some("dir"),
+            _ => None,
+        }
+    }
+}
+
+/// The uid of `id` (a number as it is, a name looked up).
+// r[impl issue.deploy]
+pub fn uid_of(id: &Id) -> Result<u32, DeployError> {
+    match id {
+        Id::Number(n) => Ok(*n),
+        Id::Name(name) => match nix::unistd::User::from_name(name) {
+            Ok(Some(user)) => Ok(user.uid.as_raw()),
+            Ok(None) => Err(DeployError::NoUser(id.clone())),
+            Err(e) => Err(DeployError::Lookup {
+                key: "owner",
+                id: id.clone(),
+                message: e.to_string(),
+            }),
+        },
+    }
+}
+
+/// The gid of `id` (a number as it is, a name looked up).
+// r[impl issue.deploy]
+pub fn gid_of(id: &Id) -> Result<u32, DeployError> {
+    match id {
+        Id::Number(n) => Ok(*n),
+        Id::Name(name) => match nix::unistd::Group::from_name(name) {
+            Ok(Some(group)) => Ok(group.gid.as_raw()),
+            Ok(None) => Err(DeployError::NoGroup(id.clone())),
+            Err(e) => Err(DeployError::Lookup {
+                key: "group",
+                id: id.clone(),
+                message: e.to_string(),
+            }),
+        },
+    }
+}
+
+impl DeployConfig {
+    /// Checks what the types alone cannot: an absolute directory (a relative one would depend
+    /// on the node's working directory), an owner and a group that exist.
+    pub fn check(&self) -> Result<(), DeployError> {
+        if !self.dir.is_absolute() {
+            return Err(DeployError::Relative(self.dir.clone()));
+        }
+        self.owner.as_ref().map(uid_of).transpose()?;
+        self.group.as_ref().map(gid_of).transpose()?;
+        Ok(())
+    }
+
+    /// Where one certificate's files go, its ids resolved: `dir` as it is (`shared`: false) or
+    /// `dir/NAME` (`shared`: true, the section that serves every certificate).
+    pub fn target(&self, name: &str, shared: bool) -> Result<DeployTarget, DeployError> {
+        let owner = self.owner.as_ref().map(uid_of).transpose()?;
+        let group = self.group.as_ref().map(gid_of).transpose()?;
+        let dir = if shared {
+            self.dir.join(name)
+        } else {
+            self.dir.clone()
+        };
+        Ok(DeployTarget {
+            dir,
+            key: FileOptions {
+                mode: self.mode.0,
+                owner,
+                group,
+            },
+            cert: FileOptions {
+                mode: self.cert_mode.0,
+                owner,
+                group,
+            },
+        })
+    }
+}
+
+/// The files of one deployed certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployedPaths {
+    /// The directory.
+    pub dir: PathBuf,
+    /// `cert.pem`: the leaf.
+    pub cert: PathBuf,
+    /// `chain.pem`: the chain after the leaf.
+    pub chain: PathBuf,
+    /// `fullchain.pem`: the leaf and the chain.
+    pub fullchain: PathBuf,
+    /// `key.pem`: the private key.
+    pub key: PathBuf,
+}
+
+/// Where and how one certificate is deployed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployTarget {
+    dir: PathBuf,
+    key: FileOptions,
+    cert: FileOptions,
+}
+
+impl DeployTarget {
+    /// The files it writes.
+    pub fn paths(&self) -> DeployedPaths {
+        let at = |file: &str| self.dir.join(file);
+        DeployedPaths {
+            dir: self.dir.clone(),
+            cert: at("cert.pem"),
+            chain: at("chain.pem"),
+            fullchain: at("fullchain.pem"),
+            key: at("key.pem"),
+        }
+    }
+
+    /// Writes `pair`'s four files, each atomically with its owner, group and mode; the directory
+    /// is created (0755) when missing. The key goes first, so no reader of the full set pairs a
+    /// new certificate with an old key for longer than the other writes take.
+    // r[impl issue.deploy]
+    pub fn write(&self, pair: &CertifiedPair) -> Result<DeployedPaths, DeployError> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| DeployError::Dir {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let paths = self.paths();
+        let (leaf, chain) = split_leaf(&pair.chain_pem);
+        holdfast_keyfile::write_with(&paths.key, pair.key_pem.as_bytes(), self.key)?;
+        holdfast_keyfile::write_with(&paths.cert, leaf.as_bytes(), self.cert)?;
+        holdfast_keyfile::write_with(&paths.chain, chain.as_bytes(), self.cert)?;
+        holdfast_keyfile::write_with(&paths.fullchain, pair.chain_pem.as_bytes(), self.cert)?;
+        Ok(paths)
+    }
+}
+
+/// The first PEM block of `chain` (the leaf) and the rest.
+fn split_leaf(chain: &str) -> (&str, &str) {
+    const END: &str = "-----END CERTIFICATE-----";
+    match chain.find(END) {
+        Some(at) => {
+            let mut cut = at + END.len();
+            if chain[cut..].starts_with("\r\n") {
+                cut += 2;
+            } else if chain[cut..].starts_with('\n') {
+                cut += 1;
+            }
+            chain.split_at(cut)
+        }
+        None => (chain, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
+
+    fn pair() -> CertifiedPair {
+        let (chain, key) = crate::cert::testing::leaf_for(
+            &["a.example", "www.a.example"],
+            SystemTime::now() - Duration::from_secs(60),
+            Duration::from_secs(86400),
+        );
+        CertifiedPair::parse("a.example", &chain, &key).unwrap()
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn modes_are_octal_text_and_the_key_is_never_wider_than_0640() {
+        assert_eq!(parse_mode("0640", MAX_KEY_MODE), Ok(0o640));
+        assert_eq!(parse_mode("600", MAX_KEY_MODE), Ok(0o600));
+        assert_eq!(parse_mode("0o400", MAX_KEY_MODE), Ok(0o400));
+        assert_eq!(
+            parse_mode("0644", MAX_KEY_MODE),
+            Err(ModeError::TooWide {
+                mode: 0o644,
+                max: 0o640
+            })
+        );
+        assert_eq!(
+            parse_mode("0660", MAX_KEY_MODE).unwrap_err().to_string(),
+            "mode 0660 is wider than 0640, the widest this file may have"
+        );
+        for bad in ["", "0x640", "rw-r-----", "0648", "06400", "-640", " 640"] {
+            assert!(
+                matches!(parse_mode(bad, MAX_KEY_MODE), Err(ModeError::NotOctal(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            parse_mode("4644", MAX_CERT_MODE),
+            Err(ModeError::TooWide { .. })
+        ));
+        let config: DeployConfig = serde_json::from_value(serde_json::json!({
+            "dir": "/etc/certs", "owner": 0, "group": "root", "mode": "0640",
+        }))
+        .unwrap();
+        assert_eq!(config.mode, KeyMode(0o640));
+        assert_eq!(config.cert_mode, CertMode(0o644));
+        assert_eq!(config.owner, Some(Id::Number(0)));
+        assert_eq!(config.group, Some(Id::Name("root".into())));
+        let wide = serde_json::from_value::<DeployConfig>(serde_json::json!({
+            "dir": "/etc/certs", "mode": "0644",
+        }))
+        .unwrap_err();
+        assert!(wide.to_string().contains("wider than 0640"), "{wide}");
+        // A number is refused: 640 would not be the mode it looks like.
+        assert!(
+            serde_json::from_value::<DeployConfig>(serde_json::json!({
+                "dir": "/etc/certs", "mode": 640,
+            }))
+            .is_err()
+        );
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn the_four_files_are_written_with_the_asked_owner_group_and_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = std::fs::metadata(dir.path()).unwrap();
+        let (uid, gid) = (meta.uid(), meta.gid());
+        let config = DeployConfig {
+            dir: dir.path().to_owned(),
+            owner: Some(Id::Number(uid)),
+            group: Some(Id::Number(gid)),
+            mode: KeyMode(0o640),
+            cert_mode: CertMode(0o644),
+        };
+        let pair = pair();
+        let paths = config
+            .target("a.example", true)
+            .unwrap()
+            .write(&pair)
+            .unwrap();
+        assert_eq!(paths.dir, dir.path().join("a.example"));
+        assert_eq!(mode(&paths.key), 0o640);
+        for file in [&paths.cert, &paths.chain, &paths.fullchain] {
+            assert_eq!(mode(file), 0o644, "{}", file.display());
+        }
+        for file in [&paths.key, &paths.cert, &paths.chain, &paths.fullchain] {
+            let m = std::fs::metadata(file).unwrap();
+            assert_eq!((m.uid(), m.gid()), (uid, gid));
+        }
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(&paths.key), pair.key_pem);
+        assert_eq!(read(&paths.fullchain), pair.chain_pem);
+        assert_eq!(
+            format!("{}{}", read(&paths.cert), read(&paths.chain)),
+            pair.chain_pem
+        );
+        assert_eq!(read(&paths.cert).matches("BEGIN CERTIFICATE").count(), 1);
+        // The leaf alone is the certificate of both names.
+        let again = CertifiedPair::parse_for(
+            &["a.example".to_owned(), "www.a.example".to_owned()],
+            &read(&paths.cert),
+            &read(&paths.key),
+        );
+        assert!(again.is_ok(), "{again:?}");
+        // A certificate's own deploy writes in its directory as given.
+        let own = dir.path().join("own");
+        let target = DeployConfig {
+            dir: own.clone(),
+            ..config.clone()
+        }
+        .target("a.example", false)
+        .unwrap();
+        assert_eq!(target.write(&pair).unwrap().key, own.join("key.pem"));
+        // Names are looked up: root is 0 everywhere; a missing user is an error naming the key.
+        let named = DeployConfig {
+            owner: Some(Id::Name("root".into())),
+            group: Some(Id::Name("root".into())),
+            ..config.clone()
+        };
+        assert_eq!(named.target("a.example", true).unwrap().key.owner, Some(0));
+        let missing = DeployConfig {
+            owner: Some(Id::Name("no-such-user-holdfast".into())),
+            ..config.clone()
+        };
+        let err = missing.check().unwrap_err();
+        assert_eq!(err.key(), Some("owner"));
+        assert!(err.to_string().contains("no-such-user-holdfast"), "{err}");
+        let missing = DeployConfig {
+            group: Some(Id::Name("no-such-group-holdfast".into())),
+            ..config
+        };
+        assert_eq!(missing.check().unwrap_err().key(), Some("group"));
+        let relative = DeployConfig {
+            dir: "certs".into(),
+            ..named
+        };
+        assert_eq!(relative.check().unwrap_err().key(), Some("dir"));
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn as_root_the_files_are_given_to_another_numeric_owner() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("not root: chown to another uid not tested");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeployConfig {
+            dir: dir.path().to_owned(),
+            owner: Some(Id::Number(4242)),
+            group: Some(Id::Number(4343)),
+            mode: KeyMode(0o640),
+            cert_mode: CertMode(0o640),
+        };
+        let paths = config
+            .target("a.example", false)
+            .unwrap()
+            .write(&pair())
+            .unwrap();
+        for file in [&paths.key, &paths.cert, &paths.chain, &paths.fullchain] {
+            let m = std::fs::metadata(file).unwrap();
+            assert_eq!((m.uid(), m.gid()), (4242, 4343));
+            assert_eq!(m.permissions().mode() & 0o7777, 0o640);
+        }
+    }
+
+    #[test]
+    fn the_leaf_is_split_from_the_chain() {
+        let a = "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n";
+        let b = "-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----\n";
+        assert_eq!(split_leaf(&format!("{a}{b}")), (a, b));
+        assert_eq!(split_leaf(a), (a, ""));
+        assert_eq!(split_leaf("junk"), ("junk", ""));
+    }
+}
