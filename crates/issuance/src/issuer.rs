@@ -13,8 +13,10 @@ use crate::acme_http::RETRY_AFTER_MAX;
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
 use crate::deploy::DeployTarget;
 use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
+use crate::hook::{self, Hook, HookEnv};
 use crate::source::{ErrorClass, Source, SourceError};
 use crate::store::CertStore;
+use holdfast_retry::{History, Policy};
 
 /// The wall clock the issuer reads (injected in tests).
 pub trait WallClock: Send + Sync + 'static {
@@ -250,6 +252,8 @@ impl AriChoice {
 pub struct Outputs {
     /// Where copies are written for other services.
     pub deploy: Option<DeployTarget>,
+    /// The command run after each new certificate (once it is deployed).
+    pub on_renew: Option<Hook>,
 }
 
 /// The work still owed to one certificate's latest pair.
@@ -257,6 +261,8 @@ pub struct Outputs {
 struct Pending {
     /// Its files are not written yet.
     deploy: bool,
+    /// Its hook has not succeeded yet.
+    hook: bool,
 }
 
 /// The fault subject of a certificate's deploy.
@@ -264,10 +270,17 @@ pub fn deploy_subject(name: &str) -> Subject {
     Subject::new(MODULE, format!("{name}/deploy"))
 }
 
+/// The fault subject of a certificate's `on_renew` hook.
+pub fn hook_subject(name: &str) -> Subject {
+    Subject::new(MODULE, format!("{name}/on_renew"))
+}
+
 #[derive(Debug, Default)]
 struct Memory {
-    /// Deploy work owed, per certificate.
+    /// Deploy and hook work owed, per certificate.
     pending: HashMap<String, Pending>,
+    /// A failing hook's streak, per certificate (paced through holdfast-retry).
+    hooks: HashMap<String, History<SystemTime>>,
     manual: HashSet<String>,
     in_flight: HashSet<String>,
     last_error: HashMap<String, String>,
@@ -318,8 +331,10 @@ pub struct Issuer {
     faults: FaultBoard,
     /// Why the attempts are kept in memory (the file could not be used at start), if they are.
     history_unavailable: Option<String>,
-    /// Deploy, per certificate.
+    /// Deploy and hook, per certificate.
     outputs: HashMap<String, Outputs>,
+    /// The pacing of failing hooks.
+    hook_policy: Policy,
 }
 
 /// The module name faults are filed under.
@@ -351,6 +366,7 @@ impl Issuer {
         attempt_timeout: Duration,
     ) -> Result<Self, IssuerError> {
         db.settle_open(&policy.retry, clock.now())?;
+        let policy_seed = policy.retry.seed();
         let mut memory = Memory::default();
         for host in &hosts {
             if let Err(err) = store.load(&host.name) {
@@ -371,6 +387,7 @@ impl Issuer {
             faults: FaultBoard::new(),
             history_unavailable: None,
             outputs: HashMap::new(),
+            hook_policy: hook::pacing(policy_seed),
         })
     }
 
@@ -391,10 +408,13 @@ impl Issuer {
         self
     }
 
-    /// Writes the deploys still owed: a failure is one fault per certificate (kind `deploy`),
-    /// tried again at the next tick; a success clears it.
+    /// Writes the deploys still owed, then runs the hooks owed whose pacing allows: a failed
+    /// deploy is one fault per certificate (kind `deploy`), tried again at the next tick; a failed
+    /// hook is one fault (kind `on_renew`) until a run succeeds, its runs paced through
+    /// holdfast-retry. Hooks run side by side, each bounded by its timeout.
     // r[impl issue.deploy]
-    fn run_outputs(&self) {
+    // r[impl issue.on-renew]
+    async fn run_outputs(&self) {
         let now = self.clock.now();
         let owed: Vec<(String, Pending)> = self
             .memory()
@@ -402,28 +422,123 @@ impl Issuer {
             .iter()
             .map(|(name, p)| (name.clone(), *p))
             .collect();
-        for (name, pending) in owed {
-            let Some(out) = self.outputs.get(&name) else {
+        let mut hooks = Vec::new();
+        for (name, mut pending) in owed {
+            let (Some(out), Some(pair), Some(host)) = (
+                self.outputs.get(&name),
+                self.store.get(&name),
+                self.hosts.iter().find(|h| h.name == name),
+            ) else {
                 self.memory().pending.remove(&name);
                 continue;
             };
-            if pending.deploy {
-                let (Some(target), Some(pair)) = (&out.deploy, self.store.get(&name)) else {
-                    self.memory().pending.remove(&name);
-                    continue;
-                };
+            if let (true, Some(target)) = (pending.deploy, &out.deploy) {
                 match target.write(&pair) {
                     Ok(paths) => {
                         tracing::info!(certificate = %name, dir = %paths.dir.display(), "certificate deployed");
                         self.faults.clear(&deploy_subject(&name));
-                        self.memory().pending.remove(&name);
+                        pending.deploy = false;
                     }
                     Err(err) => {
                         tracing::warn!(certificate = %name, %err, "certificate deploy failed");
                         let message = format!("deploy: {err}; tried again every tick");
                         self.faults
                             .file(deploy_subject(&name), "deploy", &message, 0, now);
+                        // The hook waits for the files it is told about.
+                        continue;
                     }
+                }
+            }
+            pending.deploy &= out.deploy.is_some();
+            if pending.hook
+                && let Some(hook) = &out.on_renew
+            {
+                let history = self.memory().hooks.get(&name).copied();
+                let eligible = history.is_none_or(|h| {
+                    holdfast_retry::decide(&self.hook_policy, &h, now).is_eligible()
+                });
+                if eligible {
+                    let env = self.hook_env(host, out);
+                    hooks.push(async move { (name.clone(), hook.run(&env).await) });
+                }
+            } else {
+                pending.hook = false;
+            }
+            let mut memory = self.memory();
+            if pending == Pending::default() {
+                memory.pending.remove(&host.name);
+            } else {
+                memory.pending.insert(host.name.clone(), pending);
+            }
+        }
+        for (name, result) in join_all(hooks).await {
+            let end = self.clock.now();
+            let mut memory = self.memory();
+            match result {
+                Ok(()) => {
+                    memory.hooks.remove(&name);
+                    if let Some(p) = memory.pending.get_mut(&name) {
+                        p.hook = false;
+                        if *p == Pending::default() {
+                            memory.pending.remove(&name);
+                        }
+                    }
+                    drop(memory);
+                    tracing::info!(certificate = %name, "on_renew hook succeeded");
+                    self.faults.clear(&hook_subject(&name));
+                }
+                Err(err) => {
+                    let history = memory
+                        .hooks
+                        .entry(name.clone())
+                        .or_insert_with(|| History::for_key(&name));
+                    history.begin_attempt(&self.hook_policy, now);
+                    let recorded = history.record_failure(&self.hook_policy, end, None);
+                    let next = history.next_attempt_at(&self.hook_policy);
+                    drop(memory);
+                    tracing::warn!(certificate = %name, %err, failures = recorded.failures, "on_renew hook failed");
+                    let when = next
+                        .and_then(|at| at.duration_since(end).ok())
+                        .map(|left| format!("next run in {} s", left.as_secs()))
+                        .unwrap_or_else(|| "next run at the next tick".to_owned());
+                    let message = format!(
+                        "on_renew failed {} time(s) (last: {err}); {when}",
+                        recorded.failures
+                    );
+                    self.faults.file(
+                        hook_subject(&name),
+                        "on_renew",
+                        &message,
+                        recorded.failures,
+                        end,
+                    );
+                }
+            }
+        }
+    }
+
+    /// What a certificate's hook is told: its names and its files (the deployed ones, else the
+    /// store's one PEM file holding the key and the chain).
+    fn hook_env(&self, host: &Hostname, out: &Outputs) -> HookEnv {
+        match &out.deploy {
+            Some(target) => {
+                let paths = target.paths();
+                HookEnv {
+                    names: host.names(),
+                    cert: paths.cert,
+                    chain: paths.chain,
+                    fullchain: paths.fullchain,
+                    key: paths.key,
+                }
+            }
+            None => {
+                let file = self.store.path_of(&host.name);
+                HookEnv {
+                    names: host.names(),
+                    cert: file.clone(),
+                    chain: file.clone(),
+                    fullchain: file.clone(),
+                    key: file,
                 }
             }
         }
@@ -700,7 +815,7 @@ impl Issuer {
                 }
             }
         }
-        self.run_outputs();
+        self.run_outputs().await;
         let attempted: Vec<String> = report.dispatched.iter().map(|(h, _)| h.clone()).collect();
         self.sync_faults_after(&attempted);
         match stopped {
@@ -753,12 +868,10 @@ impl Issuer {
                 memory.last_error.remove(&host.name);
                 memory.ari.remove(&host.name);
                 memory.bad_on_disk.remove(&host.name);
-                if self
-                    .outputs
-                    .get(&host.name)
-                    .is_some_and(|o| o.deploy.is_some())
-                {
-                    memory.pending.entry(host.name.clone()).or_default().deploy = true;
+                if let Some(out) = self.outputs.get(&host.name) {
+                    let pending = memory.pending.entry(host.name.clone()).or_default();
+                    pending.deploy |= out.deploy.is_some();
+                    pending.hook |= out.on_renew.is_some();
                 }
                 *memory
                     .attempts

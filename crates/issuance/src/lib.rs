@@ -20,6 +20,7 @@ pub mod cert;
 pub mod decision;
 pub mod deploy;
 pub mod history;
+pub mod hook;
 pub mod hostname;
 pub mod issuer;
 pub mod local;

@@ -13,6 +13,7 @@ use crate::acme::{self, AcmeConfig, Eab};
 use crate::decision::{IssuePolicy, IssuePolicyError};
 use crate::deploy::{DeployConfig, DeployError};
 use crate::history::{HistoryDb, HistoryError};
+use crate::hook::Hook;
 use crate::issuer::{Hostname, Issuer, IssuerError, Outputs, WallClock};
 use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
 use crate::redirect::{Http01Other, OtherRequests};
@@ -41,6 +42,9 @@ pub struct HostnameConfig {
     /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
+    /// Its own `on_renew` command (argv, no shell), over `[issuance]`'s.
+    #[serde(default)]
+    pub on_renew: Option<Vec<String>>,
 }
 
 /// One `[[issuance.certificate]]`: one certificate for several names, issued in one attempt.
@@ -55,6 +59,9 @@ pub struct CertificateConfig {
     /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
+    /// Its own `on_renew` command (argv, no shell), over `[issuance]`'s.
+    #[serde(default)]
+    pub on_renew: Option<Vec<String>>,
 }
 
 /// An entry of `[issuance]` that lists names.
@@ -131,6 +138,8 @@ pub struct PlannedCertificate {
     pub source: SourceKind,
     /// Its deploy, and whether it is the shared `[issuance.deploy]` (files in `DIR/NAME/`).
     pub deploy: Option<(DeployConfig, bool)>,
+    /// Its `on_renew` command.
+    pub on_renew: Option<Vec<String>>,
 }
 
 /// `[issuance.acme]`.
@@ -185,6 +194,13 @@ pub struct IssuanceConfig {
     /// Copies of every certificate in `DIR/NAME/` for other services (none by default).
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
+    /// A command (argv, no shell) run after each new certificate of every certificate that has
+    /// none of its own (none by default).
+    #[serde(default)]
+    pub on_renew: Option<Vec<String>>,
+    /// How long one run of an `on_renew` command may take before it is killed (default `"60s"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub on_renew_timeout: Option<Duration>,
     /// The ACME source.
     pub acme: Option<AcmeSettings>,
     /// The local provider.
@@ -241,6 +257,7 @@ impl IssuanceConfig {
                 names: vec![h.name.clone()],
                 source: h.source,
                 deploy: self.deploy_of(h.deploy.as_ref()),
+                on_renew: h.on_renew.clone().or_else(|| self.on_renew.clone()),
             });
         let certificates = self
             .certificates
@@ -251,6 +268,7 @@ impl IssuanceConfig {
                 names: c.names.clone(),
                 source: c.source,
                 deploy: self.deploy_of(c.deploy.as_ref()),
+                on_renew: c.on_renew.clone().or_else(|| self.on_renew.clone()),
             });
         hostnames.chain(certificates).collect()
     }
@@ -261,6 +279,41 @@ impl IssuanceConfig {
             Some(d) => Some((d.clone(), false)),
             None => self.deploy.clone().map(|d| (d, true)),
         }
+    }
+
+    /// The first `on_renew` that cannot run (an empty list or program), with its key under
+    /// `[issuance]`, or a zero `on_renew_timeout`.
+    // r[impl issue.on-renew]
+    pub fn check_hooks(&self) -> Result<(), (String, &'static str)> {
+        if self.on_renew_timeout == Some(Duration::ZERO) {
+            return Err(("on_renew_timeout".into(), "must be more than zero"));
+        }
+        let shared = self.on_renew.iter().map(|h| ("on_renew".to_owned(), h));
+        let hosts =
+            self.hostnames.iter().enumerate().filter_map(|(i, h)| {
+                Some((format!("hostname[{i}].on_renew"), h.on_renew.as_ref()?))
+            });
+        let certs = self.certificates.iter().enumerate().filter_map(|(i, c)| {
+            Some((format!("certificate[{i}].on_renew"), c.on_renew.as_ref()?))
+        });
+        for (key, argv) in shared.chain(hosts).chain(certs) {
+            match argv.first() {
+                None => {
+                    return Err((
+                        key,
+                        "names no program: write [\"/path/to/program\", \"arg\", ...]",
+                    ));
+                }
+                Some(p) if p.is_empty() => return Err((key, "the program is empty")),
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn on_renew_timeout(&self) -> Duration {
+        self.on_renew_timeout
+            .unwrap_or(crate::hook::DEFAULT_TIMEOUT)
     }
 
     /// The first deploy section that cannot work (a relative directory, an owner or group that
@@ -411,6 +464,9 @@ pub async fn start(
     config
         .check_deploys()
         .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
+    config
+        .check_hooks()
+        .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
     if let Some(local) = &config.local {
         local.endpoint.check()?;
     }
@@ -494,16 +550,20 @@ pub async fn start(
             }
         };
         if let Some(source) = source {
-            if let Some((deploy, shared)) = &h.deploy {
-                let target = deploy
-                    .target(&key, *shared)
-                    .map_err(|e| StartError::Config(format!("deploy: {e}")))?;
-                outputs.insert(
-                    key.clone(),
-                    Outputs {
-                        deploy: Some(target),
-                    },
-                );
+            let deploy = match &h.deploy {
+                Some((deploy, shared)) => Some(
+                    deploy
+                        .target(&key, *shared)
+                        .map_err(|e| StartError::Config(format!("deploy: {e}")))?,
+                ),
+                None => None,
+            };
+            let on_renew = h.on_renew.clone().map(|argv| Hook {
+                argv,
+                timeout: config.on_renew_timeout(),
+            });
+            if deploy.is_some() || on_renew.is_some() {
+                outputs.insert(key.clone(), Outputs { deploy, on_renew });
             }
             hosts.push(Hostname::certificate(h.names, source));
         }
@@ -909,12 +969,14 @@ mod tests {
                     names: vec!["a.example".into()],
                     source: SourceKind::Local,
                     deploy: None,
+                    on_renew: None,
                 },
                 PlannedCertificate {
                     entry: Entry::Certificate(0),
                     names: vec!["b.example".into(), "www.b.example".into()],
                     source: SourceKind::Acme,
                     deploy: None,
+                    on_renew: None,
                 },
             ]
         );
@@ -925,5 +987,54 @@ mod tests {
             .is_err(),
             "`names`, not `name`"
         );
+    }
+
+    // r[verify issue.on-renew]
+    #[test]
+    fn on_renew_is_an_argv_list_given_to_every_certificate_or_its_own() {
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "on_renew": ["/usr/sbin/nginx", "-s", "reload"],
+            "on_renew_timeout": "20s",
+            "hostname": [{ "name": "a.example", "source": "local" }],
+            "certificate": [{
+                "names": ["b.example"], "source": "local",
+                "on_renew": ["/usr/local/bin/reload-b"],
+            }],
+        }))
+        .unwrap();
+        assert_eq!(config.check_hooks(), Ok(()));
+        assert_eq!(config.on_renew_timeout(), Duration::from_secs(20));
+        let planned = config.planned();
+        assert_eq!(
+            planned[0].on_renew.as_deref(),
+            Some(&["/usr/sbin/nginx".to_owned(), "-s".into(), "reload".into()][..])
+        );
+        assert_eq!(
+            planned[1].on_renew.as_deref(),
+            Some(&["/usr/local/bin/reload-b".to_owned()][..])
+        );
+        // A shell line is not an argv: a string is refused.
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+                "on_renew": "systemctl reload nginx",
+            }))
+            .is_err()
+        );
+        for (value, key) in [
+            (serde_json::json!({ "on_renew": [] }), "on_renew"),
+            (
+                serde_json::json!({
+                    "certificate": [{ "names": ["b.example"], "source": "local", "on_renew": [""] }],
+                }),
+                "certificate[0].on_renew",
+            ),
+            (
+                serde_json::json!({ "on_renew_timeout": "0s" }),
+                "on_renew_timeout",
+            ),
+        ] {
+            let config: IssuanceConfig = serde_json::from_value(value.clone()).unwrap();
+            assert_eq!(config.check_hooks().unwrap_err().0, key, "{value}");
+        }
     }
 }

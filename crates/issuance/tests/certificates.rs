@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use holdfast_issuance::cert::testing::leaf_for;
+use holdfast_issuance::hook::Hook;
 use holdfast_issuance::issuer::{Hostname, Issuer, Outputs};
 use holdfast_issuance::source::BoxFuture;
 use holdfast_issuance::{
@@ -226,6 +227,7 @@ async fn a_new_certificate_is_deployed_and_a_failed_deploy_is_one_fault_until_it
         "a.example".to_owned(),
         Outputs {
             deploy: Some(config.target("a.example", true).unwrap()),
+            ..Outputs::default()
         },
     )]);
     let issuer = issuer(
@@ -265,4 +267,116 @@ async fn a_new_certificate_is_deployed_and_a_failed_deploy_is_one_fault_until_it
     assert_eq!(mode(&deploy_dir.join("a.example/fullchain.pem")), 0o644);
     let pair = issuer.store().get("a.example").unwrap();
     assert_eq!(std::fs::read_to_string(&key).unwrap(), pair.key_pem);
+}
+
+/// An executable shell script at `dir/name`.
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+// r[verify issue.on-renew]
+#[tokio::test]
+async fn a_hook_that_fails_three_times_is_paced_and_one_fault_then_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let runs = dir.path().join("runs");
+    let seen = dir.path().join("seen");
+    // Fails on its first three runs, then records what it was told and succeeds.
+    let hook = script(
+        dir.path(),
+        "reload.sh",
+        &format!(
+            "echo run >> {runs}\n\
+             if [ $(wc -l < {runs}) -le 3 ]; then echo 'reload refused' >&2; exit 1; fi\n\
+             echo \"$HOLDFAST_CERT_NAMES $HOLDFAST_KEY_PATH $1\" > {seen}",
+            runs = runs.display(),
+            seen = seen.display()
+        ),
+    );
+    let deploy: DeployConfig =
+        serde_json::from_value(serde_json::json!({ "dir": dir.path().join("out") })).unwrap();
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: Some(deploy.target("a.example", true).unwrap()),
+            on_renew: Some(Hook {
+                argv: vec![hook, "--graceful".into()],
+                timeout: Duration::from_secs(10),
+            }),
+        },
+    )]);
+    let issuer = issuer(
+        dir.path(),
+        vec![Hostname::certificate(
+            names(&["a.example", "www.a.example"]),
+            source.clone(),
+        )],
+        &clock,
+    )
+    .with_outputs(outputs);
+    let count = || {
+        std::fs::read_to_string(&runs)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let hook_faults = |issuer: &Issuer| {
+        issuer
+            .fault_board()
+            .of_module("issuance")
+            .into_iter()
+            .filter(|f| f.subject.name == "a.example/on_renew")
+            .collect::<Vec<_>>()
+    };
+    // Issued: deployed, then the hook ran and failed. One fault, saying why.
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    assert!(dir.path().join("out/a.example/key.pem").exists());
+    assert_eq!(count(), 1);
+    let faults = hook_faults(&issuer);
+    assert_eq!(faults.len(), 1);
+    assert_eq!(faults[0].kind, "on_renew");
+    assert!(
+        faults[0].message.contains("reload refused"),
+        "{}",
+        faults[0].message
+    );
+    // Paced: ticks before the wait is over do not run it again.
+    let mut waits = Vec::new();
+    for failures in 1..=3u32 {
+        let before = clock.now();
+        issuer.tick().await.unwrap();
+        clock.advance(Duration::from_secs(10));
+        issuer.tick().await.unwrap();
+        assert_eq!(count(), failures as usize, "ran again before its wait");
+        // Step to the run: the wait doubles (30 s, 60 s, ...) within its jitter.
+        let mut waited = Duration::from_secs(10);
+        while count() == failures as usize {
+            clock.advance(Duration::from_secs(1));
+            waited += Duration::from_secs(1);
+            issuer.tick().await.unwrap();
+            assert!(waited < Duration::from_secs(3600), "never ran again");
+        }
+        waits.push(clock.now().duration_since(before).unwrap());
+        let faults = hook_faults(&issuer);
+        assert!(faults.len() <= 1, "one fault: {faults:?}");
+    }
+    assert!(waits[0] >= Duration::from_secs(30), "{waits:?}");
+    assert!(waits[1] > waits[0] && waits[2] > waits[1], "{waits:?}");
+    // The fourth run succeeded: the fault is cleared, and the hook was told the files.
+    assert_eq!(count(), 4);
+    assert!(hook_faults(&issuer).is_empty());
+    let told = std::fs::read_to_string(&seen).unwrap();
+    let key = dir.path().join("out/a.example/key.pem");
+    assert_eq!(
+        told.trim(),
+        format!("a.example,www.a.example {} --graceful", key.display())
+    );
+    // Nothing more owed: later ticks do not run it.
+    clock.advance(Duration::from_secs(7200));
+    issuer.tick().await.unwrap();
+    assert_eq!(count(), 4);
 }

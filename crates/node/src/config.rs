@@ -951,6 +951,10 @@ fn validate_issuance(
     if let Err((key, e)) = issuance.check_deploys() {
         return Err(loc.at(span, &format!("issuance.{key}"), e.to_string()));
     }
+    // r[impl issue.on-renew]
+    if let Err((key, message)) = issuance.check_hooks() {
+        return Err(loc.at(span, &format!("issuance.{key}"), message.to_owned()));
+    }
     for cert in issuance.planned() {
         let at = NamePlace {
             entry: cert.entry,
@@ -1398,6 +1402,35 @@ mod tests {
             (
                 "[issuance.deploy]\ndir = \"certs\"\n",
                 "bad.toml:2:1: issuance.deploy.dir: certs is not an absolute path",
+            ),
+        ] {
+            let err = Config::parse("bad.toml", &format!("{base}{section}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+        }
+    }
+
+    // r[verify issue.on-renew]
+    #[test]
+    fn an_on_renew_that_cannot_run_is_refused_at_its_key() {
+        let base = "[node]\n[issuance]\n";
+        let ok = format!(
+            "{base}on_renew = [\"/usr/sbin/nginx\", \"-s\", \"reload\"]\non_renew_timeout = \"30s\"\n"
+        );
+        assert!(Config::parse("ok.toml", &ok).is_ok());
+        for (section, want) in [
+            (
+                "on_renew = \"systemctl reload nginx\"\n",
+                "bad.toml:3:12: issuance.on_renew: ",
+            ),
+            (
+                "on_renew = []\n",
+                "bad.toml:2:1: issuance.on_renew: names no program",
+            ),
+            (
+                "on_renew_timeout = \"0s\"\n",
+                "bad.toml:2:1: issuance.on_renew_timeout: must be more than zero",
             ),
         ] {
             let err = Config::parse("bad.toml", &format!("{base}{section}"))
