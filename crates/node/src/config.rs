@@ -818,11 +818,12 @@ impl Config {
             let hosts: Vec<String> = self
                 .issuance
                 .as_ref()
+                // Every certificate, by its first name (which names its file in the store).
                 .map(|i| {
                     i.get_ref()
-                        .hostnames
-                        .iter()
-                        .map(|h| h.name.clone())
+                        .planned()
+                        .into_iter()
+                        .filter_map(|c| c.names.into_iter().next())
                         .collect()
                 })
                 .unwrap_or_default();
@@ -1438,5 +1439,31 @@ mod tests {
                 .to_string();
             assert!(err.starts_with(want), "{err}\n  wanted: {want}");
         }
+    }
+
+    // r[verify issue.certificates]
+    #[test]
+    fn the_gateway_takes_a_certificate_of_several_names_by_its_first_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("token.key");
+        std::fs::write(&key, [7u8; 64]).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let text = |name: &str| {
+            format!(
+                "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"{}\"\n\
+                 [gateway.tls]\nfrom_issuance = \"{name}\"\n\
+                 [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [[issuance.certificate]]\nnames = [\"app.example\", \"www.app.example\"]\n\
+                 source = \"local\"\n",
+                key.display()
+            )
+        };
+        Config::parse("ok.toml", &text("app.example")).unwrap();
+        // A further name is not a certificate: its file does not exist.
+        let err = Config::parse("bad.toml", &text("www.app.example"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gateway.tls.from_issuance"), "{err}");
     }
 }
