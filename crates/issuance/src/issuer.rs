@@ -110,8 +110,11 @@ impl std::fmt::Debug for Hostname {
 /// What `holdfast certs` shows for one hostname.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HostStatus {
-    /// The hostname.
+    /// The hostname: the certificate's first name.
     pub hostname: String,
+    /// The certificate's further names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// The source's name.
     pub source: String,
     /// `valid`, `issuing`, `due`, `debounced` or `blocked`.
@@ -975,6 +978,7 @@ impl Issuer {
             };
             out.push(HostStatus {
                 hostname: host.name.clone(),
+                also: host.also.clone(),
                 source: host.source.name().to_owned(),
                 state,
                 not_after: self.store.get(&host.name).map(|p| p.info.not_after),
