@@ -125,8 +125,9 @@ fn stderr_suffix(stderr: &str) -> String {
 
 impl Hook {
     /// Runs the hook once with `env`: directly (no shell), with only `env`'s variables, standard
-    /// input empty, standard output discarded and the start of standard error kept; killed when
-    /// it outlives its timeout (and when the run is dropped).
+    /// input empty, standard output discarded and the start of standard error kept; in its own
+    /// process group, which is killed (the hook reaped) when it outlives its timeout or the run
+    /// is dropped.
     // r[impl issue.on-renew]
     pub async fn run(&self, env: &HookEnv) -> Result<(), HookError> {
         let Some((program, args)) = self.argv.split_first() else {
@@ -140,11 +141,19 @@ impl Hook {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
+            // Its own process group, so a timeout or a drop kills what it started too.
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| HookError::Spawn {
             program: program.clone(),
             message: e.to_string(),
         })?;
+        let mut group = Group(
+            child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .filter(|id| *id > 0),
+        );
         // The first bytes of standard error, read beside the wait so a chatty hook never blocks
         // on a full pipe (the rest is read and dropped).
         let stderr = child.stderr.take().map(|mut pipe| {
@@ -162,7 +171,11 @@ impl Hook {
             })
         });
         let status = match tokio::time::timeout(self.timeout, child.wait()).await {
-            Ok(Ok(status)) => status,
+            Ok(Ok(status)) => {
+                // It ended by itself: what it left running is its own business.
+                group.0 = None;
+                status
+            }
             Ok(Err(e)) => {
                 return Err(HookError::Spawn {
                     program: program.clone(),
@@ -170,7 +183,9 @@ impl Hook {
                 });
             }
             Err(_) => {
-                let _ = child.kill().await;
+                group.kill();
+                // Reaped here, not left a zombie (SIGKILL cannot be ignored: this is prompt).
+                let _ = child.wait().await;
                 if let Some(task) = stderr {
                     task.abort();
                 }
@@ -200,6 +215,29 @@ impl Hook {
             status: status.to_string(),
             stderr,
         })
+    }
+}
+
+/// A hook's process group (its id is the hook's pid), SIGKILLed when this is dropped while armed:
+/// on a timeout, and when the run is dropped (the child itself is then killed and reaped by
+/// tokio's `kill_on_drop`).
+// r[impl issue.on-renew]
+struct Group(Option<i32>);
+
+impl Group {
+    fn kill(&mut self) {
+        if let Some(id) = self.0.take() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(id),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -313,15 +351,29 @@ mod tests {
         assert_eq!(empty.run(&env(dir.path())).await, Err(HookError::Empty));
     }
 
+    fn state(pid: &str) -> String {
+        std::fs::read_to_string(Path::new("/proc").join(pid.trim()).join("stat"))
+            .unwrap_or_default()
+    }
+
     // r[verify issue.on-renew]
     #[tokio::test]
-    async fn a_hook_past_its_timeout_is_killed() {
+    async fn a_hook_past_its_timeout_is_killed_with_its_children_and_reaped() {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pid");
+        let child_file = dir.path().join("child");
+        // Not `exec`: the shell stays, and its own child must be killed with it.
         let prog = script(
             dir.path(),
             "slow.sh",
-            &format!("echo $$ > {}\nexec sleep 30", pid_file.display()),
+            &format!(
+                "echo $$ > {}
+sleep 30 &
+echo $! > {}
+wait",
+                pid_file.display(),
+                child_file.display()
+            ),
         );
         let hook = Hook {
             argv: vec![prog],
@@ -332,17 +384,24 @@ mod tests {
         assert!(matches!(err, HookError::Timeout { .. }), "{err}");
         assert!(err.to_string().contains("killed"), "{err}");
         assert!(began.elapsed() < Duration::from_secs(10));
+        // The hook itself is killed and reaped by the time run() returns: no zombie left.
         let pid = std::fs::read_to_string(&pid_file).unwrap();
-        let proc = Path::new("/proc").join(pid.trim());
-        // Killed and reaped: its /proc entry is gone (or, at most, a zombie for a moment).
-        let gone = (0..100).any(|_| {
-            let state = std::fs::read_to_string(proc.join("stat")).unwrap_or_default();
-            if state.is_empty() || state.contains(") Z ") {
+        assert_eq!(state(&pid), "", "the hook is not reaped");
+        // Its child is killed too (reaping it is its new parent's business).
+        let child = std::fs::read_to_string(&child_file).unwrap();
+        let dead = (0..100).any(|_| {
+            let s = state(&child);
+            if s.is_empty() || s.contains(") Z ") {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
             false
         });
-        assert!(gone, "the hook still runs");
+        if !dead {
+            let _ = std::process::Command::new("kill")
+                .arg(child.trim())
+                .status();
+        }
+        assert!(dead, "the hook's child {} still runs", child.trim());
     }
 }
