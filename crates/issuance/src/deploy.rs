@@ -2,7 +2,8 @@
 //! `fullchain.pem` and `key.pem` in a directory of the operator's choice, with an owner, a group
 //! and modes (the key never wider than 0640), each written atomically through holdfast-keyfile.
 
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
 
 use holdfast_keyfile::FileOptions;
 
@@ -152,6 +153,18 @@ pub enum DeployError {
         #[source]
         source: std::io::Error,
     },
+    /// The directory, or one above it, could be changed by someone other than root and the
+    /// node's user (or `DIR/NAME` is a link): writing a key there would hand it to them.
+    #[error(
+        "{}: {why}; a deploy directory and every directory above it must be owned by root or the node's user and writable by no one else",
+        path.display()
+    )]
+    Unsafe {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A file could not be written (the one named is unchanged).
     #[error(transparent)]
     Write(#[from] holdfast_keyfile::KeyfileError),
@@ -164,7 +177,7 @@ impl DeployError {
             DeployError::NoUser(_) => Some("owner"),
             DeployError::NoGroup(_) => Some("group"),
             DeployError::Lookup { key, .. } => Some(key),
-            DeployError::Relative(_) => Some("dir"),
+            DeployError::Relative(_) | DeployError::Unsafe { .. } => Some("dir"),
             _ => None,
         }
     }
@@ -213,7 +226,7 @@ impl DeployConfig {
         }
         self.owner.as_ref().map(uid_of).transpose()?;
         self.group.as_ref().map(gid_of).transpose()?;
-        Ok(())
+        check_safe(&self.dir)
     }
 
     /// Where one certificate's files go, its ids resolved: `dir` as it is (`shared`: false) or
@@ -227,6 +240,7 @@ impl DeployConfig {
             self.dir.clone()
         };
         Ok(DeployTarget {
+            base: self.dir.clone(),
             dir,
             key: FileOptions {
                 mode: self.mode.0,
@@ -260,6 +274,8 @@ pub struct DeployedPaths {
 /// Where and how one certificate is deployed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeployTarget {
+    /// The configured directory (`dir`'s parent when shared, else `dir` itself).
+    base: PathBuf,
     dir: PathBuf,
     key: FileOptions,
     cert: FileOptions,
@@ -278,15 +294,42 @@ impl DeployTarget {
         }
     }
 
-    /// Writes `pair`'s four files, each atomically with its owner, group and mode; the directory
-    /// is created (0755) when missing. The key goes first, so no reader of the full set pairs a
-    /// new certificate with an old key for longer than the other writes take.
+    /// Writes `pair`'s four files, each atomically with its owner, group and mode; the
+    /// directories are created (0755) when missing. Right before writing, the directory and every
+    /// one above it are checked as [`DeployConfig::check`] does and `DIR/NAME` must be a real
+    /// directory, not a link: since then no one but root and the node's user can change any of
+    /// them, nothing can redirect the writes between the check and the rename.
+    /// The key goes first: for the moment the other writes take, a reader of the set may pair
+    /// the new key with the old certificate.
     // r[impl issue.deploy]
     pub fn write(&self, pair: &CertifiedPair) -> Result<DeployedPaths, DeployError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| DeployError::Dir {
-            path: self.dir.clone(),
-            source,
-        })?;
+        let dir_error = |path: &Path| {
+            let path = path.to_owned();
+            move |source| DeployError::Dir { path, source }
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&self.base)
+            .map_err(dir_error(&self.base))?;
+        check_safe(&self.base)?;
+        if self.dir != self.base {
+            // `mkdir` never follows a link at NAME: one there is an error, then refused below.
+            match std::fs::DirBuilder::new().mode(0o755).create(&self.dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(dir_error(&self.dir)(e));
+                }
+                _ => {}
+            }
+            let meta = std::fs::symlink_metadata(&self.dir).map_err(dir_error(&self.dir))?;
+            if !meta.is_dir() {
+                return Err(DeployError::Unsafe {
+                    path: self.dir.clone(),
+                    why: "it is a link or not a directory".into(),
+                });
+            }
+            check_one(&self.dir, &meta, false)?;
+        }
         let paths = self.paths();
         let (leaf, chain) = split_leaf(&pair.chain_pem);
         holdfast_keyfile::write_with(&paths.key, pair.key_pem.as_bytes(), self.key)?;
@@ -295,6 +338,61 @@ impl DeployTarget {
         holdfast_keyfile::write_with(&paths.fullchain, pair.chain_pem.as_bytes(), self.cert)?;
         Ok(paths)
     }
+}
+
+/// Refuses `dir` when it, or any directory above it, is owned by other than root or the node's
+/// user, or is writable by its group or others (an ancestor with the sticky bit, such as
+/// `/tmp`, may be: no one else can rename what is in it). Links are resolved first and the real
+/// directories checked; the part of `dir` not yet created is not checked (it will be the
+/// node's, 0755).
+// r[impl issue.deploy]
+fn check_safe(dir: &Path) -> Result<(), DeployError> {
+    let mut existing = dir;
+    let real = loop {
+        match std::fs::canonicalize(existing) {
+            Ok(real) => break real,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match existing.parent() {
+                Some(parent) => existing = parent,
+                None => return Ok(()),
+            },
+            Err(source) => {
+                return Err(DeployError::Dir {
+                    path: existing.to_owned(),
+                    source,
+                });
+            }
+        }
+    };
+    let whole = existing == dir;
+    for (at, path) in real.ancestors().enumerate() {
+        let meta = std::fs::metadata(path).map_err(|source| DeployError::Dir {
+            path: path.to_owned(),
+            source,
+        })?;
+        check_one(path, &meta, !(whole && at == 0))?;
+    }
+    Ok(())
+}
+
+/// One directory of [`check_safe`]: `above` when it is an ancestor of the deploy directory.
+fn check_one(path: &Path, meta: &std::fs::Metadata, above: bool) -> Result<(), DeployError> {
+    let unsafe_ = |why: String| DeployError::Unsafe {
+        path: path.to_owned(),
+        why,
+    };
+    let me = nix::unistd::Uid::effective().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(unsafe_(format!("it is owned by uid {}", meta.uid())));
+    }
+    let mode = meta.mode();
+    let sticky = mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !(above && sticky) {
+        return Err(unsafe_(format!(
+            "its mode {:04o} lets others write in it",
+            mode & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 /// The first PEM block of `chain` (the leaf) and the rest.
@@ -317,7 +415,7 @@ fn split_leaf(chain: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::os::unix::fs::PermissionsExt as _;
     use std::path::Path;
     use std::time::{Duration, SystemTime};
 
@@ -486,6 +584,119 @@ mod tests {
             assert_eq!((m.uid(), m.gid()), (4242, 4343));
             assert_eq!(m.permissions().mode() & 0o7777, 0o640);
         }
+    }
+
+    fn deploy_in(dir: &Path) -> DeployConfig {
+        DeployConfig {
+            dir: dir.to_owned(),
+            owner: None,
+            group: None,
+            mode: KeyMode(0o600),
+            cert_mode: CertMode(0o644),
+        }
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_deploy_dir_others_can_write_is_refused_at_check_and_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("deploy");
+        std::fs::create_dir(&shared).unwrap();
+        let config = deploy_in(&shared);
+        // Not yet there below a safe directory: fine (it will be created 0755).
+        assert!(deploy_in(&shared.join("later/certs")).check().is_ok());
+        config.check().unwrap();
+        for wide in [0o777, 0o775, 0o757, 0o1777] {
+            chmod(&shared, wide);
+            let err = config.check().unwrap_err();
+            assert_eq!(err.key(), Some("dir"), "{err}");
+            assert!(err.to_string().contains("lets others write"), "{err}");
+            // A directory below it is refused for its parent, unless that parent is sticky
+            // (like /tmp): no one else can then move the node's directory in it.
+            let below = deploy_in(&shared.join("sub")).check();
+            if wide & 0o1000 == 0 {
+                assert!(
+                    matches!(below, Err(DeployError::Unsafe { .. })),
+                    "{wide:o}: {below:?}"
+                );
+            } else {
+                assert!(below.is_ok(), "{below:?}");
+            }
+        }
+        // Checked again right before writing: nothing is written.
+        chmod(&shared, 0o777);
+        let target = config.target("a.example", true).unwrap();
+        assert!(matches!(
+            target.write(&pair()),
+            Err(DeployError::Unsafe { .. })
+        ));
+        assert!(!shared.join("a.example").exists());
+        chmod(&shared, 0o755);
+        target.write(&pair()).unwrap();
+        // A group- or world-writable NAME directory is refused too.
+        chmod(&shared.join("a.example"), 0o770);
+        assert!(matches!(
+            target.write(&pair()),
+            Err(DeployError::Unsafe { .. })
+        ));
+        // Through a link, the real directories are the ones checked.
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        chmod(&open, 0o777);
+        std::os::unix::fs::symlink(&open, dir.path().join("link")).unwrap();
+        assert!(matches!(
+            deploy_in(&dir.path().join("link")).check(),
+            Err(DeployError::Unsafe { .. })
+        ));
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_deploy_dir_owned_by_another_user_is_refused() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("not root: a directory of another owner not tested");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(4242), None).unwrap();
+        let err = deploy_in(&theirs).check().unwrap_err();
+        assert!(err.to_string().contains("owned by uid 4242"), "{err}");
+        assert!(matches!(
+            deploy_in(&theirs.join("certs")).check(),
+            Err(DeployError::Unsafe { .. })
+        ));
+        // A NAME directory planted by another user is refused before anything is written in it.
+        let shared = dir.path().join("deploy");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::create_dir(shared.join("a.example")).unwrap();
+        std::os::unix::fs::chown(shared.join("a.example"), Some(4242), None).unwrap();
+        let target = deploy_in(&shared).target("a.example", true).unwrap();
+        assert!(matches!(
+            target.write(&pair()),
+            Err(DeployError::Unsafe { .. })
+        ));
+        assert!(!shared.join("a.example/key.pem").exists());
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_linked_name_dir_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("deploy");
+        std::fs::create_dir(&shared).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, shared.join("a.example")).unwrap();
+        let target = deploy_in(&shared).target("a.example", true).unwrap();
+        let err = target.write(&pair()).unwrap_err();
+        assert!(err.to_string().contains("is a link"), "{err}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     }
 
     #[test]
