@@ -51,32 +51,61 @@ pub struct Hook {
 pub struct HookEnv {
     /// Every name, the key first.
     pub names: Vec<String>,
-    /// `HOLDFAST_CERT_PATH`.
-    pub cert: PathBuf,
-    /// `HOLDFAST_CHAIN_PATH`.
-    pub chain: PathBuf,
-    /// `HOLDFAST_FULLCHAIN_PATH`.
-    pub fullchain: PathBuf,
-    /// `HOLDFAST_KEY_PATH`.
-    pub key: PathBuf,
+    /// Where its files are.
+    pub files: HookFiles,
+}
+
+/// The files a hook is told of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookFiles {
+    /// The deployed files.
+    Deployed {
+        /// `HOLDFAST_CERT_PATH`.
+        cert: PathBuf,
+        /// `HOLDFAST_CHAIN_PATH`.
+        chain: PathBuf,
+        /// `HOLDFAST_FULLCHAIN_PATH`.
+        fullchain: PathBuf,
+        /// `HOLDFAST_KEY_PATH`.
+        key: PathBuf,
+    },
+    /// No deploy: the store's one PEM file holding key and chain, as `HOLDFAST_KEY_PATH` and
+    /// `HOLDFAST_BUNDLE_PATH` only — never under a name a reader would take for a certificate
+    /// it may hand out.
+    Bundle(PathBuf),
 }
 
 impl HookEnv {
     /// The variables, in a stable order.
+    // r[impl issue.on-renew]
     pub fn vars(&self) -> Vec<(&'static str, String)> {
         let path = |p: &PathBuf| p.display().to_string();
-        vec![
+        let mut vars = vec![
             ("PATH", HOOK_PATH.to_owned()),
             (
                 "HOLDFAST_CERT_NAME",
                 self.names.first().cloned().unwrap_or_default(),
             ),
             ("HOLDFAST_CERT_NAMES", self.names.join(",")),
-            ("HOLDFAST_CERT_PATH", path(&self.cert)),
-            ("HOLDFAST_CHAIN_PATH", path(&self.chain)),
-            ("HOLDFAST_FULLCHAIN_PATH", path(&self.fullchain)),
-            ("HOLDFAST_KEY_PATH", path(&self.key)),
-        ]
+        ];
+        match &self.files {
+            HookFiles::Deployed {
+                cert,
+                chain,
+                fullchain,
+                key,
+            } => vars.extend([
+                ("HOLDFAST_CERT_PATH", path(cert)),
+                ("HOLDFAST_CHAIN_PATH", path(chain)),
+                ("HOLDFAST_FULLCHAIN_PATH", path(fullchain)),
+                ("HOLDFAST_KEY_PATH", path(key)),
+            ]),
+            HookFiles::Bundle(file) => vars.extend([
+                ("HOLDFAST_KEY_PATH", path(file)),
+                ("HOLDFAST_BUNDLE_PATH", path(file)),
+            ]),
+        }
+        vars
     }
 }
 
@@ -257,10 +286,12 @@ mod tests {
     fn env(dir: &Path) -> HookEnv {
         HookEnv {
             names: vec!["a.example".into(), "www.a.example".into()],
-            cert: dir.join("cert.pem"),
-            chain: dir.join("chain.pem"),
-            fullchain: dir.join("fullchain.pem"),
-            key: dir.join("key.pem"),
+            files: HookFiles::Deployed {
+                cert: dir.join("cert.pem"),
+                chain: dir.join("chain.pem"),
+                fullchain: dir.join("fullchain.pem"),
+                key: dir.join("key.pem"),
+            },
         }
     }
 

@@ -13,7 +13,7 @@ use crate::acme_http::RETRY_AFTER_MAX;
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
 use crate::deploy::DeployTarget;
 use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
-use crate::hook::{self, Hook, HookEnv};
+use crate::hook::{self, Hook, HookEnv, HookFiles};
 use crate::source::{ErrorClass, Source, SourceError};
 use crate::store::CertStore;
 use holdfast_retry::{History, Policy};
@@ -521,29 +521,24 @@ impl Issuer {
     }
 
     /// What a certificate's hook is told: its names and its files (the deployed ones, else the
-    /// store's one PEM file holding the key and the chain).
+    /// store's one PEM file holding the key and the chain, as the key and the bundle only).
+    // r[impl issue.on-renew]
     fn hook_env(&self, host: &Hostname, out: &Outputs) -> HookEnv {
-        match &out.deploy {
+        let files = match &out.deploy {
             Some(target) => {
                 let paths = target.paths();
-                HookEnv {
-                    names: host.names(),
+                HookFiles::Deployed {
                     cert: paths.cert,
                     chain: paths.chain,
                     fullchain: paths.fullchain,
                     key: paths.key,
                 }
             }
-            None => {
-                let file = self.store.path_of(&host.name);
-                HookEnv {
-                    names: host.names(),
-                    cert: file.clone(),
-                    chain: file.clone(),
-                    fullchain: file.clone(),
-                    key: file,
-                }
-            }
+            None => HookFiles::Bundle(self.store.path_of(&host.name)),
+        };
+        HookEnv {
+            names: host.names(),
+            files,
         }
     }
 

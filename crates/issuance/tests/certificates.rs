@@ -380,3 +380,55 @@ async fn a_hook_that_fails_three_times_is_paced_and_one_fault_then_clears() {
     issuer.tick().await.unwrap();
     assert_eq!(count(), 4);
 }
+
+// r[verify issue.on-renew]
+#[tokio::test]
+async fn without_a_deploy_a_hook_is_told_the_bundle_and_no_cert_path_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let seen = dir.path().join("seen");
+    let hook = script(
+        dir.path(),
+        "reload.sh",
+        &format!("env | grep ^HOLDFAST_ | sort > {}", seen.display()),
+    );
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: None,
+            on_renew: Some(Hook {
+                argv: vec![hook],
+                timeout: Duration::from_secs(10),
+            }),
+        },
+    )]);
+    let issuer = issuer(
+        dir.path(),
+        vec![Hostname::new("a.example", source.clone())],
+        &clock,
+    )
+    .with_outputs(outputs);
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    let vars: Vec<&str> = seen.lines().map(|l| l.split('=').next().unwrap()).collect();
+    assert_eq!(
+        vars,
+        [
+            "HOLDFAST_BUNDLE_PATH",
+            "HOLDFAST_CERT_NAME",
+            "HOLDFAST_CERT_NAMES",
+            "HOLDFAST_KEY_PATH"
+        ],
+        "{seen}"
+    );
+    let value = |key: &str| {
+        seen.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(value("HOLDFAST_BUNDLE_PATH"), value("HOLDFAST_KEY_PATH"));
+    let bundle = std::fs::read_to_string(value("HOLDFAST_BUNDLE_PATH")).unwrap();
+    assert!(bundle.contains("PRIVATE KEY") && bundle.contains("BEGIN CERTIFICATE"));
+}
