@@ -165,6 +165,19 @@ pub enum DeployError {
         /// What is wrong with it.
         why: String,
     },
+    /// Two certificates would write the same files.
+    #[error(
+        "{} is where both {first} and {second} deploy: give each certificate its own directory",
+        dir.display()
+    )]
+    Duplicate {
+        /// The directory both resolve to.
+        dir: PathBuf,
+        /// The entry that named it first.
+        first: String,
+        /// The entry that names it again.
+        second: String,
+    },
     /// A file could not be written (the one named is unchanged).
     #[error(transparent)]
     Write(#[from] holdfast_keyfile::KeyfileError),
@@ -177,7 +190,9 @@ impl DeployError {
             DeployError::NoUser(_) => Some("owner"),
             DeployError::NoGroup(_) => Some("group"),
             DeployError::Lookup { key, .. } => Some(key),
-            DeployError::Relative(_) | DeployError::Unsafe { .. } => Some("dir"),
+            DeployError::Relative(_)
+            | DeployError::Unsafe { .. }
+            | DeployError::Duplicate { .. } => Some("dir"),
             _ => None,
         }
     }

@@ -316,8 +316,9 @@ impl IssuanceConfig {
             .unwrap_or(crate::hook::DEFAULT_TIMEOUT)
     }
 
-    /// The first deploy section that cannot work (a relative directory, an owner or group that
-    /// does not exist), with its key under `[issuance]`.
+    /// The first deploy section that cannot work (a relative or unsafe directory, an owner or
+    /// group that does not exist, a directory another certificate deploys to), with its key
+    /// under `[issuance]`.
     // r[impl issue.deploy]
     pub fn check_deploys(&self) -> Result<(), (String, DeployError)> {
         let shared = self.deploy.iter().map(|d| ("deploy".to_owned(), d));
@@ -338,6 +339,38 @@ impl IssuanceConfig {
                 };
                 return Err((key, e));
             }
+        }
+        // Every certificate's own directory, so no two write the same files.
+        let mut seen: std::collections::HashMap<PathBuf, String> = Default::default();
+        for cert in self.planned() {
+            let (Some((deploy, shared)), Some(first)) = (&cert.deploy, cert.names.first()) else {
+                continue;
+            };
+            let (key, dir) = match (*shared, cert.entry) {
+                (true, _) => ("deploy".to_owned(), deploy.dir.join(first)),
+                (false, Entry::Hostname(i)) => {
+                    (format!("hostname[{i}].deploy"), deploy.dir.clone())
+                }
+                (false, Entry::Certificate(i)) => {
+                    (format!("certificate[{i}].deploy"), deploy.dir.clone())
+                }
+            };
+            let entry = match cert.entry {
+                Entry::Hostname(i) => format!("hostname[{i}] ({first})"),
+                Entry::Certificate(i) => format!("certificate[{i}] ({first})"),
+            };
+            // Lexically the same (`/a/./b/` is `/a/b`), or the same directory through a link.
+            let same: PathBuf =
+                std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.components().collect());
+            if let Some(earlier) = seen.get(&same) {
+                let e = DeployError::Duplicate {
+                    dir,
+                    first: earlier.clone(),
+                    second: entry,
+                };
+                return Err((format!("{key}.dir"), e));
+            }
+            seen.insert(same, entry);
         }
         Ok(())
     }
@@ -657,6 +690,48 @@ impl Stopper for Issuance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify issue.deploy]
+    #[test]
+    fn two_certificates_deploying_to_the_same_directory_are_refused_naming_both() {
+        let config =
+            |json: serde_json::Value| -> IssuanceConfig { serde_json::from_value(json).unwrap() };
+        let ok = config(serde_json::json!({
+            "deploy": { "dir": "/srv/holdfast-certs" },
+            "hostname": [
+                { "name": "a.example", "source": "acme" },
+                { "name": "b.example", "source": "acme", "deploy": { "dir": "/srv/b" } },
+            ],
+            "certificate": [{ "names": ["c.example", "a.other"], "source": "acme" }],
+        }));
+        assert!(ok.check_deploys().is_ok());
+        // Two own deploys in one directory (written differently).
+        let twice = config(serde_json::json!({
+            "hostname": [
+                { "name": "a.example", "source": "acme", "deploy": { "dir": "/srv/x" } },
+                { "name": "b.example", "source": "acme", "deploy": { "dir": "/srv/./x/" } },
+            ],
+        }));
+        let (key, err) = twice.check_deploys().unwrap_err();
+        assert_eq!(key, "hostname[1].deploy.dir");
+        let text = err.to_string();
+        assert!(
+            text.contains("hostname[0] (a.example)") && text.contains("hostname[1] (b.example)"),
+            "{text}"
+        );
+        // An own deploy in the shared directory's place for another certificate.
+        let clash = config(serde_json::json!({
+            "deploy": { "dir": "/srv/holdfast-certs" },
+            "hostname": [{ "name": "a.example", "source": "acme" }],
+            "certificate": [{
+                "names": ["c.example"], "source": "acme",
+                "deploy": { "dir": "/srv/holdfast-certs/a.example" },
+            }],
+        }));
+        let (key, err) = clash.check_deploys().unwrap_err();
+        assert_eq!(key, "certificate[0].deploy.dir");
+        assert!(matches!(err, DeployError::Duplicate { .. }), "{err}");
+    }
 
     // r[verify issue.module]
     #[test]
