@@ -396,14 +396,22 @@ impl Issuer {
 
     /// Deploys each certificate's new pairs as `outputs` says (by certificate name). The pairs
     /// already stored are deployed at the next tick too, so the files exist after a restart or
-    /// a config that added a deploy.
+    /// a config that added a deploy; a stored pair whose hook has not succeeded (per the record
+    /// beside the store) has its hook run again, so a restart forgets no hook owed.
     // r[impl issue.deploy]
+    // r[impl issue.on-renew]
     pub fn with_outputs(mut self, outputs: HashMap<String, Outputs>) -> Self {
         {
             let mut memory = self.memory();
             for (name, out) in &outputs {
-                if out.deploy.is_some() && self.store.get(name).is_some() {
+                let Some(pair) = self.store.get(name) else {
+                    continue;
+                };
+                if out.deploy.is_some() {
                     memory.pending.entry(name.clone()).or_default().deploy = true;
+                }
+                if out.on_renew.is_some() && !self.hook_done_for(name, &pair.chain_pem) {
+                    memory.pending.entry(name.clone()).or_default().hook = true;
                 }
             }
         }
@@ -462,7 +470,8 @@ impl Issuer {
                 });
                 if eligible {
                     let env = self.hook_env(host, out);
-                    hooks.push(async move { (name.clone(), hook.run(&env).await) });
+                    let chain = pair.chain_pem.clone();
+                    hooks.push(async move { (name.clone(), chain, hook.run(&env).await) });
                 }
             } else {
                 pending.hook = false;
@@ -474,8 +483,11 @@ impl Issuer {
                 memory.pending.insert(host.name.clone(), pending);
             }
         }
-        for (name, result) in join_all(hooks).await {
+        for (name, chain, result) in join_all(hooks).await {
             let end = self.clock.now();
+            if result.is_ok() {
+                self.record_hook_done(&name, &chain);
+            }
             let mut memory = self.memory();
             match result {
                 Ok(()) => {
@@ -517,6 +529,28 @@ impl Issuer {
                     );
                 }
             }
+        }
+    }
+
+    /// The record of the chain whose hook last succeeded for `name`, beside its store file.
+    fn hook_record(&self, name: &str) -> std::path::PathBuf {
+        let mut path = self.store.path_of(name);
+        path.set_extension("on_renew");
+        path
+    }
+
+    /// Whether `name`'s hook has succeeded for the pair with `chain`.
+    fn hook_done_for(&self, name: &str, chain: &str) -> bool {
+        std::fs::read_to_string(self.hook_record(name)).is_ok_and(|done| done == chain)
+    }
+
+    /// Records that `name`'s hook succeeded for `chain` (a failure to record is logged: the
+    /// hook then runs once more after a restart, which is the safe side).
+    // r[impl issue.on-renew]
+    fn record_hook_done(&self, name: &str, chain: &str) {
+        let path = self.hook_record(name);
+        if let Err(err) = holdfast_keyfile::write_private(&path, chain.as_bytes()) {
+            tracing::warn!(certificate = %name, %err, "could not record the on_renew success");
         }
     }
 

@@ -432,3 +432,71 @@ async fn without_a_deploy_a_hook_is_told_the_bundle_and_no_cert_path_naming_the_
     let bundle = std::fs::read_to_string(value("HOLDFAST_BUNDLE_PATH")).unwrap();
     assert!(bundle.contains("PRIVATE KEY") && bundle.contains("BEGIN CERTIFICATE"));
 }
+
+// r[verify issue.on-renew]
+#[tokio::test]
+async fn a_hook_owed_before_a_restart_runs_after_it_and_a_succeeded_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let runs = dir.path().join("runs");
+    let fail = dir.path().join("fail");
+    std::fs::write(&fail, "").unwrap();
+    // Fails while `fail` exists.
+    let hook = script(
+        dir.path(),
+        "reload.sh",
+        &format!(
+            "echo run >> {}\n[ -e {} ] && exit 1\nexit 0",
+            runs.display(),
+            fail.display()
+        ),
+    );
+    let outputs = || {
+        HashMap::from([(
+            "a.example".to_owned(),
+            Outputs {
+                deploy: None,
+                on_renew: Some(Hook {
+                    argv: vec![hook.clone()],
+                    timeout: Duration::from_secs(10),
+                }),
+            },
+        )])
+    };
+    let count = || {
+        std::fs::read_to_string(&runs)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let start = || {
+        issuer(
+            dir.path(),
+            vec![Hostname::new("a.example", source.clone())],
+            &clock,
+        )
+        .with_outputs(outputs())
+    };
+    let first = start();
+    assert_eq!(first.tick().await.unwrap().issued.len(), 1);
+    assert_eq!(count(), 1);
+    drop(first);
+    // Restarted while the hook is owed: it runs again, and succeeds.
+    std::fs::remove_file(&fail).unwrap();
+    let second = start();
+    clock.advance(Duration::from_secs(60));
+    assert!(second.tick().await.unwrap().issued.is_empty());
+    assert_eq!(count(), 2, "the owed hook did not run after the restart");
+    drop(second);
+    // Restarted after it succeeded: nothing is owed.
+    let third = start();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(3600));
+        third.tick().await.unwrap();
+    }
+    assert_eq!(
+        count(),
+        2,
+        "a hook that succeeded ran again after a restart"
+    );
+}
