@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use holdfast_retry::Policy;
@@ -184,21 +185,24 @@ impl Hook {
                 .filter(|id| *id > 0),
         );
         // The first bytes of standard error, read beside the wait so a chatty hook never blocks
-        // on a full pipe (the rest is read and dropped).
-        let stderr = child.stderr.take().map(|mut pipe| {
+        // on a full pipe (the rest is read and dropped). Kept where the run can take them even
+        // when the reader never sees the end (a child of the hook holding the pipe open).
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let reader = child.stderr.take().map(|mut pipe| {
+            let kept = kept.clone();
             tokio::spawn(async move {
-                let mut kept = Vec::new();
                 let mut buf = [0u8; 1024];
                 while let Ok(n) = pipe.read(&mut buf).await {
                     if n == 0 {
                         break;
                     }
+                    let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
                     let room = STDERR_KEPT.saturating_sub(kept.len());
                     kept.extend_from_slice(&buf[..n.min(room)]);
                 }
-                String::from_utf8_lossy(&kept).into_owned()
             })
         });
+        let mut reader = Reader(reader);
         let status = match tokio::time::timeout(self.timeout, child.wait()).await {
             Ok(Ok(status)) => {
                 // It ended by itself: what it left running is its own business.
@@ -215,9 +219,7 @@ impl Hook {
                 group.kill();
                 // Reaped here, not left a zombie (SIGKILL cannot be ignored: this is prompt).
                 let _ = child.wait().await;
-                if let Some(task) = stderr {
-                    task.abort();
-                }
+                reader.stop().await;
                 return Err(HookError::Timeout {
                     program: program.clone(),
                     timeout: self.timeout,
@@ -225,25 +227,50 @@ impl Hook {
             }
         };
         if status.success() {
-            if let Some(task) = stderr {
-                task.abort();
-            }
+            reader.stop().await;
             return Ok(());
         }
-        // A grandchild holding the pipe open must not hold this up: a short wait for the text.
-        let stderr = match stderr {
-            Some(task) => tokio::time::timeout(Duration::from_millis(200), task)
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default(),
-            None => String::new(),
-        };
+        // A child of the hook holding the pipe open must not hold this up: a short wait for the
+        // end of the text, then what was read.
+        reader.finish(Duration::from_millis(200)).await;
+        let stderr = String::from_utf8_lossy(&kept.lock().unwrap_or_else(PoisonError::into_inner))
+            .into_owned();
         Err(HookError::Exit {
             program: program.clone(),
             status: status.to_string(),
             stderr,
         })
+    }
+}
+
+/// The task reading a hook's standard error, aborted when dropped (never left running).
+struct Reader(Option<tokio::task::JoinHandle<()>>);
+
+impl Reader {
+    /// Waits up to `grace` for the reader to reach the end, then stops it.
+    async fn finish(&mut self, grace: Duration) {
+        if let Some(task) = &mut self.0
+            && tokio::time::timeout(grace, task).await.is_ok()
+        {
+            self.0 = None;
+        }
+        self.stop().await;
+    }
+
+    /// Stops the reader and waits until it is gone.
+    async fn stop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
     }
 }
 
@@ -434,5 +461,36 @@ wait",
                 .status();
         }
         assert!(dead, "the hook's child {} still runs", child.trim());
+    }
+
+    // r[verify issue.on-renew]
+    #[tokio::test]
+    async fn a_failed_hook_whose_child_holds_stderr_keeps_its_text_and_leaves_no_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let prog = script(
+            dir.path(),
+            "fail.sh",
+            &format!(
+                "sleep 5 &\necho $! > {}\necho 'reload refused' >&2\nexit 1",
+                pid_file.display()
+            ),
+        );
+        let hook = Hook {
+            argv: vec![prog],
+            timeout: Duration::from_secs(10),
+        };
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        let err = hook.run(&env(dir.path())).await.unwrap_err();
+        let after = tasks();
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+        assert!(err.to_string().contains("reload refused"), "{err}");
+        assert_eq!(after, before, "a standard error reader outlived the run");
     }
 }
