@@ -13,6 +13,9 @@ use tokio::io::AsyncReadExt as _;
 /// Default of `on_renew_timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest `on_renew_timeout`: a tick waits for its hooks, so longer is a config error.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The first wait after a failed hook.
 pub const PACING_BASE: Duration = Duration::from_secs(30);
 

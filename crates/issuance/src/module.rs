@@ -198,7 +198,8 @@ pub struct IssuanceConfig {
     /// none of its own (none by default).
     #[serde(default)]
     pub on_renew: Option<Vec<String>>,
-    /// How long one run of an `on_renew` command may take before it is killed (default `"60s"`).
+    /// How long one run of an `on_renew` command may take before it is killed (default `"60s"`,
+    /// at most `"10m"`: a tick waits for its hooks).
     #[serde(default, with = "holdfast_retry::duration_text::option")]
     pub on_renew_timeout: Option<Duration>,
     /// The ACME source.
@@ -282,11 +283,18 @@ impl IssuanceConfig {
     }
 
     /// The first `on_renew` that cannot run (an empty list or program), with its key under
-    /// `[issuance]`, or a zero `on_renew_timeout`.
+    /// `[issuance]`, or an `on_renew_timeout` of zero or over ten minutes.
     // r[impl issue.on-renew]
     pub fn check_hooks(&self) -> Result<(), (String, &'static str)> {
         if self.on_renew_timeout == Some(Duration::ZERO) {
             return Err(("on_renew_timeout".into(), "must be more than zero"));
+        }
+        // A tick waits for its hooks: an unbounded one would stall every certificate.
+        if self
+            .on_renew_timeout
+            .is_some_and(|t| t > crate::hook::MAX_TIMEOUT)
+        {
+            return Err(("on_renew_timeout".into(), "must be at most 10m"));
         }
         let shared = self.on_renew.iter().map(|h| ("on_renew".to_owned(), h));
         let hosts =
@@ -1107,9 +1115,23 @@ mod tests {
                 serde_json::json!({ "on_renew_timeout": "0s" }),
                 "on_renew_timeout",
             ),
+            (
+                serde_json::json!({ "on_renew_timeout": "601s" }),
+                "on_renew_timeout",
+            ),
         ] {
             let config: IssuanceConfig = serde_json::from_value(value.clone()).unwrap();
             assert_eq!(config.check_hooks().unwrap_err().0, key, "{value}");
         }
+        // A tick waits for its hooks: at most ten minutes.
+        let longest: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "on_renew_timeout": "10m" })).unwrap();
+        assert_eq!(longest.check_hooks(), Ok(()));
+        let longer: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "on_renew_timeout": "11m" })).unwrap();
+        assert_eq!(
+            longer.check_hooks(),
+            Err(("on_renew_timeout".into(), "must be at most 10m"))
+        );
     }
 }
