@@ -131,6 +131,14 @@ pub enum DeployError {
     /// The group names no group.
     #[error("no group {0}")]
     NoGroup(Id),
+    /// 4294967295: chown reads it as -1, "leave unchanged", not as an id.
+    #[error("{id} is not a usable id (chown reads it as -1, \"leave unchanged\")")]
+    NotAnId {
+        /// `owner` or `group`.
+        key: &'static str,
+        /// The number given.
+        id: u32,
+    },
     /// The user or group database could not be read.
     #[error("looking up {id}: {message}")]
     Lookup {
@@ -189,7 +197,7 @@ impl DeployError {
         match self {
             DeployError::NoUser(_) => Some("owner"),
             DeployError::NoGroup(_) => Some("group"),
-            DeployError::Lookup { key, .. } => Some(key),
+            DeployError::Lookup { key, .. } | DeployError::NotAnId { key, .. } => Some(key),
             DeployError::Relative(_)
             | DeployError::Unsafe { .. }
             | DeployError::Duplicate { .. } => Some("dir"),
@@ -202,6 +210,10 @@ impl DeployError {
 // r[impl issue.deploy]
 pub fn uid_of(id: &Id) -> Result<u32, DeployError> {
     match id {
+        Id::Number(u32::MAX) => Err(DeployError::NotAnId {
+            key: "owner",
+            id: u32::MAX,
+        }),
         Id::Number(n) => Ok(*n),
         Id::Name(name) => match nix::unistd::User::from_name(name) {
             Ok(Some(user)) => Ok(user.uid.as_raw()),
@@ -219,6 +231,10 @@ pub fn uid_of(id: &Id) -> Result<u32, DeployError> {
 // r[impl issue.deploy]
 pub fn gid_of(id: &Id) -> Result<u32, DeployError> {
     match id {
+        Id::Number(u32::MAX) => Err(DeployError::NotAnId {
+            key: "group",
+            id: u32::MAX,
+        }),
         Id::Number(n) => Ok(*n),
         Id::Name(name) => match nix::unistd::Group::from_name(name) {
             Ok(Some(group)) => Ok(group.gid.as_raw()),
@@ -712,6 +728,25 @@ mod tests {
         let err = target.write(&pair()).unwrap_err();
         assert!(err.to_string().contains("is a link"), "{err}");
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn an_owner_or_group_of_u32_max_is_refused() {
+        // chown(2) reads -1 as "leave unchanged": it would silently keep the node's own.
+        let config = DeployConfig {
+            owner: Some(Id::Number(u32::MAX)),
+            ..deploy_in(Path::new("/srv/holdfast-certs"))
+        };
+        let err = config.check().unwrap_err();
+        assert_eq!(err.key(), Some("owner"), "{err}");
+        assert!(err.to_string().contains("4294967295"), "{err}");
+        let config = DeployConfig {
+            group: Some(Id::Number(u32::MAX)),
+            ..deploy_in(Path::new("/srv/holdfast-certs"))
+        };
+        assert_eq!(config.check().unwrap_err().key(), Some("group"));
+        assert!(config.target("a.example", true).is_err());
     }
 
     #[test]
