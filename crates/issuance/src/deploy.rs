@@ -330,8 +330,8 @@ impl DeployTarget {
     /// one above it are checked as [`DeployConfig::check`] does and `DIR/NAME` must be a real
     /// directory, not a link: since then no one but root and the node's user can change any of
     /// them, nothing can redirect the writes between the check and the rename.
-    /// The key goes first: for the moment the other writes take, a reader of the set may pair
-    /// the new key with the old certificate.
+    /// All four are written under temporary names first and only then renamed into place, so a
+    /// failure leaves the old set whole.
     // r[impl issue.deploy]
     pub fn write(&self, pair: &CertifiedPair) -> Result<DeployedPaths, DeployError> {
         let dir_error = |path: &Path| {
@@ -363,10 +363,17 @@ impl DeployTarget {
         }
         let paths = self.paths();
         let (leaf, chain) = split_leaf(&pair.chain_pem);
-        holdfast_keyfile::write_with(&paths.key, pair.key_pem.as_bytes(), self.key)?;
-        holdfast_keyfile::write_with(&paths.cert, leaf.as_bytes(), self.cert)?;
-        holdfast_keyfile::write_with(&paths.chain, chain.as_bytes(), self.cert)?;
-        holdfast_keyfile::write_with(&paths.fullchain, pair.chain_pem.as_bytes(), self.cert)?;
+        // All four are written under their temporary names before any is renamed: a failure
+        // leaves the old set whole, and a reader sees a mix only for the four renames.
+        let prepared = [
+            holdfast_keyfile::prepare_with(&paths.key, pair.key_pem.as_bytes(), self.key)?,
+            holdfast_keyfile::prepare_with(&paths.cert, leaf.as_bytes(), self.cert)?,
+            holdfast_keyfile::prepare_with(&paths.chain, chain.as_bytes(), self.cert)?,
+            holdfast_keyfile::prepare_with(&paths.fullchain, pair.chain_pem.as_bytes(), self.cert)?,
+        ];
+        for file in prepared {
+            file.commit()?;
+        }
         Ok(paths)
     }
 }
@@ -747,6 +754,35 @@ mod tests {
         };
         assert_eq!(config.check().unwrap_err().key(), Some("group"));
         assert!(config.target("a.example", true).is_err());
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_deploy_failing_midway_leaves_the_old_set_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = deploy_in(dir.path()).target("a.example", true).unwrap();
+        let old = pair();
+        let paths = target.write(&old).unwrap();
+        // The third file cannot be written: its temporary path is a directory.
+        std::fs::create_dir(holdfast_keyfile::temp_path(&paths.chain)).unwrap();
+        let new = pair();
+        assert_ne!(new.key_pem, old.key_pem);
+        assert!(target.write(&new).is_err());
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(&paths.key), old.key_pem, "the new key went out alone");
+        assert_eq!(read(&paths.fullchain), old.chain_pem);
+        for file in [&paths.key, &paths.cert, &paths.fullchain] {
+            assert!(
+                !holdfast_keyfile::temp_path(file).exists(),
+                "{}",
+                file.display()
+            );
+        }
+        // Once it can be written, the whole new set is.
+        std::fs::remove_dir(holdfast_keyfile::temp_path(&paths.chain)).unwrap();
+        target.write(&new).unwrap();
+        assert_eq!(read(&paths.key), new.key_pem);
+        assert_eq!(read(&paths.fullchain), new.chain_pem);
     }
 
     #[test]

@@ -101,6 +101,19 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), KeyfileError> {
 // r[impl issue.store.secret-file+2]
 // r[impl issue.deploy]
 pub fn write_with(path: &Path, bytes: &[u8], options: FileOptions) -> Result<(), KeyfileError> {
+    prepare_with(path, bytes, options)?.commit()
+}
+
+/// The first half of [`write_with`]: the temporary file created, given `options`, written and
+/// synced, but not yet renamed over `path` — so several files can all be prepared before any
+/// replaces its target.
+// r[impl issue.store.secret-file+2]
+// r[impl issue.deploy]
+pub fn prepare_with(
+    path: &Path,
+    bytes: &[u8],
+    options: FileOptions,
+) -> Result<Prepared, KeyfileError> {
     let tmp = temp_path(path);
     if options.mode & !0o777 != 0 {
         return Err(KeyfileError {
@@ -149,20 +162,57 @@ pub fn write_with(path: &Path, bytes: &[u8], options: FileOptions) -> Result<(),
         .map_err(fail(Step::Write, &tmp))
     });
     drop(file);
-    let renamed = written.and_then(|()| fs::rename(&tmp, path).map_err(fail(Step::Rename, path)));
-    if let Err(err) = renamed {
-        // Best effort: the next write removes it anyway.
-        let _ = fs::remove_file(&tmp);
-        return Err(err);
+    let prepared = Prepared {
+        tmp: Some(tmp),
+        path: path.to_owned(),
+    };
+    // On an error, dropping `prepared` removes the temporary file.
+    written.map(|()| prepared)
+}
+
+/// A file written and synced under its temporary name ([`prepare_with`]), not yet renamed into
+/// place: [`Prepared::commit`] does that; dropped uncommitted, the temporary file is removed and
+/// the target is unchanged.
+#[derive(Debug)]
+pub struct Prepared {
+    tmp: Option<PathBuf>,
+    path: PathBuf,
+}
+
+impl Prepared {
+    /// Renames the temporary file over the target and syncs the directory.
+    // r[impl issue.store.secret-file+2]
+    pub fn commit(mut self) -> Result<(), KeyfileError> {
+        let Some(tmp) = self.tmp.take() else {
+            return Ok(());
+        };
+        let fail = |step, path: &Path| {
+            let path = path.to_owned();
+            move |source| KeyfileError { step, path, source }
+        };
+        if let Err(err) = fs::rename(&tmp, &self.path) {
+            // Best effort: the next write removes it anyway.
+            let _ = fs::remove_file(&tmp);
+            return Err(fail(Step::Rename, &self.path)(err));
+        }
+        // The rename itself is durable only once the directory is synced.
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fail(Step::SyncDir, dir))
     }
-    // The rename itself is durable only once the directory is synced.
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(fail(Step::SyncDir, dir))
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = fs::remove_file(tmp);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -327,5 +377,27 @@ mod tests {
         write_with(&path, b"key3", options).expect("written");
         assert_eq!(fs::read(&victim).expect("victim"), b"untouched");
         assert_eq!(fs::read(&path).expect("read"), b"key3");
+    }
+
+    // r[verify issue.store.secret-file+2]
+    #[test]
+    fn a_prepared_file_replaces_its_target_only_when_committed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("key.pem");
+        write_private(&path, b"old").expect("written");
+        let prepared = prepare_with(&path, b"new", FileOptions::PRIVATE).expect("prepared");
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(fs::read(temp_path(&path)).expect("read tmp"), b"new");
+        // Dropped uncommitted: the target is unchanged and nothing is left behind.
+        drop(prepared);
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert!(!temp_path(&path).exists());
+        prepare_with(&path, b"new", FileOptions::PRIVATE)
+            .expect("prepared")
+            .commit()
+            .expect("committed");
+        assert_eq!(fs::read(&path).expect("read"), b"new");
+        assert_eq!(mode(&path), 0o600);
+        assert!(!temp_path(&path).exists());
     }
 }
