@@ -122,6 +122,32 @@ pub struct DeployConfig {
     pub cert_mode: CertMode,
 }
 
+/// Who the node runs as: whom it may give its files to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// The effective uid.
+    pub uid: u32,
+    /// The effective gid and the supplementary groups.
+    pub gids: Vec<u32>,
+}
+
+impl Running {
+    /// This process.
+    pub fn current() -> Self {
+        let mut gids = vec![nix::unistd::getegid().as_raw()];
+        gids.extend(
+            nix::unistd::getgroups()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| g.as_raw()),
+        );
+        Running {
+            uid: nix::unistd::geteuid().as_raw(),
+            gids,
+        }
+    }
+}
+
 /// A deploy that cannot be set up or written.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -138,6 +164,16 @@ pub enum DeployError {
         key: &'static str,
         /// The number given.
         id: u32,
+    },
+    /// The node is not root and the owner is not its user, or the group not one of its groups.
+    #[error("the node runs as uid {uid}, not root: it cannot give files to {key} {id}")]
+    NotPermitted {
+        /// `owner` or `group`.
+        key: &'static str,
+        /// The id asked.
+        id: u32,
+        /// The node's uid.
+        uid: u32,
     },
     /// The user or group database could not be read.
     #[error("looking up {id}: {message}")]
@@ -197,7 +233,9 @@ impl DeployError {
         match self {
             DeployError::NoUser(_) => Some("owner"),
             DeployError::NoGroup(_) => Some("group"),
-            DeployError::Lookup { key, .. } | DeployError::NotAnId { key, .. } => Some(key),
+            DeployError::Lookup { key, .. }
+            | DeployError::NotAnId { key, .. }
+            | DeployError::NotPermitted { key, .. } => Some(key),
             DeployError::Relative(_)
             | DeployError::Unsafe { .. }
             | DeployError::Duplicate { .. } => Some("dir"),
@@ -250,13 +288,35 @@ pub fn gid_of(id: &Id) -> Result<u32, DeployError> {
 
 impl DeployConfig {
     /// Checks what the types alone cannot: an absolute directory (a relative one would depend
-    /// on the node's working directory), an owner and a group that exist.
+    /// on the node's working directory) that no one else can change, an owner and a group that
+    /// exist and that the node, as it runs, may give files to.
     pub fn check(&self) -> Result<(), DeployError> {
+        self.check_for(&Running::current())
+    }
+
+    /// [`DeployConfig::check`] for a node running as `running`.
+    // r[impl issue.deploy]
+    pub fn check_for(&self, running: &Running) -> Result<(), DeployError> {
         if !self.dir.is_absolute() {
             return Err(DeployError::Relative(self.dir.clone()));
         }
-        self.owner.as_ref().map(uid_of).transpose()?;
-        self.group.as_ref().map(gid_of).transpose()?;
+        let owner = self.owner.as_ref().map(uid_of).transpose()?;
+        let group = self.group.as_ref().map(gid_of).transpose()?;
+        // chown(2) lets only root give a file away, and a non-root owner only to its own groups:
+        // refused here rather than as a fault at every tick.
+        if running.uid != 0 {
+            let refuse = |key, id| DeployError::NotPermitted {
+                key,
+                id,
+                uid: running.uid,
+            };
+            if let Some(id) = owner.filter(|id| *id != running.uid) {
+                return Err(refuse("owner", id));
+            }
+            if let Some(id) = group.filter(|id| !running.gids.contains(id)) {
+                return Err(refuse("group", id));
+            }
+        }
         check_safe(&self.dir)
     }
 
@@ -783,6 +843,43 @@ mod tests {
         target.write(&new).unwrap();
         assert_eq!(read(&paths.key), new.key_pem);
         assert_eq!(read(&paths.fullchain), new.chain_pem);
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_node_not_root_cannot_be_asked_to_give_files_away() {
+        let config = DeployConfig {
+            owner: Some(Id::Number(4242)),
+            ..deploy_in(Path::new("/srv/holdfast-certs"))
+        };
+        let as_user = Running {
+            uid: 1000,
+            gids: vec![1000, 27],
+        };
+        let err = config.check_for(&as_user).unwrap_err();
+        assert_eq!(err.key(), Some("owner"), "{err}");
+        assert!(err.to_string().contains("not root"), "{err}");
+        // Its own uid, or a group it is in, are fine; root may give files to anyone.
+        let own = DeployConfig {
+            owner: Some(Id::Number(1000)),
+            group: Some(Id::Number(27)),
+            ..config.clone()
+        };
+        assert!(own.check_for(&as_user).is_ok());
+        let other_group = DeployConfig {
+            group: Some(Id::Number(4343)),
+            ..own.clone()
+        };
+        assert_eq!(
+            other_group.check_for(&as_user).unwrap_err().key(),
+            Some("group")
+        );
+        let root = Running {
+            uid: 0,
+            gids: vec![0],
+        };
+        assert!(config.check_for(&root).is_ok());
+        assert!(other_group.check_for(&root).is_ok());
     }
 
     #[test]
