@@ -444,7 +444,16 @@ impl Issuer {
                 continue;
             };
             if let (true, Some(target)) = (pending.deploy, &out.deploy) {
-                match target.write(&pair) {
+                // Files, fsyncs and chowns: blocking work, kept off the runtime's threads.
+                let written = {
+                    let (target, pair) = (target.clone(), pair.clone());
+                    tokio::task::spawn_blocking(move || target.write(&pair)).await
+                };
+                let written = match written {
+                    Ok(done) => done.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the deploy task ended: {e}")),
+                };
+                match written {
                     Ok(paths) => {
                         tracing::info!(certificate = %name, dir = %paths.dir.display(), "certificate deployed");
                         self.faults.clear(&deploy_subject(&name));
