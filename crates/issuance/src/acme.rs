@@ -307,23 +307,30 @@ impl AcmeSource {
                         .as_ref()
                         .map(|p| p.to_string())
                         .unwrap_or_default();
-                    Some(SourceError::new(
-                        ErrorClass::Validation,
-                        format!("order is {status:?} {detail}"),
+                    Some((
+                        SourceError::new(
+                            ErrorClass::Validation,
+                            format!("order is {status:?} {detail}"),
+                        ),
+                        format!("order is {status:?}"),
                     ))
                 }
                 // The order's own problem (an invalid order): which name it was is asked below.
-                Err(e @ instant_acme::Error::Api(_)) => Some(classify(&e)),
+                Err(e @ instant_acme::Error::Api(_)) => {
+                    let err = classify(&e);
+                    let said = err.message.clone();
+                    Some((err, said))
+                }
                 Err(e) => return Err(classify(&e)),
             };
-            if let Some(mut err) = failed {
+            if let Some((mut err, said)) = failed {
                 // Which name failed: the first authorization the server now says is not valid.
                 let mut authorizations = order.authorizations();
                 while let Some(Ok(mut authz)) = authorizations.next().await {
                     if let Ok(state) = authz.refresh().await
                         && let Some(which) = failed_authorization(state)
                     {
-                        err.message = format!("order is Invalid: {which}");
+                        err.message = naming_the_failure(&said, &which);
                         break;
                     }
                 }
@@ -360,6 +367,13 @@ pub fn failed_authorization(state: &instant_acme::AuthorizationState) -> Option<
         message.push_str(&format!(": {problem}"));
     }
     Some(message)
+}
+
+/// A failed order's message with the authorization that failed: what the order or the server
+/// said (`order is Invalid`, or the server's own problem, never rewritten) and then which name.
+// r[impl issue.certificates.failure]
+fn naming_the_failure(said: &str, which: &str) -> String {
+    format!("{said}: {which}")
 }
 
 /// The challenge tokens one attempt has the responder answer; dropping it stops answering them.
@@ -471,6 +485,21 @@ pub fn source(config: AcmeConfig, challenges: Challenges) -> Arc<dyn Source> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify issue.certificates.failure]
+    #[test]
+    fn a_failed_order_keeps_what_was_said_and_names_the_authorization() {
+        let which = "authorization for bad.example is Invalid: connection refused";
+        assert_eq!(
+            naming_the_failure("order is Invalid", which),
+            format!("order is Invalid: {which}")
+        );
+        // A server's transient problem is not turned into "order is Invalid".
+        let said = "urn:ietf:params:acme:error:rateLimited: too many requests";
+        let text = naming_the_failure(said, which);
+        assert!(text.starts_with(said), "{text}");
+        assert!(!text.contains("order is Invalid"), "{text}");
+    }
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
