@@ -338,6 +338,9 @@ pub struct Issuer {
     outputs: HashMap<String, Outputs>,
     /// The pacing of failing hooks.
     hook_policy: Policy,
+    /// Held while deploys and hooks run: overlapping ticks would write the same files through
+    /// the same temporary names, and run a hook still owed twice.
+    outputs_running: tokio::sync::Mutex<()>,
 }
 
 /// The module name faults are filed under.
@@ -391,6 +394,7 @@ impl Issuer {
             history_unavailable: None,
             outputs: HashMap::new(),
             hook_policy: hook::pacing(policy_seed),
+            outputs_running: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -426,6 +430,9 @@ impl Issuer {
     // r[impl issue.deploy]
     // r[impl issue.on-renew]
     async fn run_outputs(&self) {
+        // One at a time; the owed work is read after the wait, so what the other run did is
+        // not done again.
+        let _one = self.outputs_running.lock().await;
         let now = self.clock.now();
         let owed: Vec<(String, Pending)> = self
             .memory()

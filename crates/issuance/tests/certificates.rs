@@ -500,3 +500,48 @@ async fn a_hook_owed_before_a_restart_runs_after_it_and_a_succeeded_one_does_not
         "a hook that succeeded ran again after a restart"
     );
 }
+
+// r[verify issue.on-renew]
+#[tokio::test]
+async fn overlapping_ticks_run_a_hook_once_and_deploy_once_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let runs = dir.path().join("runs");
+    let hook = script(
+        dir.path(),
+        "reload.sh",
+        &format!("echo run >> {}\nsleep 1", runs.display()),
+    );
+    let deploy: DeployConfig =
+        serde_json::from_value(serde_json::json!({ "dir": dir.path().join("out") })).unwrap();
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: Some(deploy.target("a.example", true).unwrap()),
+            on_renew: Some(Hook {
+                argv: vec![hook],
+                timeout: Duration::from_secs(10),
+            }),
+        },
+    )]);
+    let issuer = issuer(
+        dir.path(),
+        vec![Hostname::new("a.example", source.clone())],
+        &clock,
+    )
+    .with_outputs(outputs);
+    let (a, b) = tokio::join!(issuer.tick(), issuer.tick());
+    a.unwrap();
+    b.unwrap();
+    let count = std::fs::read_to_string(&runs)
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    let faults = issuer.fault_board().of_module("issuance");
+    assert_eq!(
+        count, 1,
+        "the hook ran once per overlapping tick; {faults:?}"
+    );
+    let faults = issuer.fault_board().of_module("issuance");
+    assert!(faults.is_empty(), "{faults:?}");
+}
