@@ -400,4 +400,37 @@ mod tests {
         assert_eq!(mode(&path), 0o600);
         assert!(!temp_path(&path).exists());
     }
+
+    // r[verify issue.store.secret-file+2]
+    // r[verify issue.deploy]
+    #[test]
+    fn an_owner_that_cannot_be_given_leaves_the_target_and_no_temporary_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("key.pem");
+        write_private(&path, b"current").expect("written");
+        // A mode that is not permission bits: refused before anything is created.
+        let setuid = FileOptions {
+            mode: 0o4640,
+            ..FileOptions::PRIVATE
+        };
+        let err = write_with(&path, b"next", setuid).expect_err("setuid refused");
+        assert_eq!(err.step, Step::Permissions);
+        assert_eq!(fs::read(&path).expect("read"), b"current");
+        assert!(!temp_path(&path).exists());
+        // Giving the file to root is refused to anyone else (EPERM at fchown).
+        // The directory this test created is owned by the uid it runs as.
+        let me = std::os::unix::fs::MetadataExt::uid(&fs::metadata(dir.path()).expect("dir"));
+        if me == 0 {
+            eprintln!("root: fchown cannot fail here; the EPERM case is not tested");
+            return;
+        }
+        let to_root = FileOptions {
+            owner: Some(0),
+            ..FileOptions::PRIVATE
+        };
+        let err = write_with(&path, b"next", to_root).expect_err("fchown to root");
+        assert_eq!(err.step, Step::Permissions, "{err}");
+        assert_eq!(fs::read(&path).expect("read"), b"current");
+        assert!(!temp_path(&path).exists(), "temporary file left behind");
+    }
 }
