@@ -6,6 +6,8 @@ use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
 use holdfast_keyfile::FileOptions;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject as _;
 
 use crate::cert::CertifiedPair;
 
@@ -222,6 +224,9 @@ pub enum DeployError {
         /// The entry that names it again.
         second: String,
     },
+    /// The chain is not PEM certificates.
+    #[error("the chain cannot be read: {0}")]
+    Pem(String),
     /// A file could not be written (the one named is unchanged).
     #[error(transparent)]
     Write(#[from] holdfast_keyfile::KeyfileError),
@@ -422,14 +427,14 @@ impl DeployTarget {
             check_one(&self.dir, &meta, false)?;
         }
         let paths = self.paths();
-        let (leaf, chain) = split_leaf(&pair.chain_pem);
+        let (leaf, chain, fullchain) = split_leaf(&pair.chain_pem)?;
         // All four are written under their temporary names before any is renamed: a failure
         // leaves the old set whole, and a reader sees a mix only for the four renames.
         let prepared = [
             holdfast_keyfile::prepare_with(&paths.key, pair.key_pem.as_bytes(), self.key)?,
             holdfast_keyfile::prepare_with(&paths.cert, leaf.as_bytes(), self.cert)?,
             holdfast_keyfile::prepare_with(&paths.chain, chain.as_bytes(), self.cert)?,
-            holdfast_keyfile::prepare_with(&paths.fullchain, pair.chain_pem.as_bytes(), self.cert)?,
+            holdfast_keyfile::prepare_with(&paths.fullchain, fullchain.as_bytes(), self.cert)?,
         ];
         for file in prepared {
             file.commit()?;
@@ -493,21 +498,22 @@ fn check_one(path: &Path, meta: &std::fs::Metadata, above: bool) -> Result<(), D
     Ok(())
 }
 
-/// The first PEM block of `chain` (the leaf) and the rest.
-fn split_leaf(chain: &str) -> (&str, &str) {
-    const END: &str = "-----END CERTIFICATE-----";
-    match chain.find(END) {
-        Some(at) => {
-            let mut cut = at + END.len();
-            if chain[cut..].starts_with("\r\n") {
-                cut += 2;
-            } else if chain[cut..].starts_with('\n') {
-                cut += 1;
-            }
-            chain.split_at(cut)
-        }
-        None => (chain, ""),
-    }
+/// The certificates of `chain` (the PEM CERTIFICATE blocks, read by rustls-pki-types), encoded
+/// again (by the `pem` crate): the leaf, the rest, and both — the third always the first two
+/// joined.
+fn split_leaf(chain: &str) -> Result<(String, String, String), DeployError> {
+    let ders = CertificateDer::pem_slice_iter(chain.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| DeployError::Pem(e.to_string()))?;
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    let mut blocks = ders
+        .iter()
+        .map(|der| pem::encode_config(&pem::Pem::new("CERTIFICATE", der.as_ref()), config));
+    let leaf = blocks
+        .next()
+        .ok_or_else(|| DeployError::Pem("no certificate".into()))?;
+    let rest: String = blocks.collect();
+    Ok((leaf.clone(), rest.clone(), leaf + &rest))
 }
 
 #[cfg(test)]
@@ -884,10 +890,23 @@ mod tests {
 
     #[test]
     fn the_leaf_is_split_from_the_chain() {
-        let a = "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n";
-        let b = "-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----\n";
-        assert_eq!(split_leaf(&format!("{a}{b}")), (a, b));
-        assert_eq!(split_leaf(a), (a, ""));
-        assert_eq!(split_leaf("junk"), ("junk", ""));
+        let pair = pair();
+        let (leaf, rest, full) = split_leaf(&pair.chain_pem).unwrap();
+        assert_eq!(full, format!("{leaf}{rest}"));
+        assert_eq!(leaf.matches("BEGIN CERTIFICATE").count(), 1);
+        assert_eq!(rest.matches("BEGIN CERTIFICATE").count(), 1);
+        // The same certificates as the chain, in order, whatever its spacing or line endings.
+        let der = |text: &str| {
+            CertificateDer::pem_slice_iter(text.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap()
+        };
+        assert_eq!(der(&full), der(&pair.chain_pem));
+        let spaced = format!(
+            "junk before\r\n{}\n\n",
+            pair.chain_pem.replace('\n', "\r\n")
+        );
+        assert_eq!(split_leaf(&spaced).unwrap().2, full);
+        assert!(matches!(split_leaf("junk"), Err(DeployError::Pem(_))));
     }
 }
