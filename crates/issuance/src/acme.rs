@@ -149,7 +149,7 @@ fn builder(
 
 /// Writes the account credentials: 0600, atomically, never through a planted link.
 // r[impl issue.acme.account]
-// r[impl issue.store.secret-file]
+// r[impl issue.store.secret-file+2]
 fn save_credentials(path: &Path, credentials: &AccountCredentials) -> Result<(), SourceError> {
     let storage = |e: std::io::Error| {
         SourceError::new(
@@ -250,13 +250,15 @@ impl AcmeSource {
     }
 
     // r[impl issue.acme.flow]
-    async fn issue(&self, hostname: &str) -> Result<CertifiedPair, SourceError> {
+    // r[impl issue.certificates]
+    async fn issue(&self, names: &[String]) -> Result<CertifiedPair, SourceError> {
         let account = self.account().await?;
         let profile = self.config.profile.as_deref();
         if let Some(err) = unlisted_profile(profile, account.profiles().map(|p| p.name)) {
             return Err(err);
         }
-        let identifiers = [Identifier::Dns(hostname.to_owned())];
+        // One order for every name of the certificate.
+        let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
         let mut new_order = NewOrder::new(&identifiers);
         if let Some(p) = profile {
             new_order = new_order.profile(p);
@@ -278,44 +280,100 @@ impl AcmeSource {
                 match authz.status {
                     AuthorizationStatus::Pending => {}
                     AuthorizationStatus::Valid => continue,
-                    other => {
-                        return Err(SourceError::new(
-                            ErrorClass::Validation,
-                            format!("authorization is {other:?}"),
-                        ));
+                    _ => {
+                        let message = failed_authorization(&authz)
+                            .unwrap_or_else(|| format!("authorization for {}", authz.identifier()));
+                        return Err(SourceError::new(ErrorClass::Validation, message));
                     }
                 }
+                let identifier = authz.identifier().to_string();
                 let mut challenge = authz.challenge(ChallengeType::Http01).ok_or_else(|| {
-                    SourceError::new(ErrorClass::Rejected, "no http-01 challenge offered")
+                    SourceError::new(
+                        ErrorClass::Rejected,
+                        format!("no http-01 challenge offered for {identifier}"),
+                    )
                 })?;
                 let key_authorization = challenge.key_authorization();
                 tokens.answer(&challenge.token, key_authorization.as_str());
                 challenge.set_ready().await.map_err(|e| classify(&e))?;
             }
             let retries = RetryPolicy::new().timeout(self.config.order_timeout);
-            let status = order.poll_ready(&retries).await.map_err(|e| classify(&e))?;
-            if status != OrderStatus::Ready {
-                let detail = order
-                    .state()
-                    .error
-                    .as_ref()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default();
-                return Err(SourceError::new(
-                    ErrorClass::Validation,
-                    format!("order is {status:?} {detail}"),
-                ));
+            let failed = match order.poll_ready(&retries).await {
+                Ok(OrderStatus::Ready) => None,
+                Ok(status) => {
+                    let detail = order
+                        .state()
+                        .error
+                        .as_ref()
+                        .map(|p| p.to_string())
+                        .unwrap_or_default();
+                    Some((
+                        SourceError::new(
+                            ErrorClass::Validation,
+                            format!("order is {status:?} {detail}"),
+                        ),
+                        format!("order is {status:?}"),
+                    ))
+                }
+                // The order's own problem (an invalid order): which name it was is asked below.
+                Err(e @ instant_acme::Error::Api(_)) => {
+                    let err = classify(&e);
+                    let said = err.message.clone();
+                    Some((err, said))
+                }
+                Err(e) => return Err(classify(&e)),
+            };
+            if let Some((mut err, said)) = failed {
+                // Which name failed: the first authorization the server now says is not valid.
+                let mut authorizations = order.authorizations();
+                while let Some(Ok(mut authz)) = authorizations.next().await {
+                    if let Ok(state) = authz.refresh().await
+                        && let Some(which) = failed_authorization(state)
+                    {
+                        err.message = naming_the_failure(&said, &which);
+                        break;
+                    }
+                }
+                return Err(err);
             }
             let key_pem = order.finalize().await.map_err(|e| classify(&e))?;
             let chain_pem = order
                 .poll_certificate(&retries)
                 .await
                 .map_err(|e| classify(&e))?;
-            CertifiedPair::parse(hostname, &chain_pem, &key_pem)
+            CertifiedPair::parse_for(names, &chain_pem, &key_pem)
                 .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
         }
         .await
     }
+}
+
+/// What failed in an authorization that is not pending or valid: its identifier, its status and
+/// the reason the CA gave on a failed challenge (`None`: it is pending or valid).
+// r[impl issue.certificates.failure]
+pub fn failed_authorization(state: &instant_acme::AuthorizationState) -> Option<String> {
+    if matches!(
+        state.status,
+        AuthorizationStatus::Pending | AuthorizationStatus::Valid
+    ) {
+        return None;
+    }
+    let mut message = format!(
+        "authorization for {} is {:?}",
+        state.identifier(),
+        state.status
+    );
+    if let Some(problem) = state.challenges.iter().find_map(|c| c.error.as_ref()) {
+        message.push_str(&format!(": {problem}"));
+    }
+    Some(message)
+}
+
+/// A failed order's message with the authorization that failed: what the order or the server
+/// said (`order is Invalid`, or the server's own problem, never rewritten) and then which name.
+// r[impl issue.certificates.failure]
+fn naming_the_failure(said: &str, which: &str) -> String {
+    format!("{said}: {which}")
 }
 
 /// The challenge tokens one attempt has the responder answer; dropping it stops answering them.
@@ -371,9 +429,9 @@ impl Source for AcmeSource {
 
     fn obtain<'a>(
         &'a self,
-        hostname: &'a str,
+        names: &'a [String],
     ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
-        Box::pin(self.issue(hostname))
+        Box::pin(self.issue(names))
     }
 
     fn renewal_window<'a>(
@@ -427,6 +485,21 @@ pub fn source(config: AcmeConfig, challenges: Challenges) -> Arc<dyn Source> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify issue.certificates.failure]
+    #[test]
+    fn a_failed_order_keeps_what_was_said_and_names_the_authorization() {
+        let which = "authorization for bad.example is Invalid: connection refused";
+        assert_eq!(
+            naming_the_failure("order is Invalid", which),
+            format!("order is Invalid: {which}")
+        );
+        // A server's transient problem is not turned into "order is Invalid".
+        let said = "urn:ietf:params:acme:error:rateLimited: too many requests";
+        let text = naming_the_failure(said, which);
+        assert!(text.starts_with(said), "{text}");
+        assert!(!text.contains("order is Invalid"), "{text}");
+    }
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
@@ -650,7 +723,8 @@ mod tests {
             challenges.clone(),
             Arc::new(StallingAcme),
         );
-        let mut attempt = source.obtain("a.example");
+        let names = ["a.example".to_owned()];
+        let mut attempt = source.obtain(&names);
         // Run the attempt until its challenge is being answered, then cut it off, as the
         // issuer's attempt timeout (or a stop) does.
         let answered = async {
@@ -668,5 +742,38 @@ mod tests {
             None,
             "the token outlived its attempt"
         );
+    }
+
+    // r[verify issue.certificates.failure]
+    #[test]
+    fn a_failed_authorization_is_named_by_its_identifier_and_reason() {
+        let state = |status: &str| -> instant_acme::AuthorizationState {
+            serde_json::from_value(serde_json::json!({
+                "identifier": { "type": "dns", "value": "www.a.example" },
+                "status": status,
+                "challenges": [{
+                    "type": "http-01",
+                    "url": "https://ca.example/chall/1",
+                    "token": "tok",
+                    "status": "invalid",
+                    "error": {
+                        "type": "urn:ietf:params:acme:error:connection",
+                        "detail": "connection refused",
+                        "status": 400
+                    }
+                }]
+            }))
+            .unwrap()
+        };
+        let message = failed_authorization(&state("invalid")).unwrap();
+        assert!(
+            message.starts_with("authorization for www.a.example is Invalid"),
+            "{message}"
+        );
+        assert!(message.contains("connection refused"), "{message}");
+        assert_eq!(failed_authorization(&state("pending")), None);
+        assert_eq!(failed_authorization(&state("valid")), None);
+        let expired = failed_authorization(&state("expired")).unwrap();
+        assert!(expired.contains("www.a.example"), "{expired}");
     }
 }

@@ -78,6 +78,19 @@ impl std::fmt::Debug for CertifiedPair {
     }
 }
 
+/// Whether `leaf`'s subject alternative names list `name` (compared case-insensitively).
+fn leaf_names(leaf: &x509_parser::certificate::X509Certificate<'_>, name: &str) -> bool {
+    leaf.subject_alternative_name()
+        .ok()
+        .flatten()
+        .is_some_and(|san| {
+            san.value.general_names.iter().any(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => d.eq_ignore_ascii_case(name),
+                _ => false,
+            })
+        })
+}
+
 fn to_system_time(t: x509_parser::time::ASN1Time) -> SystemTime {
     let secs = t.timestamp();
     match u64::try_from(secs) {
@@ -91,6 +104,14 @@ impl CertifiedPair {
     /// `hostname`. Validity against the clock is checked by [`CertifiedPair::check_time`].
     // r[impl issue.store.validate]
     pub fn parse(hostname: &str, chain_pem: &str, key_pem: &str) -> Result<Self, CertError> {
+        Self::parse_for(&[hostname.to_owned()], chain_pem, key_pem)
+    }
+
+    /// [`CertifiedPair::parse`] for a certificate of several names: the leaf names every one of
+    /// `names` (the first it lacks is the error).
+    // r[impl issue.store.validate]
+    // r[impl issue.certificates]
+    pub fn parse_for(names: &[String], chain_pem: &str, key_pem: &str) -> Result<Self, CertError> {
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(chain_pem.as_bytes())
                 .collect::<Result<_, _>>()
@@ -105,20 +126,8 @@ impl CertifiedPair {
         if key.subject_public_key_info() != parsed.tbs_certificate.subject_pki.raw {
             return Err(CertError::KeyMismatch);
         }
-        let names_host = parsed
-            .subject_alternative_name()
-            .ok()
-            .flatten()
-            .is_some_and(|san| {
-                san.value.general_names.iter().any(|n| match n {
-                    x509_parser::extensions::GeneralName::DNSName(d) => {
-                        d.eq_ignore_ascii_case(hostname)
-                    }
-                    _ => false,
-                })
-            });
-        if !names_host {
-            return Err(CertError::WrongName(hostname.to_owned()));
+        if let Some(missing) = names.iter().find(|name| !leaf_names(&parsed, name)) {
+            return Err(CertError::WrongName(missing.clone()));
         }
         let validity = parsed.validity();
         let info = CertInfo::new(
@@ -133,6 +142,19 @@ impl CertifiedPair {
         })
     }
 
+    /// Whether the leaf names every one of `names` (a certificate stored before a name was added
+    /// does not).
+    // r[impl issue.certificates]
+    pub fn covers(&self, names: &[String]) -> bool {
+        if names.is_empty() {
+            return true;
+        }
+        match x509_parser::parse_x509_certificate(&self.leaf_der) {
+            Ok((_, parsed)) => names.iter().all(|name| leaf_names(&parsed, name)),
+            Err(_) => false,
+        }
+    }
+
     /// Rejects a pair that is not valid at `now` (expired, or an empty lifetime).
     pub fn check_time(&self, now: SystemTime) -> Result<(), CertError> {
         if self.info.not_after <= self.info.not_before || now >= self.info.not_after {
@@ -143,6 +165,11 @@ impl CertifiedPair {
 
     /// Parses a single PEM text that holds the key and the chain (in any order).
     pub fn parse_bundle(hostname: &str, bundle: &str) -> Result<Self, CertError> {
+        Self::parse_bundle_for(&[hostname.to_owned()], bundle)
+    }
+
+    /// [`CertifiedPair::parse_bundle`] for a certificate of several names.
+    pub fn parse_bundle_for(names: &[String], bundle: &str) -> Result<Self, CertError> {
         let (mut chain, mut key) = (String::new(), String::new());
         let mut current: Option<&mut String> = None;
         for line in bundle.lines() {
@@ -164,7 +191,7 @@ impl CertifiedPair {
         if key.is_empty() {
             return Err(CertError::Key("no private key in the PEM".into()));
         }
-        Self::parse(hostname, &chain, &key)
+        Self::parse_for(names, &chain, &key)
     }
 
     /// The key followed by the chain, as one PEM text.
@@ -181,13 +208,23 @@ pub mod testing {
 
     /// Issues a leaf for `hostname` valid from `not_before` for `lifetime`; returns (chain, key).
     pub fn leaf(hostname: &str, not_before: SystemTime, lifetime: Duration) -> (String, String) {
+        leaf_for(&[hostname], not_before, lifetime)
+    }
+
+    /// [`leaf`] naming every one of `names`.
+    pub fn leaf_for(
+        names: &[&str],
+        not_before: SystemTime,
+        lifetime: Duration,
+    ) -> (String, String) {
         let ca_key = rcgen::KeyPair::generate().expect("key");
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let ca = ca_params.self_signed(&ca_key).expect("ca");
         let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
         let key = rcgen::KeyPair::generate().expect("key");
-        let mut params = rcgen::CertificateParams::new(vec![hostname.to_owned()]).expect("params");
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = rcgen::CertificateParams::new(names).expect("params");
         params.not_before = time::OffsetDateTime::from(not_before);
         params.not_after = time::OffsetDateTime::from(not_before + lifetime);
         // As a CA's leaves do, so an ACME renewal-information request can name it (RFC 9773).
@@ -248,5 +285,32 @@ mod tests {
         ));
         // The key never shows in debug output.
         assert!(!format!("{pair:?}").contains("PRIVATE"));
+    }
+
+    // r[verify issue.certificates]
+    #[test]
+    fn a_pair_for_several_names_must_name_each_one() {
+        let names = ["a.example".to_owned(), "www.a.example".to_owned()];
+        let (chain, key) = testing::leaf_for(
+            &["a.example", "www.a.example"],
+            t(0),
+            Duration::from_secs(86400),
+        );
+        let pair = CertifiedPair::parse_for(&names, &chain, &key).unwrap();
+        assert!(pair.covers(&names));
+        assert!(pair.covers(&["WWW.A.example".to_owned()]));
+        assert_eq!(
+            CertifiedPair::parse_bundle_for(&names, &pair.bundle()).unwrap(),
+            pair
+        );
+        // A leaf lacking one of the names is refused, naming it.
+        let (one, one_key) = testing::leaf("a.example", t(0), Duration::from_secs(86400));
+        assert_eq!(
+            CertifiedPair::parse_for(&names, &one, &one_key),
+            Err(CertError::WrongName("www.a.example".into()))
+        );
+        let one = CertifiedPair::parse("a.example", &one, &one_key).unwrap();
+        assert!(!one.covers(&names[1..]));
+        assert!(one.covers(&[]));
     }
 }

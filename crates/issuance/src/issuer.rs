@@ -11,9 +11,12 @@ use holdfast_lifecycle::{FaultBoard, Subject};
 use crate::acme::{RenewalWindow, pick_in_window};
 use crate::acme_http::RETRY_AFTER_MAX;
 use crate::decision::{self, Flags, IssuePolicy, IssueReason, Verdict};
+use crate::deploy::DeployTarget;
 use crate::history::{FailureRecord, HistoryDb, HistoryError, Outcome};
+use crate::hook::{self, Hook, HookEnv, HookFiles};
 use crate::source::{ErrorClass, Source, SourceError};
 use crate::store::CertStore;
+use holdfast_retry::{History, Policy};
 
 /// The wall clock the issuer reads (injected in tests).
 pub trait WallClock: Send + Sync + 'static {
@@ -53,19 +56,52 @@ impl WallClock for ManualWallClock {
     }
 }
 
-/// One configured hostname and the source that serves it.
+/// One configured certificate — named by its first name, its key — and the source that serves
+/// it. A `[[issuance.hostname]]` is one with no further names.
 #[derive(Clone)]
 pub struct Hostname {
-    /// The DNS name.
+    /// The first DNS name: the key of the certificate's file, history, decision and block.
     pub name: String,
+    /// The certificate's further names, issued in the same attempt.
+    pub also: Vec<String>,
     /// Its source.
     pub source: Arc<dyn Source>,
+}
+
+impl Hostname {
+    /// A certificate for one name.
+    pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Self {
+        Self {
+            name: name.into(),
+            also: Vec::new(),
+            source,
+        }
+    }
+
+    /// A certificate for `names`, the first its key (an empty list is refused before this, by
+    /// the config's check).
+    pub fn certificate(names: Vec<String>, source: Arc<dyn Source>) -> Self {
+        let mut names = names.into_iter();
+        Self {
+            name: names.next().unwrap_or_default(),
+            also: names.collect(),
+            source,
+        }
+    }
+
+    /// Every name, the key first.
+    pub fn names(&self) -> Vec<String> {
+        std::iter::once(self.name.clone())
+            .chain(self.also.iter().cloned())
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for Hostname {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hostname")
             .field("name", &self.name)
+            .field("also", &self.also)
             .field("source", &self.source.name())
             .finish()
     }
@@ -74,8 +110,11 @@ impl std::fmt::Debug for Hostname {
 /// What `holdfast certs` shows for one hostname.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HostStatus {
-    /// The hostname.
+    /// The hostname: the certificate's first name.
     pub hostname: String,
+    /// The certificate's further names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// The source's name.
     pub source: String,
     /// `valid`, `issuing`, `due`, `debounced` or `blocked`.
@@ -211,8 +250,40 @@ impl AriChoice {
     }
 }
 
+/// What becomes of one certificate's new pairs beyond the store.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// Where copies are written for other services.
+    pub deploy: Option<DeployTarget>,
+    /// The command run after each new certificate (once it is deployed).
+    pub on_renew: Option<Hook>,
+}
+
+/// The work still owed to one certificate's latest pair.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Pending {
+    /// Its files are not written yet.
+    deploy: bool,
+    /// Its hook has not succeeded yet.
+    hook: bool,
+}
+
+/// The fault subject of a certificate's deploy.
+pub fn deploy_subject(name: &str) -> Subject {
+    Subject::new(MODULE, format!("{name}/deploy"))
+}
+
+/// The fault subject of a certificate's `on_renew` hook.
+pub fn hook_subject(name: &str) -> Subject {
+    Subject::new(MODULE, format!("{name}/on_renew"))
+}
+
 #[derive(Debug, Default)]
 struct Memory {
+    /// Deploy and hook work owed, per certificate.
+    pending: HashMap<String, Pending>,
+    /// A failing hook's streak, per certificate (paced through holdfast-retry).
+    hooks: HashMap<String, History<SystemTime>>,
     manual: HashSet<String>,
     in_flight: HashSet<String>,
     last_error: HashMap<String, String>,
@@ -263,6 +334,13 @@ pub struct Issuer {
     faults: FaultBoard,
     /// Why the attempts are kept in memory (the file could not be used at start), if they are.
     history_unavailable: Option<String>,
+    /// Deploy and hook, per certificate.
+    outputs: HashMap<String, Outputs>,
+    /// The pacing of failing hooks.
+    hook_policy: Policy,
+    /// Held while deploys and hooks run: overlapping ticks would write the same files through
+    /// the same temporary names, and run a hook still owed twice.
+    outputs_running: tokio::sync::Mutex<()>,
 }
 
 /// The module name faults are filed under.
@@ -294,6 +372,7 @@ impl Issuer {
         attempt_timeout: Duration,
     ) -> Result<Self, IssuerError> {
         db.settle_open(&policy.retry, clock.now())?;
+        let policy_seed = policy.retry.seed();
         let mut memory = Memory::default();
         for host in &hosts {
             if let Err(err) = store.load(&host.name) {
@@ -313,7 +392,204 @@ impl Issuer {
             memory: Mutex::new(memory),
             faults: FaultBoard::new(),
             history_unavailable: None,
+            outputs: HashMap::new(),
+            hook_policy: hook::pacing(policy_seed),
+            outputs_running: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Deploys each certificate's new pairs as `outputs` says (by certificate name). The pairs
+    /// already stored are deployed at the next tick too, so the files exist after a restart or
+    /// a config that added a deploy; a stored pair whose hook has not succeeded (per the record
+    /// beside the store) has its hook run again, so a restart forgets no hook owed.
+    // r[impl issue.deploy]
+    // r[impl issue.on-renew]
+    pub fn with_outputs(mut self, outputs: HashMap<String, Outputs>) -> Self {
+        {
+            let mut memory = self.memory();
+            for (name, out) in &outputs {
+                let Some(pair) = self.store.get(name) else {
+                    continue;
+                };
+                if out.deploy.is_some() {
+                    memory.pending.entry(name.clone()).or_default().deploy = true;
+                }
+                if out.on_renew.is_some() && !self.hook_done_for(name, &pair.chain_pem) {
+                    memory.pending.entry(name.clone()).or_default().hook = true;
+                }
+            }
+        }
+        self.outputs = outputs;
+        self
+    }
+
+    /// Writes the deploys still owed, then runs the hooks owed whose pacing allows: a failed
+    /// deploy is one fault per certificate (kind `deploy`), tried again at the next tick; a failed
+    /// hook is one fault (kind `on_renew`) until a run succeeds, its runs paced through
+    /// holdfast-retry. Hooks run side by side, each bounded by its timeout.
+    // r[impl issue.deploy]
+    // r[impl issue.on-renew]
+    async fn run_outputs(&self) {
+        // One at a time; the owed work is read after the wait, so what the other run did is
+        // not done again.
+        let _one = self.outputs_running.lock().await;
+        let now = self.clock.now();
+        let owed: Vec<(String, Pending)> = self
+            .memory()
+            .pending
+            .iter()
+            .map(|(name, p)| (name.clone(), *p))
+            .collect();
+        let mut hooks = Vec::new();
+        for (name, mut pending) in owed {
+            let (Some(out), Some(pair), Some(host)) = (
+                self.outputs.get(&name),
+                self.store.get(&name),
+                self.hosts.iter().find(|h| h.name == name),
+            ) else {
+                self.memory().pending.remove(&name);
+                continue;
+            };
+            if let (true, Some(target)) = (pending.deploy, &out.deploy) {
+                // Files, fsyncs and chowns: blocking work, kept off the runtime's threads.
+                let written = {
+                    let (target, pair) = (target.clone(), pair.clone());
+                    tokio::task::spawn_blocking(move || target.write(&pair)).await
+                };
+                let written = match written {
+                    Ok(done) => done.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the deploy task ended: {e}")),
+                };
+                match written {
+                    Ok(paths) => {
+                        tracing::info!(certificate = %name, dir = %paths.dir.display(), "certificate deployed");
+                        self.faults.clear(&deploy_subject(&name));
+                        pending.deploy = false;
+                    }
+                    Err(err) => {
+                        tracing::warn!(certificate = %name, %err, "certificate deploy failed");
+                        let message = format!("deploy: {err}; tried again every tick");
+                        self.faults
+                            .file(deploy_subject(&name), "deploy", &message, 0, now);
+                        // The hook waits for the files it is told about.
+                        continue;
+                    }
+                }
+            }
+            pending.deploy &= out.deploy.is_some();
+            if pending.hook
+                && let Some(hook) = &out.on_renew
+            {
+                let history = self.memory().hooks.get(&name).copied();
+                let eligible = history.is_none_or(|h| {
+                    holdfast_retry::decide(&self.hook_policy, &h, now).is_eligible()
+                });
+                if eligible {
+                    let env = self.hook_env(host, out);
+                    let chain = pair.chain_pem.clone();
+                    hooks.push(async move { (name.clone(), chain, hook.run(&env).await) });
+                }
+            } else {
+                pending.hook = false;
+            }
+            let mut memory = self.memory();
+            if pending == Pending::default() {
+                memory.pending.remove(&host.name);
+            } else {
+                memory.pending.insert(host.name.clone(), pending);
+            }
+        }
+        for (name, chain, result) in join_all(hooks).await {
+            let end = self.clock.now();
+            if result.is_ok() {
+                self.record_hook_done(&name, &chain);
+            }
+            let mut memory = self.memory();
+            match result {
+                Ok(()) => {
+                    memory.hooks.remove(&name);
+                    if let Some(p) = memory.pending.get_mut(&name) {
+                        p.hook = false;
+                        if *p == Pending::default() {
+                            memory.pending.remove(&name);
+                        }
+                    }
+                    drop(memory);
+                    tracing::info!(certificate = %name, "on_renew hook succeeded");
+                    self.faults.clear(&hook_subject(&name));
+                }
+                Err(err) => {
+                    let history = memory
+                        .hooks
+                        .entry(name.clone())
+                        .or_insert_with(|| History::for_key(&name));
+                    history.begin_attempt(&self.hook_policy, now);
+                    let recorded = history.record_failure(&self.hook_policy, end, None);
+                    let next = history.next_attempt_at(&self.hook_policy);
+                    drop(memory);
+                    tracing::warn!(certificate = %name, %err, failures = recorded.failures, "on_renew hook failed");
+                    let when = next
+                        .and_then(|at| at.duration_since(end).ok())
+                        .map(|left| format!("next run in {} s", left.as_secs()))
+                        .unwrap_or_else(|| "next run at the next tick".to_owned());
+                    let message = format!(
+                        "on_renew failed {} time(s) (last: {err}); {when}",
+                        recorded.failures
+                    );
+                    self.faults.file(
+                        hook_subject(&name),
+                        "on_renew",
+                        &message,
+                        recorded.failures,
+                        end,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The record of the chain whose hook last succeeded for `name`, beside its store file.
+    fn hook_record(&self, name: &str) -> std::path::PathBuf {
+        let mut path = self.store.path_of(name);
+        path.set_extension("on_renew");
+        path
+    }
+
+    /// Whether `name`'s hook has succeeded for the pair with `chain`.
+    fn hook_done_for(&self, name: &str, chain: &str) -> bool {
+        std::fs::read_to_string(self.hook_record(name)).is_ok_and(|done| done == chain)
+    }
+
+    /// Records that `name`'s hook succeeded for `chain` (a failure to record is logged: the
+    /// hook then runs once more after a restart, which is the safe side).
+    // r[impl issue.on-renew]
+    fn record_hook_done(&self, name: &str, chain: &str) {
+        let path = self.hook_record(name);
+        if let Err(err) = holdfast_keyfile::write_private(&path, chain.as_bytes()) {
+            tracing::warn!(certificate = %name, %err, "could not record the on_renew success");
+        }
+    }
+
+    /// What a certificate's hook is told: its names and its files (the deployed ones, else the
+    /// store's one PEM file holding the key and the chain, as the key and the bundle only).
+    // r[impl issue.on-renew]
+    fn hook_env(&self, host: &Hostname, out: &Outputs) -> HookEnv {
+        let files = match &out.deploy {
+            Some(target) => {
+                let paths = target.paths();
+                HookFiles::Deployed {
+                    cert: paths.cert,
+                    chain: paths.chain,
+                    fullchain: paths.fullchain,
+                    key: paths.key,
+                }
+            }
+            None => HookFiles::Bundle(self.store.path_of(&host.name)),
+        };
+        HookEnv {
+            names: host.names(),
+            files,
+        }
     }
 
     /// Files this issuer's faults on `board` (the node's) instead of a private one.
@@ -457,6 +733,7 @@ impl Issuer {
         self.decide(host, Flags { manual }, now)
     }
 
+    // r[impl issue.certificates]
     fn decide(
         &self,
         host: &Hostname,
@@ -464,7 +741,13 @@ impl Issuer {
         now: SystemTime,
     ) -> Result<Verdict, IssuerError> {
         let history = self.db().history(&host.name)?;
-        let current = self.store.get(&host.name).map(|pair| {
+        // A certificate that lacks one of the configured names (the list grew) is as good as
+        // missing: it is issued again, for every name.
+        let current = self
+            .store
+            .get(&host.name)
+            .filter(|pair| pair.covers(&host.also));
+        let current = current.map(|pair| {
             let mut info = pair.info;
             if let Some(AriChoice {
                 drawn: Some((_, at)),
@@ -580,6 +863,7 @@ impl Issuer {
                 }
             }
         }
+        self.run_outputs().await;
         let attempted: Vec<String> = report.dispatched.iter().map(|(h, _)| h.clone()).collect();
         self.sync_faults_after(&attempted);
         match stopped {
@@ -589,23 +873,22 @@ impl Issuer {
     }
 
     #[allow(clippy::type_complexity)]
+    // r[impl issue.certificates]
     async fn attempt(
         &self,
         host: &Hostname,
         id: i64,
     ) -> Result<(String, Result<(), (SourceError, bool)>), IssuerError> {
-        let obtained = match tokio::time::timeout(
-            self.attempt_timeout,
-            host.source.obtain(&host.name),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(SourceError::new(
-                ErrorClass::Timeout,
-                format!("no certificate within {:?}", self.attempt_timeout),
-            )),
-        };
+        // One attempt for every name of the certificate.
+        let names = host.names();
+        let obtained =
+            match tokio::time::timeout(self.attempt_timeout, host.source.obtain(&names)).await {
+                Ok(r) => r,
+                Err(_) => Err(SourceError::new(
+                    ErrorClass::Timeout,
+                    format!("no certificate within {:?}", self.attempt_timeout),
+                )),
+            };
         let end = self.clock.now();
         // The hostname is freed once its outcome is recorded (so no decision sees it free with
         // the outcome missing), and also when recording fails: a failed write leaves an open row
@@ -633,6 +916,11 @@ impl Issuer {
                 memory.last_error.remove(&host.name);
                 memory.ari.remove(&host.name);
                 memory.bad_on_disk.remove(&host.name);
+                if let Some(out) = self.outputs.get(&host.name) {
+                    let pending = memory.pending.entry(host.name.clone()).or_default();
+                    pending.deploy |= out.deploy.is_some();
+                    pending.hook |= out.on_renew.is_some();
+                }
                 *memory
                     .attempts
                     .entry((host.source.name().to_owned(), "success"))
@@ -735,6 +1023,7 @@ impl Issuer {
             };
             out.push(HostStatus {
                 hostname: host.name.clone(),
+                also: host.also.clone(),
                 source: host.source.name().to_owned(),
                 state,
                 not_after: self.store.get(&host.name).map(|p| p.info.not_after),

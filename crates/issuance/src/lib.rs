@@ -8,6 +8,9 @@
 //! [`responder`]) or the local provider ([`local`]). Attempts live in SQLite ([`history`]), one row
 //! each, read per hostname, paced through holdfast-retry's pure decision so pacing survives
 //! restarts. Certificates go through a checked, atomic [`store`] that other modules read and watch.
+//! A certificate may carry several names (one attempt, one history and one block for all of them,
+//! keyed by its first name); each new one can be [`deploy`]ed as files for other services and
+//! followed by an `on_renew` [`hook`]. The HTTP-01 responder can [`redirect`] plain HTTP to https.
 //! [`module::start`] runs it all as a node module.
 //!
 //! The README follows.
@@ -18,20 +21,25 @@ pub mod acme;
 pub mod acme_http;
 pub mod cert;
 pub mod decision;
+pub mod deploy;
 pub mod history;
+pub mod hook;
 pub mod hostname;
 pub mod issuer;
 pub mod local;
 pub mod module;
+pub mod redirect;
 pub mod responder;
 pub mod source;
 pub mod store;
 
 pub use cert::{CertError, CertInfo, CertifiedPair};
 pub use decision::{Flags, IssuePolicy, IssueReason, Verdict, decide};
+pub use deploy::{DeployConfig, DeployTarget};
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
 pub use module::{Issuance, IssuanceConfig, start};
+pub use redirect::{Http01Other, OtherRequests};
 pub use responder::{Http01Responder, ResponderLimits, ResponderStats};
 pub use source::{ErrorClass, Source, SourceError};
 pub use store::CertStore;

@@ -89,8 +89,8 @@ impl LocalProvider {
         Self { endpoint, timeout }
     }
 
-    async fn request(&self, hostname: &str) -> Result<CertifiedPair, SourceError> {
-        let path = format!("/v1/certificate/{hostname}");
+    async fn request(&self, names: &[String]) -> Result<CertifiedPair, SourceError> {
+        let path = certificate_path(names);
         let (status, retry_after, body) = match &self.endpoint {
             LocalEndpoint::Tcp(addr) => {
                 // A provider built in code, past config validation, still never leaves loopback.
@@ -127,9 +127,25 @@ impl LocalProvider {
                 retry_after,
             });
         }
-        CertifiedPair::parse_bundle(hostname, &text)
+        CertifiedPair::parse_bundle_for(names, &text)
             .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
     }
+}
+
+/// The request path for a certificate of `names`: the first in the path, every further one as a
+/// `name` query parameter. Names are DNS names (checked at start), so nothing needs escaping.
+// r[impl issue.certificates]
+fn certificate_path(names: &[String]) -> String {
+    let mut path = format!(
+        "/v1/certificate/{}",
+        names.first().map_or("", String::as_str)
+    );
+    for (i, name) in names.iter().skip(1).enumerate() {
+        path.push(if i == 0 { '?' } else { '&' });
+        path.push_str("name=");
+        path.push_str(name);
+    }
+    path
 }
 
 fn unreachable(e: std::io::Error) -> SourceError {
@@ -189,10 +205,10 @@ impl Source for LocalProvider {
     // r[impl issue.local]
     fn obtain<'a>(
         &'a self,
-        hostname: &'a str,
+        names: &'a [String],
     ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
         Box::pin(async move {
-            match tokio::time::timeout(self.timeout, self.request(hostname)).await {
+            match tokio::time::timeout(self.timeout, self.request(names)).await {
                 Ok(result) => result,
                 Err(_) => Err(SourceError::new(
                     ErrorClass::Timeout,
@@ -241,5 +257,56 @@ mod tests {
         let unix: LocalEndpoint =
             serde_json::from_value(serde_json::json!({ "unix": "/run/certd.sock" })).unwrap();
         assert_eq!(unix.check(), Ok(()));
+    }
+
+    // r[verify issue.certificates]
+    #[tokio::test]
+    async fn the_local_provider_is_asked_for_every_name_and_its_answer_must_name_each() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let names = vec!["a.example".to_owned(), "www.a.example".to_owned()];
+        assert_eq!(certificate_path(&names[..1]), "/v1/certificate/a.example");
+        assert_eq!(
+            certificate_path(&[names[0].clone(), names[1].clone(), "b.example".to_owned()]),
+            "/v1/certificate/a.example?name=www.a.example&name=b.example"
+        );
+        // A provider answering with `leaf`, recording the request line.
+        async fn serve_once(leaf: &[&str]) -> (SocketAddr, tokio::task::JoinHandle<String>) {
+            let now = std::time::SystemTime::now();
+            let (chain, key) = crate::cert::testing::leaf_for(
+                leaf,
+                now - Duration::from_secs(60),
+                Duration::from_secs(86400),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let task = tokio::spawn(async move {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap();
+                let request = String::from_utf8_lossy(&buf[..n]).to_string();
+                let body = format!("{key}{chain}");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(answer.as_bytes()).await.unwrap();
+                request.lines().next().unwrap_or_default().to_owned()
+            });
+            (addr, task)
+        }
+        let (addr, seen) = serve_once(&["a.example", "www.a.example"]).await;
+        let provider = LocalProvider::new(LocalEndpoint::Tcp(addr), Duration::from_secs(5));
+        let pair = provider.obtain(&names).await.unwrap();
+        assert!(pair.covers(&names));
+        assert_eq!(
+            seen.await.unwrap(),
+            "GET /v1/certificate/a.example?name=www.a.example HTTP/1.1"
+        );
+        // An answer for the first name only is refused, naming the one it lacks.
+        let (addr, _) = serve_once(&["a.example"]).await;
+        let provider = LocalProvider::new(LocalEndpoint::Tcp(addr), Duration::from_secs(5));
+        let err = provider.obtain(&names).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::BadCertificate);
+        assert!(err.message.contains("www.a.example"), "{err}");
     }
 }

@@ -11,9 +11,12 @@ use tokio::task::JoinHandle;
 
 use crate::acme::{self, AcmeConfig, Eab};
 use crate::decision::{IssuePolicy, IssuePolicyError};
+use crate::deploy::{DeployConfig, DeployError};
 use crate::history::{HistoryDb, HistoryError};
-use crate::issuer::{Hostname, Issuer, IssuerError, WallClock};
+use crate::hook::Hook;
+use crate::issuer::{Hostname, Issuer, IssuerError, Outputs, WallClock};
 use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
+use crate::redirect::{Http01Other, OtherRequests};
 use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
 use holdfast_retry::PolicyConfig;
@@ -36,6 +39,107 @@ pub struct HostnameConfig {
     pub name: String,
     /// Its source.
     pub source: SourceKind,
+    /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
+    /// Its own `on_renew` command (argv, no shell), over `[issuance]`'s.
+    #[serde(default)]
+    pub on_renew: Option<Vec<String>>,
+}
+
+/// One `[[issuance.certificate]]`: one certificate for several names, issued in one attempt.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// The names it carries; the first is its key (its file, its row in `holdfast certs`, its
+    /// attempt history and block).
+    pub names: Vec<String>,
+    /// Its source.
+    pub source: SourceKind,
+    /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
+    /// Its own `on_renew` command (argv, no shell), over `[issuance]`'s.
+    #[serde(default)]
+    pub on_renew: Option<Vec<String>>,
+}
+
+/// An entry of `[issuance]` that lists names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `[[issuance.hostname]]` number `i` (one name).
+    Hostname(usize),
+    /// `[[issuance.certificate]]` number `i`.
+    Certificate(usize),
+}
+
+/// Where one name is written: its entry and, in a certificate, its index in `names` (`None`: the
+/// `names` list itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamePlace {
+    /// The entry.
+    pub entry: Entry,
+    /// The index in the entry's `names`.
+    pub name: Option<usize>,
+}
+
+impl NamePlace {
+    /// The key under `[issuance]`: `hostname[0].name`, `certificate[1].names[2]`.
+    pub fn key(&self) -> String {
+        match (self.entry, self.name) {
+            (Entry::Hostname(i), _) => format!("hostname[{i}].name"),
+            (Entry::Certificate(i), Some(j)) => format!("certificate[{i}].names[{j}]"),
+            (Entry::Certificate(i), None) => format!("certificate[{i}].names"),
+        }
+    }
+
+    /// How another error refers to this place: the hostname entry, or the certificate's name.
+    fn reference(&self) -> String {
+        match self.entry {
+            Entry::Hostname(i) => format!("issuance.hostname[{i}]"),
+            Entry::Certificate(_) => format!("issuance.{}", self.key()),
+        }
+    }
+}
+
+/// Why a name of `[issuance]` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Not a DNS name.
+    #[error(transparent)]
+    NotDnsName(crate::hostname::HostnameError),
+    /// A certificate with no names.
+    #[error("a certificate lists at least one name")]
+    Empty,
+    /// The name is written at an earlier place too (case-insensitively).
+    #[error("{name:?} is listed more than once (also {})", first.reference())]
+    Duplicate {
+        /// The name as written here.
+        name: String,
+        /// Where it is written first.
+        first: NamePlace,
+    },
+    /// A wildcard on an ACME certificate: HTTP-01 cannot validate it.
+    #[error(
+        "{0:?} is a wildcard: a wildcard needs the ACME DNS-01 challenge, which holdfast does not \
+         build yet (HTTP-01 cannot validate a wildcard); list each name, or use the local source"
+    )]
+    Wildcard(String),
+}
+
+/// One certificate as the module runs it, whichever entry wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedCertificate {
+    /// The entry that wrote it.
+    pub entry: Entry,
+    /// Its names, the key first.
+    pub names: Vec<String>,
+    /// Its source.
+    pub source: SourceKind,
+    /// Its deploy, and whether it is the shared `[issuance.deploy]` (files in `DIR/NAME/`).
+    pub deploy: Option<(DeployConfig, bool)>,
+    /// Its `on_renew` command.
+    pub on_renew: Option<Vec<String>>,
 }
 
 /// `[issuance.acme]`.
@@ -59,6 +163,10 @@ pub struct AcmeSettings {
     /// The HTTP-01 responder's connection caps and timeouts (defaults in [`ResponderLimits`]).
     #[serde(default)]
     pub http01_limits: ResponderLimits,
+    /// What the HTTP-01 responder answers to a request that is not a challenge: `"not_found"`
+    /// (404, the default) or `"redirect"` (308 to https, for a configured name).
+    #[serde(default)]
+    pub http01_other: Http01Other,
 }
 
 fn default_http01_bind() -> SocketAddr {
@@ -77,9 +185,23 @@ pub struct LocalSettings {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IssuanceConfig {
-    /// The hostnames.
+    /// The hostnames: certificates with one name each.
     #[serde(default, rename = "hostname")]
     pub hostnames: Vec<HostnameConfig>,
+    /// Certificates with one or more names each.
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateConfig>,
+    /// Copies of every certificate in `DIR/NAME/` for other services (none by default).
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
+    /// A command (argv, no shell) run after each new certificate of every certificate that has
+    /// none of its own (none by default).
+    #[serde(default)]
+    pub on_renew: Option<Vec<String>>,
+    /// How long one run of an `on_renew` command may take before it is killed (default `"60s"`,
+    /// at most `"10m"`: a tick waits for its hooks).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub on_renew_timeout: Option<Duration>,
     /// The ACME source.
     pub acme: Option<AcmeSettings>,
     /// The local provider.
@@ -121,6 +243,181 @@ impl IssuanceConfig {
             block_for: self.block_for.unwrap_or(defaults.block_for),
         }
         .validate()?)
+    }
+
+    /// Every certificate: each `[[issuance.hostname]]` as a one-name certificate, then each
+    /// `[[issuance.certificate]]`, so both take one path.
+    // r[impl issue.certificates]
+    pub fn planned(&self) -> Vec<PlannedCertificate> {
+        let hostnames = self
+            .hostnames
+            .iter()
+            .enumerate()
+            .map(|(i, h)| PlannedCertificate {
+                entry: Entry::Hostname(i),
+                names: vec![h.name.clone()],
+                source: h.source,
+                deploy: self.deploy_of(h.deploy.as_ref()),
+                on_renew: h.on_renew.clone().or_else(|| self.on_renew.clone()),
+            });
+        let certificates = self
+            .certificates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| PlannedCertificate {
+                entry: Entry::Certificate(i),
+                names: c.names.clone(),
+                source: c.source,
+                deploy: self.deploy_of(c.deploy.as_ref()),
+                on_renew: c.on_renew.clone().or_else(|| self.on_renew.clone()),
+            });
+        hostnames.chain(certificates).collect()
+    }
+
+    /// An entry's own deploy, else the shared one.
+    fn deploy_of(&self, own: Option<&DeployConfig>) -> Option<(DeployConfig, bool)> {
+        match own {
+            Some(d) => Some((d.clone(), false)),
+            None => self.deploy.clone().map(|d| (d, true)),
+        }
+    }
+
+    /// The first `on_renew` that cannot run (an empty list or program), with its key under
+    /// `[issuance]`, or an `on_renew_timeout` of zero or over ten minutes.
+    // r[impl issue.on-renew]
+    pub fn check_hooks(&self) -> Result<(), (String, &'static str)> {
+        if self.on_renew_timeout == Some(Duration::ZERO) {
+            return Err(("on_renew_timeout".into(), "must be more than zero"));
+        }
+        // A tick waits for its hooks: an unbounded one would stall every certificate.
+        if self
+            .on_renew_timeout
+            .is_some_and(|t| t > crate::hook::MAX_TIMEOUT)
+        {
+            return Err(("on_renew_timeout".into(), "must be at most 10m"));
+        }
+        let shared = self.on_renew.iter().map(|h| ("on_renew".to_owned(), h));
+        let hosts =
+            self.hostnames.iter().enumerate().filter_map(|(i, h)| {
+                Some((format!("hostname[{i}].on_renew"), h.on_renew.as_ref()?))
+            });
+        let certs = self.certificates.iter().enumerate().filter_map(|(i, c)| {
+            Some((format!("certificate[{i}].on_renew"), c.on_renew.as_ref()?))
+        });
+        for (key, argv) in shared.chain(hosts).chain(certs) {
+            match argv.first() {
+                None => {
+                    return Err((
+                        key,
+                        "names no program: write [\"/path/to/program\", \"arg\", ...]",
+                    ));
+                }
+                Some(p) if p.is_empty() => return Err((key, "the program is empty")),
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn on_renew_timeout(&self) -> Duration {
+        self.on_renew_timeout
+            .unwrap_or(crate::hook::DEFAULT_TIMEOUT)
+    }
+
+    /// The first deploy section that cannot work (a relative or unsafe directory, an owner or
+    /// group that does not exist, a directory another certificate deploys to), with its key
+    /// under `[issuance]`.
+    // r[impl issue.deploy]
+    pub fn check_deploys(&self) -> Result<(), (String, DeployError)> {
+        let shared = self.deploy.iter().map(|d| ("deploy".to_owned(), d));
+        let hosts = self
+            .hostnames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((format!("hostname[{i}].deploy"), h.deploy.as_ref()?)));
+        let certs =
+            self.certificates.iter().enumerate().filter_map(|(i, c)| {
+                Some((format!("certificate[{i}].deploy"), c.deploy.as_ref()?))
+            });
+        for (key, deploy) in shared.chain(hosts).chain(certs) {
+            if let Err(e) = deploy.check() {
+                let key = match e.key() {
+                    Some(field) => format!("{key}.{field}"),
+                    None => key,
+                };
+                return Err((key, e));
+            }
+        }
+        // Every certificate's own directory, so no two write the same files.
+        let mut seen: std::collections::HashMap<PathBuf, String> = Default::default();
+        for cert in self.planned() {
+            let (Some((deploy, shared)), Some(first)) = (&cert.deploy, cert.names.first()) else {
+                continue;
+            };
+            let (key, dir) = match (*shared, cert.entry) {
+                (true, _) => ("deploy".to_owned(), deploy.dir.join(first)),
+                (false, Entry::Hostname(i)) => {
+                    (format!("hostname[{i}].deploy"), deploy.dir.clone())
+                }
+                (false, Entry::Certificate(i)) => {
+                    (format!("certificate[{i}].deploy"), deploy.dir.clone())
+                }
+            };
+            let entry = match cert.entry {
+                Entry::Hostname(i) => format!("hostname[{i}] ({first})"),
+                Entry::Certificate(i) => format!("certificate[{i}] ({first})"),
+            };
+            // Lexically the same (`/a/./b/` is `/a/b`), or the same directory through a link.
+            let same: PathBuf =
+                std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.components().collect());
+            if let Some(earlier) = seen.get(&same) {
+                let e = DeployError::Duplicate {
+                    dir,
+                    first: earlier.clone(),
+                    second: entry,
+                };
+                return Err((format!("{key}.dir"), e));
+            }
+            seen.insert(same, entry);
+        }
+        Ok(())
+    }
+
+    /// The first refused name, with where it is written: one that is not a DNS name, a wildcard
+    /// on an ACME certificate, a certificate with no names, or a name written before (in any
+    /// entry, case-insensitively).
+    // r[impl issue.certificates.names]
+    // r[impl issue.hostnames]
+    pub fn check_names(&self) -> Result<(), (NamePlace, NameError)> {
+        let mut seen: std::collections::HashMap<String, NamePlace> =
+            std::collections::HashMap::new();
+        for cert in self.planned() {
+            if cert.names.is_empty() {
+                let place = NamePlace {
+                    entry: cert.entry,
+                    name: None,
+                };
+                return Err((place, NameError::Empty));
+            }
+            for (j, name) in cert.names.iter().enumerate() {
+                let place = NamePlace {
+                    entry: cert.entry,
+                    name: Some(j),
+                };
+                if !crate::hostname::is_dns_name(name) {
+                    let e = crate::hostname::HostnameError::NotDnsName(name.clone());
+                    return Err((place, NameError::NotDnsName(e)));
+                }
+                if cert.source == SourceKind::Acme && name.starts_with("*.") {
+                    return Err((place, NameError::Wildcard(name.clone())));
+                }
+                if let Some(first) = seen.insert(name.to_ascii_lowercase(), place) {
+                    let name = name.clone();
+                    return Err((place, NameError::Duplicate { name, first }));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn tick_every(&self) -> Duration {
@@ -169,11 +466,14 @@ pub enum StartError {
     },
 }
 
-/// Every hostname is a DNS name and is listed once ([`crate::hostname::check`]).
+/// Every name is a DNS name, listed once, and no ACME name is a wildcard
+/// ([`IssuanceConfig::check_names`]).
 // r[impl issue.hostnames]
-fn check_hostnames(hostnames: &[HostnameConfig]) -> Result<(), StartError> {
-    crate::hostname::check(hostnames.iter().map(|h| h.name.as_str()))
-        .map_err(|(i, e)| StartError::Config(format!("hostname[{i}].name: {e}")))
+// r[impl issue.certificates.names]
+fn check_names(config: &IssuanceConfig) -> Result<(), StartError> {
+    config
+        .check_names()
+        .map_err(|(at, e)| StartError::Config(format!("{}: {e}", at.key())))
 }
 
 /// A running issuance module.
@@ -201,7 +501,13 @@ pub async fn start(
     faults: FaultBoard,
 ) -> Result<Issuance, StartError> {
     let policy = config.policy(seed)?;
-    check_hostnames(&config.hostnames)?;
+    check_names(config)?;
+    config
+        .check_deploys()
+        .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
+    config
+        .check_hooks()
+        .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
     if let Some(local) = &config.local {
         local.endpoint.check()?;
     }
@@ -228,18 +534,25 @@ pub async fn start(
     let mut acme_source = None;
     let mut local_source = None;
     let mut hosts = Vec::new();
-    for h in &config.hostnames {
+    let mut outputs = std::collections::HashMap::new();
+    for h in config.planned() {
+        let Some(key) = h.names.first().cloned() else {
+            continue;
+        };
         let source = match h.source {
             SourceKind::Acme => {
                 let Some(settings) = &config.acme else {
-                    return Err(StartError::MissingSource(h.name.clone(), "acme"));
+                    return Err(StartError::MissingSource(key, "acme"));
                 };
                 if acme_source.is_none() {
                     let limits = settings
                         .http01_limits
                         .validate()
                         .map_err(|e| StartError::Config(format!("acme.http01_limits.{e}")))?;
-                    let r = Http01Responder::bind_with(settings.http01_bind, limits)
+                    // Redirects go only to the node's own names, whichever source serves them.
+                    let names = config.planned().into_iter().flat_map(|c| c.names);
+                    let other = OtherRequests::new(settings.http01_other, names);
+                    let r = Http01Responder::bind_serving(settings.http01_bind, limits, other)
                         .await
                         .map_err(|source| StartError::Bind {
                             addr: settings.http01_bind,
@@ -263,7 +576,7 @@ pub async fn start(
             }
             SourceKind::Local => {
                 let Some(settings) = &config.local else {
-                    return Err(StartError::MissingSource(h.name.clone(), "local"));
+                    return Err(StartError::MissingSource(key, "local"));
                 };
                 Some(
                     local_source
@@ -278,13 +591,26 @@ pub async fn start(
             }
         };
         if let Some(source) = source {
-            hosts.push(Hostname {
-                name: h.name.clone(),
-                source,
+            let deploy = match &h.deploy {
+                Some((deploy, shared)) => Some(
+                    deploy
+                        .target(&key, *shared)
+                        .map_err(|e| StartError::Config(format!("deploy: {e}")))?,
+                ),
+                None => None,
+            };
+            let on_renew = h.on_renew.clone().map(|argv| Hook {
+                argv,
+                timeout: config.on_renew_timeout(),
             });
+            if deploy.is_some() || on_renew.is_some() {
+                outputs.insert(key.clone(), Outputs { deploy, on_renew });
+            }
+            hosts.push(Hostname::certificate(h.names, source));
         }
     }
     let mut issuer = Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
+        .with_outputs(outputs)
         .with_fault_board(faults);
     if let Some(why) = history_unavailable {
         issuer = issuer.with_history_unavailable(why);
@@ -373,6 +699,48 @@ impl Stopper for Issuance {
 mod tests {
     use super::*;
 
+    // r[verify issue.deploy]
+    #[test]
+    fn two_certificates_deploying_to_the_same_directory_are_refused_naming_both() {
+        let config =
+            |json: serde_json::Value| -> IssuanceConfig { serde_json::from_value(json).unwrap() };
+        let ok = config(serde_json::json!({
+            "deploy": { "dir": "/srv/holdfast-certs" },
+            "hostname": [
+                { "name": "a.example", "source": "acme" },
+                { "name": "b.example", "source": "acme", "deploy": { "dir": "/srv/b" } },
+            ],
+            "certificate": [{ "names": ["c.example", "a.other"], "source": "acme" }],
+        }));
+        assert!(ok.check_deploys().is_ok());
+        // Two own deploys in one directory (written differently).
+        let twice = config(serde_json::json!({
+            "hostname": [
+                { "name": "a.example", "source": "acme", "deploy": { "dir": "/srv/x" } },
+                { "name": "b.example", "source": "acme", "deploy": { "dir": "/srv/./x/" } },
+            ],
+        }));
+        let (key, err) = twice.check_deploys().unwrap_err();
+        assert_eq!(key, "hostname[1].deploy.dir");
+        let text = err.to_string();
+        assert!(
+            text.contains("hostname[0] (a.example)") && text.contains("hostname[1] (b.example)"),
+            "{text}"
+        );
+        // An own deploy in the shared directory's place for another certificate.
+        let clash = config(serde_json::json!({
+            "deploy": { "dir": "/srv/holdfast-certs" },
+            "hostname": [{ "name": "a.example", "source": "acme" }],
+            "certificate": [{
+                "names": ["c.example"], "source": "acme",
+                "deploy": { "dir": "/srv/holdfast-certs/a.example" },
+            }],
+        }));
+        let (key, err) = clash.check_deploys().unwrap_err();
+        assert_eq!(key, "certificate[0].deploy.dir");
+        assert!(matches!(err, DeployError::Duplicate { .. }), "{err}");
+    }
+
     // r[verify issue.module]
     #[test]
     fn config_durations_are_text_and_bad_settings_name_their_key() {
@@ -449,6 +817,59 @@ mod tests {
         let acme = serde_json::json!({ "directory": "https://127.0.0.1:9/dir" });
         let settings: AcmeSettings = serde_json::from_value(acme).unwrap();
         assert_eq!(settings.http01_limits, ResponderLimits::default());
+        assert_eq!(settings.http01_other, Http01Other::NotFound);
+    }
+
+    // r[verify issue.responder.redirect]
+    #[tokio::test]
+    async fn http01_other_redirect_makes_the_started_responder_redirect_to_configured_names() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "tick": "1h",
+            "certificate": [{ "names": ["a.example", "www.a.example"], "source": "acme" }],
+            "hostname": [{ "name": "b.example", "source": "local" }],
+            "local": { "endpoint": { "tcp": "127.0.0.1:9" } },
+            "acme": {
+                "directory": "https://127.0.0.1:9/dir",
+                "http01_bind": "127.0.0.1:0",
+                "http01_other": "redirect",
+            },
+        }))
+        .unwrap();
+        let issuance = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .unwrap();
+        let addr = issuance.http01_addr().unwrap();
+        for (host, want) in [
+            ("www.a.example", "HTTP/1.1 308"),
+            ("b.example", "HTTP/1.1 308"),
+            ("c.example", "HTTP/1.1 404"),
+        ] {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET /p HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(out.starts_with(want), "{host}: {out}");
+        }
+        let bad = serde_json::from_value::<AcmeSettings>(serde_json::json!({
+            "directory": "https://127.0.0.1:9/dir",
+            "http01_other": "moved",
+        }))
+        .unwrap_err();
+        assert!(bad.to_string().contains("redirect"), "{bad}");
+        issuance
+            .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await
+            .unwrap();
     }
 
     // r[verify issue.local.loopback]
@@ -527,5 +948,190 @@ mod tests {
         // Nothing was written outside the data directory.
         assert!(!dir.path().join("escape.pem").exists());
         assert!(!dir.path().join("issuance/escape.pem").exists());
+    }
+
+    // r[verify issue.certificates.names]
+    #[tokio::test]
+    async fn certificate_names_are_checked_across_entries_and_an_acme_wildcard_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |value: serde_json::Value| -> IssuanceConfig {
+            let mut value = value;
+            value["local"] = serde_json::json!({ "endpoint": { "tcp": "127.0.0.1:9" } });
+            value["acme"] = serde_json::json!({
+                "directory": "https://127.0.0.1:9/dir",
+                "http01_bind": "127.0.0.1:0",
+            });
+            serde_json::from_value(value).unwrap()
+        };
+        let cases = [
+            (
+                serde_json::json!({
+                    "hostname": [{ "name": "a.example", "source": "local" }],
+                    "certificate": [{ "names": ["b.example", "A.example"], "source": "local" }],
+                }),
+                "certificate[0].names[1]",
+                "\"A.example\" is listed more than once (also issuance.hostname[0])",
+            ),
+            (
+                serde_json::json!({
+                    "certificate": [
+                        { "names": ["a.example", "www.a.example"], "source": "acme" },
+                        { "names": ["c.example", "www.a.example"], "source": "local" },
+                    ],
+                }),
+                "certificate[1].names[1]",
+                "(also issuance.certificate[0].names[1])",
+            ),
+            (
+                serde_json::json!({
+                    "certificate": [{ "names": ["a.example", "*.a.example"], "source": "acme" }],
+                }),
+                "certificate[0].names[1]",
+                "needs the ACME DNS-01 challenge, which holdfast does not build yet",
+            ),
+            (
+                serde_json::json!({
+                    "hostname": [{ "name": "*.a.example", "source": "acme" }],
+                }),
+                "hostname[0].name",
+                "wildcard",
+            ),
+            (
+                serde_json::json!({ "certificate": [{ "names": [], "source": "local" }] }),
+                "certificate[0].names",
+                "at least one name",
+            ),
+            (
+                serde_json::json!({
+                    "certificate": [{ "names": ["a.example", "a/b.example"], "source": "local" }],
+                }),
+                "certificate[0].names[1]",
+                "is not a DNS name",
+            ),
+        ];
+        for (value, key, says) in cases {
+            let config = config(value.clone());
+            let (at, e) = config.check_names().unwrap_err();
+            assert_eq!(at.key(), key, "{value}");
+            assert!(e.to_string().contains(says), "{value}: {e}");
+            let err = start(
+                &config,
+                dir.path(),
+                1,
+                Arc::new(crate::SystemWallClock),
+                FaultBoard::new(),
+            )
+            .await
+            .map(|_| ())
+            .unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("{key}: ")),
+                "{value}: {err}"
+            );
+        }
+        // The local provider may hand out a wildcard.
+        let ok = config(serde_json::json!({
+            "certificate": [{ "names": ["*.a.example", "a.example"], "source": "local" }],
+        }));
+        assert_eq!(ok.check_names(), Ok(()));
+    }
+
+    // r[verify issue.certificates]
+    #[test]
+    fn a_hostname_entry_is_a_one_name_certificate_on_the_same_path() {
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "hostname": [{ "name": "a.example", "source": "local" }],
+            "certificate": [{ "names": ["b.example", "www.b.example"], "source": "acme" }],
+        }))
+        .unwrap();
+        assert_eq!(
+            config.planned(),
+            vec![
+                PlannedCertificate {
+                    entry: Entry::Hostname(0),
+                    names: vec!["a.example".into()],
+                    source: SourceKind::Local,
+                    deploy: None,
+                    on_renew: None,
+                },
+                PlannedCertificate {
+                    entry: Entry::Certificate(0),
+                    names: vec!["b.example".into(), "www.b.example".into()],
+                    source: SourceKind::Acme,
+                    deploy: None,
+                    on_renew: None,
+                },
+            ]
+        );
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+                "certificate": [{ "name": "b.example", "source": "acme" }],
+            }))
+            .is_err(),
+            "`names`, not `name`"
+        );
+    }
+
+    // r[verify issue.on-renew]
+    #[test]
+    fn on_renew_is_an_argv_list_given_to_every_certificate_or_its_own() {
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "on_renew": ["/usr/sbin/nginx", "-s", "reload"],
+            "on_renew_timeout": "20s",
+            "hostname": [{ "name": "a.example", "source": "local" }],
+            "certificate": [{
+                "names": ["b.example"], "source": "local",
+                "on_renew": ["/usr/local/bin/reload-b"],
+            }],
+        }))
+        .unwrap();
+        assert_eq!(config.check_hooks(), Ok(()));
+        assert_eq!(config.on_renew_timeout(), Duration::from_secs(20));
+        let planned = config.planned();
+        assert_eq!(
+            planned[0].on_renew.as_deref(),
+            Some(&["/usr/sbin/nginx".to_owned(), "-s".into(), "reload".into()][..])
+        );
+        assert_eq!(
+            planned[1].on_renew.as_deref(),
+            Some(&["/usr/local/bin/reload-b".to_owned()][..])
+        );
+        // A shell line is not an argv: a string is refused.
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+                "on_renew": "systemctl reload nginx",
+            }))
+            .is_err()
+        );
+        for (value, key) in [
+            (serde_json::json!({ "on_renew": [] }), "on_renew"),
+            (
+                serde_json::json!({
+                    "certificate": [{ "names": ["b.example"], "source": "local", "on_renew": [""] }],
+                }),
+                "certificate[0].on_renew",
+            ),
+            (
+                serde_json::json!({ "on_renew_timeout": "0s" }),
+                "on_renew_timeout",
+            ),
+            (
+                serde_json::json!({ "on_renew_timeout": "601s" }),
+                "on_renew_timeout",
+            ),
+        ] {
+            let config: IssuanceConfig = serde_json::from_value(value.clone()).unwrap();
+            assert_eq!(config.check_hooks().unwrap_err().0, key, "{value}");
+        }
+        // A tick waits for its hooks: at most ten minutes.
+        let longest: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "on_renew_timeout": "10m" })).unwrap();
+        assert_eq!(longest.check_hooks(), Ok(()));
+        let longer: IssuanceConfig =
+            serde_json::from_value(serde_json::json!({ "on_renew_timeout": "11m" })).unwrap();
+        assert_eq!(
+            longer.check_hooks(),
+            Err(("on_renew_timeout".into(), "must be at most 10m"))
+        );
     }
 }

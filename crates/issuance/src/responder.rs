@@ -1,5 +1,6 @@
 //! The node's own HTTP-01 responder: answers `/.well-known/acme-challenge/TOKEN` with the key
-//! authorization of a challenge in progress, and 404 for anything else.
+//! authorization of a challenge in progress, and 404 for anything else — or, when asked
+//! ([`crate::redirect`]), a 308 to https for a configured name.
 //!
 //! It listens on a public address (port 80 by default), so every peer on the internet can reach
 //! it: [`ResponderLimits`] bounds the connections in all and per source (an IPv4 address or an
@@ -27,6 +28,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use holdfast_source::Source;
+
+use crate::redirect::{OtherAnswer, OtherRequests};
 
 const PREFIX: &str = "/.well-known/acme-challenge/";
 
@@ -280,8 +283,19 @@ impl Http01Responder {
     }
 
     /// Binds `addr` and starts answering under `limits`.
-    // r[impl issue.acme.http01]
     pub async fn bind_with(addr: SocketAddr, limits: ResponderLimits) -> io::Result<Self> {
+        Self::bind_serving(addr, limits, OtherRequests::NotFound).await
+    }
+
+    /// Binds `addr` and starts answering under `limits`, answering requests that are not
+    /// challenges as `other` says (404, or a redirect to https).
+    // r[impl issue.acme.http01]
+    // r[impl issue.responder.redirect]
+    pub async fn bind_serving(
+        addr: SocketAddr,
+        limits: ResponderLimits,
+        other: OtherRequests,
+    ) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let challenges = Challenges::default();
@@ -291,6 +305,7 @@ impl Http01Responder {
             challenges.clone(),
             limits,
             shared.clone(),
+            other,
         ));
         Ok(Self {
             addr,
@@ -347,6 +362,7 @@ async fn accept_loop(
     challenges: Challenges,
     limits: ResponderLimits,
     shared: Arc<Shared>,
+    other: OtherRequests,
 ) {
     let mut connections = JoinSet::new();
     loop {
@@ -370,35 +386,33 @@ async fn accept_loop(
             tracing::debug!(%peer, "http-01 responder: connection cap reached; closed");
             continue;
         };
-        connections.spawn(serve(stream, slot, challenges.clone(), limits));
+        connections.spawn(serve(
+            stream,
+            slot,
+            challenges.clone(),
+            limits,
+            other.clone(),
+        ));
     }
 }
 
 /// Serves one connection until it ends, its header is late or it stays silent too long.
 // r[impl issue.responder.limits+2]
-async fn serve(stream: TcpStream, slot: Slot, challenges: Challenges, limits: ResponderLimits) {
+async fn serve(
+    stream: TcpStream,
+    slot: Slot,
+    challenges: Challenges,
+    limits: ResponderLimits,
+    other: OtherRequests,
+) {
     let activity = Activity::new();
     let io = Watched {
         inner: stream,
         activity: activity.clone(),
     };
     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let answer = req
-            .uri()
-            .path()
-            .strip_prefix(PREFIX)
-            .and_then(|token| challenges.get(token));
-        async move {
-            let response = match answer {
-                Some(body) => hyper::Response::new(Full::new(Bytes::from(body))),
-                None => {
-                    let mut r = hyper::Response::new(Full::new(Bytes::new()));
-                    *r.status_mut() = hyper::StatusCode::NOT_FOUND;
-                    r
-                }
-            };
-            Ok::<_, Infallible>(response)
-        }
+        let response = respond(&req, &challenges, &other);
+        async move { Ok::<_, Infallible>(response) }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         // One request a connection, as validators make: a peer cannot keep its place by asking
@@ -426,6 +440,41 @@ async fn serve(stream: TcpStream, slot: Slot, challenges: Challenges, limits: Re
         }
     }
     drop(slot);
+}
+
+/// The answer to one request: a challenge's key authorization, 404 for an unknown token, and
+/// for anything else what `other` says.
+// r[impl issue.acme.http01]
+// r[impl issue.responder.redirect]
+fn respond<B>(
+    req: &hyper::Request<B>,
+    challenges: &Challenges,
+    other: &OtherRequests,
+) -> hyper::Response<Full<Bytes>> {
+    let status = |code: hyper::StatusCode| {
+        let mut r = hyper::Response::new(Full::new(Bytes::new()));
+        *r.status_mut() = code;
+        r
+    };
+    if let Some(token) = req.uri().path().strip_prefix(PREFIX) {
+        return match challenges.get(token) {
+            Some(body) => hyper::Response::new(Full::new(Bytes::from(body))),
+            None => status(hyper::StatusCode::NOT_FOUND),
+        };
+    }
+    let host = req.headers().get(hyper::header::HOST).map(|h| h.as_bytes());
+    match crate::redirect::answer(other, host, req.uri()) {
+        OtherAnswer::NotFound => status(hyper::StatusCode::NOT_FOUND),
+        OtherAnswer::BadRequest => status(hyper::StatusCode::BAD_REQUEST),
+        OtherAnswer::Redirect(location) => match hyper::header::HeaderValue::from_str(&location) {
+            Ok(location) => {
+                let mut r = status(hyper::StatusCode::PERMANENT_REDIRECT);
+                r.headers_mut().insert(hyper::header::LOCATION, location);
+                r
+            }
+            Err(_) => status(hyper::StatusCode::BAD_REQUEST),
+        },
+    }
 }
 
 /// When a connection last read or wrote a byte.

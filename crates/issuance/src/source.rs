@@ -1,4 +1,4 @@
-//! What a certificate source is: something that, asked for a hostname, returns a pair or a
+//! What a certificate source is: something that, asked for a certificate's names, returns a pair or a
 //! classified failure. The issuer calls one only after the decision says issue.
 
 use std::future::Future;
@@ -76,9 +76,12 @@ impl SourceError {
 pub trait Source: Send + Sync + 'static {
     /// The name stored in the attempts table (`acme`, `local`).
     fn name(&self) -> &str;
-    /// Obtains a pair for `hostname`. Called only when the decision said issue.
-    fn obtain<'a>(&'a self, hostname: &'a str)
-    -> BoxFuture<'a, Result<CertifiedPair, SourceError>>;
+    /// Obtains one pair for every name of `names` (never empty; the first is the certificate's
+    /// key). Called only when the decision said issue.
+    fn obtain<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>>;
     /// The ACME Renewal Information window for `pair`, when the source offers one.
     fn renewal_window<'a>(
         &'a self,

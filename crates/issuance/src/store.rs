@@ -97,7 +97,7 @@ impl CertStore {
     /// parse, does not match its key, does not name the hostname or is not valid at `now` is
     /// refused and the current one stays.
     // r[impl issue.store.atomic]
-    // r[impl issue.store.secret-file]
+    // r[impl issue.store.secret-file+2]
     pub fn replace(
         &self,
         hostname: &str,
@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(names.len(), 1, "{names:?}");
     }
 
-    // r[verify issue.store.secret-file]
+    // r[verify issue.store.secret-file+2]
     #[test]
     fn a_link_planted_at_the_temporary_path_is_not_written_through() {
         let dir = tempfile::tempdir().unwrap();

@@ -46,7 +46,11 @@ impl Source for Stub {
     fn name(&self) -> &str {
         "stub"
     }
-    fn obtain<'a>(&'a self, host: &'a str) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+    fn obtain<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        let host = names[0].as_str();
         Box::pin(async move {
             let (chain, key) = leaf(host, SystemTime::now() - Duration::from_secs(60), 90 * DAY);
             Ok(CertifiedPair::parse(host, &chain, &key).unwrap())
@@ -84,6 +88,7 @@ fn issuer_of(
             .iter()
             .map(|name| Hostname {
                 name: (*name).into(),
+                also: Vec::new(),
                 source: source.clone(),
             })
             .collect(),

@@ -67,7 +67,7 @@ impl Source for Counting {
     fn name(&self) -> &str {
         "other"
     }
-    fn obtain<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+    fn obtain<'a>(&'a self, _: &'a [String]) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Box::pin(async {
             Err(SourceError::new(
@@ -124,6 +124,7 @@ async fn issues_once_restarts_quietly_and_renews_when_the_clock_passes_renewal()
     let hosts = || {
         vec![Hostname {
             name: "a.example".into(),
+            also: Vec::new(),
             source: local(proxy.addr()),
         }]
     };
@@ -235,10 +236,12 @@ async fn provider_down_for_a_day_beside_1500_other_hostnames() {
     proxy.set_mode(Mode::Close).await.unwrap();
     let mut hosts = vec![Hostname {
         name: "down.example".into(),
+        also: Vec::new(),
         source: local(proxy.addr()),
     }];
     hosts.extend(others.iter().map(|h| Hostname {
         name: h.clone(),
+        also: Vec::new(),
         source: counting.clone(),
     }));
     let issuer = env.issuer(hosts);
@@ -435,7 +438,7 @@ async fn the_local_provider_over_a_unix_socket_and_its_failures_classified() {
     let socket = dir.path().join("provider.sock");
     serve_on_unix(&socket).await;
     let unix = LocalProvider::new(LocalEndpoint::Unix(socket), Duration::from_secs(5));
-    let pair = unix.obtain("u.example").await.unwrap();
+    let pair = unix.obtain(&["u.example".to_owned()]).await.unwrap();
     assert!(pair.chain_pem.contains("BEGIN CERTIFICATE"));
 
     let proxy = FaultProxy::start(provider().await).await.unwrap();
@@ -482,7 +485,7 @@ async fn the_local_provider_over_a_unix_socket_and_its_failures_classified() {
     ];
     for (mode, class, hint) in cases {
         proxy.set_mode(mode.clone()).await.unwrap();
-        let err = tcp.obtain("t.example").await.unwrap_err();
+        let err = tcp.obtain(&["t.example".to_owned()]).await.unwrap_err();
         assert_eq!(
             (err.class, err.retry_after),
             (class, hint),
@@ -505,6 +508,7 @@ async fn killed_mid_attempt_the_next_start_settles_and_backs_off() {
             IssuePolicy::standard(1),
             vec![Hostname {
                 name: "k.example".into(),
+                also: Vec::new(),
                 source: local(addr.parse().unwrap()),
             }],
             HistoryDb::open(&std::path::Path::new(dir).join("attempts.sqlite"), 50).unwrap(),
@@ -555,6 +559,7 @@ async fn killed_mid_attempt_the_next_start_settles_and_backs_off() {
         IssuePolicy::standard(1),
         vec![Hostname {
             name: "k.example".into(),
+            also: Vec::new(),
             source: local(proxy.addr()),
         }],
         HistoryDb::open(&dir.path().join("attempts.sqlite"), 50).unwrap(),
@@ -589,6 +594,7 @@ async fn a_locked_attempts_table_is_a_clear_error_and_a_fault_and_replaces_nothi
     let proxy = FaultProxy::start(provider().await).await.unwrap();
     let issuer = env.issuer(vec![Hostname {
         name: "a.example".into(),
+        also: Vec::new(),
         source: local(proxy.addr()),
     }]);
     assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
@@ -666,7 +672,10 @@ async fn an_oversized_answer_from_the_local_provider_is_refused_at_once() {
         LocalEndpoint::Tcp(oversized_provider().await),
         Duration::from_secs(3),
     );
-    let err = provider.obtain("big.example").await.unwrap_err();
+    let err = provider
+        .obtain(&["big.example".to_owned()])
+        .await
+        .unwrap_err();
     assert_eq!(
         err.class,
         holdfast_issuance::ErrorClass::BadCertificate,
@@ -689,6 +698,7 @@ async fn a_bad_certificate_on_disk_is_one_fault_until_a_good_pair_replaces_it() 
     let issuer = env
         .issuer(vec![Hostname {
             name: "a.example".into(),
+            also: Vec::new(),
             source: local(proxy.addr()),
         }])
         .with_fault_board(board.clone());
@@ -733,7 +743,11 @@ impl Source for Issuing {
     fn name(&self) -> &str {
         "issuing"
     }
-    fn obtain<'a>(&'a self, host: &'a str) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+    fn obtain<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        let host = names[0].as_str();
         *self.0.lock().unwrap().entry(host.to_owned()).or_default() += 1;
         Box::pin(async move {
             tokio::task::yield_now().await;
@@ -751,6 +765,7 @@ async fn two_ticks_at_once_never_dispatch_one_hostname_twice() {
     let hosts: Vec<Hostname> = (0..300)
         .map(|i| Hostname {
             name: format!("c{i}.example"),
+            also: Vec::new(),
             source: source.clone(),
         })
         .collect();

@@ -43,13 +43,54 @@ fn acme_config(directory: &str, ca: &Path, account: PathBuf, profile: Option<&st
 async fn obtain(source: &AcmeSource, host: &str) -> CertifiedPair {
     let mut last = None;
     for _ in 0..4 {
-        match source.obtain(host).await {
+        match source.obtain(&[host.to_owned()]).await {
             Ok(pair) => return pair,
             Err(err) if err.class == ErrorClass::Server => last = Some(err),
             Err(err) => panic!("{host}: {err}"),
         }
     }
     panic!("{host}: {last:?}")
+}
+
+/// [`obtain`] for a certificate of several names.
+async fn obtain_names(source: &AcmeSource, names: &[String]) -> CertifiedPair {
+    let mut last = None;
+    for _ in 0..4 {
+        match source.obtain(names).await {
+            Ok(pair) => return pair,
+            Err(err) if err.class == ErrorClass::Server => last = Some(err),
+            Err(err) => panic!("{names:?}: {err}"),
+        }
+    }
+    panic!("{names:?}: {last:?}")
+}
+
+/// The failure of an attempt that must fail, past Pebble's deliberate bad nonces.
+async fn obtain_err(source: &AcmeSource, names: &[String]) -> SourceError {
+    let mut last = None;
+    for _ in 0..4 {
+        match source.obtain(names).await {
+            Ok(_) => panic!("{names:?} issued"),
+            Err(err) if err.class == ErrorClass::Server => last = Some(err),
+            Err(err) => return err,
+        }
+    }
+    panic!("{names:?}: {last:?}")
+}
+
+/// Has challtestsrv's DNS answer `host` with `ip`.
+fn add_a(challtestsrv: &str, host: &str, ip: &str) {
+    let body = format!(r#"{{"host":"{host}.","addresses":["{ip}"]}}"#);
+    let out = std::process::Command::new("curl")
+        .args(["-fsS", "-X", "POST", "-d", &body])
+        .arg(format!("{challtestsrv}/add-a"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Ticks until the hostname is issued, retrying only bad-nonce server errors (force-retry).
@@ -149,6 +190,7 @@ fn new_issuer(
             .iter()
             .map(|h| Hostname {
                 name: (*h).to_owned(),
+                also: Vec::new(),
                 source: source.clone(),
             })
             .collect(),
@@ -161,6 +203,8 @@ fn new_issuer(
 }
 
 // r[verify issue.acme.flow]
+// r[verify issue.certificates]
+// r[verify issue.certificates.failure]
 // r[verify issue.acme.account]
 // r[verify issue.acme.profile]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,9 +264,38 @@ async fn pebble_issues_renews_and_survives_an_outage() {
         ),
         challenges.clone(),
     );
-    let err = profiled.obtain("profile.holdfast.test").await.unwrap_err();
+    let err = profiled
+        .obtain(&["profile.holdfast.test".to_owned()])
+        .await
+        .unwrap_err();
     assert_eq!(err.class, ErrorClass::Rejected);
     assert!(err.message.contains("shortlived"), "{err}");
+
+    // --- Two names, one order: the leaf names both and chains to Pebble's root.
+    let two = [
+        "two.holdfast.test".to_owned(),
+        "www.two.holdfast.test".to_owned(),
+    ];
+    let began = Instant::now();
+    let pair = obtain_names(&source, &two).await;
+    println!("pebble two-name issuance: {:?}", began.elapsed());
+    assert!(pair.covers(&two));
+    assert_chains_to(&pair, &roots);
+    // A name that cannot be validated fails the order, and the error names it: challtestsrv
+    // resolves it to 127.0.0.2, where nothing answers HTTP-01.
+    add_a(&acme.challtestsrv, "bad.holdfast.test", "127.0.0.2");
+    let mixed = [
+        "ok.holdfast.test".to_owned(),
+        "bad.holdfast.test".to_owned(),
+    ];
+    let err = obtain_err(&source, &mixed).await;
+    assert_eq!(err.class, ErrorClass::Validation, "{err}");
+    assert!(
+        err.message
+            .starts_with("order is Invalid: authorization for bad.holdfast.test is Invalid"),
+        "{err}"
+    );
+    println!("pebble order with a name that cannot be validated: {err}");
 
     // --- Through the issuer: issue, restart issues nothing, renewal when the clock passes it.
     let clock = ManualWallClock::new(SystemTime::now());

@@ -162,6 +162,7 @@ fn issuer(dir: &std::path::Path, source: Arc<dyn Source>, clock: &ManualWallCloc
         IssuePolicy::standard(1),
         vec![Hostname {
             name: "a.example".into(),
+            also: Vec::new(),
             source,
         }],
         HistoryDb::open(&dir.join("attempts.sqlite"), 50).unwrap(),
@@ -214,7 +215,11 @@ impl Source for AriThroughAcme {
     fn name(&self) -> &str {
         "acme"
     }
-    fn obtain<'a>(&'a self, host: &'a str) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+    fn obtain<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        let host = names[0].as_str();
         Box::pin(async move {
             let (chain, key) = leaf(host, SystemTime::now() - Duration::from_secs(60), 90 * DAY);
             Ok(CertifiedPair::parse(host, &chain, &key).unwrap())

@@ -943,11 +943,12 @@ impl Config {
             let hosts: Vec<String> = self
                 .issuance
                 .as_ref()
+                // Every certificate, by its first name (which names its file in the store).
                 .map(|i| {
                     i.get_ref()
-                        .hostnames
-                        .iter()
-                        .map(|h| h.name.clone())
+                        .planned()
+                        .into_iter()
+                        .filter_map(|c| c.names.into_iter().next())
                         .collect()
                 })
                 .unwrap_or_default();
@@ -1080,7 +1081,7 @@ fn validate_issuance(
     loc: &Locator<'_>,
     section: &Spanned<holdfast_issuance::IssuanceConfig>,
 ) -> Result<(), ConfigError> {
-    use holdfast_issuance::module::SourceKind;
+    use holdfast_issuance::module::{Entry, NamePlace, SourceKind};
     let span = Some(section.span());
     let issuance = section.get_ref();
     if let Err(e) = issuance.policy(0) {
@@ -1088,33 +1089,39 @@ fn validate_issuance(
         let (key, message) = policy_error_key(&text);
         return Err(loc.at(span, &key, message.to_owned()));
     }
-    if let Err((i, e)) =
-        holdfast_issuance::hostname::check(issuance.hostnames.iter().map(|h| h.name.as_str()))
-    {
-        // The earlier listing is named by the node's own key for it.
-        let message = match e {
-            holdfast_issuance::hostname::HostnameError::Duplicate { name, first } => {
-                format!("{name:?} is listed more than once (also issuance.hostname[{first}])")
-            }
-            other => other.to_string(),
-        };
+    if let Err((at, e)) = issuance.check_names() {
         return Err(loc.at(
-            hostname_span(loc.text, i, false).or(span),
-            &format!("issuance.hostname[{i}].name"),
-            message,
+            name_span(loc.text, at, false).or(span),
+            &format!("issuance.{}", at.key()),
+            e.to_string(),
         ));
     }
-    for (i, host) in issuance.hostnames.iter().enumerate() {
-        let key = format!("issuance.hostname[{i}]");
-        let name = &host.name;
-        let missing = match host.source {
+    // r[impl issue.deploy]
+    if let Err((key, e)) = issuance.check_deploys() {
+        return Err(loc.at(span, &format!("issuance.{key}"), e.to_string()));
+    }
+    // r[impl issue.on-renew]
+    if let Err((key, message)) = issuance.check_hooks() {
+        return Err(loc.at(span, &format!("issuance.{key}"), message.to_owned()));
+    }
+    for cert in issuance.planned() {
+        let at = NamePlace {
+            entry: cert.entry,
+            name: None,
+        };
+        let key = match cert.entry {
+            Entry::Hostname(i) => format!("issuance.hostname[{i}]"),
+            Entry::Certificate(i) => format!("issuance.certificate[{i}]"),
+        };
+        let name = cert.names.first().map_or("", String::as_str);
+        let missing = match cert.source {
             SourceKind::Acme if issuance.acme.is_none() => Some("acme"),
             SourceKind::Local if issuance.local.is_none() => Some("local"),
             _ => None,
         };
         if let Some(source) = missing {
             return Err(loc.at(
-                hostname_span(loc.text, i, true).or(span),
+                name_span(loc.text, at, true).or(span),
                 &format!("{key}.source"),
                 format!(
                     "{name} uses the {source} source, but there is no [issuance.{source}] section"
@@ -1126,10 +1133,17 @@ fn validate_issuance(
 }
 
 // r[impl node.issuance.config+2]
-/// Where `[[issuance.hostname]]` entry `index` writes its `name` (else its `source`, when
-/// `source` is true). holdfast-issuance's config carries no spans, so the text is read once more
-/// for them, only when an entry is refused.
-fn hostname_span(text: &str, index: usize, source: bool) -> Option<std::ops::Range<usize>> {
+// r[impl issue.certificates.names]
+/// Where `at` is written: a `[[issuance.hostname]]`'s `name`, a `[[issuance.certificate]]`'s
+/// `names[j]` (its `names` when `at` names no index), or the entry's `source` when `source` is
+/// true. holdfast-issuance's config carries no spans, so the text is read once more for them,
+/// only when an entry is refused.
+fn name_span(
+    text: &str,
+    at: holdfast_issuance::module::NamePlace,
+    source: bool,
+) -> Option<std::ops::Range<usize>> {
+    use holdfast_issuance::module::Entry;
     use serde::de::IgnoredAny;
     #[derive(Deserialize)]
     struct File {
@@ -1138,17 +1152,40 @@ fn hostname_span(text: &str, index: usize, source: bool) -> Option<std::ops::Ran
     #[derive(Deserialize)]
     struct Section {
         #[serde(default)]
-        hostname: Vec<Entry>,
+        hostname: Vec<HostEntry>,
+        #[serde(default)]
+        certificate: Vec<CertEntry>,
     }
     #[derive(Deserialize)]
-    struct Entry {
+    struct HostEntry {
         name: Option<Spanned<IgnoredAny>>,
         source: Option<Spanned<IgnoredAny>>,
     }
-    let file: File = toml::from_str(text).ok()?;
-    let entry = file.issuance?.hostname.into_iter().nth(index)?;
-    let field = if source { entry.source } else { entry.name };
-    Some(field?.span())
+    #[derive(Deserialize)]
+    struct CertEntry {
+        names: Option<Spanned<Vec<Spanned<IgnoredAny>>>>,
+        source: Option<Spanned<IgnoredAny>>,
+    }
+    let section = toml::from_str::<File>(text).ok()?.issuance?;
+    match at.entry {
+        Entry::Hostname(i) => {
+            let entry = section.hostname.into_iter().nth(i)?;
+            let field = if source { entry.source } else { entry.name };
+            Some(field?.span())
+        }
+        Entry::Certificate(i) => {
+            let entry = section.certificate.into_iter().nth(i)?;
+            if source {
+                return Some(entry.source?.span());
+            }
+            let names = entry.names?;
+            let whole = names.span();
+            match at.name {
+                Some(j) => names.into_inner().into_iter().nth(j).map(|n| n.span()),
+                None => Some(whole),
+            }
+        }
+    }
 }
 
 // r[impl node.issuance.config+2]
@@ -1416,5 +1453,165 @@ mod tests {
             policy_error_key("issuance: no key here"),
             ("issuance".to_owned(), "no key here")
         );
+    }
+
+    // r[verify issue.certificates.names]
+    // r[verify node.issuance.config+2]
+    #[test]
+    fn a_certificate_name_is_refused_at_file_line_col_and_a_wildcard_says_it_needs_dns01() {
+        let base = "[node]\n[issuance]\n[issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+                    [issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n";
+        // Two names on one certificate, and a hostname beside it: accepted.
+        let ok = format!(
+            "{base}[[issuance.hostname]]\nname = \"a.example\"\nsource = \"acme\"\n\
+             [[issuance.certificate]]\nnames = [\"b.example\", \"www.b.example\"]\nsource = \"acme\"\n"
+        );
+        let config = Config::parse("ok.toml", &ok).unwrap();
+        assert_eq!(
+            config.issuance.unwrap().get_ref().certificates[0]
+                .names
+                .len(),
+            2
+        );
+        let cases = [
+            (
+                // A wildcard on an ACME certificate: at the name, saying why.
+                "[[issuance.certificate]]\nnames = [\"b.example\", \"*.b.example\"]\nsource = \"acme\"\n",
+                "bad.toml:8:23: issuance.certificate[0].names[1]: \"*.b.example\" is a wildcard: \
+                 a wildcard needs the ACME DNS-01 challenge, which holdfast does not build yet",
+            ),
+            (
+                "[[issuance.hostname]]\nname = \"*.a.example\"\nsource = \"acme\"\n",
+                "bad.toml:8:8: issuance.hostname[0].name: \"*.a.example\" is a wildcard",
+            ),
+            (
+                // A name on two certificates: the error names both.
+                "[[issuance.certificate]]\nnames = [\"a.example\", \"www.a.example\"]\nsource = \"acme\"\n\
+                 [[issuance.certificate]]\nnames = [\"WWW.a.example\"]\nsource = \"local\"\n",
+                "bad.toml:11:10: issuance.certificate[1].names[0]: \"WWW.a.example\" is listed more \
+                 than once (also issuance.certificate[0].names[1])",
+            ),
+            (
+                "[[issuance.certificate]]\nnames = []\nsource = \"acme\"\n",
+                "bad.toml:8:9: issuance.certificate[0].names: a certificate lists at least one name",
+            ),
+            (
+                "[[issuance.certificate]]\nnames = [\"a/b.example\"]\nsource = \"acme\"\n",
+                "bad.toml:8:10: issuance.certificate[0].names[0]: \"a/b.example\" is not a DNS name",
+            ),
+        ];
+        for (entries, want) in cases {
+            let err = Config::parse("bad.toml", &format!("{base}{entries}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+        }
+        // A certificate whose source has no section: at its `source`.
+        let text = "[node]\n[issuance]\n[[issuance.certificate]]\nnames = [\"a.example\"]\n\
+                    source = \"local\"\n";
+        let err = Config::parse("bad.toml", text).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "bad.toml:5:10: issuance.certificate[0].source: a.example uses the local source, \
+                 but there is no [issuance.local] section"
+            ),
+            "{err}"
+        );
+    }
+
+    // r[verify issue.deploy]
+    #[test]
+    fn a_deploy_mode_wider_than_allowed_or_an_unknown_owner_is_refused_at_its_key() {
+        let base = "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+                    [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n";
+        let ok = format!(
+            "{base}[issuance.deploy]\ndir = \"/etc/holdfast/certs\"\nowner = \"root\"\ngroup = 0\n\
+             mode = \"0640\"\n"
+        );
+        let config = Config::parse("ok.toml", &ok).unwrap();
+        let deploy = config.issuance.unwrap().get_ref().deploy.clone().unwrap();
+        assert_eq!(deploy.mode.0, 0o640);
+        for (section, want) in [
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\nmode = \"0644\"\n",
+                "bad.toml:10:8: issuance.deploy.mode: mode 0644 is wider than 0640",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\ncert_mode = \"0666\"\n",
+                "bad.toml:10:13: issuance.deploy.cert_mode: mode 0666 is wider than 0644",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\nmode = 640\n",
+                "bad.toml:10:8: issuance.deploy.mode: ",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"/etc/c\"\nowner = \"no-such-user-holdfast\"\n",
+                "bad.toml:2:1: issuance.deploy.owner: no user \"no-such-user-holdfast\"",
+            ),
+            (
+                "[issuance.deploy]\ndir = \"certs\"\n",
+                "bad.toml:2:1: issuance.deploy.dir: certs is not an absolute path",
+            ),
+        ] {
+            let err = Config::parse("bad.toml", &format!("{base}{section}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+        }
+    }
+
+    // r[verify issue.on-renew]
+    #[test]
+    fn an_on_renew_that_cannot_run_is_refused_at_its_key() {
+        let base = "[node]\n[issuance]\n";
+        let ok = format!(
+            "{base}on_renew = [\"/usr/sbin/nginx\", \"-s\", \"reload\"]\non_renew_timeout = \"30s\"\n"
+        );
+        assert!(Config::parse("ok.toml", &ok).is_ok());
+        for (section, want) in [
+            (
+                "on_renew = \"systemctl reload nginx\"\n",
+                "bad.toml:3:12: issuance.on_renew: ",
+            ),
+            (
+                "on_renew = []\n",
+                "bad.toml:2:1: issuance.on_renew: names no program",
+            ),
+            (
+                "on_renew_timeout = \"0s\"\n",
+                "bad.toml:2:1: issuance.on_renew_timeout: must be more than zero",
+            ),
+        ] {
+            let err = Config::parse("bad.toml", &format!("{base}{section}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(want), "{err}\n  wanted: {want}");
+        }
+    }
+
+    // r[verify issue.certificates]
+    #[test]
+    fn the_gateway_takes_a_certificate_of_several_names_by_its_first_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("token.key");
+        std::fs::write(&key, [7u8; 64]).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let text = |name: &str| {
+            format!(
+                "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"{}\"\n\
+                 [gateway.tls]\nfrom_issuance = \"{name}\"\n\
+                 [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [[issuance.certificate]]\nnames = [\"app.example\", \"www.app.example\"]\n\
+                 source = \"local\"\n",
+                key.display()
+            )
+        };
+        Config::parse("ok.toml", &text("app.example")).unwrap();
+        // A further name is not a certificate: its file does not exist.
+        let err = Config::parse("bad.toml", &text("www.app.example"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gateway.tls.from_issuance"), "{err}");
     }
 }

@@ -370,6 +370,7 @@ pub fn span(secs: u64) -> String {
     }
 }
 
+// i[impl node.certs.names]
 /// `holdfast certs`.
 pub fn certs(v: &Value) -> String {
     let rows: Vec<Vec<String>> = v
@@ -391,8 +392,14 @@ pub fn certs(v: &Value) -> String {
                 (_, Some(w)) => format!("attempt in {w}"),
                 (_, None) => "-".to_owned(),
             };
+            let also: Vec<String> = c["also"].as_array().into_iter().flatten().map(s).collect();
+            let hostname = if also.is_empty() {
+                s(&c["hostname"])
+            } else {
+                format!("{} (+ {})", s(&c["hostname"]), also.join(", "))
+            };
             vec![
-                s(&c["hostname"]),
+                hostname,
                 s(&c["source"]),
                 s(&c["state"]),
                 s(&c["not_after_text"]),
@@ -482,4 +489,29 @@ pub fn forwards(v: &Value) -> String {
         ],
         &rows,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify node.certs.names]
+    #[test]
+    fn a_certificate_of_several_names_is_one_row_naming_them_all() {
+        let v = serde_json::json!([
+            {
+                "hostname": "app.example", "also": ["www.app.example", "api.app.example"],
+                "source": "acme", "state": "due", "failures": 0,
+            },
+            { "hostname": "b.example", "source": "local", "state": "due", "failures": 0 },
+        ]);
+        let out = certs(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[1].starts_with("app.example (+ www.app.example, api.app.example)"),
+            "{out}"
+        );
+        assert!(lines[2].starts_with("b.example "), "{out}");
+    }
 }

@@ -14,8 +14,11 @@ use crate::state::NodeState;
 /// One hostname, as `GET /v1/certs` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CertView {
-    /// The hostname.
+    /// The hostname: the certificate's first name.
     pub hostname: String,
+    /// The certificate's further names (absent for one name).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// `acme` or `local`.
     pub source: String,
     /// `valid`, `issuing`, `due`, `debounced` or `blocked`.
@@ -41,11 +44,13 @@ fn unix(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+// i[impl node.certs.names]
 impl CertView {
     /// The view of `status` at `now`.
     pub fn new(status: HostStatus, now: SystemTime) -> Self {
         CertView {
             hostname: status.hostname,
+            also: status.also,
             source: status.source,
             state: status.state.to_owned(),
             not_after: status.not_after.map(unix),
@@ -130,5 +135,33 @@ pub fn retry(node: &NodeState, host: &str) -> Response {
             format!("force-retry of {host} failed: {err}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify node.certs.names]
+    #[test]
+    fn a_certificate_of_several_names_is_one_entry_with_its_further_names() {
+        let status = |also: Vec<String>| HostStatus {
+            hostname: "app.example".into(),
+            also,
+            source: "acme".into(),
+            state: "valid",
+            not_after: None,
+            next: None,
+            failures: 0,
+            last_error: None,
+            clear: None,
+        };
+        let now = SystemTime::UNIX_EPOCH;
+        let two = serde_json::to_value(CertView::new(status(vec!["www.app.example".into()]), now))
+            .unwrap();
+        assert_eq!(two["hostname"], "app.example");
+        assert_eq!(two["also"], serde_json::json!(["www.app.example"]));
+        let one = serde_json::to_value(CertView::new(status(vec![]), now)).unwrap();
+        assert!(one.get("also").is_none(), "{one}");
     }
 }
