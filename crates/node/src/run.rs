@@ -27,6 +27,9 @@ pub const EXIT_STOP_UNCLEAN: u8 = 3;
 /// Exit status: the stop was aborted: a second signal during the stop plan, or SIGQUIT.
 pub const EXIT_ABORTED: u8 = 4;
 
+/// How long the exit waits for the service manager to take the last notifications.
+const NOTIFY_FLUSH: Duration = Duration::from_secs(1);
+
 /// The node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -332,6 +335,13 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
             () = server.shutdown(left) => {}
             () = signals.abort() => report.aborted = true,
         }
+    }
+    // The last status (every module stopped) and anything still queued go out before the exit;
+    // an aborted stop exits at once instead.
+    if let Some(notifier) = &notifier
+        && !report.aborted
+    {
+        notifier.finish(NOTIFY_FLUSH).await;
     }
     Ok(report)
 }

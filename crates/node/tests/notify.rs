@@ -160,3 +160,41 @@ async fn without_notify_socket_nothing_is_sent_and_the_node_runs() {
     assert_eq!(code, 0, "{log}");
     assert!(!log.contains("service manager"), "{log}");
 }
+
+// r[verify node.systemd.notify]
+// r[verify node.systemd.status]
+#[tokio::test]
+async fn the_last_status_is_sent_before_the_node_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let mut manager = Manager::listen(socket);
+    let config = write_config(dir.path(), "", "5s", None);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    command
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env_remove("WATCHDOG_USEC");
+    let node = spawn_with(dir, &config, command);
+    node.until_ready().await;
+    manager.until(|l| l == "READY=1");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    // Everything the node sent is in the socket's queue by the time it has exited.
+    manager.drain();
+    let statuses: Vec<&String> = manager
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("STATUS="))
+        .collect();
+    assert_eq!(
+        statuses.last().map(|l| l.as_str()),
+        Some("STATUS=stopping: every module stopped"),
+        "{:#?}",
+        manager.lines
+    );
+    assert_eq!(
+        manager.lines.iter().filter(|l| *l == "STOPPING=1").count(),
+        1
+    );
+}
