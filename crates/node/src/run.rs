@@ -163,6 +163,13 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
         modules.push(Arc::new(crate::modules::testing::HangOnStop));
     }
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
+        tracing::warn!(
+            "[testing] wedge_start: running a test module whose start blocks its thread"
+        );
+        modules.push(Arc::new(crate::modules::testing::WedgeStart));
+    }
     modules
 }
 

@@ -198,3 +198,56 @@ async fn the_last_status_is_sent_before_the_node_exits() {
         1
     );
 }
+
+/// `WATCHDOG=1` pings among `lines`.
+fn pings(lines: &[String]) -> usize {
+    lines.iter().filter(|l| *l == "WATCHDOG=1").count()
+}
+
+// r[verify node.systemd.watchdog]
+#[tokio::test]
+async fn a_module_start_that_blocks_its_supervisor_stops_the_watchdog_pings() {
+    if !cfg!(feature = "testing-modules") {
+        holdfast_test_support::services::skip_loudly(
+            "the testing-modules feature",
+            "built without --features testing-modules (cargo xtask test turns it on)",
+            holdfast_test_support::services::FailWhen::Never,
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let mut manager = Manager::listen(socket);
+    let config = write_config(dir.path(), "[testing]\nwedge_start = true\n", "1s", None);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    command
+        .env("NOTIFY_SOCKET", &socket_path)
+        // 1 s: a ping every half second while every supervisor loop turns.
+        .env("WATCHDOG_USEC", "1000000")
+        .env_remove("WATCHDOG_PID");
+    let node = spawn_with(dir, &config, command);
+    // The node runs on (its admin API answers: one worker is left), but no ping comes once the
+    // wedged supervisor's last turn is more than half an interval old: none in 2.5 s, after the
+    // first second.
+    std::thread::sleep(Duration::from_secs(1));
+    manager.drain();
+    let before = pings(&manager.lines);
+    std::thread::sleep(Duration::from_millis(2500));
+    manager.drain();
+    let after = pings(&manager.lines);
+    assert!(
+        node.get("/healthz").await.is_ok(),
+        "the node stopped answering"
+    );
+    node.signal(Signal::SIGKILL);
+    let _ = node.wait(Duration::from_secs(10));
+    assert!(before <= 2, "{:#?}", manager.lines);
+    assert_eq!(after, before, "pings after the wedge: {:#?}", manager.lines);
+    // Nor READY=1: the wedged module never finished its first start.
+    assert!(
+        !manager.lines.iter().any(|l| l == "READY=1"),
+        "{:#?}",
+        manager.lines
+    );
+}
