@@ -120,8 +120,8 @@ pub enum ForwardCommand {
         /// The target as the node sees it, e.g. 10.0.0.2:53.
         #[arg(long)]
         to: std::net::SocketAddr,
-        /// The node's forward endpoint (its `[forward] listen`): HOST:PORT, HOST a name, an IPv4
-        /// address or a bracketed IPv6 address.
+        /// The node's forward endpoint (its `[forward] listen`): HOST:PORT, HOST a name or an
+        /// IPv4 address (the client connects over IPv4; a name's IPv4 addresses are used).
         #[arg(long)]
         node: crate::forward_client::NodeAddr,
         /// The node's pinned identity (`holdfast forward identity` on the node).

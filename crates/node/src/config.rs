@@ -696,6 +696,10 @@ pub struct TestingSection {
     /// off at its budget).
     #[serde(default)]
     pub hang_on_stop: bool,
+    /// Run a module named `testing-wedge` whose start never returns and blocks the thread it runs
+    /// on (its supervisor's loop then never turns again, so the watchdog's pings stop).
+    #[serde(default)]
+    pub wedge_start: bool,
 }
 
 /// A config error, located in its file.

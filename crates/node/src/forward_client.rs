@@ -75,15 +75,16 @@ impl std::str::FromStr for NodeAddr {
             if addr.port() == 0 {
                 return Err(format!("{s}: port 0 is no node's port"));
             }
+            if addr.is_ipv6() {
+                return Err(format!("{s}: {IPV4_ONLY}"));
+            }
             return Ok(NodeAddr::Ip(addr));
         }
         let Some((host, port)) = s.rsplit_once(':') else {
             return Err(format!("{s}: expected HOST:PORT"));
         };
         if host.contains(':') || host.starts_with('[') {
-            return Err(format!(
-                "{s}: an IPv6 address goes in brackets ([::1]:4433)"
-            ));
+            return Err(format!("{s}: {IPV4_ONLY}"));
         }
         let port: u16 = port
             .parse()
@@ -103,11 +104,37 @@ impl std::str::FromStr for NodeAddr {
     }
 }
 
+/// The forward client's QUIC endpoint is bound to an IPv4 address (holdfast-forward's client), so
+/// it can reach a node over IPv4 only.
+const IPV4_ONLY: &str =
+    "the forward client connects over IPv4 only (give an IPv4 address or a name with an A record)";
+
+// i[impl node.forward.cli.resolve]
+/// A name's addresses the client can reach: its IPv4 ones, in the resolver's order (a dual-stack
+/// name often lists its IPv6 addresses first).
+fn ipv4_only(addrs: Vec<SocketAddr>) -> std::io::Result<Vec<SocketAddr>> {
+    if addrs.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the name has no address",
+        ));
+    }
+    let v4: Vec<SocketAddr> = addrs.into_iter().filter(SocketAddr::is_ipv4).collect();
+    if v4.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("the name has only IPv6 addresses; {IPV4_ONLY}"),
+        ));
+    }
+    Ok(v4)
+}
+
 /// How long a lookup of the node's name may take.
 const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl NodeAddr {
-    /// Every address the node is at now (an address is itself; a name is looked up).
+    /// Every address the node is at now that the client can reach (an address is itself; a name
+    /// is looked up, and its IPv4 addresses kept).
     pub async fn resolve(&self) -> std::io::Result<Vec<SocketAddr>> {
         match self {
             NodeAddr::Ip(addr) => Ok(vec![*addr]),
@@ -119,13 +146,7 @@ impl NodeAddr {
                         std::io::Error::new(std::io::ErrorKind::TimedOut, "the lookup timed out")
                     })??
                     .collect();
-                if addrs.is_empty() {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "the name has no address",
-                    ));
-                }
-                Ok(addrs)
+                ipv4_only(addrs)
             }
         }
     }
@@ -503,15 +524,11 @@ mod tests {
 
     // i[verify node.forward.cli.resolve]
     #[test]
-    fn node_takes_a_name_an_ipv4_or_a_bracketed_ipv6_address_with_a_port() {
+    fn node_takes_a_name_or_an_ipv4_address_with_a_port() {
         let ok = |s: &str| s.parse::<NodeAddr>().unwrap_or_else(|e| panic!("{s}: {e}"));
         assert_eq!(
             ok("192.0.2.1:4433"),
             NodeAddr::Ip("192.0.2.1:4433".parse().unwrap())
-        );
-        assert_eq!(
-            ok("[::1]:4433"),
-            NodeAddr::Ip("[::1]:4433".parse().unwrap())
         );
         assert_eq!(
             ok("node-1.example.org:4433"),
@@ -532,6 +549,9 @@ mod tests {
             "localhost:https",
             "::1:4433",
             "[::1:4433",
+            // The client's endpoint is IPv4: an IPv6 node could never be reached.
+            "[::1]:4433",
+            "[2001:db8::1]:4433",
             "-bad.example:1",
             "bad-.example:1",
             "a..b:1",
@@ -544,6 +564,26 @@ mod tests {
         }
         let long = format!("{}.example:1", "a".repeat(64));
         assert!(long.parse::<NodeAddr>().is_err());
+    }
+
+    // i[verify node.forward.cli.resolve]
+    #[test]
+    fn a_name_s_addresses_are_its_ipv4_ones_in_order_and_ipv6_only_is_an_error() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let both = vec![
+            a("[2001:db8::1]:4433"),
+            a("192.0.2.1:4433"),
+            a("[2001:db8::2]:4433"),
+            a("192.0.2.2:4433"),
+        ];
+        assert_eq!(
+            ipv4_only(both).unwrap(),
+            [a("192.0.2.1:4433"), a("192.0.2.2:4433")]
+        );
+        let err = ipv4_only(vec![a("[2001:db8::1]:4433")]).unwrap_err();
+        assert!(err.to_string().contains("only IPv6 addresses"), "{err}");
+        let err = ipv4_only(Vec::new()).unwrap_err();
+        assert_eq!(err.to_string(), "the name has no address");
     }
 
     proptest! {

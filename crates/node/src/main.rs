@@ -30,6 +30,18 @@ fn main() -> ExitCode {
             data_dir,
             log_format,
         } => {
+            // Before the config is read: a SIGHUP (or any signal the node answers) in that window
+            // must not kill it the default way.
+            let signals = {
+                let _inside = runtime.enter();
+                match run::NodeSignals::install() {
+                    Ok(signals) => signals,
+                    Err(err) => {
+                        eprintln!("holdfast: {err}");
+                        return ExitCode::from(run::EXIT_START_FAILED);
+                    }
+                }
+            };
             let loaded = match &config {
                 Some(path) => Config::load(path).map_err(|e| e.to_string()),
                 None => Config::embedded().map_err(|e| e.to_string()),
@@ -48,7 +60,7 @@ fn main() -> ExitCode {
                 log_format.unwrap_or(config.log.format),
                 config.log.level.get_ref(),
             );
-            match runtime.block_on(run::run(config)) {
+            match runtime.block_on(run::run(config, signals)) {
                 Ok(report) => {
                     let code = run::exit_status(&report);
                     // An aborted plan may leave stoppers running: do not wait for the runtime.

@@ -28,14 +28,19 @@ pub enum Message {
 }
 
 impl Message {
+    /// The `sd-notify` state that sends it.
+    pub fn state(&self) -> sd_notify::NotifyState<'_> {
+        match self {
+            Message::Ready => sd_notify::NotifyState::Ready,
+            Message::Stopping => sd_notify::NotifyState::Stopping,
+            Message::Status(text) => sd_notify::NotifyState::Status(text),
+            Message::Watchdog => sd_notify::NotifyState::Watchdog,
+        }
+    }
+
     /// The protocol's `KEY=VALUE` form.
     pub fn line(&self) -> String {
-        match self {
-            Message::Ready => "READY=1".to_owned(),
-            Message::Stopping => "STOPPING=1".to_owned(),
-            Message::Status(text) => format!("STATUS={text}"),
-            Message::Watchdog => "WATCHDOG=1".to_owned(),
-        }
+        self.state().to_string()
     }
 }
 
@@ -283,16 +288,52 @@ impl Core {
     }
 }
 
-/// The running notifier: [`Notifier::poke`] makes it look at the node at once (a phase change).
+/// The running notifier: [`Notifier::poke`] makes it look at the node at once (a phase change);
+/// [`Notifier::finish`] sends what is left before the node exits.
 #[derive(Debug, Clone)]
 pub struct Notifier {
     poke: Arc<tokio::sync::Notify>,
+    finish: Arc<tokio::sync::Notify>,
+    parts: Arc<Mutex<Option<Parts>>>,
+}
+
+/// What [`Notifier::finish`] waits for: the loop that decides, and the thread that sends.
+#[derive(Debug)]
+struct Parts {
+    decider: tokio::task::JoinHandle<()>,
+    sender: std::thread::JoinHandle<()>,
 }
 
 impl Notifier {
     /// Look at the node now rather than at the next poll.
     pub fn poke(&self) {
         self.poke.notify_one();
+    }
+
+    // r[impl node.systemd.notify]
+    /// Takes a last look at the node, then waits (at most `within`: a service manager that does
+    /// not read must not hold the exit) until every message decided so far has been sent.
+    pub async fn finish(&self, within: Duration) {
+        self.finish.notify_one();
+        let parts = self
+            .parts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(Parts { decider, sender }) = parts else {
+            return;
+        };
+        let flushed = async {
+            // The decider's end drops the channel, which ends the sender once it has sent all.
+            let _ = decider.await;
+            let _ = tokio::task::spawn_blocking(move || sender.join()).await;
+        };
+        if tokio::time::timeout(within, flushed).await.is_err() {
+            tracing::warn!(
+                waited = ?within,
+                "the service manager did not take the last notifications in time"
+            );
+        }
     }
 }
 
@@ -331,11 +372,8 @@ pub fn spawn(
         .spawn(move || {
             let mut warned = false;
             while let Ok(messages) = rx.recv() {
-                let lines: Vec<String> = messages.iter().map(Message::line).collect();
-                let states: Vec<sd_notify::NotifyState<'_>> = lines
-                    .iter()
-                    .map(|line| sd_notify::NotifyState::Custom(line))
-                    .collect();
+                let states: Vec<sd_notify::NotifyState<'_>> =
+                    messages.iter().map(Message::state).collect();
                 if let Err(err) = sd_notify::notify(&states) {
                     if !warned {
                         tracing::warn!(error = %err, "cannot notify the service manager (NOTIFY_SOCKET)");
@@ -344,27 +382,43 @@ pub fn spawn(
                 }
             }
         });
-    if let Err(err) = sender {
-        tracing::warn!(error = %err, "cannot start the service manager notifier");
-        return None;
-    }
+    let sender = match sender {
+        Ok(sender) => sender,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot start the service manager notifier");
+            return None;
+        }
+    };
     let poke = Arc::new(tokio::sync::Notify::new());
-    let notifier = Notifier { poke: poke.clone() };
+    let finish = Arc::new(tokio::sync::Notify::new());
     let mut core = Core::new(watchdog);
     let poll = core.beat_every().map_or(POLL, |b| b.min(POLL));
-    tokio::spawn(async move {
-        loop {
-            let messages = core.step(Instant::now(), &View::of(&node), &heartbeat.beats());
-            if !messages.is_empty() && tx.send(messages).is_err() {
-                return;
-            }
-            tokio::select! {
-                () = poke.notified() => {}
-                () = tokio::time::sleep(poll) => {}
+    let decider = tokio::spawn({
+        let poke = poke.clone();
+        let finish = finish.clone();
+        async move {
+            let mut last = false;
+            loop {
+                let messages = core.step(Instant::now(), &View::of(&node), &heartbeat.beats());
+                if !messages.is_empty() && tx.send(messages).is_err() {
+                    return;
+                }
+                if last {
+                    return;
+                }
+                tokio::select! {
+                    () = poke.notified() => {}
+                    () = finish.notified() => last = true,
+                    () = tokio::time::sleep(poll) => {}
+                }
             }
         }
     });
-    Some(notifier)
+    Some(Notifier {
+        poke,
+        finish,
+        parts: Arc::new(Mutex::new(Some(Parts { decider, sender }))),
+    })
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ pub const EXIT_STOP_UNCLEAN: u8 = 3;
 /// Exit status: the stop was aborted: a second signal during the stop plan, or SIGQUIT.
 pub const EXIT_ABORTED: u8 = 4;
 
+/// How long the exit waits for the service manager to take the last notifications.
+const NOTIFY_FLUSH: Duration = Duration::from_secs(1);
+
 /// The node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -160,22 +163,55 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
         modules.push(Arc::new(crate::modules::testing::HangOnStop));
     }
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
+        tracing::warn!(
+            "[testing] wedge_start: running a test module whose start blocks its thread"
+        );
+        modules.push(Arc::new(crate::modules::testing::WedgeStart));
+    }
     modules
+}
+
+/// The node's signal handlers, installed before anything else `holdfast run` does (the config's
+/// load included), so that no signal kills the node the default way; each signal that comes
+/// before [`run`] looks is held until it does.
+#[derive(Debug)]
+pub struct NodeSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+// r[impl node.signal.hup]
+impl NodeSignals {
+    /// Installs SIGTERM's, SIGINT's, SIGHUP's and SIGQUIT's handlers. Call it inside the runtime
+    /// (`Runtime::enter`).
+    pub fn install() -> Result<Self, RunError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let kind = |kind| signal(kind).map_err(RunError::Signals);
+        Ok(NodeSignals {
+            term: kind(SignalKind::terminate())?,
+            int: kind(SignalKind::interrupt())?,
+            hup: kind(SignalKind::hangup())?,
+            quit: kind(SignalKind::quit())?,
+        })
+    }
 }
 
 /// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan. SIGHUP leaves
 /// it running; SIGQUIT exits the process at once.
-pub async fn run(config: Config) -> Result<StopReport, RunError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    // Installed before anything is served, so neither ever kills the node the default way.
-    tokio::spawn(on_hangup(
-        signal(SignalKind::hangup()).map_err(RunError::Signals)?,
-    ));
-    tokio::spawn(on_quit(
-        signal(SignalKind::quit()).map_err(RunError::Signals)?,
-    ));
+pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, RunError> {
+    let NodeSignals {
+        term,
+        int,
+        hup,
+        quit,
+    } = signals;
+    // Answered from here on (the log is set up now); one that came earlier is answered at once.
+    tokio::spawn(on_hangup(hup));
+    tokio::spawn(on_quit(quit));
 
     let data_dir = config.node.data_dir.clone();
     prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
@@ -306,6 +342,13 @@ pub async fn run(config: Config) -> Result<StopReport, RunError> {
             () = server.shutdown(left) => {}
             () = signals.abort() => report.aborted = true,
         }
+    }
+    // The last status (every module stopped) and anything still queued go out before the exit;
+    // an aborted stop exits at once instead.
+    if let Some(notifier) = &notifier
+        && !report.aborted
+    {
+        notifier.finish(NOTIFY_FLUSH).await;
     }
     Ok(report)
 }

@@ -1,6 +1,6 @@
-//! The Debian package from `cargo xtask dist deb`, installed for real: `dpkg -i`, the unit's own
-//! command line run as the `holdfast` user until it answers `/readyz`, then `dpkg -r` and
-//! `dpkg --purge`. It changes the machine (a package, a system user), so it runs only when
+//! The Debian package from `cargo xtask dist deb`, installed for real: `dpkg -i` twice, the unit's
+//! own command line run as the `holdfast` user until it answers `/readyz`, the package's prerm run
+//! against a stand-in for systemd, then `dpkg -r` and `dpkg --purge`. It changes the machine (a package, a system user), so it runs only when
 //! `HOLDFAST_TEST_DEB` names the package to install (CI builds it first and sets it), as root, with
 //! dpkg; otherwise it is skipped, loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -17,6 +17,8 @@ use holdfast_test_support::services::{FailWhen, skip_loudly};
 const UNIT: &str = "/usr/lib/systemd/system/holdfast.service";
 const DATA: &str = "/var/lib/holdfast";
 const CONFIG: &str = "/etc/holdfast/holdfast.toml";
+/// dpkg's copy of the package's prerm.
+const PRERM: &str = "/var/lib/dpkg/info/holdfast.prerm";
 /// The admin address of the packaged config (examples/single-node.toml).
 const ADMIN: &str = "127.0.0.1:7480";
 
@@ -79,6 +81,37 @@ fn get(path: &str) -> Option<u16> {
     response.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Runs the installed prerm with `action`, as dpkg would on a machine booted with systemd (this one
+/// is not: its `/run/systemd/system` test is pointed at a directory that exists, and
+/// `deb-systemd-invoke` is a stand-in that records its arguments); returns what it was asked to do.
+fn prerm_under_systemd(action: &str) -> String {
+    let script = std::fs::read_to_string(PRERM).expect("the package has a prerm");
+    let dir = tempfile::tempdir().unwrap();
+    let systemd = dir.path().join("systemd");
+    std::fs::create_dir(&systemd).unwrap();
+    let log = dir.path().join("invoked");
+    let stub = dir.path().join("deb-systemd-invoke");
+    std::fs::write(
+        &stub,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.replace("/run/systemd/system", systemd.to_str().unwrap());
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let status = Command::new("sh")
+        .args(["-c", &script, "prerm", action])
+        .env("PATH", path)
+        .status()
+        .expect("sh");
+    assert!(status.success(), "prerm {action}: {status}");
+    std::fs::read_to_string(&log).unwrap_or_default()
+}
+
 /// The node started by the test, killed if the test fails before stopping it.
 struct Node(Child);
 
@@ -108,6 +141,24 @@ fn the_package_installs_runs_as_its_user_and_removes_keeping_the_data() {
     };
     assert!(deb.is_file(), "{} is not a file", deb.display());
     run("dpkg", &["-i", deb.to_str().unwrap()]);
+    // Again, as an upgrade does: the user, group and data directory that exist are kept.
+    run("dpkg", &["-i", deb.to_str().unwrap()]);
+    let status = run("dpkg-query", &["-W", "-f=${Status}", "holdfast"]);
+    assert_eq!(status, "install ok installed");
+
+    // Removal stops the running unit (the binary it runs is about to go); an upgrade leaves it
+    // to postinst's restart, and without systemd the script does nothing.
+    let invoked = prerm_under_systemd("remove");
+    assert_eq!(invoked.trim(), "stop holdfast.service", "prerm remove");
+    assert_eq!(prerm_under_systemd("upgrade"), "", "prerm upgrade");
+    let status = Command::new("sh").args([PRERM, "remove"]).status().unwrap();
+    assert!(status.success(), "prerm remove without systemd: {status}");
+    // The upgrade's restart: only a unit that runs (try-restart), only on an upgrade ($2 set).
+    let postinst = std::fs::read_to_string("/var/lib/dpkg/info/holdfast.postinst").unwrap();
+    assert!(
+        postinst.contains("deb-systemd-invoke try-restart holdfast.service"),
+        "postinst: {postinst}"
+    );
 
     // What the package put in place.
     for path in [
@@ -176,7 +227,8 @@ fn the_package_installs_runs_as_its_user_and_removes_keeping_the_data() {
     let status = node.0.wait().unwrap();
     assert_eq!(status.code(), Some(0), "the node's stop");
 
-    // Removal keeps the data and the config; purge takes both and the user.
+    // Removal keeps the data and the config; purge takes both and keeps the user (Debian
+    // practice: files the package does not know of may still belong to its uid).
     run("dpkg", &["-r", "holdfast"]);
     assert!(!Path::new("/usr/bin/holdfast").exists());
     assert!(!Path::new(UNIT).exists());
@@ -185,5 +237,13 @@ fn the_package_installs_runs_as_its_user_and_removes_keeping_the_data() {
     run("dpkg", &["--purge", "holdfast"]);
     assert!(!Path::new(DATA).exists(), "purge left {DATA}");
     assert!(!Path::new(CONFIG).exists(), "purge left {CONFIG}");
-    assert!(!user_exists("holdfast"), "purge left the holdfast user");
+    assert!(user_exists("holdfast"), "purge deleted the holdfast user");
+    let status = Command::new("dpkg-query")
+        .args(["-W", "holdfast"])
+        .output()
+        .unwrap();
+    assert!(
+        !status.status.success(),
+        "purge left the package known to dpkg"
+    );
 }

@@ -160,3 +160,94 @@ async fn without_notify_socket_nothing_is_sent_and_the_node_runs() {
     assert_eq!(code, 0, "{log}");
     assert!(!log.contains("service manager"), "{log}");
 }
+
+// r[verify node.systemd.notify]
+// r[verify node.systemd.status]
+#[tokio::test]
+async fn the_last_status_is_sent_before_the_node_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let mut manager = Manager::listen(socket);
+    let config = write_config(dir.path(), "", "5s", None);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    command
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env_remove("WATCHDOG_USEC");
+    let node = spawn_with(dir, &config, command);
+    node.until_ready().await;
+    manager.until(|l| l == "READY=1");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    // Everything the node sent is in the socket's queue by the time it has exited.
+    manager.drain();
+    let statuses: Vec<&String> = manager
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("STATUS="))
+        .collect();
+    assert_eq!(
+        statuses.last().map(|l| l.as_str()),
+        Some("STATUS=stopping: every module stopped"),
+        "{:#?}",
+        manager.lines
+    );
+    assert_eq!(
+        manager.lines.iter().filter(|l| *l == "STOPPING=1").count(),
+        1
+    );
+}
+
+/// `WATCHDOG=1` pings among `lines`.
+fn pings(lines: &[String]) -> usize {
+    lines.iter().filter(|l| *l == "WATCHDOG=1").count()
+}
+
+// r[verify node.systemd.watchdog]
+#[tokio::test]
+async fn a_module_start_that_blocks_its_supervisor_stops_the_watchdog_pings() {
+    if !cfg!(feature = "testing-modules") {
+        holdfast_test_support::services::skip_loudly(
+            "the testing-modules feature",
+            "built without --features testing-modules (cargo xtask test turns it on)",
+            holdfast_test_support::services::FailWhen::Never,
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let mut manager = Manager::listen(socket);
+    let config = write_config(dir.path(), "[testing]\nwedge_start = true\n", "1s", None);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    command
+        .env("NOTIFY_SOCKET", &socket_path)
+        // 1 s: a ping every half second while every supervisor loop turns.
+        .env("WATCHDOG_USEC", "1000000")
+        .env_remove("WATCHDOG_PID");
+    let node = spawn_with(dir, &config, command);
+    // The node runs on (its admin API answers: one worker is left), but no ping comes once the
+    // wedged supervisor's last turn is more than half an interval old: none in 2.5 s, after the
+    // first second.
+    std::thread::sleep(Duration::from_secs(1));
+    manager.drain();
+    let before = pings(&manager.lines);
+    std::thread::sleep(Duration::from_millis(2500));
+    manager.drain();
+    let after = pings(&manager.lines);
+    assert!(
+        node.get("/healthz").await.is_ok(),
+        "the node stopped answering"
+    );
+    node.signal(Signal::SIGKILL);
+    let _ = node.wait(Duration::from_secs(10));
+    assert!(before <= 2, "{:#?}", manager.lines);
+    assert_eq!(after, before, "pings after the wedge: {:#?}", manager.lines);
+    // Nor READY=1: the wedged module never finished its first start.
+    assert!(
+        !manager.lines.iter().any(|l| l == "READY=1"),
+        "{:#?}",
+        manager.lines
+    );
+}

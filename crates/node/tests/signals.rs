@@ -67,6 +67,62 @@ async fn sighup_leaves_the_node_ready_and_sigterm_still_stops_it_in_order() {
     assert!(!log.contains("\"kind\":\"reload\""), "{log}");
 }
 
+// r[verify node.signal.hup]
+#[tokio::test]
+async fn sighup_while_the_config_is_still_being_read_does_not_kill_the_node() {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(dir.path(), "", "5s", None);
+    let text = std::fs::read(&config).unwrap();
+    // The config is a FIFO: reading it blocks until the test writes it, which holds the node in
+    // its config load for as long as the test likes.
+    let fifo = dir.path().join("fifo.toml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    let child = common::spawn_only(
+        &dir,
+        &fifo,
+        std::process::Command::new(env!("CARGO_BIN_EXE_holdfast")),
+    );
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    // A non-blocking open for writing succeeds once the node has the FIFO open for reading.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut writer = loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+        {
+            Ok(file) => break file,
+            Err(_) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the node never opened its config"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    };
+    nix::sys::signal::kill(pid, Signal::SIGHUP).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    writer.write_all(&text).unwrap();
+    drop(writer);
+
+    let node = common::attach(dir, child);
+    node.until_ready().await;
+    assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    // Held until the log was set up, then answered as any other SIGHUP.
+    assert_eq!(events(&log, HUP_LINE).count(), 1, "{log}");
+}
+
 // r[verify node.signal.quit]
 // i[verify node.stop.exit-status+2]
 #[tokio::test]

@@ -41,3 +41,28 @@ impl Module for HangOnStop {
         })
     }
 }
+
+/// A module whose start never returns and blocks the thread it runs on (a synchronous start that
+/// hangs), so its supervisor's loop never turns again: the watchdog's pings must stop.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WedgeStart;
+
+/// Its name.
+pub const WEDGE_NAME: &str = "testing-wedge";
+
+impl Module for WedgeStart {
+    fn name(&self) -> &str {
+        WEDGE_NAME
+    }
+
+    fn group(&self) -> StopGroup {
+        StopGroup::Workload
+    }
+
+    fn start(&self) -> Result<Started, StartError> {
+        // Blocking on purpose: this is the wedge under test (park may wake spuriously).
+        loop {
+            std::thread::park();
+        }
+    }
+}

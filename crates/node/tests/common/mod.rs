@@ -68,8 +68,15 @@ pub fn start_in(dir: tempfile::TempDir, extra: &str, budget: &str, docker: Optio
 
 /// Spawns `command` (the binary, or a shell that runs it) as `holdfast run -c CONFIG` and waits
 /// for its admin address.
-pub fn spawn_with(dir: tempfile::TempDir, config: &Path, mut command: Command) -> Node {
-    let child = command
+pub fn spawn_with(dir: tempfile::TempDir, config: &Path, command: Command) -> Node {
+    let child = spawn_only(&dir, config, command);
+    attach(dir, child)
+}
+
+/// Spawns `command` as `holdfast run -c CONFIG`, its stderr into the directory's `stderr.log`,
+/// without waiting for anything.
+pub fn spawn_only(dir: &tempfile::TempDir, config: &Path, mut command: Command) -> Child {
+    command
         .args(["run", "-c"])
         .arg(config)
         .env_remove("RUST_LOG")
@@ -77,7 +84,11 @@ pub fn spawn_with(dir: tempfile::TempDir, config: &Path, mut command: Command) -
         // A file, not a pipe: a pipe nobody drains would fill and block the node's logging.
         .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Waits for the admin address of the node `child` runs with its data in `dir`.
+pub fn attach(dir: tempfile::TempDir, child: Child) -> Node {
     let addr_file = dir.path().join("data/admin.addr");
     let deadline = Instant::now() + Duration::from_secs(20);
     let addr = loop {
