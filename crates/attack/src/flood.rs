@@ -154,7 +154,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
                     counts: counts.clone(),
                 };
                 if churn {
-                    tasks.spawn(attacker.churn_flows());
+                    tasks.spawn(attacker.churn_flows(edges.echo));
                 } else {
                     tasks.spawn(attacker.flood_streams());
                 }
@@ -552,13 +552,13 @@ impl Authenticated {
         self.hold(&conn).await;
     }
 
-    /// Opens forwards to the discard port and sends each datagram from a flow never seen
-    /// before, until the flood ends.
-    async fn churn_flows(self) {
+    /// Opens forwards to `target` (the node's allowed echo: every flow's target answers, the
+    /// costlier case for the node) and sends each datagram from a flow never seen before, until
+    /// the flood ends.
+    async fn churn_flows(self, target: SocketAddr) {
         let Welcomed::Yes(conn, mut send, mut recv) = self.welcome().await else {
             return;
         };
-        let target = SocketAddr::from((Ipv4Addr::LOCALHOST, 9));
         let mut decoder = FrameDecoder::new();
         let mut opened = Vec::new();
         for forward in 1..=CHURN_FORWARDS {

@@ -15,6 +15,7 @@ pub mod identity;
 pub mod pin;
 mod ready;
 pub mod reconnect;
+mod reply_buffers;
 mod report;
 pub mod server;
 pub mod stats;

@@ -34,6 +34,7 @@ use crate::flows::{
 };
 use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
+use crate::reply_buffers::ReplyBuffers;
 use crate::report::{Handed, Reporter};
 use crate::stats::{ConnectionCounters, ConnectionStats, Counters, ForwardStats, Turned};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, server_transport_config};
@@ -228,6 +229,8 @@ struct Shared {
     next_connection: AtomicU64,
     /// The flow sockets the node may hold, shared between connections.
     flow_pool: Arc<FlowPool>,
+    /// The receive buffers every flow borrows for its target's replies.
+    reply_buffers: Arc<ReplyBuffers>,
     /// [`ServerConfig::flow_sweep`].
     flow_sweep: Duration,
     /// The connections in their handshake or authenticating, by source.
@@ -440,6 +443,7 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         unattributed: Counters::default(),
         next_connection: AtomicU64::new(1),
         flow_pool: FlowPool::new(config.max_flow_sockets),
+        reply_buffers: ReplyBuffers::new(REPLY_BATCH * MAX_DATAGRAM),
         flow_sweep: config.flow_sweep.max(Duration::from_millis(10)),
         admission: Mutex::new(Admission::new(AdmissionLimits {
             max_unauthenticated: config.max_unauthenticated,
@@ -551,6 +555,12 @@ impl Server {
     /// Forwards refused because their target was outside the credential's allow-list.
     pub fn refused_targets(&self) -> u64 {
         self.shared.grants.refused()
+    }
+
+    /// Reply buffers (`REPLY_BATCH` × 64 KiB each) allocated since the server started: as many
+    /// as threads relayed replies at once, however many flows it has.
+    pub fn reply_buffers_allocated(&self) -> usize {
+        self.shared.reply_buffers.allocated()
     }
 
     /// Flow sockets open now, across every connection.
@@ -1271,6 +1281,7 @@ impl Relay {
                             id,
                             state.reporter.clone(),
                             activity.clone(),
+                            self.shared.reply_buffers.clone(),
                         ));
                         state.flows.insert(
                             id.flow,
@@ -1430,43 +1441,42 @@ async fn relay_replies(
     id: FlowId,
     reporter: Arc<Reporter>,
     activity: Arc<Activity>,
+    buffers: Arc<ReplyBuffers>,
 ) {
     let header = id.header();
-    // Two buffers: the usual receive fills one (the target's burst, coalesced), and a batch that
-    // leaves a buffer empty ends the wakeup without one more receive (`UdpIo::recv`). They are
-    // allocated at the first reply, not before: a flow whose target never answers holds none.
-    // Allocated up front, 4,096 flows of a client that churns them cost the node over 300 MiB
-    // (zeroed heap memory is touched, and kept by the allocator after the flows end).
-    let mut buf = Vec::new();
     let mut meta = [RecvMeta::default(); REPLY_BATCH];
     let mut out = BytesMut::new();
     loop {
-        if buf.is_empty() {
-            match socket.readable().await {
-                // An error alone (the target refused a datagram): taken without a buffer.
-                Ok(false) => {
-                    let err = match socket.take_error() {
-                        Ok(Some(err)) | Err(err) => err,
-                        Ok(None) => continue,
-                    };
-                    if flow_recv_failed(&RelayError::Socket(err), &reporter) {
-                        continue;
-                    }
-                    return;
-                }
-                // A datagram waits (or readiness failed, which the receive reports).
-                Ok(true) | Err(_) => buf = vec![0u8; REPLY_BATCH * MAX_DATAGRAM],
+        // Waiting, the flow holds no buffer: a flow whose target is silent, or only refuses,
+        // costs its socket and its task, and the node's buffers do not grow with its flows.
+        // An error alone (the target refused a datagram) is taken without a buffer; otherwise a
+        // datagram waits (or readiness failed, which the receive reports).
+        if let Ok(false) = socket.readable().await {
+            let err = match socket.take_error() {
+                Ok(Some(err)) | Err(err) => err,
+                Ok(None) => continue,
+            };
+            if flow_recv_failed(&RelayError::Socket(err), &reporter) {
+                continue;
             }
+            return;
         }
+        // Two buffers' worth, borrowed for this receive and its relay only, both done without
+        // waiting: the usual receive fills one (the target's burst, coalesced), and a batch that
+        // leaves one empty ends the wakeup without one more receive (`UdpIo::recv`).
+        let mut buf = buffers.lease();
         let received = {
             let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
             let mut slices: [IoSliceMut<'_>; REPLY_BATCH] =
                 std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
-            socket.recv(&mut slices, &mut meta).await
+            // Readiness that was not (a spurious wakeup) is cleared by the receive, which would
+            // then wait: the flow goes back to waiting without its buffer instead.
+            ready_now(socket.recv(&mut slices, &mut meta))
         };
         let filled = match received {
-            Ok(filled) => &meta[..filled.min(REPLY_BATCH)],
-            Err(err) => {
+            None => continue,
+            Some(Ok(filled)) => &meta[..filled.min(REPLY_BATCH)],
+            Some(Err(err)) => {
                 if flow_recv_failed(&RelayError::Socket(err), &reporter) {
                     continue;
                 }

@@ -128,3 +128,36 @@ async fn a_connection_that_starts_waiting_gets_its_share_without_waiting_for_a_s
     assert_eq!(reply.as_deref(), Some(&b"b"[..]), "{:?}", server.forwards());
     assert!(server.flow_sockets() <= 2);
 }
+
+// r[verify forward.flows.reply-buffers]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_answering_flows_share_a_few_reply_buffers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = holdfast_forward::start(server_config(dir.path(), loopback()))
+        .await
+        .expect("server");
+    let target = echo().await;
+    let mut client = client::spawn(client_config(&server, &[target.addr]))
+        .await
+        .expect("client");
+    opened(&mut client, 1).await;
+    let local = client.local_addrs()[0];
+    // 200 flows, each answered by its target: each used to keep its own 128 KiB for its life.
+    let mut peers = Vec::new();
+    for i in 0..200 {
+        let p = peer().await;
+        let payload = format!("flow {i}");
+        let reply = try_round_trip(&p, local, payload.as_bytes(), 20).await;
+        assert_eq!(reply.as_deref(), Some(payload.as_bytes()), "flow {i}");
+        peers.push(p);
+    }
+    assert_eq!(
+        server.forwards().iter().map(|f| f.flows).sum::<usize>(),
+        200
+    );
+    let allocated = server.reply_buffers_allocated();
+    assert!(
+        (1..=8).contains(&allocated),
+        "{allocated} reply buffers for 200 answering flows"
+    );
+}
