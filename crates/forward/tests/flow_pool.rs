@@ -43,6 +43,22 @@ async fn two_sockets_held(
     (server, hog, peers, target)
 }
 
+/// Keeps `peers`' flows through the forward at `local` busy (a datagram each every 50 ms) until
+/// the returned task is aborted.
+fn keep_busy(
+    peers: [tokio::net::UdpSocket; 2],
+    local: std::net::SocketAddr,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for peer in &peers {
+                let _ = peer.send_to(b"busy", local).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
 // r[verify forward.flows.sweep]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_flows_of_one_connection_give_their_sockets_to_another() {
@@ -77,14 +93,7 @@ async fn a_busy_connection_gives_back_its_sockets_beyond_its_share_to_one_that_w
     let (server, hog, peers, target) = two_sockets_held(dir.path(), Duration::from_secs(1)).await;
     // The first connection keeps both its flows busy.
     let local = hog.local_addrs()[0];
-    let busy = tokio::spawn(async move {
-        loop {
-            for peer in &peers {
-                let _ = peer.send_to(b"busy", local).await;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    let busy = keep_busy(peers, local);
     let mut other = client::spawn(client_config(&server, &[target.addr]))
         .await
         .expect("client");
@@ -110,14 +119,7 @@ async fn a_connection_that_starts_waiting_gets_its_share_without_waiting_for_a_s
     let (server, hog, peers, target) =
         two_sockets_held(dir.path(), Duration::from_secs(3600)).await;
     let local = hog.local_addrs()[0];
-    let busy = tokio::spawn(async move {
-        loop {
-            for peer in &peers {
-                let _ = peer.send_to(b"busy", local).await;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    let busy = keep_busy(peers, local);
     let mut other = client::spawn(client_config(&server, &[target.addr]))
         .await
         .expect("client");

@@ -59,23 +59,32 @@ impl Manager {
     }
 }
 
+/// A node started with `extra` config and `stop_budget`, with a service manager's socket as
+/// `NOTIFY_SOCKET` and, when given, `WATCHDOG_USEC`; the manager listening on that socket.
+fn managed(extra: &str, stop_budget: &str, watchdog_usec: Option<&str>) -> (Manager, common::Node) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let manager = Manager::listen(socket);
+    let config = write_config(dir.path(), extra, stop_budget, None);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    command.env("NOTIFY_SOCKET", &socket_path);
+    match watchdog_usec {
+        Some(usec) => command
+            .env("WATCHDOG_USEC", usec)
+            .env_remove("WATCHDOG_PID"),
+        None => command.env_remove("WATCHDOG_USEC"),
+    };
+    (manager, spawn_with(dir, &config, command))
+}
+
 // r[verify node.systemd.notify]
 // r[verify node.systemd.status]
 // r[verify node.systemd.watchdog]
 #[tokio::test]
 async fn a_service_manager_hears_ready_status_watchdog_and_stopping_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    let mut manager = Manager::listen(socket);
-    let config = write_config(dir.path(), "", "5s", None);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    command
-        .env("NOTIFY_SOCKET", &socket_path)
-        // 2 s: a ping every second, each supervisor loop turning every half second.
-        .env("WATCHDOG_USEC", "2000000")
-        .env_remove("WATCHDOG_PID");
-    let node = spawn_with(dir, &config, command);
+    // 2 s: a ping every second, each supervisor loop turning every half second.
+    let (mut manager, node) = managed("", "5s", Some("2000000"));
     node.until_ready().await;
 
     let ready = manager.until(|l| l == "READY=1");
@@ -165,16 +174,7 @@ async fn without_notify_socket_nothing_is_sent_and_the_node_runs() {
 // r[verify node.systemd.status]
 #[tokio::test]
 async fn the_last_status_is_sent_before_the_node_exits() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    let mut manager = Manager::listen(socket);
-    let config = write_config(dir.path(), "", "5s", None);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    command
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env_remove("WATCHDOG_USEC");
-    let node = spawn_with(dir, &config, command);
+    let (mut manager, node) = managed("", "5s", None);
     node.until_ready().await;
     manager.until(|l| l == "READY=1");
     node.signal(Signal::SIGTERM);
@@ -215,18 +215,8 @@ async fn a_module_start_that_blocks_its_supervisor_stops_the_watchdog_pings() {
         );
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    let mut manager = Manager::listen(socket);
-    let config = write_config(dir.path(), "[testing]\nwedge_start = true\n", "1s", None);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
-    command
-        .env("NOTIFY_SOCKET", &socket_path)
-        // 1 s: a ping every half second while every supervisor loop turns.
-        .env("WATCHDOG_USEC", "1000000")
-        .env_remove("WATCHDOG_PID");
-    let node = spawn_with(dir, &config, command);
+    // 1 s: a ping every half second while every supervisor loop turns.
+    let (mut manager, node) = managed("[testing]\nwedge_start = true\n", "1s", Some("1000000"));
     // The node runs on (its admin API answers: one worker is left), but no ping comes once the
     // wedged supervisor's last turn is more than half an interval old: none in 2.5 s, after the
     // first second.
