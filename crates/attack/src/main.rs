@@ -123,12 +123,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut results = Vec::new();
     for (i, flood) in plan.iter().enumerate() {
         eprintln!(
-            "attack: [{}/{}] {} on {} for {:?}",
+            "attack: [{}/{}] {} on {} for {:?} from {} to {}",
             i + 1,
             plan.len(),
             flood.name,
             flood.edge.name(),
-            flood.duration
+            flood.duration,
+            flood.first_source,
+            flood.source(usize::from(flood.sources).saturating_sub(1))
         );
         let pid = node.pid();
         let admin = node.edges.admin;

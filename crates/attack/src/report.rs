@@ -22,7 +22,7 @@ pub struct Report {
     pub violations: Vec<Violation>,
 }
 
-// i[impl attack.report+2]
+// i[impl attack.report+3]
 impl Report {
     /// The JSON report.
     pub fn json(&self) -> String {
@@ -111,15 +111,21 @@ impl Report {
             );
         }
         md.push_str(
-            "\n## The attackers\n\n| flood | attempted | accepted | ended by the node | held at the end \
-             | past a bound |\n\
-             |---|---|---|---|---|---|\n",
+            "\n## The attackers\n\n| flood | attempted | accepted | authenticated | ended by the node \
+             | held at the end | past a bound |\n\
+             |---|---|---|---|---|---|---|\n",
         );
         for f in &self.outcome.floods {
             let a = f.attackers;
+            // Only attackers with a credential of their own can be welcomed.
+            let authenticated = if f.authenticated {
+                a.authenticated.to_string()
+            } else {
+                "—".to_owned()
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {authenticated} | {} | {} | {} |",
                 f.name, a.attempted, a.accepted, a.ended_by_node, a.held_at_end, a.overreach
             );
         }
@@ -171,7 +177,7 @@ mod tests {
         }
     }
 
-    // i[verify attack.report+2]
+    // i[verify attack.report+3]
     #[test]
     fn the_markdown_report_is_pinned_and_names_every_broken_budget() {
         insta::assert_snapshot!("passing", report(passing()).markdown());

@@ -14,8 +14,12 @@ use crate::plan::Edge;
 pub struct Attackers {
     /// Connections (or attempts) the attackers made.
     pub attempted: usize,
-    /// Connections the node accepted (TCP connected, QUIC handshake done, WebSocket upgraded).
+    /// Connections the node accepted (TCP connected, QUIC handshake done, WebSocket upgraded),
+    /// or unvalidated attempts it answered at all.
     pub accepted: usize,
+    /// Accepted connections the node welcomed with the attackers' own credential (only floods
+    /// whose attackers authenticate).
+    pub authenticated: usize,
     /// Accepted connections the node ended before the flood did.
     pub ended_by_node: usize,
     /// Accepted connections still open when the flood ended.
@@ -191,7 +195,7 @@ pub struct Violation {
     pub what: String,
 }
 
-// i[impl attack.budgets+2]
+// i[impl attack.budgets+3]
 /// Every budget `outcome` breaks; empty when the run passes.
 pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -240,6 +244,18 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                     s.p99_ms
                 ));
             }
+        }
+        // A flood none of whose attackers got in pushed nothing: it must not pass as held.
+        let (reached, how) = if flood.authenticated {
+            (flood.attackers.authenticated, "authenticated")
+        } else {
+            (flood.attackers.accepted, "accepted or answered")
+        };
+        if reached == 0 {
+            broke(format!(
+                "the flood measured nothing: none of the attackers' {} attempt(s) was {how}",
+                flood.attackers.attempted
+            ));
         }
         let cap = if flood.ends_all {
             0
@@ -360,6 +376,7 @@ pub(crate) mod tests {
                 attackers: Attackers {
                     attempted: 10,
                     accepted: 10,
+                    authenticated: 0,
                     ended_by_node: 10,
                     held_at_end: 0,
                     overreach: 0,
@@ -395,7 +412,7 @@ pub(crate) mod tests {
             .collect()
     }
 
-    // i[verify attack.budgets+2]
+    // i[verify attack.budgets+3]
     #[test]
     fn each_budget_holds_at_its_edge_and_breaks_just_past_it() {
         assert_eq!(judge(&passing(), &Budgets::default()), vec![]);
@@ -520,6 +537,7 @@ pub(crate) mod tests {
         assert_eq!(
             broken(|o| {
                 o.floods[0].authenticated = true;
+                o.floods[0].attackers.authenticated = 16;
                 o.floods[0].attackers.held_at_end = 16;
             }),
             Vec::<String>::new()
@@ -527,9 +545,37 @@ pub(crate) mod tests {
         assert_eq!(
             broken(|o| {
                 o.floods[0].authenticated = true;
+                o.floods[0].attackers.authenticated = 16;
                 o.floods[0].attackers.held_at_end = 17;
             }),
             vec!["the attackers held 17 connections at the end, cap 16"]
+        );
+        // A flood whose attackers were all kept out measured nothing: one attacker let in is
+        // enough for it to count, none breaks it.
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.accepted = 1),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.accepted = 0),
+            vec![
+                "the flood measured nothing: none of the attackers' 10 attempt(s) was accepted or \
+                 answered"
+            ]
+        );
+        // Authenticating attackers must be welcomed: a handshake alone is not the flood.
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].authenticated = true;
+                o.floods[0].attackers.authenticated = 1;
+            }),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].authenticated = true),
+            vec![
+                "the flood measured nothing: none of the attackers' 10 attempt(s) was authenticated"
+            ]
         );
         assert_eq!(
             broken(|o| o.node_alive = false),
