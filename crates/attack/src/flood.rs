@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use holdfast_forward::control::{self, FrameDecoder, Message};
 use holdfast_forward::wire::{FlowId, encode_datagram};
 
+use crate::answer::{Answer, classify};
 use crate::node::Edges;
 use crate::plan::{Attack, Edge, Flood, WsPayload};
 use crate::verdict::Attackers;
@@ -42,6 +43,7 @@ struct Counts {
     authenticated: AtomicUsize,
     ended_by_node: AtomicUsize,
     held_at_end: AtomicUsize,
+    refused: AtomicUsize,
     overreach: AtomicUsize,
 }
 
@@ -57,6 +59,7 @@ impl Counts {
             authenticated: self.authenticated.load(Ordering::Relaxed),
             ended_by_node: self.ended_by_node.load(Ordering::Relaxed),
             held_at_end: self.held_at_end.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
             overreach: self.overreach.load(Ordering::Relaxed),
         }
     }
@@ -649,16 +652,16 @@ async fn initials(edges: &Edges, n: usize) -> Option<Vec<Vec<u8>>> {
     Some(out)
 }
 
-/// Whether `datagram` from the node is a QUIC Retry (a long header of type 3 in QUIC v1).
-fn is_retry(datagram: &[u8]) -> bool {
-    datagram
-        .first()
-        .is_some_and(|b| b & 0x80 != 0 && (b >> 4) & 0x3 == 3)
-}
+/// How long a sender waits, after an answer of Initial packets only, for more of the same flight:
+/// a node going further sends its Handshake packets right after its Initial, coalesced or not.
+const FLIGHT_WAIT: Duration = Duration::from_millis(50);
 
 /// Sends Initials to the node, each from a new socket (a new source port) on `from`, and never
-/// answers: a Retry is the node turning the attempt away (counted as ended by the node), any
-/// other answer is the node taking an unvalidated attempt further (an overreach).
+/// answers. Each answer is read packet by packet (`answer::classify`): a Retry is the node
+/// turning the attempt away (counted as ended by the node); Initial packets only are its refusal
+/// (quinn's CONNECTION_CLOSE, past its bounds on attempts: counted as refused); a Handshake
+/// packet, or an answer that cannot be read as either, is the node taking an unvalidated attempt
+/// further (an overreach).
 async fn unvalidated(
     from: IpAddr,
     to: SocketAddr,
@@ -685,31 +688,26 @@ async fn unvalidated(
         {
             continue;
         }
-        if let Ok(Ok((n, _))) = tokio::time::timeout(ANSWER_WAIT, socket.recv_from(&mut buf)).await
-        {
-            // Answered at all: the attempt reached the node (the flood measured something).
-            Counts::bump(&counts.accepted);
-            if is_retry(&buf[..n]) {
-                Counts::bump(&counts.ended_by_node);
-            } else {
-                Counts::bump(&counts.overreach);
+        let Ok(Ok((n, _))) = tokio::time::timeout(ANSWER_WAIT, socket.recv_from(&mut buf)).await
+        else {
+            continue;
+        };
+        // Answered at all: the attempt reached the node (the flood measured something).
+        Counts::bump(&counts.accepted);
+        let mut answer = classify(&buf[..n]);
+        while answer == Answer::Refused {
+            match tokio::time::timeout(FLIGHT_WAIT, socket.recv_from(&mut buf)).await {
+                Ok(Ok((n, _))) => match classify(&buf[..n]) {
+                    Answer::Refused => {}
+                    further => answer = further,
+                },
+                _ => break,
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_retry_is_told_from_the_other_long_header_packets() {
-        // QUIC v1 long headers: Initial 0, 0-RTT 1, Handshake 2, Retry 3 in bits 4-5.
-        assert!(is_retry(&[0xf0, 0, 0, 0, 1]));
-        assert!(!is_retry(&[0xc0, 0, 0, 0, 1]));
-        assert!(!is_retry(&[0xe0, 0, 0, 0, 1]));
-        // A short header is no Retry, and nothing is nothing.
-        assert!(!is_retry(&[0x70]));
-        assert!(!is_retry(&[]));
+        match answer {
+            Answer::Retry => Counts::bump(&counts.ended_by_node),
+            Answer::Refused => Counts::bump(&counts.refused),
+            Answer::Handshake | Answer::Unreadable => Counts::bump(&counts.overreach),
+        }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 
+mod answer;
 mod flood;
 mod latency;
 mod node;

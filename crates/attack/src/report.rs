@@ -112,8 +112,8 @@ impl Report {
         }
         md.push_str(
             "\n## The attackers\n\n| flood | attempted | accepted | authenticated | ended by the node \
-             | held at the end | past a bound |\n\
-             |---|---|---|---|---|---|---|\n",
+             | refused | held at the end | past a bound |\n\
+             |---|---|---|---|---|---|---|---|\n",
         );
         for f in &self.outcome.floods {
             let a = f.attackers;
@@ -125,8 +125,14 @@ impl Report {
             };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {authenticated} | {} | {} | {} |",
-                f.name, a.attempted, a.accepted, a.ended_by_node, a.held_at_end, a.overreach
+                "| {} | {} | {} | {authenticated} | {} | {} | {} | {} |",
+                f.name,
+                a.attempted,
+                a.accepted,
+                a.ended_by_node,
+                a.refused,
+                a.held_at_end,
+                a.overreach
             );
         }
         let _ = writeln!(

@@ -24,8 +24,12 @@ pub struct Attackers {
     pub ended_by_node: usize,
     /// Accepted connections still open when the flood ended.
     pub held_at_end: usize,
+    /// Unvalidated attempts the node refused outright (Initial packets only: quinn's
+    /// CONNECTION_CLOSE past its bounds on attempts) rather than answering with a Retry.
+    pub refused: usize,
     /// What the node let the attackers do past its bounds: a stream beyond the control stream,
-    /// an unvalidated connection attempt answered with anything but a Retry.
+    /// an unvalidated connection attempt taken into a handshake (a Handshake packet in the
+    /// answer, or an answer that reads as neither a Retry nor a refusal).
     pub overreach: usize,
 }
 
@@ -273,7 +277,7 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
         if flood.attackers.overreach > 0 {
             broke(format!(
                 "the node let the attackers past its bounds {} time(s) (a stream beyond the \
-                 control stream, or an unvalidated attempt not answered with a Retry)",
+                 control stream, or an unvalidated attempt taken into a handshake)",
                 flood.attackers.overreach
             ));
         }
@@ -379,6 +383,7 @@ pub(crate) mod tests {
                     authenticated: 0,
                     ended_by_node: 10,
                     held_at_end: 0,
+                    refused: 0,
                     overreach: 0,
                 },
                 latency,
@@ -530,7 +535,7 @@ pub(crate) mod tests {
             broken(|o| o.floods[0].attackers.overreach = 1),
             vec![
                 "the node let the attackers past its bounds 1 time(s) (a stream beyond the \
-                 control stream, or an unvalidated attempt not answered with a Retry)"
+                 control stream, or an unvalidated attempt taken into a handshake)"
             ]
         );
         // Authenticated attackers hold at most their credential's 16 connections.

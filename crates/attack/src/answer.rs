@@ -1,0 +1,256 @@
+//! What the node answered to an unvalidated connection attempt: the QUIC long-header packets
+//! coalesced in one answer datagram (RFC 9000 17.2, 12.2), read with quinn-proto's own header
+//! decoder, so that a Retry, a refusal and a handshake taken further are told apart. Pure: it
+//! reads peer input, so any bytes give an answer and never a panic.
+
+use std::io::Cursor;
+
+use bytes::BytesMut;
+use quinn_proto::{
+    DEFAULT_SUPPORTED_VERSIONS, FixedLengthConnectionIdParser, LongType, ProtectedHeader,
+};
+
+/// What one answer datagram of the node says about an attempt it has not validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// A Retry: the node turned the attempt away until its address is validated.
+    Retry,
+    /// Only Initial packets (quinn's refusal: a CONNECTION_CLOSE in an Initial): the node
+    /// refused the attempt without taking it further.
+    Refused,
+    /// A Handshake packet: the node took an attempt whose address it never validated into its
+    /// handshake.
+    Handshake,
+    /// Nothing the suite can read as a Retry or a refusal (no long header, a packet cut short,
+    /// another version); it cannot show the node did not go further.
+    Unreadable,
+}
+
+// i[impl attack.budgets+3]
+/// Walks the long-header packets coalesced in `datagram` and says what the node answered: any
+/// Handshake packet → [`Answer::Handshake`]; a Retry first → [`Answer::Retry`]; only Initial
+/// packets → [`Answer::Refused`]. Bytes after the last whole long-header packet that are no long
+/// header (padding, a short header) are ignored, as a receiver ignores them.
+pub fn classify(datagram: &[u8]) -> Answer {
+    // The node's own connection ids are not known here; only a short header needs their length,
+    // and a short header ends the walk anyway.
+    let short_cids = FixedLengthConnectionIdParser::new(0);
+    let mut rest = BytesMut::from(datagram);
+    let mut initials = 0usize;
+    while !rest.is_empty() {
+        let mut cursor = Cursor::new(rest);
+        let header = ProtectedHeader::decode(
+            &mut cursor,
+            &short_cids,
+            DEFAULT_SUPPORTED_VERSIONS,
+            // A peer may grease the fixed bit (RFC 9287); the type bits are what matter here.
+            true,
+        );
+        let len = match header {
+            Ok(ProtectedHeader::Long {
+                ty: LongType::Handshake,
+                ..
+            }) => return Answer::Handshake,
+            // A Retry has no length: it is the rest of the datagram, and never follows a packet.
+            Ok(ProtectedHeader::Retry { .. }) if initials == 0 => return Answer::Retry,
+            Ok(ProtectedHeader::Initial(initial)) => initial.len,
+            // A short header, 0-RTT or version negotiation from a server, or bytes that are no
+            // header: the end of the packets, or nothing readable at all.
+            _ => break,
+        };
+        let start = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
+        rest = cursor.into_inner();
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| start.checked_add(len));
+        match end {
+            Some(end) if end <= rest.len() => {
+                initials += 1;
+                rest = rest.split_off(end);
+            }
+            // An Initial that claims more than the datagram holds is cut short: unreadable.
+            _ => return Answer::Unreadable,
+        }
+    }
+    if initials > 0 {
+        Answer::Refused
+    } else {
+        Answer::Unreadable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use proptest::prelude::*;
+
+    const V1: [u8; 4] = [0, 0, 0, 1];
+
+    /// A QUIC varint in its shortest form (the lengths here stay under 2^30).
+    fn varint(v: usize) -> Vec<u8> {
+        match v {
+            0..=63 => vec![v as u8],
+            64..=16_383 => (0x4000 | v as u16).to_be_bytes().to_vec(),
+            _ => (0x8000_0000 | v as u32).to_be_bytes().to_vec(),
+        }
+    }
+
+    fn ids(dcid: &[u8], scid: &[u8]) -> Vec<u8> {
+        let mut out = vec![dcid.len() as u8];
+        out.extend_from_slice(dcid);
+        out.push(scid.len() as u8);
+        out.extend_from_slice(scid);
+        out
+    }
+
+    /// An Initial (type 0) with `token` and `payload` (its packet number and protected frames,
+    /// opaque here).
+    fn initial(dcid: &[u8], scid: &[u8], token: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0xc3];
+        p.extend_from_slice(&V1);
+        p.extend(ids(dcid, scid));
+        p.extend(varint(token.len()));
+        p.extend_from_slice(token);
+        p.extend(varint(payload.len()));
+        p.extend_from_slice(payload);
+        p
+    }
+
+    /// A long header of type 2 (Handshake) or 1 (0-RTT) with `payload`.
+    fn long(ty: u8, dcid: &[u8], scid: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0xc3 | (ty << 4)];
+        p.extend_from_slice(&V1);
+        p.extend(ids(dcid, scid));
+        p.extend(varint(payload.len()));
+        p.extend_from_slice(payload);
+        p
+    }
+
+    /// A Retry (type 3): its token and integrity tag run to the end of the datagram.
+    fn retry(dcid: &[u8], scid: &[u8], token: &[u8]) -> Vec<u8> {
+        let mut p = vec![0xf0];
+        p.extend_from_slice(&V1);
+        p.extend(ids(dcid, scid));
+        p.extend_from_slice(token);
+        p.extend_from_slice(&[0xaa; 16]);
+        p
+    }
+
+    // i[verify attack.budgets+3]
+    #[test]
+    fn a_retry_is_the_node_turning_the_attempt_away() {
+        assert_eq!(classify(&retry(&[1; 8], &[2; 8], &[9; 40])), Answer::Retry);
+        // Whatever its token holds, even bytes that look like another packet.
+        let mut looks = retry(&[1; 8], &[2; 8], &[]);
+        looks.extend(long(2, &[1; 8], &[2; 8], &[0; 20]));
+        assert_eq!(classify(&looks), Answer::Retry);
+    }
+
+    // i[verify attack.budgets+3]
+    #[test]
+    fn only_initial_packets_are_a_refusal_padding_after_them_ignored() {
+        let close = initial(&[1; 8], &[2; 8], &[], &[7; 30]);
+        assert_eq!(classify(&close), Answer::Refused);
+        // Two coalesced, the second with a token; then zero padding, which is no long header.
+        let mut two = close.clone();
+        two.extend(initial(&[1; 8], &[], &[5; 70], &[7; 200]));
+        two.extend_from_slice(&[0; 300]);
+        assert_eq!(classify(&two), Answer::Refused);
+    }
+
+    // i[verify attack.budgets+3]
+    #[test]
+    fn any_handshake_packet_is_the_node_going_further() {
+        // The server's first flight: an Initial (its ServerHello) and Handshake packets.
+        let mut flight = initial(&[1; 8], &[2; 8], &[], &[7; 90]);
+        flight.extend(long(2, &[1; 8], &[2; 8], &[8; 1000]));
+        assert_eq!(classify(&flight), Answer::Handshake);
+        // A Handshake packet alone, and one after two Initials.
+        assert_eq!(
+            classify(&long(2, &[], &[2; 20], &[8; 64])),
+            Answer::Handshake
+        );
+        let mut later = initial(&[1; 8], &[2; 8], &[], &[7; 30]);
+        later.extend(initial(&[1; 8], &[2; 8], &[], &[7; 30]));
+        later.extend(long(2, &[1; 8], &[2; 8], &[8; 3]));
+        assert_eq!(classify(&later), Answer::Handshake);
+    }
+
+    // i[verify attack.budgets+3]
+    #[test]
+    fn what_cannot_be_read_as_a_retry_or_a_refusal_is_unreadable() {
+        assert_eq!(classify(&[]), Answer::Unreadable);
+        // A short header, 0-RTT from a server, version negotiation, another version.
+        assert_eq!(classify(&[0x40, 1, 2, 3, 4]), Answer::Unreadable);
+        assert_eq!(
+            classify(&long(1, &[1; 8], &[2; 8], &[0; 10])),
+            Answer::Unreadable
+        );
+        let mut vn = vec![0x80, 0, 0, 0, 0];
+        vn.extend(ids(&[1; 8], &[2; 8]));
+        vn.extend_from_slice(&V1);
+        assert_eq!(classify(&vn), Answer::Unreadable);
+        let mut other = initial(&[1; 8], &[2; 8], &[], &[7; 30]);
+        other[1..5].copy_from_slice(&[0x0a, 0x0a, 0x0a, 0x0a]);
+        assert_eq!(classify(&other), Answer::Unreadable);
+        // An Initial whose length runs past the datagram, and a connection id past 20 bytes.
+        let mut cut = initial(&[1; 8], &[2; 8], &[], &[7; 30]);
+        cut.truncate(cut.len() - 1);
+        assert_eq!(classify(&cut), Answer::Unreadable);
+        assert_eq!(
+            classify(&initial(&[1; 21], &[2; 8], &[], &[7; 30])),
+            Answer::Unreadable
+        );
+        // A Retry after an Initial is no Retry (a Retry is never coalesced).
+        let mut late = initial(&[1; 8], &[2; 8], &[], &[7; 30]);
+        late.extend(retry(&[1; 8], &[2; 8], &[9; 4]));
+        assert_eq!(classify(&late), Answer::Refused);
+    }
+
+    fn cid() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(any::<u8>(), 0..=20)
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_give_an_answer_and_never_a_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..1500),
+        ) {
+            let _ = classify(&bytes);
+        }
+
+        #[test]
+        fn coalesced_initials_are_a_refusal_until_a_handshake_packet_joins_them(
+            packets in proptest::collection::vec(
+                (cid(), cid(), proptest::collection::vec(any::<u8>(), 0..100),
+                 proptest::collection::vec(any::<u8>(), 0..300)),
+                1..4,
+            ),
+            handshake_at in any::<prop::sample::Index>(),
+            padding in 0usize..200,
+        ) {
+            let mut datagram = Vec::new();
+            let mut packets_bytes: Vec<Vec<u8>> = packets
+                .iter()
+                .map(|(d, s, token, payload)| initial(d, s, token, payload))
+                .collect();
+            for p in &packets_bytes {
+                datagram.extend_from_slice(p);
+            }
+            datagram.extend(std::iter::repeat_n(0u8, padding));
+            prop_assert_eq!(classify(&datagram), Answer::Refused);
+            let at = handshake_at.index(packets_bytes.len() + 1);
+            packets_bytes.insert(at, long(2, &packets[0].0, &packets[0].1, &[8; 40]));
+            let with: Vec<u8> = packets_bytes.concat();
+            prop_assert_eq!(classify(&with), Answer::Handshake);
+        }
+
+        #[test]
+        fn a_retry_with_any_ids_and_token_is_a_retry(
+            d in cid(), s in cid(), token in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            prop_assert_eq!(classify(&retry(&d, &s, &token)), Answer::Retry);
+        }
+    }
+}
