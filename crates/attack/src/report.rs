@@ -39,7 +39,8 @@ impl Report {
             md,
             "Budgets: a real client's p99 under {} ms on every edge during every flood, {} probe(s) \
              unserved at most; at most {} descriptors and {} MiB resident; after each flood, back \
-             within {:.0} % of baseline ({} descriptors, {} MiB and {} runtime tasks at least); connections \
+             within {:.0} % of baseline ({} descriptors, {} MiB and {} runtime tasks at least), and \
+             after the last within {:.0} % of the first baseline's memory ({} MiB at least); connections \
              the attackers hold at a flood's end at most the listener's cap per source times the \
              sources, and its cap in all (admin {}/{}, http01 {}/{}, forward {}/{}, gateway \
              {}/{}), or their credential's {} when they authenticate; nothing past a bound.\n",
@@ -51,6 +52,8 @@ impl Report {
             self.budgets.settle_fds,
             self.budgets.settle_rss_kib / 1024,
             self.budgets.settle_tasks,
+            self.budgets.settle_fraction * 100.0,
+            self.budgets.run_rss_kib / 1024,
             self.budgets.held.admin.per_source,
             self.budgets.held.admin.total,
             self.budgets.held.http01.per_source,
@@ -133,6 +136,17 @@ impl Report {
                 a.refused,
                 a.held_at_end,
                 a.overreach
+            );
+        }
+        if let (Some(first), Some(last)) = (self.outcome.floods.first(), self.outcome.floods.last())
+        {
+            let _ = writeln!(
+                md,
+                "\nResident memory over the run: {} KiB before the first flood, {} KiB after the \
+                 last (limit {} KiB).",
+                first.rss_kib.baseline,
+                last.rss_kib.after,
+                self.budgets.run_rss_limit(first.rss_kib.baseline)
             );
         }
         let _ = writeln!(

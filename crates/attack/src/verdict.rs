@@ -105,6 +105,10 @@ pub struct Budgets {
     /// After a flood, the node's runtime tasks are back within `settle_fraction` above
     /// baseline, or within this many (a task per connection the node is still closing).
     pub settle_tasks: u64,
+    /// At the run's end, resident memory is within `settle_fraction` above the first flood's
+    /// baseline, or within this much, KiB: each flood is judged against the baseline just
+    /// before it, so memory creeping up a little with every flood is caught only here.
+    pub run_rss_kib: u64,
     /// Connections the node may still hold for a flood's attackers at its end, per edge: the
     /// listener's documented cap on connections that have not authenticated (or not finished a
     /// request).
@@ -163,6 +167,10 @@ impl Default for Budgets {
             settle_fds: 8,
             settle_rss_kib: 8 * 1024,
             settle_tasks: 8,
+            // Twice one flood's allocator slack: what the allocator keeps after the largest flood
+            // and a little of every other one's; a leak of 1.5 MiB a flood breaks it over the
+            // eleven floods.
+            run_rss_kib: 16 * 1024,
             held: HeldCaps {
                 admin: Caps {
                     per_source: 16,
@@ -315,6 +323,20 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
             ));
         }
     }
+    // The whole run: from before the first flood to after the last one settled.
+    if let (Some(first), Some(last)) = (outcome.floods.first(), outcome.floods.last()) {
+        let limit = budgets.run_rss_limit(first.rss_kib.baseline);
+        if last.rss_kib.after > limit {
+            out.push(Violation {
+                flood: None,
+                what: format!(
+                    "resident memory crept up over the run: {} KiB after the last flood, {} KiB \
+                     before the first, limit {limit} KiB",
+                    last.rss_kib.after, first.rss_kib.baseline
+                ),
+            });
+        }
+    }
     out
 }
 
@@ -331,6 +353,12 @@ impl Budgets {
 }
 
 impl Budgets {
+    /// The resident memory (KiB) a node may be at after its last flood, when it was at `first`
+    /// before its first: `settle_fraction` above, and at least `run_rss_kib` more.
+    pub fn run_rss_limit(&self, first: u64) -> u64 {
+        settle_limit(first, self.settle_fraction).max(first + self.run_rss_kib)
+    }
+
     /// The runtime tasks a node may be back at after a flood that began with `tasks` alive:
     /// `settle_fraction` above, and at least `settle_tasks` more.
     pub fn settle_tasks_limit(&self, tasks: u64) -> u64 {
@@ -477,14 +505,17 @@ pub(crate) mod tests {
                 "resident memory did not return: 18193 KiB after, baseline 10000 KiB, limit 18192 KiB"
             ]
         );
-        // ... and at 200,000 KiB the 10 % is.
+        // ... and at 200,000 KiB the 10 % is (one flood is the whole run: the run-wide budget,
+        // at the same 10 %, breaks with it).
         assert_eq!(
             broken(|o| {
                 o.floods[0].rss_kib.baseline = 200_000;
                 o.floods[0].rss_kib.after = 220_001;
             }),
             vec![
-                "resident memory did not return: 220001 KiB after, baseline 200000 KiB, limit 220000 KiB"
+                "resident memory did not return: 220001 KiB after, baseline 200000 KiB, limit 220000 KiB",
+                "resident memory crept up over the run: 220001 KiB after the last flood, 200000 \
+                 KiB before the first, limit 220000 KiB"
             ]
         );
         // Eight sources on the admin API: 16 each, 128 in all; with 20 sources the cap in all
@@ -580,6 +611,47 @@ pub(crate) mod tests {
             broken(|o| o.floods[0].authenticated = true),
             vec![
                 "the flood measured nothing: none of the attackers' 10 attempt(s) was authenticated"
+            ]
+        );
+        // The run as a whole: memory at its end against the first baseline. Three floods, each
+        // beginning where the last ended and each back within its own budget, so only the
+        // run-wide one can catch the creep. At 10,000 KiB the 10 % is less than the run's slack
+        // of 16 MiB, which is the limit ...
+        let creep = |marks: [u64; 4]| {
+            broken(|o| {
+                let first = o.floods[0].clone();
+                o.floods = marks
+                    .windows(2)
+                    .map(|w| {
+                        let mut f = first.clone();
+                        f.rss_kib.baseline = w[0];
+                        f.rss_kib.after = w[1];
+                        f
+                    })
+                    .collect();
+            })
+        };
+        assert_eq!(
+            creep([10_000, 17_000, 24_000, 26_384]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            creep([10_000, 17_000, 24_000, 26_385]),
+            vec![
+                "resident memory crept up over the run: 26385 KiB after the last flood, 10000 \
+                 KiB before the first, limit 26384 KiB"
+            ]
+        );
+        // ... and at 200,000 KiB the 10 % (20,000 KiB) is.
+        assert_eq!(
+            creep([200_000, 210_000, 215_000, 220_000]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            creep([200_000, 210_000, 215_000, 220_001]),
+            vec![
+                "resident memory crept up over the run: 220001 KiB after the last flood, 200000 \
+                 KiB before the first, limit 220000 KiB"
             ]
         );
         assert_eq!(
