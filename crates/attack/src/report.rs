@@ -22,8 +22,31 @@ pub struct Report {
     pub violations: Vec<Violation>,
 }
 
+/// How a run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every budget held (exit 0).
+    Held,
+    /// A budget broke (exit 1).
+    Broken,
+    /// A figure could not be measured (exit 2), whatever the budgets judged.
+    Unmeasured,
+}
+
 // i[impl attack.report+3]
 impl Report {
+    /// How the run ends: a figure not measured outweighs the budgets, which could not all be
+    /// judged.
+    pub fn verdict(&self) -> Verdict {
+        if !self.outcome.tasks_unmeasured().is_empty() {
+            Verdict::Unmeasured
+        } else if self.violations.is_empty() {
+            Verdict::Held
+        } else {
+            Verdict::Broken
+        }
+    }
+
     /// The JSON report.
     pub fn json(&self) -> String {
         // A report of plain data always serialises; the fallback keeps the signature honest.
@@ -98,9 +121,13 @@ impl Report {
              |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for f in &self.outcome.floods {
+            let tasks = match f.tasks {
+                Some(t) => format!("{} | {} | {}", t.baseline, t.peak, t.after),
+                None => "— | — | —".to_owned(),
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {tasks} |",
                 f.name,
                 f.fds.baseline,
                 f.fds.peak,
@@ -108,9 +135,6 @@ impl Report {
                 f.rss_kib.baseline,
                 f.rss_kib.peak,
                 f.rss_kib.after,
-                f.tasks.baseline,
-                f.tasks.peak,
-                f.tasks.after
             );
         }
         md.push_str(
@@ -155,6 +179,17 @@ impl Report {
             if self.outcome.node_alive { "yes" } else { "no" },
             self.outcome.panics
         );
+        let unmeasured = self.outcome.tasks_unmeasured();
+        if !unmeasured.is_empty() {
+            let _ = writeln!(
+                md,
+                "**Not measured:** the node's runtime tasks during {} — it does not publish \
+                 `holdfast_runtime_tasks_alive` in `/metrics` (an older build). The tasks budget \
+                 was not judged there; every other figure and budget is above and below, and the \
+                 suite exits 2 (could not measure).\n",
+                unmeasured.join(", ")
+            );
+        }
         if self.violations.is_empty() {
             md.push_str("**Verdict: every budget held.**\n");
         } else {
@@ -214,6 +249,31 @@ mod tests {
             md.contains("- admin-slowloris: descriptors did not return: 100 after"),
             "{md}"
         );
+        assert_eq!(report(passing()).verdict(), Verdict::Held);
+        // A node that does not publish its tasks: the rest of the report is still written, the
+        // tasks are shown as not measured, and the run ends as unmeasured even when a budget
+        // also broke.
+        let mut older = passing();
+        older.floods[0].tasks = None;
+        let r = report(older.clone());
+        assert_eq!(r.verdict(), Verdict::Unmeasured);
+        let md = r.markdown();
+        assert!(
+            md.contains(
+                "| admin-slowloris | 40 | 8192 | 48 | 10000 | 262144 | 11000 | — | — | — |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("**Not measured:** the node's runtime tasks during admin-slowloris"),
+            "{md}"
+        );
+        assert!(md.contains("**Verdict: every budget held.**"), "{md}");
+        older.floods[0].fds.after = 100;
+        assert_eq!(report(older).verdict(), Verdict::Unmeasured);
+        let mut broke = passing();
+        broke.floods[0].fds.after = 100;
+        assert_eq!(report(broke).verdict(), Verdict::Broken);
         let json: serde_json::Value =
             serde_json::from_str(&report(passing()).json()).unwrap_or_default();
         assert_eq!(json["violations"], serde_json::json!([]));

@@ -67,8 +67,9 @@ pub struct FloodResult {
     pub fds: Resource,
     /// The node's resident memory, KiB.
     pub rss_kib: Resource,
-    /// The tasks alive on the node's runtime (`holdfast_runtime_tasks_alive`).
-    pub tasks: Resource,
+    /// The tasks alive on the node's runtime (`holdfast_runtime_tasks_alive`); none when the
+    /// node does not publish them (an older build): not measured, never a zero.
+    pub tasks: Option<Resource>,
 }
 
 /// A whole run.
@@ -80,6 +81,17 @@ pub struct Outcome {
     pub node_alive: bool,
     /// Lines of the node's log that report a panic.
     pub panics: usize,
+}
+
+impl Outcome {
+    /// The floods during which the node's runtime tasks could not be read.
+    pub fn tasks_unmeasured(&self) -> Vec<&str> {
+        self.floods
+            .iter()
+            .filter(|f| f.tasks.is_none())
+            .map(|f| f.name.as_str())
+            .collect()
+    }
 }
 
 /// The budgets a run is judged against (`docs/security.md`, "Budgets").
@@ -315,12 +327,15 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 flood.rss_kib.after, flood.rss_kib.baseline
             ));
         }
-        let tasks_limit = budgets.settle_tasks_limit(flood.tasks.baseline);
-        if flood.tasks.after > tasks_limit {
-            broke(format!(
-                "tasks left behind: {} alive after, baseline {}, limit {tasks_limit}",
-                flood.tasks.after, flood.tasks.baseline
-            ));
+        // Not measured is not judged here: the run says so and exits 2 (`Report::verdict`).
+        if let Some(tasks) = flood.tasks {
+            let tasks_limit = budgets.settle_tasks_limit(tasks.baseline);
+            if tasks.after > tasks_limit {
+                broke(format!(
+                    "tasks left behind: {} alive after, baseline {}, limit {tasks_limit}",
+                    tasks.after, tasks.baseline
+                ));
+            }
         }
     }
     // The whole run: from before the first flood to after the last one settled.
@@ -425,11 +440,11 @@ pub(crate) mod tests {
                     peak: 256 * 1024,
                     after: 11_000,
                 },
-                tasks: Resource {
+                tasks: Some(Resource {
                     baseline: 60,
                     peak: 900,
                     after: 68,
-                },
+                }),
             }],
             node_alive: true,
             panics: 0,
@@ -545,20 +560,30 @@ pub(crate) mod tests {
         );
         // 60 tasks: 10 % is 6, so the slack of 8 is the limit; 400 tasks: 10 % (40) is.
         assert_eq!(
-            broken(|o| o.floods[0].tasks.after = 69),
+            broken(|o| o.floods[0].tasks = Some(Resource {
+                baseline: 60,
+                peak: 900,
+                after: 69
+            })),
             vec!["tasks left behind: 69 alive after, baseline 60, limit 68"]
         );
         assert_eq!(
             broken(|o| {
-                o.floods[0].tasks.baseline = 400;
-                o.floods[0].tasks.after = 440;
+                o.floods[0].tasks = Some(Resource {
+                    baseline: 400,
+                    peak: 900,
+                    after: 440,
+                });
             }),
             Vec::<String>::new()
         );
         assert_eq!(
             broken(|o| {
-                o.floods[0].tasks.baseline = 400;
-                o.floods[0].tasks.after = 441;
+                o.floods[0].tasks = Some(Resource {
+                    baseline: 400,
+                    peak: 900,
+                    after: 441,
+                });
             }),
             vec!["tasks left behind: 441 alive after, baseline 400, limit 440"]
         );
@@ -654,6 +679,9 @@ pub(crate) mod tests {
                  KiB before the first, limit 220000 KiB"
             ]
         );
+        // Tasks not measured (a node that does not publish them) are not judged as 0: the run
+        // says so and exits 2 instead.
+        assert_eq!(broken(|o| o.floods[0].tasks = None), Vec::<String>::new());
         assert_eq!(
             broken(|o| o.node_alive = false),
             vec!["the node was not running after the floods"]
