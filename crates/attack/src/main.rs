@@ -1,13 +1,14 @@
 //! holdfast-attack: the adversarial suite.
 //!
 //! It starts a real `holdfast run` with every listener on loopback (admin API, HTTP-01 responder,
-//! forward QUIC, gateway WebSocket), then runs bounded floods against one edge at a time from
-//! 127.0.0.2 and up (`plan`), while a real client on 127.0.0.1 probes every edge (`probe`) and the
-//! node's descriptors and memory are sampled from /proc and its runtime tasks from `/metrics`
-//! (`node`). After each flood it waits for the node to settle back. The run is judged against the
-//! budgets of `docs/security.md` (`verdict`) and written to `report.json` and `report.md`
-//! (`report`); it exits 1 when a budget broke, 2 when it could not measure. `cargo xtask attack`
-//! builds the node and runs it.
+//! forward QUIC, gateway WebSocket), then runs bounded floods against one edge at a time, each
+//! from loopback addresses of its own, 127.0.0.2 and up (`plan`), while a real client on
+//! 127.0.0.1 probes every edge (`probe`) and the node's descriptors and memory are sampled from
+//! /proc and its runtime tasks from `/metrics` (`node`). After each flood it waits for the node to
+//! settle back. The run is judged against the budgets of `docs/security.md` (`verdict`) and
+//! written to `report.json` and `report.md` (`report`); it exits 1 when a budget broke, 2 when it
+//! could not measure (the report is still written when only the runtime tasks were not
+//! published). `cargo xtask attack` builds the node and runs it.
 //!
 //! Every flood stops by itself: its connections are counted, bounded and closed at its deadline.
 
