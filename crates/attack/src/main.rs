@@ -163,6 +163,7 @@ async fn run(args: Args) -> anyhow::Result<Verdict> {
             sources: flood.sources,
             ends_all: flood.attack.ends_all(),
             authenticated: flood.attack.authenticated(),
+            unvalidated: matches!(flood.attack, plan::Attack::QuicUnvalidated { .. }),
             attackers,
             latency,
             fds: Resource {

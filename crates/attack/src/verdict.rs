@@ -15,7 +15,8 @@ pub struct Attackers {
     /// Connections (or attempts) the attackers made.
     pub attempted: usize,
     /// Connections the node accepted (TCP connected, QUIC handshake done, WebSocket upgraded),
-    /// or unvalidated attempts it answered at all.
+    /// or unvalidated attempts it answered at all (a refusal included: what reached the node of
+    /// those is a Retry, counted as ended by the node, or an overreach).
     pub accepted: usize,
     /// Accepted connections the node welcomed with the attackers' own credential (only floods
     /// whose attackers authenticate).
@@ -59,6 +60,9 @@ pub struct FloodResult {
     /// Its attackers authenticate (with their own credential): what they may hold is that
     /// credential's bound on connections, not the listener's unauthenticated caps.
     pub authenticated: bool,
+    /// Its attackers send unvalidated Initials and never answer: what reaches the node is an
+    /// Initial it answers with a Retry (or takes further), never one it refuses.
+    pub unvalidated: bool,
     /// What its attackers saw.
     pub attackers: Attackers,
     /// A real client's latency on every edge during the flood.
@@ -270,15 +274,28 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
             }
         }
         // A flood none of whose attackers got in pushed nothing: it must not pass as held.
+        let a = flood.attackers;
         let (reached, how) = if flood.authenticated {
-            (flood.attackers.authenticated, "authenticated")
+            (a.authenticated, "authenticated")
+        } else if flood.unvalidated {
+            // A refusal is an answer but not the flood: on this node only the pacing of a source
+            // that failed to authenticate refuses an unvalidated Initial (quinn drops, never
+            // answers, one past its bounds on attempts).
+            (a.ended_by_node + a.overreach, "answered with a Retry")
         } else {
-            (flood.attackers.accepted, "accepted or answered")
+            (a.accepted, "accepted")
         };
         if reached == 0 {
             broke(format!(
                 "the flood measured nothing: none of the attackers' {} attempt(s) was {how}",
                 flood.attackers.attempted
+            ));
+        }
+        if flood.unvalidated && a.refused > 0 {
+            broke(format!(
+                "the flood was kept out by pacing: {} unvalidated attempt(s) refused (sources not \
+                 isolated)",
+                a.refused
             ));
         }
         let cap = if flood.ends_all {
@@ -420,6 +437,7 @@ pub(crate) mod tests {
                 sources: 8,
                 ends_all: false,
                 authenticated: false,
+                unvalidated: false,
                 attackers: Attackers {
                     attempted: 10,
                     accepted: 10,
@@ -620,8 +638,7 @@ pub(crate) mod tests {
         assert_eq!(
             broken(|o| o.floods[0].attackers.accepted = 0),
             vec![
-                "the flood measured nothing: none of the attackers' 10 attempt(s) was accepted or \
-                 answered"
+                "the flood measured nothing: none of the attackers' 10 attempt(s) was accepted"
             ]
         );
         // Authenticating attackers must be welcomed: a handshake alone is not the flood.
@@ -637,6 +654,52 @@ pub(crate) mod tests {
             vec![
                 "the flood measured nothing: none of the attackers' 10 attempt(s) was authenticated"
             ]
+        );
+        // Unvalidated Initials reach the node only when it answers with a Retry (or goes
+        // further): a refusal comes from its pacing of a source that failed to authenticate, so
+        // every Initial refused is the flood kept out, and any refusal is its sources shared.
+        let unvalidated = |a: Attackers| {
+            broken(|o| {
+                o.floods[0].ends_all = true;
+                o.floods[0].unvalidated = true;
+                o.floods[0].attackers = a;
+            })
+        };
+        assert_eq!(
+            unvalidated(Attackers {
+                attempted: 4000,
+                accepted: 4000,
+                refused: 4000,
+                ..Attackers::default()
+            }),
+            vec![
+                "the flood measured nothing: none of the attackers' 4000 attempt(s) was answered \
+                 with a Retry",
+                "the flood was kept out by pacing: 4000 unvalidated attempt(s) refused (sources \
+                 not isolated)"
+            ]
+        );
+        assert_eq!(
+            unvalidated(Attackers {
+                attempted: 4000,
+                accepted: 4000,
+                ended_by_node: 3999,
+                refused: 1,
+                ..Attackers::default()
+            }),
+            vec![
+                "the flood was kept out by pacing: 1 unvalidated attempt(s) refused (sources not \
+                 isolated)"
+            ]
+        );
+        assert_eq!(
+            unvalidated(Attackers {
+                attempted: 4000,
+                accepted: 4000,
+                ended_by_node: 4000,
+                ..Attackers::default()
+            }),
+            Vec::<String>::new()
         );
         // The run as a whole: memory at its end against the first baseline. Three floods, each
         // beginning where the last ended and each back within its own budget, so only the
