@@ -15,8 +15,10 @@ use quinn_proto::{
 pub enum Answer {
     /// A Retry: the node turned the attempt away until its address is validated.
     Retry,
-    /// Only Initial packets (quinn's refusal: a CONNECTION_CLOSE in an Initial): the node
-    /// refused the attempt without taking it further.
+    /// Only Initial packets (a CONNECTION_CLOSE in an Initial): the node refused the attempt
+    /// without taking it further, which it does only while pacing a source that failed to
+    /// authenticate (`r[forward.auth.pacing+3]`; quinn drops, never answers, an Initial past its
+    /// bounds on attempts).
     Refused,
     /// A Handshake packet: the node took an attempt whose address it never validated into its
     /// handshake.

@@ -659,7 +659,8 @@ const FLIGHT_WAIT: Duration = Duration::from_millis(50);
 /// Sends Initials to the node, each from a new socket (a new source port) on `from`, and never
 /// answers. Each answer is read packet by packet (`answer::classify`): a Retry is the node
 /// turning the attempt away (counted as ended by the node); Initial packets only are its refusal
-/// (quinn's CONNECTION_CLOSE, past its bounds on attempts: counted as refused); a Handshake
+/// (a CONNECTION_CLOSE: its pacing of a source that failed to authenticate, counted as refused;
+/// quinn drops, never answers, an Initial past its bounds on attempts); a Handshake
 /// packet, or an answer that cannot be read as either, is the node taking an unvalidated attempt
 /// further (an overreach).
 async fn unvalidated(

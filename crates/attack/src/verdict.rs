@@ -25,8 +25,9 @@ pub struct Attackers {
     pub ended_by_node: usize,
     /// Accepted connections still open when the flood ended.
     pub held_at_end: usize,
-    /// Unvalidated attempts the node refused outright (Initial packets only: quinn's
-    /// CONNECTION_CLOSE past its bounds on attempts) rather than answering with a Retry.
+    /// Unvalidated attempts the node refused outright (Initial packets only: a CONNECTION_CLOSE)
+    /// rather than answering with a Retry: its pacing of a source that failed to authenticate
+    /// (`r[forward.auth.pacing+3]`); quinn drops, never answers, an Initial past its bounds.
     pub refused: usize,
     /// What the node let the attackers do past its bounds: a stream beyond the control stream,
     /// an unvalidated connection attempt taken into a handshake (a Handshake packet in the
