@@ -211,6 +211,14 @@ async fn run(args: Args) -> anyhow::Result<Verdict> {
     std::fs::write(args.out.join("report.md"), &md)?;
     println!("{md}");
     eprintln!("attack: reports in {}", args.out.display());
+    let unlaunched = report.outcome.unlaunched();
+    if !unlaunched.is_empty() {
+        eprintln!(
+            "holdfast-attack: could not launch {} (no attempt was made: the attackers' client \
+             config, the captured Initials or their source addresses failed)",
+            unlaunched.join(", ")
+        );
+    }
     let unmeasured = report.outcome.tasks_unmeasured();
     if !unmeasured.is_empty() {
         eprintln!(

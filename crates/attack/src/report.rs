@@ -38,7 +38,7 @@ impl Report {
     /// How the run ends: a figure not measured outweighs the budgets, which could not all be
     /// judged.
     pub fn verdict(&self) -> Verdict {
-        if !self.outcome.tasks_unmeasured().is_empty() {
+        if !self.outcome.tasks_unmeasured().is_empty() || !self.outcome.unlaunched().is_empty() {
             Verdict::Unmeasured
         } else if self.violations.is_empty() {
             Verdict::Held
@@ -190,6 +190,15 @@ impl Report {
                 unmeasured.join(", ")
             );
         }
+        let unlaunched = self.outcome.unlaunched();
+        if !unlaunched.is_empty() {
+            let _ = writeln!(
+                md,
+                "**Not measured:** {} could not be launched (no attempt was made: see the suite's \
+                 errors); not judged as the node's, and the suite exits 2 (could not measure).\n",
+                unlaunched.join(", ")
+            );
+        }
         if self.violations.is_empty() {
             md.push_str("**Verdict: every budget held.**\n");
         } else {
@@ -274,6 +283,19 @@ mod tests {
         let mut broke = passing();
         broke.floods[0].fds.after = 100;
         assert_eq!(report(broke).verdict(), Verdict::Broken);
+        // A flood the suite could not launch is not measured (exit 2), not a node budget.
+        let mut unlaunched = passing();
+        unlaunched.floods[0].attackers = crate::verdict::Attackers::default();
+        let r = report(unlaunched);
+        assert_eq!(r.violations, vec![]);
+        assert_eq!(r.verdict(), Verdict::Unmeasured);
+        let md = r.markdown();
+        assert!(
+            md.contains(
+                "**Not measured:** admin-slowloris could not be launched (no attempt was made:"
+            ),
+            "{md}"
+        );
         let json: serde_json::Value =
             serde_json::from_str(&report(passing()).json()).unwrap_or_default();
         assert_eq!(json["violations"], serde_json::json!([]));

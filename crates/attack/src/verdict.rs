@@ -97,6 +97,16 @@ impl Outcome {
             .map(|f| f.name.as_str())
             .collect()
     }
+
+    /// The floods the suite could not launch (no attempt made: the Initials not caught, the
+    /// client config or every source address failed): not the node's doing, so not judged.
+    pub fn unlaunched(&self) -> Vec<&str> {
+        self.floods
+            .iter()
+            .filter(|f| f.attackers.attempted == 0)
+            .map(|f| f.name.as_str())
+            .collect()
+    }
 }
 
 /// The budgets a run is judged against (`docs/security.md`, "Budgets").
@@ -286,7 +296,8 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
         } else {
             (a.accepted, "accepted")
         };
-        if reached == 0 {
+        // No attempt at all is the suite's failure to launch, not the node keeping it out.
+        if reached == 0 && a.attempted > 0 {
             broke(format!(
                 "the flood measured nothing: none of the attackers' {} attempt(s) was {how}",
                 flood.attackers.attempted
@@ -641,6 +652,13 @@ pub(crate) mod tests {
             vec![
                 "the flood measured nothing: none of the attackers' 10 attempt(s) was accepted"
             ]
+        );
+        // A flood the suite could not launch (no attempt made: its Initials not caught, its
+        // client config or a source address failed) is not the node's doing: not judged here,
+        // the run says so and exits 2 (`Report::verdict`).
+        assert_eq!(
+            broken(|o| o.floods[0].attackers = Attackers::default()),
+            Vec::<String>::new()
         );
         // Authenticating attackers must be welcomed: a handshake alone is not the flood.
         assert_eq!(
