@@ -210,6 +210,105 @@ mod tests {
         assert_eq!(classify(&late), Answer::Refused);
     }
 
+    /// How the node's own endpoint (quinn-proto, on the node's server configuration) answers
+    /// one real client Initial, decided by `decide`: each datagram it sends back.
+    // Test harness code: a broken setup should stop the test loudly.
+    #[allow(clippy::expect_used)]
+    fn node_answers(
+        decide: impl FnOnce(
+            &mut quinn_proto::Endpoint,
+            quinn_proto::Incoming,
+            &mut Vec<u8>,
+        ) -> Vec<Vec<u8>>,
+    ) -> Vec<Vec<u8>> {
+        use std::net::SocketAddr;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use quinn_proto::{DatagramEvent, Endpoint, EndpointConfig};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity =
+            holdfast_forward::Identity::load_or_create(dir.path()).expect("the node's identity");
+        let idle = Duration::from_secs(15);
+        let server_config =
+            holdfast_forward::server::quinn_server_config(&identity, idle).expect("server config");
+        let mut node = Endpoint::new(
+            Arc::new(EndpointConfig::default()),
+            Some(Arc::new(server_config)),
+            true,
+            Some([7; 32]),
+        );
+        let (client_config, _) =
+            holdfast_forward::client::quinn_client_config(identity.fingerprint(), idle)
+                .expect("client config");
+        let mut client = Endpoint::new(
+            Arc::new(EndpointConfig::default()),
+            None,
+            true,
+            Some([9; 32]),
+        );
+        let at: SocketAddr = "127.0.0.1:4433".parse().expect("addr");
+        let from: SocketAddr = "127.0.0.2:50000".parse().expect("addr");
+        let now = Instant::now();
+        let (_, mut conn) = client
+            .connect(
+                now,
+                client_config,
+                at,
+                holdfast_forward::identity::SERVER_NAME,
+            )
+            .expect("connect");
+        let mut out = Vec::new();
+        let sent = conn.poll_transmit(now, 1, &mut out).expect("an Initial");
+        let initial = BytesMut::from(&out[..sent.size]);
+        let mut buf = Vec::new();
+        match node.handle(now, from, None, None, initial, &mut buf) {
+            Some(DatagramEvent::NewConnection(incoming)) => decide(&mut node, incoming, &mut buf),
+            _ => panic!("the node's endpoint did not hold the attempt"),
+        }
+    }
+
+    // i[verify attack.budgets+3]
+    #[test]
+    fn the_node_s_own_endpoint_answers_are_read_as_what_they_are() {
+        // A Retry.
+        let retry = node_answers(|node, incoming, buf| {
+            let t = node.retry(incoming, buf).expect("a Retry");
+            vec![buf[..t.size].to_vec()]
+        });
+        assert_eq!(retry.len(), 1);
+        assert_eq!(classify(&retry[0]), Answer::Retry);
+        // A refusal: a CONNECTION_CLOSE in an Initial.
+        let refused = node_answers(|node, incoming, buf| {
+            let t = node.refuse(incoming, buf);
+            vec![buf[..t.size].to_vec()]
+        });
+        assert_eq!(refused.len(), 1);
+        assert_eq!(classify(&refused[0]), Answer::Refused);
+        // Accepted: the first flight, its Initial and Handshake packets coalesced (the fixed
+        // bit greased), is the node going further.
+        let flight = node_answers(|node, incoming, buf| {
+            let (_, mut conn) = node
+                .accept(incoming, std::time::Instant::now(), buf, None)
+                .expect("accepted");
+            let mut out = Vec::new();
+            let t = conn
+                .poll_transmit(std::time::Instant::now(), 1, &mut out)
+                .expect("the first flight");
+            vec![out[..t.size].to_vec()]
+        });
+        assert_eq!(flight.len(), 1);
+        assert_eq!(classify(&flight[0]), Answer::Handshake);
+        // The node greases the fixed bit at random (RFC 9287: the client offers it), so its
+        // first packet is read the same with the bit set or clear.
+        for mut answer in [refused[0].clone(), flight[0].clone()] {
+            let read = classify(&answer);
+            answer[0] ^= 0x40;
+            assert_eq!(classify(&answer), read, "{:#04x}", answer[0]);
+        }
+    }
+
     fn cid() -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(any::<u8>(), 0..=20)
     }

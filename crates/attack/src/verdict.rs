@@ -649,9 +649,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             broken(|o| o.floods[0].attackers.accepted = 0),
-            vec![
-                "the flood measured nothing: none of the attackers' 10 attempt(s) was accepted"
-            ]
+            vec!["the flood measured nothing: none of the attackers' 10 attempt(s) was accepted"]
         );
         // A flood the suite could not launch (no attempt made: its Initials not caught, its
         // client config or a source address failed) is not the node's doing: not judged here,
