@@ -145,7 +145,9 @@ async fn run(args: Args) -> anyhow::Result<Verdict> {
         let deadline = tokio::time::Instant::now() + duration;
         let attackers = flood::run(flood, &node.edges, deadline).await;
         let _ = stop_tx.send(true);
-        let peak = sampler.await.unwrap_or(baseline);
+        let peak = sampler
+            .await
+            .unwrap_or((baseline.0, baseline.1, baseline.2.ok()));
         let samples = watcher.await.unwrap_or_default();
         let after = settle(pid, admin, baseline, &budgets).await?;
         let latency: BTreeMap<_, _> = samples
@@ -176,12 +178,16 @@ async fn run(args: Args) -> anyhow::Result<Verdict> {
                 peak: peak.1.max(baseline.1),
                 after: after.1,
             },
-            // Read before and after, or not measured at all (an older node).
-            tasks: baseline.2.zip(after.2).map(|(before, after)| Resource {
-                baseline: before,
-                peak: peak.2.unwrap_or(before).max(before),
-                after,
-            }),
+            // Read before and after, or not measured at all (an older node, or no answer).
+            tasks: match (baseline.2, after.2) {
+                (Ok(before), Ok(after)) => Some(Resource {
+                    baseline: before,
+                    peak: peak.2.unwrap_or(before).max(before),
+                    after,
+                }),
+                _ => None,
+            },
+            tasks_unread: baseline.2.err().or(after.2.err()),
         });
     }
     let outcome = Outcome {
@@ -219,13 +225,12 @@ async fn run(args: Args) -> anyhow::Result<Verdict> {
             unlaunched.join(", ")
         );
     }
-    let unmeasured = report.outcome.tasks_unmeasured();
-    if !unmeasured.is_empty() {
+    for f in report.outcome.floods.iter().filter(|f| f.tasks.is_none()) {
         eprintln!(
-            "holdfast-attack: could not measure the node's runtime tasks during {} \
-             (holdfast_runtime_tasks_alive is not in its /metrics: an older build?); the report \
-             has every other figure",
-            unmeasured.join(", ")
+            "holdfast-attack: could not measure the node's runtime tasks during {} ({}); the \
+             report has every other figure",
+            f.name,
+            f.tasks_unread.map_or("not read", verdict::TasksUnread::why)
         );
     }
     Ok(report.verdict())
@@ -250,9 +255,9 @@ fn raise_descriptor_limit() {
     }
 }
 
-/// The node's descriptors, resident memory (KiB) and runtime tasks at one moment; the tasks are
-/// none when the node does not publish them.
-type Sample = (u64, u64, Option<u64>);
+/// The node's descriptors, resident memory (KiB) and runtime tasks at one moment; for the tasks,
+/// why not when they could not be read.
+type Sample = (u64, u64, Result<u64, verdict::TasksUnread>);
 
 /// The median of three samples 200 ms apart, so a probe's own socket does not set the baseline;
 /// an error when the descriptors or memory could not be read at all (the suite could not
@@ -267,9 +272,7 @@ async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> anyhow::Result
             fds.push(f);
             rss.push(r);
         }
-        if let Some(t) = node::tasks(admin).await {
-            tasks.push(t);
-        }
+        tasks.push(node::tasks(admin).await);
         tokio::time::sleep(SAMPLE_EVERY).await;
     }
     let read = |values: Vec<u64>, what: &str| {
@@ -280,8 +283,19 @@ async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> anyhow::Result
     Ok((
         read(fds, "open descriptors")?,
         read(rss, "resident memory")?,
-        median(tasks),
+        tasks_of(tasks),
     ))
+}
+
+/// The median of the task counts read; when none was, why: the series absent if `/metrics`
+/// answered once without it, else no answer.
+fn tasks_of(reads: Vec<Result<u64, verdict::TasksUnread>>) -> Result<u64, verdict::TasksUnread> {
+    let absent = reads.contains(&Err(verdict::TasksUnread::Absent));
+    median(reads.into_iter().filter_map(Result::ok).collect()).ok_or(if absent {
+        verdict::TasksUnread::Absent
+    } else {
+        verdict::TasksUnread::NoAnswer
+    })
 }
 
 fn median(mut values: Vec<u64>) -> Option<u64> {
@@ -289,18 +303,18 @@ fn median(mut values: Vec<u64>) -> Option<u64> {
     values.get(values.len() / 2).copied()
 }
 
-/// The highest descriptors, memory and tasks seen until `stop`.
+/// The highest descriptors, memory and tasks (none when never read) seen until `stop`.
 async fn peak(
     pid: u32,
     admin: std::net::SocketAddr,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Sample {
-    let mut high: Sample = (0, 0, None);
+) -> (u64, u64, Option<u64>) {
+    let mut high = (0, 0, None::<u64>);
     loop {
         if let Some((f, r)) = node::sample(pid) {
             high = (high.0.max(f), high.1.max(r), high.2);
         }
-        if let Some(t) = node::tasks(admin).await {
+        if let Ok(t) = node::tasks(admin).await {
             high.2 = Some(high.2.map_or(t, |h| h.max(t)));
         }
         tokio::select! {
@@ -320,13 +334,13 @@ async fn settle(
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut last = baseline;
     let (fds, rss) = budgets.settle_limits(baseline.0, baseline.1);
-    let tasks = baseline.2.map(|t| budgets.settle_tasks_limit(t));
+    let tasks = baseline.2.map(|t| budgets.settle_tasks_limit(t)).ok();
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
         last = settled_sample(pid, admin).await?;
         // Tasks not measured do not hold the settle up.
         let tasks_back = match (last.2, tasks) {
-            (Some(now), Some(limit)) => now <= limit,
+            (Ok(now), Some(limit)) => now <= limit,
             _ => true,
         };
         if last.0 <= fds && last.1 <= rss && tasks_back {
@@ -344,5 +358,14 @@ mod tests {
     fn a_figure_never_read_has_no_median_rather_than_zero() {
         assert_eq!(median(vec![]), None);
         assert_eq!(median(vec![30, 10, 20]), Some(20));
+    }
+
+    #[test]
+    fn tasks_never_read_say_whether_metrics_answered_without_them_or_not_at_all() {
+        use verdict::TasksUnread::{Absent, NoAnswer};
+        assert_eq!(tasks_of(vec![Err(NoAnswer), Ok(7), Err(Absent)]), Ok(7));
+        assert_eq!(tasks_of(vec![Err(NoAnswer), Err(Absent)]), Err(Absent));
+        assert_eq!(tasks_of(vec![Err(NoAnswer), Err(NoAnswer)]), Err(NoAnswer));
+        assert_eq!(tasks_of(vec![]), Err(NoAnswer));
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::plan::{Edge, Flood};
-use crate::verdict::{Budgets, Outcome, Violation};
+use crate::verdict::{Budgets, Outcome, TasksUnread, Violation};
 
 /// Everything a run found.
 #[derive(Debug, Clone, Serialize)]
@@ -29,22 +29,38 @@ pub enum Verdict {
     Held,
     /// A budget broke (exit 1).
     Broken,
-    /// A figure could not be measured (exit 2), whatever the budgets judged.
+    /// No budget broke, but a figure could not be measured or a flood launched (exit 2): not
+    /// every budget could be judged.
     Unmeasured,
 }
 
 // i[impl attack.report+3]
 impl Report {
-    /// How the run ends: a figure not measured outweighs the budgets, which could not all be
+    /// How the run ends: a broken budget outweighs what was not measured (it broke whatever
+    /// the rest would have shown); otherwise a figure not measured means not every budget was
     /// judged.
     pub fn verdict(&self) -> Verdict {
-        if !self.outcome.tasks_unmeasured().is_empty() || !self.outcome.unlaunched().is_empty() {
-            Verdict::Unmeasured
-        } else if self.violations.is_empty() {
+        if !self.violations.is_empty() {
+            Verdict::Broken
+        } else if self.unjudged().is_empty() {
             Verdict::Held
         } else {
-            Verdict::Broken
+            Verdict::Unmeasured
         }
+    }
+
+    /// What could not be judged, for the verdict line: the tasks not measured, the floods not
+    /// launched.
+    fn unjudged(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.outcome.tasks_unmeasured().is_empty() {
+            out.push("tasks not measured".to_owned());
+        }
+        let unlaunched = self.outcome.unlaunched();
+        if !unlaunched.is_empty() {
+            out.push(format!("not launched: {}", unlaunched.join(", ")));
+        }
+        out
     }
 
     /// The JSON report.
@@ -179,14 +195,22 @@ impl Report {
             if self.outcome.node_alive { "yes" } else { "no" },
             self.outcome.panics
         );
-        let unmeasured = self.outcome.tasks_unmeasured();
+        let unmeasured: Vec<String> = self
+            .outcome
+            .floods
+            .iter()
+            .filter(|f| f.tasks.is_none())
+            .map(|f| {
+                let why = f.tasks_unread.map_or("not read", TasksUnread::why);
+                format!("{} ({why})", f.name)
+            })
+            .collect();
         if !unmeasured.is_empty() {
             let _ = writeln!(
                 md,
-                "**Not measured:** the node's runtime tasks during {} — it does not publish \
-                 `holdfast_runtime_tasks_alive` in `/metrics` (an older build). The tasks budget \
-                 was not judged there; every other figure and budget is above and below, and the \
-                 suite exits 2 (could not measure).\n",
+                "**Not measured:** the node's runtime tasks during {}. The tasks budget was not \
+                 judged there; every other figure and budget is above and below, and the suite \
+                 exits 2 (could not measure) unless a budget broke.\n",
                 unmeasured.join(", ")
             );
         }
@@ -195,12 +219,19 @@ impl Report {
             let _ = writeln!(
                 md,
                 "**Not measured:** {} could not be launched (no attempt was made: see the suite's \
-                 errors); not judged as the node's, and the suite exits 2 (could not measure).\n",
+                 errors); not judged as the node's, and the suite exits 2 (could not measure) unless a budget broke.\n",
                 unlaunched.join(", ")
             );
         }
-        if self.violations.is_empty() {
+        let unjudged = self.unjudged();
+        if self.violations.is_empty() && unjudged.is_empty() {
             md.push_str("**Verdict: every budget held.**\n");
+        } else if self.violations.is_empty() {
+            let _ = writeln!(
+                md,
+                "**Verdict: every budget judged held; {}.**",
+                unjudged.join("; ")
+            );
         } else {
             let _ = writeln!(
                 md,
@@ -260,10 +291,11 @@ mod tests {
         );
         assert_eq!(report(passing()).verdict(), Verdict::Held);
         // A node that does not publish its tasks: the rest of the report is still written, the
-        // tasks are shown as not measured, and the run ends as unmeasured even when a budget
-        // also broke.
+        // tasks are shown as not measured, and the run ends as unmeasured unless a budget broke
+        // (a broken budget is found whatever was not measured).
         let mut older = passing();
         older.floods[0].tasks = None;
+        older.floods[0].tasks_unread = Some(crate::verdict::TasksUnread::Absent);
         let r = report(older.clone());
         assert_eq!(r.verdict(), Verdict::Unmeasured);
         let md = r.markdown();
@@ -277,9 +309,29 @@ mod tests {
             md.contains("**Not measured:** the node's runtime tasks during admin-slowloris"),
             "{md}"
         );
-        assert!(md.contains("**Verdict: every budget held.**"), "{md}");
+        assert!(
+            md.contains("**Verdict: every budget judged held; tasks not measured.**"),
+            "{md}"
+        );
+        assert!(!md.contains("every budget held"), "{md}");
+        // Why: the series absent from `/metrics`, or `/metrics` not answering at all.
+        assert!(
+            md.contains(
+                "admin-slowloris (`holdfast_runtime_tasks_alive` absent from its `/metrics`: an \
+                 older build?)"
+            ),
+            "{md}"
+        );
+        let mut silent = older.clone();
+        silent.floods[0].tasks_unread = Some(crate::verdict::TasksUnread::NoAnswer);
+        let md = report(silent).markdown();
+        assert!(
+            md.contains("admin-slowloris (its `/metrics` did not answer)"),
+            "{md}"
+        );
+        assert!(!md.contains("older build"), "{md}");
         older.floods[0].fds.after = 100;
-        assert_eq!(report(older).verdict(), Verdict::Unmeasured);
+        assert_eq!(report(older).verdict(), Verdict::Broken);
         let mut broke = passing();
         broke.floods[0].fds.after = 100;
         assert_eq!(report(broke).verdict(), Verdict::Broken);
@@ -294,6 +346,10 @@ mod tests {
             md.contains(
                 "**Not measured:** admin-slowloris could not be launched (no attempt was made:"
             ),
+            "{md}"
+        );
+        assert!(
+            md.contains("**Verdict: every budget judged held; not launched: admin-slowloris.**"),
             "{md}"
         );
         let json: serde_json::Value =

@@ -75,6 +75,31 @@ pub struct FloodResult {
     /// The tasks alive on the node's runtime (`holdfast_runtime_tasks_alive`); none when the
     /// node does not publish them (an older build): not measured, never a zero.
     pub tasks: Option<Resource>,
+    /// Why the tasks were not measured, when they were not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_unread: Option<TasksUnread>,
+}
+
+/// Why the node's runtime tasks could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TasksUnread {
+    /// `/metrics` answered without `holdfast_runtime_tasks_alive` (an older build).
+    Absent,
+    /// `/metrics` did not answer (with a 200) at all.
+    NoAnswer,
+}
+
+impl TasksUnread {
+    /// Why, in a report's words.
+    pub fn why(self) -> &'static str {
+        match self {
+            TasksUnread::Absent => {
+                "`holdfast_runtime_tasks_alive` absent from its `/metrics`: an older build?"
+            }
+            TasksUnread::NoAnswer => "its `/metrics` did not answer",
+        }
+    }
 }
 
 /// A whole run.
@@ -475,6 +500,7 @@ pub(crate) mod tests {
                     peak: 900,
                     after: 68,
                 }),
+                tasks_unread: None,
             }],
             node_alive: true,
             panics: 0,
