@@ -263,13 +263,23 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
     // Each flood its own addresses, one range after another: the node paces a source that
     // failed to authenticate (up to 60 s), so a flood sharing a source with an earlier one could
     // be kept out by what that one did, and measure nothing.
-    let mut next = FIRST_SOURCE;
-    for flood in &mut plan {
-        flood.first_source = next;
-        let [a, b, c, d] = next.octets();
-        next = Ipv4Addr::new(a, b, c, d.saturating_add(flood.sources));
+    if place(&mut plan, FIRST_SOURCE).is_none() {
+        panic!("the floods' source addresses run past 127.0.0.254: fewer sources per flood");
     }
     plan
+}
+
+/// Gives each flood of `plan` its own range of addresses, one after another from `first`; none
+/// when they would run past 127.0.0.254 (a saturated octet would give two floods one address).
+fn place(plan: &mut [Flood], first: Ipv4Addr) -> Option<()> {
+    let mut next = first;
+    for flood in plan {
+        flood.first_source = next;
+        let [a, b, c, d] = next.octets();
+        // The range's last address is one before `next`, so `next` may be at most .255.
+        next = Ipv4Addr::new(a, b, c, d.checked_add(flood.sources)?);
+    }
+    Some(())
 }
 
 /// The flood names, for `--only`'s help and errors.
@@ -357,9 +367,34 @@ mod tests {
         assert_eq!(names().len(), full.len());
     }
 
+    fn of(sources: u8) -> Flood {
+        Flood {
+            name: "f",
+            edge: Edge::Admin,
+            attack: Attack::Slowloris { connections: 1 },
+            sources,
+            first_source: FIRST_SOURCE,
+            duration: Duration::ZERO,
+        }
+    }
+
     // i[verify attack.floods+3]
     #[test]
-    fn no_two_floods_of_one_edge_share_a_source_address_nor_use_the_real_clients() {
+    fn source_ranges_end_at_127_0_0_254_and_one_more_address_fails_loudly() {
+        // From 127.0.0.2, 253 addresses run to 127.0.0.254.
+        let mut fits = vec![of(200), of(53)];
+        assert_eq!(place(&mut fits, FIRST_SOURCE), Some(()));
+        assert_eq!(
+            fits[1].source(52),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 254))
+        );
+        assert_eq!(place(&mut vec![of(200), of(54)], FIRST_SOURCE), None);
+        assert_eq!(place(&mut vec![of(200), of(60), of(1)], FIRST_SOURCE), None);
+    }
+
+    // i[verify attack.floods+3]
+    #[test]
+    fn no_two_floods_share_a_source_address_nor_use_the_real_clients() {
         for scale in [Scale::Full, Scale::Ci] {
             let plan = floods(scale, Duration::from_secs(5));
             for (i, a) in plan.iter().enumerate() {
@@ -369,7 +404,7 @@ mod tests {
                     assert!(ip.is_loopback(), "{}: {ip}", a.name);
                     assert_ne!(*ip, IpAddr::V4(Ipv4Addr::LOCALHOST), "{}", a.name);
                 }
-                for b in plan.iter().skip(i + 1).filter(|b| b.edge == a.edge) {
+                for b in plan.iter().skip(i + 1) {
                     let shared: Vec<IpAddr> =
                         b.addresses().filter(|ip| mine.contains(ip)).collect();
                     assert!(
