@@ -23,6 +23,10 @@ pub enum Answer {
     /// A Handshake packet: the node took an attempt whose address it never validated into its
     /// handshake.
     Handshake,
+    /// Version negotiation: the node does not speak the attempt's version and kept nothing of
+    /// it, going no further. Not an overreach; nor did the attempt reach the node's address
+    /// validation, so it counts only as answered (a flood answered so measured nothing).
+    VersionNegotiation,
     /// Nothing the suite can read as a Retry or a refusal (no long header, a packet cut short,
     /// another version); it cannot show the node did not go further.
     Unreadable,
@@ -30,9 +34,10 @@ pub enum Answer {
 
 // i[impl attack.budgets+3]
 /// Walks the long-header packets coalesced in `datagram` and says what the node answered: any
-/// Handshake packet → [`Answer::Handshake`]; a Retry first → [`Answer::Retry`]; only Initial
-/// packets → [`Answer::Refused`]. Bytes after the last whole long-header packet that are no long
-/// header (padding, a short header) are ignored, as a receiver ignores them.
+/// Handshake packet → [`Answer::Handshake`]; a Retry first → [`Answer::Retry`]; version
+/// negotiation first → [`Answer::VersionNegotiation`]; only Initial packets →
+/// [`Answer::Refused`]. Bytes after the last whole long-header packet that are no long header
+/// (padding, a short header) are ignored, as a receiver ignores them.
 pub fn classify(datagram: &[u8]) -> Answer {
     // The node's own connection ids are not known here; only a short header needs their length,
     // and a short header ends the walk anyway.
@@ -56,8 +61,12 @@ pub fn classify(datagram: &[u8]) -> Answer {
             // A Retry has no length: it is the rest of the datagram, and never follows a packet.
             Ok(ProtectedHeader::Retry { .. }) if initials == 0 => return Answer::Retry,
             Ok(ProtectedHeader::Initial(initial)) => initial.len,
-            // A short header, 0-RTT or version negotiation from a server, or bytes that are no
-            // header: the end of the packets, or nothing readable at all.
+            // Version negotiation is a whole datagram of its own, never coalesced.
+            Ok(ProtectedHeader::VersionNegotiate { .. }) if initials == 0 => {
+                return Answer::VersionNegotiation;
+            }
+            // A short header, 0-RTT from a server, or bytes that are no header: the end of the
+            // packets, or nothing readable at all.
             _ => break,
         };
         let start = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
@@ -183,16 +192,12 @@ mod tests {
     #[test]
     fn what_cannot_be_read_as_a_retry_or_a_refusal_is_unreadable() {
         assert_eq!(classify(&[]), Answer::Unreadable);
-        // A short header, 0-RTT from a server, version negotiation, another version.
+        // A short header, 0-RTT from a server, another version.
         assert_eq!(classify(&[0x40, 1, 2, 3, 4]), Answer::Unreadable);
         assert_eq!(
             classify(&long(1, &[1; 8], &[2; 8], &[0; 10])),
             Answer::Unreadable
         );
-        let mut vn = vec![0x80, 0, 0, 0, 0];
-        vn.extend(ids(&[1; 8], &[2; 8]));
-        vn.extend_from_slice(&V1);
-        assert_eq!(classify(&vn), Answer::Unreadable);
         let mut other = initial(&[1; 8], &[2; 8], &[], &[7; 30]);
         other[1..5].copy_from_slice(&[0x0a, 0x0a, 0x0a, 0x0a]);
         assert_eq!(classify(&other), Answer::Unreadable);
@@ -307,6 +312,15 @@ mod tests {
             answer[0] ^= 0x40;
             assert_eq!(classify(&answer), read, "{:#04x}", answer[0]);
         }
+    }
+
+    // i[verify attack.budgets+3]
+    #[test]
+    fn version_negotiation_is_the_node_going_no_further_not_an_overreach() {
+        let mut vn = vec![0x80, 0, 0, 0, 0];
+        vn.extend(ids(&[1; 8], &[2; 8]));
+        vn.extend_from_slice(&V1);
+        assert_eq!(classify(&vn), Answer::VersionNegotiation);
     }
 
     fn cid() -> impl Strategy<Value = Vec<u8>> {

@@ -707,6 +707,8 @@ async fn unvalidated(
         }
         match answer {
             Answer::Retry => Counts::bump(&counts.ended_by_node),
+            // Answered only: neither past a bound nor through the node's address validation.
+            Answer::VersionNegotiation => {}
             Answer::Refused => Counts::bump(&counts.refused),
             Answer::Handshake | Answer::Unreadable => Counts::bump(&counts.overreach),
         }
