@@ -6,9 +6,9 @@
 //! 127.0.0.1 probes every edge (`probe`) and the node's descriptors and memory are sampled from
 //! /proc and its runtime tasks from `/metrics` (`node`). After each flood it waits for the node to
 //! settle back. The run is judged against the budgets of `docs/security.md` (`verdict`) and
-//! written to `report.json` and `report.md` (`report`); it exits 1 when a budget broke, 2 when it
-//! could not measure (the report is still written when only the runtime tasks were not
-//! published). `cargo xtask attack` builds the node and runs it.
+//! written to `report.json` and `report.md` (`report`); it exits 1 when a budget broke, else 2
+//! when it could not measure (the report is still written when only the runtime tasks could not
+//! be read or a flood could not be launched). `cargo xtask attack` builds the node and runs it.
 //!
 //! Every flood stops by itself: its connections are counted, bounded and closed at its deadline.
 
