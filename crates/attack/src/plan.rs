@@ -382,14 +382,14 @@ mod tests {
     #[test]
     fn source_ranges_end_at_127_0_0_254_and_one_more_address_fails_loudly() {
         // From 127.0.0.2, 253 addresses run to 127.0.0.254.
-        let mut fits = vec![of(200), of(53)];
+        let mut fits = [of(200), of(53)];
         assert_eq!(place(&mut fits, FIRST_SOURCE), Some(()));
         assert_eq!(
             fits[1].source(52),
             IpAddr::V4(Ipv4Addr::new(127, 0, 0, 254))
         );
-        assert_eq!(place(&mut vec![of(200), of(54)], FIRST_SOURCE), None);
-        assert_eq!(place(&mut vec![of(200), of(60), of(1)], FIRST_SOURCE), None);
+        assert_eq!(place(&mut [of(200), of(54)], FIRST_SOURCE), None);
+        assert_eq!(place(&mut [of(200), of(60), of(1)], FIRST_SOURCE), None);
     }
 
     // i[verify attack.floods+3]
