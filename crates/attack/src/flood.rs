@@ -2,7 +2,7 @@
 //! (or repeats its attempt) until its deadline, and counts what the node did with them. Every
 //! loop ends at the deadline; nothing outlives the flood.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use holdfast_forward::control::{self, FrameDecoder, Message};
 use holdfast_forward::wire::{FlowId, encode_datagram};
 
+use crate::answer::{Answer, classify};
 use crate::node::Edges;
 use crate::plan::{Attack, Edge, Flood, WsPayload};
 use crate::verdict::Attackers;
@@ -39,8 +40,10 @@ const BATCH: usize = 100;
 struct Counts {
     attempted: AtomicUsize,
     accepted: AtomicUsize,
+    authenticated: AtomicUsize,
     ended_by_node: AtomicUsize,
     held_at_end: AtomicUsize,
+    refused: AtomicUsize,
     overreach: AtomicUsize,
 }
 
@@ -53,17 +56,13 @@ impl Counts {
         Attackers {
             attempted: self.attempted.load(Ordering::Relaxed),
             accepted: self.accepted.load(Ordering::Relaxed),
+            authenticated: self.authenticated.load(Ordering::Relaxed),
             ended_by_node: self.ended_by_node.load(Ordering::Relaxed),
             held_at_end: self.held_at_end.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
             overreach: self.overreach.load(Ordering::Relaxed),
         }
     }
-}
-
-/// The `i`th attacker's source address: 127.0.0.2 and up, `sources` of them.
-fn source(i: usize, sources: u8) -> IpAddr {
-    let n = u8::try_from(i % usize::from(sources.max(1))).unwrap_or(0);
-    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + n))
 }
 
 fn target(edges: &Edges, edge: Edge) -> SocketAddr {
@@ -84,7 +83,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
         Attack::Slowloris { connections } => {
             for i in 0..connections {
                 let counts = counts.clone();
-                let from = source(i, flood.sources);
+                let from = flood.source(i);
                 tasks.spawn(slowloris(to, from, deadline, counts));
                 pace(i).await;
             }
@@ -97,7 +96,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
             };
             let mut endpoints = Vec::new();
             for s in 0..flood.sources {
-                let bind = SocketAddr::new(source(usize::from(s), flood.sources), 0);
+                let bind = SocketAddr::new(flood.source(usize::from(s)), 0);
                 if let Ok(e) = quinn::Endpoint::client(bind) {
                     endpoints.push(e);
                 }
@@ -121,7 +120,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
         Attack::WsUnauthenticated { connections } => {
             for i in 0..connections {
                 let counts = counts.clone();
-                let from = source(i, flood.sources);
+                let from = flood.source(i);
                 tasks.spawn(ws_unauthenticated(to, from, deadline, counts));
                 pace(i).await;
             }
@@ -129,7 +128,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
         Attack::WsHostile { workers, sends } => {
             for i in 0..workers {
                 let counts = counts.clone();
-                let from = source(i, flood.sources);
+                let from = flood.source(i);
                 tasks.spawn(ws_hostile(to, from, sends, deadline, counts));
             }
         }
@@ -141,7 +140,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
             };
             let churn = matches!(flood.attack, Attack::FlowChurn { .. });
             for i in 0..connections {
-                let bind = SocketAddr::new(source(i, flood.sources), 0);
+                let bind = SocketAddr::new(flood.source(i), 0);
                 let Ok(endpoint) = quinn::Endpoint::client(bind) else {
                     continue;
                 };
@@ -168,7 +167,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
             let next = Arc::new(AtomicUsize::new(0));
             for i in 0..UNVALIDATED_WORKERS {
                 tasks.spawn(unvalidated(
-                    source(i, flood.sources),
+                    flood.source(i),
                     to,
                     initials.clone(),
                     next.clone(),
@@ -185,7 +184,7 @@ pub async fn run(flood: &Flood, edges: &Edges, deadline: Instant) -> Attackers {
                 return counts.snapshot();
             };
             for i in 0..workers {
-                let bind = SocketAddr::new(source(i, flood.sources), 0);
+                let bind = SocketAddr::new(flood.source(i), 0);
                 let Ok(endpoint) = quinn::Endpoint::client(bind) else {
                     continue;
                 };
@@ -503,7 +502,10 @@ impl Authenticated {
         })
         .await;
         match answer {
-            Ok(Some((send, recv, Message::Welcome))) => Welcomed::Yes(conn, send, recv),
+            Ok(Some((send, recv, Message::Welcome))) => {
+                Counts::bump(&self.counts.authenticated);
+                Welcomed::Yes(conn, send, recv)
+            }
             // Refused (past the credential's bound) or closed: the node ended it.
             _ => {
                 Counts::bump(&self.counts.ended_by_node);
@@ -650,16 +652,17 @@ async fn initials(edges: &Edges, n: usize) -> Option<Vec<Vec<u8>>> {
     Some(out)
 }
 
-/// Whether `datagram` from the node is a QUIC Retry (a long header of type 3 in QUIC v1).
-fn is_retry(datagram: &[u8]) -> bool {
-    datagram
-        .first()
-        .is_some_and(|b| b & 0x80 != 0 && (b >> 4) & 0x3 == 3)
-}
+/// How long a sender waits, after an answer of Initial packets only, for more of the same flight:
+/// a node going further sends its Handshake packets right after its Initial, coalesced or not.
+const FLIGHT_WAIT: Duration = Duration::from_millis(50);
 
 /// Sends Initials to the node, each from a new socket (a new source port) on `from`, and never
-/// answers: a Retry is the node turning the attempt away (counted as ended by the node), any
-/// other answer is the node taking an unvalidated attempt further (an overreach).
+/// answers. Each answer is read packet by packet (`answer::classify`): a Retry is the node
+/// turning the attempt away (counted as ended by the node); Initial packets only are its refusal
+/// (a CONNECTION_CLOSE: its pacing of a source that failed to authenticate, counted as refused;
+/// quinn drops, never answers, an Initial past its bounds on attempts); a Handshake
+/// packet, or an answer that cannot be read as either, is the node taking an unvalidated attempt
+/// further (an overreach).
 async fn unvalidated(
     from: IpAddr,
     to: SocketAddr,
@@ -686,40 +689,28 @@ async fn unvalidated(
         {
             continue;
         }
-        if let Ok(Ok((n, _))) = tokio::time::timeout(ANSWER_WAIT, socket.recv_from(&mut buf)).await
-        {
-            if is_retry(&buf[..n]) {
-                Counts::bump(&counts.ended_by_node);
-            } else {
-                Counts::bump(&counts.accepted);
-                Counts::bump(&counts.overreach);
+        let Ok(Ok((n, _))) = tokio::time::timeout(ANSWER_WAIT, socket.recv_from(&mut buf)).await
+        else {
+            continue;
+        };
+        // Answered at all: the attempt reached the node (the flood measured something).
+        Counts::bump(&counts.accepted);
+        let mut answer = classify(&buf[..n]);
+        while answer == Answer::Refused {
+            match tokio::time::timeout(FLIGHT_WAIT, socket.recv_from(&mut buf)).await {
+                Ok(Ok((n, _))) => match classify(&buf[..n]) {
+                    Answer::Refused => {}
+                    further => answer = further,
+                },
+                _ => break,
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attackers_spread_over_their_sources_and_never_use_the_probes_address() {
-        let seen: std::collections::BTreeSet<IpAddr> = (0..100).map(|i| source(i, 8)).collect();
-        assert_eq!(seen.len(), 8);
-        assert!(!seen.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        assert_eq!(source(0, 8), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
-        assert_eq!(source(7, 8), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)));
-        assert_eq!(source(8, 8), source(0, 8));
-    }
-
-    #[test]
-    fn a_retry_is_told_from_the_other_long_header_packets() {
-        // QUIC v1 long headers: Initial 0, 0-RTT 1, Handshake 2, Retry 3 in bits 4-5.
-        assert!(is_retry(&[0xf0, 0, 0, 0, 1]));
-        assert!(!is_retry(&[0xc0, 0, 0, 0, 1]));
-        assert!(!is_retry(&[0xe0, 0, 0, 0, 1]));
-        // A short header is no Retry, and nothing is nothing.
-        assert!(!is_retry(&[0x70]));
-        assert!(!is_retry(&[]));
+        match answer {
+            Answer::Retry => Counts::bump(&counts.ended_by_node),
+            // Answered only: neither past a bound nor through the node's address validation.
+            Answer::VersionNegotiation => {}
+            Answer::Refused => Counts::bump(&counts.refused),
+            Answer::Handshake | Answer::Unreadable => Counts::bump(&counts.overreach),
+        }
     }
 }

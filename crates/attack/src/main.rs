@@ -1,13 +1,14 @@
 //! holdfast-attack: the adversarial suite.
 //!
 //! It starts a real `holdfast run` with every listener on loopback (admin API, HTTP-01 responder,
-//! forward QUIC, gateway WebSocket), then runs bounded floods against one edge at a time from
-//! 127.0.0.2 and up (`plan`), while a real client on 127.0.0.1 probes every edge (`probe`) and the
-//! node's descriptors and memory are sampled from /proc and its runtime tasks from `/metrics`
-//! (`node`). After each flood it waits for the node to settle back. The run is judged against the
-//! budgets of `docs/security.md` (`verdict`) and written to `report.json` and `report.md`
-//! (`report`); it exits 1 when a budget broke, 2 when it could not measure. `cargo xtask attack`
-//! builds the node and runs it.
+//! forward QUIC, gateway WebSocket), then runs bounded floods against one edge at a time, each
+//! from loopback addresses of its own, 127.0.0.2 and up (`plan`), while a real client on
+//! 127.0.0.1 probes every edge (`probe`) and the node's descriptors and memory are sampled from
+//! /proc and its runtime tasks from `/metrics` (`node`). After each flood it waits for the node to
+//! settle back. The run is judged against the budgets of `docs/security.md` (`verdict`) and
+//! written to `report.json` and `report.md` (`report`); it exits 1 when a budget broke, else 2
+//! when it could not measure (the report is still written when only the runtime tasks could not
+//! be read or a flood could not be launched). `cargo xtask attack` builds the node and runs it.
 //!
 //! Every flood stops by itself: its connections are counted, bounded and closed at its deadline.
 
@@ -20,6 +21,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 
+mod answer;
 mod flood;
 mod latency;
 mod node;
@@ -29,6 +31,7 @@ mod report;
 mod verdict;
 
 use plan::{Scale, floods};
+use report::Verdict;
 use verdict::{Budgets, FloodResult, Outcome, Resource};
 
 /// Floods a real node from loopback and judges it against docs/security.md's budgets.
@@ -78,8 +81,9 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(Verdict::Held) => ExitCode::SUCCESS,
+        Ok(Verdict::Broken) => ExitCode::from(1),
+        Ok(Verdict::Unmeasured) => ExitCode::from(2),
         Err(e) => {
             eprintln!("holdfast-attack: {e:#}");
             ExitCode::from(2)
@@ -87,8 +91,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the suite; `Ok(true)` when every budget held.
-async fn run(args: Args) -> anyhow::Result<bool> {
+/// Runs the suite and writes its report; how it ended.
+async fn run(args: Args) -> anyhow::Result<Verdict> {
     raise_descriptor_limit();
     let (scale, default_secs) = match args.scale {
         ScaleArg::Full => (Scale::Full, 20),
@@ -123,12 +127,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut results = Vec::new();
     for (i, flood) in plan.iter().enumerate() {
         eprintln!(
-            "attack: [{}/{}] {} on {} for {:?}",
+            "attack: [{}/{}] {} on {} for {:?} from {} to {}",
             i + 1,
             plan.len(),
             flood.name,
             flood.edge.name(),
-            flood.duration
+            flood.duration,
+            flood.first_source,
+            flood.source(usize::from(flood.sources).saturating_sub(1))
         );
         let pid = node.pid();
         let admin = node.edges.admin;
@@ -139,7 +145,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         let deadline = tokio::time::Instant::now() + duration;
         let attackers = flood::run(flood, &node.edges, deadline).await;
         let _ = stop_tx.send(true);
-        let peak = sampler.await.unwrap_or(baseline);
+        let peak = sampler
+            .await
+            .unwrap_or((baseline.0, baseline.1, baseline.2.ok()));
         let samples = watcher.await.unwrap_or_default();
         let after = settle(pid, admin, baseline, &budgets).await?;
         let latency: BTreeMap<_, _> = samples
@@ -148,7 +156,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             .collect();
         eprintln!(
             "attack:   attackers {attackers:?}; fds {} → {} → {}; rss {} → {} → {} KiB; \
-             tasks {} → {} → {}",
+             tasks {:?} → {:?} → {:?}",
             baseline.0, peak.0, after.0, baseline.1, peak.1, after.1, baseline.2, peak.2, after.2
         );
         results.push(FloodResult {
@@ -157,6 +165,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             sources: flood.sources,
             ends_all: flood.attack.ends_all(),
             authenticated: flood.attack.authenticated(),
+            unvalidated: matches!(flood.attack, plan::Attack::QuicUnvalidated { .. }),
             attackers,
             latency,
             fds: Resource {
@@ -169,11 +178,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 peak: peak.1.max(baseline.1),
                 after: after.1,
             },
-            tasks: Resource {
-                baseline: baseline.2,
-                peak: peak.2.max(baseline.2),
-                after: after.2,
+            // Read before and after, or not measured at all (an older node, or no answer).
+            tasks: match (baseline.2, after.2) {
+                (Ok(before), Ok(after)) => Some(Resource {
+                    baseline: before,
+                    peak: peak.2.unwrap_or(before).max(before),
+                    after,
+                }),
+                _ => None,
             },
+            tasks_unread: baseline.2.err().or(after.2.err()),
         });
     }
     let outcome = Outcome {
@@ -203,7 +217,23 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     std::fs::write(args.out.join("report.md"), &md)?;
     println!("{md}");
     eprintln!("attack: reports in {}", args.out.display());
-    Ok(report.violations.is_empty())
+    let unlaunched = report.outcome.unlaunched();
+    if !unlaunched.is_empty() {
+        eprintln!(
+            "holdfast-attack: could not launch {} (no attempt was made: the attackers' client \
+             config, the captured Initials or their source addresses failed)",
+            unlaunched.join(", ")
+        );
+    }
+    for f in report.outcome.floods.iter().filter(|f| f.tasks.is_none()) {
+        eprintln!(
+            "holdfast-attack: could not measure the node's runtime tasks during {} ({}); the \
+             report has every other figure",
+            f.name,
+            f.tasks_unread.map_or("not read", verdict::TasksUnread::why)
+        );
+    }
+    Ok(report.verdict())
 }
 
 /// How long every edge is probed before the first baseline.
@@ -225,12 +255,14 @@ fn raise_descriptor_limit() {
     }
 }
 
-/// The node's descriptors, resident memory (KiB) and runtime tasks at one moment.
-type Sample = (u64, u64, u64);
+/// The node's descriptors, resident memory (KiB) and runtime tasks at one moment; for the tasks,
+/// why not when they could not be read.
+type Sample = (u64, u64, Result<u64, verdict::TasksUnread>);
 
 /// The median of three samples 200 ms apart, so a probe's own socket does not set the baseline;
-/// an error when one of the three figures could not be read at all (the suite could not
-/// measure: never a zero that would pass or break a budget by itself).
+/// an error when the descriptors or memory could not be read at all (the suite could not
+/// measure: never a zero that would pass or break a budget by itself). Tasks never read are
+/// none: the run goes on, shows them as not measured and exits 2.
 async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> anyhow::Result<Sample> {
     let mut fds = Vec::new();
     let mut rss = Vec::new();
@@ -240,9 +272,7 @@ async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> anyhow::Result
             fds.push(f);
             rss.push(r);
         }
-        if let Some(t) = node::tasks(admin).await {
-            tasks.push(t);
-        }
+        tasks.push(node::tasks(admin).await);
         tokio::time::sleep(SAMPLE_EVERY).await;
     }
     let read = |values: Vec<u64>, what: &str| {
@@ -253,11 +283,19 @@ async fn settled_sample(pid: u32, admin: std::net::SocketAddr) -> anyhow::Result
     Ok((
         read(fds, "open descriptors")?,
         read(rss, "resident memory")?,
-        read(
-            tasks,
-            "runtime tasks (holdfast_runtime_tasks_alive in /metrics)",
-        )?,
+        tasks_of(tasks),
     ))
+}
+
+/// The median of the task counts read; when none was, why: the series absent if `/metrics`
+/// answered once without it, else no answer.
+fn tasks_of(reads: Vec<Result<u64, verdict::TasksUnread>>) -> Result<u64, verdict::TasksUnread> {
+    let absent = reads.contains(&Err(verdict::TasksUnread::Absent));
+    median(reads.into_iter().filter_map(Result::ok).collect()).ok_or(if absent {
+        verdict::TasksUnread::Absent
+    } else {
+        verdict::TasksUnread::NoAnswer
+    })
 }
 
 fn median(mut values: Vec<u64>) -> Option<u64> {
@@ -265,19 +303,19 @@ fn median(mut values: Vec<u64>) -> Option<u64> {
     values.get(values.len() / 2).copied()
 }
 
-/// The highest descriptors, memory and tasks seen until `stop`.
+/// The highest descriptors, memory and tasks (none when never read) seen until `stop`.
 async fn peak(
     pid: u32,
     admin: std::net::SocketAddr,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Sample {
-    let mut high = (0, 0, 0);
+) -> (u64, u64, Option<u64>) {
+    let mut high = (0, 0, None::<u64>);
     loop {
         if let Some((f, r)) = node::sample(pid) {
             high = (high.0.max(f), high.1.max(r), high.2);
         }
-        if let Some(t) = node::tasks(admin).await {
-            high.2 = high.2.max(t);
+        if let Ok(t) = node::tasks(admin).await {
+            high.2 = Some(high.2.map_or(t, |h| h.max(t)));
         }
         tokio::select! {
             () = tokio::time::sleep(SAMPLE_EVERY) => {}
@@ -296,11 +334,16 @@ async fn settle(
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut last = baseline;
     let (fds, rss) = budgets.settle_limits(baseline.0, baseline.1);
-    let tasks = budgets.settle_tasks_limit(baseline.2);
+    let tasks = baseline.2.map(|t| budgets.settle_tasks_limit(t)).ok();
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
         last = settled_sample(pid, admin).await?;
-        if last.0 <= fds && last.1 <= rss && last.2 <= tasks {
+        // Tasks not measured do not hold the settle up.
+        let tasks_back = match (last.2, tasks) {
+            (Ok(now), Some(limit)) => now <= limit,
+            _ => true,
+        };
+        if last.0 <= fds && last.1 <= rss && tasks_back {
             break;
         }
     }
@@ -315,5 +358,14 @@ mod tests {
     fn a_figure_never_read_has_no_median_rather_than_zero() {
         assert_eq!(median(vec![]), None);
         assert_eq!(median(vec![30, 10, 20]), Some(20));
+    }
+
+    #[test]
+    fn tasks_never_read_say_whether_metrics_answered_without_them_or_not_at_all() {
+        use verdict::TasksUnread::{Absent, NoAnswer};
+        assert_eq!(tasks_of(vec![Err(NoAnswer), Ok(7), Err(Absent)]), Ok(7));
+        assert_eq!(tasks_of(vec![Err(NoAnswer), Err(Absent)]), Err(Absent));
+        assert_eq!(tasks_of(vec![Err(NoAnswer), Err(NoAnswer)]), Err(NoAnswer));
+        assert_eq!(tasks_of(vec![]), Err(NoAnswer));
     }
 }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use holdfast_forward::Fingerprint;
 
+use crate::verdict::TasksUnread;
+
 /// The secrets and addresses the probes need.
 #[derive(Debug, Clone)]
 pub struct Edges {
@@ -219,10 +221,13 @@ fn identity(bin: &Path, data: &Path) -> anyhow::Result<Fingerprint> {
         .map_err(|e| anyhow::anyhow!("holdfast forward identity printed {text:?}: {e:?}"))
 }
 
-/// The tasks alive on the node's runtime, from its `/metrics` (`holdfast_runtime_tasks_alive`).
-pub async fn tasks(admin: SocketAddr) -> Option<u64> {
-    let body = crate::probe::http_body(admin, "/metrics").await?;
-    tasks_in(&body)
+/// The tasks alive on the node's runtime, from its `/metrics` (`holdfast_runtime_tasks_alive`);
+/// or why not: the series absent, or `/metrics` not answering.
+pub async fn tasks(admin: SocketAddr) -> Result<u64, TasksUnread> {
+    let body = crate::probe::http_body(admin, "/metrics")
+        .await
+        .ok_or(TasksUnread::NoAnswer)?;
+    tasks_in(&body).ok_or(TasksUnread::Absent)
 }
 
 fn tasks_in(metrics: &str) -> Option<u64> {

@@ -1,6 +1,7 @@
 //! Which floods run, against which edge, and how big each is: pure, so the bounds CI runs are
 //! pinned by tests and the full run is the same list at full size.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -130,11 +131,28 @@ pub struct Flood {
     pub edge: Edge,
     /// What it does.
     pub attack: Attack,
-    /// How many distinct loopback source addresses (127.0.0.2 and up) the attackers use.
+    /// How many distinct loopback source addresses the attackers use.
     pub sources: u8,
+    /// The first of them; the others follow it.
+    pub first_source: Ipv4Addr,
     /// How long it runs once its connections are open; it stops by itself.
     #[serde(with = "secs")]
     pub duration: Duration,
+}
+
+impl Flood {
+    /// The `i`th attacker's source address: `sources` addresses from `first_source` on, in turn.
+    pub fn source(&self, i: usize) -> IpAddr {
+        let n = u8::try_from(i % usize::from(self.sources.max(1))).unwrap_or(0);
+        let [a, b, c, d] = self.first_source.octets();
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d.saturating_add(n)))
+    }
+
+    /// Every source address its attackers use.
+    #[cfg(test)]
+    pub fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        (0..usize::from(self.sources)).map(|i| self.source(i))
+    }
 }
 
 /// How large the floods are.
@@ -147,7 +165,10 @@ pub enum Scale {
     Ci,
 }
 
-// i[impl attack.floods+2]
+/// The first attacker address: the real client probes from 127.0.0.1.
+const FIRST_SOURCE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+// i[impl attack.floods+3]
 /// The suite at `scale`, each flood running `duration` (the full run's default is 20 s).
 pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
     let (slow, quic, ws, workers) = match scale {
@@ -163,14 +184,16 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
         edge: Edge::Gateway,
         attack: Attack::WsHostile { workers, sends },
         sources: 4,
+        first_source: FIRST_SOURCE,
         duration,
     };
-    vec![
+    let mut plan = vec![
         Flood {
             name: "admin-slowloris",
             edge: Edge::Admin,
             attack: Attack::Slowloris { connections: slow },
             sources: 8,
+            first_source: FIRST_SOURCE,
             duration,
         },
         Flood {
@@ -178,6 +201,7 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             edge: Edge::Http01,
             attack: Attack::Slowloris { connections: slow },
             sources: 8,
+            first_source: FIRST_SOURCE,
             duration,
         },
         Flood {
@@ -185,6 +209,7 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             edge: Edge::Forward,
             attack: Attack::QuicUnauthenticated { connections: quic },
             sources: 10,
+            first_source: FIRST_SOURCE,
             duration,
         },
         Flood {
@@ -192,6 +217,7 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             edge: Edge::Gateway,
             attack: Attack::WsUnauthenticated { connections: ws },
             sources: 4,
+            first_source: FIRST_SOURCE,
             duration,
         },
         hostile("gateway-bad-tokens", WsPayload::BadToken),
@@ -204,6 +230,7 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
                 workers: workers / 2,
             },
             sources: 4,
+            first_source: FIRST_SOURCE,
             duration,
         },
         Flood {
@@ -213,6 +240,7 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
                 connections: streams,
             },
             sources: 4,
+            first_source: FIRST_SOURCE,
             duration,
         },
         Flood {
@@ -220,6 +248,7 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             edge: Edge::Forward,
             attack: Attack::FlowChurn { connections: churn },
             sources: 2,
+            first_source: FIRST_SOURCE,
             duration,
         },
         Flood {
@@ -227,9 +256,30 @@ pub fn floods(scale: Scale, duration: Duration) -> Vec<Flood> {
             edge: Edge::Forward,
             attack: Attack::QuicUnvalidated { packets: initials },
             sources: 10,
+            first_source: FIRST_SOURCE,
             duration,
         },
-    ]
+    ];
+    // Each flood its own addresses, one range after another: the node paces a source that
+    // failed to authenticate (up to 60 s), so a flood sharing a source with an earlier one could
+    // be kept out by what that one did, and measure nothing.
+    if place(&mut plan, FIRST_SOURCE).is_none() {
+        panic!("the floods' source addresses run past 127.0.0.254: fewer sources per flood");
+    }
+    plan
+}
+
+/// Gives each flood of `plan` its own range of addresses, one after another from `first`; none
+/// when they would run past 127.0.0.254 (a saturated octet would give two floods one address).
+fn place(plan: &mut [Flood], first: Ipv4Addr) -> Option<()> {
+    let mut next = first;
+    for flood in plan {
+        flood.first_source = next;
+        let [a, b, c, d] = next.octets();
+        // The range's last address is one before `next`, so `next` may be at most .255.
+        next = Ipv4Addr::new(a, b, c, d.checked_add(flood.sources)?);
+    }
+    Some(())
 }
 
 /// The flood names, for `--only`'s help and errors.
@@ -252,7 +302,7 @@ mod secs {
 mod tests {
     use super::*;
 
-    // i[verify attack.floods+2]
+    // i[verify attack.floods+3]
     #[test]
     fn the_full_suite_is_the_documented_one_and_ci_runs_the_same_floods_smaller() {
         let full = floods(Scale::Full, Duration::from_secs(20));
@@ -315,6 +365,68 @@ mod tests {
             );
         }
         assert_eq!(names().len(), full.len());
+    }
+
+    fn of(sources: u8) -> Flood {
+        Flood {
+            name: "f",
+            edge: Edge::Admin,
+            attack: Attack::Slowloris { connections: 1 },
+            sources,
+            first_source: FIRST_SOURCE,
+            duration: Duration::ZERO,
+        }
+    }
+
+    // i[verify attack.floods+3]
+    #[test]
+    fn source_ranges_end_at_127_0_0_254_and_one_more_address_fails_loudly() {
+        // From 127.0.0.2, 253 addresses run to 127.0.0.254.
+        let mut fits = [of(200), of(53)];
+        assert_eq!(place(&mut fits, FIRST_SOURCE), Some(()));
+        assert_eq!(
+            fits[1].source(52),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 254))
+        );
+        assert_eq!(place(&mut [of(200), of(54)], FIRST_SOURCE), None);
+        assert_eq!(place(&mut [of(200), of(60), of(1)], FIRST_SOURCE), None);
+    }
+
+    // i[verify attack.floods+3]
+    #[test]
+    fn no_two_floods_share_a_source_address_nor_use_the_real_clients() {
+        for scale in [Scale::Full, Scale::Ci] {
+            let plan = floods(scale, Duration::from_secs(5));
+            for (i, a) in plan.iter().enumerate() {
+                let mine: Vec<IpAddr> = a.addresses().collect();
+                assert_eq!(mine.len(), usize::from(a.sources), "{}", a.name);
+                for ip in &mine {
+                    assert!(ip.is_loopback(), "{}: {ip}", a.name);
+                    assert_ne!(*ip, IpAddr::V4(Ipv4Addr::LOCALHOST), "{}", a.name);
+                }
+                for b in plan.iter().skip(i + 1) {
+                    let shared: Vec<IpAddr> =
+                        b.addresses().filter(|ip| mine.contains(ip)).collect();
+                    assert!(
+                        shared.is_empty(),
+                        "{} and {} share {shared:?}: what the node remembers of one flood's \
+                         sources (its authentication pacing) would keep the other out",
+                        a.name,
+                        b.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn attackers_take_their_floods_sources_in_turn() {
+        let plan = floods(Scale::Full, Duration::from_secs(5));
+        let f = &plan[0];
+        let seen: std::collections::BTreeSet<IpAddr> = (0..100).map(|i| f.source(i)).collect();
+        assert_eq!(seen.len(), usize::from(f.sources));
+        assert_eq!(f.source(0), IpAddr::V4(f.first_source));
+        assert_eq!(f.source(usize::from(f.sources)), f.source(0));
     }
 
     fn size(attack: Attack) -> usize {

@@ -14,14 +14,24 @@ use crate::plan::Edge;
 pub struct Attackers {
     /// Connections (or attempts) the attackers made.
     pub attempted: usize,
-    /// Connections the node accepted (TCP connected, QUIC handshake done, WebSocket upgraded).
+    /// Connections the node accepted (TCP connected, QUIC handshake done, WebSocket upgraded),
+    /// or unvalidated attempts it answered at all (a refusal included: what reached the node of
+    /// those is a Retry, counted as ended by the node, or an overreach).
     pub accepted: usize,
+    /// Accepted connections the node welcomed with the attackers' own credential (only floods
+    /// whose attackers authenticate).
+    pub authenticated: usize,
     /// Accepted connections the node ended before the flood did.
     pub ended_by_node: usize,
     /// Accepted connections still open when the flood ended.
     pub held_at_end: usize,
+    /// Unvalidated attempts the node refused outright (Initial packets only: a CONNECTION_CLOSE)
+    /// rather than answering with a Retry: its pacing of a source that failed to authenticate
+    /// (`r[forward.auth.pacing+3]`); quinn drops, never answers, an Initial past its bounds.
+    pub refused: usize,
     /// What the node let the attackers do past its bounds: a stream beyond the control stream,
-    /// an unvalidated connection attempt answered with anything but a Retry.
+    /// an unvalidated connection attempt taken into a handshake (a Handshake packet in the
+    /// answer, or an answer that reads as neither a Retry nor a refusal).
     pub overreach: usize,
 }
 
@@ -51,6 +61,9 @@ pub struct FloodResult {
     /// Its attackers authenticate (with their own credential): what they may hold is that
     /// credential's bound on connections, not the listener's unauthenticated caps.
     pub authenticated: bool,
+    /// Its attackers send unvalidated Initials and never answer: what reaches the node is an
+    /// Initial it answers with a Retry (or takes further), never one it refuses.
+    pub unvalidated: bool,
     /// What its attackers saw.
     pub attackers: Attackers,
     /// A real client's latency on every edge during the flood.
@@ -59,8 +72,34 @@ pub struct FloodResult {
     pub fds: Resource,
     /// The node's resident memory, KiB.
     pub rss_kib: Resource,
-    /// The tasks alive on the node's runtime (`holdfast_runtime_tasks_alive`).
-    pub tasks: Resource,
+    /// The tasks alive on the node's runtime (`holdfast_runtime_tasks_alive`); none when the
+    /// node does not publish them (an older build): not measured, never a zero.
+    pub tasks: Option<Resource>,
+    /// Why the tasks were not measured, when they were not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_unread: Option<TasksUnread>,
+}
+
+/// Why the node's runtime tasks could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TasksUnread {
+    /// `/metrics` answered without `holdfast_runtime_tasks_alive` (an older build).
+    Absent,
+    /// `/metrics` did not answer (with a 200) at all.
+    NoAnswer,
+}
+
+impl TasksUnread {
+    /// Why, in a report's words.
+    pub fn why(self) -> &'static str {
+        match self {
+            TasksUnread::Absent => {
+                "`holdfast_runtime_tasks_alive` absent from its `/metrics`: an older build?"
+            }
+            TasksUnread::NoAnswer => "its `/metrics` did not answer",
+        }
+    }
 }
 
 /// A whole run.
@@ -72,6 +111,27 @@ pub struct Outcome {
     pub node_alive: bool,
     /// Lines of the node's log that report a panic.
     pub panics: usize,
+}
+
+impl Outcome {
+    /// The floods during which the node's runtime tasks could not be read.
+    pub fn tasks_unmeasured(&self) -> Vec<&str> {
+        self.floods
+            .iter()
+            .filter(|f| f.tasks.is_none())
+            .map(|f| f.name.as_str())
+            .collect()
+    }
+
+    /// The floods the suite could not launch (no attempt made: the Initials not caught, the
+    /// client config or every source address failed): not the node's doing, so not judged.
+    pub fn unlaunched(&self) -> Vec<&str> {
+        self.floods
+            .iter()
+            .filter(|f| f.attackers.attempted == 0)
+            .map(|f| f.name.as_str())
+            .collect()
+    }
 }
 
 /// The budgets a run is judged against (`docs/security.md`, "Budgets").
@@ -97,6 +157,10 @@ pub struct Budgets {
     /// After a flood, the node's runtime tasks are back within `settle_fraction` above
     /// baseline, or within this many (a task per connection the node is still closing).
     pub settle_tasks: u64,
+    /// At the run's end, resident memory is within `settle_fraction` above the first flood's
+    /// baseline, or within this much, KiB: each flood is judged against the baseline just
+    /// before it, so memory creeping up a little with every flood is caught only here.
+    pub run_rss_kib: u64,
     /// Connections the node may still hold for a flood's attackers at its end, per edge: the
     /// listener's documented cap on connections that have not authenticated (or not finished a
     /// request).
@@ -155,6 +219,10 @@ impl Default for Budgets {
             settle_fds: 8,
             settle_rss_kib: 8 * 1024,
             settle_tasks: 8,
+            // Twice one flood's allocator slack: what the allocator keeps after the largest flood
+            // and a little of every other one's; a leak of 1.5 MiB a flood breaks it over the
+            // eleven floods.
+            run_rss_kib: 16 * 1024,
             held: HeldCaps {
                 admin: Caps {
                     per_source: 16,
@@ -191,7 +259,7 @@ pub struct Violation {
     pub what: String,
 }
 
-// i[impl attack.budgets+2]
+// i[impl attack.budgets+3]
 /// Every budget `outcome` breaks; empty when the run passes.
 pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -241,6 +309,32 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 ));
             }
         }
+        // A flood none of whose attackers got in pushed nothing: it must not pass as held.
+        let a = flood.attackers;
+        let (reached, how) = if flood.authenticated {
+            (a.authenticated, "authenticated")
+        } else if flood.unvalidated {
+            // A refusal is an answer but not the flood: on this node only the pacing of a source
+            // that failed to authenticate refuses an unvalidated Initial (quinn drops, never
+            // answers, one past its bounds on attempts).
+            (a.ended_by_node + a.overreach, "answered with a Retry")
+        } else {
+            (a.accepted, "accepted")
+        };
+        // No attempt at all is the suite's failure to launch, not the node keeping it out.
+        if reached == 0 && a.attempted > 0 {
+            broke(format!(
+                "the flood measured nothing: none of the attackers' {} attempt(s) was {how}",
+                flood.attackers.attempted
+            ));
+        }
+        if flood.unvalidated && a.refused > 0 {
+            broke(format!(
+                "the flood was kept out by pacing: {} unvalidated attempt(s) refused (sources not \
+                 isolated)",
+                a.refused
+            ));
+        }
         let cap = if flood.ends_all {
             0
         } else if flood.authenticated {
@@ -257,7 +351,7 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
         if flood.attackers.overreach > 0 {
             broke(format!(
                 "the node let the attackers past its bounds {} time(s) (a stream beyond the \
-                 control stream, or an unvalidated attempt not answered with a Retry)",
+                 control stream, or an unvalidated attempt taken into a handshake)",
                 flood.attackers.overreach
             ));
         }
@@ -287,12 +381,30 @@ pub fn judge(outcome: &Outcome, budgets: &Budgets) -> Vec<Violation> {
                 flood.rss_kib.after, flood.rss_kib.baseline
             ));
         }
-        let tasks_limit = budgets.settle_tasks_limit(flood.tasks.baseline);
-        if flood.tasks.after > tasks_limit {
-            broke(format!(
-                "tasks left behind: {} alive after, baseline {}, limit {tasks_limit}",
-                flood.tasks.after, flood.tasks.baseline
-            ));
+        // Not measured is not judged here: the run says so and exits 2 (`Report::verdict`).
+        if let Some(tasks) = flood.tasks {
+            let tasks_limit = budgets.settle_tasks_limit(tasks.baseline);
+            if tasks.after > tasks_limit {
+                broke(format!(
+                    "tasks left behind: {} alive after, baseline {}, limit {tasks_limit}",
+                    tasks.after, tasks.baseline
+                ));
+            }
+        }
+    }
+    // The whole run: from before the first flood to after the last one settled. With one flood
+    // that is the flood's own settle budget again, so it is judged only over several.
+    if let [first, .., last] = outcome.floods.as_slice() {
+        let limit = budgets.run_rss_limit(first.rss_kib.baseline);
+        if last.rss_kib.after > limit {
+            out.push(Violation {
+                flood: None,
+                what: format!(
+                    "resident memory crept up over the run: {} KiB after the last flood, {} KiB \
+                     before the first, limit {limit} KiB",
+                    last.rss_kib.after, first.rss_kib.baseline
+                ),
+            });
         }
     }
     out
@@ -311,6 +423,12 @@ impl Budgets {
 }
 
 impl Budgets {
+    /// The resident memory (KiB) a node may be at after its last flood, when it was at `first`
+    /// before its first: `settle_fraction` above, and at least `run_rss_kib` more.
+    pub fn run_rss_limit(&self, first: u64) -> u64 {
+        settle_limit(first, self.settle_fraction).max(first + self.run_rss_kib)
+    }
+
     /// The runtime tasks a node may be back at after a flood that began with `tasks` alive:
     /// `settle_fraction` above, and at least `settle_tasks` more.
     pub fn settle_tasks_limit(&self, tasks: u64) -> u64 {
@@ -357,11 +475,14 @@ pub(crate) mod tests {
                 sources: 8,
                 ends_all: false,
                 authenticated: false,
+                unvalidated: false,
                 attackers: Attackers {
                     attempted: 10,
                     accepted: 10,
+                    authenticated: 0,
                     ended_by_node: 10,
                     held_at_end: 0,
+                    refused: 0,
                     overreach: 0,
                 },
                 latency,
@@ -375,11 +496,12 @@ pub(crate) mod tests {
                     peak: 256 * 1024,
                     after: 11_000,
                 },
-                tasks: Resource {
+                tasks: Some(Resource {
                     baseline: 60,
                     peak: 900,
                     after: 68,
-                },
+                }),
+                tasks_unread: None,
             }],
             node_alive: true,
             panics: 0,
@@ -395,7 +517,7 @@ pub(crate) mod tests {
             .collect()
     }
 
-    // i[verify attack.budgets+2]
+    // i[verify attack.budgets+3]
     #[test]
     fn each_budget_holds_at_its_edge_and_breaks_just_past_it() {
         assert_eq!(judge(&passing(), &Budgets::default()), vec![]);
@@ -455,7 +577,8 @@ pub(crate) mod tests {
                 "resident memory did not return: 18193 KiB after, baseline 10000 KiB, limit 18192 KiB"
             ]
         );
-        // ... and at 200,000 KiB the 10 % is.
+        // ... and at 200,000 KiB the 10 % is (one flood is the whole run: the run-wide budget
+        // would only repeat the flood's own, and is not judged).
         assert_eq!(
             broken(|o| {
                 o.floods[0].rss_kib.baseline = 200_000;
@@ -492,20 +615,30 @@ pub(crate) mod tests {
         );
         // 60 tasks: 10 % is 6, so the slack of 8 is the limit; 400 tasks: 10 % (40) is.
         assert_eq!(
-            broken(|o| o.floods[0].tasks.after = 69),
+            broken(|o| o.floods[0].tasks = Some(Resource {
+                baseline: 60,
+                peak: 900,
+                after: 69
+            })),
             vec!["tasks left behind: 69 alive after, baseline 60, limit 68"]
         );
         assert_eq!(
             broken(|o| {
-                o.floods[0].tasks.baseline = 400;
-                o.floods[0].tasks.after = 440;
+                o.floods[0].tasks = Some(Resource {
+                    baseline: 400,
+                    peak: 900,
+                    after: 440,
+                });
             }),
             Vec::<String>::new()
         );
         assert_eq!(
             broken(|o| {
-                o.floods[0].tasks.baseline = 400;
-                o.floods[0].tasks.after = 441;
+                o.floods[0].tasks = Some(Resource {
+                    baseline: 400,
+                    peak: 900,
+                    after: 441,
+                });
             }),
             vec!["tasks left behind: 441 alive after, baseline 400, limit 440"]
         );
@@ -513,13 +646,14 @@ pub(crate) mod tests {
             broken(|o| o.floods[0].attackers.overreach = 1),
             vec![
                 "the node let the attackers past its bounds 1 time(s) (a stream beyond the \
-                 control stream, or an unvalidated attempt not answered with a Retry)"
+                 control stream, or an unvalidated attempt taken into a handshake)"
             ]
         );
         // Authenticated attackers hold at most their credential's 16 connections.
         assert_eq!(
             broken(|o| {
                 o.floods[0].authenticated = true;
+                o.floods[0].attackers.authenticated = 16;
                 o.floods[0].attackers.held_at_end = 16;
             }),
             Vec::<String>::new()
@@ -527,10 +661,132 @@ pub(crate) mod tests {
         assert_eq!(
             broken(|o| {
                 o.floods[0].authenticated = true;
+                o.floods[0].attackers.authenticated = 16;
                 o.floods[0].attackers.held_at_end = 17;
             }),
             vec!["the attackers held 17 connections at the end, cap 16"]
         );
+        // A flood whose attackers were all kept out measured nothing: one attacker let in is
+        // enough for it to count, none breaks it.
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.accepted = 1),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].attackers.accepted = 0),
+            vec!["the flood measured nothing: none of the attackers' 10 attempt(s) was accepted"]
+        );
+        // A flood the suite could not launch (no attempt made: its Initials not caught, its
+        // client config or a source address failed) is not the node's doing: not judged here,
+        // the run says so and exits 2 (`Report::verdict`).
+        assert_eq!(
+            broken(|o| o.floods[0].attackers = Attackers::default()),
+            Vec::<String>::new()
+        );
+        // Authenticating attackers must be welcomed: a handshake alone is not the flood.
+        assert_eq!(
+            broken(|o| {
+                o.floods[0].authenticated = true;
+                o.floods[0].attackers.authenticated = 1;
+            }),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(|o| o.floods[0].authenticated = true),
+            vec![
+                "the flood measured nothing: none of the attackers' 10 attempt(s) was authenticated"
+            ]
+        );
+        // Unvalidated Initials reach the node only when it answers with a Retry (or goes
+        // further): a refusal comes from its pacing of a source that failed to authenticate, so
+        // every Initial refused is the flood kept out, and any refusal is its sources shared.
+        let unvalidated = |a: Attackers| {
+            broken(|o| {
+                o.floods[0].ends_all = true;
+                o.floods[0].unvalidated = true;
+                o.floods[0].attackers = a;
+            })
+        };
+        assert_eq!(
+            unvalidated(Attackers {
+                attempted: 4000,
+                accepted: 4000,
+                refused: 4000,
+                ..Attackers::default()
+            }),
+            vec![
+                "the flood measured nothing: none of the attackers' 4000 attempt(s) was answered \
+                 with a Retry",
+                "the flood was kept out by pacing: 4000 unvalidated attempt(s) refused (sources \
+                 not isolated)"
+            ]
+        );
+        assert_eq!(
+            unvalidated(Attackers {
+                attempted: 4000,
+                accepted: 4000,
+                ended_by_node: 3999,
+                refused: 1,
+                ..Attackers::default()
+            }),
+            vec![
+                "the flood was kept out by pacing: 1 unvalidated attempt(s) refused (sources not \
+                 isolated)"
+            ]
+        );
+        assert_eq!(
+            unvalidated(Attackers {
+                attempted: 4000,
+                accepted: 4000,
+                ended_by_node: 4000,
+                ..Attackers::default()
+            }),
+            Vec::<String>::new()
+        );
+        // The run as a whole: memory at its end against the first baseline. Three floods, each
+        // beginning where the last ended and each back within its own budget, so only the
+        // run-wide one can catch the creep. At 10,000 KiB the 10 % is less than the run's slack
+        // of 16 MiB, which is the limit ...
+        let creep = |marks: [u64; 4]| {
+            broken(|o| {
+                let first = o.floods[0].clone();
+                o.floods = marks
+                    .windows(2)
+                    .map(|w| {
+                        let mut f = first.clone();
+                        f.rss_kib.baseline = w[0];
+                        f.rss_kib.after = w[1];
+                        f
+                    })
+                    .collect();
+            })
+        };
+        assert_eq!(
+            creep([10_000, 17_000, 24_000, 26_384]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            creep([10_000, 17_000, 24_000, 26_385]),
+            vec![
+                "resident memory crept up over the run: 26385 KiB after the last flood, 10000 \
+                 KiB before the first, limit 26384 KiB"
+            ]
+        );
+        // ... and at 200,000 KiB the 10 % (20,000 KiB) is.
+        assert_eq!(
+            creep([200_000, 210_000, 215_000, 220_000]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            creep([200_000, 210_000, 215_000, 220_001]),
+            vec![
+                "resident memory crept up over the run: 220001 KiB after the last flood, 200000 \
+                 KiB before the first, limit 220000 KiB"
+            ]
+        );
+        // Tasks not measured (a node that does not publish them) are not judged as 0: the run
+        // says so and exits 2 instead.
+        assert_eq!(broken(|o| o.floods[0].tasks = None), Vec::<String>::new());
         assert_eq!(
             broken(|o| o.node_alive = false),
             vec!["the node was not running after the floods"]
