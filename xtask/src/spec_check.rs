@@ -55,7 +55,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let results = args.results.as_deref().map(|p| root_relative(&root, p));
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
-    match check(&root, results.as_deref(), skips.as_deref(), &args.crates) {
+    match check(
+        &spec_engine::Disk::new(&root),
+        results.as_deref(),
+        skips.as_deref(),
+        &args.crates,
+    ) {
         Ok(outcome) => {
             crate::output::print(&report::render(&outcome, format));
             Ok(if outcome.problems.is_empty() {

@@ -43,7 +43,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     crate::output::print(&crate::root::banner(&root));
-    if let Err(message) = paths::load(&root) {
+    let disk = spec_engine::Disk::new(&root);
+    if let Err(message) = paths::load(&disk) {
         eprintln!("error: spec-report: {message}");
         return Ok(ExitCode::from(USAGE_ERROR));
     }
@@ -52,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         args.results
             .clone()
-            .or_else(|| Some(root.join(paths::of(&root).results)).filter(|p| p.is_file()))
+            .or_else(|| Some(root.join(paths::of(&disk).results)).filter(|p| p.is_file()))
     };
     let skips = args
         .skips
@@ -60,9 +61,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| root.join(DEFAULT_SKIPS));
     let skips = results.as_ref().map(|_| skips).filter(|p| p.is_file());
     // Read and parsed once: the gate borrows the tree, then the trace keeps it.
-    let read = spec_check::read(&root);
+    let read = spec_check::read(&disk);
     let outcome =
-        match spec_check::check_read(&root, &read, results.as_deref(), skips.as_deref(), &[]) {
+        match spec_check::check_read(&disk, &read, results.as_deref(), skips.as_deref(), &[]) {
             Ok(outcome) => outcome,
             Err(problem) => {
                 eprintln!("error: spec-report: {problem}");
@@ -70,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
     let everything = match spec_engine::trace::everything(
-        &root,
+        &disk,
         read,
         results.as_deref(),
         skips.as_deref(),
@@ -82,7 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(USAGE_ERROR));
         }
     };
-    let crates = per_crate(&root, &everything);
+    let crates = per_crate(&disk, &everything);
     let out = args
         .out
         .clone()

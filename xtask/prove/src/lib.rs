@@ -99,7 +99,8 @@ pub fn run(mut args: Options) -> anyhow::Result<ExitCode> {
         Err(message) => return usage(message),
     };
     holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
-    if let Err(message) = spec_engine::model::paths::load(&root) {
+    let disk = spec_engine::Disk::new(&root);
+    if let Err(message) = spec_engine::model::paths::load(&disk) {
         return usage(message);
     }
     if args.ci {
@@ -122,16 +123,16 @@ pub fn run(mut args: Options) -> anyhow::Result<ExitCode> {
             Err(message) => return usage(message),
         }
     }
-    let config = match config::load(&root) {
+    let config = match config::load(&disk) {
         Ok(config) => config,
         Err(problem) => return usage(problem.to_string()),
     };
-    let tree = spec_check::read_tree(&root, &config.config);
-    let all = plan::plans(&root, &tree);
+    let tree = spec_check::read_tree(&disk, &config.config);
+    let all = plan::plans(&disk, &tree);
     if args.summary {
-        return write_summary(&root, &all);
+        return write_summary(&disk, &all);
     }
-    let justified = match justified::load(&root) {
+    let justified = match justified::load(&disk) {
         Ok(justified) => justified,
         Err(message) => return usage(message),
     };
@@ -305,16 +306,18 @@ impl Tally {
 
 /// `--summary`: the proof summary (docs/audit/proof.md unless configured) from target/prove/
 /// over the file's earlier rows, for the current rules in spec order.
-fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
-    let earlier = summary::read(root);
+fn write_summary(disk: &spec_engine::Disk, all: &[Plan]) -> anyhow::Result<ExitCode> {
+    use spec_engine::Tree as _;
+    let root = disk.root();
+    let earlier = summary::read(disk);
     let mut proofs = Vec::new();
     for plan in all {
-        let proof = local(root, &plan.id).or_else(|| earlier.get(&plan.rule).cloned());
+        let proof = local(disk, &plan.id).or_else(|| earlier.get(&plan.rule).cloned());
         if let Some(proof) = proof {
             proofs.push((plan.rule.clone(), proof));
         }
     }
-    let file = spec_engine::model::paths::of(root).proof;
+    let file = spec_engine::model::paths::of(disk).proof;
     let path = root.join(&file);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;

@@ -130,7 +130,8 @@ pub fn parse_libtest_result(line: &str) -> Counts {
 /// Counts from the run's JUnit report, read by the spec gate's own reader ([`junit`]); an
 /// unreadable report counts nothing (the gate then fails the run on it).
 pub fn junit_counts(path: &Path) -> Counts {
-    match junit::read(path) {
+    // The gate's reader reads through a tree; the report may lie anywhere on the disk.
+    match junit::read(&spec_engine::Disk::new(path), path) {
         Ok(results) => counts_of(&results),
         Err(_) => Counts::default(),
     }
@@ -276,7 +277,8 @@ mod tests {
 </testsuite></testsuites>"#,
         )
         .expect("write");
-        let results = junit::read(&junit).expect("the gate reads it");
+        let results =
+            junit::read(&spec_engine::Disk::new(&junit), &junit).expect("the gate reads it");
         assert_eq!(results.cases.len(), 4);
         assert_eq!(
             junit_counts(&junit),

@@ -4,8 +4,6 @@
 //! finding's section. A malformed finding is an error naming its line, never a finding quietly
 //! dropped.
 
-use std::path::Path;
-
 use tracey_core::{RuleId, parse_rule_id};
 
 /// A rule a finding names, as written there.
@@ -43,10 +41,11 @@ pub struct Finding {
     pub still_open: Option<String>,
 }
 
-/// Reads and parses the findings file under `root` (at its configured path, [`super::paths`]).
-pub fn load(root: &Path) -> Result<Vec<Finding>, String> {
-    let file = super::paths::of(root).findings;
-    let text = std::fs::read_to_string(root.join(&file))
+/// Reads and parses the tree's findings file (at its configured path, [`super::paths`]).
+pub fn load(tree: &dyn super::tree::Tree) -> Result<Vec<Finding>, String> {
+    let file = super::paths::of(tree).findings;
+    let text = tree
+        .read(&tree.root().join(&file))
         .map_err(|err| format!("{file}: cannot read the findings: {err}"))?;
     parse(&text).map_err(|errors| {
         let lines: Vec<String> = errors

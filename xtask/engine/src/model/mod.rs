@@ -12,6 +12,7 @@ pub mod paths;
 pub mod proof;
 pub mod proof_summary;
 pub mod timestamp;
+pub mod tree;
 
 #[cfg(test)]
 mod tests {
@@ -72,6 +73,55 @@ mod tests {
                 (module, named)
             })
             .collect()
+    }
+
+    /// Every `.rs` file under `src`, with its path relative to `src`.
+    fn all_sources() -> Vec<(String, String)> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut out = Vec::new();
+        let mut dirs = vec![src.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let relative = path.strip_prefix(&src).expect("under src");
+                    let text = std::fs::read_to_string(&path).expect("read source");
+                    out.push((relative.display().to_string(), text));
+                }
+            }
+        }
+        out
+    }
+
+    /// Outside its tests, only the disk tree (`model/tree.rs`) reads the file system: every other
+    /// part reads through the `Tree` trait, so a memory tree is read exactly as the disk is.
+    // i[verify xtask.layout.engine.tree]
+    #[test]
+    fn only_the_disk_tree_touches_the_file_system() {
+        let mut touching = Vec::new();
+        for (file, text) in all_sources() {
+            if file == "model/tree.rs" || file == "tests.rs" {
+                continue;
+            }
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for needle in [
+                "std::fs",
+                "fs::read",
+                "ignore::Walk",
+                ".canonicalize()",
+                ".metadata(",
+                ".exists()",
+                ".is_file()",
+                ".is_dir()",
+            ] {
+                if code.contains(needle) {
+                    touching.push(format!("{file}: {needle}"));
+                }
+            }
+        }
+        assert_eq!(touching, Vec::<String>::new());
     }
 
     /// Issue 32 splits the engine into crates; crates cannot import each other in a circle, so

@@ -10,6 +10,8 @@ use std::sync::{Mutex, OnceLock};
 
 use serde::Deserialize;
 
+use super::tree::Tree;
+
 /// The table, as a maintainer writes its header.
 pub const TABLE: &str = "[workspace.metadata.spec-engine]";
 /// Default of `findings`: the audit findings (`cargo xtask trace`, the gate's findings check).
@@ -62,13 +64,13 @@ struct Metadata {
     spec_engine: Option<Paths>,
 }
 
-/// Reads the paths from `root/Cargo.toml`: the defaults when there is no manifest or no table; an
+/// Reads the paths from the tree's root `Cargo.toml`: the defaults when there is no manifest or no table; an
 /// error naming the manifest for an unreadable or unparsable one, an unknown key, or a value that
 /// is not a non-empty relative path staying under the root.
 // i[impl xtask.paths]
-pub fn load(root: &Path) -> Result<Paths, String> {
-    let manifest = root.join("Cargo.toml");
-    let text = match std::fs::read_to_string(&manifest) {
+pub fn load(tree: &dyn Tree) -> Result<Paths, String> {
+    let manifest = tree.root().join("Cargo.toml");
+    let text = match tree.read(&manifest) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Paths::default()),
         Err(err) => return Err(format!("Cargo.toml: cannot read: {err}")),
@@ -111,17 +113,17 @@ fn parse(text: &str) -> Result<Paths, String> {
     Ok(paths)
 }
 
-/// The paths for `root`, read once per process; the defaults when they cannot be read (each
+/// The paths for the tree, read once per process; the defaults when they cannot be read (each
 /// command reports that error itself through [`load`] before it judges anything).
-pub fn of(root: &Path) -> Paths {
+pub fn of(tree: &dyn Tree) -> Paths {
     static CACHE: OnceLock<Mutex<BTreeMap<PathBuf, Paths>>> = OnceLock::new();
     let mut cache = CACHE
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     cache
-        .entry(root.to_path_buf())
-        .or_insert_with(|| load(root).unwrap_or_default())
+        .entry(tree.root().to_path_buf())
+        .or_insert_with(|| load(tree).unwrap_or_default())
         .clone()
 }
 

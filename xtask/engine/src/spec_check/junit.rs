@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::model::tree::Tree;
+
 use quick_xml::events::{BytesStart, Event};
 
 /// How a test case ended.
@@ -26,8 +28,10 @@ pub struct Results {
 }
 
 /// Parses the JUnit file at `path`.
-pub fn read(path: &Path) -> Result<Results, String> {
-    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read: {err}"))?;
+pub fn read(tree: &dyn Tree, path: &Path) -> Result<Results, String> {
+    let text = tree
+        .read(path)
+        .map_err(|err| format!("cannot read: {err}"))?;
     parse(&text)
 }
 

@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::model::tree::Tree;
+
 use serde::Deserialize;
 
 use super::crate_layout::normalize_executable;
@@ -32,8 +34,8 @@ pub struct Ledger {
 impl Ledger {
     /// Reads the ledger at `path`; a missing file means no test skipped. A malformed line is an
     /// error naming its line, because a ledger read wrongly would hide skips.
-    pub fn read(path: &Path) -> Result<Option<Self>, String> {
-        let text = match std::fs::read_to_string(path) {
+    pub fn read(tree: &dyn Tree, path: &Path) -> Result<Option<Self>, String> {
+        let text = match tree.read(path) {
             Ok(text) => text,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(err) => return Err(format!("cannot read: {err}")),
