@@ -45,7 +45,74 @@ mod tests {
         out
     }
 
-    /// Which engine modules each engine module names as `crate::OTHER` (code, docs and all).
+    /// The first segment after `crate::` of every path `text` names: each `use` tree parsed with
+    /// syn, grouped (`use crate::{trace::x, model}`), renamed or glob, at any depth of the file
+    /// (fn bodies, inline modules); every other path in the code (`crate::X::f(..)`); and, since a
+    /// doc link also needs the module it links to, every `crate::X` in the text.
+    fn crate_modules(text: &str) -> BTreeSet<String> {
+        use syn::visit::Visit;
+
+        #[derive(Default)]
+        struct Named(BTreeSet<String>);
+
+        impl Named {
+            fn tree(&mut self, tree: &syn::UseTree, in_crate: bool) {
+                match tree {
+                    syn::UseTree::Path(path) if !in_crate && path.ident == "crate" => {
+                        self.tree(&path.tree, true);
+                    }
+                    syn::UseTree::Path(path) if in_crate => {
+                        self.0.insert(path.ident.to_string());
+                    }
+                    syn::UseTree::Name(name) if in_crate => {
+                        self.0.insert(name.ident.to_string());
+                    }
+                    syn::UseTree::Rename(rename) if in_crate => {
+                        self.0.insert(rename.ident.to_string());
+                    }
+                    syn::UseTree::Group(group) => {
+                        for item in &group.items {
+                            self.tree(item, in_crate);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        impl<'ast> Visit<'ast> for Named {
+            fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+                self.tree(&item.tree, false);
+            }
+
+            fn visit_path(&mut self, path: &'ast syn::Path) {
+                let mut segments = path.segments.iter();
+                if segments.next().is_some_and(|s| s.ident == "crate")
+                    && let Some(module) = segments.next()
+                {
+                    self.0.insert(module.ident.to_string());
+                }
+                syn::visit::visit_path(self, path);
+            }
+        }
+
+        let file = syn::parse_file(text).expect("an engine source parses");
+        let mut named = Named::default();
+        named.visit_file(&file);
+        // Doc comments and links: `crate::X` followed by a character that ends an identifier.
+        for (at, _) in text.match_indices("crate::") {
+            let rest = &text[at + "crate::".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            if end > 0 {
+                named.0.insert(rest[..end].to_owned());
+            }
+        }
+        named.0
+    }
+
+    /// Which engine modules each engine module names (code, docs and all).
     fn imports() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         ENGINE
@@ -53,26 +120,45 @@ mod tests {
             .map(|&module| {
                 let texts = sources(&src, module);
                 assert!(!texts.is_empty(), "no sources for module {module}");
+                let named: BTreeSet<String> =
+                    texts.iter().flat_map(|text| crate_modules(text)).collect();
                 let named = ENGINE
                     .iter()
                     .copied()
-                    .filter(|&other| other != module)
-                    .filter(|other| {
-                        let path = format!("crate::{other}");
-                        texts.iter().any(|text| {
-                            text.match_indices(&path).any(|(at, _)| {
-                                // The whole module name, not a prefix of a longer one.
-                                text[at + path.len()..]
-                                    .chars()
-                                    .next()
-                                    .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
-                            })
-                        })
-                    })
+                    .filter(|&other| other != module && named.contains(other))
                     .collect();
                 (module, named)
             })
             .collect()
+    }
+
+    /// A grouped import names its modules without spelling `crate::` before each: the old textual check
+    /// missed it.
+    // i[verify xtask.layout.engine]
+    #[test]
+    fn grouped_nested_and_renamed_imports_name_their_modules() {
+        // Spelt `CRATE` here so that this module's own text names none of them.
+        let text = "\
+use CRATE::{model::paths, trace::{self, rule_report}};
+use CRATE::spec_report as report;
+
+fn f() {
+    use CRATE::{spec_check};
+    let _ = CRATE::model::paths::DEFAULT_PROOF;
+}
+"
+        .replace("CRATE", "crate");
+        let named = crate_modules(&text);
+        assert_eq!(
+            named,
+            ["model", "spec_check", "spec_report", "trace"]
+                .map(str::to_owned)
+                .into()
+        );
+        assert!(
+            !text.contains(&format!("{}::trace", "crate")),
+            "the text never spells it"
+        );
     }
 
     /// Every `.rs` file under `src`, with its path relative to `src`.
