@@ -1,6 +1,12 @@
-//! Reads nextest's JUnit report: one `<testsuite name="BINARY-ID">` per test binary, one
-//! `<testcase name="module::fn">` per test that ran. A `<failure>` or `<error>` child means it
-//! failed, `<skipped>` that it was skipped; ignored tests are absent.
+//! Reads a JUnit report. nextest writes one `<testsuite name="BINARY-ID">` per test binary, one
+//! `<testcase name="module::fn">` per test that ran. Other runners write the same elements with
+//! their own attributes, kept per case ([`Case`]) so a test in their language is found by its file
+//! and name: pytest (`--junitxml`; `classname="tests.test_x[.Class]"`, `file` only with
+//! `junit_family=xunit1`), go-junit-report (`<testsuite name="IMPORT/PATH">`,
+//! `name="TestX[/sub]"`), jest-junit (`<testsuites name="jest tests">`, `name="describe test"`,
+//! `file` with `addFileAttribute`) and vitest (`<testsuites name="vitest tests">`, the suite named
+//! by the file, `name="describe > test"`). A `<failure>` or `<error>` child means the case failed,
+//! `<skipped>` that it was skipped; ignored tests are absent.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,11 +26,62 @@ pub enum Status {
     Failed,
 }
 
+/// The test runner that wrote a report, told from the report itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Runner {
+    /// cargo-nextest (`<testsuites name="nextest-run">`).
+    Nextest,
+    /// pytest (`<testsuite name="pytest">`).
+    Pytest,
+    /// go-junit-report (a `go.version` property).
+    Go,
+    /// jest-junit (`<testsuites name="jest tests">`).
+    Jest,
+    /// vitest's junit reporter (`<testsuites name="vitest tests">`).
+    Vitest,
+    /// Any other JUnit writer.
+    #[default]
+    Other,
+}
+
+impl Runner {
+    /// The runner's name as a reader knows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runner::Nextest => "nextest",
+            Runner::Pytest => "pytest",
+            Runner::Go => "go test",
+            Runner::Jest => "jest",
+            Runner::Vitest => "vitest",
+            Runner::Other => "junit",
+        }
+    }
+}
+
+/// One test case as the report wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// The enclosing `<testsuite name>`.
+    pub suite: String,
+    /// The case's `name`.
+    pub name: String,
+    /// The case's `classname`, when written.
+    pub classname: Option<String>,
+    /// The case's `file`, when written.
+    pub file: Option<String>,
+    /// How it ended (the worst of its repeats).
+    pub status: Status,
+}
+
 /// Every test case of a run, keyed by (suite, test name).
 #[derive(Debug, Default)]
 pub struct Results {
     /// Test cases by (nextest binary id, test name).
     pub cases: BTreeMap<(String, String), Status>,
+    /// Every case with its attributes, in report order.
+    pub detail: Vec<Case>,
+    /// Who wrote the report.
+    pub runner: Runner,
 }
 
 /// Parses the JUnit file at `path`.
@@ -35,11 +92,12 @@ pub fn read(tree: &dyn Tree, path: &Path) -> Result<Results, String> {
     parse(&text)
 }
 
-fn parse(text: &str) -> Result<Results, String> {
+/// Parses a JUnit report's text.
+pub(crate) fn parse(text: &str) -> Result<Results, String> {
     let mut reader = quick_xml::Reader::from_str(text);
     let mut results = Results::default();
     let mut suite: Option<String> = None;
-    let mut case: Option<(String, Status)> = None;
+    let mut case: Option<Case> = None;
     let mut saw_suites = false;
     loop {
         let event = reader
@@ -47,22 +105,30 @@ fn parse(text: &str) -> Result<Results, String> {
             .map_err(|err| format!("not valid XML at byte {}: {err}", reader.buffer_position()))?;
         match event {
             Event::Start(tag) => match tag.name().as_ref() {
-                b"testsuites" => saw_suites = true,
-                b"testsuite" => suite = Some(attribute(&tag, b"name")?),
-                b"testcase" => case = Some((attribute(&tag, b"name")?, Status::Passed)),
+                b"testsuites" => {
+                    saw_suites = true;
+                    results.runner = runner_of_suites(&tag)?;
+                }
+                b"testsuite" => {
+                    let name = attribute(&tag, b"name")?;
+                    if name == "pytest" && results.runner == Runner::Other {
+                        results.runner = Runner::Pytest;
+                    }
+                    suite = Some(name);
+                }
+                b"testcase" => case = Some(case_of(&tag, suite.as_deref())?),
+                b"property" => go_property(&tag, &mut results)?,
                 other => mark(&mut case, other),
             },
             Event::Empty(tag) => match tag.name().as_ref() {
-                b"testcase" => {
-                    let name = attribute(&tag, b"name")?;
-                    record(&mut results, suite.as_deref(), name, Status::Passed)?;
-                }
+                b"testcase" => record(&mut results, case_of(&tag, suite.as_deref())?),
+                b"property" => go_property(&tag, &mut results)?,
                 other => mark(&mut case, other),
             },
             Event::End(tag) => match tag.name().as_ref() {
                 b"testcase" => {
-                    if let Some((name, status)) = case.take() {
-                        record(&mut results, suite.as_deref(), name, status)?;
+                    if let Some(case) = case.take() {
+                        record(&mut results, case);
                     }
                 }
                 b"testsuite" => suite = None,
@@ -78,9 +144,40 @@ fn parse(text: &str) -> Result<Results, String> {
     Ok(results)
 }
 
+/// go-junit-report writes the Go version as a suite property.
+fn go_property(tag: &BytesStart<'_>, results: &mut Results) -> Result<(), String> {
+    if optional(tag, b"name")?.as_deref() == Some("go.version") {
+        results.runner = Runner::Go;
+    }
+    Ok(())
+}
+
+/// The runner named by `<testsuites name>`, if it names one.
+fn runner_of_suites(tag: &BytesStart<'_>) -> Result<Runner, String> {
+    Ok(match optional(tag, b"name")?.as_deref() {
+        Some("nextest-run") => Runner::Nextest,
+        Some("jest tests") => Runner::Jest,
+        Some("vitest tests") => Runner::Vitest,
+        _ => Runner::Other,
+    })
+}
+
+/// A `<testcase>` just opened, passed until a child says otherwise.
+fn case_of(tag: &BytesStart<'_>, suite: Option<&str>) -> Result<Case, String> {
+    let name = attribute(tag, b"name")?;
+    let suite = suite.ok_or_else(|| format!("test case `{name}` outside a <testsuite>"))?;
+    Ok(Case {
+        suite: suite.to_owned(),
+        name,
+        classname: optional(tag, b"classname")?,
+        file: optional(tag, b"file")?,
+        status: Status::Passed,
+    })
+}
+
 /// A child element of a test case that decides its status.
-fn mark(case: &mut Option<(String, Status)>, element: &[u8]) {
-    let Some((_, status)) = case else {
+fn mark(case: &mut Option<Case>, element: &[u8]) {
+    let Some(Case { status, .. }) = case else {
         return;
     };
     let seen = match element {
@@ -91,29 +188,35 @@ fn mark(case: &mut Option<(String, Status)>, element: &[u8]) {
     *status = (*status).max(seen);
 }
 
-fn record(
-    results: &mut Results,
-    suite: Option<&str>,
-    name: String,
-    status: Status,
-) -> Result<(), String> {
-    let suite = suite.ok_or_else(|| format!("test case `{name}` outside a <testsuite>"))?;
+fn record(results: &mut Results, case: Case) {
     let entry = results
         .cases
-        .entry((suite.to_owned(), name))
-        .or_insert(status);
-    *entry = (*entry).max(status);
-    Ok(())
+        .entry((case.suite.clone(), case.name.clone()))
+        .or_insert(case.status);
+    *entry = (*entry).max(case.status);
+    results.detail.push(case);
 }
 
 fn attribute(tag: &BytesStart<'_>, key: &[u8]) -> Result<String, String> {
+    optional(tag, key)?.ok_or_else(|| {
+        format!(
+            "<{}> without a `{}`",
+            String::from_utf8_lossy(tag.name().as_ref()),
+            String::from_utf8_lossy(key)
+        )
+    })
+}
+
+fn optional(tag: &BytesStart<'_>, key: &[u8]) -> Result<Option<String>, String> {
     let element = String::from_utf8_lossy(tag.name().as_ref()).into_owned();
-    let attr = tag
+    let Some(attr) = tag
         .try_get_attribute(key)
         .map_err(|err| format!("bad attribute on <{element}>: {err}"))?
-        .ok_or_else(|| format!("<{element}> without a `{}`", String::from_utf8_lossy(key)))?;
+    else {
+        return Ok(None);
+    };
     attr.unescape_value()
-        .map(|v| v.into_owned())
+        .map(|v| Some(v.into_owned()))
         .map_err(|err| format!("bad attribute on <{element}>: {err}"))
 }
 

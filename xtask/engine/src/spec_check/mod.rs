@@ -15,7 +15,8 @@
 //!    and turns every gap into a [`problem::Problem`].
 //! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
 //!    ([`skips`]), maps tests to files with [`crate_layout`], and keeps a rule verified only if one of
-//!    its tests ran and passed.
+//!    its tests ran and passed; a `verify` in a Python, Go or script test file is looked up among
+//!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]).
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
 
 mod block_on;
@@ -23,6 +24,7 @@ pub mod config;
 pub mod coverage;
 pub mod crate_layout;
 mod findings_gate;
+pub mod foreign;
 pub mod freshness;
 pub mod junit;
 pub mod problem;
@@ -179,6 +181,15 @@ pub fn check_read(
     });
     if let (Some(evidence), Some(judged)) = (&evidence, &judged) {
         mode.judged = Some(judged.iter().map(|j| j.judged).sum());
+        // nextest is the default runner; any other is named, since its tests are matched by
+        // file and name rather than by binary and module path.
+        let runner = evidence.runner();
+        if runner != junit::Runner::Nextest {
+            notes.push(format!(
+                "test results written by {}: its tests are matched by file and test name",
+                runner.name()
+            ));
+        }
         problems.extend(freshness::outdated(source, analyses, evidence, crates));
     }
 

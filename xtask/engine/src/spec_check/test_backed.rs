@@ -15,6 +15,7 @@ use std::time::SystemTime;
 
 use super::coverage::{Analysis, Site};
 use super::crate_layout::{self, executable_of_suite};
+use super::foreign;
 use super::junit::{self, Results, Status};
 use super::problem::{Kind, Problem};
 use super::rust_layout::{AttributedFn, RustLayout, TestScope};
@@ -62,6 +63,13 @@ impl Evidence {
             written,
             has_ledger,
         })
+    }
+}
+
+impl Evidence {
+    /// The runner that wrote the results.
+    pub fn runner(&self) -> junit::Runner {
+        self.results.runner
     }
 }
 
@@ -260,8 +268,39 @@ pub fn judge(
     }
     match layout.and_then(|layout| layout.scope_headed_at(site.line)) {
         Some(scope) => judge_scope(tree, site, evidence, scope),
-        None => ("?".to_owned(), Outcome::NoFunction),
+        None => match foreign_test(site, parsed) {
+            Some(test) => lookup_foreign(site, evidence, &test),
+            None => ("?".to_owned(), Outcome::NoFunction),
+        },
     }
+}
+
+/// The test of another language the `verify` site precedes.
+fn foreign_test(site: &Site, parsed: &ParsedFiles) -> Option<foreign::ForeignTest> {
+    let file = parsed.files.get(&site.path)?;
+    foreign::test_after(&site.file, &file.content, site.line)
+}
+
+/// A test of another language, shown as `RUNNER FILE::NAME`, and how it ended.
+fn lookup_foreign(
+    site: &Site,
+    evidence: &Evidence,
+    test: &foreign::ForeignTest,
+) -> (String, Outcome) {
+    let shown = format!(
+        "{} {}::{}",
+        evidence.results.runner.name(),
+        site.file,
+        test.name
+    );
+    let outcome = match foreign::status(&evidence.results.detail, &site.file, test) {
+        None => Outcome::Absent,
+        Some(Err(names)) => Outcome::Ambiguous(names),
+        Some(Ok(Status::Passed)) => Outcome::Passed,
+        Some(Ok(Status::Skipped)) => Outcome::Skipped("reported skipped".to_owned()),
+        Some(Ok(Status::Failed)) => Outcome::Failed,
+    };
+    (shown, outcome)
 }
 
 /// A scope's verdict: passed when at least one of its tests ran and passed and none failed or
@@ -327,7 +366,10 @@ pub fn tests_shown(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Option
     if let Some(test) = test_fn(tree, site, parsed) {
         return Some(test.shown);
     }
-    let scope = layout_of(site, parsed)?.scope_headed_at(site.line)?;
+    let Some(layout) = layout_of(site, parsed) else {
+        return foreign_test(site, parsed).map(|test| format!("{}::{}", site.file, test.name));
+    };
+    let scope = layout.scope_headed_at(site.line)?;
     (!scope.tests.is_empty()).then(|| scope_shown(tree, site, &scope))
 }
 

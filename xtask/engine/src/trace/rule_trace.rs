@@ -5,6 +5,7 @@
 
 use crate::spec_check::Tree;
 use crate::spec_check::coverage::Site;
+use crate::spec_check::foreign;
 use crate::spec_check::rules::Rule;
 use crate::spec_check::suggest;
 use crate::spec_check::test_backed::{self, Evidence, Outcome};
@@ -108,10 +109,18 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
     let verifies = verify_sites
         .into_iter()
         .map(|site| {
-            let test = test_backed::tests_shown(source, &site, &tree.parsed);
-            let fate = evidence
+            let mut test = test_backed::tests_shown(source, &site, &tree.parsed);
+            let judged = evidence
                 .filter(|_| !site.stale)
-                .map(|evidence| test_backed::judge(source, &site, evidence, &tree.parsed).1);
+                .map(|evidence| test_backed::judge(source, &site, evidence, &tree.parsed));
+            // A test of another language is named with the runner that judged it.
+            if let Some((shown, _)) = judged
+                .as_ref()
+                .filter(|_| foreign::Language::of(&site.file).is_some())
+            {
+                test = Some(shown.clone());
+            }
+            let fate = judged.map(|(_, fate)| fate);
             Verify { site, test, fate }
         })
         .collect();
