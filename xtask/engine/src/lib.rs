@@ -32,6 +32,8 @@ pub mod trace;
 pub use model::tree::{Disk, Memory, Tree};
 
 #[cfg(test)]
+mod shapes;
+#[cfg(test)]
 mod tests;
 
 // The README's example runs as a doctest too.
