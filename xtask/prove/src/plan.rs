@@ -135,7 +135,7 @@ pub struct Listed {
 
 /// Reads the output of `cargo mutants --list --json`.
 // i[impl prove.budget+3]
-pub fn listed(json: &[u8]) -> anyhow::Result<Vec<Listed>> {
+pub fn listed(json: &[u8]) -> crate::error::Result<Vec<Listed>> {
     let entries: Vec<serde_json::Value> = serde_json::from_slice(json)?;
     Ok(entries
         .iter()
