@@ -66,7 +66,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::output::print(&crate::root::banner(&root));
     }
     let root = Disk::new(root);
-    let traced = paths::load(&root).and_then(|_| dispatch(&root, &args));
+    let traced = paths::load(&root)
+        .map_err(|error| error.to_string())
+        .and_then(|_| dispatch(&root, &args));
     match traced {
         Ok((output, code)) => {
             crate::output::print(&output);
@@ -151,7 +153,7 @@ fn trace_rule(root: &Disk, args: &Args, wanted: &str) -> Result<(String, ExitCod
 // i[impl trace.exit-code]
 fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     refuse_rule_formats(args)?;
-    let all = findings::load(root)?;
+    let all = findings::load(root).map_err(|error| error.to_string())?;
     let chosen: Vec<&Finding> = match &args.finding {
         Some(wanted) => vec![find(root, &all, wanted)?],
         None => all.iter().collect(),

@@ -103,7 +103,7 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
     holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
     let disk = spec_engine::Disk::new(&root);
     if let Err(message) = spec_engine::model::paths::load(&disk) {
-        return usage(message);
+        return usage(message.to_string());
     }
     if args.ci {
         let from_env = std::env::var("HOLDFAST_PROVE_BASE").ok();

@@ -23,6 +23,33 @@ pub const DEFAULT_SURVIVORS: &str = "docs/audit/survivors.toml";
 /// Default of `results`: nextest's JUnit of the `ci` profile, read when `--results` is not given.
 pub const DEFAULT_RESULTS: &str = "target/nextest/ci/junit.xml";
 
+/// Why the paths table cannot be used; each names the manifest (and the table) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The root's `Cargo.toml` exists but cannot be read.
+    #[error("Cargo.toml: cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// The manifest is not TOML, or the table has an unknown key or a value of the wrong type.
+    #[error("Cargo.toml: {TABLE}: {}{message}", line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+    Parse {
+        /// 1-based line of the error, when the parser knows it.
+        line: Option<usize>,
+        /// The parser's message.
+        message: String,
+    },
+    /// A value is empty, absolute or leaves the root.
+    #[error(
+        "Cargo.toml: {TABLE}: `{key} = {value:?}` must be a non-empty path relative to the root, \
+         without `..`"
+    )]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+    },
+}
+
 /// The engine's file paths, relative to the root, `/`-separated as written.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -68,26 +95,25 @@ struct Metadata {
 /// error naming the manifest for an unreadable or unparsable one, an unknown key, or a value that
 /// is not a non-empty relative path staying under the root.
 // i[impl xtask.paths]
-pub fn load(tree: &dyn Tree) -> Result<Paths, String> {
+pub fn load(tree: &dyn Tree) -> Result<Paths, Error> {
     let manifest = tree.root().join("Cargo.toml");
     let text = match tree.read(&manifest) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Paths::default()),
-        Err(err) => return Err(format!("Cargo.toml: cannot read: {err}")),
+        Err(err) => return Err(Error::Read(err)),
     };
-    parse(&text).map_err(|err| format!("Cargo.toml: {TABLE}: {err}"))
+    parse(&text)
 }
 
 /// [`load`] on a manifest's text.
-fn parse(text: &str) -> Result<Paths, String> {
-    let manifest: Manifest = toml::from_str(text).map_err(|err| match err.span() {
-        Some(span) => {
-            let line = text
-                .get(..span.start)
-                .map_or(0, |before| before.matches('\n').count());
-            format!("line {}: {}", line + 1, err.message())
-        }
-        None => err.message().to_owned(),
+fn parse(text: &str) -> Result<Paths, Error> {
+    let manifest: Manifest = toml::from_str(text).map_err(|err| Error::Parse {
+        line: err.span().map(|span| {
+            text.get(..span.start)
+                .map_or(0, |before| before.matches('\n').count())
+                + 1
+        }),
+        message: err.message().to_owned(),
     })?;
     let paths = manifest
         .workspace
@@ -105,9 +131,10 @@ fn parse(text: &str) -> Result<Paths, String> {
             .components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
         if value.is_empty() || !under_root {
-            return Err(format!(
-                "`{key} = {value:?}` must be a non-empty path relative to the root, without `..`"
-            ));
+            return Err(Error::Invalid {
+                key,
+                value: value.clone(),
+            });
         }
     }
     Ok(paths)
@@ -134,31 +161,46 @@ mod tests {
     // i[verify xtask.paths]
     #[test]
     fn the_table_overrides_each_default_and_rejects_what_it_cannot_use() {
-        assert_eq!(parse("[package]\nname = \"x\"\n"), Ok(Paths::default()));
-        assert_eq!(parse("[workspace]\n"), Ok(Paths::default()));
+        assert_eq!(
+            parse("[package]\nname = \"x\"\n").ok(),
+            Some(Paths::default())
+        );
+        assert_eq!(parse("[workspace]\n").ok(), Some(Paths::default()));
         let paths = parse(
             "[workspace]\n[workspace.metadata.spec-engine]\nfindings = \"audit/findings.md\"\n\
              results = \"target/nextest/default/junit.xml\"\n",
         );
         assert_eq!(
-            paths,
-            Ok(Paths {
+            paths.ok(),
+            Some(Paths {
                 findings: "audit/findings.md".into(),
                 results: "target/nextest/default/junit.xml".into(),
                 ..Paths::default()
             })
         );
-        let error = |text: &str| parse(text).expect_err(text);
+        let error = |text: &str| parse(text).expect_err(text).to_string();
         assert!(
-            error("[workspace.metadata.spec-engine]\nfinding = \"a.md\"\n")
-                .starts_with("line 2: unknown field `finding`")
+            error("[workspace.metadata.spec-engine]\nfinding = \"a.md\"\n").starts_with(
+                "Cargo.toml: [workspace.metadata.spec-engine]: line 2: unknown field `finding`"
+            )
         );
         assert_eq!(
             error("[workspace.metadata.spec-engine]\nproof = 3\n"),
-            "line 2: invalid type: integer `3`, expected a string"
+            "Cargo.toml: [workspace.metadata.spec-engine]: line 2: invalid type: integer `3`, \
+             expected a string"
         );
         for bad in ["", "/etc/proof.md", "../proof.md"] {
             let text = format!("[workspace.metadata.spec-engine]\nsurvivors = {bad:?}\n");
+            assert!(
+                matches!(
+                    parse(&text),
+                    Err(Error::Invalid {
+                        key: "survivors",
+                        ..
+                    })
+                ),
+                "{text}"
+            );
             assert!(error(&text).contains("`survivors = "), "{text}");
         }
         assert!(parse("[workspace").is_err());

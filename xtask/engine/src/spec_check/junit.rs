@@ -26,6 +26,44 @@ pub enum Status {
     Failed,
 }
 
+/// Why a JUnit report cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file cannot be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// The text is not well-formed XML.
+    #[error("not valid XML at byte {at}: {source}")]
+    Xml {
+        /// Byte offset of the reader when it failed.
+        at: u64,
+        /// The XML reader's error.
+        source: quick_xml::Error,
+    },
+    /// An attribute cannot be decoded.
+    #[error("bad attribute on <{element}>: {message}")]
+    Attribute {
+        /// The element.
+        element: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A required attribute is missing.
+    #[error("<{element}> without a `{key}`")]
+    Missing {
+        /// The element.
+        element: String,
+        /// The attribute.
+        key: String,
+    },
+    /// A `<testcase>` outside any `<testsuite>`.
+    #[error("test case `{0}` outside a <testsuite>")]
+    OutsideSuite(String),
+    /// No `<testsuites>` root.
+    #[error("no <testsuites> element: not a JUnit report")]
+    NotJunit,
+}
+
 /// The test runner that wrote a report, told from the report itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Runner {
@@ -85,24 +123,23 @@ pub struct Results {
 }
 
 /// Parses the JUnit file at `path`.
-pub fn read(tree: &dyn Tree, path: &Path) -> Result<Results, String> {
-    let text = tree
-        .read(path)
-        .map_err(|err| format!("cannot read: {err}"))?;
+pub fn read(tree: &dyn Tree, path: &Path) -> Result<Results, Error> {
+    let text = tree.read(path).map_err(Error::Read)?;
     parse(&text)
 }
 
 /// Parses a JUnit report's text.
-pub(crate) fn parse(text: &str) -> Result<Results, String> {
+pub(crate) fn parse(text: &str) -> Result<Results, Error> {
     let mut reader = quick_xml::Reader::from_str(text);
     let mut results = Results::default();
     let mut suite: Option<String> = None;
     let mut case: Option<Case> = None;
     let mut saw_suites = false;
     loop {
-        let event = reader
-            .read_event()
-            .map_err(|err| format!("not valid XML at byte {}: {err}", reader.buffer_position()))?;
+        let event = reader.read_event().map_err(|source| Error::Xml {
+            at: reader.buffer_position(),
+            source,
+        })?;
         match event {
             Event::Start(tag) => match tag.name().as_ref() {
                 b"testsuites" => {
@@ -139,13 +176,13 @@ pub(crate) fn parse(text: &str) -> Result<Results, String> {
         }
     }
     if !saw_suites {
-        return Err("no <testsuites> element: not a JUnit report".to_owned());
+        return Err(Error::NotJunit);
     }
     Ok(results)
 }
 
 /// go-junit-report writes the Go version as a suite property.
-fn go_property(tag: &BytesStart<'_>, results: &mut Results) -> Result<(), String> {
+fn go_property(tag: &BytesStart<'_>, results: &mut Results) -> Result<(), Error> {
     if optional(tag, b"name")?.as_deref() == Some("go.version") {
         results.runner = Runner::Go;
     }
@@ -153,7 +190,7 @@ fn go_property(tag: &BytesStart<'_>, results: &mut Results) -> Result<(), String
 }
 
 /// The runner named by `<testsuites name>`, if it names one.
-fn runner_of_suites(tag: &BytesStart<'_>) -> Result<Runner, String> {
+fn runner_of_suites(tag: &BytesStart<'_>) -> Result<Runner, Error> {
     Ok(match optional(tag, b"name")?.as_deref() {
         Some("nextest-run") => Runner::Nextest,
         Some("jest tests") => Runner::Jest,
@@ -163,9 +200,11 @@ fn runner_of_suites(tag: &BytesStart<'_>) -> Result<Runner, String> {
 }
 
 /// A `<testcase>` just opened, passed until a child says otherwise.
-fn case_of(tag: &BytesStart<'_>, suite: Option<&str>) -> Result<Case, String> {
+fn case_of(tag: &BytesStart<'_>, suite: Option<&str>) -> Result<Case, Error> {
     let name = attribute(tag, b"name")?;
-    let suite = suite.ok_or_else(|| format!("test case `{name}` outside a <testsuite>"))?;
+    let Some(suite) = suite else {
+        return Err(Error::OutsideSuite(name));
+    };
     Ok(Case {
         suite: suite.to_owned(),
         name,
@@ -197,27 +236,27 @@ fn record(results: &mut Results, case: Case) {
     results.detail.push(case);
 }
 
-fn attribute(tag: &BytesStart<'_>, key: &[u8]) -> Result<String, String> {
-    optional(tag, key)?.ok_or_else(|| {
-        format!(
-            "<{}> without a `{}`",
-            String::from_utf8_lossy(tag.name().as_ref()),
-            String::from_utf8_lossy(key)
-        )
+fn attribute(tag: &BytesStart<'_>, key: &[u8]) -> Result<String, Error> {
+    optional(tag, key)?.ok_or_else(|| Error::Missing {
+        element: String::from_utf8_lossy(tag.name().as_ref()).into_owned(),
+        key: String::from_utf8_lossy(key).into_owned(),
     })
 }
 
-fn optional(tag: &BytesStart<'_>, key: &[u8]) -> Result<Option<String>, String> {
-    let element = String::from_utf8_lossy(tag.name().as_ref()).into_owned();
+fn optional(tag: &BytesStart<'_>, key: &[u8]) -> Result<Option<String>, Error> {
+    let bad = |message: String| Error::Attribute {
+        element: String::from_utf8_lossy(tag.name().as_ref()).into_owned(),
+        message,
+    };
     let Some(attr) = tag
         .try_get_attribute(key)
-        .map_err(|err| format!("bad attribute on <{element}>: {err}"))?
+        .map_err(|err| bad(err.to_string()))?
     else {
         return Ok(None);
     };
     attr.unescape_value()
         .map(|v| Some(v.into_owned()))
-        .map_err(|err| format!("bad attribute on <{element}>: {err}"))
+        .map_err(|err| bad(err.to_string()))
 }
 
 #[cfg(test)]
@@ -268,7 +307,17 @@ mod tests {
 
     #[test]
     fn rejects_what_is_not_junit() {
-        assert!(parse("<html></html>").is_err());
+        assert!(matches!(parse("<html></html>"), Err(Error::NotJunit)));
         assert!(parse("<testsuites><testsuite name=\"x\"><testcase").is_err());
+        assert!(matches!(
+            parse("<testsuites><testcase name=\"loose\"/></testsuites>"),
+            Err(Error::OutsideSuite(name)) if name == "loose"
+        ));
+        assert_eq!(
+            parse("<testsuites><testsuite><testcase/></testsuite></testsuites>")
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err("<testsuite> without a `name`".to_owned())
+        );
     }
 }

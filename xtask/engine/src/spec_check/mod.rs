@@ -60,10 +60,10 @@ pub fn read(source: &dyn Source) -> Result<(config::Loaded, Tree), Problem> {
     let mut config = config::load(source)?;
     // The engine's own paths (findings, proof summary, …): an unusable table fails the gate
     // rather than quietly reading the defaults.
-    if let Err(message) = crate::model::paths::load(source) {
+    if let Err(error) = crate::model::paths::load(source) {
         config
             .problems
-            .push(Problem::new(problem::Kind::Config, message).in_file("Cargo.toml"));
+            .push(Problem::new(problem::Kind::Config, error.to_string()).in_file("Cargo.toml"));
     }
     let tree = read_tree(source, &config.config);
     Ok((config, tree))

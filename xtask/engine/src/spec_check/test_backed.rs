@@ -46,14 +46,14 @@ impl Evidence {
         let written = tree
             .modified(results)
             .map_err(|err| fatal("test results", results, format!("cannot read: {err}")))?;
-        let parsed =
-            junit::read(tree, results).map_err(|err| fatal("test results", results, err))?;
+        let parsed = junit::read(tree, results)
+            .map_err(|err| fatal("test results", results, err.to_string()))?;
         let (ledger, has_ledger) = match skips {
             None => (Ledger::default(), false),
             Some(path) => match Ledger::read(tree, path) {
                 Ok(Some(ledger)) => (ledger, true),
                 Ok(None) => (Ledger::default(), false),
-                Err(err) => return Err(fatal("skip ledger", path, err)),
+                Err(err) => return Err(fatal("skip ledger", path, err.to_string())),
             },
         };
         Ok(Self {

@@ -56,7 +56,7 @@ pub fn everything(
     let tree = usable(read)?;
     // A tree without findings has nothing to list; a broken findings file is an error.
     let all = if source.exists(&source.root().join(paths::of(source).findings)) {
-        findings::load(source)?
+        findings::load(source).map_err(|error| error.to_string())?
     } else {
         Vec::new()
     };
