@@ -32,6 +32,8 @@ pub mod trace;
 pub use model::tree::{Disk, Memory, Tree};
 
 #[cfg(test)]
+mod runners;
+#[cfg(test)]
 mod shapes;
 #[cfg(test)]
 mod tests;

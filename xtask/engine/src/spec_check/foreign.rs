@@ -3,7 +3,8 @@
 //! jest-junit or vitest are that test — by its file and its name, as each runner writes them (see
 //! [`super::junit`]).
 
-use super::junit::{Case, Status};
+use super::junit::{Case, Runner, Status};
+use crate::model::tree::Tree;
 
 /// The language of a test file, from its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,25 +38,47 @@ pub struct ForeignTest {
     pub language: Language,
     /// The function's name, or the `it`/`test` title.
     pub name: String,
+    /// Declared so that it never runs (`it.todo`, `it.skip`, `xit`, `xtest`): whatever a report
+    /// says of it, it is no passing test.
+    pub skipped: bool,
 }
 
 /// The test the annotation at 1-based `line` of `content` precedes: the first line after it that
-/// is not blank, a comment or a decorator must declare it.
-// i[impl spec-check.test-backed.runners]
+/// is not blank, a comment or a decorator (with its bracketed arguments, over as many lines as
+/// they take) must declare it, named as its runner collects tests — pytest's `test` prefix, Go's
+/// `Test` not followed by a lowercase letter, a script's `it`/`test` call (its title may start on
+/// the next line).
+// i[impl spec-check.test-backed.runners+2]
 pub fn test_after(relative: &str, content: &str, line: usize) -> Option<ForeignTest> {
     let language = Language::of(relative)?;
-    let declaration = content.lines().skip(line).map(str::trim).find(|text| {
-        !(text.is_empty()
+    let mut lines = content.lines().skip(line).map(str::trim);
+    let declaration = loop {
+        let text = lines.next()?;
+        if text.is_empty()
             || text.starts_with('#')
             || text.starts_with("//")
             || text.starts_with("/*")
             || text.starts_with('*')
-            || text.starts_with('@'))
-    })?;
-    let name = match language {
+        {
+            continue;
+        }
+        if text.starts_with('@') {
+            // A decorator's arguments may span lines: skip to where its brackets close.
+            let mut depth = bracket_depth(text);
+            while depth > 0 {
+                depth += bracket_depth(lines.next()?);
+            }
+            continue;
+        }
+        break text.to_owned();
+    };
+    let (name, skipped) = match language {
         Language::Python => {
-            let rest = declaration.strip_prefix("async ").unwrap_or(declaration);
-            identifier(rest.strip_prefix("def ")?)
+            let rest = declaration.strip_prefix("async ").unwrap_or(&declaration);
+            let name = identifier(rest.strip_prefix("def ")?)?;
+            // pytest collects functions whose name starts with `test` (its default
+            // `python_functions`).
+            (name.starts_with("test").then_some(name)?, false)
         }
         Language::Go => {
             let rest = declaration.strip_prefix("func ")?;
@@ -64,11 +87,41 @@ pub fn test_after(relative: &str, content: &str, line: usize) -> Option<ForeignT
                 Some(receiver) => receiver.split_once(')')?.1.trim_start(),
                 None => rest,
             };
-            identifier(rest)
+            let name = identifier(rest)?;
+            // `go test` runs `TestXxx` where Xxx does not start with a lowercase letter.
+            let go_test = name
+                .strip_prefix("Test")
+                .is_some_and(|rest| !rest.starts_with(|c: char| c.is_lowercase()));
+            (go_test.then_some(name)?, false)
         }
-        Language::Script => title(declaration),
-    }?;
-    Some(ForeignTest { language, name })
+        Language::Script => {
+            // Prettier puts a long title on the line after `it(`.
+            let declaration = if declaration.ends_with('(') {
+                let next = lines.find(|text| !text.is_empty()).unwrap_or_default();
+                format!("{declaration}{next}")
+            } else {
+                declaration
+            };
+            title(&declaration)?
+        }
+    };
+    Some(ForeignTest {
+        language,
+        name,
+        skipped,
+    })
+}
+
+/// How many more brackets `text` opens than it closes (strings and comments not told apart:
+/// a decorator's arguments rarely hold an unbalanced bracket in a string).
+fn bracket_depth(text: &str) -> isize {
+    text.chars()
+        .map(|c| match c {
+            '(' | '[' | '{' => 1,
+            ')' | ']' | '}' => -1,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// The leading identifier of `text`.
@@ -79,81 +132,166 @@ fn identifier(text: &str) -> Option<String> {
     (end > 0).then(|| text[..end].to_owned())
 }
 
-/// The title of `it("title", ...)` or `test('title', ...)`, with modifiers such as `.only`.
-fn title(declaration: &str) -> Option<String> {
-    let call = declaration
+/// The title of `it("title", ...)` or `test('title', ...)`, with modifiers such as `.only`, and
+/// whether the declaration keeps it from running (`.todo`, `.skip`, `xit`, `xtest`).
+fn title(declaration: &str) -> Option<(String, bool)> {
+    let (call, excluded) = match declaration.strip_prefix('x') {
+        Some(rest) => (rest, true),
+        None => (declaration, false),
+    };
+    let call = call
         .strip_prefix("it")
-        .or_else(|| declaration.strip_prefix("test"))?;
+        .or_else(|| call.strip_prefix("test"))?;
     let open = call.find('(')?;
     let modifiers = &call[..open];
     // `it(`, or a modifier chain such as `.only(` or `.concurrent.skip(`.
-    let plain = modifiers.is_empty()
-        || modifiers
+    let chain: Option<Vec<&str>> = if modifiers.is_empty() {
+        Some(Vec::new())
+    } else {
+        modifiers
             .strip_prefix('.')
-            .is_some_and(|chain| chain.chars().all(|c| c.is_alphanumeric() || c == '.'));
-    if !plain {
-        return None;
-    }
+            .filter(|chain| chain.chars().all(|c| c.is_alphanumeric() || c == '.'))
+            .map(|chain| chain.split('.').collect())
+    };
+    let chain = chain?;
+    let skipped = excluded
+        || chain
+            .iter()
+            .any(|modifier| matches!(*modifier, "todo" | "skip"));
     let rest = call[open + 1..].trim_start();
     let quote = rest
         .chars()
         .next()
         .filter(|q| matches!(q, '"' | '\'' | '`'))?;
     let body = &rest[1..];
-    Some(body[..body.find(quote)?].to_owned())
+    Some((body[..body.find(quote)?].to_owned(), skipped))
 }
 
-/// Whether `case` is a run of `test`, declared in the root-relative file `relative`: the case's
-/// `file` when the runner wrote one, else its class name or suite as that runner derives it from
-/// the file; and the name, with pytest's parameters (`[...]`) and Go's subtests (`/...`) being
-/// runs of the same test.
-pub fn matches(case: &Case, relative: &str, test: &ForeignTest) -> bool {
-    same_file(case, relative, test.language) && same_name(&case.name, test)
+/// What a case is matched against: the tree (Go's `go.mod`), the tree's files of the test's
+/// language (root-relative) and the runner that wrote the report.
+pub struct Context<'a> {
+    /// The tree the files are in.
+    pub tree: &'a dyn Tree,
+    /// Every scanned file of the tree, root-relative.
+    pub files: Vec<&'a str>,
+    /// Who wrote the report.
+    pub runner: Runner,
 }
 
-fn same_file(case: &Case, relative: &str, language: Language) -> bool {
+/// Which of the tree's files a case can be a test of. A case whose name fits several files (a
+/// path suffix, or a dotted module suffix) is ambiguous unless one of them fits it whole.
+fn files_of<'a>(case: &Case, context: &Context<'a>, language: Language) -> Vec<&'a str> {
+    let of_language = || {
+        context
+            .files
+            .iter()
+            .copied()
+            .filter(move |file| Language::of(file) == Some(language))
+    };
     if let Some(file) = &case.file {
-        let file = file.strip_prefix("./").unwrap_or(file);
-        return file == relative
-            || relative.ends_with(&format!("/{file}"))
-            || file.ends_with(&format!("/{relative}"));
+        return by_path(file, context, of_language());
     }
     let classname = case.classname.as_deref().unwrap_or_default();
     match language {
         Language::Python => {
             // pytest's class name is the module's dotted path from its rootdir, then the class.
-            let module = relative
-                .strip_suffix(".py")
-                .unwrap_or(relative)
-                .replace('/', ".");
-            let parts: Vec<&str> = module.split('.').collect();
-            (0..parts.len()).any(|from| {
-                let suffix = parts[from..].join(".");
-                classname == suffix || classname.starts_with(&format!("{suffix}."))
-            })
+            let fits =
+                |module: &str| classname == module || classname.starts_with(&format!("{module}."));
+            let dotted = |file: &str| file.strip_suffix(".py").unwrap_or(file).replace('/', ".");
+            let exact: Vec<&str> = of_language().filter(|file| fits(&dotted(file))).collect();
+            if !exact.is_empty() {
+                return exact;
+            }
+            // Run from a directory of the tree: the module path is a suffix of the file's.
+            of_language()
+                .filter(|file| {
+                    let module = dotted(file);
+                    module
+                        .match_indices('.')
+                        .any(|(at, _)| fits(&module[at + 1..]))
+                })
+                .collect()
         }
-        Language::Go => {
-            // go-junit-report names the package by its import path, which ends with the file's
-            // directory (the module root's package has none).
-            let dir = relative.rsplit_once('/').map_or("", |(dir, _)| dir);
-            let package = if classname.is_empty() {
-                case.suite.as_str()
-            } else {
+        // go-junit-report names the package by its import path: see [`go_package`].
+        Language::Go => Vec::new(),
+        // vitest names the suite (and class) by the file, relative to its root.
+        Language::Script if context.runner == Runner::Vitest => {
+            let file = if case.suite.is_empty() {
                 classname
+            } else {
+                case.suite.as_str()
             };
-            dir.is_empty() || package == dir || package.ends_with(&format!("/{dir}"))
+            by_path(file, context, of_language())
         }
-        // vitest names the suite (and class) by the file; jest-junit without `addFileAttribute`
-        // writes no file at all, and then only the title can tell.
-        Language::Script => {
-            case.suite == relative
-                || classname == relative
-                || !(case.suite.contains('/') || classname.contains('/'))
-        }
+        // jest-junit without `addFileAttribute` names no file: such reports are refused.
+        Language::Script => Vec::new(),
     }
 }
 
-fn same_name(name: &str, test: &ForeignTest) -> bool {
+/// The files among `candidates` that `file` (as a runner wrote it) names: the one it names whole,
+/// else those it ends (the runner ran in a directory of the tree); an absolute path is first
+/// made relative to the root.
+fn by_path<'a>(
+    file: &str,
+    context: &Context<'a>,
+    candidates: impl Iterator<Item = &'a str> + Clone,
+) -> Vec<&'a str> {
+    let file = file.strip_prefix("./").unwrap_or(file);
+    let root = context.tree.root().display().to_string();
+    let file = file
+        .strip_prefix(&root)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or(file);
+    let exact: Vec<&str> = candidates.clone().filter(|c| *c == file).collect();
+    if !exact.is_empty() {
+        return exact;
+    }
+    let tail = format!("/{file}");
+    candidates.filter(|c| c.ends_with(&tail)).collect()
+}
+
+/// The import path of the Go package of the root-relative `relative`: the module its nearest
+/// `go.mod` declares, then the file's directory below that `go.mod`.
+fn go_package(tree: &dyn Tree, relative: &str) -> Option<String> {
+    let dir = relative.rsplit_once('/').map_or("", |(dir, _)| dir);
+    let mut at = dir;
+    loop {
+        let go_mod = if at.is_empty() {
+            "go.mod".to_owned()
+        } else {
+            format!("{at}/go.mod")
+        };
+        if let Ok(text) = tree.read(&tree.root().join(go_mod)) {
+            let module = module_of(&text)?;
+            let below = dir[at.len()..].trim_start_matches('/');
+            return Some(if below.is_empty() {
+                module
+            } else {
+                format!("{module}/{below}")
+            });
+        }
+        if at.is_empty() {
+            return None;
+        }
+        at = at.rsplit_once('/').map_or("", |(parent, _)| parent);
+    }
+}
+
+/// The module path a `go.mod` declares (`module example.com/m`, possibly quoted, possibly
+/// followed by a comment).
+fn module_of(go_mod: &str) -> Option<String> {
+    go_mod.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("module")?;
+        if !rest.starts_with(char::is_whitespace) {
+            return None;
+        }
+        let rest = rest.split("//").next().unwrap_or_default().trim();
+        let module = rest.trim_matches(|c| c == '"' || c == '`');
+        (!module.is_empty()).then(|| module.to_owned())
+    })
+}
+
+fn same_name(name: &str, test: &ForeignTest, runner: Runner) -> bool {
     let wanted = test.name.as_str();
     match test.language {
         Language::Python => {
@@ -169,27 +307,55 @@ fn same_name(name: &str, test: &ForeignTest) -> bool {
                     .is_some_and(|rest| rest.starts_with('/'))
         }
         // vitest joins the describe blocks and the title with ` > `, jest-junit with spaces.
-        Language::Script => {
-            name == wanted
-                || name.ends_with(&format!(" > {wanted}"))
-                || name.ends_with(&format!(" {wanted}"))
+        Language::Script if runner == Runner::Vitest => {
+            name == wanted || name.ends_with(&format!(" > {wanted}"))
         }
+        Language::Script => name == wanted || name.ends_with(&format!(" {wanted}")),
     }
 }
 
-/// The status of `test` among `cases`: the worst of its runs (parameters, subtests, repeats);
-/// `None` when no case is a run of it; `Err` with the names when a script title matches cases
-/// of different tests.
+/// The status of `test`, declared in the root-relative file `relative`, among `cases`: the worst
+/// of its runs (parameters, subtests, repeats); `None` when no case is a run of it; `Err` with
+/// the names when a case of its name fits several files of the tree, or a script title matches
+/// cases of different tests.
+// i[impl spec-check.test-backed.runners+2]
 pub fn status(
     cases: &[Case],
+    context: &Context<'_>,
     relative: &str,
     test: &ForeignTest,
 ) -> Option<Result<Status, Vec<String>>> {
+    let package = (test.language == Language::Go)
+        .then(|| go_package(context.tree, relative))
+        .flatten();
+    let mut ambiguous = Vec::new();
     let found: Vec<&Case> = cases
         .iter()
-        .filter(|case| matches(case, relative, test))
+        .filter(|case| same_name(&case.name, test, context.runner))
+        .filter(|case| {
+            if test.language == Language::Go {
+                let named = match case.classname.as_deref() {
+                    Some(classname) if !classname.is_empty() => classname,
+                    _ => case.suite.as_str(),
+                };
+                return package.as_deref() == Some(named);
+            }
+            let files = files_of(case, context, test.language);
+            if !files.contains(&relative) {
+                return false;
+            }
+            if files.len() > 1 {
+                ambiguous.push(format!("{} (fits {})", case.name, files.join(", ")));
+            }
+            true
+        })
         .collect();
     let worst = found.iter().map(|case| case.status).max()?;
+    if !ambiguous.is_empty() {
+        ambiguous.sort();
+        ambiguous.dedup();
+        return Some(Err(ambiguous));
+    }
     if test.language == Language::Script {
         let mut names: Vec<String> = found
             .iter()
@@ -220,7 +386,37 @@ mod tests {
         test_after(relative, content, line).expect("a test follows")
     }
 
-    // i[verify spec-check.test-backed.runners]
+    /// `test`'s status in `results` when it is declared in `relative`, in a memory tree of
+    /// `files` (a `go.mod` at its root).
+    fn judged(
+        results: &crate::spec_check::junit::Results,
+        files: &[&str],
+        relative: &str,
+        test: &ForeignTest,
+    ) -> Option<Result<Status, Vec<String>>> {
+        let tree = crate::Memory::new(
+            files
+                .iter()
+                .map(|file| (*file, ""))
+                .chain([("go.mod", "module example.com/calc\n")]),
+        );
+        let context = Context {
+            tree: &tree,
+            files: files.to_vec(),
+            runner: results.runner,
+        };
+        status(&results.detail, &context, relative, test)
+    }
+
+    fn script(name: &str) -> ForeignTest {
+        ForeignTest {
+            language: Language::Script,
+            name: name.into(),
+            skipped: false,
+        }
+    }
+
+    // i[verify spec-check.test-backed.runners+2]
     #[test]
     fn pytest_cases_are_found_by_module_class_and_function() {
         let source = std::fs::read_to_string(format!("{FIXTURES}/python/tests/test_ops.py"))
@@ -237,22 +433,23 @@ mod tests {
                 "test_rounds_to_two_decimals"
             ]
         );
+        let files = [file, "tests/test_other.py", "src/calc/ops.py"];
         for junit in ["python/junit.xml", "junit/pytest-xunit1.xml"] {
             let results = report(junit);
             assert_eq!(results.runner, Runner::Pytest, "{junit}");
-            let status = |test: &ForeignTest| status(&results.detail, file, test);
+            let status = |test: &ForeignTest| judged(&results, &files, file, test);
             assert_eq!(status(&add), Some(Ok(Status::Passed)), "{junit}");
             assert_eq!(status(&div), Some(Ok(Status::Passed)), "{junit}");
             assert_eq!(status(&round), Some(Ok(Status::Skipped)), "{junit}");
             assert_eq!(
-                super::status(&results.detail, "tests/test_other.py", &add),
+                judged(&results, &files, "tests/test_other.py", &add),
                 None,
                 "{junit}: another file's test of that name"
             );
         }
     }
 
-    // i[verify spec-check.test-backed.runners]
+    // i[verify spec-check.test-backed.runners+2]
     #[test]
     fn go_vitest_and_jest_cases_are_found_by_file_and_name() {
         let go = report("junit/go-junit-report.xml");
@@ -260,21 +457,23 @@ mod tests {
         let source = "package ops\n\n// r[verify calc.div]\nfunc TestDiv(t *testing.T) {\n";
         let div = of("ops/ops_test.go", source, 3);
         assert_eq!(div.name, "TestDiv");
+        let files = ["ops/ops_test.go", "other/ops_test.go"];
         assert_eq!(
-            status(&go.detail, "ops/ops_test.go", &div),
+            judged(&go, &files, "ops/ops_test.go", &div),
             Some(Ok(Status::Passed))
         );
-        assert_eq!(status(&go.detail, "other/ops_test.go", &div), None);
+        assert_eq!(judged(&go, &files, "other/ops_test.go", &div), None);
         let round = ForeignTest {
             language: Language::Go,
             name: "TestRound".into(),
+            skipped: false,
         };
         assert_eq!(
-            status(&go.detail, "ops/ops_test.go", &round),
+            judged(&go, &files, "ops/ops_test.go", &round),
             Some(Ok(Status::Failed))
         );
 
-        let script =
+        let source =
             "describe('calc', () => {\n  // r[verify calc.add]\n  it('adds two numbers', () => {\n";
         for (junit, runner, file, rounds) in [
             (
@@ -292,24 +491,21 @@ mod tests {
         ] {
             let results = report(junit);
             assert_eq!(results.runner, runner, "{junit}");
-            let add = of(file, script, 2);
+            let files = [file, "web/other.test.ts"];
+            let add = of(file, source, 2);
             assert_eq!(add.name, "adds two numbers");
             assert_eq!(
-                status(&results.detail, file, &add),
+                judged(&results, &files, file, &add),
                 Some(Ok(Status::Passed)),
                 "{junit}"
             );
-            let round = ForeignTest {
-                language: Language::Script,
-                name: "rounds to two decimals".into(),
-            };
             assert_eq!(
-                status(&results.detail, file, &round),
+                judged(&results, &files, file, &script("rounds to two decimals")),
                 Some(Ok(rounds)),
                 "{junit}"
             );
             assert_eq!(
-                status(&results.detail, "web/other.test.ts", &add),
+                judged(&results, &files, "web/other.test.ts", &add),
                 None,
                 "{junit}"
             );

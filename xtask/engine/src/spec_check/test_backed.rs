@@ -38,6 +38,7 @@ impl Evidence {
     /// Reads the JUnit file and (optionally) the skip ledger. Either being unusable is fatal: a
     /// run that cannot be read is never judged as an empty one.
     // i[impl spec-check.fatal]
+    // i[impl spec-check.test-backed.runners+2]
     pub fn load(tree: &dyn Tree, results: &Path, skips: Option<&Path>) -> Result<Self, Problem> {
         let fatal = |what: &str, path: &Path, err: String| {
             Problem::new(Kind::TestResults, format!("cannot use the {what}: {err}"))
@@ -48,6 +49,13 @@ impl Evidence {
             .map_err(|err| fatal("test results", results, format!("cannot read: {err}")))?;
         let parsed = junit::read(tree, results)
             .map_err(|err| fatal("test results", results, err.to_string()))?;
+        // jest-junit names a test's file only with `addFileAttribute`; without it a title would
+        // match same-titled tests of every file.
+        if parsed.runner == junit::Runner::Jest && parsed.detail.iter().any(|c| c.file.is_none()) {
+            let err = "a jest-junit report without `file` attributes cannot say which file a test \
+                       is in: run jest-junit with addFileAttribute=\"true\"";
+            return Err(fatal("test results", results, err.to_owned()));
+        }
         let (ledger, has_ledger) = match skips {
             None => (Ledger::default(), false),
             Some(path) => match Ledger::read(tree, path) {
@@ -269,7 +277,7 @@ pub fn judge(
     match layout.and_then(|layout| layout.scope_headed_at(site.line)) {
         Some(scope) => judge_scope(tree, site, evidence, scope),
         None => match foreign_test(site, parsed) {
-            Some(test) => lookup_foreign(site, evidence, &test),
+            Some(test) => lookup_foreign(tree, site, evidence, parsed, &test),
             None => ("?".to_owned(), Outcome::NoFunction),
         },
     }
@@ -283,17 +291,28 @@ fn foreign_test(site: &Site, parsed: &ParsedFiles) -> Option<foreign::ForeignTes
 
 /// A test of another language, shown as `RUNNER FILE::NAME`, and how it ended.
 fn lookup_foreign(
+    tree: &dyn Tree,
     site: &Site,
     evidence: &Evidence,
+    parsed: &ParsedFiles,
     test: &foreign::ForeignTest,
 ) -> (String, Outcome) {
-    let shown = format!(
-        "{} {}::{}",
-        evidence.results.runner.name(),
-        site.file,
-        test.name
-    );
-    let outcome = match foreign::status(&evidence.results.detail, &site.file, test) {
+    let runner = evidence.results.runner;
+    let shown = format!("{} {}::{}", runner.name(), site.file, test.name);
+    if test.skipped {
+        let why = "declared with todo, skip, xit or xtest: it never runs";
+        return (shown, Outcome::Skipped(why.to_owned()));
+    }
+    let context = foreign::Context {
+        tree,
+        files: parsed
+            .files
+            .values()
+            .map(|file| file.relative.as_str())
+            .collect(),
+        runner,
+    };
+    let outcome = match foreign::status(&evidence.results.detail, &context, &site.file, test) {
         None => Outcome::Absent,
         Some(Err(names)) => Outcome::Ambiguous(names),
         Some(Ok(Status::Passed)) => Outcome::Passed,
