@@ -2,6 +2,9 @@
 //! and its pytest suite, and the JUnit file pytest 7.2 wrote for it with `--junitxml`), checked
 //! annotations only from the disk, and test-backed and traced from a memory copy.
 
+// This test copies a checked-in fixture from the disk into a memory tree.
+#![allow(clippy::disallowed_methods)]
+
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -371,6 +371,8 @@ pub fn status(
 }
 
 #[cfg(test)]
+// These tests read the checked-in fixtures from the disk.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use crate::spec_check::junit::{Runner, parse};
