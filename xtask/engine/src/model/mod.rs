@@ -24,82 +24,121 @@ mod tests {
     /// The engine's modules (each `src/NAME.rs` or `src/NAME/`), leaf first.
     const ENGINE: [&str; 4] = ["model", "spec_check", "trace", "spec_report"];
 
-    /// Every `.rs` file of module `name` under `src`.
-    fn sources(src: &Path, name: &str) -> Vec<String> {
-        fn walk(dir: &Path, out: &mut Vec<String>) {
-            for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(std::fs::read_to_string(&path).expect("read source"));
+    /// Every `.rs` file of the engine module `name`, with its module path from the crate root
+    /// (`spec_check/walk.rs` is `["spec_check", "walk"]`, `model/mod.rs` is `["model"]`).
+    fn sources(name: &str) -> Vec<(Vec<String>, String)> {
+        all_sources()
+            .into_iter()
+            .filter(|(file, _)| {
+                file.starts_with(&format!("{name}/")) || *file == format!("{name}.rs")
+            })
+            .map(|(file, text)| {
+                let mut path: Vec<String> = file
+                    .trim_end_matches(".rs")
+                    .split('/')
+                    .map(str::to_owned)
+                    .collect();
+                if path.last().is_some_and(|last| last == "mod") {
+                    path.pop();
                 }
-            }
-        }
-        let mut out = Vec::new();
-        let dir = src.join(name);
-        if dir.is_dir() {
-            walk(&dir, &mut out);
-        }
-        if let Ok(text) = std::fs::read_to_string(src.join(format!("{name}.rs"))) {
-            out.push(text);
-        }
-        out
+                (path, text)
+            })
+            .collect()
     }
 
-    /// The first segment after `crate::` of every path `text` names: each `use` tree parsed with
-    /// syn, grouped (`use crate::{trace::x, model}`), renamed or glob, at any depth of the file
-    /// (fn bodies, inline modules); every other path in the code (`crate::X::f(..)`); and, since a
-    /// doc link also needs the module it links to, every `crate::X` in the text.
-    fn crate_modules(text: &str) -> BTreeSet<String> {
+    /// The top-level module of the crate each path `text` names from the crate's root — after
+    /// `crate::`, or after a chain of `super::` and `self::` resolved from `here`, the module path
+    /// of the file (and of each inline module in it): each `use` tree parsed with syn, grouped
+    /// (`use crate::{trace::x, model}`), renamed or glob, at any depth of the file (fn bodies,
+    /// inline modules); every other path in the code (`crate::X::f(..)`, `super::super::X`); and,
+    /// since a doc link also needs the module it links to, every `crate::X` in the text.
+    fn crate_modules(text: &str, here: &[String]) -> BTreeSet<String> {
         use syn::visit::Visit;
 
-        #[derive(Default)]
-        struct Named(BTreeSet<String>);
+        struct Named {
+            named: BTreeSet<String>,
+            /// The module path of the code being visited.
+            here: Vec<String>,
+        }
 
         impl Named {
-            fn tree(&mut self, tree: &syn::UseTree, in_crate: bool) {
+            /// Where `segment` leads from `at` (`None`: not yet anchored to the crate), naming
+            /// the top-level module it reaches.
+            fn step(&mut self, at: Option<&[String]>, segment: &syn::Ident) -> Option<Vec<String>> {
+                let next = match at {
+                    None if segment == "crate" => Vec::new(),
+                    None if segment == "self" => self.here.clone(),
+                    None if segment == "super" => {
+                        self.here[..self.here.len().saturating_sub(1)].to_vec()
+                    }
+                    None => return None,
+                    Some(at) if segment == "super" => at[..at.len().saturating_sub(1)].to_vec(),
+                    Some(at) if segment == "self" => at.to_vec(),
+                    Some(at) => {
+                        let mut next = at.to_vec();
+                        next.push(segment.to_string());
+                        next
+                    }
+                };
+                if let Some(top) = next.first() {
+                    self.named.insert(top.clone());
+                }
+                Some(next)
+            }
+
+            fn tree(&mut self, tree: &syn::UseTree, at: Option<&[String]>) {
                 match tree {
-                    syn::UseTree::Path(path) if !in_crate && path.ident == "crate" => {
-                        self.tree(&path.tree, true);
-                    }
-                    syn::UseTree::Path(path) if in_crate => {
-                        self.0.insert(path.ident.to_string());
-                    }
-                    syn::UseTree::Name(name) if in_crate => {
-                        self.0.insert(name.ident.to_string());
-                    }
-                    syn::UseTree::Rename(rename) if in_crate => {
-                        self.0.insert(rename.ident.to_string());
-                    }
-                    syn::UseTree::Group(group) => {
-                        for item in &group.items {
-                            self.tree(item, in_crate);
+                    syn::UseTree::Path(path) => {
+                        if let Some(next) = self.step(at, &path.ident) {
+                            self.tree(&path.tree, Some(&next));
                         }
                     }
-                    _ => {}
+                    syn::UseTree::Name(syn::UseName { ident })
+                    | syn::UseTree::Rename(syn::UseRename { ident, .. }) => {
+                        if at.is_some() {
+                            self.step(at, ident);
+                        }
+                    }
+                    syn::UseTree::Glob(_) => {}
+                    syn::UseTree::Group(group) => {
+                        for item in &group.items {
+                            self.tree(item, at);
+                        }
+                    }
                 }
             }
         }
 
         impl<'ast> Visit<'ast> for Named {
             fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
-                self.tree(&item.tree, false);
+                self.tree(&item.tree, None);
+            }
+
+            fn visit_item_mod(&mut self, module: &'ast syn::ItemMod) {
+                self.here.push(module.ident.to_string());
+                syn::visit::visit_item_mod(self, module);
+                self.here.pop();
             }
 
             fn visit_path(&mut self, path: &'ast syn::Path) {
-                let mut segments = path.segments.iter();
-                if segments.next().is_some_and(|s| s.ident == "crate")
-                    && let Some(module) = segments.next()
-                {
-                    self.0.insert(module.ident.to_string());
+                let mut at: Option<Vec<String>> = None;
+                for segment in &path.segments {
+                    let anchored = at.is_some();
+                    at = self.step(at.as_deref(), &segment.ident);
+                    // Past the first named module the rest of the path adds nothing.
+                    if at.is_none() || (anchored && segment.ident != "super") {
+                        break;
+                    }
                 }
                 syn::visit::visit_path(self, path);
             }
         }
 
         let file = syn::parse_file(text).expect("an engine source parses");
-        let mut named = Named::default();
+        let mut named = Named {
+            named: BTreeSet::new(),
+            here: here.to_vec(),
+        };
         named.visit_file(&file);
         // Doc comments and links: `crate::X` followed by a character that ends an identifier.
         for (at, _) in text.match_indices("crate::") {
@@ -108,22 +147,23 @@ mod tests {
                 .find(|c: char| !(c.is_alphanumeric() || c == '_'))
                 .unwrap_or(rest.len());
             if end > 0 {
-                named.0.insert(rest[..end].to_owned());
+                named.named.insert(rest[..end].to_owned());
             }
         }
-        named.0
+        named.named
     }
 
     /// Which engine modules each engine module names (code, docs and all).
     fn imports() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         ENGINE
             .iter()
             .map(|&module| {
-                let texts = sources(&src, module);
+                let texts = sources(module);
                 assert!(!texts.is_empty(), "no sources for module {module}");
-                let named: BTreeSet<String> =
-                    texts.iter().flat_map(|text| crate_modules(text)).collect();
+                let named: BTreeSet<String> = texts
+                    .iter()
+                    .flat_map(|(here, text)| crate_modules(text, here))
+                    .collect();
                 let named = ENGINE
                     .iter()
                     .copied()
@@ -150,7 +190,7 @@ fn f() {
 }
 "
         .replace("CRATE", "crate");
-        let named = crate_modules(&text);
+        let named = crate_modules(&text, &[]);
         assert_eq!(
             named,
             ["model", "spec_check", "spec_report", "trace"]
@@ -160,6 +200,38 @@ fn f() {
         assert!(
             !text.contains(&format!("{}::trace", "crate")),
             "the text never spells it"
+        );
+    }
+
+    /// A chain of `super::` (or `self::`) reaches a module from the file's place: the old test
+    /// followed only `crate::`, so `use super::super::trace::..` in `spec_check/walk.rs` made a
+    /// cycle it did not see.
+    // i[verify xtask.layout.engine]
+    #[test]
+    fn super_chains_name_the_module_they_reach() {
+        let text = "\
+use super::super::trace::rule_trace as _cycle;
+use super::{super::spec_report, sibling};
+use self::inner::f;
+
+mod inner {
+    pub fn f() {
+        let _ = super::super::super::model::paths::DEFAULT_PROOF;
+    }
+}
+";
+        let here = ["spec_check".to_owned(), "walk".to_owned()];
+        assert_eq!(
+            crate_modules(text, &here),
+            ["model", "spec_check", "spec_report", "trace"]
+                .map(str::to_owned)
+                .into()
+        );
+        // From a top-level module's own file (`trace/mod.rs`), one `super` is the crate root.
+        let text = "use super::model::paths;\nfn f() { super::spec_check::check(); }\n";
+        assert_eq!(
+            crate_modules(text, &["trace".to_owned()]),
+            ["model", "spec_check"].map(str::to_owned).into()
         );
     }
 
