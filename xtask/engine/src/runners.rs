@@ -366,3 +366,34 @@ fn a_jest_report_without_files_is_refused() {
     assert_eq!(refused.kind, Kind::TestResults);
     assert!(refused.message.contains("addFileAttribute"), "{refused}");
 }
+
+/// The run's case count counts each file's test once, though pytest names every suite `pytest`
+/// and two files hold a test of the same name.
+// i[verify spec-check.test-backed.runners+2]
+#[test]
+fn same_named_tests_of_two_files_are_two_cases() {
+    let test = "# c[verify calc.a]\ndef test_load():\n    pass\n";
+    let ran = pytest(
+        r#"<testcase classname="tests.test_a" name="test_load"/><testcase classname="tests.test_b" name="test_load"><failure message="no"/></testcase><testcase classname="tests.test_b" name="test_load"/>"#,
+    );
+    let tree = Memory::new([
+        (".config/tracey/config.styx", CONFIG),
+        ("docs/spec.md", "# Calc\n\n> c[calc.a]\n> a holds.\n"),
+        ("src/a.py", "# c[impl calc.a]\ndef a():\n    pass\n"),
+        ("tests/test_a.py", test),
+        ("junit.xml", ran.as_str()),
+    ]);
+    let junit = tree.root().join("junit.xml");
+    let outcome = spec_check::check(&tree, Some(&junit), None, &[]).expect("a usable config");
+    // tests.test_b's test ran twice (a rerun): one case, judged by its worst run.
+    assert_eq!(outcome.mode.cases, Some(2));
+    let results = crate::spec_check::junit::read(&tree, &junit).expect("a report");
+    let statuses = results.statuses();
+    assert_eq!(
+        statuses,
+        [
+            crate::spec_check::junit::Status::Passed,
+            crate::spec_check::junit::Status::Failed
+        ]
+    );
+}

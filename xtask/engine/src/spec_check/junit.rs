@@ -114,12 +114,35 @@ pub struct Case {
 /// Every test case of a run, keyed by (suite, test name).
 #[derive(Debug, Default)]
 pub struct Results {
-    /// Test cases by (nextest binary id, test name).
+    /// Test cases by (nextest binary id, test name): how nextest's tests are looked up. Another
+    /// runner's suite may hold several files' same-named tests (pytest's is always `pytest`):
+    /// count and tally with [`Results::statuses`].
     pub cases: BTreeMap<(String, String), Status>,
     /// Every case with its attributes, in report order.
     pub detail: Vec<Case>,
     /// Who wrote the report.
     pub runner: Runner,
+}
+
+impl Results {
+    /// How each test of the run ended, once per test however often the report lists it: a case
+    /// is its suite, class name, file and name (nextest's suite and class name are its binary;
+    /// pytest names every suite `pytest`, and the class name tells the files apart), judged by the
+    /// worst of its runs.
+    pub fn statuses(&self) -> Vec<Status> {
+        let mut tests: BTreeMap<(&str, Option<&str>, Option<&str>, &str), Status> = BTreeMap::new();
+        for case in &self.detail {
+            let key = (
+                case.suite.as_str(),
+                case.classname.as_deref(),
+                case.file.as_deref(),
+                case.name.as_str(),
+            );
+            let status = tests.entry(key).or_insert(case.status);
+            *status = (*status).max(case.status);
+        }
+        tests.into_values().collect()
+    }
 }
 
 /// Parses the JUnit file at `path`.

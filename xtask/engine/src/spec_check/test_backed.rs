@@ -65,7 +65,7 @@ impl Evidence {
             },
         };
         Ok(Self {
-            cases: parsed.cases.len(),
+            cases: parsed.statuses().len(),
             results: parsed,
             ledger,
             written,
