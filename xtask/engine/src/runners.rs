@@ -397,3 +397,34 @@ fn same_named_tests_of_two_files_are_two_cases() {
         ]
     );
 }
+
+/// The trace of a verify in a Python file that precedes no test says so, rather than naming a
+/// test `?`.
+// i[verify spec-check.test-backed.runners+2]
+#[test]
+fn the_trace_names_no_test_where_none_follows() {
+    use crate::trace::rule_report::{Format, render};
+
+    let ran = pytest(r#"<testcase classname="tests.test_a" name="test_x"/>"#);
+    let tree = Memory::new([
+        (".config/tracey/config.styx", CONFIG),
+        ("docs/spec.md", "# Calc\n\n> c[calc.a]\n> a holds.\n"),
+        ("src/a.py", "# c[impl calc.a]\ndef a():\n    pass\n"),
+        (
+            "tests/test_a.py",
+            "# c[verify calc.a]\ndef make_client():\n    pass\n",
+        ),
+        ("junit.xml", ran.as_str()),
+    ]);
+    let junit = tree.root().join("junit.xml");
+    let everything =
+        crate::trace::everything(&tree, spec_check::read(&tree), Some(&junit), None, false)
+            .expect("a usable tree and results");
+    let text = render(&everything.rules[0], Format::Text);
+    assert!(
+        text.contains(
+            "verify  tests/test_a.py:1  (no test function follows)  no test function follows"
+        ),
+        "{text}"
+    );
+}

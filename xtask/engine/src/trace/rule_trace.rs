@@ -113,11 +113,11 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
             let judged = evidence
                 .filter(|_| !site.stale)
                 .map(|evidence| test_backed::judge(source, &site, evidence, &tree.parsed));
-            // A test of another language is named with the runner that judged it.
-            if let Some((shown, _)) = judged
-                .as_ref()
-                .filter(|_| foreign::Language::of(&site.file).is_some())
-            {
+            // A test of another language is named with the runner that judged it (when one
+            // follows the annotation at all).
+            if let Some((shown, _)) = judged.as_ref().filter(|(_, fate)| {
+                foreign::Language::of(&site.file).is_some() && *fate != Outcome::NoFunction
+            }) {
                 test = Some(shown.clone());
             }
             let fate = judged.map(|(_, fate)| fate);
