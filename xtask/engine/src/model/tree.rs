@@ -111,43 +111,82 @@ impl Tree for Disk {
 ///
 /// Each memory tree gets a root of its own (`/in-memory/N`), because the engine remembers a few
 /// things per root for the life of the process (the engine's paths table, spec texts, package
-/// names) and two trees must never share them. It has no `.gitignore` semantics: every file is
-/// walked.
-#[derive(Debug, Clone)]
+/// names) and two trees must never share them: a clone, and a tree after [`Memory::insert`], is
+/// another tree with another root (paths taken from [`Tree::root`] before belong to the old
+/// one). It has no `.gitignore` semantics: every file is walked.
+#[derive(Debug)]
 pub struct Memory {
     root: PathBuf,
     files: BTreeMap<PathBuf, String>,
     written: SystemTime,
 }
 
+/// A root no memory tree has had.
+fn fresh_root() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    PathBuf::from(format!(
+        "/in-memory/{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+impl Clone for Memory {
+    fn clone(&self) -> Self {
+        let mut copy = Self {
+            root: self.root.clone(),
+            files: self.files.clone(),
+            written: self.written,
+        };
+        copy.move_to_fresh_root();
+        copy
+    }
+}
+
 impl Memory {
     /// A tree of `files` (root-relative path, text).
     pub fn new<P: AsRef<str>, T: Into<String>>(files: impl IntoIterator<Item = (P, T)>) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let root = PathBuf::from(format!(
-            "/in-memory/{}",
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
         let mut tree = Self {
-            root,
+            root: fresh_root(),
             files: BTreeMap::new(),
             written: SystemTime::UNIX_EPOCH,
         };
         for (path, text) in files {
-            tree.insert(path.as_ref(), text);
+            tree.put(path.as_ref(), text.into());
         }
         tree
     }
 
-    /// Adds or replaces the file at the root-relative `path`.
+    /// Adds or replaces the file at the root-relative `path`. The edited tree is another tree:
+    /// it moves to a root of its own, so nothing remembered of it before is used again.
     pub fn insert(&mut self, path: &str, text: impl Into<String>) {
+        self.move_to_fresh_root();
+        self.put(path, text.into());
+    }
+
+    fn put(&mut self, path: &str, text: String) {
         let path = self.canonical(Path::new(path));
-        self.files.insert(path, text.into());
+        self.files.insert(path, text);
+    }
+
+    /// Moves every file to a root no tree has had.
+    fn move_to_fresh_root(&mut self) {
+        let root = fresh_root();
+        self.files = std::mem::take(&mut self.files)
+            .into_iter()
+            .map(|(path, text)| {
+                let moved = path
+                    .strip_prefix(&self.root)
+                    .map_or_else(|_| path.clone(), |relative| root.join(relative));
+                (moved, text)
+            })
+            .collect();
+        self.root = root;
     }
 
     /// The same tree with every file written at `written` (the epoch by default).
     #[must_use]
     pub fn written_at(mut self, written: SystemTime) -> Self {
+        self.move_to_fresh_root();
         self.written = written;
         self
     }
@@ -221,6 +260,34 @@ impl Tree for Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The engine remembers a few things per root: a copy or an edit of a tree is another tree,
+    /// never answered from what was remembered of the first.
+    // i[verify xtask.layout.engine.tree]
+    #[test]
+    fn a_copied_or_edited_memory_tree_is_read_afresh() {
+        use crate::model::paths;
+
+        let tree = Memory::new([("Cargo.toml", "[workspace]\n")]);
+        let default = paths::Paths::default().findings;
+        assert_eq!(paths::of(&tree).findings, default);
+        let edited = "[workspace]\n[workspace.metadata.spec-engine]\nfindings = \"audit/f.md\"\n";
+        let mut copy = tree.clone();
+        copy.insert("Cargo.toml", edited);
+        assert_eq!(paths::of(&copy).findings, "audit/f.md");
+        assert_eq!(
+            paths::of(&tree).findings,
+            default,
+            "the original is unchanged"
+        );
+        let mut tree = tree;
+        tree.insert("Cargo.toml", edited);
+        assert_eq!(paths::of(&tree).findings, "audit/f.md");
+        assert_eq!(
+            tree.read(&tree.root().join("Cargo.toml")).ok().as_deref(),
+            Some(edited)
+        );
+    }
 
     #[test]
     fn a_memory_tree_reads_walks_and_knows_its_directories() {

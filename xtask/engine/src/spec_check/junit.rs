@@ -130,7 +130,9 @@ impl Results {
     /// pytest names every suite `pytest`, and the class name tells the files apart), judged by the
     /// worst of its runs.
     pub fn statuses(&self) -> Vec<Status> {
-        let mut tests: BTreeMap<(&str, Option<&str>, Option<&str>, &str), Status> = BTreeMap::new();
+        // (suite, class name, file, name)
+        type Key<'a> = (&'a str, Option<&'a str>, Option<&'a str>, &'a str);
+        let mut tests: BTreeMap<Key<'_>, Status> = BTreeMap::new();
         for case in &self.detail {
             let key = (
                 case.suite.as_str(),
