@@ -311,7 +311,7 @@ mod tests {
         // 45 module files and one lib.rs per crate of 20.
         assert_eq!(tree.parsed.files.len(), 45 + 3);
         let outcome =
-            spec_engine::spec_check::check(&spec_engine::Disk::new(&root), None, None, &[])
+            spec_engine::spec_check::check(&spec_engine::Disk::new(&root), &[], None, &[])
                 .expect("check");
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
     }

@@ -30,10 +30,10 @@ pub struct Args {
     /// Root of the tree (default: this workspace's root).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// nextest JUnit file of a test run (default: the configured `results`,
-    /// target/nextest/ci/junit.xml, when it exists).
+    /// JUnit file of a test run (default: the configured `results`,
+    /// target/nextest/ci/junit.xml, when it exists). Repeatable: one report per test runner.
     #[arg(long, value_name = "JUNIT_XML")]
-    results: Option<PathBuf>,
+    results: Vec<PathBuf>,
     /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
     #[arg(long, value_name = "LEDGER_JSONL")]
     skips: Option<PathBuf>,
@@ -128,7 +128,11 @@ fn trace_rule(root: &Disk, args: &Args, wanted: &str) -> Result<(String, ExitCod
         .unwrap_or_default();
     let run = results::load(
         root,
-        args.results.as_deref(),
+        &args
+            .results
+            .iter()
+            .map(PathBuf::as_path)
+            .collect::<Vec<_>>(),
         args.skips.as_deref(),
         args.no_results,
     )?;
@@ -161,7 +165,11 @@ fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
     let run = results::load(
         root,
-        args.results.as_deref(),
+        &args
+            .results
+            .iter()
+            .map(PathBuf::as_path)
+            .collect::<Vec<_>>(),
         args.skips.as_deref(),
         args.no_results,
     )?;

@@ -46,8 +46,12 @@ fn verdicts(files: &[(&str, &str)], rules: &[&str]) -> BTreeMap<String, String> 
     );
     let tree = Memory::new(tree);
     let junit = tree.root().join("junit.xml");
-    let results = tree.is_file(&junit).then_some(junit.as_path());
-    let outcome = spec_check::check(&tree, results, None, &[]).expect("a usable config");
+    let results: Vec<&std::path::Path> = tree
+        .is_file(&junit)
+        .then_some(junit.as_path())
+        .into_iter()
+        .collect();
+    let outcome = spec_check::check(&tree, &results, None, &[]).expect("a usable config");
     let mut verdicts: BTreeMap<String, String> = rules
         .iter()
         .map(|rule| (format!("c[calc.{rule}]"), "tested".to_owned()))
@@ -63,7 +67,7 @@ fn verdicts(files: &[(&str, &str)], rules: &[&str]) -> BTreeMap<String, String> 
             format!("{}: {}", problem.kind.name(), problem.message),
         );
     }
-    if results.is_some() {
+    if !results.is_empty() {
         let tested = outcome.specs[0].tested.expect("test-backed");
         let failing = verdicts.values().filter(|v| *v != "tested").count();
         assert_eq!(tested + failing, rules.len(), "{verdicts:?}");
@@ -361,7 +365,7 @@ fn a_jest_report_without_files_is_refused() {
         ("junit.xml", ran),
     ]);
     let junit = tree.root().join("junit.xml");
-    let refused = spec_check::check(&tree, Some(&junit), None, &[]).err();
+    let refused = spec_check::check(&tree, &[junit.as_path()], None, &[]).err();
     let refused = refused.expect("refused");
     assert_eq!(refused.kind, Kind::TestResults);
     assert!(refused.message.contains("addFileAttribute"), "{refused}");
@@ -384,7 +388,7 @@ fn same_named_tests_of_two_files_are_two_cases() {
         ("junit.xml", ran.as_str()),
     ]);
     let junit = tree.root().join("junit.xml");
-    let outcome = spec_check::check(&tree, Some(&junit), None, &[]).expect("a usable config");
+    let outcome = spec_check::check(&tree, &[junit.as_path()], None, &[]).expect("a usable config");
     // tests.test_b's test ran twice (a rerun): one case, judged by its worst run.
     assert_eq!(outcome.mode.cases, Some(2));
     let results = crate::spec_check::junit::read(&tree, &junit).expect("a report");
@@ -417,14 +421,85 @@ fn the_trace_names_no_test_where_none_follows() {
         ("junit.xml", ran.as_str()),
     ]);
     let junit = tree.root().join("junit.xml");
-    let everything =
-        crate::trace::everything(&tree, spec_check::read(&tree), Some(&junit), None, false)
-            .expect("a usable tree and results");
+    let everything = crate::trace::everything(
+        &tree,
+        spec_check::read(&tree),
+        &[junit.as_path()],
+        None,
+        false,
+    )
+    .expect("a usable tree and results");
     let text = render(&everything.rules[0], Format::Text);
     assert!(
         text.contains(
             "verify  tests/test_a.py:1  (no test function follows)  no test function follows"
         ),
+        "{text}"
+    );
+}
+
+/// A workspace tested by two runners gives one report each: the gate reads them together, and
+/// each test is shown with the runner whose case judged it.
+// i[verify spec-check.test-backed.runners+2]
+#[test]
+fn several_reports_are_read_together() {
+    use crate::trace::rule_report::{Format, render};
+
+    let go_report = go_report(
+        "example.com/m/ops",
+        r#"<testcase classname="example.com/m/ops" name="TestDiv"></testcase>"#,
+    );
+    let pytest_report = pytest(r#"<testcase classname="tests.test_a" name="test_x"/>"#);
+    let tree = Memory::new([
+        (".config/tracey/config.styx", CONFIG),
+        (
+            "docs/spec.md",
+            "# Calc\n\n> c[calc.a]\n> a holds.\n\n> c[calc.b]\n> b holds.\n",
+        ),
+        (
+            "src/a.py",
+            "# c[impl calc.a]\ndef a():\n    pass\n\n# c[impl calc.b]\ndef b():\n    pass\n",
+        ),
+        (
+            "tests/test_a.py",
+            "# c[verify calc.a]\ndef test_x():\n    pass\n",
+        ),
+        ("go.mod", "module example.com/m\n"),
+        (
+            "ops/ops_test.go",
+            "package ops\n\n// c[verify calc.b]\nfunc TestDiv(t *testing.T) {\n}\n",
+        ),
+        ("pytest.xml", pytest_report.as_str()),
+        ("go.xml", go_report.as_str()),
+    ]);
+    let (python, go) = (tree.root().join("pytest.xml"), tree.root().join("go.xml"));
+    let one = spec_check::check(&tree, &[python.as_path()], None, &[]).expect("usable");
+    assert_eq!(one.specs[0].tested, Some(1), "{:?}", one.problems);
+    let both =
+        spec_check::check(&tree, &[python.as_path(), go.as_path()], None, &[]).expect("usable");
+    assert_eq!(both.specs[0].tested, Some(2), "{:?}", both.problems);
+    assert_eq!(both.mode.cases, Some(2));
+    assert_eq!(both.mode.results.as_deref(), Some("pytest.xml, go.xml"));
+
+    let everything = crate::trace::everything(
+        &tree,
+        spec_check::read(&tree),
+        &[python.as_path(), go.as_path()],
+        None,
+        false,
+    )
+    .expect("a usable tree and results");
+    let text: String = everything
+        .rules
+        .iter()
+        .map(|rule| render(rule, Format::Text))
+        .collect();
+    assert!(
+        text.contains("pytest tests/test_a.py::test_x  passed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("go test ops/ops_test.go::TestDiv  passed"),
         "{text}"
     );
 }

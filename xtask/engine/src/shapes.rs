@@ -29,7 +29,7 @@ fn summary(outcome: &Outcome) -> String {
 
 fn checked(files: &[(&str, &str)]) -> String {
     let tree = Memory::new(files.iter().copied());
-    summary(&crate::spec_check::check(&tree, None, None, &[]).expect("a config"))
+    summary(&crate::spec_check::check(&tree, &[], None, &[]).expect("a config"))
 }
 
 const MANIFESTS: [(&str, &str); 2] = [

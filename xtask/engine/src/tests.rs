@@ -65,7 +65,7 @@ fn check(files: &[(&str, &str)]) -> Outcome {
         ("crates/demo/Cargo.toml", MANIFEST),
     ];
     let tree = Memory::new(base.iter().chain(files).copied());
-    crate::spec_check::check(&tree, None, None, &[]).expect("the tree is checked")
+    crate::spec_check::check(&tree, &[], None, &[]).expect("the tree is checked")
 }
 
 fn kinds(outcome: &Outcome) -> Vec<(Kind, Option<String>)> {

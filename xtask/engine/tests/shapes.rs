@@ -59,11 +59,11 @@ fn summary(outcome: &Outcome) -> String {
 fn a_python_suite_is_judged_by_its_pytest_junit() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python");
     let disk = Disk::new(&root);
-    let annotations = spec_check::check(&disk, None, None, &[]).expect("a config");
+    let annotations = spec_check::check(&disk, &[], None, &[]).expect("a config");
     insta::assert_snapshot!("python_annotations", summary(&annotations));
     let memory = in_memory(&root);
     let results = memory.root().join("junit.xml");
-    let tested = spec_check::check(&memory, Some(&results), None, &[]).expect("a config");
+    let tested = spec_check::check(&memory, &[results.as_path()], None, &[]).expect("a config");
     insta::assert_snapshot!("python_test_backed", summary(&tested));
 }
 
@@ -78,7 +78,7 @@ fn the_trace_names_the_runner_of_a_python_test() {
     let everything = spec_engine::trace::everything(
         &memory,
         spec_check::read(&memory),
-        Some(&results),
+        &[results.as_path()],
         None,
         false,
     )

@@ -167,15 +167,13 @@ fn title(declaration: &str) -> Option<(String, bool)> {
     Some((body[..body.find(quote)?].to_owned(), skipped))
 }
 
-/// What a case is matched against: the tree (Go's `go.mod`), the tree's files of the test's
-/// language (root-relative) and the runner that wrote the report.
+/// What a case is matched against: the tree (Go's `go.mod`) and the tree's files
+/// (root-relative).
 pub struct Context<'a> {
     /// The tree the files are in.
     pub tree: &'a dyn Tree,
     /// Every scanned file of the tree, root-relative.
     pub files: Vec<&'a str>,
-    /// Who wrote the report.
-    pub runner: Runner,
 }
 
 /// Which of the tree's files a case can be a test of. A case whose name fits several files (a
@@ -215,7 +213,7 @@ fn files_of<'a>(case: &Case, context: &Context<'a>, language: Language) -> Vec<&
         // go-junit-report names the package by its import path: see [`go_package`].
         Language::Go => Vec::new(),
         // vitest names the suite (and class) by the file, relative to its root.
-        Language::Script if context.runner == Runner::Vitest => {
+        Language::Script if case.runner == Runner::Vitest => {
             let file = if case.suite.is_empty() {
                 classname
             } else {
@@ -314,24 +312,24 @@ fn same_name(name: &str, test: &ForeignTest, runner: Runner) -> bool {
     }
 }
 
-/// The status of `test`, declared in the root-relative file `relative`, among `cases`: the worst
-/// of its runs (parameters, subtests, repeats); `None` when no case is a run of it; `Err` with
-/// the names when a case of its name fits several files of the tree, or a script title matches
-/// cases of different tests.
+/// The status of `test`, declared in the root-relative file `relative`, among `cases`, with the
+/// runner of the cases that judged it: the worst of its runs (parameters, subtests, repeats);
+/// `None` when no case is a run of it; `Err` with the names when a case of its name fits several
+/// files of the tree, or a script title matches cases of different tests.
 // i[impl spec-check.test-backed.runners+2]
 pub fn status(
     cases: &[Case],
     context: &Context<'_>,
     relative: &str,
     test: &ForeignTest,
-) -> Option<Result<Status, Vec<String>>> {
+) -> Option<(Runner, Result<Status, Vec<String>>)> {
     let package = (test.language == Language::Go)
         .then(|| go_package(context.tree, relative))
         .flatten();
     let mut ambiguous = Vec::new();
     let found: Vec<&Case> = cases
         .iter()
-        .filter(|case| same_name(&case.name, test, context.runner))
+        .filter(|case| same_name(&case.name, test, case.runner))
         .filter(|case| {
             if test.language == Language::Go {
                 let named = match case.classname.as_deref() {
@@ -351,10 +349,14 @@ pub fn status(
         })
         .collect();
     let worst = found.iter().map(|case| case.status).max()?;
+    let runner = found
+        .iter()
+        .find(|case| case.status == worst)
+        .map_or(Runner::Other, |case| case.runner);
     if !ambiguous.is_empty() {
         ambiguous.sort();
         ambiguous.dedup();
-        return Some(Err(ambiguous));
+        return Some((runner, Err(ambiguous)));
     }
     if test.language == Language::Script {
         let mut names: Vec<String> = found
@@ -364,10 +366,10 @@ pub fn status(
         names.sort();
         names.dedup();
         if names.len() > 1 {
-            return Some(Err(names));
+            return Some((runner, Err(names)));
         }
     }
-    Some(Ok(worst))
+    Some((runner, Ok(worst)))
 }
 
 #[cfg(test)]
@@ -405,9 +407,11 @@ mod tests {
         let context = Context {
             tree: &tree,
             files: files.to_vec(),
-            runner: results.runner,
         };
-        status(&results.detail, &context, relative, test)
+        status(&results.detail, &context, relative, test).map(|(runner, status)| {
+            assert_eq!(runner, results.runner);
+            status
+        })
     }
 
     fn script(name: &str) -> ForeignTest {

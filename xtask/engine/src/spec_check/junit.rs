@@ -109,6 +109,8 @@ pub struct Case {
     pub file: Option<String>,
     /// How it ended (the worst of its repeats).
     pub status: Status,
+    /// Who wrote the report it is in.
+    pub runner: Runner,
 }
 
 /// Every test case of a run, keyed by (suite, test name).
@@ -125,6 +127,27 @@ pub struct Results {
 }
 
 impl Results {
+    /// Adds the cases of another report of the same run (another runner's, say); `runner` stays
+    /// the first report's, each case keeps its own.
+    pub fn merge(&mut self, other: Results) {
+        for (key, status) in other.cases {
+            let entry = self.cases.entry(key).or_insert(status);
+            *entry = (*entry).max(status);
+        }
+        self.detail.extend(other.detail);
+    }
+
+    /// The runners that wrote the cases, in the order first seen.
+    pub fn runners(&self) -> Vec<Runner> {
+        let mut runners = vec![self.runner];
+        for case in &self.detail {
+            if !runners.contains(&case.runner) {
+                runners.push(case.runner);
+            }
+        }
+        runners
+    }
+
     /// How each test of the run ended, once per test however often the report lists it: a case
     /// is its suite, class name, file and name (nextest's suite and class name are its binary;
     /// pytest names every suite `pytest`, and the class name tells the files apart), judged by the
@@ -203,6 +226,10 @@ pub(crate) fn parse(text: &str) -> Result<Results, Error> {
     if !saw_suites {
         return Err(Error::NotJunit);
     }
+    // The runner is told only once the report is read (go-junit-report's property comes late).
+    for case in &mut results.detail {
+        case.runner = results.runner;
+    }
     Ok(results)
 }
 
@@ -236,6 +263,7 @@ fn case_of(tag: &BytesStart<'_>, suite: Option<&str>) -> Result<Case, Error> {
         classname: optional(tag, b"classname")?,
         file: optional(tag, b"file")?,
         status: Status::Passed,
+        runner: Runner::Other,
     })
 }
 

@@ -43,11 +43,12 @@ use self::problem::Problem;
 use self::report::Outcome;
 use crate::model::tree::Tree as Source;
 
-/// Runs every step on `source` and collects the summary and the problems; an unusable results
-/// file or skip ledger is fatal.
+/// Runs every step on `source` and collects the summary and the problems, judged by the test
+/// results in `results` (one JUnit report per runner; none: annotations only); an unusable
+/// results file or skip ledger is fatal.
 pub fn check(
     source: &dyn Source,
-    results: Option<&Path>,
+    results: &[&Path],
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<Outcome, Problem> {
@@ -73,7 +74,7 @@ pub fn read(source: &dyn Source) -> Result<(config::Loaded, Tree), Problem> {
 pub fn check_read(
     source: &dyn Source,
     read: &Result<(config::Loaded, Tree), Problem>,
-    results: Option<&Path>,
+    results: &[&Path],
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<Outcome, Problem> {
@@ -83,8 +84,8 @@ pub fn check_read(
 
     // Fatal before anything is judged: a run that cannot be read must not bury its one error
     // under a "not verified" problem per rule.
-    let evidence = results
-        .map(|results| test_backed::Evidence::load(source, results, skips))
+    let evidence = (!results.is_empty())
+        .then(|| test_backed::Evidence::load(source, results, skips))
         .transpose()?;
     let mut mode = report::Mode {
         test_backed: evidence.is_some(),
@@ -95,8 +96,9 @@ pub fn check_read(
         crates: crates.to_vec(),
         judged: None,
     };
-    if let (Some(evidence), Some(results)) = (&evidence, results) {
-        mode.results = Some(shown(source, results));
+    if let Some(evidence) = &evidence {
+        let shown_results: Vec<String> = results.iter().map(|path| shown(source, path)).collect();
+        mode.results = Some(shown_results.join(", "));
         mode.written = Some(crate::model::timestamp::utc(evidence.written));
         mode.cases = Some(evidence.cases);
         mode.skips = skips
@@ -183,12 +185,13 @@ pub fn check_read(
         mode.judged = Some(judged.iter().map(|j| j.judged).sum());
         // nextest is the default runner; any other is named, since its tests are matched by
         // file and name rather than by binary and module path.
-        let runner = evidence.runner();
-        if runner != junit::Runner::Nextest {
-            notes.push(format!(
-                "test results written by {}: its tests are matched by file and test name",
-                runner.name()
-            ));
+        for runner in evidence.runners() {
+            if runner != junit::Runner::Nextest {
+                notes.push(format!(
+                    "test results written by {}: its tests are matched by file and test name",
+                    runner.name()
+                ));
+            }
         }
         problems.extend(freshness::outdated(source, analyses, evidence, crates));
     }

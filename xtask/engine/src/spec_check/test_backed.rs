@@ -35,27 +35,42 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// Reads the JUnit file and (optionally) the skip ledger. Either being unusable is fatal: a
-    /// run that cannot be read is never judged as an empty one.
+    /// Reads the JUnit files (one per runner, say) as one run, and (optionally) the skip
+    /// ledger. Any being unusable is fatal: a run that cannot be read is never judged as an
+    /// empty one.
     // i[impl spec-check.fatal]
     // i[impl spec-check.test-backed.runners+2]
-    pub fn load(tree: &dyn Tree, results: &Path, skips: Option<&Path>) -> Result<Self, Problem> {
+    pub fn load(tree: &dyn Tree, results: &[&Path], skips: Option<&Path>) -> Result<Self, Problem> {
         let fatal = |what: &str, path: &Path, err: String| {
             Problem::new(Kind::TestResults, format!("cannot use the {what}: {err}"))
                 .in_file(path.display().to_string())
         };
-        let written = tree
-            .modified(results)
-            .map_err(|err| fatal("test results", results, format!("cannot read: {err}")))?;
-        let parsed = junit::read(tree, results)
-            .map_err(|err| fatal("test results", results, err.to_string()))?;
-        // jest-junit names a test's file only with `addFileAttribute`; without it a title would
-        // match same-titled tests of every file.
-        if parsed.runner == junit::Runner::Jest && parsed.detail.iter().any(|c| c.file.is_none()) {
-            let err = "a jest-junit report without `file` attributes cannot say which file a test \
-                       is in: run jest-junit with addFileAttribute=\"true\"";
-            return Err(fatal("test results", results, err.to_owned()));
+        let mut run: Option<(Results, SystemTime)> = None;
+        for &path in results {
+            let written = tree
+                .modified(path)
+                .map_err(|err| fatal("test results", path, format!("cannot read: {err}")))?;
+            let parsed = junit::read(tree, path)
+                .map_err(|err| fatal("test results", path, err.to_string()))?;
+            // jest-junit names a test's file only with `addFileAttribute`; without it a title
+            // would match same-titled tests of every file.
+            if parsed.runner == junit::Runner::Jest
+                && parsed.detail.iter().any(|c| c.file.is_none())
+            {
+                let err = "a jest-junit report without `file` attributes cannot say which file a \
+                           test is in: run jest-junit with addFileAttribute=\"true\"";
+                return Err(fatal("test results", path, err.to_owned()));
+            }
+            run = Some(match run {
+                None => (parsed, written),
+                // The run is as old as its oldest report, so a file changed since is outdated.
+                Some((mut merged, oldest)) => {
+                    merged.merge(parsed);
+                    (merged, oldest.min(written))
+                }
+            });
         }
+        let (parsed, written) = run.unwrap_or_else(|| (Results::default(), SystemTime::UNIX_EPOCH));
         let (ledger, has_ledger) = match skips {
             None => (Ledger::default(), false),
             Some(path) => match Ledger::read(tree, path) {
@@ -72,12 +87,10 @@ impl Evidence {
             has_ledger,
         })
     }
-}
 
-impl Evidence {
-    /// The runner that wrote the results.
-    pub fn runner(&self) -> junit::Runner {
-        self.results.runner
+    /// The runners that wrote the results, the first report's first.
+    pub fn runners(&self) -> Vec<junit::Runner> {
+        self.results.runners()
     }
 }
 
@@ -297,11 +310,13 @@ fn lookup_foreign(
     parsed: &ParsedFiles,
     test: &foreign::ForeignTest,
 ) -> (String, Outcome) {
-    let runner = evidence.results.runner;
-    let shown = format!("{} {}::{}", runner.name(), site.file, test.name);
+    let shown = |runner: junit::Runner| format!("{} {}::{}", runner.name(), site.file, test.name);
     if test.skipped {
         let why = "declared with todo, skip, xit or xtest: it never runs";
-        return (shown, Outcome::Skipped(why.to_owned()));
+        return (
+            shown(evidence.results.runner),
+            Outcome::Skipped(why.to_owned()),
+        );
     }
     let context = foreign::Context {
         tree,
@@ -310,16 +325,20 @@ fn lookup_foreign(
             .values()
             .map(|file| file.relative.as_str())
             .collect(),
-        runner,
     };
-    let outcome = match foreign::status(&evidence.results.detail, &context, &site.file, test) {
-        None => Outcome::Absent,
-        Some(Err(names)) => Outcome::Ambiguous(names),
-        Some(Ok(Status::Passed)) => Outcome::Passed,
-        Some(Ok(Status::Skipped)) => Outcome::Skipped("reported skipped".to_owned()),
-        Some(Ok(Status::Failed)) => Outcome::Failed,
+    // Shown with the runner whose case judged it; with none, the run's first runner.
+    let Some((runner, status)) =
+        foreign::status(&evidence.results.detail, &context, &site.file, test)
+    else {
+        return (shown(evidence.results.runner), Outcome::Absent);
     };
-    (shown, outcome)
+    let outcome = match status {
+        Err(names) => Outcome::Ambiguous(names),
+        Ok(Status::Passed) => Outcome::Passed,
+        Ok(Status::Skipped) => Outcome::Skipped("reported skipped".to_owned()),
+        Ok(Status::Failed) => Outcome::Failed,
+    };
+    (shown(runner), outcome)
 }
 
 /// A scope's verdict: passed when at least one of its tests ran and passed and none failed or

@@ -49,7 +49,7 @@ pub struct Everything {
 pub fn everything(
     source: &dyn Source,
     read: Result<(config::Loaded, spec_check::Tree), Problem>,
-    results: Option<&Path>,
+    results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
 ) -> Result<Everything, String> {

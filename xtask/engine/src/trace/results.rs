@@ -21,12 +21,13 @@ pub struct Run {
     pub source: String,
 }
 
-/// Reads the results to use, if any: `results` when given (an unusable file is an error), else the
-/// default file under `root` when it exists; `None` when there are none or `--no-results`.
+/// Reads the results to use, if any: `results` when given (one report per runner; an unusable
+/// file is an error), else the default file under `root` when it exists; `None` when there are
+/// none or `--no-results`.
 // i[impl trace.results]
 pub fn load(
     tree: &dyn Tree,
-    results: Option<&Path>,
+    results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
 ) -> Result<Option<Run>, String> {
@@ -34,18 +35,18 @@ pub fn load(
     if no_results {
         return Ok(None);
     }
-    let results: PathBuf = match results {
-        Some(path) => path.to_path_buf(),
-        None => {
-            let default = root.join(crate::model::paths::of(tree).results);
-            if !tree.is_file(&default) {
-                return Ok(None);
-            }
-            default
+    let results: Vec<PathBuf> = if results.is_empty() {
+        let default = root.join(crate::model::paths::of(tree).results);
+        if !tree.is_file(&default) {
+            return Ok(None);
         }
+        vec![default]
+    } else {
+        results.iter().map(|path| path.to_path_buf()).collect()
     };
     let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
-    let evidence = Evidence::load(tree, &results, Some(&skips)).map_err(|problem| {
+    let paths: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
+    let evidence = Evidence::load(tree, &paths, Some(&skips)).map_err(|problem| {
         problem
             .to_string()
             .replace(&root.display().to_string(), ".")
@@ -56,11 +57,12 @@ pub fn load(
     } else {
         format!("no skip ledger at {}", shown(tree, &skips))
     };
+    let files: Vec<String> = paths.iter().map(|path| shown(tree, path)).collect();
     Ok(Some(Run {
         evidence,
         source: format!(
             "test results: {} (written {}); {ledger}",
-            shown(tree, &results),
+            files.join(", "),
             timestamp::utc(modified)
         ),
     }))
