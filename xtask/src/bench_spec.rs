@@ -153,8 +153,9 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 /// The workspace's rules (from the gate), `.rs` files and annotations under the config's roots.
 fn measure_workspace(root: &Path) -> anyhow::Result<Size> {
-    let config = spec_engine::spec_check::config::load(root).map_err(|p| anyhow::anyhow!("{p}"))?;
-    let tree = spec_engine::spec_check::read_tree(root, &config.config);
+    let config = spec_engine::spec_check::config::load(&spec_engine::Disk::new(root))
+        .map_err(|p| anyhow::anyhow!("{p}"))?;
+    let tree = spec_engine::spec_check::read_tree(&spec_engine::Disk::new(root), &config.config);
     let annotations = tree.parsed.files.values().map(|f| f.refs.len()).sum();
     Ok(Size {
         rules: tree.rules.len(),
@@ -299,15 +300,19 @@ mod tests {
         assert_eq!(made.rules, 30);
         assert_eq!(made.annotations, 120, "one impl and three verify per rule");
         let root = dir.path().canonicalize().expect("root");
-        let config = spec_engine::spec_check::config::load(&root).expect("config");
-        let tree = spec_engine::spec_check::read_tree(&root, &config.config);
+        let config =
+            spec_engine::spec_check::config::load(&spec_engine::Disk::new(&root)).expect("config");
+        let tree =
+            spec_engine::spec_check::read_tree(&spec_engine::Disk::new(&root), &config.config);
         assert!(tree.problems.is_empty(), "{:?}", tree.problems);
         assert_eq!(tree.rules.len(), 30);
         let refs: usize = tree.parsed.files.values().map(|f| f.refs.len()).sum();
         assert_eq!(refs, 120);
         // 45 module files and one lib.rs per crate of 20.
         assert_eq!(tree.parsed.files.len(), 45 + 3);
-        let outcome = spec_engine::spec_check::check(&root, None, None, &[]).expect("check");
+        let outcome =
+            spec_engine::spec_check::check(&spec_engine::Disk::new(&root), &[], None, &[])
+                .expect("check");
         assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
     }
 

@@ -60,5 +60,5 @@ impl From<Args> for spec_prove::Options {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    spec_prove::run(args.into())
+    Ok(spec_prove::run(args.into())?)
 }

@@ -19,9 +19,10 @@ pub struct Args {
     /// Print a markdown table (for CI job summaries).
     #[arg(long)]
     markdown: bool,
-    /// nextest JUnit file of a test run: count a rule as verified only if one of its tests passed.
+    /// JUnit file of a test run: count a rule as verified only if one of its tests passed.
+    /// Repeatable: one report per test runner (nextest, pytest, go-junit-report, jest, vitest).
     #[arg(long, value_name = "JUNIT_XML")]
-    results: Option<PathBuf>,
+    results: Vec<PathBuf>,
     /// Skip ledger (JSON lines) written by holdfast-test-support during that run.
     #[arg(long, value_name = "LEDGER_JSONL", requires = "results")]
     skips: Option<PathBuf>,
@@ -53,9 +54,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Format::Text
     };
-    let results = args.results.as_deref().map(|p| root_relative(&root, p));
+    let results: Vec<PathBuf> = args
+        .results
+        .iter()
+        .map(|p| root_relative(&root, p))
+        .collect();
+    let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
-    match check(&root, results.as_deref(), skips.as_deref(), &args.crates) {
+    match check(
+        &spec_engine::Disk::new(&root),
+        &results,
+        skips.as_deref(),
+        &args.crates,
+    ) {
         Ok(outcome) => {
             crate::output::print(&report::render(&outcome, format));
             Ok(if outcome.problems.is_empty() {

@@ -20,10 +20,10 @@ pub struct Args {
     /// Where to write the page (default: target/spec-report.html under the root).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// nextest JUnit file of a test run (default: the configured `results`,
-    /// target/nextest/ci/junit.xml, when it exists).
+    /// JUnit file of a test run (default: the configured `results`,
+    /// target/nextest/ci/junit.xml, when it exists). Repeatable: one report per test runner.
     #[arg(long, value_name = "JUNIT_XML")]
-    results: Option<PathBuf>,
+    results: Vec<PathBuf>,
     /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
     #[arg(long, value_name = "LEDGER_JSONL")]
     skips: Option<PathBuf>,
@@ -43,38 +43,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     crate::output::print(&crate::root::banner(&root));
-    if let Err(message) = paths::load(&root) {
+    let disk = spec_engine::Disk::new(&root);
+    if let Err(message) = paths::load(&disk) {
         eprintln!("error: spec-report: {message}");
         return Ok(ExitCode::from(USAGE_ERROR));
     }
-    let results = if args.no_results {
-        None
+    let results: Vec<PathBuf> = if args.no_results {
+        Vec::new()
+    } else if args.results.is_empty() {
+        Some(root.join(paths::of(&disk).results))
+            .filter(|p| p.is_file())
+            .into_iter()
+            .collect()
     } else {
-        args.results
-            .clone()
-            .or_else(|| Some(root.join(paths::of(&root).results)).filter(|p| p.is_file()))
+        args.results.clone()
     };
+    let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args
         .skips
         .clone()
         .unwrap_or_else(|| root.join(DEFAULT_SKIPS));
-    let skips = results.as_ref().map(|_| skips).filter(|p| p.is_file());
+    let skips = Some(skips).filter(|p| !results.is_empty() && p.is_file());
     // Read and parsed once: the gate borrows the tree, then the trace keeps it.
-    let read = spec_check::read(&root);
-    let outcome =
-        match spec_check::check_read(&root, &read, results.as_deref(), skips.as_deref(), &[]) {
-            Ok(outcome) => outcome,
-            Err(problem) => {
-                eprintln!("error: spec-report: {problem}");
-                return Ok(ExitCode::from(USAGE_ERROR));
-            }
-        };
+    let read = spec_check::read(&disk);
+    let outcome = match spec_check::check_read(&disk, &read, &results, skips.as_deref(), &[]) {
+        Ok(outcome) => outcome,
+        Err(problem) => {
+            eprintln!("error: spec-report: {problem}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
     let everything = match spec_engine::trace::everything(
-        &root,
+        &disk,
         read,
-        results.as_deref(),
+        &results,
         skips.as_deref(),
-        results.is_none(),
+        results.is_empty(),
     ) {
         Ok(everything) => everything,
         Err(message) => {
@@ -82,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(USAGE_ERROR));
         }
     };
-    let crates = per_crate(&root, &everything);
+    let crates = per_crate(&disk, &everything);
     let out = args
         .out
         .clone()

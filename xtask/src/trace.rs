@@ -2,7 +2,7 @@
 //! finding the root, the flags, choosing what to trace, printing and the exit codes (0 closed or
 //! verified, 1 open or regressed, 2 a usage error).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use spec_engine::model::findings::{self, Finding};
@@ -11,6 +11,7 @@ use spec_engine::spec_check::{self, suggest};
 use spec_engine::trace::report::{self, Traced};
 use spec_engine::trace::verdict::{self, Verdict};
 use spec_engine::trace::{results, rule_report, rule_trace, usable};
+use spec_engine::{Disk, Tree};
 
 /// Arguments of `cargo xtask trace`.
 #[derive(clap::Args)]
@@ -29,10 +30,10 @@ pub struct Args {
     /// Root of the tree (default: this workspace's root).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// nextest JUnit file of a test run (default: the configured `results`,
-    /// target/nextest/ci/junit.xml, when it exists).
+    /// JUnit file of a test run (default: the configured `results`,
+    /// target/nextest/ci/junit.xml, when it exists). Repeatable: one report per test runner.
     #[arg(long, value_name = "JUNIT_XML")]
-    results: Option<PathBuf>,
+    results: Vec<PathBuf>,
     /// Skip ledger of that run (default: target/holdfast-test-skips.jsonl).
     #[arg(long, value_name = "LEDGER_JSONL")]
     skips: Option<PathBuf>,
@@ -64,7 +65,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.json {
         crate::output::print(&crate::root::banner(&root));
     }
-    let traced = paths::load(&root).and_then(|_| dispatch(&root, &args));
+    let root = Disk::new(root);
+    let traced = paths::load(&root)
+        .map_err(|error| error.to_string())
+        .and_then(|_| dispatch(&root, &args));
     match traced {
         Ok((output, code)) => {
             crate::output::print(&output);
@@ -78,7 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Reads the tree for a trace; a config or spec with problems of its own is an error.
-fn read_tree(root: &Path) -> Result<spec_check::Tree, String> {
+fn read_tree(root: &Disk) -> Result<spec_check::Tree, String> {
     usable(spec_check::read(root))
 }
 
@@ -96,7 +100,7 @@ fn refuse_rule_formats(args: &Args) -> Result<(), String> {
 /// One `warning:` line (each after a newline) per verifying file edited after the results were
 /// written.
 // i[impl trace.freshness]
-fn freshness_warnings(root: &Path, tree: &spec_check::Tree, run: &results::Run) -> String {
+fn freshness_warnings(root: &Disk, tree: &spec_check::Tree, run: &results::Run) -> String {
     spec_check::freshness::outdated(root, &tree.analyses, &run.evidence, &[])
         .iter()
         .map(|problem| format!("\nwarning: {problem}"))
@@ -106,7 +110,7 @@ fn freshness_warnings(root: &Path, tree: &spec_check::Tree, run: &results::Run) 
 /// A rule id (`demo.alpha`, `r[demo.alpha]`) is traced as a rule; anything else (a finding id,
 /// `--all`) as findings.
 // i[impl trace.rule]
-fn dispatch(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
+fn dispatch(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     match args.finding.as_deref() {
         Some(wanted) if rule_report::is_rule_id(wanted) => trace_rule(root, args, wanted),
         _ => trace(root, args),
@@ -114,16 +118,21 @@ fn dispatch(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
 }
 
 /// Traces one rule: exit 0 when it is verified, 1 when not, 2 for an unknown rule.
-fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
+fn trace_rule(root: &Disk, args: &Args, wanted: &str) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
     // A rule is traced even while the findings file is broken; spec-check reports that.
-    let all = std::fs::read_to_string(root.join(paths::of(root).findings))
+    let all = root
+        .read(&root.root().join(paths::of(root).findings))
         .ok()
         .and_then(|text| findings::parse(&text).ok())
         .unwrap_or_default();
     let run = results::load(
         root,
-        args.results.as_deref(),
+        &args
+            .results
+            .iter()
+            .map(PathBuf::as_path)
+            .collect::<Vec<_>>(),
         args.skips.as_deref(),
         args.no_results,
     )?;
@@ -146,9 +155,9 @@ fn trace_rule(root: &Path, args: &Args, wanted: &str) -> Result<(String, ExitCod
 
 /// Traces what `args` asks for under `root`; the output and exit code, or a usage error.
 // i[impl trace.exit-code]
-fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
+fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     refuse_rule_formats(args)?;
-    let all = findings::load(root)?;
+    let all = findings::load(root).map_err(|error| error.to_string())?;
     let chosen: Vec<&Finding> = match &args.finding {
         Some(wanted) => vec![find(root, &all, wanted)?],
         None => all.iter().collect(),
@@ -156,7 +165,11 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
     let run = results::load(
         root,
-        args.results.as_deref(),
+        &args
+            .results
+            .iter()
+            .map(PathBuf::as_path)
+            .collect::<Vec<_>>(),
         args.skips.as_deref(),
         args.no_results,
     )?;
@@ -218,7 +231,7 @@ fn trace(root: &Path, args: &Args) -> Result<(String, ExitCode), String> {
 
 /// The finding `wanted` names (ids compare case-insensitively), or an error with a did-you-mean.
 // i[impl trace.unknown]
-fn find<'a>(root: &Path, all: &'a [Finding], wanted: &str) -> Result<&'a Finding, String> {
+fn find<'a>(root: &Disk, all: &'a [Finding], wanted: &str) -> Result<&'a Finding, String> {
     let wanted = wanted.trim();
     if let Some(found) = all.iter().find(|f| f.id.eq_ignore_ascii_case(wanted)) {
         return Ok(found);

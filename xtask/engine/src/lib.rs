@@ -10,7 +10,8 @@
 //! How the parts fit, leaf first (each module imports only modules listed before it; a test in
 //! [`model`] checks that):
 //!
-//! - [`model`] — the records every part shares: where the engine's files live (`paths`, from
+//! - [`model`] — reading a tree through the [`Tree`] trait ([`Disk`], [`Memory`]), and the records
+//!   every part shares: where the engine's files live (`paths`, from
 //!   `[workspace.metadata.spec-engine]`), audit findings, recorded mutation proofs and their
 //!   summary, timestamps.
 //! - [`spec_check`] — reading the tree (config, rules, references, Rust test layout) into a
@@ -28,6 +29,12 @@ pub mod spec_check;
 pub mod spec_report;
 pub mod trace;
 
+pub use model::tree::{Disk, Memory, Tree};
+
+#[cfg(test)]
+mod runners;
+#[cfg(test)]
+mod shapes;
 #[cfg(test)]
 mod tests;
 

@@ -1,10 +1,8 @@
-//! The engine's checks on small trees written from strings: a tracey config, one spec of two
-//! rules, one crate. The trees are written to a temporary directory (the engine reads a tree from
-//! the disk; see the crate README on what is left to make that a trait). Annotation-shaped text
-//! inside these string literals is inert: tracey's lexer reads comments only.
+//! The engine's checks on small trees held in memory ([`Memory`]): a tracey config, one spec of
+//! two rules, one crate. Annotation-shaped text inside these string literals is inert: tracey's
+//! lexer reads comments only.
 
-use std::path::Path;
-
+use crate::model::tree::Memory;
 use crate::spec_check::problem::Kind;
 use crate::spec_check::report::Outcome;
 
@@ -60,23 +58,14 @@ fn beta_holds() {
 
 /// Checks the tree of `files` (path, text) beside the config, the spec and the manifests.
 fn check(files: &[(&str, &str)]) -> Outcome {
-    let dir = tempfile::tempdir().expect("temp dir");
     let base = [
         (".config/tracey/config.styx", CONFIG),
         ("docs/spec/demo.md", SPEC),
         ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
         ("crates/demo/Cargo.toml", MANIFEST),
     ];
-    for (path, text) in base.iter().chain(files) {
-        write(dir.path(), path, text);
-    }
-    crate::spec_check::check(dir.path(), None, None, &[]).expect("the tree is checked")
-}
-
-fn write(root: &Path, path: &str, text: &str) {
-    let path = root.join(path);
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-    std::fs::write(path, text).expect("write");
+    let tree = Memory::new(base.iter().chain(files).copied());
+    crate::spec_check::check(&tree, &[], None, &[]).expect("the tree is checked")
 }
 
 fn kinds(outcome: &Outcome) -> Vec<(Kind, Option<String>)> {

@@ -3,8 +3,6 @@
 //! matching survivor out of `missed` into the proof's `justified` list, so a justified rule is
 //! proven and the reason travels with the proof.
 
-use std::path::Path;
-
 use serde::Deserialize;
 
 use spec_engine::model::proof::Proof;
@@ -31,10 +29,10 @@ struct File {
     survivor: Vec<Justified>,
 }
 
-/// Reads the justified survivors under `root` (none when the file does not exist).
-pub fn load(root: &Path) -> Result<Vec<Justified>, String> {
-    let file = spec_engine::model::paths::of(root).survivors;
-    let text = match std::fs::read_to_string(root.join(&file)) {
+/// Reads the tree's justified survivors (none when the file does not exist).
+pub fn load(tree: &dyn spec_engine::Tree) -> Result<Vec<Justified>, String> {
+    let file = spec_engine::model::paths::of(tree).survivors;
+    let text = match tree.read(&tree.root().join(&file)) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(err) => return Err(format!("reading {file}: {err}")),
@@ -176,14 +174,14 @@ reason = "alpha's result is only logged"
             "[[survivor]]\nrule = \"a.b\"\nat = \"x.rs:1\"\nmutation = \"m\"\nreason = \" \"\n",
         )
         .expect("write");
-        assert!(load(dir.path()).is_err());
+        assert!(load(&spec_engine::Disk::new(dir.path())).is_err());
         std::fs::remove_file(
             dir.path()
                 .join(spec_engine::model::paths::DEFAULT_SURVIVORS),
         )
         .expect("rm");
         assert_eq!(
-            load(dir.path()),
+            load(&spec_engine::Disk::new(dir.path())),
             Ok(Vec::new()),
             "no file, no justification"
         );

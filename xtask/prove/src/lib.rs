@@ -22,6 +22,7 @@
 
 mod budget;
 mod ci;
+mod error;
 mod group;
 mod justified;
 mod outcomes;
@@ -37,6 +38,7 @@ use serde::Serialize;
 
 use spec_engine::spec_check::{self, config};
 
+pub use self::error::Error;
 use self::plan::Plan;
 pub use spec_engine::model::proof::Proof;
 
@@ -89,7 +91,7 @@ struct Written<'a> {
 /// Runs `prove`; exit 0 when every viable mutant of every proven rule was caught, 1 when one
 /// survived (or a rule cannot be proven), 2 for usage errors.
 // i[impl prove.run+2]
-pub fn run(mut args: Options) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Options) -> error::Result<ExitCode> {
     let usage = |message: String| {
         eprintln!("error: prove: {message}");
         Ok(ExitCode::from(USAGE_ERROR))
@@ -99,8 +101,9 @@ pub fn run(mut args: Options) -> anyhow::Result<ExitCode> {
         Err(message) => return usage(message),
     };
     holdfast_harness::output::print(&holdfast_harness::root::banner(&root));
-    if let Err(message) = spec_engine::model::paths::load(&root) {
-        return usage(message);
+    let disk = spec_engine::Disk::new(&root);
+    if let Err(message) = spec_engine::model::paths::load(&disk) {
+        return usage(message.to_string());
     }
     if args.ci {
         let from_env = std::env::var("HOLDFAST_PROVE_BASE").ok();
@@ -122,16 +125,16 @@ pub fn run(mut args: Options) -> anyhow::Result<ExitCode> {
             Err(message) => return usage(message),
         }
     }
-    let config = match config::load(&root) {
+    let config = match config::load(&disk) {
         Ok(config) => config,
         Err(problem) => return usage(problem.to_string()),
     };
-    let tree = spec_check::read_tree(&root, &config.config);
-    let all = plan::plans(&root, &tree);
+    let tree = spec_check::read_tree(&disk, &config.config);
+    let all = plan::plans(&disk, &tree);
     if args.summary {
-        return write_summary(&root, &all);
+        return write_summary(&disk, &all);
     }
-    let justified = match justified::load(&root) {
+    let justified = match justified::load(&disk) {
         Ok(justified) => justified,
         Err(message) => return usage(message),
     };
@@ -305,16 +308,18 @@ impl Tally {
 
 /// `--summary`: the proof summary (docs/audit/proof.md unless configured) from target/prove/
 /// over the file's earlier rows, for the current rules in spec order.
-fn write_summary(root: &Path, all: &[Plan]) -> anyhow::Result<ExitCode> {
-    let earlier = summary::read(root);
+fn write_summary(disk: &spec_engine::Disk, all: &[Plan]) -> error::Result<ExitCode> {
+    use spec_engine::Tree as _;
+    let root = disk.root();
+    let earlier = summary::read(disk);
     let mut proofs = Vec::new();
     for plan in all {
-        let proof = local(root, &plan.id).or_else(|| earlier.get(&plan.rule).cloned());
+        let proof = local(disk, &plan.id).or_else(|| earlier.get(&plan.rule).cloned());
         if let Some(proof) = proof {
             proofs.push((plan.rule.clone(), proof));
         }
     }
-    let file = spec_engine::model::paths::of(root).proof;
+    let file = spec_engine::model::paths::of(disk).proof;
     let path = root.join(&file);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -448,7 +453,7 @@ fn select_test_targets(command: &mut Command, plan: &Plan) {
 /// --list` over them all (no build, no test): a listing per rule costs a second or two, and a big
 /// merge touches hundreds of rules.
 // i[impl prove.budget+3]
-fn count_mutants(root: &Path, plans: &[Plan]) -> anyhow::Result<Vec<usize>> {
+fn count_mutants(root: &Path, plans: &[Plan]) -> error::Result<Vec<usize>> {
     let provable: Vec<&Plan> = plans.iter().filter(|p| p.provable()).collect();
     if provable.is_empty() {
         return Ok(vec![0; plans.len()]);
@@ -460,15 +465,14 @@ fn count_mutants(root: &Path, plans: &[Plan]) -> anyhow::Result<Vec<usize>> {
     select_mutants(&mut command, &provable);
     let output = command.output()?;
     if !output.status.success() {
-        anyhow::bail!(
-            "cargo mutants --list failed for {}: {}",
-            provable
+        return Err(Error::ListFailed {
+            rules: provable
                 .iter()
                 .map(|p| p.rule.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
     }
     let listed = plan::listed(&output.stdout)?;
     Ok(plans
@@ -499,7 +503,7 @@ fn prove_one(
     plan: &Plan,
     timeout: Option<u64>,
     deadline: Option<std::time::Instant>,
-) -> anyhow::Result<Run> {
+) -> error::Result<Run> {
     let rule_dir = out_dir.join(&plan.id);
     let _ = std::fs::remove_dir_all(&rule_dir);
     // An earlier run's result must not stand for this one when this one fails (a failing
@@ -534,11 +538,11 @@ fn prove_one(
             plan.covers(file, line)
         })
         .map(Run::Done),
-        code => anyhow::bail!(
-            "cargo-mutants ended with {code:?} for {}; see {}",
-            plan.rule,
-            rule_dir.join("cargo-mutants.log").display()
-        ),
+        code => Err(Error::MutantsFailed {
+            code,
+            rule: plan.rule.clone(),
+            log: rule_dir.join("cargo-mutants.log"),
+        }),
     }
 }
 
@@ -623,7 +627,7 @@ fn baseline(
     rule_dir: &Path,
     plan: &Plan,
     deadline: Option<std::time::Instant>,
-) -> anyhow::Result<Baseline> {
+) -> error::Result<Baseline> {
     let log_path = rule_dir.join("baseline.log");
     let log = std::fs::File::create(&log_path)?;
     let mut test_took = std::time::Duration::ZERO;
@@ -637,12 +641,12 @@ fn baseline(
             return Ok(Baseline::CutOff);
         };
         if !status.success() {
-            anyhow::bail!(
-                "the unmutated tree failed the {} of {}'s tests ({status}); see {}",
-                phase.name(),
-                plan.rule,
-                log_path.display()
-            );
+            return Err(Error::UnmutatedFailed {
+                phase: phase.name().to_owned(),
+                rule: plan.rule.clone(),
+                status: status.to_string(),
+                log: log_path.clone(),
+            });
         }
         test_took = started.elapsed();
     }
@@ -722,7 +726,7 @@ fn wait_or_cut_off(
     plan: &Plan,
     outcomes_json: &Path,
     deadline: Option<std::time::Instant>,
-) -> anyhow::Result<Ended> {
+) -> error::Result<Ended> {
     let mut child = command.stdout(log.try_clone()?).stderr(log).spawn()?;
     loop {
         if let Some(status) = child.try_wait()? {

@@ -8,6 +8,7 @@ use serde::Deserialize;
 pub use spec_engine::model::proof::Proof;
 
 use super::plan::Plan;
+use crate::Error;
 
 /// A rule with nothing to mutate or nothing to judge with.
 pub fn not_provable(plan: &Plan) -> Proof {
@@ -42,7 +43,7 @@ pub type Within<'a> = &'a dyn Fn(&str, usize) -> bool;
 /// Reads `outcomes.json`; `code` is cargo-mutants' exit code, for the error when there is none.
 /// Only the mutants `within` places in the rule's items count.
 // i[impl prove.outcomes+2]
-pub fn read(path: &Path, code: Option<i32>, within: Within) -> anyhow::Result<Proof> {
+pub fn read(path: &Path, code: Option<i32>, within: Within) -> crate::error::Result<Proof> {
     // cargo-mutants exits 0 and writes no outcomes when the filters leave no mutant ("Found 0
     // mutants to test"): nothing was judged, which is not an error of the run.
     if code == Some(0) && !path.exists() {
@@ -51,11 +52,10 @@ pub fn read(path: &Path, code: Option<i32>, within: Within) -> anyhow::Result<Pr
             ..Proof::default()
         });
     }
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        anyhow::anyhow!(
-            "cargo-mutants (exit {code:?}) left no {}: {err}; see cargo-mutants.log beside it",
-            path.display()
-        )
+    let text = std::fs::read_to_string(path).map_err(|source| Error::NoOutcomes {
+        code,
+        path: path.to_path_buf(),
+        source,
     })?;
     parse(&text, within)
 }
@@ -64,14 +64,14 @@ pub fn read(path: &Path, code: Option<i32>, within: Within) -> anyhow::Result<Pr
 /// cargo-mutants 27 applies `--re` to no struct-field deletion (`delete field x from struct S
 /// expression`), so it tries those of every function in the file, other rules' code included.
 // i[impl prove.outcomes+2]
-pub fn parse(text: &str, within: Within) -> anyhow::Result<Proof> {
+pub fn parse(text: &str, within: Within) -> crate::error::Result<Proof> {
     let lab: Lab = serde_json::from_str(text)?;
     let mut proof = Proof::default();
     for outcome in lab.outcomes {
         let Some(mutant) = outcome.scenario.get("Mutant") else {
             // The baseline: cargo-mutants stops before any mutant when it fails.
             if outcome.summary != "Success" {
-                anyhow::bail!("the unmutated tree failed its tests ({})", outcome.summary);
+                return Err(Error::BaselineFailed(outcome.summary));
             }
             continue;
         };
@@ -106,7 +106,7 @@ pub fn parse(text: &str, within: Within) -> anyhow::Result<Proof> {
                     proof.survivors.push(format!("{file}:{line}:{col}: {name}"));
                 }
             }
-            other => anyhow::bail!("unexpected cargo-mutants outcome `{other}`"),
+            other => return Err(Error::UnexpectedOutcome(other.to_owned())),
         }
     }
     Ok(proof)
@@ -138,9 +138,15 @@ mod tests {
         assert!(!proof.proven());
         let failed = r#"{"outcomes":[{"scenario":"Baseline","summary":"Failure"}]}"#;
         assert!(
-            parse(failed, &|_, _| true).is_err(),
+            matches!(parse(failed, &|_, _| true), Err(Error::BaselineFailed(summary)) if summary == "Failure"),
             "a failing baseline proves nothing"
         );
+        let odd = r#"{"outcomes":[{"scenario":{"Mutant":{"file":"a.rs"}},"summary":"Exploded"}]}"#;
+        assert!(matches!(
+            parse(odd, &|_, _| true),
+            Err(Error::UnexpectedOutcome(outcome)) if outcome == "Exploded"
+        ));
+        assert!(matches!(parse("{", &|_, _| true), Err(Error::Json(_))));
     }
 
     // i[verify prove.outcomes+2]
@@ -157,7 +163,10 @@ mod tests {
             format!("r[demo]: not provable — {NO_MUTANTS}")
         );
         // Survivors or timeouts were reported, so the outcomes must be there.
-        assert!(read(&absent, Some(2), &|_, _| true).is_err());
+        assert!(matches!(
+            read(&absent, Some(2), &|_, _| true),
+            Err(Error::NoOutcomes { code: Some(2), .. })
+        ));
         assert!(read(&absent, Some(3), &|_, _| true).is_err());
     }
 

@@ -135,7 +135,7 @@ pub struct Listed {
 
 /// Reads the output of `cargo mutants --list --json`.
 // i[impl prove.budget+3]
-pub fn listed(json: &[u8]) -> anyhow::Result<Vec<Listed>> {
+pub fn listed(json: &[u8]) -> crate::error::Result<Vec<Listed>> {
     let entries: Vec<serde_json::Value> = serde_json::from_slice(json)?;
     Ok(entries
         .iter()
@@ -196,7 +196,7 @@ fn regex_escape(text: &str) -> String {
 /// The plan of every rule in `tree` (in spec order); rules with no Rust item or no test to judge
 /// it get an empty target or judge list, which `prove` reports as not provable.
 // i[impl prove.plan+4]
-pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
+pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
     let mut plans = Vec::new();
     for rule in &tree.rules {
         let mut targets: Vec<Target> = Vec::new();
@@ -216,7 +216,7 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
                 let Some(item) = layout.and_then(|layout| layout.item_at(site.line)) else {
                     continue;
                 };
-                let package = crate_layout::package_of(root, &site.path).map(|(p, _)| p);
+                let package = crate_layout::package_of(source, &site.path).map(|(p, _)| p);
                 for item in std::iter::once(item).chain(impls_of(layout, item)) {
                     let target = Target {
                         file: site.file.clone(),
@@ -243,9 +243,9 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
                 // The test the annotation precedes, else every test of the file or module it
                 // heads.
                 let tests: Vec<(test_backed::TestFn, Option<(usize, usize)>)> =
-                    match test_backed::test_fn(root, site, &tree.parsed) {
+                    match test_backed::test_fn(source, site, &tree.parsed) {
                         Some(test) => vec![(test, span(site.line))],
-                        None => test_backed::scope_tests(root, site, &tree.parsed)
+                        None => test_backed::scope_tests(source, site, &tree.parsed)
                             .into_iter()
                             .map(|test| {
                                 let lines = span(test.line);
@@ -255,7 +255,7 @@ pub fn plans(root: &Path, tree: &Tree) -> Vec<Plan> {
                     };
                 for (test, lines) in tests {
                     let judge = Judge {
-                        package: crate_layout::package_of(root, &site.path).map(|(p, _)| p),
+                        package: crate_layout::package_of(source, &site.path).map(|(p, _)| p),
                         binary: test.target.map(|t| t.suite),
                         name: test.full_name,
                         file: site.file.clone(),

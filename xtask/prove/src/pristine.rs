@@ -51,16 +51,16 @@ impl Snapshot {
     /// Writes back every file that differs from its snapshot; an error naming them, for `rule`'s
     /// run, when there was one.
     // i[impl prove.pristine]
-    pub fn ensure_restored(&self, rule: &str) -> anyhow::Result<()> {
+    pub fn ensure_restored(&self, rule: &str) -> crate::error::Result<()> {
         let restored = self.restore_changed()?;
         if restored.is_empty() {
             return Ok(());
         }
         let names: Vec<_> = restored.iter().map(|p| p.display().to_string()).collect();
-        anyhow::bail!(
-            "cargo-mutants left {} mutated for {rule}; written back from before the run",
-            names.join(", ")
-        );
+        Err(crate::Error::LeftMutated {
+            files: names.join(", "),
+            rule: rule.to_owned(),
+        })
     }
 }
 

@@ -130,7 +130,9 @@ pub fn parse_libtest_result(line: &str) -> Counts {
 /// Counts from the run's JUnit report, read by the spec gate's own reader ([`junit`]); an
 /// unreadable report counts nothing (the gate then fails the run on it).
 pub fn junit_counts(path: &Path) -> Counts {
-    match junit::read(path) {
+    // The gate's reader reads through a tree; the report may lie anywhere on the disk.
+    let dir = path.parent().unwrap_or(path);
+    match junit::read(&spec_engine::Disk::new(dir), path) {
         Ok(results) => counts_of(&results),
         Err(_) => Counts::default(),
     }
@@ -139,7 +141,7 @@ pub fn junit_counts(path: &Path) -> Counts {
 /// Pass/fail/skip counts of parsed results.
 fn counts_of(results: &junit::Results) -> Counts {
     let mut counts = Counts::default();
-    for status in results.cases.values() {
+    for status in results.statuses() {
         match status {
             Status::Passed => counts.passed += 1,
             Status::Failed => counts.failed += 1,
@@ -276,7 +278,8 @@ mod tests {
 </testsuite></testsuites>"#,
         )
         .expect("write");
-        let results = junit::read(&junit).expect("the gate reads it");
+        let results =
+            junit::read(&spec_engine::Disk::new(dir.path()), &junit).expect("the gate reads it");
         assert_eq!(results.cases.len(), 4);
         assert_eq!(
             junit_counts(&junit),

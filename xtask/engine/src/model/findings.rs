@@ -4,8 +4,6 @@
 //! finding's section. A malformed finding is an error naming its line, never a finding quietly
 //! dropped.
 
-use std::path::Path;
-
 use tracey_core::{RuleId, parse_rule_id};
 
 /// A rule a finding names, as written there.
@@ -43,18 +41,46 @@ pub struct Finding {
     pub still_open: Option<String>,
 }
 
-/// Reads and parses the findings file under `root` (at its configured path, [`super::paths`]).
-pub fn load(root: &Path) -> Result<Vec<Finding>, String> {
-    let file = super::paths::of(root).findings;
-    let text = std::fs::read_to_string(root.join(&file))
-        .map_err(|err| format!("{file}: cannot read the findings: {err}"))?;
-    parse(&text).map_err(|errors| {
-        let lines: Vec<String> = errors
-            .iter()
-            .map(|(line, message)| format!("{file}:{line}: {message}"))
-            .collect();
-        format!("the findings file is malformed:\n{}", lines.join("\n"))
-    })
+/// Why the findings file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// It cannot be read.
+    #[error("{file}: cannot read the findings: {source}")]
+    Read {
+        /// Its root-relative path.
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It does not parse: each error at its 1-based line.
+    #[error("the findings file is malformed:\n{}", malformed(file, errors))]
+    Malformed {
+        /// Its root-relative path.
+        file: String,
+        /// Each error with its line.
+        errors: Vec<(usize, String)>,
+    },
+}
+
+/// One `FILE:LINE: message` line per error.
+fn malformed(file: &str, errors: &[(usize, String)]) -> String {
+    errors
+        .iter()
+        .map(|(line, message)| format!("{file}:{line}: {message}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Reads and parses the tree's findings file (at its configured path, [`super::paths`]).
+pub fn load(tree: &dyn super::tree::Tree) -> Result<Vec<Finding>, Error> {
+    let file = super::paths::of(tree).findings;
+    let text = tree
+        .read(&tree.root().join(&file))
+        .map_err(|source| Error::Read {
+            file: file.clone(),
+            source,
+        })?;
+    parse(&text).map_err(|errors| Error::Malformed { file, errors })
 }
 
 const CLOSED_BY: &str = "**Closed by:**";

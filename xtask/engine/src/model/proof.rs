@@ -1,7 +1,7 @@
 //! One rule's mutation proof as `cargo xtask prove` records it, and where the last one is found:
 //! `target/prove/ID.json`, else the rule's row of `docs/audit/proof.md` ([`super::proof_summary`]).
 
-use std::path::Path;
+use super::tree::Tree;
 
 use serde::{Deserialize, Serialize};
 
@@ -79,13 +79,13 @@ impl Proof {
     }
 }
 
-/// The last recorded proof of the rule `id` under `root`, if `prove` ran on this version of it:
+/// The last recorded proof of the rule `id` in the tree, if `prove` ran on this version of it:
 /// `target/prove/ID.json`, else the rule's row in the checked-in `docs/audit/proof.md`.
 // i[impl prove.shown+2]
-pub fn recorded(root: &Path, id: &tracey_core::RuleId) -> Option<Proof> {
+pub fn recorded(tree: &dyn Tree, id: &tracey_core::RuleId) -> Option<Proof> {
     let id = id.to_string();
-    local(root, &id).or_else(|| {
-        proof_summary::read(root)
+    local(tree, &id).or_else(|| {
+        proof_summary::read(tree)
             .iter()
             .find(|(marker, _)| marker_id(marker) == id)
             .map(|(_, proof)| proof.clone())
@@ -93,9 +93,10 @@ pub fn recorded(root: &Path, id: &tracey_core::RuleId) -> Option<Proof> {
 }
 
 /// `target/prove/ID.json`, if a proof of that rule version ran here.
-pub fn local(root: &Path, id: &str) -> Option<Proof> {
-    let text =
-        std::fs::read_to_string(root.join("target/prove").join(format!("{id}.json"))).ok()?;
+pub fn local(tree: &dyn Tree, id: &str) -> Option<Proof> {
+    let text = tree
+        .read(&tree.root().join("target/prove").join(format!("{id}.json")))
+        .ok()?;
     serde_json::from_str(&text).ok()
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::proof::Proof;
@@ -151,18 +151,18 @@ pub fn parse(text: &str) -> BTreeMap<String, Proof> {
 
 type Cache = Mutex<BTreeMap<PathBuf, Arc<BTreeMap<String, Proof>>>>;
 
-/// The summary's proofs under `root`, read once per process (trace and report ask per rule).
-pub fn read(root: &Path) -> Arc<BTreeMap<String, Proof>> {
+/// The summary's proofs in the tree, read once per process (trace and report ask per rule).
+pub fn read(tree: &dyn super::tree::Tree) -> Arc<BTreeMap<String, Proof>> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Cache::default);
     let mut cache = cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     cache
-        .entry(root.to_path_buf())
+        .entry(tree.root().to_path_buf())
         .or_insert_with(|| {
             Arc::new(
-                std::fs::read_to_string(root.join(super::paths::of(root).proof))
+                tree.read(&tree.root().join(super::paths::of(tree).proof))
                     .map(|text| parse(&text))
                     .unwrap_or_default(),
             )

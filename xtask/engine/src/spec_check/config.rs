@@ -4,9 +4,9 @@
 //! tracey 1.3.0's `query` answers "No specs configured" and exits 0 when the config cannot be parsed;
 //! here every such case is a [`Kind::Config`] problem.
 
-use std::path::Path;
-
 use tracey_config::Config;
+
+use crate::model::tree::Tree;
 
 use super::problem::{Kind, Problem};
 
@@ -21,11 +21,11 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-/// Reads and validates the config under `root`; an unreadable or unparsable config is an error.
+/// Reads and validates the tree's config; an unreadable or unparsable config is an error.
 // i[impl spec-check.config]
-pub fn load(root: &Path) -> Result<Loaded, Problem> {
-    let path = root.join(CONFIG_PATH);
-    let text = std::fs::read_to_string(&path).map_err(|err| {
+pub fn load(tree: &dyn Tree) -> Result<Loaded, Problem> {
+    let path = tree.root().join(CONFIG_PATH);
+    let text = tree.read(&path).map_err(|err| {
         Problem::new(
             Kind::Config,
             format!("cannot read the tracey config: {err}"),

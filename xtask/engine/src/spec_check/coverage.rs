@@ -20,6 +20,7 @@ use serde::Serialize;
 use tracey_config::{Impl, SpecConfig};
 use tracey_core::{RefVerb, ReqReference, RuleIdMatch, classify_reference_for_rule};
 
+use super::foreign;
 use super::problem::{Kind, Problem};
 use super::rules::Rule;
 use super::sources::{ParsedFiles, Scanned};
@@ -363,7 +364,10 @@ fn verify_not_on_test(
     if reference.verb != RefVerb::Verify || code == Code::NotTest {
         return None;
     }
-    let layout = parsed.files.get(&site.path)?.layout.as_ref()?;
+    let file = parsed.files.get(&site.path)?;
+    let Some(layout) = file.layout.as_ref() else {
+        return foreign_not_on_test(reference, site, &file.content, spec);
+    };
     let problem = match layout.function_after(site.line) {
         Some(function) if !function.is_test => Problem::new(
             Kind::VerifyNotOnTest,
@@ -401,6 +405,31 @@ fn verify_not_on_test(
             ),
         },
     };
+    Some(located(problem, reference, site, spec))
+}
+
+/// A `verify` annotation in a Python, Go or script test file must precede a test its runner
+/// collects.
+// i[impl spec-check.test-backed.runners+2]
+fn foreign_not_on_test(
+    reference: &ReqReference,
+    site: &Site,
+    content: &str,
+    spec: &str,
+) -> Option<Problem> {
+    foreign::Language::of(&site.file)?;
+    if foreign::test_after(&site.file, content, site.line).is_some() {
+        return None;
+    }
+    let problem = Problem::new(
+        Kind::VerifyNotOnTest,
+        format!(
+            "{} precedes no test its runner collects (`def test_*`, `func TestX`, `it(\"...\")` \
+             or `test(\"...\")`), so no test run can prove the rule; move it to the line before \
+             a test",
+            written(reference)
+        ),
+    );
     Some(located(problem, reference, site, spec))
 }
 

@@ -7,6 +7,8 @@
 
 use std::path::{Component, Path};
 
+use crate::model::tree::Tree;
+
 /// A test binary and the module path of a file inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestTarget {
@@ -18,10 +20,12 @@ pub struct TestTarget {
     pub modules: Vec<String>,
 }
 
-/// The package whose manifest is the nearest above `path` (stopping at `root`), and its directory.
-pub fn package_of<'a>(root: &Path, path: &'a Path) -> Option<(String, &'a Path)> {
+/// The package whose manifest is the nearest above `path` (stopping at the tree's root), and its
+/// directory.
+pub fn package_of<'a>(tree: &dyn Tree, path: &'a Path) -> Option<(String, &'a Path)> {
+    let root = tree.root();
     for dir in path.ancestors().skip(1) {
-        if let Some(name) = package_name(&dir.join("Cargo.toml")) {
+        if let Some(name) = package_name(tree, &dir.join("Cargo.toml")) {
             return Some((name, dir));
         }
         if dir == root {
@@ -32,8 +36,8 @@ pub fn package_of<'a>(root: &Path, path: &'a Path) -> Option<(String, &'a Path)>
 }
 
 /// Places `path` in its test binary, if cargo's conventional layout says where.
-pub fn locate(root: &Path, path: &Path) -> Option<TestTarget> {
-    let (package, dir) = package_of(root, path)?;
+pub fn locate(tree: &dyn Tree, path: &Path) -> Option<TestTarget> {
+    let (package, dir) = package_of(tree, path)?;
     let parts: Vec<String> = path
         .strip_prefix(dir)
         .ok()?
@@ -55,7 +59,7 @@ pub fn locate(root: &Path, path: &Path) -> Option<TestTarget> {
         ["src", "bin", file] => Some(target(format!("{package}::bin/{}", stem(file)), &[])),
         ["src", "bin", name, rest @ ..] => Some(target(format!("{package}::bin/{name}"), rest)),
         ["src", rest @ ..] => {
-            let suite = if dir.join("src/lib.rs").exists() {
+            let suite = if tree.is_file(&dir.join("src/lib.rs")) {
                 package.clone()
             } else {
                 format!("{package}::bin/{package}")
@@ -63,7 +67,9 @@ pub fn locate(root: &Path, path: &Path) -> Option<TestTarget> {
             Some(target(suite, rest))
         }
         ["tests", file] => Some(target(format!("{package}::{}", stem(file)), &[])),
-        ["tests", name, rest @ ..] if dir.join("tests").join(name).join("main.rs").exists() => {
+        ["tests", name, rest @ ..]
+            if tree.is_file(&dir.join("tests").join(name).join("main.rs")) =>
+        {
             Some(target(format!("{package}::{name}"), rest))
         }
         ["benches", file] => Some(target(format!("{package}::bench/{}", stem(file)), &[])),
@@ -107,7 +113,7 @@ fn module_path(parts: &[&str]) -> Vec<String> {
 
 /// `name` from the `[package]` table of a manifest, read line by line (a workspace-only manifest
 /// has none).
-fn package_name(manifest: &Path) -> Option<String> {
+fn package_name(tree: &dyn Tree, manifest: &Path) -> Option<String> {
     // Asked once per source file and per test site: remember each manifest's answer.
     static SEEN: std::sync::OnceLock<
         std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Option<String>>>,
@@ -116,15 +122,15 @@ fn package_name(manifest: &Path) -> Option<String> {
     if let Some(known) = seen.lock().ok().and_then(|m| m.get(manifest).cloned()) {
         return known;
     }
-    let name = read_package_name(manifest);
+    let name = read_package_name(tree, manifest);
     if let Ok(mut map) = seen.lock() {
         map.insert(manifest.to_path_buf(), name.clone());
     }
     name
 }
 
-fn read_package_name(manifest: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(manifest).ok()?;
+fn read_package_name(tree: &dyn Tree, manifest: &Path) -> Option<String> {
+    let text = tree.read(manifest).ok()?;
     let mut in_package = false;
     for line in text.lines() {
         let line = line.trim();
@@ -147,36 +153,33 @@ fn read_package_name(manifest: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::tree::Memory;
 
-    fn package(root: &Path, dir: &str, name: &str) {
-        let dir = root.join(dir);
-        std::fs::create_dir_all(dir.join("src")).expect("mkdir");
-        std::fs::write(
-            dir.join("Cargo.toml"),
-            format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\n\n[dependencies]\nname = \"x\"\n"),
-        )
-        .expect("manifest");
+    /// A workspace of one package, `holdfast-pull`, with a library, plus `extra` files.
+    fn workspace(extra: &[&str]) -> Memory {
+        let mut tree = Memory::new([
+            ("Cargo.toml", "[workspace]\nmembers = [\"crates/*\"]\n"),
+            (
+                "crates/pull/Cargo.toml",
+                "[package]\nname = \"holdfast-pull\"\nversion = \"0.1.0\"\n\n[dependencies]\nname = \"x\"\n",
+            ),
+            ("crates/pull/src/lib.rs", ""),
+        ]);
+        for file in extra {
+            tree.insert(file, "");
+        }
+        tree
     }
 
-    fn place(root: &Path, file: &str) -> Option<(String, String)> {
-        let path = root.join(file);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, "").expect("file");
-        locate(root, &path).map(|t| (t.suite, t.modules.join("::")))
+    fn place(tree: &Memory, file: &str) -> Option<(String, String)> {
+        let path = tree.root().join(file);
+        locate(tree, &path).map(|t| (t.suite, t.modules.join("::")))
     }
 
     // i[verify spec-check.test-backed]
     #[test]
     fn files_map_to_nextest_binary_ids_and_module_paths() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path();
-        std::fs::write(
-            root.join("Cargo.toml"),
-            "[workspace]\nmembers = [\"crates/*\"]\n",
-        )
-        .expect("workspace manifest");
-        package(root, "crates/pull", "holdfast-pull");
-        std::fs::write(root.join("crates/pull/src/lib.rs"), "").expect("lib.rs");
+        let root = &workspace(&[]);
         let cases = [
             ("crates/pull/src/lib.rs", Some(("holdfast-pull", ""))),
             (
@@ -205,8 +208,8 @@ mod tests {
             let expected = expected.map(|(s, m)| (s.to_owned(), m.to_owned()));
             assert_eq!(place(root, file), expected, "{file}");
         }
-        std::fs::create_dir_all(root.join("crates/pull/tests/multi")).expect("mkdir");
-        std::fs::write(root.join("crates/pull/tests/multi/main.rs"), "").expect("main.rs");
+        assert_eq!(place(root, "crates/pull/tests/multi/part.rs"), None);
+        let root = &workspace(&["crates/pull/tests/multi/main.rs"]);
         assert_eq!(
             place(root, "crates/pull/tests/multi/part.rs"),
             Some(("holdfast-pull::multi".to_owned(), "part".to_owned()))

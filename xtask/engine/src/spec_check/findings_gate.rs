@@ -5,7 +5,7 @@
 //! for a crate not written yet: allowed (the findings file says so), and listed in the output so
 //! the allowance is never silent. Once the crate's rules land, the allowance ends by itself.
 
-use std::path::Path;
+use crate::model::tree::Tree;
 
 use crate::model::{findings, paths};
 
@@ -22,11 +22,11 @@ pub struct Checked {
     pub planned: Vec<String>,
 }
 
-/// Checks the findings file under `root` against `rules`.
+/// Checks the tree's findings file against `rules`.
 // i[impl spec-check.findings+2]
-pub fn check(root: &Path, rules: &[Rule]) -> Checked {
-    let file = paths::of(root).findings;
-    let text = match std::fs::read_to_string(root.join(&file)) {
+pub fn check(tree: &dyn Tree, rules: &[Rule]) -> Checked {
+    let file = paths::of(tree).findings;
+    let text = match tree.read(&tree.root().join(&file)) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Checked::default(),
         Err(err) => {

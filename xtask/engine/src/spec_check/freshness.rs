@@ -2,8 +2,8 @@
 //! after the JUnit file was written may hold tests that never ran in that run (or ran in an older
 //! form), so the gate says so instead of lending them the old run's results.
 
+use crate::model::tree::Tree;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use super::coverage::Analysis;
 use super::crate_layout;
@@ -14,7 +14,7 @@ use crate::model::timestamp;
 /// One problem per file with `verify` annotations (of the rules judged) modified after the results.
 // i[impl spec-check.freshness]
 pub fn outdated(
-    root: &Path,
+    tree: &dyn Tree,
     analyses: &[Analysis],
     evidence: &Evidence,
     crates: &[String],
@@ -23,11 +23,11 @@ pub fn outdated(
     for analysis in analyses {
         for coverage in &analysis.rules {
             for site in &coverage.verify_sites {
-                let package = crate_layout::package_of(root, &site.path).map(|(p, _)| p);
+                let package = crate_layout::package_of(tree, &site.path).map(|(p, _)| p);
                 if !crates.is_empty() && !package.as_ref().is_some_and(|p| crates.contains(p)) {
                     continue;
                 }
-                let Ok(modified) = std::fs::metadata(&site.path).and_then(|m| m.modified()) else {
+                let Ok(modified) = tree.modified(&site.path) else {
                     continue;
                 };
                 if modified > evidence.written {

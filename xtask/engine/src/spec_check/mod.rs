@@ -15,7 +15,8 @@
 //!    and turns every gap into a [`problem::Problem`].
 //! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
 //!    ([`skips`]), maps tests to files with [`crate_layout`], and keeps a rule verified only if one of
-//!    its tests ran and passed.
+//!    its tests ran and passed; a `verify` in a Python, Go or script test file is looked up among
+//!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]).
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
 
 mod block_on;
@@ -23,6 +24,7 @@ pub mod config;
 pub mod coverage;
 pub mod crate_layout;
 mod findings_gate;
+pub mod foreign;
 pub mod freshness;
 pub mod junit;
 pub mod problem;
@@ -39,48 +41,51 @@ use std::path::Path;
 
 use self::problem::Problem;
 use self::report::Outcome;
+use crate::model::tree::Tree as Source;
 
-/// Runs every step on `root` and collects the summary and the problems; an unusable results file
-/// or skip ledger is fatal.
+/// Runs every step on `source` and collects the summary and the problems, judged by the test
+/// results in `results` (one JUnit report per runner; none: annotations only); an unusable
+/// results file or skip ledger is fatal.
 pub fn check(
-    root: &Path,
-    results: Option<&Path>,
+    source: &dyn Source,
+    results: &[&Path],
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<Outcome, Problem> {
-    check_read(root, &read(root), results, skips, crates)
+    check_read(source, &read(source), results, skips, crates)
 }
 
-/// Reads `root`'s config and, when it is usable, its tree: what [`check_read`] judges and
+/// Reads `source`'s config and, when it is usable, its tree: what [`check_read`] judges and
 /// `cargo xtask spec-report` also traces, so the tree is read and parsed once.
-pub fn read(root: &Path) -> Result<(config::Loaded, Tree), Problem> {
-    let mut config = config::load(root)?;
+pub fn read(source: &dyn Source) -> Result<(config::Loaded, Tree), Problem> {
+    let mut config = config::load(source)?;
     // The engine's own paths (findings, proof summary, …): an unusable table fails the gate
     // rather than quietly reading the defaults.
-    if let Err(message) = crate::model::paths::load(root) {
+    if let Err(error) = crate::model::paths::load(source) {
         config
             .problems
-            .push(Problem::new(problem::Kind::Config, message).in_file("Cargo.toml"));
+            .push(Problem::new(problem::Kind::Config, error.to_string()).in_file("Cargo.toml"));
     }
-    let tree = read_tree(root, &config.config);
+    let tree = read_tree(source, &config.config);
     Ok((config, tree))
 }
 
-/// [`check`] on a tree already [`read`]; the tree is only borrowed.
+/// [`check`] on a tree already [`read`] from `source`; the tree is only borrowed.
 pub fn check_read(
-    root: &Path,
+    source: &dyn Source,
     read: &Result<(config::Loaded, Tree), Problem>,
-    results: Option<&Path>,
+    results: &[&Path],
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<Outcome, Problem> {
+    let root = source.root();
     let mut problems = Vec::new();
     let mut notes = Vec::new();
 
     // Fatal before anything is judged: a run that cannot be read must not bury its one error
     // under a "not verified" problem per rule.
-    let evidence = results
-        .map(|results| test_backed::Evidence::load(results, skips))
+    let evidence = (!results.is_empty())
+        .then(|| test_backed::Evidence::load(source, results, skips))
         .transpose()?;
     let mut mode = report::Mode {
         test_backed: evidence.is_some(),
@@ -91,13 +96,14 @@ pub fn check_read(
         crates: crates.to_vec(),
         judged: None,
     };
-    if let (Some(evidence), Some(results)) = (&evidence, results) {
-        mode.results = Some(shown(root, results));
+    if let Some(evidence) = &evidence {
+        let shown_results: Vec<String> = results.iter().map(|path| shown(source, path)).collect();
+        mode.results = Some(shown_results.join(", "));
         mode.written = Some(crate::model::timestamp::utc(evidence.written));
         mode.cases = Some(evidence.cases);
         mode.skips = skips
             .filter(|_| evidence.has_ledger)
-            .map(|path| shown(root, path));
+            .map(|path| shown(source, path));
     }
 
     let (config, tree) = match read {
@@ -142,7 +148,7 @@ pub fn check_read(
     // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
     let proofs: Vec<(String, crate::model::proof::Proof)> = rules
         .iter()
-        .filter_map(|r| crate::model::proof::recorded(root, &r.id).map(|p| (r.marker(), p)))
+        .filter_map(|r| crate::model::proof::recorded(source, &r.id).map(|p| (r.marker(), p)))
         .collect();
     if !proofs.is_empty() {
         let survivors: Vec<&str> = proofs
@@ -154,7 +160,7 @@ pub fn check_read(
         notes.push(format!(
             "proof (target/prove/, {}): {} of {} rules proven; with surviving mutants: {}; \
              justified survivors: {justified}",
-            crate::model::paths::of(root).proof,
+            crate::model::paths::of(source).proof,
             proofs.iter().filter(|(_, p)| p.proven()).count(),
             rules.len(),
             if survivors.is_empty() {
@@ -165,19 +171,29 @@ pub fn check_read(
         ));
     }
 
-    let findings = findings_gate::check(root, rules);
+    let findings = findings_gate::check(source, rules);
     problems.extend(findings.problems);
 
     // The test-backed verdicts, kept beside the (borrowed) analyses they re-judge.
     let judged: Option<Vec<test_backed::Judged>> = evidence.as_ref().map(|evidence| {
         analyses
             .iter()
-            .map(|analysis| test_backed::apply(root, analysis, evidence, parsed, crates))
+            .map(|analysis| test_backed::apply(source, analysis, evidence, parsed, crates))
             .collect()
     });
     if let (Some(evidence), Some(judged)) = (&evidence, &judged) {
         mode.judged = Some(judged.iter().map(|j| j.judged).sum());
-        problems.extend(freshness::outdated(root, analyses, evidence, crates));
+        // nextest is the default runner; any other is named, since its tests are matched by
+        // file and name rather than by binary and module path.
+        for runner in evidence.runners() {
+            if runner != junit::Runner::Nextest {
+                notes.push(format!(
+                    "test results written by {}: its tests are matched by file and test name",
+                    runner.name()
+                ));
+            }
+        }
+        problems.extend(freshness::outdated(source, analyses, evidence, crates));
     }
 
     for (index, analysis) in analyses.iter().enumerate() {
@@ -211,10 +227,10 @@ pub fn check_read(
     })
 }
 
-/// `path` relative to `root` when it lies under it.
-pub fn shown(root: &Path, path: &Path) -> String {
-    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    absolute.strip_prefix(root).map_or_else(
+/// `path` relative to the root of `source` when it lies under it.
+pub fn shown(source: &dyn Source, path: &Path) -> String {
+    let absolute = source.canonical(path);
+    absolute.strip_prefix(source.root()).map_or_else(
         |_| path.display().to_string(),
         |rel| rel.display().to_string(),
     )
@@ -236,7 +252,7 @@ pub struct Tree {
 }
 
 /// Extracts every spec's rules and scans every impl's sources for references.
-pub fn read_tree(root: &Path, config: &tracey_config::Config) -> Tree {
+pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
     let mut tree = Tree {
         rules: Vec::new(),
         analyses: Vec::new(),
@@ -245,11 +261,11 @@ pub fn read_tree(root: &Path, config: &tracey_config::Config) -> Tree {
         notes: Vec::new(),
     };
     for spec in &config.specs {
-        let extracted = rules::extract(root, spec);
+        let extracted = rules::extract(source, spec);
         tree.problems.extend(extracted.problems);
         tree.notes.extend(extracted.notes);
         for implementation in &spec.impls {
-            let scanned = sources::scan(root, implementation, &mut tree.parsed);
+            let scanned = sources::scan(source, implementation, &mut tree.parsed);
             tree.problems.extend(scanned.problems.iter().cloned());
             tree.notes.extend(scanned.notes.iter().cloned());
             tree.analyses.push(coverage::analyse(

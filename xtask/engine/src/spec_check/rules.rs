@@ -2,7 +2,6 @@
 //! and checks that no id is defined twice.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use tracey_config::SpecConfig;
 use tracey_core::{RuleId, parse_rule_id};
@@ -10,6 +9,7 @@ use tracey_core::{RuleId, parse_rule_id};
 use super::block_on::block_on;
 use super::problem::{Kind, Problem};
 use super::walk::{self, Keep};
+use crate::model::tree::Tree;
 
 /// A spec file's text with the byte offset where each line starts, so a rule's text is found from
 /// its line by indexing rather than by rescanning the file for newlines once per rule.
@@ -35,17 +35,17 @@ impl SpecText {
     }
 }
 
-/// The text of the spec file `file` (root-relative) under `root`, read and indexed once per
+/// The text of the spec file `file` (root-relative) of `tree`, read and indexed once per
 /// process: the trace and the report quote a rule's text for every rule of a file.
-pub fn spec_text(root: &Path, file: &str) -> Option<std::sync::Arc<SpecText>> {
+pub fn spec_text(tree: &dyn Tree, file: &str) -> Option<std::sync::Arc<SpecText>> {
     type Cache = std::sync::Mutex<BTreeMap<std::path::PathBuf, std::sync::Arc<SpecText>>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    let path = root.join(file);
+    let path = tree.root().join(file);
     let cache = CACHE.get_or_init(Default::default);
     if let Some(text) = cache.lock().ok().and_then(|c| c.get(&path).cloned()) {
         return Some(text);
     }
-    let text = std::sync::Arc::new(SpecText::new(std::fs::read_to_string(&path).ok()?));
+    let text = std::sync::Arc::new(SpecText::new(tree.read(&path).ok()?));
     if let Ok(mut c) = cache.lock() {
         c.insert(path, text.clone());
     }
@@ -87,8 +87,9 @@ pub struct Extracted {
 /// Reads every markdown file of `spec` and collects its rules; each check on what was read is a
 /// function of its own, under the rule it implements.
 // i[impl spec-check.spec-parse]
-pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
-    let selection = walk::select(root, &spec.include, &[], Keep::Markdown);
+pub fn extract(tree: &dyn Tree, spec: &SpecConfig) -> Extracted {
+    let root = tree.root();
+    let selection = walk::select(tree, &spec.include, &[], Keep::Markdown);
     let mut problems: Vec<Problem> = include_matches_nothing(spec, &selection.files)
         .into_iter()
         .collect();
@@ -103,7 +104,7 @@ pub fn extract(root: &Path, spec: &SpecConfig) -> Extracted {
     let mut merged: Vec<(String, Marker)> = Vec::new();
     for path in &selection.files {
         let file = walk::relative(root, path);
-        let text = match std::fs::read_to_string(path) {
+        let text = match tree.read(path) {
             Ok(text) => text,
             Err(err) => {
                 problems.push(
@@ -488,14 +489,9 @@ mod tests {
 
     use super::{Extracted, SpecText, extract};
 
-    /// Extracts spec `demo` (include `include`) from a temp tree holding `files`.
+    /// Extracts spec `demo` (include `include`) from a memory tree holding `files`.
     fn extract_from(include: &[&str], files: &[(&str, &str)]) -> Extracted {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (path, text) in files {
-            let path = dir.path().join(path);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-            std::fs::write(path, text).expect("write");
-        }
+        let tree = crate::model::tree::Memory::new(files.iter().copied());
         let spec = SpecConfig {
             name: "demo".into(),
             prefix: None,
@@ -503,7 +499,7 @@ mod tests {
             include: include.iter().map(|&i| i.to_owned()).collect(),
             impls: Vec::new(),
         };
-        extract(dir.path(), &spec)
+        extract(&tree, &spec)
     }
 
     /// The problems of spec `demo` made of `files`, as the gate prints them.

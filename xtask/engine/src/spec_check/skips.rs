@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::model::tree::Tree;
+
 use serde::Deserialize;
 
 use super::crate_layout::normalize_executable;
@@ -23,6 +25,22 @@ pub struct Skip {
     pub reason: Option<String>,
 }
 
+/// Why a skip ledger cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file exists but cannot be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// A line is not a skip record.
+    #[error("line {line}: not a skip record: {source}")]
+    Line {
+        /// 1-based line.
+        line: usize,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+}
+
 /// All skips of a run.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -32,19 +50,21 @@ pub struct Ledger {
 impl Ledger {
     /// Reads the ledger at `path`; a missing file means no test skipped. A malformed line is an
     /// error naming its line, because a ledger read wrongly would hide skips.
-    pub fn read(path: &Path) -> Result<Option<Self>, String> {
-        let text = match std::fs::read_to_string(path) {
+    pub fn read(tree: &dyn Tree, path: &Path) -> Result<Option<Self>, Error> {
+        let text = match tree.read(path) {
             Ok(text) => text,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(err) => return Err(format!("cannot read: {err}")),
+            Err(err) => return Err(Error::Read(err)),
         };
         let mut skips = Vec::new();
         for (index, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let skip: Skip = serde_json::from_str(line)
-                .map_err(|err| format!("line {}: not a skip record: {err}", index + 1))?;
+            let skip: Skip = serde_json::from_str(line).map_err(|source| Error::Line {
+                line: index + 1,
+                source,
+            })?;
             skips.push(skip);
         }
         Ok(Some(Self { skips }))

@@ -11,6 +11,7 @@ use tracey_core::{ReqReference, Reqs, is_supported_extension};
 use super::problem::{Kind, Problem};
 use super::rust_layout::RustLayout;
 use super::walk::{self, Keep, TestMatcher};
+use crate::model::tree::Tree;
 
 /// One scanned source file.
 pub struct ParsedFile {
@@ -43,8 +44,9 @@ pub struct Scanned {
     pub notes: Vec<String>,
 }
 
-/// Scans `implementation`'s files under `root`, parsing new ones into `parsed`.
-pub fn scan(root: &Path, implementation: &Impl, parsed: &mut ParsedFiles) -> Scanned {
+/// Scans `implementation`'s files in `tree`, parsing new ones into `parsed`.
+pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) -> Scanned {
+    let root = tree.root();
     let include = if implementation.include.is_empty() {
         vec!["**/*.rs".to_owned()]
     } else {
@@ -56,7 +58,7 @@ pub fn scan(root: &Path, implementation: &Impl, parsed: &mut ParsedFiles) -> Sca
         if patterns.is_empty() {
             continue;
         }
-        let selection = walk::select(root, patterns, &implementation.exclude, Keep::All);
+        let selection = walk::select(tree, patterns, &implementation.exclude, Keep::All);
         notes.extend(
             selection
                 .notes
@@ -88,7 +90,7 @@ pub fn scan(root: &Path, implementation: &Impl, parsed: &mut ParsedFiles) -> Sca
             );
             continue;
         }
-        let content = match std::fs::read_to_string(path) {
+        let content = match tree.read(path) {
             Ok(content) => content,
             Err(err) => {
                 problems.push(

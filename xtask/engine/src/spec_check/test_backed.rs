@@ -9,10 +9,13 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+
+use crate::model::tree::Tree;
 use std::time::SystemTime;
 
 use super::coverage::{Analysis, Site};
 use super::crate_layout::{self, executable_of_suite};
+use super::foreign;
 use super::junit::{self, Results, Status};
 use super::problem::{Kind, Problem};
 use super::rust_layout::{AttributedFn, RustLayout, TestScope};
@@ -32,33 +35,62 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// Reads the JUnit file and (optionally) the skip ledger. Either being unusable is fatal: a
-    /// run that cannot be read is never judged as an empty one.
+    /// Reads the JUnit files (one per runner, say) as one run, and (optionally) the skip
+    /// ledger. Any being unusable is fatal: a run that cannot be read is never judged as an
+    /// empty one.
     // i[impl spec-check.fatal]
-    pub fn load(results: &Path, skips: Option<&Path>) -> Result<Self, Problem> {
+    // i[impl spec-check.test-backed.runners+2]
+    pub fn load(tree: &dyn Tree, results: &[&Path], skips: Option<&Path>) -> Result<Self, Problem> {
         let fatal = |what: &str, path: &Path, err: String| {
             Problem::new(Kind::TestResults, format!("cannot use the {what}: {err}"))
                 .in_file(path.display().to_string())
         };
-        let written = std::fs::metadata(results)
-            .and_then(|m| m.modified())
-            .map_err(|err| fatal("test results", results, format!("cannot read: {err}")))?;
-        let parsed = junit::read(results).map_err(|err| fatal("test results", results, err))?;
+        let mut run: Option<(Results, SystemTime)> = None;
+        for &path in results {
+            let written = tree
+                .modified(path)
+                .map_err(|err| fatal("test results", path, format!("cannot read: {err}")))?;
+            let parsed = junit::read(tree, path)
+                .map_err(|err| fatal("test results", path, err.to_string()))?;
+            // jest-junit names a test's file only with `addFileAttribute`; without it a title
+            // would match same-titled tests of every file.
+            if parsed.runner == junit::Runner::Jest
+                && parsed.detail.iter().any(|c| c.file.is_none())
+            {
+                let err = "a jest-junit report without `file` attributes cannot say which file a \
+                           test is in: run jest-junit with addFileAttribute=\"true\"";
+                return Err(fatal("test results", path, err.to_owned()));
+            }
+            run = Some(match run {
+                None => (parsed, written),
+                // The run is as old as its oldest report, so a file changed since is outdated.
+                Some((mut merged, oldest)) => {
+                    merged.merge(parsed);
+                    (merged, oldest.min(written))
+                }
+            });
+        }
+        let (parsed, written) = run.unwrap_or_else(|| (Results::default(), SystemTime::UNIX_EPOCH));
         let (ledger, has_ledger) = match skips {
             None => (Ledger::default(), false),
-            Some(path) => match Ledger::read(path) {
+            Some(path) => match Ledger::read(tree, path) {
                 Ok(Some(ledger)) => (ledger, true),
                 Ok(None) => (Ledger::default(), false),
-                Err(err) => return Err(fatal("skip ledger", path, err)),
+                Err(err) => return Err(fatal("skip ledger", path, err.to_string())),
             },
         };
         Ok(Self {
-            cases: parsed.cases.len(),
+            cases: parsed.statuses().len(),
             results: parsed,
             ledger,
             written,
             has_ledger,
         })
+    }
+
+    /// The runners that wrote the results, the first report's first.
+    pub fn runners(&self) -> Vec<junit::Runner> {
+        self.results.runners()
     }
 }
 
@@ -125,7 +157,7 @@ pub struct Judged {
 /// reports.
 // i[impl spec-check.test-backed]
 pub fn apply(
-    root: &Path,
+    tree: &dyn Tree,
     analysis: &Analysis,
     evidence: &Evidence,
     parsed: &ParsedFiles,
@@ -141,7 +173,7 @@ pub fn apply(
         // A one-crate run judges only the rules that crate's tests verify.
         let in_scope = crates.is_empty()
             || coverage.verify_sites.iter().any(|site| {
-                crate_layout::package_of(root, &site.path)
+                crate_layout::package_of(tree, &site.path)
                     .is_some_and(|(package, _)| crates.contains(&package))
             });
         if !in_scope {
@@ -152,7 +184,7 @@ pub fn apply(
             .verify_sites
             .iter()
             .map(|site| {
-                let (name, outcome) = judge(root, site, evidence, parsed);
+                let (name, outcome) = judge(tree, site, evidence, parsed);
                 (name, site, outcome)
             })
             .collect();
@@ -210,9 +242,9 @@ pub struct TestFn {
 }
 
 /// Finds the test function a `verify` site precedes, if any.
-pub fn test_fn(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
+pub fn test_fn(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Option<TestFn> {
     let function = layout_of(site, parsed).and_then(|layout| layout.function_after(site.line))?;
-    Some(placed(root, site, function))
+    Some(placed(tree, site, function))
 }
 
 fn layout_of<'a>(site: &Site, parsed: &'a ParsedFiles) -> Option<&'a RustLayout> {
@@ -220,8 +252,8 @@ fn layout_of<'a>(site: &Site, parsed: &'a ParsedFiles) -> Option<&'a RustLayout>
 }
 
 /// `function` (of the file at `site`) placed in its test binary.
-fn placed(root: &Path, site: &Site, function: AttributedFn) -> TestFn {
-    let target = crate_layout::locate(root, &site.path);
+fn placed(tree: &dyn Tree, site: &Site, function: AttributedFn) -> TestFn {
+    let target = crate_layout::locate(tree, &site.path);
     let mut full_path = target
         .as_ref()
         .map(|t| t.modules.clone())
@@ -246,19 +278,67 @@ fn placed(root: &Path, site: &Site, function: AttributedFn) -> TestFn {
 /// Finds the test a `verify` site belongs to and how it ended. A site heading a file or module
 /// stands for that scope's tests.
 pub fn judge(
-    root: &Path,
+    tree: &dyn Tree,
     site: &Site,
     evidence: &Evidence,
     parsed: &ParsedFiles,
 ) -> (String, Outcome) {
     let layout = layout_of(site, parsed);
     if let Some(function) = layout.and_then(|layout| layout.function_after(site.line)) {
-        return lookup(root, site, evidence, placed(root, site, function));
+        return lookup(tree, site, evidence, placed(tree, site, function));
     }
     match layout.and_then(|layout| layout.scope_headed_at(site.line)) {
-        Some(scope) => judge_scope(root, site, evidence, scope),
-        None => ("?".to_owned(), Outcome::NoFunction),
+        Some(scope) => judge_scope(tree, site, evidence, scope),
+        None => match foreign_test(site, parsed) {
+            Some(test) => lookup_foreign(tree, site, evidence, parsed, &test),
+            None => ("?".to_owned(), Outcome::NoFunction),
+        },
     }
+}
+
+/// The test of another language the `verify` site precedes.
+fn foreign_test(site: &Site, parsed: &ParsedFiles) -> Option<foreign::ForeignTest> {
+    let file = parsed.files.get(&site.path)?;
+    foreign::test_after(&site.file, &file.content, site.line)
+}
+
+/// A test of another language, shown as `RUNNER FILE::NAME`, and how it ended.
+fn lookup_foreign(
+    tree: &dyn Tree,
+    site: &Site,
+    evidence: &Evidence,
+    parsed: &ParsedFiles,
+    test: &foreign::ForeignTest,
+) -> (String, Outcome) {
+    let shown = |runner: junit::Runner| format!("{} {}::{}", runner.name(), site.file, test.name);
+    if test.skipped {
+        let why = "declared with todo, skip, xit or xtest: it never runs";
+        return (
+            shown(evidence.results.runner),
+            Outcome::Skipped(why.to_owned()),
+        );
+    }
+    let context = foreign::Context {
+        tree,
+        files: parsed
+            .files
+            .values()
+            .map(|file| file.relative.as_str())
+            .collect(),
+    };
+    // Shown with the runner whose case judged it; with none, the run's first runner.
+    let Some((runner, status)) =
+        foreign::status(&evidence.results.detail, &context, &site.file, test)
+    else {
+        return (shown(evidence.results.runner), Outcome::Absent);
+    };
+    let outcome = match status {
+        Err(names) => Outcome::Ambiguous(names),
+        Ok(Status::Passed) => Outcome::Passed,
+        Ok(Status::Skipped) => Outcome::Skipped("reported skipped".to_owned()),
+        Ok(Status::Failed) => Outcome::Failed,
+    };
+    (shown(runner), outcome)
 }
 
 /// A scope's verdict: passed when at least one of its tests ran and passed and none failed or
@@ -266,19 +346,19 @@ pub fn judge(
 /// first failed, then skipped test names the fate.
 // i[impl spec-check.placement.file-head]
 fn judge_scope(
-    root: &Path,
+    tree: &dyn Tree,
     site: &Site,
     evidence: &Evidence,
     scope: TestScope,
 ) -> (String, Outcome) {
-    let shown = scope_shown(root, site, &scope);
+    let shown = scope_shown(tree, site, &scope);
     if scope.tests.is_empty() {
         return (shown, Outcome::NoFunction);
     }
     let outcomes: Vec<(String, Outcome)> = scope
         .tests
         .into_iter()
-        .map(|function| lookup(root, site, evidence, placed(root, site, function)))
+        .map(|function| lookup(tree, site, evidence, placed(tree, site, function)))
         .collect();
     let first = |wanted: fn(&Outcome) -> bool| outcomes.iter().find(|(_, o)| wanted(o)).cloned();
     first(|o| *o == Outcome::Failed)
@@ -289,8 +369,8 @@ fn judge_scope(
 }
 
 /// How nextest would name a scope's tests as a pattern: `BINARY-ID module::path::*`.
-fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
-    let target = crate_layout::locate(root, &site.path);
+fn scope_shown(tree: &dyn Tree, site: &Site, scope: &TestScope) -> String {
+    let target = crate_layout::locate(tree, &site.path);
     let mut path = target
         .as_ref()
         .map(|t| t.modules.clone())
@@ -305,14 +385,14 @@ fn scope_shown(root: &Path, site: &Site, scope: &TestScope) -> String {
 
 /// The tests of the file or module a `verify` site heads (none when it heads none), placed in
 /// their test binary.
-pub fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
+pub fn scope_tests(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn> {
     layout_of(site, parsed)
         .and_then(|layout| layout.scope_headed_at(site.line))
         .map(|scope| {
             scope
                 .tests
                 .into_iter()
-                .map(|function| placed(root, site, function))
+                .map(|function| placed(tree, site, function))
                 .collect()
         })
         .unwrap_or_default()
@@ -320,16 +400,19 @@ pub fn scope_tests(root: &Path, site: &Site, parsed: &ParsedFiles) -> Vec<TestFn
 
 /// The tests a `verify` site stands for, as shown: its test function, or the pattern of the
 /// file's or module's tests when it heads one that holds a test.
-pub fn tests_shown(root: &Path, site: &Site, parsed: &ParsedFiles) -> Option<String> {
-    if let Some(test) = test_fn(root, site, parsed) {
+pub fn tests_shown(tree: &dyn Tree, site: &Site, parsed: &ParsedFiles) -> Option<String> {
+    if let Some(test) = test_fn(tree, site, parsed) {
         return Some(test.shown);
     }
-    let scope = layout_of(site, parsed)?.scope_headed_at(site.line)?;
-    (!scope.tests.is_empty()).then(|| scope_shown(root, site, &scope))
+    let Some(layout) = layout_of(site, parsed) else {
+        return foreign_test(site, parsed).map(|test| format!("{}::{}", site.file, test.name));
+    };
+    let scope = layout.scope_headed_at(site.line)?;
+    (!scope.tests.is_empty()).then(|| scope_shown(tree, site, &scope))
 }
 
 /// Looks `test` up in the results and says how it ended.
-fn lookup(root: &Path, site: &Site, evidence: &Evidence, test: TestFn) -> (String, Outcome) {
+fn lookup(tree: &dyn Tree, site: &Site, evidence: &Evidence, test: TestFn) -> (String, Outcome) {
     let TestFn {
         function,
         target,
@@ -351,7 +434,7 @@ fn lookup(root: &Path, site: &Site, evidence: &Evidence, test: TestFn) -> (Strin
         (None, Some(_)) => return (shown, Outcome::Absent),
         (None, None) => {
             // Fallback: a unique test function of that name within the package.
-            let Some((package, _)) = crate_layout::package_of(root, &site.path) else {
+            let Some((package, _)) = crate_layout::package_of(tree, &site.path) else {
                 return (shown, Outcome::Absent);
             };
             let suffix = format!("::{function}");

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
 
+use crate::model::tree::Tree;
+
 struct ScanRoot {
     dir: PathBuf,
     matcher: GlobMatcher,
@@ -32,10 +34,10 @@ pub enum Keep {
     Markdown,
 }
 
-/// The files under `root` that `include` selects and `exclude` does not.
-pub fn select(root: &Path, include: &[String], exclude: &[String], keep: Keep) -> Selection {
+/// The files of `tree` that `include` selects and `exclude` does not.
+pub fn select(tree: &dyn Tree, include: &[String], exclude: &[String], keep: Keep) -> Selection {
     let mut notes = Vec::new();
-    let roots = scan_roots(root, include, &mut notes);
+    let roots = scan_roots(tree, include, &mut notes);
     let excludes: Vec<GlobMatcher> = exclude
         .iter()
         .filter_map(|pattern| match Glob::new(pattern) {
@@ -50,16 +52,8 @@ pub fn select(root: &Path, include: &[String], exclude: &[String], keep: Keep) -
         .collect();
     let mut files = BTreeSet::new();
     for scan_root in &roots {
-        let walker = ignore::WalkBuilder::new(&scan_root.dir)
-            .follow_links(true)
-            .hidden(false)
-            .git_ignore(true)
-            .build();
-        for entry in walker.flatten() {
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
-                continue;
-            }
-            let path = entry.path();
+        for path in tree.files_under(&scan_root.dir) {
+            let path = path.as_path();
             if keep == Keep::Markdown && path.extension().is_none_or(|ext| ext != "md") {
                 continue;
             }
@@ -76,7 +70,7 @@ pub fn select(root: &Path, include: &[String], exclude: &[String], keep: Keep) -
             if excluded {
                 continue;
             }
-            files.insert(path.canonicalize().unwrap_or_else(|_| path.to_path_buf()));
+            files.insert(tree.canonical(path));
         }
     }
     Selection { files, notes }
@@ -102,7 +96,8 @@ impl TestMatcher {
     }
 }
 
-fn scan_roots(root: &Path, include: &[String], notes: &mut Vec<String>) -> Vec<ScanRoot> {
+fn scan_roots(tree: &dyn Tree, include: &[String], notes: &mut Vec<String>) -> Vec<ScanRoot> {
+    let root = tree.root();
     if include.is_empty() {
         return Glob::new("**/*")
             .map(|g| {
@@ -124,13 +119,13 @@ fn scan_roots(root: &Path, include: &[String], notes: &mut Vec<String>) -> Vec<S
         } else {
             root.join(base)
         };
-        if !base.is_empty() && !dir.exists() {
+        if !base.is_empty() && !tree.exists(&dir) {
             notes.push(format!(
                 "pattern `{pattern}` selects nothing: `{base}` does not exist (tracey skips it too)"
             ));
             continue;
         }
-        let glob = if suffix.is_empty() && dir.is_file() {
+        let glob = if suffix.is_empty() && tree.is_file(&dir) {
             let Some(name) = dir.file_name().map(|n| n.to_string_lossy().into_owned()) else {
                 continue;
             };

@@ -11,8 +11,8 @@
 pub mod html;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
+use crate::model::tree::Tree as Source;
 use crate::spec_check::crate_layout;
 
 /// Coverage of one crate: the rules implemented in it.
@@ -28,7 +28,7 @@ pub struct CrateCoverage {
 
 /// Per crate (package of the `impl` sites): rules implemented there, verified, tested.
 pub fn per_crate(
-    root: &Path,
+    source: &dyn Source,
     everything: &crate::trace::Everything,
 ) -> BTreeMap<String, CrateCoverage> {
     let mut crates: BTreeMap<String, CrateCoverage> = BTreeMap::new();
@@ -40,7 +40,7 @@ pub fn per_crate(
             .flat_map(|a| a.rules.iter())
             .filter(|c| c.rule.file == analysis_rule.file && c.rule.line == analysis_rule.line)
             .flat_map(|c| c.impl_sites.iter().filter(|s| !s.stale))
-            .filter_map(|site| crate_layout::package_of(root, &site.path).map(|(p, _)| p))
+            .filter_map(|site| crate_layout::package_of(source, &site.path).map(|(p, _)| p))
             .collect();
         packages.sort();
         packages.dedup();

@@ -25,6 +25,8 @@ pub mod verdict;
 
 use std::path::Path;
 
+use crate::model::tree::Tree as Source;
+
 use crate::spec_check::problem::Problem;
 use crate::spec_check::{self, config};
 
@@ -43,27 +45,27 @@ pub struct Everything {
     pub results: Option<String>,
 }
 
-/// Traces every rule and every finding of `root`, whose tree is already [`spec_check::read`].
+/// Traces every rule and every finding of `source`, whose tree is already [`spec_check::read`].
 pub fn everything(
-    root: &Path,
+    source: &dyn Source,
     read: Result<(config::Loaded, spec_check::Tree), Problem>,
-    results: Option<&Path>,
+    results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
 ) -> Result<Everything, String> {
     let tree = usable(read)?;
     // A tree without findings has nothing to list; a broken findings file is an error.
-    let all = if root.join(paths::of(root).findings).exists() {
-        findings::load(root)?
+    let all = if source.exists(&source.root().join(paths::of(source).findings)) {
+        findings::load(source).map_err(|error| error.to_string())?
     } else {
         Vec::new()
     };
-    let run = results::load(root, results, skips, no_results)?;
+    let run = results::load(source, results, skips, no_results)?;
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
     let mut rules = Vec::new();
     for rule in &tree.rules {
         rules.push(rule_report::trace(
-            root,
+            source,
             &tree,
             &all,
             &rule.marker(),
@@ -76,7 +78,7 @@ pub fn everything(
             let traces: Vec<_> = finding
                 .rules
                 .iter()
-                .map(|named| rule_trace::trace(root, &tree, named, evidence.map(|(e, _)| e)))
+                .map(|named| rule_trace::trace(source, &tree, named, evidence.map(|(e, _)| e)))
                 .collect();
             let judgement = verdict::judge(&traces, run.is_some());
             (finding.clone(), judgement.verdict.word(), judgement.reasons)

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::spec_check::test_backed::Evidence;
 
 use crate::model::timestamp;
+use crate::model::tree::Tree;
 
 /// Where holdfast-test-support writes the skip ledger by default, relative to the root.
 pub const DEFAULT_SKIPS: &str = "target/holdfast-test-skips.jsonl";
@@ -20,54 +21,57 @@ pub struct Run {
     pub source: String,
 }
 
-/// Reads the results to use, if any: `results` when given (an unusable file is an error), else the
-/// default file under `root` when it exists; `None` when there are none or `--no-results`.
+/// Reads the results to use, if any: `results` when given (one report per runner; an unusable
+/// file is an error), else the default file under `root` when it exists; `None` when there are
+/// none or `--no-results`.
 // i[impl trace.results]
 pub fn load(
-    root: &Path,
-    results: Option<&Path>,
+    tree: &dyn Tree,
+    results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
 ) -> Result<Option<Run>, String> {
+    let root = tree.root();
     if no_results {
         return Ok(None);
     }
-    let results: PathBuf = match results {
-        Some(path) => path.to_path_buf(),
-        None => {
-            let default = root.join(crate::model::paths::of(root).results);
-            if !default.is_file() {
-                return Ok(None);
-            }
-            default
+    let results: Vec<PathBuf> = if results.is_empty() {
+        let default = root.join(crate::model::paths::of(tree).results);
+        if !tree.is_file(&default) {
+            return Ok(None);
         }
+        vec![default]
+    } else {
+        results.iter().map(|path| path.to_path_buf()).collect()
     };
     let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
-    let evidence = Evidence::load(&results, Some(&skips)).map_err(|problem| {
+    let paths: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
+    let evidence = Evidence::load(tree, &paths, Some(&skips)).map_err(|problem| {
         problem
             .to_string()
             .replace(&root.display().to_string(), ".")
     })?;
     let modified = evidence.written;
-    let ledger = if skips.is_file() {
-        format!("skips from {}", shown(root, &skips))
+    let ledger = if tree.is_file(&skips) {
+        format!("skips from {}", shown(tree, &skips))
     } else {
-        format!("no skip ledger at {}", shown(root, &skips))
+        format!("no skip ledger at {}", shown(tree, &skips))
     };
+    let files: Vec<String> = paths.iter().map(|path| shown(tree, path)).collect();
     Ok(Some(Run {
         evidence,
         source: format!(
             "test results: {} (written {}); {ledger}",
-            shown(root, &results),
+            files.join(", "),
             timestamp::utc(modified)
         ),
     }))
 }
 
 /// `path` relative to `root` when it lies under it.
-fn shown(root: &Path, path: &Path) -> String {
-    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    absolute.strip_prefix(root).map_or_else(
+fn shown(tree: &dyn Tree, path: &Path) -> String {
+    let absolute = tree.canonical(path);
+    absolute.strip_prefix(tree.root()).map_or_else(
         |_| path.display().to_string(),
         |rel| rel.display().to_string(),
     )

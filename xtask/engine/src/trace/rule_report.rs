@@ -2,7 +2,6 @@
 //! the findings it closes — as text, JSON (for tools) or markdown (for a pull-request comment).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use serde::Serialize;
 use tracey_core::parse_rule_id;
@@ -14,6 +13,7 @@ use crate::spec_check::{Tree, suggest};
 use super::rule_trace::{self, RuleState};
 use super::verdict::{self, Verdict};
 use crate::model::findings::{Finding, NamedRule};
+use crate::model::tree::Tree as Source;
 
 /// Output format of a rule trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub struct ClosedFinding {
 /// Traces the rule `wanted` names; an unknown rule is an error with a did-you-mean.
 // i[impl trace.rule]
 pub fn trace(
-    root: &Path,
+    source: &dyn Source,
     tree: &Tree,
     findings: &[Finding],
     wanted: &str,
@@ -129,7 +129,7 @@ pub fn trace(
         prefix: rule.prefix.clone(),
         id: rule.id.clone(),
     };
-    let traced = rule_trace::trace(root, tree, &named, evidence.map(|(e, _)| e));
+    let traced = rule_trace::trace(source, tree, &named, evidence.map(|(e, _)| e));
     let judgement = verdict::judge(std::slice::from_ref(&traced), evidence.is_some());
     let RuleState::Defined(defined) = traced.state else {
         return Err(format!("rule {} could not be traced", rule.marker()));
@@ -167,16 +167,16 @@ pub fn trace(
             title: f.title.clone(),
         })
         .collect();
-    let proof = crate::model::proof::recorded(root, &rule.id);
+    let proof = crate::model::proof::recorded(source, &rule.id);
     Ok(RuleReport {
         survivors: proof.as_ref().is_some_and(|p| p.missed > 0),
         proof: proof.map(|p| p.line(&rule.marker())),
-        root: root.display().to_string(),
+        root: source.root().display().to_string(),
         results: evidence.map(|(_, source)| source.to_owned()),
         rule: rule.marker(),
         defined_at: format!("{}:{}", rule.file, rule.line),
         asked: (id != rule.id).then(|| id.to_string()),
-        text: rule_text(root, rule),
+        text: rule_text(source, rule),
         impls,
         verifies,
         closes,
@@ -190,8 +190,8 @@ pub fn trace(
 }
 
 /// The rule's whole text: its blockquote after the marker, lines joined with spaces.
-fn rule_text(root: &Path, rule: &Rule) -> String {
-    let Some(text) = crate::spec_check::rules::spec_text(root, &rule.file) else {
+fn rule_text(source: &dyn Source, rule: &Rule) -> String {
+    let Some(text) = crate::spec_check::rules::spec_text(source, &rule.file) else {
         return String::new();
     };
     let lines: Vec<&str> = text

@@ -3,15 +3,15 @@
 //! given a run's results — what became of each test. Everything comes from the spec gate's own
 //! reading of the tree, so trace and gate never disagree about what is annotated where.
 
-use std::path::Path;
-
 use crate::spec_check::Tree;
 use crate::spec_check::coverage::Site;
+use crate::spec_check::foreign;
 use crate::spec_check::rules::Rule;
 use crate::spec_check::suggest;
 use crate::spec_check::test_backed::{self, Evidence, Outcome};
 
 use crate::model::findings::NamedRule;
+use crate::model::tree::Tree as Source;
 
 /// A `verify` site and the test behind it.
 pub struct Verify {
@@ -63,7 +63,7 @@ pub struct RuleTrace {
 /// Follows `named` into `tree`.
 // i[impl trace.walk]
 pub fn trace(
-    root: &Path,
+    source: &dyn Source,
     tree: &Tree,
     named: &NamedRule,
     evidence: Option<&Evidence>,
@@ -78,7 +78,7 @@ pub fn trace(
         },
         Some(rule) if rule.prefix != named.prefix => RuleState::OtherPrefix(rule.clone()),
         Some(rule) if rule.id != named.id => RuleState::OtherVersion(rule.clone()),
-        Some(rule) => RuleState::Defined(Box::new(defined(root, tree, rule, evidence))),
+        Some(rule) => RuleState::Defined(Box::new(defined(source, tree, rule, evidence))),
     };
     RuleTrace {
         named: named.clone(),
@@ -86,8 +86,8 @@ pub fn trace(
     }
 }
 
-fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -> Defined {
-    let (first_line, more) = first_line(root, rule);
+fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -> Defined {
+    let (first_line, more) = first_line(source, rule);
     let mut impls: Vec<Site> = Vec::new();
     let mut verify_sites: Vec<Site> = Vec::new();
     // A spec with several impls analyses the same rule once per impl; a file two impls share
@@ -109,10 +109,18 @@ fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -
     let verifies = verify_sites
         .into_iter()
         .map(|site| {
-            let test = test_backed::tests_shown(root, &site, &tree.parsed);
-            let fate = evidence
+            let mut test = test_backed::tests_shown(source, &site, &tree.parsed);
+            let judged = evidence
                 .filter(|_| !site.stale)
-                .map(|evidence| test_backed::judge(root, &site, evidence, &tree.parsed).1);
+                .map(|evidence| test_backed::judge(source, &site, evidence, &tree.parsed));
+            // A test of another language is named with the runner that judged it (when one
+            // follows the annotation at all).
+            if let Some((shown, _)) = judged.as_ref().filter(|(_, fate)| {
+                foreign::Language::of(&site.file).is_some() && *fate != Outcome::NoFunction
+            }) {
+                test = Some(shown.clone());
+            }
+            let fate = judged.map(|(_, fate)| fate);
             Verify { site, test, fate }
         })
         .collect();
@@ -126,8 +134,8 @@ fn defined(root: &Path, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -
 }
 
 /// The rule's first line of text (after the marker, or the next line of the blockquote).
-fn first_line(root: &Path, rule: &Rule) -> (String, bool) {
-    let Some(text) = crate::spec_check::rules::spec_text(root, &rule.file) else {
+fn first_line(source: &dyn Source, rule: &Rule) -> (String, bool) {
+    let Some(text) = crate::spec_check::rules::spec_text(source, &rule.file) else {
         return (String::new(), false);
     };
     let quoted: Vec<&str> = text
