@@ -1,7 +1,8 @@
 //! holdfast-gateway: a WebSocket gateway that leaves a cluster without a hole.
 //!
 //! - [`Gateway`] accepts WebSocket clients (tokio-tungstenite), which authenticate with a signed
-//!   token ([`TokenKey`]), join rooms and receive what is pushed to their user or room. Each
+//!   JWT ([`TokenKey`]: HS256, RS256, ES256 or EdDSA keys from PEM, JWKS or secret files,
+//!   re-read when they change; [`Signer`] mints HS256 ones), join rooms and receive what is pushed to their user or room. Each
 //!   connection has a bounded send queue; a client whose queue is full is a slow consumer and is
 //!   disconnected. Messages and frames are size-limited, and tungstenite's buffers are sized for
 //!   many idle connections.
@@ -76,4 +77,7 @@ pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;
 pub use tls::{TlsError, TlsFiles, TlsReload};
-pub use token::{TokenError, TokenKey};
+pub use token::{
+    AuthSettings, Claims, DEFAULT_KEY_RELOAD, DEFAULT_LEEWAY, KeyError, KeyReload, MIN_SECRET_LEN,
+    MintClaims, SignError, Signer, TokenError, TokenKey,
+};

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
 use holdfast_retry::Class;
@@ -188,6 +188,10 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
         });
+        let every = inner.config.key_reload_interval;
+        if !inner.config.token_key.files().is_empty() && !every.is_zero() {
+            tokio::spawn(watch_keys(Arc::downgrade(&inner), every, stop_rx.clone()));
+        }
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
         *lock(&inner.accept_task) = Some(task);
         crate::membership::Membership::join(&inner).await;
@@ -251,6 +255,17 @@ impl Gateway {
             None => TlsReload::Off,
             Some(tls) => tls.store.refresh(&self.inner.stats, Instant::now(), true),
         }
+    }
+
+    /// Checks the token key files now (instead of at the next poll): changed, usable keys
+    /// verify tokens from here on; a broken file keeps the previous keys, with a fault.
+    pub fn reload_keys(&self) -> crate::token::KeyReload {
+        reload_keys(&self.inner)
+    }
+
+    /// The last failed reload of the token key files, until one succeeds.
+    pub fn key_fault(&self) -> Option<crate::token::KeyError> {
+        self.inner.config.token_key.fault()
     }
 
     /// Ends the gateway the way a killed process would: it stops accepting and drops every
@@ -319,6 +334,48 @@ fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError
         None => None,
     };
     Ok((limits, tls))
+}
+
+fn reload_keys(inner: &Inner) -> crate::token::KeyReload {
+    use crate::token::KeyReload;
+    let before = inner.config.token_key.fault();
+    let r = inner.config.token_key.reload();
+    match &r {
+        // The same failure as the last check's: counted and logged once per change.
+        KeyReload::Failed(e) if before.as_ref() == Some(e) => {}
+        KeyReload::Reloaded => {
+            inner.stats.key_reloaded(true);
+            tracing::info!(replica = %inner.replica.id, "token keys reloaded");
+        }
+        KeyReload::Failed(e) => {
+            inner.stats.key_reloaded(false);
+            tracing::warn!(replica = %inner.replica.id, error = %e, "token key files changed but cannot be used; keeping the previous keys");
+        }
+        KeyReload::Off | KeyReload::Unchanged => {}
+    }
+    r
+}
+
+// r[impl gateway.auth.key-reload]
+/// Polls the token key files every `every` until the gateway stops or is dropped.
+async fn watch_keys(
+    inner: std::sync::Weak<Inner>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            _ = tick.tick() => match inner.upgrade() {
+                Some(inner) => {
+                    reload_keys(&inner);
+                }
+                None => break,
+            },
+        }
+    }
 }
 
 async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
@@ -701,7 +758,8 @@ async fn on_message(
     match (parsed, *authed) {
         (ClientMessage::Auth { token }, false) => {
             match inner.config.token_key.verify(&token, SystemTime::now()) {
-                Ok(user) => {
+                Ok(claims) => {
+                    let user = claims.user;
                     if inner.registry.authenticate(id, &user).is_err() {
                         return Some(Ending::Gone);
                     }
@@ -715,9 +773,10 @@ async fn on_message(
                     .await
                 }
                 Err(e) => {
-                    inner.stats.auth_failure();
+                    inner.stats.token_refused(&e);
+                    // r[impl gateway.auth.refusal-reasons]
                     // The error's text is the close reason ("invalid token", "token expired",
-                    // "token expiry out of range"): it names no secret.
+                    // ...): it names no secret.
                     Some(Ending::Close(close::POLICY, e.to_string()))
                 }
             }

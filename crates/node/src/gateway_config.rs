@@ -1,17 +1,19 @@
 //! The `[gateway]` section: the WebSocket gateway as the node runs it, mapped onto
 //! holdfast-gateway's [`GatewayConfig`].
 //!
-//! The token key (the HMAC secret client tokens are signed with) is read from a file checked like
-//! the admin token file (a regular 0600 file, not a symlink, not empty), at validation and again at
-//! each start of the module, so a rotated key is picked up by a restart; it never appears in any
-//! output.
+//! Client tokens are JWTs. Their keys come from `token_key_file` (an HS256 secret, checked like
+//! the admin token file: a regular 0600 file, not a symlink, not empty) and `[gateway.auth] keys`
+//! (PEM public keys, JWKS files, HS256 secret files), read at validation and at each start of the
+//! module, then re-read by the running gateway when they change; no key appears in any output.
 
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use holdfast_gateway::{CloseChoice, ClusterConfig, GatewayConfig, TlsFiles, TokenKey};
+use holdfast_gateway::{
+    AuthSettings, CloseChoice, ClusterConfig, GatewayConfig, TlsFiles, TokenKey,
+};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -33,8 +35,13 @@ pub struct GatewaySection {
     /// The address the service registry advertises (default: the bound address).
     #[serde(default)]
     pub advertise: Option<Spanned<String>>,
-    /// The file holding the HMAC secret client tokens are signed with (mode 0600 or stricter).
-    pub token_key_file: Spanned<PathBuf>,
+    /// A file holding an HS256 secret client tokens (JWTs) may be signed with (mode 0600 or
+    /// stricter); required unless `[gateway.auth] keys` names a key.
+    #[serde(default)]
+    pub token_key_file: Option<Spanned<PathBuf>>,
+    /// `[gateway.auth]`: more token keys and the claims checked.
+    #[serde(default)]
+    pub auth: AuthSection,
     /// The largest message (and frame) a client may send, in bytes (default 65536).
     #[serde(default)]
     pub max_message_size: Option<Spanned<usize>>,
@@ -74,6 +81,32 @@ pub struct GatewaySection {
     #[serde(default)]
     pub cluster: Option<Spanned<ClusterSection>>,
 }
+
+/// `[gateway.auth]`: how client tokens (JWTs) are verified.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Key files, each a PEM public key (RSA for RS256, EC P-256 for ES256, Ed25519 for EdDSA),
+    /// a JWKS (`{"keys": [...]}`, chosen by the token's `kid`) or an HS256 secret; all are used
+    /// at once, so a new key can be added before the old one goes (default: none).
+    #[serde(default)]
+    pub keys: Option<Spanned<Vec<PathBuf>>>,
+    /// Accepted audiences: when given, a token's `aud` must name one (default: not checked).
+    #[serde(default)]
+    pub audience: Option<Spanned<Vec<String>>>,
+    /// When given, a token's `iss` must be this (default: not checked).
+    #[serde(default)]
+    pub issuer: Option<Spanned<String>>,
+    /// Clock skew allowed on `exp`, `nbf` and `iat` (default 30 s, at most 5 m).
+    #[serde(default)]
+    pub leeway: Option<Spanned<ConfigDuration>>,
+    /// How often the key files are checked for a change (default 5 s).
+    #[serde(default)]
+    pub reload_interval: Option<Spanned<ConfigDuration>>,
+}
+
+/// The longest `gateway.auth.leeway` accepted.
+pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
 /// `[gateway.tls]`: a PEM pair, or the issuance module's certificate for a hostname.
 #[derive(Debug, Clone, Deserialize)]
@@ -172,11 +205,11 @@ fn duration(v: &Option<Spanned<ConfigDuration>>, default: Duration) -> Duration 
     v.as_ref().map_or(default, |v| v.get_ref().get())
 }
 
-// i[impl node.gateway.token-key]
-/// Reads the token key: the file checked as the admin token file is (a regular file, not a
-/// symlink, mode 0600 or stricter, not empty), its text trimmed, at least
+// i[impl node.gateway.token-key+2]
+/// Reads the HS256 secret of `token_key_file`: the file checked as the admin token file is (a
+/// regular file, not a symlink, mode 0600 or stricter, not empty), its text trimmed, at least
 /// [`MIN_TOKEN_KEY_LEN`] bytes.
-pub fn read_token_key(path: &Path) -> Result<TokenKey, String> {
+pub fn read_token_secret(path: &Path) -> Result<Vec<u8>, String> {
     let token = crate::admin::token::read(path)?;
     let secret = token.expose();
     if secret.len() < MIN_TOKEN_KEY_LEN {
@@ -187,10 +220,85 @@ pub fn read_token_key(path: &Path) -> Result<TokenKey, String> {
             secret.len()
         ));
     }
-    Ok(TokenKey::new(secret.as_bytes().to_vec()))
+    Ok(secret.as_bytes().to_vec())
+}
+
+/// Where a section's token keys come from, and the claims checked: what each start of the
+/// module reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenKeySources {
+    /// `token_key_file`, if given.
+    pub secret_file: Option<PathBuf>,
+    /// `[gateway.auth] keys`.
+    pub key_files: Vec<PathBuf>,
+    /// The claims checked.
+    pub settings: AuthSettings,
+}
+
+impl TokenKeySources {
+    // r[impl gateway.auth.keys]
+    /// The keys: `token_key_file` checked as [`read_token_secret`] does, then every file read;
+    /// the gateway re-reads them all when they change.
+    pub fn load(&self) -> Result<TokenKey, String> {
+        if let Some(f) = &self.secret_file {
+            read_token_secret(f)?;
+        }
+        let files: Vec<PathBuf> = self
+            .secret_file
+            .iter()
+            .chain(&self.key_files)
+            .cloned()
+            .collect();
+        TokenKey::from_files(files, self.settings.clone()).map_err(|e| e.to_string())
+    }
+
+    /// The HS256 secret `holdfast gateway token` signs with: `token_key_file`'s, else the first
+    /// of `[gateway.auth] keys` that holds a secret.
+    pub fn hs256_secret(&self) -> Result<Vec<u8>, String> {
+        if let Some(f) = &self.secret_file {
+            return read_token_secret(f);
+        }
+        for f in &self.key_files {
+            let Ok(text) = std::fs::read_to_string(f) else {
+                continue;
+            };
+            let text = text.trim();
+            if !text.starts_with('{') && !text.starts_with("-----BEGIN") && !text.is_empty() {
+                return Ok(text.as_bytes().to_vec());
+            }
+        }
+        Err(
+            "the configured token keys hold no HS256 secret (give gateway.token_key_file, or \
+             a secret file in [gateway.auth] keys): a token signed with a public key's private \
+             half cannot be minted here"
+                .into(),
+        )
+    }
 }
 
 impl GatewaySection {
+    /// Where this section's token keys come from.
+    pub fn token_key_sources(&self) -> TokenKeySources {
+        let a = &self.auth;
+        TokenKeySources {
+            secret_file: self.token_key_file.as_ref().map(|f| f.get_ref().clone()),
+            key_files: a
+                .keys
+                .as_ref()
+                .map(|k| k.get_ref().clone())
+                .unwrap_or_default(),
+            settings: AuthSettings {
+                audience: a
+                    .audience
+                    .as_ref()
+                    .map(|v| v.get_ref().clone())
+                    .unwrap_or_default(),
+                issuer: a.issuer.as_ref().map(|i| i.get_ref().clone()),
+                leeway: duration(&a.leeway, holdfast_gateway::DEFAULT_LEEWAY),
+            },
+        }
+    }
+
     /// holdfast-gateway's config for this section: `node_id` is the default replica id,
     /// `data_dir` holds the issuance store (for `tls.from_issuance`).
     pub fn gateway_config(&self, node_id: &str, key: TokenKey, data_dir: &Path) -> GatewayConfig {
@@ -206,6 +314,7 @@ impl GatewaySection {
         c.send_queue = value(&self.send_queue, c.send_queue);
         c.ping_interval = duration(&self.ping_interval, c.ping_interval);
         c.idle_timeout = duration(&self.idle_timeout, c.idle_timeout);
+        c.key_reload_interval = duration(&self.auth.reload_interval, c.key_reload_interval);
         c.drain.total = duration(&self.drain.total, c.drain.total);
         c.drain.close = value(&self.drain.close, CloseSetting::FromReason).into();
         if let Some(r) = &self.drain.retry_after {
@@ -281,7 +390,7 @@ pub const MAX_SEND_QUEUE: usize = 65_536;
 
 type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
 
-// i[impl node.gateway.config+2]
+// i[impl node.gateway.config+3]
 /// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
 /// and durations in range; an idle timeout longer than the ping interval; a TLS source that is
 /// one pair or one issuance hostname (of `issuance_hosts`); cluster endpoints that are URLs.
@@ -315,13 +424,7 @@ pub fn validate(
             ));
         }
     }
-    if let Err(message) = read_token_key(g.token_key_file.get_ref()) {
-        return Err(at(
-            Some(g.token_key_file.span()),
-            "gateway.token_key_file",
-            message,
-        ));
-    }
+    validate_auth(section, at)?;
     if let Some(size) = &g.max_message_size {
         if !(1..=MAX_MESSAGE_SIZE).contains(size.get_ref()) {
             return Err(at(
@@ -376,6 +479,71 @@ pub fn validate(
                 Some(total.span()),
                 "gateway.drain.total",
                 "must be at most 10m".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// i[impl node.gateway.auth]
+fn validate_auth(section: &Spanned<GatewaySection>, at: At<'_>) -> Result<(), ConfigError> {
+    let g = section.get_ref();
+    let a = &g.auth;
+    if let Some(f) = &g.token_key_file {
+        if let Err(message) = read_token_secret(f.get_ref()) {
+            return Err(at(Some(f.span()), "gateway.token_key_file", message));
+        }
+    }
+    let keys = a.keys.as_ref().map_or(&[][..], |k| k.get_ref().as_slice());
+    if g.token_key_file.is_none() && keys.is_empty() {
+        return Err(at(
+            a.keys.as_ref().map(Spanned::span).or(Some(section.span())),
+            "gateway.auth.keys",
+            "no token key: give gateway.token_key_file (an HS256 secret) or key files in \
+             [gateway.auth] keys"
+                .into(),
+        ));
+    }
+    if let Some(k) = &a.keys {
+        for f in k.get_ref() {
+            if let Err(e) = holdfast_gateway::token::load_file(f) {
+                return Err(at(Some(k.span()), "gateway.auth.keys", e.to_string()));
+            }
+        }
+    }
+    if let Some(aud) = &a.audience {
+        if aud.get_ref().iter().any(|s| s.trim().is_empty()) {
+            return Err(at(
+                Some(aud.span()),
+                "gateway.auth.audience",
+                "an audience must not be empty".into(),
+            ));
+        }
+    }
+    if let Some(iss) = &a.issuer {
+        if iss.get_ref().trim().is_empty() {
+            return Err(at(
+                Some(iss.span()),
+                "gateway.auth.issuer",
+                "must not be empty (remove it to accept any issuer)".into(),
+            ));
+        }
+    }
+    if let Some(l) = &a.leeway {
+        if l.get_ref().get() > MAX_LEEWAY {
+            return Err(at(
+                Some(l.span()),
+                "gateway.auth.leeway",
+                "must be at most 5m".into(),
+            ));
+        }
+    }
+    if let Some(r) = &a.reload_interval {
+        if r.get_ref().get().is_zero() {
+            return Err(at(
+                Some(r.span()),
+                "gateway.auth.reload_interval",
+                "must be longer than zero".into(),
             ));
         }
     }

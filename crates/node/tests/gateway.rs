@@ -68,8 +68,9 @@ async fn member(addr: &str, user: &str, room: &str) -> Client {
     let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
         .await
         .unwrap();
-    let token = TokenKey::new(KEY.as_bytes().to_vec())
-        .sign(user, SystemTime::now() + Duration::from_secs(3600));
+    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
+        .token(user, SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
     for message in [
         json!({"type": "auth", "token": token}),
         json!({"type": "join", "room": room}),
@@ -113,7 +114,7 @@ fn cli(args: &[&str]) -> (i32, String) {
 // r[verify node.gateway.stop]
 // r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
-// r[verify node.gateway.metrics+2]
+// r[verify node.gateway.metrics+3]
 // i[verify node.gateway.show]
 // i[verify node.gateway.push]
 // i[verify node.gateway.cli+2]
@@ -416,8 +417,8 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
         .await;
 }
 
-// i[verify node.gateway.config+2]
-// r[verify node.gateway.metrics+2]
+// i[verify node.gateway.config+3]
+// r[verify node.gateway.metrics+3]
 #[tokio::test]
 async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
     let dir = tempfile::tempdir().unwrap();
