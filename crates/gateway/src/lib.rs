@@ -79,5 +79,5 @@ pub use stats::StatsSnapshot;
 pub use tls::{TlsError, TlsFiles, TlsReload};
 pub use token::{
     AuthSettings, Claims, DEFAULT_KEY_RELOAD, DEFAULT_LEEWAY, KeyError, KeyReload, MIN_SECRET_LEN,
-    MintClaims, SignError, Signer, TokenError, TokenKey,
+    MintClaims, SignError, Signer, TokenError, TokenKey, room_allowed,
 };

@@ -652,7 +652,7 @@ async fn serve(
     ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let auth_deadline = tokio::time::sleep(cfg.auth_timeout);
     tokio::pin!(auth_deadline);
-    let mut authed = false;
+    let mut session = Session::default();
     let mut last_seen = Instant::now();
     loop {
         tokio::select! {
@@ -661,7 +661,7 @@ async fn serve(
                 Some(signal) => return drain_connection(inner, id, ws, queue, signal).await,
                 None => return Ending::Close(close::GOING_AWAY, "gateway stopped".into()),
             },
-            _ = &mut auth_deadline, if !authed => {
+            _ = &mut auth_deadline, if !session.authed => {
                 inner.stats.auth_failure();
                 return Ending::Close(close::POLICY, "authentication timeout".into());
             }
@@ -701,7 +701,7 @@ async fn serve(
                 match incoming {
                     None => return Ending::Gone,
                     Some(Err(e)) => if let Some(end) = on_error(e) { return end; },
-                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut authed, admission).await { return end; },
+                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut session, admission).await { return end; },
                 }
             }
         }
@@ -734,7 +734,7 @@ async fn on_message(
     id: ConnId,
     ws: &mut Ws,
     msg: Message,
-    authed: &mut bool,
+    session: &mut Session,
     admission: &mut Admission,
 ) -> Option<Ending> {
     let text = match msg {
@@ -755,7 +755,7 @@ async fn on_message(
         Ok(m) => m,
         Err(_) => return Some(Ending::Close(close::POLICY, "bad message".into())),
     };
-    match (parsed, *authed) {
+    match (parsed, session.authed) {
         (ClientMessage::Auth { token }, false) => {
             match inner.config.token_key.verify(&token, SystemTime::now()) {
                 Ok(claims) => {
@@ -763,7 +763,9 @@ async fn on_message(
                     if inner.registry.authenticate(id, &user).is_err() {
                         return Some(Ending::Gone);
                     }
-                    *authed = true;
+                    session.authed = true;
+                    session.user = user.clone();
+                    session.rooms = claims.rooms;
                     admission.authenticated();
                     claim_route(inner, &user).await;
                     reply(
@@ -774,7 +776,6 @@ async fn on_message(
                 }
                 Err(e) => {
                     inner.stats.token_refused(&e);
-                    // r[impl gateway.auth.refusal-reasons]
                     // The error's text is the close reason ("invalid token", "token expired",
                     // ...): it names no secret.
                     Some(Ending::Close(close::POLICY, e.to_string()))
@@ -785,7 +786,9 @@ async fn on_message(
             Some(Ending::Close(close::POLICY, "already authenticated".into()))
         }
         (_, false) => Some(Ending::Close(close::POLICY, "authenticate first".into())),
-        (ClientMessage::Join { room }, true) => join(inner, id, ws, &room).await,
+        (ClientMessage::Join { room, token }, true) => {
+            join(inner, id, ws, &room, token.as_deref(), session).await
+        }
         (ClientMessage::Leave { room }, true) => {
             if inner.registry.leave(id, &room).is_err() {
                 return Some(Ending::Gone);
@@ -795,12 +798,49 @@ async fn on_message(
     }
 }
 
-/// Joins `room` within the room limits, or tells the client why not and goes on.
+/// What a connection's authentication established.
+#[derive(Debug, Default)]
+struct Session {
+    authed: bool,
+    user: String,
+    /// The auth token's `rooms` (`None`: any room).
+    rooms: Option<Vec<String>>,
+}
+
+// r[impl gateway.rooms.permissions]
+/// Whether the session may join `room`: a subscription token of its user for that room, or
+/// else the auth token's `rooms`.
+fn permitted(inner: &Inner, session: &Session, room: &str, token: Option<&str>) -> bool {
+    match token {
+        Some(t) => inner
+            .config
+            .token_key
+            .verify(t, SystemTime::now())
+            .is_ok_and(|c| c.user == session.user && c.room.as_deref() == Some(room)),
+        None => session
+            .rooms
+            .as_ref()
+            .is_none_or(|r| crate::token::room_allowed(r, room)),
+    }
+}
+
+/// Joins `room` if permitted and within the room limits, or tells the client why not and goes
+/// on.
 // r[impl gateway.rooms.limits]
-async fn join(inner: &Arc<Inner>, id: ConnId, ws: &mut Ws, room: &str) -> Option<Ending> {
+async fn join(
+    inner: &Arc<Inner>,
+    id: ConnId,
+    ws: &mut Ws,
+    room: &str,
+    token: Option<&str>,
+    session: &Session,
+) -> Option<Ending> {
     let cfg = &inner.config;
     if cfg.max_room_name != 0 && room.len() > cfg.max_room_name {
         return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
+    }
+    if !permitted(inner, session, room, token) {
+        return refuse_join(inner, ws, room, JoinRefusal::NotPermitted).await;
     }
     match inner
         .registry
@@ -838,6 +878,8 @@ pub(crate) enum JoinRefusal {
     TooManyRooms,
     /// The room's name is longer than the limit.
     NameTooLong,
+    /// Neither the token's `rooms` nor a subscription token allows the room.
+    NotPermitted,
 }
 
 impl JoinRefusal {
@@ -846,6 +888,7 @@ impl JoinRefusal {
         match self {
             JoinRefusal::TooManyRooms => "too many rooms",
             JoinRefusal::NameTooLong => "room name too long",
+            JoinRefusal::NotPermitted => "not permitted",
         }
     }
 }

@@ -27,6 +27,7 @@ pub struct Stats {
     tls_reload_failures: AtomicU64,
     joins_refused_rooms: AtomicU64,
     joins_refused_name: AtomicU64,
+    joins_refused_permission: AtomicU64,
     token_refused: [AtomicU64; TokenError::REASONS.len()],
     key_reloads: AtomicU64,
     key_reload_failures: AtomicU64,
@@ -70,6 +71,9 @@ pub struct StatsSnapshot {
     pub joins_refused_rooms: u64,
     /// Joins refused because the room's name was longer than the limit.
     pub joins_refused_name: u64,
+    /// Joins refused because the token's `rooms` did not allow the room and no subscription
+    /// token for it was given, or the one given was refused.
+    pub joins_refused_permission: u64,
     /// Tokens refused, by reason, in the order of [`TokenError::REASONS`] (each also counted in
     /// `auth_failures`).
     pub token_refused: [u64; TokenError::REASONS.len()],
@@ -153,6 +157,7 @@ impl Stats {
         match refusal {
             crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
             crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
+            crate::server::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
         }
     }
     pub(crate) fn close_sent(&self) {
@@ -186,6 +191,7 @@ impl Stats {
             tls_reload_failures: g(&self.tls_reload_failures),
             joins_refused_rooms: g(&self.joins_refused_rooms),
             joins_refused_name: g(&self.joins_refused_name),
+            joins_refused_permission: g(&self.joins_refused_permission),
             token_refused: std::array::from_fn(|i| g(&self.token_refused[i])),
             key_reloads: g(&self.key_reloads),
             key_reload_failures: g(&self.key_reload_failures),

@@ -139,6 +139,19 @@ pub enum KeyError {
 pub struct Claims {
     /// The user (`sub`).
     pub user: String,
+    /// The rooms the user may join (`rooms`: names, or prefixes ending in `*`); `None`: any.
+    pub rooms: Option<Vec<String>>,
+    /// The room a subscription token is for (`room`).
+    pub room: Option<String>,
+}
+
+// r[impl gateway.rooms.permissions]
+/// Whether `rooms` (names, or prefixes such as `chat:*`) allows `room`.
+pub fn room_allowed(rooms: &[String], room: &str) -> bool {
+    rooms.iter().any(|r| match r.strip_suffix('*') {
+        Some(prefix) => room.starts_with(prefix),
+        None => r == room,
+    })
 }
 
 /// The claims the gateway reads; the rest of a token's claims are ignored.
@@ -148,6 +161,8 @@ struct RawClaims {
     exp: Option<u64>,
     nbf: Option<u64>,
     iat: Option<u64>,
+    rooms: Option<Vec<String>>,
+    room: Option<String>,
 }
 
 /// The claims checked besides the signature.
@@ -380,7 +395,11 @@ impl TokenKey {
         let claims = result?;
         check_times(&claims, now, settings.leeway)?;
         match claims.sub {
-            Some(user) if !user.is_empty() => Ok(Claims { user }),
+            Some(user) if !user.is_empty() => Ok(Claims {
+                user,
+                rooms: claims.rooms,
+                room: claims.room,
+            }),
             _ => Err(TokenError::MissingClaim("sub")),
         }
     }
@@ -578,6 +597,12 @@ pub struct MintClaims {
     /// The issuer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
+    /// The rooms the user may join (names, or prefixes ending in `*`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rooms: Option<Vec<String>>,
+    /// The room a subscription token is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
 }
 
 /// Mints HS256 tokens with one secret.

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use holdfast_gateway::{AuthSettings, Signer, TokenKey};
+use holdfast_gateway::{AuthSettings, MintClaims, Signer, TokenKey};
 
 // r[verify gateway.auth.key-reload]
 #[tokio::test(start_paused = true)]
@@ -46,4 +46,136 @@ async fn a_rotated_key_file_is_picked_up_on_the_next_poll_and_a_broken_one_keeps
     assert!(ok("third-secret-0123456789"));
     assert!(node.gateway.key_fault().is_none());
     assert_eq!(node.gateway.stats().key_reloads, 2);
+}
+
+/// Authenticates with a token carrying `rooms` and answers the first reply.
+async fn with_rooms(node: &Node, user: &str, rooms: Option<Vec<&str>>) -> Client {
+    let mut ws = connect(&node.gateway).await;
+    let t = token_with(&MintClaims {
+        sub: user.into(),
+        exp: unix_now() + 3600,
+        rooms: rooms.map(|r| r.into_iter().map(str::to_owned).collect()),
+        ..MintClaims::default()
+    });
+    send_json(&mut ws, serde_json::json!({"type": "auth", "token": t})).await;
+    next_text(&mut ws).await;
+    ws
+}
+
+async fn join(ws: &mut Client, msg: serde_json::Value) -> serde_json::Value {
+    send_json(ws, msg).await;
+    serde_json::from_str(&next_text(ws).await).unwrap()
+}
+
+fn subscription(user: &str, room: &str) -> String {
+    token_with(&MintClaims {
+        sub: user.into(),
+        exp: unix_now() + 3600,
+        room: Some(room.into()),
+        ..MintClaims::default()
+    })
+}
+
+// r[verify gateway.rooms.permissions]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_s_rooms_bound_its_joins_and_a_subscription_token_opens_one_more() {
+    let node = start(config("a")).await;
+    let mut ann = with_rooms(&node, "ann", Some(vec!["lobby", "chat:*"])).await;
+    for room in ["lobby", "chat:1", "chat:"] {
+        let a = join(&mut ann, serde_json::json!({"type": "join", "room": room})).await;
+        assert_eq!(a, serde_json::json!({"type": "joined", "room": room}));
+    }
+    let refused = serde_json::json!({"type": "error", "op": "join", "reason": "not permitted", "room": "bob-private"});
+    // Outside the token's rooms: refused, and the connection stays.
+    for room in ["bob-private", "chat", "lobby2"] {
+        let mut want = refused.clone();
+        want["room"] = room.into();
+        assert_eq!(
+            join(&mut ann, serde_json::json!({"type": "join", "room": room})).await,
+            want
+        );
+    }
+    // A subscription token of another user, or for another room, or not verifying: refused.
+    for t in [
+        subscription("bob", "bob-private"),
+        subscription("ann", "other"),
+        Signer::new(b"another secret 0123456789")
+            .sign(&MintClaims {
+                sub: "ann".into(),
+                exp: unix_now() + 3600,
+                room: Some("bob-private".into()),
+                ..MintClaims::default()
+            })
+            .unwrap(),
+        "not a token".into(),
+    ] {
+        let a = join(
+            &mut ann,
+            serde_json::json!({"type": "join", "room": "bob-private", "token": t}),
+        )
+        .await;
+        assert_eq!(a, refused);
+    }
+    // Ann's own subscription token for the room: joined.
+    let a = join(
+        &mut ann,
+        serde_json::json!({"type": "join", "room": "bob-private", "token": subscription("ann", "bob-private")}),
+    )
+    .await;
+    assert_eq!(
+        a,
+        serde_json::json!({"type": "joined", "room": "bob-private"})
+    );
+    assert_eq!(node.gateway.stats().joins_refused_permission, 7);
+    // Still served: pushes to her rooms arrive.
+    assert_eq!(node.gateway.push_room("bob-private", "hi").await.queued, 1);
+    assert_eq!(next_text(&mut ann).await, "hi");
+    // A token without rooms joins any room; one with an empty list none.
+    let mut zed = with_rooms(&node, "zed", None).await;
+    let a = join(
+        &mut zed,
+        serde_json::json!({"type": "join", "room": "anything"}),
+    )
+    .await;
+    assert_eq!(a["type"], "joined");
+    let mut nobody = with_rooms(&node, "nobody", Some(vec![])).await;
+    let a = join(
+        &mut nobody,
+        serde_json::json!({"type": "join", "room": "lobby"}),
+    )
+    .await;
+    assert_eq!(a["reason"], "not permitted");
+}
+
+// r[verify gateway.rooms.permissions]
+// r[verify gateway.rooms.limits]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permitted_joins_still_meet_the_room_limits() {
+    let mut c = config("a");
+    c.max_rooms_per_connection = 1;
+    c.max_room_name = 8;
+    let node = start(c).await;
+    let mut ann = with_rooms(&node, "ann", Some(vec!["chat:*"])).await;
+    let a = join(
+        &mut ann,
+        serde_json::json!({"type": "join", "room": "chat:a"}),
+    )
+    .await;
+    assert_eq!(a["type"], "joined");
+    let a = join(
+        &mut ann,
+        serde_json::json!({"type": "join", "room": "chat:b"}),
+    )
+    .await;
+    assert_eq!(a["reason"], "too many rooms");
+    // Too long is said before not permitted, and without the name.
+    let a = join(
+        &mut ann,
+        serde_json::json!({"type": "join", "room": "x".repeat(9)}),
+    )
+    .await;
+    assert_eq!(
+        a,
+        serde_json::json!({"type": "error", "op": "join", "reason": "room name too long"})
+    );
 }

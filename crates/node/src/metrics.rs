@@ -174,7 +174,7 @@ pub struct GatewayRefusalLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JoinRefusalLabel {
     /// The limit it was over, named as its `[gateway]` key: `max_rooms_per_connection` or
-    /// `max_room_name`.
+    /// `max_room_name`; or `permission` (the token did not allow the room).
     pub reason: String,
 }
 
@@ -847,6 +847,7 @@ impl Metrics {
             for (reason, total) in [
                 ("max_rooms_per_connection", t.joins_refused_rooms),
                 ("max_room_name", t.joins_refused_name),
+                ("permission", t.joins_refused_permission),
             ] {
                 let counter = self.gateway_joins_refused.get_or_create(&JoinRefusalLabel {
                     reason: reason.to_owned(),
@@ -1173,6 +1174,7 @@ mod tests {
             refused_unauthenticated_per_ip: 5,
             joins_refused_rooms: 6,
             joins_refused_name: 8,
+            joins_refused_permission: 12,
             // "signature" is the fourth reason, "expired" the sixth.
             tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0],
         };
@@ -1214,6 +1216,7 @@ mod tests {
             "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 5",
             "holdfast_gateway_joins_refused_total{reason=\"max_rooms_per_connection\"} 6",
             "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 8",
+            "holdfast_gateway_joins_refused_total{reason=\"permission\"} 12",
             "holdfast_gateway_tokens_refused_total{reason=\"signature\"} 9",
             "holdfast_gateway_tokens_refused_total{reason=\"expired\"} 10",
             "holdfast_gateway_tokens_refused_total{reason=\"audience\"} 0",

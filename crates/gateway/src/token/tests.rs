@@ -427,3 +427,41 @@ fn every_reason_has_its_own_label() {
     let labels: HashSet<_> = all.iter().map(TokenError::reason).collect();
     assert_eq!(labels.len(), TokenError::REASONS.len());
 }
+
+// r[verify gateway.rooms.permissions]
+#[test]
+fn rooms_are_names_or_prefixes_and_travel_in_the_token() {
+    let rooms: Vec<String> = vec!["lobby".into(), "chat:*".into()];
+    assert!(
+        room_allowed(&rooms, "lobby")
+            && room_allowed(&rooms, "chat:")
+            && room_allowed(&rooms, "chat:x*")
+    );
+    assert!(
+        !room_allowed(&rooms, "lobby2")
+            && !room_allowed(&rooms, "chat")
+            && !room_allowed(&rooms, "Lobby")
+    );
+    assert!(!room_allowed(&[], "lobby"));
+    assert!(room_allowed(&["*".into()], "anything"));
+    let c = serde_json::json!({"sub": "ann", "exp": NOW + 60, "rooms": ["a", "b:*"], "room": "s"});
+    let got = key().verify(&hs(&c), now()).unwrap();
+    assert_eq!(got.rooms, Some(vec!["a".to_owned(), "b:*".to_owned()]));
+    assert_eq!(got.room.as_deref(), Some("s"));
+    // Not a list of names: the token is malformed.
+    let c = serde_json::json!({"sub": "ann", "exp": NOW + 60, "rooms": "a"});
+    assert_eq!(key().verify(&hs(&c), now()), Err(TokenError::Malformed));
+}
+
+proptest::proptest! {
+    // r[verify gateway.rooms.permissions]
+    #[test]
+    fn a_name_allows_only_itself_and_a_prefix_every_extension(name in "[a-z:]{0,12}", tail in "[a-z:*]{0,6}") {
+        let exact = vec![name.clone()];
+        let longer = format!("{name}{tail}");
+        proptest::prop_assert!(room_allowed(&exact, &name));
+        proptest::prop_assert_eq!(room_allowed(&exact, &longer), tail.is_empty());
+        let prefix = vec![format!("{name}*")];
+        proptest::prop_assert!(room_allowed(&prefix, &longer));
+    }
+}

@@ -89,6 +89,8 @@ pub struct GatewayTotals {
     pub joins_refused_rooms: u64,
     /// Joins refused because the room's name was longer than `max_room_name`.
     pub joins_refused_name: u64,
+    /// Joins refused because the token did not permit the room.
+    pub joins_refused_permission: u64,
     /// Tokens refused, by reason (in the order of `holdfast_gateway::TokenError::REASONS`).
     pub tokens_refused: [u64; holdfast_gateway::TokenError::REASONS.len()],
 }
@@ -106,6 +108,7 @@ impl GatewayTotals {
             refused_unauthenticated_per_ip: s.refused_unauthenticated_per_ip,
             joins_refused_rooms: s.joins_refused_rooms,
             joins_refused_name: s.joins_refused_name,
+            joins_refused_permission: s.joins_refused_permission,
             tokens_refused: s.token_refused,
         }
     }
@@ -130,6 +133,9 @@ impl GatewayTotals {
                 .joins_refused_rooms
                 .saturating_add(o.joins_refused_rooms),
             joins_refused_name: self.joins_refused_name.saturating_add(o.joins_refused_name),
+            joins_refused_permission: self
+                .joins_refused_permission
+                .saturating_add(o.joins_refused_permission),
             tokens_refused: std::array::from_fn(|i| {
                 self.tokens_refused[i].saturating_add(o.tokens_refused[i])
             }),
