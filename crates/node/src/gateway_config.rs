@@ -276,6 +276,37 @@ impl TokenKeySources {
     }
 }
 
+// i[impl node.gateway.token]
+/// An HS256 token for `user` from `section`'s secret, valid from `now` for `ttl`, allowed
+/// `rooms` when given, with the configured audience (the first) and issuer so the gateway
+/// accepts it.
+pub fn mint_token(
+    section: &GatewaySection,
+    user: &str,
+    rooms: Option<Vec<String>>,
+    ttl: Duration,
+    now: std::time::SystemTime,
+) -> Result<String, String> {
+    let sources = section.token_key_sources();
+    let secret = sources.hs256_secret()?;
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| "the clock is before 1970".to_owned())?
+        .as_secs();
+    let claims = holdfast_gateway::MintClaims {
+        sub: user.to_owned(),
+        exp: now.saturating_add(ttl.as_secs().max(1)),
+        iat: Some(now),
+        aud: sources.settings.audience.first().cloned(),
+        iss: sources.settings.issuer.clone(),
+        rooms,
+        ..holdfast_gateway::MintClaims::default()
+    };
+    holdfast_gateway::Signer::new(&secret)
+        .sign(&claims)
+        .map_err(|e| e.to_string())
+}
+
 impl GatewaySection {
     /// Where this section's token keys come from.
     pub fn token_key_sources(&self) -> TokenKeySources {

@@ -486,3 +486,108 @@ async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted()
     .unwrap();
     assert_eq!(next_text(&mut ann).await, "still here");
 }
+
+// i[verify node.gateway.token]
+#[test]
+fn gateway_token_mints_what_the_configured_gateway_accepts_and_refuses_without_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n\
+             [gateway.auth]\naudience = [\"chat\"]\nissuer = \"https://a.example\"\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let cfg_arg = cfg.to_str().unwrap();
+    let out = run(&[
+        "gateway",
+        "token",
+        "-c",
+        cfg_arg,
+        "--user",
+        "ann",
+        "--rooms",
+        "lobby,chat:*",
+        "--ttl",
+        "10m",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    assert!(!token.contains(KEY));
+    let config = holdfast::config::Config::load(&cfg).unwrap();
+    let verifier = config
+        .gateway
+        .unwrap()
+        .get_ref()
+        .token_key_sources()
+        .load()
+        .unwrap();
+    let claims = verifier.verify(token.trim(), SystemTime::now()).unwrap();
+    assert_eq!(claims.user, "ann");
+    assert_eq!(
+        claims.rooms,
+        Some(vec!["lobby".to_owned(), "chat:*".to_owned()])
+    );
+    // Ten minutes, not more.
+    assert!(
+        verifier
+            .verify(
+                token.trim(),
+                SystemTime::now() + Duration::from_secs(11 * 60 + 30)
+            )
+            .is_err()
+    );
+
+    // Only a public key configured: no secret to sign with, said so.
+    let pem = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gateway/tests/fixtures/keys/ed.pub");
+    let public_only = dir.path().join("public.toml");
+    std::fs::write(
+        &public_only,
+        format!(
+            "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\n[gateway.auth]\nkeys = [\"{}\"]\n",
+            pem.display()
+        ),
+    )
+    .unwrap();
+    let out = run(&[
+        "gateway",
+        "token",
+        "-c",
+        public_only.to_str().unwrap(),
+        "--user",
+        "ann",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no HS256 secret"), "{err}");
+    // No [gateway] section.
+    let bare = dir.path().join("bare.toml");
+    std::fs::write(&bare, "[node]\n").unwrap();
+    let out = run(&[
+        "gateway",
+        "token",
+        "-c",
+        bare.to_str().unwrap(),
+        "--user",
+        "ann",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no [gateway] section"));
+}
