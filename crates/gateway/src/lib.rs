@@ -78,6 +78,7 @@ pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;
 pub use tls::{TlsError, TlsFiles, TlsReload};
 pub use token::{
-    AuthSettings, Claims, DEFAULT_KEY_RELOAD, DEFAULT_LEEWAY, KeyError, KeyReload, MIN_SECRET_LEN,
-    MintClaims, SignError, Signer, TokenError, TokenKey, room_allowed,
+    AuthSettings, Claims, DEFAULT_KEY_RELOAD, DEFAULT_LEEWAY, KeyError, KeyKind, KeyReload,
+    KeySource, MAX_KEY_FILE, MIN_SECRET_LEN, MintClaims, RoomsDefault, SignError, Signer,
+    TokenError, TokenKey, read_key_file, read_secret, room_allowed,
 };

@@ -189,7 +189,7 @@ impl Gateway {
             ),
         });
         let every = inner.config.key_reload_interval;
-        if !inner.config.token_key.files().is_empty() && !every.is_zero() {
+        if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
             tokio::spawn(watch_keys(Arc::downgrade(&inner), every, stop_rx.clone()));
         }
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
@@ -369,8 +369,11 @@ async fn watch_keys(
         tokio::select! {
             _ = stopped(&mut stop) => break,
             _ = tick.tick() => match inner.upgrade() {
+                // File I/O off the runtime's workers: a slow or odd file cannot stall them.
                 Some(inner) => {
-                    reload_keys(&inner);
+                    if tokio::task::spawn_blocking(move || reload_keys(&inner)).await.is_err() {
+                        break;
+                    }
                 }
                 None => break,
             },
@@ -757,7 +760,11 @@ async fn on_message(
     };
     match (parsed, session.authed) {
         (ClientMessage::Auth { token }, false) => {
-            match inner.config.token_key.verify(&token, SystemTime::now()) {
+            match inner
+                .config
+                .token_key
+                .verify_auth(&token, SystemTime::now())
+            {
                 Ok(claims) => {
                     let user = claims.user;
                     if inner.registry.authenticate(id, &user).is_err() {
@@ -803,7 +810,7 @@ async fn on_message(
 struct Session {
     authed: bool,
     user: String,
-    /// The auth token's `rooms` (`None`: any room).
+    /// The rooms the auth token allows (`None`: any room, only under `RoomsDefault::Any`).
     rooms: Option<Vec<String>>,
 }
 
@@ -815,7 +822,7 @@ fn permitted(inner: &Inner, session: &Session, room: &str, token: Option<&str>) 
         Some(t) => inner
             .config
             .token_key
-            .verify(t, SystemTime::now())
+            .verify_subscription(t, SystemTime::now())
             .is_ok_and(|c| c.user == session.user && c.room.as_deref() == Some(room)),
         None => session
             .rooms

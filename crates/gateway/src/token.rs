@@ -2,10 +2,12 @@
 //!
 //! A [`TokenKey`] holds the keys tokens are verified with — HS256 secrets, RS256, ES256 and
 //! EdDSA public keys — and the claims checked besides the signature (`exp` required, `nbf` and
-//! `iat`, the configured `aud` and `iss`, with a leeway). Keys come from files (a PEM public key,
-//! a JWKS whose keys are chosen by the token's `kid`, or a file holding an HS256 secret), several
-//! at once so one can be rotated, and the files can be re-read ([`TokenKey::reload`]): a broken
-//! new file keeps the previous keys and records a fault. [`Signer`] mints HS256 tokens (the
+//! `iat`, the configured `aud` and `iss`, with a leeway). Keys come from files of a declared kind
+//! ([`KeySource`]): secret files holding an HS256 secret (read only when private to their owner)
+//! and public key files (a PEM public key, or a JWKS whose keys are chosen by the token's `kid`).
+//! A file's kind is never guessed from its content, so a public key can never become an HMAC
+//! secret. Several files are used at once so one can be rotated, and the files can be re-read
+//! ([`TokenKey::reload`]): a broken new file keeps the previous keys and records a fault. [`Signer`] mints HS256 tokens (the
 //! `holdfast gateway token` command, tests, benches and demos).
 //!
 //! No secret appears in `Debug` output or logs.
@@ -70,11 +72,15 @@ pub enum TokenError {
     /// ever.
     #[error("token expiry out of range")]
     ExpiryOutOfRange,
+    /// A subscription token (with `room`) given to authenticate, or an auth token (with
+    /// `rooms`, or without `room`) given to join a room.
+    #[error("token of the wrong kind")]
+    WrongKind,
 }
 
 impl TokenError {
     /// Every reason label, in a fixed order (the stats keep one counter each).
-    pub const REASONS: [&'static str; 11] = [
+    pub const REASONS: [&'static str; 12] = [
         "malformed",
         "algorithm",
         "unknown_key",
@@ -86,6 +92,7 @@ impl TokenError {
         "audience",
         "issuer",
         "expiry_out_of_range",
+        "wrong_kind",
     ];
 
     /// This refusal's label (one of [`TokenError::REASONS`]).
@@ -106,6 +113,7 @@ impl TokenError {
             Self::Audience => 8,
             Self::Issuer => 9,
             Self::ExpiryOutOfRange => 10,
+            Self::WrongKind => 11,
         }
     }
 }
@@ -139,7 +147,8 @@ pub enum KeyError {
 pub struct Claims {
     /// The user (`sub`).
     pub user: String,
-    /// The rooms the user may join (`rooms`: names, or prefixes ending in `*`); `None`: any.
+    /// The rooms the user may join (`rooms`: names, or prefixes ending in `*`); `None`: any
+    /// (only for a token without `rooms` under [`RoomsDefault::Any`]).
     pub rooms: Option<Vec<String>>,
     /// The room a subscription token is for (`room`).
     pub room: Option<String>,
@@ -161,8 +170,29 @@ struct RawClaims {
     exp: Option<u64>,
     nbf: Option<u64>,
     iat: Option<u64>,
-    rooms: Option<Vec<String>>,
+    /// Outer `Some`: the claim is present (`null` included), so a subscription token carrying
+    /// `rooms: null` is still told apart from one without the claim.
+    #[serde(default, deserialize_with = "present")]
+    rooms: Option<Option<Vec<String>>>,
     room: Option<String>,
+}
+
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// What a token without a `rooms` claim may join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RoomsDefault {
+    /// No room (only rooms opened by subscription tokens).
+    #[default]
+    None,
+    /// Any room.
+    Any,
 }
 
 /// The claims checked besides the signature.
@@ -174,6 +204,8 @@ pub struct AuthSettings {
     pub issuer: Option<String>,
     /// Allowed clock skew on `exp`, `nbf` and `iat`.
     pub leeway: Duration,
+    /// What an auth token without `rooms` may join.
+    pub rooms_default: RoomsDefault,
 }
 
 impl Default for AuthSettings {
@@ -182,6 +214,7 @@ impl Default for AuthSettings {
             audience: Vec::new(),
             issuer: None,
             leeway: DEFAULT_LEEWAY,
+            rooms_default: RoomsDefault::None,
         }
     }
 }
@@ -191,6 +224,44 @@ struct Key {
     kid: Option<String>,
     alg: Algorithm,
     key: DecodingKey,
+}
+
+/// What a key file holds, as the configuration declares it: never guessed from its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// An HS256 secret (the file's text, trimmed, at least [`MIN_SECRET_LEN`] bytes); the file
+    /// must be a regular file, not a symlink, neither group nor others may read or write it.
+    Secret,
+    /// A PEM public key (RSA, EC P-256 or Ed25519) or a JWKS of public keys, told apart by which
+    /// of the two parses; never read as a secret.
+    Public,
+}
+
+/// A key file and its declared kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySource {
+    /// The file.
+    pub path: PathBuf,
+    /// What it holds.
+    pub kind: KeyKind,
+}
+
+impl KeySource {
+    /// A secret file.
+    pub fn secret(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            kind: KeyKind::Secret,
+        }
+    }
+
+    /// A public key file (PEM or JWKS).
+    pub fn public(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            kind: KeyKind::Public,
+        }
+    }
 }
 
 /// What a reload found.
@@ -210,13 +281,13 @@ struct State {
     keys: Arc<Vec<Key>>,
     /// The files' contents the keys were loaded from.
     seen: Vec<Vec<u8>>,
-    /// The last reload's failure, until a reload succeeds.
+    /// The last reload's failure, until a reload succeeds or the files read as they did.
     fault: Option<KeyError>,
 }
 
 struct Shared {
     settings: AuthSettings,
-    files: Vec<PathBuf>,
+    sources: Vec<KeySource>,
     state: Mutex<State>,
 }
 
@@ -229,7 +300,7 @@ pub struct TokenKey {
 impl std::fmt::Debug for TokenKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenKey")
-            .field("files", &self.shared.files)
+            .field("sources", &self.shared.sources)
             .field("settings", &self.shared.settings)
             .field("keys", &"<redacted>")
             .finish()
@@ -237,7 +308,8 @@ impl std::fmt::Debug for TokenKey {
 }
 
 impl TokenKey {
-    /// One HS256 secret given in code, default settings.
+    /// One HS256 secret given in code, default settings (its length is the caller's
+    /// responsibility; files are held to [`MIN_SECRET_LEN`]).
     pub fn new(secret: impl Into<Vec<u8>>) -> Self {
         Self::with_secret(secret, AuthSettings::default())
     }
@@ -252,25 +324,26 @@ impl TokenKey {
         Self::from_keys(vec![key], Vec::new(), Vec::new(), settings)
     }
 
-    /// The keys in `files` (see [`load_file`]), re-read by [`TokenKey::reload`].
-    pub fn from_files(files: Vec<PathBuf>, settings: AuthSettings) -> Result<Self, KeyError> {
-        if files.is_empty() {
+    /// The keys in `sources` (see [`load_source`]), re-read by [`TokenKey::reload`].
+    pub fn from_sources(sources: Vec<KeySource>, settings: AuthSettings) -> Result<Self, KeyError> {
+        if sources.is_empty() {
             return Err(KeyError::Empty);
         }
-        let (keys, seen) = load_all(&files)?;
-        Ok(Self::from_keys(keys, files, seen, settings))
+        let contents = read_all(&sources)?;
+        let keys = parse_all(&sources, &contents)?;
+        Ok(Self::from_keys(keys, sources, contents, settings))
     }
 
     fn from_keys(
         keys: Vec<Key>,
-        files: Vec<PathBuf>,
+        sources: Vec<KeySource>,
         seen: Vec<Vec<u8>>,
         settings: AuthSettings,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 settings,
-                files,
+                sources,
                 state: Mutex::new(State {
                     keys: Arc::new(keys),
                     seen,
@@ -281,8 +354,8 @@ impl TokenKey {
     }
 
     /// The files the keys come from (empty for a secret given in code).
-    pub fn files(&self) -> &[PathBuf] {
-        &self.shared.files
+    pub fn sources(&self) -> &[KeySource] {
+        &self.shared.sources
     }
 
     /// The settings the claims are checked with.
@@ -304,29 +377,28 @@ impl TokenKey {
 
     // r[impl gateway.auth.key-reload]
     /// Re-reads the key files; when one changed, uses the new keys, or keeps the previous ones
-    /// and records the failure if they cannot be used.
+    /// and records the failure if they cannot be used. Blocking file I/O: call it off the async
+    /// runtime's workers.
     pub fn reload(&self) -> KeyReload {
-        if self.shared.files.is_empty() {
+        if self.shared.sources.is_empty() {
             return KeyReload::Off;
         }
-        let contents = match read_all(&self.shared.files) {
+        let contents = match read_all(&self.shared.sources) {
             Ok(c) => c,
             Err(e) => {
                 self.state().fault = Some(e.clone());
                 return KeyReload::Failed(e);
             }
         };
-        if contents == self.state().seen {
-            return KeyReload::Unchanged;
+        {
+            let mut state = self.state();
+            if contents == state.seen {
+                // Back to what the keys in use came from: whatever failed before is over.
+                state.fault = None;
+                return KeyReload::Unchanged;
+            }
         }
-        let parsed: Result<Vec<Key>, KeyError> = self
-            .shared
-            .files
-            .iter()
-            .zip(&contents)
-            .map(|(path, bytes)| parse(path, bytes))
-            .collect::<Result<Vec<_>, _>>()
-            .map(|v| v.into_iter().flatten().collect());
+        let parsed = parse_all(&self.shared.sources, &contents);
         let mut state = self.state();
         match parsed {
             Ok(keys) => {
@@ -342,10 +414,48 @@ impl TokenKey {
         }
     }
 
+    // r[impl gateway.rooms.permissions]
+    /// The claims of an auth token (`auth` message): one without `room`. A token without
+    /// `rooms` gets the configured [`RoomsDefault`].
+    pub fn verify_auth(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let c = self.verify_raw(token, now)?;
+        if c.room.is_some() {
+            return Err(TokenError::WrongKind);
+        }
+        let rooms = match (c.rooms, self.shared.settings.rooms_default) {
+            (Some(Some(r)), _) => Some(r),
+            (_, RoomsDefault::Any) => None,
+            (_, RoomsDefault::None) => Some(Vec::new()),
+        };
+        Ok(Claims {
+            user: c.user,
+            rooms,
+            room: None,
+        })
+    }
+
+    // r[impl gateway.rooms.permissions]
+    /// The claims of a subscription token (in a `join`): one with `room` and without `rooms`.
+    pub fn verify_subscription(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let c = self.verify_raw(token, now)?;
+        match (c.room, c.rooms) {
+            (Some(room), None) => Ok(Claims {
+                user: c.user,
+                rooms: Some(Vec::new()),
+                room: Some(room),
+            }),
+            _ => Err(TokenError::WrongKind),
+        }
+    }
+
     // r[impl gateway.auth.token+2]
     // r[impl gateway.auth.expiry-range+2]
-    /// The claims of `token` if one of the keys verifies it and its claims hold at `now`.
-    pub fn verify(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+    /// A token's user and room claims if one of the keys verifies it and its claims hold at
+    /// `now`.
+    fn verify_raw(&self, token: &str, now: SystemTime) -> Result<Verified, TokenError> {
+        // The header's `alg` is read as text first: `none` and other names jsonwebtoken has no
+        // variant for are refused as an algorithm, not as a malformed token.
+        header_alg_accepted(token)?;
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
         if !ALGORITHMS.contains(&header.alg) {
             return Err(TokenError::Algorithm);
@@ -368,7 +478,7 @@ impl TokenKey {
             required.push("iss");
         }
         validation.set_required_spec_claims(&required);
-        let mut candidates = keys.iter().filter(|k| {
+        let candidates = keys.iter().filter(|k| {
             k.alg == header.alg
                 && match (&k.kid, &header.kid) {
                     (Some(a), Some(b)) => a == b,
@@ -376,7 +486,7 @@ impl TokenKey {
                 }
         });
         let mut result = Err(TokenError::UnknownKey);
-        for key in &mut candidates {
+        for key in candidates {
             match jsonwebtoken::decode::<RawClaims>(token, &key.key, &validation) {
                 Ok(data) => {
                     result = Ok(data.claims);
@@ -384,6 +494,7 @@ impl TokenKey {
                 }
                 Err(e) => {
                     let e = map_error(e.kind());
+                    // Another key of the same algorithm may still verify it (rotation).
                     let next = e == TokenError::Signature;
                     result = Err(e);
                     if !next {
@@ -395,13 +506,44 @@ impl TokenKey {
         let claims = result?;
         check_times(&claims, now, settings.leeway)?;
         match claims.sub {
-            Some(user) if !user.is_empty() => Ok(Claims {
+            Some(user) if !user.is_empty() => Ok(Verified {
                 user,
                 rooms: claims.rooms,
                 room: claims.room,
             }),
             _ => Err(TokenError::MissingClaim("sub")),
         }
+    }
+}
+
+/// What a verified token says, before its kind is checked.
+struct Verified {
+    user: String,
+    rooms: Option<Option<Vec<String>>>,
+    room: Option<String>,
+}
+
+/// Refuses a token whose header's `alg` is not one of [`ALGORITHMS`] (a header that is not a
+/// JSON object with a string `alg` is left to jsonwebtoken to call malformed).
+fn header_alg_accepted(token: &str) -> Result<(), TokenError> {
+    use base64::Engine as _;
+    #[derive(serde::Deserialize)]
+    struct H {
+        alg: String,
+    }
+    let Some(head) = token.split('.').next() else {
+        return Ok(());
+    };
+    let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head) else {
+        return Ok(());
+    };
+    let Ok(h) = serde_json::from_slice::<H>(&bytes) else {
+        return Ok(());
+    };
+    if ["HS256", "RS256", "ES256", "EdDSA"].contains(&h.alg.as_str()) {
+        Ok(())
+    } else {
+        Err(TokenError::Algorithm)
     }
 }
 
@@ -418,11 +560,12 @@ fn map_error(kind: &ErrorKind) -> TokenError {
         ErrorKind::InvalidAudience => TokenError::Audience,
         ErrorKind::InvalidIssuer => TokenError::Issuer,
         ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm => TokenError::Algorithm,
-        // A key of the token's algorithm that does not parse as one (a JWKS `x` of the wrong
-        // length) verifies nothing: the signature is not proven.
-        ErrorKind::InvalidEcdsaKey | ErrorKind::InvalidEddsaKey | ErrorKind::InvalidRsaKey(_) => {
-            TokenError::Signature
-        }
+        // A key of the token's algorithm that does not work as one verifies nothing: the
+        // signature is not proven, and the next key is tried.
+        ErrorKind::InvalidEcdsaKey
+        | ErrorKind::InvalidEddsaKey
+        | ErrorKind::InvalidRsaKey(_)
+        | ErrorKind::InvalidKeyFormat => TokenError::Signature,
         _ => TokenError::Malformed,
     }
 }
@@ -451,126 +594,231 @@ fn check_times(c: &RawClaims, now: SystemTime, leeway: Duration) -> Result<(), T
     Ok(())
 }
 
-fn read_all(files: &[PathBuf]) -> Result<Vec<Vec<u8>>, KeyError> {
-    files
-        .iter()
-        .map(|p| {
-            std::fs::read(p).map_err(|e| KeyError::Read {
-                path: p.clone(),
-                message: e.to_string(),
-            })
-        })
-        .collect()
-}
+/// The largest key file read (bytes): a JWKS of many RSA keys fits well within it.
+pub const MAX_KEY_FILE: u64 = 1 << 20;
 
-fn load_all(files: &[PathBuf]) -> Result<(Vec<Key>, Vec<Vec<u8>>), KeyError> {
-    let contents = read_all(files)?;
-    let mut keys = Vec::new();
-    for (path, bytes) in files.iter().zip(&contents) {
-        keys.extend(parse(path, bytes)?);
+// r[impl gateway.auth.keys]
+/// Reads one key file without blocking on a FIFO or reading without end: opened with
+/// `O_NONBLOCK` (and `O_NOFOLLOW` for a secret), checked on the open descriptor to be a regular
+/// file of at most [`MAX_KEY_FILE`] bytes — and for a secret, private to its owner — then read
+/// from that descriptor, so what was checked is what is read.
+pub fn read_key_file(source: &KeySource) -> Result<Vec<u8>, KeyError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let path = &source.path;
+    let fail = |message: String| KeyError::Read {
+        path: path.clone(),
+        message,
+    };
+    let secret = source.kind == KeyKind::Secret;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if secret {
+        flags |= libc::O_NOFOLLOW;
     }
-    Ok((keys, contents))
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| {
+            if secret && e.raw_os_error() == Some(libc::ELOOP) {
+                fail("a symlink: a secret file must be the file itself".into())
+            } else {
+                fail(e.to_string())
+            }
+        })?;
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if !meta.file_type().is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    if secret && meta.mode() & 0o077 != 0 {
+        return Err(fail(format!(
+            "mode {:o}: group or others may read or write this secret (chmod 600)",
+            meta.mode() & 0o777
+        )));
+    }
+    if meta.len() > MAX_KEY_FILE {
+        return Err(fail(format!("larger than {MAX_KEY_FILE} bytes")));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_KEY_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > MAX_KEY_FILE {
+        return Err(fail(format!("larger than {MAX_KEY_FILE} bytes")));
+    }
+    Ok(bytes)
 }
 
-/// Checks that `path` holds keys the gateway can use, and how many.
-pub fn load_file(path: &Path) -> Result<usize, KeyError> {
-    let bytes = std::fs::read(path).map_err(|e| KeyError::Read {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    parse(path, &bytes).map(|k| k.len())
+fn read_all(sources: &[KeySource]) -> Result<Vec<Vec<u8>>, KeyError> {
+    sources.iter().map(read_key_file).collect()
 }
 
-/// The keys one file holds: a JWKS (`{"keys": [...]}`), a PEM public key (RSA, EC P-256 or
-/// Ed25519), or else an HS256 secret (the file's text, trimmed).
-fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<Key>, KeyError> {
+fn parse_all(sources: &[KeySource], contents: &[Vec<u8>]) -> Result<Vec<Key>, KeyError> {
+    let mut keys = Vec::new();
+    for (source, bytes) in sources.iter().zip(contents) {
+        keys.extend(parse(source, bytes)?);
+    }
+    Ok(keys)
+}
+
+/// Checks that `source` holds keys the gateway can use, and how many.
+pub fn load_source(source: &KeySource) -> Result<usize, KeyError> {
+    let bytes = read_key_file(source)?;
+    parse(source, &bytes).map(|k| k.len())
+}
+
+/// The HS256 secret of a secret file (read and checked as [`read_key_file`] does, its text
+/// trimmed, at least [`MIN_SECRET_LEN`] bytes): what the gateway verifies with and what
+/// [`Signer`] signs with.
+pub fn read_secret(path: &Path) -> Result<Vec<u8>, KeyError> {
+    let source = KeySource::secret(path);
+    let bytes = read_key_file(&source)?;
+    secret_of(path, &bytes)
+}
+
+fn short_secret(len: usize) -> String {
+    format!(
+        "an HS256 secret of {len} bytes; a secret needs at least {MIN_SECRET_LEN} \
+         (e.g. `head -c 32 /dev/urandom | base64 > FILE`)"
+    )
+}
+
+/// A secret file's secret. Text that looks like a public key or a JWKS is refused rather than
+/// used as an HMAC secret: its holder is not the only one who knows it.
+fn secret_of(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, KeyError> {
     let bad = |message: String| KeyError::Parse {
         path: path.to_owned(),
         message,
     };
     let text = std::str::from_utf8(bytes)
-        .map_err(|_| bad("not text: give a PEM public key, a JWKS or an HS256 secret".into()))?
-        .trim();
-    if text.starts_with('{') {
-        let set: JwkSet =
-            serde_json::from_str(text).map_err(|e| bad(format!("not a JWKS: {e}")))?;
-        if set.keys.is_empty() {
-            return Err(bad("the JWKS has no keys".into()));
-        }
-        return set
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, jwk)| {
-                let alg = jwk_algorithm(jwk).map_err(|m| bad(format!("key {i}: {m}")))?;
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| bad(format!("key {i}: {e}")))?;
-                Ok(Key {
-                    kid: jwk.common.key_id.clone(),
-                    alg,
-                    key,
-                })
-            })
-            .collect();
+        .map_err(|_| bad("not text: an HS256 secret file holds the secret as text".into()))?;
+    if text.starts_with('\u{feff}') {
+        return Err(bad(
+            "starts with a byte order mark: write the secret as plain text".into(),
+        ));
     }
-    if text.starts_with("-----BEGIN") {
-        let pem = text.as_bytes();
-        if text.contains("PRIVATE KEY") {
-            return Err(bad(
-                "a private key: give the public key (the gateway only verifies)".into(),
-            ));
-        }
-        let (alg, key) = if let Ok(k) = DecodingKey::from_rsa_pem(pem) {
-            (Algorithm::RS256, k)
-        } else if let Ok(k) = DecodingKey::from_ec_pem(pem) {
-            (Algorithm::ES256, k)
-        } else if let Ok(k) = DecodingKey::from_ed_pem(pem) {
-            (Algorithm::EdDSA, k)
-        } else {
-            return Err(bad(
-                "not an RSA, EC P-256 or Ed25519 public key in PEM".into()
-            ));
-        };
-        return Ok(vec![Key {
-            kid: None,
-            alg,
-            key,
-        }]);
+    let text = text.trim();
+    if text.starts_with('{')
+        || ["-----BEGIN", "PUBLIC KEY", "PRIVATE KEY", "ssh-"]
+            .iter()
+            .any(|m| text.contains(m))
+    {
+        return Err(bad(
+            "looks like a key or a JWKS, not an HS256 secret: give key files in public_keys".into(),
+        ));
     }
     if text.len() < MIN_SECRET_LEN {
-        return Err(bad(format!(
-            "an HS256 secret of {} bytes; a secret needs at least {MIN_SECRET_LEN} \
-             (e.g. `head -c 32 /dev/urandom | base64 > FILE`)",
-            text.len()
-        )));
+        return Err(bad(short_secret(text.len())));
     }
+    Ok(text.as_bytes().to_vec())
+}
+
+/// The keys one file holds, read as its declared kind.
+fn parse(source: &KeySource, bytes: &[u8]) -> Result<Vec<Key>, KeyError> {
+    let path = &source.path;
+    if source.kind == KeyKind::Secret {
+        let secret = secret_of(path, bytes)?;
+        return Ok(vec![Key {
+            kid: None,
+            alg: Algorithm::HS256,
+            key: DecodingKey::from_secret(&secret),
+        }]);
+    }
+    let bad = |message: String| KeyError::Parse {
+        path: path.to_owned(),
+        message,
+    };
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| bad("not text: give a PEM public key or a JWKS".into()))?;
+    let text = text.trim_start_matches('\u{feff}').trim();
+    match serde_json::from_str::<JwkSet>(text) {
+        Ok(set) => return jwks_keys(&set).map_err(bad),
+        // Only the position: the message of serde_json may quote the file's text.
+        Err(e) if text.starts_with('{') => {
+            return Err(bad(format!(
+                "not a JWKS (line {}, column {})",
+                e.line(),
+                e.column()
+            )));
+        }
+        Err(_) => {}
+    }
+    if text.contains("PRIVATE KEY") {
+        return Err(bad(
+            "a private key: give the public key (the gateway only verifies)".into(),
+        ));
+    }
+    let pem = text.as_bytes();
+    let (alg, key) = if let Ok(k) = DecodingKey::from_rsa_pem(pem) {
+        (Algorithm::RS256, k)
+    } else if let Ok(k) = DecodingKey::from_ec_pem(pem) {
+        (Algorithm::ES256, k)
+    } else if let Ok(k) = DecodingKey::from_ed_pem(pem) {
+        (Algorithm::EdDSA, k)
+    } else {
+        return Err(bad(
+            "neither a JWKS nor an RSA, EC P-256 or Ed25519 public key in PEM".into(),
+        ));
+    };
     Ok(vec![Key {
         kid: None,
-        alg: Algorithm::HS256,
-        key: DecodingKey::from_secret(text.as_bytes()),
+        alg,
+        key,
     }])
 }
 
-/// The algorithm a JWK is for: its `alg`, else what its key type implies.
+fn jwks_keys(set: &JwkSet) -> Result<Vec<Key>, String> {
+    if set.keys.is_empty() {
+        return Err("the JWKS has no keys".into());
+    }
+    set.keys
+        .iter()
+        .enumerate()
+        .map(|(i, jwk)| {
+            let alg = jwk_algorithm(jwk).map_err(|m| format!("key {i}: {m}"))?;
+            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {i}: {e}"))?;
+            Ok(Key {
+                kid: jwk.common.key_id.clone(),
+                alg,
+                key,
+            })
+        })
+        .collect()
+}
+
+/// The algorithm a public JWK is for: the one its key type and curve imply, which its `alg`
+/// must name when given. Secrets (`oct`) and keys for encryption are refused.
 fn jwk_algorithm(jwk: &jsonwebtoken::jwk::Jwk) -> Result<Algorithm, String> {
-    let alg = match (&jwk.common.key_algorithm, &jwk.algorithm) {
-        (Some(a), _) => a
-            .to_string()
-            .parse::<Algorithm>()
-            .map_err(|_| format!("algorithm {a} not accepted"))?,
-        (None, AlgorithmParameters::RSA(_)) => Algorithm::RS256,
-        (None, AlgorithmParameters::EllipticCurve(p)) if p.curve == EllipticCurve::P256 => {
-            Algorithm::ES256
+    use jsonwebtoken::jwk::PublicKeyUse;
+    if let Some(u) = &jwk.common.public_key_use {
+        if *u != PublicKeyUse::Signature {
+            return Err("a key whose use is not sig".into());
         }
-        (None, AlgorithmParameters::OctetKeyPair(p)) if p.curve == EllipticCurve::Ed25519 => {
+    }
+    let implied = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
             Algorithm::EdDSA
         }
-        (None, AlgorithmParameters::OctetKey(_)) => Algorithm::HS256,
-        (None, _) => return Err("a curve the gateway does not accept".into()),
+        AlgorithmParameters::OctetKey(_) => {
+            return Err(
+                "an oct (secret) key: a public key file holds no secret; give secrets as \
+                 secret files"
+                    .into(),
+            );
+        }
+        _ => return Err("a curve the gateway does not accept".into()),
     };
-    if !ALGORITHMS.contains(&alg) {
-        return Err(format!("algorithm {alg:?} not accepted"));
+    if let Some(a) = &jwk.common.key_algorithm {
+        let named = a.to_string().parse::<Algorithm>().ok();
+        if named != Some(implied) {
+            return Err(format!(
+                "algorithm {a} does not fit its key type (which is for {implied:?})"
+            ));
+        }
     }
-    Ok(alg)
+    Ok(implied)
 }
 
 /// Why a token could not be minted.
@@ -631,13 +879,15 @@ impl Signer {
             .map_err(|e| SignError(e.to_string()))
     }
 
-    /// A token for `user` that expires at `expires`, issued now.
+    /// A token for `user` that expires at `expires`, issued now, allowed every room
+    /// (`rooms: ["*"]`).
     pub fn token(&self, user: &str, expires: SystemTime) -> Result<String, SignError> {
         let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         self.sign(&MintClaims {
             sub: user.to_owned(),
             exp: secs(expires),
             iat: Some(secs(SystemTime::now())),
+            rooms: Some(vec!["*".to_owned()]),
             ..MintClaims::default()
         })
     }

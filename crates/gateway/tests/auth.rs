@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use holdfast_gateway::{AuthSettings, MintClaims, Signer, TokenKey};
+use holdfast_gateway::{AuthSettings, KeySource, MintClaims, RoomsDefault, Signer, TokenKey};
 
 // r[verify gateway.auth.key-reload]
 #[tokio::test(start_paused = true)]
@@ -14,7 +14,10 @@ async fn a_rotated_key_file_is_picked_up_on_the_next_poll_and_a_broken_one_keeps
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("secret");
     std::fs::write(&path, "first-secret-0123456789\n").unwrap();
-    let key = TokenKey::from_files(vec![path.clone()], AuthSettings::default()).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key =
+        TokenKey::from_sources(vec![KeySource::secret(&path)], AuthSettings::default()).unwrap();
     let mut c = config("a");
     c.token_key = key.clone();
     c.key_reload_interval = Duration::from_secs(5);
@@ -24,7 +27,7 @@ async fn a_rotated_key_file_is_picked_up_on_the_next_poll_and_a_broken_one_keeps
             .token("ann", SystemTime::now() + Duration::from_secs(60))
             .unwrap()
     };
-    let ok = |s: &str| key.verify(&tok(s), SystemTime::now()).is_ok();
+    let ok = |s: &str| key.verify_auth(&tok(s), SystemTime::now()).is_ok();
     assert!(ok("first-secret-0123456789"));
 
     std::fs::write(&path, "second-secret-0123456789\n").unwrap();
@@ -130,18 +133,70 @@ async fn a_token_s_rooms_bound_its_joins_and_a_subscription_token_opens_one_more
     // Still served: pushes to her rooms arrive.
     assert_eq!(node.gateway.push_room("bob-private", "hi").await.queued, 1);
     assert_eq!(next_text(&mut ann).await, "hi");
-    // A token without rooms joins any room; one with an empty list none.
+    // A token without rooms joins no room by default; one with an empty list none.
     let mut zed = with_rooms(&node, "zed", None).await;
     let a = join(
         &mut zed,
         serde_json::json!({"type": "join", "room": "anything"}),
     )
     .await;
-    assert_eq!(a["type"], "joined");
+    assert_eq!(a["reason"], "not permitted");
     let mut nobody = with_rooms(&node, "nobody", Some(vec![])).await;
     let a = join(
         &mut nobody,
         serde_json::json!({"type": "join", "room": "lobby"}),
+    )
+    .await;
+    assert_eq!(a["reason"], "not permitted");
+}
+
+// r[verify gateway.rooms.permissions]
+// r[verify gateway.auth.refusal-reasons]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_token_does_not_authenticate_and_rooms_default_can_be_any() {
+    let mut c = config("a");
+    c.token_key = TokenKey::with_secret(
+        SECRET.to_vec(),
+        AuthSettings {
+            rooms_default: RoomsDefault::Any,
+            ..AuthSettings::default()
+        },
+    );
+    let node = start(c).await;
+    // {sub, room} given as the auth token: closed 1008, counted under its reason.
+    let mut ws = connect(&node.gateway).await;
+    send_json(
+        &mut ws,
+        serde_json::json!({"type": "auth", "token": subscription("ann", "support:ann")}),
+    )
+    .await;
+    let end = read_to_end(&mut ws, Duration::from_secs(5)).await;
+    let close = end.close.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1008);
+    assert_eq!(close.reason.as_str(), "token of the wrong kind");
+    let stats = node.gateway.stats();
+    assert_eq!(stats.token_refused[11], 1);
+    assert_eq!(holdfast_gateway::TokenError::REASONS[11], "wrong_kind");
+    // Under rooms_default = any, a token without rooms joins any room.
+    let mut zed = with_rooms(&node, "zed", None).await;
+    let a = join(
+        &mut zed,
+        serde_json::json!({"type": "join", "room": "admin:secret"}),
+    )
+    .await;
+    assert_eq!(a["type"], "joined");
+    // An auth token given as a subscription token: refused.
+    let mut bob = with_rooms(&node, "bob", Some(vec![])).await;
+    let auth = token_with(&MintClaims {
+        sub: "bob".into(),
+        exp: unix_now() + 3600,
+        rooms: Some(vec!["x".into()]),
+        room: Some("x".into()),
+        ..MintClaims::default()
+    });
+    let a = join(
+        &mut bob,
+        serde_json::json!({"type": "join", "room": "x", "token": auth}),
     )
     .await;
     assert_eq!(a["reason"], "not permitted");

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use holdfast_gateway::{AuthSettings, TokenKey};
+use holdfast_gateway::{AuthSettings, KeySource, TokenKey};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -17,11 +17,19 @@ fn fixtures() -> PathBuf {
 
 /// The public halves and the secret the fixtures were signed with, and their audience.
 fn keys() -> TokenKey {
+    use std::os::unix::fs::PermissionsExt as _;
     let k = fixtures().join("keys");
-    TokenKey::from_files(
-        ["rsa.pub", "ec.pub", "ed.pub", "hs256.secret"]
+    // A secret file must be private: a 0600 copy (git keeps no modes), kept for the reloads.
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("hs256.secret");
+    std::fs::copy(k.join("hs256.secret"), &secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::mem::forget(dir);
+    TokenKey::from_sources(
+        ["rsa.pub", "ec.pub", "ed.pub"]
             .iter()
-            .map(|f| k.join(f))
+            .map(|f| KeySource::public(k.join(f)))
+            .chain([KeySource::secret(secret)])
             .collect(),
         AuthSettings {
             audience: vec!["holdfast-test".into()],
@@ -64,7 +72,7 @@ fn cases(file: &str) -> Vec<(String, String, String, String)> {
 fn verify_all(file: &str) {
     let key = keys();
     for (name, alg, expect, token) in cases(file) {
-        let got = match key.verify(&token, SystemTime::now()) {
+        let got = match key.verify_auth(&token, SystemTime::now()) {
             Ok(c) => {
                 assert!(c.user.ends_with("-user"), "{file} {name}: user {}", c.user);
                 "ok"

@@ -50,13 +50,24 @@ fn key() -> TokenKey {
     TokenKey::new(SECRET.to_vec())
 }
 
+/// A private (0600) copy of `bytes` in `dir`, as a secret file must be.
+fn secret_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
 fn pems() -> TokenKey {
-    TokenKey::from_files(
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), "hs256.secret", &read("hs256.secret"));
+    TokenKey::from_sources(
         vec![
-            fixture("rsa.pub"),
-            fixture("ec.pub"),
-            fixture("ed.pub"),
-            fixture("hs256.secret"),
+            KeySource::public(fixture("rsa.pub")),
+            KeySource::public(fixture("ec.pub")),
+            KeySource::public(fixture("ed.pub")),
+            KeySource::secret(secret),
         ],
         AuthSettings::default(),
     )
@@ -98,7 +109,7 @@ fn each_algorithm_verifies_from_pem_files_and_the_user_is_sub() {
         &c,
     );
     for t in [&rs, &es, &ed, &hs] {
-        assert_eq!(user(k.verify(t, now())), Ok("ann".into()), "{t}");
+        assert_eq!(user(k.verify_auth(t, now())), Ok("ann".into()), "{t}");
     }
     // A key of another pair: no key verifies it.
     let other = sign(
@@ -107,9 +118,9 @@ fn each_algorithm_verifies_from_pem_files_and_the_user_is_sub() {
         &EncodingKey::from_rsa_pem(&read("rsa-other.key")).unwrap(),
         &c,
     );
-    assert_eq!(k.verify(&other, now()), Err(TokenError::Signature));
+    assert_eq!(k.verify_auth(&other, now()), Err(TokenError::Signature));
     // An algorithm no key is for.
-    assert_eq!(key().verify(&rs, now()), Err(TokenError::UnknownKey));
+    assert_eq!(key().verify_auth(&rs, now()), Err(TokenError::UnknownKey));
     assert!(!format!("{k:?}").contains("fixture-hs256-secret"));
     assert!(!format!("{:?}", key()).contains("0123456789abcdef"));
 }
@@ -118,7 +129,7 @@ fn each_algorithm_verifies_from_pem_files_and_the_user_is_sub() {
 #[test]
 fn claims_are_checked_with_the_leeway() {
     let k = key();
-    let t = |c: serde_json::Value| user(k.verify(&hs(&c), now()));
+    let t = |c: serde_json::Value| user(k.verify_auth(&hs(&c), now()));
     assert_eq!(t(claims("ann")), Ok("ann".into()));
     // exp is required, and holds until exp + leeway.
     assert_eq!(
@@ -167,16 +178,16 @@ fn claims_are_checked_with_the_leeway() {
         bob.rsplit_once('.').unwrap().0,
         good.rsplit_once('.').unwrap().1
     );
-    assert_eq!(k.verify(&forged, now()), Err(TokenError::Signature));
-    assert_eq!(k.verify("", now()), Err(TokenError::Malformed));
-    assert_eq!(k.verify("a.b.c", now()), Err(TokenError::Malformed));
+    assert_eq!(k.verify_auth(&forged, now()), Err(TokenError::Signature));
+    assert_eq!(k.verify_auth("", now()), Err(TokenError::Malformed));
+    assert_eq!(k.verify_auth("a.b.c", now()), Err(TokenError::Malformed));
     // `none` is never accepted.
     let none = format!(
         "{}.{}.",
         base64_url(br#"{"alg":"none","typ":"JWT"}"#),
         base64_url(serde_json::to_string(&claims("ann")).unwrap().as_bytes())
     );
-    assert_ne!(k.verify(&none, now()).map(|c| c.user), Ok("ann".into()));
+    assert_eq!(k.verify_auth(&none, now()), Err(TokenError::Algorithm));
 }
 
 fn base64_url(b: &[u8]) -> String {
@@ -193,9 +204,10 @@ fn configured_audience_and_issuer_are_required() {
             audience: vec!["chat".into(), "feed".into()],
             issuer: Some("https://backend.example".into()),
             leeway: Duration::from_secs(5),
+            ..AuthSettings::default()
         },
     );
-    let t = |c: serde_json::Value| user(k.verify(&hs(&c), now()));
+    let t = |c: serde_json::Value| user(k.verify_auth(&hs(&c), now()));
     let base = |extra: serde_json::Value| {
         let mut c = claims("ann");
         for (k, v) in extra.as_object().unwrap() {
@@ -242,7 +254,7 @@ fn configured_audience_and_issuer_are_required() {
 fn an_expiry_past_what_the_clock_can_hold_is_refused_not_a_panic() {
     let c = serde_json::json!({"sub": "ann", "exp": u64::MAX});
     assert_eq!(
-        key().verify(&hs(&c), now()),
+        key().verify_auth(&hs(&c), now()),
         Err(TokenError::ExpiryOutOfRange)
     );
     assert_eq!(
@@ -250,7 +262,7 @@ fn an_expiry_past_what_the_clock_can_hold_is_refused_not_a_panic() {
         "token expiry out of range"
     );
     let far = serde_json::json!({"sub": "ann", "exp": 1u64 << 40});
-    assert_eq!(user(key().verify(&hs(&far), now())), Ok("ann".into()));
+    assert_eq!(user(key().verify_auth(&hs(&far), now())), Ok("ann".into()));
 }
 
 proptest::proptest! {
@@ -258,7 +270,7 @@ proptest::proptest! {
     #[test]
     fn every_expiry_is_accepted_expired_or_refused_never_a_panic(exp in proptest::prelude::any::<u64>(), now_secs in 0u64..(1 << 40)) {
         let c = serde_json::json!({"sub": "ann", "exp": exp});
-        let r = user(key().verify(&hs(&c), UNIX_EPOCH + Duration::from_secs(now_secs)));
+        let r = user(key().verify_auth(&hs(&c), UNIX_EPOCH + Duration::from_secs(now_secs)));
         match UNIX_EPOCH.checked_add(Duration::from_secs(exp)) {
             None => proptest::prop_assert_eq!(r, Err(TokenError::ExpiryOutOfRange)),
             Some(_) if now_secs >= exp.saturating_add(30) => proptest::prop_assert_eq!(r, Err(TokenError::Expired)),
@@ -269,89 +281,258 @@ proptest::proptest! {
     // r[verify gateway.auth.token+2]
     #[test]
     fn any_text_is_refused_or_verified_never_a_panic(s in ".{0,200}") {
-        let _ = pems().verify(&s, now());
+        let _ = pems().verify_auth(&s, now());
     }
+}
+
+/// A JWKS of the RSA fixtures' public halves, `kid` their names.
+fn rsa_jwks(dir: &Path) -> PathBuf {
+    let jwks = dir.join("keys.json");
+    let n = |name: &str| {
+        let enc = EncodingKey::from_rsa_pem(&read(&format!("{name}.key"))).unwrap();
+        let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&enc, Algorithm::RS256).unwrap();
+        jwk.common.key_id = Some(name.to_owned());
+        jwk
+    };
+    let set = jsonwebtoken::jwk::JwkSet {
+        keys: vec![n("rsa"), n("rsa-other")],
+    };
+    std::fs::write(&jwks, serde_json::to_string(&set).unwrap()).unwrap();
+    jwks
+}
+
+fn rs(name: &str, kid: Option<&str>) -> String {
+    let enc = EncodingKey::from_rsa_pem(&read(&format!("{name}.key"))).unwrap();
+    sign(Algorithm::RS256, kid, &enc, &claims("ann"))
 }
 
 // r[verify gateway.auth.keys]
 #[test]
 fn a_jwks_chooses_keys_by_kid() {
     let dir = tempfile::tempdir().unwrap();
-    let jwks = dir.path().join("keys.json");
-    let n = |k: &str| {
-        let enc = EncodingKey::from_secret(k.as_bytes());
-        let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&enc, Algorithm::HS256).unwrap();
-        jwk.common.key_id = Some(k.to_owned());
-        jwk
-    };
-    let set = jsonwebtoken::jwk::JwkSet {
-        keys: vec![n("old-key-0123456789"), n("new-key-0123456789")],
-    };
-    std::fs::write(&jwks, serde_json::to_string(&set).unwrap()).unwrap();
-    let k = TokenKey::from_files(vec![jwks], AuthSettings::default()).unwrap();
-    for kid in ["old-key-0123456789", "new-key-0123456789"] {
-        let t = sign(
-            Algorithm::HS256,
-            Some(kid),
-            &EncodingKey::from_secret(kid.as_bytes()),
-            &claims("ann"),
+    let jwks = rsa_jwks(dir.path());
+    let k = TokenKey::from_sources(vec![KeySource::public(jwks)], AuthSettings::default()).unwrap();
+    for kid in ["rsa", "rsa-other"] {
+        assert_eq!(
+            user(k.verify_auth(&rs(kid, Some(kid)), now())),
+            Ok("ann".into())
         );
-        assert_eq!(user(k.verify(&t, now())), Ok("ann".into()));
     }
     // A kid the set does not hold.
-    let t = sign(
-        Algorithm::HS256,
-        Some("gone"),
-        &EncodingKey::from_secret(b"gone"),
-        &claims("ann"),
+    assert_eq!(
+        k.verify_auth(&rs("rsa", Some("gone")), now()),
+        Err(TokenError::UnknownKey)
     );
-    assert_eq!(k.verify(&t, now()), Err(TokenError::UnknownKey));
     // The right kid with another key's signature.
-    let t = sign(
-        Algorithm::HS256,
-        Some("old-key-0123456789"),
-        &EncodingKey::from_secret(b"new-key-0123456789"),
-        &claims("ann"),
+    assert_eq!(
+        k.verify_auth(&rs("rsa-other", Some("rsa")), now()),
+        Err(TokenError::Signature)
     );
-    assert_eq!(k.verify(&t, now()), Err(TokenError::Signature));
 }
 
 // r[verify gateway.auth.keys]
 #[test]
-fn key_files_that_cannot_be_used_are_refused_with_their_path() {
+fn rotation_tries_every_key_of_the_algorithm_and_a_public_key_is_never_a_secret() {
     let dir = tempfile::tempdir().unwrap();
-    let f = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p
+    let old = secret_file(dir.path(), "old", b"old-secret-0123456789");
+    let new = secret_file(dir.path(), "new", b"new-secret-0123456789");
+    let k = TokenKey::from_sources(
+        vec![
+            KeySource::secret(old),
+            KeySource::secret(new),
+            KeySource::public(fixture("rsa-other.pub")),
+            KeySource::public(fixture("rsa.pub")),
+        ],
+        AuthSettings::default(),
+    )
+    .unwrap();
+    let with = |s: &[u8]| {
+        sign(
+            Algorithm::HS256,
+            None,
+            &EncodingKey::from_secret(s),
+            &claims("ann"),
+        )
     };
-    let cases = [
-        (f("short", "tooshort\n"), "at least 16"),
+    // Signed by the second secret and by the second RSA key: found past the first.
+    assert_eq!(
+        user(k.verify_auth(&with(b"new-secret-0123456789"), now())),
+        Ok("ann".into())
+    );
+    assert_eq!(
+        user(k.verify_auth(&rs("rsa", None), now())),
+        Ok("ann".into())
+    );
+    // A key without kid meets a token with one: still tried.
+    assert_eq!(
+        user(k.verify_auth(&rs("rsa", Some("k1")), now())),
+        Ok("ann".into())
+    );
+    // The classic confusion: HS256 with the public key's bytes as the secret.
+    assert_eq!(
+        k.verify_auth(&with(&read("rsa.pub")), now()),
+        Err(TokenError::Signature)
+    );
+    assert_eq!(
+        pems_public_only().verify_auth(&with(&read("rsa.pub")), now()),
+        Err(TokenError::UnknownKey)
+    );
+}
+
+fn pems_public_only() -> TokenKey {
+    TokenKey::from_sources(
+        vec![KeySource::public(fixture("rsa.pub"))],
+        AuthSettings::default(),
+    )
+    .unwrap()
+}
+
+// r[verify gateway.auth.keys]
+#[test]
+fn a_public_key_with_a_comment_or_a_bom_is_a_public_key_or_an_error_never_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = String::from_utf8(read("rsa.pub")).unwrap();
+    for (name, text) in [
+        ("bom.pub", format!("\u{feff}{pem}")),
+        ("comment.pub", format!("# backend key\n{pem}")),
         (
-            f("private.pem", &String::from_utf8(read("rsa.key")).unwrap()),
-            "private key",
+            "bag.pub",
+            format!("Bag Attributes\n    friendlyName: x\n{pem}"),
         ),
-        (
-            f(
-                "junk.pem",
-                "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
-            ),
-            "not an RSA",
-        ),
-        (f("bad.json", "{\"keys\": 3}"), "not a JWKS"),
-        (f("empty.json", "{\"keys\": []}"), "no keys"),
-    ];
-    for (path, want) in cases {
-        let e = TokenKey::from_files(vec![path.clone()], AuthSettings::default()).unwrap_err();
-        let s = e.to_string();
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, &text).unwrap();
+        // As a public key: an RSA key, or an error; HS256 with its text never verifies.
+        if let Ok(k) = TokenKey::from_sources(vec![KeySource::public(&p)], AuthSettings::default())
+        {
+            let t = sign(
+                Algorithm::HS256,
+                None,
+                &EncodingKey::from_secret(text.trim().as_bytes()),
+                &claims("m"),
+            );
+            assert_eq!(
+                k.verify_auth(&t, now()),
+                Err(TokenError::UnknownKey),
+                "{name}"
+            );
+        }
+        // Declared a secret: refused.
+        let s = secret_file(dir.path(), &format!("{name}.secret"), text.as_bytes());
+        let e = TokenKey::from_sources(vec![KeySource::secret(&s)], AuthSettings::default())
+            .unwrap_err()
+            .to_string();
         assert!(
-            s.contains(&path.display().to_string()) && s.contains(want),
-            "{s}"
+            e.contains("not an HS256 secret") || e.contains("byte order mark"),
+            "{e}"
         );
     }
-    assert_eq!(
-        TokenKey::from_files(vec![], AuthSettings::default()).unwrap_err(),
-        KeyError::Empty
+    // Neither a JWKS nor a PEM key: an error, not a secret.
+    let p = dir.path().join("text.pub");
+    std::fs::write(&p, "just-some-long-text-0123456789").unwrap();
+    let e =
+        TokenKey::from_sources(vec![KeySource::public(&p)], AuthSettings::default()).unwrap_err();
+    assert!(e.to_string().contains("neither a JWKS nor"), "{e}");
+}
+
+// r[verify gateway.auth.keys]
+#[test]
+fn secret_files_must_be_private_regular_files_not_links() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let good = secret_file(dir.path(), "good", b"a-good-secret-0123456789");
+    assert!(
+        TokenKey::from_sources(vec![KeySource::secret(&good)], AuthSettings::default()).is_ok()
+    );
+    let open = secret_file(dir.path(), "open", b"a-good-secret-0123456789");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    for (p, want) in [(&open, "chmod 600"), (&link, "symlink")] {
+        let e = TokenKey::from_sources(vec![KeySource::secret(p)], AuthSettings::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+        assert!(read_secret(p).is_err());
+    }
+    // On reload too: a secret file turned world-readable is a fault, the keys stay.
+    let k =
+        TokenKey::from_sources(vec![KeySource::secret(&good)], AuthSettings::default()).unwrap();
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert!(matches!(
+        k.reload(),
+        KeyReload::Failed(KeyError::Read { .. })
+    ));
+    assert!(read_secret(&good).is_err());
+    // A FIFO or a device is not read (no blocking, no endless read).
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for p in [fifo.as_path(), Path::new("/dev/zero")] {
+        for src in [KeySource::secret(p), KeySource::public(p)] {
+            let e = read_key_file(&src).unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+    }
+    // Larger than the cap.
+    let big = dir.path().join("big.pub");
+    std::fs::write(&big, vec![b'a'; (MAX_KEY_FILE + 1) as usize]).unwrap();
+    assert!(
+        read_key_file(&KeySource::public(&big))
+            .unwrap_err()
+            .to_string()
+            .contains("larger")
+    );
+}
+
+// r[verify gateway.auth.keys]
+#[test]
+fn jwks_keys_must_fit_their_algorithm_and_be_for_signing() {
+    let dir = tempfile::tempdir().unwrap();
+    let rsa = {
+        let enc = EncodingKey::from_rsa_pem(&read("rsa.key")).unwrap();
+        serde_json::to_value(
+            jsonwebtoken::jwk::Jwk::from_encoding_key(&enc, Algorithm::RS256).unwrap(),
+        )
+        .unwrap()
+    };
+    let oct = serde_json::json!({"kty": "oct", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ", "alg": "HS256"});
+    let mut rsa_hs = rsa.clone();
+    rsa_hs["alg"] = "HS256".into();
+    let mut rsa_enc = rsa.clone();
+    rsa_enc["use"] = "enc".into();
+    rsa_enc.as_object_mut().unwrap().remove("alg");
+    let p384 = serde_json::json!({"kty": "EC", "crv": "P-384", "alg": "ES256",
+        "x": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "y": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"});
+    for (name, key, want) in [
+        ("oct", oct, "oct"),
+        ("rsa-hs", rsa_hs, "does not fit"),
+        ("rsa-enc", rsa_enc, "use is not sig"),
+        ("p384", p384, "curve"),
+    ] {
+        let p = dir.path().join(format!("{name}.json"));
+        std::fs::write(
+            &p,
+            serde_json::json!({"keys": [rsa.clone(), key]}).to_string(),
+        )
+        .unwrap();
+        let e = TokenKey::from_sources(vec![KeySource::public(&p)], AuthSettings::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key 1") && e.contains(want), "{name}: {e}");
+    }
+    // An error names the position, never the file's text.
+    let p = dir.path().join("leak.json");
+    std::fs::write(&p, r#"{"keys":"hunter2-secret-value"}"#).unwrap();
+    let e =
+        TokenKey::from_sources(vec![KeySource::public(&p)], AuthSettings::default()).unwrap_err();
+    assert!(
+        !e.to_string().contains("hunter2") && e.to_string().contains("line 1"),
+        "{e}"
     );
 }
 
@@ -359,9 +540,9 @@ fn key_files_that_cannot_be_used_are_refused_with_their_path() {
 #[test]
 fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_previous_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("secret");
-    std::fs::write(&path, "first-secret-0123456789").unwrap();
-    let k = TokenKey::from_files(vec![path.clone()], AuthSettings::default()).unwrap();
+    let path = secret_file(dir.path(), "secret", b"first-secret-0123456789");
+    let k =
+        TokenKey::from_sources(vec![KeySource::secret(&path)], AuthSettings::default()).unwrap();
     let with = |s: &str| {
         sign(
             Algorithm::HS256,
@@ -370,13 +551,19 @@ fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_previous_keys() {
             &claims("ann"),
         )
     };
-    assert!(k.verify(&with("first-secret-0123456789"), now()).is_ok());
+    assert!(
+        k.verify_auth(&with("first-secret-0123456789"), now())
+            .is_ok()
+    );
     assert_eq!(k.reload(), KeyReload::Unchanged);
     std::fs::write(&path, "second-secret-0123456789").unwrap();
     assert_eq!(k.reload(), KeyReload::Reloaded);
-    assert!(k.verify(&with("second-secret-0123456789"), now()).is_ok());
+    assert!(
+        k.verify_auth(&with("second-secret-0123456789"), now())
+            .is_ok()
+    );
     assert_eq!(
-        k.verify(&with("first-secret-0123456789"), now()),
+        k.verify_auth(&with("first-secret-0123456789"), now()),
         Err(TokenError::Signature)
     );
     // A broken file: the previous keys stay, with a fault, until a good file comes.
@@ -386,17 +573,30 @@ fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_previous_keys() {
         KeyReload::Failed(KeyError::Parse { .. })
     ));
     assert!(k.fault().is_some());
-    assert!(k.verify(&with("second-secret-0123456789"), now()).is_ok());
+    assert!(
+        k.verify_auth(&with("second-secret-0123456789"), now())
+            .is_ok()
+    );
+    // Back to the content the keys came from: the fault is over.
+    std::fs::write(&path, "second-secret-0123456789").unwrap();
+    assert_eq!(k.reload(), KeyReload::Unchanged);
+    assert_eq!(k.fault(), None);
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(
         k.reload(),
         KeyReload::Failed(KeyError::Read { .. })
     ));
-    assert!(k.verify(&with("second-secret-0123456789"), now()).is_ok());
-    std::fs::write(&path, "third-secret-0123456789").unwrap();
+    assert!(
+        k.verify_auth(&with("second-secret-0123456789"), now())
+            .is_ok()
+    );
+    secret_file(dir.path(), "secret", b"third-secret-0123456789");
     assert_eq!(k.reload(), KeyReload::Reloaded);
     assert_eq!(k.fault(), None);
-    assert!(k.verify(&with("third-secret-0123456789"), now()).is_ok());
+    assert!(
+        k.verify_auth(&with("third-secret-0123456789"), now())
+            .is_ok()
+    );
     assert_eq!(key().reload(), KeyReload::Off);
 }
 
@@ -405,7 +605,10 @@ fn the_signer_mints_what_the_key_verifies() {
     let t = Signer::new(SECRET)
         .token("ann", SystemTime::now() + Duration::from_secs(60))
         .unwrap();
-    assert_eq!(user(key().verify(&t, SystemTime::now())), Ok("ann".into()));
+    assert_eq!(
+        user(key().verify_auth(&t, SystemTime::now())),
+        Ok("ann".into())
+    );
     assert_eq!(format!("{:?}", Signer::new(SECRET)), "Signer(<redacted>)");
 }
 
@@ -423,9 +626,49 @@ fn every_reason_has_its_own_label() {
         TokenError::Audience,
         TokenError::Issuer,
         TokenError::ExpiryOutOfRange,
+        TokenError::WrongKind,
     ];
     let labels: HashSet<_> = all.iter().map(TokenError::reason).collect();
     assert_eq!(labels.len(), TokenError::REASONS.len());
+}
+
+// r[verify gateway.rooms.permissions]
+#[test]
+fn auth_and_subscription_tokens_are_not_interchangeable_and_rooms_default_to_none() {
+    let sub = serde_json::json!({"sub": "ann", "exp": NOW + 60, "room": "support:ann"});
+    assert_eq!(
+        key().verify_auth(&hs(&sub), now()),
+        Err(TokenError::WrongKind)
+    );
+    for c in [
+        serde_json::json!({"sub": "ann", "exp": NOW + 60}),
+        serde_json::json!({"sub": "ann", "exp": NOW + 60, "room": "r", "rooms": ["r"]}),
+        serde_json::json!({"sub": "ann", "exp": NOW + 60, "room": "r", "rooms": null}),
+    ] {
+        assert_eq!(
+            key().verify_subscription(&hs(&c), now()),
+            Err(TokenError::WrongKind),
+            "{c}"
+        );
+    }
+    // Without `rooms` (or with null): no room by default, any room when configured so.
+    for c in [
+        serde_json::json!({"sub": "ann", "exp": NOW + 60}),
+        serde_json::json!({"sub": "ann", "exp": NOW + 60, "rooms": null}),
+    ] {
+        assert_eq!(
+            key().verify_auth(&hs(&c), now()).unwrap().rooms,
+            Some(vec![])
+        );
+        let any = TokenKey::with_secret(
+            SECRET.to_vec(),
+            AuthSettings {
+                rooms_default: RoomsDefault::Any,
+                ..AuthSettings::default()
+            },
+        );
+        assert_eq!(any.verify_auth(&hs(&c), now()).unwrap().rooms, None);
+    }
 }
 
 // r[verify gateway.rooms.permissions]
@@ -444,13 +687,18 @@ fn rooms_are_names_or_prefixes_and_travel_in_the_token() {
     );
     assert!(!room_allowed(&[], "lobby"));
     assert!(room_allowed(&["*".into()], "anything"));
-    let c = serde_json::json!({"sub": "ann", "exp": NOW + 60, "rooms": ["a", "b:*"], "room": "s"});
-    let got = key().verify(&hs(&c), now()).unwrap();
+    let c = serde_json::json!({"sub": "ann", "exp": NOW + 60, "rooms": ["a", "b:*"]});
+    let got = key().verify_auth(&hs(&c), now()).unwrap();
     assert_eq!(got.rooms, Some(vec!["a".to_owned(), "b:*".to_owned()]));
+    let c = serde_json::json!({"sub": "ann", "exp": NOW + 60, "room": "s"});
+    let got = key().verify_subscription(&hs(&c), now()).unwrap();
     assert_eq!(got.room.as_deref(), Some("s"));
     // Not a list of names: the token is malformed.
     let c = serde_json::json!({"sub": "ann", "exp": NOW + 60, "rooms": "a"});
-    assert_eq!(key().verify(&hs(&c), now()), Err(TokenError::Malformed));
+    assert_eq!(
+        key().verify_auth(&hs(&c), now()),
+        Err(TokenError::Malformed)
+    );
 }
 
 proptest::proptest! {
