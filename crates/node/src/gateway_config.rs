@@ -1,10 +1,11 @@
 //! The `[gateway]` section: the WebSocket gateway as the node runs it, mapped onto
 //! holdfast-gateway's [`GatewayConfig`].
 //!
-//! Client tokens are JWTs. Their keys come from `token_key_file` (an HS256 secret, checked like
-//! the admin token file: a regular 0600 file, not a symlink, not empty) and `[gateway.auth] keys`
-//! (PEM public keys, JWKS files, HS256 secret files), read at validation and at each start of the
-//! module, then re-read by the running gateway when they change; no key appears in any output.
+//! Client tokens are JWTs. Their keys come from files of a declared kind: `token_key_file` and
+//! `[gateway.auth] secrets` (HS256 secrets: regular files private to their owner, not symlinks)
+//! and `[gateway.auth] public_keys` (PEM public keys or JWKS files, never read as secrets). Every
+//! file is read by holdfast-gateway's one reader, at validation, at each start of the module and
+//! at each reload of the running gateway; no key appears in any output.
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -12,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use holdfast_gateway::{
-    AuthSettings, CloseChoice, ClusterConfig, GatewayConfig, TlsFiles, TokenKey,
+    AuthSettings, CloseChoice, ClusterConfig, GatewayConfig, KeyKind, KeySource, RoomsDefault,
+    TlsFiles, TokenKey,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -21,7 +23,7 @@ use crate::config::ConfigError;
 use crate::duration::ConfigDuration;
 
 /// The shortest token key accepted (bytes): a shorter HMAC secret is guessable.
-pub const MIN_TOKEN_KEY_LEN: usize = 16;
+pub const MIN_TOKEN_KEY_LEN: usize = holdfast_gateway::MIN_SECRET_LEN;
 
 /// `[gateway]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,7 +38,7 @@ pub struct GatewaySection {
     #[serde(default)]
     pub advertise: Option<Spanned<String>>,
     /// A file holding an HS256 secret client tokens (JWTs) may be signed with (mode 0600 or
-    /// stricter); required unless `[gateway.auth] keys` names a key.
+    /// stricter); required unless `[gateway.auth]` names a secret or a public key.
     #[serde(default)]
     pub token_key_file: Option<Spanned<PathBuf>>,
     /// `[gateway.auth]`: more token keys and the claims checked.
@@ -86,11 +88,18 @@ pub struct GatewaySection {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
-    /// Key files, each a PEM public key (RSA for RS256, EC P-256 for ES256, Ed25519 for EdDSA),
-    /// a JWKS (`{"keys": [...]}`, chosen by the token's `kid`) or an HS256 secret; all are used
-    /// at once, so a new key can be added before the old one goes (default: none).
+    /// HS256 secret files, checked as `token_key_file` is (default: none). All keys are used at
+    /// once, so a new key can be added before the old one goes.
     #[serde(default)]
-    pub keys: Option<Spanned<Vec<PathBuf>>>,
+    pub secrets: Option<Spanned<Vec<PathBuf>>>,
+    /// Public key files, each a PEM public key (RSA for RS256, EC P-256 for ES256, Ed25519 for
+    /// EdDSA) or a JWKS (`{"keys": [...]}`, chosen by the token's `kid`); never read as a
+    /// secret (default: none).
+    #[serde(default)]
+    pub public_keys: Option<Spanned<Vec<PathBuf>>>,
+    /// What an auth token without a `rooms` claim may join: `"none"` (default) or `"any"`.
+    #[serde(default)]
+    pub rooms_default: Option<Spanned<RoomsDefaultSetting>>,
     /// Accepted audiences: when given, a token's `aud` must name one (default: not checked).
     #[serde(default)]
     pub audience: Option<Spanned<Vec<String>>>,
@@ -103,6 +112,26 @@ pub struct AuthSection {
     /// How often the key files are checked for a change (default 5 s).
     #[serde(default)]
     pub reload_interval: Option<Spanned<ConfigDuration>>,
+}
+
+/// `gateway.auth.rooms_default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoomsDefaultSetting {
+    /// No room: such a token joins only the rooms its subscription tokens open.
+    #[default]
+    None,
+    /// Any room.
+    Any,
+}
+
+impl From<RoomsDefaultSetting> for RoomsDefault {
+    fn from(r: RoomsDefaultSetting) -> Self {
+        match r {
+            RoomsDefaultSetting::None => RoomsDefault::None,
+            RoomsDefaultSetting::Any => RoomsDefault::Any,
+        }
+    }
 }
 
 /// The longest `gateway.auth.leeway` accepted.
@@ -206,73 +235,55 @@ fn duration(v: &Option<Spanned<ConfigDuration>>, default: Duration) -> Duration 
 }
 
 // i[impl node.gateway.token-key+2]
-/// Reads the HS256 secret of `token_key_file`: the file checked as the admin token file is (a
-/// regular file, not a symlink, mode 0600 or stricter, not empty), its text trimmed, at least
-/// [`MIN_TOKEN_KEY_LEN`] bytes.
+/// Reads the HS256 secret of `token_key_file` (or of a file of `[gateway.auth] secrets`) with
+/// holdfast-gateway's reader: a regular file, not a symlink, no group or other permission bits,
+/// at most 1 MiB, read from the descriptor it checked; its text trimmed, at least
+/// [`MIN_TOKEN_KEY_LEN`] bytes, and not a public key.
 pub fn read_token_secret(path: &Path) -> Result<Vec<u8>, String> {
-    let token = crate::admin::token::read(path)?;
-    let secret = token.expose();
-    if secret.len() < MIN_TOKEN_KEY_LEN {
-        return Err(format!(
-            "token key file {} holds {} bytes; a key needs at least {MIN_TOKEN_KEY_LEN} \
-             (e.g. `head -c 32 /dev/urandom | base64 > FILE`)",
-            path.display(),
-            secret.len()
-        ));
-    }
-    Ok(secret.as_bytes().to_vec())
+    holdfast_gateway::read_secret(path).map_err(|e| e.to_string())
 }
 
 /// Where a section's token keys come from, and the claims checked: what each start of the
 /// module reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenKeySources {
-    /// `token_key_file`, if given.
-    pub secret_file: Option<PathBuf>,
-    /// `[gateway.auth] keys`.
-    pub key_files: Vec<PathBuf>,
+    /// `token_key_file`, then `[gateway.auth] secrets`.
+    pub secret_files: Vec<PathBuf>,
+    /// `[gateway.auth] public_keys`.
+    pub public_key_files: Vec<PathBuf>,
     /// The claims checked.
     pub settings: AuthSettings,
 }
 
 impl TokenKeySources {
     // r[impl gateway.auth.keys]
-    /// The keys: `token_key_file` checked as [`read_token_secret`] does, then every file read;
-    /// the gateway re-reads them all when they change.
+    /// The keys, every file read as its declared kind; the gateway re-reads them when they
+    /// change.
     pub fn load(&self) -> Result<TokenKey, String> {
-        if let Some(f) = &self.secret_file {
-            read_token_secret(f)?;
-        }
-        let files: Vec<PathBuf> = self
-            .secret_file
-            .iter()
-            .chain(&self.key_files)
-            .cloned()
-            .collect();
-        TokenKey::from_files(files, self.settings.clone()).map_err(|e| e.to_string())
+        TokenKey::from_sources(self.sources(), self.settings.clone()).map_err(|e| e.to_string())
     }
 
-    /// The HS256 secret `holdfast gateway token` signs with: `token_key_file`'s, else the first
-    /// of `[gateway.auth] keys` that holds a secret.
+    /// Every file with its kind.
+    pub fn sources(&self) -> Vec<KeySource> {
+        self.secret_files
+            .iter()
+            .map(KeySource::secret)
+            .chain(self.public_key_files.iter().map(KeySource::public))
+            .collect()
+    }
+
+    /// The HS256 secret `holdfast gateway token` signs with: the first secret file's
+    /// (`token_key_file`, else the first of `[gateway.auth] secrets`).
     pub fn hs256_secret(&self) -> Result<Vec<u8>, String> {
-        if let Some(f) = &self.secret_file {
-            return read_token_secret(f);
+        match self.secret_files.first() {
+            Some(f) => read_token_secret(f),
+            None => Err(
+                "the configured token keys hold no HS256 secret (give gateway.token_key_file, \
+                 or a file in [gateway.auth] secrets): a token signed with a public key's \
+                 private half cannot be minted here"
+                    .into(),
+            ),
         }
-        for f in &self.key_files {
-            let Ok(text) = std::fs::read_to_string(f) else {
-                continue;
-            };
-            let text = text.trim();
-            if !text.starts_with('{') && !text.starts_with("-----BEGIN") && !text.is_empty() {
-                return Ok(text.as_bytes().to_vec());
-            }
-        }
-        Err(
-            "the configured token keys hold no HS256 secret (give gateway.token_key_file, or \
-             a secret file in [gateway.auth] keys): a token signed with a public key's private \
-             half cannot be minted here"
-                .into(),
-        )
     }
 }
 
@@ -287,6 +298,15 @@ pub fn mint_token(
     ttl: Duration,
     now: std::time::SystemTime,
 ) -> Result<String, String> {
+    if rooms
+        .as_ref()
+        .is_some_and(|r| r.iter().any(|r| r.is_empty()))
+    {
+        return Err("--rooms: a room name must not be empty".into());
+    }
+    if ttl.as_secs() == 0 {
+        return Err("--ttl: must be at least 1s".into());
+    }
     let sources = section.token_key_sources();
     let secret = sources.hs256_secret()?;
     let now = now
@@ -295,7 +315,7 @@ pub fn mint_token(
         .as_secs();
     let claims = holdfast_gateway::MintClaims {
         sub: user.to_owned(),
-        exp: now.saturating_add(ttl.as_secs().max(1)),
+        exp: now.saturating_add(ttl.as_secs()),
         iat: Some(now),
         aud: sources.settings.audience.first().cloned(),
         iss: sources.settings.issuer.clone(),
@@ -311,13 +331,17 @@ impl GatewaySection {
     /// Where this section's token keys come from.
     pub fn token_key_sources(&self) -> TokenKeySources {
         let a = &self.auth;
+        let list = |l: &Option<Spanned<Vec<PathBuf>>>| {
+            l.as_ref().map(|k| k.get_ref().clone()).unwrap_or_default()
+        };
         TokenKeySources {
-            secret_file: self.token_key_file.as_ref().map(|f| f.get_ref().clone()),
-            key_files: a
-                .keys
-                .as_ref()
-                .map(|k| k.get_ref().clone())
-                .unwrap_or_default(),
+            secret_files: self
+                .token_key_file
+                .iter()
+                .map(|f| f.get_ref().clone())
+                .chain(list(&a.secrets))
+                .collect(),
+            public_key_files: list(&a.public_keys),
             settings: AuthSettings {
                 audience: a
                     .audience
@@ -326,6 +350,7 @@ impl GatewaySection {
                     .unwrap_or_default(),
                 issuer: a.issuer.as_ref().map(|i| i.get_ref().clone()),
                 leeway: duration(&a.leeway, holdfast_gateway::DEFAULT_LEEWAY),
+                rooms_default: value(&a.rooms_default, RoomsDefaultSetting::None).into(),
             },
         }
     }
@@ -525,20 +550,35 @@ fn validate_auth(section: &Spanned<GatewaySection>, at: At<'_>) -> Result<(), Co
             return Err(at(Some(f.span()), "gateway.token_key_file", message));
         }
     }
-    let keys = a.keys.as_ref().map_or(&[][..], |k| k.get_ref().as_slice());
-    if g.token_key_file.is_none() && keys.is_empty() {
+    let none = Vec::new();
+    let secrets = a.secrets.as_ref().map_or(&none, |k| k.get_ref());
+    let public = a.public_keys.as_ref().map_or(&none, |k| k.get_ref());
+    if g.token_key_file.is_none() && secrets.is_empty() && public.is_empty() {
         return Err(at(
-            a.keys.as_ref().map(Spanned::span).or(Some(section.span())),
-            "gateway.auth.keys",
-            "no token key: give gateway.token_key_file (an HS256 secret) or key files in \
-             [gateway.auth] keys"
+            a.secrets
+                .as_ref()
+                .or(a.public_keys.as_ref())
+                .map(Spanned::span)
+                .or(Some(section.span())),
+            "gateway.auth",
+            "no token key: give gateway.token_key_file, or files in [gateway.auth] secrets \
+             (HS256 secrets) or public_keys (PEM public keys, JWKS)"
                 .into(),
         ));
     }
-    if let Some(k) = &a.keys {
-        for f in k.get_ref() {
-            if let Err(e) = holdfast_gateway::token::load_file(f) {
-                return Err(at(Some(k.span()), "gateway.auth.keys", e.to_string()));
+    for (key, list, kind) in [
+        ("gateway.auth.secrets", &a.secrets, KeyKind::Secret),
+        ("gateway.auth.public_keys", &a.public_keys, KeyKind::Public),
+    ] {
+        if let Some(l) = list {
+            for f in l.get_ref() {
+                let source = KeySource {
+                    path: f.clone(),
+                    kind,
+                };
+                if let Err(e) = holdfast_gateway::token::load_source(&source) {
+                    return Err(at(Some(l.span()), key, e.to_string()));
+                }
             }
         }
     }

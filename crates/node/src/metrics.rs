@@ -1176,7 +1176,7 @@ mod tests {
             joins_refused_name: 8,
             joins_refused_permission: 12,
             // "signature" is the fourth reason, "expired" the sixth.
-            tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0],
+            tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
         };
         let report = DrainReport {
             code: 1012,

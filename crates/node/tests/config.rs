@@ -207,7 +207,14 @@ fn the_examples_gateway_block_parses_and_states_the_defaults() {
         (d.drain.total, d.drain.retry_after_secs)
     );
     // [gateway.auth] is shown with its defaults.
-    for k in ["keys", "audience", "leeway", "reload_interval"] {
+    for k in [
+        "secrets",
+        "public_keys",
+        "rooms_default",
+        "audience",
+        "leeway",
+        "reload_interval",
+    ] {
         assert!(
             block.contains(&format!("\n{k} = ")),
             "{k} missing:\n{block}"
@@ -239,20 +246,22 @@ fn the_gateway_auth_section_is_validated_at_its_key() {
     let parse = |rest: &str| Config::parse("t.toml", &format!("{head}{rest}"));
     // Keys in [gateway.auth] alone: no token_key_file needed.
     let ok = parse(&format!(
-        "[gateway.auth]\nkeys = [\"{}\"]\naudience = [\"chat\"]\nissuer = \"https://a.example\"\n\
+        "[gateway.auth]\npublic_keys = [\"{}\"]\nrooms_default = \"any\"\naudience = [\"chat\"]\nissuer = \"https://a.example\"\n\
          leeway = \"10s\"\nreload_interval = \"1s\"\n",
         pem.display()
     ))
     .unwrap();
     let section = ok.gateway.unwrap();
     let sources = section.get_ref().token_key_sources();
-    assert_eq!(sources.key_files, vec![pem.clone()]);
+    assert_eq!(sources.public_key_files, vec![pem.clone()]);
+    assert!(sources.secret_files.is_empty());
     assert_eq!(
         sources.settings,
         holdfast_gateway::AuthSettings {
             audience: vec!["chat".into()],
             issuer: Some("https://a.example".into()),
             leeway: std::time::Duration::from_secs(10),
+            rooms_default: holdfast_gateway::RoomsDefault::Any,
         }
     );
     assert!(sources.load().is_ok());
@@ -265,20 +274,44 @@ fn the_gateway_auth_section_is_validated_at_its_key() {
     // No key at all.
     let e = parse("").unwrap_err().to_string();
     assert!(
-        e.starts_with("t.toml:") && e.contains("gateway.auth.keys: no token key"),
+        e.starts_with("t.toml:") && e.contains("gateway.auth: no token key"),
         "{e}"
     );
     // A key file that yields no key: its position and its name.
     let e = parse(&format!(
-        "[gateway.auth]\nkeys = [\"{}\"]\n",
+        "[gateway.auth]\npublic_keys = [\"{}\"]\n",
         private.display()
     ))
     .unwrap_err()
     .to_string();
     assert!(
-        e.starts_with("t.toml:5:8: gateway.auth.keys: ") && e.contains("private.pem"),
+        e.starts_with("t.toml:5:15: gateway.auth.public_keys: ") && e.contains("private.pem"),
         "{e}"
     );
+    // A public key listed as a secret, and a world-readable secret: refused, never used.
+    let open = dir.path().join("open.key");
+    std::fs::write(&open, "0123456789abcdef-gateway-secret\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let copy = dir.path().join("rsa.pub");
+    std::fs::copy(&pem, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (f, want) in [(&open, "chmod 600"), (&copy, "not an HS256 secret")] {
+        let e = parse(&format!(
+            "[gateway.auth]\nsecrets = [\"{}\"]\n",
+            f.display()
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("t.toml:5:11: gateway.auth.secrets: ") && e.contains(want),
+            "{e}"
+        );
+    }
+    // rooms_default is none or any.
+    let e = parse("[gateway.auth]\nrooms_default = \"all\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rooms_default"), "{e}");
     let with_secret = format!("token_key_file = \"{}\"\n", secret.display());
     for (rest, want) in [
         (

@@ -538,7 +538,9 @@ fn gateway_token_mints_what_the_configured_gateway_accepts_and_refuses_without_a
         .token_key_sources()
         .load()
         .unwrap();
-    let claims = verifier.verify(token.trim(), SystemTime::now()).unwrap();
+    let claims = verifier
+        .verify_auth(token.trim(), SystemTime::now())
+        .unwrap();
     assert_eq!(claims.user, "ann");
     assert_eq!(
         claims.rooms,
@@ -547,12 +549,21 @@ fn gateway_token_mints_what_the_configured_gateway_accepts_and_refuses_without_a
     // Ten minutes, not more.
     assert!(
         verifier
-            .verify(
+            .verify_auth(
                 token.trim(),
                 SystemTime::now() + Duration::from_secs(11 * 60 + 30)
             )
             .is_err()
     );
+
+    // An empty room name or a zero lifetime: refused, not minted.
+    for bad in [["--rooms", ""], ["--ttl", "0s"]] {
+        let out = run(&[
+            "gateway", "token", "-c", cfg_arg, "--user", "ann", bad[0], bad[1],
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}");
+    }
 
     // Only a public key configured: no secret to sign with, said so.
     let pem = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -561,7 +572,7 @@ fn gateway_token_mints_what_the_configured_gateway_accepts_and_refuses_without_a
     std::fs::write(
         &public_only,
         format!(
-            "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\n[gateway.auth]\nkeys = [\"{}\"]\n",
+            "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\n[gateway.auth]\npublic_keys = [\"{}\"]\n",
             pem.display()
         ),
     )
