@@ -178,6 +178,13 @@ pub struct JoinRefusalLabel {
     pub reason: String,
 }
 
+/// Labels of a reload of the gateway's token key files.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyReloadLabel {
+    /// `ok` (new keys in use) or `failed` (the previous keys kept).
+    pub result: String,
+}
+
 /// Labels of a client token the gateway refused.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenRefusalLabel {
@@ -282,6 +289,8 @@ pub struct Metrics {
     pub gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
     /// Client tokens the gateway refused since the node started, by reason.
     pub gateway_tokens_refused: Family<TokenRefusalLabel, Counter>,
+    /// Reloads of the gateway's token key files since the node started, by result.
+    pub gateway_key_reloads: Family<KeyReloadLabel, Counter>,
     /// Requests and connections the admin API refused or closed, by reason.
     pub admin_refused: Family<AdminRefusalLabel, Counter>,
 }
@@ -499,6 +508,11 @@ impl Metrics {
             m.gateway_tokens_refused.clone(),
         );
         registry.register(
+            "gateway_key_reloads",
+            "Reloads of the gateway's token key files since the node started, by result",
+            m.gateway_key_reloads.clone(),
+        );
+        registry.register(
             "admin_refused",
             "Requests and connections the admin API refused or closed, by reason",
             m.admin_refused.clone(),
@@ -541,6 +555,7 @@ impl Metrics {
             gateway_refused: m.gateway_refused,
             gateway_joins_refused: m.gateway_joins_refused,
             gateway_tokens_refused: m.gateway_tokens_refused,
+            gateway_key_reloads: m.gateway_key_reloads,
             admin_refused: m.admin_refused,
         }
     }
@@ -865,6 +880,12 @@ impl Metrics {
                     });
                 raise_to(&counter, total);
             }
+            for (result, total) in [("ok", t.key_reloads), ("failed", t.key_reload_failures)] {
+                let counter = self.gateway_key_reloads.get_or_create(&KeyReloadLabel {
+                    result: result.to_owned(),
+                });
+                raise_to(&counter, total);
+            }
         }
         self.gateway_drain_step_seconds.clear();
         for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
@@ -934,6 +955,7 @@ struct MetricsParts {
     gateway_refused: Family<GatewayRefusalLabel, Counter>,
     gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
     gateway_tokens_refused: Family<TokenRefusalLabel, Counter>,
+    gateway_key_reloads: Family<KeyReloadLabel, Counter>,
     admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
@@ -1177,6 +1199,8 @@ mod tests {
             joins_refused_permission: 12,
             // "signature" is the fourth reason, "expired" the sixth.
             tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
+            key_reloads: 2,
+            key_reload_failures: 1,
         };
         let report = DrainReport {
             code: 1012,
@@ -1220,6 +1244,8 @@ mod tests {
             "holdfast_gateway_tokens_refused_total{reason=\"signature\"} 9",
             "holdfast_gateway_tokens_refused_total{reason=\"expired\"} 10",
             "holdfast_gateway_tokens_refused_total{reason=\"audience\"} 0",
+            "holdfast_gateway_key_reloads_total{result=\"ok\"} 2",
+            "holdfast_gateway_key_reloads_total{result=\"failed\"} 1",
             "holdfast_gateway_drain_step_seconds{step=\"stop_accepting\"} 0.004",
             "holdfast_gateway_drain_step_seconds{step=\"handshake\"} 1.25",
         ] {

@@ -115,7 +115,7 @@ fn cli(args: &[&str]) -> (i32, String) {
 // r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
 // r[verify node.gateway.metrics+3]
-// i[verify node.gateway.show]
+// i[verify node.gateway.show+2]
 // i[verify node.gateway.push]
 // i[verify node.gateway.cli+2]
 // i[verify node.gateway.status]
@@ -128,6 +128,7 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
     assert_eq!(shown["ready"], true, "{shown}");
     assert_eq!(shown["draining"], false, "{shown}");
     assert_eq!(shown["last_drain"], Value::Null, "{shown}");
+    assert_eq!(shown["key_fault"], Value::Null, "{shown}");
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
 
     let mut ws = member(&addr, "ann", "lobby").await;

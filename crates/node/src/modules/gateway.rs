@@ -66,6 +66,9 @@ pub struct GatewayStatus {
     pub cluster: ClusterHealth,
     /// The last drain's report, once there was one.
     pub last_drain: Option<DrainReport>,
+    /// Why the token key files last failed to reload (the previous keys in use), until a
+    /// reload succeeds; it names the file, never a key.
+    pub key_fault: Option<String>,
 }
 
 /// The gateway's counters the node keeps across restarts of the module.
@@ -93,6 +96,10 @@ pub struct GatewayTotals {
     pub joins_refused_permission: u64,
     /// Tokens refused, by reason (in the order of `holdfast_gateway::TokenError::REASONS`).
     pub tokens_refused: [u64; holdfast_gateway::TokenError::REASONS.len()],
+    /// Token key files reloaded with new keys.
+    pub key_reloads: u64,
+    /// Token key files that changed but could not be used (once per change).
+    pub key_reload_failures: u64,
 }
 
 impl GatewayTotals {
@@ -110,6 +117,8 @@ impl GatewayTotals {
             joins_refused_name: s.joins_refused_name,
             joins_refused_permission: s.joins_refused_permission,
             tokens_refused: s.token_refused,
+            key_reloads: s.key_reloads,
+            key_reload_failures: s.key_reload_failures,
         }
     }
 
@@ -136,6 +145,10 @@ impl GatewayTotals {
             joins_refused_permission: self
                 .joins_refused_permission
                 .saturating_add(o.joins_refused_permission),
+            key_reloads: self.key_reloads.saturating_add(o.key_reloads),
+            key_reload_failures: self
+                .key_reload_failures
+                .saturating_add(o.key_reload_failures),
             tokens_refused: std::array::from_fn(|i| {
                 self.tokens_refused[i].saturating_add(o.tokens_refused[i])
             }),
@@ -224,6 +237,7 @@ impl GatewayView {
             slow_consumer_drops: totals.slow_consumer_drops,
             cluster: gateway.cluster_health(),
             last_drain: s.last_drain.clone(),
+            key_fault: gateway.key_fault().map(|e| e.to_string()),
         })
     }
 
