@@ -713,3 +713,74 @@ proptest::proptest! {
         proptest::prop_assert!(room_allowed(&prefix, &longer));
     }
 }
+
+use proptest::strategy::Strategy as _;
+
+proptest::proptest! {
+    // r[verify gateway.auth.keys]
+    #[test]
+    fn any_bytes_as_a_key_file_parse_or_fail_and_a_public_file_never_yields_a_secret(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+        pre in "[ -~\n]{0,40}",
+    ) {
+        let path = Path::new("k");
+        if let Ok(keys) = parse(&KeySource::public(path), &bytes) {
+            proptest::prop_assert!(keys.iter().all(|k| k.alg != Algorithm::HS256));
+        }
+        let _ = parse(&KeySource::secret(path), &bytes);
+        // Text holding a PEM boundary is never a secret, whatever precedes it.
+        let text = format!("{pre}-----BEGIN PUBLIC KEY-----\n{}", String::from_utf8_lossy(&bytes));
+        proptest::prop_assert!(parse(&KeySource::secret(path), text.as_bytes()).is_err());
+    }
+
+    // r[verify gateway.auth.token+2]
+    #[test]
+    fn well_formed_tokens_with_any_header_and_claims_are_verified_or_refused_never_a_panic(
+        alg in "(HS256|RS256|ES256|EdDSA|none|HS512|PS256|[A-Za-z0-9]{0,6})",
+        kid in proptest::option::of("[ -~]{0,12}"),
+        claims in proptest::collection::btree_map(
+            "(sub|exp|nbf|iat|aud|iss|rooms|room|[a-z]{1,4})",
+            proptest::prop_oneof![
+                proptest::prelude::any::<i64>().prop_map(serde_json::Value::from),
+                proptest::prelude::any::<f64>().prop_map(serde_json::Value::from),
+                "[ -~]{0,10}".prop_map(serde_json::Value::from),
+                proptest::collection::vec("[a-z:*]{0,5}", 0..3).prop_map(serde_json::Value::from),
+                proptest::strategy::Just(serde_json::Value::Null),
+            ],
+            0..8,
+        ),
+        sig in "[A-Za-z0-9_-]{0,60}",
+    ) {
+        let mut header = serde_json::json!({"alg": alg, "typ": "JWT"});
+        if let Some(kid) = &kid {
+            header["kid"] = kid.clone().into();
+        }
+        let body = serde_json::to_string(&claims).unwrap_or_default();
+        let unsigned = format!("{}.{}", base64_url(header.to_string().as_bytes()), base64_url(body.as_bytes()));
+        // An arbitrary signature: never accepted.
+        let forged = format!("{unsigned}.{sig}");
+        proptest::prop_assert!(pems().verify_auth(&forged, now()).is_err());
+        let r = key().verify_subscription(&forged, now());
+        proptest::prop_assert!(r.is_err());
+        if !["HS256", "RS256", "ES256", "EdDSA"].contains(&alg.as_str()) {
+            proptest::prop_assert_eq!(key().verify_auth(&forged, now()).unwrap_err(), TokenError::Algorithm);
+        }
+        // Signed with the secret: accepted only with a non-empty sub, an exp and no room.
+        if alg == "HS256" {
+            let t = jsonwebtoken::encode(
+                &{
+                    let mut h = Header::new(Algorithm::HS256);
+                    h.kid = kid.clone();
+                    h
+                },
+                &claims,
+                &EncodingKey::from_secret(SECRET),
+            )
+            .unwrap();
+            if let Ok(c) = key().verify_auth(&t, now()) {
+                proptest::prop_assert!(!c.user.is_empty());
+                proptest::prop_assert!(claims.contains_key("exp") && !claims.contains_key("room"));
+            }
+        }
+    }
+}
