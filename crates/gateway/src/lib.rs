@@ -1,8 +1,9 @@
 //! holdfast-gateway: a WebSocket gateway that leaves a cluster without a hole.
 //!
 //! - [`Gateway`] accepts WebSocket clients (tokio-tungstenite), which authenticate with a signed
-//!   JWT ([`TokenKey`]: HS256, RS256, ES256 or EdDSA keys from PEM, JWKS or secret files,
-//!   re-read when they change; [`Signer`] mints HS256 ones), join rooms and receive what is pushed to their user or room. Each
+//!   JWT ([`TokenKey`]: HS256, RS256, ES256 or EdDSA keys from secret files and public key files
+//!   (PEM or JWKS) of a declared kind, re-read when they change; [`Signer`] mints HS256 ones),
+//!   join rooms and receive what is pushed to their user or room. Each
 //!   connection has a bounded send queue; a client whose queue is full is a slow consumer and is
 //!   disconnected. Messages and frames are size-limited, and tungstenite's buffers are sized for
 //!   many idle connections.

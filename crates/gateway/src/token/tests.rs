@@ -784,3 +784,19 @@ proptest::proptest! {
         }
     }
 }
+
+// r[verify gateway.auth.token+2]
+#[test]
+fn times_are_whole_seconds_and_none_is_an_algorithm() {
+    let c = serde_json::json!({"sub": "ann", "exp": NOW as f64 + 60.5});
+    assert_eq!(
+        key().verify_auth(&hs(&c), now()),
+        Err(TokenError::Malformed)
+    );
+    let none = format!(
+        "{}.{}.",
+        base64_url(br#"{"alg":"none"}"#),
+        base64_url(serde_json::to_string(&claims("ann")).unwrap().as_bytes())
+    );
+    assert_eq!(key().verify_auth(&none, now()), Err(TokenError::Algorithm));
+}
