@@ -110,8 +110,8 @@ impl Prober {
         let stream = TcpStream::connect(self.edges.gateway).await?;
         let url = format!("ws://{}/", self.edges.gateway);
         let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await?;
-        let key = holdfast_gateway::TokenKey::new(self.edges.gateway_key.clone());
-        let token = key.sign("probe", SystemTime::now() + Duration::from_secs(300));
+        let token = holdfast_gateway::Signer::new(&self.edges.gateway_key)
+            .token("probe", SystemTime::now() + Duration::from_secs(300))?;
         let auth = serde_json::json!({"type": "auth", "token": token}).to_string();
         ws.send(WsMessage::text(auth)).await?;
         ws.send(WsMessage::Ping(b"probe".to_vec().into())).await?;

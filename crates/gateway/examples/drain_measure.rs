@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
-use holdfast_gateway::{Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, TokenKey};
+use holdfast_gateway::{Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, Signer, TokenKey};
 use holdfast_lifecycle::StopReason;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -27,8 +27,13 @@ async fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(10);
-    let key = TokenKey::new(b"measure".to_vec());
-    let mut config = GatewayConfig::new("127.0.0.1:0".parse().unwrap(), "a", key.clone());
+    const SECRET: &[u8] = b"measure 0123456789";
+    let key = Signer::new(SECRET);
+    let mut config = GatewayConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "a",
+        TokenKey::new(SECRET.to_vec()),
+    );
     // Every client comes from 127.0.0.1: the per-address limit would refuse all but 256.
     config.per_ip_limit = 0;
     config.unauthenticated_limit = 0;
@@ -48,10 +53,12 @@ async fn main() {
         let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
             .await
             .unwrap();
-        let token = key.sign(
-            &format!("u{i}"),
-            SystemTime::now() + Duration::from_secs(600),
-        );
+        let token = key
+            .token(
+                &format!("u{i}"),
+                SystemTime::now() + Duration::from_secs(600),
+            )
+            .unwrap();
         for m in [
             serde_json::json!({"type":"auth","token":token}),
             serde_json::json!({"type":"join","room":"lobby"}),

@@ -74,8 +74,10 @@ pub struct GatewayConfig {
     pub replica_id: String,
     /// The address the service registry advertises (defaults to the bound address).
     pub advertise: Option<String>,
-    /// The key client tokens are signed with.
+    /// The keys client tokens (JWTs) are verified with, and the claims checked.
     pub token_key: TokenKey,
+    /// How often the token key files are checked for a change (zero: never).
+    pub key_reload_interval: Duration,
     /// The largest message a client may send (bytes).
     pub max_message_size: usize,
     /// The largest frame a client may send (bytes).
@@ -142,6 +144,7 @@ impl GatewayConfig {
             replica_id: replica_id.into(),
             advertise: None,
             token_key,
+            key_reload_interval: crate::token::DEFAULT_KEY_RELOAD,
             max_message_size: 64 * 1024,
             max_frame_size: 64 * 1024,
             send_queue: 64,

@@ -1,7 +1,9 @@
 //! holdfast-gateway: a WebSocket gateway that leaves a cluster without a hole.
 //!
 //! - [`Gateway`] accepts WebSocket clients (tokio-tungstenite), which authenticate with a signed
-//!   token ([`TokenKey`]), join rooms and receive what is pushed to their user or room. Each
+//!   JWT ([`TokenKey`]: HS256, RS256, ES256 or EdDSA keys from secret files and public key files
+//!   (PEM or JWKS) of a declared kind, re-read when they change; [`Signer`] mints HS256 ones),
+//!   join rooms and receive what is pushed to their user or room. Each
 //!   connection has a bounded send queue; a client whose queue is full is a slow consumer and is
 //!   disconnected. Messages and frames are size-limited, and tungstenite's buffers are sized for
 //!   many idle connections.
@@ -76,4 +78,8 @@ pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;
 pub use tls::{TlsError, TlsFiles, TlsReload};
-pub use token::{TokenError, TokenKey};
+pub use token::{
+    AuthSettings, Claims, DEFAULT_KEY_RELOAD, DEFAULT_LEEWAY, KeyError, KeyKind, KeyReload,
+    KeySource, MAX_KEY_FILE, MIN_SECRET_LEN, MintClaims, RoomsDefault, SignError, Signer,
+    TokenError, TokenKey, read_key_file, read_secret, room_allowed,
+};

@@ -15,6 +15,10 @@ pub enum ClientMessage {
     Join {
         /// The room.
         room: String,
+        /// A subscription token for this room (a JWT whose `sub` is the user and whose `room`
+        /// claim names the room), for a room outside the auth token's `rooms`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// Leave a room.
     Leave {

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
 use holdfast_retry::Class;
@@ -188,6 +188,10 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
         });
+        let every = inner.config.key_reload_interval;
+        if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
+            tokio::spawn(watch_keys(Arc::downgrade(&inner), every, stop_rx.clone()));
+        }
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
         *lock(&inner.accept_task) = Some(task);
         crate::membership::Membership::join(&inner).await;
@@ -251,6 +255,17 @@ impl Gateway {
             None => TlsReload::Off,
             Some(tls) => tls.store.refresh(&self.inner.stats, Instant::now(), true),
         }
+    }
+
+    /// Checks the token key files now (instead of at the next poll): changed, usable keys
+    /// verify tokens from here on; a broken file keeps the previous keys, with a fault.
+    pub fn reload_keys(&self) -> crate::token::KeyReload {
+        reload_keys(&self.inner)
+    }
+
+    /// The last failed reload of the token key files, until one succeeds.
+    pub fn key_fault(&self) -> Option<crate::token::KeyError> {
+        self.inner.config.token_key.fault()
     }
 
     /// Ends the gateway the way a killed process would: it stops accepting and drops every
@@ -319,6 +334,51 @@ fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError
         None => None,
     };
     Ok((limits, tls))
+}
+
+fn reload_keys(inner: &Inner) -> crate::token::KeyReload {
+    use crate::token::KeyReload;
+    let before = inner.config.token_key.fault();
+    let r = inner.config.token_key.reload();
+    match &r {
+        // The same failure as the last check's: counted and logged once per change.
+        KeyReload::Failed(e) if before.as_ref() == Some(e) => {}
+        KeyReload::Reloaded => {
+            inner.stats.key_reloaded(true);
+            tracing::info!(replica = %inner.replica.id, "token keys reloaded");
+        }
+        KeyReload::Failed(e) => {
+            inner.stats.key_reloaded(false);
+            tracing::warn!(replica = %inner.replica.id, error = %e, "token key files changed but cannot be used; keeping the previous keys");
+        }
+        KeyReload::Off | KeyReload::Unchanged => {}
+    }
+    r
+}
+
+// r[impl gateway.auth.key-reload]
+/// Polls the token key files every `every` until the gateway stops or is dropped.
+async fn watch_keys(
+    inner: std::sync::Weak<Inner>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            _ = tick.tick() => match inner.upgrade() {
+                // File I/O off the runtime's workers: a slow or odd file cannot stall them.
+                Some(inner) => {
+                    if tokio::task::spawn_blocking(move || reload_keys(&inner)).await.is_err() {
+                        break;
+                    }
+                }
+                None => break,
+            },
+        }
+    }
 }
 
 async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
@@ -595,7 +655,7 @@ async fn serve(
     ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let auth_deadline = tokio::time::sleep(cfg.auth_timeout);
     tokio::pin!(auth_deadline);
-    let mut authed = false;
+    let mut session = Session::default();
     let mut last_seen = Instant::now();
     loop {
         tokio::select! {
@@ -604,7 +664,7 @@ async fn serve(
                 Some(signal) => return drain_connection(inner, id, ws, queue, signal).await,
                 None => return Ending::Close(close::GOING_AWAY, "gateway stopped".into()),
             },
-            _ = &mut auth_deadline, if !authed => {
+            _ = &mut auth_deadline, if !session.authed => {
                 inner.stats.auth_failure();
                 return Ending::Close(close::POLICY, "authentication timeout".into());
             }
@@ -644,7 +704,7 @@ async fn serve(
                 match incoming {
                     None => return Ending::Gone,
                     Some(Err(e)) => if let Some(end) = on_error(e) { return end; },
-                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut authed, admission).await { return end; },
+                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut session, admission).await { return end; },
                 }
             }
         }
@@ -677,7 +737,7 @@ async fn on_message(
     id: ConnId,
     ws: &mut Ws,
     msg: Message,
-    authed: &mut bool,
+    session: &mut Session,
     admission: &mut Admission,
 ) -> Option<Ending> {
     let text = match msg {
@@ -698,14 +758,21 @@ async fn on_message(
         Ok(m) => m,
         Err(_) => return Some(Ending::Close(close::POLICY, "bad message".into())),
     };
-    match (parsed, *authed) {
+    match (parsed, session.authed) {
         (ClientMessage::Auth { token }, false) => {
-            match inner.config.token_key.verify(&token, SystemTime::now()) {
-                Ok(user) => {
+            match inner
+                .config
+                .token_key
+                .verify_auth(&token, SystemTime::now())
+            {
+                Ok(claims) => {
+                    let user = claims.user;
                     if inner.registry.authenticate(id, &user).is_err() {
                         return Some(Ending::Gone);
                     }
-                    *authed = true;
+                    session.authed = true;
+                    session.user = user.clone();
+                    session.rooms = claims.rooms;
                     admission.authenticated();
                     claim_route(inner, &user).await;
                     reply(
@@ -715,9 +782,9 @@ async fn on_message(
                     .await
                 }
                 Err(e) => {
-                    inner.stats.auth_failure();
+                    inner.stats.token_refused(&e);
                     // The error's text is the close reason ("invalid token", "token expired",
-                    // "token expiry out of range"): it names no secret.
+                    // ...): it names no secret.
                     Some(Ending::Close(close::POLICY, e.to_string()))
                 }
             }
@@ -726,7 +793,9 @@ async fn on_message(
             Some(Ending::Close(close::POLICY, "already authenticated".into()))
         }
         (_, false) => Some(Ending::Close(close::POLICY, "authenticate first".into())),
-        (ClientMessage::Join { room }, true) => join(inner, id, ws, &room).await,
+        (ClientMessage::Join { room, token }, true) => {
+            join(inner, id, ws, &room, token.as_deref(), session).await
+        }
         (ClientMessage::Leave { room }, true) => {
             if inner.registry.leave(id, &room).is_err() {
                 return Some(Ending::Gone);
@@ -736,12 +805,49 @@ async fn on_message(
     }
 }
 
-/// Joins `room` within the room limits, or tells the client why not and goes on.
+/// What a connection's authentication established.
+#[derive(Debug, Default)]
+struct Session {
+    authed: bool,
+    user: String,
+    /// The rooms the auth token allows (`None`: any room, only under `RoomsDefault::Any`).
+    rooms: Option<Vec<String>>,
+}
+
+// r[impl gateway.rooms.permissions]
+/// Whether the session may join `room`: a subscription token of its user for that room, or
+/// else the auth token's `rooms`.
+fn permitted(inner: &Inner, session: &Session, room: &str, token: Option<&str>) -> bool {
+    match token {
+        Some(t) => inner
+            .config
+            .token_key
+            .verify_subscription(t, SystemTime::now())
+            .is_ok_and(|c| c.user == session.user && c.room.as_deref() == Some(room)),
+        None => session
+            .rooms
+            .as_ref()
+            .is_none_or(|r| crate::token::room_allowed(r, room)),
+    }
+}
+
+/// Joins `room` if permitted and within the room limits, or tells the client why not and goes
+/// on.
 // r[impl gateway.rooms.limits]
-async fn join(inner: &Arc<Inner>, id: ConnId, ws: &mut Ws, room: &str) -> Option<Ending> {
+async fn join(
+    inner: &Arc<Inner>,
+    id: ConnId,
+    ws: &mut Ws,
+    room: &str,
+    token: Option<&str>,
+    session: &Session,
+) -> Option<Ending> {
     let cfg = &inner.config;
     if cfg.max_room_name != 0 && room.len() > cfg.max_room_name {
         return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
+    }
+    if !permitted(inner, session, room, token) {
+        return refuse_join(inner, ws, room, JoinRefusal::NotPermitted).await;
     }
     match inner
         .registry
@@ -779,6 +885,8 @@ pub(crate) enum JoinRefusal {
     TooManyRooms,
     /// The room's name is longer than the limit.
     NameTooLong,
+    /// Neither the token's `rooms` nor a subscription token allows the room.
+    NotPermitted,
 }
 
 impl JoinRefusal {
@@ -787,6 +895,7 @@ impl JoinRefusal {
         match self {
             JoinRefusal::TooManyRooms => "too many rooms",
             JoinRefusal::NameTooLong => "room name too long",
+            JoinRefusal::NotPermitted => "not permitted",
         }
     }
 }

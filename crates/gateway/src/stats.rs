@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
 
 use crate::registry::ConnId;
+use crate::token::TokenError;
 
 /// Live counters.
 #[derive(Debug, Default)]
@@ -26,6 +27,10 @@ pub struct Stats {
     tls_reload_failures: AtomicU64,
     joins_refused_rooms: AtomicU64,
     joins_refused_name: AtomicU64,
+    joins_refused_permission: AtomicU64,
+    token_refused: [AtomicU64; TokenError::REASONS.len()],
+    key_reloads: AtomicU64,
+    key_reload_failures: AtomicU64,
     close_sent: Notify,
 }
 
@@ -66,6 +71,26 @@ pub struct StatsSnapshot {
     pub joins_refused_rooms: u64,
     /// Joins refused because the room's name was longer than the limit.
     pub joins_refused_name: u64,
+    /// Joins refused because the token's `rooms` did not allow the room and no subscription
+    /// token for it was given, or the one given was refused.
+    pub joins_refused_permission: u64,
+    /// Tokens refused, by reason, in the order of [`TokenError::REASONS`] (each also counted in
+    /// `auth_failures`).
+    pub token_refused: [u64; TokenError::REASONS.len()],
+    /// Times changed key files were loaded.
+    pub key_reloads: u64,
+    /// Times changed key files were rejected (the previous keys kept).
+    pub key_reload_failures: u64,
+}
+
+impl StatsSnapshot {
+    /// Each token refusal reason's label with its count.
+    pub fn token_refusals(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        TokenError::REASONS
+            .iter()
+            .copied()
+            .zip(self.token_refused.iter().copied())
+    }
 }
 
 fn inc(c: &AtomicU64) {
@@ -84,6 +109,18 @@ impl Stats {
     }
     pub(crate) fn auth_failure(&self) {
         inc(&self.auth_failures);
+    }
+    // r[impl gateway.auth.refusal-reasons]
+    pub(crate) fn token_refused(&self, e: &TokenError) {
+        inc(&self.auth_failures);
+        inc(&self.token_refused[e.index()]);
+    }
+    pub(crate) fn key_reloaded(&self, ok: bool) {
+        inc(if ok {
+            &self.key_reloads
+        } else {
+            &self.key_reload_failures
+        });
     }
     pub(crate) fn message_in(&self) {
         inc(&self.messages_in);
@@ -120,6 +157,7 @@ impl Stats {
         match refusal {
             crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
             crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
+            crate::server::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
         }
     }
     pub(crate) fn close_sent(&self) {
@@ -153,6 +191,10 @@ impl Stats {
             tls_reload_failures: g(&self.tls_reload_failures),
             joins_refused_rooms: g(&self.joins_refused_rooms),
             joins_refused_name: g(&self.joins_refused_name),
+            joins_refused_permission: g(&self.joins_refused_permission),
+            token_refused: std::array::from_fn(|i| g(&self.token_refused[i])),
+            key_reloads: g(&self.key_reloads),
+            key_reload_failures: g(&self.key_reload_failures),
         }
     }
 }

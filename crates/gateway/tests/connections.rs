@@ -38,7 +38,8 @@ async fn connections_are_registered_from_accept_authenticated_or_not() {
     eventually("teardown removes it", || node.gateway.connections() == 2).await;
 }
 
-// r[verify gateway.auth.token]
+// r[verify gateway.auth.token+2]
+// r[verify gateway.auth.refusal-reasons]
 // r[verify gateway.limits]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_closes_only_the_sender_with_the_right_code() {
@@ -48,9 +49,15 @@ async fn bad_input_closes_only_the_sender_with_the_right_code() {
     let node = start(c).await;
     let mut bystander = member(&node.gateway, "zed", "lobby").await;
 
-    let expired = key().sign("ann", SystemTime::now() - Duration::from_secs(1));
-    let forged = holdfast_gateway::TokenKey::new(b"wrong".to_vec())
-        .sign("ann", SystemTime::now() + Duration::from_secs(60));
+    // Past the 30 s leeway.
+    let expired = token_with(&holdfast_gateway::MintClaims {
+        sub: "ann".into(),
+        exp: unix_now() - 3600,
+        ..Default::default()
+    });
+    let forged = holdfast_gateway::Signer::new(b"wrong secret 0123456789")
+        .token("ann", SystemTime::now() + Duration::from_secs(60))
+        .unwrap();
     let cases: Vec<(Message, u16, &str)> = vec![
         (
             Message::Text(
@@ -68,7 +75,7 @@ async fn bad_input_closes_only_the_sender_with_the_right_code() {
                     .into(),
             ),
             1008,
-            "invalid token",
+            "invalid token signature",
         ),
         (
             Message::Text(
@@ -111,9 +118,17 @@ async fn bad_input_closes_only_the_sender_with_the_right_code() {
     assert_eq!(next_text(&mut bystander).await, "still here");
     assert_eq!(node.gateway.authenticated(), 1);
     assert_eq!(node.gateway.stats().auth_failures, 2);
+    // Each refusal counted under its reason.
+    let counted: Vec<_> = node
+        .gateway
+        .stats()
+        .token_refusals()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(counted, vec![("signature", 1), ("expired", 1)]);
 }
 
-// r[verify gateway.auth.token]
+// r[verify gateway.auth.token+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_unauthenticated_connections_is_closed_at_the_auth_timeout() {
     let mut c = config("a");
@@ -364,20 +379,31 @@ impl tracing::Subscriber for ArcSubscriber {
     }
 }
 
-// r[verify gateway.auth.expiry-range]
+// r[verify gateway.auth.expiry-range+2]
+// r[verify gateway.auth.refusal-reasons]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_token_with_an_absurd_expiry_is_refused_and_the_gateway_serves_on() {
     let node = start(config("a")).await;
     let mut bystander = member(&node.gateway, "zed", "lobby").await;
     for secs in [u64::MAX, u64::MAX - 1, 1 << 63] {
         let mut ws = connect(&node.gateway).await;
-        let absurd = key().sign_unix("ann", secs);
+        let absurd = token_with(&holdfast_gateway::MintClaims {
+            sub: "ann".into(),
+            exp: secs,
+            ..Default::default()
+        });
         send_json(&mut ws, serde_json::json!({"type":"auth","token":absurd})).await;
         // A close with the reason, not a connection task that died on it.
         let (code, why) = close_code_of(&mut ws).await;
         assert_eq!((code, why.as_str()), (1008, "token expiry out of range"));
     }
     assert_eq!(node.gateway.stats().auth_failures, 3);
+    assert!(
+        node.gateway
+            .stats()
+            .token_refusals()
+            .any(|(reason, n)| reason == "expiry_out_of_range" && n == 3)
+    );
     eventually("refused ones torn down", || node.gateway.connections() == 1).await;
     assert_eq!(node.gateway.push_user_local("zed", "on").queued, 1);
     assert_eq!(next_text(&mut bystander).await, "on");

@@ -57,7 +57,7 @@ pub enum Command {
         client: ClientArgs,
     },
     /// The WebSocket gateway: its replica, readiness, connections and counters, or
-    /// `gateway push --room R|--user U TEXT`.
+    /// `gateway push --room R|--user U TEXT`, or `gateway token -c FILE --user U`.
     Gateway {
         /// `push` sends a message (needs the Unix socket or --token-file).
         #[command(subcommand)]
@@ -165,6 +165,21 @@ pub enum GatewayAction {
         /// How to reach the node.
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Print an HS256 JWT for a user, signed with the config's gateway secret (for testing).
+    Token {
+        /// The config file whose [gateway] keys sign the token.
+        #[arg(short, long = "config")]
+        config_file: PathBuf,
+        /// The user (`sub`).
+        #[arg(long)]
+        user: String,
+        /// The rooms the token allows (names or prefixes such as chat:*), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        rooms: Option<Vec<String>>,
+        /// How long the token is valid (a config duration such as 10m or 1h).
+        #[arg(long, default_value = "1h")]
+        ttl: String,
     },
 }
 

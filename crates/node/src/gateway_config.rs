@@ -1,17 +1,21 @@
 //! The `[gateway]` section: the WebSocket gateway as the node runs it, mapped onto
 //! holdfast-gateway's [`GatewayConfig`].
 //!
-//! The token key (the HMAC secret client tokens are signed with) is read from a file checked like
-//! the admin token file (a regular 0600 file, not a symlink, not empty), at validation and again at
-//! each start of the module, so a rotated key is picked up by a restart; it never appears in any
-//! output.
+//! Client tokens are JWTs. Their keys come from files of a declared kind: `token_key_file` and
+//! `[gateway.auth] secrets` (HS256 secrets: regular files private to their owner, not symlinks)
+//! and `[gateway.auth] public_keys` (PEM public keys or JWKS files, never read as secrets). Every
+//! file is read by holdfast-gateway's one reader, at validation, at each start of the module and
+//! at each reload of the running gateway; no key appears in any output.
 
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use holdfast_gateway::{CloseChoice, ClusterConfig, GatewayConfig, TlsFiles, TokenKey};
+use holdfast_gateway::{
+    AuthSettings, CloseChoice, ClusterConfig, GatewayConfig, KeyKind, KeySource, RoomsDefault,
+    TlsFiles, TokenKey,
+};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -19,7 +23,7 @@ use crate::config::ConfigError;
 use crate::duration::ConfigDuration;
 
 /// The shortest token key accepted (bytes): a shorter HMAC secret is guessable.
-pub const MIN_TOKEN_KEY_LEN: usize = 16;
+pub const MIN_TOKEN_KEY_LEN: usize = holdfast_gateway::MIN_SECRET_LEN;
 
 /// `[gateway]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,8 +37,13 @@ pub struct GatewaySection {
     /// The address the service registry advertises (default: the bound address).
     #[serde(default)]
     pub advertise: Option<Spanned<String>>,
-    /// The file holding the HMAC secret client tokens are signed with (mode 0600 or stricter).
-    pub token_key_file: Spanned<PathBuf>,
+    /// A file holding an HS256 secret client tokens (JWTs) may be signed with (mode 0600 or
+    /// stricter); required unless `[gateway.auth]` names a secret or a public key.
+    #[serde(default)]
+    pub token_key_file: Option<Spanned<PathBuf>>,
+    /// `[gateway.auth]`: more token keys and the claims checked.
+    #[serde(default)]
+    pub auth: AuthSection,
     /// The largest message (and frame) a client may send, in bytes (default 65536).
     #[serde(default)]
     pub max_message_size: Option<Spanned<usize>>,
@@ -74,6 +83,59 @@ pub struct GatewaySection {
     #[serde(default)]
     pub cluster: Option<Spanned<ClusterSection>>,
 }
+
+/// `[gateway.auth]`: how client tokens (JWTs) are verified.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// HS256 secret files, checked as `token_key_file` is (default: none). All keys are used at
+    /// once, so a new key can be added before the old one goes.
+    #[serde(default)]
+    pub secrets: Option<Spanned<Vec<PathBuf>>>,
+    /// Public key files, each a PEM public key (RSA for RS256, EC P-256 for ES256, Ed25519 for
+    /// EdDSA) or a JWKS (`{"keys": [...]}`, chosen by the token's `kid`); never read as a
+    /// secret (default: none).
+    #[serde(default)]
+    pub public_keys: Option<Spanned<Vec<PathBuf>>>,
+    /// What an auth token without a `rooms` claim may join: `"none"` (default) or `"any"`.
+    #[serde(default)]
+    pub rooms_default: Option<Spanned<RoomsDefaultSetting>>,
+    /// Accepted audiences: when given, a token's `aud` must name one (default: not checked).
+    #[serde(default)]
+    pub audience: Option<Spanned<Vec<String>>>,
+    /// When given, a token's `iss` must be this (default: not checked).
+    #[serde(default)]
+    pub issuer: Option<Spanned<String>>,
+    /// Clock skew allowed on `exp`, `nbf` and `iat` (default 30 s, at most 5 m).
+    #[serde(default)]
+    pub leeway: Option<Spanned<ConfigDuration>>,
+    /// How often the key files are checked for a change (default 5 s).
+    #[serde(default)]
+    pub reload_interval: Option<Spanned<ConfigDuration>>,
+}
+
+/// `gateway.auth.rooms_default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoomsDefaultSetting {
+    /// No room: such a token joins only the rooms its subscription tokens open.
+    #[default]
+    None,
+    /// Any room.
+    Any,
+}
+
+impl From<RoomsDefaultSetting> for RoomsDefault {
+    fn from(r: RoomsDefaultSetting) -> Self {
+        match r {
+            RoomsDefaultSetting::None => RoomsDefault::None,
+            RoomsDefaultSetting::Any => RoomsDefault::Any,
+        }
+    }
+}
+
+/// The longest `gateway.auth.leeway` accepted.
+pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
 /// `[gateway.tls]`: a PEM pair, or the issuance module's certificate for a hostname.
 #[derive(Debug, Clone, Deserialize)]
@@ -172,25 +234,127 @@ fn duration(v: &Option<Spanned<ConfigDuration>>, default: Duration) -> Duration 
     v.as_ref().map_or(default, |v| v.get_ref().get())
 }
 
-// i[impl node.gateway.token-key]
-/// Reads the token key: the file checked as the admin token file is (a regular file, not a
-/// symlink, mode 0600 or stricter, not empty), its text trimmed, at least
-/// [`MIN_TOKEN_KEY_LEN`] bytes.
-pub fn read_token_key(path: &Path) -> Result<TokenKey, String> {
-    let token = crate::admin::token::read(path)?;
-    let secret = token.expose();
-    if secret.len() < MIN_TOKEN_KEY_LEN {
-        return Err(format!(
-            "token key file {} holds {} bytes; a key needs at least {MIN_TOKEN_KEY_LEN} \
-             (e.g. `head -c 32 /dev/urandom | base64 > FILE`)",
-            path.display(),
-            secret.len()
-        ));
+// i[impl node.gateway.token-key+2]
+/// Reads the HS256 secret of `token_key_file` (or of a file of `[gateway.auth] secrets`) with
+/// holdfast-gateway's reader: a regular file, not a symlink, no group or other permission bits,
+/// at most 1 MiB, read from the descriptor it checked; its text trimmed, at least
+/// [`MIN_TOKEN_KEY_LEN`] bytes, and not a public key.
+pub fn read_token_secret(path: &Path) -> Result<Vec<u8>, String> {
+    holdfast_gateway::read_secret(path).map_err(|e| e.to_string())
+}
+
+/// Where a section's token keys come from, and the claims checked: what each start of the
+/// module reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenKeySources {
+    /// `token_key_file`, then `[gateway.auth] secrets`.
+    pub secret_files: Vec<PathBuf>,
+    /// `[gateway.auth] public_keys`.
+    pub public_key_files: Vec<PathBuf>,
+    /// The claims checked.
+    pub settings: AuthSettings,
+}
+
+impl TokenKeySources {
+    // r[impl gateway.auth.keys]
+    /// The keys, every file read as its declared kind; the gateway re-reads them when they
+    /// change.
+    pub fn load(&self) -> Result<TokenKey, String> {
+        TokenKey::from_sources(self.sources(), self.settings.clone()).map_err(|e| e.to_string())
     }
-    Ok(TokenKey::new(secret.as_bytes().to_vec()))
+
+    /// Every file with its kind.
+    pub fn sources(&self) -> Vec<KeySource> {
+        self.secret_files
+            .iter()
+            .map(KeySource::secret)
+            .chain(self.public_key_files.iter().map(KeySource::public))
+            .collect()
+    }
+
+    /// The HS256 secret `holdfast gateway token` signs with: the first secret file's
+    /// (`token_key_file`, else the first of `[gateway.auth] secrets`).
+    pub fn hs256_secret(&self) -> Result<Vec<u8>, String> {
+        match self.secret_files.first() {
+            Some(f) => read_token_secret(f),
+            None => Err(
+                "the configured token keys hold no HS256 secret (give gateway.token_key_file, \
+                 or a file in [gateway.auth] secrets): a token signed with a public key's \
+                 private half cannot be minted here"
+                    .into(),
+            ),
+        }
+    }
+}
+
+// i[impl node.gateway.token]
+/// An HS256 token for `user` from `section`'s secret, valid from `now` for `ttl`, allowed
+/// `rooms` when given, with the configured audience (the first) and issuer so the gateway
+/// accepts it.
+pub fn mint_token(
+    section: &GatewaySection,
+    user: &str,
+    rooms: Option<Vec<String>>,
+    ttl: Duration,
+    now: std::time::SystemTime,
+) -> Result<String, String> {
+    if rooms
+        .as_ref()
+        .is_some_and(|r| r.iter().any(|r| r.is_empty()))
+    {
+        return Err("--rooms: a room name must not be empty".into());
+    }
+    if ttl.as_secs() == 0 {
+        return Err("--ttl: must be at least 1s".into());
+    }
+    let sources = section.token_key_sources();
+    let secret = sources.hs256_secret()?;
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| "the clock is before 1970".to_owned())?
+        .as_secs();
+    let claims = holdfast_gateway::MintClaims {
+        sub: user.to_owned(),
+        exp: now.saturating_add(ttl.as_secs()),
+        iat: Some(now),
+        aud: sources.settings.audience.first().cloned(),
+        iss: sources.settings.issuer.clone(),
+        rooms,
+        ..holdfast_gateway::MintClaims::default()
+    };
+    holdfast_gateway::Signer::new(&secret)
+        .sign(&claims)
+        .map_err(|e| e.to_string())
 }
 
 impl GatewaySection {
+    /// Where this section's token keys come from.
+    pub fn token_key_sources(&self) -> TokenKeySources {
+        let a = &self.auth;
+        let list = |l: &Option<Spanned<Vec<PathBuf>>>| {
+            l.as_ref().map(|k| k.get_ref().clone()).unwrap_or_default()
+        };
+        TokenKeySources {
+            secret_files: self
+                .token_key_file
+                .iter()
+                .map(|f| f.get_ref().clone())
+                .chain(list(&a.secrets))
+                .collect(),
+            public_key_files: list(&a.public_keys),
+            settings: AuthSettings {
+                audience: a
+                    .audience
+                    .as_ref()
+                    .map(|v| v.get_ref().clone())
+                    .unwrap_or_default(),
+                issuer: a.issuer.as_ref().map(|i| i.get_ref().clone()),
+                leeway: duration(&a.leeway, holdfast_gateway::DEFAULT_LEEWAY),
+                rooms_default: value(&a.rooms_default, RoomsDefaultSetting::None).into(),
+            },
+        }
+    }
+
     /// holdfast-gateway's config for this section: `node_id` is the default replica id,
     /// `data_dir` holds the issuance store (for `tls.from_issuance`).
     pub fn gateway_config(&self, node_id: &str, key: TokenKey, data_dir: &Path) -> GatewayConfig {
@@ -206,6 +370,7 @@ impl GatewaySection {
         c.send_queue = value(&self.send_queue, c.send_queue);
         c.ping_interval = duration(&self.ping_interval, c.ping_interval);
         c.idle_timeout = duration(&self.idle_timeout, c.idle_timeout);
+        c.key_reload_interval = duration(&self.auth.reload_interval, c.key_reload_interval);
         c.drain.total = duration(&self.drain.total, c.drain.total);
         c.drain.close = value(&self.drain.close, CloseSetting::FromReason).into();
         if let Some(r) = &self.drain.retry_after {
@@ -281,7 +446,7 @@ pub const MAX_SEND_QUEUE: usize = 65_536;
 
 type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
 
-// i[impl node.gateway.config+2]
+// i[impl node.gateway.config+3]
 /// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
 /// and durations in range; an idle timeout longer than the ping interval; a TLS source that is
 /// one pair or one issuance hostname (of `issuance_hosts`); cluster endpoints that are URLs.
@@ -315,13 +480,7 @@ pub fn validate(
             ));
         }
     }
-    if let Err(message) = read_token_key(g.token_key_file.get_ref()) {
-        return Err(at(
-            Some(g.token_key_file.span()),
-            "gateway.token_key_file",
-            message,
-        ));
-    }
+    validate_auth(section, at)?;
     if let Some(size) = &g.max_message_size {
         if !(1..=MAX_MESSAGE_SIZE).contains(size.get_ref()) {
             return Err(at(
@@ -376,6 +535,86 @@ pub fn validate(
                 Some(total.span()),
                 "gateway.drain.total",
                 "must be at most 10m".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// i[impl node.gateway.auth]
+fn validate_auth(section: &Spanned<GatewaySection>, at: At<'_>) -> Result<(), ConfigError> {
+    let g = section.get_ref();
+    let a = &g.auth;
+    if let Some(f) = &g.token_key_file {
+        if let Err(message) = read_token_secret(f.get_ref()) {
+            return Err(at(Some(f.span()), "gateway.token_key_file", message));
+        }
+    }
+    let none = Vec::new();
+    let secrets = a.secrets.as_ref().map_or(&none, |k| k.get_ref());
+    let public = a.public_keys.as_ref().map_or(&none, |k| k.get_ref());
+    if g.token_key_file.is_none() && secrets.is_empty() && public.is_empty() {
+        return Err(at(
+            a.secrets
+                .as_ref()
+                .or(a.public_keys.as_ref())
+                .map(Spanned::span)
+                .or(Some(section.span())),
+            "gateway.auth",
+            "no token key: give gateway.token_key_file, or files in [gateway.auth] secrets \
+             (HS256 secrets) or public_keys (PEM public keys, JWKS)"
+                .into(),
+        ));
+    }
+    for (key, list, kind) in [
+        ("gateway.auth.secrets", &a.secrets, KeyKind::Secret),
+        ("gateway.auth.public_keys", &a.public_keys, KeyKind::Public),
+    ] {
+        if let Some(l) = list {
+            for f in l.get_ref() {
+                let source = KeySource {
+                    path: f.clone(),
+                    kind,
+                };
+                if let Err(e) = holdfast_gateway::token::load_source(&source) {
+                    return Err(at(Some(l.span()), key, e.to_string()));
+                }
+            }
+        }
+    }
+    if let Some(aud) = &a.audience {
+        if aud.get_ref().iter().any(|s| s.trim().is_empty()) {
+            return Err(at(
+                Some(aud.span()),
+                "gateway.auth.audience",
+                "an audience must not be empty".into(),
+            ));
+        }
+    }
+    if let Some(iss) = &a.issuer {
+        if iss.get_ref().trim().is_empty() {
+            return Err(at(
+                Some(iss.span()),
+                "gateway.auth.issuer",
+                "must not be empty (remove it to accept any issuer)".into(),
+            ));
+        }
+    }
+    if let Some(l) = &a.leeway {
+        if l.get_ref().get() > MAX_LEEWAY {
+            return Err(at(
+                Some(l.span()),
+                "gateway.auth.leeway",
+                "must be at most 5m".into(),
+            ));
+        }
+    }
+    if let Some(r) = &a.reload_interval {
+        if r.get_ref().get().is_zero() {
+            return Err(at(
+                Some(r.span()),
+                "gateway.auth.reload_interval",
+                "must be longer than zero".into(),
             ));
         }
     }

@@ -108,6 +108,16 @@ fn main() -> ExitCode {
                 }),
             ..
         } => runtime.block_on(gateway_push(client, room, user, text)),
+        Command::Gateway {
+            action:
+                Some(GatewayAction::Token {
+                    config_file,
+                    user,
+                    rooms,
+                    ttl,
+                }),
+            ..
+        } => gateway_token(&config_file, &user, rooms, &ttl),
         Command::Forwards(args) => runtime.block_on(get(args, "/v1/forwards", render::forwards)),
         Command::Forward(ForwardCommand::Identity { data_dir, config }) => {
             forward_identity(data_dir, config)
@@ -270,6 +280,39 @@ async fn drain(args: ClientArgs, restart: bool) -> ExitCode {
         Err(err) => {
             eprintln!("holdfast: {err}");
             ExitCode::from(1)
+        }
+    }
+}
+
+// i[impl node.gateway.token]
+fn gateway_token(
+    file: &std::path::Path,
+    user: &str,
+    rooms: Option<Vec<String>>,
+    ttl: &str,
+) -> ExitCode {
+    let minted = (|| {
+        let ttl = holdfast::duration::parse(ttl).map_err(|e| format!("--ttl: {e}"))?;
+        let config = Config::load(file).map_err(|e| e.to_string())?;
+        let section = config
+            .gateway
+            .ok_or_else(|| format!("{}: no [gateway] section", file.display()))?;
+        holdfast::gateway_config::mint_token(
+            section.get_ref(),
+            user,
+            rooms,
+            ttl,
+            std::time::SystemTime::now(),
+        )
+    })();
+    match minted {
+        Ok(token) => {
+            println!("{token}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("holdfast: {e}");
+            ExitCode::FAILURE
         }
     }
 }

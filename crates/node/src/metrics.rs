@@ -174,7 +174,21 @@ pub struct GatewayRefusalLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JoinRefusalLabel {
     /// The limit it was over, named as its `[gateway]` key: `max_rooms_per_connection` or
-    /// `max_room_name`.
+    /// `max_room_name`; or `permission` (the token did not allow the room).
+    pub reason: String,
+}
+
+/// Labels of a reload of the gateway's token key files.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyReloadLabel {
+    /// `ok` (new keys in use) or `failed` (the previous keys kept).
+    pub result: String,
+}
+
+/// Labels of a client token the gateway refused.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenRefusalLabel {
+    /// Why (`holdfast_gateway::TokenError::reason`): `expired`, `signature`, `audience`, ...
     pub reason: String,
 }
 
@@ -273,6 +287,10 @@ pub struct Metrics {
     pub gateway_refused: Family<GatewayRefusalLabel, Counter>,
     /// Gateway room joins refused since the node started, by the limit they were over.
     pub gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
+    /// Client tokens the gateway refused since the node started, by reason.
+    pub gateway_tokens_refused: Family<TokenRefusalLabel, Counter>,
+    /// Reloads of the gateway's token key files since the node started, by result.
+    pub gateway_key_reloads: Family<KeyReloadLabel, Counter>,
     /// Requests and connections the admin API refused or closed, by reason.
     pub admin_refused: Family<AdminRefusalLabel, Counter>,
 }
@@ -485,6 +503,16 @@ impl Metrics {
             m.gateway_joins_refused.clone(),
         );
         registry.register(
+            "gateway_tokens_refused",
+            "Gateway client tokens refused since the node started, by reason",
+            m.gateway_tokens_refused.clone(),
+        );
+        registry.register(
+            "gateway_key_reloads",
+            "Reloads of the gateway's token key files since the node started, by result",
+            m.gateway_key_reloads.clone(),
+        );
+        registry.register(
             "admin_refused",
             "Requests and connections the admin API refused or closed, by reason",
             m.admin_refused.clone(),
@@ -526,6 +554,8 @@ impl Metrics {
             gateway_drain_step_seconds: m.gateway_drain_step_seconds,
             gateway_refused: m.gateway_refused,
             gateway_joins_refused: m.gateway_joins_refused,
+            gateway_tokens_refused: m.gateway_tokens_refused,
+            gateway_key_reloads: m.gateway_key_reloads,
             admin_refused: m.admin_refused,
         }
     }
@@ -784,7 +814,7 @@ impl Metrics {
         }
     }
 
-    // r[impl node.gateway.metrics+2]
+    // r[impl node.gateway.metrics+3]
     /// Sets the gateway's series (read at each scrape): connections now (authenticated,
     /// unauthenticated), the node's totals of messages, slow-consumer drops, refused
     /// connections and refused joins (`totals`; `None` while no gateway has run, which exports
@@ -832,9 +862,27 @@ impl Metrics {
             for (reason, total) in [
                 ("max_rooms_per_connection", t.joins_refused_rooms),
                 ("max_room_name", t.joins_refused_name),
+                ("permission", t.joins_refused_permission),
             ] {
                 let counter = self.gateway_joins_refused.get_or_create(&JoinRefusalLabel {
                     reason: reason.to_owned(),
+                });
+                raise_to(&counter, total);
+            }
+            for (reason, total) in holdfast_gateway::TokenError::REASONS
+                .iter()
+                .zip(t.tokens_refused)
+            {
+                let counter = self
+                    .gateway_tokens_refused
+                    .get_or_create(&TokenRefusalLabel {
+                        reason: (*reason).to_owned(),
+                    });
+                raise_to(&counter, total);
+            }
+            for (result, total) in [("ok", t.key_reloads), ("failed", t.key_reload_failures)] {
+                let counter = self.gateway_key_reloads.get_or_create(&KeyReloadLabel {
+                    result: result.to_owned(),
                 });
                 raise_to(&counter, total);
             }
@@ -906,6 +954,8 @@ struct MetricsParts {
     gateway_drain_step_seconds: Family<StepLabel, Gauge<f64, AtomicU64>>,
     gateway_refused: Family<GatewayRefusalLabel, Counter>,
     gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
+    gateway_tokens_refused: Family<TokenRefusalLabel, Counter>,
+    gateway_key_reloads: Family<KeyReloadLabel, Counter>,
     admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
@@ -1127,7 +1177,7 @@ mod tests {
         assert_eq!(alive(&metrics), before);
     }
 
-    // r[verify node.gateway.metrics+2]
+    // r[verify node.gateway.metrics+3]
     #[test]
     fn gateway_series_follow_the_gateway_and_its_counters_never_go_down() {
         use crate::modules::gateway::GatewayTotals;
@@ -1146,6 +1196,11 @@ mod tests {
             refused_unauthenticated_per_ip: 5,
             joins_refused_rooms: 6,
             joins_refused_name: 8,
+            joins_refused_permission: 12,
+            // "signature" is the fourth reason, "expired" the sixth.
+            tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
+            key_reloads: 2,
+            key_reload_failures: 1,
         };
         let report = DrainReport {
             code: 1012,
@@ -1185,6 +1240,12 @@ mod tests {
             "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 5",
             "holdfast_gateway_joins_refused_total{reason=\"max_rooms_per_connection\"} 6",
             "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 8",
+            "holdfast_gateway_joins_refused_total{reason=\"permission\"} 12",
+            "holdfast_gateway_tokens_refused_total{reason=\"signature\"} 9",
+            "holdfast_gateway_tokens_refused_total{reason=\"expired\"} 10",
+            "holdfast_gateway_tokens_refused_total{reason=\"audience\"} 0",
+            "holdfast_gateway_key_reloads_total{result=\"ok\"} 2",
+            "holdfast_gateway_key_reloads_total{result=\"failed\"} 1",
             "holdfast_gateway_drain_step_seconds{step=\"stop_accepting\"} 0.004",
             "holdfast_gateway_drain_step_seconds{step=\"handshake\"} 1.25",
         ] {

@@ -119,7 +119,7 @@ fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
     assert!(web.command[2].contains("http://holdfast-store:8081/greeting"));
 }
 
-// i[verify node.gateway.config+2]
+// i[verify node.gateway.config+3]
 #[test]
 fn the_examples_gateway_block_parses_and_states_the_defaults() {
     use std::os::unix::fs::PermissionsExt;
@@ -206,6 +206,136 @@ fn the_examples_gateway_block_parses_and_states_the_defaults() {
         (g.drain.total, g.drain.retry_after_secs),
         (d.drain.total, d.drain.retry_after_secs)
     );
+    // [gateway.auth] is shown with its defaults.
+    for k in [
+        "secrets",
+        "public_keys",
+        "rooms_default",
+        "audience",
+        "leeway",
+        "reload_interval",
+    ] {
+        assert!(
+            block.contains(&format!("\n{k} = ")),
+            "{k} missing:\n{block}"
+        );
+    }
+    let config = Config::parse("example.toml", &block).unwrap();
+    let sources = config.gateway.unwrap().get_ref().token_key_sources();
+    assert_eq!(sources.settings, holdfast_gateway::AuthSettings::default());
+    assert_eq!(g.key_reload_interval, d.key_reload_interval);
+}
+
+// i[verify node.gateway.auth]
+#[test]
+fn the_gateway_auth_section_is_validated_at_its_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let pem = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gateway/tests/fixtures/keys/rsa.pub");
+    let private = dir.path().join("private.pem");
+    std::fs::write(
+        &private,
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let secret = dir.path().join("gateway.key");
+    std::fs::write(&secret, "0123456789abcdef-gateway-secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let head = "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\n";
+    let parse = |rest: &str| Config::parse("t.toml", &format!("{head}{rest}"));
+    // Keys in [gateway.auth] alone: no token_key_file needed.
+    let ok = parse(&format!(
+        "[gateway.auth]\npublic_keys = [\"{}\"]\nrooms_default = \"any\"\naudience = [\"chat\"]\nissuer = \"https://a.example\"\n\
+         leeway = \"10s\"\nreload_interval = \"1s\"\n",
+        pem.display()
+    ))
+    .unwrap();
+    let section = ok.gateway.unwrap();
+    let sources = section.get_ref().token_key_sources();
+    assert_eq!(sources.public_key_files, vec![pem.clone()]);
+    assert!(sources.secret_files.is_empty());
+    assert_eq!(
+        sources.settings,
+        holdfast_gateway::AuthSettings {
+            audience: vec!["chat".into()],
+            issuer: Some("https://a.example".into()),
+            leeway: std::time::Duration::from_secs(10),
+            rooms_default: holdfast_gateway::RoomsDefault::Any,
+        }
+    );
+    assert!(sources.load().is_ok());
+    let g = section.get_ref().gateway_config(
+        "n",
+        holdfast_gateway::TokenKey::new(b"x".to_vec()),
+        dir.path(),
+    );
+    assert_eq!(g.key_reload_interval, std::time::Duration::from_secs(1));
+    // No key at all.
+    let e = parse("").unwrap_err().to_string();
+    assert!(
+        e.starts_with("t.toml:") && e.contains("gateway.auth: no token key"),
+        "{e}"
+    );
+    // A key file that yields no key: its position and its name.
+    let e = parse(&format!(
+        "[gateway.auth]\npublic_keys = [\"{}\"]\n",
+        private.display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("t.toml:5:15: gateway.auth.public_keys: ") && e.contains("private.pem"),
+        "{e}"
+    );
+    // A public key listed as a secret, and a world-readable secret: refused, never used.
+    let open = dir.path().join("open.key");
+    std::fs::write(&open, "0123456789abcdef-gateway-secret\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let copy = dir.path().join("rsa.pub");
+    std::fs::copy(&pem, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (f, want) in [(&open, "chmod 600"), (&copy, "not an HS256 secret")] {
+        let e = parse(&format!(
+            "[gateway.auth]\nsecrets = [\"{}\"]\n",
+            f.display()
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("t.toml:5:11: gateway.auth.secrets: ") && e.contains(want),
+            "{e}"
+        );
+    }
+    // rooms_default is none or any.
+    let e = parse("[gateway.auth]\nrooms_default = \"all\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rooms_default"), "{e}");
+    let with_secret = format!("token_key_file = \"{}\"\n", secret.display());
+    for (rest, want) in [
+        (
+            "[gateway.auth]\nleeway = \"6m\"\n",
+            "t.toml:6:10: gateway.auth.leeway: must be at most 5m",
+        ),
+        (
+            "[gateway.auth]\nreload_interval = \"0s\"\n",
+            "t.toml:6:19: gateway.auth.reload_interval: must be longer than zero",
+        ),
+        (
+            "[gateway.auth]\naudience = [\"\"]\n",
+            "t.toml:6:12: gateway.auth.audience: an audience must not be empty",
+        ),
+        (
+            "[gateway.auth]\nissuer = \" \"\n",
+            "t.toml:6:10: gateway.auth.issuer: must not be empty",
+        ),
+    ] {
+        let e = parse(&format!("{with_secret}{rest}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(want), "{e} vs {want}");
+    }
 }
 
 // i[verify node.testing-modules]
@@ -828,8 +958,8 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     );
 }
 
-// i[verify node.gateway.config+2]
-// i[verify node.gateway.token-key]
+// i[verify node.gateway.config+3]
+// i[verify node.gateway.token-key+2]
 #[test]
 fn the_gateway_section_is_validated_with_the_rest() {
     use std::os::unix::fs::PermissionsExt;
@@ -844,14 +974,15 @@ fn the_gateway_section_is_validated_with_the_rest() {
     // Defaults: the node id is the replica id; holdfast-gateway's defaults otherwise.
     let config = Config::parse("ok.toml", &head).unwrap();
     let section = config.gateway.unwrap();
-    let key_value = holdfast::gateway_config::read_token_key(&key).unwrap();
+    let key_value =
+        holdfast_gateway::TokenKey::new(holdfast::gateway_config::read_token_secret(&key).unwrap());
     // A key of exactly the minimum length is a key; one byte less is not.
     let min = holdfast::gateway_config::MIN_TOKEN_KEY_LEN;
     let edge = dir.path().join("edge.key");
     for (len, ok) in [(min, true), (min - 1, false)] {
         std::fs::write(&edge, "k".repeat(len)).unwrap();
         std::fs::set_permissions(&edge, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let read = holdfast::gateway_config::read_token_key(&edge);
+        let read = holdfast::gateway_config::read_token_secret(&edge);
         assert_eq!(read.is_ok(), ok, "{len} bytes: {:?}", read.err());
     }
     let g = section

@@ -68,8 +68,9 @@ async fn member(addr: &str, user: &str, room: &str) -> Client {
     let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
         .await
         .unwrap();
-    let token = TokenKey::new(KEY.as_bytes().to_vec())
-        .sign(user, SystemTime::now() + Duration::from_secs(3600));
+    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
+        .token(user, SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
     for message in [
         json!({"type": "auth", "token": token}),
         json!({"type": "join", "room": room}),
@@ -113,8 +114,8 @@ fn cli(args: &[&str]) -> (i32, String) {
 // r[verify node.gateway.stop]
 // r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
-// r[verify node.gateway.metrics+2]
-// i[verify node.gateway.show]
+// r[verify node.gateway.metrics+3]
+// i[verify node.gateway.show+2]
 // i[verify node.gateway.push]
 // i[verify node.gateway.cli+2]
 // i[verify node.gateway.status]
@@ -127,6 +128,7 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
     assert_eq!(shown["ready"], true, "{shown}");
     assert_eq!(shown["draining"], false, "{shown}");
     assert_eq!(shown["last_drain"], Value::Null, "{shown}");
+    assert_eq!(shown["key_fault"], Value::Null, "{shown}");
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
 
     let mut ws = member(&addr, "ann", "lobby").await;
@@ -416,8 +418,8 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
         .await;
 }
 
-// i[verify node.gateway.config+2]
-// r[verify node.gateway.metrics+2]
+// i[verify node.gateway.config+3]
+// r[verify node.gateway.metrics+3]
 #[tokio::test]
 async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -484,4 +486,120 @@ async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted()
     .await
     .unwrap();
     assert_eq!(next_text(&mut ann).await, "still here");
+}
+
+// i[verify node.gateway.token]
+#[test]
+fn gateway_token_mints_what_the_configured_gateway_accepts_and_refuses_without_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n\
+             [gateway.auth]\naudience = [\"chat\"]\nissuer = \"https://a.example\"\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let cfg_arg = cfg.to_str().unwrap();
+    let out = run(&[
+        "gateway",
+        "token",
+        "-c",
+        cfg_arg,
+        "--user",
+        "ann",
+        "--rooms",
+        "lobby,chat:*",
+        "--ttl",
+        "10m",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    assert!(!token.contains(KEY));
+    let config = holdfast::config::Config::load(&cfg).unwrap();
+    let verifier = config
+        .gateway
+        .unwrap()
+        .get_ref()
+        .token_key_sources()
+        .load()
+        .unwrap();
+    let claims = verifier
+        .verify_auth(token.trim(), SystemTime::now())
+        .unwrap();
+    assert_eq!(claims.user, "ann");
+    assert_eq!(
+        claims.rooms,
+        Some(vec!["lobby".to_owned(), "chat:*".to_owned()])
+    );
+    // Ten minutes, not more.
+    assert!(
+        verifier
+            .verify_auth(
+                token.trim(),
+                SystemTime::now() + Duration::from_secs(11 * 60 + 30)
+            )
+            .is_err()
+    );
+
+    // An empty room name or a zero lifetime: refused, not minted.
+    for bad in [["--rooms", ""], ["--ttl", "0s"]] {
+        let out = run(&[
+            "gateway", "token", "-c", cfg_arg, "--user", "ann", bad[0], bad[1],
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}");
+    }
+
+    // Only a public key configured: no secret to sign with, said so.
+    let pem = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gateway/tests/fixtures/keys/ed.pub");
+    let public_only = dir.path().join("public.toml");
+    std::fs::write(
+        &public_only,
+        format!(
+            "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\n[gateway.auth]\npublic_keys = [\"{}\"]\n",
+            pem.display()
+        ),
+    )
+    .unwrap();
+    let out = run(&[
+        "gateway",
+        "token",
+        "-c",
+        public_only.to_str().unwrap(),
+        "--user",
+        "ann",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no HS256 secret"), "{err}");
+    // No [gateway] section.
+    let bare = dir.path().join("bare.toml");
+    std::fs::write(&bare, "[node]\n").unwrap();
+    let out = run(&[
+        "gateway",
+        "token",
+        "-c",
+        bare.to_str().unwrap(),
+        "--user",
+        "ann",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no [gateway] section"));
 }

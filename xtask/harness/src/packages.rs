@@ -86,6 +86,11 @@ pub const REQUIREMENTS: &[Requirement] = &[
         packages: &["chromium"],
         purpose: "rendering the spec report in a real browser",
     },
+    Requirement {
+        program: "python3",
+        packages: &["python3", "python3-websockets"],
+        purpose: "the gateway's end-to-end test with a client no one here wrote (Python websockets)",
+    },
 ];
 
 /// Finds `program` on `path` (a `PATH`-style list); busybox must also be static, and protoc must
@@ -96,6 +101,11 @@ pub fn locate(program: &str, path: &str) -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))?;
     if program == "protoc" && !has_well_known_types(&found) {
         return None;
+    }
+    if program == "python3" && !imports_websockets(&found) {
+        // Another python3 first on PATH (pyenv, a venv) may lack the package Debian's has.
+        return Some(PathBuf::from("/usr/bin/python3"))
+            .filter(|p| is_executable(p) && imports_websockets(p));
     }
     if program == "busybox" && !is_static_elf(&found) {
         // A dynamically linked busybox would not run inside the seeded image.
@@ -122,6 +132,17 @@ fn has_well_known_types(protoc: &Path) -> bool {
                 .join("include/google/protobuf/descriptor.proto")
                 .is_file()
         })
+}
+
+/// Whether the Python at `python` can import `websockets`.
+// i[impl harness.install.python-websockets]
+fn imports_websockets(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import websockets"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -299,6 +320,10 @@ mod tests {
             Some(&["protobuf-compiler", "libprotobuf-dev"][..])
         );
         assert_eq!(package("chromium"), Some(&["chromium"][..]));
+        assert_eq!(
+            package("python3"),
+            Some(&["python3", "python3-websockets"][..])
+        );
     }
 
     // i[verify harness.install+2]
@@ -322,12 +347,34 @@ mod tests {
                 "tar",
                 "protobuf-compiler",
                 "libprotobuf-dev",
-                "chromium"
+                "chromium",
+                "python3",
+                "python3-websockets"
             ]
         );
         let error = missing_error(&missing[4..6]);
         assert!(error.contains("pebble (the ACME server) — install Debian package `pebble`"));
         assert!(error.ends_with("(or `apt-get install pebble`)"), "{error}");
+    }
+
+    // i[verify harness.install.python-websockets]
+    #[test]
+    fn a_python3_that_cannot_import_websockets_is_missing() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        // A python3 that fails every import.
+        std::fs::write(&python, "#!/bin/sh\nexit 1\n").unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let found = locate("python3", dir.path().to_str().unwrap());
+        // Found only as Debian's, and only when that one has the package.
+        assert!(
+            found
+                .as_deref()
+                .is_none_or(|p| p == Path::new("/usr/bin/python3")),
+            "{found:?}"
+        );
+        assert!(!imports_websockets(&python));
     }
 
     #[test]

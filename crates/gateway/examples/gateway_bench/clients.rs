@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
-use holdfast_gateway::TokenKey;
+use holdfast_gateway::Signer;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -47,7 +47,7 @@ struct Counter {
 
 pub async fn run(opts: Opts) -> Result<(), String> {
     let addr = opts.addr.ok_or("clients need --addr")?;
-    let key = TokenKey::new(crate::SECRET.to_vec());
+    let key = Signer::new(crate::SECRET);
     let counter = Arc::new(Counter {
         received: AtomicU64::new(0),
         target: AtomicU64::new(u64::MAX),
@@ -137,7 +137,7 @@ pub async fn run(opts: Opts) -> Result<(), String> {
 }
 
 async fn connect(
-    key: &TokenKey,
+    key: &Signer,
     opts: &Opts,
     addr: SocketAddr,
     i: usize,
@@ -159,10 +159,12 @@ async fn connect(
             tokio_tungstenite::client_async_with_config(format!("ws://{addr}/"), tcp, Some(config))
                 .await
                 .map_err(|e| format!("upgrade: {e}"))?;
-        let token = key.sign(
-            &format!("u{i}"),
-            SystemTime::now() + Duration::from_secs(3600),
-        );
+        let token = key
+            .token(
+                &format!("u{i}"),
+                SystemTime::now() + Duration::from_secs(3600),
+            )
+            .map_err(|e| e.to_string())?;
         for m in [
             serde_json::json!({"type": "auth", "token": token}),
             serde_json::json!({"type": "join", "room": crate::ROOM}),

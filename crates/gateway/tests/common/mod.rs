@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
 use holdfast_gateway::{
-    Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, RoutingMap, ServiceRegistry, TokenKey,
+    Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, MintClaims, RoutingMap, ServiceRegistry,
+    Signer, TokenKey,
 };
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
@@ -15,12 +16,33 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 pub type Client = WebSocketStream<TcpStream>;
 
+pub const SECRET: &[u8] = b"test secret 0123456789";
+
 pub fn key() -> TokenKey {
-    TokenKey::new(b"test secret".to_vec())
+    TokenKey::new(SECRET.to_vec())
+}
+
+pub fn signer() -> Signer {
+    Signer::new(SECRET)
 }
 
 pub fn token(user: &str) -> String {
-    key().sign(user, SystemTime::now() + Duration::from_secs(3600))
+    signer()
+        .token(user, SystemTime::now() + Duration::from_secs(3600))
+        .unwrap()
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A token with these claims, signed with the test secret.
+pub fn token_with(claims: &MintClaims) -> String {
+    signer().sign(claims).unwrap()
 }
 
 pub fn config(replica: &str) -> GatewayConfig {

@@ -23,7 +23,7 @@ fn unavailable(why: Unavailable) -> Response {
     }
 }
 
-// i[impl node.gateway.show]
+// i[impl node.gateway.show+2]
 /// `GET /v1/gateway`.
 pub fn show(node: &NodeState) -> Response {
     match node.gateway.status() {

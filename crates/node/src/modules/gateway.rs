@@ -7,7 +7,6 @@
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
 //! stop plan's reason and deadline, and its report is kept for `/v1/gateway`.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use holdfast_gateway::{
@@ -67,6 +66,9 @@ pub struct GatewayStatus {
     pub cluster: ClusterHealth,
     /// The last drain's report, once there was one.
     pub last_drain: Option<DrainReport>,
+    /// Why the token key files last failed to reload (the previous keys in use), until a
+    /// reload succeeds; it names the file, never a key.
+    pub key_fault: Option<String>,
 }
 
 /// The gateway's counters the node keeps across restarts of the module.
@@ -90,6 +92,14 @@ pub struct GatewayTotals {
     pub joins_refused_rooms: u64,
     /// Joins refused because the room's name was longer than `max_room_name`.
     pub joins_refused_name: u64,
+    /// Joins refused because the token did not permit the room.
+    pub joins_refused_permission: u64,
+    /// Tokens refused, by reason (in the order of `holdfast_gateway::TokenError::REASONS`).
+    pub tokens_refused: [u64; holdfast_gateway::TokenError::REASONS.len()],
+    /// Token key files reloaded with new keys.
+    pub key_reloads: u64,
+    /// Token key files that changed but could not be used (once per change).
+    pub key_reload_failures: u64,
 }
 
 impl GatewayTotals {
@@ -105,6 +115,10 @@ impl GatewayTotals {
             refused_unauthenticated_per_ip: s.refused_unauthenticated_per_ip,
             joins_refused_rooms: s.joins_refused_rooms,
             joins_refused_name: s.joins_refused_name,
+            joins_refused_permission: s.joins_refused_permission,
+            tokens_refused: s.token_refused,
+            key_reloads: s.key_reloads,
+            key_reload_failures: s.key_reload_failures,
         }
     }
 
@@ -128,6 +142,16 @@ impl GatewayTotals {
                 .joins_refused_rooms
                 .saturating_add(o.joins_refused_rooms),
             joins_refused_name: self.joins_refused_name.saturating_add(o.joins_refused_name),
+            joins_refused_permission: self
+                .joins_refused_permission
+                .saturating_add(o.joins_refused_permission),
+            key_reloads: self.key_reloads.saturating_add(o.key_reloads),
+            key_reload_failures: self
+                .key_reload_failures
+                .saturating_add(o.key_reload_failures),
+            tokens_refused: std::array::from_fn(|i| {
+                self.tokens_refused[i].saturating_add(o.tokens_refused[i])
+            }),
         }
     }
 }
@@ -213,6 +237,7 @@ impl GatewayView {
             slow_consumer_drops: totals.slow_consumer_drops,
             cluster: gateway.cluster_health(),
             last_drain: s.last_drain.clone(),
+            key_fault: gateway.key_fault().map(|e| e.to_string()),
         })
     }
 
@@ -256,8 +281,8 @@ impl Stopper for RunningGateway {
 pub struct GatewayModule {
     /// holdfast-gateway's config, its token key replaced at each start by the file's.
     pub config: GatewayConfig,
-    /// The token key file, read at each start.
-    pub token_key_file: PathBuf,
+    /// Where the token keys come from, read at each start.
+    pub token_keys: crate::gateway_config::TokenKeySources,
     /// The cluster backends (`[gateway.cluster]`; absent: memory), connected at each start.
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
@@ -271,7 +296,7 @@ impl std::fmt::Debug for GatewayModule {
         f.debug_struct("GatewayModule")
             .field("listen", &self.config.listen)
             .field("replica_id", &self.config.replica_id)
-            .field("token_key_file", &self.token_key_file)
+            .field("token_keys", &self.token_keys)
             .finish_non_exhaustive()
     }
 }
@@ -287,7 +312,7 @@ impl GatewayModule {
         view: GatewayView,
     ) -> Self {
         view.configure();
-        let token_key_file = section.token_key_file.get_ref().clone();
+        let token_keys = section.token_key_sources();
         // The real key is read at each start; this placeholder is never used to verify.
         let config = section.gateway_config(
             node_id,
@@ -296,7 +321,7 @@ impl GatewayModule {
         );
         GatewayModule {
             config,
-            token_key_file,
+            token_keys,
             cluster: section.cluster_config(seed),
             view,
             slot: Slot::default(),
@@ -315,8 +340,7 @@ impl Module for GatewayModule {
     }
 
     fn start(&self) -> Result<Started, StartError> {
-        let key =
-            crate::gateway_config::read_token_key(&self.token_key_file).map_err(StartError)?;
+        let key = self.token_keys.load().map_err(StartError)?;
         let mut config = self.config.clone();
         config.token_key = key;
         let (settings, view) = (self.cluster.clone(), self.view.clone());
@@ -369,8 +393,9 @@ mod tests {
         let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
             .await
             .unwrap();
-        let token =
-            TokenKey::new(KEY.to_vec()).sign("ann", SystemTime::now() + Duration::from_secs(60));
+        let token = holdfast_gateway::Signer::new(KEY)
+            .token("ann", SystemTime::now() + Duration::from_secs(60))
+            .unwrap();
         let auth = serde_json::json!({"type": "auth", "token": token}).to_string();
         ws.send(Message::Text(auth.into())).await.unwrap();
         loop {
@@ -386,7 +411,7 @@ mod tests {
         let _ = ws.close(None).await;
     }
 
-    // r[verify node.gateway.metrics+2]
+    // r[verify node.gateway.metrics+3]
     #[tokio::test]
     async fn the_totals_keep_every_instances_counters_across_restarts() {
         let view = GatewayView::default();

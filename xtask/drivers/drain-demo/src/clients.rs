@@ -360,7 +360,8 @@ mod tests {
     // i[verify xtask.drain-demo.arms]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_client_of_a_drained_replica_takes_the_hint_and_moves_to_the_other() {
-        let key = holdfast_gateway::TokenKey::new(b"demo".to_vec());
+        const SECRET: &[u8] = b"demo secret 0123456789";
+        let key = holdfast_gateway::TokenKey::new(SECRET.to_vec());
         let (a, b) = (gateway("a", &key).await, gateway("b", &key).await);
         let targets = Arc::new(Targets {
             a: a.local_addr(),
@@ -373,10 +374,12 @@ mod tests {
         let plan = ClientPlan {
             index: 0,
             first: Side::A,
-            token: key.sign(
-                "user-0",
-                std::time::SystemTime::now() + Duration::from_secs(60),
-            ),
+            token: holdfast_gateway::Signer::new(SECRET)
+                .token(
+                    "user-0",
+                    std::time::SystemTime::now() + Duration::from_secs(60),
+                )
+                .unwrap(),
         };
         let client = tokio::spawn(run(
             plan,

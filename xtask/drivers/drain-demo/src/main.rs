@@ -251,7 +251,7 @@ async fn demo(
     let secret = secret()?;
     let key_file = run_dir.join("gateway.key");
     write_private(&key_file, &secret)?;
-    let token_key = holdfast_gateway::TokenKey::new(secret.into_bytes());
+    let token_key = holdfast_gateway::Signer::new(secret.as_bytes());
     let shared = Shared {
         etcd: etcd_env[0].1.clone(),
         etcd_prefix: "/holdfast/drain-demo".into(),
@@ -355,7 +355,7 @@ async fn run_arm(
     b: &Replica,
     shared: &Shared,
     targets: &Arc<Targets>,
-    token_key: &holdfast_gateway::TokenKey,
+    token_key: &holdfast_gateway::Signer,
 ) -> anyhow::Result<ArmLog> {
     let name = arm.name();
     let n = args.clients as usize;
@@ -369,7 +369,7 @@ async fn run_arm(
         let plan = ClientPlan {
             index,
             first: clients::first_side(index),
-            token: token_key.sign(&format!("user-{index}"), expires),
+            token: token_key.token(&format!("user-{index}"), expires)?,
         };
         tasks.push(tokio::spawn(clients::run(
             plan,
