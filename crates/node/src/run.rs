@@ -15,6 +15,7 @@ use crate::modules::{
     workload::WorkloadModule,
 };
 use crate::notify;
+use crate::reload::{Change, Inputs, ReloadError};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -136,8 +137,20 @@ pub fn module_names(config: &Config) -> Vec<&'static str> {
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
 /// section.
 fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Arc<dyn Module>> {
+    compose_some(config, identity, node, &|_| true)
+}
+
+/// [`compose`], building only the modules whose name `want` accepts (a reload builds only the
+/// ones it starts).
+fn compose_some(
+    config: &Config,
+    identity: &NodeIdentity,
+    node: &NodeState,
+    want: &dyn Fn(&str) -> bool,
+) -> Vec<Arc<dyn Module>> {
+    use crate::modules::{forward, gateway, issuance, pull, workload};
     let mut modules: Vec<Arc<dyn Module>> = Vec::new();
-    if config.pull.enabled {
+    if config.pull.enabled && want(pull::NAME) {
         modules.push(Arc::new(PullModule {
             workloads: config
                 .workloads
@@ -150,7 +163,7 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             node: node.clone(),
         }));
     }
-    if !config.workloads.is_empty() {
+    if !config.workloads.is_empty() && want(workload::NAME) {
         modules.push(Arc::new(WorkloadModule {
             workloads: config.workloads.iter().map(|w| w.to_config()).collect(),
             docker_host: config.pull.docker_host.clone(),
@@ -162,7 +175,7 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             node: node.clone(),
         }));
     }
-    if let Some(issuance) = &config.issuance {
+    if let Some(issuance) = config.issuance.as_ref().filter(|_| want(issuance::NAME)) {
         modules.push(Arc::new(IssuanceModule::new(
             issuance.get_ref().clone(),
             config.node.data_dir.clone(),
@@ -171,14 +184,14 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             node.issuance.clone(),
         )));
     }
-    if let Some(forward) = &config.forward {
+    if let Some(forward) = config.forward.as_ref().filter(|_| want(forward::NAME)) {
         modules.push(Arc::new(ForwardModule::new(
             forward.get_ref(),
             config.node.data_dir.clone(),
             node.forward.clone(),
         )));
     }
-    if let Some(gateway) = &config.gateway {
+    if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
         modules.push(Arc::new(GatewayModule::new(
             gateway.get_ref(),
             identity.id(),
@@ -189,12 +202,16 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
     }
     // i[impl node.testing-modules]
     #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
+    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop)
+        && want(crate::modules::testing::HANG_NAME)
+    {
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
         modules.push(Arc::new(crate::modules::testing::HangOnStop));
     }
     #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
+    if config.testing.as_ref().is_some_and(|t| t.wedge_start)
+        && want(crate::modules::testing::WEDGE_NAME)
+    {
         tracing::warn!(
             "[testing] wedge_start: running a test module whose start blocks its thread"
         );
@@ -214,7 +231,7 @@ pub struct NodeSignals {
     quit: tokio::signal::unix::Signal,
 }
 
-// r[impl node.signal.hup]
+// r[impl node.signal.hup+2]
 impl NodeSignals {
     /// Installs SIGTERM's, SIGINT's, SIGHUP's and SIGQUIT's handlers. Call it inside the runtime
     /// (`Runtime::enter`).
@@ -230,18 +247,132 @@ impl NodeSignals {
     }
 }
 
-/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan. SIGHUP leaves
-/// it running; SIGQUIT exits the process at once.
-pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, RunError> {
+/// Where the node's config comes from, so that a reload reads it the same way again.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// The file (`-c`); `None`: the embedded default.
+    pub path: Option<PathBuf>,
+    /// `--data-dir`, which overrides `node.data_dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// A config as read, with the text it was read from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated config.
+    pub config: Config,
+    /// The file's text.
+    pub text: String,
+}
+
+impl ConfigSource {
+    /// Reads and validates the config; the error is the line `holdfast check-config` prints.
+    pub fn load(&self) -> Result<Loaded, String> {
+        let (file, text) = match &self.path {
+            Some(path) => {
+                let file = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|source| {
+                    crate::config::LoadError::Read {
+                        file: file.clone(),
+                        source,
+                    }
+                    .to_string()
+                })?;
+                (file, text)
+            }
+            None => (
+                crate::config::DEFAULT_CONFIG_NAME.to_owned(),
+                crate::config::DEFAULT_CONFIG.to_owned(),
+            ),
+        };
+        let mut config = Config::parse(&file, &text).map_err(|e| e.to_string())?;
+        if let Some(dir) = &self.data_dir {
+            config.node.data_dir = dir.clone();
+        }
+        Ok(Loaded { config, text })
+    }
+}
+
+/// One running module: its supervisor's stopper.
+struct RunningModule {
+    name: String,
+    group: StopGroup,
+    stopper: supervisor::SupervisorStopper,
+}
+
+/// What runs now: the config (with the text's inputs) and its modules.
+struct Running {
+    config: Config,
+    inputs: Inputs,
+    modules: Vec<RunningModule>,
+}
+
+/// What starting a module needs besides the module.
+#[derive(Clone)]
+struct Context {
+    identity: NodeIdentity,
+    node: NodeState,
+    heartbeat: notify::Heartbeat,
+}
+
+impl Context {
+    /// Spawns `module`'s supervisor (paced by `config`'s `[supervise]`) and a watcher of its task;
+    /// resolves `first_start` once its first start has been made.
+    fn supervise(
+        &self,
+        module: Arc<dyn Module>,
+        config: &Config,
+    ) -> (RunningModule, tokio::sync::oneshot::Receiver<()>) {
+        let supervise = SuperviseConfig {
+            policy: config
+                .supervise_policy(self.identity.seed(&format!("supervise/{}", module.name()))),
+            must_last: config.supervise.must_last.get(),
+            crash_loop_threshold: *config.supervise.crash_loop_threshold.get_ref(),
+            crash_loop_window: config.supervise.crash_loop_window.get(),
+        };
+        let name = module.name().to_owned();
+        let group = module.group();
+        let s = supervisor::spawn_with_heartbeat(
+            module,
+            supervise,
+            self.node.clone(),
+            self.heartbeat.clone(),
+        );
+        let task = s.task;
+        let watched = name.clone();
+        tokio::spawn(async move {
+            // A supervisor ends only when stopped; one that panics is a bug worth an error line
+            // (its stopper then reports the stop as failed).
+            if let Err(err) = task.await {
+                tracing::error!(module = %watched, error = %err, "module supervisor ended on its own");
+            }
+        });
+        (
+            RunningModule {
+                name,
+                group,
+                stopper: s.stopper,
+            },
+            s.first_start,
+        )
+    }
+}
+
+/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan. SIGHUP and
+/// `POST /v1/reload` reload `source`; SIGQUIT exits the process at once.
+pub async fn run(
+    loaded: Loaded,
+    source: ConfigSource,
+    signals: NodeSignals,
+) -> Result<StopReport, RunError> {
     let NodeSignals {
         term,
         int,
         hup,
         quit,
     } = signals;
-    // Answered from here on (the log is set up now); one that came earlier is answered at once.
-    tokio::spawn(on_hangup(hup));
     tokio::spawn(on_quit(quit));
+    let Loaded { config, text } = loaded;
 
     let data_dir = config.node.data_dir.clone();
     prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
@@ -250,6 +381,10 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
     })?;
     let identity = NodeIdentity::resolve(config.node.id.as_ref().map(|id| id.get_ref().as_str()))?;
     let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
+    // Answered from here on (the log is set up now); one that came earlier is answered once the
+    // reload loop below runs.
+    let reload_asks = node.take_reloads();
+    tokio::spawn(on_hangup(hup, node.clone()));
     let token = match &config.admin.token_file {
         Some(path) => Some(admin::token::read(path.get_ref()).map_err(RunError::Token)?),
         None => None,
@@ -291,24 +426,18 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
         Some(every) => notify::Heartbeat::every(every),
         None => notify::Heartbeat::off(),
     };
+    let context = Context {
+        identity: identity.clone(),
+        node: node.clone(),
+        heartbeat: heartbeat.clone(),
+    };
 
     let mut supervised = Vec::new();
     let mut first_starts = Vec::new();
-    let mut supervisor_tasks = Vec::new();
     for module in modules {
-        let supervise = SuperviseConfig {
-            policy: config.supervise_policy(identity.seed(&format!("supervise/{}", module.name()))),
-            must_last: config.supervise.must_last.get(),
-            crash_loop_threshold: *config.supervise.crash_loop_threshold.get_ref(),
-            crash_loop_window: config.supervise.crash_loop_window.get(),
-        };
-        let name = module.name().to_owned();
-        let group = module.group();
-        let s =
-            supervisor::spawn_with_heartbeat(module, supervise, node.clone(), heartbeat.clone());
-        first_starts.push(s.first_start);
-        supervisor_tasks.push((name.clone(), s.task));
-        supervised.push((name, group, s.stopper));
+        let (running, first) = context.supervise(module, &config);
+        first_starts.push(first);
+        supervised.push(running);
     }
     // After the supervisors registered their modules, so the first status counts them all.
     let notifier = notify::spawn(node.clone(), heartbeat, watchdog);
@@ -327,15 +456,23 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
             notifier.poke();
         }
     });
-    for (name, task) in supervisor_tasks {
-        tokio::spawn(async move {
-            // A supervisor ends only when stopped; one that panics is a bug worth an error line
-            // (its stopper then reports the stop as failed).
-            if let Err(err) = task.await {
-                tracing::error!(module = %name, error = %err, "module supervisor ended on its own");
-            }
-        });
-    }
+
+    // A text that parsed as the config parses as TOML; should it not, every module counts as
+    // changed at the first reload rather than never.
+    let inputs = Inputs::of(&config, &text).unwrap_or_default();
+    let budget = config.node.stop_budget.get_ref().get();
+    let running = Arc::new(tokio::sync::Mutex::new(Running {
+        config,
+        inputs,
+        modules: supervised,
+    }));
+    tokio::spawn(serve_reloads(
+        reload_asks,
+        Arc::clone(&running),
+        context,
+        source,
+        notifier.clone(),
+    ));
 
     // r[impl node.stop.signal+2]
     let mut signals = Signals {
@@ -348,12 +485,14 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
     if let Some(notifier) = &notifier {
         notifier.poke();
     }
-    let budget = config.node.stop_budget.get_ref().get();
+    // A reload under way ends first (its own stops are inside the budget of each); none starts
+    // from now on (the phase is draining).
+    let supervised = std::mem::take(&mut running.lock().await.modules);
     let plan = stop_plan(
         budget,
         supervised
             .into_iter()
-            .map(|(name, group, stopper)| (name, group, Box::new(stopper) as Box<dyn Stopper>))
+            .map(|m| (m.name, m.group, Box::new(m.stopper) as Box<dyn Stopper>))
             .collect(),
     );
     let report = plan.run(reason, signals.abort()).await;
@@ -383,14 +522,213 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
     Ok(report)
 }
 
-// r[impl node.signal.hup]
-/// SIGHUP, for the node's whole life (the stop included): the reload signal. Reload is not built
-/// yet, so each one is a warning line and nothing else; reload will hook in here.
-async fn on_hangup(mut hup: tokio::signal::unix::Signal) {
+/// The fault subject of a reload whose file is invalid.
+pub fn reload_subject() -> holdfast_lifecycle::Subject {
+    holdfast_lifecycle::Subject::new("reload", "config")
+}
+
+// r[impl node.reload.serial]
+/// Takes reloads one at a time, in the order they were asked for, until the node is gone.
+async fn serve_reloads(
+    mut asks: tokio::sync::mpsc::UnboundedReceiver<crate::state::ReloadAsk>,
+    running: Arc<tokio::sync::Mutex<Running>>,
+    context: Context,
+    source: ConfigSource,
+    notifier: Option<notify::Notifier>,
+) {
+    while let Some(reply) = asks.recv().await {
+        let outcome = if context.node.phase() == Phase::Draining {
+            Err(ReloadError::Stopping)
+        } else {
+            if let Some(notifier) = &notifier {
+                notifier.reloading();
+            }
+            let outcome = reload(&running, &context, &source).await;
+            if let Some(notifier) = &notifier {
+                let generation = context.node.config_generation().generation;
+                let status = match &outcome {
+                    Ok(_) => format!("reloaded: config generation {generation}"),
+                    Err(_) => format!("reload refused: config generation {generation} kept"),
+                };
+                notifier.send(vec![
+                    notify::Message::Ready,
+                    notify::Message::Status(status),
+                ]);
+            }
+            outcome
+        };
+        match &outcome {
+            Ok(applied) => tracing::info!(
+                generation = applied.generation.generation,
+                modules = ?applied.modules,
+                needs_restart = ?applied.needs_restart,
+                took_ms = applied.took_ms,
+                "config reloaded"
+            ),
+            Err(err) => tracing::warn!(error = %err, "reload refused"),
+        }
+        let _ = reply.send(outcome);
+    }
+}
+
+// r[impl node.reload.apply]
+// r[impl node.reload.node-sections]
+// r[impl node.reload.generation]
+/// One reload: read and validate the file, compare, stop what went or changed, start what came or
+/// changed, and make the new config the running one.
+async fn reload(
+    running: &tokio::sync::Mutex<Running>,
+    context: &Context,
+    source: &ConfigSource,
+) -> crate::reload::Outcome {
+    let began = tokio::time::Instant::now();
+    let node = &context.node;
+    // A blocking read (the file may be slow, or a FIFO): off the runtime's threads.
+    let source = source.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        source.load().and_then(|loaded| {
+            let table: toml::Table = toml::from_str(&loaded.text).map_err(|e| e.to_string())?;
+            Ok((loaded.config, table))
+        })
+    })
+    .await
+    .unwrap_or_else(|err| Err(format!("reading the config failed: {err}")));
+    let (mut config, table) = match loaded {
+        Ok(loaded) => loaded,
+        Err(message) => {
+            node.faults.file(
+                reload_subject(),
+                "config_invalid",
+                &format!("the config was not reloaded: {message}"),
+                1,
+                std::time::SystemTime::now(),
+            );
+            return Err(ReloadError::Invalid(message));
+        }
+    };
+    let mut running = running.lock().await;
+    let mut inputs = Inputs::from_table(module_names(&config), &table);
+    let plan = crate::reload::diff(&running.inputs, &inputs);
+    // The node's own sections stay as they started (r[node.reload.node-sections]).
+    config.node = running.config.node.clone();
+    config.admin = running.config.admin.clone();
+    config.log = running.config.log.clone();
+    config.supervise = running.config.supervise.clone();
+    inputs.node = running.inputs.node.clone();
+    if !plan.needs_restart.is_empty() {
+        tracing::warn!(sections = ?plan.needs_restart,
+            "reload: these sections changed and need a restart of the node to take effect");
+    }
+
+    // Stop what went and what changed, in stop-group order, the gateway through its drain.
+    let goes = |name: &str| {
+        matches!(
+            plan.modules.get(name),
+            Some(Change::Disappeared | Change::Changed)
+        )
+    };
+    let (stopping, staying): (Vec<_>, Vec<_>) = std::mem::take(&mut running.modules)
+        .into_iter()
+        .partition(|m| goes(&m.name));
+    running.modules = staying;
+    if !stopping.is_empty() {
+        let budget = running.config.node.stop_budget.get_ref().get();
+        stop_for_reload(stopping, budget).await;
+    }
+    for name in plan.with(Change::Disappeared) {
+        node.remove_module(name);
+        if name == crate::modules::gateway::NAME {
+            node.gateway.unconfigure();
+        }
+    }
+
+    // Start what came and what changed, from the new config.
+    let starts = |name: &str| {
+        matches!(
+            plan.modules.get(name),
+            Some(Change::Appeared | Change::Changed)
+        )
+    };
+    for module in compose_some(&config, &context.identity, node, &starts) {
+        tracing::info!(module = module.name(), "reload: module starting");
+        let (started, _first) = context.supervise(module, &config);
+        running.modules.push(started);
+    }
+    running.config = config;
+    running.inputs = inputs;
+    let generation = crate::reload::Generation {
+        generation: node.config_generation().generation + 1,
+        loaded_at: std::time::SystemTime::now(),
+    };
+    node.set_config_generation(generation);
+    node.faults.clear(&reload_subject());
+    Ok(crate::reload::Applied {
+        generation,
+        modules: plan.modules,
+        needs_restart: plan.needs_restart,
+        took_ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+// r[impl node.reload.apply]
+/// Stops `modules` group by group in [`StopGroup::ORDER`] (each group's concurrently), every
+/// stopper told the restart reason and one deadline `budget` from now. (The stop plan's own run
+/// is awaited on the node's main task; this one runs on the reload loop's.)
+async fn stop_for_reload(modules: Vec<RunningModule>, budget: Duration) {
+    let deadline = tokio::time::Instant::now() + budget;
+    let mut modules = modules;
+    for group in StopGroup::ORDER {
+        let (now, later): (Vec<_>, Vec<_>) = modules.into_iter().partition(|m| m.group == group);
+        modules = later;
+        let mut stops = tokio::task::JoinSet::new();
+        for m in now {
+            let request = holdfast_lifecycle::StopRequest {
+                deadline,
+                reason: StopReason::Restart,
+            };
+            let began = tokio::time::Instant::now();
+            let stop = Box::new(m.stopper).stop(request);
+            stops.spawn(async move {
+                // The supervisor's stopper keeps to the deadline itself; this is a backstop.
+                let outcome = tokio::time::timeout_at(deadline + Duration::from_millis(100), stop)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(holdfast_lifecycle::StopError(
+                            "cut off at the deadline".into(),
+                        ))
+                    });
+                (m.name, outcome, began.elapsed())
+            });
+        }
+        while let Some(done) = stops.join_next().await {
+            match done {
+                Ok((module, Ok(()), took)) => {
+                    tracing::info!(%module, ?took, "reload: module stopped");
+                }
+                Ok((module, Err(err), took)) => {
+                    tracing::warn!(%module, ?took, error = %err, "reload: module stop failed");
+                }
+                Err(err) => tracing::error!(error = %err, "reload: a stop panicked"),
+            }
+        }
+    }
+}
+
+// r[impl node.signal.hup+2]
+/// SIGHUP, for the node's whole life (the stop included): the reload signal. Each one asks for a
+/// reload (after any under way); its outcome is logged by the reload loop.
+async fn on_hangup(mut hup: tokio::signal::unix::Signal, node: NodeState) {
     while hup.recv().await.is_some() {
-        tracing::warn!(
-            "SIGHUP: reload is not built yet; running on with the config it started with"
-        );
+        if node.phase() == Phase::Draining {
+            tracing::info!("SIGHUP: the node is stopping; no reload");
+            continue;
+        }
+        tracing::info!("SIGHUP: reloading the config");
+        let node = node.clone();
+        // Not awaited here: a SIGHUP during a long reload queues the next one at once.
+        tokio::spawn(async move {
+            let _ = node.request_reload().await;
+        });
     }
 }
 

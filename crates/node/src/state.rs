@@ -113,7 +113,13 @@ pub struct NodeState {
     drain: Arc<tokio::sync::Notify>,
     drain_reason: Arc<Mutex<StopReason>>,
     started: SystemTime,
+    config: Arc<Mutex<crate::reload::Generation>>,
+    reloads: Arc<Mutex<Option<ReloadSender>>>,
 }
+
+/// A reload asked for, and where its outcome goes.
+pub type ReloadAsk = tokio::sync::oneshot::Sender<crate::reload::Outcome>;
+type ReloadSender = tokio::sync::mpsc::UnboundedSender<ReloadAsk>;
 
 impl std::fmt::Debug for NodeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,6 +151,8 @@ impl NodeState {
             drain: Arc::default(),
             drain_reason: Arc::new(Mutex::new(StopReason::Restart)),
             started: SystemTime::now(),
+            config: Arc::default(),
+            reloads: Arc::default(),
         }
     }
 
@@ -183,6 +191,45 @@ impl NodeState {
     pub async fn drain_requested(&self) -> StopReason {
         self.drain.notified().await;
         *lock(&self.drain_reason)
+    }
+
+    // r[impl node.reload.generation]
+    /// The running config's generation and when it was loaded.
+    pub fn config_generation(&self) -> crate::reload::Generation {
+        *lock(&self.config)
+    }
+
+    /// Sets the running config's generation.
+    pub fn set_config_generation(&self, generation: crate::reload::Generation) {
+        *lock(&self.config) = generation;
+    }
+
+    /// Makes the caller the one that takes reloads ([`NodeState::request_reload`]), one at a
+    /// time, in the order they were asked for.
+    pub fn take_reloads(&self) -> tokio::sync::mpsc::UnboundedReceiver<ReloadAsk> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *lock(&self.reloads) = Some(tx);
+        rx
+    }
+
+    // r[impl node.reload.serial]
+    /// Asks for a reload and waits for its outcome (after any reload asked for earlier).
+    pub async fn request_reload(&self) -> crate::reload::Outcome {
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        let sent = lock(&self.reloads)
+            .as_ref()
+            .is_some_and(|tx| tx.send(reply).is_ok());
+        if !sent {
+            return Err(crate::reload::ReloadError::Unavailable);
+        }
+        outcome
+            .await
+            .unwrap_or(Err(crate::reload::ReloadError::Unavailable))
+    }
+
+    /// Forgets a module (a reload stopped it for good).
+    pub fn remove_module(&self, name: &str) {
+        lock(&self.modules).remove(name);
     }
 
     /// Registers or updates a module's status (keeping its health watch unless a new one is

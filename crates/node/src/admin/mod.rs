@@ -56,6 +56,8 @@ pub struct Status {
     pub phase: Phase,
     /// Seconds since it started.
     pub uptime_secs: u64,
+    /// The running config: its generation and when it was loaded.
+    pub config: crate::reload::Generation,
     /// Every module.
     pub modules: Vec<crate::state::ModuleStatus>,
     /// Every workload.
@@ -72,6 +74,7 @@ fn status(node: &NodeState) -> Status {
         node_id: node.node_id.clone(),
         phase: node.phase(),
         uptime_secs: node.started().elapsed().map_or(0, |d| d.as_secs()),
+        config: node.config_generation(),
         modules: node.modules(),
         workloads: node.workloads(),
         faults: node.faults.list(),
@@ -116,6 +119,7 @@ fn router(api: Api, transport: Transport) -> Router {
         )
         .route("/v1/gateway/push", post(gateway_push))
         .route("/v1/drain", post(drain))
+        .route("/v1/reload", post(reload))
         .layer(Extension(transport))
         .with_state(api)
 }
@@ -251,6 +255,34 @@ async fn drain(
         Json(serde_json::json!({"draining": true, "reason": reason})),
     )
         .into_response()
+}
+
+// i[impl node.admin.reload]
+/// `POST /v1/reload`: runs one reload and answers its outcome.
+async fn reload(
+    State(api): State<Api>,
+    Extension(transport): Extension<Transport>,
+    headers: HeaderMap,
+) -> Response {
+    use crate::reload::ReloadError;
+    if let Some(refused) = refusal(&api, transport, &headers) {
+        return refused;
+    }
+    tracing::info!("reload requested through the admin API");
+    match api.node.request_reload().await {
+        Ok(applied) => (StatusCode::OK, Json(applied)).into_response(),
+        Err(err) => {
+            let status = match err {
+                ReloadError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                ReloadError::Stopping | ReloadError::Unavailable => StatusCode::CONFLICT,
+            };
+            (
+                status,
+                Json(serde_json::json!({ "error": err.to_string() })),
+            )
+                .into_response()
+        }
+    }
 }
 
 /// Default [`AdminLimits::header_read_timeout`]: a local client sends its request head at once.
@@ -694,6 +726,73 @@ mod tests {
         );
         let answer = drain_call(&api, Transport::Tcp, bearer("Bearer s3cret-token")).await;
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+
+    // i[verify node.admin.reload]
+    // i[verify node.admin.mutating]
+    // r[verify node.reload.serial]
+    #[tokio::test]
+    async fn a_reload_call_is_mutating_and_answers_the_reloads_outcome() {
+        use crate::reload::{Applied, Generation, ReloadError};
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let call = |transport, headers| reload(State(api.clone()), Extension(transport), headers);
+        // Over TCP without a configured token: refused, and no reload was asked for.
+        let mut asks = node.take_reloads();
+        let answer = call(Transport::Tcp, bearer("Bearer anything")).await;
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        assert!(
+            asks.try_recv().is_err(),
+            "a refused call asked for a reload"
+        );
+
+        // Over the socket: the reload loop's answer, one ask after the other in order.
+        let answers = tokio::spawn(async move {
+            let mut seen = 0;
+            while let Some(reply) = asks.recv().await {
+                seen += 1;
+                let outcome = match seen {
+                    1 => Ok(Applied {
+                        generation: Generation {
+                            generation: 2,
+                            loaded_at: std::time::SystemTime::UNIX_EPOCH,
+                        },
+                        modules: [("pull".to_owned(), crate::reload::Change::Unchanged)].into(),
+                        needs_restart: vec![],
+                        took_ms: 3,
+                    }),
+                    2 => Err(ReloadError::Invalid(
+                        "f.toml:3:1: pull.enabeld: unknown".into(),
+                    )),
+                    _ => Err(ReloadError::Stopping),
+                };
+                let _ = reply.send(outcome);
+            }
+        });
+        let answer = call(Transport::Unix, HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(answer.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"generation": 2, "loaded_at": "1970-01-01T00:00:00Z",
+                "modules": {"pull": "unchanged"}, "needs_restart": [], "took_ms": 3})
+        );
+        let answer = call(Transport::Unix, HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body = axum::body::to_bytes(answer.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "f.toml:3:1: pull.enabeld: unknown");
+        let answer = call(Transport::Unix, HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        answers.abort();
     }
 
     // r[verify node.gateway.readyz]
