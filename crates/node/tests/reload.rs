@@ -98,14 +98,14 @@ async fn forward_listen(node: &Node) -> (String, String) {
     panic!("the forward never listened");
 }
 
-/// Opens a forward to `target` through the node with `holdfast forward udp` and sends a datagram
-/// through it: `Ok` when the echo came back, else the client's stderr.
-fn forward_to(
+/// Opens a forward to `target` through the node with `holdfast forward udp`: the running client
+/// and its local address once the forward is open, else the client's stderr.
+fn open_forward(
     listen: &str,
     pin: &str,
     tokens: &Path,
     target: std::net::SocketAddr,
-) -> Result<(), String> {
+) -> Result<(Reaped, std::net::SocketAddr), String> {
     let local = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -143,7 +143,9 @@ fn forward_to(
             Ok(line) => {
                 let event: Value = serde_json::from_str(&line).unwrap_or_default();
                 if event["event"] == "opened" {
-                    break;
+                    // Keep reading (a full pipe would block the client).
+                    std::thread::spawn(move || for _ in lines_rx {});
+                    return Ok((client, local));
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -165,19 +167,39 @@ fn forward_to(
             "the forward neither opened nor failed"
         );
     }
-    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    peer.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
+}
+
+/// Sends a datagram through the forward whose local end is `local`: whether the echo came back.
+fn echoed(peer: &std::net::UdpSocket, local: std::net::SocketAddr, tries: usize) -> bool {
     let mut buf = [0u8; 64];
-    for _ in 0..20 {
+    for _ in 0..tries {
         peer.send_to(b"through the reloaded forward", local)
             .unwrap();
         if let Ok((n, _)) = peer.recv_from(&mut buf) {
             assert_eq!(&buf[..n], b"through the reloaded forward");
-            return Ok(());
+            return true;
         }
     }
-    Err("the forward opened but nothing came back".to_owned())
+    false
+}
+
+/// Opens a forward to `target` through the node with `holdfast forward udp` and sends a datagram
+/// through it: `Ok` when the echo came back, else the client's stderr.
+fn forward_to(
+    listen: &str,
+    pin: &str,
+    tokens: &Path,
+    target: std::net::SocketAddr,
+) -> Result<(), String> {
+    let (_client, local) = open_forward(listen, pin, tokens, target)?;
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    if echoed(&peer, local, 20) {
+        Ok(())
+    } else {
+        Err("the forward opened but nothing came back".to_owned())
+    }
 }
 
 // r[verify node.reload.apply]
@@ -514,6 +536,94 @@ async fn a_changed_gateway_listen_address_drains_it_and_it_listens_on_the_new_on
         "the old address still listens"
     );
 
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+/// A reload's timeline for the record (run by hand, `--ignored --nocapture`): a node with a
+/// gateway client and an open forward, a reload that changes only `[pull]`; what stayed up and how
+/// long the reload took, with datagrams sent through the forward every 10 ms all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn reload_timeline() {
+    let target = echo();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let tokens = forward_tokens(dir.path());
+    let extra = format!(
+        "{gateway}\n{}",
+        forward_section(&tokens, &target.to_string())
+    );
+    let node = start_in(dir, &extra, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = member(&addr, "ann", "lobby").await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (_client, local) = open_forward(&listen, &pin, &tokens, target).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(echoed(&peer, local, 20));
+
+    // Datagrams every 10 ms through the open forward, counted, while the reload runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = {
+        let stop = stop.clone();
+        let peer = peer.try_clone().unwrap();
+        peer.set_read_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let (mut sent, mut back) = (0u32, 0u32);
+            let mut buf = [0u8; 64];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peer.send_to(b"tick", local).unwrap();
+                sent += 1;
+                while let Ok((_, _)) = peer.recv_from(&mut buf) {
+                    back += 1;
+                }
+            }
+            (sent, back)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Only [pull] changes.
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("base = \"1s\"", "base = \"2s\"")).unwrap();
+    let began = Instant::now();
+    let (code, out, err) = reload(&node);
+    let cli_took = began.elapsed();
+    assert_eq!(code, 0, "{out}{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, back) = pinger.join().unwrap();
+
+    push(&node, "lobby", "after the reload").await;
+    let pushed = next_text(&mut ws).await.contains("after the reload");
+    let closed = close_frame(&mut ws, Duration::from_millis(300)).await;
+    let modules = json_get(&node, "/v1/modules").await;
+    let starts: Vec<String> = modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{} starts={}", m["name"].as_str().unwrap(), m["starts"]))
+        .collect();
+    let forwards = json_get(&node, "/v1/forwards").await;
+    println!("reload timeline (a node with 1 gateway client and 1 open forward; [pull] changed):");
+    print!("{out}");
+    println!("holdfast reload, wall clock: {cli_took:?}");
+    println!(
+        "datagrams through the open forward over the ~0.6 s around the reload: {sent} sent, {back} echoed"
+    );
+    println!("gateway client: push after the reload received = {pushed}, close frame = {closed:?}");
+    println!("modules: {}", starts.join(", "));
+    println!(
+        "forwards open after the reload: {}",
+        forwards["forwards"].as_array().map_or(0, Vec::len)
+    );
+    assert!(pushed && closed.is_none());
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{log}");
