@@ -23,6 +23,9 @@ pub enum Change {
     Appeared,
     /// The running config composes it and the new one does not: it stops.
     Disappeared,
+    /// Its inputs changed and it took them live, without a restart (decided when applying,
+    /// never by [`diff`]).
+    Updated,
 }
 
 /// The node's own sections, never applied by a reload (`r[node.reload.node-sections]`).

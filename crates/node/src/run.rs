@@ -136,8 +136,13 @@ pub fn module_names(config: &Config) -> Vec<&'static str> {
 /// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
 /// section.
-fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Arc<dyn Module>> {
-    compose_some(config, identity, node, &|_| true)
+fn compose(
+    config: &Config,
+    identity: &NodeIdentity,
+    node: &NodeState,
+    desired: &crate::modules::workload::Desired,
+) -> Vec<Arc<dyn Module>> {
+    compose_some(config, identity, node, desired, &|_| true)
 }
 
 /// [`compose`], building only the modules whose name `want` accepts (a reload builds only the
@@ -146,6 +151,7 @@ fn compose_some(
     config: &Config,
     identity: &NodeIdentity,
     node: &NodeState,
+    desired: &crate::modules::workload::Desired,
     want: &dyn Fn(&str) -> bool,
 ) -> Vec<Arc<dyn Module>> {
     use crate::modules::{forward, gateway, issuance, pull, workload};
@@ -164,8 +170,13 @@ fn compose_some(
         }));
     }
     if !config.workloads.is_empty() && want(workload::NAME) {
+        // Shared with the node's reload, which may replace them live.
+        *desired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            config.workloads.iter().map(|w| w.to_config()).collect();
         modules.push(Arc::new(WorkloadModule {
-            workloads: config.workloads.iter().map(|w| w.to_config()).collect(),
+            workloads: Arc::clone(desired),
             docker_host: config.pull.docker_host.clone(),
             seed: identity.seed(crate::modules::workload::NAME),
             stop_on_exit: config.workloads_module.stop_on_exit,
@@ -313,6 +324,8 @@ struct Context {
     identity: NodeIdentity,
     node: NodeState,
     heartbeat: notify::Heartbeat,
+    /// The workload module's workloads, which a reload may replace live.
+    desired: crate::modules::workload::Desired,
 }
 
 impl Context {
@@ -417,7 +430,8 @@ pub async fn run(
         "holdfast node starting"
     );
 
-    let modules = compose(&config, &identity, &node);
+    let desired = crate::modules::workload::desired(Vec::new());
+    let modules = compose(&config, &identity, &node, &desired);
 
     // systemd (Type=notify): the watchdog's heartbeat runs only when a service manager listens
     // and asks for it.
@@ -430,6 +444,7 @@ pub async fn run(
         identity: identity.clone(),
         node: node.clone(),
         heartbeat: heartbeat.clone(),
+        desired,
     };
 
     let mut supervised = Vec::new();
@@ -620,6 +635,29 @@ async fn reload(
             "reload: these sections changed and need a restart of the node to take effect");
     }
 
+    let mut plan = plan;
+    // The workload module takes a changed set of workloads live (the reconciler adds, changes
+    // and removes containers and leaves the others alone), when nothing else it is built from
+    // changed and it is running.
+    if plan.modules.get(crate::modules::workload::NAME) == Some(&Change::Changed)
+        && workloads_only(&running.inputs, &inputs)
+    {
+        let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
+        if node
+            .workload
+            .with(|r| r.handle.set_desired(workloads.clone()))
+            .unwrap_or(false)
+        {
+            *context
+                .desired
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads;
+            plan.modules
+                .insert(crate::modules::workload::NAME.to_owned(), Change::Updated);
+            tracing::info!("reload: the workload module took its new workloads live");
+        }
+    }
+
     // Stop what went and what changed, in stop-group order, the gateway through its drain.
     let goes = |name: &str| {
         matches!(
@@ -637,8 +675,13 @@ async fn reload(
     }
     for name in plan.with(Change::Disappeared) {
         node.remove_module(name);
-        if name == crate::modules::gateway::NAME {
-            node.gateway.unconfigure();
+        // Its API answers "not configured" again, not "down".
+        match name {
+            crate::modules::gateway::NAME => node.gateway.unconfigure(),
+            crate::modules::forward::NAME => node.forward.unconfigure(),
+            crate::modules::issuance::NAME => node.issuance.unconfigure(),
+            crate::modules::workload::NAME => node.workload.unconfigure(),
+            _ => {}
         }
     }
 
@@ -649,7 +692,7 @@ async fn reload(
             Some(Change::Appeared | Change::Changed)
         )
     };
-    for module in compose_some(&config, &context.identity, node, &starts) {
+    for module in compose_some(&config, &context.identity, node, &context.desired, &starts) {
         tracing::info!(module = module.name(), "reload: module starting");
         let (started, _first) = context.supervise(module, &config);
         running.modules.push(started);
@@ -668,6 +711,18 @@ async fn reload(
         needs_restart: plan.needs_restart,
         took_ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+// r[impl node.reload.live]
+/// Whether the workload module's inputs differ only in its `[[workload]]` entries.
+fn workloads_only(running: &Inputs, new: &Inputs) -> bool {
+    let name = crate::modules::workload::NAME;
+    let (Some(old), Some(new)) = (running.modules.get(name), new.modules.get(name)) else {
+        return false;
+    };
+    ["workloads", "pull.enabled", "pull.docker_host"]
+        .iter()
+        .all(|key| old.get(key) == new.get(key))
 }
 
 // r[impl node.reload.apply]
@@ -799,7 +854,8 @@ mod tests {
         let config = Config::parse("compose.toml", text).unwrap();
         let identity = NodeIdentity::resolve(Some("compose-node")).unwrap();
         let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
-        let composed: Vec<_> = compose(&config, &identity, &node)
+        let desired = crate::modules::workload::desired(Vec::new());
+        let composed: Vec<_> = compose(&config, &identity, &node, &desired)
             .iter()
             .map(|m| (m.name().to_owned(), m.group()))
             .collect();

@@ -364,6 +364,75 @@ async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
     assert_eq!(code, 0, "{log}");
 }
 
+// r[verify node.reload.live]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
+    // No Docker daemon needed: the workload module runs (degraded) and takes its set all the same.
+    let web = "[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\n";
+    let api =
+        "[[workload]]\nname = \"api\"\nimage = \"busybox:1\"\ncommand = [\"sleep\", \"1d\"]\n";
+    let node = start_in(tempfile::tempdir().unwrap(), web, BUDGET, None);
+    node.until_ready().await;
+    let before = json_get(&node, "/v1/modules").await;
+    let starts = |modules: &Value, name: &str| {
+        modules
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .map(|m| m["starts"].clone())
+    };
+    assert_eq!(starts(&before, "workload"), Some(json!(1)), "{before}");
+
+    rewrite(&node, &format!("{web}{api}"));
+    let answer = call_json(
+        &socket(&node),
+        hyper::Method::POST,
+        "/v1/reload",
+        None,
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["modules"],
+        json!({"pull": "changed", "workload": "updated"}),
+        "{answer}"
+    );
+    // The same instance: not stopped, not started again.
+    let after = json_get(&node, "/v1/modules").await;
+    assert_eq!(starts(&after, "workload"), Some(json!(1)), "{after}");
+    let mut names = Vec::new();
+    for _ in 0..250 {
+        let workloads = json_get(&node, "/v1/workloads").await;
+        names = workloads
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect();
+        if names.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(names, ["api", "web"]);
+
+    // A change to [workloads] itself is not a set of workloads: the module restarts.
+    rewrite(
+        &node,
+        &format!("{web}{api}[workloads]\nowner = \"reload-test\"\n"),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("workload  changed"), "{out}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
 /// A node with a `[gateway]` section on `listen`, and the section's text.
 fn gateway_section(dir: &Path, listen: &str) -> String {
     let key = dir.join("gateway.key");

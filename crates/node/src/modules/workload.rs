@@ -72,11 +72,20 @@ impl Stopper for RunningWorkloads {
     }
 }
 
+/// The configured workloads, replaced live by a reload.
+pub type Desired = std::sync::Arc<std::sync::Mutex<Vec<WorkloadConfig>>>;
+
+/// The workloads `workloads`, shareable.
+pub fn desired(workloads: Vec<WorkloadConfig>) -> Desired {
+    std::sync::Arc::new(std::sync::Mutex::new(workloads))
+}
+
 /// The `[[workload]]` entries and `[workloads]` section as the node runs them.
 #[derive(Debug, Clone)]
 pub struct WorkloadModule {
-    /// The workloads.
-    pub workloads: Vec<WorkloadConfig>,
+    /// The workloads, shared with the node so that a reload can replace them live: each start
+    /// takes the current ones.
+    pub workloads: Desired,
     /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
     pub docker_host: Option<String>,
     /// `NodeIdentity::seed("workload")`.
@@ -128,8 +137,13 @@ impl Module for WorkloadModule {
             let mut supervisor =
                 Supervisor::new(this.host(), config, this.node.faults.clone(), images)
                     .map_err(|e| e.to_string())?;
+            let workloads = this
+                .workloads
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
             supervisor
-                .set_desired(this.workloads.clone())
+                .set_desired(workloads)
                 .map_err(|e| e.to_string())?;
             let (handle, stopper) = supervisor.start(this.tick);
             Ok(RunningWorkloads { handle, stopper })
@@ -193,7 +207,7 @@ mod tests {
 
     fn module(node: &NodeState, dir: &std::path::Path) -> WorkloadModule {
         WorkloadModule {
-            workloads: vec![WorkloadConfig::new("web", "busybox:1")],
+            workloads: desired(vec![WorkloadConfig::new("web", "busybox:1")]),
             docker_host: Some(format!("unix://{}", dir.join("none.sock").display())),
             seed: 7,
             stop_on_exit: false,
