@@ -316,6 +316,8 @@ struct Running {
     config: Config,
     inputs: Inputs,
     modules: Vec<RunningModule>,
+    /// Set by the node's stop when it takes `modules`: no reload starts anything after it.
+    closed: bool,
 }
 
 /// What starting a module needs besides the module.
@@ -480,6 +482,7 @@ pub async fn run(
         config,
         inputs,
         modules: supervised,
+        closed: false,
     }));
     tokio::spawn(serve_reloads(
         reload_asks,
@@ -500,9 +503,24 @@ pub async fn run(
     if let Some(notifier) = &notifier {
         notifier.poke();
     }
-    // A reload under way ends first (its own stops are inside the budget of each); none starts
-    // from now on (the phase is draining).
-    let supervised = std::mem::take(&mut running.lock().await.modules);
+    // r[impl node.reload.stopping]
+    // A reload under way lets go at once (its stops are cut off by the draining phase, and it
+    // starts nothing once the phase is draining); a second signal still aborts meanwhile.
+    let supervised = tokio::select! {
+        mut running = running.lock() => {
+            running.closed = true;
+            std::mem::take(&mut running.modules)
+        }
+        () = signals.abort() => {
+            tracing::warn!("the stop was aborted while a reload let go");
+            return Ok(StopReport {
+                budget,
+                took: Duration::ZERO,
+                aborted: true,
+                modules: Vec::new(),
+            });
+        }
+    };
     let plan = stop_plan(
         budget,
         supervised
@@ -559,7 +577,11 @@ async fn serve_reloads(
                 notifier.reloading();
             }
             let outcome = reload(&running, &context, &source).await;
-            if let Some(notifier) = &notifier {
+            // A stop that began meanwhile has said STOPPING=1: no READY=1 after it.
+            if let Some(notifier) = notifier
+                .as_ref()
+                .filter(|_| context.node.phase() != Phase::Draining)
+            {
                 let generation = context.node.config_generation().generation;
                 let status = match &outcome {
                     Ok(_) => format!("reloaded: config generation {generation}"),
@@ -622,6 +644,10 @@ async fn reload(
         }
     };
     let mut running = running.lock().await;
+    // r[impl node.reload.stopping]
+    if running.closed || node.phase() == Phase::Draining {
+        return Err(ReloadError::Stopping);
+    }
     let mut inputs = Inputs::from_table(module_names(&config), &table);
     let plan = crate::reload::diff(&running.inputs, &inputs);
     // The node's own sections stay as they started (r[node.reload.node-sections]).
@@ -671,7 +697,15 @@ async fn reload(
     running.modules = staying;
     if !stopping.is_empty() {
         let budget = running.config.node.stop_budget.get_ref().get();
-        stop_for_reload(stopping, budget).await;
+        let aborted = stop_for_reload(node, stopping, &mut running.modules, budget).await;
+        if aborted {
+            return Err(ReloadError::Stopping);
+        }
+    }
+    // The node's stop may have begun during the stops: then nothing starts (it took, or will
+    // take, the modules as they are now).
+    if node.phase() == Phase::Draining {
+        return Err(ReloadError::Stopping);
     }
     for name in plan.with(Change::Disappeared) {
         node.remove_module(name);
@@ -726,45 +760,91 @@ fn workloads_only(running: &Inputs, new: &Inputs) -> bool {
 }
 
 // r[impl node.reload.apply]
-/// Stops `modules` group by group in [`StopGroup::ORDER`] (each group's concurrently), every
-/// stopper told the restart reason and one deadline `budget` from now. (The stop plan's own run
-/// is awaited on the node's main task; this one runs on the reload loop's.)
-async fn stop_for_reload(modules: Vec<RunningModule>, budget: Duration) {
-    let deadline = tokio::time::Instant::now() + budget;
-    let mut modules = modules;
-    for group in StopGroup::ORDER {
-        let (now, later): (Vec<_>, Vec<_>) = modules.into_iter().partition(|m| m.group == group);
-        modules = later;
-        let mut stops = tokio::task::JoinSet::new();
-        for m in now {
-            let request = holdfast_lifecycle::StopRequest {
-                deadline,
-                reason: StopReason::Restart,
-            };
-            let began = tokio::time::Instant::now();
-            let stop = Box::new(m.stopper).stop(request);
-            stops.spawn(async move {
-                // The supervisor's stopper keeps to the deadline itself; this is a backstop.
-                let outcome = tokio::time::timeout_at(deadline + Duration::from_millis(100), stop)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(holdfast_lifecycle::StopError(
-                            "cut off at the deadline".into(),
-                        ))
-                    });
-                (m.name, outcome, began.elapsed())
+// r[impl node.reload.stopping]
+/// Stops `modules` through the node's stop plan ([`stop_plan`]: group by group, one budget),
+/// every stopper told the restart reason. The node's stop cuts it off (returns `true`): the
+/// modules not yet asked to stop go back to `staying`, for the node's own stop plan.
+async fn stop_for_reload(
+    node: &NodeState,
+    modules: Vec<RunningModule>,
+    staying: &mut Vec<RunningModule>,
+    budget: Duration,
+) -> bool {
+    let back = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stoppers = modules
+        .into_iter()
+        .map(|m| {
+            let (name, group) = (m.name.clone(), m.group);
+            let stopper: Box<dyn Stopper> = Box::new(HandBack {
+                module: Some(m),
+                back: Arc::clone(&back),
             });
+            (name, group, stopper)
+        })
+        .collect();
+    let plan = stop_plan(budget, stoppers);
+    let draining = node.clone();
+    // The plan holds its stoppers unshared (not `Sync`), so its run is no `Send` future: it runs
+    // on a thread of its own, driven by this runtime.
+    let runtime = tokio::runtime::Handle::current();
+    let report = tokio::task::spawn_blocking(move || {
+        runtime.block_on(plan.run(
+            StopReason::Restart,
+            async move { draining.draining().await },
+        ))
+    })
+    .await;
+    // What the plan never asked to stop is still running: the node's stop plan takes it.
+    staying.extend(std::mem::take(
+        &mut *back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    ));
+    let report = match report {
+        Ok(report) => report,
+        Err(err) => {
+            tracing::error!(error = %err, "reload: the stop plan's thread failed");
+            return true;
         }
-        while let Some(done) = stops.join_next().await {
-            match done {
-                Ok((module, Ok(()), took)) => {
-                    tracing::info!(%module, ?took, "reload: module stopped");
-                }
-                Ok((module, Err(err), took)) => {
-                    tracing::warn!(%module, ?took, error = %err, "reload: module stop failed");
-                }
-                Err(err) => tracing::error!(error = %err, "reload: a stop panicked"),
-            }
+    };
+    for module in &report.modules {
+        tracing::info!(module = %module.module, took = ?module.took, outcome = ?module.outcome,
+            "reload: module stopped");
+    }
+    if report.aborted {
+        tracing::warn!(
+            "reload: the node's stop began during the reload's stops; it starts nothing"
+        );
+    }
+    report.aborted
+}
+
+/// A running module's stopper that, dropped without having been asked to stop (its group was
+/// skipped by the node's stop), hands the module back.
+struct HandBack {
+    module: Option<RunningModule>,
+    back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
+}
+
+impl Stopper for HandBack {
+    fn stop(
+        mut self: Box<Self>,
+        request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        match self.module.take() {
+            Some(module) => Box::new(module.stopper).stop(request),
+            None => Box::pin(async { Ok(()) }),
+        }
+    }
+}
+
+impl Drop for HandBack {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            self.back
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(module);
         }
     }
 }

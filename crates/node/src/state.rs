@@ -175,6 +175,12 @@ impl NodeState {
         });
     }
 
+    /// Resolves once the node's phase is [`Phase::Draining`] (at once if it already is).
+    pub async fn draining(&self) {
+        let mut phase = self.phase.subscribe();
+        let _ = phase.wait_for(|p| *p == Phase::Draining).await;
+    }
+
     /// When the node started.
     pub fn started(&self) -> SystemTime {
         self.started

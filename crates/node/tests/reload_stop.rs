@@ -1,0 +1,121 @@
+//! A reload and the node's stop racing, on the `holdfast` binary as a subprocess (the race is
+//! between the process's signals, so only a real process shows it): a stop that begins during a
+//! reload is not held up by it, and the reload starts nothing once it began.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Node, write_config};
+use nix::sys::signal::Signal;
+
+const TOKEN: &str = "fwd-reload-stop-never-logged-0a9b8c7d";
+
+/// The log's JSON events whose message is `message`.
+fn events<'a>(log: &'a str, message: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(move |event| event["message"].as_str() == Some(message))
+}
+
+/// Waits (at most 10 s) until the node's log has a line containing `text`.
+fn until_logged(node: &Node, text: &str) {
+    let path = node.dir.path().join("stderr.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&path).unwrap();
+        if log.contains(text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never logged {text:?}: {log}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn forward_section(dir: &Path) -> String {
+    let tokens = dir.join("forward.tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    format!(
+        "[forward]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallow = [\"127.0.0.1:53\"]\n",
+        tokens.display()
+    )
+}
+
+// r[verify node.reload.stopping]
+// r[verify node.signal.hup+2]
+#[tokio::test]
+async fn a_reload_still_reading_its_file_when_the_stop_begins_starts_nothing() {
+    let hang = "[testing]\nhang_on_stop = true\n";
+    let Some(node) = common::start_testing(hang, "4s") else {
+        return;
+    };
+    node.until_ready().await;
+    let dir = node.dir.path().to_owned();
+    // The next file adds a module; then the config becomes a FIFO, so the reload's read waits
+    // for the test to write it.
+    let next = {
+        let forward = forward_section(&dir);
+        let path = write_config(&dir, &format!("{hang}{forward}"), "4s", None);
+        std::fs::read(&path).unwrap()
+    };
+    let config = dir.join("holdfast.toml");
+    std::fs::remove_file(&config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "SIGHUP: reloading the config");
+    std::thread::sleep(Duration::from_millis(200));
+    node.signal(Signal::SIGTERM);
+    until_logged(&node, "SIGTERM: stopping");
+    std::thread::sleep(Duration::from_millis(200));
+    // The stop hangs in the test module (its share of 4 s): the reload reads its file now.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&config)
+        .unwrap();
+    writer.write_all(&next).unwrap();
+    drop(writer);
+
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    let refused = events(&log, "reload refused")
+        .next()
+        .unwrap_or_else(|| panic!("no refusal: {log}"));
+    assert!(
+        refused["error"].as_str().unwrap().contains("stopping"),
+        "{refused}"
+    );
+}
+
+// r[verify node.reload.stopping]
+// r[verify node.stop.signal+2]
+#[tokio::test]
+async fn a_stop_during_a_reloads_stops_keeps_to_the_stop_budget() {
+    let Some(node) = common::start_testing("[testing]\nhang_on_stop = true\n", "8s") else {
+        return;
+    };
+    node.until_ready().await;
+    // The reload stops the test module, whose stopper hangs until its deadline.
+    write_config(node.dir.path(), "", "8s", None);
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "SIGHUP: reloading the config");
+    std::thread::sleep(Duration::from_millis(500));
+    let began = Instant::now();
+    node.signal(Signal::SIGTERM);
+    let (_, _, log) = node.wait(Duration::from_secs(20));
+    let took = began.elapsed();
+    // The node's own stop has nothing left that hangs: it ends at once, not after the reload's.
+    assert!(took < Duration::from_secs(3), "took {took:?}: {log}");
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
+}
