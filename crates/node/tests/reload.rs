@@ -697,3 +697,31 @@ async fn reload_timeline() {
     let (code, _, log) = node.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{log}");
 }
+
+// i[verify node.config.no-values]
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reload_never_shows_a_mistyped_secret() {
+    const SECRET: &str = "S3CR3T-forward-token-never-shown-0123456789";
+    let node = start_in(tempfile::tempdir().unwrap(), "", BUDGET, None);
+    node.until_ready().await;
+    // An inline token written as a string instead of a list of strings.
+    rewrite(
+        &node,
+        &format!(
+            "[forward]\nlisten = \"127.0.0.1:0\"\ntokens = \"{SECRET}\"\nallow = [\"127.0.0.1:53\"]\n"
+        ),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("forward.tokens"), "{err}");
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "{out}{err}");
+    // The faults are served without a token: the value is not among them.
+    let faults = node.get("/v1/faults").await.unwrap();
+    assert!(faults.contains("config_invalid"), "{faults}");
+    assert!(!faults.contains(SECRET), "{faults}");
+    node.signal(Signal::SIGTERM);
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert!(log.contains("reload refused"), "{log}");
+    assert!(!log.contains(SECRET), "{log}");
+}
