@@ -707,6 +707,14 @@ async fn reload(
     if node.phase() == Phase::Draining {
         return Err(ReloadError::Stopping);
     }
+    // A stopped module's faults were its own (a module that starts again files what still
+    // holds), and the subjects a changed one no longer owns would stay open otherwise.
+    for name in plan
+        .with(Change::Disappeared)
+        .chain(plan.with(Change::Changed))
+    {
+        node.faults.clear_module(name);
+    }
     for name in plan.with(Change::Disappeared) {
         node.remove_module(name);
         // Its API answers "not configured" again, not "down".

@@ -538,6 +538,12 @@ impl Supervisor {
         self.status.supervisor = SupervisorState::Stopped;
         self.node.clear_health(&self.name, Health::Stopped);
         self.node.update_module(self.status.clone(), None);
+        // A stopped module is not ready (a reload may remove it, and nothing sets it again).
+        self.node
+            .metrics
+            .module_ready
+            .get_or_create(&metrics::module(&self.name))
+            .set(0);
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }

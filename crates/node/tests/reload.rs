@@ -725,3 +725,68 @@ async fn a_refused_reload_never_shows_a_mistyped_secret() {
     assert!(log.contains("reload refused"), "{log}");
     assert!(!log.contains(SECRET), "{log}");
 }
+
+/// The node's faults, once `ready` holds of them (at most 10 s).
+async fn faults_until(node: &Node, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut faults = Vec::new();
+    for _ in 0..500 {
+        faults =
+            serde_json::from_str::<Vec<Value>>(&node.get("/v1/faults").await.unwrap()).unwrap();
+        if ready(&faults) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    faults
+}
+
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_that_went_leaves_no_fault_and_no_readiness_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(dir, &forward_section(&tokens, "127.0.0.1:53"), BUDGET, None);
+    node.until_ready().await;
+    forward_listen(&node).await;
+    // No Docker daemon: the pull module has its fault.
+    let faults = faults_until(&node, |f| {
+        f.iter().any(|f| f["subject"]["module"] == "pull")
+    })
+    .await;
+    assert!(
+        faults.iter().any(|f| f["subject"]["module"] == "pull"),
+        "{faults:?}"
+    );
+    let ready = "holdfast_module_ready{module=\"forward\"} 1";
+    let mut metrics = String::new();
+    for _ in 0..500 {
+        metrics = node.get("/metrics").await.unwrap();
+        if metrics.contains(ready) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(metrics.contains(ready), "{metrics}");
+
+    // Both go: pull turned off, [forward] removed.
+    let config = write_config(node.dir.path(), "", BUDGET, None);
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "[pull]\n",
+        "[pull]\nenabled = false\n",
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(json_get(&node, "/v1/modules").await, json!([]));
+    let faults: Vec<Value> = serde_json::from_str(&node.get("/v1/faults").await.unwrap()).unwrap();
+    assert!(
+        !faults.iter().any(|f| f["subject"]["module"] == "pull"),
+        "{faults:?}"
+    );
+    let metrics = node.get("/metrics").await.unwrap();
+    assert!(!metrics.contains(ready), "{metrics}");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
