@@ -238,8 +238,42 @@ fn print_answer<E: std::fmt::Display>(
     }
 }
 
-/// How long `holdfast reload` waits for the reload's answer (it may drain the gateway).
-const RELOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long `holdfast reload` waits for the reload's answer (it may drain the gateway): as long
+/// as the node gives it, and a little more.
+const RELOAD_TIMEOUT: std::time::Duration =
+    holdfast::admin::RELOAD_REQUEST_TIMEOUT.saturating_add(std::time::Duration::from_secs(5));
+
+/// `holdfast reload`'s exit status when its answer was lost (the reload may have applied).
+const RELOAD_UNKNOWN: u8 = 5;
+
+/// The node's running config generation, if it answers.
+async fn config_generation(target: &Target, token: Option<&token::Token>) -> Option<u64> {
+    let status = client::call(target, hyper::Method::GET, "/v1/status", token)
+        .await
+        .ok()?;
+    serde_json::from_str::<serde_json::Value>(&status).ok()?["config"]["generation"].as_u64()
+}
+
+/// Says that a reload's answer was lost, and what the node's config generation tells.
+async fn reload_unknown(
+    target: &Target,
+    token: Option<&token::Token>,
+    before: Option<u64>,
+    why: &str,
+) -> ExitCode {
+    let after = config_generation(target, token).await;
+    let told = match (before, after) {
+        (Some(before), Some(after)) if after > before => {
+            format!("the config generation went from {before} to {after}: a reload applied")
+        }
+        (Some(before), Some(after)) => {
+            format!("the config generation is still {after} (was {before}): no reload applied yet")
+        }
+        _ => "the node's config generation could not be read".to_owned(),
+    };
+    eprintln!("holdfast: the reload's outcome is unknown ({why}); {told}; see `holdfast status`");
+    ExitCode::from(RELOAD_UNKNOWN)
+}
 
 // i[impl node.cli.reload]
 async fn reload(args: ClientArgs) -> ExitCode {
@@ -250,6 +284,7 @@ async fn reload(args: ClientArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let before = config_generation(&resolved.target, resolved.token.as_ref()).await;
     let answer = client::call_within(
         &resolved.target,
         hyper::Method::POST,
@@ -260,6 +295,15 @@ async fn reload(args: ClientArgs) -> ExitCode {
     .await;
     let body = match answer {
         Ok(body) => body,
+        Err(client::ClientError::Refused { status: 408, .. }) => {
+            let status = 408;
+            let why = format!("the node answered {status}");
+            return reload_unknown(&resolved.target, resolved.token.as_ref(), before, &why).await;
+        }
+        Err(err @ (client::ClientError::Timeout { .. } | client::ClientError::Http { .. })) => {
+            let why = err.to_string();
+            return reload_unknown(&resolved.target, resolved.token.as_ref(), before, &why).await;
+        }
         Err(client::ClientError::Refused { body, status, .. }) => {
             // The node's own reason (the config's FILE:LINE:COL line) rather than the envelope.
             let error = serde_json::from_str::<serde_json::Value>(&body)

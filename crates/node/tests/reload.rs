@@ -790,3 +790,55 @@ async fn a_module_that_went_leaves_no_fault_and_no_readiness_behind() {
     let (code, _, log) = node.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{log}");
 }
+
+/// A fake node on a Unix socket: `/v1/status` names generation 1, then 2 once the reload was
+/// asked for; `/v1/reload` is answered `reload_status` (and an empty JSON object).
+async fn fake_node(socket: &Path, reload_status: &'static str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(async move {
+        let mut generation = 1;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let (status, body) = if head.starts_with("POST /v1/reload") {
+                generation = 2;
+                (reload_status, "{}".to_owned())
+            } else {
+                (
+                    "200 OK",
+                    format!("{{\"config\":{{\"generation\":{generation}}}}}"),
+                )
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+}
+
+// i[verify node.cli.reload]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_whose_answer_is_lost_is_unknown_and_the_generation_says_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("admin.sock");
+    fake_node(&socket, "408 Request Timeout").await;
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(["reload", "--admin", &Target::Unix(socket).to_string()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("outcome is unknown"), "{err}");
+    assert!(err.contains("from 1 to 2: a reload applied"), "{err}");
+}

@@ -289,6 +289,10 @@ async fn reload(
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`AdminLimits::request_timeout`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+// i[impl node.admin.reload]
+/// How long `POST /v1/reload` may take to answer (instead of [`REQUEST_TIMEOUT`]): a reload's
+/// stops keep to `node.stop_budget`, which may be long; past this the file's read is stuck.
+pub const RELOAD_REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Default [`AdminLimits::max_tcp_connections`]: far above what the CLI and a scraper use, and
 /// room for several sources each at [`MAX_CONNECTIONS_PER_SOURCE`].
 pub const MAX_TCP_CONNECTIONS: usize = 256;
@@ -457,8 +461,14 @@ async fn serve_listener<L>(
     let app = app.layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             let metrics = timeouts.clone();
+            // A reload may drain the gateway for up to the stop budget: its own bound.
+            let limit = if request.uri().path() == "/v1/reload" {
+                request_timeout.max(RELOAD_REQUEST_TIMEOUT)
+            } else {
+                request_timeout
+            };
             async move {
-                match tokio::time::timeout(request_timeout, next.run(request)).await {
+                match tokio::time::timeout(limit, next.run(request)).await {
                     Ok(response) => response,
                     Err(_) => {
                         metrics.admin_refusal("request_timeout");
@@ -1101,6 +1111,57 @@ mod tests {
                 .render()
                 .contains("holdfast_admin_refused_total{reason=\"request_timeout\"} 1")
         );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.reload]
+    // i[verify node.admin.limits+2]
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_longer_than_the_request_timeout_is_answered_its_outcome() {
+        use crate::reload::{Applied, Generation};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let mut asks = node.take_reloads();
+        // A reload that drains a gateway for three request timeouts, then applies.
+        tokio::spawn(async move {
+            while let Some(reply) = asks.recv().await {
+                tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
+                let _ = reply.send(Ok(Applied {
+                    generation: Generation {
+                        generation: 2,
+                        loaded_at: std::time::SystemTime::UNIX_EPOCH,
+                    },
+                    modules: Default::default(),
+                    needs_restart: vec![],
+                    took_ms: 30_000,
+                }));
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("admin.sock");
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                socket: Some(socket.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        stream
+            .write_all(
+                b"POST /v1/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(REQUEST_TIMEOUT * 10, stream.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
         server.shutdown(Duration::from_secs(1)).await;
     }
 
