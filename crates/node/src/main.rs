@@ -336,7 +336,16 @@ async fn reload(args: ClientArgs) -> ExitCode {
     let needs_restart = value["needs_restart"]
         .as_array()
         .is_some_and(|sections| !sections.is_empty());
-    ExitCode::from(if needs_restart { 3 } else { 0 })
+    let failed = value["failed"]
+        .as_object()
+        .is_some_and(|failed| !failed.is_empty());
+    ExitCode::from(if failed {
+        4
+    } else if needs_restart {
+        3
+    } else {
+        0
+    })
 }
 
 // r[impl node.gateway.stop-reason+2]

@@ -237,6 +237,9 @@ pub struct Applied {
     pub needs_restart: Vec<String>,
     /// How long the reload took, in milliseconds.
     pub took_ms: u64,
+    /// The modules the reload started whose first start failed, with why (each goes on being
+    /// restarted by its supervisor).
+    pub failed: BTreeMap<String, String>,
 }
 
 /// A reload that did not apply.

@@ -367,6 +367,13 @@ pub fn reload(v: &Value) -> String {
     if !rows.is_empty() {
         out.push_str(&table(&["MODULE", "CHANGE"], &rows));
     }
+    for (name, error) in v["failed"].as_object().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} failed to start: {} (its supervisor retries it)\n",
+            escape(name),
+            escape(&s(error))
+        ));
+    }
     for section in v["needs_restart"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "[{}] changed: not applied, needs a restart of the node\n",

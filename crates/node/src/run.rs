@@ -734,11 +734,14 @@ async fn reload(
             Some(Change::Appeared | Change::Changed)
         )
     };
+    let mut started_now = Vec::new();
     for module in compose_some(&config, &context.identity, node, &context.desired, &starts) {
         tracing::info!(module = module.name(), "reload: module starting");
         let (started, _first) = context.supervise(module, &config);
+        started_now.push(started.name.clone());
         running.modules.push(started);
     }
+    let failed = first_starts(node, started_now).await;
     running.config = config;
     running.inputs = inputs;
     let generation = crate::reload::Generation {
@@ -752,7 +755,50 @@ async fn reload(
         modules: plan.modules,
         needs_restart: plan.needs_restart,
         took_ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+        failed,
     })
+}
+
+/// How long a reload waits for the modules it started to come up (or fail).
+const FIRST_START_WAIT: Duration = Duration::from_secs(5);
+
+// r[impl node.reload.apply]
+/// Waits, at most [`FIRST_START_WAIT`] and not past the node's stop, until each of `modules`
+/// (just started under new supervisors) is up (ready or degraded) or has failed; returns the
+/// failed ones with their error. One still starting at the end is not counted as failed.
+async fn first_starts(
+    node: &NodeState,
+    mut modules: Vec<String>,
+) -> std::collections::BTreeMap<String, String> {
+    use holdfast_lifecycle::Health;
+    let mut failed = std::collections::BTreeMap::new();
+    let waiting = async {
+        while !modules.is_empty() {
+            let statuses = node.modules();
+            modules.retain(|name| {
+                // The stopped supervisor's entry may still be there until the new one publishes.
+                let Some(status) = statuses.iter().find(|s| {
+                    s.name == *name && s.supervisor != crate::state::SupervisorState::Stopped
+                }) else {
+                    return true;
+                };
+                if status.failures > 0 {
+                    let error = status.last_error.clone().unwrap_or_default();
+                    tracing::warn!(module = %name, %error, "reload: module failed to start");
+                    failed.insert(name.clone(), error);
+                    return false;
+                }
+                !matches!(status.health, Health::Ready | Health::Degraded(_))
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = waiting => {}
+        () = tokio::time::sleep(FIRST_START_WAIT) => {}
+        () = node.draining() => {}
+    }
+    failed
 }
 
 // r[impl node.reload.live]

@@ -842,3 +842,29 @@ async fn a_reload_whose_answer_is_lost_is_unknown_and_the_generation_says_what_h
     assert!(err.contains("outcome is unknown"), "{err}");
     assert!(err.contains("from 1 to 2: a reload applied"), "{err}");
 }
+
+// r[verify node.reload.apply]
+// i[verify node.cli.reload]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_the_reload_starts_that_fails_is_reported_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(dir, &forward_section(&tokens, "127.0.0.1:53"), BUDGET, None);
+    node.until_ready().await;
+    forward_listen(&node).await;
+    // The forward moves to a port something else holds (UDP: the forward is QUIC).
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap();
+    let section = forward_section(&tokens, "127.0.0.1:53")
+        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{port}\""));
+    rewrite(&node, &section);
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(out.contains("forward failed to start"), "{out}");
+    let status = json_get(&node, "/v1/status").await;
+    assert_eq!(status["config"]["generation"], 2, "{status}");
+    drop(taken);
+    node.signal(Signal::SIGTERM);
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert!(log.contains("config reloaded"), "{log}");
+}

@@ -293,7 +293,8 @@ fn a_reload_and_the_config_generation_are_pinned() {
         "loaded_at": "2026-12-06T01:02:03Z",
         "modules": {"forward": "changed", "gateway": "unchanged", "issuance": "appeared", "workload": "disappeared"},
         "needs_restart": ["node", "admin"],
-        "took_ms": 412
+        "took_ms": 412,
+        "failed": {"forward": "start failed: address in use\u{1b}[2J"}
     });
     insta::assert_snapshot!("reload_applied", render::reload(&applied));
     let status = json!({

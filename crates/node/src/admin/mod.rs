@@ -773,6 +773,7 @@ mod tests {
                         modules: [("pull".to_owned(), crate::reload::Change::Unchanged)].into(),
                         needs_restart: vec![],
                         took_ms: 3,
+                        failed: Default::default(),
                     }),
                     2 => Err(ReloadError::Invalid(
                         "f.toml:3:1: pull.enabeld: unknown".into(),
@@ -791,7 +792,8 @@ mod tests {
         assert_eq!(
             body,
             serde_json::json!({"generation": 2, "loaded_at": "1970-01-01T00:00:00Z",
-                "modules": {"pull": "unchanged"}, "needs_restart": [], "took_ms": 3})
+                "modules": {"pull": "unchanged"}, "needs_restart": [], "took_ms": 3,
+                "failed": {}})
         );
         let answer = call(Transport::Unix, HeaderMap::new()).await;
         assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
@@ -1134,6 +1136,7 @@ mod tests {
                     modules: Default::default(),
                     needs_restart: vec![],
                     took_ms: 30_000,
+                    failed: Default::default(),
                 }));
             }
         });
