@@ -386,9 +386,79 @@ mod tests {
         // r[verify node.reload.diff]
         #[test]
         fn a_file_against_itself_is_unchanged_everywhere(file in file()) {
-            let inputs = Inputs::from_table(MODULES, &file);
-            let plan = diff(&inputs, &inputs.clone());
-            prop_assert!(plan.modules.values().all(|c| *c == Change::Unchanged));
+            // Written out and read back (another text, the same values), and the modules named
+            // in another order.
+            let text = toml::to_string(&file).unwrap();
+            let again: toml::Table = toml::from_str(&text).unwrap();
+            let mut names = MODULES;
+            names.reverse();
+            let plan = diff(
+                &Inputs::from_table(MODULES, &file),
+                &Inputs::from_table(names, &again),
+            );
+            prop_assert_eq!(plan.modules.len(), MODULES.len());
+            prop_assert!(plan.modules.values().all(|c| *c == Change::Unchanged), "{:?}", plan);
+            prop_assert!(plan.needs_restart.is_empty());
+        }
+
+        // r[verify node.reload.diff]
+        #[test]
+        fn a_shared_input_changes_every_module_built_from_it_and_no_other(
+            file in file(),
+            edit in 0..6usize,
+            value in scalar(),
+        ) {
+            let mut changed = file.clone();
+            let mut section = |name: &str, key: &str, value: toml::Value| {
+                let mut table = changed
+                    .get(name)
+                    .and_then(toml::Value::as_table)
+                    .cloned()
+                    .unwrap_or_default();
+                table.insert(key.to_owned(), value);
+                changed.insert(name.to_owned(), toml::Value::Table(table));
+            };
+            // No generated file has [pull] or [workloads]: any value there is a change.
+            let expected: &[&str] = match edit {
+                0 => { section("pull", "enabled", value); &["pull", "workload"] }
+                1 => { section("pull", "docker_host", value); &["pull", "workload"] }
+                2 => { section("pull", "reload_probe", value); &["pull"] }
+                3 => { section("workloads", "reload_probe", value); &["workload"] }
+                _ => {
+                    // A workload's image (pull and workload) or another of its keys (workload).
+                    let mut workloads = changed
+                        .get("workload")
+                        .and_then(toml::Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    if workloads.is_empty() {
+                        workloads.push(toml::Value::Table(toml::Table::new()));
+                    }
+                    let (key, value, expected): (&str, toml::Value, &[&str]) = if edit == 4 {
+                        ("image", "probe-image-changed".into(), &["pull", "workload"])
+                    } else {
+                        ("reload_probe", value, &["workload"])
+                    };
+                    if let Some(first) = workloads.first_mut().and_then(toml::Value::as_table_mut) {
+                        first.insert(key.to_owned(), value);
+                    }
+                    changed.insert("workload".into(), toml::Value::Array(workloads));
+                    expected
+                }
+            };
+            let plan = diff(
+                &Inputs::from_table(MODULES, &file),
+                &Inputs::from_table(MODULES, &changed),
+            );
+            // A workload added where there was none changes both (its name and image are pull's).
+            let changed_modules: Vec<&str> = plan.with(Change::Changed).collect();
+            let added = edit >= 4
+                && file.get("workload").and_then(toml::Value::as_array).is_none_or(Vec::is_empty);
+            if added {
+                prop_assert_eq!(changed_modules, vec!["pull", "workload"]);
+            } else {
+                prop_assert_eq!(changed_modules, expected.to_vec());
+            }
             prop_assert!(plan.needs_restart.is_empty());
         }
 

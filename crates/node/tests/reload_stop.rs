@@ -119,3 +119,87 @@ async fn a_stop_during_a_reloads_stops_keeps_to_the_stop_budget() {
     assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
     assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
 }
+
+/// `holdfast reload` against `node`'s socket, started (not awaited), killed if dropped.
+fn reload_cli(node: &Node) -> common::Reaped {
+    let socket = holdfast::admin::client::Target::Unix(node.dir.path().join("admin.sock"));
+    common::Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(["reload", "--json", "--admin", &socket.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits for a `holdfast reload` to end: its exit status and its output.
+fn finished(mut cli: common::Reaped) -> (i32, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cli.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "holdfast reload never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut out = String::new();
+    use std::io::Read as _;
+    cli.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    cli.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    (cli.try_wait().unwrap().unwrap().code().unwrap_or(-1), out)
+}
+
+// r[verify node.reload.serial]
+#[tokio::test]
+async fn reloads_asked_for_together_run_one_after_the_other_in_order() {
+    let node = common::start("", "5s");
+    node.until_ready().await;
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    // The first reads the FIFO (and waits there); the second is asked for meanwhile.
+    let first = reload_cli(&node);
+    until_logged(&node, "reload requested through the admin API");
+    std::thread::sleep(Duration::from_millis(200));
+    let second = reload_cli(&node);
+    std::thread::sleep(Duration::from_millis(300));
+    // Each write is read by one reload: the second reads only after the first ended.
+    for _ in 0..2 {
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&config)
+            .unwrap();
+        writer.write_all(&text).unwrap();
+        drop(writer);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, out) = finished(first);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"generation\":2"), "{out}");
+    let (code, out) = finished(second);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"generation\":3"), "{out}");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+}
+
+// r[verify node.reload.serial]
+#[tokio::test]
+async fn a_reload_asked_for_while_the_node_stops_is_refused_and_the_stop_goes_on() {
+    let Some(node) = common::start_testing("[testing]\nhang_on_stop = true\n", "4s") else {
+        return;
+    };
+    node.until_ready().await;
+    node.signal(Signal::SIGTERM);
+    until_logged(&node, "SIGTERM: stopping");
+    let (code, out) = finished(reload_cli(&node));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("stopping"), "{out}");
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
+}

@@ -740,7 +740,6 @@ mod tests {
 
     // i[verify node.admin.reload]
     // i[verify node.admin.mutating]
-    // r[verify node.reload.serial]
     #[tokio::test]
     async fn a_reload_call_is_mutating_and_answers_the_reloads_outcome() {
         use crate::reload::{Applied, Generation, ReloadError};
