@@ -829,9 +829,21 @@ async fn stop_for_reload(
         .into_iter()
         .map(|m| {
             let (name, group) = (m.name.clone(), m.group);
+            // r[impl node.reload.workload-restart]
+            // The workload module stops to start again: its containers stay for the new
+            // instance to adopt, whatever `stop_on_exit` says (told only once the plan asks it
+            // to stop: a module the node's stop takes back stops the node's way).
+            let before_stop: Option<Box<dyn FnOnce() + Send>> =
+                (name == crate::modules::workload::NAME).then(|| {
+                    let node = node.clone();
+                    Box::new(move || {
+                        let _ = node.workload.with(|r| r.handle.keep_containers_on_stop());
+                    }) as Box<dyn FnOnce() + Send>
+                });
             let stopper: Box<dyn Stopper> = Box::new(HandBack {
                 module: Some(m),
                 back: Arc::clone(&back),
+                before_stop,
             });
             (name, group, stopper)
         })
@@ -878,6 +890,8 @@ async fn stop_for_reload(
 struct HandBack {
     module: Option<RunningModule>,
     back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
+    /// Run when the module is asked to stop.
+    before_stop: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Stopper for HandBack {
@@ -885,6 +899,9 @@ impl Stopper for HandBack {
         mut self: Box<Self>,
         request: holdfast_lifecycle::StopRequest,
     ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        if let Some(before_stop) = self.before_stop.take() {
+            before_stop();
+        }
         match self.module.take() {
             Some(module) => Box::new(module.stopper).stop(request),
             None => Box::pin(async { Ok(()) }),

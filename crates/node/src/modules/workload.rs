@@ -257,6 +257,33 @@ mod tests {
         assert!(node.workload.with(|_| ()).is_err());
     }
 
+    // r[verify node.reload.workload-restart]
+    #[tokio::test]
+    async fn a_restart_keeps_the_containers_even_with_stop_on_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node();
+        let request = || StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+            reason: holdfast_lifecycle::StopReason::Restart,
+        };
+        let with_stop_on_exit = |node: &NodeState| WorkloadModule {
+            stop_on_exit: true,
+            ..module(node, dir.path())
+        };
+        // The node's stop: the containers are stopped (here the daemon cannot be reached to).
+        let s = with_stop_on_exit(&node).start().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopped = s.stopper.stop(request()).await;
+        assert!(stopped.is_err(), "{stopped:?}");
+        // A reload's restart: told so, the stopper leaves them for the next instance.
+        let s = with_stop_on_exit(&node).start().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        node.workload
+            .with(|r| r.handle.keep_containers_on_stop())
+            .unwrap();
+        s.stopper.stop(request()).await.unwrap();
+    }
+
     // r[verify node.workload.status]
     #[tokio::test]
     async fn workloads_show_the_pull_view_and_the_workload_modules_view_side_by_side() {
