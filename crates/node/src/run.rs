@@ -474,9 +474,11 @@ pub async fn run(
         }
     });
 
-    // A text that parsed as the config parses as TOML; should it not, every module counts as
-    // changed at the first reload rather than never.
-    let inputs = Inputs::of(&config, &text).unwrap_or_default();
+    // A text that parsed as the config parses as TOML; should it not, each running module is
+    // still named (with no inputs), so the first reload counts it changed: restarted under its
+    // name, never a second supervisor beside it.
+    let inputs = Inputs::of(&config, &text)
+        .unwrap_or_else(|_| Inputs::from_table(module_names(&config), &toml::Table::new()));
     let budget = config.node.stop_budget.get_ref().get();
     let running = Arc::new(tokio::sync::Mutex::new(Running {
         config,
@@ -669,15 +671,16 @@ async fn reload(
         && workloads_only(&running.inputs, &inputs)
     {
         let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
+        // The shared set first: a restart of the module between the two starts from the new one.
+        *context
+            .desired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads.clone();
         if node
             .workload
-            .with(|r| r.handle.set_desired(workloads.clone()))
+            .with(|r| r.handle.set_desired(workloads))
             .unwrap_or(false)
         {
-            *context
-                .desired
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads;
             plan.modules
                 .insert(crate::modules::workload::NAME.to_owned(), Change::Updated);
             tracing::info!("reload: the workload module took its new workloads live");
