@@ -254,6 +254,9 @@ pub enum ReloadError {
     /// No node loop takes reloads (the node is not running).
     #[error("reload is not available: the node is not running")]
     Unavailable,
+    /// Too many reloads wait already (the one under way is stuck reading its file, perhaps).
+    #[error("too many reloads are waiting already: try again once they ended")]
+    Busy,
 }
 
 /// How a reload ended.

@@ -565,13 +565,19 @@ pub fn reload_subject() -> holdfast_lifecycle::Subject {
 // r[impl node.reload.serial]
 /// Takes reloads one at a time, in the order they were asked for, until the node is gone.
 async fn serve_reloads(
-    mut asks: tokio::sync::mpsc::UnboundedReceiver<crate::state::ReloadAsk>,
+    mut asks: tokio::sync::mpsc::Receiver<crate::state::ReloadAsk>,
     running: Arc<tokio::sync::Mutex<Running>>,
     context: Context,
     source: ConfigSource,
     notifier: Option<notify::Notifier>,
 ) {
     while let Some(reply) = asks.recv().await {
+        // Every ask that waited meanwhile is answered by this one reload: it reads the file
+        // after each of them was asked for.
+        let mut replies = vec![reply];
+        while let Ok(more) = asks.try_recv() {
+            replies.push(more);
+        }
         let outcome = if context.node.phase() == Phase::Draining {
             Err(ReloadError::Stopping)
         } else {
@@ -606,9 +612,15 @@ async fn serve_reloads(
             ),
             Err(err) => tracing::warn!(error = %err, "reload refused"),
         }
-        let _ = reply.send(outcome);
+        for reply in replies {
+            let _ = reply.send(outcome.clone());
+        }
     }
 }
+
+/// How long a reload waits for its file to be read (a FIFO with no writer, a hung network file
+/// system); then it is refused, and the next one reads again.
+const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 // r[impl node.reload.apply]
 // r[impl node.reload.node-sections]
@@ -624,14 +636,23 @@ async fn reload(
     let node = &context.node;
     // A blocking read (the file may be slow, or a FIFO): off the runtime's threads.
     let source = source.clone();
-    let loaded = tokio::task::spawn_blocking(move || {
+    let file = source
+        .path
+        .as_ref()
+        .map_or_else(|| "the config".to_owned(), |p| p.display().to_string());
+    let read = tokio::task::spawn_blocking(move || {
         source.load().and_then(|loaded| {
             let table: toml::Table = toml::from_str(&loaded.text).map_err(|e| e.to_string())?;
             Ok((loaded.config, table))
         })
-    })
-    .await
-    .unwrap_or_else(|err| Err(format!("reading the config failed: {err}")));
+    });
+    let loaded = match tokio::time::timeout(CONFIG_READ_TIMEOUT, read).await {
+        Ok(read) => read.unwrap_or_else(|err| Err(format!("reading the config failed: {err}"))),
+        Err(_) => Err(format!(
+            "{file}: cannot read: not read within {}s",
+            CONFIG_READ_TIMEOUT.as_secs()
+        )),
+    };
     let (mut config, table) = match loaded {
         Ok(loaded) => loaded,
         Err(message) => {
@@ -936,7 +957,9 @@ async fn on_hangup(mut hup: tokio::signal::unix::Signal, node: NodeState) {
         let node = node.clone();
         // Not awaited here: a SIGHUP during a long reload queues the next one at once.
         tokio::spawn(async move {
-            let _ = node.request_reload().await;
+            if let Err(err @ ReloadError::Busy) = node.request_reload().await {
+                tracing::warn!(error = %err, "SIGHUP: no reload");
+            }
         });
     }
 }

@@ -117,9 +117,13 @@ pub struct NodeState {
     reloads: Arc<Mutex<Option<ReloadSender>>>,
 }
 
+/// Reloads that may wait for the one under way (all of them are then answered by the next one);
+/// one more is refused at once.
+pub const MAX_WAITING_RELOADS: usize = 16;
+
 /// A reload asked for, and where its outcome goes.
 pub type ReloadAsk = tokio::sync::oneshot::Sender<crate::reload::Outcome>;
-type ReloadSender = tokio::sync::mpsc::UnboundedSender<ReloadAsk>;
+type ReloadSender = tokio::sync::mpsc::Sender<ReloadAsk>;
 
 impl std::fmt::Debug for NodeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -212,8 +216,8 @@ impl NodeState {
 
     /// Makes the caller the one that takes reloads ([`NodeState::request_reload`]), one at a
     /// time, in the order they were asked for.
-    pub fn take_reloads(&self) -> tokio::sync::mpsc::UnboundedReceiver<ReloadAsk> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    pub fn take_reloads(&self) -> tokio::sync::mpsc::Receiver<ReloadAsk> {
+        let (tx, rx) = tokio::sync::mpsc::channel(MAX_WAITING_RELOADS);
         *lock(&self.reloads) = Some(tx);
         rx
     }
@@ -222,11 +226,15 @@ impl NodeState {
     /// Asks for a reload and waits for its outcome (after any reload asked for earlier).
     pub async fn request_reload(&self) -> crate::reload::Outcome {
         let (reply, outcome) = tokio::sync::oneshot::channel();
-        let sent = lock(&self.reloads)
-            .as_ref()
-            .is_some_and(|tx| tx.send(reply).is_ok());
-        if !sent {
-            return Err(crate::reload::ReloadError::Unavailable);
+        let sent = lock(&self.reloads).as_ref().map(|tx| tx.try_send(reply));
+        match sent {
+            Some(Ok(())) => {}
+            Some(Err(tokio::sync::mpsc::error::TrySendError::Full(_))) => {
+                return Err(crate::reload::ReloadError::Busy);
+            }
+            Some(Err(tokio::sync::mpsc::error::TrySendError::Closed(_))) | None => {
+                return Err(crate::reload::ReloadError::Unavailable);
+            }
         }
         outcome
             .await
@@ -346,5 +354,30 @@ impl NodeState {
     /// Whether every module has had its first start and the node is not draining.
     pub fn ready(&self) -> bool {
         self.phase() == Phase::Running
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify node.reload.serial]
+    #[tokio::test]
+    async fn reloads_past_the_bound_of_waiting_ones_are_refused_at_once() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        // Nobody takes them: each waits in the queue.
+        let _asks = node.take_reloads();
+        let mut waiting = Vec::new();
+        for _ in 0..MAX_WAITING_RELOADS {
+            let node = node.clone();
+            waiting.push(tokio::spawn(async move { node.request_reload().await }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let refused =
+            tokio::time::timeout(std::time::Duration::from_secs(1), node.request_reload()).await;
+        assert_eq!(refused, Ok(Err(crate::reload::ReloadError::Busy)));
+        for task in waiting {
+            task.abort();
+        }
     }
 }

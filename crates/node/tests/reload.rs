@@ -518,7 +518,7 @@ async fn a_gateway_client_stays_connected_through_a_reload_of_another_module() {
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
     let mut ws = member(&addr, "ann", "lobby").await;
 
-    // [forward] appears and [pull] changes; [gateway] is the same.
+    // [forward] appears; [gateway] and [pull] are the same.
     rewrite(
         &node,
         &format!("{gateway}\n{}", forward_section(&tokens, "127.0.0.1:53")),

@@ -203,3 +203,46 @@ async fn a_reload_asked_for_while_the_node_stops_is_refused_and_the_stop_goes_on
     assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
     assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
 }
+
+// r[verify node.reload.serial]
+#[tokio::test]
+async fn reloads_that_waited_together_are_answered_by_one_reload() {
+    let node = common::start("", "5s");
+    node.until_ready().await;
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    let first = reload_cli(&node);
+    until_logged(&node, "reload requested through the admin API");
+    std::thread::sleep(Duration::from_millis(200));
+    // Three more while the first waits for its file.
+    let waiting: Vec<_> = (0..3).map(|_| reload_cli(&node)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let write = || {
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&config)
+            .unwrap();
+        writer.write_all(&text).unwrap();
+    };
+    write();
+    let (code, out) = finished(first);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"generation\":2"), "{out}");
+    // One read answers the three: a fourth generation would need another write.
+    write();
+    for cli in waiting {
+        let (code, out) = finished(cli);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("\"generation\":3"), "{out}");
+    }
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(events(&log, "config reloaded").count(), 2, "{log}");
+}

@@ -275,6 +275,7 @@ async fn reload(
             let status = match err {
                 ReloadError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 ReloadError::Stopping | ReloadError::Unavailable => StatusCode::CONFLICT,
+                ReloadError::Busy => StatusCode::TOO_MANY_REQUESTS,
             };
             (
                 status,
