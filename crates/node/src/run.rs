@@ -308,7 +308,7 @@ impl ConfigSource {
 struct RunningModule {
     name: String,
     group: StopGroup,
-    stopper: supervisor::SupervisorStopper,
+    stopper: Box<dyn Stopper>,
 }
 
 /// What runs now: the config (with the text's inputs) and its modules.
@@ -366,7 +366,7 @@ impl Context {
             RunningModule {
                 name,
                 group,
-                stopper: s.stopper,
+                stopper: Box::new(s.stopper),
             },
             s.first_start,
         )
@@ -527,7 +527,7 @@ pub async fn run(
         budget,
         supervised
             .into_iter()
-            .map(|m| (m.name, m.group, Box::new(m.stopper) as Box<dyn Stopper>))
+            .map(|m| (m.name, m.group, m.stopper))
             .collect(),
     );
     let report = plan.run(reason, signals.abort()).await;
@@ -909,8 +909,9 @@ async fn stop_for_reload(
     report.aborted
 }
 
-/// A running module's stopper that, dropped without having been asked to stop (its group was
-/// skipped by the node's stop), hands the module back.
+/// A running module's stopper that hands the module back to the node's stop plan when the
+/// node's stop cuts the reload off: as it was, if it had not been asked to stop yet (its group
+/// was skipped), else as the stop under way ([`Unfinished`]).
 struct HandBack {
     module: Option<RunningModule>,
     back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
@@ -926,10 +927,82 @@ impl Stopper for HandBack {
         if let Some(before_stop) = self.before_stop.take() {
             before_stop();
         }
-        match self.module.take() {
-            Some(module) => Box::new(module.stopper).stop(request),
-            None => Box::pin(async { Ok(()) }),
+        let Some(RunningModule {
+            name,
+            group,
+            stopper,
+        }) = self.module.take()
+        else {
+            return Box::pin(async { Ok(()) });
+        };
+        // The stop runs on its own task, so that the reload's wait for it may be cut off (the
+        // node's stop began) while the stop goes on: the node's stop plan then waits for it.
+        let (done, outcome) = tokio::sync::watch::channel(None);
+        tokio::spawn(async move {
+            let _ = done.send(Some(stopper.stop(request).await));
+        });
+        let unfinished = Unfinished {
+            module: Some((name, group, outcome.clone())),
+            back: Arc::clone(&self.back),
+        };
+        Box::pin(async move {
+            let outcome = stop_outcome(outcome).await;
+            unfinished.finished();
+            outcome
+        })
+    }
+}
+
+type StopOutcome = tokio::sync::watch::Receiver<Option<Result<(), holdfast_lifecycle::StopError>>>;
+
+/// The outcome of a stop running on its own task.
+async fn stop_outcome(mut outcome: StopOutcome) -> Result<(), holdfast_lifecycle::StopError> {
+    match outcome.wait_for(Option::is_some).await {
+        Ok(done) => done.clone().unwrap_or(Ok(())),
+        Err(_) => Err(holdfast_lifecycle::StopError(
+            "the module's stop ended without an outcome".into(),
+        )),
+    }
+}
+
+/// A stop the reload asked for and stopped waiting for: handed back, as a stopper that waits
+/// for that same stop, to the node's stop plan.
+struct Unfinished {
+    module: Option<(String, StopGroup, StopOutcome)>,
+    back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
+}
+
+impl Unfinished {
+    /// The reload saw the stop's outcome: nothing to hand back.
+    fn finished(mut self) {
+        self.module = None;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some((name, group, outcome)) = self.module.take() {
+            self.back
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(RunningModule {
+                    name,
+                    group,
+                    stopper: Box::new(Ongoing(outcome)),
+                });
         }
+    }
+}
+
+/// A stopper for a stop already under way: waits for its outcome.
+struct Ongoing(StopOutcome);
+
+impl Stopper for Ongoing {
+    fn stop(
+        self: Box<Self>,
+        _request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        Box::pin(stop_outcome(self.0))
     }
 }
 
