@@ -56,6 +56,11 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Reload the node's config file: modules whose sections changed restart, new ones start,
+    /// removed ones stop, the rest are not touched. Exit 0: applied; 3: applied, but [node],
+    /// [admin], [log] or [supervise] changed and need a restart; 1: nothing applied (invalid
+    /// file, the node stopping, or no node); needs the Unix socket or --token-file.
+    Reload(ClientArgs),
     /// The WebSocket gateway: its replica, readiness, connections and counters, or
     /// `gateway push --room R|--user U TEXT`, or `gateway token -c FILE --user U`.
     Gateway {

@@ -772,9 +772,31 @@ impl Locator<'_> {
             } else {
                 key.to_owned()
             },
-            message,
+            message: without_value(&message),
         }
     }
+}
+
+// i[impl node.config.no-values]
+/// `message` without the value serde's "invalid type"/"invalid value" messages quote (a token
+/// written in the wrong shape would otherwise be shown back wherever the error goes: the
+/// terminal, the log, the unauthenticated fault list): `invalid type: string, expected a
+/// sequence`. The kind of value and what was expected stay.
+fn without_value(message: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        let Some(rest) = message.strip_prefix(prefix) else {
+            continue;
+        };
+        // serde writes `KIND "value"` or `KIND `value``; the value may hold anything, the
+        // expectation (the code's own text) comes last.
+        let kind = rest.split(['"', '`']).next().unwrap_or_default().trim_end();
+        let expected = rest
+            .rfind(", expected ")
+            .and_then(|at| rest.get(at..))
+            .unwrap_or_default();
+        return format!("{prefix}{kind}{expected}");
+    }
+    message.to_owned()
 }
 
 /// The keys `serde` lists in an "unknown field" message, and the closest one.

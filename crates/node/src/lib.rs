@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod module;
 pub mod modules;
 pub mod notify;
+pub mod reload;
 pub mod render;
 pub mod run;
 pub mod slot;

@@ -42,25 +42,22 @@ fn main() -> ExitCode {
                     }
                 }
             };
-            let loaded = match &config {
-                Some(path) => Config::load(path).map_err(|e| e.to_string()),
-                None => Config::embedded().map_err(|e| e.to_string()),
+            let source = run::ConfigSource {
+                path: config,
+                data_dir,
             };
-            let mut config = match loaded {
-                Ok(config) => config,
+            let loaded = match source.load() {
+                Ok(loaded) => loaded,
                 Err(err) => {
                     eprintln!("{err}");
                     return ExitCode::from(run::EXIT_START_FAILED);
                 }
             };
-            if let Some(dir) = data_dir {
-                config.node.data_dir = dir;
-            }
             logging::init(
-                log_format.unwrap_or(config.log.format),
-                config.log.level.get_ref(),
+                log_format.unwrap_or(loaded.config.log.format),
+                loaded.config.log.level.get_ref(),
             );
-            match runtime.block_on(run::run(config, signals)) {
+            match runtime.block_on(run::run(loaded, source, signals)) {
                 Ok(report) => {
                     let code = run::exit_status(&report);
                     // An aborted plan may leave stoppers running: do not wait for the runtime.
@@ -93,6 +90,7 @@ fn main() -> ExitCode {
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
         Command::Drain { restart, client } => runtime.block_on(drain(client, restart)),
+        Command::Reload(args) => runtime.block_on(reload(args)),
         // i[impl node.gateway.cli+2]
         Command::Gateway {
             action: None,
@@ -248,6 +246,116 @@ fn print_answer<E: std::fmt::Display>(
             ExitCode::from(1)
         }
     }
+}
+
+/// How long `holdfast reload` waits for the reload's answer (it may drain the gateway): as long
+/// as the node gives it, and a little more.
+const RELOAD_TIMEOUT: std::time::Duration =
+    holdfast::admin::RELOAD_REQUEST_TIMEOUT.saturating_add(std::time::Duration::from_secs(5));
+
+/// `holdfast reload`'s exit status when its answer was lost (the reload may have applied).
+const RELOAD_UNKNOWN: u8 = 5;
+
+/// The node's running config generation, if it answers.
+async fn config_generation(target: &Target, token: Option<&token::Token>) -> Option<u64> {
+    let status = client::call(target, hyper::Method::GET, "/v1/status", token)
+        .await
+        .ok()?;
+    serde_json::from_str::<serde_json::Value>(&status).ok()?["config"]["generation"].as_u64()
+}
+
+/// Says that a reload's answer was lost, and what the node's config generation tells.
+async fn reload_unknown(
+    target: &Target,
+    token: Option<&token::Token>,
+    before: Option<u64>,
+    why: &str,
+) -> ExitCode {
+    let after = config_generation(target, token).await;
+    let told = match (before, after) {
+        (Some(before), Some(after)) if after > before => {
+            format!("the config generation went from {before} to {after}: a reload applied")
+        }
+        (Some(before), Some(after)) => {
+            format!("the config generation is still {after} (was {before}): no reload applied yet")
+        }
+        _ => "the node's config generation could not be read".to_owned(),
+    };
+    eprintln!("holdfast: the reload's outcome is unknown ({why}); {told}; see `holdfast status`");
+    ExitCode::from(RELOAD_UNKNOWN)
+}
+
+// i[impl node.cli.reload]
+async fn reload(args: ClientArgs) -> ExitCode {
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let before = config_generation(&resolved.target, resolved.token.as_ref()).await;
+    let answer = client::call_within(
+        &resolved.target,
+        hyper::Method::POST,
+        "/v1/reload",
+        resolved.token.as_ref(),
+        RELOAD_TIMEOUT,
+    )
+    .await;
+    let body = match answer {
+        Ok(body) => body,
+        Err(client::ClientError::Refused { status: 408, .. }) => {
+            let status = 408;
+            let why = format!("the node answered {status}");
+            return reload_unknown(&resolved.target, resolved.token.as_ref(), before, &why).await;
+        }
+        Err(err @ (client::ClientError::Timeout { .. } | client::ClientError::Http { .. })) => {
+            let why = err.to_string();
+            return reload_unknown(&resolved.target, resolved.token.as_ref(), before, &why).await;
+        }
+        Err(client::ClientError::Refused { body, status, .. }) => {
+            // The node's own reason (the config's FILE:LINE:COL line) rather than the envelope.
+            let error = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("the node answered {status}: {}", body.trim_end()));
+            if args.json {
+                println!("{}", body.trim_end());
+            }
+            eprintln!("holdfast: reload not applied: {error}");
+            return ExitCode::from(1);
+        }
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let value: serde_json::Value = match serde_json::from_str(&body) {
+        Ok(value) => value,
+        Err(err) => {
+            eprintln!("holdfast: the node answered something that is not JSON: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.json {
+        println!("{}", body.trim_end());
+    } else {
+        print!("{}", render::reload(&value));
+    }
+    let needs_restart = value["needs_restart"]
+        .as_array()
+        .is_some_and(|sections| !sections.is_empty());
+    let failed = value["failed"]
+        .as_object()
+        .is_some_and(|failed| !failed.is_empty());
+    ExitCode::from(if failed {
+        4
+    } else if needs_restart {
+        3
+    } else {
+        0
+    })
 }
 
 // r[impl node.gateway.stop-reason+2]

@@ -25,6 +25,10 @@ pub enum Message {
     Status(String),
     /// `WATCHDOG=1`.
     Watchdog,
+    /// `RELOADING=1` (a reload begins; `READY=1` ends it).
+    Reloading,
+    /// `MONOTONIC_USEC=…`: the monotonic clock's time, sent with `RELOADING=1`.
+    MonotonicUsec(i128),
 }
 
 impl Message {
@@ -35,6 +39,8 @@ impl Message {
             Message::Stopping => sd_notify::NotifyState::Stopping,
             Message::Status(text) => sd_notify::NotifyState::Status(text),
             Message::Watchdog => sd_notify::NotifyState::Watchdog,
+            Message::Reloading => sd_notify::NotifyState::Reloading,
+            Message::MonotonicUsec(usec) => sd_notify::NotifyState::MonotonicUsec(*usec),
         }
     }
 
@@ -292,6 +298,8 @@ impl Core {
 /// [`Notifier::finish`] sends what is left before the node exits.
 #[derive(Debug, Clone)]
 pub struct Notifier {
+    /// Messages decided outside the core (a reload's), sent in order with the core's.
+    tx: Arc<Mutex<Option<std::sync::mpsc::Sender<Vec<Message>>>>>,
     poke: Arc<tokio::sync::Notify>,
     finish: Arc<tokio::sync::Notify>,
     parts: Arc<Mutex<Option<Parts>>>,
@@ -311,10 +319,40 @@ impl Notifier {
     }
 
     // r[impl node.systemd.notify]
+    // r[impl node.systemd.reload]
+    /// Sends `messages` now, after whatever was decided before them.
+    pub fn send(&self, messages: Vec<Message>) {
+        if let Some(tx) = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            let _ = tx.send(messages);
+        }
+    }
+
+    // r[impl node.systemd.reload]
+    /// Tells the service manager a reload begins: `RELOADING=1` with the monotonic time.
+    pub fn reloading(&self) {
+        let mut messages = vec![Message::Reloading];
+        if let Ok(sd_notify::NotifyState::MonotonicUsec(usec)) =
+            sd_notify::NotifyState::monotonic_usec_now()
+        {
+            messages.push(Message::MonotonicUsec(usec));
+        }
+        self.send(messages);
+    }
+
     /// Takes a last look at the node, then waits (at most `within`: a service manager that does
     /// not read must not hold the exit) until every message decided so far has been sent.
     pub async fn finish(&self, within: Duration) {
         self.finish.notify_one();
+        // The sending thread ends once every sender is gone: this one first.
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let parts = self
             .parts
             .lock()
@@ -391,6 +429,7 @@ pub fn spawn(
     };
     let poke = Arc::new(tokio::sync::Notify::new());
     let finish = Arc::new(tokio::sync::Notify::new());
+    let outside = tx.clone();
     let mut core = Core::new(watchdog);
     let poll = core.beat_every().map_or(POLL, |b| b.min(POLL));
     let decider = tokio::spawn({
@@ -415,6 +454,7 @@ pub fn spawn(
         }
     });
     Some(Notifier {
+        tx: Arc::new(Mutex::new(Some(outside))),
         poke,
         finish,
         parts: Arc::new(Mutex::new(Some(Parts { decider, sender }))),

@@ -275,8 +275,18 @@ pub fn status(v: &Value) -> String {
     } else {
         String::new()
     };
+    // r[impl node.reload.generation]
+    let config = if v["config"].is_object() {
+        format!(
+            "  config generation {} (loaded {})",
+            s(&v["config"]["generation"]),
+            s(&v["config"]["loaded_at"])
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "node {}  phase {}  up {}s\n{gateway}\n{}\n{}\n{}",
+        "node {}  phase {}  up {}s{config}\n{gateway}\n{}\n{}\n{}",
         s(&v["node_id"]),
         s(&v["phase"]),
         s(&v["uptime_secs"]),
@@ -336,6 +346,39 @@ pub fn gateway(g: &Value) -> String {
         for problem in d["problems"].as_array().into_iter().flatten() {
             out.push_str(&format!("  problem: {}\n", s(problem)));
         }
+    }
+    out
+}
+
+// i[impl node.cli.reload]
+/// `holdfast reload`: the generation now, each module's change, and what needs a restart.
+pub fn reload(v: &Value) -> String {
+    let mut out = format!(
+        "reloaded: config generation {} in {} ms\n",
+        s(&v["generation"]),
+        s(&v["took_ms"])
+    );
+    let rows: Vec<Vec<String>> = v["modules"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, change)| vec![escape(name), s(change)])
+        .collect();
+    if !rows.is_empty() {
+        out.push_str(&table(&["MODULE", "CHANGE"], &rows));
+    }
+    for (name, error) in v["failed"].as_object().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} failed to start: {} (its supervisor retries it)\n",
+            escape(name),
+            escape(&s(error))
+        ));
+    }
+    for section in v["needs_restart"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "[{}] changed: not applied, needs a restart of the node\n",
+            s(section)
+        ));
     }
     out
 }

@@ -15,6 +15,7 @@ use crate::modules::{
     workload::WorkloadModule,
 };
 use crate::notify;
+use crate::reload::{Change, Inputs, ReloadError};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -98,6 +99,36 @@ pub fn stop_plan(
     plan
 }
 
+// r[impl node.reload.diff]
+/// The names of the modules `config` composes, in [`compose`]'s order (what a reload compares).
+pub fn module_names(config: &Config) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if config.pull.enabled {
+        names.push(crate::modules::pull::NAME);
+    }
+    if !config.workloads.is_empty() {
+        names.push(crate::modules::workload::NAME);
+    }
+    if config.issuance.is_some() {
+        names.push(crate::modules::issuance::NAME);
+    }
+    if config.forward.is_some() {
+        names.push(crate::modules::forward::NAME);
+    }
+    if config.gateway.is_some() {
+        names.push(crate::modules::gateway::NAME);
+    }
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
+        names.push(crate::modules::testing::HANG_NAME);
+    }
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
+        names.push(crate::modules::testing::WEDGE_NAME);
+    }
+    names
+}
+
 // r[impl node.workload.module]
 // r[impl node.issuance.module]
 // r[impl node.forward.module+2]
@@ -105,9 +136,27 @@ pub fn stop_plan(
 /// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
 /// section.
-fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Arc<dyn Module>> {
+fn compose(
+    config: &Config,
+    identity: &NodeIdentity,
+    node: &NodeState,
+    desired: &crate::modules::workload::Desired,
+) -> Vec<Arc<dyn Module>> {
+    compose_some(config, identity, node, desired, &|_| true)
+}
+
+/// [`compose`], building only the modules whose name `want` accepts (a reload builds only the
+/// ones it starts).
+fn compose_some(
+    config: &Config,
+    identity: &NodeIdentity,
+    node: &NodeState,
+    desired: &crate::modules::workload::Desired,
+    want: &dyn Fn(&str) -> bool,
+) -> Vec<Arc<dyn Module>> {
+    use crate::modules::{forward, gateway, issuance, pull, workload};
     let mut modules: Vec<Arc<dyn Module>> = Vec::new();
-    if config.pull.enabled {
+    if config.pull.enabled && want(pull::NAME) {
         modules.push(Arc::new(PullModule {
             workloads: config
                 .workloads
@@ -120,9 +169,14 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             node: node.clone(),
         }));
     }
-    if !config.workloads.is_empty() {
+    if !config.workloads.is_empty() && want(workload::NAME) {
+        // Shared with the node's reload, which may replace them live.
+        *desired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            config.workloads.iter().map(|w| w.to_config()).collect();
         modules.push(Arc::new(WorkloadModule {
-            workloads: config.workloads.iter().map(|w| w.to_config()).collect(),
+            workloads: Arc::clone(desired),
             docker_host: config.pull.docker_host.clone(),
             seed: identity.seed(crate::modules::workload::NAME),
             stop_on_exit: config.workloads_module.stop_on_exit,
@@ -132,7 +186,7 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             node: node.clone(),
         }));
     }
-    if let Some(issuance) = &config.issuance {
+    if let Some(issuance) = config.issuance.as_ref().filter(|_| want(issuance::NAME)) {
         modules.push(Arc::new(IssuanceModule::new(
             issuance.get_ref().clone(),
             config.node.data_dir.clone(),
@@ -141,14 +195,14 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             node.issuance.clone(),
         )));
     }
-    if let Some(forward) = &config.forward {
+    if let Some(forward) = config.forward.as_ref().filter(|_| want(forward::NAME)) {
         modules.push(Arc::new(ForwardModule::new(
             forward.get_ref(),
             config.node.data_dir.clone(),
             node.forward.clone(),
         )));
     }
-    if let Some(gateway) = &config.gateway {
+    if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
         modules.push(Arc::new(GatewayModule::new(
             gateway.get_ref(),
             identity.id(),
@@ -159,12 +213,16 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
     }
     // i[impl node.testing-modules]
     #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
+    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop)
+        && want(crate::modules::testing::HANG_NAME)
+    {
         tracing::warn!("[testing] hang_on_stop: running a test module whose stopper never returns");
         modules.push(Arc::new(crate::modules::testing::HangOnStop));
     }
     #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
+    if config.testing.as_ref().is_some_and(|t| t.wedge_start)
+        && want(crate::modules::testing::WEDGE_NAME)
+    {
         tracing::warn!(
             "[testing] wedge_start: running a test module whose start blocks its thread"
         );
@@ -184,7 +242,7 @@ pub struct NodeSignals {
     quit: tokio::signal::unix::Signal,
 }
 
-// r[impl node.signal.hup]
+// r[impl node.signal.hup+2]
 impl NodeSignals {
     /// Installs SIGTERM's, SIGINT's, SIGHUP's and SIGQUIT's handlers. Call it inside the runtime
     /// (`Runtime::enter`).
@@ -200,18 +258,136 @@ impl NodeSignals {
     }
 }
 
-/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan. SIGHUP leaves
-/// it running; SIGQUIT exits the process at once.
-pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, RunError> {
+/// Where the node's config comes from, so that a reload reads it the same way again.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// The file (`-c`); `None`: the embedded default.
+    pub path: Option<PathBuf>,
+    /// `--data-dir`, which overrides `node.data_dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// A config as read, with the text it was read from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated config.
+    pub config: Config,
+    /// The file's text.
+    pub text: String,
+}
+
+impl ConfigSource {
+    /// Reads and validates the config; the error is the line `holdfast check-config` prints.
+    pub fn load(&self) -> Result<Loaded, String> {
+        let (file, text) = match &self.path {
+            Some(path) => {
+                let file = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|source| {
+                    crate::config::LoadError::Read {
+                        file: file.clone(),
+                        source,
+                    }
+                    .to_string()
+                })?;
+                (file, text)
+            }
+            None => (
+                crate::config::DEFAULT_CONFIG_NAME.to_owned(),
+                crate::config::DEFAULT_CONFIG.to_owned(),
+            ),
+        };
+        let mut config = Config::parse(&file, &text).map_err(|e| e.to_string())?;
+        if let Some(dir) = &self.data_dir {
+            config.node.data_dir = dir.clone();
+        }
+        Ok(Loaded { config, text })
+    }
+}
+
+/// One running module: its supervisor's stopper.
+struct RunningModule {
+    name: String,
+    group: StopGroup,
+    stopper: Box<dyn Stopper>,
+}
+
+/// What runs now: the config (with the text's inputs) and its modules.
+struct Running {
+    config: Config,
+    inputs: Inputs,
+    modules: Vec<RunningModule>,
+    /// Set by the node's stop when it takes `modules`: no reload starts anything after it.
+    closed: bool,
+}
+
+/// What starting a module needs besides the module.
+#[derive(Clone)]
+struct Context {
+    identity: NodeIdentity,
+    node: NodeState,
+    heartbeat: notify::Heartbeat,
+    /// The workload module's workloads, which a reload may replace live.
+    desired: crate::modules::workload::Desired,
+}
+
+impl Context {
+    /// Spawns `module`'s supervisor (paced by `config`'s `[supervise]`) and a watcher of its task;
+    /// resolves `first_start` once its first start has been made.
+    fn supervise(
+        &self,
+        module: Arc<dyn Module>,
+        config: &Config,
+    ) -> (RunningModule, tokio::sync::oneshot::Receiver<()>) {
+        let supervise = SuperviseConfig {
+            policy: config
+                .supervise_policy(self.identity.seed(&format!("supervise/{}", module.name()))),
+            must_last: config.supervise.must_last.get(),
+            crash_loop_threshold: *config.supervise.crash_loop_threshold.get_ref(),
+            crash_loop_window: config.supervise.crash_loop_window.get(),
+        };
+        let name = module.name().to_owned();
+        let group = module.group();
+        let s = supervisor::spawn_with_heartbeat(
+            module,
+            supervise,
+            self.node.clone(),
+            self.heartbeat.clone(),
+        );
+        let task = s.task;
+        let watched = name.clone();
+        tokio::spawn(async move {
+            // A supervisor ends only when stopped; one that panics is a bug worth an error line
+            // (its stopper then reports the stop as failed).
+            if let Err(err) = task.await {
+                tracing::error!(module = %watched, error = %err, "module supervisor ended on its own");
+            }
+        });
+        (
+            RunningModule {
+                name,
+                group,
+                stopper: Box::new(s.stopper),
+            },
+            s.first_start,
+        )
+    }
+}
+
+/// Runs the node until SIGTERM, SIGINT or `POST /v1/drain`, then runs the stop plan. SIGHUP and
+/// `POST /v1/reload` reload `source`; SIGQUIT exits the process at once.
+pub async fn run(
+    loaded: Loaded,
+    source: ConfigSource,
+    signals: NodeSignals,
+) -> Result<StopReport, RunError> {
     let NodeSignals {
         term,
         int,
         hup,
         quit,
     } = signals;
-    // Answered from here on (the log is set up now); one that came earlier is answered at once.
-    tokio::spawn(on_hangup(hup));
     tokio::spawn(on_quit(quit));
+    let Loaded { config, text } = loaded;
 
     let data_dir = config.node.data_dir.clone();
     prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
@@ -220,6 +396,10 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
     })?;
     let identity = NodeIdentity::resolve(config.node.id.as_ref().map(|id| id.get_ref().as_str()))?;
     let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
+    // Answered from here on (the log is set up now); one that came earlier is answered once the
+    // reload loop below runs.
+    let reload_asks = node.take_reloads();
+    tokio::spawn(on_hangup(hup, node.clone()));
     let token = match &config.admin.token_file {
         Some(path) => Some(admin::token::read(path.get_ref()).map_err(RunError::Token)?),
         None => None,
@@ -252,7 +432,8 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
         "holdfast node starting"
     );
 
-    let modules = compose(&config, &identity, &node);
+    let desired = crate::modules::workload::desired(Vec::new());
+    let modules = compose(&config, &identity, &node, &desired);
 
     // systemd (Type=notify): the watchdog's heartbeat runs only when a service manager listens
     // and asks for it.
@@ -261,24 +442,19 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
         Some(every) => notify::Heartbeat::every(every),
         None => notify::Heartbeat::off(),
     };
+    let context = Context {
+        identity: identity.clone(),
+        node: node.clone(),
+        heartbeat: heartbeat.clone(),
+        desired,
+    };
 
     let mut supervised = Vec::new();
     let mut first_starts = Vec::new();
-    let mut supervisor_tasks = Vec::new();
     for module in modules {
-        let supervise = SuperviseConfig {
-            policy: config.supervise_policy(identity.seed(&format!("supervise/{}", module.name()))),
-            must_last: config.supervise.must_last.get(),
-            crash_loop_threshold: *config.supervise.crash_loop_threshold.get_ref(),
-            crash_loop_window: config.supervise.crash_loop_window.get(),
-        };
-        let name = module.name().to_owned();
-        let group = module.group();
-        let s =
-            supervisor::spawn_with_heartbeat(module, supervise, node.clone(), heartbeat.clone());
-        first_starts.push(s.first_start);
-        supervisor_tasks.push((name.clone(), s.task));
-        supervised.push((name, group, s.stopper));
+        let (running, first) = context.supervise(module, &config);
+        first_starts.push(first);
+        supervised.push(running);
     }
     // After the supervisors registered their modules, so the first status counts them all.
     let notifier = notify::spawn(node.clone(), heartbeat, watchdog);
@@ -297,15 +473,26 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
             notifier.poke();
         }
     });
-    for (name, task) in supervisor_tasks {
-        tokio::spawn(async move {
-            // A supervisor ends only when stopped; one that panics is a bug worth an error line
-            // (its stopper then reports the stop as failed).
-            if let Err(err) = task.await {
-                tracing::error!(module = %name, error = %err, "module supervisor ended on its own");
-            }
-        });
-    }
+
+    // A text that parsed as the config parses as TOML; should it not, each running module is
+    // still named (with no inputs), so the first reload counts it changed: restarted under its
+    // name, never a second supervisor beside it.
+    let inputs = Inputs::of(&config, &text)
+        .unwrap_or_else(|_| Inputs::from_table(module_names(&config), &toml::Table::new()));
+    let budget = config.node.stop_budget.get_ref().get();
+    let running = Arc::new(tokio::sync::Mutex::new(Running {
+        config,
+        inputs,
+        modules: supervised,
+        closed: false,
+    }));
+    tokio::spawn(serve_reloads(
+        reload_asks,
+        Arc::clone(&running),
+        context,
+        source,
+        notifier.clone(),
+    ));
 
     // r[impl node.stop.signal+2]
     let mut signals = Signals {
@@ -318,12 +505,29 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
     if let Some(notifier) = &notifier {
         notifier.poke();
     }
-    let budget = config.node.stop_budget.get_ref().get();
+    // r[impl node.reload.stopping]
+    // A reload under way lets go at once (its stops are cut off by the draining phase, and it
+    // starts nothing once the phase is draining); a second signal still aborts meanwhile.
+    let supervised = tokio::select! {
+        mut running = running.lock() => {
+            running.closed = true;
+            std::mem::take(&mut running.modules)
+        }
+        () = signals.abort() => {
+            tracing::warn!("the stop was aborted while a reload let go");
+            return Ok(StopReport {
+                budget,
+                took: Duration::ZERO,
+                aborted: true,
+                modules: Vec::new(),
+            });
+        }
+    };
     let plan = stop_plan(
         budget,
         supervised
             .into_iter()
-            .map(|(name, group, stopper)| (name, group, Box::new(stopper) as Box<dyn Stopper>))
+            .map(|m| (m.name, m.group, m.stopper))
             .collect(),
     );
     let report = plan.run(reason, signals.abort()).await;
@@ -353,14 +557,483 @@ pub async fn run(config: Config, signals: NodeSignals) -> Result<StopReport, Run
     Ok(report)
 }
 
-// r[impl node.signal.hup]
-/// SIGHUP, for the node's whole life (the stop included): the reload signal. Reload is not built
-/// yet, so each one is a warning line and nothing else; reload will hook in here.
-async fn on_hangup(mut hup: tokio::signal::unix::Signal) {
-    while hup.recv().await.is_some() {
+/// The fault subject of a reload whose file is invalid.
+pub fn reload_subject() -> holdfast_lifecycle::Subject {
+    holdfast_lifecycle::Subject::new("reload", "config")
+}
+
+// r[impl node.reload.serial]
+/// Takes reloads one at a time, in the order they were asked for, until the node is gone.
+async fn serve_reloads(
+    mut asks: tokio::sync::mpsc::Receiver<crate::state::ReloadAsk>,
+    running: Arc<tokio::sync::Mutex<Running>>,
+    context: Context,
+    source: ConfigSource,
+    notifier: Option<notify::Notifier>,
+) {
+    while let Some(reply) = asks.recv().await {
+        // Every ask that waited meanwhile is answered by this one reload: it reads the file
+        // after each of them was asked for.
+        let mut replies = vec![reply];
+        while let Ok(more) = asks.try_recv() {
+            replies.push(more);
+        }
+        let outcome = if context.node.phase() == Phase::Draining {
+            Err(ReloadError::Stopping)
+        } else {
+            if let Some(notifier) = &notifier {
+                notifier.reloading();
+            }
+            let outcome = reload(&running, &context, &source).await;
+            // A stop that began meanwhile has said STOPPING=1: no READY=1 after it.
+            if let Some(notifier) = notifier
+                .as_ref()
+                .filter(|_| context.node.phase() != Phase::Draining)
+            {
+                let generation = context.node.config_generation().generation;
+                let status = match &outcome {
+                    Ok(_) => format!("reloaded: config generation {generation}"),
+                    Err(_) => format!("reload refused: config generation {generation} kept"),
+                };
+                notifier.send(vec![
+                    notify::Message::Ready,
+                    notify::Message::Status(status),
+                ]);
+            }
+            outcome
+        };
+        match &outcome {
+            Ok(applied) => tracing::info!(
+                generation = applied.generation.generation,
+                modules = ?applied.modules,
+                needs_restart = ?applied.needs_restart,
+                took_ms = applied.took_ms,
+                "config reloaded"
+            ),
+            Err(err) => tracing::warn!(error = %err, "reload refused"),
+        }
+        for reply in replies {
+            let _ = reply.send(outcome.clone());
+        }
+    }
+}
+
+/// How long a reload waits for its file to be read (a FIFO with no writer, a hung network file
+/// system); then it is refused, and the next one reads again.
+const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+// r[impl node.reload.apply]
+// r[impl node.reload.node-sections]
+// r[impl node.reload.generation]
+/// One reload: read and validate the file, compare, stop what went or changed, start what came or
+/// changed, and make the new config the running one.
+async fn reload(
+    running: &tokio::sync::Mutex<Running>,
+    context: &Context,
+    source: &ConfigSource,
+) -> crate::reload::Outcome {
+    let began = tokio::time::Instant::now();
+    let node = &context.node;
+    // A blocking read (the file may be slow, or a FIFO): off the runtime's threads.
+    let source = source.clone();
+    let file = source
+        .path
+        .as_ref()
+        .map_or_else(|| "the config".to_owned(), |p| p.display().to_string());
+    let read = tokio::task::spawn_blocking(move || {
+        source.load().and_then(|loaded| {
+            let table: toml::Table = toml::from_str(&loaded.text).map_err(|e| e.to_string())?;
+            Ok((loaded.config, table))
+        })
+    });
+    let loaded = match tokio::time::timeout(CONFIG_READ_TIMEOUT, read).await {
+        Ok(read) => read.unwrap_or_else(|err| Err(format!("reading the config failed: {err}"))),
+        Err(_) => Err(format!(
+            "{file}: cannot read: not read within {}s",
+            CONFIG_READ_TIMEOUT.as_secs()
+        )),
+    };
+    let (mut config, table) = match loaded {
+        Ok(loaded) => loaded,
+        Err(message) => {
+            node.faults.file(
+                reload_subject(),
+                "config_invalid",
+                &format!("the config was not reloaded: {message}"),
+                1,
+                std::time::SystemTime::now(),
+            );
+            return Err(ReloadError::Invalid(message));
+        }
+    };
+    let mut running = running.lock().await;
+    // r[impl node.reload.stopping]
+    if running.closed || node.phase() == Phase::Draining {
+        return Err(ReloadError::Stopping);
+    }
+    let mut inputs = Inputs::from_table(module_names(&config), &table);
+    let plan = crate::reload::diff(&running.inputs, &inputs);
+    // The node's own sections stay as they started (r[node.reload.node-sections]).
+    config.node = running.config.node.clone();
+    config.admin = running.config.admin.clone();
+    config.log = running.config.log.clone();
+    config.supervise = running.config.supervise.clone();
+    inputs.node = running.inputs.node.clone();
+    if !plan.needs_restart.is_empty() {
+        tracing::warn!(sections = ?plan.needs_restart,
+            "reload: these sections changed and need a restart of the node to take effect");
+    }
+
+    let mut plan = plan;
+    // The workload module takes a changed set of workloads live (the reconciler adds, changes
+    // and removes containers and leaves the others alone), when nothing else it is built from
+    // changed and it is running.
+    if plan.modules.get(crate::modules::workload::NAME) == Some(&Change::Changed)
+        && workloads_only(&running.inputs, &inputs)
+    {
+        let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
+        // The shared set first: a restart of the module between the two starts from the new one.
+        *context
+            .desired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads.clone();
+        if node
+            .workload
+            .with(|r| r.handle.set_desired(workloads))
+            .unwrap_or(false)
+        {
+            plan.modules
+                .insert(crate::modules::workload::NAME.to_owned(), Change::Updated);
+            tracing::info!("reload: the workload module took its new workloads live");
+        }
+    }
+
+    // Stop what went and what changed, in stop-group order, the gateway through its drain.
+    let goes = |name: &str| {
+        matches!(
+            plan.modules.get(name),
+            Some(Change::Disappeared | Change::Changed)
+        )
+    };
+    let (stopping, staying): (Vec<_>, Vec<_>) = std::mem::take(&mut running.modules)
+        .into_iter()
+        .partition(|m| goes(&m.name));
+    running.modules = staying;
+    if !stopping.is_empty() {
+        let budget = running.config.node.stop_budget.get_ref().get();
+        let aborted = stop_for_reload(node, stopping, &mut running.modules, budget).await;
+        if aborted {
+            return Err(ReloadError::Stopping);
+        }
+    }
+    // The node's stop may have begun during the stops: then nothing starts (it took, or will
+    // take, the modules as they are now).
+    if node.phase() == Phase::Draining {
+        return Err(ReloadError::Stopping);
+    }
+    // A stopped module's faults were its own (a module that starts again files what still
+    // holds), and the subjects a changed one no longer owns would stay open otherwise.
+    for name in plan
+        .with(Change::Disappeared)
+        .chain(plan.with(Change::Changed))
+    {
+        node.faults.clear_module(name);
+    }
+    for name in plan.with(Change::Disappeared) {
+        node.remove_module(name);
+        // Its API answers "not configured" again, not "down".
+        match name {
+            crate::modules::gateway::NAME => node.gateway.unconfigure(),
+            crate::modules::forward::NAME => node.forward.unconfigure(),
+            crate::modules::issuance::NAME => node.issuance.unconfigure(),
+            crate::modules::workload::NAME => node.workload.unconfigure(),
+            _ => {}
+        }
+    }
+
+    // Start what came and what changed, from the new config.
+    let starts = |name: &str| {
+        matches!(
+            plan.modules.get(name),
+            Some(Change::Appeared | Change::Changed)
+        )
+    };
+    let mut started_now = Vec::new();
+    for module in compose_some(&config, &context.identity, node, &context.desired, &starts) {
+        tracing::info!(module = module.name(), "reload: module starting");
+        let (started, _first) = context.supervise(module, &config);
+        started_now.push(started.name.clone());
+        running.modules.push(started);
+    }
+    let failed = first_starts(node, started_now).await;
+    running.config = config;
+    running.inputs = inputs;
+    let generation = crate::reload::Generation {
+        generation: node.config_generation().generation + 1,
+        loaded_at: std::time::SystemTime::now(),
+    };
+    node.set_config_generation(generation);
+    node.faults.clear(&reload_subject());
+    Ok(crate::reload::Applied {
+        generation,
+        modules: plan.modules,
+        needs_restart: plan.needs_restart,
+        took_ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+        failed,
+    })
+}
+
+/// How long a reload waits for the modules it started to come up (or fail).
+const FIRST_START_WAIT: Duration = Duration::from_secs(5);
+
+// r[impl node.reload.apply]
+/// Waits, at most [`FIRST_START_WAIT`] and not past the node's stop, until each of `modules`
+/// (just started under new supervisors) is up (ready or degraded) or has failed; returns the
+/// failed ones with their error. One still starting at the end is not counted as failed.
+async fn first_starts(
+    node: &NodeState,
+    mut modules: Vec<String>,
+) -> std::collections::BTreeMap<String, String> {
+    use holdfast_lifecycle::Health;
+    let mut failed = std::collections::BTreeMap::new();
+    let waiting = async {
+        while !modules.is_empty() {
+            let statuses = node.modules();
+            modules.retain(|name| {
+                // The stopped supervisor's entry may still be there until the new one publishes.
+                let Some(status) = statuses.iter().find(|s| {
+                    s.name == *name && s.supervisor != crate::state::SupervisorState::Stopped
+                }) else {
+                    return true;
+                };
+                if status.failures > 0 {
+                    let error = status.last_error.clone().unwrap_or_default();
+                    tracing::warn!(module = %name, %error, "reload: module failed to start");
+                    failed.insert(name.clone(), error);
+                    return false;
+                }
+                !matches!(status.health, Health::Ready | Health::Degraded(_))
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = waiting => {}
+        () = tokio::time::sleep(FIRST_START_WAIT) => {}
+        () = node.draining() => {}
+    }
+    failed
+}
+
+// r[impl node.reload.live]
+/// Whether the workload module's inputs differ only in its `[[workload]]` entries.
+fn workloads_only(running: &Inputs, new: &Inputs) -> bool {
+    let name = crate::modules::workload::NAME;
+    let (Some(old), Some(new)) = (running.modules.get(name), new.modules.get(name)) else {
+        return false;
+    };
+    ["workloads", "pull.enabled", "pull.docker_host"]
+        .iter()
+        .all(|key| old.get(key) == new.get(key))
+}
+
+// r[impl node.reload.apply]
+// r[impl node.reload.stopping]
+/// Stops `modules` through the node's stop plan ([`stop_plan`]: group by group, one budget),
+/// every stopper told the restart reason. The node's stop cuts it off (returns `true`): the
+/// modules not yet asked to stop go back to `staying`, for the node's own stop plan.
+async fn stop_for_reload(
+    node: &NodeState,
+    modules: Vec<RunningModule>,
+    staying: &mut Vec<RunningModule>,
+    budget: Duration,
+) -> bool {
+    let back = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stoppers = modules
+        .into_iter()
+        .map(|m| {
+            let (name, group) = (m.name.clone(), m.group);
+            // r[impl node.reload.workload-restart]
+            // The workload module stops to start again: its containers stay for the new
+            // instance to adopt, whatever `stop_on_exit` says (told only once the plan asks it
+            // to stop: a module the node's stop takes back stops the node's way).
+            let before_stop: Option<Box<dyn FnOnce() + Send>> =
+                (name == crate::modules::workload::NAME).then(|| {
+                    let node = node.clone();
+                    Box::new(move || {
+                        let _ = node.workload.with(|r| r.handle.keep_containers_on_stop());
+                    }) as Box<dyn FnOnce() + Send>
+                });
+            let stopper: Box<dyn Stopper> = Box::new(HandBack {
+                module: Some(m),
+                back: Arc::clone(&back),
+                before_stop,
+            });
+            (name, group, stopper)
+        })
+        .collect();
+    let plan = stop_plan(budget, stoppers);
+    let draining = node.clone();
+    // The plan holds its stoppers unshared (not `Sync`), so its run is no `Send` future: it runs
+    // on a thread of its own, driven by this runtime.
+    let runtime = tokio::runtime::Handle::current();
+    let report = tokio::task::spawn_blocking(move || {
+        runtime.block_on(plan.run(
+            StopReason::Restart,
+            async move { draining.draining().await },
+        ))
+    })
+    .await;
+    // What the plan never asked to stop is still running: the node's stop plan takes it.
+    staying.extend(std::mem::take(
+        &mut *back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    ));
+    let report = match report {
+        Ok(report) => report,
+        Err(err) => {
+            tracing::error!(error = %err, "reload: the stop plan's thread failed");
+            return true;
+        }
+    };
+    for module in &report.modules {
+        tracing::info!(module = %module.module, took = ?module.took, outcome = ?module.outcome,
+            "reload: module stopped");
+    }
+    if report.aborted {
         tracing::warn!(
-            "SIGHUP: reload is not built yet; running on with the config it started with"
+            "reload: the node's stop began during the reload's stops; it starts nothing"
         );
+    }
+    report.aborted
+}
+
+/// A running module's stopper that hands the module back to the node's stop plan when the
+/// node's stop cuts the reload off: as it was, if it had not been asked to stop yet (its group
+/// was skipped), else as the stop under way ([`Unfinished`]).
+struct HandBack {
+    module: Option<RunningModule>,
+    back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
+    /// Run when the module is asked to stop.
+    before_stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Stopper for HandBack {
+    fn stop(
+        mut self: Box<Self>,
+        request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        if let Some(before_stop) = self.before_stop.take() {
+            before_stop();
+        }
+        let Some(RunningModule {
+            name,
+            group,
+            stopper,
+        }) = self.module.take()
+        else {
+            return Box::pin(async { Ok(()) });
+        };
+        // The stop runs on its own task, so that the reload's wait for it may be cut off (the
+        // node's stop began) while the stop goes on: the node's stop plan then waits for it.
+        let (done, outcome) = tokio::sync::watch::channel(None);
+        tokio::spawn(async move {
+            let _ = done.send(Some(stopper.stop(request).await));
+        });
+        let unfinished = Unfinished {
+            module: Some((name, group, outcome.clone())),
+            back: Arc::clone(&self.back),
+        };
+        Box::pin(async move {
+            let outcome = stop_outcome(outcome).await;
+            unfinished.finished();
+            outcome
+        })
+    }
+}
+
+type StopOutcome = tokio::sync::watch::Receiver<Option<Result<(), holdfast_lifecycle::StopError>>>;
+
+/// The outcome of a stop running on its own task.
+async fn stop_outcome(mut outcome: StopOutcome) -> Result<(), holdfast_lifecycle::StopError> {
+    match outcome.wait_for(Option::is_some).await {
+        Ok(done) => done.clone().unwrap_or(Ok(())),
+        Err(_) => Err(holdfast_lifecycle::StopError(
+            "the module's stop ended without an outcome".into(),
+        )),
+    }
+}
+
+/// A stop the reload asked for and stopped waiting for: handed back, as a stopper that waits
+/// for that same stop, to the node's stop plan.
+struct Unfinished {
+    module: Option<(String, StopGroup, StopOutcome)>,
+    back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
+}
+
+impl Unfinished {
+    /// The reload saw the stop's outcome: nothing to hand back.
+    fn finished(mut self) {
+        self.module = None;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some((name, group, outcome)) = self.module.take() {
+            self.back
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(RunningModule {
+                    name,
+                    group,
+                    stopper: Box::new(Ongoing(outcome)),
+                });
+        }
+    }
+}
+
+/// A stopper for a stop already under way: waits for its outcome.
+struct Ongoing(StopOutcome);
+
+impl Stopper for Ongoing {
+    fn stop(
+        self: Box<Self>,
+        _request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        Box::pin(stop_outcome(self.0))
+    }
+}
+
+impl Drop for HandBack {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            self.back
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(module);
+        }
+    }
+}
+
+// r[impl node.signal.hup+2]
+/// SIGHUP, for the node's whole life (the stop included): the reload signal. Each one asks for a
+/// reload (after any under way); its outcome is logged by the reload loop.
+async fn on_hangup(mut hup: tokio::signal::unix::Signal, node: NodeState) {
+    while hup.recv().await.is_some() {
+        if node.phase() == Phase::Draining {
+            tracing::info!("SIGHUP: the node is stopping; no reload");
+            continue;
+        }
+        tracing::info!("SIGHUP: reloading the config");
+        let node = node.clone();
+        // Not awaited here: a SIGHUP during a long reload queues the next one at once.
+        tokio::spawn(async move {
+            if let Err(err @ ReloadError::Busy) = node.request_reload().await {
+                tracing::warn!(error = %err, "SIGHUP: no reload");
+            }
+        });
     }
 }
 
@@ -431,10 +1104,14 @@ mod tests {
         let config = Config::parse("compose.toml", text).unwrap();
         let identity = NodeIdentity::resolve(Some("compose-node")).unwrap();
         let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
-        compose(&config, &identity, &node)
+        let desired = crate::modules::workload::desired(Vec::new());
+        let composed: Vec<_> = compose(&config, &identity, &node, &desired)
             .iter()
             .map(|m| (m.name().to_owned(), m.group()))
-            .collect()
+            .collect();
+        // What a reload compares is what compose builds.
+        assert_eq!(names(&composed), module_names(&config));
+        composed
     }
 
     fn names(modules: &[(String, StopGroup)]) -> Vec<&str> {

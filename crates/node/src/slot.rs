@@ -43,6 +43,11 @@ impl<T> Slot<T> {
         }
     }
 
+    /// Marks the module no longer configured (a reload removed its section, after its stop).
+    pub fn unconfigure(&self) {
+        *self.lock() = SlotState::NotConfigured;
+    }
+
     /// Puts the running handle in.
     pub fn put(&self, value: T) {
         *self.lock() = SlotState::Up(value);

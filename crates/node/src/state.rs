@@ -113,7 +113,17 @@ pub struct NodeState {
     drain: Arc<tokio::sync::Notify>,
     drain_reason: Arc<Mutex<StopReason>>,
     started: SystemTime,
+    config: Arc<Mutex<crate::reload::Generation>>,
+    reloads: Arc<Mutex<Option<ReloadSender>>>,
 }
+
+/// Reloads that may wait for the one under way (all of them are then answered by the next one);
+/// one more is refused at once.
+pub const MAX_WAITING_RELOADS: usize = 16;
+
+/// A reload asked for, and where its outcome goes.
+pub type ReloadAsk = tokio::sync::oneshot::Sender<crate::reload::Outcome>;
+type ReloadSender = tokio::sync::mpsc::Sender<ReloadAsk>;
 
 impl std::fmt::Debug for NodeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,6 +155,8 @@ impl NodeState {
             drain: Arc::default(),
             drain_reason: Arc::new(Mutex::new(StopReason::Restart)),
             started: SystemTime::now(),
+            config: Arc::default(),
+            reloads: Arc::default(),
         }
     }
 
@@ -167,6 +179,12 @@ impl NodeState {
         });
     }
 
+    /// Resolves once the node's phase is [`Phase::Draining`] (at once if it already is).
+    pub async fn draining(&self) {
+        let mut phase = self.phase.subscribe();
+        let _ = phase.wait_for(|p| *p == Phase::Draining).await;
+    }
+
     /// When the node started.
     pub fn started(&self) -> SystemTime {
         self.started
@@ -183,6 +201,49 @@ impl NodeState {
     pub async fn drain_requested(&self) -> StopReason {
         self.drain.notified().await;
         *lock(&self.drain_reason)
+    }
+
+    // r[impl node.reload.generation]
+    /// The running config's generation and when it was loaded.
+    pub fn config_generation(&self) -> crate::reload::Generation {
+        *lock(&self.config)
+    }
+
+    /// Sets the running config's generation.
+    pub fn set_config_generation(&self, generation: crate::reload::Generation) {
+        *lock(&self.config) = generation;
+    }
+
+    /// Makes the caller the one that takes reloads ([`NodeState::request_reload`]), one at a
+    /// time, in the order they were asked for.
+    pub fn take_reloads(&self) -> tokio::sync::mpsc::Receiver<ReloadAsk> {
+        let (tx, rx) = tokio::sync::mpsc::channel(MAX_WAITING_RELOADS);
+        *lock(&self.reloads) = Some(tx);
+        rx
+    }
+
+    // r[impl node.reload.serial]
+    /// Asks for a reload and waits for its outcome (after any reload asked for earlier).
+    pub async fn request_reload(&self) -> crate::reload::Outcome {
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        let sent = lock(&self.reloads).as_ref().map(|tx| tx.try_send(reply));
+        match sent {
+            Some(Ok(())) => {}
+            Some(Err(tokio::sync::mpsc::error::TrySendError::Full(_))) => {
+                return Err(crate::reload::ReloadError::Busy);
+            }
+            Some(Err(tokio::sync::mpsc::error::TrySendError::Closed(_))) | None => {
+                return Err(crate::reload::ReloadError::Unavailable);
+            }
+        }
+        outcome
+            .await
+            .unwrap_or(Err(crate::reload::ReloadError::Unavailable))
+    }
+
+    /// Forgets a module (a reload stopped it for good).
+    pub fn remove_module(&self, name: &str) {
+        lock(&self.modules).remove(name);
     }
 
     /// Registers or updates a module's status (keeping its health watch unless a new one is
@@ -293,5 +354,30 @@ impl NodeState {
     /// Whether every module has had its first start and the node is not draining.
     pub fn ready(&self) -> bool {
         self.phase() == Phase::Running
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify node.reload.serial]
+    #[tokio::test]
+    async fn reloads_past_the_bound_of_waiting_ones_are_refused_at_once() {
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        // Nobody takes them: each waits in the queue.
+        let _asks = node.take_reloads();
+        let mut waiting = Vec::new();
+        for _ in 0..MAX_WAITING_RELOADS {
+            let node = node.clone();
+            waiting.push(tokio::spawn(async move { node.request_reload().await }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let refused =
+            tokio::time::timeout(std::time::Duration::from_secs(1), node.request_reload()).await;
+        assert_eq!(refused, Ok(Err(crate::reload::ReloadError::Busy)));
+        for task in waiting {
+            task.abort();
+        }
     }
 }

@@ -255,10 +255,8 @@ impl Supervisor {
                         tokio::select! {
                             biased;
                             message = &mut stop => {
-                                if let Ok((_, reply)) = message {
-                                    let _ = reply.send(Ok(()));
-                                }
-                                return self.stopped();
+                                let reply = message.ok().map(|(_, reply)| reply);
+                                return self.stopped(reply, Ok(()));
                             }
                             () = tokio::time::sleep_until(until) => {}
                             () = heartbeat.tick() => {}
@@ -268,8 +266,7 @@ impl Supervisor {
             };
             // A stop may have arrived while the gate granted at once.
             if let Some(reply) = take_stop(&mut stop) {
-                let _ = reply.send(Ok(()));
-                return self.stopped();
+                return self.stopped(Some(reply), Ok(()));
             }
             if let Some(report) = self.crashes.take_report() {
                 tracing::warn!(module = %self.name, crashes = report.crashes, window = ?report.window,
@@ -320,8 +317,7 @@ impl Supervisor {
                     // Told to stop: the stop's deadline bounds it now, not the watchdog.
                     self.heartbeat.leave(&self.name);
                     let result = self.stop_instance(stopper, request, task).await;
-                    let _ = reply.send(result);
-                    return self.stopped();
+                    return self.stopped(Some(reply), result);
                 }
                 Outcome::Ended(_) => drop(stopper),
             }
@@ -531,10 +527,25 @@ impl Supervisor {
         })
     }
 
-    fn stopped(mut self) {
+    /// Publishes the module as stopped, then answers the stop: whoever stopped it (a reload
+    /// forgetting the module) sees the last status already published.
+    fn stopped(
+        mut self,
+        reply: Option<oneshot::Sender<Result<(), StopError>>>,
+        result: Result<(), StopError>,
+    ) {
         self.heartbeat.leave(&self.name);
         self.status.supervisor = SupervisorState::Stopped;
         self.node.clear_health(&self.name, Health::Stopped);
         self.node.update_module(self.status.clone(), None);
+        // A stopped module is not ready (a reload may remove it, and nothing sets it again).
+        self.node
+            .metrics
+            .module_ready
+            .get_or_create(&metrics::module(&self.name))
+            .set(0);
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
     }
 }

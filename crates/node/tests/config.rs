@@ -1226,3 +1226,53 @@ fn the_gateway_section_is_validated_with_the_rest() {
         "{short}"
     );
 }
+
+/// A value that must never be shown back: no message of the parser contains it by chance.
+const SECRET: &str = "S3CR3T-never-shown-0123456789abcdef";
+
+// i[verify node.config.no-values]
+#[test]
+fn a_mistyped_value_is_named_by_its_key_and_expected_type_never_echoed() {
+    for (key, text) in [
+        (
+            "forward.tokens",
+            format!(
+                "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntokens = \"{SECRET}\"\nallow = [\"127.0.0.1:53\"]\n"
+            ),
+        ),
+        (
+            "pull.enabled",
+            format!("[node]\n[pull]\nenabled = \"{SECRET}\"\n"),
+        ),
+        (
+            "supervise.crash_loop_threshold",
+            format!("[node]\n[supervise]\ncrash_loop_threshold = \"{SECRET}\"\n"),
+        ),
+        (
+            "node.stop_budget",
+            format!("[node]\nstop_budget = [\"{SECRET}\"]\n"),
+        ),
+    ] {
+        let shown = Config::parse("bad.toml", &text).expect_err(key).to_string();
+        assert!(!shown.contains(SECRET), "{shown}");
+        assert!(shown.contains(&format!(": {key}: invalid ")), "{shown}");
+        assert!(shown.contains(", expected "), "{shown}");
+    }
+}
+
+proptest::proptest! {
+    // i[verify node.config.no-values]
+    #[test]
+    fn no_mistyped_string_is_shown_back(value in "[A-Za-z0-9 ,`'\"_-]{0,40}") {
+        let value = format!("{SECRET}{value}");
+        let quoted = toml::Value::String(value.clone()).to_string();
+        for text in [
+            format!("[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntokens = {quoted}\nallow = []\n"),
+            format!("[node]\n[pull]\nenabled = {quoted}\n"),
+            format!("[node]\n[admin]\nlisten = [{quoted}]\n"),
+        ] {
+            let shown = Config::parse("bad.toml", &text).unwrap_err().to_string();
+            proptest::prop_assert!(!shown.contains(SECRET), "{}", shown);
+        }
+    }
+}

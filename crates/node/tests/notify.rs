@@ -241,3 +241,57 @@ async fn a_module_start_that_blocks_its_supervisor_stops_the_watchdog_pings() {
         manager.lines
     );
 }
+
+// r[verify node.systemd.reload]
+// r[verify node.signal.hup+2]
+#[tokio::test]
+async fn a_reload_is_reloading_then_ready_with_the_generation_in_its_status() {
+    let (mut manager, node) = managed("", "5s", None);
+    node.until_ready().await;
+    manager.until(|l| l == "READY=1");
+    node.signal(Signal::SIGHUP);
+    let reloading = manager.until(|l| l == "RELOADING=1");
+    let status = manager.until(|l| l == "STATUS=reloaded: config generation 2");
+    let lines = manager.lines.clone();
+    // MONOTONIC_USEC= with RELOADING=1 (systemd's notify-reload asks for it), then READY=1.
+    assert!(
+        lines[reloading + 1].starts_with("MONOTONIC_USEC="),
+        "{lines:#?}"
+    );
+    let usec: u64 = lines[reloading + 1]["MONOTONIC_USEC=".len()..]
+        .parse()
+        .unwrap();
+    assert!(usec > 0, "{lines:#?}");
+    let ready_again = lines
+        .iter()
+        .enumerate()
+        .skip(reloading)
+        .find(|(_, l)| *l == "READY=1")
+        .map(|(i, _)| i)
+        .unwrap_or_else(|| panic!("no READY=1 after RELOADING=1: {lines:#?}"));
+    assert!(
+        reloading < ready_again && ready_again < status,
+        "{lines:#?}"
+    );
+
+    // An invalid file: still READY=1 after it, the generation kept.
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replacen("[pull]\n", "[pull]\nenabeld = 1\n", 1),
+    )
+    .unwrap();
+    node.signal(Signal::SIGHUP);
+    manager.until(|l| l == "STATUS=reload refused: config generation 2 kept");
+    assert_eq!(
+        manager.lines.iter().filter(|l| *l == "RELOADING=1").count(),
+        2
+    );
+    assert_eq!(manager.lines.iter().filter(|l| *l == "READY=1").count(), 3);
+    assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+}

@@ -283,3 +283,31 @@ fn a_fault_with_escape_sequences_prints_them_visibly() {
     );
     insta::assert_snapshot!(out);
 }
+
+// i[verify node.cli.reload]
+// r[verify node.reload.generation]
+#[test]
+fn a_reload_and_the_config_generation_are_pinned() {
+    let applied = json!({
+        "generation": 3,
+        "loaded_at": "2026-12-06T01:02:03Z",
+        "modules": {"forward": "changed", "gateway": "unchanged", "issuance": "appeared", "workload": "disappeared"},
+        "needs_restart": ["node", "admin"],
+        "took_ms": 412,
+        "failed": {"forward": "start failed: address in use\u{1b}[2J"}
+    });
+    insta::assert_snapshot!("reload_applied", render::reload(&applied));
+    let status = json!({
+        "node_id": "node-1",
+        "phase": "running",
+        "uptime_secs": 42,
+        "config": {"generation": 3, "loaded_at": "2026-12-06T01:02:03Z"},
+        "modules": [],
+        "workloads": [],
+        "faults": []
+    });
+    insta::assert_snapshot!(
+        "status_with_config_generation",
+        render::status(&status).lines().next().unwrap()
+    );
+}

@@ -505,3 +505,34 @@ fn a_module_ready_again_before_must_last_is_confirmed_when_must_last_passes() {
         });
     });
 }
+
+// r[verify node.supervise.stop+2]
+// r[verify node.reload.apply]
+#[tokio::test(start_paused = true)]
+async fn a_stopped_supervisor_has_published_stopped_and_not_ready_when_its_stop_answers() {
+    let (node, _, s) = setup(Behaviour::CrashAfter(Duration::from_secs(3600)));
+    let ready = || {
+        node.metrics
+            .module_ready
+            .get_or_create(&holdfast::metrics::module("test"))
+            .get()
+    };
+    for _ in 0..100 {
+        if ready() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ready(), 1);
+    Box::new(s.stopper)
+        .stop(stop_request(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    // Read on the answer, before the supervisor's task is awaited: a reload removes the module
+    // right after, and a later publication would bring it back.
+    assert_eq!(
+        status(&node).supervisor,
+        holdfast::state::SupervisorState::Stopped
+    );
+    assert_eq!(ready(), 0);
+}

@@ -11,6 +11,8 @@
 //! clock while the containers run in real time; [`Supervisor::start`] runs it on the real one.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
@@ -427,6 +429,8 @@ impl<I: Images> Supervisor<I> {
             let running = self.core.running_containers();
             (self.host.clone(), stop_on_exit, running)
         });
+        let keep = Arc::new(AtomicBool::new(false));
+        let keeping = Arc::clone(&keep);
         let stopper = stopper_fn(move |request: StopRequest| async move {
             let _ = stop_tx.send(());
             let remaining = || {
@@ -440,7 +444,7 @@ impl<I: Images> Supervisor<I> {
                 Ok(Err(e)) => return Err(StopError(format!("workload loop ended badly: {e}"))),
                 Err(_) => return Err(StopError("workload loop did not stop in time".into())),
             };
-            if !stop_on_exit {
+            if !stop_on_exit || keeping.load(Ordering::SeqCst) {
                 tracing::info!(
                     containers = running.len(),
                     "holdfast stops; workload containers keep running"
@@ -453,6 +457,7 @@ impl<I: Images> Supervisor<I> {
             WorkloadsHandle {
                 status: status_rx,
                 config: config_tx,
+                keep,
             },
             stopper,
         )
@@ -503,12 +508,19 @@ async fn stop_all(
 pub struct WorkloadsHandle {
     status: watch::Receiver<Vec<WorkloadStatus>>,
     config: mpsc::UnboundedSender<Vec<WorkloadConfig>>,
+    keep: Arc<AtomicBool>,
 }
 
 impl WorkloadsHandle {
     /// Each workload's state as of the supervisor's last step.
     pub fn status(&self) -> Vec<WorkloadStatus> {
         self.status.borrow().clone()
+    }
+
+    /// Tells the stopper that this stop is a restart of the module (a config reload): the
+    /// containers keep running even with `stop_on_exit`, and the next instance adopts them.
+    pub fn keep_containers_on_stop(&self) {
+        self.keep.store(true, Ordering::SeqCst);
     }
 
     /// Replaces the configured workloads (a config reload); false once the supervisor stopped.

@@ -56,6 +56,8 @@ pub struct Status {
     pub phase: Phase,
     /// Seconds since it started.
     pub uptime_secs: u64,
+    /// The running config: its generation and when it was loaded.
+    pub config: crate::reload::Generation,
     /// Every module.
     pub modules: Vec<crate::state::ModuleStatus>,
     /// Every workload.
@@ -72,6 +74,7 @@ fn status(node: &NodeState) -> Status {
         node_id: node.node_id.clone(),
         phase: node.phase(),
         uptime_secs: node.started().elapsed().map_or(0, |d| d.as_secs()),
+        config: node.config_generation(),
         modules: node.modules(),
         workloads: node.workloads(),
         faults: node.faults.list(),
@@ -116,6 +119,7 @@ fn router(api: Api, transport: Transport) -> Router {
         )
         .route("/v1/gateway/push", post(gateway_push))
         .route("/v1/drain", post(drain))
+        .route("/v1/reload", post(reload))
         .layer(Extension(transport))
         .with_state(api)
 }
@@ -253,10 +257,43 @@ async fn drain(
         .into_response()
 }
 
+// i[impl node.admin.reload]
+/// `POST /v1/reload`: runs one reload and answers its outcome.
+async fn reload(
+    State(api): State<Api>,
+    Extension(transport): Extension<Transport>,
+    headers: HeaderMap,
+) -> Response {
+    use crate::reload::ReloadError;
+    if let Some(refused) = refusal(&api, transport, &headers) {
+        return refused;
+    }
+    tracing::info!("reload requested through the admin API");
+    match api.node.request_reload().await {
+        Ok(applied) => (StatusCode::OK, Json(applied)).into_response(),
+        Err(err) => {
+            let status = match err {
+                ReloadError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                ReloadError::Stopping | ReloadError::Unavailable => StatusCode::CONFLICT,
+                ReloadError::Busy => StatusCode::TOO_MANY_REQUESTS,
+            };
+            (
+                status,
+                Json(serde_json::json!({ "error": err.to_string() })),
+            )
+                .into_response()
+        }
+    }
+}
+
 /// Default [`AdminLimits::header_read_timeout`]: a local client sends its request head at once.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`AdminLimits::request_timeout`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+// i[impl node.admin.reload]
+/// How long `POST /v1/reload` may take to answer (instead of [`REQUEST_TIMEOUT`]): a reload's
+/// stops keep to `node.stop_budget`, which may be long; past this the file's read is stuck.
+pub const RELOAD_REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Default [`AdminLimits::max_tcp_connections`]: far above what the CLI and a scraper use, and
 /// room for several sources each at [`MAX_CONNECTIONS_PER_SOURCE`].
 pub const MAX_TCP_CONNECTIONS: usize = 256;
@@ -425,8 +462,14 @@ async fn serve_listener<L>(
     let app = app.layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             let metrics = timeouts.clone();
+            // A reload may drain the gateway for up to the stop budget: its own bound.
+            let limit = if request.uri().path() == "/v1/reload" {
+                request_timeout.max(RELOAD_REQUEST_TIMEOUT)
+            } else {
+                request_timeout
+            };
             async move {
-                match tokio::time::timeout(request_timeout, next.run(request)).await {
+                match tokio::time::timeout(limit, next.run(request)).await {
                     Ok(response) => response,
                     Err(_) => {
                         metrics.admin_refusal("request_timeout");
@@ -694,6 +737,74 @@ mod tests {
         );
         let answer = drain_call(&api, Transport::Tcp, bearer("Bearer s3cret-token")).await;
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+
+    // i[verify node.admin.reload]
+    // i[verify node.admin.mutating]
+    #[tokio::test]
+    async fn a_reload_call_is_mutating_and_answers_the_reloads_outcome() {
+        use crate::reload::{Applied, Generation, ReloadError};
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let call = |transport, headers| reload(State(api.clone()), Extension(transport), headers);
+        // Over TCP without a configured token: refused, and no reload was asked for.
+        let mut asks = node.take_reloads();
+        let answer = call(Transport::Tcp, bearer("Bearer anything")).await;
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        assert!(
+            asks.try_recv().is_err(),
+            "a refused call asked for a reload"
+        );
+
+        // Over the socket: the reload loop's answer, one ask after the other in order.
+        let answers = tokio::spawn(async move {
+            let mut seen = 0;
+            while let Some(reply) = asks.recv().await {
+                seen += 1;
+                let outcome = match seen {
+                    1 => Ok(Applied {
+                        generation: Generation {
+                            generation: 2,
+                            loaded_at: std::time::SystemTime::UNIX_EPOCH,
+                        },
+                        modules: [("pull".to_owned(), crate::reload::Change::Unchanged)].into(),
+                        needs_restart: vec![],
+                        took_ms: 3,
+                        failed: Default::default(),
+                    }),
+                    2 => Err(ReloadError::Invalid(
+                        "f.toml:3:1: pull.enabeld: unknown".into(),
+                    )),
+                    _ => Err(ReloadError::Stopping),
+                };
+                let _ = reply.send(outcome);
+            }
+        });
+        let answer = call(Transport::Unix, HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(answer.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"generation": 2, "loaded_at": "1970-01-01T00:00:00Z",
+                "modules": {"pull": "unchanged"}, "needs_restart": [], "took_ms": 3,
+                "failed": {}})
+        );
+        let answer = call(Transport::Unix, HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body = axum::body::to_bytes(answer.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "f.toml:3:1: pull.enabeld: unknown");
+        let answer = call(Transport::Unix, HeaderMap::new()).await;
+        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        answers.abort();
     }
 
     // r[verify node.gateway.readyz]
@@ -1002,6 +1113,58 @@ mod tests {
                 .render()
                 .contains("holdfast_admin_refused_total{reason=\"request_timeout\"} 1")
         );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    // i[verify node.admin.reload]
+    // i[verify node.admin.limits+2]
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_longer_than_the_request_timeout_is_answered_its_outcome() {
+        use crate::reload::{Applied, Generation};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let mut asks = node.take_reloads();
+        // A reload that drains a gateway for three request timeouts, then applies.
+        tokio::spawn(async move {
+            while let Some(reply) = asks.recv().await {
+                tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
+                let _ = reply.send(Ok(Applied {
+                    generation: Generation {
+                        generation: 2,
+                        loaded_at: std::time::SystemTime::UNIX_EPOCH,
+                    },
+                    modules: Default::default(),
+                    needs_restart: vec![],
+                    took_ms: 30_000,
+                    failed: Default::default(),
+                }));
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("admin.sock");
+        let server = serve(
+            node.clone(),
+            AdminConfig {
+                socket: Some(socket.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        stream
+            .write_all(
+                b"POST /v1/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(REQUEST_TIMEOUT * 10, stream.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
         server.shutdown(Duration::from_secs(1)).await;
     }
 

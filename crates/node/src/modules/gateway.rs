@@ -175,6 +175,11 @@ impl GatewayView {
         self.lock().configured = true;
     }
 
+    /// Marks the gateway no longer configured (a reload removed `[gateway]`).
+    pub fn unconfigure(&self) {
+        self.lock().configured = false;
+    }
+
     /// Whether the node has a `[gateway]` section.
     pub fn configured(&self) -> bool {
         self.lock().configured

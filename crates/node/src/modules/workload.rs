@@ -72,11 +72,20 @@ impl Stopper for RunningWorkloads {
     }
 }
 
+/// The configured workloads, replaced live by a reload.
+pub type Desired = std::sync::Arc<std::sync::Mutex<Vec<WorkloadConfig>>>;
+
+/// The workloads `workloads`, shareable.
+pub fn desired(workloads: Vec<WorkloadConfig>) -> Desired {
+    std::sync::Arc::new(std::sync::Mutex::new(workloads))
+}
+
 /// The `[[workload]]` entries and `[workloads]` section as the node runs them.
 #[derive(Debug, Clone)]
 pub struct WorkloadModule {
-    /// The workloads.
-    pub workloads: Vec<WorkloadConfig>,
+    /// The workloads, shared with the node so that a reload can replace them live: each start
+    /// takes the current ones.
+    pub workloads: Desired,
     /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
     pub docker_host: Option<String>,
     /// `NodeIdentity::seed("workload")`.
@@ -128,8 +137,13 @@ impl Module for WorkloadModule {
             let mut supervisor =
                 Supervisor::new(this.host(), config, this.node.faults.clone(), images)
                     .map_err(|e| e.to_string())?;
+            let workloads = this
+                .workloads
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
             supervisor
-                .set_desired(this.workloads.clone())
+                .set_desired(workloads)
                 .map_err(|e| e.to_string())?;
             let (handle, stopper) = supervisor.start(this.tick);
             Ok(RunningWorkloads { handle, stopper })
@@ -193,7 +207,7 @@ mod tests {
 
     fn module(node: &NodeState, dir: &std::path::Path) -> WorkloadModule {
         WorkloadModule {
-            workloads: vec![WorkloadConfig::new("web", "busybox:1")],
+            workloads: desired(vec![WorkloadConfig::new("web", "busybox:1")]),
             docker_host: Some(format!("unix://{}", dir.join("none.sock").display())),
             seed: 7,
             stop_on_exit: false,
@@ -241,6 +255,33 @@ mod tests {
         let s = started(&node, dir.path()).await;
         stop(s).await;
         assert!(node.workload.with(|_| ()).is_err());
+    }
+
+    // r[verify node.reload.workload-restart]
+    #[tokio::test]
+    async fn a_restart_keeps_the_containers_even_with_stop_on_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node();
+        let request = || StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+            reason: holdfast_lifecycle::StopReason::Restart,
+        };
+        let with_stop_on_exit = |node: &NodeState| WorkloadModule {
+            stop_on_exit: true,
+            ..module(node, dir.path())
+        };
+        // The node's stop: the containers are stopped (here the daemon cannot be reached to).
+        let s = with_stop_on_exit(&node).start().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopped = s.stopper.stop(request()).await;
+        assert!(stopped.is_err(), "{stopped:?}");
+        // A reload's restart: told so, the stopper leaves them for the next instance.
+        let s = with_stop_on_exit(&node).start().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        node.workload
+            .with(|r| r.handle.keep_containers_on_stop())
+            .unwrap();
+        s.stopper.stop(request()).await.unwrap();
     }
 
     // r[verify node.workload.status]

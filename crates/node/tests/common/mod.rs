@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 pub const TOKEN: &str = "tok-9f3c1e0d-never-logged";
 
 pub struct Node {
-    pub child: Child,
+    pub child: Reaped,
     pub dir: tempfile::TempDir,
     pub admin: Target,
 }
@@ -104,9 +104,36 @@ pub fn attach(dir: tempfile::TempDir, child: Child) -> Node {
         std::thread::sleep(Duration::from_millis(20));
     };
     Node {
-        child,
+        child: Reaped(child),
         dir,
         admin: Target::Tcp(addr),
+    }
+}
+
+/// A child process that is killed (and reaped) when dropped, so a failing assert never leaves a
+/// node or a client running after its test.
+#[derive(Debug)]
+pub struct Reaped(pub Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
 

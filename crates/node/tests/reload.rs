@@ -1,0 +1,870 @@
+//! Reload on the `holdfast` binary as a subprocess: `holdfast reload` (and `POST /v1/reload`)
+//! applies a changed file per module, refuses an invalid one whole, and leaves what did not change
+//! alone (gateway clients stay connected).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{Node, Reaped, start_in, write_config};
+use futures_util::{SinkExt, StreamExt};
+use holdfast::admin::client::{Target, call_json};
+use holdfast_gateway::TokenKey;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+const BUDGET: &str = "10s";
+const FORWARD_TOKEN: &str = "fwd-reload-never-logged-5b1e9a7c3d20";
+const KEY: &str = "gateway-reload-key-0123456789";
+
+type Client = WebSocketStream<TcpStream>;
+
+/// Rewrites the node's config with `extra` after the common sections (which stay the same, so
+/// only `extra`'s sections change).
+fn rewrite(node: &Node, extra: &str) {
+    write_config(node.dir.path(), extra, BUDGET, None);
+}
+
+fn socket(node: &Node) -> Target {
+    Target::Unix(node.dir.path().join("admin.sock"))
+}
+
+/// `holdfast reload` against the node (over its socket): exit status, stdout, stderr.
+fn reload(node: &Node) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(["reload", "--admin", &socket(node).to_string()])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+async fn json_get(node: &Node, path: &str) -> Value {
+    serde_json::from_str(&node.get(path).await.unwrap()).unwrap()
+}
+
+/// A UDP echo on loopback, on its own thread.
+fn echo() -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, peer)) = socket.recv_from(&mut buf) {
+            let _ = socket.send_to(&buf[..n], peer);
+        }
+    });
+    addr
+}
+
+/// A file of forward tokens beside the config.
+fn forward_tokens(dir: &Path) -> PathBuf {
+    let tokens = dir.join("forward.tokens");
+    std::fs::write(&tokens, format!("{FORWARD_TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    tokens
+}
+
+fn forward_section(tokens: &Path, allow: &str) -> String {
+    format!(
+        "[forward]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallow = [\"{allow}\"]\n",
+        tokens.display()
+    )
+}
+
+/// The forward server's address and pin, once it listens.
+async fn forward_listen(node: &Node) -> (String, String) {
+    for _ in 0..500 {
+        if let Ok(body) = node.get("/v1/forwards").await {
+            let view: Value = serde_json::from_str(&body).unwrap();
+            if let (Some(listen), Some(pin)) =
+                (view["listen"].as_str(), view["fingerprint"].as_str())
+            {
+                return (listen.to_owned(), pin.to_owned());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the forward never listened");
+}
+
+/// Opens a forward to `target` through the node with `holdfast forward udp`: the running client
+/// and its local address once the forward is open, else the client's stderr.
+fn open_forward(
+    listen: &str,
+    pin: &str,
+    tokens: &Path,
+    target: std::net::SocketAddr,
+) -> Result<(Reaped, std::net::SocketAddr), String> {
+    let local = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut client = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args([
+                "forward",
+                "udp",
+                &local.to_string(),
+                "--to",
+                &target.to_string(),
+            ])
+            .args(["--node", listen, "--pin", pin, "--token-file"])
+            .arg(tokens)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = client.stdout.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match lines_rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                let event: Value = serde_json::from_str(&line).unwrap_or_default();
+                if event["event"] == "opened" {
+                    // Keep reading (a full pipe would block the client).
+                    std::thread::spawn(move || for _ in lines_rx {});
+                    return Ok((client, local));
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = client.wait();
+                let mut stderr = String::new();
+                use std::io::Read;
+                client
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut stderr)
+                    .unwrap();
+                return Err(stderr);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the forward neither opened nor failed"
+        );
+    }
+}
+
+/// Sends a datagram through the forward whose local end is `local`: whether the echo came back.
+fn echoed(peer: &std::net::UdpSocket, local: std::net::SocketAddr, tries: usize) -> bool {
+    let mut buf = [0u8; 64];
+    for _ in 0..tries {
+        peer.send_to(b"through the reloaded forward", local)
+            .unwrap();
+        if let Ok((n, _)) = peer.recv_from(&mut buf) {
+            assert_eq!(&buf[..n], b"through the reloaded forward");
+            return true;
+        }
+    }
+    false
+}
+
+/// Opens a forward to `target` through the node with `holdfast forward udp` and sends a datagram
+/// through it: `Ok` when the echo came back, else the client's stderr.
+fn forward_to(
+    listen: &str,
+    pin: &str,
+    tokens: &Path,
+    target: std::net::SocketAddr,
+) -> Result<(), String> {
+    let (_client, local) = open_forward(listen, pin, tokens, target)?;
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    if echoed(&peer, local, 20) {
+        Ok(())
+    } else {
+        Err("the forward opened but nothing came back".to_owned())
+    }
+}
+
+// r[verify node.reload.apply]
+// r[verify node.reload.generation]
+// i[verify node.admin.reload]
+// i[verify node.cli.reload]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_starts_a_new_module_and_applies_a_changed_allow_list() {
+    let target = echo();
+    let elsewhere: std::net::SocketAddr =
+        format!("127.0.0.1:{}", target.port().wrapping_add(1).max(1))
+            .parse()
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(dir, "", BUDGET, None);
+    node.until_ready().await;
+    let status = json_get(&node, "/v1/status").await;
+    assert_eq!(status["config"]["generation"], 1, "{status}");
+    assert!(
+        status["config"]["loaded_at"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z'),
+        "{status}"
+    );
+
+    // [forward] appears, allowing only `elsewhere`.
+    rewrite(&node, &forward_section(&tokens, &elsewhere.to_string()));
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("reloaded: config generation 2"), "{out}");
+    assert!(out.contains("forward") && out.contains("appeared"), "{out}");
+    assert!(out.contains("pull") && out.contains("unchanged"), "{out}");
+    let (listen, pin) = forward_listen(&node).await;
+    let refused = forward_to(&listen, &pin, &tokens, target).unwrap_err();
+    assert!(
+        refused.contains("refused") && refused.contains("allow"),
+        "{refused}"
+    );
+
+    // The allow-list changes to `target` only: a forward to it works, one to `elsewhere` (no
+    // longer allowed) is refused.
+    rewrite(&node, &forward_section(&tokens, &target.to_string()));
+    let answer = call_json(
+        &socket(&node),
+        hyper::Method::POST,
+        "/v1/reload",
+        None,
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["generation"], 3, "{answer}");
+    assert_eq!(
+        answer["modules"],
+        json!({"forward": "changed", "pull": "unchanged"}),
+        "{answer}"
+    );
+    assert_eq!(answer["needs_restart"], json!([]), "{answer}");
+    let (listen, pin) = forward_listen(&node).await;
+    forward_to(&listen, &pin, &tokens, target).unwrap();
+    let refused = forward_to(&listen, &pin, &tokens, elsewhere).unwrap_err();
+    assert!(refused.contains("refused"), "{refused}");
+    let status = json_get(&node, "/v1/status").await;
+    assert_eq!(status["config"]["generation"], 3, "{status}");
+
+    // The forward goes away with its section, and is no longer listed.
+    rewrite(&node, "");
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("disappeared"), "{out}");
+    let modules = json_get(&node, "/v1/modules").await;
+    let names: Vec<&str> = modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pull"], "{modules}");
+    assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
+}
+
+// r[verify node.reload.apply]
+// r[verify node.reload.node-sections]
+// i[verify node.cli.reload]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
+    let node = start_in(tempfile::tempdir().unwrap(), "", BUDGET, None);
+    node.until_ready().await;
+    let config = node.dir.path().join("holdfast.toml");
+    // A typo in a key: the whole file is refused.
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "[pull]\n",
+        "[pull]\nenabeld = false\n",
+        1,
+    );
+    std::fs::write(&config, &text).unwrap();
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 1, "{out}{err}");
+    let at = format!("{}:", config.display());
+    assert!(err.contains(&at) && err.contains("enabeld"), "{err}");
+    // FILE:LINE:COL: the line and column of the typo.
+    let line = text.lines().position(|l| l.starts_with("enabeld")).unwrap() + 1;
+    assert!(err.contains(&format!("{at}{line}:1:")), "{err}");
+    let status = json_get(&node, "/v1/status").await;
+    assert_eq!(status["config"]["generation"], 1, "{status}");
+    let faults = status["faults"].as_array().unwrap();
+    assert!(
+        faults
+            .iter()
+            .any(|f| f["kind"] == "config_invalid"
+                && f["message"].as_str().unwrap().contains("enabeld")),
+        "{status}"
+    );
+    // The pull module was not touched: started once.
+    let modules = json_get(&node, "/v1/modules").await;
+    assert_eq!(modules[0]["name"], "pull", "{modules}");
+    assert_eq!(modules[0]["starts"], 1, "{modules}");
+
+    // The fixed file applies and clears the fault; a changed [node] is applied nowhere and said.
+    let fixed = write_config(node.dir.path(), "", "7s", None);
+    assert_eq!(fixed, config);
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("[node] changed: not applied, needs a restart"),
+        "{out}"
+    );
+    let status = json_get(&node, "/v1/status").await;
+    assert_eq!(status["config"]["generation"], 2, "{status}");
+    assert!(
+        !status["faults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "config_invalid"),
+        "{status}"
+    );
+    let modules = json_get(&node, "/v1/modules").await;
+    assert_eq!(modules[0]["starts"], 1, "{modules}");
+
+    // Over TCP without the token: refused, as every mutating call.
+    let refused = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/reload",
+        None,
+        &json!({}),
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+// r[verify node.reload.live]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
+    // No Docker daemon needed: the workload module runs (degraded) and takes its set all the same.
+    let web = "[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\n";
+    let api =
+        "[[workload]]\nname = \"api\"\nimage = \"busybox:1\"\ncommand = [\"sleep\", \"1d\"]\n";
+    let node = start_in(tempfile::tempdir().unwrap(), web, BUDGET, None);
+    node.until_ready().await;
+    let before = json_get(&node, "/v1/modules").await;
+    let starts = |modules: &Value, name: &str| {
+        modules
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .map(|m| m["starts"].clone())
+    };
+    assert_eq!(starts(&before, "workload"), Some(json!(1)), "{before}");
+
+    rewrite(&node, &format!("{web}{api}"));
+    let answer = call_json(
+        &socket(&node),
+        hyper::Method::POST,
+        "/v1/reload",
+        None,
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["modules"],
+        json!({"pull": "changed", "workload": "updated"}),
+        "{answer}"
+    );
+    // The same instance: not stopped, not started again.
+    let after = json_get(&node, "/v1/modules").await;
+    assert_eq!(starts(&after, "workload"), Some(json!(1)), "{after}");
+    let mut names = Vec::new();
+    for _ in 0..250 {
+        let workloads = json_get(&node, "/v1/workloads").await;
+        names = workloads
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect();
+        if names.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(names, ["api", "web"]);
+
+    // A change to [workloads] itself is not a set of workloads: the module restarts.
+    rewrite(
+        &node,
+        &format!("{web}{api}[workloads]\nowner = \"reload-test\"\n"),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("workload  changed"), "{out}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+/// A node with a `[gateway]` section on `listen`, and the section's text.
+fn gateway_section(dir: &Path, listen: &str) -> String {
+    let key = dir.join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    format!(
+        "[gateway]\nlisten = \"{listen}\"\nreplica_id = \"gw-r\"\ntoken_key_file = \"{}\"\n\n\
+         [gateway.drain]\ntotal = \"3s\"\n",
+        key.display()
+    )
+}
+
+async fn next_text(ws: &mut Client) -> String {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("a message within 5 s")
+            .expect("stream open")
+            .expect("no error");
+        match msg {
+            Message::Text(t) => return t.to_string(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
+}
+
+async fn member(addr: &str, user: &str, room: &str) -> Client {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    let token = TokenKey::new(KEY.as_bytes().to_vec())
+        .sign(user, SystemTime::now() + Duration::from_secs(3600));
+    for message in [
+        json!({"type": "auth", "token": token}),
+        json!({"type": "join", "room": room}),
+    ] {
+        ws.send(Message::Text(message.to_string().into()))
+            .await
+            .unwrap();
+        next_text(&mut ws).await;
+    }
+    ws
+}
+
+async fn close_frame(ws: &mut Client, limit: Duration) -> Option<CloseFrame> {
+    let mut close = None;
+    let _ = tokio::time::timeout(limit, async {
+        while let Some(msg) = ws.next().await {
+            match msg {
+                Ok(Message::Close(frame)) => close = frame,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    })
+    .await;
+    close
+}
+
+async fn push(node: &Node, room: &str, text: &str) {
+    call_json(
+        &socket(node),
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        None,
+        &json!({"room": room, "text": text}),
+    )
+    .await
+    .unwrap();
+}
+
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_client_stays_connected_through_a_reload_of_another_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(dir, &gateway, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = member(&addr, "ann", "lobby").await;
+
+    // [forward] appears; [gateway] and [pull] are the same.
+    rewrite(
+        &node,
+        &format!("{gateway}\n{}", forward_section(&tokens, "127.0.0.1:53")),
+    );
+    let began = Instant::now();
+    let (code, out, err) = reload(&node);
+    let took = began.elapsed();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("gateway") && out.contains("unchanged"),
+        "{out}"
+    );
+    println!("reload with a gateway client open: {took:?}\n{out}");
+
+    // Still the same connection: a push reaches it, and no close frame came.
+    push(&node, "lobby", "after the reload").await;
+    let text = next_text(&mut ws).await;
+    assert!(text.contains("after the reload"), "{text}");
+    let shown = json_get(&node, "/v1/gateway").await;
+    assert_eq!(shown["authenticated"], 1, "{shown}");
+    assert_eq!(shown["last_drain"], Value::Null, "{shown}");
+    let modules = json_get(&node, "/v1/modules").await;
+    let gateway = modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "gateway")
+        .unwrap();
+    assert_eq!(gateway["starts"], 1, "{modules}");
+    assert!(
+        close_frame(&mut ws, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "the client was closed"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_gateway_listen_address_drains_it_and_it_listens_on_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_in(dir, "", BUDGET, None);
+    let gateway = gateway_section(node.dir.path(), "127.0.0.1:0");
+    rewrite(&node, &gateway);
+    // Started by a reload (a gateway that appears).
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("appeared"), "{out}");
+    let mut addr = None;
+    for _ in 0..250 {
+        if let Ok(body) = node.get("/v1/gateway").await {
+            let shown: Value = serde_json::from_str(&body).unwrap();
+            if let Some(a) = shown["replica"]["address"].as_str() {
+                addr = Some(a.to_owned());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old = addr.expect("the gateway never listened");
+    let mut ws = member(&old, "bob", "lobby").await;
+    let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    rewrite(&node, &gateway_section(node.dir.path(), &free.to_string()));
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("gateway") && out.contains("changed"), "{out}");
+    // Drained with the restart code, then listening on the new address.
+    let frame = reader.await.unwrap().expect("a close frame");
+    assert_eq!(u16::from(frame.code), 1012, "{frame:?}");
+    let mut ws = member(&free.to_string(), "bob", "lobby").await;
+    push(&node, "lobby", "on the new address").await;
+    assert!(next_text(&mut ws).await.contains("on the new address"));
+    assert!(
+        TcpStream::connect(&old).await.is_err(),
+        "the old address still listens"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+/// A reload's timeline for the record (run by hand, `--ignored --nocapture`): a node with a
+/// gateway client and an open forward, a reload that changes only `[pull]`; what stayed up and how
+/// long the reload took, with datagrams sent through the forward every 10 ms all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn reload_timeline() {
+    let target = echo();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let tokens = forward_tokens(dir.path());
+    let extra = format!(
+        "{gateway}\n{}",
+        forward_section(&tokens, &target.to_string())
+    );
+    let node = start_in(dir, &extra, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = member(&addr, "ann", "lobby").await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (_client, local) = open_forward(&listen, &pin, &tokens, target).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(echoed(&peer, local, 20));
+
+    // Datagrams every 10 ms through the open forward, counted, while the reload runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = {
+        let stop = stop.clone();
+        let peer = peer.try_clone().unwrap();
+        peer.set_read_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let (mut sent, mut back) = (0u32, 0u32);
+            let mut buf = [0u8; 64];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peer.send_to(b"tick", local).unwrap();
+                sent += 1;
+                while let Ok((_, _)) = peer.recv_from(&mut buf) {
+                    back += 1;
+                }
+            }
+            (sent, back)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Only [pull] changes.
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("base = \"1s\"", "base = \"2s\"")).unwrap();
+    let began = Instant::now();
+    let (code, out, err) = reload(&node);
+    let cli_took = began.elapsed();
+    assert_eq!(code, 0, "{out}{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, back) = pinger.join().unwrap();
+
+    push(&node, "lobby", "after the reload").await;
+    let pushed = next_text(&mut ws).await.contains("after the reload");
+    let closed = close_frame(&mut ws, Duration::from_millis(300)).await;
+    let modules = json_get(&node, "/v1/modules").await;
+    let starts: Vec<String> = modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{} starts={}", m["name"].as_str().unwrap(), m["starts"]))
+        .collect();
+    let forwards = json_get(&node, "/v1/forwards").await;
+    println!("reload timeline (a node with 1 gateway client and 1 open forward; [pull] changed):");
+    print!("{out}");
+    println!("holdfast reload, wall clock: {cli_took:?}");
+    println!(
+        "datagrams through the open forward over the ~0.6 s around the reload: {sent} sent, {back} echoed"
+    );
+    println!("gateway client: push after the reload received = {pushed}, close frame = {closed:?}");
+    println!("modules: {}", starts.join(", "));
+    println!(
+        "forwards open after the reload: {}",
+        forwards["forwards"].as_array().map_or(0, Vec::len)
+    );
+    assert!(pushed && closed.is_none());
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+// i[verify node.config.no-values]
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reload_never_shows_a_mistyped_secret() {
+    const SECRET: &str = "S3CR3T-forward-token-never-shown-0123456789";
+    let node = start_in(tempfile::tempdir().unwrap(), "", BUDGET, None);
+    node.until_ready().await;
+    // An inline token written as a string instead of a list of strings.
+    rewrite(
+        &node,
+        &format!(
+            "[forward]\nlisten = \"127.0.0.1:0\"\ntokens = \"{SECRET}\"\nallow = [\"127.0.0.1:53\"]\n"
+        ),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("forward.tokens"), "{err}");
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "{out}{err}");
+    // The faults are served without a token: the value is not among them.
+    let faults = node.get("/v1/faults").await.unwrap();
+    assert!(faults.contains("config_invalid"), "{faults}");
+    assert!(!faults.contains(SECRET), "{faults}");
+    node.signal(Signal::SIGTERM);
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert!(log.contains("reload refused"), "{log}");
+    assert!(!log.contains(SECRET), "{log}");
+}
+
+/// The node's faults, once `ready` holds of them (at most 10 s).
+async fn faults_until(node: &Node, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut faults = Vec::new();
+    for _ in 0..500 {
+        faults =
+            serde_json::from_str::<Vec<Value>>(&node.get("/v1/faults").await.unwrap()).unwrap();
+        if ready(&faults) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    faults
+}
+
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_that_went_leaves_no_fault_and_no_readiness_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(dir, &forward_section(&tokens, "127.0.0.1:53"), BUDGET, None);
+    node.until_ready().await;
+    forward_listen(&node).await;
+    // No Docker daemon: the pull module has its fault.
+    let faults = faults_until(&node, |f| {
+        f.iter().any(|f| f["subject"]["module"] == "pull")
+    })
+    .await;
+    assert!(
+        faults.iter().any(|f| f["subject"]["module"] == "pull"),
+        "{faults:?}"
+    );
+    let ready = "holdfast_module_ready{module=\"forward\"} 1";
+    let mut metrics = String::new();
+    for _ in 0..500 {
+        metrics = node.get("/metrics").await.unwrap();
+        if metrics.contains(ready) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(metrics.contains(ready), "{metrics}");
+
+    // Both go: pull turned off, [forward] removed.
+    let config = write_config(node.dir.path(), "", BUDGET, None);
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "[pull]\n",
+        "[pull]\nenabled = false\n",
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(json_get(&node, "/v1/modules").await, json!([]));
+    let faults: Vec<Value> = serde_json::from_str(&node.get("/v1/faults").await.unwrap()).unwrap();
+    assert!(
+        !faults.iter().any(|f| f["subject"]["module"] == "pull"),
+        "{faults:?}"
+    );
+    let metrics = node.get("/metrics").await.unwrap();
+    assert!(!metrics.contains(ready), "{metrics}");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+/// A fake node on a Unix socket: `/v1/status` names generation 1, then 2 once the reload was
+/// asked for; `/v1/reload` is answered `reload_status` (and an empty JSON object).
+async fn fake_node(socket: &Path, reload_status: &'static str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(async move {
+        let mut generation = 1;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let (status, body) = if head.starts_with("POST /v1/reload") {
+                generation = 2;
+                (reload_status, "{}".to_owned())
+            } else {
+                (
+                    "200 OK",
+                    format!("{{\"config\":{{\"generation\":{generation}}}}}"),
+                )
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+}
+
+// i[verify node.cli.reload]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_whose_answer_is_lost_is_unknown_and_the_generation_says_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("admin.sock");
+    fake_node(&socket, "408 Request Timeout").await;
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(["reload", "--admin", &Target::Unix(socket).to_string()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("outcome is unknown"), "{err}");
+    assert!(err.contains("from 1 to 2: a reload applied"), "{err}");
+}
+
+// r[verify node.reload.apply]
+// i[verify node.cli.reload]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_the_reload_starts_that_fails_is_reported_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(dir, &forward_section(&tokens, "127.0.0.1:53"), BUDGET, None);
+    node.until_ready().await;
+    forward_listen(&node).await;
+    // The forward moves to a port something else holds (UDP: the forward is QUIC).
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap();
+    let section = forward_section(&tokens, "127.0.0.1:53")
+        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{port}\""));
+    rewrite(&node, &section);
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(out.contains("forward failed to start"), "{out}");
+    let status = json_get(&node, "/v1/status").await;
+    assert_eq!(status["config"]["generation"], 2, "{status}");
+    drop(taken);
+    node.signal(Signal::SIGTERM);
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert!(log.contains("config reloaded"), "{log}");
+}

@@ -1,0 +1,279 @@
+//! A reload and the node's stop racing, on the `holdfast` binary as a subprocess (the race is
+//! between the process's signals, so only a real process shows it): a stop that begins during a
+//! reload is not held up by it, and the reload starts nothing once it began.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Node, write_config};
+use nix::sys::signal::Signal;
+
+const TOKEN: &str = "fwd-reload-stop-never-logged-0a9b8c7d";
+
+/// The log's JSON events whose message is `message`.
+fn events<'a>(log: &'a str, message: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(move |event| event["message"].as_str() == Some(message))
+}
+
+/// Waits (at most 10 s) until the node's log has a line containing `text`.
+fn until_logged(node: &Node, text: &str) {
+    let path = node.dir.path().join("stderr.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&path).unwrap();
+        if log.contains(text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never logged {text:?}: {log}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn forward_section(dir: &Path) -> String {
+    let tokens = dir.join("forward.tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    format!(
+        "[forward]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallow = [\"127.0.0.1:53\"]\n",
+        tokens.display()
+    )
+}
+
+// r[verify node.reload.stopping]
+// r[verify node.signal.hup+2]
+#[tokio::test]
+async fn a_reload_still_reading_its_file_when_the_stop_begins_starts_nothing() {
+    let hang = "[testing]\nhang_on_stop = true\n";
+    let Some(node) = common::start_testing(hang, "4s") else {
+        return;
+    };
+    node.until_ready().await;
+    let dir = node.dir.path().to_owned();
+    // The next file adds a module; then the config becomes a FIFO, so the reload's read waits
+    // for the test to write it.
+    let next = {
+        let forward = forward_section(&dir);
+        let path = write_config(&dir, &format!("{hang}{forward}"), "4s", None);
+        std::fs::read(&path).unwrap()
+    };
+    let config = dir.join("holdfast.toml");
+    std::fs::remove_file(&config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "SIGHUP: reloading the config");
+    std::thread::sleep(Duration::from_millis(200));
+    node.signal(Signal::SIGTERM);
+    until_logged(&node, "SIGTERM: stopping");
+    std::thread::sleep(Duration::from_millis(200));
+    // The stop hangs in the test module (its share of 4 s): the reload reads its file now.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&config)
+        .unwrap();
+    writer.write_all(&next).unwrap();
+    drop(writer);
+
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    let refused = events(&log, "reload refused")
+        .next()
+        .unwrap_or_else(|| panic!("no refusal: {log}"));
+    assert!(
+        refused["error"].as_str().unwrap().contains("stopping"),
+        "{refused}"
+    );
+}
+
+// r[verify node.reload.stopping]
+// r[verify node.stop.signal+2]
+#[tokio::test]
+async fn a_stop_during_a_reloads_stops_keeps_to_the_stop_budget() {
+    let Some(node) = common::start_testing("[testing]\nhang_on_stop = true\n", "8s") else {
+        return;
+    };
+    node.until_ready().await;
+    // The reload stops the test module, whose stopper hangs until its deadline.
+    write_config(node.dir.path(), "", "8s", None);
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "SIGHUP: reloading the config");
+    std::thread::sleep(Duration::from_millis(500));
+    let began = Instant::now();
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(20));
+    let took = began.elapsed();
+    // The node's stop does not wait for the reload's (8 s for the hung module) before its own:
+    // it takes over the stop under way, within its share of its own budget.
+    assert!(took < Duration::from_secs(6), "took {took:?}: {log}");
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
+    // The hung module's stop, begun by the reload, is the node's stop plan's to wait for (and
+    // fail at the deadline): the stop is not clean.
+    let hang = events(&log, "module stopped")
+        .find(|e| e["target"] == "holdfast::run" && e["module"] == "testing-hang")
+        .unwrap_or_else(|| panic!("the node's stop did not wait for the module: {log}"));
+    assert_ne!(hang["outcome"], "Stopped", "{hang}");
+    assert_eq!(code, 3, "{log}");
+}
+
+/// `holdfast reload` against `node`'s socket, started (not awaited), killed if dropped.
+fn reload_cli(node: &Node) -> common::Reaped {
+    let socket = holdfast::admin::client::Target::Unix(node.dir.path().join("admin.sock"));
+    common::Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(["reload", "--json", "--admin", &socket.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits for a `holdfast reload` to end: its exit status and its output.
+fn finished(mut cli: common::Reaped) -> (i32, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cli.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "holdfast reload never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut out = String::new();
+    use std::io::Read as _;
+    cli.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    cli.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    (cli.try_wait().unwrap().unwrap().code().unwrap_or(-1), out)
+}
+
+// r[verify node.reload.serial]
+#[tokio::test]
+async fn reloads_asked_for_together_run_one_after_the_other_in_order() {
+    let node = common::start("", "5s");
+    node.until_ready().await;
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    // The first reads the FIFO (and waits there); the second is asked for meanwhile.
+    let first = reload_cli(&node);
+    until_logged(&node, "reload requested through the admin API");
+    std::thread::sleep(Duration::from_millis(200));
+    let second = reload_cli(&node);
+    std::thread::sleep(Duration::from_millis(300));
+    // Each write is read by one reload: the second reads only after the first ended.
+    for _ in 0..2 {
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&config)
+            .unwrap();
+        writer.write_all(&text).unwrap();
+        drop(writer);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, out) = finished(first);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"generation\":2"), "{out}");
+    let (code, out) = finished(second);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"generation\":3"), "{out}");
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+}
+
+// r[verify node.reload.serial]
+#[tokio::test]
+async fn a_reload_asked_for_while_the_node_stops_is_refused_and_the_stop_goes_on() {
+    let Some(node) = common::start_testing("[testing]\nhang_on_stop = true\n", "4s") else {
+        return;
+    };
+    node.until_ready().await;
+    node.signal(Signal::SIGTERM);
+    until_logged(&node, "SIGTERM: stopping");
+    let (code, out) = finished(reload_cli(&node));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("stopping"), "{out}");
+    let (_, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    assert_eq!(events(&log, "holdfast node stopped").count(), 1, "{log}");
+}
+
+// r[verify node.reload.serial]
+#[tokio::test]
+async fn reloads_that_waited_together_are_answered_by_one_reload() {
+    let node = common::start("", "5s");
+    node.until_ready().await;
+    let config = node.dir.path().join("holdfast.toml");
+    let text = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    let first = reload_cli(&node);
+    until_logged(&node, "reload requested through the admin API");
+    std::thread::sleep(Duration::from_millis(200));
+    // Three more while the first waits for its file.
+    let waiting: Vec<_> = (0..3).map(|_| reload_cli(&node)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let write = || {
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&config)
+            .unwrap();
+        writer.write_all(&text).unwrap();
+    };
+    write();
+    let (code, out) = finished(first);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"generation\":2"), "{out}");
+    // One read answers the three: a fourth generation would need another write.
+    write();
+    for cli in waiting {
+        let (code, out) = finished(cli);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("\"generation\":3"), "{out}");
+    }
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(10));
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(events(&log, "config reloaded").count(), 2, "{log}");
+}
+
+// r[verify node.reload.stopping]
+// r[verify node.stop.second-signal+2]
+#[tokio::test]
+async fn a_second_signal_during_a_reloads_stops_exits_at_once() {
+    let Some(node) = common::start_testing("[testing]\nhang_on_stop = true\n", "8s") else {
+        return;
+    };
+    node.until_ready().await;
+    write_config(node.dir.path(), "", "8s", None);
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "SIGHUP: reloading the config");
+    std::thread::sleep(Duration::from_millis(500));
+    node.signal(Signal::SIGTERM);
+    until_logged(&node, "SIGTERM: stopping");
+    std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(20));
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}: {log}");
+    assert_eq!(code, 4, "{log}");
+}
