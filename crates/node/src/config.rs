@@ -261,6 +261,11 @@ pub struct PullSection {
     /// A pull with no progress for this long is abandoned (default 60 s).
     #[serde(default = "default_stall")]
     pub stall_timeout: Spanned<ConfigDuration>,
+    /// The Docker config file registry credentials are read from (`auths`, `credHelpers`,
+    /// `credsStore`); it must exist when set (default: `$DOCKER_CONFIG/config.json`, else
+    /// `~/.docker/config.json`, and none there means anonymous pulls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_config: Option<Spanned<PathBuf>>,
 }
 
 fn yes() -> bool {
@@ -294,6 +299,7 @@ impl Default for PullSection {
             cap: default_cap(),
             escalate_after: default_escalate(),
             stall_timeout: default_stall(),
+            docker_config: None,
         }
     }
 }
@@ -424,6 +430,10 @@ pub struct Workload {
     /// Workloads that must be ready (running, and healthy if checked) before this one starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depends_on: Option<Spanned<Vec<String>>>,
+    /// A file in the Docker config format (mode 0600 or stricter) holding the credentials for
+    /// this image's registry, used instead of `pull.docker_config` (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<Spanned<PathBuf>>,
 }
 
 impl Workload {
@@ -533,6 +543,7 @@ impl Workload {
             "log" => self.log.as_ref().map(Spanned::span),
             "health" => self.health.as_ref().map(Spanned::span),
             "depends_on" => self.depends_on.as_ref().map(Spanned::span),
+            "credentials_file" => self.credentials_file.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())
@@ -929,6 +940,7 @@ impl Config {
                 e.to_string(),
             ));
         }
+        self.validate_pull_credentials(loc)?;
         self.supervise.policy_section().build(loc, "supervise", 0)?;
         if *self.supervise.crash_loop_threshold.get_ref() == 0 {
             return Err(loc.at(
@@ -1060,6 +1072,48 @@ impl Config {
             return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
         }
         Ok(())
+    }
+
+    // i[impl node.pull.credentials]
+    /// `pull.docker_config` exists when set; each `credentials_file` exists and is private.
+    fn validate_pull_credentials(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        if let Some(path) = &self.pull.docker_config {
+            if !path.get_ref().is_file() {
+                return Err(loc.at(
+                    Some(path.span()),
+                    "pull.docker_config",
+                    format!("{} is not a file", path.get_ref().display()),
+                ));
+            }
+        }
+        for (i, w) in self.workloads.iter().enumerate() {
+            if let Some(path) = &w.credentials_file {
+                if let Err(message) = holdfast_pull::credentials::check_private(path.get_ref()) {
+                    return Err(loc.at(
+                        Some(path.span()),
+                        &format!("workload[{i}].credentials_file"),
+                        message,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // i[impl node.pull.credentials]
+    /// Where the pull module finds registry credentials: `pull.docker_config` (else the Docker
+    /// CLI's default), and each workload's `credentials_file` for its image.
+    pub fn registry_auth(&self) -> holdfast_pull::RegistryAuth {
+        let mut auth = holdfast_pull::RegistryAuth::from_env();
+        if let Some(path) = &self.pull.docker_config {
+            auth = auth.with_docker_config(path.get_ref());
+        }
+        for w in &self.workloads {
+            if let Some(path) = &w.credentials_file {
+                auth = auth.with_file_for(w.image.get_ref().clone(), path.get_ref());
+            }
+        }
+        auth
     }
 
     /// holdfast-pull's configuration, seeded (validated when the config was parsed).
@@ -1617,5 +1671,54 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("gateway.tls.from_issuance"), "{err}");
+    }
+
+    // i[verify node.pull.credentials]
+    #[test]
+    fn registry_credentials_are_located_validated_and_reach_the_pull_module() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let docker_config = dir.path().join("config.json");
+        std::fs::write(&docker_config, "{}").unwrap();
+        let own = dir.path().join("app.json");
+        std::fs::write(
+            &own,
+            r#"{"auths": {"reg.example": {"username": "app", "password": "pw"}}}"#,
+        )
+        .unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let text = format!(
+            "[node]\n[pull]\ndocker_config = \"{}\"\n[[workload]]\nname = \"app\"\n\
+             image = \"reg.example/app:1\"\ncredentials_file = \"{}\"\n",
+            docker_config.display(),
+            own.display()
+        );
+        let config = Config::parse("t.toml", &text).unwrap();
+        let auth = config.registry_auth();
+        assert_eq!(auth.docker_config_path(), Some(docker_config.clone()));
+        let found = auth.lookup("reg.example/app:1").unwrap().unwrap();
+        assert_eq!(found.username(), Some("app"));
+        // Not part of the container's spec: changing the file replaces nothing.
+        assert_eq!(
+            config.workloads[0].to_config(),
+            holdfast_workload::WorkloadConfig::new("app", "reg.example/app:1")
+        );
+        // Readable by others: located at the value.
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Config::parse("t.toml", &text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:7:20: workload[0].credentials_file:") && err.contains("0644"),
+            "{err}"
+        );
+        // A docker_config that is not there.
+        let missing = format!(
+            "[node]\n[pull]\ndocker_config = \"{}\"\n",
+            dir.path().join("nope.json").display()
+        );
+        let err = Config::parse("t.toml", &missing).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:3:17: pull.docker_config:") && err.contains("nope.json"),
+            "{err}"
+        );
     }
 }

@@ -18,6 +18,7 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use tokio::sync::watch;
 
 use crate::classify::{PullError, PullErrorKind, classify_bollard};
+use crate::credentials::{Credentials, RegistryAuth, registry_host};
 pub use crate::daemon_wait::daemon_within;
 use crate::progress::{ProgressTracker, PullProgress};
 use crate::watchdog::{Watched, drive};
@@ -127,13 +128,15 @@ fn store_name(reference: &str) -> String {
     }
 }
 
-/// One attempt: inspect the image; if the daemon does not have it, pull it under the progress
-/// watchdog, publishing progress on `progress`.
+/// One attempt: inspect the image; if the daemon does not have it, look up the registry's
+/// credentials in `auth` and pull it with them under the progress watchdog, publishing progress
+/// on `progress`.
 pub async fn fetch(
     docker: &Docker,
     reference: &str,
     stall_timeout: Duration,
     progress: &watch::Sender<PullProgress>,
+    auth: &RegistryAuth,
 ) -> Result<Fetched, PullError> {
     let name = store_name(reference);
     let inspected = daemon_within(stall_timeout, "the image inspect", async {
@@ -155,7 +158,12 @@ pub async fn fetch(
         options = options.tag(&tag);
     }
     let options = options.build();
-    let stream = docker.create_image(Some(options), None, None);
+    let credentials = credentials_for(auth, reference, stall_timeout).await?;
+    let stream = docker.create_image(
+        Some(options),
+        None,
+        credentials.as_ref().map(Credentials::to_docker),
+    );
     let mut tracker = ProgressTracker::new();
     let outcome = drive(stream, stall_timeout, |info| {
         let advanced = tracker.observe(info);
@@ -174,7 +182,12 @@ pub async fn fetch(
     .await;
     match outcome {
         Watched::Completed => Ok(Fetched::Pulled),
-        Watched::Failed(err) => Err(classify_bollard(&err)),
+        Watched::Failed(err) => Err(refused(
+            classify_bollard(&err),
+            reference,
+            credentials.as_ref(),
+            auth,
+        )),
         Watched::Stalled { idle } => Err(PullError::new(
             PullErrorKind::Stalled,
             format!(
@@ -183,6 +196,67 @@ pub async fn fetch(
             ),
         )),
     }
+}
+
+// r[impl actuate.image.credentials]
+/// The credentials for `reference`'s registry, looked up off the runtime (a credential helper is
+/// a process) within the stall bound. Credentials configured but unreadable fail the attempt as
+/// unauthorized.
+async fn credentials_for(
+    auth: &RegistryAuth,
+    reference: &str,
+    stall_timeout: Duration,
+) -> Result<Option<Credentials>, PullError> {
+    let lookup = {
+        let auth = auth.clone();
+        let reference = reference.to_owned();
+        tokio::task::spawn_blocking(move || auth.lookup(&reference))
+    };
+    let found = within(stall_timeout, "the credential lookup", async {
+        lookup.await.map_err(|e| {
+            PullError::new(
+                PullErrorKind::Panicked,
+                format!("the credential lookup did not finish: {e}"),
+            )
+        })
+    })
+    .await?;
+    found.map_err(|e| PullError::new(PullErrorKind::Unauthorized, e.to_string()))
+}
+
+// r[impl actuate.image.credentials.refused]
+// r[impl actuate.image.credentials.secret]
+/// An unauthorized failure, said in the operator's terms: which registry refused, and with which
+/// credentials (their source and user, never the secret) or that none were found. Other failures
+/// are returned as they are.
+fn refused(
+    mut err: PullError,
+    reference: &str,
+    sent: Option<&Credentials>,
+    auth: &RegistryAuth,
+) -> PullError {
+    if err.kind != PullErrorKind::Unauthorized {
+        return err;
+    }
+    let host = registry_host(reference);
+    let how = match sent {
+        Some(c) => match c.username() {
+            Some(user) => format!("the credentials of user {user:?} from {}", c.source()),
+            None => format!("the identity token from {}", c.source()),
+        },
+        None => match auth.docker_config_path() {
+            Some(path) => format!(
+                "no credentials (none for {host} in {}; `docker login {host}` writes them there)",
+                path.display()
+            ),
+            None => "no credentials (no Docker config file is known)".to_owned(),
+        },
+    };
+    err.message = format!(
+        "registry {host} refused the pull of {reference} with {how}: {}",
+        err.message
+    );
+    err
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
 use holdfast_pull::{
     Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher,
-    ImageState, PullConfig, PullConfigError,
+    ImageState, PullConfig, PullConfigError, RegistryAuth,
 };
 use holdfast_retry::{KeyedGate, Policy};
 use tokio::sync::oneshot;
@@ -64,6 +64,8 @@ pub struct PullModule {
     pub docker_host: Option<String>,
     /// holdfast-pull's configuration (see [`pull_config`]).
     pub config: PullConfig,
+    /// Where registry credentials are found (`pull.docker_config`, `credentials_file`).
+    pub auth: RegistryAuth,
     /// Tick interval.
     pub tick: Duration,
     /// The node's state.
@@ -91,7 +93,8 @@ impl Module for PullModule {
             None => DaemonEndpoint::from_env(),
         };
         let host = endpoint.host().to_owned();
-        let fetcher = DockerFetcher::new(endpoint, self.config.stall_timeout());
+        let fetcher =
+            DockerFetcher::with_auth(endpoint, self.config.stall_timeout(), self.auth.clone());
         // Image faults go straight onto the node's board (module "pull").
         let actuator =
             Actuator::with_fault_board(fetcher.clone(), self.config, self.node.faults.clone())
@@ -334,6 +337,7 @@ mod tests {
             workloads: vec![],
             docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
             config: PullConfig::new(7),
+            auth: RegistryAuth::default(),
             tick: Duration::from_secs(5),
             node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
         };

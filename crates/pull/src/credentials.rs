@@ -1,0 +1,552 @@
+//! Registry credentials, found the way the Docker CLI finds them, and handed to the daemon with the
+//! pull (bollard's `DockerCredentials`, sent as the `X-Registry-Auth` header).
+//!
+//! The lookup itself is the maintained `docker_credential` crate's: a Docker config file's
+//! `auths` (base64 `auth`, or `username`/`password`, or `identitytoken`), `credHelpers` per
+//! registry and `credsStore`, the helpers run as `docker-credential-NAME get`. What this module
+//! adds is where the file is (a configured path, else `$DOCKER_CONFIG/config.json`, else
+//! `~/.docker/config.json`), an optional file per image that wins over it, which registry an
+//! image reference names, and a [`Credentials`] whose `Debug` shows no secret.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use bollard::auth::DockerCredentials;
+use docker_credential::{CredentialRetrievalError, DockerCredential};
+
+/// The registry an image reference without a registry host is pulled from.
+pub const DOCKER_HUB: &str = "docker.io";
+
+/// The key the Docker CLI files Docker Hub's credentials under (and asks helpers for).
+pub const DOCKER_HUB_SERVER: &str = "https://index.docker.io/v1/";
+
+// r[impl actuate.image.credentials]
+/// The registry host an image reference is pulled from, as Docker reads it: the first path
+/// component when it looks like a host (holds a `.` or a `:`, is `localhost`, or has an
+/// uppercase letter, which a repository name cannot), else Docker Hub.
+pub fn registry_host(reference: &str) -> &str {
+    // A digest or tag never holds a '/', so the first '/' ends the host if there is one.
+    let Some((first, _rest)) = reference.split_once('/') else {
+        return DOCKER_HUB;
+    };
+    let host_like = first.contains(['.', ':'])
+        || first == "localhost"
+        || first.chars().any(|c| c.is_ascii_uppercase());
+    match first {
+        _ if !host_like => DOCKER_HUB,
+        "index.docker.io" | "registry-1.docker.io" => DOCKER_HUB,
+        host => host,
+    }
+}
+
+/// The server key credentials for `host` are filed under in a Docker config file, and the
+/// address a credential helper is asked for: Docker Hub's historic URL, else the host itself.
+pub fn server_key(host: &str) -> &str {
+    if host == DOCKER_HUB {
+        DOCKER_HUB_SERVER
+    } else {
+        host
+    }
+}
+
+// r[impl actuate.image.credentials.secret]
+/// Credentials for one registry. Its `Debug` names the registry and the user and redacts the
+/// secret, so a `{:?}` in a log line or a test failure never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    server: String,
+    secret: Secret,
+    /// Where they were found, for messages: a file path, or `credential helper NAME`.
+    source: String,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Secret {
+    UsernamePassword { username: String, password: String },
+    IdentityToken(String),
+}
+
+impl Credentials {
+    /// A user name and password for `server`.
+    pub fn password(
+        server: impl Into<String>,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        Credentials {
+            server: server.into(),
+            secret: Secret::UsernamePassword {
+                username: username.into(),
+                password: password.into(),
+            },
+            source: "given".to_owned(),
+        }
+    }
+
+    /// The registry these are for (as filed: a host, or Docker Hub's server key).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The user name, when these are a user name and password.
+    pub fn username(&self) -> Option<&str> {
+        match &self.secret {
+            Secret::UsernamePassword { username, .. } => Some(username),
+            Secret::IdentityToken(_) => None,
+        }
+    }
+
+    /// Where they were found (a file, or a credential helper), for messages.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// As bollard sends them to the daemon (`X-Registry-Auth`).
+    pub fn to_docker(&self) -> DockerCredentials {
+        let mut out = DockerCredentials {
+            serveraddress: Some(self.server.clone()),
+            ..DockerCredentials::default()
+        };
+        match &self.secret {
+            Secret::UsernamePassword { username, password } => {
+                out.username = Some(username.clone());
+                out.password = Some(password.clone());
+            }
+            Secret::IdentityToken(token) => out.identitytoken = Some(token.clone()),
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.secret {
+            Secret::UsernamePassword { .. } => "password",
+            Secret::IdentityToken(_) => "identity token",
+        };
+        f.debug_struct("Credentials")
+            .field("server", &self.server)
+            .field("username", &self.username())
+            .field(kind, &"<redacted>")
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// Credentials that were configured but could not be read. The message names the registry and
+/// the file or helper, never a secret (a helper's output is not repeated: it may hold one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("credentials for registry {registry}: {message}")]
+pub struct CredentialError {
+    /// The registry host the pull needed credentials for.
+    pub registry: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Where a node finds registry credentials: a Docker config file, and files per image reference
+/// that win over it. `Debug` shows paths only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryAuth {
+    docker_config: Option<PathBuf>,
+    per_image: BTreeMap<String, PathBuf>,
+}
+
+impl RegistryAuth {
+    /// The Docker CLI's lookup: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
+    pub fn from_env() -> Self {
+        RegistryAuth::default()
+    }
+
+    /// Reads the Docker config file at `path` instead of the CLI's default location.
+    pub fn with_docker_config(mut self, path: impl Into<PathBuf>) -> Self {
+        self.docker_config = Some(path.into());
+        self
+    }
+
+    /// Credentials for `reference` come from `path` (a file in the Docker config format), not
+    /// from the node's Docker config.
+    pub fn with_file_for(mut self, reference: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        self.per_image.insert(reference.into(), path.into());
+        self
+    }
+
+    /// The Docker config file this lookup reads (configured, else the CLI's default), if any
+    /// location is known at all.
+    pub fn docker_config_path(&self) -> Option<PathBuf> {
+        if let Some(path) = &self.docker_config {
+            return Some(path.clone());
+        }
+        let dir = std::env::var_os("DOCKER_CONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".docker")))?;
+        Some(dir.join("config.json"))
+    }
+
+    // r[impl actuate.image.credentials]
+    /// The credentials to pull `reference` with. `Ok(None)` means pull anonymously: no Docker
+    /// config file exists, or it has nothing for the registry (as `docker pull` does). A file
+    /// configured for this image must exist, must not be readable by group or others, and must
+    /// hold the registry. Blocking (it may run a credential helper): call it off the runtime.
+    pub fn lookup(&self, reference: &str) -> Result<Option<Credentials>, CredentialError> {
+        let host = registry_host(reference);
+        let server = server_key(host);
+        let fail = |message: String| CredentialError {
+            registry: host.to_owned(),
+            message,
+        };
+        if let Some(path) = self.per_image.get(reference) {
+            check_private(path).map_err(fail)?;
+            let text = read(path).map_err(fail)?;
+            return match docker_credential::get_credential_from_reader(text.as_bytes(), server) {
+                Ok(found) => Ok(Some(credentials(server, found, path))),
+                Err(CredentialRetrievalError::NoCredentialConfigured) => Err(fail(format!(
+                    "{} has no credentials for {server}",
+                    path.display()
+                ))),
+                Err(e) => Err(fail(describe(&e, path))),
+            };
+        }
+        let Some(path) = self.docker_config_path() else {
+            return Ok(None);
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            // No Docker config: anonymous pulls, as the CLI does.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(fail(format!(
+                    "cannot read {}: {}",
+                    path.display(),
+                    e.kind()
+                )));
+            }
+        };
+        match docker_credential::get_credential_from_reader(text.as_bytes(), server) {
+            Ok(found) => Ok(Some(credentials(server, found, &path))),
+            Err(CredentialRetrievalError::NoCredentialConfigured) => Ok(None),
+            Err(e) => Err(fail(describe(&e, &path))),
+        }
+    }
+}
+
+fn credentials(server: &str, found: DockerCredential, path: &Path) -> Credentials {
+    let secret = match found {
+        DockerCredential::UsernamePassword(username, password) => {
+            Secret::UsernamePassword { username, password }
+        }
+        DockerCredential::IdentityToken(token) => Secret::IdentityToken(token),
+    };
+    Credentials {
+        server: server.to_owned(),
+        secret,
+        source: path.display().to_string(),
+    }
+}
+
+/// What went wrong, without the helper's output (which may echo a secret).
+fn describe(err: &CredentialRetrievalError, path: &Path) -> String {
+    let file = path.display();
+    match err {
+        CredentialRetrievalError::HelperFailure { helper, .. } => {
+            format!("credential helper `{helper}` (named in {file}) failed")
+        }
+        CredentialRetrievalError::HelperCommunicationError => {
+            format!("the credential helper named in {file} could not be run")
+        }
+        CredentialRetrievalError::MalformedHelperResponse => {
+            format!("the credential helper named in {file} answered something unreadable")
+        }
+        CredentialRetrievalError::CredentialDecodingError => {
+            format!("an `auth` entry in {file} is not base64 of USER:PASSWORD")
+        }
+        CredentialRetrievalError::CredentialMismatchError => {
+            format!("an `auth` entry in {file} disagrees with its username and password")
+        }
+        CredentialRetrievalError::ConfigReadError => {
+            format!("{file} is not a Docker config file (JSON)")
+        }
+        CredentialRetrievalError::ConfigNotFound
+        | CredentialRetrievalError::NoCredentialConfigured => {
+            format!("{file} has no credentials for this registry")
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    Ok(text)
+}
+
+// r[impl actuate.image.credentials]
+/// A secret file must not be readable by group or others (mode 0600 or stricter).
+pub fn check_private(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{} has mode {mode:04o}: credentials must be readable by their owner only (0600)",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn write(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    fn b64(text: &str) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    }
+
+    // r[verify actuate.image.credentials]
+    #[test]
+    fn the_registry_host_is_read_as_docker_reads_it() {
+        for (reference, host) in [
+            ("busybox", "docker.io"),
+            ("busybox:1.36", "docker.io"),
+            ("library/busybox", "docker.io"),
+            ("org/app:1", "docker.io"),
+            ("docker.io/org/app", "docker.io"),
+            ("index.docker.io/org/app", "docker.io"),
+            ("ghcr.io/org/app:1", "ghcr.io"),
+            ("127.0.0.1:5000/holdfast/busybox:latest", "127.0.0.1:5000"),
+            ("localhost/app", "localhost"),
+            ("localhost:5000/app@sha256:abc", "localhost:5000"),
+            ("Registry/app", "Registry"),
+        ] {
+            assert_eq!(registry_host(reference), host, "{reference}");
+        }
+        assert_eq!(server_key("docker.io"), "https://index.docker.io/v1/");
+        assert_eq!(server_key("ghcr.io"), "ghcr.io");
+    }
+
+    // r[verify actuate.image.credentials]
+    #[test]
+    fn auths_entries_give_credentials_for_their_registry_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write(
+            dir.path(),
+            "config.json",
+            &format!(
+                r#"{{"auths": {{
+                    "127.0.0.1:5000": {{"auth": "{}"}},
+                    "ghcr.io": {{"username": "bot", "password": "s3cret"}},
+                    "https://index.docker.io/v1/": {{"identitytoken": "tok"}}
+                }}}}"#,
+                b64("alice:hunter2")
+            ),
+            0o600,
+        );
+        let auth = RegistryAuth::default().with_docker_config(&config);
+        let found = auth.lookup("127.0.0.1:5000/a/b:1").unwrap().unwrap();
+        assert_eq!(found.server(), "127.0.0.1:5000");
+        assert_eq!(found.username(), Some("alice"));
+        let sent = found.to_docker();
+        assert_eq!(sent.password.as_deref(), Some("hunter2"));
+        assert_eq!(sent.serveraddress.as_deref(), Some("127.0.0.1:5000"));
+        let ghcr = auth.lookup("ghcr.io/org/app").unwrap().unwrap().to_docker();
+        assert_eq!(
+            (ghcr.username.as_deref(), ghcr.password.as_deref()),
+            (Some("bot"), Some("s3cret"))
+        );
+        let hub = auth.lookup("busybox").unwrap().unwrap().to_docker();
+        assert_eq!(hub.identitytoken.as_deref(), Some("tok"));
+        assert_eq!(hub.serveraddress.as_deref(), Some(DOCKER_HUB_SERVER));
+        // Another registry: anonymous.
+        assert_eq!(auth.lookup("quay.io/x/y").unwrap(), None);
+        // No config file at all: anonymous too, as `docker pull` is.
+        let none = RegistryAuth::default().with_docker_config(dir.path().join("missing.json"));
+        assert_eq!(none.lookup("127.0.0.1:5000/a/b").unwrap(), None);
+    }
+
+    // r[verify actuate.image.credentials]
+    #[test]
+    fn a_credential_helper_is_run_and_a_failing_one_is_an_error_without_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // A helper as docker runs it: `get`, the server on stdin, JSON on stdout.
+        write(
+            &bin,
+            "docker-credential-holdfasttest",
+            "#!/bin/sh\nread server\n[ \"$1\" = get ] || exit 3\n\
+             if [ \"$server\" = reg.example ]; then\n\
+               printf '{\"ServerURL\":\"%s\",\"Username\":\"helper-user\",\"Secret\":\"helper-pass\"}' \"$server\"\n\
+             else echo 'leaked-secret-in-output'; exit 1; fi\n",
+            0o700,
+        );
+        let config = write(
+            dir.path(),
+            "config.json",
+            r#"{"credHelpers": {"reg.example": "holdfasttest", "bad.example": "holdfasttest"}}"#,
+            0o600,
+        );
+        // The helper is found on PATH, as docker finds it.
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let auth = RegistryAuth::default().with_docker_config(&config);
+        let found = with_path(&path, || auth.lookup("reg.example/app:1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.username(), Some("helper-user"));
+        assert_eq!(found.to_docker().password.as_deref(), Some("helper-pass"));
+        let err = with_path(&path, || auth.lookup("bad.example/app:1")).unwrap_err();
+        assert_eq!(err.registry, "bad.example");
+        let text = err.to_string();
+        assert!(
+            text.contains("credential helper `docker-credential-holdfasttest`"),
+            "{text}"
+        );
+        assert!(text.contains("bad.example"), "{text}");
+        assert!(!text.contains("leaked-secret"), "{text}");
+    }
+
+    /// Runs `f` with `PATH` set to `path` (tests in this module that read PATH run under the
+    /// lock, so none sees another's).
+    fn with_path<T>(path: &str, f: impl FnOnce() -> T) -> T {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::env::var_os("PATH");
+        // SAFETY: the test binary's other threads do not read PATH while this lock is held;
+        // the only readers are this module's helper tests, serialised by it.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::set_var("PATH", path)
+        };
+        let out = f();
+        #[allow(unsafe_code)]
+        unsafe {
+            match old {
+                Some(old) => std::env::set_var("PATH", old),
+                None => std::env::remove_var("PATH"),
+            }
+        }
+        out
+    }
+
+    // r[verify actuate.image.credentials]
+    #[test]
+    fn a_file_for_the_image_wins_and_must_be_private_and_hold_the_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = write(
+            dir.path(),
+            "config.json",
+            &format!(
+                r#"{{"auths": {{"reg.example": {{"auth": "{}"}}}}}}"#,
+                b64("node:pw")
+            ),
+            0o600,
+        );
+        let own = write(
+            dir.path(),
+            "app.json",
+            &format!(
+                r#"{{"auths": {{"reg.example": {{"auth": "{}"}}}}}}"#,
+                b64("app:pw2")
+            ),
+            0o600,
+        );
+        let auth = RegistryAuth::default()
+            .with_docker_config(&node)
+            .with_file_for("reg.example/app:1", &own);
+        assert_eq!(
+            auth.lookup("reg.example/app:1")
+                .unwrap()
+                .unwrap()
+                .username(),
+            Some("app")
+        );
+        assert_eq!(
+            auth.lookup("reg.example/other:1")
+                .unwrap()
+                .unwrap()
+                .username(),
+            Some("node")
+        );
+        // Readable by others: refused, naming the file and the mode.
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = auth.lookup("reg.example/app:1").unwrap_err();
+        assert!(err.message.contains("0644"), "{err}");
+        // Private but without the registry: an error, not an anonymous pull.
+        let elsewhere = write(
+            dir.path(),
+            "elsewhere.json",
+            &format!(
+                r#"{{"auths": {{"other.example": {{"auth": "{}"}}}}}}"#,
+                b64("x:y")
+            ),
+            0o600,
+        );
+        let auth = RegistryAuth::default().with_file_for("reg.example/app:1", &elsewhere);
+        let err = auth.lookup("reg.example/app:1").unwrap_err();
+        assert!(
+            err.message.contains("has no credentials for reg.example"),
+            "{err}"
+        );
+        // Missing: an error naming it.
+        let auth =
+            RegistryAuth::default().with_file_for("reg.example/app:1", dir.path().join("gone"));
+        assert!(
+            auth.lookup("reg.example/app:1")
+                .unwrap_err()
+                .message
+                .contains("gone")
+        );
+    }
+
+    // r[verify actuate.image.credentials.secret]
+    #[test]
+    fn debug_shows_the_registry_and_user_and_never_the_secret() {
+        let c = Credentials::password("reg.example", "alice", "hunter2");
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("reg.example") && shown.contains("alice"),
+            "{shown}"
+        );
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let dir = tempfile::tempdir().unwrap();
+        let config = write(
+            dir.path(),
+            "config.json",
+            r#"{"auths": {"reg.example": {"identitytoken": "tok-123"}}}"#,
+            0o600,
+        );
+        let found = RegistryAuth::default()
+            .with_docker_config(&config)
+            .lookup("reg.example/a")
+            .unwrap()
+            .unwrap();
+        assert!(!format!("{found:?}").contains("tok-123"));
+        // A config that is not JSON: the error names the file, not its content.
+        let broken = write(dir.path(), "broken.json", "password=hunter2", 0o600);
+        let err = RegistryAuth::default()
+            .with_docker_config(&broken)
+            .lookup("reg.example/a")
+            .unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(err.to_string().contains("broken.json"), "{err}");
+    }
+}
