@@ -266,6 +266,26 @@ pub struct PullSection {
     /// `~/.docker/config.json`, and none there means anonymous pulls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker_config: Option<Spanned<PathBuf>>,
+    /// How often a tag is checked against its registry for a workload with
+    /// `pull_policy = "digest"` (default 15 m).
+    #[serde(default = "default_digest_interval")]
+    pub digest_interval: Spanned<ConfigDuration>,
+}
+
+fn default_digest_interval() -> Spanned<ConfigDuration> {
+    sp(secs(15 * 60))
+}
+
+/// A workload's `pull_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullPolicy {
+    /// Pulled when absent, never checked again (the default).
+    #[default]
+    Missing,
+    /// The tag is checked against the registry on `pull.digest_interval`, pulled again and the
+    /// container replaced when it moved.
+    Digest,
 }
 
 fn yes() -> bool {
@@ -300,6 +320,7 @@ impl Default for PullSection {
             escalate_after: default_escalate(),
             stall_timeout: default_stall(),
             docker_config: None,
+            digest_interval: default_digest_interval(),
         }
     }
 }
@@ -434,6 +455,9 @@ pub struct Workload {
     /// this image's registry, used instead of `pull.docker_config` (default: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_file: Option<Spanned<PathBuf>>,
+    /// `"missing"` (default) or `"digest"`: check the tag against the registry and follow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<Spanned<PullPolicy>>,
 }
 
 impl Workload {
@@ -544,6 +568,7 @@ impl Workload {
             "health" => self.health.as_ref().map(Spanned::span),
             "depends_on" => self.depends_on.as_ref().map(Spanned::span),
             "credentials_file" => self.credentials_file.as_ref().map(Spanned::span),
+            "pull_policy" => self.pull_policy.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())
@@ -1086,6 +1111,13 @@ impl Config {
                 ));
             }
         }
+        if self.pull.digest_interval.get_ref().get().is_zero() {
+            return Err(loc.at(
+                Some(self.pull.digest_interval.span()),
+                "pull.digest_interval",
+                "must be longer than zero".into(),
+            ));
+        }
         for (i, w) in self.workloads.iter().enumerate() {
             if let Some(path) = &w.credentials_file {
                 if let Err(message) = holdfast_pull::credentials::check_private(path.get_ref()) {
@@ -1114,6 +1146,24 @@ impl Config {
             }
         }
         auth
+    }
+
+    // i[impl node.pull.policy]
+    /// The images whose tags the pull module follows (`pull_policy = "digest"`), and how often.
+    pub fn tag_checks(&self) -> crate::modules::pull::TagChecks {
+        crate::modules::pull::TagChecks {
+            images: self
+                .workloads
+                .iter()
+                .filter(|w| {
+                    w.pull_policy
+                        .as_ref()
+                        .is_some_and(|p| *p.get_ref() == PullPolicy::Digest)
+                })
+                .map(|w| w.image.get_ref().clone())
+                .collect(),
+            interval: self.pull.digest_interval.get_ref().get(),
+        }
     }
 
     /// holdfast-pull's configuration, seeded (validated when the config was parsed).
@@ -1674,6 +1724,7 @@ mod tests {
     }
 
     // i[verify node.pull.credentials]
+    // i[verify node.pull.policy]
     #[test]
     fn registry_credentials_are_located_validated_and_reach_the_pull_module() {
         use std::os::unix::fs::PermissionsExt as _;
@@ -1708,6 +1759,30 @@ mod tests {
         let err = Config::parse("t.toml", &text).unwrap_err().to_string();
         assert!(
             err.starts_with("t.toml:7:20: workload[0].credentials_file:") && err.contains("0644"),
+            "{err}"
+        );
+        // pull_policy: followed tags reach the pull module; a bad value is located.
+        let followed = text.replace(
+            "credentials_file",
+            "pull_policy = \"digest\"\ncredentials_file",
+        );
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let checks = Config::parse("t.toml", &followed).unwrap().tag_checks();
+        assert_eq!(checks.images, ["reg.example/app:1".to_owned()].into());
+        assert_eq!(checks.interval, std::time::Duration::from_secs(900));
+        let bad = text.replace(
+            "credentials_file",
+            "pull_policy = \"sometimes\"\ncredentials_file",
+        );
+        let err = Config::parse("t.toml", &bad).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:7:15: workload[0].pull_policy:"),
+            "{err}"
+        );
+        let zero = text.replace("[[workload]]", "digest_interval = \"0s\"\n[[workload]]");
+        let err = Config::parse("t.toml", &zero).unwrap_err().to_string();
+        assert!(
+            err.contains("pull.digest_interval: must be longer than zero"),
             "{err}"
         );
         // A docker_config that is not there.

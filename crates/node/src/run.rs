@@ -117,6 +117,7 @@ fn compose(config: &Config, identity: &NodeIdentity, node: &NodeState) -> Vec<Ar
             docker_host: config.pull.docker_host.clone(),
             config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
             auth: config.registry_auth(),
+            tag_checks: config.tag_checks(),
             tick: config.node.tick.get_ref().get(),
             node: node.clone(),
         }));

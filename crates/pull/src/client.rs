@@ -121,34 +121,36 @@ pub fn pull_parameters(reference: &str) -> (String, String) {
 }
 
 /// The full reference with its implied tag, as the daemon's store names it.
-fn store_name(reference: &str) -> String {
+pub(crate) fn store_name(reference: &str) -> String {
     match pull_parameters(reference) {
         (image, tag) if tag.is_empty() => image,
         (image, tag) => format!("{image}:{tag}"),
     }
 }
 
-/// One attempt: inspect the image; if the daemon does not have it, look up the registry's
-/// credentials in `auth` and pull it with them under the progress watchdog, publishing progress
-/// on `progress`.
+/// One attempt: inspect the image; if the daemon does not have it (or `again`: its tag moved),
+/// look up the registry's credentials in `auth` and pull it with them under the progress
+/// watchdog, publishing progress on `progress`.
 pub async fn fetch(
     docker: &Docker,
     reference: &str,
     stall_timeout: Duration,
     progress: &watch::Sender<PullProgress>,
     auth: &RegistryAuth,
+    again: bool,
 ) -> Result<Fetched, PullError> {
     let name = store_name(reference);
-    let inspected = daemon_within(stall_timeout, "the image inspect", async {
-        match docker.inspect_image(&name).await {
-            Ok(_) => Ok(true),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(false),
-            Err(other) => Err(classify_bollard(&other)),
-        }
-    })
-    .await?;
+    let inspected = !again
+        && daemon_within(stall_timeout, "the image inspect", async {
+            match docker.inspect_image(&name).await {
+                Ok(_) => Ok(true),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(false),
+                Err(other) => Err(classify_bollard(&other)),
+            }
+        })
+        .await?;
     if inspected {
         return Ok(Fetched::AlreadyPresent);
     }

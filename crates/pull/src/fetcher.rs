@@ -13,6 +13,7 @@ use crate::classify::{PullError, PullErrorKind};
 use crate::client::{DaemonEndpoint, Fetched, daemon_within, fetch};
 use crate::credentials::RegistryAuth;
 use crate::progress::PullProgress;
+use crate::tag::{TagCheck, check_tag};
 
 /// A boxed future, so that [`Fetcher`] stays object-safe.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -42,6 +43,8 @@ struct DockerFetcherInner {
     endpoint: DaemonEndpoint,
     stall_timeout: Duration,
     auth: RegistryAuth,
+    /// References whose tag moved: pulled at their next attempt even though present.
+    again: std::sync::Mutex<std::collections::BTreeSet<String>>,
     connection: Mutex<Option<Docker>>,
 }
 
@@ -63,6 +66,7 @@ impl DockerFetcher {
                 endpoint,
                 stall_timeout,
                 auth,
+                again: std::sync::Mutex::default(),
                 connection: Mutex::new(None),
             }),
         }
@@ -72,9 +76,43 @@ impl DockerFetcher {
     pub fn endpoint(&self) -> &DaemonEndpoint {
         &self.inner.endpoint
     }
+
+    // r[impl actuate.image.tag-moved]
+    /// `reference`'s tag moved: its next attempt pulls it although an image is present (until
+    /// one such pull succeeds). The caller then has the actuator `invalidate` it, so the attempt
+    /// is paced, classified and faulted like any pull.
+    pub fn pull_again(&self, reference: &str) {
+        self.inner.again_set().insert(reference.to_owned());
+    }
+
+    /// Whether `reference` waits to be pulled again.
+    pub fn pulls_again(&self, reference: &str) -> bool {
+        self.inner.again_set().contains(reference)
+    }
+
+    // r[impl actuate.image.tag-moved]
+    /// Checks whether `reference`'s tag moved in its registry (see [`crate::tag::check_tag`]).
+    pub fn check_tag(&self, reference: String) -> BoxFuture<Result<TagCheck, PullError>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            let docker = inner.docker().await?;
+            let result = check_tag(&docker, &reference, inner.stall_timeout, &inner.auth).await;
+            if let Err(err) = &result {
+                inner.forget_connection_after(err).await;
+            }
+            result
+        })
+    }
 }
 
 impl DockerFetcherInner {
+    fn again_set(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        // A panic while holding it leaves a set of names, still coherent.
+        self.again
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     async fn docker(&self) -> Result<Docker, PullError> {
         if let Some(docker) = self.connection.lock().await.as_ref() {
             return Ok(docker.clone());
@@ -107,14 +145,20 @@ impl Fetcher for DockerFetcher {
         Box::pin(async move {
             let result = match inner.docker().await {
                 Ok(docker) => {
-                    fetch(
+                    let again = inner.again_set().contains(&reference);
+                    let result = fetch(
                         &docker,
                         &reference,
                         inner.stall_timeout,
                         &progress,
                         &inner.auth,
+                        again,
                     )
-                    .await
+                    .await;
+                    if result.is_ok() {
+                        inner.again_set().remove(&reference);
+                    }
+                    result
                 }
                 Err(err) => Err(err),
             };
@@ -503,5 +547,56 @@ mod tests {
             "{faults:?}"
         );
         assert!(!format!("{faults:?}").contains("hunter2"));
+    }
+
+    /// Version negotiated, the image present, and a pull that completes at once.
+    fn present(line: &str) -> (u16, String) {
+        if line.contains("/version") {
+            (
+                200,
+                r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#.to_owned(),
+            )
+        } else if line.contains("/json") {
+            (200, r#"{"Id":"sha256:1"}"#.to_owned())
+        } else {
+            (200, r#"{"status":"Downloaded newer image"}"#.to_owned())
+        }
+    }
+
+    // r[verify actuate.image.tag-moved]
+    #[tokio::test]
+    async fn a_moved_tag_is_pulled_although_present_until_one_pull_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let heads = recording_daemon(&socket, present);
+        let fetcher = DockerFetcher::with_auth(
+            endpoint(&socket),
+            Duration::from_secs(5),
+            RegistryAuth::default().with_docker_config(dir.path().join("none.json")),
+        );
+        let creates = || {
+            heads
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|h| h.contains("/images/create"))
+                .count()
+        };
+        let (progress, _) = watch::channel(PullProgress::default());
+        let found = fetcher
+            .fetch("reg.example/app:1".into(), progress.clone())
+            .await;
+        assert_eq!(found, Ok(Fetched::AlreadyPresent));
+        assert_eq!(creates(), 0);
+        fetcher.pull_again("reg.example/app:1");
+        assert!(fetcher.pulls_again("reg.example/app:1"));
+        let found = fetcher
+            .fetch("reg.example/app:1".into(), progress.clone())
+            .await;
+        assert_eq!(found, Ok(Fetched::Pulled));
+        assert_eq!(creates(), 1);
+        assert!(!fetcher.pulls_again("reg.example/app:1"));
+        let found = fetcher.fetch("reg.example/app:1".into(), progress).await;
+        assert_eq!(found, Ok(Fetched::AlreadyPresent));
     }
 }

@@ -27,6 +27,7 @@ pub mod pacing;
 pub mod progress;
 pub mod reconciler;
 pub mod state;
+pub mod tag;
 pub mod watchdog;
 
 pub use actuator::{Actuator, NoRuntime};
@@ -39,3 +40,4 @@ pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
 pub use progress::PullProgress;
 pub use reconciler::{Action, AttemptId, Completion, Reconciler};
 pub use state::ImageState;
+pub use tag::{DEFAULT_DIGEST_INTERVAL, DigestChecks, TagCheck, tag_moved};

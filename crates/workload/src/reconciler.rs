@@ -442,6 +442,39 @@ impl Reconciler {
         self.board.clear(&Self::subject(name));
     }
 
+    // r[impl workload.image.moved]
+    /// The image `reference` names was pulled again with new content (its tag moved): every
+    /// workload running (or starting) from it has its container replaced, as a spec change
+    /// replaces it, with a fresh streak; its spec hash is unchanged, so a node restart later
+    /// adopts the new container. A workload left stopped stays stopped.
+    pub fn image_moved(&mut self, reference: &str) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let names: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.config.image == reference
+                    && matches!(e.run, Run::Running { .. } | Run::Starting { .. })
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            tracing::info!(workload = %name, image = %reference, "image tag moved; replacing its container");
+            let old = std::mem::replace(&mut entry.run, Run::Idle);
+            let stop_timeout = entry.config.stop_timeout;
+            entry.crash = self.config.crash_loop.clone();
+            entry.crash_looping = false;
+            entry.restart_due = false;
+            self.drop_run(old, &name, stop_timeout, &mut actions);
+            self.gate.forget(&name);
+            self.board.clear(&Self::subject(&name));
+        }
+        actions
+    }
+
     // r[impl workload.policy+2]
     /// The same container spec with new settings: a workload left stopped by a restart policy
     /// that would no longer leave it stopped starts again.

@@ -114,6 +114,12 @@ impl<I: Images> Supervisor<I> {
         })
     }
 
+    /// The image `reference` moved: replaces the containers running it.
+    pub fn image_moved(&mut self, reference: &str) {
+        let actions = self.core.image_moved(reference);
+        self.perform(actions);
+    }
+
     /// Sets the configured workloads (validated here), performing what the change requires.
     pub fn set_desired(&mut self, workloads: Vec<WorkloadConfig>) -> Result<(), SupervisorError> {
         crate::config::validate_all(&workloads)?;
@@ -401,6 +407,7 @@ impl<I: Images> Supervisor<I> {
     {
         let (status_tx, status_rx) = watch::channel(Vec::new());
         let (config_tx, mut config_rx) = mpsc::unbounded_channel::<Vec<WorkloadConfig>>();
+        let (moved_tx, mut moved_rx) = mpsc::unbounded_channel::<String>();
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let tick = tick.max(Duration::from_millis(10));
         let runtime = self.runtime.clone();
@@ -420,6 +427,7 @@ impl<I: Images> Supervisor<I> {
                             tracing::warn!(%error, "workload configuration rejected");
                         }
                     }
+                    Some(reference) = moved_rx.recv() => self.image_moved(&reference),
                     _ = self.wait_input_with(wake, Instant::now) => {}
                 }
             }
@@ -453,6 +461,7 @@ impl<I: Images> Supervisor<I> {
             WorkloadsHandle {
                 status: status_rx,
                 config: config_tx,
+                moved: moved_tx,
             },
             stopper,
         )
@@ -503,6 +512,7 @@ async fn stop_all(
 pub struct WorkloadsHandle {
     status: watch::Receiver<Vec<WorkloadStatus>>,
     config: mpsc::UnboundedSender<Vec<WorkloadConfig>>,
+    moved: mpsc::UnboundedSender<String>,
 }
 
 impl WorkloadsHandle {
@@ -514,6 +524,12 @@ impl WorkloadsHandle {
     /// Replaces the configured workloads (a config reload); false once the supervisor stopped.
     pub fn set_desired(&self, workloads: Vec<WorkloadConfig>) -> bool {
         self.config.send(workloads).is_ok()
+    }
+
+    /// The image `reference` was pulled again with new content: the workloads running it get
+    /// new containers (see [`Reconciler::image_moved`]). False once the supervisor stopped.
+    pub fn image_moved(&self, reference: &str) -> bool {
+        self.moved.send(reference.to_owned()).is_ok()
     }
 }
 

@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
 use holdfast_pull::{
-    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher,
-    ImageState, PullConfig, PullConfigError, RegistryAuth,
+    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DigestChecks, DockerFetcher, FaultSubject,
+    Fetcher, ImageState, PullConfig, PullConfigError, PullError, RegistryAuth, TagCheck,
 };
 use holdfast_retry::{KeyedGate, Policy};
 use tokio::sync::oneshot;
@@ -55,6 +55,15 @@ pub fn pull_config(
         .build()
 }
 
+/// The images whose tags are followed (`pull_policy = "digest"`), and how often each is checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TagChecks {
+    /// The image references to check.
+    pub images: std::collections::BTreeSet<String>,
+    /// The interval between two checks of one.
+    pub interval: Duration,
+}
+
 /// The images to keep present: (workload name, image reference).
 #[derive(Debug, Clone)]
 pub struct PullModule {
@@ -66,6 +75,8 @@ pub struct PullModule {
     pub config: PullConfig,
     /// Where registry credentials are found (`pull.docker_config`, `credentials_file`).
     pub auth: RegistryAuth,
+    /// The tags followed (`pull_policy = "digest"`).
+    pub tag_checks: TagChecks,
     /// Tick interval.
     pub tick: Duration,
     /// The node's state.
@@ -136,6 +147,7 @@ impl PullModule {
         // `None` until the daemon has been heard from (or found missing) once.
         let mut probe_down: Option<Option<String>> = None;
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
+        let mut tags = FollowedTags::new(&self.tag_checks);
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -154,6 +166,9 @@ impl PullModule {
                             probe_down = Some(Some(format!("{err}")));
                         }
                     }
+                }
+                Some((reference, result)) = tags.results.recv() => {
+                    tags.answered(&reference, result, &fetcher, &mut actuator);
                 }
                 _ = &mut stop => {
                     health.set(Health::Stopped);
@@ -181,6 +196,9 @@ impl PullModule {
                             down = Some(None);
                         }
                     }
+                }
+                if matches!(state, ImageState::Present) {
+                    tags.present(image, now, &fetcher, &self.node);
                 }
                 self.count_outcome(&mut last, image, label);
                 statuses.push(WorkloadStatus {
@@ -274,6 +292,86 @@ impl PullModule {
     }
 }
 
+// r[impl actuate.image.tag-moved]
+// r[impl workload.image.moved]
+/// The followed tags: each present one checked once an interval; a moved one marked to be pulled
+/// again and invalidated, so the actuator pulls it (paced, faulted); once present again, the
+/// workload module replaces the containers running it.
+struct FollowedTags {
+    images: std::collections::BTreeSet<String>,
+    checks: DigestChecks,
+    in_flight: std::collections::BTreeSet<String>,
+    /// Moved, being pulled again: the workloads are told once it is present.
+    moved: std::collections::BTreeSet<String>,
+    tx: tokio::sync::mpsc::UnboundedSender<(String, Result<TagCheck, PullError>)>,
+    results: tokio::sync::mpsc::UnboundedReceiver<(String, Result<TagCheck, PullError>)>,
+}
+
+impl FollowedTags {
+    fn new(config: &TagChecks) -> Self {
+        let (tx, results) = tokio::sync::mpsc::unbounded_channel();
+        FollowedTags {
+            images: config.images.clone(),
+            checks: DigestChecks::new(config.interval),
+            in_flight: Default::default(),
+            moved: Default::default(),
+            tx,
+            results,
+        }
+    }
+
+    /// `image` is present at `now`: a moved one is now the new content (the workloads are told);
+    /// a followed one whose check is due is checked.
+    fn present(
+        &mut self,
+        image: &str,
+        now: std::time::Instant,
+        fetcher: &Arc<DockerFetcher>,
+        node: &NodeState,
+    ) {
+        if self.moved.remove(image) {
+            tracing::info!(%image, "pulled the moved tag; replacing the workloads running it");
+            let _ = node.workload.with(|w| w.handle.image_moved(image));
+        }
+        if !self.images.contains(image)
+            || self.in_flight.contains(image)
+            || !self.checks.due(image, now)
+        {
+            return;
+        }
+        self.checks.checked(image, now);
+        self.in_flight.insert(image.to_owned());
+        let fetcher = Arc::clone(fetcher);
+        let tx = self.tx.clone();
+        let reference = image.to_owned();
+        tokio::spawn(async move {
+            let result = fetcher.check_tag(reference.clone()).await;
+            let _ = tx.send((reference, result));
+        });
+    }
+
+    fn answered(
+        &mut self,
+        image: &str,
+        result: Result<TagCheck, PullError>,
+        fetcher: &Arc<DockerFetcher>,
+        actuator: &mut Actuator<DockerFetcher>,
+    ) {
+        self.in_flight.remove(image);
+        match result {
+            Ok(TagCheck::Unchanged) => tracing::debug!(%image, "tag unchanged"),
+            Ok(TagCheck::Moved { remote }) => {
+                tracing::info!(%image, digest = %remote, "tag moved in its registry; pulling it again");
+                fetcher.pull_again(image);
+                actuator.invalidate(image);
+                self.moved.insert(image.to_owned());
+            }
+            // Asked again at the next interval, never sooner.
+            Err(error) => tracing::warn!(%image, %error, "could not check the tag's digest"),
+        }
+    }
+}
+
 fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Option<String>) {
     let wait = |until: &std::time::Instant| until.saturating_duration_since(now).as_secs();
     match state {
@@ -338,6 +436,7 @@ mod tests {
             docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
             config: PullConfig::new(7),
             auth: RegistryAuth::default(),
+            tag_checks: TagChecks::default(),
             tick: Duration::from_secs(5),
             node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
         };

@@ -1754,3 +1754,32 @@ fn a_start_without_a_first_verdict_within_the_longest_wait_fails_and_is_replaced
     h.now += S(600);
     assert!(h.tick().is_empty());
 }
+
+// r[verify workload.image.moved]
+#[test]
+fn a_moved_image_replaces_the_containers_running_it_and_no_other() {
+    let mut other = sleeper("db");
+    other.image = "postgres:16".into();
+    let mut h = Harness::new(vec![sleeper("web"), other]);
+    h.resync();
+    h.tick();
+    let (web, db) = (h.running_id("web"), h.running_id("db"));
+    assert!(h.core.image_moved("nobody:1").is_empty());
+    let actions = h.core.image_moved("busybox");
+    assert!(
+        matches!(&actions[..], [Action::Remove { container, .. }] if *container == web),
+        "{actions:?}"
+    );
+    h.perform(actions);
+    let started = h.tick();
+    assert_eq!(started.len(), 1, "web starts again: {started:?}");
+    assert_ne!(h.running_id("web"), web);
+    assert_eq!(
+        h.running_id("db"),
+        db,
+        "another image's workload is untouched"
+    );
+    // The spec is the same: the new container carries the same hash, so a restart adopts it.
+    let web_hash = &h.daemon.iter().find(|c| c.1 == "web").unwrap().2;
+    assert_eq!(*web_hash, sleeper("web").spec_hash());
+}
