@@ -92,6 +92,13 @@ fn main() -> ExitCode {
         Command::Faults(args) => runtime.block_on(get(args, "/v1/faults", render::faults)),
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
+        Command::Logs {
+            name,
+            tail,
+            follow,
+            since,
+            client,
+        } => runtime.block_on(logs(client, &name, tail, follow, since)),
         Command::Drain { restart, client } => runtime.block_on(drain(client, restart)),
         // i[impl node.gateway.cli+2]
         Command::Gateway {
@@ -208,6 +215,59 @@ async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> Str
         args.json,
         render,
     )
+}
+
+// i[impl node.workloads.logs]
+/// `holdfast logs`: the node's answer printed as it arrives (already one escaped line per line);
+/// any failure is one line on stderr and exit 1.
+async fn logs(
+    args: ClientArgs,
+    name: &str,
+    tail: Option<u64>,
+    follow: bool,
+    since: Option<std::time::Duration>,
+) -> ExitCode {
+    use std::io::Write as _;
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut path = format!(
+        "/v1/workloads/{}/logs?follow={follow}",
+        percent_encode(name)
+    );
+    if let Some(tail) = tail {
+        path.push_str(&format!("&tail={tail}"));
+    }
+    if let Some(since) = since {
+        path.push_str(&format!("&since={}", since.as_secs().max(1)));
+    }
+    let mut stdout = std::io::stdout().lock();
+    let answer = client::stream_get(&resolved.target, &path, |chunk| {
+        let _ = stdout.write_all(chunk);
+        let _ = stdout.flush();
+    })
+    .await;
+    match answer {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A workload name as one path segment (names are `[a-z0-9-]`, but the CLI takes any text).
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Prints the node's answer: verbatim with `--json`, else rendered; an error or an answer that is

@@ -13,6 +13,7 @@ pub mod client;
 pub mod forwards;
 pub mod gateway;
 mod host;
+pub mod logs;
 mod places;
 mod socket;
 pub mod token;
@@ -101,6 +102,7 @@ fn router(api: Api, transport: Transport) -> Router {
             "/v1/workloads",
             get(|State(api): State<Api>| async move { Json(api.node.workloads()) }),
         )
+        .route("/v1/workloads/{name}/logs", get(logs::logs))
         .route(
             "/v1/certs",
             get(|State(api): State<Api>| async move { certs::list(&api.node) }),
