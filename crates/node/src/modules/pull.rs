@@ -450,4 +450,233 @@ mod tests {
         started.stopper.stop(request).await.unwrap();
         assert_eq!(started.task.await.unwrap(), Ok(()));
     }
+
+    /// Points `path:to` at `path:from`'s manifest through the registry's own API (what a CI
+    /// pushing a new build under the same tag amounts to).
+    fn retag(addr: std::net::SocketAddr, path: &str, from: &str, to: &str) {
+        use std::io::{Read as _, Write as _};
+        const MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+        let exchange = |request: &[u8]| {
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream.write_all(request).unwrap();
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer);
+            let end = answer
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map_or(answer.len(), |i| i + 4);
+            let head = String::from_utf8_lossy(&answer[..end]).into_owned();
+            (head, answer[end..].to_vec())
+        };
+        let (head, manifest) = exchange(
+            format!("GET /v2/{path}/manifests/{from} HTTP/1.0\r\nHost: {addr}\r\nAccept: {MANIFEST}\r\n\r\n")
+                .as_bytes(),
+        );
+        assert!(head.contains(" 200 "), "{head}");
+        let mut put = format!(
+            "PUT /v2/{path}/manifests/{to} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: {MANIFEST}\r\nContent-Length: {}\r\n\r\n",
+            manifest.len()
+        )
+        .into_bytes();
+        put.extend_from_slice(&manifest);
+        let (head, _) = exchange(&put);
+        assert!(head.contains(" 201 "), "{head}");
+    }
+
+    async fn push(daemon: &bollard::Docker, repo: &str, tag: &str) {
+        use futures_util::TryStreamExt as _;
+        daemon
+            .push_image(
+                repo,
+                Some(
+                    bollard::query_parameters::PushImageOptionsBuilder::default()
+                        .tag(tag)
+                        .build(),
+                ),
+                Some(bollard::auth::DockerCredentials::default()),
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+    }
+
+    fn web_container(node: &NodeState) -> Option<String> {
+        let status = node.workload.with(|r| r.handle.status()).ok()?;
+        match &status.first()?.state {
+            holdfast_workload::WorkloadState::Running { container, .. } => Some(container.clone()),
+            _ => None,
+        }
+    }
+
+    // r[verify actuate.image.tag-moved]
+    // r[verify workload.image.moved]
+    #[tokio::test]
+    async fn a_followed_tag_that_moves_is_pulled_again_and_its_workload_replaced() {
+        use crate::module::Module as _;
+        use bollard::query_parameters as q;
+        use futures_util::TryStreamExt as _;
+        let Some(docker) = holdfast_test_support::services::docker() else {
+            return;
+        };
+        let Some(registry) = holdfast_test_support::services::registry() else {
+            return;
+        };
+        let daemon = bollard::Docker::connect_with_host(&docker.host).unwrap();
+        let (from, tag) = registry.image.rsplit_once(':').unwrap();
+        daemon
+            .create_image(
+                Some(
+                    q::CreateImageOptionsBuilder::default()
+                        .from_image(from)
+                        .tag(tag)
+                        .build(),
+                ),
+                None,
+                None,
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = format!("holdfast/follow-{nonce:x}");
+        let repo = format!("{}/{path}", registry.addr);
+        let image = format!("{repo}:latest");
+        // v1: the seeded busybox under the new name.
+        daemon
+            .tag_image(
+                &registry.image,
+                Some(
+                    q::TagImageOptionsBuilder::default()
+                        .repo(&repo)
+                        .tag("latest")
+                        .build(),
+                ),
+            )
+            .await
+            .unwrap();
+        push(&daemon, &repo, "latest").await;
+        // v2: the same with a label of its own (a commit), pushed under another tag for now.
+        let scratch = daemon
+            .create_container(
+                None::<q::CreateContainerOptions>,
+                bollard::models::ContainerCreateBody {
+                    image: Some(registry.image.clone()),
+                    cmd: Some(vec!["true".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        daemon
+            .commit_container(
+                q::CommitContainerOptionsBuilder::default()
+                    .container(&scratch.id)
+                    .repo(&repo)
+                    .tag("two")
+                    .changes("LABEL holdfast.test=two")
+                    .build(),
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .unwrap();
+        let force = || {
+            Some(
+                q::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build(),
+            )
+        };
+        let _ = daemon.remove_container(&scratch.id, force()).await;
+        push(&daemon, &repo, "two").await;
+        let force_image = || Some(q::RemoveImageOptionsBuilder::default().force(true).build());
+        for local in [format!("{repo}:two"), image.clone()] {
+            let _ = daemon.remove_image(&local, force_image(), None).await;
+        }
+
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let owner = format!("follow-{}-{nonce:x}", std::process::id());
+        let pull = PullModule {
+            workloads: vec![("web".into(), image.clone())],
+            docker_host: Some(docker.host.clone()),
+            config: PullConfig::new(7),
+            auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
+            tag_checks: TagChecks {
+                images: [image.clone()].into(),
+                interval: Duration::from_secs(1),
+            },
+            tick: Duration::from_millis(200),
+            node: node.clone(),
+        };
+        let mut web = holdfast_workload::WorkloadConfig::new("web", image.clone());
+        web.command = vec!["sh".into(), "-c".into(), "exec sleep 3600".into()];
+        web.stop_timeout = Duration::from_secs(1);
+        let workloads = crate::modules::workload::WorkloadModule {
+            workloads: vec![web],
+            docker_host: Some(docker.host.clone()),
+            seed: 7,
+            stop_on_exit: true,
+            owner: Some(owner.clone()),
+            tick: Duration::from_millis(200),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let pulling = pull.start().unwrap();
+        let running = workloads.start().unwrap();
+        let shown = node.clone();
+        let wait_for = move |what: &'static str, done: Box<dyn Fn() -> bool>| {
+            let shown = shown.clone();
+            async move {
+                let end = tokio::time::Instant::now() + Duration::from_secs(60);
+                while !done() {
+                    assert!(
+                        tokio::time::Instant::now() < end,
+                        "never: {what}: {:?} {:?}",
+                        shown.workloads(),
+                        shown.faults.list()
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let n = node.clone();
+        wait_for("web runs", Box::new(move || web_container(&n).is_some())).await;
+        let first = web_container(&node).unwrap();
+
+        retag(registry.addr, &path, "two", "latest");
+        let n = node.clone();
+        let first_id = first.clone();
+        wait_for(
+            "web runs a new container",
+            Box::new(move || web_container(&n).is_some_and(|c| c != first_id)),
+        )
+        .await;
+        let second = web_container(&node).unwrap();
+        let labels = daemon
+            .inspect_container(&second, None::<q::InspectContainerOptions>)
+            .await
+            .unwrap()
+            .config
+            .unwrap()
+            .labels
+            .unwrap_or_default();
+        assert_eq!(
+            labels.get("holdfast.test").map(String::as_str),
+            Some("two"),
+            "the new container runs the moved tag's image"
+        );
+
+        let stop = || StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+            reason: StopReason::Shutdown,
+        };
+        running.stopper.stop(stop()).await.unwrap();
+        pulling.stopper.stop(stop()).await.unwrap();
+        for id in [first, second] {
+            let _ = daemon.remove_container(&id, force()).await;
+        }
+        let _ = daemon.remove_image(&image, force_image(), None).await;
+    }
 }
