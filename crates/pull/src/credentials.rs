@@ -228,10 +228,21 @@ impl RegistryAuth {
         match docker_credential::get_credential_from_reader(text.as_bytes(), server) {
             Ok(found) => Ok(Some(credentials(server, found, &path))),
             Err(CredentialRetrievalError::NoCredentialConfigured) => Ok(None),
+            // The store has no login for this registry: anonymous, as `docker pull` does.
+            Err(CredentialRetrievalError::HelperFailure { stdout, .. })
+                if stdout.trim() == CREDENTIALS_NOT_FOUND =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(fail(describe(&e, &path))),
         }
     }
 }
+
+/// What a credential helper prints (exit 1) for a registry it has nothing for; the Docker CLI
+/// reads exactly this as "no credentials" (`IsErrCredentialsNotFoundMessage` in
+/// docker-credential-helpers' client).
+const CREDENTIALS_NOT_FOUND: &str = "credentials not found in native keychain";
 
 fn credentials(server: &str, found: DockerCredential, path: &Path) -> Credentials {
     let secret = match found {
@@ -421,6 +432,46 @@ mod tests {
         );
         assert!(text.contains("bad.example"), "{text}");
         assert!(!text.contains("leaked-secret"), "{text}");
+    }
+
+    // r[verify actuate.image.credentials]
+    #[test]
+    fn a_creds_store_without_a_login_for_the_registry_is_an_anonymous_pull() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // What docker-credential-pass, -secretservice and -desktop answer for a registry never
+        // logged into.
+        write(
+            &bin,
+            "docker-credential-holdfastnone",
+            "#!/bin/sh\ncat >/dev/null\necho 'credentials not found in native keychain'\nexit 1\n",
+            0o700,
+        );
+        let config = write(
+            dir.path(),
+            "config.json",
+            r#"{"credsStore": "holdfastnone"}"#,
+            0o600,
+        );
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let auth = RegistryAuth::default().with_docker_config(&config);
+        let found = with_path(&path, || auth.lookup("busybox:1.36"));
+        assert!(matches!(found, Ok(None)), "{found:?}");
+        // Named for the image itself, the same answer is an error: its file must have them.
+        let file = write(
+            dir.path(),
+            "image.json",
+            r#"{"credsStore": "holdfastnone"}"#,
+            0o600,
+        );
+        let auth = RegistryAuth::default().with_file_for("busybox:1.36", &file);
+        let err = with_path(&path, || auth.lookup("busybox:1.36")).unwrap_err();
+        assert_eq!(err.registry, "docker.io");
     }
 
     /// Runs `f` with `PATH` set to `path` (tests in this module that read PATH run under the
