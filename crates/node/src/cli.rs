@@ -45,9 +45,10 @@ pub enum Command {
     Modules(ClientArgs),
     /// Workloads and their images.
     Workloads(ClientArgs),
-    /// A workload's container output, stdout and stderr, control characters escaped. Exit
-    /// status 1 when the node cannot be reached, has no such workload, or the workload has no
-    /// container now.
+    /// A workload's container output, stdout and stderr, control characters escaped (needs the
+    /// Unix socket or --token-file: output may hold secrets). Exit status 1 when the node cannot
+    /// be reached, has no such workload, the workload has no container now, or the output broke
+    /// off.
     Logs {
         /// The workload's name.
         name: String,

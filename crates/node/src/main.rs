@@ -246,17 +246,29 @@ async fn logs(
         path.push_str(&format!("&since={}", since.as_secs().max(1)));
     }
     let mut stdout = std::io::stdout().lock();
-    let answer = client::stream_get(&resolved.target, &path, |chunk| {
-        let _ = stdout.write_all(chunk);
-        let _ = stdout.flush();
+    let mut written = Ok(());
+    let answer = client::stream_get(&resolved.target, &path, resolved.token.as_ref(), |chunk| {
+        // A reader that went away (`holdfast logs -f | head`) ends the command.
+        written = stdout.write_all(chunk).and_then(|()| stdout.flush());
+        if written.is_err() {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
     })
     .await;
-    match answer {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
+    match (answer, written) {
+        (Err(err), _) => {
             eprintln!("holdfast: {err}");
             ExitCode::from(1)
         }
+        // Its reader closed the pipe: what it wanted was written.
+        (Ok(()), Err(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        (Ok(()), Err(err)) => {
+            eprintln!("holdfast: cannot write the logs: {err}");
+            ExitCode::from(1)
+        }
+        (Ok(()), Ok(())) => ExitCode::SUCCESS,
     }
 }
 

@@ -227,13 +227,16 @@ async fn call_unbounded(
 }
 
 // i[impl node.workloads.logs]
-/// `GET path`, handing each chunk of a 2xx answer's body to `on_chunk` as it arrives (for
-/// answers that stream, such as `holdfast logs --follow`); no time limit once it answers (the
-/// connect and the response head are bounded by [`CALL_TIMEOUT`]).
+/// `GET path` (with `token` as the bearer token), handing each chunk of a 2xx answer's body to
+/// `on_chunk` as it arrives (for answers that stream, such as `holdfast logs --follow`) until
+/// the body ends or `on_chunk` breaks (its reader went away); no time limit once it answers (the
+/// connect and the response head are bounded by [`CALL_TIMEOUT`]). A body that ends in an error
+/// (the node could not read the whole of it) is an error.
 pub async fn stream_get(
     target: &Target,
     path: &str,
-    mut on_chunk: impl FnMut(&[u8]),
+    token: Option<&Token>,
+    mut on_chunk: impl FnMut(&[u8]) -> std::ops::ControlFlow<()>,
 ) -> Result<(), ClientError> {
     let http = |message: String| ClientError::Http {
         target: target.clone(),
@@ -256,10 +259,17 @@ pub async fn stream_get(
         Target::Tcp(addr) => addr.to_string(),
         Target::Unix(_) => "localhost".to_owned(),
     };
-    let request = hyper::Request::builder()
+    let mut builder = hyper::Request::builder()
         .method(hyper::Method::GET)
         .uri(path)
-        .header(hyper::header::HOST, host)
+        .header(hyper::header::HOST, host);
+    if let Some(token) = token {
+        builder = builder.header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", token.expose()),
+        );
+    }
+    let request = builder
         .body(Full::new(Bytes::new()))
         .map_err(|e| http(e.to_string()))?;
     let head = async {
@@ -301,7 +311,9 @@ pub async fn stream_get(
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| http(e.to_string()))?;
         if let Some(data) = frame.data_ref() {
-            on_chunk(data);
+            if on_chunk(data).is_break() {
+                break;
+            }
         }
     }
     Ok(())
