@@ -1747,7 +1747,13 @@ mod tests {
         let config = Config::parse("t.toml", &text).unwrap();
         let auth = config.registry_auth();
         assert_eq!(auth.docker_config_path(), Some(docker_config.clone()));
-        let found = auth.lookup("reg.example/app:1").unwrap().unwrap();
+        let found = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(auth.lookup("reg.example/app:1", std::time::Duration::from_secs(5)))
+            .unwrap()
+            .unwrap();
         assert_eq!(found.username(), Some("app"));
         // Not part of the container's spec: changing the file replaces nothing.
         assert_eq!(

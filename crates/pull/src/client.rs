@@ -201,29 +201,17 @@ pub async fn fetch(
 }
 
 // r[impl actuate.image.credentials]
-/// The credentials for `reference`'s registry, looked up off the runtime (a credential helper is
-/// a process) within the stall bound. Credentials configured but unreadable fail the attempt as
-/// unauthorized.
-async fn credentials_for(
+/// The credentials for `reference`'s registry, a credential helper given the stall bound to
+/// answer (and killed past it). Credentials configured but unreadable, or a helper that does not
+/// answer, fail the attempt as unauthorized, naming the registry and the helper.
+pub(crate) async fn credentials_for(
     auth: &RegistryAuth,
     reference: &str,
     stall_timeout: Duration,
 ) -> Result<Option<Credentials>, PullError> {
-    let lookup = {
-        let auth = auth.clone();
-        let reference = reference.to_owned();
-        tokio::task::spawn_blocking(move || auth.lookup(&reference))
-    };
-    let found = within(stall_timeout, "the credential lookup", async {
-        lookup.await.map_err(|e| {
-            PullError::new(
-                PullErrorKind::Panicked,
-                format!("the credential lookup did not finish: {e}"),
-            )
-        })
-    })
-    .await?;
-    found.map_err(|e| PullError::new(PullErrorKind::Unauthorized, e.to_string()))
+    auth.lookup(reference, stall_timeout)
+        .await
+        .map_err(|e| PullError::new(PullErrorKind::Unauthorized, e.to_string()))
 }
 
 // r[impl actuate.image.credentials.refused]

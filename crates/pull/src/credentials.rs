@@ -1,10 +1,11 @@
 //! Registry credentials, found the way the Docker CLI finds them, and handed to the daemon with the
 //! pull (bollard's `DockerCredentials`, sent as the `X-Registry-Auth` header).
 //!
-//! The lookup itself is the maintained `docker_credential` crate's: a Docker config file's
-//! `auths` (base64 `auth`, or `username`/`password`, or `identitytoken`), `credHelpers` per
-//! registry and `credsStore`, the helpers run as `docker-credential-NAME get`. What this module
-//! adds is where the file is (a configured path, else `$DOCKER_CONFIG/config.json`, else
+//! Reading a Docker config file's `auths` (base64 `auth`, or `username`/`password`, or
+//! `identitytoken`) is the maintained `docker_credential` crate's. Its helper runner waits on the
+//! child without a bound, so `credHelpers` per registry and `credsStore` are resolved here (in the
+//! CLI's order) and the helper is run here as `docker-credential-NAME get`, killed past a
+//! timeout. What this module also adds is where the file is (a configured path, else `$DOCKER_CONFIG/config.json`, else
 //! `~/.docker/config.json`), an optional file per image that wins over it, which registry an
 //! image reference names, and a [`Credentials`] whose `Debug` shows no secret.
 
@@ -190,53 +191,175 @@ impl RegistryAuth {
     /// The credentials to pull `reference` with. `Ok(None)` means pull anonymously: no Docker
     /// config file exists, or it has nothing for the registry (as `docker pull` does). A file
     /// configured for this image must exist, must not be readable by group or others, and must
-    /// hold the registry. Blocking (it may run a credential helper): call it off the runtime.
-    pub fn lookup(&self, reference: &str) -> Result<Option<Credentials>, CredentialError> {
+    /// hold the registry. A credential helper is run as a child process that is killed when it
+    /// has not answered within `helper_timeout` (or when the lookup is dropped), so a hung
+    /// helper holds neither a thread nor a process. The files read are small local ones.
+    pub async fn lookup(
+        &self,
+        reference: &str,
+        helper_timeout: std::time::Duration,
+    ) -> Result<Option<Credentials>, CredentialError> {
         let host = registry_host(reference);
         let server = server_key(host);
         let fail = |message: String| CredentialError {
             registry: host.to_owned(),
             message,
         };
-        if let Some(path) = self.per_image.get(reference) {
+        let (text, path, per_image) = if let Some(path) = self.per_image.get(reference) {
             check_private(path).map_err(fail)?;
-            let text = read(path).map_err(fail)?;
-            return match docker_credential::get_credential_from_reader(text.as_bytes(), server) {
-                Ok(found) => Ok(Some(credentials(server, found, path))),
-                Err(CredentialRetrievalError::NoCredentialConfigured) => Err(fail(format!(
+            (read(path).map_err(fail)?, path.clone(), true)
+        } else {
+            let Some(path) = self.docker_config_path() else {
+                return Ok(None);
+            };
+            match std::fs::read_to_string(&path) {
+                Ok(text) => (text, path, false),
+                // No Docker config: anonymous pulls, as the CLI does.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => {
+                    return Err(fail(format!(
+                        "cannot read {}: {}",
+                        path.display(),
+                        e.kind()
+                    )));
+                }
+            }
+        };
+        let nothing = || {
+            if per_image {
+                Err(fail(format!(
                     "{} has no credentials for {server}",
                     path.display()
-                ))),
-                Err(e) => Err(fail(describe(&e, path))),
-            };
-        }
-        let Some(path) = self.docker_config_path() else {
-            return Ok(None);
-        };
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            // No Docker config: anonymous pulls, as the CLI does.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(fail(format!(
-                    "cannot read {}: {}",
-                    path.display(),
-                    e.kind()
-                )));
-            }
-        };
-        match docker_credential::get_credential_from_reader(text.as_bytes(), server) {
-            Ok(found) => Ok(Some(credentials(server, found, &path))),
-            Err(CredentialRetrievalError::NoCredentialConfigured) => Ok(None),
-            // The store has no login for this registry: anonymous, as `docker pull` does.
-            Err(CredentialRetrievalError::HelperFailure { stdout, .. })
-                if stdout.trim() == CREDENTIALS_NOT_FOUND =>
-            {
+                )))
+            } else {
                 Ok(None)
             }
-            Err(e) => Err(fail(describe(&e, &path))),
+        };
+        match in_config(&text, server).map_err(|e| fail(describe(&e, &path)))? {
+            InConfig::Found(found) => Ok(Some(credentials(server, found, &path))),
+            InConfig::Nothing => nothing(),
+            InConfig::Helper(helper) => match run_helper(&helper, server, helper_timeout).await {
+                Ok(found) => Ok(Some(credentials(server, found, &path))),
+                // The store has no login for this registry: anonymous, as `docker pull` does
+                // (an error from a per-image file, which must hold the registry).
+                Err(HelperError::NotFound) => nothing(),
+                Err(HelperError::Failed(why)) => Err(fail(format!(
+                    "credential helper `{}` (named in {}) {why}",
+                    helper_program(&helper),
+                    path.display()
+                ))),
+            },
         }
     }
+}
+
+/// What a Docker config file says about one server, without running anything.
+enum InConfig {
+    Found(DockerCredential),
+    Helper(String),
+    Nothing,
+}
+
+/// The Docker CLI's order: the server's `credHelpers` entry, else its `auths` entry, else the
+/// `credsStore`. The `auths` part is the `docker_credential` crate's (the file without its
+/// helpers, so that the crate never runs one).
+fn in_config(text: &str, server: &str) -> Result<InConfig, CredentialRetrievalError> {
+    let mut config: serde_json::Value =
+        serde_json::from_str(text).map_err(|_| CredentialRetrievalError::ConfigReadError)?;
+    let helper_named = |key: &str, value: &serde_json::Value| {
+        value
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+    };
+    if let Some(helper) = config
+        .get("credHelpers")
+        .and_then(|helpers| helper_named(server, helpers))
+    {
+        return Ok(InConfig::Helper(helper));
+    }
+    let store = helper_named("credsStore", &config);
+    if let Some(fields) = config.as_object_mut() {
+        fields.remove("credHelpers");
+        fields.remove("credsStore");
+    }
+    let text =
+        serde_json::to_vec(&config).map_err(|_| CredentialRetrievalError::ConfigReadError)?;
+    match docker_credential::get_credential_from_reader(text.as_slice(), server) {
+        Ok(found) => Ok(InConfig::Found(found)),
+        Err(CredentialRetrievalError::NoCredentialConfigured) => {
+            Ok(store.map_or(InConfig::Nothing, InConfig::Helper))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn helper_program(helper: &str) -> String {
+    format!("docker-credential-{helper}")
+}
+
+enum HelperError {
+    /// It has nothing for the server.
+    NotFound,
+    /// Why it gave nothing (never its output, which may hold a secret).
+    Failed(String),
+}
+
+/// Runs `docker-credential-HELPER get` with `server` on its stdin, as the Docker CLI does; the
+/// child is killed if it has not answered within `timeout` or the lookup is dropped.
+async fn run_helper(
+    helper: &str,
+    server: &str,
+    timeout: std::time::Duration,
+) -> Result<DockerCredential, HelperError> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(helper_program(helper))
+        .arg("get")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| HelperError::Failed(format!("could not be run: {}", e.kind())))?;
+    let stdin = child.stdin.take();
+    let talk = async move {
+        if let Some(mut stdin) = stdin {
+            // A helper that does not read its input still answers (or is timed out).
+            let _ = stdin.write_all(server.as_bytes()).await;
+        }
+        child.wait_with_output().await
+    };
+    let output = match tokio::time::timeout(timeout, talk).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => return Err(HelperError::Failed(format!("failed: {}", e.kind()))),
+        Err(_) => {
+            return Err(HelperError::Failed(format!(
+                "did not answer within {timeout:?}"
+            )));
+        }
+    };
+    if !output.status.success() {
+        if String::from_utf8_lossy(&output.stdout).trim() == CREDENTIALS_NOT_FOUND {
+            return Err(HelperError::NotFound);
+        }
+        return Err(HelperError::Failed("failed".to_owned()));
+    }
+    // `{"ServerURL": ..., "Username": ..., "Secret": ...}`
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|_| HelperError::Failed("answered something unreadable".to_owned()))?;
+    let field = |key: &str| answer.get(key).and_then(serde_json::Value::as_str);
+    let (Some(username), Some(secret)) = (field("Username"), field("Secret")) else {
+        return Err(HelperError::Failed(
+            "answered something unreadable".to_owned(),
+        ));
+    };
+    // The Docker CLI's convention for an identity token.
+    Ok(if username == "<token>" {
+        DockerCredential::IdentityToken(secret.to_owned())
+    } else {
+        DockerCredential::UsernamePassword(username.to_owned(), secret.to_owned())
+    })
 }
 
 /// What a credential helper prints (exit 1) for a registry it has nothing for; the Docker CLI
@@ -368,25 +491,25 @@ mod tests {
             0o600,
         );
         let auth = RegistryAuth::default().with_docker_config(&config);
-        let found = auth.lookup("127.0.0.1:5000/a/b:1").unwrap().unwrap();
+        let found = look(&auth, "127.0.0.1:5000/a/b:1").unwrap().unwrap();
         assert_eq!(found.server(), "127.0.0.1:5000");
         assert_eq!(found.username(), Some("alice"));
         let sent = found.to_docker();
         assert_eq!(sent.password.as_deref(), Some("hunter2"));
         assert_eq!(sent.serveraddress.as_deref(), Some("127.0.0.1:5000"));
-        let ghcr = auth.lookup("ghcr.io/org/app").unwrap().unwrap().to_docker();
+        let ghcr = look(&auth, "ghcr.io/org/app").unwrap().unwrap().to_docker();
         assert_eq!(
             (ghcr.username.as_deref(), ghcr.password.as_deref()),
             (Some("bot"), Some("s3cret"))
         );
-        let hub = auth.lookup("busybox").unwrap().unwrap().to_docker();
+        let hub = look(&auth, "busybox").unwrap().unwrap().to_docker();
         assert_eq!(hub.identitytoken.as_deref(), Some("tok"));
         assert_eq!(hub.serveraddress.as_deref(), Some(DOCKER_HUB_SERVER));
         // Another registry: anonymous.
-        assert_eq!(auth.lookup("quay.io/x/y").unwrap(), None);
+        assert_eq!(look(&auth, "quay.io/x/y").unwrap(), None);
         // No config file at all: anonymous too, as `docker pull` is.
         let none = RegistryAuth::default().with_docker_config(dir.path().join("missing.json"));
-        assert_eq!(none.lookup("127.0.0.1:5000/a/b").unwrap(), None);
+        assert_eq!(look(&none, "127.0.0.1:5000/a/b").unwrap(), None);
     }
 
     // r[verify actuate.image.credentials]
@@ -418,12 +541,12 @@ mod tests {
             std::env::var("PATH").unwrap_or_default()
         );
         let auth = RegistryAuth::default().with_docker_config(&config);
-        let found = with_path(&path, || auth.lookup("reg.example/app:1"))
+        let found = with_path(&path, || look(&auth, "reg.example/app:1"))
             .unwrap()
             .unwrap();
         assert_eq!(found.username(), Some("helper-user"));
         assert_eq!(found.to_docker().password.as_deref(), Some("helper-pass"));
-        let err = with_path(&path, || auth.lookup("bad.example/app:1")).unwrap_err();
+        let err = with_path(&path, || look(&auth, "bad.example/app:1")).unwrap_err();
         assert_eq!(err.registry, "bad.example");
         let text = err.to_string();
         assert!(
@@ -460,7 +583,7 @@ mod tests {
             std::env::var("PATH").unwrap_or_default()
         );
         let auth = RegistryAuth::default().with_docker_config(&config);
-        let found = with_path(&path, || auth.lookup("busybox:1.36"));
+        let found = with_path(&path, || look(&auth, "busybox:1.36"));
         assert!(matches!(found, Ok(None)), "{found:?}");
         // Named for the image itself, the same answer is an error: its file must have them.
         let file = write(
@@ -470,8 +593,84 @@ mod tests {
             0o600,
         );
         let auth = RegistryAuth::default().with_file_for("busybox:1.36", &file);
-        let err = with_path(&path, || auth.lookup("busybox:1.36")).unwrap_err();
+        let err = with_path(&path, || look(&auth, "busybox:1.36")).unwrap_err();
         assert_eq!(err.registry, "docker.io");
+    }
+
+    // r[verify actuate.image.credentials]
+    #[test]
+    fn a_helper_that_does_not_answer_is_killed_and_named_as_unauthorized() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let pidfile = dir.path().join("hung.pid");
+        write(
+            &bin,
+            "docker-credential-holdfasthung",
+            &format!(
+                "#!/bin/sh\necho $$ > {}\nexec sleep 30\n",
+                pidfile.display()
+            ),
+            0o700,
+        );
+        let config = write(
+            dir.path(),
+            "config.json",
+            r#"{"credsStore": "holdfasthung"}"#,
+            0o600,
+        );
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let auth = RegistryAuth::default().with_docker_config(&config);
+        let err = with_path(&path, || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(crate::client::credentials_for(
+                    &auth,
+                    "busybox:1.36",
+                    std::time::Duration::from_millis(500),
+                ))
+        })
+        .unwrap_err();
+        assert_eq!(err.kind, crate::PullErrorKind::Unauthorized, "{err}");
+        assert!(
+            err.message
+                .contains("credential helper `docker-credential-holdfasthung`")
+                && err.message.contains("did not answer within"),
+            "{err}"
+        );
+        // The helper does not outlive the attempt.
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let proc = std::path::Path::new("/proc").join(pid.trim());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while proc.exists()
+            && !std::fs::read_to_string(proc.join("stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "helper {pid} still runs"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// `auth.lookup(reference)` from a test that is not async.
+    pub(crate) fn look(
+        auth: &RegistryAuth,
+        reference: &str,
+    ) -> Result<Option<Credentials>, CredentialError> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(auth.lookup(reference, std::time::Duration::from_secs(5)))
     }
 
     /// Runs `f` with `PATH` set to `path` (tests in this module that read PATH run under the
@@ -523,14 +722,14 @@ mod tests {
             .with_docker_config(&node)
             .with_file_for("reg.example/app:1", &own);
         assert_eq!(
-            auth.lookup("reg.example/app:1")
+            look(&auth, "reg.example/app:1")
                 .unwrap()
                 .unwrap()
                 .username(),
             Some("app")
         );
         assert_eq!(
-            auth.lookup("reg.example/other:1")
+            look(&auth, "reg.example/other:1")
                 .unwrap()
                 .unwrap()
                 .username(),
@@ -538,7 +737,7 @@ mod tests {
         );
         // Readable by others: refused, naming the file and the mode.
         std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = auth.lookup("reg.example/app:1").unwrap_err();
+        let err = look(&auth, "reg.example/app:1").unwrap_err();
         assert!(err.message.contains("0644"), "{err}");
         // Private but without the registry: an error, not an anonymous pull.
         let elsewhere = write(
@@ -551,7 +750,7 @@ mod tests {
             0o600,
         );
         let auth = RegistryAuth::default().with_file_for("reg.example/app:1", &elsewhere);
-        let err = auth.lookup("reg.example/app:1").unwrap_err();
+        let err = look(&auth, "reg.example/app:1").unwrap_err();
         assert!(
             err.message.contains("has no credentials for reg.example"),
             "{err}"
@@ -560,7 +759,7 @@ mod tests {
         let auth =
             RegistryAuth::default().with_file_for("reg.example/app:1", dir.path().join("gone"));
         assert!(
-            auth.lookup("reg.example/app:1")
+            look(&auth, "reg.example/app:1")
                 .unwrap_err()
                 .message
                 .contains("gone")
@@ -585,18 +784,20 @@ mod tests {
             r#"{"auths": {"reg.example": {"identitytoken": "tok-123"}}}"#,
             0o600,
         );
-        let found = RegistryAuth::default()
-            .with_docker_config(&config)
-            .lookup("reg.example/a")
-            .unwrap()
-            .unwrap();
+        let found = look(
+            &RegistryAuth::default().with_docker_config(&config),
+            "reg.example/a",
+        )
+        .unwrap()
+        .unwrap();
         assert!(!format!("{found:?}").contains("tok-123"));
         // A config that is not JSON: the error names the file, not its content.
         let broken = write(dir.path(), "broken.json", "password=hunter2", 0o600);
-        let err = RegistryAuth::default()
-            .with_docker_config(&broken)
-            .lookup("reg.example/a")
-            .unwrap_err();
+        let err = look(
+            &RegistryAuth::default().with_docker_config(&broken),
+            "reg.example/a",
+        )
+        .unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(err.to_string().contains("broken.json"), "{err}");
     }

@@ -91,21 +91,8 @@ pub async fn check_tag(
     auth: &RegistryAuth,
 ) -> Result<TagCheck, PullError> {
     let name = crate::client::store_name(reference);
-    let credentials: Option<Credentials> = {
-        let auth = auth.clone();
-        let reference = reference.to_owned();
-        let lookup = tokio::task::spawn_blocking(move || auth.lookup(&reference));
-        within(stall_timeout, "the credential lookup", async {
-            lookup.await.map_err(|e| {
-                PullError::new(
-                    crate::PullErrorKind::Panicked,
-                    format!("the credential lookup did not finish: {e}"),
-                )
-            })
-        })
-        .await?
-        .map_err(|e| PullError::new(crate::PullErrorKind::Unauthorized, e.to_string()))?
-    };
+    let credentials: Option<Credentials> =
+        crate::client::credentials_for(auth, reference, stall_timeout).await?;
     let remote = within(stall_timeout, "the registry's digest", async {
         docker
             .inspect_registry_image(&name, credentials.as_ref().map(Credentials::to_docker))
