@@ -1160,8 +1160,13 @@ impl Config {
                         .as_ref()
                         .is_some_and(|p| *p.get_ref() == PullPolicy::Digest)
                 })
-                .map(|w| w.image.get_ref().clone())
-                .collect(),
+                .fold(std::collections::BTreeMap::new(), |mut images, w| {
+                    images
+                        .entry(w.image.get_ref().clone())
+                        .or_insert_with(Vec::new)
+                        .push(w.name.get_ref().clone());
+                    images
+                }),
             interval: self.pull.digest_interval.get_ref().get(),
         }
     }
@@ -1774,7 +1779,10 @@ mod tests {
         );
         std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
         let checks = Config::parse("t.toml", &followed).unwrap().tag_checks();
-        assert_eq!(checks.images, ["reg.example/app:1".to_owned()].into());
+        assert_eq!(
+            checks.images,
+            [("reg.example/app:1".to_owned(), vec!["app".to_owned()])].into()
+        );
         assert_eq!(checks.interval, std::time::Duration::from_secs(900));
         let bad = text.replace(
             "credentials_file",

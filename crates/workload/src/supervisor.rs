@@ -114,9 +114,10 @@ impl<I: Images> Supervisor<I> {
         })
     }
 
-    /// The image `reference` moved: replaces the containers running it.
-    pub fn image_moved(&mut self, reference: &str) {
-        let actions = self.core.image_moved(reference);
+    /// The image `reference` moved: replaces the containers of `workloads` running it, one at
+    /// a time (see [`Reconciler::image_moved`]).
+    pub fn image_moved(&mut self, reference: &str, workloads: &[String]) {
+        let actions = self.core.image_moved(reference, workloads);
         self.perform(actions);
     }
 
@@ -407,7 +408,7 @@ impl<I: Images> Supervisor<I> {
     {
         let (status_tx, status_rx) = watch::channel(Vec::new());
         let (config_tx, mut config_rx) = mpsc::unbounded_channel::<Vec<WorkloadConfig>>();
-        let (moved_tx, mut moved_rx) = mpsc::unbounded_channel::<String>();
+        let (moved_tx, mut moved_rx) = mpsc::unbounded_channel::<(String, Vec<String>)>();
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let tick = tick.max(Duration::from_millis(10));
         let runtime = self.runtime.clone();
@@ -427,7 +428,9 @@ impl<I: Images> Supervisor<I> {
                             tracing::warn!(%error, "workload configuration rejected");
                         }
                     }
-                    Some(reference) = moved_rx.recv() => self.image_moved(&reference),
+                    Some((reference, workloads)) = moved_rx.recv() => {
+                        self.image_moved(&reference, &workloads);
+                    }
                     _ = self.wait_input_with(wake, Instant::now) => {}
                 }
             }
@@ -512,7 +515,7 @@ async fn stop_all(
 pub struct WorkloadsHandle {
     status: watch::Receiver<Vec<WorkloadStatus>>,
     config: mpsc::UnboundedSender<Vec<WorkloadConfig>>,
-    moved: mpsc::UnboundedSender<String>,
+    moved: mpsc::UnboundedSender<(String, Vec<String>)>,
 }
 
 impl WorkloadsHandle {
@@ -526,10 +529,11 @@ impl WorkloadsHandle {
         self.config.send(workloads).is_ok()
     }
 
-    /// The image `reference` was pulled again with new content: the workloads running it get
-    /// new containers (see [`Reconciler::image_moved`]). False once the supervisor stopped.
-    pub fn image_moved(&self, reference: &str) -> bool {
-        self.moved.send(reference.to_owned()).is_ok()
+    /// The image `reference` was pulled again with new content: those of `workloads` running
+    /// it get new containers, one at a time (see [`Reconciler::image_moved`]). False once the
+    /// supervisor stopped.
+    pub fn image_moved(&self, reference: &str, workloads: Vec<String>) -> bool {
+        self.moved.send((reference.to_owned(), workloads)).is_ok()
     }
 }
 

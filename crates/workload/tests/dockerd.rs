@@ -1045,8 +1045,8 @@ async fn a_moved_image_replaces_the_running_container_and_the_next_supervisor_ad
     })
     .await;
     let first = running_id(&sup, "web", clock.now()).unwrap();
-    sup.image_moved("some/other:1");
-    sup.image_moved(&env.image);
+    sup.image_moved("some/other:1", &["web".to_owned()]);
+    sup.image_moved(&env.image, &["web".to_owned()]);
     drive(&mut sup, &clock, LIMIT, |s, now| {
         running_id(s, "web", now).is_some_and(|id| id != first) && s.running_actions() == 0
     })

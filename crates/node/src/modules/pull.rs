@@ -58,8 +58,9 @@ pub fn pull_config(
 /// The images whose tags are followed (`pull_policy = "digest"`), and how often each is checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TagChecks {
-    /// The image references to check.
-    pub images: std::collections::BTreeSet<String>,
+    /// The image references to check, each with the workloads that follow it (those replaced,
+    /// one at a time, when it moves; a workload using it with another policy is not).
+    pub images: std::collections::BTreeMap<String, Vec<String>>,
     /// The interval between two checks of one.
     pub interval: Duration,
 }
@@ -298,7 +299,7 @@ impl PullModule {
 /// again and invalidated, so the actuator pulls it (paced, faulted); once present again, the
 /// workload module replaces the containers running it.
 struct FollowedTags {
-    images: std::collections::BTreeSet<String>,
+    images: std::collections::BTreeMap<String, Vec<String>>,
     checks: DigestChecks,
     in_flight: std::collections::BTreeSet<String>,
     /// Moved, being pulled again: the workloads are told once it is present.
@@ -331,9 +332,12 @@ impl FollowedTags {
     ) {
         if self.moved.remove(image) {
             tracing::info!(%image, "pulled the moved tag; replacing the workloads running it");
-            let _ = node.workload.with(|w| w.handle.image_moved(image));
+            let followers = self.images.get(image).cloned().unwrap_or_default();
+            let _ = node
+                .workload
+                .with(|w| w.handle.image_moved(image, followers));
         }
-        if !self.images.contains(image)
+        if !self.images.contains_key(image)
             || self.in_flight.contains(image)
             || !self.checks.due(image, now)
         {
@@ -604,7 +608,7 @@ mod tests {
             config: PullConfig::new(7),
             auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
             tag_checks: TagChecks {
-                images: [image.clone()].into(),
+                images: [(image.clone(), vec!["web".to_owned()])].into(),
                 interval: Duration::from_secs(1),
             },
             tick: Duration::from_millis(200),
