@@ -202,6 +202,7 @@ impl PullModule {
                     tags.present(image, now, &fetcher, &self.node);
                 }
                 self.count_outcome(&mut last, image, label);
+                let (label, detail) = shown(label, detail, tags.moved.contains(image));
                 statuses.push(WorkloadStatus {
                     name: name.clone(),
                     image: image.clone(),
@@ -376,6 +377,28 @@ impl FollowedTags {
     }
 }
 
+// r[impl actuate.image.tag-moved]
+/// What the workloads are told of an image: one being pulled again because its tag moved is
+/// still present (its old content is local), so a workload that exits meanwhile restarts from
+/// it, even while the new pull fails; the detail says the pull is under way.
+fn shown(
+    label: &'static str,
+    detail: Option<String>,
+    pulling_again: bool,
+) -> (&'static str, Option<String>) {
+    if !pulling_again || label == "present" {
+        return (label, detail);
+    }
+    let how = match detail {
+        Some(detail) => format!("{label}: {detail}"),
+        None => label.to_owned(),
+    };
+    (
+        "present",
+        Some(format!("its tag moved; pulling it again ({how})")),
+    )
+}
+
 fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Option<String>) {
     let wait = |until: &std::time::Instant| until.saturating_duration_since(now).as_secs();
     match state {
@@ -427,6 +450,28 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
 
 #[cfg(test)]
 mod tests {
+    // r[verify actuate.image.tag-moved]
+    #[test]
+    fn an_image_pulled_again_for_a_moved_tag_stays_present_for_the_workloads() {
+        let failing = Some("3 failures, next in 20s: unreachable".to_owned());
+        assert_eq!(
+            super::shown("waiting", failing.clone(), true),
+            (
+                "present",
+                Some(
+                    "its tag moved; pulling it again (waiting: 3 failures, next in 20s: unreachable)"
+                        .to_owned()
+                )
+            )
+        );
+        assert_eq!(super::shown("pulling", None, true).0, "present");
+        // A first pull is not a refresh: the image is absent until it is done.
+        assert_eq!(
+            super::shown("waiting", failing.clone(), false),
+            ("waiting", failing)
+        );
+    }
+
     use super::*;
     use crate::metrics::Metrics;
     use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
