@@ -1118,14 +1118,32 @@ impl Config {
                 "must be longer than zero".into(),
             ));
         }
+        // Credentials are per image: two files for one image would be a silent choice.
+        let mut per_image: std::collections::BTreeMap<&str, (usize, &PathBuf)> =
+            std::collections::BTreeMap::new();
         for (i, w) in self.workloads.iter().enumerate() {
             if let Some(path) = &w.credentials_file {
+                let key = format!("workload[{i}].credentials_file");
                 if let Err(message) = holdfast_pull::credentials::check_private(path.get_ref()) {
-                    return Err(loc.at(
-                        Some(path.span()),
-                        &format!("workload[{i}].credentials_file"),
-                        message,
-                    ));
+                    return Err(loc.at(Some(path.span()), &key, message));
+                }
+                let image = w.image.get_ref().as_str();
+                match per_image.get(image) {
+                    Some((first, other)) if *other != path.get_ref() => {
+                        return Err(loc.at(
+                            Some(path.span()),
+                            &key,
+                            format!(
+                                "image {image} already has credentials_file {} (workload[{first}]); \
+                                 credentials are per image: use the same file",
+                                other.display()
+                            ),
+                        ));
+                    }
+                    Some(_) => {}
+                    None => {
+                        per_image.insert(image, (i, path.get_ref()));
+                    }
                 }
             }
         }
@@ -1793,6 +1811,25 @@ mod tests {
             err.starts_with("t.toml:7:15: workload[0].pull_policy:"),
             "{err}"
         );
+        // Two workloads of one image with different files: which one is used would be a
+        // silent choice; refused, naming both, at the second.
+        let other = dir.path().join("other.json");
+        std::fs::copy(&own, &other).unwrap();
+        let two = format!(
+            "{text}[[workload]]\nname = \"app2\"\nimage = \"reg.example/app:1\"\n\
+             credentials_file = \"{}\"\n",
+            other.display()
+        );
+        let err = Config::parse("t.toml", &two).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:11:20: workload[1].credentials_file:")
+                && err.contains("workload[0]")
+                && err.contains("reg.example/app:1"),
+            "{err}"
+        );
+        // The same file twice is no conflict.
+        let same = two.replace(&other.display().to_string(), &own.display().to_string());
+        assert!(Config::parse("t.toml", &same).is_ok());
         let zero = text.replace("[[workload]]", "digest_interval = \"0s\"\n[[workload]]");
         let err = Config::parse("t.toml", &zero).unwrap_err().to_string();
         assert!(
