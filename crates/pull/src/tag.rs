@@ -48,12 +48,15 @@ pub fn tag_moved(reference: &str, local_repo_digests: &[String], remote: &str) -
 
 // r[impl actuate.image.tag-moved]
 /// When each reference's tag is next checked: at once the first time it is asked about, then
-/// `interval` after each check, whether it succeeded or failed (a registry that cannot answer is
-/// asked again at the same pace, never sooner). On the caller's clock.
+/// `interval` after each check (plus, [`jittered`](Self::jittered), up to a tenth of it more,
+/// drawn per node and tag so nodes do not ask a registry in step), whether it succeeded or
+/// failed (a registry that cannot answer is asked again at the same pace, never sooner). On the
+/// caller's clock.
 #[derive(Debug, Clone)]
 pub struct DigestChecks {
     interval: Duration,
     next: HashMap<String, Instant>,
+    seed: Option<u64>,
 }
 
 impl DigestChecks {
@@ -62,7 +65,35 @@ impl DigestChecks {
         DigestChecks {
             interval,
             next: HashMap::new(),
+            seed: None,
         }
+    }
+
+    /// Each check's next one up to a tenth of the interval later, drawn from `seed` (the node's
+    /// pull seed) and the reference.
+    pub fn jittered(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The extra delay of `reference`'s checks: stable per node and tag.
+    fn spread(&self, reference: &str) -> Duration {
+        let Some(seed) = self.seed else {
+            return Duration::ZERO;
+        };
+        // FNV-1a of the reference, mixed with the seed (splitmix64's finalizer).
+        let mut x = reference.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        }) ^ seed;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        (self.interval / 10).mul_f64((x >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    /// The interval between two checks of one tag (before any jitter).
+    pub fn interval(&self) -> Duration {
+        self.interval
     }
 
     /// Whether `reference` is due for a check at `now`.
@@ -72,7 +103,9 @@ impl DigestChecks {
 
     /// A check of `reference` began at `now`: the next is due an interval later.
     pub fn checked(&mut self, reference: &str, now: Instant) {
-        let next = now.checked_add(self.interval).unwrap_or(now);
+        let next = now
+            .checked_add(self.interval + self.spread(reference))
+            .unwrap_or(now);
         self.next.insert(reference.to_owned(), next);
     }
 
@@ -170,5 +203,30 @@ mod tests {
         assert_eq!(begun, 4);
         checks.forget("c:1");
         assert!(checks.due("c:1", t0 + Duration::from_secs(3600)));
+    }
+
+    // r[verify actuate.image.tag-moved]
+    #[test]
+    fn jittered_checks_spread_over_a_tenth_of_the_interval_per_node_and_tag() {
+        let t0 = Instant::now();
+        let interval = Duration::from_secs(900);
+        let next = |seed: u64, reference: &str| {
+            let mut checks = DigestChecks::new(interval).jittered(seed);
+            checks.checked(reference, t0);
+            (0..=90u64)
+                .find(|s| checks.due(reference, t0 + interval + Duration::from_secs(*s)))
+                .expect("due within a tenth of the interval after it")
+        };
+        // Never sooner than the interval.
+        let mut checks = DigestChecks::new(interval).jittered(7);
+        checks.checked("a:1", t0);
+        assert!(!checks.due("a:1", t0 + interval - Duration::from_secs(1)));
+        // The same node and tag: the same delay; other nodes and tags: spread.
+        assert_eq!(next(7, "a:1"), next(7, "a:1"));
+        let delays: std::collections::BTreeSet<u64> = (0..20u64)
+            .map(|seed| next(seed, "a:1"))
+            .chain((0..20).map(|i| next(7, &format!("img{i}:1"))))
+            .collect();
+        assert!(delays.len() > 10, "{delays:?}");
     }
 }

@@ -148,7 +148,7 @@ impl PullModule {
         // `None` until the daemon has been heard from (or found missing) once.
         let mut probe_down: Option<Option<String>> = None;
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
-        let mut tags = FollowedTags::new(&self.tag_checks);
+        let mut tags = FollowedTags::new(&self.tag_checks, self.config.image_policy().seed());
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -169,7 +169,7 @@ impl PullModule {
                     }
                 }
                 Some((reference, result)) = tags.results.recv() => {
-                    tags.answered(&reference, result, &fetcher, &mut actuator);
+                    tags.answered(&reference, result, &fetcher, &mut actuator, &self.node);
                 }
                 _ = &mut stop => {
                     health.set(Health::Stopped);
@@ -310,11 +310,11 @@ struct FollowedTags {
 }
 
 impl FollowedTags {
-    fn new(config: &TagChecks) -> Self {
+    fn new(config: &TagChecks, seed: u64) -> Self {
         let (tx, results) = tokio::sync::mpsc::unbounded_channel();
         FollowedTags {
             images: config.images.clone(),
-            checks: DigestChecks::new(config.interval),
+            checks: DigestChecks::new(config.interval).jittered(seed),
             in_flight: Default::default(),
             moved: Default::default(),
             tx,
@@ -361,8 +361,10 @@ impl FollowedTags {
         result: Result<TagCheck, PullError>,
         fetcher: &Arc<DockerFetcher>,
         actuator: &mut Actuator<DockerFetcher>,
+        node: &NodeState,
     ) {
         self.in_flight.remove(image);
+        record_check(node, image, &result, self.checks.interval());
         match result {
             Ok(TagCheck::Unchanged) => tracing::debug!(%image, "tag unchanged"),
             Ok(TagCheck::Moved { remote }) => {
@@ -374,6 +376,61 @@ impl FollowedTags {
             // Asked again at the next interval, never sooner.
             Err(error) => tracing::warn!(%image, %error, "could not check the tag's digest"),
         }
+    }
+}
+
+/// The fault of a followed tag that cannot be checked.
+fn tag_check_subject(image: &str) -> Subject {
+    Subject::new("pull", format!("tag check {image}"))
+}
+
+// r[impl actuate.image.tag-moved]
+/// Counts a tag check's outcome (`holdfast_pull_outcomes_total{outcome="tag_unchanged" |
+/// "tag_moved" | "tag_check_failed"}`); a check the registry refuses (unauthorized, not found)
+/// files a fault on the tag, which the next check that succeeds clears. Other failures (a
+/// registry or daemon that does not answer) are only counted and logged: the image runs on.
+fn record_check(
+    node: &NodeState,
+    image: &str,
+    result: &Result<TagCheck, PullError>,
+    interval: Duration,
+) {
+    let outcome = match result {
+        Ok(TagCheck::Unchanged) => "tag_unchanged",
+        Ok(TagCheck::Moved { .. }) => "tag_moved",
+        Err(_) => "tag_check_failed",
+    };
+    node.metrics
+        .pull_outcomes
+        .get_or_create(&OutcomeLabel {
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+    let subject = tag_check_subject(image);
+    match result {
+        Ok(_) => {
+            node.faults.clear(&subject);
+        }
+        Err(error)
+            if matches!(
+                error.kind,
+                holdfast_pull::PullErrorKind::Unauthorized | holdfast_pull::PullErrorKind::NotFound
+            ) =>
+        {
+            let failures = node.faults.get(&subject).map_or(1, |f| f.failures + 1);
+            node.faults.file(
+                subject,
+                error.kind.as_str(),
+                &format!(
+                    "cannot check whether the tag of {image} moved: {error}; the local image runs \
+                     on, checked again in {}s",
+                    interval.as_secs()
+                ),
+                failures,
+                SystemTime::now(),
+            );
+        }
+        Err(_) => {}
     }
 }
 
@@ -450,6 +507,61 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
 
 #[cfg(test)]
 mod tests {
+    // r[verify actuate.image.tag-moved]
+    #[test]
+    fn a_refused_tag_check_is_counted_and_a_fault_until_a_check_succeeds() {
+        use holdfast_pull::PullErrorKind;
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let interval = Duration::from_secs(900);
+        let refused = Err(PullError::new(
+            PullErrorKind::Unauthorized,
+            "registry reg.example refused",
+        ));
+        super::record_check(&node, "reg.example/app:1", &refused, interval);
+        super::record_check(&node, "reg.example/app:1", &refused, interval);
+        let fault = node
+            .faults
+            .get(&super::tag_check_subject("reg.example/app:1"))
+            .expect("a fault on the tag");
+        assert_eq!(fault.kind, "unauthorized");
+        assert_eq!(fault.failures, 2);
+        // A registry that does not answer: counted, no fault (the image runs on).
+        let unreachable = Err(PullError::new(
+            PullErrorKind::RegistryUnreachable,
+            "timeout",
+        ));
+        super::record_check(&node, "other:1", &unreachable, interval);
+        assert!(
+            node.faults
+                .get(&super::tag_check_subject("other:1"))
+                .is_none()
+        );
+        super::record_check(
+            &node,
+            "reg.example/app:1",
+            &Ok(TagCheck::Unchanged),
+            interval,
+        );
+        assert!(
+            node.faults
+                .get(&super::tag_check_subject("reg.example/app:1"))
+                .is_none()
+        );
+        let text = node.metrics.render();
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_unchanged"} 1"#),
+            "{text}"
+        );
+    }
+
     // r[verify actuate.image.tag-moved]
     #[test]
     fn an_image_pulled_again_for_a_moved_tag_stays_present_for_the_workloads() {
