@@ -766,6 +766,48 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        // r[verify actuate.image.credentials]
+        #[test]
+        fn a_host_like_first_component_is_the_registry(
+            host in "([a-z0-9]{1,8}\\.){1,3}[a-z]{2,5}(:[0-9]{1,5})?|localhost(:[0-9]{1,5})?|[a-z0-9]{1,8}:[0-9]{1,5}",
+            path in "[a-z0-9]{1,8}(/[a-z0-9_-]{1,8}){0,3}",
+            tag in proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
+            digest in proptest::option::of("[0-9a-f]{64}"),
+        ) {
+            let mut reference = format!("{host}/{path}");
+            if let Some(tag) = tag {
+                reference = format!("{reference}:{tag}");
+            }
+            if let Some(digest) = digest {
+                reference = format!("{reference}@sha256:{digest}");
+            }
+            let expected = match host.as_str() {
+                "index.docker.io" | "registry-1.docker.io" => DOCKER_HUB,
+                host => host,
+            };
+            proptest::prop_assert_eq!(registry_host(&reference), expected);
+        }
+
+        // r[verify actuate.image.credentials]
+        #[test]
+        fn a_plain_first_component_is_docker_hub(
+            path in "[a-z0-9][a-z0-9_-]{0,8}(/[a-z0-9_-]{1,8}){0,3}",
+            tag in proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
+            digest in proptest::option::of("[0-9a-f]{64}"),
+        ) {
+            proptest::prop_assume!(!path.starts_with("localhost"));
+            let mut reference = path;
+            if let Some(tag) = tag {
+                reference = format!("{reference}:{tag}");
+            }
+            if let Some(digest) = digest {
+                reference = format!("{reference}@sha256:{digest}");
+            }
+            proptest::prop_assert_eq!(registry_host(&reference), DOCKER_HUB);
+        }
+    }
+
     // r[verify actuate.image.credentials.secret]
     #[test]
     fn debug_shows_the_registry_and_user_and_never_the_secret() {
