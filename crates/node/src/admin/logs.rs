@@ -497,6 +497,17 @@ mod tests {
                                 tokio::time::sleep(Duration::from_secs(3600)).await;
                                 return;
                             }
+                            if line.contains("broken") {
+                                // One line, then a chunk the client cannot read.
+                                let mut frame = vec![1u8, 0, 0, 0];
+                                frame.extend_from_slice(&5u32.to_be_bytes());
+                                frame.extend_from_slice(b"once\n");
+                                let mut out = format!("{:x}\r\n", frame.len()).into_bytes();
+                                out.extend_from_slice(&frame);
+                                out.extend_from_slice(b"\r\nzz\r\n");
+                                let _ = stream.write_all(&out).await;
+                                return;
+                            }
                             loop {
                                 let payload = b"tick\n";
                                 let mut frame = vec![1u8, 0, 0, 0];
@@ -549,7 +560,7 @@ mod tests {
         fake_daemon(&sock);
         let node = crate::state::NodeState::new("n", FaultBoard::new(), Metrics::new());
         let module = crate::modules::workload::WorkloadModule {
-            workloads: ["quiet", "chatty", "gone"]
+            workloads: ["quiet", "chatty", "gone", "broken"]
                 .into_iter()
                 .map(|name| holdfast_workload::WorkloadConfig::new(name, "busybox:1"))
                 .collect(),
@@ -639,6 +650,19 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // A daemon error in the middle: the answer ends broken, not as a complete log.
+        let mut seen = Vec::new();
+        let broken =
+            super::super::client::stream_get(&target, "/v1/workloads/broken/logs", None, |chunk| {
+                seen.extend_from_slice(chunk);
+                std::ops::ControlFlow::Continue(())
+            })
+            .await;
+        assert!(
+            matches!(broken, Err(super::super::client::ClientError::Http { .. })),
+            "{broken:?}"
+        );
+        assert_eq!(seen, b"once\n");
         server.shutdown(Duration::from_millis(100)).await;
     }
 
