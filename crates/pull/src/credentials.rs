@@ -206,8 +206,7 @@ impl RegistryAuth {
             message,
         };
         let (text, path, per_image) = if let Some(path) = self.per_image.get(reference) {
-            check_private(path).map_err(fail)?;
-            (read(path).map_err(fail)?, path.clone(), true)
+            (read_private(path).map_err(fail)?, path.clone(), true)
         } else {
             let Some(path) = self.docker_config_path() else {
                 return Ok(None);
@@ -410,20 +409,33 @@ fn describe(err: &CredentialRetrievalError, path: &Path) -> String {
     }
 }
 
-fn read(path: &Path) -> Result<String, String> {
+// r[impl actuate.image.credentials]
+/// A per-image credentials file's text, its mode checked on the opened file itself (so the file
+/// read is the file checked, whatever replaces the path meanwhile).
+fn read_private(path: &Path) -> Result<String, String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {}", path.display(), e.kind());
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    private(path, &file.metadata().map_err(cannot)?)?;
     let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_to_string(&mut text))
-        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    file.read_to_string(&mut text).map_err(cannot)?;
     Ok(text)
 }
 
 // r[impl actuate.image.credentials]
-/// A secret file must not be readable by group or others (mode 0600 or stricter).
+/// A secret file must not be readable by group or others (mode 0600 or stricter). (The node's
+/// Docker config file is not held to this: the Docker CLI writes it 0600 itself, and refusing
+/// a looser one would break pulls `docker pull` makes.)
 pub fn check_private(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt as _;
     let meta = std::fs::metadata(path)
         .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    private(path, &meta)
+}
+
+fn private(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !meta.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
