@@ -162,7 +162,16 @@ pub fn seed_as(
         let auth = base64::engine::general_purpose::STANDARD
             .encode(format!("{}:{}", login.username, login.password));
         let config = serde_json::json!({ "auths": { registry: { "auth": auth } } });
-        std::fs::write(&client_file, config.to_string())?;
+        // Created readable by its owner only: it holds the password.
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&client_file)?
+            .write_all(config.to_string().as_bytes())?;
     }
     let docker = |args: &[&str]| {
         let mut command = Command::new("docker");
