@@ -274,12 +274,10 @@ async fn logs(
 
 /// A workload name as one path segment (names are `[a-z0-9-]`, but the CLI takes any text).
 fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            b => format!("%{b:02X}"),
-        })
-        .collect()
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    const SEGMENT: &percent_encoding::AsciiSet =
+        &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+    utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// Prints the node's answer: verbatim with `--json`, else rendered; an error or an answer that is
@@ -487,5 +485,14 @@ fn forward_identity(
             eprintln!("holdfast: forward identity in {}: {err}", dir.display());
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_workload_name_is_one_path_segment() {
+        assert_eq!(super::percent_encode("web-1_x.y"), "web-1_x.y");
+        assert_eq!(super::percent_encode("a/b c?é"), "a%2Fb%20c%3F%C3%A9");
     }
 }
