@@ -307,6 +307,8 @@ struct FollowedTags {
     moved: std::collections::BTreeSet<String>,
     tx: tokio::sync::mpsc::UnboundedSender<(String, Result<TagCheck, PullError>)>,
     results: tokio::sync::mpsc::UnboundedReceiver<(String, Result<TagCheck, PullError>)>,
+    /// The checks under way: aborted when the module stops (this is dropped with its task).
+    tasks: tokio::task::JoinSet<()>,
 }
 
 impl FollowedTags {
@@ -319,6 +321,7 @@ impl FollowedTags {
             moved: Default::default(),
             tx,
             results,
+            tasks: tokio::task::JoinSet::new(),
         }
     }
 
@@ -349,7 +352,9 @@ impl FollowedTags {
         let fetcher = Arc::clone(fetcher);
         let tx = self.tx.clone();
         let reference = image.to_owned();
-        tokio::spawn(async move {
+        // Reap the finished ones, so the set holds what runs.
+        while self.tasks.try_join_next().is_some() {}
+        self.tasks.spawn(async move {
             let result = fetcher.check_tag(reference.clone()).await;
             let _ = tx.send((reference, result));
         });
