@@ -153,6 +153,9 @@ pub struct CredentialError {
 pub struct RegistryAuth {
     docker_config: Option<PathBuf>,
     per_image: BTreeMap<String, PathBuf>,
+    /// Where `docker-credential-*` helpers are (`None`: on `PATH`, as the Docker CLI finds
+    /// them); set by tests, so they need not change the process's `PATH`.
+    helper_dir: Option<PathBuf>,
 }
 
 impl RegistryAuth {
@@ -171,6 +174,13 @@ impl RegistryAuth {
     /// from the node's Docker config.
     pub fn with_file_for(mut self, reference: impl Into<String>, path: impl Into<PathBuf>) -> Self {
         self.per_image.insert(reference.into(), path.into());
+        self
+    }
+
+    /// Helpers are run from `dir` rather than found on `PATH`.
+    #[cfg(test)]
+    pub(crate) fn with_helper_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.helper_dir = Some(dir.into());
         self
     }
 
@@ -237,17 +247,20 @@ impl RegistryAuth {
         match in_config(&text, server).map_err(|e| fail(describe(&e, &path)))? {
             InConfig::Found(found) => Ok(Some(credentials(server, found, &path))),
             InConfig::Nothing => nothing(),
-            InConfig::Helper(helper) => match run_helper(&helper, server, helper_timeout).await {
-                Ok(found) => Ok(Some(credentials(server, found, &path))),
-                // The store has no login for this registry: anonymous, as `docker pull` does
-                // (an error from a per-image file, which must hold the registry).
-                Err(HelperError::NotFound) => nothing(),
-                Err(HelperError::Failed(why)) => Err(fail(format!(
-                    "credential helper `{}` (named in {}) {why}",
-                    helper_program(&helper),
-                    path.display()
-                ))),
-            },
+            InConfig::Helper(helper) => {
+                match run_helper(self.helper_dir.as_deref(), &helper, server, helper_timeout).await
+                {
+                    Ok(found) => Ok(Some(credentials(server, found, &path))),
+                    // The store has no login for this registry: anonymous, as `docker pull` does
+                    // (an error from a per-image file, which must hold the registry).
+                    Err(HelperError::NotFound) => nothing(),
+                    Err(HelperError::Failed(why)) => Err(fail(format!(
+                        "credential helper `{}` (named in {}) {why}",
+                        helper_program(&helper),
+                        path.display()
+                    ))),
+                }
+            }
         }
     }
 }
@@ -308,12 +321,17 @@ enum HelperError {
 /// Runs `docker-credential-HELPER get` with `server` on its stdin, as the Docker CLI does; the
 /// child is killed if it has not answered within `timeout` or the lookup is dropped.
 async fn run_helper(
+    dir: Option<&Path>,
     helper: &str,
     server: &str,
     timeout: std::time::Duration,
 ) -> Result<DockerCredential, HelperError> {
     use tokio::io::AsyncWriteExt as _;
-    let mut child = tokio::process::Command::new(helper_program(helper))
+    let program = match dir {
+        Some(dir) => dir.join(helper_program(helper)),
+        None => PathBuf::from(helper_program(helper)),
+    };
+    let mut child = tokio::process::Command::new(program)
         .arg("get")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -546,19 +564,14 @@ mod tests {
             r#"{"credHelpers": {"reg.example": "holdfasttest", "bad.example": "holdfasttest"}}"#,
             0o600,
         );
-        // The helper is found on PATH, as docker finds it.
-        let path = format!(
-            "{}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        // (Found on PATH in production, as docker finds it; here in `bin`.)
         let auth = RegistryAuth::default().with_docker_config(&config);
-        let found = with_path(&path, || look(&auth, "reg.example/app:1"))
+        let found = look(&auth.clone().with_helper_dir(&bin), "reg.example/app:1")
             .unwrap()
             .unwrap();
         assert_eq!(found.username(), Some("helper-user"));
         assert_eq!(found.to_docker().password.as_deref(), Some("helper-pass"));
-        let err = with_path(&path, || look(&auth, "bad.example/app:1")).unwrap_err();
+        let err = look(&auth.clone().with_helper_dir(&bin), "bad.example/app:1").unwrap_err();
         assert_eq!(err.registry, "bad.example");
         let text = err.to_string();
         assert!(
@@ -589,13 +602,8 @@ mod tests {
             r#"{"credsStore": "holdfastnone"}"#,
             0o600,
         );
-        let path = format!(
-            "{}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
         let auth = RegistryAuth::default().with_docker_config(&config);
-        let found = with_path(&path, || look(&auth, "busybox:1.36"));
+        let found = look(&auth.clone().with_helper_dir(&bin), "busybox:1.36");
         assert!(matches!(found, Ok(None)), "{found:?}");
         // Named for the image itself, the same answer is an error: its file must have them.
         let file = write(
@@ -605,7 +613,7 @@ mod tests {
             0o600,
         );
         let auth = RegistryAuth::default().with_file_for("busybox:1.36", &file);
-        let err = with_path(&path, || look(&auth, "busybox:1.36")).unwrap_err();
+        let err = look(&auth.clone().with_helper_dir(&bin), "busybox:1.36").unwrap_err();
         assert_eq!(err.registry, "docker.io");
     }
 
@@ -631,24 +639,18 @@ mod tests {
             r#"{"credsStore": "holdfasthung"}"#,
             0o600,
         );
-        let path = format!(
-            "{}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
         let auth = RegistryAuth::default().with_docker_config(&config);
-        let err = with_path(&path, || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(crate::client::credentials_for(
-                    &auth,
-                    "busybox:1.36",
-                    std::time::Duration::from_millis(500),
-                ))
-        })
-        .unwrap_err();
+        let auth = auth.with_helper_dir(&bin);
+        let err = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(crate::client::credentials_for(
+                &auth,
+                "busybox:1.36",
+                std::time::Duration::from_millis(500),
+            ))
+            .unwrap_err();
         assert_eq!(err.kind, crate::PullErrorKind::Unauthorized, "{err}");
         assert!(
             err.message
@@ -683,29 +685,6 @@ mod tests {
             .build()
             .unwrap()
             .block_on(auth.lookup(reference, std::time::Duration::from_secs(5)))
-    }
-
-    /// Runs `f` with `PATH` set to `path` (tests in this module that read PATH run under the
-    /// lock, so none sees another's).
-    fn with_path<T>(path: &str, f: impl FnOnce() -> T) -> T {
-        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let old = std::env::var_os("PATH");
-        // SAFETY: the test binary's other threads do not read PATH while this lock is held;
-        // the only readers are this module's helper tests, serialised by it.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::env::set_var("PATH", path)
-        };
-        let out = f();
-        #[allow(unsafe_code)]
-        unsafe {
-            match old {
-                Some(old) => std::env::set_var("PATH", old),
-                None => std::env::remove_var("PATH"),
-            }
-        }
-        out
     }
 
     // r[verify actuate.image.credentials]
