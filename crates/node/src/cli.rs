@@ -45,6 +45,26 @@ pub enum Command {
     Modules(ClientArgs),
     /// Workloads and their images.
     Workloads(ClientArgs),
+    /// A workload's container output, stdout and stderr, control characters escaped (needs the
+    /// Unix socket or --token-file: output may hold secrets). Exit status 1 when the node cannot
+    /// be reached, has no such workload, the workload has no container now, or the output broke
+    /// off.
+    Logs {
+        /// The workload's name.
+        name: String,
+        /// The last N lines (default 100, at most 10000).
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+        /// Keep printing new output until interrupted.
+        #[arg(short, long)]
+        follow: bool,
+        /// Only output from the last D (e.g. `10m`, `2h`).
+        #[arg(long, value_name = "D", value_parser = parse_since)]
+        since: Option<std::time::Duration>,
+        /// How to reach the node.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Drain the node and stop it for good: gateway clients get 1001 (Going Away); with
     /// --restart, 1012 (needs the Unix socket or --token-file).
     Drain {
@@ -203,4 +223,9 @@ pub struct ClientArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--since`: a duration as the config writes them (`"10m"`).
+fn parse_since(text: &str) -> Result<std::time::Duration, String> {
+    crate::duration::parse(text).map_err(|e| e.to_string())
 }

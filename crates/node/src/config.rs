@@ -261,6 +261,31 @@ pub struct PullSection {
     /// A pull with no progress for this long is abandoned (default 60 s).
     #[serde(default = "default_stall")]
     pub stall_timeout: Spanned<ConfigDuration>,
+    /// The Docker config file registry credentials are read from (`auths`, `credHelpers`,
+    /// `credsStore`); it must exist when set (default: `$DOCKER_CONFIG/config.json`, else
+    /// `~/.docker/config.json`, and none there means anonymous pulls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_config: Option<Spanned<PathBuf>>,
+    /// How often a tag is checked against its registry for a workload with
+    /// `pull_policy = "digest"` (default 15 m).
+    #[serde(default = "default_digest_interval")]
+    pub digest_interval: Spanned<ConfigDuration>,
+}
+
+fn default_digest_interval() -> Spanned<ConfigDuration> {
+    sp(secs(15 * 60))
+}
+
+/// A workload's `pull_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullPolicy {
+    /// Pulled when absent, never checked again (the default).
+    #[default]
+    Missing,
+    /// The tag is checked against the registry on `pull.digest_interval`, pulled again and the
+    /// container replaced when it moved.
+    Digest,
 }
 
 fn yes() -> bool {
@@ -294,6 +319,8 @@ impl Default for PullSection {
             cap: default_cap(),
             escalate_after: default_escalate(),
             stall_timeout: default_stall(),
+            docker_config: None,
+            digest_interval: default_digest_interval(),
         }
     }
 }
@@ -424,6 +451,13 @@ pub struct Workload {
     /// Workloads that must be ready (running, and healthy if checked) before this one starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depends_on: Option<Spanned<Vec<String>>>,
+    /// A file in the Docker config format (mode 0600 or stricter) holding the credentials for
+    /// this image's registry, used instead of `pull.docker_config` (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<Spanned<PathBuf>>,
+    /// `"missing"` (default) or `"digest"`: check the tag against the registry and follow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<Spanned<PullPolicy>>,
 }
 
 impl Workload {
@@ -533,6 +567,8 @@ impl Workload {
             "log" => self.log.as_ref().map(Spanned::span),
             "health" => self.health.as_ref().map(Spanned::span),
             "depends_on" => self.depends_on.as_ref().map(Spanned::span),
+            "credentials_file" => self.credentials_file.as_ref().map(Spanned::span),
+            "pull_policy" => self.pull_policy.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())
@@ -951,6 +987,7 @@ impl Config {
                 e.to_string(),
             ));
         }
+        self.validate_pull_credentials(loc)?;
         self.supervise.policy_section().build(loc, "supervise", 0)?;
         if *self.supervise.crash_loop_threshold.get_ref() == 0 {
             return Err(loc.at(
@@ -1082,6 +1119,96 @@ impl Config {
             return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
         }
         Ok(())
+    }
+
+    // i[impl node.pull.credentials]
+    /// `pull.docker_config` exists when set; each `credentials_file` exists and is private.
+    fn validate_pull_credentials(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        if let Some(path) = &self.pull.docker_config {
+            if !path.get_ref().is_file() {
+                return Err(loc.at(
+                    Some(path.span()),
+                    "pull.docker_config",
+                    format!("{} is not a file", path.get_ref().display()),
+                ));
+            }
+        }
+        if self.pull.digest_interval.get_ref().get().is_zero() {
+            return Err(loc.at(
+                Some(self.pull.digest_interval.span()),
+                "pull.digest_interval",
+                "must be longer than zero".into(),
+            ));
+        }
+        // Credentials are per image: two files for one image would be a silent choice.
+        let mut per_image: std::collections::BTreeMap<&str, (usize, &PathBuf)> =
+            std::collections::BTreeMap::new();
+        for (i, w) in self.workloads.iter().enumerate() {
+            if let Some(path) = &w.credentials_file {
+                let key = format!("workload[{i}].credentials_file");
+                if let Err(message) = holdfast_pull::credentials::check_private(path.get_ref()) {
+                    return Err(loc.at(Some(path.span()), &key, message));
+                }
+                let image = w.image.get_ref().as_str();
+                match per_image.get(image) {
+                    Some((first, other)) if *other != path.get_ref() => {
+                        return Err(loc.at(
+                            Some(path.span()),
+                            &key,
+                            format!(
+                                "image {image} already has credentials_file {} (workload[{first}]); \
+                                 credentials are per image: use the same file",
+                                other.display()
+                            ),
+                        ));
+                    }
+                    Some(_) => {}
+                    None => {
+                        per_image.insert(image, (i, path.get_ref()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // i[impl node.pull.credentials]
+    /// Where the pull module finds registry credentials: `pull.docker_config` (else the Docker
+    /// CLI's default), and each workload's `credentials_file` for its image.
+    pub fn registry_auth(&self) -> holdfast_pull::RegistryAuth {
+        let mut auth = holdfast_pull::RegistryAuth::from_env();
+        if let Some(path) = &self.pull.docker_config {
+            auth = auth.with_docker_config(path.get_ref());
+        }
+        for w in &self.workloads {
+            if let Some(path) = &w.credentials_file {
+                auth = auth.with_file_for(w.image.get_ref().clone(), path.get_ref());
+            }
+        }
+        auth
+    }
+
+    // i[impl node.pull.policy]
+    /// The images whose tags the pull module follows (`pull_policy = "digest"`), and how often.
+    pub fn tag_checks(&self) -> crate::modules::pull::TagChecks {
+        crate::modules::pull::TagChecks {
+            images: self
+                .workloads
+                .iter()
+                .filter(|w| {
+                    w.pull_policy
+                        .as_ref()
+                        .is_some_and(|p| *p.get_ref() == PullPolicy::Digest)
+                })
+                .fold(std::collections::BTreeMap::new(), |mut images, w| {
+                    images
+                        .entry(w.image.get_ref().clone())
+                        .or_insert_with(Vec::new)
+                        .push(w.name.get_ref().clone());
+                    images
+                }),
+            interval: self.pull.digest_interval.get_ref().get(),
+        }
     }
 
     /// holdfast-pull's configuration, seeded (validated when the config was parsed).
@@ -1639,5 +1766,107 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("gateway.tls.from_issuance"), "{err}");
+    }
+
+    // i[verify node.pull.credentials]
+    // i[verify node.pull.policy]
+    #[test]
+    fn registry_credentials_are_located_validated_and_reach_the_pull_module() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let docker_config = dir.path().join("config.json");
+        std::fs::write(&docker_config, "{}").unwrap();
+        let own = dir.path().join("app.json");
+        std::fs::write(
+            &own,
+            r#"{"auths": {"reg.example": {"username": "app", "password": "pw"}}}"#,
+        )
+        .unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let text = format!(
+            "[node]\n[pull]\ndocker_config = \"{}\"\n[[workload]]\nname = \"app\"\n\
+             image = \"reg.example/app:1\"\ncredentials_file = \"{}\"\n",
+            docker_config.display(),
+            own.display()
+        );
+        let config = Config::parse("t.toml", &text).unwrap();
+        let auth = config.registry_auth();
+        assert_eq!(auth.docker_config_path(), Some(docker_config.clone()));
+        let found = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(auth.lookup("reg.example/app:1", std::time::Duration::from_secs(5)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.username(), Some("app"));
+        // Not part of the container's spec: changing the file replaces nothing.
+        assert_eq!(
+            config.workloads[0].to_config(),
+            holdfast_workload::WorkloadConfig::new("app", "reg.example/app:1")
+        );
+        // Readable by others: located at the value.
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Config::parse("t.toml", &text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:7:20: workload[0].credentials_file:") && err.contains("0644"),
+            "{err}"
+        );
+        // pull_policy: followed tags reach the pull module; a bad value is located.
+        let followed = text.replace(
+            "credentials_file",
+            "pull_policy = \"digest\"\ncredentials_file",
+        );
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let checks = Config::parse("t.toml", &followed).unwrap().tag_checks();
+        assert_eq!(
+            checks.images,
+            [("reg.example/app:1".to_owned(), vec!["app".to_owned()])].into()
+        );
+        assert_eq!(checks.interval, std::time::Duration::from_secs(900));
+        let bad = text.replace(
+            "credentials_file",
+            "pull_policy = \"sometimes\"\ncredentials_file",
+        );
+        let err = Config::parse("t.toml", &bad).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:7:15: workload[0].pull_policy:"),
+            "{err}"
+        );
+        // Two workloads of one image with different files: which one is used would be a
+        // silent choice; refused, naming both, at the second.
+        let other = dir.path().join("other.json");
+        std::fs::copy(&own, &other).unwrap();
+        let two = format!(
+            "{text}[[workload]]\nname = \"app2\"\nimage = \"reg.example/app:1\"\n\
+             credentials_file = \"{}\"\n",
+            other.display()
+        );
+        let err = Config::parse("t.toml", &two).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:11:20: workload[1].credentials_file:")
+                && err.contains("workload[0]")
+                && err.contains("reg.example/app:1"),
+            "{err}"
+        );
+        // The same file twice is no conflict.
+        let same = two.replace(&other.display().to_string(), &own.display().to_string());
+        assert!(Config::parse("t.toml", &same).is_ok());
+        let zero = text.replace("[[workload]]", "digest_interval = \"0s\"\n[[workload]]");
+        let err = Config::parse("t.toml", &zero).unwrap_err().to_string();
+        assert!(
+            err.contains("pull.digest_interval: must be longer than zero"),
+            "{err}"
+        );
+        // A docker_config that is not there.
+        let missing = format!(
+            "[node]\n[pull]\ndocker_config = \"{}\"\n",
+            dir.path().join("nope.json").display()
+        );
+        let err = Config::parse("t.toml", &missing).unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.toml:3:17: pull.docker_config:") && err.contains("nope.json"),
+            "{err}"
+        );
     }
 }

@@ -89,6 +89,13 @@ fn main() -> ExitCode {
         Command::Faults(args) => runtime.block_on(get(args, "/v1/faults", render::faults)),
         Command::Modules(args) => runtime.block_on(get(args, "/v1/modules", render::modules)),
         Command::Workloads(args) => runtime.block_on(get(args, "/v1/workloads", render::workloads)),
+        Command::Logs {
+            name,
+            tail,
+            follow,
+            since,
+            client,
+        } => runtime.block_on(logs(client, &name, tail, follow, since)),
         Command::Drain { restart, client } => runtime.block_on(drain(client, restart)),
         Command::Reload(args) => runtime.block_on(reload(args)),
         // i[impl node.gateway.cli+2]
@@ -216,6 +223,69 @@ async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> Str
         args.json,
         render,
     )
+}
+
+// i[impl node.workloads.logs]
+/// `holdfast logs`: the node's answer printed as it arrives (already one escaped line per line);
+/// any failure is one line on stderr and exit 1.
+async fn logs(
+    args: ClientArgs,
+    name: &str,
+    tail: Option<u64>,
+    follow: bool,
+    since: Option<std::time::Duration>,
+) -> ExitCode {
+    use std::io::Write as _;
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            eprintln!("holdfast: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut path = format!(
+        "/v1/workloads/{}/logs?follow={follow}",
+        percent_encode(name)
+    );
+    if let Some(tail) = tail {
+        path.push_str(&format!("&tail={tail}"));
+    }
+    if let Some(since) = since {
+        path.push_str(&format!("&since={}", since.as_secs().max(1)));
+    }
+    let mut stdout = std::io::stdout().lock();
+    let mut written = Ok(());
+    let answer = client::stream_get(&resolved.target, &path, resolved.token.as_ref(), |chunk| {
+        // A reader that went away (`holdfast logs -f | head`) ends the command.
+        written = stdout.write_all(chunk).and_then(|()| stdout.flush());
+        if written.is_err() {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    })
+    .await;
+    match (answer, written) {
+        (Err(err), _) => {
+            eprintln!("holdfast: {err}");
+            ExitCode::from(1)
+        }
+        // Its reader closed the pipe: what it wanted was written.
+        (Ok(()), Err(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        (Ok(()), Err(err)) => {
+            eprintln!("holdfast: cannot write the logs: {err}");
+            ExitCode::from(1)
+        }
+        (Ok(()), Ok(())) => ExitCode::SUCCESS,
+    }
+}
+
+/// A workload name as one path segment (names are `[a-z0-9-]`, but the CLI takes any text).
+fn percent_encode(text: &str) -> String {
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    const SEGMENT: &percent_encoding::AsciiSet =
+        &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+    utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// Prints the node's answer: verbatim with `--json`, else rendered; an error or an answer that is
@@ -566,5 +636,14 @@ fn forward_identity(
             eprintln!("holdfast: forward identity in {}: {err}", dir.display());
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_workload_name_is_one_path_segment() {
+        assert_eq!(super::percent_encode("web-1_x.y"), "web-1_x.y");
+        assert_eq!(super::percent_encode("a/b c?é"), "a%2Fb%20c%3F%C3%A9");
     }
 }

@@ -57,7 +57,8 @@ fn key_of(table: &toml::Table, outer: &str, inner: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::Table(toml::Table::new()))
 }
 
-/// Each `[[workload]]` entry's name and image (what the pull module reads of them).
+/// Each `[[workload]]` entry's name, image, pull policy and credentials file (what the pull module
+/// reads of them).
 fn workload_images(table: &toml::Table) -> toml::Value {
     let entries = table
         .get("workload")
@@ -67,7 +68,7 @@ fn workload_images(table: &toml::Table) -> toml::Value {
                 .iter()
                 .map(|w| {
                     let mut t = toml::Table::new();
-                    for key in ["name", "image"] {
+                    for key in ["name", "image", "pull_policy", "credentials_file"] {
                         if let Some(v) = w.get(key) {
                             t.insert(key.to_owned(), v.clone());
                         }
@@ -408,7 +409,7 @@ mod tests {
         #[test]
         fn a_shared_input_changes_every_module_built_from_it_and_no_other(
             file in file(),
-            edit in 0..6usize,
+            edit in 0..8usize,
             value in scalar(),
         ) {
             let mut changed = file.clone();
@@ -428,7 +429,8 @@ mod tests {
                 2 => { section("pull", "reload_probe", value); &["pull"] }
                 3 => { section("workloads", "reload_probe", value); &["workload"] }
                 _ => {
-                    // A workload's image (pull and workload) or another of its keys (workload).
+                    // A workload's image, pull policy or credentials file (pull and workload), or
+                    // another of its keys (workload).
                     let mut workloads = changed
                         .get("workload")
                         .and_then(toml::Value::as_array)
@@ -437,10 +439,11 @@ mod tests {
                     if workloads.is_empty() {
                         workloads.push(toml::Value::Table(toml::Table::new()));
                     }
-                    let (key, value, expected): (&str, toml::Value, &[&str]) = if edit == 4 {
-                        ("image", "probe-image-changed".into(), &["pull", "workload"])
-                    } else {
-                        ("reload_probe", value, &["workload"])
+                    let (key, value, expected): (&str, toml::Value, &[&str]) = match edit {
+                        4 => ("image", "probe-image-changed".into(), &["pull", "workload"]),
+                        5 => ("pull_policy", "probe-policy".into(), &["pull", "workload"]),
+                        6 => ("credentials_file", "/probe/creds.json".into(), &["pull", "workload"]),
+                        _ => ("reload_probe", value, &["workload"]),
                     };
                     if let Some(first) = workloads.first_mut().and_then(toml::Value::as_table_mut) {
                         first.insert(key.to_owned(), value);

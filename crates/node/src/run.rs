@@ -165,6 +165,8 @@ fn compose_some(
                 .collect(),
             docker_host: config.pull.docker_host.clone(),
             config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
+            auth: config.registry_auth(),
+            tag_checks: config.tag_checks(),
             tick: config.node.tick.get_ref().get(),
             node: node.clone(),
         }));

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant, SystemTime};
 use common::{Node, Reaped, start_in, write_config};
 use futures_util::{SinkExt, StreamExt};
 use holdfast::admin::client::{Target, call_json};
-use holdfast_gateway::TokenKey;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -465,8 +464,9 @@ async fn member(addr: &str, user: &str, room: &str) -> Client {
     let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
         .await
         .unwrap();
-    let token = TokenKey::new(KEY.as_bytes().to_vec())
-        .sign(user, SystemTime::now() + Duration::from_secs(3600));
+    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
+        .token(user, SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
     for message in [
         json!({"type": "auth", "token": token}),
         json!({"type": "join", "room": room}),

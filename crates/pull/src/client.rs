@@ -18,6 +18,7 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use tokio::sync::watch;
 
 use crate::classify::{PullError, PullErrorKind, classify_bollard};
+use crate::credentials::{Credentials, RegistryAuth, registry_host};
 pub use crate::daemon_wait::daemon_within;
 use crate::progress::{ProgressTracker, PullProgress};
 use crate::watchdog::{Watched, drive};
@@ -120,32 +121,36 @@ pub fn pull_parameters(reference: &str) -> (String, String) {
 }
 
 /// The full reference with its implied tag, as the daemon's store names it.
-fn store_name(reference: &str) -> String {
+pub(crate) fn store_name(reference: &str) -> String {
     match pull_parameters(reference) {
         (image, tag) if tag.is_empty() => image,
         (image, tag) => format!("{image}:{tag}"),
     }
 }
 
-/// One attempt: inspect the image; if the daemon does not have it, pull it under the progress
+/// One attempt: inspect the image; if the daemon does not have it (or `again`: its tag moved),
+/// look up the registry's credentials in `auth` and pull it with them under the progress
 /// watchdog, publishing progress on `progress`.
 pub async fn fetch(
     docker: &Docker,
     reference: &str,
     stall_timeout: Duration,
     progress: &watch::Sender<PullProgress>,
+    auth: &RegistryAuth,
+    again: bool,
 ) -> Result<Fetched, PullError> {
     let name = store_name(reference);
-    let inspected = daemon_within(stall_timeout, "the image inspect", async {
-        match docker.inspect_image(&name).await {
-            Ok(_) => Ok(true),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(false),
-            Err(other) => Err(classify_bollard(&other)),
-        }
-    })
-    .await?;
+    let inspected = !again
+        && daemon_within(stall_timeout, "the image inspect", async {
+            match docker.inspect_image(&name).await {
+                Ok(_) => Ok(true),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(false),
+                Err(other) => Err(classify_bollard(&other)),
+            }
+        })
+        .await?;
     if inspected {
         return Ok(Fetched::AlreadyPresent);
     }
@@ -155,7 +160,12 @@ pub async fn fetch(
         options = options.tag(&tag);
     }
     let options = options.build();
-    let stream = docker.create_image(Some(options), None, None);
+    let credentials = credentials_for(auth, reference, stall_timeout).await?;
+    let stream = docker.create_image(
+        Some(options),
+        None,
+        credentials.as_ref().map(Credentials::to_docker),
+    );
     let mut tracker = ProgressTracker::new();
     let outcome = drive(stream, stall_timeout, |info| {
         let advanced = tracker.observe(info);
@@ -174,7 +184,12 @@ pub async fn fetch(
     .await;
     match outcome {
         Watched::Completed => Ok(Fetched::Pulled),
-        Watched::Failed(err) => Err(classify_bollard(&err)),
+        Watched::Failed(err) => Err(refused(
+            classify_bollard(&err),
+            reference,
+            credentials.as_ref(),
+            auth,
+        )),
         Watched::Stalled { idle } => Err(PullError::new(
             PullErrorKind::Stalled,
             format!(
@@ -183,6 +198,55 @@ pub async fn fetch(
             ),
         )),
     }
+}
+
+// r[impl actuate.image.credentials]
+/// The credentials for `reference`'s registry, a credential helper given the stall bound to
+/// answer (and killed past it). Credentials configured but unreadable, or a helper that does not
+/// answer, fail the attempt as unauthorized, naming the registry and the helper.
+pub(crate) async fn credentials_for(
+    auth: &RegistryAuth,
+    reference: &str,
+    stall_timeout: Duration,
+) -> Result<Option<Credentials>, PullError> {
+    auth.lookup(reference, stall_timeout)
+        .await
+        .map_err(|e| PullError::new(PullErrorKind::Unauthorized, e.to_string()))
+}
+
+// r[impl actuate.image.credentials.refused]
+// r[impl actuate.image.credentials.secret]
+/// An unauthorized failure, said in the operator's terms: which registry refused, and with which
+/// credentials (their source and user, never the secret) or that none were found. Other failures
+/// are returned as they are.
+fn refused(
+    mut err: PullError,
+    reference: &str,
+    sent: Option<&Credentials>,
+    auth: &RegistryAuth,
+) -> PullError {
+    if err.kind != PullErrorKind::Unauthorized {
+        return err;
+    }
+    let host = registry_host(reference);
+    let how = match sent {
+        Some(c) => match c.username() {
+            Some(user) => format!("the credentials of user {user:?} from {}", c.source()),
+            None => format!("the identity token from {}", c.source()),
+        },
+        None => match auth.docker_config_path() {
+            Some(path) => format!(
+                "no credentials (none for {host} in {}; `docker login {host}` writes them there)",
+                path.display()
+            ),
+            None => "no credentials (no Docker config file is known)".to_owned(),
+        },
+    };
+    err.message = format!(
+        "registry {host} refused the pull of {reference} with {how}: {}",
+        err.message
+    );
+    err
 }
 
 #[cfg(test)]

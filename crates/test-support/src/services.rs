@@ -18,6 +18,14 @@ pub const DOCKER_HOST_VAR: &str = "HOLDFAST_TEST_DOCKER_HOST";
 pub const REGISTRY_VAR: &str = "HOLDFAST_TEST_REGISTRY";
 /// The seeded image reference (pushed, and absent from dockerd's local store when tests start).
 pub const IMAGE_VAR: &str = "HOLDFAST_TEST_IMAGE";
+/// `127.0.0.1:PORT` of the second registry, which demands htpasswd (basic) authentication.
+pub const AUTH_REGISTRY_VAR: &str = "HOLDFAST_TEST_AUTH_REGISTRY";
+/// The image seeded into the authenticated registry (absent from dockerd's local store).
+pub const AUTH_IMAGE_VAR: &str = "HOLDFAST_TEST_AUTH_IMAGE";
+/// The user name the authenticated registry accepts.
+pub const AUTH_USER_VAR: &str = "HOLDFAST_TEST_AUTH_USER";
+/// That user's password (a test secret, made up by the harness for the run).
+pub const AUTH_PASSWORD_VAR: &str = "HOLDFAST_TEST_AUTH_PASSWORD";
 /// `https://127.0.0.1:PORT/dir`, pebble's ACME directory.
 pub const ACME_DIRECTORY_VAR: &str = "HOLDFAST_TEST_ACME_DIRECTORY";
 /// Path to the PEM of the CA that signed pebble's TLS certificate.
@@ -54,6 +62,32 @@ pub struct Registry {
     /// The seeded image's repository path inside the registry, e.g. `holdfast/busybox:latest`,
     /// so a test can name the same image through another address (a fault proxy).
     pub image_path: String,
+}
+
+/// The registry that demands credentials, with the image the harness seeded into it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthRegistry {
+    /// Plain-HTTP address on loopback.
+    pub addr: SocketAddr,
+    /// The seeded image reference, e.g. `127.0.0.1:PORT/holdfast/busybox:latest`.
+    pub image: String,
+    /// The seeded image's repository path inside the registry, e.g. `holdfast/busybox:latest`.
+    pub image_path: String,
+    /// The user it accepts.
+    pub username: String,
+    /// That user's password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for AuthRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthRegistry")
+            .field("addr", &self.addr)
+            .field("image", &self.image)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Pebble (the ACME test server) and its challenge test server.
@@ -108,6 +142,40 @@ pub fn registry() -> Option<Registry> {
         addr,
         image,
         image_path,
+    })
+}
+
+/// The registry that demands credentials, or `None` (after a loud skip).
+#[track_caller]
+pub fn auth_registry() -> Option<AuthRegistry> {
+    let mut vars = require(
+        "authenticated registry",
+        &[
+            AUTH_REGISTRY_VAR,
+            AUTH_IMAGE_VAR,
+            AUTH_USER_VAR,
+            AUTH_PASSWORD_VAR,
+        ],
+    )?;
+    let password = vars.remove(3);
+    let username = vars.remove(2);
+    let image = vars.remove(1);
+    let addr_text = vars.remove(0);
+    let addr = parse_or_panic(
+        AUTH_REGISTRY_VAR,
+        &addr_text,
+        addr_text.parse::<SocketAddr>(),
+    );
+    let image_path = image
+        .strip_prefix(&format!("{addr_text}/"))
+        .unwrap_or(&image)
+        .to_owned();
+    Some(AuthRegistry {
+        addr,
+        image,
+        image_path,
+        username,
+        password,
     })
 }
 

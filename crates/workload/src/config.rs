@@ -200,7 +200,7 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.config]
+    // r[impl workload.config+2]
     /// Checks every field; the error names the first bad key.
     pub fn validate(&self) -> Result<(), WorkloadConfigError> {
         let err = |field: &str, message: String| WorkloadConfigError {
@@ -230,6 +230,17 @@ impl WorkloadConfig {
             return Err(err(
                 "image",
                 format!("{:?} is not an image reference", self.image),
+            ));
+        }
+        // A URL is not a reference: Docker refuses it, and its scheme would be read as the
+        // registry host.
+        if self.image.contains("://") {
+            return Err(err(
+                "image",
+                format!(
+                    "{:?} is not an image reference (no scheme: HOST[:PORT]/PATH[:TAG])",
+                    self.image
+                ),
             ));
         }
         for key in self.env.keys() {
@@ -592,7 +603,7 @@ fn restart_policy(seed: u64) -> Policy {
 pub(crate) mod tests {
     use super::*;
 
-    // r[verify workload.config]
+    // r[verify workload.config+2]
     #[test]
     fn a_workload_from_toml_like_serde_with_defaults_and_text_durations() {
         let w: WorkloadConfig = serde_json::from_str(
@@ -619,7 +630,7 @@ pub(crate) mod tests {
         );
     }
 
-    // r[verify workload.config]
+    // r[verify workload.config+2]
     #[test]
     fn durations_are_text_with_a_unit() {
         let parse = |text: &str| {
@@ -640,7 +651,7 @@ pub(crate) mod tests {
         assert_eq!(serde_json::to_value(&w).unwrap()["min_run"], "1500ms");
     }
 
-    // r[verify workload.config]
+    // r[verify workload.config+2]
     #[test]
     fn validation_names_the_key() {
         let key = |w: WorkloadConfig| w.validate().unwrap_err().key;
@@ -695,12 +706,21 @@ pub(crate) mod tests {
         assert_eq!(holdfast_only.spec_hash(), h);
     }
 
-    // r[verify workload.config]
+    // r[verify workload.config+2]
     #[test]
     fn the_limits_are_inclusive_and_an_image_reference_has_no_space() {
         let key = |w: &WorkloadConfig| w.validate().map_err(|e| e.key);
         let bad = |field: &str| Err(format!("workload[web].{field}"));
         assert_eq!(key(&WorkloadConfig::new("web", "busy box")), bad("image"));
+        // A URL is not a reference (its scheme would be read as the registry).
+        assert_eq!(
+            key(&WorkloadConfig::new("web", "http://reg.example/app:1")),
+            bad("image")
+        );
+        assert_eq!(
+            key(&WorkloadConfig::new("web", "reg.example:5000/app:1")),
+            Ok(())
+        );
         let mut w = WorkloadConfig::new("web", "busybox");
         w.min_run = MAX_MIN_RUN;
         w.stop_timeout = MAX_STOP_TIMEOUT;

@@ -311,6 +311,10 @@ pub struct Reconciler {
     synced: bool,
     board: FaultBoard,
     next_attempt: AttemptId,
+    /// Workloads whose image moved, waiting their turn to be replaced (with the image).
+    moving: std::collections::VecDeque<(String, String)>,
+    /// The workload replaced last for a moved image: the next waits until it has lasted.
+    moved_last: Option<String>,
 }
 
 impl Reconciler {
@@ -329,6 +333,8 @@ impl Reconciler {
             synced: false,
             board,
             next_attempt: 1,
+            moving: std::collections::VecDeque::new(),
+            moved_last: None,
         }
     }
 
@@ -440,6 +446,69 @@ impl Reconciler {
         self.drop_run(old, name, stop_timeout, actions);
         self.gate.forget(name);
         self.board.clear(&Self::subject(name));
+    }
+
+    // r[impl workload.image.moved]
+    /// The image `reference` names was pulled again with new content (its tag moved): each of
+    /// `workloads` (those that follow the tag) running (or starting) from it has its container
+    /// replaced, as a spec change replaces it, with a fresh streak, one at a time: the next
+    /// only once the previous one's new container runs and has lasted. Its spec hash is
+    /// unchanged, so a node restart later adopts the new container. A workload left stopped
+    /// stays stopped.
+    pub fn image_moved(&mut self, reference: &str, workloads: &[String]) -> Vec<Action> {
+        for name in workloads {
+            let queued = self.moving.iter().any(|(n, _)| n == name)
+                || self.moved_last.as_deref() == Some(name.as_str());
+            let uses = self
+                .entries
+                .get(name)
+                .is_some_and(|e| e.config.image == reference);
+            if uses && !queued {
+                self.moving.push_back((name.clone(), reference.to_owned()));
+            }
+        }
+        let mut actions = Vec::new();
+        self.replace_next_moved(&mut actions);
+        actions
+    }
+
+    // r[impl workload.image.moved]
+    /// Replaces the next workload waiting for its moved image once the last one replaced runs
+    /// and has lasted (or is gone).
+    fn replace_next_moved(&mut self, actions: &mut Vec<Action>) {
+        if let Some(last) = &self.moved_last {
+            let settled = self.entries.get(last).is_none_or(|e| match &e.run {
+                Run::Running {
+                    lasting, unready, ..
+                } => unready.is_none() && lasting.as_ref().is_none_or(|l| l.is_confirmed()),
+                _ => false,
+            });
+            if !settled {
+                return;
+            }
+            self.moved_last = None;
+        }
+        while let Some((name, reference)) = self.moving.pop_front() {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            if entry.config.image != reference
+                || !matches!(entry.run, Run::Running { .. } | Run::Starting { .. })
+            {
+                continue;
+            }
+            tracing::info!(workload = %name, image = %reference, "image tag moved; replacing its container");
+            let old = std::mem::replace(&mut entry.run, Run::Idle);
+            let stop_timeout = entry.config.stop_timeout;
+            entry.crash = self.config.crash_loop.clone();
+            entry.crash_looping = false;
+            entry.restart_due = false;
+            self.drop_run(old, &name, stop_timeout, actions);
+            self.gate.forget(&name);
+            self.board.clear(&Self::subject(&name));
+            self.moved_last = Some(name);
+            return;
+        }
     }
 
     // r[impl workload.policy+2]
@@ -993,6 +1062,7 @@ impl Reconciler {
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
         self.retry_removals(now, &mut actions);
+        self.replace_next_moved(&mut actions);
         let names: Vec<String> = self.entries.keys().cloned().collect();
         let ready: std::collections::BTreeSet<String> = self
             .entries

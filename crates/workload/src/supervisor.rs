@@ -116,6 +116,13 @@ impl<I: Images> Supervisor<I> {
         })
     }
 
+    /// The image `reference` moved: replaces the containers of `workloads` running it, one at
+    /// a time (see [`Reconciler::image_moved`]).
+    pub fn image_moved(&mut self, reference: &str, workloads: &[String]) {
+        let actions = self.core.image_moved(reference, workloads);
+        self.perform(actions);
+    }
+
     /// Sets the configured workloads (validated here), performing what the change requires.
     pub fn set_desired(&mut self, workloads: Vec<WorkloadConfig>) -> Result<(), SupervisorError> {
         crate::config::validate_all(&workloads)?;
@@ -403,6 +410,7 @@ impl<I: Images> Supervisor<I> {
     {
         let (status_tx, status_rx) = watch::channel(Vec::new());
         let (config_tx, mut config_rx) = mpsc::unbounded_channel::<Vec<WorkloadConfig>>();
+        let (moved_tx, mut moved_rx) = mpsc::unbounded_channel::<(String, Vec<String>)>();
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let tick = tick.max(Duration::from_millis(10));
         let runtime = self.runtime.clone();
@@ -421,6 +429,9 @@ impl<I: Images> Supervisor<I> {
                         if let Err(error) = self.set_desired(workloads) {
                             tracing::warn!(%error, "workload configuration rejected");
                         }
+                    }
+                    Some((reference, workloads)) = moved_rx.recv() => {
+                        self.image_moved(&reference, &workloads);
                     }
                     _ = self.wait_input_with(wake, Instant::now) => {}
                 }
@@ -458,6 +469,7 @@ impl<I: Images> Supervisor<I> {
                 status: status_rx,
                 config: config_tx,
                 keep,
+                moved: moved_tx,
             },
             stopper,
         )
@@ -509,6 +521,7 @@ pub struct WorkloadsHandle {
     status: watch::Receiver<Vec<WorkloadStatus>>,
     config: mpsc::UnboundedSender<Vec<WorkloadConfig>>,
     keep: Arc<AtomicBool>,
+    moved: mpsc::UnboundedSender<(String, Vec<String>)>,
 }
 
 impl WorkloadsHandle {
@@ -526,6 +539,13 @@ impl WorkloadsHandle {
     /// Replaces the configured workloads (a config reload); false once the supervisor stopped.
     pub fn set_desired(&self, workloads: Vec<WorkloadConfig>) -> bool {
         self.config.send(workloads).is_ok()
+    }
+
+    /// The image `reference` was pulled again with new content: those of `workloads` running
+    /// it get new containers, one at a time (see [`Reconciler::image_moved`]). False once the
+    /// supervisor stopped.
+    pub fn image_moved(&self, reference: &str, workloads: Vec<String>) -> bool {
+        self.moved.send((reference.to_owned(), workloads)).is_ok()
     }
 }
 

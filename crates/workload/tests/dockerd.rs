@@ -1023,3 +1023,54 @@ async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
     assert_eq!(sup.core().counters().start_failures, 0);
     env.cleanup().await;
 }
+
+// r[verify workload.image.moved]
+#[tokio::test]
+async fn a_moved_image_replaces_the_running_container_and_the_next_supervisor_adopts_it() {
+    let Some(env) = env("moved").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    let web = env.workload("web", "exec sleep 3600");
+    sup.set_desired(vec![web.clone()]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let first = running_id(&sup, "web", clock.now()).unwrap();
+    sup.image_moved("some/other:1", &["web".to_owned()]);
+    sup.image_moved(&env.image, &["web".to_owned()]);
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some_and(|id| id != first) && s.running_actions() == 0
+    })
+    .await;
+    let second = running_id(&sup, "web", clock.now()).unwrap();
+    assert_eq!(
+        env.containers().await.keys().collect::<Vec<_>>(),
+        vec![&second],
+        "the old container is removed"
+    );
+    // Same spec: the next supervisor (a node restart) adopts the new container.
+    drop(sup);
+    let mut next = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    next.set_desired(vec![web]).unwrap();
+    drive(&mut next, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    assert_eq!(running_id(&next, "web", clock.now()), Some(second));
+    env.cleanup().await;
+}

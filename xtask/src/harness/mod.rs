@@ -346,7 +346,7 @@ fn start_services(
     root: &Path,
     busybox: &Path,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    let ports = layout::free_ports(10)?;
+    let ports = layout::free_ports(11)?;
     let mut env: Vec<(&'static str, String)> = Vec::new();
     env.extend(redis::start(
         supervisor,
@@ -384,6 +384,24 @@ fn start_services(
         busybox,
     )?;
     env.push((services::IMAGE_VAR, image));
+    // i[impl harness.services.auth-registry]
+    let auth_dir = ServiceDir::fresh(root, "auth-registry")?;
+    let password = registry::fresh_password();
+    let login = registry::Login {
+        username: registry::AUTH_USER,
+        password: &password,
+    };
+    env.extend(registry::start_authenticated(
+        supervisor, &auth_dir, ports[10], login,
+    )?);
+    let auth_image = registry::seed_as(
+        &auth_dir,
+        &docker_host,
+        &format!("127.0.0.1:{}", ports[10]),
+        busybox,
+        Some(login),
+    )?;
+    env.push((services::AUTH_IMAGE_VAR, auth_image));
     Ok(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 

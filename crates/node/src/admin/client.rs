@@ -226,6 +226,99 @@ async fn call_unbounded(
     }
 }
 
+// i[impl node.workloads.logs]
+/// `GET path` (with `token` as the bearer token), handing each chunk of a 2xx answer's body to
+/// `on_chunk` as it arrives (for answers that stream, such as `holdfast logs --follow`) until
+/// the body ends or `on_chunk` breaks (its reader went away); no time limit once it answers (the
+/// connect and the response head are bounded by [`CALL_TIMEOUT`]). A body that ends in an error
+/// (the node could not read the whole of it) is an error.
+pub async fn stream_get(
+    target: &Target,
+    path: &str,
+    token: Option<&Token>,
+    mut on_chunk: impl FnMut(&[u8]) -> std::ops::ControlFlow<()>,
+) -> Result<(), ClientError> {
+    let http = |message: String| ClientError::Http {
+        target: target.clone(),
+        message,
+    };
+    let not_running = |source: std::io::Error| {
+        if source.kind() == std::io::ErrorKind::PermissionDenied {
+            ClientError::PermissionDenied {
+                target: target.clone(),
+                source,
+            }
+        } else {
+            ClientError::NotRunning {
+                target: target.clone(),
+                source,
+            }
+        }
+    };
+    let host = match target {
+        Target::Tcp(addr) => addr.to_string(),
+        Target::Unix(_) => "localhost".to_owned(),
+    };
+    let mut builder = hyper::Request::builder()
+        .method(hyper::Method::GET)
+        .uri(path)
+        .header(hyper::header::HOST, host);
+    if let Some(token) = token {
+        builder = builder.header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", token.expose()),
+        );
+    }
+    let request = builder
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| http(e.to_string()))?;
+    let head = async {
+        match target {
+            Target::Tcp(addr) => {
+                let stream = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(not_running)?;
+                send(TokioIo::new(stream), request).await.map_err(http)
+            }
+            Target::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(not_running)?;
+                send(TokioIo::new(stream), request).await.map_err(http)
+            }
+        }
+    };
+    let response = tokio::time::timeout(CALL_TIMEOUT, head)
+        .await
+        .map_err(|_| ClientError::Timeout {
+            target: target.clone(),
+            timeout: CALL_TIMEOUT,
+        })??;
+    let status = response.status();
+    let mut body = response.into_body();
+    if !status.is_success() {
+        let text = body
+            .collect()
+            .await
+            .map_err(|e| http(e.to_string()))?
+            .to_bytes();
+        return Err(ClientError::Refused {
+            target: target.clone(),
+            status: status.as_u16(),
+            body: crate::render::escape(String::from_utf8_lossy(&text).trim()),
+        });
+    }
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| http(e.to_string()))?;
+        if let Some(data) = frame.data_ref() {
+            if on_chunk(data).is_break() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn send<IO>(
     io: IO,
     request: hyper::Request<Full<Bytes>>,

@@ -1,8 +1,8 @@
 //! The admin API: health, readiness, metrics and the node's state over HTTP, on loopback TCP by
 //! default and optionally a Unix socket (mode 0600 from the moment it exists).
 //!
-//! Read-only calls need nothing; mutating calls (`POST /v1/drain`) need the Unix socket or the
-//! bearer token from `admin.token_file`. Over TCP, a request addressed to any other authority
+//! Read-only calls need nothing; mutating calls (`POST /v1/drain`) and a workload's logs (which
+//! may hold secrets) need the Unix socket or the bearer token from `admin.token_file`. Over TCP, a request addressed to any other authority
 //! than the listener's own or one of `admin.allowed_hosts` (DNS rebinding) is refused before any
 //! handler runs. Each listener
 //! bounds its connections (TCP also per source address), and how long a peer may take to send
@@ -13,6 +13,7 @@ pub mod client;
 pub mod forwards;
 pub mod gateway;
 mod host;
+pub mod logs;
 mod places;
 mod socket;
 pub mod token;
@@ -39,6 +40,38 @@ pub use host::AllowedHost;
 enum Transport {
     Tcp,
     Unix,
+}
+
+/// The streaming answers (`holdfast logs --follow`) open on one connection: while any is, the
+/// connection is exempt from its age limit.
+#[derive(Debug, Clone)]
+struct Streams(std::sync::Arc<watch::Sender<usize>>);
+
+impl Streams {
+    fn new() -> Self {
+        Self(std::sync::Arc::new(watch::Sender::new(0)))
+    }
+
+    /// Counts one open until the returned guard is dropped.
+    fn hold(&self) -> StreamHeld {
+        self.0.send_modify(|open| *open += 1);
+        StreamHeld(self.clone())
+    }
+
+    /// Returns once none is open.
+    async fn idle(&self) {
+        let mut open = self.0.subscribe();
+        let _ = open.wait_for(|open| *open == 0).await;
+    }
+}
+
+/// One streaming answer open (see [`Streams`]).
+struct StreamHeld(Streams);
+
+impl Drop for StreamHeld {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|open| *open = open.saturating_sub(1));
+    }
 }
 
 #[derive(Clone)]
@@ -104,6 +137,7 @@ fn router(api: Api, transport: Transport) -> Router {
             "/v1/workloads",
             get(|State(api): State<Api>| async move { Json(api.node.workloads()) }),
         )
+        .route("/v1/workloads/{name}/logs", get(logs::logs))
         .route(
             "/v1/certs",
             get(|State(api): State<Api>| async move { certs::list(&api.node) }),
@@ -502,7 +536,15 @@ async fn serve_listener<L>(
                 continue;
             }
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let streams = Streams::new();
+        let service = {
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let streams = streams.clone();
+            hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(streams.clone());
+                hyper::service::Service::call(&service, request)
+            })
+        };
         let metrics = metrics.clone();
         let mut stop = stop.clone();
         connections.spawn(async move {
@@ -525,10 +567,24 @@ async fn serve_listener<L>(
                     conn.as_mut().await
                 }
                 _ = &mut too_old => {
-                    conn.as_mut().graceful_shutdown();
-                    tokio::time::timeout(limits.request_timeout, conn.as_mut())
-                        .await
-                        .unwrap_or(Ok(()))
+                    // i[impl node.workloads.logs]
+                    // A followed log is not cut by the age: the connection closes once none
+                    // is open on it.
+                    let idle = streams.idle();
+                    tokio::pin!(idle);
+                    let ended = tokio::select! {
+                        result = conn.as_mut() => Some(result),
+                        () = &mut idle => None,
+                    };
+                    match ended {
+                        Some(result) => result,
+                        None => {
+                            conn.as_mut().graceful_shutdown();
+                            tokio::time::timeout(limits.request_timeout, conn.as_mut())
+                                .await
+                                .unwrap_or(Ok(()))
+                        }
+                    }
                 }
             };
             if let Err(err) = result {

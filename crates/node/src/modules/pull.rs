@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
 use holdfast_pull::{
-    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DockerFetcher, FaultSubject, Fetcher,
-    ImageState, PullConfig, PullConfigError,
+    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DigestChecks, DockerFetcher, FaultSubject,
+    Fetcher, ImageState, PullConfig, PullConfigError, PullError, RegistryAuth, TagCheck,
 };
 use holdfast_retry::{KeyedGate, Policy};
 use tokio::sync::oneshot;
@@ -55,6 +55,16 @@ pub fn pull_config(
         .build()
 }
 
+/// The images whose tags are followed (`pull_policy = "digest"`), and how often each is checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TagChecks {
+    /// The image references to check, each with the workloads that follow it (those replaced,
+    /// one at a time, when it moves; a workload using it with another policy is not).
+    pub images: std::collections::BTreeMap<String, Vec<String>>,
+    /// The interval between two checks of one.
+    pub interval: Duration,
+}
+
 /// The images to keep present: (workload name, image reference).
 #[derive(Debug, Clone)]
 pub struct PullModule {
@@ -64,6 +74,10 @@ pub struct PullModule {
     pub docker_host: Option<String>,
     /// holdfast-pull's configuration (see [`pull_config`]).
     pub config: PullConfig,
+    /// Where registry credentials are found (`pull.docker_config`, `credentials_file`).
+    pub auth: RegistryAuth,
+    /// The tags followed (`pull_policy = "digest"`).
+    pub tag_checks: TagChecks,
     /// Tick interval.
     pub tick: Duration,
     /// The node's state.
@@ -91,7 +105,8 @@ impl Module for PullModule {
             None => DaemonEndpoint::from_env(),
         };
         let host = endpoint.host().to_owned();
-        let fetcher = DockerFetcher::new(endpoint, self.config.stall_timeout());
+        let fetcher =
+            DockerFetcher::with_auth(endpoint, self.config.stall_timeout(), self.auth.clone());
         // Image faults go straight onto the node's board (module "pull").
         let actuator =
             Actuator::with_fault_board(fetcher.clone(), self.config, self.node.faults.clone())
@@ -133,6 +148,7 @@ impl PullModule {
         // `None` until the daemon has been heard from (or found missing) once.
         let mut probe_down: Option<Option<String>> = None;
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
+        let mut tags = FollowedTags::new(&self.tag_checks, self.config.image_policy().seed());
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -151,6 +167,9 @@ impl PullModule {
                             probe_down = Some(Some(format!("{err}")));
                         }
                     }
+                }
+                Some((reference, result)) = tags.results.recv() => {
+                    tags.answered(&reference, result, &fetcher, &mut actuator, &self.node);
                 }
                 _ = &mut stop => {
                     health.set(Health::Stopped);
@@ -179,7 +198,11 @@ impl PullModule {
                         }
                     }
                 }
+                if matches!(state, ImageState::Present) {
+                    tags.present(image, now, &fetcher, &self.node);
+                }
                 self.count_outcome(&mut last, image, label);
+                let (label, detail) = shown(label, detail, tags.moved.contains(image));
                 statuses.push(WorkloadStatus {
                     name: name.clone(),
                     image: image.clone(),
@@ -271,6 +294,173 @@ impl PullModule {
     }
 }
 
+// r[impl actuate.image.tag-moved]
+// r[impl workload.image.moved]
+/// The followed tags: each present one checked once an interval; a moved one marked to be pulled
+/// again and invalidated, so the actuator pulls it (paced, faulted); once present again, the
+/// workload module replaces the containers running it.
+struct FollowedTags {
+    images: std::collections::BTreeMap<String, Vec<String>>,
+    checks: DigestChecks,
+    in_flight: std::collections::BTreeSet<String>,
+    /// Moved, being pulled again: the workloads are told once it is present.
+    moved: std::collections::BTreeSet<String>,
+    tx: tokio::sync::mpsc::UnboundedSender<(String, Result<TagCheck, PullError>)>,
+    results: tokio::sync::mpsc::UnboundedReceiver<(String, Result<TagCheck, PullError>)>,
+    /// The checks under way: aborted when the module stops (this is dropped with its task).
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl FollowedTags {
+    fn new(config: &TagChecks, seed: u64) -> Self {
+        let (tx, results) = tokio::sync::mpsc::unbounded_channel();
+        FollowedTags {
+            images: config.images.clone(),
+            checks: DigestChecks::new(config.interval).jittered(seed),
+            in_flight: Default::default(),
+            moved: Default::default(),
+            tx,
+            results,
+            tasks: tokio::task::JoinSet::new(),
+        }
+    }
+
+    /// `image` is present at `now`: a moved one is now the new content (the workloads are told);
+    /// a followed one whose check is due is checked.
+    fn present(
+        &mut self,
+        image: &str,
+        now: std::time::Instant,
+        fetcher: &Arc<DockerFetcher>,
+        node: &NodeState,
+    ) {
+        if self.moved.remove(image) {
+            tracing::info!(%image, "pulled the moved tag; replacing the workloads running it");
+            let followers = self.images.get(image).cloned().unwrap_or_default();
+            let _ = node
+                .workload
+                .with(|w| w.handle.image_moved(image, followers));
+        }
+        if !self.images.contains_key(image)
+            || self.in_flight.contains(image)
+            || !self.checks.due(image, now)
+        {
+            return;
+        }
+        self.checks.checked(image, now);
+        self.in_flight.insert(image.to_owned());
+        let fetcher = Arc::clone(fetcher);
+        let tx = self.tx.clone();
+        let reference = image.to_owned();
+        // Reap the finished ones, so the set holds what runs.
+        while self.tasks.try_join_next().is_some() {}
+        self.tasks.spawn(async move {
+            let result = fetcher.check_tag(reference.clone()).await;
+            let _ = tx.send((reference, result));
+        });
+    }
+
+    fn answered(
+        &mut self,
+        image: &str,
+        result: Result<TagCheck, PullError>,
+        fetcher: &Arc<DockerFetcher>,
+        actuator: &mut Actuator<DockerFetcher>,
+        node: &NodeState,
+    ) {
+        self.in_flight.remove(image);
+        record_check(node, image, &result, self.checks.interval());
+        match result {
+            Ok(TagCheck::Unchanged) => tracing::debug!(%image, "tag unchanged"),
+            Ok(TagCheck::Moved { remote }) => {
+                tracing::info!(%image, digest = %remote, "tag moved in its registry; pulling it again");
+                fetcher.pull_again(image);
+                actuator.invalidate(image);
+                self.moved.insert(image.to_owned());
+            }
+            // Asked again at the next interval, never sooner.
+            Err(error) => tracing::warn!(%image, %error, "could not check the tag's digest"),
+        }
+    }
+}
+
+/// The fault of a followed tag that cannot be checked.
+fn tag_check_subject(image: &str) -> Subject {
+    Subject::new("pull", format!("tag check {image}"))
+}
+
+// r[impl actuate.image.tag-moved]
+/// Counts a tag check's outcome (`holdfast_pull_outcomes_total{outcome="tag_unchanged" |
+/// "tag_moved" | "tag_check_failed"}`); a check the registry refuses (unauthorized, not found)
+/// files a fault on the tag, which the next check that succeeds clears. Other failures (a
+/// registry or daemon that does not answer) are only counted and logged: the image runs on.
+fn record_check(
+    node: &NodeState,
+    image: &str,
+    result: &Result<TagCheck, PullError>,
+    interval: Duration,
+) {
+    let outcome = match result {
+        Ok(TagCheck::Unchanged) => "tag_unchanged",
+        Ok(TagCheck::Moved { .. }) => "tag_moved",
+        Err(_) => "tag_check_failed",
+    };
+    node.metrics
+        .pull_outcomes
+        .get_or_create(&OutcomeLabel {
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+    let subject = tag_check_subject(image);
+    match result {
+        Ok(_) => {
+            node.faults.clear(&subject);
+        }
+        Err(error)
+            if matches!(
+                error.kind,
+                holdfast_pull::PullErrorKind::Unauthorized | holdfast_pull::PullErrorKind::NotFound
+            ) =>
+        {
+            let failures = node.faults.get(&subject).map_or(1, |f| f.failures + 1);
+            node.faults.file(
+                subject,
+                error.kind.as_str(),
+                &format!(
+                    "cannot check whether the tag of {image} moved: {error}; the local image runs \
+                     on, checked again in {}s",
+                    interval.as_secs()
+                ),
+                failures,
+                SystemTime::now(),
+            );
+        }
+        Err(_) => {}
+    }
+}
+
+// r[impl actuate.image.tag-moved]
+/// What the workloads are told of an image: one being pulled again because its tag moved is
+/// still present (its old content is local), so a workload that exits meanwhile restarts from
+/// it, even while the new pull fails; the detail says the pull is under way.
+fn shown(
+    label: &'static str,
+    detail: Option<String>,
+    pulling_again: bool,
+) -> (&'static str, Option<String>) {
+    if !pulling_again || label == "present" {
+        return (label, detail);
+    }
+    let how = match detail {
+        Some(detail) => format!("{label}: {detail}"),
+        None => label.to_owned(),
+    };
+    (
+        "present",
+        Some(format!("its tag moved; pulling it again ({how})")),
+    )
+}
+
 fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Option<String>) {
     let wait = |until: &std::time::Instant| until.saturating_duration_since(now).as_secs();
     match state {
@@ -322,6 +512,83 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
 
 #[cfg(test)]
 mod tests {
+    // r[verify actuate.image.tag-moved]
+    #[test]
+    fn a_refused_tag_check_is_counted_and_a_fault_until_a_check_succeeds() {
+        use holdfast_pull::PullErrorKind;
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let interval = Duration::from_secs(900);
+        let refused = Err(PullError::new(
+            PullErrorKind::Unauthorized,
+            "registry reg.example refused",
+        ));
+        super::record_check(&node, "reg.example/app:1", &refused, interval);
+        super::record_check(&node, "reg.example/app:1", &refused, interval);
+        let fault = node
+            .faults
+            .get(&super::tag_check_subject("reg.example/app:1"))
+            .expect("a fault on the tag");
+        assert_eq!(fault.kind, "unauthorized");
+        assert_eq!(fault.failures, 2);
+        // A registry that does not answer: counted, no fault (the image runs on).
+        let unreachable = Err(PullError::new(
+            PullErrorKind::RegistryUnreachable,
+            "timeout",
+        ));
+        super::record_check(&node, "other:1", &unreachable, interval);
+        assert!(
+            node.faults
+                .get(&super::tag_check_subject("other:1"))
+                .is_none()
+        );
+        super::record_check(
+            &node,
+            "reg.example/app:1",
+            &Ok(TagCheck::Unchanged),
+            interval,
+        );
+        assert!(
+            node.faults
+                .get(&super::tag_check_subject("reg.example/app:1"))
+                .is_none()
+        );
+        let text = node.metrics.render();
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_check_failed"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"holdfast_pull_outcomes_total{outcome="tag_unchanged"} 1"#),
+            "{text}"
+        );
+    }
+
+    // r[verify actuate.image.tag-moved]
+    #[test]
+    fn an_image_pulled_again_for_a_moved_tag_stays_present_for_the_workloads() {
+        let failing = Some("3 failures, next in 20s: unreachable".to_owned());
+        assert_eq!(
+            super::shown("waiting", failing.clone(), true),
+            (
+                "present",
+                Some(
+                    "its tag moved; pulling it again (waiting: 3 failures, next in 20s: unreachable)"
+                        .to_owned()
+                )
+            )
+        );
+        assert_eq!(super::shown("pulling", None, true).0, "present");
+        // A first pull is not a refresh: the image is absent until it is done.
+        assert_eq!(
+            super::shown("waiting", failing.clone(), false),
+            ("waiting", failing)
+        );
+    }
+
     use super::*;
     use crate::metrics::Metrics;
     use holdfast_lifecycle::{FaultBoard, StopReason, StopRequest};
@@ -334,6 +601,8 @@ mod tests {
             workloads: vec![],
             docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
             config: PullConfig::new(7),
+            auth: RegistryAuth::default(),
+            tag_checks: TagChecks::default(),
             tick: Duration::from_secs(5),
             node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
         };
@@ -346,5 +615,234 @@ mod tests {
         };
         started.stopper.stop(request).await.unwrap();
         assert_eq!(started.task.await.unwrap(), Ok(()));
+    }
+
+    /// Points `path:to` at `path:from`'s manifest through the registry's own API (what a CI
+    /// pushing a new build under the same tag amounts to).
+    fn retag(addr: std::net::SocketAddr, path: &str, from: &str, to: &str) {
+        use std::io::{Read as _, Write as _};
+        const MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+        let exchange = |request: &[u8]| {
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream.write_all(request).unwrap();
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer);
+            let end = answer
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map_or(answer.len(), |i| i + 4);
+            let head = String::from_utf8_lossy(&answer[..end]).into_owned();
+            (head, answer[end..].to_vec())
+        };
+        let (head, manifest) = exchange(
+            format!("GET /v2/{path}/manifests/{from} HTTP/1.0\r\nHost: {addr}\r\nAccept: {MANIFEST}\r\n\r\n")
+                .as_bytes(),
+        );
+        assert!(head.contains(" 200 "), "{head}");
+        let mut put = format!(
+            "PUT /v2/{path}/manifests/{to} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: {MANIFEST}\r\nContent-Length: {}\r\n\r\n",
+            manifest.len()
+        )
+        .into_bytes();
+        put.extend_from_slice(&manifest);
+        let (head, _) = exchange(&put);
+        assert!(head.contains(" 201 "), "{head}");
+    }
+
+    async fn push(daemon: &bollard::Docker, repo: &str, tag: &str) {
+        use futures_util::TryStreamExt as _;
+        daemon
+            .push_image(
+                repo,
+                Some(
+                    bollard::query_parameters::PushImageOptionsBuilder::default()
+                        .tag(tag)
+                        .build(),
+                ),
+                Some(bollard::auth::DockerCredentials::default()),
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+    }
+
+    fn web_container(node: &NodeState) -> Option<String> {
+        let status = node.workload.with(|r| r.handle.status()).ok()?;
+        match &status.first()?.state {
+            holdfast_workload::WorkloadState::Running { container, .. } => Some(container.clone()),
+            _ => None,
+        }
+    }
+
+    // r[verify actuate.image.tag-moved]
+    // r[verify workload.image.moved]
+    #[tokio::test]
+    async fn a_followed_tag_that_moves_is_pulled_again_and_its_workload_replaced() {
+        use crate::module::Module as _;
+        use bollard::query_parameters as q;
+        use futures_util::TryStreamExt as _;
+        let Some(docker) = holdfast_test_support::services::docker() else {
+            return;
+        };
+        let Some(registry) = holdfast_test_support::services::registry() else {
+            return;
+        };
+        let daemon = bollard::Docker::connect_with_host(&docker.host).unwrap();
+        let (from, tag) = registry.image.rsplit_once(':').unwrap();
+        daemon
+            .create_image(
+                Some(
+                    q::CreateImageOptionsBuilder::default()
+                        .from_image(from)
+                        .tag(tag)
+                        .build(),
+                ),
+                None,
+                None,
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = format!("holdfast/follow-{nonce:x}");
+        let repo = format!("{}/{path}", registry.addr);
+        let image = format!("{repo}:latest");
+        // v1: the seeded busybox under the new name.
+        daemon
+            .tag_image(
+                &registry.image,
+                Some(
+                    q::TagImageOptionsBuilder::default()
+                        .repo(&repo)
+                        .tag("latest")
+                        .build(),
+                ),
+            )
+            .await
+            .unwrap();
+        push(&daemon, &repo, "latest").await;
+        // v2: the same with a label of its own (a commit), pushed under another tag for now.
+        let scratch = daemon
+            .create_container(
+                None::<q::CreateContainerOptions>,
+                bollard::models::ContainerCreateBody {
+                    image: Some(registry.image.clone()),
+                    cmd: Some(vec!["true".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        daemon
+            .commit_container(
+                q::CommitContainerOptionsBuilder::default()
+                    .container(&scratch.id)
+                    .repo(&repo)
+                    .tag("two")
+                    .changes("LABEL holdfast.test=two")
+                    .build(),
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .unwrap();
+        let force = || {
+            Some(
+                q::RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .build(),
+            )
+        };
+        let _ = daemon.remove_container(&scratch.id, force()).await;
+        push(&daemon, &repo, "two").await;
+        let force_image = || Some(q::RemoveImageOptionsBuilder::default().force(true).build());
+        for local in [format!("{repo}:two"), image.clone()] {
+            let _ = daemon.remove_image(&local, force_image(), None).await;
+        }
+
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let owner = format!("follow-{}-{nonce:x}", std::process::id());
+        let pull = PullModule {
+            workloads: vec![("web".into(), image.clone())],
+            docker_host: Some(docker.host.clone()),
+            config: PullConfig::new(7),
+            auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
+            tag_checks: TagChecks {
+                images: [(image.clone(), vec!["web".to_owned()])].into(),
+                interval: Duration::from_secs(1),
+            },
+            tick: Duration::from_millis(200),
+            node: node.clone(),
+        };
+        let mut web = holdfast_workload::WorkloadConfig::new("web", image.clone());
+        web.command = vec!["sh".into(), "-c".into(), "exec sleep 3600".into()];
+        web.stop_timeout = Duration::from_secs(1);
+        let workloads = crate::modules::workload::WorkloadModule {
+            workloads: crate::modules::workload::desired(vec![web]),
+            docker_host: Some(docker.host.clone()),
+            seed: 7,
+            stop_on_exit: true,
+            owner: Some(owner.clone()),
+            tick: Duration::from_millis(200),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let pulling = pull.start().unwrap();
+        let running = workloads.start().unwrap();
+        let shown = node.clone();
+        let wait_for = move |what: &'static str, done: Box<dyn Fn() -> bool>| {
+            let shown = shown.clone();
+            async move {
+                let end = tokio::time::Instant::now() + Duration::from_secs(60);
+                while !done() {
+                    assert!(
+                        tokio::time::Instant::now() < end,
+                        "never: {what}: {:?} {:?}",
+                        shown.workloads(),
+                        shown.faults.list()
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let n = node.clone();
+        wait_for("web runs", Box::new(move || web_container(&n).is_some())).await;
+        let first = web_container(&node).unwrap();
+
+        retag(registry.addr, &path, "two", "latest");
+        let n = node.clone();
+        let first_id = first.clone();
+        wait_for(
+            "web runs a new container",
+            Box::new(move || web_container(&n).is_some_and(|c| c != first_id)),
+        )
+        .await;
+        let second = web_container(&node).unwrap();
+        let labels = daemon
+            .inspect_container(&second, None::<q::InspectContainerOptions>)
+            .await
+            .unwrap()
+            .config
+            .unwrap()
+            .labels
+            .unwrap_or_default();
+        assert_eq!(
+            labels.get("holdfast.test").map(String::as_str),
+            Some("two"),
+            "the new container runs the moved tag's image"
+        );
+
+        let stop = || StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+            reason: StopReason::Shutdown,
+        };
+        running.stopper.stop(stop()).await.unwrap();
+        pulling.stopper.stop(stop()).await.unwrap();
+        for id in [first, second] {
+            let _ = daemon.remove_container(&id, force()).await;
+        }
+        let _ = daemon.remove_image(&image, force_image(), None).await;
     }
 }

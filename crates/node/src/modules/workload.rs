@@ -63,6 +63,10 @@ impl Images for PulledImages {
 pub struct RunningWorkloads {
     /// Each workload's state and config changes.
     pub handle: WorkloadsHandle,
+    /// The daemon endpoint the containers run on (`holdfast logs` reads them there).
+    pub host: String,
+    /// The `holdfast.owner` label value, which is also in the containers' names.
+    pub owner: Option<String>,
     stopper: Box<dyn Stopper>,
 }
 
@@ -146,7 +150,12 @@ impl Module for WorkloadModule {
                 .set_desired(workloads)
                 .map_err(|e| e.to_string())?;
             let (handle, stopper) = supervisor.start(this.tick);
-            Ok(RunningWorkloads { handle, stopper })
+            Ok(RunningWorkloads {
+                handle,
+                host: this.host(),
+                owner: this.owner.clone(),
+                stopper,
+            })
         }))
     }
 }

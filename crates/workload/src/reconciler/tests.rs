@@ -1754,3 +1754,81 @@ fn a_start_without_a_first_verdict_within_the_longest_wait_fails_and_is_replaced
     h.now += S(600);
     assert!(h.tick().is_empty());
 }
+
+// r[verify workload.image.moved]
+#[test]
+fn a_moved_image_replaces_the_containers_running_it_and_no_other() {
+    let mut other = sleeper("db");
+    other.image = "postgres:16".into();
+    let mut h = Harness::new(vec![sleeper("web"), other]);
+    h.resync();
+    h.tick();
+    let (web, db) = (h.running_id("web"), h.running_id("db"));
+    let both = ["web".to_owned(), "db".to_owned()];
+    assert!(h.core.image_moved("nobody:1", &both).is_empty());
+    let actions = h.core.image_moved("busybox", &both);
+    assert!(
+        matches!(&actions[..], [Action::Remove { container, .. }] if *container == web),
+        "{actions:?}"
+    );
+    h.perform(actions);
+    let started = h.tick();
+    assert_eq!(started.len(), 1, "web starts again: {started:?}");
+    assert_ne!(h.running_id("web"), web);
+    assert_eq!(
+        h.running_id("db"),
+        db,
+        "another image's workload is untouched"
+    );
+    // The spec is the same: the new container carries the same hash, so a restart adopts it.
+    let web_hash = &h.daemon.iter().find(|c| c.1 == "web").unwrap().2;
+    assert_eq!(*web_hash, sleeper("web").spec_hash());
+}
+
+// r[verify workload.image.moved]
+#[test]
+fn a_moved_image_replaces_its_workloads_one_at_a_time_each_once_the_previous_has_lasted() {
+    let mut web = sleeper("web");
+    web.min_run = S(10);
+    let mut api = sleeper("api");
+    api.min_run = S(10);
+    let mut h = Harness::new(vec![web, api, sleeper("cron")]);
+    h.resync();
+    h.tick();
+    let (web, api, cron) = (
+        h.running_id("web"),
+        h.running_id("api"),
+        h.running_id("cron"),
+    );
+    h.now += S(11);
+    h.tick();
+    // cron's pull_policy is not "digest": not among those named.
+    let actions = h
+        .core
+        .image_moved("busybox", &["web".to_owned(), "api".to_owned()]);
+    let removed: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Remove { container, .. } => Some(container.as_str()),
+            Action::Start { .. } => None,
+        })
+        .collect();
+    assert_eq!(removed.len(), 1, "one at a time: {actions:?}");
+    let first = removed[0].to_owned();
+    assert!(first == api || first == web, "{first}");
+    h.perform(actions);
+    h.tick();
+    let second = if first == api { "web" } else { "api" };
+    let second_id = if first == api { &web } else { &api };
+    // The replaced one runs but has not lasted: the other keeps its container.
+    h.now += S(5);
+    h.tick();
+    assert_eq!(h.running_id(second), *second_id);
+    // Once it has lasted, the next is replaced.
+    h.now += S(6);
+    h.tick();
+    h.tick();
+    h.tick();
+    assert_ne!(h.running_id(second), *second_id);
+    assert_eq!(h.running_id("cron"), cron, "cron keeps its container");
+}

@@ -1,0 +1,142 @@
+//! Pulls from a registry that demands credentials (the harness's htpasswd registry), through a
+//! real dockerd: refused without them or with a wrong password (the unauthorized fault, naming the
+//! registry and never the password), pulled with them from a Docker config file.
+
+// Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::query_parameters::RemoveImageOptionsBuilder;
+use holdfast_pull::{
+    Actuator, DaemonEndpoint, DockerFetcher, ImageState, PullConfig, PullErrorKind, RegistryAuth,
+};
+use holdfast_test_support::services;
+
+async fn remove_local(docker_host: &str, reference: &str) {
+    let docker = Docker::connect_with_host(docker_host).unwrap();
+    let options = RemoveImageOptionsBuilder::default().force(true).build();
+    // Absent is fine: this only makes sure the next pull really pulls.
+    let _ = docker.remove_image(reference, Some(options), None).await;
+}
+
+/// A Docker config file with `auths` for `registry` (or none), mode 0600.
+fn docker_config(dir: &Path, name: &str, login: Option<(&str, &str)>, registry: &str) -> PathBuf {
+    use base64::Engine as _;
+    let path = dir.join(name);
+    let text = match login {
+        Some((user, password)) => {
+            let auth =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            serde_json::json!({ "auths": { registry: { "auth": auth } } }).to_string()
+        }
+        None => "{}".to_owned(),
+    };
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+fn actuator(docker_host: &str, auth: RegistryAuth) -> Actuator<DockerFetcher> {
+    let config = PullConfig::builder(7)
+        .stall_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let fetcher = DockerFetcher::with_auth(
+        DaemonEndpoint::from_docker_host(Some(docker_host)),
+        config.stall_timeout(),
+        auth,
+    );
+    Actuator::new(fetcher, config).unwrap()
+}
+
+/// One attempt, run to its end; the state it leaves.
+async fn attempt(act: &mut Actuator<DockerFetcher>, image: &str) -> ImageState {
+    let now = Instant::now();
+    act.ensure(image, now);
+    act.settle(now).await;
+    act.ensure(image, now)
+}
+
+// r[verify actuate.image.credentials]
+// r[verify actuate.image.credentials.refused]
+// r[verify actuate.image.credentials.secret]
+#[tokio::test]
+async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of_the_docker_config()
+{
+    let Some(docker) = services::docker() else {
+        return;
+    };
+    let Some(registry) = services::auth_registry() else {
+        return;
+    };
+    let host = registry.addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    remove_local(&docker.host, &registry.image).await;
+
+    // No credentials for it: refused, one fault at once, saying where none were found.
+    let empty = docker_config(dir.path(), "empty.json", None, &host);
+    let mut act = actuator(
+        &docker.host,
+        RegistryAuth::default().with_docker_config(&empty),
+    );
+    match attempt(&mut act, &registry.image).await {
+        ImageState::Escalated { last_error, .. } => {
+            assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
+            assert!(
+                last_error
+                    .message
+                    .contains(&format!("registry {host} refused")),
+                "{last_error}"
+            );
+            assert!(last_error.message.contains("empty.json"), "{last_error}");
+        }
+        other => panic!("expected the unauthorized fault at once, got {other:?}"),
+    }
+    assert_eq!(act.faults().len(), 1);
+
+    // A wrong password: refused; the fault names the user, not the password it was given.
+    let wrong = docker_config(
+        dir.path(),
+        "wrong.json",
+        Some((&registry.username, "not-the-password")),
+        &host,
+    );
+    let mut act = actuator(
+        &docker.host,
+        RegistryAuth::default().with_docker_config(&wrong),
+    );
+    let state = attempt(&mut act, &registry.image).await;
+    let shown = format!("{state:?} {:?}", act.faults());
+    match state {
+        ImageState::Escalated { last_error, .. } => {
+            assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
+            assert!(
+                last_error.message.contains(&registry.username),
+                "{last_error}"
+            );
+        }
+        other => panic!("expected the unauthorized fault, got {other:?}"),
+    }
+    assert!(!shown.contains("not-the-password"), "{shown}");
+    assert!(!shown.contains(&registry.password), "{shown}");
+
+    // The right ones, from a Docker config file: pulled.
+    let right = docker_config(
+        dir.path(),
+        "config.json",
+        Some((&registry.username, &registry.password)),
+        &host,
+    );
+    let mut act = actuator(
+        &docker.host,
+        RegistryAuth::default().with_docker_config(&right),
+    );
+    let state = attempt(&mut act, &registry.image).await;
+    assert_eq!(state, ImageState::Present, "{state:?}");
+    assert!(act.faults().is_empty());
+    remove_local(&docker.host, &registry.image).await;
+}
