@@ -937,6 +937,7 @@ impl Stopper for HandBack {
         else {
             return Box::pin(async { Ok(()) });
         };
+        tracing::info!(module = %name, "reload: module stopping");
         // The stop runs on its own task, so that the reload's wait for it may be cut off (the
         // node's stop began) while the stop goes on: the node's stop plan then waits for it.
         let (done, outcome) = tokio::sync::watch::channel(None);

@@ -24,11 +24,17 @@ fn events<'a>(log: &'a str, message: &'a str) -> impl Iterator<Item = serde_json
 
 /// Waits (at most 10 s) until the node's log has a line containing `text`.
 fn until_logged(node: &Node, text: &str) {
+    until_logged_times(node, text, 1);
+}
+
+/// Waits (10 s at most) until `text` is in `node`'s log `times` times: the order between the test's
+/// processes is read from the node's log, never assumed after a sleep.
+fn until_logged_times(node: &Node, text: &str, times: usize) {
     let path = node.dir.path().join("stderr.log");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let log = std::fs::read_to_string(&path).unwrap();
-        if log.contains(text) {
+        if log.matches(text).count() >= times {
             return;
         }
         assert!(Instant::now() < deadline, "never logged {text:?}: {log}");
@@ -108,8 +114,9 @@ async fn a_stop_during_a_reloads_stops_keeps_to_the_stop_budget() {
     // The reload stops the test module, whose stopper hangs until its deadline.
     write_config(node.dir.path(), "", "8s", None);
     node.signal(Signal::SIGHUP);
-    until_logged(&node, "SIGHUP: reloading the config");
-    std::thread::sleep(Duration::from_millis(500));
+    // SIGTERM only once the reload has asked the module to stop (a fixed sleep raced a loaded
+    // machine's reload, which then had nothing under way for the node's stop to take over).
+    until_logged(&node, "reload: module stopping");
     let began = Instant::now();
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(20));
@@ -173,7 +180,7 @@ async fn reloads_asked_for_together_run_one_after_the_other_in_order() {
     until_logged(&node, "reload requested through the admin API");
     std::thread::sleep(Duration::from_millis(200));
     let second = reload_cli(&node);
-    std::thread::sleep(Duration::from_millis(300));
+    until_logged_times(&node, "reload requested through the admin API", 2);
     // Each write is read by one reload: the second reads only after the first ended.
     for _ in 0..2 {
         let mut writer = std::fs::OpenOptions::new()
@@ -230,7 +237,7 @@ async fn reloads_that_waited_together_are_answered_by_one_reload() {
     std::thread::sleep(Duration::from_millis(200));
     // Three more while the first waits for its file.
     let waiting: Vec<_> = (0..3).map(|_| reload_cli(&node)).collect();
-    std::thread::sleep(Duration::from_millis(500));
+    until_logged_times(&node, "reload requested through the admin API", 4);
     let write = || {
         let mut writer = std::fs::OpenOptions::new()
             .write(true)
@@ -265,8 +272,7 @@ async fn a_second_signal_during_a_reloads_stops_exits_at_once() {
     node.until_ready().await;
     write_config(node.dir.path(), "", "8s", None);
     node.signal(Signal::SIGHUP);
-    until_logged(&node, "SIGHUP: reloading the config");
-    std::thread::sleep(Duration::from_millis(500));
+    until_logged(&node, "reload: module stopping");
     node.signal(Signal::SIGTERM);
     until_logged(&node, "SIGTERM: stopping");
     std::thread::sleep(Duration::from_millis(300));
