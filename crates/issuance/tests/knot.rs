@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use holdfast_issuance::acme::{AcmeConfig, AcmeSource};
 use holdfast_issuance::responder::Challenges;
-use holdfast_issuance::{Dns01, ErrorClass, Source};
+use holdfast_issuance::{Dns01, ErrorClass, ExecProvider, Source};
 use holdfast_issuance::{
     Dns01Error, DnsProvider, HickoryLookup, Propagation, Rfc2136, Rfc2136Config, TsigAlgo,
     TxtLookup, read_secret,
@@ -180,4 +180,74 @@ async fn a_wildcard_and_its_base_name_are_issued_over_dns01_against_pebble_and_k
     // Both values were presented at one name, and both are gone afterwards.
     let record = format!("_acme-challenge.{}.", knot.zone);
     assert_eq!(txt(&knot, &record).await, Vec::<String>::new());
+}
+
+/// A DNS hook as an operator would write one for lego's exec convention: knsupdate with the TSIG
+/// key, server, zone and key given as the command's own first arguments (its environment is only
+/// PATH).
+const KNSUPDATE_HOOK: &str = r#"#!/bin/sh
+set -eu
+server=$1 port=$2 zone=$3 name=$4 keyfile=$5 action=$6 fqdn=$7 value=$8
+case "$action" in
+  present) op=add ;;
+  cleanup) op=delete ;;
+  *) echo "unknown action $action" >&2; exit 2 ;;
+esac
+printf 'server %s %s\nzone %s.\nupdate %s %s 60 TXT "%s"\nsend\n' \
+  "$server" "$port" "$zone" "$op" "$fqdn" "$value" \
+  | knsupdate -y "hmac-sha256:$name:$(cat "$keyfile")"
+"#;
+
+// r[verify issue.dns01.exec]
+// r[verify issue.dns01.propagation]
+#[tokio::test]
+async fn the_exec_provider_edits_the_same_zone_through_a_script() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(knot) = knot() else { return };
+    if std::process::Command::new("knsupdate")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        holdfast_test_support::services::skip_loudly(
+            "knsupdate",
+            "knot-dnsutils is not installed",
+            holdfast_test_support::services::FailWhen::Harness,
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hook = dir.path().join("dns-hook");
+    std::fs::write(&hook, KNSUPDATE_HOOK).unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let argv = vec![
+        hook.display().to_string(),
+        knot.addr.ip().to_string(),
+        knot.addr.port().to_string(),
+        knot.zone.clone(),
+        knot.tsig_name.clone(),
+        knot.tsig_file.display().to_string(),
+    ];
+    let exec = ExecProvider::new(argv, Duration::from_secs(20));
+    let name = format!("_acme-challenge.exec.{}.", knot.zone);
+    exec.present(&name, "exec-value").await.unwrap();
+    let propagation = Propagation {
+        servers: vec![knot.addr],
+        timeout: Duration::from_secs(10),
+        interval: Duration::from_millis(200),
+        lookup: Arc::new(HickoryLookup::default()),
+    };
+    propagation.wait(&name, "exec-value").await.unwrap();
+    assert_eq!(txt(&knot, &name).await, ["exec-value"]);
+    exec.cleanup(&name, "exec-value").await.unwrap();
+    assert_eq!(txt(&knot, &name).await, Vec::<String>::new());
+    // A name outside the zone: knsupdate fails, and the error carries what it printed.
+    let err = exec
+        .present("_acme-challenge.elsewhere.invalid.", "v")
+        .await
+        .unwrap_err();
+    let Dns01Error::Exit { output, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(!output.is_empty(), "{err}");
 }
