@@ -295,7 +295,7 @@ impl AcmeSource {
         let mut records = self
             .dns01
             .as_ref()
-            .map(|dns01| Presented::new(dns01.provider.clone()));
+            .map(|dns01| Presented::new(dns01.provider.clone(), dns01.cleanups.clone()));
         let outcome = async {
             let mut authorizations = order.authorizations();
             while let Some(authz) = authorizations.next().await {
@@ -390,11 +390,11 @@ impl AcmeSource {
                 .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
         }
         .await;
-        // A removal that fails is logged by `cleanup`; the attempt's outcome stands.
+        // The outcome is returned first: the removals run in `Cleanups`, outside the attempt's
+        // bound, so a slow or failing removal changes neither the outcome nor its error (and
+        // never throws away an issued certificate). The module's stop waits for them.
         // r[impl issue.dns01.cleanup]
-        if let Some(records) = records {
-            records.cleanup().await;
-        }
+        drop(records);
         outcome
     }
 }
@@ -903,12 +903,21 @@ mod tests {
             fail_cleanup: true,
             ..Default::default()
         });
+        let cleanups = crate::dns01::Cleanups::default();
         let source = http.with_dns01(Dns01 {
             provider: provider.clone(),
             propagation: None,
+            cleanups: cleanups.clone(),
         });
         let names = ["*.a.example".to_owned()];
         let err = source.obtain(&names).await.unwrap_err();
+        assert_eq!(
+            cleanups
+                .wait(tokio::time::Instant::now() + Duration::from_secs(5))
+                .await,
+            [],
+            "the removal ended (failed, logged): nothing left"
+        );
         assert!(err.message.contains("order is Invalid"), "{err}");
         assert!(
             !err.message.contains("REFUSED"),
@@ -935,6 +944,100 @@ mod tests {
         // The HTTP-01 responder was never asked to answer anything.
         assert_eq!(challenges.get("tok-2"), None);
         assert_eq!(challenges.get("tok-1"), None);
+    }
+
+    fn failing_dns01_source(
+        dir: &std::path::Path,
+        provider: Arc<crate::dns01::tests::Recording>,
+        propagation: Option<crate::propagation::Propagation>,
+    ) -> (AcmeSource, crate::dns01::Cleanups) {
+        let http = AcmeSource::with_http(
+            AcmeConfig {
+                directory: "https://acme.test/dir".into(),
+                contact: vec![],
+                eab: None,
+                profile: None,
+                ca_pem: None,
+                account_path: dir.join("account.json"),
+                order_timeout: Duration::from_secs(60),
+            },
+            Challenges::default(),
+            Arc::new(FailingDnsAcme),
+        );
+        let cleanups = crate::dns01::Cleanups::default();
+        let source = http.with_dns01(Dns01 {
+            provider,
+            propagation,
+            cleanups: cleanups.clone(),
+        });
+        (source, cleanups)
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_cleanup_is_outside_the_attempt_and_does_not_change_its_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(crate::dns01::tests::Recording {
+            cleanup_delay: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        let (source, cleanups) = failing_dns01_source(dir.path(), provider.clone(), None);
+        let names = ["*.a.example".to_owned()];
+        // The attempt's bound is far shorter than the removal: the outcome comes first.
+        let outcome = tokio::time::timeout(Duration::from_secs(60), source.obtain(&names))
+            .await
+            .expect("the outcome, not the removal, ends the attempt");
+        let err = outcome.unwrap_err();
+        assert!(err.message.contains("order is Invalid"), "{err}");
+        assert_eq!(provider.removed(), Vec::<String>::new());
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(7200))
+            .await;
+        assert_eq!(left, []);
+        assert_eq!(provider.removed().len(), 1);
+    }
+
+    /// Never has the value.
+    #[derive(Debug)]
+    struct NeverThere;
+
+    impl crate::propagation::TxtLookup for NeverThere {
+        fn txt<'a>(
+            &'a self,
+            _server: std::net::SocketAddr,
+            _fqdn: &'a str,
+        ) -> crate::source::BoxFuture<'a, Result<Vec<String>, String>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_cut_off_while_waiting_for_propagation_has_its_record_removed_by_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(crate::dns01::tests::Recording {
+            cleanup_delay: Duration::from_secs(1),
+            ..Default::default()
+        });
+        let propagation = crate::propagation::Propagation {
+            servers: vec!["127.0.0.1:53".parse().unwrap()],
+            timeout: Duration::from_secs(120),
+            interval: Duration::from_secs(2),
+            lookup: Arc::new(NeverThere),
+        };
+        let (source, cleanups) =
+            failing_dns01_source(dir.path(), provider.clone(), Some(propagation));
+        let names = ["*.a.example".to_owned()];
+        // Cut off (the attempt bound, or a stop) in the middle of the propagation wait.
+        let cut = tokio::time::timeout(Duration::from_secs(30), source.obtain(&names)).await;
+        assert!(cut.is_err(), "still waiting for propagation");
+        assert_eq!(provider.calls()[0].0, "present");
+        // What the module's stop does: wait for the removals until its deadline.
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+        assert_eq!(left, []);
+        assert_eq!(provider.removed().len(), 1);
     }
 
     // r[verify issue.certificates.failure]

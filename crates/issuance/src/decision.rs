@@ -644,7 +644,11 @@ mod tests {
         for i in 0..failures {
             h.begin_attempt(&p.retry, dated);
             let last = i + 1 == failures;
-            h.record_failure(&p.retry, dated, hint.filter(|_| last).map(Duration::from_secs));
+            h.record_failure(
+                &p.retry,
+                dated,
+                hint.filter(|_| last).map(Duration::from_secs),
+            );
         }
         // The longest a failure now could hold the hostname back.
         let longest = p.block_for.max(p.retry.max_wait());

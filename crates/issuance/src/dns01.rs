@@ -2,7 +2,8 @@
 //! them up; the ACME source presents one per pending authorization, waits for it to propagate,
 //! tells the CA, and removes every record it presented when the attempt ends.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::source::BoxFuture;
@@ -164,22 +165,123 @@ pub struct Dns01 {
     pub provider: Arc<dyn DnsProvider>,
     /// Where and how long to wait for each record before telling the CA (`None`: not checked).
     pub propagation: Option<crate::propagation::Propagation>,
+    /// The removals still running: the module waits for them when it stops.
+    pub cleanups: Cleanups,
+}
+
+/// The record removals under way, shared by every attempt and the module: a removal runs on a
+/// task of its own, so cutting off the attempt (or whoever awaits it) never loses a record, and
+/// the module's stop waits for what is left until its deadline.
+// r[impl issue.dns01.cleanup]
+#[derive(Debug, Clone, Default)]
+pub struct Cleanups {
+    inner: Arc<CleanupsInner>,
+}
+
+#[derive(Debug, Default)]
+struct CleanupsInner {
+    /// Records not yet removed (or given up on), by removal id.
+    pending: Mutex<Vec<(u64, String, String)>>,
+    next: AtomicU64,
+    changed: tokio::sync::Notify,
+}
+
+impl Cleanups {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<(u64, String, String)>> {
+        // A poisoned list is still a list of records: keep using it.
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Removes `records` through `provider` on a task of its own; the handle yields the removals
+    /// that failed. Without a runtime the records are logged as left behind.
+    fn spawn(
+        &self,
+        provider: Arc<dyn DnsProvider>,
+        records: Vec<(String, String)>,
+    ) -> Option<tokio::task::JoinHandle<Vec<Dns01Error>>> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            for (fqdn, value) in records {
+                tracing::warn!(record = %fqdn, %value, "dns-01 record not removed: no runtime left");
+            }
+            return None;
+        };
+        let ids: Vec<u64> = {
+            let mut pending = self.pending();
+            records
+                .iter()
+                .map(|(fqdn, value)| {
+                    let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+                    pending.push((id, fqdn.clone(), value.clone()));
+                    id
+                })
+                .collect()
+        };
+        let this = self.clone();
+        Some(runtime.spawn(async move {
+            let mut failed = Vec::new();
+            for (id, (fqdn, value)) in ids.into_iter().zip(records) {
+                if let Err(err) = provider.cleanup(&fqdn, &value).await {
+                    tracing::warn!(record = %fqdn, %err, "dns-01 record not removed");
+                    failed.push(err);
+                }
+                this.pending().retain(|(i, _, _)| *i != id);
+                this.inner.changed.notify_waiters();
+            }
+            failed
+        }))
+    }
+
+    /// The records whose removal has not finished.
+    pub fn outstanding(&self) -> Vec<(String, String)> {
+        self.pending()
+            .iter()
+            .map(|(_, fqdn, value)| (fqdn.clone(), value.clone()))
+            .collect()
+    }
+
+    /// Waits until every removal under way has finished, or `deadline`; returns the records still
+    /// not removed then (each logged as left behind).
+    pub async fn wait(&self, deadline: tokio::time::Instant) -> Vec<(String, String)> {
+        loop {
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.pending().is_empty() {
+                return Vec::new();
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                let left = self.outstanding();
+                for (fqdn, value) in &left {
+                    tracing::warn!(
+                        record = %fqdn, %value,
+                        "dns-01 record left behind: its removal did not finish before the stop"
+                    );
+                }
+                return left;
+            }
+        }
+    }
 }
 
 /// The records one attempt presented. [`Presented::cleanup`] removes them; dropped before that
-/// (the attempt cut off), it removes them on a task of its own.
+/// (the attempt cut off, or its outcome returned first), it hands them to [`Cleanups`].
 // r[impl issue.dns01.cleanup]
 #[derive(Debug)]
 pub struct Presented {
     provider: Arc<dyn DnsProvider>,
+    cleanups: Cleanups,
     records: Vec<(String, String)>,
 }
 
 impl Presented {
-    /// Nothing presented yet, through `provider`.
-    pub fn new(provider: Arc<dyn DnsProvider>) -> Self {
+    /// Nothing presented yet, through `provider`; removals run in `cleanups`.
+    pub fn new(provider: Arc<dyn DnsProvider>, cleanups: Cleanups) -> Self {
         Self {
             provider,
+            cleanups,
             records: Vec::new(),
         }
     }
@@ -191,43 +293,26 @@ impl Presented {
         self.provider.present(fqdn, value).await
     }
 
-    /// Removes every presented record; each removal that fails is logged and returned, never
-    /// raised.
+    /// Removes every presented record and waits for it; each removal that fails is logged and
+    /// returned, never raised. The removal runs in [`Cleanups`]: cutting this future off leaves
+    /// it running.
     pub async fn cleanup(mut self) -> Vec<Dns01Error> {
         let records = std::mem::take(&mut self.records);
-        remove_all(self.provider.as_ref(), records).await
-    }
-}
-
-async fn remove_all(provider: &dyn DnsProvider, records: Vec<(String, String)>) -> Vec<Dns01Error> {
-    let mut failed = Vec::new();
-    for (fqdn, value) in records {
-        if let Err(err) = provider.cleanup(&fqdn, &value).await {
-            tracing::warn!(record = %fqdn, %err, "dns-01 record not removed");
-            failed.push(err);
+        if records.is_empty() {
+            return Vec::new();
+        }
+        match self.cleanups.spawn(self.provider.clone(), records) {
+            Some(handle) => handle.await.unwrap_or_default(),
+            None => Vec::new(),
         }
     }
-    failed
 }
 
 impl Drop for Presented {
     fn drop(&mut self) {
         let records = std::mem::take(&mut self.records);
-        if records.is_empty() {
-            return;
-        }
-        let provider = self.provider.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    remove_all(provider.as_ref(), records).await;
-                });
-            }
-            Err(_) => {
-                for (fqdn, _) in records {
-                    tracing::warn!(record = %fqdn, "dns-01 record not removed: no runtime left");
-                }
-            }
+        if !records.is_empty() {
+            self.cleanups.spawn(self.provider.clone(), records);
         }
     }
 }
@@ -235,7 +320,6 @@ impl Drop for Presented {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     /// A provider that records every call and fails the ones it is told to.
     #[derive(Debug, Default)]
@@ -243,11 +327,19 @@ pub(crate) mod tests {
         pub calls: Mutex<Vec<(&'static str, String, String)>>,
         pub fail_present: bool,
         pub fail_cleanup: bool,
+        /// How long each cleanup takes.
+        pub cleanup_delay: Duration,
+        /// The cleanups that finished.
+        pub removed: Mutex<Vec<String>>,
     }
 
     impl Recording {
         pub(crate) fn calls(&self) -> Vec<(&'static str, String, String)> {
             self.calls.lock().unwrap().clone()
+        }
+
+        pub(crate) fn removed(&self) -> Vec<String> {
+            self.removed.lock().unwrap().clone()
         }
     }
 
@@ -283,7 +375,14 @@ pub(crate) mod tests {
                 .unwrap()
                 .push(("cleanup", fqdn.to_owned(), value.to_owned()));
             let fail = self.fail_cleanup;
-            Box::pin(async move { if fail { Err(refused(fqdn)) } else { Ok(()) } })
+            Box::pin(async move {
+                tokio::time::sleep(self.cleanup_delay).await;
+                if fail {
+                    return Err(refused(fqdn));
+                }
+                self.removed.lock().unwrap().push(value.to_owned());
+                Ok(())
+            })
         }
     }
 
@@ -308,7 +407,7 @@ pub(crate) mod tests {
             fail_cleanup: true,
             ..Recording::default()
         });
-        let mut presented = Presented::new(provider.clone());
+        let mut presented = Presented::new(provider.clone(), Cleanups::default());
         presented
             .present("_acme-challenge.a.test.", "v1")
             .await
@@ -335,7 +434,7 @@ pub(crate) mod tests {
             fail_present: true,
             ..Recording::default()
         });
-        let mut presented = Presented::new(provider.clone());
+        let mut presented = Presented::new(provider.clone(), Cleanups::default());
         assert!(
             presented
                 .present("_acme-challenge.a.test.", "v1")
@@ -354,5 +453,63 @@ pub(crate) mod tests {
                 ("cleanup", "_acme-challenge.a.test.".into(), "v1".into()),
             ]
         );
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test(start_paused = true)]
+    async fn a_cleanup_cut_off_part_way_still_removes_every_record() {
+        let provider = Arc::new(Recording {
+            cleanup_delay: Duration::from_millis(300),
+            ..Recording::default()
+        });
+        let cleanups = Cleanups::default();
+        let mut presented = Presented::new(provider.clone(), cleanups.clone());
+        for v in ["v1", "v2"] {
+            presented
+                .present("_acme-challenge.a.test.", v)
+                .await
+                .unwrap();
+        }
+        // Cut off after the first removal started, before either finished.
+        let cut = tokio::time::timeout(Duration::from_millis(100), presented.cleanup()).await;
+        assert!(cut.is_err(), "the cleanup was cut off");
+        assert_eq!(cleanups.outstanding().len(), 2);
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+        assert_eq!(left, []);
+        assert_eq!(provider.removed(), ["v1", "v2"]);
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_attempts_records_are_removed_before_the_wait_returns_or_named_at_its_deadline()
+     {
+        let provider = Arc::new(Recording {
+            cleanup_delay: Duration::from_secs(2),
+            ..Recording::default()
+        });
+        let cleanups = Cleanups::default();
+        let mut presented = Presented::new(provider.clone(), cleanups.clone());
+        presented
+            .present("_acme-challenge.a.test.", "v1")
+            .await
+            .unwrap();
+        drop(presented);
+        // A deadline too short: the record is named as left behind.
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(1))
+            .await;
+        assert_eq!(
+            left,
+            [("_acme-challenge.a.test.".to_owned(), "v1".to_owned())]
+        );
+        assert_eq!(provider.removed(), Vec::<String>::new());
+        // Long enough: it returns only after the removal.
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+        assert_eq!(left, []);
+        assert_eq!(provider.removed(), ["v1"]);
     }
 }

@@ -41,7 +41,7 @@ pub use cert::{CertError, CertInfo, CertifiedPair};
 pub use decision::{Flags, IssuePolicy, IssueReason, Verdict, decide};
 pub use deploy::{DeployConfig, DeployTarget};
 pub use dns_exec::ExecProvider;
-pub use dns01::{Challenge, Dns01, Dns01Error, DnsProvider, Presented, record_name};
+pub use dns01::{Challenge, Cleanups, Dns01, Dns01Error, DnsProvider, Presented, record_name};
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
 pub use module::{Issuance, IssuanceConfig, start};

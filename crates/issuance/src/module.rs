@@ -385,6 +385,7 @@ impl Dns01Settings {
                     .unwrap_or(crate::propagation::DEFAULT_INTERVAL),
                 lookup: Arc::new(crate::propagation::HickoryLookup::default()),
             }),
+            cleanups: crate::dns01::Cleanups::default(),
         })
     }
 }
@@ -734,6 +735,7 @@ pub struct Issuance {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     responder: Option<Http01Responder>,
+    cleanups: crate::dns01::Cleanups,
 }
 
 /// Starts the module: opens the attempts table (in memory, with a fault, when the file cannot be
@@ -787,6 +789,8 @@ pub async fn start(
     let mut responder = None;
     let mut acme_source: Option<Arc<acme::AcmeSource>> = None;
     let mut dns01_source: Option<Arc<dyn crate::Source>> = None;
+    // The DNS-01 record removals under way: the stop waits for them.
+    let cleanups = crate::dns01::Cleanups::default();
     let mut local_source = None;
     let mut hosts = Vec::new();
     let mut outputs = std::collections::HashMap::new();
@@ -845,9 +849,10 @@ pub async fn start(
                             let Some(dns01) = &config.dns01 else {
                                 return Err(StartError::MissingSource(key, "dns01"));
                             };
-                            let dns01 = dns01
+                            let mut dns01 = dns01
                                 .build()
                                 .map_err(|e| StartError::Config(format!("dns01: {e}")))?;
+                            dns01.cleanups = cleanups.clone();
                             dns01_source =
                                 Some(Arc::new(acme.with_dns01(dns01)) as Arc<dyn crate::Source>);
                         }
@@ -925,6 +930,7 @@ pub async fn start(
         stop,
         task,
         responder,
+        cleanups,
     })
 }
 
@@ -963,6 +969,17 @@ impl Issuance {
         };
         if let Err(err) = self.issuer.settle_interrupted() {
             result = Err(format!("settling interrupted attempts: {err}"));
+        }
+        // The cut attempt handed its DNS-01 records to `cleanups`: wait for their removal (each
+        // record still there at the deadline is logged as left behind).
+        // r[impl issue.dns01.cleanup]
+        let left = self.cleanups.wait(deadline).await;
+        if !left.is_empty() && result.is_ok() {
+            let names: Vec<&str> = left.iter().map(|(fqdn, _)| fqdn.as_str()).collect();
+            result = Err(format!(
+                "dns-01 records left behind at the deadline: {}",
+                names.join(", ")
+            ));
         }
         if let Some(r) = &self.responder {
             r.stop();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use holdfast_issuance::acme::{AcmeConfig, AcmeSource};
 use holdfast_issuance::responder::Challenges;
-use holdfast_issuance::{Dns01, ErrorClass, ExecProvider, Source};
+use holdfast_issuance::{Cleanups, Dns01, ErrorClass, ExecProvider, Source};
 use holdfast_issuance::{
     Dns01Error, DnsProvider, HickoryLookup, Propagation, Rfc2136, Rfc2136Config, TsigAlgo,
     TxtLookup, read_secret,
@@ -137,6 +137,7 @@ async fn a_wildcard_and_its_base_name_are_issued_over_dns01_against_pebble_and_k
         Challenges::default(),
     );
     let secret = read_secret(&knot.tsig_file).unwrap();
+    let cleanups = Cleanups::default();
     let source = acme.with_dns01(Dns01 {
         provider: Arc::new(provider(&knot, secret)),
         propagation: Some(Propagation {
@@ -145,6 +146,7 @@ async fn a_wildcard_and_its_base_name_are_issued_over_dns01_against_pebble_and_k
             interval: Duration::from_millis(200),
             lookup: Arc::new(HickoryLookup::default()),
         }),
+        cleanups: cleanups.clone(),
     });
     let names = [format!("*.{}", knot.zone), knot.zone.clone()];
     // Pebble rejects a share of nonces on purpose: a server error is retried, as pacing would.
@@ -177,7 +179,12 @@ async fn a_wildcard_and_its_base_name_are_issued_over_dns01_against_pebble_and_k
     let mut want = names.to_vec();
     want.sort();
     assert_eq!(sans, want);
-    // Both values were presented at one name, and both are gone afterwards.
+    // Both values were presented at one name, and both are gone once the removals (which run
+    // after the outcome) have finished.
+    let left = cleanups
+        .wait(tokio::time::Instant::now() + Duration::from_secs(30))
+        .await;
+    assert_eq!(left, Vec::<(String, String)>::new());
     let record = format!("_acme-challenge.{}.", knot.zone);
     assert_eq!(txt(&knot, &record).await, Vec::<String>::new());
 }
