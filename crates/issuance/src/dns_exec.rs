@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-use crate::dns01::{Dns01Error, DnsProvider};
+use crate::dns01::DnsProvider;
+use crate::dns01_error::Dns01Error;
 use crate::source::BoxFuture;
 
 /// The default bound on one run.

@@ -11,7 +11,7 @@ use hickory_net::udp::UdpClientStream;
 use hickory_net::{DnsError, NetError};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 
-use crate::dns01::Dns01Error;
+use crate::dns01_error::Dns01Error;
 use crate::source::BoxFuture;
 
 /// The default bound on the wait.

@@ -14,7 +14,8 @@ use hickory_proto::rr::rdata::TXT;
 use hickory_proto::rr::rdata::tsig::TsigAlgorithm;
 use hickory_proto::rr::{Name, RData, Record, TSigner};
 
-use crate::dns01::{Dns01Error, DnsProvider};
+use crate::dns01::DnsProvider;
+use crate::dns01_error::Dns01Error;
 use crate::source::BoxFuture;
 
 /// A TSIG algorithm holdfast signs with.
