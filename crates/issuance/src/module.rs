@@ -672,6 +672,22 @@ impl IssuanceConfig {
         Ok(())
     }
 
+    /// The `rfc2136` provider's `tsig_secret_file` read as the module will read it (owner-only,
+    /// not a symlink, base64), so the configuration check reports it: the key and why, never
+    /// the secret.
+    // r[impl issue.dns01.rfc2136]
+    pub fn check_dns01_secret(&self) -> Result<(), (String, String)> {
+        let Some(dns01) = &self.dns01 else {
+            return Ok(());
+        };
+        match (&dns01.provider, &dns01.tsig_secret_file) {
+            (Dns01ProviderKind::Rfc2136, Some(file)) => crate::rfc2136::read_secret(file)
+                .map(drop)
+                .map_err(|e| ("dns01.tsig_secret_file".to_owned(), e.to_string())),
+            _ => Ok(()),
+        }
+    }
+
     fn tick_every(&self) -> Duration {
         self.tick
             .unwrap_or(Duration::from_secs(60))

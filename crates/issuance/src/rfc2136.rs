@@ -47,13 +47,13 @@ impl TsigAlgo {
 #[derive(Debug, thiserror::Error)]
 pub enum Rfc2136Error {
     /// The secret file cannot be read.
-    #[error("tsig_secret_file {path}: {source}")]
+    #[error("tsig_secret_file: {source}")]
     SecretFile {
         /// The file.
         path: String,
-        /// Why.
+        /// Why: unreadable, a symlink, not a regular file, or readable by group or others.
         #[source]
-        source: std::io::Error,
+        source: holdfast_keyfile::SecretFileError,
     },
     /// The secret is not base64 (the text itself is never shown).
     #[error("tsig_secret_file {path}: not base64")]
@@ -107,12 +107,13 @@ impl std::fmt::Debug for Rfc2136Config {
 }
 
 /// Reads a TSIG secret: base64 (standard alphabet, as `tsig-keygen`/`keymgr` print it),
-/// surrounding whitespace ignored.
+/// surrounding whitespace ignored, from a file only its owner may read: a regular file, not a
+/// symlink, no group or other permission bits (`holdfast_keyfile::read_secret_file`).
 // r[impl issue.dns01.rfc2136]
 pub fn read_secret(path: &Path) -> Result<Vec<u8>, Rfc2136Error> {
     use base64::Engine as _;
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| Rfc2136Error::SecretFile {
+    let text = holdfast_keyfile::read_secret_file(path).map_err(|source| Rfc2136Error::SecretFile {
         path: shown.clone(),
         source,
     })?;
@@ -286,6 +287,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tsig.key");
         std::fs::write(&path, "c2VjcmV0LXNlY3JldA==\n").unwrap();
+        // Readable by others: refused, its text not shown.
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let err = read_secret(&path).unwrap_err().to_string();
+        assert!(err.contains("0644") && err.contains("chmod 600"), "{err}");
+        assert!(!err.contains("c2VjcmV0"), "{err}");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
         assert_eq!(read_secret(&path).unwrap(), b"secret-secret");
         std::fs::write(&path, "not base64 at all!").unwrap();
         let err = read_secret(&path).unwrap_err().to_string();

@@ -1113,6 +1113,11 @@ fn validate_issuance(
         let at = challenge_span(loc.text, &key).or(span);
         return Err(loc.at(at, &format!("issuance.{key}"), message));
     }
+    // r[impl issue.dns01.rfc2136]
+    if let Err((key, message)) = issuance.check_dns01_secret() {
+        let at = challenge_span(loc.text, &key).or(span);
+        return Err(loc.at(at, &format!("issuance.{key}"), message));
+    }
     for cert in issuance.planned() {
         let at = NamePlace {
             entry: cert.entry,
@@ -1588,6 +1593,33 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    // r[verify issue.dns01.rfc2136]
+    #[test]
+    fn a_tsig_secret_file_readable_by_others_is_refused_at_its_key_without_its_text() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("tsig.key");
+        std::fs::write(&secret, "c2VjcmV0LXNlY3JldA==\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let text = format!(
+            "[node]\n[issuance]\n[issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+             [issuance.dns01]\nprovider = \"rfc2136\"\nserver = \"192.0.2.53:53\"\n\
+             zone = \"b.example\"\ntsig_key_name = \"holdfast\"\ntsig_secret_file = {:?}\n\
+             [[issuance.certificate]]\nnames = [\"*.b.example\"]\nsource = \"acme\"\n\
+             challenge = \"dns-01\"\n",
+            secret.display().to_string()
+        );
+        let err = Config::parse("bad.toml", &text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("bad.toml:10:20: issuance.dns01.tsig_secret_file: "),
+            "{err}"
+        );
+        assert!(err.contains("0644"), "{err}");
+        assert!(!err.contains("c2VjcmV0"), "{err}");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Config::parse("ok.toml", &text).unwrap();
     }
 
     // r[verify issue.deploy]

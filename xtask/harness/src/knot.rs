@@ -52,6 +52,20 @@ fn zone() -> String {
 }
 
 // i[impl harness.services.knot]
+/// Writes `text` to `path` with mode 0600 (a file left by an earlier run gets it too).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(text.as_bytes())
+}
+
 /// Starts knotd and waits for it to accept on its port; returns its exported variables.
 pub fn start(
     supervisor: &mut Supervisor,
@@ -71,9 +85,10 @@ pub fn start(
     let data_text = data.display().to_string();
     std::fs::write(data.join(format!("{ZONE}.zone")), zone())?;
     let config_path = dir.file("knot.conf");
-    std::fs::write(&config_path, config(&data_text, port, secret))?;
+    // Both hold the secret: owner-only, as the issuance module requires of its secret file.
+    write_private(&config_path, &config(&data_text, port, secret))?;
     let secret_path = dir.file("tsig.key");
-    std::fs::write(&secret_path, format!("{secret}\n"))?;
+    write_private(&secret_path, &format!("{secret}\n"))?;
     let mut command = Command::new("knotd");
     command.arg("-c").arg(&config_path);
     let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(10))?;
@@ -94,6 +109,21 @@ mod tests {
     use super::*;
     use crate::layout::free_ports;
     use crate::testing::{Run, installed};
+
+    #[test]
+    fn the_secret_files_are_written_owner_only_even_over_a_wider_file() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("knot-private-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tsig.key");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&path, "new\n").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_secret_is_read_from_keymgr_output() {
