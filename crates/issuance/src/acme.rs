@@ -326,16 +326,19 @@ impl AcmeSource {
                     Some(records) => {
                         let name = record_name(&identifier);
                         let value = key_authorization.dns_value();
-                        records.present(&name, &value).await.map_err(|e| {
-                            SourceError::new(ErrorClass::Unreachable, e.to_string())
-                        })?;
+                        // r[impl issue.dns01.errors]
+                        records
+                            .present(&name, &value)
+                            .await
+                            .map_err(|e| SourceError::new(e.class(), e.to_string()))?;
                         // r[impl issue.dns01.propagation]
                         if let Some(propagation) =
                             self.dns01.as_ref().and_then(|d| d.propagation.as_ref())
                         {
-                            propagation.wait(&name, &value).await.map_err(|e| {
-                                SourceError::new(ErrorClass::Validation, e.to_string())
-                            })?;
+                            propagation
+                                .wait(&name, &value)
+                                .await
+                                .map_err(|e| SourceError::new(e.class(), e.to_string()))?;
                         }
                     }
                     None => tokens.answer(&challenge.token, key_authorization.as_str()),

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::source::ErrorClass;
+
 /// Why a DNS-01 step failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Dns01Error {
@@ -108,10 +110,119 @@ pub enum Dns01Error {
     },
 }
 
+impl Dns01Error {
+    /// The attempt's error class: what an operator must fix (a name, a key, a refusal, a
+    /// command that fails) is `Rejected`; a server or command that did not answer in time is
+    /// `Unreachable`; a record never seen everywhere within the wait is `Timeout`.
+    // r[impl issue.dns01.errors]
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Dns01Error::NotInZone { .. }
+            | Dns01Error::BadName { .. }
+            | Dns01Error::Refused { .. }
+            | Dns01Error::Unauthenticated { .. }
+            | Dns01Error::Spawn { .. }
+            | Dns01Error::Exit { .. } => ErrorClass::Rejected,
+            Dns01Error::Unreachable { .. } | Dns01Error::Timeout { .. } => ErrorClass::Unreachable,
+            Dns01Error::NotPropagated { .. } => ErrorClass::Timeout,
+        }
+    }
+}
+
 fn output_suffix(output: &str) -> String {
     if output.is_empty() {
         String::new()
     } else {
         format!(": {output}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // r[verify issue.dns01.errors]
+    #[test]
+    fn each_provider_error_keeps_its_class() {
+        let name = || "_acme-challenge.a.test.".to_owned();
+        let server = || "192.0.2.53:53".to_owned();
+        let cases = [
+            (
+                Dns01Error::NotInZone {
+                    name: name(),
+                    zone: "b.test".into(),
+                },
+                ErrorClass::Rejected,
+            ),
+            (
+                Dns01Error::BadName {
+                    name: name(),
+                    message: "x".into(),
+                },
+                ErrorClass::Rejected,
+            ),
+            (
+                Dns01Error::Refused {
+                    name: name(),
+                    server: server(),
+                    rcode: "NOTAUTH".into(),
+                },
+                ErrorClass::Rejected,
+            ),
+            (
+                Dns01Error::Unauthenticated {
+                    name: name(),
+                    server: server(),
+                    message: "BADSIG".into(),
+                },
+                ErrorClass::Rejected,
+            ),
+            (
+                Dns01Error::Spawn {
+                    program: "dns".into(),
+                    message: "not found".into(),
+                },
+                ErrorClass::Rejected,
+            ),
+            (
+                Dns01Error::Exit {
+                    program: "dns".into(),
+                    action: "present",
+                    name: name(),
+                    status: "exit status: 1".into(),
+                    output: String::new(),
+                },
+                ErrorClass::Rejected,
+            ),
+            (
+                Dns01Error::Unreachable {
+                    name: name(),
+                    server: server(),
+                    message: "timed out".into(),
+                },
+                ErrorClass::Unreachable,
+            ),
+            (
+                Dns01Error::Timeout {
+                    program: "dns".into(),
+                    action: "present",
+                    name: name(),
+                    timeout: Duration::from_secs(60),
+                },
+                ErrorClass::Unreachable,
+            ),
+            (
+                Dns01Error::NotPropagated {
+                    name: name(),
+                    missing: vec![server()],
+                    waited: Duration::from_secs(120),
+                    last_error: None,
+                },
+                ErrorClass::Timeout,
+            ),
+        ];
+        for (err, class) in cases {
+            assert_eq!(err.class(), class, "{err}");
+        }
     }
 }

@@ -113,10 +113,11 @@ impl std::fmt::Debug for Rfc2136Config {
 pub fn read_secret(path: &Path) -> Result<Vec<u8>, Rfc2136Error> {
     use base64::Engine as _;
     let shown = path.display().to_string();
-    let text = holdfast_keyfile::read_secret_file(path).map_err(|source| Rfc2136Error::SecretFile {
-        path: shown.clone(),
-        source,
-    })?;
+    let text =
+        holdfast_keyfile::read_secret_file(path).map_err(|source| Rfc2136Error::SecretFile {
+            path: shown.clone(),
+            source,
+        })?;
     base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|_| Rfc2136Error::SecretNotBase64 { path: shown })
