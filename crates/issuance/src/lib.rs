@@ -25,6 +25,7 @@ pub mod deploy;
 mod dns01;
 mod dns01_error;
 mod dns_exec;
+mod dns_udp;
 pub mod history;
 pub mod hook;
 pub mod hostname;

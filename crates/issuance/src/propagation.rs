@@ -5,11 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_net::client::{Client, ClientHandle};
-use hickory_net::runtime::TokioRuntimeProvider;
-use hickory_net::udp::UdpClientStream;
-use hickory_net::{DnsError, NetError};
-use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
 
 use crate::dns01_error::Dns01Error;
 use crate::source::BoxFuture;
@@ -105,34 +102,65 @@ impl TxtLookup for HickoryLookup {
         fqdn: &'a str,
     ) -> BoxFuture<'a, Result<Vec<String>, String>> {
         Box::pin(async move {
-            let name = Name::from_ascii(fqdn).map_err(|e| e.to_string())?;
-            let stream = UdpClientStream::builder(server, TokioRuntimeProvider::default())
-                .with_timeout(Some(self.timeout))
-                .build();
-            let (mut client, background) = Client::<TokioRuntimeProvider>::from_sender(stream);
-            let background = tokio::spawn(background);
-            let answer = client.query(name, DNSClass::IN, RecordType::TXT).await;
-            background.abort();
-            match answer {
-                Ok(response) => Ok(response
-                    .answers
-                    .iter()
-                    .filter_map(|r| match &r.data {
-                        RData::TXT(txt) => Some(
-                            txt.txt_data
-                                .iter()
-                                .map(|part| String::from_utf8_lossy(part))
-                                .collect::<String>(),
-                        ),
-                        _ => None,
-                    })
-                    .collect()),
-                // No such name, or no TXT there: not there yet.
-                Err(NetError::Dns(DnsError::NoRecordsFound(_))) => Ok(Vec::new()),
-                Err(e) => Err(e.to_string()),
-            }
+            let mut name = Name::from_ascii(fqdn).map_err(|e| e.to_string())?;
+            name.set_fqdn(true);
+            // Non-recursive: the server's own data, not what it could find out.
+            let mut query = Message::query();
+            query.metadata.id = rand::random();
+            query.metadata.recursion_desired = false;
+            query.add_query(Query::query(name.clone(), RecordType::TXT));
+            let request = query.to_vec().map_err(|e| e.to_string())?;
+            let answer = tokio::time::timeout(
+                self.timeout,
+                crate::dns_udp::exchange(server, &request, query.metadata.id),
+            )
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.timeout))?
+            .map_err(|e| e.to_string())?;
+            txt_values(&name, &answer.message)
         })
     }
+}
+
+/// The TXT values an answer gives for `name`: it must be authoritative and NOERROR (NXDOMAIN:
+/// none yet); any other RCODE, and a CNAME at the name, are errors.
+// r[impl issue.dns01.propagation]
+fn txt_values(name: &Name, response: &Message) -> Result<Vec<String>, String> {
+    let rcode = response.metadata.response_code;
+    if rcode == ResponseCode::NXDomain && response.metadata.authoritative {
+        return Ok(Vec::new());
+    }
+    if rcode != ResponseCode::NoError {
+        return Err(format!(
+            "answered {} ({rcode})",
+            format!("{rcode:?}").to_ascii_uppercase()
+        ));
+    }
+    if !response.metadata.authoritative {
+        return Err(format!("is not authoritative for {name}"));
+    }
+    if let Some(target) = response.answers.iter().find_map(|r| match &r.data {
+        RData::CNAME(target) if r.name == *name => Some(target.0.to_string()),
+        _ => None,
+    }) {
+        return Err(format!(
+            "{name} is a CNAME to {target}: point the provider at that zone"
+        ));
+    }
+    Ok(response
+        .answers
+        .iter()
+        .filter(|r| r.name == *name)
+        .filter_map(|r| match &r.data {
+            RData::TXT(txt) => Some(
+                txt.txt_data
+                    .iter()
+                    .map(|part| String::from_utf8_lossy(part))
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -235,5 +263,71 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("_acme-challenge.a.test."), "{err}");
+    }
+
+    // r[verify issue.dns01.propagation]
+    #[test]
+    fn only_an_authoritative_answer_counts_and_a_refusal_or_a_cname_is_an_error() {
+        use hickory_proto::op::OpCode;
+        use hickory_proto::rr::Record;
+        use hickory_proto::rr::rdata::{CNAME, TXT};
+        let name = Name::from_ascii("_acme-challenge.a.test.").unwrap();
+        let answer = |rcode: ResponseCode, aa: bool, records: Vec<Record>| {
+            let mut m = Message::response(1, OpCode::Query);
+            m.metadata.response_code = rcode;
+            m.metadata.authoritative = aa;
+            for r in records {
+                m.add_answer(r);
+            }
+            m
+        };
+        let txt = Record::from_rdata(name.clone(), 60, RData::TXT(TXT::new(vec!["v".into()])));
+        assert_eq!(
+            txt_values(
+                &name,
+                &answer(ResponseCode::NoError, true, vec![txt.clone()])
+            ),
+            Ok(vec!["v".to_owned()])
+        );
+        assert_eq!(
+            txt_values(&name, &answer(ResponseCode::NXDomain, true, vec![])),
+            Ok(vec![])
+        );
+        let refused = txt_values(&name, &answer(ResponseCode::Refused, false, vec![])).unwrap_err();
+        assert!(refused.contains("REFUSED"), "{refused}");
+        let cached =
+            txt_values(&name, &answer(ResponseCode::NoError, false, vec![txt])).unwrap_err();
+        assert!(cached.contains("not authoritative"), "{cached}");
+        let target = Name::from_ascii("a.dns.test.").unwrap();
+        let cname = Record::from_rdata(name.clone(), 60, RData::CNAME(CNAME(target)));
+        let err = txt_values(&name, &answer(ResponseCode::NoError, true, vec![cname])).unwrap_err();
+        assert!(err.contains("is a CNAME to a.dns.test."), "{err}");
+    }
+
+    // r[verify issue.dns01.propagation]
+    #[tokio::test]
+    async fn the_query_asks_for_no_recursion() {
+        use hickory_proto::op::OpCode;
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let server = socket.local_addr().unwrap();
+        let asked = tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let (n, peer) = socket.recv_from(&mut buf).await.unwrap();
+            let query = Message::from_vec(&buf[..n]).unwrap();
+            let mut response = Message::response(query.metadata.id, OpCode::Query);
+            response.metadata.response_code = ResponseCode::NXDomain;
+            response.metadata.authoritative = true;
+            socket
+                .send_to(&response.to_vec().unwrap(), peer)
+                .await
+                .unwrap();
+            query.metadata.recursion_desired
+        });
+        let values = HickoryLookup::default()
+            .txt(server, "_acme-challenge.a.test.")
+            .await
+            .unwrap();
+        assert_eq!(values, Vec::<String>::new());
+        assert!(!asked.await.unwrap(), "recursion desired");
     }
 }

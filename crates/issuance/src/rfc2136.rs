@@ -1,18 +1,16 @@
-//! The `rfc2136` DNS-01 provider: RFC 2136 dynamic updates signed with TSIG (RFC 8945), through
-//! hickory-net's client (its UDP stream signs UPDATE messages with a `TSigner`).
+//! The `rfc2136` DNS-01 provider: RFC 2136 dynamic updates signed with TSIG (RFC 8945), built and
+//! signed with hickory-proto and sent over UDP here, so the answer's RCODE and its TSIG error
+//! (BADKEY, BADSIG, BADTIME) are read before its signature is verified: a server refusing the key
+//! answers unsigned, and hickory-net's client would report only that the MAC did not verify.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use hickory_net::client::{Client, ClientHandle};
-use hickory_net::runtime::TokioRuntimeProvider;
-use hickory_net::udp::UdpClientStream;
-use hickory_net::{DnsError, NetError};
-use hickory_proto::op::ResponseCode;
+use hickory_proto::op::{ResponseCode, update_message};
 use hickory_proto::rr::rdata::TXT;
-use hickory_proto::rr::rdata::tsig::TsigAlgorithm;
-use hickory_proto::rr::{Name, RData, Record, TSigner};
+use hickory_proto::rr::rdata::tsig::{TsigAlgorithm, TsigError};
+use hickory_proto::rr::{Name, RData, Record, RecordSet, TSigner};
 
 use crate::dns01::DnsProvider;
 use crate::dns01_error::Dns01Error;
@@ -195,56 +193,72 @@ impl Rfc2136 {
             server: self.server.to_string(),
             message,
         };
-        let stream = UdpClientStream::builder(self.server, TokioRuntimeProvider::default())
-            .with_timeout(Some(self.timeout))
-            .with_signer(Some(self.signer.clone()))
-            .build();
-        let (mut client, background) = Client::<TokioRuntimeProvider>::from_sender(stream);
-        let background = AbortOnDrop(tokio::spawn(background));
         let ttl = if add { self.ttl } else { 0 };
         let record = Record::from_rdata(name, ttl, RData::TXT(TXT::new(vec![value.to_owned()])));
-        let answer = if add {
-            client.append(record, self.zone.clone(), false).await
+        let rrset = RecordSet::from(record);
+        let mut message = if add {
+            update_message::append(rrset, self.zone.clone(), false, false)
         } else {
-            client.delete_by_rdata(record, self.zone.clone()).await
+            update_message::delete_by_rdata(rrset, self.zone.clone(), false)
         };
-        drop(background);
-        let refused = |code: ResponseCode| Dns01Error::Refused {
+        message.metadata.id = rand::random();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let verifier = message
+            .finalize(&self.signer, now)
+            .map_err(|e| unreachable(format!("signing the update: {e}")))?;
+        let request = message
+            .to_vec()
+            .map_err(|e| unreachable(format!("encoding the update: {e}")))?;
+        let answer = tokio::time::timeout(
+            self.timeout,
+            crate::dns_udp::exchange(self.server, &request, message.id),
+        )
+        .await
+        .map_err(|_| unreachable(format!("no answer within {:?}", self.timeout)))?
+        .map_err(|e| unreachable(e.to_string()))?;
+        let response = answer.message;
+        let rcode = response.metadata.response_code;
+        let unauthenticated = |message: String| Dns01Error::Unauthenticated {
             name: fqdn_text.to_owned(),
             server: self.server.to_string(),
-            rcode: code.to_string(),
+            message,
         };
-        match answer {
-            Ok(response) if response.metadata.response_code == ResponseCode::NoError => Ok(()),
-            Ok(response) => Err(refused(response.metadata.response_code)),
-            Err(NetError::Dns(DnsError::ResponseCode(code))) => Err(refused(code)),
-            // hickory verifies the answer's TSIG before anything else, and an answer to a bad key
-            // or signature carries an empty MAC: that is a refusal, not an unreachable server.
-            Err(NetError::Proto(e)) if is_tsig_failure(&e.to_string()) => {
-                Err(Dns01Error::Unauthenticated {
-                    name: fqdn_text.to_owned(),
-                    server: self.server.to_string(),
-                    message: e.to_string(),
-                })
-            }
-            Err(e) => Err(unreachable(e.to_string())),
+        // The TSIG error first: BADKEY and BADSIG answers are unsigned by design (RFC 8945 §5.3.2).
+        if let Some(error) = response.signature().and_then(|sig| sig.data.error) {
+            return Err(unauthenticated(tsig_error_name(error)));
+        }
+        if rcode != ResponseCode::NoError {
+            // A refusal (NOTAUTH for a zone the server does not serve, REFUSED by policy) need
+            // not be signed; it is reported as the server's RCODE either way.
+            return Err(Dns01Error::Refused {
+                name: fqdn_text.to_owned(),
+                server: self.server.to_string(),
+                // The mnemonic (NOTAUTH, REFUSED) with hickory's text.
+                rcode: format!("{} ({rcode})", format!("{rcode:?}").to_ascii_uppercase()),
+            });
+        }
+        // Success only when the answer verifies under the key.
+        match (response.signature(), verifier) {
+            (Some(_), Some(mut verifier)) => verifier
+                .verify(&answer.bytes)
+                .map(drop)
+                .map_err(|e| unauthenticated(e.to_string())),
+            _ => Err(unauthenticated("the answer is not signed".to_owned())),
         }
     }
 }
 
-/// Whether a hickory protocol error is the answer's TSIG failing to verify (hickory 0.26 has no
-/// variant of its own for it: its texts name TSIG or the HMAC).
-fn is_tsig_failure(text: &str) -> bool {
-    let text = text.to_ascii_lowercase();
-    text.contains("tsig") || text.contains("hmac")
-}
-
-/// The client's background task, never left running after an update.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+/// The TSIG error's RFC 8945 name.
+fn tsig_error_name(error: TsigError) -> String {
+    match error {
+        TsigError::BadSig => "BADSIG (the secret or algorithm does not match)".to_owned(),
+        TsigError::BadKey => "BADKEY (the server does not know the key name)".to_owned(),
+        TsigError::BadTime => "BADTIME (the clocks differ by more than the fudge)".to_owned(),
+        TsigError::BadTrunc => "BADTRUNC".to_owned(),
+        TsigError::Unknown(code) => format!("TSIG error {code}"),
     }
 }
 
@@ -339,5 +353,114 @@ mod tests {
             err.to_string().contains("_acme-challenge.a.example.test."),
             "{err}"
         );
+    }
+
+    /// How the fake server answers one update.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// NOTAUTH, no TSIG (a zone the server does not serve).
+        NotAuthUnsigned,
+        /// NOTAUTH with an unsigned TSIG carrying BADKEY.
+        BadKey,
+        /// NOTAUTH with an unsigned TSIG carrying BADSIG.
+        BadSig,
+        /// NOERROR signed with `secret`.
+        Signed(&'static [u8]),
+        /// NOERROR without a TSIG.
+        Unsigned,
+    }
+
+    /// A UDP server that answers the first update as told.
+    async fn fake_server(answer: Answer) -> SocketAddr {
+        use hickory_proto::op::{Message, OpCode};
+        use hickory_proto::rr::TSigResponseContext;
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let (n, peer) = socket.recv_from(&mut buf).await.unwrap();
+            let request = Message::from_vec(&buf[..n]).unwrap();
+            let id = request.metadata.id;
+            let mut response = Message::response(id, OpCode::Update);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            let key = Name::from_ascii("holdfast.").unwrap();
+            let signer = |secret: &[u8]| {
+                TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, key.clone(), 300).unwrap()
+            };
+            let context = match answer {
+                Answer::NotAuthUnsigned => {
+                    response.metadata.response_code = ResponseCode::NotAuth;
+                    None
+                }
+                Answer::BadKey => {
+                    response.metadata.response_code = ResponseCode::NotAuth;
+                    Some(TSigResponseContext::unknown_key(id, now, key.clone()))
+                }
+                Answer::BadSig => {
+                    response.metadata.response_code = ResponseCode::NotAuth;
+                    Some(TSigResponseContext::bad_signature(
+                        id,
+                        now,
+                        signer(b"other"),
+                    ))
+                }
+                Answer::Signed(secret) => {
+                    let mac = request.signature().unwrap().data.mac.clone();
+                    Some(TSigResponseContext::new(id, now, signer(secret), mac, None))
+                }
+                Answer::Unsigned => None,
+            };
+            if let Some(context) = context {
+                let unsigned = response.to_vec().unwrap();
+                response.set_signature(context.sign(&unsigned).unwrap());
+            }
+            socket
+                .send_to(&response.to_vec().unwrap(), peer)
+                .await
+                .unwrap();
+        });
+        addr
+    }
+
+    async fn present_against(answer: Answer) -> Result<(), Dns01Error> {
+        let provider = Rfc2136::new(Rfc2136Config {
+            server: fake_server(answer).await,
+            ..config(b"secret-secret")
+        })
+        .unwrap();
+        provider
+            .present("_acme-challenge.a.example.test.", "v")
+            .await
+    }
+
+    // r[verify issue.dns01.rfc2136]
+    #[tokio::test]
+    async fn each_refusal_is_read_from_the_answers_rcode_and_tsig_error() {
+        let err = present_against(Answer::NotAuthUnsigned).await.unwrap_err();
+        assert!(
+            matches!(&err, Dns01Error::Refused { rcode, .. } if rcode.starts_with("NOTAUTH")),
+            "{err}"
+        );
+        let err = present_against(Answer::BadKey).await.unwrap_err();
+        assert!(
+            matches!(&err, Dns01Error::Unauthenticated { message, .. } if message.starts_with("BADKEY")),
+            "{err}"
+        );
+        let err = present_against(Answer::BadSig).await.unwrap_err();
+        assert!(
+            matches!(&err, Dns01Error::Unauthenticated { message, .. } if message.starts_with("BADSIG")),
+            "{err}"
+        );
+        // An answer must verify under the key to count as done.
+        let err = present_against(Answer::Unsigned).await.unwrap_err();
+        assert!(matches!(err, Dns01Error::Unauthenticated { .. }), "{err}");
+        let err = present_against(Answer::Signed(b"other")).await.unwrap_err();
+        assert!(matches!(err, Dns01Error::Unauthenticated { .. }), "{err}");
+        present_against(Answer::Signed(b"secret-secret"))
+            .await
+            .unwrap();
     }
 }

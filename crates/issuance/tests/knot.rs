@@ -17,8 +17,8 @@ use holdfast_issuance::{
 };
 use holdfast_test_support::services::{Knot, acme_dns01, knot};
 
-fn provider(knot: &Knot, secret: Vec<u8>) -> Rfc2136 {
-    Rfc2136::new(Rfc2136Config {
+fn rfc2136_config(knot: &Knot, secret: Vec<u8>) -> Rfc2136Config {
+    Rfc2136Config {
         server: knot.addr,
         zone: knot.zone.clone(),
         tsig_key_name: knot.tsig_name.clone(),
@@ -26,8 +26,11 @@ fn provider(knot: &Knot, secret: Vec<u8>) -> Rfc2136 {
         tsig_secret: secret,
         ttl: 60,
         timeout: Duration::from_secs(5),
-    })
-    .unwrap()
+    }
+}
+
+fn provider(knot: &Knot, secret: Vec<u8>) -> Rfc2136 {
+    Rfc2136::new(rfc2136_config(knot, secret)).unwrap()
 }
 
 async fn txt(knot: &Knot, name: &str) -> Vec<String> {
@@ -78,6 +81,7 @@ async fn rfc2136_adds_and_removes_txt_values_on_a_real_knot() {
 
     // A wrong secret: the server refuses the update (BADSIG, unsigned), a typed error; nothing
     // added.
+    let secret_copy = secret.clone();
     let mut wrong = secret;
     wrong[0] ^= 0xff;
     let err = provider(&knot, wrong)
@@ -85,10 +89,7 @@ async fn rfc2136_adds_and_removes_txt_values_on_a_real_knot() {
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            Dns01Error::Refused { .. } | Dns01Error::Unauthenticated { .. }
-        ),
+        matches!(&err, Dns01Error::Unauthenticated { message, .. } if message.starts_with("BADSIG")),
         "{err}"
     );
     assert_eq!(txt(&knot, &name).await, Vec::<String>::new());
@@ -105,13 +106,24 @@ async fn rfc2136_adds_and_removes_txt_values_on_a_real_knot() {
     .unwrap();
     let err = unknown.present(&name, "forged").await.unwrap_err();
     assert!(
-        matches!(
-            err,
-            Dns01Error::Refused { .. } | Dns01Error::Unauthenticated { .. }
-        ),
+        matches!(&err, Dns01Error::Unauthenticated { message, .. } if message.starts_with("BADKEY")),
         "{err}"
     );
     assert_eq!(txt(&knot, &name).await, Vec::<String>::new());
+    // A zone the server does not serve: its RCODE, NOTAUTH.
+    let elsewhere = Rfc2136::new(Rfc2136Config {
+        zone: "not-served.test".into(),
+        ..rfc2136_config(&knot, secret_copy)
+    })
+    .unwrap();
+    let err = elsewhere
+        .present("_acme-challenge.not-served.test.", "forged")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Dns01Error::Refused { rcode, .. } if rcode.starts_with("NOTAUTH")),
+        "{err}"
+    );
 }
 
 // r[verify issue.dns01.record]
