@@ -2,7 +2,8 @@
 //!
 //! It starts the services the suites need, each under `target/holdfast-services/<service>/` with
 //! its own loopback ports, data directory, socket and log (`redis`, `etcd`, `challtestsrv` and
-//! `pebble`, `registry`, `dockerd`), waits until each answers, seeds the registry with a tiny image,
+//! `pebble`, `knot` and the DNS-01 `pebble` that resolves through it, `registry`, `dockerd`), waits
+//! until each answers, seeds the registry with a tiny image,
 //! exports their addresses to the tests (the `HOLDFAST_TEST_*` variables that
 //! `holdfast-test-support` reads), runs the workspace's tests with nextest and the doctests, stops
 //! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate.
