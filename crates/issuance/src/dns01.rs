@@ -173,11 +173,18 @@ impl Presented {
         }
     }
 
-    /// Presents `value` at `fqdn`. The record is owed a cleanup even when this fails: the
-    /// provider may have added it before failing (an update applied whose answer was lost).
+    /// Presents `value` at `fqdn`. The record is owed a cleanup even when this fails (the
+    /// provider may have added it before failing: an update applied whose answer was lost),
+    /// unless the provider refused its name before sending anything.
     pub async fn present(&mut self, fqdn: &str, value: &str) -> Result<(), Dns01Error> {
         self.records.push((fqdn.to_owned(), value.to_owned()));
-        self.provider.present(fqdn, value).await
+        let result = self.provider.present(fqdn, value).await;
+        // A name refused before anything was sent owes no removal (it would only fail the same
+        // way, logged as a record not removed).
+        if let Err(Dns01Error::NotInZone { .. } | Dns01Error::BadName { .. }) = &result {
+            self.records.pop();
+        }
+        result
     }
 
     /// Removes every presented record and waits for it; each removal that fails is logged and
@@ -214,6 +221,8 @@ pub(crate) mod tests {
     pub(crate) struct Recording {
         pub calls: Mutex<Vec<(&'static str, String, String)>>,
         pub fail_present: bool,
+        /// Refuses every name as outside its zone (nothing sent).
+        pub outside_zone: bool,
         pub fail_cleanup: bool,
         /// How long each cleanup takes.
         pub cleanup_delay: Duration,
@@ -250,7 +259,16 @@ pub(crate) mod tests {
                 .unwrap()
                 .push(("present", fqdn.to_owned(), value.to_owned()));
             let fail = self.fail_present;
-            Box::pin(async move { if fail { Err(refused(fqdn)) } else { Ok(()) } })
+            let outside = self.outside_zone;
+            Box::pin(async move {
+                if outside {
+                    return Err(Dns01Error::NotInZone {
+                        name: fqdn.to_owned(),
+                        zone: "b.test".into(),
+                    });
+                }
+                if fail { Err(refused(fqdn)) } else { Ok(()) }
+            })
         }
 
         fn cleanup<'a>(
@@ -399,5 +417,25 @@ pub(crate) mod tests {
             .await;
         assert_eq!(left, []);
         assert_eq!(provider.removed(), ["v1"]);
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test]
+    async fn a_record_refused_before_anything_was_sent_is_not_removed() {
+        let provider = Arc::new(Recording {
+            outside_zone: true,
+            ..Recording::default()
+        });
+        let mut presented = Presented::new(provider.clone(), Cleanups::default());
+        let err = presented
+            .present("_acme-challenge.a.test.", "v1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Dns01Error::NotInZone { .. }), "{err}");
+        assert_eq!(presented.cleanup().await, []);
+        assert_eq!(
+            provider.calls(),
+            [("present", "_acme-challenge.a.test.".into(), "v1".into())]
+        );
     }
 }
