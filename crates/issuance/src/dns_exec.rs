@@ -235,6 +235,32 @@ mod tests {
 
     // r[verify issue.dns01.exec]
     #[tokio::test]
+    async fn the_command_sees_no_environment_but_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("env");
+        // `env` lists what the command inherited (sh itself adds PWD, and maybe SHLVL and _).
+        let program = script(
+            dir.path(),
+            &format!("/usr/bin/env > {out}", out = out.display()),
+        );
+        let provider = ExecProvider::new(vec![program], Duration::from_secs(10));
+        provider
+            .present("_acme-challenge.a.test.", "v")
+            .await
+            .unwrap();
+        let env = std::fs::read_to_string(&out).unwrap();
+        let names: Vec<&str> = env
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+            .filter(|k| !matches!(*k, "PWD" | "SHLVL" | "_" | "OLDPWD"))
+            .collect();
+        assert_eq!(names, ["PATH"], "{env}");
+        // The test process itself has more (HOME, at least, or cargo's own variables).
+        assert!(std::env::vars().count() > 1);
+    }
+
+    // r[verify issue.dns01.exec]
+    #[tokio::test]
     async fn a_failing_command_says_how_it_ended_with_its_output_escaped_and_limited() {
         let dir = tempfile::tempdir().unwrap();
         let program = script(
