@@ -290,7 +290,12 @@ mod tests {
     #[tokio::test]
     async fn a_command_past_its_timeout_is_killed() {
         let dir = tempfile::tempdir().unwrap();
-        let program = script(dir.path(), "sleep 30");
+        let pidfile = dir.path().join("pid");
+        // A grandchild in the background: only a kill of the process group reaches it.
+        let program = script(
+            dir.path(),
+            &format!("sleep 30 &\necho $! > {pid}\nwait", pid = pidfile.display()),
+        );
         let provider = ExecProvider::new(vec![program], Duration::from_millis(300));
         let started = std::time::Instant::now();
         let err = provider
@@ -299,5 +304,22 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Dns01Error::Timeout { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(10));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Gone (reaped by init once killed): allow it a moment to be reaped.
+        let mut alive = true;
+        for _ in 0..50 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Absent, or a zombie awaiting its reaper: killed either way.
+            if stat.is_empty() || stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')) {
+                alive = false;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive, "the background sleep {pid} outlived the kill");
     }
 }
