@@ -88,7 +88,10 @@ mod tests {
         std::fs::write(&path, "hunter2").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let err = read_secret_file(&path).unwrap_err();
-        assert!(matches!(err, SecretFileError::Mode { mode: 0o644, .. }), "{err}");
+        assert!(
+            matches!(err, SecretFileError::Mode { mode: 0o644, .. }),
+            "{err}"
+        );
         assert!(!err.to_string().contains("hunter2"), "{err}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(read_secret_file(&path).unwrap(), "hunter2");
