@@ -203,6 +203,9 @@ pub enum Dns01ProviderKind {
     Exec,
 }
 
+/// How long the rfc2136 provider waits for the server's answer to one update.
+const RFC2136_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `[issuance.dns01]`: the provider of `challenge = "dns-01"` certificates.
 // r[impl issue.dns01.rfc2136]
 // r[impl issue.dns01.exec]
@@ -357,7 +360,7 @@ impl Dns01Settings {
                         tsig_algorithm: self.tsig_algorithm,
                         tsig_secret: secret,
                         ttl: self.ttl,
-                        timeout: Duration::from_secs(10),
+                        timeout: RFC2136_TIMEOUT,
                     })
                     .map_err(|e| e.to_string())?,
                 )
@@ -644,6 +647,30 @@ impl IssuanceConfig {
             && let Err((key, e)) = dns01.check()
         {
             return Err((format!("dns01.{key}"), e));
+        }
+        // r[impl issue.dns01.propagation]
+        if let Some(dns01) = &self.dns01 {
+            // One presentation and the whole propagation wait must fit in the attempt's bound,
+            // or every attempt would be cut off before the CA is told.
+            let provider = match dns01.provider {
+                Dns01ProviderKind::Rfc2136 => RFC2136_TIMEOUT,
+                Dns01ProviderKind::Exec => dns01
+                    .command_timeout
+                    .unwrap_or(crate::dns_exec::DEFAULT_COMMAND_TIMEOUT),
+            };
+            let wait = dns01
+                .propagation_timeout
+                .unwrap_or(crate::propagation::DEFAULT_TIMEOUT);
+            let bound = self.attempt_bound();
+            if wait + provider >= bound {
+                return Err((
+                    "dns01.propagation_timeout".into(),
+                    format!(
+                        "{wait:?} plus the provider's own timeout ({provider:?}) does not fit in \
+                         attempt_timeout ({bound:?}): shorten it or raise attempt_timeout"
+                    ),
+                ));
+            }
         }
         for cert in self.planned() {
             if cert.source != SourceKind::Acme || cert.challenge != Challenge::Dns01 {
@@ -1355,6 +1382,25 @@ mod tests {
         let mut value = json;
         value["acme"] = serde_json::json!({ "directory": "https://acme.invalid/dir" });
         serde_json::from_value(value).unwrap()
+    }
+
+    // r[verify issue.dns01.propagation]
+    #[test]
+    fn a_propagation_wait_that_cannot_fit_in_the_attempt_is_refused() {
+        let config = |attempt: &str, wait: &str| {
+            dns01_config(serde_json::json!({
+                "attempt_timeout": attempt,
+                "dns01": {
+                    "provider": "exec", "command": ["/usr/local/bin/dns"],
+                    "command_timeout": "60s", "propagation_timeout": wait,
+                    "propagation_servers": ["192.0.2.53:53"],
+                },
+            }))
+        };
+        assert_eq!(config("5m", "120s").check_dns01(), Ok(()));
+        let (key, e) = config("2m", "120s").check_dns01().unwrap_err();
+        assert_eq!(key, "dns01.propagation_timeout");
+        assert!(e.contains("attempt_timeout"), "{e}");
     }
 
     // r[verify issue.dns01.choice]
