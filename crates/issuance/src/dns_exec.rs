@@ -123,22 +123,43 @@ impl ExecProvider {
     }
 }
 
-/// What a command printed, as one line: trimmed, control characters and invalid UTF-8 escaped,
-/// at most [`OUTPUT_KEPT`] bytes of it.
+/// What a command printed, as one line: trimmed, control characters, bidi and zero-width format
+/// characters and invalid UTF-8 escaped, at most [`OUTPUT_KEPT`] bytes once escaped.
 // r[impl issue.dns01.exec]
 pub fn escape_output(bytes: &[u8]) -> String {
     let bytes = &bytes[..bytes.len().min(OUTPUT_KEPT)];
     let text = String::from_utf8_lossy(bytes);
-    text.trim()
-        .chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    let mut out = String::new();
+    for c in text.trim().chars() {
+        let piece: String = if c.is_control() || is_format(c) {
+            c.escape_default().collect()
+        } else {
+            c.to_string()
+        };
+        // Whole pieces only: an escape is never cut in half.
+        if out.len() + piece.len() > OUTPUT_KEPT {
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// Unicode format characters (category Cf) that can reorder or hide text in a log: bidi
+/// controls, zero-width characters, the soft hyphen and the byte-order mark.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
 }
 
 struct Aborting(tokio::task::JoinHandle<()>);
@@ -321,5 +342,16 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!alive, "the background sleep {pid} outlived the kill");
+    }
+
+    // r[verify issue.dns01.exec]
+    #[test]
+    fn bidi_and_zero_width_characters_are_escaped_and_the_escaped_text_is_at_most_1_kib() {
+        let text = escape_output("ok\u{202e}txt.exe\u{200b}".as_bytes());
+        assert_eq!(text, "ok\\u{202e}txt.exe\\u{200b}");
+        // Every byte a control character: escaped, still at most 1 KiB.
+        let escaped = escape_output(&[0x01; 4096]);
+        assert!(escaped.len() <= OUTPUT_KEPT, "{}", escaped.len());
+        assert!(escaped.starts_with("\\u{1}"), "{escaped}");
     }
 }
