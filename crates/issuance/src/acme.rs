@@ -13,6 +13,7 @@ use instant_acme::{
 
 use crate::acme_http::{RetryAfterGuard, default_client};
 use crate::cert::CertifiedPair;
+use crate::dns01::{Dns01, Presented, record_name};
 use crate::responder::Challenges;
 use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
 
@@ -117,9 +118,12 @@ pub const RATE_LIMIT_HINT: Duration = Duration::from_secs(3600);
 pub struct AcmeSource {
     config: AcmeConfig,
     challenges: Challenges,
-    account: tokio::sync::Mutex<Option<Account>>,
+    /// Shared with [`AcmeSource::with_dns01`]'s copy, so both use one account, created once.
+    account: Arc<tokio::sync::Mutex<Option<Account>>>,
     /// The HTTP client to reach the server with (`None`: [`default_client`], over TLS).
     http: Option<Arc<dyn instant_acme::HttpClient>>,
+    /// DNS-01 instead of HTTP-01 (`None`: HTTP-01).
+    dns01: Option<Dns01>,
 }
 
 impl std::fmt::Debug for AcmeSource {
@@ -172,8 +176,9 @@ impl AcmeSource {
         Self {
             config,
             challenges,
-            account: tokio::sync::Mutex::new(None),
+            account: Arc::default(),
             http: None,
+            dns01: None,
         }
     }
 
@@ -188,6 +193,18 @@ impl AcmeSource {
         Self {
             http: Some(http),
             ..Self::new(config, challenges)
+        }
+    }
+
+    /// This source answering DNS-01 through `dns01` instead of HTTP-01, over the same account.
+    // r[impl issue.dns01.choice]
+    pub fn with_dns01(&self, dns01: Dns01) -> Self {
+        Self {
+            config: self.config.clone(),
+            challenges: self.challenges.clone(),
+            account: self.account.clone(),
+            http: self.http.clone(),
+            dns01: Some(dns01),
         }
     }
 
@@ -273,7 +290,13 @@ impl AcmeSource {
             challenges: &self.challenges,
             tokens: Vec::new(),
         };
-        async {
+        // DNS-01 records likewise: removed after the order, whatever its outcome (and on their
+        // own task when the attempt is cut off).
+        let mut records = self
+            .dns01
+            .as_ref()
+            .map(|dns01| Presented::new(dns01.provider.clone(), dns01.cleanups.clone()));
+        let outcome = async {
             let mut authorizations = order.authorizations();
             while let Some(authz) = authorizations.next().await {
                 let mut authz = authz.map_err(|e| classify(&e))?;
@@ -287,14 +310,39 @@ impl AcmeSource {
                     }
                 }
                 let identifier = authz.identifier().to_string();
-                let mut challenge = authz.challenge(ChallengeType::Http01).ok_or_else(|| {
+                let (kind, label) = match records {
+                    Some(_) => (ChallengeType::Dns01, "dns-01"),
+                    None => (ChallengeType::Http01, "http-01"),
+                };
+                let mut challenge = authz.challenge(kind).ok_or_else(|| {
                     SourceError::new(
                         ErrorClass::Rejected,
-                        format!("no http-01 challenge offered for {identifier}"),
+                        format!("no {label} challenge offered for {identifier}"),
                     )
                 })?;
                 let key_authorization = challenge.key_authorization();
-                tokens.answer(&challenge.token, key_authorization.as_str());
+                match records.as_mut() {
+                    // r[impl issue.dns01.record]
+                    Some(records) => {
+                        let name = record_name(&identifier);
+                        let value = key_authorization.dns_value();
+                        // r[impl issue.dns01.errors]
+                        records
+                            .present(&name, &value)
+                            .await
+                            .map_err(|e| SourceError::new(e.class(), e.to_string()))?;
+                        // r[impl issue.dns01.propagation]
+                        if let Some(propagation) =
+                            self.dns01.as_ref().and_then(|d| d.propagation.as_ref())
+                        {
+                            propagation
+                                .wait(&name, &value)
+                                .await
+                                .map_err(|e| SourceError::new(e.class(), e.to_string()))?;
+                        }
+                    }
+                    None => tokens.answer(&challenge.token, key_authorization.as_str()),
+                }
                 challenge.set_ready().await.map_err(|e| classify(&e))?;
             }
             let retries = RetryPolicy::new().timeout(self.config.order_timeout);
@@ -344,7 +392,13 @@ impl AcmeSource {
             CertifiedPair::parse_for(names, &chain_pem, &key_pem)
                 .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
         }
-        .await
+        .await;
+        // The outcome is returned first: the removals run in `Cleanups`, outside the attempt's
+        // bound, so a slow or failing removal changes neither the outcome nor its error (and
+        // never throws away an issued certificate). The module's stop waits for them.
+        // r[impl issue.dns01.cleanup]
+        drop(records);
+        outcome
     }
 }
 
@@ -742,6 +796,251 @@ mod tests {
             None,
             "the token outlived its attempt"
         );
+    }
+
+    /// An ACME server in process whose one authorization offers DNS-01 for `*.a.example` and
+    /// whose order turns invalid once the challenge is said ready.
+    struct FailingDnsAcme;
+
+    impl instant_acme::HttpClient for FailingDnsAcme {
+        fn request(
+            &self,
+            req: hyper::Request<instant_acme::BodyWrapper<bytes::Bytes>>,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<
+                        Output = Result<instant_acme::BytesResponse, instant_acme::Error>,
+                    > + Send,
+            >,
+        > {
+            const BASE: &str = "https://acme.test";
+            let path = req.uri().path().to_owned();
+            let challenge = serde_json::json!({
+                "type": "dns-01",
+                "url": format!("{BASE}/chall/1"),
+                "token": "tok-1",
+                "status": "pending",
+            });
+            let (status, location, body) = match path.as_str() {
+                "/dir" => (
+                    200,
+                    None,
+                    serde_json::json!({
+                        "newNonce": format!("{BASE}/nonce"),
+                        "newAccount": format!("{BASE}/account"),
+                        "newOrder": format!("{BASE}/order"),
+                    }),
+                ),
+                "/nonce" => (200, None, serde_json::json!({})),
+                "/account" => (
+                    201,
+                    Some(format!("{BASE}/acct/1")),
+                    serde_json::json!({ "status": "valid" }),
+                ),
+                "/order" | "/order/1" => (
+                    if path == "/order" { 201 } else { 200 },
+                    Some(format!("{BASE}/order/1")),
+                    serde_json::json!({
+                        "status": if path == "/order" { "pending" } else { "invalid" },
+                        "identifiers": [{ "type": "dns", "value": "*.a.example" }],
+                        "authorizations": [format!("{BASE}/authz/1")],
+                        "finalize": format!("{BASE}/finalize/1"),
+                    }),
+                ),
+                "/authz/1" => (
+                    200,
+                    None,
+                    serde_json::json!({
+                        "status": "pending",
+                        "identifier": { "type": "dns", "value": "a.example" },
+                        "wildcard": true,
+                        "challenges": [
+                            {
+                                "type": "http-01",
+                                "url": format!("{BASE}/chall/2"),
+                                "token": "tok-2",
+                                "status": "pending",
+                            },
+                            challenge,
+                        ],
+                    }),
+                ),
+                "/chall/1" => (200, None, challenge),
+                _ => (404, None, serde_json::json!({ "type": "about:blank" })),
+            };
+            let mut response = hyper::Response::builder()
+                .status(status)
+                .header("Replay-Nonce", "nonce-1")
+                .header("Content-Type", "application/json");
+            if let Some(l) = location {
+                response = response.header("Location", l);
+            }
+            let (parts, ()) = response.body(()).unwrap().into_parts();
+            let body: Box<dyn instant_acme::BytesBody> =
+                Box::new(bytes::Bytes::from(body.to_string()));
+            Box::pin(async move { Ok(instant_acme::BytesResponse { parts, body }) })
+        }
+    }
+
+    // r[verify issue.dns01.record]
+    // r[verify issue.dns01.cleanup]
+    // r[verify issue.dns01.choice]
+    #[tokio::test]
+    async fn a_failed_dns01_order_still_removes_its_record_and_a_failed_removal_is_not_its_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let challenges = Challenges::default();
+        let http = AcmeSource::with_http(
+            AcmeConfig {
+                directory: "https://acme.test/dir".into(),
+                contact: vec![],
+                eab: None,
+                profile: None,
+                ca_pem: None,
+                account_path: dir.path().join("account.json"),
+                order_timeout: Duration::from_secs(60),
+            },
+            challenges.clone(),
+            Arc::new(FailingDnsAcme),
+        );
+        let provider = Arc::new(crate::dns01::tests::Recording {
+            fail_cleanup: true,
+            ..Default::default()
+        });
+        let cleanups = crate::dns01::Cleanups::default();
+        let source = http.with_dns01(Dns01 {
+            provider: provider.clone(),
+            propagation: None,
+            cleanups: cleanups.clone(),
+        });
+        let names = ["*.a.example".to_owned()];
+        let err = source.obtain(&names).await.unwrap_err();
+        assert_eq!(
+            cleanups
+                .wait(tokio::time::Instant::now() + Duration::from_secs(5))
+                .await,
+            [],
+            "the removal ended (failed, logged): nothing left"
+        );
+        assert!(err.message.contains("order is Invalid"), "{err}");
+        assert!(
+            !err.message.contains("REFUSED"),
+            "the cleanup's failure: {err}"
+        );
+        let calls = provider.calls();
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[0].0, "present");
+        assert_eq!(calls[1].0, "cleanup");
+        for call in &calls {
+            assert_eq!(call.1, "_acme-challenge.a.example.");
+            assert_eq!(call.2, calls[0].2, "the same value removed");
+        }
+        // base64url of a SHA-256 digest, no padding.
+        assert_eq!(calls[0].2.len(), 43, "{}", calls[0].2);
+        assert!(
+            calls[0]
+                .2
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+            "{}",
+            calls[0].2
+        );
+        // The HTTP-01 responder was never asked to answer anything.
+        assert_eq!(challenges.get("tok-2"), None);
+        assert_eq!(challenges.get("tok-1"), None);
+    }
+
+    fn failing_dns01_source(
+        dir: &std::path::Path,
+        provider: Arc<crate::dns01::tests::Recording>,
+        propagation: Option<crate::propagation::Propagation>,
+    ) -> (AcmeSource, crate::dns01::Cleanups) {
+        let http = AcmeSource::with_http(
+            AcmeConfig {
+                directory: "https://acme.test/dir".into(),
+                contact: vec![],
+                eab: None,
+                profile: None,
+                ca_pem: None,
+                account_path: dir.join("account.json"),
+                order_timeout: Duration::from_secs(60),
+            },
+            Challenges::default(),
+            Arc::new(FailingDnsAcme),
+        );
+        let cleanups = crate::dns01::Cleanups::default();
+        let source = http.with_dns01(Dns01 {
+            provider,
+            propagation,
+            cleanups: cleanups.clone(),
+        });
+        (source, cleanups)
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_cleanup_is_outside_the_attempt_and_does_not_change_its_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(crate::dns01::tests::Recording {
+            cleanup_delay: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        let (source, cleanups) = failing_dns01_source(dir.path(), provider.clone(), None);
+        let names = ["*.a.example".to_owned()];
+        // The attempt's bound is far shorter than the removal: the outcome comes first.
+        let outcome = tokio::time::timeout(Duration::from_secs(60), source.obtain(&names))
+            .await
+            .expect("the outcome, not the removal, ends the attempt");
+        let err = outcome.unwrap_err();
+        assert!(err.message.contains("order is Invalid"), "{err}");
+        assert_eq!(provider.removed(), Vec::<String>::new());
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(7200))
+            .await;
+        assert_eq!(left, []);
+        assert_eq!(provider.removed().len(), 1);
+    }
+
+    /// Never has the value.
+    #[derive(Debug)]
+    struct NeverThere;
+
+    impl crate::propagation::TxtLookup for NeverThere {
+        fn txt<'a>(
+            &'a self,
+            _server: std::net::SocketAddr,
+            _fqdn: &'a str,
+        ) -> crate::source::BoxFuture<'a, Result<Vec<String>, String>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    // r[verify issue.dns01.cleanup]
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_cut_off_while_waiting_for_propagation_has_its_record_removed_by_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(crate::dns01::tests::Recording {
+            cleanup_delay: Duration::from_secs(1),
+            ..Default::default()
+        });
+        let propagation = crate::propagation::Propagation {
+            servers: vec!["127.0.0.1:53".parse().unwrap()],
+            timeout: Duration::from_secs(120),
+            interval: Duration::from_secs(2),
+            lookup: Arc::new(NeverThere),
+        };
+        let (source, cleanups) =
+            failing_dns01_source(dir.path(), provider.clone(), Some(propagation));
+        let names = ["*.a.example".to_owned()];
+        // Cut off (the attempt bound, or a stop) in the middle of the propagation wait.
+        let cut = tokio::time::timeout(Duration::from_secs(30), source.obtain(&names)).await;
+        assert!(cut.is_err(), "still waiting for propagation");
+        assert_eq!(provider.calls()[0].0, "present");
+        // What the module's stop does: wait for the removals until its deadline.
+        let left = cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+        assert_eq!(left, []);
+        assert_eq!(provider.removed().len(), 1);
     }
 
     // r[verify issue.certificates.failure]

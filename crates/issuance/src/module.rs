@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use crate::acme::{self, AcmeConfig, Eab};
 use crate::decision::{IssuePolicy, IssuePolicyError};
 use crate::deploy::{DeployConfig, DeployError};
+use crate::dns01::{Challenge, Dns01, DnsProvider};
 use crate::history::{HistoryDb, HistoryError};
 use crate::hook::Hook;
 use crate::issuer::{Hostname, Issuer, IssuerError, Outputs, WallClock};
@@ -39,6 +40,10 @@ pub struct HostnameConfig {
     pub name: String,
     /// Its source.
     pub source: SourceKind,
+    /// The ACME challenge it answers: `"http-01"` (the default) or `"dns-01"` (through
+    /// `[issuance.dns01]`; the only one a wildcard can use).
+    #[serde(default)]
+    pub challenge: Challenge,
     /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
@@ -56,6 +61,10 @@ pub struct CertificateConfig {
     pub names: Vec<String>,
     /// Its source.
     pub source: SourceKind,
+    /// The ACME challenge it answers: `"http-01"` (the default) or `"dns-01"` (through
+    /// `[issuance.dns01]`; the only one a wildcard can use).
+    #[serde(default)]
+    pub challenge: Challenge,
     /// Its own deploy (files in `deploy.dir` itself), over `[issuance.deploy]`.
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
@@ -119,10 +128,11 @@ pub enum NameError {
         /// Where it is written first.
         first: NamePlace,
     },
-    /// A wildcard on an ACME certificate: HTTP-01 cannot validate it.
+    /// A wildcard on an ACME certificate that is not on DNS-01: HTTP-01 cannot validate it.
     #[error(
-        "{0:?} is a wildcard: a wildcard needs the ACME DNS-01 challenge, which holdfast does not \
-         build yet (HTTP-01 cannot validate a wildcard); list each name, or use the local source"
+        "{0:?} is a wildcard: a wildcard needs challenge = \"dns-01\" (HTTP-01 cannot validate a \
+         wildcard); set it on this certificate with an [issuance.dns01] provider, list each name, \
+         or use the local source"
     )]
     Wildcard(String),
 }
@@ -136,6 +146,8 @@ pub struct PlannedCertificate {
     pub names: Vec<String>,
     /// Its source.
     pub source: SourceKind,
+    /// Its ACME challenge.
+    pub challenge: Challenge,
     /// Its deploy, and whether it is the shared `[issuance.deploy]` (files in `DIR/NAME/`).
     pub deploy: Option<(DeployConfig, bool)>,
     /// Its `on_renew` command.
@@ -181,6 +193,206 @@ pub struct LocalSettings {
     pub endpoint: LocalEndpoint,
 }
 
+/// Which DNS-01 provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dns01ProviderKind {
+    /// RFC 2136 dynamic update with TSIG.
+    Rfc2136,
+    /// A command, as lego's exec provider.
+    Exec,
+}
+
+/// How long the rfc2136 provider waits for the server's answer to one update.
+const RFC2136_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `[issuance.dns01]`: the provider of `challenge = "dns-01"` certificates.
+// r[impl issue.dns01.rfc2136]
+// r[impl issue.dns01.exec]
+// r[impl issue.dns01.propagation]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dns01Settings {
+    /// `"rfc2136"` or `"exec"`.
+    pub provider: Dns01ProviderKind,
+    /// rfc2136: the primary server, `"IP:PORT"`.
+    pub server: Option<SocketAddr>,
+    /// rfc2136: the zone updated (every dns-01 name must be inside it).
+    pub zone: Option<String>,
+    /// rfc2136: the TSIG key's name.
+    pub tsig_key_name: Option<String>,
+    /// rfc2136: `"hmac-sha256"` (the default), `"hmac-sha384"` or `"hmac-sha512"`.
+    #[serde(default)]
+    pub tsig_algorithm: crate::rfc2136::TsigAlgo,
+    /// rfc2136: a file holding the TSIG secret, base64 (read at start, never logged).
+    pub tsig_secret_file: Option<PathBuf>,
+    /// rfc2136: the records' TTL in seconds (default 60).
+    #[serde(default = "default_dns_ttl")]
+    pub ttl: u32,
+    /// exec: the command (argv, no shell), run as `COMMAND... present|cleanup FQDN VALUE`.
+    pub command: Option<Vec<String>>,
+    /// exec: how long one run may take before it is killed (default `"60s"`, at most `"10m"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub command_timeout: Option<Duration>,
+    /// Servers (`"IP:PORT"`) that must all answer the TXT value before the CA is told (default:
+    /// rfc2136's `server`; required with exec).
+    #[serde(default)]
+    pub propagation_servers: Vec<SocketAddr>,
+    /// How long to wait for a record to propagate (default `"120s"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub propagation_timeout: Option<Duration>,
+    /// The time between two rounds of propagation queries (default `"2s"`).
+    #[serde(default, with = "holdfast_retry::duration_text::option")]
+    pub propagation_interval: Option<Duration>,
+}
+
+fn default_dns_ttl() -> u32 {
+    60
+}
+
+impl Dns01Settings {
+    /// The first setting that cannot work, with its key under `[issuance.dns01]`.
+    // r[impl issue.dns01.rfc2136]
+    // r[impl issue.dns01.exec]
+    // r[impl issue.dns01.propagation]
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let zero = |d: Option<Duration>| d == Some(Duration::ZERO);
+        if zero(self.propagation_timeout) {
+            return Err(("propagation_timeout", "must be more than zero".into()));
+        }
+        if zero(self.propagation_interval) {
+            return Err(("propagation_interval", "must be more than zero".into()));
+        }
+        match self.provider {
+            Dns01ProviderKind::Rfc2136 => {
+                let missing = |key| Err((key, "is required with provider = \"rfc2136\"".into()));
+                if self.server.is_none() {
+                    return missing("server");
+                }
+                let Some(zone) = &self.zone else {
+                    return missing("zone");
+                };
+                if !crate::hostname::is_dns_name(zone.trim_end_matches('.'))
+                    || zone.starts_with("*.")
+                {
+                    return Err(("zone", format!("{zone:?} is not a DNS name")));
+                }
+                let Some(key) = &self.tsig_key_name else {
+                    return missing("tsig_key_name");
+                };
+                if !crate::hostname::is_dns_name(key.trim_end_matches('.')) {
+                    return Err(("tsig_key_name", format!("{key:?} is not a DNS name")));
+                }
+                if self.tsig_secret_file.is_none() {
+                    return missing("tsig_secret_file");
+                }
+                if self.ttl == 0 {
+                    return Err(("ttl", "must be more than zero".into()));
+                }
+            }
+            Dns01ProviderKind::Exec => {
+                match self.command.as_ref().and_then(|c| c.first()) {
+                    None => {
+                        return Err((
+                            "command",
+                            "is required with provider = \"exec\": write [\"/path/to/program\", ...]"
+                                .into(),
+                        ));
+                    }
+                    Some(p) if p.is_empty() => {
+                        return Err(("command", "the program is empty".into()));
+                    }
+                    Some(_) => {}
+                }
+                if zero(self.command_timeout) {
+                    return Err(("command_timeout", "must be more than zero".into()));
+                }
+                if self
+                    .command_timeout
+                    .is_some_and(|t| t > crate::hook::MAX_TIMEOUT)
+                {
+                    return Err(("command_timeout", "must be at most 10m".into()));
+                }
+                if self.propagation_servers.is_empty() {
+                    return Err((
+                        "propagation_servers",
+                        "is required with provider = \"exec\": the zone's authoritative servers, \
+                         [\"IP:PORT\", ...]"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `name` (a certificate's name) is inside the rfc2136 zone (always, for exec).
+    pub fn covers(&self, name: &str) -> bool {
+        let (Dns01ProviderKind::Rfc2136, Some(zone)) = (self.provider, &self.zone) else {
+            return true;
+        };
+        let zone = zone.trim_end_matches('.').to_ascii_lowercase();
+        let name = name.strip_prefix("*.").unwrap_or(name).to_ascii_lowercase();
+        name == zone || name.ends_with(&format!(".{zone}"))
+    }
+
+    /// The provider and its propagation check, the TSIG secret read from its file.
+    pub fn build(&self) -> Result<Dns01, String> {
+        let provider: Arc<dyn DnsProvider> = match self.provider {
+            Dns01ProviderKind::Rfc2136 => {
+                let (Some(server), Some(zone), Some(key), Some(secret)) = (
+                    self.server,
+                    &self.zone,
+                    &self.tsig_key_name,
+                    &self.tsig_secret_file,
+                ) else {
+                    return Err(self
+                        .check()
+                        .err()
+                        .map_or_else(String::new, |(k, e)| format!("{k}: {e}")));
+                };
+                let secret = crate::rfc2136::read_secret(secret).map_err(|e| e.to_string())?;
+                Arc::new(
+                    crate::rfc2136::Rfc2136::new(crate::rfc2136::Rfc2136Config {
+                        server,
+                        zone: zone.clone(),
+                        tsig_key_name: key.clone(),
+                        tsig_algorithm: self.tsig_algorithm,
+                        tsig_secret: secret,
+                        ttl: self.ttl,
+                        timeout: RFC2136_TIMEOUT,
+                    })
+                    .map_err(|e| e.to_string())?,
+                )
+            }
+            Dns01ProviderKind::Exec => Arc::new(crate::dns_exec::ExecProvider::new(
+                self.command.clone().unwrap_or_default(),
+                self.command_timeout
+                    .unwrap_or(crate::dns_exec::DEFAULT_COMMAND_TIMEOUT),
+            )),
+        };
+        let servers = if self.propagation_servers.is_empty() {
+            self.server.into_iter().collect()
+        } else {
+            self.propagation_servers.clone()
+        };
+        Ok(Dns01 {
+            provider,
+            propagation: Some(crate::propagation::Propagation {
+                servers,
+                timeout: self
+                    .propagation_timeout
+                    .unwrap_or(crate::propagation::DEFAULT_TIMEOUT),
+                interval: self
+                    .propagation_interval
+                    .unwrap_or(crate::propagation::DEFAULT_INTERVAL),
+                lookup: Arc::new(crate::propagation::HickoryLookup::default()),
+            }),
+            cleanups: crate::dns01::Cleanups::default(),
+        })
+    }
+}
+
 /// `[issuance]`.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -206,6 +418,8 @@ pub struct IssuanceConfig {
     pub acme: Option<AcmeSettings>,
     /// The local provider.
     pub local: Option<LocalSettings>,
+    /// The DNS-01 provider, for certificates with `challenge = "dns-01"`.
+    pub dns01: Option<Dns01Settings>,
     /// Time between decisions (default `"60s"`).
     #[serde(default, with = "holdfast_retry::duration_text::option")]
     pub tick: Option<Duration>,
@@ -257,6 +471,7 @@ impl IssuanceConfig {
                 entry: Entry::Hostname(i),
                 names: vec![h.name.clone()],
                 source: h.source,
+                challenge: h.challenge,
                 deploy: self.deploy_of(h.deploy.as_ref()),
                 on_renew: h.on_renew.clone().or_else(|| self.on_renew.clone()),
             });
@@ -268,6 +483,7 @@ impl IssuanceConfig {
                 entry: Entry::Certificate(i),
                 names: c.names.clone(),
                 source: c.source,
+                challenge: c.challenge,
                 deploy: self.deploy_of(c.deploy.as_ref()),
                 on_renew: c.on_renew.clone().or_else(|| self.on_renew.clone()),
             });
@@ -386,7 +602,7 @@ impl IssuanceConfig {
     /// The first refused name, with where it is written: one that is not a DNS name, a wildcard
     /// on an ACME certificate, a certificate with no names, or a name written before (in any
     /// entry, case-insensitively).
-    // r[impl issue.certificates.names]
+    // r[impl issue.certificates.names+2]
     // r[impl issue.hostnames]
     pub fn check_names(&self) -> Result<(), (NamePlace, NameError)> {
         let mut seen: std::collections::HashMap<String, NamePlace> =
@@ -408,7 +624,10 @@ impl IssuanceConfig {
                     let e = crate::hostname::HostnameError::NotDnsName(name.clone());
                     return Err((place, NameError::NotDnsName(e)));
                 }
-                if cert.source == SourceKind::Acme && name.starts_with("*.") {
+                if cert.source == SourceKind::Acme
+                    && cert.challenge != Challenge::Dns01
+                    && name.starts_with("*.")
+                {
                     return Err((place, NameError::Wildcard(name.clone())));
                 }
                 if let Some(first) = seen.insert(name.to_ascii_lowercase(), place) {
@@ -418,6 +637,82 @@ impl IssuanceConfig {
             }
         }
         Ok(())
+    }
+
+    /// `[issuance.dns01]` that cannot work, or a `dns-01` certificate without it or outside its
+    /// zone, with the key under `[issuance]`.
+    // r[impl issue.dns01.choice]
+    pub fn check_dns01(&self) -> Result<(), (String, String)> {
+        if let Some(dns01) = &self.dns01
+            && let Err((key, e)) = dns01.check()
+        {
+            return Err((format!("dns01.{key}"), e));
+        }
+        // r[impl issue.dns01.propagation]
+        if let Some(dns01) = &self.dns01 {
+            // One presentation and the whole propagation wait must fit in the attempt's bound,
+            // or every attempt would be cut off before the CA is told.
+            let provider = match dns01.provider {
+                Dns01ProviderKind::Rfc2136 => RFC2136_TIMEOUT,
+                Dns01ProviderKind::Exec => dns01
+                    .command_timeout
+                    .unwrap_or(crate::dns_exec::DEFAULT_COMMAND_TIMEOUT),
+            };
+            let wait = dns01
+                .propagation_timeout
+                .unwrap_or(crate::propagation::DEFAULT_TIMEOUT);
+            let bound = self.attempt_bound();
+            if wait + provider >= bound {
+                return Err((
+                    "dns01.propagation_timeout".into(),
+                    format!(
+                        "{wait:?} plus the provider's own timeout ({provider:?}) does not fit in \
+                         attempt_timeout ({bound:?}): shorten it or raise attempt_timeout"
+                    ),
+                ));
+            }
+        }
+        for cert in self.planned() {
+            if cert.source != SourceKind::Acme || cert.challenge != Challenge::Dns01 {
+                continue;
+            }
+            let key = match cert.entry {
+                Entry::Hostname(i) => format!("hostname[{i}].challenge"),
+                Entry::Certificate(i) => format!("certificate[{i}].challenge"),
+            };
+            let Some(dns01) = &self.dns01 else {
+                return Err((
+                    key,
+                    "\"dns-01\" needs an [issuance.dns01] section (its provider)".into(),
+                ));
+            };
+            if let Some(outside) = cert.names.iter().find(|n| !dns01.covers(n)) {
+                return Err((
+                    key,
+                    format!(
+                        "{outside} is outside dns01.zone {:?}",
+                        dns01.zone.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `rfc2136` provider's `tsig_secret_file` read as the module will read it (owner-only,
+    /// not a symlink, base64), so the configuration check reports it: the key and why, never
+    /// the secret.
+    // r[impl issue.dns01.rfc2136]
+    pub fn check_dns01_secret(&self) -> Result<(), (String, String)> {
+        let Some(dns01) = &self.dns01 else {
+            return Ok(());
+        };
+        match (&dns01.provider, &dns01.tsig_secret_file) {
+            (Dns01ProviderKind::Rfc2136, Some(file)) => crate::rfc2136::read_secret(file)
+                .map(drop)
+                .map_err(|e| ("dns01.tsig_secret_file".to_owned(), e.to_string())),
+            _ => Ok(()),
+        }
     }
 
     fn tick_every(&self) -> Duration {
@@ -469,7 +764,7 @@ pub enum StartError {
 /// Every name is a DNS name, listed once, and no ACME name is a wildcard
 /// ([`IssuanceConfig::check_names`]).
 // r[impl issue.hostnames]
-// r[impl issue.certificates.names]
+// r[impl issue.certificates.names+2]
 fn check_names(config: &IssuanceConfig) -> Result<(), StartError> {
     config
         .check_names()
@@ -483,6 +778,7 @@ pub struct Issuance {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     responder: Option<Http01Responder>,
+    cleanups: crate::dns01::Cleanups,
 }
 
 /// Starts the module: opens the attempts table (in memory, with a fault, when the file cannot be
@@ -508,6 +804,9 @@ pub async fn start(
     config
         .check_hooks()
         .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
+    config
+        .check_dns01()
+        .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
     if let Some(local) = &config.local {
         local.endpoint.check()?;
     }
@@ -531,7 +830,10 @@ pub async fn start(
             }
         };
     let mut responder = None;
-    let mut acme_source = None;
+    let mut acme_source: Option<Arc<acme::AcmeSource>> = None;
+    let mut dns01_source: Option<Arc<dyn crate::Source>> = None;
+    // The DNS-01 record removals under way: the stop waits for them.
+    let cleanups = crate::dns01::Cleanups::default();
     let mut local_source = None;
     let mut hosts = Vec::new();
     let mut outputs = std::collections::HashMap::new();
@@ -545,20 +847,31 @@ pub async fn start(
                     return Err(StartError::MissingSource(key, "acme"));
                 };
                 if acme_source.is_none() {
-                    let limits = settings
-                        .http01_limits
-                        .validate()
-                        .map_err(|e| StartError::Config(format!("acme.http01_limits.{e}")))?;
-                    // Redirects go only to the node's own names, whichever source serves them.
-                    let names = config.planned().into_iter().flat_map(|c| c.names);
-                    let other = OtherRequests::new(settings.http01_other, names);
-                    let r = Http01Responder::bind_serving(settings.http01_bind, limits, other)
-                        .await
-                        .map_err(|source| StartError::Bind {
-                            addr: settings.http01_bind,
-                            source,
-                        })?;
-                    acme_source = Some(acme::source(
+                    // The responder is bound only when a certificate answers HTTP-01.
+                    let http01 = config
+                        .planned()
+                        .iter()
+                        .any(|c| c.source == SourceKind::Acme && c.challenge == Challenge::Http01);
+                    let mut challenges = crate::responder::Challenges::default();
+                    if http01 {
+                        let limits = settings
+                            .http01_limits
+                            .validate()
+                            .map_err(|e| StartError::Config(format!("acme.http01_limits.{e}")))?;
+                        // Redirects go only to the node's own names, whichever source serves
+                        // them.
+                        let names = config.planned().into_iter().flat_map(|c| c.names);
+                        let other = OtherRequests::new(settings.http01_other, names);
+                        let r = Http01Responder::bind_serving(settings.http01_bind, limits, other)
+                            .await
+                            .map_err(|source| StartError::Bind {
+                                addr: settings.http01_bind,
+                                source,
+                            })?;
+                        challenges = r.challenges().clone();
+                        responder = Some(r);
+                    }
+                    acme_source = Some(Arc::new(acme::AcmeSource::new(
                         AcmeConfig {
                             directory: settings.directory.clone(),
                             contact: settings.contact.clone(),
@@ -568,11 +881,28 @@ pub async fn start(
                             account_path: dir.join("acme-account.json"),
                             order_timeout: config.attempt_bound() / 2,
                         },
-                        r.challenges().clone(),
-                    ));
-                    responder = Some(r);
+                        challenges,
+                    )));
                 }
-                acme_source.clone()
+                match (h.challenge, &acme_source) {
+                    (Challenge::Http01, Some(acme)) => Some(acme.clone() as Arc<dyn crate::Source>),
+                    // r[impl issue.dns01.choice]
+                    (Challenge::Dns01, Some(acme)) => {
+                        if dns01_source.is_none() {
+                            let Some(dns01) = &config.dns01 else {
+                                return Err(StartError::MissingSource(key, "dns01"));
+                            };
+                            let mut dns01 = dns01
+                                .build()
+                                .map_err(|e| StartError::Config(format!("dns01: {e}")))?;
+                            dns01.cleanups = cleanups.clone();
+                            dns01_source =
+                                Some(Arc::new(acme.with_dns01(dns01)) as Arc<dyn crate::Source>);
+                        }
+                        dns01_source.clone()
+                    }
+                    (_, None) => None,
+                }
             }
             SourceKind::Local => {
                 let Some(settings) = &config.local else {
@@ -643,6 +973,7 @@ pub async fn start(
         stop,
         task,
         responder,
+        cleanups,
     })
 }
 
@@ -681,6 +1012,17 @@ impl Issuance {
         };
         if let Err(err) = self.issuer.settle_interrupted() {
             result = Err(format!("settling interrupted attempts: {err}"));
+        }
+        // The cut attempt handed its DNS-01 records to `cleanups`: wait for their removal (each
+        // record still there at the deadline is logged as left behind).
+        // r[impl issue.dns01.cleanup]
+        let left = self.cleanups.wait(deadline).await;
+        if !left.is_empty() && result.is_ok() {
+            let names: Vec<&str> = left.iter().map(|(fqdn, _)| fqdn.as_str()).collect();
+            result = Err(format!(
+                "dns-01 records left behind at the deadline: {}",
+                names.join(", ")
+            ));
         }
         if let Some(r) = &self.responder {
             r.stop();
@@ -950,7 +1292,7 @@ mod tests {
         assert!(!dir.path().join("issuance/escape.pem").exists());
     }
 
-    // r[verify issue.certificates.names]
+    // r[verify issue.certificates.names+2]
     #[tokio::test]
     async fn certificate_names_are_checked_across_entries_and_an_acme_wildcard_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -987,7 +1329,7 @@ mod tests {
                     "certificate": [{ "names": ["a.example", "*.a.example"], "source": "acme" }],
                 }),
                 "certificate[0].names[1]",
-                "needs the ACME DNS-01 challenge, which holdfast does not build yet",
+                "a wildcard needs challenge = \"dns-01\"",
             ),
             (
                 serde_json::json!({
@@ -1036,6 +1378,154 @@ mod tests {
         assert_eq!(ok.check_names(), Ok(()));
     }
 
+    fn dns01_config(json: serde_json::Value) -> IssuanceConfig {
+        let mut value = json;
+        value["acme"] = serde_json::json!({ "directory": "https://acme.invalid/dir" });
+        serde_json::from_value(value).unwrap()
+    }
+
+    // r[verify issue.dns01.propagation]
+    #[test]
+    fn a_propagation_wait_that_cannot_fit_in_the_attempt_is_refused() {
+        let config = |attempt: &str, wait: &str| {
+            dns01_config(serde_json::json!({
+                "attempt_timeout": attempt,
+                "dns01": {
+                    "provider": "exec", "command": ["/usr/local/bin/dns"],
+                    "command_timeout": "60s", "propagation_timeout": wait,
+                    "propagation_servers": ["192.0.2.53:53"],
+                },
+            }))
+        };
+        assert_eq!(config("5m", "120s").check_dns01(), Ok(()));
+        let (key, e) = config("2m", "120s").check_dns01().unwrap_err();
+        assert_eq!(key, "dns01.propagation_timeout");
+        assert!(e.contains("attempt_timeout"), "{e}");
+    }
+
+    // r[verify issue.dns01.choice]
+    // r[verify issue.certificates.names+2]
+    #[test]
+    fn a_wildcard_on_dns01_is_accepted_and_dns01_needs_a_provider_covering_its_names() {
+        let rfc2136 = serde_json::json!({
+            "provider": "rfc2136", "server": "127.0.0.1:5353", "zone": "example.test",
+            "tsig_key_name": "holdfast", "tsig_secret_file": "/etc/holdfast/tsig.key",
+        });
+        let ok = dns01_config(serde_json::json!({
+            "certificate": [{
+                "names": ["*.example.test", "example.test"], "source": "acme", "challenge": "dns-01",
+            }],
+            "hostname": [{ "name": "www.other.test", "source": "acme" }],
+            "dns01": rfc2136.clone(),
+        }));
+        assert_eq!(ok.check_names(), Ok(()));
+        assert_eq!(ok.check_dns01(), Ok(()));
+        assert_eq!(ok.planned()[0].challenge, Challenge::Http01, "the default");
+        assert_eq!(ok.planned()[1].challenge, Challenge::Dns01);
+        // No provider: refused at the certificate's `challenge`.
+        let none = dns01_config(serde_json::json!({
+            "certificate": [{ "names": ["*.example.test"], "source": "acme", "challenge": "dns-01" }],
+        }));
+        let (key, e) = none.check_dns01().unwrap_err();
+        assert_eq!(key, "certificate[0].challenge");
+        assert!(e.contains("[issuance.dns01]"), "{e}");
+        // A name outside the rfc2136 zone.
+        let outside = dns01_config(serde_json::json!({
+            "hostname": [{ "name": "a.other.test", "source": "acme", "challenge": "dns-01" }],
+            "dns01": rfc2136,
+        }));
+        let (key, e) = outside.check_dns01().unwrap_err();
+        assert_eq!(key, "hostname[0].challenge");
+        assert!(e.contains("a.other.test"), "{e}");
+        // An unknown challenge is a type error.
+        assert!(
+            serde_json::from_value::<IssuanceConfig>(serde_json::json!({
+                "hostname": [{ "name": "a.test", "source": "acme", "challenge": "tls-alpn-01" }],
+            }))
+            .is_err()
+        );
+    }
+
+    // r[verify issue.dns01.rfc2136]
+    // r[verify issue.dns01.exec]
+    // r[verify issue.dns01.propagation]
+    #[test]
+    fn dns01_settings_name_the_key_that_cannot_work() {
+        let settings =
+            |json: serde_json::Value| -> Dns01Settings { serde_json::from_value(json).unwrap() };
+        let cases = [
+            (serde_json::json!({ "provider": "rfc2136" }), "server"),
+            (
+                serde_json::json!({ "provider": "rfc2136", "server": "127.0.0.1:53" }),
+                "zone",
+            ),
+            (
+                serde_json::json!({
+                    "provider": "rfc2136", "server": "127.0.0.1:53", "zone": "a.test",
+                }),
+                "tsig_key_name",
+            ),
+            (
+                serde_json::json!({
+                    "provider": "rfc2136", "server": "127.0.0.1:53", "zone": "a.test",
+                    "tsig_key_name": "k",
+                }),
+                "tsig_secret_file",
+            ),
+            (
+                serde_json::json!({
+                    "provider": "rfc2136", "server": "127.0.0.1:53", "zone": "a.test",
+                    "tsig_key_name": "k", "tsig_secret_file": "/k", "ttl": 0,
+                }),
+                "ttl",
+            ),
+            (serde_json::json!({ "provider": "exec" }), "command"),
+            (
+                serde_json::json!({ "provider": "exec", "command": [""] }),
+                "command",
+            ),
+            (
+                serde_json::json!({ "provider": "exec", "command": ["/bin/true"] }),
+                "propagation_servers",
+            ),
+            (
+                serde_json::json!({
+                    "provider": "exec", "command": ["/bin/true"],
+                    "propagation_servers": ["127.0.0.1:53"], "command_timeout": "11m",
+                }),
+                "command_timeout",
+            ),
+            (
+                serde_json::json!({
+                    "provider": "exec", "command": ["/bin/true"],
+                    "propagation_servers": ["127.0.0.1:53"], "propagation_timeout": "0s",
+                }),
+                "propagation_timeout",
+            ),
+        ];
+        for (json, want) in cases {
+            let (key, _) = settings(json.clone()).check().unwrap_err();
+            assert_eq!(key, want, "{json}");
+        }
+        let exec = settings(serde_json::json!({
+            "provider": "exec", "command": ["/bin/true"], "propagation_servers": ["127.0.0.1:53"],
+        }));
+        assert_eq!(exec.check(), Ok(()));
+        let rfc = settings(serde_json::json!({
+            "provider": "rfc2136", "server": "127.0.0.1:53", "zone": "a.test",
+            "tsig_key_name": "k", "tsig_secret_file": "/k", "tsig_algorithm": "hmac-sha512",
+        }));
+        assert_eq!(rfc.check(), Ok(()));
+        assert_eq!(rfc.ttl, 60);
+        assert!(rfc.covers("*.a.test") && rfc.covers("x.A.test") && !rfc.covers("xa.test"));
+        assert!(
+            serde_json::from_value::<Dns01Settings>(serde_json::json!({
+                "provider": "rfc2136", "tsig_algorithm": "hmac-md5",
+            }))
+            .is_err()
+        );
+    }
+
     // r[verify issue.certificates]
     #[test]
     fn a_hostname_entry_is_a_one_name_certificate_on_the_same_path() {
@@ -1051,6 +1541,7 @@ mod tests {
                     entry: Entry::Hostname(0),
                     names: vec!["a.example".into()],
                     source: SourceKind::Local,
+                    challenge: Challenge::Http01,
                     deploy: None,
                     on_renew: None,
                 },
@@ -1058,6 +1549,7 @@ mod tests {
                     entry: Entry::Certificate(0),
                     names: vec!["b.example".into(), "www.b.example".into()],
                     source: SourceKind::Acme,
+                    challenge: Challenge::Http01,
                     deploy: None,
                     on_renew: None,
                 },

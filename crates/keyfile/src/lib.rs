@@ -12,6 +12,10 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
+mod secret;
+
+pub use secret::{SecretFileError, read_secret_file};
+
 /// The mode of every file written here: read and write for the owner only.
 pub const MODE: u32 = 0o600;
 

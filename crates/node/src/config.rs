@@ -1257,6 +1257,16 @@ fn validate_issuance(
     if let Err((key, message)) = issuance.check_hooks() {
         return Err(loc.at(span, &format!("issuance.{key}"), message.to_owned()));
     }
+    // r[impl issue.dns01.choice]
+    if let Err((key, message)) = issuance.check_dns01() {
+        let at = challenge_span(loc.text, &key).or(span);
+        return Err(loc.at(at, &format!("issuance.{key}"), message));
+    }
+    // r[impl issue.dns01.rfc2136]
+    if let Err((key, message)) = issuance.check_dns01_secret() {
+        let at = challenge_span(loc.text, &key).or(span);
+        return Err(loc.at(at, &format!("issuance.{key}"), message));
+    }
     for cert in issuance.planned() {
         let at = NamePlace {
             entry: cert.entry,
@@ -1286,7 +1296,7 @@ fn validate_issuance(
 }
 
 // r[impl node.issuance.config+2]
-// r[impl issue.certificates.names]
+// r[impl issue.certificates.names+2]
 /// Where `at` is written: a `[[issuance.hostname]]`'s `name`, a `[[issuance.certificate]]`'s
 /// `names[j]` (its `names` when `at` names no index), or the entry's `source` when `source` is
 /// true. holdfast-issuance's config carries no spans, so the text is read once more for them,
@@ -1339,6 +1349,41 @@ fn name_span(
             }
         }
     }
+}
+
+// r[impl issue.dns01.choice]
+/// Where the `challenge` of `hostname[i].challenge` or `certificate[i].challenge` is written,
+/// or the `[issuance.dns01]` key a `dns01.KEY` error names (`None`: not written, or another key).
+fn challenge_span(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    use serde::de::IgnoredAny;
+    #[derive(Deserialize)]
+    struct File {
+        issuance: Option<Section>,
+    }
+    #[derive(Deserialize)]
+    struct Section {
+        #[serde(default)]
+        hostname: Vec<Entry>,
+        #[serde(default)]
+        certificate: Vec<Entry>,
+        dns01: Option<std::collections::BTreeMap<String, Spanned<IgnoredAny>>>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        challenge: Option<Spanned<IgnoredAny>>,
+    }
+    let section = toml::from_str::<File>(text).ok()?.issuance?;
+    if let Some(field) = key.strip_prefix("dns01.") {
+        return Some(section.dns01?.remove(field)?.span());
+    }
+    let (list, rest) = key.split_once('[')?;
+    let index: usize = rest.split_once(']')?.0.parse().ok()?;
+    let entries = match list {
+        "hostname" => section.hostname,
+        "certificate" => section.certificate,
+        _ => return None,
+    };
+    Some(entries.into_iter().nth(index)?.challenge?.span())
 }
 
 // r[impl node.issuance.config+2]
@@ -1608,7 +1653,8 @@ mod tests {
         );
     }
 
-    // r[verify issue.certificates.names]
+    // r[verify issue.certificates.names+2]
+    // r[verify issue.dns01.choice]
     // r[verify node.issuance.config+2]
     #[test]
     fn a_certificate_name_is_refused_at_file_line_col_and_a_wildcard_says_it_needs_dns01() {
@@ -1631,7 +1677,7 @@ mod tests {
                 // A wildcard on an ACME certificate: at the name, saying why.
                 "[[issuance.certificate]]\nnames = [\"b.example\", \"*.b.example\"]\nsource = \"acme\"\n",
                 "bad.toml:8:23: issuance.certificate[0].names[1]: \"*.b.example\" is a wildcard: \
-                 a wildcard needs the ACME DNS-01 challenge, which holdfast does not build yet",
+                 a wildcard needs challenge = \"dns-01\"",
             ),
             (
                 "[[issuance.hostname]]\nname = \"*.a.example\"\nsource = \"acme\"\n",
@@ -1659,6 +1705,32 @@ mod tests {
                 .to_string();
             assert!(err.starts_with(want), "{err}\n  wanted: {want}");
         }
+        // A wildcard on DNS-01 is accepted; DNS-01 without a provider is refused at `challenge`.
+        let dns01 = "[[issuance.certificate]]\nnames = [\"*.b.example\", \"b.example\"]\n\
+                     source = \"acme\"\nchallenge = \"dns-01\"\n";
+        let err = Config::parse("bad.toml", &format!("{base}{dns01}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "bad.toml:10:13: issuance.certificate[0].challenge: \"dns-01\" needs an \
+                 [issuance.dns01] section"
+            ),
+            "{err}"
+        );
+        let provider = "[issuance.dns01]\nprovider = \"exec\"\ncommand = [\"/usr/local/bin/dns\"]\n\
+                        propagation_servers = [\"192.0.2.53:53\"]\n";
+        Config::parse("ok.toml", &format!("{base}{provider}{dns01}")).unwrap();
+        // A provider setting that cannot work: at its key.
+        let bad = "[issuance.dns01]\nprovider = \"exec\"\ncommand = [\"/usr/local/bin/dns\"]\n\
+                   propagation_servers = []\n";
+        let err = Config::parse("bad.toml", &format!("{base}{bad}{dns01}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("bad.toml:10:23: issuance.dns01.propagation_servers: is required"),
+            "{err}"
+        );
         // A certificate whose source has no section: at its `source`.
         let text = "[node]\n[issuance]\n[[issuance.certificate]]\nnames = [\"a.example\"]\n\
                     source = \"local\"\n";
@@ -1670,6 +1742,33 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    // r[verify issue.dns01.rfc2136]
+    #[test]
+    fn a_tsig_secret_file_readable_by_others_is_refused_at_its_key_without_its_text() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("tsig.key");
+        std::fs::write(&secret, "c2VjcmV0LXNlY3JldA==\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let text = format!(
+            "[node]\n[issuance]\n[issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+             [issuance.dns01]\nprovider = \"rfc2136\"\nserver = \"192.0.2.53:53\"\n\
+             zone = \"b.example\"\ntsig_key_name = \"holdfast\"\ntsig_secret_file = {:?}\n\
+             [[issuance.certificate]]\nnames = [\"*.b.example\"]\nsource = \"acme\"\n\
+             challenge = \"dns-01\"\n",
+            secret.display().to_string()
+        );
+        let err = Config::parse("bad.toml", &text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("bad.toml:10:20: issuance.dns01.tsig_secret_file: "),
+            "{err}"
+        );
+        assert!(err.contains("0644"), "{err}");
+        assert!(!err.contains("c2VjcmV0"), "{err}");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Config::parse("ok.toml", &text).unwrap();
     }
 
     // r[verify issue.deploy]

@@ -40,6 +40,17 @@ pub const CHALLTESTSRV_VAR: &str = "HOLDFAST_TEST_CHALLTESTSRV";
 pub const ETCD_VAR: &str = "HOLDFAST_TEST_ETCD";
 /// `redis://127.0.0.1:PORT`.
 pub const REDIS_VAR: &str = "HOLDFAST_TEST_REDIS";
+/// `127.0.0.1:PORT` of knotd, authoritative for [`KNOT_ZONE_VAR`], taking TSIG-signed updates.
+pub const KNOT_VAR: &str = "HOLDFAST_TEST_KNOT";
+/// The zone knotd serves and accepts RFC 2136 updates for.
+pub const KNOT_ZONE_VAR: &str = "HOLDFAST_TEST_KNOT_ZONE";
+/// The name of the TSIG key knotd accepts updates with (hmac-sha256).
+pub const KNOT_TSIG_NAME_VAR: &str = "HOLDFAST_TEST_KNOT_TSIG_NAME";
+/// Path of a file holding that key's secret, base64.
+pub const KNOT_TSIG_FILE_VAR: &str = "HOLDFAST_TEST_KNOT_TSIG_FILE";
+/// `https://127.0.0.1:PORT/dir` of a second pebble whose DNS server is knot ([`KNOT_VAR`]), for
+/// DNS-01 (its TLS certificate is signed by [`ACME_CA_VAR`]'s CA).
+pub const ACME_DNS01_DIRECTORY_VAR: &str = "HOLDFAST_TEST_ACME_DNS01_DIRECTORY";
 /// Path of the skip ledger (JSON lines).
 pub const SKIP_LEDGER_VAR: &str = "HOLDFAST_TEST_SKIP_LEDGER";
 
@@ -117,6 +128,57 @@ pub struct Redis {
     pub url: String,
     /// The same address as a socket address.
     pub addr: SocketAddr,
+}
+
+/// Knot DNS, for DNS-01.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knot {
+    /// Its address (UDP and TCP).
+    pub addr: SocketAddr,
+    /// The zone it serves and accepts updates for.
+    pub zone: String,
+    /// The TSIG key's name.
+    pub tsig_name: String,
+    /// The file holding the TSIG secret, base64.
+    pub tsig_file: PathBuf,
+}
+
+/// Knot DNS, or `None` (after a loud skip).
+#[track_caller]
+pub fn knot() -> Option<Knot> {
+    let mut vars = require(
+        "knot",
+        &[
+            KNOT_VAR,
+            KNOT_ZONE_VAR,
+            KNOT_TSIG_NAME_VAR,
+            KNOT_TSIG_FILE_VAR,
+        ],
+    )?;
+    let tsig_file = PathBuf::from(vars.remove(3));
+    let tsig_name = vars.remove(2);
+    let zone = vars.remove(1);
+    let addr_text = vars.remove(0);
+    let addr = parse_or_panic(KNOT_VAR, &addr_text, addr_text.parse::<SocketAddr>());
+    Some(Knot {
+        addr,
+        zone,
+        tsig_name,
+        tsig_file,
+    })
+}
+
+/// The DNS-01 pebble (its DNS server is knot): its directory and the CA of its TLS certificate,
+/// with knot itself, or `None` (after a loud skip).
+#[track_caller]
+pub fn acme_dns01() -> Option<(String, PathBuf, Knot)> {
+    let mut vars = require(
+        "pebble for DNS-01",
+        &[ACME_DNS01_DIRECTORY_VAR, ACME_CA_VAR],
+    )?;
+    let ca = PathBuf::from(vars.remove(1));
+    let directory = vars.remove(0);
+    Some((directory, ca, knot()?))
 }
 
 /// The private dockerd, or `None` (after a loud skip) when it is not running.

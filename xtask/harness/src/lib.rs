@@ -8,12 +8,13 @@
 //! on a closed pipe) are the commands' common ground; [`packages`] (what is needed and from which
 //! Debian package), [`layout`] (directories and ports), [`process`] (supervision: process groups,
 //! stopping, sweeping leftovers) and [`probe`] (readiness) are the machinery; [`docker`],
-//! [`registry`], [`pebble`], [`etcd`] and [`redis`] start one service each. [`stand_in`] writes
+//! [`registry`], [`pebble`], [`knot`], [`etcd`] and [`redis`] start one service each. [`stand_in`] writes
 //! the stand-in programs (cargo, a bench example) that the drivers' and xtask's tests run instead
 //! of the real ones.
 
 pub mod docker;
 pub mod etcd;
+pub mod knot;
 pub mod layout;
 pub mod output;
 pub mod packages;

@@ -50,6 +50,21 @@ pub const REQUIREMENTS: &[Requirement] = &[
         purpose: "pebble's DNS and challenge server",
     },
     Requirement {
+        program: "knotd",
+        packages: &["knot"],
+        purpose: "the authoritative DNS server for DNS-01 (RFC 2136 updates with TSIG)",
+    },
+    Requirement {
+        program: "keymgr",
+        packages: &["knot"],
+        purpose: "knot's TSIG key",
+    },
+    Requirement {
+        program: "kdig",
+        packages: &["knot-dnsutils"],
+        purpose: "querying knot in the harness's own test",
+    },
+    Requirement {
         program: "etcd",
         packages: &["etcd-server"],
         purpose: "etcd",
@@ -313,6 +328,7 @@ mod tests {
         assert_eq!(package("pebble"), Some(&["pebble"][..]));
         assert_eq!(package("pebble-challtestsrv"), Some(&["pebble"][..]));
         assert_eq!(package("etcd"), Some(&["etcd-server"][..]));
+        assert_eq!(package("knotd"), Some(&["knot"][..]));
         assert_eq!(package("redis-server"), Some(&["redis-server"][..]));
         assert_eq!(package("busybox"), Some(&["busybox-static"][..]));
         assert_eq!(
@@ -340,6 +356,8 @@ mod tests {
                 "containerd",
                 "docker-registry",
                 "pebble",
+                "knot",
+                "knot-dnsutils",
                 "etcd-server",
                 "redis-server",
                 "busybox-static",

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use holdfast_test_support::services::{
-    ACME_CA_VAR, ACME_DIRECTORY_VAR, ACME_HTTP01_PORT_VAR, ACME_MANAGEMENT_VAR, CHALLTESTSRV_VAR,
+    ACME_CA_VAR, ACME_DIRECTORY_VAR, ACME_DNS01_DIRECTORY_VAR, ACME_HTTP01_PORT_VAR,
+    ACME_MANAGEMENT_VAR, CHALLTESTSRV_VAR,
 };
 
 use super::layout::{ServiceDir, loopback};
@@ -105,6 +106,51 @@ pub fn start(
             format!("http://127.0.0.1:{}", ports.challtestsrv),
         ),
     ])
+}
+
+// i[impl harness.services.acme-dns01]
+/// Starts a second pebble for DNS-01 whose DNS server is `dns` (knot), serving with the TLS
+/// certificate [`start`] made in `first` (so one CA verifies both); returns its directory
+/// variable. `ports` are its ACME and management ports, then the HTTP-01 and TLS-ALPN-01 ports
+/// its validator would use (nothing listens there: only DNS-01 is asked of it).
+pub fn start_dns01(
+    supervisor: &mut Supervisor,
+    first: &ServiceDir,
+    dir: &ServiceDir,
+    ports: [u16; 4],
+    dns: std::net::SocketAddr,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let [acme, management, http01, tls_alpn01] = ports;
+    let config = serde_json::json!({
+        "pebble": {
+            "listenAddress": format!("127.0.0.1:{acme}"),
+            "managementListenAddress": format!("127.0.0.1:{management}"),
+            "certificate": first.file("cert.pem"),
+            "privateKey": first.file("key.pem"),
+            "httpPort": http01,
+            "tlsPort": tls_alpn01,
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+        }
+    });
+    let config_path = dir.file("pebble-config.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
+    let mut command = Command::new("pebble");
+    command
+        .arg("-config")
+        .arg(&config_path)
+        .args(["-dnsserver", &dns.to_string()])
+        .env("PEBBLE_VA_NOSLEEP", "1")
+        .env("PEBBLE_WFE_NONCEREJECT", "15")
+        .current_dir(dir.data());
+    let service = supervisor.spawn(dir.name, command, &dir.log(), Duration::from_secs(10))?;
+    probe::wait_ready(service, "on its ACME port", Duration::from_secs(30), || {
+        probe::accepts(loopback(acme))
+    })?;
+    Ok(vec![(
+        ACME_DNS01_DIRECTORY_VAR,
+        format!("https://127.0.0.1:{acme}/dir"),
+    )])
 }
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it (Debian's pebble ships
@@ -297,6 +343,74 @@ mod tests {
         assert!(
             !probe::accepts(loopback(ports.challtestsrv)),
             "challtestsrv still up"
+        );
+    }
+
+    // i[verify harness.services.acme-dns01]
+    #[test]
+    fn a_second_pebble_resolves_through_knot_with_the_first_ones_certificate() {
+        if !installed(&[
+            "pebble",
+            "pebble-challtestsrv",
+            "openssl",
+            "knotd",
+            "keymgr",
+        ]) {
+            return;
+        }
+        let mut run = Run::new();
+        let (challtestsrv_dir, dir) = (run.dir("challtestsrv"), run.dir("pebble"));
+        let (knot_dir, dns01_dir) = (run.dir("knot"), run.dir("pebble-dns01"));
+        let p = free_ports(11).unwrap();
+        let ports = Ports {
+            acme: p[0],
+            management: p[1],
+            http01: p[2],
+            tls_alpn01: p[3],
+            dns: p[4],
+            challtestsrv: p[5],
+        };
+        start(&mut run.supervisor, &challtestsrv_dir, &dir, ports).unwrap();
+        crate::knot::start(&mut run.supervisor, &knot_dir, p[6]).unwrap();
+        let env = start_dns01(
+            &mut run.supervisor,
+            &dir,
+            &dns01_dir,
+            [p[7], p[8], p[9], p[10]],
+            loopback(p[6]),
+        )
+        .unwrap();
+        assert_eq!(
+            env,
+            [(
+                "HOLDFAST_TEST_ACME_DNS01_DIRECTORY",
+                format!("https://127.0.0.1:{}/dir", p[7])
+            )]
+        );
+        let (verified, answer) = directory_over_tls(p[7], Some(&dir.file("ca.pem")));
+        assert!(verified, "{answer}");
+        assert!(answer.contains("newNonce"), "{answer}");
+        // Its DNS server is knot's port, and it runs without validation sleeps.
+        let pids = processes_under(run.root(), &["pebble"]);
+        assert_eq!(pids.len(), 2, "{pids:?}");
+        let dns = format!("127.0.0.1:{}", p[6]);
+        let second = pids.iter().find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline)
+                .split('\0')
+                .any(|a| a == dns)
+        });
+        let second = second.expect("a pebble given knot as -dnsserver");
+        let environ = std::fs::read(format!("/proc/{second}/environ")).unwrap();
+        assert!(
+            String::from_utf8_lossy(&environ)
+                .split('\0')
+                .any(|v| v == "PEBBLE_VA_NOSLEEP=1")
+        );
+        run.supervisor.stop_all();
+        assert!(
+            !probe::accepts(loopback(p[7])),
+            "the second pebble still up"
         );
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! It starts the services the suites need, each under `target/holdfast-services/<service>/` with
 //! its own loopback ports, data directory, socket and log (`redis`, `etcd`, `challtestsrv` and
-//! `pebble`, `registry`, `dockerd`), waits until each answers, seeds the registry with a tiny image,
+//! `pebble`, `knot` and the DNS-01 `pebble` that resolves through it, `registry`, `dockerd`), waits
+//! until each answers, seeds the registry with a tiny image,
 //! exports their addresses to the tests (the `HOLDFAST_TEST_*` variables that
 //! `holdfast-test-support` reads), runs the workspace's tests with nextest and the doctests, stops
 //! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate.
@@ -15,7 +16,7 @@ mod suite;
 
 // The services, packages and processes live in holdfast-harness (xtask/harness), shared with the
 // drain demo; they keep their paths here (`harness::process`, `super::layout`, ...).
-use holdfast_harness::{docker, etcd, layout, packages, pebble, process, redis, registry};
+use holdfast_harness::{docker, etcd, knot, layout, packages, pebble, process, redis, registry};
 // The variables the tests read are holdfast-test-support's names, never spelt again here.
 use holdfast_test_support::services;
 
@@ -346,7 +347,7 @@ fn start_services(
     root: &Path,
     busybox: &Path,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    let ports = layout::free_ports(11)?;
+    let ports = layout::free_ports(16)?;
     let mut env: Vec<(&'static str, String)> = Vec::new();
     env.extend(redis::start(
         supervisor,
@@ -359,10 +360,11 @@ fn start_services(
         ports[1],
         ports[2],
     )?);
+    let pebble_dir = ServiceDir::fresh(root, "pebble")?;
     env.extend(pebble::start(
         supervisor,
         &ServiceDir::fresh(root, "challtestsrv")?,
-        &ServiceDir::fresh(root, "pebble")?,
+        &pebble_dir,
         pebble::Ports {
             acme: ports[3],
             management: ports[4],
@@ -371,6 +373,20 @@ fn start_services(
             dns: ports[7],
             challtestsrv: ports[8],
         },
+    )?);
+    env.extend(knot::start(
+        supervisor,
+        &ServiceDir::fresh(root, "knot")?,
+        ports[10],
+    )?);
+    // A second pebble that validates DNS-01 against knot (the first resolves every name to
+    // 127.0.0.1 through challtestsrv, which HTTP-01 tests need).
+    env.extend(pebble::start_dns01(
+        supervisor,
+        &pebble_dir,
+        &ServiceDir::fresh(root, "pebble-dns01")?,
+        [ports[11], ports[12], ports[13], ports[14]],
+        layout::loopback(ports[10]),
     )?);
     let registry_dir = ServiceDir::fresh(root, "registry")?;
     env.extend(registry::start(supervisor, &registry_dir, ports[9])?);
@@ -392,12 +408,12 @@ fn start_services(
         password: &password,
     };
     env.extend(registry::start_authenticated(
-        supervisor, &auth_dir, ports[10], login,
+        supervisor, &auth_dir, ports[15], login,
     )?);
     let auth_image = registry::seed_as(
         &auth_dir,
         &docker_host,
-        &format!("127.0.0.1:{}", ports[10]),
+        &format!("127.0.0.1:{}", ports[15]),
         busybox,
         Some(login),
     )?;
