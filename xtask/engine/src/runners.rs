@@ -349,8 +349,10 @@ fn a_helper_function_is_not_a_test() {
 }
 
 /// A jest-junit report without `file` attributes cannot say which file a test is in: the gate
-/// refuses it rather than matching titles across files.
+/// refuses it rather than matching titles across files (a fatal results problem, alone); the same
+/// report with its files, and another runner's report without them, are used.
 // i[verify spec-check.test-backed.runners+2]
+// i[verify spec-check.fatal]
 #[test]
 fn a_jest_report_without_files_is_refused() {
     let ran = r#"<testsuites name="jest tests"><testsuite name="calc"><testcase classname="calc adds" name="calc adds"/></testsuite></testsuites>"#;
@@ -369,6 +371,21 @@ fn a_jest_report_without_files_is_refused() {
     let refused = refused.expect("refused");
     assert_eq!(refused.kind, Kind::TestResults);
     assert!(refused.message.contains("addFileAttribute"), "{refused}");
+
+    // Only jest's reports need the attribute: with it, or from nextest (which never writes it),
+    // the report is used.
+    let with_files = ran.replace("/>", r#" file="web/b.test.js"/>"#);
+    let nextest = r#"<testsuites name="nextest-run"><testsuite name="calc"><testcase classname="calc" name="adds"/></testsuite></testsuites>"#;
+    for (what, report) in [
+        ("jest with files", with_files.as_str()),
+        ("nextest", nextest),
+    ] {
+        let mut tree = tree.clone();
+        tree.insert("junit.xml", report);
+        let junit = tree.root().join("junit.xml");
+        let used = spec_check::check(&tree, &[junit.as_path()], None, &[]);
+        assert!(used.is_ok(), "{what}: {:?}", used.err());
+    }
 }
 
 /// The run's case count counts each file's test once, though pytest names every suite `pytest`

@@ -158,6 +158,21 @@ pub fn of(tree: &dyn Tree) -> Paths {
 mod tests {
     use super::*;
 
+    /// No manifest is the defaults; a manifest that cannot be read is an error, not the defaults.
+    // i[verify xtask.paths]
+    #[test]
+    fn no_manifest_is_the_defaults_and_an_unreadable_one_an_error() {
+        let empty = crate::model::tree::Memory::new([("README.md", "")]);
+        assert_eq!(load(&empty).ok(), Some(Paths::default()));
+        // `/dev/null/Cargo.toml` cannot be read (not a directory), and is not "not found".
+        let unreadable = crate::model::tree::Disk::new("/dev/null");
+        assert!(
+            matches!(load(&unreadable), Err(Error::Read(_))),
+            "{:?}",
+            load(&unreadable)
+        );
+    }
+
     // i[verify xtask.paths]
     #[test]
     fn the_table_overrides_each_default_and_rejects_what_it_cannot_use() {

@@ -289,6 +289,7 @@ mod tests {
         );
     }
 
+    // i[verify xtask.layout.engine.tree]
     #[test]
     fn a_memory_tree_reads_walks_and_knows_its_directories() {
         let tree = Memory::new([("a/b.rs", "b"), ("a/c/d.md", "d"), ("e.txt", "e")]);
@@ -308,6 +309,7 @@ mod tests {
         assert!(tree.is_dir(&root.join("a/c")) && tree.is_dir(&root));
         assert!(!tree.is_dir(&root.join("a/b.rs")) && tree.is_file(&root.join("a/b.rs")));
         assert!(!tree.exists(&root.join("a/x")));
+        assert!(tree.exists(&root.join("a/b.rs")) && tree.exists(&root.join("a/c")));
         assert_ne!(Memory::new([("x", "")]).root(), tree.root(), "roots differ");
     }
 }
