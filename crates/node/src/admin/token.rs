@@ -4,48 +4,15 @@
 use std::path::Path;
 
 // i[impl node.admin.token+2]
-/// Opens a secret file once, without following a symlink, and checks the open file itself (so
-/// nothing can be swapped in between the check and the read): a regular file whose mode lets no
-/// one but its owner read or write it. Returns its text.
+/// Reads a secret file through [`holdfast_keyfile::read_secret_file`] (opened once, never through
+/// a symlink, the open file checked: regular, owner-only), its errors named as a token file's.
 pub fn read_secret_file(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        // std opens every file with O_CLOEXEC already; a symlink must fail to open.
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                format!(
-                    "token file {} is a symlink; point the config at the file itself",
-                    path.display()
-                )
-            } else {
-                format!("cannot read token file {}: {e}", path.display())
-            }
-        })?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!(
-            "token file {} is not a regular file",
-            path.display()
-        ));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "token file {} has mode {mode:04o}; it must not be readable by group or others (chmod 600 {})",
-            path.display(),
-            path.display()
-        ));
-    }
-    let mut text = String::new();
-    file.read_to_string(&mut text)
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
-    Ok(text)
+    use holdfast_keyfile::SecretFileError;
+    let shown = path.display();
+    holdfast_keyfile::read_secret_file(path).map_err(|err| match err {
+        SecretFileError::Io { source, .. } => format!("cannot read token file {shown}: {source}"),
+        other => format!("token file {other}"),
+    })
 }
 
 /// Checks a token file as [`read`] would (mode, a regular file, not a symlink, readable and not
