@@ -10,20 +10,18 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use common::{Node, start_in};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use holdfast::admin::client::{ClientError, Target, call, call_json};
 use holdfast::admin::token;
 use holdfast_gateway::TokenKey;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 const KEY: &str = "gateway-test-key-0123456789";
 
-type Client = WebSocketStream<TcpStream>;
+use common::ws::{close_frame, next_text};
 
 /// A node with a `[gateway]` section (replica `gw-a`, port picked by the system).
 fn start_gateway(drain: &str) -> Node {
@@ -45,58 +43,6 @@ async fn json_get(node: &Node, path: &str) -> Value {
 
 fn socket(node: &Node) -> Target {
     Target::Unix(node.dir.path().join("admin.sock"))
-}
-
-async fn next_text(ws: &mut Client) -> String {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a message within 5 s")
-            .expect("stream open")
-            .expect("no error");
-        match msg {
-            Message::Text(t) => return t.to_string(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("expected text, got {other:?}"),
-        }
-    }
-}
-
-/// Connects to the node's gateway, authenticates as `user` and joins `room`.
-async fn member(addr: &str, user: &str, room: &str) -> Client {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
-        .await
-        .unwrap();
-    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
-        .token(user, SystemTime::now() + Duration::from_secs(3600))
-        .unwrap();
-    for message in [
-        json!({"type": "auth", "token": token}),
-        json!({"type": "join", "room": room}),
-    ] {
-        ws.send(Message::Text(message.to_string().into()))
-            .await
-            .unwrap();
-        next_text(&mut ws).await;
-    }
-    ws
-}
-
-/// The close frame the client receives (answering it), if any, within `limit`.
-async fn close_frame(ws: &mut Client, limit: Duration) -> Option<CloseFrame> {
-    let mut close = None;
-    let _ = tokio::time::timeout(limit, async {
-        while let Some(msg) = ws.next().await {
-            match msg {
-                Ok(Message::Close(frame)) => close = frame,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    })
-    .await;
-    close
 }
 
 fn cli(args: &[&str]) -> (i32, String) {
@@ -131,7 +77,7 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
     assert_eq!(shown["key_fault"], Value::Null, "{shown}");
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
 
-    let mut ws = member(&addr, "ann", "lobby").await;
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
     let shown = json_get(&node, "/v1/gateway").await;
     assert_eq!(
         (&shown["connections"], &shown["authenticated"]),
@@ -277,7 +223,7 @@ async fn sigterm_is_a_restart_and_the_client_gets_1012_well_inside_the_budget() 
     node.until_ready().await;
     let shown = json_get(&node, "/v1/gateway").await;
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
-    let mut ws = member(&addr, "bob", "lobby").await;
+    let mut ws = common::ws::member(&addr, KEY, "bob", "lobby").await;
     // A client that reads (and so answers the close at once).
     let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
     node.signal(Signal::SIGTERM);
@@ -299,7 +245,7 @@ async fn a_plain_drain_is_a_shutdown_and_the_client_gets_1001() {
     node.until_ready().await;
     let shown = json_get(&node, "/v1/gateway").await;
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
-    let mut ws = member(&addr, "cy", "lobby").await;
+    let mut ws = common::ws::member(&addr, KEY, "cy", "lobby").await;
     let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
     let sock = socket(&node).to_string();
     let (code, out) = cli(&["drain", "--json", "--admin", &sock]);
@@ -437,13 +383,13 @@ async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted()
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
 
     // In its one room already: a second room is refused, the connection stays served.
-    let mut ann = member(&addr, "ann", "lobby").await;
+    let mut ann = common::ws::member(&addr, KEY, "ann", "lobby").await;
     let join = json!({"type": "join", "room": "second"}).to_string();
     ann.send(Message::Text(join.into())).await.unwrap();
     let refused = next_text(&mut ann).await;
     assert!(refused.contains("too many rooms"), "{refused}");
     // A name of 9 bytes, one over the limit: refused.
-    let mut bob = member(&addr, "bob", "123456789").await;
+    let mut bob = common::ws::member(&addr, KEY, "bob", "123456789").await;
     // An exactly 8-byte name is a room.
     let join = json!({"type": "join", "room": "12345678"}).to_string();
     bob.send(Message::Text(join.into())).await.unwrap();

@@ -8,23 +8,19 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use common::{Node, Reaped, start_in, write_config};
-use futures_util::{SinkExt, StreamExt};
 use holdfast::admin::client::{Target, call_json};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 const BUDGET: &str = "10s";
 const FORWARD_TOKEN: &str = "fwd-reload-never-logged-5b1e9a7c3d20";
 const KEY: &str = "gateway-reload-key-0123456789";
 
-type Client = WebSocketStream<TcpStream>;
+use common::ws::{close_frame, next_text};
 
 /// Rewrites the node's config with `extra` after the common sections (which stay the same, so
 /// only `extra`'s sections change).
@@ -444,56 +440,6 @@ fn gateway_section(dir: &Path, listen: &str) -> String {
     )
 }
 
-async fn next_text(ws: &mut Client) -> String {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a message within 5 s")
-            .expect("stream open")
-            .expect("no error");
-        match msg {
-            Message::Text(t) => return t.to_string(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("expected text, got {other:?}"),
-        }
-    }
-}
-
-async fn member(addr: &str, user: &str, room: &str) -> Client {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
-        .await
-        .unwrap();
-    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
-        .token(user, SystemTime::now() + Duration::from_secs(3600))
-        .unwrap();
-    for message in [
-        json!({"type": "auth", "token": token}),
-        json!({"type": "join", "room": room}),
-    ] {
-        ws.send(Message::Text(message.to_string().into()))
-            .await
-            .unwrap();
-        next_text(&mut ws).await;
-    }
-    ws
-}
-
-async fn close_frame(ws: &mut Client, limit: Duration) -> Option<CloseFrame> {
-    let mut close = None;
-    let _ = tokio::time::timeout(limit, async {
-        while let Some(msg) = ws.next().await {
-            match msg {
-                Ok(Message::Close(frame)) => close = frame,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    })
-    .await;
-    close
-}
-
 async fn push(node: &Node, room: &str, text: &str) {
     call_json(
         &socket(node),
@@ -516,7 +462,7 @@ async fn a_gateway_client_stays_connected_through_a_reload_of_another_module() {
     node.until_ready().await;
     let shown = json_get(&node, "/v1/gateway").await;
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
-    let mut ws = member(&addr, "ann", "lobby").await;
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
 
     // [forward] appears; [gateway] and [pull] are the same.
     rewrite(
@@ -583,7 +529,7 @@ async fn a_changed_gateway_listen_address_drains_it_and_it_listens_on_the_new_on
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let old = addr.expect("the gateway never listened");
-    let mut ws = member(&old, "bob", "lobby").await;
+    let mut ws = common::ws::member(&old, KEY, "bob", "lobby").await;
     let reader = tokio::spawn(async move { close_frame(&mut ws, Duration::from_secs(10)).await });
 
     let free = std::net::TcpListener::bind("127.0.0.1:0")
@@ -597,7 +543,7 @@ async fn a_changed_gateway_listen_address_drains_it_and_it_listens_on_the_new_on
     // Drained with the restart code, then listening on the new address.
     let frame = reader.await.unwrap().expect("a close frame");
     assert_eq!(u16::from(frame.code), 1012, "{frame:?}");
-    let mut ws = member(&free.to_string(), "bob", "lobby").await;
+    let mut ws = common::ws::member(&free.to_string(), KEY, "bob", "lobby").await;
     push(&node, "lobby", "on the new address").await;
     assert!(next_text(&mut ws).await.contains("on the new address"));
     assert!(
@@ -628,7 +574,7 @@ async fn reload_timeline() {
     node.until_ready().await;
     let shown = json_get(&node, "/v1/gateway").await;
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
-    let mut ws = member(&addr, "ann", "lobby").await;
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
     let (listen, pin) = forward_listen(&node).await;
     let (_client, local) = open_forward(&listen, &pin, &tokens, target).unwrap();
     let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

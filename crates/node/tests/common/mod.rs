@@ -1,6 +1,8 @@
 //! Running the binary as a subprocess, shared by the subprocess suites.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod ws;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
