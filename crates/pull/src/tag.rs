@@ -81,13 +81,8 @@ impl DigestChecks {
         let Some(seed) = self.seed else {
             return Duration::ZERO;
         };
-        // FNV-1a of the reference, mixed with the seed (splitmix64's finalizer).
-        let mut x = reference.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        }) ^ seed;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
+        // The reference's stable hash, mixed with the seed: holdfast-retry's jitter keys.
+        let x = holdfast_retry::mix64(holdfast_retry::stable_hash(reference) ^ seed);
         (self.interval / 10).mul_f64((x >> 11) as f64 / (1u64 << 53) as f64)
     }
 

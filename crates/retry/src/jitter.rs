@@ -45,8 +45,9 @@ const DECORRELATED_WINDOW: u32 = 32;
 const STREAM_BACKOFF: u64 = 0x6261_636b;
 const STREAM_HINT: u64 = 0x6869_6e74;
 
-/// splitmix64's finaliser: a good 64-bit mix.
-fn mix(mut z: u64) -> u64 {
+/// splitmix64's finaliser: a good 64-bit mix (also for spreading other schedules, such as a
+/// periodic check's offset, from a seed and a [`stable_hash`](crate::stable_hash)).
+pub fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -141,6 +141,7 @@ pub use history::{
     Decision, FailureRecorded, History, HistoryAttempt, HistoryBegin, SuccessRecorded, decide,
 };
 pub use jitter::Jitter;
+pub use jitter::mix as mix64;
 pub use lasting::Lasting;
 pub use policy::{MAX_POLICY_DURATION, Policy, PolicyBuilder, PolicyError};
 pub use policy_config::{PolicyConfig, PolicyConfigError};
