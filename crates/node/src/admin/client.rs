@@ -152,10 +152,71 @@ async fn call_unbounded(
     token: Option<&Token>,
     body: Option<&str>,
 ) -> Result<String, ClientError> {
-    let http = |message: String| ClientError::Http {
-        target: target.clone(),
-        message,
-    };
+    let response = respond(target, method, path, token, body).await?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| http_error(target, e.to_string()))?
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(refused(target, status, &body))
+    }
+}
+
+// i[impl node.workloads.logs]
+/// `GET path` (with `token` as the bearer token), handing each chunk of a 2xx answer's body to
+/// `on_chunk` as it arrives (for answers that stream, such as `holdfast logs --follow`) until
+/// the body ends or `on_chunk` breaks (its reader went away); no time limit once it answers (the
+/// connect and the response head are bounded by [`CALL_TIMEOUT`]). A body that ends in an error
+/// (the node could not read the whole of it) is an error.
+pub async fn stream_get(
+    target: &Target,
+    path: &str,
+    token: Option<&Token>,
+    mut on_chunk: impl FnMut(&[u8]) -> std::ops::ControlFlow<()>,
+) -> Result<(), ClientError> {
+    let head = respond(target, hyper::Method::GET, path, token, None);
+    let response = tokio::time::timeout(CALL_TIMEOUT, head)
+        .await
+        .map_err(|_| ClientError::Timeout {
+            target: target.clone(),
+            timeout: CALL_TIMEOUT,
+        })??;
+    let status = response.status();
+    let mut body = response.into_body();
+    if !status.is_success() {
+        let text = body
+            .collect()
+            .await
+            .map_err(|e| http_error(target, e.to_string()))?
+            .to_bytes();
+        return Err(refused(target, status, &String::from_utf8_lossy(&text)));
+    }
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| http_error(target, e.to_string()))?;
+        if let Some(data) = frame.data_ref() {
+            if on_chunk(data).is_break() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends one request to the node at `target` (with `token` as the bearer token and `body` as
+/// JSON) and returns the answer's head, its body still to read.
+async fn respond(
+    target: &Target,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&Token>,
+    body: Option<&str>,
+) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
     let not_running = |source: std::io::Error| {
         if source.kind() == std::io::ErrorKind::PermissionDenied {
             ClientError::PermissionDenied {
@@ -189,8 +250,8 @@ async fn call_unbounded(
     }
     let request = builder
         .body(Full::new(Bytes::from(body.unwrap_or_default().to_owned())))
-        .map_err(|e| http(e.to_string()))?;
-    let response = match target {
+        .map_err(|e| http_error(target, e.to_string()))?;
+    match target {
         Target::Tcp(addr) => {
             let stream = tokio::net::TcpStream::connect(addr)
                 .await
@@ -204,119 +265,25 @@ async fn call_unbounded(
             send(TokioIo::new(stream), request).await
         }
     }
-    .map_err(http)?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| http(e.to_string()))?
-        .to_bytes();
-    let body = String::from_utf8_lossy(&body).into_owned();
-    if status.is_success() {
-        Ok(body)
-    } else {
-        Err(ClientError::Refused {
-            target: target.clone(),
-            status: status.as_u16(),
-            // i[impl node.cli.escape]
-            // Printed to the operator's terminal: whatever answered, it writes no escape sequence.
-            body: crate::render::escape(body.trim()),
-        })
+    .map_err(|message| http_error(target, message))
+}
+
+fn http_error(target: &Target, message: String) -> ClientError {
+    ClientError::Http {
+        target: target.clone(),
+        message,
     }
 }
 
-// i[impl node.workloads.logs]
-/// `GET path` (with `token` as the bearer token), handing each chunk of a 2xx answer's body to
-/// `on_chunk` as it arrives (for answers that stream, such as `holdfast logs --follow`) until
-/// the body ends or `on_chunk` breaks (its reader went away); no time limit once it answers (the
-/// connect and the response head are bounded by [`CALL_TIMEOUT`]). A body that ends in an error
-/// (the node could not read the whole of it) is an error.
-pub async fn stream_get(
-    target: &Target,
-    path: &str,
-    token: Option<&Token>,
-    mut on_chunk: impl FnMut(&[u8]) -> std::ops::ControlFlow<()>,
-) -> Result<(), ClientError> {
-    let http = |message: String| ClientError::Http {
+/// A non-2xx answer, its body escaped for the operator's terminal.
+fn refused(target: &Target, status: hyper::StatusCode, body: &str) -> ClientError {
+    ClientError::Refused {
         target: target.clone(),
-        message,
-    };
-    let not_running = |source: std::io::Error| {
-        if source.kind() == std::io::ErrorKind::PermissionDenied {
-            ClientError::PermissionDenied {
-                target: target.clone(),
-                source,
-            }
-        } else {
-            ClientError::NotRunning {
-                target: target.clone(),
-                source,
-            }
-        }
-    };
-    let host = match target {
-        Target::Tcp(addr) => addr.to_string(),
-        Target::Unix(_) => "localhost".to_owned(),
-    };
-    let mut builder = hyper::Request::builder()
-        .method(hyper::Method::GET)
-        .uri(path)
-        .header(hyper::header::HOST, host);
-    if let Some(token) = token {
-        builder = builder.header(
-            hyper::header::AUTHORIZATION,
-            format!("Bearer {}", token.expose()),
-        );
+        status: status.as_u16(),
+        // i[impl node.cli.escape]
+        // Printed to the operator's terminal: whatever answered, it writes no escape sequence.
+        body: crate::render::escape(body.trim()),
     }
-    let request = builder
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| http(e.to_string()))?;
-    let head = async {
-        match target {
-            Target::Tcp(addr) => {
-                let stream = tokio::net::TcpStream::connect(addr)
-                    .await
-                    .map_err(not_running)?;
-                send(TokioIo::new(stream), request).await.map_err(http)
-            }
-            Target::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(not_running)?;
-                send(TokioIo::new(stream), request).await.map_err(http)
-            }
-        }
-    };
-    let response = tokio::time::timeout(CALL_TIMEOUT, head)
-        .await
-        .map_err(|_| ClientError::Timeout {
-            target: target.clone(),
-            timeout: CALL_TIMEOUT,
-        })??;
-    let status = response.status();
-    let mut body = response.into_body();
-    if !status.is_success() {
-        let text = body
-            .collect()
-            .await
-            .map_err(|e| http(e.to_string()))?
-            .to_bytes();
-        return Err(ClientError::Refused {
-            target: target.clone(),
-            status: status.as_u16(),
-            body: crate::render::escape(String::from_utf8_lossy(&text).trim()),
-        });
-    }
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| http(e.to_string()))?;
-        if let Some(data) = frame.data_ref() {
-            if on_chunk(data).is_break() {
-                break;
-            }
-        }
-    }
-    Ok(())
 }
 
 async fn send<IO>(
