@@ -54,6 +54,10 @@ pub struct Args {
     /// forward suite: a bounded run (well under a minute) for CI.
     #[arg(long)]
     quick: bool,
+    /// forward suite: also iperf 2's UDP at 200 Mbit/s and 1 Gbit/s, direct and through a
+    /// forward (installs Debian's iperf when missing, as root).
+    #[arg(long)]
+    iperf: bool,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -89,6 +93,9 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
             line.push("forward".into());
             if args.quick {
                 line.push("--quick".into());
+            }
+            if args.iperf {
+                line.push("--iperf".into());
             }
         }
         Suite::Retry | Suite::SpecCheck => {}
@@ -298,6 +305,10 @@ mod tests {
             ["forward", "--quick"]
         );
         assert_eq!(line(&["bench", "forward"]), ["forward"]);
+        assert_eq!(
+            line(&["bench", "forward", "--quick", "--iperf"]),
+            ["forward", "--quick", "--iperf"]
+        );
     }
 
     #[test]

@@ -539,3 +539,46 @@ async fn under_a_permissive_umask_the_socket_is_0600_and_new_parents_0700() {
     assert_eq!(code, 0);
     assert!(!dir.path().join("run/holdfast/admin.sock").exists());
 }
+
+/// The test suites' own hygiene: a node they start dies with the thread that started it, so a
+/// test process killed from outside (a mutation run's timeout) leaves no node behind.
+#[test]
+fn a_node_a_test_starts_dies_with_the_thread_that_started_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(dir.path(), "", "5s", None);
+    let pid = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Not waited for and not killed: only the thread's end may stop it (reaped by pid
+            // below).
+            #[allow(clippy::zombie_processes)]
+            let child =
+                common::spawn_only(&dir, &config, Command::new(env!("CARGO_BIN_EXE_holdfast")));
+            child.id()
+        })
+        .join()
+        .unwrap()
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // A dead child not yet reaped is a zombie ('Z'); the process is ours to reap below.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next());
+        if matches!(state, Some("Z") | None) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+            panic!("the node {pid} still ran after the thread that started it ended ({state:?})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = nix::sys::wait::waitpid(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        None,
+    );
+}

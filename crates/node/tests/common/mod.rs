@@ -78,6 +78,7 @@ pub fn spawn_with(dir: tempfile::TempDir, config: &Path, command: Command) -> No
 /// Spawns `command` as `holdfast run -c CONFIG`, its stderr into the directory's `stderr.log`,
 /// without waiting for anything.
 pub fn spawn_only(dir: &tempfile::TempDir, config: &Path, mut command: Command) -> Child {
+    die_with_parent(&mut command);
     command
         .args(["run", "-c"])
         .arg(config)
@@ -87,6 +88,22 @@ pub fn spawn_only(dir: &tempfile::TempDir, config: &Path, mut command: Command) 
         .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
         .unwrap()
+}
+
+/// Has the child killed when the thread that spawns it ends: a test process killed from outside
+/// (a mutation run's timeout, a harness interrupted) runs no destructor, and its node would
+/// otherwise outlive it, holding ports and CPU. Callers spawn from the test's own thread, which
+/// lives as long as the test.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the forked child before exec and makes one prctl(2) call,
+    // which allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// Waits for the admin address of the node `child` runs with its data in `dir`.

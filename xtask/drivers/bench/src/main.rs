@@ -9,6 +9,7 @@
 
 mod bench_forward;
 mod bench_gateway;
+mod iperf;
 
 use std::process::{Command, ExitCode};
 
@@ -38,6 +39,9 @@ enum Suite {
         /// A bounded run (well under a minute) for CI.
         #[arg(long)]
         quick: bool,
+        /// Also iperf 2's UDP at 200 Mbit/s and 1 Gbit/s, direct and through a forward.
+        #[arg(long)]
+        iperf: bool,
     },
 }
 
@@ -64,13 +68,45 @@ fn run(suite: Suite) -> anyhow::Result<ExitCode> {
             &holdfast_harness::root::target_dir(&root),
             connections,
         ),
-        Suite::Forward { quick } => bench_forward::run(
-            cargo(),
-            &root,
-            &holdfast_harness::root::target_dir(&root),
-            quick,
-        ),
+        Suite::Forward { quick, iperf } => {
+            let target = holdfast_harness::root::target_dir(&root);
+            let measure = || -> anyhow::Result<serde_json::Value> {
+                let example = build_forward_example(&root, &target)?;
+                iperf::run(&example, &target.join("bench/iperf"), quick)
+            };
+            bench_forward::run(
+                cargo(),
+                &root,
+                &target,
+                quick,
+                iperf.then_some(&measure as bench_forward::Iperf<'_>),
+            )
+        }
     }
+}
+
+/// holdfast-forward's `forward` example (a node and a client by hand) in release; its path.
+fn build_forward_example(
+    root: &std::path::Path,
+    target: &std::path::Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    eprintln!("bench: building holdfast-forward's forward example (release)");
+    let status = cargo()
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "holdfast-forward",
+            "--example",
+            "forward",
+        ])
+        .status()
+        .map_err(|e| anyhow::anyhow!("running cargo build --example forward: {e}"))?;
+    if !status.success() {
+        anyhow::bail!("cargo build -p holdfast-forward --example forward failed: {status}");
+    }
+    Ok(target.join("release/examples/forward"))
 }
 
 fn cargo() -> Command {
