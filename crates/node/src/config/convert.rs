@@ -35,7 +35,7 @@ impl Workload {
 
     // i[impl node.workloads.shape]
     /// The entry as holdfast-workload's config, its env file not yet read.
-    pub(super) fn shaped_config(&self) -> holdfast_workload::WorkloadConfig {
+    pub fn shaped_config(&self) -> holdfast_workload::WorkloadConfig {
         let mut w = holdfast_workload::WorkloadConfig::new(
             self.name.get_ref().clone(),
             self.image.get_ref().clone(),

@@ -60,7 +60,7 @@ pub struct Config {
 }
 
 /// `[node]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
     /// The node's identity (jitter seeds derive from it); else /etc/machine-id, else the hostname.
@@ -92,7 +92,7 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7480);
 
 /// `[admin]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
     /// TCP address, or `"off"` (default `127.0.0.1:7480`; port 0 picks one and writes it to
@@ -164,7 +164,7 @@ impl Serialize for Listen {
 }
 
 /// `[log]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogSection {
     /// `"human"` (default) or `"json"`.
@@ -200,7 +200,7 @@ pub enum LogFormat {
 }
 
 /// `[pull]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PullSection {
     /// Run the pull module (default true).
@@ -286,7 +286,7 @@ impl Default for PullSection {
 }
 
 /// `[supervise]`: module starts and restarts.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuperviseSection {
     /// First wait after a failed start or a crash (default 1 s).
@@ -421,7 +421,7 @@ pub struct Workload {
 }
 
 /// `[workloads]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadsSection {
     /// Stop the workloads' containers when holdfast stops (default false: they keep running and
@@ -435,7 +435,7 @@ pub struct WorkloadsSection {
 }
 
 /// `[forward]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardSection {
     /// The UDP address the QUIC endpoint listens on.
@@ -493,7 +493,7 @@ impl ForwardSection {
 }
 
 /// `[[forward.client]]`: tokens (inline or from a file) and the only targets they reach.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardClient {
     /// A file of this client's tokens (one a line, `#` comments; mode 0600 or stricter).
@@ -507,7 +507,7 @@ pub struct ForwardClient {
 }
 
 /// A secret from the config: its `Debug` hides it.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -527,7 +527,7 @@ impl Secret {
 
 /// `[testing]`: modules that exist only for the binary's own subprocess tests.
 #[cfg(feature = "testing-modules")]
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestingSection {
     /// Run a module named `testing-hang` whose stopper never returns (so the stop plan must cut it
