@@ -62,7 +62,7 @@ pub enum ModuleInputs {
         /// `pull.docker_host`.
         docker_host: Option<String>,
         /// holdfast-pull's config.
-        config: holdfast_pull::PullConfig,
+        config: Box<holdfast_pull::PullConfig>,
         /// Where credentials come from.
         auth: holdfast_pull::RegistryAuth,
         /// The images whose tags are followed.
@@ -124,7 +124,7 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
                 .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
                 .collect(),
             docker_host: config.pull.docker_host.clone(),
-            config: config.pull_config(0),
+            config: Box::new(config.pull_config(0)),
             auth: config.registry_auth(),
             tag_checks: config.tag_checks(),
         },
