@@ -18,7 +18,7 @@ use crate::responder::Challenges;
 use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
 
 /// External account binding (EAB) credentials.
-#[derive(Clone, serde::Deserialize)]
+#[derive(Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Eab {
     /// The key identifier the CA gave.

@@ -33,7 +33,7 @@ pub enum SourceKind {
 }
 
 /// One `[[issuance.hostname]]`.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostnameConfig {
     /// The DNS name.
@@ -53,7 +53,7 @@ pub struct HostnameConfig {
 }
 
 /// One `[[issuance.certificate]]`: one certificate for several names, issued in one attempt.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateConfig {
     /// The names it carries; the first is its key (its file, its row in `holdfast certs`, its
@@ -155,7 +155,7 @@ pub struct PlannedCertificate {
 }
 
 /// `[issuance.acme]`.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcmeSettings {
     /// The directory URL.
@@ -186,7 +186,7 @@ fn default_http01_bind() -> SocketAddr {
 }
 
 /// `[issuance.local]`.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSettings {
     /// Where the provider listens.
@@ -210,7 +210,7 @@ const RFC2136_TIMEOUT: Duration = Duration::from_secs(10);
 // r[impl issue.dns01.rfc2136]
 // r[impl issue.dns01.exec]
 // r[impl issue.dns01.propagation]
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dns01Settings {
     /// `"rfc2136"` or `"exec"`.
@@ -394,7 +394,7 @@ impl Dns01Settings {
 }
 
 /// `[issuance]`.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IssuanceConfig {
     /// The hostnames: certificates with one name each.

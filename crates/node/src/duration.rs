@@ -1,9 +1,15 @@
 //! Durations as the config writes them: `"250ms"`, `"5s"`, `"5m"`, `"1h"`, `"2d"`.
+//!
+//! Only the serde shape lives here; the text is read and written by holdfast-retry's
+//! [`duration_text`](holdfast_retry::duration_text), the one duration parser every crate uses.
 
 use std::fmt;
 use std::time::Duration;
 
+use holdfast_retry::duration_text;
 use serde::de::{self, Deserializer, Visitor};
+
+pub use holdfast_retry::duration_text::{DurationTextError as DurationError, format, parse};
 
 /// A duration read from the config. Serialises back to the same notation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -16,79 +22,13 @@ impl ConfigDuration {
     }
 }
 
-/// Why a duration string was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
-    /// Not a number followed by a unit.
-    #[error(
-        "invalid duration {0:?}: write a whole number and a unit, e.g. \"5s\", \"250ms\", \"5m\", \"1h\""
-    )]
-    Syntax(String),
-    /// A unit that is not one of ms, s, m, h, d.
-    #[error("invalid duration {value:?}: unknown unit {unit:?} (use ms, s, m, h or d)")]
-    Unit {
-        /// The whole value.
-        value: String,
-        /// The unit found.
-        unit: String,
-    },
-    /// Too long to represent.
-    #[error("invalid duration {0:?}: too long")]
-    Overflow(String),
-}
-
-// i[impl node.config.duration]
-/// Parses `"5s"`-style durations (a whole number and one unit).
-pub fn parse(text: &str) -> Result<Duration, DurationError> {
-    let trimmed = text.trim();
-    let digits = trimmed.chars().take_while(char::is_ascii_digit).count();
-    if digits == 0 {
-        return Err(DurationError::Syntax(text.to_owned()));
-    }
-    let (number, unit) = trimmed.split_at(digits);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| DurationError::Overflow(text.to_owned()))?;
-    let seconds_per = match unit.trim() {
-        "ms" => return Ok(Duration::from_millis(n)),
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "" => return Err(DurationError::Syntax(text.to_owned())),
-        other => {
-            return Err(DurationError::Unit {
-                value: text.to_owned(),
-                unit: other.to_owned(),
-            });
-        }
-    };
-    n.checked_mul(seconds_per)
-        .map(Duration::from_secs)
-        .ok_or_else(|| DurationError::Overflow(text.to_owned()))
-}
-
-/// Writes a duration in the largest unit that represents it exactly.
-pub fn format(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms % 1000 != 0 {
-        return format!("{ms}ms");
-    }
-    let s = d.as_secs();
-    for (unit, per) in [("d", 86_400), ("h", 3600), ("m", 60)] {
-        if s != 0 && s % per == 0 {
-            return format!("{}{unit}", s / per);
-        }
-    }
-    format!("{s}s")
-}
-
 impl fmt::Display for ConfigDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&format(self.0))
+        f.write_str(&duration_text::format(self.0))
     }
 }
 
+// i[impl node.config.duration+2]
 impl<'de> serde::Deserialize<'de> for ConfigDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct V;
@@ -98,7 +38,9 @@ impl<'de> serde::Deserialize<'de> for ConfigDuration {
                 f.write_str("a duration string such as \"5s\" or \"5m\"")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                parse(v).map(ConfigDuration).map_err(E::custom)
+                duration_text::parse(v)
+                    .map(ConfigDuration)
+                    .map_err(E::custom)
             }
         }
         deserializer.deserialize_str(V)
@@ -107,7 +49,7 @@ impl<'de> serde::Deserialize<'de> for ConfigDuration {
 
 impl serde::Serialize for ConfigDuration {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format(self.0))
+        serializer.serialize_str(&duration_text::format(self.0))
     }
 }
 
@@ -115,31 +57,40 @@ impl serde::Serialize for ConfigDuration {
 mod tests {
     use super::*;
 
-    // i[verify node.config.duration]
+    #[derive(Debug, serde::Deserialize)]
+    struct One {
+        d: ConfigDuration,
+    }
+
+    fn read(text: &str) -> Result<Duration, String> {
+        toml::from_str::<One>(&format!("d = {text:?}"))
+            .map(|one| one.d.get())
+            .map_err(|e| e.message().to_owned())
+    }
+
+    // i[verify node.config.duration+2]
     #[test]
-    fn durations_parse_in_every_unit_and_refuse_the_rest() {
-        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse("2d"), Ok(Duration::from_secs(172_800)));
-        assert!(matches!(parse("5"), Err(DurationError::Syntax(_))));
-        assert!(matches!(parse("s"), Err(DurationError::Syntax(_))));
-        assert!(matches!(parse("-5s"), Err(DurationError::Syntax(_))));
-        assert!(matches!(
-            parse("5 fortnights"),
-            Err(DurationError::Unit { .. })
-        ));
-        assert!(matches!(
-            parse("99999999999999999999s"),
-            Err(DurationError::Overflow(_))
-        ));
-        assert!(matches!(
-            parse("999999999999999999d"),
-            Err(DurationError::Overflow(_))
-        ));
+    fn config_durations_read_every_unit_and_refuse_without_the_value() {
+        assert_eq!(read("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(read("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(read("5 s"), Ok(Duration::from_secs(5)));
+        assert_eq!(read("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(read("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(read("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(read("7us"), Ok(Duration::from_micros(7)));
+        for bad in [
+            "5",
+            "s",
+            "-5s",
+            "5 secrets",
+            "999999999999999999999999secretd",
+        ] {
+            let err = read(bad).expect_err(bad);
+            assert!(err.starts_with("invalid duration"), "{bad}: {err}");
+            assert!(!err.contains("secret"), "{bad}: {err}");
+        }
         for d in ["250ms", "5s", "5m", "1h", "2d", "90s"] {
-            assert_eq!(format(parse(d).unwrap()), d);
+            assert_eq!(ConfigDuration(parse(d).unwrap()).to_string(), d);
         }
     }
 }

@@ -213,7 +213,7 @@ pub fn credential(token_file: Option<&std::path::Path>) -> Result<Credential, St
 /// Reads every token of a token file (mode checked first): one a line, `#` comments and blank
 /// lines skipped.
 pub fn read_tokens(path: &std::path::Path) -> Result<Vec<Credential>, String> {
-    let text = crate::admin::token::read_secret_file(path)?;
+    let text = crate::config::token::read_secret_file(path)?;
     Ok(text
         .lines()
         .map(str::trim)

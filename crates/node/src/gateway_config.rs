@@ -26,7 +26,7 @@ use crate::duration::ConfigDuration;
 pub const MIN_TOKEN_KEY_LEN: usize = holdfast_gateway::MIN_SECRET_LEN;
 
 /// `[gateway]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySection {
     /// The TCP address clients connect to (port 0 picks one; `/v1/gateway` names it).
@@ -85,7 +85,7 @@ pub struct GatewaySection {
 }
 
 /// `[gateway.auth]`: how client tokens (JWTs) are verified.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
     /// HS256 secret files, checked as `token_key_file` is (default: none). All keys are used at
@@ -138,7 +138,7 @@ impl From<RoomsDefaultSetting> for RoomsDefault {
 pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
 /// `[gateway.tls]`: a PEM pair, or the issuance module's certificate for a hostname.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
     /// The certificate chain (PEM).
@@ -153,7 +153,7 @@ pub struct TlsSection {
 }
 
 /// `[gateway.cluster]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     /// etcd endpoints (`http://HOST:PORT`); empty keeps the service registry in memory.
@@ -186,7 +186,7 @@ pub fn issuance_bundle(data_dir: &Path, hostname: &str) -> PathBuf {
 }
 
 /// `[gateway.drain]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrainSection {
     /// The cap on the whole drain (default 5 s; the stop plan's share for the gateway group caps

@@ -3,6 +3,11 @@
 //! The binary (`holdfast`) is a thin shell over [`run::run`] and [`admin::client`]; everything
 //! is here so that tests can drive the supervisor with test modules under tokio's paused clock.
 //!
+//! The config is layered: [`config`]'s low layer is the TOML schema with spans, its validation
+//! locates every refusal at `FILE:LINE:COL`, and its high layer converts the validated schema into
+//! each module's own config; [`modules`], [`admin`], [`run`] and [`reload`] consume that, and
+//! [`config`] imports none of them.
+//!
 //! The README follows.
 //!
 #![doc = include_str!("../README.md")]

@@ -1,15 +1,20 @@
 //! Reload: what a newly read config changes, module by module, decided without I/O.
 //!
-//! [`Inputs::of`] takes, for each module a config composes, the values of the sections the module
-//! is built from (TOML values: formatting, comments and key order do not count), and the node's
-//! own sections apart; [`diff`] compares two of them. Applying the [`Plan`] is `run`'s job.
+//! [`Inputs::of`] takes, for each module a config composes, what the module is built from as the
+//! config's high layer converts it (holdfast-pull's and holdfast-workload's configs, each
+//! section's typed value: formatting, comments, key order and the spelling of a value, `"60s"`
+//! or `"1m"`, do not count), and the node's own sections apart; [`diff`] compares two of them.
+//! Applying the [`Plan`] is `run`'s job.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{
+    AdminSection, Config, ForwardSection, LogSection, NodeSection, SuperviseSection, TagChecks,
+};
+use crate::gateway_config::GatewaySection;
 
 /// What a reload does to one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -31,111 +36,181 @@ pub enum Change {
 /// The node's own sections, never applied by a reload (`r[node.reload.node-sections]`).
 pub const NODE_SECTIONS: [&str; 4] = ["node", "admin", "log", "supervise"];
 
+/// The workload module's settings besides its workloads (what it cannot take live).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadSettings {
+    /// `[workloads] stop_on_exit`.
+    pub stop_on_exit: bool,
+    /// `[workloads] owner`.
+    pub owner: Option<String>,
+    /// `pull.enabled`.
+    pub pull_enabled: bool,
+    /// `pull.docker_host`.
+    pub docker_host: Option<String>,
+}
+
+/// What one module is built from, converted: two are equal exactly when the module would be
+/// built the same. Secrets and file paths are part of it (compared, never logged: the `Debug` of
+/// each secret is redacted).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModuleInputs {
+    /// `pull`: the images it keeps (by workload), holdfast-pull's config (seeded alike on both
+    /// sides: the seed is the node's), the registry credentials and the tags it follows.
+    Pull {
+        /// (workload name, image).
+        workloads: Vec<(String, String)>,
+        /// `pull.docker_host`.
+        docker_host: Option<String>,
+        /// holdfast-pull's config.
+        config: Box<holdfast_pull::PullConfig>,
+        /// Where credentials come from.
+        auth: holdfast_pull::RegistryAuth,
+        /// The images whose tags are followed.
+        tag_checks: TagChecks,
+    },
+    /// `workload`: holdfast-workload's config of each entry (its env file not read: a changed
+    /// file alone is no change) and the module's settings.
+    Workload {
+        /// Each `[[workload]]` as holdfast-workload runs it.
+        workloads: Vec<holdfast_workload::WorkloadConfig>,
+        /// The rest.
+        settings: WorkloadSettings,
+    },
+    /// `issuance`: holdfast-issuance's own config.
+    Issuance(Option<Box<holdfast_issuance::IssuanceConfig>>),
+    /// `forward`: the section the module is built from.
+    Forward(Option<Box<ForwardSection>>),
+    /// `gateway`: the section the module is built from.
+    Gateway(Option<Box<GatewaySection>>),
+    /// The test modules: `[testing]`.
+    #[cfg(feature = "testing-modules")]
+    Testing(Option<crate::config::TestingSection>),
+    /// A module without its own entry here: every module's inputs, so a change is never missed,
+    /// only over-counted.
+    Everything(Vec<ModuleInputs>),
+}
+
+/// One of the node's own sections, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeInputs {
+    /// `[node]`.
+    Node(NodeSection),
+    /// `[admin]`.
+    Admin(AdminSection),
+    /// `[log]`.
+    Log(LogSection),
+    /// `[supervise]`.
+    Supervise(SuperviseSection),
+}
+
 /// What each module (and the node itself) is built from, in one config.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Inputs {
-    /// Each composed module by name, with the values it is built from.
-    pub modules: BTreeMap<String, toml::Value>,
-    /// Each of [`NODE_SECTIONS`] that the file has, with its value.
-    pub node: BTreeMap<String, toml::Value>,
+    /// Each composed module by name, with what it is built from.
+    pub modules: BTreeMap<String, ModuleInputs>,
+    /// Each of [`NODE_SECTIONS`], typed.
+    pub node: BTreeMap<String, NodeInputs>,
 }
 
-/// The section `key` of `table`, or nothing.
-fn section(table: &toml::Table, key: &str) -> toml::Value {
-    table
-        .get(key)
-        .cloned()
-        .unwrap_or_else(|| toml::Value::Table(toml::Table::new()))
-}
-
-/// `table[outer][inner]`, or nothing.
-fn key_of(table: &toml::Table, outer: &str, inner: &str) -> toml::Value {
-    table
-        .get(outer)
-        .and_then(|v| v.get(inner))
-        .cloned()
-        .unwrap_or_else(|| toml::Value::Table(toml::Table::new()))
-}
-
-/// Each `[[workload]]` entry's name, image, pull policy and credentials file (what the pull module
-/// reads of them).
-fn workload_images(table: &toml::Table) -> toml::Value {
-    let entries = table
-        .get("workload")
-        .and_then(toml::Value::as_array)
-        .map(|entries| {
-            entries
-                .iter()
-                .map(|w| {
-                    let mut t = toml::Table::new();
-                    for key in ["name", "image", "pull_policy", "credentials_file"] {
-                        if let Some(v) = w.get(key) {
-                            t.insert(key.to_owned(), v.clone());
-                        }
-                    }
-                    toml::Value::Table(t)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    toml::Value::Array(entries)
-}
-
-fn several(values: impl IntoIterator<Item = (&'static str, toml::Value)>) -> toml::Value {
-    toml::Value::Table(values.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
-}
-
-// r[impl node.reload.diff]
-/// The inputs of the module `name` in the file `table`.
-pub fn module_inputs(name: &str, table: &toml::Table) -> toml::Value {
+// r[impl node.reload.diff+2]
+/// The inputs of the module `name` in `config`.
+pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
     match name {
-        pull::NAME => several([
-            ("pull", section(table, "pull")),
-            ("workload", workload_images(table)),
-        ]),
-        workload::NAME => several([
-            ("workload", section(table, "workload")),
-            ("workloads", section(table, "workloads")),
-            ("pull.enabled", key_of(table, "pull", "enabled")),
-            ("pull.docker_host", key_of(table, "pull", "docker_host")),
-        ]),
-        issuance::NAME => section(table, "issuance"),
-        forward::NAME => section(table, "forward"),
-        gateway::NAME => section(table, "gateway"),
-        // The test modules (and any module added later without its own entry here): the whole
-        // file but the node's sections, so a change is never missed, only over-counted.
-        _ if name.starts_with("testing-") => section(table, "testing"),
-        _ => {
-            let mut rest = table.clone();
-            for key in NODE_SECTIONS {
-                rest.remove(key);
-            }
-            toml::Value::Table(rest)
-        }
+        pull::NAME => ModuleInputs::Pull {
+            workloads: config
+                .workloads
+                .iter()
+                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
+                .collect(),
+            docker_host: config.pull.docker_host.clone(),
+            config: Box::new(config.pull_config(0)),
+            auth: config.registry_auth(),
+            tag_checks: config.tag_checks(),
+        },
+        workload::NAME => ModuleInputs::Workload {
+            workloads: config
+                .workloads
+                .iter()
+                .map(crate::config::Workload::shaped_config)
+                .collect(),
+            settings: WorkloadSettings {
+                stop_on_exit: config.workloads_module.stop_on_exit,
+                owner: config.workloads_module.owner.clone(),
+                pull_enabled: config.pull.enabled,
+                docker_host: config.pull.docker_host.clone(),
+            },
+        },
+        issuance::NAME => ModuleInputs::Issuance(
+            config
+                .issuance
+                .as_ref()
+                .map(|i| Box::new(i.get_ref().clone())),
+        ),
+        forward::NAME => ModuleInputs::Forward(
+            config
+                .forward
+                .as_ref()
+                .map(|f| Box::new(f.get_ref().clone())),
+        ),
+        gateway::NAME => ModuleInputs::Gateway(
+            config
+                .gateway
+                .as_ref()
+                .map(|g| Box::new(g.get_ref().clone())),
+        ),
+        #[cfg(feature = "testing-modules")]
+        _ if name.starts_with("testing-") => ModuleInputs::Testing(config.testing.clone()),
+        _ => ModuleInputs::Everything(
+            [
+                pull::NAME,
+                workload::NAME,
+                issuance::NAME,
+                forward::NAME,
+                gateway::NAME,
+            ]
+            .iter()
+            .map(|known| module_inputs(known, config))
+            .chain(testing_inputs(config))
+            .collect(),
+        ),
+    }
+}
+
+/// The test modules' inputs, in a build that has them.
+fn testing_inputs(config: &Config) -> Option<ModuleInputs> {
+    #[cfg(feature = "testing-modules")]
+    return Some(ModuleInputs::Testing(config.testing.clone()));
+    #[cfg(not(feature = "testing-modules"))]
+    {
+        let _ = config;
+        None
     }
 }
 
 impl Inputs {
-    /// The inputs of every module in `names` (the ones the config composes), from `table` (the
-    /// file as TOML).
-    pub fn from_table<'a>(names: impl IntoIterator<Item = &'a str>, table: &toml::Table) -> Self {
+    /// The inputs of every module `config` composes, and its node sections.
+    pub fn of(config: &Config) -> Self {
+        Self::of_modules(crate::run::module_names(config), config)
+    }
+
+    /// The inputs of every module in `names`, from `config`.
+    pub fn of_modules<'a>(names: impl IntoIterator<Item = &'a str>, config: &Config) -> Self {
         Inputs {
             modules: names
                 .into_iter()
-                .map(|name| (name.to_owned(), module_inputs(name, table)))
+                .map(|name| (name.to_owned(), module_inputs(name, config)))
                 .collect(),
-            node: NODE_SECTIONS
-                .iter()
-                .filter_map(|key| table.get(*key).map(|v| ((*key).to_owned(), v.clone())))
-                .collect(),
+            node: [
+                ("node", NodeInputs::Node(config.node.clone())),
+                ("admin", NodeInputs::Admin(config.admin.clone())),
+                ("log", NodeInputs::Log(config.log.clone())),
+                ("supervise", NodeInputs::Supervise(config.supervise.clone())),
+            ]
+            .into_iter()
+            .map(|(key, section)| (key.to_owned(), section))
+            .collect(),
         }
-    }
-
-    /// The inputs of `config`, whose file's text is `text` (already validated as `config`).
-    pub fn of(config: &Config, text: &str) -> Result<Self, toml::de::Error> {
-        let table: toml::Table = toml::from_str(text)?;
-        Ok(Self::from_table(crate::run::module_names(config), &table))
     }
 }
 
@@ -158,7 +233,7 @@ impl Plan {
     }
 }
 
-// r[impl node.reload.diff]
+// r[impl node.reload.diff+2]
 // r[impl node.reload.node-sections]
 /// What going from `running` to `new` changes, module by module.
 pub fn diff(running: &Inputs, new: &Inputs) -> Plan {
@@ -270,14 +345,14 @@ mod tests {
 
     fn inputs(text: &str) -> Inputs {
         let config = Config::parse("reload.toml", text).unwrap();
-        Inputs::of(&config, text).unwrap()
+        Inputs::of(&config)
     }
 
     const BASE: &str = "[node]\n\
         [[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n\
         [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"reload-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n";
 
-    // r[verify node.reload.diff]
+    // r[verify node.reload.diff+2]
     #[test]
     fn a_config_against_itself_changes_nothing_and_formatting_does_not_count() {
         let plan = diff(&inputs(BASE), &inputs(BASE));
@@ -298,7 +373,37 @@ mod tests {
         );
     }
 
-    // r[verify node.reload.diff]
+    // r[verify node.reload.diff+2]
+    // r[verify node.reload.node-sections]
+    #[test]
+    fn a_value_spelled_another_way_is_no_change() {
+        // The same durations, written two ways: raw TOML values differ, the converted configs
+        // do not.
+        let sixty = BASE
+            .replace(
+                "[node]\n",
+                "[node]\ntick = \"60s\"\n[pull]\nbase = \"60s\"\n",
+            )
+            .replace("nginx:1\"\n", "nginx:1\"\nmin_run = \"60s\"\n")
+            + "[workloads]\nstop_on_exit = false\n";
+        let minute = BASE
+            .replace("[node]\n", "[node]\ntick = \"1m\"\n[pull]\nbase = \"1m\"\n")
+            .replace("nginx:1\"\n", "nginx:1\"\nmin_run = \"1 m\"\n");
+        let plan = diff(&inputs(&sixty), &inputs(&minute));
+        assert!(
+            plan.modules.values().all(|c| *c == Change::Unchanged),
+            "{plan:?}"
+        );
+        assert!(plan.needs_restart.is_empty(), "{plan:?}");
+        // And a real change of one of them still counts.
+        let plan = diff(
+            &inputs(&sixty),
+            &inputs(&minute.replace("\"1 m\"", "\"2m\"")),
+        );
+        assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), ["workload"]);
+    }
+
+    // r[verify node.reload.diff+2]
     // r[verify node.reload.node-sections]
     #[test]
     fn each_kind_of_change_is_named_per_module() {
@@ -350,157 +455,144 @@ mod tests {
         assert_eq!(plan.modules["workload"], Change::Changed);
     }
 
-    /// A TOML scalar.
-    fn scalar() -> impl Strategy<Value = toml::Value> {
-        prop_oneof![
-            any::<i32>().prop_map(|i| toml::Value::Integer(i64::from(i))),
-            "[a-z0-9:.]{0,8}".prop_map(toml::Value::String),
-            any::<bool>().prop_map(toml::Value::Boolean),
-        ]
+    /// A file's settings: what the properties below turn.
+    #[derive(Debug, Clone)]
+    struct File {
+        /// Each workload's image tag and `min_run` in seconds.
+        workloads: Vec<(u8, Option<u32>)>,
+        /// `pull.base` in seconds.
+        pull_base: u32,
+        /// `node.tick` in seconds.
+        tick: u32,
+        /// The forward's allowed ports, if it is configured.
+        forward: Option<Vec<u16>>,
+        /// `[workloads] stop_on_exit`.
+        stop_on_exit: bool,
     }
 
-    /// A section: a few keys with scalar values.
-    fn table() -> impl Strategy<Value = toml::Table> {
-        proptest::collection::btree_map("[a-z_]{1,6}", scalar(), 0..4)
-            .prop_map(|m| m.into_iter().collect())
+    fn file() -> impl Strategy<Value = File> {
+        (
+            proptest::collection::vec((any::<u8>(), proptest::option::of(1u32..3600)), 1..3),
+            1u32..300,
+            1u32..100_000,
+            proptest::option::of(proptest::collection::vec(1u16..1000, 1..3)),
+            any::<bool>(),
+        )
+            .prop_map(|(workloads, pull_base, tick, forward, stop_on_exit)| File {
+                workloads,
+                pull_base,
+                tick,
+                forward,
+                stop_on_exit,
+            })
     }
 
-    const MODULES: [&str; 5] = ["pull", "workload", "issuance", "forward", "gateway"];
-    const SECTIONS: [&str; 4] = ["issuance", "forward", "gateway", "testing"];
+    /// `secs` as the config writes it: in seconds, or (`respell`) in its largest exact unit,
+    /// with a space.
+    fn duration(secs: u32, respell: bool) -> String {
+        let d = std::time::Duration::from_secs(u64::from(secs));
+        if respell {
+            let text = crate::duration::format(d);
+            let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+            let (n, unit) = text.split_at(digits);
+            format!("{n} {unit}")
+        } else {
+            format!("{secs}s")
+        }
+    }
 
-    /// A file: the module sections and the node's, each maybe present, and some workloads.
-    fn file() -> impl Strategy<Value = toml::Table> {
-        let sections = proptest::collection::vec(proptest::option::of(table()), 8);
-        let workloads = proptest::collection::vec(table(), 0..3);
-        (sections, workloads).prop_map(|(sections, workloads)| {
-            let keys = SECTIONS.iter().chain(NODE_SECTIONS.iter());
-            let mut t: toml::Table = keys
-                .zip(sections)
-                .filter_map(|(k, s)| s.map(|s| ((*k).to_owned(), toml::Value::Table(s))))
-                .collect();
-            t.insert(
-                "workload".into(),
-                toml::Value::Array(workloads.into_iter().map(toml::Value::Table).collect()),
-            );
-            t
-        })
+    /// The file's text; `respell` writes the same values another way (durations in other units,
+    /// keys in another order, comments, defaults written out).
+    fn render(f: &File, respell: bool) -> String {
+        let d = |secs| duration(secs, respell);
+        let mut out = String::new();
+        if respell {
+            out.push_str("# the same file, written another way\n");
+        }
+        out.push_str(&format!("[node]\ntick = \"{}\"\n", d(f.tick)));
+        out.push_str(&format!("[pull]\nbase = \"{}\"\n", d(f.pull_base)));
+        if respell {
+            out.push_str("enabled = true\n[log]\nformat = \"human\"\n");
+        }
+        if f.stop_on_exit || respell {
+            out.push_str(&format!("[workloads]\nstop_on_exit = {}\n", f.stop_on_exit));
+        }
+        for (i, (tag, min_run)) in f.workloads.iter().enumerate() {
+            let name = format!("name = \"w{i}\"\n");
+            let image = format!("image = \"app:{tag}\"\n");
+            out.push_str("[[workload]]\n");
+            if respell {
+                out.push_str(&image);
+                out.push_str(&name);
+            } else {
+                out.push_str(&name);
+                out.push_str(&image);
+            }
+            if let Some(secs) = min_run {
+                out.push_str(&format!("min_run = \"{}\"\n", d(*secs)));
+            }
+        }
+        if let Some(ports) = &f.forward {
+            let allow: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+            out.push_str(&format!(
+                "[forward]\nlisten = \"127.0.0.1:0\"\n\
+                 tokens = [\"reload-test-forward-token-0123456789\"]\nallow = [{}]\n",
+                allow.join(if respell { " , " } else { ", " })
+            ));
+        }
+        out
     }
 
     proptest! {
-        // r[verify node.reload.diff]
+        // r[verify node.reload.diff+2]
         #[test]
-        fn a_file_against_itself_is_unchanged_everywhere(file in file()) {
-            // Written out and read back (another text, the same values), and the modules named
-            // in another order.
-            let text = toml::to_string(&file).unwrap();
-            let again: toml::Table = toml::from_str(&text).unwrap();
-            let mut names = MODULES;
-            names.reverse();
-            let plan = diff(
-                &Inputs::from_table(MODULES, &file),
-                &Inputs::from_table(names, &again),
-            );
-            prop_assert_eq!(plan.modules.len(), MODULES.len());
+        fn a_file_against_itself_is_unchanged_everywhere(f in file()) {
+            let plan = diff(&inputs(&render(&f, false)), &inputs(&render(&f, true)));
             prop_assert!(plan.modules.values().all(|c| *c == Change::Unchanged), "{:?}", plan);
-            prop_assert!(plan.needs_restart.is_empty());
+            prop_assert!(plan.needs_restart.is_empty(), "{:?}", plan);
         }
 
-        // r[verify node.reload.diff]
-        #[test]
-        fn a_shared_input_changes_every_module_built_from_it_and_no_other(
-            file in file(),
-            edit in 0..8usize,
-            value in scalar(),
-        ) {
-            let mut changed = file.clone();
-            let mut section = |name: &str, key: &str, value: toml::Value| {
-                let mut table = changed
-                    .get(name)
-                    .and_then(toml::Value::as_table)
-                    .cloned()
-                    .unwrap_or_default();
-                table.insert(key.to_owned(), value);
-                changed.insert(name.to_owned(), toml::Value::Table(table));
-            };
-            // No generated file has [pull] or [workloads]: any value there is a change.
-            let expected: &[&str] = match edit {
-                0 => { section("pull", "enabled", value); &["pull", "workload"] }
-                1 => { section("pull", "docker_host", value); &["pull", "workload"] }
-                2 => { section("pull", "reload_probe", value); &["pull"] }
-                3 => { section("workloads", "reload_probe", value); &["workload"] }
-                _ => {
-                    // A workload's image, pull policy or credentials file (pull and workload), or
-                    // another of its keys (workload).
-                    let mut workloads = changed
-                        .get("workload")
-                        .and_then(toml::Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    if workloads.is_empty() {
-                        workloads.push(toml::Value::Table(toml::Table::new()));
-                    }
-                    let (key, value, expected): (&str, toml::Value, &[&str]) = match edit {
-                        4 => ("image", "probe-image-changed".into(), &["pull", "workload"]),
-                        5 => ("pull_policy", "probe-policy".into(), &["pull", "workload"]),
-                        6 => ("credentials_file", "/probe/creds.json".into(), &["pull", "workload"]),
-                        _ => ("reload_probe", value, &["workload"]),
-                    };
-                    if let Some(first) = workloads.first_mut().and_then(toml::Value::as_table_mut) {
-                        first.insert(key.to_owned(), value);
-                    }
-                    changed.insert("workload".into(), toml::Value::Array(workloads));
-                    expected
-                }
-            };
-            let plan = diff(
-                &Inputs::from_table(MODULES, &file),
-                &Inputs::from_table(MODULES, &changed),
-            );
-            // A workload added where there was none changes both (its name and image are pull's).
-            let changed_modules: Vec<&str> = plan.with(Change::Changed).collect();
-            let added = edit >= 4
-                && file.get("workload").and_then(toml::Value::as_array).is_none_or(Vec::is_empty);
-            if added {
-                prop_assert_eq!(changed_modules, vec!["pull", "workload"]);
-            } else {
-                prop_assert_eq!(changed_modules, expected.to_vec());
-            }
-            prop_assert!(plan.needs_restart.is_empty());
-        }
-
-        // r[verify node.reload.diff]
+        // r[verify node.reload.diff+2]
         // r[verify node.reload.node-sections]
         #[test]
-        fn a_change_to_one_section_changes_only_the_modules_built_from_it(
-            file in file(),
-            which in 0..(SECTIONS.len() + NODE_SECTIONS.len()),
-            value in scalar(),
+        fn a_shared_input_changes_every_module_built_from_it_and_no_other(
+            f in file(),
+            edit in 0..11usize,
+            respell in any::<bool>(),
         ) {
-            let keys: Vec<&str> = SECTIONS.iter().chain(NODE_SECTIONS.iter()).copied().collect();
-            let key = keys[which];
-            let mut changed = file.clone();
-            let mut section = changed
-                .get(key)
-                .and_then(toml::Value::as_table)
-                .cloned()
-                .unwrap_or_default();
-            // A key no generated section has, so the value is always a change.
-            section.insert("reload_probe".into(), value);
-            changed.insert(key.to_owned(), toml::Value::Table(section));
-            let names = MODULES.iter().copied().chain(["testing-hang"]);
-            let plan = diff(
-                &Inputs::from_table(names.clone(), &file),
-                &Inputs::from_table(names, &changed),
-            );
-            let changed_modules: Vec<&str> = plan.with(Change::Changed).collect();
-            if NODE_SECTIONS.contains(&key) {
-                prop_assert!(changed_modules.is_empty(), "{:?}", changed_modules);
-                prop_assert_eq!(plan.needs_restart.clone(), vec![key.to_owned()]);
-            } else {
-                let module = if key == "testing" { "testing-hang" } else { key };
-                prop_assert_eq!(changed_modules, vec![module]);
-                prop_assert!(plan.needs_restart.is_empty());
-            }
+            let before = render(&f, false);
+            let first = |from: &str, to: &str| before.replacen(from, to, 1);
+            let (after, changed, restart): (String, &[&str], &[&str]) = match edit {
+                0 => (first("[pull]\n", "[pull]\ndocker_host = \"unix:///x.sock\"\n"),
+                      &["pull", "workload"], &[]),
+                1 => (first("[pull]\n", "[pull]\ncap = \"7h\"\n"), &["pull"], &[]),
+                2 => {
+                    let mut g = f.clone();
+                    g.stop_on_exit = !g.stop_on_exit;
+                    (render(&g, respell), &["workload"], &[])
+                }
+                3 => (first("image = \"app:", "image = \"other:"), &["pull", "workload"], &[]),
+                4 => (first("[[workload]]\n", "[[workload]]\npull_policy = \"digest\"\n"),
+                      &["pull"], &[]),
+                5 => (first("[[workload]]\n", "[[workload]]\ncommand = [\"x\"]\n"),
+                      &["workload"], &[]),
+                6 => match &f.forward {
+                    Some(_) => (first("allow = [", "allow = [\"127.0.0.1:1001\", "),
+                                &["forward"], &[]),
+                    None => (before.clone(), &[], &[]),
+                },
+                7 => (first("[node]\n", "[node]\nstop_budget = \"11s\"\n"), &[], &["node"]),
+                8 => (first("[node]\n", "[log]\nlevel = \"debug\"\n[node]\n"), &[], &["log"]),
+                9 => (first("[node]\n", "[supervise]\ncrash_loop_threshold = 9\n[node]\n"),
+                      &[], &["supervise"]),
+                _ => (first("[node]\n", "[admin]\nallowed_hosts = [\"probe\"]\n[node]\n"),
+                      &[], &["admin"]),
+            };
+            let plan = diff(&inputs(&before), &inputs(&after));
+            prop_assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), changed.to_vec());
+            prop_assert_eq!(plan.needs_restart.clone(), restart.to_vec());
+            prop_assert_eq!(plan.with(Change::Appeared).count(), 0);
+            prop_assert_eq!(plan.with(Change::Disappeared).count(), 0);
         }
     }
 }

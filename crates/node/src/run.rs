@@ -15,7 +15,7 @@ use crate::modules::{
     workload::WorkloadModule,
 };
 use crate::notify;
-use crate::reload::{Change, Inputs, ReloadError};
+use crate::reload::{Change, Inputs, ModuleInputs, ReloadError};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -99,7 +99,7 @@ pub fn stop_plan(
     plan
 }
 
-// r[impl node.reload.diff]
+// r[impl node.reload.diff+2]
 /// The names of the modules `config` composes, in [`compose`]'s order (what a reload compares).
 pub fn module_names(config: &Config) -> Vec<&'static str> {
     let mut names = Vec::new();
@@ -389,7 +389,7 @@ pub async fn run(
         quit,
     } = signals;
     tokio::spawn(on_quit(quit));
-    let Loaded { config, text } = loaded;
+    let Loaded { config, .. } = loaded;
 
     let data_dir = config.node.data_dir.clone();
     prepare_data_dir(&data_dir).map_err(|source| RunError::DataDir {
@@ -476,11 +476,7 @@ pub async fn run(
         }
     });
 
-    // A text that parsed as the config parses as TOML; should it not, each running module is
-    // still named (with no inputs), so the first reload counts it changed: restarted under its
-    // name, never a second supervisor beside it.
-    let inputs = Inputs::of(&config, &text)
-        .unwrap_or_else(|_| Inputs::from_table(module_names(&config), &toml::Table::new()));
+    let inputs = Inputs::of(&config);
     let budget = config.node.stop_budget.get_ref().get();
     let running = Arc::new(tokio::sync::Mutex::new(Running {
         config,
@@ -642,12 +638,7 @@ async fn reload(
         .path
         .as_ref()
         .map_or_else(|| "the config".to_owned(), |p| p.display().to_string());
-    let read = tokio::task::spawn_blocking(move || {
-        source.load().and_then(|loaded| {
-            let table: toml::Table = toml::from_str(&loaded.text).map_err(|e| e.to_string())?;
-            Ok((loaded.config, table))
-        })
-    });
+    let read = tokio::task::spawn_blocking(move || source.load().map(|loaded| loaded.config));
     let loaded = match tokio::time::timeout(CONFIG_READ_TIMEOUT, read).await {
         Ok(read) => read.unwrap_or_else(|err| Err(format!("reading the config failed: {err}"))),
         Err(_) => Err(format!(
@@ -655,7 +646,7 @@ async fn reload(
             CONFIG_READ_TIMEOUT.as_secs()
         )),
     };
-    let (mut config, table) = match loaded {
+    let mut config = match loaded {
         Ok(loaded) => loaded,
         Err(message) => {
             node.faults.file(
@@ -673,7 +664,7 @@ async fn reload(
     if running.closed || node.phase() == Phase::Draining {
         return Err(ReloadError::Stopping);
     }
-    let mut inputs = Inputs::from_table(module_names(&config), &table);
+    let mut inputs = Inputs::of(&config);
     let plan = crate::reload::diff(&running.inputs, &inputs);
     // The node's own sections stay as they started (r[node.reload.node-sections]).
     config.node = running.config.node.clone();
@@ -831,12 +822,13 @@ async fn first_starts(
 /// Whether the workload module's inputs differ only in its `[[workload]]` entries.
 fn workloads_only(running: &Inputs, new: &Inputs) -> bool {
     let name = crate::modules::workload::NAME;
-    let (Some(old), Some(new)) = (running.modules.get(name), new.modules.get(name)) else {
-        return false;
-    };
-    ["workloads", "pull.enabled", "pull.docker_host"]
-        .iter()
-        .all(|key| old.get(key) == new.get(key))
+    match (running.modules.get(name), new.modules.get(name)) {
+        (
+            Some(ModuleInputs::Workload { settings: old, .. }),
+            Some(ModuleInputs::Workload { settings: new, .. }),
+        ) => old == new,
+        _ => false,
+    }
 }
 
 // r[impl node.reload.apply]

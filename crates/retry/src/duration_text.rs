@@ -1,15 +1,29 @@
 //! Durations as operators write them in config: `"250ms"`, `"5s"`, `"5m"`, `"1h"`, `"2d"`.
 //!
-//! One whole number and one unit (`ns`, `us`, `ms`, `s`, `m`, `h`, `d`), nothing else: a bare
-//! number is rejected because its unit would be a guess. [`format`] writes the largest unit that
-//! represents the value exactly, so a duration read and written again is unchanged.
+//! One whole number and one unit (`ns`, `us`, `ms`, `s`, `m`, `h`, `d`), spaces allowed around
+//! and between them, nothing else: a bare number is rejected because its unit would be a guess.
+//! [`format`] writes the largest unit that represents the value exactly, so a duration read and
+//! written again is unchanged. This is the one duration parser of the workspace: every crate's
+//! config and the node's CLI read durations here.
 
 use std::time::Duration;
 
-/// Why a duration text was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a duration like \"250ms\", \"5s\", \"5m\" or \"1h\"")]
-pub struct DurationTextError(pub String);
+/// Why a duration text was not accepted. The text itself is never part of the message: a
+/// secret written in the wrong place must not be echoed wherever the error goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DurationTextError {
+    /// Not a whole number followed by a unit.
+    #[error(
+        "invalid duration: write a whole number and a unit, e.g. \"250ms\", \"5s\", \"5m\", \"1h\""
+    )]
+    Syntax,
+    /// A unit that is not one of ns, us, ms, s, m, h, d.
+    #[error("invalid duration: unknown unit (use ns, us, ms, s, m, h or d)")]
+    Unit,
+    /// Longer than a `Duration` holds.
+    #[error("invalid duration: too long")]
+    Overflow,
+}
 
 const UNITS: [(&str, u64); 7] = [
     ("d", 86_400_000_000_000),
@@ -22,26 +36,29 @@ const UNITS: [(&str, u64); 7] = [
 ];
 
 /// Parse `"5s"`-style text.
-// r[impl retry.policy.config]
+// r[impl retry.policy.config+2]
 pub fn parse(text: &str) -> Result<Duration, DurationTextError> {
-    let bad = || DurationTextError(text.to_owned());
     let trimmed = text.trim();
     let digits = trimmed.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = trimmed.split_at(digits);
-    if number.is_empty() {
-        return Err(bad());
+    // `"5 s"` reads as `"5s"` (configs written for the node's earlier parser use it).
+    let unit = unit.trim_start();
+    if number.is_empty() || unit.is_empty() {
+        return Err(DurationTextError::Syntax);
     }
     let (_, nanos_per) = UNITS
         .iter()
         .find(|(name, _)| *name == unit)
-        .ok_or_else(bad)?;
+        .ok_or(DurationTextError::Unit)?;
     // Wider than u64: `format` writes any `Duration` exactly, some of them as more than 2^64 ns,
-    // and each of those must read back.
-    let number: u128 = number.parse().map_err(|_| bad())?;
-    let nanos = number.checked_mul(u128::from(*nanos_per)).ok_or_else(bad)?;
-    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| bad())?;
+    // and each of those must read back. Only digits remain, so a failed parse is an overflow.
+    let number: u128 = number.parse().map_err(|_| DurationTextError::Overflow)?;
+    let nanos = number
+        .checked_mul(u128::from(*nanos_per))
+        .ok_or(DurationTextError::Overflow)?;
+    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| DurationTextError::Overflow)?;
     // The remainder is below 10^9, so it fits.
-    let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| bad())?;
+    let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| DurationTextError::Overflow)?;
     Ok(Duration::new(secs, sub))
 }
 
@@ -87,7 +104,7 @@ pub mod option {
 mod tests {
     use super::*;
 
-    // r[verify retry.policy.config]
+    // r[verify retry.policy.config+2]
     #[test]
     fn durations_parse_in_every_unit_and_round_trip() {
         let cases = [
@@ -124,7 +141,6 @@ mod tests {
             "",
             "5",
             "s",
-            "5 s",
             "-5s",
             "1.5s",
             "5sec",
@@ -133,9 +149,48 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse("5 s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse("5"), Err(DurationTextError::Syntax));
+        assert_eq!(parse("soon"), Err(DurationTextError::Syntax));
+        assert_eq!(parse("5 fortnights"), Err(DurationTextError::Unit));
         assert_eq!(
-            parse("5").unwrap_err().to_string(),
-            "\"5\" is not a duration like \"250ms\", \"5s\", \"5m\" or \"1h\""
+            parse("99999999999999999999999d"),
+            Err(DurationTextError::Overflow)
         );
+    }
+
+    // r[verify retry.policy.config+2]
+    #[test]
+    fn a_refused_duration_never_repeats_its_text() {
+        for bad in [
+            "hunter2",
+            "5 hunter2",
+            "99999999999999999999999hunter2d",
+            "hunter2s",
+        ] {
+            let shown = parse(bad).unwrap_err().to_string();
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+    }
+
+    proptest::proptest! {
+        // r[verify retry.policy.config+2]
+        #[test]
+        fn every_duration_written_reads_back(secs in proptest::num::u64::ANY, nanos in 0u32..1_000_000_000) {
+            let d = Duration::new(secs, nanos);
+            proptest::prop_assert_eq!(parse(&format(d)), Ok(d));
+        }
+
+        // r[verify retry.policy.config+2]
+        #[test]
+        fn any_text_is_parsed_or_refused_without_a_panic(text in "\\PC*") {
+            let _ = parse(&text);
+        }
+
+        // r[verify retry.policy.config+2]
+        #[test]
+        fn number_and_unit_text_never_panics(n in "[0-9]{0,30}", space in " {0,2}", unit in "[a-z]{0,3}") {
+            let _ = parse(&format!("{n}{space}{unit}"));
+        }
     }
 }

@@ -11,7 +11,7 @@ use crate::policy::{Policy, PolicyError};
 /// [`PolicyConfig::build`]. With feature `serde` it (de)serializes with durations written
 /// `"250ms"`, `"5s"`, `"5m"`, `"1h"` and jitter as `"additive"`, `"full"`, `"equal"`,
 /// `"decorrelated"` or `"none"`; unknown keys are rejected.
-// r[impl retry.policy.config]
+// r[impl retry.policy.config+2]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(
     feature = "serde",
@@ -93,7 +93,7 @@ impl PolicyConfig {
     /// The policy: `defaults` with what this config sets, seeded with `seed`, validated as
     /// [`crate::PolicyBuilder::build`] validates. A base above the cap names the key that the
     /// config set (`cap` if both or only it; `base` if only the base was set).
-    // r[impl retry.policy.config]
+    // r[impl retry.policy.config+2]
     pub fn build(&self, defaults: &Policy, seed: u64) -> Result<Policy, PolicyConfigError> {
         let mut builder = Policy::builder()
             .base(self.base.unwrap_or(defaults.base()))
@@ -142,7 +142,7 @@ mod tests {
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 
-    // r[verify retry.policy.config]
+    // r[verify retry.policy.config+2]
     #[test]
     fn unset_keys_come_from_the_defaults_and_errors_name_the_key() {
         let defaults = Policy::builder().base(S(10)).cap(S(300)).build().unwrap();
@@ -215,7 +215,7 @@ mod tests {
         );
     }
 
-    // r[verify retry.policy.config]
+    // r[verify retry.policy.config+2]
     #[cfg(feature = "serde")]
     #[test]
     fn config_text_reads_durations_and_jitter_and_rejects_unknown_keys() {
@@ -256,7 +256,8 @@ mod tests {
         );
         let bare = serde_json::from_str::<PolicyConfig>(r#"{"cap": "300"}"#).unwrap_err();
         assert!(
-            bare.to_string().contains("\"300\" is not a duration"),
+            bare.to_string()
+                .contains("invalid duration: write a whole number and a unit"),
             "{bare}"
         );
         let jitter = serde_json::from_str::<PolicyConfig>(r#"{"jitter": "random"}"#).unwrap_err();

@@ -11,84 +11,11 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+pub use crate::config::AllowedHost;
 use crate::metrics::Metrics;
-
-/// The longest DNS name (RFC 1035 §2.3.4, in its dotted text form).
-const MAX_NAME_LEN: usize = 253;
-/// The longest DNS label (RFC 1035 §2.3.4).
-const MAX_LABEL_LEN: usize = 63;
 
 /// The port a client leaves out of `Host` (RFC 9110 §4.2.1: `http`'s default).
 const DEFAULT_HTTP_PORT: u16 = 80;
-
-/// One `admin.allowed_hosts` entry: an authority, besides the listener's own, that the TCP
-/// listener answers for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AllowedHost {
-    /// A DNS name, lower-cased (compared without regard to case).
-    Name(String),
-    /// An IP address.
-    Ip(IpAddr),
-}
-
-impl AllowedHost {
-    // i[impl node.admin.host+2]
-    /// Parses an entry: a DNS name (letters, digits and hyphens in dot-separated labels, the
-    /// last not all digits) or an IP address (an IPv6 one with or without brackets), without a
-    /// port. The error says what is wrong.
-    pub fn parse(entry: &str) -> Result<AllowedHost, String> {
-        let bracketed = entry
-            .strip_prefix('[')
-            .and_then(|rest| rest.strip_suffix(']'));
-        if let Some(inside) = bracketed {
-            return match inside.parse::<std::net::Ipv6Addr>() {
-                Ok(ip) => Ok(AllowedHost::Ip(IpAddr::V6(ip))),
-                Err(_) => Err(format!("{entry:?} is not an IPv6 address")),
-            };
-        }
-        if let Ok(ip) = entry.parse::<IpAddr>() {
-            return Ok(AllowedHost::Ip(ip));
-        }
-        if let Some((host, port)) = entry.rsplit_once(':') {
-            if !port.is_empty()
-                && port.bytes().all(|b| b.is_ascii_digit())
-                && AllowedHost::parse(host).is_ok()
-            {
-                return Err(format!(
-                    "{entry:?} must not carry a port: {host:?} is answered with the listener's \
-                     port or none"
-                ));
-            }
-        }
-        if is_dns_name(entry) {
-            return Ok(AllowedHost::Name(entry.to_ascii_lowercase()));
-        }
-        Err(format!(
-            "{entry:?} is neither a DNS name (letters, digits and hyphens in dot-separated labels, \
-             no wildcard) nor an IP address"
-        ))
-    }
-}
-
-/// Whether `name` is a DNS host name: labels of 1 to 63 letters, digits and hyphens, not
-/// starting or ending with a hyphen, at most 253 characters in all, the last label not all
-/// digits (that would be a malformed IPv4 address, such as `256.1.1.1`).
-fn is_dns_name(name: &str) -> bool {
-    let label_ok = |label: &str| {
-        (1..=MAX_LABEL_LEN).contains(&label.len())
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-    };
-    name.len() <= MAX_NAME_LEN
-        && name.split('.').all(label_ok)
-        && name
-            .rsplit('.')
-            .next()
-            .is_some_and(|last| !last.bytes().all(|b| b.is_ascii_digit()))
-}
 
 /// What the TCP listener answers for: its own address and `localhost`, and the operator's
 /// `admin.allowed_hosts`.
@@ -204,6 +131,7 @@ pub(super) async fn guard(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MAX_NAME_LEN;
     use proptest::prelude::*;
 
     const PORT: u16 = 7480;

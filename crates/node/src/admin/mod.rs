@@ -16,7 +16,8 @@ mod host;
 pub mod logs;
 mod places;
 mod socket;
-pub mod token;
+/// The admin token file, read by the config's high layer.
+pub use crate::config::token;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

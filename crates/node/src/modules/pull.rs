@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime};
 
 use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
 use holdfast_pull::{
-    Actuator, DEFAULT_PULL_STALE_AFTER, DaemonEndpoint, DigestChecks, DockerFetcher, FaultSubject,
-    Fetcher, ImageState, PullConfig, PullConfigError, PullError, RegistryAuth, TagCheck,
+    Actuator, DaemonEndpoint, DigestChecks, DockerFetcher, FaultSubject, Fetcher, ImageState,
+    PullConfig, PullError, RegistryAuth, TagCheck,
 };
-use holdfast_retry::{KeyedGate, Policy};
+use holdfast_retry::KeyedGate;
 use tokio::sync::oneshot;
 
 use crate::metrics::OutcomeLabel;
@@ -27,43 +27,7 @@ use crate::state::{NodeState, WorkloadStatus};
 /// The module's name.
 pub const NAME: &str = "pull";
 
-/// holdfast-pull's configuration from the node's `[pull]` numbers: `policy`'s base, cap and
-/// escalation threshold pace both images (whose attempts go stale only after
-/// [`DEFAULT_PULL_STALE_AFTER`]) and the daemon; `seed` is the node's seed for "pull".
-pub fn pull_config(
-    policy: &Policy,
-    stall_timeout: Duration,
-    seed: u64,
-) -> Result<PullConfig, PullConfigError> {
-    let defaults = PullConfig::new(seed);
-    let with = |stale_after: Duration| {
-        Policy::builder()
-            .base(policy.base())
-            .cap(policy.cap())
-            .escalate_after(policy.escalate_after())
-            .stale_after(stale_after)
-            .build()
-            .map_err(|source| PullConfigError::Policy {
-                which: "image_policy",
-                source,
-            })
-    };
-    PullConfig::builder(seed)
-        .image_policy(with(DEFAULT_PULL_STALE_AFTER)?)
-        .daemon_policy(with(defaults.daemon_policy().stale_after())?)
-        .stall_timeout(stall_timeout)
-        .build()
-}
-
-/// The images whose tags are followed (`pull_policy = "digest"`), and how often each is checked.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TagChecks {
-    /// The image references to check, each with the workloads that follow it (those replaced,
-    /// one at a time, when it moves; a workload using it with another policy is not).
-    pub images: std::collections::BTreeMap<String, Vec<String>>,
-    /// The interval between two checks of one.
-    pub interval: Duration,
-}
+pub use crate::config::{TagChecks, pull_config};
 
 /// The images to keep present: (workload name, image reference).
 #[derive(Debug, Clone)]
