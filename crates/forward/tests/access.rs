@@ -317,3 +317,52 @@ async fn an_update_that_changes_nothing_disturbs_nothing() {
         }
     );
 }
+
+// A credential's own list is re-checked as the node's is: narrowing it ends that credential's
+// forward, and a forward of the node's list is untouched.
+// r[verify forward.access.recheck]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrowing_a_credentials_own_list_ends_only_its_forward() {
+    let (global, own) = (echo().await, echo().await);
+    let (_dir, server) = started(&[TOKEN], &[global.addr]).await;
+    let scoped_access = |list: &[SocketAddr]| Access {
+        scoped: vec![(Credential::new(OTHER), only(list))],
+        ..access(&[TOKEN], &[global.addr])
+    };
+    server.update_access(scoped_access(&[own.addr]));
+    let mut plain = client::spawn(client_config(&server, &[global.addr]))
+        .await
+        .expect("client");
+    let mut scoped = client_config(&server, &[own.addr]);
+    scoped.credential = Credential::new(OTHER);
+    let mut scoped = client::spawn(scoped).await.expect("client");
+    opened(&mut plain, 1).await;
+    opened(&mut scoped, 1).await;
+
+    server.update_access(scoped_access(&[]));
+
+    let ended = expect(&mut scoped, "Ended", |e| {
+        matches!(e, ClientEvent::Ended { .. })
+    })
+    .await;
+    assert!(
+        matches!(
+            ended,
+            ClientEvent::Ended {
+                reason: EndReason::NotAllowed,
+                ..
+            }
+        ),
+        "{ended:?}"
+    );
+    let peer = peer().await;
+    assert_eq!(
+        round_trip(&peer, plain.local_addrs()[0], b"plain").await,
+        b"plain"
+    );
+    let targets: Vec<_> = server.forwards().iter().map(|f| f.target).collect();
+    assert_eq!(targets, vec![global.addr]);
+    assert_eq!(server.access_stats().forwards_ended, 1);
+    plain.stop().await;
+    scoped.stop().await;
+}
