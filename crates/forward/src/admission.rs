@@ -5,6 +5,7 @@
 //! ended: that is all an unauthenticated peer can make the node hold.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::IpAddr;
 
 use holdfast_source::Source;
@@ -147,17 +148,18 @@ pub enum SessionRefused {
     PerCredential,
 }
 
-/// The authenticated connections the node holds now, by credential (its index among the
-/// allowed ones), and the decision on each newly authenticated one.
+/// The authenticated connections the node holds now, by credential (`K`: the server keys them by
+/// the credential's digest, which stays the same when a live update reorders the allowed ones),
+/// and the decision on each newly authenticated one.
 #[derive(Debug)]
-pub struct Sessions {
+pub struct Sessions<K> {
     max_total: usize,
     max_per_credential: usize,
     total: usize,
-    by_credential: HashMap<usize, usize>,
+    by_credential: HashMap<K, usize>,
 }
 
-impl Sessions {
+impl<K: Hash + Eq> Sessions<K> {
     /// No connection yet; at most `max_total` in all and `max_per_credential` of one credential.
     pub fn new(max_total: usize, max_per_credential: usize) -> Self {
         Sessions {
@@ -170,7 +172,7 @@ impl Sessions {
 
     /// Counts a connection that authenticated with `credential`, unless a bound is reached.
     // r[impl forward.limits.per-credential+2]
-    pub fn admit(&mut self, credential: usize) -> Result<(), SessionRefused> {
+    pub fn admit(&mut self, credential: K) -> Result<(), SessionRefused> {
         let of_credential = self.by_credential.get(&credential).copied().unwrap_or(0);
         if of_credential >= self.max_per_credential {
             return Err(SessionRefused::PerCredential);
@@ -184,12 +186,12 @@ impl Sessions {
     }
 
     /// A connection of `credential` ended.
-    pub fn release(&mut self, credential: usize) {
-        if let Some(count) = self.by_credential.get_mut(&credential) {
+    pub fn release(&mut self, credential: &K) {
+        if let Some(count) = self.by_credential.get_mut(credential) {
             *count -= 1;
             self.total = self.total.saturating_sub(1);
             if *count == 0 {
-                self.by_credential.remove(&credential);
+                self.by_credential.remove(credential);
             }
         }
     }
@@ -316,10 +318,10 @@ mod tests {
         assert_eq!(sessions.admit(0), Err(SessionRefused::PerCredential));
         assert_eq!(sessions.admit(1), Ok(()));
         assert_eq!(sessions.admit(2), Err(SessionRefused::Total));
-        sessions.release(0);
+        sessions.release(&0);
         assert_eq!(sessions.admit(2), Ok(()));
         assert_eq!(sessions.authenticated(), 3);
-        sessions.release(7);
+        sessions.release(&7);
         assert_eq!(
             sessions.authenticated(),
             3,

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 use thiserror::Error;
 
-use crate::auth::Credential;
+use crate::auth::{Credential, CredentialDigest};
 
 /// One allowed range of targets: an address prefix and a port range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,7 +225,9 @@ pub struct Grants {
     global: Arc<AllowList>,
     /// SHA-256 of each credential with its own list, and that list.
     own: Vec<([u8; 32], Arc<AllowList>)>,
-    refused: AtomicU64,
+    /// Shared with the grants that replace these ([`Grants::replacing`]), so the count spans
+    /// updates.
+    refused: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Grants {
@@ -257,8 +259,15 @@ impl Grants {
                     )
                 })
                 .collect(),
-            refused: AtomicU64::new(0),
+            refused: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// These grants, taking over `previous`'s count of refusals: what a live update of the
+    /// node's allow-lists installs, so [`Grants::refused`] counts across updates.
+    pub(crate) fn replacing(mut self, previous: &Grants) -> Self {
+        self.refused = previous.refused.clone();
+        self
     }
 
     /// The list an authenticated connection that presented `presented` reaches: the first own
@@ -266,7 +275,14 @@ impl Grants {
     /// the credential check does, so the time taken says nothing about which entry matched.
     // r[impl forward.allow.credential]
     pub fn list_for(&self, presented: &[u8]) -> Arc<AllowList> {
-        let presented: [u8; 32] = Sha256::digest(presented).into();
+        self.list_for_digest(&CredentialDigest::of(presented))
+    }
+
+    /// [`Grants::list_for`] for a credential already hashed: how a connection finds its list
+    /// again after an update.
+    // r[impl forward.allow.credential]
+    pub(crate) fn list_for_digest(&self, presented: &CredentialDigest) -> Arc<AllowList> {
+        let presented = presented.0;
         // 0: the node's list; i + 1: own entry i. Entries are visited last to first so that the
         // first one listed wins.
         let mut chosen = 0u64;

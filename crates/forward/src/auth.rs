@@ -47,6 +47,25 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
+/// The SHA-256 of a presented credential: what an authenticated connection keeps of it, to be
+/// counted per credential and re-checked when the node's credentials change. Its `Debug` never
+/// shows it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct CredentialDigest(pub(crate) [u8; 32]);
+
+impl CredentialDigest {
+    /// The digest of `presented`.
+    pub(crate) fn of(presented: &[u8]) -> Self {
+        CredentialDigest(digest(presented))
+    }
+}
+
+impl fmt::Debug for CredentialDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CredentialDigest(<redacted>)")
+    }
+}
+
 impl Credentials {
     /// Allows each of `allowed`.
     pub fn new<'a>(allowed: impl IntoIterator<Item = &'a Credential>) -> Self {
@@ -72,7 +91,14 @@ impl Credentials {
     /// entry, in constant time, the index chosen without a branch on the comparison.
     // r[impl forward.auth]
     pub fn matching(&self, presented: &[u8]) -> Option<usize> {
-        let presented = digest(presented);
+        self.matching_digest(&CredentialDigest::of(presented))
+    }
+
+    /// [`Credentials::matching`] for a credential already hashed ([`CredentialDigest::of`]): how
+    /// a connection re-checks its credential after an update without keeping the token.
+    // r[impl forward.auth]
+    pub(crate) fn matching_digest(&self, presented: &CredentialDigest) -> Option<usize> {
+        let presented = presented.0;
         let mut found = subtle::Choice::from(0);
         let mut index = 0u64;
         for (i, allowed) in self.digests.iter().enumerate() {

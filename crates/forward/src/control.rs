@@ -50,6 +50,9 @@ pub enum EndReason {
     ShuttingDown,
     /// The connection carrying it was lost.
     ConnectionLost,
+    /// The node's allow-lists, after a live update, no longer allow its target, or its
+    /// connection's credential is no longer allowed.
+    NotAllowed,
 }
 
 /// One control message. Its `Debug` never shows a credential, so logging a message cannot leak
@@ -215,6 +218,7 @@ impl EndReason {
             EndReason::Closed => 1,
             EndReason::ShuttingDown => 2,
             EndReason::ConnectionLost => 3,
+            EndReason::NotAllowed => 4,
         }
     }
 
@@ -223,6 +227,7 @@ impl EndReason {
             1 => EndReason::Closed,
             2 => EndReason::ShuttingDown,
             3 => EndReason::ConnectionLost,
+            4 => EndReason::NotAllowed,
             _ => return None,
         })
     }
@@ -466,7 +471,7 @@ mod tests {
     }
 
     fn end_reason() -> impl Strategy<Value = EndReason> {
-        (1u8..=3).prop_map(|c| EndReason::from_code(c).expect("valid code"))
+        (1u8..=4).prop_map(|c| EndReason::from_code(c).expect("valid code"))
     }
 
     fn message() -> impl Strategy<Value = Message> {

@@ -31,7 +31,7 @@ pub use auth::Credential;
 pub use classify::RelayError;
 pub use identity::{Fingerprint, Identity};
 pub use server::{
-    DEFAULT_AUTH_TIMEOUT, DEFAULT_MAX_AUTHENTICATED, DEFAULT_MAX_PER_CREDENTIAL, Server,
+    Access, DEFAULT_AUTH_TIMEOUT, DEFAULT_MAX_AUTHENTICATED, DEFAULT_MAX_PER_CREDENTIAL, Server,
     ServerConfig, start,
 };
-pub use stats::{ConnectionStats, ForwardStats};
+pub use stats::{AccessStats, ConnectionStats, ForwardStats};

@@ -25,7 +25,7 @@ use crate::admission::{
     SessionRefused, Sessions,
 };
 use crate::allow::{AllowList, Grants};
-use crate::auth::{AuthPacer, Credential, Credentials, default_auth_pacing};
+use crate::auth::{AuthPacer, Credential, CredentialDigest, Credentials, default_auth_pacing};
 use crate::classify::RelayError;
 use crate::control::{EndReason, FrameError, Message, Refusal};
 use crate::control_io::{finish, spawn_reader, spawn_writer, write};
@@ -36,7 +36,10 @@ use crate::identity::{Fingerprint, Identity, IdentityError};
 use crate::ready::{Drain, ready_now};
 use crate::reply_buffers::ReplyBuffers;
 use crate::report::{Handed, Reporter};
-use crate::stats::{ConnectionCounters, ConnectionStats, Counters, ForwardStats, Turned};
+use crate::stats::{
+    AccessCounters, AccessStats, ConnectionCounters, ConnectionStats, Counters, ForwardStats,
+    Turned,
+};
 use crate::transport::{ALPN, close_code, endpoint, endpoint_socket, server_transport_config};
 use crate::udp_io::{
     FLOW_BUFFER, Gather, Gathered, MAX_DATAGRAM, UdpIo, framed_capacity, segments,
@@ -140,6 +143,55 @@ impl ServerConfig {
             report_interval: Duration::from_secs(1),
         }
     }
+
+    /// Its credentials and allow-lists: what [`Server::update_access`] takes, so a node that
+    /// reloads its configuration builds the new [`ServerConfig`] and hands over this part of it.
+    pub fn access(&self) -> Access {
+        Access {
+            credentials: self.credentials.clone(),
+            allow: self.allow.clone(),
+            scoped: self.scoped.clone(),
+        }
+    }
+}
+
+/// Who may connect and where their forwards may reach: the part of a [`ServerConfig`] a running
+/// server takes again, whole, with [`Server::update_access`].
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// The credentials clients may present ([`ServerConfig::credentials`]).
+    pub credentials: Vec<Credential>,
+    /// The targets their forwards may reach ([`ServerConfig::allow`]).
+    pub allow: AllowList,
+    /// Credentials with their own allow-list ([`ServerConfig::scoped`]).
+    pub scoped: Vec<(Credential, AllowList)>,
+}
+
+/// [`Access`] as the server checks it: every credential that may authenticate, and the list each
+/// reaches. Swapped whole on an update, so a decision never mixes two of them.
+struct Granted {
+    credentials: Credentials,
+    grants: Grants,
+}
+
+impl Granted {
+    fn new(access: &Access) -> Self {
+        Granted {
+            credentials: Credentials::new(
+                access
+                    .credentials
+                    .iter()
+                    .chain(access.scoped.iter().map(|(credential, _)| credential)),
+            ),
+            grants: Grants::new(
+                access.allow.clone(),
+                access
+                    .scoped
+                    .iter()
+                    .map(|(credential, list)| (credential, list)),
+            ),
+        }
+    }
 }
 
 /// Connection attempts the endpoint holds before the accept loop has decided on them; more are
@@ -216,8 +268,11 @@ struct Listed {
 }
 
 struct Shared {
-    credentials: Credentials,
-    grants: Grants,
+    /// The credentials and allow-lists now; each connection is told when they are replaced.
+    // r[impl forward.access.update]
+    access: watch::Sender<Arc<Granted>>,
+    /// What the updates of `access` did.
+    access_counters: AccessCounters,
     max_forwards: usize,
     max_flows: usize,
     flow_idle: Duration,
@@ -236,7 +291,7 @@ struct Shared {
     /// The connections in their handshake or authenticating, by source.
     admission: Mutex<Admission>,
     /// The authenticated connections, by credential.
-    sessions: Mutex<Sessions>,
+    sessions: Mutex<Sessions<CredentialDigest>>,
     /// Sources that failed to authenticate, and how long they wait.
     pacer: Mutex<AuthPacer>,
     /// Who was let in, who was not, and why.
@@ -244,6 +299,11 @@ struct Shared {
 }
 
 impl Shared {
+    /// The credentials and allow-lists now (one read, then no lock is held).
+    fn access(&self) -> Arc<Granted> {
+        self.access.borrow().clone()
+    }
+
     fn listing(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u64, u32), Listed>> {
         self.listing
             .lock()
@@ -277,7 +337,7 @@ impl Shared {
         }
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions<CredentialDigest>> {
         self.sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -329,12 +389,12 @@ impl Drop for Place {
 /// (dropped).
 struct Session {
     shared: Arc<Shared>,
-    credential: usize,
+    credential: CredentialDigest,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.shared.sessions().release(self.credential);
+        self.shared.sessions().release(&self.credential);
     }
 }
 
@@ -420,20 +480,10 @@ pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
             addr: config.listen,
             source,
         })?;
+    let (access, _) = watch::channel(Arc::new(Granted::new(&config.access())));
     let shared = Arc::new(Shared {
-        credentials: Credentials::new(
-            config
-                .credentials
-                .iter()
-                .chain(config.scoped.iter().map(|(credential, _)| credential)),
-        ),
-        grants: Grants::new(
-            config.allow,
-            config
-                .scoped
-                .iter()
-                .map(|(credential, list)| (credential, list)),
-        ),
+        access,
+        access_counters: AccessCounters::default(),
         max_forwards: config.max_forwards,
         max_flows: config.max_flows,
         flow_idle: config.flow_idle,
@@ -554,7 +604,42 @@ impl Server {
 
     /// Forwards refused because their target was outside the credential's allow-list.
     pub fn refused_targets(&self) -> u64 {
-        self.shared.grants.refused()
+        self.shared.access().grants.refused()
+    }
+
+    /// Replaces the credentials and allow-lists, all together, while the server runs: every
+    /// connection that authenticates and every forward opened once this returns is decided by
+    /// `access`. Each connection then re-checks itself: a forward whose target its credential no
+    /// longer reaches ends (the client is told it ended as
+    /// [`NotAllowed`](crate::control::EndReason::NotAllowed), naming the target), and a
+    /// connection whose credential is no longer allowed ends with each of its forwards. Whatever
+    /// `access` still allows is not disturbed, so an update that changes nothing changes
+    /// nothing. Returns at once (the re-checks follow on each connection's task);
+    /// [`Server::access_stats`] counts what they ended.
+    // r[impl forward.access.update]
+    pub fn update_access(&self, access: Access) {
+        let granted = Granted::new(&access);
+        self.shared.access.send_modify(|current| {
+            // The count of refused targets goes on across updates.
+            *current = Arc::new(Granted {
+                credentials: granted.credentials,
+                grants: granted.grants.replacing(&current.grants),
+            });
+        });
+        self.shared
+            .access_counters
+            .updates
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            credentials = access.credentials.len() + access.scoped.len(),
+            "forward: credentials and allow-lists updated"
+        );
+    }
+
+    /// What the updates of the credentials and allow-lists have done: how many there were, and
+    /// the forwards and connections they ended.
+    pub fn access_stats(&self) -> AccessStats {
+        self.shared.access_counters.snapshot()
     }
 
     /// Reply buffers (`REPLY_BATCH` × 64 KiB each) allocated since the server started: as many
@@ -771,8 +856,8 @@ async fn refuse(conn: &Connection, mut send: quinn::SendStream, refusal: Refusal
     conn.close(close_code::REFUSED.into(), message.as_bytes());
 }
 
-/// Authenticates the connection, with the allow-list its credential reaches; `None` when it was
-/// refused (and closed).
+/// Authenticates the connection, with the digest of the credential it presented (what the
+/// allow-list it reaches is found by); `None` when it was refused (and closed).
 // r[impl forward.auth]
 async fn authenticate(
     conn: &Connection,
@@ -782,8 +867,7 @@ async fn authenticate(
 ) -> Option<(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
-    Arc<AllowList>,
-    usize,
+    CredentialDigest,
 )> {
     // One deadline for the whole of it (from the first packet): opening the stream late does not
     // buy a second timeout.
@@ -824,10 +908,17 @@ async fn authenticate(
     // only).
     let (refusal, message, paced) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
-            if let Some(which) = shared.credentials.matching(&credential) {
+            let digest = CredentialDigest::of(&credential);
+            // r[impl forward.access.update]
+            // The credentials now: an update that returned before this Hello decides it.
+            if shared
+                .access()
+                .credentials
+                .matching_digest(&digest)
+                .is_some()
+            {
                 shared.pacer().succeeded(place.ip);
-                // r[impl forward.allow.credential]
-                return Some((send, control, shared.grants.list_for(&credential), which));
+                return Some((send, control, digest));
             }
             (
                 Refusal::BadCredential,
@@ -875,6 +966,10 @@ async fn serve(
     unauthenticated: Place,
     deadline: Instant,
 ) {
+    // r[impl forward.access.recheck]
+    // Subscribed before authenticating: an update made while this connection authenticates is
+    // seen by its first re-check.
+    let access_updates = shared.access.subscribe();
     // r[impl forward.stop]
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
     // it has no forward to announce, so it is closed with the reason at once.
@@ -899,7 +994,7 @@ async fn serve(
     };
     // r[impl forward.limits.unauthenticated+2]
     drop(unauthenticated);
-    let Some((send, mut control, allow, credential)) = authenticated else {
+    let Some((send, mut control, credential)) = authenticated else {
         return;
     };
     // r[impl forward.limits.per-credential+2]
@@ -937,7 +1032,7 @@ async fn serve(
         shared: shared.clone(),
         writer: writer.clone(),
         shutdown: shutdown.clone(),
-        allow,
+        credential,
         forwards: HashMap::new(),
         gather: Gather::default(),
         gather_max: 1,
@@ -948,13 +1043,25 @@ async fn serve(
     let mut sweep = tokio::time::interval_at(Instant::now() + every, every);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut wakeups = shared.flow_pool.wakeups();
-    let ended: Result<Option<Shutdown>, RelayError> = loop {
+    // One wait for the next update, kept across the loop's turns rather than made anew on each,
+    // so the datagram path pays no more than one poll of it per batch.
+    let mut access_changed = std::pin::pin!(access_update(access_updates));
+    let ended: Ending = loop {
         tokio::select! {
             biased;
             changed = shutdown.changed() => {
                 // A dropped sender is the server itself going away: the same as a shutdown.
                 let deadline = if changed.is_ok() { *shutdown.borrow() } else { None };
-                break Ok(deadline);
+                break Ending::Stopped(deadline);
+            }
+            // r[impl forward.access.recheck]
+            // Before control messages: a request read after an update is answered by the new
+            // lists, and a connection whose credential was removed opens nothing more.
+            updates = &mut access_changed => {
+                access_changed.set(access_update(updates));
+                if !relay.recheck().await {
+                    break Ending::Revoked;
+                }
             }
             message = control.recv() => match message {
                 Some(Ok(message)) => relay.control(message).await,
@@ -966,9 +1073,9 @@ async fn serve(
                     Class::Transient => {
                         tracing::warn!(connection = id, error = %err, "forward: control stream");
                     }
-                    Class::Fatal => break Err(err),
+                    Class::Fatal => break Ending::Lost(err),
                 },
-                None => break Err(RelayError::Control("reader ended".into())),
+                None => break Ending::Lost(RelayError::Control("reader ended".into())),
             },
             // Before datagrams: a flood of them must not keep the sweep from running.
             _ = sweep.tick() => relay.sweep(Instant::now()),
@@ -983,7 +1090,7 @@ async fn serve(
                         Class::Item | Class::Transient => {
                             tracing::debug!(connection = id, error = %err, "forward: datagram");
                         }
-                        Class::Fatal => break Err(err),
+                        Class::Fatal => break Ending::Lost(err),
                     }
                 }
             },
@@ -991,14 +1098,16 @@ async fn serve(
     };
     let forwards = std::mem::take(&mut relay.forwards);
     let reason = match &ended {
-        Ok(_) => EndReason::ShuttingDown,
-        Err(_) => EndReason::ConnectionLost,
+        Ending::Stopped(_) => EndReason::ShuttingDown,
+        Ending::Revoked => EndReason::NotAllowed,
+        Ending::Lost(_) => EndReason::ConnectionLost,
     };
     let text = match &ended {
-        Ok(shutdown) => shutdown
+        Ending::Stopped(shutdown) => shutdown
             .map_or("node shutting down", |s| s.message)
             .to_owned(),
-        Err(err) => err.to_string(),
+        Ending::Revoked => REVOKED.to_owned(),
+        Ending::Lost(err) => err.to_string(),
     };
     for (forward, state) in forwards {
         shared.listing().remove(&(id, forward));
@@ -1014,18 +1123,58 @@ async fn serve(
     drop(relay);
     drop(writer);
     match ended {
-        Ok(deadline) => {
+        Ending::Stopped(deadline) => {
             let _ =
                 tokio::time::timeout(linger_until(deadline, Duration::from_secs(2)), writer_task)
                     .await;
             conn.close(close_code::SHUTDOWN.into(), text.as_bytes());
         }
-        Err(err) => {
+        // r[impl forward.access.revoked]
+        Ending::Revoked => {
+            shared
+                .access_counters
+                .connections_ended
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(connection = id, %client, "forward: connection ended, its credential is no longer allowed");
+            // The `Ended` answers go out first (a stop's deadline cuts the wait short).
+            let stopping = *shutdown.borrow();
+            let _ =
+                tokio::time::timeout(linger_until(stopping, Duration::from_secs(2)), writer_task)
+                    .await;
+            conn.close(close_code::REFUSED.into(), text.as_bytes());
+        }
+        Ending::Lost(err) => {
             tracing::info!(connection = id, %client, error = %err, "forward: connection ended");
             writer_task.abort();
             conn.close(close_code::PROTOCOL.into(), b"connection ended");
         }
     }
+}
+
+/// Why a connection's relay loop ended.
+enum Ending {
+    /// The node is stopping (by this deadline, with this message), or went away.
+    Stopped(Option<Shutdown>),
+    /// An update no longer allows the connection's credential.
+    Revoked,
+    /// The connection, or its control stream, was lost.
+    Lost(RelayError),
+}
+
+/// What a connection whose credential was removed, and each of its forwards, is told.
+const REVOKED: &str = "the credential is no longer allowed by this node";
+
+/// Waits for the next update of the node's credentials and allow-lists, and gives the receiver
+/// back for the wait after it.
+// r[impl forward.access.recheck]
+async fn access_update(
+    mut updates: watch::Receiver<Arc<Granted>>,
+) -> watch::Receiver<Arc<Granted>> {
+    if updates.changed().await.is_err() {
+        // The server (which holds the sender) is gone; its stop ends this connection.
+        std::future::pending::<()>().await;
+    }
+    updates
 }
 
 struct Relay {
@@ -1035,8 +1184,9 @@ struct Relay {
     shared: Arc<Shared>,
     writer: mpsc::Sender<Message>,
     shutdown: watch::Receiver<Option<Shutdown>>,
-    /// The targets this connection's credential reaches.
-    allow: Arc<AllowList>,
+    /// The credential it authenticated with (hashed): the allow-list it reaches is looked up with
+    /// it, in the node's lists of the moment.
+    credential: CredentialDigest,
     forwards: HashMap<u32, ServerForward>,
     /// Datagrams of one flow waiting to leave in one send.
     gather: Gather<(u32, u64)>,
@@ -1093,6 +1243,67 @@ impl Relay {
         }
     }
 
+    /// Whether a forward to `target` may open under the node's lists now (a refusal is
+    /// counted): the list the connection's credential reaches, nothing once the credential is no
+    /// longer allowed.
+    // r[impl forward.allow.credential]
+    // r[impl forward.access.update]
+    fn admits(&self, target: &SocketAddr) -> bool {
+        let access = self.shared.access();
+        let list = match access.credentials.matching_digest(&self.credential) {
+            Some(_) => access.grants.list_for_digest(&self.credential),
+            // Its connection ends on its next re-check; until then it reaches nothing.
+            None => Arc::new(AllowList::default()),
+        };
+        access.grants.admits(&list, target)
+    }
+
+    /// Re-checks the connection against the node's lists now: ends (and announces) each open
+    /// forward whose target its credential no longer reaches. `false`: the credential itself is
+    /// no longer allowed, and the connection must end.
+    // r[impl forward.access.recheck]
+    async fn recheck(&mut self) -> bool {
+        let access = self.shared.access();
+        if access
+            .credentials
+            .matching_digest(&self.credential)
+            .is_none()
+        {
+            return false;
+        }
+        let list = access.grants.list_for_digest(&self.credential);
+        let ended: Vec<u32> = self
+            .forwards
+            .iter()
+            .filter(|(_, state)| !list.allows(&state.target))
+            .map(|(forward, _)| *forward)
+            .collect();
+        for forward in ended {
+            let Some(state) = self.forwards.remove(&forward) else {
+                continue;
+            };
+            self.shared.listing().remove(&(self.id, forward));
+            let message = format!(
+                "target {} is no longer in this node's allow-list",
+                state.target
+            );
+            state.reporter.stats().set_last_error(&message);
+            state.end();
+            self.shared
+                .access_counters
+                .forwards_ended
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(connection = self.id, forward, reason = %message, "forward: ended by an update");
+            self.reply(Message::Ended {
+                forward,
+                reason: EndReason::NotAllowed,
+                message,
+            })
+            .await;
+        }
+        true
+    }
+
     // r[impl forward.allow+2]
     // r[impl forward.allow.credential]
     async fn open(&mut self, forward: u32, target: SocketAddr) {
@@ -1111,7 +1322,7 @@ impl Relay {
                     self.forwards.len()
                 ),
             ))
-        } else if !self.shared.grants.admits(&self.allow, &target) {
+        } else if !self.admits(&target) {
             Some((
                 Refusal::NotAllowed,
                 format!("target {target} is not in this node's allow-list"),

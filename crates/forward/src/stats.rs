@@ -257,3 +257,36 @@ impl ConnectionCounters {
         }
     }
 }
+
+/// What live updates of the node's credentials and allow-lists ([`crate::Server::update_access`])
+/// have done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AccessStats {
+    /// Updates installed since the server started.
+    pub updates: u64,
+    /// Open forwards ended because an update no longer allowed their target (those of a
+    /// connection ended for its credential are counted in `connections_ended` only).
+    pub forwards_ended: u64,
+    /// Connections ended because an update no longer allowed their credential.
+    pub connections_ended: u64,
+}
+
+/// Live counters behind [`AccessStats`].
+#[derive(Debug, Default)]
+pub(crate) struct AccessCounters {
+    pub(crate) updates: AtomicU64,
+    pub(crate) forwards_ended: AtomicU64,
+    pub(crate) connections_ended: AtomicU64,
+}
+
+impl AccessCounters {
+    /// The counters now.
+    pub(crate) fn snapshot(&self) -> AccessStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        AccessStats {
+            updates: load(&self.updates),
+            forwards_ended: load(&self.forwards_ended),
+            connections_ended: load(&self.connections_ended),
+        }
+    }
+}
