@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use futures_util::SinkExt;
 use holdfast_gateway::{Gateway, Pos};
 use serde_json::{Value, json};
 
