@@ -74,7 +74,7 @@ async fn python_websockets_authenticates_joins_receives_and_sees_1012_on_drain()
         serde_json::json!({"type": "joined", "room": "lobby"})
     );
     assert_eq!(node.gateway.push_room("lobby", "from rust").await.queued, 1);
-    // A room message carries its room and position (r[gateway.history.position]).
+    // A room message carries its room and position, as gateway.history.position says.
     let got = next().await;
     let got: serde_json::Value = serde_json::from_str(got["got"].as_str().unwrap()).unwrap();
     assert_eq!(

@@ -127,7 +127,7 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
         (&json!(1), &json!(0)),
         "{delivered}"
     );
-    // r[gateway.history.position]: the room message carries its room and position.
+    // The room message carries its room and position (gateway.history.position).
     let got: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
     assert_eq!(
         got,
