@@ -39,6 +39,9 @@ pub enum BusMessage {
         text: String,
         /// The replica that published it (and delivered it locally already).
         origin: String,
+        /// Its position in the room's history, when it has one (absent from older replicas).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pos: Option<String>,
     },
 }
 
@@ -255,6 +258,7 @@ mod tests {
             room: "lobby".into(),
             text: "all".into(),
             origin: "a".into(),
+            pos: None,
         };
         bus.broadcast(&room).await.unwrap();
         assert_eq!(b.recv().await, Some(user("for b")));
@@ -285,6 +289,7 @@ mod tests {
             room: "r".into(),
             text: "t".into(),
             origin: "o".into(),
+            pos: None,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(

@@ -95,6 +95,8 @@ pub struct Cluster {
     /// The jitter seed of the gateway's own retries (registration); `None` derives it from the
     /// replica id. The node passes `NodeIdentity::seed("gateway")`.
     pub seed: Option<u64>,
+    /// Where room history is kept; `None` keeps it in this replica's memory.
+    pub history: Option<Arc<dyn crate::history::History>>,
 }
 
 impl Cluster {
@@ -105,6 +107,7 @@ impl Cluster {
             routing: Arc::new(MemoryRouting::new()),
             bus: Arc::new(crate::bus::MemoryBus::new()),
             seed: None,
+            history: None,
         }
     }
 }

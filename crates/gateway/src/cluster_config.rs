@@ -82,22 +82,36 @@ pub async fn connect_cluster(
     } else {
         etcd_registry(config, seed).await?
     };
-    let (routing, bus): (Arc<dyn crate::RoutingMap>, Arc<dyn crate::ClusterBus>) =
-        match &config.redis {
-            None => (Arc::new(MemoryRouting::new()), Arc::new(MemoryBus::new())),
-            Some(url) => {
-                let prefix = colon_terminated(&config.redis_prefix);
-                (
-                    Arc::new(RedisRouting::new(url, &prefix, config.timeout)?),
-                    Arc::new(RedisBus::new(url, &prefix, config.timeout, seed)?),
-                )
-            }
-        };
+    type Backends = (
+        Arc<dyn crate::RoutingMap>,
+        Arc<dyn crate::ClusterBus>,
+        Option<Arc<dyn crate::History>>,
+    );
+    let (routing, bus, history): Backends = match &config.redis {
+        None => (
+            Arc::new(MemoryRouting::new()),
+            Arc::new(MemoryBus::new()),
+            None,
+        ),
+        Some(url) => {
+            let prefix = colon_terminated(&config.redis_prefix);
+            (
+                Arc::new(RedisRouting::new(url, &prefix, config.timeout)?),
+                Arc::new(RedisBus::new(url, &prefix, config.timeout, seed)?),
+                Some(Arc::new(crate::RedisHistory::new(
+                    url,
+                    &prefix,
+                    config.timeout,
+                )?)),
+            )
+        }
+    };
     Ok(Cluster {
         registry,
         routing,
         bus,
         seed: Some(seed),
+        history,
     })
 }
 

@@ -134,6 +134,38 @@ pub struct GatewayConfig {
     /// The longest room name a client may join, in bytes (0: no limit), so a room name cannot
     /// cost up to a whole message's size in each index that holds it.
     pub max_room_name: usize,
+    /// How much history each room keeps for clients that rejoin with `since`.
+    pub history: crate::history::HistoryConfig,
+    /// The key application backends publish with (the node's `POST /v1/publish`), distinct from
+    /// any key that may drain; `None`: no such key.
+    pub publish_key: Option<PublishKey>,
+}
+
+/// A bearer key for publishing. Its `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PublishKey(String);
+
+impl std::fmt::Debug for PublishKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PublishKey(<redacted>)")
+    }
+}
+
+impl PublishKey {
+    /// A key (its text trimmed of surrounding whitespace).
+    pub fn new(key: &str) -> Self {
+        Self(key.trim().to_owned())
+    }
+
+    /// Compares a presented key in time independent of where they differ.
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
+        let mut diff = u8::from(a.len() != b.len() || a.is_empty());
+        for (i, x) in a.iter().enumerate() {
+            diff |= x ^ b.get(i).copied().unwrap_or(0);
+        }
+        diff == 0
+    }
 }
 
 impl GatewayConfig {
@@ -166,6 +198,8 @@ impl GatewayConfig {
             refusal_timeout: Duration::from_secs(1),
             max_rooms_per_connection: DEFAULT_MAX_ROOMS,
             max_room_name: DEFAULT_MAX_ROOM_NAME,
+            history: crate::history::HistoryConfig::default(),
+            publish_key: None,
         }
     }
 }
@@ -218,6 +252,22 @@ mod tests {
             "a",
             TokenKey::new(b"k".to_vec()),
         )
+    }
+
+    #[test]
+    fn a_publish_key_matches_only_itself_and_never_shows() {
+        let k = PublishKey::new(" pub-key-0123456789\n");
+        assert!(k.matches("pub-key-0123456789"));
+        for wrong in [
+            "",
+            "pub-key-012345678",
+            "pub-key-01234567890",
+            "Pub-key-0123456789",
+        ] {
+            assert!(!k.matches(wrong), "{wrong}");
+        }
+        assert!(!PublishKey::new("").matches(""));
+        assert!(!format!("{k:?}").contains("0123"));
     }
 
     // r[verify gateway.edge.buffers]

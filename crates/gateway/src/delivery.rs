@@ -62,12 +62,18 @@ impl Gateway {
     /// Pushes to `room`'s members on this replica, and broadcasts it so every other replica
     /// pushes it to its members. A bus outage is reported in [`Delivery::forwarded`].
     pub async fn push_room(&self, room: &str, text: &str) -> Delivery {
-        let mut delivery = self.push_room_local(room, text);
         let inner = &self.inner;
+        let pos = self.remember(room, text).await;
+        let mut delivery = match pos {
+            Some(pos) => self.push_room_local(room, &crate::history::frame(room, pos, text)),
+            None => self.push_room_local(room, text),
+        };
+        delivery.pos = pos;
         let message = BusMessage::Room {
             room: room.to_owned(),
             text: text.to_owned(),
             origin: inner.replica.id.clone(),
+            pos: pos.map(|p| p.to_string()),
         };
         delivery.forwarded = match inner.membership.bus.broadcast(&message).await {
             Ok(()) => Forward::Published,
@@ -81,5 +87,26 @@ impl Gateway {
             }
         };
         delivery
+    }
+
+    // r[impl gateway.history.position]
+    /// Appends a room message to the room's history; its position, or `None` when history is
+    /// off or its backend failed (the message is then pushed without a position, reported).
+    async fn remember(&self, room: &str, text: &str) -> Option<crate::history::Pos> {
+        let inner = &self.inner;
+        if inner.config.history.size == 0 {
+            return None;
+        }
+        match inner
+            .history
+            .append(room, text, &inner.config.history)
+            .await
+        {
+            Ok(pos) => Some(pos),
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, error = %e, "cannot keep a room message in history");
+                None
+            }
+        }
     }
 }

@@ -105,7 +105,7 @@ pub struct DrainReport {
 }
 
 /// The close code for a stop reason under a configured choice.
-// r[impl gateway.drain.close]
+// r[impl gateway.drain.close+2]
 pub fn close_code(choice: CloseChoice, reason: StopReason) -> CloseCode {
     match (choice, reason) {
         (CloseChoice::Restart, _) | (CloseChoice::FromReason, StopReason::Restart) => {
@@ -122,7 +122,7 @@ pub(crate) fn close_reason(cfg: &DrainConfig, code: CloseCode, id: ConnId) -> St
     if code == close::RESTART {
         let spread = cfg.reconnect_spread.as_millis().max(1) as u64;
         let ms = cfg.reconnect_min.as_millis() as u64 + holdfast_retry::stable_hash(&id.0) % spread;
-        format!("{{\"reconnect_in_ms\":{ms}}}")
+        format!("{{\"reconnect_in_ms\":{ms},\"rejoin\":\"since\"}}")
     } else {
         "going away".to_owned()
     }
@@ -428,7 +428,7 @@ mod tests {
         assert!(closes_done(&ids(&[]), &ids(&[]), open(&[7])));
     }
 
-    // r[verify gateway.drain.close]
+    // r[verify gateway.drain.close+2]
     #[test]
     fn close_codes_and_reconnect_hints() {
         assert_eq!(
@@ -462,5 +462,12 @@ mod tests {
             hints.len()
         );
         assert!(close_reason(&cfg, close::GOING_AWAY, ConnId(1)).len() <= 123);
+        let hint = close_reason(&cfg, close::RESTART, ConnId(u64::MAX));
+        assert!(hint.len() <= 123);
+        let v: serde_json::Value = serde_json::from_str(&hint).unwrap_or_default();
+        assert_eq!(
+            v["rejoin"], "since",
+            "the hint says to rejoin with since: {hint}"
+        );
     }
 }

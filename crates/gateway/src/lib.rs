@@ -20,6 +20,10 @@
 //!   close frame (1012 with a reconnect hint, or 1001); close handshakes awaited, the rest
 //!   force-closed; the routing entries it owns compare-and-deleted — all inside one cap.
 //!
+//! - Room history ([`MemoryHistory`] on one replica, [`RedisHistory`] in Redis Streams): each
+//!   room message carries its room's stream position, and a client that rejoins with `since`
+//!   gets what it missed once and in order, or is told the history no longer reaches back.
+//!
 //! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change; limits on
 //!   connections per source (an IPv4 address or an IPv6 /64), on unauthenticated ones per source
 //!   and in all, enforced before the upgrade (and on `wss://` before the TLS handshake); and an
@@ -39,11 +43,13 @@ mod delivery;
 pub mod drain;
 #[cfg(feature = "etcd")]
 pub mod etcd_registry;
+pub mod history;
 mod limits;
 mod membership;
 pub mod protocol;
 pub mod redis_bus;
 mod redis_conn;
+mod redis_history;
 pub mod redis_routing;
 pub mod registry;
 mod server;
@@ -64,15 +70,20 @@ pub const ETCD_SUPPORTED: bool = cfg!(feature = "etcd");
 pub use cluster_config::{ClusterConfig, connect_cluster};
 pub use config::{
     CloseChoice, ConfigError, DEFAULT_MAX_ROOM_NAME, DEFAULT_MAX_ROOMS,
-    DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig,
+    DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig, PublishKey,
 };
 pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 #[cfg(feature = "etcd")]
 pub use etcd_registry::{EtcdConfig, EtcdRegistry};
+pub use history::{
+    BadPos, DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_SIZE, DEFAULT_HISTORY_TTL, History,
+    HistoryConfig, MemoryHistory, Pos, Recovery,
+};
 pub use membership::ClusterHealth;
 pub use protocol::ClientMessage;
 pub use redis_bus::RedisBus;
+pub use redis_history::RedisHistory;
 pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
 pub use server::{Delivery, Gateway, StartError};

@@ -184,9 +184,18 @@ async fn receive(
             BusMessage::User { user, text } => {
                 gateway.push_user_local(&user, &text);
             }
-            BusMessage::Room { room, text, origin } => {
+            BusMessage::Room {
+                room,
+                text,
+                origin,
+                pos,
+            } => {
                 if origin != inner.replica.id {
-                    gateway.push_room_local(&room, &text);
+                    match pos.and_then(|p| p.parse::<crate::history::Pos>().ok()) {
+                        Some(pos) => gateway
+                            .push_room_local(&room, &crate::history::frame(&room, pos, &text)),
+                        None => gateway.push_room_local(&room, &text),
+                    };
                 }
             }
         }

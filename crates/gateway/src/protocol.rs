@@ -19,6 +19,12 @@ pub enum ClientMessage {
         /// claim names the room), for a room outside the auth token's `rooms`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
+        /// Recover from here: the position (`pos`) of the last message of this room the client
+        /// received. The gateway sends every message of the room after it, then the `joined`
+        /// reply with `recovered`; or, when its history no longer reaches back that far,
+        /// `joined` with `"gap":true` (the client reloads its state).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<String>,
     },
     /// Leave a room.
     Leave {

@@ -23,6 +23,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use crate::accept::{AcceptPacer, AfterError};
 use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
 use crate::config::{ConfigError, GatewayConfig};
+use crate::history::Pos;
 use crate::limits::{Admission, Limits, Refusal};
 use crate::protocol::{ClientMessage, close};
 use crate::registry::{ConnId, Registry};
@@ -94,6 +95,7 @@ pub(crate) struct Inner {
     pub(crate) limits: Arc<Limits>,
     pub(crate) tls: Option<Tls>,
     pub(crate) membership: crate::membership::Membership,
+    pub(crate) history: Arc<dyn crate::history::History>,
 }
 
 /// A running gateway. Cheap to clone.
@@ -111,6 +113,9 @@ pub struct Delivery {
     pub slow_consumers: usize,
     /// Whether the push went on to other replicas (always `NotNeeded` for the `_local` pushes).
     pub forwarded: crate::delivery::Forward,
+    /// The message's position in its room's history (room pushes with history only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pos: Option<crate::history::Pos>,
 }
 
 impl Gateway {
@@ -126,6 +131,7 @@ impl Gateway {
             routing,
             bus: Arc::new(crate::bus::MemoryBus::new()),
             seed: None,
+            history: None,
         };
         Gateway::start_cluster(config, cluster).await
     }
@@ -141,7 +147,9 @@ impl Gateway {
             routing,
             bus,
             seed,
+            history,
         } = cluster;
+        let history = history.unwrap_or_else(|| Arc::new(crate::history::MemoryHistory::new()));
         let (limits, tls) = edge(&config)?;
         let listener =
             TcpListener::bind(config.listen)
@@ -187,6 +195,7 @@ impl Gateway {
                 bus,
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
+            history,
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
@@ -196,6 +205,15 @@ impl Gateway {
         *lock(&inner.accept_task) = Some(task);
         crate::membership::Membership::join(&inner).await;
         Ok(Gateway { inner })
+    }
+
+    /// Whether `presented` is the configured publish key; `None` when there is none.
+    pub fn publish_key_matches(&self, presented: &str) -> Option<bool> {
+        self.inner
+            .config
+            .publish_key
+            .as_ref()
+            .map(|k| k.matches(presented))
     }
 
     /// The replica as registered.
@@ -661,7 +679,7 @@ async fn serve(
         tokio::select! {
             biased;
             signal = &mut signalled => match signal {
-                Some(signal) => return drain_connection(inner, id, ws, queue, signal).await,
+                Some(signal) => return drain_connection(inner, id, ws, queue, signal, &session.marks).await,
                 None => return Ending::Close(close::GOING_AWAY, "gateway stopped".into()),
             },
             _ = &mut auth_deadline, if !session.authed => {
@@ -686,6 +704,10 @@ async fn serve(
                     let mut next = Some(text);
                     let mut budget = cfg.send_queue.max(1);
                     while let Some(text) = next.take() {
+                        if recovered_already(&session.marks, &text) {
+                            next = queue.try_recv().ok();
+                            continue;
+                        }
                         if let Err(e) = ws.send(Message::Text(text)).await {
                             if let Some(end) = on_error(e) { return end; }
                             break;
@@ -793,13 +815,23 @@ async fn on_message(
             Some(Ending::Close(close::POLICY, "already authenticated".into()))
         }
         (_, false) => Some(Ending::Close(close::POLICY, "authenticate first".into())),
-        (ClientMessage::Join { room, token }, true) => {
-            join(inner, id, ws, &room, token.as_deref(), session).await
+        (ClientMessage::Join { room, token, since }, true) => {
+            join(
+                inner,
+                id,
+                ws,
+                &room,
+                token.as_deref(),
+                since.as_deref(),
+                session,
+            )
+            .await
         }
         (ClientMessage::Leave { room }, true) => {
             if inner.registry.leave(id, &room).is_err() {
                 return Some(Ending::Gone);
             }
+            session.marks.retain(|(r, _)| *r != room);
             reply(ws, ack("left", &room)).await
         }
     }
@@ -812,6 +844,22 @@ struct Session {
     user: String,
     /// The rooms the auth token allows (`None`: any room, only under `RoomsDefault::Any`).
     rooms: Option<Vec<String>>,
+    /// Per room recovered with `since`, the last position its backlog held: a live message at
+    /// or before it was already sent with the backlog.
+    marks: Vec<(String, Pos)>,
+}
+
+// r[impl gateway.history.recover]
+/// Whether `text` is a room message the connection already received in a recovery backlog.
+fn recovered_already(marks: &[(String, Pos)], text: &str) -> bool {
+    if marks.is_empty() {
+        return false;
+    }
+    crate::history::framed_pos(text).is_some_and(|(room, pos)| {
+        marks
+            .iter()
+            .any(|(r, through)| *r == room && pos <= *through)
+    })
 }
 
 // r[impl gateway.rooms.permissions]
@@ -840,7 +888,8 @@ async fn join(
     ws: &mut Ws,
     room: &str,
     token: Option<&str>,
-    session: &Session,
+    since: Option<&str>,
+    session: &mut Session,
 ) -> Option<Ending> {
     let cfg = &inner.config;
     if cfg.max_room_name != 0 && room.len() > cfg.max_room_name {
@@ -849,16 +898,78 @@ async fn join(
     if !permitted(inner, session, room, token) {
         return refuse_join(inner, ws, room, JoinRefusal::NotPermitted).await;
     }
+    let since = match since.map(str::parse::<Pos>) {
+        None => None,
+        Some(Ok(pos)) => Some(pos),
+        Some(Err(_)) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
+    };
     match inner
         .registry
         .join_within(id, room, cfg.max_rooms_per_connection)
     {
-        Ok(()) => reply(ws, ack("joined", room)).await,
+        Ok(()) => match since {
+            None => reply(ws, ack("joined", room)).await,
+            Some(since) => recover(inner, id, ws, room, since, session).await,
+        },
         Err(crate::registry::RegistryError::TooManyRooms(..)) => {
             refuse_join(inner, ws, room, JoinRefusal::TooManyRooms).await
         }
         // The connection is no longer registered: its teardown is under way.
         Err(_) => Some(Ending::Gone),
+    }
+}
+
+// r[impl gateway.history.recover]
+/// The rest of a join with `since`, the connection already a member of `room` (so that what is
+/// published from here on is queued for it): reads the history after `since`, sends it, and
+/// marks its last position so that a live message the backlog already held is not sent twice.
+async fn recover(
+    inner: &Arc<Inner>,
+    id: ConnId,
+    ws: &mut Ws,
+    room: &str,
+    since: Pos,
+    session: &mut Session,
+) -> Option<Ending> {
+    let cfg = &inner.config.history;
+    let found = if cfg.size == 0 {
+        Ok(crate::history::Recovery::Gap)
+    } else {
+        inner.history.since(room, since, cfg).await
+    };
+    let found = found.unwrap_or_else(|e| {
+        // The client cannot be given what it missed: it is told so, as for a gap.
+        tracing::warn!(replica = %inner.replica.id, error = %e, "cannot read room history");
+        crate::history::Recovery::Gap
+    });
+    session.marks.retain(|(r, _)| r != room);
+    match found {
+        crate::history::Recovery::Future => {
+            if inner.registry.leave(id, room).is_err() {
+                return Some(Ending::Gone);
+            }
+            refuse_join(inner, ws, room, JoinRefusal::FuturePosition).await
+        }
+        crate::history::Recovery::Gap => {
+            let msg = serde_json::json!({"type": "joined", "room": room, "gap": true});
+            reply(ws, msg.to_string()).await
+        }
+        crate::history::Recovery::Messages(messages) => {
+            let through = messages.last().map_or(since, |(p, _)| *p);
+            let n = messages.len();
+            for (pos, text) in messages {
+                let framed = crate::history::frame(room, pos, &text);
+                if let Err(e) = ws.send(Message::Text(framed.into())).await {
+                    if let Some(end) = on_error(e) {
+                        return Some(end);
+                    }
+                }
+                inner.stats.message_out();
+            }
+            session.marks.push((room.to_owned(), through));
+            let msg = serde_json::json!({"type": "joined", "room": room, "recovered": n});
+            reply(ws, msg.to_string()).await
+        }
     }
 }
 
@@ -887,6 +998,10 @@ pub(crate) enum JoinRefusal {
     NameTooLong,
     /// Neither the token's `rooms` nor a subscription token allows the room.
     NotPermitted,
+    /// The join's `since` is not a position.
+    BadPosition,
+    /// The join's `since` is later than anything the room's stream has assigned.
+    FuturePosition,
 }
 
 impl JoinRefusal {
@@ -896,6 +1011,8 @@ impl JoinRefusal {
             JoinRefusal::TooManyRooms => "too many rooms",
             JoinRefusal::NameTooLong => "room name too long",
             JoinRefusal::NotPermitted => "not permitted",
+            JoinRefusal::BadPosition => "bad position",
+            JoinRefusal::FuturePosition => "position from the future",
         }
     }
 }
@@ -939,8 +1056,12 @@ async fn drain_connection(
     ws: &mut Ws,
     queue: &mut mpsc::Receiver<Utf8Bytes>,
     signal: DrainSignal,
+    marks: &[(String, Pos)],
 ) -> Ending {
     while let Ok(text) = queue.try_recv() {
+        if recovered_already(marks, &text) {
+            continue;
+        }
         match ws.feed(Message::Text(text)).await {
             Ok(()) => inner.stats.message_out(),
             // r[impl gateway.edge.buffers]

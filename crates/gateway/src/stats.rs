@@ -158,6 +158,9 @@ impl Stats {
             crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
             crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
             crate::server::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
+            // A bad `since` is the client's error about its own state, not a refused room.
+            crate::server::JoinRefusal::BadPosition
+            | crate::server::JoinRefusal::FuturePosition => {}
         }
     }
     pub(crate) fn close_sent(&self) {

@@ -21,6 +21,7 @@ fn shared() -> Cluster {
         routing: Arc::new(MemoryRouting::new()),
         bus: Arc::new(MemoryBus::new()),
         seed: None,
+        history: None,
     }
 }
 

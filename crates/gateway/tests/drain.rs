@@ -98,7 +98,7 @@ fn short_cap(replica: &str, cap_ms: u64) -> holdfast_gateway::GatewayConfig {
 
 // r[verify gateway.drain.order]
 // r[verify gateway.drain.deregister]
-// r[verify gateway.drain.close]
+// r[verify gateway.drain.close+2]
 // r[verify gateway.drain.signal]
 // r[verify gateway.drain.flush]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +178,7 @@ async fn clients_that_answer_get_1012_after_deregistration_with_their_queue_flus
     );
 }
 
-// r[verify gateway.drain.close]
+// r[verify gateway.drain.close+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_sends_1001_and_a_fixed_choice_overrides_the_reason() {
     let node = start(config("a")).await;
@@ -433,7 +433,7 @@ async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
 // The control arm: without the drain each point above fails, so the drain tests cannot pass
 // vacuously.
 // r[verify gateway.drain.order]
-// r[verify gateway.drain.close]
+// r[verify gateway.drain.close+2]
 // r[verify gateway.drain.routing]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_arm_without_drain_leaves_registration_routes_and_no_close_frame() {

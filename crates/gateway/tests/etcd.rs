@@ -48,6 +48,7 @@ async fn start_on(config: GatewayConfig, registry: &EtcdRegistry) -> Gateway {
         routing: Arc::new(MemoryRouting::new()),
         bus: Arc::new(MemoryBus::new()),
         seed: Some(1),
+        history: None,
     };
     Gateway::start_cluster(config, cluster).await.unwrap()
 }

@@ -31,7 +31,7 @@ fn python() -> Option<PathBuf> {
 }
 
 // r[verify gateway.auth.token+2]
-// r[verify gateway.drain.close]
+// r[verify gateway.drain.close+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_websockets_authenticates_joins_receives_and_sees_1012_on_drain() {
     let Some(python) = python() else {
@@ -74,7 +74,14 @@ async fn python_websockets_authenticates_joins_receives_and_sees_1012_on_drain()
         serde_json::json!({"type": "joined", "room": "lobby"})
     );
     assert_eq!(node.gateway.push_room("lobby", "from rust").await.queued, 1);
-    assert_eq!(next().await["got"], "from rust");
+    // A room message carries its room and position, as gateway.history.position says.
+    let got = next().await;
+    let got: serde_json::Value = serde_json::from_str(got["got"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&got["room"], &got["text"]),
+        (&"lobby".into(), &"from rust".into())
+    );
+    assert!(got["pos"].as_str().is_some(), "{got}");
     let report = node.gateway.drain(StopReason::Restart, None).await;
     assert_eq!(report.code, 1012);
     let closed = next().await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use holdfast_gateway::{
-    Cluster, Forward, Gateway, GatewayConfig, MemoryRegistry, RedisBus, RedisRouting,
+    Cluster, Forward, Gateway, GatewayConfig, MemoryRegistry, RedisBus, RedisHistory, RedisRouting,
 };
 use holdfast_lifecycle::StopReason;
 use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
@@ -28,6 +28,9 @@ fn on_redis(url: &str, prefix: &str, registry: &MemoryRegistry, seed: u64) -> Cl
         routing: Arc::new(RedisRouting::new(url, prefix, Duration::from_secs(2)).unwrap()),
         bus: Arc::new(RedisBus::new(url, prefix, Duration::from_secs(1), seed).unwrap()),
         seed: Some(seed),
+        history: Some(Arc::new(
+            RedisHistory::new(url, prefix, Duration::from_secs(2)).unwrap(),
+        )),
     }
 }
 
@@ -194,4 +197,98 @@ async fn redis_down_at_drain_still_closes_clients_inside_the_cap_and_reports_it(
         report.problems.iter().any(|p| p.contains("routing")),
         "{report:?}"
     );
+}
+
+/// Connects to `gateway`, authenticates as `user` and joins `room` with `since`.
+async fn rejoin(gateway: &Gateway, user: &str, room: &str, since: &str) -> Client {
+    let mut ws = connect(gateway).await;
+    send_json(
+        &mut ws,
+        serde_json::json!({"type": "auth", "token": token(user)}),
+    )
+    .await;
+    assert!(next_raw(&mut ws).await.contains("authenticated"));
+    send_json(
+        &mut ws,
+        serde_json::json!({"type": "join", "room": room, "since": since}),
+    )
+    .await;
+    ws
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap()
+}
+
+// r[verify gateway.history.redis]
+// r[verify gateway.history.recover]
+// r[verify gateway.history.position]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_recovers_across_replicas_from_the_redis_stream() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("history");
+    let registry = MemoryRegistry::new();
+    let mut small = config("b");
+    small.history.size = 3;
+    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(small, on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+
+    // Published on b, received on a with b's stream position.
+    let first = b.push_room("lobby", "m0").await.pos.unwrap();
+    let got = json(&next_raw(&mut ann).await);
+    assert_eq!(
+        (&got["text"], &got["pos"]),
+        (&"m0".into(), &first.to_string().into())
+    );
+    drop(ann);
+
+    // Missed while away, published on both replicas: positions comparable across them.
+    let mut missed = Vec::new();
+    for (i, g) in [&a, &b, &a].iter().enumerate() {
+        missed.push((
+            format!("m{}", i + 1),
+            g.push_room("lobby", &format!("m{}", i + 1))
+                .await
+                .pos
+                .unwrap(),
+        ));
+    }
+    assert!(missed.windows(2).all(|w| w[0].1 < w[1].1) && first < missed[0].1);
+    // Back on the other replica.
+    let mut ann = rejoin(&b, "ann", "lobby", &first.to_string()).await;
+    for (text, pos) in &missed {
+        let got = json(&next_raw(&mut ann).await);
+        assert_eq!(got["text"], text.as_str());
+        assert_eq!(got["pos"], pos.to_string());
+    }
+    assert_eq!(
+        json(&next_raw(&mut ann).await),
+        serde_json::json!({"type": "joined", "room": "lobby", "recovered": 3})
+    );
+    // Live after the backlog, once.
+    a.push_room("lobby", "live").await;
+    assert_eq!(next_text(&mut ann).await, "live");
+    drop(ann);
+
+    // Away for longer than b's history (3 messages) holds: told of the gap.
+    for i in 0..4 {
+        b.push_room("lobby", &format!("n{i}")).await;
+    }
+    let mut ann = rejoin(&b, "ann", "lobby", &first.to_string()).await;
+    assert_eq!(
+        json(&next_raw(&mut ann).await),
+        serde_json::json!({"type": "joined", "room": "lobby", "gap": true})
+    );
+    // A position past the stream's last is from the future.
+    let mut bob = rejoin(&a, "bob", "lobby", "99999999999999-0").await;
+    assert_eq!(
+        json(&next_raw(&mut bob).await)["reason"],
+        "position from the future"
+    );
+    drop((ann, bob));
+    a.drain(StopReason::Restart, None).await;
+    b.drain(StopReason::Restart, None).await;
 }

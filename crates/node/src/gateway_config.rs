@@ -41,6 +41,11 @@ pub struct GatewaySection {
     /// stricter); required unless `[gateway.auth]` names a secret or a public key.
     #[serde(default)]
     pub token_key_file: Option<Spanned<PathBuf>>,
+    /// A file holding the bearer token application backends publish with (`POST /v1/publish`),
+    /// readable by its owner only; distinct from `admin.token_file`, so a backend that can
+    /// publish cannot drain or reload (default: none, `/v1/publish` only over the Unix socket).
+    #[serde(default)]
+    pub publish_token_file: Option<Spanned<PathBuf>>,
     /// `[gateway.auth]`: more token keys and the claims checked.
     #[serde(default)]
     pub auth: AuthSection,
@@ -73,6 +78,17 @@ pub struct GatewaySection {
     /// The longest room name a client may join, in bytes (default 128; 0: no limit).
     #[serde(default)]
     pub max_room_name: Option<Spanned<usize>>,
+    /// Messages each room keeps for clients that rejoin with `since` (default 100, at most
+    /// 100000; 0: no history, such a rejoin is told of a gap).
+    #[serde(default)]
+    pub history_size: Option<Spanned<usize>>,
+    /// The age after which a message leaves its room's history (default 5 m, at most 24 h).
+    #[serde(default)]
+    pub history_ttl: Option<Spanned<ConfigDuration>>,
+    /// The bytes of message text all rooms' histories hold together on one node (default
+    /// 64 MiB, at least 1; in a cluster Redis holds the history, bound by `history_size`).
+    #[serde(default)]
+    pub history_max_bytes: Option<Spanned<usize>>,
     /// `[gateway.drain]`.
     #[serde(default)]
     pub drain: DrainSection,
@@ -385,6 +401,15 @@ impl GatewaySection {
         c.max_rooms_per_connection =
             value(&self.max_rooms_per_connection, c.max_rooms_per_connection);
         c.max_room_name = value(&self.max_room_name, c.max_room_name);
+        c.history.size = value(&self.history_size, c.history.size);
+        c.history.ttl = duration(&self.history_ttl, c.history.ttl);
+        c.history.max_bytes = value(&self.history_max_bytes, c.history.max_bytes);
+        // Checked at validation; a file broken since then leaves publishing over TCP refused.
+        c.publish_key = self.publish_token_file.as_ref().and_then(|f| {
+            crate::admin::token::read(f.get_ref())
+                .ok()
+                .map(|t| holdfast_gateway::PublishKey::new(t.expose()))
+        });
         c.tls = self.tls.as_ref().and_then(|t| {
             let t = t.get_ref();
             match (&t.from_issuance, &t.cert, &t.key) {
@@ -443,10 +468,14 @@ fn retry_after_secs(d: Duration) -> u32 {
 pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 /// The largest `send_queue` accepted.
 pub const MAX_SEND_QUEUE: usize = 65_536;
+/// The largest `history_size` accepted.
+pub const MAX_HISTORY_SIZE: usize = 100_000;
+/// The longest `history_ttl` accepted.
+pub const MAX_HISTORY_TTL: Duration = Duration::from_secs(24 * 3600);
 
 type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
 
-// i[impl node.gateway.config+3]
+// i[impl node.gateway.config+4]
 /// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
 /// and durations in range; an idle timeout longer than the ping interval; a TLS source that is
 /// one pair or one issuance hostname (of `issuance_hosts`); cluster endpoints that are URLs.
@@ -481,6 +510,12 @@ pub fn validate(
         }
     }
     validate_auth(section, at)?;
+    // i[impl node.gateway.publish]
+    if let Some(f) = &g.publish_token_file {
+        if let Err(message) = crate::admin::token::read(f.get_ref()) {
+            return Err(at(Some(f.span()), "gateway.publish_token_file", message));
+        }
+    }
     if let Some(size) = &g.max_message_size {
         if !(1..=MAX_MESSAGE_SIZE).contains(size.get_ref()) {
             return Err(at(
@@ -499,7 +534,35 @@ pub fn validate(
             ));
         }
     }
+    if let Some(size) = &g.history_size {
+        if *size.get_ref() > MAX_HISTORY_SIZE {
+            return Err(at(
+                Some(size.span()),
+                "gateway.history_size",
+                format!("must be at most {MAX_HISTORY_SIZE} (0: no history)"),
+            ));
+        }
+    }
+    if let Some(bytes) = &g.history_max_bytes {
+        if *bytes.get_ref() == 0 {
+            return Err(at(
+                Some(bytes.span()),
+                "gateway.history_max_bytes",
+                "must be at least 1 (history_size = 0 turns history off)".into(),
+            ));
+        }
+    }
+    if let Some(ttl) = &g.history_ttl {
+        if ttl.get_ref().get() > MAX_HISTORY_TTL {
+            return Err(at(
+                Some(ttl.span()),
+                "gateway.history_ttl",
+                "must be at most 24h".into(),
+            ));
+        }
+    }
     for (key, d) in [
+        ("gateway.history_ttl", &g.history_ttl),
         ("gateway.ping_interval", &g.ping_interval),
         ("gateway.idle_timeout", &g.idle_timeout),
         ("gateway.drain.total", &g.drain.total),

@@ -119,7 +119,7 @@ fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
     assert!(web.command[2].contains("http://holdfast-store:8081/greeting"));
 }
 
-// i[verify node.gateway.config+3]
+// i[verify node.gateway.config+4]
 #[test]
 fn the_examples_gateway_block_parses_and_states_the_defaults() {
     use std::os::unix::fs::PermissionsExt;
@@ -144,6 +144,8 @@ fn the_examples_gateway_block_parses_and_states_the_defaults() {
         if inside {
             if text.starts_with("token_key_file") {
                 block.push_str(&format!("token_key_file = \"{}\"\n", key.display()));
+            } else if text.starts_with("publish_token_file") {
+                block.push_str(&format!("publish_token_file = \"{}\"\n", key.display()));
             } else {
                 block.push_str(text);
                 block.push('\n');
@@ -154,6 +156,10 @@ fn the_examples_gateway_block_parses_and_states_the_defaults() {
         "unauthenticated_per_ip_limit",
         "max_rooms_per_connection",
         "max_room_name",
+        "history_size",
+        "history_ttl",
+        "history_max_bytes",
+        "publish_token_file",
     ] {
         assert!(
             block.contains(&format!("\n{k} = ")),
@@ -172,6 +178,8 @@ fn the_examples_gateway_block_parses_and_states_the_defaults() {
         "n",
         holdfast_gateway::TokenKey::new(b"x".to_vec()),
     );
+    assert_eq!(g.history, d.history);
+    assert!(g.publish_key.is_some(), "the publish token file is read");
     assert_eq!(
         (
             g.max_message_size,
@@ -958,7 +966,7 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     );
 }
 
-// i[verify node.gateway.config+3]
+// i[verify node.gateway.config+4]
 // i[verify node.gateway.token-key+2]
 #[test]
 fn the_gateway_section_is_validated_with_the_rest() {
@@ -1166,6 +1174,10 @@ fn the_gateway_section_is_validated_with_the_rest() {
         "unauthenticated_per_ip_limit",
         "max_rooms_per_connection",
         "max_room_name",
+        "history_size",
+        "history_ttl",
+        "history_max_bytes",
+        "publish_token_file",
     ] {
         for bad in ["-1", "1.5"] {
             let e = err(&format!("{head}{key} = {bad}\n"));
@@ -1274,5 +1286,73 @@ proptest::proptest! {
             let shown = Config::parse("bad.toml", &text).unwrap_err().to_string();
             proptest::prop_assert!(!shown.contains(SECRET), "{}", shown);
         }
+    }
+}
+
+// i[verify node.gateway.config+4]
+// i[verify node.gateway.publish]
+#[test]
+fn the_gateway_history_and_publish_keys_are_validated_at_their_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, "0123456789abcdef-gateway-secret\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = dir.path().join("open.token");
+    std::fs::write(&open, "publish-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let head = format!(
+        "[node]\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"{}\"\n",
+        key.display()
+    );
+    let ok = Config::parse(
+        "ok.toml",
+        &format!("{head}history_size = 0\nhistory_ttl = \"1h\"\nhistory_max_bytes = 1024\n"),
+    )
+    .unwrap();
+    let g = ok.gateway.unwrap().get_ref().gateway_config(
+        "n",
+        holdfast_gateway::TokenKey::new(b"x".to_vec()),
+        dir.path(),
+    );
+    assert_eq!(
+        (g.history.size, g.history.ttl, g.history.max_bytes),
+        (0, std::time::Duration::from_secs(3600), 1024)
+    );
+    assert!(g.publish_key.is_none());
+    for (line, key_name, says) in [
+        (
+            "history_size = 100001",
+            "gateway.history_size",
+            "at most 100000",
+        ),
+        (
+            "history_ttl = \"25h\"",
+            "gateway.history_ttl",
+            "at most 24h",
+        ),
+        (
+            "history_ttl = \"0s\"",
+            "gateway.history_ttl",
+            "longer than zero",
+        ),
+        (
+            "history_max_bytes = 0",
+            "gateway.history_max_bytes",
+            "at least 1",
+        ),
+        (
+            &format!("publish_token_file = \"{}\"", open.display()),
+            "gateway.publish_token_file",
+            "0644",
+        ),
+    ] {
+        let err = Config::parse("bad.toml", &format!("{head}{line}\n")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("bad.toml:5:"), "{line}: {text}");
+        assert!(
+            text.contains(key_name) && text.contains(says),
+            "{line}: {text}"
+        );
     }
 }

@@ -62,7 +62,7 @@ fn cli(args: &[&str]) -> (i32, String) {
 // r[verify node.gateway.readyz]
 // r[verify node.gateway.metrics+3]
 // i[verify node.gateway.show+2]
-// i[verify node.gateway.push]
+// i[verify node.gateway.push+2]
 // i[verify node.gateway.cli+2]
 // i[verify node.gateway.status]
 #[tokio::test]
@@ -127,7 +127,12 @@ async fn a_pushed_message_reaches_the_client_and_a_restart_drain_closes_it_with_
         (&json!(1), &json!(0)),
         "{delivered}"
     );
-    assert_eq!(next_text(&mut ws).await, "hello lobby");
+    // The room message carries its room and position (gateway.history.position).
+    let got: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
+    assert_eq!(
+        got,
+        json!({"room": "lobby", "pos": delivered["pos"], "type": "message", "text": "hello lobby"})
+    );
 
     // The CLI pushes to a user over the Unix socket.
     let sock = socket(&node).to_string();
@@ -364,7 +369,7 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
         .await;
 }
 
-// i[verify node.gateway.config+3]
+// i[verify node.gateway.config+4]
 // r[verify node.gateway.metrics+3]
 #[tokio::test]
 async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
@@ -431,7 +436,8 @@ async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted()
     )
     .await
     .unwrap();
-    assert_eq!(next_text(&mut ann).await, "still here");
+    let got: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(got["text"], "still here");
 }
 
 // i[verify node.gateway.token]
@@ -548,4 +554,197 @@ fn gateway_token_mints_what_the_configured_gateway_accepts_and_refuses_without_a
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no [gateway] section"));
+}
+
+/// Pushes `text` to `room` through the admin API; the position it got.
+async fn push_room(node: &Node, room: &str, text: &str) -> String {
+    let answer = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        Some(&token::read(&node.dir.path().join("token")).unwrap()),
+        &json!({"room": room, "text": text}),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    answer["pos"].as_str().expect("a position").to_owned()
+}
+
+/// Connects, authenticates as `user` and joins `room` with `since`.
+async fn rejoin(addr: &str, user: &str, room: &str, since: &str) -> common::ws::Client {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
+        .token(user, SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
+    let auth = json!({"type": "auth", "token": token}).to_string();
+    ws.send(Message::Text(auth.into())).await.unwrap();
+    assert!(next_text(&mut ws).await.contains("authenticated"));
+    let join = json!({"type": "join", "room": room, "since": since}).to_string();
+    ws.send(Message::Text(join.into())).await.unwrap();
+    ws
+}
+
+// r[verify gateway.history.recover]
+// r[verify gateway.history.bounds]
+// i[verify node.gateway.config+4]
+#[tokio::test]
+async fn messages_missed_while_away_arrive_on_rejoin_in_order_and_once_or_as_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let extra = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\nhistory_size = 3\n",
+        key.display()
+    );
+    let node = start_in(dir, &extra, "10s", None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+
+    let mut ann = common::ws::member(&addr, KEY, "ann", "lobby").await;
+    let seen = push_room(&node, "lobby", "m0").await;
+    let got: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(got["pos"], seen.as_str());
+    drop(ann);
+
+    let mut missed = Vec::new();
+    for i in 1..=3 {
+        missed.push(push_room(&node, "lobby", &format!("m{i}")).await);
+    }
+    let mut ann = rejoin(&addr, "ann", "lobby", &seen).await;
+    for (i, pos) in missed.iter().enumerate() {
+        let got: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+        assert_eq!(
+            (&got["text"], &got["pos"]),
+            (&json!(format!("m{}", i + 1)), &json!(pos))
+        );
+    }
+    let joined: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(
+        joined,
+        json!({"type": "joined", "room": "lobby", "recovered": 3})
+    );
+    let live = push_room(&node, "lobby", "live").await;
+    let got: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!((&got["text"], &got["pos"]), (&json!("live"), &json!(live)));
+    drop(ann);
+
+    // Away for longer than the room's 3 messages reach back: told so, to reload.
+    for i in 0..4 {
+        push_room(&node, "lobby", &format!("n{i}")).await;
+    }
+    let mut ann = rejoin(&addr, "ann", "lobby", &live).await;
+    let joined: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(
+        joined,
+        json!({"type": "joined", "room": "lobby", "gap": true})
+    );
+}
+
+// i[verify node.gateway.publish]
+#[tokio::test]
+async fn backends_publish_batches_with_their_own_key_which_cannot_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let publish = dir.path().join("publish.token");
+    std::fs::write(&publish, "publish-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&publish, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let extra = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\npublish_token_file = \"{}\"\n",
+        key.display(),
+        publish.display()
+    );
+    let node = start_in(dir, &extra, "10s", None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ann = common::ws::member(&addr, KEY, "ann", "lobby").await;
+    let publish_token = token::read(&publish).unwrap();
+    let admin_token = token::read(&node.dir.path().join("token")).unwrap();
+    let batch = json!({"messages": [
+        {"room": "lobby", "text": "one"},
+        {"user": "ann", "text": "two"},
+        {"room": "empty", "text": "three"},
+    ]});
+
+    // The admin token does not publish; no token, or a wrong one, neither.
+    for t in [Some(&admin_token), None] {
+        let refused = call_json(&node.admin, hyper::Method::POST, "/v1/publish", t, &batch)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ClientError::Refused { status: 401, .. }),
+            "{refused}"
+        );
+    }
+    // The publish token does not drain.
+    let refused = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/drain",
+        Some(&publish_token),
+        &json!({}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, ClientError::Refused { status: 401, .. }),
+        "{refused}"
+    );
+    let bad = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/publish",
+        Some(&publish_token),
+        &json!({"messages": [{"room": "lobby", "text": "x"}, {"text": "no one"}]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(bad, ClientError::Refused { status: 400, .. }),
+        "{bad}"
+    );
+
+    let answer = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/publish",
+        Some(&publish_token),
+        &batch,
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{answer}");
+    assert_eq!(
+        (
+            &results[0]["room"],
+            &results[0]["queued"],
+            &results[0]["forwarded"]
+        ),
+        (&json!("lobby"), &json!(1), &json!("published")),
+        "{answer}"
+    );
+    assert!(results[0]["pos"].is_string(), "{answer}");
+    assert_eq!(
+        (&results[1]["user"], &results[1]["queued"]),
+        (&json!("ann"), &json!(1)),
+        "{answer}"
+    );
+    assert_eq!(results[2]["queued"], 0, "{answer}");
+    // Delivered in the batch's order.
+    let first: Value = serde_json::from_str(&next_text(&mut ann).await).unwrap();
+    assert_eq!(
+        (&first["text"], &first["pos"]),
+        (&json!("one"), &results[0]["pos"])
+    );
+    assert_eq!(next_text(&mut ann).await, "two");
 }

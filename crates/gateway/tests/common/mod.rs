@@ -97,8 +97,33 @@ pub async fn connect(gateway: &Gateway) -> Client {
     ws
 }
 
-/// The next text message, skipping pings and pongs; panics after 5 s.
+/// The next text message as pushed: a room message's position (`r[gateway.history.position]`)
+/// taken off again, so tests of other rules compare what was pushed.
 pub async fn next_text(ws: &mut Client) -> String {
+    unframe(&next_raw(ws).await)
+}
+
+/// A room message as it was pushed: without the `room` and `pos` the gateway adds.
+pub fn unframe(text: &str) -> String {
+    if holdfast_gateway::history::framed_pos(text).is_none() {
+        return text.to_owned();
+    }
+    let Ok(serde_json::Value::Object(mut map)) = serde_json::from_str(text) else {
+        return text.to_owned();
+    };
+    map.remove("room");
+    map.remove("pos");
+    if map.get("type").and_then(|t| t.as_str()) == Some("message")
+        && map.len() == 2
+        && let Some(serde_json::Value::String(t)) = map.get("text")
+    {
+        return t.clone();
+    }
+    serde_json::Value::Object(map).to_string()
+}
+
+/// The next text message, skipping pings and pongs; panics after 5 s.
+pub async fn next_raw(ws: &mut Client) -> String {
     loop {
         let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
             .await
@@ -149,7 +174,7 @@ pub async fn read_to_end(ws: &mut Client, limit: Duration) -> Ending {
     let _ = tokio::time::timeout(limit, async {
         while let Some(msg) = ws.next().await {
             match msg {
-                Ok(Message::Text(t)) => texts.push(t.to_string()),
+                Ok(Message::Text(t)) => texts.push(unframe(&t)),
                 Ok(Message::Close(frame)) => close = frame,
                 Ok(_) => {}
                 Err(_) => break,

@@ -153,6 +153,7 @@ fn router(api: Api, transport: Transport) -> Router {
             get(|State(api): State<Api>| async move { gateway::show(&api.node) }),
         )
         .route("/v1/gateway/push", post(gateway_push))
+        .route("/v1/publish", post(publish))
         .route("/v1/drain", post(drain))
         .route("/v1/reload", post(reload))
         .layer(Extension(transport))
@@ -240,6 +241,16 @@ async fn gateway_push(
         return refused;
     }
     gateway::push(&api.node, &body).await
+}
+
+/// `POST /v1/publish`: not an admin-token call; the gateway's publish key decides.
+async fn publish(
+    State(api): State<Api>,
+    Extension(transport): Extension<Transport>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    gateway::publish(&api.node, transport == Transport::Unix, &headers, &body).await
 }
 
 /// `POST /v1/drain`'s optional body.

@@ -60,10 +60,12 @@ pub struct ClientPlan {
     pub first: Side,
     /// Its signed token.
     pub token: String,
+    /// Whether it rejoins with `since` (the recovery arm).
+    pub recover: bool,
 }
 
 /// Replicas alternate over the clients, so each gets half.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn first_side(index: usize) -> Side {
     if index % 2 == 0 { Side::A } else { Side::B }
 }
@@ -82,7 +84,7 @@ pub fn source_ip(index: usize) -> Ipv4Addr {
 
 /// How long a client waits before reconnecting after its connection ended with `code` and
 /// `reason`: the hint of a 1012 close frame, else the fallback back-off spread by index.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn reconnect_delay(code: Option<u16>, reason: &str, index: usize) -> Duration {
     if code == Some(1012)
         && let Ok(hint) = serde_json::from_str::<serde_json::Value>(reason)
@@ -129,6 +131,8 @@ pub async fn run(
         closes: Vec::new(),
         seqs: Vec::new(),
         survivor_frames: 0,
+        last_pos: None,
+        gaps: 0,
     };
     let mut side = plan.first;
     let mut delay = Duration::ZERO;
@@ -211,7 +215,13 @@ async fn session(
         let auth = serde_json::json!({"type": "auth", "token": plan.token});
         ws.send(Message::Text(auth.to_string().into())).await?;
         until_ack(&mut ws, "authenticated", side, plan, log).await?;
-        let join = serde_json::json!({"type": "join", "room": targets.room});
+        let mut join = serde_json::json!({"type": "join", "room": targets.room});
+        // The recovery arm's clients ask for what they missed since their last message.
+        if plan.recover
+            && let Some(pos) = &log.last_pos
+        {
+            join["since"] = serde_json::Value::from(pos.as_str());
+        }
         ws.send(Message::Text(join.to_string().into())).await?;
         until_ack(&mut ws, "joined", side, plan, log).await?;
         anyhow::Ok(ws)
@@ -234,6 +244,9 @@ async fn until_ack(
             Message::Text(text) if !count(text.as_str(), side, plan, log) => {
                 let v: serde_json::Value = serde_json::from_str(text.as_str())?;
                 if v["type"] == kind {
+                    if v["gap"] == true {
+                        log.gaps += 1;
+                    }
                     return Ok(());
                 }
             }
@@ -244,15 +257,18 @@ async fn until_ack(
     bail!("connection ended before {kind}")
 }
 
-/// Records a stream message (`{"seq":N}`); false for anything else.
+/// Records a stream message (`{"seq":N}`, with the room and position the gateway puts first:
+/// `{"room":R,"pos":P,"seq":N}`); false for anything else.
 fn count(text: &str, side: Side, plan: &ClientPlan, log: &mut ClientLog) -> bool {
-    let Some(seq) = text
-        .strip_prefix("{\"seq\":")
-        .and_then(|rest| rest.strip_suffix('}'))
-        .and_then(|n| n.parse().ok())
-    else {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
         return false;
     };
+    let Some(seq) = v["seq"].as_u64() else {
+        return false;
+    };
+    if let Some(pos) = v["pos"].as_str() {
+        log.last_pos = Some(pos.to_owned());
+    }
     log.seqs.push(seq);
     if plan.first == Side::A && side == Side::B {
         log.survivor_frames += 1;
@@ -299,7 +315,7 @@ async fn read(
 mod tests {
     use super::*;
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn a_restart_close_is_followed_by_its_hint_and_anything_else_by_the_fallback() {
         assert_eq!(
@@ -324,7 +340,7 @@ mod tests {
         assert!(distinct.len() > 50);
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn clients_alternate_over_the_replicas_and_spread_over_source_addresses() {
         let sides: Vec<Side> = (0..4).map(first_side).collect();
@@ -357,7 +373,7 @@ mod tests {
         }
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_client_of_a_drained_replica_takes_the_hint_and_moves_to_the_other() {
         const SECRET: &[u8] = b"demo secret 0123456789";
@@ -380,6 +396,7 @@ mod tests {
                     std::time::SystemTime::now() + Duration::from_secs(60),
                 )
                 .unwrap(),
+            recover: false,
         };
         let client = tokio::spawn(run(
             plan,
@@ -425,6 +442,7 @@ mod tests {
             index: 0,
             first: Side::A,
             token: String::new(),
+            recover: false,
         };
         let mut log = ClientLog {
             first: Side::A,
@@ -432,9 +450,17 @@ mod tests {
             closes: vec![],
             seqs: vec![],
             survivor_frames: 0,
+            last_pos: None,
+            gaps: 0,
         };
         assert!(count("{\"seq\":41}", Side::A, &plan, &mut log));
-        assert!(count("{\"seq\":42}", Side::B, &plan, &mut log));
+        assert!(count(
+            r#"{"room":"r","pos":"7-2","seq":42}"#,
+            Side::B,
+            &plan,
+            &mut log
+        ));
+        assert_eq!(log.last_pos.as_deref(), Some("7-2"));
         assert!(!count(
             r#"{"type":"joined","room":"r"}"#,
             Side::B,
@@ -443,5 +469,74 @@ mod tests {
         ));
         assert_eq!(log.seqs, vec![41, 42]);
         assert_eq!(log.survivor_frames, 1);
+    }
+
+    // i[verify xtask.drain-demo.arms+2]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recovering_client_rejoins_with_since_and_gets_what_came_in_its_gap() {
+        const SECRET: &[u8] = b"demo secret 0123456789";
+        let key = holdfast_gateway::TokenKey::new(SECRET.to_vec());
+        // Two replicas sharing a bus and one history, as two nodes on one Redis do.
+        let bus = holdfast_gateway::MemoryBus::new();
+        let history: Arc<dyn holdfast_gateway::History> =
+            Arc::new(holdfast_gateway::MemoryHistory::new());
+        let replica = |id: &str| {
+            let config = holdfast_gateway::GatewayConfig::new(
+                "127.0.0.1:0".parse().unwrap(),
+                id,
+                key.clone(),
+            );
+            let cluster = holdfast_gateway::Cluster {
+                registry: Arc::new(holdfast_gateway::MemoryRegistry::new()),
+                routing: Arc::new(holdfast_gateway::MemoryRouting::new()),
+                bus: Arc::new(bus.clone()),
+                seed: None,
+                history: Some(history.clone()),
+            };
+            holdfast_gateway::Gateway::start_cluster(config, cluster)
+        };
+        let (a, b) = (replica("a").await.unwrap(), replica("b").await.unwrap());
+        let targets = Arc::new(Targets {
+            a: a.local_addr(),
+            b: b.local_addr(),
+            room: "r".into(),
+        });
+        let progress = Arc::new(Progress::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let plan = ClientPlan {
+            index: 0,
+            first: Side::A,
+            token: holdfast_gateway::Signer::new(SECRET)
+                .token(
+                    "user-0",
+                    std::time::SystemTime::now() + Duration::from_secs(60),
+                )
+                .unwrap(),
+            recover: true,
+        };
+        let client = tokio::spawn(run(
+            plan,
+            targets,
+            Instant::now(),
+            progress.clone(),
+            stop_rx,
+            Arc::new(Semaphore::new(MAX_HANDSHAKES)),
+        ));
+        until("the join", || progress.joined.load(Ordering::SeqCst) == 1).await;
+        a.push_room("r", "{\"seq\":1}").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.drain(holdfast_lifecycle::StopReason::Restart, None).await;
+        // Published while the client waits out its hint: it is in no room anywhere.
+        b.push_room("r", "{\"seq\":2}").await;
+        until("the move to b", || {
+            progress.moved_to_b.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        b.push_room("r", "{\"seq\":3}").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.send(true).unwrap();
+        let log = client.await.unwrap();
+        assert_eq!(log.seqs, vec![1, 2, 3], "{log:?}");
+        assert_eq!(log.gaps, 0);
     }
 }

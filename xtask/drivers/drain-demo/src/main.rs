@@ -7,7 +7,8 @@
 //! over both (tokens signed by the shared key, one room), and pushes a steady room stream through
 //! replica B's admin API. Then, once per arm, replica A is stopped — `control`: SIGKILL, no drain;
 //! `graceful`: SIGTERM, the node drains — its clients reconnect to B (after the 1012 hint, or a
-//! fallback back-off), and A is restarted. Per arm it reports close codes, time to notice, how long
+//! fallback back-off), and A is restarted; `recovery`: SIGTERM, and the clients rejoin with
+//! `since` so the room's history (a Redis stream) gives them what they missed. Per arm it reports close codes, time to notice, how long
 //! A's registration outlived the stop, messages sent vs received, frames on the survivor and A's
 //! stop duration, in `target/drain-demo/report.json`, `report.md` and `timeline.svg`.
 //!
@@ -78,7 +79,7 @@ pub const DEFAULT_RATE: u32 = 20;
 /// The replicas' etcd lease TTL in seconds, unless `--lease-ttl-secs` says otherwise.
 pub const DEFAULT_LEASE_TTL_SECS: u64 = 10;
 
-// i[impl xtask.drain-demo.command]
+// i[impl xtask.drain-demo.command+2]
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Clients per arm, spread evenly over the two replicas (2 to 62,500: one loopback source
@@ -91,7 +92,7 @@ pub struct Args {
     /// The replicas' etcd lease TTL, in seconds (how long a killed replica stays registered).
     #[arg(long, default_value_t = DEFAULT_LEASE_TTL_SECS)]
     pub lease_ttl_secs: u64,
-    /// Run only this arm (repeatable); default both, control first.
+    /// Run only this arm (repeatable); default all three: control, graceful, recovery.
     #[arg(long, value_enum)]
     pub arm: Vec<Arm>,
     /// Use this holdfast binary instead of building one.
@@ -112,8 +113,8 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// Runs `cargo xtask drain-demo`: raises the file limit, builds the node, runs the arms, writes
 /// the outputs, prints the report, then exits as [`verdict::exit_status`] says. The waits and
 /// deadlines of an arm are decided in `schedule`.
-// i[impl xtask.drain-demo.command]
-// i[impl xtask.drain-demo.verdict]
+// i[impl xtask.drain-demo.command+2]
+// i[impl xtask.drain-demo.verdict+2]
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace = holdfast_harness::root::find(None)
         .map_err(|message| anyhow::anyhow!("drain-demo: {message}"))?;
@@ -345,7 +346,7 @@ fn check_interrupted() -> anyhow::Result<()> {
 
 /// One arm: fresh clients, the stream, A stopped with the arm's signal, A's clients moved to B,
 /// the figures' raw material collected, then A restarted.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 #[allow(clippy::too_many_arguments)]
 async fn run_arm(
     arm: Arm,
@@ -370,6 +371,7 @@ async fn run_arm(
             index,
             first: clients::first_side(index),
             token: token_key.token(&format!("user-{index}"), expires)?,
+            recover: arm.recovers(),
         };
         tasks.push(tokio::spawn(clients::run(
             plan,
@@ -553,7 +555,7 @@ mod tests {
         args: Args,
     }
 
-    // i[verify xtask.drain-demo.command]
+    // i[verify xtask.drain-demo.command+2]
     #[test]
     fn the_command_line_defaults_to_100_clients_and_both_arms() {
         let cli = Cli::try_parse_from(["drain-demo"]).unwrap();

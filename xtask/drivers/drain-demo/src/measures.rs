@@ -14,7 +14,7 @@ pub enum Side {
     B,
 }
 
-/// The two ways replica A is stopped.
+/// The ways replica A is stopped, and how its clients come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Arm {
@@ -22,6 +22,9 @@ pub enum Arm {
     Control,
     /// SIGTERM: the node drains the gateway before it exits.
     Graceful,
+    /// SIGTERM, and the clients rejoin with `since` (the last position they received), so the
+    /// room's history gives them what was published while they were away.
+    Recovery,
 }
 
 impl Arm {
@@ -30,16 +33,22 @@ impl Arm {
         match self {
             Arm::Control => "control",
             Arm::Graceful => "graceful",
+            Arm::Recovery => "recovery",
         }
     }
 
     /// The signal that stops replica A in this arm.
-    // i[impl xtask.drain-demo.arms]
+    // i[impl xtask.drain-demo.arms+2]
     pub fn signal(self) -> nix::sys::signal::Signal {
         match self {
             Arm::Control => nix::sys::signal::Signal::SIGKILL,
-            Arm::Graceful => nix::sys::signal::Signal::SIGTERM,
+            Arm::Graceful | Arm::Recovery => nix::sys::signal::Signal::SIGTERM,
         }
+    }
+
+    /// Whether the arm's clients rejoin with `since`.
+    pub fn recovers(self) -> bool {
+        self == Arm::Recovery
     }
 }
 
@@ -70,6 +79,10 @@ pub struct ClientLog {
     pub seqs: Vec<u64>,
     /// Stream frames received on B after having started on A.
     pub survivor_frames: u64,
+    /// The position of the last stream message received (what a rejoin sends as `since`).
+    pub last_pos: Option<String>,
+    /// Rejoins answered with `"gap":true` (the history no longer reached back).
+    pub gaps: u64,
 }
 
 /// One push the API accepted.
@@ -158,9 +171,17 @@ pub struct ArmMeasures {
     /// room and published before that session ended (on A: before the signal), summed over all
     /// sessions.
     pub deliveries_expected_while_joined: u64,
-    /// Of those, not received: what the stop lost from connections that were there (messages
-    /// pushed while a client was away reconnecting are not owed to it: there is no replay).
+    /// Of those, not received: what the stop lost from connections that were there.
     pub lost_while_joined: u64,
+    /// Deliveries published in a client's reconnect gap: after its session ended (on A: after
+    /// the signal) and before its next session joined.
+    pub deliveries_in_gap: u64,
+    /// Of those, never received (without recovery, all of them: there is no replay).
+    pub missed_in_gap: u64,
+    /// Stream messages a client received more than once, summed over clients.
+    pub duplicates: u64,
+    /// Rejoins told the history no longer reached back.
+    pub history_gaps: u64,
     /// Of A's clients, those that joined the room again on B.
     pub reconnected_to_b: usize,
     /// Stream frames A's clients received on B after reconnecting.
@@ -188,7 +209,7 @@ fn stream_rate(sent: &[Pushed]) -> Option<f64> {
 }
 
 /// Computes an arm's figures from its log.
-// i[impl xtask.drain-demo.measures+2]
+// i[impl xtask.drain-demo.measures+3]
 pub fn measure(log: &ArmLog) -> ArmMeasures {
     let sent: HashSet<u64> = log.sent.iter().map(|p| p.seq).collect();
     let on_a: Vec<&ClientLog> = log.clients.iter().filter(|c| c.first == Side::A).collect();
@@ -219,8 +240,27 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
     let lost_by_a_clients: u64 = on_a.iter().map(|c| per_client - received(c)).sum();
     let expected = per_client * log.clients.len() as u64;
     let (mut owed, mut owed_lost) = (0u64, 0u64);
+    let (mut in_gap, mut missed_in_gap) = (0u64, 0u64);
     for client in &log.clients {
         let got: HashSet<u64> = client.seqs.iter().copied().collect();
+        // The gap between session k's end and session k+1's join.
+        for (k, close) in client.closes.iter().enumerate() {
+            let Some(&(rejoined_at, _)) = client.joined.get(k + 1) else {
+                continue;
+            };
+            let mut left_at = close.at_ms;
+            if close.side == Side::A {
+                left_at = left_at.min(log.signal_at_ms.max(client.joined[k].0));
+            }
+            for push in &log.sent {
+                if push.accepted_ms > left_at && push.sent_ms < rejoined_at {
+                    in_gap += 1;
+                    if !got.contains(&push.seq) {
+                        missed_in_gap += 1;
+                    }
+                }
+            }
+        }
         for (k, &(joined_at, side)) in client.joined.iter().enumerate() {
             // Session k ends with the k-th close (a close is only recorded after a joined session).
             let mut ended_at = client.closes.get(k).map_or(f64::INFINITY, |c| c.at_ms);
@@ -267,6 +307,17 @@ pub fn measure(log: &ArmLog) -> ArmMeasures {
         lost_by_a_clients,
         deliveries_expected_while_joined: owed,
         lost_while_joined: owed_lost,
+        deliveries_in_gap: in_gap,
+        missed_in_gap,
+        duplicates: log
+            .clients
+            .iter()
+            .map(|c| {
+                let sent_seqs: Vec<&u64> = c.seqs.iter().filter(|s| sent.contains(s)).collect();
+                (sent_seqs.len() - sent_seqs.iter().collect::<HashSet<_>>().len()) as u64
+            })
+            .sum(),
+        history_gaps: log.clients.iter().map(|c| c.gaps).sum(),
         reconnected_to_b: on_a
             .iter()
             .filter(|c| c.joined.iter().any(|&(_, side)| side == Side::B))
@@ -288,7 +339,7 @@ pub(crate) mod tests {
     pub(crate) fn fixture(arm: Arm) -> ArmLog {
         let (code, notice) = match arm {
             Arm::Control => (None, [4.0, 6.0]),
-            Arm::Graceful => (Some(1012), [30.0, 40.0]),
+            Arm::Graceful | Arm::Recovery => (Some(1012), [30.0, 40.0]),
         };
         let a_client = |i: usize| ClientLog {
             first: Side::A,
@@ -301,6 +352,8 @@ pub(crate) mod tests {
             // Missed seq 3 and 4 (pushed while joined to A); 5 arrived twice.
             seqs: vec![1, 2, 5, 5, 6],
             survivor_frames: 3,
+            last_pos: None,
+            gaps: u64::from(arm == Arm::Recovery),
         };
         let b_client = |i: usize| ClientLog {
             first: Side::B,
@@ -308,14 +361,16 @@ pub(crate) mod tests {
             closes: vec![],
             seqs: vec![1, 2, 3, 4, 5, 6, 99],
             survivor_frames: 0,
+            last_pos: None,
+            gaps: 0,
         };
         ArmLog {
             arm,
             signal_at_ms: 1000.0,
             exited_at_ms: Some(if arm == Arm::Control { 1002.0 } else { 1180.0 }),
-            registration_gone_at_ms: (arm == Arm::Graceful).then_some(1003.5),
+            registration_gone_at_ms: (arm != Arm::Control).then_some(1003.5),
             registration_watched_ms: if arm == Arm::Control { 15000.0 } else { 3.5 },
-            registration_gone_at_first_close: Some(arm == Arm::Graceful),
+            registration_gone_at_first_close: Some(arm != Arm::Control),
             // One push every 200 ms from 200 ms; each takes 10 ms.
             sent: (1..=6)
                 .map(|seq| Pushed {
@@ -329,7 +384,7 @@ pub(crate) mod tests {
         }
     }
 
-    // i[verify xtask.drain-demo.measures+2]
+    // i[verify xtask.drain-demo.measures+3]
     #[test]
     fn an_arm_is_measured_from_its_logs() {
         let m = measure(&fixture(Arm::Control));
@@ -373,9 +428,24 @@ pub(crate) mod tests {
         // signal) is not owed by a replica that had begun to stop.
         assert_eq!(g.deliveries_expected_while_joined, 2 * 4 + 2 * 6);
         assert_eq!(g.lost_while_joined, 4);
+        // The gap of each A client: from the signal (1000 ms) to its rejoin at 2500 ms: seq 5
+        // and 6, which it received.
+        assert_eq!((g.deliveries_in_gap, g.missed_in_gap), (4, 0));
+        // Seq 5 twice, at each A client; the 99 that was never sent is no repeat.
+        assert_eq!(g.duplicates, 2);
+        assert_eq!(g.history_gaps, 0);
+        let r = measure(&fixture(Arm::Recovery));
+        assert_eq!((r.signal.as_str(), r.history_gaps), ("SIGTERM", 2));
+        let mut missed = fixture(Arm::Recovery);
+        missed.clients[0].seqs = vec![1, 2, 3, 4, 5];
+        assert_eq!(
+            measure(&missed).missed_in_gap,
+            1,
+            "seq 6 came in the gap and never arrived"
+        );
     }
 
-    // i[verify xtask.drain-demo.measures+2]
+    // i[verify xtask.drain-demo.measures+3]
     #[test]
     fn closes_before_the_signal_do_not_count_as_noticing() {
         let mut log = fixture(Arm::Control);
@@ -392,7 +462,7 @@ pub(crate) mod tests {
         assert_eq!(m.noticed, 2);
     }
 
-    // i[verify xtask.drain-demo.measures+2]
+    // i[verify xtask.drain-demo.measures+3]
     #[test]
     fn a_client_of_a_that_joined_only_on_a_has_not_reconnected_to_b() {
         let mut log = fixture(Arm::Graceful);
@@ -407,7 +477,7 @@ pub(crate) mod tests {
         assert_eq!(measure(&log).reconnected_to_b, 0);
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn the_control_arm_kills_and_the_graceful_arm_terminates() {
         use nix::sys::signal::Signal;

@@ -76,7 +76,7 @@ pub fn timeline(log: &ArmLog) -> Timeline {
 }
 
 /// The SVG document: one panel per arm, stacked.
-// i[impl xtask.drain-demo.outputs]
+// i[impl xtask.drain-demo.outputs+2]
 pub fn svg(timelines: &[Timeline]) -> anyhow::Result<String> {
     let mut out = String::new();
     {
@@ -179,7 +179,7 @@ mod tests {
     use super::super::measures::{Arm, tests::fixture};
     use super::*;
 
-    // i[verify xtask.drain-demo.outputs]
+    // i[verify xtask.drain-demo.outputs+2]
     #[test]
     fn the_timeline_counts_connections_per_replica_and_marks_each_close() {
         let tl = timeline(&fixture(Arm::Control));

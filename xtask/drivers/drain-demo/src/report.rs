@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::measures::ArmMeasures;
+use super::measures::{Arm, ArmMeasures};
 
 /// The whole run, as written to `report.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,37 +47,15 @@ fn share(part: usize, whole: usize) -> String {
     format!("{:.1} %", 100.0 * part as f64 / whole as f64)
 }
 
-/// `report.md`: a heading, then a table per arm.
-// i[impl xtask.drain-demo.outputs]
-pub fn markdown(report: &Report) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# drain-demo: {} clients over two replicas\n\n`{}` — a room stream of {} messages/s \
-         pushed through replica B; replica A stopped once per arm (etcd lease TTL {} s; {} CPUs, \
-         load before: {}).",
-        report.clients,
-        report.command,
-        report.rate_per_s,
-        report.lease_ttl_s,
-        report.machine.cpus,
-        report.machine.loadavg_before,
-    );
-    for arm in &report.arms {
-        let what = match arm.arm {
-            super::measures::Arm::Control => "no drain, the process is killed",
-            super::measures::Arm::Graceful => "the node drains the gateway",
-        };
-        let _ = writeln!(
-            out,
-            "\n## {} arm: {} ({what})\n\n| measure | value |\n| --- | --- |",
-            arm.arm.name(),
-            arm.signal
-        );
-        let mut row = |name: &str, value: String| {
-            let _ = writeln!(out, "| {name} | {value} |");
-        };
-        row(
+/// One row per measure, one column per arm: the arms side by side.
+fn rows(arm: &ArmMeasures) -> Vec<(&'static str, String)> {
+    let codes: Vec<String> = arm
+        .close_codes
+        .iter()
+        .map(|(code, n)| format!("{code} × {n} ({})", share(*n, arm.clients_on_a)))
+        .collect();
+    vec![
+        (
             "clients (on A / on B)",
             format!(
                 "{} ({} / {})",
@@ -85,21 +63,16 @@ pub fn markdown(report: &Report) -> String {
                 arm.clients_on_a,
                 arm.clients - arm.clients_on_a
             ),
-        );
-        let codes: Vec<String> = arm
-            .close_codes
-            .iter()
-            .map(|(code, n)| format!("{code} × {n} ({})", share(*n, arm.clients_on_a)))
-            .collect();
-        row(
+        ),
+        (
             "close codes received by A's clients (1006: no close frame)",
             if codes.is_empty() {
                 "-".to_owned()
             } else {
                 codes.join(", ")
             },
-        );
-        row(
+        ),
+        (
             "time to notice p50 / p95 (signal → close or error)",
             format!(
                 "{} / {} ({} of {} noticed)",
@@ -108,15 +81,15 @@ pub fn markdown(report: &Report) -> String {
                 arm.noticed,
                 arm.clients_on_a
             ),
-        );
-        row(
+        ),
+        (
             "registration outlived the stop",
             match arm.registration_outlived_ms {
                 Some(v) => format!("{v:.0} ms"),
                 None => format!("still present after {:.0} ms", arm.registration_watched_ms),
             },
-        );
-        row(
+        ),
+        (
             "registration gone when A's first client had its close (first close at)",
             format!(
                 "{} ({})",
@@ -127,9 +100,9 @@ pub fn markdown(report: &Report) -> String {
                 },
                 ms(arm.first_notice_ms)
             ),
-        );
-        row("A's stop (signal → exit)", ms(arm.stop_ms));
-        row(
+        ),
+        ("A's stop (signal → exit)", ms(arm.stop_ms)),
+        (
             "messages sent / push errors (achieved rate)",
             format!(
                 "{} / {} ({})",
@@ -138,41 +111,103 @@ pub fn markdown(report: &Report) -> String {
                 arm.stream_rate_per_s
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}/s"))
             ),
-        );
-        row(
+        ),
+        (
             "deliveries expected / received / lost (lost by A's clients)",
             format!(
                 "{} / {} / {} ({})",
                 arm.deliveries_expected, arm.deliveries_received, arm.lost, arm.lost_by_a_clients
             ),
-        );
-        row(
+        ),
+        (
             "deliveries owed to joined connections / lost",
             format!(
                 "{} / {}",
                 arm.deliveries_expected_while_joined, arm.lost_while_joined
             ),
-        );
-        row(
+        ),
+        (
+            "deliveries published in a reconnect gap / missed",
+            format!("{} / {}", arm.deliveries_in_gap, arm.missed_in_gap),
+        ),
+        (
+            "duplicates / rejoins told of a history gap",
+            format!("{} / {}", arm.duplicates, arm.history_gaps),
+        ),
+        (
             "A's clients reconnected to B",
             format!("{} of {}", arm.reconnected_to_b, arm.clients_on_a),
-        );
-        row(
+        ),
+        (
             "frames on the survivor (A's clients, after reconnecting)",
             arm.frames_on_survivor.to_string(),
-        );
-        row("connections on B that ended", arm.closes_on_b.to_string());
+        ),
+        ("connections on B that ended", arm.closes_on_b.to_string()),
+    ]
+}
+
+/// `report.md`: a heading, what each arm does, then one table with the arms side by side, then
+/// each checked arm's verdict.
+// i[impl xtask.drain-demo.outputs+2]
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# drain-demo: {} clients over two replicas\n\n`{}` — a room stream of {} messages/s \
+         pushed through replica B; replica A stopped once per arm (etcd lease TTL {} s; {} CPUs, \
+         load before: {}).\n",
+        report.clients,
+        report.command,
+        report.rate_per_s,
+        report.lease_ttl_s,
+        report.machine.cpus,
+        report.machine.loadavg_before,
+    );
+    for arm in &report.arms {
+        let what = match arm.arm {
+            Arm::Control => "no drain, the process is killed; clients rejoin",
+            Arm::Graceful => "the node drains the gateway; clients rejoin",
+            Arm::Recovery => {
+                "the node drains the gateway; clients rejoin with `since` and recover from history"
+            }
+        };
+        let _ = writeln!(out, "- {} arm: {} ({what})", arm.arm.name(), arm.signal);
     }
-    if report
-        .arms
-        .iter()
-        .any(|a| a.arm == super::measures::Arm::Graceful)
-    {
-        if report.failures.is_empty() {
-            let _ = writeln!(out, "\nGraceful arm: every rule met.");
+    let _ = write!(out, "\n| measure |");
+    for arm in &report.arms {
+        let _ = write!(out, " {} |", arm.arm.name());
+    }
+    let _ = write!(out, "\n| --- |");
+    for _ in &report.arms {
+        let _ = write!(out, " --- |");
+    }
+    let _ = writeln!(out);
+    let columns: Vec<Vec<(&str, String)>> = report.arms.iter().map(rows).collect();
+    if let Some(first) = columns.first() {
+        for (i, (name, _)) in first.iter().enumerate() {
+            let _ = write!(out, "| {name} |");
+            for column in &columns {
+                let _ = write!(out, " {} |", column[i].1);
+            }
+            let _ = writeln!(out);
+        }
+    }
+    for (arm, title) in [(Arm::Graceful, "Graceful"), (Arm::Recovery, "Recovery")] {
+        if !report.arms.iter().any(|a| a.arm == arm) {
+            continue;
+        }
+        let prefix = super::verdict::prefix(arm);
+        let broken: Vec<&str> = report
+            .failures
+            .iter()
+            .filter_map(|f| f.strip_prefix(prefix))
+            .filter(|f| arm != Arm::Graceful || !f.starts_with('['))
+            .collect();
+        if broken.is_empty() {
+            let _ = writeln!(out, "\n{title} arm: every rule met.");
         } else {
-            let _ = writeln!(out, "\nGraceful arm: rules broken:\n");
-            for failure in &report.failures {
+            let _ = writeln!(out, "\n{title} arm: rules broken:\n");
+            for failure in broken {
                 let _ = writeln!(out, "- {failure}");
             }
         }
@@ -181,14 +216,14 @@ pub fn markdown(report: &Report) -> String {
 }
 
 /// `report.json`: the report, pretty-printed.
-// i[impl xtask.drain-demo.outputs]
+// i[impl xtask.drain-demo.outputs+2]
 pub fn json(report: &Report) -> String {
     serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::measures::{Arm, measure, tests::fixture};
+    use super::super::measures::{measure, tests::fixture};
     use super::*;
 
     pub(crate) fn fixed_report() -> Report {
@@ -205,12 +240,16 @@ mod tests {
             arms: vec![
                 measure(&fixture(Arm::Control)),
                 measure(&fixture(Arm::Graceful)),
+                measure(&fixture(Arm::Recovery)),
             ],
-            failures: vec!["4 deliveries owed to joined connections were lost".into()],
+            failures: vec![
+                "4 deliveries owed to joined connections were lost".into(),
+                "[recovery] 2 rejoins were told the history no longer reached back".into(),
+            ],
         }
     }
 
-    // i[verify xtask.drain-demo.outputs]
+    // i[verify xtask.drain-demo.outputs+2]
     #[test]
     fn the_markdown_report_has_a_table_per_arm() {
         insta::assert_snapshot!(markdown(&fixed_report()));
@@ -239,7 +278,7 @@ mod tests {
         assert!(!text.contains("rules broken"), "{text}");
     }
 
-    // i[verify xtask.drain-demo.outputs]
+    // i[verify xtask.drain-demo.outputs+2]
     #[test]
     fn the_json_report_carries_every_figure() {
         let v: serde_json::Value = serde_json::from_str(&json(&fixed_report())).unwrap();
@@ -254,5 +293,8 @@ mod tests {
         assert_eq!(v["arms"][1]["close_codes"]["1012"], 2);
         assert_eq!(v["arms"][1]["registration_outlived_ms"], 3.5);
         assert_eq!(v["arms"][1]["frames_on_survivor"], 6);
+        assert_eq!(v["arms"][2]["arm"], "recovery");
+        assert_eq!(v["arms"][2]["history_gaps"], 2);
+        assert_eq!(v["arms"][2]["missed_in_gap"], 0);
     }
 }

@@ -30,10 +30,10 @@ pub const ARM_SEQ_SPAN: u64 = 1_000_000;
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// The arms to run: those asked for, in order, else the control arm, then the graceful arm.
-// i[impl xtask.drain-demo.command]
+// i[impl xtask.drain-demo.command+2]
 pub fn arms(asked: &[Arm]) -> Vec<Arm> {
     if asked.is_empty() {
-        vec![Arm::Control, Arm::Graceful]
+        vec![Arm::Control, Arm::Graceful, Arm::Recovery]
     } else {
         asked.to_vec()
     }
@@ -41,7 +41,7 @@ pub fn arms(asked: &[Arm]) -> Vec<Arm> {
 
 /// The command line the report echoes: the client count always, the rate and the lease TTL when
 /// not their defaults, and each `--arm` asked for.
-// i[impl xtask.drain-demo.outputs]
+// i[impl xtask.drain-demo.outputs+2]
 pub fn command_line(args: &Args) -> String {
     let mut command = format!("cargo xtask drain-demo --clients {}", args.clients);
     if args.rate != super::DEFAULT_RATE {
@@ -57,13 +57,13 @@ pub fn command_line(args: &Args) -> String {
 }
 
 /// The first sequence number of the stream of arm `index` (counted from 0).
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn first_seq(index: usize) -> u64 {
     index as u64 * ARM_SEQ_SPAN
 }
 
 /// How many of `n` clients start on A (they alternate, starting with A).
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn clients_on_a(n: usize) -> usize {
     (0..n)
         .filter(|&i| clients::first_side(i) == Side::A)
@@ -77,7 +77,7 @@ pub fn token_expiry(now: SystemTime) -> SystemTime {
 }
 
 /// When the join wait of an arm that started at `t0` with `n` clients gives up.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn join_deadline(t0: Instant, n: usize) -> Instant {
     t0 + JOIN_BASE + JOIN_PER_CLIENT * n as u32
 }
@@ -97,8 +97,8 @@ pub enum JoinWait {
 
 /// The join wait's step at `now`, with `joined` of `n` clients in the room, its deadline and the
 /// time of its last progress line (or of its start).
-// i[impl xtask.drain-demo.arms]
-// i[impl xtask.drain-demo.command]
+// i[impl xtask.drain-demo.arms+2]
+// i[impl xtask.drain-demo.command+2]
 pub fn join_wait(
     joined: usize,
     n: usize,
@@ -118,7 +118,7 @@ pub fn join_wait(
 }
 
 /// Whether A's exit is seen for the first time: it has exited and was not seen exited before.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn exit_newly_seen(seen_before: bool, exited: bool) -> bool {
     !seen_before && exited
 }
@@ -136,7 +136,7 @@ pub enum MoveWait {
 
 /// The move wait's step: whether A has exited, how many of its `n_a` clients have joined again on
 /// B, and the time since the signal.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn move_wait(exited: bool, moved: usize, n_a: usize, since_signal: Duration) -> MoveWait {
     if exited && moved == n_a {
         MoveWait::Done
@@ -149,13 +149,13 @@ pub fn move_wait(exited: bool, moved: usize, n_a: usize, since_signal: Duration)
 
 /// How long A's registration is waited for after the signal (the watch, and the read at the first
 /// close): the lease TTL plus [`LEASE_GRACE`].
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn registration_cap(lease_ttl: Duration) -> Duration {
     lease_ttl + LEASE_GRACE
 }
 
 /// The arm cannot measure a registration that was never there.
-// i[impl xtask.drain-demo.arms]
+// i[impl xtask.drain-demo.arms+2]
 pub fn require_registered(present: bool, arm: &str, key: &str) -> anyhow::Result<()> {
     if !present {
         anyhow::bail!("[{arm}] gw-a is not registered in etcd under {key}");
@@ -164,26 +164,26 @@ pub fn require_registered(present: bool, arm: &str, key: &str) -> anyhow::Result
 }
 
 /// What the etcd read at the first close found: whether the key was gone (`None`: no read).
-// i[impl xtask.drain-demo.measures+2]
+// i[impl xtask.drain-demo.measures+3]
 pub fn gone_at_read(present: anyhow::Result<bool>) -> Option<bool> {
     present.ok().map(|present| !present)
 }
 
 /// A duration in milliseconds.
-// i[impl xtask.drain-demo.measures+2]
+// i[impl xtask.drain-demo.measures+3]
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 /// The milliseconds from the arm's start `t0` to `at` (0 when `at` is earlier).
-// i[impl xtask.drain-demo.measures+2]
+// i[impl xtask.drain-demo.measures+3]
 pub fn at_ms(t0: Instant, at: Instant) -> f64 {
     ms(at.saturating_duration_since(t0))
 }
 
 /// When (ms since the arm started) the registration was seen gone, `gone` after the signal at
 /// `signal_at_ms`.
-// i[impl xtask.drain-demo.measures+2]
+// i[impl xtask.drain-demo.measures+3]
 pub fn gone_at_ms(signal_at_ms: f64, gone: Option<Duration>) -> Option<f64> {
     gone.map(|d| signal_at_ms + ms(d))
 }
@@ -203,10 +203,10 @@ mod tests {
         }
     }
 
-    // i[verify xtask.drain-demo.command]
+    // i[verify xtask.drain-demo.command+2]
     #[test]
     fn without_an_arm_asked_for_the_control_arm_runs_then_the_graceful_arm() {
-        assert_eq!(arms(&[]), vec![Arm::Control, Arm::Graceful]);
+        assert_eq!(arms(&[]), vec![Arm::Control, Arm::Graceful, Arm::Recovery]);
         assert_eq!(arms(&[Arm::Graceful]), vec![Arm::Graceful]);
         assert_eq!(
             arms(&[Arm::Graceful, Arm::Control]),
@@ -214,7 +214,7 @@ mod tests {
         );
     }
 
-    // i[verify xtask.drain-demo.outputs]
+    // i[verify xtask.drain-demo.outputs+2]
     #[test]
     fn the_echoed_command_line_names_what_differs_from_the_defaults() {
         assert_eq!(
@@ -236,7 +236,7 @@ mod tests {
         );
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn each_arms_stream_starts_a_million_after_the_last() {
         assert_eq!(first_seq(0), 0);
@@ -244,7 +244,7 @@ mod tests {
         assert_eq!(first_seq(2), 2_000_000);
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn half_the_clients_start_on_a_and_an_odd_one_out_too() {
         assert_eq!(clients_on_a(2), 1);
@@ -263,7 +263,7 @@ mod tests {
         );
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn the_join_wait_allows_a_minute_plus_50_ms_a_client() {
         let t0 = Instant::now();
@@ -272,8 +272,8 @@ mod tests {
         assert_eq!(join_deadline(t0, 1000), t0 + Duration::from_secs(110));
     }
 
-    // i[verify xtask.drain-demo.arms]
-    // i[verify xtask.drain-demo.command]
+    // i[verify xtask.drain-demo.arms+2]
+    // i[verify xtask.drain-demo.command+2]
     #[test]
     fn the_join_wait_ends_when_all_joined_times_out_past_its_deadline_and_reports_every_2_s() {
         let t0 = Instant::now();
@@ -312,7 +312,7 @@ mod tests {
         );
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn an_exit_is_recorded_once() {
         assert!(exit_newly_seen(false, true));
@@ -321,7 +321,7 @@ mod tests {
         assert!(!exit_newly_seen(true, false));
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn the_move_wait_ends_once_a_exited_and_its_clients_are_on_b_or_after_30_s() {
         let s = Duration::from_secs;
@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(MOVE_TIMEOUT, s(30));
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn the_registration_is_waited_for_the_lease_ttl_plus_5_s() {
         assert_eq!(
@@ -355,7 +355,7 @@ mod tests {
         );
     }
 
-    // i[verify xtask.drain-demo.arms]
+    // i[verify xtask.drain-demo.arms+2]
     #[test]
     fn an_arm_without_a_registration_fails() {
         assert!(require_registered(true, "control", "/k").is_ok());
@@ -366,7 +366,7 @@ mod tests {
         );
     }
 
-    // i[verify xtask.drain-demo.measures+2]
+    // i[verify xtask.drain-demo.measures+3]
     #[test]
     fn the_read_at_the_first_close_finds_the_key_gone_when_it_is_absent() {
         assert_eq!(gone_at_read(Ok(false)), Some(true));
@@ -374,7 +374,7 @@ mod tests {
         assert_eq!(gone_at_read(Err(anyhow::anyhow!("etcd failed"))), None);
     }
 
-    // i[verify xtask.drain-demo.measures+2]
+    // i[verify xtask.drain-demo.measures+3]
     #[test]
     fn the_log_records_milliseconds_from_the_start_and_the_signal() {
         assert_eq!(ms(Duration::from_micros(1500)), 1.5);

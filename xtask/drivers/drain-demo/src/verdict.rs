@@ -1,5 +1,6 @@
-//! What the graceful arm must show for the demo to pass (and CI with it): the drain's promises,
-//! checked on the arm's figures. The control arm has no verdict: it is the contrast.
+//! What the graceful and recovery arms must show for the demo to pass (and CI with it): the
+//! drain's promises, and for the recovery arm the history's, checked on the arm's figures. The
+//! control arm has no verdict: it is the contrast.
 
 use std::process::ExitCode;
 
@@ -8,14 +9,46 @@ use super::measures::{Arm, ArmMeasures};
 /// The close codes a drain may send.
 const DRAIN_CODES: [u16; 2] = [1001, 1012];
 
-/// The rules the graceful arm broke, one sentence each; empty when it met them all (and for the
-/// control arm).
-// i[impl xtask.drain-demo.verdict]
-pub fn failures(arm: &ArmMeasures) -> Vec<String> {
-    let mut out = Vec::new();
-    if arm.arm != Arm::Graceful {
-        return out;
+/// What a failure of `arm` starts with in the report's list (the graceful arm's: nothing).
+pub fn prefix(arm: Arm) -> &'static str {
+    match arm {
+        Arm::Recovery => "[recovery] ",
+        Arm::Control | Arm::Graceful => "",
     }
+}
+
+/// The rules the graceful or recovery arm broke, one sentence each (the recovery arm's after
+/// [`prefix`]); empty when it met them all, and for the control arm.
+// i[impl xtask.drain-demo.verdict+2]
+pub fn failures(arm: &ArmMeasures) -> Vec<String> {
+    if arm.arm == Arm::Control {
+        return Vec::new();
+    }
+    let mut out = drain_failures(arm);
+    if arm.arm == Arm::Recovery {
+        if arm.missed_in_gap != 0 {
+            out.push(format!(
+                "{} of {} deliveries published in a reconnect gap were never received",
+                arm.missed_in_gap, arm.deliveries_in_gap
+            ));
+        }
+        if arm.duplicates != 0 {
+            out.push(format!("{} messages were received twice", arm.duplicates));
+        }
+        if arm.history_gaps != 0 {
+            out.push(format!(
+                "{} rejoins were told the history no longer reached back",
+                arm.history_gaps
+            ));
+        }
+    }
+    let prefix = prefix(arm.arm);
+    out.into_iter().map(|f| format!("{prefix}{f}")).collect()
+}
+
+/// The drain's promises, for either arm that drains.
+fn drain_failures(arm: &ArmMeasures) -> Vec<String> {
+    let mut out = Vec::new();
     let drain_closes: usize = arm
         .close_codes
         .iter()
@@ -66,14 +99,19 @@ pub fn failures(arm: &ArmMeasures) -> Vec<String> {
 
 /// How the demo exits once its outputs are written: 0 when the graceful arm broke no rule (or did
 /// not run), else 1, with a line for stderr per rule broken.
-// i[impl xtask.drain-demo.verdict]
+// i[impl xtask.drain-demo.verdict+2]
 pub fn exit_status(failures: &[String]) -> (ExitCode, Vec<String>) {
     if failures.is_empty() {
         return (ExitCode::SUCCESS, Vec::new());
     }
     let lines = failures
         .iter()
-        .map(|failure| format!("drain-demo: graceful arm failed: {failure}"))
+        .map(
+            |failure| match failure.strip_prefix(prefix(Arm::Recovery)) {
+                Some(f) => format!("drain-demo: recovery arm failed: {f}"),
+                None => format!("drain-demo: graceful arm failed: {failure}"),
+            },
+        )
         .collect();
     (ExitCode::FAILURE, lines)
 }
@@ -92,7 +130,7 @@ mod tests {
         measure(&log)
     }
 
-    // i[verify xtask.drain-demo.verdict]
+    // i[verify xtask.drain-demo.verdict+2]
     #[test]
     fn a_graceful_arm_that_kept_the_drains_promises_passes() {
         assert_eq!(failures(&passing()), Vec::<String>::new());
@@ -102,7 +140,7 @@ mod tests {
         assert_eq!(failures(&m), Vec::<String>::new());
     }
 
-    // i[verify xtask.drain-demo.verdict]
+    // i[verify xtask.drain-demo.verdict+2]
     #[test]
     fn each_broken_promise_fails_the_graceful_arm() {
         type Breaks = Box<dyn Fn(&mut ArmMeasures)>;
@@ -138,7 +176,41 @@ mod tests {
         }
     }
 
-    // i[verify xtask.drain-demo.verdict]
+    // i[verify xtask.drain-demo.verdict+2]
+    #[test]
+    fn the_recovery_arm_must_also_miss_nothing_in_the_gap_once_each() {
+        let mut log = fixture(Arm::Recovery);
+        for client in &mut log.clients {
+            client.seqs = vec![1, 2, 3, 4, 5, 6];
+            client.gaps = 0;
+        }
+        let ok = measure(&log);
+        assert_eq!(failures(&ok), Vec::<String>::new());
+        type Breaks = Box<dyn Fn(&mut ArmMeasures)>;
+        let broken: Vec<(&str, Breaks)> = vec![
+            ("reconnect gap", Box::new(|m| m.missed_in_gap = 1)),
+            ("twice", Box::new(|m| m.duplicates = 1)),
+            ("no longer reached back", Box::new(|m| m.history_gaps = 1)),
+            ("owed", Box::new(|m| m.lost_while_joined = 1)),
+        ];
+        for (says, breaks) in broken {
+            let mut m = ok.clone();
+            breaks(&mut m);
+            let f = failures(&m);
+            assert_eq!(f.len(), 1, "{says}: {f:?}");
+            assert!(
+                f[0].starts_with("[recovery] ") && f[0].contains(says),
+                "{says}: {f:?}"
+            );
+            let (_, lines) = exit_status(&f);
+            assert!(
+                lines[0].starts_with("drain-demo: recovery arm failed: "),
+                "{lines:?}"
+            );
+        }
+    }
+
+    // i[verify xtask.drain-demo.verdict+2]
     #[test]
     fn the_control_arm_has_no_verdict() {
         let m = measure(&fixture(Arm::Control));
@@ -146,7 +218,7 @@ mod tests {
         assert_eq!(failures(&m), Vec::<String>::new());
     }
 
-    // i[verify xtask.drain-demo.verdict]
+    // i[verify xtask.drain-demo.verdict+2]
     #[test]
     fn the_demo_exits_1_with_a_line_per_broken_rule_and_0_without() {
         assert_eq!(exit_status(&[]), (ExitCode::SUCCESS, vec![]));

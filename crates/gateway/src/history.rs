@@ -1,0 +1,539 @@
+//! Room history and recovery: each room keeps its recent messages, each with a stream position,
+//! so that a client that reconnects can ask for what it missed (`{"type":"join","room":R,
+//! "since":POS}`). In memory on one replica ([`MemoryHistory`]); in a cluster in Redis Streams
+//! ([`crate::RedisHistory`]).
+//!
+//! A position is `A-B`, two unsigned integers compared as a pair: a Redis stream id in a cluster
+//! (comparable across replicas, the server assigns them), and on one replica the gateway's start
+//! time in Unix milliseconds and a counter, so that a position from before a restart is older
+//! than every position after it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use holdfast_lifecycle::BoxFuture;
+
+use crate::cluster::ClusterError;
+
+/// The default number of messages a room keeps.
+pub const DEFAULT_HISTORY_SIZE: usize = 100;
+/// The default age after which a message leaves its room's history.
+pub const DEFAULT_HISTORY_TTL: Duration = Duration::from_secs(300);
+/// The default cap on the bytes of every room's history together (in memory).
+pub const DEFAULT_HISTORY_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// How much history rooms keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// Messages kept per room (0: no history; a join with `since` is always told of a gap).
+    pub size: usize,
+    /// The age after which a message is dropped.
+    pub ttl: Duration,
+    /// The bytes of message text kept across all rooms (in memory; in Redis each room is bound
+    /// by `size` messages of at most the message size limit, and expires after `ttl`).
+    pub max_bytes: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            size: DEFAULT_HISTORY_SIZE,
+            ttl: DEFAULT_HISTORY_TTL,
+            max_bytes: DEFAULT_HISTORY_MAX_BYTES,
+        }
+    }
+}
+
+/// A stream position: `A-B`, ordered as the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Pos {
+    /// The high part: Unix milliseconds (a Redis stream id's time, or the replica's start).
+    pub hi: u64,
+    /// The low part: a sequence within `hi`.
+    pub lo: u64,
+}
+
+impl std::fmt::Display for Pos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.hi, self.lo)
+    }
+}
+
+impl serde::Serialize for Pos {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A position that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad position")]
+pub struct BadPos;
+
+impl std::str::FromStr for Pos {
+    type Err = BadPos;
+
+    fn from_str(s: &str) -> Result<Self, BadPos> {
+        let (hi, lo) = s.split_once('-').ok_or(BadPos)?;
+        let digits = |p: &str| {
+            if p.is_empty() || p.len() > 20 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(BadPos);
+            }
+            p.parse::<u64>().map_err(|_| BadPos)
+        };
+        Ok(Pos {
+            hi: digits(hi)?,
+            lo: digits(lo)?,
+        })
+    }
+}
+
+/// What a join with `since` finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// Every message after `since`, in position order (possibly none).
+    Messages(Vec<(Pos, String)>),
+    /// The history no longer reaches back to `since`: messages after it are gone.
+    Gap,
+    /// `since` is later than anything this room's stream has assigned.
+    Future,
+}
+
+/// Where room history is kept.
+pub trait History: Send + Sync + 'static {
+    /// Appends `text` to `room`'s history and answers its position.
+    fn append(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Pos, ClusterError>>;
+    /// What `room`'s history holds after `since`.
+    fn since(
+        &self,
+        room: &str,
+        since: Pos,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Recovery, ClusterError>>;
+}
+
+/// One room's retained messages.
+#[derive(Debug, Default)]
+struct Room {
+    entries: VecDeque<Entry>,
+    /// The newest position dropped from this room (by count, age or the byte cap).
+    dropped_through: Option<Pos>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    pos: Pos,
+    at: Instant,
+    text: String,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rooms: HashMap<String, Room>,
+    /// Each non-empty room's oldest position: the byte cap drops the oldest message of all.
+    fronts: BTreeMap<Pos, String>,
+    bytes: usize,
+    next: u64,
+}
+
+/// Room history in memory, for one replica.
+#[derive(Debug)]
+pub struct MemoryHistory {
+    epoch: u64,
+    state: Mutex<State>,
+}
+
+impl Default for MemoryHistory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryHistory {
+    /// An empty history whose positions start at the current time.
+    pub fn new() -> Self {
+        let epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self::with_epoch(epoch)
+    }
+
+    /// An empty history whose positions are `epoch-N`.
+    pub fn with_epoch(epoch: u64) -> Self {
+        Self {
+            epoch,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The bytes of message text held.
+    pub fn bytes(&self) -> usize {
+        crate::server::lock(&self.state).bytes
+    }
+
+    // r[impl gateway.history.bounds]
+    /// Appends now (see [`History::append`]).
+    pub fn append_at(&self, room: &str, text: &str, config: &HistoryConfig, now: Instant) -> Pos {
+        let mut s = crate::server::lock(&self.state);
+        s.next += 1;
+        let pos = Pos {
+            hi: self.epoch,
+            lo: s.next,
+        };
+        if config.size == 0 || text.len() > config.max_bytes {
+            // Kept nowhere: a later join with `since` before it learns of the gap.
+            let r = s.rooms.entry(room.to_owned()).or_default();
+            r.dropped_through = Some(pos);
+            if r.entries.is_empty() {
+                s.rooms.remove(room);
+            }
+            return pos;
+        }
+        let state = &mut *s;
+        let r = state.rooms.entry(room.to_owned()).or_default();
+        if r.entries.is_empty() {
+            state.fronts.insert(pos, room.to_owned());
+        }
+        r.entries.push_back(Entry {
+            pos,
+            at: now,
+            text: text.to_owned(),
+        });
+        state.bytes += text.len();
+        expire_room(state, room, config, now);
+        while state.bytes > config.max_bytes {
+            let Some((_, oldest)) = state.fronts.iter().next().map(|(p, r)| (*p, r.clone())) else {
+                break;
+            };
+            drop_front(state, &oldest);
+        }
+        pos
+    }
+
+    /// Reads now (see [`History::since`]).
+    pub fn since_at(
+        &self,
+        room: &str,
+        since: Pos,
+        config: &HistoryConfig,
+        now: Instant,
+    ) -> Recovery {
+        let mut s = crate::server::lock(&self.state);
+        let last = Pos {
+            hi: self.epoch,
+            lo: s.next,
+        };
+        if since > last {
+            return Recovery::Future;
+        }
+        expire_room(&mut s, room, config, now);
+        let Some(r) = s.rooms.get(room) else {
+            // No record: nothing kept here, but messages after `since` may have been (before a
+            // restart, or before they aged out with their room).
+            return if since == last {
+                Recovery::Messages(Vec::new())
+            } else {
+                Recovery::Gap
+            };
+        };
+        if r.dropped_through.is_some_and(|d| d > since) {
+            return Recovery::Gap;
+        }
+        if since.hi != self.epoch {
+            // From before this replica started: what came after it then is gone.
+            return Recovery::Gap;
+        }
+        Recovery::Messages(
+            r.entries
+                .iter()
+                .filter(|e| e.pos > since)
+                .map(|e| (e.pos, e.text.clone()))
+                .collect(),
+        )
+    }
+}
+
+/// Drops `room`'s messages past its count or age.
+fn expire_room(state: &mut State, room: &str, config: &HistoryConfig, now: Instant) {
+    loop {
+        let Some(r) = state.rooms.get(room) else {
+            return;
+        };
+        let Some(front) = r.entries.front() else {
+            return;
+        };
+        let old = now.saturating_duration_since(front.at) >= config.ttl;
+        if r.entries.len() > config.size || old {
+            drop_front(state, room);
+        } else {
+            return;
+        }
+    }
+}
+
+/// Drops `room`'s oldest message, keeping its position as dropped.
+fn drop_front(state: &mut State, room: &str) {
+    let Some(r) = state.rooms.get_mut(room) else {
+        return;
+    };
+    let Some(e) = r.entries.pop_front() else {
+        return;
+    };
+    state.fronts.remove(&e.pos);
+    state.bytes -= e.text.len();
+    r.dropped_through = Some(e.pos);
+    match r.entries.front() {
+        Some(next) => {
+            state.fronts.insert(next.pos, room.to_owned());
+        }
+        // An empty room is forgotten: a later join with `since` in it is told of a gap (no
+        // record), so forgetting loses nothing but precision, and rooms do not pile up.
+        None => {
+            state.rooms.remove(room);
+        }
+    }
+}
+
+impl History for MemoryHistory {
+    fn append(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Pos, ClusterError>> {
+        let pos = self.append_at(room, text, config, Instant::now());
+        Box::pin(async move { Ok(pos) })
+    }
+
+    fn since(
+        &self,
+        room: &str,
+        since: Pos,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Recovery, ClusterError>> {
+        let r = self.since_at(room, since, config, Instant::now());
+        Box::pin(async move { Ok(r) })
+    }
+}
+
+// r[impl gateway.history.position]
+/// The text a room member receives: a JSON object pushed gets `"room"` and `"pos"` as its
+/// first members (when it has neither at its top level); anything else is wrapped as
+/// `{"room":R,"pos":P,"type":"message","text":TEXT}`.
+pub fn frame(room: &str, pos: Pos, text: &str) -> String {
+    let head = format!(
+        "{{\"room\":{},\"pos\":\"{pos}\"",
+        serde_json::Value::from(room)
+    );
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text)
+        && !map.contains_key("room")
+        && !map.contains_key("pos")
+    {
+        let body = text
+            .trim_start()
+            .strip_prefix('{')
+            .unwrap_or("}")
+            .trim_start();
+        return if body.starts_with('}') {
+            format!("{head}}}")
+        } else {
+            format!("{head},{body}")
+        };
+    }
+    format!(
+        "{head},\"type\":\"message\",\"text\":{}}}",
+        serde_json::Value::from(text)
+    )
+}
+
+/// The room and position a framed text starts with ([`frame`]), if it does.
+pub fn framed_pos(text: &str) -> Option<(String, Pos)> {
+    let rest = text.strip_prefix("{\"room\":")?;
+    let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+    let room = de.next()?.ok()?;
+    let rest = rest.get(de.byte_offset()..)?.strip_prefix(",\"pos\":\"")?;
+    let end = rest.find('"')?;
+    Some((room, rest[..end].parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(size: usize, max_bytes: usize) -> HistoryConfig {
+        HistoryConfig {
+            size,
+            ttl: Duration::from_secs(60),
+            max_bytes,
+        }
+    }
+
+    // r[verify gateway.history.position]
+    #[test]
+    fn positions_parse_print_and_order_as_pairs() {
+        let p: Pos = "1700000000000-12".parse().unwrap();
+        assert_eq!(p.to_string(), "1700000000000-12");
+        assert!("5-2".parse::<Pos>().unwrap() < "5-10".parse().unwrap());
+        assert!("5-99".parse::<Pos>().unwrap() < "6-0".parse().unwrap());
+        for bad in [
+            "",
+            "5",
+            "-1",
+            "1-",
+            "a-1",
+            "1-2-3",
+            "+1-2",
+            "1 -2",
+            "99999999999999999999-0",
+        ] {
+            assert!(bad.parse::<Pos>().is_err(), "{bad}");
+        }
+    }
+
+    // r[verify gateway.history.position]
+    #[test]
+    fn a_framed_message_carries_its_room_and_position_first() {
+        let p = Pos { hi: 7, lo: 3 };
+        assert_eq!(
+            frame("lobby", p, r#"{"seq":1}"#),
+            r#"{"room":"lobby","pos":"7-3","seq":1}"#
+        );
+        assert_eq!(frame("a", p, " { } "), r#"{"room":"a","pos":"7-3"}"#);
+        assert_eq!(
+            frame("a", p, "hello"),
+            r#"{"room":"a","pos":"7-3","type":"message","text":"hello"}"#
+        );
+        assert_eq!(
+            frame("a", p, r#"{"pos":1}"#),
+            r#"{"room":"a","pos":"7-3","type":"message","text":"{\"pos\":1}"}"#
+        );
+        for text in [r#"{"seq":1}"#, "hi", "[1]", r#"{"room":"x"}"#] {
+            let f = frame("r\"oom", p, text);
+            serde_json::from_str::<serde_json::Value>(&f).unwrap();
+            assert_eq!(framed_pos(&f), Some(("r\"oom".to_owned(), p)));
+        }
+        assert_eq!(framed_pos(r#"{"seq":1}"#), None);
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn a_join_since_gets_what_followed_or_hears_of_a_gap_or_the_future() {
+        let h = MemoryHistory::with_epoch(100);
+        let c = config(3, 1 << 20);
+        let now = Instant::now();
+        let p: Vec<Pos> = (0..5)
+            .map(|i| h.append_at("r", &format!("m{i}"), &c, now))
+            .collect();
+        let texts = |r: Recovery| match r {
+            Recovery::Messages(m) => m.into_iter().map(|(_, t)| t).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(texts(h.since_at("r", p[2], &c, now)), ["m3", "m4"]);
+        assert_eq!(texts(h.since_at("r", p[4], &c, now)), Vec::<String>::new());
+        // m1 and m0 were dropped for the count: a client that saw only m0 missed m1.
+        assert_eq!(h.since_at("r", p[0], &c, now), Recovery::Gap);
+        assert_eq!(
+            h.since_at("r", p[1], &c, now),
+            Recovery::Messages(vec![
+                (p[2], "m2".into()),
+                (p[3], "m3".into()),
+                (p[4], "m4".into())
+            ])
+        );
+        assert_eq!(
+            h.since_at("r", Pos { hi: 100, lo: 99 }, &c, now),
+            Recovery::Future
+        );
+        assert_eq!(
+            h.since_at("r", Pos { hi: 101, lo: 0 }, &c, now),
+            Recovery::Future
+        );
+        // A position from an earlier start of the replica.
+        assert_eq!(
+            h.since_at("r", Pos { hi: 99, lo: 1 }, &c, now),
+            Recovery::Gap
+        );
+        // Aged out.
+        let later = now + Duration::from_secs(61);
+        assert_eq!(h.since_at("r", p[3], &c, later), Recovery::Gap);
+        assert_eq!(h.bytes(), 0, "the aged room is forgotten");
+    }
+
+    // r[verify gateway.history.bounds]
+    #[test]
+    fn the_byte_cap_drops_the_oldest_message_of_all_rooms() {
+        let h = MemoryHistory::with_epoch(1);
+        let c = config(100, 10);
+        let now = Instant::now();
+        let a = h.append_at("a", "aaaa", &c, now);
+        let b = h.append_at("b", "bbbb", &c, now);
+        h.append_at("b", "cccc", &c, now);
+        assert!(h.bytes() <= 10);
+        // "a" lost its only message to the cap and was forgotten: a client that saw it is told
+        // of a gap (nothing says no other message came and went).
+        assert_eq!(h.since_at("a", a, &c, now), Recovery::Gap);
+        assert_eq!(
+            h.since_at("a", Pos { hi: 1, lo: 0 }, &c, now),
+            Recovery::Gap
+        );
+        assert!(matches!(h.since_at("b", b, &c, now), Recovery::Messages(m) if m.len() == 1));
+        // Larger than the cap: kept nowhere, and a join since before it hears of the gap.
+        let before = h.append_at("b", "x", &c, now);
+        h.append_at("b", "y".repeat(11).as_str(), &c, now);
+        assert_eq!(h.since_at("b", before, &c, now), Recovery::Gap);
+    }
+
+    proptest! {
+        // r[verify gateway.history.recover]
+        /// Any interleaving of publishes with a client that leaves after seeing some of them and
+        /// rejoins with `since`: the backlog plus what arrives live after the rejoin is every
+        /// message after `since`, once each, in order; or a gap when the count dropped some.
+        #[test]
+        fn a_rejoin_gets_each_missed_message_once_in_order(
+            seen in 0usize..20,
+            away in 0usize..20,
+            racing in 0usize..5,
+            after in 0usize..5,
+            size in 1usize..30,
+        ) {
+            let h = MemoryHistory::with_epoch(9);
+            let c = config(size, 1 << 20);
+            let now = Instant::now();
+            let mut all = Vec::new();
+            let publish = |all: &mut Vec<(Pos, String)>| {
+                let t = format!("m{}", all.len());
+                let p = h.append_at("r", &t, &c, now);
+                all.push((p, t));
+            };
+            for _ in 0..seen { publish(&mut all); }
+            let since = all.last().map_or(Pos { hi: 9, lo: 0 }, |(p, _)| *p);
+            for _ in 0..away { publish(&mut all); }
+            // The rejoin: the connection is a member first, so what is published from here on
+            // is also queued live; then the history is read.
+            let mut live = Vec::new();
+            for _ in 0..racing { publish(&mut all); live.push(all.last().cloned().unwrap()); }
+            let backlog = h.since_at("r", since, &c, now);
+            for _ in 0..after { publish(&mut all); live.push(all.last().cloned().unwrap()); }
+            let expected: Vec<(Pos, String)> = all.iter().filter(|(p, _)| *p > since).cloned().collect();
+            match backlog {
+                Recovery::Messages(backlog) => {
+                    prop_assert!(away + racing <= size);
+                    let through = backlog.last().map_or(since, |(p, _)| *p);
+                    let mut got = backlog.clone();
+                    // The connection drops live messages the backlog already held.
+                    got.extend(live.into_iter().filter(|(p, _)| *p > through));
+                    prop_assert_eq!(got, expected);
+                }
+                Recovery::Gap => prop_assert!(away + racing > size),
+                Recovery::Future => prop_assert!(false, "no position from the future here"),
+            }
+        }
+    }
+}
