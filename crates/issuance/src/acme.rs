@@ -16,6 +16,7 @@ use crate::cert::CertifiedPair;
 use crate::dns01::{Dns01, Presented, record_name};
 use crate::responder::Challenges;
 use crate::source::{BoxFuture, ErrorClass, Source, SourceError};
+use crate::tls_alpn::{AlpnChallenges, AlpnError};
 
 /// External account binding (EAB) credentials.
 #[derive(Clone, PartialEq, serde::Deserialize)]
@@ -124,6 +125,8 @@ pub struct AcmeSource {
     http: Option<Arc<dyn instant_acme::HttpClient>>,
     /// DNS-01 instead of HTTP-01 (`None`: HTTP-01).
     dns01: Option<Dns01>,
+    /// TLS-ALPN-01 instead of HTTP-01, answered through this listener's identifiers.
+    tls_alpn01: Option<AlpnChallenges>,
 }
 
 impl std::fmt::Debug for AcmeSource {
@@ -179,6 +182,7 @@ impl AcmeSource {
             account: Arc::default(),
             http: None,
             dns01: None,
+            tls_alpn01: None,
         }
     }
 
@@ -205,6 +209,21 @@ impl AcmeSource {
             account: self.account.clone(),
             http: self.http.clone(),
             dns01: Some(dns01),
+            tls_alpn01: None,
+        }
+    }
+
+    /// This source answering TLS-ALPN-01 through `alpn` (served by a
+    /// [`crate::tls_alpn::TlsAlpnResponder`]) instead of HTTP-01, over the same account.
+    // r[impl issue.acme.tls-alpn01]
+    pub fn with_tls_alpn01(&self, alpn: AlpnChallenges) -> Self {
+        Self {
+            config: self.config.clone(),
+            challenges: self.challenges.clone(),
+            account: self.account.clone(),
+            http: self.http.clone(),
+            dns01: None,
+            tls_alpn01: Some(alpn),
         }
     }
 
@@ -290,6 +309,11 @@ impl AcmeSource {
             challenges: &self.challenges,
             tokens: Vec::new(),
         };
+        // TLS-ALPN-01 identifiers likewise.
+        let mut identifiers_answered = AnsweredIdentifiers {
+            challenges: self.tls_alpn01.as_ref(),
+            identifiers: Vec::new(),
+        };
         // DNS-01 records likewise: removed after the order, whatever its outcome (and on their
         // own task when the attempt is cut off).
         let mut records = self
@@ -310,9 +334,10 @@ impl AcmeSource {
                     }
                 }
                 let identifier = authz.identifier().to_string();
-                let (kind, label) = match records {
-                    Some(_) => (ChallengeType::Dns01, "dns-01"),
-                    None => (ChallengeType::Http01, "http-01"),
+                let (kind, label) = match (&records, &self.tls_alpn01) {
+                    (Some(_), _) => (ChallengeType::Dns01, "dns-01"),
+                    (None, Some(_)) => (ChallengeType::TlsAlpn01, "tls-alpn-01"),
+                    (None, None) => (ChallengeType::Http01, "http-01"),
                 };
                 let mut challenge = authz.challenge(kind).ok_or_else(|| {
                     SourceError::new(
@@ -341,6 +366,10 @@ impl AcmeSource {
                                 .map_err(|e| SourceError::new(e.class(), e.to_string()))?;
                         }
                     }
+                    // r[impl issue.acme.tls-alpn01]
+                    None if self.tls_alpn01.is_some() => identifiers_answered
+                        .answer(&identifier, key_authorization.digest().as_ref())
+                        .map_err(|e| SourceError::new(ErrorClass::Rejected, e.to_string()))?,
                     None => tokens.answer(&challenge.token, key_authorization.as_str()),
                 }
                 challenge.set_ready().await.map_err(|e| classify(&e))?;
@@ -449,6 +478,34 @@ impl Drop for AnsweredTokens<'_> {
     fn drop(&mut self) {
         for token in &self.tokens {
             self.challenges.remove(token);
+        }
+    }
+}
+
+/// The identifiers one attempt has the TLS-ALPN-01 listener answer; dropping it stops answering
+/// them.
+// r[impl issue.acme.tls-alpn01]
+struct AnsweredIdentifiers<'a> {
+    challenges: Option<&'a AlpnChallenges>,
+    identifiers: Vec<String>,
+}
+
+impl AnsweredIdentifiers<'_> {
+    fn answer(&mut self, identifier: &str, digest: &[u8]) -> Result<(), AlpnError> {
+        if let Some(challenges) = self.challenges {
+            challenges.insert(identifier, digest)?;
+            self.identifiers.push(identifier.to_owned());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AnsweredIdentifiers<'_> {
+    fn drop(&mut self) {
+        if let Some(challenges) = self.challenges {
+            for identifier in &self.identifiers {
+                challenges.remove(identifier);
+            }
         }
     }
 }

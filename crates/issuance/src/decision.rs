@@ -273,6 +273,44 @@ pub fn decide(
     paced(&policy.retry, history, reason, now)
 }
 
+/// How long before its not-after a certificate whose renewal is failing is a fault.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(7 * 86400);
+
+/// A certificate near or past its end while its renewal fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiryFault {
+    /// Ends within [`EXPIRY_WARNING`]; this much is left.
+    Expiring(Duration),
+    /// Ended this long ago.
+    Expired(Duration),
+}
+
+impl ExpiryFault {
+    /// The fault's kind on the board.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ExpiryFault::Expiring(_) => "expiring",
+            ExpiryFault::Expired(_) => "expired",
+        }
+    }
+}
+
+/// Whether a certificate ending at `not_after` is a fault at `now` with `failures` consecutive
+/// failed attempts (the latest attempt failed when it is more than zero).
+// r[impl issue.expiry.fault]
+pub fn expiry_fault(not_after: SystemTime, failures: u32, now: SystemTime) -> Option<ExpiryFault> {
+    if failures == 0 {
+        return None;
+    }
+    match not_after.duration_since(now) {
+        // The instant itself is expired (`r[issue.expiry]`).
+        Ok(left) if left.is_zero() => Some(ExpiryFault::Expired(Duration::ZERO)),
+        Ok(left) if left <= EXPIRY_WARNING => Some(ExpiryFault::Expiring(left)),
+        Ok(_) => None,
+        Err(past) => Some(ExpiryFault::Expired(past.duration())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,5 +765,38 @@ mod tests {
         let past = failed(&p, 2, t(0));
         assert_eq!(as_of(&past, now), past);
         assert_eq!(as_of(&past, t(0)), past);
+    }
+
+    // r[verify issue.expiry.fault]
+    #[test]
+    fn a_failing_renewal_within_seven_days_of_the_end_is_a_fault_and_past_it_expired() {
+        let end = t(100 * 86400);
+        let day = Duration::from_secs(86400);
+        // Renewal not failing: never a fault, however close the end.
+        assert_eq!(expiry_fault(end, 0, end - day), None);
+        assert_eq!(expiry_fault(end, 0, end + day), None);
+        // Failing, but more than 7 days left.
+        assert_eq!(
+            expiry_fault(end, 3, end - EXPIRY_WARNING - Duration::from_secs(1)),
+            None
+        );
+        // Exactly 7 days left, and less.
+        assert_eq!(
+            expiry_fault(end, 1, end - EXPIRY_WARNING),
+            Some(ExpiryFault::Expiring(EXPIRY_WARNING))
+        );
+        assert_eq!(
+            expiry_fault(end, 2, end - day),
+            Some(ExpiryFault::Expiring(day))
+        );
+        // The instant itself and after: expired.
+        assert_eq!(
+            expiry_fault(end, 1, end),
+            Some(ExpiryFault::Expired(Duration::ZERO))
+        );
+        let late = expiry_fault(end, 1, end + day).unwrap();
+        assert_eq!(late, ExpiryFault::Expired(day));
+        assert_eq!(late.kind(), "expired");
+        assert_eq!(ExpiryFault::Expiring(day).kind(), "expiring");
     }
 }

@@ -18,6 +18,9 @@ pub enum Challenge {
     /// DNS-01, through `[issuance.dns01]`'s provider (the only one that can validate a wildcard).
     #[serde(rename = "dns-01")]
     Dns01,
+    /// TLS-ALPN-01, through the module's own TLS listener ([`crate::tls_alpn`]).
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
 }
 
 /// A DNS-01 provider: adds and removes one TXT value at one name.

@@ -273,6 +273,11 @@ pub fn deploy_subject(name: &str) -> Subject {
     Subject::new(MODULE, format!("{name}/deploy"))
 }
 
+/// The fault subject of a certificate near or past its end while its renewal fails.
+pub fn expiry_subject(name: &str) -> Subject {
+    Subject::new(MODULE, format!("{name}/expiry"))
+}
+
 /// The fault subject of a certificate's `on_renew` hook.
 pub fn hook_subject(name: &str) -> Subject {
     Subject::new(MODULE, format!("{name}/on_renew"))
@@ -372,6 +377,8 @@ impl Issuer {
         attempt_timeout: Duration,
     ) -> Result<Self, IssuerError> {
         db.settle_open(&policy.retry, clock.now())?;
+        // The store judges expiry by the issuer's clock.
+        let store = store.with_clock(clock.clone());
         let policy_seed = policy.retry.seed();
         let mut memory = Memory::default();
         for host in &hosts {
@@ -634,7 +641,11 @@ impl Issuer {
             .faults
             .of_module(MODULE)
             .into_iter()
-            .map(|f| f.subject.name)
+            // An expiry fault is kept up to date with its certificate's own.
+            .map(|f| match f.subject.name.strip_suffix("/expiry") {
+                Some(name) => name.to_owned(),
+                None => f.subject.name,
+            })
             .chain(attempted.iter().cloned())
             .collect();
         self.sync_faults_of(self.hosts.iter().filter(|h| open.contains(&h.name)));
@@ -656,6 +667,7 @@ impl Issuer {
             // holds: between a block's expiry and the next attempt it does not flap.
             // As the decision sees it: a failure dated after now counts as now.
             let history = decision::as_of(&history, now);
+            self.sync_expiry_fault(host, history.failures, &memory, now);
             if let Some(until) = decision::block_until(&self.policy, &history) {
                 let last = memory
                     .last_error
@@ -676,6 +688,44 @@ impl Issuer {
             } else if let Some(err) = memory.bad_on_disk.get(&host.name) {
                 self.faults.file(subject, "bad_certificate", err, 0, now);
             } else {
+                self.faults.clear(&subject);
+            }
+        }
+    }
+
+    /// One fault per certificate within [`decision::EXPIRY_WARNING`] of its end (or past it)
+    /// while its renewal fails; cleared otherwise.
+    // r[impl issue.expiry.fault]
+    fn sync_expiry_fault(&self, host: &Hostname, failures: u32, memory: &Memory, now: SystemTime) {
+        let subject = expiry_subject(&host.name);
+        let Some(pair) = self.store.stored(&host.name) else {
+            self.faults.clear(&subject);
+            return;
+        };
+        let not_after = pair.info.not_after;
+        match decision::expiry_fault(not_after, failures, now) {
+            Some(fault) => {
+                let when = match fault {
+                    decision::ExpiryFault::Expiring(left) => {
+                        format!("expires in {} h", left.as_secs() / 3600)
+                    }
+                    decision::ExpiryFault::Expired(ago) => {
+                        format!(
+                            "expired {} h ago and is no longer served",
+                            ago.as_secs() / 3600
+                        )
+                    }
+                };
+                let last = memory.last_error.get(&host.name).map_or("", String::as_str);
+                let message = format!(
+                    "certificate {when} (not after {}); renewal failing: {failures} failed \
+                     attempts (last: {last})",
+                    httpdate::fmt_http_date(not_after)
+                );
+                self.faults
+                    .file(subject, fault.kind(), &message, failures, now);
+            }
+            None => {
                 self.faults.clear(&subject);
             }
         }
@@ -743,9 +793,10 @@ impl Issuer {
         let history = self.db().history(&host.name)?;
         // A certificate that lacks one of the configured names (the list grew) is as good as
         // missing: it is issued again, for every name.
+        // The stored pair even when expired: it is renewed as expired, not as missing.
         let current = self
             .store
-            .get(&host.name)
+            .stored(&host.name)
             .filter(|pair| pair.covers(&host.also));
         let current = current.map(|pair| {
             let mut info = pair.info;
@@ -974,7 +1025,7 @@ impl Issuer {
         let bound = self.attempt_timeout.min(ARI_TIMEOUT);
         let deadline = tokio::time::Instant::now() + bound;
         for host in &self.hosts {
-            let Some(pair) = self.store.get(&host.name) else {
+            let Some(pair) = self.store.stored(&host.name) else {
                 continue;
             };
             let previous = self.memory().ari.get(&host.name).copied();
@@ -1026,7 +1077,7 @@ impl Issuer {
                 also: host.also.clone(),
                 source: host.source.name().to_owned(),
                 state,
-                not_after: self.store.get(&host.name).map(|p| p.info.not_after),
+                not_after: self.store.stored(&host.name).map(|p| p.info.not_after),
                 next,
                 failures,
                 last_error,
@@ -1099,7 +1150,7 @@ impl Issuer {
     pub fn days_to_expiry(&self) -> BTreeMap<String, f64> {
         let now = self.clock.now();
         self.store
-            .snapshot()
+            .stored_snapshot()
             .iter()
             .map(|(h, p)| {
                 let left = p.info.not_after.duration_since(now).unwrap_or_default();

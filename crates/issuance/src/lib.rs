@@ -7,10 +7,12 @@
 //! it says issue is a [`Source`] called: ACME ([`acme`], with the node's own HTTP-01
 //! [`responder`]) or the local provider ([`local`]). Attempts live in SQLite ([`history`]), one row
 //! each, read per hostname, paced through holdfast-retry's pure decision so pacing survives
-//! restarts. Certificates go through a checked, atomic [`store`] that other modules read and watch.
-//! A certificate may carry several names (one attempt, one history and one block for all of them,
-//! keyed by its first name); each new one can be [`deploy`]ed as files for other services and
-//! followed by an `on_renew` [`hook`]. The HTTP-01 responder can [`redirect`] plain HTTP to https.
+//! restarts. Certificates go through a checked, atomic [`store`] that other modules read and watch
+//! (an expired one is no longer handed out). A certificate may carry several names (one attempt,
+//! one history and one block for all of them, keyed by its first name); each new one can be
+//! [`deploy`]ed as files for other services and followed by an `on_renew` [`hook`]. The HTTP-01
+//! responder can [`redirect`] plain HTTP to https; TLS-ALPN-01 is answered by a listener of its
+//! own ([`tls_alpn`]).
 //! [`module::start`] runs it all as a node module.
 //!
 //! The README follows.
@@ -38,6 +40,7 @@ pub mod responder;
 mod rfc2136;
 pub mod source;
 pub mod store;
+pub mod tls_alpn;
 
 pub use cert::{CertError, CertInfo, CertifiedPair};
 pub use decision::{Flags, IssuePolicy, IssueReason, Verdict, decide};
@@ -54,3 +57,4 @@ pub use responder::{Http01Responder, ResponderLimits, ResponderStats};
 pub use rfc2136::{Rfc2136, Rfc2136Config, Rfc2136Error, TsigAlgo, read_secret};
 pub use source::{ErrorClass, Source, SourceError};
 pub use store::CertStore;
+pub use tls_alpn::{AlpnChallenges, AlpnLimits, AlpnStats, TlsAlpnResponder};

@@ -20,6 +20,7 @@ use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
 use crate::redirect::{Http01Other, OtherRequests};
 use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
+use crate::tls_alpn::{AlpnLimits, AlpnStats, TlsAlpnResponder};
 use holdfast_retry::PolicyConfig;
 
 /// Which source serves a hostname.
@@ -130,8 +131,8 @@ pub enum NameError {
     },
     /// A wildcard on an ACME certificate that is not on DNS-01: HTTP-01 cannot validate it.
     #[error(
-        "{0:?} is a wildcard: a wildcard needs challenge = \"dns-01\" (HTTP-01 cannot validate a \
-         wildcard); set it on this certificate with an [issuance.dns01] provider, list each name, \
+        "{0:?} is a wildcard: a wildcard needs challenge = \"dns-01\" (HTTP-01 and TLS-ALPN-01 \
+         cannot validate a wildcard); set it on this certificate with an [issuance.dns01] provider, list each name, \
          or use the local source"
     )]
     Wildcard(String),
@@ -179,10 +180,22 @@ pub struct AcmeSettings {
     /// (404, the default) or `"redirect"` (308 to https, for a configured name).
     #[serde(default)]
     pub http01_other: Http01Other,
+    /// Where the TLS-ALPN-01 listener listens (default `0.0.0.0:443`), bound only when a
+    /// certificate has `challenge = "tls-alpn-01"`.
+    #[serde(default = "default_tls_alpn01_bind")]
+    pub tls_alpn01_bind: SocketAddr,
+    /// The TLS-ALPN-01 listener's connection caps and handshake timeout (defaults in
+    /// [`AlpnLimits`]).
+    #[serde(default)]
+    pub tls_alpn01_limits: AlpnLimits,
 }
 
 fn default_http01_bind() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 80))
+}
+
+fn default_tls_alpn01_bind() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 443))
 }
 
 /// `[issuance.local]`.
@@ -750,6 +763,15 @@ pub enum StartError {
     /// The local provider's endpoint is not on this node (a TCP address off loopback).
     #[error("issuance: local.endpoint: {0}")]
     Local(#[from] LocalEndpointError),
+    /// The TLS-ALPN-01 listener could not bind.
+    #[error("issuance: tls-alpn-01 listener on {addr}: {source}")]
+    BindTlsAlpn {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The HTTP-01 responder could not bind.
     #[error("issuance: http-01 responder on {addr}: {source}")]
     Bind {
@@ -778,6 +800,7 @@ pub struct Issuance {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     responder: Option<Http01Responder>,
+    tls_alpn01: Option<TlsAlpnResponder>,
     cleanups: crate::dns01::Cleanups,
 }
 
@@ -832,6 +855,8 @@ pub async fn start(
     let mut responder = None;
     let mut acme_source: Option<Arc<acme::AcmeSource>> = None;
     let mut dns01_source: Option<Arc<dyn crate::Source>> = None;
+    let mut tls_alpn01 = None;
+    let mut tls_alpn01_source: Option<Arc<dyn crate::Source>> = None;
     // The DNS-01 record removals under way: the stop waits for them.
     let cleanups = crate::dns01::Cleanups::default();
     let mut local_source = None;
@@ -900,6 +925,26 @@ pub async fn start(
                                 Some(Arc::new(acme.with_dns01(dns01)) as Arc<dyn crate::Source>);
                         }
                         dns01_source.clone()
+                    }
+                    // r[impl issue.acme.tls-alpn01]
+                    (Challenge::TlsAlpn01, Some(acme)) => {
+                        if tls_alpn01_source.is_none() {
+                            let limits = settings.tls_alpn01_limits.validate().map_err(|e| {
+                                StartError::Config(format!("acme.tls_alpn01_limits.{e}"))
+                            })?;
+                            let listener = TlsAlpnResponder::bind(settings.tls_alpn01_bind, limits)
+                                .await
+                                .map_err(|source| StartError::BindTlsAlpn {
+                                    addr: settings.tls_alpn01_bind,
+                                    source,
+                                })?;
+                            tls_alpn01_source = Some(Arc::new(
+                                acme.with_tls_alpn01(listener.challenges().clone()),
+                            )
+                                as Arc<dyn crate::Source>);
+                            tls_alpn01 = Some(listener);
+                        }
+                        tls_alpn01_source.clone()
                     }
                     (_, None) => None,
                 }
@@ -973,6 +1018,7 @@ pub async fn start(
         stop,
         task,
         responder,
+        tls_alpn01,
         cleanups,
     })
 }
@@ -996,6 +1042,17 @@ impl Issuance {
     /// The HTTP-01 responder's open connections and what it refused or cut off, if one runs.
     pub fn http01_stats(&self) -> Option<ResponderStats> {
         self.responder.as_ref().map(Http01Responder::stats)
+    }
+
+    /// Where the TLS-ALPN-01 listener listens, if one runs.
+    pub fn tls_alpn01_addr(&self) -> Option<SocketAddr> {
+        self.tls_alpn01.as_ref().map(TlsAlpnResponder::addr)
+    }
+
+    /// The TLS-ALPN-01 listener's open connections and what it refused, cut off or answered, if
+    /// one runs.
+    pub fn tls_alpn01_stats(&self) -> Option<AlpnStats> {
+        self.tls_alpn01.as_ref().map(TlsAlpnResponder::stats)
     }
 
     /// Stops ticking and the responder, by `deadline`. An attempt in flight is cancelled and its
@@ -1025,6 +1082,9 @@ impl Issuance {
             ));
         }
         if let Some(r) = &self.responder {
+            r.stop();
+        }
+        if let Some(r) = &self.tls_alpn01 {
             r.stop();
         }
         result
@@ -1160,6 +1220,82 @@ mod tests {
         let settings: AcmeSettings = serde_json::from_value(acme).unwrap();
         assert_eq!(settings.http01_limits, ResponderLimits::default());
         assert_eq!(settings.http01_other, Http01Other::NotFound);
+    }
+
+    // r[verify issue.acme.tls-alpn01]
+    // r[verify issue.acme.tls-alpn01.limits]
+    #[tokio::test]
+    async fn a_tls_alpn01_certificate_binds_the_tls_listener_and_no_http01_responder() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = |limits| {
+            serde_json::json!({
+                "certificate": [{
+                    "names": ["a.example", "www.a.example"], "source": "acme",
+                    "challenge": "tls-alpn-01",
+                }],
+                "acme": {
+                    "directory": "https://127.0.0.1:9/dir",
+                    "http01_bind": "127.0.0.1:0",
+                    "tls_alpn01_bind": "127.0.0.1:0",
+                    "tls_alpn01_limits": limits,
+                },
+            })
+        };
+        let config: IssuanceConfig =
+            serde_json::from_value(acme(serde_json::json!({ "handshake_timeout": "5s" }))).unwrap();
+        assert_eq!(config.planned()[0].challenge, Challenge::TlsAlpn01);
+        let started = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .unwrap();
+        let addr = started.tls_alpn01_addr().expect("the tls-alpn-01 listener");
+        assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+        assert_eq!(
+            started.http01_addr(),
+            None,
+            "no certificate answers HTTP-01"
+        );
+        assert_eq!(started.tls_alpn01_stats(), Some(AlpnStats::default()));
+        started
+            .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await
+            .unwrap();
+        // A zero limit is refused when read, naming its key; built in code, at start.
+        let read = serde_json::from_value::<IssuanceConfig>(acme(
+            serde_json::json!({ "max_connections": 0 }),
+        ))
+        .unwrap_err();
+        assert!(read.to_string().contains("max_connections"), "{read}");
+        let mut config = config;
+        if let Some(acme) = config.acme.as_mut() {
+            acme.tls_alpn01_limits.handshake_timeout = Duration::ZERO;
+        }
+        let err = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("acme.tls_alpn01_limits.handshake_timeout"),
+            "{err}"
+        );
+        // The defaults: :443 and the default limits.
+        let settings: AcmeSettings =
+            serde_json::from_value(serde_json::json!({ "directory": "https://127.0.0.1:9/dir" }))
+                .unwrap();
+        assert_eq!(settings.tls_alpn01_bind, "0.0.0.0:443".parse().unwrap());
+        assert_eq!(settings.tls_alpn01_limits, AlpnLimits::default());
     }
 
     // r[verify issue.responder.redirect]
@@ -1339,6 +1475,15 @@ mod tests {
                 "wildcard",
             ),
             (
+                serde_json::json!({
+                    "hostname": [
+                        { "name": "*.b.example", "source": "acme", "challenge": "tls-alpn-01" },
+                    ],
+                }),
+                "hostname[0].name",
+                "TLS-ALPN-01 cannot validate a wildcard",
+            ),
+            (
                 serde_json::json!({ "certificate": [{ "names": [], "source": "local" }] }),
                 "certificate[0].names",
                 "at least one name",
@@ -1440,7 +1585,7 @@ mod tests {
         // An unknown challenge is a type error.
         assert!(
             serde_json::from_value::<IssuanceConfig>(serde_json::json!({
-                "hostname": [{ "name": "a.test", "source": "acme", "challenge": "tls-alpn-01" }],
+                "hostname": [{ "name": "a.test", "source": "acme", "challenge": "tls-alpn-02" }],
             }))
             .is_err()
         );

@@ -163,11 +163,11 @@ pub struct ResponderStats {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
-    refused_over_total: AtomicU64,
-    refused_over_address: AtomicU64,
-    header_timeouts: AtomicU64,
-    idle_timeouts: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) refused_over_total: AtomicU64,
+    pub(crate) refused_over_address: AtomicU64,
+    pub(crate) header_timeouts: AtomicU64,
+    pub(crate) idle_timeouts: AtomicU64,
 }
 
 /// The connections open now, in all and per source.
@@ -180,15 +180,15 @@ struct Open {
 }
 
 #[derive(Debug, Default)]
-struct Shared {
-    counters: Counters,
+pub(crate) struct Shared {
+    pub(crate) counters: Counters,
     open: Mutex<Open>,
 }
 
 /// One admitted connection's place under the caps, given back when the connection ends however
 /// it ends (served, timed out, errored or aborted by a stop).
-struct Slot {
-    shared: Arc<Shared>,
+pub(crate) struct Slot {
+    pub(crate) shared: Arc<Shared>,
     source: Source,
 }
 
@@ -210,20 +210,33 @@ impl Drop for Slot {
 }
 
 impl Shared {
+    /// Connections holding a place now.
+    pub(crate) fn open(&self) -> usize {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .total
+    }
+
     /// A place for a connection from `ip` (counted under its [`Source`]), or `None` (counted)
     /// when a cap is reached.
     // r[impl issue.responder.limits+2]
-    fn admit(self: &Arc<Self>, ip: IpAddr, limits: &ResponderLimits) -> Option<Slot> {
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        max_connections: usize,
+        max_connections_per_address: usize,
+    ) -> Option<Slot> {
         let source = Source::of(ip);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if open.total >= limits.max_connections {
+        if open.total >= max_connections {
             self.counters
                 .refused_over_total
                 .fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let from_source = open.per_source.entry(source).or_insert(0);
-        if *from_source >= limits.max_connections_per_address {
+        if *from_source >= max_connections_per_address {
             self.counters
                 .refused_over_address
                 .fetch_add(1, Ordering::Relaxed);
@@ -381,7 +394,11 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(slot) = shared.admit(peer.ip(), &limits) else {
+        let Some(slot) = shared.admit(
+            peer.ip(),
+            limits.max_connections,
+            limits.max_connections_per_address,
+        ) else {
             // Dropping the stream closes it at once; the refusal is counted in `admit`.
             tracing::debug!(%peer, "http-01 responder: connection cap reached; closed");
             continue;
@@ -812,12 +829,11 @@ mod tests {
     fn the_addresses_of_one_ipv6_64_share_one_per_source_cap() {
         let ip = |text: &str| text.parse::<IpAddr>().unwrap();
         let shared = Arc::new(Shared::default());
-        let limits = limits(256, 2);
-        let a = shared.admit(ip("2001:db8:1:2::1"), &limits).unwrap();
-        let _b = shared.admit(ip("2001:db8:1:2:ffff::9"), &limits).unwrap();
+        let a = shared.admit(ip("2001:db8:1:2::1"), 256, 2).unwrap();
+        let _b = shared.admit(ip("2001:db8:1:2:ffff::9"), 256, 2).unwrap();
         // A third interface identifier in the same /64 is the same source, at its cap.
         assert!(
-            shared.admit(ip("2001:db8:1:2::3"), &limits).is_none(),
+            shared.admit(ip("2001:db8:1:2::3"), 256, 2).is_none(),
             "a third address of the /64 got past the per-source cap"
         );
         assert_eq!(
@@ -825,14 +841,14 @@ mod tests {
             1
         );
         // The next /64 is another source.
-        let _c = shared.admit(ip("2001:db8:1:3::1"), &limits).unwrap();
+        let _c = shared.admit(ip("2001:db8:1:3::1"), 256, 2).unwrap();
         // An IPv4 peer counts as one source whether seen mapped or not.
-        let _d = shared.admit(ip("::ffff:192.0.2.7"), &limits).unwrap();
-        let _e = shared.admit(ip("192.0.2.7"), &limits).unwrap();
-        assert!(shared.admit(ip("192.0.2.7"), &limits).is_none());
+        let _d = shared.admit(ip("::ffff:192.0.2.7"), 256, 2).unwrap();
+        let _e = shared.admit(ip("192.0.2.7"), 256, 2).unwrap();
+        assert!(shared.admit(ip("192.0.2.7"), 256, 2).is_none());
         // A connection of the /64 ending gives the /64 its place back.
         drop(a);
-        let _f = shared.admit(ip("2001:db8:1:2::4"), &limits).unwrap();
+        let _f = shared.admit(ip("2001:db8:1:2::4"), 256, 2).unwrap();
         assert_eq!(
             shared.counters.refused_over_address.load(Ordering::Relaxed),
             2

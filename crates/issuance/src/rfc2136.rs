@@ -230,6 +230,7 @@ impl Rfc2136 {
         if let Some(error) = response.signature().and_then(|sig| sig.data.error) {
             return Err(unauthenticated(tsig_error_name(error)));
         }
+        // r[impl issue.dns01.refused]
         if rcode != ResponseCode::NoError {
             // A refusal (NOTAUTH for a zone the server does not serve, REFUSED by policy) need
             // not be signed; it is reported as the server's RCODE either way.
@@ -360,6 +361,8 @@ mod tests {
     enum Answer {
         /// NOTAUTH, no TSIG (a zone the server does not serve).
         NotAuthUnsigned,
+        /// REFUSED, no TSIG (the server's policy).
+        Refused,
         /// NOTAUTH with an unsigned TSIG carrying BADKEY.
         BadKey,
         /// NOTAUTH with an unsigned TSIG carrying BADSIG.
@@ -395,6 +398,10 @@ mod tests {
                     response.metadata.response_code = ResponseCode::NotAuth;
                     None
                 }
+                Answer::Refused => {
+                    response.metadata.response_code = ResponseCode::Refused;
+                    None
+                }
                 Answer::BadKey => {
                     response.metadata.response_code = ResponseCode::NotAuth;
                     Some(TSigResponseContext::unknown_key(id, now, key.clone()))
@@ -423,6 +430,65 @@ mod tests {
                 .unwrap();
         });
         addr
+    }
+
+    // r[verify issue.dns01.refused]
+    // r[verify issue.dns01.errors]
+    #[tokio::test]
+    async fn a_refused_or_notauth_update_fails_at_once_as_rejected_not_at_the_timeout() {
+        for (answer, said) in [
+            (Answer::Refused, "REFUSED"),
+            (Answer::NotAuthUnsigned, "NOTAUTH"),
+        ] {
+            // A server that answers once and counts what else it is sent.
+            let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let relay = fake_server(answer).await;
+            let server = socket.local_addr().unwrap();
+            let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = sent.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let upstream = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                upstream.connect(relay).await.unwrap();
+                let (n, peer) = socket.recv_from(&mut buf).await.unwrap();
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                upstream.send(&buf[..n]).await.unwrap();
+                let m = upstream.recv(&mut buf).await.unwrap();
+                socket.send_to(&buf[..m], peer).await.unwrap();
+                // Anything sent after the answer is counted too.
+                while let Ok((_, _)) = socket.recv_from(&mut buf).await {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+            let provider = Rfc2136::new(Rfc2136Config {
+                server,
+                // Far longer than the test may take: a refusal must not wait for it.
+                timeout: Duration::from_secs(60),
+                ..config(b"secret-secret")
+            })
+            .unwrap();
+            let began = std::time::Instant::now();
+            let err = provider
+                .present("_acme-challenge.a.example.test.", "v")
+                .await
+                .unwrap_err();
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "{said}: {:?}",
+                began.elapsed()
+            );
+            assert!(
+                matches!(&err, Dns01Error::Refused { rcode, .. } if rcode.starts_with(said)),
+                "{err}"
+            );
+            assert_eq!(err.class(), crate::ErrorClass::Rejected, "{err}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(
+                sent.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "{said}: sent again"
+            );
+        }
     }
 
     async fn present_against(answer: Answer) -> Result<(), Dns01Error> {

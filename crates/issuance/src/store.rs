@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use crate::cert::{CertError, CertifiedPair};
+use crate::issuer::{SystemWallClock, WallClock};
 
 /// The store's disk could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,18 @@ pub type Snapshot = Arc<BTreeMap<String, Arc<CertifiedPair>>>;
 pub struct CertStore {
     dir: PathBuf,
     tx: Arc<watch::Sender<Snapshot>>,
+    clock: StoreClock,
+}
+
+/// The clock that says whether a stored certificate has expired (the issuer's, once it owns the
+/// store).
+#[derive(Clone)]
+struct StoreClock(Arc<dyn WallClock>);
+
+impl std::fmt::Debug for StoreClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreClock")
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -66,7 +79,14 @@ impl CertStore {
         Ok(Self {
             dir: dir.to_owned(),
             tx: Arc::new(tx),
+            clock: StoreClock(Arc::new(SystemWallClock)),
         })
+    }
+
+    /// The same store, judging expiry by `clock` (the system clock by default).
+    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = StoreClock(clock);
+        self
     }
 
     /// The file that holds `hostname`'s key and chain.
@@ -129,13 +149,38 @@ impl CertStore {
         });
     }
 
-    /// `hostname`'s current pair.
+    /// `hostname`'s current pair, unless it has expired: an expired certificate is not handed
+    /// out (served or deployed) however long it stays stored.
+    // r[impl issue.expiry]
     pub fn get(&self, hostname: &str) -> Option<Arc<CertifiedPair>> {
+        let now = self.clock.0.now();
+        self.stored(hostname).filter(|p| now < p.info.not_after)
+    }
+
+    /// Every current pair that has not expired.
+    // r[impl issue.expiry]
+    pub fn snapshot(&self) -> Snapshot {
+        let now = self.clock.0.now();
+        let all = self.stored_snapshot();
+        if all.values().all(|p| now < p.info.not_after) {
+            return all;
+        }
+        Arc::new(
+            all.iter()
+                .filter(|(_, p)| now < p.info.not_after)
+                .map(|(h, p)| (h.clone(), p.clone()))
+                .collect(),
+        )
+    }
+
+    /// `hostname`'s stored pair, expired or not: for the decision to renew it and for the
+    /// operator's view, never to serve.
+    pub fn stored(&self, hostname: &str) -> Option<Arc<CertifiedPair>> {
         self.tx.borrow().get(hostname).cloned()
     }
 
-    /// Every current pair.
-    pub fn snapshot(&self) -> Snapshot {
+    /// Every stored pair, expired or not (see [`CertStore::stored`]).
+    pub fn stored_snapshot(&self) -> Snapshot {
         self.tx.borrow().clone()
     }
 
@@ -160,6 +205,42 @@ mod tests {
     fn pair(host: &str, from: SystemTime) -> CertifiedPair {
         let (chain, key) = leaf(host, from, Duration::from_secs(86400));
         CertifiedPair::parse(host, &chain, &key).unwrap()
+    }
+
+    // r[verify issue.expiry]
+    #[test]
+    fn an_expired_certificate_is_not_handed_out_but_stays_stored_and_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = crate::ManualWallClock::new(t(10));
+        let store = CertStore::new(dir.path())
+            .unwrap()
+            .with_clock(Arc::new(clock.clone()));
+        let a = store
+            .replace("a.example", pair("a.example", t(0)), t(10))
+            .unwrap();
+        let b = store
+            .replace("b.example", pair("b.example", t(3600)), t(3610))
+            .unwrap();
+        assert_eq!(store.get("a.example"), Some(a.clone()));
+        assert_eq!(store.snapshot().len(), 2);
+        // One second before a's not-after (t(86400)): still handed out.
+        clock.advance(Duration::from_secs(86400 - 11));
+        assert_eq!(store.get("a.example"), Some(a.clone()));
+        // At its not-after, the instant itself: no longer, while b (an hour younger) still is.
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(store.get("a.example"), None);
+        assert_eq!(store.get("b.example"), Some(b.clone()));
+        let served: Vec<String> = store.snapshot().keys().cloned().collect();
+        assert_eq!(served, ["b.example"]);
+        // Still stored (for the decision and the operator's view) and on disk.
+        assert_eq!(store.stored("a.example"), Some(a));
+        assert_eq!(store.stored_snapshot().len(), 2);
+        assert!(store.path_of("a.example").exists());
+        // A renewal replaces it and it is handed out again.
+        let renewed = store
+            .replace("a.example", pair("a.example", t(86400)), t(86400))
+            .unwrap();
+        assert_eq!(store.get("a.example"), Some(renewed));
     }
 
     // r[verify issue.store.atomic]

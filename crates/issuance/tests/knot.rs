@@ -199,6 +199,29 @@ async fn a_wildcard_and_its_base_name_are_issued_over_dns01_against_pebble_and_k
     assert_eq!(left, Vec::<(String, String)>::new());
     let record = format!("_acme-challenge.{}.", knot.zone);
     assert_eq!(txt(&knot, &record).await, Vec::<String>::new());
+
+    // The time to a wildcard certificate (with its base name), median of 5, for the closing note.
+    let mut times = Vec::new();
+    for _ in 0..12 {
+        if times.len() == 5 {
+            break;
+        }
+        let began = std::time::Instant::now();
+        match source.obtain(&names).await {
+            Ok(_) => times.push(began.elapsed()),
+            Err(err) if err.class == ErrorClass::Server => {}
+            Err(err) => panic!("{names:?}: {err}"),
+        }
+        cleanups
+            .wait(tokio::time::Instant::now() + Duration::from_secs(30))
+            .await;
+    }
+    assert_eq!(times.len(), 5, "five issued within twelve tries");
+    times.sort();
+    println!(
+        "pebble dns-01 wildcard issuance (knot): median of 5 {:?} (all {times:?})",
+        times[2]
+    );
 }
 
 /// A DNS hook as an operator would write one for lego's exec convention: knsupdate with the TSIG

@@ -413,6 +413,17 @@ pub fn span(secs: u64) -> String {
     }
 }
 
+/// The not-after cell of `holdfast certs`: the date and the days left, or that it has passed.
+// i[impl node.certs.expiry]
+fn not_after(c: &Value) -> String {
+    let date = s(&c["not_after_text"]);
+    match c["expires_in_days"].as_i64() {
+        Some(days) if days < 0 => format!("{date} (expired)"),
+        Some(days) => format!("{date} ({days} d)"),
+        None => date,
+    }
+}
+
 // i[impl node.certs.names]
 /// `holdfast certs`.
 pub fn certs(v: &Value) -> String {
@@ -445,7 +456,7 @@ pub fn certs(v: &Value) -> String {
                 hostname,
                 s(&c["source"]),
                 s(&c["state"]),
-                s(&c["not_after_text"]),
+                not_after(c),
                 next,
                 s(&c["failures"]),
                 s(&c["last_error"]),

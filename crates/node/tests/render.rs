@@ -37,13 +37,19 @@ fn status_tables_are_pinned() {
 }
 
 // i[verify node.certs.cli]
+// i[verify node.certs.expiry]
 #[test]
 fn certs_table_is_pinned() {
     let certs = json!([
         {"hostname": "app.example.org", "source": "acme", "state": "valid",
          "not_after": 1_800_000_000u64, "not_after_text": "Fri, 15 Jan 2027 08:00:00 GMT",
+         "expires_in_days": 40,
          "next": 1_790_000_000u64, "next_in_secs": 5_000_000u64, "failures": 0,
          "last_error": null, "clear": null},
+        {"hostname": "old.example.org", "source": "acme", "state": "due",
+         "not_after": 1_700_000_000u64, "not_after_text": "Tue, 14 Nov 2023 22:13:20 GMT",
+         "expires_in_days": -3, "next": 1_700_000_000u64, "next_in_secs": 0u64, "failures": 4,
+         "last_error": "unreachable: connection refused", "clear": null},
         {"hostname": "internal.example.org", "source": "local", "state": "blocked",
          "not_after": null, "not_after_text": null, "next": 1_700_000_000u64,
          "next_in_secs": 4_000u64, "failures": 6,

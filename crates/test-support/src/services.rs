@@ -34,6 +34,8 @@ pub const ACME_CA_VAR: &str = "HOLDFAST_TEST_ACME_CA";
 pub const ACME_MANAGEMENT_VAR: &str = "HOLDFAST_TEST_ACME_MANAGEMENT";
 /// The port pebble's validator connects to for HTTP-01 challenges (left free for the test).
 pub const ACME_HTTP01_PORT_VAR: &str = "HOLDFAST_TEST_ACME_HTTP01_PORT";
+/// The port pebble's validator connects to for TLS-ALPN-01 challenges (left free for the test).
+pub const ACME_TLS_ALPN01_PORT_VAR: &str = "HOLDFAST_TEST_ACME_TLS_ALPN01_PORT";
 /// `http://127.0.0.1:PORT`, pebble-challtestsrv's management API.
 pub const CHALLTESTSRV_VAR: &str = "HOLDFAST_TEST_CHALLTESTSRV";
 /// `http://127.0.0.1:PORT`, etcd's client URL.
@@ -112,6 +114,8 @@ pub struct Acme {
     pub challtestsrv: String,
     /// The port pebble validates HTTP-01 challenges on, if the harness exported it.
     pub http01_port: Option<u16>,
+    /// The port pebble validates TLS-ALPN-01 challenges on, if the harness exported it.
+    pub tls_alpn01_port: Option<u16>,
 }
 
 /// etcd (v3).
@@ -254,11 +258,15 @@ pub fn acme() -> Option<Acme> {
     let http01_port = std::env::var(ACME_HTTP01_PORT_VAR)
         .ok()
         .map(|p| parse_or_panic(ACME_HTTP01_PORT_VAR, &p, p.parse::<u16>()));
+    let tls_alpn01_port = std::env::var(ACME_TLS_ALPN01_PORT_VAR)
+        .ok()
+        .map(|p| parse_or_panic(ACME_TLS_ALPN01_PORT_VAR, &p, p.parse::<u16>()));
     Some(Acme {
         directory,
         ca_pem,
         challtestsrv,
         http01_port,
+        tls_alpn01_port,
     })
 }
 

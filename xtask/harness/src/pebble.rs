@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use holdfast_test_support::services::{
     ACME_CA_VAR, ACME_DIRECTORY_VAR, ACME_DNS01_DIRECTORY_VAR, ACME_HTTP01_PORT_VAR,
-    ACME_MANAGEMENT_VAR, CHALLTESTSRV_VAR,
+    ACME_MANAGEMENT_VAR, ACME_TLS_ALPN01_PORT_VAR, CHALLTESTSRV_VAR,
 };
 
 use super::layout::{ServiceDir, loopback};
@@ -101,6 +101,7 @@ pub fn start(
             format!("https://127.0.0.1:{}", ports.management),
         ),
         (ACME_HTTP01_PORT_VAR, ports.http01.to_string()),
+        (ACME_TLS_ALPN01_PORT_VAR, ports.tls_alpn01.to_string()),
         (
             CHALLTESTSRV_VAR,
             format!("http://127.0.0.1:{}", ports.challtestsrv),
@@ -307,6 +308,10 @@ mod tests {
                     format!("https://127.0.0.1:{}", ports.management)
                 ),
                 ("HOLDFAST_TEST_ACME_HTTP01_PORT", ports.http01.to_string()),
+                (
+                    "HOLDFAST_TEST_ACME_TLS_ALPN01_PORT",
+                    ports.tls_alpn01.to_string()
+                ),
                 (
                     "HOLDFAST_TEST_CHALLTESTSRV",
                     format!("http://127.0.0.1:{}", ports.challtestsrv)

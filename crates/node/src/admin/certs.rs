@@ -27,6 +27,9 @@ pub struct CertView {
     pub not_after: Option<u64>,
     /// The same, as an HTTP date.
     pub not_after_text: Option<String>,
+    /// Whole days from now until `not_after`, rounded down: negative once it has passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_in_days: Option<i64>,
     /// The next renewal (valid) or the next attempt (debounced, blocked), Unix seconds.
     pub next: Option<u64>,
     /// Seconds from now until `next` (0 when it has passed).
@@ -37,6 +40,19 @@ pub struct CertView {
     pub last_error: Option<String>,
     /// How to clear a block.
     pub clear: Option<String>,
+}
+
+/// Whole days from `now` until `end`, rounded down (negative once `end` has passed).
+// i[impl node.certs.expiry]
+fn days_until(end: SystemTime, now: SystemTime) -> i64 {
+    let secs: i128 = match end.duration_since(now) {
+        Ok(left) => i128::from(left.as_secs()),
+        // Past by a fraction of a second counts as past.
+        Err(ago) => {
+            -i128::from(ago.duration().as_secs()) - i128::from(ago.duration().subsec_nanos() > 0)
+        }
+    };
+    i64::try_from(secs.div_euclid(86400)).unwrap_or(if secs < 0 { i64::MIN } else { i64::MAX })
 }
 
 fn unix(t: SystemTime) -> u64 {
@@ -55,6 +71,7 @@ impl CertView {
             state: status.state.to_owned(),
             not_after: status.not_after.map(unix),
             not_after_text: status.not_after.map(httpdate::fmt_http_date),
+            expires_in_days: status.not_after.map(|end| days_until(end, now)),
             next: status.next.map(unix),
             next_in_secs: status
                 .next
@@ -163,5 +180,42 @@ mod tests {
         assert_eq!(two["also"], serde_json::json!(["www.app.example"]));
         let one = serde_json::to_value(CertView::new(status(vec![]), now)).unwrap();
         assert!(one.get("also").is_none(), "{one}");
+    }
+
+    // i[verify node.certs.expiry]
+    #[test]
+    fn days_to_expiry_are_whole_days_rounded_down_and_negative_once_past() {
+        let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let day = std::time::Duration::from_secs(86400);
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(days_until(now + 30 * day, now), 30);
+        assert_eq!(days_until(now + 30 * day - secs(1), now), 29);
+        assert_eq!(days_until(now + secs(1), now), 0);
+        assert_eq!(days_until(now, now), 0);
+        assert_eq!(
+            days_until(now - std::time::Duration::from_millis(1), now),
+            -1
+        );
+        assert_eq!(days_until(now - day, now), -1);
+        assert_eq!(days_until(now - day - secs(1), now), -2);
+        let status = HostStatus {
+            hostname: "app.example".into(),
+            also: vec![],
+            source: "acme".into(),
+            state: "valid",
+            not_after: Some(now + 12 * day + secs(5)),
+            next: None,
+            failures: 0,
+            last_error: None,
+            clear: None,
+        };
+        let view = serde_json::to_value(CertView::new(status.clone(), now)).unwrap();
+        assert_eq!(view["expires_in_days"], 12);
+        let none = HostStatus {
+            not_after: None,
+            ..status
+        };
+        let view = serde_json::to_value(CertView::new(none, now)).unwrap();
+        assert!(view.get("expires_in_days").is_none(), "{view}");
     }
 }

@@ -1,0 +1,145 @@
+//! Expiry through the issuer, on its injected clock: a certificate whose renewal keeps failing is
+//! a fault from 7 days before its end, and once past its end it is neither handed out nor
+//! deployed, until a renewal succeeds.
+
+// Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use holdfast_issuance::cert::testing::leaf_for;
+use holdfast_issuance::issuer::{Hostname, Issuer, Outputs};
+use holdfast_issuance::source::BoxFuture;
+use holdfast_issuance::{
+    CertStore, CertifiedPair, DeployConfig, ErrorClass, HistoryDb, IssuePolicy, ManualWallClock,
+    Source, SourceError,
+};
+
+const DAY: Duration = Duration::from_secs(86400);
+
+/// Issues a 90-day leaf from `issued_at`, or fails while `failing`.
+struct Flaky {
+    failing: AtomicBool,
+    issued_at: SystemTime,
+}
+
+impl Source for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+
+    fn obtain<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> BoxFuture<'a, Result<CertifiedPair, SourceError>> {
+        Box::pin(async move {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(SourceError::new(ErrorClass::Unreachable, "CA down"));
+            }
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let (chain, key) = leaf_for(&refs, self.issued_at, 90 * DAY);
+            CertifiedPair::parse_bundle_for(names, &format!("{key}{chain}"))
+                .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
+        })
+    }
+}
+
+fn issuer(dir: &Path, source: Arc<Flaky>, clock: &ManualWallClock) -> Issuer {
+    let deploy: DeployConfig =
+        serde_json::from_value(serde_json::json!({ "dir": dir.join("deployed") })).unwrap();
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: Some(deploy.target("a.example", true).unwrap()),
+            ..Outputs::default()
+        },
+    )]);
+    Issuer::new(
+        IssuePolicy::standard(5),
+        vec![Hostname::new("a.example", source)],
+        HistoryDb::open(&dir.join("attempts.sqlite"), 50).unwrap(),
+        CertStore::new(&dir.join("certs")).unwrap(),
+        Arc::new(clock.clone()),
+        Duration::from_secs(30),
+    )
+    .unwrap()
+    .with_outputs(outputs)
+}
+
+fn expiry_fault(issuer: &Issuer) -> Option<(String, String)> {
+    issuer
+        .fault_board()
+        .of_module("issuance")
+        .into_iter()
+        .find(|f| f.subject.name == "a.example/expiry")
+        .map(|f| (f.kind.to_string(), f.message.clone()))
+}
+
+// r[verify issue.expiry]
+// r[verify issue.expiry.fault]
+#[tokio::test]
+async fn a_failing_renewal_is_a_fault_a_week_out_and_an_expired_certificate_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let clock = ManualWallClock::new(start);
+    let source = Arc::new(Flaky {
+        failing: AtomicBool::new(false),
+        issued_at: start - Duration::from_secs(60),
+    });
+    let issuer = issuer(dir.path(), source.clone(), &clock);
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    let deployed = dir.path().join("deployed/a.example/fullchain.pem");
+    assert!(deployed.exists());
+    std::fs::remove_dir_all(dir.path().join("deployed/a.example")).unwrap();
+
+    // Renewal due (two thirds of 90 days) and failing, a month left: no expiry fault yet.
+    source.failing.store(true, Ordering::SeqCst);
+    clock.advance(61 * DAY);
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(expiry_fault(&issuer), None);
+
+    // Six days left, renewal still failing: one fault, kind `expiring`, still served.
+    clock.advance(23 * DAY);
+    assert_eq!(issuer.tick().await.unwrap().failed.len(), 1);
+    let (kind, message) = expiry_fault(&issuer).expect("an expiry fault");
+    assert_eq!(kind, "expiring");
+    assert!(message.contains("CA down"), "{message}");
+    assert!(issuer.store().get("a.example").is_some());
+
+    // Past its end: `expired`, no longer handed out, still shown and still on disk.
+    clock.advance(7 * DAY);
+    issuer.force_retry("a.example").unwrap();
+    assert_eq!(issuer.tick().await.unwrap().failed.len(), 1);
+    let (kind, _) = expiry_fault(&issuer).expect("an expiry fault");
+    assert_eq!(kind, "expired");
+    assert_eq!(issuer.store().get("a.example"), None);
+    assert!(issuer.store().snapshot().is_empty());
+    let status = &issuer.statuses().unwrap()[0];
+    assert!(status.not_after.is_some(), "{status:?}");
+    assert!(issuer.store().stored("a.example").is_some());
+
+    // A restart past the end does not deploy the expired certificate.
+    drop(issuer);
+    let issuer = self::issuer(dir.path(), source.clone(), &clock);
+    issuer.tick().await.unwrap();
+    assert!(!deployed.exists(), "an expired certificate was deployed");
+
+    // A renewal clears the fault, and the new certificate is served and deployed.
+    source.failing.store(false, Ordering::SeqCst);
+    let source_now = Arc::new(Flaky {
+        failing: AtomicBool::new(false),
+        issued_at: start + 91 * DAY,
+    });
+    drop(issuer);
+    let issuer = self::issuer(dir.path(), source_now, &clock);
+    issuer.force_retry("a.example").unwrap();
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    assert_eq!(expiry_fault(&issuer), None);
+    assert!(issuer.store().get("a.example").is_some());
+    assert!(deployed.exists());
+}
