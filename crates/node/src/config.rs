@@ -270,6 +270,37 @@ pub struct PullSection {
     /// `pull_policy = "digest"` (default 15 m).
     #[serde(default = "default_digest_interval")]
     pub digest_interval: Spanned<ConfigDuration>,
+    /// Collect images no workload is configured to use when the daemon's disk fills (default
+    /// true).
+    #[serde(default = "yes")]
+    pub gc: bool,
+    /// Disk use, in percent of the daemon's data root filesystem, at which image collection
+    /// starts (default 85, the kubelet's).
+    #[serde(default = "default_gc_high_percent")]
+    pub gc_high_percent: Spanned<u8>,
+    /// Disk use image collection frees down to, in percent, below `gc_high_percent` (default 80).
+    #[serde(default = "default_gc_low_percent")]
+    pub gc_low_percent: Spanned<u8>,
+    /// How long an image must have been unused before it may be collected (default 2 m).
+    #[serde(default = "default_gc_grace")]
+    pub gc_grace: Spanned<ConfigDuration>,
+    /// How often image collection looks at the disk (default 5 m).
+    #[serde(default = "default_gc_interval")]
+    pub gc_interval: Spanned<ConfigDuration>,
+}
+
+// i[impl node.pull.gc]
+fn default_gc_high_percent() -> Spanned<u8> {
+    sp(holdfast_pull::DEFAULT_GC_HIGH_PERCENT)
+}
+fn default_gc_low_percent() -> Spanned<u8> {
+    sp(holdfast_pull::DEFAULT_GC_LOW_PERCENT)
+}
+fn default_gc_grace() -> Spanned<ConfigDuration> {
+    sp(ConfigDuration(holdfast_pull::DEFAULT_GC_GRACE))
+}
+fn default_gc_interval() -> Spanned<ConfigDuration> {
+    sp(ConfigDuration(holdfast_pull::DEFAULT_GC_INTERVAL))
 }
 
 fn default_digest_interval() -> Spanned<ConfigDuration> {
@@ -321,6 +352,11 @@ impl Default for PullSection {
             stall_timeout: default_stall(),
             docker_config: None,
             digest_interval: default_digest_interval(),
+            gc: true,
+            gc_high_percent: default_gc_high_percent(),
+            gc_low_percent: default_gc_low_percent(),
+            gc_grace: default_gc_grace(),
+            gc_interval: default_gc_interval(),
         }
     }
 }
@@ -988,6 +1024,7 @@ impl Config {
             ));
         }
         self.validate_pull_credentials(loc)?;
+        self.validate_pull_gc(loc)?;
         self.supervise.policy_section().build(loc, "supervise", 0)?;
         if *self.supervise.crash_loop_threshold.get_ref() == 0 {
             return Err(loc.at(
@@ -1119,6 +1156,52 @@ impl Config {
             return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
         }
         Ok(())
+    }
+
+    // i[impl node.pull.gc]
+    /// The image collection's marks make a policy and its interval is not zero.
+    fn validate_pull_gc(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        let p = &self.pull;
+        if p.gc_interval.get_ref().get().is_zero() {
+            return Err(loc.at(
+                Some(p.gc_interval.span()),
+                "pull.gc_interval",
+                "must be longer than zero".into(),
+            ));
+        }
+        let high = *p.gc_high_percent.get_ref();
+        let low = *p.gc_low_percent.get_ref();
+        if high > 100 {
+            return Err(loc.at(
+                Some(p.gc_high_percent.span()),
+                "pull.gc_high_percent",
+                format!("{high} is not a percentage (0 to 100)"),
+            ));
+        }
+        if low >= high {
+            return Err(loc.at(
+                Some(p.gc_low_percent.span()),
+                "pull.gc_low_percent",
+                format!("{low} must be below pull.gc_high_percent ({high})"),
+            ));
+        }
+        Ok(())
+    }
+
+    // i[impl node.pull.gc]
+    /// The image collection's policy and interval, `None` when `pull.gc = false`.
+    pub fn image_gc(&self) -> Option<(holdfast_pull::GcPolicy, Duration)> {
+        let p = &self.pull;
+        if !p.gc {
+            return None;
+        }
+        let policy = holdfast_pull::GcPolicy::new(
+            *p.gc_high_percent.get_ref(),
+            *p.gc_low_percent.get_ref(),
+            p.gc_grace.get_ref().get(),
+        )
+        .unwrap_or_default();
+        Some((policy, p.gc_interval.get_ref().get()))
     }
 
     // i[impl node.pull.credentials]
@@ -1865,6 +1948,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("gateway.tls.from_issuance"), "{err}");
+    }
+
+    // i[verify node.pull.gc]
+    #[test]
+    fn image_gc_keys_have_the_kubelets_defaults_and_bad_marks_are_located() {
+        let config = Config::parse("t.toml", "[node]\n").unwrap();
+        let (policy, interval) = config.image_gc().unwrap();
+        assert_eq!(policy, holdfast_pull::GcPolicy::default());
+        assert_eq!((policy.high_percent(), policy.low_percent()), (85, 80));
+        assert_eq!(policy.grace(), std::time::Duration::from_secs(120));
+        assert_eq!(interval, std::time::Duration::from_secs(300));
+        let text = "[node]\n[pull]\ngc_high_percent = 90\ngc_low_percent = 70\ngc_grace = \"1h\"\n";
+        let (policy, _) = Config::parse("t.toml", text).unwrap().image_gc().unwrap();
+        assert_eq!(
+            policy,
+            holdfast_pull::GcPolicy::new(90, 70, std::time::Duration::from_secs(3600)).unwrap()
+        );
+        let off = Config::parse("t.toml", "[node]\n[pull]\ngc = false\n").unwrap();
+        assert!(off.image_gc().is_none());
+        let err = Config::parse("t.toml", "[node]\n[pull]\ngc_low_percent = 85\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:3:18: pull.gc_low_percent: 85 must be below"),
+            "{err}"
+        );
+        let err = Config::parse("t.toml", "[node]\n[pull]\ngc_high_percent = 101\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:3:19: pull.gc_high_percent:"),
+            "{err}"
+        );
+        let err = Config::parse("t.toml", "[node]\n[pull]\ngc_interval = \"0s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:3:15: pull.gc_interval:"), "{err}");
     }
 
     // i[verify node.pull.credentials]
