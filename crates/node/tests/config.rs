@@ -115,8 +115,11 @@ fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
     assert_eq!(store.volumes[0].to_string(), "holdfast-demo-store:/data");
     assert_eq!(web.depends_on, ["store"]);
     assert_eq!(web.ports[0].to_string(), "127.0.0.1:8080:8080");
-    assert_eq!(web.network.as_deref(), Some("holdfast-demo"));
-    assert!(web.command[2].contains("http://holdfast-store:8081/greeting"));
+    assert_eq!(
+        web.network.as_deref(),
+        Some(holdfast_workload::NODE_NETWORK)
+    );
+    assert!(web.command[2].contains("http://store:8081/greeting"));
 }
 
 // i[verify node.gateway.config+3]

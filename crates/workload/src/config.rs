@@ -558,7 +558,13 @@ pub struct ModuleConfig {
     /// with that label are listed, followed, adopted or removed: several holdfast instances (or
     /// test runs) can share one daemon without touching each other's containers.
     pub owner: Option<String>,
+    /// The node's own network ([`NODE_NETWORK`] unless an embedder names another): a workload
+    /// whose `network` names it has it created when missing.
+    pub node_network: String,
 }
+
+/// The name of the node's own network, created when a workload joins it and it is missing.
+pub const NODE_NETWORK: &str = "holdfast";
 
 impl ModuleConfig {
     /// The defaults, jitter seeded with `seed` (the node identity's seed for "workload").
@@ -580,6 +586,7 @@ impl ModuleConfig {
             stop_on_exit: false,
             log_tail_lines: 20,
             owner: None,
+            node_network: NODE_NETWORK.to_owned(),
         }
     }
 }
