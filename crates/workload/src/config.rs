@@ -273,7 +273,7 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.shape]
+    // r[impl workload.shape+2]
     /// The container's shape: what no single value's parser can see.
     fn validate_shape(
         &self,
@@ -347,6 +347,7 @@ impl WorkloadConfig {
                 format!("{:?} is not a log driver", self.log.driver),
             ));
         }
+        self.log.validate().map_err(|e| err("log", e.to_string()))?;
         Ok(())
     }
 
@@ -935,7 +936,7 @@ pub(crate) mod tests {
         }
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape+2]
     #[test]
     fn the_shape_is_validated_and_the_error_names_the_key() {
         let key = |f: &dyn Fn(&mut WorkloadConfig)| {

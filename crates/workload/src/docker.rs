@@ -54,7 +54,7 @@ fn not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
-// r[impl workload.shape]
+// r[impl workload.shape+2]
 // r[impl workload.shape.ports]
 // r[impl workload.shape.volumes]
 // r[impl workload.shape.log]
@@ -508,7 +508,7 @@ mod tests {
         }
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape+2]
     // r[verify workload.shape.ports]
     // r[verify workload.shape.volumes]
     // r[verify workload.shape.log]
@@ -543,7 +543,7 @@ mod tests {
         }
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape+2]
     // r[verify workload.shape.log]
     #[test]
     fn unset_keys_leave_the_daemons_defaults_but_the_log_rotates() {

@@ -775,7 +775,7 @@ async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
-// r[verify workload.shape]
+// r[verify workload.shape+2]
 // r[verify workload.shape.ports]
 // r[verify workload.shape.volumes]
 // r[verify workload.shape.log]
