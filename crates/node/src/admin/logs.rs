@@ -659,6 +659,7 @@ mod tests {
             }
         })
         .await;
+        eprintln!("FOLLOW ACROSS A RESTART:\n{seen}");
         let runs: Vec<&str> = seen.lines().filter(|l| l.starts_with("run-on-")).collect();
         assert!(followed.is_ok() && runs.len() >= 2, "{seen}");
         assert_ne!(runs[0], runs[1], "{seen}");
