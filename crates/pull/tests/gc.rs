@@ -119,6 +119,13 @@ async fn past_the_high_mark_an_unused_image_goes_and_one_in_use_or_configured_st
         .await
         .unwrap();
 
+    eprintln!(
+        "GC: usage {:?}, to free {} B, chosen {:?} ({} B)",
+        run.usage,
+        run.plan.to_free,
+        run.plan.remove.iter().map(|i| &i.tags).collect::<Vec<_>>(),
+        run.plan.freed
+    );
     // Only the unused image was even tried (the daemon would refuse the one in use itself; the
     // decision must not lean on that), and it went.
     let tried: BTreeSet<String> = run
