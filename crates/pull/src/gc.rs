@@ -122,7 +122,9 @@ pub trait Disk: Send + Sync {
     fn usage(&self, data_root: &Path) -> std::io::Result<DiskUsage>;
 }
 
-/// The real disk: `statvfs(2)` on the daemon's data root (a daemon on this host).
+/// The real disk: `statvfs(2)` on the daemon's data root (a daemon on this host), counted as
+/// `df` counts it: used blocks against used plus available ones, so the blocks reserved for root
+/// count neither way and the percentage is the one the operator sees in `df`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Statvfs;
 
@@ -130,11 +132,14 @@ impl Disk for Statvfs {
     fn usage(&self, data_root: &Path) -> std::io::Result<DiskUsage> {
         let s = nix::sys::statvfs::statvfs(data_root).map_err(std::io::Error::from)?;
         let unit = s.fragment_size();
-        let total = s.blocks().saturating_mul(unit);
+        let used = s
+            .blocks()
+            .saturating_sub(s.blocks_free())
+            .saturating_mul(unit);
         let available = s.blocks_available().saturating_mul(unit);
         Ok(DiskUsage {
-            used: total.saturating_sub(available),
-            total,
+            used,
+            total: used.saturating_add(available),
         })
     }
 }
@@ -559,6 +564,14 @@ mod tests {
 
     /// An image: size, created, in use, configured, unused for (seconds).
     type ImageCase = (u64, i64, bool, bool, Option<u64>);
+
+    // r[verify actuate.image.gc]
+    #[test]
+    fn the_real_disk_is_measured_as_df_does() {
+        let usage = Statvfs.usage(Path::new("/")).unwrap();
+        assert!(usage.total > 0 && usage.used <= usage.total, "{usage:?}");
+        assert!(Statvfs.usage(Path::new("/nonexistent/data-root")).is_err());
+    }
 
     fn arb_case() -> impl Strategy<Value = (DiskUsage, Vec<ImageCase>, (u8, u8))> {
         (
