@@ -225,7 +225,7 @@ async fn get(args: ClientArgs, path: &str, render: fn(&serde_json::Value) -> Str
     )
 }
 
-// i[impl node.workloads.logs]
+// i[impl node.workloads.logs+2]
 /// `holdfast logs`: the node's answer printed as it arrives (already one escaped line per line);
 /// any failure is one line on stderr and exit 1.
 async fn logs(

@@ -67,6 +67,8 @@ pub enum ModuleInputs {
         auth: holdfast_pull::RegistryAuth,
         /// The images whose tags are followed.
         tag_checks: TagChecks,
+        /// Image collection's policy and interval (`None`: off).
+        image_gc: Option<(holdfast_pull::GcPolicy, std::time::Duration)>,
     },
     /// `workload`: holdfast-workload's config of each entry (its env file not read: a changed
     /// file alone is no change) and the module's settings.
@@ -127,6 +129,7 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
             config: Box::new(config.pull_config(0)),
             auth: config.registry_auth(),
             tag_checks: config.tag_checks(),
+            image_gc: config.image_gc(),
         },
         workload::NAME => ModuleInputs::Workload {
             workloads: config
@@ -557,7 +560,7 @@ mod tests {
         #[test]
         fn a_shared_input_changes_every_module_built_from_it_and_no_other(
             f in file(),
-            edit in 0..11usize,
+            edit in 0..12usize,
             respell in any::<bool>(),
         ) {
             let before = render(&f, false);
@@ -585,6 +588,7 @@ mod tests {
                 8 => (first("[node]\n", "[log]\nlevel = \"debug\"\n[node]\n"), &[], &["log"]),
                 9 => (first("[node]\n", "[supervise]\ncrash_loop_threshold = 9\n[node]\n"),
                       &[], &["supervise"]),
+                10 => (first("[pull]\n", "[pull]\ngc_high_percent = 95\n"), &["pull"], &[]),
                 _ => (first("[node]\n", "[admin]\nallowed_hosts = [\"probe\"]\n[node]\n"),
                       &[], &["admin"]),
             };

@@ -168,6 +168,7 @@ fn compose_some(
             auth: config.registry_auth(),
             tag_checks: config.tag_checks(),
             tick: config.node.tick.get_ref().get(),
+            gc: config.image_gc(),
             node: node.clone(),
         }));
     }

@@ -115,8 +115,11 @@ fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
     assert_eq!(store.volumes[0].to_string(), "holdfast-demo-store:/data");
     assert_eq!(web.depends_on, ["store"]);
     assert_eq!(web.ports[0].to_string(), "127.0.0.1:8080:8080");
-    assert_eq!(web.network.as_deref(), Some("holdfast-demo"));
-    assert!(web.command[2].contains("http://holdfast-store:8081/greeting"));
+    assert_eq!(
+        web.network.as_deref(),
+        Some(holdfast_workload::NODE_NETWORK)
+    );
+    assert!(web.command[2].contains("http://store:8081/greeting"));
 }
 
 // i[verify node.gateway.config+4]
@@ -848,6 +851,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
 // i[verify node.workloads.shape]
 // r[verify workload.health]
 // r[verify workload.depends-on]
+// r[verify workload.shape.bytes]
 #[test]
 fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     let dir = tempfile::tempdir().unwrap();
@@ -910,7 +914,32 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
         "{}",
         err("volumes = [\"./www:/www\"]")
     );
-    assert!(err("memory = \"1t\"").starts_with("t.toml:5:10: workload[0].memory: "));
+    assert!(err("memory = \"1q\"").starts_with("t.toml:5:10: workload[0].memory: "));
+    assert!(err("memory = \"1 2m\"").starts_with("t.toml:5:10: workload[0].memory: "));
+    assert!(err("memory = \"99999999999g\"").starts_with("t.toml:5:10: workload[0].memory: "));
+    // Any spelling of a binary unit, as Docker reads them.
+    let sized = |line: &str| {
+        Config::parse("t.toml", &format!("{head}{line}\n"))
+            .unwrap()
+            .workloads[0]
+            .to_config()
+    };
+    assert_eq!(
+        sized("memory = \"512MiB\"").memory.map(|m| m.0),
+        Some(512 << 20)
+    );
+    assert_eq!(
+        sized("memory = \"1.5 GB\"").memory.map(|m| m.0),
+        Some(1536 << 20)
+    );
+    let log = sized("log = { options = { max-size = \"10MiB\" } }").log;
+    assert_eq!(log.effective_options()["max-size"], "10485760");
+    assert!(
+        err("log = { options = { max-size = \"ten\" } }")
+            .starts_with("t.toml:5:7: workload[0].log: "),
+        "{}",
+        err("log = { options = { max-size = \"ten\" } }")
+    );
     assert!(err("memory = \"1m\"").starts_with("t.toml:5:10: workload[0].memory: "));
     assert!(err("cpus = 0").starts_with("t.toml:5:8: workload[0].cpus: "));
     assert!(err("workdir = \"www\"").starts_with("t.toml:5:11: workload[0].workdir: "));

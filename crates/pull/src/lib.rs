@@ -9,7 +9,8 @@
 //! daemon's status and message ([`classify`]), stalled pulls are ended by a progress watchdog
 //! ([`watchdog`]), progress is folded into layers and bytes ([`progress`]), the daemon is reached
 //! like the Docker CLI reaches it ([`client`], [`fetcher`]), and escalations become
-//! operator-visible faults ([`fault`]).
+//! operator-visible faults ([`fault`]); images no workload uses are collected when the disk fills
+//! ([`gc`]).
 //!
 //! The README follows.
 //!
@@ -23,6 +24,7 @@ pub mod credentials;
 pub mod daemon_wait;
 pub mod fault;
 pub mod fetcher;
+pub mod gc;
 pub mod pacing;
 pub mod progress;
 pub mod reconciler;
@@ -37,6 +39,11 @@ pub use config::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigBuilder, PullCo
 pub use credentials::{CredentialError, Credentials, RegistryAuth, registry_host};
 pub use fault::{FaultSubject, MODULE, PullFaults};
 pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
+pub use gc::{
+    DEFAULT_GC_GRACE, DEFAULT_GC_HIGH_PERCENT, DEFAULT_GC_INTERVAL, DEFAULT_GC_LOW_PERCENT, Disk,
+    DiskUsage, GcError, GcPolicy, GcPolicyError, GcRun, ImageGc, LocalImage, Plan, Removal,
+    Statvfs, collect, plan,
+};
 pub use progress::PullProgress;
 pub use reconciler::{Action, AttemptId, Completion, Reconciler};
 pub use state::ImageState;

@@ -273,7 +273,7 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.shape]
+    // r[impl workload.shape+2]
     /// The container's shape: what no single value's parser can see.
     fn validate_shape(
         &self,
@@ -347,6 +347,7 @@ impl WorkloadConfig {
                 format!("{:?} is not a log driver", self.log.driver),
             ));
         }
+        self.log.validate().map_err(|e| err("log", e.to_string()))?;
         Ok(())
     }
 
@@ -558,7 +559,13 @@ pub struct ModuleConfig {
     /// with that label are listed, followed, adopted or removed: several holdfast instances (or
     /// test runs) can share one daemon without touching each other's containers.
     pub owner: Option<String>,
+    /// The node's own network ([`NODE_NETWORK`] unless an embedder names another): a workload
+    /// whose `network` names it has it created when missing.
+    pub node_network: String,
 }
+
+/// The name of the node's own network, created when a workload joins it and it is missing.
+pub const NODE_NETWORK: &str = "holdfast";
 
 impl ModuleConfig {
     /// The defaults, jitter seeded with `seed` (the node identity's seed for "workload").
@@ -580,6 +587,7 @@ impl ModuleConfig {
             stop_on_exit: false,
             log_tail_lines: 20,
             owner: None,
+            node_network: NODE_NETWORK.to_owned(),
         }
     }
 }
@@ -928,7 +936,7 @@ pub(crate) mod tests {
         }
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape+2]
     #[test]
     fn the_shape_is_validated_and_the_error_names_the_key() {
         let key = |f: &dyn Fn(&mut WorkloadConfig)| {

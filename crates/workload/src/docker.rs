@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, EventMessage, HealthConfig, HealthStatusEnum, HostConfig,
-    HostConfigLogConfig, Mount, MountType, PortBinding, RestartPolicyNameEnum,
+    ContainerCreateBody, EndpointSettings, EventMessage, HealthConfig, HealthStatusEnum,
+    HostConfig, HostConfigLogConfig, Mount, MountType, NetworkCreateRequest, NetworkingConfig,
+    PortBinding, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptions, InspectContainerOptions, ListContainersOptions,
@@ -53,7 +54,7 @@ fn not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
-// r[impl workload.shape]
+// r[impl workload.shape+2]
 // r[impl workload.shape.ports]
 // r[impl workload.shape.volumes]
 // r[impl workload.shape.log]
@@ -122,7 +123,84 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
             ..Default::default()
         }),
         healthcheck: shape.health.as_ref().map(health_config),
+        networking_config: shape
+            .network
+            .as_ref()
+            .filter(|n| user_defined(n))
+            .map(|network| NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network.clone(),
+                    EndpointSettings {
+                        aliases: Some(vec![spec.workload.clone()]),
+                        ..Default::default()
+                    },
+                )])),
+            }),
         ..Default::default()
+    }
+}
+
+/// The label a network the node created carries (`holdfast.network=node`).
+pub const NETWORK_LABEL: &str = "holdfast.network";
+
+// r[impl workload.network]
+/// Whether `network` is one a container can have aliases on: not the default bridge, the host's
+/// network, none, or another container's.
+fn user_defined(network: &str) -> bool {
+    !matches!(network, "bridge" | "default" | "host" | "none") && !network.starts_with("container:")
+}
+
+// r[impl workload.network]
+/// Makes sure the node's network (`node_network`) exists when `spec` joins it: a bridge labelled
+/// [`NETWORK_LABEL`], created when the daemon has none by that name (one that exists is used as
+/// it is; one created meanwhile by another start is no error). Other networks are the operator's.
+pub async fn ensure_network(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    node_network: &str,
+) -> Result<(), StartError> {
+    if spec.shape.network.as_deref() != Some(node_network) {
+        return Ok(());
+    }
+    // dockerd (20.10 and others) creates a second network of a name that exists, and a name two
+    // networks share is ambiguous to every container joining it: concurrent starts create it once.
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = CREATING.lock().await;
+    let failed = |e: bollard::errors::Error| StartError {
+        container: None,
+        message: format!("network {node_network}: {e}"),
+    };
+    match docker
+        .inspect_network(
+            node_network,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(_) => return Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {}
+        Err(e) => return Err(failed(e)),
+    }
+    let request = NetworkCreateRequest {
+        name: node_network.to_owned(),
+        driver: Some("bridge".to_owned()),
+        labels: Some(HashMap::from([(
+            NETWORK_LABEL.to_owned(),
+            "node".to_owned(),
+        )])),
+        ..Default::default()
+    };
+    match docker.create_network(request).await {
+        Ok(_) => {
+            tracing::info!(network = node_network, "created the node's network");
+            Ok(())
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) => Ok(()),
+        Err(e) => Err(failed(e)),
     }
 }
 
@@ -430,7 +508,7 @@ mod tests {
         }
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape+2]
     // r[verify workload.shape.ports]
     // r[verify workload.shape.volumes]
     // r[verify workload.shape.log]
@@ -444,7 +522,28 @@ mod tests {
         });
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.network]
+    #[test]
+    fn on_a_user_defined_network_the_workload_name_is_an_alias() {
+        let mut w = crate::WorkloadConfig::new("db", "busybox");
+        w.network = Some(crate::NODE_NETWORK.into());
+        let body = create_body(&spec_of(&w, None));
+        let endpoints = body.networking_config.unwrap().endpoints_config.unwrap();
+        assert_eq!(
+            endpoints["holdfast"].aliases.as_deref(),
+            Some(&["db".to_owned()][..])
+        );
+        assert_eq!(
+            body.host_config.unwrap().network_mode.as_deref(),
+            Some("holdfast")
+        );
+        for builtin in ["host", "none", "bridge", "container:abc"] {
+            w.network = Some(builtin.into());
+            assert_eq!(create_body(&spec_of(&w, None)).networking_config, None);
+        }
+    }
+
+    // r[verify workload.shape+2]
     // r[verify workload.shape.log]
     #[test]
     fn unset_keys_leave_the_daemons_defaults_but_the_log_rotates() {

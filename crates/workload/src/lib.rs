@@ -23,7 +23,9 @@ pub mod shape;
 pub mod state;
 pub mod supervisor;
 
-pub use config::{ModuleConfig, RestartPolicy, WorkloadConfig, WorkloadConfigError, validate_all};
+pub use config::{
+    ModuleConfig, NODE_NETWORK, RestartPolicy, WorkloadConfig, WorkloadConfigError, validate_all,
+};
 pub use images::{ImagePresence, Images};
 pub use reconciler::{
     Action, AttemptId, Completion, ContainerEvent, ContainerSpec, MODULE, Observed, Reconciler,

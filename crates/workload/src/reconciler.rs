@@ -1634,7 +1634,7 @@ pub fn container_name(workload: &str, owner: Option<&str>) -> String {
 }
 
 // r[impl workload.owner]
-// r[impl workload.shape]
+// r[impl workload.shape+2]
 fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> ContainerSpec {
     let mut labels = config.labels.clone();
     labels.insert(WORKLOAD_LABEL.to_owned(), config.name.clone());

@@ -270,35 +270,34 @@ pub const MIN_MEMORY: u64 = 6 * 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ByteSize(pub u64);
 
+/// The units a size is displayed in, largest first: Docker's own spelling.
 const UNITS: [(char, u64); 3] = [('g', 1 << 30), ('m', 1 << 20), ('k', 1 << 10)];
 
+// r[impl workload.shape.bytes]
 impl FromStr for ByteSize {
     type Err = ShapeError;
 
+    /// Through parse-size in its binary system: Docker reads every unit as a power of 1024
+    /// (`512m`, `512MB` and `512MiB` alike), and so does this; a fraction (`1.5g`) is taken to
+    /// the byte, a space before the unit is allowed.
     fn from_str(text: &str) -> Result<Self, ShapeError> {
-        let lower = text.to_ascii_lowercase();
-        let (digits, multiple) = match lower.char_indices().last() {
-            Some((i, unit)) if unit.is_ascii_alphabetic() => {
-                let multiple = match unit {
-                    'b' => 1,
-                    _ => UNITS
-                        .iter()
-                        .find(|(u, _)| *u == unit)
-                        .map(|(_, m)| *m)
-                        .ok_or_else(|| bad(format!("unit {unit:?} is not one of b, k, m, g")))?,
-                };
-                (&lower[..i], multiple)
-            }
-            _ => (lower.as_str(), 1),
-        };
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad("write an integer and a unit, e.g. \"512m\" or \"1g\""));
+        // parse-size reads "1 2m" as 12m: a number in a config file is one run of digits.
+        let number_end = text.rfind(|c: char| c.is_ascii_digit()).unwrap_or(0);
+        if text[..number_end].contains(|c: char| c.is_whitespace() || c == '_') {
+            return Err(bad(format!("{text:?} is not one number and a unit")));
         }
-        let n: u64 = digits.parse().map_err(|_| bad("too large"))?;
-        n.checked_mul(multiple)
-            .filter(|&b| i64::try_from(b).is_ok())
-            .map(ByteSize)
-            .ok_or_else(|| bad("too large"))
+        let bytes = parse_size::Config::new()
+            .with_binary()
+            .parse_size(text)
+            .map_err(|e| {
+                bad(format!(
+                    "{e}: write a size such as \"512m\", \"512MiB\" or \"1g\""
+                ))
+            })?;
+        // The Engine API takes sizes as i64.
+        i64::try_from(bytes)
+            .map(|_| ByteSize(bytes))
+            .map_err(|_| bad("too large"))
     }
 }
 
@@ -391,13 +390,53 @@ impl LogConfig {
     /// The options the daemon is given: the configured ones, else `json-file`'s rotation.
     pub fn effective_options(&self) -> BTreeMap<String, String> {
         match &self.options {
-            Some(options) => options.clone(),
+            Some(options) => options
+                .iter()
+                .map(|(k, v)| (k.clone(), self.option_for_daemon(k, v)))
+                .collect(),
             None if self.driver == DEFAULT_LOG_DRIVER => DEFAULT_LOG_OPTIONS
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             None => BTreeMap::new(),
         }
+    }
+
+    // r[impl workload.shape.bytes]
+    /// Whether the options hold what the daemon can take: a rotation size (`max-size`) of the
+    /// drivers that rotate (`json-file`, `local`) is a byte size.
+    pub fn validate(&self) -> Result<(), ShapeError> {
+        if let Some(size) = self.rotation_size() {
+            size.parse::<ByteSize>()
+                .map_err(|e| bad(format!("options.max-size {size:?}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn rotation_size(&self) -> Option<&str> {
+        if !matches!(self.driver.as_str(), "json-file" | "local") {
+            return None;
+        }
+        self.options.as_ref()?.get("max-size").map(String::as_str)
+    }
+
+    // r[impl workload.shape.bytes]
+    /// An option as the daemon is given it: a rotation size in Docker's own spelling (digits and
+    /// one of `k`, `m`, `g`) as written, any other spelling as its number of bytes, since the
+    /// daemon would read `10MiB` as 10 MB.
+    fn option_for_daemon(&self, key: &str, value: &str) -> String {
+        let dockers_own = |v: &str| {
+            let digits = v.trim_end_matches(['k', 'm', 'g', 'K', 'M', 'G']);
+            !digits.is_empty()
+                && v.len() - digits.len() <= 1
+                && digits.bytes().all(|b| b.is_ascii_digit())
+        };
+        if self.rotation_size() == Some(value) && key == "max-size" && !dockers_own(value) {
+            if let Ok(size) = value.parse::<ByteSize>() {
+                return size.0.to_string();
+            }
+        }
+        value.to_owned()
     }
 
     /// Whether this is the default (for leaving it out of a serialized config).
@@ -682,7 +721,7 @@ mod tests {
         assert_eq!(v("ab:/d").unwrap().source, VolumeSource::Named("ab".into()));
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape+2]
     #[test]
     fn byte_sizes_are_docker_binary_units() {
         let b = |t: &str| t.parse::<ByteSize>().map(|b| b.0);
@@ -692,7 +731,7 @@ mod tests {
         assert_eq!(b("64k"), Ok(64 << 10));
         assert_eq!(b("100b"), Ok(100));
         assert_eq!(b("100"), Ok(100));
-        for bad in ["", "m", "1.5g", "1t", "-1m", "1 m", "99999999999g"] {
+        for bad in ["", "m", "-1m", "99999999999g"] {
             assert!(b(bad).is_err(), "{bad:?}");
         }
         assert_eq!(ByteSize(512 << 20).to_string(), "512m");
@@ -700,7 +739,51 @@ mod tests {
         assert_eq!(ByteSize(100).to_string(), "100b");
     }
 
-    // r[verify workload.shape]
+    // r[verify workload.shape.bytes]
+    #[test]
+    fn byte_sizes_take_iec_and_si_spellings_all_as_dockers_binary_units() {
+        let b = |t: &str| t.parse::<ByteSize>().map(|b| b.0);
+        assert_eq!(b("512MiB"), Ok(512 << 20));
+        assert_eq!(b("512MB"), Ok(512 << 20));
+        assert_eq!(b("512 m"), Ok(512 << 20));
+        assert_eq!(b("1GiB"), Ok(1 << 30));
+        assert_eq!(b("1.5g"), Ok(1536 << 20));
+        assert_eq!(b("2KiB"), Ok(2048));
+        for bad in ["", "m", "-1m", "1x", "99999999999g", "1 2m"] {
+            assert!(b(bad).is_err(), "{bad:?}");
+        }
+        // The rotation size: Docker's own spelling is passed as written; any other is converted
+        // to bytes, so "MiB" means what it says (json-file reads "10MiB" as 10 MB).
+        let log = |size: &str| LogConfig {
+            driver: DEFAULT_LOG_DRIVER.into(),
+            options: Some(BTreeMap::from([("max-size".into(), size.into())])),
+        };
+        assert_eq!(log("10m").effective_options()["max-size"], "10m");
+        assert_eq!(log("10MiB").effective_options()["max-size"], "10485760");
+        assert!(log("10MiB").validate().is_ok());
+        assert!(log("ten").validate().is_err());
+    }
+
+    proptest! {
+        // r[verify workload.shape.bytes]
+        #[test]
+        fn a_byte_size_is_its_number_times_its_binary_unit_and_displays_back(
+            n in 0u64..(1 << 20),
+            unit in prop::sample::select(vec![
+                ("", 1u64), ("b", 1), ("k", 1 << 10), ("KiB", 1 << 10), ("kB", 1 << 10),
+                ("m", 1 << 20), ("MiB", 1 << 20), ("MB", 1 << 20), ("g", 1 << 30),
+                ("GiB", 1 << 30), ("G", 1 << 30),
+            ]),
+            space in any::<bool>(),
+        ) {
+            let text = format!("{n}{}{}", if space && !unit.0.is_empty() { " " } else { "" }, unit.0);
+            let parsed: ByteSize = text.parse().unwrap();
+            prop_assert_eq!(parsed.0, n * unit.1);
+            prop_assert_eq!(parsed.to_string().parse::<ByteSize>().unwrap(), parsed);
+        }
+    }
+
+    // r[verify workload.shape+2]
     #[test]
     fn cpus_are_nano_cpus() {
         assert_eq!(Cpus::from_cpus(1.5), Ok(Cpus(1_500_000_000)));

@@ -347,11 +347,13 @@ impl<I: Images> Supervisor<I> {
             match action {
                 Action::Start { attempt, spec } => {
                     let workload = spec.workload.clone();
+                    let node_network = self.core.config().node_network.clone();
                     let work = async move {
                         let docker = docker::connect(&host).await.map_err(|e| StartError {
                             container: None,
                             message: format!("connect: {e}"),
                         })?;
+                        docker::ensure_network(&docker, &spec, &node_network).await?;
                         docker::start(&docker, &spec).await
                     };
                     self.tasks.spawn_on(

@@ -775,7 +775,7 @@ async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
-// r[verify workload.shape]
+// r[verify workload.shape+2]
 // r[verify workload.shape.ports]
 // r[verify workload.shape.volumes]
 // r[verify workload.shape.log]
@@ -1073,4 +1073,84 @@ async fn a_moved_image_replaces_the_running_container_and_the_next_supervisor_ad
     .await;
     assert_eq!(running_id(&next, "web", clock.now()), Some(second));
     env.cleanup().await;
+}
+
+// r[verify workload.network]
+#[tokio::test]
+async fn two_workloads_on_the_nodes_network_reach_each_other_by_name() {
+    let Some(env) = env("network").await else {
+        return;
+    };
+    // The node's network under a name of this test's own, so runs sharing the daemon do not meet.
+    let network = format!("hf-{}-node", env.owner);
+    let mut module = env.module();
+    module.node_network = network.clone();
+    let mut web = env.workload(
+        "web",
+        "mkdir -p /tmp/www && echo hello-by-name > /tmp/www/index.html && \
+         exec /bin/busybox httpd -f -p 80 -h /tmp/www",
+    );
+    web.network = Some(network.clone());
+    let mut client = env.workload(
+        "client",
+        "until wget -q -O - http://web/index.html; do sleep 0.2; done; exec sleep 3600",
+    );
+    client.network = Some(network.clone());
+    let clock = Clock::new();
+    let mut sup =
+        Supervisor::new(&env.host, module, FaultBoard::new(), env.images().await).unwrap();
+    sup.set_desired(vec![web, client]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some() && running_id(s, "client", now).is_some()
+    })
+    .await;
+    // Created by the node, labelled as its own.
+    let created = env
+        .docker
+        .inspect_network(
+            &network,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        created
+            .labels
+            .unwrap_or_default()
+            .get("holdfast.network")
+            .map(String::as_str),
+        Some("node")
+    );
+    // The client fetched the page from "web", its workload name.
+    let id = running_id(&sup, "client", clock.now()).unwrap();
+    let mut output = String::new();
+    for _ in 0..150 {
+        let options = bollard::query_parameters::LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .build();
+        output = env
+            .docker
+            .logs(&id, Some(options))
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if output.contains("hello-by-name") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(output.contains("hello-by-name"), "{output}");
+
+    sup.set_desired(vec![]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, _| {
+        s.status(clock.now()).is_empty()
+    })
+    .await;
+    sup.settle(clock.now()).await;
+    env.cleanup().await;
+    let _ = env.docker.remove_network(&network).await;
 }

@@ -168,7 +168,7 @@ async fn call_unbounded(
     }
 }
 
-// i[impl node.workloads.logs]
+// i[impl node.workloads.logs+2]
 /// `GET path` (with `token` as the bearer token), handing each chunk of a 2xx answer's body to
 /// `on_chunk` as it arrives (for answers that stream, such as `holdfast logs --follow`) until
 /// the body ends or `on_chunk` breaks (its reader went away); no time limit once it answers (the

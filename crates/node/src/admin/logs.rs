@@ -33,7 +33,7 @@ pub struct LogsQuery {
 /// (a progress bar redrawn with `\r`, or binary output, cannot grow the node's memory).
 pub const MAX_LINE: usize = 16 * 1024;
 
-// i[impl node.workloads.logs]
+// i[impl node.workloads.logs+2]
 /// The daemon's log stream as lines for the operator: split at newlines, each escaped (so a
 /// container cannot move the operator's cursor or fake a line), each ending in `\n`. Each
 /// stream (stdout, stderr) keeps its own partial last line until its newline arrives, as bytes
@@ -104,7 +104,7 @@ pub const MAX_FOLLOWS: usize = 32;
 
 static FOLLOWS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_FOLLOWS);
 
-// i[impl node.workloads.logs]
+// i[impl node.workloads.logs+2]
 /// The handler. Container output often holds secrets: over TCP it needs the bearer token, as a
 /// mutating call does. An unknown workload is a 404 naming the configured ones; a workload with
 /// no container now is a 404 saying so; a daemon that cannot be reached is a 503. The answer's
@@ -164,11 +164,11 @@ pub(super) async fn logs(
     let container = holdfast_workload::container_name(&name, owner.as_deref());
     // Whether the container exists is asked apart, so the answer's head does not wait for a
     // first line that a quiet container may never write.
-    match docker
+    let run = match docker
         .inspect_container(&container, None::<InspectContainerOptions>)
         .await
     {
-        Ok(_) => {}
+        Ok(inspect) => Run::of(&inspect),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => {
@@ -186,7 +186,7 @@ pub(super) async fn logs(
                 format!("the daemon did not give the logs: {e}\n"),
             );
         }
-    }
+    };
     let permit = if query.follow {
         match FOLLOWS.try_acquire() {
             Ok(permit) => Some(permit),
@@ -217,10 +217,17 @@ pub(super) async fn logs(
         let from = i32::try_from(now.saturating_sub(since)).unwrap_or(i32::MAX);
         options = options.since(from);
     }
-    let stream = docker.logs(&container, Some(options.build()));
+    let stream = docker.logs(&container, Some(options.build())).boxed();
+    let follow = query.follow.then(|| Next {
+        api: api.clone(),
+        docker: docker.clone(),
+        workload: name.clone(),
+        container: container.clone(),
+        run,
+    });
     let body = futures_util::stream::unfold(
-        (stream, Lines::default(), false, (permit, held)),
-        |(mut stream, mut pending, done, holds)| async move {
+        (stream, Lines::default(), follow, false, (permit, held)),
+        |(mut stream, mut pending, mut follow, done, holds)| async move {
             if done {
                 return None;
             }
@@ -229,12 +236,23 @@ pub(super) async fn logs(
                     let out = pending.push(&chunk);
                     Some((
                         Ok::<_, std::io::Error>(out),
-                        (stream, pending, false, holds),
+                        (stream, pending, follow, false, holds),
                     ))
                 }
                 None => {
-                    let out = pending.flush();
-                    Some((Ok(out), (stream, pending, true, holds)))
+                    let mut out = pending.flush();
+                    // Followed: the container ended; wait for the workload's next one.
+                    let next = match follow.as_mut() {
+                        Some(next) => next.wait().await,
+                        None => None,
+                    };
+                    match next {
+                        Some((marker, next_stream)) => {
+                            out.push_str(&marker);
+                            Some((Ok(out), (next_stream, pending, follow, false, holds)))
+                        }
+                        None => Some((Ok(out), (stream, pending, follow, true, holds))),
+                    }
                 }
                 // A daemon error mid-stream ends the answer in an error, never as a complete
                 // log: the client sees a broken body and says so.
@@ -242,7 +260,7 @@ pub(super) async fn logs(
                     Err(std::io::Error::other(format!(
                         "the daemon's log stream failed: {e}"
                     ))),
-                    (stream, pending, true, holds),
+                    (stream, pending, follow, true, holds),
                 )),
             }
         },
@@ -254,12 +272,101 @@ pub(super) async fn logs(
         .into_response()
 }
 
+type LogStream =
+    futures_util::stream::BoxStream<'static, Result<LogOutput, bollard::errors::Error>>;
+
+/// One run of a container: its id and when it started (a container restarted in place keeps
+/// its id and starts again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Run {
+    id: String,
+    started_at: Option<String>,
+}
+
+impl Run {
+    fn of(inspect: &bollard::models::ContainerInspectResponse) -> Run {
+        Run {
+            id: inspect.id.clone().unwrap_or_default(),
+            started_at: inspect.state.as_ref().and_then(|s| s.started_at.clone()),
+        }
+    }
+}
+
+/// How often a followed workload whose container ended is looked at for its next one.
+const NEXT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// What a followed answer needs to go on with the workload's next container.
+struct Next {
+    api: Api,
+    docker: bollard::Docker,
+    workload: String,
+    container: String,
+    run: Run,
+}
+
+impl Next {
+    // i[impl node.workloads.logs+2]
+    /// Waits until the workload runs a container other than the one followed (a new one under
+    /// its name, or the same one started again) and answers the line that says so and its log
+    /// stream: all of a new container's output, or what a restarted one wrote since the last
+    /// stream ended. `None` once the workload is no longer configured (or its module stopped):
+    /// the answer then ends. A daemon that does not answer meanwhile is asked again.
+    async fn wait(&mut self) -> Option<(String, LogStream)> {
+        let ended = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        loop {
+            tokio::time::sleep(NEXT_POLL).await;
+            let known = self
+                .api
+                .node
+                .workload
+                .with(|w| w.handle.status().iter().any(|s| s.name == self.workload))
+                .unwrap_or(false);
+            if !known {
+                return None;
+            }
+            let Ok(inspect) = self
+                .docker
+                .inspect_container(&self.container, None::<InspectContainerOptions>)
+                .await
+            else {
+                continue;
+            };
+            let run = Run::of(&inspect);
+            let state = inspect.state.as_ref();
+            let running = state.and_then(|s| s.running).unwrap_or(false);
+            // Not started yet: its run (and its start time) is still to come.
+            let created = state.and_then(|s| s.status)
+                == Some(bollard::models::ContainerStateStatusEnum::CREATED);
+            if run == self.run || created || !running && run.id == self.run.id {
+                continue;
+            }
+            let mut options = LogsOptionsBuilder::default()
+                .stdout(true)
+                .stderr(true)
+                .follow(true);
+            if run.id == self.run.id {
+                options = options.since(i32::try_from(ended).unwrap_or(i32::MAX));
+            }
+            let stream = self.docker.logs(&run.id, Some(options.build())).boxed();
+            let short: String = run.id.chars().take(12).collect();
+            let marker = format!(
+                "--- holdfast: workload {}: following its next container ({short}) ---\n",
+                crate::render::escape(&self.workload)
+            );
+            self.run = run;
+            return Some((marker, stream));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use hyper::body::Bytes;
 
-    // i[verify node.workloads.logs]
+    // i[verify node.workloads.logs+2]
     #[test]
     fn lines_are_split_escaped_and_a_partial_one_waits_for_its_newline_on_its_own_stream() {
         let mut lines = Lines::default();
@@ -310,7 +417,7 @@ mod tests {
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
-    // i[verify node.workloads.logs]
+    // i[verify node.workloads.logs+2]
     #[tokio::test]
     async fn an_unknown_workload_is_a_404_that_names_the_configured_ones_escaped() {
         use crate::metrics::Metrics;
@@ -363,7 +470,7 @@ mod tests {
         started.stopper.stop(request).await.unwrap();
     }
 
-    // i[verify node.workloads.logs]
+    // i[verify node.workloads.logs+2]
     #[tokio::test]
     async fn a_workloads_echoed_line_is_in_its_logs_and_followed() {
         use crate::metrics::Metrics;
@@ -458,6 +565,114 @@ mod tests {
         })
         .await;
         assert!(followed.is_ok() && seen.contains("later\n"), "{seen}");
+        let request = holdfast_lifecycle::StopRequest {
+            deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(15),
+            reason: holdfast_lifecycle::StopReason::Shutdown,
+        };
+        started.stopper.stop(request).await.unwrap();
+    }
+
+    // i[verify node.workloads.logs+2]
+    #[tokio::test]
+    async fn a_follow_goes_on_with_the_workloads_next_container_marked_by_a_line() {
+        use crate::metrics::Metrics;
+        use crate::module::Module as _;
+        use futures_util::TryStreamExt as _;
+        use holdfast_lifecycle::FaultBoard;
+        let Some(docker) = holdfast_test_support::services::docker() else {
+            return;
+        };
+        let Some(registry) = holdfast_test_support::services::registry() else {
+            return;
+        };
+        let daemon = bollard::Docker::connect_with_host(&docker.host).unwrap();
+        let (image, tag) = registry.image.rsplit_once(':').unwrap();
+        daemon
+            .create_image(
+                Some(
+                    bollard::query_parameters::CreateImageOptionsBuilder::default()
+                        .from_image(image)
+                        .tag(tag)
+                        .build(),
+                ),
+                None,
+                None,
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let node = crate::state::NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let owner = format!("logs-restart-{}", std::process::id());
+        // Each container says which it is (its hostname is its short id), runs 2 s and exits.
+        let mut again = holdfast_workload::WorkloadConfig::new("again", registry.image.clone());
+        again.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "echo run-on-$(hostname); sleep 2".into(),
+        ];
+        again.min_run = std::time::Duration::from_secs(1);
+        again.stop_timeout = std::time::Duration::from_secs(1);
+        let module = crate::modules::workload::WorkloadModule {
+            workloads: crate::modules::workload::desired(vec![again]),
+            docker_host: Some(docker.host.clone()),
+            seed: 7,
+            stop_on_exit: true,
+            owner: Some(owner),
+            tick: std::time::Duration::from_millis(100),
+            pull_enabled: false,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let response = loop {
+            let response = logs(
+                State(api.clone()),
+                Extension(super::super::Transport::Unix),
+                None,
+                HeaderMap::new(),
+                Path("again".to_owned()),
+                Query(LogsQuery {
+                    tail: None,
+                    since: None,
+                    follow: true,
+                }),
+            )
+            .await;
+            if response.status() == StatusCode::OK {
+                break response;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never started");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let mut stream = response.into_body().into_data_stream();
+        let mut seen = String::new();
+        let followed = tokio::time::timeout(std::time::Duration::from_secs(40), async {
+            while let Some(Ok(chunk)) = stream.next().await {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+                if seen.matches("run-on-").count() >= 2 {
+                    return;
+                }
+            }
+        })
+        .await;
+        eprintln!("FOLLOW ACROSS A RESTART:\n{seen}");
+        let runs: Vec<&str> = seen.lines().filter(|l| l.starts_with("run-on-")).collect();
+        assert!(followed.is_ok() && runs.len() >= 2, "{seen}");
+        assert_ne!(runs[0], runs[1], "{seen}");
+        // Between the two runs, one line says the follow moved to the next container.
+        let between = seen
+            .split(runs[0])
+            .nth(1)
+            .and_then(|rest| rest.split(runs[1]).next())
+            .unwrap_or_default();
+        assert!(
+            between.contains("holdfast: workload again: following its next container"),
+            "{seen}"
+        );
         let request = holdfast_lifecycle::StopRequest {
             deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(15),
             reason: holdfast_lifecycle::StopReason::Shutdown,
@@ -587,7 +802,7 @@ mod tests {
         (node, started)
     }
 
-    // i[verify node.workloads.logs]
+    // i[verify node.workloads.logs+2]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_follow_answers_at_once_when_quiet_and_outlives_the_request_timeout_and_connection_age()
      {
@@ -670,7 +885,7 @@ mod tests {
         server.shutdown(Duration::from_millis(100)).await;
     }
 
-    // i[verify node.workloads.logs]
+    // i[verify node.workloads.logs+2]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn logs_over_tcp_need_the_bearer_token() {
         use super::super::client::{ClientError, Target, call};

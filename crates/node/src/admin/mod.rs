@@ -579,7 +579,7 @@ async fn serve_listener<L>(
                     conn.as_mut().await
                 }
                 _ = &mut too_old => {
-                    // i[impl node.workloads.logs]
+                    // i[impl node.workloads.logs+2]
                     // A followed log is not cut by the age: the connection closes once none
                     // is open on it.
                     let idle = streams.idle();

@@ -219,6 +219,22 @@ impl Config {
         }
     }
 
+    // i[impl node.pull.gc]
+    /// The image collection's policy and interval, `None` when `pull.gc = false`.
+    pub fn image_gc(&self) -> Option<(holdfast_pull::GcPolicy, Duration)> {
+        let p = &self.pull;
+        if !p.gc {
+            return None;
+        }
+        let policy = holdfast_pull::GcPolicy::new(
+            *p.gc_high_percent.get_ref(),
+            *p.gc_low_percent.get_ref(),
+            p.gc_grace.get_ref().get(),
+        )
+        .unwrap_or_default();
+        Some((policy, p.gc_interval.get_ref().get()))
+    }
+
     /// holdfast-pull's configuration, seeded (validated when the config was parsed).
     pub fn pull_config(&self, seed: u64) -> holdfast_pull::PullConfig {
         pull_config(

@@ -230,6 +230,37 @@ pub struct PullSection {
     /// `pull_policy = "digest"` (default 15 m).
     #[serde(default = "default_digest_interval")]
     pub digest_interval: Spanned<ConfigDuration>,
+    /// Collect images no workload is configured to use when the daemon's disk fills (default
+    /// true).
+    #[serde(default = "yes")]
+    pub gc: bool,
+    /// Disk use, in percent of the daemon's data root filesystem, at which image collection
+    /// starts (default 85, the kubelet's).
+    #[serde(default = "default_gc_high_percent")]
+    pub gc_high_percent: Spanned<u8>,
+    /// Disk use image collection frees down to, in percent, below `gc_high_percent` (default 80).
+    #[serde(default = "default_gc_low_percent")]
+    pub gc_low_percent: Spanned<u8>,
+    /// How long an image must have been unused before it may be collected (default 2 m).
+    #[serde(default = "default_gc_grace")]
+    pub gc_grace: Spanned<ConfigDuration>,
+    /// How often image collection looks at the disk (default 5 m).
+    #[serde(default = "default_gc_interval")]
+    pub gc_interval: Spanned<ConfigDuration>,
+}
+
+// i[impl node.pull.gc]
+fn default_gc_high_percent() -> Spanned<u8> {
+    sp(holdfast_pull::DEFAULT_GC_HIGH_PERCENT)
+}
+fn default_gc_low_percent() -> Spanned<u8> {
+    sp(holdfast_pull::DEFAULT_GC_LOW_PERCENT)
+}
+fn default_gc_grace() -> Spanned<ConfigDuration> {
+    sp(ConfigDuration(holdfast_pull::DEFAULT_GC_GRACE))
+}
+fn default_gc_interval() -> Spanned<ConfigDuration> {
+    sp(ConfigDuration(holdfast_pull::DEFAULT_GC_INTERVAL))
 }
 
 fn default_digest_interval() -> Spanned<ConfigDuration> {
@@ -281,6 +312,11 @@ impl Default for PullSection {
             stall_timeout: default_stall(),
             docker_config: None,
             digest_interval: default_digest_interval(),
+            gc: true,
+            gc_high_percent: default_gc_high_percent(),
+            gc_low_percent: default_gc_low_percent(),
+            gc_grace: default_gc_grace(),
+            gc_interval: default_gc_interval(),
         }
     }
 }

@@ -94,6 +94,7 @@ impl Config {
             ));
         }
         self.validate_pull_credentials(loc)?;
+        self.validate_pull_gc(loc)?;
         self.supervise.policy_section().build(loc, "supervise", 0)?;
         if *self.supervise.crash_loop_threshold.get_ref() == 0 {
             return Err(loc.at(
@@ -223,6 +224,36 @@ impl Config {
                 .unwrap_or(0);
             let span = self.workloads.get(i).map(|w| w.span_of("depends_on"));
             return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
+        }
+        Ok(())
+    }
+
+    // i[impl node.pull.gc]
+    /// The image collection's marks make a policy and its interval is not zero.
+    fn validate_pull_gc(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        let p = &self.pull;
+        if p.gc_interval.get_ref().get().is_zero() {
+            return Err(loc.at(
+                Some(p.gc_interval.span()),
+                "pull.gc_interval",
+                "must be longer than zero".into(),
+            ));
+        }
+        let high = *p.gc_high_percent.get_ref();
+        let low = *p.gc_low_percent.get_ref();
+        if high > 100 {
+            return Err(loc.at(
+                Some(p.gc_high_percent.span()),
+                "pull.gc_high_percent",
+                format!("{high} is not a percentage (0 to 100)"),
+            ));
+        }
+        if low >= high {
+            return Err(loc.at(
+                Some(p.gc_low_percent.span()),
+                "pull.gc_low_percent",
+                format!("{low} must be below pull.gc_high_percent ({high})"),
+            ));
         }
         Ok(())
     }
@@ -917,6 +948,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("gateway.tls.from_issuance"), "{err}");
+    }
+
+    // i[verify node.pull.gc]
+    #[test]
+    fn image_gc_keys_have_the_kubelets_defaults_and_bad_marks_are_located() {
+        let config = Config::parse("t.toml", "[node]\n").unwrap();
+        let (policy, interval) = config.image_gc().unwrap();
+        assert_eq!(policy, holdfast_pull::GcPolicy::default());
+        assert_eq!((policy.high_percent(), policy.low_percent()), (85, 80));
+        assert_eq!(policy.grace(), std::time::Duration::from_secs(120));
+        assert_eq!(interval, std::time::Duration::from_secs(300));
+        let text = "[node]\n[pull]\ngc_high_percent = 90\ngc_low_percent = 70\ngc_grace = \"1h\"\n";
+        let (policy, _) = Config::parse("t.toml", text).unwrap().image_gc().unwrap();
+        assert_eq!(
+            policy,
+            holdfast_pull::GcPolicy::new(90, 70, std::time::Duration::from_secs(3600)).unwrap()
+        );
+        let off = Config::parse("t.toml", "[node]\n[pull]\ngc = false\n").unwrap();
+        assert!(off.image_gc().is_none());
+        let err = Config::parse("t.toml", "[node]\n[pull]\ngc_low_percent = 85\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:3:18: pull.gc_low_percent: 85 must be below"),
+            "{err}"
+        );
+        let err = Config::parse("t.toml", "[node]\n[pull]\ngc_high_percent = 101\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:3:19: pull.gc_high_percent:"),
+            "{err}"
+        );
+        let err = Config::parse("t.toml", "[node]\n[pull]\ngc_interval = \"0s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:3:15: pull.gc_interval:"), "{err}");
     }
 
     // i[verify node.pull.credentials]

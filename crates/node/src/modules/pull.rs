@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use holdfast_lifecycle::{Health, Subject, health_channel, stopper_fn};
 use holdfast_pull::{
-    Actuator, DaemonEndpoint, DigestChecks, DockerFetcher, FaultSubject, Fetcher, ImageState,
-    PullConfig, PullError, RegistryAuth, TagCheck,
+    Actuator, DaemonEndpoint, DigestChecks, DockerFetcher, FaultSubject, Fetcher, GcPolicy,
+    ImageGc, ImageState, PullConfig, PullError, RegistryAuth, Statvfs, TagCheck, collect,
 };
 use holdfast_retry::KeyedGate;
 use tokio::sync::oneshot;
@@ -44,8 +44,83 @@ pub struct PullModule {
     pub tag_checks: TagChecks,
     /// Tick interval.
     pub tick: Duration,
+    /// Image collection's policy and interval (`None`: `pull.gc = false`).
+    pub gc: Option<(GcPolicy, Duration)>,
     /// The node's state.
     pub node: NodeState,
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+// r[impl actuate.image.gc]
+/// Image collection, one run per `interval` on the daemon's data root: each image removed is
+/// logged and counted (`outcome="gc_removed"`), each failed removal too (`"gc_failed"`, retried on
+/// the image's own schedule); a run that cannot decide (daemon down, disk not measurable) removes
+/// nothing and is only logged, since the pull module's own probe files the daemon's fault. A run
+/// is bounded by the interval, so a daemon that stops answering cannot hold collection forever.
+async fn collect_images(
+    endpoint: DaemonEndpoint,
+    configured: Vec<String>,
+    mut gc: ImageGc,
+    interval: Duration,
+    node: NodeState,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let run = async {
+            let docker = endpoint.connect().await.map_err(|e| e.to_string())?;
+            let now = || tokio::time::Instant::now().into_std();
+            collect(&docker, &mut gc, &configured, &Statvfs, now)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let run = match tokio::time::timeout(interval, run).await {
+            Ok(Ok(run)) => run,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "image GC skipped this run");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!("image GC: the daemon did not answer within the interval");
+                continue;
+            }
+        };
+        for removal in &run.removals {
+            let image = &removal.image;
+            let name = image.tags.first().unwrap_or(&image.id);
+            let outcome = match &removal.result {
+                Ok(()) => {
+                    tracing::info!(
+                        image = %name, id = %image.id, bytes = image.size,
+                        "image GC removed an image no workload uses"
+                    );
+                    "gc_removed"
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        image = %name, id = %image.id, %error,
+                        "image GC could not remove an image; retrying on its schedule"
+                    );
+                    "gc_failed"
+                }
+            };
+            node.metrics
+                .pull_outcomes
+                .get_or_create(&OutcomeLabel {
+                    outcome: outcome.to_owned(),
+                })
+                .inc();
+        }
+    }
 }
 
 /// The one fault for an unreachable daemon: the same subject holdfast-pull files its daemon
@@ -78,7 +153,19 @@ impl Module for PullModule {
         let (reporter, health) = health_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let this = self.clone();
+        let gc = self.gc.map(|(policy, interval)| {
+            let configured = self.workloads.iter().map(|(_, i)| i.clone()).collect();
+            AbortOnDrop(tokio::spawn(collect_images(
+                fetcher.endpoint().clone(),
+                configured,
+                ImageGc::new(policy, *self.config.image_policy()),
+                interval,
+                self.node.clone(),
+            )))
+        });
         let task = tokio::spawn(async move {
+            // Collection ends with the module.
+            let _gc = gc;
             this.run(actuator, fetcher, host, reporter, stop_rx).await;
             Ok::<(), ModuleError>(())
         });
@@ -568,6 +655,7 @@ mod tests {
             auth: RegistryAuth::default(),
             tag_checks: TagChecks::default(),
             tick: Duration::from_secs(5),
+            gc: None,
             node: NodeState::new("n", FaultBoard::new(), Metrics::new()),
         };
         // `start` is synchronous: it cannot block on the daemon; it hands back at once.
@@ -738,6 +826,7 @@ mod tests {
                 interval: Duration::from_secs(1),
             },
             tick: Duration::from_millis(200),
+            gc: None,
             node: node.clone(),
         };
         let mut web = holdfast_workload::WorkloadConfig::new("web", image.clone());
