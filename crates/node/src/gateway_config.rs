@@ -406,7 +406,7 @@ impl GatewaySection {
         c.history.max_bytes = value(&self.history_max_bytes, c.history.max_bytes);
         // Checked at validation; a file broken since then leaves publishing over TCP refused.
         c.publish_key = self.publish_token_file.as_ref().and_then(|f| {
-            crate::admin::token::read(f.get_ref())
+            crate::config::token::read(f.get_ref())
                 .ok()
                 .map(|t| holdfast_gateway::PublishKey::new(t.expose()))
         });
@@ -512,7 +512,7 @@ pub fn validate(
     validate_auth(section, at)?;
     // i[impl node.gateway.publish]
     if let Some(f) = &g.publish_token_file {
-        if let Err(message) = crate::admin::token::read(f.get_ref()) {
+        if let Err(message) = crate::config::token::read(f.get_ref()) {
             return Err(at(Some(f.span()), "gateway.publish_token_file", message));
         }
     }
