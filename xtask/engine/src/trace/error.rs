@@ -9,7 +9,7 @@ use crate::spec_check::problem::Problem;
 pub enum Error {
     /// The tree cannot be read at all (no usable config).
     #[error("{0}")]
-    Unreadable(Problem),
+    Unreadable(Box<Problem>),
     /// The config or a spec has problems of its own: a verdict built on them would be wrong.
     #[error(
         "the spec cannot be read as written ({} problem{}), so nothing is judged; fix these first \
@@ -26,7 +26,7 @@ pub enum Error {
     #[error("{}", .problem.to_string().replace(.root.as_str(), "."))]
     Results {
         /// What is wrong with it.
-        problem: Problem,
+        problem: Box<Problem>,
         /// The tree's root, shown as `.` in the message.
         root: String,
     },

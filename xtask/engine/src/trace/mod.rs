@@ -100,7 +100,7 @@ pub fn everything(
 pub fn usable(
     read: Result<(config::Loaded, spec_check::Tree), Problem>,
 ) -> Result<spec_check::Tree, Error> {
-    let (config, tree) = read.map_err(Error::Unreadable)?;
+    let (config, tree) = read.map_err(|problem| Error::Unreadable(Box::new(problem)))?;
     // i[impl trace.broken-spec]
     let broken: Vec<Problem> = config
         .problems

@@ -49,7 +49,7 @@ pub fn load(
     let paths: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let evidence =
         Evidence::load(tree, &paths, Some(&skips)).map_err(|problem| Error::Results {
-            problem,
+            problem: Box::new(problem),
             root: root.display().to_string(),
         })?;
     let modified = evidence.written;
