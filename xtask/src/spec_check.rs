@@ -209,10 +209,21 @@ fn compare_one(
             .env("XDG_STATE_HOME", state)
             .output()
     };
-    let answer = run(&["query", "status"])
-        .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", tracey.display()))?;
+    // The first query starts tracey's daemon and gives up when it takes more than 5 s to listen
+    // (a big tree on a busy machine), answering `Error: Cancelled`: ask again while it starts.
+    let mut answer = String::new();
+    for attempt in 0..6 {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        let output = run(&["query", "status"])
+            .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", tracey.display()))?;
+        answer = String::from_utf8_lossy(&output.stdout).into_owned();
+        if !answer.trim_start().starts_with("Error:") {
+            break;
+        }
+    }
     let _ = run(&["kill"]);
-    let answer = parity::parse(&String::from_utf8_lossy(&answer.stdout))
-        .map_err(|err| anyhow::anyhow!("{name}: {err}"))?;
+    let answer = parity::parse(&answer).map_err(|err| anyhow::anyhow!("{name}: {err}"))?;
     Ok(parity::compare(name, &outcome, &answer))
 }
