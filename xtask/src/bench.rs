@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 pub enum Suite {
     /// holdfast-retry: keyed gate vs governor, memory per key, herd simulation.
     Retry,
-    /// spec-check, trace and spec-report on a generated tree ten times the workspace's size.
+    /// spec-check, trace and spec-report on generated trees 1, 10 and 30 times the workspace's size.
     SpecCheck,
     /// holdfast-gateway: memory per idle connection, broadcast beside a bare server, drains.
     Gateway,
@@ -45,9 +45,9 @@ pub struct Args {
     /// Number of failing keys in the gate benches.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// spec-check suite: the generated tree's size as a multiple of this workspace's.
-    #[arg(long, default_value_t = 10)]
-    scale: usize,
+    /// spec-check suite: the generated trees' sizes as multiples of this workspace's (`1,10,30`).
+    #[arg(long, alias = "scales", value_delimiter = ',', default_values_t = [1, 10, 30])]
+    scale: Vec<usize>,
     /// gateway suite: clients per fleet (at least one: the figures are per connection).
     #[arg(long, default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     connections: usize,
@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let root = workspace_root()?;
             crate::output::print(&crate::root::banner(&root));
             let exe = std::env::current_exe().context("finding the xtask binary")?;
-            crate::bench_spec::run(&root, args.scale, &|| Command::new(&exe))
+            crate::bench_spec::run(&root, &args.scale, &|| Command::new(&exe))
         }
         // The gateway's and forward's drivers are holdfast-bench (xtask/drivers/bench), which
         // prints the banner itself.

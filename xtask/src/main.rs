@@ -3,6 +3,8 @@
 //! - `spec-check` — the traceability gate: every rule in `docs/spec/` has an `impl` and a `verify`
 //!   reference, no reference is stale or unknown, and (given test results) every rule is verified by
 //!   a test that ran and passed.
+//! - `tracey-parity` — the gate's counts beside a real tracey 1.3.0's, on spec-engine's workspace
+//!   shapes and this tree (`docs/audit/tracey-parity.md`).
 //! - `test` — starts the real services the suites need (dockerd, a registry, pebble, etcd, redis),
 //!   runs the workspace's tests against them, stops them, and ends with the test-backed spec-check.
 //! - `bench` — runs the criterion benches and writes their summaries under `target/bench/`.
@@ -50,6 +52,8 @@ struct Cli {
 enum Command {
     /// Check that every spec rule is implemented, verified, and referenced correctly.
     SpecCheck(spec_check::Args),
+    /// Compare the gate's counts with a real tracey 1.3.0's on the workspace shapes and this tree.
+    TraceyParity(spec_check::ParityArgs),
     /// Start the real services, run the workspace's tests against them, then the test-backed spec-check.
     Test(harness::Args),
     /// Run benchmarks and write their summaries to target/bench/.
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::SpecCheck(args) => spec_check::run(args),
+        Command::TraceyParity(args) => spec_check::parity(args),
         Command::Test(args) => harness::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Trace(args) => trace::run(args),

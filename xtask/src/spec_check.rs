@@ -2,10 +2,10 @@
 //! ([`spec_engine::spec_check`]): finding the root, the flags, printing and the exit code.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 
-use spec_engine::spec_check::check;
 use spec_engine::spec_check::report::{self, Format};
+use spec_engine::spec_check::{check, parity};
 
 /// Arguments of `cargo xtask spec-check`.
 #[derive(clap::Args)]
@@ -94,4 +94,136 @@ fn root_relative(root: &Path, path: &Path) -> PathBuf {
     } else {
         root.join(path)
     }
+}
+
+/// Arguments of `cargo xtask tracey-parity`.
+#[derive(clap::Args)]
+pub struct ParityArgs {
+    /// Root of the workspace compared beside the shapes (default: the cargo workspace above the
+    /// current directory).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The tracey 1.3.0 binary (default: `$TRACEY`, else `tracey` on `PATH`).
+    #[arg(long, value_name = "BIN")]
+    tracey: Option<PathBuf>,
+    /// Also write the table as markdown to FILE (docs/audit/tracey-parity.md).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+/// The command that writes `docs/audit/tracey-parity.md`, as the page names it.
+const PARITY_COMMAND: &str = "cargo xtask tracey-parity --out docs/audit/tracey-parity.md";
+
+/// Runs tracey and the gate on every workspace shape and on the workspace and prints their counts
+/// side by side: exit 0 when every difference is explained, 1 otherwise, 2 without a tracey.
+// i[impl spec-check.parity]
+pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
+    let root = match crate::root::find(args.root.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            eprintln!("error: tracey-parity: {message}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
+    let Some(tracey) = args.tracey.or_else(find_tracey) else {
+        eprintln!(
+            "error: tracey-parity: no tracey: pass --tracey BIN, set TRACEY, or put tracey on PATH \
+             (cargo install --locked tracey --version 1.3.0; its build needs Node and pnpm)"
+        );
+        return Ok(ExitCode::from(USAGE_ERROR));
+    };
+    let version = Command::new(&tracey)
+        .arg("--version")
+        .output()
+        .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", tracey.display()))?;
+    let version = String::from_utf8_lossy(&version.stdout)
+        .lines()
+        .next()
+        .unwrap_or("tracey (version unknown)")
+        .trim()
+        .to_owned();
+    // The shapes' trees, and tracey's daemon state (XDG_STATE_HOME), in a directory of this run's.
+    let work = std::env::temp_dir().join(format!("holdfast-tracey-parity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let state = work.join("state");
+    std::fs::create_dir_all(&state)?;
+    let compared = (|| -> anyhow::Result<Vec<parity::Comparison>> {
+        let mut compared = Vec::new();
+        for shape in spec_engine::shapes::all() {
+            let dir = work.join("trees").join(shape.name);
+            for (path, text) in &shape.files {
+                let path = dir.join(path);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(path, text)?;
+            }
+            compared.push(compare_one(
+                &tracey,
+                &state,
+                shape.name,
+                &dir.canonicalize()?,
+            )?);
+        }
+        compared.push(compare_one(&tracey, &state, "this workspace", &root)?);
+        Ok(compared)
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    let compared = compared?;
+    let page = parity::render(&compared, PARITY_COMMAND, &version);
+    crate::output::print(&page);
+    if let Some(out) = args.out {
+        std::fs::write(&out, &page)
+            .map_err(|err| anyhow::anyhow!("cannot write {}: {err}", out.display()))?;
+    }
+    Ok(if compared.iter().all(parity::Comparison::agrees) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `$TRACEY`, else the first `tracey` on `PATH`.
+fn find_tracey() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TRACEY").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("tracey"))
+        .find(|path| path.is_file())
+}
+
+/// The gate and `tracey query status` on the tree at `dir` (tracey's daemon is stopped after).
+fn compare_one(
+    tracey: &Path,
+    state: &Path,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<parity::Comparison> {
+    let outcome = check(&spec_engine::Disk::new(dir), &[], None, &[])
+        .map_err(|problem| anyhow::anyhow!("{name}: the gate cannot judge the tree: {problem}"))?;
+    let run = |args: &[&str]| {
+        Command::new(tracey)
+            .args(args)
+            .current_dir(dir)
+            .env("XDG_STATE_HOME", state)
+            .output()
+    };
+    // The first query starts tracey's daemon and gives up when it takes more than 5 s to listen
+    // (a big tree on a busy machine), answering `Error: Cancelled`: ask again while it starts.
+    let mut answer = String::new();
+    for attempt in 0..6 {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        let output = run(&["query", "status"])
+            .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", tracey.display()))?;
+        answer = String::from_utf8_lossy(&output.stdout).into_owned();
+        if !answer.trim_start().starts_with("Error:") {
+            break;
+        }
+    }
+    let _ = run(&["kill"]);
+    let answer = parity::parse(&answer).map_err(|err| anyhow::anyhow!("{name}: {err}"))?;
+    Ok(parity::compare(name, &outcome, &answer))
 }

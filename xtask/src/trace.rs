@@ -83,7 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Reads the tree for a trace; a config or spec with problems of its own is an error.
 fn read_tree(root: &Disk) -> Result<spec_check::Tree, String> {
-    usable(spec_check::read(root))
+    usable(spec_check::read(root)).map_err(|error| error.to_string())
 }
 
 /// `--json` and `--markdown` are a rule's formats: with a finding (or `--all`) a usage error.
@@ -135,9 +135,11 @@ fn trace_rule(root: &Disk, args: &Args, wanted: &str) -> Result<(String, ExitCod
             .collect::<Vec<_>>(),
         args.skips.as_deref(),
         args.no_results,
-    )?;
+    )
+    .map_err(|error| error.to_string())?;
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
-    let report = rule_report::trace(root, &tree, &all, wanted, evidence)?;
+    let report = rule_report::trace(root, &tree, &all, wanted, evidence)
+        .map_err(|error| error.to_string())?;
     let format = if args.json {
         rule_report::Format::Json
     } else if args.markdown {
@@ -172,7 +174,8 @@ fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
             .collect::<Vec<_>>(),
         args.skips.as_deref(),
         args.no_results,
-    )?;
+    )
+    .map_err(|error| error.to_string())?;
 
     let mut out = String::new();
     match &run {

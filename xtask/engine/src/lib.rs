@@ -17,6 +17,8 @@
 //! - [`spec_check`] — reading the tree (config, rules, references, Rust test layout) into a
 //!   [`spec_check::Tree`], the gate's checks over it ([`spec_check::check_read`]), test-backed
 //!   evidence from JUnit and the skip ledger, and the gate's report as text, JSON or Markdown.
+//! - [`shapes`] — trees shaped like other people's tracey workspaces, in memory: what the tests
+//!   pin and `cargo xtask tracey-parity` compares with a real tracey.
 //! - [`trace`] — each rule to its definition, `impl` and `verify` sites and test results; each
 //!   audit finding to a verdict ([`trace::everything`]).
 //! - [`spec_report`] — the coverage per crate and the self-contained HTML page.
@@ -25,6 +27,7 @@
 
 // i[impl xtask.layout.engine]
 pub mod model;
+pub mod shapes;
 pub mod spec_check;
 pub mod spec_report;
 pub mod trace;
@@ -33,8 +36,6 @@ pub use model::tree::{Disk, Memory, Tree};
 
 #[cfg(test)]
 mod runners;
-#[cfg(test)]
-mod shapes;
 #[cfg(test)]
 mod tests;
 

@@ -84,12 +84,7 @@ impl Proof {
 // i[impl prove.shown+2]
 pub fn recorded(tree: &dyn Tree, id: &tracey_core::RuleId) -> Option<Proof> {
     let id = id.to_string();
-    local(tree, &id).or_else(|| {
-        proof_summary::read(tree)
-            .iter()
-            .find(|(marker, _)| marker_id(marker) == id)
-            .map(|(_, proof)| proof.clone())
-    })
+    local(tree, &id).or_else(|| proof_summary::by_id(tree).get(&id).cloned())
 }
 
 /// `target/prove/ID.json`, if a proof of that rule version ran here.
@@ -98,11 +93,4 @@ pub fn local(tree: &dyn Tree, id: &str) -> Option<Proof> {
         .read(&tree.root().join("target/prove").join(format!("{id}.json")))
         .ok()?;
     serde_json::from_str(&text).ok()
-}
-
-/// `retry.schedule+2` from `r[retry.schedule+2]`.
-fn marker_id(marker: &str) -> &str {
-    marker
-        .split_once('[')
-        .map_or(marker, |(_, rest)| rest.trim_end_matches(']'))
 }

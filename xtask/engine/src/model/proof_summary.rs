@@ -3,7 +3,7 @@
 //! `target/prove/`. `prove --summary` writes it from `target/prove/*.json` merged over its own
 //! earlier rows; [`super::proof::recorded`] reads it back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -151,6 +151,32 @@ pub fn parse(text: &str) -> BTreeMap<String, Proof> {
 
 type Cache = Mutex<BTreeMap<PathBuf, Arc<BTreeMap<String, Proof>>>>;
 
+type ByIdCache = Mutex<BTreeMap<PathBuf, Arc<HashMap<String, Proof>>>>;
+
+/// The summary's proofs by rule id (`retry.schedule+2`, without the marker), read once per
+/// process: a rule's proof is then found in constant time, not by a walk of every row (which made
+/// tracing every rule quadratic). Where two markers share an id, the first in marker order wins.
+pub fn by_id(tree: &dyn super::tree::Tree) -> Arc<HashMap<String, Proof>> {
+    static CACHE: OnceLock<ByIdCache> = OnceLock::new();
+    let cache = CACHE.get_or_init(ByIdCache::default);
+    let mut cache = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache
+        .entry(tree.root().to_path_buf())
+        .or_insert_with(|| {
+            let mut ids = HashMap::new();
+            for (marker, proof) in read(tree).iter() {
+                let id = marker
+                    .split_once('[')
+                    .map_or(marker.as_str(), |(_, rest)| rest.trim_end_matches(']'));
+                ids.entry(id.to_owned()).or_insert_with(|| proof.clone());
+            }
+            Arc::new(ids)
+        })
+        .clone()
+}
+
 /// The summary's proofs in the tree, read once per process (trace and report ask per rule).
 pub fn read(tree: &dyn super::tree::Tree) -> Arc<BTreeMap<String, Proof>> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -173,6 +199,46 @@ pub fn read(tree: &dyn super::tree::Tree) -> Arc<BTreeMap<String, Proof>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rule's proof is found by its id whatever its marker, the first marker in order winning
+    /// where two share an id (as the walk of every row it replaces did), and a missing id or
+    /// version finds none.
+    // i[verify prove.shown+2]
+    #[test]
+    fn proofs_are_found_by_rule_id() {
+        let proofs = vec![
+            (
+                "i[demo.alpha]".to_owned(),
+                Proof {
+                    caught: 1,
+                    ..Proof::default()
+                },
+            ),
+            (
+                "r[demo.alpha]".to_owned(),
+                Proof {
+                    caught: 2,
+                    ..Proof::default()
+                },
+            ),
+            (
+                "r[demo.beta+2]".to_owned(),
+                Proof {
+                    caught: 3,
+                    ..Proof::default()
+                },
+            ),
+        ];
+        let tree = crate::model::tree::Memory::new([("docs/audit/proof.md", render(&proofs))]);
+        let caught = |id: &str| {
+            let id = tracey_core::parse_rule_id(id).expect("an id");
+            crate::model::proof::recorded(&tree, &id).map(|proof| proof.caught)
+        };
+        assert_eq!(caught("demo.alpha"), Some(1));
+        assert_eq!(caught("demo.beta+2"), Some(3));
+        assert_eq!(caught("demo.beta"), None);
+        assert_eq!(caught("demo.gamma"), None);
+    }
 
     // i[verify prove.summary]
     #[test]

@@ -115,6 +115,16 @@ pub fn analyse(
         })
         .collect();
 
+    // The entries of each base id: only those can match a reference (tracey's match compares the
+    // base first), so each reference is matched in constant time, not against every rule.
+    let mut by_base: std::collections::HashMap<String, Vec<usize>> =
+        std::collections::HashMap::new();
+    for (index, entry) in coverage.iter().enumerate() {
+        by_base
+            .entry(entry.rule.id.base.clone())
+            .or_default()
+            .push(index);
+    }
     for path in &scanned.files {
         let Some(file) = parsed.files.get(path) else {
             continue;
@@ -130,7 +140,11 @@ pub fn analyse(
                 stale: false,
             };
             let mut matched = None;
-            for entry in &mut coverage {
+            let candidates = by_base
+                .get(&reference.req_id.base)
+                .map_or(&[][..], Vec::as_slice);
+            for &index in candidates {
+                let entry = &mut coverage[index];
                 let kind = classify_reference_for_rule(&entry.rule.id, &reference.req_id);
                 if kind == RuleIdMatch::NoMatch {
                     continue;
@@ -411,6 +425,7 @@ fn verify_not_on_test(
 /// A `verify` annotation in a Python, Go or script test file must precede a test its runner
 /// collects.
 // i[impl spec-check.test-backed.runners+2]
+// i[impl spec-check.placement.foreign]
 fn foreign_not_on_test(
     reference: &ReqReference,
     site: &Site,

@@ -27,6 +27,7 @@ mod findings_gate;
 pub mod foreign;
 pub mod freshness;
 pub mod junit;
+pub mod parity;
 pub mod problem;
 pub mod report;
 pub mod rules;

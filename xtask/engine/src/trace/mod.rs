@@ -17,6 +17,7 @@
 //! unwritten), 1 if one is; 2 for a usage error — an unknown finding id, a malformed findings
 //! file, an unusable tracey config or results file.
 
+mod error;
 pub mod report;
 pub mod results;
 pub mod rule_report;
@@ -32,6 +33,8 @@ use crate::spec_check::{self, config};
 
 use crate::model::findings::{self, Finding};
 use crate::model::paths;
+
+pub use self::error::Error;
 
 /// Everything a report of the whole tree needs, read the way the trace reads it.
 pub struct Everything {
@@ -52,11 +55,11 @@ pub fn everything(
     results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
-) -> Result<Everything, String> {
+) -> Result<Everything, Error> {
     let tree = usable(read)?;
     // A tree without findings has nothing to list; a broken findings file is an error.
     let all = if source.exists(&source.root().join(paths::of(source).findings)) {
-        findings::load(source).map_err(|error| error.to_string())?
+        findings::load(source)?
     } else {
         Vec::new()
     };
@@ -96,23 +99,17 @@ pub fn everything(
 /// an error.
 pub fn usable(
     read: Result<(config::Loaded, spec_check::Tree), Problem>,
-) -> Result<spec_check::Tree, String> {
-    let (config, tree) = read.map_err(|problem| problem.to_string())?;
+) -> Result<spec_check::Tree, Error> {
+    let (config, tree) = read.map_err(|problem| Error::Unreadable(Box::new(problem)))?;
     // i[impl trace.broken-spec]
-    let broken: Vec<String> = config
+    let broken: Vec<Problem> = config
         .problems
         .iter()
         .chain(&tree.problems)
-        .map(|problem| format!("  {problem}"))
+        .cloned()
         .collect();
     if !broken.is_empty() {
-        return Err(format!(
-            "the spec cannot be read as written ({} problem{}), so nothing is judged; fix \
-             these first (`cargo xtask spec-check` lists them too):\n{}",
-            broken.len(),
-            if broken.len() == 1 { "" } else { "s" },
-            broken.join("\n")
-        ));
+        return Err(Error::Broken(broken));
     }
     Ok(tree)
 }

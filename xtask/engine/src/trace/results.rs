@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::spec_check::test_backed::Evidence;
 
+use super::Error;
 use crate::model::timestamp;
 use crate::model::tree::Tree;
 
@@ -30,7 +31,7 @@ pub fn load(
     results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
-) -> Result<Option<Run>, String> {
+) -> Result<Option<Run>, Error> {
     let root = tree.root();
     if no_results {
         return Ok(None);
@@ -46,11 +47,11 @@ pub fn load(
     };
     let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
     let paths: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
-    let evidence = Evidence::load(tree, &paths, Some(&skips)).map_err(|problem| {
-        problem
-            .to_string()
-            .replace(&root.display().to_string(), ".")
-    })?;
+    let evidence =
+        Evidence::load(tree, &paths, Some(&skips)).map_err(|problem| Error::Results {
+            problem: Box::new(problem),
+            root: root.display().to_string(),
+        })?;
     let modified = evidence.written;
     let ledger = if tree.is_file(&skips) {
         format!("skips from {}", shown(tree, &skips))

@@ -10,6 +10,7 @@ use crate::spec_check::rules::Rule;
 use crate::spec_check::test_backed::Evidence;
 use crate::spec_check::{Tree, suggest};
 
+use super::Error;
 use super::rule_trace::{self, RuleState};
 use super::verdict::{self, Verdict};
 use crate::model::findings::{Finding, NamedRule};
@@ -105,25 +106,23 @@ pub fn trace(
     findings: &[Finding],
     wanted: &str,
     evidence: Option<(&Evidence, &str)>,
-) -> Result<RuleReport, String> {
+) -> Result<RuleReport, Error> {
     let trimmed = wanted.trim();
     let id_text = match trimmed.split_once('[') {
         Some((_, rest)) => rest.strip_suffix(']').unwrap_or(rest),
         None => trimmed,
     };
-    let id = parse_rule_id(id_text).ok_or_else(|| format!("`{wanted}` is not a rule id"))?;
+    let id = parse_rule_id(id_text).ok_or_else(|| Error::NotARuleId(wanted.to_owned()))?;
     let Some(rule) = tree.rules.iter().find(|r| r.id.base == id.base) else {
         let similar: Vec<String> = suggest::similar(&id, tree.rules.iter().map(|r| &r.id))
             .into_iter()
             .filter_map(|found| tree.rules.iter().find(|r| &r.id == found))
             .map(Rule::marker)
             .collect();
-        let hint = if similar.is_empty() {
-            String::new()
-        } else {
-            format!(" (did you mean {}?)", similar.join(", "))
-        };
-        return Err(format!("no spec defines the rule `{id_text}`{hint}"));
+        return Err(Error::UnknownRule {
+            id: id_text.to_owned(),
+            similar,
+        });
     };
     let named = NamedRule {
         prefix: rule.prefix.clone(),
@@ -132,7 +131,7 @@ pub fn trace(
     let traced = rule_trace::trace(source, tree, &named, evidence.map(|(e, _)| e));
     let judgement = verdict::judge(std::slice::from_ref(&traced), evidence.is_some());
     let RuleState::Defined(defined) = traced.state else {
-        return Err(format!("rule {} could not be traced", rule.marker()));
+        return Err(Error::Untraceable(rule.marker()));
     };
     let impls = defined
         .impls
