@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The drain demo's arguments: [--clients N] [--rate R] [--lease-ttl-secs S]
-    /// [--arm control|graceful]... [--holdfast PATH] [--release] (see `cargo xtask drain-demo --help`).
+    /// [--arm control|graceful|recovery]... [--holdfast PATH] [--release] (see `cargo xtask drain-demo --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<OsString>,
 }
