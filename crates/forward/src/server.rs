@@ -1141,7 +1141,7 @@ async fn serve(
             let _ =
                 tokio::time::timeout(linger_until(stopping, Duration::from_secs(2)), writer_task)
                     .await;
-            conn.close(close_code::REFUSED.into(), text.as_bytes());
+            conn.close(close_code::REVOKED.into(), text.as_bytes());
         }
         Ending::Lost(err) => {
             tracing::info!(connection = id, %client, error = %err, "forward: connection ended");

@@ -317,6 +317,27 @@ async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_sti
     drop(node.await.expect("node"));
 }
 
+// r[verify forward.access.revoked]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_closes_for_a_revoked_credential_before_its_ended_messages_arrive_ends_the_forward_as_not_allowed()
+ {
+    use holdfast_forward::control::EndReason;
+
+    // The revocation's close overtaking (or replacing) its `Ended` messages: the client still
+    // reports the forward as not allowed, with the node's reason, not as a lost connection.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (client, node, forward, reason, message) = ended_by_a_node_close(
+        dir.path(),
+        holdfast_forward::transport::close_code::REVOKED,
+        b"the credential is no longer allowed by this node",
+    )
+    .await;
+    assert_eq!((forward, reason), (1, EndReason::NotAllowed), "{message}");
+    assert!(message.contains("no longer allowed"), "{message}");
+    client.stop().await;
+    drop(node.await.expect("node"));
+}
+
 // r[verify forward.end]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_with_another_code_has_lost_the_connection_and_the_forward_records_it() {
