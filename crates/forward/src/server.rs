@@ -868,6 +868,7 @@ async fn authenticate(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
     CredentialDigest,
+    watch::Receiver<Arc<Granted>>,
 )> {
     // One deadline for the whole of it (from the first packet): opening the stream late does not
     // buy a second timeout.
@@ -909,16 +910,9 @@ async fn authenticate(
     let (refusal, message, paced) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             let digest = CredentialDigest::of(&credential);
-            // r[impl forward.access.update]
-            // The credentials now: an update that returned before this Hello decides it.
-            if shared
-                .access()
-                .credentials
-                .matching_digest(&digest)
-                .is_some()
-            {
+            if let Some(updates) = hello_admitted(&shared.access, &digest) {
                 shared.pacer().succeeded(place.ip);
-                return Some((send, control, digest));
+                return Some((send, control, digest, updates));
             }
             (
                 Refusal::BadCredential,
@@ -966,10 +960,6 @@ async fn serve(
     unauthenticated: Place,
     deadline: Instant,
 ) {
-    // r[impl forward.access.recheck]
-    // Subscribed before authenticating: an update made while this connection authenticates is
-    // seen by its first re-check.
-    let access_updates = shared.access.subscribe();
     // r[impl forward.stop]
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
     // it has no forward to announce, so it is closed with the reason at once.
@@ -994,7 +984,7 @@ async fn serve(
     };
     // r[impl forward.limits.unauthenticated+2]
     drop(unauthenticated);
-    let Some((send, mut control, credential)) = authenticated else {
+    let Some((send, mut control, credential, access_updates)) = authenticated else {
         return;
     };
     // r[impl forward.limits.per-credential+2]
@@ -1163,6 +1153,28 @@ enum Ending {
 
 /// What a connection whose credential was removed, and each of its forwards, is told.
 const REVOKED: &str = "the credential is no longer allowed by this node";
+
+/// Whether `digest` may authenticate by the credentials of the moment; if so, the subscription to
+/// later updates its connection re-checks itself by.
+///
+/// Decided by the very value the subscription has marked seen, so any update made after the
+/// decision (while the connection is still being let in, before its relay loop runs) is one the
+/// subscription reports as changed: a credential removed a moment after its Hello was accepted
+/// still ends its connection.
+// r[impl forward.access.update]
+// r[impl forward.access.revoked]
+fn hello_admitted(
+    access: &watch::Sender<Arc<Granted>>,
+    digest: &CredentialDigest,
+) -> Option<watch::Receiver<Arc<Granted>>> {
+    let mut updates = access.subscribe();
+    let allowed = updates
+        .borrow_and_update()
+        .credentials
+        .matching_digest(digest)
+        .is_some();
+    allowed.then_some(updates)
+}
 
 /// Waits for the next update of the node's credentials and allow-lists, and gives the receiver
 /// back for the wait after it.
@@ -1724,6 +1736,54 @@ async fn relay_replies(
 mod tests {
     use super::*;
     use crate::udp_io::tests::{refusal_pending, towards_closed_port};
+
+    fn granted(tokens: &[&str]) -> Arc<Granted> {
+        Arc::new(Granted::new(&Access {
+            credentials: tokens.iter().map(|t| Credential::new(*t)).collect(),
+            ..Access::default()
+        }))
+    }
+
+    // The window the relay loop cannot see for itself: between a Hello's acceptance and the
+    // loop's first wait, an update that removes the credential must still reach the connection.
+    // r[verify forward.access.revoked]
+    #[test]
+    fn an_update_made_after_a_hello_is_accepted_is_one_its_connection_sees() {
+        let (access, _) = watch::channel(granted(&["a-token", "b-token"]));
+        let digest = CredentialDigest::of(b"a-token");
+        let updates = hello_admitted(&access, &digest).expect("admitted");
+        assert!(
+            !updates.has_changed().expect("open"),
+            "nothing to re-check yet"
+        );
+        access.send_replace(granted(&["b-token"]));
+        assert!(
+            updates.has_changed().expect("open"),
+            "the removal is seen by the connection's first wait"
+        );
+        assert!(
+            updates
+                .borrow()
+                .credentials
+                .matching_digest(&digest)
+                .is_none(),
+            "and its re-check finds the credential gone"
+        );
+    }
+
+    // r[verify forward.access.update]
+    #[test]
+    fn a_hello_after_an_update_is_decided_by_it() {
+        let (access, _) = watch::channel(granted(&["a-token"]));
+        access.send_replace(granted(&["b-token"]));
+        assert!(hello_admitted(&access, &CredentialDigest::of(b"a-token")).is_none());
+        let updates =
+            hello_admitted(&access, &CredentialDigest::of(b"b-token")).expect("admitted");
+        assert!(
+            !updates.has_changed().expect("open"),
+            "the update it was decided by is not re-checked again"
+        );
+    }
 
     async fn send_one(socket: &UdpIo, payload: &[u8], reporter: &Reporter) -> Sent {
         let mut gather = Gather::default();
