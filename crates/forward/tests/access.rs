@@ -12,6 +12,7 @@ use common::*;
 use holdfast_forward::client::{self, ClientEvent};
 use holdfast_forward::control::{self, EndReason, FrameDecoder, Message, Refusal};
 use holdfast_forward::identity::SERVER_NAME;
+use holdfast_forward::transport::close_code;
 use holdfast_forward::wire::{FlowId, decode_datagram, encode_datagram};
 use holdfast_forward::{Access, AccessStats, AllowList, Credential, Server};
 
@@ -270,6 +271,49 @@ async fn a_connection_whose_token_was_removed_ends_and_is_refused_when_it_reconn
     );
     removed.stop().await;
     other.stop().await;
+}
+
+// What the node itself says to a revoked connection, on the wire: each forward's end, then the
+// revoked close with the reason.
+// r[verify forward.access.revoked]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_connection_is_told_each_end_and_closed_with_the_revoked_code() {
+    let target = echo().await;
+    let (_dir, server) = started(&[TOKEN, OTHER], &[target.addr]).await;
+    let mut raw = Raw::authenticated(&server).await;
+    assert_eq!(
+        raw.open(1, target.addr).await,
+        Message::Opened { forward: 1 }
+    );
+
+    server.update_access(access(&[OTHER], &[target.addr]));
+
+    match raw.next().await {
+        Message::Ended {
+            forward: 1,
+            reason: EndReason::NotAllowed,
+            message,
+        } => assert!(message.contains("credential"), "{message}"),
+        other => panic!("expected the forward's end, got {other:?}"),
+    }
+    let closed = tokio::time::timeout(WAIT, raw.conn.closed())
+        .await
+        .expect("closed in time");
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(
+                close.error_code,
+                quinn::VarInt::from_u32(close_code::REVOKED),
+                "{close:?}"
+            );
+            assert_eq!(
+                &close.reason[..],
+                b"the credential is no longer allowed by this node"
+            );
+        }
+        other => panic!("expected the node's close, got {other:?}"),
+    }
+    assert_eq!(server.access_stats().connections_ended, 1);
 }
 
 // r[verify forward.access.update]
