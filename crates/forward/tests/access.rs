@@ -58,6 +58,13 @@ struct Raw {
 
 impl Raw {
     async fn authenticated(server: &Server) -> Raw {
+        let (raw, answer) = Raw::hello(server, TOKEN).await;
+        assert_eq!(answer, Message::Welcome);
+        raw
+    }
+
+    /// A connection that has presented `token`: with the node's answer.
+    async fn hello(server: &Server, token: &str) -> (Raw, Message) {
         let (config, _) = client::quinn_client_config(server.fingerprint(), Duration::from_secs(5))
             .expect("client config");
         let endpoint = quinn::Endpoint::client(loopback()).expect("endpoint");
@@ -75,11 +82,11 @@ impl Raw {
             _endpoint: endpoint,
         };
         raw.request(Message::Hello {
-            credential: TOKEN.as_bytes().to_vec(),
+            credential: token.as_bytes().to_vec(),
         })
         .await;
-        assert_eq!(raw.next().await, Message::Welcome);
-        raw
+        let answer = raw.next().await;
+        (raw, answer)
     }
 
     async fn request(&mut self, message: Message) {
@@ -409,4 +416,60 @@ async fn narrowing_a_credentials_own_list_ends_only_its_forward() {
     assert_eq!(server.access_stats().forwards_ended, 1);
     plain.stop().await;
     scoped.stop().await;
+}
+
+// Sessions are counted by the credential itself (its digest), not by its place in the list: an
+// update that reorders the tokens charges no connection to another token, and one that removes a
+// token frees its places once its connection has ended.
+// r[verify forward.access.update]
+// r[verify forward.limits.per-credential+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_credential_bound_follows_each_token_across_a_reorder_and_a_removal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.credentials = vec![Credential::new(TOKEN), Credential::new(OTHER)];
+    config.max_per_credential = 1;
+    let server = holdfast_forward::start(config)
+        .await
+        .expect("server starts");
+    let (first, answer) = Raw::hello(&server, TOKEN).await;
+    assert_eq!(answer, Message::Welcome);
+
+    server.update_access(access(&[OTHER, TOKEN], &[]));
+
+    let (_second, answer) = Raw::hello(&server, TOKEN).await;
+    assert!(
+        matches!(
+            answer,
+            Message::Refused {
+                refusal: Refusal::TooManyConnections,
+                ..
+            }
+        ),
+        "still one place for the token, now second in the list: {answer:?}"
+    );
+    let (_other, answer) = Raw::hello(&server, OTHER).await;
+    assert_eq!(
+        answer,
+        Message::Welcome,
+        "the other token, now first, is not charged the first token's connection"
+    );
+
+    server.update_access(access(&[OTHER], &[]));
+    let closed = tokio::time::timeout(WAIT, first.conn.closed())
+        .await
+        .expect("the removed token's connection ends");
+    assert!(
+        matches!(&closed, quinn::ConnectionError::ApplicationClosed(close)
+            if close.error_code == quinn::VarInt::from_u32(close_code::REVOKED)),
+        "{closed:?}"
+    );
+    eventually("the removed token's place freed", || {
+        server.connections().authenticated == 1
+    })
+    .await;
+
+    server.update_access(access(&[OTHER, TOKEN], &[]));
+    let (_again, answer) = Raw::hello(&server, TOKEN).await;
+    assert_eq!(answer, Message::Welcome, "re-added, it has its place back");
 }
