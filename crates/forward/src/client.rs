@@ -761,7 +761,7 @@ fn connect_failed(events: &mpsc::UnboundedSender<ClientEvent>, err: &ConnectErro
 }
 
 /// Relays over one session until the connection ends (false) or the client is stopped (true).
-// r[impl forward.end]
+// r[impl forward.end+2]
 async fn relay(
     session: Session,
     opened: Vec<Arc<LocalForward>>,
@@ -872,7 +872,7 @@ async fn relay(
 
 /// How the node's close ends the forwards still open, with the node's reason, when its close says
 /// why: it is shutting down, or the connection's credential is no longer allowed.
-// r[impl forward.end]
+// r[impl forward.end+2]
 // r[impl forward.access.revoked]
 fn node_close(closed: &quinn::ConnectionError) -> Option<(EndReason, String)> {
     let quinn::ConnectionError::ApplicationClosed(close) = closed else {

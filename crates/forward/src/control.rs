@@ -591,10 +591,7 @@ mod tests {
             | EndReason::NotAllowed => true,
             EndReason::Unknown(_) => false,
         };
-        assert_eq!(
-            EndReason::ALL.iter().filter(|(r, _)| named(*r)).count(),
-            4
-        );
+        assert_eq!(EndReason::ALL.iter().filter(|(r, _)| named(*r)).count(), 4);
     }
 
     // r[verify forward.codec.end-codes]
@@ -624,9 +621,7 @@ mod tests {
             "{decoded:?}"
         );
         // The code survives a re-encoding.
-        let Ok(decoded) = decoded else {
-            unreachable!()
-        };
+        let Ok(decoded) = decoded else { unreachable!() };
         assert_eq!(encode(&decoded), frame);
     }
 

@@ -565,7 +565,7 @@ impl Server {
 
     /// The forwards active now, by connection and forward id. A forward is listed from the moment
     /// it is opened until it ends, whatever ended it.
-    // r[impl forward.end]
+    // r[impl forward.end+2]
     pub fn forwards(&self) -> Vec<ForwardInfo> {
         self.shared
             .listing()
@@ -1086,7 +1086,7 @@ async fn serve(
             },
         }
     };
-    let forwards = std::mem::take(&mut relay.forwards);
+    let open: Vec<u32> = relay.forwards.keys().copied().collect();
     let reason = match &ended {
         Ending::Stopped(_) => EndReason::ShuttingDown,
         Ending::Revoked => EndReason::NotAllowed,
@@ -1099,10 +1099,8 @@ async fn serve(
         Ending::Revoked => REVOKED.to_owned(),
         Ending::Lost(err) => err.to_string(),
     };
-    for (forward, state) in forwards {
-        shared.listing().remove(&(id, forward));
-        state.reporter.stats().set_last_error(&text);
-        state.end();
+    for forward in open {
+        relay.end_forward(forward, &text);
         // The client is told why (when the connection can still carry it).
         let _ = writer.try_send(Message::Ended {
             forward,
@@ -1211,6 +1209,18 @@ impl Relay {
     /// queue; waiting for room must not keep the relay from seeing a stop, so once the node is
     /// stopping the answer is dropped (the stop's own announcement follows).
     // r[impl forward.stop]
+    /// Ends `forward` on the node, if it is open: out of the listing of active forwards, `why`
+    /// kept as its last error, its flows stopped. Telling the client is the caller's, which knows
+    /// whether it may wait on the control stream.
+    // r[impl forward.end+2]
+    fn end_forward(&mut self, forward: u32, why: &str) {
+        if let Some(state) = self.forwards.remove(&forward) {
+            self.shared.listing().remove(&(self.id, forward));
+            state.reporter.stats().set_last_error(why);
+            state.end();
+        }
+    }
+
     async fn reply(&self, message: Message) {
         let mut stopping = self.shutdown.clone();
         tokio::select! {
@@ -1223,14 +1233,12 @@ impl Relay {
         match message {
             Message::Open { forward, target } => self.open(forward, target).await,
             Message::Close { forward } => {
-                if let Some(state) = self.forwards.remove(&forward) {
-                    self.shared.listing().remove(&(self.id, forward));
-                    state.end();
-                }
+                let message = "closed by the client";
+                self.end_forward(forward, message);
                 self.reply(Message::Ended {
                     forward,
                     reason: EndReason::Closed,
-                    message: "closed by the client".into(),
+                    message: message.into(),
                 })
                 .await;
             }
@@ -1284,23 +1292,15 @@ impl Relay {
             return false;
         }
         let list = access.grants.list_for_digest(&self.credential);
-        let ended: Vec<u32> = self
+        let ended: Vec<(u32, SocketAddr)> = self
             .forwards
             .iter()
             .filter(|(_, state)| !list.allows(&state.target))
-            .map(|(forward, _)| *forward)
+            .map(|(forward, state)| (*forward, state.target))
             .collect();
-        for forward in ended {
-            let Some(state) = self.forwards.remove(&forward) else {
-                continue;
-            };
-            self.shared.listing().remove(&(self.id, forward));
-            let message = format!(
-                "target {} is no longer in this node's allow-list",
-                state.target
-            );
-            state.reporter.stats().set_last_error(&message);
-            state.end();
+        for (forward, target) in ended {
+            let message = format!("target {target} is no longer in this node's allow-list");
+            self.end_forward(forward, &message);
             self.shared
                 .access_counters
                 .forwards_ended
@@ -1777,8 +1777,7 @@ mod tests {
         let (access, _) = watch::channel(granted(&["a-token"]));
         access.send_replace(granted(&["b-token"]));
         assert!(hello_admitted(&access, &CredentialDigest::of(b"a-token")).is_none());
-        let updates =
-            hello_admitted(&access, &CredentialDigest::of(b"b-token")).expect("admitted");
+        let updates = hello_admitted(&access, &CredentialDigest::of(b"b-token")).expect("admitted");
         assert!(
             !updates.has_changed().expect("open"),
             "the update it was decided by is not re-checked again"
