@@ -1205,10 +1205,6 @@ struct Relay {
 }
 
 impl Relay {
-    /// Queues an answer for the client. A client that does not read its control stream fills the
-    /// queue; waiting for room must not keep the relay from seeing a stop, so once the node is
-    /// stopping the answer is dropped (the stop's own announcement follows).
-    // r[impl forward.stop]
     /// Ends `forward` on the node, if it is open: out of the listing of active forwards, `why`
     /// kept as its last error, its flows stopped. Telling the client is the caller's, which knows
     /// whether it may wait on the control stream.
@@ -1221,6 +1217,10 @@ impl Relay {
         }
     }
 
+    /// Queues an answer for the client. A client that does not read its control stream fills the
+    /// queue; waiting for room must not keep the relay from seeing a stop, so once the node is
+    /// stopping the answer is dropped (the stop's own announcement follows).
+    // r[impl forward.stop]
     async fn reply(&self, message: Message) {
         let mut stopping = self.shutdown.clone();
         tokio::select! {
