@@ -761,7 +761,7 @@ fn connect_failed(events: &mpsc::UnboundedSender<ClientEvent>, err: &ConnectErro
 }
 
 /// Relays over one session until the connection ends (false) or the client is stopped (true).
-// r[impl forward.end]
+// r[impl forward.end+2]
 async fn relay(
     session: Session,
     opened: Vec<Arc<LocalForward>>,
@@ -839,14 +839,14 @@ async fn relay(
         task.abort();
     }
     reader.abort();
-    // A node that closed the connection because it is shutting down said so in its close, even
-    // when its `Ended` messages did not arrive first (a full queue, or the close overtaking them
-    // on the way to this loop).
-    let shutdown = closed_by.as_ref().and_then(node_shutdown);
+    // A node that closed the connection because it is shutting down, or because its credential
+    // is no longer allowed, said so in its close, even when its `Ended` messages did not arrive
+    // first (a full queue, or the close overtaking them on the way to this loop).
+    let said = closed_by.as_ref().and_then(node_close);
     for forward in open {
-        let (reason, message) = match (&shutdown, stopped) {
+        let (reason, message) = match (&said, stopped) {
             (_, true) => (EndReason::Closed, "the client stopped".to_owned()),
-            (Some(why), false) => (EndReason::ShuttingDown, why.clone()),
+            (Some((reason, why)), false) => (*reason, why.clone()),
             (None, false) => (
                 EndReason::ConnectionLost,
                 format!("the connection was lost: {error}"),
@@ -870,17 +870,22 @@ async fn relay(
     stopped
 }
 
-/// The node's reason, when it closed the connection because it is shutting down.
-// r[impl forward.end]
-fn node_shutdown(closed: &quinn::ConnectionError) -> Option<String> {
-    match closed {
-        quinn::ConnectionError::ApplicationClosed(close)
-            if close.error_code == quinn::VarInt::from_u32(close_code::SHUTDOWN) =>
-        {
-            Some(String::from_utf8_lossy(&close.reason).into_owned())
-        }
-        _ => None,
-    }
+/// How the node's close ends the forwards still open, with the node's reason, when its close says
+/// why: it is shutting down, or the connection's credential is no longer allowed.
+// r[impl forward.end+2]
+// r[impl forward.access.revoked]
+fn node_close(closed: &quinn::ConnectionError) -> Option<(EndReason, String)> {
+    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
+        return None;
+    };
+    let reason = if close.error_code == quinn::VarInt::from_u32(close_code::SHUTDOWN) {
+        EndReason::ShuttingDown
+    } else if close.error_code == quinn::VarInt::from_u32(close_code::REVOKED) {
+        EndReason::NotAllowed
+    } else {
+        return None;
+    };
+    Some((reason, String::from_utf8_lossy(&close.reason).into_owned()))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -41,8 +41,12 @@ pub enum Refusal {
 }
 
 /// Why a forward ended.
+///
+/// Non-exhaustive: a later node may end forwards for reasons this one does not name, which decode
+/// as [`Unknown`](EndReason::Unknown) (`r[forward.codec.end-codes]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EndReason {
     /// The client closed it.
     Closed,
@@ -53,6 +57,9 @@ pub enum EndReason {
     /// The node's allow-lists, after a live update, no longer allow its target, or its
     /// connection's credential is no longer allowed.
     NotAllowed,
+    /// A reason code this build does not know (from a later node); the forward has ended all the
+    /// same, and the node's text says why.
+    Unknown(u8),
 }
 
 /// One control message. Its `Debug` never shows a credential, so logging a message cannot leak
@@ -213,23 +220,35 @@ impl Refusal {
 }
 
 impl EndReason {
+    /// Every reason this build names, with its wire code: the one list both directions of the
+    /// codec (and its tests) are derived from.
+    const ALL: [(EndReason, u8); 4] = [
+        (EndReason::Closed, 1),
+        (EndReason::ShuttingDown, 2),
+        (EndReason::ConnectionLost, 3),
+        (EndReason::NotAllowed, 4),
+    ];
+
+    // Exhaustive, so a new reason cannot be added without its code; the test
+    // `every_named_end_reason_is_in_the_one_list` keeps `ALL` in step with it.
     fn code(self) -> u8 {
         match self {
             EndReason::Closed => 1,
             EndReason::ShuttingDown => 2,
             EndReason::ConnectionLost => 3,
             EndReason::NotAllowed => 4,
+            EndReason::Unknown(code) => code,
         }
     }
 
-    fn from_code(code: u8) -> Option<Self> {
-        Some(match code {
-            1 => EndReason::Closed,
-            2 => EndReason::ShuttingDown,
-            3 => EndReason::ConnectionLost,
-            4 => EndReason::NotAllowed,
-            _ => return None,
-        })
+    // r[impl forward.codec.end-codes]
+    // Total: an unknown code still ends the forward, where dropping the frame as malformed would
+    // leave the client holding a forward the node has ended.
+    fn from_code(code: u8) -> Self {
+        Self::ALL
+            .iter()
+            .find(|(_, c)| *c == code)
+            .map_or(EndReason::Unknown(code), |(reason, _)| *reason)
     }
 }
 
@@ -406,7 +425,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
         },
         ENDED => Message::Ended {
             forward: r.u32()?,
-            reason: EndReason::from_code(r.u8()?).ok_or(FrameError::Malformed("end code"))?,
+            reason: EndReason::from_code(r.u8()?),
             message: r.text()?,
         },
         STATUS => Message::Status {
@@ -471,7 +490,15 @@ mod tests {
     }
 
     fn end_reason() -> impl Strategy<Value = EndReason> {
-        (1u8..=4).prop_map(|c| EndReason::from_code(c).expect("valid code"))
+        let known: Vec<EndReason> = EndReason::ALL.iter().map(|(reason, _)| *reason).collect();
+        prop_oneof![
+            proptest::sample::select(known),
+            any::<u8>()
+                .prop_filter("a code no reason names", |c| {
+                    EndReason::ALL.iter().all(|(_, code)| code != c)
+                })
+                .prop_map(EndReason::Unknown),
+        ]
     }
 
     fn message() -> impl Strategy<Value = Message> {
@@ -546,6 +573,56 @@ mod tests {
             format!("{:?}", Message::Opened { forward: 3 }),
             "Opened { forward: 3 }"
         );
+    }
+
+    // r[verify forward.codec.end-codes]
+    #[test]
+    fn every_named_end_reason_is_in_the_one_list() {
+        for (reason, code) in EndReason::ALL {
+            assert_eq!(reason.code(), code, "{reason:?}");
+            assert_eq!(EndReason::from_code(code), reason);
+        }
+        // Listing each reason in a match without a wildcard fails to build when one is added,
+        // pointing here to add it to `ALL` too.
+        let named = |r: EndReason| match r {
+            EndReason::Closed
+            | EndReason::ShuttingDown
+            | EndReason::ConnectionLost
+            | EndReason::NotAllowed => true,
+            EndReason::Unknown(_) => false,
+        };
+        assert_eq!(EndReason::ALL.iter().filter(|(r, _)| named(*r)).count(), 4);
+    }
+
+    // r[verify forward.codec.end-codes]
+    #[test]
+    fn an_end_with_a_code_this_decoder_does_not_know_still_ends_its_forward() {
+        let mut frame = encode(&Message::Ended {
+            forward: 7,
+            reason: EndReason::NotAllowed,
+            message: "a later reason".to_owned(),
+        });
+        // length(4) | version | type | forward(4) | code
+        assert_eq!(frame[10], 4, "the end code's place");
+        frame[10] = 0xee;
+        let decoded = decode_body(&frame[4..]);
+        assert!(
+            matches!(&decoded, Ok(Message::Ended { forward: 7, message, .. }) if message == "a later reason"),
+            "{decoded:?}"
+        );
+        assert!(
+            matches!(
+                decoded,
+                Ok(Message::Ended {
+                    reason: EndReason::Unknown(0xee),
+                    ..
+                })
+            ),
+            "{decoded:?}"
+        );
+        // The code survives a re-encoding.
+        let Ok(decoded) = decoded else { unreachable!() };
+        assert_eq!(encode(&decoded), frame);
     }
 
     // r[verify forward.codec.malformed]

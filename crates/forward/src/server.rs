@@ -565,7 +565,7 @@ impl Server {
 
     /// The forwards active now, by connection and forward id. A forward is listed from the moment
     /// it is opened until it ends, whatever ended it.
-    // r[impl forward.end]
+    // r[impl forward.end+2]
     pub fn forwards(&self) -> Vec<ForwardInfo> {
         self.shared
             .listing()
@@ -868,6 +868,7 @@ async fn authenticate(
     quinn::SendStream,
     mpsc::Receiver<Result<Message, RelayError>>,
     CredentialDigest,
+    watch::Receiver<Arc<Granted>>,
 )> {
     // One deadline for the whole of it (from the first packet): opening the stream late does not
     // buy a second timeout.
@@ -909,16 +910,9 @@ async fn authenticate(
     let (refusal, message, paced) = match first {
         Ok(Some(Ok(Message::Hello { credential }))) => {
             let digest = CredentialDigest::of(&credential);
-            // r[impl forward.access.update]
-            // The credentials now: an update that returned before this Hello decides it.
-            if shared
-                .access()
-                .credentials
-                .matching_digest(&digest)
-                .is_some()
-            {
+            if let Some(updates) = hello_admitted(&shared.access, &digest) {
                 shared.pacer().succeeded(place.ip);
-                return Some((send, control, digest));
+                return Some((send, control, digest, updates));
             }
             (
                 Refusal::BadCredential,
@@ -966,10 +960,6 @@ async fn serve(
     unauthenticated: Place,
     deadline: Instant,
 ) {
-    // r[impl forward.access.recheck]
-    // Subscribed before authenticating: an update made while this connection authenticates is
-    // seen by its first re-check.
-    let access_updates = shared.access.subscribe();
     // r[impl forward.stop]
     // A stop does not wait out the authentication timeout of a client that has not authenticated:
     // it has no forward to announce, so it is closed with the reason at once.
@@ -994,7 +984,7 @@ async fn serve(
     };
     // r[impl forward.limits.unauthenticated+2]
     drop(unauthenticated);
-    let Some((send, mut control, credential)) = authenticated else {
+    let Some((send, mut control, credential, access_updates)) = authenticated else {
         return;
     };
     // r[impl forward.limits.per-credential+2]
@@ -1096,7 +1086,7 @@ async fn serve(
             },
         }
     };
-    let forwards = std::mem::take(&mut relay.forwards);
+    let open: Vec<u32> = relay.forwards.keys().copied().collect();
     let reason = match &ended {
         Ending::Stopped(_) => EndReason::ShuttingDown,
         Ending::Revoked => EndReason::NotAllowed,
@@ -1109,10 +1099,8 @@ async fn serve(
         Ending::Revoked => REVOKED.to_owned(),
         Ending::Lost(err) => err.to_string(),
     };
-    for (forward, state) in forwards {
-        shared.listing().remove(&(id, forward));
-        state.reporter.stats().set_last_error(&text);
-        state.end();
+    for forward in open {
+        relay.end_forward(forward, &text);
         // The client is told why (when the connection can still carry it).
         let _ = writer.try_send(Message::Ended {
             forward,
@@ -1141,7 +1129,7 @@ async fn serve(
             let _ =
                 tokio::time::timeout(linger_until(stopping, Duration::from_secs(2)), writer_task)
                     .await;
-            conn.close(close_code::REFUSED.into(), text.as_bytes());
+            conn.close(close_code::REVOKED.into(), text.as_bytes());
         }
         Ending::Lost(err) => {
             tracing::info!(connection = id, %client, error = %err, "forward: connection ended");
@@ -1163,6 +1151,28 @@ enum Ending {
 
 /// What a connection whose credential was removed, and each of its forwards, is told.
 const REVOKED: &str = "the credential is no longer allowed by this node";
+
+/// Whether `digest` may authenticate by the credentials of the moment; if so, the subscription to
+/// later updates its connection re-checks itself by.
+///
+/// Decided by the very value the subscription has marked seen, so any update made after the
+/// decision (while the connection is still being let in, before its relay loop runs) is one the
+/// subscription reports as changed: a credential removed a moment after its Hello was accepted
+/// still ends its connection.
+// r[impl forward.access.update]
+// r[impl forward.access.revoked]
+fn hello_admitted(
+    access: &watch::Sender<Arc<Granted>>,
+    digest: &CredentialDigest,
+) -> Option<watch::Receiver<Arc<Granted>>> {
+    let mut updates = access.subscribe();
+    let allowed = updates
+        .borrow_and_update()
+        .credentials
+        .matching_digest(digest)
+        .is_some();
+    allowed.then_some(updates)
+}
 
 /// Waits for the next update of the node's credentials and allow-lists, and gives the receiver
 /// back for the wait after it.
@@ -1195,6 +1205,18 @@ struct Relay {
 }
 
 impl Relay {
+    /// Ends `forward` on the node, if it is open: out of the listing of active forwards, `why`
+    /// kept as its last error, its flows stopped. Telling the client is the caller's, which knows
+    /// whether it may wait on the control stream.
+    // r[impl forward.end+2]
+    fn end_forward(&mut self, forward: u32, why: &str) {
+        if let Some(state) = self.forwards.remove(&forward) {
+            self.shared.listing().remove(&(self.id, forward));
+            state.reporter.stats().set_last_error(why);
+            state.end();
+        }
+    }
+
     /// Queues an answer for the client. A client that does not read its control stream fills the
     /// queue; waiting for room must not keep the relay from seeing a stop, so once the node is
     /// stopping the answer is dropped (the stop's own announcement follows).
@@ -1211,14 +1233,12 @@ impl Relay {
         match message {
             Message::Open { forward, target } => self.open(forward, target).await,
             Message::Close { forward } => {
-                if let Some(state) = self.forwards.remove(&forward) {
-                    self.shared.listing().remove(&(self.id, forward));
-                    state.end();
-                }
+                let message = "closed by the client";
+                self.end_forward(forward, message);
                 self.reply(Message::Ended {
                     forward,
                     reason: EndReason::Closed,
-                    message: "closed by the client".into(),
+                    message: message.into(),
                 })
                 .await;
             }
@@ -1272,23 +1292,15 @@ impl Relay {
             return false;
         }
         let list = access.grants.list_for_digest(&self.credential);
-        let ended: Vec<u32> = self
+        let ended: Vec<(u32, SocketAddr)> = self
             .forwards
             .iter()
             .filter(|(_, state)| !list.allows(&state.target))
-            .map(|(forward, _)| *forward)
+            .map(|(forward, state)| (*forward, state.target))
             .collect();
-        for forward in ended {
-            let Some(state) = self.forwards.remove(&forward) else {
-                continue;
-            };
-            self.shared.listing().remove(&(self.id, forward));
-            let message = format!(
-                "target {} is no longer in this node's allow-list",
-                state.target
-            );
-            state.reporter.stats().set_last_error(&message);
-            state.end();
+        for (forward, target) in ended {
+            let message = format!("target {target} is no longer in this node's allow-list");
+            self.end_forward(forward, &message);
             self.shared
                 .access_counters
                 .forwards_ended
@@ -1724,6 +1736,53 @@ async fn relay_replies(
 mod tests {
     use super::*;
     use crate::udp_io::tests::{refusal_pending, towards_closed_port};
+
+    fn granted(tokens: &[&str]) -> Arc<Granted> {
+        Arc::new(Granted::new(&Access {
+            credentials: tokens.iter().map(|t| Credential::new(*t)).collect(),
+            ..Access::default()
+        }))
+    }
+
+    // The window the relay loop cannot see for itself: between a Hello's acceptance and the
+    // loop's first wait, an update that removes the credential must still reach the connection.
+    // r[verify forward.access.revoked]
+    #[test]
+    fn an_update_made_after_a_hello_is_accepted_is_one_its_connection_sees() {
+        let (access, _) = watch::channel(granted(&["a-token", "b-token"]));
+        let digest = CredentialDigest::of(b"a-token");
+        let updates = hello_admitted(&access, &digest).expect("admitted");
+        assert!(
+            !updates.has_changed().expect("open"),
+            "nothing to re-check yet"
+        );
+        access.send_replace(granted(&["b-token"]));
+        assert!(
+            updates.has_changed().expect("open"),
+            "the removal is seen by the connection's first wait"
+        );
+        assert!(
+            updates
+                .borrow()
+                .credentials
+                .matching_digest(&digest)
+                .is_none(),
+            "and its re-check finds the credential gone"
+        );
+    }
+
+    // r[verify forward.access.update]
+    #[test]
+    fn a_hello_after_an_update_is_decided_by_it() {
+        let (access, _) = watch::channel(granted(&["a-token"]));
+        access.send_replace(granted(&["b-token"]));
+        assert!(hello_admitted(&access, &CredentialDigest::of(b"a-token")).is_none());
+        let updates = hello_admitted(&access, &CredentialDigest::of(b"b-token")).expect("admitted");
+        assert!(
+            !updates.has_changed().expect("open"),
+            "the update it was decided by is not re-checked again"
+        );
+    }
 
     async fn send_one(socket: &UdpIo, payload: &[u8], reporter: &Reporter) -> Sent {
         let mut gather = Gather::default();

@@ -19,6 +19,9 @@ pub mod close_code {
     pub const PROTOCOL: u32 = 3;
     /// The client closed the connection.
     pub const CLIENT_DONE: u32 = 4;
+    /// An update no longer allows the connection's credential (`r[forward.access.revoked]`); a
+    /// code of its own, because [`REFUSED`] also closes clients refused before authenticating.
+    pub const REVOKED: u32 = 5;
 }
 
 /// What a peer may send on the stream it opens (the control stream) before the other end has read

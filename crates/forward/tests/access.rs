@@ -10,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use holdfast_forward::client::{self, ClientEvent};
-use holdfast_forward::control::{self, EndReason, FrameDecoder, Message, Refusal};
-use holdfast_forward::identity::SERVER_NAME;
+use holdfast_forward::control::{EndReason, Message, Refusal};
+use holdfast_forward::transport::close_code;
 use holdfast_forward::wire::{FlowId, decode_datagram, encode_datagram};
 use holdfast_forward::{Access, AccessStats, AllowList, Credential, Server};
 
@@ -45,68 +45,27 @@ async fn started(tokens: &[&str], allow: &[SocketAddr]) -> (tempfile::TempDir, S
     (dir, server)
 }
 
-/// A hand-driven, authenticated peer on a bare quinn connection: it can open forwards whenever
-/// it likes, which the client opens only when it connects.
-struct Raw {
-    conn: quinn::Connection,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    decoder: FrameDecoder,
-    _endpoint: quinn::Endpoint,
-}
-
+// Test harness code: a broken setup should stop the test loudly.
 impl Raw {
-    async fn authenticated(server: &Server) -> Raw {
-        let (config, _) = client::quinn_client_config(server.fingerprint(), Duration::from_secs(5))
-            .expect("client config");
-        let endpoint = quinn::Endpoint::client(loopback()).expect("endpoint");
-        let conn = endpoint
-            .connect_with(config, server.local_addr().expect("addr"), SERVER_NAME)
-            .expect("connect")
-            .await
-            .expect("handshake");
-        let (send, recv) = conn.open_bi().await.expect("control stream");
-        let mut raw = Raw {
-            conn,
-            send,
-            recv,
-            decoder: FrameDecoder::new(),
-            _endpoint: endpoint,
-        };
-        raw.request(Message::Hello {
-            credential: TOKEN.as_bytes().to_vec(),
-        })
-        .await;
-        assert_eq!(raw.next().await, Message::Welcome);
-        raw
-    }
-
-    async fn request(&mut self, message: Message) {
-        self.send
-            .write_all(&control::encode(&message))
-            .await
-            .expect("write");
-    }
-
-    async fn next(&mut self) -> Message {
-        let mut buf = [0u8; 4096];
-        loop {
-            if let Some(next) = self.decoder.next_message() {
-                return next.expect("well-formed frame from the node");
-            }
-            let n = tokio::time::timeout(WAIT, self.recv.read(&mut buf))
-                .await
-                .expect("answer in time")
-                .expect("read")
-                .expect("stream open");
-            self.decoder.push(&buf[..n]);
-        }
-    }
-
     /// Opens `forward` to `target`: the node's answer.
     async fn open(&mut self, forward: u32, target: SocketAddr) -> Message {
         self.request(Message::Open { forward, target }).await;
         self.next().await
+    }
+
+    /// Sends `payload` on `forward` once and waits for its echo: a datagram lost anywhere fails
+    /// the test.
+    async fn echoed_once(&self, forward: u32, payload: &[u8]) {
+        let id = FlowId { forward, flow: 1 };
+        self.conn
+            .send_datagram(Bytes::from(encode_datagram(id, payload)))
+            .expect("send datagram");
+        let reply = tokio::time::timeout(WAIT, self.conn.read_datagram())
+            .await
+            .unwrap_or_else(|_| panic!("datagram {payload:?} lost"))
+            .expect("connection open");
+        let (from, echoed) = decode_datagram(&reply).expect("a well-formed datagram");
+        assert_eq!((from, echoed), (id, payload));
     }
 
     /// Sends `payload` on `forward` until the echo comes back (UDP may lose one); whether it did.
@@ -129,6 +88,7 @@ impl Raw {
 }
 
 // r[verify forward.access.recheck]
+// r[verify forward.end+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_whose_target_is_no_longer_allowed_ends_and_the_other_keeps_relaying() {
     let (removed, kept) = (echo().await, echo().await);
@@ -272,6 +232,49 @@ async fn a_connection_whose_token_was_removed_ends_and_is_refused_when_it_reconn
     other.stop().await;
 }
 
+// What the node itself says to a revoked connection, on the wire: each forward's end, then the
+// revoked close with the reason.
+// r[verify forward.access.revoked]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_connection_is_told_each_end_and_closed_with_the_revoked_code() {
+    let target = echo().await;
+    let (_dir, server) = started(&[TOKEN, OTHER], &[target.addr]).await;
+    let mut raw = Raw::authenticated(&server).await;
+    assert_eq!(
+        raw.open(1, target.addr).await,
+        Message::Opened { forward: 1 }
+    );
+
+    server.update_access(access(&[OTHER], &[target.addr]));
+
+    match raw.next().await {
+        Message::Ended {
+            forward: 1,
+            reason: EndReason::NotAllowed,
+            message,
+        } => assert!(message.contains("credential"), "{message}"),
+        other => panic!("expected the forward's end, got {other:?}"),
+    }
+    let closed = tokio::time::timeout(WAIT, raw.conn.closed())
+        .await
+        .expect("closed in time");
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(
+                close.error_code,
+                quinn::VarInt::from_u32(close_code::REVOKED),
+                "{close:?}"
+            );
+            assert_eq!(
+                &close.reason[..],
+                b"the credential is no longer allowed by this node"
+            );
+        }
+        other => panic!("expected the node's close, got {other:?}"),
+    }
+    assert_eq!(server.access_stats().connections_ended, 1);
+}
+
 // r[verify forward.access.update]
 // r[verify forward.access.recheck]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,12 +286,16 @@ async fn an_update_that_changes_nothing_disturbs_nothing() {
         raw.open(1, target.addr).await,
         Message::Opened { forward: 1 }
     );
-    assert!(raw.round_trip(1, b"before").await);
+    // Each datagram is sent once, so one an update dropped (anywhere) is seen.
+    raw.echoed_once(1, b"before").await;
     let same = access(&[TOKEN], &[target.addr]);
     for i in 0..3u8 {
         server.update_access(same.clone());
-        assert!(raw.round_trip(1, &[b'x', i]).await, "datagrams flow on");
+        for j in 0..10u8 {
+            raw.echoed_once(1, &[b'x', i, j]).await;
+        }
     }
+    let sent = 1 + 3 * 10;
     // Updates are seen before the next request, so the answer to this one comes after anything
     // they made the node say: no `Ended` comes first.
     match raw.open(2, outside.addr).await {
@@ -308,6 +315,14 @@ async fn an_update_that_changes_nothing_disturbs_nothing() {
         "nothing dropped"
     );
     assert_eq!(listed[0].stats.last_error, None);
+    assert_eq!(
+        (
+            listed[0].stats.to_target_datagrams,
+            listed[0].stats.from_target_datagrams
+        ),
+        (sent, sent),
+        "every datagram relayed each way, once"
+    );
     assert_eq!(
         server.access_stats(),
         AccessStats {
@@ -365,4 +380,60 @@ async fn narrowing_a_credentials_own_list_ends_only_its_forward() {
     assert_eq!(server.access_stats().forwards_ended, 1);
     plain.stop().await;
     scoped.stop().await;
+}
+
+// Sessions are counted by the credential itself (its digest), not by its place in the list: an
+// update that reorders the tokens charges no connection to another token, and one that removes a
+// token frees its places once its connection has ended.
+// r[verify forward.access.update]
+// r[verify forward.limits.per-credential+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_credential_bound_follows_each_token_across_a_reorder_and_a_removal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = server_config(dir.path(), loopback());
+    config.credentials = vec![Credential::new(TOKEN), Credential::new(OTHER)];
+    config.max_per_credential = 1;
+    let server = holdfast_forward::start(config)
+        .await
+        .expect("server starts");
+    let (first, answer) = Raw::hello(&server, TOKEN).await;
+    assert_eq!(answer, Message::Welcome);
+
+    server.update_access(access(&[OTHER, TOKEN], &[]));
+
+    let (_second, answer) = Raw::hello(&server, TOKEN).await;
+    assert!(
+        matches!(
+            answer,
+            Message::Refused {
+                refusal: Refusal::TooManyConnections,
+                ..
+            }
+        ),
+        "still one place for the token, now second in the list: {answer:?}"
+    );
+    let (_other, answer) = Raw::hello(&server, OTHER).await;
+    assert_eq!(
+        answer,
+        Message::Welcome,
+        "the other token, now first, is not charged the first token's connection"
+    );
+
+    server.update_access(access(&[OTHER], &[]));
+    let closed = tokio::time::timeout(WAIT, first.conn.closed())
+        .await
+        .expect("the removed token's connection ends");
+    assert!(
+        matches!(&closed, quinn::ConnectionError::ApplicationClosed(close)
+            if close.error_code == quinn::VarInt::from_u32(close_code::REVOKED)),
+        "{closed:?}"
+    );
+    eventually("the removed token's place freed", || {
+        server.connections().authenticated == 1
+    })
+    .await;
+
+    server.update_access(access(&[OTHER, TOKEN], &[]));
+    let (_again, answer) = Raw::hello(&server, TOKEN).await;
+    assert_eq!(answer, Message::Welcome, "re-added, it has its place back");
 }

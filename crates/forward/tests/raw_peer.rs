@@ -10,51 +10,9 @@ use common::*;
 use holdfast_forward::control::{self, FrameDecoder, Message, Refusal};
 use holdfast_forward::identity::SERVER_NAME;
 
-struct Raw {
-    conn: quinn::Connection,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    decoder: FrameDecoder,
-    _endpoint: quinn::Endpoint,
-}
-
 // Test harness code: a broken setup should stop the test loudly.
 #[allow(clippy::expect_used)]
 impl Raw {
-    async fn connect(server: &holdfast_forward::Server) -> Raw {
-        Raw::connect_with(server, |_| {}).await
-    }
-
-    /// The same, on the client's transport settings as `adjust` changed them.
-    async fn connect_with(
-        server: &holdfast_forward::Server,
-        adjust: impl FnOnce(&mut quinn::TransportConfig),
-    ) -> Raw {
-        let idle = Duration::from_secs(5);
-        let (mut config, _) =
-            holdfast_forward::client::quinn_client_config(server.fingerprint(), idle)
-                .expect("client config");
-        let mut transport =
-            std::sync::Arc::try_unwrap(holdfast_forward::transport::transport_config(idle))
-                .expect("a configuration of our own");
-        adjust(&mut transport);
-        config.transport_config(std::sync::Arc::new(transport));
-        let endpoint = quinn::Endpoint::client(loopback()).expect("endpoint");
-        let conn = endpoint
-            .connect_with(config, server.local_addr().expect("addr"), SERVER_NAME)
-            .expect("connect")
-            .await
-            .expect("handshake");
-        let (send, recv) = conn.open_bi().await.expect("control stream");
-        Raw {
-            conn,
-            send,
-            recv,
-            decoder: FrameDecoder::new(),
-            _endpoint: endpoint,
-        }
-    }
-
     /// An authenticated connection that has sent 5 000 requests whose answers (165 KB of
     /// `Ended`) it never reads: more than its stream window and the node's queue together,
     /// so the node's answers back up. The window is small (64 KiB): with quinn's 1.25 MB, this
@@ -74,25 +32,6 @@ impl Raw {
         let burst = control::encode(&Message::Close { forward: 9 }).repeat(5_000);
         raw.send_frame(&burst).await;
         raw
-    }
-
-    async fn send_frame(&mut self, bytes: &[u8]) {
-        self.send.write_all(bytes).await.expect("write");
-    }
-
-    async fn next(&mut self) -> Message {
-        let mut buf = [0u8; 4096];
-        loop {
-            if let Some(next) = self.decoder.next_message() {
-                return next.expect("well-formed frame from the node");
-            }
-            let n = tokio::time::timeout(WAIT, self.recv.read(&mut buf))
-                .await
-                .expect("answer in time")
-                .expect("read")
-                .expect("stream open");
-            self.decoder.push(&buf[..n]);
-        }
     }
 }
 
@@ -297,7 +236,7 @@ async fn open_then_close(
     endpoint
 }
 
-// r[verify forward.end]
+// r[verify forward.end+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_still_announced_as_such()
  {
@@ -317,7 +256,29 @@ async fn a_node_that_closes_for_shutdown_before_its_ended_messages_arrive_is_sti
     drop(node.await.expect("node"));
 }
 
-// r[verify forward.end]
+// r[verify forward.end+2]
+// r[verify forward.access.revoked]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_closes_for_a_revoked_credential_before_its_ended_messages_arrive_ends_the_forward_as_not_allowed()
+ {
+    use holdfast_forward::control::EndReason;
+
+    // The revocation's close overtaking (or replacing) its `Ended` messages: the client still
+    // reports the forward as not allowed, with the node's reason, not as a lost connection.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (client, node, forward, reason, message) = ended_by_a_node_close(
+        dir.path(),
+        holdfast_forward::transport::close_code::REVOKED,
+        b"the credential is no longer allowed by this node",
+    )
+    .await;
+    assert_eq!((forward, reason), (1, EndReason::NotAllowed), "{message}");
+    assert!(message.contains("no longer allowed"), "{message}");
+    client.stop().await;
+    drop(node.await.expect("node"));
+}
+
+// r[verify forward.end+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_with_another_code_has_lost_the_connection_and_the_forward_records_it() {
     use holdfast_forward::control::EndReason;

@@ -468,7 +468,7 @@ async fn a_node_with_another_identity_is_refused_by_the_pin() {
     assert!(server.forwards().is_empty());
 }
 
-// r[verify forward.end]
+// r[verify forward.end+2]
 // r[verify forward.stop]
 // r[verify forward.reconnect]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,7 +552,7 @@ fn first_fingerprint(dir: &std::path::Path) -> Fingerprint {
         .unwrap_or_else(|err| panic!("identity: {err}"))
 }
 
-// r[verify forward.end]
+// r[verify forward.end+2]
 // r[verify forward.reconnect]
 // i[verify forward.relay.resilience]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -439,6 +439,18 @@ pub async fn run(args: UdpArgs) -> u8 {
                                 args.target
                             )));
                         }
+                        // An update of the node's lists ended the forward: reconnecting would
+                        // only be refused again.
+                        ClientEvent::Ended {
+                            reason: holdfast_forward::control::EndReason::NotAllowed,
+                            message,
+                            ..
+                        } => {
+                            break Step::End(End::Refused(format!(
+                                "the node no longer allows the forward {local} -> {}: {message}",
+                                args.target
+                            )));
+                        }
                         ClientEvent::ConnectFailed { error, pin_mismatch: true, .. }
                         | ClientEvent::ConnectFailed { error, bad_credential: true, .. } => {
                             break Step::End(End::Refused(error.clone()));

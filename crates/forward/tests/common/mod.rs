@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use holdfast_forward::client::{ClientConfig, ClientEvent, ForwardSpec, Forwarding};
+use holdfast_forward::control::{self, FrameDecoder, Message};
+use holdfast_forward::identity::SERVER_NAME;
 use holdfast_forward::{AllowList, Credential, Server, ServerConfig};
 use holdfast_retry::{Jitter, Policy};
 use tokio::net::UdpSocket;
@@ -167,5 +169,94 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
             "not {what} within {WAIT:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A hand-driven peer on a bare quinn connection: it sends whatever frames a test likes, when it
+/// likes, and reads the node's answers itself.
+pub struct Raw {
+    pub conn: quinn::Connection,
+    pub send: quinn::SendStream,
+    pub recv: quinn::RecvStream,
+    pub decoder: FrameDecoder,
+    pub _endpoint: quinn::Endpoint,
+}
+
+impl Raw {
+    /// Connected, with its control stream open, before any Hello.
+    pub async fn connect(server: &Server) -> Raw {
+        Raw::connect_with(server, |_| {}).await
+    }
+
+    /// The same, on the client's transport settings as `adjust` changed them.
+    pub async fn connect_with(
+        server: &Server,
+        adjust: impl FnOnce(&mut quinn::TransportConfig),
+    ) -> Raw {
+        let idle = Duration::from_secs(5);
+        let (mut config, _) =
+            holdfast_forward::client::quinn_client_config(server.fingerprint(), idle)
+                .expect("client config");
+        let mut transport =
+            std::sync::Arc::try_unwrap(holdfast_forward::transport::transport_config(idle))
+                .expect("a configuration of our own");
+        adjust(&mut transport);
+        config.transport_config(std::sync::Arc::new(transport));
+        let endpoint = quinn::Endpoint::client(loopback()).expect("endpoint");
+        let conn = endpoint
+            .connect_with(config, server.local_addr().expect("addr"), SERVER_NAME)
+            .expect("connect")
+            .await
+            .expect("handshake");
+        let (send, recv) = conn.open_bi().await.expect("control stream");
+        Raw {
+            conn,
+            send,
+            recv,
+            decoder: FrameDecoder::new(),
+            _endpoint: endpoint,
+        }
+    }
+
+    /// A connection that has presented `token`: with the node's answer.
+    pub async fn hello(server: &Server, token: &str) -> (Raw, Message) {
+        let mut raw = Raw::connect(server).await;
+        raw.request(Message::Hello {
+            credential: token.as_bytes().to_vec(),
+        })
+        .await;
+        let answer = raw.next().await;
+        (raw, answer)
+    }
+
+    /// Authenticated with [`TOKEN`].
+    pub async fn authenticated(server: &Server) -> Raw {
+        let (raw, answer) = Raw::hello(server, TOKEN).await;
+        assert_eq!(answer, Message::Welcome);
+        raw
+    }
+
+    pub async fn send_frame(&mut self, bytes: &[u8]) {
+        self.send.write_all(bytes).await.expect("write");
+    }
+
+    pub async fn request(&mut self, message: Message) {
+        self.send_frame(&control::encode(&message)).await;
+    }
+
+    /// The node's next message (within [`WAIT`]).
+    pub async fn next(&mut self) -> Message {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(next) = self.decoder.next_message() {
+                return next.expect("well-formed frame from the node");
+            }
+            let n = tokio::time::timeout(WAIT, self.recv.read(&mut buf))
+                .await
+                .expect("answer in time")
+                .expect("read")
+                .expect("stream open");
+            self.decoder.push(&buf[..n]);
+        }
     }
 }
