@@ -94,12 +94,13 @@ impl GcPolicy {
     }
 }
 
-/// A filesystem's size and how much of it is used, in bytes.
+/// A filesystem's usage in bytes, as `df` counts it (see [`DiskUsage::from_statvfs`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DiskUsage {
-    /// Bytes in use (size minus what an unprivileged writer could still use).
+    /// Bytes in use: all blocks minus the free ones (root's reserved blocks are free, not used).
     pub used: u64,
-    /// The filesystem's size.
+    /// Bytes in use plus those an unprivileged writer could still use: the size less root's
+    /// reserved blocks, the base of `df`'s percentage (the kubelet divides by the whole size).
     pub total: u64,
 }
 
@@ -131,16 +132,25 @@ pub struct Statvfs;
 impl Disk for Statvfs {
     fn usage(&self, data_root: &Path) -> std::io::Result<DiskUsage> {
         let s = nix::sys::statvfs::statvfs(data_root).map_err(std::io::Error::from)?;
-        let unit = s.fragment_size();
-        let used = s
-            .blocks()
-            .saturating_sub(s.blocks_free())
-            .saturating_mul(unit);
-        let available = s.blocks_available().saturating_mul(unit);
-        Ok(DiskUsage {
+        Ok(DiskUsage::from_statvfs(
+            s.blocks(),
+            s.blocks_free(),
+            s.blocks_available(),
+            s.fragment_size(),
+        ))
+    }
+}
+
+impl DiskUsage {
+    /// A filesystem's usage from `statvfs(2)`'s block counts (all, free, available to an
+    /// unprivileged writer) and fragment size.
+    /// Counted as `df` counts it: the blocks reserved for root are neither used nor available.
+    pub fn from_statvfs(blocks: u64, free: u64, available: u64, unit: u64) -> DiskUsage {
+        let used = blocks.saturating_sub(free).saturating_mul(unit);
+        DiskUsage {
             used,
-            total: used.saturating_add(available),
-        })
+            total: used.saturating_add(available.saturating_mul(unit)),
+        }
     }
 }
 
@@ -231,6 +241,9 @@ pub struct ImageGc {
     gate: KeyedGate<String>,
     /// Ids with a failed removal, so the gate's state for them is forgotten when they go.
     failing: BTreeSet<String>,
+    /// Only images with a reference matching this pattern are considered (the daemon's
+    /// `reference` filter); `None`: every image.
+    scope: Option<String>,
 }
 
 impl ImageGc {
@@ -241,7 +254,16 @@ impl ImageGc {
             unused_since: BTreeMap::new(),
             gate: KeyedGate::new(retry),
             failing: BTreeSet::new(),
+            scope: None,
         }
+    }
+
+    /// Considers only the images with a reference matching `pattern` (the daemon's `reference`
+    /// filter, e.g. `"holdfast-gc/*"`): a test sharing the daemon with others touches only its
+    /// own images. Dangling images match no pattern.
+    pub fn only_references(mut self, pattern: impl Into<String>) -> Self {
+        self.scope = Some(pattern.into());
+        self
     }
 
     /// The policy.
@@ -383,8 +405,15 @@ pub async fn collect(
         path: root.clone(),
         source,
     })?;
+    let mut list = ListImagesOptionsBuilder::default().all(false);
+    if let Some(pattern) = &gc.scope {
+        list = list.filters(&std::collections::HashMap::from([(
+            "reference",
+            vec![pattern.as_str()],
+        )]));
+    }
     let images: Vec<LocalImage> = docker
-        .list_images(Some(ListImagesOptionsBuilder::default().all(false).build()))
+        .list_images(Some(list.build()))
         .await
         .map_err(daemon("list images"))?
         .into_iter()
@@ -568,6 +597,18 @@ mod tests {
     // r[verify actuate.image.gc]
     #[test]
     fn the_real_disk_is_measured_as_df_does() {
+        // 1000 blocks of 4 KiB, 300 free of which 250 available: the 50 reserved for root count
+        // neither as used nor as available, so use is 700 of 950 blocks (74 %, as df shows it),
+        // not 750 of 1000.
+        let usage = DiskUsage::from_statvfs(1000, 300, 250, 4096);
+        assert_eq!(
+            usage,
+            DiskUsage {
+                used: 700 * 4096,
+                total: 950 * 4096
+            }
+        );
+        assert!(!usage.at_least(75) && usage.at_least(73));
         let usage = Statvfs.usage(Path::new("/")).unwrap();
         assert!(usage.total > 0 && usage.used <= usage.total, "{usage:?}");
         assert!(Statvfs.usage(Path::new("/nonexistent/data-root")).is_err());

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListImagesOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder,     RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
 };
 use futures_util::TryStreamExt as _;
 use holdfast_pull::{Disk, DiskUsage, GcPolicy, ImageGc, collect};
@@ -80,18 +79,13 @@ async fn past_the_high_mark_an_unused_image_goes_and_one_in_use_or_configured_st
         return;
     };
     let docker = Docker::connect_with_host(&service.host).unwrap();
-    // Images other tests left behind count as configured here, so this test removes only its own.
-    let before: Vec<String> = docker
-        .list_images(Some(ListImagesOptionsBuilder::default().build()))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
     let nonce = std::process::id();
     let unused = import(&docker, &format!("holdfast-gc/unused-{nonce}"), b"unused").await;
     let used = import(&docker, &format!("holdfast-gc/used-{nonce}"), b"used").await;
     let wanted = import(&docker, &format!("holdfast-gc/wanted-{nonce}"), b"wanted").await;
+    // Another test's image, imported while this one runs (tests share the daemon and run in
+    // parallel): never this test's to remove.
+    let other = import(&docker, &format!("holdfast-other/image-{nonce}"), b"other").await;
     // A container that was never started still uses its image.
     let name = format!("holdfast-gc-{nonce}");
     docker
@@ -112,9 +106,11 @@ async fn past_the_high_mark_an_unused_image_goes_and_one_in_use_or_configured_st
         .seed(3)
         .build()
         .unwrap();
-    let mut gc = ImageGc::new(GcPolicy::new(85, 80, Duration::ZERO).unwrap(), retry);
-    let mut configured = before;
-    configured.push(wanted.clone());
+    // Only this test's images are considered: the daemon is shared with tests running at the
+    // same time, whose images are neither configured here nor in use yet.
+    let mut gc = ImageGc::new(GcPolicy::new(85, 80, Duration::ZERO).unwrap(), retry)
+        .only_references(format!("holdfast-gc/*-{nonce}"));
+    let configured = vec![wanted.clone()];
     let run = collect(&docker, &mut gc, &configured, &Full, Instant::now)
         .await
         .unwrap();
@@ -138,10 +134,14 @@ async fn past_the_high_mark_an_unused_image_goes_and_one_in_use_or_configured_st
     assert!(docker.inspect_image(&unused).await.is_err());
     docker.inspect_image(&used).await.unwrap();
     docker.inspect_image(&wanted).await.unwrap();
+    docker
+        .inspect_image(&other)
+        .await
+        .expect("another test's image was removed");
 
     let rm = RemoveContainerOptionsBuilder::default().force(true).build();
     docker.remove_container(&name, Some(rm)).await.unwrap();
-    for image in [used, wanted] {
+    for image in [used, wanted, other] {
         let options = RemoveImageOptionsBuilder::default().force(true).build();
         let _ = docker.remove_image(&image, Some(options), None).await;
     }
