@@ -928,11 +928,15 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     assert_eq!(log.effective_options()["max-size"], "10485760");
     // A rotation size is read as the drivers read it, decimal, and always sent in bytes.
     for same in ["10m", "10MB", "10 mb"] {
-        let log = sized(&format!("log = {{ options = {{ max-size = \"{same}\" }} }}")).log;
+        let log = sized(&format!(
+            "log = {{ options = {{ max-size = \"{same}\" }} }}"
+        ))
+        .log;
         assert_eq!(log.effective_options()["max-size"], "10000000", "{same}");
     }
     assert!(
-        err("log = { options = { max-size = \"0\" } }").starts_with("t.toml:5:7: workload[0].log: ")
+        err("log = { options = { max-size = \"0\" } }")
+            .starts_with("t.toml:5:7: workload[0].log: ")
     );
     assert!(
         err("log = { options = { max-size = \"ten\" } }")

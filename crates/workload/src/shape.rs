@@ -277,7 +277,8 @@ const UNITS: [(char, u64); 3] = [('g', 1 << 30), ('m', 1 << 20), ('k', 1 << 10)]
 /// The unit spellings a size may end in (any case): bytes, then each prefix alone, with `b`, or
 /// with `ib`.
 const UNIT_SPELLINGS: [&str; 17] = [
-    "", "b", "k", "kb", "kib", "m", "mb", "mib", "g", "gb", "gib", "t", "tb", "tib", "p", "pb", "pib",
+    "", "b", "k", "kb", "kib", "m", "mb", "mib", "g", "gb", "gib", "t", "tb", "tib", "p", "pb",
+    "pib",
 ];
 
 /// Whether `text` has a byte size's shape: digits, optionally `.` and digits, optionally one
@@ -293,11 +294,12 @@ fn has_size_shape(text: &str) -> bool {
         None => (number, None),
     };
     let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
-    let unit = rest.strip_prefix(' ').filter(|u| !u.is_empty()).unwrap_or(rest);
+    let unit = rest
+        .strip_prefix(' ')
+        .filter(|u| !u.is_empty())
+        .unwrap_or(rest);
     let unit = unit.to_ascii_lowercase();
-    digits(whole)
-        && fraction.is_none_or(digits)
-        && UNIT_SPELLINGS.contains(&unit.as_str())
+    digits(whole) && fraction.is_none_or(digits) && UNIT_SPELLINGS.contains(&unit.as_str())
 }
 
 impl ByteSize {
@@ -823,8 +825,8 @@ mod tests {
     fn only_a_number_and_a_unit_are_a_size() {
         // What parse-size alone would take: exponents, "e" as exa, stray spaces and underscores.
         for bad in [
-            "1e3", "1e3m", "1e-3g", "1e", "512 _m", "512  m", "512 ", " 512", "1.m", ".5m", "1_000",
-            "1 2m", "5mm", "1.5.2k", "+1k",
+            "1e3", "1e3m", "1e-3g", "1e", "512 _m", "512  m", "512 ", " 512", "1.m", ".5m",
+            "1_000", "1 2m", "5mm", "1.5.2k", "+1k",
         ] {
             assert!(bad.parse::<ByteSize>().is_err(), "{bad:?}");
         }
