@@ -83,9 +83,18 @@ impl Lines {
     }
 }
 
+/// How the node's own lines in a log answer begin (the follow's marker); a container line that
+/// begins so is written with a `\` before it, so a container cannot fake one.
+const NODE_LINE: &str = "--- holdfast:";
+
+// i[impl node.workloads.logs+2]
 fn line(out: &mut String, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
-    out.push_str(&crate::render::escape(text.trim_end_matches('\r')));
+    let text = crate::render::escape(text.trim_end_matches('\r'));
+    if text.starts_with(NODE_LINE) {
+        out.push('\\');
+    }
+    out.push_str(&text);
     out.push('\n');
 }
 
@@ -352,7 +361,7 @@ impl Next {
             let stream = self.docker.logs(&run.id, Some(options.build())).boxed();
             let short: String = run.id.chars().take(12).collect();
             let marker = format!(
-                "--- holdfast: workload {}: following its next container ({short}) ---\n",
+                "{NODE_LINE} workload {}: following its next container ({short}) ---\n",
                 crate::render::escape(&self.workload)
             );
             self.run = run;
@@ -398,6 +407,30 @@ mod tests {
         let shown = lines.push(&out(&long));
         assert_eq!(shown.len(), 2 * (MAX_LINE + 1));
         assert_eq!(lines.flush(), "xxxxx\n");
+    }
+
+    // i[verify node.workloads.logs+2]
+    #[test]
+    fn a_container_cannot_print_the_follow_marker() {
+        let mut lines = Lines::default();
+        let out = |m: &[u8]| LogOutput::StdOut {
+            message: Bytes::from(m.to_vec()),
+        };
+        let marker =
+            "--- holdfast: workload web: following its next container (0123456789ab) ---\n";
+        let shown = lines.push(&out(marker.as_bytes()));
+        assert_ne!(shown, marker);
+        assert_eq!(shown, format!("\\{marker}"));
+        // Nor as the rest of a line cut at the cap.
+        let mut long = vec![b'x'; MAX_LINE];
+        long.extend_from_slice(marker.as_bytes());
+        let shown = lines.push(&out(&long));
+        assert!(
+            shown.lines().all(|l| !l.starts_with("--- holdfast:")),
+            "{shown:?}"
+        );
+        // Any other line is as it was.
+        assert_eq!(lines.push(&out(b"--- a rule ---\n")), "--- a rule ---\n");
     }
 
     async fn answer(api: &Api, name: &str) -> (StatusCode, String) {
