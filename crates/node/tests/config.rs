@@ -851,7 +851,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
 // i[verify node.workloads.shape]
 // r[verify workload.health]
 // r[verify workload.depends-on]
-// r[verify workload.shape.bytes]
+// r[verify workload.shape.bytes+2]
 #[test]
 fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     let dir = tempfile::tempdir().unwrap();
@@ -890,7 +890,7 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     assert_eq!(web.cap_add, ["NET_BIND_SERVICE"]);
     assert_eq!(web.cap_drop, ["ALL"]);
     assert_eq!(web.log.driver, "json-file");
-    assert_eq!(web.log.effective_options()["max-size"], "50m");
+    assert_eq!(web.log.effective_options()["max-size"], "50000000");
     // Unset, every key has its default (and the log rotates).
     let plain = Config::parse("t.toml", head).unwrap().workloads[0].to_config();
     assert_eq!(
@@ -934,6 +934,18 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     );
     let log = sized("log = { options = { max-size = \"10MiB\" } }").log;
     assert_eq!(log.effective_options()["max-size"], "10485760");
+    // A rotation size is read as the drivers read it, decimal, and always sent in bytes.
+    for same in ["10m", "10MB", "10 mb"] {
+        let log = sized(&format!(
+            "log = {{ options = {{ max-size = \"{same}\" }} }}"
+        ))
+        .log;
+        assert_eq!(log.effective_options()["max-size"], "10000000", "{same}");
+    }
+    assert!(
+        err("log = { options = { max-size = \"0\" } }")
+            .starts_with("t.toml:5:7: workload[0].log: ")
+    );
     assert!(
         err("log = { options = { max-size = \"ten\" } }")
             .starts_with("t.toml:5:7: workload[0].log: "),

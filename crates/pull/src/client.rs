@@ -58,6 +58,14 @@ impl DaemonEndpoint {
         &self.host
     }
 
+    // r[impl actuate.image.gc+2]
+    /// Whether the daemon is reached through a socket on this host (`unix://`), the one case in
+    /// which its data root's path can be measured here; over TCP, or with no scheme, it may be
+    /// another machine's path.
+    pub fn is_local_socket(&self) -> bool {
+        self.host.starts_with("unix://")
+    }
+
     // r[impl actuate.image.daemon.connect]
     /// Connects and negotiates the API version. Fails with [`PullErrorKind::DaemonUnreachable`]
     /// when the socket is missing or refuses, like any pull would.
@@ -252,6 +260,26 @@ fn refused(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify actuate.image.gc+2]
+    #[test]
+    fn only_a_unix_socket_is_a_daemon_whose_disk_is_measured_here() {
+        assert!(DaemonEndpoint::from_docker_host(None).is_local_socket());
+        assert!(
+            DaemonEndpoint::from_docker_host(Some("unix:///run/docker.sock")).is_local_socket()
+        );
+        for remote in [
+            "tcp://10.0.0.2:2376",
+            "http://127.0.0.1:2375",
+            "ssh://host",
+            "npipe:////./pipe/docker_engine",
+        ] {
+            assert!(
+                !DaemonEndpoint::from_docker_host(Some(remote)).is_local_socket(),
+                "{remote}"
+            );
+        }
+    }
 
     // r[verify actuate.image.daemon.connect]
     #[test]

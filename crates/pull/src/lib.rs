@@ -42,7 +42,7 @@ pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
 pub use gc::{
     DEFAULT_GC_GRACE, DEFAULT_GC_HIGH_PERCENT, DEFAULT_GC_INTERVAL, DEFAULT_GC_LOW_PERCENT, Disk,
     DiskUsage, GcError, GcPolicy, GcPolicyError, GcRun, ImageGc, LocalImage, Plan, Removal,
-    Statvfs, collect, plan,
+    Statvfs, collect, plan, remove_listed,
 };
 pub use progress::PullProgress;
 pub use reconciler::{Action, AttemptId, Completion, Reconciler};

@@ -560,8 +560,35 @@ pub struct ModuleConfig {
     /// test runs) can share one daemon without touching each other's containers.
     pub owner: Option<String>,
     /// The node's own network ([`NODE_NETWORK`] unless an embedder names another): a workload
-    /// whose `network` names it has it created when missing.
+    /// whose `network` names it has it created when missing (see [`ModuleConfig::node_network_name`]).
     pub node_network: String,
+}
+
+impl ModuleConfig {
+    // r[impl workload.network+2]
+    /// The daemon's name of the node's network: [`NODE_NETWORK`] with an owner is
+    /// `holdfast-OWNER`, so nodes sharing one daemon under different owners never share a network
+    /// (nor answer each other's workload names); any other name as it is.
+    pub fn node_network_name(&self) -> String {
+        match &self.owner {
+            Some(owner) if self.node_network == NODE_NETWORK => format!("{NODE_NETWORK}-{owner}"),
+            _ => self.node_network.clone(),
+        }
+    }
+
+    // r[impl workload.network+2]
+    /// `spec` with the node's network under its daemon name ([`Self::node_network_name`]) when it
+    /// joins it, and whether it does; other networks are left as written.
+    pub fn on_node_network(
+        &self,
+        mut spec: crate::reconciler::ContainerSpec,
+    ) -> (crate::reconciler::ContainerSpec, bool) {
+        let joins = spec.shape.network.as_deref() == Some(self.node_network.as_str());
+        if joins {
+            spec.shape.network = Some(self.node_network_name());
+        }
+        (spec, joins)
+    }
 }
 
 /// The name of the node's own network, created when a workload joins it and it is missing.

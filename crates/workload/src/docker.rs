@@ -143,14 +143,14 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
 /// The label a network the node created carries (`holdfast.network=node`).
 pub const NETWORK_LABEL: &str = "holdfast.network";
 
-// r[impl workload.network]
+// r[impl workload.network+2]
 /// Whether `network` is one a container can have aliases on: not the default bridge, the host's
 /// network, none, or another container's.
 fn user_defined(network: &str) -> bool {
     !matches!(network, "bridge" | "default" | "host" | "none") && !network.starts_with("container:")
 }
 
-// r[impl workload.network]
+// r[impl workload.network+2]
 /// Makes sure the node's network (`node_network`) exists when `spec` joins it: a bridge labelled
 /// [`NETWORK_LABEL`], created when the daemon has none by that name (one that exists is used as
 /// it is; one created meanwhile by another start is no error). Other networks are the operator's.
@@ -522,7 +522,33 @@ mod tests {
         });
     }
 
-    // r[verify workload.network]
+    // r[verify workload.network+2]
+    #[test]
+    fn with_an_owner_the_nodes_network_is_the_owners_own() {
+        let mut w = crate::WorkloadConfig::new("db", "busybox");
+        w.network = Some(crate::NODE_NETWORK.into());
+        let spec = spec_of(&w, Some("a"));
+        let mut config = crate::ModuleConfig::new(1);
+        config.owner = Some("a".into());
+        let (joined, joins) = config.on_node_network(spec.clone());
+        assert!(joins);
+        assert_eq!(joined.shape.network.as_deref(), Some("holdfast-a"));
+        // The container's spec label is the config's: changing the daemon name replaces nothing.
+        assert_eq!(joined.labels, spec.labels);
+        config.owner = Some("b".into());
+        assert_eq!(config.node_network_name(), "holdfast-b");
+        config.owner = None;
+        assert_eq!(config.node_network_name(), "holdfast");
+        // An embedder's own name, and any other network, as written.
+        config.owner = Some("a".into());
+        config.node_network = "hf-test".into();
+        assert_eq!(config.node_network_name(), "hf-test");
+        let (other, joins) = config.on_node_network(spec);
+        assert!(!joins);
+        assert_eq!(other.shape.network.as_deref(), Some("holdfast"));
+    }
+
+    // r[verify workload.network+2]
     #[test]
     fn on_a_user_defined_network_the_workload_name_is_an_alias() {
         let mut w = crate::WorkloadConfig::new("db", "busybox");

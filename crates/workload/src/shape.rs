@@ -265,39 +265,77 @@ serde_via_text!(VolumeSpec, "volume");
 /// The smallest memory limit the daemon accepts (6 MiB).
 pub const MIN_MEMORY: u64 = 6 * 1024 * 1024;
 
-/// A byte size as Docker writes it: an integer with an optional `b`, `k`, `m` or `g` unit (binary
-/// multiples), e.g. `"512m"`.
+/// A byte size: a number (a fraction allowed) and an optional unit, e.g. `"512m"`, `"1.5GiB"`.
+/// How a unit without `i` is read depends on the key (see [`ByteSize::from_str`] and
+/// [`ByteSize::parse_decimal`]), as Docker reads each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ByteSize(pub u64);
 
 /// The units a size is displayed in, largest first: Docker's own spelling.
 const UNITS: [(char, u64); 3] = [('g', 1 << 30), ('m', 1 << 20), ('k', 1 << 10)];
 
-// r[impl workload.shape.bytes]
-impl FromStr for ByteSize {
-    type Err = ShapeError;
+/// The unit spellings a size may end in (any case): bytes, then each prefix alone, with `b`, or
+/// with `ib`.
+const UNIT_SPELLINGS: [&str; 17] = [
+    "", "b", "k", "kb", "kib", "m", "mb", "mib", "g", "gb", "gib", "t", "tb", "tib", "p", "pb",
+    "pib",
+];
 
-    /// Through parse-size in its binary system: Docker reads every unit as a power of 1024
-    /// (`512m`, `512MB` and `512MiB` alike), and so does this; a fraction (`1.5g`) is taken to
-    /// the byte, a space before the unit is allowed.
-    fn from_str(text: &str) -> Result<Self, ShapeError> {
-        // parse-size reads "1 2m" as 12m: a number in a config file is one run of digits.
-        let number_end = text.rfind(|c: char| c.is_ascii_digit()).unwrap_or(0);
-        if text[..number_end].contains(|c: char| c.is_whitespace() || c == '_') {
-            return Err(bad(format!("{text:?} is not one number and a unit")));
+/// Whether `text` has a byte size's shape: digits, optionally `.` and digits, optionally one
+/// space, then one of [`UNIT_SPELLINGS`] in any case. parse-size alone also takes
+/// exponents (`1e3`), spaces and underscores inside or after the number, and `e` as exa.
+fn has_size_shape(text: &str) -> bool {
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, rest) = text.split_at(number_end);
+    let (whole, fraction) = match number.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (number, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let unit = rest
+        .strip_prefix(' ')
+        .filter(|u| !u.is_empty())
+        .unwrap_or(rest);
+    let unit = unit.to_ascii_lowercase();
+    digits(whole) && fraction.is_none_or(digits) && UNIT_SPELLINGS.contains(&unit.as_str())
+}
+
+impl ByteSize {
+    /// A size with its unit read as `system` says, after its shape is checked.
+    fn parse_with(text: &str, config: &parse_size::Config) -> Result<Self, ShapeError> {
+        if !has_size_shape(text) {
+            return Err(bad(format!(
+                "{text:?} is not a size: write a number and a unit such as \"512m\", \"512MiB\" or \"1.5g\""
+            )));
         }
-        let bytes = parse_size::Config::new()
-            .with_binary()
+        let bytes = config
             .parse_size(text)
-            .map_err(|e| {
-                bad(format!(
-                    "{e}: write a size such as \"512m\", \"512MiB\" or \"1g\""
-                ))
-            })?;
+            .map_err(|e| bad(format!("{text:?}: {e}")))?;
         // The Engine API takes sizes as i64.
         i64::try_from(bytes)
             .map(|_| ByteSize(bytes))
-            .map_err(|_| bad("too large"))
+            .map_err(|_| bad(format!("{text:?} is too large")))
+    }
+
+    // r[impl workload.shape.bytes+2]
+    /// A size read as Docker reads a log driver's `max-size` (go-units' `FromHumanSize`): every
+    /// unit a power of 1000 (`10m` and `10MB` are 10,000,000 bytes), except that one with an
+    /// `i` is a power of 1024 (`10MiB`, which Docker would misread as 10 MB).
+    pub fn parse_decimal(text: &str) -> Result<Self, ShapeError> {
+        ByteSize::parse_with(text, &parse_size::Config::new())
+    }
+}
+
+// r[impl workload.shape.bytes+2]
+impl FromStr for ByteSize {
+    type Err = ShapeError;
+
+    /// A size read as Docker reads `memory` (go-units' `RAMInBytes`): every unit a power of 1024
+    /// (`512m`, `512MB` and `512MiB` alike); a fraction (`1.5g`) is taken to the byte.
+    fn from_str(text: &str) -> Result<Self, ShapeError> {
+        ByteSize::parse_with(text, &parse_size::Config::new().with_binary())
     }
 }
 
@@ -402,13 +440,18 @@ impl LogConfig {
         }
     }
 
-    // r[impl workload.shape.bytes]
+    // r[impl workload.shape.bytes+2]
     /// Whether the options hold what the daemon can take: a rotation size (`max-size`) of the
-    /// drivers that rotate (`json-file`, `local`) is a byte size.
+    /// drivers that rotate (`json-file`, `local`) is a positive byte size.
     pub fn validate(&self) -> Result<(), ShapeError> {
         if let Some(size) = self.rotation_size() {
-            size.parse::<ByteSize>()
+            let bytes = ByteSize::parse_decimal(size)
                 .map_err(|e| bad(format!("options.max-size {size:?}: {e}")))?;
+            if bytes.0 == 0 {
+                return Err(bad(format!(
+                    "options.max-size {size:?}: the driver refuses a size of 0"
+                )));
+            }
         }
         Ok(())
     }
@@ -420,19 +463,13 @@ impl LogConfig {
         self.options.as_ref()?.get("max-size").map(String::as_str)
     }
 
-    // r[impl workload.shape.bytes]
-    /// An option as the daemon is given it: a rotation size in Docker's own spelling (digits and
-    /// one of `k`, `m`, `g`) as written, any other spelling as its number of bytes, since the
-    /// daemon would read `10MiB` as 10 MB.
+    // r[impl workload.shape.bytes+2]
+    /// An option as the daemon is given it: a rotation size always as its number of bytes, read
+    /// as Docker reads it (decimal units) except that an `i` unit means what it says, so no
+    /// spelling depends on the daemon's reading.
     fn option_for_daemon(&self, key: &str, value: &str) -> String {
-        let dockers_own = |v: &str| {
-            let digits = v.trim_end_matches(['k', 'm', 'g', 'K', 'M', 'G']);
-            !digits.is_empty()
-                && v.len() - digits.len() <= 1
-                && digits.bytes().all(|b| b.is_ascii_digit())
-        };
-        if self.rotation_size() == Some(value) && key == "max-size" && !dockers_own(value) {
-            if let Ok(size) = value.parse::<ByteSize>() {
+        if key == "max-size" && self.rotation_size() == Some(value) {
+            if let Ok(size) = ByteSize::parse_decimal(value) {
                 return size.0.to_string();
             }
         }
@@ -739,7 +776,7 @@ mod tests {
         assert_eq!(ByteSize(100).to_string(), "100b");
     }
 
-    // r[verify workload.shape.bytes]
+    // r[verify workload.shape.bytes+2]
     #[test]
     fn byte_sizes_take_iec_and_si_spellings_all_as_dockers_binary_units() {
         let b = |t: &str| t.parse::<ByteSize>().map(|b| b.0);
@@ -752,20 +789,51 @@ mod tests {
         for bad in ["", "m", "-1m", "1x", "99999999999g", "1 2m"] {
             assert!(b(bad).is_err(), "{bad:?}");
         }
-        // The rotation size: Docker's own spelling is passed as written; any other is converted
-        // to bytes, so "MiB" means what it says (json-file reads "10MiB" as 10 MB).
+    }
+
+    // r[verify workload.shape.bytes+2]
+    #[test]
+    fn a_rotation_size_is_read_as_docker_reads_it_and_always_sent_in_bytes() {
         let log = |size: &str| LogConfig {
             driver: DEFAULT_LOG_DRIVER.into(),
             options: Some(BTreeMap::from([("max-size".into(), size.into())])),
         };
-        assert_eq!(log("10m").effective_options()["max-size"], "10m");
-        assert_eq!(log("10MiB").effective_options()["max-size"], "10485760");
+        let sent = |size: &str| log(size).effective_options()["max-size"].clone();
+        // json-file and local read max-size with decimal units: "10m" and "10MB" are the same
+        // ten million bytes, and both are sent as that number.
+        assert_eq!(sent("10m"), "10000000");
+        assert_eq!(sent("10MB"), sent("10m"));
+        assert_eq!(sent("10mb"), "10000000");
+        assert_eq!(sent("1.5m"), "1500000");
+        assert_eq!(sent("10k"), "10000");
+        // An "i" means a power of 1024, which the daemon itself would misread.
+        assert_eq!(sent("10MiB"), "10485760");
         assert!(log("10MiB").validate().is_ok());
-        assert!(log("ten").validate().is_err());
+        for bad in ["ten", "0", "0m", "1e3", "10 _m"] {
+            assert!(log(bad).validate().is_err(), "{bad:?}");
+        }
+        // Another driver's options are its own.
+        let other = LogConfig {
+            driver: "syslog".into(),
+            options: Some(BTreeMap::from([("max-size".into(), "10m".into())])),
+        };
+        assert_eq!(other.effective_options()["max-size"], "10m");
+    }
+
+    // r[verify workload.shape.bytes+2]
+    #[test]
+    fn only_a_number_and_a_unit_are_a_size() {
+        // What parse-size alone would take: exponents, "e" as exa, stray spaces and underscores.
+        for bad in [
+            "1e3", "1e3m", "1e-3g", "1e", "512 _m", "512  m", "512 ", " 512", "1.m", ".5m",
+            "1_000", "1 2m", "5mm", "1.5.2k", "+1k",
+        ] {
+            assert!(bad.parse::<ByteSize>().is_err(), "{bad:?}");
+        }
     }
 
     proptest! {
-        // r[verify workload.shape.bytes]
+        // r[verify workload.shape.bytes+2]
         #[test]
         fn a_byte_size_is_its_number_times_its_binary_unit_and_displays_back(
             n in 0u64..(1 << 20),
@@ -780,6 +848,84 @@ mod tests {
             let parsed: ByteSize = text.parse().unwrap();
             prop_assert_eq!(parsed.0, n * unit.1);
             prop_assert_eq!(parsed.to_string().parse::<ByteSize>().unwrap(), parsed);
+        }
+    }
+
+    /// The rule's shape, written apart from the code: `DIGITS[.DIGITS][ ]UNIT` with UNIT one of
+    /// b, k, m, g, t, p alone, with `b` or with `ib` (any case), or none. Answers the digits
+    /// without the dot, how many were after it, and the unit's multiple in the binary and in
+    /// the decimal reading.
+    fn oracle(text: &str) -> Option<(u128, u32, u128, u128)> {
+        let end = text
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len());
+        let (number, mut unit) = text.split_at(end);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty()
+            || number.contains('.') && fraction.is_empty()
+            || !(whole.bytes().chain(fraction.bytes())).all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        if let Some(rest) = unit.strip_prefix(' ') {
+            if rest.is_empty() {
+                return None;
+            }
+            unit = rest;
+        }
+        let unit = unit.to_ascii_lowercase();
+        if !unit.is_ascii() {
+            return None;
+        }
+        let (prefix, suffix) = unit.split_at(unit.len().min(1));
+        let power = match prefix {
+            "" => 0,
+            "b" if suffix.is_empty() => 0,
+            "k" => 1,
+            "m" => 2,
+            "g" => 3,
+            "t" => 4,
+            "p" => 5,
+            _ => return None,
+        };
+        let (binary, decimal) = match (power, suffix) {
+            (0, "") => (1, 1),
+            (_, "" | "b") => (1024u128.pow(power), 1000u128.pow(power)),
+            (_, "ib") => (1024u128.pow(power), 1024u128.pow(power)),
+            _ => return None,
+        };
+        let digits: u128 = format!("{whole}{fraction}").parse().ok()?;
+        Some((digits, fraction.len() as u32, binary, decimal))
+    }
+
+    proptest! {
+        // r[verify workload.shape.bytes+2]
+        #[test]
+        fn a_size_is_accepted_iff_it_has_the_rules_shape_and_is_its_number_times_its_unit(
+            text in prop_oneof![
+                "[0-9]{0,4}(\\.[0-9]{0,3})?[ _]{0,2}[bBkKmMgGtTpPeEiI]{0,3}[ 0-9e+-]{0,2}",
+                any::<String>(),
+            ],
+        ) {
+            let expected = oracle(&text);
+            for (parsed, binary) in [(text.parse::<ByteSize>(), true), (ByteSize::parse_decimal(&text), false)] {
+                match expected {
+                    None => prop_assert!(parsed.is_err(), "{text:?} accepted: {parsed:?}"),
+                    Some((digits, scale, bin, dec)) => {
+                        let exact = digits * if binary { bin } else { dec };
+                        let ten = 10u128.pow(scale);
+                        match parsed {
+                            // Fractions are taken to the nearest byte.
+                            Ok(size) => prop_assert!(
+                                (u128::from(size.0) * ten).abs_diff(exact) * 2 <= ten,
+                                "{text:?}: {} for {exact}/{ten}", size.0
+                            ),
+                            // Only a size too large for the Engine API is refused.
+                            Err(_) => prop_assert!(exact / ten >= (1u128 << 63) - 1, "{text:?} refused"),
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -815,7 +961,7 @@ mod tests {
         assert_eq!(big.driver, "json-file");
         assert_eq!(
             big.effective_options(),
-            BTreeMap::from([("max-size".to_owned(), "50m".to_owned())])
+            BTreeMap::from([("max-size".to_owned(), "50000000".to_owned())])
         );
     }
 

@@ -347,7 +347,8 @@ impl<I: Images> Supervisor<I> {
             match action {
                 Action::Start { attempt, spec } => {
                     let workload = spec.workload.clone();
-                    let node_network = self.core.config().node_network.clone();
+                    let (spec, _) = self.core.config().on_node_network(*spec);
+                    let node_network = self.core.config().node_network_name();
                     let work = async move {
                         let docker = docker::connect(&host).await.map_err(|e| StartError {
                             container: None,

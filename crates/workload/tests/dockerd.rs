@@ -1075,27 +1075,28 @@ async fn a_moved_image_replaces_the_running_container_and_the_next_supervisor_ad
     env.cleanup().await;
 }
 
-// r[verify workload.network]
+// r[verify workload.network+2]
 #[tokio::test]
 async fn two_workloads_on_the_nodes_network_reach_each_other_by_name() {
     let Some(env) = env("network").await else {
         return;
     };
-    // The node's network under a name of this test's own, so runs sharing the daemon do not meet.
-    let network = format!("hf-{}-node", env.owner);
-    let mut module = env.module();
-    module.node_network = network.clone();
+    // The node's network as configured ("holdfast"): with an owner, the daemon's network is the
+    // owner's own, so runs sharing the daemon do not meet.
+    let network = format!("holdfast-{}", env.owner);
+    let module = env.module();
+    assert_eq!(module.node_network_name(), network);
     let mut web = env.workload(
         "web",
         "mkdir -p /tmp/www && echo hello-by-name > /tmp/www/index.html && \
          exec /bin/busybox httpd -f -p 80 -h /tmp/www",
     );
-    web.network = Some(network.clone());
+    web.network = Some(holdfast_workload::NODE_NETWORK.into());
     let mut client = env.workload(
         "client",
         "until wget -q -O - http://web/index.html; do sleep 0.2; done; exec sleep 3600",
     );
-    client.network = Some(network.clone());
+    client.network = Some(holdfast_workload::NODE_NETWORK.into());
     let clock = Clock::new();
     let mut sup =
         Supervisor::new(&env.host, module, FaultBoard::new(), env.images().await).unwrap();

@@ -83,9 +83,18 @@ impl Lines {
     }
 }
 
+/// How the node's own lines in a log answer begin (the follow's marker); a container line that
+/// begins so is written with a `\` before it, so a container cannot fake one.
+const NODE_LINE: &str = "--- holdfast:";
+
+// i[impl node.workloads.logs+2]
 fn line(out: &mut String, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
-    out.push_str(&crate::render::escape(text.trim_end_matches('\r')));
+    let text = crate::render::escape(text.trim_end_matches('\r'));
+    if text.starts_with(NODE_LINE) {
+        out.push('\\');
+    }
+    out.push_str(&text);
     out.push('\n');
 }
 
@@ -352,7 +361,7 @@ impl Next {
             let stream = self.docker.logs(&run.id, Some(options.build())).boxed();
             let short: String = run.id.chars().take(12).collect();
             let marker = format!(
-                "--- holdfast: workload {}: following its next container ({short}) ---\n",
+                "{NODE_LINE} workload {}: following its next container ({short}) ---\n",
                 crate::render::escape(&self.workload)
             );
             self.run = run;
@@ -398,6 +407,30 @@ mod tests {
         let shown = lines.push(&out(&long));
         assert_eq!(shown.len(), 2 * (MAX_LINE + 1));
         assert_eq!(lines.flush(), "xxxxx\n");
+    }
+
+    // i[verify node.workloads.logs+2]
+    #[test]
+    fn a_container_cannot_print_the_follow_marker() {
+        let mut lines = Lines::default();
+        let out = |m: &[u8]| LogOutput::StdOut {
+            message: Bytes::from(m.to_vec()),
+        };
+        let marker =
+            "--- holdfast: workload web: following its next container (0123456789ab) ---\n";
+        let shown = lines.push(&out(marker.as_bytes()));
+        assert_ne!(shown, marker);
+        assert_eq!(shown, format!("\\{marker}"));
+        // Nor as the rest of a line cut at the cap.
+        let mut long = vec![b'x'; MAX_LINE];
+        long.extend_from_slice(marker.as_bytes());
+        let shown = lines.push(&out(&long));
+        assert!(
+            shown.lines().all(|l| !l.starts_with("--- holdfast:")),
+            "{shown:?}"
+        );
+        // Any other line is as it was.
+        assert_eq!(lines.push(&out(b"--- a rule ---\n")), "--- a rule ---\n");
     }
 
     async fn answer(api: &Api, name: &str) -> (StatusCode, String) {
@@ -673,6 +706,131 @@ mod tests {
             between.contains("holdfast: workload again: following its next container"),
             "{seen}"
         );
+        let request = holdfast_lifecycle::StopRequest {
+            deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(15),
+            reason: holdfast_lifecycle::StopReason::Shutdown,
+        };
+        started.stopper.stop(request).await.unwrap();
+    }
+
+    // i[verify node.workloads.logs+2]
+    #[tokio::test]
+    async fn a_follow_goes_on_across_a_restart_in_place_without_repeating_a_line() {
+        use crate::metrics::Metrics;
+        use crate::module::Module as _;
+        use futures_util::TryStreamExt as _;
+        use holdfast_lifecycle::FaultBoard;
+        let Some(docker) = holdfast_test_support::services::docker() else {
+            return;
+        };
+        let Some(registry) = holdfast_test_support::services::registry() else {
+            return;
+        };
+        let daemon = bollard::Docker::connect_with_host(&docker.host).unwrap();
+        let (image, tag) = registry.image.rsplit_once(':').unwrap();
+        daemon
+            .create_image(
+                Some(
+                    bollard::query_parameters::CreateImageOptionsBuilder::default()
+                        .from_image(image)
+                        .tag(tag)
+                        .build(),
+                ),
+                None,
+                None,
+            )
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let node = crate::state::NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let api = Api {
+            node: node.clone(),
+            token: None,
+        };
+        let owner = format!("logs-inplace-{}", std::process::id());
+        // Each run says which it is, runs until stopped, and says so when stopped: that last line
+        // is written in the second the run ends, which a whole-second `since` would repeat.
+        let mut again = holdfast_workload::WorkloadConfig::new("again", registry.image.clone());
+        again.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "trap 'echo bye-$R; exit 0' TERM; R=$RANDOM$RANDOM; echo run-$R; while :; do sleep 0.2; done".into(),
+        ];
+        again.min_run = std::time::Duration::from_secs(1);
+        again.stop_timeout = std::time::Duration::from_secs(1);
+        let module = crate::modules::workload::WorkloadModule {
+            workloads: crate::modules::workload::desired(vec![again]),
+            docker_host: Some(docker.host.clone()),
+            seed: 7,
+            stop_on_exit: true,
+            owner: Some(owner),
+            tick: std::time::Duration::from_millis(100),
+            pull_enabled: false,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let response = loop {
+            let response = logs(
+                State(api.clone()),
+                Extension(super::super::Transport::Unix),
+                None,
+                HeaderMap::new(),
+                Path("again".to_owned()),
+                Query(LogsQuery {
+                    tail: None,
+                    since: None,
+                    follow: true,
+                }),
+            )
+            .await;
+            if response.status() == StatusCode::OK {
+                break response;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never started");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let mut stream = response.into_body().into_data_stream();
+        let mut seen = String::new();
+        let owner = format!("logs-inplace-{}", std::process::id());
+        let container = holdfast_workload::container_name("again", Some(&owner));
+        let mut restarted = false;
+        let followed = tokio::time::timeout(std::time::Duration::from_secs(40), async {
+            while let Some(Ok(chunk)) = stream.next().await {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+                if !restarted && seen.contains("run-") {
+                    // `docker restart`: the same container, started again.
+                    restarted = true;
+                    let options =
+                        bollard::query_parameters::RestartContainerOptionsBuilder::default()
+                            .t(5)
+                            .build();
+                    daemon
+                        .restart_container(&container, Some(options))
+                        .await
+                        .unwrap();
+                }
+                if seen.matches("run-").count() >= 2 {
+                    return;
+                }
+            }
+        })
+        .await;
+        eprintln!("FOLLOW ACROSS A RESTART IN PLACE:\n{seen}");
+        let runs: Vec<&str> = seen.lines().filter(|l| l.starts_with("run-")).collect();
+        assert!(followed.is_ok() && runs.len() == 2, "{seen}");
+        assert_ne!(runs[0], runs[1], "{seen}");
+        // The first run's last line once, then the marker, then the second run: nothing repeated.
+        let first = runs[0].trim_start_matches("run-");
+        let bye = format!("bye-{first}");
+        assert_eq!(seen.lines().filter(|l| *l == bye).count(), 1, "{seen}");
+        let marker = seen
+            .lines()
+            .position(|l| l.contains("holdfast: workload again: following its next container"))
+            .unwrap_or_else(|| panic!("no marker: {seen}"));
+        let second = seen.lines().position(|l| l == runs[1]).unwrap();
+        let bye_at = seen.lines().position(|l| l == bye).unwrap();
+        assert!(bye_at < marker && marker < second, "{seen}");
         let request = holdfast_lifecycle::StopRequest {
             deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(15),
             reason: holdfast_lifecycle::StopReason::Shutdown,

@@ -59,11 +59,12 @@ impl Drop for AbortOnDrop {
     }
 }
 
-// r[impl actuate.image.gc]
+// r[impl actuate.image.gc+2]
 /// Image collection, one run per `interval` on the daemon's data root: each image removed is
 /// logged and counted (`outcome="gc_removed"`), each failed removal too (`"gc_failed"`, retried on
 /// the image's own schedule); a run that cannot decide (daemon down, disk not measurable) removes
-/// nothing and is only logged, since the pull module's own probe files the daemon's fault. A run
+/// nothing and is logged, a warning when its cause is new (the pull module's own probe files the
+/// daemon's fault). A run
 /// is bounded by the interval, so a daemon that stops answering cannot hold collection forever.
 async fn collect_images(
     endpoint: DaemonEndpoint,
@@ -74,6 +75,8 @@ async fn collect_images(
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The cause of the last skipped run: a new cause is a warning, the same one again is not.
+    let mut skipped: Option<String> = None;
     loop {
         ticker.tick().await;
         let run = async {
@@ -84,9 +87,19 @@ async fn collect_images(
                 .map_err(|e| e.to_string())
         };
         let run = match tokio::time::timeout(interval, run).await {
-            Ok(Ok(run)) => run,
+            Ok(Ok(run)) => {
+                if skipped.take().is_some() {
+                    tracing::info!("image GC runs again");
+                }
+                run
+            }
             Ok(Err(error)) => {
-                tracing::debug!(%error, "image GC skipped this run");
+                if skipped.as_deref() == Some(error.as_str()) {
+                    tracing::debug!(%error, "image GC skipped this run");
+                } else {
+                    tracing::warn!(%error, "image GC skipped this run; nothing is collected until it can decide");
+                    skipped = Some(error);
+                }
                 continue;
             }
             Err(_) => {
@@ -153,7 +166,20 @@ impl Module for PullModule {
         let (reporter, health) = health_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let this = self.clone();
-        let gc = self.gc.map(|(policy, interval)| {
+        // r[impl actuate.image.gc+2]
+        // The data root is measured here by path: only right for a daemon on this host.
+        let gc = self.gc.filter(|_| {
+            let local = fetcher.endpoint().is_local_socket();
+            if !local {
+                tracing::warn!(
+                    daemon = %fetcher.endpoint().host(),
+                    "image GC is off: the daemon is not reached through a unix:// socket on this \
+                     host, so its data root's disk cannot be measured here"
+                );
+            }
+            local
+        });
+        let gc = gc.map(|(policy, interval)| {
             let configured = self.workloads.iter().map(|(_, i)| i.clone()).collect();
             AbortOnDrop(tokio::spawn(collect_images(
                 fetcher.endpoint().clone(),
