@@ -761,6 +761,21 @@ fn counts_equal_tracey_query_status() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(std::fs::read_to_string(&page).expect("the page"), text);
+    // The checked-in page is what the command writes, but for the line naming tracey's build.
+    let checked_in = std::fs::read_to_string(workspace.join("docs/audit/tracey-parity.md"))
+        .expect("docs/audit/tracey-parity.md");
+    let unversioned = |page: &str| -> Vec<String> {
+        page.lines()
+            .filter(|line| !line.starts_with("Written by `"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        unversioned(&checked_in),
+        unversioned(&text),
+        "docs/audit/tracey-parity.md is stale: run `cargo xtask tracey-parity --out \
+         docs/audit/tracey-parity.md` with tracey 1.3.0"
+    );
     for tree in [
         "several_specs_and_impls",
         "versions",
@@ -771,4 +786,34 @@ fn counts_equal_tracey_query_status() {
         assert!(text.contains(&format!("\n| {tree} | ")), "{tree}: {text}");
     }
     assert!(!text.contains("**unexplained**"), "{text}");
+}
+
+/// Without a tracey (none given, none on PATH, or a path naming no file), `tracey-parity` judges
+/// nothing and exits 2, saying so. Runs without tracey, in CI.
+// i[verify spec-check.parity]
+#[test]
+fn tracey_parity_without_a_tracey_exits_2() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf();
+    let empty = tempfile::tempdir().expect("temp dir");
+    for given in [None, Some("./no-such-tracey")] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        command
+            .arg("tracey-parity")
+            .arg("--root")
+            .arg(&workspace)
+            .env("TRACEY", "")
+            .env("PATH", empty.path())
+            .current_dir(empty.path());
+        if let Some(given) = given {
+            command.arg("--tracey").arg(given);
+        }
+        let output = command.output().expect("run xtask tracey-parity");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{given:?}: {stderr}");
+        assert!(stderr.contains("no tracey"), "{given:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{given:?}: nothing judged");
+    }
 }
