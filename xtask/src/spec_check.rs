@@ -117,7 +117,7 @@ const PARITY_COMMAND: &str = "cargo xtask tracey-parity --out docs/audit/tracey-
 
 /// Runs tracey and the gate on every workspace shape and on the workspace and prints their counts
 /// side by side: exit 0 when every difference is explained, 1 otherwise, 2 without a tracey.
-// i[impl spec-check.parity]
+// i[impl spec-check.parity+2]
 pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
     let root = match crate::root::find(args.root.as_deref()) {
         Ok(root) => root,
@@ -231,11 +231,11 @@ fn resolve(path: &Path, cwd: &Path, path_var: Option<&std::ffi::OsStr>) -> Optio
             .map(|dir| dir.join(path))
             .find(|candidate| candidate.is_file())?
     };
-    // query status runs in each tree's directory, so a relative path would name another file.
+    // `query status` runs in each tree's directory, where a relative path names another file.
     found.canonicalize().ok()
 }
 
-/// `--tracey`, else `$TRACEY`, else `tracey` on `PATH`, [resolved](resolve) to an absolute path.
+/// The tracey binary: `given` (`--tracey`), else `$TRACEY`, else `tracey` on `PATH`, [resolved](resolve) to an absolute path.
 fn find_tracey(given: Option<PathBuf>) -> Option<PathBuf> {
     let given = given.or_else(|| {
         std::env::var_os("TRACEY")
@@ -369,7 +369,7 @@ mod tests {
     const ODD: &str = "echo 'other/rust: 0 of 7 requirements are covered. 0 of 7 have a \
                        verification reference.'";
 
-    // i[verify spec-check.parity]
+    // i[verify spec-check.parity+2]
     #[test]
     fn counts_that_differ_fail_with_exit_1_and_unexplained_rows() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -389,7 +389,7 @@ mod tests {
         assert_eq!(calls.iter().filter(|c| c.starts_with("kill ")).count(), 10);
     }
 
-    // i[verify spec-check.parity]
+    // i[verify spec-check.parity+2]
     #[test]
     fn a_failing_tracey_is_an_error_with_its_status_and_stderr() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -417,7 +417,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.parity]
+    // i[verify spec-check.parity+2]
     #[test]
     fn only_cancelled_is_asked_again_and_the_error_says_how_often() {
         // Cancelled once while the daemon starts, then an answer: judged.
@@ -471,7 +471,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.parity]
+    // i[verify spec-check.parity+2]
     #[test]
     fn a_tracey_path_is_made_absolute_and_a_bare_name_found_on_path() {
         let dir = tempfile::tempdir().expect("temp dir");
