@@ -170,9 +170,10 @@ fn compare_all(
     // The shapes' trees, and tracey's daemon state (XDG_STATE_HOME), in a directory of this run's.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let work =
-        std::env::temp_dir().join(format!("holdfast-tracey-parity-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
+    let guard = WorkDir::new(
+        std::env::temp_dir().join(format!("holdfast-tracey-parity-{}-{n}", std::process::id())),
+    )?;
+    let work = &guard.0;
     let state = work.join("state");
     std::fs::create_dir_all(&state)?;
     let ask = Ask {
@@ -197,7 +198,6 @@ fn compare_all(
         compared.push(compare_one(&ask, "this workspace", root)?);
         Ok(compared)
     })();
-    let _ = std::fs::remove_dir_all(&work);
     let compared = compared?;
     let page = parity::render(&compared, PARITY_COMMAND, &version);
     crate::output::print(&page);
@@ -210,6 +210,24 @@ fn compare_all(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// A directory of this run's, made new (never one left by another process, whose files could be
+/// anyone's) and removed when dropped, a panic included.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new(path: PathBuf) -> anyhow::Result<Self> {
+        std::fs::create_dir(&path)
+            .map_err(|err| anyhow::anyhow!("cannot make {}: {err}", path.display()))?;
+        Ok(Self(path))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// How to ask tracey: its command, its name in errors, its daemon's state directory, and the
