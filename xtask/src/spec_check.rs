@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use spec_engine::spec_check::report::{self, Format};
 use spec_engine::spec_check::{check, parity};
@@ -116,7 +117,7 @@ const PARITY_COMMAND: &str = "cargo xtask tracey-parity --out docs/audit/tracey-
 
 /// Runs tracey and the gate on every workspace shape and on the workspace and prints their counts
 /// side by side: exit 0 when every difference is explained, 1 otherwise, 2 without a tracey.
-// i[impl spec-check.parity]
+// i[impl spec-check.parity+2]
 pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
     let root = match crate::root::find(args.root.as_deref()) {
         Ok(root) => root,
@@ -125,17 +126,41 @@ pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(USAGE_ERROR));
         }
     };
-    let Some(tracey) = args.tracey.or_else(find_tracey) else {
+    let Some(tracey) = find_tracey(args.tracey) else {
         eprintln!(
-            "error: tracey-parity: no tracey: pass --tracey BIN, set TRACEY, or put tracey on PATH \
+            "error: tracey-parity: no tracey (or no such file): pass --tracey BIN, set TRACEY, or \
+             put tracey on PATH \
              (cargo install --locked tracey --version 1.3.0; its build needs Node and pnpm)"
         );
         return Ok(ExitCode::from(USAGE_ERROR));
     };
-    let version = Command::new(&tracey)
+    compare_all(
+        &root,
+        &|| Command::new(&tracey),
+        &tracey.display().to_string(),
+        args.out.as_deref(),
+        RETRY_PAUSE,
+    )
+}
+
+/// How many times `query status` is asked while tracey answers `Error: Cancelled`.
+const ATTEMPTS: usize = 6;
+
+/// The pause between those asks.
+const RETRY_PAUSE: Duration = Duration::from_secs(2);
+
+/// [`parity`] with tracey run by `tracey()` (shown as `shown`), pausing `pause` between asks.
+fn compare_all(
+    root: &Path,
+    tracey: &dyn Fn() -> Command,
+    shown: &str,
+    out: Option<&Path>,
+    pause: Duration,
+) -> anyhow::Result<ExitCode> {
+    let version = tracey()
         .arg("--version")
         .output()
-        .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", tracey.display()))?;
+        .map_err(|err| anyhow::anyhow!("cannot run {shown}: {err}"))?;
     let version = String::from_utf8_lossy(&version.stdout)
         .lines()
         .next()
@@ -143,10 +168,20 @@ pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
         .trim()
         .to_owned();
     // The shapes' trees, and tracey's daemon state (XDG_STATE_HOME), in a directory of this run's.
-    let work = std::env::temp_dir().join(format!("holdfast-tracey-parity-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let guard = WorkDir::new(
+        std::env::temp_dir().join(format!("holdfast-tracey-parity-{}-{n}", std::process::id())),
+    )?;
+    let work = &guard.0;
     let state = work.join("state");
     std::fs::create_dir_all(&state)?;
+    let ask = Ask {
+        tracey,
+        shown,
+        state: &state,
+        pause,
+    };
     let compared = (|| -> anyhow::Result<Vec<parity::Comparison>> {
         let mut compared = Vec::new();
         for shape in spec_engine::shapes::all() {
@@ -158,22 +193,16 @@ pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
                 }
                 std::fs::write(path, text)?;
             }
-            compared.push(compare_one(
-                &tracey,
-                &state,
-                shape.name,
-                &dir.canonicalize()?,
-            )?);
+            compared.push(compare_one(&ask, shape.name, &dir.canonicalize()?)?);
         }
-        compared.push(compare_one(&tracey, &state, "this workspace", &root)?);
+        compared.push(compare_one(&ask, "this workspace", root)?);
         Ok(compared)
     })();
-    let _ = std::fs::remove_dir_all(&work);
     let compared = compared?;
     let page = parity::render(&compared, PARITY_COMMAND, &version);
     crate::output::print(&page);
-    if let Some(out) = args.out {
-        std::fs::write(&out, &page)
+    if let Some(out) = out {
+        std::fs::write(out, &page)
             .map_err(|err| anyhow::anyhow!("cannot write {}: {err}", out.display()))?;
     }
     Ok(if compared.iter().all(parity::Comparison::agrees) {
@@ -183,47 +212,303 @@ pub fn parity(args: ParityArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `$TRACEY`, else the first `tracey` on `PATH`.
-fn find_tracey() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TRACEY").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
+/// A directory of this run's, made new (never one left by another process, whose files could be
+/// anyone's) and removed when dropped, a panic included.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new(path: PathBuf) -> anyhow::Result<Self> {
+        std::fs::create_dir(&path)
+            .map_err(|err| anyhow::anyhow!("cannot make {}: {err}", path.display()))?;
+        Ok(Self(path))
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join("tracey"))
-        .find(|path| path.is_file())
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How to ask tracey: its command, its name in errors, its daemon's state directory, and the
+/// pause between asks.
+struct Ask<'a> {
+    tracey: &'a dyn Fn() -> Command,
+    shown: &'a str,
+    state: &'a Path,
+    pause: Duration,
+}
+
+/// The path `path` names, absolute: relative to `cwd` when it has a directory part, else found on
+/// `path_var` (as a shell finds a command); `None` when no such file exists.
+fn resolve(path: &Path, cwd: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    let found = if path.components().count() > 1 || path.is_absolute() {
+        cwd.join(path)
+    } else {
+        std::env::split_paths(path_var?)
+            .map(|dir| dir.join(path))
+            .find(|candidate| candidate.is_file())?
+    };
+    // `query status` runs in each tree's directory, where a relative path names another file.
+    found.canonicalize().ok()
+}
+
+/// The tracey binary: `given` (`--tracey`), else `$TRACEY`, else `tracey` on `PATH`, [resolved](resolve) to an absolute path.
+fn find_tracey(given: Option<PathBuf>) -> Option<PathBuf> {
+    let given = given.or_else(|| {
+        std::env::var_os("TRACEY")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    });
+    let cwd = std::env::current_dir().ok()?;
+    let path_var = std::env::var_os("PATH");
+    resolve(
+        given.as_deref().unwrap_or(Path::new("tracey")),
+        &cwd,
+        path_var.as_deref(),
+    )
 }
 
 /// The gate and `tracey query status` on the tree at `dir` (tracey's daemon is stopped after).
-fn compare_one(
-    tracey: &Path,
-    state: &Path,
-    name: &str,
-    dir: &Path,
-) -> anyhow::Result<parity::Comparison> {
+fn compare_one(ask: &Ask<'_>, name: &str, dir: &Path) -> anyhow::Result<parity::Comparison> {
     let outcome = check(&spec_engine::Disk::new(dir), &[], None, &[])
         .map_err(|problem| anyhow::anyhow!("{name}: the gate cannot judge the tree: {problem}"))?;
     let run = |args: &[&str]| {
-        Command::new(tracey)
+        (ask.tracey)()
             .args(args)
             .current_dir(dir)
-            .env("XDG_STATE_HOME", state)
+            .env("XDG_STATE_HOME", ask.state)
             .output()
     };
     // The first query starts tracey's daemon and gives up when it takes more than 5 s to listen
     // (a big tree on a busy machine), answering `Error: Cancelled`: ask again while it starts.
-    let mut answer = String::new();
-    for attempt in 0..6 {
-        if attempt > 0 {
-            std::thread::sleep(std::time::Duration::from_secs(2));
+    let _daemon = Daemon(&run);
+    let mut attempts = 0;
+    let output = loop {
+        if attempts > 0 {
+            std::thread::sleep(ask.pause);
         }
+        attempts += 1;
         let output = run(&["query", "status"])
-            .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", tracey.display()))?;
-        answer = String::from_utf8_lossy(&output.stdout).into_owned();
-        if !answer.trim_start().starts_with("Error:") {
-            break;
+            .map_err(|err| anyhow::anyhow!("cannot run {}: {err}", ask.shown))?;
+        let cancelled = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .any(|line| line.trim() == "Error: Cancelled");
+        if !cancelled {
+            break output;
         }
+        if attempts == ATTEMPTS {
+            anyhow::bail!(
+                "{name}: tracey answered `Error: Cancelled` (its daemon did not start) after \
+                 {attempts} attempts"
+            );
+        }
+    };
+    let answer = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let said = |stream: &str, text: &str| {
+        if text.trim().is_empty() {
+            String::new()
+        } else {
+            format!("; its {stream}: {}", text.trim())
+        }
+    };
+    if !output.status.success() {
+        anyhow::bail!(
+            "{name}: `{} query status` failed ({}){}{}",
+            ask.shown,
+            output.status,
+            said("stderr", &stderr),
+            said("stdout", &answer)
+        );
     }
-    let _ = run(&["kill"]);
-    let answer = parity::parse(&answer).map_err(|err| anyhow::anyhow!("{name}: {err}"))?;
+    let answer = parity::parse(&answer)
+        .map_err(|err| anyhow::anyhow!("{name}: {err}{}", said("stderr", &stderr)))?;
     Ok(parity::compare(name, &outcome, &answer))
+}
+
+/// Stops tracey's daemon (`tracey kill`) when dropped, on every way out of [`compare_one`].
+struct Daemon<'a, F: Fn(&[&str]) -> std::io::Result<std::process::Output>>(&'a F);
+
+impl<F: Fn(&[&str]) -> std::io::Result<std::process::Output>> Drop for Daemon<'_, F> {
+    fn drop(&mut self) {
+        let _ = (self.0)(&["kill"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stand_in::Script;
+
+    /// A root tree (the first workspace shape) under `dir`, and a stand-in tracey in `dir` whose
+    /// `query status` runs `query` (sh; `$calls` is a file it may count its calls in), noting each
+    /// call's first argument and directory's name in `dir/calls`.
+    fn root_and_tracey(dir: &Path, query: &str) -> (PathBuf, Script) {
+        let root = dir.join("root");
+        for (path, text) in &spec_engine::shapes::all()[0].files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        }
+        let calls = dir.join("calls");
+        let script = Script::new(
+            dir,
+            "tracey.sh",
+            &format!(
+                "calls='{}'\n\
+                 echo \"$1 $(basename \"$PWD\")\" >> \"$calls\"\n\
+                 case \"$1\" in\n\
+                 --version) echo 'tracey 1.3.0'; exit 0;;\n\
+                 kill) exit 0;;\n\
+                 esac\n\
+                 {query}\n",
+                calls.display()
+            ),
+        );
+        (root, script)
+    }
+
+    /// The stand-in's calls, one line each.
+    fn calls(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join("calls"))
+            .expect("tracey was called")
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The command on the stand-in, with no pause between asks.
+    fn run(root: &Path, tracey: &Script, out: Option<&Path>) -> anyhow::Result<ExitCode> {
+        compare_all(root, &|| tracey.command(), "tracey.sh", out, Duration::ZERO)
+    }
+
+    /// One coverage line tracey could print, equal to no tree's counts.
+    const ODD: &str = "echo 'other/rust: 0 of 7 requirements are covered. 0 of 7 have a \
+                       verification reference.'";
+
+    // i[verify spec-check.parity+2]
+    #[test]
+    fn counts_that_differ_fail_with_exit_1_and_unexplained_rows() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(dir.path(), ODD);
+        let page = dir.path().join("parity.md");
+        let code = run(&root, &tracey, Some(&page)).expect("judged");
+        assert_eq!(code, ExitCode::FAILURE);
+        let page = std::fs::read_to_string(page).expect("the page");
+        assert!(
+            page.contains("| this workspace | other/rust | 7/0/0/0 | — | **unexplained**: the gate has no such row |"),
+            "{page}"
+        );
+        // tracey asked once per tree (nine shapes and the root), its daemon stopped after each.
+        let calls = calls(dir.path());
+        assert!(calls[0].starts_with("--version "), "{calls:?}");
+        assert_eq!(calls.iter().filter(|c| c.starts_with("query ")).count(), 10);
+        assert_eq!(calls.iter().filter(|c| c.starts_with("kill ")).count(), 10);
+    }
+
+    // i[verify spec-check.parity+2]
+    #[test]
+    fn a_failing_tracey_is_an_error_with_its_status_and_stderr() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(dir.path(), "echo 'boom: daemon crashed' >&2\nexit 3");
+        let err = run(&root, &tracey, None).expect_err("nothing to judge");
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("several_specs_and_impls")
+                && err.contains("exit status: 3")
+                && err.contains("boom: daemon crashed"),
+            "{err}"
+        );
+        // Coverage lines from a tracey that then fails are not trusted either.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(dir.path(), &format!("{ODD}\nexit 1"));
+        let err = format!("{:#}", run(&root, &tracey, None).expect_err("failed"));
+        assert!(err.contains("exit status: 1"), "{err}");
+        // An answer that says nothing usable names what tracey said on stderr.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(dir.path(), "echo 'hmm' >&2");
+        let err = format!("{:#}", run(&root, &tracey, None).expect_err("unusable"));
+        assert!(
+            err.contains("no coverage line") && err.contains("hmm"),
+            "{err}"
+        );
+    }
+
+    // i[verify spec-check.parity+2]
+    #[test]
+    fn only_cancelled_is_asked_again_and_the_error_says_how_often() {
+        // Cancelled once while the daemon starts, then an answer: judged.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(
+            dir.path(),
+            &format!(
+                "if [ \"$(grep -c '^query' \"$calls\")\" = 1 ]; then echo 'Error: Cancelled'; exit 1; fi\n{ODD}"
+            ),
+        );
+        assert_eq!(
+            run(&root, &tracey, None).expect("judged"),
+            ExitCode::FAILURE
+        );
+        let calls = calls(dir.path());
+        assert_eq!(
+            calls[1..4],
+            [
+                "query several_specs_and_impls",
+                "query several_specs_and_impls",
+                "kill several_specs_and_impls"
+            ],
+            "{calls:?}"
+        );
+        // Cancelled every time: an error after every attempt.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(dir.path(), "echo 'Error: Cancelled'");
+        let err = format!("{:#}", run(&root, &tracey, None).expect_err("cancelled"));
+        assert!(
+            err.contains(&format!("after {ATTEMPTS} attempts")) && err.contains("Cancelled"),
+            "{err}"
+        );
+        assert_eq!(
+            self::calls(dir.path())
+                .iter()
+                .filter(|c| c.starts_with("query "))
+                .count(),
+            ATTEMPTS
+        );
+        // Any other error is not asked again.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (root, tracey) = root_and_tracey(dir.path(), "echo 'Error: config is broken'");
+        let err = format!("{:#}", run(&root, &tracey, None).expect_err("broken"));
+        assert!(err.contains("Error: config is broken"), "{err}");
+        assert_eq!(
+            self::calls(dir.path())
+                .iter()
+                .filter(|c| c.starts_with("query "))
+                .count(),
+            1
+        );
+    }
+
+    // i[verify spec-check.parity+2]
+    #[test]
+    fn a_tracey_path_is_made_absolute_and_a_bare_name_found_on_path() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bin = dir.path().canonicalize().expect("dir").join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        std::fs::write(bin.join("tracey"), "").expect("write");
+        assert_eq!(
+            resolve(Path::new("bin/tracey"), dir.path(), None),
+            Some(bin.join("tracey"))
+        );
+        assert_eq!(
+            resolve(Path::new("./bin/tracey"), dir.path(), None),
+            Some(bin.join("tracey"))
+        );
+        assert_eq!(
+            resolve(Path::new("tracey"), dir.path(), Some(bin.as_os_str())),
+            Some(bin.join("tracey"))
+        );
+        assert_eq!(resolve(Path::new("tracey"), dir.path(), None), None);
+        assert_eq!(resolve(Path::new("bin/missing"), dir.path(), None), None);
+    }
 }

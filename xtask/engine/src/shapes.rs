@@ -78,7 +78,8 @@ pub fn all() -> Vec<Shape> {
         ),
         shape(
             "python_placement",
-            "Python verifies on `def test_…` (placed), on a test method, and on a helper (not)",
+            "Python verifies on `def test_…` (placed), on a test method, and on a helper, a nested \
+             `def test_…` and a method of a class not named `Test…` (not)",
             python_placement(),
         ),
     ]
@@ -518,6 +519,20 @@ def make_numbers():
 
 def test_mul():
     assert mul(*make_numbers()) == 6
+
+
+def helper():
+    # c[verify calc.add]
+    def test_inner():
+        assert add(0, 0) == 0
+
+    return test_inner
+
+
+class Helper:
+    # c[verify calc.sub]
+    def test_sub(self):
+        assert sub(0, 0) == 0
 ";
     vec![
         (".config/tracey/config.styx", config),
@@ -597,7 +612,7 @@ mod tests {
         insta::assert_snapshot!(checked("python"));
     }
 
-    // i[verify spec-check.placement.foreign]
+    // i[verify spec-check.placement.foreign+2]
     #[test]
     fn python_placement() {
         insta::assert_snapshot!(checked("python_placement"));

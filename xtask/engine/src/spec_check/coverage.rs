@@ -425,7 +425,7 @@ fn verify_not_on_test(
 /// A `verify` annotation in a Python, Go or script test file must precede a test its runner
 /// collects.
 // i[impl spec-check.test-backed.runners+2]
-// i[impl spec-check.placement.foreign]
+// i[impl spec-check.placement.foreign+2]
 fn foreign_not_on_test(
     reference: &ReqReference,
     site: &Site,

@@ -51,9 +51,10 @@ pub struct ForeignTest {
 // i[impl spec-check.test-backed.runners+2]
 pub fn test_after(relative: &str, content: &str, line: usize) -> Option<ForeignTest> {
     let language = Language::of(relative)?;
-    let mut lines = content.lines().skip(line).map(str::trim);
-    let declaration = loop {
-        let text = lines.next()?;
+    let mut lines = content.lines().skip(line);
+    let (declaration, indent) = loop {
+        let raw = lines.next()?;
+        let text = raw.trim();
         if text.is_empty()
             || text.starts_with('#')
             || text.starts_with("//")
@@ -70,15 +71,16 @@ pub fn test_after(relative: &str, content: &str, line: usize) -> Option<ForeignT
             }
             continue;
         }
-        break text.to_owned();
+        break (text.to_owned(), indentation(raw));
     };
     let (name, skipped) = match language {
         Language::Python => {
             let rest = declaration.strip_prefix("async ").unwrap_or(&declaration);
             let name = identifier(rest.strip_prefix("def ")?)?;
             // pytest collects functions whose name starts with `test` (its default
-            // `python_functions`).
-            (name.starts_with("test").then_some(name)?, false)
+            // `python_functions`), at module level or in classes named `Test…`.
+            let collected = name.starts_with("test") && in_test_classes(content, line, indent);
+            (collected.then_some(name)?, false)
         }
         Language::Go => {
             let rest = declaration.strip_prefix("func ")?;
@@ -97,7 +99,10 @@ pub fn test_after(relative: &str, content: &str, line: usize) -> Option<ForeignT
         Language::Script => {
             // Prettier puts a long title on the line after `it(`.
             let declaration = if declaration.ends_with('(') {
-                let next = lines.find(|text| !text.is_empty()).unwrap_or_default();
+                let next = lines
+                    .map(str::trim)
+                    .find(|text| !text.is_empty())
+                    .unwrap_or_default();
                 format!("{declaration}{next}")
             } else {
                 declaration
@@ -110,6 +115,43 @@ pub fn test_after(relative: &str, content: &str, line: usize) -> Option<ForeignT
         name,
         skipped,
     })
+}
+
+/// The width of `line`'s leading whitespace.
+fn indentation(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// Whether a Python `def` indented by `indent`, after the first `before` lines of `content`, is
+/// where pytest collects tests (its default `python_classes`): at module level, or in classes
+/// named `Test…` only (a class in a class counts), never in a function or another class. The
+/// blocks it is in are found walking up to each less indented line; a bracket or string closing
+/// at a lower indentation could mislead this, which pytest-style test files rarely have.
+// i[impl spec-check.placement.foreign+2]
+fn in_test_classes(content: &str, before: usize, mut indent: usize) -> bool {
+    for raw in content
+        .lines()
+        .take(before)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        if indent == 0 {
+            break;
+        }
+        let text = raw.trim();
+        if text.is_empty() || text.starts_with('#') || indentation(raw) >= indent {
+            continue;
+        }
+        if !text
+            .strip_prefix("class ")
+            .is_some_and(|name| name.starts_with("Test"))
+        {
+            return false;
+        }
+        indent = indentation(raw);
+    }
+    indent == 0
 }
 
 /// How many more brackets `text` opens than it closes (strings and comments not told apart:
@@ -420,6 +462,49 @@ mod tests {
             name: name.into(),
             skipped: false,
         }
+    }
+
+    // i[verify spec-check.placement.foreign+2]
+    #[test]
+    fn a_python_test_is_a_module_level_def_or_a_method_of_a_test_class() {
+        let source = "\
+import pytest
+
+
+# r[verify a]
+def test_top():
+    # r[verify b]
+    def test_inner():
+        pass
+
+
+class TestOuter:
+    # r[verify c]
+    @pytest.mark.slow
+    def test_method(self):
+        pass
+
+    class TestNested:
+        # r[verify d]
+        def test_deeper(self):
+            pass
+
+
+class Helper:
+    # r[verify e]
+    def test_sub(self):
+        pass
+";
+        let at = |line| test_after("tests/test_x.py", source, line).map(|t| t.name);
+        assert_eq!(at(4).as_deref(), Some("test_top"), "module level");
+        assert_eq!(
+            at(6),
+            None,
+            "nested in a function: pytest never collects it"
+        );
+        assert_eq!(at(12).as_deref(), Some("test_method"), "in class Test…");
+        assert_eq!(at(18).as_deref(), Some("test_deeper"), "in Test… in Test…");
+        assert_eq!(at(24), None, "in a class pytest does not collect");
     }
 
     // i[verify spec-check.test-backed.runners+2]
