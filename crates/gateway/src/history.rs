@@ -5,8 +5,8 @@
 //!
 //! A position is `A-B`, two unsigned integers compared as a pair: a Redis stream id in a cluster
 //! (comparable across replicas, the server assigns them), and on one replica the gateway's start
-//! time in Unix milliseconds and a counter, so that a position from before a restart is older
-//! than every position after it.
+//! time in Unix milliseconds and a counter; a position from another start (or another
+//! replica's memory) is answered with a gap.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -119,11 +119,13 @@ pub trait History: Send + Sync + 'static {
 }
 
 /// One room's retained messages.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Room {
     entries: VecDeque<Entry>,
-    /// The newest position dropped from this room (by count, age or the byte cap).
-    dropped_through: Option<Pos>,
+    /// Where this room's history starts: every message of the room after it is still held. Set
+    /// when the record is (re)created to the last position assigned before it (so messages of
+    /// a forgotten earlier record are below it), and raised to each position dropped.
+    floor: Pos,
 }
 
 #[derive(Debug)]
@@ -186,17 +188,26 @@ impl MemoryHistory {
             hi: self.epoch,
             lo: s.next,
         };
+        let floor = Pos {
+            hi: self.epoch,
+            lo: s.next - 1,
+        };
         if config.size == 0 || text.len() > config.max_bytes {
-            // Kept nowhere: a later join with `since` before it learns of the gap.
-            let r = s.rooms.entry(room.to_owned()).or_default();
-            r.dropped_through = Some(pos);
-            if r.entries.is_empty() {
-                s.rooms.remove(room);
+            // Kept nowhere: a later join with `since` before it learns of the gap. An empty
+            // record is not kept: the next one's floor is at least `pos`.
+            if let Some(r) = s.rooms.get_mut(room) {
+                r.floor = pos;
+                if r.entries.is_empty() {
+                    s.rooms.remove(room);
+                }
             }
             return pos;
         }
         let state = &mut *s;
-        let r = state.rooms.entry(room.to_owned()).or_default();
+        let r = state.rooms.entry(room.to_owned()).or_insert_with(|| Room {
+            entries: VecDeque::new(),
+            floor,
+        });
         if r.entries.is_empty() {
             state.fronts.insert(pos, room.to_owned());
         }
@@ -225,6 +236,11 @@ impl MemoryHistory {
         now: Instant,
     ) -> Recovery {
         let mut s = crate::server::lock(&self.state);
+        if since.hi != self.epoch {
+            // From another start of this replica (earlier, or later under a clock stepped back),
+            // or from another replica's memory: what came after it there is not here.
+            return Recovery::Gap;
+        }
         let last = Pos {
             hi: self.epoch,
             lo: s.next,
@@ -234,19 +250,15 @@ impl MemoryHistory {
         }
         expire_room(&mut s, room, config, now);
         let Some(r) = s.rooms.get(room) else {
-            // No record: nothing kept here, but messages after `since` may have been (before a
-            // restart, or before they aged out with their room).
+            // No record: nothing kept here, but messages after `since` may have been (before
+            // they aged out with their room).
             return if since == last {
                 Recovery::Messages(Vec::new())
             } else {
                 Recovery::Gap
             };
         };
-        if r.dropped_through.is_some_and(|d| d > since) {
-            return Recovery::Gap;
-        }
-        if since.hi != self.epoch {
-            // From before this replica started: what came after it then is gone.
+        if since < r.floor {
             return Recovery::Gap;
         }
         Recovery::Messages(
@@ -287,13 +299,14 @@ fn drop_front(state: &mut State, room: &str) {
     };
     state.fronts.remove(&e.pos);
     state.bytes -= e.text.len();
-    r.dropped_through = Some(e.pos);
+    r.floor = e.pos;
     match r.entries.front() {
         Some(next) => {
             state.fronts.insert(next.pos, room.to_owned());
         }
-        // An empty room is forgotten: a later join with `since` in it is told of a gap (no
-        // record), so forgetting loses nothing but precision, and rooms do not pile up.
+        // An empty room is forgotten, so rooms do not pile up: a join with `since` before the
+        // next message is told of a gap (no record), and the next record's floor is at least
+        // this position, so a join with `since` before it is too.
         None => {
             state.rooms.remove(room);
         }
@@ -451,9 +464,10 @@ mod tests {
             h.since_at("r", Pos { hi: 100, lo: 99 }, &c, now),
             Recovery::Future
         );
+        // Another start's position (a later epoch: the clock stepped back) is a gap.
         assert_eq!(
             h.since_at("r", Pos { hi: 101, lo: 0 }, &c, now),
-            Recovery::Future
+            Recovery::Gap
         );
         // A position from an earlier start of the replica.
         assert_eq!(
@@ -535,5 +549,74 @@ mod tests {
                 Recovery::Future => prop_assert!(false, "no position from the future here"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+/// The review's cases (B1, S2): a room whose history emptied, and another start's position.
+mod review_tests {
+    use super::*;
+    fn cfg(size: usize, ttl_ms: u64, max_bytes: usize) -> HistoryConfig {
+        HistoryConfig { size, ttl: Duration::from_millis(ttl_ms), max_bytes }
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn rv_forgotten_room_then_new_message_hides_gap_ttl() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = cfg(100, 1000, 1 << 20);
+        let t0 = Instant::now();
+        let p1 = h.append_at("r", "m1", &c, t0);
+        let _p2 = h.append_at("r", "m2", &c, t0);
+        // client saw m1 only. After ttl, someone else reads the room: it is expired and forgotten.
+        let later = t0 + Duration::from_millis(1500);
+        let _ = h.since_at("r", p1, &c, later);
+        let p3 = h.append_at("r", "m3", &c, later);
+        let got = h.since_at("r", p1, &c, later);
+        assert_eq!(got, Recovery::Gap, "m2 was missed: got {got:?} (p3 {p3})");
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn rv_forgotten_room_then_new_message_hides_gap_bytes() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = cfg(100, 60_000, 8);
+        let t0 = Instant::now();
+        let p1 = h.append_at("r", "m1", &c, t0);
+        h.append_at("r", "m2", &c, t0); // client misses m2
+        h.append_at("other", "xxxxxxxx", &c, t0); // byte cap evicts all of r: r forgotten
+        h.append_at("other", "y", &c, t0); // other: drop so r... 
+        h.append_at("r", "m3", &c, t0);
+        let got = h.since_at("r", p1, &c, t0);
+        assert_eq!(got, Recovery::Gap, "m2 was missed: got {got:?}");
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn rv_oversized_message_in_empty_room_then_new_message_hides_gap() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = cfg(100, 60_000, 4);
+        let t0 = Instant::now();
+        let p1 = h.append_at("r", "m1", &c, t0);
+        let t1 = t0 + Duration::from_secs(61); // m1 ages out by the next append
+        h.append_at("r", "m2", &c, t1);
+        let _ = h.since_at("r", p1, &c, t1 + Duration::from_secs(61)); // room emptied, forgotten
+        let t2 = t1 + Duration::from_secs(61);
+        h.append_at("r", "toolong", &c, t2); // kept nowhere, record removed at once
+        h.append_at("r", "m4", &c, t2);
+        let p4 = Pos { hi: 5, lo: 2 };
+        let got = h.since_at("r", p4, &c, t2);
+        assert_eq!(got, Recovery::Gap, "'toolong' was missed: got {got:?}");
+    }
+
+    // r[verify gateway.history.position]
+    #[test]
+    fn rv_restart_with_clock_stepped_back_is_a_gap_not_future() {
+        let before = MemoryHistory::with_epoch(1_000);
+        let c = cfg(100, 60_000, 1 << 20);
+        let p = before.append_at("r", "m", &c, Instant::now());
+        let after = MemoryHistory::with_epoch(999); // restarted, clock 1 ms behind
+        after.append_at("r", "n", &c, Instant::now());
+        assert_eq!(after.since_at("r", p, &c, Instant::now()), Recovery::Gap);
     }
 }

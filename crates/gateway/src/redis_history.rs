@@ -2,8 +2,9 @@
 //!
 //! One stream per room (`{prefix}history:{room}`), its entries `d → text`, its ids the
 //! positions: Redis assigns them, so they are comparable across replicas. Next to it
-//! `{prefix}history-dropped:{room}` holds the newest id trimmed away, which is how a join tells
-//! a gap from a quiet room. Both are written by Lua scripts, so an append, its trim and the
+//! `{prefix}history-dropped:{room}` holds the newest id trimmed away (or, when an append created
+//! the stream, the id just below its first entry), which is how a join tells a gap from a quiet
+//! room, and a stream that expired or was flushed from one that never was. Both are written by Lua scripts, so an append, its trim and the
 //! record of what was trimmed are one atomic step; both expire after the history's age.
 
 use std::sync::Arc;
@@ -37,9 +38,22 @@ local function trim(size, ttl)
 end
 ";
 
-/// Appends ARGV[1], trims, refreshes the expiries; answers the new id.
+/// Appends ARGV[1], trims, refreshes the expiries; answers the new id. When the append creates
+/// the stream (a new room, or one whose stream expired or was flushed), the id just below the
+/// new one is recorded as dropped: the history starts there, and any `since` before it is a gap.
 const APPEND: &str = r"
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
+if fresh then
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local floor
+  if seq == '0' then
+    floor = string.format('%.0f', tonumber(ms) - 1) .. '-18446744073709551615'
+  else
+    floor = ms .. '-' .. string.format('%.0f', tonumber(seq) - 1)
+  end
+  redis.call('SET', KEYS[2], floor, 'PX', ARGV[3])
+end
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use holdfast_gateway::{Gateway, Pos};
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// Reads the next message as JSON.
 async fn next_json(ws: &mut Client) -> Value {
@@ -183,4 +184,102 @@ async fn a_join_with_since_is_subject_to_the_room_permissions() {
         next_json(&mut ann).await,
         json!({"type": "error", "op": "join", "reason": "not permitted", "room": "private"})
     );
+}
+
+/// A history whose read waits until the test lets it go.
+struct Gate {
+    inner: Arc<holdfast_gateway::MemoryHistory>,
+    reading: Arc<tokio::sync::Notify>,
+    go: Arc<tokio::sync::Notify>,
+}
+
+impl holdfast_gateway::History for Gate {
+    fn append(&self, room: &str, text: &str, c: &holdfast_gateway::HistoryConfig)
+        -> holdfast_lifecycle::BoxFuture<Result<Pos, holdfast_gateway::ClusterError>> {
+        self.inner.append(room, text, c)
+    }
+    fn since(&self, room: &str, since: Pos, c: &holdfast_gateway::HistoryConfig)
+        -> holdfast_lifecycle::BoxFuture<Result<holdfast_gateway::Recovery, holdfast_gateway::ClusterError>> {
+        let (inner, reading, go) = (self.inner.clone(), self.reading.clone(), self.go.clone());
+        let (room, c) = (room.to_owned(), *c);
+        Box::pin(async move {
+            reading.notify_one();
+            go.notified().await;
+            inner.since(&room, since, &c).await
+        })
+    }
+}
+
+// r[verify gateway.history.recover]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv_a_message_pushed_between_join_and_history_read_arrives_once() {
+    let gate = Arc::new(Gate {
+        inner: Arc::new(holdfast_gateway::MemoryHistory::new()),
+        reading: Arc::new(tokio::sync::Notify::new()),
+        go: Arc::new(tokio::sync::Notify::new()),
+    });
+    let cluster = holdfast_gateway::Cluster {
+        registry: Arc::new(holdfast_gateway::MemoryRegistry::new()),
+        routing: Arc::new(holdfast_gateway::MemoryRouting::new()),
+        bus: Arc::new(holdfast_gateway::MemoryBus::new()),
+        seed: None,
+        history: Some(gate.clone()),
+    };
+    let g = Gateway::start_cluster(any_room_config("a", 100), cluster).await.unwrap();
+    let seen = g.push_room("lobby", "m0").await.pos.unwrap();
+    g.push_room("lobby", "m1").await;
+    let mut ann = authed(&g, "ann").await;
+    send_json(&mut ann, json!({"type": "join", "room": "lobby", "since": seen.to_string()})).await;
+    gate.reading.notified().await;
+    g.push_room("lobby", "race").await; // queued live: ann is already a member
+    gate.go.notify_one();
+    let mut texts = Vec::new();
+    loop {
+        let v = next_json(&mut ann).await;
+        if v["type"] == "joined" { break; }
+        texts.push(v["text"].as_str().unwrap().to_owned());
+    }
+    g.push_room("lobby", "after").await;
+    loop {
+        let v = next_json(&mut ann).await;
+        let t = v["text"].as_str().unwrap().to_owned();
+        let done = t == "after";
+        texts.push(t);
+        if done { break; }
+    }
+    assert_eq!(texts, ["m1", "race", "after"]);
+}
+
+// r[verify gateway.history.recover]
+#[tokio::test]
+async fn rv_a_refused_since_join_on_a_room_already_joined_keeps_the_membership() {
+    let node = start(any_room_config("a", 10)).await;
+    let g = &node.gateway;
+    let mut ann = authed(g, "ann").await;
+    send_json(&mut ann, json!({"type": "join", "room": "lobby"})).await;
+    next_json(&mut ann).await;
+    let last = g.push_room("lobby", "x").await.pos.unwrap();
+    next_json(&mut ann).await;
+    for since in [Pos { hi: last.hi, lo: last.lo + 5 }, last] {
+        send_json(&mut ann, json!({"type": "join", "room": "lobby", "since": since.to_string()})).await;
+        let v = next_json(&mut ann).await;
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["reason"], "already joined", "{v}");
+    }
+    assert_eq!(g.push_room("lobby", "y").await.queued, 1, "ann was a member before the refused join");
+    assert_eq!(message(&next_json(&mut ann).await).0, "y");
+}
+
+// r[verify gateway.history.recover]
+#[tokio::test]
+async fn rv_a_numeric_since_is_a_bad_position_and_the_connection_stays() {
+    let node = start(any_room_config("a", 10)).await;
+    let g = &node.gateway;
+    let mut ann = authed(g, "ann").await;
+    send_json(&mut ann, json!({"type": "join", "room": "lobby", "since": 5})).await;
+    let v = next_json(&mut ann).await;
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["reason"], "bad position", "{v}");
+    send_json(&mut ann, json!({"type": "join", "room": "lobby"})).await;
+    assert_eq!(next_json(&mut ann).await, json!({"type": "joined", "room": "lobby"}));
 }
