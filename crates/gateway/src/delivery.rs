@@ -20,6 +20,21 @@ pub enum Forward {
     Failed,
 }
 
+/// How many locks room pushes are spread over (rooms that share one are serialized together).
+pub(crate) const ROOM_LOCK_STRIPES: usize = 64;
+
+impl crate::server::Inner {
+    // r[impl gateway.history.order]
+    /// The lock a push to `room` holds from its position to its broadcast.
+    pub(crate) fn room_lock(&self, room: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .hash_one(room);
+        let i = usize::try_from(h % ROOM_LOCK_STRIPES as u64).unwrap_or(0);
+        &self.room_locks[i]
+    }
+}
+
 impl Gateway {
     // r[impl gateway.cluster.push-user]
     /// Pushes to `user`'s connections on this replica, and to the replica the routing map names
@@ -63,6 +78,7 @@ impl Gateway {
     /// pushes it to its members. A bus outage is reported in [`Delivery::forwarded`].
     pub async fn push_room(&self, room: &str, text: &str) -> Delivery {
         let inner = &self.inner;
+        let _order = inner.room_lock(room).lock().await;
         let pos = self.remember(room, text).await;
         let mut delivery = match pos {
             Some(pos) => self.push_room_local(room, &crate::history::frame(room, pos, text)),

@@ -96,6 +96,9 @@ pub(crate) struct Inner {
     pub(crate) tls: Option<Tls>,
     pub(crate) membership: crate::membership::Membership,
     pub(crate) history: Arc<dyn crate::history::History>,
+    /// Room pushes hold their room's stripe from the history append to the broadcast, so this
+    /// replica's members, and the bus, see one room's messages in position order.
+    pub(crate) room_locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
 /// A running gateway. Cheap to clone.
@@ -196,6 +199,9 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
             history,
+            room_locks: (0..crate::delivery::ROOM_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {

@@ -283,3 +283,31 @@ async fn rv_a_numeric_since_is_a_bad_position_and_the_connection_stays() {
     send_json(&mut ann, json!({"type": "join", "room": "lobby"})).await;
     assert_eq!(next_json(&mut ann).await, json!({"type": "joined", "room": "lobby"}));
 }
+
+// r[verify gateway.history.order]
+/// On one replica, concurrent pushes to one room reach a member in position order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {
+    let mut c = any_room_config("a", 1000);
+    c.send_queue = 1000;
+    let node = start(c).await;
+    let g = node.gateway.clone();
+    let mut ann = authed(&g, "ann").await;
+    send_json(&mut ann, json!({"type": "join", "room": "lobby"})).await;
+    next_json(&mut ann).await;
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let g = g.clone();
+            tokio::spawn(async move { g.push_room("lobby", &format!("m{i}")).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut got = Vec::new();
+    for _ in 0..200 {
+        got.push(message(&next_json(&mut ann).await).1);
+    }
+    let inversions = got.windows(2).filter(|w| w[1] < w[0]).count();
+    assert_eq!(inversions, 0, "live positions out of order {inversions} times");
+}
