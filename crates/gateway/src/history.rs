@@ -505,6 +505,39 @@ mod tests {
     }
 
     proptest! {
+        // r[verify gateway.history.position]
+        /// A position a peer sends: any string parses or is refused without a panic, and every
+        /// position prints as a string that parses back to it.
+        #[test]
+        fn any_since_string_parses_or_is_refused_and_positions_round_trip(
+            s in ".{0,48}",
+            digits in "[0-9]{0,22}-[0-9]{0,22}",
+            hi in any::<u64>(),
+            lo in any::<u64>(),
+        ) {
+            let _ = s.parse::<Pos>();
+            if let Ok(p) = digits.parse::<Pos>() {
+                prop_assert_eq!(p.to_string().parse::<Pos>(), Ok(p));
+            }
+            let p = Pos { hi, lo };
+            prop_assert_eq!(p.to_string().parse::<Pos>(), Ok(p));
+        }
+
+        // r[verify gateway.history.position]
+        /// Any room and text framed is JSON whose room and position read back.
+        #[test]
+        fn any_framed_message_is_json_and_reads_back(
+            room in ".{0,16}",
+            text in ".{0,64}",
+            hi in any::<u64>(),
+            lo in any::<u64>(),
+        ) {
+            let p = Pos { hi, lo };
+            let f = frame(&room, p, &text);
+            prop_assert!(serde_json::from_str::<serde_json::Value>(&f).is_ok(), "{}", f);
+            prop_assert_eq!(framed_pos(&f), Some((room, p)));
+        }
+
         // r[verify gateway.history.recover]
         /// Any interleaving of publishes with a client that leaves after seeing some of them and
         /// rejoins with `since`: the backlog plus what arrives live after the rejoin is every

@@ -828,7 +828,7 @@ async fn on_message(
                 ws,
                 &room,
                 token.as_deref(),
-                since.as_deref(),
+                since.as_ref(),
                 session,
             )
             .await
@@ -894,7 +894,7 @@ async fn join(
     ws: &mut Ws,
     room: &str,
     token: Option<&str>,
-    since: Option<&str>,
+    since: Option<&serde_json::Value>,
     session: &mut Session,
 ) -> Option<Ending> {
     let cfg = &inner.config;
@@ -904,11 +904,19 @@ async fn join(
     if !permitted(inner, session, room, token) {
         return refuse_join(inner, ws, room, JoinRefusal::NotPermitted).await;
     }
-    let since = match since.map(str::parse::<Pos>) {
+    let since = match since {
         None => None,
-        Some(Ok(pos)) => Some(pos),
-        Some(Err(_)) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
+        Some(serde_json::Value::String(s)) => match s.parse::<Pos>() {
+            Ok(pos) => Some(pos),
+            Err(_) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
+        },
+        Some(_) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
     };
+    if since.is_some() && inner.registry.is_member(id, room) {
+        // Already receiving the room live: a recovery would resend its backlog for nothing
+        // (and on repeat cost a history read each time); a refusal leaves the membership.
+        return refuse_join(inner, ws, room, JoinRefusal::AlreadyJoined).await;
+    }
     match inner
         .registry
         .join_within(id, room, cfg.max_rooms_per_connection)
@@ -1008,6 +1016,8 @@ pub(crate) enum JoinRefusal {
     BadPosition,
     /// The join's `since` is later than anything the room's stream has assigned.
     FuturePosition,
+    /// A join with `since` to a room the connection is already in.
+    AlreadyJoined,
 }
 
 impl JoinRefusal {
@@ -1019,6 +1029,7 @@ impl JoinRefusal {
             JoinRefusal::NotPermitted => "not permitted",
             JoinRefusal::BadPosition => "bad position",
             JoinRefusal::FuturePosition => "position from the future",
+            JoinRefusal::AlreadyJoined => "already joined",
         }
     }
 }
