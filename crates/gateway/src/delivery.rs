@@ -41,6 +41,9 @@ impl Gateway {
     /// for them when that is another one. A routing or bus outage is reported in
     /// [`Delivery::forwarded`], never fatal.
     pub async fn push_user(&self, user: &str, text: &str) -> Delivery {
+        if let Some(refused) = self.refuse_too_large(text) {
+            return refused;
+        }
         let mut delivery = self.push_user_local(user, text);
         let inner = &self.inner;
         let forwarded = match inner.routing.route(user).await {
@@ -77,6 +80,9 @@ impl Gateway {
     /// Pushes to `room`'s members on this replica, and broadcasts it so every other replica
     /// pushes it to its members. A bus outage is reported in [`Delivery::forwarded`].
     pub async fn push_room(&self, room: &str, text: &str) -> Delivery {
+        if let Some(refused) = self.refuse_too_large(text) {
+            return refused;
+        }
         let inner = &self.inner;
         let _order = inner.room_lock(room).lock().await;
         let pos = self.remember(room, text).await;
@@ -103,6 +109,15 @@ impl Gateway {
             }
         };
         delivery
+    }
+
+    // r[impl gateway.history.bounds]
+    /// A push larger than the message size limit is refused (so history holds no larger one).
+    fn refuse_too_large(&self, text: &str) -> Option<Delivery> {
+        (text.len() > self.inner.config.max_message_size).then(|| Delivery {
+            too_large: true,
+            ..Delivery::default()
+        })
     }
 
     // r[impl gateway.history.position]

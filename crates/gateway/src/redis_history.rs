@@ -69,7 +69,7 @@ local dropped = redis.call('GET', KEYS[2])
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local out = {exists, dropped, false}
 if #last > 0 then out[3] = last[1][1] end
-for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[4], '+')) do
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[4], '+', 'COUNT', ARGV[2])) do
   table.insert(out, e[1])
   table.insert(out, e[2][2])
 end

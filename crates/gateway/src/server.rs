@@ -119,6 +119,10 @@ pub struct Delivery {
     /// The message's position in its room's history (room pushes with history only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pos: Option<crate::history::Pos>,
+    /// Refused, sent nowhere and kept in no history: the text is larger than the message size
+    /// limit (`config.max_message_size`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub too_large: bool,
 }
 
 impl Gateway {
@@ -211,6 +215,11 @@ impl Gateway {
         *lock(&inner.accept_task) = Some(task);
         crate::membership::Membership::join(&inner).await;
         Ok(Gateway { inner })
+    }
+
+    /// The largest text a client may send, and a push may carry.
+    pub fn max_message_size(&self) -> usize {
+        self.inner.config.max_message_size
     }
 
     /// Whether `presented` is the configured publish key; `None` when there is none.

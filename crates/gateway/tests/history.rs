@@ -311,3 +311,29 @@ async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {
     let inversions = got.windows(2).filter(|w| w[1] < w[0]).count();
     assert_eq!(inversions, 0, "live positions out of order {inversions} times");
 }
+
+// r[verify gateway.history.bounds]
+/// A push larger than the message size limit is refused: sent to nobody, kept in no history.
+#[tokio::test]
+async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
+    let mut c = any_room_config("a", 10);
+    c.max_message_size = 1024;
+    let node = start(c).await;
+    let g = &node.gateway;
+    let mut ann = authed(g, "ann").await;
+    send_json(&mut ann, json!({"type": "join", "room": "lobby"})).await;
+    next_json(&mut ann).await;
+    let seen = g.push_room("lobby", "m0").await.pos.unwrap();
+    next_json(&mut ann).await;
+    let big = g.push_room("lobby", &"x".repeat(1025)).await;
+    assert!(big.too_large, "{big:?}");
+    assert_eq!((big.queued, big.pos), (0, None));
+    assert!(g.push_user("ann", &"x".repeat(1025)).await.too_large);
+    let ok = g.push_room("lobby", &"y".repeat(1024)).await;
+    assert!(!ok.too_large && ok.queued == 1, "{ok:?}");
+    assert_eq!(message(&next_json(&mut ann).await).0, "y".repeat(1024));
+    let mut bob = authed(g, "bob").await;
+    send_json(&mut bob, json!({"type": "join", "room": "lobby", "since": seen.to_string()})).await;
+    assert_eq!(message(&next_json(&mut bob).await).0, "y".repeat(1024));
+    assert_eq!(next_json(&mut bob).await["recovered"], 1);
+}
