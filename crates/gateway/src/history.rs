@@ -590,7 +590,11 @@ mod tests {
 mod review_tests {
     use super::*;
     fn cfg(size: usize, ttl_ms: u64, max_bytes: usize) -> HistoryConfig {
-        HistoryConfig { size, ttl: Duration::from_millis(ttl_ms), max_bytes }
+        HistoryConfig {
+            size,
+            ttl: Duration::from_millis(ttl_ms),
+            max_bytes,
+        }
     }
 
     // r[verify gateway.history.recover]

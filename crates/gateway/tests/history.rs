@@ -194,12 +194,22 @@ struct Gate {
 }
 
 impl holdfast_gateway::History for Gate {
-    fn append(&self, room: &str, text: &str, c: &holdfast_gateway::HistoryConfig)
-        -> holdfast_lifecycle::BoxFuture<Result<Pos, holdfast_gateway::ClusterError>> {
+    fn append(
+        &self,
+        room: &str,
+        text: &str,
+        c: &holdfast_gateway::HistoryConfig,
+    ) -> holdfast_lifecycle::BoxFuture<Result<Pos, holdfast_gateway::ClusterError>> {
         self.inner.append(room, text, c)
     }
-    fn since(&self, room: &str, since: Pos, c: &holdfast_gateway::HistoryConfig)
-        -> holdfast_lifecycle::BoxFuture<Result<holdfast_gateway::Recovery, holdfast_gateway::ClusterError>> {
+    fn since(
+        &self,
+        room: &str,
+        since: Pos,
+        c: &holdfast_gateway::HistoryConfig,
+    ) -> holdfast_lifecycle::BoxFuture<
+        Result<holdfast_gateway::Recovery, holdfast_gateway::ClusterError>,
+    > {
         let (inner, reading, go) = (self.inner.clone(), self.reading.clone(), self.go.clone());
         let (room, c) = (room.to_owned(), *c);
         Box::pin(async move {
@@ -225,18 +235,26 @@ async fn rv_a_message_pushed_between_join_and_history_read_arrives_once() {
         seed: None,
         history: Some(gate.clone()),
     };
-    let g = Gateway::start_cluster(any_room_config("a", 100), cluster).await.unwrap();
+    let g = Gateway::start_cluster(any_room_config("a", 100), cluster)
+        .await
+        .unwrap();
     let seen = g.push_room("lobby", "m0").await.pos.unwrap();
     g.push_room("lobby", "m1").await;
     let mut ann = authed(&g, "ann").await;
-    send_json(&mut ann, json!({"type": "join", "room": "lobby", "since": seen.to_string()})).await;
+    send_json(
+        &mut ann,
+        json!({"type": "join", "room": "lobby", "since": seen.to_string()}),
+    )
+    .await;
     gate.reading.notified().await;
     g.push_room("lobby", "race").await; // queued live: ann is already a member
     gate.go.notify_one();
     let mut texts = Vec::new();
     loop {
         let v = next_json(&mut ann).await;
-        if v["type"] == "joined" { break; }
+        if v["type"] == "joined" {
+            break;
+        }
         texts.push(v["text"].as_str().unwrap().to_owned());
     }
     g.push_room("lobby", "after").await;
@@ -245,7 +263,9 @@ async fn rv_a_message_pushed_between_join_and_history_read_arrives_once() {
         let t = v["text"].as_str().unwrap().to_owned();
         let done = t == "after";
         texts.push(t);
-        if done { break; }
+        if done {
+            break;
+        }
     }
     assert_eq!(texts, ["m1", "race", "after"]);
 }
@@ -260,13 +280,27 @@ async fn rv_a_refused_since_join_on_a_room_already_joined_keeps_the_membership()
     next_json(&mut ann).await;
     let last = g.push_room("lobby", "x").await.pos.unwrap();
     next_json(&mut ann).await;
-    for since in [Pos { hi: last.hi, lo: last.lo + 5 }, last] {
-        send_json(&mut ann, json!({"type": "join", "room": "lobby", "since": since.to_string()})).await;
+    for since in [
+        Pos {
+            hi: last.hi,
+            lo: last.lo + 5,
+        },
+        last,
+    ] {
+        send_json(
+            &mut ann,
+            json!({"type": "join", "room": "lobby", "since": since.to_string()}),
+        )
+        .await;
         let v = next_json(&mut ann).await;
         assert_eq!(v["type"], "error", "{v}");
         assert_eq!(v["reason"], "already joined", "{v}");
     }
-    assert_eq!(g.push_room("lobby", "y").await.queued, 1, "ann was a member before the refused join");
+    assert_eq!(
+        g.push_room("lobby", "y").await.queued,
+        1,
+        "ann was a member before the refused join"
+    );
     assert_eq!(message(&next_json(&mut ann).await).0, "y");
 }
 
@@ -276,12 +310,19 @@ async fn rv_a_numeric_since_is_a_bad_position_and_the_connection_stays() {
     let node = start(any_room_config("a", 10)).await;
     let g = &node.gateway;
     let mut ann = authed(g, "ann").await;
-    send_json(&mut ann, json!({"type": "join", "room": "lobby", "since": 5})).await;
+    send_json(
+        &mut ann,
+        json!({"type": "join", "room": "lobby", "since": 5}),
+    )
+    .await;
     let v = next_json(&mut ann).await;
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["reason"], "bad position", "{v}");
     send_json(&mut ann, json!({"type": "join", "room": "lobby"})).await;
-    assert_eq!(next_json(&mut ann).await, json!({"type": "joined", "room": "lobby"}));
+    assert_eq!(
+        next_json(&mut ann).await,
+        json!({"type": "joined", "room": "lobby"})
+    );
 }
 
 // r[verify gateway.history.order]
@@ -309,7 +350,10 @@ async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {
         got.push(message(&next_json(&mut ann).await).1);
     }
     let inversions = got.windows(2).filter(|w| w[1] < w[0]).count();
-    assert_eq!(inversions, 0, "live positions out of order {inversions} times");
+    assert_eq!(
+        inversions, 0,
+        "live positions out of order {inversions} times"
+    );
 }
 
 // r[verify gateway.history.bounds]
@@ -333,7 +377,11 @@ async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
     assert!(!ok.too_large && ok.queued == 1, "{ok:?}");
     assert_eq!(message(&next_json(&mut ann).await).0, "y".repeat(1024));
     let mut bob = authed(g, "bob").await;
-    send_json(&mut bob, json!({"type": "join", "room": "lobby", "since": seen.to_string()})).await;
+    send_json(
+        &mut bob,
+        json!({"type": "join", "room": "lobby", "since": seen.to_string()}),
+    )
+    .await;
     assert_eq!(message(&next_json(&mut bob).await).0, "y".repeat(1024));
     assert_eq!(next_json(&mut bob).await["recovered"], 1);
 }

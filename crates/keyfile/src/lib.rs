@@ -232,7 +232,13 @@ mod tests {
     #[test]
     fn secrets_match_only_when_equal_and_not_empty() {
         assert!(super::secret_eq("k3y", "k3y"));
-        for (a, b) in [("k3y", "k3z"), ("k3y", "k3y "), ("k3y", ""), ("", ""), ("k3y", "k3")] {
+        for (a, b) in [
+            ("k3y", "k3z"),
+            ("k3y", "k3y "),
+            ("k3y", ""),
+            ("", ""),
+            ("k3y", "k3"),
+        ] {
             assert!(!super::secret_eq(a, b), "{a:?} {b:?}");
         }
     }

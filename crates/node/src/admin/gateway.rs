@@ -190,7 +190,10 @@ pub async fn publish(node: &NodeState, local: bool, headers: &HeaderMap, body: &
     let names: Vec<String> = (0..batch.len())
         .map(|i| format!("messages[{i}].text"))
         .collect();
-    let texts = names.iter().map(String::as_str).zip(batch.iter().map(|(_, t)| t));
+    let texts = names
+        .iter()
+        .map(String::as_str)
+        .zip(batch.iter().map(|(_, t)| t));
     if let Err(message) = within_size(gateway.max_message_size(), texts) {
         return (StatusCode::BAD_REQUEST, message + "\n").into_response();
     }
