@@ -539,6 +539,52 @@ mod tests {
         }
 
         // r[verify gateway.history.recover]
+        /// Under the age and byte caps too, with another room's traffic and the room emptied
+        /// and refilled: a rejoin's answer is either every message after `since`, once each, in
+        /// order, or a gap; never a silent loss.
+        #[test]
+        fn a_rejoin_never_silently_misses_under_the_age_and_byte_caps(
+            ops in proptest::collection::vec((any::<bool>(), 0u64..40, 1usize..12), 0..60),
+            seen in 0usize..60,
+            max_bytes in 1usize..48,
+            size in 1usize..10,
+            read_late in 0u64..80,
+        ) {
+            let h = MemoryHistory::with_epoch(9);
+            let c = HistoryConfig { size, ttl: Duration::from_millis(30), max_bytes };
+            let t0 = Instant::now();
+            let mut at = 0u64;
+            let mut mine = Vec::new();
+            let mut since = Pos { hi: 9, lo: 0 };
+            for (i, (other, wait, len)) in ops.iter().enumerate() {
+                at += wait;
+                let now = t0 + Duration::from_millis(at);
+                let text = "x".repeat(*len);
+                if *other {
+                    h.append_at("other", &text, &c, now);
+                    // Someone else reads r now and then: ages it out, maybe forgets it.
+                    let _ = h.since_at("r", Pos { hi: 9, lo: 0 }, &c, now);
+                } else {
+                    let p = h.append_at("r", &text, &c, now);
+                    mine.push(p);
+                }
+                if i + 1 == seen {
+                    since = mine.last().copied().unwrap_or(since);
+                }
+            }
+            let now = t0 + Duration::from_millis(at + read_late);
+            let expected: Vec<Pos> = mine.iter().copied().filter(|p| *p > since).collect();
+            match h.since_at("r", since, &c, now) {
+                Recovery::Messages(got) => {
+                    let got: Vec<Pos> = got.into_iter().map(|(p, _)| p).collect();
+                    prop_assert_eq!(got, expected);
+                }
+                Recovery::Gap => {}
+                Recovery::Future => prop_assert!(false, "no position from the future here"),
+            }
+        }
+
+        // r[verify gateway.history.recover]
         /// Any interleaving of publishes with a client that leaves after seeing some of them and
         /// rejoins with `since`: the backlog plus what arrives live after the rejoin is every
         /// message after `since`, once each, in order; or a gap when the count dropped some.
