@@ -385,3 +385,57 @@ async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
     assert_eq!(message(&next_json(&mut bob).await).0, "y".repeat(1024));
     assert_eq!(next_json(&mut bob).await["recovered"], 1);
 }
+
+// r[verify gateway.history.recover]
+// r[verify gateway.drain.flush]
+/// The drain's flush drops a queued live message the recovery backlog already held: a message
+/// pushed between the join and the history read, then a drain before the connection reads its
+/// queue again, reaches the client once, before the close frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_flush_after_a_recovery_sends_a_racing_message_once() {
+    let gate = Arc::new(Gate {
+        inner: Arc::new(holdfast_gateway::MemoryHistory::new()),
+        reading: Arc::new(tokio::sync::Notify::new()),
+        go: Arc::new(tokio::sync::Notify::new()),
+    });
+    let cluster = holdfast_gateway::Cluster {
+        registry: Arc::new(holdfast_gateway::MemoryRegistry::new()),
+        routing: Arc::new(holdfast_gateway::MemoryRouting::new()),
+        bus: Arc::new(holdfast_gateway::MemoryBus::new()),
+        seed: None,
+        history: Some(gate.clone()),
+    };
+    let g = Gateway::start_cluster(any_room_config("a", 100), cluster)
+        .await
+        .unwrap();
+    let seen = g.push_room("lobby", "m0").await.pos.unwrap();
+    g.push_room("lobby", "m1").await;
+    let mut ann = authed(&g, "ann").await;
+    send_json(
+        &mut ann,
+        json!({"type": "join", "room": "lobby", "since": seen.to_string()}),
+    )
+    .await;
+    gate.reading.notified().await;
+    g.push_room("lobby", "race").await; // queued live: ann is already a member
+    let drainer = g.clone();
+    let drain = tokio::spawn(async move {
+        drainer
+            .drain(holdfast_lifecycle::StopReason::Restart, None)
+            .await
+    });
+    eventually("the drain began", || !g.is_ready()).await;
+    // Step 2's signal follows the (in-memory, immediate) deregistration.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    gate.go.notify_one();
+    let end = read_to_end(&mut ann, std::time::Duration::from_secs(5)).await;
+    drain.await.unwrap();
+    // Room messages come unframed (common::unframe); the joined reply as sent.
+    let joined = json!({"type": "joined", "room": "lobby", "recovered": 2}).to_string();
+    assert_eq!(end.texts, ["m1", "race", joined.as_str()]);
+    assert_eq!(
+        end.close.map(|c| u16::from(c.code)),
+        Some(1012),
+        "the drain's close frame follows"
+    );
+}
