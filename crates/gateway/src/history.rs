@@ -218,6 +218,7 @@ impl MemoryHistory {
         });
         state.bytes += text.len();
         expire_room(state, room, config, now);
+        expire_oldest(state, config, now);
         while state.bytes > config.max_bytes {
             let Some((_, oldest)) = state.fronts.iter().next().map(|(p, r)| (*p, r.clone())) else {
                 break;
@@ -286,6 +287,26 @@ fn expire_room(state: &mut State, room: &str, config: &HistoryConfig, now: Insta
         } else {
             return;
         }
+    }
+}
+
+/// Drops the oldest messages of all rooms while they are past the age, so that rooms nobody
+/// touches again do not outlive it (positions are assigned in time order, so the oldest position
+/// is the oldest message).
+fn expire_oldest(state: &mut State, config: &HistoryConfig, now: Instant) {
+    loop {
+        let Some(room) = state.fronts.values().next().cloned() else {
+            return;
+        };
+        let old = state
+            .rooms
+            .get(&room)
+            .and_then(|r| r.entries.front())
+            .is_some_and(|e| now.saturating_duration_since(e.at) >= config.ttl);
+        if !old {
+            return;
+        }
+        drop_front(state, &room);
     }
 }
 
@@ -701,5 +722,34 @@ mod review_tests {
         let after = MemoryHistory::with_epoch(999); // restarted, clock 1 ms behind
         after.append_at("r", "n", &c, Instant::now());
         assert_eq!(after.since_at("r", p, &c, Instant::now()), Recovery::Gap);
+    }
+}
+
+#[cfg(test)]
+/// The review's case (S4): rooms nobody touches again outlive their age.
+mod review_tests2 {
+    use super::*;
+    // r[verify gateway.history.bounds]
+    #[test]
+    fn rv_tiny_messages_in_many_rooms_are_not_bounded_by_the_byte_cap() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = HistoryConfig {
+            size: 100,
+            ttl: Duration::from_millis(10),
+            max_bytes: 1,
+        };
+        let t0 = Instant::now();
+        for i in 0..200_000 {
+            h.append_at(&format!("room-{i}"), "", &c, t0);
+        }
+        let later = t0 + Duration::from_secs(3600);
+        h.append_at("another", "", &c, later);
+        let s = crate::server::lock(&h.state);
+        assert!(
+            s.rooms.len() < 1000,
+            "rooms held past their age with a 1-byte cap: {} (bytes {})",
+            s.rooms.len(),
+            s.bytes
+        );
     }
 }
