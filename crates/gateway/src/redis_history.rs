@@ -60,15 +60,20 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return id
 ";
 
-/// Trims, then answers {exists, newest dropped id, last id, id, text, id, text...} of the
-/// entries from ARGV[4] on.
+/// Trims, then answers {exists, newest dropped id, last id assigned, id, text, id, text...} of
+/// the entries from ARGV[4] on. The last id assigned is the stream's, not its last entry's: a
+/// stream whose entries were all trimmed still knows what it assigned.
 const READ: &str = r"
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 local exists = redis.call('EXISTS', KEYS[1])
 local dropped = redis.call('GET', KEYS[2])
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local out = {exists, dropped, false}
-if #last > 0 then out[3] = last[1][1] end
+if exists == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then out[3] = info[i + 1] end
+  end
+end
 for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[4], '+', 'COUNT', ARGV[2])) do
   table.insert(out, e[1])
   table.insert(out, e[2][2])

@@ -434,3 +434,41 @@ async fn rv_a_stalled_history_delays_local_delivery() {
         t.elapsed()
     );
 }
+
+// r[verify gateway.history.redis]
+/// A stream that exists with no entries left (every entry trimmed, the key not yet expired):
+/// a `since` past what the stream ever assigned is still from the future, not an empty backlog
+/// whose mark would hide the client's live messages up to it (review N1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_future_since_on_an_emptied_stream_is_from_the_future() {
+    use holdfast_gateway::{History, HistoryConfig, Pos, Recovery};
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("emptied");
+    let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let c = HistoryConfig {
+        size: 100,
+        ttl: Duration::from_secs(60),
+        max_bytes: 1 << 20,
+    };
+    let p1 = h.append("r", "m1", &c).await.unwrap();
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let deleted: i64 = redis::cmd("XDEL")
+        .arg(format!("{p}history:r"))
+        .arg(p1.to_string())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let future = Pos {
+        hi: p1.hi,
+        lo: p1.lo + 5,
+    };
+    assert_eq!(h.since("r", future, &c).await.unwrap(), Recovery::Future);
+    assert_eq!(
+        h.since("r", p1, &c).await.unwrap(),
+        Recovery::Messages(Vec::new())
+    );
+}
