@@ -159,12 +159,7 @@ impl PublishKey {
 
     /// Compares a presented key in time independent of where they differ.
     pub fn matches(&self, presented: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
-        let mut diff = u8::from(a.len() != b.len() || a.is_empty());
-        for (i, x) in a.iter().enumerate() {
-            diff |= x ^ b.get(i).copied().unwrap_or(0);
-        }
-        diff == 0
+        holdfast_keyfile::secret_eq(&self.0, presented)
     }
 }
 

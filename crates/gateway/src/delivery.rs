@@ -20,12 +20,30 @@ pub enum Forward {
     Failed,
 }
 
+/// How many locks room pushes are spread over (rooms that share one are serialized together).
+pub(crate) const ROOM_LOCK_STRIPES: usize = 64;
+
+impl crate::server::Inner {
+    // r[impl gateway.history.order]
+    /// The lock a push to `room` holds from its position to its broadcast.
+    pub(crate) fn room_lock(&self, room: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .hash_one(room);
+        let i = usize::try_from(h % ROOM_LOCK_STRIPES as u64).unwrap_or(0);
+        &self.room_locks[i]
+    }
+}
+
 impl Gateway {
     // r[impl gateway.cluster.push-user]
     /// Pushes to `user`'s connections on this replica, and to the replica the routing map names
     /// for them when that is another one. A routing or bus outage is reported in
     /// [`Delivery::forwarded`], never fatal.
     pub async fn push_user(&self, user: &str, text: &str) -> Delivery {
+        if let Some(refused) = self.refuse_too_large(text) {
+            return refused;
+        }
         let mut delivery = self.push_user_local(user, text);
         let inner = &self.inner;
         let forwarded = match inner.routing.route(user).await {
@@ -62,7 +80,11 @@ impl Gateway {
     /// Pushes to `room`'s members on this replica, and broadcasts it so every other replica
     /// pushes it to its members. A bus outage is reported in [`Delivery::forwarded`].
     pub async fn push_room(&self, room: &str, text: &str) -> Delivery {
+        if let Some(refused) = self.refuse_too_large(text) {
+            return refused;
+        }
         let inner = &self.inner;
+        let _order = inner.room_lock(room).lock().await;
         let pos = self.remember(room, text).await;
         let mut delivery = match pos {
             Some(pos) => self.push_room_local(room, &crate::history::frame(room, pos, text)),
@@ -87,6 +109,15 @@ impl Gateway {
             }
         };
         delivery
+    }
+
+    // r[impl gateway.history.bounds]
+    /// A push larger than the message size limit is refused (so history holds no larger one).
+    fn refuse_too_large(&self, text: &str) -> Option<Delivery> {
+        (text.len() > self.inner.config.max_message_size).then(|| Delivery {
+            too_large: true,
+            ..Delivery::default()
+        })
     }
 
     // r[impl gateway.history.position]

@@ -5,8 +5,8 @@
 //!
 //! A position is `A-B`, two unsigned integers compared as a pair: a Redis stream id in a cluster
 //! (comparable across replicas, the server assigns them), and on one replica the gateway's start
-//! time in Unix milliseconds and a counter, so that a position from before a restart is older
-//! than every position after it.
+//! time in Unix milliseconds and a counter; a position from another start (or another
+//! replica's memory) is answered with a gap.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -119,11 +119,13 @@ pub trait History: Send + Sync + 'static {
 }
 
 /// One room's retained messages.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Room {
     entries: VecDeque<Entry>,
-    /// The newest position dropped from this room (by count, age or the byte cap).
-    dropped_through: Option<Pos>,
+    /// Where this room's history starts: every message of the room after it is still held. Set
+    /// when the record is (re)created to the last position assigned before it (so messages of
+    /// a forgotten earlier record are below it), and raised to each position dropped.
+    floor: Pos,
 }
 
 #[derive(Debug)]
@@ -186,17 +188,26 @@ impl MemoryHistory {
             hi: self.epoch,
             lo: s.next,
         };
+        let floor = Pos {
+            hi: self.epoch,
+            lo: s.next - 1,
+        };
         if config.size == 0 || text.len() > config.max_bytes {
-            // Kept nowhere: a later join with `since` before it learns of the gap.
-            let r = s.rooms.entry(room.to_owned()).or_default();
-            r.dropped_through = Some(pos);
-            if r.entries.is_empty() {
-                s.rooms.remove(room);
+            // Kept nowhere: a later join with `since` before it learns of the gap. An empty
+            // record is not kept: the next one's floor is at least `pos`.
+            if let Some(r) = s.rooms.get_mut(room) {
+                r.floor = pos;
+                if r.entries.is_empty() {
+                    s.rooms.remove(room);
+                }
             }
             return pos;
         }
         let state = &mut *s;
-        let r = state.rooms.entry(room.to_owned()).or_default();
+        let r = state.rooms.entry(room.to_owned()).or_insert_with(|| Room {
+            entries: VecDeque::new(),
+            floor,
+        });
         if r.entries.is_empty() {
             state.fronts.insert(pos, room.to_owned());
         }
@@ -207,6 +218,7 @@ impl MemoryHistory {
         });
         state.bytes += text.len();
         expire_room(state, room, config, now);
+        expire_oldest(state, config, now);
         while state.bytes > config.max_bytes {
             let Some((_, oldest)) = state.fronts.iter().next().map(|(p, r)| (*p, r.clone())) else {
                 break;
@@ -225,6 +237,11 @@ impl MemoryHistory {
         now: Instant,
     ) -> Recovery {
         let mut s = crate::server::lock(&self.state);
+        if since.hi != self.epoch {
+            // From another start of this replica (earlier, or later under a clock stepped back),
+            // or from another replica's memory: what came after it there is not here.
+            return Recovery::Gap;
+        }
         let last = Pos {
             hi: self.epoch,
             lo: s.next,
@@ -234,19 +251,15 @@ impl MemoryHistory {
         }
         expire_room(&mut s, room, config, now);
         let Some(r) = s.rooms.get(room) else {
-            // No record: nothing kept here, but messages after `since` may have been (before a
-            // restart, or before they aged out with their room).
+            // No record: nothing kept here, but messages after `since` may have been (before
+            // they aged out with their room).
             return if since == last {
                 Recovery::Messages(Vec::new())
             } else {
                 Recovery::Gap
             };
         };
-        if r.dropped_through.is_some_and(|d| d > since) {
-            return Recovery::Gap;
-        }
-        if since.hi != self.epoch {
-            // From before this replica started: what came after it then is gone.
+        if since < r.floor {
             return Recovery::Gap;
         }
         Recovery::Messages(
@@ -277,6 +290,26 @@ fn expire_room(state: &mut State, room: &str, config: &HistoryConfig, now: Insta
     }
 }
 
+/// Drops the oldest messages of all rooms while they are past the age, so that rooms nobody
+/// touches again do not outlive it (positions are assigned in time order, so the oldest position
+/// is the oldest message).
+fn expire_oldest(state: &mut State, config: &HistoryConfig, now: Instant) {
+    loop {
+        let Some(room) = state.fronts.values().next().cloned() else {
+            return;
+        };
+        let old = state
+            .rooms
+            .get(&room)
+            .and_then(|r| r.entries.front())
+            .is_some_and(|e| now.saturating_duration_since(e.at) >= config.ttl);
+        if !old {
+            return;
+        }
+        drop_front(state, &room);
+    }
+}
+
 /// Drops `room`'s oldest message, keeping its position as dropped.
 fn drop_front(state: &mut State, room: &str) {
     let Some(r) = state.rooms.get_mut(room) else {
@@ -287,13 +320,14 @@ fn drop_front(state: &mut State, room: &str) {
     };
     state.fronts.remove(&e.pos);
     state.bytes -= e.text.len();
-    r.dropped_through = Some(e.pos);
+    r.floor = e.pos;
     match r.entries.front() {
         Some(next) => {
             state.fronts.insert(next.pos, room.to_owned());
         }
-        // An empty room is forgotten: a later join with `since` in it is told of a gap (no
-        // record), so forgetting loses nothing but precision, and rooms do not pile up.
+        // An empty room is forgotten, so rooms do not pile up: a join with `since` before the
+        // next message is told of a gap (no record), and the next record's floor is at least
+        // this position, so a join with `since` before it is too.
         None => {
             state.rooms.remove(room);
         }
@@ -451,9 +485,10 @@ mod tests {
             h.since_at("r", Pos { hi: 100, lo: 99 }, &c, now),
             Recovery::Future
         );
+        // Another start's position (a later epoch: the clock stepped back) is a gap.
         assert_eq!(
             h.since_at("r", Pos { hi: 101, lo: 0 }, &c, now),
-            Recovery::Future
+            Recovery::Gap
         );
         // A position from an earlier start of the replica.
         assert_eq!(
@@ -491,6 +526,85 @@ mod tests {
     }
 
     proptest! {
+        // r[verify gateway.history.position]
+        /// A position a peer sends: any string parses or is refused without a panic, and every
+        /// position prints as a string that parses back to it.
+        #[test]
+        fn any_since_string_parses_or_is_refused_and_positions_round_trip(
+            s in ".{0,48}",
+            digits in "[0-9]{0,22}-[0-9]{0,22}",
+            hi in any::<u64>(),
+            lo in any::<u64>(),
+        ) {
+            let _ = s.parse::<Pos>();
+            if let Ok(p) = digits.parse::<Pos>() {
+                prop_assert_eq!(p.to_string().parse::<Pos>(), Ok(p));
+            }
+            let p = Pos { hi, lo };
+            prop_assert_eq!(p.to_string().parse::<Pos>(), Ok(p));
+        }
+
+        // r[verify gateway.history.position]
+        /// Any room and text framed is JSON whose room and position read back.
+        #[test]
+        fn any_framed_message_is_json_and_reads_back(
+            room in ".{0,16}",
+            text in ".{0,64}",
+            hi in any::<u64>(),
+            lo in any::<u64>(),
+        ) {
+            let p = Pos { hi, lo };
+            let f = frame(&room, p, &text);
+            prop_assert!(serde_json::from_str::<serde_json::Value>(&f).is_ok(), "{}", f);
+            prop_assert_eq!(framed_pos(&f), Some((room, p)));
+        }
+
+        // r[verify gateway.history.recover]
+        /// Under the age and byte caps too, with another room's traffic and the room emptied
+        /// and refilled: a rejoin's answer is either every message after `since`, once each, in
+        /// order, or a gap; never a silent loss.
+        #[test]
+        fn a_rejoin_never_silently_misses_under_the_age_and_byte_caps(
+            ops in proptest::collection::vec((any::<bool>(), 0u64..40, 1usize..12), 0..60),
+            seen in 0usize..60,
+            max_bytes in 1usize..48,
+            size in 1usize..10,
+            read_late in 0u64..80,
+        ) {
+            let h = MemoryHistory::with_epoch(9);
+            let c = HistoryConfig { size, ttl: Duration::from_millis(30), max_bytes };
+            let t0 = Instant::now();
+            let mut at = 0u64;
+            let mut mine = Vec::new();
+            let mut since = Pos { hi: 9, lo: 0 };
+            for (i, (other, wait, len)) in ops.iter().enumerate() {
+                at += wait;
+                let now = t0 + Duration::from_millis(at);
+                let text = "x".repeat(*len);
+                if *other {
+                    h.append_at("other", &text, &c, now);
+                    // Someone else reads r now and then: ages it out, maybe forgets it.
+                    let _ = h.since_at("r", Pos { hi: 9, lo: 0 }, &c, now);
+                } else {
+                    let p = h.append_at("r", &text, &c, now);
+                    mine.push(p);
+                }
+                if i + 1 == seen {
+                    since = mine.last().copied().unwrap_or(since);
+                }
+            }
+            let now = t0 + Duration::from_millis(at + read_late);
+            let expected: Vec<Pos> = mine.iter().copied().filter(|p| *p > since).collect();
+            match h.since_at("r", since, &c, now) {
+                Recovery::Messages(got) => {
+                    let got: Vec<Pos> = got.into_iter().map(|(p, _)| p).collect();
+                    prop_assert_eq!(got, expected);
+                }
+                Recovery::Gap => {}
+                Recovery::Future => prop_assert!(false, "no position from the future here"),
+            }
+        }
+
         // r[verify gateway.history.recover]
         /// Any interleaving of publishes with a client that leaves after seeing some of them and
         /// rejoins with `since`: the backlog plus what arrives live after the rejoin is every
@@ -535,5 +649,107 @@ mod tests {
                 Recovery::Future => prop_assert!(false, "no position from the future here"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+/// The review's cases (B1, S2): a room whose history emptied, and another start's position.
+mod review_tests {
+    use super::*;
+    fn cfg(size: usize, ttl_ms: u64, max_bytes: usize) -> HistoryConfig {
+        HistoryConfig {
+            size,
+            ttl: Duration::from_millis(ttl_ms),
+            max_bytes,
+        }
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn rv_forgotten_room_then_new_message_hides_gap_ttl() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = cfg(100, 1000, 1 << 20);
+        let t0 = Instant::now();
+        let p1 = h.append_at("r", "m1", &c, t0);
+        let _p2 = h.append_at("r", "m2", &c, t0);
+        // client saw m1 only. After ttl, someone else reads the room: it is expired and forgotten.
+        let later = t0 + Duration::from_millis(1500);
+        let _ = h.since_at("r", p1, &c, later);
+        let p3 = h.append_at("r", "m3", &c, later);
+        let got = h.since_at("r", p1, &c, later);
+        assert_eq!(got, Recovery::Gap, "m2 was missed: got {got:?} (p3 {p3})");
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn rv_forgotten_room_then_new_message_hides_gap_bytes() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = cfg(100, 60_000, 8);
+        let t0 = Instant::now();
+        let p1 = h.append_at("r", "m1", &c, t0);
+        h.append_at("r", "m2", &c, t0); // client misses m2
+        h.append_at("other", "xxxxxxxx", &c, t0); // byte cap evicts all of r: r forgotten
+        h.append_at("other", "y", &c, t0); // other: drop so r... 
+        h.append_at("r", "m3", &c, t0);
+        let got = h.since_at("r", p1, &c, t0);
+        assert_eq!(got, Recovery::Gap, "m2 was missed: got {got:?}");
+    }
+
+    // r[verify gateway.history.recover]
+    #[test]
+    fn rv_oversized_message_in_empty_room_then_new_message_hides_gap() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = cfg(100, 60_000, 4);
+        let t0 = Instant::now();
+        let p1 = h.append_at("r", "m1", &c, t0);
+        let t1 = t0 + Duration::from_secs(61); // m1 ages out by the next append
+        h.append_at("r", "m2", &c, t1);
+        let _ = h.since_at("r", p1, &c, t1 + Duration::from_secs(61)); // room emptied, forgotten
+        let t2 = t1 + Duration::from_secs(61);
+        h.append_at("r", "toolong", &c, t2); // kept nowhere, record removed at once
+        h.append_at("r", "m4", &c, t2);
+        let p4 = Pos { hi: 5, lo: 2 };
+        let got = h.since_at("r", p4, &c, t2);
+        assert_eq!(got, Recovery::Gap, "'toolong' was missed: got {got:?}");
+    }
+
+    // r[verify gateway.history.position]
+    #[test]
+    fn rv_restart_with_clock_stepped_back_is_a_gap_not_future() {
+        let before = MemoryHistory::with_epoch(1_000);
+        let c = cfg(100, 60_000, 1 << 20);
+        let p = before.append_at("r", "m", &c, Instant::now());
+        let after = MemoryHistory::with_epoch(999); // restarted, clock 1 ms behind
+        after.append_at("r", "n", &c, Instant::now());
+        assert_eq!(after.since_at("r", p, &c, Instant::now()), Recovery::Gap);
+    }
+}
+
+#[cfg(test)]
+/// The review's case (S4): rooms nobody touches again outlive their age.
+mod review_tests2 {
+    use super::*;
+    // r[verify gateway.history.bounds]
+    #[test]
+    fn rv_tiny_messages_in_many_rooms_are_not_bounded_by_the_byte_cap() {
+        let h = MemoryHistory::with_epoch(5);
+        let c = HistoryConfig {
+            size: 100,
+            ttl: Duration::from_millis(10),
+            max_bytes: 1,
+        };
+        let t0 = Instant::now();
+        for i in 0..200_000 {
+            h.append_at(&format!("room-{i}"), "", &c, t0);
+        }
+        let later = t0 + Duration::from_secs(3600);
+        h.append_at("another", "", &c, later);
+        let s = crate::server::lock(&h.state);
+        assert!(
+            s.rooms.len() < 1000,
+            "rooms held past their age with a 1-byte cap: {} (bytes {})",
+            s.rooms.len(),
+            s.bytes
+        );
     }
 }

@@ -22,9 +22,11 @@ pub enum ClientMessage {
         /// Recover from here: the position (`pos`) of the last message of this room the client
         /// received. The gateway sends every message of the room after it, then the `joined`
         /// reply with `recovered`; or, when its history no longer reaches back that far,
-        /// `joined` with `"gap":true` (the client reloads its state).
+        /// `joined` with `"gap":true` (the client reloads its state). Any JSON value is
+        /// accepted here so that one that is not a position string is answered with an error
+        /// (`bad position`) rather than ending the connection.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        since: Option<String>,
+        since: Option<serde_json::Value>,
     },
     /// Leave a room.
     Leave {

@@ -2,8 +2,9 @@
 //!
 //! One stream per room (`{prefix}history:{room}`), its entries `d → text`, its ids the
 //! positions: Redis assigns them, so they are comparable across replicas. Next to it
-//! `{prefix}history-dropped:{room}` holds the newest id trimmed away, which is how a join tells
-//! a gap from a quiet room. Both are written by Lua scripts, so an append, its trim and the
+//! `{prefix}history-dropped:{room}` holds the newest id trimmed away (or, when an append created
+//! the stream, the id just below its first entry), which is how a join tells a gap from a quiet
+//! room, and a stream that expired or was flushed from one that never was. Both are written by Lua scripts, so an append, its trim and the
 //! record of what was trimmed are one atomic step; both expire after the history's age.
 
 use std::sync::Arc;
@@ -37,25 +38,43 @@ local function trim(size, ttl)
 end
 ";
 
-/// Appends ARGV[1], trims, refreshes the expiries; answers the new id.
+/// Appends ARGV[1], trims, refreshes the expiries; answers the new id. When the append creates
+/// the stream (a new room, or one whose stream expired or was flushed), the id just below the
+/// new one is recorded as dropped: the history starts there, and any `since` before it is a gap.
 const APPEND: &str = r"
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
+if fresh then
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local floor
+  if seq == '0' then
+    floor = string.format('%.0f', tonumber(ms) - 1) .. '-18446744073709551615'
+  else
+    floor = ms .. '-' .. string.format('%.0f', tonumber(seq) - 1)
+  end
+  redis.call('SET', KEYS[2], floor, 'PX', ARGV[3])
+end
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return id
 ";
 
-/// Trims, then answers {exists, newest dropped id, last id, id, text, id, text...} of the
-/// entries from ARGV[4] on.
+/// Trims, then answers {exists, newest dropped id, last id assigned, id, text, id, text...} of
+/// the entries from ARGV[4] on. The last id assigned is the stream's, not its last entry's: a
+/// stream whose entries were all trimmed still knows what it assigned.
 const READ: &str = r"
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 local exists = redis.call('EXISTS', KEYS[1])
 local dropped = redis.call('GET', KEYS[2])
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local out = {exists, dropped, false}
-if #last > 0 then out[3] = last[1][1] end
-for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[4], '+')) do
+if exists == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then out[3] = info[i + 1] end
+  end
+end
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[4], '+', 'COUNT', ARGV[2])) do
   table.insert(out, e[1])
   table.insert(out, e[2][2])
 end

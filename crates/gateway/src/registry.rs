@@ -171,6 +171,13 @@ impl<H: Clone> Registry<H> {
         Ok(())
     }
 
+    /// Whether a connection is a member of `room`.
+    pub fn is_member(&self, id: ConnId, room: &str) -> bool {
+        lock(&self.shards[self.shard_of(id)])
+            .get(&id)
+            .is_some_and(|e| e.rooms.contains(room))
+    }
+
     /// Takes a connection out of a room (idempotent).
     pub fn leave(&self, id: ConnId, room: &str) -> Result<(), RegistryError> {
         {

@@ -96,6 +96,9 @@ pub(crate) struct Inner {
     pub(crate) tls: Option<Tls>,
     pub(crate) membership: crate::membership::Membership,
     pub(crate) history: Arc<dyn crate::history::History>,
+    /// Room pushes hold their room's stripe from the history append to the broadcast, so this
+    /// replica's members, and the bus, see one room's messages in position order.
+    pub(crate) room_locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
 /// A running gateway. Cheap to clone.
@@ -116,6 +119,10 @@ pub struct Delivery {
     /// The message's position in its room's history (room pushes with history only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pos: Option<crate::history::Pos>,
+    /// Refused, sent nowhere and kept in no history: the text is larger than the message size
+    /// limit (`config.max_message_size`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub too_large: bool,
 }
 
 impl Gateway {
@@ -196,6 +203,9 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
             history,
+            room_locks: (0..crate::delivery::ROOM_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
@@ -205,6 +215,11 @@ impl Gateway {
         *lock(&inner.accept_task) = Some(task);
         crate::membership::Membership::join(&inner).await;
         Ok(Gateway { inner })
+    }
+
+    /// The largest text a client may send, and a push may carry.
+    pub fn max_message_size(&self) -> usize {
+        self.inner.config.max_message_size
     }
 
     /// Whether `presented` is the configured publish key; `None` when there is none.
@@ -822,7 +837,7 @@ async fn on_message(
                 ws,
                 &room,
                 token.as_deref(),
-                since.as_deref(),
+                since.as_ref(),
                 session,
             )
             .await
@@ -888,7 +903,7 @@ async fn join(
     ws: &mut Ws,
     room: &str,
     token: Option<&str>,
-    since: Option<&str>,
+    since: Option<&serde_json::Value>,
     session: &mut Session,
 ) -> Option<Ending> {
     let cfg = &inner.config;
@@ -898,11 +913,19 @@ async fn join(
     if !permitted(inner, session, room, token) {
         return refuse_join(inner, ws, room, JoinRefusal::NotPermitted).await;
     }
-    let since = match since.map(str::parse::<Pos>) {
+    let since = match since {
         None => None,
-        Some(Ok(pos)) => Some(pos),
-        Some(Err(_)) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
+        Some(serde_json::Value::String(s)) => match s.parse::<Pos>() {
+            Ok(pos) => Some(pos),
+            Err(_) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
+        },
+        Some(_) => return refuse_join(inner, ws, room, JoinRefusal::BadPosition).await,
     };
+    if since.is_some() && inner.registry.is_member(id, room) {
+        // Already receiving the room live: a recovery would resend its backlog for nothing
+        // (and on repeat cost a history read each time); a refusal leaves the membership.
+        return refuse_join(inner, ws, room, JoinRefusal::AlreadyJoined).await;
+    }
     match inner
         .registry
         .join_within(id, room, cfg.max_rooms_per_connection)
@@ -1002,6 +1025,8 @@ pub(crate) enum JoinRefusal {
     BadPosition,
     /// The join's `since` is later than anything the room's stream has assigned.
     FuturePosition,
+    /// A join with `since` to a room the connection is already in.
+    AlreadyJoined,
 }
 
 impl JoinRefusal {
@@ -1013,6 +1038,7 @@ impl JoinRefusal {
             JoinRefusal::NotPermitted => "not permitted",
             JoinRefusal::BadPosition => "bad position",
             JoinRefusal::FuturePosition => "position from the future",
+            JoinRefusal::AlreadyJoined => "already joined",
         }
     }
 }

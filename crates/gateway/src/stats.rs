@@ -160,7 +160,8 @@ impl Stats {
             crate::server::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
             // A bad `since` is the client's error about its own state, not a refused room.
             crate::server::JoinRefusal::BadPosition
-            | crate::server::JoinRefusal::FuturePosition => {}
+            | crate::server::JoinRefusal::FuturePosition
+            | crate::server::JoinRefusal::AlreadyJoined => {}
         }
     }
     pub(crate) fn close_sent(&self) {

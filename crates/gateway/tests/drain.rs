@@ -279,7 +279,10 @@ async fn clients_that_never_read_are_force_closed_inside_the_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_2_waits_for_every_connections_frame_counting_each_connection_once() {
     use futures_util::StreamExt;
-    let node = start(short_cap("a", 1500)).await;
+    let mut c = short_cap("a", 1500);
+    // Pushes are refused past the message size limit: room for the large ones below.
+    c.max_message_size = 1024 * 1024;
+    let node = start(c).await;
     let mut ann = member(&node.gateway, "ann", "talk").await;
     let bob = member(&node.gateway, "bob", "lobby").await;
     // Far more than the kernel's socket buffers hold: bob's close frame cannot be written.

@@ -16,6 +16,14 @@ mod secret;
 
 pub use secret::{SecretFileError, read_secret_file};
 
+/// Whether a presented secret (a bearer token, a key) is `expected`, in time independent of where
+/// they differ (the length may show). An empty `expected` matches nothing. The one comparison the
+/// node's admin token and the gateway's publish key share.
+pub fn secret_eq(expected: &str, presented: &str) -> bool {
+    use subtle::ConstantTimeEq as _;
+    !expected.is_empty() && bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
+}
+
 /// The mode of every file written here: read and write for the owner only.
 pub const MODE: u32 = 0o600;
 
@@ -221,6 +229,20 @@ impl Drop for Prepared {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn secrets_match_only_when_equal_and_not_empty() {
+        assert!(super::secret_eq("k3y", "k3y"));
+        for (a, b) in [
+            ("k3y", "k3z"),
+            ("k3y", "k3y "),
+            ("k3y", ""),
+            ("", ""),
+            ("k3y", "k3"),
+        ] {
+            assert!(!super::secret_eq(a, b), "{a:?} {b:?}");
+        }
+    }
+
     use super::*;
     use std::os::unix::fs::symlink;
 

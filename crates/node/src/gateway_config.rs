@@ -404,11 +404,20 @@ impl GatewaySection {
         c.history.size = value(&self.history_size, c.history.size);
         c.history.ttl = duration(&self.history_ttl, c.history.ttl);
         c.history.max_bytes = value(&self.history_max_bytes, c.history.max_bytes);
-        // Checked at validation; a file broken since then leaves publishing over TCP refused.
+        // Checked at validation; a file broken since then leaves publishing over TCP refused,
+        // and says so here (the 403 alone would read as "no key configured").
         c.publish_key = self.publish_token_file.as_ref().and_then(|f| {
-            crate::config::token::read(f.get_ref())
-                .ok()
-                .map(|t| holdfast_gateway::PublishKey::new(t.expose()))
+            match crate::config::token::read(f.get_ref()) {
+                Ok(t) => Some(holdfast_gateway::PublishKey::new(t.expose())),
+                Err(error) => {
+                    tracing::error!(
+                        file = %f.get_ref().display(),
+                        %error,
+                        "cannot read gateway.publish_token_file: POST /v1/publish over TCP is refused until it is fixed and the gateway restarts"
+                    );
+                    None
+                }
+            }
         });
         c.tls = self.tls.as_ref().and_then(|t| {
             let t = t.get_ref();

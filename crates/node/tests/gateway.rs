@@ -711,6 +711,25 @@ async fn backends_publish_batches_with_their_own_key_which_cannot_drain() {
         matches!(bad, ClientError::Refused { status: 400, .. }),
         "{bad}"
     );
+    // A text over gateway.max_message_size (64 KiB by default): 400, nothing published.
+    let big = "x".repeat(64 * 1024 + 1);
+    let too_big = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/publish",
+        Some(&publish_token),
+        &json!({"messages": [{"room": "lobby", "text": "x"}, {"room": "lobby", "text": big}]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&too_big, ClientError::Refused { status: 400, .. }),
+        "{too_big}"
+    );
+    assert!(
+        too_big.to_string().contains("messages[1].text"),
+        "{too_big}"
+    );
 
     let answer = call_json(
         &node.admin,
@@ -747,4 +766,32 @@ async fn backends_publish_batches_with_their_own_key_which_cannot_drain() {
         (&json!("one"), &results[0]["pos"])
     );
     assert_eq!(next_text(&mut ann).await, "two");
+}
+
+// i[verify node.gateway.publish]
+/// Without `gateway.publish_token_file`, publishing over TCP is refused with 403 whatever the
+/// token, the admin token included.
+#[tokio::test]
+async fn without_a_publish_key_publishing_over_tcp_is_forbidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let extra = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n",
+        key.display()
+    );
+    let node = start_in(dir, &extra, "10s", None);
+    node.until_ready().await;
+    let admin_token = token::read(&node.dir.path().join("token")).unwrap();
+    let batch = json!({"messages": [{"room": "lobby", "text": "one"}]});
+    for t in [Some(&admin_token), None] {
+        let refused = call_json(&node.admin, hyper::Method::POST, "/v1/publish", t, &batch)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ClientError::Refused { status: 403, .. }),
+            "{refused}"
+        );
+    }
 }

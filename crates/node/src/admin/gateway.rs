@@ -78,11 +78,32 @@ pub async fn push(node: &NodeState, body: &[u8]) -> Response {
         Ok(gateway) => gateway,
         Err(why) => return unavailable(why),
     };
+    if let Err(message) = within_size(gateway.max_message_size(), [("text", &text)]) {
+        return (StatusCode::BAD_REQUEST, message + "\n").into_response();
+    }
     let delivery = match &to {
         To::Room(room) => gateway.push_room(room, &text).await,
         To::User(user) => gateway.push_user(user, &text).await,
     };
     Json(delivery).into_response()
+}
+
+// i[impl node.gateway.publish]
+/// Every text within the gateway's message size limit, or which one is not (nothing is pushed
+/// then).
+fn within_size<'a>(
+    limit: usize,
+    texts: impl IntoIterator<Item = (&'a str, &'a String)>,
+) -> Result<(), String> {
+    for (name, text) in texts {
+        if text.len() > limit {
+            return Err(format!(
+                "invalid push request: {name} is {} bytes, over gateway.max_message_size ({limit})",
+                text.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The most messages one `/v1/publish` call may carry.
@@ -147,7 +168,7 @@ pub async fn publish(node: &NodeState, local: bool, headers: &HeaderMap, body: &
             (None, _) => {
                 return (
                     StatusCode::FORBIDDEN,
-                    "publishing over TCP needs gateway.publish_token_file\n",
+                    "publishing over TCP needs gateway.publish_token_file (set, and readable when the gateway started: see the log)\n",
                 )
                     .into_response();
             }
@@ -166,6 +187,16 @@ pub async fn publish(node: &NodeState, local: bool, headers: &HeaderMap, body: &
         Ok(batch) => batch,
         Err(message) => return (StatusCode::BAD_REQUEST, message + "\n").into_response(),
     };
+    let names: Vec<String> = (0..batch.len())
+        .map(|i| format!("messages[{i}].text"))
+        .collect();
+    let texts = names
+        .iter()
+        .map(String::as_str)
+        .zip(batch.iter().map(|(_, t)| t));
+    if let Err(message) = within_size(gateway.max_message_size(), texts) {
+        return (StatusCode::BAD_REQUEST, message + "\n").into_response();
+    }
     let mut results = Vec::with_capacity(batch.len());
     for (to, text) in batch {
         results.push(match to {
@@ -187,6 +218,18 @@ pub async fn publish(node: &NodeState, local: bool, headers: &HeaderMap, body: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // i[verify node.gateway.publish]
+    #[test]
+    fn a_text_over_the_message_size_limit_is_named_and_refused() {
+        let (ok, big) = ("1234".to_owned(), "12345".to_owned());
+        assert_eq!(within_size(4, [("text", &ok)]), Ok(()));
+        let err = within_size(4, [("messages[0].text", &ok), ("messages[1].text", &big)]);
+        assert_eq!(
+            err,
+            Err("invalid push request: messages[1].text is 5 bytes, over gateway.max_message_size (4)".to_owned())
+        );
+    }
 
     // i[verify node.gateway.publish]
     #[test]

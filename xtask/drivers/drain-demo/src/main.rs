@@ -557,7 +557,7 @@ mod tests {
 
     // i[verify xtask.drain-demo.command+2]
     #[test]
-    fn the_command_line_defaults_to_100_clients_and_both_arms() {
+    fn the_command_line_defaults_to_100_clients_and_every_arm() {
         let cli = Cli::try_parse_from(["drain-demo"]).unwrap();
         assert_eq!(cli.args.clients, 100);
         assert_eq!(cli.args.rate, 20);

@@ -29,7 +29,7 @@ pub const ARM_SEQ_SPAN: u64 = 1_000_000;
 /// How long the clients' tokens are valid.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
-/// The arms to run: those asked for, in order, else the control arm, then the graceful arm.
+/// The arms to run: those asked for, in order, else the control, graceful and recovery arms.
 // i[impl xtask.drain-demo.command+2]
 pub fn arms(asked: &[Arm]) -> Vec<Arm> {
     if asked.is_empty() {
