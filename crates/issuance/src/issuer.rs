@@ -848,6 +848,7 @@ impl Issuer {
 
     async fn tick_inner(&self) -> Result<TickReport, IssuerError> {
         let now = self.clock.now();
+        self.store.wake_on_expiry();
         self.refresh_renewal_windows(now).await;
         let mut report = TickReport::default();
         let mut attempts = Vec::new();

@@ -212,3 +212,27 @@ async fn the_fault_becomes_expired_on_a_tick_that_makes_no_attempt() {
     assert!(message.contains("no longer served"), "{message}");
     assert_eq!(issuer.store().get("a.example"), None);
 }
+
+// r[verify issue.store.notify+2]
+// r[verify issue.expiry]
+#[tokio::test]
+async fn a_watcher_is_woken_when_a_certificate_expires_and_is_not_handed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let clock = ManualWallClock::new(start);
+    let source = Flaky::new(start - Duration::from_secs(60));
+    let issuer = issuer(dir.path(), source.clone(), &clock);
+    let mut watch = issuer.store().subscribe();
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    watch.changed().await.unwrap();
+    assert!(watch.current().contains_key("a.example"));
+
+    // Past its end, renewal failing: nothing new is stored, yet the watcher is woken and what it
+    // is handed leaves the expired certificate out.
+    source.failing.store(true, Ordering::SeqCst);
+    clock.advance(91 * DAY);
+    assert_eq!(issuer.tick().await.unwrap().failed.len(), 1);
+    assert!(watch.has_changed().unwrap(), "not woken at expiry");
+    assert!(!watch.current().contains_key("a.example"));
+    assert!(!watch.has_changed().unwrap());
+}
