@@ -225,3 +225,27 @@ async fn the_http01_responders_connections_and_refusals_are_in_the_metrics() {
         assert!(metrics.contains(series), "{series} missing:\n{metrics}");
     }
 }
+
+// r[verify issue.acme.tls-alpn01.bind]
+#[test]
+fn check_config_refuses_a_tls_alpn01_bind_on_the_http01_port_at_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c2.toml");
+    std::fs::write(
+        &path,
+        "[node]\n\n[issuance]\n\
+         [[issuance.certificate]]\nnames = [\"a.example\"]\nsource = \"acme\"\n\
+         [[issuance.certificate]]\nnames = [\"b.example\"]\nsource = \"acme\"\n\
+         challenge = \"tls-alpn-01\"\n\
+         [issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+         http01_bind = \"0.0.0.0:8080\"\ntls_alpn01_bind = \"0.0.0.0:8080\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = holdfast(&["check-config", path.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}{err}");
+    let at = format!("{}:", path.display());
+    assert!(
+        err.contains(&at) && err.contains("issuance.acme.tls_alpn01_bind: 0.0.0.0:8080 overlaps"),
+        "{err}"
+    );
+}
