@@ -681,6 +681,7 @@ impl Metrics {
             ("handshake_timeout", s.handshake_timeouts),
             ("protocol", s.refused_protocol),
             ("name", s.refused_name),
+            ("malformed", s.refused_malformed),
         ] {
             self.issuance_tls_alpn01_refused
                 .get_or_create(&TlsAlpn01RefusalLabel {
@@ -1145,6 +1146,7 @@ mod tests {
             handshake_timeouts: 5,
             refused_protocol: 6,
             refused_name: 7,
+            refused_malformed: 9,
             answered: 8,
         }));
         let text = metrics.render();
@@ -1155,6 +1157,7 @@ mod tests {
             "holdfast_issuance_tls_alpn01_refused_total{reason=\"handshake_timeout\"} 5",
             "holdfast_issuance_tls_alpn01_refused_total{reason=\"protocol\"} 6",
             "holdfast_issuance_tls_alpn01_refused_total{reason=\"name\"} 7",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"malformed\"} 9",
         ] {
             assert!(text.contains(series), "{series} missing:\n{text}");
         }

@@ -286,6 +286,7 @@ async fn the_tls_alpn01_listeners_connections_and_refusals_are_in_the_metrics() 
         "holdfast_issuance_tls_alpn01_refused_total{reason=\"handshake_timeout\"} 0",
         "holdfast_issuance_tls_alpn01_refused_total{reason=\"protocol\"} 0",
         "holdfast_issuance_tls_alpn01_refused_total{reason=\"name\"} 0",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"malformed\"} 0",
         // Without an HTTP-01 certificate no responder runs.
         "holdfast_issuance_http01_connections 0",
     ];
