@@ -236,3 +236,20 @@ async fn a_watcher_is_woken_when_a_certificate_expires_and_is_not_handed_it() {
     assert!(!watch.current().contains_key("a.example"));
     assert!(!watch.has_changed().unwrap());
 }
+
+// r[verify node.issuance.metrics+3]
+#[tokio::test]
+async fn the_days_to_expiry_go_negative_once_a_certificate_has_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let clock = ManualWallClock::new(start);
+    let source = Flaky::new(start - Duration::from_secs(60));
+    let issuer = issuer(dir.path(), source.clone(), &clock);
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    let days = issuer.days_to_expiry()["a.example"];
+    assert!((89.9..90.0).contains(&days), "{days}");
+    // A day and a minute past its end: about -1, not clamped at 0.
+    clock.advance(91 * DAY);
+    let days = issuer.days_to_expiry()["a.example"];
+    assert!((-1.01..-0.99).contains(&days), "{days}");
+}
