@@ -19,7 +19,9 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::responder::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, Shared};
+use crate::responder::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, Shared, duration_text,
+};
 
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737 §6.2); the only one the listener accepts.
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -85,11 +87,6 @@ impl TryFrom<RawAlpnLimits> for AlpnLimits {
         }
         .validate()
     }
-}
-
-fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = <String as serde::Deserialize>::deserialize(d)?;
-    holdfast_retry::duration_text::parse(&text).map_err(serde::de::Error::custom)
 }
 
 /// An [`AlpnLimits`] setting that cannot work.
