@@ -687,13 +687,29 @@ impl IssuanceConfig {
             }
         }
         for cert in self.planned() {
-            if cert.source != SourceKind::Acme || cert.challenge != Challenge::Dns01 {
-                continue;
-            }
             let key = match cert.entry {
                 Entry::Hostname(i) => format!("hostname[{i}].challenge"),
                 Entry::Certificate(i) => format!("certificate[{i}].challenge"),
             };
+            // r[impl issue.challenge.acme-only]
+            let named = match cert.challenge {
+                Challenge::Http01 => None,
+                Challenge::Dns01 => Some("dns-01"),
+                Challenge::TlsAlpn01 => Some("tls-alpn-01"),
+            };
+            if let Some(named) = named
+                && cert.source != SourceKind::Acme
+            {
+                return Err((
+                    key,
+                    format!(
+                        "\"{named}\" is an ACME challenge; this certificate's source is not ACME"
+                    ),
+                ));
+            }
+            if cert.source != SourceKind::Acme || cert.challenge != Challenge::Dns01 {
+                continue;
+            }
             let Some(dns01) = &self.dns01 else {
                 return Err((
                     key,
@@ -1556,6 +1572,25 @@ mod tests {
         let mut value = json;
         value["acme"] = serde_json::json!({ "directory": "https://acme.invalid/dir" });
         serde_json::from_value(value).unwrap()
+    }
+
+    // r[verify issue.challenge.acme-only]
+    #[test]
+    fn a_challenge_on_a_certificate_that_is_not_acme_is_refused_at_its_key() {
+        for challenge in ["dns-01", "tls-alpn-01"] {
+            let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+                "hostname": [{ "name": "a.example", "source": "acme" }],
+                "certificate": [{
+                    "names": ["b.example"], "source": "local", "challenge": challenge,
+                }],
+                "local": { "endpoint": { "tcp": "127.0.0.1:8099" } },
+                "acme": { "directory": "https://acme.invalid/dir" },
+            }))
+            .unwrap();
+            let (key, e) = config.check_dns01().unwrap_err();
+            assert_eq!(key, "certificate[0].challenge", "{challenge}");
+            assert!(e.contains(challenge) && e.contains("ACME"), "{e}");
+        }
     }
 
     // r[verify issue.acme.tls-alpn01.bind]
