@@ -796,6 +796,11 @@ mod tests {
                             "url": format!("{BASE}/chall/1"),
                             "token": "tok-1",
                             "status": "pending",
+                        }, {
+                            "type": "tls-alpn-01",
+                            "url": format!("{BASE}/chall/2"),
+                            "token": "tok-2",
+                            "status": "pending",
                         }],
                     }),
                 ),
@@ -852,6 +857,45 @@ mod tests {
             challenges.get("tok-1"),
             None,
             "the token outlived its attempt"
+        );
+    }
+
+    // r[verify issue.acme.tls-alpn01]
+    #[tokio::test]
+    async fn a_cancelled_attempt_stops_answering_its_tls_alpn01_identifier() {
+        let dir = tempfile::tempdir().unwrap();
+        let alpn = AlpnChallenges::default();
+        let source = AcmeSource::with_http(
+            AcmeConfig {
+                directory: "https://acme.test/dir".into(),
+                contact: vec![],
+                eab: None,
+                profile: None,
+                ca_pem: None,
+                account_path: dir.path().join("account.json"),
+                order_timeout: Duration::from_secs(60),
+            },
+            Challenges::default(),
+            Arc::new(StallingAcme),
+        )
+        .with_tls_alpn01(alpn.clone());
+        let names = ["a.example".to_owned()];
+        let mut attempt = source.obtain(&names);
+        // Run the attempt until the identifier is answered (the challenge's "ready" then
+        // stalls), then cut it off as the attempt timeout or a stop does.
+        let answered = async {
+            while !alpn.contains("a.example") {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::select! {
+            r = &mut attempt => panic!("the stalled attempt ended: {r:?}"),
+            () = answered => {}
+        }
+        drop(attempt);
+        assert!(
+            !alpn.contains("a.example"),
+            "the identifier outlived its attempt"
         );
     }
 

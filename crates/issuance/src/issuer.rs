@@ -848,6 +848,7 @@ impl Issuer {
 
     async fn tick_inner(&self) -> Result<TickReport, IssuerError> {
         let now = self.clock.now();
+        self.store.wake_on_expiry();
         self.refresh_renewal_windows(now).await;
         let mut report = TickReport::default();
         let mut attempts = Vec::new();
@@ -1146,15 +1147,20 @@ impl Issuer {
         })
     }
 
-    /// Days until each certificate expires (a metric).
+    /// Days until each stored certificate expires (a metric), negative once it has: an alert
+    /// can tell an expired certificate from one about to expire.
+    // r[impl node.issuance.metrics+3]
     pub fn days_to_expiry(&self) -> BTreeMap<String, f64> {
         let now = self.clock.now();
         self.store
             .stored_snapshot()
             .iter()
             .map(|(h, p)| {
-                let left = p.info.not_after.duration_since(now).unwrap_or_default();
-                (h.clone(), left.as_secs_f64() / 86400.0)
+                let secs = match p.info.not_after.duration_since(now) {
+                    Ok(left) => left.as_secs_f64(),
+                    Err(past) => -past.duration().as_secs_f64(),
+                };
+                (h.clone(), secs / 86400.0)
             })
             .collect()
     }

@@ -56,5 +56,5 @@ pub use redirect::{Http01Other, OtherRequests};
 pub use responder::{Http01Responder, ResponderLimits, ResponderStats};
 pub use rfc2136::{Rfc2136, Rfc2136Config, Rfc2136Error, TsigAlgo, read_secret};
 pub use source::{ErrorClass, Source, SourceError};
-pub use store::CertStore;
+pub use store::{CertStore, CertWatch};
 pub use tls_alpn::{AlpnChallenges, AlpnLimits, AlpnStats, TlsAlpnResponder};

@@ -656,6 +656,7 @@ impl IssuanceConfig {
     /// zone, with the key under `[issuance]`.
     // r[impl issue.dns01.choice]
     pub fn check_dns01(&self) -> Result<(), (String, String)> {
+        self.check_listeners()?;
         if let Some(dns01) = &self.dns01
             && let Err((key, e)) = dns01.check()
         {
@@ -686,13 +687,29 @@ impl IssuanceConfig {
             }
         }
         for cert in self.planned() {
-            if cert.source != SourceKind::Acme || cert.challenge != Challenge::Dns01 {
-                continue;
-            }
             let key = match cert.entry {
                 Entry::Hostname(i) => format!("hostname[{i}].challenge"),
                 Entry::Certificate(i) => format!("certificate[{i}].challenge"),
             };
+            // r[impl issue.challenge.acme-only]
+            let named = match cert.challenge {
+                Challenge::Http01 => None,
+                Challenge::Dns01 => Some("dns-01"),
+                Challenge::TlsAlpn01 => Some("tls-alpn-01"),
+            };
+            if let Some(named) = named
+                && cert.source != SourceKind::Acme
+            {
+                return Err((
+                    key,
+                    format!(
+                        "\"{named}\" is an ACME challenge; this certificate's source is not ACME"
+                    ),
+                ));
+            }
+            if cert.source != SourceKind::Acme || cert.challenge != Challenge::Dns01 {
+                continue;
+            }
             let Some(dns01) = &self.dns01 else {
                 return Err((
                     key,
@@ -708,6 +725,34 @@ impl IssuanceConfig {
                     ),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A `tls_alpn01_bind` that would collide with `http01_bind` when both listeners are bound
+    /// (found here, with the key, instead of as an EADDRINUSE at every start).
+    // r[impl issue.acme.tls-alpn01.bind]
+    fn check_listeners(&self) -> Result<(), (String, String)> {
+        let Some(acme) = &self.acme else {
+            return Ok(());
+        };
+        let uses = |challenge| {
+            self.planned()
+                .iter()
+                .any(|c| c.source == SourceKind::Acme && c.challenge == challenge)
+        };
+        let (http, tls) = (acme.http01_bind, acme.tls_alpn01_bind);
+        let overlap = http.port() == tls.port()
+            && http.port() != 0
+            && (http.ip() == tls.ip() || http.ip().is_unspecified() || tls.ip().is_unspecified());
+        if overlap && uses(Challenge::Http01) && uses(Challenge::TlsAlpn01) {
+            return Err((
+                "acme.tls_alpn01_bind".into(),
+                format!(
+                    "{tls} overlaps http01_bind {http}: the HTTP-01 responder and the \
+                     TLS-ALPN-01 listener both bind, so they need different ports"
+                ),
+            ));
         }
         Ok(())
     }
@@ -1527,6 +1572,75 @@ mod tests {
         let mut value = json;
         value["acme"] = serde_json::json!({ "directory": "https://acme.invalid/dir" });
         serde_json::from_value(value).unwrap()
+    }
+
+    // r[verify issue.challenge.acme-only]
+    #[test]
+    fn a_challenge_on_a_certificate_that_is_not_acme_is_refused_at_its_key() {
+        for challenge in ["dns-01", "tls-alpn-01"] {
+            let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+                "hostname": [{ "name": "a.example", "source": "acme" }],
+                "certificate": [{
+                    "names": ["b.example"], "source": "local", "challenge": challenge,
+                }],
+                "local": { "endpoint": { "tcp": "127.0.0.1:8099" } },
+                "acme": { "directory": "https://acme.invalid/dir" },
+            }))
+            .unwrap();
+            let (key, e) = config.check_dns01().unwrap_err();
+            assert_eq!(key, "certificate[0].challenge", "{challenge}");
+            assert!(e.contains(challenge) && e.contains("ACME"), "{e}");
+        }
+    }
+
+    // r[verify issue.acme.tls-alpn01.bind]
+    #[test]
+    fn a_tls_alpn01_bind_on_the_http01_port_is_refused_when_both_listeners_are_bound() {
+        let config = |challenges: &[&str], http: &str, tls: &str| -> IssuanceConfig {
+            let certificate: Vec<_> = challenges
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    serde_json::json!({
+                        "names": [format!("n{i}.example")], "source": "acme", "challenge": c,
+                    })
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "certificate": certificate,
+                "acme": {
+                    "directory": "https://acme.invalid/dir",
+                    "http01_bind": http, "tls_alpn01_bind": tls,
+                },
+            }))
+            .unwrap()
+        };
+        let both = ["http-01", "tls-alpn-01"];
+        for (http, tls) in [
+            ("0.0.0.0:8080", "0.0.0.0:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("127.0.0.1:8080", "0.0.0.0:8080"),
+            ("[::]:8080", "127.0.0.1:8080"),
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+        ] {
+            let (key, e) = config(&both, http, tls).check_dns01().unwrap_err();
+            assert_eq!(key, "acme.tls_alpn01_bind", "{http} {tls}");
+            assert!(e.contains("http01_bind") && e.contains(http), "{e}");
+        }
+        // Different ports or addresses, an ephemeral port, or only one listener bound: accepted.
+        for (challenges, http, tls) in [
+            (&both[..], "0.0.0.0:80", "0.0.0.0:443"),
+            (&both[..], "127.0.0.1:8080", "127.0.0.2:8080"),
+            (&both[..], "127.0.0.1:0", "127.0.0.1:0"),
+            (&["http-01"][..], "0.0.0.0:8080", "0.0.0.0:8080"),
+            (&["tls-alpn-01"][..], "0.0.0.0:8080", "0.0.0.0:8080"),
+        ] {
+            assert_eq!(
+                config(challenges, http, tls).check_dns01(),
+                Ok(()),
+                "{challenges:?} {http} {tls}"
+            );
+        }
     }
 
     // r[verify issue.dns01.propagation]

@@ -116,7 +116,8 @@ impl Default for ResponderLimits {
     }
 }
 
-fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+/// A duration written as text (`"10s"`), for both listeners' limits.
+pub(crate) fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = <String as serde::Deserialize>::deserialize(d)?;
     holdfast_retry::duration_text::parse(&text).map_err(serde::de::Error::custom)
 }

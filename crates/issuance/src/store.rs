@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use tokio::sync::watch;
@@ -47,6 +47,54 @@ pub struct CertStore {
     dir: PathBuf,
     tx: Arc<watch::Sender<Snapshot>>,
     clock: StoreClock,
+    /// When [`CertStore::wake_on_expiry`] last looked (shared by clones).
+    expiry_checked: Arc<Mutex<Option<SystemTime>>>,
+}
+
+/// Whether `pair` may be handed out at `now`: until its not-after.
+fn live(pair: &CertifiedPair, now: SystemTime) -> bool {
+    now < pair.info.not_after
+}
+
+/// `all` without the pairs expired at `now` (the same `Arc` when none is).
+fn unexpired(all: &Snapshot, now: SystemTime) -> Snapshot {
+    if all.values().all(|p| live(p, now)) {
+        return all.clone();
+    }
+    Arc::new(
+        all.iter()
+            .filter(|(_, p)| live(p, now))
+            .map(|(h, p)| (h.clone(), p.clone()))
+            .collect(),
+    )
+}
+
+/// A watch on the store for other modules: it wakes on every change (a first issuance, a
+/// renewal) and when a stored certificate has expired, and what it hands out leaves expired
+/// certificates out, as [`CertStore::snapshot`] does.
+#[derive(Debug, Clone)]
+pub struct CertWatch {
+    rx: watch::Receiver<Snapshot>,
+    clock: StoreClock,
+}
+
+impl CertWatch {
+    /// Waits for the next change; an error once the store is gone.
+    pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
+        self.rx.changed().await
+    }
+
+    /// Whether there is a change not yet seen through [`CertWatch::current`].
+    pub fn has_changed(&self) -> Result<bool, watch::error::RecvError> {
+        self.rx.has_changed()
+    }
+
+    /// Every pair that has not expired, marking the change seen.
+    // r[impl issue.expiry]
+    pub fn current(&mut self) -> Snapshot {
+        let all = self.rx.borrow_and_update().clone();
+        unexpired(&all, self.clock.0.now())
+    }
 }
 
 /// The clock that says whether a stored certificate has expired (the issuer's, once it owns the
@@ -80,6 +128,7 @@ impl CertStore {
             dir: dir.to_owned(),
             tx: Arc::new(tx),
             clock: StoreClock(Arc::new(SystemWallClock)),
+            expiry_checked: Arc::default(),
         })
     }
 
@@ -154,23 +203,13 @@ impl CertStore {
     // r[impl issue.expiry]
     pub fn get(&self, hostname: &str) -> Option<Arc<CertifiedPair>> {
         let now = self.clock.0.now();
-        self.stored(hostname).filter(|p| now < p.info.not_after)
+        self.stored(hostname).filter(|p| live(p, now))
     }
 
     /// Every current pair that has not expired.
     // r[impl issue.expiry]
     pub fn snapshot(&self) -> Snapshot {
-        let now = self.clock.0.now();
-        let all = self.stored_snapshot();
-        if all.values().all(|p| now < p.info.not_after) {
-            return all;
-        }
-        Arc::new(
-            all.iter()
-                .filter(|(_, p)| now < p.info.not_after)
-                .map(|(h, p)| (h.clone(), p.clone()))
-                .collect(),
-        )
+        unexpired(&self.stored_snapshot(), self.clock.0.now())
     }
 
     /// `hostname`'s stored pair, expired or not: for the decision to renew it and for the
@@ -184,10 +223,39 @@ impl CertStore {
         self.tx.borrow().clone()
     }
 
-    /// A receiver that wakes on every change (a renewal, a first issuance).
-    // r[impl issue.store.notify]
-    pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
-        self.tx.subscribe()
+    /// A watch that wakes on every change (a renewal, a first issuance) and once a stored
+    /// certificate has expired (see [`CertStore::wake_on_expiry`]).
+    // r[impl issue.store.notify+2]
+    pub fn subscribe(&self) -> CertWatch {
+        CertWatch {
+            rx: self.tx.subscribe(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    /// Wakes the watchers when a stored certificate has expired since the previous call (the
+    /// issuer calls it at every tick), so they re-read and drop it.
+    // r[impl issue.store.notify+2]
+    pub fn wake_on_expiry(&self) {
+        let now = self.clock.0.now();
+        let since = self
+            .expiry_checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(now);
+        let Some(since) = since else {
+            // The first look: whatever had expired before was never handed to a watcher.
+            return;
+        };
+        let passed = self
+            .tx
+            .borrow()
+            .values()
+            .any(|p| live(p, since) && !live(p, now));
+        if passed {
+            // Nothing stored changes; the watchers only need to look again.
+            self.tx.send_modify(|_| {});
+        }
     }
 }
 
@@ -244,7 +312,7 @@ mod tests {
     }
 
     // r[verify issue.store.atomic]
-    // r[verify issue.store.notify]
+    // r[verify issue.store.notify+2]
     #[tokio::test]
     async fn replace_writes_0600_notifies_and_survives_reload() {
         let dir = tempfile::tempdir().unwrap();
@@ -254,7 +322,7 @@ mod tests {
             .replace("a.example", pair("a.example", t(0)), t(10))
             .unwrap();
         rx.changed().await.unwrap();
-        assert_eq!(rx.borrow_and_update().get("a.example"), Some(&first));
+        assert_eq!(rx.current().get("a.example"), Some(&first));
         let mode = std::fs::metadata(store.path_of("a.example"))
             .unwrap()
             .permissions()
@@ -276,13 +344,40 @@ mod tests {
             .replace("a.example", pair("a.example", t(5)), t(10))
             .unwrap();
         rx.changed().await.unwrap();
-        assert_ne!(rx.borrow().get("a.example"), Some(&first));
+        assert_ne!(rx.current().get("a.example"), Some(&first));
         // No temp file is left behind.
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    // r[verify issue.store.notify+2]
+    // r[verify issue.expiry]
+    #[test]
+    fn a_watch_leaves_an_expired_certificate_out_and_wakes_once_when_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = crate::ManualWallClock::new(t(10));
+        let store = CertStore::new(dir.path())
+            .unwrap()
+            .with_clock(Arc::new(clock.clone()));
+        store
+            .replace("a.example", pair("a.example", t(0)), t(10))
+            .unwrap();
+        let mut watch = store.subscribe();
+        store.wake_on_expiry();
+        assert_eq!(watch.current().len(), 1);
+        assert!(!watch.has_changed().unwrap());
+        // Past a's not-after (t(86400)): what the watch hands out leaves it out at once...
+        clock.advance(Duration::from_secs(86400));
+        assert!(watch.current().is_empty());
+        // ...and the next look at the clock wakes the watch, once.
+        store.wake_on_expiry();
+        assert!(watch.has_changed().unwrap());
+        assert!(watch.current().is_empty());
+        store.wake_on_expiry();
+        assert!(!watch.has_changed().unwrap());
     }
 
     // r[verify issue.store.secret-file+2]

@@ -19,7 +19,9 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::responder::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, Shared};
+use crate::responder::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, Shared, duration_text,
+};
 
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737 §6.2); the only one the listener accepts.
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -87,11 +89,6 @@ impl TryFrom<RawAlpnLimits> for AlpnLimits {
     }
 }
 
-fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = <String as serde::Deserialize>::deserialize(d)?;
-    holdfast_retry::duration_text::parse(&text).map_err(serde::de::Error::custom)
-}
-
 /// An [`AlpnLimits`] setting that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}: must be more than zero")]
@@ -131,6 +128,9 @@ pub struct AlpnStats {
     pub refused_protocol: u64,
     /// Handshakes refused because they named no identifier in progress (or none at all).
     pub refused_name: u64,
+    /// Connections closed because they sent no parsable ClientHello (garbage, plain HTTP, or
+    /// closed before one).
+    pub refused_malformed: u64,
     /// Handshakes answered with a challenge certificate.
     pub answered: u64,
 }
@@ -251,6 +251,8 @@ impl AlpnChallenges {
 struct AlpnCounters {
     refused_protocol: AtomicU64,
     refused_name: AtomicU64,
+    refused_malformed: AtomicU64,
+    handshake_timeouts: AtomicU64,
     answered: AtomicU64,
 }
 
@@ -308,9 +310,10 @@ impl TlsAlpnResponder {
             open: self.shared.open(),
             refused_over_total: c.refused_over_total.load(Ordering::Relaxed),
             refused_over_address: c.refused_over_address.load(Ordering::Relaxed),
-            handshake_timeouts: c.header_timeouts.load(Ordering::Relaxed),
+            handshake_timeouts: self.counters.handshake_timeouts.load(Ordering::Relaxed),
             refused_protocol: self.counters.refused_protocol.load(Ordering::Relaxed),
             refused_name: self.counters.refused_name.load(Ordering::Relaxed),
+            refused_malformed: self.counters.refused_malformed.load(Ordering::Relaxed),
             answered: self.counters.answered.load(Ordering::Relaxed),
         }
     }
@@ -363,15 +366,17 @@ async fn accept_loop(
         let counters = counters.clone();
         connections.spawn(async move {
             let shake = handshake(stream, &challenges, &counters);
-            if tokio::time::timeout(limits.handshake_timeout, shake)
-                .await
-                .is_err()
-            {
-                slot.shared
-                    .counters
-                    .header_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%peer, "tls-alpn-01 responder: handshake timed out");
+            match tokio::time::timeout(limits.handshake_timeout, shake).await {
+                Err(_) => {
+                    counters.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, "tls-alpn-01 responder: handshake timed out");
+                }
+                // The validator needs nothing after the handshake (RFC 8737 §3): close, bounded
+                // on its own so a slow close is not counted as a handshake timeout.
+                Ok(Some(mut tls)) => {
+                    let _ = tokio::time::timeout(limits.handshake_timeout, tls.shutdown()).await;
+                }
+                Ok(None) => {}
             }
             drop(slot);
         });
@@ -379,16 +384,22 @@ async fn accept_loop(
 }
 
 /// One connection: read its ClientHello, refuse it unless it offers `acme-tls/1` for an
-/// identifier in progress, else finish the handshake with that identifier's certificate and close.
+/// identifier in progress, else finish the handshake with that identifier's certificate and
+/// return the stream for the caller to close.
 // r[impl issue.acme.tls-alpn01]
-async fn handshake(stream: TcpStream, challenges: &AlpnChallenges, counters: &AlpnCounters) {
+async fn handshake(
+    stream: TcpStream,
+    challenges: &AlpnChallenges,
+    counters: &AlpnCounters,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
     let acceptor =
         tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
     let start = match acceptor.await {
         Ok(start) => start,
         Err(err) => {
+            counters.refused_malformed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%err, "tls-alpn-01 responder: no ClientHello");
-            return;
+            return None;
         }
     };
     let hello = start.client_hello();
@@ -399,7 +410,7 @@ async fn handshake(stream: TcpStream, challenges: &AlpnChallenges, counters: &Al
         // Plain HTTPS (or anything else) is not this listener's: dropping closes the connection.
         counters.refused_protocol.fetch_add(1, Ordering::Relaxed);
         tracing::debug!("tls-alpn-01 responder: handshake without acme-tls/1 refused");
-        return;
+        return None;
     }
     let Some(answer) = hello.server_name().and_then(|name| challenges.get(name)) else {
         counters.refused_name.fetch_add(1, Ordering::Relaxed);
@@ -407,15 +418,17 @@ async fn handshake(stream: TcpStream, challenges: &AlpnChallenges, counters: &Al
             name = ?hello.server_name(),
             "tls-alpn-01 responder: no challenge in progress for the name; refused"
         );
-        return;
+        return None;
     };
     match start.into_stream(answer.config.clone()).await {
-        Ok(mut tls) => {
+        Ok(tls) => {
             counters.answered.fetch_add(1, Ordering::Relaxed);
-            // The validator needs nothing after the handshake (RFC 8737 §3): close.
-            let _ = tls.shutdown().await;
+            Some(tls)
         }
-        Err(err) => tracing::debug!(%err, "tls-alpn-01 responder: handshake failed"),
+        Err(err) => {
+            tracing::debug!(%err, "tls-alpn-01 responder: handshake failed");
+            None
+        }
     }
 }
 
@@ -472,6 +485,15 @@ mod tests {
         name: &str,
         alpn: &[&[u8]],
     ) -> Result<(CertificateDer<'static>, Option<Vec<u8>>), io::Error> {
+        shake_sni(addr, name, alpn, true).await
+    }
+
+    async fn shake_sni(
+        addr: SocketAddr,
+        name: &str,
+        alpn: &[&[u8]],
+        sni: bool,
+    ) -> Result<(CertificateDer<'static>, Option<Vec<u8>>), io::Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -480,6 +502,7 @@ mod tests {
             .with_custom_certificate_verifier(Arc::new(AnyCert))
             .with_no_client_auth();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config.enable_sni = sni;
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = TcpStream::connect(addr).await?;
         let server_name = ServerName::try_from(name.to_owned()).unwrap();
@@ -561,7 +584,35 @@ mod tests {
                 .is_err()
         );
         assert_eq!(r.stats().refused_name, 1, "{:?}", r.stats());
+        // acme-tls/1 naming no server at all (no SNI): refused as naming no identifier.
+        assert!(
+            shake_sni(r.addr(), "a.example.test", &[ACME_TLS_ALPN], false)
+                .await
+                .is_err()
+        );
+        assert_eq!(r.stats().refused_name, 2, "{:?}", r.stats());
         assert_eq!(r.stats().answered, 0, "{:?}", r.stats());
+    }
+
+    // r[verify issue.acme.tls-alpn01]
+    #[tokio::test]
+    async fn a_connection_without_a_client_hello_is_closed_and_counted_as_malformed() {
+        let r = listener(AlpnLimits::default()).await;
+        // Plain HTTP, and a bogus handshake record.
+        for bytes in [
+            b"GET / HTTP/1.1\r\nHost: a.example.test\r\n\r\n".to_vec(),
+            [&[0x16u8, 0x03, 0x01, 0x00, 0x05][..], &[0xff; 5]].concat(),
+        ] {
+            let mut s = TcpStream::connect(r.addr()).await.unwrap();
+            s.write_all(&bytes).await.unwrap();
+            assert!(closed(&mut s).await);
+        }
+        // Connected, then closed before any ClientHello.
+        drop(TcpStream::connect(r.addr()).await.unwrap());
+        until(&r, |s| s.refused_malformed == 3 && s.open == 0).await;
+        let stats = r.stats();
+        assert_eq!(stats.handshake_timeouts, 0, "{stats:?}");
+        assert_eq!(stats.refused_protocol + stats.refused_name, 0, "{stats:?}");
     }
 
     #[test]

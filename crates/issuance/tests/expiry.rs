@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use holdfast_issuance::cert::testing::leaf_for;
@@ -16,7 +16,7 @@ use holdfast_issuance::issuer::{Hostname, Issuer, Outputs};
 use holdfast_issuance::source::BoxFuture;
 use holdfast_issuance::{
     CertStore, CertifiedPair, DeployConfig, ErrorClass, HistoryDb, IssuePolicy, ManualWallClock,
-    Source, SourceError,
+    Source, SourceError, WallClock,
 };
 
 const DAY: Duration = Duration::from_secs(86400);
@@ -24,7 +24,16 @@ const DAY: Duration = Duration::from_secs(86400);
 /// Issues a 90-day leaf from `issued_at`, or fails while `failing`.
 struct Flaky {
     failing: AtomicBool,
-    issued_at: SystemTime,
+    issued_at: Mutex<SystemTime>,
+}
+
+impl Flaky {
+    fn new(issued_at: SystemTime) -> Arc<Self> {
+        Arc::new(Self {
+            failing: AtomicBool::new(false),
+            issued_at: Mutex::new(issued_at),
+        })
+    }
 }
 
 impl Source for Flaky {
@@ -41,7 +50,8 @@ impl Source for Flaky {
                 return Err(SourceError::new(ErrorClass::Unreachable, "CA down"));
             }
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let (chain, key) = leaf_for(&refs, self.issued_at, 90 * DAY);
+            let issued_at = *self.issued_at.lock().unwrap();
+            let (chain, key) = leaf_for(&refs, issued_at, 90 * DAY);
             CertifiedPair::parse_bundle_for(names, &format!("{key}{chain}"))
                 .map_err(|e| SourceError::new(ErrorClass::BadCertificate, e.to_string()))
         })
@@ -86,10 +96,7 @@ async fn a_failing_renewal_is_a_fault_a_week_out_and_an_expired_certificate_is_n
     let dir = tempfile::tempdir().unwrap();
     let start = SystemTime::now();
     let clock = ManualWallClock::new(start);
-    let source = Arc::new(Flaky {
-        failing: AtomicBool::new(false),
-        issued_at: start - Duration::from_secs(60),
-    });
+    let source = Flaky::new(start - Duration::from_secs(60));
     let issuer = issuer(dir.path(), source.clone(), &clock);
     assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
     let deployed = dir.path().join("deployed/a.example/fullchain.pem");
@@ -129,12 +136,10 @@ async fn a_failing_renewal_is_a_fault_a_week_out_and_an_expired_certificate_is_n
     issuer.tick().await.unwrap();
     assert!(!deployed.exists(), "an expired certificate was deployed");
 
-    // A renewal clears the fault, and the new certificate is served and deployed.
+    // After a restart (a fresh board), a renewal serves and deploys the new certificate; the
+    // fault clearing on the same board is the next test.
     source.failing.store(false, Ordering::SeqCst);
-    let source_now = Arc::new(Flaky {
-        failing: AtomicBool::new(false),
-        issued_at: start + 91 * DAY,
-    });
+    let source_now = Flaky::new(start + 91 * DAY);
     drop(issuer);
     let issuer = self::issuer(dir.path(), source_now, &clock);
     issuer.force_retry("a.example").unwrap();
@@ -142,4 +147,109 @@ async fn a_failing_renewal_is_a_fault_a_week_out_and_an_expired_certificate_is_n
     assert_eq!(expiry_fault(&issuer), None);
     assert!(issuer.store().get("a.example").is_some());
     assert!(deployed.exists());
+}
+
+/// An issuer that has issued `a.example` (not-after `start - 60 s + 90 d`) and whose renewal
+/// then failed twice, the second time at `second_failure`, which is within 7 days of the end.
+async fn expiring(
+    dir: &Path,
+    start: SystemTime,
+    second_failure: SystemTime,
+) -> (Issuer, Arc<Flaky>, ManualWallClock) {
+    let clock = ManualWallClock::new(start);
+    let source = Flaky::new(start - Duration::from_secs(60));
+    let issuer = issuer(dir, source.clone(), &clock);
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    source.failing.store(true, Ordering::SeqCst);
+    clock.advance(61 * DAY);
+    assert_eq!(issuer.tick().await.unwrap().failed.len(), 1);
+    assert_eq!(expiry_fault(&issuer), None);
+    clock.advance(second_failure.duration_since(clock.now()).unwrap());
+    assert_eq!(issuer.tick().await.unwrap().failed.len(), 1);
+    assert_eq!(
+        expiry_fault(&issuer).map(|(kind, _)| kind).as_deref(),
+        Some("expiring")
+    );
+    (issuer, source, clock)
+}
+
+// r[verify issue.expiry.fault]
+#[tokio::test]
+async fn a_renewal_on_the_same_issuer_clears_the_expiry_fault_without_a_force_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let (issuer, source, clock) = expiring(dir.path(), start, start + 85 * DAY).await;
+
+    // The CA is back; the next attempt comes once the debounce (10 min after two failures, up to
+    // 20 % more) has passed, with no operator action.
+    source.failing.store(false, Ordering::SeqCst);
+    *source.issued_at.lock().unwrap() = clock.now();
+    clock.advance(Duration::from_secs(3600));
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(report.issued, ["a.example"], "{report:?}");
+    assert_eq!(expiry_fault(&issuer), None);
+    assert!(issuer.fault_board().of_module("issuance").is_empty());
+}
+
+// r[verify issue.expiry.fault]
+#[tokio::test]
+async fn the_fault_becomes_expired_on_a_tick_that_makes_no_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let not_after = start - Duration::from_secs(60) + 90 * DAY;
+    // The second failure two minutes before the end: the next attempt is debounced past it.
+    let (issuer, _source, clock) =
+        expiring(dir.path(), start, not_after - Duration::from_secs(120)).await;
+
+    clock.advance(Duration::from_secs(180));
+    let report = issuer.tick().await.unwrap();
+    assert!(report.dispatched.is_empty(), "{report:?}");
+    // Two failures: debounced, not blocked, so the expiry fault is the only one open.
+    let faults = issuer.fault_board().of_module("issuance");
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    let (kind, message) = expiry_fault(&issuer).expect("an expiry fault");
+    assert_eq!(kind, "expired");
+    assert!(message.contains("no longer served"), "{message}");
+    assert_eq!(issuer.store().get("a.example"), None);
+}
+
+// r[verify issue.store.notify+2]
+// r[verify issue.expiry]
+#[tokio::test]
+async fn a_watcher_is_woken_when_a_certificate_expires_and_is_not_handed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let clock = ManualWallClock::new(start);
+    let source = Flaky::new(start - Duration::from_secs(60));
+    let issuer = issuer(dir.path(), source.clone(), &clock);
+    let mut watch = issuer.store().subscribe();
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    watch.changed().await.unwrap();
+    assert!(watch.current().contains_key("a.example"));
+
+    // Past its end, renewal failing: nothing new is stored, yet the watcher is woken and what it
+    // is handed leaves the expired certificate out.
+    source.failing.store(true, Ordering::SeqCst);
+    clock.advance(91 * DAY);
+    assert_eq!(issuer.tick().await.unwrap().failed.len(), 1);
+    assert!(watch.has_changed().unwrap(), "not woken at expiry");
+    assert!(!watch.current().contains_key("a.example"));
+    assert!(!watch.has_changed().unwrap());
+}
+
+// r[verify node.issuance.metrics+3]
+#[tokio::test]
+async fn the_days_to_expiry_go_negative_once_a_certificate_has_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = SystemTime::now();
+    let clock = ManualWallClock::new(start);
+    let source = Flaky::new(start - Duration::from_secs(60));
+    let issuer = issuer(dir.path(), source.clone(), &clock);
+    assert_eq!(issuer.tick().await.unwrap().issued, ["a.example"]);
+    let days = issuer.days_to_expiry()["a.example"];
+    assert!((89.9..90.0).contains(&days), "{days}");
+    // A day and a minute past its end: about -1, not clamped at 0.
+    clock.advance(91 * DAY);
+    let days = issuer.days_to_expiry()["a.example"];
+    assert!((-1.01..-0.99).contains(&days), "{days}");
 }

@@ -116,7 +116,7 @@ fn local(addr: SocketAddr) -> Arc<dyn Source> {
 
 // r[verify issue.local]
 // r[verify issue.renewal.valid+2]
-// r[verify issue.store.notify]
+// r[verify issue.store.notify+2]
 #[tokio::test]
 async fn issues_once_restarts_quietly_and_renews_when_the_clock_passes_renewal() {
     let env = Env::new();

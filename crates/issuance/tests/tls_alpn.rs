@@ -8,12 +8,16 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use holdfast_issuance::acme::{AcmeConfig, AcmeSource};
+use holdfast_lifecycle::FaultBoard;
+
 use holdfast_issuance::responder::Challenges;
 use holdfast_issuance::{
-    AlpnLimits, CertifiedPair, ErrorClass, Source, SourceError, TlsAlpnResponder,
+    AlpnLimits, CertifiedPair, ErrorClass, IssuanceConfig, Source, SourceError, SystemWallClock,
+    TlsAlpnResponder, start,
 };
 
 fn acme_config(directory: &str, ca: PathBuf, account: PathBuf) -> AcmeConfig {
@@ -114,4 +118,48 @@ async fn pebble_issues_over_tls_alpn01_through_the_nodes_own_listener() {
         "{:?}",
         listener.stats()
     );
+
+    // The module as the node starts it: `challenge = "tls-alpn-01"` binds the listener on the
+    // same port and wires it to the ACME source it builds, so Pebble validates through it.
+    drop(listener);
+    let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+        "tick": "200ms",
+        "certificate": [{
+            "names": ["alpn-module.holdfast.test"], "source": "acme", "challenge": "tls-alpn-01",
+        }],
+        "acme": {
+            "directory": acme.directory,
+            "ca_pem": acme.ca_pem,
+            "http01_bind": "127.0.0.1:0",
+            "tls_alpn01_bind": format!("127.0.0.1:{port}"),
+        },
+    }))
+    .unwrap();
+    let module_dir = tempfile::tempdir().unwrap();
+    let started = start(
+        &config,
+        module_dir.path(),
+        1,
+        Arc::new(SystemWallClock),
+        FaultBoard::new(),
+    )
+    .await
+    .unwrap();
+    let name = "alpn-module.holdfast.test";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while started.store().get(name).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no certificate through the module's listener"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Pebble rejects a share of nonces on purpose: retry past the debounce.
+        let _ = started.issuer().force_retry(name);
+    }
+    let stats = started.tls_alpn01_stats().unwrap();
+    assert!(stats.answered >= 1, "{stats:?}");
+    started
+        .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap();
 }

@@ -202,6 +202,15 @@ pub struct Http01RefusalLabel {
     pub reason: String,
 }
 
+/// Labels of a connection the TLS-ALPN-01 listener refused or cut off.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TlsAlpn01RefusalLabel {
+    /// `connection_limit` or `per_source_limit` (closed at accept), `handshake_timeout`,
+    /// `protocol` (no `acme-tls/1` offered), `name` (no identifier in progress named) or
+    /// `malformed` (no parsable ClientHello).
+    pub reason: String,
+}
+
 /// Labels of an admin API refusal.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdminRefusalLabel {
@@ -244,6 +253,10 @@ pub struct Metrics {
     pub issuance_http01_connections: Gauge,
     /// Connections the HTTP-01 responder refused or cut off since it started, by reason.
     pub issuance_http01_refused: Family<Http01RefusalLabel, Counter>,
+    /// Connections open on the TLS-ALPN-01 listener now (0 without one).
+    pub issuance_tls_alpn01_connections: Gauge,
+    /// Connections the TLS-ALPN-01 listener refused or cut off since it started, by reason.
+    pub issuance_tls_alpn01_refused: Family<TlsAlpn01RefusalLabel, Counter>,
     /// UDP forwards open on the node now.
     pub forwards_active: Gauge,
     /// Datagrams relayed per active forward and direction.
@@ -393,6 +406,16 @@ impl Metrics {
             m.issuance_http01_refused.clone(),
         );
         registry.register(
+            "issuance_tls_alpn01_connections",
+            "Connections open on the TLS-ALPN-01 listener now",
+            m.issuance_tls_alpn01_connections.clone(),
+        );
+        registry.register(
+            "issuance_tls_alpn01_refused",
+            "Connections the TLS-ALPN-01 listener refused or cut off since it started, by reason",
+            m.issuance_tls_alpn01_refused.clone(),
+        );
+        registry.register(
             "forwards_active",
             "UDP forwards open on the node now",
             m.forwards_active.clone(),
@@ -533,6 +556,8 @@ impl Metrics {
             issuance_days_to_expiry: m.issuance_days_to_expiry,
             issuance_http01_connections: m.issuance_http01_connections,
             issuance_http01_refused: m.issuance_http01_refused,
+            issuance_tls_alpn01_connections: m.issuance_tls_alpn01_connections,
+            issuance_tls_alpn01_refused: m.issuance_tls_alpn01_refused,
             forwards_active: m.forwards_active,
             forward_datagrams: m.forward_datagrams,
             forward_bytes: m.forward_bytes,
@@ -586,7 +611,7 @@ impl Metrics {
         }
     }
 
-    // r[impl node.issuance.metrics+2]
+    // r[impl node.issuance.metrics+3]
     /// Sets the issuance figures from the issuer's own (read at each scrape).
     pub fn set_issuance(&self, figures: &holdfast_issuance::issuer::Metrics) {
         self.issuance_attempts.clear();
@@ -612,7 +637,7 @@ impl Metrics {
         }
     }
 
-    // r[impl node.issuance.metrics+2]
+    // r[impl node.issuance.metrics+3]
     /// Sets the HTTP-01 responder's figures (read at each scrape): `None` (no responder runs)
     /// exports no refusals and no open connections.
     pub fn set_http01(&self, stats: Option<holdfast_issuance::ResponderStats>) {
@@ -632,6 +657,34 @@ impl Metrics {
         ] {
             self.issuance_http01_refused
                 .get_or_create(&Http01RefusalLabel {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    // r[impl node.issuance.metrics+3]
+    /// Sets the TLS-ALPN-01 listener's figures (read at each scrape): `None` (no listener runs)
+    /// exports no refusals and no open connections.
+    pub fn set_tls_alpn01(&self, stats: Option<holdfast_issuance::AlpnStats>) {
+        let s = stats.unwrap_or_default();
+        self.issuance_tls_alpn01_connections
+            .set(i64::try_from(s.open).unwrap_or(i64::MAX));
+        // Since the listener started: a new listener starts its counts again.
+        self.issuance_tls_alpn01_refused.clear();
+        if stats.is_none() {
+            return;
+        }
+        for (reason, n) in [
+            ("connection_limit", s.refused_over_total),
+            ("per_source_limit", s.refused_over_address),
+            ("handshake_timeout", s.handshake_timeouts),
+            ("protocol", s.refused_protocol),
+            ("name", s.refused_name),
+            ("malformed", s.refused_malformed),
+        ] {
+            self.issuance_tls_alpn01_refused
+                .get_or_create(&TlsAlpn01RefusalLabel {
                     reason: reason.to_owned(),
                 })
                 .inc_by(n);
@@ -933,6 +986,8 @@ struct MetricsParts {
     issuance_days_to_expiry: Family<HostnameLabel, Gauge<f64, AtomicU64>>,
     issuance_http01_connections: Gauge,
     issuance_http01_refused: Family<Http01RefusalLabel, Counter>,
+    issuance_tls_alpn01_connections: Gauge,
+    issuance_tls_alpn01_refused: Family<TlsAlpn01RefusalLabel, Counter>,
     forwards_active: Gauge,
     forward_datagrams: Family<ForwardDirectionLabel, Counter>,
     forward_bytes: Family<ForwardDirectionLabel, Counter>,
@@ -979,7 +1034,7 @@ pub fn module(name: &str) -> ModuleLabel {
 mod tests {
     use super::*;
 
-    // r[verify node.issuance.metrics+2]
+    // r[verify node.issuance.metrics+3]
     #[test]
     fn issuance_figures_replace_the_previous_scrape() {
         let metrics = Metrics::new();
@@ -1013,7 +1068,7 @@ mod tests {
         assert!(text.contains("holdfast_issuance_blocked 0"), "{text}");
     }
 
-    // r[verify node.issuance.metrics+2]
+    // r[verify node.issuance.metrics+3]
     #[test]
     fn http01_responder_figures_follow_the_responder() {
         let metrics = Metrics::new();
@@ -1067,6 +1122,55 @@ mod tests {
             !metrics
                 .render()
                 .contains("holdfast_issuance_http01_refused_total{")
+        );
+    }
+
+    // r[verify node.issuance.metrics+3]
+    #[test]
+    fn tls_alpn01_listener_figures_follow_the_listener() {
+        let metrics = Metrics::new();
+        metrics.set_tls_alpn01(None);
+        let text = metrics.render();
+        assert!(
+            text.contains("holdfast_issuance_tls_alpn01_connections 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("holdfast_issuance_tls_alpn01_refused_total{"),
+            "{text}"
+        );
+        metrics.set_tls_alpn01(Some(holdfast_issuance::AlpnStats {
+            open: 2,
+            refused_over_total: 3,
+            refused_over_address: 4,
+            handshake_timeouts: 5,
+            refused_protocol: 6,
+            refused_name: 7,
+            refused_malformed: 9,
+            answered: 8,
+        }));
+        let text = metrics.render();
+        for series in [
+            "holdfast_issuance_tls_alpn01_connections 2",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"connection_limit\"} 3",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"per_source_limit\"} 4",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"handshake_timeout\"} 5",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"protocol\"} 6",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"name\"} 7",
+            "holdfast_issuance_tls_alpn01_refused_total{reason=\"malformed\"} 9",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // The module went away: its refusals are no longer exported.
+        metrics.set_tls_alpn01(None);
+        let text = metrics.render();
+        assert!(
+            !text.contains("holdfast_issuance_tls_alpn01_refused_total{"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_issuance_tls_alpn01_connections 0"),
+            "{text}"
         );
     }
 

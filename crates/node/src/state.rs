@@ -328,6 +328,8 @@ impl NodeState {
         }
         let http01 = self.issuance.with(|i| i.http01_stats()).ok().flatten();
         self.metrics.set_http01(http01);
+        let tls_alpn01 = self.issuance.with(|i| i.tls_alpn01_stats()).ok().flatten();
+        self.metrics.set_tls_alpn01(tls_alpn01);
         let forwards = self.forward.with(|s| s.forwards()).unwrap_or_default();
         self.metrics.set_forwards(&forwards);
         let server = self

@@ -23,7 +23,7 @@ fn holdfast(args: &[&str]) -> (i32, String, String) {
 }
 
 // r[verify node.issuance.module]
-// r[verify node.issuance.metrics+2]
+// r[verify node.issuance.metrics+3]
 // i[verify node.certs.list]
 // i[verify node.certs.retry]
 // i[verify node.certs.cli]
@@ -174,7 +174,7 @@ async fn without_an_issuance_section_certs_says_it_is_not_configured() {
     assert_eq!(code, 0);
 }
 
-// r[verify node.issuance.metrics+2]
+// r[verify node.issuance.metrics+3]
 #[tokio::test]
 async fn the_http01_responders_connections_and_refusals_are_in_the_metrics() {
     // A port for the responder, and an ACME directory nothing answers on (no attempt succeeds;
@@ -213,6 +213,83 @@ async fn the_http01_responders_connections_and_refusals_are_in_the_metrics() {
         "holdfast_issuance_http01_refused_total{reason=\"idle_timeout\"} 0",
     ];
     // The responder accepts on its own task: wait for it to have seen both.
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = node.get("/metrics").await.unwrap();
+        if want.iter().all(|series| metrics.contains(series)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for series in want {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
+}
+
+// r[verify issue.acme.tls-alpn01.bind]
+#[test]
+fn check_config_refuses_a_tls_alpn01_bind_on_the_http01_port_at_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c2.toml");
+    std::fs::write(
+        &path,
+        "[node]\n\n[issuance]\n\
+         [[issuance.certificate]]\nnames = [\"a.example\"]\nsource = \"acme\"\n\
+         [[issuance.certificate]]\nnames = [\"b.example\"]\nsource = \"acme\"\n\
+         challenge = \"tls-alpn-01\"\n\
+         [issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+         http01_bind = \"0.0.0.0:8080\"\ntls_alpn01_bind = \"0.0.0.0:8080\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = holdfast(&["check-config", path.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}{err}");
+    let at = format!("{}:", path.display());
+    assert!(
+        err.contains(&at) && err.contains("issuance.acme.tls_alpn01_bind: 0.0.0.0:8080 overlaps"),
+        "{err}"
+    );
+}
+
+// r[verify node.issuance.metrics+3]
+#[tokio::test]
+async fn the_tls_alpn01_listeners_connections_and_refusals_are_in_the_metrics() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tls_alpn01 = free.local_addr().unwrap();
+    drop(free);
+    let extra = format!(
+        "[issuance]\ntick = \"1h\"\n\
+         [[issuance.certificate]]\nnames = [\"app.example\"]\nsource = \"acme\"\n\
+         challenge = \"tls-alpn-01\"\n\
+         [issuance.acme]\ndirectory = \"https://127.0.0.1:9/dir\"\n\
+         tls_alpn01_bind = \"{tls_alpn01}\"\n\
+         tls_alpn01_limits = {{ max_connections_per_address = 1 }}\n"
+    );
+    let node = start(&extra, "10s");
+    node.until_ready().await;
+    let mut published = false;
+    for _ in 0..200 {
+        if node.get("/v1/certs").await.is_ok() {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(published, "the issuance module never came up");
+
+    // One connection holds the address's one place; a second is closed at accept.
+    let _held = tokio::net::TcpStream::connect(tls_alpn01).await.unwrap();
+    let _over = tokio::net::TcpStream::connect(tls_alpn01).await.unwrap();
+    let want = [
+        "holdfast_issuance_tls_alpn01_connections 1",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"per_source_limit\"} 1",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"connection_limit\"} 0",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"handshake_timeout\"} 0",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"protocol\"} 0",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"name\"} 0",
+        "holdfast_issuance_tls_alpn01_refused_total{reason=\"malformed\"} 0",
+        // Without an HTTP-01 certificate no responder runs.
+        "holdfast_issuance_http01_connections 0",
+    ];
     let mut metrics = String::new();
     for _ in 0..100 {
         metrics = node.get("/metrics").await.unwrap();
