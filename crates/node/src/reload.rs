@@ -12,8 +12,10 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::config::{
-    AdminSection, Config, ForwardSection, LogSection, NodeSection, SuperviseSection, TagChecks,
+    AdminSection, Config, ForwardSection, LogSection, NodeSection, PullSection, SuperviseSection,
+    WorkloadsSection,
 };
+pub use crate::config::{PullInputs, WorkloadSettings};
 use crate::gateway_config::GatewaySection;
 
 /// What a reload does to one module.
@@ -36,43 +38,28 @@ pub enum Change {
 /// The node's own sections, never applied by a reload (`r[node.reload.node-sections]`).
 pub const NODE_SECTIONS: [&str; 4] = ["node", "admin", "log", "supervise"];
 
-/// The workload module's settings besides its workloads (what it cannot take live).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkloadSettings {
-    /// `[workloads] stop_on_exit`.
-    pub stop_on_exit: bool,
-    /// `[workloads] owner`.
-    pub owner: Option<String>,
-    /// `pull.enabled`.
-    pub pull_enabled: bool,
-    /// `pull.docker_host`.
-    pub docker_host: Option<String>,
-}
-
 /// What one module is built from, converted: two are equal exactly when the module would be
 /// built the same. Secrets and file paths are part of it (compared, never logged: the `Debug` of
 /// each secret is redacted).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModuleInputs {
-    /// `pull`: the images it keeps (by workload), holdfast-pull's config (seeded alike on both
-    /// sides: the seed is the node's), the registry credentials and the tags it follows.
+    /// `pull`: its whole `[pull]` section as typed (so that a key added later is never missed;
+    /// spans do not count, durations compare by value), and what it is built from (the images
+    /// it keeps, holdfast-pull's config seeded alike on both sides, the registry credentials,
+    /// the tags it follows, image collection), built by [`Config::pull_inputs`] as for the
+    /// module itself.
     Pull {
-        /// (workload name, image).
-        workloads: Vec<(String, String)>,
-        /// `pull.docker_host`.
-        docker_host: Option<String>,
-        /// holdfast-pull's config.
-        config: Box<holdfast_pull::PullConfig>,
-        /// Where credentials come from.
-        auth: holdfast_pull::RegistryAuth,
-        /// The images whose tags are followed.
-        tag_checks: TagChecks,
-        /// Image collection's policy and interval (`None`: off).
-        image_gc: Option<(holdfast_pull::GcPolicy, std::time::Duration)>,
+        /// `[pull]`.
+        section: Box<PullSection>,
+        /// What the module is built from.
+        built: Box<PullInputs>,
     },
-    /// `workload`: holdfast-workload's config of each entry (its env file not read: a changed
-    /// file alone is no change) and the module's settings.
+    /// `workload`: its whole `[workloads]` section, holdfast-workload's config of each entry
+    /// (its env file not read: a changed file alone is no change) and the module's settings,
+    /// built by [`Config::workload_settings`] as for the module itself.
     Workload {
+        /// `[workloads]`.
+        section: WorkloadsSection,
         /// Each `[[workload]]` as holdfast-workload runs it.
         workloads: Vec<holdfast_workload::WorkloadConfig>,
         /// The rest.
@@ -120,29 +107,17 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
     match name {
         pull::NAME => ModuleInputs::Pull {
-            workloads: config
-                .workloads
-                .iter()
-                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
-                .collect(),
-            docker_host: config.pull.docker_host.clone(),
-            config: Box::new(config.pull_config(0)),
-            auth: config.registry_auth(),
-            tag_checks: config.tag_checks(),
-            image_gc: config.image_gc(),
+            section: Box::new(config.pull.clone()),
+            built: Box::new(config.pull_inputs(0)),
         },
         workload::NAME => ModuleInputs::Workload {
+            section: config.workloads_module.clone(),
             workloads: config
                 .workloads
                 .iter()
                 .map(crate::config::Workload::shaped_config)
                 .collect(),
-            settings: WorkloadSettings {
-                stop_on_exit: config.workloads_module.stop_on_exit,
-                owner: config.workloads_module.owner.clone(),
-                pull_enabled: config.pull.enabled,
-                docker_host: config.pull.docker_host.clone(),
-            },
+            settings: config.workload_settings(),
         },
         issuance::NAME => ModuleInputs::Issuance(
             config
@@ -456,6 +431,187 @@ mod tests {
         );
         assert_eq!(plan.modules["pull"], Change::Disappeared);
         assert_eq!(plan.modules["workload"], Change::Changed);
+    }
+
+    /// The keys of the struct `T` deserializes (what serde's derive passes to
+    /// `deserialize_struct`), so that a key added later must be added to the cases below.
+    fn keys_of<'de, T: serde::Deserialize<'de>>() -> &'static [&'static str] {
+        struct Fields(Option<&'static [&'static str]>);
+        #[derive(Debug)]
+        struct Stop;
+        impl std::fmt::Display for Stop {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("stop")
+            }
+        }
+        impl std::error::Error for Stop {}
+        impl serde::de::Error for Stop {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Stop
+            }
+        }
+        impl<'de> serde::Deserializer<'de> for &mut Fields {
+            type Error = Stop;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+                Err(Stop)
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Stop> {
+                self.0 = Some(fields);
+                Err(Stop)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+        let mut fields = Fields(None);
+        let _ = T::deserialize(&mut fields);
+        fields.0.unwrap_or_default()
+    }
+
+    // r[verify node.reload.diff+2]
+    #[test]
+    fn every_key_of_pull_workloads_and_a_workload_changes_the_modules_built_from_it() {
+        // gc off and every optional key left out in the running config, so that each case below
+        // is a change of a value the module is built from, whether or not it is used today.
+        let running = format!(
+            "{BASE}[[workload]]\nname = \"db\"\nimage = \"postgres:1\"\n[pull]\ngc = false\n[workloads]\n"
+        );
+        // Credentials must be readable by their owner only.
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("creds.json");
+        std::fs::write(&creds, "{}").unwrap();
+        std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let creds_line = format!("credentials_file = \"{}\"", creds.display());
+        let both: &[&str] = &["pull", "workload"];
+        let pull: &[&str] = &["pull"];
+        let workload: &[&str] = &["workload"];
+        let cases: &[(&str, &str, &str, &[&str])] = &[
+            ("pull", "enabled", "enabled = false", both),
+            (
+                "pull",
+                "docker_host",
+                "docker_host = \"unix:///x.sock\"",
+                both,
+            ),
+            ("pull", "base", "base = \"7s\"", pull),
+            ("pull", "cap", "cap = \"7h\"", pull),
+            ("pull", "escalate_after", "escalate_after = 9", pull),
+            ("pull", "stall_timeout", "stall_timeout = \"77s\"", pull),
+            (
+                "pull",
+                "docker_config",
+                concat!(
+                    "docker_config = \"",
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/Cargo.toml\""
+                ),
+                pull,
+            ),
+            ("pull", "digest_interval", "digest_interval = \"17m\"", pull),
+            ("pull", "gc", "gc = true", pull),
+            ("pull", "gc_high_percent", "gc_high_percent = 95", pull),
+            ("pull", "gc_low_percent", "gc_low_percent = 5", pull),
+            ("pull", "gc_grace", "gc_grace = \"3h\"", pull),
+            ("pull", "gc_interval", "gc_interval = \"3h\"", pull),
+            ("workloads", "stop_on_exit", "stop_on_exit = true", workload),
+            ("workloads", "owner", "owner = \"someone-else\"", workload),
+            ("workload", "name", "name = \"web2\"", both),
+            ("workload", "image", "image = \"nginx:2\"", both),
+            ("workload", "command", "command = [\"x\"]", workload),
+            ("workload", "env", "env = { A = \"1\" }", workload),
+            ("workload", "restart", "restart = \"never\"", workload),
+            ("workload", "min_run", "min_run = \"77s\"", workload),
+            (
+                "workload",
+                "stop_timeout",
+                "stop_timeout = \"77s\"",
+                workload,
+            ),
+            (
+                "workload",
+                "ports",
+                "ports = [\"127.0.0.1:8080:80\"]",
+                workload,
+            ),
+            ("workload", "volumes", "volumes = [\"/srv:/srv\"]", workload),
+            ("workload", "network", "network = \"host\"", workload),
+            ("workload", "user", "user = \"1000\"", workload),
+            ("workload", "workdir", "workdir = \"/srv\"", workload),
+            ("workload", "env_file", "env_file = \"/dev/null\"", workload),
+            ("workload", "labels", "labels = { a = \"b\" }", workload),
+            ("workload", "memory", "memory = \"64MiB\"", workload),
+            ("workload", "cpus", "cpus = 0.5", workload),
+            ("workload", "pids_limit", "pids_limit = 64", workload),
+            ("workload", "read_only", "read_only = true", workload),
+            ("workload", "cap_add", "cap_add = [\"NET_ADMIN\"]", workload),
+            ("workload", "cap_drop", "cap_drop = [\"ALL\"]", workload),
+            ("workload", "init", "init = true", workload),
+            ("workload", "log", "log = { driver = \"local\" }", workload),
+            (
+                "workload",
+                "health",
+                "health = { cmd = [\"true\"] }",
+                workload,
+            ),
+            ("workload", "depends_on", "depends_on = [\"db\"]", workload),
+            ("workload", "credentials_file", &creds_line, pull),
+            ("workload", "pull_policy", "pull_policy = \"digest\"", pull),
+        ];
+        let listed = |section: &str| {
+            let mut keys: Vec<&str> = cases
+                .iter()
+                .filter(|(s, ..)| *s == section)
+                .map(|(_, key, ..)| *key)
+                .collect();
+            keys.sort_unstable();
+            keys
+        };
+        let sorted = |keys: &[&'static str]| {
+            let mut keys = keys.to_vec();
+            keys.sort_unstable();
+            keys
+        };
+        assert_eq!(
+            listed("pull"),
+            sorted(keys_of::<crate::config::PullSection>())
+        );
+        assert_eq!(
+            listed("workloads"),
+            sorted(keys_of::<crate::config::WorkloadsSection>())
+        );
+        assert_eq!(
+            listed("workload"),
+            sorted(keys_of::<crate::config::Workload>())
+        );
+        let before = inputs(&running);
+        for (section, key, line, changed) in cases {
+            let after = match *section {
+                "workload" if *key == "name" => running.replace("name = \"web\"", line),
+                "workload" if *key == "image" => running.replace("image = \"nginx:1\"", line),
+                "workload" => running.replace("nginx:1\"\n", &format!("nginx:1\"\n{line}\n")),
+                "pull" if *key == "gc" => running.replace("gc = false", line),
+                "pull" => running.replace("[pull]\n", &format!("[pull]\n{line}\n")),
+                _ => running.replace("[workloads]\n", &format!("[workloads]\n{line}\n")),
+            };
+            let after = match Config::parse("reload.toml", &after) {
+                Ok(config) => Inputs::of(&config),
+                Err(e) => panic!("{section}.{key}: {e}"),
+            };
+            let plan = diff(&before, &after);
+            let mut names: Vec<&str> = plan.with(Change::Changed).collect();
+            names.extend(plan.with(Change::Appeared));
+            names.extend(plan.with(Change::Disappeared));
+            names.sort_unstable();
+            assert_eq!(names, changed.to_vec(), "{section}.{key}: {plan:?}");
+        }
     }
 
     /// A file's settings: what the properties below turn.

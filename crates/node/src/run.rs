@@ -157,18 +157,23 @@ fn compose_some(
     use crate::modules::{forward, gateway, issuance, pull, workload};
     let mut modules: Vec<Arc<dyn Module>> = Vec::new();
     if config.pull.enabled && want(pull::NAME) {
+        // One builder for the module and the reload's comparison (`reload::module_inputs`).
+        let crate::config::PullInputs {
+            workloads,
+            docker_host,
+            config: pull_config,
+            auth,
+            tag_checks,
+            gc,
+        } = config.pull_inputs(identity.seed(crate::modules::pull::NAME));
         modules.push(Arc::new(PullModule {
-            workloads: config
-                .workloads
-                .iter()
-                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
-                .collect(),
-            docker_host: config.pull.docker_host.clone(),
-            config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
-            auth: config.registry_auth(),
-            tag_checks: config.tag_checks(),
+            workloads,
+            docker_host,
+            config: pull_config,
+            auth,
+            tag_checks,
             tick: config.node.tick.get_ref().get(),
-            gc: config.image_gc(),
+            gc,
             node: node.clone(),
         }));
     }
@@ -178,14 +183,20 @@ fn compose_some(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             config.workloads.iter().map(|w| w.to_config()).collect();
+        let crate::config::WorkloadSettings {
+            stop_on_exit,
+            owner,
+            pull_enabled,
+            docker_host,
+        } = config.workload_settings();
         modules.push(Arc::new(WorkloadModule {
             workloads: Arc::clone(desired),
-            docker_host: config.pull.docker_host.clone(),
+            docker_host,
             seed: identity.seed(crate::modules::workload::NAME),
-            stop_on_exit: config.workloads_module.stop_on_exit,
-            owner: config.workloads_module.owner.clone(),
+            stop_on_exit,
+            owner,
             tick: config.node.tick.get_ref().get(),
-            pull_enabled: config.pull.enabled,
+            pull_enabled,
             node: node.clone(),
         }));
     }

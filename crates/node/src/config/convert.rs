@@ -251,6 +251,68 @@ impl Config {
     }
 }
 
+// r[impl node.reload.diff+2]
+/// What the pull module is built from, converted. Built here, once, both for the module (`run`
+/// composes it from this) and for the reload's comparison, so that nothing reaches one and not
+/// the other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PullInputs {
+    /// (workload name, image).
+    pub workloads: Vec<(String, String)>,
+    /// `pull.docker_host`.
+    pub docker_host: Option<String>,
+    /// holdfast-pull's config, seeded.
+    pub config: PullConfig,
+    /// Where registry credentials come from.
+    pub auth: holdfast_pull::RegistryAuth,
+    /// The images whose tags are followed.
+    pub tag_checks: TagChecks,
+    /// Image collection's policy and interval (`None`: off).
+    pub gc: Option<(holdfast_pull::GcPolicy, Duration)>,
+}
+
+/// The workload module's settings besides its workloads (what it cannot take live), built here
+/// once for the module and for the reload's comparison alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadSettings {
+    /// `[workloads] stop_on_exit`.
+    pub stop_on_exit: bool,
+    /// `[workloads] owner`.
+    pub owner: Option<String>,
+    /// `pull.enabled`.
+    pub pull_enabled: bool,
+    /// `pull.docker_host`.
+    pub docker_host: Option<String>,
+}
+
+impl Config {
+    /// What the pull module is built from, seeded with `seed`.
+    pub fn pull_inputs(&self, seed: u64) -> PullInputs {
+        PullInputs {
+            workloads: self
+                .workloads
+                .iter()
+                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
+                .collect(),
+            docker_host: self.pull.docker_host.clone(),
+            config: self.pull_config(seed),
+            auth: self.registry_auth(),
+            tag_checks: self.tag_checks(),
+            gc: self.image_gc(),
+        }
+    }
+
+    /// The workload module's settings.
+    pub fn workload_settings(&self) -> WorkloadSettings {
+        WorkloadSettings {
+            stop_on_exit: self.workloads_module.stop_on_exit,
+            owner: self.workloads_module.owner.clone(),
+            pull_enabled: self.pull.enabled,
+            docker_host: self.pull.docker_host.clone(),
+        }
+    }
+}
+
 /// The longest DNS name (RFC 1035 §2.3.4, in its dotted text form).
 pub(crate) const MAX_NAME_LEN: usize = 253;
 /// The longest DNS label (RFC 1035 §2.3.4).

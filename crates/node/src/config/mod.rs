@@ -24,7 +24,8 @@ mod validate;
 #[cfg(test)]
 pub(crate) use convert::MAX_NAME_LEN;
 pub use convert::{
-    AllowedHost, MIN_FORWARD_TOKEN_LEN, TagChecks, pull_config, read_forward_tokens,
+    AllowedHost, MIN_FORWARD_TOKEN_LEN, PullInputs, TagChecks, WorkloadSettings, pull_config,
+    read_forward_tokens,
 };
 pub use locate::{ConfigError, LoadError, line_col};
 #[cfg(feature = "testing-modules")]
