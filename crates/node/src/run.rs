@@ -948,8 +948,19 @@ impl Stopper for HandBack {
         tokio::spawn(async move {
             let _ = done.send(Some(stopper.stop(request).await));
         });
+        // Handed back now, not when the stop's future is dropped: the plan drops its tasks'
+        // futures later, on a worker, and the reload takes `back` as soon as the plan returns
+        // (a module handed back too late would be lost to the node's stop).
+        self.back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(RunningModule {
+                name: name.clone(),
+                group,
+                stopper: Box::new(Ongoing(outcome.clone())),
+            });
         let unfinished = Unfinished {
-            module: Some((name, group, outcome.clone())),
+            name,
             back: Arc::clone(&self.back),
         };
         Box::pin(async move {
@@ -972,32 +983,20 @@ async fn stop_outcome(mut outcome: StopOutcome) -> Result<(), holdfast_lifecycle
     }
 }
 
-/// A stop the reload asked for and stopped waiting for: handed back, as a stopper that waits
-/// for that same stop, to the node's stop plan.
+/// A stop the reload asked for, handed back (as an [`Ongoing`] stopper that waits for that same
+/// stop) to the node's stop plan from the moment it starts, until the reload sees it end.
 struct Unfinished {
-    module: Option<(String, StopGroup, StopOutcome)>,
+    name: String,
     back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
 }
 
 impl Unfinished {
     /// The reload saw the stop's outcome: nothing to hand back.
-    fn finished(mut self) {
-        self.module = None;
-    }
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if let Some((name, group, outcome)) = self.module.take() {
-            self.back
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(RunningModule {
-                    name,
-                    group,
-                    stopper: Box::new(Ongoing(outcome)),
-                });
-        }
+    fn finished(self) {
+        self.back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|m| m.name != self.name);
     }
 }
 
@@ -1213,5 +1212,56 @@ mod tests {
             ["gateway", "forward", "workload", "issuance", "pull"]
         );
         assert_eq!(exit_status(&report), EXIT_CLEAN);
+    }
+
+    // r[verify node.reload.stopping]
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_the_reload_asked_for_is_handed_back_as_soon_as_it_starts() {
+        // A module whose stop never ends, and one that ends at once.
+        let back = Arc::new(Mutex::new(Vec::new()));
+        let hand_back = |name: &str, hang: bool| -> Box<dyn Stopper> {
+            Box::new(HandBack {
+                module: Some(RunningModule {
+                    name: name.to_owned(),
+                    group: StopGroup::Pull,
+                    stopper: holdfast_lifecycle::stopper_fn(move |_| async move {
+                        if hang {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(())
+                    }),
+                }),
+                back: Arc::clone(&back),
+                before_stop: None,
+            })
+        };
+        let request = holdfast_lifecycle::StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+            reason: StopReason::Restart,
+        };
+        let hung = hand_back("hung", true).stop(request);
+        // Registered before anything drops the stop's future: the plan's tasks are dropped
+        // later, on a worker, and the reload reads `back` as soon as the plan returns.
+        let handed: Vec<String> = back
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|m| m.name.clone())
+            .collect();
+        assert_eq!(handed, ["hung"]);
+        // Dropping the future (the plan cut off) leaves it there, for the node's stop plan.
+        drop(hung);
+        assert_eq!(back.lock().unwrap().len(), 1);
+        // A stop the reload saw end is not handed back.
+        let quick = hand_back("quick", false).stop(request);
+        assert_eq!(back.lock().unwrap().len(), 2);
+        quick.await.unwrap();
+        let handed: Vec<String> = back
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|m| m.name.clone())
+            .collect();
+        assert_eq!(handed, ["hung"]);
     }
 }
