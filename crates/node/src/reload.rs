@@ -614,6 +614,35 @@ mod tests {
         }
     }
 
+    // r[verify node.reload.diff+2]
+    #[test]
+    fn a_module_without_its_own_inputs_changes_with_any_module_input() {
+        let of = |text: &str| {
+            let config = Config::parse("reload.toml", text).unwrap();
+            Inputs::of_modules(["some-future-module"], &config)
+        };
+        let running = of(BASE);
+        assert!(matches!(
+            running.modules["some-future-module"],
+            ModuleInputs::Everything(_)
+        ));
+        let plan = diff(&running, &of(BASE));
+        assert_eq!(plan.modules["some-future-module"], Change::Unchanged);
+        for edit in [
+            BASE.replace("nginx:1\"\n", "nginx:1\"\ncommand = [\"x\"]\n"),
+            format!("{BASE}[pull]\ncap = \"7h\"\n"),
+            BASE.replace("127.0.0.1:53\"]", "127.0.0.1:54\"]"),
+            format!("{BASE}[issuance]\n"),
+        ] {
+            let plan = diff(&running, &of(&edit));
+            assert_eq!(
+                plan.modules["some-future-module"],
+                Change::Changed,
+                "{edit}"
+            );
+        }
+    }
+
     /// A file's settings: what the properties below turn.
     #[derive(Debug, Clone)]
     struct File {
@@ -627,6 +656,10 @@ mod tests {
         forward: Option<Vec<u16>>,
         /// `[workloads] stop_on_exit`.
         stop_on_exit: bool,
+        /// An `[issuance]` section.
+        issuance: bool,
+        /// A `[testing]` section (its hanging module).
+        testing: bool,
     }
 
     fn file() -> impl Strategy<Value = File> {
@@ -636,14 +669,21 @@ mod tests {
             1u32..100_000,
             proptest::option::of(proptest::collection::vec(1u16..1000, 1..3)),
             any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(workloads, pull_base, tick, forward, stop_on_exit)| File {
-                workloads,
-                pull_base,
-                tick,
-                forward,
-                stop_on_exit,
-            })
+            .prop_map(
+                |(workloads, pull_base, tick, forward, stop_on_exit, issuance, testing)| File {
+                    workloads,
+                    pull_base,
+                    tick,
+                    forward,
+                    stop_on_exit,
+                    issuance,
+                    // `[testing]` is refused in a build without the test modules.
+                    testing: testing && cfg!(feature = "testing-modules"),
+                },
+            )
     }
 
     /// `secs` as the config writes it: in seconds, or (`respell`) in its largest exact unit,
@@ -699,7 +739,32 @@ mod tests {
                 allow.join(if respell { " , " } else { ", " })
             ));
         }
+        if f.issuance {
+            out.push_str("[issuance]\n");
+        }
+        if f.testing {
+            out.push_str("[testing]\nhang_on_stop = true\n");
+        }
         out
+    }
+
+    /// A registry credentials file (readable by its owner only, as the config requires).
+    fn credentials_file() -> &'static std::path::Path {
+        static FILE: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+            std::sync::OnceLock::new();
+        &FILE
+            .get_or_init(|| {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("creds.json");
+                std::fs::write(&path, "{}").unwrap();
+                std::fs::set_permissions(
+                    &path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .unwrap();
+                (dir, path)
+            })
+            .1
     }
 
     proptest! {
@@ -716,11 +781,12 @@ mod tests {
         #[test]
         fn a_shared_input_changes_every_module_built_from_it_and_no_other(
             f in file(),
-            edit in 0..12usize,
+            edit in 0..18usize,
             respell in any::<bool>(),
         ) {
             let before = render(&f, false);
             let first = |from: &str, to: &str| before.replacen(from, to, 1);
+            let unchanged = || (before.clone(), &[][..], &[][..]);
             let (after, changed, restart): (String, &[&str], &[&str]) = match edit {
                 0 => (first("[pull]\n", "[pull]\ndocker_host = \"unix:///x.sock\"\n"),
                       &["pull", "workload"], &[]),
@@ -738,20 +804,46 @@ mod tests {
                 6 => match &f.forward {
                     Some(_) => (first("allow = [", "allow = [\"127.0.0.1:1001\", "),
                                 &["forward"], &[]),
-                    None => (before.clone(), &[], &[]),
+                    None => unchanged(),
                 },
                 7 => (first("[node]\n", "[node]\nstop_budget = \"11s\"\n"), &[], &["node"]),
                 8 => (first("[node]\n", "[log]\nlevel = \"debug\"\n[node]\n"), &[], &["log"]),
                 9 => (first("[node]\n", "[supervise]\ncrash_loop_threshold = 9\n[node]\n"),
                       &[], &["supervise"]),
                 10 => (first("[pull]\n", "[pull]\ngc_high_percent = 95\n"), &["pull"], &[]),
-                _ => (first("[node]\n", "[admin]\nallowed_hosts = [\"probe\"]\n[node]\n"),
+                11 => (first("[node]\n", "[admin]\nallowed_hosts = [\"probe\"]\n[node]\n"),
                       &[], &["admin"]),
+                12 if f.issuance => (first("[issuance]\n", "[issuance]\ntick = \"7s\"\n"),
+                                     &["issuance"], &[]),
+                // The test modules' section: `testing-hang` only (a second test module, which
+                // appears, is not asked about).
+                13 if f.testing => (
+                    first("hang_on_stop = true\n", "hang_on_stop = true\nwedge_start = false\n")
+                        .replacen("[testing]\n", "[testing]\n# the same\n", 1),
+                    &[], &[],
+                ),
+                14 => (first("[pull]\n", &format!(
+                    "[pull]\ndocker_config = \"{}\"\n", credentials_file().display())),
+                       &["pull"], &[]),
+                15 => (first("[[workload]]\n", &format!(
+                    "[[workload]]\ncredentials_file = \"{}\"\n", credentials_file().display())),
+                       &["pull"], &[]),
+                16 => (first("[pull]\n", "[pull]\ndigest_interval = \"17m\"\n"), &["pull"], &[]),
+                17 if f.testing => (
+                    first("[testing]\n", "[testing]\nhang_on_stop = true\nwedge_start = true\n")
+                        .replacen("hang_on_stop = true\nwedge_start = true\nhang_on_stop = true\n",
+                                  "hang_on_stop = true\nwedge_start = true\n", 1),
+                    &["testing-hang"], &[],
+                ),
+                _ => unchanged(),
             };
             let plan = diff(&inputs(&before), &inputs(&after));
             prop_assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), changed.to_vec());
             prop_assert_eq!(plan.needs_restart.clone(), restart.to_vec());
-            prop_assert_eq!(plan.with(Change::Appeared).count(), 0);
+            // Only the second test module may appear, with its section's change (edit 17).
+            let appeared: Vec<&str> = plan.with(Change::Appeared).collect();
+            let expected: &[&str] = if edit == 17 && f.testing { &["testing-wedge"] } else { &[] };
+            prop_assert_eq!(appeared, expected.to_vec());
             prop_assert_eq!(plan.with(Change::Disappeared).count(), 0);
         }
     }
