@@ -101,7 +101,7 @@ pub struct Inputs {
     pub node: BTreeMap<String, NodeInputs>,
 }
 
-// r[impl node.reload.diff+2]
+// r[impl node.reload.diff+3]
 /// The inputs of the module `name` in `config`.
 pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
@@ -211,7 +211,7 @@ impl Plan {
     }
 }
 
-// r[impl node.reload.diff+2]
+// r[impl node.reload.diff+3]
 // r[impl node.reload.node-sections]
 /// What going from `running` to `new` changes, module by module.
 pub fn diff(running: &Inputs, new: &Inputs) -> Plan {
@@ -330,7 +330,7 @@ mod tests {
         [[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n\
         [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"reload-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n";
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     #[test]
     fn a_config_against_itself_changes_nothing_and_formatting_does_not_count() {
         let plan = diff(&inputs(BASE), &inputs(BASE));
@@ -351,7 +351,7 @@ mod tests {
         );
     }
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     // r[verify node.reload.node-sections]
     #[test]
     fn a_value_spelled_another_way_is_no_change() {
@@ -381,7 +381,7 @@ mod tests {
         assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), ["workload"]);
     }
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     // r[verify node.reload.node-sections]
     #[test]
     fn each_kind_of_change_is_named_per_module() {
@@ -475,7 +475,7 @@ mod tests {
         fields.0.unwrap_or_default()
     }
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     #[test]
     fn every_key_of_pull_workloads_and_a_workload_changes_the_modules_built_from_it() {
         // gc off and every optional key left out in the running config, so that each case below
@@ -614,7 +614,7 @@ mod tests {
         }
     }
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     #[test]
     fn a_module_without_its_own_inputs_changes_with_any_module_input() {
         let of = |text: &str| {
@@ -768,7 +768,7 @@ mod tests {
     }
 
     proptest! {
-        // r[verify node.reload.diff+2]
+        // r[verify node.reload.diff+3]
         #[test]
         fn a_file_against_itself_is_unchanged_everywhere(f in file()) {
             let plan = diff(&inputs(&render(&f, false)), &inputs(&render(&f, true)));
@@ -776,7 +776,7 @@ mod tests {
             prop_assert!(plan.needs_restart.is_empty(), "{:?}", plan);
         }
 
-        // r[verify node.reload.diff+2]
+        // r[verify node.reload.diff+3]
         // r[verify node.reload.node-sections]
         #[test]
         fn a_shared_input_changes_every_module_built_from_it_and_no_other(

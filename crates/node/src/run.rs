@@ -99,7 +99,7 @@ pub fn stop_plan(
     plan
 }
 
-// r[impl node.reload.diff+2]
+// r[impl node.reload.diff+3]
 /// The names of the modules `config` composes, in [`compose`]'s order (what a reload compares).
 pub fn module_names(config: &Config) -> Vec<&'static str> {
     let mut names = Vec::new();
