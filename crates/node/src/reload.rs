@@ -39,8 +39,9 @@ pub enum Change {
 pub const NODE_SECTIONS: [&str; 4] = ["node", "admin", "log", "supervise"];
 
 /// What one module is built from, converted: two are equal exactly when the module would be
-/// built the same. Secrets and file paths are part of it (compared, never logged: the `Debug` of
-/// each secret is redacted).
+/// built the same. Secrets and file paths are part of it: compared, and never logged. Not every
+/// secret's `Debug` is redacted (forward tokens and the ACME EAB are; a `gateway.cluster.redis`
+/// URL's password is not), so neither this nor its `Debug` may be logged.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModuleInputs {
     /// `pull`: its whole `[pull]` section as typed (so that a key added later is never missed;

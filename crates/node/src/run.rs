@@ -281,13 +281,11 @@ pub struct ConfigSource {
     pub data_dir: Option<PathBuf>,
 }
 
-/// A config as read, with the text it was read from.
+/// A config as read and validated (the reload compares its typed inputs, not the text).
 #[derive(Debug, Clone)]
 pub struct Loaded {
     /// The validated config.
     pub config: Config,
-    /// The file's text.
-    pub text: String,
 }
 
 impl ConfigSource {
@@ -314,7 +312,7 @@ impl ConfigSource {
         if let Some(dir) = &self.data_dir {
             config.node.data_dir = dir.clone();
         }
-        Ok(Loaded { config, text })
+        Ok(Loaded { config })
     }
 }
 
@@ -325,7 +323,7 @@ struct RunningModule {
     stopper: Box<dyn Stopper>,
 }
 
-/// What runs now: the config (with the text's inputs) and its modules.
+/// What runs now: the config, its modules' inputs (what a reload compares) and its modules.
 struct Running {
     config: Config,
     inputs: Inputs,
