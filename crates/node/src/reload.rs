@@ -12,8 +12,10 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::config::{
-    AdminSection, Config, ForwardSection, LogSection, NodeSection, SuperviseSection, TagChecks,
+    AdminSection, Config, ForwardSection, LogSection, NodeSection, PullSection, SuperviseSection,
+    WorkloadsSection,
 };
+pub use crate::config::{PullInputs, WorkloadSettings};
 use crate::gateway_config::GatewaySection;
 
 /// What a reload does to one module.
@@ -36,43 +38,29 @@ pub enum Change {
 /// The node's own sections, never applied by a reload (`r[node.reload.node-sections]`).
 pub const NODE_SECTIONS: [&str; 4] = ["node", "admin", "log", "supervise"];
 
-/// The workload module's settings besides its workloads (what it cannot take live).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkloadSettings {
-    /// `[workloads] stop_on_exit`.
-    pub stop_on_exit: bool,
-    /// `[workloads] owner`.
-    pub owner: Option<String>,
-    /// `pull.enabled`.
-    pub pull_enabled: bool,
-    /// `pull.docker_host`.
-    pub docker_host: Option<String>,
-}
-
 /// What one module is built from, converted: two are equal exactly when the module would be
-/// built the same. Secrets and file paths are part of it (compared, never logged: the `Debug` of
-/// each secret is redacted).
+/// built the same. Secrets and file paths are part of it: compared, and never logged. Not every
+/// secret's `Debug` is redacted (forward tokens and the ACME EAB are; a `gateway.cluster.redis`
+/// URL's password is not), so neither this nor its `Debug` may be logged.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModuleInputs {
-    /// `pull`: the images it keeps (by workload), holdfast-pull's config (seeded alike on both
-    /// sides: the seed is the node's), the registry credentials and the tags it follows.
+    /// `pull`: its whole `[pull]` section as typed (so that a key added later is never missed;
+    /// spans do not count, durations compare by value), and what it is built from (the images
+    /// it keeps, holdfast-pull's config seeded alike on both sides, the registry credentials,
+    /// the tags it follows, image collection), built by [`Config::pull_inputs`] as for the
+    /// module itself.
     Pull {
-        /// (workload name, image).
-        workloads: Vec<(String, String)>,
-        /// `pull.docker_host`.
-        docker_host: Option<String>,
-        /// holdfast-pull's config.
-        config: Box<holdfast_pull::PullConfig>,
-        /// Where credentials come from.
-        auth: holdfast_pull::RegistryAuth,
-        /// The images whose tags are followed.
-        tag_checks: TagChecks,
-        /// Image collection's policy and interval (`None`: off).
-        image_gc: Option<(holdfast_pull::GcPolicy, std::time::Duration)>,
+        /// `[pull]`.
+        section: Box<PullSection>,
+        /// What the module is built from.
+        built: Box<PullInputs>,
     },
-    /// `workload`: holdfast-workload's config of each entry (its env file not read: a changed
-    /// file alone is no change) and the module's settings.
+    /// `workload`: its whole `[workloads]` section, holdfast-workload's config of each entry
+    /// (its env file not read: a changed file alone is no change) and the module's settings,
+    /// built by [`Config::workload_settings`] as for the module itself.
     Workload {
+        /// `[workloads]`.
+        section: WorkloadsSection,
         /// Each `[[workload]]` as holdfast-workload runs it.
         workloads: Vec<holdfast_workload::WorkloadConfig>,
         /// The rest.
@@ -114,35 +102,23 @@ pub struct Inputs {
     pub node: BTreeMap<String, NodeInputs>,
 }
 
-// r[impl node.reload.diff+2]
+// r[impl node.reload.diff+3]
 /// The inputs of the module `name` in `config`.
 pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
     match name {
         pull::NAME => ModuleInputs::Pull {
-            workloads: config
-                .workloads
-                .iter()
-                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
-                .collect(),
-            docker_host: config.pull.docker_host.clone(),
-            config: Box::new(config.pull_config(0)),
-            auth: config.registry_auth(),
-            tag_checks: config.tag_checks(),
-            image_gc: config.image_gc(),
+            section: Box::new(config.pull.clone()),
+            built: Box::new(config.pull_inputs(0)),
         },
         workload::NAME => ModuleInputs::Workload {
+            section: config.workloads_module.clone(),
             workloads: config
                 .workloads
                 .iter()
                 .map(crate::config::Workload::shaped_config)
                 .collect(),
-            settings: WorkloadSettings {
-                stop_on_exit: config.workloads_module.stop_on_exit,
-                owner: config.workloads_module.owner.clone(),
-                pull_enabled: config.pull.enabled,
-                docker_host: config.pull.docker_host.clone(),
-            },
+            settings: config.workload_settings(),
         },
         issuance::NAME => ModuleInputs::Issuance(
             config
@@ -236,7 +212,7 @@ impl Plan {
     }
 }
 
-// r[impl node.reload.diff+2]
+// r[impl node.reload.diff+3]
 // r[impl node.reload.node-sections]
 /// What going from `running` to `new` changes, module by module.
 pub fn diff(running: &Inputs, new: &Inputs) -> Plan {
@@ -355,7 +331,7 @@ mod tests {
         [[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n\
         [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"reload-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n";
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     #[test]
     fn a_config_against_itself_changes_nothing_and_formatting_does_not_count() {
         let plan = diff(&inputs(BASE), &inputs(BASE));
@@ -376,7 +352,7 @@ mod tests {
         );
     }
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     // r[verify node.reload.node-sections]
     #[test]
     fn a_value_spelled_another_way_is_no_change() {
@@ -406,7 +382,7 @@ mod tests {
         assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), ["workload"]);
     }
 
-    // r[verify node.reload.diff+2]
+    // r[verify node.reload.diff+3]
     // r[verify node.reload.node-sections]
     #[test]
     fn each_kind_of_change_is_named_per_module() {
@@ -458,6 +434,216 @@ mod tests {
         assert_eq!(plan.modules["workload"], Change::Changed);
     }
 
+    /// The keys of the struct `T` deserializes (what serde's derive passes to
+    /// `deserialize_struct`), so that a key added later must be added to the cases below.
+    fn keys_of<'de, T: serde::Deserialize<'de>>() -> &'static [&'static str] {
+        struct Fields(Option<&'static [&'static str]>);
+        #[derive(Debug)]
+        struct Stop;
+        impl std::fmt::Display for Stop {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("stop")
+            }
+        }
+        impl std::error::Error for Stop {}
+        impl serde::de::Error for Stop {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Stop
+            }
+        }
+        impl<'de> serde::Deserializer<'de> for &mut Fields {
+            type Error = Stop;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+                Err(Stop)
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Stop> {
+                self.0 = Some(fields);
+                Err(Stop)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+        let mut fields = Fields(None);
+        let _ = T::deserialize(&mut fields);
+        fields.0.unwrap_or_default()
+    }
+
+    // r[verify node.reload.diff+3]
+    #[test]
+    fn every_key_of_pull_workloads_and_a_workload_changes_the_modules_built_from_it() {
+        // gc off and every optional key left out in the running config, so that each case below
+        // is a change of a value the module is built from, whether or not it is used today.
+        let running = format!(
+            "{BASE}[[workload]]\nname = \"db\"\nimage = \"postgres:1\"\n[pull]\ngc = false\n[workloads]\n"
+        );
+        // Credentials must be readable by their owner only.
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("creds.json");
+        std::fs::write(&creds, "{}").unwrap();
+        std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let creds_line = format!("credentials_file = \"{}\"", creds.display());
+        let both: &[&str] = &["pull", "workload"];
+        let pull: &[&str] = &["pull"];
+        let workload: &[&str] = &["workload"];
+        let cases: &[(&str, &str, &str, &[&str])] = &[
+            ("pull", "enabled", "enabled = false", both),
+            (
+                "pull",
+                "docker_host",
+                "docker_host = \"unix:///x.sock\"",
+                both,
+            ),
+            ("pull", "base", "base = \"7s\"", pull),
+            ("pull", "cap", "cap = \"7h\"", pull),
+            ("pull", "escalate_after", "escalate_after = 9", pull),
+            ("pull", "stall_timeout", "stall_timeout = \"77s\"", pull),
+            (
+                "pull",
+                "docker_config",
+                concat!(
+                    "docker_config = \"",
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/Cargo.toml\""
+                ),
+                pull,
+            ),
+            ("pull", "digest_interval", "digest_interval = \"17m\"", pull),
+            ("pull", "gc", "gc = true", pull),
+            ("pull", "gc_high_percent", "gc_high_percent = 95", pull),
+            ("pull", "gc_low_percent", "gc_low_percent = 5", pull),
+            ("pull", "gc_grace", "gc_grace = \"3h\"", pull),
+            ("pull", "gc_interval", "gc_interval = \"3h\"", pull),
+            ("workloads", "stop_on_exit", "stop_on_exit = true", workload),
+            ("workloads", "owner", "owner = \"someone-else\"", workload),
+            ("workload", "name", "name = \"web2\"", both),
+            ("workload", "image", "image = \"nginx:2\"", both),
+            ("workload", "command", "command = [\"x\"]", workload),
+            ("workload", "env", "env = { A = \"1\" }", workload),
+            ("workload", "restart", "restart = \"never\"", workload),
+            ("workload", "min_run", "min_run = \"77s\"", workload),
+            (
+                "workload",
+                "stop_timeout",
+                "stop_timeout = \"77s\"",
+                workload,
+            ),
+            (
+                "workload",
+                "ports",
+                "ports = [\"127.0.0.1:8080:80\"]",
+                workload,
+            ),
+            ("workload", "volumes", "volumes = [\"/srv:/srv\"]", workload),
+            ("workload", "network", "network = \"host\"", workload),
+            ("workload", "user", "user = \"1000\"", workload),
+            ("workload", "workdir", "workdir = \"/srv\"", workload),
+            ("workload", "env_file", "env_file = \"/dev/null\"", workload),
+            ("workload", "labels", "labels = { a = \"b\" }", workload),
+            ("workload", "memory", "memory = \"64MiB\"", workload),
+            ("workload", "cpus", "cpus = 0.5", workload),
+            ("workload", "pids_limit", "pids_limit = 64", workload),
+            ("workload", "read_only", "read_only = true", workload),
+            ("workload", "cap_add", "cap_add = [\"NET_ADMIN\"]", workload),
+            ("workload", "cap_drop", "cap_drop = [\"ALL\"]", workload),
+            ("workload", "init", "init = true", workload),
+            ("workload", "log", "log = { driver = \"local\" }", workload),
+            (
+                "workload",
+                "health",
+                "health = { cmd = [\"true\"] }",
+                workload,
+            ),
+            ("workload", "depends_on", "depends_on = [\"db\"]", workload),
+            ("workload", "credentials_file", &creds_line, pull),
+            ("workload", "pull_policy", "pull_policy = \"digest\"", pull),
+        ];
+        let listed = |section: &str| {
+            let mut keys: Vec<&str> = cases
+                .iter()
+                .filter(|(s, ..)| *s == section)
+                .map(|(_, key, ..)| *key)
+                .collect();
+            keys.sort_unstable();
+            keys
+        };
+        let sorted = |keys: &[&'static str]| {
+            let mut keys = keys.to_vec();
+            keys.sort_unstable();
+            keys
+        };
+        assert_eq!(
+            listed("pull"),
+            sorted(keys_of::<crate::config::PullSection>())
+        );
+        assert_eq!(
+            listed("workloads"),
+            sorted(keys_of::<crate::config::WorkloadsSection>())
+        );
+        assert_eq!(
+            listed("workload"),
+            sorted(keys_of::<crate::config::Workload>())
+        );
+        let before = inputs(&running);
+        for (section, key, line, changed) in cases {
+            let after = match *section {
+                "workload" if *key == "name" => running.replace("name = \"web\"", line),
+                "workload" if *key == "image" => running.replace("image = \"nginx:1\"", line),
+                "workload" => running.replace("nginx:1\"\n", &format!("nginx:1\"\n{line}\n")),
+                "pull" if *key == "gc" => running.replace("gc = false", line),
+                "pull" => running.replace("[pull]\n", &format!("[pull]\n{line}\n")),
+                _ => running.replace("[workloads]\n", &format!("[workloads]\n{line}\n")),
+            };
+            let after = match Config::parse("reload.toml", &after) {
+                Ok(config) => Inputs::of(&config),
+                Err(e) => panic!("{section}.{key}: {e}"),
+            };
+            let plan = diff(&before, &after);
+            let mut names: Vec<&str> = plan.with(Change::Changed).collect();
+            names.extend(plan.with(Change::Appeared));
+            names.extend(plan.with(Change::Disappeared));
+            names.sort_unstable();
+            assert_eq!(names, changed.to_vec(), "{section}.{key}: {plan:?}");
+        }
+    }
+
+    // r[verify node.reload.diff+3]
+    #[test]
+    fn a_module_without_its_own_inputs_changes_with_any_module_input() {
+        let of = |text: &str| {
+            let config = Config::parse("reload.toml", text).unwrap();
+            Inputs::of_modules(["some-future-module"], &config)
+        };
+        let running = of(BASE);
+        assert!(matches!(
+            running.modules["some-future-module"],
+            ModuleInputs::Everything(_)
+        ));
+        let plan = diff(&running, &of(BASE));
+        assert_eq!(plan.modules["some-future-module"], Change::Unchanged);
+        for edit in [
+            BASE.replace("nginx:1\"\n", "nginx:1\"\ncommand = [\"x\"]\n"),
+            format!("{BASE}[pull]\ncap = \"7h\"\n"),
+            BASE.replace("127.0.0.1:53\"]", "127.0.0.1:54\"]"),
+            format!("{BASE}[issuance]\n"),
+        ] {
+            let plan = diff(&running, &of(&edit));
+            assert_eq!(
+                plan.modules["some-future-module"],
+                Change::Changed,
+                "{edit}"
+            );
+        }
+    }
+
     /// A file's settings: what the properties below turn.
     #[derive(Debug, Clone)]
     struct File {
@@ -471,6 +657,10 @@ mod tests {
         forward: Option<Vec<u16>>,
         /// `[workloads] stop_on_exit`.
         stop_on_exit: bool,
+        /// An `[issuance]` section.
+        issuance: bool,
+        /// A `[testing]` section (its hanging module).
+        testing: bool,
     }
 
     fn file() -> impl Strategy<Value = File> {
@@ -480,14 +670,21 @@ mod tests {
             1u32..100_000,
             proptest::option::of(proptest::collection::vec(1u16..1000, 1..3)),
             any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(workloads, pull_base, tick, forward, stop_on_exit)| File {
-                workloads,
-                pull_base,
-                tick,
-                forward,
-                stop_on_exit,
-            })
+            .prop_map(
+                |(workloads, pull_base, tick, forward, stop_on_exit, issuance, testing)| File {
+                    workloads,
+                    pull_base,
+                    tick,
+                    forward,
+                    stop_on_exit,
+                    issuance,
+                    // `[testing]` is refused in a build without the test modules.
+                    testing: testing && cfg!(feature = "testing-modules"),
+                },
+            )
     }
 
     /// `secs` as the config writes it: in seconds, or (`respell`) in its largest exact unit,
@@ -543,11 +740,36 @@ mod tests {
                 allow.join(if respell { " , " } else { ", " })
             ));
         }
+        if f.issuance {
+            out.push_str("[issuance]\n");
+        }
+        if f.testing {
+            out.push_str("[testing]\nhang_on_stop = true\n");
+        }
         out
     }
 
+    /// A registry credentials file (readable by its owner only, as the config requires).
+    fn credentials_file() -> &'static std::path::Path {
+        static FILE: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+            std::sync::OnceLock::new();
+        &FILE
+            .get_or_init(|| {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("creds.json");
+                std::fs::write(&path, "{}").unwrap();
+                std::fs::set_permissions(
+                    &path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .unwrap();
+                (dir, path)
+            })
+            .1
+    }
+
     proptest! {
-        // r[verify node.reload.diff+2]
+        // r[verify node.reload.diff+3]
         #[test]
         fn a_file_against_itself_is_unchanged_everywhere(f in file()) {
             let plan = diff(&inputs(&render(&f, false)), &inputs(&render(&f, true)));
@@ -555,16 +777,17 @@ mod tests {
             prop_assert!(plan.needs_restart.is_empty(), "{:?}", plan);
         }
 
-        // r[verify node.reload.diff+2]
+        // r[verify node.reload.diff+3]
         // r[verify node.reload.node-sections]
         #[test]
         fn a_shared_input_changes_every_module_built_from_it_and_no_other(
             f in file(),
-            edit in 0..12usize,
+            edit in 0..18usize,
             respell in any::<bool>(),
         ) {
             let before = render(&f, false);
             let first = |from: &str, to: &str| before.replacen(from, to, 1);
+            let unchanged = || (before.clone(), &[][..], &[][..]);
             let (after, changed, restart): (String, &[&str], &[&str]) = match edit {
                 0 => (first("[pull]\n", "[pull]\ndocker_host = \"unix:///x.sock\"\n"),
                       &["pull", "workload"], &[]),
@@ -582,20 +805,46 @@ mod tests {
                 6 => match &f.forward {
                     Some(_) => (first("allow = [", "allow = [\"127.0.0.1:1001\", "),
                                 &["forward"], &[]),
-                    None => (before.clone(), &[], &[]),
+                    None => unchanged(),
                 },
                 7 => (first("[node]\n", "[node]\nstop_budget = \"11s\"\n"), &[], &["node"]),
                 8 => (first("[node]\n", "[log]\nlevel = \"debug\"\n[node]\n"), &[], &["log"]),
                 9 => (first("[node]\n", "[supervise]\ncrash_loop_threshold = 9\n[node]\n"),
                       &[], &["supervise"]),
                 10 => (first("[pull]\n", "[pull]\ngc_high_percent = 95\n"), &["pull"], &[]),
-                _ => (first("[node]\n", "[admin]\nallowed_hosts = [\"probe\"]\n[node]\n"),
+                11 => (first("[node]\n", "[admin]\nallowed_hosts = [\"probe\"]\n[node]\n"),
                       &[], &["admin"]),
+                12 if f.issuance => (first("[issuance]\n", "[issuance]\ntick = \"7s\"\n"),
+                                     &["issuance"], &[]),
+                // The test modules' section: `testing-hang` only (a second test module, which
+                // appears, is not asked about).
+                13 if f.testing => (
+                    first("hang_on_stop = true\n", "hang_on_stop = true\nwedge_start = false\n")
+                        .replacen("[testing]\n", "[testing]\n# the same\n", 1),
+                    &[], &[],
+                ),
+                14 => (first("[pull]\n", &format!(
+                    "[pull]\ndocker_config = \"{}\"\n", credentials_file().display())),
+                       &["pull"], &[]),
+                15 => (first("[[workload]]\n", &format!(
+                    "[[workload]]\ncredentials_file = \"{}\"\n", credentials_file().display())),
+                       &["pull"], &[]),
+                16 => (first("[pull]\n", "[pull]\ndigest_interval = \"17m\"\n"), &["pull"], &[]),
+                17 if f.testing => (
+                    first("[testing]\n", "[testing]\nhang_on_stop = true\nwedge_start = true\n")
+                        .replacen("hang_on_stop = true\nwedge_start = true\nhang_on_stop = true\n",
+                                  "hang_on_stop = true\nwedge_start = true\n", 1),
+                    &["testing-hang"], &[],
+                ),
+                _ => unchanged(),
             };
             let plan = diff(&inputs(&before), &inputs(&after));
             prop_assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), changed.to_vec());
             prop_assert_eq!(plan.needs_restart.clone(), restart.to_vec());
-            prop_assert_eq!(plan.with(Change::Appeared).count(), 0);
+            // Only the second test module may appear, with its section's change (edit 17).
+            let appeared: Vec<&str> = plan.with(Change::Appeared).collect();
+            let expected: &[&str] = if edit == 17 && f.testing { &["testing-wedge"] } else { &[] };
+            prop_assert_eq!(appeared, expected.to_vec());
             prop_assert_eq!(plan.with(Change::Disappeared).count(), 0);
         }
     }

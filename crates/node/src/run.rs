@@ -99,7 +99,7 @@ pub fn stop_plan(
     plan
 }
 
-// r[impl node.reload.diff+2]
+// r[impl node.reload.diff+3]
 /// The names of the modules `config` composes, in [`compose`]'s order (what a reload compares).
 pub fn module_names(config: &Config) -> Vec<&'static str> {
     let mut names = Vec::new();
@@ -157,18 +157,23 @@ fn compose_some(
     use crate::modules::{forward, gateway, issuance, pull, workload};
     let mut modules: Vec<Arc<dyn Module>> = Vec::new();
     if config.pull.enabled && want(pull::NAME) {
+        // One builder for the module and the reload's comparison (`reload::module_inputs`).
+        let crate::config::PullInputs {
+            workloads,
+            docker_host,
+            config: pull_config,
+            auth,
+            tag_checks,
+            gc,
+        } = config.pull_inputs(identity.seed(crate::modules::pull::NAME));
         modules.push(Arc::new(PullModule {
-            workloads: config
-                .workloads
-                .iter()
-                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
-                .collect(),
-            docker_host: config.pull.docker_host.clone(),
-            config: config.pull_config(identity.seed(crate::modules::pull::NAME)),
-            auth: config.registry_auth(),
-            tag_checks: config.tag_checks(),
+            workloads,
+            docker_host,
+            config: pull_config,
+            auth,
+            tag_checks,
             tick: config.node.tick.get_ref().get(),
-            gc: config.image_gc(),
+            gc,
             node: node.clone(),
         }));
     }
@@ -178,14 +183,20 @@ fn compose_some(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             config.workloads.iter().map(|w| w.to_config()).collect();
+        let crate::config::WorkloadSettings {
+            stop_on_exit,
+            owner,
+            pull_enabled,
+            docker_host,
+        } = config.workload_settings();
         modules.push(Arc::new(WorkloadModule {
             workloads: Arc::clone(desired),
-            docker_host: config.pull.docker_host.clone(),
+            docker_host,
             seed: identity.seed(crate::modules::workload::NAME),
-            stop_on_exit: config.workloads_module.stop_on_exit,
-            owner: config.workloads_module.owner.clone(),
+            stop_on_exit,
+            owner,
             tick: config.node.tick.get_ref().get(),
-            pull_enabled: config.pull.enabled,
+            pull_enabled,
             node: node.clone(),
         }));
     }
@@ -270,13 +281,11 @@ pub struct ConfigSource {
     pub data_dir: Option<PathBuf>,
 }
 
-/// A config as read, with the text it was read from.
+/// A config as read and validated (the reload compares its typed inputs, not the text).
 #[derive(Debug, Clone)]
 pub struct Loaded {
     /// The validated config.
     pub config: Config,
-    /// The file's text.
-    pub text: String,
 }
 
 impl ConfigSource {
@@ -303,7 +312,7 @@ impl ConfigSource {
         if let Some(dir) = &self.data_dir {
             config.node.data_dir = dir.clone();
         }
-        Ok(Loaded { config, text })
+        Ok(Loaded { config })
     }
 }
 
@@ -314,7 +323,7 @@ struct RunningModule {
     stopper: Box<dyn Stopper>,
 }
 
-/// What runs now: the config (with the text's inputs) and its modules.
+/// What runs now: the config, its modules' inputs (what a reload compares) and its modules.
 struct Running {
     config: Config,
     inputs: Inputs,
@@ -937,8 +946,19 @@ impl Stopper for HandBack {
         tokio::spawn(async move {
             let _ = done.send(Some(stopper.stop(request).await));
         });
+        // Handed back now, not when the stop's future is dropped: the plan drops its tasks'
+        // futures later, on a worker, and the reload takes `back` as soon as the plan returns
+        // (a module handed back too late would be lost to the node's stop).
+        self.back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(RunningModule {
+                name: name.clone(),
+                group,
+                stopper: Box::new(Ongoing(outcome.clone())),
+            });
         let unfinished = Unfinished {
-            module: Some((name, group, outcome.clone())),
+            name,
             back: Arc::clone(&self.back),
         };
         Box::pin(async move {
@@ -961,32 +981,20 @@ async fn stop_outcome(mut outcome: StopOutcome) -> Result<(), holdfast_lifecycle
     }
 }
 
-/// A stop the reload asked for and stopped waiting for: handed back, as a stopper that waits
-/// for that same stop, to the node's stop plan.
+/// A stop the reload asked for, handed back (as an [`Ongoing`] stopper that waits for that same
+/// stop) to the node's stop plan from the moment it starts, until the reload sees it end.
 struct Unfinished {
-    module: Option<(String, StopGroup, StopOutcome)>,
+    name: String,
     back: Arc<std::sync::Mutex<Vec<RunningModule>>>,
 }
 
 impl Unfinished {
     /// The reload saw the stop's outcome: nothing to hand back.
-    fn finished(mut self) {
-        self.module = None;
-    }
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if let Some((name, group, outcome)) = self.module.take() {
-            self.back
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(RunningModule {
-                    name,
-                    group,
-                    stopper: Box::new(Ongoing(outcome)),
-                });
-        }
+    fn finished(self) {
+        self.back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|m| m.name != self.name);
     }
 }
 
@@ -1202,5 +1210,56 @@ mod tests {
             ["gateway", "forward", "workload", "issuance", "pull"]
         );
         assert_eq!(exit_status(&report), EXIT_CLEAN);
+    }
+
+    // r[verify node.reload.stopping]
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_the_reload_asked_for_is_handed_back_as_soon_as_it_starts() {
+        // A module whose stop never ends, and one that ends at once.
+        let back = Arc::new(Mutex::new(Vec::new()));
+        let hand_back = |name: &str, hang: bool| -> Box<dyn Stopper> {
+            Box::new(HandBack {
+                module: Some(RunningModule {
+                    name: name.to_owned(),
+                    group: StopGroup::Pull,
+                    stopper: holdfast_lifecycle::stopper_fn(move |_| async move {
+                        if hang {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(())
+                    }),
+                }),
+                back: Arc::clone(&back),
+                before_stop: None,
+            })
+        };
+        let request = holdfast_lifecycle::StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+            reason: StopReason::Restart,
+        };
+        let hung = hand_back("hung", true).stop(request);
+        // Registered before anything drops the stop's future: the plan's tasks are dropped
+        // later, on a worker, and the reload reads `back` as soon as the plan returns.
+        let handed: Vec<String> = back
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|m| m.name.clone())
+            .collect();
+        assert_eq!(handed, ["hung"]);
+        // Dropping the future (the plan cut off) leaves it there, for the node's stop plan.
+        drop(hung);
+        assert_eq!(back.lock().unwrap().len(), 1);
+        // A stop the reload saw end is not handed back.
+        let quick = hand_back("quick", false).stop(request);
+        assert_eq!(back.lock().unwrap().len(), 2);
+        quick.await.unwrap();
+        let handed: Vec<String> = back
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|m| m.name.clone())
+            .collect();
+        assert_eq!(handed, ["hung"]);
     }
 }

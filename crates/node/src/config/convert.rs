@@ -9,7 +9,9 @@ use holdfast_pull::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigError};
 use holdfast_retry::Policy;
 use toml::Spanned;
 
-use super::schema::{AdminSection, Config, PullPolicy, Workload};
+use crate::duration::ConfigDuration;
+
+use super::schema::{AdminSection, Config, PullPolicy, PullSection, SuperviseSection, Workload};
 
 impl AdminSection {
     /// `allowed_hosts`, parsed (entries [`Config::parse`] refused never get here).
@@ -100,39 +102,6 @@ impl Workload {
             .map(|d| d.get_ref().clone())
             .unwrap_or_default();
         w
-    }
-
-    /// Where `field` (as holdfast-workload's error names it) is written, else the entry's name.
-    pub(super) fn span_of(&self, field: &str) -> std::ops::Range<usize> {
-        let span = match field {
-            "image" => Some(self.image.span()),
-            "command" => self.command.as_ref().map(Spanned::span),
-            "env" => self.env.as_ref().map(Spanned::span),
-            "restart" => self.restart.as_ref().map(Spanned::span),
-            "min_run" => self.min_run.as_ref().map(Spanned::span),
-            "stop_timeout" => self.stop_timeout.as_ref().map(Spanned::span),
-            "ports" => self.ports.as_ref().map(Spanned::span),
-            "volumes" => self.volumes.as_ref().map(Spanned::span),
-            "network" => self.network.as_ref().map(Spanned::span),
-            "user" => self.user.as_ref().map(Spanned::span),
-            "workdir" => self.workdir.as_ref().map(Spanned::span),
-            "env_file" => self.env_file.as_ref().map(Spanned::span),
-            "labels" => self.labels.as_ref().map(Spanned::span),
-            "memory" => self.memory.as_ref().map(Spanned::span),
-            "cpus" => self.cpus.as_ref().map(Spanned::span),
-            "pids_limit" => self.pids_limit.as_ref().map(Spanned::span),
-            "read_only" => self.read_only.as_ref().map(Spanned::span),
-            "cap_add" => self.cap_add.as_ref().map(Spanned::span),
-            "cap_drop" => self.cap_drop.as_ref().map(Spanned::span),
-            "init" => self.init.as_ref().map(Spanned::span),
-            "log" => self.log.as_ref().map(Spanned::span),
-            "health" => self.health.as_ref().map(Spanned::span),
-            "depends_on" => self.depends_on.as_ref().map(Spanned::span),
-            "credentials_file" => self.credentials_file.as_ref().map(Spanned::span),
-            "pull_policy" => self.pull_policy.as_ref().map(Spanned::span),
-            _ => None,
-        };
-        span.unwrap_or_else(|| self.name.span())
     }
 }
 
@@ -248,6 +217,111 @@ impl Config {
     /// The module supervisor's restart policy, seeded.
     pub fn supervise_policy(&self, seed: u64) -> Policy {
         self.supervise.policy_section().policy(seed)
+    }
+}
+
+// r[impl node.reload.diff+3]
+/// What the pull module is built from, converted. Built here, once, both for the module (`run`
+/// composes it from this) and for the reload's comparison, so that nothing reaches one and not
+/// the other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PullInputs {
+    /// (workload name, image).
+    pub workloads: Vec<(String, String)>,
+    /// `pull.docker_host`.
+    pub docker_host: Option<String>,
+    /// holdfast-pull's config, seeded.
+    pub config: PullConfig,
+    /// Where registry credentials come from.
+    pub auth: holdfast_pull::RegistryAuth,
+    /// The images whose tags are followed.
+    pub tag_checks: TagChecks,
+    /// Image collection's policy and interval (`None`: off).
+    pub gc: Option<(holdfast_pull::GcPolicy, Duration)>,
+}
+
+/// The workload module's settings besides its workloads (what it cannot take live), built here
+/// once for the module and for the reload's comparison alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadSettings {
+    /// `[workloads] stop_on_exit`.
+    pub stop_on_exit: bool,
+    /// `[workloads] owner`.
+    pub owner: Option<String>,
+    /// `pull.enabled`.
+    pub pull_enabled: bool,
+    /// `pull.docker_host`.
+    pub docker_host: Option<String>,
+}
+
+impl Config {
+    /// What the pull module is built from, seeded with `seed`.
+    pub fn pull_inputs(&self, seed: u64) -> PullInputs {
+        PullInputs {
+            workloads: self
+                .workloads
+                .iter()
+                .map(|w| (w.name.get_ref().clone(), w.image.get_ref().clone()))
+                .collect(),
+            docker_host: self.pull.docker_host.clone(),
+            config: self.pull_config(seed),
+            auth: self.registry_auth(),
+            tag_checks: self.tag_checks(),
+            gc: self.image_gc(),
+        }
+    }
+
+    /// The workload module's settings.
+    pub fn workload_settings(&self) -> WorkloadSettings {
+        WorkloadSettings {
+            stop_on_exit: self.workloads_module.stop_on_exit,
+            owner: self.workloads_module.owner.clone(),
+            pull_enabled: self.pull.enabled,
+            docker_host: self.pull.docker_host.clone(),
+        }
+    }
+}
+
+/// The three settings of a retry policy, borrowed from a section.
+pub(super) struct PolicySection<'a> {
+    pub(super) base: &'a Spanned<ConfigDuration>,
+    pub(super) cap: &'a Spanned<ConfigDuration>,
+    pub(super) escalate_after: &'a Spanned<u32>,
+}
+
+impl PullSection {
+    pub(super) fn policy_section(&self) -> PolicySection<'_> {
+        PolicySection {
+            base: &self.base,
+            cap: &self.cap,
+            escalate_after: &self.escalate_after,
+        }
+    }
+}
+
+impl SuperviseSection {
+    pub(super) fn policy_section(&self) -> PolicySection<'_> {
+        PolicySection {
+            base: &self.base,
+            cap: &self.cap,
+            escalate_after: &self.escalate_after,
+        }
+    }
+}
+
+impl PolicySection<'_> {
+    /// The builder of the policy these settings describe.
+    pub(super) fn builder(&self, seed: u64) -> holdfast_retry::PolicyBuilder {
+        Policy::builder()
+            .base(self.base.get_ref().get())
+            .cap(self.cap.get_ref().get())
+            .escalate_after(*self.escalate_after.get_ref())
+            .seed(seed)
+    }
+
+    /// The validated policy (validation ran when the config was parsed).
+    pub(super) fn policy(&self, seed: u64) -> Policy {
+        self.builder(seed).build().unwrap_or_default()
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use toml::Spanned;
+
 /// A config error, located in its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -148,4 +150,39 @@ pub(super) fn dotted(path: &serde_path_to_error::Path) -> String {
         }
     }
     out
+}
+
+impl super::schema::Workload {
+    /// Where `field` (as holdfast-workload's error names it) is written, else the entry's name.
+    pub(super) fn span_of(&self, field: &str) -> std::ops::Range<usize> {
+        let span = match field {
+            "image" => Some(self.image.span()),
+            "command" => self.command.as_ref().map(Spanned::span),
+            "env" => self.env.as_ref().map(Spanned::span),
+            "restart" => self.restart.as_ref().map(Spanned::span),
+            "min_run" => self.min_run.as_ref().map(Spanned::span),
+            "stop_timeout" => self.stop_timeout.as_ref().map(Spanned::span),
+            "ports" => self.ports.as_ref().map(Spanned::span),
+            "volumes" => self.volumes.as_ref().map(Spanned::span),
+            "network" => self.network.as_ref().map(Spanned::span),
+            "user" => self.user.as_ref().map(Spanned::span),
+            "workdir" => self.workdir.as_ref().map(Spanned::span),
+            "env_file" => self.env_file.as_ref().map(Spanned::span),
+            "labels" => self.labels.as_ref().map(Spanned::span),
+            "memory" => self.memory.as_ref().map(Spanned::span),
+            "cpus" => self.cpus.as_ref().map(Spanned::span),
+            "pids_limit" => self.pids_limit.as_ref().map(Spanned::span),
+            "read_only" => self.read_only.as_ref().map(Spanned::span),
+            "cap_add" => self.cap_add.as_ref().map(Spanned::span),
+            "cap_drop" => self.cap_drop.as_ref().map(Spanned::span),
+            "init" => self.init.as_ref().map(Spanned::span),
+            "log" => self.log.as_ref().map(Spanned::span),
+            "health" => self.health.as_ref().map(Spanned::span),
+            "depends_on" => self.depends_on.as_ref().map(Spanned::span),
+            "credentials_file" => self.credentials_file.as_ref().map(Spanned::span),
+            "pull_policy" => self.pull_policy.as_ref().map(Spanned::span),
+            _ => None,
+        };
+        span.unwrap_or_else(|| self.name.span())
+    }
 }

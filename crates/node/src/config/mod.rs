@@ -14,7 +14,7 @@
 //! The config imports no module of the node (not the admin API, the modules or the forward
 //! client): they and `run` consume it, never the other way (a test below keeps it so).
 
-// i[impl node.config.layers]
+// i[impl node.config.layers+2]
 mod convert;
 mod locate;
 mod schema;
@@ -24,7 +24,8 @@ mod validate;
 #[cfg(test)]
 pub(crate) use convert::MAX_NAME_LEN;
 pub use convert::{
-    AllowedHost, MIN_FORWARD_TOKEN_LEN, TagChecks, pull_config, read_forward_tokens,
+    AllowedHost, MIN_FORWARD_TOKEN_LEN, PullInputs, TagChecks, WorkloadSettings, pull_config,
+    read_forward_tokens,
 };
 pub use locate::{ConfigError, LoadError, line_col};
 #[cfg(feature = "testing-modules")]
@@ -96,68 +97,211 @@ impl Config {
 
 #[cfg(test)]
 mod layers {
-    /// Each file of the config, with whether it is the low layer.
-    const FILES: [(&str, &str, bool); 7] = [
-        ("config/schema.rs", include_str!("schema.rs"), true),
-        ("config/locate.rs", include_str!("locate.rs"), true),
-        ("config/token.rs", include_str!("token.rs"), true),
-        ("config/validate.rs", include_str!("validate.rs"), false),
-        ("config/convert.rs", include_str!("convert.rs"), false),
-        ("config/mod.rs", include_str!("mod.rs"), false),
-        (
-            "gateway_config.rs",
-            include_str!("../gateway_config.rs"),
-            false,
-        ),
-    ];
+    use syn::visit::Visit;
 
-    /// The first segment after each `prefix` in `text` (`crate::admin::x` → `admin`).
-    fn segments<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
-        text.match_indices(prefix)
-            .filter_map(|(at, _)| text.get(at + prefix.len()..))
-            .map(|rest| {
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                rest.get(..end).unwrap_or_default()
-            })
-            .filter(|segment| !segment.is_empty())
-            .collect()
-    }
+    /// The low layer's files (the schema, the locating, the token reader).
+    const LOW: [&str; 3] = ["schema.rs", "locate.rs", "token.rs"];
+    /// What the config may use of the crate: itself, the duration type, and the gateway's
+    /// section (`gateway_config`, still apart: `i[node.config.layers+2]`).
+    const ALLOWED: [&str; 3] = ["config", "duration", "gateway_config"];
 
-    // i[verify node.config.layers]
-    /// The config reaches into no module of the node (which made the node's modules an import
-    /// cycle), and the low layer (the schema and the locating) uses neither validation nor
-    /// conversion.
-    #[test]
-    fn the_config_depends_on_no_module_and_the_low_layer_on_no_higher_one() {
-        // This very file names the forbidden paths in its docs and here: only its code counts.
-        let code = |name: &str, text: &'static str| {
-            if name == "config/mod.rs" {
-                text.split("#[cfg(test)]\nmod layers")
-                    .next()
-                    .unwrap_or(text)
-            } else {
-                text
+    /// Every path `text` names in its code (its `use` trees expanded, groups included, and the
+    /// paths in its items), made absolute from the module `at` (`["config", "schema"]`) when it
+    /// starts with `crate`, `self` or `super`; others (std, other crates, local names) are left
+    /// out. Test modules (`#[cfg(test)] mod`) are not the config's code and are skipped.
+    fn paths(at: &[&str], text: &str) -> Vec<Vec<String>> {
+        struct Walk<'a> {
+            at: &'a [&'a str],
+            found: Vec<Vec<String>>,
+        }
+        impl Walk<'_> {
+            /// `segments` made absolute (`crate` first), if it starts at the crate.
+            fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
+                let mut out: Vec<String> = match segments.first().map(String::as_str) {
+                    Some("crate") => vec![],
+                    Some("self" | "super") => self.at.iter().map(|s| (*s).to_owned()).collect(),
+                    _ => return None,
+                };
+                let mut rest = segments;
+                if rest.first().is_some_and(|s| s == "crate") {
+                    rest = &rest[1..];
+                } else {
+                    while let Some(first) = rest.first() {
+                        match first.as_str() {
+                            "self" => {}
+                            "super" => {
+                                out.pop();
+                            }
+                            _ => break,
+                        }
+                        rest = &rest[1..];
+                    }
+                }
+                out.extend(rest.iter().cloned());
+                Some(out)
             }
-        };
-        for (name, text, low) in FILES {
-            let text = code(name, text);
-            for module in segments(text, "crate::") {
-                assert!(
-                    ["config", "duration", "gateway_config"].contains(&module),
-                    "{name} uses crate::{module}: the config must not depend on a module"
-                );
+            fn tree(&mut self, tree: &syn::UseTree, prefix: &[String]) {
+                let with = |ident: &syn::Ident| {
+                    let mut next = prefix.to_vec();
+                    next.push(ident.to_string());
+                    next
+                };
+                match tree {
+                    syn::UseTree::Path(path) => self.tree(&path.tree, &with(&path.ident)),
+                    syn::UseTree::Name(syn::UseName { ident })
+                    | syn::UseTree::Rename(syn::UseRename { ident, .. }) => {
+                        self.record(&with(ident));
+                    }
+                    syn::UseTree::Glob(_) => self.record(prefix),
+                    syn::UseTree::Group(group) => {
+                        for item in &group.items {
+                            self.tree(item, prefix);
+                        }
+                    }
+                }
             }
-            if low {
-                let higher = segments(text, "super::")
-                    .into_iter()
-                    .chain(segments(text, "crate::config::"))
-                    .find(|m| ["validate", "convert"].contains(m));
-                assert_eq!(higher, None, "{name}: the low layer uses a higher one");
+            fn record(&mut self, segments: &[String]) {
+                if let Some(path) = self.absolute(segments) {
+                    self.found.push(path);
+                }
             }
         }
-        // The check sees what it looks for.
-        assert_eq!(segments("use crate::admin::x;", "crate::"), ["admin"]);
+        impl<'ast> Visit<'ast> for Walk<'_> {
+            fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+                self.tree(&item.tree, &[]);
+            }
+            fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+                let test = item.attrs.iter().any(|a| {
+                    a.path().is_ident("cfg")
+                        && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+                });
+                if !test {
+                    syn::visit::visit_item_mod(self, item);
+                }
+            }
+            fn visit_path(&mut self, path: &'ast syn::Path) {
+                let segments: Vec<String> =
+                    path.segments.iter().map(|s| s.ident.to_string()).collect();
+                self.record(&segments);
+                syn::visit::visit_path(self, path);
+            }
+        }
+        let file = syn::parse_file(text).unwrap_or_else(|e| panic!("{at:?}: {e}"));
+        let mut walk = Walk {
+            at,
+            found: Vec::new(),
+        };
+        walk.visit_file(&file);
+        walk.found
+    }
+
+    /// The config's layers a file of module `at` must not use: the low layer neither validation
+    /// nor conversion, the conversion not validation (validation uses the conversion).
+    fn above(at: &[&str]) -> &'static [&'static str] {
+        match at {
+            ["config", file] if LOW.contains(&format!("{file}.rs").as_str()) => {
+                &["validate", "convert"]
+            }
+            ["config", "convert"] => &["validate"],
+            _ => &[],
+        }
+    }
+
+    /// What is wrong with the file of module `at` whose text is `text`: each module of the node
+    /// it uses, and each layer above its own that it uses.
+    fn violations(at: &[&str], text: &str) -> Vec<String> {
+        let above = above(at);
+        let mut out = Vec::new();
+        for path in paths(at, text) {
+            let Some(top) = path.first() else { continue };
+            if !ALLOWED.contains(&top.as_str()) {
+                out.push(format!("uses crate::{}", path.join("::")));
+            } else if top == "config" && path.get(1).is_some_and(|m| above.contains(&m.as_str())) {
+                out.push(format!(
+                    "uses a layer above its own: crate::{}",
+                    path.join("::")
+                ));
+            }
+        }
+        out
+    }
+
+    // i[verify node.config.layers+2]
+    /// The config reaches into no module of the node (which made the node's modules an import
+    /// cycle), and the low layer (the schema, the locating) uses neither validation nor
+    /// conversion, and the conversion not validation. Every file of `config/` is checked, as it
+    /// is on disk.
+    #[test]
+    fn the_config_depends_on_no_module_and_the_low_layer_on_no_higher_one() {
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let mut files: Vec<(Vec<String>, std::path::PathBuf)> =
+            std::fs::read_dir(format!("{src}/config"))
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+                .map(|path| {
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    let module = name.trim_end_matches(".rs").to_owned();
+                    let at = if module == "mod" {
+                        vec!["config".to_owned()]
+                    } else {
+                        vec!["config".to_owned(), module]
+                    };
+                    (at, path)
+                })
+                .collect();
+        assert!(files.len() >= 6, "{files:?}");
+        files.push((
+            vec!["gateway_config".to_owned()],
+            format!("{src}/gateway_config.rs").into(),
+        ));
+        for (at, path) in files {
+            let at: Vec<&str> = at.iter().map(String::as_str).collect();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let wrong = violations(&at, &text);
+            assert!(wrong.is_empty(), "{}: {wrong:?}", path.display());
+        }
+    }
+
+    // i[verify node.config.layers+2]
+    /// The check sees every form an import of a module can take.
+    #[test]
+    fn the_layering_check_sees_grouped_relative_and_inline_paths() {
+        let schema = ["config", "schema"];
+        for text in [
+            "use crate::admin::x;",
+            "use crate::{admin::token as _};",
+            "use crate::{config::Config, modules::{pull}};",
+            "use super::super::modules::pull;",
+            "use crate::run::*;",
+            "fn f() { crate::admin::x(); }",
+            "fn f() -> super::super::metrics::Metrics { todo!() }",
+        ] {
+            assert!(!violations(&schema, text).is_empty(), "{text}");
+        }
+        assert!(!violations(&["gateway_config"], "use super::modules::x;").is_empty());
+        assert!(!violations(&["config", "convert"], "use super::validate::X;").is_empty());
+        for text in [
+            "use super::convert::X;",
+            "use crate::config::{validate::y};",
+            "use super::{locate::L, validate};",
+        ] {
+            assert!(!violations(&schema, text).is_empty(), "{text}");
+            assert!(
+                violations(&["config", "validate"], text).is_empty(),
+                "{text}"
+            );
+        }
+        // What is allowed: the config itself, other crates, tests.
+        for text in [
+            "use super::locate::Locator;",
+            "use crate::config::ConfigError;",
+            "use crate::duration::ConfigDuration;",
+            "use std::path::Path;",
+            "use holdfast_pull::PullConfig;",
+            "#[cfg(test)] mod tests { use crate::admin::x; }",
+        ] {
+            assert!(violations(&schema, text).is_empty(), "{text}");
+        }
     }
 }

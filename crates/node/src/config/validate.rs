@@ -8,40 +8,11 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::convert::{
-    AllowedHost, MIN_FORWARD_TOKEN_LEN, pull_config, read_forward_tokens, short_token,
+    AllowedHost, MIN_FORWARD_TOKEN_LEN, PolicySection, pull_config, read_forward_tokens,
+    short_token,
 };
 use super::locate::{ConfigError, Locator};
-use super::schema::{
-    Config, ForwardSection, Listen, PullSection, Secret, SuperviseSection, Workload,
-};
-use crate::duration::ConfigDuration;
-
-/// The three settings of a retry policy, borrowed from a section.
-pub(super) struct PolicySection<'a> {
-    base: &'a Spanned<ConfigDuration>,
-    cap: &'a Spanned<ConfigDuration>,
-    escalate_after: &'a Spanned<u32>,
-}
-
-impl PullSection {
-    pub(super) fn policy_section(&self) -> PolicySection<'_> {
-        PolicySection {
-            base: &self.base,
-            cap: &self.cap,
-            escalate_after: &self.escalate_after,
-        }
-    }
-}
-
-impl SuperviseSection {
-    pub(super) fn policy_section(&self) -> PolicySection<'_> {
-        PolicySection {
-            base: &self.base,
-            cap: &self.cap,
-            escalate_after: &self.escalate_after,
-        }
-    }
-}
+use super::schema::{Config, ForwardSection, Listen, Secret, Workload};
 
 impl Config {
     // i[impl node.config.validate]
@@ -670,15 +641,8 @@ fn forward_token_span(
     Some(tokens.into_iter().nth(index)?.span())
 }
 
+/// A policy's validation, each refusal at its key.
 impl PolicySection<'_> {
-    fn builder(&self, seed: u64) -> holdfast_retry::PolicyBuilder {
-        Policy::builder()
-            .base(self.base.get_ref().get())
-            .cap(self.cap.get_ref().get())
-            .escalate_after(*self.escalate_after.get_ref())
-            .seed(seed)
-    }
-
     fn build(&self, loc: &Locator<'_>, section: &str, seed: u64) -> Result<Policy, ConfigError> {
         self.builder(seed).build().map_err(|e| {
             let field = match &e {
@@ -699,11 +663,6 @@ impl PolicySection<'_> {
             };
             loc.at(Some(span), &format!("{section}.{field}"), message)
         })
-    }
-
-    /// The validated policy (validation ran when the config was parsed).
-    pub(super) fn policy(&self, seed: u64) -> Policy {
-        self.builder(seed).build().unwrap_or_default()
     }
 }
 
