@@ -9,6 +9,8 @@
 // Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -73,33 +75,11 @@ async fn remove_local(docker_host: &str, reference: &str) {
     let _ = docker.remove_image(reference, Some(options), None).await;
 }
 
-/// A minimal ustar archive holding one file, for `docker import`.
-fn tar_with_file(name: &str, content: &[u8]) -> Vec<u8> {
-    let mut header = [0u8; 512];
-    header[..name.len()].copy_from_slice(name.as_bytes());
-    header[100..108].copy_from_slice(b"0000644\0");
-    header[108..116].copy_from_slice(b"0000000\0");
-    header[116..124].copy_from_slice(b"0000000\0");
-    header[124..136].copy_from_slice(format!("{:011o}\0", content.len()).as_bytes());
-    header[136..148].copy_from_slice(b"00000000000\0");
-    header[156] = b'0';
-    header[257..263].copy_from_slice(b"ustar\0");
-    header[263..265].copy_from_slice(b"00");
-    header[148..156].copy_from_slice(b"        ");
-    let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
-    header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    let mut out = header.to_vec();
-    out.extend_from_slice(content);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-    out.extend_from_slice(&[0u8; 1024]);
-    out
-}
-
 /// Pushes a fresh image whose one layer (256 KiB that does not compress) no daemon has seen, so
 /// pulling it really fetches a blob; returns its repository path inside the registry.
 async fn seed_unique_image(docker_host: &str, registry: &services::Registry) -> String {
     use bollard::auth::DockerCredentials;
-    use bollard::query_parameters::{CreateImageOptionsBuilder, PushImageOptionsBuilder};
+    use bollard::query_parameters::PushImageOptionsBuilder;
     use futures_util::TryStreamExt;
 
     let nonce = std::time::SystemTime::now()
@@ -120,17 +100,7 @@ async fn seed_unique_image(docker_host: &str, registry: &services::Registry) -> 
     let path = format!("holdfast/unique-{nonce:x}");
     let repo = format!("{}/{path}", registry.addr);
     let docker = Docker::connect_with_host(docker_host).unwrap();
-    let options = CreateImageOptionsBuilder::default()
-        .from_src("-")
-        .repo(&repo)
-        .tag("latest")
-        .build();
-    let tar = tar_with_file("payload", &content);
-    docker
-        .create_image(Some(options), Some(bollard::body_full(tar.into())), None)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
+    common::import(&docker, &repo, "latest", &content).await;
     let push = PushImageOptionsBuilder::default().tag("latest").build();
     let pushed = docker
         .push_image(&repo, Some(push), Some(DockerCredentials::default()))

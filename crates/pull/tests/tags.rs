@@ -4,14 +4,14 @@
 // Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
-use bollard::query_parameters::{
-    CreateImageOptionsBuilder, PushImageOptionsBuilder, RemoveImageOptionsBuilder,
-};
+use bollard::query_parameters::{PushImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::TryStreamExt as _;
 use holdfast_pull::{
     Actuator, DaemonEndpoint, DockerFetcher, ImageState, PullConfig, RegistryAuth, TagCheck,
@@ -20,44 +20,9 @@ use holdfast_test_support::services;
 
 const MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 
-/// A ustar archive holding one small file.
-fn tar_with_file(name: &str, content: &[u8]) -> Vec<u8> {
-    let mut header = [0u8; 512];
-    header[..name.len()].copy_from_slice(name.as_bytes());
-    header[100..108].copy_from_slice(b"0000644\0");
-    header[108..116].copy_from_slice(b"0000000\0");
-    header[116..124].copy_from_slice(b"0000000\0");
-    header[124..136].copy_from_slice(format!("{:011o}\0", content.len()).as_bytes());
-    header[136..148].copy_from_slice(b"00000000000\0");
-    header[156] = b'0';
-    header[257..263].copy_from_slice(b"ustar\0");
-    header[263..265].copy_from_slice(b"00");
-    header[148..156].copy_from_slice(b"        ");
-    let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
-    header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    let mut out = header.to_vec();
-    out.extend_from_slice(content);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-    out.extend_from_slice(&[0u8; 1024]);
-    out
-}
-
 /// Imports an image holding `content` as `repo:tag`, pushes it, and removes the local copy.
 async fn push(docker: &Docker, repo: &str, tag: &str, content: &[u8]) {
-    let options = CreateImageOptionsBuilder::default()
-        .from_src("-")
-        .repo(repo)
-        .tag(tag)
-        .build();
-    docker
-        .create_image(
-            Some(options),
-            Some(bollard::body_full(tar_with_file("payload", content).into())),
-            None,
-        )
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
+    common::import(docker, repo, tag, content).await;
     let pushed = docker
         .push_image(
             repo,
