@@ -402,14 +402,14 @@ impl AcmeSource {
             };
             if let Some((mut err, said)) = failed {
                 // Which name failed: the first authorization the server now says is not valid.
-                let mut authorizations = order.authorizations();
-                while let Some(Ok(mut authz)) = authorizations.next().await {
-                    if let Ok(state) = authz.refresh().await
-                        && let Some(which) = failed_authorization(state)
-                    {
-                        err.message = naming_the_failure(&said, &which);
-                        break;
-                    }
+                // A server may mark the order failed a moment before the authorization (Pebble
+                // does), so the question is asked again, briefly.
+                let which = ask_until(NAMING_PASSES, NAMING_PAUSE, &mut order, |order| {
+                    Box::pin(first_failed(order))
+                })
+                .await;
+                if let Some(which) = which {
+                    err.message = naming_the_failure(&said, &which);
                 }
                 return Err(err);
             }
@@ -429,6 +429,45 @@ impl AcmeSource {
         drop(records);
         outcome
     }
+}
+
+/// How many times a failed order's authorizations are read for the one that failed.
+const NAMING_PASSES: u32 = 4;
+/// The pause between those reads.
+const NAMING_PAUSE: Duration = Duration::from_millis(250);
+
+/// The first of `order`'s authorizations the server says is not valid, as
+/// [`failed_authorization`] words it.
+// r[impl issue.certificates.failure]
+async fn first_failed(order: &mut instant_acme::Order) -> Option<String> {
+    let mut authorizations = order.authorizations();
+    while let Some(Ok(mut authz)) = authorizations.next().await {
+        if let Ok(state) = authz.refresh().await
+            && let Some(which) = failed_authorization(state)
+        {
+            return Some(which);
+        }
+    }
+    None
+}
+
+/// Asks `look` of `state` up to `passes` times, `pause` apart, until it answers.
+// r[impl issue.certificates.failure]
+async fn ask_until<S, T>(
+    passes: u32,
+    pause: Duration,
+    state: &mut S,
+    look: impl for<'a> Fn(&'a mut S) -> BoxFuture<'a, Option<T>>,
+) -> Option<T> {
+    for pass in 0..passes {
+        if pass > 0 {
+            tokio::time::sleep(pause).await;
+        }
+        if let Some(found) = look(state).await {
+            return Some(found);
+        }
+    }
+    None
 }
 
 /// What failed in an authorization that is not pending or valid: its identifier, its status and
@@ -596,6 +635,41 @@ pub fn source(config: AcmeConfig, challenges: Challenges) -> Arc<dyn Source> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify issue.certificates.failure]
+    #[tokio::test(start_paused = true)]
+    async fn the_failed_name_is_asked_again_until_the_server_says_it() {
+        // The server marks the authorization failed only on the third read.
+        let mut reads = 0_u32;
+        let began = tokio::time::Instant::now();
+        let found = ask_until(NAMING_PASSES, NAMING_PAUSE, &mut reads, |reads| {
+            Box::pin(async move {
+                *reads += 1;
+                (*reads == 3).then(|| "authorization for bad.example is Invalid".to_owned())
+            })
+        })
+        .await;
+        assert_eq!(
+            found.as_deref(),
+            Some("authorization for bad.example is Invalid")
+        );
+        assert_eq!(reads, 3);
+        assert_eq!(
+            began.elapsed(),
+            NAMING_PAUSE * 2,
+            "two pauses, none after the answer"
+        );
+        // A server that never says: every pass is used, then the order's own message stands.
+        let mut reads = 0_u32;
+        let found: Option<String> = ask_until(NAMING_PASSES, NAMING_PAUSE, &mut reads, |reads| {
+            Box::pin(async move {
+                *reads += 1;
+                None
+            })
+        })
+        .await;
+        assert_eq!((found, reads), (None, NAMING_PASSES));
+    }
 
     // r[verify issue.certificates.failure]
     #[test]
