@@ -103,6 +103,37 @@ pub struct Inputs {
 }
 
 // r[impl node.reload.diff+3]
+/// The names of the modules `config` composes, in the order the node's compose builds them (what a
+/// reload compares).
+pub fn module_names(config: &Config) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if config.pull.enabled {
+        names.push(crate::modules::pull::NAME);
+    }
+    if !config.workloads.is_empty() {
+        names.push(crate::modules::workload::NAME);
+    }
+    if config.issuance.is_some() {
+        names.push(crate::modules::issuance::NAME);
+    }
+    if config.forward.is_some() {
+        names.push(crate::modules::forward::NAME);
+    }
+    if config.gateway.is_some() {
+        names.push(crate::modules::gateway::NAME);
+    }
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
+        names.push(crate::modules::testing::HANG_NAME);
+    }
+    #[cfg(feature = "testing-modules")]
+    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
+        names.push(crate::modules::testing::WEDGE_NAME);
+    }
+    names
+}
+
+// r[impl node.reload.diff+3]
 /// The inputs of the module `name` in `config`.
 pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
@@ -170,7 +201,7 @@ fn testing_inputs(config: &Config) -> Option<ModuleInputs> {
 impl Inputs {
     /// The inputs of every module `config` composes, and its node sections.
     pub fn of(config: &Config) -> Self {
-        Self::of_modules(crate::run::module_names(config), config)
+        Self::of_modules(module_names(config), config)
     }
 
     /// The inputs of every module in `names`, from `config`.

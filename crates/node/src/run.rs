@@ -99,36 +99,6 @@ pub fn stop_plan(
     plan
 }
 
-// r[impl node.reload.diff+3]
-/// The names of the modules `config` composes, in [`compose`]'s order (what a reload compares).
-pub fn module_names(config: &Config) -> Vec<&'static str> {
-    let mut names = Vec::new();
-    if config.pull.enabled {
-        names.push(crate::modules::pull::NAME);
-    }
-    if !config.workloads.is_empty() {
-        names.push(crate::modules::workload::NAME);
-    }
-    if config.issuance.is_some() {
-        names.push(crate::modules::issuance::NAME);
-    }
-    if config.forward.is_some() {
-        names.push(crate::modules::forward::NAME);
-    }
-    if config.gateway.is_some() {
-        names.push(crate::modules::gateway::NAME);
-    }
-    #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.hang_on_stop) {
-        names.push(crate::modules::testing::HANG_NAME);
-    }
-    #[cfg(feature = "testing-modules")]
-    if config.testing.as_ref().is_some_and(|t| t.wedge_start) {
-        names.push(crate::modules::testing::WEDGE_NAME);
-    }
-    names
-}
-
 // r[impl node.workload.module]
 // r[impl node.issuance.module]
 // r[impl node.forward.module+2]
@@ -1114,7 +1084,7 @@ mod tests {
             .map(|m| (m.name().to_owned(), m.group()))
             .collect();
         // What a reload compares is what compose builds.
-        assert_eq!(names(&composed), module_names(&config));
+        assert_eq!(names(&composed), crate::reload::module_names(&config));
         composed
     }
 
