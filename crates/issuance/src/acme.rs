@@ -351,7 +351,7 @@ impl AcmeSource {
                     Some(records) => {
                         let name = record_name(&identifier);
                         let value = key_authorization.dns_value();
-                        // r[impl issue.dns01.errors]
+                        // r[impl issue.dns01.errors+2]
                         records
                             .present(&name, &value)
                             .await

@@ -44,6 +44,17 @@ pub enum Dns01Error {
         /// The response code (NOTAUTH, REFUSED, …).
         rcode: String,
     },
+    /// The DNS server answered SERVFAIL to every try: it could not apply the update, for a
+    /// reason of its own (such as another client's update failing in the same batch).
+    #[error("{name}: DNS server {server} answered SERVFAIL (server failure) to {tries} tries")]
+    ServerFailure {
+        /// The record's name.
+        name: String,
+        /// The server.
+        server: String,
+        /// How many times the update was sent.
+        tries: u32,
+    },
     /// The server's answer did not verify under the TSIG key: how a server answers an update
     /// signed with a key or secret it does not accept (BADKEY/BADSIG carry an empty MAC).
     #[error(
@@ -113,8 +124,9 @@ pub enum Dns01Error {
 impl Dns01Error {
     /// The attempt's error class: what an operator must fix (a name, a key, a refusal, a
     /// command that fails) is `Rejected`; a server or command that did not answer in time is
-    /// `Unreachable`; a record never seen everywhere within the wait is `Timeout`.
-    // r[impl issue.dns01.errors]
+    /// `Unreachable`; a record never seen everywhere within the wait is `Timeout`; a server that
+    /// failed the update for a reason of its own is `Server`.
+    // r[impl issue.dns01.errors+2]
     pub fn class(&self) -> ErrorClass {
         match self {
             Dns01Error::NotInZone { .. }
@@ -125,6 +137,7 @@ impl Dns01Error {
             | Dns01Error::Exit { .. } => ErrorClass::Rejected,
             Dns01Error::Unreachable { .. } | Dns01Error::Timeout { .. } => ErrorClass::Unreachable,
             Dns01Error::NotPropagated { .. } => ErrorClass::Timeout,
+            Dns01Error::ServerFailure { .. } => ErrorClass::Server,
         }
     }
 }
@@ -141,7 +154,7 @@ fn output_suffix(output: &str) -> String {
 mod tests {
     use super::*;
 
-    // r[verify issue.dns01.errors]
+    // r[verify issue.dns01.errors+2]
     #[test]
     fn each_provider_error_keeps_its_class() {
         let name = || "_acme-challenge.a.test.".to_owned();
@@ -210,6 +223,14 @@ mod tests {
                     timeout: Duration::from_secs(60),
                 },
                 ErrorClass::Unreachable,
+            ),
+            (
+                Dns01Error::ServerFailure {
+                    name: name(),
+                    server: server(),
+                    tries: 3,
+                },
+                ErrorClass::Server,
             ),
             (
                 Dns01Error::NotPropagated {

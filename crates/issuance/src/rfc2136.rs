@@ -16,6 +16,11 @@ use crate::dns01::DnsProvider;
 use crate::dns01_error::Dns01Error;
 use crate::source::BoxFuture;
 
+/// How many times an update answered SERVFAIL is sent in all.
+const SERVFAIL_TRIES: u32 = 3;
+/// The pause before the second try; it doubles before each later one.
+const SERVFAIL_PAUSE: Duration = Duration::from_millis(250);
+
 /// A TSIG algorithm holdfast signs with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 pub enum TsigAlgo {
@@ -173,9 +178,31 @@ impl Rfc2136 {
         })
     }
 
-    /// One signed update: add `value` at `fqdn`, or delete exactly it.
-    // r[impl issue.dns01.rfc2136]
+    /// One signed update, tried again after a SERVFAIL: a server may fail a whole batch of
+    /// updates for one client's bad update (Knot does), so another client's is not at fault.
+    // r[impl issue.dns01.servfail]
     async fn update(&self, fqdn_text: &str, value: &str, add: bool) -> Result<(), Dns01Error> {
+        let mut tries = 1;
+        loop {
+            match self.update_once(fqdn_text, value, add, tries).await {
+                Err(Dns01Error::ServerFailure { .. }) if tries < SERVFAIL_TRIES => {
+                    tokio::time::sleep(SERVFAIL_PAUSE * (1 << (tries - 1))).await;
+                    tries += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// One signed update: add `value` at `fqdn`, or delete exactly it. `tries` counts this one.
+    // r[impl issue.dns01.rfc2136]
+    async fn update_once(
+        &self,
+        fqdn_text: &str,
+        value: &str,
+        add: bool,
+        tries: u32,
+    ) -> Result<(), Dns01Error> {
         let bad = |message: String| Dns01Error::BadName {
             name: fqdn_text.to_owned(),
             message,
@@ -230,7 +257,14 @@ impl Rfc2136 {
         if let Some(error) = response.signature().and_then(|sig| sig.data.error) {
             return Err(unauthenticated(tsig_error_name(error)));
         }
-        // r[impl issue.dns01.refused]
+        if rcode == ResponseCode::ServFail {
+            return Err(Dns01Error::ServerFailure {
+                name: fqdn_text.to_owned(),
+                server: self.server.to_string(),
+                tries,
+            });
+        }
+        // r[impl issue.dns01.refused+2]
         if rcode != ResponseCode::NoError {
             // A refusal (NOTAUTH for a zone the server does not serve, REFUSED by policy) need
             // not be signed; it is reported as the server's RCODE either way.
@@ -371,69 +405,93 @@ mod tests {
         Signed(&'static [u8]),
         /// NOERROR without a TSIG.
         Unsigned,
+        /// SERVFAIL, no TSIG (the server failed the update's batch).
+        ServFail,
     }
 
     /// A UDP server that answers the first update as told.
     async fn fake_server(answer: Answer) -> SocketAddr {
+        fake_server_answering(vec![answer]).await.0
+    }
+
+    /// A UDP server that answers the updates it is sent with `answers`, in order, and counts them
+    /// (also those sent after the last answer).
+    async fn fake_server_answering(
+        answers: Vec<Answer>,
+    ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         use hickory_proto::op::{Message, OpCode};
         use hickory_proto::rr::TSigResponseContext;
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let addr = socket.local_addr().unwrap();
+        let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = received.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
-            let (n, peer) = socket.recv_from(&mut buf).await.unwrap();
-            let request = Message::from_vec(&buf[..n]).unwrap();
-            let id = request.metadata.id;
-            let mut response = Message::response(id, OpCode::Update);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs();
-            let key = Name::from_ascii("holdfast.").unwrap();
-            let signer = |secret: &[u8]| {
-                TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, key.clone(), 300).unwrap()
-            };
-            let context = match answer {
-                Answer::NotAuthUnsigned => {
-                    response.metadata.response_code = ResponseCode::NotAuth;
-                    None
+            let mut answers = answers.into_iter();
+            loop {
+                let (n, peer) = socket.recv_from(&mut buf).await.unwrap();
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(answer) = answers.next() else {
+                    continue;
+                };
+                let request = Message::from_vec(&buf[..n]).unwrap();
+                let id = request.metadata.id;
+                let mut response = Message::response(id, OpCode::Update);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs();
+                let key = Name::from_ascii("holdfast.").unwrap();
+                let signer = |secret: &[u8]| {
+                    TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, key.clone(), 300)
+                        .unwrap()
+                };
+                let context = match answer {
+                    Answer::NotAuthUnsigned => {
+                        response.metadata.response_code = ResponseCode::NotAuth;
+                        None
+                    }
+                    Answer::Refused => {
+                        response.metadata.response_code = ResponseCode::Refused;
+                        None
+                    }
+                    Answer::ServFail => {
+                        response.metadata.response_code = ResponseCode::ServFail;
+                        None
+                    }
+                    Answer::BadKey => {
+                        response.metadata.response_code = ResponseCode::NotAuth;
+                        Some(TSigResponseContext::unknown_key(id, now, key.clone()))
+                    }
+                    Answer::BadSig => {
+                        response.metadata.response_code = ResponseCode::NotAuth;
+                        Some(TSigResponseContext::bad_signature(
+                            id,
+                            now,
+                            signer(b"other"),
+                        ))
+                    }
+                    Answer::Signed(secret) => {
+                        let mac = request.signature().unwrap().data.mac.clone();
+                        Some(TSigResponseContext::new(id, now, signer(secret), mac, None))
+                    }
+                    Answer::Unsigned => None,
+                };
+                if let Some(context) = context {
+                    let unsigned = response.to_vec().unwrap();
+                    response.set_signature(context.sign(&unsigned).unwrap());
                 }
-                Answer::Refused => {
-                    response.metadata.response_code = ResponseCode::Refused;
-                    None
-                }
-                Answer::BadKey => {
-                    response.metadata.response_code = ResponseCode::NotAuth;
-                    Some(TSigResponseContext::unknown_key(id, now, key.clone()))
-                }
-                Answer::BadSig => {
-                    response.metadata.response_code = ResponseCode::NotAuth;
-                    Some(TSigResponseContext::bad_signature(
-                        id,
-                        now,
-                        signer(b"other"),
-                    ))
-                }
-                Answer::Signed(secret) => {
-                    let mac = request.signature().unwrap().data.mac.clone();
-                    Some(TSigResponseContext::new(id, now, signer(secret), mac, None))
-                }
-                Answer::Unsigned => None,
-            };
-            if let Some(context) = context {
-                let unsigned = response.to_vec().unwrap();
-                response.set_signature(context.sign(&unsigned).unwrap());
+                socket
+                    .send_to(&response.to_vec().unwrap(), peer)
+                    .await
+                    .unwrap();
             }
-            socket
-                .send_to(&response.to_vec().unwrap(), peer)
-                .await
-                .unwrap();
         });
-        addr
+        (addr, received)
     }
 
-    // r[verify issue.dns01.refused]
-    // r[verify issue.dns01.errors]
+    // r[verify issue.dns01.refused+2]
+    // r[verify issue.dns01.errors+2]
     #[tokio::test]
     async fn a_refused_or_notauth_update_fails_at_once_as_rejected_not_at_the_timeout() {
         for (answer, said) in [
@@ -528,5 +586,55 @@ mod tests {
         present_against(Answer::Signed(b"secret-secret"))
             .await
             .unwrap();
+    }
+
+    // r[verify issue.dns01.servfail]
+    // r[verify issue.dns01.errors+2]
+    #[tokio::test]
+    async fn a_servfail_is_tried_again_and_three_of_them_are_a_server_error() {
+        let provider = |server| {
+            Rfc2136::new(Rfc2136Config {
+                server,
+                ..config(b"secret-secret")
+            })
+            .unwrap()
+        };
+        let name = "_acme-challenge.a.example.test.";
+        // Two SERVFAILs, then a signed NOERROR: the update is done, sent three times.
+        let (server, sent) = fake_server_answering(vec![
+            Answer::ServFail,
+            Answer::ServFail,
+            Answer::Signed(b"secret-secret"),
+        ])
+        .await;
+        provider(server).present(name, "v").await.unwrap();
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+        // A SERVFAIL then a refusal: the refusal ends it, as it would the first time.
+        let (server, sent) =
+            fake_server_answering(vec![Answer::ServFail, Answer::Refused, Answer::Unsigned]).await;
+        let err = provider(server).cleanup(name, "v").await.unwrap_err();
+        assert!(
+            matches!(&err, Dns01Error::Refused { rcode, .. } if rcode.starts_with("REFUSED")),
+            "{err}"
+        );
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        // SERVFAIL to every try: a server error naming the record, the server and the tries,
+        // and nothing sent after the third.
+        let (server, sent) = fake_server_answering(vec![Answer::ServFail; 4]).await;
+        let err = provider(server).present(name, "v").await.unwrap_err();
+        assert!(
+            matches!(&err, Dns01Error::ServerFailure { tries: 3, .. }),
+            "{err}"
+        );
+        assert_eq!(err.class(), crate::ErrorClass::Server, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(name) && text.contains(&server.to_string()),
+            "{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }
