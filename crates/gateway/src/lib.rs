@@ -24,7 +24,8 @@
 //!   room message carries its room's stream position, and a client that rejoins with `since`
 //!   gets what it missed once and in order, or is told the history no longer reaches back.
 //!
-//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change; limits on
+//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change and never
+//!   served past its leaf's notAfter; limits on
 //!   connections per source (an IPv4 address or an IPv6 /64), on unauthenticated ones per source
 //!   and in all, enforced before the upgrade (and on `wss://` before the TLS handshake); and an
 //!   accept loop paced on holdfast-retry's back-off.
