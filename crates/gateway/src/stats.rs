@@ -26,6 +26,7 @@ pub struct Stats {
     tls_reloads: AtomicU64,
     tls_reload_failures: AtomicU64,
     tls_expired_refusals: AtomicU64,
+    tls_alpn_answered: AtomicU64,
     joins_refused_rooms: AtomicU64,
     joins_refused_name: AtomicU64,
     joins_refused_permission: AtomicU64,
@@ -70,6 +71,8 @@ pub struct StatsSnapshot {
     pub tls_reload_failures: u64,
     /// TLS handshakes refused because the served certificate's leaf had expired.
     pub tls_expired_refusals: u64,
+    /// TLS-ALPN-01 (`acme-tls/1`) handshakes answered with a challenge certificate.
+    pub tls_alpn_answered: u64,
     /// Joins refused because the connection was already in its limit of rooms.
     pub joins_refused_rooms: u64,
     /// Joins refused because the room's name was longer than the limit.
@@ -159,6 +162,9 @@ impl Stats {
     pub(crate) fn tls_expired_refused(&self) {
         inc(&self.tls_expired_refusals);
     }
+    pub(crate) fn tls_alpn_answered(&self) {
+        inc(&self.tls_alpn_answered);
+    }
     pub(crate) fn join_refused(&self, refusal: crate::server::JoinRefusal) {
         match refusal {
             crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
@@ -200,6 +206,7 @@ impl Stats {
             tls_reloads: g(&self.tls_reloads),
             tls_reload_failures: g(&self.tls_reload_failures),
             tls_expired_refusals: g(&self.tls_expired_refusals),
+            tls_alpn_answered: g(&self.tls_alpn_answered),
             joins_refused_rooms: g(&self.joins_refused_rooms),
             joins_refused_name: g(&self.joins_refused_name),
             joins_refused_permission: g(&self.joins_refused_permission),

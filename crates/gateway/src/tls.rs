@@ -17,10 +17,11 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::acme_alpn::AcmeTlsAlpn;
 use crate::stats::Stats;
 
 /// A certificate chain (leaf first) and its private key, as PEM files.
@@ -349,6 +350,8 @@ impl CertStore {
 pub(crate) struct Tls {
     config: Arc<rustls::ServerConfig>,
     pub(crate) store: Arc<CertStore>,
+    /// The TLS-ALPN-01 challenges this listener answers, once the node hands them over.
+    alpn: RwLock<Option<Arc<dyn AcmeTlsAlpn>>>,
 }
 
 impl Tls {
@@ -376,15 +379,38 @@ impl Tls {
         Ok(Self {
             config: Arc::new(config),
             store,
+            alpn: RwLock::new(None),
         })
     }
 
+    pub(crate) fn set_alpn(&self, challenges: Arc<dyn AcmeTlsAlpn>) {
+        *self.alpn.write().unwrap_or_else(|p| p.into_inner()) = Some(challenges);
+    }
+
+    fn challenge_for(&self, hello: &ClientHello<'_>) -> Option<Arc<rustls::ServerConfig>> {
+        let alpn = self.alpn.read().unwrap_or_else(|p| p.into_inner());
+        crate::acme_alpn::challenge_for(alpn.as_deref()?, hello)
+    }
+
     /// Checks the files (if due), reads the ClientHello, then runs the TLS handshake with the
-    /// certificate now served; an expired one fails the handshake (with an alert).
+    /// certificate now served; an expired one fails the handshake (with an alert). A
+    /// TLS-ALPN-01 validation gets its challenge certificate and is closed: the `Err` says so.
+    // r[impl gateway.tls.alpn01]
+    // r[impl gateway.tls.expired]
     pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Stream> {
         self.store.refresh(stats, Instant::now(), false);
         let start =
             tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
+        // Before the expiry check: the validation that renews an expired certificate must pass.
+        let challenge = self.challenge_for(&start.client_hello());
+        if let Some(challenge) = challenge {
+            let mut tls = start.into_stream(challenge).await?;
+            stats.tls_alpn_answered();
+            // The validator needs nothing after the handshake (RFC 8737 §3). The caller's
+            // handshake timeout bounds this close too.
+            let _ = tls.shutdown().await;
+            return Err(io::Error::other("TLS-ALPN-01 validation answered; closed"));
+        }
         if let Err(e) = self.store.check_expiry(stats) {
             // The resolver finds nothing for an expired leaf: rustls sends the alert.
             let _ = start.into_stream(self.config.clone()).await;

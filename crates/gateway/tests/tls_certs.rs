@@ -4,16 +4,18 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use holdfast_gateway::TlsFiles;
+use holdfast_gateway::{ACME_TLS_ALPN, AcmeTlsAlpn, TlsFiles};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
 /// A self-signed leaf for `localhost` valid until the first of `until`'s (year, month).
@@ -103,11 +105,61 @@ async fn shake(
     Ok((tls, leaf, protocol))
 }
 
+/// Challenges as an ACME client would keep them: a challenge certificate per pending name.
+#[derive(Default)]
+struct Pending(Mutex<HashMap<String, Arc<rustls::ServerConfig>>>);
+
+impl Pending {
+    /// Puts a challenge for `name` (digest all `byte`s); returns its certificate's DER.
+    fn insert(&self, name: &str, byte: u8) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(&[byte; 32])];
+        let cert = params.self_signed(&key).unwrap();
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signing = rustls::crypto::ring::sign::any_supported_type(&der).unwrap();
+        let certified = rustls::sign::CertifiedKey::new(vec![cert.der().clone()], signing);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
+        config.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+        self.0
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), Arc::new(config));
+        cert.der().to_vec()
+    }
+}
+
+impl AcmeTlsAlpn for Pending {
+    fn challenge_config(&self, name: &str) -> Option<Arc<rustls::ServerConfig>> {
+        self.0.lock().unwrap().get(name).cloned()
+    }
+}
+
 fn tls_config(files: TlsFiles) -> holdfast_gateway::GatewayConfig {
     let mut c = config("a");
     c.tls = Some(files);
     c.tls_check_interval = Duration::ZERO;
     c
+}
+
+/// Reads until the server closes; true when it does within 5 s.
+async fn closed_by_server(tls: &mut ClientTls) -> bool {
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
 }
 
 // An rcgen leaf that expired in 2021: the gateway starts, fails every handshake with an alert
@@ -133,4 +185,83 @@ async fn an_expired_leaf_fails_every_handshake_until_a_renewal_lands() {
     assert_eq!(node.gateway.tls_expired_since(), None);
     assert_eq!(node.gateway.stats().tls_expired_refusals, 3);
     assert_eq!(node.gateway.stats().tls_reloads, 1);
+}
+
+// r[verify gateway.tls.alpn01]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_gets_the_challenge_certificate_and_is_closed_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, served) = write_leaf(dir.path(), (4000, 1));
+    let node = start(tls_config(files)).await;
+    let addr = node.gateway.local_addr();
+    let pending = Arc::new(Pending::default());
+    let challenge = pending.insert("a.example.test", 7);
+
+    // Before the hand-over, a validation is served the gateway's own leaf, as any client.
+    let (before, leaf, protocol) = shake(addr, "a.example.test", &[ACME_TLS_ALPN])
+        .await
+        .unwrap();
+    assert_eq!((leaf, protocol), (served.clone(), None));
+    drop(before);
+
+    assert!(node.gateway.answer_tls_alpn01(pending.clone()));
+    let (mut tls, leaf, protocol) = shake(addr, "a.example.test", &[ACME_TLS_ALPN])
+        .await
+        .unwrap();
+    assert_eq!(leaf, challenge);
+    assert_eq!(protocol.as_deref(), Some(ACME_TLS_ALPN));
+    assert!(
+        closed_by_server(&mut tls).await,
+        "left open after the validation"
+    );
+    eventually("the validation counted and gone", || {
+        node.gateway.stats().tls_alpn_answered == 1 && node.gateway.connections() == 0
+    })
+    .await;
+
+    // Anything else is served the gateway's leaf: acme-tls/1 beside another protocol, for a name
+    // with no pending challenge, and no ALPN at all.
+    for (name, alpn) in [
+        (
+            "a.example.test",
+            &[b"http/1.1".as_slice(), ACME_TLS_ALPN][..],
+        ),
+        ("b.example.test", &[ACME_TLS_ALPN][..]),
+        ("a.example.test", &[][..]),
+    ] {
+        let (_tls, leaf, protocol) = shake(addr, name, alpn).await.unwrap();
+        assert_eq!((leaf, protocol), (served.clone(), None), "{name} {alpn:?}");
+    }
+    assert_eq!(node.gateway.stats().tls_alpn_answered, 1);
+}
+
+// The validation that would renew an expired certificate is still answered.
+// r[verify gateway.tls.alpn01]
+// r[verify gateway.tls.expired]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_is_answered_while_the_served_leaf_is_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, _) = write_leaf(dir.path(), (2021, 1));
+    let node = start(tls_config(files)).await;
+    let pending = Arc::new(Pending::default());
+    let challenge = pending.insert("a.example.test", 9);
+    assert!(node.gateway.answer_tls_alpn01(pending));
+    let addr = node.gateway.local_addr();
+    let (_tls, leaf, _) = shake(addr, "a.example.test", &[ACME_TLS_ALPN])
+        .await
+        .unwrap();
+    assert_eq!(leaf, challenge);
+    assert!(shake(addr, "localhost", &[]).await.is_err());
+    let stats = node.gateway.stats();
+    assert_eq!(
+        (stats.tls_alpn_answered, stats.tls_expired_refusals),
+        (1, 1)
+    );
+}
+
+// r[verify gateway.tls.alpn01]
+#[tokio::test]
+async fn a_plain_gateway_takes_no_challenges() {
+    let node = start(config("a")).await;
+    assert!(!node.gateway.answer_tls_alpn01(Arc::new(Pending::default())));
 }
