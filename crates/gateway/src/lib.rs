@@ -24,7 +24,9 @@
 //!   room message carries its room's stream position, and a client that rejoins with `since`
 //!   gets what it missed once and in order, or is told the history no longer reaches back.
 //!
-//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change; limits on
+//! - The edge: `wss://` from a PEM pair ([`TlsFiles`]) re-read when its files change and never
+//!   served past its leaf's notAfter; TLS-ALPN-01 validations answered on the same listener with
+//!   the challenges an [`AcmeTlsAlpn`] gives ([`Gateway::answer_tls_alpn01`]); limits on
 //!   connections per source (an IPv4 address or an IPv6 /64), on unauthenticated ones per source
 //!   and in all, enforced before the upgrade (and on `wss://` before the TLS handshake); and an
 //!   accept loop paced on holdfast-retry's back-off.
@@ -34,6 +36,7 @@
 #![doc = include_str!("../README.md")]
 
 mod accept;
+mod acme_alpn;
 pub mod backoff;
 pub mod bus;
 pub mod cluster;
@@ -57,6 +60,7 @@ pub mod stats;
 pub mod tls;
 pub mod token;
 
+pub use acme_alpn::{ACME_TLS_ALPN, AcmeTlsAlpn};
 pub use bus::{BusMessage, BusStats, BusSubscription, ClusterBus, MemoryBus};
 pub use cluster::{
     CasOutcome, Cluster, ClusterError, MemoryRegistry, MemoryRouting, RegistryStats, Replica,

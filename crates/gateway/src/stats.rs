@@ -25,6 +25,8 @@ pub struct Stats {
     refused_unauthenticated_per_ip: AtomicU64,
     tls_reloads: AtomicU64,
     tls_reload_failures: AtomicU64,
+    tls_expired_refusals: AtomicU64,
+    tls_alpn_answered: AtomicU64,
     joins_refused_rooms: AtomicU64,
     joins_refused_name: AtomicU64,
     joins_refused_permission: AtomicU64,
@@ -67,6 +69,10 @@ pub struct StatsSnapshot {
     pub tls_reloads: u64,
     /// Times a changed TLS pair was rejected (the previous one kept), once per change.
     pub tls_reload_failures: u64,
+    /// TLS handshakes refused because the served certificate's leaf had expired.
+    pub tls_expired_refusals: u64,
+    /// TLS-ALPN-01 (`acme-tls/1`) handshakes answered with a challenge certificate.
+    pub tls_alpn_answered: u64,
     /// Joins refused because the connection was already in its limit of rooms.
     pub joins_refused_rooms: u64,
     /// Joins refused because the room's name was longer than the limit.
@@ -153,6 +159,12 @@ impl Stats {
     pub(crate) fn tls_reload_failed(&self) {
         inc(&self.tls_reload_failures);
     }
+    pub(crate) fn tls_expired_refused(&self) {
+        inc(&self.tls_expired_refusals);
+    }
+    pub(crate) fn tls_alpn_answered(&self) {
+        inc(&self.tls_alpn_answered);
+    }
     pub(crate) fn join_refused(&self, refusal: crate::server::JoinRefusal) {
         match refusal {
             crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
@@ -193,6 +205,8 @@ impl Stats {
             refused_unauthenticated_per_ip: g(&self.refused_unauthenticated_per_ip),
             tls_reloads: g(&self.tls_reloads),
             tls_reload_failures: g(&self.tls_reload_failures),
+            tls_expired_refusals: g(&self.tls_expired_refusals),
+            tls_alpn_answered: g(&self.tls_alpn_answered),
             joins_refused_rooms: g(&self.joins_refused_rooms),
             joins_refused_name: g(&self.joins_refused_name),
             joins_refused_permission: g(&self.joins_refused_permission),

@@ -1,24 +1,27 @@
 //! TLS for `wss://`: a PEM certificate chain and key, re-read when their files change, so a
-//! renewed certificate reaches new connections while open ones stay up.
+//! renewed certificate reaches new connections while open ones stay up, and never served once its
+//! leaf has expired.
 
 use std::fmt;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::acme_alpn::AcmeTlsAlpn;
 use crate::stats::Stats;
 
 /// A certificate chain (leaf first) and its private key, as PEM files.
@@ -61,6 +64,14 @@ pub enum TlsError {
         /// What is wrong.
         reason: String,
     },
+    /// The leaf certificate's validity cannot be read, so its expiry cannot be judged.
+    #[error("{}: the leaf certificate cannot be parsed: {reason}", path.display())]
+    Leaf {
+        /// The certificate file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The key is not the one the leaf certificate certifies.
     #[error("{} is not the key of the certificate in {}", key.display(), cert.display())]
     Mismatch {
@@ -96,8 +107,47 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-/// Reads and checks a pair: the chain parses, the key parses and is the leaf's.
-pub(crate) fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+/// The leaf's notAfter, and as written for the log.
+fn not_after(path: &Path, leaf: &CertificateDer<'_>) -> Result<(SystemTime, String), TlsError> {
+    let (_, x509) = x509_parser::parse_x509_certificate(leaf).map_err(|e| TlsError::Leaf {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let text = x509.validity().not_after.to_string();
+    let secs = x509.validity().not_after.timestamp();
+    let at = match u64::try_from(secs) {
+        Ok(after) => SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(after)),
+        Err(_) => SystemTime::UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs())),
+    };
+    // Out of the platform's range: before any `now`, or after every one.
+    let at = at.unwrap_or(if secs < 0 {
+        SystemTime::UNIX_EPOCH
+    } else {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX) * 64)
+    });
+    Ok((at, text))
+}
+
+/// A pair as served: the key, its leaf's notAfter, and whether its expiry was reported.
+pub(crate) struct Served {
+    key: Arc<CertifiedKey>,
+    not_after: SystemTime,
+    not_after_text: String,
+    /// Set by the first handshake refused because the leaf expired, so it is logged once per
+    /// pair, not once per connection.
+    reported: AtomicBool,
+}
+
+impl Served {
+    /// At or past its notAfter, the instant itself included, as `r[issue.expiry+2]` counts it.
+    fn expired(&self, now: SystemTime) -> bool {
+        now >= self.not_after
+    }
+}
+
+/// Reads and checks a pair: the chain parses, the key parses and is the leaf's, and the leaf's
+/// notAfter can be read.
+pub(crate) fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Served, TlsError> {
     let cert_pem = read(&files.cert)?;
     let key_pem = read(&files.key)?;
     let invalid = |path: &Path, e: &dyn fmt::Display| TlsError::Invalid {
@@ -121,6 +171,7 @@ pub(crate) fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certif
         }
         Err(e) => return Err(invalid(&files.key, &e)),
     };
+    let (not_after, not_after_text) = not_after(&files.cert, &chain[0])?;
     let signing = provider
         .key_provider
         .load_private_key(key)
@@ -129,7 +180,12 @@ pub(crate) fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certif
     match certified.keys_match() {
         // A key type whose public half rustls cannot derive is not proof of a mismatch.
         Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
-            Ok(certified)
+            Ok(Served {
+                key: Arc::new(certified),
+                not_after,
+                not_after_text,
+                reported: AtomicBool::new(false),
+            })
         }
         Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::Mismatch {
             cert: files.cert.clone(),
@@ -162,13 +218,17 @@ struct Watch {
     last_check: Instant,
 }
 
+/// The wall clock a leaf's expiry is judged by (the system's, or a test's).
+pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
 /// The certificate currently served, and the watch on its files.
 pub(crate) struct CertStore {
     files: TlsFiles,
     provider: Arc<CryptoProvider>,
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Arc<Served>>,
     watch: Mutex<Watch>,
     interval: Duration,
+    clock: WallClock,
 }
 
 // The key is a secret: only the file names are printed.
@@ -180,33 +240,67 @@ impl fmt::Debug for CertStore {
     }
 }
 
+// An expired leaf resolves to nothing, so the handshake fails with an alert (the accept path
+// counts and reports it before getting here; this keeps the rule whatever calls the resolver).
+// r[impl gateway.tls.expired]
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        )
+        let served = self.current();
+        (!served.expired((self.clock)())).then(|| served.key.clone())
     }
 }
 
 impl CertStore {
-    /// Reads the pair for the first time; a bad pair is an error naming the file.
-    fn open(files: TlsFiles, interval: Duration) -> Result<Self, TlsError> {
+    /// Reads the pair for the first time; a bad pair is an error naming the file. An expired
+    /// leaf is not: the start goes on, refusing handshakes until a renewal replaces the files.
+    fn open(files: TlsFiles, interval: Duration, clock: WallClock) -> Result<Self, TlsError> {
         let provider = provider();
         let seen = (stamp(&files.cert), stamp(&files.key));
-        let key = load(&files, &provider)?;
+        let served = load(&files, &provider)?;
         Ok(Self {
             files,
             provider,
-            current: RwLock::new(Arc::new(key)),
+            current: RwLock::new(Arc::new(served)),
             watch: Mutex::new(Watch {
                 seen,
                 last_check: Instant::now(),
             }),
             interval,
+            clock,
         })
+    }
+
+    /// The pair served now.
+    pub(crate) fn current(&self) -> Arc<Served> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The served leaf's notAfter, if it has passed.
+    pub(crate) fn expired_since(&self) -> Option<SystemTime> {
+        let served = self.current();
+        served.expired((self.clock)()).then_some(served.not_after)
+    }
+
+    /// Whether a handshake may be served now. An expired leaf is counted, and logged once per
+    /// pair, and refused.
+    // r[impl gateway.tls.expired]
+    fn check_expiry(&self, stats: &Stats) -> Result<(), io::Error> {
+        let served = self.current();
+        if !served.expired((self.clock)()) {
+            return Ok(());
+        }
+        stats.tls_expired_refused();
+        if !served.reported.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                cert = %self.files.cert.display(),
+                not_after = %served.not_after_text,
+                "TLS certificate expired: handshakes are refused until renewed files replace it"
+            );
+        }
+        Err(io::Error::other("the TLS certificate has expired"))
     }
 
     /// Re-reads the pair if its files changed. Unless `force`, checks at most once per interval;
@@ -237,8 +331,8 @@ impl CertStore {
         // Recorded before reading, so a bad pair is reported once per change, not per check.
         watch.seen = seen;
         match load(&self.files, &self.provider) {
-            Ok(key) => {
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+            Ok(served) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 stats.tls_reloaded();
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
                 TlsReload::Reloaded
@@ -252,17 +346,28 @@ impl CertStore {
     }
 }
 
-/// The gateway's TLS side: the acceptor and the store it takes certificates from.
+/// The gateway's TLS side: the server config and the store it takes certificates from.
 pub(crate) struct Tls {
-    acceptor: tokio_rustls::TlsAcceptor,
+    config: Arc<rustls::ServerConfig>,
     pub(crate) store: Arc<CertStore>,
+    /// The TLS-ALPN-01 challenges this listener answers, once the node hands them over.
+    alpn: RwLock<Option<Arc<dyn AcmeTlsAlpn>>>,
 }
 
 impl Tls {
-    /// Loads the pair and builds the acceptor.
-    // r[impl gateway.tls.serve]
+    /// Loads the pair and builds the server config, judging expiry by the system clock.
     pub(crate) fn new(files: TlsFiles, interval: Duration) -> Result<Self, TlsError> {
-        let store = Arc::new(CertStore::open(files, interval)?);
+        Self::with_clock(files, interval, Arc::new(SystemTime::now))
+    }
+
+    /// [`Tls::new`] judging expiry by `clock`.
+    // r[impl gateway.tls.serve]
+    pub(crate) fn with_clock(
+        files: TlsFiles,
+        interval: Duration,
+        clock: WallClock,
+    ) -> Result<Self, TlsError> {
+        let store = Arc::new(CertStore::open(files, interval, clock)?);
         let config = rustls::ServerConfig::builder_with_provider(store.provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Invalid {
@@ -272,16 +377,55 @@ impl Tls {
             .with_no_client_auth()
             .with_cert_resolver(store.clone());
         Ok(Self {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            config: Arc::new(config),
             store,
+            alpn: RwLock::new(None),
         })
     }
 
-    /// Checks the files (if due), then runs the TLS handshake with the certificate now served.
+    pub(crate) fn set_alpn(&self, challenges: Arc<dyn AcmeTlsAlpn>) {
+        *self.alpn.write().unwrap_or_else(|p| p.into_inner()) = Some(challenges);
+    }
+
+    fn challenge_for(&self, hello: &ClientHello<'_>) -> Option<Arc<rustls::ServerConfig>> {
+        let alpn = self.alpn.read().unwrap_or_else(|p| p.into_inner());
+        crate::acme_alpn::challenge_for(alpn.as_deref()?, hello)
+    }
+
+    /// Checks the files (if due), reads the ClientHello, then runs the TLS handshake with the
+    /// certificate now served; an expired one fails the handshake (with an alert). A
+    /// TLS-ALPN-01 validation gets its challenge certificate and is closed: the `Err` says so.
+    // r[impl gateway.tls.alpn01]
+    // r[impl gateway.tls.expired]
     pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Stream> {
         self.store.refresh(stats, Instant::now(), false);
-        let tls = self.acceptor.accept(tcp).await?;
+        let start =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
+        // Before the expiry check: the validation that renews an expired certificate must pass.
+        let challenge = self.challenge_for(&start.client_hello());
+        if let Some(challenge) = challenge {
+            let mut tls = start.into_stream(challenge).await?;
+            stats.tls_alpn_answered();
+            // The validator needs nothing after the handshake (RFC 8737 §3). The caller's
+            // handshake timeout bounds this close too.
+            let _ = tls.shutdown().await;
+            return Err(io::Error::other("TLS-ALPN-01 validation answered; closed"));
+        }
+        if let Err(e) = self.store.check_expiry(stats) {
+            // The resolver finds nothing for an expired leaf: rustls sends the alert.
+            let _ = start.into_stream(self.config.clone()).await;
+            return Err(e);
+        }
+        let tls = start.into_stream(self.config.clone()).await?;
         Ok(Stream::Tls(Box::new(tls)))
+    }
+}
+
+impl crate::server::Gateway {
+    /// The served certificate's notAfter while it has passed (every `wss://` handshake is then
+    /// refused until renewed files replace it); `None` when it has not, or without TLS.
+    pub fn tls_expired_since(&self) -> Option<SystemTime> {
+        self.inner.tls.as_ref()?.store.expired_since()
     }
 }
 
@@ -357,8 +501,14 @@ mod tests {
     use super::*;
 
     fn write_pair(files: &TlsFiles, name: &str) {
+        write_pair_until(files, name, (4096, 1, 1));
+    }
+
+    fn write_pair_until(files: &TlsFiles, name: &str, (y, m, d): (i32, u8, u8)) {
         let key = rcgen::KeyPair::generate().unwrap();
-        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(y, m, d);
         let cert = params.self_signed(&key).unwrap();
         std::fs::write(&files.cert, cert.pem()).unwrap();
         std::fs::write(&files.key, key.serialize_pem()).unwrap();
@@ -376,7 +526,7 @@ mod tests {
         };
         write_pair(&files, "first.test");
         let interval = Duration::from_secs(1);
-        let store = CertStore::open(files.clone(), interval).unwrap();
+        let store = CertStore::open(files.clone(), interval, Arc::new(SystemTime::now)).unwrap();
         let opened = store.watch.lock().unwrap().last_check;
         write_pair(&files, "second-and-longer.test");
         let stats = Stats::default();
@@ -389,5 +539,52 @@ mod tests {
             store.refresh(&stats, opened + interval, false),
             TlsReload::Reloaded
         ));
+    }
+
+    // A leaf that expires under the (injected) clock: served up to the second before its
+    // notAfter, refused from that instant on, counted per handshake and reported once; a renewed
+    // pair picked up from the files is served again.
+    // r[verify gateway.tls.expired]
+    #[tokio::test(start_paused = true)]
+    async fn a_leaf_is_refused_from_its_not_after_until_a_renewal_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair_until(&files, "soon.test", (2030, 1, 1));
+        // 2030-01-01T00:00:00Z.
+        let not_after = SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_456_000);
+        let now = Arc::new(Mutex::new(not_after - Duration::from_secs(1)));
+        let clock = {
+            let now = now.clone();
+            Arc::new(move || *now.lock().unwrap()) as WallClock
+        };
+        let interval = Duration::from_secs(1);
+        let store = CertStore::open(files.clone(), interval, clock).unwrap();
+        let stats = Stats::default();
+        assert!(store.check_expiry(&stats).is_ok());
+        assert_eq!(store.expired_since(), None);
+
+        *now.lock().unwrap() = not_after;
+        assert!(
+            store.check_expiry(&stats).is_err(),
+            "served at its notAfter"
+        );
+        assert!(store.check_expiry(&stats).is_err());
+        assert_eq!(stats.snapshot().tls_expired_refusals, 2);
+        assert!(store.current().reported.load(Ordering::Relaxed), "reported");
+        assert_eq!(store.expired_since(), Some(not_after));
+
+        // The renewal lands in the files: the next due check serves it.
+        write_pair_until(&files, "soon-renewed.test", (2030, 4, 1));
+        tokio::time::advance(interval).await;
+        assert!(matches!(
+            store.refresh(&stats, Instant::now(), false),
+            TlsReload::Reloaded
+        ));
+        assert!(store.check_expiry(&stats).is_ok());
+        assert_eq!(store.expired_since(), None);
+        assert_eq!(stats.snapshot().tls_expired_refusals, 2);
     }
 }

@@ -303,7 +303,7 @@ pub fn expiry_fault(not_after: SystemTime, failures: u32, now: SystemTime) -> Op
         return None;
     }
     match not_after.duration_since(now) {
-        // The instant itself is expired (`r[issue.expiry]`).
+        // The instant itself is expired (`r[issue.expiry+2]`).
         Ok(left) if left.is_zero() => Some(ExpiryFault::Expired(Duration::ZERO)),
         Ok(left) if left <= EXPIRY_WARNING => Some(ExpiryFault::Expiring(left)),
         Ok(_) => None,

@@ -12,7 +12,8 @@
 //! one history and one block for all of them, keyed by its first name); each new one can be
 //! [`deploy`]ed as files for other services and followed by an `on_renew` [`hook`]. The HTTP-01
 //! responder can [`redirect`] plain HTTP to https; TLS-ALPN-01 is answered by a listener of its
-//! own ([`tls_alpn`]).
+//! own ([`tls_alpn`]), or by another one on its port that reads its [`AlpnChallenges`]
+//! ([`start_with`] and [`TlsAlpnListener::Shared`]: the node hands them to the gateway).
 //! [`module::start`] runs it all as a node module.
 //!
 //! The README follows.
@@ -50,7 +51,7 @@ pub use dns01::{Challenge, Cleanups, Dns01, DnsProvider, Presented, record_name}
 pub use dns01_error::Dns01Error;
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
-pub use module::{Issuance, IssuanceConfig, start};
+pub use module::{Issuance, IssuanceConfig, TlsAlpnListener, start, start_with};
 pub use propagation::{HickoryLookup, Propagation, TxtLookup};
 pub use redirect::{Http01Other, OtherRequests};
 pub use responder::{Http01Responder, ResponderLimits, ResponderStats};

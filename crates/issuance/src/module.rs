@@ -20,7 +20,7 @@ use crate::local::{LocalEndpoint, LocalEndpointError, LocalProvider};
 use crate::redirect::{Http01Other, OtherRequests};
 use crate::responder::{Http01Responder, ResponderLimits, ResponderStats};
 use crate::store::{CertStore, StoreError};
-use crate::tls_alpn::{AlpnLimits, AlpnStats, TlsAlpnResponder};
+use crate::tls_alpn::{AlpnChallenges, AlpnLimits, AlpnStats, TlsAlpnResponder};
 use holdfast_retry::PolicyConfig;
 
 /// Which source serves a hostname.
@@ -838,6 +838,17 @@ fn check_names(config: &IssuanceConfig) -> Result<(), StartError> {
         .map_err(|(at, e)| StartError::Config(format!("{}: {e}", at.key())))
 }
 
+/// Which TLS listener answers TLS-ALPN-01 validations.
+#[derive(Debug, Clone, Default)]
+pub enum TlsAlpnListener {
+    /// The module's own, bound at `tls_alpn01_bind` when a certificate asks for TLS-ALPN-01.
+    #[default]
+    Own,
+    /// Another listener on that port (the gateway's) that answers from these challenges: the
+    /// module binds none and puts its challenges there.
+    Shared(AlpnChallenges),
+}
+
 /// A running issuance module.
 #[derive(Debug)]
 pub struct Issuance {
@@ -854,9 +865,6 @@ pub struct Issuance {
 /// HTTP-01 responder if a hostname uses ACME, and ticks every `tick` on the tokio runtime. `seed`
 /// is the node's jitter seed for this module (`NodeIdentity::seed("issuance")`).
 /// It installs no signal handler and returns at once; stop it through [`Issuance::stop`].
-// r[impl issue.module]
-// r[impl issue.history.unavailable]
-// r[impl issue.local.loopback]
 pub async fn start(
     config: &IssuanceConfig,
     data_dir: &Path,
@@ -864,6 +872,23 @@ pub async fn start(
     clock: Arc<dyn WallClock>,
     faults: FaultBoard,
 ) -> Result<Issuance, StartError> {
+    start_with(config, data_dir, seed, clock, faults, TlsAlpnListener::Own).await
+}
+
+/// [`start`], with TLS-ALPN-01 validations answered by `tls_alpn01`'s listener.
+// r[impl issue.module]
+// r[impl issue.history.unavailable]
+// r[impl issue.local.loopback]
+// r[impl issue.acme.tls-alpn01+2]
+pub async fn start_with(
+    config: &IssuanceConfig,
+    data_dir: &Path,
+    seed: u64,
+    clock: Arc<dyn WallClock>,
+    faults: FaultBoard,
+    tls_alpn01: TlsAlpnListener,
+) -> Result<Issuance, StartError> {
+    let alpn_listener = tls_alpn01;
     let policy = config.policy(seed)?;
     check_names(config)?;
     config
@@ -971,8 +996,15 @@ pub async fn start(
                         }
                         dns01_source.clone()
                     }
-                    // r[impl issue.acme.tls-alpn01]
+                    // r[impl issue.acme.tls-alpn01+2]
                     (Challenge::TlsAlpn01, Some(acme)) => {
+                        if let (None, TlsAlpnListener::Shared(challenges)) =
+                            (&tls_alpn01_source, &alpn_listener)
+                        {
+                            tls_alpn01_source =
+                                Some(Arc::new(acme.with_tls_alpn01(challenges.clone()))
+                                    as Arc<dyn crate::Source>);
+                        }
                         if tls_alpn01_source.is_none() {
                             let limits = settings.tls_alpn01_limits.validate().map_err(|e| {
                                 StartError::Config(format!("acme.tls_alpn01_limits.{e}"))
@@ -1267,7 +1299,56 @@ mod tests {
         assert_eq!(settings.http01_other, Http01Other::NotFound);
     }
 
-    // r[verify issue.acme.tls-alpn01]
+    // Started with another listener's challenges, the module binds nothing on the port that
+    // listener holds (here a socket bound first, which its own listener could not bind).
+    // r[verify issue.acme.tls-alpn01+2]
+    #[tokio::test]
+    async fn with_a_shared_listener_the_module_binds_no_tls_alpn01_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap();
+        let config: IssuanceConfig = serde_json::from_value(serde_json::json!({
+            "certificate": [{
+                "names": ["a.example"], "source": "acme", "challenge": "tls-alpn-01",
+            }],
+            "acme": {
+                "directory": "https://127.0.0.1:9/dir",
+                "tls_alpn01_bind": port.to_string(),
+            },
+        }))
+        .unwrap();
+        let own = start(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await;
+        assert!(
+            matches!(own, Err(StartError::BindTlsAlpn { addr, .. }) if addr == port),
+            "{own:?}"
+        );
+        let challenges = AlpnChallenges::default();
+        let started = start_with(
+            &config,
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+            TlsAlpnListener::Shared(challenges),
+        )
+        .await
+        .unwrap();
+        assert_eq!(started.tls_alpn01_addr(), None);
+        assert_eq!(started.tls_alpn01_stats(), None);
+        started
+            .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+
+    // r[verify issue.acme.tls-alpn01+2]
     // r[verify issue.acme.tls-alpn01.limits]
     #[tokio::test]
     async fn a_tls_alpn01_certificate_binds_the_tls_listener_and_no_http01_responder() {

@@ -90,7 +90,7 @@ impl CertWatch {
     }
 
     /// Every pair that has not expired, marking the change seen.
-    // r[impl issue.expiry]
+    // r[impl issue.expiry+2]
     pub fn current(&mut self) -> Snapshot {
         let all = self.rx.borrow_and_update().clone();
         unexpired(&all, self.clock.0.now())
@@ -200,14 +200,14 @@ impl CertStore {
 
     /// `hostname`'s current pair, unless it has expired: an expired certificate is not handed
     /// out (served or deployed) however long it stays stored.
-    // r[impl issue.expiry]
+    // r[impl issue.expiry+2]
     pub fn get(&self, hostname: &str) -> Option<Arc<CertifiedPair>> {
         let now = self.clock.0.now();
         self.stored(hostname).filter(|p| live(p, now))
     }
 
     /// Every current pair that has not expired.
-    // r[impl issue.expiry]
+    // r[impl issue.expiry+2]
     pub fn snapshot(&self) -> Snapshot {
         unexpired(&self.stored_snapshot(), self.clock.0.now())
     }
@@ -275,7 +275,7 @@ mod tests {
         CertifiedPair::parse(host, &chain, &key).unwrap()
     }
 
-    // r[verify issue.expiry]
+    // r[verify issue.expiry+2]
     #[test]
     fn an_expired_certificate_is_not_handed_out_but_stays_stored_and_on_disk() {
         let dir = tempfile::tempdir().unwrap();
@@ -354,7 +354,7 @@ mod tests {
     }
 
     // r[verify issue.store.notify+2]
-    // r[verify issue.expiry]
+    // r[verify issue.expiry+2]
     #[test]
     fn a_watch_leaves_an_expired_certificate_out_and_wakes_once_when_it_expires() {
         let dir = tempfile::tempdir().unwrap();

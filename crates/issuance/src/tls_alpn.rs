@@ -163,7 +163,7 @@ pub enum AlpnError {
 
 /// A self-signed certificate for `identifier` alone with the critical acmeIdentifier extension
 /// holding `digest` (the SHA-256 of the key authorization), and its key (RFC 8737 §3).
-// r[impl issue.acme.tls-alpn01]
+// r[impl issue.acme.tls-alpn01+2]
 pub fn challenge_certificate(
     identifier: &str,
     digest: &[u8],
@@ -241,6 +241,14 @@ impl AlpnChallenges {
             .cloned()
     }
 
+    /// The server config that answers a validation of `identifier` (its challenge certificate,
+    /// `acme-tls/1` as the only protocol) while it is being answered: for a TLS listener other
+    /// than [`TlsAlpnResponder`] (the gateway's) that answers the challenges.
+    // r[impl issue.acme.tls-alpn01+2]
+    pub fn server_config(&self, identifier: &str) -> Option<Arc<ServerConfig>> {
+        self.get(identifier).map(|answer| answer.config.clone())
+    }
+
     /// Whether `identifier` is being answered.
     pub fn contains(&self, identifier: &str) -> bool {
         self.get(identifier).is_some()
@@ -269,7 +277,7 @@ pub struct TlsAlpnResponder {
 
 impl TlsAlpnResponder {
     /// Binds `addr` and starts answering under `limits`.
-    // r[impl issue.acme.tls-alpn01]
+    // r[impl issue.acme.tls-alpn01+2]
     // r[impl issue.acme.tls-alpn01.limits]
     pub async fn bind(addr: SocketAddr, limits: AlpnLimits) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
@@ -386,7 +394,7 @@ async fn accept_loop(
 /// One connection: read its ClientHello, refuse it unless it offers `acme-tls/1` for an
 /// identifier in progress, else finish the handshake with that identifier's certificate and
 /// return the stream for the caller to close.
-// r[impl issue.acme.tls-alpn01]
+// r[impl issue.acme.tls-alpn01+2]
 async fn handshake(
     stream: TcpStream,
     challenges: &AlpnChallenges,
@@ -538,7 +546,7 @@ mod tests {
             .unwrap()
     }
 
-    // r[verify issue.acme.tls-alpn01]
+    // r[verify issue.acme.tls-alpn01+2]
     #[tokio::test]
     async fn an_identifier_in_progress_is_answered_with_its_acme_identifier_over_acme_tls() {
         let r = listener(AlpnLimits::default()).await;
@@ -568,7 +576,7 @@ mod tests {
         assert_eq!(r.stats().refused_name, 1, "{:?}", r.stats());
     }
 
-    // r[verify issue.acme.tls-alpn01]
+    // r[verify issue.acme.tls-alpn01+2]
     #[tokio::test]
     async fn a_handshake_without_acme_tls_or_for_another_name_is_refused_and_counted() {
         let r = listener(AlpnLimits::default()).await;
@@ -594,7 +602,7 @@ mod tests {
         assert_eq!(r.stats().answered, 0, "{:?}", r.stats());
     }
 
-    // r[verify issue.acme.tls-alpn01]
+    // r[verify issue.acme.tls-alpn01+2]
     #[tokio::test]
     async fn a_connection_without_a_client_hello_is_closed_and_counted_as_malformed() {
         let r = listener(AlpnLimits::default()).await;

@@ -89,7 +89,7 @@ fn expiry_fault(issuer: &Issuer) -> Option<(String, String)> {
         .map(|f| (f.kind.to_string(), f.message.clone()))
 }
 
-// r[verify issue.expiry]
+// r[verify issue.expiry+2]
 // r[verify issue.expiry.fault]
 #[tokio::test]
 async fn a_failing_renewal_is_a_fault_a_week_out_and_an_expired_certificate_is_not_served() {
@@ -214,7 +214,7 @@ async fn the_fault_becomes_expired_on_a_tick_that_makes_no_attempt() {
 }
 
 // r[verify issue.store.notify+2]
-// r[verify issue.expiry]
+// r[verify issue.expiry+2]
 #[tokio::test]
 async fn a_watcher_is_woken_when_a_certificate_expires_and_is_not_handed_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,14 +170,24 @@ fn compose_some(
             node: node.clone(),
         }));
     }
+    // r[impl node.gateway.tls-alpn01]
+    let tls_alpn01 = match (&config.gateway, &config.issuance) {
+        (Some(g), Some(i)) if gateway::answers_tls_alpn01(g.get_ref(), i.get_ref()) => {
+            Some(node.gateway.tls_alpn01_challenges())
+        }
+        _ => None,
+    };
     if let Some(issuance) = config.issuance.as_ref().filter(|_| want(issuance::NAME)) {
-        modules.push(Arc::new(IssuanceModule::new(
-            issuance.get_ref().clone(),
-            config.node.data_dir.clone(),
-            identity.seed(crate::modules::issuance::NAME),
-            node.faults.clone(),
-            node.issuance.clone(),
-        )));
+        modules.push(Arc::new(
+            IssuanceModule::new(
+                issuance.get_ref().clone(),
+                config.node.data_dir.clone(),
+                identity.seed(crate::modules::issuance::NAME),
+                node.faults.clone(),
+                node.issuance.clone(),
+            )
+            .with_tls_alpn01(tls_alpn01.clone()),
+        ));
     }
     if let Some(forward) = config.forward.as_ref().filter(|_| want(forward::NAME)) {
         modules.push(Arc::new(ForwardModule::new(
@@ -187,13 +197,16 @@ fn compose_some(
         )));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
-        modules.push(Arc::new(GatewayModule::new(
-            gateway.get_ref(),
-            identity.id(),
-            identity.seed(crate::modules::gateway::NAME),
-            &config.node.data_dir,
-            node.gateway.clone(),
-        )));
+        modules.push(Arc::new(
+            GatewayModule::new(
+                gateway.get_ref(),
+                identity.id(),
+                identity.seed(crate::modules::gateway::NAME),
+                &config.node.data_dir,
+                node.gateway.clone(),
+            )
+            .with_tls_alpn01(tls_alpn01),
+        ));
     }
     // i[impl node.testing-modules]
     #[cfg(feature = "testing-modules")]

@@ -5,13 +5,17 @@
 //! the gateway on them, and publishes it in the node's
 //! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
-//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`.
+//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. When it holds the
+//! port TLS-ALPN-01 is validated on, its listener answers the issuance module's challenges
+//! ([`answers_tls_alpn01`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use holdfast_gateway::{
-    ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
+    AcmeTlsAlpn, ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
 };
+use holdfast_issuance::module::SourceKind;
+use holdfast_issuance::{AlpnChallenges, Challenge, IssuanceConfig};
 use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
 use serde::Serialize;
 
@@ -30,6 +34,9 @@ struct ViewState {
     before: GatewayTotals,
     draining: bool,
     last_drain: Option<DrainReport>,
+    /// The TLS-ALPN-01 challenges the issuance module puts and the gateway answers, when the
+    /// gateway holds their port: one set for the node, so either module's restart finds it.
+    tls_alpn01: AlpnChallenges,
 }
 
 /// The node's view of its gateway: the instance running now (kept after its drain, so the drain
@@ -175,6 +182,12 @@ impl GatewayView {
         self.lock().configured = true;
     }
 
+    /// The node's TLS-ALPN-01 challenges, shared by the issuance module and the gateway when
+    /// [`answers_tls_alpn01`].
+    pub fn tls_alpn01_challenges(&self) -> AlpnChallenges {
+        self.lock().tls_alpn01.clone()
+    }
+
     /// Marks the gateway no longer configured (a reload removed `[gateway]`).
     pub fn unconfigure(&self) {
         self.lock().configured = false;
@@ -255,6 +268,37 @@ impl GatewayView {
     }
 }
 
+/// Whether the gateway's TLS listener answers the issuance module's TLS-ALPN-01 validations: the
+/// gateway serves `wss://` on the port of `acme.tls_alpn01_bind` (443 by default) and an ACME
+/// certificate asks for TLS-ALPN-01. The two could not both bind that port, so there is no key.
+// r[impl node.gateway.tls-alpn01]
+pub fn answers_tls_alpn01(
+    gateway: &crate::gateway_config::GatewaySection,
+    issuance: &IssuanceConfig,
+) -> bool {
+    let Some(acme) = &issuance.acme else {
+        return false;
+    };
+    let port = acme.tls_alpn01_bind.port();
+    gateway.tls.is_some()
+        && port != 0
+        && gateway.listen.get_ref().port() == port
+        && issuance
+            .planned()
+            .iter()
+            .any(|c| c.source == SourceKind::Acme && c.challenge == Challenge::TlsAlpn01)
+}
+
+/// The issuance module's challenges as the gateway's listener asks for them.
+#[derive(Debug, Clone)]
+pub struct IssuanceAlpn(pub AlpnChallenges);
+
+impl AcmeTlsAlpn for IssuanceAlpn {
+    fn challenge_config(&self, name: &str) -> Option<Arc<rustls::ServerConfig>> {
+        self.0.server_config(name)
+    }
+}
+
 /// A running gateway as the module's task holds it: stopping it drains it.
 struct RunningGateway {
     gateway: Gateway,
@@ -292,6 +336,8 @@ pub struct GatewayModule {
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
     pub view: GatewayView,
+    /// The challenges its TLS listener answers (`r[node.gateway.tls-alpn01]`), when it does.
+    pub tls_alpn01: Option<AlpnChallenges>,
     slot: Slot<RunningGateway>,
 }
 
@@ -329,8 +375,15 @@ impl GatewayModule {
             token_keys,
             cluster: section.cluster_config(seed),
             view,
+            tls_alpn01: None,
             slot: Slot::default(),
         }
+    }
+
+    /// Its TLS listener answers `challenges`' TLS-ALPN-01 validations, when given.
+    pub fn with_tls_alpn01(mut self, challenges: Option<AlpnChallenges>) -> Self {
+        self.tls_alpn01 = challenges;
+        self
     }
 }
 
@@ -349,6 +402,7 @@ impl Module for GatewayModule {
         let mut config = self.config.clone();
         config.token_key = key;
         let (settings, view) = (self.cluster.clone(), self.view.clone());
+        let tls_alpn01 = self.tls_alpn01.clone();
         Ok(spawn_hosted(self.slot.clone(), async move {
             // Contacts nothing: a backend that is down delays readiness, not the start.
             let cluster = holdfast_gateway::connect_cluster(&settings, &config.replica_id)
@@ -357,6 +411,13 @@ impl Module for GatewayModule {
             let gateway = Gateway::start_cluster(config, cluster)
                 .await
                 .map_err(|e| e.to_string())?;
+            // Set before the gateway is published; a validation that beats it (microseconds
+            // after the bind) is served the gateway's own certificate and fails, and its attempt
+            // is paced and retried as any failed one.
+            // r[impl node.gateway.tls-alpn01]
+            if let Some(challenges) = tls_alpn01 {
+                gateway.answer_tls_alpn01(Arc::new(IssuanceAlpn(challenges)));
+            }
             tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
                 "gateway accepting");
             view.started(gateway.clone());
@@ -445,5 +506,65 @@ mod tests {
         second
             .drain(holdfast_lifecycle::StopReason::Restart, None)
             .await;
+    }
+
+    fn sections(
+        listen: &str,
+        tls: bool,
+        challenge: &str,
+        bind: &str,
+    ) -> (crate::gateway_config::GatewaySection, IssuanceConfig) {
+        let tls = if tls {
+            "[tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\n"
+        } else {
+            ""
+        };
+        let gateway = toml::from_str(&format!("listen = \"{listen}\"\n{tls}")).unwrap();
+        let issuance = serde_json::from_value(serde_json::json!({
+            "certificate": [{ "names": ["a.example"], "source": "acme", "challenge": challenge }],
+            "acme": { "directory": "https://127.0.0.1:9/dir", "tls_alpn01_bind": bind },
+        }))
+        .unwrap();
+        (gateway, issuance)
+    }
+
+    // r[verify node.gateway.tls-alpn01]
+    #[test]
+    fn the_gateway_answers_tls_alpn01_only_on_the_validated_port_with_tls() {
+        let answers = |listen, tls, challenge, bind| {
+            let (g, i) = sections(listen, tls, challenge, bind);
+            answers_tls_alpn01(&g, &i)
+        };
+        // The default bind is :443; any address on that port is the gateway's.
+        assert!(answers("0.0.0.0:443", true, "tls-alpn-01", "0.0.0.0:443"));
+        assert!(answers(
+            "127.0.0.1:5001",
+            true,
+            "tls-alpn-01",
+            "0.0.0.0:5001"
+        ));
+        // Another port, plain ws://, no certificate asking for TLS-ALPN-01, or port 0: its own.
+        assert!(!answers("0.0.0.0:8443", true, "tls-alpn-01", "0.0.0.0:443"));
+        assert!(!answers("0.0.0.0:443", false, "tls-alpn-01", "0.0.0.0:443"));
+        assert!(!answers("0.0.0.0:443", true, "http-01", "0.0.0.0:443"));
+        assert!(!answers("127.0.0.1:0", true, "tls-alpn-01", "127.0.0.1:0"));
+        let (g, mut i) = sections("0.0.0.0:443", true, "tls-alpn-01", "0.0.0.0:443");
+        i.acme = None;
+        assert!(!answers_tls_alpn01(&g, &i));
+    }
+
+    // The set the node keeps is one: every call hands out the same challenges.
+    // r[verify node.gateway.tls-alpn01]
+    #[test]
+    fn the_view_keeps_one_set_of_challenges() {
+        let view = GatewayView::default();
+        let a = view.tls_alpn01_challenges();
+        a.insert("a.example", &[1u8; 32]).unwrap();
+        assert!(view.tls_alpn01_challenges().contains("a.example"));
+        assert!(
+            IssuanceAlpn(view.clone().tls_alpn01_challenges())
+                .challenge_config("a.example")
+                .is_some()
+        );
     }
 }

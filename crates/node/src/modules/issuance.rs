@@ -3,12 +3,15 @@
 //! The module starts holdfast-issuance with the node's data directory, its seed for "issuance",
 //! the system wall clock and the node's fault board (one fault per blocked hostname), keeps the
 //! running handle where the admin API reads it (`/v1/certs`, force-retry, metrics), and stops it in
-//! the `issuance` stop group.
+//! the `issuance` stop group. When the gateway answers TLS-ALPN-01 on its port, the module is
+//! started with the node's shared challenges and binds no listener of its own.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use holdfast_issuance::{Issuance, IssuanceConfig, SystemWallClock, WallClock};
+use holdfast_issuance::{
+    AlpnChallenges, Issuance, IssuanceConfig, SystemWallClock, TlsAlpnListener, WallClock,
+};
 use holdfast_lifecycle::FaultBoard;
 
 use crate::module::{Module, StartError, Started, StopGroup};
@@ -33,6 +36,8 @@ pub struct IssuanceModule {
     pub faults: FaultBoard,
     /// Where the running handle is published.
     pub slot: Slot<Issuance>,
+    /// Which listener answers TLS-ALPN-01 (`r[node.gateway.tls-alpn01]`).
+    pub tls_alpn01: TlsAlpnListener,
 }
 
 impl IssuanceModule {
@@ -52,7 +57,14 @@ impl IssuanceModule {
             clock: Arc::new(SystemWallClock),
             faults,
             slot,
+            tls_alpn01: TlsAlpnListener::Own,
         }
+    }
+
+    /// TLS-ALPN-01 answered by the listener reading `challenges` (the gateway's), when given.
+    pub fn with_tls_alpn01(mut self, challenges: Option<AlpnChallenges>) -> Self {
+        self.tls_alpn01 = challenges.map_or(TlsAlpnListener::Own, TlsAlpnListener::Shared);
+        self
     }
 }
 
@@ -69,12 +81,13 @@ impl Module for IssuanceModule {
     fn start(&self) -> Result<Started, StartError> {
         let this = self.clone();
         Ok(spawn_hosted(self.slot.clone(), async move {
-            holdfast_issuance::start(
+            holdfast_issuance::start_with(
                 &this.config,
                 &this.data_dir,
                 this.seed,
                 this.clock,
                 this.faults,
+                this.tls_alpn01,
             )
             .await
             .map_err(|e| e.to_string())
