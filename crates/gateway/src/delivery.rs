@@ -1,4 +1,4 @@
-//! Pushes across the cluster: to a user wherever the routing map places them, and to a room on
+//! Pushes across the cluster: to a user on every replica the routing map names for them, and to a room on
 //! every replica.
 
 use std::sync::atomic::Ordering;
@@ -14,9 +14,10 @@ pub enum Forward {
     #[default]
     #[serde(rename = "none")]
     NotNeeded,
-    /// Handed to the bus.
+    /// Handed to the bus (for a user: for every other replica the user is routed to).
     Published,
-    /// The routing map or the bus failed; only this replica's recipients got it.
+    /// The routing map or the bus failed (for a user: for at least one of their replicas); the
+    /// recipients it did not reach did not get it.
     Failed,
 }
 
@@ -36,31 +37,44 @@ impl crate::server::Inner {
 }
 
 impl Gateway {
-    // r[impl gateway.cluster.push-user]
-    /// Pushes to `user`'s connections on this replica, and to the replica the routing map names
-    /// for them when that is another one. A routing or bus outage is reported in
-    /// [`Delivery::forwarded`], never fatal.
+    // r[impl gateway.cluster.push-user+2]
+    /// Pushes to `user`'s connections on this replica, and to every other replica the routing
+    /// map names for them (a user may be connected to several). A routing or bus outage is
+    /// reported in [`Delivery::forwarded`], never fatal.
     pub async fn push_user(&self, user: &str, text: &str) -> Delivery {
         if let Some(refused) = self.refuse_too_large(text) {
             return refused;
         }
         let mut delivery = self.push_user_local(user, text);
         let inner = &self.inner;
-        let forwarded = match inner.routing.route(user).await {
-            Ok(Some(replica)) if replica != inner.replica.id => {
+        let forwarded = match inner.routing.routes(user).await {
+            Ok(replicas) => {
                 let message = BusMessage::User {
                     user: user.to_owned(),
                     text: text.to_owned(),
                 };
-                match inner.membership.bus.send_to(&replica, &message).await {
-                    Ok(()) => Forward::Published,
-                    Err(e) => {
-                        tracing::warn!(replica = %inner.replica.id, to = %replica, error = %e, "cannot forward a push");
-                        Forward::Failed
+                let sends = replicas
+                    .iter()
+                    .filter(|r| **r != inner.replica.id)
+                    .map(|to| {
+                        let sent = inner.membership.bus.send_to(to, &message);
+                        async move { (to, sent.await) }
+                    });
+                let mut forwarded = Forward::NotNeeded;
+                for (to, sent) in futures_util::future::join_all(sends).await {
+                    match sent {
+                        Ok(()) if forwarded == Forward::NotNeeded => {
+                            forwarded = Forward::Published;
+                        }
+                        Ok(()) => {}
+                        Err(e) => {
+                            tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
+                            forwarded = Forward::Failed;
+                        }
                     }
                 }
+                forwarded
             }
-            Ok(_) => Forward::NotNeeded,
             Err(e) => {
                 tracing::warn!(replica = %inner.replica.id, error = %e, "cannot look up a route");
                 Forward::Failed

@@ -31,7 +31,7 @@ async fn start_in(cluster: &Cluster, config: GatewayConfig) -> Gateway {
         .unwrap()
 }
 
-// r[verify gateway.cluster.push-user]
+// r[verify gateway.cluster.push-user+2]
 // r[verify gateway.cluster.push-room]
 // r[verify gateway.cluster.bus]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,6 +75,55 @@ async fn pushes_reach_users_and_rooms_on_the_other_replica() {
     assert_eq!(a.cluster_health().forward_errors, 1);
     assert_eq!(a.push_room("lobby", "still").await.queued, 1);
     assert_eq!(next_text(&mut ann).await, "still");
+}
+
+// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.routing.compare-and-delete+2]
+/// A user connected to two replicas (twice to one of them) gets a push made on a third on every
+/// connection; each replica leaves the user's set only with its last connection of that user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_a_user_reaches_every_connection_on_every_replica() {
+    let cluster = shared();
+    let a = start_in(&cluster, config("a")).await;
+    let b = start_in(&cluster, config("b")).await;
+    let c = start_in(&cluster, config("c")).await;
+    let ann_a = member(&a, "ann", "lobby").await;
+    let mut ann_b1 = member(&b, "ann", "lobby").await;
+    let ann_b2 = member(&b, "ann", "lobby").await;
+    assert_eq!(cluster.routing.routes("ann").await.unwrap(), ["a", "b"]);
+
+    let d = c.push_user("ann", "from c").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    let mut clients = [ann_a, ann_b1, ann_b2];
+    for ws in &mut clients {
+        assert_eq!(next_text(ws).await, "from c");
+    }
+    // From a replica that holds some of her connections: those at once, the others forwarded.
+    let d = a.push_user("ann", "from a").await;
+    assert_eq!((d.queued, d.forwarded), (1, Forward::Published));
+    for ws in &mut clients {
+        assert_eq!(next_text(ws).await, "from a");
+    }
+
+    // One of two connections on b closes: b stays in her set.
+    let [ann_a, b1, ann_b2] = clients;
+    ann_b1 = b1;
+    drop(ann_b2);
+    eventually("b's second connection torn down", || b.connections() == 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(cluster.routing.routes("ann").await.unwrap(), ["a", "b"]);
+    // Her only connection on a closes: a leaves her set, b's entry stays.
+    drop(ann_a);
+    eventually("a released its route", || {
+        futures_util::FutureExt::now_or_never(cluster.routing.routes("ann"))
+            .and_then(Result::ok)
+            .is_some_and(|r| r == ["b"])
+    })
+    .await;
+    let d = c.push_user("ann", "still").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    assert_eq!(next_text(&mut ann_b1).await, "still");
+    assert_eq!(c.cluster_health().forward_errors, 0);
 }
 
 /// A registry that fails until `up` is set, counting attempts.
