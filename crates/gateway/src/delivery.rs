@@ -37,9 +37,26 @@ pub(crate) const ROOM_ORDER_IDLE: std::time::Duration = std::time::Duration::fro
 pub(crate) struct RoomOrder {
     last: HashMap<String, (Pos, tokio::time::Instant)>,
     updates: u32,
+    /// Pushes made here waiting for their message to be delivered from the bus, by room and
+    /// position.
+    waiters: HashMap<(String, Pos), tokio::sync::oneshot::Sender<Delivery>>,
 }
 
+/// How long a push to a room this replica has not seen on the bus yet waits for its own copy
+/// from the bus (after what was published before it) before it is delivered here regardless.
+pub(crate) const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl RoomOrder {
+    /// Hands `delivery` to the push waiting for `room`'s message at `pos`, if any.
+    fn fire(&mut self, room: &str, pos: Pos, delivery: Delivery) -> Delivery {
+        if !self.waiters.is_empty()
+            && let Some(tx) = self.waiters.remove(&(room.to_owned(), pos))
+        {
+            let _ = tx.send(delivery);
+        }
+        delivery
+    }
+
     fn last(&self, room: &str) -> Option<Pos> {
         self.last.get(room).map(|(p, _)| *p)
     }
@@ -155,9 +172,27 @@ impl Gateway {
         {
             // Every replica, this one included, receives it from the bus in position order;
             // here it is delivered now, after anything before it that has not arrived yet.
-            let mut delivery = self
-                .deliver_in_order(&mut order, room, pos, prev, text)
-                .await;
+            let mut delivery =
+                if order.last(room).is_none() && !inner.registry.members(room).is_empty() {
+                    // Not seen here yet: what was published before it may still be on its way here,
+                    // and nothing says from where. It is delivered when its own copy arrives from
+                    // the bus, after those; or, failing that, now.
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    order.waiters.insert((room.to_owned(), pos), tx);
+                    drop(order);
+                    match tokio::time::timeout(ECHO_WAIT, rx).await {
+                        Ok(Ok(delivery)) => delivery,
+                        _ => {
+                            let mut order = inner.room_lock(room).lock().await;
+                            order.waiters.remove(&(room.to_owned(), pos));
+                            self.deliver_in_order(&mut order, room, pos, prev, text)
+                                .await
+                        }
+                    }
+                } else {
+                    self.deliver_in_order(&mut order, room, pos, prev, text)
+                        .await
+                };
             delivery.pos = Some(pos);
             delivery.forwarded = Forward::Published;
             return delivery;
@@ -242,7 +277,7 @@ impl Gateway {
         }
         order.set(room, pos);
         if inner.registry.members(room).is_empty() {
-            return Delivery::default();
+            return order.fire(room, pos, Delivery::default());
         }
         if let Some(last) = last
             && prev > last
@@ -251,7 +286,8 @@ impl Gateway {
                 Ok(Recovery::Messages(missed)) => {
                     let mut through = last;
                     for (p, t) in missed.into_iter().filter(|(p, _)| *p > last && *p < pos) {
-                        self.push_room_local(room, &crate::history::frame(room, p, &t));
+                        let d = self.push_room_local(room, &crate::history::frame(room, p, &t));
+                        order.fire(room, p, d);
                         through = p;
                     }
                     through >= prev
@@ -264,7 +300,8 @@ impl Gateway {
             };
             inner.stats.room_gap(filled);
         }
-        self.push_room_local(room, &crate::history::frame(room, pos, text))
+        let d = self.push_room_local(room, &crate::history::frame(room, pos, text));
+        order.fire(room, pos, d)
     }
 
     // r[impl gateway.history.bounds]
