@@ -1,5 +1,5 @@
-//! Pushes across the cluster: to a user on every replica the routing map names for them, and to a room on
-//! every replica.
+//! Pushes across the cluster: to a user on every replica the routing map names for them, and to
+//! a room on every replica, in position order where the history publishes what it appends.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -174,9 +174,9 @@ impl Gateway {
             // here it is delivered now, after anything before it that has not arrived yet.
             let mut delivery =
                 if order.last(room).is_none() && !inner.registry.members(room).is_empty() {
-                    // Not seen here yet: what was published before it may still be on its way here,
-                    // and nothing says from where. It is delivered when its own copy arrives from
-                    // the bus, after those; or, failing that, now.
+                    // Not seen here yet: what was published before it may still be on its
+                    // way here, and nothing says from where. It is delivered when its own copy
+                    // arrives from the bus, after those; or, failing that, now.
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     order.waiters.insert((room.to_owned(), pos), tx);
                     drop(order);
