@@ -42,6 +42,10 @@ pub enum BusMessage {
         /// Its position in the room's history, when it has one (absent from older replicas).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pos: Option<String>,
+        /// The position before it in the room's stream, when the history published it in the
+        /// step that appended it (so receivers can tell a message that has not reached them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prev: Option<String>,
     },
 }
 
@@ -162,6 +166,12 @@ pub trait ClusterBus: Send + Sync + 'static {
     fn send_to(&self, replica: &str, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>>;
     /// Sends `message` to every replica, the sender included.
     fn broadcast(&self, message: &BusMessage) -> BoxFuture<Result<(), ClusterError>>;
+    /// The channel room messages are broadcast on, when a history on the same backend can
+    /// publish on it itself, in the step that appends the message (Redis pub/sub); `None` when
+    /// it cannot (the memory bus).
+    fn atomic_room_channel(&self) -> Option<String> {
+        None
+    }
     /// Starts receiving what is sent to `replica` and what is broadcast. The subscription stays
     /// up (reconnecting through outages) until it is dropped. Needs a tokio runtime.
     fn subscribe(&self, replica: &str) -> BusSubscription;
@@ -259,6 +269,7 @@ mod tests {
             text: "all".into(),
             origin: "a".into(),
             pos: None,
+            prev: None,
         };
         bus.broadcast(&room).await.unwrap();
         assert_eq!(b.recv().await, Some(user("for b")));
@@ -290,6 +301,7 @@ mod tests {
             text: "t".into(),
             origin: "o".into(),
             pos: None,
+            prev: None,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(

@@ -1,8 +1,8 @@
-//! The cluster traits: a service registry of replicas and a routing map user → replica, each
+//! The cluster traits: a service registry of replicas and a routing map user → replicas, each
 //! with an in-memory implementation (the embedded single-node default, and the model the etcd
 //! and Redis implementations must match).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use holdfast_lifecycle::BoxFuture;
@@ -38,15 +38,16 @@ impl holdfast_retry::Classify for ClusterError {
     }
 }
 
-/// The outcome of a compare-and-delete of a routing entry.
+/// The outcome of a compare-and-delete of a replica's routing entry for a user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CasOutcome {
-    /// The entry named this replica and was deleted.
+    /// The user's set named this replica, and this replica is gone from it.
     Cleared,
-    /// The entry names another replica (the user reconnected elsewhere) and was left alone.
+    /// The user's set does not name this replica (removed or expired already) but names others,
+    /// which are left alone.
     Stale,
-    /// There was no entry.
+    /// The user has no entry at all.
     Absent,
 }
 
@@ -88,7 +89,7 @@ pub struct RegistryStats {
 pub struct Cluster {
     /// Where the replica registers.
     pub registry: Arc<dyn ServiceRegistry>,
-    /// Which replica holds each user.
+    /// Which replicas hold each user's connections.
     pub routing: Arc<dyn RoutingMap>,
     /// How pushes reach other replicas.
     pub bus: Arc<dyn crate::bus::ClusterBus>,
@@ -120,13 +121,16 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// The routing map: which replica holds a user's connections.
+/// The routing map: which replicas hold a user's connections (a set per user, since one user
+/// may be connected to several replicas at once).
 pub trait RoutingMap: Send + Sync + 'static {
-    /// Routes `user` to `replica`, replacing any earlier entry.
+    /// Adds `replica` to the replicas routed `user`, leaving the others; a map with expiry
+    /// refreshes the entry and keeps it alive until [`RoutingMap::compare_and_delete`].
     fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>>;
-    /// The replica `user` is routed to.
-    fn route(&self, user: &str) -> BoxFuture<Result<Option<String>, ClusterError>>;
-    /// Deletes `user`'s entry only if it still names `replica`.
+    /// The replicas `user` is routed to (live entries only), ordered by id.
+    fn routes(&self, user: &str) -> BoxFuture<Result<Vec<String>, ClusterError>>;
+    /// Removes `replica` from `user`'s set, and nothing else: each replica deletes only its own
+    /// entry, so a user's entries on other replicas survive it.
     fn compare_and_delete(
         &self,
         user: &str,
@@ -171,10 +175,10 @@ impl ServiceRegistry for MemoryRegistry {
     }
 }
 
-/// The in-memory routing map.
+/// The in-memory routing map (no expiry: its replicas live and die with the process).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryRouting {
-    routes: Arc<Mutex<HashMap<String, String>>>,
+    routes: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
 }
 
 impl MemoryRouting {
@@ -183,32 +187,38 @@ impl MemoryRouting {
         Self::default()
     }
 
-    /// The entry for `user`, read synchronously.
-    pub fn get(&self, user: &str) -> Option<String> {
-        lock(&self.routes).get(user).cloned()
+    /// The replicas `user` is routed to, ordered, read synchronously.
+    pub fn get(&self, user: &str) -> Vec<String> {
+        lock(&self.routes)
+            .get(user)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
-    /// How many entries name `replica`.
+    /// How many users' sets name `replica`.
     pub fn count_for(&self, replica: &str) -> usize {
         lock(&self.routes)
             .values()
-            .filter(|r| *r == replica)
+            .filter(|set| set.contains(replica))
             .count()
     }
 }
 
 impl RoutingMap for MemoryRouting {
     fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>> {
-        lock(&self.routes).insert(user.to_owned(), replica.to_owned());
+        lock(&self.routes)
+            .entry(user.to_owned())
+            .or_default()
+            .insert(replica.to_owned());
         Box::pin(async { Ok(()) })
     }
 
-    fn route(&self, user: &str) -> BoxFuture<Result<Option<String>, ClusterError>> {
+    fn routes(&self, user: &str) -> BoxFuture<Result<Vec<String>, ClusterError>> {
         let r = self.get(user);
         Box::pin(async move { Ok(r) })
     }
 
-    // r[impl gateway.routing.compare-and-delete]
+    // r[impl gateway.routing.compare-and-delete+2]
     fn compare_and_delete(
         &self,
         user: &str,
@@ -216,13 +226,19 @@ impl RoutingMap for MemoryRouting {
     ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
         // Compare and delete under one lock: the in-memory twin of the Redis Lua script.
         let mut routes = lock(&self.routes);
-        let outcome = match routes.get(user) {
+        let outcome = match routes.get_mut(user) {
             None => CasOutcome::Absent,
-            Some(r) if r == replica => {
-                routes.remove(user);
-                CasOutcome::Cleared
+            Some(set) => {
+                let removed = set.remove(replica);
+                if set.is_empty() {
+                    routes.remove(user);
+                }
+                if removed {
+                    CasOutcome::Cleared
+                } else {
+                    CasOutcome::Stale
+                }
             }
-            Some(_) => CasOutcome::Stale,
         };
         Box::pin(async move { Ok(outcome) })
     }
@@ -236,24 +252,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    // r[verify gateway.routing.compare-and-delete]
+    // r[verify gateway.routing.compare-and-delete+2]
     #[tokio::test]
     async fn compare_and_delete_has_three_outcomes() {
         let map = MemoryRouting::new();
         map.set_route("ann", "a").await.unwrap();
         map.set_route("bob", "a").await.unwrap();
-        // Bob reconnected to replica b before a drained.
+        // Bob is connected to replica b too.
         map.set_route("bob", "b").await.unwrap();
+        assert_eq!(map.routes("bob").await.unwrap(), ["a", "b"]);
         assert_eq!(
             map.compare_and_delete("ann", "a").await,
             Ok(CasOutcome::Cleared)
         );
-        assert_eq!(map.get("ann"), None);
+        assert!(map.get("ann").is_empty());
         assert_eq!(
             map.compare_and_delete("bob", "a").await,
-            Ok(CasOutcome::Stale)
+            Ok(CasOutcome::Cleared)
         );
-        assert_eq!(map.get("bob").as_deref(), Some("b"), "b's entry survives a");
+        assert_eq!(map.get("bob"), ["b"], "b's entry survives a's delete");
+        assert_eq!(
+            map.compare_and_delete("bob", "a").await,
+            Ok(CasOutcome::Stale),
+            "a's entry is gone, b's is left alone"
+        );
+        assert_eq!(map.get("bob"), ["b"]);
         assert_eq!(
             map.compare_and_delete("cat", "a").await,
             Ok(CasOutcome::Absent)

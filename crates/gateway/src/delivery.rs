@@ -1,9 +1,11 @@
-//! Pushes across the cluster: to a user wherever the routing map places them, and to a room on
-//! every replica.
+//! Pushes across the cluster: to a user on every replica the routing map names for them, and to
+//! a room on every replica, in position order where the history publishes what it appends.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::bus::BusMessage;
+use crate::history::{Appended, Pos, Recovery, RoomAnnounce};
 use crate::server::{Delivery, Gateway};
 
 /// Whether a push went on to other replicas through the bus.
@@ -14,19 +16,82 @@ pub enum Forward {
     #[default]
     #[serde(rename = "none")]
     NotNeeded,
-    /// Handed to the bus.
+    /// Handed to the bus (for a user: for every other replica the user is routed to).
     Published,
-    /// The routing map or the bus failed; only this replica's recipients got it.
+    /// The routing map or the bus failed (for a user: for at least one of their replicas); the
+    /// recipients it did not reach did not get it.
     Failed,
 }
 
 /// How many locks room pushes are spread over (rooms that share one are serialized together).
 pub(crate) const ROOM_LOCK_STRIPES: usize = 64;
 
+/// How long a room's last position is kept after its last message: longer than any message
+/// stays on the bus, so a room forgotten here has nothing in flight to this replica.
+pub(crate) const ROOM_ORDER_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What one room lock guards besides the order of pushes: the last position seen here of each
+/// of its rooms whose messages carry their predecessor's position (a cluster on Redis), with
+/// when it was seen; rooms idle for [`ROOM_ORDER_IDLE`] are forgotten.
+#[derive(Debug, Default)]
+pub(crate) struct RoomOrder {
+    last: HashMap<String, (Pos, tokio::time::Instant)>,
+    updates: u32,
+    /// Pushes made here waiting for their message to be delivered from the bus, by room and
+    /// position.
+    waiters: HashMap<(String, Pos), tokio::sync::oneshot::Sender<Delivery>>,
+}
+
+/// How long a push to a room this replica has not seen on the bus yet waits for its own copy
+/// from the bus (after what was published before it) before it is delivered here regardless.
+pub(crate) const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl RoomOrder {
+    /// Hands `delivery` to the push waiting for `room`'s message at `pos`, if any.
+    fn fire(&mut self, room: &str, pos: Pos, delivery: Delivery) -> Delivery {
+        if !self.waiters.is_empty()
+            && let Some(tx) = self.waiters.remove(&(room.to_owned(), pos))
+        {
+            let _ = tx.send(delivery);
+        }
+        delivery
+    }
+
+    fn last(&self, room: &str) -> Option<Pos> {
+        self.last.get(room).map(|(p, _)| *p)
+    }
+
+    fn set(&mut self, room: &str, pos: Pos) {
+        let now = tokio::time::Instant::now();
+        self.updates = self.updates.wrapping_add(1);
+        if self.updates & 0xff == 0 {
+            self.last
+                .retain(|_, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE);
+        }
+        match self.last.get_mut(room) {
+            Some(entry) => *entry = (pos, now),
+            None => {
+                self.last.insert(room.to_owned(), (pos, now));
+            }
+        }
+    }
+}
+
+/// One room lock.
+pub(crate) type RoomStripe = tokio::sync::Mutex<RoomOrder>;
+
+/// The room locks of a gateway.
+pub(crate) fn room_stripes() -> Box<[RoomStripe]> {
+    (0..ROOM_LOCK_STRIPES)
+        .map(|_| tokio::sync::Mutex::new(RoomOrder::default()))
+        .collect()
+}
+
 impl crate::server::Inner {
-    // r[impl gateway.history.order]
-    /// The lock a push to `room` holds from its position to its broadcast.
-    pub(crate) fn room_lock(&self, room: &str) -> &tokio::sync::Mutex<()> {
+    // r[impl gateway.history.order+2]
+    /// The lock a push to `room` holds from its position to its broadcast, and a delivery from
+    /// the bus holds while it delivers.
+    pub(crate) fn room_lock(&self, room: &str) -> &RoomStripe {
         use std::hash::{BuildHasher, BuildHasherDefault};
         let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
             .hash_one(room);
@@ -36,31 +101,44 @@ impl crate::server::Inner {
 }
 
 impl Gateway {
-    // r[impl gateway.cluster.push-user]
-    /// Pushes to `user`'s connections on this replica, and to the replica the routing map names
-    /// for them when that is another one. A routing or bus outage is reported in
-    /// [`Delivery::forwarded`], never fatal.
+    // r[impl gateway.cluster.push-user+2]
+    /// Pushes to `user`'s connections on this replica, and to every other replica the routing
+    /// map names for them (a user may be connected to several). A routing or bus outage is
+    /// reported in [`Delivery::forwarded`], never fatal.
     pub async fn push_user(&self, user: &str, text: &str) -> Delivery {
         if let Some(refused) = self.refuse_too_large(text) {
             return refused;
         }
         let mut delivery = self.push_user_local(user, text);
         let inner = &self.inner;
-        let forwarded = match inner.routing.route(user).await {
-            Ok(Some(replica)) if replica != inner.replica.id => {
+        let forwarded = match inner.routing.routes(user).await {
+            Ok(replicas) => {
                 let message = BusMessage::User {
                     user: user.to_owned(),
                     text: text.to_owned(),
                 };
-                match inner.membership.bus.send_to(&replica, &message).await {
-                    Ok(()) => Forward::Published,
-                    Err(e) => {
-                        tracing::warn!(replica = %inner.replica.id, to = %replica, error = %e, "cannot forward a push");
-                        Forward::Failed
+                let sends = replicas
+                    .iter()
+                    .filter(|r| **r != inner.replica.id)
+                    .map(|to| {
+                        let sent = inner.membership.bus.send_to(to, &message);
+                        async move { (to, sent.await) }
+                    });
+                let mut forwarded = Forward::NotNeeded;
+                for (to, sent) in futures_util::future::join_all(sends).await {
+                    match sent {
+                        Ok(()) if forwarded == Forward::NotNeeded => {
+                            forwarded = Forward::Published;
+                        }
+                        Ok(()) => {}
+                        Err(e) => {
+                            tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
+                            forwarded = Forward::Failed;
+                        }
                     }
                 }
+                forwarded
             }
-            Ok(_) => Forward::NotNeeded,
             Err(e) => {
                 tracing::warn!(replica = %inner.replica.id, error = %e, "cannot look up a route");
                 Forward::Failed
@@ -84,8 +162,42 @@ impl Gateway {
             return refused;
         }
         let inner = &self.inner;
-        let _order = inner.room_lock(room).lock().await;
-        let pos = self.remember(room, text).await;
+        let mut order = inner.room_lock(room).lock().await;
+        let appended = self.remember(room, text).await;
+        if let Some(Appended {
+            pos,
+            prev: Some(prev),
+            published: true,
+        }) = appended
+        {
+            // Every replica, this one included, receives it from the bus in position order;
+            // here it is delivered now, after anything before it that has not arrived yet.
+            let mut delivery =
+                if order.last(room).is_none() && !inner.registry.members(room).is_empty() {
+                    // Not seen here yet: what was published before it may still be on its
+                    // way here, and nothing says from where. It is delivered when its own copy
+                    // arrives from the bus, after those; or, failing that, now.
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    order.waiters.insert((room.to_owned(), pos), tx);
+                    drop(order);
+                    match tokio::time::timeout(ECHO_WAIT, rx).await {
+                        Ok(Ok(delivery)) => delivery,
+                        _ => {
+                            let mut order = inner.room_lock(room).lock().await;
+                            order.waiters.remove(&(room.to_owned(), pos));
+                            self.deliver_in_order(&mut order, room, pos, prev, text)
+                                .await
+                        }
+                    }
+                } else {
+                    self.deliver_in_order(&mut order, room, pos, prev, text)
+                        .await
+                };
+            delivery.pos = Some(pos);
+            delivery.forwarded = Forward::Published;
+            return delivery;
+        }
+        let pos = appended.map(|a| a.pos);
         let mut delivery = match pos {
             Some(pos) => self.push_room_local(room, &crate::history::frame(room, pos, text)),
             None => self.push_room_local(room, text),
@@ -96,6 +208,7 @@ impl Gateway {
             text: text.to_owned(),
             origin: inner.replica.id.clone(),
             pos: pos.map(|p| p.to_string()),
+            prev: None,
         };
         delivery.forwarded = match inner.membership.bus.broadcast(&message).await {
             Ok(()) => Forward::Published,
@@ -111,6 +224,86 @@ impl Gateway {
         delivery
     }
 
+    /// Delivers a room message received from the bus to the room's members here: in position
+    /// order when it carries its predecessor's position, else as it comes (skipping this
+    /// replica's own broadcasts, delivered when they were pushed).
+    pub(crate) async fn receive_room(
+        &self,
+        room: &str,
+        text: &str,
+        origin: &str,
+        pos: Option<&str>,
+        prev: Option<&str>,
+    ) {
+        let pos = pos.and_then(|p| p.parse::<Pos>().ok());
+        let prev = prev.and_then(|p| p.parse::<Pos>().ok());
+        match (pos, prev) {
+            (Some(pos), Some(prev)) => {
+                let mut order = self.inner.room_lock(room).lock().await;
+                self.deliver_in_order(&mut order, room, pos, prev, text)
+                    .await;
+            }
+            _ if origin == self.inner.replica.id => {}
+            (Some(pos), None) => {
+                self.push_room_local(room, &crate::history::frame(room, pos, text));
+            }
+            (None, _) => {
+                self.push_room_local(room, text);
+            }
+        }
+    }
+
+    // r[impl gateway.history.order+2]
+    /// Delivers `room`'s message at `pos` (whose predecessor in the stream is `prev`) to its
+    /// members here, under the room's lock, so they receive the room's messages in position
+    /// order: one at or before the last seen here was seen already (pushed here, or read from
+    /// the stream) and is skipped; one whose predecessor is past the last seen follows messages
+    /// that have not reached this replica (still on the bus, or lost by it), which are read
+    /// from the stream and delivered first. What the stream no longer holds is counted as lost.
+    /// Rooms without members here are tracked too (every replica receives every room message),
+    /// so a room that gets a member has its place in the stream already.
+    async fn deliver_in_order(
+        &self,
+        order: &mut RoomOrder,
+        room: &str,
+        pos: Pos,
+        prev: Pos,
+        text: &str,
+    ) -> Delivery {
+        let inner = &self.inner;
+        let last = order.last(room);
+        if last.is_some_and(|l| pos <= l) {
+            return Delivery::default();
+        }
+        order.set(room, pos);
+        if inner.registry.members(room).is_empty() {
+            return order.fire(room, pos, Delivery::default());
+        }
+        if let Some(last) = last
+            && prev > last
+        {
+            let filled = match inner.history.since(room, last, &inner.config.history).await {
+                Ok(Recovery::Messages(missed)) => {
+                    let mut through = last;
+                    for (p, t) in missed.into_iter().filter(|(p, _)| *p > last && *p < pos) {
+                        let d = self.push_room_local(room, &crate::history::frame(room, p, &t));
+                        order.fire(room, p, d);
+                        through = p;
+                    }
+                    through >= prev
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");
+                    false
+                }
+            };
+            inner.stats.room_gap(filled);
+        }
+        let d = self.push_room_local(room, &crate::history::frame(room, pos, text));
+        order.fire(room, pos, d)
+    }
+
     // r[impl gateway.history.bounds]
     /// A push larger than the message size limit is refused (so history holds no larger one).
     fn refuse_too_large(&self, text: &str) -> Option<Delivery> {
@@ -121,19 +314,31 @@ impl Gateway {
     }
 
     // r[impl gateway.history.position]
-    /// Appends a room message to the room's history; its position, or `None` when history is
-    /// off or its backend failed (the message is then pushed without a position, reported).
-    async fn remember(&self, room: &str, text: &str) -> Option<crate::history::Pos> {
+    /// Appends a room message to the room's history, publishing it to every replica in the same
+    /// step where the history and the bus allow it; `None` when history is off or its backend
+    /// failed (the message is then pushed without a position, reported).
+    async fn remember(&self, room: &str, text: &str) -> Option<Appended> {
         let inner = &self.inner;
         if inner.config.history.size == 0 {
             return None;
         }
+        let message = BusMessage::Room {
+            room: room.to_owned(),
+            text: text.to_owned(),
+            origin: inner.replica.id.clone(),
+            pos: None,
+            prev: None,
+        };
+        let announce = RoomAnnounce {
+            channel: inner.membership.bus.atomic_room_channel(),
+            message: serde_json::to_string(&message).unwrap_or_default(),
+        };
         match inner
             .history
-            .append(room, text, &inner.config.history)
+            .append_announced(room, text, &inner.config.history, &announce)
             .await
         {
-            Ok(pos) => Some(pos),
+            Ok(appended) => Some(appended),
             Err(e) => {
                 tracing::warn!(replica = %inner.replica.id, error = %e, "cannot keep a room message in history");
                 None

@@ -100,6 +100,28 @@ pub enum Recovery {
     Future,
 }
 
+/// What to publish to every replica in the step that appends a room message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomAnnounce {
+    /// The bus channel room messages go on, when the bus can take them from the history
+    /// ([`crate::ClusterBus::atomic_room_channel`]).
+    pub channel: Option<String>,
+    /// The bus message as a JSON object without `pos` and `prev`, which the history adds.
+    pub message: String,
+}
+
+/// A room message appended to its history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Its position.
+    pub pos: Pos,
+    /// The position before it in the room's stream, when it was published with the append.
+    pub prev: Option<Pos>,
+    /// Whether the history published it to every replica in the step that appended it (then
+    /// nothing else must broadcast it).
+    pub published: bool,
+}
+
 /// Where room history is kept.
 pub trait History: Send + Sync + 'static {
     /// Appends `text` to `room`'s history and answers its position.
@@ -109,6 +131,26 @@ pub trait History: Send + Sync + 'static {
         text: &str,
         config: &HistoryConfig,
     ) -> BoxFuture<Result<Pos, ClusterError>>;
+    /// Appends `text` and, when this history can, publishes `announce` with the message's
+    /// position and the one before it, in one atomic step: every replica then receives a room's
+    /// messages in position order. One that cannot only appends (`published` false).
+    fn append_announced(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+        announce: &RoomAnnounce,
+    ) -> BoxFuture<Result<Appended, ClusterError>> {
+        let _ = announce;
+        let append = self.append(room, text, config);
+        Box::pin(async move {
+            Ok(Appended {
+                pos: append.await?,
+                prev: None,
+                published: false,
+            })
+        })
+    }
     /// What `room`'s history holds after `since`.
     fn since(
         &self,

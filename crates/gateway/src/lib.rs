@@ -81,8 +81,8 @@ pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 #[cfg(feature = "etcd")]
 pub use etcd_registry::{EtcdConfig, EtcdRegistry};
 pub use history::{
-    BadPos, DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_SIZE, DEFAULT_HISTORY_TTL, History,
-    HistoryConfig, MemoryHistory, Pos, Recovery,
+    Appended, BadPos, DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_SIZE, DEFAULT_HISTORY_TTL,
+    History, HistoryConfig, MemoryHistory, Pos, Recovery, RoomAnnounce,
 };
 pub use membership::ClusterHealth;
 pub use protocol::ClientMessage;

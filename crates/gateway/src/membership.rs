@@ -189,14 +189,11 @@ async fn receive(
                 text,
                 origin,
                 pos,
+                prev,
             } => {
-                if origin != inner.replica.id {
-                    match pos.and_then(|p| p.parse::<crate::history::Pos>().ok()) {
-                        Some(pos) => gateway
-                            .push_room_local(&room, &crate::history::frame(&room, pos, &text)),
-                        None => gateway.push_room_local(&room, &text),
-                    };
-                }
+                gateway
+                    .receive_room(&room, &text, &origin, pos.as_deref(), prev.as_deref())
+                    .await;
             }
         }
     }

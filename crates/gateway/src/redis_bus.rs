@@ -126,6 +126,10 @@ impl ClusterBus for RedisBus {
         Box::pin(async move { sent.await.map(|_| ()) })
     }
 
+    fn atomic_room_channel(&self) -> Option<String> {
+        Some(self.rooms_channel())
+    }
+
     fn subscribe(&self, replica: &str) -> BusSubscription {
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_BUFFER);
         let channels = vec![self.replica_channel(replica), self.rooms_channel()];

@@ -13,7 +13,7 @@ use std::time::Duration;
 use holdfast_lifecycle::BoxFuture;
 
 use crate::cluster::ClusterError;
-use crate::history::{History, HistoryConfig, Pos, Recovery};
+use crate::history::{Appended, History, HistoryConfig, Pos, Recovery, RoomAnnounce};
 use crate::redis_conn::RedisConn;
 
 /// Drops entries over the count (ARGV[2]) or older than the age in ms (ARGV[3]), recording the
@@ -38,11 +38,21 @@ local function trim(size, ttl)
 end
 ";
 
-/// Appends ARGV[1], trims, refreshes the expiries; answers the new id. When the append creates
-/// the stream (a new room, or one whose stream expired or was flushed), the id just below the
-/// new one is recorded as dropped: the history starts there, and any `since` before it is a gap.
-const APPEND: &str = r"
+/// Appends ARGV[1], trims, refreshes the expiries; answers {the new id, the id before it}. When
+/// the append creates the stream (a new room, or one whose stream expired or was flushed), the
+/// id just below the new one is recorded as dropped, and is the id before it: the history starts
+/// there, and any `since` before it is a gap. When ARGV[4] names a channel, the JSON object
+/// ARGV[5] is published on it with `pos` and `prev` added, in this same atomic step, so
+/// subscribers receive a room's messages in stream order.
+const APPEND: &str = r#"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
+local prev = nil
+if not fresh then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then prev = info[i + 1] end
+  end
+end
 local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
 if fresh then
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -53,12 +63,17 @@ if fresh then
     floor = ms .. '-' .. string.format('%.0f', tonumber(seq) - 1)
   end
   redis.call('SET', KEYS[2], floor, 'PX', ARGV[3])
+  prev = floor
 end
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return id
-";
+if ARGV[4] ~= '' then
+  local m = string.sub(ARGV[5], 1, -2) .. ',"pos":"' .. id .. '","prev":"' .. prev .. '"}'
+  redis.call('PUBLISH', ARGV[4], m)
+end
+return {id, prev}
+"#;
 
 /// Trims, then answers {exists, newest dropped id, last id assigned, id, text, id, text...} of
 /// the entries from ARGV[4] on. The last id assigned is the stream's, not its last entry's: a
@@ -119,6 +134,44 @@ impl RedisHistory {
     }
 }
 
+impl RedisHistory {
+    /// Runs the append script, publishing `(channel, message)` with it when given.
+    fn append_script(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+        publish: Option<(String, String)>,
+    ) -> BoxFuture<Result<Appended, ClusterError>> {
+        let (stream, dropped) = self.keys(room);
+        let text = text.to_owned();
+        let (size, ttl) = (config.size, ttl_ms(config));
+        let script = self.append.clone();
+        let published = publish.is_some();
+        let (channel, message) = publish.unwrap_or_default();
+        let call = self.conn.call(move |mut c| async move {
+            script
+                .key(stream)
+                .key(dropped)
+                .arg(text)
+                .arg(size)
+                .arg(ttl)
+                .arg(channel)
+                .arg(message)
+                .invoke_async::<(String, String)>(&mut c)
+                .await
+        });
+        Box::pin(async move {
+            let (pos, prev) = call.await?;
+            Ok(Appended {
+                pos: id(&pos)?,
+                prev: Some(id(&prev)?),
+                published,
+            })
+        })
+    }
+}
+
 fn ttl_ms(config: &HistoryConfig) -> u64 {
     u64::try_from(config.ttl.as_millis())
         .unwrap_or(u64::MAX)
@@ -138,21 +191,24 @@ impl History for RedisHistory {
         text: &str,
         config: &HistoryConfig,
     ) -> BoxFuture<Result<Pos, ClusterError>> {
-        let (stream, dropped) = self.keys(room);
-        let text = text.to_owned();
-        let (size, ttl) = (config.size, ttl_ms(config));
-        let script = self.append.clone();
-        let call = self.conn.call(move |mut c| async move {
-            script
-                .key(stream)
-                .key(dropped)
-                .arg(text)
-                .arg(size)
-                .arg(ttl)
-                .invoke_async::<String>(&mut c)
-                .await
-        });
-        Box::pin(async move { id(&call.await?) })
+        let call = self.append_script(room, text, config, None);
+        Box::pin(async move { Ok(call.await?.pos) })
+    }
+
+    // r[impl gateway.history.order+2]
+    fn append_announced(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+        announce: &RoomAnnounce,
+    ) -> BoxFuture<Result<Appended, ClusterError>> {
+        let publish = announce
+            .channel
+            .as_ref()
+            .filter(|_| announce.message.ends_with('}'))
+            .map(|c| (c.clone(), announce.message.clone()));
+        self.append_script(room, text, config, publish)
     }
 
     fn since(

@@ -1,10 +1,15 @@
 //! The routing map in Redis, shared by every replica of a cluster.
 //!
-//! One key per user (`{prefix}route:{user}` → replica id). The compare-and-delete is a Lua
-//! script, so the read and the delete are one atomic step on the server: a replica can never
-//! delete the entry of a user who reconnected elsewhere between its read and its delete.
+//! One sorted set per user (`{prefix}route:{user}`): its members the replicas holding the user's
+//! connections, each scored with the Redis server time (ms) at which it expires. A replica
+//! refreshes its own members while it holds them, so a replica that dies stops being routed to
+//! within the TTL, and the key itself expires once no member is refreshed. Every call is a Lua
+//! script on the server's clock (replicas' clocks may disagree), and the compare-and-delete
+//! removes only the calling replica's member in one atomic step: a replica never deletes another
+//! replica's entry for the same user.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use holdfast_lifecycle::BoxFuture;
@@ -13,23 +18,87 @@ use redis::aio::MultiplexedConnection;
 use crate::cluster::{CasOutcome, ClusterError, RoutingMap};
 use crate::redis_conn::RedisConn;
 
-/// Deletes KEYS[1] only if it holds ARGV[1]: 1 cleared, 0 stale (another value), -1 absent.
-const COMPARE_AND_DELETE: &str = r"
-local v = redis.call('GET', KEYS[1])
-if not v then return -1 end
-if v == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return 0
+/// How long a replica's entry for a user lives without a refresh.
+pub const ROUTE_TTL: Duration = Duration::from_secs(30);
+
+/// Users refreshed per script call (bounds one call's keys and time on the server).
+const REFRESH_BATCH: usize = 500;
+
+/// The server's clock in ms, as `now`.
+const NOW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
+
+/// Adds ARGV[1] to KEYS[1] expiring ARGV[2] ms from now; drops expired members. A plain string
+/// (a route written before the per-user sets) is replaced.
+const ADD: &str = r"
+if redis.call('TYPE', KEYS[1]).ok == 'string' then redis.call('DEL', KEYS[1]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// The members of KEYS[1] not yet expired.
+const ROUTES: &str = r"
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty == 'string' then return {redis.call('GET', KEYS[1])} end
+if ty ~= 'zset' then return {} end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf')
+";
+
+/// Removes ARGV[1] from KEYS[1]: 1 cleared, 0 stale (others remain), -1 absent.
+const COMPARE_AND_DELETE: &str = r"
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty == 'none' then return -1 end
+if ty == 'string' then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  return 0
+end
+if ty ~= 'zset' then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 then return 1 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return -1
+";
+
+/// Pushes back the expiry of ARGV[1] in each of KEYS to ARGV[2] ms from now, re-adding it where
+/// it is missing (expired in an outage, or a Redis restart).
+const REFRESH: &str = r"
+local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
+for _, k in ipairs(KEYS) do
+  if redis.call('TYPE', k).ok == 'string' then redis.call('DEL', k) end
+  redis.call('ZADD', k, deadline, ARGV[1])
+  redis.call('PEXPIRE', k, ARGV[2])
+end
+return #KEYS
+";
+
+/// What the refresher keeps alive: for each replica, the users it holds.
+#[derive(Debug, Default)]
+struct Owned {
+    users: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// Held shared by adds and deletes, exclusively by a refresh: a refresh never re-adds an
+    /// entry whose delete ran while it was reading what to refresh.
+    turn: tokio::sync::RwLock<()>,
+    refresher: OnceLock<()>,
+}
 
 /// The routing map in Redis.
 #[derive(Clone)]
 pub struct RedisRouting {
     conn: RedisConn,
     prefix: String,
-    script: Arc<redis::Script>,
+    ttl: Duration,
+    add: Arc<redis::Script>,
+    routes: Arc<redis::Script>,
+    delete: Arc<redis::Script>,
+    owned: Arc<Owned>,
 }
 
 impl std::fmt::Debug for RedisRouting {
@@ -37,18 +106,43 @@ impl std::fmt::Debug for RedisRouting {
         // The URL may carry a password: never print it.
         f.debug_struct("RedisRouting")
             .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
 }
 
+fn script(body: &str) -> Arc<redis::Script> {
+    Arc::new(redis::Script::new(&format!("{NOW}{body}")))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 impl RedisRouting {
-    /// A map on the Redis at `url` (`redis://host:port`), its keys under `prefix`. Nothing is
-    /// connected until the first call; every call is bounded by `timeout`.
+    /// A map on the Redis at `url` (`redis://host:port`), its keys under `prefix`, its entries
+    /// living [`ROUTE_TTL`] unless refreshed. Nothing is connected until the first call; every
+    /// call is bounded by `timeout`.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, ClusterError> {
+        Self::with_ttl(url, prefix, timeout, ROUTE_TTL)
+    }
+
+    /// As [`RedisRouting::new`], with entries living `ttl` unless refreshed (refreshed every
+    /// third of it while their replica holds the user through this map or a clone of it).
+    pub fn with_ttl(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+        ttl: Duration,
+    ) -> Result<Self, ClusterError> {
         Ok(Self {
             conn: RedisConn::new(url, timeout)?,
             prefix: prefix.to_owned(),
-            script: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            ttl,
+            add: script(ADD),
+            routes: script(ROUTES),
+            delete: script(COMPARE_AND_DELETE),
+            owned: Arc::new(Owned::default()),
         })
     }
 
@@ -64,49 +158,138 @@ impl RedisRouting {
     {
         self.conn.call(op)
     }
+
+    /// Starts the refresher once, when there is a runtime to run it on.
+    fn ensure_refresher(&self) {
+        if self.owned.refresher.get().is_some() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.owned.refresher.set(()).is_ok() {
+            rt.spawn(refresh(
+                Arc::downgrade(&self.owned),
+                self.conn.clone(),
+                self.prefix.clone(),
+                self.ttl,
+            ));
+        }
+    }
+}
+
+// r[impl gateway.routing.expiry]
+/// Refreshes every entry this map holds, every third of the TTL, until the map (all its clones)
+/// is dropped. A failed round is retried at the next tick: an entry outlives one failed refresh.
+async fn refresh(owned: Weak<Owned>, conn: RedisConn, prefix: String, ttl: Duration) {
+    let script = script(REFRESH);
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(owned) = owned.upgrade() else { return };
+        let _turn = owned.turn.write().await;
+        let snapshot: Vec<(String, Vec<String>)> = crate::server::lock(&owned.users)
+            .iter()
+            .map(|(replica, users)| (replica.clone(), users.iter().cloned().collect()))
+            .collect();
+        for (replica, users) in snapshot {
+            for batch in users.chunks(REFRESH_BATCH) {
+                let keys: Vec<String> =
+                    batch.iter().map(|u| format!("{prefix}route:{u}")).collect();
+                let (script, to) = (script.clone(), replica.clone());
+                let done = conn
+                    .call(move |mut c| async move {
+                        let mut call = script.prepare_invoke();
+                        for k in keys {
+                            call.key(k);
+                        }
+                        call.arg(to).arg(ms(ttl)).invoke_async::<i64>(&mut c).await
+                    })
+                    .await;
+                if let Err(e) = done {
+                    tracing::warn!(replica = %replica, error = %e, "cannot refresh routes; retrying at the next tick");
+                }
+            }
+        }
+    }
 }
 
 impl RoutingMap for RedisRouting {
     fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>> {
+        self.ensure_refresher();
         let key = self.key(user);
-        let replica = replica.to_owned();
-        self.call(move |mut c| async move {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(replica)
-                .query_async::<()>(&mut c)
-                .await
+        let script = self.add.clone();
+        let owned = self.owned.clone();
+        let (user, replica) = (user.to_owned(), replica.to_owned());
+        let ttl = ms(self.ttl);
+        let this = self.clone();
+        Box::pin(async move {
+            let _turn = owned.turn.read().await;
+            // Held before the call: an add that fails now is made by the next refresh.
+            crate::server::lock(&owned.users)
+                .entry(replica.clone())
+                .or_default()
+                .insert(user);
+            this.call(move |mut c| async move {
+                script
+                    .key(key)
+                    .arg(replica)
+                    .arg(ttl)
+                    .invoke_async::<()>(&mut c)
+                    .await
+            })
+            .await
         })
     }
 
-    fn route(&self, user: &str) -> BoxFuture<Result<Option<String>, ClusterError>> {
+    fn routes(&self, user: &str) -> BoxFuture<Result<Vec<String>, ClusterError>> {
         let key = self.key(user);
-        self.call(move |mut c| async move {
-            redis::cmd("GET")
-                .arg(key)
-                .query_async::<Option<String>>(&mut c)
-                .await
+        let script = self.routes.clone();
+        let call = self.call(move |mut c| async move {
+            script.key(key).invoke_async::<Vec<String>>(&mut c).await
+        });
+        Box::pin(async move {
+            let mut replicas = call.await?;
+            replicas.sort();
+            replicas.dedup();
+            Ok(replicas)
         })
     }
 
-    // r[impl gateway.routing.compare-and-delete]
+    // r[impl gateway.routing.compare-and-delete+2]
     fn compare_and_delete(
         &self,
         user: &str,
         replica: &str,
     ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
         let key = self.key(user);
-        let replica = replica.to_owned();
-        let script = self.script.clone();
-        let fut = self.call(move |mut c| async move {
-            script
-                .key(key)
-                .arg(replica)
-                .invoke_async::<i64>(&mut c)
-                .await
-        });
+        let script = self.delete.clone();
+        let owned = self.owned.clone();
+        let (user, replica) = (user.to_owned(), replica.to_owned());
+        let this = self.clone();
         Box::pin(async move {
-            match fut.await? {
+            let _turn = owned.turn.read().await;
+            {
+                let mut users = crate::server::lock(&owned.users);
+                if let Some(set) = users.get_mut(&replica) {
+                    set.remove(&user);
+                    if set.is_empty() {
+                        users.remove(&replica);
+                    }
+                }
+            }
+            let answer = this
+                .call(move |mut c| async move {
+                    script
+                        .key(key)
+                        .arg(replica)
+                        .invoke_async::<i64>(&mut c)
+                        .await
+                })
+                .await?;
+            match answer {
                 1 => Ok(CasOutcome::Cleared),
                 0 => Ok(CasOutcome::Stale),
                 -1 => Ok(CasOutcome::Absent),

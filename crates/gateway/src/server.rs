@@ -98,7 +98,7 @@ pub(crate) struct Inner {
     pub(crate) history: Arc<dyn crate::history::History>,
     /// Room pushes hold their room's stripe from the history append to the broadcast, so this
     /// replica's members, and the bus, see one room's messages in position order.
-    pub(crate) room_locks: Box<[tokio::sync::Mutex<()>]>,
+    pub(crate) room_locks: Box<[crate::delivery::RoomStripe]>,
 }
 
 /// A running gateway. Cheap to clone.
@@ -203,9 +203,7 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
             history,
-            room_locks: (0..crate::delivery::ROOM_LOCK_STRIPES)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
+            room_locks: crate::delivery::room_stripes(),
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {

@@ -33,6 +33,8 @@ pub struct Stats {
     token_refused: [AtomicU64; TokenError::REASONS.len()],
     key_reloads: AtomicU64,
     key_reload_failures: AtomicU64,
+    room_gaps_filled: AtomicU64,
+    room_gaps_lost: AtomicU64,
     close_sent: Notify,
 }
 
@@ -87,6 +89,12 @@ pub struct StatsSnapshot {
     pub key_reloads: u64,
     /// Times changed key files were rejected (the previous keys kept).
     pub key_reload_failures: u64,
+    /// Room messages that reached this replica before some of their predecessors, which were
+    /// read from the room's stream and delivered first.
+    pub room_gaps_filled: u64,
+    /// Room messages that reached this replica before some of their predecessors that the
+    /// room's stream no longer held (or could not be read): those were not delivered here.
+    pub room_gaps_lost: u64,
 }
 
 impl StatsSnapshot {
@@ -136,6 +144,15 @@ impl Stats {
     }
     pub(crate) fn idle(&self) {
         inc(&self.idle_closed);
+    }
+    /// A room message arrived before some of its predecessors: `filled` when the stream still
+    /// held them and they were delivered first.
+    pub(crate) fn room_gap(&self, filled: bool) {
+        inc(if filled {
+            &self.room_gaps_filled
+        } else {
+            &self.room_gaps_lost
+        });
     }
     pub(crate) fn routing_error(&self) {
         inc(&self.routing_errors);
@@ -213,6 +230,8 @@ impl Stats {
             token_refused: std::array::from_fn(|i| g(&self.token_refused[i])),
             key_reloads: g(&self.key_reloads),
             key_reload_failures: g(&self.key_reload_failures),
+            room_gaps_filled: g(&self.room_gaps_filled),
+            room_gaps_lost: g(&self.room_gaps_lost),
         }
     }
 }

@@ -4,14 +4,16 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use holdfast_gateway::{
-    Cluster, ClusterError, Forward, Gateway, GatewayConfig, MemoryBus, MemoryRegistry,
-    MemoryRouting, Replica, ServiceRegistry,
+    Appended, BusMessage, Cluster, ClusterBus, ClusterError, Forward, Gateway, GatewayConfig,
+    History, HistoryConfig, MemoryBus, MemoryHistory, MemoryRegistry, MemoryRouting, Pos, Recovery,
+    Replica, RoomAnnounce, ServiceRegistry,
 };
 use holdfast_lifecycle::{BoxFuture, StopReason};
 
@@ -31,7 +33,7 @@ async fn start_in(cluster: &Cluster, config: GatewayConfig) -> Gateway {
         .unwrap()
 }
 
-// r[verify gateway.cluster.push-user]
+// r[verify gateway.cluster.push-user+2]
 // r[verify gateway.cluster.push-room]
 // r[verify gateway.cluster.bus]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,6 +77,205 @@ async fn pushes_reach_users_and_rooms_on_the_other_replica() {
     assert_eq!(a.cluster_health().forward_errors, 1);
     assert_eq!(a.push_room("lobby", "still").await.queued, 1);
     assert_eq!(next_text(&mut ann).await, "still");
+}
+
+// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.routing.compare-and-delete+2]
+/// A user connected to two replicas (twice to one of them) gets a push made on a third on every
+/// connection; each replica leaves the user's set only with its last connection of that user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_a_user_reaches_every_connection_on_every_replica() {
+    let cluster = shared();
+    let a = start_in(&cluster, config("a")).await;
+    let b = start_in(&cluster, config("b")).await;
+    let c = start_in(&cluster, config("c")).await;
+    let ann_a = member(&a, "ann", "lobby").await;
+    let mut ann_b1 = member(&b, "ann", "lobby").await;
+    let ann_b2 = member(&b, "ann", "lobby").await;
+    assert_eq!(cluster.routing.routes("ann").await.unwrap(), ["a", "b"]);
+
+    let d = c.push_user("ann", "from c").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    let mut clients = [ann_a, ann_b1, ann_b2];
+    for ws in &mut clients {
+        assert_eq!(next_text(ws).await, "from c");
+    }
+    // From a replica that holds some of her connections: those at once, the others forwarded.
+    let d = a.push_user("ann", "from a").await;
+    assert_eq!((d.queued, d.forwarded), (1, Forward::Published));
+    for ws in &mut clients {
+        assert_eq!(next_text(ws).await, "from a");
+    }
+
+    // One of two connections on b closes: b stays in her set.
+    let [ann_a, b1, ann_b2] = clients;
+    ann_b1 = b1;
+    drop(ann_b2);
+    eventually("b's second connection torn down", || b.connections() == 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(cluster.routing.routes("ann").await.unwrap(), ["a", "b"]);
+    // Her only connection on a closes: a leaves her set, b's entry stays.
+    drop(ann_a);
+    eventually("a released its route", || {
+        futures_util::FutureExt::now_or_never(cluster.routing.routes("ann"))
+            .and_then(Result::ok)
+            .is_some_and(|r| r == ["b"])
+    })
+    .await;
+    let d = c.push_user("ann", "still").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    assert_eq!(next_text(&mut ann_b1).await, "still");
+    assert_eq!(c.cluster_health().forward_errors, 0);
+}
+
+/// One history shared by every replica that publishes each message it appends on the shared bus
+/// in the same step, under one lock, with its predecessor's position: the in-process model of
+/// the Redis append script. With `announce` off it only appends (the order before the fix).
+#[derive(Clone)]
+struct Streams {
+    history: Arc<MemoryHistory>,
+    bus: MemoryBus,
+    last: Arc<Mutex<HashMap<String, Pos>>>,
+    announce: bool,
+}
+
+impl History for Streams {
+    fn append(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Pos, ClusterError>> {
+        self.history.append(room, text, config)
+    }
+
+    fn since(
+        &self,
+        room: &str,
+        since: Pos,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Recovery, ClusterError>> {
+        self.history.since(room, since, config)
+    }
+
+    fn append_announced(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+        announce: &RoomAnnounce,
+    ) -> BoxFuture<Result<Appended, ClusterError>> {
+        if !self.announce {
+            let pos = self
+                .history
+                .append_at(room, text, config, std::time::Instant::now());
+            return Box::pin(async move {
+                // The reply's way back from the server.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Ok(Appended {
+                    pos,
+                    prev: None,
+                    published: false,
+                })
+            });
+        }
+        let mut last = self.last.lock().unwrap();
+        let pos = self
+            .history
+            .append_at(room, text, config, std::time::Instant::now());
+        let prev = last
+            .insert(room.to_owned(), pos)
+            .unwrap_or(Pos { hi: pos.hi, lo: 0 });
+        let mut message: BusMessage = serde_json::from_str(&announce.message).unwrap();
+        if let BusMessage::Room {
+            pos: p, prev: q, ..
+        } = &mut message
+        {
+            *p = Some(pos.to_string());
+            *q = Some(prev.to_string());
+        }
+        drop(self.bus.broadcast(&message));
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok(Appended {
+                pos,
+                prev: Some(prev),
+                published: true,
+            })
+        })
+    }
+}
+
+fn streams(announce: bool) -> Cluster {
+    let bus = MemoryBus::new();
+    Cluster {
+        registry: Arc::new(MemoryRegistry::new()),
+        routing: Arc::new(MemoryRouting::new()),
+        bus: Arc::new(bus.clone()),
+        seed: None,
+        history: Some(Arc::new(Streams {
+            history: Arc::new(MemoryHistory::with_epoch(7)),
+            bus,
+            last: Arc::default(),
+            announce,
+        })),
+    }
+}
+
+/// The positions of the next `n` room messages `ws` receives.
+async fn positions(ws: &mut Client, n: usize) -> Vec<Pos> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let v: serde_json::Value = serde_json::from_str(&next_raw(ws).await).unwrap();
+        got.push(v["pos"].as_str().unwrap().parse().unwrap());
+    }
+    got
+}
+
+// r[verify gateway.history.order+2]
+/// Two replicas publish to one room at once and a third only receives: every member on each of
+/// the three gets every message once, in strictly increasing position order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_on_every_replica_sees_a_rooms_positions_strictly_increasing() {
+    let cluster = streams(std::env::var_os("HOLDFAST_TEST_ORDER_CONTROL").is_none());
+    let roomy = |id| {
+        let mut c = config(id);
+        // The clients read once every push is made: room for all of it.
+        c.send_queue = 1024;
+        c
+    };
+    let a = start_in(&cluster, roomy("a")).await;
+    let b = start_in(&cluster, roomy("b")).await;
+    let c = start_in(&cluster, roomy("c")).await;
+    let mut clients = Vec::new();
+    for (g, user) in [(&a, "ann"), (&b, "bob"), (&c, "cat"), (&c, "dan")] {
+        clients.push(member(g, user, "lobby").await);
+    }
+    const EACH: usize = 100;
+    let mut tasks = Vec::new();
+    for g in [a.clone(), b.clone()] {
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                g.push_room("lobby", &format!("m{i}")).await;
+                if i % 7 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for (i, ws) in clients.iter_mut().enumerate() {
+        let got = positions(ws, 2 * EACH).await;
+        let inversions = got.windows(2).filter(|w| w[1] <= w[0]).count();
+        assert_eq!(
+            inversions, 0,
+            "client {i}: positions not strictly increasing"
+        );
+    }
+    let lost: u64 = [&a, &b, &c].iter().map(|g| g.stats().room_gaps_lost).sum();
+    assert_eq!(lost, 0);
 }
 
 /// A registry that fails until `up` is set, counting attempts.

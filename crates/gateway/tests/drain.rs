@@ -75,8 +75,8 @@ impl RoutingMap for DownBackend {
     fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>> {
         self.routing.set_route(user, replica)
     }
-    fn route(&self, user: &str) -> BoxFuture<Result<Option<String>, ClusterError>> {
-        self.routing.route(user)
+    fn routes(&self, user: &str) -> BoxFuture<Result<Vec<String>, ClusterError>> {
+        self.routing.routes(user)
     }
     fn compare_and_delete(
         &self,
@@ -391,7 +391,7 @@ async fn the_stop_deadline_shortens_the_cap() {
 }
 
 // r[verify gateway.drain.routing]
-// r[verify gateway.routing.compare-and-delete]
+// r[verify gateway.routing.compare-and-delete+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
     let routing = MemoryRouting::new();
@@ -400,13 +400,16 @@ async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
     let b = start_with(short_cap("b", 1000), registry.clone(), routing.clone()).await;
     let _ann = member(&a.gateway, "ann", "lobby").await;
     let _bob_old = member(&a.gateway, "bob", "lobby").await;
-    // Bob reconnects to b before a drains.
+    // Bob connects to b too before a drains.
     let _bob_new = member(&b.gateway, "bob", "lobby").await;
-    assert_eq!(routing.get("bob").as_deref(), Some("b"));
-    // Cat's and Dan's entries are removed from outside (an operator, an expiry) before a drains.
+    assert_eq!(routing.get("bob"), ["a", "b"]);
+    // Cat's, Dan's and Eve's entries for a are removed from outside (an operator, an expiry)
+    // before a drains; Eve is connected to b too.
     let _cat = member(&a.gateway, "cat", "lobby").await;
     let _dan = member(&a.gateway, "dan", "lobby").await;
-    for user in ["cat", "dan"] {
+    let _eve = member(&a.gateway, "eve", "lobby").await;
+    let _eve_b = member(&b.gateway, "eve", "lobby").await;
+    for user in ["cat", "dan", "eve"] {
         assert_eq!(
             routing.compare_and_delete(user, "a").await,
             Ok(CasOutcome::Cleared)
@@ -417,19 +420,16 @@ async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
     assert_eq!(
         report.routes,
         RouteCleanup {
-            cleared: 1,
+            cleared: 2,
             stale: 1,
             absent: 2,
             failed: 0,
             unfinished: 0,
         }
     );
-    assert_eq!(routing.get("ann"), None);
-    assert_eq!(
-        routing.get("bob").as_deref(),
-        Some("b"),
-        "b's route survives a's drain"
-    );
+    assert!(routing.get("ann").is_empty());
+    assert_eq!(routing.get("bob"), ["b"], "b's route survives a's drain");
+    assert_eq!(routing.get("eve"), ["b"]);
     assert_eq!(registry.replicas().len(), 1);
 }
 
@@ -449,9 +449,5 @@ async fn control_arm_without_drain_leaves_registration_routes_and_no_close_frame
         node.registry.is_registered("a"),
         "registration outlives the replica"
     );
-    assert_eq!(
-        node.routing.get("ann").as_deref(),
-        Some("a"),
-        "route left behind"
-    );
+    assert_eq!(node.routing.get("ann"), ["a"], "route left behind");
 }

@@ -1,6 +1,6 @@
 //! The routing map on a real Redis (`cargo xtask test -- -p holdfast-gateway` starts one; without
-//! it these tests skip loudly): the Lua compare-and-delete's three outcomes, two replicas
-//! draining against one map, and Redis stalled at drain time.
+//! it these tests skip loudly): the Lua compare-and-delete's three outcomes, entries that expire
+//! with their replica, two replicas draining against one map, and Redis stalled at drain time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,7 +19,11 @@ fn prefix(test: &str) -> String {
     format!("holdfast-test:{}:{}:", test, std::process::id())
 }
 
-// r[verify gateway.routing.compare-and-delete]
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+// r[verify gateway.routing.compare-and-delete+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lua_compare_and_delete_has_three_outcomes_on_redis() {
     let Some(redis) = services::redis() else {
@@ -30,18 +34,27 @@ async fn the_lua_compare_and_delete_has_three_outcomes_on_redis() {
     let b = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
     a.set_route("ann", "a").await.unwrap();
     a.set_route("bob", "a").await.unwrap();
-    // Bob reconnected to b before a cleaned up.
+    // Bob is connected to b as well.
     b.set_route("bob", "b").await.unwrap();
+    assert_eq!(a.routes("bob").await, Ok(strings(&["a", "b"])));
     assert_eq!(
         a.compare_and_delete("ann", "a").await,
         Ok(CasOutcome::Cleared)
     );
-    assert_eq!(a.route("ann").await, Ok(None));
+    assert_eq!(a.routes("ann").await, Ok(vec![]));
+    assert_eq!(
+        a.compare_and_delete("bob", "a").await,
+        Ok(CasOutcome::Cleared)
+    );
+    assert_eq!(
+        a.routes("bob").await,
+        Ok(strings(&["b"])),
+        "b's entry survives"
+    );
     assert_eq!(
         a.compare_and_delete("bob", "a").await,
         Ok(CasOutcome::Stale)
     );
-    assert_eq!(a.route("bob").await, Ok(Some("b".into())));
     assert_eq!(
         a.compare_and_delete("cat", "a").await,
         Ok(CasOutcome::Absent)
@@ -49,6 +62,60 @@ async fn the_lua_compare_and_delete_has_three_outcomes_on_redis() {
     assert_eq!(
         b.compare_and_delete("bob", "b").await,
         Ok(CasOutcome::Cleared)
+    );
+    assert_eq!(b.routes("bob").await, Ok(vec![]));
+}
+
+// r[verify gateway.routing.expiry]
+/// A replica's entries live while its map refreshes them and go within the TTL once it stops
+/// (the process died): a dead replica is not routed to for longer than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_routes_expire_and_a_live_ones_are_refreshed() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("expiry");
+    let ttl = Duration::from_millis(600);
+    let live = RedisRouting::with_ttl(&redis.url, &p, Duration::from_secs(2), ttl).unwrap();
+    let dead = RedisRouting::with_ttl(&redis.url, &p, Duration::from_secs(2), ttl).unwrap();
+    live.set_route("ann", "a").await.unwrap();
+    dead.set_route("ann", "b").await.unwrap();
+    dead.set_route("bob", "b").await.unwrap();
+    assert_eq!(live.routes("ann").await, Ok(strings(&["a", "b"])));
+    // b's process dies: nothing refreshes its entries any more.
+    drop(dead);
+    tokio::time::sleep(ttl * 3).await;
+    assert_eq!(
+        live.routes("ann").await,
+        Ok(strings(&["a"])),
+        "a was refreshed"
+    );
+    assert_eq!(live.routes("bob").await, Ok(vec![]), "b's entries expired");
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(format!("{p}route:bob"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the key of a user nobody holds is gone");
+    // An entry lost on the server (a flush, a restart) comes back at the next refresh.
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}route:ann"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl).await;
+    assert_eq!(live.routes("ann").await, Ok(strings(&["a"])));
+    assert_eq!(
+        live.compare_and_delete("ann", "a").await,
+        Ok(CasOutcome::Cleared)
+    );
+    tokio::time::sleep(ttl).await;
+    assert_eq!(
+        live.routes("ann").await,
+        Ok(vec![]),
+        "a deleted entry is not refreshed"
     );
 }
 
@@ -74,18 +141,19 @@ async fn two_replicas_on_one_redis_map_drain_without_deleting_each_others_routes
     )
     .await;
     let _ann = member(&a, "ann", "lobby").await;
-    let _bob_old = member(&a, "bob", "lobby").await;
-    let _bob_new = member(&b, "bob", "lobby").await;
+    let _bob_a = member(&a, "bob", "lobby").await;
+    let _bob_b = member(&b, "bob", "lobby").await;
+    assert_eq!(routing.routes("bob").await, Ok(strings(&["a", "b"])));
     let report = a.drain(StopReason::Restart, None).await;
     assert_eq!(
         (report.routes.cleared, report.routes.stale),
-        (1, 1),
+        (2, 0),
         "{report:?}"
     );
-    assert_eq!(routing.route("ann").await, Ok(None));
-    assert_eq!(routing.route("bob").await, Ok(Some("b".into())));
+    assert_eq!(routing.routes("ann").await, Ok(vec![]));
+    assert_eq!(routing.routes("bob").await, Ok(strings(&["b"])));
     b.drain(StopReason::Restart, None).await;
-    assert_eq!(routing.route("bob").await, Ok(None));
+    assert_eq!(routing.routes("bob").await, Ok(vec![]));
 }
 
 // r[verify gateway.drain.budget]

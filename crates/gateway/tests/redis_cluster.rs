@@ -1,4 +1,4 @@
-//! Two replicas on one real Redis (`cargo xtask test -- -p holdfast-gateway` starts it; without
+//! Two or three replicas on one real Redis (`cargo xtask test -- -p holdfast-gateway` starts it; without
 //! it these tests skip loudly), each with its own connections as separate processes would have:
 //! cross-replica pushes, a subscriber that loses Redis and comes back, and Redis down at drain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::*;
 use holdfast_gateway::{
     Cluster, Forward, Gateway, GatewayConfig, MemoryRegistry, RedisBus, RedisHistory, RedisRouting,
+    RoutingMap,
 };
 use holdfast_lifecycle::StopReason;
 use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
@@ -43,7 +44,7 @@ async fn start_subscribed(config: GatewayConfig, cluster: Cluster) -> Gateway {
     g
 }
 
-// r[verify gateway.cluster.push-user]
+// r[verify gateway.cluster.push-user+2]
 // r[verify gateway.cluster.push-room]
 // r[verify gateway.cluster.bus]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,6 +78,53 @@ async fn pushes_cross_replicas_through_redis() {
     drop((ann, bob));
     a.drain(StopReason::Restart, None).await;
     b.drain(StopReason::Restart, None).await;
+}
+
+// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.routing.compare-and-delete+2]
+/// Three replicas on one Redis, each with its own clients as separate processes would have: a
+/// user connected to two of them gets a push made on the third on both, and keeps getting them
+/// on the one left when her connection on the other closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_on_two_replicas_gets_a_push_from_a_third_on_both() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("every");
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let c = start_subscribed(config("c"), on_redis(&redis.url, &p, &registry, 3)).await;
+    let routing = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let ann_a = member(&a, "ann", "lobby").await;
+    let mut ann_b = member(&b, "ann", "lobby").await;
+    assert_eq!(
+        routing.routes("ann").await.unwrap(),
+        ["a".to_owned(), "b".to_owned()]
+    );
+
+    let d = c.push_user("ann", "from c").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    let mut ann_a = ann_a;
+    assert_eq!(next_text(&mut ann_a).await, "from c");
+    assert_eq!(next_text(&mut ann_b).await, "from c");
+
+    // Her connection on a closes: a's entry goes, b's stays, and pushes still reach b.
+    drop(ann_a);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while routing.routes("ann").await.unwrap() != ["b".to_owned()] {
+        assert!(Instant::now() < deadline, "a's entry was not released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = c.push_user("ann", "still").await;
+    assert_eq!((d.queued, d.forwarded), (0, Forward::Published));
+    assert_eq!(next_text(&mut ann_b).await, "still");
+    assert_eq!(c.cluster_health().forward_errors, 0);
+
+    drop(ann_b);
+    for g in [&a, &b, &c] {
+        g.drain(StopReason::Restart, None).await;
+    }
 }
 
 // r[verify gateway.cluster.bus]
@@ -315,10 +363,9 @@ async fn rv_redis_stream_expiry_hides_a_gap() {
     assert_eq!(got, Recovery::Gap, "m2 missed silently: {got:?}");
 }
 
-// r[verify gateway.history.order]
-/// Across replicas the order holds per publishing replica (the rule's limit): 100 concurrent
-/// pushes alternating between a and b reach a member on a with each replica's pushes in
-/// position order (the review saw 7 inversions overall without the room lock).
+// r[verify gateway.history.order+2]
+/// Each publishing replica's pushes stay in position order (the review saw 7 inversions overall
+/// without the room lock); the test below checks the whole room's order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rv_live_order_across_replicas_holds_per_publishing_replica() {
     let Some(redis) = services::redis() else {
@@ -364,7 +411,7 @@ async fn rv_live_order_across_replicas_holds_per_publishing_replica() {
     }
 }
 
-// r[verify gateway.history.order]
+// r[verify gateway.history.order+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rv_live_order_on_one_replica_concurrent_pushes() {
     let Some(redis) = services::redis() else {
@@ -400,6 +447,68 @@ async fn rv_live_order_on_one_replica_concurrent_pushes() {
         inversions, 0,
         "live positions out of order {inversions} times"
     );
+}
+
+// r[verify gateway.history.order+2]
+/// Two replicas publish to one room at once and a third only receives, on one Redis: every
+/// member on each of the three sees the room's positions strictly increasing, every message
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_sees_a_rooms_positions_strictly_increasing_across_replicas() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("order3");
+    let registry = MemoryRegistry::new();
+    let roomy = |id| {
+        let mut c = config(id);
+        // The clients read once every push is made: room for all of it.
+        c.send_queue = 1024;
+        c
+    };
+    let a = start_subscribed(roomy("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(roomy("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let c = start_subscribed(roomy("c"), on_redis(&redis.url, &p, &registry, 3)).await;
+    let mut clients = Vec::new();
+    for (g, user) in [(&a, "ann"), (&b, "bob"), (&c, "cat"), (&c, "dan")] {
+        clients.push(member(g, user, "lobby").await);
+    }
+    const EACH: usize = 100;
+    let mut tasks = Vec::new();
+    for g in [a.clone(), b.clone()] {
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                g.push_room("lobby", &format!("m{i}")).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for (i, ws) in clients.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        for _ in 0..2 * EACH {
+            let v: serde_json::Value = serde_json::from_str(&next_raw(ws).await).unwrap();
+            got.push(
+                v["pos"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<holdfast_gateway::Pos>()
+                    .unwrap(),
+            );
+        }
+        let inversions = got.windows(2).filter(|w| w[1] <= w[0]).count();
+        assert_eq!(
+            inversions, 0,
+            "client {i}: positions not strictly increasing"
+        );
+    }
+    let lost: u64 = [&a, &b, &c].iter().map(|g| g.stats().room_gaps_lost).sum();
+    assert_eq!(lost, 0);
+    drop(clients);
+    for g in [&a, &b, &c] {
+        g.drain(StopReason::Restart, None).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

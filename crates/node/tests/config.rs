@@ -1330,6 +1330,52 @@ proptest::proptest! {
     }
 }
 
+// i[verify node.gateway.publish.distinct]
+#[test]
+fn a_publish_token_equal_to_the_admin_token_is_refused_at_its_key_without_showing_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path
+    };
+    let key = secret("gateway.key", "0123456789abcdef-gateway-secret\n");
+    let admin = secret("admin.token", "the-admin-token-0123456789\n");
+    // The same token, written differently around it: tokens are compared trimmed.
+    let same = secret("same.token", "  the-admin-token-0123456789 \n\n");
+    let other = secret("publish.token", "a-publish-token-0123456789\n");
+    let config = |publish: &std::path::Path| {
+        format!(
+            "[node]\n[admin]\ntoken_file = \"{}\"\n[gateway]\nlisten = \"127.0.0.1:7443\"\ntoken_key_file = \"{}\"\npublish_token_file = \"{}\"\n",
+            admin.display(),
+            key.display(),
+            publish.display()
+        )
+    };
+    let err = Config::parse("t.toml", &config(&same))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(
+            "t.toml:7:22: gateway.publish_token_file: holds the same token as admin.token_file"
+        ),
+        "{err}"
+    );
+    assert!(
+        !err.contains("the-admin-token"),
+        "the secret is never shown: {err}"
+    );
+    Config::parse("t.toml", &config(&other)).unwrap();
+    // Without an admin token there is nothing to be equal to.
+    let no_admin = config(&same).replace(
+        &format!("[admin]\ntoken_file = \"{}\"\n", admin.display()),
+        "",
+    );
+    Config::parse("t.toml", &no_admin).unwrap();
+}
+
 // i[verify node.gateway.config+4]
 // i[verify node.gateway.publish]
 #[test]

@@ -211,11 +211,11 @@ impl RoutingMap for CountingRouting {
     ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_gateway::ClusterError>> {
         self.inner.set_route(user, replica)
     }
-    fn route(
+    fn routes(
         &self,
         user: &str,
-    ) -> holdfast_lifecycle::BoxFuture<Result<Option<String>, holdfast_gateway::ClusterError>> {
-        self.inner.route(user)
+    ) -> holdfast_lifecycle::BoxFuture<Result<Vec<String>, holdfast_gateway::ClusterError>> {
+        self.inner.routes(user)
     }
     fn compare_and_delete(
         &self,

@@ -96,8 +96,37 @@ impl Config {
             crate::gateway_config::validate(gateway, &hosts, &|span, key, message| {
                 loc.at(span, key, message)
             })?;
+            self.refuse_publish_token_equal_to_admin(loc, gateway.get_ref())?;
         }
         self.validate_workloads(loc)
+    }
+
+    // i[impl node.gateway.publish.distinct]
+    /// The publish token is not the admin token: a backend that publishes must not be able to
+    /// drain the node. Both files were checked already; neither secret appears in the message.
+    fn refuse_publish_token_equal_to_admin(
+        &self,
+        loc: &Locator<'_>,
+        gateway: &crate::gateway_config::GatewaySection,
+    ) -> Result<(), ConfigError> {
+        let (Some(publish), Some(admin)) = (&gateway.publish_token_file, &self.admin.token_file)
+        else {
+            return Ok(());
+        };
+        let read = super::token::read;
+        if let (Ok(p), Ok(a)) = (read(publish.get_ref()), read(admin.get_ref()))
+            && a.matches(p.expose())
+        {
+            return Err(loc.at(
+                Some(publish.span()),
+                "gateway.publish_token_file",
+                format!(
+                    "holds the same token as admin.token_file ({}): the publish token must differ from the admin token, which can also drain the node",
+                    admin.get_ref().display()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     // i[impl node.admin.host+2]
