@@ -5,10 +5,13 @@
 //! the gateway on them, and publishes it in the node's
 //! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
-//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`.
+//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. A reload may
+//! replace its limits while it runs ([`Gateway::update_limits`]); the module's later starts use
+//! the limits its [`GatewayModule::limits`] handle holds.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use holdfast_gateway::config::LiveLimits;
 use holdfast_gateway::{
     ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
 };
@@ -205,6 +208,12 @@ impl GatewayView {
         }
     }
 
+    /// The gateway running now, unless it is draining (what a reload may update live).
+    pub fn running(&self) -> Option<Gateway> {
+        let s = self.lock();
+        s.current.clone().filter(|_| !s.draining)
+    }
+
     // r[impl node.gateway.readyz]
     /// Whether the gateway lets the node be ready: no `[gateway]` section, or a running gateway
     /// that is ready (not draining).
@@ -292,6 +301,9 @@ pub struct GatewayModule {
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
     pub view: GatewayView,
+    /// The limits each start uses (over `config`'s), replaced by a reload that takes new ones
+    /// live.
+    pub limits: Arc<Mutex<LiveLimits>>,
     slot: Slot<RunningGateway>,
 }
 
@@ -325,6 +337,7 @@ impl GatewayModule {
             data_dir,
         );
         GatewayModule {
+            limits: Arc::new(Mutex::new(config.live_limits())),
             config,
             token_keys,
             cluster: section.cluster_config(seed),
@@ -348,6 +361,19 @@ impl Module for GatewayModule {
         let key = self.token_keys.load().map_err(StartError)?;
         let mut config = self.config.clone();
         config.token_key = key;
+        let limits = *self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        let LiveLimits {
+            per_ip_limit,
+            unauthenticated_limit,
+            unauthenticated_per_ip_limit,
+            max_rooms_per_connection,
+            max_room_name,
+        } = limits;
+        config.per_ip_limit = per_ip_limit;
+        config.unauthenticated_limit = unauthenticated_limit;
+        config.unauthenticated_per_ip_limit = unauthenticated_per_ip_limit;
+        config.max_rooms_per_connection = max_rooms_per_connection;
+        config.max_room_name = max_room_name;
         let (settings, view) = (self.cluster.clone(), self.view.clone());
         Ok(spawn_hosted(self.slot.clone(), async move {
             // Contacts nothing: a backend that is down delays readiness, not the start.

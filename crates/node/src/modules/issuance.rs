@@ -3,10 +3,12 @@
 //! The module starts holdfast-issuance with the node's data directory, its seed for "issuance",
 //! the system wall clock and the node's fault board (one fault per blocked hostname), keeps the
 //! running handle where the admin API reads it (`/v1/certs`, force-retry, metrics), and stops it in
-//! the `issuance` stop group.
+//! the `issuance` stop group. A reload may replace its certificates while it runs
+//! ([`holdfast_issuance::Issuance::set_certificates`]); the module's later starts then use the
+//! config its [`IssuanceModule::config`] handle holds.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use holdfast_issuance::{Issuance, IssuanceConfig, SystemWallClock, WallClock};
 use holdfast_lifecycle::FaultBoard;
@@ -21,8 +23,9 @@ pub const NAME: &str = "issuance";
 /// The `[issuance]` section as the node runs it.
 #[derive(Clone)]
 pub struct IssuanceModule {
-    /// holdfast-issuance's own config (the `[issuance]` section as written).
-    pub config: IssuanceConfig,
+    /// holdfast-issuance's own config (the `[issuance]` section as written), read at each
+    /// start; the node's reload replaces it when it takes new certificates live.
+    pub config: Arc<Mutex<IssuanceConfig>>,
     /// The node's data directory (the module keeps its state under `issuance/`).
     pub data_dir: PathBuf,
     /// `NodeIdentity::seed("issuance")`.
@@ -46,7 +49,7 @@ impl IssuanceModule {
     ) -> Self {
         slot.configure();
         IssuanceModule {
-            config,
+            config: Arc::new(Mutex::new(config)),
             data_dir,
             seed,
             clock: Arc::new(SystemWallClock),
@@ -68,16 +71,15 @@ impl Module for IssuanceModule {
 
     fn start(&self) -> Result<Started, StartError> {
         let this = self.clone();
+        let config = this
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         Ok(spawn_hosted(self.slot.clone(), async move {
-            holdfast_issuance::start(
-                &this.config,
-                &this.data_dir,
-                this.seed,
-                this.clock,
-                this.faults,
-            )
-            .await
-            .map_err(|e| e.to_string())
+            holdfast_issuance::start(&config, &this.data_dir, this.seed, this.clock, this.faults)
+                .await
+                .map_err(|e| e.to_string())
         }))
     }
 }
