@@ -915,6 +915,194 @@ async fn a_module_the_reload_starts_that_fails_is_reported_failed() {
     assert!(log.contains("config reloaded"), "{log}");
 }
 
+/// The reload: on a node with a workload, a forward, an issuance hostname and a gateway
+/// (with a client and two open forwards), one reload adds a workload, narrows the forward's
+/// allow-list and adds an issuance hostname. All three apply without a restart of their module;
+/// the gateway client stays connected (no close frame), the forward to a target still allowed
+/// keeps relaying and the one to a target no longer allowed ends with its reason. Prints the
+/// reload's timeline (`--nocapture`). No Docker daemon needed: the workload module runs degraded
+/// and takes its new set all the same.
+// r[verify node.reload.live+2]
+// r[verify node.reload.live-forward]
+// r[verify node.reload.live-issuance]
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops_no_client() {
+    let (kept, dropped) = (echo(), echo());
+    // A loopback port nothing listens on: the local certificate provider is down, so each
+    // hostname's attempt fails, which is enough to see it decided.
+    let provider = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let tokens = forward_tokens(dir.path());
+    let web = "[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\n";
+    let api =
+        "[[workload]]\nname = \"api\"\nimage = \"busybox:1\"\ncommand = [\"sleep\", \"1d\"]\n";
+    let host =
+        |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
+    let issuance = |hosts: &[String]| {
+        format!(
+            "[issuance]\ntick = \"1s\"\n[issuance.local]\nendpoint = {{ tcp = \"{provider}\" }}\n{}",
+            hosts.concat()
+        )
+    };
+    let file = |workloads: &str, allow: &[std::net::SocketAddr], hosts: &[String]| {
+        format!(
+            "{workloads}{gateway}\n{}{}",
+            forward_allowing(&tokens, allow),
+            issuance(hosts)
+        )
+    };
+    let node = start_in(
+        dir,
+        &file(web, &[kept, dropped], &[host("a.example")]),
+        BUDGET,
+        None,
+    );
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (_keeps, kept_local) = open_forward(&listen, &pin, &tokens, kept).unwrap();
+    let (mut ends, dropped_local) = open_forward(&listen, &pin, &tokens, dropped).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(echoed(&peer, kept_local, 20));
+    assert!(echoed(&peer, dropped_local, 20));
+    let before = json_get(&node, "/v1/modules").await;
+
+    // One reload: a workload added, `dropped` no longer allowed, a hostname added.
+    rewrite(
+        &node,
+        &file(
+            &format!("{web}{api}"),
+            &[kept],
+            &[host("a.example"), host("b.example")],
+        ),
+    );
+    let began = Instant::now();
+    let answer = call_json(
+        &socket(&node),
+        hyper::Method::POST,
+        "/v1/reload",
+        None,
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    let took = began.elapsed();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["modules"],
+        json!({
+            "forward": "updated",
+            "gateway": "unchanged",
+            "issuance": "updated",
+            "pull": "changed",
+            "workload": "updated",
+        }),
+        "{answer}"
+    );
+    assert_eq!(answer["failed"], json!({}), "{answer}");
+
+    // The forward to `dropped` ends with its reason; the one to `kept` relays on.
+    let (status, stderr) = ended(&mut ends, Duration::from_secs(20)).await;
+    let dropped_ended = began.elapsed();
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("no longer allows"), "{stderr}");
+    assert!(
+        echoed(&peer, kept_local, 20),
+        "the kept forward stopped relaying"
+    );
+    // The gateway client is still connected: no close frame, and a push reaches it.
+    push(&node, "lobby", "after the reload").await;
+    assert!(next_text(&mut ws).await.contains("after the reload"));
+    let closed = close_frame(&mut ws, Duration::from_millis(300)).await;
+    assert!(closed.is_none(), "{closed:?}");
+    // The workloads and the hostnames are the new sets.
+    let mut workloads = Vec::new();
+    let mut hostnames = Vec::new();
+    for _ in 0..250 {
+        let listed = json_get(&node, "/v1/workloads").await;
+        workloads = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect();
+        let certs = json_get(&node, "/v1/certs").await;
+        hostnames = certs
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .filter_map(|c| c["hostname"].as_str().map(str::to_owned))
+            .collect();
+        if workloads.len() == 2 && hostnames.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(workloads, ["api", "web"]);
+    assert_eq!(hostnames, ["a.example", "b.example"]);
+    // Only `pull` (built from the workloads' images) started again.
+    let after = json_get(&node, "/v1/modules").await;
+    let starts_of = |modules: &Value| -> Vec<(String, u64)> {
+        modules
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap().to_owned(),
+                    m["starts"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    for ((name, was), (_, now)) in starts_of(&before).iter().zip(starts_of(&after)) {
+        if name != "pull" {
+            assert_eq!(*was, now, "{name} restarted: {after}");
+        }
+    }
+    let gateway = json_get(&node, "/v1/gateway").await;
+    assert_eq!(gateway["connections"], 1, "{gateway}");
+
+    println!(
+        "reload timeline (a workload added, the forward's allow-list narrowed, a hostname added):"
+    );
+    println!(
+        "POST /v1/reload answered in {} ms (node: {} ms)",
+        took.as_millis(),
+        answer["took_ms"]
+    );
+    println!("modules: {}", answer["modules"]);
+    println!(
+        "forward to the target no longer allowed ended {} ms after the reload began: {}",
+        dropped_ended.as_millis(),
+        stderr.lines().last().unwrap_or_default()
+    );
+    println!("forward to the target still allowed: relaying after the reload = true");
+    println!(
+        "gateway client: connected = {}, close frame = {closed:?}, push after the reload received = true",
+        gateway["connections"] == 1
+    );
+    println!(
+        "module starts before/after: {:?} / {:?}",
+        starts_of(&before),
+        starts_of(&after)
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
+}
+
 // r[verify node.reload.live-gateway]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
