@@ -65,6 +65,22 @@ impl Default for DrainConfig {
     }
 }
 
+/// The limits a running gateway takes live ([`crate::Gateway::update_limits`]): admission at
+/// accept and the room limits at join (0: no limit, as in [`GatewayConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveLimits {
+    /// [`GatewayConfig::per_ip_limit`].
+    pub per_ip_limit: usize,
+    /// [`GatewayConfig::unauthenticated_limit`].
+    pub unauthenticated_limit: usize,
+    /// [`GatewayConfig::unauthenticated_per_ip_limit`].
+    pub unauthenticated_per_ip_limit: usize,
+    /// [`GatewayConfig::max_rooms_per_connection`].
+    pub max_rooms_per_connection: usize,
+    /// [`GatewayConfig::max_room_name`].
+    pub max_room_name: usize,
+}
+
 /// Everything the gateway needs to run.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -164,6 +180,17 @@ impl PublishKey {
 }
 
 impl GatewayConfig {
+    /// The limits of this config a running gateway takes live.
+    pub fn live_limits(&self) -> LiveLimits {
+        LiveLimits {
+            per_ip_limit: self.per_ip_limit,
+            unauthenticated_limit: self.unauthenticated_limit,
+            unauthenticated_per_ip_limit: self.unauthenticated_per_ip_limit,
+            max_rooms_per_connection: self.max_rooms_per_connection,
+            max_room_name: self.max_room_name,
+        }
+    }
+
     /// The defaults, for a replica id and a token key.
     pub fn new(listen: SocketAddr, replica_id: impl Into<String>, token_key: TokenKey) -> Self {
         Self {

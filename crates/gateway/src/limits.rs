@@ -50,12 +50,15 @@ struct Counts {
     per_ip: HashMap<Source, Held>,
 }
 
-/// The limits and what currently counts against them.
+/// The limits and what currently counts against them. The limits may be replaced while the
+/// gateway runs ([`Limits::set`]): each admission and join reads them as they are then.
 #[derive(Debug)]
 pub(crate) struct Limits {
-    per_ip_limit: usize,
-    unauthenticated_limit: usize,
-    unauthenticated_per_ip_limit: usize,
+    per_ip_limit: AtomicUsize,
+    unauthenticated_limit: AtomicUsize,
+    unauthenticated_per_ip_limit: AtomicUsize,
+    max_rooms_per_connection: AtomicUsize,
+    max_room_name: AtomicUsize,
     counts: Mutex<Counts>,
     unauthenticated: AtomicUsize,
 }
@@ -68,12 +71,54 @@ impl Limits {
         unauthenticated_per_ip_limit: usize,
     ) -> Arc<Self> {
         Arc::new(Self {
-            per_ip_limit,
-            unauthenticated_limit,
-            unauthenticated_per_ip_limit,
+            per_ip_limit: AtomicUsize::new(per_ip_limit),
+            unauthenticated_limit: AtomicUsize::new(unauthenticated_limit),
+            unauthenticated_per_ip_limit: AtomicUsize::new(unauthenticated_per_ip_limit),
+            max_rooms_per_connection: AtomicUsize::new(0),
+            max_room_name: AtomicUsize::new(0),
             counts: Mutex::new(Counts::default()),
             unauthenticated: AtomicUsize::new(0),
         })
+    }
+
+    /// Replaces every limit. What is admitted or joined already stays: a lowered limit refuses
+    /// what comes next until the count falls under it.
+    // r[impl node.reload.live-gateway]
+    pub(crate) fn set(&self, live: crate::config::LiveLimits) {
+        // Under the admission lock, so that one admission never sees half of an update.
+        let _counts = crate::server::lock(&self.counts);
+        let store = |a: &AtomicUsize, v: usize| a.store(v, Ordering::SeqCst);
+        store(&self.per_ip_limit, live.per_ip_limit);
+        store(&self.unauthenticated_limit, live.unauthenticated_limit);
+        store(
+            &self.unauthenticated_per_ip_limit,
+            live.unauthenticated_per_ip_limit,
+        );
+        store(
+            &self.max_rooms_per_connection,
+            live.max_rooms_per_connection,
+        );
+        store(&self.max_room_name, live.max_room_name);
+    }
+
+    /// The admission limits: per source, unauthenticated in all, unauthenticated per source.
+    pub(crate) fn admission_limits(&self) -> (usize, usize, usize) {
+        let load = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+        (
+            load(&self.per_ip_limit),
+            load(&self.unauthenticated_limit),
+            load(&self.unauthenticated_per_ip_limit),
+        )
+    }
+
+    /// Rooms one connection may be in at once (0: no limit).
+    pub(crate) fn max_rooms_per_connection(&self) -> usize {
+        self.max_rooms_per_connection.load(Ordering::SeqCst)
+    }
+
+    /// The longest room name a client may join, in bytes (0: no limit).
+    pub(crate) fn max_room_name(&self) -> usize {
+        self.max_room_name.load(Ordering::SeqCst)
     }
 
     /// Admits a connection from `ip`, or says which limit it is over. An admitted connection
@@ -84,7 +129,8 @@ impl Limits {
         let source = Source::of(ip);
         let mut counts = crate::server::lock(&self.counts);
         let held = counts.per_ip.get(&source).copied().unwrap_or_default();
-        if self.per_ip_limit != 0 && held.open >= self.per_ip_limit {
+        let per_ip_limit = self.per_ip_limit.load(Ordering::SeqCst);
+        if per_ip_limit != 0 && held.open >= per_ip_limit {
             return Err(Refusal::PerIp);
         }
         if let Some(refusal) = self.unauthenticated_per_ip_refusal(held) {
@@ -93,7 +139,8 @@ impl Limits {
         // Under the same lock as the per-address count, so two admissions cannot both take the
         // last unauthenticated place.
         let unauth = self.unauthenticated.load(Ordering::SeqCst);
-        if self.unauthenticated_limit != 0 && unauth >= self.unauthenticated_limit {
+        let unauthenticated_limit = self.unauthenticated_limit.load(Ordering::SeqCst);
+        if unauthenticated_limit != 0 && unauth >= unauthenticated_limit {
             return Err(Refusal::Unauthenticated);
         }
         self.unauthenticated.fetch_add(1, Ordering::SeqCst);
@@ -112,9 +159,8 @@ impl Limits {
     /// pool needs many sources to fill.
     // r[impl gateway.edge.unauthenticated-per-source]
     fn unauthenticated_per_ip_refusal(&self, held: Held) -> Option<Refusal> {
-        (self.unauthenticated_per_ip_limit != 0
-            && held.unauthenticated >= self.unauthenticated_per_ip_limit)
-            .then_some(Refusal::UnauthenticatedPerIp)
+        let limit = self.unauthenticated_per_ip_limit.load(Ordering::SeqCst);
+        (limit != 0 && held.unauthenticated >= limit).then_some(Refusal::UnauthenticatedPerIp)
     }
 
     /// Admitted connections not yet authenticated.
@@ -211,6 +257,43 @@ mod tests {
         drop((b1, c1));
         assert_eq!(limits.unauthenticated(), 0);
         assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
+    }
+
+    // r[verify node.reload.live-gateway]
+    #[test]
+    fn limits_replaced_live_hold_what_comes_next_and_close_nothing() {
+        let limits = Limits::new(3, 0, 0);
+        let held: Vec<_> = (0..3)
+            .map(|_| limits.admit(ip("10.0.0.1")).unwrap())
+            .collect();
+        assert_eq!(limits.admit(ip("10.0.0.1")).unwrap_err(), Refusal::PerIp);
+        let live = |per_ip_limit, unauthenticated_limit| crate::config::LiveLimits {
+            per_ip_limit,
+            unauthenticated_limit,
+            unauthenticated_per_ip_limit: 0,
+            max_rooms_per_connection: 2,
+            max_room_name: 9,
+        };
+        // Raised: one more is admitted.
+        limits.set(live(4, 0));
+        let fourth = limits.admit(ip("10.0.0.1")).unwrap();
+        assert_eq!(
+            (limits.max_rooms_per_connection(), limits.max_room_name()),
+            (2, 9)
+        );
+        // Lowered under what is open: what is open stays, nothing new comes in.
+        limits.set(live(1, 5));
+        assert_eq!(limits.open_from(ip("10.0.0.1")), 4);
+        assert_eq!(limits.admit(ip("10.0.0.1")).unwrap_err(), Refusal::PerIp);
+        // The pool of unauthenticated connections (four held) is full at five after one more.
+        let other = limits.admit(ip("10.0.0.2")).unwrap();
+        assert_eq!(
+            limits.admit(ip("10.0.0.3")).unwrap_err(),
+            Refusal::Unauthenticated
+        );
+        drop((held, fourth, other));
+        let _one = limits.admit(ip("10.0.0.1")).unwrap();
+        assert_eq!(limits.admission_limits(), (1, 5, 0));
     }
 
     // r[verify gateway.edge.unauthenticated-per-source]

@@ -294,6 +294,28 @@ impl Gateway {
         reload_keys(&self.inner)
     }
 
+    /// Replaces the admission and room limits while the gateway runs (the node's reload): each
+    /// connection that arrives and each join from now on is held to `limits`; connections open
+    /// and rooms joined already stay, nothing is closed.
+    // r[impl node.reload.live-gateway]
+    pub fn update_limits(&self, limits: crate::config::LiveLimits) {
+        self.inner.limits.set(limits);
+        tracing::info!(replica = %self.inner.replica.id, ?limits, "gateway: limits updated");
+    }
+
+    /// The limits in force now.
+    pub fn live_limits(&self) -> crate::config::LiveLimits {
+        let l = &self.inner.limits;
+        let (per_ip, unauth, unauth_per_ip) = l.admission_limits();
+        crate::config::LiveLimits {
+            per_ip_limit: per_ip,
+            unauthenticated_limit: unauth,
+            unauthenticated_per_ip_limit: unauth_per_ip,
+            max_rooms_per_connection: l.max_rooms_per_connection(),
+            max_room_name: l.max_room_name(),
+        }
+    }
+
     /// The last failed reload of the token key files, until one succeeds.
     pub fn key_fault(&self) -> Option<crate::token::KeyError> {
         self.inner.config.token_key.fault()
@@ -360,6 +382,7 @@ fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError
         config.unauthenticated_limit,
         config.unauthenticated_per_ip_limit,
     );
+    limits.set(config.live_limits());
     let tls = match &config.tls {
         Some(files) => Some(Tls::new(files.clone(), config.tls_check_interval)?),
         None => None,
@@ -904,8 +927,8 @@ async fn join(
     since: Option<&serde_json::Value>,
     session: &mut Session,
 ) -> Option<Ending> {
-    let cfg = &inner.config;
-    if cfg.max_room_name != 0 && room.len() > cfg.max_room_name {
+    let max_room_name = inner.limits.max_room_name();
+    if max_room_name != 0 && room.len() > max_room_name {
         return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
     }
     if !permitted(inner, session, room, token) {
@@ -926,7 +949,7 @@ async fn join(
     }
     match inner
         .registry
-        .join_within(id, room, cfg.max_rooms_per_connection)
+        .join_within(id, room, inner.limits.max_rooms_per_connection())
     {
         Ok(()) => match since {
             None => reply(ws, ack("joined", room)).await,

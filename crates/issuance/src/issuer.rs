@@ -330,7 +330,8 @@ pub struct Metrics {
 /// The issuer.
 pub struct Issuer {
     policy: IssuePolicy,
-    hosts: Vec<Hostname>,
+    /// The certificates, replaced whole by [`Issuer::replace_hosts`]; each pass reads one set.
+    hosts: Mutex<Arc<Vec<Hostname>>>,
     db: Mutex<HistoryDb>,
     store: CertStore,
     clock: Arc<dyn WallClock>,
@@ -339,8 +340,8 @@ pub struct Issuer {
     faults: FaultBoard,
     /// Why the attempts are kept in memory (the file could not be used at start), if they are.
     history_unavailable: Option<String>,
-    /// Deploy and hook, per certificate.
-    outputs: HashMap<String, Outputs>,
+    /// Deploy and hook, per certificate (replaced with the certificates).
+    outputs: Mutex<Arc<HashMap<String, Outputs>>>,
     /// The pacing of failing hooks.
     hook_policy: Policy,
     /// Held while deploys and hooks run: overlapping ticks would write the same files through
@@ -360,7 +361,7 @@ pub const HISTORY_UNAVAILABLE: &str = "history_unavailable";
 impl std::fmt::Debug for Issuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Issuer")
-            .field("hosts", &self.hosts)
+            .field("hosts", &self.hosts())
             .finish_non_exhaustive()
     }
 }
@@ -391,7 +392,7 @@ impl Issuer {
         }
         Ok(Self {
             policy,
-            hosts,
+            hosts: Mutex::new(Arc::new(hosts)),
             db: Mutex::new(db),
             store,
             clock,
@@ -399,7 +400,7 @@ impl Issuer {
             memory: Mutex::new(memory),
             faults: FaultBoard::new(),
             history_unavailable: None,
-            outputs: HashMap::new(),
+            outputs: Mutex::new(Arc::new(HashMap::new())),
             hook_policy: hook::pacing(policy_seed),
             outputs_running: tokio::sync::Mutex::new(()),
         })
@@ -411,10 +412,18 @@ impl Issuer {
     /// beside the store) has its hook run again, so a restart forgets no hook owed.
     // r[impl issue.deploy]
     // r[impl issue.on-renew]
-    pub fn with_outputs(mut self, outputs: HashMap<String, Outputs>) -> Self {
+    pub fn with_outputs(self, outputs: HashMap<String, Outputs>) -> Self {
+        self.owe_outputs(&outputs, |_| true);
+        *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(outputs);
+        self
+    }
+
+    /// Marks the deploys and hooks owed for the stored pairs of the certificates in `outputs`
+    /// that `which` accepts.
+    fn owe_outputs(&self, outputs: &HashMap<String, Outputs>, which: impl Fn(&str) -> bool) {
         {
             let mut memory = self.memory();
-            for (name, out) in &outputs {
+            for (name, out) in outputs.iter().filter(|(name, _)| which(name)) {
                 let Some(pair) = self.store.get(name) else {
                     continue;
                 };
@@ -426,8 +435,80 @@ impl Issuer {
                 }
             }
         }
-        self.outputs = outputs;
-        self
+    }
+
+    /// The certificates now.
+    fn hosts(&self) -> Arc<Vec<Hostname>> {
+        Arc::clone(&self.hosts.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The deploys and hooks now.
+    fn outputs(&self) -> Arc<HashMap<String, Outputs>> {
+        Arc::clone(&self.outputs.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the certificates (and their deploys and hooks) while the issuer runs. One kept
+    /// (the same key) keeps its state: its history, pacing, block, renewal window and the work
+    /// it is owed. One added is loaded from the store (an unusable file is reported) and decided
+    /// at the next tick; one removed is no longer decided, renewed, listed or deployed, and its
+    /// faults are cleared (its history and stored files are left as they are).
+    // r[impl node.reload.live-issuance]
+    pub fn replace_hosts(&self, hosts: Vec<Hostname>, outputs: HashMap<String, Outputs>) {
+        let old = self.hosts();
+        let kept = |name: &str| old.iter().any(|h| h.name == name);
+        let removed: Vec<String> = old
+            .iter()
+            .filter(|h| !hosts.iter().any(|n| n.name == h.name))
+            .map(|h| h.name.clone())
+            .collect();
+        {
+            let mut memory = self.memory();
+            for host in hosts.iter().filter(|h| !kept(&h.name)) {
+                if let Err(err) = self.store.load(&host.name) {
+                    tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
+                    memory
+                        .bad_on_disk
+                        .insert(host.name.clone(), err.to_string());
+                }
+            }
+            for name in &removed {
+                memory.pending.remove(name);
+                memory.hooks.remove(name);
+                memory.manual.remove(name);
+                memory.last_error.remove(name);
+                memory.ari.remove(name);
+                memory.bad_on_disk.remove(name);
+            }
+        }
+        // What an added certificate, or one that gained a deploy or hook, is owed.
+        let before = self.outputs();
+        self.owe_outputs(&outputs, |name| {
+            let now = outputs.get(name);
+            let was = before.get(name);
+            !kept(name)
+                || now.is_some_and(|n| n.deploy.is_some()) && was.is_none_or(|w| w.deploy.is_none())
+                || now.is_some_and(|n| n.on_renew.is_some())
+                    && was.is_none_or(|w| w.on_renew.is_none())
+        });
+        for name in &removed {
+            for subject in [
+                Subject::new(MODULE, name.clone()),
+                expiry_subject(name),
+                deploy_subject(name),
+                hook_subject(name),
+            ] {
+                self.faults.clear(&subject);
+            }
+        }
+        *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(outputs);
+        *self.hosts.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(hosts);
+        let added = self.hosts().iter().filter(|h| !kept(&h.name)).count();
+        tracing::info!(
+            added,
+            removed = removed.len(),
+            "issuance: certificates replaced"
+        );
+        self.sync_faults_of(self.hosts().iter().filter(|h| !kept(&h.name)));
     }
 
     /// Writes the deploys still owed, then runs the hooks owed whose pacing allows: a failed
@@ -447,12 +528,14 @@ impl Issuer {
             .iter()
             .map(|(name, p)| (name.clone(), *p))
             .collect();
+        // Declared before what borrows from them.
+        let (outputs, all) = (self.outputs(), self.hosts());
         let mut hooks = Vec::new();
         for (name, mut pending) in owed {
             let (Some(out), Some(pair), Some(host)) = (
-                self.outputs.get(&name),
+                outputs.get(&name),
                 self.store.get(&name),
-                self.hosts.iter().find(|h| h.name == name),
+                all.iter().find(|h| h.name == name),
             ) else {
                 self.memory().pending.remove(&name);
                 continue;
@@ -631,7 +714,7 @@ impl Issuer {
     /// `bad_certificate`); cleared when the condition is gone.
     // r[impl issue.fault]
     pub fn sync_faults(&self) {
-        self.sync_faults_of(self.hosts.iter());
+        self.sync_faults_of(self.hosts().iter());
     }
 
     /// [`Issuer::sync_faults`] for the hostnames whose state a tick may have changed: those it
@@ -648,7 +731,7 @@ impl Issuer {
             })
             .chain(attempted.iter().cloned())
             .collect();
-        self.sync_faults_of(self.hosts.iter().filter(|h| open.contains(&h.name)));
+        self.sync_faults_of(self.hosts().iter().filter(|h| open.contains(&h.name)));
     }
 
     fn sync_faults_of<'a>(&self, hosts: impl Iterator<Item = &'a Hostname>) {
@@ -749,10 +832,11 @@ impl Issuer {
         &self.policy
     }
 
-    fn host(&self, name: &str) -> Result<&Hostname, IssuerError> {
-        self.hosts
+    fn host(&self, name: &str) -> Result<Hostname, IssuerError> {
+        self.hosts()
             .iter()
             .find(|h| h.name == name)
+            .cloned()
             .ok_or_else(|| IssuerError::Unknown(name.to_owned()))
     }
 
@@ -780,7 +864,7 @@ impl Issuer {
         let host = self.host(hostname)?;
         let now = self.clock.now();
         let manual = self.memory().manual.contains(hostname);
-        self.decide(host, Flags { manual }, now)
+        self.decide(&host, Flags { manual }, now)
     }
 
     // r[impl issue.certificates]
@@ -851,9 +935,12 @@ impl Issuer {
         self.store.wake_on_expiry();
         self.refresh_renewal_windows(now).await;
         let mut report = TickReport::default();
+        // One set for the whole tick (a reload may replace it meanwhile), declared before the
+        // attempts that borrow from it.
+        let hosts = self.hosts();
         let mut attempts = Vec::new();
         let mut stopped: Option<HistoryError> = None;
-        for host in &self.hosts {
+        for host in hosts.iter() {
             // Claim the hostname before deciding, in one step with the check: a tick running
             // beside this one (on another worker) neither dispatches it too nor acts on a
             // decision taken before this one's attempt recorded its outcome.
@@ -968,7 +1055,7 @@ impl Issuer {
                 memory.last_error.remove(&host.name);
                 memory.ari.remove(&host.name);
                 memory.bad_on_disk.remove(&host.name);
-                if let Some(out) = self.outputs.get(&host.name) {
+                if let Some(out) = self.outputs().get(&host.name) {
                     let pending = memory.pending.entry(host.name.clone()).or_default();
                     pending.deploy |= out.deploy.is_some();
                     pending.hook |= out.on_renew.is_some();
@@ -1025,7 +1112,7 @@ impl Issuer {
         // tick for hostnames × timeout. Hostnames not reached stay due for the next tick.
         let bound = self.attempt_timeout.min(ARI_TIMEOUT);
         let deadline = tokio::time::Instant::now() + bound;
-        for host in &self.hosts {
+        for host in self.hosts().iter() {
             let Some(pair) = self.store.stored(&host.name) else {
                 continue;
             };
@@ -1051,8 +1138,8 @@ impl Issuer {
     /// Every hostname's state, for `holdfast certs`.
     pub fn statuses(&self) -> Result<Vec<HostStatus>, IssuerError> {
         let now = self.clock.now();
-        let mut out = Vec::with_capacity(self.hosts.len());
-        for host in &self.hosts {
+        let mut out = Vec::with_capacity(self.hosts().len());
+        for host in self.hosts().iter() {
             let (manual, in_flight, last_error) = {
                 let m = self.memory();
                 (
@@ -1092,7 +1179,7 @@ impl Issuer {
     pub fn blocked(&self) -> Result<Vec<BlockedHost>, IssuerError> {
         let now = self.clock.now();
         let mut out = Vec::new();
-        for host in &self.hosts {
+        for host in self.hosts().iter() {
             if let Verdict::Blocked { until, reason, .. } =
                 self.decide(host, Flags::default(), now)?
             {

@@ -858,6 +858,19 @@ pub struct Issuance {
     responder: Option<Http01Responder>,
     tls_alpn01: Option<TlsAlpnResponder>,
     cleanups: crate::dns01::Cleanups,
+    /// The sources started, by the source kind and challenge each serves.
+    sources: Sources,
+}
+
+/// The sources a running module started, by the source kind and challenge each serves.
+struct Sources(Vec<((SourceKind, Challenge), Arc<dyn crate::Source>)>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(serves, _)| serves))
+            .finish()
+    }
 }
 
 /// Starts the module: opens the attempts table (in memory, with a fault, when the file cannot be
@@ -930,6 +943,8 @@ pub async fn start_with(
     // The DNS-01 record removals under way: the stop waits for them.
     let cleanups = crate::dns01::Cleanups::default();
     let mut local_source = None;
+    // Each source by what it serves, for certificates a reload adds.
+    let mut sources: Vec<((SourceKind, Challenge), Arc<dyn crate::Source>)> = Vec::new();
     let mut hosts = Vec::new();
     let mut outputs = std::collections::HashMap::new();
     for h in config.planned() {
@@ -1043,22 +1058,12 @@ pub async fn start_with(
             }
         };
         if let Some(source) = source {
-            let deploy = match &h.deploy {
-                Some((deploy, shared)) => Some(
-                    deploy
-                        .target(&key, *shared)
-                        .map_err(|e| StartError::Config(format!("deploy: {e}")))?,
-                ),
-                None => None,
-            };
-            let on_renew = h.on_renew.clone().map(|argv| Hook {
-                argv,
-                timeout: config.on_renew_timeout(),
-            });
-            if deploy.is_some() || on_renew.is_some() {
-                outputs.insert(key.clone(), Outputs { deploy, on_renew });
+            sources.push(((h.source, h.challenge), source.clone()));
+            let (host, out) = certificate(config, h, source, &key)?;
+            if let Some(out) = out {
+                outputs.insert(key, out);
             }
-            hosts.push(Hostname::certificate(h.names, source));
+            hosts.push(host);
         }
     }
     let mut issuer = Issuer::new(policy, hosts, db, store, clock, config.attempt_bound())?
@@ -1097,10 +1102,79 @@ pub async fn start_with(
         responder,
         tls_alpn01,
         cleanups,
+        sources: Sources(sources),
     })
 }
 
+/// One planned certificate as the issuer runs it, with its deploy and hook if it has either.
+fn certificate(
+    config: &IssuanceConfig,
+    h: PlannedCertificate,
+    source: Arc<dyn crate::Source>,
+    key: &str,
+) -> Result<(Hostname, Option<Outputs>), StartError> {
+    let deploy = match &h.deploy {
+        Some((deploy, shared)) => Some(
+            deploy
+                .target(key, *shared)
+                .map_err(|e| StartError::Config(format!("deploy: {e}")))?,
+        ),
+        None => None,
+    };
+    let on_renew = h.on_renew.clone().map(|argv| Hook {
+        argv,
+        timeout: config.on_renew_timeout(),
+    });
+    let out = (deploy.is_some() || on_renew.is_some()).then_some(Outputs { deploy, on_renew });
+    Ok((Hostname::certificate(h.names, source), out))
+}
+
 impl Issuance {
+    /// Replaces the certificates while the module runs, from `config`'s
+    /// `[[issuance.hostname]]` and `[[issuance.certificate]]` entries (its other settings are
+    /// those the module started with). Each certificate must use a source and challenge the
+    /// module already runs (else nothing changes and the error says so: a restart starts it).
+    /// Those kept keep their state; one added is decided at the next tick; one removed is no
+    /// longer renewed ([`Issuer::replace_hosts`]).
+    // r[impl node.reload.live-issuance]
+    pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
+        check_names(config)?;
+        config
+            .check_deploys()
+            .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
+        config
+            .check_hooks()
+            .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
+        config
+            .check_dns01()
+            .map_err(|(key, e)| StartError::Config(format!("{key}: {e}")))?;
+        let mut hosts = Vec::new();
+        let mut outputs = std::collections::HashMap::new();
+        for h in config.planned() {
+            let Some(key) = h.names.first().cloned() else {
+                continue;
+            };
+            let Some((_, source)) = self
+                .sources
+                .0
+                .iter()
+                .find(|(serves, _)| *serves == (h.source, h.challenge))
+            else {
+                return Err(StartError::Config(format!(
+                    "{key}: its source ({:?}, {:?}) is not running: a restart starts it",
+                    h.source, h.challenge
+                )));
+            };
+            let (host, out) = certificate(config, h, source.clone(), &key)?;
+            if let Some(out) = out {
+                outputs.insert(key, out);
+            }
+            hosts.push(host);
+        }
+        self.issuer.replace_hosts(hosts, outputs);
+        Ok(())
+    }
+
     /// The issuer (status, force-retry, the store).
     pub fn issuer(&self) -> &Arc<Issuer> {
         &self.issuer

@@ -545,3 +545,97 @@ async fn overlapping_ticks_run_a_hook_once_and_deploy_once_at_a_time() {
     let faults = issuer.fault_board().of_module("issuance");
     assert!(faults.is_empty(), "{faults:?}");
 }
+
+// r[verify node.reload.live-issuance]
+#[tokio::test]
+async fn certificates_replaced_live_keep_the_others_state_and_drop_the_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    source.refuse.lock().unwrap().push("b.example".into());
+    let issuer = issuer(
+        dir.path(),
+        vec![
+            Hostname::new("a.example", source.clone()),
+            Hostname::new("b.example", source.clone()),
+        ],
+        &clock,
+    );
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(report.issued, vec!["a.example".to_owned()]);
+    assert_eq!(report.failed.len(), 1);
+    // `b` keeps failing until it is blocked: one fault.
+    while !matches!(
+        issuer.verdict("b.example").unwrap(),
+        Verdict::Blocked { .. }
+    ) {
+        let Verdict::Debounced { until, .. } = issuer.verdict("b.example").unwrap() else {
+            panic!("debounced");
+        };
+        clock.advance(until.duration_since(clock.now()).unwrap());
+        issuer.tick().await.unwrap();
+    }
+    let calls = source.calls.lock().unwrap().len();
+    let faults = |issuer: &Issuer| -> Vec<String> {
+        let mut names: Vec<String> = issuer
+            .fault_board()
+            .of_module("issuance")
+            .into_iter()
+            .map(|f| f.subject.name)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(faults(&issuer), ["b.example"]);
+
+    // `b` goes, `c` comes, `a` stays.
+    issuer.replace_hosts(
+        vec![
+            Hostname::new("a.example", source.clone()),
+            Hostname::new("c.example", source.clone()),
+        ],
+        HashMap::new(),
+    );
+    let listed: Vec<String> = issuer
+        .statuses()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.hostname)
+        .collect();
+    assert_eq!(listed, ["a.example", "c.example"]);
+    assert!(issuer.verdict("b.example").is_err(), "no longer decided");
+    assert!(issuer.trigger("b.example").is_err());
+    assert!(
+        faults(&issuer).is_empty(),
+        "the removed one's fault is cleared"
+    );
+    // The next tick decides `c` (issued) and leaves `a` as it was: valid, not issued again.
+    let report = issuer.tick().await.unwrap();
+    assert_eq!(report.issued, vec!["c.example".to_owned()]);
+    assert_eq!(report.dispatched.len(), 1, "{report:?}");
+    assert_eq!(source.calls.lock().unwrap().len(), calls + 1);
+    assert!(matches!(
+        issuer.verdict("a.example").unwrap(),
+        Verdict::Valid { .. }
+    ));
+    issuer.with_history(|db| {
+        assert_eq!(db.row_count_of("a.example").unwrap(), 1, "a's history kept");
+    });
+
+    // `b` comes back: its history (and block) were kept, so it is still blocked, not retried.
+    issuer.replace_hosts(
+        vec![
+            Hostname::new("a.example", source.clone()),
+            Hostname::new("b.example", source.clone()),
+            Hostname::new("c.example", source.clone()),
+        ],
+        HashMap::new(),
+    );
+    assert!(matches!(
+        issuer.verdict("b.example").unwrap(),
+        Verdict::Blocked { .. }
+    ));
+    assert_eq!(faults(&issuer), ["b.example"]);
+    let report = issuer.tick().await.unwrap();
+    assert!(report.dispatched.is_empty(), "{report:?}");
+}

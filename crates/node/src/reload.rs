@@ -270,6 +270,112 @@ pub fn diff(running: &Inputs, new: &Inputs) -> Plan {
     }
 }
 
+/// Whether the running module `name`, whose inputs go from `running` to `new`, takes the change
+/// live instead of restarting: only the keys each module can apply while it runs changed. The
+/// decision only; applying it is `run`'s job (and a module that is not up restarts after all).
+pub fn takes_live(name: &str, running: &Inputs, new: &Inputs) -> bool {
+    match (running.modules.get(name), new.modules.get(name)) {
+        (Some(old), Some(new)) if old != new => live_change(old, new),
+        _ => false,
+    }
+}
+
+/// Whether going from `old` to `new` (which differ) changes only keys the module takes live.
+fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
+    match (old, new) {
+        // r[impl node.reload.live+2]
+        // The workload module: only its `[[workload]]` entries (its settings, which hold what
+        // `[workloads]` sets, are the same).
+        (
+            ModuleInputs::Workload { settings: old, .. },
+            ModuleInputs::Workload { settings: new, .. },
+        ) => old == new,
+        (ModuleInputs::Forward(Some(old)), ModuleInputs::Forward(Some(new))) => {
+            forward_access_only(old, new)
+        }
+        (ModuleInputs::Issuance(Some(old)), ModuleInputs::Issuance(Some(new))) => {
+            certificates_only(old, new)
+        }
+        (ModuleInputs::Gateway(Some(old)), ModuleInputs::Gateway(Some(new))) => {
+            gateway_limits_only(old, new)
+        }
+        _ => false,
+    }
+}
+
+// r[impl node.reload.live-gateway]
+/// Whether two `[gateway]` sections differ only in their limits (`per_ip_limit`,
+/// `unauthenticated_limit`, `unauthenticated_per_ip_limit`, `max_rooms_per_connection`,
+/// `max_room_name`); any other key, a new one included, restarts the gateway through its drain.
+fn gateway_limits_only(old: &GatewaySection, new: &GatewaySection) -> bool {
+    let rest = |g: &GatewaySection| GatewaySection {
+        per_ip_limit: None,
+        unauthenticated_limit: None,
+        unauthenticated_per_ip_limit: None,
+        max_rooms_per_connection: None,
+        max_room_name: None,
+        ..g.clone()
+    };
+    rest(old) == rest(new)
+}
+
+// r[impl node.reload.live-issuance]
+/// Whether two `[issuance]` sections differ only in their `[[issuance.hostname]]` and
+/// `[[issuance.certificate]]` entries, and every entry of `new` uses a source and challenge that
+/// `old` already runs (a new one would bind a listener or build a provider: a restart). With
+/// `acme.http01_other = "redirect"` the responder redirects to the names it started with, so a
+/// changed set of names restarts it.
+fn certificates_only(
+    old: &holdfast_issuance::IssuanceConfig,
+    new: &holdfast_issuance::IssuanceConfig,
+) -> bool {
+    let rest = |c: &holdfast_issuance::IssuanceConfig| holdfast_issuance::IssuanceConfig {
+        hostnames: Vec::new(),
+        certificates: Vec::new(),
+        ..c.clone()
+    };
+    let serves = |c: &holdfast_issuance::IssuanceConfig| -> Vec<_> {
+        c.planned()
+            .into_iter()
+            .map(|p| (p.source, p.challenge))
+            .collect()
+    };
+    let redirects = old
+        .acme
+        .as_ref()
+        .is_some_and(|a| a.http01_other == holdfast_issuance::Http01Other::Redirect);
+    let names = |c: &holdfast_issuance::IssuanceConfig| -> Vec<String> {
+        c.planned().into_iter().flat_map(|p| p.names).collect()
+    };
+    let running = serves(old);
+    rest(old) == rest(new)
+        && serves(new).iter().all(|s| running.contains(s))
+        && (!redirects || names(old) == names(new))
+}
+
+// r[impl node.reload.live-forward]
+/// Whether two `[forward]` sections differ only in their access: `token_file`, `tokens`, `allow`
+/// and `[[forward.client]]` (every other key restarts the module; a key added to the section
+/// must be sorted here, which the destructuring enforces).
+fn forward_access_only(old: &ForwardSection, new: &ForwardSection) -> bool {
+    let ForwardSection {
+        listen,
+        token_file: _,
+        tokens: _,
+        allow: _,
+        client: _,
+        max_connections,
+        max_connections_per_token,
+        max_unauthenticated,
+        max_unauthenticated_per_source,
+    } = new;
+    *listen == old.listen
+        && *max_connections == old.max_connections
+        && *max_connections_per_token == old.max_connections_per_token
+        && *max_unauthenticated == old.max_unauthenticated
+        && *max_unauthenticated_per_source == old.max_unauthenticated_per_source
+}
+
 /// The running config's generation: 1 for the config the node started with, one more for each
 /// reload that applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -672,6 +778,204 @@ mod tests {
                 Change::Changed,
                 "{edit}"
             );
+        }
+    }
+
+    // r[verify node.reload.live-forward]
+    #[test]
+    fn a_forward_takes_only_its_tokens_and_allow_lists_live() {
+        use crate::config::ForwardSection;
+        use crate::modules::forward::NAME;
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "reload-test-forward-token-from-a-file-0123\n").unwrap();
+        std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let token_file = format!("token_file = \"{}\"", tokens.display());
+        // Every key of `[forward]`, a change to it, and whether the module takes it live.
+        let cases: &[(&str, &str, bool)] = &[
+            ("listen", "listen = \"127.0.0.1:1\"", false),
+            ("token_file", &token_file, true),
+            (
+                "tokens",
+                "tokens = [\"reload-test-forward-token-9876543210\"]",
+                true,
+            ),
+            ("allow", "allow = [\"127.0.0.1:54\"]", true),
+            (
+                "client",
+                "[[forward.client]]\ntokens = [\"reload-test-client-token-0123456789\"]\n\
+                 allow = [\"10.0.0.2:53\"]",
+                true,
+            ),
+            ("max_connections", "max_connections = 7", false),
+            (
+                "max_connections_per_token",
+                "max_connections_per_token = 7",
+                false,
+            ),
+            ("max_unauthenticated", "max_unauthenticated = 7", false),
+            (
+                "max_unauthenticated_per_source",
+                "max_unauthenticated_per_source = 7",
+                false,
+            ),
+        ];
+        let mut listed: Vec<&str> = cases.iter().map(|(key, ..)| *key).collect();
+        listed.sort_unstable();
+        let mut keys = keys_of::<ForwardSection>().to_vec();
+        keys.sort_unstable();
+        assert_eq!(listed, keys, "every key of [forward] is decided");
+        let running = inputs(BASE);
+        for (key, line, live) in cases {
+            let edited = match *key {
+                "listen" => BASE.replace("listen = \"127.0.0.1:0\"", line),
+                "tokens" => {
+                    BASE.replace("tokens = [\"reload-test-forward-token-0123456789\"]", line)
+                }
+                "allow" => BASE.replace("allow = [\"127.0.0.1:53\"]", line),
+                _ => format!("{BASE}{line}\n"),
+            };
+            let new = inputs(&edited);
+            assert_eq!(diff(&running, &new).modules[NAME], Change::Changed, "{key}");
+            assert_eq!(takes_live(NAME, &running, &new), *live, "{key}");
+            // The workload module, unchanged, takes nothing live.
+            assert!(!takes_live(crate::modules::workload::NAME, &running, &new));
+        }
+        // A change to the access and to another key at once restarts it.
+        let both = BASE
+            .replace("allow = [\"127.0.0.1:53\"]", "allow = [\"127.0.0.1:54\"]")
+            .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\"");
+        assert!(!takes_live(NAME, &running, &inputs(&both)));
+        // Unchanged, appeared or gone: nothing to take live.
+        assert!(!takes_live(NAME, &running, &running));
+        let without = inputs("[node]\n[[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n");
+        assert!(!takes_live(NAME, &running, &without));
+        assert!(!takes_live(NAME, &without, &running));
+    }
+
+    // r[verify node.reload.live-gateway]
+    #[test]
+    fn a_gateway_takes_only_its_limits_live() {
+        use crate::modules::gateway::NAME;
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "reload-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let file = |extra: &str| {
+            format!(
+                "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n{extra}",
+                key.display()
+            )
+        };
+        let running = inputs(&file(""));
+        for (line, live) in [
+            ("per_ip_limit = 7\n", true),
+            ("unauthenticated_limit = 7\n", true),
+            ("unauthenticated_per_ip_limit = 7\n", true),
+            ("max_rooms_per_connection = 7\n", true),
+            ("max_room_name = 7\n", true),
+            ("per_ip_limit = 7\nmax_room_name = 7\n", true),
+            ("max_message_size = 7000\n", false),
+            ("send_queue = 7\n", false),
+            ("ping_interval = \"7s\"\n", false),
+            ("per_ip_limit = 7\nsend_queue = 7\n", false),
+            ("replica_id = \"other\"\n", false),
+        ] {
+            let new = inputs(&file(line));
+            assert_eq!(
+                diff(&running, &new).modules[NAME],
+                Change::Changed,
+                "{line}"
+            );
+            assert_eq!(takes_live(NAME, &running, &new), live, "{line}");
+        }
+        // The listen address restarts it (through its drain).
+        let moved = inputs(&file("").replace("127.0.0.1:0", "127.0.0.1:1"));
+        assert!(!takes_live(NAME, &running, &moved));
+    }
+
+    // r[verify node.reload.live-issuance]
+    #[test]
+    fn issuance_takes_only_certificates_of_the_sources_it_runs_live() {
+        use crate::modules::issuance::NAME;
+        let host = |name: &str, source: &str| {
+            format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"{source}\"\n")
+        };
+        let file = |other: &str, acme: &str, hosts: &[String]| {
+            format!(
+                "[node]\n[issuance]\n{other}[issuance.local]\n\
+                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [issuance.acme]\ndirectory = \"https://ca.example/dir\"\n{acme}{}",
+                hosts.concat()
+            )
+        };
+        let a = host("a.example", "local");
+        let b = host("b.example", "local");
+        let web = host("web.example", "acme");
+        let running = inputs(&file("", "", std::slice::from_ref(&a)));
+        let cert = "[[issuance.certificate]]\nnames = [\"c.example\", \"d.example\"]\n\
+                    source = \"local\"\n"
+            .to_owned();
+        for (what, text, live) in [
+            (
+                "a hostname added",
+                file("", "", &[a.clone(), b.clone()]),
+                true,
+            ),
+            (
+                "a hostname swapped",
+                file("", "", std::slice::from_ref(&b)),
+                true,
+            ),
+            ("every hostname removed", file("", "", &[]), true),
+            (
+                "a certificate added",
+                file("", "", &[a.clone(), cert]),
+                true,
+            ),
+            // The ACME source is configured but runs no certificate yet: a restart starts it.
+            (
+                "a new source",
+                file("", "", &[a.clone(), web.clone()]),
+                false,
+            ),
+            (
+                "another setting",
+                file("tick = \"7s\"\n", "", std::slice::from_ref(&a)),
+                false,
+            ),
+            (
+                "a setting and a hostname",
+                file("tick = \"7s\"\n", "", &[a.clone(), b.clone()]),
+                false,
+            ),
+            (
+                "a source's setting",
+                file(
+                    "",
+                    "contact = [\"mailto:x@example.com\"]\n",
+                    std::slice::from_ref(&a),
+                ),
+                false,
+            ),
+        ] {
+            let new = inputs(&text);
+            assert_eq!(
+                diff(&running, &new).modules[NAME],
+                Change::Changed,
+                "{what}"
+            );
+            assert_eq!(takes_live(NAME, &running, &new), live, "{what}");
+        }
+        // ACME over HTTP-01 runs: another such name is live, unless the responder redirects to
+        // the names it started with.
+        for (redirect, live) in [("", true), ("http01_other = \"redirect\"\n", false)] {
+            let running = inputs(&file("", redirect, &[a.clone(), web.clone()]));
+            let www = host("www.example", "acme");
+            let new = inputs(&file("", redirect, &[a.clone(), web.clone(), www]));
+            assert_eq!(takes_live(NAME, &running, &new), live, "{redirect}");
         }
     }
 

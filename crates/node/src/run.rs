@@ -15,7 +15,7 @@ use crate::modules::{
     workload::WorkloadModule,
 };
 use crate::notify;
-use crate::reload::{Change, Inputs, ModuleInputs, ReloadError};
+use crate::reload::{Change, Inputs, ReloadError};
 use crate::state::{NodeState, Phase};
 use crate::supervisor::{self, SuperviseConfig};
 
@@ -110,9 +110,39 @@ fn compose(
     config: &Config,
     identity: &NodeIdentity,
     node: &NodeState,
-    desired: &crate::modules::workload::Desired,
+    live: &Live,
 ) -> Vec<Arc<dyn Module>> {
-    compose_some(config, identity, node, desired, &|_| true)
+    compose_some(config, identity, node, live, &|_| true)
+}
+
+/// What a reload may replace in running modules without restarting them, shared with the
+/// modules `compose` builds.
+#[derive(Clone, Default)]
+struct Live {
+    /// The workload module's workloads.
+    desired: crate::modules::workload::Desired,
+    /// The forward module's access.
+    forward_access: crate::modules::forward::SharedAccess,
+    /// The config the issuance module starts from, once one is built.
+    issuance: Handle<holdfast_issuance::IssuanceConfig>,
+    /// The limits the gateway module starts with, once one is built.
+    gateway_limits: Handle<holdfast_gateway::config::LiveLimits>,
+}
+
+/// The reload's handle on what a module built by `compose` starts from.
+type Handle<T> = Arc<std::sync::Mutex<Option<Arc<std::sync::Mutex<T>>>>>;
+
+/// Replaces what `handle` holds, once a module gave it one.
+fn replace<T>(handle: &Handle<T>, value: T) {
+    if let Some(inner) = handle
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+    {
+        *inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+    }
 }
 
 /// [`compose`], building only the modules whose name `want` accepts (a reload builds only the
@@ -121,7 +151,7 @@ fn compose_some(
     config: &Config,
     identity: &NodeIdentity,
     node: &NodeState,
-    desired: &crate::modules::workload::Desired,
+    live: &Live,
     want: &dyn Fn(&str) -> bool,
 ) -> Vec<Arc<dyn Module>> {
     use crate::modules::{forward, gateway, issuance, pull, workload};
@@ -149,7 +179,8 @@ fn compose_some(
     }
     if !config.workloads.is_empty() && want(workload::NAME) {
         // Shared with the node's reload, which may replace them live.
-        *desired
+        *live
+            .desired
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             config.workloads.iter().map(|w| w.to_config()).collect();
@@ -160,7 +191,7 @@ fn compose_some(
             docker_host,
         } = config.workload_settings();
         modules.push(Arc::new(WorkloadModule {
-            workloads: Arc::clone(desired),
+            workloads: Arc::clone(&live.desired),
             docker_host,
             seed: identity.seed(crate::modules::workload::NAME),
             stop_on_exit,
@@ -178,35 +209,47 @@ fn compose_some(
         _ => None,
     };
     if let Some(issuance) = config.issuance.as_ref().filter(|_| want(issuance::NAME)) {
-        modules.push(Arc::new(
-            IssuanceModule::new(
-                issuance.get_ref().clone(),
-                config.node.data_dir.clone(),
-                identity.seed(crate::modules::issuance::NAME),
-                node.faults.clone(),
-                node.issuance.clone(),
-            )
-            .with_tls_alpn01(tls_alpn01.clone()),
-        ));
+        let module = IssuanceModule::new(
+            issuance.get_ref().clone(),
+            config.node.data_dir.clone(),
+            identity.seed(crate::modules::issuance::NAME),
+            node.faults.clone(),
+            node.issuance.clone(),
+        )
+        .with_tls_alpn01(tls_alpn01.clone());
+        // The reload's handle on the config the module starts from.
+        *live
+            .issuance
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&module.config));
+        modules.push(Arc::new(module));
     }
     if let Some(forward) = config.forward.as_ref().filter(|_| want(forward::NAME)) {
-        modules.push(Arc::new(ForwardModule::new(
-            forward.get_ref(),
-            config.node.data_dir.clone(),
-            node.forward.clone(),
-        )));
+        // Its access shared with the node's reload, which may replace it live.
+        modules.push(Arc::new(
+            ForwardModule::new(
+                forward.get_ref(),
+                config.node.data_dir.clone(),
+                node.forward.clone(),
+            )
+            .sharing(&live.forward_access),
+        ));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
-        modules.push(Arc::new(
-            GatewayModule::new(
-                gateway.get_ref(),
-                identity.id(),
-                identity.seed(crate::modules::gateway::NAME),
-                &config.node.data_dir,
-                node.gateway.clone(),
-            )
-            .with_tls_alpn01(tls_alpn01),
-        ));
+        let module = GatewayModule::new(
+            gateway.get_ref(),
+            identity.id(),
+            identity.seed(crate::modules::gateway::NAME),
+            &config.node.data_dir,
+            node.gateway.clone(),
+        )
+        .with_tls_alpn01(tls_alpn01);
+        // The reload's handle on the limits the module starts with.
+        *live
+            .gateway_limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&module.limits));
+        modules.push(Arc::new(module));
     }
     // i[impl node.testing-modules]
     #[cfg(feature = "testing-modules")]
@@ -321,8 +364,8 @@ struct Context {
     identity: NodeIdentity,
     node: NodeState,
     heartbeat: notify::Heartbeat,
-    /// The workload module's workloads, which a reload may replace live.
-    desired: crate::modules::workload::Desired,
+    /// What a reload may replace live.
+    live: Live,
 }
 
 impl Context {
@@ -427,8 +470,11 @@ pub async fn run(
         "holdfast node starting"
     );
 
-    let desired = crate::modules::workload::desired(Vec::new());
-    let modules = compose(&config, &identity, &node, &desired);
+    let live = Live {
+        desired: crate::modules::workload::desired(Vec::new()),
+        ..Live::default()
+    };
+    let modules = compose(&config, &identity, &node, &live);
 
     // systemd (Type=notify): the watchdog's heartbeat runs only when a service manager listens
     // and asks for it.
@@ -441,7 +487,7 @@ pub async fn run(
         identity: identity.clone(),
         node: node.clone(),
         heartbeat: heartbeat.clone(),
-        desired,
+        live,
     };
 
     let mut supervised = Vec::new();
@@ -674,12 +720,23 @@ async fn reload(
     // The workload module takes a changed set of workloads live (the reconciler adds, changes
     // and removes containers and leaves the others alone), when nothing else it is built from
     // changed and it is running.
-    if plan.modules.get(crate::modules::workload::NAME) == Some(&Change::Changed)
-        && workloads_only(&running.inputs, &inputs)
-    {
+    // Decided once, before any of them is applied.
+    let takes_live: Vec<&str> = {
+        use crate::modules::{forward, gateway, issuance, workload};
+        [workload::NAME, forward::NAME, issuance::NAME, gateway::NAME]
+            .into_iter()
+            .filter(|name| {
+                plan.modules.get(*name) == Some(&Change::Changed)
+                    && crate::reload::takes_live(name, &running.inputs, &inputs)
+            })
+            .collect()
+    };
+    let live = |name: &str| takes_live.contains(&name);
+    if live(crate::modules::workload::NAME) {
         let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
         // The shared set first: a restart of the module between the two starts from the new one.
         *context
+            .live
             .desired
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads.clone();
@@ -693,7 +750,89 @@ async fn reload(
             tracing::info!("reload: the workload module took its new workloads live");
         }
     }
+    // r[impl node.reload.live-forward]
+    // The forward module takes new tokens and allow-lists live (the token files read again):
+    // open forwards whose target is still allowed go on; the others end, told why.
+    if let Some(section) = config
+        .forward
+        .as_ref()
+        .filter(|_| live(crate::modules::forward::NAME))
+    {
+        let spec = crate::modules::forward::AccessSpec::of(section.get_ref());
+        let read = spec.clone();
+        let access = tokio::task::spawn_blocking(move || read.read())
+            .await
+            .unwrap_or_else(|err| Err(format!("reading the token files failed: {err}")));
+        match access {
+            Ok(access) => {
+                // The shared access first: a restart of the module between the two starts from it.
+                *context
+                    .live
+                    .forward_access
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = spec;
+                if node
+                    .forward
+                    .with(|server| server.update_access(access))
+                    .is_ok()
+                {
+                    plan.modules
+                        .insert(crate::modules::forward::NAME.to_owned(), Change::Updated);
+                    tracing::info!("reload: the forward module took its new access live");
+                }
+            }
+            // The restart reads them again and reports its failure.
+            Err(error) => tracing::warn!(%error,
+                "reload: the forward's new access cannot be read; the module restarts"),
+        }
+    }
 
+    // r[impl node.reload.live-issuance]
+    // The issuance module takes added and removed certificates live: the others' state, pacing
+    // and history stay as they are.
+    if let Some(section) = config
+        .issuance
+        .as_ref()
+        .filter(|_| live(crate::modules::issuance::NAME))
+    {
+        let new = section.get_ref().clone();
+        // The module's config first: a restart of the module between the two starts from it.
+        replace(&context.live.issuance, new.clone());
+        match node.issuance.with(|i| i.set_certificates(&new)) {
+            Ok(Ok(())) => {
+                plan.modules
+                    .insert(crate::modules::issuance::NAME.to_owned(), Change::Updated);
+                tracing::info!("reload: the issuance module took its new certificates live");
+            }
+            Ok(Err(error)) => tracing::warn!(%error,
+                "reload: the issuance module cannot take its new certificates live; it restarts"),
+            Err(_) => {}
+        }
+    }
+    // r[impl node.reload.live-gateway]
+    // The gateway takes new limits live: no client is drained or closed.
+    if let Some(section) = config
+        .gateway
+        .as_ref()
+        .filter(|_| live(crate::modules::gateway::NAME))
+    {
+        let limits = section
+            .get_ref()
+            .gateway_config(
+                context.identity.id(),
+                holdfast_gateway::TokenKey::new(Vec::new()),
+                &config.node.data_dir,
+            )
+            .live_limits();
+        // The module's limits first: a restart of the module between the two starts from them.
+        replace(&context.live.gateway_limits, limits);
+        if let Some(gateway) = node.gateway.running() {
+            gateway.update_limits(limits);
+            plan.modules
+                .insert(crate::modules::gateway::NAME.to_owned(), Change::Updated);
+            tracing::info!("reload: the gateway took its new limits live");
+        }
+    }
     // Stop what went and what changed, in stop-group order, the gateway through its drain.
     let goes = |name: &str| {
         matches!(
@@ -745,7 +884,7 @@ async fn reload(
         )
     };
     let mut started_now = Vec::new();
-    for module in compose_some(&config, &context.identity, node, &context.desired, &starts) {
+    for module in compose_some(&config, &context.identity, node, &context.live, &starts) {
         tracing::info!(module = module.name(), "reload: module starting");
         let (started, _first) = context.supervise(module, &config);
         started_now.push(started.name.clone());
@@ -809,19 +948,6 @@ async fn first_starts(
         () = node.draining() => {}
     }
     failed
-}
-
-// r[impl node.reload.live]
-/// Whether the workload module's inputs differ only in its `[[workload]]` entries.
-fn workloads_only(running: &Inputs, new: &Inputs) -> bool {
-    let name = crate::modules::workload::NAME;
-    match (running.modules.get(name), new.modules.get(name)) {
-        (
-            Some(ModuleInputs::Workload { settings: old, .. }),
-            Some(ModuleInputs::Workload { settings: new, .. }),
-        ) => old == new,
-        _ => false,
-    }
 }
 
 // r[impl node.reload.apply]
@@ -1091,8 +1217,11 @@ mod tests {
         let config = Config::parse("compose.toml", text).unwrap();
         let identity = NodeIdentity::resolve(Some("compose-node")).unwrap();
         let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
-        let desired = crate::modules::workload::desired(Vec::new());
-        let composed: Vec<_> = compose(&config, &identity, &node, &desired)
+        let live = Live {
+            desired: crate::modules::workload::desired(Vec::new()),
+            ..Live::default()
+        };
+        let composed: Vec<_> = compose(&config, &identity, &node, &live)
             .iter()
             .map(|m| (m.name().to_owned(), m.group()))
             .collect();

@@ -252,7 +252,7 @@ async fn a_reload_starts_a_new_module_and_applies_a_changed_allow_list() {
     assert_eq!(answer["generation"], 3, "{answer}");
     assert_eq!(
         answer["modules"],
-        json!({"forward": "changed", "pull": "unchanged"}),
+        json!({"forward": "updated", "pull": "unchanged"}),
         "{answer}"
     );
     assert_eq!(answer["needs_restart"], json!([]), "{answer}");
@@ -277,6 +277,106 @@ async fn a_reload_starts_a_new_module_and_applies_a_changed_allow_list() {
         .collect();
     assert_eq!(names, ["pull"], "{modules}");
     assert_eq!(node.get("/readyz").await.unwrap(), "ready\n");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
+}
+
+/// `[forward]` allowing each of `allow`.
+fn forward_allowing(tokens: &Path, allow: &[std::net::SocketAddr]) -> String {
+    let allow: Vec<String> = allow.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "[forward]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallow = [{}]\n",
+        tokens.display(),
+        allow.join(", ")
+    )
+}
+
+/// A module's `starts` in `/v1/modules`.
+async fn starts(node: &Node, name: &str) -> u64 {
+    let modules = json_get(node, "/v1/modules").await;
+    modules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .and_then(|m| m["starts"].as_u64())
+        .unwrap_or_else(|| panic!("{name} not listed: {modules}"))
+}
+
+/// Waits for the client to exit on its own: its exit status and stderr.
+async fn ended(client: &mut Reaped, within: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = client.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client kept running with a forward the node ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut client.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+// r[verify node.reload.live-forward]
+// r[verify node.reload.live+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer_allowed() {
+    let (kept, dropped) = (echo(), echo());
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    let node = start_in(
+        dir,
+        &forward_allowing(&tokens, &[kept, dropped]),
+        BUDGET,
+        None,
+    );
+    node.until_ready().await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (_keeps, kept_local) = open_forward(&listen, &pin, &tokens, kept).unwrap();
+    let (mut ends, dropped_local) = open_forward(&listen, &pin, &tokens, dropped).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(echoed(&peer, kept_local, 20));
+    assert!(echoed(&peer, dropped_local, 20));
+    assert_eq!(starts(&node, "forward").await, 1);
+
+    // Only `kept` is allowed now: the module is updated, not restarted.
+    rewrite(&node, &forward_allowing(&tokens, &[kept]));
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    let answer = json_get(&node, "/v1/status").await;
+    assert_eq!(answer["config"]["generation"], 2, "{answer}");
+    assert!(out.contains("forward") && out.contains("updated"), "{out}");
+    // The forward to `dropped` ends, its client told why; the one to `kept` goes on relaying.
+    let (status, stderr) = ended(&mut ends, Duration::from_secs(20)).await;
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("no longer allows"), "{stderr}");
+    assert!(
+        echoed(&peer, kept_local, 20),
+        "the kept forward stopped relaying"
+    );
+    assert_eq!(starts(&node, "forward").await, 1, "the module restarted");
+    // The same server (its address and pin): a new forward to `dropped` is refused.
+    assert_eq!(forward_listen(&node).await, (listen.clone(), pin.clone()));
+    let refused = forward_to(&listen, &pin, &tokens, dropped).unwrap_err();
+    assert!(refused.contains("refused"), "{refused}");
+
+    // A changed listen address is no live change: the module restarts.
+    rewrite(
+        &node,
+        &forward_allowing(&tokens, &[kept]).replace("127.0.0.1:0", "127.0.0.2:0"),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("forward") && out.contains("changed"), "{out}");
 
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));
@@ -359,7 +459,7 @@ async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
     assert_eq!(code, 0, "{log}");
 }
 
-// r[verify node.reload.live]
+// r[verify node.reload.live+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
     // No Docker daemon needed: the workload module runs (degraded) and takes its set all the same.
@@ -813,4 +913,231 @@ async fn a_module_the_reload_starts_that_fails_is_reported_failed() {
     node.signal(Signal::SIGTERM);
     let (_, _, log) = node.wait(Duration::from_secs(15));
     assert!(log.contains("config reloaded"), "{log}");
+}
+
+/// The reload: on a node with a workload, a forward, an issuance hostname and a gateway
+/// (with a client and two open forwards), one reload adds a workload, narrows the forward's
+/// allow-list and adds an issuance hostname. All three apply without a restart of their module;
+/// the gateway client stays connected (no close frame), the forward to a target still allowed
+/// keeps relaying and the one to a target no longer allowed ends with its reason. Prints the
+/// reload's timeline (`--nocapture`). No Docker daemon needed: the workload module runs degraded
+/// and takes its new set all the same.
+// r[verify node.reload.live+2]
+// r[verify node.reload.live-forward]
+// r[verify node.reload.live-issuance]
+// r[verify node.reload.apply]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops_no_client() {
+    let (kept, dropped) = (echo(), echo());
+    // A loopback port nothing listens on: the local certificate provider is down, so each
+    // hostname's attempt fails, which is enough to see it decided.
+    let provider = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let tokens = forward_tokens(dir.path());
+    let web = "[[workload]]\nname = \"web\"\nimage = \"busybox:1\"\n";
+    let api =
+        "[[workload]]\nname = \"api\"\nimage = \"busybox:1\"\ncommand = [\"sleep\", \"1d\"]\n";
+    let host =
+        |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
+    let issuance = |hosts: &[String]| {
+        format!(
+            "[issuance]\ntick = \"1s\"\n[issuance.local]\nendpoint = {{ tcp = \"{provider}\" }}\n{}",
+            hosts.concat()
+        )
+    };
+    let file = |workloads: &str, allow: &[std::net::SocketAddr], hosts: &[String]| {
+        format!(
+            "{workloads}{gateway}\n{}{}",
+            forward_allowing(&tokens, allow),
+            issuance(hosts)
+        )
+    };
+    let node = start_in(
+        dir,
+        &file(web, &[kept, dropped], &[host("a.example")]),
+        BUDGET,
+        None,
+    );
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (_keeps, kept_local) = open_forward(&listen, &pin, &tokens, kept).unwrap();
+    let (mut ends, dropped_local) = open_forward(&listen, &pin, &tokens, dropped).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(echoed(&peer, kept_local, 20));
+    assert!(echoed(&peer, dropped_local, 20));
+    let before = json_get(&node, "/v1/modules").await;
+
+    // One reload: a workload added, `dropped` no longer allowed, a hostname added.
+    rewrite(
+        &node,
+        &file(
+            &format!("{web}{api}"),
+            &[kept],
+            &[host("a.example"), host("b.example")],
+        ),
+    );
+    let began = Instant::now();
+    let answer = call_json(
+        &socket(&node),
+        hyper::Method::POST,
+        "/v1/reload",
+        None,
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    let took = began.elapsed();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["modules"],
+        json!({
+            "forward": "updated",
+            "gateway": "unchanged",
+            "issuance": "updated",
+            "pull": "changed",
+            "workload": "updated",
+        }),
+        "{answer}"
+    );
+    assert_eq!(answer["failed"], json!({}), "{answer}");
+
+    // The forward to `dropped` ends with its reason; the one to `kept` relays on.
+    let (status, stderr) = ended(&mut ends, Duration::from_secs(20)).await;
+    let dropped_ended = began.elapsed();
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("no longer allows"), "{stderr}");
+    assert!(
+        echoed(&peer, kept_local, 20),
+        "the kept forward stopped relaying"
+    );
+    // The gateway client is still connected: no close frame, and a push reaches it.
+    push(&node, "lobby", "after the reload").await;
+    assert!(next_text(&mut ws).await.contains("after the reload"));
+    let closed = close_frame(&mut ws, Duration::from_millis(300)).await;
+    assert!(closed.is_none(), "{closed:?}");
+    // The workloads and the hostnames are the new sets.
+    let mut workloads = Vec::new();
+    let mut hostnames = Vec::new();
+    for _ in 0..250 {
+        let listed = json_get(&node, "/v1/workloads").await;
+        workloads = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect();
+        let certs = json_get(&node, "/v1/certs").await;
+        hostnames = certs
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .filter_map(|c| c["hostname"].as_str().map(str::to_owned))
+            .collect();
+        if workloads.len() == 2 && hostnames.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(workloads, ["api", "web"]);
+    assert_eq!(hostnames, ["a.example", "b.example"]);
+    // Only `pull` (built from the workloads' images) started again.
+    let after = json_get(&node, "/v1/modules").await;
+    let starts_of = |modules: &Value| -> Vec<(String, u64)> {
+        modules
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap().to_owned(),
+                    m["starts"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    for ((name, was), (_, now)) in starts_of(&before).iter().zip(starts_of(&after)) {
+        if name != "pull" {
+            assert_eq!(*was, now, "{name} restarted: {after}");
+        }
+    }
+    let gateway = json_get(&node, "/v1/gateway").await;
+    assert_eq!(gateway["connections"], 1, "{gateway}");
+
+    println!(
+        "reload timeline (a workload added, the forward's allow-list narrowed, a hostname added):"
+    );
+    println!(
+        "POST /v1/reload answered in {} ms (node: {} ms)",
+        took.as_millis(),
+        answer["took_ms"]
+    );
+    println!("modules: {}", answer["modules"]);
+    println!(
+        "forward to the target no longer allowed ended {} ms after the reload began: {}",
+        dropped_ended.as_millis(),
+        stderr.lines().last().unwrap_or_default()
+    );
+    println!("forward to the target still allowed: relaying after the reload = true");
+    println!(
+        "gateway client: connected = {}, close frame = {closed:?}, push after the reload received = true",
+        gateway["connections"] == 1
+    );
+    println!(
+        "module starts before/after: {:?} / {:?}",
+        starts_of(&before),
+        starts_of(&after)
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
+}
+
+// r[verify node.reload.live-gateway]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let node = start_in(dir, &gateway, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
+
+    // One connection per source from now on: the one open stays, a second is refused.
+    rewrite(
+        &node,
+        &gateway.replace("[gateway.drain]", "per_ip_limit = 1\n\n[gateway.drain]"),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("gateway") && out.contains("updated"), "{out}");
+    assert_eq!(starts(&node, "gateway").await, 1, "the gateway restarted");
+    push(&node, "lobby", "after the reload").await;
+    assert!(next_text(&mut ws).await.contains("after the reload"));
+    assert!(
+        close_frame(&mut ws, Duration::from_millis(300))
+            .await
+            .is_none()
+    );
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let refused = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp).await;
+    assert!(
+        refused.is_err(),
+        "a second connection from the source was admitted"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
 }

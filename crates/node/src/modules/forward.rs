@@ -3,12 +3,15 @@
 //! The module reads its credentials at each start (the token file, so a rotated file is picked
 //! up by a restart, and any inline tokens), starts the QUIC endpoint with its identity under
 //! `DATA_DIR/forward`, keeps the running server where the admin API lists its forwards, and stops
-//! it in the `forward` stop group (clients are told why their forwards end).
+//! it in the `forward` stop group (clients are told why their forwards end). Its access (tokens
+//! and allow-lists) is shared with the node's reload, which may replace it while the server runs
+//! ([`ForwardModule::sharing`], [`AccessSpec::read`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use holdfast_forward::{AllowList, Credential, Server, ServerConfig};
+use holdfast_forward::{Access, AllowList, Credential, Server, ServerConfig};
 
 use crate::module::{Module, StartError, Started, StopGroup};
 use crate::modules::hosted::spawn_hosted;
@@ -29,14 +32,9 @@ pub struct ForwardModule {
     pub listen: SocketAddr,
     /// The node's data directory.
     pub data_dir: PathBuf,
-    /// A token file (one token a line, mode 0600), read at each start.
-    pub token_file: Option<PathBuf>,
-    /// Inline tokens.
-    pub tokens: Vec<Credential>,
-    /// The targets forwards may reach.
-    pub allow: AllowList,
-    /// Clients with their own allow-list (`[[forward.client]]`).
-    pub clients: Vec<ClientGrant>,
+    /// Who may connect and where their forwards may go, read at each start (shared with the
+    /// node's reload, which may replace it live).
+    pub access: SharedAccess,
     /// The connection bounds `[forward]` sets; `None`: holdfast-forward's default.
     pub bounds: Bounds,
     /// Where the running server is published.
@@ -48,11 +46,93 @@ impl std::fmt::Debug for ForwardModule {
         // No credential in any output.
         f.debug_struct("ForwardModule")
             .field("listen", &self.listen)
-            .field("token_file", &self.token_file)
-            .field("tokens", &self.tokens.len())
-            .field("clients", &self.clients)
+            .field("access", &*lock(&self.access))
             .field("bounds", &self.bounds)
             .finish_non_exhaustive()
+    }
+}
+
+/// The access part of `[forward]`: `token_file`, `tokens`, `allow` and `[[forward.client]]`, as
+/// written (the token files not read yet).
+#[derive(Clone, Default)]
+pub struct AccessSpec {
+    /// A token file (one token a line, mode 0600), read at each start and each live update.
+    pub token_file: Option<PathBuf>,
+    /// Inline tokens.
+    pub tokens: Vec<Credential>,
+    /// The targets forwards may reach.
+    pub allow: AllowList,
+    /// Clients with their own allow-list (`[[forward.client]]`).
+    pub clients: Vec<ClientGrant>,
+}
+
+impl std::fmt::Debug for AccessSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No credential in any output.
+        f.debug_struct("AccessSpec")
+            .field("token_file", &self.token_file)
+            .field("tokens", &self.tokens.len())
+            .field("allow", &self.allow.rules().len())
+            .field("clients", &self.clients)
+            .finish()
+    }
+}
+
+/// The access the running module starts from; the node's reload replaces what it holds.
+pub type SharedAccess = Arc<Mutex<AccessSpec>>;
+
+fn lock(access: &SharedAccess) -> std::sync::MutexGuard<'_, AccessSpec> {
+    access.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl AccessSpec {
+    /// The access of a validated `[forward]` section.
+    pub fn of(section: &crate::config::ForwardSection) -> Self {
+        AccessSpec {
+            token_file: section.token_file.as_ref().map(|f| f.get_ref().clone()),
+            tokens: credentials(&section.tokens),
+            allow: allow_list(section.allow.get_ref()),
+            clients: section
+                .client
+                .iter()
+                .map(|client| {
+                    let client = client.get_ref();
+                    ClientGrant {
+                        token_file: client.token_file.as_ref().map(|f| f.get_ref().clone()),
+                        tokens: credentials(&client.tokens),
+                        allow: allow_list(client.allow.get_ref()),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    // r[impl node.forward.module+2]
+    // r[impl node.reload.live-forward]
+    /// holdfast-forward's access: the credentials read now (the token files again), the
+    /// node-wide allow-list and each client's own. No credential at all is an error (every
+    /// client would be refused).
+    pub fn read(&self) -> Result<Access, String> {
+        let mut credentials = self.tokens.clone();
+        if let Some(path) = &self.token_file {
+            credentials.extend(crate::config::read_forward_tokens(path)?);
+        }
+        let mut scoped = Vec::new();
+        for client in &self.clients {
+            let mut tokens = client.tokens.clone();
+            if let Some(path) = &client.token_file {
+                tokens.extend(crate::config::read_forward_tokens(path)?);
+            }
+            scoped.extend(tokens.into_iter().map(|t| (t, client.allow.clone())));
+        }
+        if credentials.is_empty() && scoped.is_empty() {
+            return Err("no forward credentials: every client would be refused".to_owned());
+        }
+        Ok(Access {
+            credentials,
+            allow: self.allow.clone(),
+            scoped,
+        })
     }
 }
 
@@ -141,21 +221,7 @@ impl ForwardModule {
         ForwardModule {
             listen: *section.listen.get_ref(),
             data_dir,
-            token_file: section.token_file.as_ref().map(|f| f.get_ref().clone()),
-            tokens: credentials(&section.tokens),
-            allow: allow_list(section.allow.get_ref()),
-            clients: section
-                .client
-                .iter()
-                .map(|client| {
-                    let client = client.get_ref();
-                    ClientGrant {
-                        token_file: client.token_file.as_ref().map(|f| f.get_ref().clone()),
-                        tokens: credentials(&client.tokens),
-                        allow: allow_list(client.allow.get_ref()),
-                    }
-                })
-                .collect(),
+            access: Arc::new(Mutex::new(AccessSpec::of(section))),
             bounds: Bounds {
                 max_connections: section.max_connections.as_ref().map(|b| *b.get_ref()),
                 max_connections_per_token: section
@@ -172,28 +238,28 @@ impl ForwardModule {
         }
     }
 
+    /// The module with its access held in `shared` (set to this section's now): a reload that
+    /// replaces what `shared` holds makes the module's later starts use it.
+    pub fn sharing(mut self, shared: &SharedAccess) -> Self {
+        let own = std::mem::take(&mut *lock(&self.access));
+        *lock(shared) = own;
+        self.access = Arc::clone(shared);
+        self
+    }
+
     /// holdfast-forward's configuration for a start: the credentials read now (the token files
     /// again), the allow-lists and the connection bounds.
     pub fn server_config(&self) -> Result<ServerConfig, String> {
         let mut config = ServerConfig::new(self.listen, identity_dir(&self.data_dir));
-        let mut credentials = self.tokens.clone();
-        if let Some(path) = &self.token_file {
-            credentials.extend(crate::config::read_forward_tokens(path)?);
-        }
-        // r[impl node.forward.module+2]
-        let mut scoped = Vec::new();
-        for client in &self.clients {
-            let mut tokens = client.tokens.clone();
-            if let Some(path) = &client.token_file {
-                tokens.extend(crate::config::read_forward_tokens(path)?);
-            }
-            scoped.extend(tokens.into_iter().map(|t| (t, client.allow.clone())));
-        }
-        if credentials.is_empty() && scoped.is_empty() {
-            return Err("no forward credentials: every client would be refused".to_owned());
-        }
+        // Read outside the lock: the reload may be replacing it.
+        let spec = lock(&self.access).clone();
+        let Access {
+            credentials,
+            allow,
+            scoped,
+        } = spec.read()?;
         config.credentials = credentials;
-        config.allow = self.allow.clone();
+        config.allow = allow;
         config.scoped = scoped;
         self.bounds.apply(&mut config);
         Ok(config)

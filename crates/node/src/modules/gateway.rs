@@ -7,10 +7,13 @@
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
 //! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. When it holds the
 //! port TLS-ALPN-01 is validated on, its listener answers the issuance module's challenges
-//! ([`answers_tls_alpn01`]).
+//! ([`answers_tls_alpn01`]). A reload may replace its limits while it runs
+//! ([`Gateway::update_limits`]); the module's later starts use the limits its
+//! [`GatewayModule::limits`] handle holds.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use holdfast_gateway::config::LiveLimits;
 use holdfast_gateway::{
     AcmeTlsAlpn, ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
 };
@@ -218,6 +221,12 @@ impl GatewayView {
         }
     }
 
+    /// The gateway running now, unless it is draining (what a reload may update live).
+    pub fn running(&self) -> Option<Gateway> {
+        let s = self.lock();
+        s.current.clone().filter(|_| !s.draining)
+    }
+
     // r[impl node.gateway.readyz]
     /// Whether the gateway lets the node be ready: no `[gateway]` section, or a running gateway
     /// that is ready (not draining).
@@ -338,6 +347,9 @@ pub struct GatewayModule {
     pub view: GatewayView,
     /// The challenges its TLS listener answers (`r[node.gateway.tls-alpn01]`), when it does.
     pub tls_alpn01: Option<AlpnChallenges>,
+    /// The limits each start uses (over `config`'s), replaced by a reload that takes new ones
+    /// live.
+    pub limits: Arc<Mutex<LiveLimits>>,
     slot: Slot<RunningGateway>,
 }
 
@@ -371,6 +383,7 @@ impl GatewayModule {
             data_dir,
         );
         GatewayModule {
+            limits: Arc::new(Mutex::new(config.live_limits())),
             config,
             token_keys,
             cluster: section.cluster_config(seed),
@@ -401,6 +414,19 @@ impl Module for GatewayModule {
         let key = self.token_keys.load().map_err(StartError)?;
         let mut config = self.config.clone();
         config.token_key = key;
+        let limits = *self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        let LiveLimits {
+            per_ip_limit,
+            unauthenticated_limit,
+            unauthenticated_per_ip_limit,
+            max_rooms_per_connection,
+            max_room_name,
+        } = limits;
+        config.per_ip_limit = per_ip_limit;
+        config.unauthenticated_limit = unauthenticated_limit;
+        config.unauthenticated_per_ip_limit = unauthenticated_per_ip_limit;
+        config.max_rooms_per_connection = max_rooms_per_connection;
+        config.max_room_name = max_room_name;
         let (settings, view) = (self.cluster.clone(), self.view.clone());
         let tls_alpn01 = self.tls_alpn01.clone();
         Ok(spawn_hosted(self.slot.clone(), async move {

@@ -4,10 +4,13 @@
 //! the system wall clock and the node's fault board (one fault per blocked hostname), keeps the
 //! running handle where the admin API reads it (`/v1/certs`, force-retry, metrics), and stops it in
 //! the `issuance` stop group. When the gateway answers TLS-ALPN-01 on its port, the module is
-//! started with the node's shared challenges and binds no listener of its own.
+//! started with the node's shared challenges and binds no listener of its own. A reload may
+//! replace its certificates while it runs
+//! ([`holdfast_issuance::Issuance::set_certificates`]); the module's later starts then use the
+//! config its [`IssuanceModule::config`] handle holds.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use holdfast_issuance::{
     AlpnChallenges, Issuance, IssuanceConfig, SystemWallClock, TlsAlpnListener, WallClock,
@@ -24,8 +27,9 @@ pub const NAME: &str = "issuance";
 /// The `[issuance]` section as the node runs it.
 #[derive(Clone)]
 pub struct IssuanceModule {
-    /// holdfast-issuance's own config (the `[issuance]` section as written).
-    pub config: IssuanceConfig,
+    /// holdfast-issuance's own config (the `[issuance]` section as written), read at each
+    /// start; the node's reload replaces it when it takes new certificates live.
+    pub config: Arc<Mutex<IssuanceConfig>>,
     /// The node's data directory (the module keeps its state under `issuance/`).
     pub data_dir: PathBuf,
     /// `NodeIdentity::seed("issuance")`.
@@ -51,7 +55,7 @@ impl IssuanceModule {
     ) -> Self {
         slot.configure();
         IssuanceModule {
-            config,
+            config: Arc::new(Mutex::new(config)),
             data_dir,
             seed,
             clock: Arc::new(SystemWallClock),
@@ -80,9 +84,14 @@ impl Module for IssuanceModule {
 
     fn start(&self) -> Result<Started, StartError> {
         let this = self.clone();
+        let config = this
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         Ok(spawn_hosted(self.slot.clone(), async move {
             holdfast_issuance::start_with(
-                &this.config,
+                &config,
                 &this.data_dir,
                 this.seed,
                 this.clock,
