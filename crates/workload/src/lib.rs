@@ -14,6 +14,7 @@
 //!
 #![doc = include_str!("../README.md")]
 
+pub mod certs;
 pub mod config;
 pub mod docker;
 pub mod images;
@@ -23,6 +24,7 @@ pub mod shape;
 pub mod state;
 pub mod supervisor;
 
+pub use certs::{CERTS_DIR, CertRenew, CertificateMount};
 pub use config::{
     ModuleConfig, NODE_NETWORK, RestartPolicy, WorkloadConfig, WorkloadConfigError, validate_all,
 };
