@@ -79,6 +79,7 @@ async fn collect_images(
     let mut skipped: Option<String> = None;
     loop {
         ticker.tick().await;
+        let configured = protected(&configured, &node);
         let run = async {
             let docker = endpoint.connect().await.map_err(|e| e.to_string())?;
             let now = || tokio::time::Instant::now().into_std();
@@ -134,6 +135,21 @@ async fn collect_images(
                 .inc();
         }
     }
+}
+
+// r[impl node.pull.gc-configured]
+/// The images collection keeps: those configured when the module started, and those the running
+/// workload module's configured set uses now (a reload that adds a workload replaces that set
+/// before anything else, so its image is protected from then on, before the pull module is
+/// restarted with it).
+fn protected(at_start: &[String], node: &NodeState) -> Vec<String> {
+    let mut images = at_start.to_vec();
+    if let Ok(now) = node.workload.with(|w| w.configured_images()) {
+        images.extend(now);
+    }
+    images.sort();
+    images.dedup();
+    images
 }
 
 /// The one fault for an unreachable daemon: the same subject holdfast-pull files its daemon
@@ -589,6 +605,57 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
 
 #[cfg(test)]
 mod tests {
+    // r[verify node.pull.gc-configured]
+    #[tokio::test]
+    async fn collection_protects_a_workload_a_reload_added_as_soon_as_the_set_is_replaced() {
+        use holdfast_lifecycle::{StopReason, StopRequest};
+        use holdfast_workload::WorkloadConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let at_start = vec!["busybox:1".to_owned()];
+        // No workload module: what was configured at the start.
+        assert_eq!(super::protected(&at_start, &node), at_start);
+        let desired =
+            crate::modules::workload::desired(vec![WorkloadConfig::new("web", "busybox:1")]);
+        let module = crate::modules::workload::WorkloadModule {
+            workloads: desired.clone(),
+            docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
+            seed: 7,
+            stop_on_exit: false,
+            owner: None,
+            tick: Duration::from_millis(50),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while node.workload.with(|_| ()).is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "never published");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The reload replaces the shared set first (run.rs): from then on the image is kept.
+        desired
+            .lock()
+            .unwrap()
+            .push(WorkloadConfig::new("db", "postgres:16"));
+        assert_eq!(
+            super::protected(&at_start, &node),
+            vec!["busybox:1".to_owned(), "postgres:16".to_owned()]
+        );
+        started
+            .stopper
+            .stop(StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
+    }
+
     // r[verify actuate.image.tag-moved]
     #[test]
     fn a_refused_tag_check_is_counted_and_a_fault_until_a_check_succeeds() {

@@ -71,7 +71,23 @@ pub struct RunningWorkloads {
     pub host: String,
     /// The `holdfast.owner` label value, which is also in the containers' names.
     pub owner: Option<String>,
+    /// The configured workloads, shared with the node's reload (which replaces them first).
+    workloads: Desired,
     stopper: Box<dyn Stopper>,
+}
+
+impl RunningWorkloads {
+    // r[impl node.pull.gc-configured]
+    /// The images the configured workloads use now: a reload's new set as soon as the reload
+    /// has replaced it, before the supervisor or the pull module have taken it.
+    pub fn configured_images(&self) -> Vec<String> {
+        self.workloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|w| w.image.clone())
+            .collect()
+    }
 }
 
 impl Stopper for RunningWorkloads {
@@ -173,6 +189,7 @@ impl Module for WorkloadModule {
                 handle,
                 host: this.host(),
                 owner: this.owner.clone(),
+                workloads: this.workloads.clone(),
                 stopper,
             })
         }))
