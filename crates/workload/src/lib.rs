@@ -8,7 +8,9 @@
 //! injected clock. [`Supervisor`] is the thin tokio shell that performs the core's actions against
 //! the Docker Engine API and feeds it the daemon's event stream (reconnected with back-off,
 //! resynced by listing). Config is [`WorkloadConfig`] (one `[[workload]]`) and [`ModuleConfig`];
-//! the operator's view is [`WorkloadStatus`].
+//! the operator's view is [`WorkloadStatus`]. A workload may mount certificates the node deploys
+//! ([`CertificateMount`]) and be restarted or signalled when one is renewed ([`CertRenew`],
+//! [`Reconciler::cert_renewed`]).
 //!
 //! The README follows.
 //!
