@@ -241,6 +241,14 @@ pub struct Metrics {
     pub faults_open: Gauge,
     /// Pull attempts and their outcomes.
     pub pull_outcomes: Family<OutcomeLabel, Counter>,
+    /// Image collection runs, by outcome (`ran`, `skipped`, `timed_out`).
+    pub pull_gc_runs: Family<OutcomeLabel, Counter>,
+    /// Images image collection removed.
+    pub pull_gc_removed: Counter,
+    /// The bytes of the images image collection removed (their sizes as the daemon lists them).
+    pub pull_gc_removed_bytes: Counter,
+    /// Image removals by image collection that failed.
+    pub pull_gc_failures: Counter,
     /// 1 while the node is draining.
     pub draining: Gauge,
     /// Certificate attempts finished since the issuance module started, by source and outcome.
@@ -374,6 +382,26 @@ impl Metrics {
             "pull_outcomes",
             "Image pull attempts by outcome",
             m.pull_outcomes.clone(),
+        );
+        registry.register(
+            "pull_gc_runs",
+            "Image collection runs by outcome",
+            m.pull_gc_runs.clone(),
+        );
+        registry.register(
+            "pull_gc_removed",
+            "Images removed by image collection",
+            m.pull_gc_removed.clone(),
+        );
+        registry.register(
+            "pull_gc_removed_bytes",
+            "Bytes of the images removed by image collection",
+            m.pull_gc_removed_bytes.clone(),
+        );
+        registry.register(
+            "pull_gc_failures",
+            "Image removals by image collection that failed",
+            m.pull_gc_failures.clone(),
         );
         registry.register(
             "draining",
@@ -550,6 +578,10 @@ impl Metrics {
             retry_transitions: m.retry_transitions,
             faults_open: m.faults_open,
             pull_outcomes: m.pull_outcomes,
+            pull_gc_runs: m.pull_gc_runs,
+            pull_gc_removed: m.pull_gc_removed,
+            pull_gc_removed_bytes: m.pull_gc_removed_bytes,
+            pull_gc_failures: m.pull_gc_failures,
             draining: m.draining,
             issuance_attempts: m.issuance_attempts,
             issuance_blocked: m.issuance_blocked,
@@ -980,6 +1012,10 @@ struct MetricsParts {
     retry_transitions: Family<TransitionLabel, Counter>,
     faults_open: Gauge,
     pull_outcomes: Family<OutcomeLabel, Counter>,
+    pull_gc_runs: Family<OutcomeLabel, Counter>,
+    pull_gc_removed: Counter,
+    pull_gc_removed_bytes: Counter,
+    pull_gc_failures: Counter,
     draining: Gauge,
     issuance_attempts: Family<AttemptLabel, Counter>,
     issuance_blocked: Gauge,

@@ -619,7 +619,10 @@ mod tests {
         // gc off and every optional key left out in the running config, so that each case below
         // is a change of a value the module is built from, whether or not it is used today.
         let running = format!(
-            "{BASE}[[workload]]\nname = \"db\"\nimage = \"postgres:1\"\n[pull]\ngc = false\n[workloads]\n"
+            "{BASE}[[workload]]\nname = \"db\"\nimage = \"postgres:1\"\n[pull]\ngc = false\n[workloads]\n\
+             [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:1\" }}\n\
+             [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+             deploy = {{ dir = \"/etc/a\" }}\n"
         );
         // Credentials must be readable by their owner only.
         let dir = tempfile::tempdir().unwrap();
@@ -700,6 +703,18 @@ mod tests {
                 workload,
             ),
             ("workload", "depends_on", "depends_on = [\"db\"]", workload),
+            (
+                "workload",
+                "certificates",
+                "certificates = [\"a.example\"]",
+                workload,
+            ),
+            (
+                "workload",
+                "on_cert_renew",
+                "certificates = [\"a.example\"]\non_cert_renew = \"restart\"",
+                workload,
+            ),
             ("workload", "credentials_file", &creds_line, pull),
             ("workload", "pull_policy", "pull_policy = \"digest\"", pull),
         ];

@@ -112,6 +112,12 @@ pub struct WorkloadConfig {
     /// Workloads that must be ready before this one is created.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// Certificates of the node's issuance mounted read-only at `/run/holdfast/certs/NAME/`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<crate::certs::CertificateMount>,
+    /// What the container is told when one of its certificates is renewed (unset: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_cert_renew: Option<crate::certs::CertRenew>,
 }
 
 /// `Duration` fields written as holdfast-retry's duration text (`"10s"`, `"250ms"`, `"5m"`).
@@ -176,6 +182,8 @@ impl WorkloadConfig {
             log: LogConfig::default(),
             health: None,
             depends_on: Vec::new(),
+            certificates: Vec::new(),
+            on_cert_renew: None,
         }
     }
 
@@ -289,10 +297,11 @@ impl WorkloadConfig {
         }
         let mut targets = std::collections::BTreeSet::new();
         for v in &self.volumes {
-            if !targets.insert(v.target.as_str()) {
+            if !targets.insert(v.target.clone()) {
                 return Err(err("volumes", format!("{} is mounted twice", v.target)));
             }
         }
+        self.validate_certificates(&mut targets, err)?;
         if let Some(network) = &self.network {
             if !crate::shape::network_name_ok(network) {
                 return Err(err("network", format!("{network:?} is not a network name")));
@@ -351,6 +360,35 @@ impl WorkloadConfig {
         Ok(())
     }
 
+    // r[impl workload.certs]
+    // r[impl workload.certs.renew]
+    /// The certificates: each named once, mounted where no volume is, and `on_cert_renew` only
+    /// with a certificate to be renewed.
+    fn validate_certificates(
+        &self,
+        targets: &mut std::collections::BTreeSet<String>,
+        err: &dyn Fn(&str, String) -> WorkloadConfigError,
+    ) -> Result<(), WorkloadConfigError> {
+        for c in &self.certificates {
+            if let Some(problem) = c.problem() {
+                return Err(err("certificates", problem));
+            }
+            if !targets.insert(c.target()) {
+                return Err(err(
+                    "certificates",
+                    format!("{} is named twice or mounted by a volume too", c.target()),
+                ));
+            }
+        }
+        if self.on_cert_renew.is_some() && self.certificates.is_empty() {
+            return Err(err(
+                "on_cert_renew",
+                "names no certificate to be renewed: set `certificates` too".into(),
+            ));
+        }
+        Ok(())
+    }
+
     // r[impl workload.replace+2]
     /// The hash of what the container is made from, carried as the `holdfast.spec` label: a
     /// container whose label differs is replaced. Every key is in it except those in
@@ -384,6 +422,7 @@ impl WorkloadConfig {
             stop_timeout: self.stop_timeout,
             env_file: self.env_file.clone(),
             depends_on: self.depends_on.clone(),
+            on_cert_renew: self.on_cert_renew.clone(),
             ..WorkloadConfig::new(self.name.clone(), self.image.clone())
         };
         if *self != legacy {
@@ -406,13 +445,14 @@ impl WorkloadConfig {
 
 /// The keys of a `[[workload]]` that shape no container (left out of the spec hash): the name is
 /// the label, the env file's variables are in `env`.
-pub const HOLDFAST_ONLY: [&str; 6] = [
+pub const HOLDFAST_ONLY: [&str; 7] = [
     "name",
     "restart",
     "min_run",
     "stop_timeout",
     "env_file",
     "depends_on",
+    "on_cert_renew",
 ];
 
 /// FNV-1a, 64-bit, each field prefixed with its length so no two specs collide by concatenation.

@@ -14,8 +14,9 @@ use bollard::models::{
     PortBinding, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, EventsOptions, InspectContainerOptions, ListContainersOptions,
-    LogsOptions, RemoveContainerOptions, StopContainerOptions,
+    CreateContainerOptionsBuilder, EventsOptions, InspectContainerOptions,
+    KillContainerOptionsBuilder, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+    StopContainerOptions,
 };
 use futures_util::{Stream, StreamExt};
 
@@ -297,6 +298,14 @@ pub async fn remove(
         Err(e) if not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+// r[impl workload.certs.renew]
+/// Sends `signal` (`SIGHUP`) to a container's main process, through the Engine API's kill.
+pub async fn signal(docker: &Docker, container: &str, signal: &str) -> Result<(), DockerError> {
+    let options = KillContainerOptionsBuilder::new().signal(signal).build();
+    docker.kill_container(container, Some(options)).await?;
+    Ok(())
 }
 
 /// Stops a container within `stop_timeout` and leaves it (for a stop on holdfast's exit).

@@ -8,12 +8,15 @@
 //! injected clock. [`Supervisor`] is the thin tokio shell that performs the core's actions against
 //! the Docker Engine API and feeds it the daemon's event stream (reconnected with back-off,
 //! resynced by listing). Config is [`WorkloadConfig`] (one `[[workload]]`) and [`ModuleConfig`];
-//! the operator's view is [`WorkloadStatus`].
+//! the operator's view is [`WorkloadStatus`]. A workload may mount certificates the node deploys
+//! ([`CertificateMount`]) and be restarted or signalled when one is renewed ([`CertRenew`],
+//! [`Reconciler::cert_renewed`]).
 //!
 //! The README follows.
 //!
 #![doc = include_str!("../README.md")]
 
+pub mod certs;
 pub mod config;
 pub mod docker;
 pub mod images;
@@ -23,6 +26,7 @@ pub mod shape;
 pub mod state;
 pub mod supervisor;
 
+pub use certs::{CERTS_DIR, CertRenew, CertificateMount};
 pub use config::{
     ModuleConfig, NODE_NETWORK, RestartPolicy, WorkloadConfig, WorkloadConfigError, validate_all,
 };

@@ -15,6 +15,7 @@ use holdfast_retry::{
     AttemptToken, CrashLoopDetector, Escalation, Exit, KeyedGate, Lasting, Reason, Transition,
 };
 
+use crate::certs::CertRenew;
 use crate::config::{ModuleConfig, RestartPolicy, WorkloadConfig};
 use crate::images::{ImagePresence, Images};
 use crate::shape::MAX_HEALTH_WAIT;
@@ -109,6 +110,16 @@ pub enum Action {
         /// How long it gets to stop.
         stop_timeout: Duration,
     },
+    /// Send the container's main process `signal` (a certificate it uses was renewed); report
+    /// [`Completion::Signalled`].
+    Signal {
+        /// The workload.
+        workload: String,
+        /// The container id.
+        container: String,
+        /// The signal, as the Engine API's kill takes it (`SIGHUP`).
+        signal: String,
+    },
 }
 
 /// Why a create-and-start failed.
@@ -163,6 +174,15 @@ pub enum Completion {
         /// The container id.
         container: String,
         /// Whether it is gone.
+        result: Result<(), String>,
+    },
+    /// A [`Action::Signal`] ended.
+    Signalled {
+        /// The workload.
+        workload: String,
+        /// The container id.
+        container: String,
+        /// Whether the daemon delivered it.
         result: Result<(), String>,
     },
 }
@@ -275,6 +295,16 @@ struct Entry {
     waiting_on: Vec<String>,
 }
 
+/// A signal owed to a workload's container after a renewal of a certificate it mounts.
+#[derive(Debug)]
+struct OwedSignal {
+    container: String,
+    signal: String,
+    /// `Some(token)` while a retry is in flight, `None` for the first send or once it failed.
+    token: Option<AttemptToken<String>>,
+    in_flight: bool,
+}
+
 /// A container being stopped and removed.
 #[derive(Debug)]
 struct Retiring {
@@ -315,6 +345,10 @@ pub struct Reconciler {
     moving: std::collections::VecDeque<(String, String)>,
     /// The workload replaced last for a moved image: the next waits until it has lasted.
     moved_last: Option<String>,
+    /// Signals owed after a certificate renewal, per workload, until the daemon delivers one.
+    owed_signals: BTreeMap<String, OwedSignal>,
+    /// Paces the signals sent again after a failure, per workload.
+    signals: KeyedGate<String>,
 }
 
 impl Reconciler {
@@ -325,6 +359,8 @@ impl Reconciler {
         Reconciler {
             gate: KeyedGate::new(config.restart_policy),
             removals: KeyedGate::new(config.restart_policy),
+            signals: KeyedGate::new(config.restart_policy),
+            owed_signals: BTreeMap::new(),
             config,
             entries: BTreeMap::new(),
             retiring: BTreeMap::new(),
@@ -355,6 +391,181 @@ impl Reconciler {
 
     fn subject(name: &str) -> Subject {
         Subject::new(MODULE, name)
+    }
+
+    /// The fault subject of a workload's renewal signal that keeps failing.
+    pub fn cert_renew_subject(name: &str) -> Subject {
+        Subject::new(MODULE, format!("{name}/cert_renew"))
+    }
+
+    // r[impl workload.certs.renew]
+    /// The certificate `certificate` was renewed (and deployed): each running workload that
+    /// mounts it and asks to be told has its container replaced (`restart`: holdfast's own
+    /// decision, not an exit, so no crash, no failure and no wait on its restart gate) or is
+    /// sent its signal. A workload not running is left alone: its next container mounts the
+    /// directory as it is then.
+    pub fn cert_renewed(&mut self, certificate: &str) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let mut restarts = Vec::new();
+        for (name, entry) in &mut self.entries {
+            if !entry
+                .config
+                .certificates
+                .iter()
+                .any(|c| c.name == certificate)
+            {
+                continue;
+            }
+            let Run::Running { container, .. } = &entry.run else {
+                continue;
+            };
+            match &entry.config.on_cert_renew {
+                None => {}
+                Some(CertRenew::Restart) => {
+                    tracing::info!(workload = %name, %certificate, "certificate renewed; replacing the container");
+                    entry.counters.cert_renewals += 1;
+                    restarts.push(name.clone());
+                }
+                Some(renew @ CertRenew::Signal(_)) => {
+                    let signal = renew.signal().unwrap_or_default();
+                    tracing::info!(workload = %name, %certificate, %signal, "certificate renewed; signalling the container");
+                    entry.counters.cert_renewals += 1;
+                    // A signal still owed is superseded: one delivery tells of both renewals.
+                    if let Some(owed) = self.owed_signals.get(name)
+                        && owed.in_flight
+                        && owed.container == *container
+                    {
+                        continue;
+                    }
+                    self.owed_signals.insert(
+                        name.clone(),
+                        OwedSignal {
+                            container: container.clone(),
+                            signal: signal.clone(),
+                            token: None,
+                            in_flight: true,
+                        },
+                    );
+                    actions.push(Action::Signal {
+                        workload: name.clone(),
+                        container: container.clone(),
+                        signal,
+                    });
+                }
+            }
+        }
+        for name in restarts {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            let old = std::mem::replace(&mut entry.run, Run::Idle);
+            let stop_timeout = entry.config.stop_timeout;
+            // Not a restart after an exit: the next start is not counted as one.
+            entry.restart_due = false;
+            self.owed_signals.remove(&name);
+            self.drop_run(old, &name, stop_timeout, &mut actions);
+            // Started again at once, whatever the gate's streak said: the run was fine.
+            self.gate.forget(&name);
+        }
+        actions
+    }
+
+    // r[impl workload.certs.renew]
+    /// A renewal signal ended: delivered, it is done; failed, it is counted, sent again when
+    /// the signal gate allows (the restart policy's schedule), and a fault of kind `cert_renew`
+    /// once the gate escalates, cleared by a delivery. A signal whose container is no longer the
+    /// workload's running one is dropped.
+    fn signalled(
+        &mut self,
+        workload: String,
+        container: String,
+        result: Result<(), String>,
+        now: Instant,
+    ) {
+        let Some(owed) = self.owed_signals.get_mut(&workload) else {
+            return;
+        };
+        if owed.container != container || !owed.in_flight {
+            return;
+        }
+        owed.in_flight = false;
+        let token = owed.token.take();
+        match result {
+            Ok(()) => {
+                tracing::info!(%workload, %container, "renewal signal delivered");
+                if let Some(token) = token {
+                    self.signals.succeed(token, now);
+                }
+                self.owed_signals.remove(&workload);
+                self.signals.forget(&workload);
+                self.board.clear(&Self::cert_renew_subject(&workload));
+            }
+            Err(error) => {
+                if let Some(entry) = self.entries.get_mut(&workload) {
+                    entry.counters.cert_renew_failures += 1;
+                }
+                let token = match token {
+                    Some(token) => Ok(token),
+                    // The first send was not paced: its failure starts the streak.
+                    None => self.signals.begin(&workload, now),
+                };
+                let Ok(token) = token else {
+                    return;
+                };
+                let t = self.signals.fail(token, now, None);
+                tracing::warn!(%workload, %container, %error, failures = t.failures, "renewal signal failed; sending it again after a back-off");
+                if t.escalation == Some(Escalation::Escalated)
+                    || self
+                        .board
+                        .get(&Self::cert_renew_subject(&workload))
+                        .is_some()
+                {
+                    self.board.file(
+                        Self::cert_renew_subject(&workload),
+                        "cert_renew",
+                        &format!(
+                            "the renewal signal failed ({} consecutive failures): {error}",
+                            t.failures
+                        ),
+                        t.failures,
+                        SystemTime::now(),
+                    );
+                }
+            }
+        }
+    }
+
+    // r[impl workload.certs.renew]
+    /// Sends again, at `now`, each failed renewal signal whose gate allows it; one whose
+    /// container is no longer the workload's running one is dropped (the new container was
+    /// started with the new files).
+    fn retry_signals(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let entries = &self.entries;
+        let board = &self.board;
+        self.owed_signals.retain(|workload, owed| {
+            let current = entries.get(workload).is_some_and(|e| {
+                matches!(&e.run, Run::Running { container, .. } if *container == owed.container)
+            });
+            if !current && !owed.in_flight {
+                board.clear(&Self::cert_renew_subject(workload));
+            }
+            current || owed.in_flight
+        });
+        for (workload, owed) in &mut self.owed_signals {
+            if owed.in_flight {
+                continue;
+            }
+            let Ok(token) = self.signals.begin(workload, now) else {
+                continue;
+            };
+            owed.token = Some(token);
+            owed.in_flight = true;
+            actions.push(Action::Signal {
+                workload: workload.clone(),
+                container: owed.container.clone(),
+                signal: owed.signal.clone(),
+            });
+        }
     }
 
     // r[impl workload.reconcile]
@@ -1062,6 +1273,7 @@ impl Reconciler {
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
         self.retry_removals(now, &mut actions);
+        self.retry_signals(now, &mut actions);
         self.replace_next_moved(&mut actions);
         let names: Vec<String> = self.entries.keys().cloned().collect();
         let ready: std::collections::BTreeSet<String> = self
@@ -1231,6 +1443,13 @@ impl Reconciler {
             Completion::Removed { container, result } => {
                 self.removed(container, result, now);
             }
+            Completion::Signalled {
+                workload,
+                container,
+                result,
+            } => {
+                self.signalled(workload, container, result, now);
+            }
             Completion::Started {
                 workload,
                 attempt,
@@ -1391,6 +1610,11 @@ impl Reconciler {
             .iter()
             .filter(|(_, r)| matches!(r.removal, Removal::Failed))
             .filter_map(|(id, _)| self.removals.state(id).map(|s| s.next_attempt_at));
+        let signals = self
+            .owed_signals
+            .iter()
+            .filter(|(_, o)| !o.in_flight)
+            .filter_map(|(w, _)| self.signals.state(w).map(|s| s.next_attempt_at));
         self.entries
             .iter()
             .filter_map(|(name, e)| match &e.run {
@@ -1411,6 +1635,7 @@ impl Reconciler {
                 _ => None,
             })
             .chain(removals)
+            .chain(signals)
             .min()
     }
 
@@ -1506,6 +1731,8 @@ impl Reconciler {
                 sum.restarts += e.counters.restarts;
                 sum.start_failures += e.counters.start_failures;
                 sum.crash_loops += e.counters.crash_loops;
+                sum.cert_renewals += e.counters.cert_renewals;
+                sum.cert_renew_failures += e.counters.cert_renew_failures;
                 sum
             })
     }
@@ -1651,7 +1878,13 @@ fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> Containe
         name: container_name(&config.name, owner),
         shape: Shape {
             ports: config.ports.clone(),
-            volumes: config.volumes.clone(),
+            // r[impl workload.certs]
+            volumes: config
+                .volumes
+                .iter()
+                .cloned()
+                .chain(config.certificates.iter().map(|c| c.volume()))
+                .collect(),
             network: config.network.clone(),
             user: config.user.clone(),
             workdir: config.workdir.clone(),

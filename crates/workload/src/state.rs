@@ -120,6 +120,18 @@ pub struct Counters {
     pub start_failures: u64,
     /// Times the crash-loop detector tripped.
     pub crash_loops: u64,
+    /// Containers restarted or signalled because a certificate they mount was renewed (left
+    /// out of the report while zero, as most workloads mount none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cert_renewals: u64,
+    /// Renewal signals the daemon did not deliver (left out while zero).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cert_renew_failures: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How the last run ended.

@@ -123,6 +123,13 @@ impl<I: Images> Supervisor<I> {
         self.perform(actions);
     }
 
+    /// The certificate `certificate` was renewed: its workloads are restarted or signalled as
+    /// they ask (see [`Reconciler::cert_renewed`]).
+    pub fn cert_renewed(&mut self, certificate: &str) {
+        let actions = self.core.cert_renewed(certificate);
+        self.perform(actions);
+    }
+
     /// Sets the configured workloads (validated here), performing what the change requires.
     pub fn set_desired(&mut self, workloads: Vec<WorkloadConfig>) -> Result<(), SupervisorError> {
         crate::config::validate_all(&workloads)?;
@@ -398,6 +405,31 @@ impl<I: Images> Supervisor<I> {
                         &self.runtime,
                     );
                 }
+                Action::Signal {
+                    workload,
+                    container,
+                    signal,
+                } => {
+                    let id = container.clone();
+                    let work = async move {
+                        let docker = docker::connect(&host).await?;
+                        docker::signal(&docker, &id, &signal).await
+                    };
+                    self.tasks.spawn_on(
+                        async move {
+                            let result = match AssertUnwindSafe(work).catch_unwind().await {
+                                Ok(r) => r.map_err(|e| e.to_string()),
+                                Err(_) => Err("the signal task panicked".to_owned()),
+                            };
+                            Completion::Signalled {
+                                workload,
+                                container,
+                                result,
+                            }
+                        },
+                        &self.runtime,
+                    );
+                }
             }
         }
     }
@@ -414,6 +446,7 @@ impl<I: Images> Supervisor<I> {
         let (status_tx, status_rx) = watch::channel(Vec::new());
         let (config_tx, mut config_rx) = mpsc::unbounded_channel::<Vec<WorkloadConfig>>();
         let (moved_tx, mut moved_rx) = mpsc::unbounded_channel::<(String, Vec<String>)>();
+        let (renewed_tx, mut renewed_rx) = mpsc::unbounded_channel::<String>();
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let tick = tick.max(Duration::from_millis(10));
         let runtime = self.runtime.clone();
@@ -435,6 +468,9 @@ impl<I: Images> Supervisor<I> {
                     }
                     Some((reference, workloads)) = moved_rx.recv() => {
                         self.image_moved(&reference, &workloads);
+                    }
+                    Some(certificate) = renewed_rx.recv() => {
+                        self.cert_renewed(&certificate);
                     }
                     _ = self.wait_input_with(wake, Instant::now) => {}
                 }
@@ -473,6 +509,7 @@ impl<I: Images> Supervisor<I> {
                 config: config_tx,
                 keep,
                 moved: moved_tx,
+                renewed: renewed_tx,
             },
             stopper,
         )
@@ -525,6 +562,7 @@ pub struct WorkloadsHandle {
     config: mpsc::UnboundedSender<Vec<WorkloadConfig>>,
     keep: Arc<AtomicBool>,
     moved: mpsc::UnboundedSender<(String, Vec<String>)>,
+    renewed: mpsc::UnboundedSender<String>,
 }
 
 impl WorkloadsHandle {
@@ -549,6 +587,13 @@ impl WorkloadsHandle {
     /// supervisor stopped.
     pub fn image_moved(&self, reference: &str, workloads: Vec<String>) -> bool {
         self.moved.send((reference.to_owned(), workloads)).is_ok()
+    }
+
+    /// The certificate `certificate` was renewed and its files deployed: its workloads are
+    /// restarted or signalled as they ask (see [`Reconciler::cert_renewed`]). False once the
+    /// supervisor stopped.
+    pub fn cert_renewed(&self, certificate: &str) -> bool {
+        self.renewed.send(certificate.to_owned()).is_ok()
     }
 }
 

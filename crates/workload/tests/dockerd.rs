@@ -1155,3 +1155,154 @@ async fn two_workloads_on_the_nodes_network_reach_each_other_by_name() {
     env.cleanup().await;
     let _ = env.docker.remove_network(&network).await;
 }
+
+/// A deploy directory holding `fullchain.pem` (a stand-in for issuance's deploy).
+fn cert_dir(content: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fullchain.pem"), content).unwrap();
+    dir
+}
+
+fn mounting(mut w: WorkloadConfig, dir: &Path, renew: &str) -> WorkloadConfig {
+    w.certificates = vec![holdfast_workload::CertificateMount {
+        name: "example.org".into(),
+        dir: dir.to_owned(),
+    }];
+    w.on_cert_renew = Some(renew.parse().unwrap());
+    w.validate().unwrap();
+    w
+}
+
+async fn started_at(docker: &Docker, id: &str) -> String {
+    docker
+        .inspect_container(id, None)
+        .await
+        .unwrap()
+        .state
+        .and_then(|s| s.started_at)
+        .unwrap()
+}
+
+/// Steps `sup` until `id`'s log holds a line `line` (real-time `limit`).
+async fn until_logged<I: Images>(
+    sup: &mut Supervisor<I>,
+    env: &Env,
+    clock: &Clock,
+    id: &str,
+    line: &str,
+) -> Vec<String> {
+    let end = std::time::Instant::now() + LIMIT;
+    loop {
+        sup.step(clock.now());
+        let log = holdfast_workload::docker::log_tail(&env.docker, id, 50).await;
+        if log.iter().any(|l| l.trim() == line) {
+            return log;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "{line:?} never logged: {log:?}"
+        );
+        sup.wait_input(clock.now(), Duration::from_millis(100))
+            .await;
+    }
+}
+
+// r[verify workload.certs]
+// r[verify workload.certs.renew]
+#[tokio::test]
+async fn a_workload_mounting_a_certificate_is_restarted_after_its_renewal() {
+    let Some(env) = env("cert-restart").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    let dir = cert_dir("first-chain\n");
+    let web = mounting(
+        env.workload(
+            "web",
+            "cat /run/holdfast/certs/example.org/fullchain.pem; exec sleep 3600",
+        ),
+        dir.path(),
+        "restart",
+    );
+    sup.set_desired(vec![web]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let first = running_id(&sup, "web", clock.now()).unwrap();
+    until_logged(&mut sup, &env, &clock, &first, "first-chain").await;
+    let first_started = started_at(&env.docker, &first).await;
+    // The deploy renames a new set into the directory; then the workload is told.
+    std::fs::write(dir.path().join("fullchain.pem.tmp"), "second-chain\n").unwrap();
+    std::fs::rename(
+        dir.path().join("fullchain.pem.tmp"),
+        dir.path().join("fullchain.pem"),
+    )
+    .unwrap();
+    sup.cert_renewed("example.org");
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some_and(|id| id != first) && s.running_actions() == 0
+    })
+    .await;
+    let second = running_id(&sup, "web", clock.now()).unwrap();
+    until_logged(&mut sup, &env, &clock, &second, "second-chain").await;
+    assert_ne!(started_at(&env.docker, &second).await, first_started);
+    let status = sup.status(clock.now());
+    let web = status.iter().find(|s| s.name == "web").unwrap();
+    assert_eq!(web.counters.cert_renewals, 1);
+    assert_eq!(web.counters.restarts, 0, "not a restart after an exit");
+    assert!(sup.core().faults().is_empty());
+    env.cleanup().await;
+}
+
+// r[verify workload.certs.renew]
+#[tokio::test]
+async fn a_signal_workload_receives_its_signal_after_a_renewal() {
+    let Some(env) = env("cert-signal").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut sup = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    let dir = cert_dir("chain\n");
+    // The shell is PID 1: it handles the signal only because it traps it.
+    let web = mounting(
+        env.workload(
+            "web",
+            "trap 'echo got-hup' HUP; echo ready; while true; do sleep 1 & wait $!; done",
+        ),
+        dir.path(),
+        "signal:HUP",
+    );
+    sup.set_desired(vec![web]).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    let id = running_id(&sup, "web", clock.now()).unwrap();
+    until_logged(&mut sup, &env, &clock, &id, "ready").await;
+    sup.cert_renewed("example.org");
+    until_logged(&mut sup, &env, &clock, &id, "got-hup").await;
+    assert_eq!(
+        running_id(&sup, "web", clock.now()),
+        Some(id),
+        "signalled, not replaced"
+    );
+    let status = sup.status(clock.now());
+    let web = status.iter().find(|s| s.name == "web").unwrap();
+    assert_eq!(web.counters.cert_renewals, 1);
+    assert_eq!(web.counters.cert_renew_failures, 0);
+    env.cleanup().await;
+}

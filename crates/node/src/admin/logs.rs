@@ -227,12 +227,14 @@ pub(super) async fn logs(
         options = options.since(from);
     }
     let stream = docker.logs(&container, Some(options.build())).boxed();
-    let follow = query.follow.then(|| Next {
-        api: api.clone(),
-        docker: docker.clone(),
-        workload: name.clone(),
-        container: container.clone(),
-        run,
+    let follow = query.follow.then(|| {
+        Next::new(
+            api.clone(),
+            docker.clone(),
+            name.clone(),
+            container.clone(),
+            run,
+        )
     });
     let body = futures_util::stream::unfold(
         (stream, Lines::default(), follow, false, (permit, held)),
@@ -311,9 +313,39 @@ struct Next {
     workload: String,
     container: String,
     run: Run,
+    /// Paces the asks while the daemon does not answer ([`daemon_pacing`]).
+    daemon: holdfast_retry::KeyedGate<()>,
+}
+
+// i[impl node.workloads.logs-backoff]
+/// The asks of a daemon that does not answer a follow waiting for the next container: from 1 s
+/// doubling to 30 s, jittered, as the workload module reconnects its event stream.
+fn daemon_pacing() -> holdfast_retry::Policy {
+    holdfast_retry::Policy::builder()
+        .base(std::time::Duration::from_secs(1))
+        .cap(std::time::Duration::from_secs(30))
+        .build()
+        .unwrap_or_default()
 }
 
 impl Next {
+    fn new(
+        api: Api,
+        docker: bollard::Docker,
+        workload: String,
+        container: String,
+        run: Run,
+    ) -> Next {
+        Next {
+            api,
+            docker,
+            workload,
+            container,
+            run,
+            daemon: holdfast_retry::KeyedGate::new(daemon_pacing()),
+        }
+    }
+
     // i[impl node.workloads.logs+2]
     /// Waits until the workload runs a container other than the one followed (a new one under
     /// its name, or the same one started again) and answers the line that says so and its log
@@ -325,7 +357,12 @@ impl Next {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         loop {
-            tokio::time::sleep(NEXT_POLL).await;
+            // i[impl node.workloads.logs-backoff]
+            // Every NEXT_POLL while the daemon answers; on its gate's schedule while it does not.
+            match self.daemon.state(&()).map(|s| s.next_attempt_at) {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => tokio::time::sleep(NEXT_POLL).await,
+            }
             let known = self
                 .api
                 .node
@@ -335,12 +372,34 @@ impl Next {
             if !known {
                 return None;
             }
-            let Ok(inspect) = self
+            let now = tokio::time::Instant::now().into_std();
+            let Ok(token) = self.daemon.begin(&(), now) else {
+                continue;
+            };
+            let inspect = self
                 .docker
                 .inspect_container(&self.container, None::<InspectContainerOptions>)
-                .await
-            else {
-                continue;
+                .await;
+            let now = tokio::time::Instant::now().into_std();
+            let inspect = match inspect {
+                Ok(inspect) => {
+                    drop(token);
+                    // Answered: back to the plain poll.
+                    self.daemon.forget(&());
+                    inspect
+                }
+                // The container is gone meanwhile: the daemon answered; its next one is awaited.
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {
+                    drop(token);
+                    self.daemon.forget(&());
+                    continue;
+                }
+                Err(_) => {
+                    self.daemon.fail(token, now, None);
+                    continue;
+                }
             };
             let run = Run::of(&inspect);
             let state = inspect.state.as_ref();
@@ -833,6 +892,86 @@ mod tests {
         assert!(bye_at < marker && marker < second, "{seen}");
         let request = holdfast_lifecycle::StopRequest {
             deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(15),
+            reason: holdfast_lifecycle::StopReason::Shutdown,
+        };
+        started.stopper.stop(request).await.unwrap();
+    }
+
+    // i[verify node.workloads.logs-backoff]
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_waiting_on_a_daemon_that_is_down_asks_it_again_with_a_growing_back_off() {
+        use crate::metrics::Metrics;
+        use crate::module::Module as _;
+        use holdfast_lifecycle::FaultBoard;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let node = crate::state::NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let module = crate::modules::workload::WorkloadModule {
+            workloads: crate::modules::workload::desired(vec![
+                holdfast_workload::WorkloadConfig::new("web", "busybox:1"),
+            ]),
+            docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
+            seed: 7,
+            stop_on_exit: false,
+            owner: None,
+            tick: Duration::from_millis(50),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        while node
+            .workload
+            .with(|r| r.handle.status().is_empty())
+            .unwrap_or(true)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A daemon that is down: its socket takes each connection and drops it unanswered.
+        let sock = dir.path().join("down.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let asks = Arc::new(AtomicUsize::new(0));
+        let counting = Arc::clone(&asks);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counting.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        let docker = bollard::Docker::connect_with_unix(
+            &sock.display().to_string(),
+            5,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .unwrap();
+        let mut next = Next::new(
+            Api {
+                node: node.clone(),
+                token: None,
+            },
+            docker,
+            "web".into(),
+            "holdfast-web".into(),
+            Run {
+                id: "0123".into(),
+                started_at: None,
+            },
+        );
+        let waiting = tokio::spawn(async move { next.wait().await.is_some() });
+        let t0 = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let asked = asks.load(Ordering::SeqCst);
+        // Every 250 ms would be 480 asks; the back-off (1 s doubling to 30 s, jittered) asks
+        // about ten times in two minutes.
+        assert!(
+            (4..=14).contains(&asked),
+            "{asked} asks in {:?}",
+            t0.elapsed()
+        );
+        waiting.abort();
+        let request = holdfast_lifecycle::StopRequest {
+            deadline: tokio::time::Instant::now() + Duration::from_secs(2),
             reason: holdfast_lifecycle::StopReason::Shutdown,
         };
         started.stopper.stop(request).await.unwrap();

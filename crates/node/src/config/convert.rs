@@ -2,7 +2,9 @@
 //! conversion here reads a config [`Config::parse`] has already validated, so what could fail was
 //! refused there, at its `FILE:LINE:COL`.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use holdfast_pull::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigError};
@@ -101,7 +103,57 @@ impl Workload {
             .as_ref()
             .map(|d| d.get_ref().clone())
             .unwrap_or_default();
+        w.certificates = self.certificate_mounts.clone();
+        w.on_cert_renew = self.on_cert_renew.as_ref().map(|r| r.get_ref().clone());
         w
+    }
+}
+
+impl Config {
+    // i[impl node.workloads.certificates]
+    // r[impl workload.certs]
+    /// Every certificate of `[issuance]` by its first name, with the directory its files are
+    /// deployed in (`None`: it has no deploy).
+    pub fn certificate_dirs(&self) -> BTreeMap<String, Option<PathBuf>> {
+        let Some(issuance) = &self.issuance else {
+            return BTreeMap::new();
+        };
+        issuance
+            .get_ref()
+            .planned()
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.names.first()?.clone();
+                let dir = c.deploy.map(|(deploy, shared)| {
+                    if shared {
+                        deploy.dir.join(&name)
+                    } else {
+                        deploy.dir
+                    }
+                });
+                Some((name, dir))
+            })
+            .collect()
+    }
+
+    /// Resolves each workload's `certificates` to the mounts of their deploy directories (a name
+    /// with none is left out: validation refuses it).
+    pub(super) fn resolve_certificates(&mut self) {
+        let dirs = self.certificate_dirs();
+        for w in &mut self.workloads {
+            w.certificate_mounts = w
+                .certificates
+                .iter()
+                .flat_map(|c| c.get_ref().iter())
+                .filter_map(|name| {
+                    let dir = dirs.get(name)?.clone()?;
+                    Some(holdfast_workload::CertificateMount {
+                        name: name.clone(),
+                        dir,
+                    })
+                })
+                .collect();
+        }
     }
 }
 

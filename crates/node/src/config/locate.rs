@@ -181,6 +181,8 @@ impl super::schema::Workload {
             "depends_on" => self.depends_on.as_ref().map(Spanned::span),
             "credentials_file" => self.credentials_file.as_ref().map(Spanned::span),
             "pull_policy" => self.pull_policy.as_ref().map(Spanned::span),
+            "certificates" => self.certificates.as_ref().map(Spanned::span),
+            "on_cert_renew" => self.on_cert_renew.as_ref().map(Spanned::span),
             _ => None,
         };
         span.unwrap_or_else(|| self.name.span())

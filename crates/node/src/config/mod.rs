@@ -90,6 +90,8 @@ impl Config {
             };
             loc.at(inner.span(), &key, message)
         })?;
+        let mut config = config;
+        config.resolve_certificates();
         config.validate(&loc)?;
         Ok(config)
     }

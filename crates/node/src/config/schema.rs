@@ -454,6 +454,18 @@ pub struct Workload {
     /// `"missing"` (default) or `"digest"`: check the tag against the registry and follow it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_policy: Option<Spanned<PullPolicy>>,
+    /// Certificates of `[issuance]` (by first name) mounted read-only at
+    /// `/run/holdfast/certs/NAME/`: their deployed files (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<Spanned<Vec<String>>>,
+    /// `"restart"` or `"signal:HUP"` (any signal name): what the container is told when one of
+    /// its `certificates` is renewed (default: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_cert_renew: Option<Spanned<holdfast_workload::CertRenew>>,
+    /// `certificates` resolved to their deploy directories once the whole file is read (not a
+    /// key: filled by the loader).
+    #[serde(skip)]
+    pub certificate_mounts: Vec<holdfast_workload::CertificateMount>,
 }
 
 /// `[workloads]`.

@@ -163,6 +163,7 @@ impl Config {
     // i[impl node.workloads.config]
     // i[impl node.workloads.shape]
     // r[impl workload.depends-on]
+    // i[impl node.workloads.certificates]
     /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
     /// asks of the rest.
     fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
@@ -193,6 +194,36 @@ impl Config {
                     &format!("workload[{i}].image"),
                     "must not be empty".into(),
                 ));
+            }
+            if let Some(certs) = &w.certificates {
+                let dirs = self.certificate_dirs();
+                let key = format!("workload[{i}].certificates");
+                for name in certs.get_ref() {
+                    match dirs.get(name) {
+                        None => {
+                            return Err(loc.at(
+                                Some(certs.span()),
+                                &key,
+                                format!(
+                                    "{name:?} is no certificate of [issuance] (a hostname's \
+                                     name or a certificate's first name)"
+                                ),
+                            ));
+                        }
+                        Some(None) => {
+                            return Err(loc.at(
+                                Some(certs.span()),
+                                &key,
+                                format!(
+                                    "certificate {name:?} has no deploy: a workload mounts its \
+                                     deployed files, whose owner and mode the deploy sets (give \
+                                     it a `deploy`, or set [issuance.deploy])"
+                                ),
+                            ));
+                        }
+                        Some(Some(_)) => {}
+                    }
+                }
             }
             // holdfast-workload owns what a workload may be; its error names the field.
             let check = || {
@@ -840,6 +871,68 @@ mod tests {
         assert!(!err.contains("c2VjcmV0"), "{err}");
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         Config::parse("ok.toml", &text).unwrap();
+    }
+
+    // i[verify node.workloads.certificates]
+    // r[verify workload.certs]
+    #[test]
+    fn a_workloads_certificates_name_deployed_certificates_and_mount_their_directories() {
+        let issuance = "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
+                        [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+                        [[issuance.certificate]]\nnames = [\"b.example\", \"www.b.example\"]\n\
+                        source = \"local\"\ndeploy = { dir = \"/etc/b\" }\n";
+        let workload = |keys: &str| {
+            format!("{issuance}[[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n{keys}")
+        };
+        // Without [issuance.deploy], only b.example has a deploy.
+        let text = workload("certificates = [\"b.example\"]\non_cert_renew = \"signal:hup\"\n");
+        let config = Config::parse("ok.toml", &text).unwrap();
+        let w = config.workloads[0].to_config();
+        assert_eq!(
+            w.certificates,
+            vec![holdfast_workload::CertificateMount {
+                name: "b.example".into(),
+                dir: "/etc/b".into()
+            }]
+        );
+        assert_eq!(
+            w.on_cert_renew,
+            Some(holdfast_workload::CertRenew::Signal("HUP".into()))
+        );
+        let err = |text: &str| Config::parse("bad.toml", text).unwrap_err().to_string();
+        let e = err(&workload("certificates = [\"a.example\"]\n"));
+        assert!(
+            e.starts_with("bad.toml:15:16: workload[0].certificates:") && e.contains("no deploy"),
+            "{e}"
+        );
+        let e = err(&workload("certificates = [\"www.b.example\"]\n"));
+        assert!(
+            e.starts_with("bad.toml:15:16: workload[0].certificates:")
+                && e.contains("no certificate of [issuance]"),
+            "{e}"
+        );
+        let e = err(&workload("on_cert_renew = \"restart\"\n"));
+        assert!(
+            e.starts_with("bad.toml:15:17: workload[0].on_cert_renew:"),
+            "{e}"
+        );
+        let e = err(&workload(
+            "certificates = [\"b.example\"]\non_cert_renew = \"reload\"\n",
+        ));
+        assert!(
+            e.starts_with("bad.toml:16:17: workload[0].on_cert_renew"),
+            "{e}"
+        );
+        // With [issuance.deploy], every certificate is deployed in DIR/NAME.
+        let shared = workload("certificates = [\"a.example\"]\n").replace(
+            "[[workload]]",
+            "[issuance.deploy]\ndir = \"/srv/certs\"\n[[workload]]",
+        );
+        let config = Config::parse("ok.toml", &shared).unwrap();
+        assert_eq!(
+            config.workloads[0].to_config().certificates[0].dir,
+            std::path::PathBuf::from("/srv/certs/a.example")
+        );
     }
 
     // r[verify issue.deploy]

@@ -59,10 +59,12 @@ impl Drop for AbortOnDrop {
     }
 }
 
-// r[impl actuate.image.gc+2]
+// r[impl actuate.image.gc+3]
 /// Image collection, one run per `interval` on the daemon's data root: each image removed is
-/// logged and counted (`outcome="gc_removed"`), each failed removal too (`"gc_failed"`, retried on
-/// the image's own schedule); a run that cannot decide (daemon down, disk not measurable) removes
+/// logged and counted with its size (`holdfast_pull_gc_removed_total`, `…_removed_bytes_total`),
+/// each failed removal too (`holdfast_pull_gc_failures_total`, retried on the image's own
+/// schedule), each run by its outcome (`holdfast_pull_gc_runs_total`), none of it among the pull
+/// outcomes; a run that cannot decide (daemon down, disk not measurable) removes
 /// nothing and is logged, a warning when its cause is new (the pull module's own probe files the
 /// daemon's fault). A run
 /// is bounded by the interval, so a daemon that stops answering cannot hold collection forever.
@@ -79,6 +81,7 @@ async fn collect_images(
     let mut skipped: Option<String> = None;
     loop {
         ticker.tick().await;
+        let configured = protected(&configured, &node);
         let run = async {
             let docker = endpoint.connect().await.map_err(|e| e.to_string())?;
             let now = || tokio::time::Instant::now().into_std();
@@ -86,14 +89,24 @@ async fn collect_images(
                 .await
                 .map_err(|e| e.to_string())
         };
+        let outcome = |outcome: &str| {
+            node.metrics
+                .pull_gc_runs
+                .get_or_create(&OutcomeLabel {
+                    outcome: outcome.to_owned(),
+                })
+                .inc();
+        };
         let run = match tokio::time::timeout(interval, run).await {
             Ok(Ok(run)) => {
+                outcome("ran");
                 if skipped.take().is_some() {
                     tracing::info!("image GC runs again");
                 }
                 run
             }
             Ok(Err(error)) => {
+                outcome("skipped");
                 if skipped.as_deref() == Some(error.as_str()) {
                     tracing::debug!(%error, "image GC skipped this run");
                 } else {
@@ -103,6 +116,7 @@ async fn collect_images(
                 continue;
             }
             Err(_) => {
+                outcome("timed_out");
                 tracing::warn!("image GC: the daemon did not answer within the interval");
                 continue;
             }
@@ -110,30 +124,40 @@ async fn collect_images(
         for removal in &run.removals {
             let image = &removal.image;
             let name = image.tags.first().unwrap_or(&image.id);
-            let outcome = match &removal.result {
+            match &removal.result {
                 Ok(()) => {
                     tracing::info!(
                         image = %name, id = %image.id, bytes = image.size,
                         "image GC removed an image no workload uses"
                     );
-                    "gc_removed"
+                    node.metrics.pull_gc_removed.inc();
+                    node.metrics.pull_gc_removed_bytes.inc_by(image.size);
                 }
                 Err(error) => {
                     tracing::warn!(
                         image = %name, id = %image.id, %error,
                         "image GC could not remove an image; retrying on its schedule"
                     );
-                    "gc_failed"
+                    node.metrics.pull_gc_failures.inc();
                 }
-            };
-            node.metrics
-                .pull_outcomes
-                .get_or_create(&OutcomeLabel {
-                    outcome: outcome.to_owned(),
-                })
-                .inc();
+            }
         }
     }
+}
+
+// r[impl node.pull.gc-configured]
+/// The images collection keeps: those configured when the module started, and those the running
+/// workload module's configured set uses now (a reload that adds a workload replaces that set
+/// before anything else, so its image is protected from then on, before the pull module is
+/// restarted with it).
+fn protected(at_start: &[String], node: &NodeState) -> Vec<String> {
+    let mut images = at_start.to_vec();
+    if let Ok(now) = node.workload.with(|w| w.configured_images()) {
+        images.extend(now);
+    }
+    images.sort();
+    images.dedup();
+    images
 }
 
 /// The one fault for an unreachable daemon: the same subject holdfast-pull files its daemon
@@ -166,7 +190,7 @@ impl Module for PullModule {
         let (reporter, health) = health_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let this = self.clone();
-        // r[impl actuate.image.gc+2]
+        // r[impl actuate.image.gc+3]
         // The data root is measured here by path: only right for a daemon on this host.
         let gc = self.gc.filter(|_| {
             let local = fetcher.endpoint().is_local_socket();
@@ -589,6 +613,191 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
 
 #[cfg(test)]
 mod tests {
+    /// A daemon on `socket` that answers its version and nothing else usefully (500), and counts
+    /// the `/info` requests, which only image collection makes.
+    fn info_counting_daemon(
+        socket: &std::path::Path,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let infos = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counting = std::sync::Arc::clone(&infos);
+        let listener = tokio::net::UnixListener::bind(socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let counting = std::sync::Arc::clone(&counting);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&seen).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let line = text.lines().next().unwrap_or_default().to_owned();
+                        seen.drain(..end + 4);
+                        if line.contains("/info ") {
+                            counting.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let (status, body) = if line.contains("/version") {
+                            (200, r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#)
+                        } else {
+                            (500, r#"{"message":"no"}"#)
+                        };
+                        let response = format!(
+                            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        infos
+    }
+
+    // i[verify node.pull.gc]
+    // r[verify actuate.image.gc+3]
+    // Real time: the pull module's own pacing reads the system clock, which a paused tokio clock
+    // would leave behind (its loop then spins). Hence a one-second interval, against the
+    // default five minutes.
+    #[tokio::test]
+    async fn the_pull_gc_keys_reach_the_module_and_its_runs_have_their_own_counter() {
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        let infos = info_counting_daemon(&sock);
+        let text = format!(
+            "[node]\n[pull]\ndocker_host = \"unix://{}\"\ngc_high_percent = 90\n\
+             gc_low_percent = 70\ngc_grace = \"3h\"\ngc_interval = \"1s\"\n",
+            sock.display()
+        );
+        let config = crate::config::Config::parse("t.toml", &text).unwrap();
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        // Built as the node composes it (run.rs): every input from `pull_inputs`.
+        let crate::config::PullInputs {
+            workloads,
+            docker_host,
+            config: pull_config,
+            auth,
+            tag_checks,
+            gc,
+        } = config.pull_inputs(7);
+        assert_eq!(
+            gc,
+            Some((
+                holdfast_pull::GcPolicy::new(90, 70, Duration::from_secs(3 * 3600)).unwrap(),
+                Duration::from_secs(1)
+            ))
+        );
+        let module = PullModule {
+            workloads,
+            docker_host,
+            config: pull_config,
+            auth,
+            tag_checks,
+            tick: Duration::from_secs(5),
+            gc,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        // A run at the start, then one a second: the configured interval, not the default.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while infos.load(Ordering::SeqCst) < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "collection never ran thrice"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let runs = infos.load(Ordering::SeqCst);
+        let text = node.metrics.render();
+        assert!(
+            text.contains(&format!(
+                r#"holdfast_pull_gc_runs_total{{outcome="skipped"}} {runs}"#
+            )) || text.contains(&format!(
+                r#"holdfast_pull_gc_runs_total{{outcome="skipped"}} {}"#,
+                runs - 1
+            )),
+            "{text}"
+        );
+        assert!(text.contains("holdfast_pull_gc_removed_total 0"), "{text}");
+        assert!(text.contains("holdfast_pull_gc_failures_total 0"), "{text}");
+        assert!(!text.contains("outcome=\"gc_"), "{text}");
+        started
+            .stopper
+            .stop(holdfast_lifecycle::StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: holdfast_lifecycle::StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
+    }
+
+    // r[verify node.pull.gc-configured]
+    #[tokio::test]
+    async fn collection_protects_a_workload_a_reload_added_as_soon_as_the_set_is_replaced() {
+        use holdfast_lifecycle::{StopReason, StopRequest};
+        use holdfast_workload::WorkloadConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let at_start = vec!["busybox:1".to_owned()];
+        // No workload module: what was configured at the start.
+        assert_eq!(super::protected(&at_start, &node), at_start);
+        let desired =
+            crate::modules::workload::desired(vec![WorkloadConfig::new("web", "busybox:1")]);
+        let module = crate::modules::workload::WorkloadModule {
+            workloads: desired.clone(),
+            docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
+            seed: 7,
+            stop_on_exit: false,
+            owner: None,
+            tick: Duration::from_millis(50),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while node.workload.with(|_| ()).is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "never published");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The reload replaces the shared set first (run.rs): from then on the image is kept.
+        desired
+            .lock()
+            .unwrap()
+            .push(WorkloadConfig::new("db", "postgres:16"));
+        assert_eq!(
+            super::protected(&at_start, &node),
+            vec!["busybox:1".to_owned(), "postgres:16".to_owned()]
+        );
+        started
+            .stopper
+            .stop(StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
+    }
+
     // r[verify actuate.image.tag-moved]
     #[test]
     fn a_refused_tag_check_is_counted_and_a_fault_until_a_check_succeeds() {

@@ -7,7 +7,11 @@
 //! ([`PulledImages`]), so a workload starts once the pull module has its image present and the two
 //! crates never depend on each other.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use holdfast_issuance::CertWatch;
 
 use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
 use holdfast_workload::{
@@ -67,7 +71,23 @@ pub struct RunningWorkloads {
     pub host: String,
     /// The `holdfast.owner` label value, which is also in the containers' names.
     pub owner: Option<String>,
+    /// The configured workloads, shared with the node's reload (which replaces them first).
+    workloads: Desired,
     stopper: Box<dyn Stopper>,
+}
+
+impl RunningWorkloads {
+    // r[impl node.pull.gc-configured]
+    /// The images the configured workloads use now: a reload's new set as soon as the reload
+    /// has replaced it, before the supervisor or the pull module have taken it.
+    pub fn configured_images(&self) -> Vec<String> {
+        self.workloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|w| w.image.clone())
+            .collect()
+    }
 }
 
 impl Stopper for RunningWorkloads {
@@ -150,13 +170,130 @@ impl Module for WorkloadModule {
                 .set_desired(workloads)
                 .map_err(|e| e.to_string())?;
             let (handle, stopper) = supervisor.start(this.tick);
+            let issuance = this.node.issuance.clone();
+            let renewals = tokio::spawn(watch_renewals(
+                move || issuance.with(|i| i.store().subscribe()).ok(),
+                this.workloads.clone(),
+                {
+                    let handle = handle.clone();
+                    move |name: &str| handle.cert_renewed(name)
+                },
+                this.tick,
+            ));
+            // The watch ends with the module.
+            let stopper = holdfast_lifecycle::stopper_fn(move |request: StopRequest| {
+                renewals.abort();
+                stopper.stop(request)
+            });
             Ok(RunningWorkloads {
                 handle,
                 host: this.host(),
                 owner: this.owner.clone(),
+                workloads: this.workloads.clone(),
                 stopper,
             })
         }))
+    }
+}
+
+/// How long a renewal waits for its deployed files before the workloads are told anyway.
+pub const DEPLOY_WAIT: Duration = Duration::from_secs(600);
+
+/// Each certificate's chain as the store holds it, by name.
+type Chains = BTreeMap<String, String>;
+
+// r[impl node.workload.cert-renew]
+/// The certificates whose pair differs from `seen` (renewed, or issued for the first time).
+fn renewed(seen: &Chains, now: &Chains) -> Vec<String> {
+    now.iter()
+        .filter(|(name, chain)| seen.get(*name) != Some(*chain))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Whether the workloads may be told of a renewal to `chain`, whose files are deployed in `dir`:
+/// once `fullchain.pem` holds it, or anyway after [`DEPLOY_WAIT`] (`Some(false)`: late).
+// r[impl node.workload.cert-renew]
+fn deployed(dir: &Path, chain: &str, waited: Duration) -> Option<bool> {
+    match std::fs::read_to_string(dir.join("fullchain.pem")) {
+        Ok(text) if text == chain => Some(true),
+        _ if waited >= DEPLOY_WAIT => Some(false),
+        _ => None,
+    }
+}
+
+/// The deploy directory of each certificate the workloads mount.
+fn mounted(workloads: &Desired) -> BTreeMap<String, PathBuf> {
+    workloads
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .flat_map(|w| w.certificates.iter())
+        .map(|c| (c.name.clone(), c.dir.clone()))
+        .collect()
+}
+
+// r[impl node.workload.cert-renew]
+/// Watches the certificate store (`source` finds it, again after the issuance module restarted)
+/// and `tell`s the supervisor of each renewal of a certificate the workloads mount once its
+/// files are deployed. The certificates present at the first look are the baseline. Ends when
+/// `tell` says the supervisor is gone.
+async fn watch_renewals(
+    source: impl Fn() -> Option<CertWatch>,
+    workloads: Desired,
+    tell: impl Fn(&str) -> bool,
+    tick: Duration,
+) {
+    let tick = tick.max(Duration::from_millis(10));
+    let mut seen: Option<Chains> = None;
+    // Renewals waiting for their files: name → (chain, since).
+    let mut owed: BTreeMap<String, (String, Instant)> = BTreeMap::new();
+    loop {
+        let Some(mut watch) = source() else {
+            tokio::time::sleep(tick).await;
+            continue;
+        };
+        loop {
+            let now: Chains = watch
+                .current()
+                .iter()
+                .map(|(name, pair)| (name.clone(), pair.chain_pem.clone()))
+                .collect();
+            let mounts = mounted(&workloads);
+            if let Some(seen) = &seen {
+                for name in renewed(seen, &now) {
+                    if mounts.contains_key(&name) {
+                        owed.insert(name.clone(), (now[&name].clone(), Instant::now()));
+                    }
+                }
+            }
+            seen = Some(now);
+            let mut told = Vec::new();
+            for (name, (chain, since)) in &owed {
+                let Some(dir) = mounts.get(name) else {
+                    told.push(name.clone());
+                    continue;
+                };
+                let Some(in_time) = deployed(dir, chain, since.elapsed()) else {
+                    continue;
+                };
+                if !in_time {
+                    tracing::warn!(certificate = %name, dir = %dir.display(),
+                        "the renewed certificate's files were not deployed in time; telling its workloads anyway");
+                }
+                if !tell(name) {
+                    return;
+                }
+                told.push(name.clone());
+            }
+            for name in told {
+                owed.remove(&name);
+            }
+            tokio::select! {
+                changed = watch.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(tick) => {}
+            }
+        }
     }
 }
 
@@ -380,5 +517,103 @@ mod tests {
                 .get("health")
                 .is_none()
         );
+    }
+
+    // r[verify node.workload.cert-renew]
+    #[test]
+    fn a_renewal_is_a_changed_or_new_chain_and_waits_for_its_files() {
+        let chains = |pairs: &[(&str, &str)]| -> Chains {
+            pairs
+                .iter()
+                .map(|(n, c)| ((*n).to_owned(), (*c).to_owned()))
+                .collect()
+        };
+        let seen = chains(&[("a", "1"), ("b", "1")]);
+        let now = chains(&[("a", "2"), ("b", "1"), ("c", "1")]);
+        assert_eq!(renewed(&seen, &now), vec!["a".to_owned(), "c".to_owned()]);
+        assert!(renewed(&now, &now).is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(deployed(dir.path(), "new", Duration::ZERO), None);
+        std::fs::write(dir.path().join("fullchain.pem"), "old").unwrap();
+        assert_eq!(deployed(dir.path(), "new", Duration::from_secs(599)), None);
+        assert_eq!(deployed(dir.path(), "new", DEPLOY_WAIT), Some(false));
+        std::fs::write(dir.path().join("fullchain.pem"), "new").unwrap();
+        assert_eq!(deployed(dir.path(), "new", Duration::ZERO), Some(true));
+    }
+
+    fn pair(name: &str) -> holdfast_issuance::CertifiedPair {
+        let now = std::time::SystemTime::now();
+        let (chain, key) = holdfast_issuance::cert::testing::leaf(
+            name,
+            now - Duration::from_secs(60),
+            Duration::from_secs(86400),
+        );
+        holdfast_issuance::CertifiedPair::parse_bundle(name, &format!("{chain}{key}")).unwrap()
+    }
+
+    // r[verify node.workload.cert-renew]
+    #[tokio::test]
+    async fn the_watch_tells_of_a_renewal_of_a_mounted_certificate_once_it_is_deployed() {
+        let dir = tempfile::tempdir().unwrap();
+        let deploy = dir.path().join("deploy");
+        std::fs::create_dir(&deploy).unwrap();
+        let store = holdfast_issuance::CertStore::new(&dir.path().join("store")).unwrap();
+        let first = pair("a.example");
+        store
+            .replace("a.example", first, std::time::SystemTime::now())
+            .unwrap();
+        store
+            .replace(
+                "other.example",
+                pair("other.example"),
+                std::time::SystemTime::now(),
+            )
+            .unwrap();
+        let mut web = WorkloadConfig::new("web", "busybox:1");
+        web.certificates = vec![holdfast_workload::CertificateMount {
+            name: "a.example".into(),
+            dir: deploy.clone(),
+        }];
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let watching = {
+            let (store, told) = (store.clone(), told.clone());
+            tokio::spawn(watch_renewals(
+                move || Some(store.subscribe()),
+                desired(vec![web]),
+                move |name: &str| {
+                    told.lock().unwrap().push(name.to_owned());
+                    true
+                },
+                Duration::from_millis(10),
+            ))
+        };
+        let told_now = || told.lock().unwrap().clone();
+        // The baseline is not a renewal.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(told_now().is_empty());
+        // A renewal of a certificate no workload mounts is not told.
+        store
+            .replace(
+                "other.example",
+                pair("other.example"),
+                std::time::SystemTime::now(),
+            )
+            .unwrap();
+        // The mounted one: told only once its files are deployed.
+        let renewed = store
+            .replace("a.example", pair("a.example"), std::time::SystemTime::now())
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(told_now().is_empty(), "told before the deploy");
+        std::fs::write(deploy.join("fullchain.pem"), &renewed.chain_pem).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while told_now().is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "never told");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(told_now(), vec!["a.example".to_owned()]);
+        watching.abort();
     }
 }

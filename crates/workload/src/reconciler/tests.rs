@@ -42,6 +42,10 @@ struct Harness {
     health_checked: bool,
     /// ... but those of these workloads.
     unchecked: Vec<String>,
+    /// Signals sent: (container, signal).
+    signalled: Vec<(String, String)>,
+    /// The daemon refuses every signal.
+    signal_fails: bool,
 }
 
 impl Harness {
@@ -61,6 +65,8 @@ impl Harness {
             started: Vec::new(),
             health_checked: false,
             unchecked: Vec::new(),
+            signalled: Vec::new(),
+            signal_fails: false,
         }
     }
 
@@ -97,6 +103,26 @@ impl Harness {
                                     container: id,
                                     health_check,
                                 }),
+                            },
+                            self.now,
+                        ));
+                    }
+                    Action::Signal {
+                        workload,
+                        container,
+                        signal,
+                    } => {
+                        self.signalled.push((container.clone(), signal));
+                        let result = if self.signal_fails {
+                            Err("cannot kill container: is not running".to_owned())
+                        } else {
+                            Ok(())
+                        };
+                        next.extend(self.core.on_result(
+                            Completion::Signalled {
+                                workload,
+                                container,
+                                result,
                             },
                             self.now,
                         ));
@@ -1810,7 +1836,7 @@ fn a_moved_image_replaces_its_workloads_one_at_a_time_each_once_the_previous_has
         .iter()
         .filter_map(|a| match a {
             Action::Remove { container, .. } => Some(container.as_str()),
-            Action::Start { .. } => None,
+            Action::Start { .. } | Action::Signal { .. } => None,
         })
         .collect();
     assert_eq!(removed.len(), 1, "one at a time: {actions:?}");
@@ -1831,4 +1857,127 @@ fn a_moved_image_replaces_its_workloads_one_at_a_time_each_once_the_previous_has
     h.tick();
     assert_ne!(h.running_id(second), *second_id);
     assert_eq!(h.running_id("cron"), cron, "cron keeps its container");
+}
+
+fn status_of(h: &Harness, name: &str) -> WorkloadStatus {
+    h.core
+        .status(h.now)
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap()
+}
+
+fn with_cert(name: &str, renew: Option<&str>) -> WorkloadConfig {
+    let mut w = sleeper(name);
+    w.certificates = vec![crate::certs::CertificateMount {
+        name: "example.org".into(),
+        dir: "/etc/holdfast/certs/example.org".into(),
+    }];
+    w.on_cert_renew = renew.map(|r| r.parse().unwrap());
+    w
+}
+
+// r[verify workload.certs]
+#[test]
+fn a_certificate_is_a_read_only_mount_and_part_of_the_spec() {
+    let mut h = Harness::new(vec![with_cert("web", None)]);
+    h.resync();
+    let actions = h
+        .core
+        .tick(h.now, &mut |_: &str, _: Instant| ImagePresence::Present);
+    let [Action::Start { spec, .. }] = &actions[..] else {
+        panic!("{actions:?}");
+    };
+    let mount = spec
+        .shape
+        .volumes
+        .iter()
+        .find(|v| v.target == "/run/holdfast/certs/example.org")
+        .expect("the certificate's mount");
+    assert!(mount.read_only);
+    assert_eq!(
+        mount.source,
+        crate::shape::VolumeSource::Bind("/etc/holdfast/certs/example.org".into())
+    );
+    // The mount shapes the container; what it is told on renewal does not.
+    assert_ne!(
+        with_cert("web", None).spec_hash(),
+        sleeper("web").spec_hash()
+    );
+    assert_eq!(
+        with_cert("web", Some("restart")).spec_hash(),
+        with_cert("web", None).spec_hash()
+    );
+}
+
+// r[verify workload.certs.renew]
+#[test]
+fn a_renewal_replaces_a_restart_workloads_container_at_once_and_counts_no_crash() {
+    let mut h = Harness::new(vec![
+        with_cert("web", Some("restart")),
+        with_cert("quiet", None),
+        sleeper("other"),
+    ]);
+    h.resync();
+    h.tick();
+    let (web, quiet, other) = (
+        h.running_id("web"),
+        h.running_id("quiet"),
+        h.running_id("other"),
+    );
+    assert!(h.core.cert_renewed("other.example").is_empty());
+    let actions = h.core.cert_renewed("example.org");
+    assert!(
+        matches!(&actions[..], [Action::Remove { container, .. }] if *container == web),
+        "{actions:?}"
+    );
+    h.perform(actions);
+    // Started again at the same instant: no back-off, not a restart after an exit.
+    assert_eq!(h.tick().len(), 1);
+    assert_ne!(h.running_id("web"), web);
+    assert_eq!(h.running_id("quiet"), quiet);
+    assert_eq!(h.running_id("other"), other);
+    let web = status_of(&h, "web");
+    assert_eq!(web.counters.restarts, 0);
+    assert_eq!(web.counters.starts, 2);
+    assert_eq!(web.counters.cert_renewals, 1);
+    assert_eq!(h.core.failures("web"), 0);
+    assert!(h.core.faults().is_empty());
+}
+
+// r[verify workload.certs.renew]
+#[test]
+fn a_renewal_signals_a_signal_workload_and_a_refused_signal_is_paced_then_a_fault() {
+    let mut h = Harness::new(vec![with_cert("web", Some("signal:HUP"))]);
+    h.resync();
+    h.tick();
+    let web = h.running_id("web");
+    let actions = h.core.cert_renewed("example.org");
+    h.perform(actions);
+    assert_eq!(h.signalled, vec![(web.clone(), "SIGHUP".to_owned())]);
+    assert_eq!(h.running_id("web"), web, "signalled, not replaced");
+    assert_eq!(status_of(&h, "web").counters.cert_renewals, 1);
+    // The daemon refuses: counted, sent again on the restart policy's schedule, a fault once
+    // the gate escalates (after 5 failures here), cleared by a delivery.
+    h.signal_fails = true;
+    h.signalled.clear();
+    let actions = h.core.cert_renewed("example.org");
+    h.perform(actions);
+    assert_eq!(h.signalled.len(), 1);
+    h.tick();
+    assert_eq!(h.signalled.len(), 1, "not sent again before the back-off");
+    for _ in 0..4 {
+        h.now = h.core.next_wake().expect("a retry is due");
+        h.tick();
+    }
+    assert_eq!(h.signalled.len(), 5);
+    assert_eq!(status_of(&h, "web").counters.cert_renew_failures, 5);
+    let faults = h.core.faults();
+    assert!(faults.iter().any(|f| f.kind == "cert_renew"), "{faults:?}");
+    h.signal_fails = false;
+    h.now = h.core.next_wake().expect("a retry is due");
+    h.tick();
+    assert_eq!(h.signalled.len(), 6);
+    assert!(h.core.faults().is_empty());
+    assert_eq!(h.core.next_wake().filter(|w| *w <= h.now + S(3600)), None);
 }
