@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use spec_engine::review;
 use spec_engine::spec_check::report::{self, Format};
-use spec_engine::spec_check::{check, parity};
+use spec_engine::spec_check::{check, check_read, parity, read};
 
 /// Arguments of `cargo xtask spec-check`.
 #[derive(clap::Args)]
@@ -31,6 +32,11 @@ pub struct Args {
     /// their tests verify (the others by annotations). Repeatable.
     #[arg(long = "crate", value_name = "PACKAGE", requires = "results")]
     crates: Vec<String>,
+    /// Also review the change from this git revision (a commit, branch or tag; in CI the merge
+    /// base with the main branch): rules added, removed, renamed, reworded without a bump, code
+    /// and tests changed under each rule, annotations moved, coverage before and after.
+    #[arg(long, value_name = "REV")]
+    base: Option<String>,
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
@@ -62,6 +68,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
+    if let Some(base) = &args.base {
+        return review_run(
+            &root,
+            base,
+            &results,
+            skips.as_deref(),
+            &args.crates,
+            format,
+        );
+    }
     match check(
         &spec_engine::Disk::new(&root),
         &results,
@@ -84,6 +100,197 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("error: spec-check: nothing was judged (exit 2)");
             Ok(ExitCode::from(USAGE_ERROR))
         }
+    }
+}
+
+/// `spec-check --base REV`: the gate on the work tree, and the review of the change from REV.
+// i[impl spec-check.review]
+fn review_run(
+    root: &Path,
+    base: &str,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    match review_at(root, base, results, skips, crates) {
+        Ok((review, outcome)) => {
+            crate::output::print(&review::render(&review, &outcome, format));
+            Ok(if outcome.problems.is_empty() && review.passes() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Err(error) => {
+            eprintln!("error: spec-check: {error}");
+            eprintln!("error: spec-check: nothing was judged (exit 2)");
+            Ok(ExitCode::from(USAGE_ERROR))
+        }
+    }
+}
+
+/// The review of the work tree at `root` against the commit `base` names, and the gate's outcome
+/// on the work tree (judged by `results` when given; the base by its annotations).
+// i[impl spec-check.review]
+fn review_at(
+    root: &Path,
+    base: &str,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<(review::Review, spec_engine::spec_check::report::Outcome), String> {
+    let then = at_rev::tree(root, base)?;
+    let now = spec_engine::Disk::new(root);
+    let read_now = read(&now);
+    let outcome = check_read(&now, &read_now, results, skips, crates).map_err(|p| p.to_string())?;
+    let read_then = read(&then);
+    let outcome_then = check_read(&then, &read_then, &[], None, &[]).map_err(|p| p.to_string())?;
+    // A side whose config cannot be read has no rules to compare: the gate says why.
+    let empty = || spec_engine::spec_check::Tree {
+        rules: Vec::new(),
+        analyses: Vec::new(),
+        parsed: spec_engine::spec_check::sources::ParsedFiles::default(),
+        problems: Vec::new(),
+        notes: Vec::new(),
+    };
+    let (empty_now, empty_then) = (empty(), empty());
+    let tree_now = read_now.as_ref().map_or(&empty_now, |(_, tree)| tree);
+    let tree_then = read_then.as_ref().map_or(&empty_then, |(_, tree)| tree);
+    let review = review::compare(
+        base,
+        review::Side {
+            source: &then,
+            tree: tree_then,
+            outcome: &outcome_then,
+        },
+        review::Side {
+            source: &now,
+            tree: tree_now,
+            outcome: &outcome,
+        },
+    );
+    Ok((review, outcome))
+}
+
+/// Reading the files of a commit with git, into a memory tree the engine reads like any other.
+///
+/// git runs as a process here, in the command line, because the engine runs none; `git ls-tree`
+/// and one `git cat-file --batch` read a whole tree in two processes, and need no new dependency
+/// (gix would add some hundred crates to every build of the gate for this one read).
+mod at_rev {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    /// The files of the commit `rev` under `root` (its path in the repository: a workspace below
+    /// a repository's top reads only its own part), as a memory tree. Regular files only (no
+    /// links, no submodules), and only those that are UTF-8 text: the engine reads nothing else.
+    // i[impl spec-check.review]
+    pub fn tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
+        let commit = git(
+            root,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &format!("{rev}^{{commit}}"),
+            ],
+        )
+        .map_err(|err| format!("--base {rev}: no such commit ({err})"))?;
+        let commit = commit.trim();
+        let listing = git(root, &["ls-tree", "-r", "-z", commit])
+            .map_err(|err| format!("--base {rev}: cannot list its files: {err}"))?;
+        let mut wanted = Vec::new();
+        for entry in listing.split('\0').filter(|e| !e.is_empty()) {
+            let Some((meta, path)) = entry.split_once('\t') else {
+                continue;
+            };
+            let mut fields = meta.split(' ');
+            let (Some(mode), Some(kind), Some(id)) = (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            if kind == "blob" && mode != "120000" {
+                wanted.push((id.to_owned(), path.to_owned()));
+            }
+        }
+        let texts = blobs(root, wanted.iter().map(|(id, _)| id.as_str()))
+            .map_err(|err| format!("--base {rev}: cannot read its files: {err}"))?;
+        Ok(spec_engine::Memory::new(
+            wanted
+                .into_iter()
+                .zip(texts)
+                .filter_map(|((_, path), text)| Some((path, text?))),
+        ))
+    }
+
+    /// `git -C root ARGS`'s standard output.
+    fn git(root: &Path, args: &[&str]) -> Result<String, String> {
+        let output = Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .map_err(|err| format!("cannot run git: {err}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "git {} failed ({}){}",
+                args.first().copied().unwrap_or_default(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+                    .lines()
+                    .next()
+                    .map_or_else(String::new, |line| format!(": {line}"))
+            ));
+        }
+        String::from_utf8(output.stdout).map_err(|_| "git printed no UTF-8".to_owned())
+    }
+
+    /// The contents of the blobs `ids`, in order, through one `git cat-file --batch`; `None` for
+    /// a blob that is not UTF-8.
+    fn blobs<'a>(
+        root: &Path,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> Result<Vec<Option<String>>, String> {
+        let ids: Vec<&str> = ids.collect();
+        let mut child = Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| format!("cannot run git: {err}"))?;
+        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("git cat-file has no pipes".to_owned());
+        };
+        // Written from a thread of its own: git answers while it reads, and both pipes are finite.
+        let asked: String = ids.iter().map(|id| format!("{id}\n")).collect();
+        let writer = std::thread::spawn(move || stdin.write_all(asked.as_bytes()));
+        let mut out = BufReader::new(stdout);
+        let mut texts = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let mut header = String::new();
+            out.read_line(&mut header)
+                .map_err(|err| format!("git cat-file: {err}"))?;
+            // `<id> <type> <size>`, or `<id> missing`.
+            let size: usize = header
+                .split_whitespace()
+                .nth(2)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("git cat-file: no object {id} ({})", header.trim()))?;
+            let mut body = vec![0; size + 1];
+            out.read_exact(&mut body)
+                .map_err(|err| format!("git cat-file: {err}"))?;
+            body.pop();
+            texts.push(String::from_utf8(body).ok());
+        }
+        let _ = writer.join();
+        let _ = child.wait();
+        Ok(texts)
     }
 }
 
