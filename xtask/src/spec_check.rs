@@ -696,6 +696,158 @@ mod tests {
         );
     }
 
+    /// The config of the review fixtures: one spec, one Rust impl.
+    const REVIEW_CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+    const REVIEW_SPEC: &str =
+        "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta]\n> Beta holds.\n";
+
+    const REVIEW_LIB: &str = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n// r[impl demo.beta]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n\n    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+
+    /// `git ARGS` in `dir`, which must succeed.
+    fn git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    }
+
+    /// A repository of two commits: the demo tree, then the demo tree with `spec` and `lib`
+    /// (the work tree is the second commit). Returns the temp dir.
+    fn two_commits(spec: &str, lib: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let write = |path: &str, text: &str| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        git(root, &["init", "--quiet"]);
+        write(".config/tracey/config.styx", REVIEW_CONFIG);
+        write("docs/spec.md", REVIEW_SPEC);
+        write("src/lib.rs", REVIEW_LIB);
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "--quiet", "-m", "base"]);
+        write("docs/spec.md", spec);
+        write("src/lib.rs", lib);
+        git(root, &["add", "-A"]);
+        git(
+            root,
+            &["commit", "--quiet", "--allow-empty", "-m", "change"],
+        );
+        dir
+    }
+
+    fn review_of_last_commit(dir: &tempfile::TempDir) -> review::Review {
+        let root = dir.path().canonicalize().expect("root");
+        let (review, _) = review_at(&root, "HEAD~1", &[], None, &[]).expect("reviewed");
+        review
+    }
+
+    fn review_kinds(review: &review::Review) -> Vec<review::Kind> {
+        review.problems.iter().map(|p| p.kind).collect()
+    }
+
+    // i[verify spec-check.review]
+    // i[verify spec-check.review.rules]
+    #[test]
+    fn with_git_text_changed_without_a_bump_fails_the_review() {
+        let dir = two_commits(
+            &REVIEW_SPEC.replace("Beta holds.", "Beta holds, always."),
+            REVIEW_LIB,
+        );
+        let review = review_of_last_commit(&dir);
+        assert_eq!(
+            review_kinds(&review),
+            [review::Kind::TextChangedWithoutBump]
+        );
+        assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
+        assert_eq!(review.base, "HEAD~1");
+        // The base was read from git, not from the work tree: an unchanged repository is clean.
+        let root = dir.path().canonicalize().expect("root");
+        let (same, outcome) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+        assert!(same.passes() && same.unbumped.is_empty(), "{same:?}");
+        assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+        // The command exits 1 on it.
+        let code = review_run(&root, "HEAD~1", &[], None, &[], Format::Json).expect("ran");
+        assert_eq!(code, ExitCode::FAILURE);
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_revision_that_names_no_commit_is_a_usage_error() {
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path().canonicalize().expect("root");
+        let err = review_at(&root, "no-such-rev", &[], None, &[]).expect_err("no commit");
+        assert!(err.contains("--base no-such-rev: no such commit"), "{err}");
+        let code = review_run(&root, "no-such-rev", &[], None, &[], Format::Text).expect("ran");
+        assert_eq!(code, ExitCode::from(USAGE_ERROR));
+    }
+
+    // i[verify spec-check.review.rename]
+    #[test]
+    fn with_git_a_rename_naming_its_previous_id_is_a_rename() {
+        let dir = two_commits(
+            &REVIEW_SPEC.replace(
+                "> r[demo.beta]\n> Beta holds.",
+                "> r[demo.bravo]\n> Beta holds. (was demo.beta)",
+            ),
+            &REVIEW_LIB.replace("demo.beta]", "demo.bravo]"),
+        );
+        let review = review_of_last_commit(&dir);
+        assert!(review.passes(), "{:?}", review.problems);
+        assert!(review.added.is_empty() && review.removed.is_empty());
+        assert_eq!(
+            (
+                review.renamed[0].from.as_str(),
+                review.renamed[0].to.rule.as_str()
+            ),
+            ("r[demo.beta]", "r[demo.bravo]")
+        );
+    }
+
+    // i[verify spec-check.review.items]
+    #[test]
+    fn with_git_impl_changed_with_tests_unchanged_is_shown() {
+        let dir = two_commits(REVIEW_SPEC, &REVIEW_LIB.replace("    1\n}", "    2\n}"));
+        let review = review_of_last_commit(&dir);
+        assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+        assert_eq!(review.touched[0].rule, "r[demo.alpha]");
+        assert_eq!(review.touched[0].changed, review::Changed::ImplOnly);
+        assert!(review.passes());
+    }
+
+    // i[verify spec-check.review.coverage]
+    #[test]
+    fn with_git_coverage_going_down_fails_the_review() {
+        let dir = two_commits(
+            REVIEW_SPEC,
+            &REVIEW_LIB.replace("    // r[verify demo.beta]\n", ""),
+        );
+        let review = review_of_last_commit(&dir);
+        assert_eq!(review_kinds(&review), [review::Kind::CoverageDown]);
+        let row = &review.coverage[0];
+        assert_eq!(
+            (
+                row.before.map(|c| c.verified),
+                row.after.map(|c| c.verified)
+            ),
+            (Some(2), Some(1))
+        );
+    }
+
     // i[verify spec-check.parity+2]
     #[test]
     fn a_tracey_path_is_made_absolute_and_a_bare_name_found_on_path() {
