@@ -331,6 +331,23 @@ mod tests {
         assert!(item.text.contains("assert 2") && !item.text.contains("after"));
     }
 
+    proptest::proptest! {
+        /// Any text, any line: the reader never panics (byte offsets stay on char boundaries),
+        /// and extra whitespace between tokens changes no item.
+        // i[verify spec-check.review.items]
+        #[test]
+        fn any_text_is_read_and_whitespace_never_counts(
+            text in "(\\PC|[{}()\\[\\];'\"#/*\n\\\\r])*",
+            line in 0usize..40,
+            code in "[a-z0-9_ {}();:+,\n]*",
+        ) {
+            let _ = item_after(&text, line, false);
+            let _ = item_after(&text, line, true);
+            let _ = normalise(&text);
+            proptest::prop_assert_eq!(normalise(&code), normalise(&code.replace(' ', "  \n\t")));
+        }
+    }
+
     // i[verify spec-check.review.items]
     #[test]
     fn an_annotation_heading_a_file_stands_for_the_file() {

@@ -429,21 +429,15 @@ fn items_and_annotations(
     head_rules: &BTreeMap<String, Read<'_>>,
     continues: &BTreeMap<String, String>,
 ) {
-    // The rules of both sides, by head key where the head has the rule.
-    let mut pairs: Vec<(String, Option<String>, Option<String>)> = head_rules
-        .iter()
-        .map(|(k, r)| (r.rule.marker(), continues.get(k).cloned(), Some(k.clone())))
-        .collect();
-    let continued: BTreeSet<&String> = continues.values().collect();
-    for rule in &base.tree.rules {
-        let k = key(&rule.prefix, &rule.id.base);
-        if !continued.contains(&k) {
-            pairs.push((rule.marker(), Some(k), None));
-        }
-    }
-    for (marker, base_key, head_key) in pairs {
-        let before = base_key.map_or_else(Vec::new, |k| annotations_of(base, &k));
-        let after = head_key.map_or_else(Vec::new, |k| annotations_of(head, &k));
+    // Only rules on both sides (kept, bumped, renamed) are compared item by item: an added or
+    // removed rule's annotations come and go with it, and its addition or removal says so.
+    for (head_key, read) in head_rules {
+        let Some(base_key) = continues.get(head_key) else {
+            continue;
+        };
+        let marker = read.rule.marker();
+        let before = annotations_of(base, base_key);
+        let after = annotations_of(head, head_key);
         let mut changed = BTreeMap::from([("impl", Vec::new()), ("verify", Vec::new())]);
         let mut left_before: Vec<&Seen> = Vec::new();
         let mut left_after: Vec<&Seen> = after.iter().collect();

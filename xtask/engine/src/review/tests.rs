@@ -89,6 +89,9 @@ fn rules_added_and_removed_are_listed() {
     assert_eq!(added, ["r[demo.gamma]"]);
     assert_eq!(removed, ["r[demo.beta]"]);
     assert_eq!(review.added[0].line, 6);
+    // Their annotations come and go with them: not listed one by one.
+    assert!(review.annotations.is_empty(), "{:?}", review.annotations);
+    assert!(review.touched.is_empty(), "{:?}", review.touched);
     // Removing a rule is not a loss of coverage: its removal is said above.
     assert!(review.passes(), "{:?}", review.problems);
 }
