@@ -251,7 +251,7 @@ fn rules_by_key<'a>(side: Side<'a>) -> BTreeMap<String, Read<'a>> {
         .rules
         .iter()
         .map(|rule| {
-            let (text, was) = rule_text(side.source, rule);
+            let (text, was) = rule_text(rule);
             (key(&rule.prefix, &rule.id.base), Read { rule, text, was })
         })
         .collect()
@@ -265,31 +265,11 @@ fn at(rule: &Rule) -> RuleAt {
     }
 }
 
-/// A rule's text (its blockquote, or its paragraph, after the marker), whitespace collapsed, and
+/// A rule's text (as marq read it, lazy continuation lines included), whitespace collapsed, and
 /// the previous ids its `(was ID)` notes name; the notes are not part of the text.
 // i[impl spec-check.review.rename]
-pub fn rule_text(source: &dyn Tree, rule: &Rule) -> (String, Vec<String>) {
-    let Some(spec) = crate::spec_check::rules::spec_text(source, &rule.file) else {
-        return (String::new(), Vec::new());
-    };
-    let from = spec.starting_at_line(rule.line);
-    let quoted = from.trim_start().starts_with('>');
-    let lines: Vec<&str> = from
-        .lines()
-        .enumerate()
-        .map_while(|(index, line)| {
-            if quoted {
-                line.trim_start().strip_prefix('>')
-            } else {
-                (index == 0 || !line.trim().is_empty()).then_some(line)
-            }
-        })
-        .collect();
-    let mut text = lines.join(" ");
-    // Everything up to the marker's closing bracket is the marker.
-    if let Some((_, rest)) = text.split_once(']') {
-        text = rest.to_owned();
-    }
+pub fn rule_text(rule: &Rule) -> (String, Vec<String>) {
+    let mut text = rule.text();
     let mut was = Vec::new();
     while let Some(start) = text.find("(was ") {
         let Some(len) = text[start..].find(')') else {

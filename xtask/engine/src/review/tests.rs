@@ -154,18 +154,17 @@ fn a_rule_naming_its_previous_id_is_renamed_not_added_and_removed() {
     let (review, _) = review_of(&tree(&spec, &lib), &tree(&spec, &lib));
     assert!(review.renamed.is_empty() && review.added.is_empty());
     // The marker form `(was r[demo.beta])` reads the same.
-    let (text, was) = rule_text(
-        &tree(
-            &SPEC.replace("Beta holds.", "Beta (was r[demo.beta]) holds."),
-            LIB,
-        ),
-        &Rule {
-            id: tracey_core::parse_rule_id("demo.beta").expect("id"),
-            prefix: "r".to_owned(),
-            file: "docs/spec.md".to_owned(),
-            line: 6,
-        },
-    );
+    let spec = SPEC.replace("Beta holds.", "Beta (was r[demo.beta]) holds.");
+    let read = crate::spec_check::read(&tree(&spec, LIB));
+    let Ok((_, read)) = &read else {
+        panic!("read");
+    };
+    let beta = read
+        .rules
+        .iter()
+        .find(|r| r.id.base == "demo.beta")
+        .expect("beta");
+    let (text, was) = rule_text(beta);
     assert_eq!(
         (text.as_str(), was.as_slice()),
         ("Beta holds.", &["demo.beta".to_owned()][..])
@@ -319,4 +318,15 @@ fn the_review_renders_as_one_pull_request_comment_and_as_json() {
         text.contains("review against main:") && text.contains("[text-changed-without-bump]"),
         "{text}"
     );
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_lazy_continuation_line_is_part_of_the_rule_text() {
+    // Markdown keeps a line without `>` in the blockquote above it (lazy continuation).
+    let spec = SPEC.replace("> Beta holds.", "> Beta holds\nwith exit 2.");
+    let changed = spec.replace("exit 2", "exit 3");
+    let (review, _) = review_of(&tree(&spec, LIB), &tree(&changed, LIB));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+    assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
 }
