@@ -1,153 +1,87 @@
 //! The item an annotation stands for, and its text normalised so that formatting and comments do
 //! not count: what the review compares between two revisions.
 //!
-//! An annotation sits on the line right before its item (attributes and other comments may come
-//! between). The item runs to the end of its first balanced `{ … }` block, or to a `;` outside any
-//! bracket, whichever comes first; strings, character literals and comments are skipped so a
-//! brace inside them does not count. An annotation at the head of a file (before any item) stands
-//! for the whole file. Python has no braces: its item is the indented block after the `def` or
-//! `class` line.
+//! The item comes from the parse the gate already has: a Rust file's [`RustLayout`] (tracey-core's
+//! tree-sitter code units), and for other languages tracey-core's code units directly. It is the
+//! innermost item whose span (its leading comments and attributes included) holds the annotation's
+//! line; an annotation in no item (a file's head, say) stands for the whole file. An item is known
+//! by its kind and name (`fn alpha`), so a changed signature is a changed item, not another one.
 
-/// The item after the annotation on 1-based `line` of `content`: its head (the first code line,
-/// normalised, naming the item) and its whole text normalised.
-pub fn item_after(content: &str, line: usize, python: bool) -> Item {
-    let lines: Vec<&str> = content.lines().collect();
-    // The first line after the annotation that is code: not blank, not a comment, not an attribute.
-    let start = (line..lines.len()).find(|&index| {
-        let trimmed = lines[index].trim_start();
-        !(trimmed.is_empty()
-            || trimmed.starts_with("//")
-            || trimmed.starts_with('#')
-            || trimmed.starts_with("/*")
-            || trimmed.starts_with('*')
-            || trimmed.starts_with('@'))
-    });
-    let Some(start) = start else {
-        return Item {
-            head: String::new(),
-            text: normalise(content),
-        };
-    };
-    // An annotation among the file's leading comments (before any code) stands for the file.
-    let file_head = lines[..line.saturating_sub(1).min(lines.len())]
-        .iter()
-        .all(|l| l.trim().is_empty() || is_comment(l))
-        && is_file_head_comment(&lines, line);
-    if file_head {
-        return Item {
-            head: "(the whole file)".to_owned(),
-            text: normalise(content),
-        };
-    }
-    let rest = lines[start..].join("\n");
-    let body = if python {
-        python_block(&lines[start..])
-    } else {
-        let end = item_end(&rest);
-        rest[..end].to_owned()
-    };
-    // The head as written, cut before its block and any comment, whitespace collapsed.
-    let line = lines[start];
-    let line = line.split_once("//").map_or(line, |(code, _)| code);
-    let line = line.split_once('{').map_or(line, |(code, _)| code);
-    let head = line.split_whitespace().collect::<Vec<_>>().join(" ");
-    Item {
-        head,
-        text: normalise(&body),
-    }
-}
+use std::path::Path;
 
-/// Whether the annotation on 1-based `line` opens the file's head: only comments and blank lines
-/// before it, and a blank line (or the end of the comments) between it and the first item.
-fn is_file_head_comment(lines: &[&str], line: usize) -> bool {
-    // A comment block directly followed by code is that code's annotation; a head annotation is
-    // separated from the first item by a blank line.
-    let after = lines.get(line..).unwrap_or_default();
-    after
-        .iter()
-        .find(|l| !is_comment(l))
-        .is_some_and(|l| l.trim().is_empty())
-}
+use tracey_core::code_units;
 
-/// A comment line (`//…`, or `#…` that is not an attribute `#[…]`/`#![…]`).
-fn is_comment(line: &str) -> bool {
-    let t = line.trim_start();
-    t.starts_with("//") || (t.starts_with('#') && !t.starts_with("#[") && !t.starts_with("#!["))
-}
+use crate::spec_check::rust_layout::RustLayout;
 
-/// An item found after an annotation.
+/// An item found for an annotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
-    /// Its first code line, cut before `{`, whitespace collapsed (`pub fn alpha()`): the item's
-    /// name.
+    /// Its kind and name (`fn alpha`, `impl Retry`), or `(the whole file)`: the item's identity.
     pub head: String,
-    /// Its whole text, normalised.
+    /// Its whole text (leading comments and attributes included), normalised.
     pub text: String,
 }
 
-/// The lines of a Python block: the first line and every following line indented deeper (blank
-/// lines included).
-fn python_block(lines: &[&str]) -> String {
-    let indent = |l: &str| l.len() - l.trim_start().len();
-    let Some(first) = lines.first() else {
-        return String::new();
+/// The item the annotation on 1-based `line` of the file at `path` (its `content`, and its
+/// `layout` when it is Rust) stands for.
+pub fn item_at(path: &Path, content: &str, layout: Option<&RustLayout>, line: usize) -> Item {
+    let comments = Comments::of(path);
+    let found = match layout {
+        Some(layout) => layout
+            .item_at(line)
+            .and_then(|item| Some((item.describe(), line_range(content, item.start, item.end)?))),
+        None => code_units::extract(path, content)
+            .units
+            .into_iter()
+            .filter(|unit| unit.start_line <= line && line <= unit.end_line)
+            .min_by_key(|unit| unit.end_line - unit.start_line)
+            .map(|unit| {
+                let name = unit.name.unwrap_or_default();
+                (
+                    format!("{} {name}", unit.kind.as_str()),
+                    unit.start_byte..unit.end_byte,
+                )
+            }),
     };
-    let base = indent(first);
-    let mut out = vec![*first];
-    out.extend(
-        lines[1..]
-            .iter()
-            .take_while(|l| l.trim().is_empty() || indent(l) > base),
-    );
-    out.join("\n")
+    match found.and_then(|(head, range)| Some((head, content.get(range)?))) {
+        Some((head, text)) => Item {
+            head,
+            text: normalise(text, comments),
+        },
+        None => Item {
+            head: "(the whole file)".to_owned(),
+            text: normalise(content, comments),
+        },
+    }
 }
 
-/// The byte offset where the item starting at the beginning of `text` ends.
-fn item_end(text: &str) -> usize {
-    let bytes = text.as_bytes();
-    let mut depth = 0usize;
-    let mut opened_brace = false;
-    let mut index = 0;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'/' if bytes.get(index + 1) == Some(&b'/') => {
-                index = skip_line(bytes, index);
-                continue;
+/// The byte range of 1-based lines `start..=end` of `content`.
+fn line_range(content: &str, start: usize, end: usize) -> Option<std::ops::Range<usize>> {
+    let mut starts = std::iter::once(0).chain(content.match_indices('\n').map(|(i, _)| i + 1));
+    let from = starts.nth(start.checked_sub(1)?)?;
+    let to = starts.nth(end.checked_sub(start)?).unwrap_or(content.len());
+    Some(from..to.max(from))
+}
+
+/// A language's comment syntax, as far as normalising needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comments {
+    /// `//` and nesting `/* */`, `'` opens a character literal or a lifetime (Rust, C, Go, …).
+    Slashes,
+    /// `#` to the end of the line, `'` opens a string (Python, Ruby, shell, …).
+    Hash,
+}
+
+impl Comments {
+    /// The syntax of the file at `path`, by its extension.
+    pub fn of(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("py" | "rb" | "sh" | "bash" | "zsh" | "pl" | "pm" | "r" | "R" | "jl" | "ps1") => {
+                Comments::Hash
             }
-            b'/' if bytes.get(index + 1) == Some(&b'*') => {
-                index = skip_block_comment(bytes, index);
-                continue;
-            }
-            b'"' => {
-                index = skip_string(bytes, index);
-                continue;
-            }
-            b'r' if raw_string_start(bytes, index).is_some() => {
-                index = skip_raw_string(bytes, index);
-                continue;
-            }
-            b'\'' => {
-                index = skip_char(bytes, index);
-                continue;
-            }
-            b'{' | b'(' | b'[' => {
-                if bytes[index] == b'{' && depth == 0 {
-                    opened_brace = true;
-                }
-                depth += 1;
-            }
-            b'}' | b')' | b']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 && bytes[index] == b'}' && opened_brace {
-                    return index + 1;
-                }
-            }
-            b';' if depth == 0 => return index + 1,
-            _ => {}
+            _ => Comments::Slashes,
         }
-        index += 1;
     }
-    bytes.len()
 }
 
 fn skip_line(bytes: &[u8], from: usize) -> usize {
@@ -180,12 +114,12 @@ fn skip_block_comment(bytes: &[u8], from: usize) -> usize {
     bytes.len()
 }
 
-fn skip_string(bytes: &[u8], from: usize) -> usize {
+fn skip_string(bytes: &[u8], from: usize, quote: u8) -> usize {
     let mut index = from + 1;
     while index < bytes.len() {
         match bytes[index] {
             b'\\' => index += 2,
-            b'"' => return index + 1,
+            b if b == quote => return index + 1,
             _ => index += 1,
         }
     }
@@ -242,7 +176,8 @@ fn skip_char(bytes: &[u8], from: usize) -> usize {
 
 /// `text` without comments and with every run of whitespace outside strings made one space (and
 /// none next to punctuation), so reformatting or re-commenting an item does not change it.
-pub fn normalise(text: &str) -> String {
+pub fn normalise(text: &str, comments: Comments) -> String {
+    let slashes = comments == Comments::Slashes;
     let bytes = text.as_bytes();
     let mut tokens: Vec<&str> = Vec::new();
     let mut index = 0;
@@ -255,15 +190,19 @@ pub fn normalise(text: &str) -> String {
     while index < bytes.len() {
         let b = bytes[index];
         let (next, token) = match b {
-            b'/' if bytes.get(index + 1) == Some(&b'/') => (skip_line(bytes, index), false),
-            b'/' if bytes.get(index + 1) == Some(&b'*') => {
+            b'/' if slashes && bytes.get(index + 1) == Some(&b'/') => {
+                (skip_line(bytes, index), false)
+            }
+            b'/' if slashes && bytes.get(index + 1) == Some(&b'*') => {
                 (skip_block_comment(bytes, index), false)
             }
-            b'"' => (skip_string(bytes, index), true),
-            b'r' if word_start.is_none() && raw_string_start(bytes, index).is_some() => {
+            b'#' if !slashes => (skip_line(bytes, index), false),
+            b'"' => (skip_string(bytes, index, b'"'), true),
+            b'r' if slashes && word_start.is_none() && raw_string_start(bytes, index).is_some() => {
                 (skip_raw_string(bytes, index), true)
             }
-            b'\'' => (skip_char(bytes, index), true),
+            b'\'' if slashes => (skip_char(bytes, index), true),
+            b'\'' => (skip_string(bytes, index, b'\''), true),
             _ if b.is_ascii_whitespace() => (index + 1, false),
             _ if b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80 => {
                 if word_start.is_none() {
@@ -302,33 +241,74 @@ pub fn normalise(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The item for the annotation on `line` of `src` read as the file `path`.
+    fn at(src: &str, line: usize, path: &str) -> Item {
+        let path = Path::new(path);
+        let layout =
+            (path.extension().is_some_and(|e| e == "rs")).then(|| RustLayout::parse(path, src));
+        item_at(path, src, layout.as_ref(), line)
+    }
+
+    fn rust(text: &str) -> String {
+        normalise(text, Comments::Slashes)
+    }
+
     // i[verify spec-check.review.items]
     #[test]
     fn formatting_and_comments_do_not_change_an_item() {
         let a = "fn alpha(x: u32) -> u32 {\n    // why\n    x + 1 /* more */\n}\n";
         let b = "fn alpha(x:u32)->u32{x+1}";
-        assert_eq!(normalise(a), normalise(b));
-        assert_ne!(normalise(a), normalise("fn alpha(x: u32) -> u32 { x + 2 }"));
+        assert_eq!(rust(a), rust(b));
+        assert_ne!(rust(a), rust("fn alpha(x: u32) -> u32 { x + 2 }"));
         // Inside a string, spaces count.
-        assert_ne!(normalise("f(\"a b\")"), normalise("f(\"ab\")"));
-        assert_eq!(normalise("pub fn f()"), "pub fn f()");
+        assert_ne!(rust("f(\"a b\")"), rust("f(\"ab\")"));
+        assert_eq!(rust("pub fn f()"), "pub fn f()");
     }
 
     // i[verify spec-check.review.items]
     #[test]
-    fn the_item_runs_to_its_closing_brace_or_its_semicolon() {
+    fn the_item_is_the_innermost_one_holding_the_annotation() {
         let src = "use x;\n\n// r[impl a.b]\n#[inline]\npub fn alpha() {\n    let s = \"}\";\n    let c = '}';\n    if true { 1 } else { 2 };\n}\n\nfn beta() {}\n";
-        let item = item_after(src, 3, false);
-        assert_eq!(item.head, "pub fn alpha()");
+        let item = at(src, 3, "src/lib.rs");
+        assert_eq!(item.head, "fn alpha");
         assert!(item.text.ends_with("else{2};}"), "{}", item.text);
         assert!(!item.text.contains("beta"));
         let src = "// r[impl a.b]\nconst X: [u8; 2] = [1, 2];\nfn other() {}\n";
-        let item = item_after(src, 1, false);
+        let item = at(src, 1, "src/lib.rs");
         assert_eq!(item.text, "const X:[u8;2]=[1,2];");
         let src = "def helper():\n    pass\n\n# r[verify a.b]\ndef test_x():\n    assert 1\n\n    assert 2\ndef after():\n    pass\n";
-        let item = item_after(src, 4, true);
-        assert_eq!(item.head, "def test_x():");
+        let item = at(src, 4, "t.py");
+        assert_eq!(item.head, "function test_x");
         assert!(item.text.contains("assert 2") && !item.text.contains("after"));
+    }
+
+    // i[verify spec-check.review.items]
+    #[test]
+    fn a_multi_line_attribute_is_not_the_item() {
+        let src = "// r[impl a.b]\n#[cfg_attr(\n    feature = \"serde\",\n    derive(Debug)\n)]\npub struct PolicyConfig {\n    x: u32,\n}\n";
+        let item = at(src, 1, "src/lib.rs");
+        assert_eq!(item.head, "struct PolicyConfig");
+        assert!(item.text.contains("x:u32"), "{}", item.text);
+    }
+
+    // i[verify spec-check.review.items]
+    #[test]
+    fn python_comments_are_hash_comments_and_slashes_are_code() {
+        let src = "# r[verify a.b]\ndef test_x():\n    return 7 // 2\n";
+        let other = src.replace("// 2", "// 3");
+        assert_ne!(at(src, 1, "t.py").text, at(&other, 1, "t.py").text);
+        let commented = src.replace("    return", "    # why\n    return");
+        assert_eq!(at(src, 1, "t.py").text, at(&commented, 1, "t.py").text);
+        assert_eq!(at(src, 1, "t.py").head, "function test_x");
+    }
+
+    // i[verify spec-check.review.items]
+    #[test]
+    fn an_annotation_before_a_closing_brace_stays_in_its_item() {
+        let src = "mod m {\n    fn a() {}\n    // r[impl a.b]\n}\n\nfn next() {}\n";
+        let item = at(src, 3, "src/lib.rs");
+        assert_eq!(item.head, "mod m");
+        assert!(!item.text.contains("next"), "{}", item.text);
     }
 
     proptest::proptest! {
@@ -341,22 +321,23 @@ mod tests {
             line in 0usize..40,
             code in "[a-z0-9_ {}();:+,\n]*",
         ) {
-            let _ = item_after(&text, line, false);
-            let _ = item_after(&text, line, true);
-            let _ = normalise(&text);
-            proptest::prop_assert_eq!(normalise(&code), normalise(&code.replace(' ', "  \n\t")));
+            let _ = at(&text, line, "src/lib.rs");
+            let _ = at(&text, line, "t.py");
+            let _ = rust(&text);
+            let _ = normalise(&text, Comments::Hash);
+            proptest::prop_assert_eq!(rust(&code), rust(&code.replace(' ', "  \n\t")));
         }
     }
 
     // i[verify spec-check.review.items]
     #[test]
-    fn an_annotation_heading_a_file_stands_for_the_file() {
+    fn an_annotation_in_no_item_stands_for_the_file() {
         let src = "//! Tests.\n// r[verify a.b]\n\nuse x;\n\n#[test]\nfn t() {}\n";
-        let item = item_after(src, 2, false);
+        let item = at(src, 2, "tests/t.rs");
         assert_eq!(item.head, "(the whole file)");
-        assert_eq!(item.text, normalise(src));
+        assert_eq!(item.text, rust(src));
         // Right above an item, it is that item's.
         let src = "// r[verify a.b]\n#[test]\nfn t() {}\n";
-        assert_eq!(item_after(src, 1, false).head, "fn t()");
+        assert_eq!(at(src, 1, "tests/t.rs").head, "fn t");
     }
 }

@@ -8,8 +8,9 @@
 //! - Rules are matched by spec marker prefix and base id (`r[a.b]` and `r[a.b+2]` are one rule).
 //!   A rule whose text says `(was OLD.ID)` and whose base had `OLD.ID` (and no longer has it) was
 //!   renamed. A kept rule whose text changed at the same version is a problem.
-//! - Each `impl`/`verify` annotation stands for the item after it ([`items`]); an item is compared
-//!   by its text normalised (whitespace and comments do not count).
+//! - Each `impl`/`verify` annotation stands for the innermost item holding it ([`items`]), known
+//!   by kind and name; an item is compared by its text normalised (whitespace and comments do not
+//!   count).
 //! - Coverage counts per spec/impl row, before and after; a rule kept by the change that loses
 //!   its implementation, verification or proof is a problem.
 
@@ -386,17 +387,17 @@ fn annotations_of(side: Side<'_>, k: &str) -> Vec<Seen> {
 }
 
 fn read_site(side: Side<'_>, verb: &'static str, site: &Site) -> Seen {
-    let content = side
-        .tree
-        .parsed
-        .files
-        .get(&site.path)
-        .map_or("", |f| f.content.as_str());
+    let file = side.tree.parsed.files.get(&site.path);
     Seen {
         verb,
         file: site.file.clone(),
         line: site.line,
-        item: items::item_after(content, site.line, site.file.ends_with(".py")),
+        item: items::item_at(
+            &site.path,
+            file.map_or("", |f| f.content.as_str()),
+            file.and_then(|f| f.layout.as_ref()),
+            site.line,
+        ),
     }
 }
 

@@ -180,7 +180,7 @@ fn impl_changed_with_tests_unchanged_is_shown_as_such() {
     let touched = &review.touched[0];
     assert_eq!(touched.rule, "r[demo.alpha]");
     assert_eq!(touched.changed, Changed::ImplOnly);
-    assert_eq!(touched.impl_items, ["src/lib.rs: pub fn alpha() -> u32"]);
+    assert_eq!(touched.impl_items, ["src/lib.rs: fn alpha"]);
     assert!(review.passes(), "it is shown, not failed");
 
     // Reformatting and comments do not count.
@@ -223,13 +223,13 @@ fn annotations_added_dropped_and_moved() {
     assert_eq!(
         fates,
         [
-            (Fate::Added, "r[demo.alpha]", "fn beta_holds()"),
-            (Fate::Moved, "r[demo.beta]", "pub fn beta_too()"),
+            (Fate::Added, "r[demo.alpha]", "fn beta_holds"),
+            (Fate::Moved, "r[demo.beta]", "fn beta_too"),
         ]
     );
     assert_eq!(
         review.annotations[1].from.as_deref(),
-        Some("src/lib.rs:6 (pub fn beta())")
+        Some("src/lib.rs:6 (fn beta)")
     );
     // Moving an impl changes the rule's implementation.
     assert!(
@@ -245,7 +245,7 @@ fn annotations_added_dropped_and_moved() {
     assert_eq!(review.annotations.len(), 1);
     assert_eq!(review.annotations[0].fate, Fate::Dropped);
     assert_eq!(review.annotations[0].at, "src/lib.rs:17");
-    assert_eq!(review.annotations[0].item, "fn beta_holds()");
+    assert_eq!(review.annotations[0].item, "fn beta_holds");
 }
 
 // i[verify spec-check.review.coverage]
@@ -329,4 +329,15 @@ fn a_lazy_continuation_line_is_part_of_the_rule_text() {
     let (review, _) = review_of(&tree(&spec, LIB), &tree(&changed, LIB));
     assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
     assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
+}
+
+// i[verify spec-check.review.items]
+#[test]
+fn a_changed_signature_is_a_changed_item_not_a_move() {
+    let lib = LIB.replace("pub fn alpha() -> u32", "pub fn alpha() -> u64");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert!(review.annotations.is_empty(), "{:?}", review.annotations);
+    assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+    assert_eq!(review.touched[0].changed, Changed::ImplOnly);
+    assert_eq!(review.touched[0].impl_items, ["src/lib.rs: fn alpha"]);
 }
