@@ -179,13 +179,17 @@ fn review_at(
 /// and one `git cat-file --batch` read a whole tree in two processes, and need no new dependency
 /// (gix would add some hundred crates to every build of the gate for this one read).
 mod at_rev {
+    use std::collections::BTreeMap;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::path::Path;
     use std::process::{Command, Stdio};
 
     /// The files of the commit `rev` under `root` (its path in the repository: a workspace below
-    /// a repository's top reads only its own part), as a memory tree. Regular files only (no
-    /// links, no submodules), and only those that are UTF-8 text: the engine reads nothing else.
+    /// a repository's top reads only its own part), as a memory tree, read as the gate walks the
+    /// work tree: files its `.gitignore` and `.ignore` files ignore are left out (tracked or not),
+    /// a link to a file or directory of the tree reads as what it links to, and submodules, paths
+    /// that are not UTF-8 and files that are not UTF-8 text are skipped (the engine reads nothing
+    /// else).
     // i[impl spec-check.review]
     pub fn tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
         let commit = git(
@@ -199,35 +203,152 @@ mod at_rev {
             ],
         )
         .map_err(|err| format!("--base {rev}: no such commit ({err})"))?;
-        let commit = commit.trim();
-        let listing = git(root, &["ls-tree", "-r", "-z", commit])
+        let commit = String::from_utf8_lossy(&commit);
+        let listing = git(root, &["ls-tree", "-r", "-z", commit.trim()])
             .map_err(|err| format!("--base {rev}: cannot list its files: {err}"))?;
-        let mut wanted = Vec::new();
-        for entry in listing.split('\0').filter(|e| !e.is_empty()) {
-            let Some((meta, path)) = entry.split_once('\t') else {
-                continue;
-            };
-            let mut fields = meta.split(' ');
-            let (Some(mode), Some(kind), Some(id)) = (fields.next(), fields.next(), fields.next())
-            else {
-                continue;
-            };
-            if kind == "blob" && mode != "120000" {
-                wanted.push((id.to_owned(), path.to_owned()));
+        let entries = entries(&listing);
+        let texts = blobs(root, entries.iter().map(|e| e.id.as_str()))
+            .map_err(|err| format!("--base {rev}: cannot read its files: {err}"))?;
+        let mut files: BTreeMap<String, String> = BTreeMap::new();
+        let mut links: Vec<(String, String)> = Vec::new();
+        for (entry, text) in entries.into_iter().zip(texts) {
+            let Some(text) = text else { continue };
+            if entry.link {
+                links.push((entry.path, text));
+            } else {
+                files.insert(entry.path, text);
             }
         }
-        let texts = blobs(root, wanted.iter().map(|(id, _)| id.as_str()))
-            .map_err(|err| format!("--base {rev}: cannot read its files: {err}"))?;
-        Ok(spec_engine::Memory::new(
-            wanted
-                .into_iter()
-                .zip(texts)
-                .filter_map(|((_, path), text)| Some((path, text?))),
-        ))
+        let ignored = Ignored::new(&files);
+        let mut tree = spec_engine::Memory::new(
+            files
+                .iter()
+                .filter(|(path, _)| !ignored.is_ignored(path))
+                .map(|(path, text)| (path.as_str(), text.as_str())),
+        );
+        for (link, target) in links {
+            if ignored.is_ignored(&link) {
+                continue;
+            }
+            if let Some(target) = link_target(&files, &link, &target) {
+                tree.link(&link, &target);
+            }
+        }
+        Ok(tree)
+    }
+
+    /// One blob or link of a listing.
+    struct Entry {
+        id: String,
+        path: String,
+        link: bool,
+    }
+
+    /// The blobs and links of `git ls-tree -r -z` output; other entries (submodules) and paths
+    /// that are not UTF-8 are skipped.
+    fn entries(listing: &[u8]) -> Vec<Entry> {
+        listing
+            .split(|&b| b == 0)
+            .filter_map(|entry| {
+                let tab = entry.iter().position(|&b| b == b'\t')?;
+                let meta = std::str::from_utf8(&entry[..tab]).ok()?;
+                let path = std::str::from_utf8(&entry[tab + 1..]).ok()?;
+                let mut fields = meta.split(' ');
+                let (mode, kind, id) = (fields.next()?, fields.next()?, fields.next()?);
+                (kind == "blob").then(|| Entry {
+                    id: id.to_owned(),
+                    path: path.to_owned(),
+                    link: mode == "120000",
+                })
+            })
+            .collect()
+    }
+
+    /// The root-relative path the link at `link` (its text `target`) names, when it is a file
+    /// or a directory of the tree (a link out of the tree reads as nothing).
+    fn link_target(files: &BTreeMap<String, String>, link: &str, target: &str) -> Option<String> {
+        if target.starts_with('/') {
+            return None;
+        }
+        let mut resolved: Vec<&str> = link.split('/').collect();
+        resolved.pop();
+        for part in target.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    resolved.pop()?;
+                }
+                part => resolved.push(part),
+            }
+        }
+        let resolved = resolved.join("/");
+        let prefix = format!("{resolved}/");
+        let exists = files.contains_key(&resolved)
+            || files
+                .range(prefix.clone()..)
+                .next()
+                .is_some_and(|(path, _)| path.starts_with(&prefix));
+        exists.then_some(resolved)
+    }
+
+    /// The `.gitignore` and `.ignore` files of a tree, per directory, matched as the gate's walk
+    /// matches them on the disk: a deeper file's rule wins, and `.ignore` wins over `.gitignore`.
+    struct Ignored {
+        /// Directory ("" for the top) → its matchers, strongest first.
+        by_dir: BTreeMap<String, Vec<ignore::gitignore::Gitignore>>,
+    }
+
+    impl Ignored {
+        fn new(files: &BTreeMap<String, String>) -> Self {
+            let mut by_dir: BTreeMap<String, Vec<ignore::gitignore::Gitignore>> = BTreeMap::new();
+            for name in [".ignore", ".gitignore"] {
+                for (path, text) in files {
+                    let dir = match path.rsplit_once('/') {
+                        Some((dir, file)) if file == name => dir,
+                        None if path == name => "",
+                        _ => continue,
+                    };
+                    let mut builder = ignore::gitignore::GitignoreBuilder::new(Self::at(dir));
+                    for line in text.lines() {
+                        // A line that is no valid pattern is skipped, as the walk skips it.
+                        let _ = builder.add_line(None, line);
+                    }
+                    if let Ok(matcher) = builder.build() {
+                        by_dir.entry(dir.to_owned()).or_default().push(matcher);
+                    }
+                }
+            }
+            Self { by_dir }
+        }
+
+        /// A root-relative path as the absolute path the matchers are rooted under.
+        fn at(path: &str) -> std::path::PathBuf {
+            Path::new("/").join(path)
+        }
+
+        /// Whether the walk leaves `path` out: it, or a directory above it, is ignored.
+        fn is_ignored(&self, path: &str) -> bool {
+            if self.by_dir.is_empty() {
+                return false;
+            }
+            let parts: Vec<&str> = path.split('/').collect();
+            (1..=parts.len()).any(|depth| {
+                let candidate = parts[..depth].join("/");
+                let is_dir = depth < parts.len();
+                // The directories whose files rule on it, deepest first.
+                (0..depth).rev().find_map(|up| {
+                    let matchers = self.by_dir.get(&parts[..up].join("/"))?;
+                    matchers.iter().find_map(|m| {
+                        let matched = m.matched(Self::at(&candidate), is_dir);
+                        (!matched.is_none()).then(|| matched.is_ignore())
+                    })
+                }) == Some(true)
+            })
+        }
     }
 
     /// `git -C root ARGS`'s standard output.
-    fn git(root: &Path, args: &[&str]) -> Result<String, String> {
+    fn git(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
         let output = Command::new("git")
             .arg("-C")
             .arg(root)
@@ -245,7 +366,7 @@ mod at_rev {
                     .map_or_else(String::new, |line| format!(": {line}"))
             ));
         }
-        String::from_utf8(output.stdout).map_err(|_| "git printed no UTF-8".to_owned())
+        Ok(output.stdout)
     }
 
     /// The contents of the blobs `ids`, in order, through one `git cat-file --batch`; `None` for
@@ -846,6 +967,82 @@ mod tests {
             ),
             (Some(2), Some(1))
         );
+    }
+
+    /// A repository of one commit holding the demo tree, `.gitignore` ignoring
+    /// `src/generated.rs` (tracked all the same, and holding beta's only verify), `src/extra.rs`
+    /// a link to `other/extra.rs` (holding alpha's second verify), and `extra` (raw bytes as
+    /// path, text): what the work tree and a revision must read alike.
+    fn repo_with(extra: &[(&[u8], &[u8])]) -> tempfile::TempDir {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let write = |path: &Path, text: &[u8]| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        git(root, &["init", "--quiet"]);
+        write(
+            Path::new(".config/tracey/config.styx"),
+            REVIEW_CONFIG.as_bytes(),
+        );
+        write(Path::new("docs/spec.md"), REVIEW_SPEC.as_bytes());
+        let lib = REVIEW_LIB.replace("    // r[verify demo.beta]\n", "");
+        write(Path::new("src/lib.rs"), lib.as_bytes());
+        write(Path::new(".gitignore"), b"src/generated.rs\n");
+        write(
+            Path::new("src/generated.rs"),
+            b"// r[verify demo.beta]\n#[test]\nfn generated() {}\n",
+        );
+        write(
+            Path::new("other/extra.rs"),
+            b"// r[verify demo.alpha]\n#[test]\nfn extra() {}\n",
+        );
+        std::os::unix::fs::symlink("../other/extra.rs", root.join("src/extra.rs")).expect("link");
+        for (path, text) in extra {
+            write(Path::new(std::ffi::OsStr::from_bytes(path)), text);
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["add", "-f", "src/generated.rs"]);
+        git(root, &["commit", "--quiet", "-m", "base"]);
+        dir
+    }
+
+    /// The review of the work tree against `HEAD`, which it equals.
+    fn review_of_unchanged(dir: &tempfile::TempDir) -> review::Review {
+        let root = dir.path().canonicalize().expect("root");
+        let (review, _) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+        review
+    }
+
+    /// Nothing changed, so nothing is said: the whole review is empty.
+    fn assert_empty(review: &review::Review) {
+        assert!(review.passes(), "{:?}", review.problems);
+        assert!(
+            review.added.is_empty()
+                && review.removed.is_empty()
+                && review.touched.is_empty()
+                && review.annotations.is_empty(),
+            "{review:?}"
+        );
+        for row in &review.coverage {
+            assert_eq!(row.before, row.after, "{row:?}");
+        }
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_revision_is_read_as_the_work_tree_is_ignored_files_and_links_alike() {
+        let dir = repo_with(&[]);
+        assert_empty(&review_of_unchanged(&dir));
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_path_that_is_not_utf8_is_skipped() {
+        let dir = repo_with(&[(b"notes/caf\xe9.txt", b"latin-1 name\n")]);
+        assert_empty(&review_of_unchanged(&dir));
     }
 
     // i[verify spec-check.parity+2]
