@@ -341,3 +341,90 @@ fn a_changed_signature_is_a_changed_item_not_a_move() {
     assert_eq!(review.touched[0].changed, Changed::ImplOnly);
     assert_eq!(review.touched[0].impl_items, ["src/lib.rs: fn alpha"]);
 }
+
+// i[verify spec-check.review.annotations]
+#[test]
+fn an_item_moved_to_another_file_with_its_annotation_is_a_move() {
+    let lib = LIB.replace("// r[impl demo.beta]\npub fn beta() {}\n", "");
+    let mut head = tree(SPEC, &lib);
+    head.insert("src/beta.rs", "// r[impl demo.beta]\npub fn beta() {}\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &head);
+    let fates: Vec<(Fate, &str, &str)> = review
+        .annotations
+        .iter()
+        .map(|a| (a.fate, a.at.as_str(), a.item.as_str()))
+        .collect();
+    assert_eq!(fates, [(Fate::Moved, "src/beta.rs:1", "fn beta")]);
+    assert_eq!(
+        review.annotations[0].from.as_deref(),
+        Some("src/lib.rs:6 (fn beta)")
+    );
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn a_note_naming_an_id_the_head_still_has_renames_nothing() {
+    let spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma holds. (was demo.alpha)\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert!(review.renamed.is_empty(), "{:?}", review.renamed);
+    let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(added, ["r[demo.gamma]"]);
+    assert!(review.removed.is_empty(), "{:?}", review.removed);
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_paragraph_rule_is_compared_by_its_paragraph() {
+    let spec = format!("{SPEC}\nr[demo.delta]\nDelta holds.\n\nProse after it.\n");
+    let lib = format!("{LIB}\n// r[impl demo.delta]\npub fn delta() {{}}\n");
+    // The prose after it is not its text.
+    let prose = spec.replace("Prose after it.", "Other prose.");
+    let (review, _) = review_of(&tree(&spec, &lib), &tree(&prose, &lib));
+    assert!(review.unbumped.is_empty(), "{:?}", review.unbumped);
+    // Its own text is.
+    let changed = spec.replace("Delta holds.", "Delta holds, always.");
+    let (review, _) = review_of(&tree(&spec, &lib), &tree(&changed, &lib));
+    let unbumped: Vec<&str> = review.unbumped.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(unbumped, ["r[demo.delta]"]);
+}
+
+/// The tree of the demo with a proof summary holding `alpha`'s proof.
+fn with_proof(alpha: crate::model::proof::Proof) -> Memory {
+    let mut tree = tree(SPEC, LIB);
+    tree.insert(
+        "docs/audit/proof.md",
+        crate::model::proof_summary::render(&[("r[demo.alpha]".to_owned(), alpha)]),
+    );
+    tree
+}
+
+// i[verify spec-check.review.coverage]
+#[test]
+fn a_proven_rule_losing_its_proof_is_coverage_down() {
+    use crate::model::proof::Proof;
+    let proven = Proof {
+        caught: 3,
+        ..Proof::default()
+    };
+    let survived = Proof {
+        caught: 2,
+        missed: 1,
+        ..Proof::default()
+    };
+    let (review, _) = review_of(&with_proof(proven.clone()), &with_proof(proven.clone()));
+    assert!(review.passes(), "{:?}", review.problems);
+    let proven_counts = |review: &Review| {
+        let row = &review.coverage[0];
+        (row.before.map(|c| c.proven), row.after.map(|c| c.proven))
+    };
+    assert_eq!(proven_counts(&review), (Some(1), Some(1)));
+    let (review, _) = review_of(&with_proof(proven), &with_proof(survived));
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    assert_eq!(review.problems[0].rule, "r[demo.alpha]");
+    assert!(
+        review.problems[0].message.contains("proven"),
+        "{}",
+        review.problems[0].message
+    );
+    assert_eq!(proven_counts(&review), (Some(1), Some(0)));
+}
