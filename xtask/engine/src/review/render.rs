@@ -187,7 +187,49 @@ fn text(review: &Review) -> String {
     out
 }
 
+/// Lines shown per list of the Markdown comment; the rest is counted and left to `--json`.
+const SHOWN: usize = 50;
+/// Items shown per rule whose code or tests changed.
+const SHOWN_ITEMS: usize = 10;
+/// The comment's size bound in bytes (so in characters too): GitHub refuses a comment over
+/// 65,536 characters, and a little room is left.
+const COMMENT_BYTES: usize = 60_000;
+
+/// The first [`SHOWN`] of `lines`, and a line counting the rest.
+fn capped(lines: Vec<String>) -> Vec<String> {
+    let more = lines.len().saturating_sub(SHOWN);
+    let mut lines: Vec<String> = lines.into_iter().take(SHOWN).collect();
+    if more > 0 {
+        lines.push(format!("… and {more} more, see `--json`"));
+    }
+    lines
+}
+
+/// `text` cut at a line boundary to at most `bytes` bytes, saying so when it was cut.
+fn bounded(mut text: String, bytes: usize) -> String {
+    const CUT: &str = "\n… the rest is cut to fit one comment, see `--json`\n\n";
+    if text.len() <= bytes {
+        return text;
+    }
+    let mut end = bytes.saturating_sub(CUT.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end = text[..end].rfind('\n').map_or(0, |i| i + 1);
+    text.truncate(end);
+    text.push_str(CUT);
+    text
+}
+
 fn markdown(review: &Review, outcome: &Outcome) -> String {
+    let body = markdown_review(review, outcome);
+    let gate = bounded(markdown_gate(outcome), COMMENT_BYTES / 4);
+    let mut out = bounded(body, COMMENT_BYTES - gate.len());
+    out.push_str(&gate);
+    out
+}
+
+fn markdown_review(review: &Review, outcome: &Outcome) -> String {
     let mut out = String::new();
     let verdict = if review.passes() && outcome.problems.is_empty() {
         "✅"
@@ -203,7 +245,7 @@ fn markdown(review: &Review, outcome: &Outcome) -> String {
                 "**{n} review problem{}**\n",
                 if n == 1 { "" } else { "s" }
             );
-            for problem in &review.problems {
+            for problem in review.problems.iter().take(SHOWN) {
                 let place = if problem.file.is_empty() {
                     String::new()
                 } else {
@@ -215,6 +257,9 @@ fn markdown(review: &Review, outcome: &Outcome) -> String {
                     problem.kind.name(),
                     problem.message
                 );
+            }
+            if n > SHOWN {
+                let _ = writeln!(out, "- … and {} more, see `--json`", n - SHOWN);
             }
             out.push('\n');
         }
@@ -234,7 +279,7 @@ fn markdown(review: &Review, outcome: &Outcome) -> String {
             "<details><summary>{title} ({})</summary>\n",
             lines.len()
         );
-        for line in lines {
+        for line in capped(lines) {
             let _ = writeln!(out, "- {line}");
         }
         out.push_str("\n</details>\n\n");
@@ -282,6 +327,11 @@ fn markdown(review: &Review, outcome: &Outcome) -> String {
                 let mut items: Vec<String> =
                     t.impl_items.iter().map(|i| format!("impl `{i}`")).collect();
                 items.extend(t.verify_items.iter().map(|i| format!("verify `{i}`")));
+                let more = items.len().saturating_sub(SHOWN_ITEMS);
+                items.truncate(SHOWN_ITEMS);
+                if more > 0 {
+                    items.push(format!("… and {more} more"));
+                }
                 format!(
                     "`{}`: **{}** — {}",
                     t.rule,
@@ -296,6 +346,12 @@ fn markdown(review: &Review, outcome: &Outcome) -> String {
         "Annotations added, dropped or moved",
         review.annotations.iter().map(annotation_line).collect(),
     );
+    out
+}
+
+/// The gate's problems on the head, the comment's last part.
+fn markdown_gate(outcome: &Outcome) -> String {
+    let mut out = String::new();
     match outcome.problems.len() {
         0 => out.push_str("Gate on this change: **no problems**.\n"),
         n => {

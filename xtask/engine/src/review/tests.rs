@@ -428,3 +428,49 @@ fn a_proven_rule_losing_its_proof_is_coverage_down() {
     );
     assert_eq!(proven_counts(&review), (Some(1), Some(0)));
 }
+
+// i[verify spec-check.review.output]
+#[test]
+fn a_huge_review_still_fits_one_pull_request_comment() {
+    let (mut review, mut outcome) = busy_review();
+    let long = "x".repeat(200);
+    review.added = (0..2000)
+        .map(|n| RuleAt {
+            rule: format!("r[demo.{long}.{n}]"),
+            file: "docs/spec.md".to_owned(),
+            line: n,
+        })
+        .collect();
+    review.touched = (0..2000)
+        .map(|n| Touched {
+            rule: format!("r[demo.{n}]"),
+            changed: Changed::Both,
+            impl_items: (0..100)
+                .map(|i| format!("src/lib.rs: fn {long}{i}"))
+                .collect(),
+            verify_items: Vec::new(),
+        })
+        .collect();
+    review.problems = (0..2000)
+        .map(|n| Problem {
+            kind: Kind::CoverageDown,
+            rule: format!("r[demo.{n}]"),
+            file: "docs/spec.md".to_owned(),
+            line: n,
+            message: long.clone(),
+        })
+        .collect();
+    outcome.problems.clear();
+    let markdown = render(&review, &outcome, Format::Markdown);
+    // GitHub refuses a comment over 65,536 characters.
+    assert!(
+        markdown.chars().count() <= 65_536,
+        "{} characters",
+        markdown.chars().count()
+    );
+    assert!(
+        markdown.contains("… and 1950 more, see `--json`"),
+        "{markdown}"
+    );
+    assert!(markdown.contains("Gate on this change"), "the end is kept");
+}
