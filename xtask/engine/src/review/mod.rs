@@ -226,7 +226,14 @@ pub fn compare(base_name: &str, base: Side<'_>, head: Side<'_>) -> Review {
     let mut continues: BTreeMap<String, String> = BTreeMap::new();
     rules_and_texts(&mut review, &base_rules, &head_rules, &mut continues);
     items_and_annotations(&mut review, base, head, &head_rules, &continues);
-    coverage(&mut review, base, head, &head_rules, &continues);
+    coverage(
+        &mut review,
+        base,
+        head,
+        &base_rules,
+        &head_rules,
+        &continues,
+    );
     review.problems.sort_by(|a, b| {
         (a.kind, &a.file, a.line, &a.rule).cmp(&(b.kind, &b.file, b.line, &b.rule))
     });
@@ -507,8 +514,9 @@ fn items_and_annotations(
     }
 }
 
-/// Per rule of one row: implemented, verified, proven.
-type Flags = BTreeMap<String, [bool; 3]>;
+/// Per rule of one row: implemented, verified, proven, and whether an annotation of it names
+/// another version (stale).
+type Flags = BTreeMap<String, [bool; 4]>;
 
 fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
     let mut rows = BTreeMap::new();
@@ -529,6 +537,7 @@ fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
                     !stale && !coverage.impl_sites.is_empty(),
                     !coverage.verify_sites.is_empty(),
                     is_proven,
+                    stale,
                 ],
             );
         }
@@ -566,6 +575,7 @@ fn coverage(
     review: &mut Review,
     base: Side<'_>,
     head: Side<'_>,
+    base_rules: &BTreeMap<String, Read<'_>>,
     head_rules: &BTreeMap<String, Read<'_>>,
     continues: &BTreeMap<String, String>,
 ) {
@@ -585,29 +595,46 @@ fn coverage(
         };
         // A kept rule that lost what it had; a removed rule's loss is its removal, said above.
         for (k, flags) in now_flags {
-            let Some(old) = continues.get(k).and_then(|old| was_flags.get(old)) else {
+            let Some(old_key) = continues.get(k) else {
                 continue;
             };
-            let lost: Vec<&str> = ["implemented", "verified", "proven"]
+            let Some(old) = was_flags.get(old_key) else {
+                continue;
+            };
+            let Some(rule) = head_rules.get(k) else {
+                continue;
+            };
+            let marker = rule.rule.marker();
+            let was_marker = base_rules
+                .get(old_key)
+                .map_or_else(|| marker.clone(), |r| r.rule.marker());
+            // Each loss with its reason, when the change itself explains it.
+            let lost: Vec<String> = ["implemented", "verified", "proven"]
                 .into_iter()
-                .zip(old.iter().zip(flags))
-                .filter(|(_, (was, now))| **was && !**now)
-                .map(|(what, _)| what)
+                .enumerate()
+                .filter(|&(index, _)| old[index] && !flags[index])
+                .map(|(index, what)| match index {
+                    0 if flags[3] => format!(
+                        "{what} (an annotation of it names an older version: make it {marker})"
+                    ),
+                    2 if was_marker != marker => format!(
+                        "{what} (its proof was of {was_marker}; a new version or id voids it: \
+                         run `cargo xtask prove {}` and `cargo xtask prove --summary`)",
+                        rule.rule.id
+                    ),
+                    _ => what.to_owned(),
+                })
                 .collect();
             if lost.is_empty() {
                 continue;
             }
-            let Some(rule) = head_rules.get(k) else {
-                continue;
-            };
             review.problems.push(Problem {
                 kind: Kind::CoverageDown,
-                rule: rule.rule.marker(),
+                rule: marker.clone(),
                 file: rule.rule.file.clone(),
                 line: rule.rule.line,
                 message: format!(
-                    "{} ({name}) was {} at {} and is no longer",
-                    rule.rule.marker(),
+                    "{marker} ({name}) was {} at {} and is no longer",
                     lost.join(", "),
                     review.base
                 ),

@@ -474,3 +474,39 @@ fn a_huge_review_still_fits_one_pull_request_comment() {
     );
     assert!(markdown.contains("Gate on this change"), "the end is kept");
 }
+
+// i[verify spec-check.review.coverage]
+#[test]
+fn a_lost_proof_or_implementation_says_why_and_what_to_do() {
+    use crate::model::proof::Proof;
+    let proven = Proof {
+        caught: 3,
+        ..Proof::default()
+    };
+    // Bumped: the recorded proof is of the old version.
+    let spec = SPEC.replace(
+        "r[demo.alpha]\n> Alpha holds.",
+        "r[demo.alpha+2]\n> Alpha holds, always.",
+    );
+    let lib = LIB.replace("demo.alpha]", "demo.alpha+2]");
+    let mut head = tree(&spec, &lib);
+    head.insert(
+        "docs/audit/proof.md",
+        crate::model::proof_summary::render(&[("r[demo.alpha]".to_owned(), proven.clone())]),
+    );
+    let (review, _) = review_of(&with_proof(proven), &head);
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    let message = &review.problems[0].message;
+    assert!(
+        message.contains("its proof was of r[demo.alpha]") && message.contains("cargo xtask prove"),
+        "{message}"
+    );
+    // Bumped, the annotations left at the old version: they are stale, and it says so.
+    let lib = LIB.replace("// r[impl demo.alpha]", "// r[impl demo.alpha+2]");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, &lib));
+    let message = &review.problems.last().expect("a problem").message;
+    assert!(
+        message.contains("older version") && message.contains("r[demo.alpha+2]"),
+        "{review:?}"
+    );
+}
