@@ -461,12 +461,11 @@ fn items_and_annotations(
             match found {
                 Some(index) => {
                     let new = left_after.remove(index);
-                    if new.item.text != old.item.text {
-                        changed
-                            .entry(new.verb)
-                            .or_default()
-                            .push(format!("{}: {}", new.file, new.item.head));
-                    }
+                    // A move is a change of its side, whether or not the item's text changed.
+                    changed
+                        .entry(new.verb)
+                        .or_default()
+                        .push(format!("{}: {}", new.file, new.item.head));
                     moved.push(Annotation {
                         rule: marker.clone(),
                         verb: new.verb,

@@ -510,3 +510,16 @@ fn a_lost_proof_or_implementation_says_why_and_what_to_do() {
         "{review:?}"
     );
 }
+
+// i[verify spec-check.review.items]
+#[test]
+fn a_moved_annotation_counts_as_a_change_of_its_side() {
+    let lib = LIB.replace("// r[impl demo.beta]\npub fn beta() {}\n", "");
+    let mut head = tree(SPEC, &lib);
+    head.insert("src/beta.rs", "// r[impl demo.beta]\npub fn beta() {}\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &head);
+    assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+    assert_eq!(review.touched[0].rule, "r[demo.beta]");
+    assert_eq!(review.touched[0].changed, Changed::ImplOnly);
+    assert_eq!(review.touched[0].impl_items, ["src/beta.rs: fn beta"]);
+}
