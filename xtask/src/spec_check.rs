@@ -180,6 +180,7 @@ fn review_at(
 /// (gix would add some hundred crates to every build of the gate for this one read).
 mod at_rev {
     use std::collections::BTreeMap;
+    use std::ffi::OsStr;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::path::Path;
     use std::process::{Command, Stdio};
@@ -192,22 +193,32 @@ mod at_rev {
     /// else).
     // i[impl spec-check.review]
     pub fn tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
-        let commit = git(
-            root,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "--end-of-options",
-                &format!("{rev}^{{commit}}"),
-            ],
-        )
-        .map_err(|err| format!("--base {rev}: no such commit ({err})"))?;
+        tree_with(OsStr::new("git"), root, rev)
+    }
+
+    /// [`tree`] with the git program `program`.
+    pub fn tree_with(
+        program: &OsStr,
+        root: &Path,
+        rev: &str,
+    ) -> Result<spec_engine::Memory, String> {
+        let git = |args: &[&str]| git(program, root, args);
+        let commit = git(&[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &format!("{rev}^{{commit}}"),
+        ])
+        .map_err(|err| match err {
+            Git::CannotRun(err) => format!("--base {rev}: {err}"),
+            Git::Failed(err) => format!("--base {rev}: no such commit ({err})"),
+        })?;
         let commit = String::from_utf8_lossy(&commit);
-        let listing = git(root, &["ls-tree", "-r", "-z", commit.trim()])
+        let listing = git(&["ls-tree", "-r", "-z", commit.trim()])
             .map_err(|err| format!("--base {rev}: cannot list its files: {err}"))?;
         let entries = entries(&listing);
-        let texts = blobs(root, entries.iter().map(|e| e.id.as_str()))
+        let texts = blobs(program, root, entries.iter().map(|e| e.id.as_str()))
             .map_err(|err| format!("--base {rev}: cannot read its files: {err}"))?;
         let mut files: BTreeMap<String, String> = BTreeMap::new();
         let mut links: Vec<(String, String)> = Vec::new();
@@ -347,16 +358,32 @@ mod at_rev {
         }
     }
 
-    /// `git -C root ARGS`'s standard output.
-    fn git(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
-        let output = Command::new("git")
+    /// Why git gave no answer.
+    enum Git {
+        /// The program cannot be run (not installed, not on `PATH`).
+        CannotRun(String),
+        /// It ran and failed.
+        Failed(String),
+    }
+
+    impl std::fmt::Display for Git {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Git::CannotRun(err) | Git::Failed(err) => f.write_str(err),
+            }
+        }
+    }
+
+    /// `PROGRAM -C root ARGS`'s standard output.
+    fn git(program: &OsStr, root: &Path, args: &[&str]) -> Result<Vec<u8>, Git> {
+        let output = Command::new(program)
             .arg("-C")
             .arg(root)
             .args(args)
             .output()
-            .map_err(|err| format!("cannot run git: {err}"))?;
+            .map_err(|err| Git::CannotRun(format!("cannot run git: {err}")))?;
         if !output.status.success() {
-            return Err(format!(
+            return Err(Git::Failed(format!(
                 "git {} failed ({}){}",
                 args.first().copied().unwrap_or_default(),
                 output.status,
@@ -364,7 +391,7 @@ mod at_rev {
                     .lines()
                     .next()
                     .map_or_else(String::new, |line| format!(": {line}"))
-            ));
+            )));
         }
         Ok(output.stdout)
     }
@@ -372,11 +399,12 @@ mod at_rev {
     /// The contents of the blobs `ids`, in order, through one `git cat-file --batch`; `None` for
     /// a blob that is not UTF-8.
     fn blobs<'a>(
+        program: &OsStr,
         root: &Path,
         ids: impl Iterator<Item = &'a str>,
     ) -> Result<Vec<Option<String>>, String> {
         let ids: Vec<&str> = ids.collect();
-        let mut child = Command::new("git")
+        let mut child = Command::new(program)
             .arg("-C")
             .arg(root)
             .args(["cat-file", "--batch"])
@@ -974,15 +1002,22 @@ mod tests {
     /// a link to `other/extra.rs` (holding alpha's second verify), and `extra` (raw bytes as
     /// path, text): what the work tree and a revision must read alike.
     fn repo_with(extra: &[(&[u8], &[u8])]) -> tempfile::TempDir {
+        repo_under("", extra)
+    }
+
+    /// [`repo_with`], its workspace in the directory `under` of the repository ("" for the top).
+    fn repo_under(under: &str, extra: &[(&[u8], &[u8])]) -> tempfile::TempDir {
         use std::os::unix::ffi::OsStrExt;
         let dir = tempfile::tempdir().expect("temp dir");
-        let root = dir.path();
+        let top = dir.path();
+        git(top, &["init", "--quiet"]);
+        let root = &top.join(under);
+        std::fs::create_dir_all(root).expect("mkdir");
         let write = |path: &Path, text: &[u8]| {
             let path = root.join(path);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
             std::fs::write(path, text).expect("write");
         };
-        git(root, &["init", "--quiet"]);
         write(
             Path::new(".config/tracey/config.styx"),
             REVIEW_CONFIG.as_bytes(),
@@ -1011,7 +1046,11 @@ mod tests {
 
     /// The review of the work tree against `HEAD`, which it equals.
     fn review_of_unchanged(dir: &tempfile::TempDir) -> review::Review {
-        let root = dir.path().canonicalize().expect("root");
+        review_of_unchanged_under(dir, "")
+    }
+
+    fn review_of_unchanged_under(dir: &tempfile::TempDir, under: &str) -> review::Review {
+        let root = dir.path().join(under).canonicalize().expect("root");
         let (review, _) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
         review
     }
@@ -1043,6 +1082,77 @@ mod tests {
     fn with_git_a_path_that_is_not_utf8_is_skipped() {
         let dir = repo_with(&[(b"notes/caf\xe9.txt", b"latin-1 name\n")]);
         assert_empty(&review_of_unchanged(&dir));
+    }
+
+    /// Everything git may hold that the engine does not read, in one repository whose workspace
+    /// is a directory below its top: a submodule, a blob that is not UTF-8, a path that is not
+    /// UTF-8, an ignored tracked file and a link (from [`repo_under`]).
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_workspace_below_the_top_with_everything_git_holds_reads_alike() {
+        let dir = repo_under(
+            "ws",
+            &[
+                (b"notes/blob.bin", b"\xff\xfe\x00binary"),
+                (b"notes/caf\xe9.txt", b"latin-1 name\n"),
+            ],
+        );
+        let top = dir.path();
+        // A submodule: a gitlink entry (mode 160000), no directory in the work tree.
+        let commit = String::from_utf8(
+            Command::new("git")
+                .arg("-C")
+                .arg(top)
+                .args(["rev-parse", "HEAD"])
+                .output()
+                .expect("git runs")
+                .stdout,
+        )
+        .expect("utf-8");
+        git(
+            top,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{},ws/vendor/sub", commit.trim()),
+            ],
+        );
+        git(top, &["commit", "--quiet", "-m", "submodule"]);
+        assert_empty(&review_of_unchanged_under(&dir, "ws"));
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_an_empty_base_tree_has_every_rule_added() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        git(root, &["init", "--quiet"]);
+        git(root, &["commit", "--quiet", "--allow-empty", "-m", "empty"]);
+        std::fs::create_dir_all(root.join(".config/tracey")).expect("mkdir");
+        std::fs::create_dir_all(root.join("docs")).expect("mkdir");
+        std::fs::create_dir_all(root.join("src")).expect("mkdir");
+        std::fs::write(root.join(".config/tracey/config.styx"), REVIEW_CONFIG).expect("write");
+        std::fs::write(root.join("docs/spec.md"), REVIEW_SPEC).expect("write");
+        std::fs::write(root.join("src/lib.rs"), REVIEW_LIB).expect("write");
+        let root = root.canonicalize().expect("root");
+        let (review, _) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+        let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(added, ["r[demo.alpha]", "r[demo.beta]"]);
+        assert!(review.passes(), "{:?}", review.problems);
+    }
+
+    /// Without git (`PATH=""` in effect: the program cannot be run), the error says so, not
+    /// that the revision names no commit.
+    // i[verify spec-check.review]
+    #[test]
+    fn without_git_the_error_says_git_cannot_run() {
+        let dir = repo_with(&[]);
+        let root = dir.path().canonicalize().expect("root");
+        let err = at_rev::tree_with(std::ffi::OsStr::new("/nonexistent/git"), &root, "HEAD")
+            .expect_err("no git");
+        assert!(err.contains("cannot run git"), "{err}");
+        assert!(!err.contains("no such commit"), "{err}");
     }
 
     // i[verify spec-check.parity+2]
