@@ -279,17 +279,32 @@ fn at(rule: &Rule) -> RuleAt {
 pub fn rule_text(rule: &Rule) -> (String, Vec<String>) {
     let mut text = rule.text();
     let mut was = Vec::new();
-    while let Some(start) = text.find("(was ") {
+    let mut from = 0;
+    while let Some(found) = text[from..].find("(was ") {
+        let start = from + found;
         let Some(len) = text[start..].find(')') else {
             break;
         };
-        let inner = &text[start + 5..start + len];
-        was.extend(inner.split([',', ' ']).filter(|s| !s.is_empty()).map(|s| {
-            // A previous id may be written as a marker, `r[old.id]`, or bare.
-            let s = s.split_once('[').map_or(s, |(_, id)| id);
-            s.trim_matches(|c| c == ']' || c == '`').to_owned()
-        }));
-        text.replace_range(start..start + len + 1, " ");
+        // A note only when every word names a rule id (dotted, as the specs' ids are); any
+        // other parenthesis starting with "was" is prose, and part of the text.
+        let ids: Option<Vec<String>> = text[start + 5..start + len]
+            .split([',', ' '])
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                // A previous id may be written as a marker, `r[old.id]`, or bare.
+                let s = s.split_once('[').map_or(s, |(_, id)| id);
+                let s = s.trim_matches(|c| c == ']' || c == '`');
+                (s.contains('.') && tracey_core::parse_rule_id(s).is_some()).then(|| s.to_owned())
+            })
+            .collect();
+        match ids {
+            Some(ids) if !ids.is_empty() => {
+                was.extend(ids);
+                text.replace_range(start..start + len + 1, " ");
+                from = start;
+            }
+            _ => from = start + 1,
+        }
     }
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     (text, was)
@@ -308,27 +323,42 @@ fn rules_and_texts(
         if let Some(before) = base.get(k) {
             continues.insert(k.clone(), k.clone());
             claimed.insert(k.clone());
-            if now.rule.id.version > before.rule.id.version {
+            let (then, now_version) = (before.rule.id.version, now.rule.id.version);
+            // The version to bump to is above both sides'.
+            let next = format!(
+                "{}[{}+{}]",
+                now.rule.prefix,
+                now.rule.id.base,
+                then.max(now_version) + 1
+            );
+            if now_version > then {
                 review.bumped.push(Renamed {
                     from: before.rule.marker(),
                     to: at(now.rule),
                     text_changed: now.text != before.text,
                 });
-            } else if now.text != before.text {
+            } else if now_version < then || now.text != before.text {
+                let message = if now_version < then {
+                    format!(
+                        "the version of {} went down from {}: make it {next} and update its \
+                         references",
+                        now.rule.marker(),
+                        before.rule.marker()
+                    )
+                } else {
+                    format!(
+                        "the text of {} changed but its version did not: make it {next} and \
+                         update its references, or restore the text",
+                        now.rule.marker()
+                    )
+                };
                 review.unbumped.push(at(now.rule));
                 review.problems.push(Problem {
                     kind: Kind::TextChangedWithoutBump,
                     rule: now.rule.marker(),
                     file: now.rule.file.clone(),
                     line: now.rule.line,
-                    message: format!(
-                        "the text of {} changed but its version did not: make it {}[{}+{}] and \
-                         update its references, or restore the text",
-                        now.rule.marker(),
-                        now.rule.prefix,
-                        now.rule.id.base,
-                        now.rule.id.version + 1
-                    ),
+                    message,
                 });
             }
             continue;
@@ -337,7 +367,11 @@ fn rules_and_texts(
         let previous = now.was.iter().find_map(|old| {
             let id = tracey_core::parse_rule_id(old)?;
             let old_key = key(&now.rule.prefix, &id.base);
-            (base.contains_key(&old_key) && !head.contains_key(&old_key)).then_some(old_key)
+            // Not one another rule of the head already continues.
+            (base.contains_key(&old_key)
+                && !head.contains_key(&old_key)
+                && !claimed.contains(&old_key))
+            .then_some(old_key)
         });
         if let Some(old_key) = previous {
             let before = &base[&old_key];

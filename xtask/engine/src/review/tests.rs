@@ -523,3 +523,44 @@ fn a_moved_annotation_counts_as_a_change_of_its_side() {
     assert_eq!(review.touched[0].changed, Changed::ImplOnly);
     assert_eq!(review.touched[0].impl_items, ["src/beta.rs: fn beta"]);
 }
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_lowered_version_is_a_problem_naming_a_version_above_both() {
+    let base = SPEC.replace("r[demo.beta]", "r[demo.beta+3]");
+    let base_lib = LIB.replace("demo.beta]", "demo.beta+3]");
+    let head = SPEC.replace("r[demo.beta]", "r[demo.beta+2]");
+    let head_lib = LIB.replace("demo.beta]", "demo.beta+2]");
+    let (review, _) = review_of(&tree(&base, &base_lib), &tree(&head, &head_lib));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+    assert!(
+        review.problems[0].message.contains("r[demo.beta+4]"),
+        "{}",
+        review.problems[0].message
+    );
+    // Text changed at the same version: the version to bump to is above both.
+    let changed = base.replace("Beta holds.", "Beta holds, always.");
+    let (review, _) = review_of(&tree(&base, &base_lib), &tree(&changed, &base_lib));
+    assert!(review.problems[0].message.contains("r[demo.beta+4]"));
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn two_rules_naming_one_previous_id_rename_it_once() {
+    let spec = SPEC.replace(
+        "> r[demo.beta]\n> Beta holds.",
+        "> r[demo.bravo]\n> Beta holds. (was demo.beta)\n\n> r[demo.brave]\n> Beta too. (was demo.beta)",
+    );
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert_eq!(review.renamed.len(), 1, "{:?}", review.renamed);
+    assert_eq!(review.added.len(), 1, "{:?}", review.added);
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn prose_in_parentheses_starting_with_was_is_text() {
+    let spec = SPEC.replace("Beta holds.", "Beta holds (was it ever not?).");
+    let changed = SPEC.replace("Beta holds.", "Beta holds (was it always?).");
+    let (review, _) = review_of(&tree(&spec, LIB), &tree(&changed, LIB));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+}
