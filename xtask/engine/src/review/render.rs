@@ -94,11 +94,16 @@ fn problem_line(problem: &Problem) -> String {
     }
 }
 
-fn annotation_line(a: &Annotation) -> String {
-    let from = a
-        .from
-        .as_ref()
-        .map_or_else(String::new, |from| format!(" (from {from})"));
+/// One annotation's line; in Markdown (`code`) where it came from is a code span, so an item
+/// such as `impl From<T>` is shown, not taken for HTML.
+fn annotation_line(a: &Annotation, code: bool) -> String {
+    let from = a.from.as_ref().map_or_else(String::new, |from| {
+        if code {
+            format!(" (from `{from}`)")
+        } else {
+            format!(" (from {from})")
+        }
+    });
     format!(
         "{} `{}` {} at {} on `{}`{from}",
         fate(a.fate),
@@ -166,7 +171,11 @@ fn text(review: &Review) -> String {
     list(
         &mut out,
         "annotations",
-        review.annotations.iter().map(annotation_line).collect(),
+        review
+            .annotations
+            .iter()
+            .map(|a| annotation_line(a, false))
+            .collect(),
     );
     if !any {
         let _ = writeln!(out, "  no rule, annotation or annotated item changed");
@@ -344,7 +353,11 @@ fn markdown_review(review: &Review, outcome: &Outcome) -> String {
     section(
         &mut out,
         "Annotations added, dropped or moved",
-        review.annotations.iter().map(annotation_line).collect(),
+        review
+            .annotations
+            .iter()
+            .map(|a| annotation_line(a, true))
+            .collect(),
     );
     out
 }

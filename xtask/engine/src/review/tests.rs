@@ -564,3 +564,22 @@ fn prose_in_parentheses_starting_with_was_is_text() {
     let (review, _) = review_of(&tree(&spec, LIB), &tree(&changed, LIB));
     assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
 }
+
+// i[verify spec-check.review.output]
+#[test]
+fn where_a_moved_annotation_came_from_is_a_code_span_in_markdown() {
+    let (mut review, outcome) = busy_review();
+    review.annotations = vec![Annotation {
+        rule: "r[demo.alpha]".to_owned(),
+        verb: "impl",
+        fate: Fate::Moved,
+        at: "src/b.rs:3".to_owned(),
+        item: "impl From<T>".to_owned(),
+        from: Some("src/a.rs:9 (impl From<T>)".to_owned()),
+    }];
+    let markdown = render(&review, &outcome, Format::Markdown);
+    assert!(
+        markdown.contains("(from `src/a.rs:9 (impl From<T>)`)"),
+        "{markdown}"
+    );
+}
