@@ -410,7 +410,8 @@ mod at_rev {
             .args(["cat-file", "--batch"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // git's own message, if it has one, is the user's best clue.
+            .stderr(Stdio::inherit())
             .spawn()
             .map_err(|err| format!("cannot run git: {err}"))?;
         let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -420,26 +421,35 @@ mod at_rev {
         let asked: String = ids.iter().map(|id| format!("{id}\n")).collect();
         let writer = std::thread::spawn(move || stdin.write_all(asked.as_bytes()));
         let mut out = BufReader::new(stdout);
-        let mut texts = Vec::with_capacity(ids.len());
-        for id in &ids {
-            let mut header = String::new();
-            out.read_line(&mut header)
-                .map_err(|err| format!("git cat-file: {err}"))?;
-            // `<id> <type> <size>`, or `<id> missing`.
-            let size: usize = header
-                .split_whitespace()
-                .nth(2)
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| format!("git cat-file: no object {id} ({})", header.trim()))?;
-            let mut body = vec![0; size + 1];
-            out.read_exact(&mut body)
-                .map_err(|err| format!("git cat-file: {err}"))?;
-            body.pop();
-            texts.push(String::from_utf8(body).ok());
+        let mut read_all = || -> Result<Vec<Option<String>>, String> {
+            let mut texts = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let mut header = String::new();
+                out.read_line(&mut header)
+                    .map_err(|err| format!("git cat-file: {err}"))?;
+                // `<id> <type> <size>`, or `<id> missing`.
+                let size: usize = header
+                    .split_whitespace()
+                    .nth(2)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("git cat-file: no object {id} ({})", header.trim()))?;
+                let mut body = vec![0; size + 1];
+                out.read_exact(&mut body)
+                    .map_err(|err| format!("git cat-file: {err}"))?;
+                body.pop();
+                texts.push(String::from_utf8(body).ok());
+            }
+            Ok(texts)
+        };
+        let texts = read_all();
+        drop(out);
+        // On an early error git may still be writing: end it, so it is reaped either way.
+        if texts.is_err() {
+            let _ = child.kill();
         }
         let _ = writer.join();
         let _ = child.wait();
-        Ok(texts)
+        texts
     }
 }
 
