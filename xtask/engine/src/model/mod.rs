@@ -522,5 +522,12 @@ mod tests {
         // The order is not vacuous: these edges exist.
         assert!(imports["trace"].contains("spec_check"));
         assert!(imports["spec_report"].contains("trace"));
+        // The review compares two read trees: the README says it imports only these two, and
+        // its place last in ENGINE alone would allow anything.
+        assert_eq!(
+            imports["review"],
+            BTreeSet::from(["model", "spec_check"]),
+            "{imports:?}"
+        );
     }
 }
