@@ -402,29 +402,41 @@ struct Seen {
     item: items::Item,
 }
 
-/// Every annotation of the rule `k` on `side`, per analysis merged (a file scanned for several
-/// impls counts once).
-fn annotations_of(side: Side<'_>, k: &str) -> Vec<Seen> {
+/// The sites of every rule on `side` by rule key, per analysis merged (a file scanned for
+/// several impls counts once), gathered in one pass over the analyses rather than one per rule.
+fn sites_by_key<'a>(side: Side<'a>) -> BTreeMap<String, Vec<(&'static str, &'a Site)>> {
     let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
+    let mut out: BTreeMap<String, Vec<(&'static str, &'a Site)>> = BTreeMap::new();
     for analysis in &side.tree.analyses {
         for coverage in &analysis.rules {
-            if key(&coverage.rule.prefix, &coverage.rule.id.base) != k {
-                continue;
-            }
+            let k = key(&coverage.rule.prefix, &coverage.rule.id.base);
             let sites = coverage
                 .impl_sites
                 .iter()
                 .map(|s| ("impl", s))
                 .chain(coverage.verify_sites.iter().map(|s| ("verify", s)));
             for (verb, site) in sites {
-                if seen.insert((verb, site.file.clone(), site.line)) {
-                    out.push(read_site(side, verb, site));
+                if seen.insert((k.clone(), verb, &site.file, site.line)) {
+                    out.entry(k.clone()).or_default().push((verb, site));
                 }
             }
         }
     }
     out
+}
+
+/// Every annotation of the rule `k` among `sites`, with its item read from `side`.
+fn annotations_of(
+    side: Side<'_>,
+    sites: &BTreeMap<String, Vec<(&'static str, &Site)>>,
+    k: &str,
+) -> Vec<Seen> {
+    sites.get(k).map_or_else(Vec::new, |sites| {
+        sites
+            .iter()
+            .map(|&(verb, site)| read_site(side, verb, site))
+            .collect()
+    })
 }
 
 fn read_site(side: Side<'_>, verb: &'static str, site: &Site) -> Seen {
@@ -453,13 +465,14 @@ fn items_and_annotations(
 ) {
     // Only rules on both sides (kept, bumped, renamed) are compared item by item: an added or
     // removed rule's annotations come and go with it, and its addition or removal says so.
+    let (base_sites, head_sites) = (sites_by_key(base), sites_by_key(head));
     for (head_key, read) in head_rules {
         let Some(base_key) = continues.get(head_key) else {
             continue;
         };
         let marker = read.rule.marker();
-        let before = annotations_of(base, base_key);
-        let after = annotations_of(head, head_key);
+        let before = annotations_of(base, &base_sites, base_key);
+        let after = annotations_of(head, &head_sites, head_key);
         let mut changed = BTreeMap::from([("impl", Vec::new()), ("verify", Vec::new())]);
         let mut left_before: Vec<&Seen> = Vec::new();
         let mut left_after: Vec<&Seen> = after.iter().collect();
