@@ -208,10 +208,30 @@ fn rules_of_file(text: &str, file: &str) -> Result<Vec<Rule>, marq::Error> {
                 prefix: marker_prefix(text, def.marker_span.offset).unwrap_or_default(),
                 file: file.to_owned(),
                 line: def.line,
-                raw: def.raw,
+                raw: with_marker_line(text, &def),
             })
         })
         .collect())
+}
+
+/// marq's raw text of a rule, with what follows the marker on its own line: marq leaves that
+/// out of a blockquote rule's `raw` (it starts at the next line), though it is the rule's text
+/// (`> r[a.b] Text.`); a paragraph rule's `raw` already starts with it.
+fn with_marker_line(text: &str, def: &marq::ReqDefinition) -> String {
+    let marker_end = def.marker_span.offset + def.marker_span.length;
+    let line_start = text[..def.marker_span.offset.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let quoted = text[line_start..].trim_start().starts_with('>');
+    let rest = text
+        .get(marker_end..)
+        .and_then(|after| after.lines().next())
+        .map_or("", str::trim);
+    if quoted && !rest.is_empty() {
+        format!("{rest}\n{}", def.raw)
+    } else {
+        def.raw.clone()
+    }
 }
 
 /// The markers of `markers` at no rule's line: markers that define nothing.
@@ -778,5 +798,18 @@ mod tests {
         let one = extract_from(&["docs/spec/a.md"], &files);
         assert_eq!(one.prefix.as_deref(), Some("r"));
         assert!(one.problems.is_empty(), "{:?}", one.problems);
+    }
+
+    /// A rule's text is all of it: the marker's own line, the quoted lines, and a line that
+    /// continues the blockquote without `>`.
+    #[test]
+    fn a_rule_text_is_its_marker_line_quoted_lines_and_lazy_continuation() {
+        let text = "# S\n\n> r[a.b] Same line.\n> Next line.\nLazy line.\n\nr[a.c] Para text\nmore.\n\nProse.\n";
+        let rules = super::rules_of_file(text, "docs/s.md").expect("parsed");
+        let texts: Vec<String> = rules.iter().map(super::Rule::text).collect();
+        assert_eq!(
+            texts,
+            ["Same line. Next line. Lazy line.", "Para text more."]
+        );
     }
 }
