@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use spec_engine::review;
 use spec_engine::spec_check::report::{self, Format};
-use spec_engine::spec_check::{check, parity};
+use spec_engine::spec_check::{check, check_read, parity, read};
 
 /// Arguments of `cargo xtask spec-check`.
 #[derive(clap::Args)]
@@ -31,6 +32,11 @@ pub struct Args {
     /// their tests verify (the others by annotations). Repeatable.
     #[arg(long = "crate", value_name = "PACKAGE", requires = "results")]
     crates: Vec<String>,
+    /// Also review the change from this git revision (a commit, branch or tag; in CI the merge
+    /// base with the main branch): rules added, removed, renamed, reworded without a bump, code
+    /// and tests changed under each rule, annotations moved, coverage before and after.
+    #[arg(long, value_name = "REV")]
+    base: Option<String>,
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
@@ -62,6 +68,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
+    if let Some(base) = &args.base {
+        return review_run(
+            &root,
+            base,
+            &results,
+            skips.as_deref(),
+            &args.crates,
+            format,
+        );
+    }
     match check(
         &spec_engine::Disk::new(&root),
         &results,
@@ -84,6 +100,356 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("error: spec-check: nothing was judged (exit 2)");
             Ok(ExitCode::from(USAGE_ERROR))
         }
+    }
+}
+
+/// `spec-check --base REV`: the gate on the work tree, and the review of the change from REV.
+// i[impl spec-check.review]
+fn review_run(
+    root: &Path,
+    base: &str,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    match review_at(root, base, results, skips, crates) {
+        Ok((review, outcome)) => {
+            crate::output::print(&review::render(&review, &outcome, format));
+            Ok(if outcome.problems.is_empty() && review.passes() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Err(error) => {
+            eprintln!("error: spec-check: {error}");
+            eprintln!("error: spec-check: nothing was judged (exit 2)");
+            Ok(ExitCode::from(USAGE_ERROR))
+        }
+    }
+}
+
+/// The review of the work tree at `root` against the commit `base` names, and the gate's outcome
+/// on the work tree (judged by `results` when given; the base by its annotations).
+// i[impl spec-check.review]
+fn review_at(
+    root: &Path,
+    base: &str,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<(review::Review, spec_engine::spec_check::report::Outcome), String> {
+    let then = at_rev::tree(root, base)?;
+    let now = spec_engine::Disk::new(root);
+    let read_now = read(&now);
+    let outcome = check_read(&now, &read_now, results, skips, crates).map_err(|p| p.to_string())?;
+    let read_then = read(&then);
+    let outcome_then = check_read(&then, &read_then, &[], None, &[]).map_err(|p| p.to_string())?;
+    // A side whose config cannot be read has no rules to compare: the gate says why.
+    let empty = || spec_engine::spec_check::Tree {
+        rules: Vec::new(),
+        analyses: Vec::new(),
+        parsed: spec_engine::spec_check::sources::ParsedFiles::default(),
+        problems: Vec::new(),
+        notes: Vec::new(),
+    };
+    let (empty_now, empty_then) = (empty(), empty());
+    let tree_now = read_now.as_ref().map_or(&empty_now, |(_, tree)| tree);
+    let tree_then = read_then.as_ref().map_or(&empty_then, |(_, tree)| tree);
+    let review = review::compare(
+        base,
+        review::Side {
+            source: &then,
+            tree: tree_then,
+            outcome: &outcome_then,
+        },
+        review::Side {
+            source: &now,
+            tree: tree_now,
+            outcome: &outcome,
+        },
+    );
+    Ok((review, outcome))
+}
+
+/// Reading the files of a commit with git, into a memory tree the engine reads like any other.
+///
+/// git runs as a process here, in the command line, because the engine runs none; `git ls-tree`
+/// and one `git cat-file --batch` read a whole tree in two processes, and need no new dependency
+/// (gix would add some hundred crates to every build of the gate for this one read).
+mod at_rev {
+    use std::collections::BTreeMap;
+    use std::ffi::OsStr;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    /// The files of the commit `rev` under `root` (its path in the repository: a workspace below
+    /// a repository's top reads only its own part), as a memory tree, read as the gate walks the
+    /// work tree: files its `.gitignore` and `.ignore` files ignore are left out (tracked or not),
+    /// a link to a file or directory of the tree reads as what it links to, and submodules, paths
+    /// that are not UTF-8 and files that are not UTF-8 text are skipped (the engine reads nothing
+    /// else).
+    // i[impl spec-check.review]
+    pub fn tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
+        tree_with(OsStr::new("git"), root, rev)
+    }
+
+    /// [`tree`] with the git program `program`.
+    pub fn tree_with(
+        program: &OsStr,
+        root: &Path,
+        rev: &str,
+    ) -> Result<spec_engine::Memory, String> {
+        let git = |args: &[&str]| git(program, root, args);
+        let commit = git(&[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &format!("{rev}^{{commit}}"),
+        ])
+        .map_err(|err| match err {
+            Git::CannotRun(err) => format!("--base {rev}: {err}"),
+            Git::Failed(err) => format!("--base {rev}: no such commit ({err})"),
+        })?;
+        let commit = String::from_utf8_lossy(&commit);
+        let listing = git(&["ls-tree", "-r", "-z", commit.trim()])
+            .map_err(|err| format!("--base {rev}: cannot list its files: {err}"))?;
+        let entries = entries(&listing);
+        let texts = blobs(program, root, entries.iter().map(|e| e.id.as_str()))
+            .map_err(|err| format!("--base {rev}: cannot read its files: {err}"))?;
+        let mut files: BTreeMap<String, String> = BTreeMap::new();
+        let mut links: Vec<(String, String)> = Vec::new();
+        for (entry, text) in entries.into_iter().zip(texts) {
+            let Some(text) = text else { continue };
+            if entry.link {
+                links.push((entry.path, text));
+            } else {
+                files.insert(entry.path, text);
+            }
+        }
+        let ignored = Ignored::new(&files);
+        let mut tree = spec_engine::Memory::new(
+            files
+                .iter()
+                .filter(|(path, _)| !ignored.is_ignored(path))
+                .map(|(path, text)| (path.as_str(), text.as_str())),
+        );
+        for (link, target) in links {
+            if ignored.is_ignored(&link) {
+                continue;
+            }
+            if let Some(target) = link_target(&files, &link, &target) {
+                tree.link(&link, &target);
+            }
+        }
+        Ok(tree)
+    }
+
+    /// One blob or link of a listing.
+    struct Entry {
+        id: String,
+        path: String,
+        link: bool,
+    }
+
+    /// The blobs and links of `git ls-tree -r -z` output; other entries (submodules) and paths
+    /// that are not UTF-8 are skipped.
+    fn entries(listing: &[u8]) -> Vec<Entry> {
+        listing
+            .split(|&b| b == 0)
+            .filter_map(|entry| {
+                let tab = entry.iter().position(|&b| b == b'\t')?;
+                let meta = std::str::from_utf8(&entry[..tab]).ok()?;
+                let path = std::str::from_utf8(&entry[tab + 1..]).ok()?;
+                let mut fields = meta.split(' ');
+                let (mode, kind, id) = (fields.next()?, fields.next()?, fields.next()?);
+                (kind == "blob").then(|| Entry {
+                    id: id.to_owned(),
+                    path: path.to_owned(),
+                    link: mode == "120000",
+                })
+            })
+            .collect()
+    }
+
+    /// The root-relative path the link at `link` (its text `target`) names, when it is a file
+    /// or a directory of the tree (a link out of the tree reads as nothing).
+    fn link_target(files: &BTreeMap<String, String>, link: &str, target: &str) -> Option<String> {
+        if target.starts_with('/') {
+            return None;
+        }
+        let mut resolved: Vec<&str> = link.split('/').collect();
+        resolved.pop();
+        for part in target.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    resolved.pop()?;
+                }
+                part => resolved.push(part),
+            }
+        }
+        let resolved = resolved.join("/");
+        let prefix = format!("{resolved}/");
+        let exists = files.contains_key(&resolved)
+            || files
+                .range(prefix.clone()..)
+                .next()
+                .is_some_and(|(path, _)| path.starts_with(&prefix));
+        exists.then_some(resolved)
+    }
+
+    /// The `.gitignore` and `.ignore` files of a tree, per directory, matched as the gate's walk
+    /// matches them on the disk: a deeper file's rule wins, and `.ignore` wins over `.gitignore`.
+    struct Ignored {
+        /// Directory ("" for the top) → its matchers, strongest first.
+        by_dir: BTreeMap<String, Vec<ignore::gitignore::Gitignore>>,
+    }
+
+    impl Ignored {
+        fn new(files: &BTreeMap<String, String>) -> Self {
+            let mut by_dir: BTreeMap<String, Vec<ignore::gitignore::Gitignore>> = BTreeMap::new();
+            for name in [".ignore", ".gitignore"] {
+                for (path, text) in files {
+                    let dir = match path.rsplit_once('/') {
+                        Some((dir, file)) if file == name => dir,
+                        None if path == name => "",
+                        _ => continue,
+                    };
+                    let mut builder = ignore::gitignore::GitignoreBuilder::new(Self::at(dir));
+                    for line in text.lines() {
+                        // A line that is no valid pattern is skipped, as the walk skips it.
+                        let _ = builder.add_line(None, line);
+                    }
+                    if let Ok(matcher) = builder.build() {
+                        by_dir.entry(dir.to_owned()).or_default().push(matcher);
+                    }
+                }
+            }
+            Self { by_dir }
+        }
+
+        /// A root-relative path as the absolute path the matchers are rooted under.
+        fn at(path: &str) -> std::path::PathBuf {
+            Path::new("/").join(path)
+        }
+
+        /// Whether the walk leaves `path` out: it, or a directory above it, is ignored.
+        fn is_ignored(&self, path: &str) -> bool {
+            if self.by_dir.is_empty() {
+                return false;
+            }
+            let parts: Vec<&str> = path.split('/').collect();
+            (1..=parts.len()).any(|depth| {
+                let candidate = parts[..depth].join("/");
+                let is_dir = depth < parts.len();
+                // The directories whose files rule on it, deepest first.
+                (0..depth).rev().find_map(|up| {
+                    let matchers = self.by_dir.get(&parts[..up].join("/"))?;
+                    matchers.iter().find_map(|m| {
+                        let matched = m.matched(Self::at(&candidate), is_dir);
+                        (!matched.is_none()).then(|| matched.is_ignore())
+                    })
+                }) == Some(true)
+            })
+        }
+    }
+
+    /// Why git gave no answer.
+    enum Git {
+        /// The program cannot be run (not installed, not on `PATH`).
+        CannotRun(String),
+        /// It ran and failed.
+        Failed(String),
+    }
+
+    impl std::fmt::Display for Git {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Git::CannotRun(err) | Git::Failed(err) => f.write_str(err),
+            }
+        }
+    }
+
+    /// `PROGRAM -C root ARGS`'s standard output.
+    fn git(program: &OsStr, root: &Path, args: &[&str]) -> Result<Vec<u8>, Git> {
+        let output = Command::new(program)
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .map_err(|err| Git::CannotRun(format!("cannot run git: {err}")))?;
+        if !output.status.success() {
+            return Err(Git::Failed(format!(
+                "git {} failed ({}){}",
+                args.first().copied().unwrap_or_default(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+                    .lines()
+                    .next()
+                    .map_or_else(String::new, |line| format!(": {line}"))
+            )));
+        }
+        Ok(output.stdout)
+    }
+
+    /// The contents of the blobs `ids`, in order, through one `git cat-file --batch`; `None` for
+    /// a blob that is not UTF-8.
+    fn blobs<'a>(
+        program: &OsStr,
+        root: &Path,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> Result<Vec<Option<String>>, String> {
+        let ids: Vec<&str> = ids.collect();
+        let mut child = Command::new(program)
+            .arg("-C")
+            .arg(root)
+            .args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            // git's own message, if it has one, is the user's best clue.
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|err| format!("cannot run git: {err}"))?;
+        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("git cat-file has no pipes".to_owned());
+        };
+        // Written from a thread of its own: git answers while it reads, and both pipes are finite.
+        let asked: String = ids.iter().map(|id| format!("{id}\n")).collect();
+        let writer = std::thread::spawn(move || stdin.write_all(asked.as_bytes()));
+        let mut out = BufReader::new(stdout);
+        let mut read_all = || -> Result<Vec<Option<String>>, String> {
+            let mut texts = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let mut header = String::new();
+                out.read_line(&mut header)
+                    .map_err(|err| format!("git cat-file: {err}"))?;
+                // `<id> <type> <size>`, or `<id> missing`.
+                let size: usize = header
+                    .split_whitespace()
+                    .nth(2)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("git cat-file: no object {id} ({})", header.trim()))?;
+                let mut body = vec![0; size + 1];
+                out.read_exact(&mut body)
+                    .map_err(|err| format!("git cat-file: {err}"))?;
+                body.pop();
+                texts.push(String::from_utf8(body).ok());
+            }
+            Ok(texts)
+        };
+        let texts = read_all();
+        drop(out);
+        // On an early error git may still be writing: end it, so it is reaped either way.
+        if texts.is_err() {
+            let _ = child.kill();
+        }
+        let _ = writer.join();
+        let _ = child.wait();
+        texts
     }
 }
 
@@ -487,6 +853,316 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    /// The config of the review fixtures: one spec, one Rust impl.
+    const REVIEW_CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+    const REVIEW_SPEC: &str =
+        "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta]\n> Beta holds.\n";
+
+    const REVIEW_LIB: &str = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n// r[impl demo.beta]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n\n    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+
+    /// `git ARGS` in `dir`, which must succeed.
+    fn git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    }
+
+    /// A repository of two commits: the demo tree, then the demo tree with `spec` and `lib`
+    /// (the work tree is the second commit). Returns the temp dir.
+    fn two_commits(spec: &str, lib: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let write = |path: &str, text: &str| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        git(root, &["init", "--quiet"]);
+        write(".config/tracey/config.styx", REVIEW_CONFIG);
+        write("docs/spec.md", REVIEW_SPEC);
+        write("src/lib.rs", REVIEW_LIB);
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "--quiet", "-m", "base"]);
+        write("docs/spec.md", spec);
+        write("src/lib.rs", lib);
+        git(root, &["add", "-A"]);
+        git(
+            root,
+            &["commit", "--quiet", "--allow-empty", "-m", "change"],
+        );
+        dir
+    }
+
+    fn review_of_last_commit(dir: &tempfile::TempDir) -> review::Review {
+        let root = dir.path().canonicalize().expect("root");
+        let (review, _) = review_at(&root, "HEAD~1", &[], None, &[]).expect("reviewed");
+        review
+    }
+
+    fn review_kinds(review: &review::Review) -> Vec<review::Kind> {
+        review.problems.iter().map(|p| p.kind).collect()
+    }
+
+    // i[verify spec-check.review]
+    // i[verify spec-check.review.rules]
+    #[test]
+    fn with_git_text_changed_without_a_bump_fails_the_review() {
+        let dir = two_commits(
+            &REVIEW_SPEC.replace("Beta holds.", "Beta holds, always."),
+            REVIEW_LIB,
+        );
+        let review = review_of_last_commit(&dir);
+        assert_eq!(
+            review_kinds(&review),
+            [review::Kind::TextChangedWithoutBump]
+        );
+        assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
+        assert_eq!(review.base, "HEAD~1");
+        // The base was read from git, not from the work tree: an unchanged repository is clean.
+        let root = dir.path().canonicalize().expect("root");
+        let (same, outcome) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+        assert!(same.passes() && same.unbumped.is_empty(), "{same:?}");
+        assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+        // The command exits 1 on it.
+        let code = review_run(&root, "HEAD~1", &[], None, &[], Format::Json).expect("ran");
+        assert_eq!(code, ExitCode::FAILURE);
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_revision_that_names_no_commit_is_a_usage_error() {
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path().canonicalize().expect("root");
+        let err = review_at(&root, "no-such-rev", &[], None, &[]).expect_err("no commit");
+        assert!(err.contains("--base no-such-rev: no such commit"), "{err}");
+        let code = review_run(&root, "no-such-rev", &[], None, &[], Format::Text).expect("ran");
+        assert_eq!(code, ExitCode::from(USAGE_ERROR));
+    }
+
+    // i[verify spec-check.review.rename]
+    #[test]
+    fn with_git_a_rename_naming_its_previous_id_is_a_rename() {
+        let dir = two_commits(
+            &REVIEW_SPEC.replace(
+                "> r[demo.beta]\n> Beta holds.",
+                "> r[demo.bravo]\n> Beta holds. (was demo.beta)",
+            ),
+            &REVIEW_LIB.replace("demo.beta]", "demo.bravo]"),
+        );
+        let review = review_of_last_commit(&dir);
+        assert!(review.passes(), "{:?}", review.problems);
+        assert!(review.added.is_empty() && review.removed.is_empty());
+        assert_eq!(
+            (
+                review.renamed[0].from.as_str(),
+                review.renamed[0].to.rule.as_str()
+            ),
+            ("r[demo.beta]", "r[demo.bravo]")
+        );
+    }
+
+    // i[verify spec-check.review.items]
+    #[test]
+    fn with_git_impl_changed_with_tests_unchanged_is_shown() {
+        let dir = two_commits(REVIEW_SPEC, &REVIEW_LIB.replace("    1\n}", "    2\n}"));
+        let review = review_of_last_commit(&dir);
+        assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+        assert_eq!(review.touched[0].rule, "r[demo.alpha]");
+        assert_eq!(review.touched[0].changed, review::Changed::ImplOnly);
+        assert!(review.passes());
+    }
+
+    // i[verify spec-check.review.coverage]
+    #[test]
+    fn with_git_coverage_going_down_fails_the_review() {
+        let dir = two_commits(
+            REVIEW_SPEC,
+            &REVIEW_LIB.replace("    // r[verify demo.beta]\n", ""),
+        );
+        let review = review_of_last_commit(&dir);
+        assert_eq!(review_kinds(&review), [review::Kind::CoverageDown]);
+        let row = &review.coverage[0];
+        assert_eq!(
+            (
+                row.before.map(|c| c.verified),
+                row.after.map(|c| c.verified)
+            ),
+            (Some(2), Some(1))
+        );
+    }
+
+    /// A repository of one commit holding the demo tree, `.gitignore` ignoring
+    /// `src/generated.rs` (tracked all the same, and holding beta's only verify), `src/extra.rs`
+    /// a link to `other/extra.rs` (holding alpha's second verify), and `extra` (raw bytes as
+    /// path, text): what the work tree and a revision must read alike.
+    fn repo_with(extra: &[(&[u8], &[u8])]) -> tempfile::TempDir {
+        repo_under("", extra)
+    }
+
+    /// [`repo_with`], its workspace in the directory `under` of the repository ("" for the top).
+    fn repo_under(under: &str, extra: &[(&[u8], &[u8])]) -> tempfile::TempDir {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let top = dir.path();
+        git(top, &["init", "--quiet"]);
+        let root = &top.join(under);
+        std::fs::create_dir_all(root).expect("mkdir");
+        let write = |path: &Path, text: &[u8]| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        write(
+            Path::new(".config/tracey/config.styx"),
+            REVIEW_CONFIG.as_bytes(),
+        );
+        write(Path::new("docs/spec.md"), REVIEW_SPEC.as_bytes());
+        let lib = REVIEW_LIB.replace("    // r[verify demo.beta]\n", "");
+        write(Path::new("src/lib.rs"), lib.as_bytes());
+        write(Path::new(".gitignore"), b"src/generated.rs\n");
+        write(
+            Path::new("src/generated.rs"),
+            b"// r[verify demo.beta]\n#[test]\nfn generated() {}\n",
+        );
+        write(
+            Path::new("other/extra.rs"),
+            b"// r[verify demo.alpha]\n#[test]\nfn extra() {}\n",
+        );
+        std::os::unix::fs::symlink("../other/extra.rs", root.join("src/extra.rs")).expect("link");
+        for (path, text) in extra {
+            write(Path::new(std::ffi::OsStr::from_bytes(path)), text);
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["add", "-f", "src/generated.rs"]);
+        git(root, &["commit", "--quiet", "-m", "base"]);
+        dir
+    }
+
+    /// The review of the work tree against `HEAD`, which it equals.
+    fn review_of_unchanged(dir: &tempfile::TempDir) -> review::Review {
+        review_of_unchanged_under(dir, "")
+    }
+
+    fn review_of_unchanged_under(dir: &tempfile::TempDir, under: &str) -> review::Review {
+        let root = dir.path().join(under).canonicalize().expect("root");
+        let (review, _) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+        review
+    }
+
+    /// Nothing changed, so nothing is said: the whole review is empty.
+    fn assert_empty(review: &review::Review) {
+        assert!(review.passes(), "{:?}", review.problems);
+        assert!(
+            review.added.is_empty()
+                && review.removed.is_empty()
+                && review.touched.is_empty()
+                && review.annotations.is_empty(),
+            "{review:?}"
+        );
+        for row in &review.coverage {
+            assert_eq!(row.before, row.after, "{row:?}");
+        }
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_revision_is_read_as_the_work_tree_is_ignored_files_and_links_alike() {
+        let dir = repo_with(&[]);
+        assert_empty(&review_of_unchanged(&dir));
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_path_that_is_not_utf8_is_skipped() {
+        let dir = repo_with(&[(b"notes/caf\xe9.txt", b"latin-1 name\n")]);
+        assert_empty(&review_of_unchanged(&dir));
+    }
+
+    /// Everything git may hold that the engine does not read, in one repository whose workspace
+    /// is a directory below its top: a submodule, a blob that is not UTF-8, a path that is not
+    /// UTF-8, an ignored tracked file and a link (from [`repo_under`]).
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_a_workspace_below_the_top_with_everything_git_holds_reads_alike() {
+        let dir = repo_under(
+            "ws",
+            &[
+                (b"notes/blob.bin", b"\xff\xfe\x00binary"),
+                (b"notes/caf\xe9.txt", b"latin-1 name\n"),
+            ],
+        );
+        let top = dir.path();
+        // A submodule: a gitlink entry (mode 160000), no directory in the work tree.
+        let commit = String::from_utf8(
+            Command::new("git")
+                .arg("-C")
+                .arg(top)
+                .args(["rev-parse", "HEAD"])
+                .output()
+                .expect("git runs")
+                .stdout,
+        )
+        .expect("utf-8");
+        git(
+            top,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{},ws/vendor/sub", commit.trim()),
+            ],
+        );
+        git(top, &["commit", "--quiet", "-m", "submodule"]);
+        assert_empty(&review_of_unchanged_under(&dir, "ws"));
+    }
+
+    // i[verify spec-check.review]
+    #[test]
+    fn with_git_an_empty_base_tree_has_every_rule_added() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        git(root, &["init", "--quiet"]);
+        git(root, &["commit", "--quiet", "--allow-empty", "-m", "empty"]);
+        std::fs::create_dir_all(root.join(".config/tracey")).expect("mkdir");
+        std::fs::create_dir_all(root.join("docs")).expect("mkdir");
+        std::fs::create_dir_all(root.join("src")).expect("mkdir");
+        std::fs::write(root.join(".config/tracey/config.styx"), REVIEW_CONFIG).expect("write");
+        std::fs::write(root.join("docs/spec.md"), REVIEW_SPEC).expect("write");
+        std::fs::write(root.join("src/lib.rs"), REVIEW_LIB).expect("write");
+        let root = root.canonicalize().expect("root");
+        let (review, _) = review_at(&root, "HEAD", &[], None, &[]).expect("reviewed");
+        let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(added, ["r[demo.alpha]", "r[demo.beta]"]);
+        assert!(review.passes(), "{:?}", review.problems);
+    }
+
+    /// Without git (`PATH=""` in effect: the program cannot be run), the error says so, not
+    /// that the revision names no commit.
+    // i[verify spec-check.review]
+    #[test]
+    fn without_git_the_error_says_git_cannot_run() {
+        let dir = repo_with(&[]);
+        let root = dir.path().canonicalize().expect("root");
+        let err = at_rev::tree_with(std::ffi::OsStr::new("/nonexistent/git"), &root, "HEAD")
+            .expect_err("no git");
+        assert!(err.contains("cannot run git"), "{err}");
+        assert!(!err.contains("no such commit"), "{err}");
     }
 
     // i[verify spec-check.parity+2]

@@ -22,11 +22,14 @@
 //! - [`trace`] — each rule to its definition, `impl` and `verify` sites and test results; each
 //!   audit finding to a verdict ([`trace::everything`]).
 //! - [`spec_report`] — the coverage per crate and the self-contained HTML page.
+//! - [`review`] — a change's spec review: two read trees (a base revision and the head) compared,
+//!   rule by rule, item by item, count by count ([`review::compare`]).
 //!
 //! The README has an example that checks a small tree (it runs as a doctest).
 
 // i[impl xtask.layout.engine]
 pub mod model;
+pub mod review;
 pub mod shapes;
 pub mod spec_check;
 pub mod spec_report;

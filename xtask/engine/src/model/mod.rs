@@ -22,7 +22,14 @@ mod tests {
     use std::path::Path;
 
     /// The engine's modules (each `src/NAME.rs` or `src/NAME/`), leaf first.
-    const ENGINE: [&str; 5] = ["model", "spec_check", "shapes", "trace", "spec_report"];
+    const ENGINE: [&str; 6] = [
+        "model",
+        "spec_check",
+        "shapes",
+        "trace",
+        "spec_report",
+        "review",
+    ];
 
     /// Every `.rs` file of the engine module `name`, with its module path from the crate root
     /// (`spec_check/walk.rs` is `["spec_check", "walk"]`, `model/mod.rs` is `["model"]`).
@@ -515,5 +522,12 @@ mod tests {
         // The order is not vacuous: these edges exist.
         assert!(imports["trace"].contains("spec_check"));
         assert!(imports["spec_report"].contains("trace"));
+        // The review compares two read trees: the README says it imports only these two, and
+        // its place last in ENGINE alone would allow anything.
+        assert_eq!(
+            imports["review"],
+            BTreeSet::from(["model", "spec_check"]),
+            "{imports:?}"
+        );
     }
 }

@@ -113,11 +113,14 @@ impl Tree for Disk {
 /// things per root for the life of the process (the engine's paths table, spec texts, package
 /// names) and two trees must never share them: a clone, and a tree after [`Memory::insert`], is
 /// another tree with another root (paths taken from [`Tree::root`] before belong to the old
-/// one). It has no `.gitignore` semantics: every file is walked.
+/// one). It has no `.gitignore` semantics: every file is walked. It may hold links
+/// ([`Memory::link`]), resolved as the disk resolves them.
 #[derive(Debug)]
 pub struct Memory {
     root: PathBuf,
     files: BTreeMap<PathBuf, String>,
+    /// Root-relative link path → root-relative target (a file or a directory of the tree).
+    links: BTreeMap<PathBuf, PathBuf>,
     written: SystemTime,
 }
 
@@ -135,6 +138,7 @@ impl Clone for Memory {
         let mut copy = Self {
             root: self.root.clone(),
             files: self.files.clone(),
+            links: self.links.clone(),
             written: self.written,
         };
         copy.move_to_fresh_root();
@@ -148,6 +152,7 @@ impl Memory {
         let mut tree = Self {
             root: fresh_root(),
             files: BTreeMap::new(),
+            links: BTreeMap::new(),
             written: SystemTime::UNIX_EPOCH,
         };
         for (path, text) in files {
@@ -161,6 +166,15 @@ impl Memory {
     pub fn insert(&mut self, path: &str, text: impl Into<String>) {
         self.move_to_fresh_root();
         self.put(path, text.into());
+    }
+
+    /// Adds a link at the root-relative `path` to the root-relative `target`, a file or a
+    /// directory of the tree: the walk lists what it links to under its path, and
+    /// [`Tree::canonical`] resolves it to the target, as the disk does with a symbolic link.
+    pub fn link(&mut self, path: &str, target: &str) {
+        self.move_to_fresh_root();
+        self.links
+            .insert(PathBuf::from(path), PathBuf::from(target));
     }
 
     fn put(&mut self, path: &str, text: String) {
@@ -206,11 +220,28 @@ impl Tree for Memory {
 
     fn files_under(&self, dir: &Path) -> Vec<PathBuf> {
         let dir = self.canonical(dir);
-        self.files
+        let mut files: Vec<PathBuf> = self
+            .files
             .keys()
             .filter(|path| path.starts_with(&dir) && **path != dir)
             .cloned()
-            .collect()
+            .collect();
+        // A link under `dir` lists what it links to under its own path, as a walk following
+        // links does (one level: a link inside a linked directory is not followed again).
+        for (link, target) in &self.links {
+            let (link, target) = (self.root.join(link), self.root.join(target));
+            if !link.starts_with(&dir) {
+                continue;
+            }
+            files.extend(self.files.keys().filter_map(|path| {
+                if *path == target {
+                    Some(link.clone())
+                } else {
+                    path.strip_prefix(&target).ok().map(|rest| link.join(rest))
+                }
+            }));
+        }
+        files
     }
 
     fn is_file(&self, path: &Path) -> bool {
@@ -251,6 +282,21 @@ impl Tree for Memory {
                     out.pop();
                 }
                 other => out.push(other),
+            }
+        }
+        // A path through a link is the path through its target (links to links are followed a
+        // few times, never in a loop).
+        for _ in 0..8 {
+            let Ok(relative) = out.strip_prefix(&self.root) else {
+                break;
+            };
+            let through = self.links.iter().find_map(|(link, target)| {
+                let rest = relative.strip_prefix(link).ok()?;
+                Some(self.root.join(target).join(rest))
+            });
+            match through {
+                Some(resolved) => out = resolved,
+                None => break,
             }
         }
         out
@@ -311,5 +357,25 @@ mod tests {
         assert!(!tree.exists(&root.join("a/x")));
         assert!(tree.exists(&root.join("a/b.rs")) && tree.exists(&root.join("a/c")));
         assert_ne!(Memory::new([("x", "")]).root(), tree.root(), "roots differ");
+    }
+
+    /// A memory link reads as a symbolic link on the disk: the walk lists what it links to under
+    /// its path, and its canonical path is its target's.
+    // i[verify xtask.layout.engine.tree]
+    #[test]
+    fn a_memory_link_is_walked_and_resolved_like_a_disk_link() {
+        let mut tree = Memory::new([("other/a.rs", "a"), ("dir/b.rs", "b")]);
+        tree.link("src/a.rs", "other/a.rs");
+        tree.link("src/d", "dir");
+        let root = tree.root().to_path_buf();
+        let mut under = tree.files_under(&root.join("src"));
+        under.sort();
+        assert_eq!(under, [root.join("src/a.rs"), root.join("src/d/b.rs")]);
+        assert_eq!(
+            tree.canonical(Path::new("src/d/b.rs")),
+            root.join("dir/b.rs")
+        );
+        assert_eq!(tree.read(&root.join("src/a.rs")).ok().as_deref(), Some("a"));
+        assert!(tree.is_file(&root.join("src/d/b.rs")));
     }
 }

@@ -11,47 +11,6 @@ use super::problem::{Kind, Problem};
 use super::walk::{self, Keep};
 use crate::model::tree::Tree;
 
-/// A spec file's text with the byte offset where each line starts, so a rule's text is found from
-/// its line by indexing rather than by rescanning the file for newlines once per rule.
-pub struct SpecText {
-    text: String,
-    line_starts: Vec<usize>,
-}
-
-impl SpecText {
-    fn new(text: String) -> Self {
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        Self { text, line_starts }
-    }
-
-    /// The text from the start of 1-based `line` to the end of the file (as
-    /// `text.lines().skip(line - 1)` reads it); empty past the end.
-    pub fn starting_at_line(&self, line: usize) -> &str {
-        self.line_starts
-            .get(line.saturating_sub(1))
-            .map_or("", |&start| &self.text[start..])
-    }
-}
-
-/// The text of the spec file `file` (root-relative) of `tree`, read and indexed once per
-/// process: the trace and the report quote a rule's text for every rule of a file.
-pub fn spec_text(tree: &dyn Tree, file: &str) -> Option<std::sync::Arc<SpecText>> {
-    type Cache = std::sync::Mutex<BTreeMap<std::path::PathBuf, std::sync::Arc<SpecText>>>;
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    let path = tree.root().join(file);
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(text) = cache.lock().ok().and_then(|c| c.get(&path).cloned()) {
-        return Some(text);
-    }
-    let text = std::sync::Arc::new(SpecText::new(tree.read(&path).ok()?));
-    if let Ok(mut c) = cache.lock() {
-        c.insert(path, text.clone());
-    }
-    Some(text)
-}
-
 /// A rule definition in a spec file.
 #[derive(Debug, Clone)]
 pub struct Rule {
@@ -63,12 +22,37 @@ pub struct Rule {
     pub file: String,
     /// 1-based line of the marker.
     pub line: usize,
+    /// The rule's markdown after its marker as marq read it (blockquote `>` prefixes and lazy
+    /// continuation lines included): the one source of a rule's text.
+    pub raw: String,
 }
 
 impl Rule {
     /// The rule as written in a spec, e.g. `r[retry.schedule+2]`.
     pub fn marker(&self) -> String {
         format!("{}[{}]", self.prefix, self.id)
+    }
+
+    /// The rule's text lines: [`Rule::raw`] without blockquote `>` prefixes, each trimmed, empty
+    /// ones left out.
+    pub fn text_lines(&self) -> impl Iterator<Item = &str> {
+        self.raw
+            .lines()
+            .map(|line| {
+                let line = line.trim_start();
+                // Nested quotes keep their text: every leading `>` goes.
+                line.trim_start_matches(|c: char| c == '>' || c.is_whitespace())
+            })
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+    }
+
+    /// The rule's text, whitespace collapsed.
+    pub fn text(&self) -> String {
+        self.text_lines()
+            .flat_map(str::split_whitespace)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -224,9 +208,30 @@ fn rules_of_file(text: &str, file: &str) -> Result<Vec<Rule>, marq::Error> {
                 prefix: marker_prefix(text, def.marker_span.offset).unwrap_or_default(),
                 file: file.to_owned(),
                 line: def.line,
+                raw: with_marker_line(text, &def),
             })
         })
         .collect())
+}
+
+/// marq's raw text of a rule, with what follows the marker on its own line: marq leaves that
+/// out of a blockquote rule's `raw` (it starts at the next line), though it is the rule's text
+/// (`> r[a.b] Text.`); a paragraph rule's `raw` already starts with it.
+fn with_marker_line(text: &str, def: &marq::ReqDefinition) -> String {
+    let marker_end = def.marker_span.offset + def.marker_span.length;
+    let line_start = text[..def.marker_span.offset.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let quoted = text[line_start..].trim_start().starts_with('>');
+    let rest = text
+        .get(marker_end..)
+        .and_then(|after| after.lines().next())
+        .map_or("", str::trim);
+    if quoted && !rest.is_empty() {
+        format!("{rest}\n{}", def.raw)
+    } else {
+        def.raw.clone()
+    }
 }
 
 /// The markers of `markers` at no rule's line: markers that define nothing.
@@ -284,6 +289,7 @@ fn unrecognised_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) 
                 prefix: marker.prefix.clone(),
                 file: file.to_owned(),
                 line: marker.line,
+                raw: String::new(),
             },
             first,
             spec,
@@ -484,10 +490,9 @@ fn parse_marker(line: &str) -> Option<Marker> {
 
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
     use tracey_config::SpecConfig;
 
-    use super::{Extracted, SpecText, extract};
+    use super::{Extracted, extract};
 
     /// Extracts spec `demo` (include `include`) from a memory tree holding `files`.
     fn extract_from(include: &[&str], files: &[(&str, &str)]) -> Extracted {
@@ -795,18 +800,16 @@ mod tests {
         assert!(one.problems.is_empty(), "{:?}", one.problems);
     }
 
-    proptest! {
-        // The index must quote exactly what a rescan from the top would: a rule's text is
-        // byte-identical in trace and spec-report either way.
-        #[test]
-        fn starting_at_line_reads_what_skipping_lines_reads(
-            text in "(>? ?[a-z\\]\\[]{0,6}(\r?\n)?){0,12}",
-            line in 0usize..16,
-        ) {
-            let indexed = SpecText::new(text.clone());
-            let from_index: Vec<&str> = indexed.starting_at_line(line).lines().collect();
-            let rescanned: Vec<&str> = text.lines().skip(line.saturating_sub(1)).collect();
-            prop_assert_eq!(from_index, rescanned);
-        }
+    /// A rule's text is all of it: the marker's own line, the quoted lines, and a line that
+    /// continues the blockquote without `>`.
+    #[test]
+    fn a_rule_text_is_its_marker_line_quoted_lines_and_lazy_continuation() {
+        let text = "# S\n\n> r[a.b] Same line.\n> Next line.\nLazy line.\n\nr[a.c] Para text\nmore.\n\nProse.\n";
+        let rules = super::rules_of_file(text, "docs/s.md").expect("parsed");
+        let texts: Vec<String> = rules.iter().map(super::Rule::text).collect();
+        assert_eq!(
+            texts,
+            ["Same line. Next line. Lazy line.", "Para text more."]
+        );
     }
 }

@@ -175,7 +175,7 @@ pub fn trace(
         rule: rule.marker(),
         defined_at: format!("{}:{}", rule.file, rule.line),
         asked: (id != rule.id).then(|| id.to_string()),
-        text: rule_text(source, rule),
+        text: rule_text(rule),
         impls,
         verifies,
         closes,
@@ -188,27 +188,10 @@ pub fn trace(
     })
 }
 
-/// The rule's whole text: its blockquote after the marker, lines joined with spaces.
-fn rule_text(source: &dyn Source, rule: &Rule) -> String {
-    let Some(text) = crate::spec_check::rules::spec_text(source, &rule.file) else {
-        return String::new();
-    };
-    let lines: Vec<&str> = text
-        .starting_at_line(rule.line)
-        .lines()
-        .map_while(|line| line.trim_start().strip_prefix('>'))
-        .map(str::trim)
-        .enumerate()
-        .map(|(index, line)| {
-            if index == 0 {
-                line.split_once(']').map_or("", |(_, rest)| rest.trim())
-            } else {
-                line
-            }
-        })
-        .filter(|line| !line.is_empty())
-        .collect();
-    lines.join(" ")
+/// The rule's whole text as marq read it (lazy continuation lines included), lines joined with
+/// spaces.
+fn rule_text(rule: &Rule) -> String {
+    rule.text_lines().collect::<Vec<_>>().join(" ")
 }
 
 /// Renders the report.
@@ -370,4 +353,29 @@ fn markdown(report: &RuleReport) -> String {
         let _ = writeln!(out, "- {reason}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::tree::Memory;
+
+    const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/demo.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+    /// A line without `>` continues the blockquote (markdown's lazy continuation): the trace
+    /// quotes it with the rest of the rule.
+    // i[verify trace.rule-output]
+    #[test]
+    fn the_rule_text_keeps_a_lazy_continuation_line() {
+        let memory = Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            (
+                "docs/demo.md",
+                "# Demo\n\n> t[demo.alpha]\n> Alpha holds\nwith exit 2.\n\nProse.\n",
+            ),
+            ("src/lib.rs", "// t[impl demo.alpha]\npub fn alpha() {}\n"),
+        ]);
+        let read = crate::trace::usable(crate::spec_check::read(&memory)).expect("a usable tree");
+        let report = super::trace(&memory, &read, &[], "demo.alpha", None).expect("traced");
+        assert_eq!(report.text, "Alpha holds with exit 2.");
+    }
 }

@@ -87,7 +87,7 @@ pub fn trace(
 }
 
 fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evidence>) -> Defined {
-    let (first_line, more) = first_line(source, rule);
+    let (first_line, more) = first_line(rule);
     let mut impls: Vec<Site> = Vec::new();
     let mut verify_sites: Vec<Site> = Vec::new();
     // A spec with several impls analyses the same rule once per impl; a file two impls share
@@ -133,26 +133,10 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
     }
 }
 
-/// The rule's first line of text (after the marker, or the next line of the blockquote).
-fn first_line(source: &dyn Source, rule: &Rule) -> (String, bool) {
-    let Some(text) = crate::spec_check::rules::spec_text(source, &rule.file) else {
-        return (String::new(), false);
-    };
-    let quoted: Vec<&str> = text
-        .starting_at_line(rule.line)
-        .lines()
-        .map_while(|line| line.trim_start().strip_prefix('>'))
-        .map(str::trim)
-        .collect();
-    let mut lines = quoted.iter().enumerate().filter_map(|(index, line)| {
-        let line = if index == 0 {
-            // The marker line: keep what follows the marker's closing bracket.
-            line.split_once(']').map_or("", |(_, rest)| rest.trim())
-        } else {
-            line
-        };
-        (!line.is_empty()).then_some(line)
-    });
+/// The rule's first line of text (after the marker, or the next line of the blockquote), and
+/// whether more follows; lazy continuation lines count, as marq reads them.
+fn first_line(rule: &Rule) -> (String, bool) {
+    let mut lines = rule.text_lines();
     let first = lines.next().unwrap_or_default().to_owned();
     (first, lines.next().is_some())
 }

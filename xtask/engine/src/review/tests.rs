@@ -1,0 +1,585 @@
+//! The review on two memory trees, one per case.
+
+use super::*;
+use crate::Memory;
+use crate::spec_check::report::Format;
+
+const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+const SPEC: &str = "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta]\n> Beta holds.\n";
+
+const LIB: &str = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n// r[impl demo.beta]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n\n    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+
+/// A tree of the demo config with `spec` and `lib`.
+pub(crate) fn tree(spec: &str, lib: &str) -> Memory {
+    Memory::new([
+        (".config/tracey/config.styx", CONFIG),
+        ("docs/spec.md", spec),
+        ("src/lib.rs", lib),
+    ])
+}
+
+/// The review of `head` against `base`, with the gate's outcome on the head.
+pub(crate) fn review_of(base: &Memory, head: &Memory) -> (Review, Outcome) {
+    let read_base = crate::spec_check::read(base);
+    let read_head = crate::spec_check::read(head);
+    let outcome_base =
+        crate::spec_check::check_read(base, &read_base, &[], None, &[]).expect("judged");
+    let outcome_head =
+        crate::spec_check::check_read(head, &read_head, &[], None, &[]).expect("judged");
+    let (Ok((_, tree_base)), Ok((_, tree_head))) = (&read_base, &read_head) else {
+        panic!("both trees read");
+    };
+    let review = compare(
+        "main",
+        Side {
+            source: base,
+            tree: tree_base,
+            outcome: &outcome_base,
+        },
+        Side {
+            source: head,
+            tree: tree_head,
+            outcome: &outcome_head,
+        },
+    );
+    (review, outcome_head)
+}
+
+fn kinds(review: &Review) -> Vec<Kind> {
+    review.problems.iter().map(|p| p.kind).collect()
+}
+
+// i[verify spec-check.review]
+#[test]
+fn an_unchanged_tree_has_an_empty_review() {
+    let (review, outcome) = review_of(&tree(SPEC, LIB), &tree(SPEC, LIB));
+    assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+    assert!(review.passes());
+    assert!(review.added.is_empty() && review.removed.is_empty() && review.renamed.is_empty());
+    assert!(review.touched.is_empty() && review.annotations.is_empty());
+    let counts = Counts {
+        total: 2,
+        implemented: 2,
+        verified: 2,
+        tested: None,
+        proven: 0,
+    };
+    assert_eq!(
+        review.coverage,
+        [CoverageRow {
+            name: "demo".to_owned(),
+            before: Some(counts),
+            after: Some(counts),
+        }]
+    );
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn rules_added_and_removed_are_listed() {
+    let head_spec =
+        "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.gamma]\n> Gamma holds.\n";
+    let head_lib = LIB
+        .replace("demo.beta]", "demo.gamma]")
+        .replace("beta", "gamma");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(head_spec, &head_lib));
+    let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+    let removed: Vec<&str> = review.removed.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(added, ["r[demo.gamma]"]);
+    assert_eq!(removed, ["r[demo.beta]"]);
+    assert_eq!(review.added[0].line, 6);
+    // Their annotations come and go with them: not listed one by one.
+    assert!(review.annotations.is_empty(), "{:?}", review.annotations);
+    assert!(review.touched.is_empty(), "{:?}", review.touched);
+    // Removing a rule is not a loss of coverage: its removal is said above.
+    assert!(review.passes(), "{:?}", review.problems);
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn text_changed_without_a_bump_is_a_problem_and_with_one_is_not() {
+    let changed = SPEC.replace("Beta holds.", "Beta holds, always.");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&changed, LIB));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump]);
+    assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
+    assert_eq!(
+        (review.problems[0].file.as_str(), review.problems[0].line),
+        ("docs/spec.md", 6)
+    );
+    assert!(
+        review.problems[0].message.contains("r[demo.beta+2]"),
+        "{}",
+        review.problems[0].message
+    );
+
+    // Reflowing the text is no change.
+    let reflowed = SPEC.replace("> Beta holds.", ">   Beta\n>   holds.");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&reflowed, LIB));
+    assert!(review.passes() && review.unbumped.is_empty(), "{review:?}");
+
+    // Bumped, with every reference following: no problem.
+    let bumped = changed.replace("r[demo.beta]", "r[demo.beta+2]");
+    let lib = LIB.replace("demo.beta]", "demo.beta+2]");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&bumped, &lib));
+    assert!(review.passes(), "{:?}", review.problems);
+    assert_eq!(review.bumped.len(), 1);
+    assert_eq!(review.bumped[0].from, "r[demo.beta]");
+    assert_eq!(review.bumped[0].to.rule, "r[demo.beta+2]");
+    assert!(review.bumped[0].text_changed);
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn a_rule_naming_its_previous_id_is_renamed_not_added_and_removed() {
+    let spec = SPEC.replace(
+        "> r[demo.beta]\n> Beta holds.",
+        "> r[demo.bravo]\n> Beta holds. (was demo.beta)",
+    );
+    let lib = LIB.replace("demo.beta]", "demo.bravo]");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, &lib));
+    assert!(
+        review.added.is_empty() && review.removed.is_empty(),
+        "{review:?}"
+    );
+    assert_eq!(review.renamed.len(), 1);
+    assert_eq!(review.renamed[0].from, "r[demo.beta]");
+    assert_eq!(review.renamed[0].to.rule, "r[demo.bravo]");
+    assert!(!review.renamed[0].text_changed, "the note is not text");
+    // Its annotations followed it: nothing added or dropped.
+    assert!(review.annotations.is_empty(), "{:?}", review.annotations);
+    assert!(review.passes());
+
+    // A note naming an id the base never had (an old rename) renames nothing.
+    let (review, _) = review_of(&tree(&spec, &lib), &tree(&spec, &lib));
+    assert!(review.renamed.is_empty() && review.added.is_empty());
+    // The marker form `(was r[demo.beta])` reads the same.
+    let spec = SPEC.replace("Beta holds.", "Beta (was r[demo.beta]) holds.");
+    let read = crate::spec_check::read(&tree(&spec, LIB));
+    let Ok((_, read)) = &read else {
+        panic!("read");
+    };
+    let beta = read
+        .rules
+        .iter()
+        .find(|r| r.id.base == "demo.beta")
+        .expect("beta");
+    let (text, was) = rule_text(beta);
+    assert_eq!(
+        (text.as_str(), was.as_slice()),
+        ("Beta holds.", &["demo.beta".to_owned()][..])
+    );
+}
+
+// i[verify spec-check.review.items]
+#[test]
+fn impl_changed_with_tests_unchanged_is_shown_as_such() {
+    let lib = LIB.replace("    1\n}", "    2\n}");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+    let touched = &review.touched[0];
+    assert_eq!(touched.rule, "r[demo.alpha]");
+    assert_eq!(touched.changed, Changed::ImplOnly);
+    assert_eq!(touched.impl_items, ["src/lib.rs: fn alpha"]);
+    assert!(review.passes(), "it is shown, not failed");
+
+    // Reformatting and comments do not count.
+    let lib = LIB.replace("    1\n}", "    // one\n    1 }");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert!(review.touched.is_empty(), "{:?}", review.touched);
+
+    // Both sides.
+    let lib = LIB
+        .replace("    1\n}", "    2\n}")
+        .replace("super::alpha(), 1", "super::alpha(), 2");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert_eq!(review.touched[0].changed, Changed::Both);
+    // Tests only.
+    let lib = LIB.replace("super::beta();", "super::beta();\n        super::beta();");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert_eq!(review.touched[0].rule, "r[demo.beta]");
+    assert_eq!(review.touched[0].changed, Changed::VerifyOnly);
+}
+
+// i[verify spec-check.review.annotations]
+#[test]
+fn annotations_added_dropped_and_moved() {
+    // beta's impl moves to another item; alpha gets a second verify.
+    let lib = LIB
+        .replace(
+            "// r[impl demo.beta]\npub fn beta() {}",
+            "pub fn beta() {}\n\n// r[impl demo.beta]\npub fn beta_too() {}",
+        )
+        .replace(
+            "    // r[verify demo.beta]\n",
+            "    // r[verify demo.beta]\n    // r[verify demo.alpha]\n",
+        );
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    let fates: Vec<(Fate, &str, &str)> = review
+        .annotations
+        .iter()
+        .map(|a| (a.fate, a.rule.as_str(), a.item.as_str()))
+        .collect();
+    assert_eq!(
+        fates,
+        [
+            (Fate::Added, "r[demo.alpha]", "fn beta_holds"),
+            (Fate::Moved, "r[demo.beta]", "fn beta_too"),
+        ]
+    );
+    assert_eq!(
+        review.annotations[1].from.as_deref(),
+        Some("src/lib.rs:6 (fn beta)")
+    );
+    // Moving an impl changes the rule's implementation.
+    assert!(
+        review
+            .touched
+            .iter()
+            .any(|t| t.rule == "r[demo.beta]" && t.changed == Changed::ImplOnly)
+    );
+
+    // Dropped: beta's verify goes (and with it, its verification).
+    let lib = LIB.replace("    // r[verify demo.beta]\n", "");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert_eq!(review.annotations.len(), 1);
+    assert_eq!(review.annotations[0].fate, Fate::Dropped);
+    assert_eq!(review.annotations[0].at, "src/lib.rs:17");
+    assert_eq!(review.annotations[0].item, "fn beta_holds");
+}
+
+// i[verify spec-check.review.coverage]
+#[test]
+fn coverage_going_down_is_a_problem_and_counts_are_shown_before_and_after() {
+    let lib = LIB.replace("    // r[verify demo.beta]\n", "");
+    let (review, outcome) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    assert_eq!(review.problems[0].rule, "r[demo.beta]");
+    assert!(
+        review.problems[0].message.contains("was verified at main"),
+        "{}",
+        review.problems[0].message
+    );
+    let row = &review.coverage[0];
+    assert_eq!(row.before.map(|c| c.verified), Some(2));
+    assert_eq!(row.after.map(|c| c.verified), Some(1));
+    // The gate on the head says so too, in its own words.
+    assert!(!outcome.problems.is_empty());
+
+    // Going up is no problem.
+    let (review, _) = review_of(&tree(SPEC, &lib), &tree(SPEC, LIB));
+    assert!(review.passes(), "{:?}", review.problems);
+
+    // A renamed rule keeps its history: losing its impl across the rename is still a loss.
+    let spec = SPEC.replace(
+        "r[demo.beta]\n> Beta holds.",
+        "r[demo.bravo]\n> Beta holds. (was demo.beta)",
+    );
+    let lib = LIB
+        .replace("// r[impl demo.beta]\n", "")
+        .replace("demo.beta]", "demo.bravo]");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, &lib));
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    assert!(review.problems[0].message.contains("implemented"));
+}
+
+/// A review with something in every part, rendered.
+fn busy_review() -> (Review, Outcome) {
+    let spec = "# Demo\n\n> r[demo.alpha]\n> Alpha holds, always.\n\n> r[demo.bravo]\n> Beta holds. (was demo.beta)\n\n> r[demo.gamma+2]\n> Gamma holds.\n";
+    let base_spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma is.\n");
+    let base_lib = format!(
+        "{LIB}\n// r[impl demo.gamma]\npub fn gamma() {{}}\n\n// r[verify demo.gamma]\n#[test]\nfn gamma_is() {{}}\n"
+    );
+    let lib = base_lib
+        .replace("demo.beta]", "demo.bravo]")
+        .replace("    1\n}", "    2\n}")
+        .replace("demo.gamma]", "demo.gamma+2]")
+        .replace("    // r[verify demo.alpha]\n", "");
+    review_of(&tree(&base_spec, &base_lib), &tree(spec, &lib))
+}
+
+// i[verify spec-check.review.output]
+#[test]
+fn the_review_renders_as_one_pull_request_comment_and_as_json() {
+    let (review, outcome) = busy_review();
+    insta::assert_snapshot!(
+        "review_markdown",
+        render(&review, &outcome, Format::Markdown)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render(&review, &outcome, Format::Json)).expect("json");
+    insta::assert_json_snapshot!("review_json", json["review"]);
+    assert_eq!(
+        json["gate"]["problems"].as_array().map(Vec::len),
+        Some(outcome.problems.len())
+    );
+    let text = render(&review, &outcome, Format::Text);
+    assert!(
+        text.contains("review against main:") && text.contains("[text-changed-without-bump]"),
+        "{text}"
+    );
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_lazy_continuation_line_is_part_of_the_rule_text() {
+    // Markdown keeps a line without `>` in the blockquote above it (lazy continuation).
+    let spec = SPEC.replace("> Beta holds.", "> Beta holds\nwith exit 2.");
+    let changed = spec.replace("exit 2", "exit 3");
+    let (review, _) = review_of(&tree(&spec, LIB), &tree(&changed, LIB));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+    assert_eq!(review.unbumped[0].rule, "r[demo.beta]");
+}
+
+// i[verify spec-check.review.items]
+#[test]
+fn a_changed_signature_is_a_changed_item_not_a_move() {
+    let lib = LIB.replace("pub fn alpha() -> u32", "pub fn alpha() -> u64");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(SPEC, &lib));
+    assert!(review.annotations.is_empty(), "{:?}", review.annotations);
+    assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+    assert_eq!(review.touched[0].changed, Changed::ImplOnly);
+    assert_eq!(review.touched[0].impl_items, ["src/lib.rs: fn alpha"]);
+}
+
+// i[verify spec-check.review.annotations]
+#[test]
+fn an_item_moved_to_another_file_with_its_annotation_is_a_move() {
+    let lib = LIB.replace("// r[impl demo.beta]\npub fn beta() {}\n", "");
+    let mut head = tree(SPEC, &lib);
+    head.insert("src/beta.rs", "// r[impl demo.beta]\npub fn beta() {}\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &head);
+    let fates: Vec<(Fate, &str, &str)> = review
+        .annotations
+        .iter()
+        .map(|a| (a.fate, a.at.as_str(), a.item.as_str()))
+        .collect();
+    assert_eq!(fates, [(Fate::Moved, "src/beta.rs:1", "fn beta")]);
+    assert_eq!(
+        review.annotations[0].from.as_deref(),
+        Some("src/lib.rs:6 (fn beta)")
+    );
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn a_note_naming_an_id_the_head_still_has_renames_nothing() {
+    let spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma holds. (was demo.alpha)\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert!(review.renamed.is_empty(), "{:?}", review.renamed);
+    let added: Vec<&str> = review.added.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(added, ["r[demo.gamma]"]);
+    assert!(review.removed.is_empty(), "{:?}", review.removed);
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_paragraph_rule_is_compared_by_its_paragraph() {
+    let spec = format!("{SPEC}\nr[demo.delta]\nDelta holds.\n\nProse after it.\n");
+    let lib = format!("{LIB}\n// r[impl demo.delta]\npub fn delta() {{}}\n");
+    // The prose after it is not its text.
+    let prose = spec.replace("Prose after it.", "Other prose.");
+    let (review, _) = review_of(&tree(&spec, &lib), &tree(&prose, &lib));
+    assert!(review.unbumped.is_empty(), "{:?}", review.unbumped);
+    // Its own text is.
+    let changed = spec.replace("Delta holds.", "Delta holds, always.");
+    let (review, _) = review_of(&tree(&spec, &lib), &tree(&changed, &lib));
+    let unbumped: Vec<&str> = review.unbumped.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(unbumped, ["r[demo.delta]"]);
+}
+
+/// The tree of the demo with a proof summary holding `alpha`'s proof.
+fn with_proof(alpha: crate::model::proof::Proof) -> Memory {
+    let mut tree = tree(SPEC, LIB);
+    tree.insert(
+        "docs/audit/proof.md",
+        crate::model::proof_summary::render(&[("r[demo.alpha]".to_owned(), alpha)]),
+    );
+    tree
+}
+
+// i[verify spec-check.review.coverage]
+#[test]
+fn a_proven_rule_losing_its_proof_is_coverage_down() {
+    use crate::model::proof::Proof;
+    let proven = Proof {
+        caught: 3,
+        ..Proof::default()
+    };
+    let survived = Proof {
+        caught: 2,
+        missed: 1,
+        ..Proof::default()
+    };
+    let (review, _) = review_of(&with_proof(proven.clone()), &with_proof(proven.clone()));
+    assert!(review.passes(), "{:?}", review.problems);
+    let proven_counts = |review: &Review| {
+        let row = &review.coverage[0];
+        (row.before.map(|c| c.proven), row.after.map(|c| c.proven))
+    };
+    assert_eq!(proven_counts(&review), (Some(1), Some(1)));
+    let (review, _) = review_of(&with_proof(proven), &with_proof(survived));
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    assert_eq!(review.problems[0].rule, "r[demo.alpha]");
+    assert!(
+        review.problems[0].message.contains("proven"),
+        "{}",
+        review.problems[0].message
+    );
+    assert_eq!(proven_counts(&review), (Some(1), Some(0)));
+}
+
+// i[verify spec-check.review.output]
+#[test]
+fn a_huge_review_still_fits_one_pull_request_comment() {
+    let (mut review, mut outcome) = busy_review();
+    let long = "x".repeat(200);
+    review.added = (0..2000)
+        .map(|n| RuleAt {
+            rule: format!("r[demo.{long}.{n}]"),
+            file: "docs/spec.md".to_owned(),
+            line: n,
+        })
+        .collect();
+    review.touched = (0..2000)
+        .map(|n| Touched {
+            rule: format!("r[demo.{n}]"),
+            changed: Changed::Both,
+            impl_items: (0..100)
+                .map(|i| format!("src/lib.rs: fn {long}{i}"))
+                .collect(),
+            verify_items: Vec::new(),
+        })
+        .collect();
+    review.problems = (0..2000)
+        .map(|n| Problem {
+            kind: Kind::CoverageDown,
+            rule: format!("r[demo.{n}]"),
+            file: "docs/spec.md".to_owned(),
+            line: n,
+            message: long.clone(),
+        })
+        .collect();
+    outcome.problems.clear();
+    let markdown = render(&review, &outcome, Format::Markdown);
+    // GitHub refuses a comment over 65,536 characters.
+    assert!(
+        markdown.chars().count() <= 65_536,
+        "{} characters",
+        markdown.chars().count()
+    );
+    assert!(
+        markdown.contains("… and 1950 more, see `--json`"),
+        "{markdown}"
+    );
+    assert!(markdown.contains("Gate on this change"), "the end is kept");
+}
+
+// i[verify spec-check.review.coverage]
+#[test]
+fn a_lost_proof_or_implementation_says_why_and_what_to_do() {
+    use crate::model::proof::Proof;
+    let proven = Proof {
+        caught: 3,
+        ..Proof::default()
+    };
+    // Bumped: the recorded proof is of the old version.
+    let spec = SPEC.replace(
+        "r[demo.alpha]\n> Alpha holds.",
+        "r[demo.alpha+2]\n> Alpha holds, always.",
+    );
+    let lib = LIB.replace("demo.alpha]", "demo.alpha+2]");
+    let mut head = tree(&spec, &lib);
+    head.insert(
+        "docs/audit/proof.md",
+        crate::model::proof_summary::render(&[("r[demo.alpha]".to_owned(), proven.clone())]),
+    );
+    let (review, _) = review_of(&with_proof(proven), &head);
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    let message = &review.problems[0].message;
+    assert!(
+        message.contains("its proof was of r[demo.alpha]") && message.contains("cargo xtask prove"),
+        "{message}"
+    );
+    // Bumped, the annotations left at the old version: they are stale, and it says so.
+    let lib = LIB.replace("// r[impl demo.alpha]", "// r[impl demo.alpha+2]");
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, &lib));
+    let message = &review.problems.last().expect("a problem").message;
+    assert!(
+        message.contains("older version") && message.contains("r[demo.alpha+2]"),
+        "{review:?}"
+    );
+}
+
+// i[verify spec-check.review.items]
+#[test]
+fn a_moved_annotation_counts_as_a_change_of_its_side() {
+    let lib = LIB.replace("// r[impl demo.beta]\npub fn beta() {}\n", "");
+    let mut head = tree(SPEC, &lib);
+    head.insert("src/beta.rs", "// r[impl demo.beta]\npub fn beta() {}\n");
+    let (review, _) = review_of(&tree(SPEC, LIB), &head);
+    assert_eq!(review.touched.len(), 1, "{:?}", review.touched);
+    assert_eq!(review.touched[0].rule, "r[demo.beta]");
+    assert_eq!(review.touched[0].changed, Changed::ImplOnly);
+    assert_eq!(review.touched[0].impl_items, ["src/beta.rs: fn beta"]);
+}
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_lowered_version_is_a_problem_naming_a_version_above_both() {
+    let base = SPEC.replace("r[demo.beta]", "r[demo.beta+3]");
+    let base_lib = LIB.replace("demo.beta]", "demo.beta+3]");
+    let head = SPEC.replace("r[demo.beta]", "r[demo.beta+2]");
+    let head_lib = LIB.replace("demo.beta]", "demo.beta+2]");
+    let (review, _) = review_of(&tree(&base, &base_lib), &tree(&head, &head_lib));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+    assert!(
+        review.problems[0].message.contains("r[demo.beta+4]"),
+        "{}",
+        review.problems[0].message
+    );
+    // Text changed at the same version: the version to bump to is above both.
+    let changed = base.replace("Beta holds.", "Beta holds, always.");
+    let (review, _) = review_of(&tree(&base, &base_lib), &tree(&changed, &base_lib));
+    assert!(review.problems[0].message.contains("r[demo.beta+4]"));
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn two_rules_naming_one_previous_id_rename_it_once() {
+    let spec = SPEC.replace(
+        "> r[demo.beta]\n> Beta holds.",
+        "> r[demo.bravo]\n> Beta holds. (was demo.beta)\n\n> r[demo.brave]\n> Beta too. (was demo.beta)",
+    );
+    let (review, _) = review_of(&tree(SPEC, LIB), &tree(&spec, LIB));
+    assert_eq!(review.renamed.len(), 1, "{:?}", review.renamed);
+    assert_eq!(review.added.len(), 1, "{:?}", review.added);
+}
+
+// i[verify spec-check.review.rename]
+#[test]
+fn prose_in_parentheses_starting_with_was_is_text() {
+    let spec = SPEC.replace("Beta holds.", "Beta holds (was it ever not?).");
+    let changed = SPEC.replace("Beta holds.", "Beta holds (was it always?).");
+    let (review, _) = review_of(&tree(&spec, LIB), &tree(&changed, LIB));
+    assert_eq!(kinds(&review), [Kind::TextChangedWithoutBump], "{review:?}");
+}
+
+// i[verify spec-check.review.output]
+#[test]
+fn where_a_moved_annotation_came_from_is_a_code_span_in_markdown() {
+    let (mut review, outcome) = busy_review();
+    review.annotations = vec![Annotation {
+        rule: "r[demo.alpha]".to_owned(),
+        verb: "impl",
+        fate: Fate::Moved,
+        at: "src/b.rs:3".to_owned(),
+        item: "impl From<T>".to_owned(),
+        from: Some("src/a.rs:9 (impl From<T>)".to_owned()),
+    }];
+    let markdown = render(&review, &outcome, Format::Markdown);
+    assert!(
+        markdown.contains("(from `src/a.rs:9 (impl From<T>)`)"),
+        "{markdown}"
+    );
+}
