@@ -37,6 +37,10 @@ pub struct Args {
     /// and tests changed under each rule, annotations moved, coverage before and after.
     #[arg(long, value_name = "REV")]
     base: Option<String>,
+    /// Also write every rule with its text, level, version, sites, tests and their results,
+    /// proof and the findings it closes to FILE as JSON (docs/audit/spec-export.schema.json).
+    #[arg(long, value_name = "FILE.json")]
+    export: Option<PathBuf>,
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
@@ -68,6 +72,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
+    if let Some(file) = &args.export
+        && let Err(error) = write_export(&root, file, &results, skips.as_deref())
+    {
+        eprintln!("error: spec-check: --export {}: {error}", file.display());
+        eprintln!("error: spec-check: nothing was judged (exit 2)");
+        return Ok(ExitCode::from(USAGE_ERROR));
+    }
     if let Some(base) = &args.base {
         return review_run(
             &root,
@@ -101,6 +112,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(USAGE_ERROR))
         }
     }
+}
+
+/// `spec-check --export FILE`: every rule of the tree at `root`, traced (by `results` when
+/// given), written to `file` as JSON.
+// i[impl spec-check.export]
+fn write_export(
+    root: &Path,
+    file: &Path,
+    results: &[&Path],
+    skips: Option<&Path>,
+) -> Result<(), String> {
+    let disk = spec_engine::Disk::new(root);
+    let read = spec_engine::spec_check::read(&disk);
+    let everything =
+        spec_engine::trace::everything(&disk, read, results, skips, results.is_empty())
+            .map_err(|err| err.to_string())?;
+    let export = spec_engine::export::export(&disk, &everything);
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+    }
+    std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())
 }
 
 /// `spec-check --base REV`: the gate on the work tree, and the review of the change from REV.
@@ -846,6 +878,30 @@ mod tests {
             ),
             (Some(2), Some(1))
         );
+    }
+
+    // i[verify spec-check.export]
+    #[test]
+    fn export_writes_every_rule_and_a_broken_tree_is_a_usage_error() {
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path().canonicalize().expect("root");
+        let out = root.join("target/export/spec.json");
+        write_export(&root, &out, &[], None).expect("written");
+        let export: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("the file")).expect("JSON");
+        assert_eq!(export["schema"], 1);
+        let markers: Vec<&str> = export["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter_map(|r| r["marker"].as_str())
+            .collect();
+        assert_eq!(markers, ["r[demo.alpha]", "r[demo.beta]"]);
+        // A spec the trace cannot read writes nothing.
+        std::fs::write(root.join(".config/tracey/config.styx"), "specs (").expect("write");
+        let broken = root.join("broken.json");
+        assert!(write_export(&root, &broken, &[], None).is_err());
+        assert!(!broken.exists());
     }
 
     // i[verify spec-check.parity+2]

@@ -24,10 +24,13 @@
 //! - [`spec_report`] — the coverage per crate and the self-contained HTML page.
 //! - [`review`] — a change's spec review: two read trees (a base revision and the head) compared,
 //!   rule by rule, item by item, count by count ([`review::compare`]).
+//! - [`export`] — every rule with its text, level, sites, tests, results, proof and findings as
+//!   one versioned JSON document ([`export::export`], `spec-check --export`).
 //!
 //! The README has an example that checks a small tree (it runs as a doctest).
 
 // i[impl xtask.layout.engine]
+pub mod export;
 pub mod model;
 pub mod review;
 pub mod shapes;

@@ -1,0 +1,119 @@
+use crate::Memory;
+use crate::spec_check;
+
+/// The export's JSON Schema, as checked in.
+const SCHEMA_TEXT: &str = include_str!("../../../../docs/audit/spec-export.schema.json");
+
+const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+/// A tree with a rule at a level, verified, closing a finding and proven; a second one only
+/// implemented, at version 2 and with the `shall` synonym.
+fn fixture() -> Memory {
+    Memory::new([
+        (".config/tracey/config.styx", CONFIG),
+        (
+            "docs/spec.md",
+            "# Demo\n\n> r[demo.alpha level=must]\n> Alpha holds,\n> always.\n\n> r[demo.beta+2 level=shall]\n> Beta holds.\n",
+        ),
+        (
+            "src/lib.rs",
+            "// r[impl demo.alpha]\npub fn alpha() {}\n\n// r[impl demo.beta+2]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        super::alpha();\n    }\n}\n",
+        ),
+        (
+            "docs/audit/findings.md",
+            "# Findings\n\n## H1: Alpha did not hold\n\nIt did not.\n\n**Closed by:** `r[demo.alpha]`\n",
+        ),
+        (
+            "docs/audit/proof.md",
+            "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 1 | 0 | - | abc1234 | 2026-12-01 |\n",
+        ),
+    ])
+}
+
+/// The export of `tree`, annotations only.
+fn export_of(tree: &dyn crate::Tree) -> serde_json::Value {
+    let read = spec_check::read(tree);
+    let everything = crate::trace::everything(tree, read, &[], None, true).expect("traced");
+    serde_json::from_str(&super::render(&super::export(tree, &everything))).expect("JSON")
+}
+
+/// The schema's complaints about `export`, one line each.
+fn violations(export: &serde_json::Value) -> Vec<String> {
+    let schema: serde_json::Value = serde_json::from_str(SCHEMA_TEXT).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    validator
+        .iter_errors(export)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
+}
+
+// i[verify spec-check.export]
+#[test]
+fn a_fixtures_export_has_every_field_and_matches_the_schema() {
+    let export = export_of(&fixture());
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    assert_eq!(export["schema"], 1);
+    assert_eq!(export["results"], serde_json::Value::Null);
+    let alpha = &export["rules"][0];
+    assert_eq!(alpha["id"], "demo.alpha");
+    assert_eq!(alpha["marker"], "r[demo.alpha]");
+    assert_eq!(alpha["version"], 1);
+    assert_eq!(alpha["level"], "must");
+    assert_eq!(alpha["spec"], "demo");
+    assert_eq!(alpha["text"], "Alpha holds, always.");
+    assert_eq!(
+        alpha["defined"],
+        serde_json::json!({"file": "docs/spec.md", "line": 3})
+    );
+    assert_eq!(alpha["impls"][0]["file"], "src/lib.rs");
+    assert_eq!(alpha["impls"][0]["line"], 1);
+    assert_eq!(alpha["impls"][0]["item"], "fn alpha");
+    assert_eq!(alpha["verifies"][0]["line"], 9);
+    assert_eq!(alpha["verifies"][0]["result"], serde_json::Value::Null);
+    assert!(
+        alpha["verifies"][0]["test"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("alpha_holds")),
+        "{alpha:#}"
+    );
+    assert_eq!(
+        alpha["closes"],
+        serde_json::json!([{"id": "H1", "title": "Alpha did not hold"}])
+    );
+    assert_eq!(alpha["proof"]["caught"], 3);
+    assert_eq!(alpha["proof"]["commit"], "abc1234");
+    assert_eq!(alpha["verdict"], "verified");
+    let beta = &export["rules"][1];
+    assert_eq!(
+        (beta["version"].as_u64(), beta["level"].as_str()),
+        (Some(2), Some("must"))
+    );
+    assert_eq!(beta["verifies"], serde_json::json!([]));
+    assert_eq!(beta["proof"], serde_json::Value::Null);
+    assert_eq!(beta["verdict"], "not verified");
+}
+
+// i[verify spec-check.export]
+#[test]
+fn the_schema_rejects_an_export_of_another_shape() {
+    let mut export = export_of(&fixture());
+    export["schema"] = serde_json::json!(2);
+    export["rules"][0]["level"] = serde_json::json!("urgent");
+    let found = violations(&export);
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+// i[verify spec-check.export]
+#[test]
+fn this_workspaces_export_matches_the_schema() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let export = export_of(&crate::Disk::new(&root));
+    assert_eq!(violations(&export), Vec::<String>::new());
+    let rules = export["rules"].as_array().expect("rules");
+    assert!(rules.len() > 100, "{}", rules.len());
+    assert!(
+        rules.iter().any(|r| r["marker"] == "i[spec-check.export]"
+            && r["impls"].as_array().is_some_and(|i| !i.is_empty())),
+        "the export names its own rule"
+    );
+}
