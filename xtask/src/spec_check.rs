@@ -41,6 +41,10 @@ pub struct Args {
     /// proof and the findings it closes to FILE as JSON (docs/audit/spec-export.schema.json).
     #[arg(long, value_name = "FILE.json")]
     export: Option<PathBuf>,
+    /// Also write every problem of the gate (and of the review, with --base) to FILE as SARIF
+    /// 2.1.0, for GitHub's code scanning.
+    #[arg(long, value_name = "FILE")]
+    sarif: Option<PathBuf>,
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
@@ -80,13 +84,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(USAGE_ERROR));
     }
     if let Some(base) = &args.base {
-        return review_run(
+        return review_run_to(
             &root,
             base,
             &results,
             skips.as_deref(),
             &args.crates,
             format,
+            args.sarif.as_deref(),
         );
     }
     match check(
@@ -97,6 +102,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     ) {
         Ok(outcome) => {
             crate::output::print(&report::render(&outcome, format));
+            if let Some(file) = &args.sarif
+                && let Err(error) = write_sarif(file, &outcome.problems, &[])
+            {
+                eprintln!("error: spec-check: --sarif {}: {error}", file.display());
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
             Ok(if outcome.problems.is_empty() {
                 ExitCode::SUCCESS
             } else {
@@ -135,8 +146,21 @@ fn write_export(
     std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())
 }
 
+/// `spec-check --sarif FILE`: the gate's and the review's problems written to `file`.
+// i[impl spec-check.sarif]
+fn write_sarif(
+    file: &Path,
+    gate: &[spec_engine::spec_check::problem::Problem],
+    review: &[review::Problem],
+) -> Result<(), String> {
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+    }
+    std::fs::write(file, spec_engine::sarif::render(gate, review)).map_err(|err| err.to_string())
+}
+
 /// `spec-check --base REV`: the gate on the work tree, and the review of the change from REV.
-// i[impl spec-check.review]
+#[cfg(test)]
 fn review_run(
     root: &Path,
     base: &str,
@@ -145,9 +169,30 @@ fn review_run(
     crates: &[String],
     format: Format,
 ) -> anyhow::Result<ExitCode> {
+    review_run_to(root, base, results, skips, crates, format, None)
+}
+
+/// [`review_run`], also writing the problems to `sarif` when given.
+// i[impl spec-check.review]
+// i[impl spec-check.sarif]
+fn review_run_to(
+    root: &Path,
+    base: &str,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+    format: Format,
+    sarif: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     match review_at(root, base, results, skips, crates) {
         Ok((review, outcome)) => {
             crate::output::print(&review::render(&review, &outcome, format));
+            if let Some(file) = sarif
+                && let Err(error) = write_sarif(file, &outcome.problems, &review.problems)
+            {
+                eprintln!("error: spec-check: --sarif {}: {error}", file.display());
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
             Ok(if outcome.problems.is_empty() && review.passes() {
                 ExitCode::SUCCESS
             } else {
@@ -902,6 +947,30 @@ mod tests {
         let broken = root.join("broken.json");
         assert!(write_export(&root, &broken, &[], None).is_err());
         assert!(!broken.exists());
+    }
+
+    // i[verify spec-check.sarif]
+    #[test]
+    fn with_git_the_reviews_problems_are_written_as_sarif() {
+        let dir = two_commits(
+            REVIEW_SPEC,
+            &REVIEW_LIB.replace("    // r[verify demo.beta]\n", ""),
+        );
+        let root = dir.path().canonicalize().expect("root");
+        let out = root.join("out/spec.sarif");
+        let code =
+            review_run_to(&root, "HEAD~1", &[], None, &[], Format::Json, Some(&out)).expect("ran");
+        assert_eq!(code, ExitCode::FAILURE);
+        let log: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("the log")).expect("JSON");
+        let kinds: Vec<&str> = log["runs"][0]["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["ruleId"].as_str())
+            .collect();
+        // The gate's problem on the work tree and the review's.
+        assert_eq!(kinds, ["missing-verify", "coverage-down"], "{log:#}");
     }
 
     // i[verify spec-check.parity+2]

@@ -26,6 +26,8 @@
 //!   rule by rule, item by item, count by count ([`review::compare`]).
 //! - [`export`] — every rule with its text, level, sites, tests, results, proof and findings as
 //!   one versioned JSON document ([`export::export`], `spec-check --export`).
+//! - [`sarif`] — the gate's and the review's problems as a SARIF 2.1.0 log ([`sarif::render`],
+//!   `spec-check --sarif`).
 //!
 //! The README has an example that checks a small tree (it runs as a doctest).
 
@@ -33,6 +35,7 @@
 pub mod export;
 pub mod model;
 pub mod review;
+pub mod sarif;
 pub mod shapes;
 pub mod spec_check;
 pub mod spec_report;
