@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use spec_engine::review;
 use spec_engine::spec_check::report::{self, Format};
 use spec_engine::spec_check::{check, check_read, parity, read};
+use spec_engine::{ratchet, review};
 
 /// Arguments of `cargo xtask spec-check`.
 #[derive(clap::Args)]
@@ -45,6 +45,10 @@ pub struct Args {
     /// 2.1.0, for GitHub's code scanning.
     #[arg(long, value_name = "FILE")]
     sarif: Option<PathBuf>,
+    /// First write docs/audit/coverage-baseline.toml from the counts now: the ratchet then fails
+    /// on any count below them that no waiver (docs/audit/waivers.toml) covers.
+    #[arg(long)]
+    update_baseline: bool,
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
@@ -90,17 +94,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &results,
             skips.as_deref(),
             &args.crates,
-            format,
-            args.sarif.as_deref(),
+            &Outputs {
+                format,
+                sarif: args.sarif.as_deref(),
+                update_baseline: args.update_baseline,
+            },
         );
     }
-    match check(
-        &spec_engine::Disk::new(&root),
-        &results,
-        skips.as_deref(),
-        &args.crates,
-    ) {
-        Ok(outcome) => {
+    let disk = spec_engine::Disk::new(&root);
+    let read_now = read(&disk);
+    match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
+        Ok(mut outcome) => {
+            if let Ok((_, tree)) = &read_now
+                && let Err(error) = ratchet_run(&disk, tree, &mut outcome, args.update_baseline)
+            {
+                eprintln!("error: spec-check: --update-baseline: {error}");
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
             crate::output::print(&report::render(&outcome, format));
             if let Some(file) = &args.sarif
                 && let Err(error) = write_sarif(file, &outcome.problems, &[])
@@ -146,6 +156,41 @@ fn write_export(
     std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())
 }
 
+/// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
+fn today() -> String {
+    let now = spec_engine::model::timestamp::utc(std::time::SystemTime::now());
+    now.get(..10).unwrap_or_default().to_owned()
+}
+
+/// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
+/// the gate's outcome; with `update` the baseline is first written from the counts now. Returns
+/// the live waivers, which the review honours.
+// i[impl spec-check.ratchet]
+// i[impl spec-check.waivers]
+fn ratchet_run(
+    disk: &spec_engine::Disk,
+    tree: &spec_engine::spec_check::Tree,
+    outcome: &mut spec_engine::spec_check::report::Outcome,
+    update: bool,
+) -> Result<ratchet::Waivers, String> {
+    use spec_engine::Tree as _;
+    let today = today();
+    if update {
+        let path = disk.root().join(ratchet::BASELINE);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+        }
+        std::fs::write(&path, ratchet::baseline(disk, tree, outcome))
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+    }
+    let found = ratchet::check(disk, tree, outcome, &today);
+    outcome.problems.extend(found);
+    outcome
+        .problems
+        .sort_by(spec_engine::spec_check::problem::Problem::order);
+    Ok(ratchet::waivers(disk, tree, &today))
+}
+
 /// `spec-check --sarif FILE`: the gate's and the review's problems written to `file`.
 // i[impl spec-check.sarif]
 fn write_sarif(
@@ -169,10 +214,26 @@ fn review_run(
     crates: &[String],
     format: Format,
 ) -> anyhow::Result<ExitCode> {
-    review_run_to(root, base, results, skips, crates, format, None)
+    let out = Outputs {
+        format,
+        sarif: None,
+        update_baseline: false,
+    };
+    review_run_to(root, base, results, skips, crates, &out)
 }
 
-/// [`review_run`], also writing the problems to `sarif` when given.
+/// What `spec-check --base` prints and writes besides judging.
+struct Outputs<'a> {
+    /// The report's format.
+    format: Format,
+    /// `--sarif FILE`.
+    sarif: Option<&'a Path>,
+    /// `--update-baseline`.
+    update_baseline: bool,
+}
+
+/// [`review_run`], also writing the problems to `out.sarif` when given and the baseline when
+/// asked.
 // i[impl spec-check.review]
 // i[impl spec-check.sarif]
 fn review_run_to(
@@ -181,11 +242,22 @@ fn review_run_to(
     results: &[&Path],
     skips: Option<&Path>,
     crates: &[String],
-    format: Format,
-    sarif: Option<&Path>,
+    out: &Outputs<'_>,
 ) -> anyhow::Result<ExitCode> {
+    let (format, sarif, update_baseline) = (out.format, out.sarif, out.update_baseline);
     match review_at(root, base, results, skips, crates) {
-        Ok((review, outcome)) => {
+        Ok((mut review, mut outcome)) => {
+            // The waivers and the ratchet judge the work tree; the review honours the waivers.
+            let disk = spec_engine::Disk::new(root);
+            if let Ok((_, tree)) = read(&disk) {
+                match ratchet_run(&disk, &tree, &mut outcome, update_baseline) {
+                    Ok(waivers) => ratchet::honour(&mut review, &waivers),
+                    Err(error) => {
+                        eprintln!("error: spec-check: --update-baseline: {error}");
+                        return Ok(ExitCode::from(USAGE_ERROR));
+                    }
+                }
+            }
             crate::output::print(&review::render(&review, &outcome, format));
             if let Some(file) = sarif
                 && let Err(error) = write_sarif(file, &outcome.problems, &review.problems)
@@ -958,8 +1030,19 @@ mod tests {
         );
         let root = dir.path().canonicalize().expect("root");
         let out = root.join("out/spec.sarif");
-        let code =
-            review_run_to(&root, "HEAD~1", &[], None, &[], Format::Json, Some(&out)).expect("ran");
+        let code = review_run_to(
+            &root,
+            "HEAD~1",
+            &[],
+            None,
+            &[],
+            &Outputs {
+                format: Format::Json,
+                sarif: Some(&out),
+                update_baseline: false,
+            },
+        )
+        .expect("ran");
         assert_eq!(code, ExitCode::FAILURE);
         let log: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).expect("the log")).expect("JSON");
@@ -971,6 +1054,118 @@ mod tests {
             .collect();
         // The gate's problem on the work tree and the review's.
         assert_eq!(kinds, ["missing-verify", "coverage-down"], "{log:#}");
+    }
+
+    /// The demo's proof summary: demo.alpha proven.
+    const REVIEW_PROOF: &str = "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 0 | 0 | - | abc1234 | 2026-12-01 |\n";
+
+    /// A repository whose base commit has the demo tree with demo.alpha proven, and whose head
+    /// (the work tree) lost that proof and has `waivers` (none when empty).
+    fn proof_lost(waivers: &str) -> tempfile::TempDir {
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("docs/audit")).expect("mkdir");
+        std::fs::write(root.join("docs/audit/proof.md"), REVIEW_PROOF).expect("write");
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "--quiet", "-m", "proven"]);
+        std::fs::write(root.join("docs/audit/proof.md"), "# Proof\n").expect("write");
+        if !waivers.is_empty() {
+            std::fs::write(root.join("docs/audit/waivers.toml"), waivers).expect("write");
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "--quiet", "-m", "lose the proof"]);
+        dir
+    }
+
+    const WAIVE_ALPHA: &str = "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"its mutants time out\"\nuntil = 2999-12-31\n";
+
+    // i[verify spec-check.waivers]
+    // i[verify spec-check.review.coverage]
+    #[test]
+    fn with_git_a_lost_proof_fails_the_review_unless_a_live_waiver_covers_it() {
+        let out = |dir: &tempfile::TempDir| {
+            let root = dir.path().canonicalize().expect("root");
+            let sarif = root.join("target/spec.sarif");
+            let code = review_run_to(
+                &root,
+                "HEAD~1",
+                &[],
+                None,
+                &[],
+                &Outputs {
+                    format: Format::Text,
+                    sarif: Some(&sarif),
+                    update_baseline: false,
+                },
+            )
+            .expect("ran");
+            let log: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&sarif).expect("log")).expect("JSON");
+            let kinds: Vec<String> = log["runs"][0]["results"]
+                .as_array()
+                .expect("results")
+                .iter()
+                .filter_map(|r| r["ruleId"].as_str().map(str::to_owned))
+                .collect();
+            (code, kinds)
+        };
+        // Without a waiver: coverage-down.
+        assert_eq!(
+            out(&proof_lost("")),
+            (ExitCode::FAILURE, vec!["coverage-down".to_owned()])
+        );
+        // With a live one: nothing.
+        assert_eq!(out(&proof_lost(WAIVE_ALPHA)), (ExitCode::SUCCESS, vec![]));
+        // With an expired one: the waiver is a problem and covers nothing.
+        let expired = WAIVE_ALPHA.replace("2999-12-31", "2020-01-01");
+        assert_eq!(
+            out(&proof_lost(&expired)),
+            (
+                ExitCode::FAILURE,
+                vec!["waiver".to_owned(), "coverage-down".to_owned()]
+            )
+        );
+    }
+
+    // i[verify spec-check.ratchet]
+    #[test]
+    fn update_baseline_writes_todays_counts_and_a_later_loss_fails_the_gate() {
+        /// The gate's and the ratchet's problems on the work tree of `dir`, after writing the
+        /// baseline when `update`. (The proof summary is read once per process and root, so
+        /// each state is a repository of its own.)
+        fn judge(
+            dir: &tempfile::TempDir,
+            update: bool,
+        ) -> Vec<spec_engine::spec_check::problem::Problem> {
+            let root = dir.path().canonicalize().expect("root");
+            let disk = spec_engine::Disk::new(&root);
+            let read_now = read(&disk);
+            let mut outcome = check_read(&disk, &read_now, &[], None, &[]).expect("judged");
+            let (_, tree) = read_now.expect("read");
+            ratchet_run(&disk, &tree, &mut outcome, update).expect("ratchet");
+            outcome.problems
+        }
+        // The base's tree, with its proof: the baseline records one rule proven.
+        let proven = proof_lost("");
+        std::fs::write(proven.path().join("docs/audit/proof.md"), REVIEW_PROOF).expect("write");
+        assert_eq!(judge(&proven, true), Vec::new());
+        let baseline =
+            std::fs::read_to_string(proven.path().join(ratchet::BASELINE)).expect("written");
+        assert!(baseline.contains("proven = 1"), "{baseline}");
+        // The proof lost: the ratchet fails, naming the rule.
+        let lost = proof_lost("");
+        std::fs::write(lost.path().join(ratchet::BASELINE), &baseline).expect("write");
+        let problems = judge(&lost, false);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].kind.name(), "ratchet");
+        assert!(
+            problems[0].message.contains("r[demo.alpha]"),
+            "{problems:?}"
+        );
+        // A live waiver covers it.
+        let waived = proof_lost(WAIVE_ALPHA);
+        std::fs::write(waived.path().join(ratchet::BASELINE), &baseline).expect("write");
+        assert_eq!(judge(&waived, false), Vec::new());
     }
 
     // i[verify spec-check.parity+2]

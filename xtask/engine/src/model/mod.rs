@@ -22,7 +22,7 @@ mod tests {
     use std::path::Path;
 
     /// The engine's modules (each `src/NAME.rs` or `src/NAME/`), leaf first.
-    const ENGINE: [&str; 8] = [
+    const ENGINE: [&str; 9] = [
         "model",
         "spec_check",
         "shapes",
@@ -30,6 +30,7 @@ mod tests {
         "spec_report",
         "review",
         "export",
+        "ratchet",
         "sarif",
     ];
 

@@ -210,6 +210,10 @@ pub struct Problem {
     pub line: usize,
     /// What to do about it.
     pub message: String,
+    /// For `coverage-down` on a rule: what it lost (`implemented`, `verified`, `proven`), which
+    /// a waiver may cover (not printed: the message says it).
+    #[serde(skip)]
+    pub lost: Vec<&'static str>,
 }
 
 /// Compares `base` with `head`; `base_name` names the base in the review.
@@ -341,6 +345,7 @@ fn rules_and_texts(
                         now.rule.id.base,
                         now.rule.id.version + 1
                     ),
+                    lost: Vec::new(),
                 });
             }
             continue;
@@ -630,6 +635,7 @@ fn coverage(
                     lost.join(", "),
                     review.base
                 ),
+                lost,
             });
         }
         // Test-backed counts are only known for the runs given; a drop between two known ones is
@@ -643,6 +649,7 @@ fn coverage(
                 file: String::new(),
                 line: 0,
                 message: format!("{name}: tested rules went from {was_tested} to {now_tested}"),
+                lost: Vec::new(),
             });
         }
     }

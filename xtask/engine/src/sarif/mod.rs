@@ -193,6 +193,12 @@ fn help(kind: Kind) -> &'static str {
         Kind::ResultsOutdated => {
             "Rerun the tests of the file's crate so that the results are newer than the file."
         }
+        Kind::Waiver => {
+            "Fix the waiver in docs/audit/waivers.toml: name a rule the spec defines at its current version, say what is waived and why, and give an end date not past (or remove it once the gap is closed)."
+        }
+        Kind::Ratchet => {
+            "Restore the coverage the baseline records, or waive the rules that lost it in docs/audit/waivers.toml; after a justified removal of rules, rewrite the baseline with spec-check --update-baseline."
+        }
     }
 }
 

@@ -49,6 +49,7 @@ fn every_gate_and_review_problem_is_a_valid_sarif_result() {
         file: "docs/spec.md".to_owned(),
         line: 6,
         message: "the text of r[demo.beta] changed; bump it to r[demo.beta+2]".to_owned(),
+        lost: Vec::new(),
     }];
     let log: serde_json::Value =
         serde_json::from_str(&super::render(&gate, &reviewed)).expect("JSON");

@@ -1,0 +1,193 @@
+use crate::Memory;
+use crate::review;
+use crate::spec_check::problem::{Kind, Problem};
+use crate::spec_check::{self, report::Outcome};
+
+const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+const SPEC: &str = "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta+2]\n> Beta holds.\n";
+
+const LIB: &str = "// r[impl demo.alpha]\npub fn alpha() {}\n\n// r[impl demo.beta+2]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        super::alpha();\n    }\n\n    // r[verify demo.beta+2]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+
+const PROOF: &str = "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 0 | 0 | - | abc1234 | 2026-12-01 |\n";
+
+const TODAY: &str = "2026-12-06";
+
+/// The demo tree with `lib` and the extra files given.
+fn tree(lib: &str, extra: &[(&str, &str)]) -> Memory {
+    let mut files = vec![
+        (".config/tracey/config.styx", CONFIG),
+        ("docs/spec.md", SPEC),
+        ("src/lib.rs", lib),
+        ("docs/audit/proof.md", PROOF),
+    ];
+    files.extend_from_slice(extra);
+    Memory::new(files)
+}
+
+fn judged(source: &Memory) -> (spec_check::Tree, Outcome) {
+    let read = spec_check::read(source);
+    let outcome = spec_check::check_read(source, &read, &[], None, &[]).expect("judged");
+    let (_, tree) = read.expect("read");
+    (tree, outcome)
+}
+
+fn problems(source: &Memory) -> Vec<Problem> {
+    let (tree, outcome) = judged(source);
+    super::check(source, &tree, &outcome, TODAY)
+}
+
+/// The baseline the full demo tree writes.
+fn full_baseline() -> String {
+    let source = tree(LIB, &[]);
+    let (tree, outcome) = judged(&source);
+    super::baseline(&source, &tree, &outcome)
+}
+
+// i[verify spec-check.ratchet]
+#[test]
+fn the_baseline_records_each_rows_counts_and_reads_back_clean() {
+    let text = full_baseline();
+    assert!(
+        text.contains("[\"demo/rust\"]") || text.contains("[demo]"),
+        "{text}"
+    );
+    let counts: std::collections::BTreeMap<String, super::Counts> =
+        toml::from_str(&text).expect("TOML");
+    let row = counts.values().next().expect("a row");
+    assert_eq!(
+        (
+            row.rules,
+            row.implemented,
+            row.verified,
+            row.tested,
+            row.proven
+        ),
+        (2, 2, 2, None, 1)
+    );
+    // The tree it was written from is at its baseline.
+    let source = tree(LIB, &[("docs/audit/coverage-baseline.toml", &text)]);
+    assert_eq!(problems(&source), Vec::<Problem>::new());
+}
+
+// i[verify spec-check.ratchet]
+#[test]
+fn a_count_below_the_baseline_is_a_problem_unless_a_waiver_covers_it() {
+    let baseline = full_baseline();
+    // demo.alpha loses its proof (the summary no longer records it).
+    let unproven = [
+        ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+        ("docs/audit/proof.md", "# Proof\n"),
+    ];
+    let found = problems(&tree(LIB, &unproven));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind, Kind::Ratchet);
+    assert!(
+        found[0].message.contains("0 rules proven")
+            && found[0].message.contains("baseline's 1")
+            && found[0].message.contains("r[demo.alpha]"),
+        "{}",
+        found[0].message
+    );
+    assert_eq!(
+        found[0].file.as_deref(),
+        Some("docs/audit/coverage-baseline.toml")
+    );
+    // A live waiver of that proof covers it.
+    let waiver = "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"the mutants time out on this runner\"\nuntil = 2027-01-31\n";
+    let mut files = unproven.to_vec();
+    files.push(("docs/audit/waivers.toml", waiver));
+    assert_eq!(problems(&tree(LIB, &files)), Vec::<Problem>::new());
+    // A waiver of something else does not.
+    let other = waiver.replace("[\"proven\"]", "[\"verified\"]");
+    let mut files = unproven.to_vec();
+    files.push(("docs/audit/waivers.toml", &other));
+    let found = problems(&tree(LIB, &files));
+    assert_eq!(
+        found.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        [Kind::Ratchet]
+    );
+}
+
+// i[verify spec-check.waivers]
+#[test]
+fn an_expired_waiver_and_one_naming_no_rule_are_problems_at_their_lines() {
+    let waivers = "# Gaps.\n\n[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = 2026-12-05\n\n[[waiver]]\nrule = \"r[demo.gamma]\"\nwaives = [\"verified\"]\nwhy = \"later\"\nuntil = 2027-01-01\n\n[[waiver]]\nrule = \"r[demo.beta]\"\nwaives = [\"tested\"]\nwhy = \"old\"\nuntil = 2027-01-01\n\n[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"implemented\"]\nwhy = \"today is its last day\"\nuntil = 2026-12-06\n";
+    let source = tree(LIB, &[("docs/audit/waivers.toml", waivers)]);
+    let found = problems(&source);
+    let at: Vec<(Option<usize>, &str)> =
+        found.iter().map(|p| (p.line, p.message.as_str())).collect();
+    assert_eq!(found.len(), 3, "{at:#?}");
+    assert!(found.iter().all(|p| p.kind == Kind::Waiver));
+    assert_eq!(found[0].line, Some(3));
+    assert!(found[0].message.contains("expired on 2026-12-05"), "{at:?}");
+    assert_eq!(found[1].line, Some(9));
+    assert!(found[1].message.contains("which no spec defines"), "{at:?}");
+    assert_eq!(found[2].line, Some(15));
+    assert!(
+        found[2].message.contains("the spec defines r[demo.beta+2]"),
+        "{at:?}"
+    );
+    // The last one holds through its day.
+    let (tree, _) = judged(&source);
+    let read = super::waivers(&source, &tree, TODAY);
+    assert_eq!(read.live.len(), 1);
+    assert_eq!(read.live[0].until, "2026-12-06");
+}
+
+// i[verify spec-check.waivers]
+#[test]
+fn a_malformed_waiver_is_a_problem_at_its_line() {
+    for (text, line, says) in [
+        (
+            "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"covered\"]\nwhy = \"x\"\nuntil = 2027-01-01\n",
+            3,
+            "unknown variant",
+        ),
+        (
+            "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"x\"\nuntil = \"soon\"\n",
+            5,
+            "",
+        ),
+        (
+            "[[waiver]]\nrule = \"demo.alpha\"\nwaives = [\"proven\"]\nwhy = \"x\"\nuntil = 2027-01-01\n",
+            1,
+            "is not a rule marker",
+        ),
+    ] {
+        let found = problems(&tree(LIB, &[("docs/audit/waivers.toml", text)]));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, Kind::Waiver);
+        assert_eq!(found[0].line, Some(line), "{found:?}");
+        assert!(found[0].message.contains(says), "{found:?}");
+    }
+}
+
+// i[verify spec-check.waivers]
+#[test]
+fn the_reviews_coverage_down_is_dropped_only_when_waived() {
+    let problem = |lost: Vec<&'static str>| review::Problem {
+        kind: review::Kind::CoverageDown,
+        rule: "r[demo.alpha]".to_owned(),
+        file: "docs/spec.md".to_owned(),
+        line: 3,
+        message: "r[demo.alpha] (demo) was verified, proven at HEAD~1 and is no longer".to_owned(),
+        lost,
+    };
+    let waivers = super::Waivers {
+        live: vec![super::Waiver {
+            rule: "r[demo.alpha]".to_owned(),
+            waives: vec![super::What::Proven],
+            why: "slow".to_owned(),
+            until: "2027-01-01".to_owned(),
+            line: 1,
+        }],
+        problems: Vec::new(),
+    };
+    let mut review = review::Review {
+        problems: vec![problem(vec!["proven"]), problem(vec!["verified", "proven"])],
+        ..review::Review::default()
+    };
+    super::honour(&mut review, &waivers);
+    assert_eq!(review.problems, [problem(vec!["verified", "proven"])]);
+}
