@@ -117,4 +117,9 @@ fn a_clean_tree_is_a_valid_log_without_results() {
     let log: serde_json::Value = serde_json::from_str(&super::render(&[], &[])).expect("JSON");
     assert_eq!(violations(&log), Vec::<String>::new(), "{log:#}");
     assert_eq!(log["runs"][0]["results"], serde_json::json!([]));
+    // The schema is no rubber stamp: a level SARIF does not know, or a result without a
+    // message, is refused.
+    let mut broken = log.clone();
+    broken["runs"][0]["results"] = serde_json::json!([{"level": "fatal", "ruleId": "x"}]);
+    assert_eq!(violations(&broken).len(), 2, "{:?}", violations(&broken));
 }
