@@ -241,8 +241,10 @@ pub struct Counts {
 /// Per rule of a row: its marker and whether it is implemented, verified, tested, proven.
 type Flags = Vec<(String, [bool; 4])>;
 
-/// The counts per spec/impl row of `tree`, with the flags per rule behind them. A rule counts
-/// as tested unless the gate found it not verified by a test (test-backed mode only).
+/// The counts per spec/impl row of `tree`, with the flags per rule behind them. In test-backed
+/// mode a rule with a `verify` annotation counts as tested unless the gate found it not verified
+/// by a test (with `--crate`, the rules it did not judge by results count by their annotations,
+/// as the gate's own tested count does not).
 // i[impl spec-check.ratchet]
 fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String, (Counts, Flags)> {
     let proofs = crate::model::proof_summary::by_id(source);
@@ -270,7 +272,7 @@ fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String,
                 [
                     !stale && !coverage.impl_sites.is_empty(),
                     !coverage.verify_sites.is_empty(),
-                    tested.is_some() && !untested,
+                    tested.is_some() && !untested && !coverage.verify_sites.is_empty(),
                     proofs
                         .get(&coverage.rule.id.to_string())
                         .is_some_and(crate::model::proof::Proof::proven),

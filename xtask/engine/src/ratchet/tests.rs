@@ -191,3 +191,80 @@ fn the_reviews_coverage_down_is_dropped_only_when_waived() {
     super::honour(&mut review, &waivers);
     assert_eq!(review.problems, [problem(vec!["verified", "proven"])]);
 }
+
+/// A crate of the demo with its manifests, alpha verified by a unit test and beta by an
+/// integration test, and a nextest JUnit file in which alpha's test passed and beta's failed.
+fn test_backed(extra: &[(&str, &str)]) -> (Memory, std::path::PathBuf) {
+    let lib = LIB.replace("    // r[verify demo.beta+2]\n", "").replace(
+        "\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n",
+        "",
+    );
+    let mut files = vec![
+        (".config/tracey/config.styx", CONFIG.replace("src/**/*.rs", "crates/**/*.rs")),
+        ("docs/spec.md", SPEC.to_owned()),
+        ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n".to_owned()),
+        (
+            "crates/demo/Cargo.toml",
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n".to_owned(),
+        ),
+        ("crates/demo/src/lib.rs", lib),
+        (
+            "crates/demo/tests/beta.rs",
+            "// r[verify demo.beta+2]\n#[test]\nfn beta_holds() {\n    demo::beta();\n}\n".to_owned(),
+        ),
+        (
+            "target/junit.xml",
+            "<testsuites><testsuite name=\"demo\" tests=\"1\"><testcase name=\"tests::alpha_holds\" classname=\"demo\"/></testsuite><testsuite name=\"demo::beta\" tests=\"1\"><testcase name=\"beta_holds\" classname=\"demo::beta\"><failure message=\"no\"/></testcase></testsuite></testsuites>".to_owned(),
+        ),
+    ];
+    files.extend(extra.iter().map(|(p, t)| (*p, (*t).to_owned())));
+    let tree = Memory::new(files);
+    let junit = crate::Tree::root(&tree).join("target/junit.xml");
+    (tree, junit)
+}
+
+// i[verify spec-check.ratchet]
+#[test]
+fn in_a_test_backed_run_the_tested_count_is_ratcheted_too() {
+    let judge = |source: &Memory, junit: &std::path::Path| {
+        let read = spec_check::read(source);
+        let outcome = spec_check::check_read(source, &read, &[junit], None, &[]).expect("judged");
+        let (_, tree) = read.expect("read");
+        (tree, outcome)
+    };
+    let (source, junit) = test_backed(&[]);
+    let (tree, outcome) = judge(&source, &junit);
+    assert_eq!(outcome.specs[0].tested, Some(1), "{:?}", outcome.problems);
+    let text = super::baseline(&source, &tree, &outcome);
+    assert!(text.contains("tested = 1"), "{text}");
+    // A baseline in which both were tested: beta's failure is a loss, unless waived.
+    let higher = text.replace("tested = 1", "tested = 2");
+    let (source, junit) = test_backed(&[("docs/audit/coverage-baseline.toml", &higher)]);
+    let (tree, outcome) = judge(&source, &junit);
+    let found = super::check(&source, &tree, &outcome, TODAY);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].message.contains("1 rules tested") && found[0].message.contains("r[demo.beta+2]"),
+        "{}",
+        found[0].message
+    );
+    let waiver = "[[waiver]]\nrule = \"r[demo.beta+2]\"\nwaives = [\"tested\"]\nwhy = \"flaky on CI\"\nuntil = 2027-01-01\n";
+    let (source, junit) = test_backed(&[
+        ("docs/audit/coverage-baseline.toml", &higher),
+        ("docs/audit/waivers.toml", waiver),
+    ]);
+    let (tree, outcome) = judge(&source, &junit);
+    assert_eq!(
+        super::check(&source, &tree, &outcome, TODAY),
+        Vec::<Problem>::new()
+    );
+    // An annotations-only run does not compare tested.
+    let (tree, outcome) = judged(&source);
+    assert_eq!(
+        super::check(&source, &tree, &outcome, TODAY)
+            .iter()
+            .filter(|p| p.message.contains("tested"))
+            .count(),
+        0
+    );
+}
