@@ -165,7 +165,7 @@ fn today() -> String {
 /// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
 /// the gate's outcome; with `update` the baseline is first written from the counts now. Returns
 /// the live waivers, which the review honours.
-// i[impl spec-check.ratchet]
+// i[impl spec-check.ratchet+2]
 // i[impl spec-check.waivers]
 fn ratchet_run(
     disk: &spec_engine::Disk,
@@ -1127,7 +1127,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.ratchet]
+    // i[verify spec-check.ratchet+2]
     #[test]
     fn update_baseline_writes_todays_counts_and_a_later_loss_fails_the_gate() {
         /// The gate's and the ratchet's problems on the work tree of `dir`, after writing the
@@ -1151,7 +1151,10 @@ mod tests {
         assert_eq!(judge(&proven, true), Vec::new());
         let baseline =
             std::fs::read_to_string(proven.path().join(ratchet::BASELINE)).expect("written");
-        assert!(baseline.contains("proven = 1"), "{baseline}");
+        assert!(
+            baseline.contains("proven = [\"r[demo.alpha]\"]"),
+            "{baseline}"
+        );
         // The proof lost: the ratchet fails, naming the rule.
         let lost = proof_lost("");
         std::fs::write(lost.path().join(ratchet::BASELINE), &baseline).expect("write");

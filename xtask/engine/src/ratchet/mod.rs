@@ -152,8 +152,10 @@ pub fn waivers(source: &dyn Source, tree: &Tree, today: &str) -> Waivers {
             out.problems.push(problem.at(WAIVERS, line));
             continue;
         }
+        // The spec's form of the marker (`r[x+1]` is `r[x]`), which `covers` compares.
+        let rule = canonical(raw.rule.trim()).unwrap_or_else(|| raw.rule.trim().to_owned());
         out.live.push(Waiver {
-            rule: raw.rule.trim().to_owned(),
+            rule,
             waives: raw.waives,
             why: raw.why,
             until: raw.until.to_string(),
@@ -161,6 +163,13 @@ pub fn waivers(source: &dyn Source, tree: &Tree, today: &str) -> Waivers {
         });
     }
     out
+}
+
+/// A marker in the spec's form: the version written only when above 1.
+fn canonical(marker: &str) -> Option<String> {
+    let (prefix, rest) = marker.split_once('[')?;
+    let id = parse_rule_id(rest.strip_suffix(']')?)?;
+    Some(format!("{prefix}[{id}]"))
 }
 
 /// What is wrong with one waiver, if anything (placed by the caller).
@@ -221,32 +230,53 @@ fn judge(raw: &Raw, tree: &Tree, today: &str) -> Option<Problem> {
     })
 }
 
-/// A spec/impl row's counts, as the baseline records them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// A spec/impl row as the baseline records it: its rule count and, per measure, the markers of
+/// the rules that have it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Counts {
+pub struct Row {
     /// Rules defined (shown, not ratcheted: a rule may be removed).
     pub rules: usize,
     /// Rules with a current `impl` annotation.
-    pub implemented: usize,
+    pub implemented: Vec<String>,
     /// Rules with a `verify` annotation.
-    pub verified: usize,
+    pub verified: Vec<String>,
     /// Rules with a verifying test that ran and passed (test-backed runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tested: Option<usize>,
+    pub tested: Option<Vec<String>>,
     /// Rules whose checked-in proof holds.
-    pub proven: usize,
+    pub proven: Vec<String>,
 }
 
-/// Per rule of a row: its marker and whether it is implemented, verified, tested, proven.
-type Flags = Vec<(String, [bool; 4])>;
+impl Row {
+    /// The markers that have `what`, `None` when the row does not record it.
+    fn having(&self, what: What) -> Option<&[String]> {
+        match what {
+            What::Implemented => Some(&self.implemented),
+            What::Verified => Some(&self.verified),
+            What::Tested => self.tested.as_deref(),
+            What::Proven => Some(&self.proven),
+        }
+    }
+}
 
-/// The counts per spec/impl row of `tree`, with the flags per rule behind them. In test-backed
-/// mode a rule with a `verify` annotation counts as tested unless the gate found it not verified
-/// by a test (with `--crate`, the rules it did not judge by results count by their annotations,
-/// as the gate's own tested count does not).
-// i[impl spec-check.ratchet]
-fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String, (Counts, Flags)> {
+/// The measures in the order of [`Flags`].
+const MEASURES: [What; 4] = [
+    What::Implemented,
+    What::Verified,
+    What::Tested,
+    What::Proven,
+];
+
+/// Per rule of a row: the rule and whether it is implemented, verified, tested, proven.
+type Flags = Vec<(crate::spec_check::rules::Rule, [bool; 4])>;
+
+/// The rows of `tree` now, with whether each was judged by test results and the flags per rule.
+/// In test-backed mode a rule with a `verify` annotation counts as tested unless the gate found
+/// it not verified by a test (with `--crate`, the rules it did not judge by results count by
+/// their annotations, which is why `--update-baseline` refuses `--crate`).
+// i[impl spec-check.ratchet+2]
+fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String, (bool, Flags)> {
     let proofs = crate::model::proof_summary::by_id(source);
     let mut rows = BTreeMap::new();
     for analysis in &tree.analyses {
@@ -255,7 +285,8 @@ fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String,
             .specs
             .iter()
             .find(|s| s.name == name)
-            .and_then(|s| s.tested);
+            .and_then(|s| s.tested)
+            .is_some();
         let mut flags = Flags::new();
         for coverage in &analysis.rules {
             let marker = coverage.rule.marker();
@@ -268,49 +299,122 @@ fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String,
                 p.kind == Kind::NotVerifiedByTest && p.rule.as_deref() == Some(marker.as_str())
             });
             flags.push((
-                marker,
+                coverage.rule.clone(),
                 [
                     !stale && !coverage.impl_sites.is_empty(),
                     !coverage.verify_sites.is_empty(),
-                    tested.is_some() && !untested && !coverage.verify_sites.is_empty(),
+                    tested && !untested && !coverage.verify_sites.is_empty(),
                     proofs
                         .get(&coverage.rule.id.to_string())
                         .is_some_and(crate::model::proof::Proof::proven),
                 ],
             ));
         }
-        let count = |i: usize| flags.iter().filter(|(_, f)| f[i]).count();
-        let counts = Counts {
-            rules: flags.len(),
-            implemented: count(0),
-            verified: count(1),
-            tested: tested.map(|_| count(2)),
-            proven: count(3),
-        };
-        rows.insert(name, (counts, flags));
+        rows.insert(name, (tested, flags));
     }
     rows
 }
 
-/// The baseline file for the counts of `tree` now (`spec-check --update-baseline`).
-// i[impl spec-check.ratchet]
+/// The previous baseline of `source`, `None` when there is none or it cannot be read.
+fn previous(source: &dyn Source) -> Option<BTreeMap<String, Row>> {
+    let text = source.read(&source.root().join(BASELINE)).ok()?;
+    toml::from_str(&text).ok()
+}
+
+/// The baseline file for `tree` now (`spec-check --update-baseline`). A run without test
+/// results keeps the tested markers the previous baseline recorded for the row.
+// i[impl spec-check.ratchet+2]
 pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
-    let counts: BTreeMap<String, Counts> = rows(source, tree, outcome)
+    let before = previous(source).unwrap_or_default();
+    let rows: BTreeMap<String, Row> = rows(source, tree, outcome)
         .into_iter()
-        .map(|(name, (counts, _))| (name, counts))
+        .map(|(name, (tested, flags))| {
+            let having = |i: usize| -> Vec<String> {
+                flags
+                    .iter()
+                    .filter(|(_, f)| f[i])
+                    .map(|(rule, _)| rule.marker())
+                    .collect()
+            };
+            let row = Row {
+                rules: flags.len(),
+                implemented: having(0),
+                verified: having(1),
+                tested: if tested {
+                    Some(having(2))
+                } else {
+                    before.get(&name).and_then(|row| row.tested.clone())
+                },
+                proven: having(3),
+            };
+            (name, row)
+        })
         .collect();
-    let body = toml::to_string(&counts).unwrap_or_default();
+    let body = toml::to_string_pretty(&rows).unwrap_or_default();
     format!(
-        "# The coverage per spec/impl row this workspace has reached: `cargo xtask spec-check`\n\
-         # fails when a count falls below it and no waiver (docs/audit/waivers.toml) covers the\n\
-         # rules that lost it. Written by `cargo xtask spec-check --update-baseline`; rewrite it\n\
-         # when coverage goes up, and say why in the commit when it goes down.\n\n{body}"
+        "# The coverage per spec/impl row this workspace has reached: per measure, the rules that\n\
+         # have it. `cargo xtask spec-check` fails when one of them no longer has it and no waiver\n\
+         # (docs/audit/waivers.toml) covers that. Written by `cargo xtask spec-check\n\
+         # --update-baseline`; rewrite it when coverage goes up, and say why in the commit when\n\
+         # it goes down.\n\n{body}"
     )
 }
 
-/// The waivers' problems and the ratchet's: each count of a baseline row below the baseline
-/// once every live waiver of a rule of that row lacking it is counted back.
-// i[impl spec-check.ratchet]
+/// The rule of `flags` that a baseline `marker` names now: the same id at any version, else
+/// the rule that names the id as its previous one; `None` when the rule was removed.
+// i[impl spec-check.ratchet+2]
+fn now_of<'f>(
+    source: &dyn Source,
+    flags: &'f Flags,
+    marker: &str,
+) -> Option<&'f (crate::spec_check::rules::Rule, [bool; 4])> {
+    let (prefix, rest) = marker.split_once('[')?;
+    let id = parse_rule_id(rest.strip_suffix(']')?)?;
+    flags
+        .iter()
+        .find(|(rule, _)| rule.prefix == prefix && rule.id.base == id.base)
+        .or_else(|| {
+            flags.iter().find(|(rule, _)| {
+                rule.prefix == prefix
+                    && review::rule_text(source, rule)
+                        .1
+                        .iter()
+                        .filter_map(|was| parse_rule_id(was))
+                        .any(|was| was.base == id.base)
+            })
+        })
+}
+
+/// 1-based line of `marker` in the `what` list of the row `name` of the baseline `text`, else
+/// of the row's header, else 1.
+fn baseline_line(text: &str, name: &str, what: What, marker: &str) -> usize {
+    let header = [format!("[{name}]"), format!("[\"{name}\"]")]
+        .into_iter()
+        .find_map(|h| {
+            text.match_indices(&h)
+                .find(|(at, _)| *at == 0 || text[..*at].ends_with('\n'))
+                .map(|(at, _)| at)
+        });
+    let Some(header) = header else {
+        return 1;
+    };
+    let list = text[header..]
+        .find(&format!("\n{} = [", what.word()))
+        .map(|at| header + at);
+    let at = list
+        .and_then(|list| {
+            text[list..]
+                .find(&format!("\"{marker}\""))
+                .map(|at| list + at)
+        })
+        .unwrap_or(header);
+    line_of(text, at)
+}
+
+/// The waivers' problems and the ratchet's: each rule a baseline row records as having a
+/// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
+/// waiver covers that; a rule since removed is skipped, a rule added is not judged.
+// i[impl spec-check.ratchet+2]
 // i[impl spec-check.waivers]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
@@ -319,12 +423,13 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
     if !source.exists(&path) {
         return problems;
     }
-    let baseline: BTreeMap<String, Counts> = match source
-        .read(&path)
-        .map_err(|err| err.to_string())
-        .and_then(|text| toml::from_str(&text).map_err(|err| err.message().to_owned()))
-    {
-        Ok(baseline) => baseline,
+    let read = source.read(&path).map_err(|err| err.to_string());
+    let (text, baseline) = match read.and_then(|text| {
+        toml::from_str::<BTreeMap<String, Row>>(&text)
+            .map(|rows| (text, rows))
+            .map_err(|err| err.message().to_owned())
+    }) {
+        Ok(read) => read,
         Err(err) => {
             problems.push(
                 Problem::new(
@@ -341,7 +446,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
     };
     let now = rows(source, tree, outcome);
     for (name, was) in &baseline {
-        let Some((counts, flags)) = now.get(name) else {
+        let Some((tested, flags)) = now.get(name) else {
             problems.push(
                 Problem::new(
                     Kind::Ratchet,
@@ -351,55 +456,41 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                          `cargo xtask spec-check --update-baseline`"
                     ),
                 )
-                .in_file(BASELINE)
+                .at(BASELINE, baseline_line(&text, name, What::Implemented, ""))
                 .spec(name),
             );
             continue;
         };
-        let measures = [
-            (
-                What::Implemented,
-                Some(was.implemented),
-                Some(counts.implemented),
-                0,
-            ),
-            (What::Verified, Some(was.verified), Some(counts.verified), 1),
-            (What::Tested, was.tested, counts.tested, 2),
-            (What::Proven, Some(was.proven), Some(counts.proven), 3),
-        ];
-        for (what, before, after, index) in measures {
-            let (Some(before), Some(after)) = (before, after) else {
+        for (index, what) in MEASURES.into_iter().enumerate() {
+            if what == What::Tested && !tested {
                 continue;
-            };
-            let lacking: Vec<&str> = flags
-                .iter()
-                .filter(|(_, f)| !f[index])
-                .map(|(marker, _)| marker.as_str())
-                .collect();
-            let waived = lacking
-                .iter()
-                .filter(|marker| waivers.covers(marker, what))
-                .count();
-            if after + waived < before {
-                let unwaived: Vec<&str> = lacking
-                    .iter()
-                    .copied()
-                    .filter(|marker| !waivers.covers(marker, what))
-                    .take(10)
-                    .collect();
+            }
+            for marker in was.having(what).unwrap_or_default() {
+                let Some((rule, has)) = now_of(source, flags, marker) else {
+                    continue;
+                };
+                let current = rule.marker();
+                if has[index] || waivers.covers(&current, what) {
+                    continue;
+                }
+                let renamed = if current == *marker {
+                    String::new()
+                } else {
+                    format!(" (the baseline's {marker})")
+                };
                 problems.push(
                     Problem::new(
                         Kind::Ratchet,
                         format!(
-                            "{name}: {after} rules {} (and {waived} waived), below the \
-                             baseline's {before}; not {} now and not waived: {}",
-                            what.word(),
-                            what.word(),
-                            unwaived.join(", ")
+                            "{name}: {current}{renamed} was {word} at the baseline and is no \
+                             longer; restore it, or waive it in {WAIVERS} (waives = [\"{word}\"]) \
+                             with a reason and a date",
+                            word = what.word(),
                         ),
                     )
-                    .in_file(BASELINE)
-                    .spec(name),
+                    .at(BASELINE, baseline_line(&text, name, what, marker))
+                    .spec(name)
+                    .rule(&current),
                 );
             }
         }

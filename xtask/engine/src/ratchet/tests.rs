@@ -44,33 +44,32 @@ fn full_baseline() -> String {
     super::baseline(&source, &tree, &outcome)
 }
 
-// i[verify spec-check.ratchet]
+// i[verify spec-check.ratchet+2]
 #[test]
-fn the_baseline_records_each_rows_counts_and_reads_back_clean() {
+fn the_baseline_records_each_rows_rules_per_measure_and_reads_back_clean() {
     let text = full_baseline();
-    assert!(
-        text.contains("[\"demo/rust\"]") || text.contains("[demo]"),
-        "{text}"
-    );
-    let counts: std::collections::BTreeMap<String, super::Counts> =
-        toml::from_str(&text).expect("TOML");
-    let row = counts.values().next().expect("a row");
+    assert!(text.contains("\n[demo]\n"), "{text}");
+    let rows: std::collections::BTreeMap<String, super::Row> = toml::from_str(&text).expect("TOML");
+    let row = rows.get("demo").expect("the demo row");
+    let both = ["r[demo.alpha]", "r[demo.beta+2]"]
+        .map(str::to_owned)
+        .to_vec();
     assert_eq!(
-        (
-            row.rules,
-            row.implemented,
-            row.verified,
-            row.tested,
-            row.proven
-        ),
-        (2, 2, 2, None, 1)
+        row,
+        &super::Row {
+            rules: 2,
+            implemented: both.clone(),
+            verified: both,
+            tested: None,
+            proven: vec!["r[demo.alpha]".to_owned()],
+        }
     );
     // The tree it was written from is at its baseline.
     let source = tree(LIB, &[("docs/audit/coverage-baseline.toml", &text)]);
     assert_eq!(problems(&source), Vec::<Problem>::new());
 }
 
-// i[verify spec-check.ratchet]
+// i[verify spec-check.ratchet+2]
 #[test]
 fn a_count_below_the_baseline_is_a_problem_unless_a_waiver_covers_it() {
     let baseline = full_baseline();
@@ -82,10 +81,11 @@ fn a_count_below_the_baseline_is_a_problem_unless_a_waiver_covers_it() {
     let found = problems(&tree(LIB, &unproven));
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].kind, Kind::Ratchet);
+    assert_eq!(found[0].rule.as_deref(), Some("r[demo.alpha]"));
     assert!(
-        found[0].message.contains("0 rules proven")
-            && found[0].message.contains("baseline's 1")
-            && found[0].message.contains("r[demo.alpha]"),
+        found[0]
+            .message
+            .contains("r[demo.alpha] was proven at the baseline and is no longer"),
         "{}",
         found[0].message
     );
@@ -93,6 +93,17 @@ fn a_count_below_the_baseline_is_a_problem_unless_a_waiver_covers_it() {
         found[0].file.as_deref(),
         Some("docs/audit/coverage-baseline.toml")
     );
+    // At the rule's line in the baseline's proven list.
+    let line = baseline
+        .lines()
+        .position(|l| l.contains("\"r[demo.alpha]\""))
+        .map(|i| i + 1);
+    let proven_list = baseline.find("proven = [").expect("a proven list");
+    let in_list = baseline[proven_list..]
+        .find("\"r[demo.alpha]\"")
+        .map(|at| baseline[..proven_list + at].matches('\n').count() + 1);
+    assert!(line.is_some());
+    assert_eq!(found[0].line, in_list, "{baseline}");
     // A live waiver of that proof covers it.
     let waiver = "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"the mutants time out on this runner\"\nuntil = 2027-01-31\n";
     let mut files = unproven.to_vec();
@@ -223,7 +234,7 @@ fn test_backed(extra: &[(&str, &str)]) -> (Memory, std::path::PathBuf) {
     (tree, junit)
 }
 
-// i[verify spec-check.ratchet]
+// i[verify spec-check.ratchet+2]
 #[test]
 fn in_a_test_backed_run_the_tested_count_is_ratcheted_too() {
     let judge = |source: &Memory, junit: &std::path::Path| {
@@ -236,15 +247,26 @@ fn in_a_test_backed_run_the_tested_count_is_ratcheted_too() {
     let (tree, outcome) = judge(&source, &junit);
     assert_eq!(outcome.specs[0].tested, Some(1), "{:?}", outcome.problems);
     let text = super::baseline(&source, &tree, &outcome);
-    assert!(text.contains("tested = 1"), "{text}");
+    let rows: std::collections::BTreeMap<String, super::Row> = toml::from_str(&text).expect("TOML");
+    assert_eq!(
+        rows["demo"].tested,
+        Some(vec!["r[demo.alpha]".to_owned()]),
+        "{text}"
+    );
     // A baseline in which both were tested: beta's failure is a loss, unless waived.
-    let higher = text.replace("tested = 1", "tested = 2");
+    let higher = text.replace(
+        "tested = [\"r[demo.alpha]\"]",
+        "tested = [\"r[demo.alpha]\", \"r[demo.beta+2]\"]",
+    );
+    assert_ne!(higher, text, "{text}");
     let (source, junit) = test_backed(&[("docs/audit/coverage-baseline.toml", &higher)]);
     let (tree, outcome) = judge(&source, &junit);
     let found = super::check(&source, &tree, &outcome, TODAY);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
-        found[0].message.contains("1 rules tested") && found[0].message.contains("r[demo.beta+2]"),
+        found[0]
+            .message
+            .contains("r[demo.beta+2] was tested at the baseline"),
         "{}",
         found[0].message
     );
@@ -266,5 +288,95 @@ fn in_a_test_backed_run_the_tested_count_is_ratcheted_too() {
             .filter(|p| p.message.contains("tested"))
             .count(),
         0
+    );
+}
+
+// i[verify spec-check.ratchet+2]
+#[test]
+fn a_waiver_of_an_old_gap_does_not_mask_a_new_loss() {
+    // alpha proven, beta never proven.
+    let baseline = full_baseline();
+    let waiver = "[[waiver]]\nrule = \"r[demo.beta+2]\"\nwaives = [\"proven\"]\nwhy = \"never proven: its mutants time out\"\nuntil = 2027-01-31\n";
+    let files = [
+        ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+        ("docs/audit/waivers.toml", waiver),
+    ];
+    assert_eq!(problems(&tree(LIB, &files)), Vec::<Problem>::new());
+    // alpha now loses its proof; no waiver names alpha: beta's waiver does not count it back.
+    let files = [
+        ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+        ("docs/audit/waivers.toml", waiver),
+        ("docs/audit/proof.md", "# Proof\n"),
+    ];
+    let found = problems(&tree(LIB, &files));
+    assert_eq!(
+        found
+            .iter()
+            .map(|p| (p.kind, p.rule.as_deref()))
+            .collect::<Vec<_>>(),
+        [(Kind::Ratchet, Some("r[demo.alpha]"))],
+        "{found:?}"
+    );
+    assert!(
+        found[0].message.contains("r[demo.alpha]") && !found[0].message.contains("beta"),
+        "{}",
+        found[0].message
+    );
+}
+
+// i[verify spec-check.waivers]
+#[test]
+fn a_waiver_written_plus_one_is_live_and_covers() {
+    let baseline = full_baseline();
+    let waiver = "[[waiver]]\nrule = \"r[demo.alpha+1]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = 2027-01-31\n";
+    let files = [
+        ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+        ("docs/audit/waivers.toml", waiver),
+        ("docs/audit/proof.md", "# Proof\n"),
+    ];
+    let source = tree(LIB, &files);
+    let (tree, _) = judged(&source);
+    let read = super::waivers(&source, &tree, TODAY);
+    assert_eq!((read.live.len(), read.problems.len()), (1, 0), "{read:?}");
+    assert_eq!(read.live[0].rule, "r[demo.alpha]");
+    assert_eq!(problems(&source), Vec::<Problem>::new());
+}
+
+// i[verify spec-check.ratchet+2]
+#[test]
+fn a_renamed_rule_is_judged_under_its_new_id_and_a_removed_one_is_skipped() {
+    let baseline = full_baseline();
+    // alpha renamed to first (its proof, recorded under alpha, no longer applies); beta removed.
+    let spec = "# Demo\n\n> r[demo.first]\n> Alpha holds (was demo.alpha).\n";
+    let lib = "// r[impl demo.first]\npub fn alpha() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.first]\n    #[test]\n    fn alpha_holds() {\n        super::alpha();\n    }\n}\n";
+    let files = [
+        ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+        ("docs/spec.md", spec),
+    ];
+    let source = Memory::new(
+        [
+            (".config/tracey/config.styx", CONFIG),
+            ("src/lib.rs", lib),
+            ("docs/audit/proof.md", PROOF),
+        ]
+        .into_iter()
+        .chain(files)
+        .collect::<Vec<_>>(),
+    );
+    let found = problems(&source);
+    assert_eq!(
+        found
+            .iter()
+            .map(|p| (p.kind, p.rule.as_deref()))
+            .collect::<Vec<_>>(),
+        [(Kind::Ratchet, Some("r[demo.first]"))],
+        "{found:?}"
+    );
+    assert!(
+        found[0]
+            .message
+            .contains("r[demo.first] (the baseline's r[demo.alpha]) was proven"),
+        "{}",
+        found[0].message
     );
 }
