@@ -165,7 +165,7 @@ fn today() -> String {
 /// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
 /// the gate's outcome; with `update` the baseline is first written from the counts now. Returns
 /// the live waivers, which the review honours.
-// i[impl spec-check.ratchet+2]
+// i[impl spec-check.ratchet]
 // i[impl spec-check.waivers]
 fn ratchet_run(
     disk: &spec_engine::Disk,
@@ -1127,7 +1127,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.ratchet+2]
+    // i[verify spec-check.ratchet]
     #[test]
     fn update_baseline_writes_todays_counts_and_a_later_loss_fails_the_gate() {
         /// The gate's and the ratchet's problems on the work tree of `dir`, after writing the

@@ -275,7 +275,7 @@ type Flags = Vec<(crate::spec_check::rules::Rule, [bool; 4])>;
 /// In test-backed mode a rule with a `verify` annotation counts as tested unless the gate found
 /// it not verified by a test (with `--crate`, the rules it did not judge by results count by
 /// their annotations, which is why `--update-baseline` refuses `--crate`).
-// i[impl spec-check.ratchet+2]
+// i[impl spec-check.ratchet]
 fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String, (bool, Flags)> {
     let proofs = crate::model::proof_summary::by_id(source);
     let mut rows = BTreeMap::new();
@@ -323,7 +323,7 @@ fn previous(source: &dyn Source) -> Option<BTreeMap<String, Row>> {
 
 /// The baseline file for `tree` now (`spec-check --update-baseline`). A run without test
 /// results keeps the tested markers the previous baseline recorded for the row.
-// i[impl spec-check.ratchet+2]
+// i[impl spec-check.ratchet]
 pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
     let before = previous(source).unwrap_or_default();
     let rows: BTreeMap<String, Row> = rows(source, tree, outcome)
@@ -362,7 +362,7 @@ pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
 
 /// The rule of `flags` that a baseline `marker` names now: the same id at any version, else
 /// the rule that names the id as its previous one; `None` when the rule was removed.
-// i[impl spec-check.ratchet+2]
+// i[impl spec-check.ratchet]
 fn now_of<'f>(
     source: &dyn Source,
     flags: &'f Flags,
@@ -414,7 +414,7 @@ fn baseline_line(text: &str, name: &str, what: What, marker: &str) -> usize {
 /// The waivers' problems and the ratchet's: each rule a baseline row records as having a
 /// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
 /// waiver covers that; a rule since removed is skipped, a rule added is not judged.
-// i[impl spec-check.ratchet+2]
+// i[impl spec-check.ratchet]
 // i[impl spec-check.waivers]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
