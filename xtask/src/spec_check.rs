@@ -113,7 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             crate::output::print(&report::render(&outcome, format));
             if let Some(file) = &args.sarif
-                && let Err(error) = write_sarif(file, &outcome.problems, &[])
+                && let Err(error) = write_sarif(&root, file, &outcome.problems, &[])
             {
                 eprintln!("error: spec-check: --sarif {}: {error}", file.display());
                 return Ok(ExitCode::from(USAGE_ERROR));
@@ -194,6 +194,7 @@ fn ratchet_run(
 /// `spec-check --sarif FILE`: the gate's and the review's problems written to `file`.
 // i[impl spec-check.sarif]
 fn write_sarif(
+    root: &Path,
     file: &Path,
     gate: &[spec_engine::spec_check::problem::Problem],
     review: &[review::Problem],
@@ -201,7 +202,8 @@ fn write_sarif(
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
     }
-    std::fs::write(file, spec_engine::sarif::render(gate, review)).map_err(|err| err.to_string())
+    std::fs::write(file, spec_engine::sarif::render(root, gate, review))
+        .map_err(|err| err.to_string())
 }
 
 /// `spec-check --base REV`: the gate on the work tree, and the review of the change from REV.
@@ -260,7 +262,7 @@ fn review_run_to(
             }
             crate::output::print(&review::render(&review, &outcome, format));
             if let Some(file) = sarif
-                && let Err(error) = write_sarif(file, &outcome.problems, &review.problems)
+                && let Err(error) = write_sarif(root, file, &outcome.problems, &review.problems)
             {
                 eprintln!("error: spec-check: --sarif {}: {error}", file.display());
                 return Ok(ExitCode::from(USAGE_ERROR));

@@ -5,10 +5,12 @@
 //! is the problem's kind (`missing-verify`, `text-changed-without-bump`…), described once in the
 //! run's rules with a help text saying how such a problem is fixed; its message is the problem's
 //! own, which names the spec rule and says what to do; the spec rule is also in the result's
-//! `properties.rule`. A problem without a place (a config without specs, results unusable) is
+//! `properties.rule`. A problem without a place (a config without specs, results unusable, a
+//! review problem of a row) or with a file outside the root is
 //! placed on the tracey config, line 1: code scanning refuses a result without a location.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde_sarif::sarif::{
     ArtifactLocation, Location, Message, MultiformatMessageString, PhysicalLocation, PropertyBag,
@@ -36,7 +38,7 @@ struct Found<'a> {
 /// The gate's problems and the review's (none without `--base`) as one SARIF 2.1.0 log, pretty
 /// JSON ending with a newline.
 // i[impl spec-check.sarif]
-pub fn render(gate: &[Problem], review: &[review::Problem]) -> String {
+pub fn render(root: &Path, gate: &[Problem], review: &[review::Problem]) -> String {
     let found: Vec<Found<'_>> = gate
         .iter()
         .map(|p| Found {
@@ -50,9 +52,10 @@ pub fn render(gate: &[Problem], review: &[review::Problem]) -> String {
         .chain(review.iter().map(|p| Found {
             kind: p.kind.name(),
             help: review_help(p.kind),
-            file: Some(&p.file),
+            // A review problem of a row (not of a rule) has an empty file, line 0, no rule.
+            file: Some(p.file.as_str()),
             line: Some(p.line),
-            rule: Some(&p.rule),
+            rule: Some(p.rule.as_str()),
             message: &p.message,
         }))
         .collect();
@@ -71,7 +74,7 @@ pub fn render(gate: &[Problem], review: &[review::Problem]) -> String {
         .collect();
     let results: Vec<SarifResult> = found
         .iter()
-        .map(|f| result(f, index.get(f.kind).copied().unwrap_or_default()))
+        .map(|f| result(root, f, index.get(f.kind).copied().unwrap_or_default()))
         .collect();
     let driver = ToolComponent::builder()
         .name("holdfast spec-check".to_owned())
@@ -93,10 +96,10 @@ pub fn render(gate: &[Problem], review: &[review::Problem]) -> String {
 }
 
 // i[impl spec-check.sarif]
-fn result(found: &Found<'_>, rule_index: usize) -> SarifResult {
-    let file = found.file.unwrap_or(CONFIG_PATH);
-    let line = found.line.unwrap_or(1).max(1);
-    let properties = found.rule.map(|rule| PropertyBag {
+fn result(root: &Path, found: &Found<'_>, rule_index: usize) -> SarifResult {
+    let (file, line) = place(root, found.file, found.line);
+    let rule = found.rule.filter(|rule| !rule.is_empty());
+    let properties = rule.map(|rule| PropertyBag {
         additional_properties: BTreeMap::from([("rule".to_owned(), serde_json::json!(rule))]),
         ..PropertyBag::default()
     });
@@ -104,7 +107,7 @@ fn result(found: &Found<'_>, rule_index: usize) -> SarifResult {
         .rule_id(found.kind.to_owned())
         .level(ResultLevel::Error)
         .message(Message {
-            text: Some(match found.rule {
+            text: Some(match rule {
                 Some(rule) if !found.message.contains(rule) => {
                     format!("{rule}: {}", found.message)
                 }
@@ -115,7 +118,7 @@ fn result(found: &Found<'_>, rule_index: usize) -> SarifResult {
         .locations(vec![Location {
             physical_location: Some(PhysicalLocation {
                 artifact_location: Some(ArtifactLocation {
-                    uri: Some(file.to_owned()),
+                    uri: Some(file),
                     uri_base_id: Some("%SRCROOT%".to_owned()),
                     ..ArtifactLocation::default()
                 }),
@@ -131,6 +134,34 @@ fn result(found: &Found<'_>, rule_index: usize) -> SarifResult {
     result.rule_index = i64::try_from(rule_index).ok();
     result.properties = properties;
     result
+}
+
+/// Where a result is placed: its file relative to `root` (`/`-separated) and its line; a problem
+/// without a file, or with one outside the root, is placed on the tracey config's first line.
+// i[impl spec-check.sarif]
+fn place(root: &Path, file: Option<&str>, line: Option<usize>) -> (String, usize) {
+    let relative = file.filter(|f| !f.is_empty()).and_then(|f| {
+        let path = Path::new(f);
+        let path = if path.is_absolute() {
+            path.strip_prefix(root).ok()?
+        } else {
+            path
+        };
+        let parts: Vec<String> = path
+            .components()
+            .map(|c| match c {
+                std::path::Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
+                std::path::Component::CurDir => Some(String::new()),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let parts: Vec<String> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        (!parts.is_empty()).then(|| parts.join("/"))
+    });
+    match relative {
+        Some(file) => (file, line.unwrap_or(1).max(1)),
+        None => (CONFIG_PATH.to_owned(), 1),
+    }
 }
 
 fn text(text: &str) -> MultiformatMessageString {

@@ -52,7 +52,8 @@ fn every_gate_and_review_problem_is_a_valid_sarif_result() {
         lost: Vec::new(),
     }];
     let log: serde_json::Value =
-        serde_json::from_str(&super::render(&gate, &reviewed)).expect("JSON");
+        serde_json::from_str(&super::render(std::path::Path::new("/"), &gate, &reviewed))
+            .expect("JSON");
     assert_eq!(violations(&log), Vec::<String>::new(), "{log:#}");
     assert_eq!(log["version"], "2.1.0");
     let results = log["runs"][0]["results"].as_array().expect("results");
@@ -114,7 +115,8 @@ fn every_gate_and_review_problem_is_a_valid_sarif_result() {
 // i[verify spec-check.sarif]
 #[test]
 fn a_clean_tree_is_a_valid_log_without_results() {
-    let log: serde_json::Value = serde_json::from_str(&super::render(&[], &[])).expect("JSON");
+    let log: serde_json::Value =
+        serde_json::from_str(&super::render(std::path::Path::new("/"), &[], &[])).expect("JSON");
     assert_eq!(violations(&log), Vec::<String>::new(), "{log:#}");
     assert_eq!(log["runs"][0]["results"], serde_json::json!([]));
     // The schema is no rubber stamp: a level SARIF does not know, or a result without a
@@ -122,4 +124,58 @@ fn a_clean_tree_is_a_valid_log_without_results() {
     let mut broken = log.clone();
     broken["runs"][0]["results"] = serde_json::json!([{"level": "fatal", "ruleId": "x"}]);
     assert_eq!(violations(&broken).len(), 2, "{:?}", violations(&broken));
+}
+
+// i[verify spec-check.sarif]
+#[test]
+fn a_problem_without_a_place_or_outside_the_root_is_placed_on_the_config() {
+    let root = std::path::Path::new("/work/repo");
+    let gate = [
+        spec_check::problem::Problem::new(Kind::TestResults, "cannot use the test results")
+            .in_file("/work/repo/target/junit.xml"),
+        spec_check::problem::Problem::new(Kind::TestResults, "cannot use the skip ledger")
+            .in_file("/elsewhere/skips.jsonl"),
+        spec_check::problem::Problem::new(Kind::Config, "no specs").in_file(""),
+    ];
+    // A review problem of a row, not of a rule: no file, no line, no rule.
+    let reviewed = [review::Problem {
+        kind: review::Kind::CoverageDown,
+        rule: String::new(),
+        file: String::new(),
+        line: 0,
+        message: "demo: tested rules went from 2 to 1".to_owned(),
+        lost: Vec::new(),
+    }];
+    let log: serde_json::Value =
+        serde_json::from_str(&super::render(root, &gate, &reviewed)).expect("JSON");
+    assert_eq!(violations(&log), Vec::<String>::new(), "{log:#}");
+    let results = log["runs"][0]["results"].as_array().expect("results");
+    let placed: Vec<(&str, u64)> = results
+        .iter()
+        .map(|r| {
+            let at = &r["locations"][0]["physicalLocation"];
+            (
+                at["artifactLocation"]["uri"].as_str().unwrap_or_default(),
+                at["region"]["startLine"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            ("target/junit.xml", 1),
+            (".config/tracey/config.styx", 1),
+            (".config/tracey/config.styx", 1),
+            (".config/tracey/config.styx", 1),
+        ],
+        "{log:#}"
+    );
+    // Every uri is non-empty and relative; no result names an empty rule.
+    for result in results {
+        let uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(!uri.is_empty() && !uri.starts_with('/'), "{result:#}");
+        assert_ne!(result["properties"]["rule"], "", "{result:#}");
+    }
 }
