@@ -45,9 +45,11 @@ pub struct Args {
     /// 2.1.0, for GitHub's code scanning.
     #[arg(long, value_name = "FILE")]
     sarif: Option<PathBuf>,
-    /// First write docs/audit/coverage-baseline.toml from the counts now: the ratchet then fails
-    /// on any count below them that no waiver (docs/audit/waivers.toml) covers.
-    #[arg(long)]
+    /// First write docs/audit/coverage-baseline.toml from the tree now: the ratchet then fails
+    /// on any rule recorded there that loses a measure no waiver (docs/audit/waivers.toml)
+    /// covers. Without --results the tested rules recorded are kept; refused with --crate,
+    /// whose run judges only some rules by their tests.
+    #[arg(long, conflicts_with = "crates")]
     update_baseline: bool,
 }
 
@@ -1127,6 +1129,22 @@ mod tests {
                 vec!["waiver".to_owned(), "coverage-down".to_owned()]
             )
         );
+    }
+
+    // i[verify spec-check.ratchet]
+    #[test]
+    fn update_baseline_refuses_a_run_of_some_crates_only() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let base = ["spec-check", "--results", "junit.xml", "--crate", "demo"];
+        assert!(Cli::try_parse_from(base).is_ok());
+        let refused = Cli::try_parse_from(base.into_iter().chain(["--update-baseline"]));
+        assert!(refused.is_err());
+        assert!(Cli::try_parse_from(["spec-check", "--update-baseline"]).is_ok());
     }
 
     // i[verify spec-check.ratchet]

@@ -380,3 +380,19 @@ fn a_renamed_rule_is_judged_under_its_new_id_and_a_removed_one_is_skipped() {
         found[0].message
     );
 }
+
+// i[verify spec-check.ratchet]
+#[test]
+fn a_baseline_written_without_results_keeps_the_tested_rules_recorded() {
+    let recorded = "[demo]\nrules = 2\nimplemented = []\nverified = []\ntested = [\"r[demo.alpha]\"]\nproven = []\n";
+    let source = tree(LIB, &[("docs/audit/coverage-baseline.toml", recorded)]);
+    let (tree, outcome) = judged(&source);
+    let text = super::baseline(&source, &tree, &outcome);
+    let rows: std::collections::BTreeMap<String, super::Row> = toml::from_str(&text).expect("TOML");
+    assert_eq!(
+        rows["demo"].tested,
+        Some(vec!["r[demo.alpha]".to_owned()]),
+        "{text}"
+    );
+    assert_eq!(rows["demo"].verified.len(), 2, "{text}");
+}
