@@ -1,22 +1,21 @@
 //! `spec-check --sarif FILE`: every problem of the gate and of the review as a SARIF 2.1.0
 //! result, so that GitHub's code scanning shows each on the lines of a pull request's diff.
 //!
-//! The types are serde-sarif's (generated from the SARIF 2.1.0 schema). Each result's `ruleId`
-//! is the problem's kind (`missing-verify`, `text-changed-without-bump`…), described once in the
-//! run's rules with a help text saying how such a problem is fixed; its message is the problem's
-//! own, which names the spec rule and says what to do; the spec rule is also in the result's
+//! The types are our own serde structs for the small part of SARIF 2.1.0 written (a tool with
+//! its rules, results with a location); the tests validate the output against the OASIS schema
+//! checked in under `tests/schemas/`. Each result's `ruleId` is the problem's kind
+//! (`missing-verify`, `text-changed-without-bump`…). Every kind is described in the run's rules
+//! every time, in a fixed order, so that a `ruleIndex` means the same kind in every log, with a
+//! help text saying how such a problem is fixed. A result's message is the problem's own, which
+//! names the spec rule and says what to do; the spec rule is also in the result's
 //! `properties.rule`. A problem without a place (a config without specs, results unusable, a
-//! review problem of a row) or with a file outside the root is
-//! placed on the tracey config, line 1: code scanning refuses a result without a location.
+//! review problem of a row) or with a file outside the root is placed on the tracey config,
+//! line 1: code scanning refuses a result without a location.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_sarif::sarif::{
-    ArtifactLocation, Location, Message, MultiformatMessageString, PhysicalLocation, PropertyBag,
-    Region, ReportingDescriptor, Result as SarifResult, ResultLevel, Run, Sarif, Tool,
-    ToolComponent,
-};
+use serde::Serialize;
 
 use crate::review;
 use crate::spec_check::config::CONFIG_PATH;
@@ -24,6 +23,125 @@ use crate::spec_check::problem::{Kind, Problem};
 
 /// The schema the document names.
 pub const SCHEMA_URI: &str = "https://json.schemastore.org/sarif-2.1.0.json";
+
+/// The SARIF version written.
+const VERSION: &str = "2.1.0";
+
+/// Every kind of the gate, in the order of the run's rules (a kind missing here is appended after
+/// the review's, so its results still point at its descriptor).
+const GATE_KINDS: [Kind; 20] = [
+    Kind::Config,
+    Kind::SpecParse,
+    Kind::DuplicateRule,
+    Kind::MissingImpl,
+    Kind::MissingVerify,
+    Kind::Stale,
+    Kind::UnknownRule,
+    Kind::UnknownPrefix,
+    Kind::VerifyOutsideTest,
+    Kind::ImplInTest,
+    Kind::VerifyNotOnTest,
+    Kind::MergedRule,
+    Kind::RuleId,
+    Kind::Findings,
+    Kind::Unscannable,
+    Kind::NotVerifiedByTest,
+    Kind::TestResults,
+    Kind::ResultsOutdated,
+    Kind::Waiver,
+    Kind::Ratchet,
+];
+
+/// Every kind of the review, after the gate's.
+const REVIEW_KINDS: [review::Kind; 2] = [
+    review::Kind::TextChangedWithoutBump,
+    review::Kind::CoverageDown,
+];
+
+/// `sarifLog`: the subset written.
+#[derive(Serialize)]
+struct Log<'a> {
+    #[serde(rename = "$schema")]
+    schema: &'static str,
+    version: &'static str,
+    runs: [Run<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct Run<'a> {
+    tool: Tool<'a>,
+    results: Vec<SarifResult<'a>>,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    driver: Driver<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Driver<'a> {
+    name: &'static str,
+    rules: Vec<Descriptor<'a>>,
+}
+
+/// `reportingDescriptor`: one problem kind.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor<'a> {
+    id: &'a str,
+    short_description: Text,
+    full_description: Text,
+    help: Text,
+}
+
+/// `message` / `multiformatMessageString`: plain text only.
+#[derive(Serialize)]
+struct Text {
+    text: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SarifResult<'a> {
+    rule_id: &'a str,
+    rule_index: usize,
+    level: &'static str,
+    message: Text,
+    locations: [Location; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    properties: Option<Properties<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Location {
+    physical_location: PhysicalLocation,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PhysicalLocation {
+    artifact_location: ArtifactLocation,
+    region: Region,
+}
+
+/// A root-relative uri: code scanning resolves it against the checkout.
+#[derive(Serialize)]
+struct ArtifactLocation {
+    uri: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Region {
+    start_line: usize,
+}
+
+#[derive(Serialize)]
+struct Properties<'a> {
+    rule: &'a str,
+}
 
 /// One problem, whichever check found it.
 struct Found<'a> {
@@ -36,7 +154,7 @@ struct Found<'a> {
 }
 
 /// The gate's problems and the review's (none without `--base`) as one SARIF 2.1.0 log, pretty
-/// JSON ending with a newline.
+/// JSON ending with a newline; files are made relative to `root`.
 // i[impl spec-check.sarif]
 pub fn render(root: &Path, gate: &[Problem], review: &[review::Problem]) -> String {
     let found: Vec<Found<'_>> = gate
@@ -51,89 +169,85 @@ pub fn render(root: &Path, gate: &[Problem], review: &[review::Problem]) -> Stri
         })
         .chain(review.iter().map(|p| Found {
             kind: p.kind.name(),
-            help: review_help(p.kind),
             // A review problem of a row (not of a rule) has an empty file, line 0, no rule.
+            help: review_help(p.kind),
             file: Some(p.file.as_str()),
             line: Some(p.line),
             rule: Some(p.rule.as_str()),
             message: &p.message,
         }))
         .collect();
-    // One descriptor per kind found, in name order; results point at it by index.
-    let kinds: BTreeMap<&str, &str> = found.iter().map(|f| (f.kind, f.help)).collect();
-    let index: BTreeMap<&str, usize> = kinds.keys().enumerate().map(|(i, k)| (*k, i)).collect();
-    let rules: Vec<ReportingDescriptor> = kinds
+    // Every kind, in a fixed order; results point at theirs by index.
+    let mut kinds: Vec<(&str, &str)> = GATE_KINDS
         .iter()
-        .map(|(kind, help)| {
-            ReportingDescriptor::builder()
-                .id((*kind).to_owned())
-                .short_description(text(&format!("spec-check: {kind}")))
-                .help(text(help))
-                .build()
+        .map(|k| (k.name(), help(*k)))
+        .chain(REVIEW_KINDS.iter().map(|k| (k.name(), review_help(*k))))
+        .collect();
+    for f in &found {
+        if !kinds.iter().any(|(kind, _)| *kind == f.kind) {
+            kinds.push((f.kind, f.help));
+        }
+    }
+    let index: BTreeMap<&str, usize> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (*k, i))
+        .collect();
+    let rules: Vec<Descriptor<'_>> = kinds
+        .iter()
+        .map(|(kind, help)| Descriptor {
+            id: kind,
+            short_description: text(&format!("spec-check: {kind}")),
+            full_description: text(help),
+            help: text(help),
         })
         .collect();
-    let results: Vec<SarifResult> = found
+    let results: Vec<SarifResult<'_>> = found
         .iter()
         .map(|f| result(root, f, index.get(f.kind).copied().unwrap_or_default()))
         .collect();
-    let driver = ToolComponent::builder()
-        .name("holdfast spec-check".to_owned())
-        .information_uri("https://github.com/bearcove/tracey".to_owned())
-        .rules(rules)
-        .build();
-    let run = Run::builder()
-        .tool(Tool::builder().driver(driver).build())
-        .results(results)
-        .build();
-    let log = Sarif::builder()
-        .schema(SCHEMA_URI.to_owned())
-        .version(serde_json::json!("2.1.0"))
-        .runs(vec![run])
-        .build();
+    let log = Log {
+        schema: SCHEMA_URI,
+        version: VERSION,
+        runs: [Run {
+            tool: Tool {
+                driver: Driver {
+                    name: "holdfast spec-check",
+                    rules,
+                },
+            },
+            results,
+        }],
+    };
     let mut out = serde_json::to_string_pretty(&log).unwrap_or_default();
     out.push('\n');
     out
 }
 
 // i[impl spec-check.sarif]
-fn result(root: &Path, found: &Found<'_>, rule_index: usize) -> SarifResult {
+fn result<'a>(root: &Path, found: &Found<'a>, rule_index: usize) -> SarifResult<'a> {
     let (file, line) = place(root, found.file, found.line);
     let rule = found.rule.filter(|rule| !rule.is_empty());
-    let properties = rule.map(|rule| PropertyBag {
-        additional_properties: BTreeMap::from([("rule".to_owned(), serde_json::json!(rule))]),
-        ..PropertyBag::default()
-    });
-    let mut result = SarifResult::builder()
-        .rule_id(found.kind.to_owned())
-        .level(ResultLevel::Error)
-        .message(Message {
-            text: Some(match rule {
+    SarifResult {
+        rule_id: found.kind,
+        rule_index,
+        level: "error",
+        message: Text {
+            text: match rule {
                 Some(rule) if !found.message.contains(rule) => {
                     format!("{rule}: {}", found.message)
                 }
                 _ => found.message.to_owned(),
-            }),
-            ..Message::default()
-        })
-        .locations(vec![Location {
-            physical_location: Some(PhysicalLocation {
-                artifact_location: Some(ArtifactLocation {
-                    uri: Some(file),
-                    uri_base_id: Some("%SRCROOT%".to_owned()),
-                    ..ArtifactLocation::default()
-                }),
-                region: Some(Region {
-                    start_line: i64::try_from(line).ok(),
-                    ..Region::default()
-                }),
-                ..PhysicalLocation::default()
-            }),
-            ..Location::default()
-        }])
-        .build();
-    result.rule_index = i64::try_from(rule_index).ok();
-    result.properties = properties;
-    result
+            },
+        },
+        locations: [Location {
+            physical_location: PhysicalLocation {
+                artifact_location: ArtifactLocation { uri: file },
+                region: Region { start_line: line },
+            },
+        }],
+        properties: rule.map(|rule| Properties { rule }),
+    }
 }
 
 /// Where a result is placed: its file relative to `root` (`/`-separated) and its line; a problem
@@ -164,10 +278,10 @@ fn place(root: &Path, file: Option<&str>, line: Option<usize>) -> (String, usize
     }
 }
 
-fn text(text: &str) -> MultiformatMessageString {
-    MultiformatMessageString::builder()
-        .text(text.to_owned())
-        .build()
+fn text(text: &str) -> Text {
+    Text {
+        text: text.to_owned(),
+    }
 }
 
 /// How a problem of `kind` is fixed, in general (its message says what, here).

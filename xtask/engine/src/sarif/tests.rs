@@ -179,3 +179,47 @@ fn a_problem_without_a_place_or_outside_the_root_is_placed_on_the_config() {
         assert_ne!(result["properties"]["rule"], "", "{result:#}");
     }
 }
+
+// i[verify spec-check.sarif]
+#[test]
+fn every_kind_is_described_every_time_so_rule_indexes_are_stable() {
+    let root = std::path::Path::new("/");
+    let empty: serde_json::Value =
+        serde_json::from_str(&super::render(root, &[], &[])).expect("JSON");
+    let tree = with_problems();
+    let outcome = spec_check::check(&tree, &[], None, &[]).expect("a config");
+    let full: serde_json::Value =
+        serde_json::from_str(&super::render(root, &outcome.problems, &[])).expect("JSON");
+    let driver = |log: &serde_json::Value| log["runs"][0]["tool"]["driver"].clone();
+    // The same descriptors whatever was found.
+    assert_eq!(driver(&empty)["rules"], driver(&full)["rules"]);
+    let rules = driver(&empty)["rules"].as_array().expect("rules").clone();
+    let ids: Vec<&str> = rules.iter().filter_map(|r| r["id"].as_str()).collect();
+    for kind in [
+        "config",
+        "missing-verify",
+        "ratchet",
+        "waiver",
+        "coverage-down",
+        "text-changed-without-bump",
+    ] {
+        assert!(ids.contains(&kind), "{ids:?}");
+    }
+    for rule in &rules {
+        // GitHub wants a full description; each kind has a help text.
+        for field in ["shortDescription", "fullDescription", "help"] {
+            assert!(
+                rule[field]["text"].as_str().is_some_and(|t| !t.is_empty()),
+                "{rule:#}"
+            );
+        }
+    }
+    // No base id is used that the run does not define, and the tool is not tracey.
+    let text = serde_json::to_string(&full).expect("JSON");
+    assert!(!text.contains("uriBaseId"), "{text}");
+    assert!(!text.contains("bearcove/tracey"), "{text}");
+    for result in full["runs"][0]["results"].as_array().expect("results") {
+        let index = usize::try_from(result["ruleIndex"].as_u64().expect("index")).expect("usize");
+        assert_eq!(rules[index]["id"], result["ruleId"]);
+    }
+}
