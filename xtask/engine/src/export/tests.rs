@@ -117,3 +117,56 @@ fn this_workspaces_export_matches_the_schema() {
         "the export names its own rule"
     );
 }
+
+// i[verify spec-check.export]
+#[test]
+fn a_test_backed_export_gives_each_verifying_test_its_result() {
+    // alpha verified by a unit test that passed, beta by an integration test that failed.
+    let tree = Memory::new([
+        (
+            ".config/tracey/config.styx",
+            CONFIG.replace("src/**/*.rs", "crates/**/*.rs").as_str(),
+        ),
+        (
+            "docs/spec.md",
+            "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta+2]\n> Beta holds.\n",
+        ),
+        ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+        (
+            "crates/demo/Cargo.toml",
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        (
+            "crates/demo/src/lib.rs",
+            "// r[impl demo.alpha]\npub fn alpha() {}\n\n// r[impl demo.beta+2]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        super::alpha();\n    }\n}\n",
+        ),
+        (
+            "crates/demo/tests/beta.rs",
+            "// r[verify demo.beta+2]\n#[test]\nfn beta_holds() {\n    demo::beta();\n}\n",
+        ),
+        (
+            "target/junit.xml",
+            "<testsuites><testsuite name=\"demo\" tests=\"1\"><testcase name=\"tests::alpha_holds\" classname=\"demo\"/></testsuite><testsuite name=\"demo::beta\" tests=\"1\"><testcase name=\"beta_holds\" classname=\"demo::beta\"><failure message=\"no\"/></testcase></testsuite></testsuites>",
+        ),
+    ]);
+    let junit = crate::Tree::root(&tree).join("target/junit.xml");
+    let read = spec_check::read(&tree);
+    let everything =
+        crate::trace::everything(&tree, read, &[junit.as_path()], None, false).expect("traced");
+    let export: serde_json::Value =
+        serde_json::from_str(&super::render(&super::export(&tree, &everything))).expect("JSON");
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    assert!(
+        export["results"]
+            .as_str()
+            .is_some_and(|r| r.contains("junit.xml")),
+        "{export:#}"
+    );
+    let result = |rule: usize| export["rules"][rule]["verifies"][0]["result"].clone();
+    assert_eq!(export["rules"][0]["marker"], "r[demo.alpha]");
+    assert_eq!(result(0), "passed", "{export:#}");
+    assert_eq!(export["rules"][1]["marker"], "r[demo.beta+2]");
+    assert_eq!(result(1), "failed", "{export:#}");
+    assert_eq!(export["rules"][0]["verdict"], "verified");
+    assert_ne!(export["rules"][1]["verdict"], "verified", "{export:#}");
+}
