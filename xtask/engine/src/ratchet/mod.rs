@@ -25,6 +25,9 @@ pub const WAIVERS: &str = "docs/audit/waivers.toml";
 /// The baseline of counts, root-relative.
 pub const BASELINE: &str = "docs/audit/coverage-baseline.toml";
 
+/// How far ahead a waiver's `until` may be, as the problem says it.
+const MAX_HORIZON: &str = "a year of today";
+
 /// What a waiver excuses a rule from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -217,6 +220,16 @@ fn judge(raw: &Raw, tree: &Tree, today: &str) -> Option<Problem> {
         Some(_) => {}
     }
     let until = format!("{:04}-{:02}-{:02}", date.year, date.month, date.day);
+    // A waiver is a debt with a date: at most a year ahead, so it is judged again.
+    let horizon = today
+        .split_once('-')
+        .and_then(|(year, rest)| Some(format!("{:04}-{rest}", year.parse::<u32>().ok()? + 1)));
+    if horizon.is_some_and(|horizon| until > horizon) {
+        return problem(format!(
+            "the waiver of {marker} runs until {until}, more than a year ahead: give a date \
+             within {MAX_HORIZON}, and renew it then if the gap still stands"
+        ));
+    }
     (until.as_str() < today).then(|| {
         Problem::new(
             Kind::Waiver,

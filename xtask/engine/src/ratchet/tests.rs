@@ -396,3 +396,30 @@ fn a_baseline_written_without_results_keeps_the_tested_rules_recorded() {
     );
     assert_eq!(rows["demo"].verified.len(), 2, "{text}");
 }
+
+// i[verify spec-check.waivers]
+#[test]
+fn a_waiver_more_than_a_year_ahead_is_a_problem() {
+    let waiver = |until: &str| {
+        format!(
+            "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = {until}\n"
+        )
+    };
+    // TODAY is 2026-12-06: a year ahead holds, a day more does not.
+    let found = problems(&tree(
+        LIB,
+        &[("docs/audit/waivers.toml", &waiver("2027-12-06"))],
+    ));
+    assert_eq!(found, Vec::<Problem>::new());
+    for until in ["2027-12-07", "2999-12-31"] {
+        let found = problems(&tree(LIB, &[("docs/audit/waivers.toml", &waiver(until))]));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, Kind::Waiver);
+        assert_eq!(found[0].line, Some(1));
+        assert!(
+            found[0].message.contains("more than a year ahead"),
+            "{}",
+            found[0].message
+        );
+    }
+}
