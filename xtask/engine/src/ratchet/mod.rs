@@ -399,7 +399,7 @@ fn now_of<'f>(
 }
 
 /// 1-based line of `marker` in the `what` list of the row `name` of the baseline `text`, else
-/// of the row's header, else 1.
+/// (or for an empty `marker`) of the row's header, else 1.
 fn baseline_line(text: &str, name: &str, what: What, marker: &str) -> usize {
     let header = [format!("[{name}]"), format!("[\"{name}\"]")]
         .into_iter()
@@ -415,6 +415,7 @@ fn baseline_line(text: &str, name: &str, what: What, marker: &str) -> usize {
         .find(&format!("\n{} = [", what.word()))
         .map(|at| header + at);
     let at = list
+        .filter(|_| !marker.is_empty())
         .and_then(|list| {
             text[list..]
                 .find(&format!("\"{marker}\""))
@@ -478,11 +479,14 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
             if what == What::Tested && !tested {
                 continue;
             }
+            // The rules now that the baseline records as having the measure.
+            let mut recorded = std::collections::BTreeSet::new();
             for marker in was.having(what).unwrap_or_default() {
                 let Some((rule, has)) = now_of(source, flags, marker) else {
                     continue;
                 };
                 let current = rule.marker();
+                recorded.insert(current.clone());
                 if has[index] || waivers.covers(&current, what) {
                     continue;
                 }
@@ -504,6 +508,38 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                     .at(BASELINE, baseline_line(&text, name, what, marker))
                     .spec(name)
                     .rule(&current),
+                );
+            }
+            // Slack is lag: coverage the baseline does not record could be lost unnoticed.
+            // Tested is left out: it is the run's, and a run of some crates counts more.
+            let unrecorded: Vec<String> = flags
+                .iter()
+                .filter(|(_, has)| has[index])
+                .map(|(rule, _)| rule.marker())
+                .filter(|marker| !recorded.contains(marker))
+                .collect();
+            if what != What::Tested && !unrecorded.is_empty() {
+                let shown: Vec<&str> = unrecorded.iter().take(10).map(String::as_str).collect();
+                let more = unrecorded.len() - shown.len();
+                problems.push(
+                    Problem::new(
+                        Kind::Ratchet,
+                        format!(
+                            "{name}: {} rules are {} that the baseline does not record ({}{}): \
+                             record them with `cargo xtask spec-check --update-baseline` so that \
+                             the ratchet holds them",
+                            unrecorded.len(),
+                            what.word(),
+                            shown.join(", "),
+                            if more > 0 {
+                                format!(" and {more} more")
+                            } else {
+                                String::new()
+                            },
+                        ),
+                    )
+                    .at(BASELINE, baseline_line(&text, name, what, ""))
+                    .spec(name),
                 );
             }
         }

@@ -423,3 +423,38 @@ fn a_waiver_more_than_a_year_ahead_is_a_problem() {
         );
     }
 }
+
+// i[verify spec-check.ratchet]
+#[test]
+fn coverage_above_the_baseline_is_a_problem_until_recorded() {
+    let baseline = full_baseline();
+    // beta is now proven too, and the baseline does not record it.
+    let proof = format!(
+        "{PROOF}| `r[demo.beta+2]` | proven | 2 | 0 | 0 | 0 | - | abc1234 | 2026-12-02 |\n"
+    );
+    let files = [
+        ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+        ("docs/audit/proof.md", proof.as_str()),
+    ];
+    let found = problems(&tree(LIB, &files));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind, Kind::Ratchet);
+    assert!(
+        found[0].message.contains("r[demo.beta+2]")
+            && found[0].message.contains("--update-baseline"),
+        "{}",
+        found[0].message
+    );
+    // At the row's header.
+    let header = baseline.lines().position(|l| l == "[demo]").map(|i| i + 1);
+    assert_eq!(found[0].line, header);
+    // Recorded, it is clean.
+    let source = tree(LIB, &[("docs/audit/proof.md", proof.as_str())]);
+    let (t, outcome) = judged(&source);
+    let recorded = super::baseline(&source, &t, &outcome);
+    let files = [
+        ("docs/audit/coverage-baseline.toml", recorded.as_str()),
+        ("docs/audit/proof.md", proof.as_str()),
+    ];
+    assert_eq!(problems(&tree(LIB, &files)), Vec::<Problem>::new());
+}
