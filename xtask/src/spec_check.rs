@@ -263,6 +263,19 @@ fn review_run_to(
                 }
             }
             crate::output::print(&review::render(&review, &outcome, format));
+            // What the change did to the waivers and the baseline, for the reviewer to judge.
+            if format != report::Format::Json
+                && let Ok(then) = at_rev::tree(root, base)
+            {
+                let changes = ratchet::changes(&then, &disk);
+                if !changes.is_empty() {
+                    let lines: Vec<String> = changes.iter().map(|c| format!("- {c}\n")).collect();
+                    crate::output::print(&format!(
+                        "\nWaivers and coverage baseline changed since {base}:\n{}",
+                        lines.concat()
+                    ));
+                }
+            }
             if let Some(file) = sarif
                 && let Err(error) = write_sarif(root, file, &outcome.problems, &review.problems)
             {

@@ -547,6 +547,85 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
     problems
 }
 
+/// The waivers of `source` as written, keyed by rule (none when unreadable).
+fn raw_waivers(source: &dyn Source) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let Ok(text) = source.read(&source.root().join(WAIVERS)) else {
+        return out;
+    };
+    let Ok(file) = toml::from_str::<RawFile>(&text) else {
+        return out;
+    };
+    for raw in file.waiver.into_iter().map(toml::Spanned::into_inner) {
+        let waives: Vec<&str> = raw.waives.iter().map(|w| w.word()).collect();
+        out.entry(raw.rule.trim().to_owned())
+            .or_default()
+            .push(format!(
+                "waives {} until {}: {}",
+                waives.join(", "),
+                raw.until,
+                raw.why.trim()
+            ));
+    }
+    out
+}
+
+/// What a change did to the waivers and the baseline, from `base` to `head`, one line each: a
+/// waiver added, changed or removed, and each rule a baseline row no longer records as having a
+/// measure (a lowered baseline), for the review to show.
+// i[impl spec-check.ratchet]
+// i[impl spec-check.waivers]
+pub fn changes(base: &dyn Source, head: &dyn Source) -> Vec<String> {
+    let mut out = Vec::new();
+    let (was, now) = (raw_waivers(base), raw_waivers(head));
+    for (rule, terms) in &now {
+        match was.get(rule) {
+            None => out.push(format!("waiver added: {rule} {}", terms.join("; "))),
+            Some(before) if before != terms => out.push(format!(
+                "waiver changed: {rule} {} (was: {})",
+                terms.join("; "),
+                before.join("; ")
+            )),
+            Some(_) => {}
+        }
+    }
+    for (rule, terms) in &was {
+        if !now.contains_key(rule) {
+            out.push(format!("waiver removed: {rule} ({})", terms.join("; ")));
+        }
+    }
+    let (was, now) = (
+        previous(base).unwrap_or_default(),
+        previous(head).unwrap_or_default(),
+    );
+    for (name, before) in &was {
+        let after = now.get(name);
+        for what in MEASURES {
+            // By id without version: a bumped rule re-recorded is not a lowering.
+            let base_of = |marker: &String| {
+                let (prefix, rest) = marker.split_once('[')?;
+                let id = parse_rule_id(rest.strip_suffix(']')?)?;
+                Some(format!("{prefix}[{}]", id.base))
+            };
+            let kept: std::collections::BTreeSet<Option<String>> = after
+                .and_then(|row| row.having(what))
+                .unwrap_or_default()
+                .iter()
+                .map(base_of)
+                .collect();
+            for marker in before.having(what).unwrap_or_default() {
+                if !kept.contains(&base_of(marker)) {
+                    out.push(format!(
+                        "baseline lowered: {name} no longer records {marker} as {}",
+                        what.word()
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Drops the review's `coverage-down` problems of rules whose every loss a live waiver covers.
 // i[impl spec-check.waivers]
 pub fn honour(review: &mut Review, waivers: &Waivers) {

@@ -458,3 +458,54 @@ fn coverage_above_the_baseline_is_a_problem_until_recorded() {
     ];
     assert_eq!(problems(&tree(LIB, &files)), Vec::<Problem>::new());
 }
+
+// i[verify spec-check.ratchet]
+// i[verify spec-check.waivers]
+#[test]
+fn a_change_lists_the_waivers_it_adds_changes_or_removes_and_the_baseline_it_lowers() {
+    let baseline = full_baseline();
+    let waiver = |rule: &str, until: &str| {
+        format!(
+            "[[waiver]]\nrule = \"{rule}\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = {until}\n"
+        )
+    };
+    let base_waivers = format!(
+        "{}\n{}",
+        waiver("r[demo.alpha]", "2027-01-01"),
+        waiver("r[demo.gone]", "2027-01-01")
+    );
+    let head_waivers = format!(
+        "{}\n{}",
+        waiver("r[demo.alpha]", "2027-06-01"),
+        waiver("r[demo.beta+2]", "2027-01-01")
+    );
+    let lowered = baseline.replace("proven = [\"r[demo.alpha]\"]", "proven = []");
+    assert_ne!(lowered, baseline);
+    let base = tree(
+        LIB,
+        &[
+            ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+            ("docs/audit/waivers.toml", base_waivers.as_str()),
+        ],
+    );
+    let head = tree(
+        LIB,
+        &[
+            ("docs/audit/coverage-baseline.toml", lowered.as_str()),
+            ("docs/audit/waivers.toml", head_waivers.as_str()),
+        ],
+    );
+    let changes = super::changes(&base, &head);
+    assert_eq!(changes.len(), 4, "{changes:#?}");
+    let says = |needle: &str| changes.iter().any(|c| c.contains(needle));
+    assert!(says("waiver added: r[demo.beta+2]"), "{changes:#?}");
+    assert!(says("waiver changed: r[demo.alpha]"), "{changes:#?}");
+    assert!(says("2027-06-01"), "{changes:#?}");
+    assert!(says("waiver removed: r[demo.gone]"), "{changes:#?}");
+    assert!(
+        says("baseline lowered: demo no longer records r[demo.alpha] as proven"),
+        "{changes:#?}"
+    );
+    // No change, nothing listed.
+    assert_eq!(super::changes(&base, &base), Vec::<String>::new());
+}
