@@ -158,7 +158,7 @@ fn a_malformed_waiver_is_a_problem_at_its_line() {
         (
             "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"x\"\nuntil = \"soon\"\n",
             5,
-            "",
+            "expected a TOML datetime",
         ),
         (
             "[[waiver]]\nrule = \"demo.alpha\"\nwaives = [\"proven\"]\nwhy = \"x\"\nuntil = 2027-01-01\n",
