@@ -425,6 +425,44 @@ fn baseline_line(text: &str, name: &str, what: What, marker: &str) -> usize {
     line_of(text, at)
 }
 
+/// A live waiver of a measure its rule has now (tested only judged in a test-backed run): the gap
+/// closed, so the waiver is to be removed before it hides a later loss.
+// i[impl spec-check.waivers]
+fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for waiver in &waivers.live {
+        for (tested, flags) in now.values() {
+            let Some((_, has)) = flags.iter().find(|(rule, _)| rule.marker() == waiver.rule) else {
+                continue;
+            };
+            let closed: Vec<&str> = MEASURES
+                .iter()
+                .enumerate()
+                .filter(|(i, what)| {
+                    waiver.waives.contains(what) && has[*i] && (**what != What::Tested || *tested)
+                })
+                .map(|(_, what)| what.word())
+                .collect();
+            if !closed.is_empty() {
+                out.push(
+                    Problem::new(
+                        Kind::Waiver,
+                        format!(
+                            "the waiver of {} is not needed: the rule is {} now; remove it (or \
+                             what it waives that holds)",
+                            waiver.rule,
+                            closed.join(" and ")
+                        ),
+                    )
+                    .at(WAIVERS, waiver.line)
+                    .rule(&waiver.rule),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// The waivers' problems and the ratchet's: each rule a baseline row records as having a
 /// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
 /// waiver covers that; a rule since removed is skipped, a rule added is not judged.
@@ -433,6 +471,8 @@ fn baseline_line(text: &str, name: &str, what: What, marker: &str) -> usize {
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
     let mut problems = waivers.problems.clone();
+    let now = rows(source, tree, outcome);
+    problems.extend(unneeded(&waivers, &now));
     let path = source.root().join(BASELINE);
     if !source.exists(&path) {
         return problems;
@@ -458,7 +498,6 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
             return problems;
         }
     };
-    let now = rows(source, tree, outcome);
     for (name, was) in &baseline {
         let Some((tested, flags)) = now.get(name) else {
             problems.push(

@@ -110,7 +110,7 @@ fn a_count_below_the_baseline_is_a_problem_unless_a_waiver_covers_it() {
     files.push(("docs/audit/waivers.toml", waiver));
     assert_eq!(problems(&tree(LIB, &files)), Vec::<Problem>::new());
     // A waiver of something else does not.
-    let other = waiver.replace("[\"proven\"]", "[\"verified\"]");
+    let other = waiver.replace("[\"proven\"]", "[\"tested\"]");
     let mut files = unproven.to_vec();
     files.push(("docs/audit/waivers.toml", &other));
     let found = problems(&tree(LIB, &files));
@@ -123,7 +123,7 @@ fn a_count_below_the_baseline_is_a_problem_unless_a_waiver_covers_it() {
 // i[verify spec-check.waivers]
 #[test]
 fn an_expired_waiver_and_one_naming_no_rule_are_problems_at_their_lines() {
-    let waivers = "# Gaps.\n\n[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = 2026-12-05\n\n[[waiver]]\nrule = \"r[demo.gamma]\"\nwaives = [\"verified\"]\nwhy = \"later\"\nuntil = 2027-01-01\n\n[[waiver]]\nrule = \"r[demo.beta]\"\nwaives = [\"tested\"]\nwhy = \"old\"\nuntil = 2027-01-01\n\n[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"implemented\"]\nwhy = \"today is its last day\"\nuntil = 2026-12-06\n";
+    let waivers = "# Gaps.\n\n[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = 2026-12-05\n\n[[waiver]]\nrule = \"r[demo.gamma]\"\nwaives = [\"verified\"]\nwhy = \"later\"\nuntil = 2027-01-01\n\n[[waiver]]\nrule = \"r[demo.beta]\"\nwaives = [\"tested\"]\nwhy = \"old\"\nuntil = 2027-01-01\n\n[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"tested\"]\nwhy = \"today is its last day\"\nuntil = 2026-12-06\n";
     let source = tree(LIB, &[("docs/audit/waivers.toml", waivers)]);
     let found = problems(&source);
     let at: Vec<(Option<usize>, &str)> =
@@ -402,7 +402,7 @@ fn a_baseline_written_without_results_keeps_the_tested_rules_recorded() {
 fn a_waiver_more_than_a_year_ahead_is_a_problem() {
     let waiver = |until: &str| {
         format!(
-            "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = {until}\n"
+            "[[waiver]]\nrule = \"r[demo.beta+2]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = {until}\n"
         )
     };
     // TODAY is 2026-12-06: a year ahead holds, a day more does not.
@@ -508,4 +508,21 @@ fn a_change_lists_the_waivers_it_adds_changes_or_removes_and_the_baseline_it_low
     );
     // No change, nothing listed.
     assert_eq!(super::changes(&base, &base), Vec::<String>::new());
+}
+
+// i[verify spec-check.waivers]
+#[test]
+fn a_waiver_of_a_gap_that_closed_is_a_problem() {
+    // alpha is proven: a waiver of its proof is not needed; beta is not: its waiver is.
+    let waivers = "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"slow\"\nuntil = 2027-01-31\n\n[[waiver]]\nrule = \"r[demo.beta+2]\"\nwaives = [\"proven\", \"tested\"]\nwhy = \"slow\"\nuntil = 2027-01-31\n";
+    let found = problems(&tree(LIB, &[("docs/audit/waivers.toml", waivers)]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind, Kind::Waiver);
+    assert_eq!(found[0].line, Some(1));
+    assert_eq!(found[0].rule.as_deref(), Some("r[demo.alpha]"));
+    assert!(
+        found[0].message.contains("the rule is proven now"),
+        "{}",
+        found[0].message
+    );
 }
