@@ -170,3 +170,44 @@ fn a_test_backed_export_gives_each_verifying_test_its_result() {
     assert_eq!(export["rules"][0]["verdict"], "verified");
     assert_ne!(export["rules"][1]["verdict"], "verified", "{export:#}");
 }
+
+// i[verify spec-check.export]
+#[test]
+fn the_schema_constrains_locations_and_results() {
+    let mut export = export_of(&fixture());
+    export["rules"][0]["defined"]["column"] = serde_json::json!(4);
+    export["rules"][0]["verifies"][0]["result"] = serde_json::json!("exploded");
+    let found = violations(&export);
+    assert_eq!(found.len(), 2, "{found:?}");
+    // Every fate the results can give is accepted.
+    for fate in [
+        "passed",
+        "failed",
+        "skipped (needs docker: no socket)",
+        "ignored or not run (absent from the results)",
+        "ambiguous: matches 2 test cases (a, b)",
+        "no test function follows the annotation",
+    ] {
+        let mut export = export_of(&fixture());
+        export["rules"][0]["verifies"][0]["result"] = serde_json::json!(fate);
+        assert_eq!(violations(&export), Vec::<String>::new(), "{fate}");
+    }
+}
+
+// i[verify spec-check.export]
+#[test]
+fn the_schema_file_is_pinned_to_its_schema_version() {
+    use sha2::Digest as _;
+    // A changed schema file is a changed contract: bump export::SCHEMA when a reader could trip
+    // on it, then pin the new file here.
+    let digest = sha2::Sha256::digest(SCHEMA_TEXT.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        (super::SCHEMA, hex.as_str()),
+        (
+            1,
+            "5113502ad470696efd367da65fade6222a10dee33c15cb8250e370b42a96b092"
+        ),
+        "docs/audit/spec-export.schema.json changed"
+    );
+}
