@@ -39,10 +39,11 @@ pub struct Args {
     base: Option<String>,
     /// Also write every rule with its text, level, version, sites, tests and their results,
     /// proof and the findings it closes to FILE as JSON (docs/audit/spec-export.schema.json).
+    /// A relative FILE is taken from the workspace root.
     #[arg(long, value_name = "FILE.json")]
     export: Option<PathBuf>,
     /// Also write every problem of the gate (and of the review, with --base) to FILE as SARIF
-    /// 2.1.0, for GitHub's code scanning.
+    /// 2.1.0, for GitHub's code scanning. A relative FILE is taken from the workspace root.
     #[arg(long, value_name = "FILE")]
     sarif: Option<PathBuf>,
     /// First write docs/audit/coverage-baseline.toml from the tree now: the ratchet then fails
@@ -82,7 +83,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
-    if let Some(file) = &args.export
+    let export = args.export.as_deref().map(|p| output_path(&root, p));
+    let sarif = args.sarif.as_deref().map(|p| output_path(&root, p));
+    if let Some(file) = &export
         && let Err(error) = write_export(&root, file, &results, skips.as_deref())
     {
         eprintln!("error: spec-check: --export {}: {error}", file.display());
@@ -98,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &args.crates,
             &Outputs {
                 format,
-                sarif: args.sarif.as_deref(),
+                sarif: sarif.as_deref(),
                 update_baseline: args.update_baseline,
             },
         );
@@ -114,7 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(USAGE_ERROR));
             }
             crate::output::print(&report::render(&outcome, format));
-            if let Some(file) = &args.sarif
+            if let Some(file) = &sarif
                 && let Err(error) = write_sarif(&root, file, &outcome.problems, &[])
             {
                 eprintln!("error: spec-check: --sarif {}: {error}", file.display());
@@ -462,6 +465,18 @@ mod at_rev {
 
 /// A path given on the command line, read relative to the current directory when it exists
 /// there, else relative to the root.
+/// Where `--export` or `--sarif` writes: a relative path is taken from the workspace root, as a
+/// `--results` file not found under the working directory is.
+// i[impl spec-check.export]
+// i[impl spec-check.sarif]
+fn output_path(root: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        root.join(path)
+    }
+}
+
 fn root_relative(root: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() || path.exists() {
         path.to_path_buf()
@@ -1150,6 +1165,26 @@ mod tests {
                 ExitCode::FAILURE,
                 vec!["waiver".to_owned(), "coverage-down".to_owned()]
             )
+        );
+    }
+
+    // i[verify spec-check.export]
+    // i[verify spec-check.sarif]
+    #[test]
+    fn output_files_resolve_from_the_root_like_the_results() {
+        let root = Path::new("/work/repo");
+        assert_eq!(
+            output_path(root, Path::new("target/spec.sarif")),
+            root.join("target/spec.sarif")
+        );
+        // Even when a file of that name exists under the working directory.
+        assert_eq!(
+            output_path(root, Path::new("Cargo.toml")),
+            root.join("Cargo.toml")
+        );
+        assert_eq!(
+            output_path(root, Path::new("/tmp/out.json")),
+            Path::new("/tmp/out.json")
         );
     }
 
