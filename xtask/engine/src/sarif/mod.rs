@@ -1,6 +1,6 @@
 //! `spec-check --sarif FILE`: every problem of the gate and of the review as a SARIF 2.1.0
-//! result, for GitHub's code scanning: an alert on a line the pull request changed shows on its diff,
-//! the others in the repository's code-scanning list.
+//! result, for GitHub's code scanning: an alert on a line the pull request changed shows on its
+//! diff, the others in the repository's code-scanning list.
 //!
 //! The types are our own serde structs for the small part of SARIF 2.1.0 written (a tool with
 //! its rules, results with a location); the tests validate the output against the OASIS schema
