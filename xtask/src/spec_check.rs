@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use spec_engine::review;
 use spec_engine::spec_check::report::{self, Format};
 use spec_engine::spec_check::{check, check_read, parity, read};
+use spec_engine::{ratchet, review};
 
 /// Arguments of `cargo xtask spec-check`.
 #[derive(clap::Args)]
@@ -37,6 +37,21 @@ pub struct Args {
     /// and tests changed under each rule, annotations moved, coverage before and after.
     #[arg(long, value_name = "REV")]
     base: Option<String>,
+    /// Also write every rule with its text, level, version, sites, tests and their results,
+    /// proof and the findings it closes to FILE as JSON (docs/audit/spec-export.schema.json).
+    /// A relative FILE is taken from the workspace root.
+    #[arg(long, value_name = "FILE.json")]
+    export: Option<PathBuf>,
+    /// Also write every problem of the gate (and of the review, with --base) to FILE as SARIF
+    /// 2.1.0, for GitHub's code scanning. A relative FILE is taken from the workspace root.
+    #[arg(long, value_name = "FILE")]
+    sarif: Option<PathBuf>,
+    /// First write docs/audit/coverage-baseline.toml from the tree now: the ratchet then fails
+    /// on any rule recorded there that loses a measure no waiver (docs/audit/waivers.toml)
+    /// covers. Without --results the tested rules recorded are kept; refused with --crate,
+    /// whose run judges only some rules by their tests.
+    #[arg(long, conflicts_with = "crates")]
+    update_baseline: bool,
 }
 
 /// Exit code of a usage or fatal error: nothing was judged.
@@ -68,24 +83,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let results: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
+    let export = args.export.as_deref().map(|p| output_path(&root, p));
+    let sarif = args.sarif.as_deref().map(|p| output_path(&root, p));
+    if let Some(file) = &export
+        && let Err(error) = write_export(&root, file, &results, skips.as_deref())
+    {
+        eprintln!("error: spec-check: --export {}: {error}", file.display());
+        eprintln!("error: spec-check: nothing was judged (exit 2)");
+        return Ok(ExitCode::from(USAGE_ERROR));
+    }
     if let Some(base) = &args.base {
-        return review_run(
+        return review_run_to(
             &root,
             base,
             &results,
             skips.as_deref(),
             &args.crates,
-            format,
+            &Outputs {
+                format,
+                sarif: sarif.as_deref(),
+                update_baseline: args.update_baseline,
+            },
         );
     }
-    match check(
-        &spec_engine::Disk::new(&root),
-        &results,
-        skips.as_deref(),
-        &args.crates,
-    ) {
-        Ok(outcome) => {
+    let disk = spec_engine::Disk::new(&root);
+    let read_now = read(&disk);
+    match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
+        Ok(mut outcome) => {
+            if let Ok((_, tree)) = &read_now
+                && let Err(error) = ratchet_run(&disk, tree, &mut outcome, args.update_baseline)
+            {
+                eprintln!("error: spec-check: --update-baseline: {error}");
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
             crate::output::print(&report::render(&outcome, format));
+            if let Some(file) = &sarif
+                && let Err(error) = write_sarif(&root, file, &outcome.problems, &[])
+            {
+                eprintln!("error: spec-check: --sarif {}: {error}", file.display());
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
             Ok(if outcome.problems.is_empty() {
                 ExitCode::SUCCESS
             } else {
@@ -103,8 +140,79 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `spec-check --export FILE`: every rule of the tree at `root`, traced (by `results` when
+/// given), written to `file` as JSON.
+// i[impl spec-check.export]
+fn write_export(
+    root: &Path,
+    file: &Path,
+    results: &[&Path],
+    skips: Option<&Path>,
+) -> Result<(), String> {
+    let disk = spec_engine::Disk::new(root);
+    let read = spec_engine::spec_check::read(&disk);
+    let everything =
+        spec_engine::trace::everything(&disk, read, results, skips, results.is_empty())
+            .map_err(|err| err.to_string())?;
+    let export = spec_engine::export::export(&disk, &everything);
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+    }
+    std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())
+}
+
+/// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
+fn today() -> String {
+    let now = spec_engine::model::timestamp::utc(std::time::SystemTime::now());
+    now.get(..10).unwrap_or_default().to_owned()
+}
+
+/// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
+/// the gate's outcome; with `update` the baseline is first written from the counts now. Returns
+/// the live waivers, which the review honours.
+// i[impl spec-check.ratchet]
+// i[impl spec-check.waivers]
+fn ratchet_run(
+    disk: &spec_engine::Disk,
+    tree: &spec_engine::spec_check::Tree,
+    outcome: &mut spec_engine::spec_check::report::Outcome,
+    update: bool,
+) -> Result<ratchet::Waivers, String> {
+    use spec_engine::Tree as _;
+    let today = today();
+    if update {
+        let path = disk.root().join(ratchet::BASELINE);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+        }
+        std::fs::write(&path, ratchet::baseline(disk, tree, outcome))
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+    }
+    let found = ratchet::check(disk, tree, outcome, &today);
+    outcome.problems.extend(found);
+    outcome
+        .problems
+        .sort_by(spec_engine::spec_check::problem::Problem::order);
+    Ok(ratchet::waivers(disk, tree, &today))
+}
+
+/// `spec-check --sarif FILE`: the gate's and the review's problems written to `file`.
+// i[impl spec-check.sarif]
+fn write_sarif(
+    root: &Path,
+    file: &Path,
+    gate: &[spec_engine::spec_check::problem::Problem],
+    review: &[review::Problem],
+) -> Result<(), String> {
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+    }
+    std::fs::write(file, spec_engine::sarif::render(root, gate, review))
+        .map_err(|err| err.to_string())
+}
+
 /// `spec-check --base REV`: the gate on the work tree, and the review of the change from REV.
-// i[impl spec-check.review]
+#[cfg(test)]
 fn review_run(
     root: &Path,
     base: &str,
@@ -113,9 +221,70 @@ fn review_run(
     crates: &[String],
     format: Format,
 ) -> anyhow::Result<ExitCode> {
+    let out = Outputs {
+        format,
+        sarif: None,
+        update_baseline: false,
+    };
+    review_run_to(root, base, results, skips, crates, &out)
+}
+
+/// What `spec-check --base` prints and writes besides judging.
+struct Outputs<'a> {
+    /// The report's format.
+    format: Format,
+    /// `--sarif FILE`.
+    sarif: Option<&'a Path>,
+    /// `--update-baseline`.
+    update_baseline: bool,
+}
+
+/// [`review_run`], also writing the problems to `out.sarif` when given and the baseline when
+/// asked.
+// i[impl spec-check.review]
+// i[impl spec-check.sarif]
+fn review_run_to(
+    root: &Path,
+    base: &str,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+    out: &Outputs<'_>,
+) -> anyhow::Result<ExitCode> {
+    let (format, sarif, update_baseline) = (out.format, out.sarif, out.update_baseline);
     match review_at(root, base, results, skips, crates) {
-        Ok((review, outcome)) => {
+        Ok((mut review, mut outcome)) => {
+            // The waivers and the ratchet judge the work tree; the review honours the waivers.
+            let disk = spec_engine::Disk::new(root);
+            if let Ok((_, tree)) = read(&disk) {
+                match ratchet_run(&disk, &tree, &mut outcome, update_baseline) {
+                    Ok(waivers) => ratchet::honour(&mut review, &waivers),
+                    Err(error) => {
+                        eprintln!("error: spec-check: --update-baseline: {error}");
+                        return Ok(ExitCode::from(USAGE_ERROR));
+                    }
+                }
+            }
             crate::output::print(&review::render(&review, &outcome, format));
+            // What the change did to the waivers and the baseline, for the reviewer to judge.
+            if format != report::Format::Json
+                && let Ok(then) = at_rev::tree(root, base)
+            {
+                let changes = ratchet::changes(&then, &disk);
+                if !changes.is_empty() {
+                    let lines: Vec<String> = changes.iter().map(|c| format!("- {c}\n")).collect();
+                    crate::output::print(&format!(
+                        "\nWaivers and coverage baseline changed since {base}:\n{}",
+                        lines.concat()
+                    ));
+                }
+            }
+            if let Some(file) = sarif
+                && let Err(error) = write_sarif(root, file, &outcome.problems, &review.problems)
+            {
+                eprintln!("error: spec-check: --sarif {}: {error}", file.display());
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
             Ok(if outcome.problems.is_empty() && review.passes() {
                 ExitCode::SUCCESS
             } else {
@@ -455,6 +624,18 @@ mod at_rev {
 
 /// A path given on the command line, read relative to the current directory when it exists
 /// there, else relative to the root.
+/// Where `--export` or `--sarif` writes: a relative path is taken from the workspace root, as a
+/// `--results` file not found under the working directory is.
+// i[impl spec-check.export]
+// i[impl spec-check.sarif]
+fn output_path(root: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        root.join(path)
+    }
+}
+
 fn root_relative(root: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() || path.exists() {
         path.to_path_buf()
@@ -1163,6 +1344,225 @@ mod tests {
             .expect_err("no git");
         assert!(err.contains("cannot run git"), "{err}");
         assert!(!err.contains("no such commit"), "{err}");
+    }
+
+    // i[verify spec-check.export]
+    #[test]
+    fn export_writes_every_rule_and_a_broken_tree_is_a_usage_error() {
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path().canonicalize().expect("root");
+        let out = root.join("target/export/spec.json");
+        write_export(&root, &out, &[], None).expect("written");
+        let export: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("the file")).expect("JSON");
+        assert_eq!(export["schema"], 1);
+        let markers: Vec<&str> = export["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter_map(|r| r["marker"].as_str())
+            .collect();
+        assert_eq!(markers, ["r[demo.alpha]", "r[demo.beta]"]);
+        // A spec the trace cannot read writes nothing.
+        std::fs::write(root.join(".config/tracey/config.styx"), "specs (").expect("write");
+        let broken = root.join("broken.json");
+        assert!(write_export(&root, &broken, &[], None).is_err());
+        assert!(!broken.exists());
+    }
+
+    // i[verify spec-check.sarif]
+    #[test]
+    fn with_git_the_reviews_problems_are_written_as_sarif() {
+        let dir = two_commits(
+            REVIEW_SPEC,
+            &REVIEW_LIB.replace("    // r[verify demo.beta]\n", ""),
+        );
+        let root = dir.path().canonicalize().expect("root");
+        let out = root.join("out/spec.sarif");
+        let code = review_run_to(
+            &root,
+            "HEAD~1",
+            &[],
+            None,
+            &[],
+            &Outputs {
+                format: Format::Json,
+                sarif: Some(&out),
+                update_baseline: false,
+            },
+        )
+        .expect("ran");
+        assert_eq!(code, ExitCode::FAILURE);
+        let log: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("the log")).expect("JSON");
+        let kinds: Vec<&str> = log["runs"][0]["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["ruleId"].as_str())
+            .collect();
+        // The gate's problem on the work tree and the review's.
+        assert_eq!(kinds, ["missing-verify", "coverage-down"], "{log:#}");
+    }
+
+    /// The demo's proof summary: demo.alpha proven.
+    const REVIEW_PROOF: &str = "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 0 | 0 | - | abc1234 | 2026-12-01 |\n";
+
+    /// A repository whose base commit has the demo tree with demo.alpha proven, and whose head
+    /// (the work tree) lost that proof and has `waivers` (none when empty).
+    fn proof_lost(waivers: &str) -> tempfile::TempDir {
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("docs/audit")).expect("mkdir");
+        std::fs::write(root.join("docs/audit/proof.md"), REVIEW_PROOF).expect("write");
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "--quiet", "-m", "proven"]);
+        std::fs::write(root.join("docs/audit/proof.md"), "# Proof\n").expect("write");
+        if !waivers.is_empty() {
+            std::fs::write(root.join("docs/audit/waivers.toml"), waivers).expect("write");
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "--quiet", "-m", "lose the proof"]);
+        dir
+    }
+
+    /// A waiver of demo.alpha's proof holding through today (a waiver may reach a year ahead).
+    fn waive_alpha() -> String {
+        format!(
+            "[[waiver]]\nrule = \"r[demo.alpha]\"\nwaives = [\"proven\"]\nwhy = \"its mutants time out\"\nuntil = {}\n",
+            today()
+        )
+    }
+
+    // i[verify spec-check.waivers]
+    // i[verify spec-check.review.coverage]
+    #[test]
+    fn with_git_a_lost_proof_fails_the_review_unless_a_live_waiver_covers_it() {
+        let out = |dir: &tempfile::TempDir| {
+            let root = dir.path().canonicalize().expect("root");
+            let sarif = root.join("target/spec.sarif");
+            let code = review_run_to(
+                &root,
+                "HEAD~1",
+                &[],
+                None,
+                &[],
+                &Outputs {
+                    format: Format::Text,
+                    sarif: Some(&sarif),
+                    update_baseline: false,
+                },
+            )
+            .expect("ran");
+            let log: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&sarif).expect("log")).expect("JSON");
+            let kinds: Vec<String> = log["runs"][0]["results"]
+                .as_array()
+                .expect("results")
+                .iter()
+                .filter_map(|r| r["ruleId"].as_str().map(str::to_owned))
+                .collect();
+            (code, kinds)
+        };
+        // Without a waiver: coverage-down.
+        assert_eq!(
+            out(&proof_lost("")),
+            (ExitCode::FAILURE, vec!["coverage-down".to_owned()])
+        );
+        // With a live one: nothing.
+        assert_eq!(
+            out(&proof_lost(&waive_alpha())),
+            (ExitCode::SUCCESS, vec![])
+        );
+        // With an expired one: the waiver is a problem and covers nothing.
+        let expired = waive_alpha().replace(&today(), "2020-01-01");
+        assert_eq!(
+            out(&proof_lost(&expired)),
+            (
+                ExitCode::FAILURE,
+                vec!["waiver".to_owned(), "coverage-down".to_owned()]
+            )
+        );
+    }
+
+    // i[verify spec-check.export]
+    // i[verify spec-check.sarif]
+    #[test]
+    fn output_files_resolve_from_the_root_like_the_results() {
+        let root = Path::new("/work/repo");
+        assert_eq!(
+            output_path(root, Path::new("target/spec.sarif")),
+            root.join("target/spec.sarif")
+        );
+        // Even when a file of that name exists under the working directory.
+        assert_eq!(
+            output_path(root, Path::new("Cargo.toml")),
+            root.join("Cargo.toml")
+        );
+        assert_eq!(
+            output_path(root, Path::new("/tmp/out.json")),
+            Path::new("/tmp/out.json")
+        );
+    }
+
+    // i[verify spec-check.ratchet]
+    #[test]
+    fn update_baseline_refuses_a_run_of_some_crates_only() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let base = ["spec-check", "--results", "junit.xml", "--crate", "demo"];
+        assert!(Cli::try_parse_from(base).is_ok());
+        let refused = Cli::try_parse_from(base.into_iter().chain(["--update-baseline"]));
+        assert!(refused.is_err());
+        assert!(Cli::try_parse_from(["spec-check", "--update-baseline"]).is_ok());
+    }
+
+    // i[verify spec-check.ratchet]
+    #[test]
+    fn update_baseline_writes_todays_counts_and_a_later_loss_fails_the_gate() {
+        /// The gate's and the ratchet's problems on the work tree of `dir`, after writing the
+        /// baseline when `update`. (The proof summary is read once per process and root, so
+        /// each state is a repository of its own.)
+        fn judge(
+            dir: &tempfile::TempDir,
+            update: bool,
+        ) -> Vec<spec_engine::spec_check::problem::Problem> {
+            let root = dir.path().canonicalize().expect("root");
+            let disk = spec_engine::Disk::new(&root);
+            let read_now = read(&disk);
+            let mut outcome = check_read(&disk, &read_now, &[], None, &[]).expect("judged");
+            let (_, tree) = read_now.expect("read");
+            ratchet_run(&disk, &tree, &mut outcome, update).expect("ratchet");
+            outcome.problems
+        }
+        // The base's tree, with its proof: the baseline records one rule proven.
+        let proven = proof_lost("");
+        std::fs::write(proven.path().join("docs/audit/proof.md"), REVIEW_PROOF).expect("write");
+        assert_eq!(judge(&proven, true), Vec::new());
+        let baseline =
+            std::fs::read_to_string(proven.path().join(ratchet::BASELINE)).expect("written");
+        assert!(
+            baseline.contains("proven = [\"r[demo.alpha]\"]"),
+            "{baseline}"
+        );
+        // The proof lost: the ratchet fails, naming the rule.
+        let lost = proof_lost("");
+        std::fs::write(lost.path().join(ratchet::BASELINE), &baseline).expect("write");
+        let problems = judge(&lost, false);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].kind.name(), "ratchet");
+        assert!(
+            problems[0].message.contains("r[demo.alpha]"),
+            "{problems:?}"
+        );
+        // A live waiver covers it.
+        let waived = proof_lost(&waive_alpha());
+        std::fs::write(waived.path().join(ratchet::BASELINE), &baseline).expect("write");
+        assert_eq!(judge(&waived, false), Vec::new());
     }
 
     // i[verify spec-check.parity+2]

@@ -24,12 +24,21 @@
 //! - [`spec_report`] — the coverage per crate and the self-contained HTML page.
 //! - [`review`] — a change's spec review: two read trees (a base revision and the head) compared,
 //!   rule by rule, item by item, count by count ([`review::compare`]).
+//! - [`export`] — every rule with its text, level, sites, tests, results, proof and findings as
+//!   one versioned JSON document ([`export::export`], `spec-check --export`).
+//! - [`ratchet`] — waivers of justified gaps (`docs/audit/waivers.toml`) and a baseline of
+//!   counts coverage may not fall below (`docs/audit/coverage-baseline.toml`).
+//! - [`sarif`] — the gate's and the review's problems as a SARIF 2.1.0 log ([`sarif::render`],
+//!   `spec-check --sarif`).
 //!
 //! The README has an example that checks a small tree (it runs as a doctest).
 
 // i[impl xtask.layout.engine]
+pub mod export;
 pub mod model;
+pub mod ratchet;
 pub mod review;
+pub mod sarif;
 pub mod shapes;
 pub mod spec_check;
 pub mod spec_report;

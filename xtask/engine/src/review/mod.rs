@@ -211,6 +211,10 @@ pub struct Problem {
     pub line: usize,
     /// What to do about it.
     pub message: String,
+    /// For `coverage-down` on a rule: what it lost (`implemented`, `verified`, `proven`), which
+    /// a waiver may cover (not printed: the message says it).
+    #[serde(skip)]
+    pub lost: Vec<&'static str>,
 }
 
 /// Compares `base` with `head`; `base_name` names the base in the review.
@@ -359,6 +363,7 @@ fn rules_and_texts(
                     file: now.rule.file.clone(),
                     line: now.rule.line,
                     message,
+                    lost: Vec::new(),
                 });
             }
             continue;
@@ -673,6 +678,13 @@ fn coverage(
             if lost.is_empty() {
                 continue;
             }
+            // The measures lost, by name, for the waivers that may cover them.
+            let lost_measures: Vec<&'static str> = ["implemented", "verified", "proven"]
+                .into_iter()
+                .enumerate()
+                .filter(|&(index, _)| old[index] && !flags[index])
+                .map(|(_, what)| what)
+                .collect();
             review.problems.push(Problem {
                 kind: Kind::CoverageDown,
                 rule: marker.clone(),
@@ -683,6 +695,7 @@ fn coverage(
                     lost.join(", "),
                     review.base
                 ),
+                lost: lost_measures,
             });
         }
     }

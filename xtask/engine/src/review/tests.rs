@@ -458,6 +458,7 @@ fn a_huge_review_still_fits_one_pull_request_comment() {
             file: "docs/spec.md".to_owned(),
             line: n,
             message: long.clone(),
+            lost: Vec::new(),
         })
         .collect();
     outcome.problems.clear();

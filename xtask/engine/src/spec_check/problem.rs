@@ -46,6 +46,10 @@ pub enum Kind {
     TestResults,
     /// Test-backed mode: a file with `verify` annotations changed after the results were written.
     ResultsOutdated,
+    /// `docs/audit/waivers.toml`: a waiver malformed, expired, or naming no rule.
+    Waiver,
+    /// A coverage count fell below `docs/audit/coverage-baseline.toml`, and no waiver covers it.
+    Ratchet,
 }
 
 impl Kind {
@@ -70,6 +74,8 @@ impl Kind {
             Kind::NotVerifiedByTest => "not-verified-by-test",
             Kind::TestResults => "test-results",
             Kind::ResultsOutdated => "results-outdated",
+            Kind::Waiver => "waiver",
+            Kind::Ratchet => "ratchet",
         }
     }
 }
