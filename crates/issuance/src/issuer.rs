@@ -251,7 +251,7 @@ impl AriChoice {
 }
 
 /// What becomes of one certificate's new pairs beyond the store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outputs {
     /// Where copies are written for other services.
     pub deploy: Option<DeployTarget>,
@@ -480,15 +480,12 @@ impl Issuer {
                 memory.bad_on_disk.remove(name);
             }
         }
-        // What an added certificate, or one that gained a deploy or hook, is owed.
+        // What an added certificate, or one whose deploy or hook changed (gained, or another
+        // directory, owner, group or mode), is owed: as a restart would, its files are written
+        // again and its hook runs unless it already succeeded for this pair.
         let before = self.outputs();
         self.owe_outputs(&outputs, |name| {
-            let now = outputs.get(name);
-            let was = before.get(name);
-            !kept(name)
-                || now.is_some_and(|n| n.deploy.is_some()) && was.is_none_or(|w| w.deploy.is_none())
-                || now.is_some_and(|n| n.on_renew.is_some())
-                    && was.is_none_or(|w| w.on_renew.is_none())
+            !kept(name) || outputs.get(name) != before.get(name)
         });
         for name in &removed {
             for subject in [

@@ -639,3 +639,104 @@ async fn certificates_replaced_live_keep_the_others_state_and_drop_the_removed()
     let report = issuer.tick().await.unwrap();
     assert!(report.dispatched.is_empty(), "{report:?}");
 }
+
+/// One certificate, `a.example`, deployed to `dir/sub` with the key's `mode`.
+fn deployed_to(dir: &Path, sub: &str, mode: &str) -> HashMap<String, Outputs> {
+    let deploy: DeployConfig =
+        serde_json::from_value(serde_json::json!({ "dir": dir.join(sub), "mode": mode })).unwrap();
+    HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: Some(deploy.target("a.example", false).unwrap()),
+            on_renew: None,
+        },
+    )])
+}
+
+// r[verify node.reload.live-issuance]
+#[tokio::test]
+async fn a_kept_certificates_changed_deploy_taken_live_is_written_at_the_next_tick() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let hosts = || vec![Hostname::new("a.example", source.clone())];
+    let issuer =
+        issuer(dir.path(), hosts(), &clock).with_outputs(deployed_to(dir.path(), "one", "0640"));
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    assert!(dir.path().join("one/key.pem").exists());
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.path().join("one/key.pem")), 0o640);
+
+    // Another directory: written there, without issuing again.
+    issuer.replace_hosts(hosts(), deployed_to(dir.path(), "two", "0640"));
+    clock.advance(Duration::from_secs(120));
+    assert!(issuer.tick().await.unwrap().issued.is_empty());
+    assert!(
+        dir.path().join("two/key.pem").exists(),
+        "the new deploy dir was never written"
+    );
+    // The same directory with a tighter key mode: the key is written again with it.
+    issuer.replace_hosts(hosts(), deployed_to(dir.path(), "two", "0600"));
+    clock.advance(Duration::from_secs(120));
+    assert!(issuer.tick().await.unwrap().issued.is_empty());
+    assert_eq!(
+        mode(&dir.path().join("two/key.pem")),
+        0o600,
+        "the key kept its old mode"
+    );
+    assert_eq!(source.calls.lock().unwrap().len(), 1);
+    assert!(issuer.fault_board().of_module("issuance").is_empty());
+}
+
+// r[verify node.reload.live-issuance]
+#[tokio::test]
+async fn a_kept_certificate_gaining_a_deploy_and_a_hook_live_gets_both_at_the_next_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let hosts = || vec![Hostname::new("a.example", source.clone())];
+    let issuer = issuer(dir.path(), hosts(), &clock);
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+
+    // A deploy: written at the next tick.
+    let mut outputs = deployed_to(dir.path(), "out", "0600");
+    issuer.replace_hosts(hosts(), outputs.clone());
+    clock.advance(Duration::from_secs(120));
+    assert!(issuer.tick().await.unwrap().issued.is_empty());
+    assert!(
+        dir.path().join("out/key.pem").exists(),
+        "the gained deploy was not written"
+    );
+
+    // A hook: run once at the next tick, told of the deployed files.
+    let runs = dir.path().join("runs");
+    let hook = script(
+        dir.path(),
+        "hook.sh",
+        &format!("echo \"$HOLDFAST_KEY_PATH\" >> {}", runs.display()),
+    );
+    if let Some(out) = outputs.get_mut("a.example") {
+        out.on_renew = Some(Hook {
+            argv: vec![hook],
+            timeout: Duration::from_secs(10),
+        });
+    }
+    issuer.replace_hosts(hosts(), outputs.clone());
+    for _ in 0..2 {
+        clock.advance(Duration::from_secs(120));
+        assert!(issuer.tick().await.unwrap().issued.is_empty());
+    }
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(
+        ran,
+        format!("{}\n", dir.path().join("out/key.pem").display())
+    );
+    // The same outputs again: nothing owed, nothing run.
+    issuer.replace_hosts(hosts(), outputs);
+    clock.advance(Duration::from_secs(120));
+    issuer.tick().await.unwrap();
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 1);
+    assert_eq!(source.calls.lock().unwrap().len(), 1);
+    assert!(issuer.fault_board().of_module("issuance").is_empty());
+}
