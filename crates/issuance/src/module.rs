@@ -1097,6 +1097,23 @@ fn certificate(
     Ok((Hostname::certificate(h.names, source), out))
 }
 
+/// A running module's new certificates, checked ([`Issuance::plan_certificates`]) and not yet
+/// given to its issuer.
+pub struct Certificates {
+    hosts: Vec<Hostname>,
+    outputs: std::collections::HashMap<String, Outputs>,
+}
+
+impl std::fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.hosts.iter().map(|h| h.name.as_str()).collect();
+        f.debug_struct("Certificates")
+            .field("hosts", &names)
+            .field("outputs", &self.outputs)
+            .finish()
+    }
+}
+
 impl Issuance {
     /// Replaces the certificates while the module runs, from `config`'s
     /// `[[issuance.hostname]]` and `[[issuance.certificate]]` entries (its other settings are
@@ -1106,6 +1123,15 @@ impl Issuance {
     /// longer renewed ([`Issuer::replace_hosts`]).
     // r[impl node.reload.live-issuance]
     pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
+        let certificates = self.plan_certificates(config)?;
+        self.apply_certificates(certificates);
+        Ok(())
+    }
+
+    /// [`Issuance::set_certificates`]'s checks, changing nothing: what
+    /// [`Issuance::apply_certificates`] then gives the issuer.
+    // r[impl node.reload.live-issuance]
+    pub fn plan_certificates(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
         check_names(config)?;
         config
             .check_deploys()
@@ -1139,8 +1165,13 @@ impl Issuance {
             }
             hosts.push(host);
         }
-        self.issuer.replace_hosts(hosts, outputs);
-        Ok(())
+        Ok(Certificates { hosts, outputs })
+    }
+
+    /// Gives the issuer the certificates [`Issuance::plan_certificates`] checked.
+    pub fn apply_certificates(&self, certificates: Certificates) {
+        self.issuer
+            .replace_hosts(certificates.hosts, certificates.outputs);
     }
 
     /// The issuer (status, force-retry, the store).
