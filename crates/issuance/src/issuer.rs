@@ -413,28 +413,38 @@ impl Issuer {
     // r[impl issue.deploy]
     // r[impl issue.on-renew]
     pub fn with_outputs(self, outputs: HashMap<String, Outputs>) -> Self {
-        self.owe_outputs(&outputs, |_| true);
+        self.owe_outputs(&mut self.memory(), &outputs, |_| true);
         *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(outputs);
         self
     }
 
     /// Marks the deploys and hooks owed for the stored pairs of the certificates in `outputs`
     /// that `which` accepts.
-    fn owe_outputs(&self, outputs: &HashMap<String, Outputs>, which: impl Fn(&str) -> bool) {
-        {
-            let mut memory = self.memory();
-            for (name, out) in outputs.iter().filter(|(name, _)| which(name)) {
-                let Some(pair) = self.store.get(name) else {
-                    continue;
-                };
-                if out.deploy.is_some() {
-                    memory.pending.entry(name.clone()).or_default().deploy = true;
-                }
-                if out.on_renew.is_some() && !self.hook_done_for(name, &pair.chain_pem) {
-                    memory.pending.entry(name.clone()).or_default().hook = true;
-                }
+    fn owe_outputs(
+        &self,
+        memory: &mut Memory,
+        outputs: &HashMap<String, Outputs>,
+        which: impl Fn(&str) -> bool,
+    ) {
+        for (name, out) in outputs.iter().filter(|(name, _)| which(name)) {
+            let Some(pair) = self.store.get(name) else {
+                continue;
+            };
+            if out.deploy.is_some() {
+                memory.pending.entry(name.clone()).or_default().deploy = true;
+            }
+            if out.on_renew.is_some() && !self.hook_done_for(name, &pair.chain_pem) {
+                memory.pending.entry(name.clone()).or_default().hook = true;
             }
         }
+    }
+
+    /// Whether `name` is one of the certificates now. Asked holding the memory lock before
+    /// anything is kept or filed for `name`: [`Issuer::replace_hosts`] swaps the certificates
+    /// and clears a removed one's state under that lock, so nothing kept or filed after it
+    /// outlives the removal.
+    fn is_current(&self, name: &str) -> bool {
+        self.hosts().iter().any(|h| h.name == name)
     }
 
     /// The certificates now.
@@ -454,23 +464,22 @@ impl Issuer {
     /// faults are cleared (its history and stored files are left as they are).
     // r[impl node.reload.live-issuance]
     pub fn replace_hosts(&self, hosts: Vec<Hostname>, outputs: HashMap<String, Outputs>) {
-        let old = self.hosts();
+        let (old, before) = (self.hosts(), self.outputs());
         let kept = |name: &str| old.iter().any(|h| h.name == name);
         let removed: Vec<String> = old
             .iter()
             .filter(|h| !hosts.iter().any(|n| n.name == h.name))
             .map(|h| h.name.clone())
             .collect();
+        let added: Vec<Hostname> = hosts.iter().filter(|h| !kept(&h.name)).cloned().collect();
         {
+            // The swap and the removed ones' clearing under the memory lock, the swap first: a
+            // tick, hook or attempt under way keeps or files nothing for a removed name
+            // (see `is_current`).
             let mut memory = self.memory();
-            for host in hosts.iter().filter(|h| !kept(&h.name)) {
-                if let Err(err) = self.store.load(&host.name) {
-                    tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
-                    memory
-                        .bad_on_disk
-                        .insert(host.name.clone(), err.to_string());
-                }
-            }
+            *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) =
+                Arc::new(outputs.clone());
+            *self.hosts.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(hosts);
             for name in &removed {
                 memory.pending.remove(name);
                 memory.hooks.remove(name);
@@ -478,34 +487,36 @@ impl Issuer {
                 memory.last_error.remove(name);
                 memory.ari.remove(name);
                 memory.bad_on_disk.remove(name);
+                for subject in [
+                    Subject::new(MODULE, name.clone()),
+                    expiry_subject(name),
+                    deploy_subject(name),
+                    hook_subject(name),
+                ] {
+                    self.faults.clear(&subject);
+                }
             }
-        }
-        // What an added certificate, or one whose deploy or hook changed (gained, or another
-        // directory, owner, group or mode), is owed: as a restart would, its files are written
-        // again and its hook runs unless it already succeeded for this pair.
-        let before = self.outputs();
-        self.owe_outputs(&outputs, |name| {
-            !kept(name) || outputs.get(name) != before.get(name)
-        });
-        for name in &removed {
-            for subject in [
-                Subject::new(MODULE, name.clone()),
-                expiry_subject(name),
-                deploy_subject(name),
-                hook_subject(name),
-            ] {
-                self.faults.clear(&subject);
+            for host in &added {
+                if let Err(err) = self.store.load(&host.name) {
+                    tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
+                    memory
+                        .bad_on_disk
+                        .insert(host.name.clone(), err.to_string());
+                }
             }
+            // What an added certificate, or one whose deploy or hook changed (gained, or another
+            // directory, owner, group or mode), is owed: as a restart would, its files are
+            // written again and its hook runs unless it already succeeded for this pair.
+            self.owe_outputs(&mut memory, &outputs, |name| {
+                !kept(name) || outputs.get(name) != before.get(name)
+            });
         }
-        *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(outputs);
-        *self.hosts.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(hosts);
-        let added = self.hosts().iter().filter(|h| !kept(&h.name)).count();
         tracing::info!(
-            added,
+            added = added.len(),
             removed = removed.len(),
             "issuance: certificates replaced"
         );
-        self.sync_faults_of(self.hosts().iter().filter(|h| !kept(&h.name)));
+        self.sync_faults_of(added.iter());
     }
 
     /// Writes the deploys still owed, then runs the hooks owed whose pacing allows: a failed
@@ -556,8 +567,12 @@ impl Issuer {
                     Err(err) => {
                         tracing::warn!(certificate = %name, %err, "certificate deploy failed");
                         let message = format!("deploy: {err}; tried again every tick");
-                        self.faults
-                            .file(deploy_subject(&name), "deploy", &message, 0, now);
+                        let memory = self.memory();
+                        if self.is_current(&name) {
+                            self.faults
+                                .file(deploy_subject(&name), "deploy", &message, 0, now);
+                        }
+                        drop(memory);
                         // The hook waits for the files it is told about.
                         continue;
                     }
@@ -580,7 +595,7 @@ impl Issuer {
                 pending.hook = false;
             }
             let mut memory = self.memory();
-            if pending == Pending::default() {
+            if pending == Pending::default() || !self.is_current(&host.name) {
                 memory.pending.remove(&host.name);
             } else {
                 memory.pending.insert(host.name.clone(), pending);
@@ -592,6 +607,10 @@ impl Issuer {
                 self.record_hook_done(&name, &chain);
             }
             let mut memory = self.memory();
+            if !self.is_current(&name) {
+                // Removed while its hook ran: its state and faults went with it.
+                continue;
+            }
             match result {
                 Ok(()) => {
                     memory.hooks.remove(&name);
@@ -613,7 +632,6 @@ impl Issuer {
                     history.begin_attempt(&self.hook_policy, now);
                     let recorded = history.record_failure(&self.hook_policy, end, None);
                     let next = history.next_attempt_at(&self.hook_policy);
-                    drop(memory);
                     tracing::warn!(certificate = %name, %err, failures = recorded.failures, "on_renew hook failed");
                     let when = next
                         .and_then(|at| at.duration_since(end).ok())
@@ -623,6 +641,7 @@ impl Issuer {
                         "on_renew failed {} time(s) (last: {err}); {when}",
                         recorded.failures
                     );
+                    // Filed holding the memory lock: a removal waits for it, then clears it.
                     self.faults.file(
                         hook_subject(&name),
                         "on_renew",
@@ -630,6 +649,7 @@ impl Issuer {
                         recorded.failures,
                         end,
                     );
+                    drop(memory);
                 }
             }
         }
@@ -743,6 +763,10 @@ impl Issuer {
                 }
             };
             let memory = self.memory();
+            if !self.is_current(&host.name) {
+                // Removed meanwhile: its faults went with it.
+                continue;
+            }
             // The fault stays open through the whole sustained failure, not only while the block
             // holds: between a block's expiry and the next attempt it does not flap.
             // As the decision sees it: a failure dated after now counts as now.
@@ -1085,10 +1109,12 @@ impl Issuer {
                     failures = after.failures, class = err.class.as_str(), error = %err.message,
                     "certificate attempt failed");
                 let mut memory = self.memory();
-                memory.last_error.insert(
-                    host.name.clone(),
-                    format!("{}: {}", err.class.as_str(), err.message),
-                );
+                if self.is_current(&host.name) {
+                    memory.last_error.insert(
+                        host.name.clone(),
+                        format!("{}: {}", err.class.as_str(), err.message),
+                    );
+                }
                 *memory
                     .attempts
                     .entry((host.source.name().to_owned(), "failure"))
@@ -1124,11 +1150,19 @@ impl Issuer {
                 tracing::warn!(hostname = %host.name, timeout = ?bound,
                     "renewal information did not answer in time; asking again in an hour");
                 let entry = AriChoice::unanswered(kept, now);
-                self.memory().ari.insert(host.name.clone(), entry);
+                self.keep_ari(&host.name, entry);
                 break;
             };
             let entry = AriChoice::answered(kept, window, now, rand::random::<f64>);
-            self.memory().ari.insert(host.name.clone(), entry);
+            self.keep_ari(&host.name, entry);
+        }
+    }
+
+    /// Keeps `name`'s renewal window, unless it was removed while it was asked for.
+    fn keep_ari(&self, name: &str, entry: AriChoice) {
+        let mut memory = self.memory();
+        if self.is_current(name) {
+            memory.ari.insert(name.to_owned(), entry);
         }
     }
 

@@ -740,3 +740,87 @@ async fn a_kept_certificate_gaining_a_deploy_and_a_hook_live_gets_both_at_the_ne
     assert_eq!(source.calls.lock().unwrap().len(), 1);
     assert!(issuer.fault_board().of_module("issuance").is_empty());
 }
+
+/// Waits (10 s at most) until `path` exists.
+async fn until_exists(path: &Path) {
+    for _ in 0..1000 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+// r[verify node.reload.live-issuance]
+#[tokio::test]
+async fn a_certificate_removed_while_its_hook_runs_leaves_no_fault_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    // The hook says it started, waits for the test's word, then fails.
+    let hook = script(
+        dir.path(),
+        "held.sh",
+        &format!(
+            "touch {started}\nwhile [ ! -e {go} ]; do sleep 0.01; done\necho nope >&2\nexit 1",
+            started = started.display(),
+            go = go.display()
+        ),
+    );
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: None,
+            on_renew: Some(Hook {
+                argv: vec![hook],
+                timeout: Duration::from_secs(10),
+            }),
+        },
+    )]);
+    let issuer = issuer(
+        dir.path(),
+        vec![
+            Hostname::new("a.example", source.clone()),
+            Hostname::new("b.example", source.clone()),
+        ],
+        &clock,
+    )
+    .with_outputs(outputs);
+    let faults = |issuer: &Issuer| -> Vec<(String, String)> {
+        issuer
+            .fault_board()
+            .of_module("issuance")
+            .into_iter()
+            .map(|f| (f.subject.name, f.kind))
+            .collect()
+    };
+    // `a` is removed while its hook runs; the hook then fails.
+    let (tick, ()) = tokio::join!(issuer.tick(), async {
+        until_exists(&started).await;
+        issuer.replace_hosts(
+            vec![Hostname::new("b.example", source.clone())],
+            HashMap::new(),
+        );
+        std::fs::write(&go, "").unwrap();
+    });
+    tick.unwrap();
+    let listed: Vec<String> = issuer
+        .statuses()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.hostname)
+        .collect();
+    assert_eq!(listed, ["b.example"]);
+    assert!(faults(&issuer).is_empty(), "{:?}", faults(&issuer));
+    // Nothing is owed to it either: later ticks run no hook and file nothing.
+    std::fs::remove_file(&started).unwrap();
+    clock.advance(Duration::from_secs(3600));
+    issuer.tick().await.unwrap();
+    assert!(
+        !started.exists(),
+        "the removed certificate's hook ran again"
+    );
+    assert!(faults(&issuer).is_empty(), "{:?}", faults(&issuer));
+}
