@@ -1372,6 +1372,61 @@ mod tests {
         assert_eq!(settings.http01_other, Http01Other::NotFound);
     }
 
+    // r[verify node.reload.live-issuance]
+    #[tokio::test]
+    async fn certificates_given_live_must_use_a_running_source_else_nothing_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |certificates: serde_json::Value| -> IssuanceConfig {
+            serde_json::from_value(serde_json::json!({
+                "certificate": certificates,
+                "acme": {
+                    "directory": "https://127.0.0.1:9/dir",
+                    "http01_bind": "127.0.0.1:0",
+                    "tls_alpn01_bind": "127.0.0.1:0",
+                },
+            }))
+            .unwrap()
+        };
+        let alpn = |name: &str| serde_json::json!({ "names": [name], "source": "acme", "challenge": "tls-alpn-01" });
+        let started = start(
+            &config(serde_json::json!([alpn("a.example")])),
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .unwrap();
+        let listed = |issuance: &Issuance| -> Vec<String> {
+            let statuses = issuance.issuer().statuses().unwrap();
+            statuses.into_iter().map(|s| s.hostname).collect()
+        };
+        // HTTP-01 is not running (no certificate used it at the start): refused, naming it.
+        let http01 =
+            serde_json::json!({ "names": ["b.example"], "source": "acme", "challenge": "http-01" });
+        let err = started
+            .set_certificates(&config(serde_json::json!([alpn("a.example"), http01])))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("b.example") && err.contains("not running"),
+            "{err}"
+        );
+        assert_eq!(listed(&started), ["a.example"], "a refusal changed nothing");
+        // The running source: taken.
+        started
+            .set_certificates(&config(serde_json::json!([
+                alpn("a.example"),
+                alpn("c.example")
+            ])))
+            .unwrap();
+        assert_eq!(listed(&started), ["a.example", "c.example"]);
+        started
+            .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+
     // r[verify issue.acme.tls-alpn01]
     // r[verify issue.acme.tls-alpn01.limits]
     #[tokio::test]

@@ -1106,6 +1106,7 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
 // r[verify node.reload.live-gateway]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
+    use futures_util::SinkExt as _;
     let dir = tempfile::tempdir().unwrap();
     let gateway = gateway_section(dir.path(), "127.0.0.1:0");
     let node = start_in(dir, &gateway, BUDGET, None);
@@ -1114,10 +1115,14 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
     let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
 
-    // One connection per source from now on: the one open stays, a second is refused.
+    // One connection per source, one room per connection and room names of 4 bytes at most
+    // from now on: the one open stays (in its room, whose name is longer), a second is refused.
     rewrite(
         &node,
-        &gateway.replace("[gateway.drain]", "per_ip_limit = 1\n\n[gateway.drain]"),
+        &gateway.replace(
+            "[gateway.drain]",
+            "per_ip_limit = 1\nmax_rooms_per_connection = 1\nmax_room_name = 4\n\n[gateway.drain]",
+        ),
     );
     let (code, out, err) = reload(&node);
     assert_eq!(code, 0, "{out}{err}");
@@ -1132,10 +1137,26 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     );
     let tcp = TcpStream::connect(&addr).await.unwrap();
     let refused = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp).await;
-    assert!(
-        refused.is_err(),
-        "a second connection from the source was admitted"
-    );
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503, "{response:?}");
+        }
+        other => panic!("a second connection from the source was not refused with 503: {other:?}"),
+    }
+    // The joins are held to the new room limits.
+    let join = |room: &str| {
+        tokio_tungstenite::tungstenite::Message::Text(
+            serde_json::json!({"type": "join", "room": room})
+                .to_string()
+                .into(),
+        )
+    };
+    ws.send(join("longer")).await.unwrap();
+    let answer: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
+    assert_eq!(answer["reason"], "room name too long", "{answer}");
+    ws.send(join("abc")).await.unwrap();
+    let answer: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
+    assert_eq!(answer["reason"], "too many rooms", "{answer}");
 
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));
