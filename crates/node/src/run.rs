@@ -640,6 +640,21 @@ async fn serve_reloads(
             ),
             Err(err) => tracing::warn!(error = %err, "reload refused"),
         }
+        // r[impl node.reload.gateway-files]
+        // A file rotated in place is no change to the config: the running gateway checks its
+        // key and TLS files now rather than at its next poll. Off the runtime's threads and not
+        // awaited: a hung file holds up neither the next reload nor the node's stop.
+        if let Some(gateway) = context.node.gateway.running().filter(|_| outcome.is_ok()) {
+            tokio::task::spawn_blocking(move || {
+                let keys = gateway.reload_keys();
+                let tls = gateway.reload_tls();
+                tracing::info!(
+                    ?keys,
+                    ?tls,
+                    "reload: the gateway checked its key and TLS files"
+                );
+            });
+        }
         for reply in replies {
             let _ = reply.send(outcome.clone());
         }

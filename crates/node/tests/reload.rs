@@ -1162,3 +1162,64 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     let (code, _, log) = node.wait(Duration::from_secs(15));
     assert_eq!(code, 0, "{log}");
 }
+
+// r[verify node.reload.gateway-files]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_has_the_gateway_take_a_key_file_rotated_in_place() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    const NEW: &str = "gateway-reload-key-rotated-9876543210";
+    let dir = tempfile::tempdir().unwrap();
+    // The key files are polled once an hour: only the reload can have the new key taken now.
+    let gateway = format!(
+        "{}\n[gateway.auth]\nreload_interval = \"1h\"\n",
+        gateway_section(dir.path(), "127.0.0.1:0")
+    );
+    let key = dir.path().join("gateway.key");
+    let node = start_in(dir, &gateway, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    std::fs::write(&key, format!("{NEW}\n")).unwrap();
+    // The file rotated in place: the config is the same, the gateway is not restarted.
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(starts(&node, "gateway").await, 1, "the gateway restarted");
+    // Its check runs off the reload's task: a token signed with the new key is accepted soon.
+    let token = holdfast_gateway::Signer::new(NEW.as_bytes())
+        .token(
+            "ann",
+            std::time::SystemTime::now() + Duration::from_secs(3600),
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tcp = TcpStream::connect(&addr).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+            .await
+            .unwrap();
+        ws.send(tokio_tungstenite::tungstenite::Message::Text(
+            json!({"type": "auth", "token": token}).to_string().into(),
+        ))
+        .await
+        .unwrap();
+        // A refused token closes the connection, naming why.
+        let answer = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .ok()
+            .flatten();
+        if let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) = &answer
+            && text.contains("\"authenticated\"")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a token signed with the rotated key is refused after the reload: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
