@@ -307,15 +307,7 @@ impl Gateway {
 
     /// The limits in force now.
     pub fn live_limits(&self) -> crate::config::LiveLimits {
-        let l = &self.inner.limits;
-        let (per_ip, unauth, unauth_per_ip) = l.admission_limits();
-        crate::config::LiveLimits {
-            per_ip_limit: per_ip,
-            unauthenticated_limit: unauth,
-            unauthenticated_per_ip_limit: unauth_per_ip,
-            max_rooms_per_connection: l.max_rooms_per_connection(),
-            max_room_name: l.max_room_name(),
-        }
+        self.inner.limits.get()
     }
 
     /// The last failed reload of the token key files, until one succeeds.
@@ -379,12 +371,7 @@ impl Gateway {
 /// The limits and the TLS acceptor, checked before anything is bound or registered.
 fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError> {
     config.validate()?;
-    let limits = Limits::new(
-        config.per_ip_limit,
-        config.unauthenticated_limit,
-        config.unauthenticated_per_ip_limit,
-    );
-    limits.set(config.live_limits());
+    let limits = Limits::new(config.live_limits());
     let tls = match &config.tls {
         Some(files) => Some(Tls::new(files.clone(), config.tls_check_interval)?),
         None => None,
