@@ -1049,6 +1049,25 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
     }
     assert_eq!(workloads, ["api", "web"]);
     assert_eq!(hostnames, ["a.example", "b.example"]);
+    // The added hostname is decided at the module's next tick (1 s): attempted, and failed
+    // against the provider that is down.
+    let mut added = Value::Null;
+    for _ in 0..250 {
+        let certs = json_get(&node, "/v1/certs").await;
+        added = certs
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["hostname"] == "b.example"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        if added["failures"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        added["failures"].as_u64().unwrap_or(0) >= 1 && !added["last_error"].is_null(),
+        "b.example was not attempted after the reload: {added}"
+    );
     // Only `pull` (built from the workloads' images) started again.
     let after = json_get(&node, "/v1/modules").await;
     let starts_of = |modules: &Value| -> Vec<(String, u64)> {
