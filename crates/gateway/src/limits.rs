@@ -81,7 +81,7 @@ impl Limits {
 
     /// Replaces every limit. What is admitted or joined already stays: a lowered limit refuses
     /// what comes next until the count falls under it.
-    // r[impl node.reload.live-gateway]
+    // r[impl gateway.edge.live-limits]
     pub(crate) fn set(&self, live: LiveLimits) {
         // Under the admission lock, so that one admission never sees half of an update.
         let _counts = crate::server::lock(&self.counts);
@@ -274,7 +274,7 @@ mod tests {
         assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
     }
 
-    // r[verify node.reload.live-gateway]
+    // r[verify gateway.edge.live-limits]
     #[test]
     fn limits_replaced_live_hold_what_comes_next_and_close_nothing() {
         let limits = Limits::new(admission(3, 0, 0));

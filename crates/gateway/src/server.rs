@@ -299,7 +299,7 @@ impl Gateway {
     /// Replaces the admission and room limits while the gateway runs (the node's reload): each
     /// connection that arrives and each join from now on is held to `limits`; connections open
     /// and rooms joined already stay, nothing is closed.
-    // r[impl node.reload.live-gateway]
+    // r[impl gateway.edge.live-limits]
     pub fn update_limits(&self, limits: crate::config::LiveLimits) {
         self.inner.limits.set(limits);
         tracing::info!(replica = %self.inner.replica.id, ?limits, "gateway: limits updated");

@@ -715,7 +715,7 @@ async fn a_push_too_large_for_the_write_buffer_cap_met_by_the_drain_closes_with_
     assert_eq!(small_end.close.map(|c| u16::from(c.code)), Some(1012));
 }
 
-// r[verify node.reload.live-gateway]
+// r[verify gateway.edge.live-limits]
 #[tokio::test]
 async fn the_limits_in_force_are_the_configs_until_replaced() {
     let mut c = config("a");

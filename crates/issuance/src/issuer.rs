@@ -462,7 +462,7 @@ impl Issuer {
     /// it is owed. One added is loaded from the store (an unusable file is reported) and decided
     /// at the next tick; one removed is no longer decided, renewed, listed or deployed, and its
     /// faults are cleared (its history and stored files are left as they are).
-    // r[impl node.reload.live-issuance]
+    // r[impl issue.live-certificates]
     pub fn replace_hosts(&self, hosts: Vec<Hostname>, outputs: HashMap<String, Outputs>) {
         let (old, before) = (self.hosts(), self.outputs());
         let kept = |name: &str| old.iter().any(|h| h.name == name);

@@ -1121,7 +1121,7 @@ impl Issuance {
     /// module already runs (else nothing changes and the error says so: a restart starts it).
     /// Those kept keep their state; one added is decided at the next tick; one removed is no
     /// longer renewed ([`Issuer::replace_hosts`]).
-    // r[impl node.reload.live-issuance]
+    // r[impl issue.live-certificates]
     pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
         let certificates = self.plan_certificates(config)?;
         self.apply_certificates(certificates);
@@ -1130,7 +1130,7 @@ impl Issuance {
 
     /// [`Issuance::set_certificates`]'s checks, changing nothing: what
     /// [`Issuance::apply_certificates`] then gives the issuer.
-    // r[impl node.reload.live-issuance]
+    // r[impl issue.live-certificates]
     pub fn plan_certificates(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
         check_names(config)?;
         config
@@ -1372,7 +1372,7 @@ mod tests {
         assert_eq!(settings.http01_other, Http01Other::NotFound);
     }
 
-    // r[verify node.reload.live-issuance]
+    // r[verify issue.live-certificates]
     #[tokio::test]
     async fn certificates_given_live_must_use_a_running_source_else_nothing_changes() {
         let dir = tempfile::tempdir().unwrap();

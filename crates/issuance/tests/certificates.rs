@@ -546,7 +546,7 @@ async fn overlapping_ticks_run_a_hook_once_and_deploy_once_at_a_time() {
     assert!(faults.is_empty(), "{faults:?}");
 }
 
-// r[verify node.reload.live-issuance]
+// r[verify issue.live-certificates]
 #[tokio::test]
 async fn certificates_replaced_live_keep_the_others_state_and_drop_the_removed() {
     let dir = tempfile::tempdir().unwrap();
@@ -653,7 +653,7 @@ fn deployed_to(dir: &Path, sub: &str, mode: &str) -> HashMap<String, Outputs> {
     )])
 }
 
-// r[verify node.reload.live-issuance]
+// r[verify issue.live-certificates]
 #[tokio::test]
 async fn a_kept_certificates_changed_deploy_taken_live_is_written_at_the_next_tick() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -689,7 +689,7 @@ async fn a_kept_certificates_changed_deploy_taken_live_is_written_at_the_next_ti
     assert!(issuer.fault_board().of_module("issuance").is_empty());
 }
 
-// r[verify node.reload.live-issuance]
+// r[verify issue.live-certificates]
 #[tokio::test]
 async fn a_kept_certificate_gaining_a_deploy_and_a_hook_live_gets_both_at_the_next_tick() {
     let dir = tempfile::tempdir().unwrap();
@@ -752,7 +752,7 @@ async fn until_exists(path: &Path) {
     panic!("{} never appeared", path.display());
 }
 
-// r[verify node.reload.live-issuance]
+// r[verify issue.live-certificates]
 #[tokio::test]
 async fn a_certificate_removed_while_its_hook_runs_leaves_no_fault_behind() {
     let dir = tempfile::tempdir().unwrap();
