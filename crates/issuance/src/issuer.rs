@@ -472,6 +472,15 @@ impl Issuer {
             .map(|h| h.name.clone())
             .collect();
         let added: Vec<Hostname> = hosts.iter().filter(|h| !kept(&h.name)).cloned().collect();
+        // File reads, before the memory lock (a tick's every step takes it).
+        let unusable: Vec<(String, String)> = added
+            .iter()
+            .filter_map(|host| {
+                let err = self.store.load(&host.name).err()?;
+                tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
+                Some((host.name.clone(), err.to_string()))
+            })
+            .collect();
         {
             // The swap and the removed ones' clearing under the memory lock, the swap first: a
             // tick, hook or attempt under way keeps or files nothing for a removed name
@@ -496,14 +505,7 @@ impl Issuer {
                     self.faults.clear(&subject);
                 }
             }
-            for host in &added {
-                if let Err(err) = self.store.load(&host.name) {
-                    tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
-                    memory
-                        .bad_on_disk
-                        .insert(host.name.clone(), err.to_string());
-                }
-            }
+            memory.bad_on_disk.extend(unusable);
             // What an added certificate, or one whose deploy or hook changed (gained, or another
             // directory, owner, group or mode), is owed: as a restart would, its files are
             // written again and its hook runs unless it already succeeded for this pair.
