@@ -50,7 +50,7 @@ pub use dns01::{Challenge, Cleanups, Dns01, DnsProvider, Presented, record_name}
 pub use dns01_error::Dns01Error;
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
-pub use module::{Certificates, Issuance, IssuanceConfig, start};
+pub use module::{Certificates, Issuance, IssuanceConfig, Planner, start};
 pub use propagation::{HickoryLookup, Propagation, TxtLookup};
 pub use redirect::{Http01Other, OtherRequests};
 pub use responder::{Http01Responder, ResponderLimits, ResponderStats};

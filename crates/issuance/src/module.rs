@@ -852,6 +852,7 @@ pub struct Issuance {
 }
 
 /// The sources a running module started, by the source kind and challenge each serves.
+#[derive(Clone)]
 struct Sources(Vec<((SourceKind, Challenge), Arc<dyn crate::Source>)>);
 
 impl std::fmt::Debug for Sources {
@@ -1114,24 +1115,24 @@ impl std::fmt::Debug for Certificates {
     }
 }
 
-impl Issuance {
-    /// Replaces the certificates while the module runs, from `config`'s
-    /// `[[issuance.hostname]]` and `[[issuance.certificate]]` entries (its other settings are
-    /// those the module started with). Each certificate must use a source and challenge the
-    /// module already runs (else nothing changes and the error says so: a restart starts it).
-    /// Those kept keep their state; one added is decided at the next tick; one removed is no
-    /// longer renewed ([`Issuer::replace_hosts`]).
-    // r[impl issue.live-certificates]
-    pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
-        let certificates = self.plan_certificates(config)?;
-        self.apply_certificates(certificates);
-        Ok(())
-    }
+/// A running module's sources, to check new certificates against
+/// ([`Issuance::planner`]).
+#[derive(Clone)]
+pub struct Planner {
+    sources: Sources,
+}
 
-    /// [`Issuance::set_certificates`]'s checks, changing nothing: what
-    /// [`Issuance::apply_certificates`] then gives the issuer.
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let serves: Vec<_> = self.sources.0.iter().map(|(serves, _)| serves).collect();
+        f.debug_struct("Planner").field("sources", &serves).finish()
+    }
+}
+
+impl Planner {
+    /// [`Issuance::plan_certificates`], apart from the module.
     // r[impl issue.live-certificates]
-    pub fn plan_certificates(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
+    pub fn plan(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
         check_names(config)?;
         config
             .check_deploys()
@@ -1166,6 +1167,36 @@ impl Issuance {
             hosts.push(host);
         }
         Ok(Certificates { hosts, outputs })
+    }
+}
+
+impl Issuance {
+    /// Replaces the certificates while the module runs, from `config`'s
+    /// `[[issuance.hostname]]` and `[[issuance.certificate]]` entries (its other settings are
+    /// those the module started with). Each certificate must use a source and challenge the
+    /// module already runs (else nothing changes and the error says so: a restart starts it).
+    /// Those kept keep their state; one added is decided at the next tick; one removed is no
+    /// longer renewed ([`Issuer::replace_hosts`]).
+    // r[impl issue.live-certificates]
+    pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
+        let certificates = self.plan_certificates(config)?;
+        self.apply_certificates(certificates);
+        Ok(())
+    }
+
+    /// [`Issuance::set_certificates`]'s checks, changing nothing: what
+    /// [`Issuance::apply_certificates`] then gives the issuer.
+    // r[impl issue.live-certificates]
+    pub fn plan_certificates(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
+        self.planner().plan(config)
+    }
+
+    /// What [`Issuance::plan_certificates`] needs of the running module (its sources), to plan
+    /// without holding whatever guards the module: the checks look users and groups up.
+    pub fn planner(&self) -> Planner {
+        Planner {
+            sources: self.sources.clone(),
+        }
     }
 
     /// Gives the issuer the certificates [`Issuance::plan_certificates`] checked.

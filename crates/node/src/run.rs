@@ -878,11 +878,24 @@ async fn reload(
         .filter(|_| live(crate::modules::issuance::NAME))
     {
         let new = section.get_ref().clone();
-        match node.issuance.with(|i| i.plan_certificates(&new)) {
-            Ok(Ok(certificates)) => updates.issuance = Some((new, certificates)),
-            Ok(Err(error)) => tracing::warn!(%error,
-                "reload: the issuance module cannot take its new certificates live; it restarts"),
-            Err(_) => {}
+        // The checks look users and groups up: off the runtime's threads, bounded, and without
+        // the module's slot held (the admin API reads it).
+        if let Ok(planner) = node.issuance.with(holdfast_issuance::Issuance::planner) {
+            let config = new.clone();
+            let planned = tokio::task::spawn_blocking(move || planner.plan(&config));
+            let planned = match tokio::time::timeout(CONFIG_READ_TIMEOUT, planned).await {
+                Ok(Ok(planned)) => planned.map_err(|e| e.to_string()),
+                Ok(Err(e)) => Err(format!("the check ended: {e}")),
+                Err(_) => Err(format!(
+                    "not checked within {}s",
+                    CONFIG_READ_TIMEOUT.as_secs()
+                )),
+            };
+            match planned {
+                Ok(certificates) => updates.issuance = Some((new, certificates)),
+                Err(error) => tracing::warn!(%error,
+                    "reload: the issuance module cannot take its new certificates live; it restarts"),
+            }
         }
     }
     if let Some(section) = config
