@@ -74,7 +74,7 @@ pub const ETCD_SUPPORTED: bool = cfg!(feature = "etcd");
 pub use cluster_config::{ClusterConfig, connect_cluster};
 pub use config::{
     CloseChoice, ConfigError, DEFAULT_MAX_ROOM_NAME, DEFAULT_MAX_ROOMS,
-    DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig, PublishKey,
+    DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig, LiveLimits, PublishKey,
 };
 pub use delivery::Forward;
 pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use holdfast_source::Source;
 
+use crate::config::LiveLimits;
+
 /// Why a connection was refused at accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -65,17 +67,13 @@ pub(crate) struct Limits {
 
 impl Limits {
     /// Limits as configured (0: none).
-    pub(crate) fn new(
-        per_ip_limit: usize,
-        unauthenticated_limit: usize,
-        unauthenticated_per_ip_limit: usize,
-    ) -> Arc<Self> {
+    pub(crate) fn new(limits: LiveLimits) -> Arc<Self> {
         Arc::new(Self {
-            per_ip_limit: AtomicUsize::new(per_ip_limit),
-            unauthenticated_limit: AtomicUsize::new(unauthenticated_limit),
-            unauthenticated_per_ip_limit: AtomicUsize::new(unauthenticated_per_ip_limit),
-            max_rooms_per_connection: AtomicUsize::new(0),
-            max_room_name: AtomicUsize::new(0),
+            per_ip_limit: AtomicUsize::new(limits.per_ip_limit),
+            unauthenticated_limit: AtomicUsize::new(limits.unauthenticated_limit),
+            unauthenticated_per_ip_limit: AtomicUsize::new(limits.unauthenticated_per_ip_limit),
+            max_rooms_per_connection: AtomicUsize::new(limits.max_rooms_per_connection),
+            max_room_name: AtomicUsize::new(limits.max_room_name),
             counts: Mutex::new(Counts::default()),
             unauthenticated: AtomicUsize::new(0),
         })
@@ -83,8 +81,8 @@ impl Limits {
 
     /// Replaces every limit. What is admitted or joined already stays: a lowered limit refuses
     /// what comes next until the count falls under it.
-    // r[impl node.reload.live-gateway]
-    pub(crate) fn set(&self, live: crate::config::LiveLimits) {
+    // r[impl gateway.edge.live-limits]
+    pub(crate) fn set(&self, live: LiveLimits) {
         // Under the admission lock, so that one admission never sees half of an update.
         let _counts = crate::server::lock(&self.counts);
         let store = |a: &AtomicUsize, v: usize| a.store(v, Ordering::SeqCst);
@@ -101,14 +99,16 @@ impl Limits {
         store(&self.max_room_name, live.max_room_name);
     }
 
-    /// The admission limits: per source, unauthenticated in all, unauthenticated per source.
-    pub(crate) fn admission_limits(&self) -> (usize, usize, usize) {
+    /// The limits in force now.
+    pub(crate) fn get(&self) -> LiveLimits {
         let load = |a: &AtomicUsize| a.load(Ordering::SeqCst);
-        (
-            load(&self.per_ip_limit),
-            load(&self.unauthenticated_limit),
-            load(&self.unauthenticated_per_ip_limit),
-        )
+        LiveLimits {
+            per_ip_limit: load(&self.per_ip_limit),
+            unauthenticated_limit: load(&self.unauthenticated_limit),
+            unauthenticated_per_ip_limit: load(&self.unauthenticated_per_ip_limit),
+            max_rooms_per_connection: load(&self.max_rooms_per_connection),
+            max_room_name: load(&self.max_room_name),
+        }
     }
 
     /// Rooms one connection may be in at once (0: no limit).
@@ -227,6 +227,21 @@ impl Drop for Admission {
 mod tests {
     use super::*;
 
+    /// Admission limits only (no room limits).
+    fn admission(
+        per_ip: usize,
+        unauthenticated: usize,
+        unauthenticated_per_ip: usize,
+    ) -> LiveLimits {
+        LiveLimits {
+            per_ip_limit: per_ip,
+            unauthenticated_limit: unauthenticated,
+            unauthenticated_per_ip_limit: unauthenticated_per_ip,
+            max_rooms_per_connection: 0,
+            max_room_name: 0,
+        }
+    }
+
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
@@ -234,7 +249,7 @@ mod tests {
     // r[verify gateway.edge.limits+3]
     #[test]
     fn each_limit_refuses_past_its_count_and_frees_its_place_on_drop() {
-        let limits = Limits::new(2, 3, 0);
+        let limits = Limits::new(admission(2, 3, 0));
         let a1 = limits.admit(ip("10.0.0.1")).unwrap();
         let mut a2 = limits.admit(ip("::ffff:10.0.0.1")).unwrap();
         assert_eq!(limits.admit(ip("10.0.0.1")).unwrap_err(), Refusal::PerIp);
@@ -259,10 +274,10 @@ mod tests {
         assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
     }
 
-    // r[verify node.reload.live-gateway]
+    // r[verify gateway.edge.live-limits]
     #[test]
     fn limits_replaced_live_hold_what_comes_next_and_close_nothing() {
-        let limits = Limits::new(3, 0, 0);
+        let limits = Limits::new(admission(3, 0, 0));
         let held: Vec<_> = (0..3)
             .map(|_| limits.admit(ip("10.0.0.1")).unwrap())
             .collect();
@@ -293,14 +308,14 @@ mod tests {
         );
         drop((held, fourth, other));
         let _one = limits.admit(ip("10.0.0.1")).unwrap();
-        assert_eq!(limits.admission_limits(), (1, 5, 0));
+        assert_eq!(limits.get(), live(1, 5));
     }
 
     // r[verify gateway.edge.unauthenticated-per-source]
     #[test]
     fn one_source_cannot_take_the_unauthenticated_pool() {
         // Four places per source and a pool of ten: the first source is stopped at four.
-        let limits = Limits::new(0, 10, 4);
+        let limits = Limits::new(admission(0, 10, 4));
         let mut a: Vec<_> = (0..4)
             .map(|i| limits.admit(ip(&format!("2001:db8::{i}"))).unwrap())
             .collect();
@@ -332,7 +347,7 @@ mod tests {
     // r[verify gateway.edge.unauthenticated-per-source]
     #[test]
     fn the_pool_still_caps_many_sources_under_their_own_limit() {
-        let limits = Limits::new(0, 3, 2);
+        let limits = Limits::new(admission(0, 3, 2));
         let _held: Vec<_> = (1..=3)
             .map(|i| limits.admit(ip(&format!("10.0.0.{i}"))).unwrap())
             .collect();
@@ -345,7 +360,7 @@ mod tests {
     // r[verify gateway.edge.source]
     #[test]
     fn one_ipv6_slash_64_shares_one_per_address_limit() {
-        let limits = Limits::new(2, 0, 0);
+        let limits = Limits::new(admission(2, 0, 0));
         let _a = limits.admit(ip("2001:db8::1")).unwrap();
         let _b = limits.admit(ip("2001:db8::ffff:2")).unwrap();
         // A third interface identifier in the same /64 is the same source.
@@ -357,7 +372,7 @@ mod tests {
 
     #[test]
     fn zero_means_no_limit() {
-        let limits = Limits::new(0, 0, 0);
+        let limits = Limits::new(admission(0, 0, 0));
         let held: Vec<_> = (0..1000)
             .map(|_| limits.admit(ip("10.0.0.1")).unwrap())
             .collect();

@@ -297,7 +297,7 @@ impl Gateway {
     /// Replaces the admission and room limits while the gateway runs (the node's reload): each
     /// connection that arrives and each join from now on is held to `limits`; connections open
     /// and rooms joined already stay, nothing is closed.
-    // r[impl node.reload.live-gateway]
+    // r[impl gateway.edge.live-limits]
     pub fn update_limits(&self, limits: crate::config::LiveLimits) {
         self.inner.limits.set(limits);
         tracing::info!(replica = %self.inner.replica.id, ?limits, "gateway: limits updated");
@@ -305,15 +305,7 @@ impl Gateway {
 
     /// The limits in force now.
     pub fn live_limits(&self) -> crate::config::LiveLimits {
-        let l = &self.inner.limits;
-        let (per_ip, unauth, unauth_per_ip) = l.admission_limits();
-        crate::config::LiveLimits {
-            per_ip_limit: per_ip,
-            unauthenticated_limit: unauth,
-            unauthenticated_per_ip_limit: unauth_per_ip,
-            max_rooms_per_connection: l.max_rooms_per_connection(),
-            max_room_name: l.max_room_name(),
-        }
+        self.inner.limits.get()
     }
 
     /// The last failed reload of the token key files, until one succeeds.
@@ -377,12 +369,7 @@ impl Gateway {
 /// The limits and the TLS acceptor, checked before anything is bound or registered.
 fn edge(config: &GatewayConfig) -> Result<(Arc<Limits>, Option<Tls>), StartError> {
     config.validate()?;
-    let limits = Limits::new(
-        config.per_ip_limit,
-        config.unauthenticated_limit,
-        config.unauthenticated_per_ip_limit,
-    );
-    limits.set(config.live_limits());
+    let limits = Limits::new(config.live_limits());
     let tls = match &config.tls {
         Some(files) => Some(Tls::new(files.clone(), config.tls_check_interval)?),
         None => None,

@@ -714,3 +714,23 @@ async fn a_push_too_large_for_the_write_buffer_cap_met_by_the_drain_closes_with_
     assert_eq!(small_end.texts, ["fine"]);
     assert_eq!(small_end.close.map(|c| u16::from(c.code)), Some(1012));
 }
+
+// r[verify gateway.edge.live-limits]
+#[tokio::test]
+async fn the_limits_in_force_are_the_configs_until_replaced() {
+    let mut c = config("a");
+    c.per_ip_limit = 7;
+    c.max_room_name = 12;
+    let started = c.live_limits();
+    let node = start(c).await;
+    assert_eq!(node.gateway.live_limits(), started);
+    let lowered = holdfast_gateway::LiveLimits {
+        per_ip_limit: 1,
+        unauthenticated_limit: 2,
+        unauthenticated_per_ip_limit: 1,
+        max_rooms_per_connection: 3,
+        max_room_name: 4,
+    };
+    node.gateway.update_limits(lowered);
+    assert_eq!(node.gateway.live_limits(), lowered);
+}

@@ -251,7 +251,7 @@ impl AriChoice {
 }
 
 /// What becomes of one certificate's new pairs beyond the store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outputs {
     /// Where copies are written for other services.
     pub deploy: Option<DeployTarget>,
@@ -413,28 +413,38 @@ impl Issuer {
     // r[impl issue.deploy]
     // r[impl issue.on-renew]
     pub fn with_outputs(self, outputs: HashMap<String, Outputs>) -> Self {
-        self.owe_outputs(&outputs, |_| true);
+        self.owe_outputs(&mut self.memory(), &outputs, |_| true);
         *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(outputs);
         self
     }
 
     /// Marks the deploys and hooks owed for the stored pairs of the certificates in `outputs`
     /// that `which` accepts.
-    fn owe_outputs(&self, outputs: &HashMap<String, Outputs>, which: impl Fn(&str) -> bool) {
-        {
-            let mut memory = self.memory();
-            for (name, out) in outputs.iter().filter(|(name, _)| which(name)) {
-                let Some(pair) = self.store.get(name) else {
-                    continue;
-                };
-                if out.deploy.is_some() {
-                    memory.pending.entry(name.clone()).or_default().deploy = true;
-                }
-                if out.on_renew.is_some() && !self.hook_done_for(name, &pair.chain_pem) {
-                    memory.pending.entry(name.clone()).or_default().hook = true;
-                }
+    fn owe_outputs(
+        &self,
+        memory: &mut Memory,
+        outputs: &HashMap<String, Outputs>,
+        which: impl Fn(&str) -> bool,
+    ) {
+        for (name, out) in outputs.iter().filter(|(name, _)| which(name)) {
+            let Some(pair) = self.store.get(name) else {
+                continue;
+            };
+            if out.deploy.is_some() {
+                memory.pending.entry(name.clone()).or_default().deploy = true;
+            }
+            if out.on_renew.is_some() && !self.hook_done_for(name, &pair.chain_pem) {
+                memory.pending.entry(name.clone()).or_default().hook = true;
             }
         }
+    }
+
+    /// Whether `name` is one of the certificates now. Asked holding the memory lock before
+    /// anything is kept or filed for `name`: [`Issuer::replace_hosts`] swaps the certificates
+    /// and clears a removed one's state under that lock, so nothing kept or filed after it
+    /// outlives the removal.
+    fn is_current(&self, name: &str) -> bool {
+        self.hosts().iter().any(|h| h.name == name)
     }
 
     /// The certificates now.
@@ -452,25 +462,33 @@ impl Issuer {
     /// it is owed. One added is loaded from the store (an unusable file is reported) and decided
     /// at the next tick; one removed is no longer decided, renewed, listed or deployed, and its
     /// faults are cleared (its history and stored files are left as they are).
-    // r[impl node.reload.live-issuance]
+    // r[impl issue.live-certificates]
     pub fn replace_hosts(&self, hosts: Vec<Hostname>, outputs: HashMap<String, Outputs>) {
-        let old = self.hosts();
+        let (old, before) = (self.hosts(), self.outputs());
         let kept = |name: &str| old.iter().any(|h| h.name == name);
         let removed: Vec<String> = old
             .iter()
             .filter(|h| !hosts.iter().any(|n| n.name == h.name))
             .map(|h| h.name.clone())
             .collect();
+        let added: Vec<Hostname> = hosts.iter().filter(|h| !kept(&h.name)).cloned().collect();
+        // File reads, before the memory lock (a tick's every step takes it).
+        let unusable: Vec<(String, String)> = added
+            .iter()
+            .filter_map(|host| {
+                let err = self.store.load(&host.name).err()?;
+                tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
+                Some((host.name.clone(), err.to_string()))
+            })
+            .collect();
         {
+            // The swap and the removed ones' clearing under the memory lock, the swap first: a
+            // tick, hook or attempt under way keeps or files nothing for a removed name
+            // (see `is_current`).
             let mut memory = self.memory();
-            for host in hosts.iter().filter(|h| !kept(&h.name)) {
-                if let Err(err) = self.store.load(&host.name) {
-                    tracing::warn!(hostname = %host.name, %err, "certificate on disk is unusable");
-                    memory
-                        .bad_on_disk
-                        .insert(host.name.clone(), err.to_string());
-                }
-            }
+            *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) =
+                Arc::new(outputs.clone());
+            *self.hosts.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(hosts);
             for name in &removed {
                 memory.pending.remove(name);
                 memory.hooks.remove(name);
@@ -478,37 +496,29 @@ impl Issuer {
                 memory.last_error.remove(name);
                 memory.ari.remove(name);
                 memory.bad_on_disk.remove(name);
+                for subject in [
+                    Subject::new(MODULE, name.clone()),
+                    expiry_subject(name),
+                    deploy_subject(name),
+                    hook_subject(name),
+                ] {
+                    self.faults.clear(&subject);
+                }
             }
+            memory.bad_on_disk.extend(unusable);
+            // What an added certificate, or one whose deploy or hook changed (gained, or another
+            // directory, owner, group or mode), is owed: as a restart would, its files are
+            // written again and its hook runs unless it already succeeded for this pair.
+            self.owe_outputs(&mut memory, &outputs, |name| {
+                !kept(name) || outputs.get(name) != before.get(name)
+            });
         }
-        // What an added certificate, or one that gained a deploy or hook, is owed.
-        let before = self.outputs();
-        self.owe_outputs(&outputs, |name| {
-            let now = outputs.get(name);
-            let was = before.get(name);
-            !kept(name)
-                || now.is_some_and(|n| n.deploy.is_some()) && was.is_none_or(|w| w.deploy.is_none())
-                || now.is_some_and(|n| n.on_renew.is_some())
-                    && was.is_none_or(|w| w.on_renew.is_none())
-        });
-        for name in &removed {
-            for subject in [
-                Subject::new(MODULE, name.clone()),
-                expiry_subject(name),
-                deploy_subject(name),
-                hook_subject(name),
-            ] {
-                self.faults.clear(&subject);
-            }
-        }
-        *self.outputs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(outputs);
-        *self.hosts.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(hosts);
-        let added = self.hosts().iter().filter(|h| !kept(&h.name)).count();
         tracing::info!(
-            added,
+            added = added.len(),
             removed = removed.len(),
             "issuance: certificates replaced"
         );
-        self.sync_faults_of(self.hosts().iter().filter(|h| !kept(&h.name)));
+        self.sync_faults_of(added.iter());
     }
 
     /// Writes the deploys still owed, then runs the hooks owed whose pacing allows: a failed
@@ -559,8 +569,12 @@ impl Issuer {
                     Err(err) => {
                         tracing::warn!(certificate = %name, %err, "certificate deploy failed");
                         let message = format!("deploy: {err}; tried again every tick");
-                        self.faults
-                            .file(deploy_subject(&name), "deploy", &message, 0, now);
+                        let memory = self.memory();
+                        if self.is_current(&name) {
+                            self.faults
+                                .file(deploy_subject(&name), "deploy", &message, 0, now);
+                        }
+                        drop(memory);
                         // The hook waits for the files it is told about.
                         continue;
                     }
@@ -583,7 +597,7 @@ impl Issuer {
                 pending.hook = false;
             }
             let mut memory = self.memory();
-            if pending == Pending::default() {
+            if pending == Pending::default() || !self.is_current(&host.name) {
                 memory.pending.remove(&host.name);
             } else {
                 memory.pending.insert(host.name.clone(), pending);
@@ -595,6 +609,10 @@ impl Issuer {
                 self.record_hook_done(&name, &chain);
             }
             let mut memory = self.memory();
+            if !self.is_current(&name) {
+                // Removed while its hook ran: its state and faults went with it.
+                continue;
+            }
             match result {
                 Ok(()) => {
                     memory.hooks.remove(&name);
@@ -616,7 +634,6 @@ impl Issuer {
                     history.begin_attempt(&self.hook_policy, now);
                     let recorded = history.record_failure(&self.hook_policy, end, None);
                     let next = history.next_attempt_at(&self.hook_policy);
-                    drop(memory);
                     tracing::warn!(certificate = %name, %err, failures = recorded.failures, "on_renew hook failed");
                     let when = next
                         .and_then(|at| at.duration_since(end).ok())
@@ -626,6 +643,7 @@ impl Issuer {
                         "on_renew failed {} time(s) (last: {err}); {when}",
                         recorded.failures
                     );
+                    // Filed holding the memory lock: a removal waits for it, then clears it.
                     self.faults.file(
                         hook_subject(&name),
                         "on_renew",
@@ -633,6 +651,7 @@ impl Issuer {
                         recorded.failures,
                         end,
                     );
+                    drop(memory);
                 }
             }
         }
@@ -746,6 +765,10 @@ impl Issuer {
                 }
             };
             let memory = self.memory();
+            if !self.is_current(&host.name) {
+                // Removed meanwhile: its faults went with it.
+                continue;
+            }
             // The fault stays open through the whole sustained failure, not only while the block
             // holds: between a block's expiry and the next attempt it does not flap.
             // As the decision sees it: a failure dated after now counts as now.
@@ -1088,10 +1111,12 @@ impl Issuer {
                     failures = after.failures, class = err.class.as_str(), error = %err.message,
                     "certificate attempt failed");
                 let mut memory = self.memory();
-                memory.last_error.insert(
-                    host.name.clone(),
-                    format!("{}: {}", err.class.as_str(), err.message),
-                );
+                if self.is_current(&host.name) {
+                    memory.last_error.insert(
+                        host.name.clone(),
+                        format!("{}: {}", err.class.as_str(), err.message),
+                    );
+                }
                 *memory
                     .attempts
                     .entry((host.source.name().to_owned(), "failure"))
@@ -1127,11 +1152,19 @@ impl Issuer {
                 tracing::warn!(hostname = %host.name, timeout = ?bound,
                     "renewal information did not answer in time; asking again in an hour");
                 let entry = AriChoice::unanswered(kept, now);
-                self.memory().ari.insert(host.name.clone(), entry);
+                self.keep_ari(&host.name, entry);
                 break;
             };
             let entry = AriChoice::answered(kept, window, now, rand::random::<f64>);
-            self.memory().ari.insert(host.name.clone(), entry);
+            self.keep_ari(&host.name, entry);
+        }
+    }
+
+    /// Keeps `name`'s renewal window, unless it was removed while it was asked for.
+    fn keep_ari(&self, name: &str, entry: AriChoice) {
+        let mut memory = self.memory();
+        if self.is_current(name) {
+            memory.ari.insert(name.to_owned(), entry);
         }
     }
 

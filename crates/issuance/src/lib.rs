@@ -51,7 +51,9 @@ pub use dns01::{Challenge, Cleanups, Dns01, DnsProvider, Presented, record_name}
 pub use dns01_error::Dns01Error;
 pub use history::{HistoryDb, HistoryError, Outcome};
 pub use issuer::{Hostname, Issuer, ManualWallClock, SystemWallClock, WallClock};
-pub use module::{Issuance, IssuanceConfig, TlsAlpnListener, start, start_with};
+pub use module::{
+    Certificates, Issuance, IssuanceConfig, Planner, TlsAlpnListener, start, start_with,
+};
 pub use propagation::{HickoryLookup, Propagation, TxtLookup};
 pub use redirect::{Http01Other, OtherRequests};
 pub use responder::{Http01Responder, ResponderLimits, ResponderStats};

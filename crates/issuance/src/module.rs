@@ -863,6 +863,7 @@ pub struct Issuance {
 }
 
 /// The sources a running module started, by the source kind and challenge each serves.
+#[derive(Clone)]
 struct Sources(Vec<((SourceKind, Challenge), Arc<dyn crate::Source>)>);
 
 impl std::fmt::Debug for Sources {
@@ -1129,15 +1130,41 @@ fn certificate(
     Ok((Hostname::certificate(h.names, source), out))
 }
 
-impl Issuance {
-    /// Replaces the certificates while the module runs, from `config`'s
-    /// `[[issuance.hostname]]` and `[[issuance.certificate]]` entries (its other settings are
-    /// those the module started with). Each certificate must use a source and challenge the
-    /// module already runs (else nothing changes and the error says so: a restart starts it).
-    /// Those kept keep their state; one added is decided at the next tick; one removed is no
-    /// longer renewed ([`Issuer::replace_hosts`]).
-    // r[impl node.reload.live-issuance]
-    pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
+/// A running module's new certificates, checked ([`Issuance::plan_certificates`]) and not yet
+/// given to its issuer.
+pub struct Certificates {
+    hosts: Vec<Hostname>,
+    outputs: std::collections::HashMap<String, Outputs>,
+}
+
+impl std::fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.hosts.iter().map(|h| h.name.as_str()).collect();
+        f.debug_struct("Certificates")
+            .field("hosts", &names)
+            .field("outputs", &self.outputs)
+            .finish()
+    }
+}
+
+/// A running module's sources, to check new certificates against
+/// ([`Issuance::planner`]).
+#[derive(Clone)]
+pub struct Planner {
+    sources: Sources,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let serves: Vec<_> = self.sources.0.iter().map(|(serves, _)| serves).collect();
+        f.debug_struct("Planner").field("sources", &serves).finish()
+    }
+}
+
+impl Planner {
+    /// [`Issuance::plan_certificates`], apart from the module.
+    // r[impl issue.live-certificates]
+    pub fn plan(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
         check_names(config)?;
         config
             .check_deploys()
@@ -1171,8 +1198,43 @@ impl Issuance {
             }
             hosts.push(host);
         }
-        self.issuer.replace_hosts(hosts, outputs);
+        Ok(Certificates { hosts, outputs })
+    }
+}
+
+impl Issuance {
+    /// Replaces the certificates while the module runs, from `config`'s
+    /// `[[issuance.hostname]]` and `[[issuance.certificate]]` entries (its other settings are
+    /// those the module started with). Each certificate must use a source and challenge the
+    /// module already runs (else nothing changes and the error says so: a restart starts it).
+    /// Those kept keep their state; one added is decided at the next tick; one removed is no
+    /// longer renewed ([`Issuer::replace_hosts`]).
+    // r[impl issue.live-certificates]
+    pub fn set_certificates(&self, config: &IssuanceConfig) -> Result<(), StartError> {
+        let certificates = self.plan_certificates(config)?;
+        self.apply_certificates(certificates);
         Ok(())
+    }
+
+    /// [`Issuance::set_certificates`]'s checks, changing nothing: what
+    /// [`Issuance::apply_certificates`] then gives the issuer.
+    // r[impl issue.live-certificates]
+    pub fn plan_certificates(&self, config: &IssuanceConfig) -> Result<Certificates, StartError> {
+        self.planner().plan(config)
+    }
+
+    /// What [`Issuance::plan_certificates`] needs of the running module (its sources), to plan
+    /// without holding whatever guards the module: the checks look users and groups up.
+    pub fn planner(&self) -> Planner {
+        Planner {
+            sources: self.sources.clone(),
+        }
+    }
+
+    /// Gives the issuer the certificates [`Issuance::plan_certificates`] checked.
+    pub fn apply_certificates(&self, certificates: Certificates) {
+        self.issuer
+            .replace_hosts(certificates.hosts, certificates.outputs);
     }
 
     /// The issuer (status, force-retry, the store).
@@ -1416,6 +1478,61 @@ mod tests {
         .unwrap();
         assert_eq!(started.tls_alpn01_addr(), None);
         assert_eq!(started.tls_alpn01_stats(), None);
+        started
+            .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+
+    // r[verify issue.live-certificates]
+    #[tokio::test]
+    async fn certificates_given_live_must_use_a_running_source_else_nothing_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |certificates: serde_json::Value| -> IssuanceConfig {
+            serde_json::from_value(serde_json::json!({
+                "certificate": certificates,
+                "acme": {
+                    "directory": "https://127.0.0.1:9/dir",
+                    "http01_bind": "127.0.0.1:0",
+                    "tls_alpn01_bind": "127.0.0.1:0",
+                },
+            }))
+            .unwrap()
+        };
+        let alpn = |name: &str| serde_json::json!({ "names": [name], "source": "acme", "challenge": "tls-alpn-01" });
+        let started = start(
+            &config(serde_json::json!([alpn("a.example")])),
+            dir.path(),
+            1,
+            Arc::new(crate::SystemWallClock),
+            FaultBoard::new(),
+        )
+        .await
+        .unwrap();
+        let listed = |issuance: &Issuance| -> Vec<String> {
+            let statuses = issuance.issuer().statuses().unwrap();
+            statuses.into_iter().map(|s| s.hostname).collect()
+        };
+        // HTTP-01 is not running (no certificate used it at the start): refused, naming it.
+        let http01 =
+            serde_json::json!({ "names": ["b.example"], "source": "acme", "challenge": "http-01" });
+        let err = started
+            .set_certificates(&config(serde_json::json!([alpn("a.example"), http01])))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("b.example") && err.contains("not running"),
+            "{err}"
+        );
+        assert_eq!(listed(&started), ["a.example"], "a refusal changed nothing");
+        // The running source: taken.
+        started
+            .set_certificates(&config(serde_json::json!([
+                alpn("a.example"),
+                alpn("c.example")
+            ])))
+            .unwrap();
+        assert_eq!(listed(&started), ["a.example", "c.example"]);
         started
             .shutdown(tokio::time::Instant::now() + Duration::from_secs(5))
             .await

@@ -546,7 +546,7 @@ async fn overlapping_ticks_run_a_hook_once_and_deploy_once_at_a_time() {
     assert!(faults.is_empty(), "{faults:?}");
 }
 
-// r[verify node.reload.live-issuance]
+// r[verify issue.live-certificates]
 #[tokio::test]
 async fn certificates_replaced_live_keep_the_others_state_and_drop_the_removed() {
     let dir = tempfile::tempdir().unwrap();
@@ -638,4 +638,189 @@ async fn certificates_replaced_live_keep_the_others_state_and_drop_the_removed()
     assert_eq!(faults(&issuer), ["b.example"]);
     let report = issuer.tick().await.unwrap();
     assert!(report.dispatched.is_empty(), "{report:?}");
+}
+
+/// One certificate, `a.example`, deployed to `dir/sub` with the key's `mode`.
+fn deployed_to(dir: &Path, sub: &str, mode: &str) -> HashMap<String, Outputs> {
+    let deploy: DeployConfig =
+        serde_json::from_value(serde_json::json!({ "dir": dir.join(sub), "mode": mode })).unwrap();
+    HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: Some(deploy.target("a.example", false).unwrap()),
+            on_renew: None,
+        },
+    )])
+}
+
+// r[verify issue.live-certificates]
+#[tokio::test]
+async fn a_kept_certificates_changed_deploy_taken_live_is_written_at_the_next_tick() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let hosts = || vec![Hostname::new("a.example", source.clone())];
+    let issuer =
+        issuer(dir.path(), hosts(), &clock).with_outputs(deployed_to(dir.path(), "one", "0640"));
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+    assert!(dir.path().join("one/key.pem").exists());
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.path().join("one/key.pem")), 0o640);
+
+    // Another directory: written there, without issuing again.
+    issuer.replace_hosts(hosts(), deployed_to(dir.path(), "two", "0640"));
+    clock.advance(Duration::from_secs(120));
+    assert!(issuer.tick().await.unwrap().issued.is_empty());
+    assert!(
+        dir.path().join("two/key.pem").exists(),
+        "the new deploy dir was never written"
+    );
+    // The same directory with a tighter key mode: the key is written again with it.
+    issuer.replace_hosts(hosts(), deployed_to(dir.path(), "two", "0600"));
+    clock.advance(Duration::from_secs(120));
+    assert!(issuer.tick().await.unwrap().issued.is_empty());
+    assert_eq!(
+        mode(&dir.path().join("two/key.pem")),
+        0o600,
+        "the key kept its old mode"
+    );
+    assert_eq!(source.calls.lock().unwrap().len(), 1);
+    assert!(issuer.fault_board().of_module("issuance").is_empty());
+}
+
+// r[verify issue.live-certificates]
+#[tokio::test]
+async fn a_kept_certificate_gaining_a_deploy_and_a_hook_live_gets_both_at_the_next_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let hosts = || vec![Hostname::new("a.example", source.clone())];
+    let issuer = issuer(dir.path(), hosts(), &clock);
+    assert_eq!(issuer.tick().await.unwrap().issued.len(), 1);
+
+    // A deploy: written at the next tick.
+    let mut outputs = deployed_to(dir.path(), "out", "0600");
+    issuer.replace_hosts(hosts(), outputs.clone());
+    clock.advance(Duration::from_secs(120));
+    assert!(issuer.tick().await.unwrap().issued.is_empty());
+    assert!(
+        dir.path().join("out/key.pem").exists(),
+        "the gained deploy was not written"
+    );
+
+    // A hook: run once at the next tick, told of the deployed files.
+    let runs = dir.path().join("runs");
+    let hook = script(
+        dir.path(),
+        "hook.sh",
+        &format!("echo \"$HOLDFAST_KEY_PATH\" >> {}", runs.display()),
+    );
+    if let Some(out) = outputs.get_mut("a.example") {
+        out.on_renew = Some(Hook {
+            argv: vec![hook],
+            timeout: Duration::from_secs(10),
+        });
+    }
+    issuer.replace_hosts(hosts(), outputs.clone());
+    for _ in 0..2 {
+        clock.advance(Duration::from_secs(120));
+        assert!(issuer.tick().await.unwrap().issued.is_empty());
+    }
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(
+        ran,
+        format!("{}\n", dir.path().join("out/key.pem").display())
+    );
+    // The same outputs again: nothing owed, nothing run.
+    issuer.replace_hosts(hosts(), outputs);
+    clock.advance(Duration::from_secs(120));
+    issuer.tick().await.unwrap();
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 1);
+    assert_eq!(source.calls.lock().unwrap().len(), 1);
+    assert!(issuer.fault_board().of_module("issuance").is_empty());
+}
+
+/// Waits (10 s at most) until `path` exists.
+async fn until_exists(path: &Path) {
+    for _ in 0..1000 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+// r[verify issue.live-certificates]
+#[tokio::test]
+async fn a_certificate_removed_while_its_hook_runs_leaves_no_fault_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualWallClock::new(SystemTime::now());
+    let source = Arc::new(Names::default());
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    // The hook says it started, waits for the test's word, then fails.
+    let hook = script(
+        dir.path(),
+        "held.sh",
+        &format!(
+            "touch {started}\nwhile [ ! -e {go} ]; do sleep 0.01; done\necho nope >&2\nexit 1",
+            started = started.display(),
+            go = go.display()
+        ),
+    );
+    let outputs = HashMap::from([(
+        "a.example".to_owned(),
+        Outputs {
+            deploy: None,
+            on_renew: Some(Hook {
+                argv: vec![hook],
+                timeout: Duration::from_secs(10),
+            }),
+        },
+    )]);
+    let issuer = issuer(
+        dir.path(),
+        vec![
+            Hostname::new("a.example", source.clone()),
+            Hostname::new("b.example", source.clone()),
+        ],
+        &clock,
+    )
+    .with_outputs(outputs);
+    let faults = |issuer: &Issuer| -> Vec<(String, String)> {
+        issuer
+            .fault_board()
+            .of_module("issuance")
+            .into_iter()
+            .map(|f| (f.subject.name, f.kind))
+            .collect()
+    };
+    // `a` is removed while its hook runs; the hook then fails.
+    let (tick, ()) = tokio::join!(issuer.tick(), async {
+        until_exists(&started).await;
+        issuer.replace_hosts(
+            vec![Hostname::new("b.example", source.clone())],
+            HashMap::new(),
+        );
+        std::fs::write(&go, "").unwrap();
+    });
+    tick.unwrap();
+    let listed: Vec<String> = issuer
+        .statuses()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.hostname)
+        .collect();
+    assert_eq!(listed, ["b.example"]);
+    assert!(faults(&issuer).is_empty(), "{:?}", faults(&issuer));
+    // Nothing is owed to it either: later ticks run no hook and file nothing.
+    std::fs::remove_file(&started).unwrap();
+    clock.advance(Duration::from_secs(3600));
+    issuer.tick().await.unwrap();
+    assert!(
+        !started.exists(),
+        "the removed certificate's hook ran again"
+    );
+    assert!(faults(&issuer).is_empty(), "{:?}", faults(&issuer));
 }

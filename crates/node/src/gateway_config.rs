@@ -371,6 +371,33 @@ impl GatewaySection {
         }
     }
 
+    /// The limits a running gateway takes live (`r[node.reload.live-gateway]`): this section's,
+    /// else holdfast-gateway's defaults. Reads no file.
+    pub fn live_limits(&self) -> holdfast_gateway::LiveLimits {
+        let defaults = GatewayConfig::new(
+            *self.listen.get_ref(),
+            String::new(),
+            TokenKey::new(Vec::new()),
+        )
+        .live_limits();
+        holdfast_gateway::LiveLimits {
+            per_ip_limit: value(&self.per_ip_limit, defaults.per_ip_limit),
+            unauthenticated_limit: value(
+                &self.unauthenticated_limit,
+                defaults.unauthenticated_limit,
+            ),
+            unauthenticated_per_ip_limit: value(
+                &self.unauthenticated_per_ip_limit,
+                defaults.unauthenticated_per_ip_limit,
+            ),
+            max_rooms_per_connection: value(
+                &self.max_rooms_per_connection,
+                defaults.max_rooms_per_connection,
+            ),
+            max_room_name: value(&self.max_room_name, defaults.max_room_name),
+        }
+    }
+
     /// holdfast-gateway's config for this section: `node_id` is the default replica id,
     /// `data_dir` holds the issuance store (for `tls.from_issuance`).
     pub fn gateway_config(&self, node_id: &str, key: TokenKey, data_dir: &Path) -> GatewayConfig {
@@ -392,15 +419,12 @@ impl GatewaySection {
         if let Some(r) = &self.drain.retry_after {
             c.drain.retry_after_secs = retry_after_secs(r.get_ref().get());
         }
-        c.per_ip_limit = value(&self.per_ip_limit, c.per_ip_limit);
-        c.unauthenticated_limit = value(&self.unauthenticated_limit, c.unauthenticated_limit);
-        c.unauthenticated_per_ip_limit = value(
-            &self.unauthenticated_per_ip_limit,
-            c.unauthenticated_per_ip_limit,
-        );
-        c.max_rooms_per_connection =
-            value(&self.max_rooms_per_connection, c.max_rooms_per_connection);
-        c.max_room_name = value(&self.max_room_name, c.max_room_name);
+        let limits = self.live_limits();
+        c.per_ip_limit = limits.per_ip_limit;
+        c.unauthenticated_limit = limits.unauthenticated_limit;
+        c.unauthenticated_per_ip_limit = limits.unauthenticated_per_ip_limit;
+        c.max_rooms_per_connection = limits.max_rooms_per_connection;
+        c.max_room_name = limits.max_room_name;
         c.history.size = value(&self.history_size, c.history.size);
         c.history.ttl = duration(&self.history_ttl, c.history.ttl);
         c.history.max_bytes = value(&self.history_max_bytes, c.history.max_bytes);
@@ -793,6 +817,36 @@ fn validate_cluster(section: &Spanned<ClusterSection>, at: At<'_>) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify node.reload.live-gateway]
+    #[test]
+    fn the_live_limits_are_the_sections_and_the_started_gateways_with_a_file_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("gone.token");
+        let section: GatewaySection = toml::from_str(&format!(
+            "listen = \"127.0.0.1:0\"\ntoken_key_file = \"{key}\"\n\
+             publish_token_file = \"{key}\"\nper_ip_limit = 3\nmax_room_name = 7\n",
+            key = missing.display()
+        ))
+        .unwrap();
+        let limits = section.live_limits();
+        assert_eq!(limits.per_ip_limit, 3);
+        assert_eq!(limits.max_room_name, 7);
+        // The unset ones are holdfast-gateway's defaults, as the gateway starts with.
+        let started = section
+            .gateway_config("n", TokenKey::new(Vec::new()), dir.path())
+            .live_limits();
+        assert_eq!(limits, started);
+        let defaults = GatewayConfig::new(
+            *section.listen.get_ref(),
+            String::new(),
+            TokenKey::new(Vec::new()),
+        );
+        assert_eq!(
+            limits.max_rooms_per_connection,
+            defaults.max_rooms_per_connection
+        );
+    }
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {

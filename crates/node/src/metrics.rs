@@ -127,6 +127,14 @@ pub struct ForwardRetryLabel {
     pub reason: String,
 }
 
+/// Labels of what a reload's live update of the forward's access did.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardAccessLabel {
+    /// `update` (one installed), `forward_ended` (an open forward whose target is no longer
+    /// allowed) or `connection_ended` (one whose credential is no longer accepted).
+    pub event: String,
+}
+
 /// Labels of a datagram the forward server dropped before any forward could be charged with it.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ForwardUnattributedLabel {
@@ -147,6 +155,8 @@ pub struct ForwardServerFigures {
     pub refused_targets: u64,
     /// Flow sockets open now, across every connection (`Server::flow_sockets`).
     pub flow_sockets: usize,
+    /// What the reloads' live access updates did (`Server::access_stats`).
+    pub access: holdfast_forward::AccessStats,
 }
 
 impl ForwardServerFigures {
@@ -157,6 +167,7 @@ impl ForwardServerFigures {
             unattributed: server.unattributed().dropped,
             refused_targets: server.refused_targets(),
             flow_sockets: server.flow_sockets(),
+            access: server.access_stats(),
         }
     }
 }
@@ -286,6 +297,8 @@ pub struct Metrics {
     pub forward_unattributed_dropped: Family<ForwardUnattributedLabel, Counter>,
     /// Flow sockets the forward server holds now, across every connection.
     pub forward_flow_sockets: Gauge,
+    /// What the reloads' live access updates did since the server started, by event.
+    pub forward_access_events: Family<ForwardAccessLabel, Counter>,
     /// Tasks alive on the node's runtime now.
     pub runtime_tasks_alive: Gauge,
     /// Container restarts per workload (starts that followed an exit or a failed start).
@@ -498,6 +511,12 @@ impl Metrics {
             m.forward_flow_sockets.clone(),
         );
         registry.register(
+            "forward_access_events",
+            "What reloads' live updates of the forward's tokens and allow-lists did since the \
+             server started: updates installed, forwards and connections they ended",
+            m.forward_access_events.clone(),
+        );
+        registry.register(
             "runtime_tasks_alive",
             "Tasks alive on the node's async runtime now",
             m.runtime_tasks_alive.clone(),
@@ -600,6 +619,7 @@ impl Metrics {
             forward_retries: m.forward_retries,
             forward_unattributed_dropped: m.forward_unattributed_dropped,
             forward_flow_sockets: m.forward_flow_sockets,
+            forward_access_events: m.forward_access_events,
             runtime_tasks_alive: m.runtime_tasks_alive,
             workload_restarts: m.workload_restarts,
             workload_start_failures: m.workload_start_failures,
@@ -777,7 +797,7 @@ impl Metrics {
         }
     }
 
-    // r[impl node.forward.metrics.server]
+    // r[impl node.forward.metrics.server+2]
     /// Sets the forward server's own figures (read at each scrape): connections open now by
     /// state, what it turned away and the datagrams it dropped unattributed (since the server
     /// started: a restarted server counts from zero again), and its flow sockets. `None` (no
@@ -787,6 +807,7 @@ impl Metrics {
         self.forward_refused.clear();
         self.forward_retries.clear();
         self.forward_unattributed_dropped.clear();
+        self.forward_access_events.clear();
         let Some(f) = figures else {
             self.forward_flow_sockets.set(0);
             return;
@@ -843,6 +864,18 @@ impl Metrics {
         }
         self.forward_flow_sockets
             .set(gauge(u64::try_from(f.flow_sockets).unwrap_or(u64::MAX)));
+        let a = &f.access;
+        for (event, n) in [
+            ("update", a.updates),
+            ("forward_ended", a.forwards_ended),
+            ("connection_ended", a.connections_ended),
+        ] {
+            self.forward_access_events
+                .get_or_create(&ForwardAccessLabel {
+                    event: event.to_owned(),
+                })
+                .inc_by(n);
+        }
     }
 
     // r[impl node.metrics.runtime-tasks]
@@ -1034,6 +1067,7 @@ struct MetricsParts {
     forward_retries: Family<ForwardRetryLabel, Counter>,
     forward_unattributed_dropped: Family<ForwardUnattributedLabel, Counter>,
     forward_flow_sockets: Gauge,
+    forward_access_events: Family<ForwardAccessLabel, Counter>,
     runtime_tasks_alive: Gauge,
     workload_restarts: Family<WorkloadLabel, Counter>,
     workload_start_failures: Family<WorkloadLabel, Counter>,
@@ -1210,7 +1244,7 @@ mod tests {
         );
     }
 
-    // r[verify node.forward.metrics.server]
+    // r[verify node.forward.metrics.server+2]
     #[test]
     fn the_forward_servers_connections_and_refusals_follow_the_server() {
         let metrics = Metrics::new();
@@ -1222,6 +1256,7 @@ mod tests {
             "holdfast_forward_refused_total{",
             "holdfast_forward_retries_total{",
             "holdfast_forward_unattributed_dropped_total{",
+            "holdfast_forward_access_events_total{",
         ] {
             assert!(!text.contains(absent), "{absent} present:\n{text}");
         }
@@ -1251,6 +1286,11 @@ mod tests {
             },
             refused_targets: 20,
             flow_sockets: 21,
+            access: holdfast_forward::AccessStats {
+                updates: 22,
+                forwards_ended: 23,
+                connections_ended: 24,
+            },
         };
         metrics.set_forward_server(Some(&figures));
         let text = metrics.render();
@@ -1275,6 +1315,9 @@ mod tests {
             "holdfast_forward_unattributed_dropped_total{reason=\"error\"} 19",
             "holdfast_forward_refused_total{reason=\"target_not_allowed\"} 20",
             "holdfast_forward_flow_sockets 21",
+            "holdfast_forward_access_events_total{event=\"update\"} 22",
+            "holdfast_forward_access_events_total{event=\"forward_ended\"} 23",
+            "holdfast_forward_access_events_total{event=\"connection_ended\"} 24",
         ] {
             assert!(text.contains(series), "{series} missing:\n{text}");
         }

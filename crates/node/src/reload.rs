@@ -885,6 +885,65 @@ mod tests {
             )
         };
         let running = inputs(&file(""));
+        let other = dir.path().join("other.key");
+        std::fs::write(&other, "reload-test-gateway-other-0123456789\n").unwrap();
+        std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let other_key = format!("token_key_file = \"{}\"", other.display());
+        let publish = format!("publish_token_file = \"{}\"", other.display());
+        // Every key of `[gateway]`, a change to it, and whether the gateway takes it live.
+        let cases: &[(&str, &str, bool)] = &[
+            ("listen", "listen = \"127.0.0.1:1\"", false),
+            ("replica_id", "replica_id = \"other\"", false),
+            ("advertise", "advertise = \"gw.example:443\"", false),
+            ("token_key_file", &other_key, false),
+            ("publish_token_file", &publish, false),
+            ("auth", "[gateway.auth]\nreload_interval = \"7s\"", false),
+            ("max_message_size", "max_message_size = 7000", false),
+            ("send_queue", "send_queue = 7", false),
+            ("ping_interval", "ping_interval = \"7s\"", false),
+            ("idle_timeout", "idle_timeout = \"70s\"", false),
+            ("per_ip_limit", "per_ip_limit = 7", true),
+            ("unauthenticated_limit", "unauthenticated_limit = 7", true),
+            (
+                "unauthenticated_per_ip_limit",
+                "unauthenticated_per_ip_limit = 7",
+                true,
+            ),
+            (
+                "max_rooms_per_connection",
+                "max_rooms_per_connection = 7",
+                true,
+            ),
+            ("max_room_name", "max_room_name = 7", true),
+            ("history_size", "history_size = 7", false),
+            ("history_ttl", "history_ttl = \"7m\"", false),
+            ("history_max_bytes", "history_max_bytes = 70000", false),
+            ("drain", "[gateway.drain]\ntotal = \"7s\"", false),
+            (
+                "tls",
+                "[gateway.tls]\ncert = \"/srv/gw/cert.pem\"\nkey = \"/srv/gw/key.pem\"",
+                false,
+            ),
+            ("cluster", "[gateway.cluster]\nlease_ttl = \"7s\"", false),
+        ];
+        let mut listed: Vec<&str> = cases.iter().map(|(key, ..)| *key).collect();
+        listed.sort_unstable();
+        let mut keys = keys_of::<crate::gateway_config::GatewaySection>().to_vec();
+        keys.sort_unstable();
+        assert_eq!(listed, keys, "every key of [gateway] is decided");
+        for (key, line, live) in cases {
+            let edited = match *key {
+                "listen" => file("").replace("listen = \"127.0.0.1:0\"", line),
+                "token_key_file" => {
+                    format!("[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\n{line}\n")
+                }
+                _ => file(&format!("{line}\n")),
+            };
+            let new = inputs(&edited);
+            assert_eq!(diff(&running, &new).modules[NAME], Change::Changed, "{key}");
+            assert_eq!(takes_live(NAME, &running, &new), *live, "{key}");
+        }
         for (line, live) in [
             ("per_ip_limit = 7\n", true),
             ("unauthenticated_limit = 7\n", true),

@@ -542,7 +542,7 @@ pub async fn run(
     if let Some(notifier) = &notifier {
         notifier.poke();
     }
-    // r[impl node.reload.stopping]
+    // r[impl node.reload.stopping+2]
     // A reload under way lets go at once (its stops are cut off by the draining phase, and it
     // starts nothing once the phase is draining); a second signal still aborts meanwhile.
     let supervised = tokio::select! {
@@ -649,8 +649,112 @@ async fn serve_reloads(
             ),
             Err(err) => tracing::warn!(error = %err, "reload refused"),
         }
+        // r[impl node.reload.gateway-files]
+        // A file rotated in place is no change to the config: the running gateway checks its
+        // key and TLS files now rather than at its next poll. Off the runtime's threads and not
+        // awaited: a hung file holds up neither the next reload nor the node's stop.
+        if let Some(gateway) = context.node.gateway.running().filter(|_| outcome.is_ok()) {
+            tokio::task::spawn_blocking(move || {
+                let keys = gateway.reload_keys();
+                let tls = gateway.reload_tls();
+                tracing::info!(
+                    ?keys,
+                    ?tls,
+                    "reload: the gateway checked its key and TLS files"
+                );
+            });
+        }
         for reply in replies {
             let _ = reply.send(outcome.clone());
+        }
+    }
+}
+
+/// What one reload gives running modules live, decided before its stops and applied after them.
+#[derive(Default)]
+struct LiveUpdates {
+    workloads: Option<Vec<holdfast_workload::WorkloadConfig>>,
+    forward: Option<(
+        crate::modules::forward::AccessSpec,
+        holdfast_forward::Access,
+    )>,
+    issuance: Option<(
+        holdfast_issuance::IssuanceConfig,
+        holdfast_issuance::Certificates,
+    )>,
+    gateway: Option<holdfast_gateway::LiveLimits>,
+}
+
+impl LiveUpdates {
+    /// The modules given something.
+    fn names(&self) -> Vec<&'static str> {
+        use crate::modules::{forward, gateway, issuance, workload};
+        [
+            (workload::NAME, self.workloads.is_some()),
+            (forward::NAME, self.forward.is_some()),
+            (issuance::NAME, self.issuance.is_some()),
+            (gateway::NAME, self.gateway.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+
+    /// Gives each module its update. The shared handle each restart of a module starts from is
+    /// replaced first: a module that ended meanwhile starts again from the new settings.
+    fn apply(self, context: &Context) {
+        let node = &context.node;
+        // r[impl node.reload.live+2]
+        if let Some(workloads) = self.workloads {
+            *context
+                .live
+                .desired
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads.clone();
+            if node
+                .workload
+                .with(|r| r.handle.set_desired(workloads))
+                .unwrap_or(false)
+            {
+                tracing::info!("reload: the workload module took its new workloads live");
+            }
+        }
+        // r[impl node.reload.live-forward]
+        // Open forwards whose target is still allowed go on; the others end, told why.
+        if let Some((spec, access)) = self.forward {
+            *context
+                .live
+                .forward_access
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = spec;
+            if node
+                .forward
+                .with(|server| server.update_access(access))
+                .is_ok()
+            {
+                tracing::info!("reload: the forward module took its new access live");
+            }
+        }
+        // r[impl node.reload.live-issuance]
+        // The others' state, pacing and history stay as they are.
+        if let Some((config, certificates)) = self.issuance {
+            replace(&context.live.issuance, config);
+            if node
+                .issuance
+                .with(|i| i.apply_certificates(certificates))
+                .is_ok()
+            {
+                tracing::info!("reload: the issuance module took its new certificates live");
+            }
+        }
+        // r[impl node.reload.live-gateway]
+        // No client is drained or closed.
+        if let Some(limits) = self.gateway {
+            replace(&context.live.gateway_limits, limits);
+            if let Some(gateway) = node.gateway.running() {
+                gateway.update_limits(limits);
+                tracing::info!("reload: the gateway took its new limits live");
+            }
         }
     }
 }
@@ -698,8 +802,39 @@ async fn reload(
             return Err(ReloadError::Invalid(message));
         }
     };
+    // r[impl node.reload.live-forward]
+    // A forward that may take its new access live has its token files read now, before the
+    // running set is locked (the node's stop waits for that lock) and under the config read's
+    // timeout: a FIFO or a hung file system refuses the live update, and the module restarts.
+    let forward_access = {
+        use crate::modules::forward;
+        let new_inputs = Inputs::of(&config);
+        let wanted = {
+            let running = running.lock().await;
+            !running.closed
+                && crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs)
+        };
+        match config.forward.as_ref().filter(|_| wanted) {
+            Some(section) => {
+                let spec = forward::AccessSpec::of(section.get_ref());
+                let read = spec.clone();
+                let access = tokio::task::spawn_blocking(move || read.read());
+                let access = match tokio::time::timeout(CONFIG_READ_TIMEOUT, access).await {
+                    Ok(done) => done.unwrap_or_else(|err| {
+                        Err(format!("reading the token files failed: {err}"))
+                    }),
+                    Err(_) => Err(format!(
+                        "the token files were not read within {}s",
+                        CONFIG_READ_TIMEOUT.as_secs()
+                    )),
+                };
+                Some((spec, access))
+            }
+            None => None,
+        }
+    };
     let mut running = running.lock().await;
-    // r[impl node.reload.stopping]
+    // r[impl node.reload.stopping+2]
     if running.closed || node.phase() == Phase::Draining {
         return Err(ReloadError::Stopping);
     }
@@ -717,10 +852,9 @@ async fn reload(
     }
 
     let mut plan = plan;
-    // The workload module takes a changed set of workloads live (the reconciler adds, changes
-    // and removes containers and leaves the others alone), when nothing else it is built from
-    // changed and it is running.
-    // Decided once, before any of them is applied.
+    // Which modules take their change live is decided here, before anything stops, and applied
+    // only after the stops, once the node's stop has not begun (r[node.reload.stopping+2]): a
+    // reload cut off applies nothing. One that cannot take it live restarts.
     let takes_live: Vec<&str> = {
         use crate::modules::{forward, gateway, issuance, workload};
         [workload::NAME, forward::NAME, issuance::NAME, gateway::NAME]
@@ -732,106 +866,56 @@ async fn reload(
             .collect()
     };
     let live = |name: &str| takes_live.contains(&name);
-    if live(crate::modules::workload::NAME) {
-        let workloads: Vec<_> = config.workloads.iter().map(|w| w.to_config()).collect();
-        // The shared set first: a restart of the module between the two starts from the new one.
-        *context
-            .live
-            .desired
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads.clone();
-        if node
-            .workload
-            .with(|r| r.handle.set_desired(workloads))
-            .unwrap_or(false)
-        {
-            plan.modules
-                .insert(crate::modules::workload::NAME.to_owned(), Change::Updated);
-            tracing::info!("reload: the workload module took its new workloads live");
-        }
+    let mut updates = LiveUpdates::default();
+    if live(crate::modules::workload::NAME) && node.workload.with(|_| ()).is_ok() {
+        updates.workloads = Some(config.workloads.iter().map(|w| w.to_config()).collect());
     }
-    // r[impl node.reload.live-forward]
-    // The forward module takes new tokens and allow-lists live (the token files read again):
-    // open forwards whose target is still allowed go on; the others end, told why.
-    if let Some(section) = config
-        .forward
-        .as_ref()
-        .filter(|_| live(crate::modules::forward::NAME))
-    {
-        let spec = crate::modules::forward::AccessSpec::of(section.get_ref());
-        let read = spec.clone();
-        let access = tokio::task::spawn_blocking(move || read.read())
-            .await
-            .unwrap_or_else(|err| Err(format!("reading the token files failed: {err}")));
-        match access {
-            Ok(access) => {
-                // The shared access first: a restart of the module between the two starts from it.
-                *context
-                    .live
-                    .forward_access
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = spec;
-                if node
-                    .forward
-                    .with(|server| server.update_access(access))
-                    .is_ok()
-                {
-                    plan.modules
-                        .insert(crate::modules::forward::NAME.to_owned(), Change::Updated);
-                    tracing::info!("reload: the forward module took its new access live");
-                }
+    if live(crate::modules::forward::NAME) {
+        match forward_access {
+            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
+                updates.forward = Some((spec, access));
             }
             // The restart reads them again and reports its failure.
-            Err(error) => tracing::warn!(%error,
+            Some((_, Err(error))) => tracing::warn!(%error,
                 "reload: the forward's new access cannot be read; the module restarts"),
+            _ => {}
         }
     }
-
-    // r[impl node.reload.live-issuance]
-    // The issuance module takes added and removed certificates live: the others' state, pacing
-    // and history stay as they are.
     if let Some(section) = config
         .issuance
         .as_ref()
         .filter(|_| live(crate::modules::issuance::NAME))
     {
         let new = section.get_ref().clone();
-        // The module's config first: a restart of the module between the two starts from it.
-        replace(&context.live.issuance, new.clone());
-        match node.issuance.with(|i| i.set_certificates(&new)) {
-            Ok(Ok(())) => {
-                plan.modules
-                    .insert(crate::modules::issuance::NAME.to_owned(), Change::Updated);
-                tracing::info!("reload: the issuance module took its new certificates live");
+        // The checks look users and groups up: off the runtime's threads, bounded, and without
+        // the module's slot held (the admin API reads it).
+        if let Ok(planner) = node.issuance.with(holdfast_issuance::Issuance::planner) {
+            let config = new.clone();
+            let planned = tokio::task::spawn_blocking(move || planner.plan(&config));
+            let planned = match tokio::time::timeout(CONFIG_READ_TIMEOUT, planned).await {
+                Ok(Ok(planned)) => planned.map_err(|e| e.to_string()),
+                Ok(Err(e)) => Err(format!("the check ended: {e}")),
+                Err(_) => Err(format!(
+                    "not checked within {}s",
+                    CONFIG_READ_TIMEOUT.as_secs()
+                )),
+            };
+            match planned {
+                Ok(certificates) => updates.issuance = Some((new, certificates)),
+                Err(error) => tracing::warn!(%error,
+                    "reload: the issuance module cannot take its new certificates live; it restarts"),
             }
-            Ok(Err(error)) => tracing::warn!(%error,
-                "reload: the issuance module cannot take its new certificates live; it restarts"),
-            Err(_) => {}
         }
     }
-    // r[impl node.reload.live-gateway]
-    // The gateway takes new limits live: no client is drained or closed.
     if let Some(section) = config
         .gateway
         .as_ref()
-        .filter(|_| live(crate::modules::gateway::NAME))
+        .filter(|_| live(crate::modules::gateway::NAME) && node.gateway.running().is_some())
     {
-        let limits = section
-            .get_ref()
-            .gateway_config(
-                context.identity.id(),
-                holdfast_gateway::TokenKey::new(Vec::new()),
-                &config.node.data_dir,
-            )
-            .live_limits();
-        // The module's limits first: a restart of the module between the two starts from them.
-        replace(&context.live.gateway_limits, limits);
-        if let Some(gateway) = node.gateway.running() {
-            gateway.update_limits(limits);
-            plan.modules
-                .insert(crate::modules::gateway::NAME.to_owned(), Change::Updated);
-            tracing::info!("reload: the gateway took its new limits live");
-        }
+        updates.gateway = Some(section.get_ref().live_limits());
+    }
+    for name in updates.names() {
+        plan.modules.insert(name.to_owned(), Change::Updated);
     }
     // Stop what went and what changed, in stop-group order, the gateway through its drain.
     let goes = |name: &str| {
@@ -856,6 +940,8 @@ async fn reload(
     if node.phase() == Phase::Draining {
         return Err(ReloadError::Stopping);
     }
+    // Nothing awaits from here to the starts: what the reload takes live, it takes whole.
+    updates.apply(context);
     // A stopped module's faults were its own (a module that starts again files what still
     // holds), and the subjects a changed one no longer owns would stay open otherwise.
     for name in plan
@@ -951,7 +1037,7 @@ async fn first_starts(
 }
 
 // r[impl node.reload.apply]
-// r[impl node.reload.stopping]
+// r[impl node.reload.stopping+2]
 /// Stops `modules` through the node's stop plan ([`stop_plan`]: group by group, one budget),
 /// every stopper told the restart reason. The node's stop cuts it off (returns `true`): the
 /// modules not yet asked to stop go back to `staying`, for the node's own stop plan.
@@ -1324,7 +1410,7 @@ mod tests {
         assert_eq!(exit_status(&report), EXIT_CLEAN);
     }
 
-    // r[verify node.reload.stopping]
+    // r[verify node.reload.stopping+2]
     #[tokio::test(start_paused = true)]
     async fn a_stop_the_reload_asked_for_is_handed_back_as_soon_as_it_starts() {
         // A module whose stop never ends, and one that ends at once.

@@ -62,7 +62,7 @@ async fn listing(node: &common::Node) -> serde_json::Value {
 
 // r[verify node.forward.module+2]
 // r[verify node.forward.metrics]
-// r[verify node.forward.metrics.server]
+// r[verify node.forward.metrics.server+2]
 // r[verify node.metrics.runtime-tasks]
 // i[verify node.forward.list]
 // i[verify node.forward.identity]

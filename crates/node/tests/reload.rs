@@ -1049,6 +1049,25 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
     }
     assert_eq!(workloads, ["api", "web"]);
     assert_eq!(hostnames, ["a.example", "b.example"]);
+    // The added hostname is decided at the module's next tick (1 s): attempted, and failed
+    // against the provider that is down.
+    let mut added = Value::Null;
+    for _ in 0..250 {
+        let certs = json_get(&node, "/v1/certs").await;
+        added = certs
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["hostname"] == "b.example"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        if added["failures"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        added["failures"].as_u64().unwrap_or(0) >= 1 && !added["last_error"].is_null(),
+        "b.example was not attempted after the reload: {added}"
+    );
     // Only `pull` (built from the workloads' images) started again.
     let after = json_get(&node, "/v1/modules").await;
     let starts_of = |modules: &Value| -> Vec<(String, u64)> {
@@ -1106,6 +1125,7 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
 // r[verify node.reload.live-gateway]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
+    use futures_util::SinkExt as _;
     let dir = tempfile::tempdir().unwrap();
     let gateway = gateway_section(dir.path(), "127.0.0.1:0");
     let node = start_in(dir, &gateway, BUDGET, None);
@@ -1114,10 +1134,14 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
     let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
 
-    // One connection per source from now on: the one open stays, a second is refused.
+    // One connection per source, one room per connection and room names of 4 bytes at most
+    // from now on: the one open stays (in its room, whose name is longer), a second is refused.
     rewrite(
         &node,
-        &gateway.replace("[gateway.drain]", "per_ip_limit = 1\n\n[gateway.drain]"),
+        &gateway.replace(
+            "[gateway.drain]",
+            "per_ip_limit = 1\nmax_rooms_per_connection = 1\nmax_room_name = 4\n\n[gateway.drain]",
+        ),
     );
     let (code, out, err) = reload(&node);
     assert_eq!(code, 0, "{out}{err}");
@@ -1132,10 +1156,87 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     );
     let tcp = TcpStream::connect(&addr).await.unwrap();
     let refused = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp).await;
-    assert!(
-        refused.is_err(),
-        "a second connection from the source was admitted"
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503, "{response:?}");
+        }
+        other => panic!("a second connection from the source was not refused with 503: {other:?}"),
+    }
+    // The joins are held to the new room limits.
+    let join = |room: &str| {
+        tokio_tungstenite::tungstenite::Message::Text(
+            serde_json::json!({"type": "join", "room": room})
+                .to_string()
+                .into(),
+        )
+    };
+    ws.send(join("longer")).await.unwrap();
+    let answer: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
+    assert_eq!(answer["reason"], "room name too long", "{answer}");
+    ws.send(join("abc")).await.unwrap();
+    let answer: Value = serde_json::from_str(&next_text(&mut ws).await).unwrap();
+    assert_eq!(answer["reason"], "too many rooms", "{answer}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+// r[verify node.reload.gateway-files]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_has_the_gateway_take_a_key_file_rotated_in_place() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    const NEW: &str = "gateway-reload-key-rotated-9876543210";
+    let dir = tempfile::tempdir().unwrap();
+    // The key files are polled once an hour: only the reload can have the new key taken now.
+    let gateway = format!(
+        "{}\n[gateway.auth]\nreload_interval = \"1h\"\n",
+        gateway_section(dir.path(), "127.0.0.1:0")
     );
+    let key = dir.path().join("gateway.key");
+    let node = start_in(dir, &gateway, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    std::fs::write(&key, format!("{NEW}\n")).unwrap();
+    // The file rotated in place: the config is the same, the gateway is not restarted.
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(starts(&node, "gateway").await, 1, "the gateway restarted");
+    // Its check runs off the reload's task: a token signed with the new key is accepted soon.
+    let token = holdfast_gateway::Signer::new(NEW.as_bytes())
+        .token(
+            "ann",
+            std::time::SystemTime::now() + Duration::from_secs(3600),
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tcp = TcpStream::connect(&addr).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+            .await
+            .unwrap();
+        ws.send(tokio_tungstenite::tungstenite::Message::Text(
+            json!({"type": "auth", "token": token}).to_string().into(),
+        ))
+        .await
+        .unwrap();
+        // A refused token closes the connection, naming why.
+        let answer = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .ok()
+            .flatten();
+        if let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) = &answer
+            && text.contains("\"authenticated\"")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a token signed with the rotated key is refused after the reload: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));

@@ -52,7 +52,7 @@ fn forward_section(dir: &Path) -> String {
     )
 }
 
-// r[verify node.reload.stopping]
+// r[verify node.reload.stopping+2]
 // r[verify node.signal.hup+2]
 #[tokio::test]
 async fn a_reload_still_reading_its_file_when_the_stop_begins_starts_nothing() {
@@ -103,7 +103,7 @@ async fn a_reload_still_reading_its_file_when_the_stop_begins_starts_nothing() {
     );
 }
 
-// r[verify node.reload.stopping]
+// r[verify node.reload.stopping+2]
 // r[verify node.stop.signal+2]
 #[tokio::test]
 async fn a_stop_during_a_reloads_stops_keeps_to_the_stop_budget() {
@@ -133,6 +133,41 @@ async fn a_stop_during_a_reloads_stops_keeps_to_the_stop_budget() {
         .unwrap_or_else(|| panic!("the node's stop did not wait for the module: {log}"));
     assert_ne!(hang["outcome"], "Stopped", "{hang}");
     assert_eq!(code, 3, "{log}");
+}
+
+// r[verify node.reload.stopping+2]
+// r[verify node.reload.live-forward]
+#[tokio::test]
+async fn a_reload_cut_off_during_its_stops_takes_nothing_live() {
+    let hang = "[testing]\nhang_on_stop = true\n";
+    let tokens = tempfile::tempdir().unwrap();
+    let Some(node) =
+        common::start_testing(&format!("{hang}{}", forward_section(tokens.path())), "8s")
+    else {
+        return;
+    };
+    node.until_ready().await;
+    // The next file removes the test module (whose stop hangs) and narrows the forward's
+    // allow-list, a change the forward takes live.
+    let forward = forward_section(tokens.path()).replace("127.0.0.1:53", "127.0.0.1:54");
+    write_config(node.dir.path(), &forward, "8s", None);
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "reload: module stopping");
+    node.signal(Signal::SIGTERM);
+    let (_, _, log) = node.wait(Duration::from_secs(20));
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert_eq!(
+        events(&log, "reload: the forward module took its new access live").count(),
+        0,
+        "a reload refused as stopping took the forward's access live: {log}"
+    );
+    let refused = events(&log, "reload refused")
+        .next()
+        .unwrap_or_else(|| panic!("no refusal: {log}"));
+    assert!(
+        refused["error"].as_str().unwrap().contains("stopping"),
+        "{refused}"
+    );
 }
 
 /// `holdfast reload` against `node`'s socket, started (not awaited), killed if dropped.
@@ -262,7 +297,7 @@ async fn reloads_that_waited_together_are_answered_by_one_reload() {
     assert_eq!(events(&log, "config reloaded").count(), 2, "{log}");
 }
 
-// r[verify node.reload.stopping]
+// r[verify node.reload.stopping+2]
 // r[verify node.stop.second-signal+2]
 #[tokio::test]
 async fn a_second_signal_during_a_reloads_stops_exits_at_once() {

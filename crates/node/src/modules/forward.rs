@@ -326,6 +326,40 @@ mod tests {
         );
     }
 
+    // r[verify node.reload.live-forward]
+    #[test]
+    fn a_start_after_a_live_update_uses_the_shared_access() {
+        const OLD: &str = "forward-old-token-7c41e0a95b2d3f68a1";
+        const NEW: &str = "forward-new-token-3b9f02d6e18c47a5b0";
+        let section = |token: &str, allow: &str| {
+            let text = format!(
+                "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"{token}\"]\n\
+                 allow = [\"{allow}\"]\n"
+            );
+            let config = crate::config::Config::parse("c.toml", &text).expect("valid");
+            config.forward.expect("[forward]")
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = SharedAccess::default();
+        let module = ForwardModule::new(
+            section(OLD, "10.0.0.1:53").get_ref(),
+            dir.path().into(),
+            Slot::default(),
+        )
+        .sharing(&shared);
+        // The module's own access is what it shares.
+        let server = module.server_config().expect("config");
+        assert_eq!(server.credentials, vec![Credential::new(OLD)]);
+        // The reload replaces the shared access: the next start uses it.
+        *lock(&shared) = AccessSpec::of(section(NEW, "10.0.0.2:53").get_ref());
+        let server = module.server_config().expect("config");
+        assert_eq!(server.credentials, vec![Credential::new(NEW)]);
+        assert_eq!(
+            server.allow,
+            AllowList::parse(["10.0.0.2:53"]).expect("parses")
+        );
+    }
+
     // r[verify node.forward.config+3]
     #[test]
     fn a_token_file_read_at_a_start_is_held_to_the_minimum_length() {
