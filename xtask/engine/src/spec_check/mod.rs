@@ -128,6 +128,7 @@ pub fn check_read(
         parsed,
         problems: tree_problems,
         notes: tree_notes,
+        ..
     } = tree;
     problems.extend(tree_problems.iter().cloned());
     notes.extend(tree_notes.iter().cloned());
@@ -250,6 +251,59 @@ pub struct Tree {
     pub problems: Vec<Problem>,
     /// Remarks that do not fail the gate.
     pub notes: Vec<String>,
+    /// The lookups a trace of every rule makes, built on the first one (see [`Tree::rule`]).
+    index: std::sync::OnceLock<Index>,
+}
+
+/// Where each rule's entries lie, so tracing every rule costs one pass over the tree rather than
+/// a walk of every rule per rule (quadratic in the tree's size).
+struct Index {
+    /// The first rule of each base id, as `rules.iter().find` finds it.
+    by_base: std::collections::HashMap<String, usize>,
+    /// Per rule definition (spec file and line): its coverage entries, as (analysis, entry), in
+    /// analysis and entry order.
+    coverage: std::collections::HashMap<(String, usize), Vec<(usize, usize)>>,
+}
+
+impl Tree {
+    fn index(&self) -> &Index {
+        self.index.get_or_init(|| {
+            let mut by_base = std::collections::HashMap::new();
+            for (at, rule) in self.rules.iter().enumerate() {
+                by_base.entry(rule.id.base.clone()).or_insert(at);
+            }
+            let mut coverage: std::collections::HashMap<(String, usize), Vec<(usize, usize)>> =
+                std::collections::HashMap::new();
+            for (a, analysis) in self.analyses.iter().enumerate() {
+                for (c, entry) in analysis.rules.iter().enumerate() {
+                    coverage
+                        .entry((entry.rule.file.clone(), entry.rule.line))
+                        .or_default()
+                        .push((a, c));
+                }
+            }
+            Index { by_base, coverage }
+        })
+    }
+
+    /// The first rule (in spec order) whose base id is `base`. The lookups are indexed on first
+    /// use: a tree whose `rules` or `analyses` change after that is not indexed again.
+    pub fn rule(&self, base: &str) -> Option<&rules::Rule> {
+        self.index().by_base.get(base).map(|&at| &self.rules[at])
+    }
+
+    /// Every analysis's entry for the rule defined at `rule`'s file and line, in analysis order.
+    pub fn coverage_of<'a>(
+        &'a self,
+        rule: &rules::Rule,
+    ) -> impl Iterator<Item = &'a coverage::RuleCoverage> + 'a {
+        self.index()
+            .coverage
+            .get(&(rule.file.clone(), rule.line))
+            .into_iter()
+            .flatten()
+            .map(|&(a, c)| &self.analyses[a].rules[c])
+    }
 }
 
 /// Extracts every spec's rules and scans every impl's sources for references.
@@ -260,6 +314,7 @@ pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
         parsed: sources::ParsedFiles::default(),
         problems: Vec::new(),
         notes: Vec::new(),
+        index: std::sync::OnceLock::new(),
     };
     for spec in &config.specs {
         let extracted = rules::extract(source, spec);
