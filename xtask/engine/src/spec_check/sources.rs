@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use tracey_config::Impl;
 use tracey_core::{ReqReference, Reqs, is_supported_extension};
 
@@ -69,49 +70,31 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
     }
 
     let tests = TestMatcher::new(&implementation.test_include);
-    let mut problems = Vec::new();
     let mut test_files = BTreeSet::new();
+    let mut fresh = Vec::new();
     for path in &files {
         let relative = walk::relative(root, path);
         if tests.is_match(Path::new(&relative)) {
             test_files.insert(path.clone());
         }
-        if parsed.files.contains_key(path) {
-            continue;
+        if !parsed.files.contains_key(path) {
+            fresh.push((path, relative));
         }
-        if !path.extension().is_some_and(is_supported_extension) {
-            problems.push(
-                Problem::new(
-                    Kind::Unscannable,
-                    "the config includes this file but tracey cannot scan its type; narrow the \
-                     include patterns",
-                )
-                .in_file(&relative),
-            );
-            continue;
-        }
-        let content = match tree.read(path) {
-            Ok(content) => content,
-            Err(err) => {
-                problems.push(
-                    Problem::new(Kind::Unscannable, format!("cannot read: {err}"))
-                        .in_file(&relative),
-                );
-                continue;
+    }
+    // Parsing (tree-sitter, twice per Rust file) is most of a run's time and each file's is its
+    // own: the files are parsed on a thread pool, and the results kept in path order.
+    let read: Vec<(&PathBuf, Result<ParsedFile, Problem>)> = fresh
+        .into_par_iter()
+        .map(|(path, relative)| (path, parse(tree, path, relative)))
+        .collect();
+    let mut problems = Vec::new();
+    for (path, file) in read {
+        match file {
+            Ok(file) => {
+                parsed.files.insert(path.clone(), file);
             }
-        };
-        let refs = Reqs::extract_from_content(path, &content).references;
-        let layout = (path.extension().is_some_and(|e| e == "rs"))
-            .then(|| RustLayout::parse(path, &content));
-        parsed.files.insert(
-            path.clone(),
-            ParsedFile {
-                relative,
-                content,
-                refs,
-                layout,
-            },
-        );
+            Err(problem) => problems.push(problem),
+        }
     }
     Scanned {
         files,
@@ -119,6 +102,45 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
         problems,
         notes,
     }
+}
+
+/// Reads and parses the file at `path` (`relative` to the root): its references, and the layout
+/// of a Rust file.
+fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, Problem> {
+    if !path.extension().is_some_and(is_supported_extension) {
+        return Err(Problem::new(
+            Kind::Unscannable,
+            "the config includes this file but tracey cannot scan its type; narrow the include \
+             patterns",
+        )
+        .in_file(&relative));
+    }
+    let content = tree.read(path).map_err(|err| {
+        Problem::new(Kind::Unscannable, format!("cannot read: {err}")).in_file(&relative)
+    })?;
+    let refs = if may_hold_reference(&content) {
+        Reqs::extract_from_content(path, &content).references
+    } else {
+        Vec::new()
+    };
+    let layout =
+        (path.extension().is_some_and(|e| e == "rs")).then(|| RustLayout::parse(path, &content));
+    Ok(ParsedFile {
+        relative,
+        content,
+        refs,
+        layout,
+    })
+}
+
+/// Whether `content` may hold a reference: tracey-core reads one only where a `[` follows a
+/// lowercase letter or digit (its prefix), so a file without that pair has none, and its
+/// tree-sitter parse for references is skipped.
+fn may_hold_reference(content: &str) -> bool {
+    let bytes = content.as_bytes();
+    content.match_indices('[').any(|(at, _)| {
+        at > 0 && (bytes[at - 1].is_ascii_lowercase() || bytes[at - 1].is_ascii_digit())
+    })
 }
 
 impl ParsedFiles {
@@ -173,5 +195,57 @@ impl ParsedFiles {
                 .is_some_and(|l| l.test_child_modules().iter().any(|m| m == name))
                 || self.declared_as_test_module(parent)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Rust-like text built from the pieces a reference is made of, and the ones it must not be.
+    fn source() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("// "),
+            Just("/// "),
+            Just("/* "),
+            Just(" */"),
+            Just("\n"),
+            Just(" "),
+            Just("r"),
+            Just("t2"),
+            Just("X"),
+            Just("_"),
+            Just("["),
+            Just("]"),
+            Just("impl "),
+            Just("verify "),
+            Just("a.b"),
+            Just("+2"),
+            Just("`"),
+            Just("fn f() {}"),
+            Just("x[0]"),
+            Just("é"),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        /// The cheap test never skips a file tracey-core would find a reference in.
+        #[test]
+        fn no_reference_is_skipped(content in source()) {
+            let refs = Reqs::extract_from_content(Path::new("x.rs"), &content).references;
+            prop_assert!(refs.is_empty() || may_hold_reference(&content), "{content:?}");
+        }
+    }
+
+    #[test]
+    fn a_marker_after_a_prefix_may_hold_a_reference() {
+        assert!(may_hold_reference("// r[impl a.b]\n"));
+        assert!(may_hold_reference("// h2[verify a.b]\n"));
+        assert!(!may_hold_reference(
+            "#[test]\nfn f() { let _ = [0]; vec![1]; }\n"
+        ));
+        assert!(!may_hold_reference("// R[impl a.b] X[c.d]\n"));
     }
 }
