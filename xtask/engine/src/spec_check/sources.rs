@@ -226,6 +226,9 @@ mod tests {
             Just("fn f() {}"),
             Just("x[0]"),
             Just("é"),
+            Just("r[impl a.b]"),
+            Just("t2[verify a.b+2]"),
+            Just("r[a.b]"),
         ];
         proptest::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
     }
@@ -236,6 +239,23 @@ mod tests {
         fn no_reference_is_skipped(content in source()) {
             let refs = Reqs::extract_from_content(Path::new("x.rs"), &content).references;
             prop_assert!(refs.is_empty() || may_hold_reference(&content), "{content:?}");
+        }
+    }
+
+    proptest! {
+        // A few cases: each parses 64 texts.
+        #![proptest_config(ProptestConfig::with_cases(2))]
+
+        /// And the generated texts hold references often enough for that to be tried.
+        #[test]
+        fn generated_texts_hold_references(contents in proptest::collection::vec(source(), 64)) {
+            let holding = contents
+                .iter()
+                .filter(|content| {
+                    !Reqs::extract_from_content(Path::new("x.rs"), content).references.is_empty()
+                })
+                .count();
+            prop_assert!(holding >= 4, "{holding} of 64");
         }
     }
 
