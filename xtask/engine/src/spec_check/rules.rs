@@ -507,7 +507,6 @@ fn parse_marker(line: &str) -> Option<Marker> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use rayon::prelude::*;
     use tracey_config::SpecConfig;
 
     use super::{Extracted, SpecText, extract};
