@@ -8,11 +8,14 @@
 //!
 //! The generated specs are files of at most [`RULES_PER_SPEC`] rules, as this workspace's are:
 //! marq counts lines from the top of the file for each rule, quadratic in one spec file's size,
-//! so the 10× tree is also timed with every rule in one file, to keep that cost in sight. The
-//! target at 10× was still missed on the last release run (spec-check 1.93 s, `trace --all`
-//! 2.20 s, spec-report 2.95 s). Source files hold about four annotations each; a cost that grows
-//! faster than linearly in one file's annotations is not exercised (the workspace's densest file
-//! has 65).
+//! so the 10× tree is also timed with every rule in one file, to keep that cost in sight. Each
+//! command's CPU time is reported beside its wall time: on a shared machine the wall clock mostly
+//! counts the wait for a core. On the last release run (load 7 to 9 on 2 cores) the 10× tree took
+//! 1.35 s of CPU for spec-check, 1.37 s for `trace --all` and 1.49 s for spec-report, and the 30×
+//! tree about three times that: linear, and about three quarters tree-sitter (tracey-core parses
+//! each source file twice, for references and for code units), which the engine runs on a thread
+//! pool. Source files hold about four annotations each; a cost that grows faster than linearly in
+//! one file's annotations is not exercised (the workspace's densest file has 65).
 
 use std::fmt::Write as _;
 use std::path::Path;

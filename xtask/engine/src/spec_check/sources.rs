@@ -1,6 +1,7 @@
 //! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
 //! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
-//! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it.
+//! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it,
+//! on a rayon thread pool (the results are kept in path order).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
