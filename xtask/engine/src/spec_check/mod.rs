@@ -28,6 +28,7 @@ pub mod foreign;
 pub mod freshness;
 pub mod junit;
 pub mod parity;
+mod pool;
 pub mod problem;
 pub mod report;
 pub mod rules;
@@ -336,4 +337,55 @@ pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
         tree.rules.extend(extracted.rules);
     }
     tree
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tree::Memory;
+
+    const CONFIG: &str = "@schema {id crate:tracey-config@1, cli tracey}\n\nspecs (\n    {\n        \
+        name calc\n        include (docs/spec.md)\n        impls (\n            {\n                \
+        name rust\n                include (src/**/*.rs)\n            }\n        )\n    }\n)\n";
+
+    fn deep_tree() -> Memory {
+        // tree-sitter's parse and tracey-core's walks recurse once per nesting level: a long sum
+        // nests as deep as it has terms.
+        let sum = vec!["1"; 5_000].join(" + ");
+        let deep = format!("// r[impl calc.add]\nfn f() -> i32 {{\n    {sum}\n}}\n");
+        Memory::new([
+            (config::CONFIG_PATH, CONFIG.to_owned()),
+            (
+                "docs/spec.md",
+                "# Spec\n\n> r[calc.add]\n> Adds.\n".to_owned(),
+            ),
+            ("src/deep.rs", deep),
+            (
+                "src/other.rs",
+                "// r[impl calc.add]\nfn g() {}\n".to_owned(),
+            ),
+        ])
+    }
+
+    // A deeply nested file is parsed on the pool's threads as it was on the main thread (8 MiB),
+    // not on rayon's default 2 MiB worker stacks, which overflow (the process aborts).
+    #[test]
+    fn a_deeply_nested_file_is_read_from_an_eight_mib_thread() {
+        let tree = deep_tree();
+        let read = std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let loaded = config::load(&tree).expect("the config loads");
+                let read = read_tree(&tree, &loaded.config);
+                (
+                    read.parsed.files.len(),
+                    read.rules.len(),
+                    read.problems.len(),
+                )
+            })
+            .expect("a thread")
+            .join()
+            .expect("no panic");
+        assert_eq!(read, (2, 1, 0));
+    }
 }

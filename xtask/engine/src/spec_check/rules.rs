@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use rayon::prelude::*;
 use tracey_config::SpecConfig;
 use tracey_core::{RuleId, parse_rule_id};
 
@@ -105,15 +104,12 @@ pub fn extract(tree: &dyn Tree, spec: &SpecConfig) -> Extracted {
     let mut merged: Vec<(String, Marker)> = Vec::new();
     // Each file is rendered (marq) and parsed (pulldown-cmark) on its own, on a thread pool; the
     // results are taken in file order.
-    let read: Vec<(String, Result<FileRules, Problem>)> = selection
-        .files
-        .par_iter()
-        .map(|path| {
+    let read: Vec<(String, Result<FileRules, Problem>)> =
+        super::pool::map(selection.files.iter().collect(), |path| {
             let file = walk::relative(root, path);
             let read = read_file(tree, path, &file, &spec.name);
             (file, read)
-        })
-        .collect();
+        });
     for (file, read) in read {
         let (file_rules, first_lines, later_lines) = match read {
             Ok(read) => read,

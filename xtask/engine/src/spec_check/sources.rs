@@ -1,12 +1,11 @@
 //! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
 //! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
 //! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it,
-//! on a rayon thread pool (the results are kept in path order).
+//! on a thread pool with deep stacks (the results are kept in path order).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use tracey_config::Impl;
 use tracey_core::{ReqReference, Reqs, is_supported_extension};
 
@@ -84,10 +83,10 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
     }
     // Parsing (tree-sitter, twice per Rust file) is most of a run's time and each file's is its
     // own: the files are parsed on a thread pool, and the results kept in path order.
-    let read: Vec<(&PathBuf, Result<ParsedFile, Problem>)> = fresh
-        .into_par_iter()
-        .map(|(path, relative)| (path, parse(tree, path, relative)))
-        .collect();
+    let read: Vec<(&PathBuf, Result<ParsedFile, Problem>)> =
+        super::pool::map(fresh, |(path, relative)| {
+            (path, parse(tree, path, relative))
+        });
     let mut problems = Vec::new();
     for (path, file) in read {
         match file {
