@@ -354,7 +354,7 @@ fn measure_workspace(root: &Path) -> anyhow::Result<Size> {
     let tree = spec_engine::spec_check::read_tree(&spec_engine::Disk::new(root), &config.config);
     let annotations = tree.parsed.files.values().map(|f| f.refs.len()).sum();
     Ok(Size {
-        rules: tree.rules.len(),
+        rules: tree.rules().len(),
         files: tree.parsed.files.len(),
         annotations,
     })
@@ -510,7 +510,7 @@ mod tests {
         let tree =
             spec_engine::spec_check::read_tree(&spec_engine::Disk::new(&root), &config.config);
         assert!(tree.problems.is_empty(), "{:?}", tree.problems);
-        assert_eq!(tree.rules.len(), 30);
+        assert_eq!(tree.rules().len(), 30);
         let refs: usize = tree.parsed.files.values().map(|f| f.refs.len()).sum();
         assert_eq!(refs, 120);
         // 45 module files and one lib.rs per crate of 20.

@@ -241,11 +241,25 @@ pub fn shown(source: &dyn Source, path: &Path) -> String {
 
 /// A tree's rules and the references to them, before any judgement: what `check` and
 /// `cargo xtask trace` both start from.
+///
+/// Its rules and analyses are read-only, so the lookups indexed on first use stay true:
+///
+/// ```compile_fail
+/// fn drop_first(tree: &mut spec_engine::spec_check::Tree) {
+///     tree.rules.remove(0);
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn drop_first(tree: &mut spec_engine::spec_check::Tree) {
+///     tree.analyses.remove(0);
+/// }
+/// ```
 pub struct Tree {
-    /// Every rule of every spec, in config and file order.
-    pub rules: Vec<rules::Rule>,
-    /// One analysis per spec/impl pair.
-    pub analyses: Vec<coverage::Analysis>,
+    /// Every rule of every spec, in config and file order (read through [`Tree::rules`]).
+    rules: Vec<rules::Rule>,
+    /// One analysis per spec/impl pair (read through [`Tree::analyses`]).
+    analyses: Vec<coverage::Analysis>,
     /// Every scanned source file.
     pub parsed: sources::ParsedFiles,
     /// Problems reading the specs and sources (not yet the coverage problems).
@@ -287,8 +301,18 @@ impl Tree {
         })
     }
 
+    /// Every rule of every spec, in config and file order.
+    pub fn rules(&self) -> &[rules::Rule] {
+        &self.rules
+    }
+
+    /// One analysis per spec/impl pair.
+    pub fn analyses(&self) -> &[coverage::Analysis] {
+        &self.analyses
+    }
+
     /// The first rule (in spec order) whose base id is `base`. The lookups are indexed on first
-    /// use: a tree whose `rules` or `analyses` change after that is not indexed again.
+    /// use; the rules and analyses cannot change after [`read_tree`], so the index stays true.
     pub fn rule(&self, base: &str) -> Option<&rules::Rule> {
         self.index().by_base.get(base).map(|&at| &self.rules[at])
     }
@@ -387,5 +411,39 @@ mod tests {
             .join()
             .expect("no panic");
         assert_eq!(read, (2, 1, 0));
+    }
+
+    // The indexed lookups answer as a walk of the read-only rules and analyses does.
+    #[test]
+    fn the_index_answers_as_a_walk_of_the_rules() {
+        let tree = Memory::new([
+            (config::CONFIG_PATH, CONFIG.to_owned()),
+            (
+                "docs/spec.md",
+                "# Spec\n\n> r[calc.add]\n> Adds.\n\n> r[calc.sub]\n> Subtracts.\n".to_owned(),
+            ),
+            ("src/a.rs", "// r[impl calc.sub]\nfn g() {}\n".to_owned()),
+        ]);
+        let loaded = config::load(&tree).expect("the config loads");
+        let read = read_tree(&tree, &loaded.config);
+        assert_eq!(read.rules().len(), 2);
+        for rule in read.rules() {
+            let found = read.rule(&rule.id.base).expect("every rule is found");
+            assert_eq!((&found.file, found.line), (&rule.file, rule.line));
+            let walked: Vec<_> = read
+                .analyses()
+                .iter()
+                .flat_map(|a| a.rules.iter())
+                .filter(|c| (&c.rule.file, c.rule.line) == (&rule.file, rule.line))
+                .map(|c| c.rule.id.base.clone())
+                .collect();
+            let indexed: Vec<_> = read
+                .coverage_of(rule)
+                .map(|c| c.rule.id.base.clone())
+                .collect();
+            assert_eq!(indexed, walked);
+            assert_eq!(indexed.len(), 1);
+        }
+        assert!(read.rule("calc.mul").is_none());
     }
 }

@@ -32,7 +32,7 @@ pub fn per_crate(
     everything: &crate::trace::Everything,
 ) -> BTreeMap<String, CrateCoverage> {
     let mut crates: BTreeMap<String, CrateCoverage> = BTreeMap::new();
-    for (report, analysis_rule) in everything.rules.iter().zip(&everything.tree.rules) {
+    for (report, analysis_rule) in everything.rules.iter().zip(everything.tree.rules()) {
         let mut packages: Vec<String> = everything
             .tree
             .coverage_of(analysis_rule)

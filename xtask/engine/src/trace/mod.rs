@@ -67,7 +67,7 @@ pub fn everything(
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
     let mut rules = Vec::new();
     let closers = rule_report::Closers::of(&all);
-    for rule in &tree.rules {
+    for rule in tree.rules() {
         rules.push(rule_report::trace_closing(
             source,
             &tree,

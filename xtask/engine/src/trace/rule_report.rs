@@ -154,9 +154,9 @@ pub(crate) fn trace_closing(
     };
     let id = parse_rule_id(id_text).ok_or_else(|| Error::NotARuleId(wanted.to_owned()))?;
     let Some(rule) = tree.rule(&id.base) else {
-        let similar: Vec<String> = suggest::similar(&id, tree.rules.iter().map(|r| &r.id))
+        let similar: Vec<String> = suggest::similar(&id, tree.rules().iter().map(|r| &r.id))
             .into_iter()
-            .filter_map(|found| tree.rules.iter().find(|r| &r.id == found))
+            .filter_map(|found| tree.rules().iter().find(|r| &r.id == found))
             .map(Rule::marker)
             .collect();
         return Err(Error::UnknownRule {

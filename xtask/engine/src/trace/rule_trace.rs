@@ -70,9 +70,9 @@ pub fn trace(
 ) -> RuleTrace {
     let state = match tree.rule(&named.id.base) {
         None => RuleState::NotInSpec {
-            similar: suggest::similar(&named.id, tree.rules.iter().map(|r| &r.id))
+            similar: suggest::similar(&named.id, tree.rules().iter().map(|r| &r.id))
                 .into_iter()
-                .filter_map(|id| tree.rules.iter().find(|r| &r.id == id))
+                .filter_map(|id| tree.rules().iter().find(|r| &r.id == id))
                 .map(Rule::marker)
                 .collect(),
         },
