@@ -118,11 +118,7 @@ fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, P
     let content = tree.read(path).map_err(|err| {
         Problem::new(Kind::Unscannable, format!("cannot read: {err}")).in_file(&relative)
     })?;
-    let refs = if may_hold_reference(&content) {
-        Reqs::extract_from_content(path, &content).references
-    } else {
-        Vec::new()
-    };
+    let refs = Reqs::extract_from_content(path, &content).references;
     let layout =
         (path.extension().is_some_and(|e| e == "rs")).then(|| RustLayout::parse(path, &content));
     Ok(ParsedFile {
@@ -130,16 +126,6 @@ fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, P
         content,
         refs,
         layout,
-    })
-}
-
-/// Whether `content` may hold a reference: tracey-core reads one only where a `[` follows a
-/// lowercase letter or digit (its prefix), so a file without that pair has none, and its
-/// tree-sitter parse for references is skipped.
-fn may_hold_reference(content: &str) -> bool {
-    let bytes = content.as_bytes();
-    content.match_indices('[').any(|(at, _)| {
-        at > 0 && (bytes[at - 1].is_ascii_lowercase() || bytes[at - 1].is_ascii_digit())
     })
 }
 
@@ -195,77 +181,5 @@ impl ParsedFiles {
                 .is_some_and(|l| l.test_child_modules().iter().any(|m| m == name))
                 || self.declared_as_test_module(parent)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// Rust-like text built from the pieces a reference is made of, and the ones it must not be.
-    fn source() -> impl Strategy<Value = String> {
-        let piece = prop_oneof![
-            Just("// "),
-            Just("/// "),
-            Just("/* "),
-            Just(" */"),
-            Just("\n"),
-            Just(" "),
-            Just("r"),
-            Just("t2"),
-            Just("X"),
-            Just("_"),
-            Just("["),
-            Just("]"),
-            Just("impl "),
-            Just("verify "),
-            Just("a.b"),
-            Just("+2"),
-            Just("`"),
-            Just("fn f() {}"),
-            Just("x[0]"),
-            Just("é"),
-            Just("r[impl a.b]"),
-            Just("t2[verify a.b+2]"),
-            Just("r[a.b]"),
-        ];
-        proptest::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
-    }
-
-    proptest! {
-        /// The cheap test never skips a file tracey-core would find a reference in.
-        #[test]
-        fn no_reference_is_skipped(content in source()) {
-            let refs = Reqs::extract_from_content(Path::new("x.rs"), &content).references;
-            prop_assert!(refs.is_empty() || may_hold_reference(&content), "{content:?}");
-        }
-    }
-
-    proptest! {
-        // A few cases: each parses 64 texts.
-        #![proptest_config(ProptestConfig::with_cases(2))]
-
-        /// And the generated texts hold references often enough for that to be tried.
-        #[test]
-        fn generated_texts_hold_references(contents in proptest::collection::vec(source(), 64)) {
-            let holding = contents
-                .iter()
-                .filter(|content| {
-                    !Reqs::extract_from_content(Path::new("x.rs"), content).references.is_empty()
-                })
-                .count();
-            prop_assert!(holding >= 4, "{holding} of 64");
-        }
-    }
-
-    #[test]
-    fn a_marker_after_a_prefix_may_hold_a_reference() {
-        assert!(may_hold_reference("// r[impl a.b]\n"));
-        assert!(may_hold_reference("// h2[verify a.b]\n"));
-        assert!(!may_hold_reference(
-            "#[test]\nfn f() { let _ = [0]; vec![1]; }\n"
-        ));
-        assert!(!may_hold_reference("// R[impl a.b] X[c.d]\n"));
     }
 }
