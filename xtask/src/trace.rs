@@ -101,7 +101,7 @@ fn refuse_rule_formats(args: &Args) -> Result<(), String> {
 /// written.
 // i[impl trace.freshness]
 fn freshness_warnings(root: &Disk, tree: &spec_check::Tree, run: &results::Run) -> String {
-    spec_check::freshness::outdated(root, &tree.analyses, &run.evidence, &[])
+    spec_check::freshness::outdated(root, tree.analyses(), &run.evidence, &[])
         .iter()
         .map(|problem| format!("\nwarning: {problem}"))
         .collect()

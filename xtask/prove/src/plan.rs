@@ -198,11 +198,11 @@ fn regex_escape(text: &str) -> String {
 // i[impl prove.plan+4]
 pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
     let mut plans = Vec::new();
-    for rule in &tree.rules {
+    for rule in tree.rules() {
         let mut targets: Vec<Target> = Vec::new();
         let mut judges: Vec<Judge> = Vec::new();
         for coverage in tree
-            .analyses
+            .analyses()
             .iter()
             .flat_map(|a| a.rules.iter())
             .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)

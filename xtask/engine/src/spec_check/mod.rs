@@ -28,6 +28,7 @@ pub mod foreign;
 pub mod freshness;
 pub mod junit;
 pub mod parity;
+mod pool;
 pub mod problem;
 pub mod report;
 pub mod rules;
@@ -128,6 +129,7 @@ pub fn check_read(
         parsed,
         problems: tree_problems,
         notes: tree_notes,
+        ..
     } = tree;
     problems.extend(tree_problems.iter().cloned());
     notes.extend(tree_notes.iter().cloned());
@@ -239,17 +241,94 @@ pub fn shown(source: &dyn Source, path: &Path) -> String {
 
 /// A tree's rules and the references to them, before any judgement: what `check` and
 /// `cargo xtask trace` both start from.
+///
+/// Its rules and analyses are read-only, so the lookups indexed on first use stay true:
+///
+/// ```compile_fail
+/// fn drop_first(tree: &mut spec_engine::spec_check::Tree) {
+///     tree.rules.remove(0);
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn drop_first(tree: &mut spec_engine::spec_check::Tree) {
+///     tree.analyses.remove(0);
+/// }
+/// ```
 pub struct Tree {
-    /// Every rule of every spec, in config and file order.
-    pub rules: Vec<rules::Rule>,
-    /// One analysis per spec/impl pair.
-    pub analyses: Vec<coverage::Analysis>,
+    /// Every rule of every spec, in config and file order (read through [`Tree::rules`]).
+    rules: Vec<rules::Rule>,
+    /// One analysis per spec/impl pair (read through [`Tree::analyses`]).
+    analyses: Vec<coverage::Analysis>,
     /// Every scanned source file.
     pub parsed: sources::ParsedFiles,
     /// Problems reading the specs and sources (not yet the coverage problems).
     pub problems: Vec<Problem>,
     /// Remarks that do not fail the gate.
     pub notes: Vec<String>,
+    /// The lookups a trace of every rule makes, built on the first one (see [`Tree::rule`]).
+    index: std::sync::OnceLock<Index>,
+}
+
+/// Where each rule's entries lie, so tracing every rule costs one pass over the tree rather than
+/// a walk of every rule per rule (quadratic in the tree's size).
+struct Index {
+    /// The first rule of each base id, as `rules.iter().find` finds it.
+    by_base: std::collections::HashMap<String, usize>,
+    /// Per rule definition (spec file and line): its coverage entries, as (analysis, entry), in
+    /// analysis and entry order.
+    coverage: std::collections::HashMap<(String, usize), Vec<(usize, usize)>>,
+}
+
+impl Tree {
+    fn index(&self) -> &Index {
+        self.index.get_or_init(|| {
+            let mut by_base = std::collections::HashMap::new();
+            for (at, rule) in self.rules.iter().enumerate() {
+                by_base.entry(rule.id.base.clone()).or_insert(at);
+            }
+            let mut coverage: std::collections::HashMap<(String, usize), Vec<(usize, usize)>> =
+                std::collections::HashMap::new();
+            for (a, analysis) in self.analyses.iter().enumerate() {
+                for (c, entry) in analysis.rules.iter().enumerate() {
+                    coverage
+                        .entry((entry.rule.file.clone(), entry.rule.line))
+                        .or_default()
+                        .push((a, c));
+                }
+            }
+            Index { by_base, coverage }
+        })
+    }
+
+    /// Every rule of every spec, in config and file order.
+    pub fn rules(&self) -> &[rules::Rule] {
+        &self.rules
+    }
+
+    /// One analysis per spec/impl pair.
+    pub fn analyses(&self) -> &[coverage::Analysis] {
+        &self.analyses
+    }
+
+    /// The first rule (in spec order) whose base id is `base`. The lookups are indexed on first
+    /// use; the rules and analyses cannot change after [`read_tree`], so the index stays true.
+    pub fn rule(&self, base: &str) -> Option<&rules::Rule> {
+        self.index().by_base.get(base).map(|&at| &self.rules[at])
+    }
+
+    /// Every analysis's entry for the rule defined at `rule`'s file and line, in analysis order.
+    pub fn coverage_of<'a>(
+        &'a self,
+        rule: &rules::Rule,
+    ) -> impl Iterator<Item = &'a coverage::RuleCoverage> + 'a {
+        self.index()
+            .coverage
+            .get(&(rule.file.clone(), rule.line))
+            .into_iter()
+            .flatten()
+            .map(|&(a, c)| &self.analyses[a].rules[c])
+    }
 }
 
 /// Extracts every spec's rules and scans every impl's sources for references.
@@ -260,6 +339,7 @@ pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
         parsed: sources::ParsedFiles::default(),
         problems: Vec::new(),
         notes: Vec::new(),
+        index: std::sync::OnceLock::new(),
     };
     for spec in &config.specs {
         let extracted = rules::extract(source, spec);
@@ -281,4 +361,89 @@ pub fn read_tree(source: &dyn Source, config: &tracey_config::Config) -> Tree {
         tree.rules.extend(extracted.rules);
     }
     tree
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tree::Memory;
+
+    const CONFIG: &str = "@schema {id crate:tracey-config@1, cli tracey}\n\nspecs (\n    {\n        \
+        name calc\n        include (docs/spec.md)\n        impls (\n            {\n                \
+        name rust\n                include (src/**/*.rs)\n            }\n        )\n    }\n)\n";
+
+    fn deep_tree() -> Memory {
+        // tree-sitter's parse and tracey-core's walks recurse once per nesting level: a long sum
+        // nests as deep as it has terms.
+        let sum = vec!["1"; 5_000].join(" + ");
+        let deep = format!("// r[impl calc.add]\nfn f() -> i32 {{\n    {sum}\n}}\n");
+        Memory::new([
+            (config::CONFIG_PATH, CONFIG.to_owned()),
+            (
+                "docs/spec.md",
+                "# Spec\n\n> r[calc.add]\n> Adds.\n".to_owned(),
+            ),
+            ("src/deep.rs", deep),
+            (
+                "src/other.rs",
+                "// r[impl calc.add]\nfn g() {}\n".to_owned(),
+            ),
+        ])
+    }
+
+    // A deeply nested file is parsed on the pool's threads as it was on the main thread (8 MiB),
+    // not on rayon's default 2 MiB worker stacks, which overflow (the process aborts).
+    #[test]
+    fn a_deeply_nested_file_is_read_from_an_eight_mib_thread() {
+        let tree = deep_tree();
+        let read = std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let loaded = config::load(&tree).expect("the config loads");
+                let read = read_tree(&tree, &loaded.config);
+                (
+                    read.parsed.files.len(),
+                    read.rules.len(),
+                    read.problems.len(),
+                )
+            })
+            .expect("a thread")
+            .join()
+            .expect("no panic");
+        assert_eq!(read, (2, 1, 0));
+    }
+
+    // The indexed lookups answer as a walk of the read-only rules and analyses does.
+    #[test]
+    fn the_index_answers_as_a_walk_of_the_rules() {
+        let tree = Memory::new([
+            (config::CONFIG_PATH, CONFIG.to_owned()),
+            (
+                "docs/spec.md",
+                "# Spec\n\n> r[calc.add]\n> Adds.\n\n> r[calc.sub]\n> Subtracts.\n".to_owned(),
+            ),
+            ("src/a.rs", "// r[impl calc.sub]\nfn g() {}\n".to_owned()),
+        ]);
+        let loaded = config::load(&tree).expect("the config loads");
+        let read = read_tree(&tree, &loaded.config);
+        assert_eq!(read.rules().len(), 2);
+        for rule in read.rules() {
+            let found = read.rule(&rule.id.base).expect("every rule is found");
+            assert_eq!((&found.file, found.line), (&rule.file, rule.line));
+            let walked: Vec<_> = read
+                .analyses()
+                .iter()
+                .flat_map(|a| a.rules.iter())
+                .filter(|c| (&c.rule.file, c.rule.line) == (&rule.file, rule.line))
+                .map(|c| c.rule.id.base.clone())
+                .collect();
+            let indexed: Vec<_> = read
+                .coverage_of(rule)
+                .map(|c| c.rule.id.base.clone())
+                .collect();
+            assert_eq!(indexed, walked);
+            assert_eq!(indexed.len(), 1);
+        }
+        assert!(read.rule("calc.mul").is_none());
+    }
 }

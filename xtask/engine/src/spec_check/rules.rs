@@ -86,34 +86,22 @@ pub fn extract(tree: &dyn Tree, spec: &SpecConfig) -> Extracted {
     let mut rules: Vec<Rule> = Vec::new();
     let mut unrecognised: Vec<(String, Marker)> = Vec::new();
     let mut merged: Vec<(String, Marker)> = Vec::new();
-    for path in &selection.files {
-        let file = walk::relative(root, path);
-        let text = match tree.read(path) {
-            Ok(text) => text,
-            Err(err) => {
-                problems.push(
-                    Problem::new(Kind::SpecParse, format!("cannot read the spec file: {err}"))
-                        .in_file(&file)
-                        .spec(&spec.name),
-                );
+    // Each file is rendered (marq) and parsed (pulldown-cmark) on its own, on a thread pool; the
+    // results are taken in file order.
+    let read: Vec<(String, Result<FileRules, Problem>)> =
+        super::pool::map(selection.files.iter().collect(), |path| {
+            let file = walk::relative(root, path);
+            let read = read_file(tree, path, &file, &spec.name);
+            (file, read)
+        });
+    for (file, read) in read {
+        let (file_rules, first_lines, later_lines) = match read {
+            Ok(read) => read,
+            Err(problem) => {
+                problems.push(problem);
                 continue;
             }
         };
-        let file_rules = match rules_of_file(&text, &file) {
-            Ok(file_rules) => file_rules,
-            Err(err) => {
-                problems.push(
-                    Problem::new(
-                        Kind::SpecParse,
-                        format!("cannot parse the spec file: {err}"),
-                    )
-                    .in_file(&file)
-                    .spec(&spec.name),
-                );
-                continue;
-            }
-        };
-        let (first_lines, later_lines) = blockquote_markers(&text);
         let in_file = |marker| (file.clone(), marker);
         unrecognised.extend(not_rules(first_lines, &file_rules).map(in_file));
         merged.extend(not_rules(later_lines, &file_rules).map(in_file));
@@ -168,6 +156,34 @@ pub fn extract(tree: &dyn Tree, spec: &SpecConfig) -> Extracted {
         problems,
         notes,
     }
+}
+
+/// A spec file's rules, and its blockquote markers that open a quote and that do not.
+type FileRules = (Vec<Rule>, Vec<Marker>, Vec<Marker>);
+
+/// Reads the spec file at `path` (`file` from the root) of the spec `spec`: its rules and markers,
+/// or the problem that it cannot be read or parsed.
+fn read_file(
+    tree: &dyn Tree,
+    path: &std::path::Path,
+    file: &str,
+    spec: &str,
+) -> Result<FileRules, Problem> {
+    let text = tree.read(path).map_err(|err| {
+        Problem::new(Kind::SpecParse, format!("cannot read the spec file: {err}"))
+            .in_file(file)
+            .spec(spec)
+    })?;
+    let file_rules = rules_of_file(&text, file).map_err(|err| {
+        Problem::new(
+            Kind::SpecParse,
+            format!("cannot parse the spec file: {err}"),
+        )
+        .in_file(file)
+        .spec(spec)
+    })?;
+    let (first_lines, later_lines) = blockquote_markers(&text);
+    Ok((file_rules, first_lines, later_lines))
 }
 
 /// The `config` problem of a spec whose `include` globs match no markdown file.
@@ -239,9 +255,11 @@ fn with_marker_line(text: &str, def: &marq::ReqDefinition) -> String {
 // i[impl spec-check.merged-rule]
 // i[impl spec-check.spec-parse]
 fn not_rules(markers: Vec<Marker>, rules: &[Rule]) -> impl Iterator<Item = Marker> + '_ {
+    // A set of the rules' lines: one file's markers against its rules, not each against each.
+    let lines: std::collections::HashSet<usize> = rules.iter().map(|rule| rule.line).collect();
     markers
         .into_iter()
-        .filter(|marker| !rules.iter().any(|rule| rule.line == marker.line))
+        .filter(move |marker| !lines.contains(&marker.line))
 }
 
 /// Whether a marker that defines nothing was meant as a rule: it uses a prefix the spec's rules

@@ -1,6 +1,7 @@
 //! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
 //! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
-//! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it.
+//! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it,
+//! on a thread pool with deep stacks (the results are kept in path order).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -69,49 +70,31 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
     }
 
     let tests = TestMatcher::new(&implementation.test_include);
-    let mut problems = Vec::new();
     let mut test_files = BTreeSet::new();
+    let mut fresh = Vec::new();
     for path in &files {
         let relative = walk::relative(root, path);
         if tests.is_match(Path::new(&relative)) {
             test_files.insert(path.clone());
         }
-        if parsed.files.contains_key(path) {
-            continue;
+        if !parsed.files.contains_key(path) {
+            fresh.push((path, relative));
         }
-        if !path.extension().is_some_and(is_supported_extension) {
-            problems.push(
-                Problem::new(
-                    Kind::Unscannable,
-                    "the config includes this file but tracey cannot scan its type; narrow the \
-                     include patterns",
-                )
-                .in_file(&relative),
-            );
-            continue;
-        }
-        let content = match tree.read(path) {
-            Ok(content) => content,
-            Err(err) => {
-                problems.push(
-                    Problem::new(Kind::Unscannable, format!("cannot read: {err}"))
-                        .in_file(&relative),
-                );
-                continue;
+    }
+    // Parsing (tree-sitter, twice per Rust file) is most of a run's time and each file's is its
+    // own: the files are parsed on a thread pool, and the results kept in path order.
+    let read: Vec<(&PathBuf, Result<ParsedFile, Problem>)> =
+        super::pool::map(fresh, |(path, relative)| {
+            (path, parse(tree, path, relative))
+        });
+    let mut problems = Vec::new();
+    for (path, file) in read {
+        match file {
+            Ok(file) => {
+                parsed.files.insert(path.clone(), file);
             }
-        };
-        let refs = Reqs::extract_from_content(path, &content).references;
-        let layout = (path.extension().is_some_and(|e| e == "rs"))
-            .then(|| RustLayout::parse(path, &content));
-        parsed.files.insert(
-            path.clone(),
-            ParsedFile {
-                relative,
-                content,
-                refs,
-                layout,
-            },
-        );
+            Err(problem) => problems.push(problem),
+        }
     }
     Scanned {
         files,
@@ -119,6 +102,31 @@ pub fn scan(tree: &dyn Tree, implementation: &Impl, parsed: &mut ParsedFiles) ->
         problems,
         notes,
     }
+}
+
+/// Reads and parses the file at `path` (`relative` to the root): its references, and the layout
+/// of a Rust file.
+fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, Problem> {
+    if !path.extension().is_some_and(is_supported_extension) {
+        return Err(Problem::new(
+            Kind::Unscannable,
+            "the config includes this file but tracey cannot scan its type; narrow the include \
+             patterns",
+        )
+        .in_file(&relative));
+    }
+    let content = tree.read(path).map_err(|err| {
+        Problem::new(Kind::Unscannable, format!("cannot read: {err}")).in_file(&relative)
+    })?;
+    let refs = Reqs::extract_from_content(path, &content).references;
+    let layout =
+        (path.extension().is_some_and(|e| e == "rs")).then(|| RustLayout::parse(path, &content));
+    Ok(ParsedFile {
+        relative,
+        content,
+        refs,
+        layout,
+    })
 }
 
 impl ParsedFiles {

@@ -32,13 +32,10 @@ pub fn per_crate(
     everything: &crate::trace::Everything,
 ) -> BTreeMap<String, CrateCoverage> {
     let mut crates: BTreeMap<String, CrateCoverage> = BTreeMap::new();
-    for (report, analysis_rule) in everything.rules.iter().zip(&everything.tree.rules) {
+    for (report, analysis_rule) in everything.rules.iter().zip(everything.tree.rules()) {
         let mut packages: Vec<String> = everything
             .tree
-            .analyses
-            .iter()
-            .flat_map(|a| a.rules.iter())
-            .filter(|c| c.rule.file == analysis_rule.file && c.rule.line == analysis_rule.line)
+            .coverage_of(analysis_rule)
             .flat_map(|c| c.impl_sites.iter().filter(|s| !s.stale))
             .filter_map(|site| crate_layout::package_of(source, &site.path).map(|(p, _)| p))
             .collect();

@@ -66,11 +66,13 @@ pub fn everything(
     let run = results::load(source, results, skips, no_results)?;
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
     let mut rules = Vec::new();
-    for rule in &tree.rules {
-        rules.push(rule_report::trace(
+    let closers = rule_report::Closers::of(&all);
+    for rule in tree.rules() {
+        rules.push(rule_report::trace_closing(
             source,
             &tree,
             &all,
+            &closers,
             &rule.marker(),
             evidence,
         )?);

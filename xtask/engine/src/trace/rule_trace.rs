@@ -68,11 +68,11 @@ pub fn trace(
     named: &NamedRule,
     evidence: Option<&Evidence>,
 ) -> RuleTrace {
-    let state = match tree.rules.iter().find(|r| r.id.base == named.id.base) {
+    let state = match tree.rule(&named.id.base) {
         None => RuleState::NotInSpec {
-            similar: suggest::similar(&named.id, tree.rules.iter().map(|r| &r.id))
+            similar: suggest::similar(&named.id, tree.rules().iter().map(|r| &r.id))
                 .into_iter()
-                .filter_map(|id| tree.rules.iter().find(|r| &r.id == id))
+                .filter_map(|id| tree.rules().iter().find(|r| &r.id == id))
                 .map(Rule::marker)
                 .collect(),
         },
@@ -92,15 +92,9 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
     let mut verify_sites: Vec<Site> = Vec::new();
     // A spec with several impls analyses the same rule once per impl; a file two impls share
     // yields the same site twice.
-    for analysis in &tree.analyses {
-        for coverage in analysis
-            .rules
-            .iter()
-            .filter(|c| c.rule.file == rule.file && c.rule.line == rule.line)
-        {
-            impls.extend(coverage.impl_sites.iter().cloned());
-            verify_sites.extend(coverage.verify_sites.iter().cloned());
-        }
+    for coverage in tree.coverage_of(rule) {
+        impls.extend(coverage.impl_sites.iter().cloned());
+        verify_sites.extend(coverage.verify_sites.iter().cloned());
     }
     for sites in [&mut impls, &mut verify_sites] {
         sites.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));

@@ -1,0 +1,27 @@
+//! The thread pool spec and source files are parsed on.
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+/// Worker stack size. tree-sitter's parse and tracey-core's walks recurse once per nesting level,
+/// so a deeply nested file needs a deep stack: rayon's default (2 MiB) overflows and aborts where
+/// the main thread (8 MiB) did not; 16 MiB leaves room beyond what the main thread allowed.
+const STACK: usize = 16 << 20;
+
+/// Maps `items` with `f` on a pool with deep worker stacks, results in `items`' order. When no
+/// pool can be built (threads cannot be spawned), the items are mapped on the calling thread.
+pub(super) fn map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .stack_size(STACK)
+            .thread_name(|at| format!("spec-parse-{at}"))
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(pool) => pool.install(|| items.into_par_iter().map(f).collect()),
+        None => items.into_iter().map(f).collect(),
+    }
+}
