@@ -316,13 +316,7 @@ fn review_at(
     let read_then = read(&then);
     let outcome_then = check_read(&then, &read_then, &[], None, &[]).map_err(|p| p.to_string())?;
     // A side whose config cannot be read has no rules to compare: the gate says why.
-    let empty = || spec_engine::spec_check::Tree {
-        rules: Vec::new(),
-        analyses: Vec::new(),
-        parsed: spec_engine::spec_check::sources::ParsedFiles::default(),
-        problems: Vec::new(),
-        notes: Vec::new(),
-    };
+    let empty = spec_engine::spec_check::Tree::empty;
     let (empty_now, empty_then) = (empty(), empty());
     let tree_now = read_now.as_ref().map_or(&empty_now, |(_, tree)| tree);
     let tree_then = read_then.as_ref().map_or(&empty_then, |(_, tree)| tree);

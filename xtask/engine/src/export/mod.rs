@@ -132,7 +132,7 @@ pub struct Closes {
 pub fn export(source: &dyn Source, everything: &Everything) -> Export {
     let rules = everything
         .tree
-        .rules
+        .rules()
         .iter()
         .zip(&everything.rules)
         .map(|(rule, report)| one(source, everything, rule, report))
@@ -156,7 +156,7 @@ pub fn render(export: &Export) -> String {
 fn one(source: &dyn Source, everything: &Everything, rule: &SpecRule, report: &RuleReport) -> Rule {
     let spec = everything
         .tree
-        .analyses
+        .analyses()
         .iter()
         .find(|a| {
             a.rules

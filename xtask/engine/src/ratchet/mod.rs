@@ -201,7 +201,7 @@ fn judge(raw: &Raw, tree: &Tree, today: &str) -> Option<Problem> {
         ));
     };
     match tree
-        .rules
+        .rules()
         .iter()
         .find(|r| r.prefix == prefix && r.id.base == id.base)
     {
@@ -292,7 +292,7 @@ type Flags = Vec<(crate::spec_check::rules::Rule, [bool; 4])>;
 fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String, (bool, Flags)> {
     let proofs = crate::model::proof_summary::by_id(source);
     let mut rows = BTreeMap::new();
-    for analysis in &tree.analyses {
+    for analysis in tree.analyses() {
         let name = analysis.summary.name.clone();
         let tested = outcome
             .specs

@@ -260,7 +260,7 @@ fn key(prefix: &str, base: &str) -> String {
 
 fn rules_by_key<'a>(side: Side<'a>) -> BTreeMap<String, Read<'a>> {
     side.tree
-        .rules
+        .rules()
         .iter()
         .map(|rule| {
             let (text, was) = rule_text(rule);
@@ -412,7 +412,7 @@ struct Seen {
 fn sites_by_key<'a>(side: Side<'a>) -> BTreeMap<String, Vec<(&'static str, &'a Site)>> {
     let mut seen = BTreeSet::new();
     let mut out: BTreeMap<String, Vec<(&'static str, &'a Site)>> = BTreeMap::new();
-    for analysis in &side.tree.analyses {
+    for analysis in side.tree.analyses() {
         for coverage in &analysis.rules {
             let k = key(&coverage.rule.prefix, &coverage.rule.id.base);
             let sites = coverage
@@ -571,7 +571,7 @@ type Flags = BTreeMap<String, [bool; 4]>;
 
 fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
     let mut rows = BTreeMap::new();
-    for analysis in &side.tree.analyses {
+    for analysis in side.tree.analyses() {
         let mut flags = Flags::new();
         let mut proven = 0;
         for coverage in &analysis.rules {

@@ -160,7 +160,7 @@ fn a_rule_naming_its_previous_id_is_renamed_not_added_and_removed() {
         panic!("read");
     };
     let beta = read
-        .rules
+        .rules()
         .iter()
         .find(|r| r.id.base == "demo.beta")
         .expect("beta");

@@ -281,6 +281,19 @@ struct Index {
 }
 
 impl Tree {
+    /// A tree with no rule, no source and nothing said about it: the side of a review whose
+    /// config cannot be read (the gate says why).
+    pub fn empty() -> Self {
+        Self {
+            rules: Vec::new(),
+            analyses: Vec::new(),
+            parsed: sources::ParsedFiles::default(),
+            problems: Vec::new(),
+            notes: Vec::new(),
+            index: std::sync::OnceLock::new(),
+        }
+    }
+
     fn index(&self) -> &Index {
         self.index.get_or_init(|| {
             let mut by_base = std::collections::HashMap::new();
