@@ -1082,6 +1082,9 @@ impl Signals {
 }
 
 #[cfg(test)]
+mod alpn_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Mutex;

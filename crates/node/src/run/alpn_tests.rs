@@ -1,0 +1,150 @@
+//! The node's TLS-ALPN-01 wiring as composed (`r[node.gateway.tls-alpn01]`): kept out of
+//! run.rs's own tests, which change often.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_lifecycle::{FaultBoard, NodeIdentity};
+
+use super::compose;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::state::NodeState;
+
+/// Any certificate will do: the test asserts which one was shown.
+#[derive(Debug)]
+struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        // webpki refuses the challenge certificate's critical acmeIdentifier extension.
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        // webpki refuses the challenge certificate's critical acmeIdentifier extension.
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A blocking handshake to `addr` naming `name` and offering only `acme-tls/1`: the leaf
+/// shown and the protocol agreed.
+fn validate(addr: std::net::SocketAddr, name: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+    use std::io::Write as _;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![holdfast_gateway::ACME_TLS_ALPN.to_vec()];
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    let _ = conn.writer().flush();
+    let leaf = conn.peer_certificates().unwrap()[0].to_vec();
+    (leaf, conn.alpn_protocol().map(<[u8]>::to_vec))
+}
+
+// The node's wiring: with the gateway's TLS listener on the port of `tls_alpn01_bind`, the
+// composed gateway answers a validation with the challenge the node keeps, and the composed
+// issuance module binds no listener of its own.
+// r[verify node.gateway.tls-alpn01]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composed_gateway_on_the_tls_alpn01_port_answers_the_nodes_challenges() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token.key");
+    std::fs::write(&token, [7u8; 64]).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let own = rcgen::CertificateParams::new(vec!["gw.example".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert, key_file) = (dir.path().join("gw.pem"), dir.path().join("gw.key"));
+    std::fs::write(&cert, own.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = format!(
+        "[node]\ndata_dir = \"{data}\"\n[pull]\nenabled = false\n\
+         [issuance]\ntick = \"1h\"\n\
+         [[issuance.certificate]]\nnames = [\"a.example\"]\nsource = \"acme\"\n\
+         challenge = \"tls-alpn-01\"\n\
+         [issuance.acme]\ndirectory = \"https://127.0.0.1:9/dir\"\n\
+         tls_alpn01_bind = \"127.0.0.1:{port}\"\n\
+         [gateway]\nlisten = \"127.0.0.1:{port}\"\ntoken_key_file = \"{token}\"\n\
+         [gateway.tls]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
+        data = dir.path().join("data").display(),
+        token = token.display(),
+        cert = cert.display(),
+        key = key_file.display(),
+    );
+    let config = Config::parse("alpn.toml", &text).unwrap();
+    let identity = NodeIdentity::resolve(Some("alpn-node")).unwrap();
+    let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
+    let desired = crate::modules::workload::desired(Vec::new());
+    let modules = compose(&config, &identity, &node, &desired);
+    let start = |name: &str| {
+        modules
+            .iter()
+            .find(|m| m.name() == name)
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    let (_gateway, _issuance) = (start("gateway"), start("issuance"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while node.gateway.current().is_err() || node.issuance.with(|_| ()).is_err() {
+        assert!(std::time::Instant::now() < deadline, "modules not started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(node.issuance.with(|i| i.tls_alpn01_addr()), Ok(None));
+
+    node.gateway
+        .tls_alpn01_challenges()
+        .insert("a.example", &[5u8; 32])
+        .unwrap();
+    let addr = node.gateway.current().unwrap().local_addr();
+    let (leaf, protocol) = tokio::task::spawn_blocking(move || validate(addr, "a.example"))
+        .await
+        .unwrap();
+    assert_eq!(protocol.as_deref(), Some(holdfast_gateway::ACME_TLS_ALPN));
+    assert_ne!(leaf, own.der().to_vec());
+    // The challenge certificate carries the key authorization's digest (RFC 8737 §3).
+    assert!(
+        leaf.windows(32).any(|w| w == [5u8; 32]),
+        "not the challenge"
+    );
+}
