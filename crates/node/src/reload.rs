@@ -66,8 +66,9 @@ pub enum ModuleInputs {
         /// The rest.
         settings: WorkloadSettings,
     },
-    /// `issuance`: holdfast-issuance's own config.
-    Issuance(Option<Box<holdfast_issuance::IssuanceConfig>>),
+    /// `issuance`: holdfast-issuance's own config, and whether the gateway's listener answers
+    /// its TLS-ALPN-01 validations (`r[node.gateway.tls-alpn01]`).
+    Issuance(Option<Box<holdfast_issuance::IssuanceConfig>>, bool),
     /// `forward`: the section the module is built from.
     Forward(Option<Box<ForwardSection>>),
     /// `gateway`: the section the module is built from.
@@ -156,6 +157,7 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
                 .issuance
                 .as_ref()
                 .map(|i| Box::new(i.get_ref().clone())),
+            gateway::config_answers_tls_alpn01(config),
         ),
         forward::NAME => ModuleInputs::Forward(
             config

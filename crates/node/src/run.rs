@@ -171,12 +171,8 @@ fn compose_some(
         }));
     }
     // r[impl node.gateway.tls-alpn01]
-    let tls_alpn01 = match (&config.gateway, &config.issuance) {
-        (Some(g), Some(i)) if gateway::answers_tls_alpn01(g.get_ref(), i.get_ref()) => {
-            Some(node.gateway.tls_alpn01_challenges())
-        }
-        _ => None,
-    };
+    let tls_alpn01 =
+        gateway::config_answers_tls_alpn01(config).then(|| node.gateway.tls_alpn01_challenges());
     if let Some(issuance) = config.issuance.as_ref().filter(|_| want(issuance::NAME)) {
         modules.push(Arc::new(
             IssuanceModule::new(
@@ -186,7 +182,7 @@ fn compose_some(
                 node.faults.clone(),
                 node.issuance.clone(),
             )
-            .with_tls_alpn01(tls_alpn01.clone()),
+            .with_tls_alpn01(tls_alpn01),
         ));
     }
     if let Some(forward) = config.forward.as_ref().filter(|_| want(forward::NAME)) {
@@ -197,16 +193,13 @@ fn compose_some(
         )));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
-        modules.push(Arc::new(
-            GatewayModule::new(
-                gateway.get_ref(),
-                identity.id(),
-                identity.seed(crate::modules::gateway::NAME),
-                &config.node.data_dir,
-                node.gateway.clone(),
-            )
-            .with_tls_alpn01(tls_alpn01),
-        ));
+        modules.push(Arc::new(GatewayModule::new(
+            gateway.get_ref(),
+            identity.id(),
+            identity.seed(crate::modules::gateway::NAME),
+            &config.node.data_dir,
+            node.gateway.clone(),
+        )));
     }
     // i[impl node.testing-modules]
     #[cfg(feature = "testing-modules")]

@@ -5,9 +5,9 @@
 //! the gateway on them, and publishes it in the node's
 //! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
-//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. When it holds the
-//! port TLS-ALPN-01 is validated on, its listener answers the issuance module's challenges
-//! ([`answers_tls_alpn01`]).
+//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. Its TLS listener
+//! answers the TLS-ALPN-01 challenges the node keeps, which the issuance module puts there when the
+//! gateway holds the port they are validated on ([`answers_tls_alpn01`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -289,6 +289,16 @@ pub fn answers_tls_alpn01(
             .any(|c| c.source == SourceKind::Acme && c.challenge == Challenge::TlsAlpn01)
 }
 
+/// [`answers_tls_alpn01`] for `config`'s sections: what the issuance module is started with and
+/// what a reload compares for it (`reload::module_inputs`).
+// r[impl node.gateway.tls-alpn01]
+pub fn config_answers_tls_alpn01(config: &crate::config::Config) -> bool {
+    match (&config.gateway, &config.issuance) {
+        (Some(g), Some(i)) => answers_tls_alpn01(g.get_ref(), i.get_ref()),
+        _ => false,
+    }
+}
+
 /// The issuance module's challenges as the gateway's listener asks for them.
 #[derive(Debug, Clone)]
 pub struct IssuanceAlpn(pub AlpnChallenges);
@@ -336,8 +346,6 @@ pub struct GatewayModule {
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
     pub view: GatewayView,
-    /// The challenges its TLS listener answers (`r[node.gateway.tls-alpn01]`), when it does.
-    pub tls_alpn01: Option<AlpnChallenges>,
     slot: Slot<RunningGateway>,
 }
 
@@ -375,15 +383,8 @@ impl GatewayModule {
             token_keys,
             cluster: section.cluster_config(seed),
             view,
-            tls_alpn01: None,
             slot: Slot::default(),
         }
-    }
-
-    /// Its TLS listener answers `challenges`' TLS-ALPN-01 validations, when given.
-    pub fn with_tls_alpn01(mut self, challenges: Option<AlpnChallenges>) -> Self {
-        self.tls_alpn01 = challenges;
-        self
     }
 }
 
@@ -402,7 +403,6 @@ impl Module for GatewayModule {
         let mut config = self.config.clone();
         config.token_key = key;
         let (settings, view) = (self.cluster.clone(), self.view.clone());
-        let tls_alpn01 = self.tls_alpn01.clone();
         Ok(spawn_hosted(self.slot.clone(), async move {
             // Contacts nothing: a backend that is down delays readiness, not the start.
             let cluster = holdfast_gateway::connect_cluster(&settings, &config.replica_id)
@@ -411,13 +411,13 @@ impl Module for GatewayModule {
             let gateway = Gateway::start_cluster(config, cluster)
                 .await
                 .map_err(|e| e.to_string())?;
-            // Set before the gateway is published; a validation that beats it (microseconds
-            // after the bind) is served the gateway's own certificate and fails, and its attempt
-            // is paced and retried as any failed one.
+            // Always the node's set, which is empty unless the issuance module shares this
+            // port: a reload that changes only the issuance side needs no restart here. Set
+            // before the gateway is published; a validation that beats it (microseconds after
+            // the bind) is served the gateway's own certificate and fails, and its attempt is
+            // paced and retried as any failed one. `false` (ignored) for plain `ws://`.
             // r[impl node.gateway.tls-alpn01]
-            if let Some(challenges) = tls_alpn01 {
-                gateway.answer_tls_alpn01(Arc::new(IssuanceAlpn(challenges)));
-            }
+            gateway.answer_tls_alpn01(Arc::new(IssuanceAlpn(view.tls_alpn01_challenges())));
             tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
                 "gateway accepting");
             view.started(gateway.clone());
