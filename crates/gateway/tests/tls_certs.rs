@@ -86,6 +86,15 @@ async fn shake(
     name: &str,
     alpn: &[&[u8]],
 ) -> std::io::Result<(ClientTls, Vec<u8>, Option<Vec<u8>>)> {
+    shake_as(addr, ServerName::try_from(name.to_owned()).unwrap(), alpn).await
+}
+
+/// [`shake`] to `name` as given: an IP address sends no SNI.
+async fn shake_as(
+    addr: SocketAddr,
+    name: ServerName<'static>,
+    alpn: &[&[u8]],
+) -> std::io::Result<(ClientTls, Vec<u8>, Option<Vec<u8>>)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -96,9 +105,7 @@ async fn shake(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = TcpStream::connect(addr).await?;
-    let tls = connector
-        .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
-        .await?;
+    let tls = connector.connect(name, tcp).await?;
     let conn = tls.get_ref().1;
     let leaf = conn.peer_certificates().unwrap()[0].to_vec();
     let protocol = conn.alpn_protocol().map(<[u8]>::to_vec);
@@ -219,12 +226,16 @@ async fn a_validation_gets_the_challenge_certificate_and_is_closed_and_others_ar
     })
     .await;
 
-    // Anything else is served the gateway's leaf: acme-tls/1 beside another protocol, for a name
-    // with no pending challenge, and no ALPN at all.
+    // Anything else is served the gateway's leaf: acme-tls/1 beside another protocol (after it
+    // or before it), for a name with no pending challenge, and no ALPN at all.
     for (name, alpn) in [
         (
             "a.example.test",
             &[b"http/1.1".as_slice(), ACME_TLS_ALPN][..],
+        ),
+        (
+            "a.example.test",
+            &[ACME_TLS_ALPN, b"http/1.1".as_slice()][..],
         ),
         ("b.example.test", &[ACME_TLS_ALPN][..]),
         ("a.example.test", &[][..]),
@@ -232,6 +243,10 @@ async fn a_validation_gets_the_challenge_certificate_and_is_closed_and_others_ar
         let (_tls, leaf, protocol) = shake(addr, name, alpn).await.unwrap();
         assert_eq!((leaf, protocol), (served.clone(), None), "{name} {alpn:?}");
     }
+    // acme-tls/1 alone but without SNI (an IP address as the name): no identifier, no validation.
+    let ip = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
+    let (_tls, leaf, protocol) = shake_as(addr, ip, &[ACME_TLS_ALPN]).await.unwrap();
+    assert_eq!((leaf, protocol), (served.clone(), None), "no SNI");
     assert_eq!(node.gateway.stats().tls_alpn_answered, 1);
 }
 
