@@ -240,13 +240,22 @@ impl fmt::Debug for CertStore {
     }
 }
 
-// An expired leaf resolves to nothing, so the handshake fails with an alert (the accept path
-// counts and reports it before getting here; this keeps the rule whatever calls the resolver).
+/// The certificate one handshake is served: the pair judged servable at its start, or none (an
+/// expired leaf), which fails the handshake with an alert. Per handshake, so the certificate
+/// shown is the one judged, on the same snapshot and clock reading.
 // r[impl gateway.tls.expired]
-impl ResolvesServerCert for CertStore {
+struct Judged(Option<Arc<CertifiedKey>>);
+
+// The key is a secret: nothing of it is printed.
+impl fmt::Debug for Judged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Judged").field(&self.0.is_some()).finish()
+    }
+}
+
+impl ResolvesServerCert for Judged {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let served = self.current();
-        (!served.expired((self.clock)())).then(|| served.key.clone())
+        self.0.clone()
     }
 }
 
@@ -284,13 +293,13 @@ impl CertStore {
         served.expired((self.clock)()).then_some(served.not_after)
     }
 
-    /// Whether a handshake may be served now. An expired leaf is counted, and logged once per
-    /// pair, and refused.
+    /// The key a handshake is served, judged once on one snapshot. An expired leaf is counted,
+    /// and logged once per pair, and refused.
     // r[impl gateway.tls.expired]
-    fn check_expiry(&self, stats: &Stats) -> Result<(), io::Error> {
+    fn check_expiry(&self, stats: &Stats) -> Result<Arc<CertifiedKey>, io::Error> {
         let served = self.current();
         if !served.expired((self.clock)()) {
-            return Ok(());
+            return Ok(served.key.clone());
         }
         stats.tls_expired_refused();
         if !served.reported.swap(true, Ordering::Relaxed) {
@@ -348,6 +357,8 @@ impl CertStore {
 
 /// The gateway's TLS side: the server config and the store it takes certificates from.
 pub(crate) struct Tls {
+    /// The server config, serving no certificate: each handshake gets a copy serving the one
+    /// judged for it.
     config: Arc<rustls::ServerConfig>,
     pub(crate) store: Arc<CertStore>,
     /// The TLS-ALPN-01 challenges this listener answers, once the node hands them over.
@@ -375,7 +386,7 @@ impl Tls {
                 reason: e.to_string(),
             })?
             .with_no_client_auth()
-            .with_cert_resolver(store.clone());
+            .with_cert_resolver(Arc::new(Judged(None)));
         Ok(Self {
             config: Arc::new(config),
             store,
@@ -411,12 +422,18 @@ impl Tls {
             let _ = tls.shutdown().await;
             return Err(io::Error::other("TLS-ALPN-01 validation answered; closed"));
         }
-        if let Err(e) = self.store.check_expiry(stats) {
-            // The resolver finds nothing for an expired leaf: rustls sends the alert.
-            let _ = start.into_stream(self.config.clone()).await;
-            return Err(e);
-        }
-        let tls = start.into_stream(self.config.clone()).await?;
+        let key = match self.store.check_expiry(stats) {
+            Ok(key) => key,
+            Err(e) => {
+                // The config's resolver gives no certificate: rustls sends the alert.
+                let _ = start.into_stream(self.config.clone()).await;
+                return Err(e);
+            }
+        };
+        // A copy of the config (its session cache shared) serving the key judged above.
+        let mut config = (*self.config).clone();
+        config.cert_resolver = Arc::new(Judged(Some(key)));
+        let tls = start.into_stream(Arc::new(config)).await?;
         Ok(Stream::Tls(Box::new(tls)))
     }
 }
@@ -586,5 +603,98 @@ mod tests {
         assert!(store.check_expiry(&stats).is_ok());
         assert_eq!(store.expired_since(), None);
         assert_eq!(stats.snapshot().tls_expired_refusals, 2);
+    }
+
+    /// Takes any certificate: the test looks at whether the server served one.
+    #[derive(Debug)]
+    struct AnyCert;
+
+    impl rustls::client::danger::ServerCertVerifier for AnyCert {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &rustls_pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls_pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+
+    // One judgement per handshake, on one snapshot of the served pair: a leaf whose notAfter
+    // passes while the handshake runs is served (judged at its start), never failed with an
+    // alert that no refusal counts.
+    // r[verify gateway.tls.expired]
+    #[tokio::test]
+    async fn a_handshake_judges_expiry_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair_until(&files, "localhost", (2030, 1, 1));
+        // 2030-01-01T00:00:00Z; the first read of the clock is a second before, every later one
+        // at it.
+        let not_after = SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_456_000);
+        let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let clock = {
+            let reads = reads.clone();
+            Arc::new(move || {
+                if reads.fetch_add(1, Ordering::SeqCst) == 0 {
+                    not_after - Duration::from_secs(1)
+                } else {
+                    not_after
+                }
+            }) as WallClock
+        };
+        let tls = Tls::with_clock(files, Duration::from_secs(3600), clock).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCert))
+                .with_no_client_auth();
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(
+                    rustls_pki_types::ServerName::try_from("localhost").unwrap(),
+                    tcp,
+                )
+                .await
+                .map(drop)
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let stats = Stats::default();
+        let served = tls.accept(&stats, tcp).await;
+        let shown = client.await.unwrap();
+        assert!(served.is_ok(), "{:?}", served.err());
+        assert!(shown.is_ok(), "{shown:?}");
+        assert_eq!(stats.snapshot().tls_expired_refusals, 0);
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "the clock read once");
     }
 }
