@@ -107,6 +107,10 @@ pub struct GatewayTotals {
     pub key_reloads: u64,
     /// Token key files that changed but could not be used (once per change).
     pub key_reload_failures: u64,
+    /// `wss://` handshakes refused because the served leaf had expired.
+    pub tls_expired_refusals: u64,
+    /// TLS-ALPN-01 validations its TLS listener answered.
+    pub tls_alpn01_answered: u64,
 }
 
 impl GatewayTotals {
@@ -126,6 +130,8 @@ impl GatewayTotals {
             tokens_refused: s.token_refused,
             key_reloads: s.key_reloads,
             key_reload_failures: s.key_reload_failures,
+            tls_expired_refusals: s.tls_expired_refusals,
+            tls_alpn01_answered: s.tls_alpn_answered,
         }
     }
 
@@ -159,6 +165,12 @@ impl GatewayTotals {
             tokens_refused: std::array::from_fn(|i| {
                 self.tokens_refused[i].saturating_add(o.tokens_refused[i])
             }),
+            tls_expired_refusals: self
+                .tls_expired_refusals
+                .saturating_add(o.tls_expired_refusals),
+            tls_alpn01_answered: self
+                .tls_alpn01_answered
+                .saturating_add(o.tls_alpn01_answered),
         }
     }
 }
@@ -477,7 +489,7 @@ mod tests {
         let _ = ws.close(None).await;
     }
 
-    // r[verify node.gateway.metrics+3]
+    // r[verify node.gateway.metrics+4]
     #[tokio::test]
     async fn the_totals_keep_every_instances_counters_across_restarts() {
         let view = GatewayView::default();

@@ -176,12 +176,26 @@ async fn gateway_answers(node: &NodeState, own: &[u8]) -> bool {
 // composed gateway answers a validation with the challenge the node keeps, and the composed
 // issuance module binds no listener of its own.
 // r[verify node.gateway.tls-alpn01]
+// r[verify node.gateway.metrics+4]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_composed_gateway_on_the_tls_alpn01_port_answers_the_nodes_challenges() {
     let f = Fixture::new();
     let (node, _started) = start(&f.config("tls-alpn-01", f.port), &["gateway", "issuance"]).await;
     assert_eq!(node.issuance.with(|i| i.tls_alpn01_addr()), Ok(None));
     assert!(gateway_answers(&node, &f.own).await);
+    // Counted where the node reads the gateway's figures (`r[node.gateway.metrics+4]`).
+    let answered = || node.gateway.totals().map(|t| t.tls_alpn01_answered);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while answered() != Some(1) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", answered());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.refresh_module_metrics();
+    let text = node.metrics.render();
+    assert!(
+        text.contains("holdfast_gateway_tls_alpn01_answered_total 1"),
+        "{text}"
+    );
 }
 
 // A gateway composed before any certificate asks for TLS-ALPN-01 answers the node's set all the
