@@ -10,13 +10,14 @@
 //! gateway holds the port they are validated on ([`answers_tls_alpn01`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use holdfast_gateway::{
     AcmeTlsAlpn, ClusterConfig, ClusterHealth, DrainReport, Gateway, GatewayConfig, Replica,
 };
 use holdfast_issuance::module::SourceKind;
 use holdfast_issuance::{AlpnChallenges, Challenge, IssuanceConfig};
-use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
+use holdfast_lifecycle::{BoxFuture, FaultBoard, StopError, StopRequest, Stopper, Subject};
 use serde::Serialize;
 
 use crate::module::{Module, StartError, Started, StopGroup};
@@ -37,6 +38,8 @@ struct ViewState {
     /// The TLS-ALPN-01 challenges the issuance module puts and the gateway answers, when the
     /// gateway holds their port: one set for the node, so either module's restart finds it.
     tls_alpn01: AlpnChallenges,
+    /// The node's fault board, for the expired-certificate fault; none in a bare view.
+    faults: Option<FaultBoard>,
 }
 
 /// The node's view of its gateway: the instance running now (kept after its drain, so the drain
@@ -200,6 +203,42 @@ impl GatewayView {
         self.lock().tls_alpn01.clone()
     }
 
+    /// A view filing the gateway's faults on `faults` (the node's board).
+    pub fn with_faults(faults: FaultBoard) -> Self {
+        let view = Self::default();
+        view.lock().faults = Some(faults);
+        view
+    }
+
+    /// Files the expired-certificate fault while `expired_since` is `Some` (the served leaf's
+    /// notAfter), and clears it otherwise.
+    // r[impl node.gateway.tls-expired-fault]
+    fn expiry_fault(&self, expired_since: Option<SystemTime>) {
+        let Some(faults) = self.lock().faults.clone() else {
+            return;
+        };
+        let subject = Subject::new(NAME, "tls certificate");
+        match expired_since {
+            Some(at) => {
+                let message = format!(
+                    "the TLS certificate served on wss:// expired at {}: every handshake is \
+                     refused until renewed files replace it",
+                    crate::reload::rfc3339(at)
+                );
+                faults.file(
+                    subject,
+                    "certificate_expired",
+                    &message,
+                    1,
+                    SystemTime::now(),
+                );
+            }
+            None => {
+                faults.clear(&subject);
+            }
+        }
+    }
+
     /// Marks the gateway no longer configured (a reload removed `[gateway]`).
     pub fn unconfigure(&self) {
         self.lock().configured = false;
@@ -325,12 +364,32 @@ impl AcmeTlsAlpn for IssuanceAlpn {
 struct RunningGateway {
     gateway: Gateway,
     view: GatewayView,
+    /// Files and clears the expired-certificate fault while it runs.
+    expiry: tokio::task::JoinHandle<()>,
+}
+
+/// How often the served certificate's expiry is looked at for the fault.
+const EXPIRY_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps the expired-certificate fault in step with the served leaf (the handshakes themselves
+/// are refused by the gateway, and counted).
+// r[impl node.gateway.tls-expired-fault]
+async fn watch_expiry(gateway: Gateway, view: GatewayView) {
+    let mut tick = tokio::time::interval(EXPIRY_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        view.expiry_fault(gateway.tls_expired_since());
+    }
 }
 
 // r[impl node.gateway.stop]
 impl Stopper for RunningGateway {
     fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
         Box::pin(async move {
+            // A stopped gateway serves nothing: no fault of its certificate.
+            self.expiry.abort();
+            self.view.expiry_fault(None);
             self.view.drain_began();
             let report = self
                 .gateway
@@ -433,7 +492,12 @@ impl Module for GatewayModule {
             tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
                 "gateway accepting");
             view.started(gateway.clone());
-            Ok(RunningGateway { gateway, view })
+            let expiry = tokio::spawn(watch_expiry(gateway.clone(), view.clone()));
+            Ok(RunningGateway {
+                gateway,
+                view,
+                expiry,
+            })
         }))
     }
 }

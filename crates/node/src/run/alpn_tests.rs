@@ -221,3 +221,39 @@ fn moving_the_gateway_on_or_off_the_bind_port_changes_the_issuance_modules_input
     assert_ne!(inputs(&on), inputs(&off));
     assert_eq!(inputs(&on), inputs(&f.config("tls-alpn-01", f.port)));
 }
+
+// A gateway serving an expired leaf refuses every wss:// client: a fault on the node's board
+// says so while it lasts, and the module's stop clears it.
+// r[verify node.gateway.tls-expired-fault]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_gateway_certificate_is_a_fault_while_it_is_served() {
+    let f = Fixture::new();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["gw.example".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let expired = params.self_signed(&key).unwrap();
+    std::fs::write(f.dir.path().join("gw.pem"), expired.pem()).unwrap();
+    std::fs::write(f.dir.path().join("gw.key"), key.serialize_pem()).unwrap();
+    let (node, mut started) = start(&f.config("http-01", f.port), &["gateway"]).await;
+    let fault = || {
+        node.faults
+            .of_module("gateway")
+            .into_iter()
+            .find(|f| f.kind == "certificate_expired")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fault().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no fault filed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let filed = fault().unwrap();
+    assert!(filed.message.contains("2021-01-01"), "{}", filed.message);
+    let gateway = started.pop().unwrap();
+    let request = holdfast_lifecycle::StopRequest {
+        deadline: tokio::time::Instant::now() + Duration::from_secs(5),
+        reason: holdfast_lifecycle::StopReason::Shutdown,
+    };
+    let _ = gateway.stopper.stop(request).await;
+    assert!(fault().is_none(), "left after the stop");
+}
