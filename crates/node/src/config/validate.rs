@@ -307,7 +307,7 @@ fn refuse_tls_alpn01_cycle(
         return Ok(());
     };
     let port = acme.tls_alpn01_bind.port();
-    if port == 0 || g.listen.get_ref().port() != port {
+    if !crate::gateway_config::holds_tls_alpn01_bind(*g.listen.get_ref(), acme.tls_alpn01_bind) {
         return Ok(());
     }
     let cycle = issuance.planned().into_iter().any(|c| {

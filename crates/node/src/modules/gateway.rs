@@ -330,10 +330,11 @@ pub fn answers_tls_alpn01(
     let Some(acme) = &issuance.acme else {
         return false;
     };
-    let port = acme.tls_alpn01_bind.port();
     gateway.tls.is_some()
-        && port != 0
-        && gateway.listen.get_ref().port() == port
+        && crate::gateway_config::holds_tls_alpn01_bind(
+            *gateway.listen.get_ref(),
+            acme.tls_alpn01_bind,
+        )
         && issuance
             .planned()
             .iter()
@@ -624,6 +625,20 @@ mod tests {
         assert!(!answers("0.0.0.0:443", false, "tls-alpn-01", "0.0.0.0:443"));
         assert!(!answers("0.0.0.0:443", true, "http-01", "0.0.0.0:443"));
         assert!(!answers("127.0.0.1:0", true, "tls-alpn-01", "127.0.0.1:0"));
+        // Two specific addresses on one port: both bind, each its own listener.
+        assert!(answers(
+            "127.0.0.1:5001",
+            true,
+            "tls-alpn-01",
+            "127.0.0.1:5001"
+        ));
+        assert!(!answers(
+            "127.0.0.1:5001",
+            true,
+            "tls-alpn-01",
+            "127.0.0.2:5001"
+        ));
+        assert!(answers("[::]:443", true, "tls-alpn-01", "127.0.0.1:443"));
         let (g, mut i) = sections("0.0.0.0:443", true, "tls-alpn-01", "0.0.0.0:443");
         i.acme = None;
         assert!(!answers_tls_alpn01(&g, &i));
