@@ -280,3 +280,22 @@ async fn a_plain_gateway_takes_no_challenges() {
     let node = start(config("a")).await;
     assert!(!node.gateway.answer_tls_alpn01(Arc::new(Pending::default())));
 }
+
+// DNS names are case-insensitive: a validator spelling the pending name in another case is
+// answered all the same (rustls hands the server the SNI in lower case).
+// r[verify gateway.tls.alpn01]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_naming_the_pending_name_in_another_case_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, _) = write_leaf(dir.path(), (4000, 1));
+    let node = start(tls_config(files)).await;
+    let pending = Arc::new(Pending::default());
+    let challenge = pending.insert("a.example.test", 3);
+    assert!(node.gateway.answer_tls_alpn01(pending));
+    let addr = node.gateway.local_addr();
+    let (_tls, leaf, protocol) = shake(addr, "A.Example.TEST", &[ACME_TLS_ALPN])
+        .await
+        .unwrap();
+    assert_eq!(leaf, challenge);
+    assert_eq!(protocol.as_deref(), Some(ACME_TLS_ALPN));
+}
