@@ -128,6 +128,20 @@ fn not_after(path: &Path, leaf: &CertificateDer<'_>) -> Result<(SystemTime, Stri
     Ok((at, text))
 }
 
+/// Warns when a pair is loaded (at the start, or re-read) already past its notAfter: it is
+/// served as refusals from the first handshake on.
+// r[impl gateway.tls.expired]
+fn warn_if_expired(files: &TlsFiles, served: &Served, now: SystemTime) {
+    if served.expired(now) {
+        tracing::warn!(
+            cert = %files.cert.display(),
+            not_after = %served.not_after_text,
+            "TLS certificate loaded already expired: every handshake is refused until renewed \
+             files replace it"
+        );
+    }
+}
+
 /// A pair as served: the key, its leaf's notAfter, and whether its expiry was reported.
 pub(crate) struct Served {
     key: Arc<CertifiedKey>,
@@ -266,6 +280,7 @@ impl CertStore {
         let provider = provider();
         let seen = (stamp(&files.cert), stamp(&files.key));
         let served = load(&files, &provider)?;
+        warn_if_expired(&files, &served, clock());
         Ok(Self {
             files,
             provider,
@@ -341,6 +356,7 @@ impl CertStore {
         watch.seen = seen;
         match load(&self.files, &self.provider) {
             Ok(served) => {
+                warn_if_expired(&self.files, &served, (self.clock)());
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 stats.tls_reloaded();
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
@@ -655,14 +671,14 @@ mod tests {
             key: dir.path().join("key.pem"),
         };
         write_pair_until(&files, "localhost", (2030, 1, 1));
-        // 2030-01-01T00:00:00Z; the first read of the clock is a second before, every later one
-        // at it.
+        // 2030-01-01T00:00:00Z; the first two reads of the clock (the load's, the handshake's)
+        // are a second before, every later one at it.
         let not_after = SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_456_000);
         let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let clock = {
             let reads = reads.clone();
             Arc::new(move || {
-                if reads.fetch_add(1, Ordering::SeqCst) == 0 {
+                if reads.fetch_add(1, Ordering::SeqCst) < 2 {
                     not_after - Duration::from_secs(1)
                 } else {
                     not_after
@@ -695,6 +711,74 @@ mod tests {
         assert!(served.is_ok(), "{:?}", served.err());
         assert!(shown.is_ok(), "{shown:?}");
         assert_eq!(stats.snapshot().tls_expired_refusals, 0);
-        assert_eq!(reads.load(Ordering::SeqCst), 1, "the clock read once");
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "the handshake read the clock once");
+    }
+
+    /// Log lines written by a test's subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        /// How many lines of `level` contain `text`.
+        fn count(&self, level: &str, text: &str) -> usize {
+            let out = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            out.lines()
+                .filter(|l| l.trim_start().starts_with(level) && l.contains(text))
+                .count()
+        }
+    }
+
+    // An expired pair is warned about when loaded (at the start and when re-read), and its
+    // refusals are logged once per pair however many handshakes it refuses.
+    // r[verify gateway.tls.expired]
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_pair_is_warned_at_load_and_its_refusals_logged_once_per_pair() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair_until(&files, "old.test", (2021, 1, 1));
+        let interval = Duration::from_secs(1);
+        let store = CertStore::open(files.clone(), interval, Arc::new(SystemTime::now)).unwrap();
+        assert_eq!(captured.count("WARN", "loaded already expired"), 1);
+        let stats = Stats::default();
+        for _ in 0..3 {
+            assert!(store.check_expiry(&stats).is_err());
+        }
+        assert_eq!(captured.count("ERROR", "TLS certificate expired"), 1);
+
+        // Another expired pair re-read: warned again, and its refusals logged once more.
+        write_pair_until(&files, "older-and-longer.test", (2021, 2, 1));
+        tokio::time::advance(interval).await;
+        assert!(matches!(
+            store.refresh(&stats, Instant::now(), false),
+            TlsReload::Reloaded
+        ));
+        assert_eq!(captured.count("WARN", "loaded already expired"), 2);
+        for _ in 0..3 {
+            assert!(store.check_expiry(&stats).is_err());
+        }
+        assert_eq!(captured.count("ERROR", "TLS certificate expired"), 2);
+        assert_eq!(stats.snapshot().tls_expired_refusals, 6);
     }
 }
