@@ -421,10 +421,10 @@ impl Tls {
 
     /// Checks the files (if due), reads the ClientHello, then runs the TLS handshake with the
     /// certificate now served; an expired one fails the handshake (with an alert). A
-    /// TLS-ALPN-01 validation gets its challenge certificate and is closed: the `Err` says so.
+    /// TLS-ALPN-01 validation gets its challenge certificate and is closed: `Ok(None)`.
     // r[impl gateway.tls.alpn01]
     // r[impl gateway.tls.expired]
-    pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Stream> {
+    pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Option<Stream>> {
         self.store.refresh(stats, Instant::now(), false);
         let start =
             tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
@@ -436,7 +436,7 @@ impl Tls {
             // The validator needs nothing after the handshake (RFC 8737 §3). The caller's
             // handshake timeout bounds this close too.
             let _ = tls.shutdown().await;
-            return Err(io::Error::other("TLS-ALPN-01 validation answered; closed"));
+            return Ok(None);
         }
         let key = match self.store.check_expiry(stats) {
             Ok(key) => key,
@@ -450,7 +450,7 @@ impl Tls {
         let mut config = (*self.config).clone();
         config.cert_resolver = Arc::new(Judged(Some(key)));
         let tls = start.into_stream(Arc::new(config)).await?;
-        Ok(Stream::Tls(Box::new(tls)))
+        Ok(Some(Stream::Tls(Box::new(tls))))
     }
 }
 
@@ -711,7 +711,11 @@ mod tests {
         assert!(served.is_ok(), "{:?}", served.err());
         assert!(shown.is_ok(), "{shown:?}");
         assert_eq!(stats.snapshot().tls_expired_refusals, 0);
-        assert_eq!(reads.load(Ordering::SeqCst), 2, "the handshake read the clock once");
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "the handshake read the clock once"
+        );
     }
 
     /// Log lines written by a test's subscriber.
@@ -780,5 +784,70 @@ mod tests {
         }
         assert_eq!(captured.count("ERROR", "TLS certificate expired"), 2);
         assert_eq!(stats.snapshot().tls_expired_refusals, 6);
+    }
+
+    /// One pending challenge for `a.example.test`.
+    struct OnePending(Arc<rustls::ServerConfig>);
+
+    impl AcmeTlsAlpn for OnePending {
+        fn challenge_config(&self, name: &str) -> Option<Arc<rustls::ServerConfig>> {
+            (name == "a.example.test").then(|| self.0.clone())
+        }
+    }
+
+    // An answered validation is its own outcome, not a failed handshake.
+    // r[verify gateway.tls.alpn01]
+    #[tokio::test]
+    async fn an_answered_validation_is_its_own_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair(&files, "localhost");
+        let tls = Tls::new(files, Duration::from_secs(3600)).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["a.example.test".to_owned()]).unwrap();
+        params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(&[1; 32])];
+        let cert = params.self_signed(&key).unwrap();
+        let der = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let signing = provider().key_provider.load_private_key(der).unwrap();
+        let certified = CertifiedKey::new(vec![cert.der().clone()], signing);
+        let mut challenge = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Judged(Some(Arc::new(certified)))));
+        challenge.alpn_protocols = vec![crate::ACME_TLS_ALPN.to_vec()];
+        tls.set_alpn(Arc::new(OnePending(Arc::new(challenge))));
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCert))
+                .with_no_client_auth();
+            config.alpn_protocols = vec![crate::ACME_TLS_ALPN.to_vec()];
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("a.example.test").unwrap();
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .unwrap();
+            tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec)
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let stats = Stats::default();
+        let outcome = tls.accept(&stats, tcp).await;
+        assert!(
+            matches!(outcome, Ok(None)),
+            "{:?}",
+            outcome.map(|s| s.is_some())
+        );
+        assert_eq!(client.await.unwrap().as_deref(), Some(crate::ACME_TLS_ALPN));
+        assert_eq!(stats.snapshot().tls_alpn_answered, 1);
     }
 }
