@@ -599,6 +599,10 @@ async fn connection(
     };
     let mut ws = match tokio::time::timeout(window, handshake).await {
         Ok(Ok(ws)) => ws,
+        Ok(Err(UpgradeError::Validated)) => {
+            tracing::debug!(conn = %id, %peer, "TLS-ALPN-01 validation answered");
+            return;
+        }
         Ok(Err(e)) => {
             tracing::debug!(conn = %id, %peer, error = %e, "handshake failed");
             return;
@@ -634,6 +638,9 @@ enum UpgradeError {
     Tls(std::io::Error),
     #[error("WebSocket handshake: {0}")]
     Ws(WsError),
+    /// Not a failure: a TLS-ALPN-01 validation was answered and the connection closed.
+    #[error("TLS-ALPN-01 validation answered")]
+    Validated,
 }
 
 /// The TLS handshake (when configured), then the WebSocket upgrade with the configured buffers.
@@ -646,7 +653,8 @@ async fn upgrade<C: Callback + Unpin>(
         Some(tls) => tls
             .accept(&inner.stats, tcp)
             .await
-            .map_err(UpgradeError::Tls)?,
+            .map_err(UpgradeError::Tls)?
+            .ok_or(UpgradeError::Validated)?,
         None => Stream::Plain(tcp),
     };
     tokio_tungstenite::accept_hdr_async_with_config(

@@ -128,6 +128,20 @@ fn not_after(path: &Path, leaf: &CertificateDer<'_>) -> Result<(SystemTime, Stri
     Ok((at, text))
 }
 
+/// Warns when a pair is loaded (at the start, or re-read) already past its notAfter: it is
+/// served as refusals from the first handshake on.
+// r[impl gateway.tls.expired]
+fn warn_if_expired(files: &TlsFiles, served: &Served, now: SystemTime) {
+    if served.expired(now) {
+        tracing::warn!(
+            cert = %files.cert.display(),
+            not_after = %served.not_after_text,
+            "TLS certificate loaded already expired: every handshake is refused until renewed \
+             files replace it"
+        );
+    }
+}
+
 /// A pair as served: the key, its leaf's notAfter, and whether its expiry was reported.
 pub(crate) struct Served {
     key: Arc<CertifiedKey>,
@@ -240,13 +254,22 @@ impl fmt::Debug for CertStore {
     }
 }
 
-// An expired leaf resolves to nothing, so the handshake fails with an alert (the accept path
-// counts and reports it before getting here; this keeps the rule whatever calls the resolver).
+/// The certificate one handshake is served: the pair judged servable at its start, or none (an
+/// expired leaf), which fails the handshake with an alert. Per handshake, so the certificate
+/// shown is the one judged, on the same snapshot and clock reading.
 // r[impl gateway.tls.expired]
-impl ResolvesServerCert for CertStore {
+struct Judged(Option<Arc<CertifiedKey>>);
+
+// The key is a secret: nothing of it is printed.
+impl fmt::Debug for Judged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Judged").field(&self.0.is_some()).finish()
+    }
+}
+
+impl ResolvesServerCert for Judged {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let served = self.current();
-        (!served.expired((self.clock)())).then(|| served.key.clone())
+        self.0.clone()
     }
 }
 
@@ -257,6 +280,7 @@ impl CertStore {
         let provider = provider();
         let seen = (stamp(&files.cert), stamp(&files.key));
         let served = load(&files, &provider)?;
+        warn_if_expired(&files, &served, clock());
         Ok(Self {
             files,
             provider,
@@ -284,13 +308,13 @@ impl CertStore {
         served.expired((self.clock)()).then_some(served.not_after)
     }
 
-    /// Whether a handshake may be served now. An expired leaf is counted, and logged once per
-    /// pair, and refused.
+    /// The key a handshake is served, judged once on one snapshot. An expired leaf is counted,
+    /// and logged once per pair, and refused.
     // r[impl gateway.tls.expired]
-    fn check_expiry(&self, stats: &Stats) -> Result<(), io::Error> {
+    fn check_expiry(&self, stats: &Stats) -> Result<Arc<CertifiedKey>, io::Error> {
         let served = self.current();
         if !served.expired((self.clock)()) {
-            return Ok(());
+            return Ok(served.key.clone());
         }
         stats.tls_expired_refused();
         if !served.reported.swap(true, Ordering::Relaxed) {
@@ -332,6 +356,7 @@ impl CertStore {
         watch.seen = seen;
         match load(&self.files, &self.provider) {
             Ok(served) => {
+                warn_if_expired(&self.files, &served, (self.clock)());
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 stats.tls_reloaded();
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
@@ -348,6 +373,8 @@ impl CertStore {
 
 /// The gateway's TLS side: the server config and the store it takes certificates from.
 pub(crate) struct Tls {
+    /// The server config, serving no certificate: each handshake gets a copy serving the one
+    /// judged for it.
     config: Arc<rustls::ServerConfig>,
     pub(crate) store: Arc<CertStore>,
     /// The TLS-ALPN-01 challenges this listener answers, once the node hands them over.
@@ -375,7 +402,7 @@ impl Tls {
                 reason: e.to_string(),
             })?
             .with_no_client_auth()
-            .with_cert_resolver(store.clone());
+            .with_cert_resolver(Arc::new(Judged(None)));
         Ok(Self {
             config: Arc::new(config),
             store,
@@ -394,10 +421,10 @@ impl Tls {
 
     /// Checks the files (if due), reads the ClientHello, then runs the TLS handshake with the
     /// certificate now served; an expired one fails the handshake (with an alert). A
-    /// TLS-ALPN-01 validation gets its challenge certificate and is closed: the `Err` says so.
+    /// TLS-ALPN-01 validation gets its challenge certificate and is closed: `Ok(None)`.
     // r[impl gateway.tls.alpn01]
     // r[impl gateway.tls.expired]
-    pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Stream> {
+    pub(crate) async fn accept(&self, stats: &Stats, tcp: TcpStream) -> io::Result<Option<Stream>> {
         self.store.refresh(stats, Instant::now(), false);
         let start =
             tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
@@ -409,15 +436,21 @@ impl Tls {
             // The validator needs nothing after the handshake (RFC 8737 §3). The caller's
             // handshake timeout bounds this close too.
             let _ = tls.shutdown().await;
-            return Err(io::Error::other("TLS-ALPN-01 validation answered; closed"));
+            return Ok(None);
         }
-        if let Err(e) = self.store.check_expiry(stats) {
-            // The resolver finds nothing for an expired leaf: rustls sends the alert.
-            let _ = start.into_stream(self.config.clone()).await;
-            return Err(e);
-        }
-        let tls = start.into_stream(self.config.clone()).await?;
-        Ok(Stream::Tls(Box::new(tls)))
+        let key = match self.store.check_expiry(stats) {
+            Ok(key) => key,
+            Err(e) => {
+                // The config's resolver gives no certificate: rustls sends the alert.
+                let _ = start.into_stream(self.config.clone()).await;
+                return Err(e);
+            }
+        };
+        // A copy of the config (its session cache shared) serving the key judged above.
+        let mut config = (*self.config).clone();
+        config.cert_resolver = Arc::new(Judged(Some(key)));
+        let tls = start.into_stream(Arc::new(config)).await?;
+        Ok(Some(Stream::Tls(Box::new(tls))))
     }
 }
 
@@ -586,5 +619,235 @@ mod tests {
         assert!(store.check_expiry(&stats).is_ok());
         assert_eq!(store.expired_since(), None);
         assert_eq!(stats.snapshot().tls_expired_refusals, 2);
+    }
+
+    /// Takes any certificate: the test looks at whether the server served one.
+    #[derive(Debug)]
+    struct AnyCert;
+
+    impl rustls::client::danger::ServerCertVerifier for AnyCert {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &rustls_pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls_pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+
+    // One judgement per handshake, on one snapshot of the served pair: a leaf whose notAfter
+    // passes while the handshake runs is served (judged at its start), never failed with an
+    // alert that no refusal counts.
+    // r[verify gateway.tls.expired]
+    #[tokio::test]
+    async fn a_handshake_judges_expiry_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair_until(&files, "localhost", (2030, 1, 1));
+        // 2030-01-01T00:00:00Z; the first two reads of the clock (the load's, the handshake's)
+        // are a second before, every later one at it.
+        let not_after = SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_456_000);
+        let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let clock = {
+            let reads = reads.clone();
+            Arc::new(move || {
+                if reads.fetch_add(1, Ordering::SeqCst) < 2 {
+                    not_after - Duration::from_secs(1)
+                } else {
+                    not_after
+                }
+            }) as WallClock
+        };
+        let tls = Tls::with_clock(files, Duration::from_secs(3600), clock).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCert))
+                .with_no_client_auth();
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(
+                    rustls_pki_types::ServerName::try_from("localhost").unwrap(),
+                    tcp,
+                )
+                .await
+                .map(drop)
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let stats = Stats::default();
+        let served = tls.accept(&stats, tcp).await;
+        let shown = client.await.unwrap();
+        assert!(served.is_ok(), "{:?}", served.err());
+        assert!(shown.is_ok(), "{shown:?}");
+        assert_eq!(stats.snapshot().tls_expired_refusals, 0);
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "the handshake read the clock once"
+        );
+    }
+
+    /// Log lines written by a test's subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        /// How many lines of `level` contain `text`.
+        fn count(&self, level: &str, text: &str) -> usize {
+            let out = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            out.lines()
+                .filter(|l| l.trim_start().starts_with(level) && l.contains(text))
+                .count()
+        }
+    }
+
+    // An expired pair is warned about when loaded (at the start and when re-read), and its
+    // refusals are logged once per pair however many handshakes it refuses.
+    // r[verify gateway.tls.expired]
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_pair_is_warned_at_load_and_its_refusals_logged_once_per_pair() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair_until(&files, "old.test", (2021, 1, 1));
+        let interval = Duration::from_secs(1);
+        let store = CertStore::open(files.clone(), interval, Arc::new(SystemTime::now)).unwrap();
+        assert_eq!(captured.count("WARN", "loaded already expired"), 1);
+        let stats = Stats::default();
+        for _ in 0..3 {
+            assert!(store.check_expiry(&stats).is_err());
+        }
+        assert_eq!(captured.count("ERROR", "TLS certificate expired"), 1);
+
+        // Another expired pair re-read: warned again, and its refusals logged once more.
+        write_pair_until(&files, "older-and-longer.test", (2021, 2, 1));
+        tokio::time::advance(interval).await;
+        assert!(matches!(
+            store.refresh(&stats, Instant::now(), false),
+            TlsReload::Reloaded
+        ));
+        assert_eq!(captured.count("WARN", "loaded already expired"), 2);
+        for _ in 0..3 {
+            assert!(store.check_expiry(&stats).is_err());
+        }
+        assert_eq!(captured.count("ERROR", "TLS certificate expired"), 2);
+        assert_eq!(stats.snapshot().tls_expired_refusals, 6);
+    }
+
+    /// One pending challenge for `a.example.test`.
+    struct OnePending(Arc<rustls::ServerConfig>);
+
+    impl AcmeTlsAlpn for OnePending {
+        fn challenge_config(&self, name: &str) -> Option<Arc<rustls::ServerConfig>> {
+            (name == "a.example.test").then(|| self.0.clone())
+        }
+    }
+
+    // An answered validation is its own outcome, not a failed handshake.
+    // r[verify gateway.tls.alpn01]
+    #[tokio::test]
+    async fn an_answered_validation_is_its_own_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair(&files, "localhost");
+        let tls = Tls::new(files, Duration::from_secs(3600)).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["a.example.test".to_owned()]).unwrap();
+        params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(&[1; 32])];
+        let cert = params.self_signed(&key).unwrap();
+        let der = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let signing = provider().key_provider.load_private_key(der).unwrap();
+        let certified = CertifiedKey::new(vec![cert.der().clone()], signing);
+        let mut challenge = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Judged(Some(Arc::new(certified)))));
+        challenge.alpn_protocols = vec![crate::ACME_TLS_ALPN.to_vec()];
+        tls.set_alpn(Arc::new(OnePending(Arc::new(challenge))));
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCert))
+                .with_no_client_auth();
+            config.alpn_protocols = vec![crate::ACME_TLS_ALPN.to_vec()];
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("a.example.test").unwrap();
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .unwrap();
+            tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec)
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let stats = Stats::default();
+        let outcome = tls.accept(&stats, tcp).await;
+        assert!(
+            matches!(outcome, Ok(None)),
+            "{:?}",
+            outcome.map(|s| s.is_some())
+        );
+        assert_eq!(client.await.unwrap().as_deref(), Some(crate::ACME_TLS_ALPN));
+        assert_eq!(stats.snapshot().tls_alpn_answered, 1);
     }
 }

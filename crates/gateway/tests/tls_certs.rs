@@ -86,6 +86,15 @@ async fn shake(
     name: &str,
     alpn: &[&[u8]],
 ) -> std::io::Result<(ClientTls, Vec<u8>, Option<Vec<u8>>)> {
+    shake_as(addr, ServerName::try_from(name.to_owned()).unwrap(), alpn).await
+}
+
+/// [`shake`] to `name` as given: an IP address sends no SNI.
+async fn shake_as(
+    addr: SocketAddr,
+    name: ServerName<'static>,
+    alpn: &[&[u8]],
+) -> std::io::Result<(ClientTls, Vec<u8>, Option<Vec<u8>>)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -96,9 +105,7 @@ async fn shake(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = TcpStream::connect(addr).await?;
-    let tls = connector
-        .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
-        .await?;
+    let tls = connector.connect(name, tcp).await?;
     let conn = tls.get_ref().1;
     let leaf = conn.peer_certificates().unwrap()[0].to_vec();
     let protocol = conn.alpn_protocol().map(<[u8]>::to_vec);
@@ -219,12 +226,16 @@ async fn a_validation_gets_the_challenge_certificate_and_is_closed_and_others_ar
     })
     .await;
 
-    // Anything else is served the gateway's leaf: acme-tls/1 beside another protocol, for a name
-    // with no pending challenge, and no ALPN at all.
+    // Anything else is served the gateway's leaf: acme-tls/1 beside another protocol (after it
+    // or before it), for a name with no pending challenge, and no ALPN at all.
     for (name, alpn) in [
         (
             "a.example.test",
             &[b"http/1.1".as_slice(), ACME_TLS_ALPN][..],
+        ),
+        (
+            "a.example.test",
+            &[ACME_TLS_ALPN, b"http/1.1".as_slice()][..],
         ),
         ("b.example.test", &[ACME_TLS_ALPN][..]),
         ("a.example.test", &[][..]),
@@ -232,6 +243,10 @@ async fn a_validation_gets_the_challenge_certificate_and_is_closed_and_others_ar
         let (_tls, leaf, protocol) = shake(addr, name, alpn).await.unwrap();
         assert_eq!((leaf, protocol), (served.clone(), None), "{name} {alpn:?}");
     }
+    // acme-tls/1 alone but without SNI (an IP address as the name): no identifier, no validation.
+    let ip = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
+    let (_tls, leaf, protocol) = shake_as(addr, ip, &[ACME_TLS_ALPN]).await.unwrap();
+    assert_eq!((leaf, protocol), (served.clone(), None), "no SNI");
     assert_eq!(node.gateway.stats().tls_alpn_answered, 1);
 }
 
@@ -264,4 +279,23 @@ async fn a_validation_is_answered_while_the_served_leaf_is_expired() {
 async fn a_plain_gateway_takes_no_challenges() {
     let node = start(config("a")).await;
     assert!(!node.gateway.answer_tls_alpn01(Arc::new(Pending::default())));
+}
+
+// DNS names are case-insensitive: a validator spelling the pending name in another case is
+// answered all the same (rustls hands the server the SNI in lower case).
+// r[verify gateway.tls.alpn01]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_naming_the_pending_name_in_another_case_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, _) = write_leaf(dir.path(), (4000, 1));
+    let node = start(tls_config(files)).await;
+    let pending = Arc::new(Pending::default());
+    let challenge = pending.insert("a.example.test", 3);
+    assert!(node.gateway.answer_tls_alpn01(pending));
+    let addr = node.gateway.local_addr();
+    let (_tls, leaf, protocol) = shake(addr, "A.Example.TEST", &[ACME_TLS_ALPN])
+        .await
+        .unwrap();
+    assert_eq!(leaf, challenge);
+    assert_eq!(protocol.as_deref(), Some(ACME_TLS_ALPN));
 }

@@ -215,7 +215,7 @@ impl AcmeSource {
 
     /// This source answering TLS-ALPN-01 through `alpn` (served by a
     /// [`crate::tls_alpn::TlsAlpnResponder`]) instead of HTTP-01, over the same account.
-    // r[impl issue.acme.tls-alpn01+2]
+    // r[impl issue.acme.tls-alpn01+3]
     pub fn with_tls_alpn01(&self, alpn: AlpnChallenges) -> Self {
         Self {
             config: self.config.clone(),
@@ -366,7 +366,7 @@ impl AcmeSource {
                                 .map_err(|e| SourceError::new(e.class(), e.to_string()))?;
                         }
                     }
-                    // r[impl issue.acme.tls-alpn01+2]
+                    // r[impl issue.acme.tls-alpn01+3]
                     None if self.tls_alpn01.is_some() => identifiers_answered
                         .answer(&identifier, key_authorization.digest().as_ref())
                         .map_err(|e| SourceError::new(ErrorClass::Rejected, e.to_string()))?,
@@ -523,7 +523,7 @@ impl Drop for AnsweredTokens<'_> {
 
 /// The identifiers one attempt has the TLS-ALPN-01 listener answer; dropping it stops answering
 /// them.
-// r[impl issue.acme.tls-alpn01+2]
+// r[impl issue.acme.tls-alpn01+3]
 struct AnsweredIdentifiers<'a> {
     challenges: Option<&'a AlpnChallenges>,
     identifiers: Vec<String>,
@@ -934,7 +934,7 @@ mod tests {
         );
     }
 
-    // r[verify issue.acme.tls-alpn01+2]
+    // r[verify issue.acme.tls-alpn01+3]
     #[tokio::test]
     async fn a_cancelled_attempt_stops_answering_its_tls_alpn01_identifier() {
         let dir = tempfile::tempdir().unwrap();

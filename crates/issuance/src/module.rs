@@ -893,7 +893,7 @@ pub async fn start(
 // r[impl issue.module]
 // r[impl issue.history.unavailable]
 // r[impl issue.local.loopback]
-// r[impl issue.acme.tls-alpn01+2]
+// r[impl issue.acme.tls-alpn01+3]
 pub async fn start_with(
     config: &IssuanceConfig,
     data_dir: &Path,
@@ -1012,7 +1012,7 @@ pub async fn start_with(
                         }
                         dns01_source.clone()
                     }
-                    // r[impl issue.acme.tls-alpn01+2]
+                    // r[impl issue.acme.tls-alpn01+3]
                     (Challenge::TlsAlpn01, Some(acme)) => {
                         if let (None, TlsAlpnListener::Shared(challenges)) =
                             (&tls_alpn01_source, &alpn_listener)
@@ -1437,7 +1437,7 @@ mod tests {
 
     // Started with another listener's challenges, the module binds nothing on the port that
     // listener holds (here a socket bound first, which its own listener could not bind).
-    // r[verify issue.acme.tls-alpn01+2]
+    // r[verify issue.acme.tls-alpn01+3]
     #[tokio::test]
     async fn with_a_shared_listener_the_module_binds_no_tls_alpn01_listener() {
         let dir = tempfile::tempdir().unwrap();
@@ -1539,7 +1539,7 @@ mod tests {
             .unwrap();
     }
 
-    // r[verify issue.acme.tls-alpn01+2]
+    // r[verify issue.acme.tls-alpn01+3]
     // r[verify issue.acme.tls-alpn01.limits]
     #[tokio::test]
     async fn a_tls_alpn01_certificate_binds_the_tls_listener_and_no_http01_responder() {

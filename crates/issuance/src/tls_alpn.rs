@@ -163,7 +163,7 @@ pub enum AlpnError {
 
 /// A self-signed certificate for `identifier` alone with the critical acmeIdentifier extension
 /// holding `digest` (the SHA-256 of the key authorization), and its key (RFC 8737 §3).
-// r[impl issue.acme.tls-alpn01+2]
+// r[impl issue.acme.tls-alpn01+3]
 pub fn challenge_certificate(
     identifier: &str,
     digest: &[u8],
@@ -244,7 +244,7 @@ impl AlpnChallenges {
     /// The server config that answers a validation of `identifier` (its challenge certificate,
     /// `acme-tls/1` as the only protocol) while it is being answered: for a TLS listener other
     /// than [`TlsAlpnResponder`] (the gateway's) that answers the challenges.
-    // r[impl issue.acme.tls-alpn01+2]
+    // r[impl issue.acme.tls-alpn01+3]
     pub fn server_config(&self, identifier: &str) -> Option<Arc<ServerConfig>> {
         self.get(identifier).map(|answer| answer.config.clone())
     }
@@ -277,7 +277,7 @@ pub struct TlsAlpnResponder {
 
 impl TlsAlpnResponder {
     /// Binds `addr` and starts answering under `limits`.
-    // r[impl issue.acme.tls-alpn01+2]
+    // r[impl issue.acme.tls-alpn01+3]
     // r[impl issue.acme.tls-alpn01.limits]
     pub async fn bind(addr: SocketAddr, limits: AlpnLimits) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
@@ -394,7 +394,7 @@ async fn accept_loop(
 /// One connection: read its ClientHello, refuse it unless it offers `acme-tls/1` for an
 /// identifier in progress, else finish the handshake with that identifier's certificate and
 /// return the stream for the caller to close.
-// r[impl issue.acme.tls-alpn01+2]
+// r[impl issue.acme.tls-alpn01+3]
 async fn handshake(
     stream: TcpStream,
     challenges: &AlpnChallenges,
@@ -411,9 +411,11 @@ async fn handshake(
         }
     };
     let hello = start.client_hello();
-    let offers_acme = hello
-        .alpn()
-        .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN));
+    // acme-tls/1 and no other (RFC 8737 §3: what a validator offers), as the gateway's
+    // listener judges one (`r[gateway.tls.alpn01]`).
+    let offers_acme = hello.alpn().is_some_and(|mut protocols| {
+        protocols.next() == Some(ACME_TLS_ALPN) && protocols.next().is_none()
+    });
     if !offers_acme {
         // Plain HTTPS (or anything else) is not this listener's: dropping closes the connection.
         counters.refused_protocol.fetch_add(1, Ordering::Relaxed);
@@ -546,13 +548,13 @@ mod tests {
             .unwrap()
     }
 
-    // r[verify issue.acme.tls-alpn01+2]
+    // r[verify issue.acme.tls-alpn01+3]
     #[tokio::test]
     async fn an_identifier_in_progress_is_answered_with_its_acme_identifier_over_acme_tls() {
         let r = listener(AlpnLimits::default()).await;
         let digest = [7u8; 32];
         r.challenges().insert("A.Example.test", &digest).unwrap();
-        let (cert, protocol) = shake(r.addr(), "a.example.test", &[b"h2", ACME_TLS_ALPN])
+        let (cert, protocol) = shake(r.addr(), "a.example.test", &[ACME_TLS_ALPN])
             .await
             .unwrap();
         assert_eq!(protocol.as_deref(), Some(ACME_TLS_ALPN));
@@ -576,7 +578,7 @@ mod tests {
         assert_eq!(r.stats().refused_name, 1, "{:?}", r.stats());
     }
 
-    // r[verify issue.acme.tls-alpn01+2]
+    // r[verify issue.acme.tls-alpn01+3]
     #[tokio::test]
     async fn a_handshake_without_acme_tls_or_for_another_name_is_refused_and_counted() {
         let r = listener(AlpnLimits::default()).await;
@@ -584,7 +586,12 @@ mod tests {
         // Plain HTTPS: no ALPN at all, and another protocol only.
         assert!(shake(r.addr(), "a.example.test", &[]).await.is_err());
         assert!(shake(r.addr(), "a.example.test", &[b"h2"]).await.is_err());
-        assert_eq!(r.stats().refused_protocol, 2, "{:?}", r.stats());
+        // acme-tls/1 beside another protocol, in either order: not a validator (RFC 8737 §3:
+        // it offers acme-tls/1 alone), as the gateway's listener judges it.
+        for alpn in [[ACME_TLS_ALPN, b"h2"], [b"h2", ACME_TLS_ALPN]] {
+            assert!(shake(r.addr(), "a.example.test", &alpn).await.is_err());
+        }
+        assert_eq!(r.stats().refused_protocol, 4, "{:?}", r.stats());
         // acme-tls/1 for a name with no challenge in progress.
         assert!(
             shake(r.addr(), "b.example.test", &[ACME_TLS_ALPN])
@@ -602,7 +609,7 @@ mod tests {
         assert_eq!(r.stats().answered, 0, "{:?}", r.stats());
     }
 
-    // r[verify issue.acme.tls-alpn01+2]
+    // r[verify issue.acme.tls-alpn01+3]
     #[tokio::test]
     async fn a_connection_without_a_client_hello_is_closed_and_counted_as_malformed() {
         let r = listener(AlpnLimits::default()).await;

@@ -61,7 +61,7 @@ async fn median_of_5(source: &AcmeSource, names: impl Fn(usize) -> Vec<String>) 
     times[2]
 }
 
-// r[verify issue.acme.tls-alpn01+2]
+// r[verify issue.acme.tls-alpn01+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pebble_issues_over_tls_alpn01_through_the_nodes_own_listener() {
     let Some(acme) = holdfast_test_support::services::acme() else {

@@ -508,6 +508,15 @@ pub const MAX_HISTORY_TTL: Duration = Duration::from_secs(24 * 3600);
 
 type At<'a> = &'a dyn Fn(Option<Range<usize>>, &str, String) -> ConfigError;
 
+/// Whether the gateway listening on `listen` holds the TLS-ALPN-01 bind `bind`: the same port
+/// (not 0) on addresses that overlap (the same, or either unspecified), so the two could not
+/// both bind it (`r[node.gateway.tls-alpn01]`).
+pub fn holds_tls_alpn01_bind(listen: std::net::SocketAddr, bind: std::net::SocketAddr) -> bool {
+    bind.port() != 0
+        && listen.port() == bind.port()
+        && (listen.ip() == bind.ip() || listen.ip().is_unspecified() || bind.ip().is_unspecified())
+}
+
 // i[impl node.gateway.config+4]
 /// `[gateway]` beyond its types: a token key file that is safe, readable and long enough; sizes
 /// and durations in range; an idle timeout longer than the ping interval; a TLS source that is

@@ -325,6 +325,10 @@ pub struct Metrics {
     pub gateway_tokens_refused: Family<TokenRefusalLabel, Counter>,
     /// Reloads of the gateway's token key files since the node started, by result.
     pub gateway_key_reloads: Family<KeyReloadLabel, Counter>,
+    /// Gateway `wss://` handshakes refused since the node started because the leaf had expired.
+    pub gateway_tls_expired_refusals: Counter,
+    /// TLS-ALPN-01 validations the gateway's TLS listener answered since the node started.
+    pub gateway_tls_alpn01_answered: Counter,
     /// Requests and connections the admin API refused or closed, by reason.
     pub admin_refused: Family<AdminRefusalLabel, Counter>,
 }
@@ -583,6 +587,17 @@ impl Metrics {
             m.gateway_key_reloads.clone(),
         );
         registry.register(
+            "gateway_tls_expired_refusals",
+            "Gateway wss:// handshakes refused since the node started because the served leaf \
+             had expired",
+            m.gateway_tls_expired_refusals.clone(),
+        );
+        registry.register(
+            "gateway_tls_alpn01_answered",
+            "TLS-ALPN-01 validations the gateway's TLS listener answered since the node started",
+            m.gateway_tls_alpn01_answered.clone(),
+        );
+        registry.register(
             "admin_refused",
             "Requests and connections the admin API refused or closed, by reason",
             m.admin_refused.clone(),
@@ -633,6 +648,8 @@ impl Metrics {
             gateway_joins_refused: m.gateway_joins_refused,
             gateway_tokens_refused: m.gateway_tokens_refused,
             gateway_key_reloads: m.gateway_key_reloads,
+            gateway_tls_expired_refusals: m.gateway_tls_expired_refusals,
+            gateway_tls_alpn01_answered: m.gateway_tls_alpn01_answered,
             admin_refused: m.admin_refused,
         }
     }
@@ -932,7 +949,7 @@ impl Metrics {
         }
     }
 
-    // r[impl node.gateway.metrics+3]
+    // r[impl node.gateway.metrics+4]
     /// Sets the gateway's series (read at each scrape): connections now (authenticated,
     /// unauthenticated), the node's totals of messages, slow-consumer drops, refused
     /// connections and refused joins (`totals`; `None` while no gateway has run, which exports
@@ -1004,6 +1021,8 @@ impl Metrics {
                 });
                 raise_to(&counter, total);
             }
+            raise_to(&self.gateway_tls_expired_refusals, t.tls_expired_refusals);
+            raise_to(&self.gateway_tls_alpn01_answered, t.tls_alpn01_answered);
         }
         self.gateway_drain_step_seconds.clear();
         for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
@@ -1081,6 +1100,8 @@ struct MetricsParts {
     gateway_joins_refused: Family<JoinRefusalLabel, Counter>,
     gateway_tokens_refused: Family<TokenRefusalLabel, Counter>,
     gateway_key_reloads: Family<KeyReloadLabel, Counter>,
+    gateway_tls_expired_refusals: Counter,
+    gateway_tls_alpn01_answered: Counter,
     admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
@@ -1360,7 +1381,7 @@ mod tests {
         assert_eq!(alive(&metrics), before);
     }
 
-    // r[verify node.gateway.metrics+3]
+    // r[verify node.gateway.metrics+4]
     #[test]
     fn gateway_series_follow_the_gateway_and_its_counters_never_go_down() {
         use crate::modules::gateway::GatewayTotals;
@@ -1384,6 +1405,8 @@ mod tests {
             tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
             key_reloads: 2,
             key_reload_failures: 1,
+            tls_expired_refusals: 13,
+            tls_alpn01_answered: 14,
         };
         let report = DrainReport {
             code: 1012,
@@ -1429,6 +1452,8 @@ mod tests {
             "holdfast_gateway_tokens_refused_total{reason=\"audience\"} 0",
             "holdfast_gateway_key_reloads_total{result=\"ok\"} 2",
             "holdfast_gateway_key_reloads_total{result=\"failed\"} 1",
+            "holdfast_gateway_tls_expired_refusals_total 13",
+            "holdfast_gateway_tls_alpn01_answered_total 14",
             "holdfast_gateway_drain_step_seconds{step=\"stop_accepting\"} 0.004",
             "holdfast_gateway_drain_step_seconds{step=\"handshake\"} 1.25",
         ] {

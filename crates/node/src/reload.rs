@@ -66,8 +66,9 @@ pub enum ModuleInputs {
         /// The rest.
         settings: WorkloadSettings,
     },
-    /// `issuance`: holdfast-issuance's own config.
-    Issuance(Option<Box<holdfast_issuance::IssuanceConfig>>),
+    /// `issuance`: holdfast-issuance's own config, and whether the gateway's listener answers
+    /// its TLS-ALPN-01 validations (`r[node.gateway.tls-alpn01]`).
+    Issuance(Option<Box<holdfast_issuance::IssuanceConfig>>, bool),
     /// `forward`: the section the module is built from.
     Forward(Option<Box<ForwardSection>>),
     /// `gateway`: the section the module is built from.
@@ -156,6 +157,7 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
                 .issuance
                 .as_ref()
                 .map(|i| Box::new(i.get_ref().clone())),
+            gateway::config_answers_tls_alpn01(config),
         ),
         forward::NAME => ModuleInputs::Forward(
             config
@@ -293,9 +295,12 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
         (ModuleInputs::Forward(Some(old)), ModuleInputs::Forward(Some(new))) => {
             forward_access_only(old, new)
         }
-        (ModuleInputs::Issuance(Some(old)), ModuleInputs::Issuance(Some(new))) => {
-            certificates_only(old, new)
-        }
+        // Who answers TLS-ALPN-01 (the gateway or the module's own listener) is decided at the
+        // module's start: a change of it restarts the module.
+        (
+            ModuleInputs::Issuance(Some(old), old_shared),
+            ModuleInputs::Issuance(Some(new), new_shared),
+        ) => old_shared == new_shared && certificates_only(old, new),
         (ModuleInputs::Gateway(Some(old)), ModuleInputs::Gateway(Some(new))) => {
             gateway_limits_only(old, new)
         }

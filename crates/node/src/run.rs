@@ -202,12 +202,8 @@ fn compose_some(
         }));
     }
     // r[impl node.gateway.tls-alpn01]
-    let tls_alpn01 = match (&config.gateway, &config.issuance) {
-        (Some(g), Some(i)) if gateway::answers_tls_alpn01(g.get_ref(), i.get_ref()) => {
-            Some(node.gateway.tls_alpn01_challenges())
-        }
-        _ => None,
-    };
+    let tls_alpn01 =
+        gateway::config_answers_tls_alpn01(config).then(|| node.gateway.tls_alpn01_challenges());
     if let Some(issuance) = config.issuance.as_ref().filter(|_| want(issuance::NAME)) {
         let module = IssuanceModule::new(
             issuance.get_ref().clone(),
@@ -216,7 +212,7 @@ fn compose_some(
             node.faults.clone(),
             node.issuance.clone(),
         )
-        .with_tls_alpn01(tls_alpn01.clone());
+        .with_tls_alpn01(tls_alpn01);
         // The reload's handle on the config the module starts from.
         *live
             .issuance
@@ -242,8 +238,7 @@ fn compose_some(
             identity.seed(crate::modules::gateway::NAME),
             &config.node.data_dir,
             node.gateway.clone(),
-        )
-        .with_tls_alpn01(tls_alpn01);
+        );
         // The reload's handle on the limits the module starts with.
         *live
             .gateway_limits
@@ -1292,6 +1287,9 @@ impl Signals {
         tracing::warn!("second signal: aborting the stop plan");
     }
 }
+
+#[cfg(test)]
+mod alpn_tests;
 
 #[cfg(test)]
 mod tests {

@@ -143,12 +143,12 @@ impl NodeState {
     pub fn new(node_id: impl Into<String>, faults: FaultBoard, metrics: Metrics) -> Self {
         NodeState {
             node_id: node_id.into(),
-            faults,
+            faults: faults.clone(),
             metrics,
             issuance: Slot::default(),
             forward: Slot::default(),
             workload: Slot::default(),
-            gateway: Default::default(),
+            gateway: crate::modules::gateway::GatewayView::with_faults(faults.clone()),
             phase: Arc::new(watch::channel(Phase::Starting).0),
             modules: Arc::default(),
             workloads: Arc::default(),

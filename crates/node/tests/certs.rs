@@ -250,6 +250,55 @@ fn check_config_refuses_a_tls_alpn01_bind_on_the_http01_port_at_its_key() {
     );
 }
 
+// The gateway's own certificate validated over TLS-ALPN-01 on the gateway's port would never be
+// first issued (the gateway answers there, and cannot start without it): refused at its key.
+// i[verify node.gateway.tls-alpn01-first]
+#[test]
+fn check_config_refuses_the_gateways_own_certificate_over_tls_alpn01_on_its_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("token.key");
+    std::fs::write(&key, [7u8; 64]).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let write = |name: &str, challenge: &str, listen: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "[node]\n\n[issuance]\n\
+                 [[issuance.certificate]]\nnames = [\"gw.example.org\"]\nsource = \"acme\"\n\
+                 challenge = \"{challenge}\"\n\
+                 [issuance.acme]\ndirectory = \"https://acme.example/d\"\n\
+                 tls_alpn01_bind = \"0.0.0.0:18443\"\n\
+                 [gateway]\nlisten = \"{listen}\"\ntoken_key_file = \"{}\"\n\
+                 [gateway.tls]\nfrom_issuance = \"gw.example.org\"\n",
+                key.display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let cycle = write("cycle.toml", "tls-alpn-01", "127.0.0.1:18443");
+    let (code, out, err) = holdfast(&["check-config", cycle.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.starts_with(&format!(
+            "{}:14:1: gateway.tls.from_issuance: \"gw.example.org\" is validated over TLS-ALPN-01 \
+             on the gateway's own port 18443",
+            cycle.display()
+        )) && err.contains("challenge = \"http-01\" or \"dns-01\"")
+            && err.contains("cert and key"),
+        "{err}"
+    );
+    // Either way out passes: another challenge, or the gateway on another port.
+    for ok in [
+        write("http.toml", "http-01", "127.0.0.1:18443"),
+        write("port.toml", "tls-alpn-01", "127.0.0.1:18444"),
+    ] {
+        let (code, out, err) = holdfast(&["check-config", ok.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {out}{err}", ok.display());
+    }
+}
+
 // r[verify node.issuance.metrics+3]
 #[tokio::test]
 async fn the_tls_alpn01_listeners_connections_and_refusals_are_in_the_metrics() {

@@ -60,7 +60,7 @@ fn cli(args: &[&str]) -> (i32, String) {
 // r[verify node.gateway.stop]
 // r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
-// r[verify node.gateway.metrics+3]
+// r[verify node.gateway.metrics+4]
 // i[verify node.gateway.show+2]
 // i[verify node.gateway.push+2]
 // i[verify node.gateway.cli+2]
@@ -370,7 +370,7 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
 }
 
 // i[verify node.gateway.config+4]
-// r[verify node.gateway.metrics+3]
+// r[verify node.gateway.metrics+4]
 #[tokio::test]
 async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
     let dir = tempfile::tempdir().unwrap();

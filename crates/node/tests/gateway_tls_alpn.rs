@@ -76,7 +76,7 @@ async fn gateway(addr: SocketAddr, dir: &std::path::Path) -> Gateway {
 }
 
 // r[verify gateway.tls.alpn01]
-// r[verify issue.acme.tls-alpn01+2]
+// r[verify issue.acme.tls-alpn01+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pebble_issues_over_tls_alpn01_through_the_gateways_listener() {
     let Some(acme) = holdfast_test_support::services::acme() else {

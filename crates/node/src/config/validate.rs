@@ -97,6 +97,9 @@ impl Config {
                 loc.at(span, key, message)
             })?;
             self.refuse_publish_token_equal_to_admin(loc, gateway.get_ref())?;
+            if let Some(issuance) = &self.issuance {
+                refuse_tls_alpn01_cycle(loc, gateway, issuance.get_ref())?;
+            }
         }
         self.validate_workloads(loc)
     }
@@ -344,6 +347,49 @@ impl Config {
 // r[impl node.issuance.config+2]
 /// `[issuance]` beyond its types: a policy that builds, hostnames that holdfast-issuance accepts
 /// (DNS names, each listed once) and that are served by a configured source.
+// i[impl node.gateway.tls-alpn01-first]
+/// The gateway's own `from_issuance` certificate validated over TLS-ALPN-01 on the gateway's port:
+/// the gateway cannot start before that file exists and, holding the port, it is the only one that
+/// would answer the validation (`r[node.gateway.tls-alpn01]`), so the certificate would never be
+/// first issued. Refused at `gateway.tls.from_issuance`, naming the ways out.
+fn refuse_tls_alpn01_cycle(
+    loc: &Locator<'_>,
+    gateway: &Spanned<crate::gateway_config::GatewaySection>,
+    issuance: &holdfast_issuance::IssuanceConfig,
+) -> Result<(), ConfigError> {
+    use holdfast_issuance::Challenge;
+    use holdfast_issuance::module::SourceKind;
+    let g = gateway.get_ref();
+    let (Some(tls), Some(acme)) = (&g.tls, &issuance.acme) else {
+        return Ok(());
+    };
+    let Some(host) = &tls.get_ref().from_issuance else {
+        return Ok(());
+    };
+    let port = acme.tls_alpn01_bind.port();
+    if !crate::gateway_config::holds_tls_alpn01_bind(*g.listen.get_ref(), acme.tls_alpn01_bind) {
+        return Ok(());
+    }
+    let cycle = issuance.planned().into_iter().any(|c| {
+        c.names.first() == Some(host)
+            && c.source == SourceKind::Acme
+            && c.challenge == Challenge::TlsAlpn01
+    });
+    if !cycle {
+        return Ok(());
+    }
+    Err(loc.at(
+        Some(tls.span()),
+        "gateway.tls.from_issuance",
+        format!(
+            "{host:?} is validated over TLS-ALPN-01 on the gateway's own port {port}, which only \
+             the gateway would answer, and the gateway cannot start before that certificate \
+             exists: give that certificate challenge = \"http-01\" or \"dns-01\", or give the \
+             gateway cert and key of its own"
+        ),
+    ))
+}
+
 fn validate_issuance(
     loc: &Locator<'_>,
     section: &Spanned<holdfast_issuance::IssuanceConfig>,

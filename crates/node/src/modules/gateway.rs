@@ -5,13 +5,14 @@
 //! the gateway on them, and publishes it in the node's
 //! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
 //! module stops in the `gateway` stop group, first: its stopper is the gateway's drain, run with the
-//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. When it holds the
-//! port TLS-ALPN-01 is validated on, its listener answers the issuance module's challenges
-//! ([`answers_tls_alpn01`]). A reload may replace its limits while it runs
-//! ([`Gateway::update_limits`]); the module's later starts use the limits its
-//! [`GatewayModule::limits`] handle holds.
+//! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. Its TLS listener
+//! answers the TLS-ALPN-01 challenges the node keeps, which the issuance module puts there when the
+//! gateway holds the port they are validated on ([`answers_tls_alpn01`]). A reload may
+//! replace its limits while it runs ([`Gateway::update_limits`]); the module's later starts use
+//! the limits its [`GatewayModule::limits`] handle holds.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use holdfast_gateway::config::LiveLimits;
 use holdfast_gateway::{
@@ -19,7 +20,7 @@ use holdfast_gateway::{
 };
 use holdfast_issuance::module::SourceKind;
 use holdfast_issuance::{AlpnChallenges, Challenge, IssuanceConfig};
-use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
+use holdfast_lifecycle::{BoxFuture, FaultBoard, StopError, StopRequest, Stopper, Subject};
 use serde::Serialize;
 
 use crate::module::{Module, StartError, Started, StopGroup};
@@ -40,6 +41,8 @@ struct ViewState {
     /// The TLS-ALPN-01 challenges the issuance module puts and the gateway answers, when the
     /// gateway holds their port: one set for the node, so either module's restart finds it.
     tls_alpn01: AlpnChallenges,
+    /// The node's fault board, for the expired-certificate fault; none in a bare view.
+    faults: Option<FaultBoard>,
 }
 
 /// The node's view of its gateway: the instance running now (kept after its drain, so the drain
@@ -110,6 +113,10 @@ pub struct GatewayTotals {
     pub key_reloads: u64,
     /// Token key files that changed but could not be used (once per change).
     pub key_reload_failures: u64,
+    /// `wss://` handshakes refused because the served leaf had expired.
+    pub tls_expired_refusals: u64,
+    /// TLS-ALPN-01 validations its TLS listener answered.
+    pub tls_alpn01_answered: u64,
 }
 
 impl GatewayTotals {
@@ -129,6 +136,8 @@ impl GatewayTotals {
             tokens_refused: s.token_refused,
             key_reloads: s.key_reloads,
             key_reload_failures: s.key_reload_failures,
+            tls_expired_refusals: s.tls_expired_refusals,
+            tls_alpn01_answered: s.tls_alpn_answered,
         }
     }
 
@@ -162,6 +171,12 @@ impl GatewayTotals {
             tokens_refused: std::array::from_fn(|i| {
                 self.tokens_refused[i].saturating_add(o.tokens_refused[i])
             }),
+            tls_expired_refusals: self
+                .tls_expired_refusals
+                .saturating_add(o.tls_expired_refusals),
+            tls_alpn01_answered: self
+                .tls_alpn01_answered
+                .saturating_add(o.tls_alpn01_answered),
         }
     }
 }
@@ -189,6 +204,42 @@ impl GatewayView {
     /// [`answers_tls_alpn01`].
     pub fn tls_alpn01_challenges(&self) -> AlpnChallenges {
         self.lock().tls_alpn01.clone()
+    }
+
+    /// A view filing the gateway's faults on `faults` (the node's board).
+    pub fn with_faults(faults: FaultBoard) -> Self {
+        let view = Self::default();
+        view.lock().faults = Some(faults);
+        view
+    }
+
+    /// Files the expired-certificate fault while `expired_since` is `Some` (the served leaf's
+    /// notAfter), and clears it otherwise.
+    // r[impl node.gateway.tls-expired-fault]
+    fn expiry_fault(&self, expired_since: Option<SystemTime>) {
+        let Some(faults) = self.lock().faults.clone() else {
+            return;
+        };
+        let subject = Subject::new(NAME, "tls certificate");
+        match expired_since {
+            Some(at) => {
+                let message = format!(
+                    "the TLS certificate served on wss:// expired at {}: every handshake is \
+                     refused until renewed files replace it",
+                    crate::reload::rfc3339(at)
+                );
+                faults.file(
+                    subject,
+                    "certificate_expired",
+                    &message,
+                    1,
+                    SystemTime::now(),
+                );
+            }
+            None => {
+                faults.clear(&subject);
+            }
+        }
     }
 
     /// Marks the gateway no longer configured (a reload removed `[gateway]`).
@@ -288,14 +339,25 @@ pub fn answers_tls_alpn01(
     let Some(acme) = &issuance.acme else {
         return false;
     };
-    let port = acme.tls_alpn01_bind.port();
     gateway.tls.is_some()
-        && port != 0
-        && gateway.listen.get_ref().port() == port
+        && crate::gateway_config::holds_tls_alpn01_bind(
+            *gateway.listen.get_ref(),
+            acme.tls_alpn01_bind,
+        )
         && issuance
             .planned()
             .iter()
             .any(|c| c.source == SourceKind::Acme && c.challenge == Challenge::TlsAlpn01)
+}
+
+/// [`answers_tls_alpn01`] for `config`'s sections: what the issuance module is started with and
+/// what a reload compares for it (`reload::module_inputs`).
+// r[impl node.gateway.tls-alpn01]
+pub fn config_answers_tls_alpn01(config: &crate::config::Config) -> bool {
+    match (&config.gateway, &config.issuance) {
+        (Some(g), Some(i)) => answers_tls_alpn01(g.get_ref(), i.get_ref()),
+        _ => false,
+    }
 }
 
 /// The issuance module's challenges as the gateway's listener asks for them.
@@ -312,12 +374,32 @@ impl AcmeTlsAlpn for IssuanceAlpn {
 struct RunningGateway {
     gateway: Gateway,
     view: GatewayView,
+    /// Files and clears the expired-certificate fault while it runs.
+    expiry: tokio::task::JoinHandle<()>,
+}
+
+/// How often the served certificate's expiry is looked at for the fault.
+const EXPIRY_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps the expired-certificate fault in step with the served leaf (the handshakes themselves
+/// are refused by the gateway, and counted).
+// r[impl node.gateway.tls-expired-fault]
+async fn watch_expiry(gateway: Gateway, view: GatewayView) {
+    let mut tick = tokio::time::interval(EXPIRY_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        view.expiry_fault(gateway.tls_expired_since());
+    }
 }
 
 // r[impl node.gateway.stop]
 impl Stopper for RunningGateway {
     fn stop(self: Box<Self>, request: StopRequest) -> BoxFuture<Result<(), StopError>> {
         Box::pin(async move {
+            // A stopped gateway serves nothing: no fault of its certificate.
+            self.expiry.abort();
+            self.view.expiry_fault(None);
             self.view.drain_began();
             let report = self
                 .gateway
@@ -345,8 +427,6 @@ pub struct GatewayModule {
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
     pub view: GatewayView,
-    /// The challenges its TLS listener answers (`r[node.gateway.tls-alpn01]`), when it does.
-    pub tls_alpn01: Option<AlpnChallenges>,
     /// The limits each start uses (over `config`'s), replaced by a reload that takes new ones
     /// live.
     pub limits: Arc<Mutex<LiveLimits>>,
@@ -388,15 +468,8 @@ impl GatewayModule {
             token_keys,
             cluster: section.cluster_config(seed),
             view,
-            tls_alpn01: None,
             slot: Slot::default(),
         }
-    }
-
-    /// Its TLS listener answers `challenges`' TLS-ALPN-01 validations, when given.
-    pub fn with_tls_alpn01(mut self, challenges: Option<AlpnChallenges>) -> Self {
-        self.tls_alpn01 = challenges;
-        self
     }
 }
 
@@ -428,7 +501,6 @@ impl Module for GatewayModule {
         config.max_rooms_per_connection = max_rooms_per_connection;
         config.max_room_name = max_room_name;
         let (settings, view) = (self.cluster.clone(), self.view.clone());
-        let tls_alpn01 = self.tls_alpn01.clone();
         Ok(spawn_hosted(self.slot.clone(), async move {
             // Contacts nothing: a backend that is down delays readiness, not the start.
             let cluster = holdfast_gateway::connect_cluster(&settings, &config.replica_id)
@@ -437,17 +509,22 @@ impl Module for GatewayModule {
             let gateway = Gateway::start_cluster(config, cluster)
                 .await
                 .map_err(|e| e.to_string())?;
-            // Set before the gateway is published; a validation that beats it (microseconds
-            // after the bind) is served the gateway's own certificate and fails, and its attempt
-            // is paced and retried as any failed one.
+            // Always the node's set, which is empty unless the issuance module shares this
+            // port: a reload that changes only the issuance side needs no restart here. Set
+            // before the gateway is published; a validation that beats it (microseconds after
+            // the bind) is served the gateway's own certificate and fails, and its attempt is
+            // paced and retried as any failed one. `false` (ignored) for plain `ws://`.
             // r[impl node.gateway.tls-alpn01]
-            if let Some(challenges) = tls_alpn01 {
-                gateway.answer_tls_alpn01(Arc::new(IssuanceAlpn(challenges)));
-            }
+            gateway.answer_tls_alpn01(Arc::new(IssuanceAlpn(view.tls_alpn01_challenges())));
             tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
                 "gateway accepting");
             view.started(gateway.clone());
-            Ok(RunningGateway { gateway, view })
+            let expiry = tokio::spawn(watch_expiry(gateway.clone(), view.clone()));
+            Ok(RunningGateway {
+                gateway,
+                view,
+                expiry,
+            })
         }))
     }
 }
@@ -503,7 +580,7 @@ mod tests {
         let _ = ws.close(None).await;
     }
 
-    // r[verify node.gateway.metrics+3]
+    // r[verify node.gateway.metrics+4]
     #[tokio::test]
     async fn the_totals_keep_every_instances_counters_across_restarts() {
         let view = GatewayView::default();
@@ -574,6 +651,20 @@ mod tests {
         assert!(!answers("0.0.0.0:443", false, "tls-alpn-01", "0.0.0.0:443"));
         assert!(!answers("0.0.0.0:443", true, "http-01", "0.0.0.0:443"));
         assert!(!answers("127.0.0.1:0", true, "tls-alpn-01", "127.0.0.1:0"));
+        // Two specific addresses on one port: both bind, each its own listener.
+        assert!(answers(
+            "127.0.0.1:5001",
+            true,
+            "tls-alpn-01",
+            "127.0.0.1:5001"
+        ));
+        assert!(!answers(
+            "127.0.0.1:5001",
+            true,
+            "tls-alpn-01",
+            "127.0.0.2:5001"
+        ));
+        assert!(answers("[::]:443", true, "tls-alpn-01", "127.0.0.1:443"));
         let (g, mut i) = sections("0.0.0.0:443", true, "tls-alpn-01", "0.0.0.0:443");
         i.acme = None;
         assert!(!answers_tls_alpn01(&g, &i));
