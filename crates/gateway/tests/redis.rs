@@ -302,3 +302,43 @@ async fn a_short_ttl_member_does_not_expire_a_long_ttl_members_key() {
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(long.routes("ann").await, Ok(strings(&["a"])));
 }
+
+// r[verify gateway.drain.routing]
+/// A user whose route could not be written at login (Redis blipped) is still this replica's to
+/// delete: the map's refresher writes it later, so the drain deletes it and the drained replica
+/// is not routed to afterwards (the node keeps the drained gateway, and its map, for its report).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_that_failed_at_login_is_deleted_by_the_drain() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("drain-unwritten");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via = format!("redis://{}", proxy.addr());
+    let ttl = Duration::from_millis(600);
+    let routing = RedisRouting::with_ttl(&via, &p, Duration::from_secs(1), ttl).unwrap();
+    let a = start_backends(
+        config("a"),
+        Arc::new(MemoryRegistry::new()),
+        Arc::new(routing.clone()),
+    )
+    .await;
+    let _warm = member(&a, "warm", "lobby").await;
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    let _ann = member(&a, "ann", "lobby").await;
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    let report = a.drain(StopReason::Restart, None).await;
+    assert_eq!(
+        report.routes.failed + report.routes.unfinished,
+        0,
+        "{report:?}"
+    );
+    tokio::time::sleep(ttl * 3).await;
+    let direct = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    assert_eq!(direct.routes("ann").await, Ok(vec![]), "{report:?}");
+    assert_eq!(direct.routes("warm").await, Ok(vec![]), "{report:?}");
+    drop(a);
+}
