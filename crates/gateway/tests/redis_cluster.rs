@@ -373,8 +373,15 @@ async fn rv_live_order_across_replicas_holds_per_publishing_replica() {
     };
     let p = prefix("rvorder");
     let registry = MemoryRegistry::new();
-    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
-    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    // The 100 pushes are read only once all are made: a queue of 64 would close ann as a slow
+    // consumer.
+    let roomy = |replica: &str| {
+        let mut c = config(replica);
+        c.send_queue = 1024;
+        c
+    };
+    let a = start_subscribed(roomy("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(roomy("b"), on_redis(&redis.url, &p, &registry, 2)).await;
     let mut ann = member(&a, "ann", "lobby").await;
     let mut tasks = Vec::new();
     for i in 0..100 {
