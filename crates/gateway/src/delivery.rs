@@ -386,6 +386,22 @@ impl Gateway {
                     }
                     through >= prev
                 }
+                Ok(Recovery::Gap) => {
+                    // Part of the gap is gone: what the stream still holds of it is delivered.
+                    match inner.history.held(room, &inner.config.history).await {
+                        Ok(held) => {
+                            for (p, t) in held.into_iter().filter(|(p, _)| *p > last && *p < pos) {
+                                let d =
+                                    self.push_room_local(room, &crate::history::frame(room, p, &t));
+                                order.fire(room, p, d, true);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");
+                        }
+                    }
+                    false
+                }
                 Ok(_) => false,
                 Err(e) => {
                     tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");

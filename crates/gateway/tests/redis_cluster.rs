@@ -790,3 +790,42 @@ async fn a_push_while_the_subscription_is_down_does_not_wait_for_its_copy() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_eq!(next_text(&mut ann).await, "while down");
 }
+
+// r[verify gateway.history.order+2]
+/// A gap longer than the stream still holds: what it does hold between the last position seen
+/// here and the new message is delivered first, and the loss of the rest is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_partly_trimmed_still_delivers_what_the_stream_holds() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("part-gap");
+    let small = |id| {
+        let mut c = config(id);
+        c.history.size = 3;
+        c
+    };
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(small("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(small("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    b.push_room("lobby", "warm").await;
+    let mut got = vec![next_text(&mut ann).await];
+    // Appended without the bus: a never hears of them.
+    let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    for i in 0..5 {
+        h.append("lobby", &format!("lost{i}"), &small("a").history)
+            .await
+            .unwrap();
+    }
+    b.push_room("lobby", "after").await;
+    loop {
+        let m = next_text(&mut ann).await;
+        got.push(m.clone());
+        if m == "after" {
+            break;
+        }
+    }
+    assert_eq!(got, ["warm", "lost3", "lost4", "after"]);
+    assert_eq!(a.stats().room_gaps_lost, 1);
+}
