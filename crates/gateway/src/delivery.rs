@@ -73,12 +73,14 @@ impl RoomOrder {
         self.last.get(room).map(|(p, _)| *p)
     }
 
-    fn set(&mut self, room: &str, pos: Pos) {
+    /// Records `room`'s last position; every 256th update also forgets rooms idle for
+    /// [`ROOM_ORDER_IDLE`] that have no members here (`has_members`).
+    fn set(&mut self, room: &str, pos: Pos, has_members: impl Fn(&str) -> bool) {
         let now = tokio::time::Instant::now();
         self.updates = self.updates.wrapping_add(1);
         if self.updates & 0xff == 0 {
             self.last
-                .retain(|_, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE);
+                .retain(|r, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE || has_members(r));
         }
         match self.last.get_mut(room) {
             Some(entry) => *entry = (pos, now),
@@ -315,6 +317,33 @@ impl Gateway {
             .await
     }
 
+    /// Before a connection joins `room` (in a cluster whose history publishes): when this
+    /// replica has no last position for the room, takes the last one its stream assigned, so
+    /// that a message the bus loses after it is read from the stream; what came before was not
+    /// live for the joining member.
+    pub(crate) async fn seed_room(&self, room: &str) {
+        let inner = &self.inner;
+        if !inner.history_publishes() || inner.room_lock(room).lock().await.last(room).is_some() {
+            return;
+        }
+        match inner
+            .history
+            .last_assigned(room, &inner.config.history)
+            .await
+        {
+            Ok(Some(last)) => {
+                let mut order = inner.room_lock(room).lock().await;
+                if order.last(room).is_none() {
+                    order.set(room, last, |r| !inner.registry.members(r).is_empty());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's last position; its first message here fills nothing before it");
+            }
+        }
+    }
+
     /// Delivers a room message received from the bus to the room's members here: in position
     /// order when it carries its predecessor's position, else as it comes (skipping this
     /// replica's own broadcasts, delivered when they were pushed).
@@ -352,8 +381,8 @@ impl Gateway {
     /// the stream) and is skipped; one whose predecessor is past the last seen follows messages
     /// that have not reached this replica (still on the bus, or lost by it), which are read
     /// from the stream and delivered first. What the stream no longer holds is counted as lost.
-    /// Rooms without members here are tracked too (every replica receives every room message),
-    /// so a room that gets a member has its place in the stream already.
+    /// Rooms without members here are not tracked: a room's first member here reads its place
+    /// in the stream when it joins ([`Gateway::seed_room`]).
     async fn deliver_in_order(
         &self,
         order: &mut RoomOrder,
@@ -368,14 +397,21 @@ impl Gateway {
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
         }
-        order.set(room, pos);
         if inner.registry.members(room).is_empty() {
+            // Not tracked without members here: a room's first member reads its place from
+            // the stream when it joins.
+            order.last.remove(room);
             return order.fire(room, pos, Delivery::default(), keep);
         }
+        order.set(room, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(last) = last
             && prev > last
         {
-            let filled = match inner.history.since(room, last, &inner.config.history).await {
+            let filled: Option<bool> = match inner
+                .history
+                .since(room, last, &inner.config.history)
+                .await
+            {
                 Ok(Recovery::Messages(missed)) => {
                     let mut through = last;
                     for (p, t) in missed.into_iter().filter(|(p, _)| *p > last && *p < pos) {
@@ -384,31 +420,44 @@ impl Gateway {
                         order.fire(room, p, d, true);
                         through = p;
                     }
-                    through >= prev
+                    Some(through >= prev)
                 }
                 Ok(Recovery::Gap) => {
                     // Part of the gap is gone: what the stream still holds of it is delivered.
+                    // A room that had no stream when its member joined (last 0-0): its stream
+                    // began after that, so what it holds before this message is all there was
+                    // (nothing, when this is its first: no gap at all).
+                    let fresh = last == Pos::default();
                     match inner.history.held(room, &inner.config.history).await {
                         Ok(held) => {
+                            let mut through = None;
                             for (p, t) in held.into_iter().filter(|(p, _)| *p > last && *p < pos) {
                                 let d =
                                     self.push_room_local(room, &crate::history::frame(room, p, &t));
                                 order.fire(room, p, d, true);
+                                through = Some(p);
+                            }
+                            match through {
+                                None if fresh => None,
+                                Some(t) if fresh => Some(t >= prev),
+                                _ => Some(false),
                             }
                         }
                         Err(e) => {
                             tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");
+                            Some(false)
                         }
                     }
-                    false
                 }
-                Ok(_) => false,
+                Ok(_) => Some(false),
                 Err(e) => {
                     tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");
-                    false
+                    Some(false)
                 }
             };
-            inner.stats.room_gap(filled);
+            if let Some(filled) = filled {
+                inner.stats.room_gap(filled);
+            }
         }
         let d = self.push_room_local(room, &crate::history::frame(room, pos, text));
         order.fire(room, pos, d, keep)

@@ -286,6 +286,37 @@ impl History for RedisHistory {
         });
         Box::pin(async move { entries(&call.await?) })
     }
+
+    fn last_assigned(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Option<Pos>, ClusterError>> {
+        let (stream, dropped) = self.keys(room);
+        let (size, ttl) = (config.size, ttl_ms(config));
+        let script = self.read.clone();
+        let call = self.conn.call(move |mut c| async move {
+            script
+                .key(stream)
+                .key(dropped)
+                .arg("")
+                .arg(size)
+                .arg(ttl)
+                .arg("+")
+                .invoke_async::<Vec<redis::Value>>(&mut c)
+                .await
+        });
+        Box::pin(async move {
+            let reply = call.await?;
+            let last = reply.get(2).and_then(|v| {
+                redis::from_redis_value_ref::<Option<String>>(v)
+                    .ok()
+                    .flatten()
+            });
+            // No stream: a stream created later starts after the room's every earlier message.
+            Ok(Some(last.map(|s| id(&s)).transpose()?.unwrap_or_default()))
+        })
+    }
 }
 
 /// The entries of a READ script's reply (after its three leading fields).

@@ -922,6 +922,14 @@ async fn join(
         // (and on repeat cost a history read each time); a refusal leaves the membership.
         return refuse_join(inner, ws, room, JoinRefusal::AlreadyJoined).await;
     }
+    // r[impl gateway.history.order+2]
+    if !inner.registry.is_member(id, room) {
+        Gateway {
+            inner: inner.clone(),
+        }
+        .seed_room(room)
+        .await;
+    }
     match inner
         .registry
         .join_within(id, room, cfg.max_rooms_per_connection)

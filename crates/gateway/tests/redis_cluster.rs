@@ -829,3 +829,49 @@ async fn a_gap_partly_trimmed_still_delivers_what_the_stream_holds() {
     assert_eq!(got, ["warm", "lost3", "lost4", "after"]);
     assert_eq!(a.stats().room_gaps_lost, 1);
 }
+
+// r[verify gateway.history.order+2]
+/// A room with a member here but no message seen here yet (the replica just started, the stream
+/// new or not): a message the bus lost before the first one that arrives is still read from the
+/// stream and delivered first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_not_seen_yet_still_fills_a_lost_predecessor() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    for existing in [false, true] {
+        let p = prefix(if existing { "unseen-old" } else { "unseen-new" });
+        let registry = MemoryRegistry::new();
+        let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+        if existing {
+            // The room has a stream from before a started.
+            h.append("lobby", "old", &config("a").history)
+                .await
+                .unwrap();
+        }
+        let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+        let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+        let mut ann = member(&a, "ann", "lobby").await;
+        // Appended, but its publication never reached a (a subscriber reconnect, a full
+        // subscription buffer): the stream holds it.
+        h.append("lobby", "lost on the bus", &config("a").history)
+            .await
+            .unwrap();
+        b.push_room("lobby", "after").await;
+        let mut got = Vec::new();
+        loop {
+            let m = next_text(&mut ann).await;
+            got.push(m.clone());
+            if m == "after" {
+                break;
+            }
+        }
+        assert_eq!(
+            got,
+            ["lost on the bus", "after"],
+            "existing stream: {existing}"
+        );
+        assert_eq!(a.stats().room_gaps_filled, 1, "existing stream: {existing}");
+        assert_eq!(a.stats().room_gaps_lost, 0, "existing stream: {existing}");
+    }
+}
