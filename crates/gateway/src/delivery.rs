@@ -400,8 +400,9 @@ impl Gateway {
         if inner.registry.members(room).is_empty() {
             // Not tracked without members here: a room's first member reads its place from
             // the stream when it joins.
+            // Nothing to keep for a push: it reports this same empty delivery.
             order.last.remove(room);
-            return order.fire(room, pos, Delivery::default(), keep);
+            return order.fire(room, pos, Delivery::default(), false);
         }
         order.set(room, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(last) = last
