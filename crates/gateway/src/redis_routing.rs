@@ -7,6 +7,9 @@
 //! script on the server's clock (replicas' clocks may disagree), and the compare-and-delete
 //! removes only the calling replica's member in one atomic step: a replica never deletes another
 //! replica's entry for the same user.
+//!
+//! The sets replace the single string route of earlier versions at the same key, and the two do
+//! not mix: a cluster is upgraded all at once (see the crate README), not replica by replica.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
