@@ -79,6 +79,8 @@ pub(crate) struct BusCounters {
     pub(crate) subscribed: AtomicU64,
     pub(crate) outages_transient: AtomicU64,
     pub(crate) outages_persistent: AtomicU64,
+    /// Subscriptions up now.
+    pub(crate) live: AtomicU64,
 }
 
 impl BusCounters {
@@ -171,6 +173,10 @@ pub trait ClusterBus: Send + Sync + 'static {
     /// it cannot (the memory bus).
     fn atomic_room_channel(&self) -> Option<String> {
         None
+    }
+    /// Whether this bus's subscription is known to be down (nothing sent now reaches it).
+    fn subscription_down(&self) -> bool {
+        false
     }
     /// Starts receiving what is sent to `replica` and what is broadcast. The subscription stays
     /// up (reconnecting through outages) until it is dropped. Needs a tokio runtime.

@@ -120,6 +120,10 @@ pub struct GatewayConfig {
     pub shards: usize,
     /// The drain.
     pub drain: DrainConfig,
+    /// How long a push to a room not seen here yet (in a cluster whose history publishes room
+    /// messages) waits for its own copy from the bus, so it follows what was published before
+    /// it, before it is delivered here regardless (`r[gateway.history.order+2]`).
+    pub room_echo_wait: Duration,
     /// tungstenite's cap on a connection's write buffer: a frame that would grow it past this
     /// cannot be sent (must be greater than `write_buffer`).
     pub max_write_buffer: usize,
@@ -212,6 +216,7 @@ impl GatewayConfig {
             shards: 16,
             drain: DrainConfig::default(),
             max_write_buffer: 1024 * 1024,
+            room_echo_wait: Duration::from_secs(1),
             tls: None,
             tls_check_interval: Duration::from_secs(1),
             per_ip_limit: 256,

@@ -40,19 +40,31 @@ pub(crate) struct RoomOrder {
     /// Pushes made here waiting for their message to be delivered from the bus, by room and
     /// position.
     waiters: HashMap<(String, Pos), tokio::sync::oneshot::Sender<Delivery>>,
+    /// Deliveries of messages pushed here that were delivered before their push could wait for
+    /// them (the copy from the bus, or a gap fill, came first), for that push to report.
+    early: HashMap<(String, Pos), Delivery>,
 }
 
-/// How long a push to a room this replica has not seen on the bus yet waits for its own copy
-/// from the bus (after what was published before it) before it is delivered here regardless.
-pub(crate) const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Early deliveries kept at most: one whose push never asks (its append answered an error
+/// after running) is dropped with the rest past this, costing only a report.
+const EARLY_KEPT: usize = 1024;
 
 impl RoomOrder {
-    /// Hands `delivery` to the push waiting for `room`'s message at `pos`, if any.
-    fn fire(&mut self, room: &str, pos: Pos, delivery: Delivery) -> Delivery {
-        if !self.waiters.is_empty()
-            && let Some(tx) = self.waiters.remove(&(room.to_owned(), pos))
-        {
-            let _ = tx.send(delivery);
+    /// Hands `delivery` to the push waiting for `room`'s message at `pos`, if any; else, when
+    /// `keep`, keeps it for that push (which has not asked yet).
+    fn fire(&mut self, room: &str, pos: Pos, delivery: Delivery, keep: bool) -> Delivery {
+        let key = (room.to_owned(), pos);
+        match self.waiters.remove(&key) {
+            Some(tx) => {
+                let _ = tx.send(delivery);
+            }
+            None if keep => {
+                if self.early.len() >= EARLY_KEPT {
+                    self.early.clear();
+                }
+                self.early.insert(key, delivery);
+            }
+            None => {}
         }
         delivery
     }
@@ -61,12 +73,14 @@ impl RoomOrder {
         self.last.get(room).map(|(p, _)| *p)
     }
 
-    fn set(&mut self, room: &str, pos: Pos) {
+    /// Records `room`'s last position; every 256th update also forgets rooms idle for
+    /// [`ROOM_ORDER_IDLE`] that have no members here (`has_members`).
+    fn set(&mut self, room: &str, pos: Pos, has_members: impl Fn(&str) -> bool) {
         let now = tokio::time::Instant::now();
         self.updates = self.updates.wrapping_add(1);
         if self.updates & 0xff == 0 {
             self.last
-                .retain(|_, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE);
+                .retain(|r, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE || has_members(r));
         }
         match self.last.get_mut(room) {
             Some(entry) => *entry = (pos, now),
@@ -89,14 +103,36 @@ pub(crate) fn room_stripes() -> Box<[RoomStripe]> {
 
 impl crate::server::Inner {
     // r[impl gateway.history.order+2]
-    /// The lock a push to `room` holds from its position to its broadcast, and a delivery from
-    /// the bus holds while it delivers.
+    /// The lock a push to `room` holds from its position to its broadcast (without a history
+    /// that publishes; with one, only while it delivers here), and a delivery from the bus holds
+    /// while it delivers.
     pub(crate) fn room_lock(&self, room: &str) -> &RoomStripe {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-            .hash_one(room);
-        let i = usize::try_from(h % ROOM_LOCK_STRIPES as u64).unwrap_or(0);
-        &self.room_locks[i]
+        &self.room_locks[room_stripe(room)]
+    }
+}
+
+/// The index of `room`'s lock (and of its delivery queue from the bus).
+pub(crate) fn room_stripe(room: &str) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let h =
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(room);
+    usize::try_from(h % ROOM_LOCK_STRIPES as u64).unwrap_or(0)
+}
+
+/// What a room push's append came to.
+enum Remembered {
+    /// History is off.
+    Off,
+    /// Appended at a position.
+    At(Appended),
+    /// The history failed; whether the message was appended (and published) is unknown.
+    Failed,
+}
+
+impl crate::server::Inner {
+    /// Whether the history publishes room messages on the bus in the step that appends them.
+    fn history_publishes(&self) -> bool {
+        self.config.history.size > 0 && self.membership.bus.atomic_room_channel().is_some()
     }
 }
 
@@ -162,42 +198,52 @@ impl Gateway {
             return refused;
         }
         let inner = &self.inner;
-        let mut order = inner.room_lock(room).lock().await;
+        let publishes = inner.history_publishes();
+        // With a history that publishes, the append's script fixes the room's order, and the
+        // lock only guards what is recorded here: it is not held across the append, where a
+        // stalled backend would hold up the bus's deliveries to every room sharing the lock.
+        let held = if publishes {
+            None
+        } else {
+            Some(inner.room_lock(room).lock().await)
+        };
         let appended = self.remember(room, text).await;
-        if let Some(Appended {
+        if let Remembered::At(Appended {
             pos,
             prev: Some(prev),
             published: true,
         }) = appended
         {
-            // Every replica, this one included, receives it from the bus in position order;
-            // here it is delivered now, after anything before it that has not arrived yet.
-            let mut delivery =
-                if order.last(room).is_none() && !inner.registry.members(room).is_empty() {
-                    // Not seen here yet: what was published before it may still be on its
-                    // way here, and nothing says from where. It is delivered when its own copy
-                    // arrives from the bus, after those; or, failing that, now.
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    order.waiters.insert((room.to_owned(), pos), tx);
-                    drop(order);
-                    match tokio::time::timeout(ECHO_WAIT, rx).await {
-                        Ok(Ok(delivery)) => delivery,
-                        _ => {
-                            let mut order = inner.room_lock(room).lock().await;
-                            order.waiters.remove(&(room.to_owned(), pos));
-                            self.deliver_in_order(&mut order, room, pos, prev, text)
-                                .await
-                        }
-                    }
-                } else {
-                    self.deliver_in_order(&mut order, room, pos, prev, text)
-                        .await
-                };
+            let order = match held {
+                Some(order) => order,
+                None => inner.room_lock(room).lock().await,
+            };
+            let mut delivery = self.deliver_own(order, room, pos, prev, text).await;
             delivery.pos = Some(pos);
             delivery.forwarded = Forward::Published;
             return delivery;
         }
-        let pos = appended.map(|a| a.pos);
+        if publishes && matches!(appended, Remembered::Failed) {
+            // The script may have run and published it (only its answer was lost): sent again,
+            // every member would get it twice. Its copy from the bus, if any, delivers it.
+            tracing::warn!(replica = %inner.replica.id, room, "a room push's append failed; not sent again");
+            inner
+                .membership
+                .forward_errors
+                .fetch_add(1, Ordering::Relaxed);
+            return Delivery {
+                forwarded: Forward::Failed,
+                ..Delivery::default()
+            };
+        }
+        let _order = match held {
+            Some(order) => order,
+            None => inner.room_lock(room).lock().await,
+        };
+        let pos = match appended {
+            Remembered::At(a) => Some(a.pos),
+            _ => None,
+        };
         let mut delivery = match pos {
             Some(pos) => self.push_room_local(room, &crate::history::frame(room, pos, text)),
             None => self.push_room_local(room, text),
@@ -224,6 +270,80 @@ impl Gateway {
         delivery
     }
 
+    /// Delivers this replica's push at `pos` to the room's members here, holding the room's lock
+    /// `order`. Every replica, this one included, receives it from the bus in position order;
+    /// here it is delivered now (or was already, when its copy from the bus came first), after
+    /// anything before it that has not arrived yet.
+    async fn deliver_own(
+        &self,
+        mut order: tokio::sync::MutexGuard<'_, RoomOrder>,
+        room: &str,
+        pos: Pos,
+        prev: Pos,
+        text: &str,
+    ) -> Delivery {
+        let inner = &self.inner;
+        let key = (room.to_owned(), pos);
+        if let Some(early) = order.early.remove(&key) {
+            return early;
+        }
+        let wait = inner.config.room_echo_wait;
+        if order.last(room).is_some()
+            || inner.registry.members(room).is_empty()
+            || wait.is_zero()
+            || inner.membership.bus.subscription_down()
+        {
+            return self
+                .deliver_in_order(&mut order, room, pos, prev, text, false)
+                .await;
+        }
+        // Not seen here yet: what was published before it may still be on its way here, and
+        // nothing says from where. It is delivered when its own copy arrives from the bus, after
+        // those; or, failing that, once the wait expires (counted). No wait while the
+        // subscription is down: no copy can come.
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        order.waiters.insert(key.clone(), tx);
+        drop(order);
+        if let Ok(Ok(delivery)) = tokio::time::timeout(wait, &mut rx).await {
+            return delivery;
+        }
+        let mut order = inner.room_lock(room).lock().await;
+        if order.waiters.remove(&key).is_none() {
+            // Its copy was delivered as the wait expired: that delivery is what it came to.
+            return rx.try_recv().unwrap_or_default();
+        }
+        inner.stats.room_echo_timeout();
+        self.deliver_in_order(&mut order, room, pos, prev, text, false)
+            .await
+    }
+
+    /// Before a connection joins `room` (in a cluster whose history publishes): when this
+    /// replica has no last position for the room, takes the last one its stream assigned, so
+    /// that a message the bus loses after it is read from the stream; what came before was not
+    /// live for the joining member.
+    pub(crate) async fn seed_room(&self, room: &str) {
+        let inner = &self.inner;
+        if !inner.history_publishes() || inner.room_lock(room).lock().await.last(room).is_some() {
+            return;
+        }
+        match inner
+            .history
+            .last_assigned(room, &inner.config.history)
+            .await
+        {
+            Ok(Some(last)) => {
+                let mut order = inner.room_lock(room).lock().await;
+                if order.last(room).is_none() {
+                    order.set(room, last, |r| !inner.registry.members(r).is_empty());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's last position; its first message here fills nothing before it");
+            }
+        }
+    }
+
     /// Delivers a room message received from the bus to the room's members here: in position
     /// order when it carries its predecessor's position, else as it comes (skipping this
     /// replica's own broadcasts, delivered when they were pushed).
@@ -239,8 +359,9 @@ impl Gateway {
         let prev = prev.and_then(|p| p.parse::<Pos>().ok());
         match (pos, prev) {
             (Some(pos), Some(prev)) => {
+                let mine = origin == self.inner.replica.id;
                 let mut order = self.inner.room_lock(room).lock().await;
-                self.deliver_in_order(&mut order, room, pos, prev, text)
+                self.deliver_in_order(&mut order, room, pos, prev, text, mine)
                     .await;
             }
             _ if origin == self.inner.replica.id => {}
@@ -260,8 +381,8 @@ impl Gateway {
     /// the stream) and is skipped; one whose predecessor is past the last seen follows messages
     /// that have not reached this replica (still on the bus, or lost by it), which are read
     /// from the stream and delivered first. What the stream no longer holds is counted as lost.
-    /// Rooms without members here are tracked too (every replica receives every room message),
-    /// so a room that gets a member has its place in the stream already.
+    /// Rooms without members here are not tracked: a room's first member here reads its place
+    /// in the stream when it joins ([`Gateway::seed_room`]).
     async fn deliver_in_order(
         &self,
         order: &mut RoomOrder,
@@ -269,39 +390,78 @@ impl Gateway {
         pos: Pos,
         prev: Pos,
         text: &str,
+        keep: bool,
     ) -> Delivery {
         let inner = &self.inner;
         let last = order.last(room);
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
         }
-        order.set(room, pos);
         if inner.registry.members(room).is_empty() {
-            return order.fire(room, pos, Delivery::default());
+            // Not tracked without members here: a room's first member reads its place from
+            // the stream when it joins.
+            // Nothing to keep for a push: it reports this same empty delivery.
+            order.last.remove(room);
+            return order.fire(room, pos, Delivery::default(), false);
         }
+        order.set(room, pos, |r| !inner.registry.members(r).is_empty());
         if let Some(last) = last
             && prev > last
         {
-            let filled = match inner.history.since(room, last, &inner.config.history).await {
+            let filled: Option<bool> = match inner
+                .history
+                .since(room, last, &inner.config.history)
+                .await
+            {
                 Ok(Recovery::Messages(missed)) => {
                     let mut through = last;
                     for (p, t) in missed.into_iter().filter(|(p, _)| *p > last && *p < pos) {
                         let d = self.push_room_local(room, &crate::history::frame(room, p, &t));
-                        order.fire(room, p, d);
+                        // Kept: it may be a push made here that has not asked yet.
+                        order.fire(room, p, d, true);
                         through = p;
                     }
-                    through >= prev
+                    Some(through >= prev)
                 }
-                Ok(_) => false,
+                Ok(Recovery::Gap) => {
+                    // Part of the gap is gone: what the stream still holds of it is delivered.
+                    // A room that had no stream when its member joined (last 0-0): its stream
+                    // began after that, so what it holds before this message is all there was
+                    // (nothing, when this is its first: no gap at all).
+                    let fresh = last == Pos::default();
+                    match inner.history.held(room, &inner.config.history).await {
+                        Ok(held) => {
+                            let mut through = None;
+                            for (p, t) in held.into_iter().filter(|(p, _)| *p > last && *p < pos) {
+                                let d =
+                                    self.push_room_local(room, &crate::history::frame(room, p, &t));
+                                order.fire(room, p, d, true);
+                                through = Some(p);
+                            }
+                            match through {
+                                None if fresh => None,
+                                Some(t) if fresh => Some(t >= prev),
+                                _ => Some(false),
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");
+                            Some(false)
+                        }
+                    }
+                }
+                Ok(_) => Some(false),
                 Err(e) => {
                     tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to fill a gap");
-                    false
+                    Some(false)
                 }
             };
-            inner.stats.room_gap(filled);
+            if let Some(filled) = filled {
+                inner.stats.room_gap(filled);
+            }
         }
         let d = self.push_room_local(room, &crate::history::frame(room, pos, text));
-        order.fire(room, pos, d)
+        order.fire(room, pos, d, keep)
     }
 
     // r[impl gateway.history.bounds]
@@ -317,10 +477,10 @@ impl Gateway {
     /// Appends a room message to the room's history, publishing it to every replica in the same
     /// step where the history and the bus allow it; `None` when history is off or its backend
     /// failed (the message is then pushed without a position, reported).
-    async fn remember(&self, room: &str, text: &str) -> Option<Appended> {
+    async fn remember(&self, room: &str, text: &str) -> Remembered {
         let inner = &self.inner;
         if inner.config.history.size == 0 {
-            return None;
+            return Remembered::Off;
         }
         let message = BusMessage::Room {
             room: room.to_owned(),
@@ -338,10 +498,10 @@ impl Gateway {
             .append_announced(room, text, &inner.config.history, &announce)
             .await
         {
-            Ok(appended) => Some(appended),
+            Ok(appended) => Remembered::At(appended),
             Err(e) => {
                 tracing::warn!(replica = %inner.replica.id, error = %e, "cannot keep a room message in history");
-                None
+                Remembered::Failed
             }
         }
     }

@@ -158,6 +158,26 @@ pub trait History: Send + Sync + 'static {
         since: Pos,
         config: &HistoryConfig,
     ) -> BoxFuture<Result<Recovery, ClusterError>>;
+    /// The last position `room`'s history assigned (`Some(Pos::default())` when it has no
+    /// record: every later message is after it); `None` when this history cannot tell.
+    fn last_assigned(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Option<Pos>, ClusterError>> {
+        let _ = (room, config);
+        Box::pin(async { Ok(None) })
+    }
+    /// Every message `room`'s history still holds, in position order, when `since` answers a
+    /// gap (to deliver what is left of one). A history that cannot tell answers none.
+    fn held(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Vec<(Pos, String)>, ClusterError>> {
+        let _ = (room, config);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// One room's retained messages.

@@ -162,9 +162,18 @@ async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
     }
 }
 
+/// Room messages queued per room lock for delivery from the bus; past this a room message is
+/// dropped (counted), and the room's next message reads it from the stream.
+const ROOM_QUEUE: usize = 1024;
+
 // r[impl gateway.cluster.bus]
+// r[impl gateway.history.order+2]
 /// Delivers what other replicas sent here: a user's pushes to their connections here, a room's
 /// to its members here (skipping this replica's own broadcasts, delivered when they were sent).
+/// This loop never waits on a room's lock or on the history: room messages in position order go
+/// to one queue per room lock, each delivered by its own task in arrival order, so a room whose
+/// delivery waits (a local push holding its lock, a stream read filling a gap) holds up only
+/// the rooms sharing its lock, never a user's pushes or other rooms.
 async fn receive(
     inner: Arc<Inner>,
     mut subscription: crate::bus::BusSubscription,
@@ -173,6 +182,10 @@ async fn receive(
     let gateway = Gateway {
         inner: inner.clone(),
     };
+    let mut queues: Vec<Option<tokio::sync::mpsc::Sender<BusMessage>>> = (0
+        ..crate::delivery::ROOM_LOCK_STRIPES)
+        .map(|_| None)
+        .collect();
     loop {
         let message = tokio::select! {
             biased;
@@ -188,6 +201,29 @@ async fn receive(
                 room,
                 text,
                 origin,
+                pos: Some(pos),
+                prev: Some(prev),
+            } => {
+                let stripe = crate::delivery::room_stripe(&room);
+                let Some(queue) = queues.get_mut(stripe) else {
+                    continue;
+                };
+                let queue = queue.get_or_insert_with(|| deliver_rooms(gateway.clone()));
+                let message = BusMessage::Room {
+                    room,
+                    text,
+                    origin,
+                    pos: Some(pos),
+                    prev: Some(prev),
+                };
+                if queue.try_send(message).is_err() {
+                    inner.stats.room_bus_dropped();
+                }
+            }
+            BusMessage::Room {
+                room,
+                text,
+                origin,
                 pos,
                 prev,
             } => {
@@ -198,6 +234,29 @@ async fn receive(
         }
     }
     subscription.close().await;
+}
+
+/// Starts a task delivering one room lock's queue of room messages from the bus, in order; it
+/// ends once the queue's sender is dropped and the queue is empty.
+fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(ROOM_QUEUE);
+    tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            if let BusMessage::Room {
+                room,
+                text,
+                origin,
+                pos,
+                prev,
+            } = message
+            {
+                gateway
+                    .receive_room(&room, &text, &origin, pos.as_deref(), prev.as_deref())
+                    .await;
+            }
+        }
+    });
+    tx
 }
 
 /// Aborts a task when dropped (a no-op once it has ended).

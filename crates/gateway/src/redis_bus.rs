@@ -130,6 +130,10 @@ impl ClusterBus for RedisBus {
         Some(self.rooms_channel())
     }
 
+    fn subscription_down(&self) -> bool {
+        self.counters.live.load(std::sync::atomic::Ordering::SeqCst) == 0
+    }
+
     fn subscribe(&self, replica: &str) -> BusSubscription {
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_BUFFER);
         let channels = vec![self.replica_channel(replica), self.rooms_channel()];
@@ -179,7 +183,13 @@ async fn subscriber(bus: RedisBus, channels: Vec<String>, tx: mpsc::Sender<BusMe
                 BusCounters::bump(&bus.counters.subscribed);
                 tracing::info!(channels = ?channels, "bus subscribed");
                 let lasting = backoff.succeed_provisionally(token, MUST_LAST);
+                bus.counters
+                    .live
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let lost = relay(&bus, &channels, sink, stream, &tx).await;
+                bus.counters
+                    .live
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 backoff.ended(lasting);
                 lost
             }

@@ -261,15 +261,78 @@ impl History for RedisHistory {
             if dropped.is_some_and(|d| d > since) {
                 return Ok(Recovery::Gap);
             }
-            let mut messages = Vec::new();
-            for pair in reply.get(3..).unwrap_or_default().chunks(2) {
-                if let [i, t] = pair
-                    && let (Some(i), Some(t)) = (text(i), text(t))
-                {
-                    messages.push((id(&i)?, t));
-                }
-            }
-            Ok(Recovery::Messages(messages))
+            Ok(Recovery::Messages(entries(&reply)?))
         })
     }
+
+    fn held(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Vec<(Pos, String)>, ClusterError>> {
+        let (stream, dropped) = self.keys(room);
+        let (size, ttl) = (config.size, ttl_ms(config));
+        let script = self.read.clone();
+        let call = self.conn.call(move |mut c| async move {
+            script
+                .key(stream)
+                .key(dropped)
+                .arg("")
+                .arg(size)
+                .arg(ttl)
+                .arg("-")
+                .invoke_async::<Vec<redis::Value>>(&mut c)
+                .await
+        });
+        Box::pin(async move { entries(&call.await?) })
+    }
+
+    fn last_assigned(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Option<Pos>, ClusterError>> {
+        let (stream, dropped) = self.keys(room);
+        let (size, ttl) = (config.size, ttl_ms(config));
+        let script = self.read.clone();
+        let call = self.conn.call(move |mut c| async move {
+            script
+                .key(stream)
+                .key(dropped)
+                .arg("")
+                .arg(size)
+                .arg(ttl)
+                .arg("+")
+                .invoke_async::<Vec<redis::Value>>(&mut c)
+                .await
+        });
+        Box::pin(async move {
+            let reply = call.await?;
+            let last = reply.get(2).and_then(|v| {
+                redis::from_redis_value_ref::<Option<String>>(v)
+                    .ok()
+                    .flatten()
+            });
+            // No stream: a stream created later starts after the room's every earlier message.
+            Ok(Some(last.map(|s| id(&s)).transpose()?.unwrap_or_default()))
+        })
+    }
+}
+
+/// The entries of a READ script's reply (after its three leading fields).
+fn entries(reply: &[redis::Value]) -> Result<Vec<(Pos, String)>, ClusterError> {
+    let text = |v: &redis::Value| -> Option<String> {
+        redis::from_redis_value_ref::<Option<String>>(v)
+            .ok()
+            .flatten()
+    };
+    let mut messages = Vec::new();
+    for pair in reply.get(3..).unwrap_or_default().chunks(2) {
+        if let [i, t] = pair
+            && let (Some(i), Some(t)) = (text(i), text(t))
+        {
+            messages.push((id(&i)?, t));
+        }
+    }
+    Ok(messages)
 }

@@ -7,6 +7,9 @@
 //! script on the server's clock (replicas' clocks may disagree), and the compare-and-delete
 //! removes only the calling replica's member in one atomic step: a replica never deletes another
 //! replica's entry for the same user.
+//!
+//! The sets replace the single string route of earlier versions at the same key, and the two do
+//! not mix: a cluster is upgraded all at once (see the crate README), not replica by replica.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -30,13 +33,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
 
+/// Sets key `k` to expire with its latest member: replicas may run with different TTLs, and one
+/// with a short TTL must not expire the key under another's longer-lived member.
+const EXPIRE_WITH_LAST: &str = r"
+local function expire_with_last(k)
+  local top = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+  if top[2] then redis.call('PEXPIREAT', k, string.format('%.0f', tonumber(top[2]))) end
+end
+";
+
 /// Adds ARGV[1] to KEYS[1] expiring ARGV[2] ms from now; drops expired members. A plain string
 /// (a route written before the per-user sets) is replaced.
 const ADD: &str = r"
 if redis.call('TYPE', KEYS[1]).ok == 'string' then redis.call('DEL', KEYS[1]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+expire_with_last(KEYS[1])
 return 1
 ";
 
@@ -68,24 +80,35 @@ return -1
 ";
 
 /// Pushes back the expiry of ARGV[1] in each of KEYS to ARGV[2] ms from now, re-adding it where
-/// it is missing (expired in an outage, or a Redis restart).
+/// it is missing (expired in an outage, or a Redis restart). Answers the deadline written.
 const REFRESH: &str = r"
 local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
 for _, k in ipairs(KEYS) do
   if redis.call('TYPE', k).ok == 'string' then redis.call('DEL', k) end
   redis.call('ZADD', k, deadline, ARGV[1])
-  redis.call('PEXPIRE', k, ARGV[2])
+  expire_with_last(k)
 end
-return #KEYS
+return deadline
+";
+
+/// Takes back a refresh of ARGV[1] in each of KEYS whose user was released while the refresh ran:
+/// removes the member only where it still carries the refresh's deadline ARGV[2] (an add since
+/// then wrote a later one, and stays).
+const UNREFRESH: &str = r"
+for _, k in ipairs(KEYS) do
+  local score = redis.call('ZSCORE', k, ARGV[1])
+  if score and string.format('%.0f', tonumber(score)) == ARGV[2] then
+    redis.call('ZREM', k, ARGV[1])
+    if redis.call('ZCARD', k) == 0 then redis.call('DEL', k) else expire_with_last(k) end
+  end
+end
+return 1
 ";
 
 /// What the refresher keeps alive: for each replica, the users it holds.
 #[derive(Debug, Default)]
 struct Owned {
     users: Mutex<HashMap<String, BTreeSet<String>>>,
-    /// Held shared by adds and deletes, exclusively by a refresh: a refresh never re-adds an
-    /// entry whose delete ran while it was reading what to refresh.
-    turn: tokio::sync::RwLock<()>,
     refresher: OnceLock<()>,
 }
 
@@ -112,7 +135,9 @@ impl std::fmt::Debug for RedisRouting {
 }
 
 fn script(body: &str) -> Arc<redis::Script> {
-    Arc::new(redis::Script::new(&format!("{NOW}{body}")))
+    Arc::new(redis::Script::new(&format!(
+        "{NOW}{EXPIRE_WITH_LAST}{body}"
+    )))
 }
 
 fn ms(d: Duration) -> u64 {
@@ -181,15 +206,20 @@ impl RedisRouting {
 // r[impl gateway.routing.expiry]
 /// Refreshes every entry this map holds, every third of the TTL, until the map (all its clones)
 /// is dropped. A failed round is retried at the next tick: an entry outlives one failed refresh.
+///
+/// No lock is held across a Redis call: adds and deletes (a login awaits its add) never wait for
+/// a round, which with Redis stalled takes a call timeout per batch. A user released while its
+/// batch was in flight may have been written back by it: after each batch such writes are taken
+/// back where no add has written the member since; one whose take-back fails expires within the
+/// TTL, as nothing refreshes it again.
 async fn refresh(owned: Weak<Owned>, conn: RedisConn, prefix: String, ttl: Duration) {
-    let script = script(REFRESH);
+    let (refresh, unrefresh) = (script(REFRESH), script(UNREFRESH));
     let mut tick = tokio::time::interval(ttl / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
         let Some(owned) = owned.upgrade() else { return };
-        let _turn = owned.turn.write().await;
         let snapshot: Vec<(String, Vec<String>)> = crate::server::lock(&owned.users)
             .iter()
             .map(|(replica, users)| (replica.clone(), users.iter().cloned().collect()))
@@ -198,18 +228,53 @@ async fn refresh(owned: Weak<Owned>, conn: RedisConn, prefix: String, ttl: Durat
             for batch in users.chunks(REFRESH_BATCH) {
                 let keys: Vec<String> =
                     batch.iter().map(|u| format!("{prefix}route:{u}")).collect();
-                let (script, to) = (script.clone(), replica.clone());
+                let (script, to) = (refresh.clone(), replica.clone());
                 let done = conn
                     .call(move |mut c| async move {
                         let mut call = script.prepare_invoke();
                         for k in keys {
                             call.key(k);
                         }
-                        call.arg(to).arg(ms(ttl)).invoke_async::<i64>(&mut c).await
+                        call.arg(to)
+                            .arg(ms(ttl))
+                            .invoke_async::<String>(&mut c)
+                            .await
                     })
                     .await;
-                if let Err(e) = done {
-                    tracing::warn!(replica = %replica, error = %e, "cannot refresh routes; retrying at the next tick");
+                let deadline = match done {
+                    Ok(deadline) => deadline,
+                    Err(e) => {
+                        tracing::warn!(replica = %replica, error = %e, "cannot refresh routes; retrying at the next tick");
+                        continue;
+                    }
+                };
+                let released: Vec<String> = {
+                    let users = crate::server::lock(&owned.users);
+                    let held = users.get(&replica);
+                    batch
+                        .iter()
+                        .filter(|u| !held.is_some_and(|h| h.contains(*u)))
+                        .map(|u| format!("{prefix}route:{u}"))
+                        .collect()
+                };
+                if released.is_empty() {
+                    continue;
+                }
+                let (script, from) = (unrefresh.clone(), replica.clone());
+                let undone = conn
+                    .call(move |mut c| async move {
+                        let mut call = script.prepare_invoke();
+                        for k in released {
+                            call.key(k);
+                        }
+                        call.arg(from)
+                            .arg(deadline)
+                            .invoke_async::<i64>(&mut c)
+                            .await
+                    })
+                    .await;
+                if let Err(e) = undone {
+                    tracing::warn!(replica = %replica, error = %e, "cannot take back the refresh of released routes; they expire within the TTL");
                 }
             }
         }
@@ -226,8 +291,8 @@ impl RoutingMap for RedisRouting {
         let ttl = ms(self.ttl);
         let this = self.clone();
         Box::pin(async move {
-            let _turn = owned.turn.read().await;
-            // Held before the call: an add that fails now is made by the next refresh.
+            // Held before the call: an add that fails now is made by the next refresh, and the
+            // user is this replica's to delete (the drain deletes it).
             crate::server::lock(&owned.users)
                 .entry(replica.clone())
                 .or_default()
@@ -270,7 +335,7 @@ impl RoutingMap for RedisRouting {
         let (user, replica) = (user.to_owned(), replica.to_owned());
         let this = self.clone();
         Box::pin(async move {
-            let _turn = owned.turn.read().await;
+            // Released before the call: a failed delete is not refreshed, so it expires.
             {
                 let mut users = crate::server::lock(&owned.users);
                 if let Some(set) = users.get_mut(&replica) {

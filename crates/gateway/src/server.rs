@@ -528,15 +528,13 @@ async fn release_route(inner: Arc<Inner>, user: String) {
     {
         Ok(outcome) => {
             if outcome == CasOutcome::Cleared && !inner.registry.connections_of(&user).is_empty() {
-                // The user reconnected here while the delete was in flight: route them again.
-                if inner
-                    .routing
-                    .set_route(&user, &inner.replica.id)
-                    .await
-                    .is_ok()
-                {
-                    return;
+                // The user reconnected here while the delete was in flight: route them again
+                // (still owned if the add fails: the map's refresh writes it later).
+                if let Err(e) = inner.routing.set_route(&user, &inner.replica.id).await {
+                    inner.stats.routing_error();
+                    tracing::warn!(replica = %inner.replica.id, error = %e, "cannot route user here");
                 }
+                return;
             }
             lock(&inner.owned_routes).remove(&user);
         }
@@ -942,6 +940,14 @@ async fn join(
         // (and on repeat cost a history read each time); a refusal leaves the membership.
         return refuse_join(inner, ws, room, JoinRefusal::AlreadyJoined).await;
     }
+    // r[impl gateway.history.order+2]
+    if !inner.registry.is_member(id, room) {
+        Gateway {
+            inner: inner.clone(),
+        }
+        .seed_room(room)
+        .await;
+    }
     match inner
         .registry
         .join_within(id, room, inner.limits.max_rooms_per_connection())
@@ -1074,10 +1080,11 @@ async fn reply(ws: &mut Ws, text: String) -> Option<Ending> {
 /// Routes the user to this replica; an outage of the routing map is reported, never fatal to the
 /// client (it is still reachable on this replica).
 async fn claim_route(inner: &Arc<Inner>, user: &str) {
+    // Owned even when the add fails: the map keeps the user and writes it at its next refresh,
+    // so the drain must delete it.
+    lock(&inner.owned_routes).insert(user.to_owned());
     match inner.routing.set_route(user, &inner.replica.id).await {
-        Ok(()) => {
-            lock(&inner.owned_routes).insert(user.to_owned());
-        }
+        Ok(()) => {}
         Err(e) => {
             inner.stats.routing_error();
             tracing::warn!(replica = %inner.replica.id, error = %e, "cannot route user here");

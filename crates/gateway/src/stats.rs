@@ -35,6 +35,8 @@ pub struct Stats {
     key_reload_failures: AtomicU64,
     room_gaps_filled: AtomicU64,
     room_gaps_lost: AtomicU64,
+    room_echo_timeouts: AtomicU64,
+    room_bus_dropped: AtomicU64,
     close_sent: Notify,
 }
 
@@ -95,6 +97,12 @@ pub struct StatsSnapshot {
     /// Room messages that reached this replica before some of their predecessors that the
     /// room's stream no longer held (or could not be read): those were not delivered here.
     pub room_gaps_lost: u64,
+    /// Pushes to a room not seen here yet whose own copy did not come back from the bus within
+    /// the echo wait: delivered here regardless.
+    pub room_echo_timeouts: u64,
+    /// Room messages from the bus dropped because their room's delivery queue was full (a later
+    /// message of the room reads them from the stream).
+    pub room_bus_dropped: u64,
 }
 
 impl StatsSnapshot {
@@ -153,6 +161,12 @@ impl Stats {
         } else {
             &self.room_gaps_lost
         });
+    }
+    pub(crate) fn room_echo_timeout(&self) {
+        inc(&self.room_echo_timeouts);
+    }
+    pub(crate) fn room_bus_dropped(&self) {
+        inc(&self.room_bus_dropped);
     }
     pub(crate) fn routing_error(&self) {
         inc(&self.routing_errors);
@@ -232,6 +246,8 @@ impl Stats {
             key_reload_failures: g(&self.key_reload_failures),
             room_gaps_filled: g(&self.room_gaps_filled),
             room_gaps_lost: g(&self.room_gaps_lost),
+            room_echo_timeouts: g(&self.room_echo_timeouts),
+            room_bus_dropped: g(&self.room_bus_dropped),
         }
     }
 }

@@ -197,3 +197,148 @@ async fn redis_stalled_at_drain_time_still_closes_clients_inside_the_cap() {
     assert_eq!(report.routes.cleared, 0);
     assert!(report.problems.iter().any(|p| p.contains("routing")));
 }
+
+// r[verify gateway.routing.expiry]
+/// A refresh round with Redis stalled (three batches of users, each waiting out the call
+/// timeout) does not hold up a login's add or a connection's delete: each answers within its own
+/// timeout, not the round's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_round_with_redis_stalled_does_not_hold_up_adds_or_deletes() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("refresh-stall");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via = format!("redis://{}", proxy.addr());
+    let timeout = Duration::from_secs(1);
+    let m = RedisRouting::with_ttl(&via, &p, timeout, Duration::from_millis(600)).unwrap();
+    for i in 0..1500 {
+        m.set_route(&format!("u{i}"), "a").await.unwrap();
+    }
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    // A round (every 200 ms) has started and waits on its first of three batches.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let added = m.set_route("new", "a").await;
+    let add_took = t.elapsed();
+    let t = Instant::now();
+    let deleted = m.compare_and_delete("u1", "a").await;
+    let delete_took = t.elapsed();
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    assert!(added.is_err() && deleted.is_err(), "{added:?} {deleted:?}");
+    let bound = timeout + Duration::from_millis(500);
+    assert!(add_took < bound, "set_route waited {add_took:?}");
+    assert!(
+        delete_took < bound,
+        "compare_and_delete waited {delete_took:?}"
+    );
+}
+
+// r[verify gateway.routing.expiry]
+/// Users released while refresh rounds run (a round reads what to refresh, then writes it): a
+/// round that read a user before its delete may put it back once, but it expires within the TTL
+/// and no later round refreshes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_released_during_refresh_rounds_are_gone_within_the_ttl() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("refresh-race");
+    let ttl = Duration::from_millis(600);
+    let m = RedisRouting::with_ttl(&redis.url, &p, Duration::from_secs(2), ttl).unwrap();
+    let users: Vec<String> = (0..2000).map(|i| format!("u{i}")).collect();
+    for u in &users {
+        m.set_route(u, "a").await.unwrap();
+    }
+    m.set_route("kept", "a").await.unwrap();
+    // Deleted while rounds (every 200 ms, four batches each) run.
+    for u in &users {
+        m.compare_and_delete(u, "a").await.unwrap();
+    }
+    tokio::time::sleep(ttl * 2).await;
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for u in &users {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(format!("{p}route:{u}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "{u} still routed two TTLs after its delete");
+    }
+    assert_eq!(m.routes("kept").await, Ok(strings(&["a"])));
+}
+
+// r[verify gateway.routing.expiry]
+/// Replicas with different TTLs share a user's key: the short one's add or refresh never
+/// shortens the key below the long one's member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_ttl_member_does_not_expire_a_long_ttl_members_key() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("mixed-ttl");
+    let long = RedisRouting::with_ttl(
+        &redis.url,
+        &p,
+        Duration::from_secs(2),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let short = RedisRouting::with_ttl(
+        &redis.url,
+        &p,
+        Duration::from_secs(2),
+        Duration::from_millis(300),
+    )
+    .unwrap();
+    long.set_route("ann", "a").await.unwrap();
+    short.set_route("ann", "b").await.unwrap();
+    // b dies: its member expires, a's stays.
+    drop(short);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(long.routes("ann").await, Ok(strings(&["a"])));
+}
+
+// r[verify gateway.drain.routing]
+/// A user whose route could not be written at login (Redis blipped) is still this replica's to
+/// delete: the map's refresher writes it later, so the drain deletes it and the drained replica
+/// is not routed to afterwards (the node keeps the drained gateway, and its map, for its report).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_that_failed_at_login_is_deleted_by_the_drain() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("drain-unwritten");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via = format!("redis://{}", proxy.addr());
+    let ttl = Duration::from_millis(600);
+    let routing = RedisRouting::with_ttl(&via, &p, Duration::from_secs(1), ttl).unwrap();
+    let a = start_backends(
+        config("a"),
+        Arc::new(MemoryRegistry::new()),
+        Arc::new(routing.clone()),
+    )
+    .await;
+    let _warm = member(&a, "warm", "lobby").await;
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    let _ann = member(&a, "ann", "lobby").await;
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    let report = a.drain(StopReason::Restart, None).await;
+    assert_eq!(
+        report.routes.failed + report.routes.unfinished,
+        0,
+        "{report:?}"
+    );
+    tokio::time::sleep(ttl * 3).await;
+    let direct = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    assert_eq!(direct.routes("ann").await, Ok(vec![]), "{report:?}");
+    assert_eq!(direct.routes("warm").await, Ok(vec![]), "{report:?}");
+    drop(a);
+}

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use holdfast_gateway::{
-    Cluster, Forward, Gateway, GatewayConfig, MemoryRegistry, RedisBus, RedisHistory, RedisRouting,
-    RoutingMap,
+    Appended, Cluster, ClusterError, Forward, Gateway, GatewayConfig, History, HistoryConfig,
+    MemoryRegistry, Pos, Recovery, RedisBus, RedisHistory, RedisRouting, RoomAnnounce, RoutingMap,
 };
+use holdfast_lifecycle::BoxFuture;
 use holdfast_lifecycle::StopReason;
 use holdfast_test_support::fault_proxy::{FaultProxy, Mode};
 use holdfast_test_support::services;
@@ -373,8 +374,15 @@ async fn rv_live_order_across_replicas_holds_per_publishing_replica() {
     };
     let p = prefix("rvorder");
     let registry = MemoryRegistry::new();
-    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
-    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    // The 100 pushes are read only once all are made: a queue of 64 would close ann as a slow
+    // consumer.
+    let roomy = |replica: &str| {
+        let mut c = config(replica);
+        c.send_queue = 1024;
+        c
+    };
+    let a = start_subscribed(roomy("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(roomy("b"), on_redis(&redis.url, &p, &registry, 2)).await;
     let mut ann = member(&a, "ann", "lobby").await;
     let mut tasks = Vec::new();
     for i in 0..100 {
@@ -580,4 +588,290 @@ async fn a_future_since_on_an_emptied_stream_is_from_the_future() {
         h.since("r", p1, &c).await.unwrap(),
         Recovery::Messages(Vec::new())
     );
+}
+
+/// A Redis history whose appends run but answer a timeout, or announce on a channel nobody
+/// subscribes to (the bus never echoes them).
+#[derive(Clone)]
+struct Faulty {
+    inner: RedisHistory,
+    late: bool,
+    mute: bool,
+}
+
+impl History for Faulty {
+    fn append(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Pos, ClusterError>> {
+        self.inner.append(room, text, config)
+    }
+    fn since(
+        &self,
+        room: &str,
+        since: Pos,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Recovery, ClusterError>> {
+        self.inner.since(room, since, config)
+    }
+    fn append_announced(
+        &self,
+        room: &str,
+        text: &str,
+        config: &HistoryConfig,
+        announce: &RoomAnnounce,
+    ) -> BoxFuture<Result<Appended, ClusterError>> {
+        let mut announce = announce.clone();
+        if self.mute {
+            announce.channel = announce.channel.map(|c| format!("{c}:nobody"));
+        }
+        let ran = self.inner.append_announced(room, text, config, &announce);
+        let late = self.late;
+        Box::pin(async move {
+            let r = ran.await;
+            if late {
+                Err(ClusterError::Unavailable("redis: timed out".into()))
+            } else {
+                r
+            }
+        })
+    }
+}
+
+fn faulty(url: &str, prefix: &str, late: bool, mute: bool) -> Arc<Faulty> {
+    Arc::new(Faulty {
+        inner: RedisHistory::new(url, prefix, Duration::from_secs(2)).unwrap(),
+        late,
+        mute,
+    })
+}
+
+// r[verify gateway.history.order+2]
+/// A local room push stalled on the history (Redis hangs for it) does not hold up what the bus
+/// brings this replica meanwhile: a push to a user from another replica arrives at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_local_room_push_does_not_hold_up_the_bus_receiver() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("recv-stall");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via = format!("redis://{}", proxy.addr());
+    let registry = MemoryRegistry::new();
+    let mut ca = on_redis(&redis.url, &p, &registry, 1);
+    ca.history = Some(Arc::new(
+        RedisHistory::new(&via, &p, Duration::from_secs(2)).unwrap(),
+    ));
+    let a = start_subscribed(config("a"), ca).await;
+    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    a.push_room("lobby", "warm").await;
+    next_raw(&mut ann).await;
+    proxy
+        .set_mode(Mode::Stall { after_bytes: 0 })
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let a = a.clone();
+        tokio::spawn(async move { a.push_room("lobby", &format!("s{i}")).await });
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.push_room("lobby", "from b").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = Instant::now();
+    b.push_user("ann", "to ann").await;
+    loop {
+        if next_text(&mut ann).await == "to ann" {
+            break;
+        }
+    }
+    let took = t.elapsed();
+    proxy.set_mode(Mode::Forward).await.unwrap();
+    assert!(
+        took < Duration::from_millis(500),
+        "a push to a user waited {took:?} behind a stalled room push"
+    );
+}
+
+// r[verify gateway.history.order+2]
+/// An append whose script ran (and published) but whose answer timed out is not broadcast a
+/// second time: every member gets it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_that_ran_but_timed_out_is_delivered_once() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("late-append");
+    let registry = MemoryRegistry::new();
+    let mut ca = on_redis(&redis.url, &p, &registry, 1);
+    ca.history = Some(faulty(&redis.url, &p, true, false));
+    let a = start_subscribed(config("a"), ca).await;
+    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    let mut bob = member(&b, "bob", "lobby").await;
+    let d = a.push_room("lobby", "once").await;
+    assert_eq!(d.forwarded, Forward::Failed, "{d:?}");
+    b.push_room("lobby", "marker").await;
+    for (name, ws) in [("ann", &mut ann), ("bob", &mut bob)] {
+        let mut got = Vec::new();
+        loop {
+            let m = next_text(ws).await;
+            got.push(m.clone());
+            if m == "marker" {
+                break;
+            }
+        }
+        assert_eq!(
+            got.iter().filter(|m| *m == "once").count(),
+            1,
+            "{name}: {got:?}"
+        );
+    }
+}
+
+// r[verify gateway.history.order+2]
+/// A push to a room not seen here yet whose own copy never comes back from the bus is delivered
+/// here once the echo wait expires, reported queued, and the expiry is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_whose_copy_never_comes_back_is_delivered_after_the_echo_wait() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("no-echo");
+    let registry = MemoryRegistry::new();
+    let mut ca = on_redis(&redis.url, &p, &registry, 1);
+    ca.history = Some(faulty(&redis.url, &p, false, true));
+    let mut c = config("a");
+    c.room_echo_wait = Duration::from_millis(300);
+    let a = start_subscribed(c, ca).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    let t = Instant::now();
+    let d = a.push_room("lobby", "alone").await;
+    let took = t.elapsed();
+    assert_eq!(d.queued, 1, "{d:?}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1000),
+        "{took:?}"
+    );
+    assert_eq!(next_text(&mut ann).await, "alone");
+    assert_eq!(a.stats().room_echo_timeouts, 1);
+}
+
+// r[verify gateway.history.order+2]
+/// While this replica's bus subscription is down nothing can echo a push: it is delivered here
+/// at once, without the echo wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_while_the_subscription_is_down_does_not_wait_for_its_copy() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("bus-down");
+    let proxy = FaultProxy::start(redis.addr).await.unwrap();
+    let via = format!("redis://{}", proxy.addr());
+    let registry = MemoryRegistry::new();
+    let mut ca = on_redis(&redis.url, &p, &registry, 1);
+    ca.bus = Arc::new(RedisBus::new(&via, &p, Duration::from_secs(1), 1).unwrap());
+    let mut c = config("a");
+    c.room_echo_wait = Duration::from_secs(5);
+    let a = start_subscribed(c, ca).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    // Dropping the proxy cuts the subscriber's connection, and its reconnects are refused.
+    drop(proxy);
+    eventually("the subscription is lost", || {
+        a.cluster_health().bus.outages_transient + a.cluster_health().bus.outages_persistent >= 1
+    })
+    .await;
+    let t = Instant::now();
+    let d = a.push_room("lobby", "while down").await;
+    let took = t.elapsed();
+    assert_eq!(d.queued, 1, "{d:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(next_text(&mut ann).await, "while down");
+}
+
+// r[verify gateway.history.order+2]
+/// A gap longer than the stream still holds: what it does hold between the last position seen
+/// here and the new message is delivered first, and the loss of the rest is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_partly_trimmed_still_delivers_what_the_stream_holds() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("part-gap");
+    let small = |id| {
+        let mut c = config(id);
+        c.history.size = 3;
+        c
+    };
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(small("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(small("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    b.push_room("lobby", "warm").await;
+    let mut got = vec![next_text(&mut ann).await];
+    // Appended without the bus: a never hears of them.
+    let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    for i in 0..5 {
+        h.append("lobby", &format!("lost{i}"), &small("a").history)
+            .await
+            .unwrap();
+    }
+    b.push_room("lobby", "after").await;
+    loop {
+        let m = next_text(&mut ann).await;
+        got.push(m.clone());
+        if m == "after" {
+            break;
+        }
+    }
+    assert_eq!(got, ["warm", "lost3", "lost4", "after"]);
+    assert_eq!(a.stats().room_gaps_lost, 1);
+}
+
+// r[verify gateway.history.order+2]
+/// A room with a member here but no message seen here yet (the replica just started, the stream
+/// new or not): a message the bus lost before the first one that arrives is still read from the
+/// stream and delivered first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_not_seen_yet_still_fills_a_lost_predecessor() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    for existing in [false, true] {
+        let p = prefix(if existing { "unseen-old" } else { "unseen-new" });
+        let registry = MemoryRegistry::new();
+        let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+        if existing {
+            // The room has a stream from before a started.
+            h.append("lobby", "old", &config("a").history)
+                .await
+                .unwrap();
+        }
+        let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+        let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+        let mut ann = member(&a, "ann", "lobby").await;
+        // Appended, but its publication never reached a (a subscriber reconnect, a full
+        // subscription buffer): the stream holds it.
+        h.append("lobby", "lost on the bus", &config("a").history)
+            .await
+            .unwrap();
+        b.push_room("lobby", "after").await;
+        let mut got = Vec::new();
+        loop {
+            let m = next_text(&mut ann).await;
+            got.push(m.clone());
+            if m == "after" {
+                break;
+            }
+        }
+        assert_eq!(
+            got,
+            ["lost on the bus", "after"],
+            "existing stream: {existing}"
+        );
+        assert_eq!(a.stats().room_gaps_filled, 1, "existing stream: {existing}");
+        assert_eq!(a.stats().room_gaps_lost, 0, "existing stream: {existing}");
+    }
 }

@@ -401,6 +401,18 @@ impl GatewaySection {
     /// holdfast-gateway's config for this section: `node_id` is the default replica id,
     /// `data_dir` holds the issuance store (for `tls.from_issuance`).
     pub fn gateway_config(&self, node_id: &str, key: TokenKey, data_dir: &Path) -> GatewayConfig {
+        self.gateway_config_beside(node_id, key, data_dir, None)
+    }
+
+    /// As [`GatewaySection::gateway_config`], on a node whose admin token is in
+    /// `admin_token_file`: a publish token that is now the admin token gives no publish key.
+    pub fn gateway_config_beside(
+        &self,
+        node_id: &str,
+        key: TokenKey,
+        data_dir: &Path,
+        admin_token_file: Option<&Path>,
+    ) -> GatewayConfig {
         let replica_id = self
             .replica_id
             .as_ref()
@@ -432,6 +444,19 @@ impl GatewaySection {
         // and says so here (the 403 alone would read as "no key configured").
         c.publish_key = self.publish_token_file.as_ref().and_then(|f| {
             match crate::config::token::read(f.get_ref()) {
+                // i[impl node.gateway.publish.distinct]
+                // Validation compared the files; either may have changed since.
+                Ok(t)
+                    if admin_token_file
+                        .and_then(|a| crate::config::token::read(a).ok())
+                        .is_some_and(|a| a.matches(t.expose())) =>
+                {
+                    tracing::error!(
+                        file = %f.get_ref().display(),
+                        "gateway.publish_token_file holds the admin token: POST /v1/publish over TCP is refused until it differs and the gateway restarts"
+                    );
+                    None
+                }
                 Ok(t) => Some(holdfast_gateway::PublishKey::new(t.expose())),
                 Err(error) => {
                     tracing::error!(

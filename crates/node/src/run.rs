@@ -237,6 +237,11 @@ fn compose_some(
             identity.id(),
             identity.seed(crate::modules::gateway::NAME),
             &config.node.data_dir,
+            config
+                .admin
+                .token_file
+                .as_ref()
+                .map(|f| f.get_ref().as_path()),
             node.gateway.clone(),
         );
         // The reload's handle on the limits the module starts with.

@@ -1367,7 +1367,26 @@ fn a_publish_token_equal_to_the_admin_token_is_refused_at_its_key_without_showin
         !err.contains("the-admin-token"),
         "the secret is never shown: {err}"
     );
-    Config::parse("t.toml", &config(&other)).unwrap();
+    let loaded = Config::parse("t.toml", &config(&other)).unwrap();
+    // The publish key is built from the files as they are when the gateway is set up: a
+    // publish token file given the admin token after the load leaves publishing refused.
+    let section = loaded.gateway.unwrap();
+    let build = || {
+        section.get_ref().gateway_config_beside(
+            "n",
+            holdfast_gateway::TokenKey::new(b"x".to_vec()),
+            dir.path(),
+            Some(admin.as_path()),
+        )
+    };
+    assert!(build().publish_key.is_some());
+    std::fs::write(
+        &other,
+        "the-admin-token-0123456789
+",
+    )
+    .unwrap();
+    assert!(build().publish_key.is_none(), "equal to the admin token");
     // Without an admin token there is nothing to be equal to.
     let no_admin = config(&same).replace(
         &format!("[admin]\ntoken_file = \"{}\"\n", admin.display()),

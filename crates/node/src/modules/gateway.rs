@@ -446,21 +446,24 @@ impl std::fmt::Debug for GatewayModule {
 
 impl GatewayModule {
     /// The module for a validated `[gateway]` section: `seed` is the node identity's seed for
-    /// `gateway`, `data_dir` holds the issuance store.
+    /// `gateway`, `data_dir` holds the issuance store, `admin_token_file` the node's admin token
+    /// (a publish token equal to it gives no publish key).
     pub fn new(
         section: &crate::gateway_config::GatewaySection,
         node_id: &str,
         seed: u64,
         data_dir: &std::path::Path,
+        admin_token_file: Option<&std::path::Path>,
         view: GatewayView,
     ) -> Self {
         view.configure();
         let token_keys = section.token_key_sources();
         // The real key is read at each start; this placeholder is never used to verify.
-        let config = section.gateway_config(
+        let config = section.gateway_config_beside(
             node_id,
             holdfast_gateway::TokenKey::new(Vec::new()),
             data_dir,
+            admin_token_file,
         );
         GatewayModule {
             limits: Arc::new(Mutex::new(config.live_limits())),
