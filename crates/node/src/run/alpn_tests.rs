@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use holdfast_lifecycle::{FaultBoard, NodeIdentity};
 
-use super::compose;
+use super::{Live, compose};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::state::NodeState;
@@ -133,8 +133,11 @@ impl Fixture {
 async fn start(config: &Config, names: &[&str]) -> (NodeState, Vec<crate::module::Started>) {
     let identity = NodeIdentity::resolve(Some("alpn-node")).unwrap();
     let node = NodeState::new(identity.id(), FaultBoard::new(), Metrics::new());
-    let desired = crate::modules::workload::desired(Vec::new());
-    let modules = compose(config, &identity, &node, &desired);
+    let live = Live {
+        desired: crate::modules::workload::desired(Vec::new()),
+        ..Live::default()
+    };
+    let modules = compose(config, &identity, &node, &live);
     let started = names
         .iter()
         .map(|name| {
