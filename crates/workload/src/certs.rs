@@ -65,7 +65,7 @@ impl CertificateMount {
     }
 }
 
-// r[impl workload.certs.renew]
+// r[impl workload.certs.renew+2]
 /// What a workload's container is told when a certificate it mounts is renewed
 /// (`on_cert_renew`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +145,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // r[verify workload.certs.renew]
+    // r[verify workload.certs.renew+2]
     #[test]
     fn on_cert_renew_reads_restart_and_any_signal_name() {
         let p = |t: &str| t.parse::<CertRenew>();
@@ -205,7 +205,7 @@ mod tests {
     }
 
     proptest! {
-        // r[verify workload.certs.renew]
+        // r[verify workload.certs.renew+2]
         #[test]
         fn parse_of_display_is_the_identity_and_nothing_panics(text in "\\PC{0,24}") {
             if let Ok(renew) = text.parse::<CertRenew>() {

@@ -361,7 +361,7 @@ impl WorkloadConfig {
     }
 
     // r[impl workload.certs]
-    // r[impl workload.certs.renew]
+    // r[impl workload.certs.renew+2]
     /// The certificates: each named once, mounted where no volume is, and `on_cert_renew` only
     /// with a certificate to be renewed.
     fn validate_certificates(
