@@ -17,6 +17,8 @@ use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
 use holdfast_workload::{
     ImagePresence, Images, ModuleConfig, Supervisor, WorkloadConfig, supervisor::WorkloadsHandle,
 };
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 
 use crate::module::{Module, StartError, Started, StopGroup};
 use crate::modules::hosted::spawn_hosted;
@@ -212,14 +214,28 @@ fn renewed(seen: &Chains, now: &Chains) -> Vec<String> {
 }
 
 /// Whether the workloads may be told of a renewal to `chain`, whose files are deployed in `dir`:
-/// once `fullchain.pem` holds it, or anyway after [`DEPLOY_WAIT`] (`Some(false)`: late).
+/// once `fullchain.pem` holds the same certificates, or anyway after [`DEPLOY_WAIT`]
+/// (`Some(false)`: late). The certificates are compared, not the text: deploy writes its own PEM
+/// (LF, 64 columns) while the store keeps the server's.
 // r[impl node.workload.cert-renew]
 fn deployed(dir: &Path, chain: &str, waited: Duration) -> Option<bool> {
-    match std::fs::read_to_string(dir.join("fullchain.pem")) {
-        Ok(text) if text == chain => Some(true),
-        _ if waited >= DEPLOY_WAIT => Some(false),
-        _ => None,
+    let same = std::fs::read(dir.join("fullchain.pem"))
+        .ok()
+        .and_then(|text| certificates(&text))
+        .is_some_and(|on_disk| certificates(chain.as_bytes()) == Some(on_disk));
+    match same {
+        true => Some(true),
+        false if waited >= DEPLOY_WAIT => Some(false),
+        false => None,
     }
+}
+
+/// The DER of each certificate in a PEM text, in order (`None`: none, or a malformed one).
+fn certificates(pem: &[u8]) -> Option<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    (!certs.is_empty()).then_some(certs)
 }
 
 /// The deploy directory of each certificate the workloads mount.
@@ -534,12 +550,51 @@ mod tests {
         assert!(renewed(&now, &now).is_empty());
 
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(deployed(dir.path(), "new", Duration::ZERO), None);
-        std::fs::write(dir.path().join("fullchain.pem"), "old").unwrap();
-        assert_eq!(deployed(dir.path(), "new", Duration::from_secs(599)), None);
-        assert_eq!(deployed(dir.path(), "new", DEPLOY_WAIT), Some(false));
-        std::fs::write(dir.path().join("fullchain.pem"), "new").unwrap();
-        assert_eq!(deployed(dir.path(), "new", Duration::ZERO), Some(true));
+        let (old, new) = (
+            pair("old.example.org").chain_pem,
+            pair("new.example.org").chain_pem,
+        );
+        assert_eq!(deployed(dir.path(), &new, Duration::ZERO), None);
+        std::fs::write(dir.path().join("fullchain.pem"), &old).unwrap();
+        assert_eq!(deployed(dir.path(), &new, Duration::from_secs(599)), None);
+        assert_eq!(deployed(dir.path(), &new, DEPLOY_WAIT), Some(false));
+        std::fs::write(dir.path().join("fullchain.pem"), "not a certificate").unwrap();
+        assert_eq!(
+            deployed(dir.path(), "not a certificate", Duration::ZERO),
+            None
+        );
+        std::fs::write(dir.path().join("fullchain.pem"), &new).unwrap();
+        assert_eq!(deployed(dir.path(), &new, Duration::ZERO), Some(true));
+    }
+
+    // r[verify node.workload.cert-renew]
+    #[test]
+    fn a_deployed_chain_is_recognised_whatever_its_pem_formatting() {
+        let now = std::time::SystemTime::now();
+        let leaf = |name: &str| {
+            holdfast_issuance::cert::testing::leaf(
+                name,
+                now - Duration::from_secs(60),
+                Duration::from_secs(86400),
+            )
+            .0
+        };
+        let (a, b) = (leaf("a.example.org"), leaf("b.example.org"));
+        // As deploy writes it (LF, 64 columns, a final newline) ...
+        let canonical = format!("{a}{b}");
+        // ... and as an ACME server may have sent it: CRLF, a blank line between the
+        // certificates, no final newline.
+        let served = format!("{}\n\n{}", a.trim_end(), b.trim_end()).replace('\n', "\r\n");
+        assert_ne!(served, canonical);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fullchain.pem"), &canonical).unwrap();
+        assert_eq!(deployed(dir.path(), &served, Duration::ZERO), Some(true));
+        // Another chain, or a part of it, is not the one deployed.
+        assert_eq!(deployed(dir.path(), &a, Duration::ZERO), None);
+        assert_eq!(
+            deployed(dir.path(), &format!("{b}{a}"), Duration::ZERO),
+            None
+        );
     }
 
     fn pair(name: &str) -> holdfast_issuance::CertifiedPair {
