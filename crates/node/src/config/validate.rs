@@ -894,6 +894,14 @@ mod tests {
             e.starts_with("bad.toml:16:17: workload[0].on_cert_renew"),
             "{e}"
         );
+        // A signal the daemon does not know is refused here, not at the first renewal.
+        let e = err(&workload(
+            "certificates = [\"b.example\"]\non_cert_renew = \"signal:HUPP\"\n",
+        ));
+        assert!(
+            e.starts_with("bad.toml:16:17: workload[0].on_cert_renew") && e.contains("HUPP"),
+            "{e}"
+        );
         // With [issuance.deploy], every certificate is deployed in DIR/NAME.
         let shared = workload("certificates = [\"a.example\"]\n").replace(
             "[[workload]]",
