@@ -34,7 +34,7 @@ fn known_signal(name: &str) -> bool {
         || name.strip_prefix("RTMAX-").is_some_and(|n| offset(n, 14))
 }
 
-// r[impl workload.certs]
+// r[impl workload.certs+2]
 /// A certificate a workload's container mounts.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -201,7 +201,7 @@ mod tests {
         }
     }
 
-    // r[verify workload.certs]
+    // r[verify workload.certs+2]
     #[test]
     fn a_certificate_is_mounted_read_only_at_its_fixed_path() {
         let m = CertificateMount {

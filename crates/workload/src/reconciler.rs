@@ -405,13 +405,16 @@ impl Reconciler {
     /// The certificate `certificate` was renewed (and deployed): each running workload that
     /// mounts it and asks to be told has its container replaced (`restart`: holdfast's own
     /// decision, not an exit, so no crash, no failure and no wait on its restart gate) or is
-    /// sent its signal. A workload not running is left alone: its next container mounts the
-    /// directory as it is then. One whose start is in flight is told once it runs.
+    /// sent its signal. A workload waiting to start (not one its policy left stopped) starts its next container, which mounts the
+    /// directory as it is then, without waiting out its restart gate (its creates may have failed
+    /// for want of a certificate first issued now). One whose start is in flight is told once it
+    /// runs.
     pub fn cert_renewed(&mut self, certificate: &str) -> Vec<Action> {
         self.tell_renewal(certificate, None)
     }
 
     // r[impl workload.certs.renew+2]
+    // r[impl workload.certs+2]
     /// [`Reconciler::cert_renewed`], for `only` that workload when given.
     fn tell_renewal(&mut self, certificate: &str, only: Option<&str>) -> Vec<Action> {
         let mut actions = Vec::new();
@@ -426,6 +429,12 @@ impl Reconciler {
                 .iter()
                 .any(|c| c.name == certificate)
             {
+                continue;
+            }
+            // Not running: its creates may have failed for want of the directory (a certificate
+            // first issued now), so its next start is not held back by their streak.
+            if matches!(entry.run, Run::Idle) {
+                self.gate.forget(name);
                 continue;
             }
             if entry.config.on_cert_renew.is_some()
@@ -1931,7 +1940,7 @@ fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> Containe
         name: container_name(&config.name, owner),
         shape: Shape {
             ports: config.ports.clone(),
-            // r[impl workload.certs]
+            // r[impl workload.certs+2]
             volumes: config
                 .volumes
                 .iter()

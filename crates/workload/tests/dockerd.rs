@@ -1207,7 +1207,7 @@ async fn until_logged<I: Images>(
     }
 }
 
-// r[verify workload.certs]
+// r[verify workload.certs+2]
 // r[verify workload.certs.renew+2]
 #[tokio::test]
 async fn a_workload_mounting_a_certificate_is_restarted_after_its_renewal() {

@@ -895,7 +895,7 @@ mod tests {
     }
 
     // i[verify node.workloads.certificates]
-    // r[verify workload.certs]
+    // r[verify workload.certs+2]
     #[test]
     fn a_workloads_certificates_name_deployed_certificates_and_mount_their_directories() {
         let issuance = "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\

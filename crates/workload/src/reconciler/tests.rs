@@ -1877,7 +1877,7 @@ fn with_cert(name: &str, renew: Option<&str>) -> WorkloadConfig {
     w
 }
 
-// r[verify workload.certs]
+// r[verify workload.certs+2]
 #[test]
 fn a_certificate_is_a_read_only_mount_and_part_of_the_spec() {
     let mut h = Harness::new(vec![with_cert("web", None)]);
@@ -2101,5 +2101,43 @@ fn a_workload_removed_with_a_signal_owed_leaves_no_signal_and_no_streak() {
     assert!(
         h.core.faults().iter().any(|f| f.kind == "cert_renew"),
         "no fault for the re-added workload's refused signals"
+    );
+}
+
+// r[verify workload.certs+2]
+#[test]
+fn a_workload_whose_certificate_was_missing_starts_at_once_when_it_is_first_deployed() {
+    let mut h = Harness::new(vec![with_cert("web", None)]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    // Not yet issued: the bind mount's source is missing, every create fails.
+    for _ in 0..3 {
+        let when = h.core.next_attempt_at("web").unwrap_or(h.now);
+        h.now = h.now.max(when);
+        let actions = h.core.tick(h.now, &mut images);
+        let [Action::Start { attempt, .. }] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        let follow = h.core.on_result(
+            Completion::Started {
+                workload: "web".into(),
+                attempt: *attempt,
+                result: Err(StartError {
+                    container: None,
+                    message: "invalid mount config: bind source path does not exist".into(),
+                }),
+            },
+            h.now,
+        );
+        h.perform(follow);
+    }
+    assert!(h.core.next_attempt_at("web").is_some_and(|at| at > h.now));
+    assert!(h.core.tick(h.now, &mut images).is_empty());
+    // First issued and deployed: started now, not at the end of the back-off.
+    assert!(h.core.cert_renewed("example.org").is_empty());
+    let actions = h.core.tick(h.now, &mut images);
+    assert!(
+        matches!(&actions[..], [Action::Start { .. }]),
+        "{actions:?}"
     );
 }
