@@ -262,8 +262,9 @@ async fn watch_renewals(
 ) {
     let tick = tick.max(Duration::from_millis(10));
     let mut seen: Option<Chains> = None;
-    // Renewals waiting for their files: name → (chain, since).
-    let mut owed: BTreeMap<String, (String, Instant)> = BTreeMap::new();
+    // Renewals waiting for their files: name → (chain, since), on the runtime's clock so the
+    // deploy wait follows a paused one in tests.
+    let mut owed: BTreeMap<String, (String, tokio::time::Instant)> = BTreeMap::new();
     loop {
         let Some(mut watch) = source() else {
             tokio::time::sleep(tick).await;
@@ -279,7 +280,10 @@ async fn watch_renewals(
             if let Some(seen) = &seen {
                 for name in renewed(seen, &now) {
                     if mounts.contains_key(&name) {
-                        owed.insert(name.clone(), (now[&name].clone(), Instant::now()));
+                        owed.insert(
+                            name.clone(),
+                            (now[&name].clone(), tokio::time::Instant::now()),
+                        );
                     }
                 }
             }
@@ -668,6 +672,47 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(told_now(), vec!["a.example".to_owned()]);
+        watching.abort();
+    }
+
+    // r[verify node.workload.cert-renew]
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_never_deployed_is_told_after_the_deploy_wait_on_the_runtimes_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let deploy = dir.path().join("deploy");
+        std::fs::create_dir(&deploy).unwrap();
+        let store = holdfast_issuance::CertStore::new(&dir.path().join("store")).unwrap();
+        store
+            .replace("a.example", pair("a.example"), std::time::SystemTime::now())
+            .unwrap();
+        let mut web = WorkloadConfig::new("web", "busybox:1");
+        web.certificates = vec![holdfast_workload::CertificateMount {
+            name: "a.example".into(),
+            dir: deploy.clone(),
+        }];
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let watching = {
+            let (store, told) = (store.clone(), told.clone());
+            tokio::spawn(watch_renewals(
+                move || Some(store.subscribe()),
+                desired(vec![web]),
+                move |name: &str| {
+                    told.lock().unwrap().push(name.to_owned());
+                    true
+                },
+                Duration::from_secs(5),
+            ))
+        };
+        let told_now = || told.lock().unwrap().clone();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        store
+            .replace("a.example", pair("a.example"), std::time::SystemTime::now())
+            .unwrap();
+        // The files never arrive: not told before the wait is out, told once it is.
+        tokio::time::sleep(DEPLOY_WAIT - Duration::from_secs(30)).await;
+        assert!(told_now().is_empty(), "told before the deploy wait");
+        tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(told_now(), vec!["a.example".to_owned()]);
         watching.abort();
     }
