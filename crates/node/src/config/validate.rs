@@ -964,6 +964,28 @@ mod tests {
         );
     }
 
+    // r[verify workload.certs+2]
+    #[test]
+    fn moving_a_mounted_certificates_deploy_dir_changes_the_containers_spec() {
+        let text = |dir: &str| {
+            format!(
+                "[node]\n[issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:1\" }}\n\
+                 [[issuance.certificate]]\nnames = [\"b.example\"]\nsource = \"local\"\n\
+                 deploy = {{ dir = \"{dir}\" }}\n[[workload]]\nname = \"web\"\n\
+                 image = \"nginx:1\"\ncertificates = [\"b.example\"]\n"
+            )
+        };
+        let hash = |dir: &str| {
+            let config = Config::parse("ok.toml", &text(dir)).unwrap();
+            let w = config.workloads[0].to_config();
+            assert_eq!(w.certificates[0].dir, std::path::PathBuf::from(dir));
+            w.spec_hash()
+        };
+        // A reload that moves the deploy replaces the container, which mounts the new dir.
+        assert_ne!(hash("/etc/b"), hash("/etc/c"));
+        assert_eq!(hash("/etc/b"), hash("/etc/b"));
+    }
+
     // i[verify node.workloads.certificates.readable]
     #[test]
     fn a_container_that_cannot_read_a_mounted_key_is_refused_at_its_certificates() {
