@@ -8,7 +8,7 @@
 //! crates never depend on each other.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use holdfast_issuance::CertWatch;
@@ -213,15 +213,14 @@ fn renewed(seen: &Chains, now: &Chains) -> Vec<String> {
         .collect()
 }
 
-/// Whether the workloads may be told of a renewal to `chain`, whose files are deployed in `dir`:
-/// once `fullchain.pem` holds the same certificates, or anyway after [`DEPLOY_WAIT`]
+/// Whether the workloads may be told of a renewal to `chain`, given the deployed `fullchain.pem`
+/// (`None`: unreadable): once it holds the same certificates, or anyway after [`DEPLOY_WAIT`]
 /// (`Some(false)`: late). The certificates are compared, not the text: deploy writes its own PEM
 /// (LF, 64 columns) while the store keeps the server's.
 // r[impl node.workload.cert-renew]
-fn deployed(dir: &Path, chain: &str, waited: Duration) -> Option<bool> {
-    let same = std::fs::read(dir.join("fullchain.pem"))
-        .ok()
-        .and_then(|text| certificates(&text))
+fn deployed(fullchain: Option<&[u8]>, chain: &str, waited: Duration) -> Option<bool> {
+    let same = fullchain
+        .and_then(certificates)
         .is_some_and(|on_disk| certificates(chain.as_bytes()) == Some(on_disk));
     match same {
         true => Some(true),
@@ -294,7 +293,13 @@ async fn watch_renewals(
                     told.push(name.clone());
                     continue;
                 };
-                let Some(in_time) = deployed(dir, chain, since.elapsed()) else {
+                // Read off the runtime's threads: a slow disk does not stall the others.
+                let path = dir.join("fullchain.pem");
+                let fullchain = tokio::task::spawn_blocking(move || std::fs::read(path).ok())
+                    .await
+                    .ok()
+                    .flatten();
+                let Some(in_time) = deployed(fullchain.as_deref(), chain, since.elapsed()) else {
                     continue;
                 };
                 if !in_time {
@@ -309,9 +314,10 @@ async fn watch_renewals(
             for name in told {
                 owed.remove(&name);
             }
+            // The tick only polls for owed files: with none owed, only the store wakes it.
             tokio::select! {
                 changed = watch.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(tick) => {}
+                () = tokio::time::sleep(tick), if !owed.is_empty() => {}
             }
         }
     }
@@ -558,17 +564,20 @@ mod tests {
             pair("old.example.org").chain_pem,
             pair("new.example.org").chain_pem,
         );
-        assert_eq!(deployed(dir.path(), &new, Duration::ZERO), None);
+        assert_eq!(deployed_in(dir.path(), &new, Duration::ZERO), None);
         std::fs::write(dir.path().join("fullchain.pem"), &old).unwrap();
-        assert_eq!(deployed(dir.path(), &new, Duration::from_secs(599)), None);
-        assert_eq!(deployed(dir.path(), &new, DEPLOY_WAIT), Some(false));
+        assert_eq!(
+            deployed_in(dir.path(), &new, Duration::from_secs(599)),
+            None
+        );
+        assert_eq!(deployed_in(dir.path(), &new, DEPLOY_WAIT), Some(false));
         std::fs::write(dir.path().join("fullchain.pem"), "not a certificate").unwrap();
         assert_eq!(
-            deployed(dir.path(), "not a certificate", Duration::ZERO),
+            deployed_in(dir.path(), "not a certificate", Duration::ZERO),
             None
         );
         std::fs::write(dir.path().join("fullchain.pem"), &new).unwrap();
-        assert_eq!(deployed(dir.path(), &new, Duration::ZERO), Some(true));
+        assert_eq!(deployed_in(dir.path(), &new, Duration::ZERO), Some(true));
     }
 
     // r[verify node.workload.cert-renew]
@@ -592,13 +601,18 @@ mod tests {
         assert_ne!(served, canonical);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("fullchain.pem"), &canonical).unwrap();
-        assert_eq!(deployed(dir.path(), &served, Duration::ZERO), Some(true));
+        assert_eq!(deployed_in(dir.path(), &served, Duration::ZERO), Some(true));
         // Another chain, or a part of it, is not the one deployed.
-        assert_eq!(deployed(dir.path(), &a, Duration::ZERO), None);
+        assert_eq!(deployed_in(dir.path(), &a, Duration::ZERO), None);
         assert_eq!(
-            deployed(dir.path(), &format!("{b}{a}"), Duration::ZERO),
+            deployed_in(dir.path(), &format!("{b}{a}"), Duration::ZERO),
             None
         );
+    }
+
+    fn deployed_in(dir: &std::path::Path, chain: &str, waited: Duration) -> Option<bool> {
+        let fullchain = std::fs::read(dir.join("fullchain.pem")).ok();
+        deployed(fullchain.as_deref(), chain, waited)
     }
 
     fn pair(name: &str) -> holdfast_issuance::CertifiedPair {
