@@ -15,10 +15,26 @@ use crate::shape::{ShapeError, VolumeSource, VolumeSpec};
 /// Where a certificate's files appear in the container: `CERTS_DIR/NAME/`.
 pub const CERTS_DIR: &str = "/run/holdfast/certs";
 
-/// The longest signal name accepted after `signal:` (`RTMIN+15` fits).
-const MAX_SIGNAL_LEN: usize = 12;
+/// The signal names the daemon's kill resolves on Linux (moby's `signal.SignalMap`, without
+/// `SIG`), besides `RTMIN+1`..`RTMIN+15` and `RTMAX-14`..`RTMAX-1` ([`known_signal`]).
+const SIGNALS: &[&str] = &[
+    "ABRT", "ALRM", "BUS", "CHLD", "CLD", "CONT", "FPE", "HUP", "ILL", "INT", "IO", "IOT", "KILL",
+    "PIPE", "POLL", "PROF", "PWR", "QUIT", "SEGV", "STKFLT", "STOP", "SYS", "TERM", "TRAP", "TSTP",
+    "TTIN", "TTOU", "URG", "USR1", "USR2", "VTALRM", "WINCH", "XCPU", "XFSZ", "RTMIN", "RTMAX",
+];
 
-// r[impl workload.certs]
+/// Whether the daemon knows `name` (upper case, without `SIG`): a name it does not know is
+/// refused by its kill (400 "Invalid signal") only when a renewal comes, months later.
+fn known_signal(name: &str) -> bool {
+    let offset = |rest: &str, max: u8| {
+        !rest.starts_with('0') && rest.parse::<u8>().is_ok_and(|n| (1..=max).contains(&n))
+    };
+    SIGNALS.contains(&name)
+        || name.strip_prefix("RTMIN+").is_some_and(|n| offset(n, 15))
+        || name.strip_prefix("RTMAX-").is_some_and(|n| offset(n, 14))
+}
+
+// r[impl workload.certs+2]
 /// A certificate a workload's container mounts.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,7 +81,7 @@ impl CertificateMount {
     }
 }
 
-// r[impl workload.certs.renew]
+// r[impl workload.certs.renew+2]
 /// What a workload's container is told when a certificate it mounts is renewed
 /// (`on_cert_renew`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,15 +126,8 @@ impl FromStr for CertRenew {
         };
         let upper = name.to_ascii_uppercase();
         let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-        // Letters first, then letters, digits and `+` (`HUP`, `USR1`, `RTMIN+3`): a name the
-        // daemon resolves, never a number whose meaning depends on the platform.
-        let ok = !bare.is_empty()
-            && bare.len() <= MAX_SIGNAL_LEN
-            && bare.starts_with(|c: char| c.is_ascii_uppercase())
-            && bare
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'+');
-        if !ok {
+        // A name the daemon resolves, never a number whose meaning depends on the platform.
+        if !known_signal(bare) {
             return Err(ShapeError(format!(
                 "{name:?} is not a signal name such as \"HUP\" or \"USR1\""
             )));
@@ -145,7 +154,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // r[verify workload.certs.renew]
+    // r[verify workload.certs.renew+2]
     #[test]
     fn on_cert_renew_reads_restart_and_any_signal_name() {
         let p = |t: &str| t.parse::<CertRenew>();
@@ -168,13 +177,31 @@ mod tests {
             "signal:-HUP",
             "kill",
             "signal:VERYLONGSIGNALNAME",
+            // Names the daemon does not know: it answers 400 "Invalid signal".
+            "signal:HUPP",
+            "signal:FOO",
+            "signal:RTMIN+16",
+            "signal:RTMAX+1",
+            "signal:RTMAX-15",
+            "signal:RTMIN+03",
         ] {
             let e = p(bad).unwrap_err().to_string();
             assert!(e.contains("signal") || e.contains("restart"), "{bad}: {e}");
         }
     }
 
-    // r[verify workload.certs]
+    // r[verify workload.certs.renew+2]
+    #[test]
+    fn on_cert_renew_reads_every_signal_the_daemon_knows() {
+        for name in [
+            "winch", "SIGusr2", "RTMIN", "rtmin+15", "RTMAX-14", "SIGRTMAX", "CLD",
+        ] {
+            let renew = format!("signal:{name}").parse::<CertRenew>();
+            assert!(renew.is_ok(), "{name}: {renew:?}");
+        }
+    }
+
+    // r[verify workload.certs+2]
     #[test]
     fn a_certificate_is_mounted_read_only_at_its_fixed_path() {
         let m = CertificateMount {
@@ -205,7 +232,7 @@ mod tests {
     }
 
     proptest! {
-        // r[verify workload.certs.renew]
+        // r[verify workload.certs.renew+2]
         #[test]
         fn parse_of_display_is_the_identity_and_nothing_panics(text in "\\PC{0,24}") {
             if let Ok(renew) = text.parse::<CertRenew>() {

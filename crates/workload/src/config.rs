@@ -360,8 +360,8 @@ impl WorkloadConfig {
         Ok(())
     }
 
-    // r[impl workload.certs]
-    // r[impl workload.certs.renew]
+    // r[impl workload.certs+2]
+    // r[impl workload.certs.renew+2]
     /// The certificates: each named once, mounted where no volume is, and `on_cert_renew` only
     /// with a certificate to be renewed.
     fn validate_certificates(

@@ -300,7 +300,7 @@ pub async fn remove(
     }
 }
 
-// r[impl workload.certs.renew]
+// r[impl workload.certs.renew+2]
 /// Sends `signal` (`SIGHUP`) to a container's main process, through the Engine API's kill.
 pub async fn signal(docker: &Docker, container: &str, signal: &str) -> Result<(), DockerError> {
     let options = KillContainerOptionsBuilder::new().signal(signal).build();

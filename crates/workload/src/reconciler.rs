@@ -253,6 +253,9 @@ enum Run {
     Starting {
         attempt: AttemptId,
         token: AttemptToken<String>,
+        /// A certificate it mounts renewed while the start was in flight (its process may
+        /// have read the old files): told to the container once it runs.
+        renewed: Option<String>,
     },
     /// The container runs. Its start is a provisional success (`lasting`) until the run has
     /// lasted `min_run`: until then an exit is a failure of the same streak. `None`: adopted, or
@@ -398,22 +401,46 @@ impl Reconciler {
         Subject::new(MODULE, format!("{name}/cert_renew"))
     }
 
-    // r[impl workload.certs.renew]
+    // r[impl workload.certs.renew+2]
     /// The certificate `certificate` was renewed (and deployed): each running workload that
     /// mounts it and asks to be told has its container replaced (`restart`: holdfast's own
     /// decision, not an exit, so no crash, no failure and no wait on its restart gate) or is
-    /// sent its signal. A workload not running is left alone: its next container mounts the
-    /// directory as it is then.
+    /// sent its signal. A workload waiting to start (not one its policy left stopped) starts its next container, which mounts the
+    /// directory as it is then, without waiting out its restart gate (its creates may have failed
+    /// for want of a certificate first issued now). One whose start is in flight is told once it
+    /// runs.
     pub fn cert_renewed(&mut self, certificate: &str) -> Vec<Action> {
+        self.tell_renewal(certificate, None)
+    }
+
+    // r[impl workload.certs.renew+2]
+    // r[impl workload.certs+2]
+    /// [`Reconciler::cert_renewed`], for `only` that workload when given.
+    fn tell_renewal(&mut self, certificate: &str, only: Option<&str>) -> Vec<Action> {
         let mut actions = Vec::new();
         let mut restarts = Vec::new();
         for (name, entry) in &mut self.entries {
+            if only.is_some_and(|o| o != name) {
+                continue;
+            }
             if !entry
                 .config
                 .certificates
                 .iter()
                 .any(|c| c.name == certificate)
             {
+                continue;
+            }
+            // Not running: its creates may have failed for want of the directory (a certificate
+            // first issued now), so its next start is not held back by their streak.
+            if matches!(entry.run, Run::Idle) {
+                self.gate.forget(name);
+                continue;
+            }
+            if entry.config.on_cert_renew.is_some()
+                && let Run::Starting { renewed, .. } = &mut entry.run
+            {
+                *renewed = Some(certificate.to_owned());
                 continue;
             }
             let Run::Running { container, .. } = &entry.run else {
@@ -462,7 +489,7 @@ impl Reconciler {
             let stop_timeout = entry.config.stop_timeout;
             // Not a restart after an exit: the next start is not counted as one.
             entry.restart_due = false;
-            self.owed_signals.remove(&name);
+            self.drop_owed_signal(&name);
             self.drop_run(old, &name, stop_timeout, &mut actions);
             // Started again at once, whatever the gate's streak said: the run was fine.
             self.gate.forget(&name);
@@ -470,7 +497,16 @@ impl Reconciler {
         actions
     }
 
-    // r[impl workload.certs.renew]
+    // r[impl workload.certs.renew+2]
+    /// Forgets the signal owed to `workload`, its streak on the signal gate and its fault: a
+    /// later renewal's failures start a fresh streak (and escalate again).
+    fn drop_owed_signal(&mut self, workload: &str) {
+        self.owed_signals.remove(workload);
+        self.signals.forget(&workload.to_owned());
+        self.board.clear(&Self::cert_renew_subject(workload));
+    }
+
+    // r[impl workload.certs.renew+2]
     /// A renewal signal ended: delivered, it is done; failed, it is counted, sent again when
     /// the signal gate allows (the restart policy's schedule), and a fault of kind `cert_renew`
     /// once the gate escalates, cleared by a delivery. A signal whose container is no longer the
@@ -535,22 +571,25 @@ impl Reconciler {
         }
     }
 
-    // r[impl workload.certs.renew]
+    // r[impl workload.certs.renew+2]
     /// Sends again, at `now`, each failed renewal signal whose gate allows it; one whose
     /// container is no longer the workload's running one is dropped (the new container was
     /// started with the new files).
     fn retry_signals(&mut self, now: Instant, actions: &mut Vec<Action>) {
-        let entries = &self.entries;
-        let board = &self.board;
-        self.owed_signals.retain(|workload, owed| {
-            let current = entries.get(workload).is_some_and(|e| {
-                matches!(&e.run, Run::Running { container, .. } if *container == owed.container)
-            });
-            if !current && !owed.in_flight {
-                board.clear(&Self::cert_renew_subject(workload));
-            }
-            current || owed.in_flight
-        });
+        let stale: Vec<String> = self
+            .owed_signals
+            .iter()
+            .filter(|(workload, owed)| {
+                !owed.in_flight
+                    && !self.entries.get(*workload).is_some_and(|e| {
+                        matches!(&e.run, Run::Running { container, .. } if *container == owed.container)
+                    })
+            })
+            .map(|(workload, _)| workload.clone())
+            .collect();
+        for workload in stale {
+            self.drop_owed_signal(&workload);
+        }
         for (workload, owed) in &mut self.owed_signals {
             if owed.in_flight {
                 continue;
@@ -625,6 +664,7 @@ impl Reconciler {
             }
             self.gate.forget(&name);
             self.board.clear(&Self::subject(&name));
+            self.drop_owed_signal(&name);
         }
     }
 
@@ -768,7 +808,7 @@ impl Reconciler {
     ) {
         match run {
             Run::Idle => {}
-            Run::Starting { attempt, token } => {
+            Run::Starting { attempt, token, .. } => {
                 // The token dies with the key (the caller forgets it).
                 drop(token);
                 self.orphans.insert(attempt, workload.to_owned());
@@ -1333,7 +1373,11 @@ impl Reconciler {
                             self.config.owner.as_deref(),
                         )),
                     });
-                    entry.run = Run::Starting { attempt, token };
+                    entry.run = Run::Starting {
+                        attempt,
+                        token,
+                        renewed: None,
+                    };
                 }
                 _ => {}
             }
@@ -1461,7 +1505,8 @@ impl Reconciler {
                 let Some(entry) = self.entries.get_mut(&workload) else {
                     return actions;
                 };
-                let Run::Starting { token, .. } = std::mem::replace(&mut entry.run, Run::Idle)
+                let Run::Starting { token, renewed, .. } =
+                    std::mem::replace(&mut entry.run, Run::Idle)
                 else {
                     return actions;
                 };
@@ -1488,6 +1533,9 @@ impl Reconciler {
                             health,
                         };
                         self.replay_early(&container, now, &mut actions);
+                        if let Some(certificate) = renewed {
+                            actions.extend(self.renewed_while_starting(&workload, &certificate));
+                        }
                     }
                     Err(err) => {
                         entry.counters.start_failures += 1;
@@ -1504,6 +1552,20 @@ impl Reconciler {
             }
         }
         actions
+    }
+
+    // r[impl workload.certs.renew+2]
+    /// A renewal told while `workload`'s start was in flight, told now that it runs (unless it
+    /// already ended): its process may have read the old files.
+    fn renewed_while_starting(&mut self, workload: &str, certificate: &str) -> Vec<Action> {
+        let running = self
+            .entries
+            .get(workload)
+            .is_some_and(|e| matches!(e.run, Run::Running { .. }));
+        if !running {
+            return Vec::new();
+        }
+        self.tell_renewal(certificate, Some(workload))
     }
 
     // r[impl workload.remove]
@@ -1878,7 +1940,7 @@ fn spec_of(config: &WorkloadConfig, hash: &str, owner: Option<&str>) -> Containe
         name: container_name(&config.name, owner),
         shape: Shape {
             ports: config.ports.clone(),
-            // r[impl workload.certs]
+            // r[impl workload.certs+2]
             volumes: config
                 .volumes
                 .iter()

@@ -1207,8 +1207,8 @@ async fn until_logged<I: Images>(
     }
 }
 
-// r[verify workload.certs]
-// r[verify workload.certs.renew]
+// r[verify workload.certs+2]
+// r[verify workload.certs.renew+2]
 #[tokio::test]
 async fn a_workload_mounting_a_certificate_is_restarted_after_its_renewal() {
     let Some(env) = env("cert-restart").await else {
@@ -1262,7 +1262,7 @@ async fn a_workload_mounting_a_certificate_is_restarted_after_its_renewal() {
     env.cleanup().await;
 }
 
-// r[verify workload.certs.renew]
+// r[verify workload.certs.renew+2]
 #[tokio::test]
 async fn a_signal_workload_receives_its_signal_after_a_renewal() {
     let Some(env) = env("cert-signal").await else {

@@ -319,11 +319,16 @@ struct Next {
 
 // i[impl node.workloads.logs-backoff]
 /// The asks of a daemon that does not answer a follow waiting for the next container: from 1 s
-/// doubling to 30 s, jittered, as the workload module reconnects its event stream.
+/// doubling to 30 s, jittered, as the workload module reconnects its event stream. Each call (each
+/// follow) has its own jitter seed, so followers of one daemon that went down do not come back
+/// in lockstep.
 fn daemon_pacing() -> holdfast_retry::Policy {
+    static FOLLOWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let follow = FOLLOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     holdfast_retry::Policy::builder()
         .base(std::time::Duration::from_secs(1))
         .cap(std::time::Duration::from_secs(30))
+        .seed_from(&(std::process::id(), follow))
         .build()
         .unwrap_or_default()
 }
@@ -895,6 +900,17 @@ mod tests {
             reason: holdfast_lifecycle::StopReason::Shutdown,
         };
         started.stopper.stop(request).await.unwrap();
+    }
+
+    // i[verify node.workloads.logs-backoff]
+    #[test]
+    fn each_follow_jitters_its_back_off_on_its_own_seed() {
+        let (a, b) = (super::daemon_pacing(), super::daemon_pacing());
+        assert_ne!(
+            a.seed(),
+            b.seed(),
+            "two follows would come back in lockstep"
+        );
     }
 
     // i[verify node.workloads.logs-backoff]

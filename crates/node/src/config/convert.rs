@@ -111,7 +111,7 @@ impl Workload {
 
 impl Config {
     // i[impl node.workloads.certificates]
-    // r[impl workload.certs]
+    // r[impl workload.certs+2]
     /// Every certificate of `[issuance]` by its first name, with the directory its files are
     /// deployed in (`None`: it has no deploy).
     pub fn certificate_dirs(&self) -> BTreeMap<String, Option<PathBuf>> {

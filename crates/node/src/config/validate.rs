@@ -162,6 +162,53 @@ impl Config {
         }
     }
 
+    // i[impl node.workloads.certificates.readable]
+    /// Why `w`'s container could not read the `key.pem` of one of `certs`, if it could not: the
+    /// deploy writes it 0600 owned by the node's user unless told otherwise, which only a
+    /// container root that keeps CAP_DAC_OVERRIDE reads. A deploy with an `owner`, or a `group`
+    /// with mode 0640, is taken as the operator's choice for this container.
+    fn unreadable_key(&self, w: &Workload, certs: &[String]) -> Option<String> {
+        let user = w.user.as_ref().map(|u| u.get_ref().clone());
+        let no_dac_override = w.cap_drop.as_ref().is_some_and(|caps| {
+            caps.get_ref().iter().any(|c| {
+                let c = c.to_ascii_uppercase();
+                let c = c.strip_prefix("CAP_").unwrap_or(&c);
+                c == "ALL" || c == "DAC_OVERRIDE"
+            })
+        });
+        if user.is_none() && !no_dac_override {
+            return None;
+        }
+        let issuance = self.issuance.as_ref()?;
+        let planned = issuance.get_ref().planned();
+        for name in certs {
+            let Some((deploy, _)) = planned
+                .iter()
+                .find(|c| c.names.first() == Some(name))
+                .and_then(|c| c.deploy.as_ref())
+            else {
+                continue;
+            };
+            let admitted =
+                deploy.owner.is_some() || (deploy.group.is_some() && deploy.mode.0 & 0o040 != 0);
+            if admitted {
+                continue;
+            }
+            let who = match &user {
+                Some(user) => format!("its user {user:?}"),
+                None => "its root without CAP_DAC_OVERRIDE (cap_drop)".to_owned(),
+            };
+            return Some(format!(
+                "the container cannot read certificate {name:?}'s key.pem: the deploy writes it \
+                 mode {:04o} owned by the node's user, and {who} is not that user; give the \
+                 deploy a `group` and mode = \"0640\" and run the container as user = \
+                 \"UID:GID\" with that group (or give the deploy the container's `owner`)",
+                deploy.mode.0
+            ));
+        }
+        None
+    }
+
     // i[impl node.config.validate]
     // i[impl node.workloads.config]
     // i[impl node.workloads.shape]
@@ -226,6 +273,9 @@ impl Config {
                         }
                         Some(Some(_)) => {}
                     }
+                }
+                if let Some(problem) = self.unreadable_key(w, certs.get_ref()) {
+                    return Err(loc.at(Some(certs.span()), &key, problem));
                 }
             }
             // holdfast-workload owns what a workload may be; its error names the field.
@@ -920,7 +970,7 @@ mod tests {
     }
 
     // i[verify node.workloads.certificates]
-    // r[verify workload.certs]
+    // r[verify workload.certs+2]
     #[test]
     fn a_workloads_certificates_name_deployed_certificates_and_mount_their_directories() {
         let issuance = "[node]\n[issuance]\n[issuance.local]\nendpoint = { tcp = \"127.0.0.1:1\" }\n\
@@ -969,6 +1019,14 @@ mod tests {
             e.starts_with("bad.toml:16:17: workload[0].on_cert_renew"),
             "{e}"
         );
+        // A signal the daemon does not know is refused here, not at the first renewal.
+        let e = err(&workload(
+            "certificates = [\"b.example\"]\non_cert_renew = \"signal:HUPP\"\n",
+        ));
+        assert!(
+            e.starts_with("bad.toml:16:17: workload[0].on_cert_renew") && e.contains("HUPP"),
+            "{e}"
+        );
         // With [issuance.deploy], every certificate is deployed in DIR/NAME.
         let shared = workload("certificates = [\"a.example\"]\n").replace(
             "[[workload]]",
@@ -979,6 +1037,80 @@ mod tests {
             config.workloads[0].to_config().certificates[0].dir,
             std::path::PathBuf::from("/srv/certs/a.example")
         );
+    }
+
+    // r[verify workload.certs+2]
+    #[test]
+    fn moving_a_mounted_certificates_deploy_dir_changes_the_containers_spec() {
+        let text = |dir: &str| {
+            format!(
+                "[node]\n[issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:1\" }}\n\
+                 [[issuance.certificate]]\nnames = [\"b.example\"]\nsource = \"local\"\n\
+                 deploy = {{ dir = \"{dir}\" }}\n[[workload]]\nname = \"web\"\n\
+                 image = \"nginx:1\"\ncertificates = [\"b.example\"]\n"
+            )
+        };
+        let hash = |dir: &str| {
+            let config = Config::parse("ok.toml", &text(dir)).unwrap();
+            let w = config.workloads[0].to_config();
+            assert_eq!(w.certificates[0].dir, std::path::PathBuf::from(dir));
+            w.spec_hash()
+        };
+        // A reload that moves the deploy replaces the container, which mounts the new dir.
+        assert_ne!(hash("/etc/b"), hash("/etc/c"));
+        assert_eq!(hash("/etc/b"), hash("/etc/b"));
+    }
+
+    // i[verify node.workloads.certificates.readable]
+    #[test]
+    fn a_container_that_cannot_read_a_mounted_key_is_refused_at_its_certificates() {
+        let issuance = |deploy: &str| {
+            format!(
+                "[node]\n[issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:1\" }}\n\
+                 [[issuance.certificate]]\nnames = [\"b.example\"]\nsource = \"local\"\n\
+                 deploy = {{ dir = \"/etc/b\"{deploy} }}\n"
+            )
+        };
+        let workload = |deploy: &str, keys: &str| {
+            format!(
+                "{}[[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n\
+                 certificates = [\"b.example\"]\n{keys}",
+                issuance(deploy)
+            )
+        };
+        // Root with its capabilities reads a 0600 key it does not own.
+        Config::parse("ok.toml", &workload("", "")).unwrap();
+        Config::parse("ok.toml", &workload("", "cap_drop = [\"NET_RAW\"]\n")).unwrap();
+        // Another user, or root without DAC_OVERRIDE, does not.
+        for keys in [
+            "user = \"1000:1000\"\n",
+            "cap_drop = [\"ALL\"]\n",
+            "cap_drop = [\"dac_override\"]\n",
+            "cap_drop = [\"CAP_DAC_OVERRIDE\"]\n",
+        ] {
+            let e = Config::parse("bad.toml", &workload("", keys))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("bad.toml:12:16: workload[0].certificates:")
+                    && e.contains("b.example")
+                    && e.contains("0640"),
+                "{keys}: {e}"
+            );
+        }
+        // A deploy that gives the key to a group at 0640, or to an owner, admits it.
+        let group = ", group = 0, mode = \"0640\"";
+        Config::parse("ok.toml", &workload(group, "user = \"1000:0\"\n")).unwrap();
+        Config::parse("ok.toml", &workload(group, "cap_drop = [\"ALL\"]\n")).unwrap();
+        Config::parse("ok.toml", &workload(", owner = 0", "user = \"0\"\n")).unwrap();
+        // A group without the mode that lets it read is not enough.
+        let e = Config::parse(
+            "bad.toml",
+            &workload(", group = 0", "cap_drop = [\"ALL\"]\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("workload[0].certificates"), "{e}");
     }
 
     // r[verify issue.deploy]

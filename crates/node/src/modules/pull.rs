@@ -145,7 +145,7 @@ async fn collect_images(
     }
 }
 
-// r[impl node.pull.gc-configured]
+// r[impl node.pull.gc-configured+2]
 /// The images collection keeps: those configured when the module started, and those the running
 /// workload module's configured set uses now (a reload that adds a workload replaces that set
 /// before anything else, so its image is protected from then on, before the pull module is
@@ -747,7 +747,148 @@ mod tests {
             .unwrap();
     }
 
-    // r[verify node.pull.gc-configured]
+    /// A daemon on `socket` with no images and no containers whose data root is `root`; every
+    /// configured image collection inspects is absent (404). Returns the request lines.
+    fn empty_daemon(
+        socket: &std::path::Path,
+        root: &std::path::Path,
+    ) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let seen_lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recording = std::sync::Arc::clone(&seen_lines);
+        let info = serde_json::json!({ "DockerRootDir": root }).to_string();
+        let listener = tokio::net::UnixListener::bind(socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let recording = std::sync::Arc::clone(&recording);
+                let info = info.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&seen).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let line = text.lines().next().unwrap_or_default().to_owned();
+                        seen.drain(..end + 4);
+                        recording.lock().unwrap().push(line.clone());
+                        let (status, body) = if line.contains("/version") {
+                            (
+                                200,
+                                r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#.to_owned(),
+                            )
+                        } else if line.contains("/info") {
+                            (200, info.clone())
+                        } else if line.contains("/images/json") || line.contains("/containers/json")
+                        {
+                            (200, "[]".to_owned())
+                        } else {
+                            (404, r#"{"message":"No such image"}"#.to_owned())
+                        };
+                        let response = format!(
+                            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        seen_lines
+    }
+
+    // r[verify node.pull.gc-configured+2]
+    // Real time, as the gc keys' test: a run a second against a fake daemon.
+    #[tokio::test]
+    async fn collection_runs_after_a_reload_added_a_workload_protect_its_image() {
+        use holdfast_workload::WorkloadConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        let requests = empty_daemon(&sock, dir.path());
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let desired =
+            crate::modules::workload::desired(vec![WorkloadConfig::new("web", "busybox:1")]);
+        let workloads = crate::modules::workload::WorkloadModule {
+            workloads: desired.clone(),
+            docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
+            seed: 7,
+            stop_on_exit: false,
+            owner: None,
+            tick: Duration::from_millis(50),
+            pull_enabled: true,
+            node: node.clone(),
+        };
+        let started = workloads.start().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while node.workload.with(|_| ()).is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "never published");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The reload replaces the shared set (run.rs), then collection runs.
+        desired
+            .lock()
+            .unwrap()
+            .push(WorkloadConfig::new("db", "postgres:16"));
+        let collection = tokio::spawn(super::collect_images(
+            holdfast_pull::DaemonEndpoint::from_docker_host(Some(&format!(
+                "unix://{}",
+                sock.display()
+            ))),
+            vec!["busybox:1".to_owned()],
+            holdfast_pull::ImageGc::new(
+                holdfast_pull::GcPolicy::new(90, 70, Duration::from_secs(3600)).unwrap(),
+                holdfast_retry::Policy::default(),
+            ),
+            Duration::from_secs(1),
+            node.clone(),
+        ));
+        // Each run resolves the configured images it protects: the added one among them.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let inspected = |image: &str| {
+                requests
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l.contains(&format!("/images/{image}/json")))
+            };
+            if inspected("postgres:16") {
+                assert!(inspected("busybox:1"));
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "collection never resolved the added workload's image: {:?}",
+                requests.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        collection.abort();
+        started
+            .stopper
+            .stop(holdfast_lifecycle::StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: holdfast_lifecycle::StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
+    }
+
+    // r[verify node.pull.gc-configured+2]
     #[tokio::test]
     async fn collection_protects_a_workload_a_reload_added_as_soon_as_the_set_is_replaced() {
         use holdfast_lifecycle::{StopReason, StopRequest};

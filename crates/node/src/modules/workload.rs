@@ -8,7 +8,7 @@
 //! crates never depend on each other.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use holdfast_issuance::CertWatch;
@@ -17,6 +17,8 @@ use holdfast_lifecycle::{BoxFuture, StopError, StopRequest, Stopper};
 use holdfast_workload::{
     ImagePresence, Images, ModuleConfig, Supervisor, WorkloadConfig, supervisor::WorkloadsHandle,
 };
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 
 use crate::module::{Module, StartError, Started, StopGroup};
 use crate::modules::hosted::spawn_hosted;
@@ -77,7 +79,7 @@ pub struct RunningWorkloads {
 }
 
 impl RunningWorkloads {
-    // r[impl node.pull.gc-configured]
+    // r[impl node.pull.gc-configured+2]
     /// The images the configured workloads use now: a reload's new set as soon as the reload
     /// has replaced it, before the supervisor or the pull module have taken it.
     pub fn configured_images(&self) -> Vec<String> {
@@ -211,15 +213,28 @@ fn renewed(seen: &Chains, now: &Chains) -> Vec<String> {
         .collect()
 }
 
-/// Whether the workloads may be told of a renewal to `chain`, whose files are deployed in `dir`:
-/// once `fullchain.pem` holds it, or anyway after [`DEPLOY_WAIT`] (`Some(false)`: late).
+/// Whether the workloads may be told of a renewal to `chain`, given the deployed `fullchain.pem`
+/// (`None`: unreadable): once it holds the same certificates, or anyway after [`DEPLOY_WAIT`]
+/// (`Some(false)`: late). The certificates are compared, not the text: deploy writes its own PEM
+/// (LF, 64 columns) while the store keeps the server's.
 // r[impl node.workload.cert-renew]
-fn deployed(dir: &Path, chain: &str, waited: Duration) -> Option<bool> {
-    match std::fs::read_to_string(dir.join("fullchain.pem")) {
-        Ok(text) if text == chain => Some(true),
-        _ if waited >= DEPLOY_WAIT => Some(false),
-        _ => None,
+fn deployed(fullchain: Option<&[u8]>, chain: &str, waited: Duration) -> Option<bool> {
+    let same = fullchain
+        .and_then(certificates)
+        .is_some_and(|on_disk| certificates(chain.as_bytes()) == Some(on_disk));
+    match same {
+        true => Some(true),
+        false if waited >= DEPLOY_WAIT => Some(false),
+        false => None,
     }
+}
+
+/// The DER of each certificate in a PEM text, in order (`None`: none, or a malformed one).
+fn certificates(pem: &[u8]) -> Option<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    (!certs.is_empty()).then_some(certs)
 }
 
 /// The deploy directory of each certificate the workloads mount.
@@ -246,8 +261,9 @@ async fn watch_renewals(
 ) {
     let tick = tick.max(Duration::from_millis(10));
     let mut seen: Option<Chains> = None;
-    // Renewals waiting for their files: name → (chain, since).
-    let mut owed: BTreeMap<String, (String, Instant)> = BTreeMap::new();
+    // Renewals waiting for their files: name → (chain, since), on the runtime's clock so the
+    // deploy wait follows a paused one in tests.
+    let mut owed: BTreeMap<String, (String, tokio::time::Instant)> = BTreeMap::new();
     loop {
         let Some(mut watch) = source() else {
             tokio::time::sleep(tick).await;
@@ -263,7 +279,10 @@ async fn watch_renewals(
             if let Some(seen) = &seen {
                 for name in renewed(seen, &now) {
                     if mounts.contains_key(&name) {
-                        owed.insert(name.clone(), (now[&name].clone(), Instant::now()));
+                        owed.insert(
+                            name.clone(),
+                            (now[&name].clone(), tokio::time::Instant::now()),
+                        );
                     }
                 }
             }
@@ -274,7 +293,13 @@ async fn watch_renewals(
                     told.push(name.clone());
                     continue;
                 };
-                let Some(in_time) = deployed(dir, chain, since.elapsed()) else {
+                // Read off the runtime's threads: a slow disk does not stall the others.
+                let path = dir.join("fullchain.pem");
+                let fullchain = tokio::task::spawn_blocking(move || std::fs::read(path).ok())
+                    .await
+                    .ok()
+                    .flatten();
+                let Some(in_time) = deployed(fullchain.as_deref(), chain, since.elapsed()) else {
                     continue;
                 };
                 if !in_time {
@@ -289,9 +314,10 @@ async fn watch_renewals(
             for name in told {
                 owed.remove(&name);
             }
+            // The tick only polls for owed files: with none owed, only the store wakes it.
             tokio::select! {
                 changed = watch.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(tick) => {}
+                () = tokio::time::sleep(tick), if !owed.is_empty() => {}
             }
         }
     }
@@ -534,12 +560,59 @@ mod tests {
         assert!(renewed(&now, &now).is_empty());
 
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(deployed(dir.path(), "new", Duration::ZERO), None);
-        std::fs::write(dir.path().join("fullchain.pem"), "old").unwrap();
-        assert_eq!(deployed(dir.path(), "new", Duration::from_secs(599)), None);
-        assert_eq!(deployed(dir.path(), "new", DEPLOY_WAIT), Some(false));
-        std::fs::write(dir.path().join("fullchain.pem"), "new").unwrap();
-        assert_eq!(deployed(dir.path(), "new", Duration::ZERO), Some(true));
+        let (old, new) = (
+            pair("old.example.org").chain_pem,
+            pair("new.example.org").chain_pem,
+        );
+        assert_eq!(deployed_in(dir.path(), &new, Duration::ZERO), None);
+        std::fs::write(dir.path().join("fullchain.pem"), &old).unwrap();
+        assert_eq!(
+            deployed_in(dir.path(), &new, Duration::from_secs(599)),
+            None
+        );
+        assert_eq!(deployed_in(dir.path(), &new, DEPLOY_WAIT), Some(false));
+        std::fs::write(dir.path().join("fullchain.pem"), "not a certificate").unwrap();
+        assert_eq!(
+            deployed_in(dir.path(), "not a certificate", Duration::ZERO),
+            None
+        );
+        std::fs::write(dir.path().join("fullchain.pem"), &new).unwrap();
+        assert_eq!(deployed_in(dir.path(), &new, Duration::ZERO), Some(true));
+    }
+
+    // r[verify node.workload.cert-renew]
+    #[test]
+    fn a_deployed_chain_is_recognised_whatever_its_pem_formatting() {
+        let now = std::time::SystemTime::now();
+        let leaf = |name: &str| {
+            holdfast_issuance::cert::testing::leaf(
+                name,
+                now - Duration::from_secs(60),
+                Duration::from_secs(86400),
+            )
+            .0
+        };
+        let (a, b) = (leaf("a.example.org"), leaf("b.example.org"));
+        // As deploy writes it (LF, 64 columns, a final newline) ...
+        let canonical = format!("{a}{b}");
+        // ... and as an ACME server may have sent it: CRLF, a blank line between the
+        // certificates, no final newline.
+        let served = format!("{}\n\n{}", a.trim_end(), b.trim_end()).replace('\n', "\r\n");
+        assert_ne!(served, canonical);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fullchain.pem"), &canonical).unwrap();
+        assert_eq!(deployed_in(dir.path(), &served, Duration::ZERO), Some(true));
+        // Another chain, or a part of it, is not the one deployed.
+        assert_eq!(deployed_in(dir.path(), &a, Duration::ZERO), None);
+        assert_eq!(
+            deployed_in(dir.path(), &format!("{b}{a}"), Duration::ZERO),
+            None
+        );
+    }
+
+    fn deployed_in(dir: &std::path::Path, chain: &str, waited: Duration) -> Option<bool> {
+        let fullchain = std::fs::read(dir.join("fullchain.pem")).ok();
+        deployed(fullchain.as_deref(), chain, waited)
     }
 
     fn pair(name: &str) -> holdfast_issuance::CertifiedPair {
@@ -613,6 +686,47 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(told_now(), vec!["a.example".to_owned()]);
+        watching.abort();
+    }
+
+    // r[verify node.workload.cert-renew]
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_never_deployed_is_told_after_the_deploy_wait_on_the_runtimes_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let deploy = dir.path().join("deploy");
+        std::fs::create_dir(&deploy).unwrap();
+        let store = holdfast_issuance::CertStore::new(&dir.path().join("store")).unwrap();
+        store
+            .replace("a.example", pair("a.example"), std::time::SystemTime::now())
+            .unwrap();
+        let mut web = WorkloadConfig::new("web", "busybox:1");
+        web.certificates = vec![holdfast_workload::CertificateMount {
+            name: "a.example".into(),
+            dir: deploy.clone(),
+        }];
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let watching = {
+            let (store, told) = (store.clone(), told.clone());
+            tokio::spawn(watch_renewals(
+                move || Some(store.subscribe()),
+                desired(vec![web]),
+                move |name: &str| {
+                    told.lock().unwrap().push(name.to_owned());
+                    true
+                },
+                Duration::from_secs(5),
+            ))
+        };
+        let told_now = || told.lock().unwrap().clone();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        store
+            .replace("a.example", pair("a.example"), std::time::SystemTime::now())
+            .unwrap();
+        // The files never arrive: not told before the wait is out, told once it is.
+        tokio::time::sleep(DEPLOY_WAIT - Duration::from_secs(30)).await;
+        assert!(told_now().is_empty(), "told before the deploy wait");
+        tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(told_now(), vec!["a.example".to_owned()]);
         watching.abort();
     }

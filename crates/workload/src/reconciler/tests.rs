@@ -1877,7 +1877,7 @@ fn with_cert(name: &str, renew: Option<&str>) -> WorkloadConfig {
     w
 }
 
-// r[verify workload.certs]
+// r[verify workload.certs+2]
 #[test]
 fn a_certificate_is_a_read_only_mount_and_part_of_the_spec() {
     let mut h = Harness::new(vec![with_cert("web", None)]);
@@ -1910,7 +1910,7 @@ fn a_certificate_is_a_read_only_mount_and_part_of_the_spec() {
     );
 }
 
-// r[verify workload.certs.renew]
+// r[verify workload.certs.renew+2]
 #[test]
 fn a_renewal_replaces_a_restart_workloads_container_at_once_and_counts_no_crash() {
     let mut h = Harness::new(vec![
@@ -1945,7 +1945,7 @@ fn a_renewal_replaces_a_restart_workloads_container_at_once_and_counts_no_crash(
     assert!(h.core.faults().is_empty());
 }
 
-// r[verify workload.certs.renew]
+// r[verify workload.certs.renew+2]
 #[test]
 fn a_renewal_signals_a_signal_workload_and_a_refused_signal_is_paced_then_a_fault() {
     let mut h = Harness::new(vec![with_cert("web", Some("signal:HUP"))]);
@@ -1980,4 +1980,164 @@ fn a_renewal_signals_a_signal_workload_and_a_refused_signal_is_paced_then_a_faul
     assert_eq!(h.signalled.len(), 6);
     assert!(h.core.faults().is_empty());
     assert_eq!(h.core.next_wake().filter(|w| *w <= h.now + S(3600)), None);
+}
+
+// r[verify workload.certs.renew+2]
+#[test]
+fn a_renewal_told_while_the_container_starts_replaces_it_once_started() {
+    let mut h = Harness::new(vec![with_cert("web", Some("restart"))]);
+    h.resync();
+    let actions = h
+        .core
+        .tick(h.now, &mut |_: &str, _: Instant| ImagePresence::Present);
+    assert!(
+        matches!(&actions[..], [Action::Start { .. }]),
+        "{actions:?}"
+    );
+    // The create-and-start is in flight (its process may already have read the old files)
+    // when the renewal is told.
+    let told = h.core.cert_renewed("example.org");
+    assert!(told.is_empty(), "{told:?}");
+    // Once started it is replaced at once: the replacement mounts the new files.
+    let started = h.perform(actions);
+    assert_eq!(started.len(), 1);
+    assert!(
+        h.removed.contains(&started[0]),
+        "the renewal told during the start was dropped"
+    );
+    h.tick();
+    assert_ne!(h.running_id("web"), started[0]);
+    assert_eq!(status_of(&h, "web").counters.cert_renewals, 1);
+}
+
+// r[verify workload.certs.renew+2]
+#[test]
+fn a_renewal_told_while_a_signalled_container_starts_signals_it_once_started() {
+    let mut h = Harness::new(vec![with_cert("web", Some("signal:HUP"))]);
+    h.resync();
+    let actions = h
+        .core
+        .tick(h.now, &mut |_: &str, _: Instant| ImagePresence::Present);
+    assert!(
+        matches!(&actions[..], [Action::Start { .. }]),
+        "{actions:?}"
+    );
+    assert!(h.core.cert_renewed("example.org").is_empty());
+    h.perform(actions);
+    let started = h.running_id("web");
+    assert_eq!(h.signalled.len(), 1, "{:?}", h.signalled);
+    assert_eq!(h.running_id("web"), started);
+}
+
+// r[verify workload.certs.renew+2]
+#[test]
+fn after_an_escalated_signal_a_later_containers_failures_file_a_fault_again() {
+    let mut h = Harness::new(vec![with_cert("web", Some("signal:HUP"))]);
+    h.resync();
+    h.tick();
+    h.signal_fails = true;
+    let actions = h.core.cert_renewed("example.org");
+    h.perform(actions);
+    for _ in 0..4 {
+        h.now = h.core.next_wake().expect("a retry is due");
+        h.tick();
+    }
+    assert!(h.core.faults().iter().any(|f| f.kind == "cert_renew"));
+    // The container is replaced (it died and was restarted): the owed signal is dropped,
+    // its fault cleared.
+    let old = h.running_id("web");
+    h.die(&old, 0, &[]);
+    let new = h.until_started(S(600));
+    h.tick();
+    assert!(!h.core.faults().iter().any(|f| f.kind == "cert_renew"));
+    assert_eq!(h.running_id("web"), new);
+    // The next renewal, months later, and the daemon still refuses: a fresh streak escalates.
+    h.now += S(3600 * 24 * 60);
+    h.signalled.clear();
+    let actions = h.core.cert_renewed("example.org");
+    h.perform(actions);
+    for _ in 0..9 {
+        let Some(at) = h.core.next_wake() else { break };
+        h.now = at.max(h.now);
+        h.tick();
+    }
+    assert!(
+        h.core.faults().iter().any(|f| f.kind == "cert_renew"),
+        "no fault for the new container's refused signals"
+    );
+}
+
+// r[verify workload.certs.renew+2]
+#[test]
+fn a_workload_removed_with_a_signal_owed_leaves_no_signal_and_no_streak() {
+    let mut h = Harness::new(vec![with_cert("web", Some("signal:HUP"))]);
+    h.resync();
+    h.tick();
+    h.signal_fails = true;
+    let actions = h.core.cert_renewed("example.org");
+    h.perform(actions);
+    for _ in 0..4 {
+        h.now = h.core.next_wake().expect("a retry is due");
+        h.tick();
+    }
+    assert!(h.core.faults().iter().any(|f| f.kind == "cert_renew"));
+    let actions = h.core.set_desired(vec![]);
+    h.perform(actions);
+    assert!(h.core.faults().is_empty(), "{:?}", h.core.faults());
+    // Configured again: its first refused signal starts a fresh streak, not the old one's.
+    let actions = h
+        .core
+        .set_desired(vec![with_cert("web", Some("signal:HUP"))]);
+    h.perform(actions);
+    h.until_started(S(600));
+    h.signalled.clear();
+    let actions = h.core.cert_renewed("example.org");
+    h.perform(actions);
+    for _ in 0..9 {
+        let Some(at) = h.core.next_wake() else { break };
+        h.now = at.max(h.now);
+        h.tick();
+    }
+    assert!(
+        h.core.faults().iter().any(|f| f.kind == "cert_renew"),
+        "no fault for the re-added workload's refused signals"
+    );
+}
+
+// r[verify workload.certs+2]
+#[test]
+fn a_workload_whose_certificate_was_missing_starts_at_once_when_it_is_first_deployed() {
+    let mut h = Harness::new(vec![with_cert("web", None)]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    // Not yet issued: the bind mount's source is missing, every create fails.
+    for _ in 0..3 {
+        let when = h.core.next_attempt_at("web").unwrap_or(h.now);
+        h.now = h.now.max(when);
+        let actions = h.core.tick(h.now, &mut images);
+        let [Action::Start { attempt, .. }] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        let follow = h.core.on_result(
+            Completion::Started {
+                workload: "web".into(),
+                attempt: *attempt,
+                result: Err(StartError {
+                    container: None,
+                    message: "invalid mount config: bind source path does not exist".into(),
+                }),
+            },
+            h.now,
+        );
+        h.perform(follow);
+    }
+    assert!(h.core.next_attempt_at("web").is_some_and(|at| at > h.now));
+    assert!(h.core.tick(h.now, &mut images).is_empty());
+    // First issued and deployed: started now, not at the end of the back-off.
+    assert!(h.core.cert_renewed("example.org").is_empty());
+    let actions = h.core.tick(h.now, &mut images);
+    assert!(
+        matches!(&actions[..], [Action::Start { .. }]),
+        "{actions:?}"
+    );
 }
