@@ -333,7 +333,7 @@ async fn deregister(inner: &Arc<Inner>, deadline: Instant) -> Cleanup {
     }
 }
 
-// r[impl gateway.drain.routing]
+// r[impl gateway.drain.routing+2]
 async fn clear_routes(inner: &Arc<Inner>, deadline: Instant) -> RouteCleanup {
     let users: Vec<String> = lock(&inner.owned_routes).iter().cloned().collect();
     let mut out = RouteCleanup::default();

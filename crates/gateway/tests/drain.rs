@@ -390,7 +390,7 @@ async fn the_stop_deadline_shortens_the_cap() {
     assert_eq!(report.force_closed, 1);
 }
 
-// r[verify gateway.drain.routing]
+// r[verify gateway.drain.routing+2]
 // r[verify gateway.routing.compare-and-delete+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
@@ -437,7 +437,7 @@ async fn the_drain_leaves_the_route_of_a_user_who_moved_to_another_replica() {
 // vacuously.
 // r[verify gateway.drain.order]
 // r[verify gateway.drain.close+2]
-// r[verify gateway.drain.routing]
+// r[verify gateway.drain.routing+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_arm_without_drain_leaves_registration_routes_and_no_close_frame() {
     let node = start(config("a")).await;

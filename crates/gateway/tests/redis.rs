@@ -119,7 +119,7 @@ async fn a_dead_replicas_routes_expire_and_a_live_ones_are_refreshed() {
     );
 }
 
-// r[verify gateway.drain.routing]
+// r[verify gateway.drain.routing+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_redis_map_drain_without_deleting_each_others_routes() {
     let Some(redis) = services::redis() else {
@@ -303,7 +303,7 @@ async fn a_short_ttl_member_does_not_expire_a_long_ttl_members_key() {
     assert_eq!(long.routes("ann").await, Ok(strings(&["a"])));
 }
 
-// r[verify gateway.drain.routing]
+// r[verify gateway.drain.routing+2]
 /// A user whose route could not be written at login (Redis blipped) is still this replica's to
 /// delete: the map's refresher writes it later, so the drain deletes it and the drained replica
 /// is not routed to afterwards (the node keeps the drained gateway, and its map, for its report).

@@ -217,7 +217,7 @@ async fn a_subscriber_that_loses_redis_reconnects_and_local_pushes_go_on() {
 }
 
 // r[verify gateway.drain.budget]
-// r[verify gateway.drain.routing]
+// r[verify gateway.drain.routing+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_at_drain_still_closes_clients_inside_the_cap_and_reports_it() {
     let Some(redis) = services::redis() else {

@@ -310,8 +310,45 @@ pub fn rule_text(rule: &Rule) -> (String, Vec<String>) {
             _ => from = start + 1,
         }
     }
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = unversioned_references(&text.split_whitespace().collect::<Vec<_>>().join(" "));
     (text, was)
+}
+
+/// `text` with the version dropped from each rule reference in it (`r[other.rule+2]` read as
+/// `r[other.rule]`): a rule that only follows another rule's bump says nothing new.
+// i[impl spec-check.review.rules]
+fn unversioned_references(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let (before, after) = rest.split_at(open);
+        out.push_str(before);
+        let prefixed = before
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_lowercase());
+        let inner = after[1..].split_once(']').map(|(inner, _)| inner);
+        match inner.and_then(|inner| inner.rsplit_once('+').map(|(id, n)| (inner, id, n))) {
+            Some((inner, id, n))
+                if prefixed
+                    && !n.is_empty()
+                    && n.bytes().all(|b| b.is_ascii_digit())
+                    && id.contains('.')
+                    && tracey_core::parse_rule_id(id).is_some() =>
+            {
+                out.push('[');
+                out.push_str(id);
+                out.push(']');
+                rest = &after[1 + inner.len() + 1..];
+            }
+            _ => {
+                out.push('[');
+                rest = &after[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 // i[impl spec-check.review.rules]

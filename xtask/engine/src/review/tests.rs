@@ -584,3 +584,26 @@ fn where_a_moved_annotation_came_from_is_a_code_span_in_markdown() {
         "{markdown}"
     );
 }
+
+// i[verify spec-check.review.rules]
+#[test]
+fn a_reference_following_another_rules_bump_is_no_change_of_text() {
+    assert_eq!(
+        super::unversioned_references("as `r[a.b+2]` says, not r[c.d] nor x[1+2] nor [e.f+3]"),
+        "as `r[a.b]` says, not r[c.d] nor x[1+2] nor [e.f+3]"
+    );
+    let base = "# Demo\n\n> r[demo.alpha]\n> Alpha holds, as r[demo.beta] says.\n\n\
+                > r[demo.beta]\n> Beta holds.\n";
+    let head = base.replace("as r[demo.beta] says", "as r[demo.beta+2] says");
+    let (review, _) = review_of(&tree(base, LIB), &tree(&head, LIB));
+    assert!(review.problems.is_empty(), "{:?}", review.problems);
+    // A real change of words is still one.
+    let head = base.replace("Alpha holds", "Alpha always holds");
+    let (review, _) = review_of(&tree(base, LIB), &tree(&head, LIB));
+    assert_eq!(
+        kinds(&review),
+        [Kind::TextChangedWithoutBump],
+        "{:?}",
+        review.problems
+    );
+}
