@@ -1095,7 +1095,7 @@ mod tests {
     }
 
     // i[verify spec-check.review]
-    // i[verify spec-check.review.rules]
+    // i[verify spec-check.review.rules+2]
     #[test]
     fn with_git_text_changed_without_a_bump_fails_the_review() {
         let dir = two_commits(

@@ -316,7 +316,7 @@ pub fn rule_text(rule: &Rule) -> (String, Vec<String>) {
 
 /// `text` with the version dropped from each rule reference in it (`r[other.rule+2]` read as
 /// `r[other.rule]`): a rule that only follows another rule's bump says nothing new.
-// i[impl spec-check.review.rules]
+// i[impl spec-check.review.rules+2]
 fn unversioned_references(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -351,7 +351,7 @@ fn unversioned_references(text: &str) -> String {
     out
 }
 
-// i[impl spec-check.review.rules]
+// i[impl spec-check.review.rules+2]
 // i[impl spec-check.review.rename]
 fn rules_and_texts(
     review: &mut Review,

@@ -75,7 +75,7 @@ fn an_unchanged_tree_has_an_empty_review() {
     );
 }
 
-// i[verify spec-check.review.rules]
+// i[verify spec-check.review.rules+2]
 #[test]
 fn rules_added_and_removed_are_listed() {
     let head_spec =
@@ -96,7 +96,7 @@ fn rules_added_and_removed_are_listed() {
     assert!(review.passes(), "{:?}", review.problems);
 }
 
-// i[verify spec-check.review.rules]
+// i[verify spec-check.review.rules+2]
 #[test]
 fn text_changed_without_a_bump_is_a_problem_and_with_one_is_not() {
     let changed = SPEC.replace("Beta holds.", "Beta holds, always.");
@@ -320,7 +320,7 @@ fn the_review_renders_as_one_pull_request_comment_and_as_json() {
     );
 }
 
-// i[verify spec-check.review.rules]
+// i[verify spec-check.review.rules+2]
 #[test]
 fn a_lazy_continuation_line_is_part_of_the_rule_text() {
     // Markdown keeps a line without `>` in the blockquote above it (lazy continuation).
@@ -372,7 +372,7 @@ fn a_note_naming_an_id_the_head_still_has_renames_nothing() {
     assert!(review.removed.is_empty(), "{:?}", review.removed);
 }
 
-// i[verify spec-check.review.rules]
+// i[verify spec-check.review.rules+2]
 #[test]
 fn a_paragraph_rule_is_compared_by_its_paragraph() {
     let spec = format!("{SPEC}\nr[demo.delta]\nDelta holds.\n\nProse after it.\n");
@@ -525,7 +525,7 @@ fn a_moved_annotation_counts_as_a_change_of_its_side() {
     assert_eq!(review.touched[0].impl_items, ["src/beta.rs: fn beta"]);
 }
 
-// i[verify spec-check.review.rules]
+// i[verify spec-check.review.rules+2]
 #[test]
 fn a_lowered_version_is_a_problem_naming_a_version_above_both() {
     let base = SPEC.replace("r[demo.beta]", "r[demo.beta+3]");
@@ -585,7 +585,7 @@ fn where_a_moved_annotation_came_from_is_a_code_span_in_markdown() {
     );
 }
 
-// i[verify spec-check.review.rules]
+// i[verify spec-check.review.rules+2]
 #[test]
 fn a_reference_following_another_rules_bump_is_no_change_of_text() {
     assert_eq!(
