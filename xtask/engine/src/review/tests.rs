@@ -592,6 +592,22 @@ fn a_reference_following_another_rules_bump_is_no_change_of_text() {
         super::unversioned_references("as `r[a.b+2]` says, not r[c.d] nor x[1+2] nor [e.f+3]"),
         "as `r[a.b]` says, not r[c.d] nor x[1+2] nor [e.f+3]"
     );
+    // Only a lowercase prefix, a dotted id and a version of digits make a versioned reference.
+    for kept in [
+        "r[a.b+]",
+        "r[a.b+x]",
+        "r[a.b++2]",
+        "R[a.b+2]",
+        "r[ab+2]",
+        "r[a.b+2",
+        "[a.b+2]",
+    ] {
+        assert_eq!(super::unversioned_references(kept), kept);
+    }
+    assert_eq!(
+        super::unversioned_references("i[x.y+12] and r[p.q-r+3]."),
+        "i[x.y] and r[p.q-r]."
+    );
     let base = "# Demo\n\n> r[demo.alpha]\n> Alpha holds, as r[demo.beta] says.\n\n\
                 > r[demo.beta]\n> Beta holds.\n";
     let head = base.replace("as r[demo.beta] says", "as r[demo.beta+2] says");
