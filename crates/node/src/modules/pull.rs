@@ -613,19 +613,20 @@ fn describe(state: &ImageState, now: std::time::Instant) -> (&'static str, Optio
 
 #[cfg(test)]
 mod tests {
-    /// A daemon on `socket` that answers its version and nothing else usefully (500), and counts
-    /// the `/info` requests, which only image collection makes.
-    fn info_counting_daemon(
+    /// A fake daemon on `socket`: each request is answered by `answer` from its request line
+    /// (status and JSON body), and every request line is recorded, in order.
+    fn fake_daemon(
         socket: &std::path::Path,
-    ) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
-        use std::sync::atomic::Ordering;
+        answer: impl Fn(&str) -> (u16, String) + Clone + Send + 'static,
+    ) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let infos = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counting = std::sync::Arc::clone(&infos);
+        let seen_lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recording = std::sync::Arc::clone(&seen_lines);
         let listener = tokio::net::UnixListener::bind(socket).unwrap();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
-                let counting = std::sync::Arc::clone(&counting);
+                let recording = std::sync::Arc::clone(&recording);
+                let answer = answer.clone();
                 tokio::spawn(async move {
                     let mut seen = Vec::new();
                     let mut buf = [0u8; 4096];
@@ -643,14 +644,8 @@ mod tests {
                         };
                         let line = text.lines().next().unwrap_or_default().to_owned();
                         seen.drain(..end + 4);
-                        if line.contains("/info ") {
-                            counting.fetch_add(1, Ordering::SeqCst);
-                        }
-                        let (status, body) = if line.contains("/version") {
-                            (200, r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#)
-                        } else {
-                            (500, r#"{"message":"no"}"#)
-                        };
+                        recording.lock().unwrap().push(line.clone());
+                        let (status, body) = answer(&line);
                         let response = format!(
                             "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                             body.len()
@@ -662,7 +657,34 @@ mod tests {
                 });
             }
         });
-        infos
+        seen_lines
+    }
+
+    /// The daemon's answer to `/version`.
+    const VERSION: &str = r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#;
+
+    /// A daemon on `socket` that answers its version and nothing else usefully (500); the
+    /// `/info` requests among its lines are image collection's (nothing else makes them).
+    fn info_counting_daemon(
+        socket: &std::path::Path,
+    ) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+        fake_daemon(socket, |line| {
+            if line.contains("/version") {
+                (200, VERSION.to_owned())
+            } else {
+                (500, r#"{"message":"no"}"#.to_owned())
+            }
+        })
+    }
+
+    /// How many of `lines` are `/info` requests.
+    fn infos(lines: &std::sync::Mutex<Vec<String>>) -> usize {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("/info "))
+            .count()
     }
 
     // i[verify node.pull.gc]
@@ -672,10 +694,9 @@ mod tests {
     // default five minutes.
     #[tokio::test]
     async fn the_pull_gc_keys_reach_the_module_and_its_runs_have_their_own_counter() {
-        use std::sync::atomic::Ordering;
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("d.sock");
-        let infos = info_counting_daemon(&sock);
+        let lines = info_counting_daemon(&sock);
         let text = format!(
             "[node]\n[pull]\ndocker_host = \"unix://{}\"\ngc_high_percent = 90\n\
              gc_low_percent = 70\ngc_grace = \"3h\"\ngc_interval = \"1s\"\n",
@@ -716,14 +737,14 @@ mod tests {
         let started = module.start().unwrap();
         // A run at the start, then one a second: the configured interval, not the default.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while infos.load(Ordering::SeqCst) < 3 {
+        while infos(&lines) < 3 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "collection never ran thrice"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let runs = infos.load(Ordering::SeqCst);
+        let runs = infos(&lines);
         let text = node.metrics.render();
         assert!(
             text.contains(&format!(
@@ -753,58 +774,18 @@ mod tests {
         socket: &std::path::Path,
         root: &std::path::Path,
     ) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let seen_lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let recording = std::sync::Arc::clone(&seen_lines);
         let info = serde_json::json!({ "DockerRootDir": root }).to_string();
-        let listener = tokio::net::UnixListener::bind(socket).unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let recording = std::sync::Arc::clone(&recording);
-                let info = info.clone();
-                tokio::spawn(async move {
-                    let mut seen = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    loop {
-                        let Ok(n) = stream.read(&mut buf).await else {
-                            return;
-                        };
-                        if n == 0 {
-                            return;
-                        }
-                        seen.extend_from_slice(&buf[..n]);
-                        let text = String::from_utf8_lossy(&seen).into_owned();
-                        let Some(end) = text.find("\r\n\r\n") else {
-                            continue;
-                        };
-                        let line = text.lines().next().unwrap_or_default().to_owned();
-                        seen.drain(..end + 4);
-                        recording.lock().unwrap().push(line.clone());
-                        let (status, body) = if line.contains("/version") {
-                            (
-                                200,
-                                r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12"}"#.to_owned(),
-                            )
-                        } else if line.contains("/info") {
-                            (200, info.clone())
-                        } else if line.contains("/images/json") || line.contains("/containers/json")
-                        {
-                            (200, "[]".to_owned())
-                        } else {
-                            (404, r#"{"message":"No such image"}"#.to_owned())
-                        };
-                        let response = format!(
-                            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if stream.write_all(response.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
+        fake_daemon(socket, move |line| {
+            if line.contains("/version") {
+                (200, VERSION.to_owned())
+            } else if line.contains("/info") {
+                (200, info.clone())
+            } else if line.contains("/images/json") || line.contains("/containers/json") {
+                (200, "[]".to_owned())
+            } else {
+                (404, r#"{"message":"No such image"}"#.to_owned())
             }
-        });
-        seen_lines
+        })
     }
 
     // r[verify node.pull.gc-configured+2]
