@@ -325,16 +325,22 @@ impl DeployConfig {
         check_safe(&self.dir)
     }
 
+    /// The directory certificate `name`'s files are written in: its own under `dir` when the
+    /// deploy is shared (`[issuance.deploy]`), else `dir` itself (a certificate's own deploy).
+    pub fn dir_of(&self, name: &str, shared: bool) -> PathBuf {
+        if shared {
+            self.dir.join(name)
+        } else {
+            self.dir.clone()
+        }
+    }
+
     /// Where one certificate's files go, its ids resolved: `dir` as it is (`shared`: false) or
     /// `dir/NAME` (`shared`: true, the section that serves every certificate).
     pub fn target(&self, name: &str, shared: bool) -> Result<DeployTarget, DeployError> {
         let owner = self.owner.as_ref().map(uid_of).transpose()?;
         let group = self.group.as_ref().map(gid_of).transpose()?;
-        let dir = if shared {
-            self.dir.join(name)
-        } else {
-            self.dir.clone()
-        };
+        let dir = self.dir_of(name, shared);
         Ok(DeployTarget {
             base: self.dir.clone(),
             dir,

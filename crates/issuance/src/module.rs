@@ -583,14 +583,11 @@ impl IssuanceConfig {
             let (Some((deploy, shared)), Some(first)) = (&cert.deploy, cert.names.first()) else {
                 continue;
             };
-            let (key, dir) = match (*shared, cert.entry) {
-                (true, _) => ("deploy".to_owned(), deploy.dir.join(first)),
-                (false, Entry::Hostname(i)) => {
-                    (format!("hostname[{i}].deploy"), deploy.dir.clone())
-                }
-                (false, Entry::Certificate(i)) => {
-                    (format!("certificate[{i}].deploy"), deploy.dir.clone())
-                }
+            let dir = deploy.dir_of(first, *shared);
+            let key = match (*shared, cert.entry) {
+                (true, _) => "deploy".to_owned(),
+                (false, Entry::Hostname(i)) => format!("hostname[{i}].deploy"),
+                (false, Entry::Certificate(i)) => format!("certificate[{i}].deploy"),
             };
             let entry = match cert.entry {
                 Entry::Hostname(i) => format!("hostname[{i}] ({first})"),

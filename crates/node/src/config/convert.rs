@@ -124,13 +124,9 @@ impl Config {
             .into_iter()
             .filter_map(|c| {
                 let name = c.names.first()?.clone();
-                let dir = c.deploy.map(|(deploy, shared)| {
-                    if shared {
-                        deploy.dir.join(&name)
-                    } else {
-                        deploy.dir
-                    }
-                });
+                let dir = c
+                    .deploy
+                    .map(|(deploy, shared)| deploy.dir_of(&name, shared));
                 Some((name, dir))
             })
             .collect()
