@@ -213,7 +213,6 @@ impl Config {
     // i[impl node.workloads.config]
     // i[impl node.workloads.shape]
     // r[impl workload.depends-on]
-    // i[impl node.workloads.certificates]
     /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
     /// asks of the rest.
     fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
@@ -245,39 +244,7 @@ impl Config {
                     "must not be empty".into(),
                 ));
             }
-            if let Some(certs) = &w.certificates {
-                let dirs = self.certificate_dirs();
-                let key = format!("workload[{i}].certificates");
-                for name in certs.get_ref() {
-                    match dirs.get(name) {
-                        None => {
-                            return Err(loc.at(
-                                Some(certs.span()),
-                                &key,
-                                format!(
-                                    "{name:?} is no certificate of [issuance] (a hostname's \
-                                     name or a certificate's first name)"
-                                ),
-                            ));
-                        }
-                        Some(None) => {
-                            return Err(loc.at(
-                                Some(certs.span()),
-                                &key,
-                                format!(
-                                    "certificate {name:?} has no deploy: a workload mounts its \
-                                     deployed files, whose owner and mode the deploy sets (give \
-                                     it a `deploy`, or set [issuance.deploy])"
-                                ),
-                            ));
-                        }
-                        Some(Some(_)) => {}
-                    }
-                }
-                if let Some(problem) = self.unreadable_key(w, certs.get_ref()) {
-                    return Err(loc.at(Some(certs.span()), &key, problem));
-                }
-            }
+            self.validate_workload_certificates(loc, i, w)?;
             // holdfast-workload owns what a workload may be; its error names the field.
             let check = || {
                 let mut config = w.shaped_config();
@@ -308,6 +275,52 @@ impl Config {
                 .unwrap_or(0);
             let span = self.workloads.get(i).map(|w| w.span_of("depends_on"));
             return Err(loc.at(span, &format!("workload[{i}].depends_on"), e.message));
+        }
+        Ok(())
+    }
+
+    // i[impl node.workloads.certificates]
+    /// A workload's `certificates` name certificates of `[issuance]` that are deployed and
+    /// whose key its user can read.
+    fn validate_workload_certificates(
+        &self,
+        loc: &Locator<'_>,
+        i: usize,
+        w: &Workload,
+    ) -> Result<(), ConfigError> {
+        let Some(certs) = &w.certificates else {
+            return Ok(());
+        };
+        let dirs = self.certificate_dirs();
+        let key = format!("workload[{i}].certificates");
+        for name in certs.get_ref() {
+            match dirs.get(name) {
+                None => {
+                    return Err(loc.at(
+                        Some(certs.span()),
+                        &key,
+                        format!(
+                            "{name:?} is no certificate of [issuance] (a hostname's \
+                             name or a certificate's first name)"
+                        ),
+                    ));
+                }
+                Some(None) => {
+                    return Err(loc.at(
+                        Some(certs.span()),
+                        &key,
+                        format!(
+                            "certificate {name:?} has no deploy: a workload mounts its \
+                             deployed files, whose owner and mode the deploy sets (give \
+                             it a `deploy`, or set [issuance.deploy])"
+                        ),
+                    ));
+                }
+                Some(Some(_)) => {}
+            }
+        }
+        if let Some(problem) = self.unreadable_key(w, certs.get_ref()) {
+            return Err(loc.at(Some(certs.span()), &key, problem));
         }
         Ok(())
     }
