@@ -212,7 +212,6 @@ impl Config {
     // i[impl node.config.validate]
     // i[impl node.workloads.config]
     // i[impl node.workloads.shape]
-    // r[impl workload.depends-on]
     /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
     /// asks of the rest.
     fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
@@ -260,7 +259,14 @@ impl Config {
                 ));
             }
         }
-        // Across entries: dependencies name configured workloads, and form no cycle.
+        self.validate_workload_dependencies(loc)
+    }
+
+    // i[impl node.workloads.shape]
+    // r[impl workload.depends-on]
+    /// Across entries: dependencies name configured workloads and form no cycle; the error is
+    /// placed at the `depends_on` of the workload it names.
+    fn validate_workload_dependencies(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
         let configs: Vec<_> = self.workloads.iter().map(Workload::shaped_config).collect();
         if let Err(e) = holdfast_workload::config::validate_dependencies(&configs) {
             let name = e
