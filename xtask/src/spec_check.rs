@@ -142,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// `spec-check --export FILE`: every rule of the tree at `root`, traced (by `results` when
 /// given), written to `file` as JSON.
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 fn write_export(
     root: &Path,
     file: &Path,
@@ -620,7 +620,7 @@ mod at_rev {
 /// there, else relative to the root.
 /// Where `--export` or `--sarif` writes: a relative path is taken from the workspace root, as a
 /// `--results` file not found under the working directory is.
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 // i[impl spec-check.sarif]
 fn output_path(root: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
@@ -1340,7 +1340,7 @@ mod tests {
         assert!(!err.contains("no such commit"), "{err}");
     }
 
-    // i[verify spec-check.export]
+    // i[verify spec-check.export+2]
     #[test]
     fn export_writes_every_rule_and_a_broken_tree_is_a_usage_error() {
         let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
@@ -1349,7 +1349,7 @@ mod tests {
         write_export(&root, &out, &[], None).expect("written");
         let export: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).expect("the file")).expect("JSON");
-        assert_eq!(export["schema"], 1);
+        assert_eq!(export["schema"], spec_engine::export::SCHEMA);
         let markers: Vec<&str> = export["rules"]
             .as_array()
             .expect("rules")
@@ -1479,7 +1479,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.export]
+    // i[verify spec-check.export+2]
     // i[verify spec-check.sarif]
     #[test]
     fn output_files_resolve_from_the_root_like_the_results() {

@@ -14,7 +14,7 @@ use crate::trace::Everything;
 use crate::trace::rule_report::RuleReport;
 
 /// The version of the export's schema, written as `"schema"`.
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 2;
 
 /// The whole export.
 #[derive(Debug, Serialize)]
@@ -116,6 +116,11 @@ pub struct Proof {
     pub commit: Option<String>,
     /// When, when recorded.
     pub date: Option<String>,
+    /// `TEXT/IMPL/VERIFY` hashes of what the proof judged; `None` when recorded before
+    /// fingerprints.
+    pub fingerprint: Option<String>,
+    /// `proof stale: … changed since …` when the fingerprint no longer matches the tree.
+    pub stale: Option<String>,
 }
 
 /// A finding a rule closes.
@@ -128,7 +133,7 @@ pub struct Closes {
 }
 
 /// The export of a traced tree (`trace::everything` over `source`).
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 pub fn export(source: &dyn Source, everything: &Everything) -> Export {
     let rules = everything
         .tree
@@ -145,14 +150,14 @@ pub fn export(source: &dyn Source, everything: &Everything) -> Export {
 }
 
 /// The export as pretty JSON, ending with a newline.
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 pub fn render(export: &Export) -> String {
     let mut text = serde_json::to_string_pretty(export).unwrap_or_default();
     text.push('\n');
     text
 }
 
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 fn one(source: &dyn Source, everything: &Everything, rule: &SpecRule, report: &RuleReport) -> Rule {
     let spec = everything
         .tree
@@ -164,18 +169,24 @@ fn one(source: &dyn Source, everything: &Everything, rule: &SpecRule, report: &R
                 .any(|c| c.rule.file == rule.file && c.rule.line == rule.line)
         })
         .map(|a| a.spec.clone());
-    let proof = crate::model::proof::recorded(source, &rule.id).map(|p| Proof {
-        proven: p.proven(),
-        caught: p.caught,
-        missed: p.missed,
-        unviable: p.unviable,
-        timeout: p.timeout,
-        survivors: p.survivors,
-        justified: p.justified,
-        not_provable: p.not_provable,
-        commit: p.commit,
-        date: p.date,
-    });
+    let proof =
+        crate::spec_check::fingerprint::recorded(source, &everything.tree, rule).map(|p| Proof {
+            proven: p.proven(),
+            caught: p.caught,
+            missed: p.missed,
+            unviable: p.unviable,
+            timeout: p.timeout,
+            survivors: p.survivors,
+            justified: p.justified,
+            not_provable: p.not_provable,
+            commit: p.commit,
+            date: p.date,
+            fingerprint: p
+                .fingerprint
+                .as_ref()
+                .map(crate::model::proof::Fingerprint::render),
+            stale: p.stale,
+        });
     Rule {
         id: rule.id.base.clone(),
         marker: rule.marker(),
@@ -236,7 +247,7 @@ fn location(at: &str) -> Location {
 
 /// The `level=` attribute of the rule's marker, as marq names it (`must`, `should`, `may`; its
 /// synonyms `shall`, `recommended`… normalised).
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 pub fn level(source: &dyn Source, rule: &SpecRule) -> Option<String> {
     let text = source.read(&source.root().join(&rule.file)).ok()?;
     let line = text.lines().nth(rule.line.checked_sub(1)?)?;

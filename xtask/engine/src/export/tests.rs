@@ -25,7 +25,7 @@ fn fixture() -> Memory {
         ),
         (
             "docs/audit/proof.md",
-            "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 1 | 0 | - | abc1234 | 2026-12-01 |\n",
+            "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date | fingerprint |\n|---|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 1 | 0 | - | abc1234 | 2026-12-01 | 000000000000/000000000000/000000000000 |\n",
         ),
     ])
 }
@@ -47,12 +47,13 @@ fn violations(export: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
+// i[verify prove.fingerprint]
 #[test]
 fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     let export = export_of(&fixture());
     assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
-    assert_eq!(export["schema"], 1);
+    assert_eq!(export["schema"], super::SCHEMA);
     assert_eq!(export["results"], serde_json::Value::Null);
     let alpha = &export["rules"][0];
     assert_eq!(alpha["id"], "demo.alpha");
@@ -82,6 +83,15 @@ fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     );
     assert_eq!(alpha["proof"]["caught"], 3);
     assert_eq!(alpha["proof"]["commit"], "abc1234");
+    // Its fingerprint is none of the tree's: every part changed since.
+    assert_eq!(
+        alpha["proof"]["fingerprint"],
+        "000000000000/000000000000/000000000000"
+    );
+    assert_eq!(
+        alpha["proof"]["stale"],
+        "proof stale: text, impl and tests changed since abc1234"
+    );
     assert_eq!(alpha["verdict"], "verified");
     let beta = &export["rules"][1];
     assert_eq!(
@@ -93,17 +103,17 @@ fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     assert_eq!(beta["verdict"], "not verified");
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn the_schema_rejects_an_export_of_another_shape() {
     let mut export = export_of(&fixture());
-    export["schema"] = serde_json::json!(2);
+    export["schema"] = serde_json::json!(super::SCHEMA + 1);
     export["rules"][0]["level"] = serde_json::json!("urgent");
     let found = violations(&export);
     assert_eq!(found.len(), 2, "{found:?}");
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn this_workspaces_export_matches_the_schema() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -112,13 +122,13 @@ fn this_workspaces_export_matches_the_schema() {
     let rules = export["rules"].as_array().expect("rules");
     assert!(rules.len() > 100, "{}", rules.len());
     assert!(
-        rules.iter().any(|r| r["marker"] == "i[spec-check.export]"
+        rules.iter().any(|r| r["marker"] == "i[spec-check.export+2]"
             && r["impls"].as_array().is_some_and(|i| !i.is_empty())),
         "the export names its own rule"
     );
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn a_test_backed_export_gives_each_verifying_test_its_result() {
     // alpha verified by a unit test that passed, beta by an integration test that failed.
@@ -171,7 +181,7 @@ fn a_test_backed_export_gives_each_verifying_test_its_result() {
     assert_ne!(export["rules"][1]["verdict"], "verified", "{export:#}");
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn the_schema_constrains_locations_and_results() {
     let mut export = export_of(&fixture());
@@ -194,7 +204,7 @@ fn the_schema_constrains_locations_and_results() {
     }
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn the_schema_file_is_pinned_to_its_schema_version() {
     use sha2::Digest as _;
@@ -205,8 +215,8 @@ fn the_schema_file_is_pinned_to_its_schema_version() {
     assert_eq!(
         (super::SCHEMA, hex.as_str()),
         (
-            1,
-            "5113502ad470696efd367da65fade6222a10dee33c15cb8250e370b42a96b092"
+            2,
+            "bab9ea698fd14c0f935e58ea11f3ff41f9dc3f9b373c2017d1bba86569ad2fff"
         ),
         "docs/audit/spec-export.schema.json changed"
     );

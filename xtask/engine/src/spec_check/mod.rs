@@ -24,13 +24,16 @@ pub mod config;
 pub mod coverage;
 pub mod crate_layout;
 mod findings_gate;
+pub mod fingerprint;
 pub mod foreign;
 pub mod freshness;
+pub mod items;
 pub mod junit;
 pub mod parity;
 mod pool;
 pub mod problem;
 pub mod report;
+pub mod rule_text;
 pub mod rules;
 pub mod rust_layout;
 pub mod skips;
@@ -149,10 +152,14 @@ pub fn check_read(
     }
 
     // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
+    // Each is read against its fingerprint: a stale one is named, an unfingerprinted one counted.
     let proofs: Vec<(String, crate::model::proof::Proof)> = rules
         .iter()
-        .filter_map(|r| crate::model::proof::recorded(source, &r.id).map(|p| (r.marker(), p)))
+        .filter_map(|r| fingerprint::recorded(source, tree, r).map(|p| (r.marker(), p)))
         .collect();
+    if !proofs.is_empty() {
+        notes.extend(fingerprint::notes(&proofs));
+    }
     if !proofs.is_empty() {
         let survivors: Vec<&str> = proofs
             .iter()
