@@ -14,7 +14,7 @@ use crate::trace::Everything;
 use crate::trace::rule_report::RuleReport;
 
 /// The version of the export's schema, written as `"schema"`.
-pub const SCHEMA: u32 = 2;
+pub const SCHEMA: u32 = 3;
 
 /// The whole export.
 #[derive(Debug, Serialize)]
@@ -25,6 +25,8 @@ pub struct Export {
     pub results: Option<String>,
     /// Every rule, in spec order.
     pub rules: Vec<Rule>,
+    /// The spec debt: code no rule names, largest first ([`crate::spec_report::debt`]).
+    pub debt: Vec<crate::spec_report::debt::Debt>,
 }
 
 /// One rule and its evidence.
@@ -146,6 +148,7 @@ pub fn export(source: &dyn Source, everything: &Everything) -> Export {
         schema: SCHEMA,
         results: everything.results.clone(),
         rules,
+        debt: crate::spec_report::debt::debt(source, &everything.tree),
     }
 }
 

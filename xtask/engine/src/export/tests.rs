@@ -204,6 +204,37 @@ fn the_schema_constrains_locations_and_results() {
     }
 }
 
+/// The spec debt is exported beside the rules, largest first, in the schema's shape.
+// i[verify spec-check.export+2]
+// i[verify spec-report.debt]
+#[test]
+fn the_spec_debt_is_exported_largest_first() {
+    let mut tree = fixture();
+    assert_eq!(export_of(&tree)["debt"], serde_json::json!([]));
+    let long: String = (0..crate::spec_report::debt::LONG_FN)
+        .map(|i| format!("    let _x{i} = {i};\n"))
+        .collect();
+    tree.insert(
+        "src/extra.rs",
+        format!("pub struct Loose;\n\nfn long() {{\n{long}}}\n"),
+    );
+    let export = export_of(&tree);
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    let debt: Vec<(&str, u64, &str)> = export["debt"]
+        .as_array()
+        .expect("debt")
+        .iter()
+        .filter_map(|d| Some((d["item"].as_str()?, d["size"].as_u64()?, d["why"].as_str()?)))
+        .collect();
+    let size = u64::try_from(crate::spec_report::debt::LONG_FN).expect("small") + 2;
+    assert_eq!(
+        debt,
+        [("fn long", size, "long-fn"), ("struct Loose", 1, "public")]
+    );
+    assert_eq!(export["debt"][0]["file"], "src/extra.rs");
+    assert_eq!(export["debt"][0]["line"], 3);
+}
+
 // i[verify spec-check.export+2]
 #[test]
 fn the_schema_file_is_pinned_to_its_schema_version() {
@@ -215,8 +246,8 @@ fn the_schema_file_is_pinned_to_its_schema_version() {
     assert_eq!(
         (super::SCHEMA, hex.as_str()),
         (
-            2,
-            "bab9ea698fd14c0f935e58ea11f3ff41f9dc3f9b373c2017d1bba86569ad2fff"
+            3,
+            "ec7fadde38250b33cad87a349ed8336eb07c72756049c4b1fe91dec245c8b057"
         ),
         "docs/audit/spec-export.schema.json changed"
     );
