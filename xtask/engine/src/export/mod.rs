@@ -14,7 +14,7 @@ use crate::trace::Everything;
 use crate::trace::rule_report::RuleReport;
 
 /// The version of the export's schema, written as `"schema"`.
-pub const SCHEMA: u32 = 3;
+pub const SCHEMA: u32 = 4;
 
 /// The whole export.
 #[derive(Debug, Serialize)]
@@ -40,8 +40,11 @@ pub struct Rule {
     pub prefix: String,
     /// The version (1 when the marker has none).
     pub version: u32,
-    /// The level the marker gives (`level=must|should|may`), `None` when it gives none.
+    /// The level the marker gives (`level=must|should|may`, or `tags=informative`), `None` when
+    /// it gives none.
     pub level: Option<String>,
+    /// What the gate demands of the rule at its level (none given: MUST's).
+    pub demands: crate::spec_check::levels::Demands,
     /// The spec that defines it.
     pub spec: Option<String>,
     /// Where it is defined.
@@ -195,7 +198,8 @@ fn one(source: &dyn Source, everything: &Everything, rule: &SpecRule, report: &R
         marker: rule.marker(),
         prefix: rule.prefix.clone(),
         version: rule.id.version,
-        level: level(source, rule),
+        level: level(rule),
+        demands: crate::spec_check::levels::Level::of(rule).demands(),
         spec,
         defined: Location {
             file: rule.file.clone(),
@@ -248,19 +252,15 @@ fn location(at: &str) -> Location {
     }
 }
 
-/// The `level=` attribute of the rule's marker, as marq names it (`must`, `should`, `may`; its
-/// synonyms `shall`, `recommended`… normalised).
+/// The level the rule's marker gives, as marq parsed it (`must`, `should`, `may`; its synonyms
+/// `shall`, `recommended`… normalised), or `informative` (`tags=informative`); `None` when it
+/// gives none (the gate then reads it as MUST).
 // i[impl spec-check.export+2]
-pub fn level(source: &dyn Source, rule: &SpecRule) -> Option<String> {
-    let text = source.read(&source.root().join(&rule.file)).ok()?;
-    let line = text.lines().nth(rule.line.checked_sub(1)?)?;
-    let opening = format!("{}[", rule.prefix);
-    let inner = line.split_once(&opening)?.1.split_once(']')?.0;
-    inner
-        .split_whitespace()
-        .filter_map(|attr| attr.strip_prefix("level="))
-        .find_map(marq::ReqLevel::parse)
-        .map(|level| level.as_str().to_owned())
+// i[impl spec-check.levels]
+pub fn level(rule: &SpecRule) -> Option<String> {
+    let level = crate::spec_check::levels::Level::of(rule);
+    (level == crate::spec_check::levels::Level::Informative || rule.metadata.level.is_some())
+        .then(|| level.name().to_owned())
 }
 
 #[cfg(test)]

@@ -60,6 +60,10 @@ fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     assert_eq!(alpha["marker"], "r[demo.alpha]");
     assert_eq!(alpha["version"], 1);
     assert_eq!(alpha["level"], "must");
+    assert_eq!(
+        alpha["demands"],
+        serde_json::json!({"implemented": true, "verified": true, "tested": true, "proven": true})
+    );
     assert_eq!(alpha["spec"], "demo");
     assert_eq!(alpha["text"], "Alpha holds, always.");
     assert_eq!(
@@ -204,6 +208,28 @@ fn the_schema_constrains_locations_and_results() {
     }
 }
 
+/// An informative rule's level and demands are exported, and a MAY rule's.
+// i[verify spec-check.export+2]
+// i[verify spec-check.levels]
+#[test]
+fn each_rules_level_and_demands_are_exported() {
+    let mut tree = fixture();
+    tree.insert(
+        "docs/spec.md",
+        "# Demo\n\n> r[demo.alpha tags=informative]\n> Alpha explains.\n\n> r[demo.beta+2 level=optional]\n> Beta holds.\n",
+    );
+    let export = export_of(&tree);
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    let none = serde_json::json!({"implemented": false, "verified": false, "tested": false, "proven": false});
+    assert_eq!(export["rules"][0]["level"], "informative");
+    assert_eq!(export["rules"][0]["demands"], none);
+    assert_eq!(export["rules"][1]["level"], "may");
+    assert_eq!(
+        export["rules"][1]["demands"],
+        serde_json::json!({"implemented": true, "verified": false, "tested": false, "proven": false})
+    );
+}
+
 /// The spec debt is exported beside the rules, largest first, in the schema's shape.
 // i[verify spec-check.export+2]
 // i[verify spec-report.debt]
@@ -246,8 +272,8 @@ fn the_schema_file_is_pinned_to_its_schema_version() {
     assert_eq!(
         (super::SCHEMA, hex.as_str()),
         (
-            3,
-            "ec7fadde38250b33cad87a349ed8336eb07c72756049c4b1fe91dec245c8b057"
+            4,
+            "cb486c0343a2dfc2f81d2345d0c08362651758c833ec3c1d05d70747093f1bce"
         ),
         "docs/audit/spec-export.schema.json changed"
     );

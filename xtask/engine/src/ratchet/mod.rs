@@ -467,6 +467,7 @@ fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Pro
 /// waiver covers that; a rule since removed is skipped, a rule added is not judged.
 // i[impl spec-check.ratchet]
 // i[impl spec-check.waivers]
+// i[impl spec-check.levels]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
     let mut problems = waivers.problems.clone();
@@ -525,7 +526,11 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 };
                 let current = rule.marker();
                 recorded.insert(current.clone());
-                if has[index] || waivers.covers(&current, what) {
+                // Neither a waived loss nor one of what the rule's level does not demand.
+                let demanded = crate::spec_check::levels::Level::of(rule)
+                    .demands()
+                    .of(what.word());
+                if has[index] || waivers.covers(&current, what) || !demanded {
                     continue;
                 }
                 let renamed = if current == *marker {

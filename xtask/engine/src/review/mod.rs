@@ -585,6 +585,7 @@ fn proven_now(source: &dyn Tree, id: &RuleId) -> bool {
 }
 
 // i[impl spec-check.review.coverage]
+// i[impl spec-check.levels]
 fn coverage(
     review: &mut Review,
     base: Side<'_>,
@@ -622,11 +623,13 @@ fn coverage(
             let was_marker = base_rules
                 .get(old_key)
                 .map_or_else(|| marker.clone(), |r| r.rule.marker());
+            // Only the loss of what the rule's level demands is a problem.
+            let demands = crate::spec_check::levels::Level::of(rule.rule).demands();
             // Each loss with its reason, when the change itself explains it.
             let lost: Vec<String> = ["implemented", "verified", "proven"]
                 .into_iter()
                 .enumerate()
-                .filter(|&(index, _)| old[index] && !flags[index])
+                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
                 .map(|(index, what)| match index {
                     0 if flags[3] => format!(
                         "{what} (an annotation of it names an older version: make it {marker})"
@@ -646,7 +649,7 @@ fn coverage(
             let lost_measures: Vec<&'static str> = ["implemented", "verified", "proven"]
                 .into_iter()
                 .enumerate()
-                .filter(|&(index, _)| old[index] && !flags[index])
+                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
                 .map(|(_, what)| what)
                 .collect();
             review.problems.push(Problem {

@@ -29,6 +29,7 @@ pub mod foreign;
 pub mod freshness;
 pub mod items;
 pub mod junit;
+pub mod levels;
 pub mod parity;
 mod pool;
 pub mod problem;
