@@ -562,7 +562,19 @@ fn a_measure_the_level_does_not_demand_is_not_judged() {
     };
     let must = judge(SPEC);
     assert_eq!(failing(&must), ["r[demo.beta+2]"]);
-    let beta_should = judge(&SPEC.replace("> r[demo.beta+2]", "> r[demo.beta+2 level=should]"));
+    let should_spec = SPEC.replace("> r[demo.beta+2]", "> r[demo.beta+2 level=should]");
+    let beta_should = judge(&should_spec);
     assert_eq!(failing(&beta_should), Vec::<String>::new());
     assert_eq!(beta_should.specs[0].tested, must.specs[0].tested);
+    // Its failed test is still no test that passed: the baseline does not record it as tested.
+    let (source, _) = test_backed(&[("docs/spec.md", &should_spec)]);
+    let read = spec_check::read(&source);
+    let (_, tree) = read.as_ref().expect("read");
+    let text = super::baseline(&source, tree, &beta_should);
+    let rows: std::collections::BTreeMap<String, super::Row> = toml::from_str(&text).expect("TOML");
+    assert_eq!(
+        rows["demo"].tested,
+        Some(vec!["r[demo.alpha]".to_owned()]),
+        "{text}"
+    );
 }

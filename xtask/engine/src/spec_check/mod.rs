@@ -122,6 +122,7 @@ pub fn check_read(
                 problems: vec![problem.clone()],
                 notes,
                 planned: Vec::new(),
+                untested: Vec::new(),
             });
         }
     };
@@ -235,6 +236,11 @@ pub fn check_read(
         problems,
         notes,
         planned: findings.planned,
+        untested: judged
+            .iter()
+            .flatten()
+            .flat_map(|j| j.untested.iter().cloned())
+            .collect(),
     })
 }
 

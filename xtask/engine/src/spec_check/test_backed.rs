@@ -148,8 +148,10 @@ pub struct Judged {
     pub judged: usize,
     /// Of those, rules with a verifying test that passed.
     pub tested: usize,
-    /// One problem per judged rule none of whose tests passed.
+    /// One problem per judged rule none of whose tests passed, when its level demands a test.
     pub problems: Vec<Problem>,
+    /// The markers of the judged rules none of whose tests passed, whatever their level.
+    pub untested: Vec<String>,
 }
 
 /// Re-judges `analysis`'s rules against the run: how many have a passing test, and a problem for
@@ -166,6 +168,7 @@ pub fn apply(
 ) -> Judged {
     let mut tested = 0;
     let mut judged = 0;
+    let mut untested = Vec::new();
     let mut problems = Vec::new();
     for coverage in &analysis.rules {
         if coverage.verify_sites.is_empty() {
@@ -194,6 +197,7 @@ pub fn apply(
             continue;
         }
         let rule = &coverage.rule;
+        untested.push(rule.marker());
         // Counted either way; a problem only when the rule's level demands a passing test.
         if !super::levels::Level::of(rule).demands().tested {
             continue;
@@ -226,6 +230,7 @@ pub fn apply(
         );
     }
     Judged {
+        untested,
         judged,
         tested,
         problems,
