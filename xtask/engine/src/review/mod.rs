@@ -20,7 +20,6 @@ mod render;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use tracey_core::RuleId;
 
 use crate::model::tree::Tree;
 use crate::spec_check::Tree as ReadTree;
@@ -535,34 +534,34 @@ type Flags = BTreeMap<String, [bool; 4]>;
 
 fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
     let mut rows = BTreeMap::new();
-    for analysis in side.tree.analyses() {
-        let mut flags = Flags::new();
-        let mut proven = 0;
-        for coverage in &analysis.rules {
-            let stale = coverage
-                .impl_sites
-                .iter()
-                .chain(&coverage.verify_sites)
-                .any(|s| s.stale);
-            let is_proven = proven_now(side.source, &coverage.rule.id);
-            proven += usize::from(is_proven);
-            flags.insert(
-                key(&coverage.rule.prefix, &coverage.rule.id.base),
-                [
-                    !stale && !coverage.impl_sites.is_empty(),
-                    !coverage.verify_sites.is_empty(),
-                    is_proven,
-                    stale,
-                ],
-            );
-        }
+    for row in crate::spec_check::measures::rows(side.source, side.tree, side.outcome) {
+        let flags: Flags = row
+            .rules
+            .iter()
+            .map(|(coverage, has)| {
+                (
+                    key(&coverage.rule.prefix, &coverage.rule.id.base),
+                    [has.implemented, has.verified, has.proven, has.stale],
+                )
+            })
+            .collect();
+        let proven = row.rules.iter().filter(|(_, has)| has.proven).count();
         // The gate's row (with its test-backed count) when the outcome has it.
         let summary = side
             .outcome
             .specs
             .iter()
-            .find(|s| s.name == analysis.summary.name)
-            .unwrap_or(&analysis.summary);
+            .find(|s| s.name == row.name)
+            .or_else(|| {
+                side.tree
+                    .analyses()
+                    .iter()
+                    .map(|a| &a.summary)
+                    .find(|s| s.name == row.name)
+            });
+        let Some(summary) = summary else {
+            continue;
+        };
         let counts = Counts {
             total: summary.total,
             implemented: summary.implemented,
@@ -570,18 +569,9 @@ fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
             tested: summary.tested,
             proven,
         };
-        rows.insert(analysis.summary.name.clone(), (counts, flags));
+        rows.insert(row.name, (counts, flags));
     }
     rows
-}
-
-/// Whether the checked-in proof summary records a proof of `id` that holds. Only the summary
-/// counts, on both sides: a proof run left in the work tree's `target/prove/` is not part of the
-/// change, and the base has none.
-fn proven_now(source: &dyn Tree, id: &RuleId) -> bool {
-    crate::model::proof_summary::by_id(source)
-        .get(&id.to_string())
-        .is_some_and(crate::model::proof::Proof::proven)
 }
 
 // i[impl spec-check.review.coverage]

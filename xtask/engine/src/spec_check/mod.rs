@@ -30,6 +30,7 @@ pub mod freshness;
 pub mod items;
 pub mod junit;
 pub mod levels;
+pub mod measures;
 pub mod parity;
 mod pool;
 pub mod problem;
