@@ -18,6 +18,11 @@
 //!    its tests ran and passed; a `verify` in a Python, Go or script test file is looked up among
 //!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]).
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
+//!
+//! Beside the pipeline: [`levels`] (what the gate demands of a rule at its level), [`measures`]
+//! (each rule's implemented, verified, tested and proven flags, for the review and the ratchet),
+//! [`items`] and [`rule_text`] (an annotation's item and a rule's text, normalised as the review
+//! compares them) and [`fingerprint`] (recorded proofs judged stale by those hashes).
 
 mod block_on;
 pub mod config;
