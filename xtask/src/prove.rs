@@ -15,6 +15,10 @@ pub struct Args {
     /// Only the rules whose implementing items changed since this git revision.
     #[arg(long, value_name = "REV", conflicts_with = "rules")]
     changed_since: Option<String>,
+    /// Only the rules whose recorded proof is stale: its fingerprint (the rule's text, its
+    /// implementing and its verifying items, normalised) no longer matches the tree.
+    #[arg(long, conflicts_with_all = ["rules", "changed_since"])]
+    stale: bool,
     /// Root of the tree (default: the cargo workspace above the current directory).
     #[arg(long, value_name = "DIR")]
     root: Option<std::path::PathBuf>,
@@ -30,7 +34,7 @@ pub struct Args {
     summary: bool,
     /// CI's run: the rules touched since `HOLDFAST_PROVE_BASE`, else since HEAD's first parent,
     /// with caps of 40 mutants and 240 s unless `--max-mutants`/`--budget` say otherwise.
-    #[arg(long, conflicts_with_all = ["rules", "package", "changed_since", "summary"])]
+    #[arg(long, conflicts_with_all = ["rules", "package", "changed_since", "stale", "summary"])]
     ci: bool,
     /// Start no rule whose mutants would take the run past this many mutants.
     #[arg(long, value_name = "N")]
@@ -47,6 +51,7 @@ impl From<Args> for spec_prove::Options {
             rules: args.rules,
             package: args.package,
             changed_since: args.changed_since,
+            stale: args.stale,
             root: args.root,
             list: args.list,
             timeout: args.timeout,

@@ -85,14 +85,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let skips = args.skips.as_deref().map(|p| root_relative(&root, p));
     let export = args.export.as_deref().map(|p| output_path(&root, p));
     let sarif = args.sarif.as_deref().map(|p| output_path(&root, p));
-    if let Some(file) = &export
-        && let Err(error) = write_export(&root, file, &results, skips.as_deref())
-    {
+    let export_failed = |file: &Path, error: String| {
         eprintln!("error: spec-check: --export {}: {error}", file.display());
         eprintln!("error: spec-check: nothing was judged (exit 2)");
-        return Ok(ExitCode::from(USAGE_ERROR));
-    }
+        Ok(ExitCode::from(USAGE_ERROR))
+    };
     if let Some(base) = &args.base {
+        // The review reads the work tree itself; the export reads it beside.
+        if let Some(file) = &export
+            && let Err(error) = write_export(
+                &spec_engine::Disk::new(&root),
+                read(&spec_engine::Disk::new(&root)),
+                file,
+                &results,
+                skips.as_deref(),
+            )
+        {
+            return export_failed(file, error);
+        }
         return review_run_to(
             &root,
             base,
@@ -106,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
         );
     }
+    // Read once: the gate and the ratchet borrow the tree, then the export's trace keeps it.
     let disk = spec_engine::Disk::new(&root);
     let read_now = read(&disk);
     match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
@@ -115,6 +126,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             {
                 eprintln!("error: spec-check: --update-baseline: {error}");
                 return Ok(ExitCode::from(USAGE_ERROR));
+            }
+            if let Some(file) = &export
+                && let Err(error) = write_export(&disk, read_now, file, &results, skips.as_deref())
+            {
+                return export_failed(file, error);
             }
             crate::output::print(&report::render(&outcome, format));
             if let Some(file) = &sarif
@@ -142,19 +158,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// `spec-check --export FILE`: every rule of the tree at `root`, traced (by `results` when
 /// given), written to `file` as JSON.
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 fn write_export(
-    root: &Path,
+    disk: &spec_engine::Disk,
+    read: Result<
+        (
+            spec_engine::spec_check::config::Loaded,
+            spec_engine::spec_check::Tree,
+        ),
+        spec_engine::spec_check::problem::Problem,
+    >,
     file: &Path,
     results: &[&Path],
     skips: Option<&Path>,
 ) -> Result<(), String> {
-    let disk = spec_engine::Disk::new(root);
-    let read = spec_engine::spec_check::read(&disk);
-    let everything =
-        spec_engine::trace::everything(&disk, read, results, skips, results.is_empty())
-            .map_err(|err| err.to_string())?;
-    let export = spec_engine::export::export(&disk, &everything);
+    let everything = spec_engine::trace::everything(disk, read, results, skips, results.is_empty())
+        .map_err(|err| err.to_string())?;
+    let export = spec_engine::export::export(disk, &everything);
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
     }
@@ -620,7 +640,7 @@ mod at_rev {
 /// there, else relative to the root.
 /// Where `--export` or `--sarif` writes: a relative path is taken from the workspace root, as a
 /// `--results` file not found under the working directory is.
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 // i[impl spec-check.sarif]
 fn output_path(root: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
@@ -1340,16 +1360,17 @@ mod tests {
         assert!(!err.contains("no such commit"), "{err}");
     }
 
-    // i[verify spec-check.export]
+    // i[verify spec-check.export+2]
     #[test]
     fn export_writes_every_rule_and_a_broken_tree_is_a_usage_error() {
         let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
         let root = dir.path().canonicalize().expect("root");
         let out = root.join("target/export/spec.json");
-        write_export(&root, &out, &[], None).expect("written");
+        let disk = spec_engine::Disk::new(&root);
+        write_export(&disk, read(&disk), &out, &[], None).expect("written");
         let export: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).expect("the file")).expect("JSON");
-        assert_eq!(export["schema"], 1);
+        assert_eq!(export["schema"], spec_engine::export::SCHEMA);
         let markers: Vec<&str> = export["rules"]
             .as_array()
             .expect("rules")
@@ -1360,7 +1381,7 @@ mod tests {
         // A spec the trace cannot read writes nothing.
         std::fs::write(root.join(".config/tracey/config.styx"), "specs (").expect("write");
         let broken = root.join("broken.json");
-        assert!(write_export(&root, &broken, &[], None).is_err());
+        assert!(write_export(&disk, read(&disk), &broken, &[], None).is_err());
         assert!(!broken.exists());
     }
 
@@ -1479,7 +1500,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.export]
+    // i[verify spec-check.export+2]
     // i[verify spec-check.sarif]
     #[test]
     fn output_files_resolve_from_the_root_like_the_results() {

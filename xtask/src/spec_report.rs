@@ -95,9 +95,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)?;
     }
     let base = link_base(&root, &out);
-    let page = html::page(&outcome, &everything, &crates, &base);
+    let debt = spec_engine::spec_report::debt::debt(&disk, &everything.tree);
+    let page = html::page(&outcome, &everything, &crates, &debt, &base);
     std::fs::write(&out, page)?;
     crate::output::print(&format!("spec-report: wrote {}\n", out.display()));
+    crate::output::print(&format!(
+        "spec-report: spec debt: {} entries, {} lines; the largest:\n{}",
+        debt.len(),
+        debt.iter().map(|d| d.size).sum::<usize>(),
+        spec_engine::spec_report::debt::top(&debt, 10)
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -104,6 +104,16 @@ fn git_in(tree: &Tree, args: &[&str]) {
     assert!(output.status.success(), "git {args:?}: {output:?}");
 }
 
+/// The fingerprint the engine computes for the rule `id` in the tree now, as a proof records it.
+fn fingerprint_now(tree: &Tree, id: &str) -> serde_json::Value {
+    let disk = spec_engine::Disk::new(tree.path());
+    let Ok((_, read)) = spec_engine::spec_check::read(&disk) else {
+        panic!("the fixture reads");
+    };
+    let rule = read.rule(id).expect("the rule");
+    serde_json::to_value(spec_engine::spec_check::fingerprint::of(&read, rule)).expect("json")
+}
+
 fn tree() -> Tree {
     Tree::new(
         SPEC,
@@ -183,6 +193,8 @@ fn a_survivor_is_reported_and_a_checked_rule_is_proven() {
     assert_eq!(written["rule"], "r[demo.beta]");
     assert_eq!(written["caught"], 2);
     assert_eq!(written["missed"], 0);
+    // What it judged, fingerprinted as the engine reads the tree.
+    assert_eq!(written["fingerprint"], fingerprint_now(&tree, "demo.beta"));
     // In place, and restored: the source is as it was.
     assert_eq!(
         std::fs::read_to_string(tree.path().join("crates/demo/src/lib.rs")).expect("lib"),
@@ -620,5 +632,74 @@ mod tests {
         ],
         "{}",
         run.stdout
+    );
+}
+
+/// Two commits after a proof: one rewrites only comments and formatting in the rule's item (the
+/// proof stays fresh), the next changes the item's code (the proof is stale, said by trace, the
+/// gate and the report, and `--stale` chooses the rule), with no version bumped.
+// i[verify prove.fingerprint]
+// i[verify prove.stale]
+#[test]
+fn a_proof_goes_stale_when_its_impl_changes_and_not_for_a_comment() {
+    let tree = tree();
+    let git = |args: &[&str]| git_in(&tree, args);
+    tree.write(".gitignore", b"target/\n");
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "demo"]);
+    // The proof as `prove` records it at this commit (its writing is tested above).
+    let proof = serde_json::json!({
+        "rule": "r[demo.alpha]",
+        "caught": 3,
+        "missed": 0,
+        "unviable": 0,
+        "timeout": 0,
+        "survivors": [],
+        "commit": "c0ffee1",
+        "date": "2026-12-06 10:00:00 UTC",
+        "fingerprint": fingerprint_now(&tree, "demo.alpha"),
+    });
+    tree.write("target/prove/demo.alpha.json", proof.to_string().as_bytes());
+
+    let lib = "crates/demo/src/lib.rs";
+    tree.write(
+        lib,
+        LIB.replace("    x + 1\n", "    // One more than asked.\n    x+1\n")
+            .as_bytes(),
+    );
+    git(&["commit", "-q", "-am", "alpha, commented"]);
+    let trace = fixture::xtask("trace", tree.path(), &["demo.alpha", "--no-results"]);
+    assert!(
+        trace.stdout.contains("proven — 3 caught") && !trace.stdout.contains("stale"),
+        "{}",
+        trace.stdout
+    );
+    let listed = fixture::xtask("prove", tree.path(), &["--stale", "--list"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(!listed.stdout.contains("r[demo."), "{}", listed.stdout);
+
+    tree.write(lib, LIB.replace("x + 1", "x + 2").as_bytes());
+    git(&["commit", "-q", "-am", "alpha, changed"]);
+    let stale = "proof stale: impl changed since c0ffee1";
+    let trace = fixture::xtask("trace", tree.path(), &["demo.alpha", "--no-results"]);
+    assert!(trace.stdout.contains(stale), "{}", trace.stdout);
+    let gate = fixture::xtask("spec-check", tree.path(), &[]);
+    assert!(
+        gate.stdout
+            .contains(&format!("note: r[demo.alpha]: {stale}")),
+        "{}",
+        gate.stdout
+    );
+    let report = fixture::xtask("spec-report", tree.path(), &["--no-results"]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let page = std::fs::read_to_string(tree.path().join("target/spec-report.html")).expect("page");
+    assert!(page.contains(stale), "{page}");
+    let listed = fixture::xtask("prove", tree.path(), &["--stale", "--list"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains("r[demo.alpha]\n") && !listed.stdout.contains("r[demo.beta]"),
+        "{}",
+        listed.stdout
     );
 }

@@ -222,9 +222,15 @@ fn regressed_rules_and_rules_with_survivors_are_marked_bad() {
 
 /// `--out` into directories that do not exist yet creates them.
 // i[verify spec-report.file]
+// i[verify spec-report.debt]
 #[test]
 fn the_page_is_written_into_new_directories() {
     let tree = Tree::new(SPEC, &[], &[]);
+    // Code no rule names: the spec debt, printed and shown.
+    tree.write(
+        "crates/demo/src/extra.rs",
+        b"/// Nothing states this.\npub fn loose() {}\n",
+    );
     let out = tree.path().join("reports/today/spec.html");
     let run = fixture::xtask(
         "spec-report",
@@ -233,10 +239,22 @@ fn the_page_is_written_into_new_directories() {
     );
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(
-        run.stdout
-            .ends_with("spec-report: wrote [ROOT]/reports/today/spec.html\n"),
+        run.stdout.contains(
+            "spec-report: wrote [ROOT]/reports/today/spec.html\n\
+             spec-report: spec debt: 1 entries, 2 lines; the largest:\n    \
+             2  demo  crates/demo/src/extra.rs:1  fn loose (public)\n"
+        ),
         "{}",
         run.stdout
+    );
+    let page = std::fs::read_to_string(&out).expect("page");
+    assert!(
+        page.contains("<p class=\"muted\" id=\"debt\" data-count=\"1\" data-lines=\"2\">"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<tr class=\"debt\"><td class=\"num\">2</td><td>demo</td>"),
+        "{page}"
     );
     let page = std::fs::read_to_string(&out).expect("page written");
     assert!(page.contains("data-rule=\"r[demo.alpha]\""), "{page}");

@@ -15,13 +15,17 @@
 //!   `[workspace.metadata.spec-engine]`), audit findings, recorded mutation proofs and their
 //!   summary, timestamps.
 //! - [`spec_check`] — reading the tree (config, rules, references, Rust test layout) into a
-//!   [`spec_check::Tree`], the gate's checks over it ([`spec_check::check_read`]), test-backed
-//!   evidence from JUnit and the skip ledger, and the gate's report as text, JSON or Markdown.
+//!   [`spec_check::Tree`], the gate's checks over it ([`spec_check::check_read`]) with the
+//!   demands of each rule's level ([`spec_check::levels`]), test-backed evidence from JUnit and
+//!   the skip ledger, each rule's measures ([`spec_check::measures`]), the items annotations
+//!   stand for and the evidence fingerprints of recorded proofs ([`spec_check::fingerprint`]),
+//!   and the gate's report as text, JSON or Markdown.
 //! - [`shapes`] — trees shaped like other people's tracey workspaces, in memory: what the tests
 //!   pin and `cargo xtask tracey-parity` compares with a real tracey.
 //! - [`trace`] — each rule to its definition, `impl` and `verify` sites and test results; each
 //!   audit finding to a verdict ([`trace::everything`]).
-//! - [`spec_report`] — the coverage per crate and the self-contained HTML page.
+//! - [`spec_report`] — the coverage per crate, the spec debt (code no rule names) and the
+//!   self-contained HTML page.
 //! - [`review`] — a change's spec review: two read trees (a base revision and the head) compared,
 //!   rule by rule, item by item, count by count ([`review::compare`]).
 //! - [`export`] — every rule with its text, level, sites, tests, results, proof and findings as

@@ -1,8 +1,12 @@
-//! `cargo xtask prove [RULE… | --crate C | --changed-since REV]` — mutation-backed proof: for each
+//! `cargo xtask prove [RULE… | --crate C | --changed-since REV | --stale]` — mutation-backed proof: for each
 //! rule, cargo-mutants mutates only the items under the rule's `impl` annotations and runs only the
 //! rule's `verify` tests against each mutant. A mutant that survives is code the rule's tests do
 //! not check. Results per rule go to `target/prove/RULE.json` (and cargo-mutants' own output to
 //! `target/prove/RULE/mutants.out/`).
+//!
+//! Each result carries the rule's evidence fingerprint (its text, implementing and verifying items,
+//! normalised: `spec_engine::spec_check::fingerprint`), so a proof whose evidence changed since
+//! is shown stale; `--stale` chooses those rules.
 //!
 //! `--summary` writes the checked-in `docs/audit/proof.md` from those results; survivors justified
 //! in `docs/audit/survivors.toml` do not count as missed. `--max-mutants` and `--budget` bound a
@@ -56,6 +60,8 @@ pub struct Options {
     pub package: Option<String>,
     /// Only the rules whose implementing items changed since this git revision.
     pub changed_since: Option<String>,
+    /// Only the rules whose recorded proof is stale: its fingerprint no longer matches the tree.
+    pub stale: bool,
     /// Root of the tree (default: the cargo workspace above the current directory).
     pub root: Option<std::path::PathBuf>,
     /// Print each rule's plan (items, mutant patterns, test filter) and run nothing.
@@ -138,6 +144,11 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
         Ok(justified) => justified,
         Err(message) => return usage(message),
     };
+    let all = if args.stale {
+        stale_only(&disk, &tree, all)
+    } else {
+        all
+    };
     let chosen = match select(&root, &args, all) {
         Ok(chosen) => chosen,
         Err(message) => return usage(message),
@@ -212,6 +223,12 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
         justified::apply(&mut proof, &plan.id, &justified);
         proof.commit = commit.clone();
         proof.date = Some(date.clone());
+        // What this proof judged, as the tree was read before any mutant ran.
+        proof.fingerprint = tree
+            .rules()
+            .iter()
+            .find(|rule| rule.marker() == plan.rule)
+            .map(|rule| spec_check::fingerprint::of(&tree, rule));
         tally.record(&plan.rule, &proof);
         let written = Written {
             rule: &plan.rule,
@@ -354,6 +371,22 @@ fn head_commit(root: &Path) -> Option<String> {
 
 fn timestamp_now() -> String {
     spec_engine::model::timestamp::utc(std::time::SystemTime::now())
+}
+
+/// `--stale`: the plans of the rules whose recorded proof no longer matches the tree.
+// i[impl prove.stale]
+fn stale_only(disk: &spec_engine::Disk, tree: &spec_check::Tree, all: Vec<Plan>) -> Vec<Plan> {
+    let stale: std::collections::BTreeSet<String> = tree
+        .rules()
+        .iter()
+        .filter(|rule| {
+            spec_check::fingerprint::recorded(disk, tree, rule).is_some_and(|p| p.stale.is_some())
+        })
+        .map(spec_engine::spec_check::rules::Rule::marker)
+        .collect();
+    all.into_iter()
+        .filter(|p| stale.contains(&p.rule))
+        .collect()
 }
 
 /// The rules `args` asks for.
@@ -528,7 +561,7 @@ fn prove_one(
     snapshot.ensure_restored(&plan.rule)?;
     let status = match ended? {
         Ended::Exited(status) => status,
-        Ended::CutOff(tried) => return Ok(Run::CutOff(tried)),
+        Ended::CutOff(tried) => return Ok(Run::CutOff(tried.map(|tried| *tried))),
     };
     let outcomes_json = outcomes_json(&rule_dir);
     // 0: all caught; 2: survivors; 3: timeouts. Anything else (usage, a failing baseline, an
@@ -716,7 +749,8 @@ fn outcomes_json(rule_dir: &Path) -> std::path::PathBuf {
 /// How cargo-mutants' process ended.
 enum Ended {
     Exited(std::process::ExitStatus),
-    CutOff(Option<Proof>),
+    // Boxed: a proof is far larger than an exit status.
+    CutOff(Option<Box<Proof>>),
 }
 
 /// Runs cargo-mutants to its end, or ends it at `deadline`.
@@ -744,7 +778,7 @@ fn wait_or_cut_off(
                 .and_then(|text| {
                     outcomes::parse(&text, &|file, line| plan.covers(file, line)).ok()
                 });
-            return Ok(Ended::CutOff(tried));
+            return Ok(Ended::CutOff(tried.map(Box::new)));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }

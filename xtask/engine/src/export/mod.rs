@@ -14,7 +14,7 @@ use crate::trace::Everything;
 use crate::trace::rule_report::RuleReport;
 
 /// The version of the export's schema, written as `"schema"`.
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 4;
 
 /// The whole export.
 #[derive(Debug, Serialize)]
@@ -25,6 +25,8 @@ pub struct Export {
     pub results: Option<String>,
     /// Every rule, in spec order.
     pub rules: Vec<Rule>,
+    /// The spec debt: code no rule names, largest first ([`crate::spec_report::debt`]).
+    pub debt: Vec<crate::spec_report::debt::Debt>,
 }
 
 /// One rule and its evidence.
@@ -38,8 +40,11 @@ pub struct Rule {
     pub prefix: String,
     /// The version (1 when the marker has none).
     pub version: u32,
-    /// The level the marker gives (`level=must|should|may`), `None` when it gives none.
+    /// The level the marker gives (`level=must|should|may`, or `tags=informative`), `None` when
+    /// it gives none.
     pub level: Option<String>,
+    /// What the gate demands of the rule at its level (none given: MUST's).
+    pub demands: crate::spec_check::levels::Demands,
     /// The spec that defines it.
     pub spec: Option<String>,
     /// Where it is defined.
@@ -116,6 +121,11 @@ pub struct Proof {
     pub commit: Option<String>,
     /// When, when recorded.
     pub date: Option<String>,
+    /// `TEXT/IMPL/VERIFY` hashes of what the proof judged; `None` when recorded before
+    /// fingerprints.
+    pub fingerprint: Option<String>,
+    /// `proof stale: … changed since …` when the fingerprint no longer matches the tree.
+    pub stale: Option<String>,
 }
 
 /// A finding a rule closes.
@@ -128,7 +138,7 @@ pub struct Closes {
 }
 
 /// The export of a traced tree (`trace::everything` over `source`).
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 pub fn export(source: &dyn Source, everything: &Everything) -> Export {
     let rules = everything
         .tree
@@ -141,18 +151,19 @@ pub fn export(source: &dyn Source, everything: &Everything) -> Export {
         schema: SCHEMA,
         results: everything.results.clone(),
         rules,
+        debt: crate::spec_report::debt::debt(source, &everything.tree),
     }
 }
 
 /// The export as pretty JSON, ending with a newline.
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 pub fn render(export: &Export) -> String {
     let mut text = serde_json::to_string_pretty(export).unwrap_or_default();
     text.push('\n');
     text
 }
 
-// i[impl spec-check.export]
+// i[impl spec-check.export+2]
 fn one(source: &dyn Source, everything: &Everything, rule: &SpecRule, report: &RuleReport) -> Rule {
     let spec = everything
         .tree
@@ -164,24 +175,31 @@ fn one(source: &dyn Source, everything: &Everything, rule: &SpecRule, report: &R
                 .any(|c| c.rule.file == rule.file && c.rule.line == rule.line)
         })
         .map(|a| a.spec.clone());
-    let proof = crate::model::proof::recorded(source, &rule.id).map(|p| Proof {
-        proven: p.proven(),
-        caught: p.caught,
-        missed: p.missed,
-        unviable: p.unviable,
-        timeout: p.timeout,
-        survivors: p.survivors,
-        justified: p.justified,
-        not_provable: p.not_provable,
-        commit: p.commit,
-        date: p.date,
-    });
+    let proof =
+        crate::spec_check::fingerprint::recorded(source, &everything.tree, rule).map(|p| Proof {
+            proven: p.proven(),
+            caught: p.caught,
+            missed: p.missed,
+            unviable: p.unviable,
+            timeout: p.timeout,
+            survivors: p.survivors,
+            justified: p.justified,
+            not_provable: p.not_provable,
+            commit: p.commit,
+            date: p.date,
+            fingerprint: p
+                .fingerprint
+                .as_ref()
+                .map(crate::model::proof::Fingerprint::render),
+            stale: p.stale,
+        });
     Rule {
         id: rule.id.base.clone(),
         marker: rule.marker(),
         prefix: rule.prefix.clone(),
         version: rule.id.version,
-        level: level(source, rule),
+        level: level(rule),
+        demands: crate::spec_check::levels::Level::of(rule).demands(),
         spec,
         defined: Location {
             file: rule.file.clone(),
@@ -234,19 +252,15 @@ fn location(at: &str) -> Location {
     }
 }
 
-/// The `level=` attribute of the rule's marker, as marq names it (`must`, `should`, `may`; its
-/// synonyms `shall`, `recommended`… normalised).
-// i[impl spec-check.export]
-pub fn level(source: &dyn Source, rule: &SpecRule) -> Option<String> {
-    let text = source.read(&source.root().join(&rule.file)).ok()?;
-    let line = text.lines().nth(rule.line.checked_sub(1)?)?;
-    let opening = format!("{}[", rule.prefix);
-    let inner = line.split_once(&opening)?.1.split_once(']')?.0;
-    inner
-        .split_whitespace()
-        .filter_map(|attr| attr.strip_prefix("level="))
-        .find_map(marq::ReqLevel::parse)
-        .map(|level| level.as_str().to_owned())
+/// The level the rule's marker gives, as marq parsed it (`must`, `should`, `may`; its synonyms
+/// `shall`, `recommended`… normalised), or `informative` (`tags=informative`); `None` when it
+/// gives none (the gate then reads it as MUST).
+// i[impl spec-check.export+2]
+// i[impl spec-check.levels]
+pub fn level(rule: &SpecRule) -> Option<String> {
+    let level = crate::spec_check::levels::Level::of(rule);
+    (level == crate::spec_check::levels::Level::Informative || rule.metadata.level.is_some())
+        .then(|| level.name().to_owned())
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ fn fixture() -> Memory {
         ),
         (
             "docs/audit/proof.md",
-            "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date |\n|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 1 | 0 | - | abc1234 | 2026-12-01 |\n",
+            "# Proof\n\n| rule | verdict | caught | missed | unviable | timeout | justified | commit | date | fingerprint |\n|---|---|---|---|---|---|---|---|---|---|\n| `r[demo.alpha]` | proven | 3 | 0 | 1 | 0 | - | abc1234 | 2026-12-01 | 000000000000/000000000000/000000000000 |\n",
         ),
     ])
 }
@@ -47,18 +47,23 @@ fn violations(export: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
+// i[verify prove.fingerprint]
 #[test]
 fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     let export = export_of(&fixture());
     assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
-    assert_eq!(export["schema"], 1);
+    assert_eq!(export["schema"], super::SCHEMA);
     assert_eq!(export["results"], serde_json::Value::Null);
     let alpha = &export["rules"][0];
     assert_eq!(alpha["id"], "demo.alpha");
     assert_eq!(alpha["marker"], "r[demo.alpha]");
     assert_eq!(alpha["version"], 1);
     assert_eq!(alpha["level"], "must");
+    assert_eq!(
+        alpha["demands"],
+        serde_json::json!({"implemented": true, "verified": true, "tested": true, "proven": true})
+    );
     assert_eq!(alpha["spec"], "demo");
     assert_eq!(alpha["text"], "Alpha holds, always.");
     assert_eq!(
@@ -82,6 +87,15 @@ fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     );
     assert_eq!(alpha["proof"]["caught"], 3);
     assert_eq!(alpha["proof"]["commit"], "abc1234");
+    // Its fingerprint is none of the tree's: every part changed since.
+    assert_eq!(
+        alpha["proof"]["fingerprint"],
+        "000000000000/000000000000/000000000000"
+    );
+    assert_eq!(
+        alpha["proof"]["stale"],
+        "proof stale: text, impl and tests changed since abc1234"
+    );
     assert_eq!(alpha["verdict"], "verified");
     let beta = &export["rules"][1];
     assert_eq!(
@@ -93,17 +107,17 @@ fn a_fixtures_export_has_every_field_and_matches_the_schema() {
     assert_eq!(beta["verdict"], "not verified");
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn the_schema_rejects_an_export_of_another_shape() {
     let mut export = export_of(&fixture());
-    export["schema"] = serde_json::json!(2);
+    export["schema"] = serde_json::json!(super::SCHEMA + 1);
     export["rules"][0]["level"] = serde_json::json!("urgent");
     let found = violations(&export);
     assert_eq!(found.len(), 2, "{found:?}");
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn this_workspaces_export_matches_the_schema() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -112,13 +126,13 @@ fn this_workspaces_export_matches_the_schema() {
     let rules = export["rules"].as_array().expect("rules");
     assert!(rules.len() > 100, "{}", rules.len());
     assert!(
-        rules.iter().any(|r| r["marker"] == "i[spec-check.export]"
+        rules.iter().any(|r| r["marker"] == "i[spec-check.export+2]"
             && r["impls"].as_array().is_some_and(|i| !i.is_empty())),
         "the export names its own rule"
     );
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn a_test_backed_export_gives_each_verifying_test_its_result() {
     // alpha verified by a unit test that passed, beta by an integration test that failed.
@@ -171,7 +185,7 @@ fn a_test_backed_export_gives_each_verifying_test_its_result() {
     assert_ne!(export["rules"][1]["verdict"], "verified", "{export:#}");
 }
 
-// i[verify spec-check.export]
+// i[verify spec-check.export+2]
 #[test]
 fn the_schema_constrains_locations_and_results() {
     let mut export = export_of(&fixture());
@@ -194,7 +208,60 @@ fn the_schema_constrains_locations_and_results() {
     }
 }
 
-// i[verify spec-check.export]
+/// An informative rule's level and demands are exported, and a MAY rule's.
+// i[verify spec-check.export+2]
+// i[verify spec-check.levels]
+#[test]
+fn each_rules_level_and_demands_are_exported() {
+    let mut tree = fixture();
+    tree.insert(
+        "docs/spec.md",
+        "# Demo\n\n> r[demo.alpha tags=informative]\n> Alpha explains.\n\n> r[demo.beta+2 level=optional]\n> Beta holds.\n",
+    );
+    let export = export_of(&tree);
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    let none = serde_json::json!({"implemented": false, "verified": false, "tested": false, "proven": false});
+    assert_eq!(export["rules"][0]["level"], "informative");
+    assert_eq!(export["rules"][0]["demands"], none);
+    assert_eq!(export["rules"][1]["level"], "may");
+    assert_eq!(
+        export["rules"][1]["demands"],
+        serde_json::json!({"implemented": true, "verified": false, "tested": false, "proven": false})
+    );
+}
+
+/// The spec debt is exported beside the rules, largest first, in the schema's shape.
+// i[verify spec-check.export+2]
+// i[verify spec-report.debt]
+#[test]
+fn the_spec_debt_is_exported_largest_first() {
+    let mut tree = fixture();
+    assert_eq!(export_of(&tree)["debt"], serde_json::json!([]));
+    let long: String = (0..crate::spec_report::debt::LONG_FN)
+        .map(|i| format!("    let _x{i} = {i};\n"))
+        .collect();
+    tree.insert(
+        "src/extra.rs",
+        format!("pub struct Loose;\n\nfn long() {{\n{long}}}\n"),
+    );
+    let export = export_of(&tree);
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    let debt: Vec<(&str, u64, &str)> = export["debt"]
+        .as_array()
+        .expect("debt")
+        .iter()
+        .filter_map(|d| Some((d["item"].as_str()?, d["size"].as_u64()?, d["why"].as_str()?)))
+        .collect();
+    let size = u64::try_from(crate::spec_report::debt::LONG_FN).expect("small") + 2;
+    assert_eq!(
+        debt,
+        [("fn long", size, "long-fn"), ("struct Loose", 1, "public")]
+    );
+    assert_eq!(export["debt"][0]["file"], "src/extra.rs");
+    assert_eq!(export["debt"][0]["line"], 3);
+}
+
+// i[verify spec-check.export+2]
 #[test]
 fn the_schema_file_is_pinned_to_its_schema_version() {
     use sha2::Digest as _;
@@ -205,8 +272,8 @@ fn the_schema_file_is_pinned_to_its_schema_version() {
     assert_eq!(
         (super::SCHEMA, hex.as_str()),
         (
-            1,
-            "5113502ad470696efd367da65fade6222a10dee33c15cb8250e370b42a96b092"
+            4,
+            "cb486c0343a2dfc2f81d2345d0c08362651758c833ec3c1d05d70747093f1bce"
         ),
         "docs/audit/spec-export.schema.json changed"
     );

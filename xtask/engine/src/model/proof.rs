@@ -34,6 +34,60 @@ pub struct Proof {
     /// When the proof ran (UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub date: Option<String>,
+    /// What the proof judged, hashed when it ran: none in a record older than fingerprints
+    /// ("unfingerprinted": shown and counted, never stale; the rule's next proof writes one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<Fingerprint>,
+    /// Set when read against a tree: why the record no longer matches it
+    /// (`proof stale: impl changed since 3f2a1b2`). Never written.
+    #[serde(skip)]
+    pub stale: Option<String>,
+}
+
+/// Hashes of a rule's evidence when its proof ran: its text, its implementing items and its
+/// verifying items, each normalised so that formatting and comments do not count. Each is the
+/// first 12 hex digits of a SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// The rule's text.
+    pub text: String,
+    /// Its implementing items.
+    #[serde(rename = "impl")]
+    pub impls: String,
+    /// Its verifying items (its tests).
+    #[serde(rename = "verify")]
+    pub verifies: String,
+}
+
+impl Fingerprint {
+    /// `TEXT/IMPL/VERIFY`, as the proof summary's column holds it.
+    pub fn render(&self) -> String {
+        format!("{}/{}/{}", self.text, self.impls, self.verifies)
+    }
+
+    /// Reads [`Fingerprint::render`]'s form back; anything else is none.
+    pub fn parse(cell: &str) -> Option<Self> {
+        let mut parts = cell.trim().split('/');
+        let (text, impls, verifies) = (parts.next()?, parts.next()?, parts.next()?);
+        let hex = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit());
+        (parts.next().is_none() && hex(text) && hex(impls) && hex(verifies)).then(|| Self {
+            text: text.to_owned(),
+            impls: impls.to_owned(),
+            verifies: verifies.to_owned(),
+        })
+    }
+
+    /// What differs between this (recorded) fingerprint and `now`'s: `text`, `impl`, `tests`.
+    pub fn changed(&self, now: &Self) -> Vec<&'static str> {
+        [
+            (self.text != now.text, "text"),
+            (self.impls != now.impls, "impl"),
+            (self.verifies != now.verifies, "tests"),
+        ]
+        .into_iter()
+        .filter_map(|(changed, what)| changed.then_some(what))
+        .collect()
+    }
 }
 
 impl Proof {
@@ -68,6 +122,9 @@ impl Proof {
         }
         if let (Some(commit), Some(date)) = (&self.commit, &self.date) {
             line.push_str(&format!(" (at {commit}, {date})"));
+        }
+        if let Some(stale) = &self.stale {
+            line.push_str(&format!("; {stale}"));
         }
         for survivor in &self.survivors {
             line.push_str(&format!("\n    missed: {survivor}"));

@@ -8,10 +8,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::proof::Proof;
+use super::proof::{Fingerprint, Proof};
 
-const HEADER: &str =
-    "| rule | verdict | caught | missed | unviable | timed out | justified | commit | date |";
+const HEADER: &str = "| rule | verdict | caught | missed | unviable | timed out | justified | commit | date | fingerprint |";
 
 /// The verdict column of a proof.
 fn verdict(proof: &Proof) -> String {
@@ -53,7 +52,9 @@ pub fn render(proofs: &[(String, Proof)]) -> String {
          `verify` tests caught every viable mutant cargo-mutants made of its `impl` items. \
          Justified survivors, with their reasons, are in `docs/audit/survivors.toml`. \
          `spec-check`, `trace` and `spec-report` read this file for a rule that `target/prove/` \
-         holds no proof of.\n\n",
+         holds no proof of. The fingerprint is `TEXT/IMPL/VERIFY`, hashes of the rule's text, \
+         implementing items and verifying items when the proof ran (comments and formatting do \
+         not count): when one no longer matches, the proof is shown stale.\n\n",
     );
     let proven = proofs.iter().filter(|(_, p)| p.proven()).count();
     let _ = writeln!(
@@ -67,11 +68,11 @@ pub fn render(proofs: &[(String, Proof)]) -> String {
         proofs.iter().map(|(_, p)| p.justified.len()).sum::<usize>(),
     );
     out.push_str(HEADER);
-    out.push_str("\n|---|---|--:|--:|--:|--:|--:|---|---|\n");
+    out.push_str("\n|---|---|--:|--:|--:|--:|--:|---|---|---|\n");
     for (marker, proof) in proofs {
         let _ = writeln!(
             out,
-            "| `{marker}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| `{marker}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             verdict(proof),
             proof.caught,
             proof.missed,
@@ -80,6 +81,10 @@ pub fn render(proofs: &[(String, Proof)]) -> String {
             proof.justified.len(),
             proof.commit.as_deref().unwrap_or("-"),
             proof.date.as_deref().unwrap_or("-"),
+            proof
+                .fingerprint
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), Fingerprint::render),
         );
     }
     let listed: Vec<&(String, Proof)> = proofs
@@ -100,12 +105,19 @@ pub fn render(proofs: &[(String, Proof)]) -> String {
     out
 }
 
-/// Reads a summary back: proof per marker.
+/// Reads a summary back: proof per marker. A row written before fingerprints (nine cells, no
+/// fingerprint column) reads as an unfingerprinted proof.
+// i[impl prove.fingerprint]
 pub fn parse(text: &str) -> BTreeMap<String, Proof> {
     let mut proofs: BTreeMap<String, Proof> = BTreeMap::new();
     for line in text.lines() {
         if let Some(row) = line.strip_prefix("| `") {
-            let cells: Vec<&str> = row.trim_end_matches('|').split(" | ").collect();
+            let mut cells: Vec<&str> = row.trim_end_matches('|').split(" | ").collect();
+            let fingerprint = if cells.len() == 10 {
+                cells.pop().and_then(Fingerprint::parse)
+            } else {
+                None
+            };
             let [
                 marker,
                 verdict,
@@ -131,6 +143,7 @@ pub fn parse(text: &str) -> BTreeMap<String, Proof> {
             proof.timeout = number(timeout);
             proof.commit = known(commit);
             proof.date = known(date);
+            proof.fingerprint = fingerprint;
             proof.not_provable = verdict
                 .strip_prefix("not provable — ")
                 .map(|why| why.trim().to_owned());
@@ -257,6 +270,11 @@ mod tests {
                     justified: vec!["crates/demo/src/lib.rs:4:5: replace `x` — why".into()],
                     commit: Some("c361102".into()),
                     date: Some("2026-12-01 14:30:00 UTC".into()),
+                    fingerprint: Some(Fingerprint {
+                        text: "0123456789ab".into(),
+                        impls: "cdef01234567".into(),
+                        verifies: "89abcdef0123".into(),
+                    }),
                     ..Proof::default()
                 },
             ),
@@ -274,6 +292,46 @@ mod tests {
         assert_eq!(back.len(), 2);
         assert_eq!(back["r[demo.alpha]"], proofs[0].1);
         assert_eq!(back["r[demo.beta+2]"], proofs[1].1);
+    }
+
+    /// A summary written before fingerprints (nine columns) still reads, its proofs
+    /// unfingerprinted; a row with one reads it back.
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_summary_without_the_fingerprint_column_reads_as_unfingerprinted() {
+        let old = "| rule | verdict | caught | missed | unviable | timed out | justified | commit | date |\n\
+                   |---|---|--:|--:|--:|--:|--:|---|---|\n\
+                   | `r[demo.alpha]` | proven | 2 | 0 | 1 | 0 | 0 | 67f9a95 | 2026-12-01 17:28:56 UTC |\n";
+        let back = parse(old);
+        assert_eq!(back["r[demo.alpha]"].caught, 2);
+        assert_eq!(back["r[demo.alpha]"].fingerprint, None);
+        assert_eq!(
+            back["r[demo.alpha]"].date.as_deref(),
+            Some("2026-12-01 17:28:56 UTC")
+        );
+        let fingerprint = Fingerprint {
+            text: "aaaaaaaaaaaa".into(),
+            impls: "bbbbbbbbbbbb".into(),
+            verifies: "cccccccccccc".into(),
+        };
+        let text = render(&[(
+            "r[demo.alpha]".to_owned(),
+            Proof {
+                caught: 1,
+                fingerprint: Some(fingerprint.clone()),
+                ..Proof::default()
+            },
+        )]);
+        assert!(
+            text.contains("| aaaaaaaaaaaa/bbbbbbbbbbbb/cccccccccccc |"),
+            "{text}"
+        );
+        assert_eq!(parse(&text)["r[demo.alpha]"].fingerprint, Some(fingerprint));
+        // A cell that is no fingerprint is none, not an error.
+        assert_eq!(Fingerprint::parse("-"), None);
+        assert_eq!(Fingerprint::parse("a/b"), None);
+        assert_eq!(Fingerprint::parse("a/b/c/d"), None);
+        assert_eq!(Fingerprint::parse("a/b/xyz"), None);
     }
 
     // i[verify prove.summary]

@@ -284,48 +284,29 @@ const MEASURES: [What; 4] = [
 /// Per rule of a row: the rule and whether it is implemented, verified, tested, proven.
 type Flags = Vec<(crate::spec_check::rules::Rule, [bool; 4])>;
 
-/// The rows of `tree` now, with whether each was judged by test results and the flags per rule.
-/// In test-backed mode a rule with a `verify` annotation counts as tested unless the gate found
-/// it not verified by a test (with `--crate`, the rules it did not judge by results count by
-/// their annotations, which is why `--update-baseline` refuses `--crate`).
+/// The rows of `tree` now, with whether each was judged by test results and the flags per rule
+/// ([`crate::spec_check::measures`], the review's too). In test-backed mode a rule with a `verify`
+/// annotation counts as tested unless the run judged it and none of its tests passed (with
+/// `--crate`, the rules it did not judge by results count by their annotations, which is why
+/// `--update-baseline` refuses `--crate`).
 // i[impl spec-check.ratchet]
 fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String, (bool, Flags)> {
-    let proofs = crate::model::proof_summary::by_id(source);
-    let mut rows = BTreeMap::new();
-    for analysis in tree.analyses() {
-        let name = analysis.summary.name.clone();
-        let tested = outcome
-            .specs
-            .iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.tested)
-            .is_some();
-        let mut flags = Flags::new();
-        for coverage in &analysis.rules {
-            let marker = coverage.rule.marker();
-            let stale = coverage
-                .impl_sites
-                .iter()
-                .chain(&coverage.verify_sites)
-                .any(|s| s.stale);
-            let untested = outcome.problems.iter().any(|p| {
-                p.kind == Kind::NotVerifiedByTest && p.rule.as_deref() == Some(marker.as_str())
-            });
-            flags.push((
-                coverage.rule.clone(),
-                [
-                    !stale && !coverage.impl_sites.is_empty(),
-                    !coverage.verify_sites.is_empty(),
-                    tested && !untested && !coverage.verify_sites.is_empty(),
-                    proofs
-                        .get(&coverage.rule.id.to_string())
-                        .is_some_and(crate::model::proof::Proof::proven),
-                ],
-            ));
-        }
-        rows.insert(name, (tested, flags));
-    }
-    rows
+    crate::spec_check::measures::rows(source, tree, outcome)
+        .into_iter()
+        .map(|row| {
+            let flags = row
+                .rules
+                .into_iter()
+                .map(|(coverage, has)| {
+                    (
+                        coverage.rule.clone(),
+                        [has.implemented, has.verified, has.tested, has.proven],
+                    )
+                })
+                .collect();
+            (row.name, (row.test_backed, flags))
+        })
+        .collect()
 }
 
 /// The previous baseline of `source`, `None` when there is none or it cannot be read.
@@ -467,6 +448,7 @@ fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Pro
 /// waiver covers that; a rule since removed is skipped, a rule added is not judged.
 // i[impl spec-check.ratchet]
 // i[impl spec-check.waivers]
+// i[impl spec-check.levels]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
     let mut problems = waivers.problems.clone();
@@ -525,7 +507,11 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 };
                 let current = rule.marker();
                 recorded.insert(current.clone());
-                if has[index] || waivers.covers(&current, what) {
+                // Neither a waived loss nor one of what the rule's level does not demand.
+                let demanded = crate::spec_check::levels::Level::of(rule)
+                    .demands()
+                    .of(what.word());
+                if has[index] || waivers.covers(&current, what) || !demanded {
                     continue;
                 }
                 let renamed = if current == *marker {

@@ -526,3 +526,55 @@ fn a_waiver_of_a_gap_that_closed_is_a_problem() {
         found[0].message
     );
 }
+
+/// A measure the rule's level does not demand may be lost: no ratchet problem, and in a
+/// test-backed run no `not-verified-by-test` problem, while the counts stay as they were.
+// i[verify spec-check.levels]
+#[test]
+fn a_measure_the_level_does_not_demand_is_not_judged() {
+    let baseline = full_baseline();
+    let should = SPEC.replace("> r[demo.alpha]", "> r[demo.alpha level=should]");
+    let unproven = |spec: &str| {
+        problems(&tree(
+            LIB,
+            &[
+                ("docs/audit/coverage-baseline.toml", baseline.as_str()),
+                ("docs/audit/proof.md", "# Proof\n"),
+                ("docs/spec.md", spec),
+            ],
+        ))
+    };
+    assert_eq!(unproven(SPEC).len(), 1, "MUST demands the proof");
+    assert_eq!(unproven(&should), Vec::<Problem>::new());
+
+    let judge = |spec: &str| {
+        let (source, junit) = test_backed(&[("docs/spec.md", spec)]);
+        let read = spec_check::read(&source);
+        spec_check::check_read(&source, &read, &[junit.as_path()], None, &[]).expect("judged")
+    };
+    let failing = |outcome: &Outcome| {
+        outcome
+            .problems
+            .iter()
+            .filter(|p| p.kind == Kind::NotVerifiedByTest)
+            .filter_map(|p| p.rule.clone())
+            .collect::<Vec<_>>()
+    };
+    let must = judge(SPEC);
+    assert_eq!(failing(&must), ["r[demo.beta+2]"]);
+    let should_spec = SPEC.replace("> r[demo.beta+2]", "> r[demo.beta+2 level=should]");
+    let beta_should = judge(&should_spec);
+    assert_eq!(failing(&beta_should), Vec::<String>::new());
+    assert_eq!(beta_should.specs[0].tested, must.specs[0].tested);
+    // Its failed test is still no test that passed: the baseline does not record it as tested.
+    let (source, _) = test_backed(&[("docs/spec.md", &should_spec)]);
+    let read = spec_check::read(&source);
+    let (_, tree) = read.as_ref().expect("read");
+    let text = super::baseline(&source, tree, &beta_should);
+    let rows: std::collections::BTreeMap<String, super::Row> = toml::from_str(&text).expect("TOML");
+    assert_eq!(
+        rows["demo"].tested,
+        Some(vec!["r[demo.alpha]".to_owned()]),
+        "{text}"
+    );
+}

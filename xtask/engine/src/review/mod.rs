@@ -14,13 +14,12 @@
 //! - Coverage counts per spec/impl row, before and after; a rule kept by the change that loses
 //!   its implementation, verification or proof is a problem.
 
-pub mod items;
+pub use crate::spec_check::items;
 mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use tracey_core::RuleId;
 
 use crate::model::tree::Tree;
 use crate::spec_check::Tree as ReadTree;
@@ -28,6 +27,7 @@ use crate::spec_check::coverage::Site;
 use crate::spec_check::report::Outcome;
 use crate::spec_check::rules::Rule;
 
+pub use crate::spec_check::rule_text::rule_text;
 pub use render::render;
 
 /// One side of the comparison: a tree, what [`crate::spec_check::read`] read of it, and what the
@@ -275,80 +275,6 @@ fn at(rule: &Rule) -> RuleAt {
         file: rule.file.clone(),
         line: rule.line,
     }
-}
-
-/// A rule's text (as marq read it, lazy continuation lines included), whitespace collapsed, and
-/// the previous ids its `(was ID)` notes name; the notes are not part of the text.
-// i[impl spec-check.review.rename]
-pub fn rule_text(rule: &Rule) -> (String, Vec<String>) {
-    let mut text = rule.text();
-    let mut was = Vec::new();
-    let mut from = 0;
-    while let Some(found) = text[from..].find("(was ") {
-        let start = from + found;
-        let Some(len) = text[start..].find(')') else {
-            break;
-        };
-        // A note only when every word names a rule id (dotted, as the specs' ids are); any
-        // other parenthesis starting with "was" is prose, and part of the text.
-        let ids: Option<Vec<String>> = text[start + 5..start + len]
-            .split([',', ' '])
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                // A previous id may be written as a marker, `r[old.id]`, or bare.
-                let s = s.split_once('[').map_or(s, |(_, id)| id);
-                let s = s.trim_matches(|c| c == ']' || c == '`');
-                (s.contains('.') && tracey_core::parse_rule_id(s).is_some()).then(|| s.to_owned())
-            })
-            .collect();
-        match ids {
-            Some(ids) if !ids.is_empty() => {
-                was.extend(ids);
-                text.replace_range(start..start + len + 1, " ");
-                from = start;
-            }
-            _ => from = start + 1,
-        }
-    }
-    let text = unversioned_references(&text.split_whitespace().collect::<Vec<_>>().join(" "));
-    (text, was)
-}
-
-/// `text` with the version dropped from each rule reference in it (`r[other.rule+2]` read as
-/// `r[other.rule]`): a rule that only follows another rule's bump says nothing new.
-// i[impl spec-check.review.rules+2]
-fn unversioned_references(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find('[') {
-        let (before, after) = rest.split_at(open);
-        out.push_str(before);
-        let prefixed = before
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_ascii_lowercase());
-        let inner = after[1..].split_once(']').map(|(inner, _)| inner);
-        match inner.and_then(|inner| inner.rsplit_once('+').map(|(id, n)| (inner, id, n))) {
-            Some((inner, id, n))
-                if prefixed
-                    && !n.is_empty()
-                    && n.bytes().all(|b| b.is_ascii_digit())
-                    && id.contains('.')
-                    && tracey_core::parse_rule_id(id).is_some() =>
-            {
-                out.push('[');
-                out.push_str(id);
-                out.push(']');
-                rest = &after[1 + inner.len() + 1..];
-            }
-            _ => {
-                out.push('[');
-                rest = &after[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 // i[impl spec-check.review.rules+2]
@@ -608,34 +534,34 @@ type Flags = BTreeMap<String, [bool; 4]>;
 
 fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
     let mut rows = BTreeMap::new();
-    for analysis in side.tree.analyses() {
-        let mut flags = Flags::new();
-        let mut proven = 0;
-        for coverage in &analysis.rules {
-            let stale = coverage
-                .impl_sites
-                .iter()
-                .chain(&coverage.verify_sites)
-                .any(|s| s.stale);
-            let is_proven = proven_now(side.source, &coverage.rule.id);
-            proven += usize::from(is_proven);
-            flags.insert(
-                key(&coverage.rule.prefix, &coverage.rule.id.base),
-                [
-                    !stale && !coverage.impl_sites.is_empty(),
-                    !coverage.verify_sites.is_empty(),
-                    is_proven,
-                    stale,
-                ],
-            );
-        }
+    for row in crate::spec_check::measures::rows(side.source, side.tree, side.outcome) {
+        let flags: Flags = row
+            .rules
+            .iter()
+            .map(|(coverage, has)| {
+                (
+                    key(&coverage.rule.prefix, &coverage.rule.id.base),
+                    [has.implemented, has.verified, has.proven, has.stale],
+                )
+            })
+            .collect();
+        let proven = row.rules.iter().filter(|(_, has)| has.proven).count();
         // The gate's row (with its test-backed count) when the outcome has it.
         let summary = side
             .outcome
             .specs
             .iter()
-            .find(|s| s.name == analysis.summary.name)
-            .unwrap_or(&analysis.summary);
+            .find(|s| s.name == row.name)
+            .or_else(|| {
+                side.tree
+                    .analyses()
+                    .iter()
+                    .map(|a| &a.summary)
+                    .find(|s| s.name == row.name)
+            });
+        let Some(summary) = summary else {
+            continue;
+        };
         let counts = Counts {
             total: summary.total,
             implemented: summary.implemented,
@@ -643,21 +569,13 @@ fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
             tested: summary.tested,
             proven,
         };
-        rows.insert(analysis.summary.name.clone(), (counts, flags));
+        rows.insert(row.name, (counts, flags));
     }
     rows
 }
 
-/// Whether the checked-in proof summary records a proof of `id` that holds. Only the summary
-/// counts, on both sides: a proof run left in the work tree's `target/prove/` is not part of the
-/// change, and the base has none.
-fn proven_now(source: &dyn Tree, id: &RuleId) -> bool {
-    crate::model::proof_summary::by_id(source)
-        .get(&id.to_string())
-        .is_some_and(crate::model::proof::Proof::proven)
-}
-
 // i[impl spec-check.review.coverage]
+// i[impl spec-check.levels]
 fn coverage(
     review: &mut Review,
     base: Side<'_>,
@@ -695,11 +613,13 @@ fn coverage(
             let was_marker = base_rules
                 .get(old_key)
                 .map_or_else(|| marker.clone(), |r| r.rule.marker());
+            // Only the loss of what the rule's level demands is a problem.
+            let demands = crate::spec_check::levels::Level::of(rule.rule).demands();
             // Each loss with its reason, when the change itself explains it.
             let lost: Vec<String> = ["implemented", "verified", "proven"]
                 .into_iter()
                 .enumerate()
-                .filter(|&(index, _)| old[index] && !flags[index])
+                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
                 .map(|(index, what)| match index {
                     0 if flags[3] => format!(
                         "{what} (an annotation of it names an older version: make it {marker})"
@@ -719,7 +639,7 @@ fn coverage(
             let lost_measures: Vec<&'static str> = ["implemented", "verified", "proven"]
                 .into_iter()
                 .enumerate()
-                .filter(|&(index, _)| old[index] && !flags[index])
+                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
                 .map(|(_, what)| what)
                 .collect();
             review.problems.push(Problem {

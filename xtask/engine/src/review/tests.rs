@@ -589,7 +589,9 @@ fn where_a_moved_annotation_came_from_is_a_code_span_in_markdown() {
 #[test]
 fn a_reference_following_another_rules_bump_is_no_change_of_text() {
     assert_eq!(
-        super::unversioned_references("as `r[a.b+2]` says, not r[c.d] nor x[1+2] nor [e.f+3]"),
+        crate::spec_check::rule_text::unversioned_references(
+            "as `r[a.b+2]` says, not r[c.d] nor x[1+2] nor [e.f+3]"
+        ),
         "as `r[a.b]` says, not r[c.d] nor x[1+2] nor [e.f+3]"
     );
     // Only a lowercase prefix, a dotted id and a version of digits make a versioned reference.
@@ -602,10 +604,13 @@ fn a_reference_following_another_rules_bump_is_no_change_of_text() {
         "r[a.b+2",
         "[a.b+2]",
     ] {
-        assert_eq!(super::unversioned_references(kept), kept);
+        assert_eq!(
+            crate::spec_check::rule_text::unversioned_references(kept),
+            kept
+        );
     }
     assert_eq!(
-        super::unversioned_references("i[x.y+12] and r[p.q-r+3]."),
+        crate::spec_check::rule_text::unversioned_references("i[x.y+12] and r[p.q-r+3]."),
         "i[x.y] and r[p.q-r]."
     );
     let base = "# Demo\n\n> r[demo.alpha]\n> Alpha holds, as r[demo.beta] says.\n\n\

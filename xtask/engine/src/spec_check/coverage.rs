@@ -220,8 +220,10 @@ fn summarise(name: String, coverage: &[RuleCoverage]) -> Summary {
 }
 
 /// A rule without any `impl` (or `define`) reference, or without any `verify` reference, current
-/// or stale, is reported where it is defined, with the annotation to add.
+/// or stale, is reported where it is defined, with the annotation to add, when its level
+/// demands that measure.
 // i[impl spec-check.missing]
+// i[impl spec-check.levels]
 fn missing_problems(entry: &RuleCoverage, spec: &str) -> Vec<Problem> {
     let rule = &entry.rule;
     let missing = |kind, verb, place| {
@@ -239,14 +241,16 @@ fn missing_problems(entry: &RuleCoverage, spec: &str) -> Vec<Problem> {
         .rule(rule.marker())
     };
     let mut problems = Vec::new();
-    if entry.impl_sites.is_empty() {
+    // Only what the rule's level demands is missing.
+    let demands = super::levels::Level::of(rule).demands();
+    if entry.impl_sites.is_empty() && demands.implemented {
         problems.push(missing(
             Kind::MissingImpl,
             "impl",
             "on the line before the code that implements it",
         ));
     }
-    if entry.verify_sites.is_empty() {
+    if entry.verify_sites.is_empty() && demands.verified {
         problems.push(missing(
             Kind::MissingVerify,
             "verify",

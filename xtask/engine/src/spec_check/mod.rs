@@ -18,19 +18,29 @@
 //!    its tests ran and passed; a `verify` in a Python, Go or script test file is looked up among
 //!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]).
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
+//!
+//! Beside the pipeline: [`levels`] (what the gate demands of a rule at its level), [`measures`]
+//! (each rule's implemented, verified, tested and proven flags, for the review and the ratchet),
+//! [`items`] and [`rule_text`] (an annotation's item and a rule's text, normalised as the review
+//! compares them) and [`fingerprint`] (recorded proofs judged stale by those hashes).
 
 mod block_on;
 pub mod config;
 pub mod coverage;
 pub mod crate_layout;
 mod findings_gate;
+pub mod fingerprint;
 pub mod foreign;
 pub mod freshness;
+pub mod items;
 pub mod junit;
+pub mod levels;
+pub mod measures;
 pub mod parity;
 mod pool;
 pub mod problem;
 pub mod report;
+pub mod rule_text;
 pub mod rules;
 pub mod rust_layout;
 pub mod skips;
@@ -118,6 +128,7 @@ pub fn check_read(
                 problems: vec![problem.clone()],
                 notes,
                 planned: Vec::new(),
+                untested: Vec::new(),
             });
         }
     };
@@ -149,10 +160,14 @@ pub fn check_read(
     }
 
     // The last mutation proofs, shown but never judged here: `cargo xtask prove` is the gate.
+    // Each is read against its fingerprint: a stale one is named, an unfingerprinted one counted.
     let proofs: Vec<(String, crate::model::proof::Proof)> = rules
         .iter()
-        .filter_map(|r| crate::model::proof::recorded(source, &r.id).map(|p| (r.marker(), p)))
+        .filter_map(|r| fingerprint::recorded(source, tree, r).map(|p| (r.marker(), p)))
         .collect();
+    if !proofs.is_empty() {
+        notes.extend(fingerprint::notes(&proofs));
+    }
     if !proofs.is_empty() {
         let survivors: Vec<&str> = proofs
             .iter()
@@ -227,6 +242,11 @@ pub fn check_read(
         problems,
         notes,
         planned: findings.planned,
+        untested: judged
+            .iter()
+            .flatten()
+            .flat_map(|j| j.untested.iter().cloned())
+            .collect(),
     })
 }
 

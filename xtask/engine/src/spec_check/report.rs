@@ -35,6 +35,10 @@ pub struct Outcome {
     pub notes: Vec<String>,
     /// Rules the findings name that no spec defines yet (planned), with the findings naming them.
     pub planned: Vec<String>,
+    /// In a test-backed run, the markers of the rules judged by results none of whose tests
+    /// passed, whatever their level demands (the ratchet's tested measure).
+    #[serde(skip)]
+    pub untested: Vec<String>,
 }
 
 /// Annotations only, or test-backed by a run's results.

@@ -25,6 +25,9 @@ pub struct Rule {
     /// The rule's markdown after its marker as marq read it (blockquote `>` prefixes and lazy
     /// continuation lines included): the one source of a rule's text.
     pub raw: String,
+    /// The marker's attributes as marq parsed them (`level=`, `tags=`, …): the rule's level
+    /// ([`super::levels::Level::of`]).
+    pub metadata: marq::ReqMetadata,
 }
 
 impl Rule {
@@ -225,6 +228,7 @@ fn rules_of_file(text: &str, file: &str) -> Result<Vec<Rule>, marq::Error> {
                 file: file.to_owned(),
                 line: def.line,
                 raw: with_marker_line(text, &def),
+                metadata: def.metadata,
             })
         })
         .collect())
@@ -308,6 +312,7 @@ fn unrecognised_marker(file: &str, marker: &Marker, rules: &[Rule], spec: &str) 
                 file: file.to_owned(),
                 line: marker.line,
                 raw: String::new(),
+                metadata: marq::ReqMetadata::default(),
             },
             first,
             spec,

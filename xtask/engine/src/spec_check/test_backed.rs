@@ -148,14 +148,17 @@ pub struct Judged {
     pub judged: usize,
     /// Of those, rules with a verifying test that passed.
     pub tested: usize,
-    /// One problem per judged rule none of whose tests passed.
+    /// One problem per judged rule none of whose tests passed, when its level demands a test.
     pub problems: Vec<Problem>,
+    /// The markers of the judged rules none of whose tests passed, whatever their level.
+    pub untested: Vec<String>,
 }
 
 /// Re-judges `analysis`'s rules against the run: how many have a passing test, and a problem for
 /// each rule none of whose tests passed. The analysis is only read, so one tree serves several
 /// reports.
 // i[impl spec-check.test-backed]
+// i[impl spec-check.levels]
 pub fn apply(
     tree: &dyn Tree,
     analysis: &Analysis,
@@ -165,6 +168,7 @@ pub fn apply(
 ) -> Judged {
     let mut tested = 0;
     let mut judged = 0;
+    let mut untested = Vec::new();
     let mut problems = Vec::new();
     for coverage in &analysis.rules {
         if coverage.verify_sites.is_empty() {
@@ -193,6 +197,11 @@ pub fn apply(
             continue;
         }
         let rule = &coverage.rule;
+        untested.push(rule.marker());
+        // Counted either way; a problem only when the rule's level demands a passing test.
+        if !super::levels::Level::of(rule).demands().tested {
+            continue;
+        }
         let mut categories: Vec<&str> = outcomes.iter().map(|(_, _, o)| o.category()).collect();
         categories.dedup();
         let headline = match categories.as_slice() {
@@ -221,6 +230,7 @@ pub fn apply(
         );
     }
     Judged {
+        untested,
         judged,
         tested,
         problems,

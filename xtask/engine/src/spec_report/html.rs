@@ -77,12 +77,59 @@ fn only_skipped(rule: &RuleReport) -> bool {
         })
 }
 
+/// The spec debt: per crate, then every entry, largest first.
+// i[impl spec-report.debt]
+fn spec_debt(out: &mut String, debt: &[super::debt::Debt], base: &str) {
+    let lines: usize = debt.iter().map(|d| d.size).sum();
+    let _ = writeln!(
+        out,
+        "<h2>Spec debt</h2>\n<p class=\"muted\" id=\"debt\" data-count=\"{}\" data-lines=\"{lines}\">\
+         Code of the crates' <code>src/</code> no rule's <code>impl</code> covers: public items, \
+         functions of {} lines or more, and surviving mutants, largest first.</p>",
+        debt.len(),
+        super::debt::LONG_FN
+    );
+    if debt.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<table id=\"debt-crates\"><tr><th>crate</th><th class=\"num\">entries</th><th class=\"num\">lines</th></tr>"
+    );
+    for (name, count, size) in super::debt::per_crate(debt) {
+        let _ = writeln!(
+            out,
+            "<tr class=\"debt-crate\" data-crate=\"{}\"><td>{}</td><td class=\"num\">{count}</td><td class=\"num\">{size}</td></tr>",
+            esc(&name),
+            esc(&name)
+        );
+    }
+    let _ = writeln!(out, "</table>");
+    let _ = writeln!(
+        out,
+        "<table id=\"debt-list\"><tr><th class=\"num\">lines</th><th>crate</th><th>where</th><th>item</th><th>why</th></tr>"
+    );
+    for entry in debt {
+        let _ = writeln!(
+            out,
+            "<tr class=\"debt\"><td class=\"num\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            entry.size,
+            esc(&entry.krate),
+            site_link(base, &format!("{}:{}", entry.file, entry.line)),
+            esc(&entry.item),
+            entry.why.name()
+        );
+    }
+    let _ = writeln!(out, "</table>");
+}
+
 /// The whole page.
 // i[impl spec-report.content]
 pub fn page(
     outcome: &Outcome,
     everything: &Everything,
     crates: &BTreeMap<String, CrateCoverage>,
+    debt: &[super::debt::Debt],
     base: &str,
 ) -> String {
     let test_backed = outcome.mode.test_backed;
@@ -189,6 +236,8 @@ pub fn page(
         let _ = writeln!(out, "</tr>");
     }
     let _ = writeln!(out, "</table>");
+
+    spec_debt(&mut out, debt, base);
 
     // Problems.
     if !outcome.problems.is_empty() {

@@ -1,13 +1,15 @@
 //! `cargo xtask spec-report` — one self-contained HTML file (no network at view time) a reviewer
 //! can open: coverage per spec and per crate as bars, every rule with its text, its implementing
 //! and verifying sites (linked), its tests' last results and the findings it closes, the findings
-//! with their verdicts, and the rules whose only verifying tests were skipped, highlighted.
+//! with their verdicts, the rules whose only verifying tests were skipped, highlighted, and the
+//! spec debt ([`debt`]: the code no rule names, largest first).
 //!
 //! It reads the tree once ([`crate::spec_check::read`]) and judges it with the spec gate
 //! ([`crate::spec_check::check_read`]: the per-spec counts are the gate's own) and the trace
 //! ([`crate::trace::everything`]: per rule and per finding), so the page, `spec-check --json` and
 //! `trace` never disagree.
 
+pub mod debt;
 pub mod html;
 
 use std::collections::BTreeMap;

@@ -209,7 +209,7 @@ pub(crate) fn trace_closing(
             title: f.title.clone(),
         })
         .collect();
-    let proof = crate::model::proof::recorded(source, &rule.id);
+    let proof = crate::spec_check::fingerprint::recorded(source, tree, rule);
     Ok(RuleReport {
         survivors: proof.as_ref().is_some_and(|p| p.missed > 0),
         proof: proof.map(|p| p.line(&rule.marker())),

@@ -1,0 +1,305 @@
+//! Evidence fingerprints: hashes of what a rule's proof judged — its text, its implementing
+//! items and its verifying items — so that a recorded proof whose evidence changed since is shown
+//! stale without anyone bumping the rule's version.
+//!
+//! Each part is normalised before it is hashed, exactly as the spec review compares them: the
+//! text as [`super::rule_text::rule_text`] reads it, each item as [`super::items::item_at`]
+//! finds and normalises it (tree-sitter's item, comments and formatting dropped). Items are
+//! hashed as a set of `head` and text, so the order of annotations, the file an item sits in and
+//! two annotations on one item do not count.
+//!
+//! A record older than fingerprints has none: it is "unfingerprinted", shown and counted, never
+//! stale; the rule's next `cargo xtask prove` writes one.
+
+use std::collections::BTreeSet;
+
+use sha2::{Digest, Sha256};
+
+use super::Tree;
+use super::coverage::Site;
+use super::rules::Rule;
+use crate::model::proof::{Fingerprint, Proof};
+use crate::model::tree::Tree as Source;
+
+/// The first 12 hex digits of the SHA-256 of `parts`, each length-prefixed.
+fn hash<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher.finalize()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The items `sites` stand for, normalised, as a sorted set.
+fn items<'a>(tree: &Tree, sites: impl Iterator<Item = &'a Site>) -> BTreeSet<String> {
+    sites
+        .map(|site| {
+            let file = tree.parsed.files.get(&site.path);
+            let item = super::items::item_at(
+                &site.path,
+                file.map_or("", |f| f.content.as_str()),
+                file.and_then(|f| f.layout.as_ref()),
+                site.line,
+            );
+            format!("{}\n{}", item.head, item.text)
+        })
+        .collect()
+}
+
+/// The fingerprint of `rule`'s evidence in `tree` now.
+// i[impl prove.fingerprint]
+pub fn of(tree: &Tree, rule: &Rule) -> Fingerprint {
+    let (text, _) = super::rule_text::rule_text(rule);
+    let impls = items(tree, tree.coverage_of(rule).flat_map(|c| &c.impl_sites));
+    let verifies = items(tree, tree.coverage_of(rule).flat_map(|c| &c.verify_sites));
+    Fingerprint {
+        text: hash([text.as_str()]),
+        impls: hash(impls.iter().map(String::as_str)),
+        verifies: hash(verifies.iter().map(String::as_str)),
+    }
+}
+
+/// What a recorded proof says of the tree now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Freshness {
+    /// Its fingerprint matches the tree.
+    Fresh,
+    /// It has no fingerprint (recorded before them).
+    Unfingerprinted,
+    /// These parts (`text`, `impl`, `tests`) changed since it ran.
+    Stale(Vec<&'static str>),
+}
+
+/// Judges `proof`'s fingerprint against `now`.
+// i[impl prove.fingerprint]
+pub fn freshness(proof: &Proof, now: &Fingerprint) -> Freshness {
+    match &proof.fingerprint {
+        None => Freshness::Unfingerprinted,
+        Some(then) => {
+            let changed = then.changed(now);
+            if changed.is_empty() {
+                Freshness::Fresh
+            } else {
+                Freshness::Stale(changed)
+            }
+        }
+    }
+}
+
+/// `proof stale: impl changed since 3f2a1b2` — since the proof's commit, or failing that the
+/// recorded hash of the first part that changed.
+pub fn stale_message(proof: &Proof, changed: &[&str]) -> String {
+    let since = proof.commit.clone().unwrap_or_else(|| {
+        let then = proof.fingerprint.as_ref();
+        let part = changed.first().copied().unwrap_or("text");
+        then.map_or_else(String::new, |f| match part {
+            "impl" => f.impls.clone(),
+            "tests" => f.verifies.clone(),
+            _ => f.text.clone(),
+        })
+    });
+    let what = match changed {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    };
+    format!("proof stale: {what} changed since {since}")
+}
+
+/// The recorded proof of `rule` ([`crate::model::proof::recorded`]), its `stale` set when its
+/// fingerprint no longer matches `tree`.
+// i[impl prove.fingerprint]
+pub fn recorded(source: &dyn Source, tree: &Tree, rule: &Rule) -> Option<Proof> {
+    let mut proof = crate::model::proof::recorded(source, &rule.id)?;
+    if let Freshness::Stale(changed) = freshness(&proof, &of(tree, rule)) {
+        proof.stale = Some(stale_message(&proof, &changed));
+    }
+    Some(proof)
+}
+
+/// The gate's notes on `proofs` (marker, proof read by [`recorded`]): one per stale proof, and
+/// how many are stale and how many unfingerprinted.
+// i[impl prove.fingerprint]
+pub fn notes(proofs: &[(String, Proof)]) -> Vec<String> {
+    let mut notes: Vec<String> = proofs
+        .iter()
+        .filter_map(|(marker, proof)| Some(format!("{marker}: {}", proof.stale.as_ref()?)))
+        .collect();
+    let stale = notes.len();
+    let unfingerprinted = proofs
+        .iter()
+        .filter(|(_, p)| p.fingerprint.is_none())
+        .count();
+    notes.push(format!(
+        "proof fingerprints: {} of {} recorded proofs stale, {unfingerprinted} unfingerprinted \
+         (recorded before fingerprints: the next `cargo xtask prove` of the rule writes one)",
+        stale,
+        proofs.len()
+    ));
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Memory;
+
+    const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+    const SPEC: &str = "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta]\n> Beta holds, as r[demo.alpha] says.\n";
+
+    const LIB: &str = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n// r[impl demo.beta]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n\n    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+
+    fn tree(spec: &str, lib: &str) -> Memory {
+        Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec.md", spec),
+            ("src/lib.rs", lib),
+        ])
+    }
+
+    /// `id`'s fingerprint in a tree of `spec` and `lib`.
+    fn print(spec: &str, lib: &str, id: &str) -> Fingerprint {
+        let memory = tree(spec, lib);
+        let Ok((_, read)) = crate::spec_check::read(&memory) else {
+            panic!("read");
+        };
+        of(&read, read.rule(id).expect("rule"))
+    }
+
+    fn changed(lib: &str, id: &str) -> Vec<&'static str> {
+        print(SPEC, LIB, id).changed(&print(SPEC, lib, id))
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn each_part_changes_with_its_own_evidence_only() {
+        assert_eq!(changed(LIB, "demo.alpha"), Vec::<&str>::new());
+        assert_eq!(
+            changed(&LIB.replace("    1\n", "    2\n"), "demo.alpha"),
+            ["impl"]
+        );
+        assert_eq!(
+            changed(&LIB.replace("    1\n", "    2\n"), "demo.beta"),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            changed(&LIB.replace("alpha(), 1)", "alpha(), 2)"), "demo.alpha"),
+            ["tests"]
+        );
+        let text = print(SPEC, LIB, "demo.alpha").changed(&print(
+            &SPEC.replace("Alpha holds", "Alpha always holds"),
+            LIB,
+            "demo.alpha",
+        ));
+        assert_eq!(text, ["text"]);
+        // A referenced rule's bump is no change of this rule's text (as in the review).
+        let bumped = SPEC
+            .replace("> r[demo.alpha]", "> r[demo.alpha+2]")
+            .replace("as r[demo.alpha] says", "as r[demo.alpha+2] says");
+        assert_eq!(
+            print(SPEC, LIB, "demo.beta").changed(&print(&bumped, LIB, "demo.beta")),
+            Vec::<&str>::new()
+        );
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn comments_formatting_and_order_do_not_count() {
+        let commented = LIB
+            .replace("    1\n", "    // why one\n    1 /* always */\n")
+            .replace("pub fn alpha() -> u32 {", "pub fn alpha()->u32{");
+        assert_eq!(changed(&commented, "demo.alpha"), Vec::<&str>::new());
+        // The same items in another order, one of them annotated twice.
+        let reordered = "// r[impl demo.beta]\npub fn beta() {}\n\n// r[impl demo.alpha]\n// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n"
+            .to_owned()
+            + &LIB[LIB.find("#[cfg(test)]").expect("tests")..];
+        assert_eq!(changed(&reordered, "demo.alpha"), Vec::<&str>::new());
+        let respaced = SPEC.replace("Alpha holds.", "Alpha\n> holds.");
+        assert_eq!(
+            print(SPEC, LIB, "demo.alpha").changed(&print(&respaced, LIB, "demo.alpha")),
+            Vec::<&str>::new()
+        );
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_proof_without_a_fingerprint_is_unfingerprinted_and_a_changed_one_stale() {
+        let now = print(SPEC, LIB, "demo.alpha");
+        let mut proof = Proof {
+            caught: 1,
+            commit: Some("3f2a1b2".into()),
+            ..Proof::default()
+        };
+        assert_eq!(freshness(&proof, &now), Freshness::Unfingerprinted);
+        proof.fingerprint = Some(now.clone());
+        assert_eq!(freshness(&proof, &now), Freshness::Fresh);
+        let later = print(SPEC, &LIB.replace("    1\n", "    2\n"), "demo.alpha");
+        assert_eq!(freshness(&proof, &later), Freshness::Stale(vec!["impl"]));
+        assert_eq!(
+            stale_message(&proof, &["impl"]),
+            "proof stale: impl changed since 3f2a1b2"
+        );
+        assert_eq!(
+            stale_message(&proof, &["text", "impl", "tests"]),
+            "proof stale: text, impl and tests changed since 3f2a1b2"
+        );
+        // Without a commit, the recorded hash of the first part that changed.
+        proof.commit = None;
+        assert_eq!(
+            stale_message(&proof, &["tests"]),
+            format!("proof stale: tests changed since {}", now.verifies)
+        );
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn the_gate_notes_stale_proofs_and_counts_unfingerprinted_ones() {
+        let fresh = print(SPEC, LIB, "demo.alpha");
+        let proof = |fingerprint: Option<Fingerprint>| {
+            let summary = crate::model::proof_summary::render(&[(
+                "r[demo.alpha]".to_owned(),
+                Proof {
+                    caught: 1,
+                    commit: Some("3f2a1b2".into()),
+                    fingerprint,
+                    ..Proof::default()
+                },
+            )]);
+            let memory = Memory::new([
+                (".config/tracey/config.styx", CONFIG),
+                ("docs/spec.md", SPEC),
+                ("src/lib.rs", &*LIB.replace("    1\n", "    2\n")),
+                ("docs/audit/proof.md", &*summary),
+            ]);
+            let outcome = crate::spec_check::check(&memory, &[], None, &[]).expect("judged");
+            outcome.notes
+        };
+        let notes = proof(Some(fresh));
+        assert!(
+            notes.contains(&"r[demo.alpha]: proof stale: impl changed since 3f2a1b2".to_owned()),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.starts_with(
+                "proof fingerprints: 1 of 1 recorded proofs stale, 0 unfingerprinted"
+            )),
+            "{notes:?}"
+        );
+        let notes = proof(None);
+        assert!(
+            !notes.iter().any(|n| n.contains("proof stale")),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.starts_with(
+                "proof fingerprints: 0 of 1 recorded proofs stale, 1 unfingerprinted"
+            )),
+            "{notes:?}"
+        );
+    }
+}

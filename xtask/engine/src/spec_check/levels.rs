@@ -1,0 +1,212 @@
+//! A rule's level and what the gate demands of a rule at each level, from one table
+//! ([`DEMANDS`]).
+//!
+//! The level is a marker attribute, as tracey's specs write it and marq (the markdown crate
+//! tracey 1.3.0 reads specs with) parses it: `r[area.topic level=should]`, with marq's synonyms
+//! (`shall`, `required`, `recommended`, `optional`). marq knows no informative level (it rejects
+//! any other `level=` value), so an informative rule says so with marq's other attribute:
+//! `tags=informative`. A word in the rule's first sentence was the other choice; it is not taken,
+//! since prose says "must" of things that are not the rule's level, and an attribute is explicit,
+//! parsed by the same crate as the id, and already in the export. A rule that gives no level is
+//! MUST: the gate's demands on today's rules do not change.
+
+use serde::Serialize;
+
+use super::rules::Rule;
+
+/// A rule's level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// `level=must` (or none).
+    Must,
+    /// `level=should`.
+    Should,
+    /// `level=may`.
+    May,
+    /// `tags=informative`: the rule explains, and demands nothing.
+    Informative,
+}
+
+impl Level {
+    /// As written in reports and the export.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Must => "must",
+            Level::Should => "should",
+            Level::May => "may",
+            Level::Informative => "informative",
+        }
+    }
+
+    /// The level of `rule`, from its marker's attributes.
+    // i[impl spec-check.levels]
+    pub fn of(rule: &Rule) -> Self {
+        if rule.metadata.tags.iter().any(|tag| tag == "informative") {
+            return Level::Informative;
+        }
+        match rule.metadata.level {
+            Some(marq::ReqLevel::Should) => Level::Should,
+            Some(marq::ReqLevel::May) => Level::May,
+            Some(marq::ReqLevel::Must) | None => Level::Must,
+        }
+    }
+
+    /// What the gate demands of a rule at this level ([`DEMANDS`]).
+    pub fn demands(self) -> Demands {
+        DEMANDS
+            .iter()
+            .find(|(level, _)| *level == self)
+            .map_or(Demands::ALL, |(_, demands)| *demands)
+    }
+}
+
+/// What the gate demands of a rule: each measure it must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Demands {
+    /// A current `impl` annotation (`missing-impl` otherwise).
+    pub implemented: bool,
+    /// A `verify` annotation (`missing-verify` otherwise).
+    pub verified: bool,
+    /// In a test-backed run, a verifying test that ran and passed (`not-verified-by-test`).
+    pub tested: bool,
+    /// A recorded proof that holds: its loss is a problem for the review and the ratchet.
+    pub proven: bool,
+}
+
+impl Demands {
+    /// Everything: what the gate demanded of every rule before levels.
+    pub const ALL: Demands = Demands {
+        implemented: true,
+        verified: true,
+        tested: true,
+        proven: true,
+    };
+
+    /// Whether the measure named `what` (`implemented`, `verified`, `tested`, `proven`) is
+    /// demanded; an unknown name is.
+    pub fn of(self, what: &str) -> bool {
+        match what {
+            "implemented" => self.implemented,
+            "verified" => self.verified,
+            "tested" => self.tested,
+            "proven" => self.proven,
+            _ => true,
+        }
+    }
+}
+
+/// The one table of demands per level: MUST tested and proven (and so verified and implemented),
+/// SHOULD verified, MAY implemented, informative nothing.
+// i[impl spec-check.levels]
+pub const DEMANDS: [(Level, Demands); 4] = [
+    (Level::Must, Demands::ALL),
+    (
+        Level::Should,
+        Demands {
+            implemented: true,
+            verified: true,
+            tested: false,
+            proven: false,
+        },
+    ),
+    (
+        Level::May,
+        Demands {
+            implemented: true,
+            verified: false,
+            tested: false,
+            proven: false,
+        },
+    ),
+    (
+        Level::Informative,
+        Demands {
+            implemented: false,
+            verified: false,
+            tested: false,
+            proven: false,
+        },
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Memory;
+    use crate::spec_check::problem::Kind;
+
+    const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+    /// One rule per level, none of them implemented or verified.
+    const SPEC: &str = "# Demo\n\n> r[demo.plain]\n> Plain.\n\n> r[demo.must level=shall]\n> Must.\n\n> r[demo.should level=recommended]\n> Should.\n\n> r[demo.may level=may]\n> May.\n\n> r[demo.about tags=informative]\n> About.\n";
+
+    /// Each rule's id and level, and each problem's kind and rule.
+    type Checked = (Vec<(String, Level)>, Vec<(Kind, String)>);
+
+    fn checked() -> Checked {
+        let tree = Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec.md", SPEC),
+            ("src/lib.rs", "pub fn nothing() {}\n"),
+        ]);
+        let Ok((_, read)) = crate::spec_check::read(&tree) else {
+            panic!("read");
+        };
+        let levels = read
+            .rules()
+            .iter()
+            .map(|rule| (rule.id.base.clone(), Level::of(rule)))
+            .collect();
+        let outcome = crate::spec_check::check(&tree, &[], None, &[]).expect("judged");
+        let problems = outcome
+            .problems
+            .iter()
+            .filter_map(|p| Some((p.kind, p.rule.clone()?)))
+            .collect();
+        (levels, problems)
+    }
+
+    // i[verify spec-check.levels]
+    #[test]
+    fn the_level_is_the_markers_attribute_and_none_is_must() {
+        let (levels, _) = checked();
+        assert_eq!(
+            levels,
+            [
+                ("demo.plain".to_owned(), Level::Must),
+                ("demo.must".to_owned(), Level::Must),
+                ("demo.should".to_owned(), Level::Should),
+                ("demo.may".to_owned(), Level::May),
+                ("demo.about".to_owned(), Level::Informative),
+            ]
+        );
+        assert_eq!(Level::Must.demands(), Demands::ALL);
+    }
+
+    // i[verify spec-check.levels]
+    #[test]
+    fn the_gate_demands_what_the_table_says_of_each_level() {
+        let (_, problems) = checked();
+        let marker = |id: &str| format!("r[demo.{id}]");
+        assert_eq!(
+            problems,
+            [
+                (Kind::MissingImpl, marker("plain")),
+                (Kind::MissingVerify, marker("plain")),
+                (Kind::MissingImpl, marker("must")),
+                (Kind::MissingVerify, marker("must")),
+                (Kind::MissingImpl, marker("should")),
+                (Kind::MissingVerify, marker("should")),
+                (Kind::MissingImpl, marker("may")),
+            ]
+        );
+        // The table: each level demands no more than the one above it.
+        for pair in DEMANDS.windows(2) {
+            let (above, below) = (pair[0].1, pair[1].1);
+            for what in ["implemented", "verified", "tested", "proven"] {
+                assert!(above.of(what) || !below.of(what), "{what}: {pair:?}");
+            }
+        }
+    }
+}
