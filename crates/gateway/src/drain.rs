@@ -11,7 +11,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use holdfast_lifecycle::{StopError, StopReason, Stopper, stopper_fn};
@@ -208,9 +207,8 @@ impl Gateway {
         };
 
         // Step 1: stop being a target before telling anyone to leave.
-        inner.ready.store(false, Ordering::SeqCst);
-        inner.refusing.store(true, Ordering::SeqCst);
-        inner.draining.store(true, Ordering::SeqCst);
+        // An abandoned gateway is stopped already: the drain still runs its steps.
+        let _ = inner.phase.refuse();
         // A registration still being retried must not land behind the deregistration.
         inner.membership.stop_registering();
         let deregistration = deregister(inner, deadlines[0]).await;
@@ -226,6 +224,7 @@ impl Gateway {
             .into_iter()
             .map(|(id, _)| id)
             .collect();
+        let _ = inner.phase.drain();
         inner.drain_tx.send_replace(Some(DrainSignal { code }));
         let ended = |ids: &HashSet<ConnId>| {
             if inner.registry.is_empty() {
@@ -303,6 +302,7 @@ impl Gateway {
             took_ms: ms(Instant::now()),
             problems,
         };
+        let _ = inner.phase.stop();
         tracing::info!(replica = %inner.replica.id, report = ?report, "gateway drained");
         *done = Some(report.clone());
         report

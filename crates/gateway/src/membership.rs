@@ -144,6 +144,8 @@ async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
             Ok(Ok(())) => {
                 backoff.succeed(token);
                 m.registered.store(true, Ordering::SeqCst);
+                // Refused when a drain began meanwhile: the gateway stays not ready.
+                let _ = inner.phase.registered();
                 tracing::info!(replica = %inner.replica.id, "registered");
                 return;
             }

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -80,9 +79,8 @@ pub(crate) struct Inner {
     pub(crate) registry: Registry<ConnHandle>,
     pub(crate) service: Arc<dyn ServiceRegistry>,
     pub(crate) routing: Arc<dyn RoutingMap>,
-    pub(crate) ready: AtomicBool,
-    pub(crate) refusing: AtomicBool,
-    pub(crate) draining: AtomicBool,
+    /// Where the gateway stands between its start and its stop.
+    pub(crate) phase: crate::phase::PhaseCell,
     pub(crate) owned_routes: Mutex<HashSet<String>>,
     pub(crate) stats: Stats,
     pub(crate) drain_tx: watch::Sender<Option<DrainSignal>>,
@@ -186,9 +184,7 @@ impl Gateway {
             local,
             service,
             routing,
-            ready: AtomicBool::new(true),
-            refusing: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
+            phase: crate::phase::PhaseCell::default(),
             owned_routes: Mutex::new(HashSet::new()),
             stats: Stats::default(),
             drain_tx,
@@ -243,7 +239,7 @@ impl Gateway {
     /// Whether the gateway is ready: registered, the registration still holding, and no drain
     /// begun.
     pub fn is_ready(&self) -> bool {
-        self.inner.ready.load(Ordering::SeqCst)
+        self.inner.phase.is_ready()
             && self.inner.membership.is_registered()
             && self.inner.service.is_live()
     }
@@ -317,7 +313,8 @@ impl Gateway {
     /// connection without a close frame, deregisters nothing and releases no route. This is the
     /// control arm that tests and the drain demo compare the drain against.
     pub fn abandon(&self) {
-        self.inner.draining.store(true, Ordering::SeqCst);
+        // Already stopped (drained, or abandoned before): nothing changes.
+        let _ = self.inner.phase.stop();
         let _ = self.inner.stop_accept.send(true);
         self.inner.membership.abandon();
         self.inner.service.abandon();
@@ -509,7 +506,7 @@ impl Drop for Teardown {
             return;
         };
         let Some(user) = removed.user else { return };
-        if removed.user_still_connected || self.inner.draining.load(Ordering::SeqCst) {
+        if removed.user_still_connected || !self.inner.phase.releases_routes() {
             // Another connection still needs the route, or the drain clears routes itself.
             return;
         }
@@ -581,7 +578,7 @@ async fn connection(
     // The callback's signature is tungstenite's; its error type is not ours to shrink.
     #[allow(clippy::result_large_err)]
     let callback = move |_req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        if gate.refusing.load(Ordering::SeqCst) {
+        if gate.phase.refuses_upgrades() {
             gate.stats.refused();
             return Err(refusal(gate.config.drain.retry_after_secs));
         }
