@@ -201,7 +201,7 @@ impl MemoryBus {
 
     /// Delivers to the subscriptions of `replica` (every replica for `None`); how many.
     fn deliver_to(&self, replica: Option<&str>, message: &BusMessage) -> usize {
-        let mut subs = crate::server::lock(&self.subscribers);
+        let mut subs = crate::sync::lock(&self.subscribers);
         let mut reached = 0;
         for (id, senders) in subs.iter_mut() {
             if replica.is_some_and(|r| r != id) {
@@ -239,7 +239,7 @@ impl ClusterBus for MemoryBus {
 
     fn subscribe(&self, replica: &str) -> BusSubscription {
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_BUFFER);
-        crate::server::lock(&self.subscribers)
+        crate::sync::lock(&self.subscribers)
             .entry(replica.to_owned())
             .or_default()
             .push(tx);

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use holdfast_lifecycle::BoxFuture;
 
+use crate::sync::lock;
+
 /// A replica as the service registry lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Replica {
@@ -242,10 +244,6 @@ impl RoutingMap for MemoryRouting {
         };
         Box::pin(async move { Ok(outcome) })
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ use crate::cluster::CasOutcome;
 use crate::config::{CloseChoice, DrainConfig};
 use crate::protocol::close;
 use crate::registry::ConnId;
-use crate::server::{DrainSignal, Gateway, Inner, lock};
+use crate::server::{DrainSignal, Gateway, Inner};
+use crate::sync::lock;
 
 /// The drain's steps, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::cluster::{ClusterError, RegistryStats, Replica, ServiceRegistry};
-use crate::server::lock;
+use crate::sync::lock;
 
 /// Where the etcd registry is, and how it keeps its lease.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -238,13 +238,13 @@ impl MemoryHistory {
 
     /// The bytes of message text held.
     pub fn bytes(&self) -> usize {
-        crate::server::lock(&self.state).bytes
+        crate::sync::lock(&self.state).bytes
     }
 
     // r[impl gateway.history.bounds]
     /// Appends now (see [`History::append`]).
     pub fn append_at(&self, room: &str, text: &str, config: &HistoryConfig, now: Instant) -> Pos {
-        let mut s = crate::server::lock(&self.state);
+        let mut s = crate::sync::lock(&self.state);
         s.next += 1;
         let pos = Pos {
             hi: self.epoch,
@@ -298,7 +298,7 @@ impl MemoryHistory {
         config: &HistoryConfig,
         now: Instant,
     ) -> Recovery {
-        let mut s = crate::server::lock(&self.state);
+        let mut s = crate::sync::lock(&self.state);
         if since.hi != self.epoch {
             // From another start of this replica (earlier, or later under a clock stepped back),
             // or from another replica's memory: what came after it there is not here.
@@ -806,7 +806,7 @@ mod review_tests2 {
         }
         let later = t0 + Duration::from_secs(3600);
         h.append_at("another", "", &c, later);
-        let s = crate::server::lock(&h.state);
+        let s = crate::sync::lock(&h.state);
         assert!(
             s.rooms.len() < 1000,
             "rooms held past their age with a 1-byte cap: {} (bytes {})",

@@ -58,6 +58,7 @@ pub mod redis_routing;
 pub mod registry;
 mod server;
 pub mod stats;
+mod sync;
 pub mod tls;
 pub mod token;
 

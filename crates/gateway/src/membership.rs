@@ -10,7 +10,8 @@ use tokio::task::AbortHandle;
 
 use crate::backoff::Backoff;
 use crate::bus::{BusMessage, BusStats, ClusterBus};
-use crate::server::{Gateway, Inner, lock};
+use crate::server::{Gateway, Inner};
+use crate::sync::lock;
 
 /// How long one registration attempt may take before it counts as failed.
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);

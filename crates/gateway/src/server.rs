@@ -24,9 +24,10 @@ use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
 use crate::config::{ConfigError, GatewayConfig};
 use crate::history::Pos;
 use crate::limits::{Admission, Limits, Refusal};
-use crate::protocol::{ClientMessage, close};
+use crate::protocol::{ClientMessage, JoinRefusal, close};
 use crate::registry::{ConnId, Registry};
 use crate::stats::Stats;
+use crate::sync::lock;
 use crate::tls::{Stream, Tls, TlsError, TlsReload};
 
 /// A client's WebSocket, over plain TCP or TLS.
@@ -360,6 +361,32 @@ impl Gateway {
             h.force_close();
         }
         d
+    }
+}
+
+// The edge's TLS, here rather than in tls.rs and acme_alpn.rs so that they need nothing of the
+// server.
+impl Gateway {
+    /// The served certificate's notAfter while it has passed (every `wss://` handshake is then
+    /// refused until renewed files replace it); `None` when it has not, or without TLS.
+    pub fn tls_expired_since(&self) -> Option<SystemTime> {
+        self.inner.tls.as_ref()?.store.expired_since()
+    }
+}
+
+impl Gateway {
+    /// Answers TLS-ALPN-01 validations on this gateway's TLS listener with `challenges` from now
+    /// on (replacing any given before). `false`, and nothing changes, when the gateway serves
+    /// plain `ws://`.
+    // r[impl gateway.tls.alpn01]
+    pub fn answer_tls_alpn01(&self, challenges: Arc<dyn crate::acme_alpn::AcmeTlsAlpn>) -> bool {
+        match &self.inner.tls {
+            Some(tls) => {
+                tls.set_alpn(challenges);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -1031,37 +1058,6 @@ async fn refuse_join(
     reply(ws, msg.to_string()).await
 }
 
-/// Why a join was refused (the connection stays open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JoinRefusal {
-    /// The connection is already in its limit of rooms.
-    TooManyRooms,
-    /// The room's name is longer than the limit.
-    NameTooLong,
-    /// Neither the token's `rooms` nor a subscription token allows the room.
-    NotPermitted,
-    /// The join's `since` is not a position.
-    BadPosition,
-    /// The join's `since` is later than anything the room's stream has assigned.
-    FuturePosition,
-    /// A join with `since` to a room the connection is already in.
-    AlreadyJoined,
-}
-
-impl JoinRefusal {
-    /// The reason the client is told.
-    fn reason(self) -> &'static str {
-        match self {
-            JoinRefusal::TooManyRooms => "too many rooms",
-            JoinRefusal::NameTooLong => "room name too long",
-            JoinRefusal::NotPermitted => "not permitted",
-            JoinRefusal::BadPosition => "bad position",
-            JoinRefusal::FuturePosition => "position from the future",
-            JoinRefusal::AlreadyJoined => "already joined",
-        }
-    }
-}
-
 fn ack(kind: &str, room: &str) -> String {
     serde_json::json!({ "type": kind, "room": room }).to_string()
 }
@@ -1129,8 +1125,4 @@ async fn drain_connection(
     }
     while let Some(Ok(_)) = ws.next().await {}
     Ending::Gone
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -196,15 +196,15 @@ impl Stats {
     pub(crate) fn tls_alpn_answered(&self) {
         inc(&self.tls_alpn_answered);
     }
-    pub(crate) fn join_refused(&self, refusal: crate::server::JoinRefusal) {
+    pub(crate) fn join_refused(&self, refusal: crate::protocol::JoinRefusal) {
         match refusal {
-            crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
-            crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
-            crate::server::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
+            crate::protocol::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
+            crate::protocol::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
+            crate::protocol::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
             // A bad `since` is the client's error about its own state, not a refused room.
-            crate::server::JoinRefusal::BadPosition
-            | crate::server::JoinRefusal::FuturePosition
-            | crate::server::JoinRefusal::AlreadyJoined => {}
+            crate::protocol::JoinRefusal::BadPosition
+            | crate::protocol::JoinRefusal::FuturePosition
+            | crate::protocol::JoinRefusal::AlreadyJoined => {}
         }
     }
     pub(crate) fn close_sent(&self) {
