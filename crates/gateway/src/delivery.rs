@@ -2,7 +2,6 @@
 //! a room on every replica, in position order where the history publishes what it appends.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use crate::bus::BusMessage;
 use crate::history::{Appended, Pos, Recovery, RoomAnnounce};
@@ -94,20 +93,26 @@ impl RoomOrder {
 /// One room lock.
 pub(crate) type RoomStripe = tokio::sync::Mutex<RoomOrder>;
 
-/// The room locks of a gateway.
-pub(crate) fn room_stripes() -> Box<[RoomStripe]> {
-    (0..ROOM_LOCK_STRIPES)
-        .map(|_| tokio::sync::Mutex::new(RoomOrder::default()))
-        .collect()
+/// The room locks of a gateway, each with the order of its rooms.
+pub(crate) struct Rooms {
+    stripes: Box<[RoomStripe]>,
 }
 
-impl crate::server::Inner {
+impl Rooms {
+    pub(crate) fn new() -> Self {
+        Self {
+            stripes: (0..ROOM_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(RoomOrder::default()))
+                .collect(),
+        }
+    }
+
     // r[impl gateway.history.order+2]
     /// The lock a push to `room` holds from its position to its broadcast (without a history
     /// that publishes; with one, only while it delivers here), and a delivery from the bus holds
     /// while it delivers.
-    pub(crate) fn room_lock(&self, room: &str) -> &RoomStripe {
-        &self.room_locks[room_stripe(room)]
+    pub(crate) fn lock(&self, room: &str) -> &RoomStripe {
+        &self.stripes[room_stripe(room)]
     }
 }
 
@@ -129,14 +134,13 @@ enum Remembered {
     Failed,
 }
 
-impl crate::server::Inner {
+impl Gateway {
     /// Whether the history publishes room messages on the bus in the step that appends them.
     fn history_publishes(&self) -> bool {
-        self.config.history.size > 0 && self.membership.bus.atomic_room_channel().is_some()
+        self.inner.config.history.size > 0
+            && self.inner.membership.bus().atomic_room_channel().is_some()
     }
-}
 
-impl Gateway {
     // r[impl gateway.cluster.push-user+2]
     /// Pushes to `user`'s connections on this replica, and to every other replica the routing
     /// map names for them (a user may be connected to several). A routing or bus outage is
@@ -157,7 +161,7 @@ impl Gateway {
                     .iter()
                     .filter(|r| **r != inner.replica.id)
                     .map(|to| {
-                        let sent = inner.membership.bus.send_to(to, &message);
+                        let sent = inner.membership.bus().send_to(to, &message);
                         async move { (to, sent.await) }
                     });
                 let mut forwarded = Forward::NotNeeded;
@@ -181,10 +185,7 @@ impl Gateway {
             }
         };
         if forwarded == Forward::Failed {
-            inner
-                .membership
-                .forward_errors
-                .fetch_add(1, Ordering::Relaxed);
+            inner.membership.forward_failed();
         }
         delivery.forwarded = forwarded;
         delivery
@@ -198,14 +199,14 @@ impl Gateway {
             return refused;
         }
         let inner = &self.inner;
-        let publishes = inner.history_publishes();
+        let publishes = self.history_publishes();
         // With a history that publishes, the append's script fixes the room's order, and the
         // lock only guards what is recorded here: it is not held across the append, where a
         // stalled backend would hold up the bus's deliveries to every room sharing the lock.
         let held = if publishes {
             None
         } else {
-            Some(inner.room_lock(room).lock().await)
+            Some(inner.rooms.lock(room).lock().await)
         };
         let appended = self.remember(room, text).await;
         if let Remembered::At(Appended {
@@ -216,7 +217,7 @@ impl Gateway {
         {
             let order = match held {
                 Some(order) => order,
-                None => inner.room_lock(room).lock().await,
+                None => inner.rooms.lock(room).lock().await,
             };
             let mut delivery = self.deliver_own(order, room, pos, prev, text).await;
             delivery.pos = Some(pos);
@@ -227,10 +228,7 @@ impl Gateway {
             // The script may have run and published it (only its answer was lost): sent again,
             // every member would get it twice. Its copy from the bus, if any, delivers it.
             tracing::warn!(replica = %inner.replica.id, room, "a room push's append failed; not sent again");
-            inner
-                .membership
-                .forward_errors
-                .fetch_add(1, Ordering::Relaxed);
+            inner.membership.forward_failed();
             return Delivery {
                 forwarded: Forward::Failed,
                 ..Delivery::default()
@@ -238,7 +236,7 @@ impl Gateway {
         }
         let _order = match held {
             Some(order) => order,
-            None => inner.room_lock(room).lock().await,
+            None => inner.rooms.lock(room).lock().await,
         };
         let pos = match appended {
             Remembered::At(a) => Some(a.pos),
@@ -256,14 +254,11 @@ impl Gateway {
             pos: pos.map(|p| p.to_string()),
             prev: None,
         };
-        delivery.forwarded = match inner.membership.bus.broadcast(&message).await {
+        delivery.forwarded = match inner.membership.bus().broadcast(&message).await {
             Ok(()) => Forward::Published,
             Err(e) => {
                 tracing::warn!(replica = %inner.replica.id, error = %e, "cannot broadcast a push");
-                inner
-                    .membership
-                    .forward_errors
-                    .fetch_add(1, Ordering::Relaxed);
+                inner.membership.forward_failed();
                 Forward::Failed
             }
         };
@@ -291,7 +286,7 @@ impl Gateway {
         if order.last(room).is_some()
             || inner.registry.members(room).is_empty()
             || wait.is_zero()
-            || inner.membership.bus.subscription_down()
+            || inner.membership.bus().subscription_down()
         {
             return self
                 .deliver_in_order(&mut order, room, pos, prev, text, false)
@@ -307,7 +302,7 @@ impl Gateway {
         if let Ok(Ok(delivery)) = tokio::time::timeout(wait, &mut rx).await {
             return delivery;
         }
-        let mut order = inner.room_lock(room).lock().await;
+        let mut order = inner.rooms.lock(room).lock().await;
         if order.waiters.remove(&key).is_none() {
             // Its copy was delivered as the wait expired: that delivery is what it came to.
             return rx.try_recv().unwrap_or_default();
@@ -323,7 +318,7 @@ impl Gateway {
     /// live for the joining member.
     pub(crate) async fn seed_room(&self, room: &str) {
         let inner = &self.inner;
-        if !inner.history_publishes() || inner.room_lock(room).lock().await.last(room).is_some() {
+        if !self.history_publishes() || inner.rooms.lock(room).lock().await.last(room).is_some() {
             return;
         }
         match inner
@@ -332,7 +327,7 @@ impl Gateway {
             .await
         {
             Ok(Some(last)) => {
-                let mut order = inner.room_lock(room).lock().await;
+                let mut order = inner.rooms.lock(room).lock().await;
                 if order.last(room).is_none() {
                     order.set(room, last, |r| !inner.registry.members(r).is_empty());
                 }
@@ -360,7 +355,7 @@ impl Gateway {
         match (pos, prev) {
             (Some(pos), Some(prev)) => {
                 let mine = origin == self.inner.replica.id;
-                let mut order = self.inner.room_lock(room).lock().await;
+                let mut order = self.inner.rooms.lock(room).lock().await;
                 self.deliver_in_order(&mut order, room, pos, prev, text, mine)
                     .await;
             }
@@ -490,7 +485,7 @@ impl Gateway {
             prev: None,
         };
         let announce = RoomAnnounce {
-            channel: inner.membership.bus.atomic_room_channel(),
+            channel: inner.membership.bus().atomic_room_channel(),
             message: serde_json::to_string(&message).unwrap_or_default(),
         };
         match inner

@@ -18,11 +18,11 @@ pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The cluster side of a gateway, held in its shared state.
 pub(crate) struct Membership {
-    pub(crate) bus: Arc<dyn ClusterBus>,
+    bus: Arc<dyn ClusterBus>,
     seed: u64,
     registered: AtomicBool,
     registration_failures: AtomicU64,
-    pub(crate) forward_errors: AtomicU64,
+    forward_errors: AtomicU64,
     registrar: std::sync::Mutex<Option<AbortHandle>>,
     receiver: std::sync::Mutex<Option<Receiver>>,
 }
@@ -62,6 +62,16 @@ impl Membership {
             registrar: std::sync::Mutex::new(None),
             receiver: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The bus to the other replicas.
+    pub(crate) fn bus(&self) -> &dyn ClusterBus {
+        self.bus.as_ref()
+    }
+
+    /// A push could not be handed to the bus or the routing map.
+    pub(crate) fn forward_failed(&self) {
+        self.forward_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn is_registered(&self) -> bool {

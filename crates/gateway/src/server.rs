@@ -1,6 +1,5 @@
 //! The gateway: the accept loop, one task per connection, and pushes to users and rooms.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -22,6 +21,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use crate::accept::{AcceptPacer, AfterError};
 use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
 use crate::config::{ConfigError, GatewayConfig};
+use crate::drain::DrainSignal;
 use crate::history::Pos;
 use crate::limits::{Admission, Limits, Refusal};
 use crate::protocol::{ClientMessage, JoinRefusal, close};
@@ -67,12 +67,6 @@ impl ConnHandle {
     }
 }
 
-/// How a drain closes connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DrainSignal {
-    pub(crate) code: CloseCode,
-}
-
 pub(crate) struct Inner {
     pub(crate) config: GatewayConfig,
     pub(crate) replica: Replica,
@@ -82,22 +76,19 @@ pub(crate) struct Inner {
     pub(crate) routing: Arc<dyn RoutingMap>,
     /// Where the gateway stands between its start and its stop.
     pub(crate) phase: crate::phase::PhaseCell,
-    pub(crate) owned_routes: Mutex<HashSet<String>>,
     pub(crate) stats: Stats,
-    pub(crate) drain_tx: watch::Sender<Option<DrainSignal>>,
-    /// The connections the drain's close frame was sent to (kept after they end, for step 2's
-    /// end and the report).
-    pub(crate) closed_by_drain: Mutex<HashSet<ConnId>>,
     pub(crate) stop_accept: watch::Sender<bool>,
     pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    pub(crate) drain_lock: tokio::sync::Mutex<Option<crate::drain::DrainReport>>,
+    /// The drain's own state: its signal to the connections, the close frames it sent, the
+    /// routes it will clear, its report.
+    pub(crate) drain: crate::drain::DrainState,
     pub(crate) limits: Arc<Limits>,
     pub(crate) tls: Option<Tls>,
     pub(crate) membership: crate::membership::Membership,
     pub(crate) history: Arc<dyn crate::history::History>,
-    /// Room pushes hold their room's stripe from the history append to the broadcast, so this
+    /// Room pushes hold their room's lock from the history append to the broadcast, so this
     /// replica's members, and the bus, see one room's messages in position order.
-    pub(crate) room_locks: Box<[crate::delivery::RoomStripe]>,
+    pub(crate) rooms: crate::delivery::Rooms,
 }
 
 /// A running gateway. Cheap to clone.
@@ -176,7 +167,6 @@ impl Gateway {
                 .unwrap_or_else(|| local.to_string()),
         };
         let replica_id = replica.id.clone();
-        let (drain_tx, _) = watch::channel(None);
         let (stop_accept, stop_rx) = watch::channel(false);
         let inner = Arc::new(Inner {
             registry: Registry::new(config.shards),
@@ -186,13 +176,10 @@ impl Gateway {
             service,
             routing,
             phase: crate::phase::PhaseCell::default(),
-            owned_routes: Mutex::new(HashSet::new()),
             stats: Stats::default(),
-            drain_tx,
-            closed_by_drain: Mutex::new(HashSet::new()),
             stop_accept,
             accept_task: Mutex::new(None),
-            drain_lock: tokio::sync::Mutex::new(None),
+            drain: crate::drain::DrainState::new(),
             limits,
             tls,
             membership: crate::membership::Membership::new(
@@ -200,7 +187,7 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
             history,
-            room_locks: crate::delivery::room_stripes(),
+            rooms: crate::delivery::Rooms::new(),
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
@@ -560,10 +547,10 @@ async fn release_route(inner: Arc<Inner>, user: String) {
                 }
                 return;
             }
-            lock(&inner.owned_routes).remove(&user);
+            inner.drain.route_released(&user);
         }
         Err(e) => {
-            // Left in owned_routes: the drain retries it.
+            // Still owned: the drain retries it.
             tracing::warn!(replica = %inner.replica.id, error = %e, "routing cleanup failed");
         }
     }
@@ -717,7 +704,7 @@ async fn serve(
     admission: &mut Admission,
 ) -> Ending {
     let cfg = &inner.config;
-    let mut drain = inner.drain_tx.subscribe();
+    let mut drain = inner.drain.subscribe();
     // One future for the whole connection, not one per loop turn: re-creating `changed()` on
     // every message registered and removed a waiter on the watch shared by all connections.
     let signalled = async move { drain.wait_for(|s| s.is_some()).await.ok().and_then(|s| *s) };
@@ -1075,7 +1062,7 @@ async fn reply(ws: &mut Ws, text: String) -> Option<Ending> {
 async fn claim_route(inner: &Arc<Inner>, user: &str) {
     // Owned even when the add fails: the map keeps the user and writes it at its next refresh,
     // so the drain must delete it.
-    lock(&inner.owned_routes).insert(user.to_owned());
+    inner.drain.own_route(user);
     match inner.routing.set_route(user, &inner.replica.id).await {
         Ok(()) => {}
         Err(e) => {
@@ -1120,7 +1107,7 @@ async fn drain_connection(
     };
     if ws.send(Message::Close(Some(frame))).await.is_ok() {
         // Recorded before the wake-up, so the drain sees it when it looks.
-        lock(&inner.closed_by_drain).insert(id);
+        inner.drain.close_sent(id);
         inner.stats.close_sent();
     }
     while let Some(Ok(_)) = ws.next().await {}
