@@ -198,6 +198,9 @@ impl Gateway {
         if let Some(refused) = self.refuse_too_large(text) {
             return refused;
         }
+        if let Some(refused) = self.refuse_room_name(room) {
+            return refused;
+        }
         let inner = &self.inner;
         let publishes = self.history_publishes();
         // With a history that publishes, the append's script fixes the room's order, and the
@@ -457,6 +460,20 @@ impl Gateway {
         }
         let d = self.push_room_local(room, &crate::history::frame(room, pos, text));
         order.fire(room, pos, d, keep)
+    }
+
+    // r[impl gateway.rooms.publish-name]
+    /// A push to a room no connection could join (its name past the room name limit, which a
+    /// live limits update may change) is refused and counted, before it reaches the history.
+    fn refuse_room_name(&self, room: &str) -> Option<Delivery> {
+        let max = self.inner.limits.max_room_name();
+        (max != 0 && room.len() > max).then(|| {
+            self.inner.stats.push_refused_room_name();
+            Delivery {
+                room_name_too_long: true,
+                ..Delivery::default()
+            }
+        })
     }
 
     // r[impl gateway.history.bounds]

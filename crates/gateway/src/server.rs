@@ -113,6 +113,10 @@ pub struct Delivery {
     /// limit (`config.max_message_size`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub too_large: bool,
+    /// Refused, sent nowhere and kept in no history: the room's name is longer than any join
+    /// allows (the room name limit, `config.max_room_name`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub room_name_too_long: bool,
 }
 
 impl Gateway {

@@ -30,6 +30,7 @@ pub struct Stats {
     joins_refused_rooms: AtomicU64,
     joins_refused_name: AtomicU64,
     joins_refused_permission: AtomicU64,
+    pushes_refused_room_name: AtomicU64,
     token_refused: [AtomicU64; TokenError::REASONS.len()],
     key_reloads: AtomicU64,
     key_reload_failures: AtomicU64,
@@ -84,6 +85,8 @@ pub struct StatsSnapshot {
     /// Joins refused because the token's `rooms` did not allow the room and no subscription
     /// token for it was given, or the one given was refused.
     pub joins_refused_permission: u64,
+    /// Room pushes refused because the room's name was longer than the room name limit.
+    pub pushes_refused_room_name: u64,
     /// Tokens refused, by reason, in the order of [`TokenError::REASONS`] (each also counted in
     /// `auth_failures`).
     pub token_refused: [u64; TokenError::REASONS.len()],
@@ -207,6 +210,9 @@ impl Stats {
             | crate::protocol::JoinRefusal::AlreadyJoined => {}
         }
     }
+    pub(crate) fn push_refused_room_name(&self) {
+        inc(&self.pushes_refused_room_name);
+    }
     pub(crate) fn close_sent(&self) {
         inc(&self.close_frames_sent);
         self.close_sent.notify_waiters();
@@ -241,6 +247,7 @@ impl Stats {
             joins_refused_rooms: g(&self.joins_refused_rooms),
             joins_refused_name: g(&self.joins_refused_name),
             joins_refused_permission: g(&self.joins_refused_permission),
+            pushes_refused_room_name: g(&self.pushes_refused_room_name),
             token_refused: std::array::from_fn(|i| g(&self.token_refused[i])),
             key_reloads: g(&self.key_reloads),
             key_reload_failures: g(&self.key_reload_failures),
