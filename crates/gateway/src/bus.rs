@@ -46,6 +46,10 @@ pub enum BusMessage {
         /// step that appended it (so receivers can tell a message that has not reached them).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prev: Option<String>,
+        /// The append that gave it its position created the room's stream: the stream starts
+        /// over at it (absent, false, from older replicas).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fresh: bool,
     },
 }
 
@@ -276,6 +280,7 @@ mod tests {
             origin: "a".into(),
             pos: None,
             prev: None,
+            fresh: false,
         };
         bus.broadcast(&room).await.unwrap();
         assert_eq!(b.recv().await, Some(user("for b")));
@@ -308,6 +313,7 @@ mod tests {
             origin: "o".into(),
             pos: None,
             prev: None,
+            fresh: false,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(

@@ -35,6 +35,9 @@ pub(crate) const ROOM_ORDER_IDLE: std::time::Duration = std::time::Duration::fro
 #[derive(Debug, Default)]
 pub(crate) struct RoomOrder {
     last: HashMap<String, (Pos, tokio::time::Instant)>,
+    /// The first position of each tracked room's stream, when this replica saw the append that
+    /// created it: its copy from the bus is then recognised as seen, not as another restart.
+    started: HashMap<String, Pos>,
     updates: u32,
     /// Pushes made here waiting for their message to be delivered from the bus, by room and
     /// position.
@@ -72,6 +75,17 @@ impl RoomOrder {
         self.last.get(room).map(|(p, _)| *p)
     }
 
+    /// Whether `pos` is where `room`'s stream started over, as seen here already.
+    fn started_at(&self, room: &str, pos: Pos) -> bool {
+        self.started.get(room) == Some(&pos)
+    }
+
+    /// Forgets `room` (it has no members here).
+    fn forget(&mut self, room: &str) {
+        self.last.remove(room);
+        self.started.remove(room);
+    }
+
     /// Records `room`'s last position; every 256th update also forgets rooms idle for
     /// [`ROOM_ORDER_IDLE`] that have no members here (`has_members`).
     fn set(&mut self, room: &str, pos: Pos, has_members: impl Fn(&str) -> bool) {
@@ -80,6 +94,8 @@ impl RoomOrder {
         if self.updates & 0xff == 0 {
             self.last
                 .retain(|r, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE || has_members(r));
+            let last = &self.last;
+            self.started.retain(|r, _| last.contains_key(r));
         }
         match self.last.get_mut(room) {
             Some(entry) => *entry = (pos, now),
@@ -122,6 +138,16 @@ pub(crate) fn room_stripe(room: &str) -> usize {
     let h =
         BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(room);
     usize::try_from(h % ROOM_LOCK_STRIPES as u64).unwrap_or(0)
+}
+
+/// A room message's place in its stream, as the append that published it gave it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    pos: Pos,
+    /// The position before it in the stream.
+    prev: Pos,
+    /// The append created the stream: it starts over at `pos`.
+    fresh: bool,
 }
 
 /// What a room push's append came to.
@@ -216,13 +242,16 @@ impl Gateway {
             pos,
             prev: Some(prev),
             published: true,
+            fresh,
         }) = appended
         {
             let order = match held {
                 Some(order) => order,
                 None => inner.rooms.lock(room).lock().await,
             };
-            let mut delivery = self.deliver_own(order, room, pos, prev, text).await;
+            let mut delivery = self
+                .deliver_own(order, room, Seen { pos, prev, fresh }, text)
+                .await;
             delivery.pos = Some(pos);
             delivery.forwarded = Forward::Published;
             return delivery;
@@ -256,6 +285,7 @@ impl Gateway {
             origin: inner.replica.id.clone(),
             pos: pos.map(|p| p.to_string()),
             prev: None,
+            fresh: false,
         };
         delivery.forwarded = match inner.membership.bus().broadcast(&message).await {
             Ok(()) => Forward::Published,
@@ -276,11 +306,11 @@ impl Gateway {
         &self,
         mut order: tokio::sync::MutexGuard<'_, RoomOrder>,
         room: &str,
-        pos: Pos,
-        prev: Pos,
+        seen: Seen,
         text: &str,
     ) -> Delivery {
         let inner = &self.inner;
+        let pos = seen.pos;
         let key = (room.to_owned(), pos);
         if let Some(early) = order.early.remove(&key) {
             return early;
@@ -292,7 +322,7 @@ impl Gateway {
             || inner.membership.bus().subscription_down()
         {
             return self
-                .deliver_in_order(&mut order, room, pos, prev, text, false)
+                .deliver_in_order(&mut order, room, seen, text, false)
                 .await;
         }
         // Not seen here yet: what was published before it may still be on its way here, and
@@ -311,7 +341,7 @@ impl Gateway {
             return rx.try_recv().unwrap_or_default();
         }
         inner.stats.room_echo_timeout();
-        self.deliver_in_order(&mut order, room, pos, prev, text, false)
+        self.deliver_in_order(&mut order, room, seen, text, false)
             .await
     }
 
@@ -352,6 +382,7 @@ impl Gateway {
         origin: &str,
         pos: Option<&str>,
         prev: Option<&str>,
+        fresh: bool,
     ) {
         let pos = pos.and_then(|p| p.parse::<Pos>().ok());
         let prev = prev.and_then(|p| p.parse::<Pos>().ok());
@@ -359,7 +390,8 @@ impl Gateway {
             (Some(pos), Some(prev)) => {
                 let mine = origin == self.inner.replica.id;
                 let mut order = self.inner.rooms.lock(room).lock().await;
-                self.deliver_in_order(&mut order, room, pos, prev, text, mine)
+                let seen = Seen { pos, prev, fresh };
+                self.deliver_in_order(&mut order, room, seen, text, mine)
                     .await;
             }
             _ if origin == self.inner.replica.id => {}
@@ -385,13 +417,44 @@ impl Gateway {
         &self,
         order: &mut RoomOrder,
         room: &str,
-        pos: Pos,
-        prev: Pos,
+        seen: Seen,
         text: &str,
         keep: bool,
     ) -> Delivery {
+        let Seen { pos, prev, fresh } = seen;
         let inner = &self.inner;
-        let last = order.last(room);
+        // r[impl gateway.history.restart]
+        // A message whose append created the stream starts the room over: what the old stream
+        // held is not before it, whatever the positions say.
+        let mut last = order.last(room);
+        if fresh {
+            if order.started_at(room, pos) {
+                // Its copy: delivered already.
+                return Delivery::default();
+            }
+            last = match last {
+                // At or below the last seen: either a gap fill delivered it already (a later
+                // message of this same stream came first), or the new stream's positions are
+                // below the old one's. The stream tells which: in the second case all it has
+                // assigned is below the last seen. Unreadable, it is taken as seen (a skip,
+                // rather than a repeat of every message since).
+                Some(l) if pos <= l => {
+                    match inner
+                        .history
+                        .last_assigned(room, &inner.config.history)
+                        .await
+                    {
+                        Ok(Some(assigned)) if assigned >= l => return Delivery::default(),
+                        Ok(_) => None,
+                        Err(e) => {
+                            tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to tell a restart from a repeat");
+                            return Delivery::default();
+                        }
+                    }
+                }
+                _ => None,
+            };
+        }
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
         }
@@ -399,10 +462,13 @@ impl Gateway {
             // Not tracked without members here: a room's first member reads its place from
             // the stream when it joins.
             // Nothing to keep for a push: it reports this same empty delivery.
-            order.last.remove(room);
+            order.forget(room);
             return order.fire(room, pos, Delivery::default(), false);
         }
         order.set(room, pos, |r| !inner.registry.members(r).is_empty());
+        if fresh {
+            order.started.insert(room.to_owned(), pos);
+        }
         if let Some(last) = last
             && prev > last
         {
@@ -500,6 +566,7 @@ impl Gateway {
             origin: inner.replica.id.clone(),
             pos: None,
             prev: None,
+            fresh: false,
         };
         let announce = RoomAnnounce {
             channel: inner.membership.bus().atomic_room_channel(),

@@ -120,6 +120,9 @@ pub struct Appended {
     /// Whether the history published it to every replica in the step that appended it (then
     /// nothing else must broadcast it).
     pub published: bool,
+    /// Whether the append created the room's stream (new, or created again after it expired or
+    /// was deleted): its positions start over here, and nothing before it is missing.
+    pub fresh: bool,
 }
 
 /// Where room history is kept.
@@ -148,6 +151,7 @@ pub trait History: Send + Sync + 'static {
                 pos: append.await?,
                 prev: None,
                 published: false,
+                fresh: false,
             })
         })
     }

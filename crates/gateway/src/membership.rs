@@ -216,6 +216,7 @@ async fn receive(
                 origin,
                 pos: Some(pos),
                 prev: Some(prev),
+                fresh,
             } => {
                 let stripe = crate::delivery::room_stripe(&room);
                 let Some(queue) = queues.get_mut(stripe) else {
@@ -228,6 +229,7 @@ async fn receive(
                     origin,
                     pos: Some(pos),
                     prev: Some(prev),
+                    fresh,
                 };
                 if queue.try_send(message).is_err() {
                     inner.stats.room_bus_dropped();
@@ -239,9 +241,17 @@ async fn receive(
                 origin,
                 pos,
                 prev,
+                fresh,
             } => {
                 gateway
-                    .receive_room(&room, &text, &origin, pos.as_deref(), prev.as_deref())
+                    .receive_room(
+                        &room,
+                        &text,
+                        &origin,
+                        pos.as_deref(),
+                        prev.as_deref(),
+                        fresh,
+                    )
                     .await;
             }
         }
@@ -261,10 +271,18 @@ fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
                 origin,
                 pos,
                 prev,
+                fresh,
             } = message
             {
                 gateway
-                    .receive_room(&room, &text, &origin, pos.as_deref(), prev.as_deref())
+                    .receive_room(
+                        &room,
+                        &text,
+                        &origin,
+                        pos.as_deref(),
+                        prev.as_deref(),
+                        fresh,
+                    )
                     .await;
             }
         }

@@ -176,6 +176,7 @@ impl History for Streams {
                     pos,
                     prev: None,
                     published: false,
+                    fresh: false,
                 })
             });
         }
@@ -201,6 +202,7 @@ impl History for Streams {
                 pos,
                 prev: Some(prev),
                 published: true,
+                fresh: false,
             })
         })
     }

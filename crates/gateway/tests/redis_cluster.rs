@@ -875,3 +875,70 @@ async fn a_room_not_seen_yet_still_fills_a_lost_predecessor() {
         assert_eq!(a.stats().room_gaps_lost, 0, "existing stream: {existing}");
     }
 }
+
+// r[verify gateway.history.restart]
+/// A room's stream deleted and created again (it expired, was flushed, or was deleted), its
+/// positions starting over: every replica follows the new stream from its first message, on the
+/// receiving side and on the publishing one, without counting a gap, and even when the new
+/// positions are below the old stream's (ids from a clock that was ahead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_stream_is_followed_from_its_first_message_not_counted_as_a_gap() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for ahead in [false, true] {
+        let p = prefix(if ahead {
+            "recreated-ahead"
+        } else {
+            "recreated"
+        });
+        let stream = format!("{p}history:lobby");
+        if ahead {
+            // The old stream's ids are far past what Redis's clock gives the new one.
+            let _: String = redis::cmd("XADD")
+                .arg(&stream)
+                .arg("99999999999999-0")
+                .arg("d")
+                .arg("old")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let registry = MemoryRegistry::new();
+        let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+        let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+        let mut ann = member(&a, "ann", "lobby").await;
+        let mut bob = member(&b, "bob", "lobby").await;
+        b.push_room("lobby", "before").await;
+        assert_eq!(next_text(&mut ann).await, "before", "ahead: {ahead}");
+        assert_eq!(next_text(&mut bob).await, "before", "ahead: {ahead}");
+        let _: i64 = redis::cmd("DEL")
+            .arg(&stream)
+            .arg(format!("{p}history-dropped:lobby"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for text in ["first of the new stream", "second"] {
+            b.push_room("lobby", text).await;
+            assert_eq!(next_text(&mut ann).await, text, "ahead: {ahead}");
+            assert_eq!(next_text(&mut bob).await, text, "ahead: {ahead}");
+        }
+        a.push_room("lobby", "from a").await;
+        assert_eq!(next_text(&mut ann).await, "from a", "ahead: {ahead}");
+        assert_eq!(next_text(&mut bob).await, "from a", "ahead: {ahead}");
+        for g in [&a, &b] {
+            let s = g.stats();
+            assert_eq!(
+                (s.room_gaps_lost, s.room_gaps_filled),
+                (0, 0),
+                "ahead: {ahead}"
+            );
+        }
+        // Nothing was delivered twice: the next message is the next one.
+        b.push_room("lobby", "last").await;
+        assert_eq!(next_text(&mut ann).await, "last", "ahead: {ahead}");
+        assert_eq!(next_text(&mut bob).await, "last", "ahead: {ahead}");
+    }
+}
