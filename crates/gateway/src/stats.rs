@@ -109,6 +109,61 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
+    /// Both snapshots' counts added (saturating), field by field: the node's totals across
+    /// restarts of the gateway.
+    pub fn plus(self, o: StatsSnapshot) -> StatsSnapshot {
+        StatsSnapshot {
+            accepted: self.accepted.saturating_add(o.accepted),
+            accept_errors: self.accept_errors.saturating_add(o.accept_errors),
+            refused_draining: self.refused_draining.saturating_add(o.refused_draining),
+            auth_failures: self.auth_failures.saturating_add(o.auth_failures),
+            messages_in: self.messages_in.saturating_add(o.messages_in),
+            messages_out: self.messages_out.saturating_add(o.messages_out),
+            slow_consumer_drops: self
+                .slow_consumer_drops
+                .saturating_add(o.slow_consumer_drops),
+            routing_errors: self.routing_errors.saturating_add(o.routing_errors),
+            close_frames_sent: self.close_frames_sent.saturating_add(o.close_frames_sent),
+            idle_closed: self.idle_closed.saturating_add(o.idle_closed),
+            refused_per_ip: self.refused_per_ip.saturating_add(o.refused_per_ip),
+            refused_unauthenticated: self
+                .refused_unauthenticated
+                .saturating_add(o.refused_unauthenticated),
+            refused_unauthenticated_per_ip: self
+                .refused_unauthenticated_per_ip
+                .saturating_add(o.refused_unauthenticated_per_ip),
+            tls_reloads: self.tls_reloads.saturating_add(o.tls_reloads),
+            tls_reload_failures: self
+                .tls_reload_failures
+                .saturating_add(o.tls_reload_failures),
+            tls_expired_refusals: self
+                .tls_expired_refusals
+                .saturating_add(o.tls_expired_refusals),
+            tls_alpn_answered: self.tls_alpn_answered.saturating_add(o.tls_alpn_answered),
+            joins_refused_rooms: self
+                .joins_refused_rooms
+                .saturating_add(o.joins_refused_rooms),
+            joins_refused_name: self.joins_refused_name.saturating_add(o.joins_refused_name),
+            joins_refused_permission: self
+                .joins_refused_permission
+                .saturating_add(o.joins_refused_permission),
+            pushes_refused_room_name: self
+                .pushes_refused_room_name
+                .saturating_add(o.pushes_refused_room_name),
+            token_refused: std::array::from_fn(|i| {
+                self.token_refused[i].saturating_add(o.token_refused[i])
+            }),
+            key_reloads: self.key_reloads.saturating_add(o.key_reloads),
+            key_reload_failures: self
+                .key_reload_failures
+                .saturating_add(o.key_reload_failures),
+            room_gaps_filled: self.room_gaps_filled.saturating_add(o.room_gaps_filled),
+            room_gaps_lost: self.room_gaps_lost.saturating_add(o.room_gaps_lost),
+            room_echo_timeouts: self.room_echo_timeouts.saturating_add(o.room_echo_timeouts),
+            room_bus_dropped: self.room_bus_dropped.saturating_add(o.room_bus_dropped),
+        }
+    }
+
     /// Each token refusal reason's label with its count.
     pub fn token_refusals(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         TokenError::REASONS
@@ -256,5 +311,36 @@ impl Stats {
             room_echo_timeouts: g(&self.room_echo_timeouts),
             room_bus_dropped: g(&self.room_bus_dropped),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_add_field_by_field_and_saturate() {
+        let a = StatsSnapshot {
+            accepted: 1,
+            room_gaps_lost: 2,
+            pushes_refused_room_name: u64::MAX,
+            token_refused: std::array::from_fn(|i| i as u64),
+            ..StatsSnapshot::default()
+        };
+        let b = StatsSnapshot {
+            accepted: 10,
+            room_bus_dropped: 3,
+            pushes_refused_room_name: 1,
+            token_refused: std::array::from_fn(|_| 1),
+            ..StatsSnapshot::default()
+        };
+        let sum = a.plus(b);
+        assert_eq!(
+            (sum.accepted, sum.room_gaps_lost, sum.room_bus_dropped),
+            (11, 2, 3)
+        );
+        assert_eq!(sum.pushes_refused_room_name, u64::MAX);
+        assert_eq!(sum.token_refused[3], 4);
+        assert_eq!(StatsSnapshot::default().plus(a), a);
     }
 }
