@@ -71,6 +71,12 @@ pub trait ServiceRegistry: Send + Sync + 'static {
     /// Stops keeping the registration alive without removing it, as a killed process would: an
     /// etcd key then expires with its lease. Registries without leases do nothing.
     fn abandon(&self) {}
+    /// Whether the replica `id` is registered now (its lease holds): `None` when this registry
+    /// cannot tell, which counts as registered.
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let _ = id;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// Counters of a service registry's registration (an etcd lease).
@@ -174,6 +180,11 @@ impl ServiceRegistry for MemoryRegistry {
     fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
         lock(&self.replicas).remove(&replica.id);
         Box::pin(async { Ok(()) })
+    }
+
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let listed = self.is_registered(id);
+        Box::pin(async move { Ok(Some(listed)) })
     }
 }
 

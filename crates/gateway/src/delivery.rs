@@ -197,6 +197,7 @@ impl Gateway {
                             forwarded = Forward::Published;
                         }
                         Ok(()) => {}
+                        Err(_) if self.drop_dead_route(user, to).await => {}
                         Err(e) => {
                             tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
                             forwarded = Forward::Failed;
@@ -215,6 +216,31 @@ impl Gateway {
         }
         delivery.forwarded = forwarded;
         delivery
+    }
+
+    // r[impl gateway.cluster.dead-route]
+    /// After a push to `to` failed: when the service registry no longer lists `to` (its lease
+    /// expired, or it deregistered), it is dead, not failing: its entry in `user`'s route is
+    /// compare-and-deleted (only `to`'s, so a replica that came back and routed the user again
+    /// since is the only loss, until its next refresh) and true is answered, so the push does
+    /// not count as failed. A registry that cannot tell, or cannot be read, leaves it a failure.
+    async fn drop_dead_route(&self, user: &str, to: &str) -> bool {
+        let inner = &self.inner;
+        match inner.service.lists(to).await {
+            Ok(Some(false)) => {}
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, to, error = %e, "cannot tell whether a replica is registered");
+                return false;
+            }
+        }
+        inner.stats.dead_route();
+        tracing::info!(replica = %inner.replica.id, to, "a push's replica is no longer registered; dropping it from the user's route");
+        if let Err(e) = inner.routing.compare_and_delete(user, to).await {
+            inner.stats.routing_error();
+            tracing::warn!(replica = %inner.replica.id, to, error = %e, "cannot drop a dead replica from a route");
+        }
+        true
     }
 
     // r[impl gateway.cluster.push-room]

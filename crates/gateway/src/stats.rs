@@ -38,6 +38,7 @@ pub struct Stats {
     room_gaps_lost: AtomicU64,
     room_echo_timeouts: AtomicU64,
     room_bus_dropped: AtomicU64,
+    dead_routes: AtomicU64,
     close_sent: Notify,
 }
 
@@ -106,6 +107,9 @@ pub struct StatsSnapshot {
     /// Room messages from the bus dropped because their room's delivery queue was full (a later
     /// message of the room reads them from the stream).
     pub room_bus_dropped: u64,
+    /// Pushes to a user that found a replica in the user's route no longer registered: its entry
+    /// was dropped, and the push not counted as failed.
+    pub dead_routes: u64,
 }
 
 impl StatsSnapshot {
@@ -161,6 +165,7 @@ impl StatsSnapshot {
             room_gaps_lost: self.room_gaps_lost.saturating_add(o.room_gaps_lost),
             room_echo_timeouts: self.room_echo_timeouts.saturating_add(o.room_echo_timeouts),
             room_bus_dropped: self.room_bus_dropped.saturating_add(o.room_bus_dropped),
+            dead_routes: self.dead_routes.saturating_add(o.dead_routes),
         }
     }
 
@@ -225,6 +230,9 @@ impl Stats {
     }
     pub(crate) fn room_bus_dropped(&self) {
         inc(&self.room_bus_dropped);
+    }
+    pub(crate) fn dead_route(&self) {
+        inc(&self.dead_routes);
     }
     pub(crate) fn routing_error(&self) {
         inc(&self.routing_errors);
@@ -310,6 +318,7 @@ impl Stats {
             room_gaps_lost: g(&self.room_gaps_lost),
             room_echo_timeouts: g(&self.room_echo_timeouts),
             room_bus_dropped: g(&self.room_bus_dropped),
+            dead_routes: g(&self.dead_routes),
         }
     }
 }

@@ -353,6 +353,8 @@ pub struct Metrics {
     pub gateway_room_echo_timeouts: Counter,
     /// Gateway room messages from the bus dropped from a full room queue since the node started.
     pub gateway_room_bus_dropped: Counter,
+    /// Gateway pushes to a user that found a replica of the route no longer registered.
+    pub gateway_dead_routes: Counter,
     /// Changed gateway TLS pairs loaded or rejected since the node started, by result.
     pub gateway_tls_reloads: Family<KeyReloadLabel, Counter>,
     /// Gateway room pushes refused since the node started, by the limit they were over.
@@ -668,6 +670,12 @@ impl Metrics {
             m.gateway_room_bus_dropped.clone(),
         );
         registry.register(
+            "gateway_dead_routes",
+            "Gateway pushes to a user that found a replica of the user's route no longer \
+             registered (dropped from the route, not a failure) since the node started",
+            m.gateway_dead_routes.clone(),
+        );
+        registry.register(
             "gateway_tls_reloads",
             "Changed gateway TLS pairs loaded or rejected since the node started, by result",
             m.gateway_tls_reloads.clone(),
@@ -743,6 +751,7 @@ impl Metrics {
             gateway_routing_errors: m.gateway_routing_errors,
             gateway_room_echo_timeouts: m.gateway_room_echo_timeouts,
             gateway_room_bus_dropped: m.gateway_room_bus_dropped,
+            gateway_dead_routes: m.gateway_dead_routes,
             gateway_tls_reloads: m.gateway_tls_reloads,
             gateway_pushes_refused: m.gateway_pushes_refused,
             gateway_room_gaps: m.gateway_room_gaps,
@@ -1145,6 +1154,7 @@ impl Metrics {
             (&self.gateway_routing_errors, c.routing_errors),
             (&self.gateway_room_echo_timeouts, c.room_echo_timeouts),
             (&self.gateway_room_bus_dropped, c.room_bus_dropped),
+            (&self.gateway_dead_routes, c.dead_routes),
         ] {
             raise_to(counter, total);
         }
@@ -1242,6 +1252,7 @@ struct MetricsParts {
     gateway_routing_errors: Counter,
     gateway_room_echo_timeouts: Counter,
     gateway_room_bus_dropped: Counter,
+    gateway_dead_routes: Counter,
     gateway_tls_reloads: Family<KeyReloadLabel, Counter>,
     gateway_pushes_refused: Family<JoinRefusalLabel, Counter>,
     gateway_room_gaps: Family<RoomGapLabel, Counter>,
@@ -1543,6 +1554,7 @@ mod tests {
             room_gaps_lost: 11,
             room_echo_timeouts: 12,
             room_bus_dropped: 13,
+            dead_routes: 14,
             ..Default::default()
         };
         let totals = GatewayTotals {
@@ -1563,6 +1575,7 @@ mod tests {
             "holdfast_gateway_room_gaps_total{result=\"lost\"} 11",
             "holdfast_gateway_room_echo_timeouts_total 12",
             "holdfast_gateway_room_bus_dropped_total 13",
+            "holdfast_gateway_dead_routes_total 14",
         ];
         metrics.set_gateway(Some((0, 0)), Some(totals), None);
         let text = metrics.render();
@@ -1582,7 +1595,7 @@ mod tests {
             .and_then(|v| v.as_object().map(|o| o.len()))
             .unwrap_or_default();
         assert_eq!(
-            fields, 28,
+            fields, 29,
             "a new gateway counter: export it, then update this count"
         );
     }
