@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use rustls::server::ClientHello;
 
-use crate::server::Gateway;
-
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737 §6.2).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
@@ -32,20 +30,4 @@ pub(crate) fn challenge_for(
         return None;
     }
     challenges.challenge_config(hello.server_name()?)
-}
-
-impl Gateway {
-    /// Answers TLS-ALPN-01 validations on this gateway's TLS listener with `challenges` from now
-    /// on (replacing any given before). `false`, and nothing changes, when the gateway serves
-    /// plain `ws://`.
-    // r[impl gateway.tls.alpn01]
-    pub fn answer_tls_alpn01(&self, challenges: Arc<dyn AcmeTlsAlpn>) -> bool {
-        match &self.inner.tls {
-            Some(tls) => {
-                tls.set_alpn(challenges);
-                true
-            }
-            None => false,
-        }
-    }
 }

@@ -46,6 +46,10 @@ pub enum BusMessage {
         /// step that appended it (so receivers can tell a message that has not reached them).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prev: Option<String>,
+        /// The append that gave it its position created the room's stream: the stream starts
+        /// over at it (absent, false, from older replicas).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fresh: bool,
     },
 }
 
@@ -201,7 +205,7 @@ impl MemoryBus {
 
     /// Delivers to the subscriptions of `replica` (every replica for `None`); how many.
     fn deliver_to(&self, replica: Option<&str>, message: &BusMessage) -> usize {
-        let mut subs = crate::server::lock(&self.subscribers);
+        let mut subs = crate::sync::lock(&self.subscribers);
         let mut reached = 0;
         for (id, senders) in subs.iter_mut() {
             if replica.is_some_and(|r| r != id) {
@@ -239,7 +243,7 @@ impl ClusterBus for MemoryBus {
 
     fn subscribe(&self, replica: &str) -> BusSubscription {
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_BUFFER);
-        crate::server::lock(&self.subscribers)
+        crate::sync::lock(&self.subscribers)
             .entry(replica.to_owned())
             .or_default()
             .push(tx);
@@ -276,6 +280,7 @@ mod tests {
             origin: "a".into(),
             pos: None,
             prev: None,
+            fresh: false,
         };
         bus.broadcast(&room).await.unwrap();
         assert_eq!(b.recv().await, Some(user("for b")));
@@ -308,6 +313,7 @@ mod tests {
             origin: "o".into(),
             pos: None,
             prev: None,
+            fresh: false,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(

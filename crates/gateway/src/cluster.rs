@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use holdfast_lifecycle::BoxFuture;
 
+use crate::sync::lock;
+
 /// A replica as the service registry lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Replica {
@@ -69,6 +71,12 @@ pub trait ServiceRegistry: Send + Sync + 'static {
     /// Stops keeping the registration alive without removing it, as a killed process would: an
     /// etcd key then expires with its lease. Registries without leases do nothing.
     fn abandon(&self) {}
+    /// Whether the replica `id` is registered now (its lease holds): `None` when this registry
+    /// cannot tell, which counts as registered.
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let _ = id;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// Counters of a service registry's registration (an etcd lease).
@@ -173,6 +181,11 @@ impl ServiceRegistry for MemoryRegistry {
         lock(&self.replicas).remove(&replica.id);
         Box::pin(async { Ok(()) })
     }
+
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let listed = self.is_registered(id);
+        Box::pin(async move { Ok(Some(listed)) })
+    }
 }
 
 /// The in-memory routing map (no expiry: its replicas live and die with the process).
@@ -242,10 +255,6 @@ impl RoutingMap for MemoryRouting {
         };
         Box::pin(async move { Ok(outcome) })
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! a room on every replica, in position order where the history publishes what it appends.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use crate::bus::BusMessage;
 use crate::history::{Appended, Pos, Recovery, RoomAnnounce};
@@ -36,6 +35,9 @@ pub(crate) const ROOM_ORDER_IDLE: std::time::Duration = std::time::Duration::fro
 #[derive(Debug, Default)]
 pub(crate) struct RoomOrder {
     last: HashMap<String, (Pos, tokio::time::Instant)>,
+    /// The first position of each tracked room's stream, when this replica saw the append that
+    /// created it: its copy from the bus is then recognised as seen, not as another restart.
+    started: HashMap<String, Pos>,
     updates: u32,
     /// Pushes made here waiting for their message to be delivered from the bus, by room and
     /// position.
@@ -73,6 +75,17 @@ impl RoomOrder {
         self.last.get(room).map(|(p, _)| *p)
     }
 
+    /// Whether `pos` is where `room`'s stream started over, as seen here already.
+    fn started_at(&self, room: &str, pos: Pos) -> bool {
+        self.started.get(room) == Some(&pos)
+    }
+
+    /// Forgets `room` (it has no members here).
+    fn forget(&mut self, room: &str) {
+        self.last.remove(room);
+        self.started.remove(room);
+    }
+
     /// Records `room`'s last position; every 256th update also forgets rooms idle for
     /// [`ROOM_ORDER_IDLE`] that have no members here (`has_members`).
     fn set(&mut self, room: &str, pos: Pos, has_members: impl Fn(&str) -> bool) {
@@ -81,6 +94,8 @@ impl RoomOrder {
         if self.updates & 0xff == 0 {
             self.last
                 .retain(|r, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE || has_members(r));
+            let last = &self.last;
+            self.started.retain(|r, _| last.contains_key(r));
         }
         match self.last.get_mut(room) {
             Some(entry) => *entry = (pos, now),
@@ -94,20 +109,26 @@ impl RoomOrder {
 /// One room lock.
 pub(crate) type RoomStripe = tokio::sync::Mutex<RoomOrder>;
 
-/// The room locks of a gateway.
-pub(crate) fn room_stripes() -> Box<[RoomStripe]> {
-    (0..ROOM_LOCK_STRIPES)
-        .map(|_| tokio::sync::Mutex::new(RoomOrder::default()))
-        .collect()
+/// The room locks of a gateway, each with the order of its rooms.
+pub(crate) struct Rooms {
+    stripes: Box<[RoomStripe]>,
 }
 
-impl crate::server::Inner {
+impl Rooms {
+    pub(crate) fn new() -> Self {
+        Self {
+            stripes: (0..ROOM_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(RoomOrder::default()))
+                .collect(),
+        }
+    }
+
     // r[impl gateway.history.order+2]
     /// The lock a push to `room` holds from its position to its broadcast (without a history
     /// that publishes; with one, only while it delivers here), and a delivery from the bus holds
     /// while it delivers.
-    pub(crate) fn room_lock(&self, room: &str) -> &RoomStripe {
-        &self.room_locks[room_stripe(room)]
+    pub(crate) fn lock(&self, room: &str) -> &RoomStripe {
+        &self.stripes[room_stripe(room)]
     }
 }
 
@@ -117,6 +138,16 @@ pub(crate) fn room_stripe(room: &str) -> usize {
     let h =
         BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(room);
     usize::try_from(h % ROOM_LOCK_STRIPES as u64).unwrap_or(0)
+}
+
+/// A room message's place in its stream, as the append that published it gave it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    pos: Pos,
+    /// The position before it in the stream.
+    prev: Pos,
+    /// The append created the stream: it starts over at `pos`.
+    fresh: bool,
 }
 
 /// What a room push's append came to.
@@ -129,14 +160,13 @@ enum Remembered {
     Failed,
 }
 
-impl crate::server::Inner {
+impl Gateway {
     /// Whether the history publishes room messages on the bus in the step that appends them.
     fn history_publishes(&self) -> bool {
-        self.config.history.size > 0 && self.membership.bus.atomic_room_channel().is_some()
+        self.inner.config.history.size > 0
+            && self.inner.membership.bus().atomic_room_channel().is_some()
     }
-}
 
-impl Gateway {
     // r[impl gateway.cluster.push-user+2]
     /// Pushes to `user`'s connections on this replica, and to every other replica the routing
     /// map names for them (a user may be connected to several). A routing or bus outage is
@@ -157,7 +187,7 @@ impl Gateway {
                     .iter()
                     .filter(|r| **r != inner.replica.id)
                     .map(|to| {
-                        let sent = inner.membership.bus.send_to(to, &message);
+                        let sent = inner.membership.bus().send_to(to, &message);
                         async move { (to, sent.await) }
                     });
                 let mut forwarded = Forward::NotNeeded;
@@ -167,6 +197,7 @@ impl Gateway {
                             forwarded = Forward::Published;
                         }
                         Ok(()) => {}
+                        Err(_) if self.drop_dead_route(user, to).await => {}
                         Err(e) => {
                             tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
                             forwarded = Forward::Failed;
@@ -181,13 +212,35 @@ impl Gateway {
             }
         };
         if forwarded == Forward::Failed {
-            inner
-                .membership
-                .forward_errors
-                .fetch_add(1, Ordering::Relaxed);
+            inner.membership.forward_failed();
         }
         delivery.forwarded = forwarded;
         delivery
+    }
+
+    // r[impl gateway.cluster.dead-route]
+    /// After a push to `to` failed: when the service registry no longer lists `to` (its lease
+    /// expired, or it deregistered), it is dead, not failing: its entry in `user`'s route is
+    /// compare-and-deleted (only `to`'s, so a replica that came back and routed the user again
+    /// since is the only loss, until its next refresh) and true is answered, so the push does
+    /// not count as failed. A registry that cannot tell, or cannot be read, leaves it a failure.
+    async fn drop_dead_route(&self, user: &str, to: &str) -> bool {
+        let inner = &self.inner;
+        match inner.service.lists(to).await {
+            Ok(Some(false)) => {}
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::warn!(replica = %inner.replica.id, to, error = %e, "cannot tell whether a replica is registered");
+                return false;
+            }
+        }
+        inner.stats.dead_route();
+        tracing::info!(replica = %inner.replica.id, to, "a push's replica is no longer registered; dropping it from the user's route");
+        if let Err(e) = inner.routing.compare_and_delete(user, to).await {
+            inner.stats.routing_error();
+            tracing::warn!(replica = %inner.replica.id, to, error = %e, "cannot drop a dead replica from a route");
+        }
+        true
     }
 
     // r[impl gateway.cluster.push-room]
@@ -197,28 +250,34 @@ impl Gateway {
         if let Some(refused) = self.refuse_too_large(text) {
             return refused;
         }
+        if let Some(refused) = self.refuse_room_name(room) {
+            return refused;
+        }
         let inner = &self.inner;
-        let publishes = inner.history_publishes();
+        let publishes = self.history_publishes();
         // With a history that publishes, the append's script fixes the room's order, and the
         // lock only guards what is recorded here: it is not held across the append, where a
         // stalled backend would hold up the bus's deliveries to every room sharing the lock.
         let held = if publishes {
             None
         } else {
-            Some(inner.room_lock(room).lock().await)
+            Some(inner.rooms.lock(room).lock().await)
         };
         let appended = self.remember(room, text).await;
         if let Remembered::At(Appended {
             pos,
             prev: Some(prev),
             published: true,
+            fresh,
         }) = appended
         {
             let order = match held {
                 Some(order) => order,
-                None => inner.room_lock(room).lock().await,
+                None => inner.rooms.lock(room).lock().await,
             };
-            let mut delivery = self.deliver_own(order, room, pos, prev, text).await;
+            let mut delivery = self
+                .deliver_own(order, room, Seen { pos, prev, fresh }, text)
+                .await;
             delivery.pos = Some(pos);
             delivery.forwarded = Forward::Published;
             return delivery;
@@ -227,10 +286,7 @@ impl Gateway {
             // The script may have run and published it (only its answer was lost): sent again,
             // every member would get it twice. Its copy from the bus, if any, delivers it.
             tracing::warn!(replica = %inner.replica.id, room, "a room push's append failed; not sent again");
-            inner
-                .membership
-                .forward_errors
-                .fetch_add(1, Ordering::Relaxed);
+            inner.membership.forward_failed();
             return Delivery {
                 forwarded: Forward::Failed,
                 ..Delivery::default()
@@ -238,7 +294,7 @@ impl Gateway {
         }
         let _order = match held {
             Some(order) => order,
-            None => inner.room_lock(room).lock().await,
+            None => inner.rooms.lock(room).lock().await,
         };
         let pos = match appended {
             Remembered::At(a) => Some(a.pos),
@@ -255,15 +311,13 @@ impl Gateway {
             origin: inner.replica.id.clone(),
             pos: pos.map(|p| p.to_string()),
             prev: None,
+            fresh: false,
         };
-        delivery.forwarded = match inner.membership.bus.broadcast(&message).await {
+        delivery.forwarded = match inner.membership.bus().broadcast(&message).await {
             Ok(()) => Forward::Published,
             Err(e) => {
                 tracing::warn!(replica = %inner.replica.id, error = %e, "cannot broadcast a push");
-                inner
-                    .membership
-                    .forward_errors
-                    .fetch_add(1, Ordering::Relaxed);
+                inner.membership.forward_failed();
                 Forward::Failed
             }
         };
@@ -278,11 +332,11 @@ impl Gateway {
         &self,
         mut order: tokio::sync::MutexGuard<'_, RoomOrder>,
         room: &str,
-        pos: Pos,
-        prev: Pos,
+        seen: Seen,
         text: &str,
     ) -> Delivery {
         let inner = &self.inner;
+        let pos = seen.pos;
         let key = (room.to_owned(), pos);
         if let Some(early) = order.early.remove(&key) {
             return early;
@@ -291,10 +345,10 @@ impl Gateway {
         if order.last(room).is_some()
             || inner.registry.members(room).is_empty()
             || wait.is_zero()
-            || inner.membership.bus.subscription_down()
+            || inner.membership.bus().subscription_down()
         {
             return self
-                .deliver_in_order(&mut order, room, pos, prev, text, false)
+                .deliver_in_order(&mut order, room, seen, text, false)
                 .await;
         }
         // Not seen here yet: what was published before it may still be on its way here, and
@@ -307,13 +361,13 @@ impl Gateway {
         if let Ok(Ok(delivery)) = tokio::time::timeout(wait, &mut rx).await {
             return delivery;
         }
-        let mut order = inner.room_lock(room).lock().await;
+        let mut order = inner.rooms.lock(room).lock().await;
         if order.waiters.remove(&key).is_none() {
             // Its copy was delivered as the wait expired: that delivery is what it came to.
             return rx.try_recv().unwrap_or_default();
         }
         inner.stats.room_echo_timeout();
-        self.deliver_in_order(&mut order, room, pos, prev, text, false)
+        self.deliver_in_order(&mut order, room, seen, text, false)
             .await
     }
 
@@ -323,7 +377,7 @@ impl Gateway {
     /// live for the joining member.
     pub(crate) async fn seed_room(&self, room: &str) {
         let inner = &self.inner;
-        if !inner.history_publishes() || inner.room_lock(room).lock().await.last(room).is_some() {
+        if !self.history_publishes() || inner.rooms.lock(room).lock().await.last(room).is_some() {
             return;
         }
         match inner
@@ -332,7 +386,7 @@ impl Gateway {
             .await
         {
             Ok(Some(last)) => {
-                let mut order = inner.room_lock(room).lock().await;
+                let mut order = inner.rooms.lock(room).lock().await;
                 if order.last(room).is_none() {
                     order.set(room, last, |r| !inner.registry.members(r).is_empty());
                 }
@@ -354,14 +408,16 @@ impl Gateway {
         origin: &str,
         pos: Option<&str>,
         prev: Option<&str>,
+        fresh: bool,
     ) {
         let pos = pos.and_then(|p| p.parse::<Pos>().ok());
         let prev = prev.and_then(|p| p.parse::<Pos>().ok());
         match (pos, prev) {
             (Some(pos), Some(prev)) => {
                 let mine = origin == self.inner.replica.id;
-                let mut order = self.inner.room_lock(room).lock().await;
-                self.deliver_in_order(&mut order, room, pos, prev, text, mine)
+                let mut order = self.inner.rooms.lock(room).lock().await;
+                let seen = Seen { pos, prev, fresh };
+                self.deliver_in_order(&mut order, room, seen, text, mine)
                     .await;
             }
             _ if origin == self.inner.replica.id => {}
@@ -387,13 +443,44 @@ impl Gateway {
         &self,
         order: &mut RoomOrder,
         room: &str,
-        pos: Pos,
-        prev: Pos,
+        seen: Seen,
         text: &str,
         keep: bool,
     ) -> Delivery {
+        let Seen { pos, prev, fresh } = seen;
         let inner = &self.inner;
-        let last = order.last(room);
+        // r[impl gateway.history.restart]
+        // A message whose append created the stream starts the room over: what the old stream
+        // held is not before it, whatever the positions say.
+        let mut last = order.last(room);
+        if fresh {
+            if order.started_at(room, pos) {
+                // Its copy: delivered already.
+                return Delivery::default();
+            }
+            last = match last {
+                // At or below the last seen: either a gap fill delivered it already (a later
+                // message of this same stream came first), or the new stream's positions are
+                // below the old one's. The stream tells which: in the second case all it has
+                // assigned is below the last seen. Unreadable, it is taken as seen (a skip,
+                // rather than a repeat of every message since).
+                Some(l) if pos <= l => {
+                    match inner
+                        .history
+                        .last_assigned(room, &inner.config.history)
+                        .await
+                    {
+                        Ok(Some(assigned)) if assigned >= l => return Delivery::default(),
+                        Ok(_) => None,
+                        Err(e) => {
+                            tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to tell a restart from a repeat");
+                            return Delivery::default();
+                        }
+                    }
+                }
+                _ => None,
+            };
+        }
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
         }
@@ -401,10 +488,13 @@ impl Gateway {
             // Not tracked without members here: a room's first member reads its place from
             // the stream when it joins.
             // Nothing to keep for a push: it reports this same empty delivery.
-            order.last.remove(room);
+            order.forget(room);
             return order.fire(room, pos, Delivery::default(), false);
         }
         order.set(room, pos, |r| !inner.registry.members(r).is_empty());
+        if fresh {
+            order.started.insert(room.to_owned(), pos);
+        }
         if let Some(last) = last
             && prev > last
         {
@@ -464,6 +554,20 @@ impl Gateway {
         order.fire(room, pos, d, keep)
     }
 
+    // r[impl gateway.rooms.publish-name]
+    /// A push to a room no connection could join (its name past the room name limit, which a
+    /// live limits update may change) is refused and counted, before it reaches the history.
+    fn refuse_room_name(&self, room: &str) -> Option<Delivery> {
+        let max = self.inner.limits.max_room_name();
+        (max != 0 && room.len() > max).then(|| {
+            self.inner.stats.push_refused_room_name();
+            Delivery {
+                room_name_too_long: true,
+                ..Delivery::default()
+            }
+        })
+    }
+
     // r[impl gateway.history.bounds]
     /// A push larger than the message size limit is refused (so history holds no larger one).
     fn refuse_too_large(&self, text: &str) -> Option<Delivery> {
@@ -488,9 +592,10 @@ impl Gateway {
             origin: inner.replica.id.clone(),
             pos: None,
             prev: None,
+            fresh: false,
         };
         let announce = RoomAnnounce {
-            channel: inner.membership.bus.atomic_room_channel(),
+            channel: inner.membership.bus().atomic_room_channel(),
             message: serde_json::to_string(&message).unwrap_or_default(),
         };
         match inner

@@ -10,12 +10,11 @@
 //! its cap.
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use holdfast_lifecycle::{StopError, StopReason, Stopper, stopper_fn};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
@@ -23,7 +22,80 @@ use crate::cluster::CasOutcome;
 use crate::config::{CloseChoice, DrainConfig};
 use crate::protocol::close;
 use crate::registry::ConnId;
-use crate::server::{DrainSignal, Gateway, Inner, lock};
+use crate::server::{Gateway, Inner};
+use crate::sync::lock;
+
+/// How a drain closes connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DrainSignal {
+    pub(crate) code: CloseCode,
+}
+
+/// What the drain keeps between its start and its report, and what the connections tell it.
+pub(crate) struct DrainState {
+    /// Tells every connection to flush and close (`None` until the drain's second step).
+    signal: watch::Sender<Option<DrainSignal>>,
+    /// The connections the close frame was sent to (kept after they end, for step 2's end and
+    /// the report).
+    closed: Mutex<HashSet<ConnId>>,
+    /// The users this replica routed to itself and has not released: step 4 clears them.
+    owned_routes: Mutex<HashSet<String>>,
+    /// Held for the whole drain, so a second call waits for the first and returns its report.
+    report: tokio::sync::Mutex<Option<DrainReport>>,
+}
+
+impl DrainState {
+    pub(crate) fn new() -> Self {
+        Self {
+            signal: watch::channel(None).0,
+            closed: Mutex::new(HashSet::new()),
+            owned_routes: Mutex::new(HashSet::new()),
+            report: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The drain's signal, for a connection to wait on.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<DrainSignal>> {
+        self.signal.subscribe()
+    }
+
+    /// A connection was sent the close frame (recorded before the wake-up, so the drain sees
+    /// it when it looks).
+    pub(crate) fn close_sent(&self, id: ConnId) {
+        lock(&self.closed).insert(id);
+    }
+
+    /// `user` is routed here: the drain clears the route unless it is released first. Owned
+    /// even when the add failed: the routing map keeps the user and writes it at its next
+    /// refresh.
+    pub(crate) fn own_route(&self, user: &str) {
+        lock(&self.owned_routes).insert(user.to_owned());
+    }
+
+    /// `user`'s route here was deleted (or found gone): nothing left for the drain.
+    pub(crate) fn route_released(&self, user: &str) {
+        lock(&self.owned_routes).remove(user);
+    }
+
+    fn owned_routes(&self) -> Vec<String> {
+        lock(&self.owned_routes).iter().cloned().collect()
+    }
+
+    fn begin_closing(&self, code: CloseCode) {
+        self.signal.send_replace(Some(DrainSignal { code }));
+    }
+
+    /// Whether every connection of `original` was sent its frame or is no longer `open`.
+    fn closes_done(&self, original: &HashSet<ConnId>, open: impl Fn(ConnId) -> bool) -> bool {
+        closes_done(original, &lock(&self.closed), open)
+    }
+
+    /// How many connections of `original` were sent the close frame.
+    fn frames_sent(&self, original: &HashSet<ConnId>) -> u64 {
+        let sent = lock(&self.closed);
+        original.iter().filter(|id| sent.contains(id)).count() as u64
+    }
+}
 
 /// The drain's steps, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -183,7 +255,7 @@ impl Gateway {
     // r[impl gateway.drain.order]
     pub async fn drain(&self, reason: StopReason, deadline: Option<Instant>) -> DrainReport {
         let inner = &self.inner;
-        let mut done = inner.drain_lock.lock().await;
+        let mut done = inner.drain.report.lock().await;
         if let Some(report) = done.as_ref() {
             return report.clone();
         }
@@ -208,9 +280,8 @@ impl Gateway {
         };
 
         // Step 1: stop being a target before telling anyone to leave.
-        inner.ready.store(false, Ordering::SeqCst);
-        inner.refusing.store(true, Ordering::SeqCst);
-        inner.draining.store(true, Ordering::SeqCst);
+        // An abandoned gateway is stopped already: the drain still runs its steps.
+        let _ = inner.phase.refuse();
         // A registration still being retried must not land behind the deregistration.
         inner.membership.stop_registering();
         let deregistration = deregister(inner, deadlines[0]).await;
@@ -226,7 +297,8 @@ impl Gateway {
             .into_iter()
             .map(|(id, _)| id)
             .collect();
-        inner.drain_tx.send_replace(Some(DrainSignal { code }));
+        let _ = inner.phase.drain();
+        inner.drain.begin_closing(code);
         let ended = |ids: &HashSet<ConnId>| {
             if inner.registry.is_empty() {
                 ids.len()
@@ -237,9 +309,9 @@ impl Gateway {
             }
         };
         let step_2_done = || {
-            closes_done(&original, &lock(&inner.closed_by_drain), |id| {
-                inner.registry.contains(id)
-            })
+            inner
+                .drain
+                .closes_done(&original, |id| inner.registry.contains(id))
         };
         let closes = wait_for(inner.stats.close_notify(), deadlines[1], step_2_done);
         let gone = wait_for(inner.registry.changed(), deadlines[1], step_2_done);
@@ -286,10 +358,7 @@ impl Gateway {
         }
         finish(Step::Routing, &mut steps, 3);
 
-        let close_frames_sent = {
-            let sent = lock(&inner.closed_by_drain);
-            original.iter().filter(|id| sent.contains(id)).count() as u64
-        };
+        let close_frames_sent = inner.drain.frames_sent(&original);
         let report = DrainReport {
             code: u16::from(code),
             connections: original.len(),
@@ -303,6 +372,7 @@ impl Gateway {
             took_ms: ms(Instant::now()),
             problems,
         };
+        let _ = inner.phase.stop();
         tracing::info!(replica = %inner.replica.id, report = ?report, "gateway drained");
         *done = Some(report.clone());
         report
@@ -335,7 +405,7 @@ async fn deregister(inner: &Arc<Inner>, deadline: Instant) -> Cleanup {
 
 // r[impl gateway.drain.routing+2]
 async fn clear_routes(inner: &Arc<Inner>, deadline: Instant) -> RouteCleanup {
-    let users: Vec<String> = lock(&inner.owned_routes).iter().cloned().collect();
+    let users = inner.drain.owned_routes();
     let mut out = RouteCleanup::default();
     let mut pending = futures_util::stream::FuturesUnordered::new();
     for user in users {
@@ -353,7 +423,7 @@ async fn clear_routes(inner: &Arc<Inner>, deadline: Instant) -> RouteCleanup {
         answered += 1;
         match result {
             Ok(outcome) => {
-                lock(&inner.owned_routes).remove(&user);
+                inner.drain.route_released(&user);
                 match outcome {
                     CasOutcome::Cleared => out.cleared += 1,
                     CasOutcome::Stale => out.stale += 1,

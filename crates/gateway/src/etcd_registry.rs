@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
 use holdfast_lifecycle::BoxFuture;
 use holdfast_retry::{Class, Classify};
 use tokio::task::JoinHandle;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::cluster::{ClusterError, RegistryStats, Replica, ServiceRegistry};
-use crate::server::lock;
+use crate::sync::lock;
 
 /// Where the etcd registry is, and how it keeps its lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -388,6 +388,21 @@ impl ServiceRegistry for EtcdRegistry {
 
     fn stats(&self) -> RegistryStats {
         self.lease_stats()
+    }
+
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let this = self.clone();
+        let key = self.key(id);
+        Box::pin(async move {
+            let mut kv = this.client.kv_client();
+            let found = this
+                .bounded(
+                    "get",
+                    kv.get(key, Some(GetOptions::new().with_count_only())),
+                )
+                .await?;
+            Ok(Some(found.count() > 0))
+        })
     }
 
     fn abandon(&self) {

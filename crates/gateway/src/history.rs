@@ -120,6 +120,9 @@ pub struct Appended {
     /// Whether the history published it to every replica in the step that appended it (then
     /// nothing else must broadcast it).
     pub published: bool,
+    /// Whether the append created the room's stream (new, or created again after it expired or
+    /// was deleted): its positions start over here, and nothing before it is missing.
+    pub fresh: bool,
 }
 
 /// Where room history is kept.
@@ -148,6 +151,7 @@ pub trait History: Send + Sync + 'static {
                 pos: append.await?,
                 prev: None,
                 published: false,
+                fresh: false,
             })
         })
     }
@@ -238,13 +242,13 @@ impl MemoryHistory {
 
     /// The bytes of message text held.
     pub fn bytes(&self) -> usize {
-        crate::server::lock(&self.state).bytes
+        crate::sync::lock(&self.state).bytes
     }
 
     // r[impl gateway.history.bounds]
     /// Appends now (see [`History::append`]).
     pub fn append_at(&self, room: &str, text: &str, config: &HistoryConfig, now: Instant) -> Pos {
-        let mut s = crate::server::lock(&self.state);
+        let mut s = crate::sync::lock(&self.state);
         s.next += 1;
         let pos = Pos {
             hi: self.epoch,
@@ -298,7 +302,7 @@ impl MemoryHistory {
         config: &HistoryConfig,
         now: Instant,
     ) -> Recovery {
-        let mut s = crate::server::lock(&self.state);
+        let mut s = crate::sync::lock(&self.state);
         if since.hi != self.epoch {
             // From another start of this replica (earlier, or later under a clock stepped back),
             // or from another replica's memory: what came after it there is not here.
@@ -806,7 +810,7 @@ mod review_tests2 {
         }
         let later = t0 + Duration::from_secs(3600);
         h.append_at("another", "", &c, later);
-        let s = crate::server::lock(&h.state);
+        let s = crate::sync::lock(&h.state);
         assert!(
             s.rooms.len() < 1000,
             "rooms held past their age with a 1-byte cap: {} (bytes {})",

@@ -49,6 +49,7 @@ pub mod etcd_registry;
 pub mod history;
 mod limits;
 mod membership;
+mod phase;
 pub mod protocol;
 pub mod redis_bus;
 mod redis_conn;
@@ -57,6 +58,7 @@ pub mod redis_routing;
 pub mod registry;
 mod server;
 pub mod stats;
+mod sync;
 pub mod tls;
 pub mod token;
 

@@ -84,7 +84,7 @@ impl Limits {
     // r[impl gateway.edge.live-limits]
     pub(crate) fn set(&self, live: LiveLimits) {
         // Under the admission lock, so that one admission never sees half of an update.
-        let _counts = crate::server::lock(&self.counts);
+        let _counts = crate::sync::lock(&self.counts);
         let store = |a: &AtomicUsize, v: usize| a.store(v, Ordering::SeqCst);
         store(&self.per_ip_limit, live.per_ip_limit);
         store(&self.unauthenticated_limit, live.unauthenticated_limit);
@@ -127,7 +127,7 @@ impl Limits {
     // r[impl gateway.edge.limits+3]
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, Refusal> {
         let source = Source::of(ip);
-        let mut counts = crate::server::lock(&self.counts);
+        let mut counts = crate::sync::lock(&self.counts);
         let held = counts.per_ip.get(&source).copied().unwrap_or_default();
         let per_ip_limit = self.per_ip_limit.load(Ordering::SeqCst);
         if per_ip_limit != 0 && held.open >= per_ip_limit {
@@ -171,7 +171,7 @@ impl Limits {
     /// Admitted connections open from `ip`.
     #[cfg(test)]
     fn open_from(&self, ip: IpAddr) -> usize {
-        crate::server::lock(&self.counts)
+        crate::sync::lock(&self.counts)
             .per_ip
             .get(&Source::of(ip))
             .map_or(0, |h| h.open)
@@ -180,7 +180,7 @@ impl Limits {
     /// Admitted connections from `ip` not yet authenticated.
     #[cfg(test)]
     fn unauthenticated_from(&self, ip: IpAddr) -> usize {
-        crate::server::lock(&self.counts)
+        crate::sync::lock(&self.counts)
             .per_ip
             .get(&Source::of(ip))
             .map_or(0, |h| h.unauthenticated)
@@ -199,7 +199,7 @@ impl Admission {
     /// The connection authenticated: it no longer counts as unauthenticated (idempotent).
     pub(crate) fn authenticated(&mut self) {
         if std::mem::take(&mut self.unauthenticated) {
-            let mut counts = crate::server::lock(&self.limits.counts);
+            let mut counts = crate::sync::lock(&self.limits.counts);
             self.limits.unauthenticated.fetch_sub(1, Ordering::SeqCst);
             if let Some(held) = counts.per_ip.get_mut(&self.source) {
                 held.unauthenticated = held.unauthenticated.saturating_sub(1);
@@ -211,7 +211,7 @@ impl Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         self.authenticated();
-        let mut counts = crate::server::lock(&self.limits.counts);
+        let mut counts = crate::sync::lock(&self.limits.counts);
         if let Some(held) = counts.per_ip.get_mut(&self.source) {
             held.open = held.open.saturating_sub(1);
             if held.open == 0 {
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(limits.open_from(ip("10.0.0.1")), 0);
         drop((b1, c1));
         assert_eq!(limits.unauthenticated(), 0);
-        assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
+        assert!(crate::sync::lock(&limits.counts).per_ip.is_empty());
     }
 
     // r[verify gateway.edge.live-limits]
@@ -341,7 +341,7 @@ mod tests {
         let a5 = limits.admit(ip("2001:db8::5")).unwrap();
         drop((a, a4, a5, b));
         assert_eq!(limits.unauthenticated(), 0);
-        assert!(crate::server::lock(&limits.counts).per_ip.is_empty());
+        assert!(crate::sync::lock(&limits.counts).per_ip.is_empty());
     }
 
     // r[verify gateway.edge.unauthenticated-per-source]

@@ -10,18 +10,19 @@ use tokio::task::AbortHandle;
 
 use crate::backoff::Backoff;
 use crate::bus::{BusMessage, BusStats, ClusterBus};
-use crate::server::{Gateway, Inner, lock};
+use crate::server::{Gateway, Inner};
+use crate::sync::lock;
 
 /// How long one registration attempt may take before it counts as failed.
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The cluster side of a gateway, held in its shared state.
 pub(crate) struct Membership {
-    pub(crate) bus: Arc<dyn ClusterBus>,
+    bus: Arc<dyn ClusterBus>,
     seed: u64,
     registered: AtomicBool,
     registration_failures: AtomicU64,
-    pub(crate) forward_errors: AtomicU64,
+    forward_errors: AtomicU64,
     registrar: std::sync::Mutex<Option<AbortHandle>>,
     receiver: std::sync::Mutex<Option<Receiver>>,
 }
@@ -61,6 +62,16 @@ impl Membership {
             registrar: std::sync::Mutex::new(None),
             receiver: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The bus to the other replicas.
+    pub(crate) fn bus(&self) -> &dyn ClusterBus {
+        self.bus.as_ref()
+    }
+
+    /// A push could not be handed to the bus or the routing map.
+    pub(crate) fn forward_failed(&self) {
+        self.forward_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn is_registered(&self) -> bool {
@@ -144,6 +155,8 @@ async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
             Ok(Ok(())) => {
                 backoff.succeed(token);
                 m.registered.store(true, Ordering::SeqCst);
+                // Refused when a drain began meanwhile: the gateway stays not ready.
+                let _ = inner.phase.registered();
                 tracing::info!(replica = %inner.replica.id, "registered");
                 return;
             }
@@ -203,6 +216,7 @@ async fn receive(
                 origin,
                 pos: Some(pos),
                 prev: Some(prev),
+                fresh,
             } => {
                 let stripe = crate::delivery::room_stripe(&room);
                 let Some(queue) = queues.get_mut(stripe) else {
@@ -215,6 +229,7 @@ async fn receive(
                     origin,
                     pos: Some(pos),
                     prev: Some(prev),
+                    fresh,
                 };
                 if queue.try_send(message).is_err() {
                     inner.stats.room_bus_dropped();
@@ -226,9 +241,17 @@ async fn receive(
                 origin,
                 pos,
                 prev,
+                fresh,
             } => {
                 gateway
-                    .receive_room(&room, &text, &origin, pos.as_deref(), prev.as_deref())
+                    .receive_room(
+                        &room,
+                        &text,
+                        &origin,
+                        pos.as_deref(),
+                        prev.as_deref(),
+                        fresh,
+                    )
                     .await;
             }
         }
@@ -248,10 +271,18 @@ fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
                 origin,
                 pos,
                 prev,
+                fresh,
             } = message
             {
                 gateway
-                    .receive_room(&room, &text, &origin, pos.as_deref(), prev.as_deref())
+                    .receive_room(
+                        &room,
+                        &text,
+                        &origin,
+                        pos.as_deref(),
+                        prev.as_deref(),
+                        fresh,
+                    )
                     .await;
             }
         }

@@ -55,3 +55,34 @@ pub mod close {
     /// Nothing arrived within the idle timeout.
     pub const IDLE: CloseCode = CloseCode::Normal;
 }
+
+/// Why a join was refused (the connection stays open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JoinRefusal {
+    /// The connection is already in its limit of rooms.
+    TooManyRooms,
+    /// The room's name is longer than the limit.
+    NameTooLong,
+    /// Neither the token's `rooms` nor a subscription token allows the room.
+    NotPermitted,
+    /// The join's `since` is not a position.
+    BadPosition,
+    /// The join's `since` is later than anything the room's stream has assigned.
+    FuturePosition,
+    /// A join with `since` to a room the connection is already in.
+    AlreadyJoined,
+}
+
+impl JoinRefusal {
+    /// The reason the client is told.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            JoinRefusal::TooManyRooms => "too many rooms",
+            JoinRefusal::NameTooLong => "room name too long",
+            JoinRefusal::NotPermitted => "not permitted",
+            JoinRefusal::BadPosition => "bad position",
+            JoinRefusal::FuturePosition => "position from the future",
+            JoinRefusal::AlreadyJoined => "already joined",
+        }
+    }
+}

@@ -38,12 +38,14 @@ local function trim(size, ttl)
 end
 ";
 
-/// Appends ARGV[1], trims, refreshes the expiries; answers {the new id, the id before it}. When
+/// Appends ARGV[1], trims, refreshes the expiries; answers {the new id, the id before it, 1 when
+/// the append created the stream else 0}. When
 /// the append creates the stream (a new room, or one whose stream expired or was flushed), the
 /// id just below the new one is recorded as dropped, and is the id before it: the history starts
 /// there, and any `since` before it is a gap. When ARGV[4] names a channel, the JSON object
 /// ARGV[5] is published on it with `pos` and `prev` added, in this same atomic step, so
-/// subscribers receive a room's messages in stream order.
+/// subscribers receive a room's messages in stream order, and with `"fresh":true` when the
+/// append created the stream (a stream created again starts over: see `gateway.history.restart`).
 const APPEND: &str = r#"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local prev = nil
@@ -69,10 +71,12 @@ trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if ARGV[4] ~= '' then
-  local m = string.sub(ARGV[5], 1, -2) .. ',"pos":"' .. id .. '","prev":"' .. prev .. '"}'
-  redis.call('PUBLISH', ARGV[4], m)
+  local m = string.sub(ARGV[5], 1, -2) .. ',"pos":"' .. id .. '","prev":"' .. prev .. '"'
+  if fresh then m = m .. ',"fresh":true' end
+  redis.call('PUBLISH', ARGV[4], m .. '}')
 end
-return {id, prev}
+if fresh then return {id, prev, 1} end
+return {id, prev, 0}
 "#;
 
 /// Trims, then answers {exists, newest dropped id, last id assigned, id, text, id, text...} of
@@ -158,15 +162,16 @@ impl RedisHistory {
                 .arg(ttl)
                 .arg(channel)
                 .arg(message)
-                .invoke_async::<(String, String)>(&mut c)
+                .invoke_async::<(String, String, i64)>(&mut c)
                 .await
         });
         Box::pin(async move {
-            let (pos, prev) = call.await?;
+            let (pos, prev, fresh) = call.await?;
             Ok(Appended {
                 pos: id(&pos)?,
                 prev: Some(id(&prev)?),
                 published,
+                fresh: fresh == 1,
             })
         })
     }

@@ -220,7 +220,7 @@ async fn refresh(owned: Weak<Owned>, conn: RedisConn, prefix: String, ttl: Durat
     loop {
         tick.tick().await;
         let Some(owned) = owned.upgrade() else { return };
-        let snapshot: Vec<(String, Vec<String>)> = crate::server::lock(&owned.users)
+        let snapshot: Vec<(String, Vec<String>)> = crate::sync::lock(&owned.users)
             .iter()
             .map(|(replica, users)| (replica.clone(), users.iter().cloned().collect()))
             .collect();
@@ -249,7 +249,7 @@ async fn refresh(owned: Weak<Owned>, conn: RedisConn, prefix: String, ttl: Durat
                     }
                 };
                 let released: Vec<String> = {
-                    let users = crate::server::lock(&owned.users);
+                    let users = crate::sync::lock(&owned.users);
                     let held = users.get(&replica);
                     batch
                         .iter()
@@ -293,7 +293,7 @@ impl RoutingMap for RedisRouting {
         Box::pin(async move {
             // Held before the call: an add that fails now is made by the next refresh, and the
             // user is this replica's to delete (the drain deletes it).
-            crate::server::lock(&owned.users)
+            crate::sync::lock(&owned.users)
                 .entry(replica.clone())
                 .or_default()
                 .insert(user);
@@ -337,7 +337,7 @@ impl RoutingMap for RedisRouting {
         Box::pin(async move {
             // Released before the call: a failed delete is not refreshed, so it expires.
             {
-                let mut users = crate::server::lock(&owned.users);
+                let mut users = crate::sync::lock(&owned.users);
                 if let Some(set) = users.get_mut(&replica) {
                     set.remove(&user);
                     if set.is_empty() {

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::sync::lock;
+
 /// A connection's identity on this replica: unique for the registry's lifetime, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct ConnId(pub u64);
@@ -310,11 +312,6 @@ impl<H: Clone> Registry<H> {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding a shard cannot leave it half-updated in a way later calls depend on.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Removes `id` from `key`'s set; true when the set still has other members.

@@ -1,8 +1,6 @@
 //! The gateway: the accept loop, one task per connection, and pushes to users and rooms.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -23,11 +21,13 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use crate::accept::{AcceptPacer, AfterError};
 use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
 use crate::config::{ConfigError, GatewayConfig};
+use crate::drain::DrainSignal;
 use crate::history::Pos;
 use crate::limits::{Admission, Limits, Refusal};
-use crate::protocol::{ClientMessage, close};
+use crate::protocol::{ClientMessage, JoinRefusal, close};
 use crate::registry::{ConnId, Registry};
 use crate::stats::Stats;
+use crate::sync::lock;
 use crate::tls::{Stream, Tls, TlsError, TlsReload};
 
 /// A client's WebSocket, over plain TCP or TLS.
@@ -67,12 +67,6 @@ impl ConnHandle {
     }
 }
 
-/// How a drain closes connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DrainSignal {
-    pub(crate) code: CloseCode,
-}
-
 pub(crate) struct Inner {
     pub(crate) config: GatewayConfig,
     pub(crate) replica: Replica,
@@ -80,25 +74,21 @@ pub(crate) struct Inner {
     pub(crate) registry: Registry<ConnHandle>,
     pub(crate) service: Arc<dyn ServiceRegistry>,
     pub(crate) routing: Arc<dyn RoutingMap>,
-    pub(crate) ready: AtomicBool,
-    pub(crate) refusing: AtomicBool,
-    pub(crate) draining: AtomicBool,
-    pub(crate) owned_routes: Mutex<HashSet<String>>,
+    /// Where the gateway stands between its start and its stop.
+    pub(crate) phase: crate::phase::PhaseCell,
     pub(crate) stats: Stats,
-    pub(crate) drain_tx: watch::Sender<Option<DrainSignal>>,
-    /// The connections the drain's close frame was sent to (kept after they end, for step 2's
-    /// end and the report).
-    pub(crate) closed_by_drain: Mutex<HashSet<ConnId>>,
     pub(crate) stop_accept: watch::Sender<bool>,
     pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    pub(crate) drain_lock: tokio::sync::Mutex<Option<crate::drain::DrainReport>>,
+    /// The drain's own state: its signal to the connections, the close frames it sent, the
+    /// routes it will clear, its report.
+    pub(crate) drain: crate::drain::DrainState,
     pub(crate) limits: Arc<Limits>,
     pub(crate) tls: Option<Tls>,
     pub(crate) membership: crate::membership::Membership,
     pub(crate) history: Arc<dyn crate::history::History>,
-    /// Room pushes hold their room's stripe from the history append to the broadcast, so this
+    /// Room pushes hold their room's lock from the history append to the broadcast, so this
     /// replica's members, and the bus, see one room's messages in position order.
-    pub(crate) room_locks: Box<[crate::delivery::RoomStripe]>,
+    pub(crate) rooms: crate::delivery::Rooms,
 }
 
 /// A running gateway. Cheap to clone.
@@ -123,6 +113,10 @@ pub struct Delivery {
     /// limit (`config.max_message_size`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub too_large: bool,
+    /// Refused, sent nowhere and kept in no history: the room's name is longer than any join
+    /// allows (the room name limit, `config.max_room_name`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub room_name_too_long: bool,
 }
 
 impl Gateway {
@@ -177,7 +171,6 @@ impl Gateway {
                 .unwrap_or_else(|| local.to_string()),
         };
         let replica_id = replica.id.clone();
-        let (drain_tx, _) = watch::channel(None);
         let (stop_accept, stop_rx) = watch::channel(false);
         let inner = Arc::new(Inner {
             registry: Registry::new(config.shards),
@@ -186,16 +179,11 @@ impl Gateway {
             local,
             service,
             routing,
-            ready: AtomicBool::new(true),
-            refusing: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
-            owned_routes: Mutex::new(HashSet::new()),
+            phase: crate::phase::PhaseCell::default(),
             stats: Stats::default(),
-            drain_tx,
-            closed_by_drain: Mutex::new(HashSet::new()),
             stop_accept,
             accept_task: Mutex::new(None),
-            drain_lock: tokio::sync::Mutex::new(None),
+            drain: crate::drain::DrainState::new(),
             limits,
             tls,
             membership: crate::membership::Membership::new(
@@ -203,7 +191,7 @@ impl Gateway {
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
             history,
-            room_locks: crate::delivery::room_stripes(),
+            rooms: crate::delivery::Rooms::new(),
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
@@ -243,7 +231,7 @@ impl Gateway {
     /// Whether the gateway is ready: registered, the registration still holding, and no drain
     /// begun.
     pub fn is_ready(&self) -> bool {
-        self.inner.ready.load(Ordering::SeqCst)
+        self.inner.phase.is_ready()
             && self.inner.membership.is_registered()
             && self.inner.service.is_live()
     }
@@ -317,7 +305,8 @@ impl Gateway {
     /// connection without a close frame, deregisters nothing and releases no route. This is the
     /// control arm that tests and the drain demo compare the drain against.
     pub fn abandon(&self) {
-        self.inner.draining.store(true, Ordering::SeqCst);
+        // Already stopped (drained, or abandoned before): nothing changes.
+        let _ = self.inner.phase.stop();
         let _ = self.inner.stop_accept.send(true);
         self.inner.membership.abandon();
         self.inner.service.abandon();
@@ -363,6 +352,32 @@ impl Gateway {
             h.force_close();
         }
         d
+    }
+}
+
+// The edge's TLS, here rather than in tls.rs and acme_alpn.rs so that they need nothing of the
+// server.
+impl Gateway {
+    /// The served certificate's notAfter while it has passed (every `wss://` handshake is then
+    /// refused until renewed files replace it); `None` when it has not, or without TLS.
+    pub fn tls_expired_since(&self) -> Option<SystemTime> {
+        self.inner.tls.as_ref()?.store.expired_since()
+    }
+}
+
+impl Gateway {
+    /// Answers TLS-ALPN-01 validations on this gateway's TLS listener with `challenges` from now
+    /// on (replacing any given before). `false`, and nothing changes, when the gateway serves
+    /// plain `ws://`.
+    // r[impl gateway.tls.alpn01]
+    pub fn answer_tls_alpn01(&self, challenges: Arc<dyn crate::acme_alpn::AcmeTlsAlpn>) -> bool {
+        match &self.inner.tls {
+            Some(tls) => {
+                tls.set_alpn(challenges);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -509,7 +524,7 @@ impl Drop for Teardown {
             return;
         };
         let Some(user) = removed.user else { return };
-        if removed.user_still_connected || self.inner.draining.load(Ordering::SeqCst) {
+        if removed.user_still_connected || !self.inner.phase.releases_routes() {
             // Another connection still needs the route, or the drain clears routes itself.
             return;
         }
@@ -536,10 +551,10 @@ async fn release_route(inner: Arc<Inner>, user: String) {
                 }
                 return;
             }
-            lock(&inner.owned_routes).remove(&user);
+            inner.drain.route_released(&user);
         }
         Err(e) => {
-            // Left in owned_routes: the drain retries it.
+            // Still owned: the drain retries it.
             tracing::warn!(replica = %inner.replica.id, error = %e, "routing cleanup failed");
         }
     }
@@ -581,7 +596,7 @@ async fn connection(
     // The callback's signature is tungstenite's; its error type is not ours to shrink.
     #[allow(clippy::result_large_err)]
     let callback = move |_req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        if gate.refusing.load(Ordering::SeqCst) {
+        if gate.phase.refuses_upgrades() {
             gate.stats.refused();
             return Err(refusal(gate.config.drain.retry_after_secs));
         }
@@ -693,7 +708,7 @@ async fn serve(
     admission: &mut Admission,
 ) -> Ending {
     let cfg = &inner.config;
-    let mut drain = inner.drain_tx.subscribe();
+    let mut drain = inner.drain.subscribe();
     // One future for the whole connection, not one per loop turn: re-creating `changed()` on
     // every message registered and removed a waiter on the watch shared by all connections.
     let signalled = async move { drain.wait_for(|s| s.is_some()).await.ok().and_then(|s| *s) };
@@ -1034,37 +1049,6 @@ async fn refuse_join(
     reply(ws, msg.to_string()).await
 }
 
-/// Why a join was refused (the connection stays open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JoinRefusal {
-    /// The connection is already in its limit of rooms.
-    TooManyRooms,
-    /// The room's name is longer than the limit.
-    NameTooLong,
-    /// Neither the token's `rooms` nor a subscription token allows the room.
-    NotPermitted,
-    /// The join's `since` is not a position.
-    BadPosition,
-    /// The join's `since` is later than anything the room's stream has assigned.
-    FuturePosition,
-    /// A join with `since` to a room the connection is already in.
-    AlreadyJoined,
-}
-
-impl JoinRefusal {
-    /// The reason the client is told.
-    fn reason(self) -> &'static str {
-        match self {
-            JoinRefusal::TooManyRooms => "too many rooms",
-            JoinRefusal::NameTooLong => "room name too long",
-            JoinRefusal::NotPermitted => "not permitted",
-            JoinRefusal::BadPosition => "bad position",
-            JoinRefusal::FuturePosition => "position from the future",
-            JoinRefusal::AlreadyJoined => "already joined",
-        }
-    }
-}
-
 fn ack(kind: &str, room: &str) -> String {
     serde_json::json!({ "type": kind, "room": room }).to_string()
 }
@@ -1082,7 +1066,7 @@ async fn reply(ws: &mut Ws, text: String) -> Option<Ending> {
 async fn claim_route(inner: &Arc<Inner>, user: &str) {
     // Owned even when the add fails: the map keeps the user and writes it at its next refresh,
     // so the drain must delete it.
-    lock(&inner.owned_routes).insert(user.to_owned());
+    inner.drain.own_route(user);
     match inner.routing.set_route(user, &inner.replica.id).await {
         Ok(()) => {}
         Err(e) => {
@@ -1127,13 +1111,9 @@ async fn drain_connection(
     };
     if ws.send(Message::Close(Some(frame))).await.is_ok() {
         // Recorded before the wake-up, so the drain sees it when it looks.
-        lock(&inner.closed_by_drain).insert(id);
+        inner.drain.close_sent(id);
         inner.stats.close_sent();
     }
     while let Some(Ok(_)) = ws.next().await {}
     Ending::Gone
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -30,6 +30,7 @@ pub struct Stats {
     joins_refused_rooms: AtomicU64,
     joins_refused_name: AtomicU64,
     joins_refused_permission: AtomicU64,
+    pushes_refused_room_name: AtomicU64,
     token_refused: [AtomicU64; TokenError::REASONS.len()],
     key_reloads: AtomicU64,
     key_reload_failures: AtomicU64,
@@ -37,6 +38,7 @@ pub struct Stats {
     room_gaps_lost: AtomicU64,
     room_echo_timeouts: AtomicU64,
     room_bus_dropped: AtomicU64,
+    dead_routes: AtomicU64,
     close_sent: Notify,
 }
 
@@ -84,6 +86,8 @@ pub struct StatsSnapshot {
     /// Joins refused because the token's `rooms` did not allow the room and no subscription
     /// token for it was given, or the one given was refused.
     pub joins_refused_permission: u64,
+    /// Room pushes refused because the room's name was longer than the room name limit.
+    pub pushes_refused_room_name: u64,
     /// Tokens refused, by reason, in the order of [`TokenError::REASONS`] (each also counted in
     /// `auth_failures`).
     pub token_refused: [u64; TokenError::REASONS.len()],
@@ -103,9 +107,68 @@ pub struct StatsSnapshot {
     /// Room messages from the bus dropped because their room's delivery queue was full (a later
     /// message of the room reads them from the stream).
     pub room_bus_dropped: u64,
+    /// Pushes to a user that found a replica in the user's route no longer registered: its entry
+    /// was dropped, and the push not counted as failed.
+    pub dead_routes: u64,
 }
 
 impl StatsSnapshot {
+    /// Both snapshots' counts added (saturating), field by field: the node's totals across
+    /// restarts of the gateway.
+    pub fn plus(self, o: StatsSnapshot) -> StatsSnapshot {
+        StatsSnapshot {
+            accepted: self.accepted.saturating_add(o.accepted),
+            accept_errors: self.accept_errors.saturating_add(o.accept_errors),
+            refused_draining: self.refused_draining.saturating_add(o.refused_draining),
+            auth_failures: self.auth_failures.saturating_add(o.auth_failures),
+            messages_in: self.messages_in.saturating_add(o.messages_in),
+            messages_out: self.messages_out.saturating_add(o.messages_out),
+            slow_consumer_drops: self
+                .slow_consumer_drops
+                .saturating_add(o.slow_consumer_drops),
+            routing_errors: self.routing_errors.saturating_add(o.routing_errors),
+            close_frames_sent: self.close_frames_sent.saturating_add(o.close_frames_sent),
+            idle_closed: self.idle_closed.saturating_add(o.idle_closed),
+            refused_per_ip: self.refused_per_ip.saturating_add(o.refused_per_ip),
+            refused_unauthenticated: self
+                .refused_unauthenticated
+                .saturating_add(o.refused_unauthenticated),
+            refused_unauthenticated_per_ip: self
+                .refused_unauthenticated_per_ip
+                .saturating_add(o.refused_unauthenticated_per_ip),
+            tls_reloads: self.tls_reloads.saturating_add(o.tls_reloads),
+            tls_reload_failures: self
+                .tls_reload_failures
+                .saturating_add(o.tls_reload_failures),
+            tls_expired_refusals: self
+                .tls_expired_refusals
+                .saturating_add(o.tls_expired_refusals),
+            tls_alpn_answered: self.tls_alpn_answered.saturating_add(o.tls_alpn_answered),
+            joins_refused_rooms: self
+                .joins_refused_rooms
+                .saturating_add(o.joins_refused_rooms),
+            joins_refused_name: self.joins_refused_name.saturating_add(o.joins_refused_name),
+            joins_refused_permission: self
+                .joins_refused_permission
+                .saturating_add(o.joins_refused_permission),
+            pushes_refused_room_name: self
+                .pushes_refused_room_name
+                .saturating_add(o.pushes_refused_room_name),
+            token_refused: std::array::from_fn(|i| {
+                self.token_refused[i].saturating_add(o.token_refused[i])
+            }),
+            key_reloads: self.key_reloads.saturating_add(o.key_reloads),
+            key_reload_failures: self
+                .key_reload_failures
+                .saturating_add(o.key_reload_failures),
+            room_gaps_filled: self.room_gaps_filled.saturating_add(o.room_gaps_filled),
+            room_gaps_lost: self.room_gaps_lost.saturating_add(o.room_gaps_lost),
+            room_echo_timeouts: self.room_echo_timeouts.saturating_add(o.room_echo_timeouts),
+            room_bus_dropped: self.room_bus_dropped.saturating_add(o.room_bus_dropped),
+            dead_routes: self.dead_routes.saturating_add(o.dead_routes),
+        }
+    }
+
     /// Each token refusal reason's label with its count.
     pub fn token_refusals(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         TokenError::REASONS
@@ -168,6 +231,9 @@ impl Stats {
     pub(crate) fn room_bus_dropped(&self) {
         inc(&self.room_bus_dropped);
     }
+    pub(crate) fn dead_route(&self) {
+        inc(&self.dead_routes);
+    }
     pub(crate) fn routing_error(&self) {
         inc(&self.routing_errors);
     }
@@ -196,16 +262,19 @@ impl Stats {
     pub(crate) fn tls_alpn_answered(&self) {
         inc(&self.tls_alpn_answered);
     }
-    pub(crate) fn join_refused(&self, refusal: crate::server::JoinRefusal) {
+    pub(crate) fn join_refused(&self, refusal: crate::protocol::JoinRefusal) {
         match refusal {
-            crate::server::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
-            crate::server::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
-            crate::server::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
+            crate::protocol::JoinRefusal::TooManyRooms => inc(&self.joins_refused_rooms),
+            crate::protocol::JoinRefusal::NameTooLong => inc(&self.joins_refused_name),
+            crate::protocol::JoinRefusal::NotPermitted => inc(&self.joins_refused_permission),
             // A bad `since` is the client's error about its own state, not a refused room.
-            crate::server::JoinRefusal::BadPosition
-            | crate::server::JoinRefusal::FuturePosition
-            | crate::server::JoinRefusal::AlreadyJoined => {}
+            crate::protocol::JoinRefusal::BadPosition
+            | crate::protocol::JoinRefusal::FuturePosition
+            | crate::protocol::JoinRefusal::AlreadyJoined => {}
         }
+    }
+    pub(crate) fn push_refused_room_name(&self) {
+        inc(&self.pushes_refused_room_name);
     }
     pub(crate) fn close_sent(&self) {
         inc(&self.close_frames_sent);
@@ -241,6 +310,7 @@ impl Stats {
             joins_refused_rooms: g(&self.joins_refused_rooms),
             joins_refused_name: g(&self.joins_refused_name),
             joins_refused_permission: g(&self.joins_refused_permission),
+            pushes_refused_room_name: g(&self.pushes_refused_room_name),
             token_refused: std::array::from_fn(|i| g(&self.token_refused[i])),
             key_reloads: g(&self.key_reloads),
             key_reload_failures: g(&self.key_reload_failures),
@@ -248,6 +318,38 @@ impl Stats {
             room_gaps_lost: g(&self.room_gaps_lost),
             room_echo_timeouts: g(&self.room_echo_timeouts),
             room_bus_dropped: g(&self.room_bus_dropped),
+            dead_routes: g(&self.dead_routes),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_add_field_by_field_and_saturate() {
+        let a = StatsSnapshot {
+            accepted: 1,
+            room_gaps_lost: 2,
+            pushes_refused_room_name: u64::MAX,
+            token_refused: std::array::from_fn(|i| i as u64),
+            ..StatsSnapshot::default()
+        };
+        let b = StatsSnapshot {
+            accepted: 10,
+            room_bus_dropped: 3,
+            pushes_refused_room_name: 1,
+            token_refused: std::array::from_fn(|_| 1),
+            ..StatsSnapshot::default()
+        };
+        let sum = a.plus(b);
+        assert_eq!(
+            (sum.accepted, sum.room_gaps_lost, sum.room_bus_dropped),
+            (11, 2, 3)
+        );
+        assert_eq!(sum.pushes_refused_room_name, u64::MAX);
+        assert_eq!(sum.token_refused[3], 4);
+        assert_eq!(StatsSnapshot::default().plus(a), a);
     }
 }

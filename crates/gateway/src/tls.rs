@@ -335,7 +335,7 @@ impl CertStore {
         let mut watch = if force {
             // A requested reload must look at the files after the request, so it waits for a
             // check already under way (a short one: two stats, at most two small reads).
-            crate::server::lock(&self.watch)
+            crate::sync::lock(&self.watch)
         } else {
             match self.watch.try_lock() {
                 Ok(w) => w,
@@ -451,14 +451,6 @@ impl Tls {
         config.cert_resolver = Arc::new(Judged(Some(key)));
         let tls = start.into_stream(Arc::new(config)).await?;
         Ok(Some(Stream::Tls(Box::new(tls))))
-    }
-}
-
-impl crate::server::Gateway {
-    /// The served certificate's notAfter while it has passed (every `wss://` handshake is then
-    /// refused until renewed files replace it); `None` when it has not, or without TLS.
-    pub fn tls_expired_since(&self) -> Option<SystemTime> {
-        self.inner.tls.as_ref()?.store.expired_since()
     }
 }
 

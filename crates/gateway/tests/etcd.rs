@@ -353,3 +353,27 @@ async fn etcd_down_at_drain_still_closes_clients_inside_the_cap_and_reports_it()
     })
     .await;
 }
+
+// r[verify gateway.cluster.dead-route]
+/// What a sender asks before it calls a replica dead: whether etcd still lists it. A replica
+/// that registered is listed; once its lease is gone (revoked here, as its drain does, or
+/// expired after a kill) it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_lists_a_replica_while_its_lease_holds() {
+    let Some(etcd) = services::etcd() else {
+        return;
+    };
+    let p = prefix("lists");
+    let registry = EtcdRegistry::connect(etcd_config(&etcd.url, &p, 5))
+        .await
+        .unwrap();
+    let a = start_on(config("a"), &registry).await;
+    assert!(a.is_ready());
+    let other = EtcdRegistry::connect(etcd_config(&etcd.url, &p, 5))
+        .await
+        .unwrap();
+    assert_eq!(other.lists("a").await.unwrap(), Some(true));
+    assert_eq!(other.lists("nobody").await.unwrap(), Some(false));
+    a.drain(StopReason::Shutdown, None).await;
+    assert_eq!(other.lists("a").await.unwrap(), Some(false));
+}

@@ -356,6 +356,40 @@ async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {
     );
 }
 
+// r[verify gateway.rooms.publish-name]
+/// A room push to a name longer than any join allows is refused under the same limit: kept in no
+/// history, forwarded nowhere, counted; a name at the limit goes through, and a live change of
+/// the limit applies to pushes as it does to joins.
+#[tokio::test]
+async fn a_push_to_a_room_name_longer_than_any_join_allows_is_refused_and_counted() {
+    let mut c = any_room_config("a", 10);
+    c.max_room_name = 8;
+    let node = start(c).await;
+    let g = &node.gateway;
+    let long = g.push_room("a-long-room", "m").await;
+    assert!(long.room_name_too_long, "{long:?}");
+    assert_eq!((long.queued, long.pos), (0, None), "{long:?}");
+    assert_eq!(long.forwarded, holdfast_gateway::Forward::NotNeeded);
+    assert_eq!(g.stats().pushes_refused_room_name, 1);
+    let at = g.push_room("8-bytes!", "m").await;
+    assert!(!at.room_name_too_long && at.pos.is_some(), "{at:?}");
+    // The refusal says so in the publish API's answer, and only then.
+    let v = serde_json::to_value(long).unwrap();
+    assert_eq!(v["room_name_too_long"], true, "{v}");
+    assert!(
+        serde_json::to_value(at)
+            .unwrap()
+            .get("room_name_too_long")
+            .is_none()
+    );
+    // 0 disables the limit, for pushes as for joins.
+    let mut limits = g.live_limits();
+    limits.max_room_name = 0;
+    g.update_limits(limits);
+    assert!(g.push_room("a-long-room", "m").await.pos.is_some());
+    assert_eq!(g.stats().pushes_refused_room_name, 1);
+}
+
 // r[verify gateway.history.bounds]
 /// A push larger than the message size limit is refused: sent to nobody, kept in no history.
 #[tokio::test]

@@ -12,6 +12,7 @@ use common::*;
 use holdfast_gateway::{
     Appended, Cluster, ClusterError, Forward, Gateway, GatewayConfig, History, HistoryConfig,
     MemoryRegistry, Pos, Recovery, RedisBus, RedisHistory, RedisRouting, RoomAnnounce, RoutingMap,
+    ServiceRegistry,
 };
 use holdfast_lifecycle::BoxFuture;
 use holdfast_lifecycle::StopReason;
@@ -171,7 +172,10 @@ async fn a_drained_replica_is_unsubscribed_when_its_drain_returns() {
     assert_eq!(numsub().await, 0, "still subscribed after the drain");
     routing.set_route("bob", "b").await.unwrap();
     let d = a.push_user("bob", "gone").await;
-    assert_eq!((d.queued, d.forwarded), (0, Forward::Failed));
+    // The send reached nobody; b, deregistered by its drain, is a dead route rather than a
+    // failure (`gateway.cluster.dead-route`).
+    assert_eq!((d.queued, d.forwarded), (0, Forward::NotNeeded));
+    assert_eq!(a.stats().dead_routes, 1);
     a.drain(StopReason::Shutdown, None).await;
 }
 
@@ -874,4 +878,134 @@ async fn a_room_not_seen_yet_still_fills_a_lost_predecessor() {
         assert_eq!(a.stats().room_gaps_filled, 1, "existing stream: {existing}");
         assert_eq!(a.stats().room_gaps_lost, 0, "existing stream: {existing}");
     }
+}
+
+// r[verify gateway.history.restart]
+/// A room's stream deleted and created again (it expired, was flushed, or was deleted), its
+/// positions starting over: every replica follows the new stream from its first message, on the
+/// receiving side and on the publishing one, without counting a gap, and even when the new
+/// positions are below the old stream's (ids from a clock that was ahead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_stream_is_followed_from_its_first_message_not_counted_as_a_gap() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for ahead in [false, true] {
+        let p = prefix(if ahead {
+            "recreated-ahead"
+        } else {
+            "recreated"
+        });
+        let stream = format!("{p}history:lobby");
+        if ahead {
+            // The old stream's ids are far past what Redis's clock gives the new one.
+            let _: String = redis::cmd("XADD")
+                .arg(&stream)
+                .arg("99999999999999-0")
+                .arg("d")
+                .arg("old")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let registry = MemoryRegistry::new();
+        let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+        let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+        let mut ann = member(&a, "ann", "lobby").await;
+        let mut bob = member(&b, "bob", "lobby").await;
+        b.push_room("lobby", "before").await;
+        assert_eq!(next_text(&mut ann).await, "before", "ahead: {ahead}");
+        assert_eq!(next_text(&mut bob).await, "before", "ahead: {ahead}");
+        let _: i64 = redis::cmd("DEL")
+            .arg(&stream)
+            .arg(format!("{p}history-dropped:lobby"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for text in ["first of the new stream", "second"] {
+            b.push_room("lobby", text).await;
+            assert_eq!(next_text(&mut ann).await, text, "ahead: {ahead}");
+            assert_eq!(next_text(&mut bob).await, text, "ahead: {ahead}");
+        }
+        a.push_room("lobby", "from a").await;
+        assert_eq!(next_text(&mut ann).await, "from a", "ahead: {ahead}");
+        assert_eq!(next_text(&mut bob).await, "from a", "ahead: {ahead}");
+        for g in [&a, &b] {
+            let s = g.stats();
+            assert_eq!(
+                (s.room_gaps_lost, s.room_gaps_filled),
+                (0, 0),
+                "ahead: {ahead}"
+            );
+        }
+        // Nothing was delivered twice: the next message is the next one.
+        b.push_room("lobby", "last").await;
+        assert_eq!(next_text(&mut ann).await, "last", "ahead: {ahead}");
+        assert_eq!(next_text(&mut bob).await, "last", "ahead: {ahead}");
+    }
+}
+
+// r[verify gateway.cluster.dead-route]
+/// A replica killed without a drain stays in its users' routes until their entries expire. A
+/// push from another replica that finds it gone from the service registry (its lease expired)
+/// drops it from the route and is not a failed push; one still registered but not answering
+/// still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_a_user_routed_to_a_dead_replica_drops_the_route_and_does_not_fail() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("dead-route");
+    let registry = MemoryRegistry::new();
+    let a = start_subscribed(config("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(config("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let c = start_subscribed(config("c"), on_redis(&redis.url, &p, &registry, 3)).await;
+    let routing = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let _ann_a = member(&a, "ann", "lobby").await;
+    let mut ann_b = member(&b, "ann", "lobby").await;
+    let _bob_c = member(&c, "bob", "lobby").await;
+    assert_eq!(
+        routing.routes("ann").await.unwrap(),
+        ["a".to_owned(), "b".to_owned()]
+    );
+    // a and c are killed: their bus subscriptions end, their routes stay.
+    a.abandon();
+    c.abandon();
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let bus = RedisBus::new(&redis.url, &p, Duration::from_secs(1), 9).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, na, _, nc): (String, i64, String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(bus.replica_channel("a"))
+            .arg(bus.replica_channel("c"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if na + nc == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a and c still subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // a's lease expired; c's has not yet.
+    registry.deregister(a.replica()).await.unwrap();
+
+    let d = b.push_user("ann", "to the live one").await;
+    assert_eq!(d.queued, 1, "{d:?}");
+    assert_ne!(d.forwarded, Forward::Failed, "{d:?}");
+    assert_eq!(next_text(&mut ann_b).await, "to the live one");
+    assert_eq!(b.cluster_health().forward_errors, 0);
+    assert_eq!(b.stats().dead_routes, 1);
+    assert_eq!(routing.routes("ann").await.unwrap(), ["b".to_owned()]);
+
+    // c is still registered: not known dead, so the push to bob is a failure, and his route stays.
+    let d = b.push_user("bob", "to c").await;
+    assert_eq!(d.forwarded, Forward::Failed, "{d:?}");
+    assert_eq!(b.cluster_health().forward_errors, 1);
+    assert_eq!(routing.routes("bob").await.unwrap(), ["c".to_owned()]);
+    b.drain(StopReason::Restart, None).await;
 }

@@ -181,7 +181,7 @@ pub struct GatewayRefusalLabel {
     pub reason: String,
 }
 
-/// Labels of a room join the gateway refused.
+/// Labels of a room join (or a room push) the gateway refused.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JoinRefusalLabel {
     /// The limit it was over, named as its `[gateway]` key: `max_rooms_per_connection` or
@@ -189,7 +189,15 @@ pub struct JoinRefusalLabel {
     pub reason: String,
 }
 
-/// Labels of a reload of the gateway's token key files.
+/// Labels of a room message of the gateway that arrived before some of its predecessors.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoomGapLabel {
+    /// `filled` (read from the room's stream and delivered first) or `lost` (the stream no
+    /// longer held them).
+    pub result: String,
+}
+
+/// Labels of a reload of the gateway's token key files or TLS pair.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KeyReloadLabel {
     /// `ok` (new keys in use) or `failed` (the previous keys kept).
@@ -329,6 +337,30 @@ pub struct Metrics {
     pub gateway_tls_expired_refusals: Counter,
     /// TLS-ALPN-01 validations the gateway's TLS listener answered since the node started.
     pub gateway_tls_alpn01_answered: Counter,
+    /// Gateway TCP connections accepted since the node started.
+    pub gateway_accepted: Counter,
+    /// Gateway accepts that failed since the node started.
+    pub gateway_accept_errors: Counter,
+    /// Gateway connections closed for a bad, expired or missing token or an authentication timeout since the node started.
+    pub gateway_auth_failures: Counter,
+    /// Gateway connections closed at the idle timeout since the node started.
+    pub gateway_idle_closed: Counter,
+    /// Drain close frames the gateway sent since the node started.
+    pub gateway_close_frames_sent: Counter,
+    /// Gateway routing-map calls that failed since the node started.
+    pub gateway_routing_errors: Counter,
+    /// Gateway room pushes delivered after the echo wait since the node started.
+    pub gateway_room_echo_timeouts: Counter,
+    /// Gateway room messages from the bus dropped from a full room queue since the node started.
+    pub gateway_room_bus_dropped: Counter,
+    /// Gateway pushes to a user that found a replica of the route no longer registered.
+    pub gateway_dead_routes: Counter,
+    /// Changed gateway TLS pairs loaded or rejected since the node started, by result.
+    pub gateway_tls_reloads: Family<KeyReloadLabel, Counter>,
+    /// Gateway room pushes refused since the node started, by the limit they were over.
+    pub gateway_pushes_refused: Family<JoinRefusalLabel, Counter>,
+    /// Gateway room messages that arrived before predecessors since the node started, by whether the stream filled them.
+    pub gateway_room_gaps: Family<RoomGapLabel, Counter>,
     /// Requests and connections the admin API refused or closed, by reason.
     pub admin_refused: Family<AdminRefusalLabel, Counter>,
 }
@@ -598,6 +630,67 @@ impl Metrics {
             m.gateway_tls_alpn01_answered.clone(),
         );
         registry.register(
+            "gateway_accepted",
+            "Gateway TCP connections accepted since the node started",
+            m.gateway_accepted.clone(),
+        );
+        registry.register(
+            "gateway_accept_errors",
+            "Gateway accepts that failed since the node started",
+            m.gateway_accept_errors.clone(),
+        );
+        registry.register(
+            "gateway_auth_failures",
+            "Gateway connections closed for a bad, expired or missing token or an authentication timeout since the node started",
+            m.gateway_auth_failures.clone(),
+        );
+        registry.register(
+            "gateway_idle_closed",
+            "Gateway connections closed at the idle timeout since the node started",
+            m.gateway_idle_closed.clone(),
+        );
+        registry.register(
+            "gateway_close_frames_sent",
+            "Drain close frames the gateway sent since the node started",
+            m.gateway_close_frames_sent.clone(),
+        );
+        registry.register(
+            "gateway_routing_errors",
+            "Gateway routing-map calls that failed since the node started",
+            m.gateway_routing_errors.clone(),
+        );
+        registry.register(
+            "gateway_room_echo_timeouts",
+            "Gateway room pushes delivered after the echo wait since the node started",
+            m.gateway_room_echo_timeouts.clone(),
+        );
+        registry.register(
+            "gateway_room_bus_dropped",
+            "Gateway room messages from the bus dropped from a full room queue since the node started",
+            m.gateway_room_bus_dropped.clone(),
+        );
+        registry.register(
+            "gateway_dead_routes",
+            "Gateway pushes to a user that found a replica of the user's route no longer \
+             registered (dropped from the route, not a failure) since the node started",
+            m.gateway_dead_routes.clone(),
+        );
+        registry.register(
+            "gateway_tls_reloads",
+            "Changed gateway TLS pairs loaded or rejected since the node started, by result",
+            m.gateway_tls_reloads.clone(),
+        );
+        registry.register(
+            "gateway_pushes_refused",
+            "Gateway room pushes refused since the node started, by the limit they were over",
+            m.gateway_pushes_refused.clone(),
+        );
+        registry.register(
+            "gateway_room_gaps",
+            "Gateway room messages that arrived before predecessors since the node started, by whether the stream filled them",
+            m.gateway_room_gaps.clone(),
+        );
+        registry.register(
             "admin_refused",
             "Requests and connections the admin API refused or closed, by reason",
             m.admin_refused.clone(),
@@ -650,6 +743,18 @@ impl Metrics {
             gateway_key_reloads: m.gateway_key_reloads,
             gateway_tls_expired_refusals: m.gateway_tls_expired_refusals,
             gateway_tls_alpn01_answered: m.gateway_tls_alpn01_answered,
+            gateway_accepted: m.gateway_accepted,
+            gateway_accept_errors: m.gateway_accept_errors,
+            gateway_auth_failures: m.gateway_auth_failures,
+            gateway_idle_closed: m.gateway_idle_closed,
+            gateway_close_frames_sent: m.gateway_close_frames_sent,
+            gateway_routing_errors: m.gateway_routing_errors,
+            gateway_room_echo_timeouts: m.gateway_room_echo_timeouts,
+            gateway_room_bus_dropped: m.gateway_room_bus_dropped,
+            gateway_dead_routes: m.gateway_dead_routes,
+            gateway_tls_reloads: m.gateway_tls_reloads,
+            gateway_pushes_refused: m.gateway_pushes_refused,
+            gateway_room_gaps: m.gateway_room_gaps,
             admin_refused: m.admin_refused,
         }
     }
@@ -1023,6 +1128,7 @@ impl Metrics {
             }
             raise_to(&self.gateway_tls_expired_refusals, t.tls_expired_refusals);
             raise_to(&self.gateway_tls_alpn01_answered, t.tls_alpn01_answered);
+            self.set_gateway_counters(&t.counters);
         }
         self.gateway_drain_step_seconds.clear();
         for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
@@ -1033,6 +1139,42 @@ impl Metrics {
             self.gateway_drain_step_seconds
                 .get_or_create(&StepLabel { step: name })
                 .set(step.took_ms as f64 / 1000.0);
+        }
+    }
+
+    // r[impl node.gateway.metrics.counters]
+    /// The gateway's counters that `set_gateway` does not name itself.
+    fn set_gateway_counters(&self, c: &holdfast_gateway::StatsSnapshot) {
+        for (counter, total) in [
+            (&self.gateway_accepted, c.accepted),
+            (&self.gateway_accept_errors, c.accept_errors),
+            (&self.gateway_auth_failures, c.auth_failures),
+            (&self.gateway_idle_closed, c.idle_closed),
+            (&self.gateway_close_frames_sent, c.close_frames_sent),
+            (&self.gateway_routing_errors, c.routing_errors),
+            (&self.gateway_room_echo_timeouts, c.room_echo_timeouts),
+            (&self.gateway_room_bus_dropped, c.room_bus_dropped),
+            (&self.gateway_dead_routes, c.dead_routes),
+        ] {
+            raise_to(counter, total);
+        }
+        for (result, total) in [("ok", c.tls_reloads), ("failed", c.tls_reload_failures)] {
+            let counter = self.gateway_tls_reloads.get_or_create(&KeyReloadLabel {
+                result: result.to_owned(),
+            });
+            raise_to(&counter, total);
+        }
+        let counter = self
+            .gateway_pushes_refused
+            .get_or_create(&JoinRefusalLabel {
+                reason: "max_room_name".to_owned(),
+            });
+        raise_to(&counter, c.pushes_refused_room_name);
+        for (result, total) in [("filled", c.room_gaps_filled), ("lost", c.room_gaps_lost)] {
+            let counter = self.gateway_room_gaps.get_or_create(&RoomGapLabel {
+                result: result.to_owned(),
+            });
+            raise_to(&counter, total);
         }
     }
 
@@ -1102,6 +1244,18 @@ struct MetricsParts {
     gateway_key_reloads: Family<KeyReloadLabel, Counter>,
     gateway_tls_expired_refusals: Counter,
     gateway_tls_alpn01_answered: Counter,
+    gateway_accepted: Counter,
+    gateway_accept_errors: Counter,
+    gateway_auth_failures: Counter,
+    gateway_idle_closed: Counter,
+    gateway_close_frames_sent: Counter,
+    gateway_routing_errors: Counter,
+    gateway_room_echo_timeouts: Counter,
+    gateway_room_bus_dropped: Counter,
+    gateway_dead_routes: Counter,
+    gateway_tls_reloads: Family<KeyReloadLabel, Counter>,
+    gateway_pushes_refused: Family<JoinRefusalLabel, Counter>,
+    gateway_room_gaps: Family<RoomGapLabel, Counter>,
     admin_refused: Family<AdminRefusalLabel, Counter>,
 }
 
@@ -1381,6 +1535,71 @@ mod tests {
         assert_eq!(alive(&metrics), before);
     }
 
+    // r[verify node.gateway.metrics.counters]
+    #[test]
+    fn the_gateways_other_counters_are_series_that_never_go_down() {
+        use crate::modules::gateway::GatewayTotals;
+        let metrics = Metrics::new();
+        let counters = holdfast_gateway::StatsSnapshot {
+            accepted: 21,
+            accept_errors: 1,
+            auth_failures: 3,
+            idle_closed: 4,
+            close_frames_sent: 5,
+            routing_errors: 6,
+            tls_reloads: 7,
+            tls_reload_failures: 8,
+            pushes_refused_room_name: 9,
+            room_gaps_filled: 10,
+            room_gaps_lost: 11,
+            room_echo_timeouts: 12,
+            room_bus_dropped: 13,
+            dead_routes: 14,
+            ..Default::default()
+        };
+        let totals = GatewayTotals {
+            counters,
+            ..GatewayTotals::default()
+        };
+        let want = [
+            "holdfast_gateway_accepted_total 21",
+            "holdfast_gateway_accept_errors_total 1",
+            "holdfast_gateway_auth_failures_total 3",
+            "holdfast_gateway_idle_closed_total 4",
+            "holdfast_gateway_close_frames_sent_total 5",
+            "holdfast_gateway_routing_errors_total 6",
+            "holdfast_gateway_tls_reloads_total{result=\"ok\"} 7",
+            "holdfast_gateway_tls_reloads_total{result=\"failed\"} 8",
+            "holdfast_gateway_pushes_refused_total{reason=\"max_room_name\"} 9",
+            "holdfast_gateway_room_gaps_total{result=\"filled\"} 10",
+            "holdfast_gateway_room_gaps_total{result=\"lost\"} 11",
+            "holdfast_gateway_room_echo_timeouts_total 12",
+            "holdfast_gateway_room_bus_dropped_total 13",
+            "holdfast_gateway_dead_routes_total 14",
+        ];
+        metrics.set_gateway(Some((0, 0)), Some(totals), None);
+        let text = metrics.render();
+        for series in want {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // A restarted module's totals start over inside the node's; the series never go down.
+        metrics.set_gateway(Some((0, 0)), Some(GatewayTotals::default()), None);
+        let text = metrics.render();
+        for series in want {
+            assert!(text.contains(series), "{series} went down:\n{text}");
+        }
+        // Every counter of the gateway's snapshot is a series: the snapshot's field count is
+        // pinned here, so a counter added there without a series here fails this test.
+        let fields = serde_json::to_value(holdfast_gateway::StatsSnapshot::default())
+            .ok()
+            .and_then(|v| v.as_object().map(|o| o.len()))
+            .unwrap_or_default();
+        assert_eq!(
+            fields, 29,
+            "a new gateway counter: export it, then update this count"
+        );
+    }
+
     // r[verify node.gateway.metrics+4]
     #[test]
     fn gateway_series_follow_the_gateway_and_its_counters_never_go_down() {
@@ -1407,6 +1626,7 @@ mod tests {
             key_reload_failures: 1,
             tls_expired_refusals: 13,
             tls_alpn01_answered: 14,
+            ..GatewayTotals::default()
         };
         let report = DrainReport {
             code: 1012,

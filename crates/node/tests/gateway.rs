@@ -371,6 +371,8 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
 
 // i[verify node.gateway.config+4]
 // r[verify node.gateway.metrics+4]
+// r[verify node.gateway.metrics.counters]
+// r[verify gateway.rooms.publish-name]
 #[tokio::test]
 async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -414,8 +416,26 @@ async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted()
         "a second unauthenticated connection was upgraded"
     );
 
+    // A push to a room no join allows: refused under the same limit, said so, counted.
+    let answer = call_json(
+        &node.admin,
+        hyper::Method::POST,
+        "/v1/gateway/push",
+        Some(&token::read(&node.dir.path().join("token")).unwrap()),
+        &json!({"room": "123456789", "text": "nobody can be there"}),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["room_name_too_long"], true, "{answer}");
+    assert!(answer.get("pos").is_none(), "{answer}");
+
     let metrics = node.get("/metrics").await.unwrap();
     for series in [
+        "holdfast_gateway_pushes_refused_total{reason=\"max_room_name\"} 1",
+        "holdfast_gateway_room_gaps_total{result=\"lost\"} 0",
+        "holdfast_gateway_room_echo_timeouts_total 0",
+        "holdfast_gateway_room_bus_dropped_total 0",
         "holdfast_gateway_joins_refused_total{reason=\"max_rooms_per_connection\"} 1",
         "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 1",
         "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 1",
