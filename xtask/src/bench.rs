@@ -58,6 +58,10 @@ pub struct Args {
     /// forward (installs Debian's iperf when missing, as root).
     #[arg(long)]
     iperf: bool,
+    /// forward suite: also each side's cost per datagram (system calls, allocations, context
+    /// switches, CPU), raw quinn beside the forward.
+    #[arg(long)]
+    profile: bool,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -96,6 +100,9 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
             }
             if args.iperf {
                 line.push("--iperf".into());
+            }
+            if args.profile {
+                line.push("--profile".into());
             }
         }
         Suite::Retry | Suite::SpecCheck => {}
@@ -308,6 +315,10 @@ mod tests {
         assert_eq!(
             line(&["bench", "forward", "--quick", "--iperf"]),
             ["forward", "--quick", "--iperf"]
+        );
+        assert_eq!(
+            line(&["bench", "forward", "--quick", "--profile"]),
+            ["forward", "--quick", "--profile"]
         );
     }
 

@@ -46,7 +46,12 @@
 
 mod batched;
 mod pacer;
+mod profile;
 mod stages;
+
+/// Counts allocations per side of the path, once `HOLDFAST_BENCH_PROFILE` marks the sides.
+#[global_allocator]
+static ALLOCATOR: profile::Counting = profile::Counting;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -420,11 +425,35 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
     finish(sent, secs, &echoes, stop, reader).await
 }
 
+/// One phase's profile rows: (phase, path, each side's cost per datagram).
+type Profiles = Vec<(String, &'static str, Vec<profile::PerDatagram>)>;
+
+/// Runs a phase; when profiling, counts what each side spent on it.
+async fn profiled(
+    profiles: &mut Option<Profiles>,
+    phase: &str,
+    path: &'static str,
+    run: impl Future<Output = Measured>,
+) -> Measured {
+    let Some(profiles) = profiles else {
+        return run.await;
+    };
+    let start = profile::start().await;
+    let measured = run.await;
+    profiles.push((
+        phase.to_owned(),
+        path,
+        profile::finish(start, measured.received),
+    ));
+    measured
+}
+
 /// Two bare quinn endpoints with the crate's own TLS and transport settings; the server side
 /// (on the node's runtime) echoes every datagram.
 async fn raw_path(
     dir: &std::path::Path,
     node: &Handle,
+    client_side: &Handle,
 ) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
     let identity = Identity::load_or_create(dir).expect("identity");
     // The same endpoint sockets (and buffers) as the forward's own endpoints.
@@ -438,6 +467,8 @@ async fn raw_path(
     };
     let addr = server.local_addr().expect("addr");
     let (config, _) = client::quinn_client_config(identity.fingerprint(), IDLE).expect("client");
+    // The client's endpoint and connection drivers run on the client's side.
+    let client_side = client_side.enter();
     let client = transport::endpoint(
         transport::endpoint_socket(loopback()).expect("client socket"),
         None,
@@ -446,6 +477,7 @@ async fn raw_path(
     let connecting = client
         .connect_with(config, addr, SERVER_NAME)
         .expect("connect");
+    drop(client_side);
     // Accepted on the node's runtime, so its connection's driver runs there.
     let accepting = node.spawn(async move {
         server
@@ -471,25 +503,36 @@ async fn raw_path(
 /// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
 /// runtime of one worker each.
 fn main() {
-    let runtime = |workers| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build()
-            .expect("runtime")
+    let runtime = |workers, side: Option<usize>| {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers).enable_all();
+        if let Some(side) = side {
+            builder
+                .thread_name(profile::SIDES[side])
+                .on_thread_start(move || profile::join(side))
+                // The pacer's thread is counted from before a phase to its end: it stays.
+                .thread_keep_alive(Duration::from_secs(3600));
+        }
+        builder.build().expect("runtime")
     };
-    if std::env::var_os("HOLDFAST_BENCH_SPLIT_RUNTIMES").is_some_and(|v| v != "0") {
-        let client = runtime(1);
-        let node = runtime(1);
-        client.block_on(run(node.handle().clone()));
+    if profile::enabled() {
+        let [app, client, node] = [0, 1, 2].map(|side| runtime(1, Some(side)));
+        profile::join(0);
+        app.block_on(run(node.handle().clone(), client.handle().clone()));
+    } else if std::env::var_os("HOLDFAST_BENCH_SPLIT_RUNTIMES").is_some_and(|v| v != "0") {
+        let client = runtime(1, None);
+        let node = runtime(1, None);
+        client.block_on(run(node.handle().clone(), client.handle().clone()));
     } else {
-        let shared = runtime(2);
+        let shared = runtime(2, None);
         let node = shared.handle().clone();
-        shared.block_on(run(node));
+        shared.block_on(run(node.clone(), node));
     }
 }
 
-async fn run(node: Handle) {
+/// `node` runs the node's side, `client_side` the client's (raw quinn's or holdfast's); the app
+/// (the load generator) runs on the current runtime.
+async fn run(node: Handle, client_side: Handle) {
     let quick = std::env::var_os("HOLDFAST_BENCH_QUICK").is_some_and(|v| v != "0");
     let phases = if quick {
         Phases {
@@ -503,7 +546,7 @@ async fn run(node: Handle) {
         }
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path(), &node).await;
+    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path(), &node, &client_side).await;
 
     // The forward: a node, a UDP echo target, a client with one forward to it.
     let echo = {
@@ -537,7 +580,11 @@ async fn run(node: Handle) {
         local: loopback(),
         target: echo_addr,
     }];
-    let mut forwarding = client::spawn(client_config).await.expect("client");
+    let mut forwarding = client_side
+        .spawn(client::spawn(client_config))
+        .await
+        .expect("client task")
+        .expect("client");
     loop {
         if let Some(ClientEvent::Opened { .. }) = forwarding.next_event().await {
             break;
@@ -561,6 +608,14 @@ async fn run(node: Handle) {
         "path", "bytes", "datagrams/s", "Mbit/s", "loss"
     );
     let mut forward_max_64 = 0.0;
+    // The per-stage profile, when asked for: the pacer's thread is started now, so the system
+    // call counts attached before each phase see it.
+    let mut profiles = profile::enabled().then(Vec::new);
+    if profiles.is_some() {
+        tokio::task::spawn_blocking(|| ())
+            .await
+            .expect("pacer thread");
+    }
     // Diagnostics: `HOLDFAST_BENCH_PACED_ONLY=RATE` runs the paced phase alone at RATE, to
     // profile it without the throughput phase.
     let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
@@ -572,8 +627,21 @@ async fn run(node: Handle) {
         &[64, 1162]
     };
     for &size in sizes {
-        let r = throughput(&raw, size, phases.throughput).await;
-        let f = throughput(&forward, size, phases.throughput).await;
+        let phase = format!("throughput {size} B");
+        let r = profiled(
+            &mut profiles,
+            &phase,
+            "raw",
+            throughput(&raw, size, phases.throughput),
+        )
+        .await;
+        let f = profiled(
+            &mut profiles,
+            &phase,
+            "forward",
+            throughput(&forward, size, phases.throughput),
+        )
+        .await;
         for (name, t) in [("raw", &r), ("forward", &f)] {
             println!(
                 "{name:<10} {size:>6} {:>12.0} {:>10.1} {:>6.2}%",
@@ -601,11 +669,24 @@ async fn run(node: Handle) {
     let rate = paced_only.unwrap_or(forward_max_64 / 2.0);
     let u0 = stages::usage();
     let t0 = stages::threads();
-    let r = paced(&raw, 64, rate, phases.latency).await;
+    let phase = format!("paced 64 B {rate:.0}/s");
+    let r = profiled(
+        &mut profiles,
+        &phase,
+        "raw",
+        paced(&raw, 64, rate, phases.latency),
+    )
+    .await;
     let raw_out = stages::take();
     let u1 = stages::usage();
     let t1 = stages::threads();
-    let f = paced(&forward, 64, rate, phases.latency).await;
+    let f = profiled(
+        &mut profiles,
+        &phase,
+        "forward",
+        paced(&forward, 64, rate, phases.latency),
+    )
+    .await;
     let fwd_out = stages::take();
     let u2 = stages::usage();
     let t2 = stages::threads();
@@ -660,6 +741,16 @@ async fn run(node: Handle) {
             "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
         }),
     );
+
+    if let Some(profiles) = &profiles {
+        profile::header();
+        let mut rows = Vec::new();
+        for (phase, path, per) in profiles {
+            profile::print(phase, path, per);
+            rows.extend(profile::json(phase, path, per));
+        }
+        report.insert("profile".into(), rows.into());
+    }
 
     echo_task.abort();
     raw_echo.abort();
