@@ -38,7 +38,10 @@
 //! ended) is neither counted nor timed. The latency figures are percentiles of each path's round
 //! trips; "forward minus raw" is the difference of those percentiles (not a percentile of a
 //! per-datagram added latency, which cannot be observed), so it can come out negative when the
-//! forward's tail is the tighter one. Numbers, never assertions. Diagnostics of the paced phase
+//! forward's tail is the tighter one. The tail is also measured at a quarter, half and three
+//! quarters of the forward's maximum, p50/p99/p99.9 of each path at each (`latency_tail`), each
+//! rate five times in the full run for the run-to-run spread, once with `--quick`. Numbers, never
+//! assertions. Diagnostics of the paced phase
 //! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
 
 // Bench harness code: a broken setup should stop the run loudly.
@@ -330,6 +333,55 @@ impl Measured {
         }
         let i = ((self.rtts.len() as f64 - 1.0) * p).round() as usize;
         self.rtts[i.min(self.rtts.len() - 1)].as_secs_f64() * 1e6
+    }
+}
+
+/// The shares of the forward's maximum (64 B) the tail is measured at.
+const TAIL_SHARES: [f64; 3] = [0.25, 0.5, 0.75];
+
+/// One path's round-trip tail in one paced phase.
+struct Tail {
+    /// p50, p99, p99.9 in µs.
+    us: [f64; 3],
+    loss: f64,
+    samples: usize,
+}
+
+impl Tail {
+    fn of(m: &Measured) -> Self {
+        Tail {
+            us: [0.5, 0.99, 0.999].map(|p| m.percentile_us(p)),
+            loss: m.loss(),
+            samples: m.rtts.len(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "p50_us": self.us[0], "p99_us": self.us[1], "p999_us": self.us[2],
+            "loss": self.loss, "samples": self.samples,
+        })
+    }
+
+    /// Per percentile, [min, median, max] over the runs (a run without echoes left out).
+    fn spread<'a>(runs: impl Iterator<Item = &'a Tail>) -> [[f64; 3]; 3] {
+        let runs: Vec<&Tail> = runs.collect();
+        [0, 1, 2].map(|p| {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .map(|t| t.us[p])
+                .filter(|x| x.is_finite())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => [f64::NAN; 3],
+                n => [v[0], v[n / 2], v[n - 1]],
+            }
+        })
+    }
+
+    fn spread_json(s: &[[f64; 3]; 3]) -> serde_json::Value {
+        serde_json::json!({"p50_us": s[0], "p99_us": s[1], "p999_us": s[2]})
     }
 }
 
@@ -735,8 +787,8 @@ async fn run(node: Handle, client_side: Handle) {
             "rate_datagrams_per_sec": rate,
             "bytes": 64,
             "secs": phases.latency.as_secs_f64(),
-            "raw": {"p50_us": r50, "p99_us": r99, "loss": r.loss(), "samples": r.rtts.len()},
-            "forward": {"p50_us": f50, "p99_us": f99, "loss": f.loss(), "samples": f.rtts.len()},
+            "raw": {"p50_us": r50, "p99_us": r99, "p999_us": r.percentile_us(0.999), "loss": r.loss(), "samples": r.rtts.len()},
+            "forward": {"p50_us": f50, "p99_us": f99, "p999_us": f.percentile_us(0.999), "loss": f.loss(), "samples": f.rtts.len()},
             // The difference of the two paths' percentiles, not a percentile of added latency.
             "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
         }),
@@ -750,6 +802,69 @@ async fn run(node: Handle, client_side: Handle) {
             rows.extend(profile::json(phase, path, per));
         }
         report.insert("profile".into(), rows.into());
+    }
+
+    // The tail as a property of the path: fixed shares of the forward's maximum, raw beside the
+    // forward at each, every rate measured `runs` times for the run-to-run spread (the phase at
+    // half the maximum above is the first run at a half).
+    if paced_only.is_none() {
+        let runs = if quick { 1 } else { 5 };
+        println!(
+            "round trips at fixed shares of the forward's maximum, 64 B, µs p50/p99/p99.9{}:",
+            if runs > 1 {
+                " (median of the runs, p99 min-max)"
+            } else {
+                ""
+            }
+        );
+        let mut rates = Vec::new();
+        for share in TAIL_SHARES {
+            let at = forward_max_64 * share;
+            let mut per_run = Vec::new();
+            for i in 0..runs {
+                if share == 0.5 && i == 0 {
+                    per_run.push((Tail::of(&r), Tail::of(&f)));
+                    continue;
+                }
+                let r = paced(&raw, 64, at, phases.latency).await;
+                let f = paced(&forward, 64, at, phases.latency).await;
+                per_run.push((Tail::of(&r), Tail::of(&f)));
+            }
+            let raw_spread = Tail::spread(per_run.iter().map(|(r, _)| r));
+            let fwd_spread = Tail::spread(per_run.iter().map(|(_, f)| f));
+            for (name, s) in [("raw", &raw_spread), ("forward", &fwd_spread)] {
+                let range = if runs > 1 {
+                    format!(" (p99 {:.0}-{:.0})", s[1][0], s[1][2])
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{:>4.0}% {at:>10.0}/s {name:<8} {:.0}/{:.0}/{:.0}{range}",
+                    share * 100.0,
+                    s[0][1],
+                    s[1][1],
+                    s[2][1],
+                );
+            }
+            rates.push(serde_json::json!({
+                "share": share,
+                "rate_datagrams_per_sec": at,
+                "runs": per_run
+                    .iter()
+                    .map(|(r, f)| serde_json::json!({"raw": r.json(), "forward": f.json()}))
+                    .collect::<Vec<_>>(),
+                "spread": {"raw": Tail::spread_json(&raw_spread), "forward": Tail::spread_json(&fwd_spread)},
+            }));
+        }
+        report.insert(
+            "latency_tail".into(),
+            serde_json::json!({
+                "bytes": 64,
+                "secs": phases.latency.as_secs_f64(),
+                "runs": runs,
+                "rates": rates,
+            }),
+        );
     }
 
     echo_task.abort();

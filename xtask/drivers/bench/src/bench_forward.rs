@@ -136,6 +136,7 @@ const IPERF_TARGET: &str = "iperf_loss_forward_at_1000_mbit";
 
 /// The table and the verdicts, as printed.
 // i[impl bench.forward+4]
+// i[impl bench.forward.tail]
 pub fn summary(report: &Value) -> String {
     use std::fmt::Write as _;
     let m = &report["measured"];
@@ -177,6 +178,42 @@ pub fn summary(report: &Value) -> String {
         f(&l["forward_minus_raw"]["p50_us"]),
         f(&l["forward_minus_raw"]["p99_us"]),
     );
+    if let Some(rates) = m["latency_tail"]["rates"].as_array() {
+        let runs = m["latency_tail"]["runs"].as_u64().unwrap_or(1);
+        let _ = writeln!(
+            out,
+            "  round trips at fixed shares of the forward's maximum, {} bytes, µs{}:",
+            m["latency_tail"]["bytes"],
+            if runs > 1 {
+                format!(" (median of {runs} runs; p99 and p99.9 also min-max)")
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            out,
+            "    {:>5} {:>12} {:<8} {:>7} {:>7} {:>7} {:>13} {:>13}",
+            "share", "datagrams/s", "path", "p50", "p99", "p99.9", "p99 min-max", "p99.9 min-max"
+        );
+        for rate in rates {
+            for path in ["raw", "forward"] {
+                let s = &rate["spread"][path];
+                let mid = |p: &str| f(&s[p][1]);
+                let range = |p: &str| format!("{:.0}-{:.0}", f(&s[p][0]), f(&s[p][2]));
+                let _ = writeln!(
+                    out,
+                    "    {:>4.0}% {:>12.0} {path:<8} {:>7.0} {:>7.0} {:>7.0} {:>13} {:>13}",
+                    f(&rate["share"]) * 100.0,
+                    f(&rate["rate_datagrams_per_sec"]),
+                    mid("p50_us"),
+                    mid("p99_us"),
+                    mid("p999_us"),
+                    range("p99_us"),
+                    range("p999_us"),
+                );
+            }
+        }
+    }
     if m["iperf"].is_object() {
         let _ = writeln!(
             out,
@@ -409,6 +446,42 @@ mod tests {
         let shown = summary(&report)
             .lines()
             .skip_while(|l| !l.starts_with("  profile"))
+            .take_while(|l| !l.starts_with("  target"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!(shown);
+    }
+
+    // i[verify bench.forward.tail]
+    #[test]
+    fn the_summary_shows_the_tail_at_each_share_raw_beside_forward_with_its_spread() {
+        let mut m = measured(0.62, 0.69, json!(120.0));
+        let spread = |base: f64| {
+            json!({
+                "p50_us": [base, base + 1.0, base + 2.0],
+                "p99_us": [base * 2.0, base * 2.0 + 5.0, base * 2.0 + 30.0],
+                "p999_us": [base * 4.0, base * 4.0 + 10.0, base * 4.0 + 200.0],
+            })
+        };
+        let rates: Vec<Value> = [0.25, 0.5, 0.75]
+            .iter()
+            .map(|share| {
+                json!({
+                    "share": share,
+                    "rate_datagrams_per_sec": 400000.0 * share,
+                    "spread": {"raw": spread(40.0 * (1.0 + share)), "forward": spread(70.0 * (1.0 + share))},
+                })
+            })
+            .collect();
+        m["latency_tail"] = json!({"bytes": 64, "runs": 5, "rates": rates});
+        let report = json!({
+            "machine": {"loadavg_before": "1.50 1.20 1.00", "loadavg_after": "1.90 1.30 1.05"},
+            "targets": targets(&m),
+            "measured": m,
+        });
+        let shown = summary(&report)
+            .lines()
+            .skip_while(|l| !l.starts_with("  round trips at fixed shares"))
             .take_while(|l| !l.starts_with("  target"))
             .collect::<Vec<_>>()
             .join("\n");
