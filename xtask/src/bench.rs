@@ -115,8 +115,10 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
     crate::root::find(None).map_err(|message| anyhow::anyhow!("bench: {message}"))
 }
 
-pub(crate) fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+/// The cargo the retry benches are built and run with: the caller's, without what `cargo xtask`'s
+/// `cargo run` set for xtask (`i[bench.no-rebuild]`).
+fn cargo() -> Command {
+    holdfast_harness::root::cargo()
 }
 
 fn retry(args: &Args) -> anyhow::Result<ExitCode> {

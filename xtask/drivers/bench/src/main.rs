@@ -117,8 +117,10 @@ fn build_forward_example(
     Ok(target.join("release/examples/forward"))
 }
 
+/// The cargo the benches are built and run with: the caller's, without what `cargo run` set for
+/// this driver (`i[bench.no-rebuild]`).
 fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    holdfast_harness::root::cargo()
 }
 
 #[cfg(test)]
