@@ -58,6 +58,10 @@ pub struct Args {
     /// forward (installs Debian's iperf when missing, as root).
     #[arg(long)]
     iperf: bool,
+    /// forward suite: also each side's cost per datagram (system calls, allocations, context
+    /// switches, CPU), raw quinn beside the forward.
+    #[arg(long)]
+    profile: bool,
 }
 
 const CHECK_TARGET_NS: f64 = 40.0;
@@ -97,6 +101,9 @@ fn driver_args(args: &Args) -> Vec<std::ffi::OsString> {
             if args.iperf {
                 line.push("--iperf".into());
             }
+            if args.profile {
+                line.push("--profile".into());
+            }
         }
         Suite::Retry | Suite::SpecCheck => {}
     }
@@ -108,8 +115,10 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
     crate::root::find(None).map_err(|message| anyhow::anyhow!("bench: {message}"))
 }
 
-pub(crate) fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+/// The cargo the retry benches are built and run with: the caller's, without what `cargo xtask`'s
+/// `cargo run` set for xtask (`i[bench.no-rebuild]`).
+fn cargo() -> Command {
+    holdfast_harness::root::cargo()
 }
 
 fn retry(args: &Args) -> anyhow::Result<ExitCode> {
@@ -308,6 +317,10 @@ mod tests {
         assert_eq!(
             line(&["bench", "forward", "--quick", "--iperf"]),
             ["forward", "--quick", "--iperf"]
+        );
+        assert_eq!(
+            line(&["bench", "forward", "--quick", "--profile"]),
+            ["forward", "--quick", "--profile"]
         );
     }
 

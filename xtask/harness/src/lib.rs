@@ -4,10 +4,11 @@
 //! both start real services on loopback; this crate is the code they share, so neither driver
 //! needs the other, and xtask needs neither driver's dependencies.
 //!
-//! Layout: [`root`] (which checkout a command works on) and [`output`] (printing without a panic
-//! on a closed pipe) are the commands' common ground; [`packages`] (what is needed and from which
-//! Debian package), [`layout`] (directories and ports), [`process`] (supervision: process groups,
-//! stopping, sweeping leftovers) and [`probe`] (readiness) are the machinery; [`docker`],
+//! Layout: [`root`] (which checkout a command works on, and the cargo a command runs) and
+//! [`output`] (printing without a panic on a closed pipe) are the commands' common ground;
+//! [`packages`] (what is needed and from which Debian package), [`layout`] (directories and
+//! ports), [`process`] (supervision: process groups, stopping, sweeping leftovers) and [`probe`]
+//! (readiness) are the machinery; [`docker`],
 //! [`registry`], [`pebble`], [`knot`], [`etcd`] and [`redis`] start one service each. [`stand_in`] writes
 //! the stand-in programs (cargo, a bench example) that the drivers' and xtask's tests run instead
 //! of the real ones.

@@ -65,11 +65,25 @@ impl Batched {
             let mut chunks = buf.chunks_mut(MAX_DATAGRAM);
             let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
                 std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+            // A batch short of what one call takes emptied the queue (Linux's recvmmsg stops
+            // short only then): its readiness is cleared now, as the forward's own sockets do
+            // (holdfast-forward's `UdpIo::recv`), instead of by one more receive that can only
+            // fail — a system call per wakeup the load generator would charge the forward.
+            let mut partial = None;
             match self.socket.try_io(Interest::READABLE, || {
-                self.state
-                    .recv(UdpSockRef::from(&self.socket), &mut slices, meta)
+                let filled = self
+                    .state
+                    .recv(UdpSockRef::from(&self.socket), &mut slices, meta)?;
+                if cfg!(target_os = "linux") && filled < RECV_BATCH.min(quinn::udp::BATCH_SIZE) {
+                    partial = Some(filled);
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(filled)
             }) {
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => match partial {
+                    Some(filled) => return Ok(filled),
+                    None => continue,
+                },
                 other => return other,
             }
         }

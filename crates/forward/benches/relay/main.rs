@@ -38,7 +38,10 @@
 //! ended) is neither counted nor timed. The latency figures are percentiles of each path's round
 //! trips; "forward minus raw" is the difference of those percentiles (not a percentile of a
 //! per-datagram added latency, which cannot be observed), so it can come out negative when the
-//! forward's tail is the tighter one. Numbers, never assertions. Diagnostics of the paced phase
+//! forward's tail is the tighter one. The tail is also measured at a quarter, half and three
+//! quarters of the forward's maximum, p50/p99/p99.9 of each path at each (`latency_tail`), each
+//! rate five times in the full run for the run-to-run spread, once with `--quick`. Numbers, never
+//! assertions. Diagnostics of the paced phase
 //! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
 
 // Bench harness code: a broken setup should stop the run loudly.
@@ -46,7 +49,12 @@
 
 mod batched;
 mod pacer;
+mod profile;
 mod stages;
+
+/// Counts allocations per side of the path, once `HOLDFAST_BENCH_PROFILE` marks the sides.
+#[global_allocator]
+static ALLOCATOR: profile::Counting = profile::Counting;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -328,6 +336,55 @@ impl Measured {
     }
 }
 
+/// The shares of the forward's maximum (64 B) the tail is measured at.
+const TAIL_SHARES: [f64; 3] = [0.25, 0.5, 0.75];
+
+/// One path's round-trip tail in one paced phase.
+struct Tail {
+    /// p50, p99, p99.9 in µs.
+    us: [f64; 3],
+    loss: f64,
+    samples: usize,
+}
+
+impl Tail {
+    fn of(m: &Measured) -> Self {
+        Tail {
+            us: [0.5, 0.99, 0.999].map(|p| m.percentile_us(p)),
+            loss: m.loss(),
+            samples: m.rtts.len(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "p50_us": self.us[0], "p99_us": self.us[1], "p999_us": self.us[2],
+            "loss": self.loss, "samples": self.samples,
+        })
+    }
+
+    /// Per percentile, [min, median, max] over the runs (a run without echoes left out).
+    fn spread<'a>(runs: impl Iterator<Item = &'a Tail>) -> [[f64; 3]; 3] {
+        let runs: Vec<&Tail> = runs.collect();
+        [0, 1, 2].map(|p| {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .map(|t| t.us[p])
+                .filter(|x| x.is_finite())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => [f64::NAN; 3],
+                n => [v[0], v[n / 2], v[n - 1]],
+            }
+        })
+    }
+
+    fn spread_json(s: &[[f64; 3]; 3]) -> serde_json::Value {
+        serde_json::json!({"p50_us": s[0], "p99_us": s[1], "p999_us": s[2]})
+    }
+}
+
 /// Lets the phase's last echoes arrive, stops its reader and gathers what it saw.
 async fn finish(
     sent: u64,
@@ -420,11 +477,35 @@ async fn paced(path: &Path, size: usize, rate: f64, run: Duration) -> Measured {
     finish(sent, secs, &echoes, stop, reader).await
 }
 
+/// One phase's profile rows: (phase, path, each side's cost per datagram).
+type Profiles = Vec<(String, &'static str, Vec<profile::PerDatagram>)>;
+
+/// Runs a phase; when profiling, counts what each side spent on it.
+async fn profiled(
+    profiles: &mut Option<Profiles>,
+    phase: &str,
+    path: &'static str,
+    run: impl Future<Output = Measured>,
+) -> Measured {
+    let Some(profiles) = profiles else {
+        return run.await;
+    };
+    let start = profile::start().await;
+    let measured = run.await;
+    profiles.push((
+        phase.to_owned(),
+        path,
+        profile::finish(start, measured.received),
+    ));
+    measured
+}
+
 /// Two bare quinn endpoints with the crate's own TLS and transport settings; the server side
 /// (on the node's runtime) echoes every datagram.
 async fn raw_path(
     dir: &std::path::Path,
     node: &Handle,
+    client_side: &Handle,
 ) -> (Path, quinn::Endpoint, tokio::task::JoinHandle<()>) {
     let identity = Identity::load_or_create(dir).expect("identity");
     // The same endpoint sockets (and buffers) as the forward's own endpoints.
@@ -438,6 +519,8 @@ async fn raw_path(
     };
     let addr = server.local_addr().expect("addr");
     let (config, _) = client::quinn_client_config(identity.fingerprint(), IDLE).expect("client");
+    // The client's endpoint and connection drivers run on the client's side.
+    let client_side = client_side.enter();
     let client = transport::endpoint(
         transport::endpoint_socket(loopback()).expect("client socket"),
         None,
@@ -446,6 +529,7 @@ async fn raw_path(
     let connecting = client
         .connect_with(config, addr, SERVER_NAME)
         .expect("connect");
+    drop(client_side);
     // Accepted on the node's runtime, so its connection's driver runs there.
     let accepting = node.spawn(async move {
         server
@@ -471,25 +555,36 @@ async fn raw_path(
 /// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
 /// runtime of one worker each.
 fn main() {
-    let runtime = |workers| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build()
-            .expect("runtime")
+    let runtime = |workers, side: Option<usize>| {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers).enable_all();
+        if let Some(side) = side {
+            builder
+                .thread_name(profile::SIDES[side])
+                .on_thread_start(move || profile::join(side))
+                // The pacer's thread is counted from before a phase to its end: it stays.
+                .thread_keep_alive(Duration::from_secs(3600));
+        }
+        builder.build().expect("runtime")
     };
-    if std::env::var_os("HOLDFAST_BENCH_SPLIT_RUNTIMES").is_some_and(|v| v != "0") {
-        let client = runtime(1);
-        let node = runtime(1);
-        client.block_on(run(node.handle().clone()));
+    if profile::enabled() {
+        let [app, client, node] = [0, 1, 2].map(|side| runtime(1, Some(side)));
+        profile::join(0);
+        app.block_on(run(node.handle().clone(), client.handle().clone()));
+    } else if std::env::var_os("HOLDFAST_BENCH_SPLIT_RUNTIMES").is_some_and(|v| v != "0") {
+        let client = runtime(1, None);
+        let node = runtime(1, None);
+        client.block_on(run(node.handle().clone(), client.handle().clone()));
     } else {
-        let shared = runtime(2);
+        let shared = runtime(2, None);
         let node = shared.handle().clone();
-        shared.block_on(run(node));
+        shared.block_on(run(node.clone(), node));
     }
 }
 
-async fn run(node: Handle) {
+/// `node` runs the node's side, `client_side` the client's (raw quinn's or holdfast's); the app
+/// (the load generator) runs on the current runtime.
+async fn run(node: Handle, client_side: Handle) {
     let quick = std::env::var_os("HOLDFAST_BENCH_QUICK").is_some_and(|v| v != "0");
     let phases = if quick {
         Phases {
@@ -503,7 +598,7 @@ async fn run(node: Handle) {
         }
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path(), &node).await;
+    let (raw, _raw_endpoint, raw_echo) = raw_path(dir.path(), &node, &client_side).await;
 
     // The forward: a node, a UDP echo target, a client with one forward to it.
     let echo = {
@@ -537,7 +632,11 @@ async fn run(node: Handle) {
         local: loopback(),
         target: echo_addr,
     }];
-    let mut forwarding = client::spawn(client_config).await.expect("client");
+    let mut forwarding = client_side
+        .spawn(client::spawn(client_config))
+        .await
+        .expect("client task")
+        .expect("client");
     loop {
         if let Some(ClientEvent::Opened { .. }) = forwarding.next_event().await {
             break;
@@ -561,6 +660,14 @@ async fn run(node: Handle) {
         "path", "bytes", "datagrams/s", "Mbit/s", "loss"
     );
     let mut forward_max_64 = 0.0;
+    // The per-stage profile, when asked for: the pacer's thread is started now, so the system
+    // call counts attached before each phase see it.
+    let mut profiles = profile::enabled().then(Vec::new);
+    if profiles.is_some() {
+        tokio::task::spawn_blocking(|| ())
+            .await
+            .expect("pacer thread");
+    }
     // Diagnostics: `HOLDFAST_BENCH_PACED_ONLY=RATE` runs the paced phase alone at RATE, to
     // profile it without the throughput phase.
     let paced_only: Option<f64> = std::env::var("HOLDFAST_BENCH_PACED_ONLY")
@@ -572,8 +679,21 @@ async fn run(node: Handle) {
         &[64, 1162]
     };
     for &size in sizes {
-        let r = throughput(&raw, size, phases.throughput).await;
-        let f = throughput(&forward, size, phases.throughput).await;
+        let phase = format!("throughput {size} B");
+        let r = profiled(
+            &mut profiles,
+            &phase,
+            "raw",
+            throughput(&raw, size, phases.throughput),
+        )
+        .await;
+        let f = profiled(
+            &mut profiles,
+            &phase,
+            "forward",
+            throughput(&forward, size, phases.throughput),
+        )
+        .await;
         for (name, t) in [("raw", &r), ("forward", &f)] {
             println!(
                 "{name:<10} {size:>6} {:>12.0} {:>10.1} {:>6.2}%",
@@ -601,11 +721,24 @@ async fn run(node: Handle) {
     let rate = paced_only.unwrap_or(forward_max_64 / 2.0);
     let u0 = stages::usage();
     let t0 = stages::threads();
-    let r = paced(&raw, 64, rate, phases.latency).await;
+    let phase = format!("paced 64 B {rate:.0}/s");
+    let r = profiled(
+        &mut profiles,
+        &phase,
+        "raw",
+        paced(&raw, 64, rate, phases.latency),
+    )
+    .await;
     let raw_out = stages::take();
     let u1 = stages::usage();
     let t1 = stages::threads();
-    let f = paced(&forward, 64, rate, phases.latency).await;
+    let f = profiled(
+        &mut profiles,
+        &phase,
+        "forward",
+        paced(&forward, 64, rate, phases.latency),
+    )
+    .await;
     let fwd_out = stages::take();
     let u2 = stages::usage();
     let t2 = stages::threads();
@@ -654,12 +787,85 @@ async fn run(node: Handle) {
             "rate_datagrams_per_sec": rate,
             "bytes": 64,
             "secs": phases.latency.as_secs_f64(),
-            "raw": {"p50_us": r50, "p99_us": r99, "loss": r.loss(), "samples": r.rtts.len()},
-            "forward": {"p50_us": f50, "p99_us": f99, "loss": f.loss(), "samples": f.rtts.len()},
+            "raw": {"p50_us": r50, "p99_us": r99, "p999_us": r.percentile_us(0.999), "loss": r.loss(), "samples": r.rtts.len()},
+            "forward": {"p50_us": f50, "p99_us": f99, "p999_us": f.percentile_us(0.999), "loss": f.loss(), "samples": f.rtts.len()},
             // The difference of the two paths' percentiles, not a percentile of added latency.
             "forward_minus_raw": {"p50_us": f50 - r50, "p99_us": f99 - r99},
         }),
     );
+
+    if let Some(profiles) = &profiles {
+        profile::header();
+        let mut rows = Vec::new();
+        for (phase, path, per) in profiles {
+            profile::print(phase, path, per);
+            rows.extend(profile::json(phase, path, per));
+        }
+        report.insert("profile".into(), rows.into());
+    }
+
+    // The tail as a property of the path: fixed shares of the forward's maximum, raw beside the
+    // forward at each, every rate measured `runs` times for the run-to-run spread (the phase at
+    // half the maximum above is the first run at a half).
+    if paced_only.is_none() {
+        let runs = if quick { 1 } else { 5 };
+        println!(
+            "round trips at fixed shares of the forward's maximum, 64 B, µs p50/p99/p99.9{}:",
+            if runs > 1 {
+                " (median of the runs, p99 min-max)"
+            } else {
+                ""
+            }
+        );
+        let mut rates = Vec::new();
+        for share in TAIL_SHARES {
+            let at = forward_max_64 * share;
+            let mut per_run = Vec::new();
+            for i in 0..runs {
+                if share == 0.5 && i == 0 {
+                    per_run.push((Tail::of(&r), Tail::of(&f)));
+                    continue;
+                }
+                let r = paced(&raw, 64, at, phases.latency).await;
+                let f = paced(&forward, 64, at, phases.latency).await;
+                per_run.push((Tail::of(&r), Tail::of(&f)));
+            }
+            let raw_spread = Tail::spread(per_run.iter().map(|(r, _)| r));
+            let fwd_spread = Tail::spread(per_run.iter().map(|(_, f)| f));
+            for (name, s) in [("raw", &raw_spread), ("forward", &fwd_spread)] {
+                let range = if runs > 1 {
+                    format!(" (p99 {:.0}-{:.0})", s[1][0], s[1][2])
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{:>4.0}% {at:>10.0}/s {name:<8} {:.0}/{:.0}/{:.0}{range}",
+                    share * 100.0,
+                    s[0][1],
+                    s[1][1],
+                    s[2][1],
+                );
+            }
+            rates.push(serde_json::json!({
+                "share": share,
+                "rate_datagrams_per_sec": at,
+                "runs": per_run
+                    .iter()
+                    .map(|(r, f)| serde_json::json!({"raw": r.json(), "forward": f.json()}))
+                    .collect::<Vec<_>>(),
+                "spread": {"raw": Tail::spread_json(&raw_spread), "forward": Tail::spread_json(&fwd_spread)},
+            }));
+        }
+        report.insert(
+            "latency_tail".into(),
+            serde_json::json!({
+                "bytes": 64,
+                "secs": phases.latency.as_secs_f64(),
+                "runs": runs,
+                "rates": rates,
+            }),
+        );
+    }
 
     echo_task.abort();
     raw_echo.abort();

@@ -1,4 +1,4 @@
-//! `cargo xtask bench forward [--quick] [--iperf]` — runs holdfast-forward's relay bench (raw
+//! `cargo xtask bench forward [--quick] [--iperf] [--profile]` — runs holdfast-forward's relay bench (raw
 //! quinn, then the same load through a forward to a UDP echo target, in one run), with `--iperf`
 //! also a real client's load through a forward (`iperf`), and writes `target/bench/forward.json`
 //! with the issue's targets and whether this run met them.
@@ -25,17 +25,27 @@ const ADDED_P99_US: f64 = 200.0;
 /// What `--iperf` measures once the relay bench is done (see [`crate::iperf::run`]).
 pub type Iperf<'a> = &'a dyn Fn() -> anyhow::Result<Value>;
 
-/// Runs the bench with `cargo` (`$CARGO`; a stand-in in tests) in `root` and reports; `quick` is
-/// the bounded CI run; `iperf`, when given, runs after the relay bench and its figures join the
-/// report.
+/// How the relay bench runs.
+#[derive(Clone, Copy, Default)]
+pub struct Mode {
+    /// The bounded CI run.
+    pub quick: bool,
+    /// Each side's cost per datagram, each side on a runtime of its own (`i[bench.forward.profile]`).
+    pub profile: bool,
+}
+
+/// Runs the bench with `cargo` (`$CARGO`; a stand-in in tests) in `root` and reports; `iperf`,
+/// when given, runs after the relay bench and its figures join the report.
 // i[impl bench.forward+4]
+// i[impl bench.forward.profile]
 pub fn run(
     mut cargo: Command,
     root: &Path,
     target: &Path,
-    quick: bool,
+    mode: Mode,
     with_iperf: Option<Iperf<'_>>,
 ) -> anyhow::Result<ExitCode> {
+    let Mode { quick, profile } = mode;
     let load_before = loadavg();
     let out_dir = target.join("bench");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
@@ -49,6 +59,7 @@ pub fn run(
         .current_dir(root)
         .env("HOLDFAST_BENCH_OUT", &out)
         .env("HOLDFAST_BENCH_QUICK", if quick { "1" } else { "0" })
+        .env("HOLDFAST_BENCH_PROFILE", if profile { "1" } else { "0" })
         .args(["bench", "-p", "holdfast-forward", "--bench", "relay"])
         .status()
         .context("running cargo bench -p holdfast-forward --bench relay")?;
@@ -65,9 +76,10 @@ pub fn run(
     let targets = targets(&measured);
     let report = json!({
         "command": format!(
-            "cargo xtask bench forward{}{}",
+            "cargo xtask bench forward{}{}{}",
             if quick { " --quick" } else { "" },
-            if with_iperf.is_some() { " --iperf" } else { "" }
+            if with_iperf.is_some() { " --iperf" } else { "" },
+            if profile { " --profile" } else { "" }
         ),
         "machine": {
             "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
@@ -124,6 +136,7 @@ const IPERF_TARGET: &str = "iperf_loss_forward_at_1000_mbit";
 
 /// The table and the verdicts, as printed.
 // i[impl bench.forward+4]
+// i[impl bench.forward.tail]
 pub fn summary(report: &Value) -> String {
     use std::fmt::Write as _;
     let m = &report["measured"];
@@ -165,6 +178,42 @@ pub fn summary(report: &Value) -> String {
         f(&l["forward_minus_raw"]["p50_us"]),
         f(&l["forward_minus_raw"]["p99_us"]),
     );
+    if let Some(rates) = m["latency_tail"]["rates"].as_array() {
+        let runs = m["latency_tail"]["runs"].as_u64().unwrap_or(1);
+        let _ = writeln!(
+            out,
+            "  round trips at fixed shares of the forward's maximum, {} bytes, µs{}:",
+            m["latency_tail"]["bytes"],
+            if runs > 1 {
+                format!(" (median of {runs} runs; p99 and p99.9 also min-max)")
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            out,
+            "    {:>5} {:>12} {:<8} {:>7} {:>7} {:>7} {:>13} {:>13}",
+            "share", "datagrams/s", "path", "p50", "p99", "p99.9", "p99 min-max", "p99.9 min-max"
+        );
+        for rate in rates {
+            for path in ["raw", "forward"] {
+                let s = &rate["spread"][path];
+                let mid = |p: &str| f(&s[p][1]);
+                let range = |p: &str| format!("{:.0}-{:.0}", f(&s[p][0]), f(&s[p][2]));
+                let _ = writeln!(
+                    out,
+                    "    {:>4.0}% {:>12.0} {path:<8} {:>7.0} {:>7.0} {:>7.0} {:>13} {:>13}",
+                    f(&rate["share"]) * 100.0,
+                    f(&rate["rate_datagrams_per_sec"]),
+                    mid("p50_us"),
+                    mid("p99_us"),
+                    mid("p999_us"),
+                    range("p99_us"),
+                    range("p999_us"),
+                );
+            }
+        }
+    }
     if m["iperf"].is_object() {
         let _ = writeln!(
             out,
@@ -190,6 +239,33 @@ pub fn summary(report: &Value) -> String {
                 "    {rate:>5} Mbit/s offered: direct {}, forward {}",
                 shown(direct),
                 shown(forward)
+            );
+        }
+    }
+    if let Some(rows) = m["profile"].as_array() {
+        let _ = writeln!(
+            out,
+            "  profile, per datagram echoed (CPU µs per datagram = CPU s per million datagrams):"
+        );
+        let _ = writeln!(
+            out,
+            "    {:<22} {:<8} {:<7} {:>9} {:>8} {:>8} {:>8} {:>8}",
+            "phase", "path", "side", "syscalls", "allocs", "vol-cs", "invol-cs", "cpu µs"
+        );
+        for r in rows {
+            let syscalls = r["syscalls_per_datagram"]
+                .as_f64()
+                .map_or_else(|| "n/a".to_owned(), |s| format!("{s:.3}"));
+            let _ = writeln!(
+                out,
+                "    {:<22} {:<8} {:<7} {syscalls:>9} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
+                r["phase"].as_str().unwrap_or("?"),
+                r["path"].as_str().unwrap_or("?"),
+                r["side"].as_str().unwrap_or("?"),
+                f(&r["allocs_per_datagram"]),
+                f(&r["voluntary_switches_per_datagram"]),
+                f(&r["involuntary_switches_per_datagram"]),
+                f(&r["cpu_us_per_datagram"]),
             );
         }
     }
@@ -221,6 +297,11 @@ pub fn summary(report: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const QUICK: Mode = Mode {
+        quick: true,
+        profile: false,
+    };
 
     fn measured(share_64: f64, share_1162: f64, added_p99: Value) -> Value {
         let throughput = |share: f64| {
@@ -274,14 +355,14 @@ mod tests {
     }
 
     /// A stand-in for cargo in `root`: it notes how it was called (in `root/called`: the cargo
-    /// arguments and `HOLDFAST_BENCH_QUICK`), then, as the relay bench does, writes the measured
+    /// arguments, `HOLDFAST_BENCH_QUICK` and `HOLDFAST_BENCH_PROFILE`), then, as the relay bench does, writes the measured
     /// figures (`root/measured.json`) to `HOLDFAST_BENCH_OUT` and exits with `exit`.
     fn bench_stand_in(root: &Path, exit: u8) -> Command {
         holdfast_harness::stand_in::script(
             root,
             "cargo.sh",
             &format!(
-                "echo \"$* quick=$HOLDFAST_BENCH_QUICK\" > called\n\
+                "echo \"$* quick=$HOLDFAST_BENCH_QUICK profile=$HOLDFAST_BENCH_PROFILE\" > called\n\
                  cp measured.json \"$HOLDFAST_BENCH_OUT\"\n\
                  exit {exit}\n"
             ),
@@ -295,13 +376,13 @@ mod tests {
         let (root, target) = (dir.path(), dir.path().join("target"));
         let m = measured(0.62, 0.69, json!(120.0));
         std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
-        let code = run(bench_stand_in(root, 0), root, &target, true, None).expect("run");
+        let code = run(bench_stand_in(root, 0), root, &target, QUICK, None).expect("run");
         assert_eq!(code, ExitCode::SUCCESS);
         // Called in the checkout, for the relay bench, bounded.
         let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
         assert_eq!(
             called.trim(),
-            "bench -p holdfast-forward --bench relay quick=1"
+            "bench -p holdfast-forward --bench relay quick=1 profile=0"
         );
         let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("report");
         let report: Value = serde_json::from_str(&text).expect("json");
@@ -319,6 +400,92 @@ mod tests {
                 .map(|l| l.split(' ').count());
             assert_eq!(fields, Some(3), "{load}: the 1, 5 and 15 minute averages");
         }
+    }
+
+    // i[verify bench.forward.profile]
+    #[test]
+    fn profile_runs_the_relay_bench_profiled_and_shows_each_sides_cost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let mut m = measured(0.62, 0.69, json!(120.0));
+        let row = |path: &str, side: &str, syscalls: Value, allocs: f64| {
+            json!({
+                "phase": "paced 64 B 50000/s", "path": path, "side": side,
+                "syscalls_per_datagram": syscalls, "allocs_per_datagram": allocs,
+                "voluntary_switches_per_datagram": 0.25,
+                "involuntary_switches_per_datagram": 0.01,
+                "cpu_us_per_datagram": 3.5,
+            })
+        };
+        m["profile"] = json!([
+            row("raw", "client", json!(0.5), 1.0),
+            row("forward", "client", json!(1.25), 2.0),
+            row("forward", "node", Value::Null, 3.0),
+        ]);
+        std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
+        let mode = Mode {
+            quick: true,
+            profile: true,
+        };
+        let code = run(bench_stand_in(root, 0), root, &target, mode, None).expect("run");
+        assert_eq!(code, ExitCode::SUCCESS);
+        let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
+        assert_eq!(
+            called.trim(),
+            "bench -p holdfast-forward --bench relay quick=1 profile=1"
+        );
+        let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("report");
+        let report: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(
+            report["command"],
+            "cargo xtask bench forward --quick --profile"
+        );
+        assert_eq!(report["measured"]["profile"], m["profile"]);
+        // The profile's table (the rest of the summary shows this machine's load); system calls
+        // perf could not count are shown as such, not as zero.
+        let shown = summary(&report)
+            .lines()
+            .skip_while(|l| !l.starts_with("  profile"))
+            .take_while(|l| !l.starts_with("  target"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!(shown);
+    }
+
+    // i[verify bench.forward.tail]
+    #[test]
+    fn the_summary_shows_the_tail_at_each_share_raw_beside_forward_with_its_spread() {
+        let mut m = measured(0.62, 0.69, json!(120.0));
+        let spread = |base: f64| {
+            json!({
+                "p50_us": [base, base + 1.0, base + 2.0],
+                "p99_us": [base * 2.0, base * 2.0 + 5.0, base * 2.0 + 30.0],
+                "p999_us": [base * 4.0, base * 4.0 + 10.0, base * 4.0 + 200.0],
+            })
+        };
+        let rates: Vec<Value> = [0.25, 0.5, 0.75]
+            .iter()
+            .map(|share| {
+                json!({
+                    "share": share,
+                    "rate_datagrams_per_sec": 400000.0 * share,
+                    "spread": {"raw": spread(40.0 * (1.0 + share)), "forward": spread(70.0 * (1.0 + share))},
+                })
+            })
+            .collect();
+        m["latency_tail"] = json!({"bytes": 64, "runs": 5, "rates": rates});
+        let report = json!({
+            "machine": {"loadavg_before": "1.50 1.20 1.00", "loadavg_after": "1.90 1.30 1.05"},
+            "targets": targets(&m),
+            "measured": m,
+        });
+        let shown = summary(&report)
+            .lines()
+            .skip_while(|l| !l.starts_with("  round trips at fixed shares"))
+            .take_while(|l| !l.starts_with("  target"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!(shown);
     }
 
     fn iperf_report(forward_lost: u64) -> Value {
@@ -345,7 +512,14 @@ mod tests {
         std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
         let sessions = iperf_report(701);
         let measure = || Ok(sessions.clone());
-        let code = run(bench_stand_in(root, 0), root, &target, true, Some(&measure)).expect("run");
+        let code = run(
+            bench_stand_in(root, 0),
+            root,
+            &target,
+            QUICK,
+            Some(&measure),
+        )
+        .expect("run");
         assert_eq!(code, ExitCode::SUCCESS);
         let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("report");
         let report: Value = serde_json::from_str(&text).expect("json");
@@ -390,8 +564,14 @@ mod tests {
         let m = measured(0.62, 0.69, json!(120.0));
         std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
         let measure = || Err(anyhow::anyhow!("--iperf needs iperf 2"));
-        let err = run(bench_stand_in(root, 0), root, &target, true, Some(&measure))
-            .expect_err("no iperf");
+        let err = run(
+            bench_stand_in(root, 0),
+            root,
+            &target,
+            QUICK,
+            Some(&measure),
+        )
+        .expect_err("no iperf");
         assert!(err.to_string().contains("needs iperf 2"), "{err}");
     }
 
@@ -402,13 +582,19 @@ mod tests {
         let (root, target) = (dir.path(), dir.path().join("target"));
         let m = measured(0.62, 0.69, json!(120.0));
         std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
-        let err =
-            run(bench_stand_in(root, 1), root, &target, false, None).expect_err("a failed bench");
+        let err = run(
+            bench_stand_in(root, 1),
+            root,
+            &target,
+            Mode::default(),
+            None,
+        )
+        .expect_err("a failed bench");
         assert!(err.to_string().contains("--bench relay failed"), "{err}");
         let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
         assert_eq!(
             called.trim(),
-            "bench -p holdfast-forward --bench relay quick=0"
+            "bench -p holdfast-forward --bench relay quick=0 profile=0"
         );
         // Figures a failed bench left behind are not reported as a run.
         let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("figures");

@@ -1,5 +1,5 @@
 //! holdfast-bench: the gateway's and the forward's benchmark drivers, run by
-//! `cargo xtask bench gateway [--connections N]` and `cargo xtask bench forward [--quick]`.
+//! `cargo xtask bench gateway [--connections N]` and `cargo xtask bench forward [--quick] [--iperf] [--profile]`.
 //!
 //! Each builds its crate's bench binary in release with cargo (`bench_gateway`: holdfast-gateway's
 //! `gateway_bench` example; `bench_forward`: holdfast-forward's `relay` bench), runs it, turns its
@@ -42,6 +42,10 @@ enum Suite {
         /// Also iperf 2's UDP at 200 Mbit/s and 1 Gbit/s, direct and through a forward.
         #[arg(long)]
         iperf: bool,
+        /// Also each side's cost per datagram (system calls, allocations, context switches,
+        /// CPU), raw quinn beside the forward; each side on a runtime of its own.
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -68,7 +72,11 @@ fn run(suite: Suite) -> anyhow::Result<ExitCode> {
             &holdfast_harness::root::target_dir(&root),
             connections,
         ),
-        Suite::Forward { quick, iperf } => {
+        Suite::Forward {
+            quick,
+            iperf,
+            profile,
+        } => {
             let target = holdfast_harness::root::target_dir(&root);
             let measure = || -> anyhow::Result<serde_json::Value> {
                 let example = build_forward_example(&root, &target)?;
@@ -78,7 +86,7 @@ fn run(suite: Suite) -> anyhow::Result<ExitCode> {
                 cargo(),
                 &root,
                 &target,
-                quick,
+                bench_forward::Mode { quick, profile },
                 iperf.then_some(&measure as bench_forward::Iperf<'_>),
             )
         }
@@ -109,8 +117,10 @@ fn build_forward_example(
     Ok(target.join("release/examples/forward"))
 }
 
+/// The cargo the benches are built and run with: the caller's, without what `cargo run` set for
+/// this driver (`i[bench.no-rebuild]`).
 fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    holdfast_harness::root::cargo()
 }
 
 #[cfg(test)]
