@@ -144,17 +144,16 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
 /// The label a network the node created carries (`holdfast.network=node`).
 pub const NETWORK_LABEL: &str = "holdfast.network";
 
-// r[impl workload.network+2]
+// r[impl workload.network+3]
 /// Whether `network` is one a container can have aliases on: not the default bridge, the host's
 /// network, none, or another container's.
 fn user_defined(network: &str) -> bool {
     !matches!(network, "bridge" | "default" | "host" | "none") && !network.starts_with("container:")
 }
 
-// r[impl workload.network+2]
-/// Makes sure the node's network (`node_network`) exists when `spec` joins it: a bridge labelled
-/// [`NETWORK_LABEL`], created when the daemon has none by that name (one that exists is used as
-/// it is; one created meanwhile by another start is no error). Other networks are the operator's.
+// r[impl workload.network+3]
+/// Makes sure the node's network (`node_network`) exists when `spec` joins it (see
+/// [`create_node_network`]). Other networks are the operator's.
 pub async fn ensure_network(
     docker: &Docker,
     spec: &ContainerSpec,
@@ -163,46 +162,120 @@ pub async fn ensure_network(
     if spec.shape.network.as_deref() != Some(node_network) {
         return Ok(());
     }
-    // dockerd (20.10 and others) creates a second network of a name that exists, and a name two
-    // networks share is ambiguous to every container joining it: concurrent starts create it once.
+    // Within one process the starts take turns, so they never race each other; two processes
+    // racing are settled by `create_node_network` itself.
     static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one_at_a_time = CREATING.lock().await;
-    let failed = |e: bollard::errors::Error| StartError {
+    create_node_network(docker, node_network).await
+}
+
+/// How many times [`create_node_network`] lists the networks before giving up, and the pause
+/// while another creator removes its duplicate.
+const SETTLE_ROUNDS: u32 = 50;
+const SETTLE_PAUSE: Duration = Duration::from_millis(100);
+
+// r[impl workload.network.create]
+/// Leaves exactly one node network named `name` (a bridge labelled [`NETWORK_LABEL`]), creating
+/// it when there is none, safely while another process does the same: a create the daemon
+/// refuses as a conflict is re-read, and a duplicate the daemon accepted (dockerd before 25
+/// does) is removed by whichever creator made the newer one. Someone else's network of the name
+/// is an error.
+pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), StartError> {
+    use crate::network::{Settle, settle};
+    let failed = |message: String| StartError {
         container: None,
-        message: format!("network {node_network}: {e}"),
+        message: format!("network {name}: {message}"),
     };
-    match docker
-        .inspect_network(
-            node_network,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-    {
-        Ok(_) => return Ok(()),
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {}
-        Err(e) => return Err(failed(e)),
-    }
-    let request = NetworkCreateRequest {
-        name: node_network.to_owned(),
-        driver: Some("bridge".to_owned()),
-        labels: Some(HashMap::from([(
-            NETWORK_LABEL.to_owned(),
-            "node".to_owned(),
-        )])),
-        ..Default::default()
-    };
-    match docker.create_network(request).await {
-        Ok(_) => {
-            tracing::info!(network = node_network, "created the node's network");
-            Ok(())
+    let mut mine: Option<String> = None;
+    let mut found = Vec::new();
+    for _ in 0..SETTLE_ROUNDS {
+        found = networks_named(docker, name)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        match settle(&found, mine.as_deref()) {
+            Settle::Use => return Ok(()),
+            Settle::Create => {
+                let request = NetworkCreateRequest {
+                    name: name.to_owned(),
+                    driver: Some("bridge".to_owned()),
+                    labels: Some(HashMap::from([(
+                        NETWORK_LABEL.to_owned(),
+                        "node".to_owned(),
+                    )])),
+                    ..Default::default()
+                };
+                match docker.create_network(request).await {
+                    Ok(created) => {
+                        tracing::info!(
+                            network = name,
+                            id = created.id,
+                            "created the node's network"
+                        );
+                        mine = Some(created.id);
+                    }
+                    // Created meanwhile by another process: read again what it is.
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 409,
+                        ..
+                    }) => {}
+                    Err(e) => return Err(failed(e.to_string())),
+                }
+            }
+            Settle::Remove(id) => {
+                tracing::info!(
+                    network = name,
+                    id,
+                    "removing the node's network created twice"
+                );
+                match docker.remove_network(&id).await {
+                    Ok(()) => {}
+                    Err(e) if not_found(&e) => {}
+                    Err(e) => return Err(failed(format!("removing the duplicate {id}: {e}"))),
+                }
+                mine = None;
+            }
+            Settle::Wait => tokio::time::sleep(SETTLE_PAUSE).await,
+            Settle::Foreign { id, driver } => {
+                return Err(failed(format!(
+                    "a network of this name exists ({id}, driver {driver}) that is not the \
+                     node's (a bridge labelled {NETWORK_LABEL}=node): someone else's; remove or \
+                     rename it"
+                )));
+            }
         }
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409, ..
-        }) => Ok(()),
-        Err(e) => Err(failed(e)),
     }
+    let ids: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
+    Err(failed(format!(
+        "{} networks of this name ({}) did not settle to one; remove all but one",
+        ids.len(),
+        ids.join(", ")
+    )))
+}
+
+/// Every network named exactly `name` (the daemon's `name` filter also matches parts of names).
+async fn networks_named(
+    docker: &Docker,
+    name: &str,
+) -> Result<Vec<crate::network::Found>, bollard::errors::Error> {
+    let options = bollard::query_parameters::ListNetworksOptions {
+        filters: Some(HashMap::from([("name".to_owned(), vec![name.to_owned()])])),
+    };
+    Ok(docker
+        .list_networks(Some(options))
+        .await?
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(name))
+        .map(|n| crate::network::Found {
+            id: n.id.unwrap_or_default(),
+            created: n.created.unwrap_or_default(),
+            driver: n.driver.unwrap_or_default(),
+            labelled: n
+                .labels
+                .unwrap_or_default()
+                .get(NETWORK_LABEL)
+                .is_some_and(|v| v == "node"),
+        })
+        .collect())
 }
 
 // r[impl workload.health]
@@ -531,7 +604,7 @@ mod tests {
         });
     }
 
-    // r[verify workload.network+2]
+    // r[verify workload.network+3]
     #[test]
     fn with_an_owner_the_nodes_network_is_the_owners_own() {
         let mut w = crate::WorkloadConfig::new("db", "busybox");
@@ -557,7 +630,7 @@ mod tests {
         assert_eq!(other.shape.network.as_deref(), Some("holdfast"));
     }
 
-    // r[verify workload.network+2]
+    // r[verify workload.network+3]
     #[test]
     fn on_a_user_defined_network_the_workload_name_is_an_alias() {
         let mut w = crate::WorkloadConfig::new("db", "busybox");

@@ -1075,7 +1075,7 @@ async fn a_moved_image_replaces_the_running_container_and_the_next_supervisor_ad
     env.cleanup().await;
 }
 
-// r[verify workload.network+2]
+// r[verify workload.network+3]
 #[tokio::test]
 async fn two_workloads_on_the_nodes_network_reach_each_other_by_name() {
     let Some(env) = env("network").await else {
@@ -1154,6 +1154,64 @@ async fn two_workloads_on_the_nodes_network_reach_each_other_by_name() {
     sup.settle(clock.now()).await;
     env.cleanup().await;
     let _ = env.docker.remove_network(&network).await;
+}
+
+/// The networks named exactly `name`: their ids.
+async fn networks_named(docker: &Docker, name: &str) -> Vec<String> {
+    let options = bollard::query_parameters::ListNetworksOptions {
+        filters: Some(HashMap::from([("name".to_owned(), vec![name.to_owned()])])),
+    };
+    docker
+        .list_networks(Some(options))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(name))
+        .map(|n| n.id.unwrap())
+        .collect()
+}
+
+// r[verify workload.network.create]
+#[tokio::test]
+async fn two_processes_creating_the_nodes_network_at_once_both_succeed_on_one() {
+    let Some(env) = env("netrace").await else {
+        return;
+    };
+    // Two processes are two connections calling without the process's own turn-taking; a few
+    // rounds, since a round's two creates need not overlap.
+    let other = holdfast_workload::docker::connect(&env.host).await.unwrap();
+    for round in 0..6 {
+        let name = format!("holdfast-{}-{round}", env.owner);
+        let (a, b) = tokio::join!(
+            holdfast_workload::docker::create_node_network(&env.docker, &name),
+            holdfast_workload::docker::create_node_network(&other, &name),
+        );
+        let ids = networks_named(&env.docker, &name).await;
+        for id in &ids {
+            let _ = env.docker.remove_network(id).await;
+        }
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(ids.len(), 1, "round {round}: {ids:?}");
+    }
+    // Someone else's network of the name is neither joined nor removed.
+    let name = format!("holdfast-{}-foreign", env.owner);
+    env.docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let refused = holdfast_workload::docker::create_node_network(&env.docker, &name).await;
+    let ids = networks_named(&env.docker, &name).await;
+    for id in &ids {
+        let _ = env.docker.remove_network(id).await;
+    }
+    let message = refused.unwrap_err().message;
+    assert!(message.contains("someone else's"), "{message}");
+    assert_eq!(ids.len(), 1);
 }
 
 /// A deploy directory holding `fullchain.pem` (a stand-in for issuance's deploy).
