@@ -53,12 +53,35 @@ fn actuator(docker_host: &str, auth: RegistryAuth) -> Actuator<DockerFetcher> {
     Actuator::new(fetcher, config).unwrap()
 }
 
-/// One attempt, run to its end; the state it leaves.
-async fn attempt(act: &mut Actuator<DockerFetcher>, image: &str) -> ImageState {
+/// One attempt, run to its end; the state it leaves. Prints how long it took and what it left,
+/// in milliseconds since `start` (shown with `--nocapture`): the measured pull timeline.
+async fn attempt(
+    act: &mut Actuator<DockerFetcher>,
+    image: &str,
+    start: Instant,
+    what: &str,
+) -> ImageState {
     let now = Instant::now();
     act.ensure(image, now);
     act.settle(now).await;
-    act.ensure(image, now)
+    let state = act.ensure(image, now);
+    let outcome = match &state {
+        ImageState::Present => "present".to_owned(),
+        ImageState::Escalated {
+            last_error, until, ..
+        } => format!(
+            "fault {:?}, the next attempt paced {} ms later",
+            last_error.kind,
+            until.saturating_duration_since(now).as_millis()
+        ),
+        other => format!("{other:?}"),
+    };
+    eprintln!(
+        "[timeline private-pull] +{:>6} ms  {what}: the attempt took {} ms: {outcome}",
+        start.elapsed().as_millis(),
+        now.elapsed().as_millis()
+    );
+    state
 }
 
 // r[verify actuate.image.credentials]
@@ -76,6 +99,7 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     let host = registry.addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     remove_local(&docker.host, &registry.image).await;
+    let start = Instant::now();
 
     // No credentials for it: refused, one fault at once, saying where none were found.
     let empty = docker_config(dir.path(), "empty.json", None, &host);
@@ -83,7 +107,7 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
         &docker.host,
         RegistryAuth::default().with_docker_config(&empty),
     );
-    match attempt(&mut act, &registry.image).await {
+    match attempt(&mut act, &registry.image, start, "no credentials").await {
         ImageState::Escalated { last_error, .. } => {
             assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
             assert!(
@@ -109,7 +133,7 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
         &docker.host,
         RegistryAuth::default().with_docker_config(&wrong),
     );
-    let state = attempt(&mut act, &registry.image).await;
+    let state = attempt(&mut act, &registry.image, start, "a wrong password").await;
     let shown = format!("{state:?} {:?}", act.faults());
     match state {
         ImageState::Escalated { last_error, .. } => {
@@ -135,7 +159,13 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
         &docker.host,
         RegistryAuth::default().with_docker_config(&right),
     );
-    let state = attempt(&mut act, &registry.image).await;
+    let state = attempt(
+        &mut act,
+        &registry.image,
+        start,
+        "the right credentials from a Docker config file",
+    )
+    .await;
     assert_eq!(state, ImageState::Present, "{state:?}");
     assert!(act.faults().is_empty());
     remove_local(&docker.host, &registry.image).await;

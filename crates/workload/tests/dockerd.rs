@@ -53,6 +53,10 @@ impl DaemonImages {
     }
 }
 
+fn exit_text(code: Option<i64>) -> String {
+    code.map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+}
+
 /// Real time plus an offset the test jumps forward.
 struct Clock {
     offset: Duration,
@@ -210,6 +214,116 @@ fn running_id<I: Images>(sup: &Supervisor<I>, name: &str, now: Instant) -> Optio
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// A test's events against real containers, in milliseconds of real time since the test began,
+/// printed as they happen (shown with `--nocapture`): the measured restart, health and order
+/// timelines. A back-off wait the test jumps over on the injected clock is printed as a jump, so
+/// real and scheduled time are never mixed up.
+struct Timeline {
+    test: &'static str,
+    start: std::time::Instant,
+    /// Each workload's last printed state, and the faults already printed.
+    seen: HashMap<String, String>,
+    faults: HashSet<(String, String)>,
+}
+
+impl Timeline {
+    fn new(test: &'static str) -> Self {
+        let timeline = Timeline {
+            test,
+            start: std::time::Instant::now(),
+            seen: HashMap::new(),
+            faults: HashSet::new(),
+        };
+        timeline.mark("test started");
+        timeline
+    }
+
+    fn mark(&self, what: impl std::fmt::Display) {
+        eprintln!(
+            "[timeline {}] +{:>6} ms  {what}",
+            self.test,
+            self.start.elapsed().as_millis()
+        );
+    }
+
+    /// Marks every change of a workload's state (its kind, container and failures) or health,
+    /// and every new fault on `board`.
+    fn watch<I: Images>(&mut self, sup: &Supervisor<I>, now: Instant, board: &FaultBoard) {
+        for status in sup.status(now) {
+            let state = match &status.state {
+                WorkloadState::Running {
+                    container, lasted, ..
+                } => format!(
+                    "running {}{}",
+                    container.get(..12).unwrap_or(container),
+                    if *lasted { ", past min_run" } else { "" }
+                ),
+                WorkloadState::Starting { attempt } => format!("starting (attempt {attempt})"),
+                WorkloadState::Restarting {
+                    failures,
+                    exit_code,
+                    ..
+                } => format!(
+                    "failed ({failures} in the streak, exit {}), restart paced",
+                    exit_text(*exit_code)
+                ),
+                WorkloadState::CrashLooping {
+                    failures,
+                    exit_code,
+                    ..
+                } => format!(
+                    "crash looping ({failures} in the streak, exit {})",
+                    exit_text(*exit_code)
+                ),
+                WorkloadState::WaitingForDependencies { waiting_on } => {
+                    format!("held back, waiting for {waiting_on:?} to be healthy")
+                }
+                WorkloadState::Pending => "pending (ready to start)".to_owned(),
+                other => format!("{other:?}"),
+            };
+            // Why the last run ended: its exit, or the failing health check (how long it ran is
+            // on the injected clock, which includes any jump made meanwhile).
+            let state = match (&status.state, &status.last_exit) {
+                (WorkloadState::Running { .. }, _) | (_, None) => state,
+                (_, Some(exit)) => format!(
+                    "{state}; last run (ran {} ms on the test's clock) ended: {}",
+                    exit.ran.as_millis(),
+                    exit.log_tail.first().map_or("", String::as_str)
+                ),
+            };
+            let line = match status.health {
+                Some(health) => format!("{state}; health {}", health.as_str()),
+                None => state,
+            };
+            if self.seen.get(&status.name) != Some(&line) {
+                self.mark(format_args!("{}: {line}", status.name));
+                self.seen.insert(status.name, line);
+            }
+        }
+        for fault in board.of_module("workload") {
+            if self
+                .faults
+                .insert((fault.subject.name.clone(), fault.kind.clone()))
+            {
+                self.mark(format_args!(
+                    "{}: fault {} raised: {}",
+                    fault.subject.name,
+                    fault.kind,
+                    fault.message.lines().next().unwrap_or_default()
+                ));
+            }
+        }
+    }
+
+    /// Marks a jump of the injected clock over a scheduled wait.
+    fn jumped(&self, d: Duration) {
+        self.mark(format_args!(
+            "injected clock jumped {} ms over the back-off wait",
+            d.as_millis()
+        ));
+    }
+}
+
 // r[verify workload.reconcile]
 // r[verify workload.adopt]
 #[tokio::test]
@@ -282,12 +396,14 @@ async fn a_workload_that_exits_1_at_once_restarts_on_the_schedule_and_is_one_cra
         "echo starting; echo 'fatal: no config file' >&2; exit 1",
     )])
     .unwrap();
+    let mut timeline = Timeline::new("crash");
     let t0 = clock.now();
     let mut starts: Vec<Duration> = Vec::new();
     let mut faults_at_start = Vec::new();
     while starts.len() < 9 {
         let seen = starts.len() as u64;
-        drive(&mut sup, &clock, LIMIT, |s, _| {
+        drive(&mut sup, &clock, LIMIT, |s, now| {
+            timeline.watch(s, now, &board);
             s.core().counters().starts > seen
         })
         .await;
@@ -295,6 +411,7 @@ async fn a_workload_that_exits_1_at_once_restarts_on_the_schedule_and_is_one_cra
         faults_at_start.push(board.of_module("workload").len());
         // Wait (real time) for the exit, then jump the clock over the back-off.
         drive(&mut sup, &clock, LIMIT, |s, now| {
+            timeline.watch(s, now, &board);
             matches!(
                 state_of(s, "crash", now),
                 WorkloadState::Restarting { .. } | WorkloadState::CrashLooping { .. }
@@ -302,7 +419,9 @@ async fn a_workload_that_exits_1_at_once_restarts_on_the_schedule_and_is_one_cra
         })
         .await;
         if let Some(at) = sup.core().next_attempt_at("crash") {
-            clock.jump(at.saturating_duration_since(clock.now()));
+            let wait = at.saturating_duration_since(clock.now());
+            clock.jump(wait);
+            timeline.jumped(wait);
         }
     }
     let nominal = |n: u32| {
@@ -890,6 +1009,7 @@ async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_cras
     let module = env.module();
     let policy = module.restart_policy;
     let mut sup = Supervisor::new(&env.host, module, board.clone(), env.images().await).unwrap();
+    let mut timeline = Timeline::new("health");
     // Healthy for its first seconds, then its check fails: replaced once it is unhealthy.
     let mut flaky = env.workload("flaky", ": > /ok; sleep 3; rm /ok; exec sleep 3600");
     flaky.min_run = Duration::from_secs(1);
@@ -914,11 +1034,13 @@ async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_cras
         s.status(now).into_iter().find(|w| w.name == name).unwrap()
     };
     drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
         status(s, "flaky", now).health == Some(holdfast_workload::HealthStatus::Healthy)
     })
     .await;
     let first = running_id(&sup, "flaky", clock.now()).unwrap();
     drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
         matches!(
             state_of(s, "flaky", now),
             WorkloadState::Running { lasted: true, .. }
@@ -927,9 +1049,11 @@ async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_cras
     .await;
     // Its check starts failing: the container is replaced by a new one.
     drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
         running_id(s, "flaky", now).is_some_and(|id| id != first)
     })
     .await;
+    timeline.mark("flaky: replaced after its health check failed");
     assert_eq!(
         sup.core().failures("flaky"),
         0,
@@ -940,15 +1064,19 @@ async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_cras
     let t0 = clock.now();
     let mut starts = Vec::new();
     for round in 1..=3u32 {
-        drive(&mut sup, &clock, LIMIT, |s, _| {
+        drive(&mut sup, &clock, LIMIT, |s, now| {
+            timeline.watch(s, now, &board);
             s.core().failures("sick") == round
         })
         .await;
         starts.push(clock.now() - t0);
         if let Some(at) = sup.core().next_attempt_at("sick") {
-            clock.jump(at.saturating_duration_since(clock.now()));
+            let wait = at.saturating_duration_since(clock.now());
+            clock.jump(wait);
+            timeline.jumped(wait);
         }
     }
+    timeline.watch(&sup, clock.now(), &board);
     // The back-off between the failed starts grows on the gate's schedule.
     for i in 1..starts.len() {
         let want = policy.base().saturating_mul(1 << (i - 1));
@@ -971,13 +1099,10 @@ async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
         return;
     };
     let clock = Clock::new();
-    let mut sup = Supervisor::new(
-        &env.host,
-        env.module(),
-        FaultBoard::new(),
-        env.images().await,
-    )
-    .unwrap();
+    let board = FaultBoard::new();
+    let mut sup =
+        Supervisor::new(&env.host, env.module(), board.clone(), env.images().await).unwrap();
+    let mut timeline = Timeline::new("depends");
     // Healthy only after 3 s.
     let mut db = env.workload("db", "sleep 3; : > /ready; exec sleep 3600");
     db.min_run = Duration::from_secs(1);
@@ -992,6 +1117,7 @@ async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
     web.depends_on = vec!["db".into()];
     sup.set_desired(vec![web, db]).unwrap();
     drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
         running_id(s, "db", now).is_some()
     })
     .await;
@@ -1005,9 +1131,14 @@ async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
     );
     let db_started = std::time::Instant::now();
     drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
         running_id(s, "web", now).is_some()
     })
     .await;
+    timeline.mark(format_args!(
+        "web: started {} ms after db was running",
+        db_started.elapsed().as_millis()
+    ));
     assert!(
         db_started.elapsed() >= Duration::from_secs(2),
         "web started {:?} after db, before db could be healthy",
