@@ -1,6 +1,7 @@
 //! Pulls from a registry that demands credentials (the harness's htpasswd registry), through a
 //! real dockerd: refused without them or with a wrong password (the unauthorized fault, naming the
-//! registry and never the password), pulled with them from a Docker config file.
+//! registry and never the password), pulled with them from a Docker config file and from a
+//! credential helper.
 
 // Test helpers outside `#[test]` functions: clippy.toml's test allowance does not reach them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,6 +16,10 @@ use holdfast_pull::{
     Actuator, DaemonEndpoint, DockerFetcher, ImageState, PullConfig, PullErrorKind, RegistryAuth,
 };
 use holdfast_test_support::services;
+
+/// The tests here pull and remove the one private image: one at a time, or one's removal (or
+/// pull) would change what another sees.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn remove_local(docker_host: &str, reference: &str) {
     let docker = Docker::connect_with_host(docker_host).unwrap();
@@ -96,6 +101,7 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     let Some(registry) = services::auth_registry() else {
         return;
     };
+    let _alone = ONE_AT_A_TIME.lock().await;
     let host = registry.addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     remove_local(&docker.host, &registry.image).await;
@@ -136,11 +142,18 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     let state = attempt(&mut act, &registry.image, start, "a wrong password").await;
     let shown = format!("{state:?} {:?}", act.faults());
     match state {
-        ImageState::Escalated { last_error, .. } => {
+        ImageState::Escalated {
+            last_error, until, ..
+        } => {
             assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
             assert!(
                 last_error.message.contains(&registry.username),
                 "{last_error}"
+            );
+            // Paced like any failure: no second attempt before the back-off's first step.
+            assert!(
+                until > Instant::now() + Duration::from_secs(1),
+                "the next attempt is not paced: {until:?}"
             );
         }
         other => panic!("expected the unauthorized fault, got {other:?}"),
@@ -169,4 +182,94 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     assert_eq!(state, ImageState::Present, "{state:?}");
     assert!(act.faults().is_empty());
     remove_local(&docker.host, &registry.image).await;
+}
+
+/// Where the helper test's child finds the Docker config naming the helper.
+const HELPER_CONFIG_VAR: &str = "HOLDFAST_TEST_HELPER_DOCKER_CONFIG";
+
+// r[verify actuate.image.credentials]
+#[tokio::test]
+async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_gives() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let Some(docker) = services::docker() else {
+        return;
+    };
+    let Some(registry) = services::auth_registry() else {
+        return;
+    };
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let host = registry.addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    // A helper as the Docker CLI runs one: `get`, the server on stdin, JSON on stdout; for any
+    // other server, the not-found answer.
+    let script = format!(
+        "#!/bin/sh\nread server\n[ \"$1\" = get ] || exit 3\n\
+         if [ \"$server\" = '{host}' ]; then\n\
+           printf '{{\"ServerURL\":\"%s\",\"Username\":\"{}\",\"Secret\":\"{}\"}}' \"$server\"\n\
+         else echo 'credentials not found in native keychain'; exit 1; fi\n",
+        registry.username, registry.password
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(bin.join("docker-credential-holdfasttest"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, script.as_bytes()))
+        .unwrap();
+    let config = dir.path().join("config.json");
+    let text = serde_json::json!({ "credHelpers": { host.as_str(): "holdfasttest" } }).to_string();
+    std::fs::write(&config, text).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    remove_local(&docker.host, &registry.image).await;
+    // The node finds helpers on its PATH, as the Docker CLI does: the pull runs in a child of
+    // this test binary whose PATH starts with the helper's directory (this process's own
+    // environment is left alone).
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths = vec![bin.clone()];
+    paths.extend(std::env::split_paths(&path));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "pull_in_a_child_with_the_helper_on_path",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("PATH", std::env::join_paths(paths).unwrap())
+        .env(HELPER_CONFIG_VAR, &config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprint!("{stderr}");
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran no test: {stdout}"
+    );
+    remove_local(&docker.host, &registry.image).await;
+}
+
+/// The child of the helper test (ignored on its own: it needs the helper on `PATH`).
+#[tokio::test]
+#[ignore = "run by a_private_image_is_pulled_with_the_credentials_a_credential_helper_gives"]
+async fn pull_in_a_child_with_the_helper_on_path() {
+    let config = std::env::var_os(HELPER_CONFIG_VAR).expect("run by the helper test");
+    let (Some(docker), Some(registry)) = (services::docker(), services::auth_registry()) else {
+        panic!("the helper test's child runs only with the services");
+    };
+    let mut act = actuator(
+        &docker.host,
+        RegistryAuth::default().with_docker_config(PathBuf::from(config)),
+    );
+    let state = attempt(
+        &mut act,
+        &registry.image,
+        Instant::now(),
+        "the right credentials from a credential helper",
+    )
+    .await;
+    assert_eq!(state, ImageState::Present, "{state:?}");
+    assert!(act.faults().is_empty());
 }
