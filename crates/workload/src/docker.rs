@@ -169,17 +169,19 @@ pub async fn ensure_network(
     create_node_network(docker, node_network).await
 }
 
-/// How many times [`create_node_network`] lists the networks before giving up, and the pause
-/// while another creator removes its duplicate.
-const SETTLE_ROUNDS: u32 = 50;
+/// How many times [`create_node_network`] lists the networks before giving up, the pause
+/// while another creator removes its duplicate, and how many pauses the creator of the oldest
+/// waits before it takes a newer one for one its creator went on with.
+const SETTLE_ROUNDS: u32 = 100;
 const SETTLE_PAUSE: Duration = Duration::from_millis(100);
+const SETTLE_PATIENCE: u32 = 10;
 
 // r[impl workload.network.create]
 /// Leaves exactly one node network named `name` (a bridge labelled [`NETWORK_LABEL`]), creating
 /// it when there is none, safely while another process does the same: a create the daemon
 /// refuses as a conflict is re-read, and a duplicate the daemon accepted (dockerd before 25
-/// does) is removed by whichever creator made the newer one. Someone else's network of the name
-/// is an error.
+/// does) is removed by whichever creator made the newer one, or by the oldest's creator when the
+/// newer one stays. Someone else's network of the name is an error.
 pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), StartError> {
     use crate::network::{Settle, settle};
     let failed = |message: String| StartError {
@@ -188,11 +190,12 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), Star
     };
     let mut mine: Option<String> = None;
     let mut found = Vec::new();
+    let mut waited = 0;
     for _ in 0..SETTLE_ROUNDS {
         found = networks_named(docker, name)
             .await
             .map_err(|e| failed(e.to_string()))?;
-        match settle(&found, mine.as_deref()) {
+        match settle(&found, mine.as_deref(), waited >= SETTLE_PATIENCE) {
             Settle::Use => return Ok(()),
             Settle::Create => {
                 let request = NetworkCreateRequest {
@@ -233,8 +236,12 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), Star
                     Err(e) => return Err(failed(format!("removing the duplicate {id}: {e}"))),
                 }
                 mine = None;
+                waited = 0;
             }
-            Settle::Wait => tokio::time::sleep(SETTLE_PAUSE).await,
+            Settle::Wait => {
+                waited += 1;
+                tokio::time::sleep(SETTLE_PAUSE).await;
+            }
             Settle::Foreign { id, driver } => {
                 return Err(failed(format!(
                     "a network of this name exists ({id}, driver {driver}) that is not the \

@@ -25,7 +25,8 @@ pub(crate) enum Settle {
     Create,
     /// Exactly one, ours: join it.
     Use,
-    /// Two or more of ours, and the one this start created is not the oldest: remove it.
+    /// Two or more of ours, and the one this start created is not the oldest, or is the oldest
+    /// but a newer one stayed (its creator saw only its own and went on with it): remove it.
     Remove(String),
     /// Two or more of ours, the newer ones another creator's that it will remove: ask again soon.
     Wait,
@@ -48,7 +49,10 @@ fn created_key(created: &str) -> (&str, String) {
 // r[impl workload.network.create]
 /// Decides from `found` (every network of the name) and `mine` (the id this start created, if
 /// it did): the oldest of ours is the one every creator keeps, so two racing creators agree.
-pub(crate) fn settle(found: &[Found], mine: Option<&str>) -> Settle {
+/// A network's creation time is taken before the daemon lists it, so a creator may see only its
+/// own, go on with it, and leave an older one to appear later: the creator of that older one
+/// waits, and once `impatient` (a newer one stayed) removes its own instead.
+pub(crate) fn settle(found: &[Found], mine: Option<&str>, impatient: bool) -> Settle {
     if let Some(foreign) = found.iter().find(|f| !f.ours()) {
         return Settle::Foreign {
             id: foreign.id.clone(),
@@ -65,7 +69,7 @@ pub(crate) fn settle(found: &[Found], mine: Option<&str>) -> Settle {
         return Settle::Use;
     }
     match mine {
-        Some(mine) if mine != oldest.id && found.iter().any(|f| f.id == mine) => {
+        Some(mine) if (impatient || mine != oldest.id) && found.iter().any(|f| f.id == mine) => {
             Settle::Remove(mine.to_owned())
         }
         _ => Settle::Wait,
@@ -88,14 +92,14 @@ mod tests {
     // r[verify workload.network.create]
     #[test]
     fn none_is_created_one_of_ours_is_used() {
-        assert_eq!(settle(&[], None), Settle::Create);
+        assert_eq!(settle(&[], None, false), Settle::Create);
         // Removed meanwhile by someone: created again.
-        assert_eq!(settle(&[], Some("a")), Settle::Create);
+        assert_eq!(settle(&[], Some("a"), false), Settle::Create);
         let one = [ours("a", "2026-12-06T11:03:38.1Z")];
-        assert_eq!(settle(&one, None), Settle::Use);
-        assert_eq!(settle(&one, Some("a")), Settle::Use);
+        assert_eq!(settle(&one, None, false), Settle::Use);
+        assert_eq!(settle(&one, Some("a"), false), Settle::Use);
         // A conflict re-read: the other creator's, ours by driver and label.
-        assert_eq!(settle(&one, Some("b")), Settle::Use);
+        assert_eq!(settle(&one, Some("b"), false), Settle::Use);
     }
 
     // r[verify workload.network.create]
@@ -106,16 +110,22 @@ mod tests {
             ours("b", "2026-12-06T11:03:38.2Z"),
             ours("a", "2026-12-06T11:03:38.19Z"),
         ];
-        assert_eq!(settle(&two, Some("b")), Settle::Remove("b".into()));
-        assert_eq!(settle(&two, Some("a")), Settle::Wait);
-        assert_eq!(settle(&two, None), Settle::Wait);
+        assert_eq!(settle(&two, Some("b"), false), Settle::Remove("b".into()));
+        assert_eq!(settle(&two, Some("a"), false), Settle::Wait);
+        assert_eq!(settle(&two, None, false), Settle::Wait);
         // One instant: the smaller id is the older, for both creators alike.
         let tie = [
             ours("b", "2026-12-06T11:03:38Z"),
             ours("a", "2026-12-06T11:03:38Z"),
         ];
-        assert_eq!(settle(&tie, Some("b")), Settle::Remove("b".into()));
-        assert_eq!(settle(&tie, Some("a")), Settle::Wait);
+        assert_eq!(settle(&tie, Some("b"), false), Settle::Remove("b".into()));
+        assert_eq!(settle(&tie, Some("a"), false), Settle::Wait);
+        // The newer one stayed: its creator went on with it, and the oldest's creator gives way.
+        assert_eq!(settle(&two, Some("a"), true), Settle::Remove("a".into()));
+        // One that created none never removes one.
+        assert_eq!(settle(&two, None, true), Settle::Wait);
+        // Once its own is gone, the one left is used.
+        assert_eq!(settle(&two[..1], None, true), Settle::Use);
     }
 
     // r[verify workload.network.create]
@@ -134,9 +144,13 @@ mod tests {
                 id: other.id.clone(),
                 driver: other.driver.clone(),
             };
-            assert_eq!(settle(std::slice::from_ref(&other), None), expected);
+            assert_eq!(settle(std::slice::from_ref(&other), None, false), expected);
             assert_eq!(
-                settle(&[ours("a", "2026-12-06T11:03:37Z"), other], Some("a")),
+                settle(
+                    &[ours("a", "2026-12-06T11:03:37Z"), other],
+                    Some("a"),
+                    false
+                ),
                 expected
             );
         }
