@@ -141,6 +141,23 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     }
 }
 
+// r[impl workload.network.create]
+/// `body` joining its network by `network_id` as well as by name: two networks may share the
+/// name for a moment, which the daemon refuses to join by name alone. Not part of the spec, so
+/// an adopted container is compared without it.
+fn pinned(mut body: ContainerCreateBody, network_id: Option<&str>) -> ContainerCreateBody {
+    let endpoints = body
+        .networking_config
+        .as_mut()
+        .and_then(|n| n.endpoints_config.as_mut());
+    if let (Some(endpoints), Some(id)) = (endpoints, network_id) {
+        for endpoint in endpoints.values_mut() {
+            endpoint.network_id = Some(id.to_owned());
+        }
+    }
+    body
+}
+
 /// The label a network the node created carries (`holdfast.network=node`).
 pub const NETWORK_LABEL: &str = "holdfast.network";
 
@@ -153,50 +170,71 @@ fn user_defined(network: &str) -> bool {
 
 // r[impl workload.network+3]
 /// Makes sure the node's network (`node_network`) exists when `spec` joins it (see
-/// [`create_node_network`]). Other networks are the operator's.
+/// [`create_node_network`]), and says its id then, for [`start`] to join it by. Other networks
+/// are the operator's.
 pub async fn ensure_network(
     docker: &Docker,
     spec: &ContainerSpec,
     node_network: &str,
-) -> Result<(), StartError> {
+) -> Result<Option<String>, StartError> {
     if spec.shape.network.as_deref() != Some(node_network) {
-        return Ok(());
+        return Ok(None);
     }
     // Within one process the starts take turns, so they never race each other; two processes
     // racing are settled by `create_node_network` itself.
     static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one_at_a_time = CREATING.lock().await;
-    create_node_network(docker, node_network).await
+    create_node_network(docker, node_network).await.map(Some)
 }
 
 /// How many times [`create_node_network`] lists the networks before giving up, the pause
-/// while another creator removes its duplicate, and how many pauses the creator of the oldest
-/// waits before it takes a newer one for one its creator went on with.
+/// while another creator removes its duplicate (or after a create refused as a conflict), and
+/// how many pauses a start waits before it takes a newer one for one its creator went on with
+/// (or left behind).
 const SETTLE_ROUNDS: u32 = 100;
 const SETTLE_PAUSE: Duration = Duration::from_millis(100);
 const SETTLE_PATIENCE: u32 = 10;
 
+fn status_of(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
 // r[impl workload.network.create]
 /// Leaves exactly one node network named `name` (a bridge labelled [`NETWORK_LABEL`]), creating
-/// it when there is none, safely while another process does the same: a create the daemon
-/// refuses as a conflict is re-read, and a duplicate the daemon accepted (dockerd before 25
-/// does) is removed by whichever creator made the newer one, or by the oldest's creator when the
-/// newer one stays. Someone else's network of the name is an error.
-pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), StartError> {
+/// it when there is none, safely while another process does the same, and returns its id: a
+/// container joins by it, since for a moment two networks may share the name. A create the
+/// daemon refuses as a conflict is re-read, and a duplicate the daemon accepted (dockerd before
+/// 25 does) is removed by whichever creator made the newer one, or by the oldest's creator when
+/// the newer one stays, or by any start once a duplicate stayed longer than its patience and no
+/// container is on it. Someone else's network of the name is an error.
+pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, StartError> {
     use crate::network::{Settle, settle};
     let failed = |message: String| StartError {
         container: None,
         message: format!("network {name}: {message}"),
     };
+    // What this start created and did not hand on is given back before it fails.
+    let give_back = async |mine: Option<String>| {
+        if let Some(id) = mine {
+            let _ = docker.remove_network(&id).await;
+        }
+    };
     let mut mine: Option<String> = None;
     let mut found = Vec::new();
     let mut waited = 0;
     for _ in 0..SETTLE_ROUNDS {
-        found = networks_named(docker, name)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
+        found = match networks_named(docker, name).await {
+            Ok(found) => found,
+            Err(e) => {
+                give_back(mine).await;
+                return Err(failed(e.to_string()));
+            }
+        };
         match settle(&found, mine.as_deref(), waited >= SETTLE_PATIENCE) {
-            Settle::Use => return Ok(()),
+            Settle::Use(id) => return Ok(id),
             Settle::Create => {
                 let request = NetworkCreateRequest {
                     name: name.to_owned(),
@@ -216,11 +254,11 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), Star
                         );
                         mine = Some(created.id);
                     }
-                    // Created meanwhile by another process: read again what it is.
-                    Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code: 409,
-                        ..
-                    }) => {}
+                    // Created meanwhile by another process: read again what it is, after a
+                    // pause, so a name the daemon keeps refusing is not asked for in a spin.
+                    Err(e) if status_of(&e) == Some(409) => {
+                        tokio::time::sleep(SETTLE_PAUSE).await;
+                    }
                     Err(e) => return Err(failed(e.to_string())),
                 }
             }
@@ -233,9 +271,24 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), Star
                 match docker.remove_network(&id).await {
                     Ok(()) => {}
                     Err(e) if not_found(&e) => {}
+                    // A container is on it already (one that joined it by id): it stays, and
+                    // this start is no longer its creator; the other duplicates give way.
+                    Err(e) if status_of(&e) == Some(403) => {}
                     Err(e) => return Err(failed(format!("removing the duplicate {id}: {e}"))),
                 }
                 mine = None;
+                waited = 0;
+            }
+            Settle::Prune(ids) => {
+                let mut removed = 0;
+                for id in &ids {
+                    if prune(docker, name, id).await {
+                        removed += 1;
+                    }
+                }
+                if removed == 0 {
+                    break;
+                }
                 waited = 0;
             }
             Settle::Wait => {
@@ -243,6 +296,7 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), Star
                 tokio::time::sleep(SETTLE_PAUSE).await;
             }
             Settle::Foreign { id, driver } => {
+                give_back(mine).await;
                 return Err(failed(format!(
                     "a network of this name exists ({id}, driver {driver}) that is not the \
                      node's (a bridge labelled {NETWORK_LABEL}=node): someone else's; remove or \
@@ -257,6 +311,24 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<(), Star
         ids.len(),
         ids.join(", ")
     )))
+}
+
+/// Removes the node network `id` left behind by another start when no container is on it;
+/// whether it is gone.
+async fn prune(docker: &Docker, name: &str, id: &str) -> bool {
+    let inspected = docker
+        .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
+        .await;
+    match inspected {
+        Ok(n) if n.containers.as_ref().is_none_or(HashMap::is_empty) => {}
+        Err(e) if not_found(&e) => return true,
+        _ => return false,
+    }
+    tracing::info!(network = name, id, "removing a node network left twice");
+    match docker.remove_network(id).await {
+        Ok(()) => true,
+        Err(e) => not_found(&e),
+    }
 }
 
 /// Every network named exactly `name` (the daemon's `name` filter also matches parts of names).
@@ -302,13 +374,18 @@ fn health_config(h: &crate::shape::HealthCheck) -> HealthConfig {
 
 // r[impl workload.name]
 /// Creates a container from `spec` under its name and starts it; says whether the daemon runs a
-/// health check for it (the workload's or the image's).
-pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<Started, StartError> {
+/// health check for it (the workload's or the image's). `network_id` is the id of `spec`'s
+/// network ([`ensure_network`]'s answer), joined by it rather than by its name.
+pub async fn start(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    network_id: Option<&str>,
+) -> Result<Started, StartError> {
     let options = CreateContainerOptionsBuilder::new()
         .name(&spec.name)
         .build();
     let created = docker
-        .create_container(Some(options), create_body(spec))
+        .create_container(Some(options), pinned(create_body(spec), network_id))
         .await
         .map_err(|e| StartError {
             container: None,
@@ -635,6 +712,24 @@ mod tests {
         let (other, joins) = config.on_node_network(spec);
         assert!(!joins);
         assert_eq!(other.shape.network.as_deref(), Some("holdfast"));
+    }
+
+    // r[verify workload.network.create]
+    #[test]
+    fn the_nodes_network_is_joined_by_the_settled_id_as_well_as_its_name() {
+        let mut w = crate::WorkloadConfig::new("db", "busybox");
+        w.network = Some("holdfast".into());
+        let spec = spec_of(&w, None);
+        let body = pinned(create_body(&spec), Some("abc123"));
+        let endpoint = &body.networking_config.unwrap().endpoints_config.unwrap()["holdfast"];
+        assert_eq!(endpoint.network_id.as_deref(), Some("abc123"));
+        assert_eq!(endpoint.aliases, Some(vec!["db".to_owned()]));
+        assert_eq!(
+            body.host_config.unwrap().network_mode.as_deref(),
+            Some("holdfast")
+        );
+        // The spec (and so an adopted container's comparison) does not carry it.
+        assert_eq!(pinned(create_body(&spec), None), create_body(&spec));
     }
 
     // r[verify workload.network+3]

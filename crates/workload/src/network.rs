@@ -23,27 +23,26 @@ impl Found {
 pub(crate) enum Settle {
     /// None exists: create it.
     Create,
-    /// Exactly one, ours: join it.
-    Use,
+    /// Exactly one, ours: join it, by this id (its name may be shared again a moment later).
+    Use(String),
     /// Two or more of ours, and the one this start created is not the oldest, or is the oldest
     /// but a newer one stayed (its creator saw only its own and went on with it): remove it.
     Remove(String),
     /// Two or more of ours, the newer ones another creator's that it will remove: ask again soon.
     Wait,
+    /// Two or more of ours stayed although this start made none of them (their creator gone,
+    /// say stopped while it waited): remove these newer ones that no container is on.
+    Prune(Vec<String>),
     /// One of that name is someone else's.
     Foreign { id: String, driver: String },
 }
 
-/// A sortable form of a daemon timestamp: the seconds as written, the fraction padded to
-/// nanoseconds (Go trims trailing zeros, so `.19` must sort before `.2`).
-fn created_key(created: &str) -> (&str, String) {
-    let secs = created.get(..19).unwrap_or(created);
-    let fraction: String = created
-        .get(19..)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect())
-        .unwrap_or_default();
-    (secs, format!("{fraction:0<9}"))
+/// A sortable form of a daemon timestamp (RFC 3339, Go's with the fraction's trailing zeros
+/// cut): one that does not parse sorts after every one that does, so it is never the one kept.
+fn created_key(created: &str) -> (bool, Option<time::OffsetDateTime>) {
+    let parsed =
+        time::OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339).ok();
+    (parsed.is_none(), parsed)
 }
 
 // r[impl workload.network.create]
@@ -51,7 +50,8 @@ fn created_key(created: &str) -> (&str, String) {
 /// it did): the oldest of ours is the one every creator keeps, so two racing creators agree.
 /// A network's creation time is taken before the daemon lists it, so a creator may see only its
 /// own, go on with it, and leave an older one to appear later: the creator of that older one
-/// waits, and once `impatient` (a newer one stayed) removes its own instead.
+/// waits, and once `impatient` (a newer one stayed) removes its own instead. Once `impatient`,
+/// a start that made none removes the newer ones left behind.
 pub(crate) fn settle(found: &[Found], mine: Option<&str>, impatient: bool) -> Settle {
     if let Some(foreign) = found.iter().find(|f| !f.ours()) {
         return Settle::Foreign {
@@ -59,19 +59,18 @@ pub(crate) fn settle(found: &[Found], mine: Option<&str>, impatient: bool) -> Se
             driver: foreign.driver.clone(),
         };
     }
-    let Some(oldest) = found
-        .iter()
-        .min_by(|a, b| (created_key(&a.created), &a.id).cmp(&(created_key(&b.created), &b.id)))
-    else {
+    let mut sorted: Vec<&Found> = found.iter().collect();
+    sorted.sort_by(|a, b| (created_key(&a.created), &a.id).cmp(&(created_key(&b.created), &b.id)));
+    let Some(oldest) = sorted.first() else {
         return Settle::Create;
     };
-    if found.len() == 1 {
-        return Settle::Use;
+    if sorted.len() == 1 {
+        return Settle::Use(oldest.id.clone());
     }
+    let mine = mine.filter(|m| found.iter().any(|f| f.id == *m));
     match mine {
-        Some(mine) if (impatient || mine != oldest.id) && found.iter().any(|f| f.id == mine) => {
-            Settle::Remove(mine.to_owned())
-        }
+        Some(mine) if impatient || mine != oldest.id => Settle::Remove(mine.to_owned()),
+        None if impatient => Settle::Prune(sorted[1..].iter().map(|f| f.id.clone()).collect()),
         _ => Settle::Wait,
     }
 }
@@ -96,10 +95,10 @@ mod tests {
         // Removed meanwhile by someone: created again.
         assert_eq!(settle(&[], Some("a"), false), Settle::Create);
         let one = [ours("a", "2026-12-06T11:03:38.1Z")];
-        assert_eq!(settle(&one, None, false), Settle::Use);
-        assert_eq!(settle(&one, Some("a"), false), Settle::Use);
+        assert_eq!(settle(&one, None, false), Settle::Use("a".into()));
+        assert_eq!(settle(&one, Some("a"), false), Settle::Use("a".into()));
         // A conflict re-read: the other creator's, ours by driver and label.
-        assert_eq!(settle(&one, Some("b"), false), Settle::Use);
+        assert_eq!(settle(&one, Some("b"), false), Settle::Use("a".into()));
     }
 
     // r[verify workload.network.create]
@@ -122,10 +121,16 @@ mod tests {
         assert_eq!(settle(&tie, Some("a"), false), Settle::Wait);
         // The newer one stayed: its creator went on with it, and the oldest's creator gives way.
         assert_eq!(settle(&two, Some("a"), true), Settle::Remove("a".into()));
-        // One that created none never removes one.
-        assert_eq!(settle(&two, None, true), Settle::Wait);
+        // One that created none waits, then removes the newer ones left behind (a creator
+        // stopped while it waited, or one whose own is gone).
+        assert_eq!(settle(&two, None, false), Settle::Wait);
+        assert_eq!(settle(&two, None, true), Settle::Prune(vec!["b".into()]));
+        assert_eq!(
+            settle(&two, Some("gone"), true),
+            Settle::Prune(vec!["b".into()])
+        );
         // Once its own is gone, the one left is used.
-        assert_eq!(settle(&two[..1], None, true), Settle::Use);
+        assert_eq!(settle(&two[..1], None, true), Settle::Use("b".into()));
     }
 
     // r[verify workload.network.create]
@@ -156,9 +161,63 @@ mod tests {
         }
     }
 
+    // r[verify workload.network.create]
     #[test]
-    fn a_timestamp_that_is_not_one_sorts_without_panicking() {
-        assert_eq!(created_key(""), ("", "000000000".into()));
-        assert_eq!(created_key("é"), ("é", "000000000".into()));
+    fn a_timestamp_that_is_not_one_is_never_the_oldest() {
+        let two = [ours("a", ""), ours("b", "2026-12-06T11:03:38Z")];
+        assert_eq!(settle(&two, Some("a"), false), Settle::Remove("a".into()));
+        assert_eq!(settle(&two, None, true), Settle::Prune(vec!["a".into()]));
+        assert!(created_key("é") > created_key("2026-12-06T11:03:38+01:00"));
+    }
+
+    /// Go's RFC 3339 form of `t`: nanoseconds with trailing zeros cut, `Z` or an offset.
+    fn go_format(t: time::OffsetDateTime) -> String {
+        let fraction = format!("{:09}", t.nanosecond());
+        let fraction = fraction.trim_end_matches('0');
+        let offset = t.offset();
+        let zone = if offset.is_utc() {
+            "Z".to_owned()
+        } else {
+            let (h, m, _) = offset.as_hms();
+            format!(
+                "{}{:02}:{:02}",
+                if offset.is_negative() { '-' } else { '+' },
+                h.abs(),
+                m.abs()
+            )
+        };
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{}{}{zone}",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            if fraction.is_empty() { "" } else { "." },
+            fraction
+        )
+    }
+
+    proptest::proptest! {
+        // r[verify workload.network.create]
+        #[test]
+        fn daemon_timestamps_sort_by_the_instant_they_name(
+            a in 1_600_000_000_000_000_000i128..1_900_000_000_000_000_000i128,
+            b in 1_600_000_000_000_000_000i128..1_900_000_000_000_000_000i128,
+            offset_a in -12i8..=12,
+            offset_b in -12i8..=12,
+        ) {
+            let at = |nanos: i128, hours: i8| {
+                time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+                    .unwrap()
+                    .to_offset(time::UtcOffset::from_hms(hours, 0, 0).unwrap())
+            };
+            let (ta, tb) = (at(a, offset_a), at(b, offset_b));
+            proptest::prop_assert_eq!(
+                created_key(&go_format(ta)).cmp(&created_key(&go_format(tb))),
+                ta.cmp(&tb)
+            );
+        }
     }
 }

@@ -361,8 +361,9 @@ impl<I: Images> Supervisor<I> {
                             container: None,
                             message: format!("connect: {e}"),
                         })?;
-                        docker::ensure_network(&docker, &spec, &node_network).await?;
-                        docker::start(&docker, &spec).await
+                        let network_id =
+                            docker::ensure_network(&docker, &spec, &node_network).await?;
+                        docker::start(&docker, &spec, network_id.as_deref()).await
                     };
                     self.tasks.spawn_on(
                         async move {

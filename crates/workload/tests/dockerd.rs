@@ -1302,29 +1302,63 @@ async fn networks_named(docker: &Docker, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// A container of `env`'s owner on the network `network` (pinned to `id` when given), as a start
+/// makes it: created and started, its exit 0 at once.
+fn joining(env: &Env, network: &str, name: &str) -> holdfast_workload::reconciler::ContainerSpec {
+    holdfast_workload::reconciler::ContainerSpec {
+        workload: name.to_owned(),
+        image: env.image.clone(),
+        command: vec!["sh".into(), "-c".into(), "exit 0".into()],
+        env: Vec::new(),
+        labels: std::collections::BTreeMap::from([(
+            "holdfast.owner".to_owned(),
+            env.owner.clone(),
+        )]),
+        name: name.to_owned(),
+        shape: holdfast_workload::reconciler::Shape {
+            network: Some(network.to_owned()),
+            ..Default::default()
+        },
+    }
+}
+
 // r[verify workload.network.create]
 #[tokio::test]
 async fn two_processes_creating_the_nodes_network_at_once_both_succeed_on_one() {
     let Some(env) = env("netrace").await else {
         return;
     };
-    // Two processes are two connections calling without the process's own turn-taking; a few
-    // rounds, since a round's two creates need not overlap.
+    // Two processes are two connections calling without the process's own turn-taking; some
+    // rounds, since a round's two creates need not overlap. Each start's container is created
+    // and started right after its network is settled, as the supervisor does: a moment when two
+    // networks share the name must not fail it.
     let other = holdfast_workload::docker::connect(&env.host).await.unwrap();
-    for round in 0..6 {
+    let mut failed = Vec::new();
+    for round in 0..16 {
         let name = format!("holdfast-{}-{round}", env.owner);
-        let (a, b) = tokio::join!(
-            holdfast_workload::docker::create_node_network(&env.docker, &name),
-            holdfast_workload::docker::create_node_network(&other, &name),
-        );
+        let start = |docker: &Docker, who: &str| {
+            let docker = docker.clone();
+            let spec = joining(&env, &name, &format!("{name}-{who}"));
+            let name = name.clone();
+            async move {
+                let id = holdfast_workload::docker::create_node_network(&docker, &name).await?;
+                holdfast_workload::docker::start(&docker, &spec, Some(&id)).await
+            }
+        };
+        let (a, b) = tokio::join!(start(&env.docker, "a"), start(&other, "b"));
+        env.cleanup().await;
         let ids = networks_named(&env.docker, &name).await;
         for id in &ids {
             let _ = env.docker.remove_network(id).await;
         }
-        a.unwrap();
-        b.unwrap();
+        for result in [a, b] {
+            if let Err(e) = result {
+                failed.push(format!("round {round}: {}", e.message));
+            }
+        }
         assert_eq!(ids.len(), 1, "round {round}: {ids:?}");
     }
+    assert!(failed.is_empty(), "{failed:#?}");
     // Someone else's network of the name is neither joined nor removed.
     let name = format!("holdfast-{}-foreign", env.owner);
     env.docker
@@ -1343,6 +1377,63 @@ async fn two_processes_creating_the_nodes_network_at_once_both_succeed_on_one() 
     let message = refused.unwrap_err().message;
     assert!(message.contains("someone else's"), "{message}");
     assert_eq!(ids.len(), 1);
+}
+
+/// Creates a bridge labelled as the node's named `name`, as a start would: its id.
+async fn labelled_network(docker: &Docker, name: &str) -> String {
+    docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: name.to_owned(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([(
+                holdfast_workload::docker::NETWORK_LABEL.to_owned(),
+                "node".to_owned(),
+            )])),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id
+}
+
+// r[verify workload.network.create]
+#[tokio::test]
+async fn node_networks_left_twice_by_a_stopped_creator_are_settled_by_a_later_start() {
+    let Some(env) = env("netstale").await else {
+        return;
+    };
+    // Two of ours under one name, as a creator stopped while it waited leaves them (this
+    // dockerd, before 25, makes the second). On a daemon that refuses the second there is
+    // nothing left twice to settle.
+    let name = format!("holdfast-{}", env.owner);
+    let first = labelled_network(&env.docker, &name).await;
+    let second = env
+        .docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([(
+                holdfast_workload::docker::NETWORK_LABEL.to_owned(),
+                "node".to_owned(),
+            )])),
+            ..Default::default()
+        })
+        .await;
+    if second.is_err() {
+        let _ = env.docker.remove_network(&first).await;
+        eprintln!("SKIPPED: this daemon refuses a second network of one name");
+        return;
+    }
+    let started = Instant::now();
+    let settled = holdfast_workload::docker::create_node_network(&env.docker, &name).await;
+    let took = started.elapsed();
+    let ids = networks_named(&env.docker, &name).await;
+    for id in &ids {
+        let _ = env.docker.remove_network(id).await;
+    }
+    assert!(settled.is_ok(), "{:?}", settled.err().map(|e| e.message));
+    assert_eq!(ids, vec![first], "the oldest is kept");
+    assert!(took < Duration::from_secs(5), "settled in {took:?}");
 }
 
 /// A deploy directory holding `fullchain.pem` (a stand-in for issuance's deploy).
