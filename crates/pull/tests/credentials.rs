@@ -12,20 +12,70 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::RemoveImageOptionsBuilder;
+use futures_util::TryStreamExt as _;
 use holdfast_pull::{
     Actuator, DaemonEndpoint, DockerFetcher, ImageState, PullConfig, PullErrorKind, RegistryAuth,
 };
 use holdfast_test_support::services;
-
-/// The tests here pull and remove the one private image: one at a time, or one's removal (or
-/// pull) would change what another sees.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn remove_local(docker_host: &str, reference: &str) {
     let docker = Docker::connect_with_host(docker_host).unwrap();
     let options = RemoveImageOptionsBuilder::default().force(true).build();
     // Absent is fine: this only makes sure the next pull really pulls.
     let _ = docker.remove_image(reference, Some(options), None).await;
+}
+
+/// A copy of the private image under a tag of `test`'s own, pushed to the private registry and
+/// absent from the daemon: each test pulls and removes only its own, so tests run side by side
+/// (each in a process of its own under nextest) never see each other's pulls or removals.
+async fn own_copy(docker_host: &str, registry: &services::AuthRegistry, test: &str) -> String {
+    let docker = Docker::connect_with_host(docker_host).unwrap();
+    let credentials = || bollard::auth::DockerCredentials {
+        username: Some(registry.username.clone()),
+        password: Some(registry.password.clone()),
+        serveraddress: Some(registry.addr.to_string()),
+        ..Default::default()
+    };
+    let (repo, tag) = registry.image.rsplit_once(':').unwrap();
+    let pull = bollard::query_parameters::CreateImageOptionsBuilder::default()
+        .from_image(repo)
+        .tag(tag)
+        .build();
+    docker
+        .create_image(Some(pull), None, Some(credentials()))
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let own_tag = format!(
+        "{test}-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    docker
+        .tag_image(
+            &registry.image,
+            Some(bollard::query_parameters::TagImageOptions {
+                repo: Some(repo.to_owned()),
+                tag: Some(own_tag.clone()),
+            }),
+        )
+        .await
+        .unwrap();
+    let push = bollard::query_parameters::PushImageOptionsBuilder::default()
+        .tag(&own_tag)
+        .build();
+    docker
+        .push_image(repo, Some(push), Some(credentials()))
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let own = format!("{repo}:{own_tag}");
+    // Only the tag is removed: the image stays under the seeded tag another test may be using.
+    remove_local(docker_host, &own).await;
+    own
 }
 
 /// A Docker config file with `auths` for `registry` (or none), mode 0600.
@@ -101,10 +151,9 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     let Some(registry) = services::auth_registry() else {
         return;
     };
-    let _alone = ONE_AT_A_TIME.lock().await;
     let host = registry.addr.to_string();
     let dir = tempfile::tempdir().unwrap();
-    remove_local(&docker.host, &registry.image).await;
+    let image = own_copy(&docker.host, &registry, "config").await;
     let start = Instant::now();
 
     // No credentials for it: refused, one fault at once, saying where none were found.
@@ -113,7 +162,7 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
         &docker.host,
         RegistryAuth::default().with_docker_config(&empty),
     );
-    match attempt(&mut act, &registry.image, start, "no credentials").await {
+    match attempt(&mut act, &image, start, "no credentials").await {
         ImageState::Escalated { last_error, .. } => {
             assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
             assert!(
@@ -139,7 +188,7 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
         &docker.host,
         RegistryAuth::default().with_docker_config(&wrong),
     );
-    let state = attempt(&mut act, &registry.image, start, "a wrong password").await;
+    let state = attempt(&mut act, &image, start, "a wrong password").await;
     let shown = format!("{state:?} {:?}", act.faults());
     match state {
         ImageState::Escalated {
@@ -174,18 +223,20 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     );
     let state = attempt(
         &mut act,
-        &registry.image,
+        &image,
         start,
         "the right credentials from a Docker config file",
     )
     .await;
     assert_eq!(state, ImageState::Present, "{state:?}");
     assert!(act.faults().is_empty());
-    remove_local(&docker.host, &registry.image).await;
+    remove_local(&docker.host, &image).await;
 }
 
 /// Where the helper test's child finds the Docker config naming the helper.
 const HELPER_CONFIG_VAR: &str = "HOLDFAST_TEST_HELPER_DOCKER_CONFIG";
+/// The image the helper test's child pulls (the test's own copy).
+const HELPER_IMAGE_VAR: &str = "HOLDFAST_TEST_HELPER_IMAGE";
 
 // r[verify actuate.image.credentials]
 #[tokio::test]
@@ -197,19 +248,23 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
     let Some(registry) = services::auth_registry() else {
         return;
     };
-    let _alone = ONE_AT_A_TIME.lock().await;
     let host = registry.addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
+    // Written by the helper when asked: the pull below used its answer.
+    let asked = dir.path().join("helper-asked");
     std::fs::create_dir(&bin).unwrap();
     // A helper as the Docker CLI runs one: `get`, the server on stdin, JSON on stdout; for any
     // other server, the not-found answer.
     let script = format!(
         "#!/bin/sh\nread server\n[ \"$1\" = get ] || exit 3\n\
          if [ \"$server\" = '{host}' ]; then\n\
+           echo \"$server\" >> '{}'\n\
            printf '{{\"ServerURL\":\"%s\",\"Username\":\"{}\",\"Secret\":\"{}\"}}' \"$server\"\n\
          else echo 'credentials not found in native keychain'; exit 1; fi\n",
-        registry.username, registry.password
+        asked.display(),
+        registry.username,
+        registry.password
     );
     std::fs::OpenOptions::new()
         .write(true)
@@ -222,7 +277,7 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
     let text = serde_json::json!({ "credHelpers": { host.as_str(): "holdfasttest" } }).to_string();
     std::fs::write(&config, text).unwrap();
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
-    remove_local(&docker.host, &registry.image).await;
+    let image = own_copy(&docker.host, &registry, "helper").await;
     // The node finds helpers on its PATH, as the Docker CLI does: the pull runs in a child of
     // this test binary whose PATH starts with the helper's directory (this process's own
     // environment is left alone).
@@ -238,6 +293,7 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
         ])
         .env("PATH", std::env::join_paths(paths).unwrap())
         .env(HELPER_CONFIG_VAR, &config)
+        .env(HELPER_IMAGE_VAR, &image)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -248,7 +304,13 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
         stdout.contains("1 passed"),
         "the child ran no test: {stdout}"
     );
-    remove_local(&docker.host, &registry.image).await;
+    let asked = std::fs::read_to_string(&asked).unwrap_or_default();
+    assert_eq!(
+        asked.lines().next(),
+        Some(host.as_str()),
+        "the helper was not asked"
+    );
+    remove_local(&docker.host, &image).await;
 }
 
 /// The child of the helper test (ignored on its own: it needs the helper on `PATH`).
@@ -256,7 +318,8 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
 #[ignore = "run by a_private_image_is_pulled_with_the_credentials_a_credential_helper_gives"]
 async fn pull_in_a_child_with_the_helper_on_path() {
     let config = std::env::var_os(HELPER_CONFIG_VAR).expect("run by the helper test");
-    let (Some(docker), Some(registry)) = (services::docker(), services::auth_registry()) else {
+    let image = std::env::var(HELPER_IMAGE_VAR).expect("run by the helper test");
+    let (Some(docker), Some(_registry)) = (services::docker(), services::auth_registry()) else {
         panic!("the helper test's child runs only with the services");
     };
     let mut act = actuator(
@@ -265,7 +328,7 @@ async fn pull_in_a_child_with_the_helper_on_path() {
     );
     let state = attempt(
         &mut act,
-        &registry.image,
+        &image,
         Instant::now(),
         "the right credentials from a credential helper",
     )
