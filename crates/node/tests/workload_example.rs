@@ -137,6 +137,130 @@ async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&response).into_owned())
 }
 
+/// What a run puts on the shared daemon: its containers (by owner label, and the image build's
+/// by name), its network, volume and image. Removed when dropped, so a run that fails or panics
+/// half-way (the node killed by its own drop, containers still running) leaves nothing behind.
+struct Leftovers {
+    host: String,
+    owner: String,
+    volume: String,
+    image: String,
+    applets: String,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let host = std::mem::take(&mut self.host);
+        let owner = std::mem::take(&mut self.owner);
+        let volume = std::mem::take(&mut self.volume);
+        let image = std::mem::take(&mut self.image);
+        let applets = std::mem::take(&mut self.applets);
+        // A runtime of its own on a thread of its own: the test's runtime may be the one
+        // unwinding, and blocking inside it is not allowed.
+        let cleaning = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(docker) = Docker::connect_with_host(&host) else {
+                    return;
+                };
+                let Ok(docker) = docker.negotiate_version().await else {
+                    return;
+                };
+                let remove = || RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                };
+                let options = ListContainersOptions {
+                    all: true,
+                    filters: Some(HashMap::from([(
+                        "label".to_owned(),
+                        vec![format!("holdfast.owner={owner}")],
+                    )])),
+                    ..Default::default()
+                };
+                for c in docker
+                    .list_containers(Some(options))
+                    .await
+                    .unwrap_or_default()
+                {
+                    if let Some(id) = c.id {
+                        let _ = docker.remove_container(&id, Some(remove())).await;
+                    }
+                }
+                let _ = docker.remove_container(&applets, Some(remove())).await;
+                let network = format!("holdfast-{owner}");
+                let options = bollard::query_parameters::ListNetworksOptions {
+                    filters: Some(HashMap::from([("name".to_owned(), vec![network.clone()])])),
+                };
+                for n in docker
+                    .list_networks(Some(options))
+                    .await
+                    .unwrap_or_default()
+                {
+                    if let Some(id) = n.id.filter(|_| n.name.as_deref() == Some(&network)) {
+                        let _ = docker.remove_network(&id).await;
+                    }
+                }
+                let _ = docker
+                    .remove_volume(
+                        &volume,
+                        None::<bollard::query_parameters::RemoveVolumeOptions>,
+                    )
+                    .await;
+                let force = RemoveImageOptionsBuilder::default().force(true).build();
+                let _ = docker.remove_image(&image, Some(force), None).await;
+            });
+        });
+        let _ = cleaning.join();
+    }
+}
+
+/// The container of `workload` under `owner`, inspected, if there is one.
+async fn container_of(
+    docker: &Docker,
+    owner: &str,
+    workload: &str,
+) -> Option<bollard::models::ContainerInspectResponse> {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("holdfast.owner={owner}"),
+                format!("holdfast.workload={workload}"),
+            ],
+        )])),
+        ..Default::default()
+    };
+    let id = docker
+        .list_containers(Some(options))
+        .await
+        .ok()?
+        .into_iter()
+        .next()?
+        .id?;
+    docker
+        .inspect_container(
+            &id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+}
+
+/// A daemon timestamp (RFC 3339 in UTC, Go's, the fraction's trailing zeros cut) in a form that
+/// sorts as time does: the fraction padded to nanoseconds.
+fn instant_key(stamp: &str) -> String {
+    let stamp = stamp.trim_end_matches('Z');
+    let (secs, fraction) = stamp.split_once('.').unwrap_or((stamp, ""));
+    format!("{secs}.{fraction:0<9}")
+}
+
 // i[verify node.workloads.shape]
 // r[verify workload.depends-on]
 // r[verify workload.network+3]
@@ -158,10 +282,18 @@ async fn the_web_with_db_example_serves_the_stores_greeting_through_the_web() {
             .unwrap()
             .as_millis()
     );
-    push_busybox_with_applets(&docker, &registry, &run).await;
     let image = format!("{}/holdfast/busybox-example:{run}", registry.addr);
     let owner = format!("example-{run}");
     let volume = format!("holdfast-demo-store-{run}");
+    // Declared before the node, so dropped after it: the node is gone when this cleans up.
+    let _leftovers = Leftovers {
+        host: daemon.host.clone(),
+        owner: owner.clone(),
+        volume: volume.clone(),
+        image: image.clone(),
+        applets: format!("hf-example-applets-{run}"),
+    };
+    push_busybox_with_applets(&docker, &registry, &run).await;
     let port = free_port();
     let extra = format!(
         "[workloads]\nowner = \"{owner}\"\n\n{}",
@@ -179,7 +311,25 @@ async fn the_web_with_db_example_serves_the_stores_greeting_through_the_web() {
     // The greeting exists only in the store's volume: the web answers it only by fetching it from
     // `store` by name over the node's network.
     let deadline = started + Duration::from_secs(120);
+    // When web's container first shows: its creation time, and the ends of the store's passing
+    // health probes then (depends_on: web is created only once store is healthy).
+    let mut web_created: Option<(String, Vec<String>)> = None;
     let answer = loop {
+        if web_created.is_none() {
+            if let Some(web) = container_of(&docker, &owner, "web").await {
+                let store = container_of(&docker, &owner, "store").await;
+                let passed = store
+                    .and_then(|s| s.state)
+                    .and_then(|s| s.health)
+                    .and_then(|h| h.log)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|probe| probe.exit_code == Some(0))
+                    .filter_map(|probe| probe.end)
+                    .collect();
+                web_created = Some((web.created.unwrap_or_default(), passed));
+            }
+        }
         if let Ok(response) = http_get(port, "/cgi-bin/greeting").await {
             if response.starts_with("HTTP/1.") && response.contains("hello from the store") {
                 break response;
@@ -196,6 +346,14 @@ async fn the_web_with_db_example_serves_the_stores_greeting_through_the_web() {
          pulled, store healthy, web started): {:?}",
         started.elapsed().as_millis(),
         answer.lines().last().unwrap_or_default()
+    );
+    // web was created after a probe of store had passed, not at once with it.
+    let (created, passed) = web_created.expect("web's container was seen");
+    assert!(
+        passed
+            .iter()
+            .any(|end| instant_key(end) <= instant_key(&created)),
+        "web created at {created}, store's passing probes then ended at {passed:?}"
     );
     // Both containers are the node's, named for this owner, on its network.
     let status: serde_json::Value =
@@ -214,29 +372,5 @@ async fn the_web_with_db_example_serves_the_stores_greeting_through_the_web() {
     node.signal(Signal::SIGTERM);
     let (code, _, _) = node.wait(Duration::from_secs(30));
     assert_eq!(code, 0);
-    // Leave the daemon as we found it: this run's containers, network, volume and image.
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(HashMap::from([(
-            "label".to_owned(),
-            vec![format!("holdfast.owner={owner}")],
-        )])),
-        ..Default::default()
-    };
-    for c in docker.list_containers(Some(options)).await.unwrap() {
-        let remove = RemoveContainerOptions {
-            force: true,
-            ..Default::default()
-        };
-        let _ = docker.remove_container(&c.id.unwrap(), Some(remove)).await;
-    }
-    let _ = docker.remove_network(&format!("holdfast-{owner}")).await;
-    let _ = docker
-        .remove_volume(
-            &volume,
-            None::<bollard::query_parameters::RemoveVolumeOptions>,
-        )
-        .await;
-    let force = RemoveImageOptionsBuilder::default().force(true).build();
-    let _ = docker.remove_image(&image, Some(force), None).await;
+    // `_leftovers` removes this run's containers, network, volume and image.
 }
