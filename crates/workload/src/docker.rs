@@ -280,13 +280,7 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, 
                 waited = 0;
             }
             Settle::Prune(ids) => {
-                let mut removed = 0;
-                for id in &ids {
-                    if prune(docker, name, id).await {
-                        removed += 1;
-                    }
-                }
-                if removed == 0 {
+                if !prune(docker, name, &ids).await {
                     break;
                 }
                 waited = 0;
@@ -313,22 +307,37 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, 
     )))
 }
 
-/// Removes the node network `id` left behind by another start when no container is on it;
-/// whether it is gone.
-async fn prune(docker: &Docker, name: &str, id: &str) -> bool {
-    let inspected = docker
-        .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
-        .await;
-    match inspected {
-        Ok(n) if n.containers.as_ref().is_none_or(HashMap::is_empty) => {}
-        Err(e) if not_found(&e) => return true,
-        _ => return false,
+/// Of the node networks `ids` (oldest first) left behind by other starts, keeps one (the oldest
+/// a container is on, else the oldest) and removes the others no container is on; whether any
+/// went. None going means more than one has a container: only the operator can settle that.
+async fn prune(docker: &Docker, name: &str, ids: &[String]) -> bool {
+    let mut in_use = Vec::new();
+    for id in ids {
+        let inspected = docker
+            .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .await;
+        in_use.push(match inspected {
+            Ok(n) => n.containers.as_ref().is_some_and(|c| !c.is_empty()),
+            // Gone already: something else settled it.
+            Err(e) if not_found(&e) => return true,
+            // Unknown: never removed.
+            Err(_) => true,
+        });
     }
-    tracing::info!(network = name, id, "removing a node network left twice");
-    match docker.remove_network(id).await {
-        Ok(()) => true,
-        Err(e) => not_found(&e),
+    let keep = in_use.iter().position(|used| *used).unwrap_or(0);
+    let mut removed = false;
+    for (i, id) in ids.iter().enumerate() {
+        if i == keep || in_use[i] {
+            continue;
+        }
+        tracing::info!(network = name, id, "removing a node network left twice");
+        match docker.remove_network(id).await {
+            Ok(()) => removed = true,
+            Err(e) if not_found(&e) => removed = true,
+            Err(_) => {}
+        }
     }
+    removed
 }
 
 /// Every network named exactly `name` (the daemon's `name` filter also matches parts of names).
@@ -900,5 +909,321 @@ mod tests {
         let h = create_body(&spec_of(&w, None)).healthcheck.unwrap();
         assert_eq!(h.test, None);
         assert_eq!(h.retries, Some(5));
+    }
+}
+
+/// `create_node_network` against a scripted daemon on a Unix socket, on tokio's paused clock:
+/// the settle loop's timing and the daemon's refusals, which a real dockerd shows only by chance.
+#[cfg(test)]
+mod scripted_daemon {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::time::Instant;
+
+    #[derive(Debug, Clone)]
+    struct Net {
+        id: String,
+        created: String,
+        containers: bool,
+    }
+
+    /// What the daemon holds and how it answers.
+    #[derive(Default)]
+    struct Daemon {
+        nets: Vec<Net>,
+        /// Creates answered 409 before one is accepted.
+        conflicts: u32,
+        /// Whether a container joins what this start creates at once (by its id, as another
+        /// process's start may).
+        joined: bool,
+        /// A peer's duplicate, older than the create it comes with, that appears with the
+        /// first accepted create; and when (after that create) its creator removes it, if ever.
+        peer: Option<(Net, Option<Duration>)>,
+        peer_seen_at: Option<Instant>,
+        created: u32,
+        /// Every request: when, and its line.
+        log: Vec<(Instant, String)>,
+    }
+
+    impl Daemon {
+        fn answer(&mut self, method: &str, path: &str) -> (u16, String) {
+            self.log.push((Instant::now(), format!("{method} {path}")));
+            if let (Some((peer, Some(after))), Some(at)) = (&self.peer, self.peer_seen_at) {
+                if at.elapsed() >= *after {
+                    let id = peer.id.clone();
+                    self.nets.retain(|n| n.id != id);
+                    self.peer = None;
+                }
+            }
+            let path = path.split('?').next().unwrap_or_default();
+            let id = path.rsplit('/').next().unwrap_or_default().to_owned();
+            match (method, path) {
+                ("GET", "/networks") => {
+                    let list: Vec<serde_json::Value> = self
+                        .nets
+                        .iter()
+                        .map(|n| {
+                            serde_json::json!({
+                                "Name": "holdfast", "Id": n.id, "Created": n.created,
+                                "Driver": "bridge", "Labels": { NETWORK_LABEL: "node" },
+                            })
+                        })
+                        .collect();
+                    (200, serde_json::Value::from(list).to_string())
+                }
+                ("POST", "/networks/create") => {
+                    if self.conflicts > 0 {
+                        self.conflicts -= 1;
+                        return (409, r#"{"message":"network holdfast exists"}"#.into());
+                    }
+                    self.created += 1;
+                    let id = format!("mine{}", self.created);
+                    self.nets.push(Net {
+                        id: id.clone(),
+                        created: format!("2026-12-06T12:00:{:02}Z", 10 + self.created),
+                        containers: self.joined,
+                    });
+                    if let Some((peer, _)) = &self.peer {
+                        if self.peer_seen_at.is_none() {
+                            self.nets.push(peer.clone());
+                            self.peer_seen_at = Some(Instant::now());
+                        }
+                    }
+                    (
+                        201,
+                        serde_json::json!({"Id": id, "Warning": ""}).to_string(),
+                    )
+                }
+                ("GET", _) => match self.nets.iter().find(|n| n.id == id) {
+                    Some(n) => {
+                        let containers = if n.containers {
+                            serde_json::json!({"c1": {"Name": "c1"}})
+                        } else {
+                            serde_json::json!({})
+                        };
+                        let body = serde_json::json!({"Id": n.id, "Containers": containers});
+                        (200, body.to_string())
+                    }
+                    None => (404, r#"{"message":"no such network"}"#.into()),
+                },
+                ("DELETE", _) => {
+                    if self.nets.iter().any(|n| n.id == id && n.containers) {
+                        return (403, r#"{"message":"has active endpoints"}"#.into());
+                    }
+                    let before = self.nets.len();
+                    self.nets.retain(|n| n.id != id);
+                    if self.nets.len() == before {
+                        (404, r#"{"message":"no such network"}"#.into())
+                    } else {
+                        (204, String::new())
+                    }
+                }
+                _ => (500, r#"{"message":"unscripted"}"#.into()),
+            }
+        }
+    }
+
+    /// Serves `daemon` on a socket in `dir`; a client for it.
+    fn serve(dir: &std::path::Path, daemon: Arc<Mutex<Daemon>>) -> Docker {
+        let socket = dir.join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let daemon = Arc::clone(&daemon);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let text = String::from_utf8_lossy(&seen).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                            continue;
+                        };
+                        let head = text[..end].to_owned();
+                        let length: usize = head
+                            .lines()
+                            .filter_map(|l| l.split_once(':'))
+                            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                            .and_then(|(_, v)| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        while seen.len() < end + 4 + length {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        seen.drain(..end + 4 + length);
+                        let mut words = head.split(' ');
+                        let method = words.next().unwrap_or_default().to_owned();
+                        let path = words.next().unwrap_or_default();
+                        // The versioned prefix, `/v1.xx`, off.
+                        let path = match path.strip_prefix("/v") {
+                            Some(rest) => rest.find('/').map_or(path, |i| &rest[i..]),
+                            None => path,
+                        };
+                        let (status, body) = daemon.lock().unwrap().answer(&method, path);
+                        let response = format!(
+                            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n\
+                             Content-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Docker::connect_with_unix(socket.to_str().unwrap(), 120, bollard::API_DEFAULT_VERSION)
+            .unwrap()
+    }
+
+    fn net(id: &str, created: &str, containers: bool) -> Net {
+        Net {
+            id: id.into(),
+            created: created.into(),
+            containers,
+        }
+    }
+
+    async fn run(daemon: Daemon) -> (Result<String, StartError>, Duration, Daemon) {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(Mutex::new(daemon));
+        let docker = serve(dir.path(), Arc::clone(&shared));
+        let start = Instant::now();
+        let result = create_node_network(&docker, "holdfast").await;
+        let took = start.elapsed();
+        let daemon = std::mem::take(&mut *shared.lock().unwrap());
+        (result, took, daemon)
+    }
+
+    fn ids(daemon: &Daemon) -> Vec<&str> {
+        daemon.nets.iter().map(|n| n.id.as_str()).collect()
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn duplicates_a_stopped_creator_left_are_pruned_after_about_a_second() {
+        let (result, took, daemon) = run(Daemon {
+            nets: vec![
+                net("new", "2026-12-06T12:00:02Z", false),
+                net("old", "2026-12-06T12:00:01Z", false),
+                net("used", "2026-12-06T12:00:03Z", true),
+            ],
+            ..Default::default()
+        })
+        .await;
+        // The one a container is on is kept, whatever its age; no create.
+        assert_eq!(result.unwrap(), "used");
+        assert_eq!(ids(&daemon), ["used"]);
+        assert_eq!(daemon.created, 0);
+        assert!(
+            took >= SETTLE_PAUSE * SETTLE_PATIENCE && took < SETTLE_PAUSE * (SETTLE_PATIENCE + 2),
+            "{took:?}"
+        );
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn duplicates_each_with_a_container_fail_the_start_naming_them() {
+        let (result, took, daemon) = run(Daemon {
+            nets: vec![
+                net("a", "2026-12-06T12:00:01Z", true),
+                net("b", "2026-12-06T12:00:02Z", true),
+            ],
+            ..Default::default()
+        })
+        .await;
+        let message = result.unwrap_err().message;
+        assert!(
+            message.contains("a, b") || message.contains("b, a"),
+            "{message}"
+        );
+        assert_eq!(ids(&daemon).len(), 2);
+        assert!(took < SETTLE_PAUSE * (SETTLE_PATIENCE + 2), "{took:?}");
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn a_create_refused_as_a_conflict_is_read_again_after_a_pause() {
+        // Refused three times while the list still shows none (another daemon's view lagging).
+        let (result, took, daemon) = run(Daemon {
+            conflicts: 3,
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(result.unwrap(), "mine1");
+        let creates: Vec<Instant> = daemon
+            .log
+            .iter()
+            .filter(|(_, line)| line.starts_with("POST"))
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(creates.len(), 4);
+        for pair in creates.windows(2) {
+            assert!(pair[1] - pair[0] >= SETTLE_PAUSE, "{:?}", daemon.log);
+        }
+        assert!(took >= SETTLE_PAUSE * 3, "{took:?}");
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn an_own_duplicate_a_container_joined_is_kept_and_the_peers_is_pruned() {
+        // Ours is the newer, so ours is removed; but a container joined it by id meanwhile (403):
+        // it stays, and the peer's, which nothing is on, is pruned once it stayed a second.
+        let (result, _, daemon) = run(Daemon {
+            joined: true,
+            peer: Some((net("peer", "2026-12-06T12:00:00Z", false), None)),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(result.unwrap(), "mine1");
+        assert_eq!(ids(&daemon), ["mine1"]);
+        assert!(
+            daemon
+                .log
+                .iter()
+                .any(|(_, l)| l == "DELETE /networks/mine1"),
+            "{:?}",
+            daemon.log
+        );
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn the_creator_of_the_oldest_waits_about_a_second_then_gives_way() {
+        // Ours is the oldest; the peer's newer one stays (its creator went on with it).
+        let (result, took, daemon) = run(Daemon {
+            peer: Some((net("peer", "2026-12-06T12:00:59Z", false), None)),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(result.unwrap(), "peer");
+        assert_eq!(ids(&daemon), ["peer"]);
+        assert!(
+            took >= SETTLE_PAUSE * SETTLE_PATIENCE && took < SETTLE_PAUSE * (SETTLE_PATIENCE + 2),
+            "{took:?}"
+        );
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_peer_removing_its_newer_one_after_ours_is_gone_leaves_one_created_again() {
+        // The peer takes 1.5 s to remove its newer one: ours, the oldest, is removed first (our
+        // patience ran out), then the peer's; the next round creates one again and uses it.
+        let (result, _, daemon) = run(Daemon {
+            peer: Some((
+                net("peer", "2026-12-06T12:00:59Z", false),
+                Some(Duration::from_millis(1500)),
+            )),
+            ..Default::default()
+        })
+        .await;
+        let id = result.unwrap();
+        assert_eq!(ids(&daemon), [id.as_str()]);
     }
 }

@@ -31,7 +31,8 @@ pub(crate) enum Settle {
     /// Two or more of ours, the newer ones another creator's that it will remove: ask again soon.
     Wait,
     /// Two or more of ours stayed although this start made none of them (their creator gone,
-    /// say stopped while it waited): remove these newer ones that no container is on.
+    /// say stopped while it waited): all of them, oldest first, to keep one and remove the rest
+    /// that no container is on.
     Prune(Vec<String>),
     /// One of that name is someone else's.
     Foreign { id: String, driver: String },
@@ -70,7 +71,7 @@ pub(crate) fn settle(found: &[Found], mine: Option<&str>, impatient: bool) -> Se
     let mine = mine.filter(|m| found.iter().any(|f| f.id == *m));
     match mine {
         Some(mine) if impatient || mine != oldest.id => Settle::Remove(mine.to_owned()),
-        None if impatient => Settle::Prune(sorted[1..].iter().map(|f| f.id.clone()).collect()),
+        None if impatient => Settle::Prune(sorted.iter().map(|f| f.id.clone()).collect()),
         _ => Settle::Wait,
     }
 }
@@ -121,14 +122,12 @@ mod tests {
         assert_eq!(settle(&tie, Some("a"), false), Settle::Wait);
         // The newer one stayed: its creator went on with it, and the oldest's creator gives way.
         assert_eq!(settle(&two, Some("a"), true), Settle::Remove("a".into()));
-        // One that created none waits, then removes the newer ones left behind (a creator
-        // stopped while it waited, or one whose own is gone).
+        // One that created none waits, then prunes them, oldest first (a creator stopped
+        // while it waited left them, or its own is gone).
         assert_eq!(settle(&two, None, false), Settle::Wait);
-        assert_eq!(settle(&two, None, true), Settle::Prune(vec!["b".into()]));
-        assert_eq!(
-            settle(&two, Some("gone"), true),
-            Settle::Prune(vec!["b".into()])
-        );
+        let both = Settle::Prune(vec!["a".into(), "b".into()]);
+        assert_eq!(settle(&two, None, true), both);
+        assert_eq!(settle(&two, Some("gone"), true), both);
         // Once its own is gone, the one left is used.
         assert_eq!(settle(&two[..1], None, true), Settle::Use("b".into()));
     }
@@ -166,7 +165,10 @@ mod tests {
     fn a_timestamp_that_is_not_one_is_never_the_oldest() {
         let two = [ours("a", ""), ours("b", "2026-12-06T11:03:38Z")];
         assert_eq!(settle(&two, Some("a"), false), Settle::Remove("a".into()));
-        assert_eq!(settle(&two, None, true), Settle::Prune(vec!["a".into()]));
+        assert_eq!(
+            settle(&two, None, true),
+            Settle::Prune(vec!["b".into(), "a".into()])
+        );
         assert!(created_key("é") > created_key("2026-12-06T11:03:38+01:00"));
     }
 
