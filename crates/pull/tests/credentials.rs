@@ -284,7 +284,7 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut paths = vec![bin.clone()];
     paths.extend(std::env::split_paths(&path));
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "pull_in_a_child_with_the_helper_on_path",
@@ -294,8 +294,22 @@ async fn a_private_image_is_pulled_with_the_credentials_a_credential_helper_give
         .env("PATH", std::env::join_paths(paths).unwrap())
         .env(HELPER_CONFIG_VAR, &config)
         .env(HELPER_IMAGE_VAR, &image)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // Bounded: a child stuck on the daemon is killed, not waited for for ever.
+    let pid = child.id();
+    let waiting = tokio::task::spawn_blocking(move || child.wait_with_output());
+    let out = match tokio::time::timeout(Duration::from_secs(120), waiting).await {
+        Ok(out) => out.unwrap().unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            panic!("the helper test's child ran past 120 s and was killed");
+        }
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprint!("{stderr}");
