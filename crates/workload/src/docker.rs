@@ -187,6 +187,40 @@ pub async fn ensure_network(
     create_node_network(docker, node_network).await.map(Some)
 }
 
+// r[impl workload.network.create]
+/// [`ensure_network`], then [`start`] on the network it settled on; when the create fails because
+/// that network went meanwhile (a slower peer removed it), settles again and starts once more.
+pub async fn ensure_network_and_start(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    node_network: &str,
+) -> Result<Started, StartError> {
+    let network_id = ensure_network(docker, spec, node_network).await?;
+    let first = start(docker, spec, network_id.as_deref()).await;
+    let Some(id) = network_id else {
+        return first;
+    };
+    match first {
+        Err(e) if e.container.is_none() && network_gone(docker, &id).await => {
+            tracing::info!(
+                network = node_network,
+                id,
+                "the node's network went before the container was created: settling again"
+            );
+            let network_id = ensure_network(docker, spec, node_network).await?;
+            start(docker, spec, network_id.as_deref()).await
+        }
+        other => other,
+    }
+}
+
+async fn network_gone(docker: &Docker, id: &str) -> bool {
+    docker
+        .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
+        .await
+        .is_err_and(|e| not_found(&e))
+}
+
 /// How many times [`create_node_network`] lists the networks before giving up, the pause
 /// while another creator removes its duplicate (or after a create refused as a conflict), and
 /// how many pauses a start waits before it takes a newer one for one its creator went on with
@@ -661,7 +695,7 @@ mod tests {
     use super::*;
     use bollard::models::EventActor;
 
-    fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
+    pub(super) fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
         // Alone here: its dependencies (holdfast's own key) would hold it back.
         let w = crate::WorkloadConfig {
             depends_on: Vec::new(),
@@ -941,6 +975,9 @@ mod scripted_daemon {
         /// first accepted create; and when (after that create) its creator removes it, if ever.
         peer: Option<(Net, Option<Duration>)>,
         peer_seen_at: Option<Instant>,
+        /// The first container create finds the network gone: a slow peer removed it.
+        vanish_before_container: bool,
+        containers_created: u32,
         created: u32,
         /// Every request: when, and its line.
         log: Vec<(Instant, String)>,
@@ -959,6 +996,18 @@ mod scripted_daemon {
             let path = path.split('?').next().unwrap_or_default();
             let id = path.rsplit('/').next().unwrap_or_default().to_owned();
             match (method, path) {
+                ("POST", "/containers/create") => {
+                    if std::mem::take(&mut self.vanish_before_container) {
+                        let gone = self.nets.pop().map(|n| n.id).unwrap_or_default();
+                        return (404, format!(r#"{{"message":"network {gone} not found"}}"#));
+                    }
+                    self.containers_created += 1;
+                    (201, r#"{"Id":"c1","Warnings":[]}"#.into())
+                }
+                ("POST", p) if p.starts_with("/containers/") => (204, String::new()),
+                ("GET", p) if p.starts_with("/containers/") => {
+                    (200, r#"{"Id":"c1","State":{"Status":"running"}}"#.into())
+                }
                 ("GET", "/networks") => {
                     let list: Vec<serde_json::Value> = self
                         .nets
@@ -1099,6 +1148,25 @@ mod scripted_daemon {
         let took = start.elapsed();
         let daemon = std::mem::take(&mut *shared.lock().unwrap());
         (result, took, daemon)
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn a_start_whose_settled_network_went_before_its_container_settles_again_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(Mutex::new(Daemon {
+            vanish_before_container: true,
+            ..Default::default()
+        }));
+        let docker = serve(dir.path(), Arc::clone(&shared));
+        let mut w = crate::WorkloadConfig::new("db", "busybox");
+        w.network = Some("holdfast".into());
+        let spec = tests::spec_of(&w, None);
+        let started = ensure_network_and_start(&docker, &spec, "holdfast").await;
+        assert_eq!(started.map(|s| s.container), Ok("c1".to_owned()));
+        let daemon = shared.lock().unwrap();
+        assert_eq!((daemon.created, daemon.containers_created), (2, 1));
+        assert_eq!(ids(&daemon), ["mine2"]);
     }
 
     fn ids(daemon: &Daemon) -> Vec<&str> {

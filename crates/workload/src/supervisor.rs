@@ -361,9 +361,7 @@ impl<I: Images> Supervisor<I> {
                             container: None,
                             message: format!("connect: {e}"),
                         })?;
-                        let network_id =
-                            docker::ensure_network(&docker, &spec, &node_network).await?;
-                        docker::start(&docker, &spec, network_id.as_deref()).await
+                        docker::ensure_network_and_start(&docker, &spec, &node_network).await
                     };
                     self.tasks.spawn_on(
                         async move {
