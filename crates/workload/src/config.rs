@@ -605,7 +605,7 @@ pub struct ModuleConfig {
 }
 
 impl ModuleConfig {
-    // r[impl workload.network+2]
+    // r[impl workload.network+3]
     /// The daemon's name of the node's network: [`NODE_NETWORK`] with an owner is
     /// `holdfast-OWNER`, so nodes sharing one daemon under different owners never share a network
     /// (nor answer each other's workload names); any other name as it is.
@@ -616,7 +616,7 @@ impl ModuleConfig {
         }
     }
 
-    // r[impl workload.network+2]
+    // r[impl workload.network+3]
     /// `spec` with the node's network under its daemon name ([`Self::node_network_name`]) when it
     /// joins it, and whether it does; other networks are left as written.
     pub fn on_node_network(

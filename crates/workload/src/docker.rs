@@ -141,68 +141,263 @@ pub fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     }
 }
 
+// r[impl workload.network.create]
+/// `body` joining its network by `network_id` as well as by name: two networks may share the
+/// name for a moment, which the daemon refuses to join by name alone. Not part of the spec, so
+/// an adopted container is compared without it.
+fn pinned(mut body: ContainerCreateBody, network_id: Option<&str>) -> ContainerCreateBody {
+    let endpoints = body
+        .networking_config
+        .as_mut()
+        .and_then(|n| n.endpoints_config.as_mut());
+    if let (Some(endpoints), Some(id)) = (endpoints, network_id) {
+        for endpoint in endpoints.values_mut() {
+            endpoint.network_id = Some(id.to_owned());
+        }
+    }
+    body
+}
+
 /// The label a network the node created carries (`holdfast.network=node`).
 pub const NETWORK_LABEL: &str = "holdfast.network";
 
-// r[impl workload.network+2]
+// r[impl workload.network+3]
 /// Whether `network` is one a container can have aliases on: not the default bridge, the host's
 /// network, none, or another container's.
 fn user_defined(network: &str) -> bool {
     !matches!(network, "bridge" | "default" | "host" | "none") && !network.starts_with("container:")
 }
 
-// r[impl workload.network+2]
-/// Makes sure the node's network (`node_network`) exists when `spec` joins it: a bridge labelled
-/// [`NETWORK_LABEL`], created when the daemon has none by that name (one that exists is used as
-/// it is; one created meanwhile by another start is no error). Other networks are the operator's.
+// r[impl workload.network+3]
+/// Makes sure the node's network (`node_network`) exists when `spec` joins it (see
+/// [`create_node_network`]), and says its id then, for [`start`] to join it by. Other networks
+/// are the operator's.
 pub async fn ensure_network(
     docker: &Docker,
     spec: &ContainerSpec,
     node_network: &str,
-) -> Result<(), StartError> {
+) -> Result<Option<String>, StartError> {
     if spec.shape.network.as_deref() != Some(node_network) {
-        return Ok(());
+        return Ok(None);
     }
-    // dockerd (20.10 and others) creates a second network of a name that exists, and a name two
-    // networks share is ambiguous to every container joining it: concurrent starts create it once.
+    // Within one process the starts take turns, so they never race each other; two processes
+    // racing are settled by `create_node_network` itself.
     static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one_at_a_time = CREATING.lock().await;
-    let failed = |e: bollard::errors::Error| StartError {
-        container: None,
-        message: format!("network {node_network}: {e}"),
+    create_node_network(docker, node_network).await.map(Some)
+}
+
+// r[impl workload.network.create]
+/// [`ensure_network`], then [`start`] on the network it settled on; when the create fails because
+/// that network went meanwhile (a slower peer removed it), settles again and starts once more.
+pub async fn ensure_network_and_start(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    node_network: &str,
+) -> Result<Started, StartError> {
+    let network_id = ensure_network(docker, spec, node_network).await?;
+    let first = start(docker, spec, network_id.as_deref()).await;
+    let Some(id) = network_id else {
+        return first;
     };
-    match docker
-        .inspect_network(
-            node_network,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-    {
-        Ok(_) => return Ok(()),
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {}
-        Err(e) => return Err(failed(e)),
-    }
-    let request = NetworkCreateRequest {
-        name: node_network.to_owned(),
-        driver: Some("bridge".to_owned()),
-        labels: Some(HashMap::from([(
-            NETWORK_LABEL.to_owned(),
-            "node".to_owned(),
-        )])),
-        ..Default::default()
-    };
-    match docker.create_network(request).await {
-        Ok(_) => {
-            tracing::info!(network = node_network, "created the node's network");
-            Ok(())
+    match first {
+        Err(e) if e.container.is_none() && network_gone(docker, &id).await => {
+            tracing::info!(
+                network = node_network,
+                id,
+                "the node's network went before the container was created: settling again"
+            );
+            let network_id = ensure_network(docker, spec, node_network).await?;
+            start(docker, spec, network_id.as_deref()).await
         }
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409, ..
-        }) => Ok(()),
-        Err(e) => Err(failed(e)),
+        other => other,
     }
+}
+
+async fn network_gone(docker: &Docker, id: &str) -> bool {
+    docker
+        .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
+        .await
+        .is_err_and(|e| not_found(&e))
+}
+
+/// How many times [`create_node_network`] lists the networks before giving up, the pause
+/// while another creator removes its duplicate (or after a create refused as a conflict), and
+/// how many pauses a start waits before it takes a newer one for one its creator went on with
+/// (or left behind).
+const SETTLE_ROUNDS: u32 = 100;
+const SETTLE_PAUSE: Duration = Duration::from_millis(100);
+const SETTLE_PATIENCE: u32 = 10;
+
+fn status_of(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+// r[impl workload.network.create]
+/// Leaves exactly one node network named `name` (a bridge labelled [`NETWORK_LABEL`]), creating
+/// it when there is none, safely while another process does the same, and returns its id: a
+/// container joins by it, since for a moment two networks may share the name. A create the
+/// daemon refuses as a conflict is re-read, and a duplicate the daemon accepted (dockerd before
+/// 25 does) is removed by whichever creator made the newer one, or by the oldest's creator when
+/// the newer one stays, or by any start once a duplicate stayed longer than its patience and no
+/// container is on it. Someone else's network of the name is an error.
+pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, StartError> {
+    use crate::network::{Settle, settle};
+    let failed = |message: String| StartError {
+        container: None,
+        message: format!("network {name}: {message}"),
+    };
+    // What this start created and did not hand on is given back before it fails.
+    let give_back = async |mine: Option<String>| {
+        if let Some(id) = mine {
+            let _ = docker.remove_network(&id).await;
+        }
+    };
+    let mut mine: Option<String> = None;
+    let mut found = Vec::new();
+    let mut waited = 0;
+    for _ in 0..SETTLE_ROUNDS {
+        found = match networks_named(docker, name).await {
+            Ok(found) => found,
+            Err(e) => {
+                give_back(mine).await;
+                return Err(failed(e.to_string()));
+            }
+        };
+        match settle(&found, mine.as_deref(), waited >= SETTLE_PATIENCE) {
+            Settle::Use(id) => return Ok(id),
+            Settle::Create => {
+                let request = NetworkCreateRequest {
+                    name: name.to_owned(),
+                    driver: Some("bridge".to_owned()),
+                    labels: Some(HashMap::from([(
+                        NETWORK_LABEL.to_owned(),
+                        "node".to_owned(),
+                    )])),
+                    ..Default::default()
+                };
+                match docker.create_network(request).await {
+                    Ok(created) => {
+                        tracing::info!(
+                            network = name,
+                            id = created.id,
+                            "created the node's network"
+                        );
+                        mine = Some(created.id);
+                    }
+                    // Created meanwhile by another process: read again what it is, after a
+                    // pause, so a name the daemon keeps refusing is not asked for in a spin.
+                    Err(e) if status_of(&e) == Some(409) => {
+                        tokio::time::sleep(SETTLE_PAUSE).await;
+                    }
+                    Err(e) => return Err(failed(e.to_string())),
+                }
+            }
+            Settle::Remove(id) => {
+                tracing::info!(
+                    network = name,
+                    id,
+                    "removing the node's network created twice"
+                );
+                match docker.remove_network(&id).await {
+                    Ok(()) => {}
+                    Err(e) if not_found(&e) => {}
+                    // A container is on it already (one that joined it by id): it stays, and
+                    // this start is no longer its creator; the other duplicates give way.
+                    Err(e) if status_of(&e) == Some(403) => {}
+                    Err(e) => return Err(failed(format!("removing the duplicate {id}: {e}"))),
+                }
+                mine = None;
+                waited = 0;
+            }
+            Settle::Prune(ids) => {
+                if !prune(docker, name, &ids).await {
+                    break;
+                }
+                waited = 0;
+            }
+            Settle::Wait => {
+                waited += 1;
+                tokio::time::sleep(SETTLE_PAUSE).await;
+            }
+            Settle::Foreign { id, driver } => {
+                give_back(mine).await;
+                return Err(failed(format!(
+                    "a network of this name exists ({id}, driver {driver}) that is not the \
+                     node's (a bridge labelled {NETWORK_LABEL}=node): someone else's; remove or \
+                     rename it"
+                )));
+            }
+        }
+    }
+    let ids: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
+    Err(failed(format!(
+        "{} networks of this name ({}) did not settle to one; remove all but one",
+        ids.len(),
+        ids.join(", ")
+    )))
+}
+
+/// Of the node networks `ids` (oldest first) left behind by other starts, keeps one (the oldest
+/// a container is on, else the oldest) and removes the others no container is on; whether any
+/// went. None going means more than one has a container: only the operator can settle that.
+async fn prune(docker: &Docker, name: &str, ids: &[String]) -> bool {
+    let mut in_use = Vec::new();
+    for id in ids {
+        let inspected = docker
+            .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .await;
+        in_use.push(match inspected {
+            Ok(n) => n.containers.as_ref().is_some_and(|c| !c.is_empty()),
+            // Gone already: something else settled it.
+            Err(e) if not_found(&e) => return true,
+            // Unknown: never removed.
+            Err(_) => true,
+        });
+    }
+    let keep = in_use.iter().position(|used| *used).unwrap_or(0);
+    let mut removed = false;
+    for (i, id) in ids.iter().enumerate() {
+        if i == keep || in_use[i] {
+            continue;
+        }
+        tracing::info!(network = name, id, "removing a node network left twice");
+        match docker.remove_network(id).await {
+            Ok(()) => removed = true,
+            Err(e) if not_found(&e) => removed = true,
+            Err(_) => {}
+        }
+    }
+    removed
+}
+
+/// Every network named exactly `name` (the daemon's `name` filter also matches parts of names).
+async fn networks_named(
+    docker: &Docker,
+    name: &str,
+) -> Result<Vec<crate::network::Found>, bollard::errors::Error> {
+    let options = bollard::query_parameters::ListNetworksOptions {
+        filters: Some(HashMap::from([("name".to_owned(), vec![name.to_owned()])])),
+    };
+    Ok(docker
+        .list_networks(Some(options))
+        .await?
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(name))
+        .map(|n| crate::network::Found {
+            id: n.id.unwrap_or_default(),
+            created: n.created.unwrap_or_default(),
+            driver: n.driver.unwrap_or_default(),
+            labelled: n
+                .labels
+                .unwrap_or_default()
+                .get(NETWORK_LABEL)
+                .is_some_and(|v| v == "node"),
+        })
+        .collect())
 }
 
 // r[impl workload.health]
@@ -222,13 +417,18 @@ fn health_config(h: &crate::shape::HealthCheck) -> HealthConfig {
 
 // r[impl workload.name]
 /// Creates a container from `spec` under its name and starts it; says whether the daemon runs a
-/// health check for it (the workload's or the image's).
-pub async fn start(docker: &Docker, spec: &ContainerSpec) -> Result<Started, StartError> {
+/// health check for it (the workload's or the image's). `network_id` is the id of `spec`'s
+/// network ([`ensure_network`]'s answer), joined by it rather than by its name.
+pub async fn start(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    network_id: Option<&str>,
+) -> Result<Started, StartError> {
     let options = CreateContainerOptionsBuilder::new()
         .name(&spec.name)
         .build();
     let created = docker
-        .create_container(Some(options), create_body(spec))
+        .create_container(Some(options), pinned(create_body(spec), network_id))
         .await
         .map_err(|e| StartError {
             container: None,
@@ -495,7 +695,7 @@ mod tests {
     use super::*;
     use bollard::models::EventActor;
 
-    fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
+    pub(super) fn spec_of(w: &crate::WorkloadConfig, owner: Option<&str>) -> ContainerSpec {
         // Alone here: its dependencies (holdfast's own key) would hold it back.
         let w = crate::WorkloadConfig {
             depends_on: Vec::new(),
@@ -531,7 +731,7 @@ mod tests {
         });
     }
 
-    // r[verify workload.network+2]
+    // r[verify workload.network+3]
     #[test]
     fn with_an_owner_the_nodes_network_is_the_owners_own() {
         let mut w = crate::WorkloadConfig::new("db", "busybox");
@@ -557,7 +757,25 @@ mod tests {
         assert_eq!(other.shape.network.as_deref(), Some("holdfast"));
     }
 
-    // r[verify workload.network+2]
+    // r[verify workload.network.create]
+    #[test]
+    fn the_nodes_network_is_joined_by_the_settled_id_as_well_as_its_name() {
+        let mut w = crate::WorkloadConfig::new("db", "busybox");
+        w.network = Some("holdfast".into());
+        let spec = spec_of(&w, None);
+        let body = pinned(create_body(&spec), Some("abc123"));
+        let endpoint = &body.networking_config.unwrap().endpoints_config.unwrap()["holdfast"];
+        assert_eq!(endpoint.network_id.as_deref(), Some("abc123"));
+        assert_eq!(endpoint.aliases, Some(vec!["db".to_owned()]));
+        assert_eq!(
+            body.host_config.unwrap().network_mode.as_deref(),
+            Some("holdfast")
+        );
+        // The spec (and so an adopted container's comparison) does not carry it.
+        assert_eq!(pinned(create_body(&spec), None), create_body(&spec));
+    }
+
+    // r[verify workload.network+3]
     #[test]
     fn on_a_user_defined_network_the_workload_name_is_an_alias() {
         let mut w = crate::WorkloadConfig::new("db", "busybox");
@@ -725,5 +943,355 @@ mod tests {
         let h = create_body(&spec_of(&w, None)).healthcheck.unwrap();
         assert_eq!(h.test, None);
         assert_eq!(h.retries, Some(5));
+    }
+}
+
+/// `create_node_network` against a scripted daemon on a Unix socket, on tokio's paused clock:
+/// the settle loop's timing and the daemon's refusals, which a real dockerd shows only by chance.
+#[cfg(test)]
+mod scripted_daemon {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::time::Instant;
+
+    #[derive(Debug, Clone)]
+    struct Net {
+        id: String,
+        created: String,
+        containers: bool,
+    }
+
+    /// What the daemon holds and how it answers.
+    #[derive(Default)]
+    struct Daemon {
+        nets: Vec<Net>,
+        /// Creates answered 409 before one is accepted.
+        conflicts: u32,
+        /// Whether a container joins what this start creates at once (by its id, as another
+        /// process's start may).
+        joined: bool,
+        /// A peer's duplicate, older than the create it comes with, that appears with the
+        /// first accepted create; and when (after that create) its creator removes it, if ever.
+        peer: Option<(Net, Option<Duration>)>,
+        peer_seen_at: Option<Instant>,
+        /// The first container create finds the network gone: a slow peer removed it.
+        vanish_before_container: bool,
+        containers_created: u32,
+        created: u32,
+        /// Every request: when, and its line.
+        log: Vec<(Instant, String)>,
+    }
+
+    impl Daemon {
+        fn answer(&mut self, method: &str, path: &str) -> (u16, String) {
+            self.log.push((Instant::now(), format!("{method} {path}")));
+            if let (Some((peer, Some(after))), Some(at)) = (&self.peer, self.peer_seen_at) {
+                if at.elapsed() >= *after {
+                    let id = peer.id.clone();
+                    self.nets.retain(|n| n.id != id);
+                    self.peer = None;
+                }
+            }
+            let path = path.split('?').next().unwrap_or_default();
+            let id = path.rsplit('/').next().unwrap_or_default().to_owned();
+            match (method, path) {
+                ("POST", "/containers/create") => {
+                    if std::mem::take(&mut self.vanish_before_container) {
+                        let gone = self.nets.pop().map(|n| n.id).unwrap_or_default();
+                        return (404, format!(r#"{{"message":"network {gone} not found"}}"#));
+                    }
+                    self.containers_created += 1;
+                    (201, r#"{"Id":"c1","Warnings":[]}"#.into())
+                }
+                ("POST", p) if p.starts_with("/containers/") => (204, String::new()),
+                ("GET", p) if p.starts_with("/containers/") => {
+                    (200, r#"{"Id":"c1","State":{"Status":"running"}}"#.into())
+                }
+                ("GET", "/networks") => {
+                    let list: Vec<serde_json::Value> = self
+                        .nets
+                        .iter()
+                        .map(|n| {
+                            serde_json::json!({
+                                "Name": "holdfast", "Id": n.id, "Created": n.created,
+                                "Driver": "bridge", "Labels": { NETWORK_LABEL: "node" },
+                            })
+                        })
+                        .collect();
+                    (200, serde_json::Value::from(list).to_string())
+                }
+                ("POST", "/networks/create") => {
+                    if self.conflicts > 0 {
+                        self.conflicts -= 1;
+                        return (409, r#"{"message":"network holdfast exists"}"#.into());
+                    }
+                    self.created += 1;
+                    let id = format!("mine{}", self.created);
+                    self.nets.push(Net {
+                        id: id.clone(),
+                        created: format!("2026-12-06T12:00:{:02}Z", 10 + self.created),
+                        containers: self.joined,
+                    });
+                    if let Some((peer, _)) = &self.peer {
+                        if self.peer_seen_at.is_none() {
+                            self.nets.push(peer.clone());
+                            self.peer_seen_at = Some(Instant::now());
+                        }
+                    }
+                    (
+                        201,
+                        serde_json::json!({"Id": id, "Warning": ""}).to_string(),
+                    )
+                }
+                ("GET", _) => match self.nets.iter().find(|n| n.id == id) {
+                    Some(n) => {
+                        let containers = if n.containers {
+                            serde_json::json!({"c1": {"Name": "c1"}})
+                        } else {
+                            serde_json::json!({})
+                        };
+                        let body = serde_json::json!({"Id": n.id, "Containers": containers});
+                        (200, body.to_string())
+                    }
+                    None => (404, r#"{"message":"no such network"}"#.into()),
+                },
+                ("DELETE", _) => {
+                    if self.nets.iter().any(|n| n.id == id && n.containers) {
+                        return (403, r#"{"message":"has active endpoints"}"#.into());
+                    }
+                    let before = self.nets.len();
+                    self.nets.retain(|n| n.id != id);
+                    if self.nets.len() == before {
+                        (404, r#"{"message":"no such network"}"#.into())
+                    } else {
+                        (204, String::new())
+                    }
+                }
+                _ => (500, r#"{"message":"unscripted"}"#.into()),
+            }
+        }
+    }
+
+    /// Serves `daemon` on a socket in `dir`; a client for it.
+    fn serve(dir: &std::path::Path, daemon: Arc<Mutex<Daemon>>) -> Docker {
+        let socket = dir.join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let daemon = Arc::clone(&daemon);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let text = String::from_utf8_lossy(&seen).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                            continue;
+                        };
+                        let head = text[..end].to_owned();
+                        let length: usize = head
+                            .lines()
+                            .filter_map(|l| l.split_once(':'))
+                            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                            .and_then(|(_, v)| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        while seen.len() < end + 4 + length {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        seen.drain(..end + 4 + length);
+                        let mut words = head.split(' ');
+                        let method = words.next().unwrap_or_default().to_owned();
+                        let path = words.next().unwrap_or_default();
+                        // The versioned prefix, `/v1.xx`, off.
+                        let path = match path.strip_prefix("/v") {
+                            Some(rest) => rest.find('/').map_or(path, |i| &rest[i..]),
+                            None => path,
+                        };
+                        let (status, body) = daemon.lock().unwrap().answer(&method, path);
+                        let response = format!(
+                            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n\
+                             Content-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Docker::connect_with_unix(socket.to_str().unwrap(), 120, bollard::API_DEFAULT_VERSION)
+            .unwrap()
+    }
+
+    fn net(id: &str, created: &str, containers: bool) -> Net {
+        Net {
+            id: id.into(),
+            created: created.into(),
+            containers,
+        }
+    }
+
+    async fn run(daemon: Daemon) -> (Result<String, StartError>, Duration, Daemon) {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(Mutex::new(daemon));
+        let docker = serve(dir.path(), Arc::clone(&shared));
+        let start = Instant::now();
+        let result = create_node_network(&docker, "holdfast").await;
+        let took = start.elapsed();
+        let daemon = std::mem::take(&mut *shared.lock().unwrap());
+        (result, took, daemon)
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn a_start_whose_settled_network_went_before_its_container_settles_again_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(Mutex::new(Daemon {
+            vanish_before_container: true,
+            ..Default::default()
+        }));
+        let docker = serve(dir.path(), Arc::clone(&shared));
+        let mut w = crate::WorkloadConfig::new("db", "busybox");
+        w.network = Some("holdfast".into());
+        let spec = tests::spec_of(&w, None);
+        let started = ensure_network_and_start(&docker, &spec, "holdfast").await;
+        assert_eq!(started.map(|s| s.container), Ok("c1".to_owned()));
+        let daemon = shared.lock().unwrap();
+        assert_eq!((daemon.created, daemon.containers_created), (2, 1));
+        assert_eq!(ids(&daemon), ["mine2"]);
+    }
+
+    fn ids(daemon: &Daemon) -> Vec<&str> {
+        daemon.nets.iter().map(|n| n.id.as_str()).collect()
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn duplicates_a_stopped_creator_left_are_pruned_after_about_a_second() {
+        let (result, took, daemon) = run(Daemon {
+            nets: vec![
+                net("new", "2026-12-06T12:00:02Z", false),
+                net("old", "2026-12-06T12:00:01Z", false),
+                net("used", "2026-12-06T12:00:03Z", true),
+            ],
+            ..Default::default()
+        })
+        .await;
+        // The one a container is on is kept, whatever its age; no create.
+        assert_eq!(result.unwrap(), "used");
+        assert_eq!(ids(&daemon), ["used"]);
+        assert_eq!(daemon.created, 0);
+        assert!(
+            took >= SETTLE_PAUSE * SETTLE_PATIENCE && took < SETTLE_PAUSE * (SETTLE_PATIENCE + 2),
+            "{took:?}"
+        );
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn duplicates_each_with_a_container_fail_the_start_naming_them() {
+        let (result, took, daemon) = run(Daemon {
+            nets: vec![
+                net("a", "2026-12-06T12:00:01Z", true),
+                net("b", "2026-12-06T12:00:02Z", true),
+            ],
+            ..Default::default()
+        })
+        .await;
+        let message = result.unwrap_err().message;
+        assert!(
+            message.contains("a, b") || message.contains("b, a"),
+            "{message}"
+        );
+        assert_eq!(ids(&daemon).len(), 2);
+        assert!(took < SETTLE_PAUSE * (SETTLE_PATIENCE + 2), "{took:?}");
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn a_create_refused_as_a_conflict_is_read_again_after_a_pause() {
+        // Refused three times while the list still shows none (another daemon's view lagging).
+        let (result, took, daemon) = run(Daemon {
+            conflicts: 3,
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(result.unwrap(), "mine1");
+        let creates: Vec<Instant> = daemon
+            .log
+            .iter()
+            .filter(|(_, line)| line.starts_with("POST"))
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(creates.len(), 4);
+        for pair in creates.windows(2) {
+            assert!(pair[1] - pair[0] >= SETTLE_PAUSE, "{:?}", daemon.log);
+        }
+        assert!(took >= SETTLE_PAUSE * 3, "{took:?}");
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn an_own_duplicate_a_container_joined_is_kept_and_the_peers_is_pruned() {
+        // Ours is the newer, so ours is removed; but a container joined it by id meanwhile (403):
+        // it stays, and the peer's, which nothing is on, is pruned once it stayed a second.
+        let (result, _, daemon) = run(Daemon {
+            joined: true,
+            peer: Some((net("peer", "2026-12-06T12:00:00Z", false), None)),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(result.unwrap(), "mine1");
+        assert_eq!(ids(&daemon), ["mine1"]);
+        assert!(
+            daemon
+                .log
+                .iter()
+                .any(|(_, l)| l == "DELETE /networks/mine1"),
+            "{:?}",
+            daemon.log
+        );
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn the_creator_of_the_oldest_waits_about_a_second_then_gives_way() {
+        // Ours is the oldest; the peer's newer one stays (its creator went on with it).
+        let (result, took, daemon) = run(Daemon {
+            peer: Some((net("peer", "2026-12-06T12:00:59Z", false), None)),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(result.unwrap(), "peer");
+        assert_eq!(ids(&daemon), ["peer"]);
+        assert!(
+            took >= SETTLE_PAUSE * SETTLE_PATIENCE && took < SETTLE_PAUSE * (SETTLE_PATIENCE + 2),
+            "{took:?}"
+        );
+    }
+
+    // r[verify workload.network.create]
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_peer_removing_its_newer_one_after_ours_is_gone_leaves_one_created_again() {
+        // The peer takes 1.5 s to remove its newer one: ours, the oldest, is removed first (our
+        // patience ran out), then the peer's; the next round creates one again and uses it.
+        let (result, _, daemon) = run(Daemon {
+            peer: Some((
+                net("peer", "2026-12-06T12:00:59Z", false),
+                Some(Duration::from_millis(1500)),
+            )),
+            ..Default::default()
+        })
+        .await;
+        let id = result.unwrap();
+        assert_eq!(ids(&daemon), [id.as_str()]);
     }
 }

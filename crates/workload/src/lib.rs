@@ -20,6 +20,7 @@ pub mod certs;
 pub mod config;
 pub mod docker;
 pub mod images;
+mod network;
 pub mod owner;
 pub mod reconciler;
 pub mod shape;

@@ -361,8 +361,7 @@ impl<I: Images> Supervisor<I> {
                             container: None,
                             message: format!("connect: {e}"),
                         })?;
-                        docker::ensure_network(&docker, &spec, &node_network).await?;
-                        docker::start(&docker, &spec).await
+                        docker::ensure_network_and_start(&docker, &spec, &node_network).await
                     };
                     self.tasks.spawn_on(
                         async move {
