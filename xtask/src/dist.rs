@@ -3,6 +3,8 @@
 //! hands the rest to cargo-deb, which reads `[package.metadata.deb]` in crates/node/Cargo.toml
 //! (the assets, the conffile, the systemd unit and the maintainer scripts under dist/debian/).
 //! It prints the path of the `.deb` on its last line.
+//! With `--no-build` it builds nothing and packages the binary an earlier build left (CI's test
+//! build), once that binary says it has every feature.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
