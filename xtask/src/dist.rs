@@ -3,6 +3,8 @@
 //! hands the rest to cargo-deb, which reads `[package.metadata.deb]` in crates/node/Cargo.toml
 //! (the assets, the conffile, the systemd unit and the maintainer scripts under dist/debian/).
 //! It prints the path of the `.deb` on its last line.
+//! With `--no-build` it builds nothing and packages the binary an earlier build left (CI's test
+//! build), once that binary says it has every feature.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -32,6 +34,10 @@ pub struct DebArgs {
     /// Where the .deb goes (default: target/debian/).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Build nothing: package the `holdfast` an earlier build left in target/PROFILE/ (CI's
+    /// `cargo xtask test --no-run`, with the suite's features), which must have every feature.
+    #[arg(long)]
+    pub no_build: bool,
 }
 
 /// The features the package's binary is built with: every one an operator may configure.
@@ -54,9 +60,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let target = crate::root::target_dir(&workspace);
     let profile = Profile::of(deb.debug);
     cargo_deb_present()?;
-    build(&workspace, profile)?;
     let products = target.join(profile.dir());
     let binary = products.join("holdfast");
+    if deb.no_build {
+        prebuilt_has_every_feature(&binary, profile)?;
+    } else {
+        build(&workspace, profile)?;
+    }
     generate_docs(&binary, &products.join("dist"))?;
     let out = deb.out.unwrap_or_else(|| target.join("debian"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
@@ -124,6 +134,63 @@ fn build(workspace: &Path, profile: Profile) -> anyhow::Result<()> {
         bail!("dist deb: building holdfast failed ({status})");
     }
     Ok(())
+}
+
+// i[impl dist.deb.no-build]
+/// Whether the binary another build left has every one of [`FEATURES`], by its own account
+/// (`holdfast version --json`); an error says what to build when it has not. More is fine: the
+/// test build's binary also has `testing-modules`, whose modules stay inert unless configured.
+fn prebuilt_has_every_feature(binary: &Path, profile: Profile) -> anyhow::Result<()> {
+    let build = format!(
+        "cargo build -p holdfast --features {FEATURES} --profile {}",
+        profile.cargo_name()
+    );
+    if !binary.is_file() {
+        bail!(
+            "dist deb --no-build: there is no {} to package: build it first ({build})",
+            binary.display()
+        );
+    }
+    let out = Command::new(binary)
+        .args(["version", "--json"])
+        .output()
+        .with_context(|| format!("running {} version --json", binary.display()))?;
+    if !out.status.success() {
+        bail!(
+            "dist deb --no-build: `holdfast version --json` failed ({})",
+            out.status
+        );
+    }
+    let built = features_of(&out.stdout)
+        .context("dist deb --no-build: `holdfast version --json` named no features")?;
+    let missing = missing_features(&built);
+    if !missing.is_empty() {
+        bail!(
+            "dist deb --no-build: {} lacks the feature(s) {}: build it with every feature first ({build})",
+            binary.display(),
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The `features` of `holdfast version --json`'s output.
+fn features_of(json: &[u8]) -> Option<Vec<String>> {
+    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
+    value
+        .get("features")?
+        .as_array()?
+        .iter()
+        .map(|f| f.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Those of [`FEATURES`] not among `built`.
+fn missing_features(built: &[String]) -> Vec<&'static str> {
+    FEATURES
+        .split(',')
+        .filter(|f| !built.iter().any(|b| b == f))
+        .collect()
 }
 
 fn git_commit(workspace: &Path) -> Option<String> {
@@ -212,6 +279,29 @@ mod tests {
         assert_eq!(Profile::of(true).dir(), "debug");
         assert_eq!(Profile::of(false).cargo_name(), "release");
         assert_eq!(Profile::of(false).dir(), "release");
+    }
+
+    // i[verify dist.deb.no-build]
+    #[test]
+    fn a_prebuilt_binary_is_packaged_only_with_every_feature() {
+        let json = |features: &str| {
+            format!(r#"{{"version":"0.1.0","commit":null,"features":{features}}}"#)
+        };
+        let built = features_of(json(r#"["etcd"]"#).as_bytes()).expect("features");
+        assert!(missing_features(&built).is_empty());
+        let built = features_of(json(r#"["testing-modules"]"#).as_bytes()).expect("features");
+        assert_eq!(missing_features(&built), ["etcd"]);
+        let built = features_of(json("[]").as_bytes()).expect("features");
+        assert_eq!(missing_features(&built), ["etcd"]);
+        assert!(features_of(b"holdfast 0.1.0").is_none());
+        let missing = tempfile::tempdir().expect("tempdir");
+        let err = prebuilt_has_every_feature(&missing.path().join("holdfast"), Profile::Debug)
+            .expect_err("no binary");
+        assert!(
+            err.to_string()
+                .contains("cargo build -p holdfast --features etcd --profile dev"),
+            "{err}"
+        );
     }
 
     // i[verify dist.deb]

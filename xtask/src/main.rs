@@ -28,6 +28,7 @@ mod drain_demo;
 mod drivers;
 mod harness;
 mod prove;
+mod read_cache;
 mod spec_check;
 mod spec_report;
 mod trace;
@@ -75,6 +76,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    read_cache::enable();
     let outcome = match cli.command {
         Command::SpecCheck(args) => spec_check::run(args),
         Command::TraceyParity(args) => spec_check::parity(args),

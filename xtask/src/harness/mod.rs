@@ -7,6 +7,7 @@
 //! exports their addresses to the tests (the `HOLDFAST_TEST_*` variables that
 //! `holdfast-test-support` reads), runs the workspace's tests with nextest and the doctests, stops
 //! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate.
+//! `--no-run` only builds what that run would (CI's one build, shared with the package).
 //!
 //! Layout: `packages` (what is needed and from which Debian package), `layout` (directories and
 //! ports), `process` (supervision: process groups, stopping, sweeping leftovers), `probe`
@@ -44,6 +45,10 @@ pub struct Args {
     /// still up (CI's mutation proof: tests that need a service judge mutants against it).
     #[arg(long, conflicts_with = "services_only")]
     pub prove_ci: bool,
+    /// Build the tests the same arguments would run, with the same features, and stop: no
+    /// service starts and no test runs (CI builds once for the package and the tests).
+    #[arg(long, conflicts_with_all = ["services_only", "prove_ci"])]
+    pub no_run: bool,
     /// Arguments for `cargo nextest run` (a filter, `--no-capture`, ...), after `--`.
     #[arg(last = true)]
     pub test_args: Vec<String>,
@@ -64,6 +69,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("installing the Ctrl-C handler")?;
 
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if args.no_run {
+        return build_only(
+            &workspace,
+            install_allowed(args.install, ci),
+            &args.test_args,
+        );
+    }
     let busybox = ensure_requirements(install_allowed(args.install, ci))?;
     let ready_after = run_started.elapsed();
 
@@ -302,6 +314,30 @@ fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
     )
 }
 
+// i[impl harness.build-once]
+/// `cargo xtask test --no-run`: the suite's build alone; only nextest is needed for it.
+fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<ExitCode> {
+    ensure_nextest(install)?;
+    let status = suite::build(std::process::Command::new("cargo"), workspace, test_args)?;
+    if !status.success() {
+        bail!("xtask test --no-run: building the tests failed ({status})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// cargo-nextest, installed when missing and allowed.
+fn ensure_nextest(install: bool) -> anyhow::Result<()> {
+    if !packages::has_nextest() {
+        if !install {
+            bail!(
+                "cargo-nextest is missing: run `cargo install --locked cargo-nextest` (or pass --install)"
+            );
+        }
+        packages::install_nextest()?;
+    }
+    Ok(())
+}
+
 /// Checks every program is present, installing the missing ones when allowed; returns the static
 /// busybox to seed the image with.
 fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
@@ -322,14 +358,7 @@ fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
             );
         }
     }
-    if !packages::has_nextest() {
-        if !install {
-            bail!(
-                "cargo-nextest is missing: run `cargo install --locked cargo-nextest` (or pass --install)"
-            );
-        }
-        packages::install_nextest()?;
-    }
+    ensure_nextest(install)?;
     if !packages::has_mutants() {
         if !install {
             bail!(

@@ -54,7 +54,10 @@ pub fn nextest(
 /// Cargo features the suite builds with, each `(package, feature)`: code behind a feature that
 /// needs a build tool the harness installs (holdfast-gateway's etcd registry needs `protoc`),
 /// enabled whenever that package is in the run.
-pub const SUITE_FEATURES: &[(&str, &str)] = &[("holdfast-gateway", "etcd")];
+/// The node's own `etcd` is among them so that the node binary the suite builds has every
+/// feature: CI packages that one (`dist deb --no-build`) instead of building the node again.
+// i[impl harness.build-once]
+pub const SUITE_FEATURES: &[(&str, &str)] = &[("holdfast-gateway", "etcd"), ("holdfast", "etcd")];
 
 /// The whole workspace unless the caller named packages (`-p`/`--package`), which cargo would
 /// otherwise ignore next to `--workspace`; with [`SUITE_FEATURES`] of the packages in the run.
@@ -83,13 +86,44 @@ pub fn nextest_args(extra: &[String]) -> Vec<String> {
     args
 }
 
-/// `cargo test --workspace --doc` (nextest does not run doctests); returns its status and counts.
+/// [`nextest_args`] that build the same tests and run none (`--no-run`).
+// i[impl harness.build-once]
+pub fn build_args(extra: &[String]) -> Vec<String> {
+    let mut args = nextest_args(extra);
+    args.insert(2, "--no-run".into());
+    args
+}
+
+/// `cargo nextest run --no-run` of the tests [`nextest`] would run with `args`: their build alone.
+pub fn build(mut cargo: Command, workspace: &Path, args: &[String]) -> anyhow::Result<ExitStatus> {
+    cargo
+        .args(build_args(args))
+        .current_dir(workspace)
+        .status()
+        .context("running cargo nextest (install it with `cargo install cargo-nextest`)")
+}
+
+/// `cargo test --workspace --doc` with the features of the whole workspace's nextest run: under
+/// other features cargo would build the libraries (and every dependency whose features differ)
+/// once more for the doctests alone.
+// i[impl harness.build-once]
+pub fn doctest_args() -> Vec<String> {
+    let mut args: Vec<String> = ["test", "--workspace", "--doc"].map(String::from).into();
+    let features: Vec<String> = SUITE_FEATURES
+        .iter()
+        .map(|(package, feature)| format!("{package}/{feature}"))
+        .collect();
+    args.extend(["--features".into(), features.join(",")]);
+    args
+}
+
+/// [`doctest_args`] (nextest does not run doctests); returns its status and counts.
 pub fn doctests(
     workspace: &Path,
     env: &[(String, String)],
 ) -> anyhow::Result<(ExitStatus, Counts)> {
     let mut child = Command::new("cargo")
-        .args(["test", "--workspace", "--doc"])
+        .args(doctest_args())
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace)
         .stdout(Stdio::piped())
@@ -225,11 +259,11 @@ mod tests {
         };
         assert_eq!(
             args(&[]),
-            "nextest run --workspace --profile ci --features holdfast-gateway/etcd"
+            "nextest run --workspace --profile ci --features holdfast-gateway/etcd,holdfast/etcd"
         );
         assert_eq!(
             args(&["smoke"]),
-            "nextest run --workspace --profile ci --features holdfast-gateway/etcd smoke"
+            "nextest run --workspace --profile ci --features holdfast-gateway/etcd,holdfast/etcd smoke"
         );
         assert_eq!(
             args(&["-p", "holdfast-gateway"]),
@@ -243,6 +277,35 @@ mod tests {
             args(&["--package=holdfast-pull"]),
             "nextest run --profile ci --package=holdfast-pull"
         );
+    }
+
+    // i[verify harness.build-once]
+    #[test]
+    fn the_build_only_run_and_the_doctests_build_with_the_suite_s_features() {
+        let to_strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for extra in [&[][..], &["smoke"][..], &["-p", "holdfast-gateway"][..]] {
+            let mut run = nextest_args(&to_strings(extra));
+            let build = build_args(&to_strings(extra));
+            assert_eq!(build[..3], ["nextest", "run", "--no-run"]);
+            run.insert(2, "--no-run".into());
+            assert_eq!(build, run, "{extra:?}");
+        }
+        // The doctests cover the whole workspace: the whole workspace's features.
+        let workspace = nextest_args(&[]);
+        let features = |args: &[String]| {
+            let at = args
+                .iter()
+                .position(|a| a == "--features")
+                .expect("--features");
+            args[at + 1].clone()
+        };
+        assert_eq!(features(&doctest_args()), features(&workspace));
+        assert!(
+            features(&workspace)
+                .split(',')
+                .any(|f| f == "holdfast/etcd")
+        );
+        assert_eq!(doctest_args()[..3], ["test", "--workspace", "--doc"]);
     }
 
     #[test]

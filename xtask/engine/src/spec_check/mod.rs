@@ -7,7 +7,8 @@
 //! 2. [`rules`] extracts the rule definitions from each spec's markdown with marq, the crate tracey
 //!    1.3.0 renders specs with.
 //! 3. [`sources`] walks each impl's `include` and `test_include` exactly as tracey does and extracts
-//!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables).
+//!    references with tracey-core's tree-sitter lexer (the `reverse` feature tracey itself enables);
+//!    [`read_cache`] keeps what a file's bytes gave, so an unchanged file is not parsed again.
 //! 4. [`rust_layout`] knows what tracey does not: which lines sit in `#[cfg(test)]` code, which
 //!    test function a `verify` annotation precedes (its test attribute may sit above the
 //!    annotation), and which file or module's tests an annotation at its head stands for.
@@ -39,6 +40,7 @@ pub mod measures;
 pub mod parity;
 mod pool;
 pub mod problem;
+pub mod read_cache;
 pub mod report;
 pub mod rule_text;
 pub mod rules;

@@ -5,10 +5,11 @@
 
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
 use tracey_core::code_units::{self, CodeUnitKind};
 
 /// An inline module (`mod name { ... }`) and the lines it spans, attributes included.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct InlineModule {
     name: String,
     start: usize,
@@ -16,7 +17,7 @@ struct InlineModule {
 }
 
 /// A function item and the lines it spans, leading comments and attributes included.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Function {
     name: String,
     start: usize,
@@ -24,7 +25,9 @@ struct Function {
 }
 
 /// The test-relevant structure of one Rust file.
-#[derive(Debug, Clone, Default)]
+/// Serializable for the read cache ([`super::read_cache`]), without its lines: the file's own text
+/// gives them back ([`RustLayout::with_lines`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RustLayout {
     /// Line ranges of items under `#[cfg(test)]`.
     test_ranges: Vec<(usize, usize)>,
@@ -33,12 +36,14 @@ pub struct RustLayout {
     /// `#[cfg(test)] mod name;` — child files that are test code as a whole.
     test_child_modules: Vec<String>,
     /// Every named item (function, struct, impl, …) and the lines it spans.
+    #[serde(deserialize_with = "items_read_back")]
     items: Vec<Item>,
+    #[serde(skip)]
     lines: Vec<String>,
 }
 
 /// A named item of a Rust file, leading comments and attributes included in its span.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Item {
     /// `fn`, `struct`, `enum`, `trait`, `impl`, `mod`, `const`, `static`, `type` or `macro`.
     pub kind: &'static str,
@@ -128,6 +133,13 @@ impl RustLayout {
         }
         layout.modules.sort_by_key(|m| m.start);
         layout
+    }
+
+    /// This layout with the lines of `content`, the file it was parsed from (the read cache
+    /// stores a layout without them).
+    pub fn with_lines(mut self, content: &str) -> Self {
+        self.lines = content.lines().map(str::to_owned).collect();
+        self
     }
 
     /// Whether `line` lies inside a `#[cfg(test)]` item.
@@ -406,6 +418,45 @@ impl RustLayout {
         }
         false
     }
+}
+
+/// Every kind [`item_kind`] names.
+const ITEM_KINDS: [&str; 10] = [
+    "fn", "struct", "enum", "trait", "impl", "mod", "const", "static", "type", "macro",
+];
+
+/// An [`Item`] as the read cache stores it: its kind as text, since a `&'static str` cannot be
+/// read from a buffer.
+#[derive(Deserialize)]
+struct StoredItem {
+    kind: String,
+    name: String,
+    start: usize,
+    end: usize,
+}
+
+/// Items read back, each kind one of [`ITEM_KINDS`]; another is an error (the cache entry is then
+/// a miss).
+fn items_read_back<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<Item>, D::Error> {
+    Vec::<StoredItem>::deserialize(deserializer)?
+        .into_iter()
+        .map(|stored| {
+            let kind = ITEM_KINDS
+                .into_iter()
+                .find(|k| *k == stored.kind)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!("unknown item kind `{}`", stored.kind))
+                })?;
+            Ok(Item {
+                kind,
+                name: stored.name,
+                start: stored.start,
+                end: stored.end,
+            })
+        })
+        .collect()
 }
 
 fn item_kind(kind: CodeUnitKind) -> &'static str {
@@ -736,5 +787,36 @@ use std::io;
             self::layout(before_fn).scope_headed_at(line_of(before_fn, "MARK-FN")),
             None
         );
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    // Every kind an item can have is one the read cache can read back.
+    // i[verify spec-check.read-cache]
+    #[test]
+    fn every_item_kind_reads_back_from_the_cache() {
+        for kind in [
+            CodeUnitKind::Function,
+            CodeUnitKind::Struct,
+            CodeUnitKind::Enum,
+            CodeUnitKind::Trait,
+            CodeUnitKind::Impl,
+            CodeUnitKind::Module,
+            CodeUnitKind::Const,
+            CodeUnitKind::Static,
+            CodeUnitKind::TypeAlias,
+            CodeUnitKind::Macro,
+        ] {
+            assert!(ITEM_KINDS.contains(&item_kind(kind)), "{kind:?}");
+        }
+        let stored = r#"{"test_ranges":[],"modules":[],"functions":[],"test_child_modules":[],
+            "items":[{"kind":"fn","name":"f","start":1,"end":2}]}"#;
+        let layout: RustLayout = serde_json::from_str(stored).expect("a layout");
+        assert_eq!(layout.items()[0].kind, "fn");
+        let unknown = stored.replace(r#""fn""#, r#""function""#);
+        assert!(serde_json::from_str::<RustLayout>(&unknown).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! Scans an impl's sources for references with tracey-core's lexer (tree-sitter, comments only —
 //! the extraction tracey 1.3.0 itself runs), over the same files tracey scans: `include` plus
 //! `test_include`, minus `exclude`. Each file is parsed once even when several specs include it,
-//! on a thread pool with deep stacks (the results are kept in path order).
+//! on a thread pool with deep stacks (the results are kept in path order), or not at all when the
+//! read cache holds what an earlier run found in the same bytes ([`super::read_cache`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use tracey_config::Impl;
 use tracey_core::{ReqReference, Reqs, is_supported_extension};
 
 use super::problem::{Kind, Problem};
+use super::read_cache::{self, Read};
 use super::rust_layout::RustLayout;
 use super::walk::{self, Keep, TestMatcher};
 use crate::model::tree::Tree;
@@ -118,15 +120,29 @@ fn parse(tree: &dyn Tree, path: &Path, relative: String) -> Result<ParsedFile, P
     let content = tree.read(path).map_err(|err| {
         Problem::new(Kind::Unscannable, format!("cannot read: {err}")).in_file(&relative)
     })?;
-    let refs = Reqs::extract_from_content(path, &content).references;
-    let layout =
-        (path.extension().is_some_and(|e| e == "rs")).then(|| RustLayout::parse(path, &content));
+    // A file unchanged since a run that cached it is not parsed again.
+    let Read { refs, layout } = match read_cache::process() {
+        Some(cache) => cache.read(path, &content, || read_file(path, &content)).0,
+        None => read_file(path, &content),
+    };
     Ok(ParsedFile {
         relative,
         content,
         refs,
         layout,
     })
+}
+
+/// What tracey-core's parses of `content` (the file at `path`) find: its references, and the
+/// layout of a Rust file.
+pub(crate) fn read_file(path: &Path, content: &str) -> Read {
+    Read {
+        refs: Reqs::extract_from_content(path, content).references,
+        layout: path
+            .extension()
+            .is_some_and(|e| e == "rs")
+            .then(|| RustLayout::parse(path, content)),
+    }
 }
 
 impl ParsedFiles {
