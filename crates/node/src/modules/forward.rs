@@ -54,7 +54,7 @@ impl std::fmt::Debug for ForwardModule {
 
 /// The access part of `[forward]`: `token_file`, `tokens`, `allow` and `[[forward.client]]`, as
 /// written (the token files not read yet).
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq)]
 pub struct AccessSpec {
     /// A token file (one token a line, mode 0600), read at each start and each live update.
     pub token_file: Option<PathBuf>,
@@ -175,7 +175,7 @@ impl Bounds {
 }
 
 /// A `[[forward.client]]` as the node runs it: its tokens reach only its own targets.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct ClientGrant {
     /// A token file (one token a line, mode 0600), read at each start.
     pub token_file: Option<PathBuf>,
@@ -210,18 +210,25 @@ fn allow_list(entries: &[String]) -> AllowList {
     AllowList::parse(entries.iter().map(String::as_str)).unwrap_or_default()
 }
 
-impl ForwardModule {
-    /// The module for a validated `[forward]` section.
-    pub fn new(
-        section: &crate::config::ForwardSection,
-        data_dir: PathBuf,
-        slot: Slot<Server>,
-    ) -> Self {
-        slot.configure();
-        ForwardModule {
+// r[impl node.reload.diff+4]
+/// `[forward]` converted, its token files not read: what the module is built from, and what a
+/// reload compares (two are equal exactly when the module would be built the same).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardSettings {
+    /// The UDP address the QUIC endpoint listens on.
+    pub listen: SocketAddr,
+    /// Who may connect and where their forwards may go.
+    pub access: AccessSpec,
+    /// The connection bounds.
+    pub bounds: Bounds,
+}
+
+impl ForwardSettings {
+    /// The settings of a validated `[forward]` section.
+    pub fn of(section: &crate::config::ForwardSection) -> Self {
+        ForwardSettings {
             listen: *section.listen.get_ref(),
-            data_dir,
-            access: Arc::new(Mutex::new(AccessSpec::of(section))),
+            access: AccessSpec::of(section),
             bounds: Bounds {
                 max_connections: section.max_connections.as_ref().map(|b| *b.get_ref()),
                 max_connections_per_token: section
@@ -234,6 +241,29 @@ impl ForwardModule {
                     .as_ref()
                     .map(|b| *b.get_ref()),
             },
+        }
+    }
+}
+
+impl ForwardModule {
+    /// The module for a validated `[forward]` section.
+    pub fn new(
+        section: &crate::config::ForwardSection,
+        data_dir: PathBuf,
+        slot: Slot<Server>,
+    ) -> Self {
+        slot.configure();
+        // One conversion for the module and the reload's comparison (`reload::module_inputs`).
+        let ForwardSettings {
+            listen,
+            access,
+            bounds,
+        } = ForwardSettings::of(section);
+        ForwardModule {
+            listen,
+            data_dir,
+            access: Arc::new(Mutex::new(access)),
+            bounds,
             slot,
         }
     }
