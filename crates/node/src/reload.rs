@@ -285,6 +285,16 @@ pub fn takes_live(name: &str, running: &Inputs, new: &Inputs) -> bool {
 /// Whether going from `old` to `new` (which differ) changes only keys the module takes live.
 fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
     match (old, new) {
+        (
+            ModuleInputs::Pull {
+                section: old_section,
+                built: old,
+            },
+            ModuleInputs::Pull {
+                section: new_section,
+                built: new,
+            },
+        ) => old_section == new_section && images_only(old, new),
         // r[impl node.reload.live+2]
         // The workload module: only its `[[workload]]` entries (its settings, which hold what
         // `[workloads]` sets, are the same).
@@ -306,6 +316,26 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
         }
         _ => false,
     }
+}
+
+// r[impl node.reload.live-pull]
+/// Whether what the pull module is built from differs only in its set of (workload name, image):
+/// the same daemon, pacing, registry credentials, followed tags and image collection (a field
+/// added to [`PullInputs`] must be sorted here, which the destructuring enforces).
+fn images_only(old: &PullInputs, new: &PullInputs) -> bool {
+    let PullInputs {
+        workloads: _,
+        docker_host,
+        config,
+        auth,
+        tag_checks,
+        gc,
+    } = new;
+    *docker_host == old.docker_host
+        && *config == old.config
+        && *auth == old.auth
+        && *tag_checks == old.tag_checks
+        && *gc == old.gc
 }
 
 // r[impl node.reload.live-gateway]
@@ -858,6 +888,57 @@ mod tests {
         let without = inputs("[node]\n[[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n");
         assert!(!takes_live(NAME, &running, &without));
         assert!(!takes_live(NAME, &without, &running));
+    }
+
+    // r[verify node.reload.live-pull]
+    #[test]
+    fn a_pull_module_takes_only_its_set_of_images_live() {
+        use crate::modules::pull::NAME;
+        let running = inputs(BASE);
+        let db = "[[workload]]\nname = \"db\"\nimage = \"postgres:16\"\n";
+        for (what, text, live) in [
+            ("a workload added", format!("{BASE}{db}"), true),
+            ("an image changed", BASE.replace("nginx:1", "nginx:2"), true),
+            (
+                "a workload renamed",
+                BASE.replace("\"web\"", "\"www\""),
+                true,
+            ),
+            (
+                "a workload added whose tag is followed",
+                format!("{BASE}{db}pull_policy = \"digest\"\n"),
+                false,
+            ),
+            (
+                "a workload added with its credentials",
+                format!(
+                    "{BASE}{db}credentials_file = \"{}\"\n",
+                    credentials_file().display()
+                ),
+                false,
+            ),
+            (
+                "[pull] changed",
+                format!("{BASE}[pull]\ncap = \"7h\"\n"),
+                false,
+            ),
+            (
+                "[pull] changed and a workload added",
+                format!("{BASE}{db}[pull]\ncap = \"7h\"\n"),
+                false,
+            ),
+        ] {
+            let new = inputs(&text);
+            assert_eq!(
+                diff(&running, &new).modules[NAME],
+                Change::Changed,
+                "{what}"
+            );
+            assert_eq!(takes_live(NAME, &running, &new), live, "{what}");
+        }
+        // Every workload removed: the workload module goes; the pull module keeps no image.
+        let none = inputs("[node]\n");
+        assert!(takes_live(NAME, &running, &none));
     }
 
     // r[verify node.reload.live-gateway]

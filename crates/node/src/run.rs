@@ -119,6 +119,8 @@ fn compose(
 /// modules `compose` builds.
 #[derive(Clone, Default)]
 struct Live {
+    /// The pull module's set of images.
+    pull_images: crate::modules::pull::SharedImages,
     /// The workload module's workloads.
     desired: crate::modules::workload::Desired,
     /// The forward module's access.
@@ -166,8 +168,13 @@ fn compose_some(
             tag_checks,
             gc,
         } = config.pull_inputs(identity.seed(crate::modules::pull::NAME));
+        // Shared with the node's reload, which may replace them live.
+        *live
+            .pull_images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads;
         modules.push(Arc::new(PullModule {
-            workloads,
+            workloads: Arc::clone(&live.pull_images),
             docker_host,
             config: pull_config,
             auth,
@@ -673,6 +680,7 @@ async fn serve_reloads(
 /// What one reload gives running modules live, decided before its stops and applied after them.
 #[derive(Default)]
 struct LiveUpdates {
+    pull: Option<Vec<(String, String)>>,
     workloads: Option<Vec<holdfast_workload::WorkloadConfig>>,
     forward: Option<(
         crate::modules::forward::AccessSpec,
@@ -688,8 +696,9 @@ struct LiveUpdates {
 impl LiveUpdates {
     /// The modules given something.
     fn names(&self) -> Vec<&'static str> {
-        use crate::modules::{forward, gateway, issuance, workload};
+        use crate::modules::{forward, gateway, issuance, pull, workload};
         [
+            (pull::NAME, self.pull.is_some()),
             (workload::NAME, self.workloads.is_some()),
             (forward::NAME, self.forward.is_some()),
             (issuance::NAME, self.issuance.is_some()),
@@ -704,6 +713,16 @@ impl LiveUpdates {
     /// replaced first: a module that ended meanwhile starts again from the new settings.
     fn apply(self, context: &Context) {
         let node = &context.node;
+        // r[impl node.reload.live-pull]
+        // The running module reads the set at its next tick, a restart of it starts from it.
+        if let Some(images) = self.pull {
+            *context
+                .live
+                .pull_images
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = images;
+            tracing::info!("reload: the pull module took its new set of images live");
+        }
         // r[impl node.reload.live+2]
         if let Some(workloads) = self.workloads {
             *context
@@ -856,17 +875,26 @@ async fn reload(
     // only after the stops, once the node's stop has not begun (r[node.reload.stopping+2]): a
     // reload cut off applies nothing. One that cannot take it live restarts.
     let takes_live: Vec<&str> = {
-        use crate::modules::{forward, gateway, issuance, workload};
-        [workload::NAME, forward::NAME, issuance::NAME, gateway::NAME]
-            .into_iter()
-            .filter(|name| {
-                plan.modules.get(*name) == Some(&Change::Changed)
-                    && crate::reload::takes_live(name, &running.inputs, &inputs)
-            })
-            .collect()
+        use crate::modules::{forward, gateway, issuance, pull, workload};
+        [
+            pull::NAME,
+            workload::NAME,
+            forward::NAME,
+            issuance::NAME,
+            gateway::NAME,
+        ]
+        .into_iter()
+        .filter(|name| {
+            plan.modules.get(*name) == Some(&Change::Changed)
+                && crate::reload::takes_live(name, &running.inputs, &inputs)
+        })
+        .collect()
     };
     let live = |name: &str| takes_live.contains(&name);
     let mut updates = LiveUpdates::default();
+    if live(crate::modules::pull::NAME) {
+        updates.pull = Some(config.pull_inputs(0).workloads);
+    }
     if live(crate::modules::workload::NAME) && node.workload.with(|_| ()).is_ok() {
         updates.workloads = Some(config.workloads.iter().map(|w| w.to_config()).collect());
     }

@@ -29,11 +29,28 @@ pub const NAME: &str = "pull";
 
 pub use crate::config::{TagChecks, pull_config};
 
+/// The pull module's (workload name, image reference) set, shared with the node's reload, which
+/// may replace it while the module runs (`r[node.reload.live-pull]`).
+pub type SharedImages = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// `images` as a set the module and the node's reload share.
+pub fn shared_images(images: Vec<(String, String)>) -> SharedImages {
+    Arc::new(std::sync::Mutex::new(images))
+}
+
+/// What `shared` holds now.
+fn images_now(shared: &SharedImages) -> Vec<(String, String)> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
 /// The images to keep present: (workload name, image reference).
 #[derive(Debug, Clone)]
 pub struct PullModule {
-    /// Workloads and their images.
-    pub workloads: Vec<(String, String)>,
+    /// Workloads and their images, read at each tick (a reload may replace them).
+    pub workloads: SharedImages,
     /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
     pub docker_host: Option<String>,
     /// holdfast-pull's configuration (see [`pull_config`]).
@@ -70,7 +87,7 @@ impl Drop for AbortOnDrop {
 /// is bounded by the interval, so a daemon that stops answering cannot hold collection forever.
 async fn collect_images(
     endpoint: DaemonEndpoint,
-    configured: Vec<String>,
+    set: SharedImages,
     mut gc: ImageGc,
     interval: Duration,
     node: NodeState,
@@ -81,7 +98,8 @@ async fn collect_images(
     let mut skipped: Option<String> = None;
     loop {
         ticker.tick().await;
-        let configured = protected(&configured, &node);
+        let images: Vec<String> = images_now(&set).into_iter().map(|(_, i)| i).collect();
+        let configured = protected(&images, &node);
         let run = async {
             let docker = endpoint.connect().await.map_err(|e| e.to_string())?;
             let now = || tokio::time::Instant::now().into_std();
@@ -145,13 +163,12 @@ async fn collect_images(
     }
 }
 
-// r[impl node.pull.gc-configured+2]
-/// The images collection keeps: those configured when the module started, and those the running
-/// workload module's configured set uses now (a reload that adds a workload replaces that set
-/// before anything else, so its image is protected from then on, before the pull module is
-/// restarted with it).
-fn protected(at_start: &[String], node: &NodeState) -> Vec<String> {
-    let mut images = at_start.to_vec();
+// r[impl node.pull.gc-configured+3]
+/// The images collection keeps: those of the pull module's set now (`pull_set`), and those the
+/// running workload module's configured set uses now (a reload replaces both sets before
+/// anything else, so an added image is protected from then on).
+fn protected(pull_set: &[String], node: &NodeState) -> Vec<String> {
+    let mut images = pull_set.to_vec();
     if let Ok(now) = node.workload.with(|w| w.configured_images()) {
         images.extend(now);
     }
@@ -204,10 +221,9 @@ impl Module for PullModule {
             local
         });
         let gc = gc.map(|(policy, interval)| {
-            let configured = self.workloads.iter().map(|(_, i)| i.clone()).collect();
             AbortOnDrop(tokio::spawn(collect_images(
                 fetcher.endpoint().clone(),
-                configured,
+                Arc::clone(&self.workloads),
                 ImageGc::new(policy, *self.config.image_policy()),
                 interval,
                 self.node.clone(),
@@ -281,7 +297,9 @@ impl PullModule {
             // `Some(None)`: the daemon answers; `Some(Some(e))`: it does not; `None`: not known yet.
             let mut down: Option<Option<String>> = None;
             let mut statuses = Vec::new();
-            for (name, image) in &self.workloads {
+            // r[impl node.reload.live-pull]
+            // The set as it is now: a reload may have replaced it since the last tick.
+            for (name, image) in &images_now(&self.workloads) {
                 let state = actuator.ensure(image, now);
                 let (label, detail) = describe(&state, now);
                 match &state {
@@ -725,7 +743,7 @@ mod tests {
             ))
         );
         let module = PullModule {
-            workloads,
+            workloads: shared_images(workloads),
             docker_host,
             config: pull_config,
             auth,
@@ -788,7 +806,7 @@ mod tests {
         })
     }
 
-    // r[verify node.pull.gc-configured+2]
+    // r[verify node.pull.gc-configured+3]
     // Real time, as the gc keys' test: a run a second against a fake daemon.
     #[tokio::test]
     async fn collection_runs_after_a_reload_added_a_workload_protect_its_image() {
@@ -829,7 +847,7 @@ mod tests {
                 "unix://{}",
                 sock.display()
             ))),
-            vec!["busybox:1".to_owned()],
+            shared_images(vec![("web".to_owned(), "busybox:1".to_owned())]),
             holdfast_pull::ImageGc::new(
                 holdfast_pull::GcPolicy::new(90, 70, Duration::from_secs(3600)).unwrap(),
                 holdfast_retry::Policy::default(),
@@ -869,7 +887,7 @@ mod tests {
             .unwrap();
     }
 
-    // r[verify node.pull.gc-configured+2]
+    // r[verify node.pull.gc-configured+3]
     #[tokio::test]
     async fn collection_protects_a_workload_a_reload_added_as_soon_as_the_set_is_replaced() {
         use holdfast_lifecycle::{StopReason, StopRequest};
@@ -910,6 +928,9 @@ mod tests {
             super::protected(&at_start, &node),
             vec!["busybox:1".to_owned(), "postgres:16".to_owned()]
         );
+        // A reload that removes `web` replaces both sets: its image is no longer protected.
+        desired.lock().unwrap().retain(|w| w.name != "web");
+        assert_eq!(super::protected(&[], &node), vec!["postgres:16".to_owned()]);
         started
             .stopper
             .stop(StopRequest {
@@ -1006,7 +1027,7 @@ mod tests {
     async fn start_returns_at_once_without_dialing_and_the_stopper_ends_the_task() {
         let dir = tempfile::tempdir().unwrap();
         let module = PullModule {
-            workloads: vec![],
+            workloads: shared_images(vec![]),
             docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
             config: PullConfig::new(7),
             auth: RegistryAuth::default(),
@@ -1174,7 +1195,7 @@ mod tests {
         let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
         let owner = format!("follow-{}-{nonce:x}", std::process::id());
         let pull = PullModule {
-            workloads: vec![("web".into(), image.clone())],
+            workloads: shared_images(vec![("web".into(), image.clone())]),
             docker_host: Some(docker.host.clone()),
             config: PullConfig::new(7),
             auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
