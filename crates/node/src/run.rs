@@ -125,6 +125,8 @@ struct Live {
     desired: crate::modules::workload::Desired,
     /// The forward module's access.
     forward_access: crate::modules::forward::SharedAccess,
+    /// The access the running forward server was last given.
+    forward_given: crate::modules::forward::GivenAccess,
     /// The config the issuance module starts from, once one is built.
     issuance: Handle<holdfast_issuance::IssuanceConfig>,
     /// The limits the gateway module starts with, once one is built.
@@ -235,7 +237,8 @@ fn compose_some(
                 config.node.data_dir.clone(),
                 node.forward.clone(),
             )
-            .sharing(&live.forward_access),
+            .sharing(&live.forward_access)
+            .recording(&live.forward_given),
         ));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
@@ -656,7 +659,7 @@ async fn serve_reloads(
             ),
             Err(err) => tracing::warn!(error = %err, "reload refused"),
         }
-        // r[impl node.reload.gateway-files]
+        // r[impl node.reload.gateway-files+2]
         // A file rotated in place is no change to the config: the running gateway checks its
         // key and TLS files now rather than at its next poll. Off the runtime's threads and not
         // awaited: a hung file holds up neither the next reload nor the node's stop.
@@ -746,6 +749,11 @@ impl LiveUpdates {
                 .forward_access
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = spec;
+            *context
+                .live
+                .forward_given
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(access.clone());
             if node
                 .forward
                 .with(|server| server.update_access(access))
@@ -822,16 +830,25 @@ async fn reload(
         }
     };
     // r[impl node.reload.live-forward]
-    // A forward that may take its new access live has its token files read now, before the
-    // running set is locked (the node's stop waits for that lock) and under the config read's
-    // timeout: a FIFO or a hung file system refuses the live update, and the module restarts.
+    // r[impl node.reload.forward-files]
+    // A forward that may take its new access live, or whose section is unchanged (a token file
+    // may have been rotated in place), has its token files read now, before the running set is
+    // locked (the node's stop waits for that lock) and under the config read's timeout: a FIFO
+    // or a hung file system refuses the live update (a changed module restarts, an unchanged
+    // one keeps its credentials).
     let forward_access = {
         use crate::modules::forward;
         let new_inputs = Inputs::of(&config);
         let wanted = {
             let running = running.lock().await;
+            let unchanged = running
+                .inputs
+                .modules
+                .get(forward::NAME)
+                .is_some_and(|old| new_inputs.modules.get(forward::NAME) == Some(old));
             !running.closed
-                && crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs)
+                && (unchanged
+                    || crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs))
         };
         match config.forward.as_ref().filter(|_| wanted) {
             Some(section) => {
@@ -906,6 +923,26 @@ async fn reload(
             // The restart reads them again and reports its failure.
             Some((_, Err(error))) => tracing::warn!(%error,
                 "reload: the forward's new access cannot be read; the module restarts"),
+            _ => {}
+        }
+    } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
+        // r[impl node.reload.forward-files]
+        // Its section is the same: what counts is whether the files read now grant anything
+        // else than what the running server was last given.
+        match forward_access {
+            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
+                let given = context
+                    .live
+                    .forward_given
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                if !given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)) {
+                    updates.forward = Some((spec, access));
+                }
+            }
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the forward's token files cannot be read; the running server keeps its credentials"),
             _ => {}
         }
     }

@@ -384,6 +384,58 @@ async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer
     assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
 }
 
+// r[verify node.reload.forward-files]
+// r[verify node.reload.gateway-files+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_token_file_rotated_in_place_is_taken_at_the_next_reload() {
+    let target = echo();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    // The clients' own copies: the old token, and the one the file is rotated to.
+    let old = dir.path().join("old.token");
+    std::fs::copy(&tokens, &old).unwrap();
+    let new = dir.path().join("new.token");
+    std::fs::write(&new, "fwd-reload-rotated-in-place-0a9b8c7d6e\n").unwrap();
+    for file in [&old, &new] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let section = forward_allowing(&tokens, &[target]);
+    let node = start_in(dir, &section, BUDGET, None);
+    node.until_ready().await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (mut open, _) = open_forward(&listen, &pin, &old, target).unwrap();
+    assert!(forward_to(&listen, &pin, &new, target).is_err(), "not yet");
+
+    // The same path, new contents; the config file itself unchanged.
+    std::fs::copy(&new, &tokens).unwrap();
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("forward") && out.contains("updated"), "{out}");
+    // The running server: the new token accepted, the old one refused, and the connection that
+    // authenticated with the old one ended with its forward.
+    forward_to(&listen, &pin, &new, target).unwrap();
+    let refused = forward_to(&listen, &pin, &old, target).unwrap_err();
+    assert!(!refused.is_empty(), "the old token was accepted");
+    let (status, stderr) = ended(&mut open, Duration::from_secs(20)).await;
+    assert_ne!(status, Some(0), "{stderr}");
+    assert_eq!(starts(&node, "forward").await, 1, "the module restarted");
+    assert_eq!(forward_listen(&node).await, (listen.clone(), pin.clone()));
+
+    // Read again, the same: unchanged.
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("forward") && l.contains("unchanged")),
+        "{out}"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
+}
+
 // r[verify node.reload.apply]
 // r[verify node.reload.node-sections]
 // i[verify node.cli.reload]
@@ -1182,7 +1234,7 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     assert_eq!(code, 0, "{log}");
 }
 
-// r[verify node.reload.gateway-files]
+// r[verify node.reload.gateway-files+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_has_the_gateway_take_a_key_file_rotated_in_place() {
     use futures_util::{SinkExt as _, StreamExt as _};
