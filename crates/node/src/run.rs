@@ -790,6 +790,93 @@ impl LiveUpdates {
 /// system); then it is refused, and the next one reads again.
 const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The issuance module's check of a new config (its deploy settings, hooks, DNS-01): it looks
+/// users and groups up, so it runs off the runtime's threads.
+type IssuanceCheck = Box<
+    dyn FnOnce(
+            &holdfast_issuance::IssuanceConfig,
+        ) -> Result<holdfast_issuance::Certificates, String>
+        + Send,
+>;
+
+/// What a reload read and checked before it took the running set.
+#[derive(Default)]
+struct Prepared {
+    /// The forward's access, its token files read (when it may take it live, or its section is
+    /// unchanged).
+    forward: Option<(
+        crate::modules::forward::AccessSpec,
+        Result<holdfast_forward::Access, String>,
+    )>,
+    /// The issuance module's new config and its check (when it may take it live and runs).
+    issuance: Option<(
+        holdfast_issuance::IssuanceConfig,
+        Result<holdfast_issuance::Certificates, String>,
+    )>,
+}
+
+// r[impl node.reload.live-forward]
+// r[impl node.reload.forward-files]
+// r[impl node.reload.issuance-check]
+/// Reads and checks what a reload of `config` may take live, without the running set locked
+/// (the node's stop waits for that lock), each part off the runtime's threads and bounded by the
+/// config read's timeout: a FIFO, a hung file system or a hung name service refuses that live
+/// update (a changed module restarts, an unchanged forward keeps its credentials). The lock is
+/// taken only to decide what is wanted. `check` is the running issuance module's.
+async fn prepare(
+    running: &tokio::sync::Mutex<Running>,
+    config: &Config,
+    check: Option<IssuanceCheck>,
+) -> Prepared {
+    use crate::modules::{forward, issuance};
+    let new_inputs = Inputs::of(config);
+    let (forward_wanted, issuance_wanted) = {
+        let running = running.lock().await;
+        if running.closed {
+            return Prepared::default();
+        }
+        // A forward whose section is the same may have a token file rotated in place.
+        let unchanged = running
+            .inputs
+            .modules
+            .get(forward::NAME)
+            .is_some_and(|old| new_inputs.modules.get(forward::NAME) == Some(old));
+        (
+            unchanged || crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs),
+            crate::reload::takes_live(issuance::NAME, &running.inputs, &new_inputs),
+        )
+    };
+    let mut prepared = Prepared::default();
+    if let Some(section) = config.forward.as_ref().filter(|_| forward_wanted) {
+        let spec = forward::AccessSpec::of(section.get_ref());
+        let read = spec.clone();
+        let access = bounded("the token files were not read", move || read.read()).await;
+        prepared.forward = Some((spec, access));
+    }
+    if let (Some(section), Some(check)) =
+        (config.issuance.as_ref().filter(|_| issuance_wanted), check)
+    {
+        let new = section.get_ref().clone();
+        let checked = new.clone();
+        let certificates = bounded("not checked", move || check(&checked)).await;
+        prepared.issuance = Some((new, certificates));
+    }
+    prepared
+}
+
+/// Runs `work` off the runtime's threads, for at most [`CONFIG_READ_TIMEOUT`]; `late` says what
+/// was not done in time.
+async fn bounded<T: Send + 'static>(
+    late: &str,
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::time::timeout(CONFIG_READ_TIMEOUT, tokio::task::spawn_blocking(work)).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => Err(format!("it ended: {e}")),
+        Err(_) => Err(format!("{late} within {}s", CONFIG_READ_TIMEOUT.as_secs())),
+    }
+}
+
 // r[impl node.reload.apply]
 // r[impl node.reload.node-sections]
 // r[impl node.reload.generation]
@@ -829,46 +916,15 @@ async fn reload(
             return Err(ReloadError::Invalid(message));
         }
     };
-    // r[impl node.reload.live-forward]
-    // r[impl node.reload.forward-files]
-    // A forward that may take its new access live, or whose section is unchanged (a token file
-    // may have been rotated in place), has its token files read now, before the running set is
-    // locked (the node's stop waits for that lock) and under the config read's timeout: a FIFO
-    // or a hung file system refuses the live update (a changed module restarts, an unchanged
-    // one keeps its credentials).
-    let forward_access = {
-        use crate::modules::forward;
-        let new_inputs = Inputs::of(&config);
-        let wanted = {
-            let running = running.lock().await;
-            let unchanged = running
-                .inputs
-                .modules
-                .get(forward::NAME)
-                .is_some_and(|old| new_inputs.modules.get(forward::NAME) == Some(old));
-            !running.closed
-                && (unchanged
-                    || crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs))
-        };
-        match config.forward.as_ref().filter(|_| wanted) {
-            Some(section) => {
-                let spec = forward::AccessSpec::of(section.get_ref());
-                let read = spec.clone();
-                let access = tokio::task::spawn_blocking(move || read.read());
-                let access = match tokio::time::timeout(CONFIG_READ_TIMEOUT, access).await {
-                    Ok(done) => done.unwrap_or_else(|err| {
-                        Err(format!("reading the token files failed: {err}"))
-                    }),
-                    Err(_) => Err(format!(
-                        "the token files were not read within {}s",
-                        CONFIG_READ_TIMEOUT.as_secs()
-                    )),
-                };
-                Some((spec, access))
-            }
-            None => None,
-        }
-    };
+    // The slow parts (files read, users and groups looked up) before the running set is locked.
+    let check: Option<IssuanceCheck> = node
+        .issuance
+        .with(holdfast_issuance::Issuance::planner)
+        .ok()
+        .map(|planner| -> IssuanceCheck {
+            Box::new(move |config| planner.plan(config).map_err(|e| e.to_string()))
+        });
+    let prepared = prepare(running, &config, check).await;
     let mut running = running.lock().await;
     // r[impl node.reload.stopping+2]
     if running.closed || node.phase() == Phase::Draining {
@@ -915,6 +971,10 @@ async fn reload(
     if live(crate::modules::workload::NAME) && node.workload.with(|_| ()).is_ok() {
         updates.workloads = Some(config.workloads.iter().map(|w| w.to_config()).collect());
     }
+    let Prepared {
+        forward: forward_access,
+        issuance: issuance_checked,
+    } = prepared;
     if live(crate::modules::forward::NAME) {
         match forward_access {
             Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
@@ -946,30 +1006,14 @@ async fn reload(
             _ => {}
         }
     }
-    if let Some(section) = config
-        .issuance
-        .as_ref()
-        .filter(|_| live(crate::modules::issuance::NAME))
-    {
-        let new = section.get_ref().clone();
-        // The checks look users and groups up: off the runtime's threads, bounded, and without
-        // the module's slot held (the admin API reads it).
-        if let Ok(planner) = node.issuance.with(holdfast_issuance::Issuance::planner) {
-            let config = new.clone();
-            let planned = tokio::task::spawn_blocking(move || planner.plan(&config));
-            let planned = match tokio::time::timeout(CONFIG_READ_TIMEOUT, planned).await {
-                Ok(Ok(planned)) => planned.map_err(|e| e.to_string()),
-                Ok(Err(e)) => Err(format!("the check ended: {e}")),
-                Err(_) => Err(format!(
-                    "not checked within {}s",
-                    CONFIG_READ_TIMEOUT.as_secs()
-                )),
-            };
-            match planned {
-                Ok(certificates) => updates.issuance = Some((new, certificates)),
-                Err(error) => tracing::warn!(%error,
-                    "reload: the issuance module cannot take its new certificates live; it restarts"),
-            }
+    // r[impl node.reload.issuance-check]
+    // Checked before the lock (`prepare`); a module not up (no check) restarts.
+    if live(crate::modules::issuance::NAME) {
+        match issuance_checked {
+            Some((new, Ok(certificates))) => updates.issuance = Some((new, certificates)),
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the issuance module cannot take its new certificates live; it restarts"),
+            None => {}
         }
     }
     if let Some(section) = config
@@ -1365,6 +1409,72 @@ mod alpn_tests;
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    // r[verify node.reload.issuance-check]
+    #[tokio::test(start_paused = true)]
+    async fn the_issuance_check_holds_no_lock_and_gives_up_after_the_read_timeout() {
+        let host =
+            |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
+        let text = |hosts: &str| {
+            format!(
+                "[node]\n[issuance]\n[issuance.local]\n\
+                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n{hosts}"
+            )
+        };
+        let was = Config::parse("r.toml", &text(&host("a.example"))).unwrap();
+        // A hostname added: the running module may take it live, once checked.
+        let new = Config::parse(
+            "r.toml",
+            &text(&format!("{}{}", host("a.example"), host("b.example"))),
+        )
+        .unwrap();
+        let running = Arc::new(tokio::sync::Mutex::new(Running {
+            inputs: Inputs::of(&was),
+            config: was,
+            modules: Vec::new(),
+            closed: false,
+        }));
+        // A check that hangs (a name service that never answers) until the test lets it go.
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let check: IssuanceCheck = Box::new(move |_| {
+            let _ = started_tx.send(());
+            let _ = hang.recv();
+            Err("released".to_owned())
+        });
+        // The running module may take it live: the reload checks it.
+        assert!(crate::reload::takes_live(
+            crate::modules::issuance::NAME,
+            &running.lock().await.inputs,
+            &Inputs::of(&new)
+        ));
+        let began = tokio::time::Instant::now();
+        let prepared = tokio::spawn({
+            let running = Arc::clone(&running);
+            async move { prepare(&running, &new, Some(check)).await }
+        });
+        let mut spins = 0;
+        while started.try_recv().is_err() {
+            spins += 1;
+            assert!(spins < 1_000_000, "the check never started");
+            tokio::task::yield_now().await;
+        }
+        // While it checks, the running set is free: the node's stop (or the next reload)
+        // takes it at once.
+        assert!(
+            running.try_lock().is_ok(),
+            "the check holds the running set's lock"
+        );
+        // A blocking task keeps the paused clock from moving on its own: moved by hand.
+        tokio::time::advance(CONFIG_READ_TIMEOUT + Duration::from_millis(1)).await;
+        // And the check is given up after the config read's timeout.
+        let prepared = prepared.await.unwrap();
+        let (_, checked) = prepared.issuance.expect("checked");
+        let error = checked.err().expect("not done in time");
+        assert!(error.contains("within 30s"), "{error}");
+        assert!(began.elapsed() >= CONFIG_READ_TIMEOUT);
+        drop(release);
+    }
 
     /// The modules (name and stop group) that `text` composes.
     fn composed(text: &str) -> Vec<(String, StopGroup)> {
