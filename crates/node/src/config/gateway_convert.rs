@@ -205,7 +205,6 @@ impl GatewaySection {
                 size: value(&self.history_size, d.history.size),
                 ttl: duration(&self.history_ttl, d.history.ttl),
                 max_bytes: value(&self.history_max_bytes, d.history.max_bytes),
-                ..d.history
             },
             tls: self.tls.as_ref().and_then(|t| {
                 let t = t.get_ref();
