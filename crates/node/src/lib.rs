@@ -17,7 +17,6 @@ pub mod cli;
 pub mod config;
 pub mod duration;
 pub mod forward_client;
-pub mod gateway_config;
 pub mod logging;
 pub mod metrics;
 pub mod module;

@@ -475,7 +475,7 @@ fn gateway_token(
         let section = config
             .gateway
             .ok_or_else(|| format!("{}: no [gateway] section", file.display()))?;
-        holdfast::gateway_config::mint_token(
+        holdfast::config::mint_token(
             section.get_ref(),
             user,
             rooms,

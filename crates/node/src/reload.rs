@@ -12,11 +12,10 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::config::{
-    AdminSection, Config, ForwardSection, LogSection, NodeSection, PullSection, SuperviseSection,
-    WorkloadsSection,
+    AdminSection, Config, LogSection, NodeSection, PullSection, SuperviseSection, WorkloadsSection,
 };
-pub use crate::config::{PullInputs, WorkloadSettings};
-use crate::gateway_config::GatewaySection;
+pub use crate::config::{GatewaySettings, PullInputs, WorkloadSettings};
+pub use crate::modules::forward::ForwardSettings;
 
 /// What a reload does to one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,10 +68,10 @@ pub enum ModuleInputs {
     /// `issuance`: holdfast-issuance's own config, and whether the gateway's listener answers
     /// its TLS-ALPN-01 validations (`r[node.gateway.tls-alpn01]`).
     Issuance(Option<Box<holdfast_issuance::IssuanceConfig>>, bool),
-    /// `forward`: the section the module is built from.
-    Forward(Option<Box<ForwardSection>>),
-    /// `gateway`: the section the module is built from.
-    Gateway(Option<Box<GatewaySection>>),
+    /// `forward`: its section converted as the module converts it (its token files not read).
+    Forward(Option<Box<ForwardSettings>>),
+    /// `gateway`: its section converted as the module converts it (no file read).
+    Gateway(Option<Box<GatewaySettings>>),
     /// The test modules: `[testing]`.
     #[cfg(feature = "testing-modules")]
     Testing(Option<crate::config::TestingSection>),
@@ -103,7 +102,7 @@ pub struct Inputs {
     pub node: BTreeMap<String, NodeInputs>,
 }
 
-// r[impl node.reload.diff+3]
+// r[impl node.reload.diff+4]
 /// The names of the modules `config` composes, in the order the node's compose builds them (what a
 /// reload compares).
 pub fn module_names(config: &Config) -> Vec<&'static str> {
@@ -134,7 +133,7 @@ pub fn module_names(config: &Config) -> Vec<&'static str> {
     names
 }
 
-// r[impl node.reload.diff+3]
+// r[impl node.reload.diff+4]
 /// The inputs of the module `name` in `config`.
 pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
@@ -163,13 +162,14 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
             config
                 .forward
                 .as_ref()
-                .map(|f| Box::new(f.get_ref().clone())),
+                .map(|f| Box::new(ForwardSettings::of(f.get_ref()))),
         ),
+        // The cluster's seed is left out: it is the node's, the same on both sides.
         gateway::NAME => ModuleInputs::Gateway(
             config
                 .gateway
                 .as_ref()
-                .map(|g| Box::new(g.get_ref().clone())),
+                .map(|g| Box::new(g.get_ref().settings(&config.node.data_dir, 0))),
         ),
         #[cfg(feature = "testing-modules")]
         _ if name.starts_with("testing-") => ModuleInputs::Testing(config.testing.clone()),
@@ -245,7 +245,7 @@ impl Plan {
     }
 }
 
-// r[impl node.reload.diff+3]
+// r[impl node.reload.diff+4]
 // r[impl node.reload.node-sections]
 /// What going from `running` to `new` changes, module by module.
 pub fn diff(running: &Inputs, new: &Inputs) -> Plan {
@@ -285,6 +285,16 @@ pub fn takes_live(name: &str, running: &Inputs, new: &Inputs) -> bool {
 /// Whether going from `old` to `new` (which differ) changes only keys the module takes live.
 fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
     match (old, new) {
+        (
+            ModuleInputs::Pull {
+                section: old_section,
+                built: old,
+            },
+            ModuleInputs::Pull {
+                section: new_section,
+                built: new,
+            },
+        ) => old_section == new_section && images_only(old, new),
         // r[impl node.reload.live+2]
         // The workload module: only its `[[workload]]` entries (its settings, which hold what
         // `[workloads]` sets, are the same).
@@ -308,17 +318,33 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
     }
 }
 
+// r[impl node.reload.live-pull]
+/// Whether what the pull module is built from differs only in its set of (workload name, image):
+/// the same daemon, pacing, registry credentials, followed tags and image collection (a field
+/// added to [`PullInputs`] must be sorted here, which the destructuring enforces).
+fn images_only(old: &PullInputs, new: &PullInputs) -> bool {
+    let PullInputs {
+        workloads: _,
+        docker_host,
+        config,
+        auth,
+        tag_checks,
+        gc,
+    } = new;
+    *docker_host == old.docker_host
+        && *config == old.config
+        && *auth == old.auth
+        && *tag_checks == old.tag_checks
+        && *gc == old.gc
+}
+
 // r[impl node.reload.live-gateway]
-/// Whether two `[gateway]` sections differ only in their limits (`per_ip_limit`,
+/// Whether two `[gateway]` sections, converted, differ only in their limits (`per_ip_limit`,
 /// `unauthenticated_limit`, `unauthenticated_per_ip_limit`, `max_rooms_per_connection`,
 /// `max_room_name`); any other key, a new one included, restarts the gateway through its drain.
-fn gateway_limits_only(old: &GatewaySection, new: &GatewaySection) -> bool {
-    let rest = |g: &GatewaySection| GatewaySection {
-        per_ip_limit: None,
-        unauthenticated_limit: None,
-        unauthenticated_per_ip_limit: None,
-        max_rooms_per_connection: None,
-        max_room_name: None,
+fn gateway_limits_only(old: &GatewaySettings, new: &GatewaySettings) -> bool {
+    let rest = |g: &GatewaySettings| GatewaySettings {
+        limits: old.limits,
         ..g.clone()
     };
     rest(old) == rest(new)
@@ -359,26 +385,16 @@ fn certificates_only(
 }
 
 // r[impl node.reload.live-forward]
-/// Whether two `[forward]` sections differ only in their access: `token_file`, `tokens`, `allow`
-/// and `[[forward.client]]` (every other key restarts the module; a key added to the section
-/// must be sorted here, which the destructuring enforces).
-fn forward_access_only(old: &ForwardSection, new: &ForwardSection) -> bool {
-    let ForwardSection {
+/// Whether two `[forward]` sections, converted, differ only in their access: `token_file`,
+/// `tokens`, `allow` and `[[forward.client]]` (every other key restarts the module; a field added
+/// to the settings must be sorted here, which the destructuring enforces).
+fn forward_access_only(old: &ForwardSettings, new: &ForwardSettings) -> bool {
+    let ForwardSettings {
         listen,
-        token_file: _,
-        tokens: _,
-        allow: _,
-        client: _,
-        max_connections,
-        max_connections_per_token,
-        max_unauthenticated,
-        max_unauthenticated_per_source,
+        access: _,
+        bounds,
     } = new;
-    *listen == old.listen
-        && *max_connections == old.max_connections
-        && *max_connections_per_token == old.max_connections_per_token
-        && *max_unauthenticated == old.max_unauthenticated
-        && *max_unauthenticated_per_source == old.max_unauthenticated_per_source
+    *listen == old.listen && *bounds == old.bounds
 }
 
 /// The running config's generation: 1 for the config the node started with, one more for each
@@ -473,7 +489,7 @@ mod tests {
         [[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n\
         [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"reload-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n";
 
-    // r[verify node.reload.diff+3]
+    // r[verify node.reload.diff+4]
     #[test]
     fn a_config_against_itself_changes_nothing_and_formatting_does_not_count() {
         let plan = diff(&inputs(BASE), &inputs(BASE));
@@ -494,7 +510,7 @@ mod tests {
         );
     }
 
-    // r[verify node.reload.diff+3]
+    // r[verify node.reload.diff+4]
     // r[verify node.reload.node-sections]
     #[test]
     fn a_value_spelled_another_way_is_no_change() {
@@ -524,7 +540,7 @@ mod tests {
         assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), ["workload"]);
     }
 
-    // r[verify node.reload.diff+3]
+    // r[verify node.reload.diff+4]
     // r[verify node.reload.node-sections]
     #[test]
     fn each_kind_of_change_is_named_per_module() {
@@ -618,7 +634,7 @@ mod tests {
         fields.0.unwrap_or_default()
     }
 
-    // r[verify node.reload.diff+3]
+    // r[verify node.reload.diff+4]
     #[test]
     fn every_key_of_pull_workloads_and_a_workload_changes_the_modules_built_from_it() {
         // gc off and every optional key left out in the running config, so that each case below
@@ -772,7 +788,7 @@ mod tests {
         }
     }
 
-    // r[verify node.reload.diff+3]
+    // r[verify node.reload.diff+4]
     #[test]
     fn a_module_without_its_own_inputs_changes_with_any_module_input() {
         let of = |text: &str| {
@@ -874,6 +890,57 @@ mod tests {
         assert!(!takes_live(NAME, &without, &running));
     }
 
+    // r[verify node.reload.live-pull]
+    #[test]
+    fn a_pull_module_takes_only_its_set_of_images_live() {
+        use crate::modules::pull::NAME;
+        let running = inputs(BASE);
+        let db = "[[workload]]\nname = \"db\"\nimage = \"postgres:16\"\n";
+        for (what, text, live) in [
+            ("a workload added", format!("{BASE}{db}"), true),
+            ("an image changed", BASE.replace("nginx:1", "nginx:2"), true),
+            (
+                "a workload renamed",
+                BASE.replace("\"web\"", "\"www\""),
+                true,
+            ),
+            (
+                "a workload added whose tag is followed",
+                format!("{BASE}{db}pull_policy = \"digest\"\n"),
+                false,
+            ),
+            (
+                "a workload added with its credentials",
+                format!(
+                    "{BASE}{db}credentials_file = \"{}\"\n",
+                    credentials_file().display()
+                ),
+                false,
+            ),
+            (
+                "[pull] changed",
+                format!("{BASE}[pull]\ncap = \"7h\"\n"),
+                false,
+            ),
+            (
+                "[pull] changed and a workload added",
+                format!("{BASE}{db}[pull]\ncap = \"7h\"\n"),
+                false,
+            ),
+        ] {
+            let new = inputs(&text);
+            assert_eq!(
+                diff(&running, &new).modules[NAME],
+                Change::Changed,
+                "{what}"
+            );
+            assert_eq!(takes_live(NAME, &running, &new), live, "{what}");
+        }
+        // Every workload removed: the workload module goes; the pull module keeps no image.
+        let none = inputs("[node]\n");
+        assert!(takes_live(NAME, &running, &none));
+    }
+
     // r[verify node.reload.live-gateway]
     #[test]
     fn a_gateway_takes_only_its_limits_live() {
@@ -934,7 +1001,7 @@ mod tests {
         ];
         let mut listed: Vec<&str> = cases.iter().map(|(key, ..)| *key).collect();
         listed.sort_unstable();
-        let mut keys = keys_of::<crate::gateway_config::GatewaySection>().to_vec();
+        let mut keys = keys_of::<crate::config::GatewaySection>().to_vec();
         keys.sort_unstable();
         assert_eq!(listed, keys, "every key of [gateway] is decided");
         for (key, line, live) in cases {
@@ -1183,7 +1250,7 @@ mod tests {
     }
 
     proptest! {
-        // r[verify node.reload.diff+3]
+        // r[verify node.reload.diff+4]
         #[test]
         fn a_file_against_itself_is_unchanged_everywhere(f in file()) {
             let plan = diff(&inputs(&render(&f, false)), &inputs(&render(&f, true)));
@@ -1191,7 +1258,7 @@ mod tests {
             prop_assert!(plan.needs_restart.is_empty(), "{:?}", plan);
         }
 
-        // r[verify node.reload.diff+3]
+        // r[verify node.reload.diff+4]
         // r[verify node.reload.node-sections]
         #[test]
         fn a_shared_input_changes_every_module_built_from_it_and_no_other(

@@ -119,10 +119,14 @@ fn compose(
 /// modules `compose` builds.
 #[derive(Clone, Default)]
 struct Live {
+    /// The pull module's set of images.
+    pull_images: crate::modules::pull::SharedImages,
     /// The workload module's workloads.
     desired: crate::modules::workload::Desired,
     /// The forward module's access.
     forward_access: crate::modules::forward::SharedAccess,
+    /// The access the running forward server was last given.
+    forward_given: crate::modules::forward::GivenAccess,
     /// The config the issuance module starts from, once one is built.
     issuance: Handle<holdfast_issuance::IssuanceConfig>,
     /// The limits the gateway module starts with, once one is built.
@@ -166,8 +170,13 @@ fn compose_some(
             tag_checks,
             gc,
         } = config.pull_inputs(identity.seed(crate::modules::pull::NAME));
+        // Shared with the node's reload, which may replace them live.
+        *live
+            .pull_images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = workloads;
         modules.push(Arc::new(PullModule {
-            workloads,
+            workloads: Arc::clone(&live.pull_images),
             docker_host,
             config: pull_config,
             auth,
@@ -228,7 +237,8 @@ fn compose_some(
                 config.node.data_dir.clone(),
                 node.forward.clone(),
             )
-            .sharing(&live.forward_access),
+            .sharing(&live.forward_access)
+            .recording(&live.forward_given),
         ));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
@@ -649,7 +659,7 @@ async fn serve_reloads(
             ),
             Err(err) => tracing::warn!(error = %err, "reload refused"),
         }
-        // r[impl node.reload.gateway-files]
+        // r[impl node.reload.gateway-files+2]
         // A file rotated in place is no change to the config: the running gateway checks its
         // key and TLS files now rather than at its next poll. Off the runtime's threads and not
         // awaited: a hung file holds up neither the next reload nor the node's stop.
@@ -673,6 +683,7 @@ async fn serve_reloads(
 /// What one reload gives running modules live, decided before its stops and applied after them.
 #[derive(Default)]
 struct LiveUpdates {
+    pull: Option<Vec<(String, String)>>,
     workloads: Option<Vec<holdfast_workload::WorkloadConfig>>,
     forward: Option<(
         crate::modules::forward::AccessSpec,
@@ -688,8 +699,9 @@ struct LiveUpdates {
 impl LiveUpdates {
     /// The modules given something.
     fn names(&self) -> Vec<&'static str> {
-        use crate::modules::{forward, gateway, issuance, workload};
+        use crate::modules::{forward, gateway, issuance, pull, workload};
         [
+            (pull::NAME, self.pull.is_some()),
             (workload::NAME, self.workloads.is_some()),
             (forward::NAME, self.forward.is_some()),
             (issuance::NAME, self.issuance.is_some()),
@@ -704,6 +716,16 @@ impl LiveUpdates {
     /// replaced first: a module that ended meanwhile starts again from the new settings.
     fn apply(self, context: &Context) {
         let node = &context.node;
+        // r[impl node.reload.live-pull]
+        // The running module reads the set at its next tick, a restart of it starts from it.
+        if let Some(images) = self.pull {
+            *context
+                .live
+                .pull_images
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = images;
+            tracing::info!("reload: the pull module took its new set of images live");
+        }
         // r[impl node.reload.live+2]
         if let Some(workloads) = self.workloads {
             *context
@@ -727,6 +749,11 @@ impl LiveUpdates {
                 .forward_access
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = spec;
+            *context
+                .live
+                .forward_given
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(access.clone());
             if node
                 .forward
                 .with(|server| server.update_access(access))
@@ -762,6 +789,93 @@ impl LiveUpdates {
 /// How long a reload waits for its file to be read (a FIFO with no writer, a hung network file
 /// system); then it is refused, and the next one reads again.
 const CONFIG_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The issuance module's check of a new config (its deploy settings, hooks, DNS-01): it looks
+/// users and groups up, so it runs off the runtime's threads.
+type IssuanceCheck = Box<
+    dyn FnOnce(
+            &holdfast_issuance::IssuanceConfig,
+        ) -> Result<holdfast_issuance::Certificates, String>
+        + Send,
+>;
+
+/// What a reload read and checked before it took the running set.
+#[derive(Default)]
+struct Prepared {
+    /// The forward's access, its token files read (when it may take it live, or its section is
+    /// unchanged).
+    forward: Option<(
+        crate::modules::forward::AccessSpec,
+        Result<holdfast_forward::Access, String>,
+    )>,
+    /// The issuance module's new config and its check (when it may take it live and runs).
+    issuance: Option<(
+        holdfast_issuance::IssuanceConfig,
+        Result<holdfast_issuance::Certificates, String>,
+    )>,
+}
+
+// r[impl node.reload.live-forward]
+// r[impl node.reload.forward-files]
+// r[impl node.reload.issuance-check]
+/// Reads and checks what a reload of `config` may take live, without the running set locked
+/// (the node's stop waits for that lock), each part off the runtime's threads and bounded by the
+/// config read's timeout: a FIFO, a hung file system or a hung name service refuses that live
+/// update (a changed module restarts, an unchanged forward keeps its credentials). The lock is
+/// taken only to decide what is wanted. `check` is the running issuance module's.
+async fn prepare(
+    running: &tokio::sync::Mutex<Running>,
+    config: &Config,
+    check: Option<IssuanceCheck>,
+) -> Prepared {
+    use crate::modules::{forward, issuance};
+    let new_inputs = Inputs::of(config);
+    let (forward_wanted, issuance_wanted) = {
+        let running = running.lock().await;
+        if running.closed {
+            return Prepared::default();
+        }
+        // A forward whose section is the same may have a token file rotated in place.
+        let unchanged = running
+            .inputs
+            .modules
+            .get(forward::NAME)
+            .is_some_and(|old| new_inputs.modules.get(forward::NAME) == Some(old));
+        (
+            unchanged || crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs),
+            crate::reload::takes_live(issuance::NAME, &running.inputs, &new_inputs),
+        )
+    };
+    let mut prepared = Prepared::default();
+    if let Some(section) = config.forward.as_ref().filter(|_| forward_wanted) {
+        let spec = forward::AccessSpec::of(section.get_ref());
+        let read = spec.clone();
+        let access = bounded("the token files were not read", move || read.read()).await;
+        prepared.forward = Some((spec, access));
+    }
+    if let (Some(section), Some(check)) =
+        (config.issuance.as_ref().filter(|_| issuance_wanted), check)
+    {
+        let new = section.get_ref().clone();
+        let checked = new.clone();
+        let certificates = bounded("not checked", move || check(&checked)).await;
+        prepared.issuance = Some((new, certificates));
+    }
+    prepared
+}
+
+/// Runs `work` off the runtime's threads, for at most [`CONFIG_READ_TIMEOUT`]; `late` says what
+/// was not done in time.
+async fn bounded<T: Send + 'static>(
+    late: &str,
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::time::timeout(CONFIG_READ_TIMEOUT, tokio::task::spawn_blocking(work)).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => Err(format!("it ended: {e}")),
+        Err(_) => Err(format!("{late} within {}s", CONFIG_READ_TIMEOUT.as_secs())),
+    }
+}
 
 // r[impl node.reload.apply]
 // r[impl node.reload.node-sections]
@@ -802,37 +916,15 @@ async fn reload(
             return Err(ReloadError::Invalid(message));
         }
     };
-    // r[impl node.reload.live-forward]
-    // A forward that may take its new access live has its token files read now, before the
-    // running set is locked (the node's stop waits for that lock) and under the config read's
-    // timeout: a FIFO or a hung file system refuses the live update, and the module restarts.
-    let forward_access = {
-        use crate::modules::forward;
-        let new_inputs = Inputs::of(&config);
-        let wanted = {
-            let running = running.lock().await;
-            !running.closed
-                && crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs)
-        };
-        match config.forward.as_ref().filter(|_| wanted) {
-            Some(section) => {
-                let spec = forward::AccessSpec::of(section.get_ref());
-                let read = spec.clone();
-                let access = tokio::task::spawn_blocking(move || read.read());
-                let access = match tokio::time::timeout(CONFIG_READ_TIMEOUT, access).await {
-                    Ok(done) => done.unwrap_or_else(|err| {
-                        Err(format!("reading the token files failed: {err}"))
-                    }),
-                    Err(_) => Err(format!(
-                        "the token files were not read within {}s",
-                        CONFIG_READ_TIMEOUT.as_secs()
-                    )),
-                };
-                Some((spec, access))
-            }
-            None => None,
-        }
-    };
+    // The slow parts (files read, users and groups looked up) before the running set is locked.
+    let check: Option<IssuanceCheck> = node
+        .issuance
+        .with(holdfast_issuance::Issuance::planner)
+        .ok()
+        .map(|planner| -> IssuanceCheck {
+            Box::new(move |config| planner.plan(config).map_err(|e| e.to_string()))
+        });
+    let prepared = prepare(running, &config, check).await;
     let mut running = running.lock().await;
     // r[impl node.reload.stopping+2]
     if running.closed || node.phase() == Phase::Draining {
@@ -856,20 +948,33 @@ async fn reload(
     // only after the stops, once the node's stop has not begun (r[node.reload.stopping+2]): a
     // reload cut off applies nothing. One that cannot take it live restarts.
     let takes_live: Vec<&str> = {
-        use crate::modules::{forward, gateway, issuance, workload};
-        [workload::NAME, forward::NAME, issuance::NAME, gateway::NAME]
-            .into_iter()
-            .filter(|name| {
-                plan.modules.get(*name) == Some(&Change::Changed)
-                    && crate::reload::takes_live(name, &running.inputs, &inputs)
-            })
-            .collect()
+        use crate::modules::{forward, gateway, issuance, pull, workload};
+        [
+            pull::NAME,
+            workload::NAME,
+            forward::NAME,
+            issuance::NAME,
+            gateway::NAME,
+        ]
+        .into_iter()
+        .filter(|name| {
+            plan.modules.get(*name) == Some(&Change::Changed)
+                && crate::reload::takes_live(name, &running.inputs, &inputs)
+        })
+        .collect()
     };
     let live = |name: &str| takes_live.contains(&name);
     let mut updates = LiveUpdates::default();
+    if live(crate::modules::pull::NAME) {
+        updates.pull = Some(config.pull_inputs(0).workloads);
+    }
     if live(crate::modules::workload::NAME) && node.workload.with(|_| ()).is_ok() {
         updates.workloads = Some(config.workloads.iter().map(|w| w.to_config()).collect());
     }
+    let Prepared {
+        forward: forward_access,
+        issuance: issuance_checked,
+    } = prepared;
     if live(crate::modules::forward::NAME) {
         match forward_access {
             Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
@@ -880,31 +985,35 @@ async fn reload(
                 "reload: the forward's new access cannot be read; the module restarts"),
             _ => {}
         }
-    }
-    if let Some(section) = config
-        .issuance
-        .as_ref()
-        .filter(|_| live(crate::modules::issuance::NAME))
-    {
-        let new = section.get_ref().clone();
-        // The checks look users and groups up: off the runtime's threads, bounded, and without
-        // the module's slot held (the admin API reads it).
-        if let Ok(planner) = node.issuance.with(holdfast_issuance::Issuance::planner) {
-            let config = new.clone();
-            let planned = tokio::task::spawn_blocking(move || planner.plan(&config));
-            let planned = match tokio::time::timeout(CONFIG_READ_TIMEOUT, planned).await {
-                Ok(Ok(planned)) => planned.map_err(|e| e.to_string()),
-                Ok(Err(e)) => Err(format!("the check ended: {e}")),
-                Err(_) => Err(format!(
-                    "not checked within {}s",
-                    CONFIG_READ_TIMEOUT.as_secs()
-                )),
-            };
-            match planned {
-                Ok(certificates) => updates.issuance = Some((new, certificates)),
-                Err(error) => tracing::warn!(%error,
-                    "reload: the issuance module cannot take its new certificates live; it restarts"),
+    } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
+        // r[impl node.reload.forward-files]
+        // Its section is the same: what counts is whether the files read now grant anything
+        // else than what the running server was last given.
+        match forward_access {
+            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
+                let given = context
+                    .live
+                    .forward_given
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                if !given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)) {
+                    updates.forward = Some((spec, access));
+                }
             }
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the forward's token files cannot be read; the running server keeps its credentials"),
+            _ => {}
+        }
+    }
+    // r[impl node.reload.issuance-check]
+    // Checked before the lock (`prepare`); a module not up (no check) restarts.
+    if live(crate::modules::issuance::NAME) {
+        match issuance_checked {
+            Some((new, Ok(certificates))) => updates.issuance = Some((new, certificates)),
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the issuance module cannot take its new certificates live; it restarts"),
+            None => {}
         }
     }
     if let Some(section) = config
@@ -1300,6 +1409,74 @@ mod alpn_tests;
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    // r[verify node.reload.issuance-check]
+    #[tokio::test(start_paused = true)]
+    async fn the_issuance_check_holds_no_lock_and_gives_up_after_the_read_timeout() {
+        let host =
+            |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
+        let text = |hosts: &str| {
+            format!(
+                "[node]\n[issuance]\n[issuance.local]\n\
+                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n{hosts}"
+            )
+        };
+        let was = Config::parse("r.toml", &text(&host("a.example"))).unwrap();
+        // A hostname added: the running module may take it live, once checked.
+        let new = Config::parse(
+            "r.toml",
+            &text(&format!("{}{}", host("a.example"), host("b.example"))),
+        )
+        .unwrap();
+        let running = Arc::new(tokio::sync::Mutex::new(Running {
+            inputs: Inputs::of(&was),
+            config: was,
+            modules: Vec::new(),
+            closed: false,
+        }));
+        // A check that hangs (a name service that never answers) until the test lets it go.
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let check: IssuanceCheck = Box::new(move |_| {
+            let _ = started_tx.send(());
+            let _ = hang.recv();
+            Err("released".to_owned())
+        });
+        // The running module may take it live: the reload checks it.
+        assert!(crate::reload::takes_live(
+            crate::modules::issuance::NAME,
+            &running.lock().await.inputs,
+            &Inputs::of(&new)
+        ));
+        let began = tokio::time::Instant::now();
+        let prepared = tokio::spawn({
+            let running = Arc::clone(&running);
+            async move { prepare(&running, &new, Some(check)).await }
+        });
+        let mut spins = 0;
+        while started.try_recv().is_err() {
+            spins += 1;
+            assert!(spins < 1_000_000, "the check never started");
+            tokio::task::yield_now().await;
+        }
+        // While it checks, the running set is free: the node's stop (or the next reload)
+        // takes it at once.
+        assert!(
+            running.try_lock().is_ok(),
+            "the check holds the running set's lock"
+        );
+        // A blocking task keeps the paused clock from moving on its own: moved by hand.
+        tokio::time::advance(CONFIG_READ_TIMEOUT + Duration::from_millis(1)).await;
+        // And the check is given up after the config read's timeout.
+        let prepared = prepared.await.unwrap();
+        let (_, checked) = prepared.issuance.expect("checked");
+        let Err(error) = checked else {
+            panic!("the hung check was not given up")
+        };
+        assert!(error.contains("within 30s"), "{error}");
+        assert!(began.elapsed() >= CONFIG_READ_TIMEOUT);
+        drop(release);
+    }
 
     /// The modules (name and stop group) that `text` composes.
     fn composed(text: &str) -> Vec<(String, StopGroup)> {

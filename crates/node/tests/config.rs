@@ -1024,14 +1024,14 @@ fn the_gateway_section_is_validated_with_the_rest() {
     let config = Config::parse("ok.toml", &head).unwrap();
     let section = config.gateway.unwrap();
     let key_value =
-        holdfast_gateway::TokenKey::new(holdfast::gateway_config::read_token_secret(&key).unwrap());
+        holdfast_gateway::TokenKey::new(holdfast::config::read_token_secret(&key).unwrap());
     // A key of exactly the minimum length is a key; one byte less is not.
-    let min = holdfast::gateway_config::MIN_TOKEN_KEY_LEN;
+    let min = holdfast::config::MIN_TOKEN_KEY_LEN;
     let edge = dir.path().join("edge.key");
     for (len, ok) in [(min, true), (min - 1, false)] {
         std::fs::write(&edge, "k".repeat(len)).unwrap();
         std::fs::set_permissions(&edge, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let read = holdfast::gateway_config::read_token_secret(&edge);
+        let read = holdfast::config::read_token_secret(&edge);
         assert_eq!(read.is_ok(), ok, "{len} bytes: {:?}", read.err());
     }
     let g = section

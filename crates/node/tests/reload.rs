@@ -384,6 +384,58 @@ async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer
     assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
 }
 
+// r[verify node.reload.forward-files]
+// r[verify node.reload.gateway-files+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_token_file_rotated_in_place_is_taken_at_the_next_reload() {
+    let target = echo();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = forward_tokens(dir.path());
+    // The clients' own copies: the old token, and the one the file is rotated to.
+    let old = dir.path().join("old.token");
+    std::fs::copy(&tokens, &old).unwrap();
+    let new = dir.path().join("new.token");
+    std::fs::write(&new, "fwd-reload-rotated-in-place-0a9b8c7d6e\n").unwrap();
+    for file in [&old, &new] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let section = forward_allowing(&tokens, &[target]);
+    let node = start_in(dir, &section, BUDGET, None);
+    node.until_ready().await;
+    let (listen, pin) = forward_listen(&node).await;
+    let (mut open, _) = open_forward(&listen, &pin, &old, target).unwrap();
+    assert!(forward_to(&listen, &pin, &new, target).is_err(), "not yet");
+
+    // The same path, new contents; the config file itself unchanged.
+    std::fs::copy(&new, &tokens).unwrap();
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("forward") && out.contains("updated"), "{out}");
+    // The running server: the new token accepted, the old one refused, and the connection that
+    // authenticated with the old one ended with its forward.
+    forward_to(&listen, &pin, &new, target).unwrap();
+    let refused = forward_to(&listen, &pin, &old, target).unwrap_err();
+    assert!(!refused.is_empty(), "the old token was accepted");
+    let (status, stderr) = ended(&mut open, Duration::from_secs(20)).await;
+    assert_ne!(status, Some(0), "{stderr}");
+    assert_eq!(starts(&node, "forward").await, 1, "the module restarted");
+    assert_eq!(forward_listen(&node).await, (listen.clone(), pin.clone()));
+
+    // Read again, the same: unchanged.
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("forward") && l.contains("unchanged")),
+        "{out}"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
+}
+
 // r[verify node.reload.apply]
 // r[verify node.reload.node-sections]
 // i[verify node.cli.reload]
@@ -460,6 +512,7 @@ async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
 }
 
 // r[verify node.reload.live+2]
+// r[verify node.reload.live-pull]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
     // No Docker daemon needed: the workload module runs (degraded) and takes its set all the same.
@@ -492,12 +545,13 @@ async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module(
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(
         answer["modules"],
-        json!({"pull": "changed", "workload": "updated"}),
+        json!({"pull": "updated", "workload": "updated"}),
         "{answer}"
     );
-    // The same instance: not stopped, not started again.
+    // The same instances: not stopped, not started again.
     let after = json_get(&node, "/v1/modules").await;
     assert_eq!(starts(&after, "workload"), Some(json!(1)), "{after}");
+    assert_eq!(starts(&after, "pull"), Some(json!(1)), "{after}");
     let mut names = Vec::new();
     for _ in 0..250 {
         let workloads = json_get(&node, "/v1/workloads").await;
@@ -1003,7 +1057,7 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
             "forward": "updated",
             "gateway": "unchanged",
             "issuance": "updated",
-            "pull": "changed",
+            "pull": "updated",
             "workload": "updated",
         }),
         "{answer}"
@@ -1068,7 +1122,7 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
         added["failures"].as_u64().unwrap_or(0) >= 1 && !added["last_error"].is_null(),
         "b.example was not attempted after the reload: {added}"
     );
-    // Only `pull` (built from the workloads' images) started again.
+    // Nothing started again (the pull module took its new set of images live).
     let after = json_get(&node, "/v1/modules").await;
     let starts_of = |modules: &Value| -> Vec<(String, u64)> {
         modules
@@ -1084,9 +1138,7 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
             .collect()
     };
     for ((name, was), (_, now)) in starts_of(&before).iter().zip(starts_of(&after)) {
-        if name != "pull" {
-            assert_eq!(*was, now, "{name} restarted: {after}");
-        }
+        assert_eq!(*was, now, "{name} restarted: {after}");
     }
     let gateway = json_get(&node, "/v1/gateway").await;
     assert_eq!(gateway["connections"], 1, "{gateway}");
@@ -1182,7 +1234,7 @@ async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     assert_eq!(code, 0, "{log}");
 }
 
-// r[verify node.reload.gateway-files]
+// r[verify node.reload.gateway-files+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_has_the_gateway_take_a_key_file_rotated_in_place() {
     use futures_util::{SinkExt as _, StreamExt as _};

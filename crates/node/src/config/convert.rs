@@ -268,7 +268,7 @@ impl Config {
     }
 }
 
-// r[impl node.reload.diff+3]
+// r[impl node.reload.diff+4]
 /// What the pull module is built from, converted. Built here, once, both for the module (`run`
 /// composes it from this) and for the reload's comparison, so that nothing reaches one and not
 /// the other.

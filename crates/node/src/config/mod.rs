@@ -6,16 +6,21 @@
 //!
 //! In layers, as ripgrep reads its arguments (`lowargs` → `hiargs`):
 //!
-//! - the low layer is the file as written: `schema` (the serde structs with their spans and
-//!   defaults) and `locate` (spans to `FILE:LINE:COL`, did-you-mean, messages without values);
-//! - `validate` checks the whole schema, each refusal located;
-//! - the high layer, `convert`, turns the validated schema into each module's own config once.
+//! - the low layer is the file as written: `schema` and `gateway` (the serde structs with their
+//!   spans and defaults) and `locate` (spans to `FILE:LINE:COL`, did-you-mean, messages without
+//!   values);
+//! - `validate` and `gateway_validate` check the whole schema, each refusal located;
+//! - the high layer, `convert` and `gateway_convert`, turns the validated schema into each
+//!   module's own config once.
 //!
 //! The config imports no module of the node (not the admin API, the modules or the forward
 //! client): they and `run` consume it, never the other way (a test below keeps it so).
 
-// i[impl node.config.layers+2]
+// i[impl node.config.layers+3]
 mod convert;
+mod gateway;
+mod gateway_convert;
+mod gateway_validate;
 mod locate;
 mod schema;
 pub mod token;
@@ -27,6 +32,12 @@ pub use convert::{
     AllowedHost, MIN_FORWARD_TOKEN_LEN, PullInputs, TagChecks, WorkloadSettings, pull_config,
     read_forward_tokens,
 };
+pub use gateway::{
+    AuthSection, CloseSetting, ClusterSection, DrainSection, GatewaySection, MAX_HISTORY_SIZE,
+    MAX_HISTORY_TTL, MAX_LEEWAY, MAX_MESSAGE_SIZE, MAX_SEND_QUEUE, MIN_TOKEN_KEY_LEN,
+    RoomsDefaultSetting, TlsSection, holds_tls_alpn01_bind, issuance_bundle,
+};
+pub use gateway_convert::{GatewaySettings, TokenKeySources, mint_token, read_token_secret};
 pub use locate::{ConfigError, LoadError, line_col};
 #[cfg(feature = "testing-modules")]
 pub use schema::TestingSection;
@@ -101,11 +112,14 @@ impl Config {
 mod layers {
     use syn::visit::Visit;
 
-    /// The low layer's files (the schema, the locating, the token reader).
-    const LOW: [&str; 3] = ["schema.rs", "locate.rs", "token.rs"];
-    /// What the config may use of the crate: itself, the duration type, and the gateway's
-    /// section (`gateway_config`, still apart: `i[node.config.layers+2]`).
-    const ALLOWED: [&str; 3] = ["config", "duration", "gateway_config"];
+    /// The low layer's files (the schemas, the locating, the token reader).
+    const LOW: [&str; 4] = ["schema.rs", "gateway.rs", "locate.rs", "token.rs"];
+    /// The validation's files.
+    const VALIDATE: [&str; 2] = ["validate", "gateway_validate"];
+    /// The conversion's files.
+    const CONVERT: [&str; 2] = ["convert", "gateway_convert"];
+    /// What the config may use of the crate: itself and the duration type.
+    const ALLOWED: [&str; 2] = ["config", "duration"];
 
     /// Every path `text` names in its code (its `use` trees expanded, groups included, and the
     /// paths in its items), made absolute from the module `at` (`["config", "schema"]`) when it
@@ -202,9 +216,9 @@ mod layers {
     fn above(at: &[&str]) -> &'static [&'static str] {
         match at {
             ["config", file] if LOW.contains(&format!("{file}.rs").as_str()) => {
-                &["validate", "convert"]
+                &["validate", "gateway_validate", "convert", "gateway_convert"]
             }
-            ["config", "convert"] => &["validate"],
+            ["config", file] if CONVERT.contains(file) => &VALIDATE,
             _ => &[],
         }
     }
@@ -228,7 +242,7 @@ mod layers {
         out
     }
 
-    // i[verify node.config.layers+2]
+    // i[verify node.config.layers+3]
     /// The config reaches into no module of the node (which made the node's modules an import
     /// cycle), and the low layer (the schema, the locating) uses neither validation nor
     /// conversion, and the conversion not validation. Every file of `config/` is checked, as it
@@ -236,7 +250,7 @@ mod layers {
     #[test]
     fn the_config_depends_on_no_module_and_the_low_layer_on_no_higher_one() {
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
-        let mut files: Vec<(Vec<String>, std::path::PathBuf)> =
+        let files: Vec<(Vec<String>, std::path::PathBuf)> =
             std::fs::read_dir(format!("{src}/config"))
                 .unwrap()
                 .map(|entry| entry.unwrap().path())
@@ -252,11 +266,7 @@ mod layers {
                     (at, path)
                 })
                 .collect();
-        assert!(files.len() >= 6, "{files:?}");
-        files.push((
-            vec!["gateway_config".to_owned()],
-            format!("{src}/gateway_config.rs").into(),
-        ));
+        assert!(files.len() >= 9, "{files:?}");
         for (at, path) in files {
             let at: Vec<&str> = at.iter().map(String::as_str).collect();
             let text = std::fs::read_to_string(&path).unwrap();
@@ -265,7 +275,7 @@ mod layers {
         }
     }
 
-    // i[verify node.config.layers+2]
+    // i[verify node.config.layers+3]
     /// The check sees every form an import of a module can take.
     #[test]
     fn the_layering_check_sees_grouped_relative_and_inline_paths() {
@@ -281,14 +291,26 @@ mod layers {
         ] {
             assert!(!violations(&schema, text).is_empty(), "{text}");
         }
-        assert!(!violations(&["gateway_config"], "use super::modules::x;").is_empty());
+        assert!(!violations(&["config", "gateway"], "use super::super::modules::x;").is_empty());
         assert!(!violations(&["config", "convert"], "use super::validate::X;").is_empty());
+        assert!(
+            !violations(
+                &["config", "gateway_convert"],
+                "use super::gateway_validate::X;"
+            )
+            .is_empty()
+        );
         for text in [
             "use super::convert::X;",
+            "use super::gateway_convert::X;",
             "use crate::config::{validate::y};",
             "use super::{locate::L, validate};",
         ] {
             assert!(!violations(&schema, text).is_empty(), "{text}");
+            assert!(
+                !violations(&["config", "gateway"], text).is_empty(),
+                "{text}"
+            );
             assert!(
                 violations(&["config", "validate"], text).is_empty(),
                 "{text}"

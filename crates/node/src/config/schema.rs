@@ -51,7 +51,7 @@ pub struct Config {
     pub forward: Option<Spanned<ForwardSection>>,
     /// `[gateway]`: the WebSocket gateway. The module runs only when the section is present.
     #[serde(default, skip_serializing)]
-    pub gateway: Option<Spanned<crate::gateway_config::GatewaySection>>,
+    pub gateway: Option<Spanned<crate::config::GatewaySection>>,
     /// `[testing]`: test-only modules for the binary's own tests. Only in builds with the
     /// `testing-modules` feature; elsewhere `[testing]` is an unknown section.
     #[cfg(feature = "testing-modules")]

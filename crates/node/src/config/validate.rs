@@ -93,7 +93,7 @@ impl Config {
                         .collect()
                 })
                 .unwrap_or_default();
-            crate::gateway_config::validate(gateway, &hosts, &|span, key, message| {
+            super::gateway_validate::validate(gateway, &hosts, &|span, key, message| {
                 loc.at(span, key, message)
             })?;
             self.refuse_publish_token_equal_to_admin(loc, gateway.get_ref())?;
@@ -110,7 +110,7 @@ impl Config {
     fn refuse_publish_token_equal_to_admin(
         &self,
         loc: &Locator<'_>,
-        gateway: &crate::gateway_config::GatewaySection,
+        gateway: &crate::config::GatewaySection,
     ) -> Result<(), ConfigError> {
         let (Some(publish), Some(admin)) = (&gateway.publish_token_file, &self.admin.token_file)
         else {
@@ -423,7 +423,7 @@ impl Config {
 /// first issued. Refused at `gateway.tls.from_issuance`, naming the ways out.
 fn refuse_tls_alpn01_cycle(
     loc: &Locator<'_>,
-    gateway: &Spanned<crate::gateway_config::GatewaySection>,
+    gateway: &Spanned<crate::config::GatewaySection>,
     issuance: &holdfast_issuance::IssuanceConfig,
 ) -> Result<(), ConfigError> {
     use holdfast_issuance::Challenge;
@@ -436,7 +436,7 @@ fn refuse_tls_alpn01_cycle(
         return Ok(());
     };
     let port = acme.tls_alpn01_bind.port();
-    if !crate::gateway_config::holds_tls_alpn01_bind(*g.listen.get_ref(), acme.tls_alpn01_bind) {
+    if !crate::config::holds_tls_alpn01_bind(*g.listen.get_ref(), acme.tls_alpn01_bind) {
         return Ok(());
     }
     let cycle = issuance.planned().into_iter().any(|c| {

@@ -1,11 +1,12 @@
 //! The forward module: the node's one adapter over holdfast-forward's server.
 //!
-//! The module reads its credentials at each start (the token file, so a rotated file is picked
-//! up by a restart, and any inline tokens), starts the QUIC endpoint with its identity under
-//! `DATA_DIR/forward`, keeps the running server where the admin API lists its forwards, and stops
-//! it in the `forward` stop group (clients are told why their forwards end). Its access (tokens
-//! and allow-lists) is shared with the node's reload, which may replace it while the server runs
-//! ([`ForwardModule::sharing`], [`AccessSpec::read`]).
+//! The module reads its credentials at each start (the token file and any inline tokens), starts
+//! the QUIC endpoint with its identity under `DATA_DIR/forward`, keeps the running server where
+//! the admin API lists its forwards, and stops it in the `forward` stop group (clients are told
+//! why their forwards end). Its access (tokens and allow-lists) is shared with the node's reload,
+//! which may replace it while the server runs ([`ForwardModule::sharing`], [`AccessSpec::read`]),
+//! and so is what the server was last given ([`ForwardModule::recording`]): the reload reads the
+//! token files again and gives the server a file rotated in place.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ pub struct ForwardModule {
     pub bounds: Bounds,
     /// Where the running server is published.
     pub slot: Slot<Server>,
+    /// The access the running server was last given (read at each start; shared with the node's
+    /// reload, which compares the token files it reads again with it).
+    pub given: GivenAccess,
 }
 
 impl std::fmt::Debug for ForwardModule {
@@ -54,7 +58,7 @@ impl std::fmt::Debug for ForwardModule {
 
 /// The access part of `[forward]`: `token_file`, `tokens`, `allow` and `[[forward.client]]`, as
 /// written (the token files not read yet).
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq)]
 pub struct AccessSpec {
     /// A token file (one token a line, mode 0600), read at each start and each live update.
     pub token_file: Option<PathBuf>,
@@ -80,6 +84,15 @@ impl std::fmt::Debug for AccessSpec {
 
 /// The access the running module starts from; the node's reload replaces what it holds.
 pub type SharedAccess = Arc<Mutex<AccessSpec>>;
+
+/// The access, token files read, that the running server was last given (`None`: not started).
+pub type GivenAccess = Arc<Mutex<Option<Access>>>;
+
+// r[impl node.reload.forward-files]
+/// Whether `a` and `b` grant the same: the same credentials, allow-list and clients, in order.
+pub fn same_access(a: &Access, b: &Access) -> bool {
+    a.credentials == b.credentials && a.allow == b.allow && a.scoped == b.scoped
+}
 
 fn lock(access: &SharedAccess) -> std::sync::MutexGuard<'_, AccessSpec> {
     access.lock().unwrap_or_else(PoisonError::into_inner)
@@ -175,7 +188,7 @@ impl Bounds {
 }
 
 /// A `[[forward.client]]` as the node runs it: its tokens reach only its own targets.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct ClientGrant {
     /// A token file (one token a line, mode 0600), read at each start.
     pub token_file: Option<PathBuf>,
@@ -210,18 +223,25 @@ fn allow_list(entries: &[String]) -> AllowList {
     AllowList::parse(entries.iter().map(String::as_str)).unwrap_or_default()
 }
 
-impl ForwardModule {
-    /// The module for a validated `[forward]` section.
-    pub fn new(
-        section: &crate::config::ForwardSection,
-        data_dir: PathBuf,
-        slot: Slot<Server>,
-    ) -> Self {
-        slot.configure();
-        ForwardModule {
+// r[impl node.reload.diff+4]
+/// `[forward]` converted, its token files not read: what the module is built from, and what a
+/// reload compares (two are equal exactly when the module would be built the same).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardSettings {
+    /// The UDP address the QUIC endpoint listens on.
+    pub listen: SocketAddr,
+    /// Who may connect and where their forwards may go.
+    pub access: AccessSpec,
+    /// The connection bounds.
+    pub bounds: Bounds,
+}
+
+impl ForwardSettings {
+    /// The settings of a validated `[forward]` section.
+    pub fn of(section: &crate::config::ForwardSection) -> Self {
+        ForwardSettings {
             listen: *section.listen.get_ref(),
-            data_dir,
-            access: Arc::new(Mutex::new(AccessSpec::of(section))),
+            access: AccessSpec::of(section),
             bounds: Bounds {
                 max_connections: section.max_connections.as_ref().map(|b| *b.get_ref()),
                 max_connections_per_token: section
@@ -234,8 +254,38 @@ impl ForwardModule {
                     .as_ref()
                     .map(|b| *b.get_ref()),
             },
-            slot,
         }
+    }
+}
+
+impl ForwardModule {
+    /// The module for a validated `[forward]` section.
+    pub fn new(
+        section: &crate::config::ForwardSection,
+        data_dir: PathBuf,
+        slot: Slot<Server>,
+    ) -> Self {
+        slot.configure();
+        // One conversion for the module and the reload's comparison (`reload::module_inputs`).
+        let ForwardSettings {
+            listen,
+            access,
+            bounds,
+        } = ForwardSettings::of(section);
+        ForwardModule {
+            listen,
+            data_dir,
+            access: Arc::new(Mutex::new(access)),
+            bounds,
+            slot,
+            given: GivenAccess::default(),
+        }
+    }
+
+    /// The module recording in `given` the access each start gives the server.
+    pub fn recording(mut self, given: &GivenAccess) -> Self {
+        self.given = Arc::clone(given);
+        self
     }
 
     /// The module with its access held in `shared` (set to this section's now): a reload that
@@ -278,6 +328,7 @@ impl Module for ForwardModule {
 
     fn start(&self) -> Result<Started, StartError> {
         let config = self.server_config().map_err(StartError)?;
+        *self.given.lock().unwrap_or_else(PoisonError::into_inner) = Some(config.access());
         Ok(spawn_hosted(self.slot.clone(), async move {
             holdfast_forward::start(config)
                 .await

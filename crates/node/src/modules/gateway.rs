@@ -337,17 +337,14 @@ impl GatewayView {
 /// certificate asks for TLS-ALPN-01. The two could not both bind that port, so there is no key.
 // r[impl node.gateway.tls-alpn01]
 pub fn answers_tls_alpn01(
-    gateway: &crate::gateway_config::GatewaySection,
+    gateway: &crate::config::GatewaySection,
     issuance: &IssuanceConfig,
 ) -> bool {
     let Some(acme) = &issuance.acme else {
         return false;
     };
     gateway.tls.is_some()
-        && crate::gateway_config::holds_tls_alpn01_bind(
-            *gateway.listen.get_ref(),
-            acme.tls_alpn01_bind,
-        )
+        && crate::config::holds_tls_alpn01_bind(*gateway.listen.get_ref(), acme.tls_alpn01_bind)
         && issuance
             .planned()
             .iter()
@@ -426,7 +423,7 @@ pub struct GatewayModule {
     /// holdfast-gateway's config, its token key replaced at each start by the file's.
     pub config: GatewayConfig,
     /// Where the token keys come from, read at each start.
-    pub token_keys: crate::gateway_config::TokenKeySources,
+    pub token_keys: crate::config::TokenKeySources,
     /// The cluster backends (`[gateway.cluster]`; absent: memory), connected at each start.
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
@@ -453,7 +450,7 @@ impl GatewayModule {
     /// `gateway`, `data_dir` holds the issuance store, `admin_token_file` the node's admin token
     /// (a publish token equal to it gives no publish key).
     pub fn new(
-        section: &crate::gateway_config::GatewaySection,
+        section: &crate::config::GatewaySection,
         node_id: &str,
         seed: u64,
         data_dir: &std::path::Path,
@@ -461,19 +458,19 @@ impl GatewayModule {
         view: GatewayView,
     ) -> Self {
         view.configure();
-        let token_keys = section.token_key_sources();
+        // One conversion for the module and the reload's comparison (`reload::module_inputs`).
+        let settings = section.settings(data_dir, seed);
         // The real key is read at each start; this placeholder is never used to verify.
-        let config = section.gateway_config_beside(
+        let config = settings.gateway_config(
             node_id,
             holdfast_gateway::TokenKey::new(Vec::new()),
-            data_dir,
             admin_token_file,
         );
         GatewayModule {
             limits: Arc::new(Mutex::new(config.live_limits())),
             config,
-            token_keys,
-            cluster: section.cluster_config(seed),
+            token_keys: settings.token_keys,
+            cluster: settings.cluster,
             view,
             slot: Slot::default(),
         }
@@ -624,7 +621,7 @@ mod tests {
         tls: bool,
         challenge: &str,
         bind: &str,
-    ) -> (crate::gateway_config::GatewaySection, IssuanceConfig) {
+    ) -> (crate::config::GatewaySection, IssuanceConfig) {
         let tls = if tls {
             "[tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\n"
         } else {

@@ -29,11 +29,28 @@ pub const NAME: &str = "pull";
 
 pub use crate::config::{TagChecks, pull_config};
 
+/// The pull module's (workload name, image reference) set, shared with the node's reload, which
+/// may replace it while the module runs (`r[node.reload.live-pull]`).
+pub type SharedImages = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// `images` as a set the module and the node's reload share.
+pub fn shared_images(images: Vec<(String, String)>) -> SharedImages {
+    Arc::new(std::sync::Mutex::new(images))
+}
+
+/// What `shared` holds now.
+fn images_now(shared: &SharedImages) -> Vec<(String, String)> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
 /// The images to keep present: (workload name, image reference).
 #[derive(Debug, Clone)]
 pub struct PullModule {
-    /// Workloads and their images.
-    pub workloads: Vec<(String, String)>,
+    /// Workloads and their images, read at each tick (a reload may replace them).
+    pub workloads: SharedImages,
     /// The Docker Engine endpoint (`None`: `DOCKER_HOST`, else the default socket).
     pub docker_host: Option<String>,
     /// holdfast-pull's configuration (see [`pull_config`]).
@@ -148,8 +165,8 @@ async fn collect_images(
 // r[impl node.pull.gc-configured+2]
 /// The images collection keeps: those configured when the module started, and those the running
 /// workload module's configured set uses now (a reload that adds a workload replaces that set
-/// before anything else, so its image is protected from then on, before the pull module is
-/// restarted with it).
+/// before anything else, so its image is protected from then on, whether or not the pull module
+/// took its new set live).
 fn protected(at_start: &[String], node: &NodeState) -> Vec<String> {
     let mut images = at_start.to_vec();
     if let Ok(now) = node.workload.with(|w| w.configured_images()) {
@@ -204,10 +221,13 @@ impl Module for PullModule {
             local
         });
         let gc = gc.map(|(policy, interval)| {
-            let configured = self.workloads.iter().map(|(_, i)| i.clone()).collect();
             AbortOnDrop(tokio::spawn(collect_images(
                 fetcher.endpoint().clone(),
-                configured,
+                // Those at the start; the workload module's set adds what a reload added.
+                images_now(&self.workloads)
+                    .into_iter()
+                    .map(|(_, image)| image)
+                    .collect(),
                 ImageGc::new(policy, *self.config.image_policy()),
                 interval,
                 self.node.clone(),
@@ -281,7 +301,9 @@ impl PullModule {
             // `Some(None)`: the daemon answers; `Some(Some(e))`: it does not; `None`: not known yet.
             let mut down: Option<Option<String>> = None;
             let mut statuses = Vec::new();
-            for (name, image) in &self.workloads {
+            // r[impl node.reload.live-pull]
+            // The set as it is now: a reload may have replaced it since the last tick.
+            for (name, image) in &images_now(&self.workloads) {
                 let state = actuator.ensure(image, now);
                 let (label, detail) = describe(&state, now);
                 match &state {
@@ -725,7 +747,7 @@ mod tests {
             ))
         );
         let module = PullModule {
-            workloads,
+            workloads: shared_images(workloads),
             docker_host,
             config: pull_config,
             auth,
@@ -1006,7 +1028,7 @@ mod tests {
     async fn start_returns_at_once_without_dialing_and_the_stopper_ends_the_task() {
         let dir = tempfile::tempdir().unwrap();
         let module = PullModule {
-            workloads: vec![],
+            workloads: shared_images(vec![]),
             docker_host: Some(format!("unix://{}", dir.path().join("none.sock").display())),
             config: PullConfig::new(7),
             auth: RegistryAuth::default(),
@@ -1174,7 +1196,7 @@ mod tests {
         let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
         let owner = format!("follow-{}-{nonce:x}", std::process::id());
         let pull = PullModule {
-            workloads: vec![("web".into(), image.clone())],
+            workloads: shared_images(vec![("web".into(), image.clone())]),
             docker_host: Some(docker.host.clone()),
             config: PullConfig::new(7),
             auth: RegistryAuth::default().with_docker_config("/nonexistent/config.json"),
