@@ -807,7 +807,9 @@ async fn run(node: Handle, client_side: Handle) {
     // The tail as a property of the path: fixed shares of the forward's maximum, raw beside the
     // forward at each, every rate measured `runs` times for the run-to-run spread (the phase at
     // half the maximum above is the first run at a half).
-    if paced_only.is_none() {
+    // Not in profile mode: its figures are not the measurement, and perf is attached to the
+    // phases above only.
+    if paced_only.is_none() && profiles.is_none() {
         let runs = if quick { 1 } else { 5 };
         println!(
             "round trips at fixed shares of the forward's maximum, 64 B, µs p50/p99/p99.9{}:",
@@ -887,7 +889,15 @@ async fn run(node: Handle, client_side: Handle) {
     let path = std::env::var_os("HOLDFAST_BENCH_OUT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/forward.json")
+            // A profiled run's figures are not the measurement: beside the last report.
+            let name = if profiles.is_some() {
+                "forward-profile.json"
+            } else {
+                "forward.json"
+            };
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/bench")
+                .join(name)
         });
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).expect("bench output directory");
