@@ -1,6 +1,7 @@
 //! The per-stage profile (`HOLDFAST_BENCH_PROFILE=1`, `cargo xtask bench forward --profile`):
 //! what each datagram costs each side of the path, for raw quinn and for the forward in the same
-//! run — figures that do not depend on how loaded the machine is, unlike the throughput.
+//! run, per datagram rather than per second; batch sizes, hence these figures, still move with
+//! scheduling, so a loaded machine changes them too.
 //!
 //! The run gives each side a runtime of one worker of its own, so a thread belongs to one side:
 //! - app: the load generator (the pacer's thread, the reader of echoes, the main thread);
