@@ -48,6 +48,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod batched;
+mod figures;
 mod pacer;
 mod profile;
 mod stages;
@@ -328,11 +329,7 @@ impl Measured {
         }
     }
     fn percentile_us(&self, p: f64) -> f64 {
-        if self.rtts.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.rtts.len() as f64 - 1.0) * p).round() as usize;
-        self.rtts[i.min(self.rtts.len() - 1)].as_secs_f64() * 1e6
+        figures::percentile_us(&self.rtts, p)
     }
 }
 
@@ -364,24 +361,15 @@ impl Tail {
     }
 
     /// Per percentile, [min, median, max] over the runs (a run without echoes left out).
-    fn spread<'a>(runs: impl Iterator<Item = &'a Tail>) -> [[f64; 3]; 3] {
-        let runs: Vec<&Tail> = runs.collect();
-        [0, 1, 2].map(|p| {
-            let mut v: Vec<f64> = runs
-                .iter()
-                .map(|t| t.us[p])
-                .filter(|x| x.is_finite())
-                .collect();
-            v.sort_by(f64::total_cmp);
-            match v.len() {
-                0 => [f64::NAN; 3],
-                n => [v[0], v[n / 2], v[n - 1]],
-            }
-        })
+    fn spread<'a>(runs: impl Iterator<Item = &'a Tail>) -> figures::Spread {
+        let runs: Vec<[f64; 3]> = runs.map(|t| t.us).collect();
+        figures::spread(&runs)
     }
 
-    fn spread_json(s: &[[f64; 3]; 3]) -> serde_json::Value {
-        serde_json::json!({"p50_us": s[0], "p99_us": s[1], "p999_us": s[2]})
+    fn spread_json(s: &figures::Spread) -> serde_json::Value {
+        serde_json::json!({
+            "p50_us": s.us[0], "p99_us": s.us[1], "p999_us": s.us[2], "runs_counted": s.counted,
+        })
     }
 }
 
@@ -835,17 +823,21 @@ async fn run(node: Handle, client_side: Handle) {
             let raw_spread = Tail::spread(per_run.iter().map(|(r, _)| r));
             let fwd_spread = Tail::spread(per_run.iter().map(|(_, f)| f));
             for (name, s) in [("raw", &raw_spread), ("forward", &fwd_spread)] {
-                let range = if runs > 1 {
-                    format!(" (p99 {:.0}-{:.0})", s[1][0], s[1][2])
+                // A range of one run says nothing; a run without echoes is not counted.
+                let range = if s.counted > 1 {
+                    format!(
+                        " (p99 {:.0}-{:.0}, {} runs)",
+                        s.us[1][0], s.us[1][2], s.counted
+                    )
                 } else {
                     String::new()
                 };
                 println!(
                     "{:>4.0}% {at:>10.0}/s {name:<8} {:.0}/{:.0}/{:.0}{range}",
                     share * 100.0,
-                    s[0][1],
-                    s[1][1],
-                    s[2][1],
+                    s.us[0][1],
+                    s.us[1][1],
+                    s.us[2][1],
                 );
             }
             rates.push(serde_json::json!({

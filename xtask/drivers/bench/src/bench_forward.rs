@@ -200,7 +200,9 @@ pub fn summary(report: &Value) -> String {
             "  round trips at fixed shares of the forward's maximum, {} bytes, µs{}:",
             m["latency_tail"]["bytes"],
             if runs > 1 {
-                format!(" (median of {runs} runs; p99 and p99.9 also min-max)")
+                format!(
+                    " (median of up to {runs} runs, those with echoes; p99 and p99.9 also min-max)"
+                )
             } else {
                 String::new()
             }
@@ -214,7 +216,16 @@ pub fn summary(report: &Value) -> String {
             for path in ["raw", "forward"] {
                 let s = &rate["spread"][path];
                 let mid = |p: &str| f(&s[p][1]);
-                let range = |p: &str| format!("{:.0}-{:.0}", f(&s[p][0]), f(&s[p][2]));
+                // A range over one run (or a report from before runs were counted) says
+                // nothing more than the median.
+                let counted = s["runs_counted"].as_u64().unwrap_or(runs);
+                let range = |p: &str| {
+                    if counted > 1 {
+                        format!("{:.0}-{:.0} ({counted})", f(&s[p][0]), f(&s[p][2]))
+                    } else {
+                        "-".to_owned()
+                    }
+                };
                 let _ = writeln!(
                     out,
                     "    {:>4.0}% {:>12.0} {path:<8} {:>7.0} {:>7.0} {:>7.0} {:>13} {:>13}",
@@ -267,20 +278,23 @@ pub fn summary(report: &Value) -> String {
             "    {:<22} {:<8} {:<7} {:>9} {:>8} {:>8} {:>8} {:>8}",
             "phase", "path", "side", "syscalls", "allocs", "vol-cs", "invol-cs", "cpu µs"
         );
+        // A figure the bench could not take is null: shown as such, never as zero.
+        let shown = |v: &Value| {
+            v.as_f64()
+                .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"))
+        };
         for r in rows {
-            let syscalls = r["syscalls_per_datagram"]
-                .as_f64()
-                .map_or_else(|| "n/a".to_owned(), |s| format!("{s:.3}"));
             let _ = writeln!(
                 out,
-                "    {:<22} {:<8} {:<7} {syscalls:>9} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
+                "    {:<22} {:<8} {:<7} {:>9} {:>8} {:>8} {:>8} {:>8}",
                 r["phase"].as_str().unwrap_or("?"),
                 r["path"].as_str().unwrap_or("?"),
                 r["side"].as_str().unwrap_or("?"),
-                f(&r["allocs_per_datagram"]),
-                f(&r["voluntary_switches_per_datagram"]),
-                f(&r["involuntary_switches_per_datagram"]),
-                f(&r["cpu_us_per_datagram"]),
+                shown(&r["syscalls_per_datagram"]),
+                shown(&r["allocs_per_datagram"]),
+                shown(&r["voluntary_switches_per_datagram"]),
+                shown(&r["involuntary_switches_per_datagram"]),
+                shown(&r["cpu_us_per_datagram"]),
             );
         }
     }
@@ -440,6 +454,8 @@ mod tests {
             row("forward", "client", json!(1.25), 2.0),
             row("forward", "node", Value::Null, 3.0),
         ]);
+        // A thread's CPU time that could not be read: not measured, not zero.
+        m["profile"][2]["cpu_us_per_datagram"] = Value::Null;
         std::fs::write(root.join("measured.json"), m.to_string()).expect("measured.json");
         let mode = Mode {
             quick: true,
@@ -491,8 +507,9 @@ mod tests {
     #[test]
     fn the_summary_shows_the_tail_at_each_share_raw_beside_forward_with_its_spread() {
         let mut m = measured(0.62, 0.69, json!(120.0));
-        let spread = |base: f64| {
+        let spread = |base: f64, counted: u64| {
             json!({
+                "runs_counted": counted,
                 "p50_us": [base, base + 1.0, base + 2.0],
                 "p99_us": [base * 2.0, base * 2.0 + 5.0, base * 2.0 + 30.0],
                 "p999_us": [base * 4.0, base * 4.0 + 10.0, base * 4.0 + 200.0],
@@ -504,7 +521,11 @@ mod tests {
                 json!({
                     "share": share,
                     "rate_datagrams_per_sec": 400000.0 * share,
-                    "spread": {"raw": spread(40.0 * (1.0 + share)), "forward": spread(70.0 * (1.0 + share))},
+                    "spread": {
+                        "raw": spread(40.0 * (1.0 + share), 5),
+                        // A run without echoes is not counted.
+                        "forward": spread(70.0 * (1.0 + share), if *share == 0.75 { 4 } else { 5 }),
+                    },
                 })
             })
             .collect();
