@@ -29,8 +29,14 @@ use crate::figures::{Counts, per_datagram, perf_syscalls};
 pub use crate::figures::{PerDatagram, SIDES};
 const OTHER: u8 = SIDES.len() as u8;
 
+/// Whether any thread has joined a side: until then (always, outside profile mode) the allocator
+/// costs one relaxed load per allocation and counts nothing.
 static ON: AtomicBool = AtomicBool::new(false);
-static ALLOCS: [AtomicU64; SIDES.len() + 1] = [const { AtomicU64::new(0) }; SIDES.len() + 1];
+/// Each side's counter on a cache line of its own: the sides' threads bump them concurrently.
+static ALLOCS: [Padded; SIDES.len() + 1] = [const { Padded(AtomicU64::new(0)) }; SIDES.len() + 1];
+
+#[repr(align(128))]
+struct Padded(AtomicU64);
 /// Each thread of a side: (tid, side).
 static THREADS: Mutex<Vec<(i32, u8)>> = Mutex::new(Vec::new());
 
@@ -71,7 +77,7 @@ unsafe impl GlobalAlloc for Counting {
 fn count() {
     if ON.load(Ordering::Relaxed) {
         let side = SIDE.try_with(Cell::get).unwrap_or(OTHER);
-        ALLOCS[usize::from(side)].fetch_add(1, Ordering::Relaxed);
+        ALLOCS[usize::from(side)].0.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -88,7 +94,8 @@ pub fn join(side: usize) {
 /// from the reading on.
 pub struct Start {
     counts: [Counts; SIDES.len()],
-    perf: Option<(Child, std::path::PathBuf)>,
+    /// perf, and the file it writes (removed when dropped, a panic included).
+    perf: Option<(Child, tempfile::NamedTempFile)>,
 }
 
 fn read_counts() -> [Counts; SIDES.len()] {
@@ -99,7 +106,7 @@ fn read_counts() -> [Counts; SIDES.len()] {
         involuntary: Some(0),
     }; SIDES.len()];
     for (i, c) in out.iter_mut().enumerate() {
-        c.allocs = ALLOCS[i].load(Ordering::Relaxed);
+        c.allocs = ALLOCS[i].0.load(Ordering::Relaxed);
     }
     let threads = THREADS.lock().unwrap().clone();
     // A figure of a thread that cannot be read leaves its side's sum unknown (`None`), never
@@ -128,7 +135,13 @@ fn read_counts() -> [Counts; SIDES.len()] {
 /// Starts counting: a reading, and `perf stat` attached to the process (given a moment to
 /// attach, during which the path is idle).
 pub async fn start() -> Start {
-    let out = std::env::temp_dir().join(format!("holdfast-bench-perf-{}", std::process::id()));
+    // A fresh file of this process's own (perf may run as root: never a predictable path).
+    let Ok(out) = tempfile::NamedTempFile::new() else {
+        return Start {
+            counts: read_counts(),
+            perf: None,
+        };
+    };
     let perf = Command::new("perf")
         .args([
             "stat",
@@ -141,7 +154,7 @@ pub async fn start() -> Start {
         .arg("-p")
         .arg(std::process::id().to_string())
         .arg("-o")
-        .arg(&out)
+        .arg(out.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -159,7 +172,9 @@ pub async fn start() -> Start {
 /// Stops counting and divides what each side spent by the `echoed` datagrams (received back).
 pub fn finish(start: Start, echoed: u64) -> Vec<PerDatagram> {
     let end = read_counts();
-    let output = start.perf.and_then(|(child, out)| stop_perf(child, &out));
+    let output = start
+        .perf
+        .and_then(|(child, out)| stop_perf(child, out.path()));
     let sides: HashMap<i32, u8> = THREADS.lock().unwrap().iter().copied().collect();
     let syscalls = perf_syscalls(output.as_deref(), &sides);
     per_datagram(&start.counts, &end, &syscalls, echoed)
@@ -170,9 +185,7 @@ fn stop_perf(mut child: Child, out: &std::path::Path) -> Option<String> {
     // SAFETY: kill(2) on the child this process spawned and has not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     child.wait().ok()?;
-    let text = std::fs::read_to_string(out).ok();
-    let _ = std::fs::remove_file(out);
-    text
+    std::fs::read_to_string(out).ok()
 }
 
 /// The table's rows for one phase and path.
