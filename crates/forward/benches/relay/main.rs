@@ -7,7 +7,12 @@
 //! Both paths are round trips through an echo, driven the same way from the same process:
 //! everything runs on one runtime of two workers, for both paths. (`HOLDFAST_BENCH_SPLIT_RUNTIMES=1`
 //! gives the client's side and the node's side a runtime of one worker each instead, as two
-//! processes would have, for both paths alike: a diagnostic, not the measurement.)
+//! processes would have, for both paths alike: a diagnostic, not the measurement.
+//! `HOLDFAST_BENCH_PROFILE=1`, `cargo xtask bench forward --profile`, gives the app, the client's
+//! side and the node's side three runtimes of one worker each and counts what each spends per
+//! datagram (`profile.rs`); neither is the measurement either, so a profiled run skips the tail
+//! at fixed shares and writes `target/bench/forward-profile.json`, leaving `forward.json` as it
+//! was.)
 //! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
 //!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
 //!   and transport configuration);
@@ -41,7 +46,8 @@
 //! forward's tail is the tighter one. The tail is also measured at a quarter, half and three
 //! quarters of the forward's maximum, p50/p99/p99.9 of each path at each (`latency_tail`), each
 //! rate five times in the full run for the run-to-run spread, once with `--quick`. Numbers, never
-//! assertions. Diagnostics of the paced phase
+//! assertions (the arithmetic behind them, `figures.rs`, is tested from `tests/bench_figures.rs`).
+//! Diagnostics of the paced phase
 //! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
 
 // Bench harness code: a broken setup should stop the run loudly.
@@ -541,7 +547,9 @@ async fn raw_path(
 /// One runtime of two workers for everything; with `HOLDFAST_BENCH_SPLIT_RUNTIMES=1`, the
 /// client's side (the app's reader, the holdfast client or the raw quinn client) and the node's
 /// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
-/// runtime of one worker each.
+/// runtime of one worker each; with `HOLDFAST_BENCH_PROFILE=1`, three runtimes of one worker
+/// each, the app's (the load generator), the client's and the node's, whose threads join their
+/// side for the profile's counts.
 fn main() {
     let runtime = |workers, side: Option<usize>| {
         let mut builder = tokio::runtime::Builder::new_multi_thread();
