@@ -122,9 +122,17 @@ node-22613;<not counted>;;raw_syscalls:sys_enter;0;0.00;;
 node-22614;900;;raw_syscalls:sys_enter;1002345678;100.00;;
 ";
 
+/// The same with a thread whose counter perf could not open.
+const PERF_UNSUPPORTED: &str = "# started on Sun Dec  6 11:02:03 2026
+
+app-22610;1500;;raw_syscalls:sys_enter;1002345678;100.00;;
+client-22611;<not supported>;;raw_syscalls:sys_enter;0;0.00;;
+client-22612;300;;raw_syscalls:sys_enter;1002345678;100.00;;
+";
+
 // i[verify bench.forward.profile]
 #[test]
-fn perf_output_is_summed_by_side_and_an_uncounted_thread_leaves_its_side_unmeasured() {
+fn perf_output_is_summed_by_side_and_a_thread_that_never_ran_made_no_system_call() {
     let sides: HashMap<i32, u8> = [
         (22608, 0),
         (22610, 0),
@@ -136,7 +144,13 @@ fn perf_output_is_summed_by_side_and_an_uncounted_thread_leaves_its_side_unmeasu
     .into();
     assert_eq!(
         perf_syscalls(Some(PERF_OUTPUT), &sides),
-        [Some(21_504), Some(1_000), None]
+        [Some(21_504), Some(1_000), Some(900)],
+        "<not counted>: the counter never ran, as a thread asleep all along"
+    );
+    // A counter perf could not open leaves its side unknown.
+    assert_eq!(
+        perf_syscalls(Some(PERF_UNSUPPORTED), &sides),
+        [Some(1_500), None, None]
     );
     // A thread of no side (22562) does not count; a side without a line is not measured.
     let only_app: HashMap<i32, u8> = [(22608, 0)].into();

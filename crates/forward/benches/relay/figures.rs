@@ -100,9 +100,10 @@ pub fn per_datagram(
 
 /// Each side's system calls from `perf stat -x ';' --per-thread -e raw_syscalls:sys_enter`'s
 /// output (`None` when perf did not run or wrote nothing), by the side of each thread in `sides`
-/// (tid → side). Lines are `comm-tid;count;unit;event;…`; `#` lines are perf's header. A side
-/// none of whose threads was counted, or one of whose threads perf reports `<not counted>`, is
-/// not measured.
+/// (tid → side). Lines are `comm-tid;count;unit;event;…`; `#` lines are perf's header.
+/// `<not counted>` is a counter that never ran (perf prints it when the time running is zero):
+/// the thread was not scheduled in the span, so it made no system call. A side none of whose
+/// threads has a line, or with a count perf could not take (`<not supported>`), is not measured.
 pub fn perf_syscalls(output: Option<&str>, sides: &HashMap<i32, u8>) -> [Option<u64>; SIDES.len()] {
     let mut per_side = [Some(0u64); SIDES.len()];
     let mut seen = [false; SIDES.len()];
@@ -131,9 +132,12 @@ pub fn perf_syscalls(output: Option<&str>, sides: &HashMap<i32, u8>) -> [Option<
             continue;
         };
         seen[side] = true;
-        *slot = match count.trim().parse::<u64>() {
-            Ok(count) => slot.map(|sum| sum + count),
-            Err(_) => None,
+        *slot = match count.trim() {
+            "<not counted>" => *slot,
+            count => match count.parse::<u64>() {
+                Ok(count) => slot.map(|sum| sum + count),
+                Err(_) => None,
+            },
         };
     }
     std::array::from_fn(|i| per_side[i].filter(|_| seen[i]))
