@@ -77,16 +77,25 @@ fn attacker(args: &Args, workspace: &Path, target: &Path) -> Command {
 
 fn build(workspace: &Path, packages: &[&str], release: bool) -> anyhow::Result<()> {
     eprintln!("attack: cargo build {}", packages.join(" "));
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    command.current_dir(workspace).arg("build").args(packages);
-    if release {
-        command.arg("--release");
-    }
-    let status = command.status().context("running cargo build")?;
+    let status = build_command(workspace, packages, release)
+        .status()
+        .context("running cargo build")?;
     if !status.success() {
         bail!("cargo build {} failed: {status}", packages.join(" "));
     }
     Ok(())
+}
+
+/// `cargo build PACKAGES [--release]` in `workspace`, without what `cargo xtask` set for running
+/// xtask (`i[bench.no-rebuild]`).
+// i[impl bench.no-rebuild]
+fn build_command(workspace: &Path, packages: &[&str], release: bool) -> Command {
+    let mut command = holdfast_harness::root::cargo();
+    command.current_dir(workspace).arg("build").args(packages);
+    if release {
+        command.arg("--release");
+    }
+    command
 }
 
 #[cfg(test)]
@@ -99,6 +108,21 @@ mod tests {
             .chain(c.get_args())
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+
+    // i[verify bench.no-rebuild]
+    #[test]
+    fn the_attacker_and_node_are_built_without_what_cargo_set_for_running_xtask() {
+        // `cargo test` sets it for this binary, as `cargo xtask` does for xtask.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let c = build_command(Path::new("/w"), &["-p", "holdfast"], true);
+        assert!(
+            c.get_envs()
+                .any(|(name, value)| name == "CARGO_MANIFEST_DIR" && value.is_none()),
+            "CARGO_MANIFEST_DIR removed"
+        );
+        let args: Vec<_> = c.get_args().collect();
+        assert_eq!(args, ["build", "-p", "holdfast", "--release"]);
     }
 
     // i[verify xtask.attack]

@@ -69,6 +69,7 @@ const SPEEDUP_TARGET: f64 = 1.5;
 const BYTES_PER_KEY_TARGET: f64 = 64.0;
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    forward_flags_only_for_forward(&args)?;
     match args.suite {
         Suite::Retry => retry(&args),
         Suite::SpecCheck => {
@@ -82,6 +83,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Suite::Gateway => crate::drivers::run("holdfast-bench", &driver_args(&args)),
         Suite::Forward => crate::drivers::run("holdfast-bench", &driver_args(&args)),
     }
+}
+
+/// `--quick`, `--iperf` and `--profile` change the forward suite alone: given to another, they
+/// would be ignored, so they are refused.
+// i[impl bench.forward.profile]
+fn forward_flags_only_for_forward(args: &Args) -> anyhow::Result<()> {
+    if matches!(args.suite, Suite::Forward) {
+        return Ok(());
+    }
+    for (given, flag) in [
+        (args.quick, "--quick"),
+        (args.iperf, "--iperf"),
+        (args.profile, "--profile"),
+    ] {
+        if given {
+            anyhow::bail!(
+                "bench: {flag} is the forward suite's (cargo xtask bench forward {flag})"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// holdfast-bench's command line for the gateway or forward suite.
@@ -322,6 +344,26 @@ mod tests {
             line(&["bench", "forward", "--quick", "--profile"]),
             ["forward", "--quick", "--profile"]
         );
+    }
+
+    // i[verify bench.forward.profile]
+    #[test]
+    fn the_forward_suites_flags_are_refused_for_the_other_suites() {
+        let checked = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            super::forward_flags_only_for_forward(&cli.args).map_err(|e| e.to_string())
+        };
+        for suite in ["gateway", "retry", "spec-check"] {
+            for flag in ["--profile", "--iperf", "--quick"] {
+                let err = checked(&["bench", suite, flag]).expect_err(flag);
+                assert!(
+                    err.contains(flag) && err.contains("forward suite"),
+                    "{suite} {flag}: {err}"
+                );
+            }
+            assert!(checked(&["bench", suite]).is_ok());
+        }
+        assert!(checked(&["bench", "forward", "--quick", "--iperf", "--profile"]).is_ok());
     }
 
     #[test]

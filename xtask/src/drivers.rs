@@ -14,8 +14,11 @@ use std::process::{Command, ExitCode};
 /// `cargo run --quiet --manifest-path ROOT/Cargo.toml -p PACKAGE -- ARGS`, in the caller's
 /// directory, so that a relative path among ARGS means what the caller meant; the driver finds
 /// the same root (the workspace above its current directory) and prints its banner itself.
+/// Cargo runs without what `cargo xtask` set for running xtask, so the driver's build is the one a
+/// plain cargo would do (`i[bench.no-rebuild]`).
+// i[impl bench.no-rebuild]
 pub fn command(workspace: &Path, package: &str, args: &[OsString]) -> Command {
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut command = holdfast_harness::root::cargo();
     command
         .args(["run", "--quiet", "--manifest-path"])
         .arg(workspace.join("Cargo.toml"))
@@ -66,5 +69,18 @@ mod tests {
         // The caller's directory: `--holdfast ../../target/release/holdfast` from a
         // subdirectory names the binary the caller meant.
         assert_eq!(c.get_current_dir(), None);
+    }
+
+    // i[verify bench.no-rebuild]
+    #[test]
+    fn a_driver_is_built_without_what_cargo_set_for_running_xtask() {
+        // `cargo test` sets it for this binary, as `cargo xtask` does for xtask.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let c = command(Path::new("/w"), "holdfast-bench", &[]);
+        assert!(
+            c.get_envs()
+                .any(|(name, value)| name == "CARGO_MANIFEST_DIR" && value.is_none()),
+            "CARGO_MANIFEST_DIR removed"
+        );
     }
 }

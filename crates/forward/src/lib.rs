@@ -35,3 +35,5 @@ pub use server::{
     ServerConfig, start,
 };
 pub use stats::{AccessStats, ConnectionStats, ForwardStats};
+#[doc(hidden)]
+pub use udp_io::batch_limit;

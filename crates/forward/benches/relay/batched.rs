@@ -67,14 +67,16 @@ impl Batched {
                 std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
             // A batch short of what one call takes emptied the queue (Linux's recvmmsg stops
             // short only then): its readiness is cleared now, as the forward's own sockets do
-            // (holdfast-forward's `UdpIo::recv`), instead of by one more receive that can only
-            // fail — a system call per wakeup the load generator would charge the forward.
+            // (holdfast-forward's `UdpIo::recv`, with the same limit), instead of by one more
+            // receive that can only fail — a system call per wakeup the load generator would
+            // charge the forward.
+            let batch = holdfast_forward::batch_limit(RECV_BATCH);
             let mut partial = None;
             match self.socket.try_io(Interest::READABLE, || {
                 let filled = self
                     .state
                     .recv(UdpSockRef::from(&self.socket), &mut slices, meta)?;
-                if cfg!(target_os = "linux") && filled < RECV_BATCH.min(quinn::udp::BATCH_SIZE) {
+                if filled < batch {
                     partial = Some(filled);
                     return Err(io::ErrorKind::WouldBlock.into());
                 }

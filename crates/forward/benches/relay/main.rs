@@ -7,7 +7,12 @@
 //! Both paths are round trips through an echo, driven the same way from the same process:
 //! everything runs on one runtime of two workers, for both paths. (`HOLDFAST_BENCH_SPLIT_RUNTIMES=1`
 //! gives the client's side and the node's side a runtime of one worker each instead, as two
-//! processes would have, for both paths alike: a diagnostic, not the measurement.)
+//! processes would have, for both paths alike: a diagnostic, not the measurement.
+//! `HOLDFAST_BENCH_PROFILE=1`, `cargo xtask bench forward --profile`, gives the app, the client's
+//! side and the node's side three runtimes of one worker each and counts what each spends per
+//! datagram (`profile.rs`); neither is the measurement either, so a profiled run skips the tail
+//! at fixed shares and writes `target/bench/forward-profile.json`, leaving `forward.json` as it
+//! was.)
 //! - raw: a quinn client sends datagrams to a quinn server that echoes each one back (both on the
 //!   forward's own endpoint sockets and settings: `transport::endpoint_socket`, the crate's TLS
 //!   and transport configuration);
@@ -41,13 +46,15 @@
 //! forward's tail is the tighter one. The tail is also measured at a quarter, half and three
 //! quarters of the forward's maximum, p50/p99/p99.9 of each path at each (`latency_tail`), each
 //! rate five times in the full run for the run-to-run spread, once with `--quick`. Numbers, never
-//! assertions. Diagnostics of the paced phase
+//! assertions (the arithmetic behind them, `figures.rs`, is tested from `tests/bench_figures.rs`).
+//! Diagnostics of the paced phase
 //! (`HOLDFAST_BENCH_STAGES=1`, `HOLDFAST_BENCH_PACED_ONLY=RATE`) are described in `stages.rs`.
 
 // Bench harness code: a broken setup should stop the run loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod batched;
+mod figures;
 mod pacer;
 mod profile;
 mod stages;
@@ -328,11 +335,7 @@ impl Measured {
         }
     }
     fn percentile_us(&self, p: f64) -> f64 {
-        if self.rtts.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.rtts.len() as f64 - 1.0) * p).round() as usize;
-        self.rtts[i.min(self.rtts.len() - 1)].as_secs_f64() * 1e6
+        figures::percentile_us(&self.rtts, p)
     }
 }
 
@@ -364,24 +367,15 @@ impl Tail {
     }
 
     /// Per percentile, [min, median, max] over the runs (a run without echoes left out).
-    fn spread<'a>(runs: impl Iterator<Item = &'a Tail>) -> [[f64; 3]; 3] {
-        let runs: Vec<&Tail> = runs.collect();
-        [0, 1, 2].map(|p| {
-            let mut v: Vec<f64> = runs
-                .iter()
-                .map(|t| t.us[p])
-                .filter(|x| x.is_finite())
-                .collect();
-            v.sort_by(f64::total_cmp);
-            match v.len() {
-                0 => [f64::NAN; 3],
-                n => [v[0], v[n / 2], v[n - 1]],
-            }
-        })
+    fn spread<'a>(runs: impl Iterator<Item = &'a Tail>) -> figures::Spread {
+        let runs: Vec<[f64; 3]> = runs.map(|t| t.us).collect();
+        figures::spread(&runs)
     }
 
-    fn spread_json(s: &[[f64; 3]; 3]) -> serde_json::Value {
-        serde_json::json!({"p50_us": s[0], "p99_us": s[1], "p999_us": s[2]})
+    fn spread_json(s: &figures::Spread) -> serde_json::Value {
+        serde_json::json!({
+            "p50_us": s.us[0], "p99_us": s.us[1], "p999_us": s.us[2], "runs_counted": s.counted,
+        })
     }
 }
 
@@ -553,7 +547,9 @@ async fn raw_path(
 /// One runtime of two workers for everything; with `HOLDFAST_BENCH_SPLIT_RUNTIMES=1`, the
 /// client's side (the app's reader, the holdfast client or the raw quinn client) and the node's
 /// side (the holdfast node and the echo target, or the raw quinn server and its echo) on a
-/// runtime of one worker each.
+/// runtime of one worker each; with `HOLDFAST_BENCH_PROFILE=1`, three runtimes of one worker
+/// each, the app's (the load generator), the client's and the node's, whose threads join their
+/// side for the profile's counts.
 fn main() {
     let runtime = |workers, side: Option<usize>| {
         let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -807,7 +803,9 @@ async fn run(node: Handle, client_side: Handle) {
     // The tail as a property of the path: fixed shares of the forward's maximum, raw beside the
     // forward at each, every rate measured `runs` times for the run-to-run spread (the phase at
     // half the maximum above is the first run at a half).
-    if paced_only.is_none() {
+    // Not in profile mode: its figures are not the measurement, and perf is attached to the
+    // phases above only.
+    if paced_only.is_none() && profiles.is_none() {
         let runs = if quick { 1 } else { 5 };
         println!(
             "round trips at fixed shares of the forward's maximum, 64 B, µs p50/p99/p99.9{}:",
@@ -833,17 +831,21 @@ async fn run(node: Handle, client_side: Handle) {
             let raw_spread = Tail::spread(per_run.iter().map(|(r, _)| r));
             let fwd_spread = Tail::spread(per_run.iter().map(|(_, f)| f));
             for (name, s) in [("raw", &raw_spread), ("forward", &fwd_spread)] {
-                let range = if runs > 1 {
-                    format!(" (p99 {:.0}-{:.0})", s[1][0], s[1][2])
+                // A range of one run says nothing; a run without echoes is not counted.
+                let range = if s.counted > 1 {
+                    format!(
+                        " (p99 {:.0}-{:.0}, {} runs)",
+                        s.us[1][0], s.us[1][2], s.counted
+                    )
                 } else {
                     String::new()
                 };
                 println!(
                     "{:>4.0}% {at:>10.0}/s {name:<8} {:.0}/{:.0}/{:.0}{range}",
                     share * 100.0,
-                    s[0][1],
-                    s[1][1],
-                    s[2][1],
+                    s.us[0][1],
+                    s.us[1][1],
+                    s.us[2][1],
                 );
             }
             rates.push(serde_json::json!({
@@ -887,7 +889,15 @@ async fn run(node: Handle, client_side: Handle) {
     let path = std::env::var_os("HOLDFAST_BENCH_OUT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/forward.json")
+            // A profiled run's figures are not the measurement: beside the last report.
+            let name = if profiles.is_some() {
+                "forward-profile.json"
+            } else {
+                "forward.json"
+            };
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/bench")
+                .join(name)
         });
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).expect("bench output directory");

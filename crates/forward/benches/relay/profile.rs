@@ -1,6 +1,7 @@
 //! The per-stage profile (`HOLDFAST_BENCH_PROFILE=1`, `cargo xtask bench forward --profile`):
 //! what each datagram costs each side of the path, for raw quinn and for the forward in the same
-//! run — figures that do not depend on how loaded the machine is, unlike the throughput.
+//! run, per datagram rather than per second; batch sizes, hence these figures, still move with
+//! scheduling, so a loaded machine changes them too.
 //!
 //! The run gives each side a runtime of one worker of its own, so a thread belongs to one side:
 //! - app: the load generator (the pacer's thread, the reader of echoes, the main thread);
@@ -24,12 +25,18 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The sides of the path, in the order the table shows them.
-pub const SIDES: [&str; 3] = ["app", "client", "node"];
+use crate::figures::{Counts, per_datagram, perf_syscalls};
+pub use crate::figures::{PerDatagram, SIDES};
 const OTHER: u8 = SIDES.len() as u8;
 
+/// Whether any thread has joined a side: until then (always, outside profile mode) the allocator
+/// costs one relaxed load per allocation and counts nothing.
 static ON: AtomicBool = AtomicBool::new(false);
-static ALLOCS: [AtomicU64; SIDES.len() + 1] = [const { AtomicU64::new(0) }; SIDES.len() + 1];
+/// Each side's counter on a cache line of its own: the sides' threads bump them concurrently.
+static ALLOCS: [Padded; SIDES.len() + 1] = [const { Padded(AtomicU64::new(0)) }; SIDES.len() + 1];
+
+#[repr(align(128))]
+struct Padded(AtomicU64);
 /// Each thread of a side: (tid, side).
 static THREADS: Mutex<Vec<(i32, u8)>> = Mutex::new(Vec::new());
 
@@ -70,7 +77,7 @@ unsafe impl GlobalAlloc for Counting {
 fn count() {
     if ON.load(Ordering::Relaxed) {
         let side = SIDE.try_with(Cell::get).unwrap_or(OTHER);
-        ALLOCS[usize::from(side)].fetch_add(1, Ordering::Relaxed);
+        ALLOCS[usize::from(side)].0.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -83,51 +90,44 @@ pub fn join(side: usize) {
     THREADS.lock().unwrap().push((tid, side as u8));
 }
 
-/// Per side: allocations, CPU ns, voluntary and involuntary switches.
-#[derive(Clone, Copy, Default)]
-struct Counts {
-    allocs: u64,
-    cpu_ns: u64,
-    voluntary: u64,
-    involuntary: u64,
-}
-
 /// One reading of every side's counters, and a `perf stat` counting each thread's system calls
 /// from the reading on.
 pub struct Start {
     counts: [Counts; SIDES.len()],
-    perf: Option<(Child, std::path::PathBuf)>,
+    /// perf, and the file it writes (removed when dropped, a panic included).
+    perf: Option<(Child, tempfile::NamedTempFile)>,
 }
 
 fn read_counts() -> [Counts; SIDES.len()] {
-    let mut out = [Counts::default(); SIDES.len()];
+    let mut out = [Counts {
+        allocs: 0,
+        cpu_ns: Some(0),
+        voluntary: Some(0),
+        involuntary: Some(0),
+    }; SIDES.len()];
     for (i, c) in out.iter_mut().enumerate() {
-        c.allocs = ALLOCS[i].load(Ordering::Relaxed);
+        c.allocs = ALLOCS[i].0.load(Ordering::Relaxed);
     }
     let threads = THREADS.lock().unwrap().clone();
+    // A figure of a thread that cannot be read leaves its side's sum unknown (`None`), never
+    // short.
+    let add = |sum: &mut Option<u64>, v: Option<u64>| *sum = sum.zip(v).map(|(s, v)| s + v);
     for (tid, side) in threads {
         let dir = format!("/proc/self/task/{tid}");
-        let Ok(stat) = std::fs::read_to_string(format!("{dir}/schedstat")) else {
-            continue;
-        };
         let c = &mut out[usize::from(side)];
-        c.cpu_ns += stat
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        let cpu_ns = std::fs::read_to_string(format!("{dir}/schedstat"))
+            .ok()
+            .and_then(|stat| stat.split_whitespace().next()?.parse::<u64>().ok());
+        add(&mut c.cpu_ns, cpu_ns);
         let status = std::fs::read_to_string(format!("{dir}/status")).unwrap_or_default();
-        for line in status.lines() {
-            let value = |prefix: &str| {
+        let value = |prefix: &str| {
+            status.lines().find_map(|line| {
                 line.strip_prefix(prefix)
                     .and_then(|v| v.trim().parse::<u64>().ok())
-            };
-            if let Some(v) = value("voluntary_ctxt_switches:") {
-                c.voluntary += v;
-            } else if let Some(v) = value("nonvoluntary_ctxt_switches:") {
-                c.involuntary += v;
-            }
-        }
+            })
+        };
+        add(&mut c.voluntary, value("voluntary_ctxt_switches:"));
+        add(&mut c.involuntary, value("nonvoluntary_ctxt_switches:"));
     }
     out
 }
@@ -135,7 +135,13 @@ fn read_counts() -> [Counts; SIDES.len()] {
 /// Starts counting: a reading, and `perf stat` attached to the process (given a moment to
 /// attach, during which the path is idle).
 pub async fn start() -> Start {
-    let out = std::env::temp_dir().join(format!("holdfast-bench-perf-{}", std::process::id()));
+    // A fresh file of this process's own (perf may run as root: never a predictable path).
+    let Ok(out) = tempfile::NamedTempFile::new() else {
+        return Start {
+            counts: read_counts(),
+            perf: None,
+        };
+    };
     let perf = Command::new("perf")
         .args([
             "stat",
@@ -148,7 +154,7 @@ pub async fn start() -> Start {
         .arg("-p")
         .arg(std::process::id().to_string())
         .arg("-o")
-        .arg(&out)
+        .arg(out.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -163,84 +169,37 @@ pub async fn start() -> Start {
     }
 }
 
-/// One side's cost per datagram over a phase.
-pub struct PerDatagram {
-    pub side: &'static str,
-    pub syscalls: Option<f64>,
-    pub allocs: f64,
-    pub voluntary: f64,
-    pub involuntary: f64,
-    pub cpu_us: f64,
-}
-
-/// Stops counting and divides what each side spent by the `datagrams` echoed.
-pub fn finish(start: Start, datagrams: u64) -> Vec<PerDatagram> {
+/// Stops counting and divides what each side spent by the `echoed` datagrams (received back).
+pub fn finish(start: Start, echoed: u64) -> Vec<PerDatagram> {
     let end = read_counts();
-    let syscalls = start.perf.and_then(|(child, out)| stop_perf(child, &out));
-    let n = datagrams.max(1) as f64;
-    SIDES
-        .iter()
-        .enumerate()
-        .map(|(i, side)| {
-            let (a, b) = (start.counts[i], end[i]);
-            let d = |f: fn(&Counts) -> u64| f(&b).saturating_sub(f(&a)) as f64 / n;
-            PerDatagram {
-                side,
-                syscalls: syscalls.as_ref().map(|per_side| per_side[i] as f64 / n),
-                allocs: d(|c| c.allocs),
-                voluntary: d(|c| c.voluntary),
-                involuntary: d(|c| c.involuntary),
-                cpu_us: d(|c| c.cpu_ns) / 1e3,
-            }
-        })
-        .collect()
+    let output = start
+        .perf
+        .and_then(|(child, out)| stop_perf(child, out.path()));
+    let sides: HashMap<i32, u8> = THREADS.lock().unwrap().iter().copied().collect();
+    let syscalls = perf_syscalls(output.as_deref(), &sides);
+    per_datagram(&start.counts, &end, &syscalls, echoed)
 }
 
-/// Interrupts `perf stat` and sums its per-thread counts by side.
-fn stop_perf(mut child: Child, out: &std::path::Path) -> Option<[u64; SIDES.len()]> {
+/// Interrupts `perf stat` (it exits 130 then) and returns what it wrote.
+fn stop_perf(mut child: Child, out: &std::path::Path) -> Option<String> {
     // SAFETY: kill(2) on the child this process spawned and has not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().ok()?;
-    let text = std::fs::read_to_string(out).ok()?;
-    let _ = std::fs::remove_file(out);
-    if !status.success() && !text.contains("raw_syscalls") {
-        return None;
-    }
-    let sides: HashMap<i32, u8> = THREADS.lock().unwrap().iter().copied().collect();
-    let mut per_side = [0u64; SIDES.len()];
-    let mut seen = false;
-    // Lines of `comm-tid;count;unit;event;...`.
-    for line in text.lines() {
-        let mut fields = line.split(';');
-        let (Some(thread), Some(count)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        let Some(tid) = thread
-            .rsplit_once('-')
-            .and_then(|(_, t)| t.trim().parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(count) = count.trim().parse::<u64>() else {
-            continue;
-        };
-        seen = true;
-        if let Some(&side) = sides.get(&tid) {
-            per_side[usize::from(side)] += count;
-        }
-    }
-    seen.then_some(per_side)
+    child.wait().ok()?;
+    std::fs::read_to_string(out).ok()
 }
 
 /// The table's rows for one phase and path.
 pub fn print(phase: &str, path: &str, rows: &[PerDatagram]) {
     for r in rows {
-        let syscalls = r
-            .syscalls
-            .map_or_else(|| "n/a".to_owned(), |s| format!("{s:.3}"));
+        let shown = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"));
         println!(
-            "{phase:<22} {path:<8} {:<7} {syscalls:>9} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
-            r.side, r.allocs, r.voluntary, r.involuntary, r.cpu_us
+            "{phase:<22} {path:<8} {:<7} {:>9} {:>8.3} {:>8} {:>8} {:>8}",
+            r.side,
+            shown(r.syscalls),
+            r.allocs,
+            shown(r.voluntary),
+            shown(r.involuntary),
+            shown(r.cpu_us)
         );
     }
 }

@@ -156,12 +156,11 @@ fn progress(line: std::fmt::Arguments<'_>) {
 /// needs protoc to build).
 const NODE_FEATURES: &str = "holdfast-gateway/etcd";
 
-/// `cargo build -p holdfast --features holdfast-gateway/etcd`; returns the binary's path.
-fn build_node(workspace: &Path, target: &Path, release: bool) -> anyhow::Result<PathBuf> {
-    progress(format_args!(
-        "building the node (cargo build -p holdfast --features {NODE_FEATURES})"
-    ));
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+/// `cargo build -p holdfast --bin holdfast --features holdfast-gateway/etcd [--release]` in
+/// `workspace`, without what `cargo run` set for running this demo (`i[bench.no-rebuild]`).
+// i[impl bench.no-rebuild]
+fn build_node_command(workspace: &Path, release: bool) -> Command {
+    let mut command = holdfast_harness::root::cargo();
     command
         .current_dir(workspace)
         .args(["build", "-p", "holdfast", "--bin", "holdfast"])
@@ -169,7 +168,17 @@ fn build_node(workspace: &Path, target: &Path, release: bool) -> anyhow::Result<
     if release {
         command.arg("--release");
     }
-    let status = command.status().context("running cargo build")?;
+    command
+}
+
+/// `cargo build -p holdfast --features holdfast-gateway/etcd`; returns the binary's path.
+fn build_node(workspace: &Path, target: &Path, release: bool) -> anyhow::Result<PathBuf> {
+    progress(format_args!(
+        "building the node (cargo build -p holdfast --features {NODE_FEATURES})"
+    ));
+    let status = build_node_command(workspace, release)
+        .status()
+        .context("running cargo build")?;
     if !status.success() {
         bail!("cargo build -p holdfast failed: {status}");
     }
@@ -547,6 +556,19 @@ async fn run_arm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // i[verify bench.no-rebuild]
+    #[test]
+    fn the_node_is_built_without_what_cargo_set_for_running_the_demo() {
+        // `cargo test` sets it for this binary, as `cargo run` does for the demo.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let c = build_node_command(Path::new("/w"), false);
+        assert!(
+            c.get_envs()
+                .any(|(name, value)| name == "CARGO_MANIFEST_DIR" && value.is_none()),
+            "CARGO_MANIFEST_DIR removed"
+        );
+    }
     use clap::Parser as _;
 
     #[derive(clap::Parser)]
