@@ -28,6 +28,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use serde_json::json;
 
 /// The target per command on the tree [`TARGET_SCALE`] times the workspace, from the issue.
@@ -148,7 +149,8 @@ fn bench(
         let report = dir.join("report.html");
         let mut timed = Vec::new();
         for (name, args) in COMMANDS {
-            let cache = tempfile_dir()?;
+            // Removed when dropped, on every path out (a failure's too).
+            let cache = scratch_dir("cache")?;
             let mut runs = Vec::new();
             let mut cpus = Vec::new();
             let mut cached = Vec::new();
@@ -162,7 +164,16 @@ fn bench(
                 if run < RUNS {
                     command.env(CACHE_VAR, "off");
                 } else {
-                    command.env(CACHE_VAR, &cache);
+                    command.env(CACHE_VAR, cache.path());
+                }
+                // No page an earlier run wrote can stand in for this run's.
+                if name == "spec-report" {
+                    match std::fs::remove_file(&report) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            anyhow::bail!("removing {}: {e}", report.display())
+                        }
+                        _ => {}
+                    }
                 }
                 let started = clock();
                 let cpu_before = cpu();
@@ -211,7 +222,7 @@ fn bench(
                     cached.push((took, cpu_took));
                 }
             }
-            let _ = std::fs::remove_dir_all(&cache);
+            drop(cache);
             runs.sort();
             cpus.sort();
             timed.push(Timed {
@@ -232,34 +243,34 @@ fn bench(
             annotations: here.annotations * scale,
         };
         // Outside the checkout: the walk honours the checkout's .gitignore, which ignores target/.
-        let dir = tempfile_dir()?;
-        let made = generate(&dir, wanted, RULES_PER_SPEC)?;
+        let dir = scratch_dir("tree")?;
+        let made = generate(dir.path(), wanted, RULES_PER_SPEC)?;
         eprintln!(
             "bench: {scale}×: generated {} rules, {} files, {} annotations in {}",
             made.rules,
             made.files,
             made.annotations,
-            dir.display()
+            dir.path().display()
         );
-        let timed = time_tree(&dir, &format!("{scale}×"))?;
-        let _ = std::fs::remove_dir_all(&dir);
+        let timed = kept_on_failure(dir, |dir| time_tree(dir, &format!("{scale}×")))?;
         measured.push((scale, made, timed));
     }
     // The target's tree again with all its rules in one spec file: the cost the split hides.
     let one_spec = if scales.contains(&TARGET_SCALE) {
-        let dir = tempfile_dir()?;
+        let dir = scratch_dir("tree")?;
         let wanted = Size {
             rules: here.rules * TARGET_SCALE,
             files: here.files * TARGET_SCALE,
             annotations: here.annotations * TARGET_SCALE,
         };
-        generate(&dir, wanted, usize::MAX)?;
+        generate(dir.path(), wanted, usize::MAX)?;
         eprintln!(
             "bench: {TARGET_SCALE}× in one spec file: generated in {}",
-            dir.display()
+            dir.path().display()
         );
-        let timed = time_tree(&dir, &format!("{TARGET_SCALE}× one-spec-file"))?;
-        let _ = std::fs::remove_dir_all(&dir);
+        let timed = kept_on_failure(dir, |dir| {
+            time_tree(dir, &format!("{TARGET_SCALE}× one-spec-file"))
+        })?;
         Some(timed)
     } else {
         None
@@ -437,14 +448,25 @@ fn bench(
     Ok(text)
 }
 
-/// A fresh directory of this run's own (a process's runs, as tests make, never share one).
-fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
-    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("holdfast-spec-bench-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+/// A fresh directory of this run's own under the system's temp dir, removed when dropped.
+fn scratch_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("holdfast-spec-bench-{what}-"))
+        .tempdir()
+        .context("making a scratch directory")
+}
+
+/// `time` on the tree in `dir`, which is removed after, but kept when `time` fails: its error
+/// names the tree, for a look.
+fn kept_on_failure<T>(
+    dir: tempfile::TempDir,
+    time: impl FnOnce(&Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let result = time(dir.path());
+    if result.is_err() {
+        let _ = dir.keep();
+    }
+    result
 }
 
 /// The workspace's rules (from the gate), `.rs` files and annotations under the config's roots.
@@ -641,13 +663,23 @@ mod tests {
             &format!(
                 "for tree; do :; done\n\
                  cache=on; [ \"$HOLDFAST_SPEC_CACHE\" = off ] && cache=off\n\
+                 [ $cache = on ] && echo \"$HOLDFAST_SPEC_CACHE\" >> '{}'\n\
                  echo \"$* rules=$(cat \"$tree\"/docs/spec/*.md | grep -c '^> r\\[') specs=$(ls \"$tree\"/docs/spec | wc -l) cache=$cache\" >> '{}'\n\
                  [ \"$1\" = '{fail}' ] && exit 2\n\
                  [ '{fail}' = cache ] && [ $cache = on ] && echo another output\n\
                  exit 1\n",
+                root.join("caches").display(),
                 calls.display()
             ),
         )
+    }
+
+    /// Every read cache directory the stand-in was given, none of which may be left.
+    fn assert_no_cache_left(root: &Path) {
+        let caches = std::fs::read_to_string(root.join("caches")).unwrap_or_default();
+        for cache in caches.lines() {
+            assert!(!Path::new(cache).exists(), "{cache} was left");
+        }
     }
 
     /// The calls the stand-in noted, each tree it was given shown as `TREE1`, `TREE2`, … in the
@@ -962,6 +994,8 @@ mod tests {
             4,
             "three runs without, the cold one with: {calls:?}"
         );
+        assert!(root.join("caches").is_file(), "the cold run had a cache");
+        assert_no_cache_left(&root);
         assert!(!root.join("target/bench/spec-check.json").exists());
     }
 
@@ -981,6 +1015,7 @@ mod tests {
             6,
             "spec-check five times, then trace, then no more: {calls:?}"
         );
+        assert_no_cache_left(&root);
         assert!(!root.join("target/bench/spec-check.json").exists());
         assert!(run(&root, &[], &|| xtask.command()).is_err(), "no scale");
         assert!(

@@ -63,7 +63,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let products = target.join(profile.dir());
     let binary = products.join("holdfast");
     if deb.no_build {
-        prebuilt_has_every_feature(&binary, profile)?;
+        prebuilt_has_every_feature(&binary, profile, git_commit(&workspace).as_deref())?;
     } else {
         build(&workspace, profile)?;
     }
@@ -138,9 +138,16 @@ fn build(workspace: &Path, profile: Profile) -> anyhow::Result<()> {
 
 // i[impl dist.deb.no-build]
 /// Whether the binary another build left has every one of [`FEATURES`], by its own account
-/// (`holdfast version --json`); an error says what to build when it has not. More is fine: the
-/// test build's binary also has `testing-modules`, whose modules stay inert unless configured.
-fn prebuilt_has_every_feature(binary: &Path, profile: Profile) -> anyhow::Result<()> {
+/// (`holdfast version --json`); an error says what to build when it has not. More is fine for a
+/// debug package (CI's: the test build's binary also has `testing-modules`, inert unless
+/// configured), but a release package must not accept a `[testing]` config, so it refuses
+/// [`TEST_ONLY_FEATURE`]. A binary built at another commit than `head` is packaged with a
+/// warning (its sources may be the same: the commit is only what its build read).
+fn prebuilt_has_every_feature(
+    binary: &Path,
+    profile: Profile,
+    head: Option<&str>,
+) -> anyhow::Result<()> {
     let build = format!(
         "cargo build -p holdfast --features {FEATURES} --profile {}",
         profile.cargo_name()
@@ -163,6 +170,22 @@ fn prebuilt_has_every_feature(binary: &Path, profile: Profile) -> anyhow::Result
     }
     let built = features_of(&out.stdout)
         .context("dist deb --no-build: `holdfast version --json` named no features")?;
+    if profile == Profile::Release && built.iter().any(|f| f == TEST_ONLY_FEATURE) {
+        bail!(
+            "dist deb --no-build: {} has the test-only feature {TEST_ONLY_FEATURE} (a test build's, \
+             e.g. through holdfast-e2e): a release package must not; build it without ({build}) \
+             or package a debug build (--debug)",
+            binary.display()
+        );
+    }
+    if let (Some(built_at), Some(head)) = (commit_of(&out.stdout), head)
+        && built_at != head
+    {
+        eprintln!(
+            "dist deb --no-build: warning: {} was built at commit {built_at}, HEAD is {head}",
+            binary.display()
+        );
+    }
     let missing = missing_features(&built);
     if !missing.is_empty() {
         bail!(
@@ -172,6 +195,15 @@ fn prebuilt_has_every_feature(binary: &Path, profile: Profile) -> anyhow::Result
         );
     }
     Ok(())
+}
+
+/// The feature a test build has and a release package must not (`[testing]` modules).
+const TEST_ONLY_FEATURE: &str = "testing-modules";
+
+/// The `commit` of `holdfast version --json`'s output, when it names one.
+fn commit_of(json: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
+    value.get("commit")?.as_str().map(str::to_owned)
 }
 
 /// The `features` of `holdfast version --json`'s output.
@@ -295,13 +327,57 @@ mod tests {
         assert_eq!(missing_features(&built), ["etcd"]);
         assert!(features_of(b"holdfast 0.1.0").is_none());
         let missing = tempfile::tempdir().expect("tempdir");
-        let err = prebuilt_has_every_feature(&missing.path().join("holdfast"), Profile::Debug)
-            .expect_err("no binary");
+        let err =
+            prebuilt_has_every_feature(&missing.path().join("holdfast"), Profile::Debug, None)
+                .expect_err("no binary");
         assert!(
             err.to_string()
                 .contains("cargo build -p holdfast --features etcd --profile dev"),
             "{err}"
         );
+    }
+
+    /// A stand-in `holdfast` in `dir` whose `version --json` prints `json`.
+    fn stand_in_holdfast(dir: &Path, json: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join("holdfast");
+        std::fs::write(&path, format!("#!/bin/sh\ncat <<'EOF'\n{json}\nEOF\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    // i[verify dist.deb.no-build]
+    #[test]
+    fn a_prebuilt_binary_is_asked_for_its_features_and_a_release_refuses_test_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let binary = stand_in_holdfast(
+            dir.path(),
+            r#"{"commit":"abc","features":["testing-modules"]}"#,
+        );
+        let err = prebuilt_has_every_feature(&binary, Profile::Debug, Some("abc"))
+            .expect_err("lacks etcd");
+        assert!(
+            err.to_string().contains("lacks the feature(s) etcd"),
+            "{err}"
+        );
+        let binary = stand_in_holdfast(
+            dir.path(),
+            r#"{"commit":"abc","features":["etcd","testing-modules"]}"#,
+        );
+        prebuilt_has_every_feature(&binary, Profile::Debug, Some("abc"))
+            .expect("CI's debug package");
+        let err = prebuilt_has_every_feature(&binary, Profile::Release, Some("abc"))
+            .expect_err("a release package of a test build");
+        assert!(
+            err.to_string()
+                .contains("test-only feature testing-modules"),
+            "{err}"
+        );
+        let binary = stand_in_holdfast(dir.path(), r#"{"commit":"abc","features":["etcd"]}"#);
+        prebuilt_has_every_feature(&binary, Profile::Release, Some("def"))
+            .expect("another commit is a warning");
+        assert_eq!(commit_of(br#"{"commit":"abc"}"#).as_deref(), Some("abc"));
+        assert_eq!(commit_of(br#"{"commit":null}"#), None);
     }
 
     // i[verify dist.deb]

@@ -210,6 +210,17 @@ pub fn missing(path: &str) -> Vec<Requirement> {
         .collect()
 }
 
+/// The programs building the suite needs (its build scripts run them), not only running it.
+pub const BUILD_PROGRAMS: &[&str] = &["protoc"];
+
+/// Those of [`BUILD_PROGRAMS`] not found on `path`.
+pub fn missing_to_build(path: &str) -> Vec<Requirement> {
+    missing(path)
+        .into_iter()
+        .filter(|r| BUILD_PROGRAMS.contains(&r.program))
+        .collect()
+}
+
 /// The distinct packages that provide `missing`, in order.
 pub fn packages_for(missing: &[Requirement]) -> Vec<&'static str> {
     let mut packages: Vec<&'static str> = Vec::new();

@@ -315,8 +315,10 @@ fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
 }
 
 // i[impl harness.build-once]
-/// `cargo xtask test --no-run`: the suite's build alone; only nextest is needed for it.
+/// `cargo xtask test --no-run`: the suite's build alone; it needs nextest and what the build
+/// scripts run (protoc), not the services' programs.
 fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<ExitCode> {
+    ensure_build_requirements(install, &search_path(), packages::install)?;
     ensure_nextest(install)?;
     let status = suite::build(std::process::Command::new("cargo"), workspace, test_args)?;
     if !status.success() {
@@ -338,12 +340,42 @@ fn ensure_nextest(install: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The building programs on `path` missing, installed with `apt` when allowed (a test hands it a
+/// stand-in).
+fn ensure_build_requirements(
+    install: bool,
+    path: &str,
+    apt: impl FnOnce(&[&str]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let missing = packages::missing_to_build(path);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !install {
+        bail!("{}", packages::missing_error(&missing));
+    }
+    apt(&packages::packages_for(&missing))?;
+    let still = packages::missing_to_build(path);
+    if !still.is_empty() {
+        bail!(
+            "still missing after installing: {}",
+            packages::missing_error(&still)
+        );
+    }
+    Ok(())
+}
+
+/// `PATH`, with the system directories a non-login `PATH` may lack (Debian puts dockerd in
+/// /usr/sbin).
+fn search_path() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{path}:/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
 /// Checks every program is present, installing the missing ones when allowed; returns the static
 /// busybox to seed the image with.
 fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    // Debian puts dockerd in /usr/sbin, which a non-login PATH may lack.
-    let path = format!("{path}:/usr/sbin:/usr/bin:/sbin:/bin");
+    let path = search_path();
     let missing = packages::missing(&path);
     if !missing.is_empty() {
         if !install {
@@ -490,6 +522,24 @@ mod tests {
     use std::process::ExitStatus;
 
     use super::*;
+
+    // i[verify harness.build-once]
+    #[test]
+    fn the_build_alone_installs_protoc_when_it_is_missing_and_allowed() {
+        let empty = tempfile::tempdir().expect("tempdir");
+        let path = empty.path().to_str().expect("utf-8");
+        let mut asked = Vec::new();
+        let err = ensure_build_requirements(true, path, |packages| {
+            asked = packages.iter().map(|p| p.to_string()).collect();
+            Ok(())
+        })
+        .expect_err("a stand-in installs nothing");
+        assert_eq!(asked, ["protobuf-compiler", "libprotobuf-dev"]);
+        assert!(err.to_string().contains("still missing"), "{err}");
+        let err = ensure_build_requirements(false, path, |_| panic!("not allowed to install"))
+            .expect_err("protoc is missing");
+        assert!(err.to_string().contains("protobuf-compiler"), "{err}");
+    }
 
     /// A stand-in for xtask that notes its call in its working directory (`called`: its arguments
     /// and `HOLDFAST_TEST_SERVICES`) and exits with `exit`.

@@ -308,6 +308,53 @@ mod tests {
         assert_eq!(doctest_args()[..3], ["test", "--workspace", "--doc"]);
     }
 
+    // i[verify harness.build-once]
+    #[test]
+    fn the_build_runs_cargo_as_the_suite_does_with_no_run_and_returns_its_status() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let junit = dir.path().join("target/nextest/ci/junit.xml");
+        // A stand-in cargo, run in the workspace: it appends its arguments, then exits 0 for a
+        // build and 5 for a run.
+        let cargo = |name: &str| {
+            crate::stand_in::script(
+                dir.path(),
+                name,
+                "echo \"$*\" >> called\n\
+                 for a; do [ \"$a\" = --no-run ] && exit 0; done\n\
+                 exit 5\n",
+            )
+        };
+        for args in [
+            &[][..],
+            &["smoke"][..],
+            &["-p", "holdfast-gateway", "--no-capture"][..],
+        ] {
+            let _ = std::fs::remove_file(dir.path().join("called"));
+            let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            let built = build(cargo("build.sh"), dir.path(), &args).expect("ran");
+            assert!(built.success(), "the build's own status");
+            let ran = nextest(cargo("run.sh"), dir.path(), &junit, &[], &args).expect("ran");
+            assert_eq!(ran.code(), Some(5), "the run's own status");
+            let called = std::fs::read_to_string(dir.path().join("called")).expect("cargo ran");
+            let lines: Vec<&str> = called.lines().collect();
+            assert_eq!(lines.len(), 2, "{called}");
+            // The build is the run's command, features and filters alike, with --no-run: what it
+            // builds is what the run would.
+            assert_eq!(
+                lines[0],
+                lines[1].replacen("nextest run", "nextest run --no-run", 1),
+                "{args:?}"
+            );
+            // The whole workspace's build makes the node with every feature (the package's).
+            let node = if args.iter().any(|a| a == "-p") {
+                "holdfast-gateway/etcd"
+            } else {
+                "holdfast/etcd"
+            };
+            assert!(lines[0].contains(node), "{}", lines[0]);
+        }
+    }
+
     #[test]
     fn libtest_summary_lines_are_counted() {
         let line = "test result: FAILED. 3 passed; 1 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s";

@@ -59,9 +59,9 @@ pub struct ReadCache {
 
 // i[impl spec-check.read-cache]
 impl ReadCache {
-    /// A cache in `store` for the engine build named `engine` (its version and whatever tells
-    /// its builds apart, such as its executable's size and time): entries another build wrote
-    /// are never read.
+    /// A cache in `store` for the engine build named `engine` (a name that differs whenever the
+    /// engine's code does, such as its executable's hash): entries another build wrote are never
+    /// read.
     pub fn new(store: Box<dyn Store>, engine: String) -> Self {
         Self { store, engine }
     }
