@@ -3,9 +3,11 @@
 //! annotation covers is debt, as is a surviving mutant that lies in no annotated item. One list,
 //! largest first.
 //!
-//! An `impl` annotation covers the item it stands for (the innermost item holding it, as the
-//! review and the evidence fingerprints find it: [`crate::spec_check::items`]) and everything
-//! inside it; one in no item (a file's head) covers the whole file. Test code (`#[cfg(test)]`,
+//! An `impl` annotation covers the items `cargo xtask prove` mutates for it (the innermost item
+//! holding it and, for a struct or enum, its impl blocks in the same file:
+//! [`crate::spec_check::items::covered_items`], as the evidence fingerprints read them too) and
+//! everything inside them; one in no item (a file's head) covers the whole file. Dev-only crates (a
+//! test-support crate) are scanned like any other: their code is code too. Test code (`#[cfg(test)]`,
 //! test files) is not debt, nor are modules and impl blocks themselves (they are containers: their
 //! items are judged one by one).
 
@@ -83,12 +85,19 @@ fn covered(tree: &Tree) -> BTreeMap<&Path, Vec<Option<(usize, usize)>>> {
                     .files
                     .get(&site.path)
                     .and_then(|f| f.layout.as_ref());
-                let span = match layout {
-                    Some(layout) => layout.item_at(site.line).map(|item| (item.start, item.end)),
+                let entry = spans.entry(site.path.as_path()).or_default();
+                match layout {
+                    // In no item (a file's head): the whole file.
+                    Some(layout) => {
+                        match crate::spec_check::items::covered_items(layout, site.line).as_slice()
+                        {
+                            [] => entry.push(None),
+                            items => entry.extend(items.iter().map(|i| Some((i.start, i.end)))),
+                        }
+                    }
                     // Not Rust: the annotation covers its line only (no Rust item is judged there).
-                    None => Some((site.line, site.line)),
-                };
-                spans.entry(site.path.as_path()).or_default().push(span);
+                    None => entry.push(Some((site.line, site.line))),
+                }
             }
         }
     }
@@ -138,8 +147,10 @@ fn bracket_depth(line: &str) -> i32 {
     })
 }
 
-/// Where the child modules files declare as `#[cfg(test)] mod NAME;` live: `DIR/NAME` (its
-/// `.rs` file, or the directory of its `mod.rs` and submodules).
+/// Where the child modules files declare as `mod NAME;` in test code (`#[cfg(test)]`, or inside
+/// a `#[cfg(test)]` module) live: `DIR/NAME` (its `.rs` file, or the directory of its `mod.rs` and
+/// submodules), `DIR` being the file's module directory joined with the inline modules enclosing
+/// the declaration; or the file its `#[path = "…"]` names.
 fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for (path, file) in &tree.parsed.files {
@@ -159,14 +170,45 @@ fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
         } else {
             parent.join(stem)
         };
-        out.extend(
-            layout
-                .test_child_modules()
+        let lines: Vec<&str> = file.content.lines().collect();
+        let text = |start: usize, end: usize| {
+            lines
+                .get(start.saturating_sub(1)..end.min(lines.len()))
+                .map(|l| l.join("\n"))
+                .unwrap_or_default()
+        };
+        let mods: Vec<_> = layout.items().iter().filter(|i| i.kind == "mod").collect();
+        for decl in &mods {
+            let decl_text = text(decl.start, decl.end);
+            let inline = decl_text.trim_end().ends_with('}');
+            if inline || !layout.in_cfg_test(decl.start) {
+                continue;
+            }
+            let enclosing: Vec<&str> = mods
                 .iter()
-                .map(|name| dir.join(name)),
-        );
+                .filter(|m| m.start < decl.start && decl.end <= m.end)
+                .filter(|m| text(m.start, m.end).trim_end().ends_with('}'))
+                .map(|m| m.name.as_str())
+                .collect();
+            let module_path =
+                |base: std::path::PathBuf| enclosing.iter().fold(base, |dir, name| dir.join(name));
+            out.push(match path_attribute(&decl_text) {
+                // A top-level `#[path]` is read from the file's own directory.
+                Some(file) if enclosing.is_empty() => parent.join(file).with_extension(""),
+                Some(file) => module_path(dir.clone()).join(file).with_extension(""),
+                None => module_path(dir.clone()).join(&decl.name),
+            });
+        }
     }
     out
+}
+
+/// The file a `#[path = "FILE"]` attribute in `text` names.
+fn path_attribute(text: &str) -> Option<&str> {
+    let after = text.split("#[path").nth(1)?;
+    let after = after.trim_start().strip_prefix('=')?.trim_start();
+    let after = after.strip_prefix('"')?;
+    after.split('"').next()
 }
 
 fn is_test_module(path: &Path, test_modules: &[std::path::PathBuf]) -> bool {
@@ -420,5 +462,34 @@ mod tests {
             Some(("a/b.rs", 3, "replace x"))
         );
         assert_eq!(survivor_at("nonsense"), None);
+    }
+
+    // i[verify spec-report.debt]
+    #[test]
+    fn a_methods_type_annotation_covers_it() {
+        let lib = "// r[impl demo.alpha]\npub struct Open(pub u32);\n\nimpl Open {\n    pub fn get(&self) -> u32 {\n        self.0\n    }\n}\n";
+        assert_eq!(items(&debt_of(lib, &[])), []);
+    }
+
+    // i[verify spec-report.debt]
+    #[test]
+    fn test_modules_in_inline_modules_or_at_a_path_are_not_debt() {
+        let lib = "// r[impl demo.alpha]\npub fn alpha() {}\n\npub mod inner {\n    // r[impl demo.alpha]\n    pub fn covered() {}\n\n    #[cfg(test)]\n    mod tests;\n}\n\n#[cfg(test)]\n#[path = \"lib_tests.rs\"]\nmod tests;\n";
+        let found = debt_of(
+            lib,
+            &[
+                (
+                    "crates/demo/src/inner/tests.rs",
+                    "pub fn inner_helper() {}\n",
+                ),
+                ("crates/demo/src/lib_tests.rs", "pub fn lib_helper() {}\n"),
+                ("crates/demo/src/tests.rs", "pub fn not_a_test() {}\n"),
+            ],
+        );
+        // `src/tests.rs` is no test module here (the `tests` declared live elsewhere).
+        assert_eq!(
+            items(&found),
+            [("fn not_a_test".to_owned(), 1, Why::Public)]
+        );
     }
 }
