@@ -116,21 +116,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
         );
     }
-    // Read once: the gate and the ratchet borrow the tree, then the export's trace keeps it.
+    // Read once: the gate borrows the tree, the export's trace takes it and hands it back.
     let disk = spec_engine::Disk::new(&root);
     let read_now = read(&disk);
     match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
         Ok(mut outcome) => {
-            if let Ok((_, tree)) = &read_now
+            // The export before the ratchet: a run whose export fails judges nothing, so it must
+            // not have rewritten the baseline first.
+            let tree = match &export {
+                Some(file) => {
+                    match write_export(&disk, read_now, file, &results, skips.as_deref()) {
+                        Ok(tree) => Some(tree),
+                        Err(error) => return export_failed(file, error),
+                    }
+                }
+                None => read_now.ok().map(|(_, tree)| tree),
+            };
+            if let Some(tree) = &tree
                 && let Err(error) = ratchet_run(&disk, tree, &mut outcome, args.update_baseline)
             {
                 eprintln!("error: spec-check: --update-baseline: {error}");
                 return Ok(ExitCode::from(USAGE_ERROR));
-            }
-            if let Some(file) = &export
-                && let Err(error) = write_export(&disk, read_now, file, &results, skips.as_deref())
-            {
-                return export_failed(file, error);
             }
             crate::output::print(&report::render(&outcome, format));
             if let Some(file) = &sarif
@@ -157,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// `spec-check --export FILE`: every rule of the tree at `root`, traced (by `results` when
-/// given), written to `file` as JSON.
+/// given), written to `file` as JSON. Returns the tree, which the trace took.
 // i[impl spec-check.export+2]
 fn write_export(
     disk: &spec_engine::Disk,
@@ -171,14 +177,15 @@ fn write_export(
     file: &Path,
     results: &[&Path],
     skips: Option<&Path>,
-) -> Result<(), String> {
+) -> Result<spec_engine::spec_check::Tree, String> {
     let everything = spec_engine::trace::everything(disk, read, results, skips, results.is_empty())
         .map_err(|err| err.to_string())?;
     let export = spec_engine::export::export(disk, &everything);
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
     }
-    std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())
+    std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())?;
+    Ok(everything.tree)
 }
 
 /// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
@@ -1517,6 +1524,41 @@ mod tests {
         assert_eq!(
             output_path(root, Path::new("/tmp/out.json")),
             Path::new("/tmp/out.json")
+        );
+    }
+
+    // i[verify spec-check.export+2]
+    // i[verify spec-check.ratchet]
+    #[test]
+    fn an_export_that_cannot_be_written_leaves_the_baseline_alone() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path().canonicalize().expect("root");
+        let baseline = root.join(ratchet::BASELINE);
+        std::fs::create_dir_all(baseline.parent().expect("dir")).expect("dir");
+        std::fs::write(&baseline, "# before\n").expect("write");
+        // A file under a regular file: no directory can be made for it.
+        std::fs::write(root.join("plain"), "").expect("write");
+        let cli = Cli::try_parse_from([
+            "spec-check",
+            "--root",
+            root.to_str().expect("utf-8"),
+            "--update-baseline",
+            "--export",
+            "plain/x.json",
+        ])
+        .expect("parsed");
+        let code = super::run(cli.args).expect("ran");
+        assert_eq!(code, ExitCode::from(USAGE_ERROR));
+        assert_eq!(
+            std::fs::read_to_string(&baseline).expect("baseline"),
+            "# before\n",
+            "nothing was judged, so nothing is written"
         );
     }
 
