@@ -613,8 +613,13 @@ fn coverage(
             let was_marker = base_rules
                 .get(old_key)
                 .map_or_else(|| marker.clone(), |r| r.rule.marker());
-            // Only the loss of what the rule's level demands is a problem.
-            let demands = crate::spec_check::levels::Level::of(rule.rule).demands();
+            // Only the loss of what the rule's level demands is a problem: its level at the base
+            // or at the head, so lowering a rule's level in the change excuses no loss.
+            let level = crate::spec_check::levels::Level::of(rule.rule);
+            let was_level = base_rules
+                .get(old_key)
+                .map_or(level, |r| crate::spec_check::levels::Level::of(r.rule));
+            let demands = Stricter(level.demands(), was_level.demands());
             // Each loss with its reason, when the change itself explains it.
             let lost: Vec<String> = ["implemented", "verified", "proven"]
                 .into_iter()
@@ -642,19 +647,40 @@ fn coverage(
                 .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
                 .map(|(_, what)| what)
                 .collect();
+            let lowered = if was_level == level {
+                String::new()
+            } else {
+                format!(
+                    " (its level went from {} to {}, which excuses no loss the change makes)",
+                    was_level.name(),
+                    level.name()
+                )
+            };
             review.problems.push(Problem {
                 kind: Kind::CoverageDown,
                 rule: marker.clone(),
                 file: rule.rule.file.clone(),
                 line: rule.rule.line,
                 message: format!(
-                    "{marker} ({name}) was {} at {} and is no longer",
+                    "{marker} ({name}) was {} at {} and is no longer{lowered}",
                     lost.join(", "),
                     review.base
                 ),
                 lost: lost_measures,
             });
         }
+    }
+}
+
+/// What either of two levels demands.
+struct Stricter(
+    crate::spec_check::levels::Demands,
+    crate::spec_check::levels::Demands,
+);
+
+impl Stricter {
+    fn of(&self, what: &str) -> bool {
+        self.0.of(what) || self.1.of(what)
     }
 }
 
