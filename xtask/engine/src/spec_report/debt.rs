@@ -217,16 +217,6 @@ fn is_test_module(path: &Path, test_modules: &[std::path::PathBuf]) -> bool {
         .any(|module| path.with_extension("") == *module || path.starts_with(module))
 }
 
-/// `file:line:col: mutation` (as cargo-mutants and the proofs write a survivor), parsed.
-fn survivor_at(text: &str) -> Option<(&str, usize, &str)> {
-    let (place, mutation) = text.split_once(": ")?;
-    let mut parts = place.rsplitn(3, ':');
-    let _col = parts.next()?;
-    let line = parts.next()?.parse().ok()?;
-    let file = parts.next()?;
-    Some((file, line, mutation.trim()))
-}
-
 /// The survivors recorded anywhere the engine reads: each rule's recorded proof (missed, not
 /// justified) and a whole-tree cargo-mutants run's `mutants.out/missed.txt`, when present.
 fn survivors(source: &dyn Source, tree: &Tree) -> Vec<String> {
@@ -290,7 +280,7 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
         }
     }
     for survivor in survivors(source, tree) {
-        let Some((file, line, mutation)) = survivor_at(&survivor) else {
+        let Some((file, line, mutation)) = crate::model::proof::survivor_at(&survivor) else {
             continue;
         };
         let path = source.root().join(file);
@@ -457,11 +447,6 @@ mod tests {
             [("replace helper -> u32 with 0".to_owned(), 3, Why::Survivor)]
         );
         assert_eq!(found[0].line, 7);
-        assert_eq!(
-            survivor_at("a/b.rs:3:5: replace x"),
-            Some(("a/b.rs", 3, "replace x"))
-        );
-        assert_eq!(survivor_at("nonsense"), None);
     }
 
     // i[verify spec-report.debt]
