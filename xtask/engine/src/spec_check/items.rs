@@ -298,6 +298,14 @@ fn skip_char(bytes: &[u8], from: usize) -> usize {
 /// `text` without comments and with every run of whitespace outside strings made one space (and
 /// none next to punctuation), so reformatting or re-commenting an item does not change it.
 pub fn normalise(text: &str, comments: Comments) -> String {
+    // A checkout with CRLF line ends must not change a multi-line string literal's text.
+    if text.contains('\r') {
+        return normalise_lf(&text.replace("\r\n", "\n"), comments);
+    }
+    normalise_lf(text, comments)
+}
+
+fn normalise_lf(text: &str, comments: Comments) -> String {
     let slashes = comments == Comments::Slashes;
     let bytes = text.as_bytes();
     let mut tokens: Vec<&str> = Vec::new();
@@ -381,8 +389,10 @@ mod tests {
         let b = "fn alpha(x:u32)->u32{x+1}";
         assert_eq!(rust(a), rust(b));
         assert_ne!(rust(a), rust("fn alpha(x: u32) -> u32 { x + 2 }"));
-        // Inside a string, spaces count.
+        // Inside a string, spaces count; CRLF line ends do not.
         assert_ne!(rust("f(\"a b\")"), rust("f(\"ab\")"));
+        let multi = "fn f() {\n    g(\"a\n b\");\n}\n";
+        assert_eq!(rust(multi), rust(&multi.replace('\n', "\r\n")));
         assert_eq!(rust("pub fn f()"), "pub fn f()");
     }
 
