@@ -138,6 +138,66 @@ fn is_pub(content: &str, start: usize, end: usize) -> bool {
     false
 }
 
+/// The attributes heading the item spanning `start..=end` of `lines`, each without whitespace.
+fn attributes(lines: &[&str], start: usize, end: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut depth = 0i32;
+    for line in lines
+        .iter()
+        .skip(start.saturating_sub(1))
+        .take(end + 1 - start.max(1))
+    {
+        let trimmed = line.trim();
+        let squeezed: String = trimmed.chars().filter(|c| !c.is_whitespace()).collect();
+        if depth > 0 {
+            if let Some(last) = out.last_mut() {
+                last.push_str(&squeezed);
+            }
+            depth += bracket_depth(trimmed);
+            continue;
+        }
+        if trimmed.starts_with("#[") {
+            out.push(squeezed);
+            depth += bracket_depth(trimmed);
+            continue;
+        }
+        if trimmed.is_empty() || trimmed.starts_with("//") || trimmed.starts_with("/*") {
+            continue;
+        }
+        if trimmed.starts_with('*') {
+            continue;
+        }
+        break;
+    }
+    out
+}
+
+/// Whether the item at `item` of `layout` is compiled for tests only: it or an item enclosing it
+/// carries `#[cfg(test)]` (or `#[cfg(all(test, …))]`). `#[cfg(any(test, …))]` is not test-only:
+/// a feature may build it too.
+fn test_only(lines: &[&str], layout: &RustLayout, start: usize, end: usize) -> bool {
+    layout
+        .items()
+        .iter()
+        .filter(|i| i.start <= start && end <= i.end)
+        .any(|i| {
+            attributes(lines, i.start, i.end)
+                .iter()
+                .any(|a| a == "#[cfg(test)]" || a.starts_with("#[cfg(all(test,"))
+        })
+}
+
+/// Whether the item spanning `start..=end` is reachable as public: declared `pub` and in no
+/// module that is not.
+fn is_public(content: &str, layout: &RustLayout, start: usize, end: usize) -> bool {
+    is_pub(content, start, end)
+        && layout
+            .items()
+            .iter()
+            .filter(|m| m.kind == "mod" && m.start < start && end <= m.end)
+            .all(|m| is_pub(content, m.start, m.end))
+}
+
 /// `[` minus `]` on a line: how far an attribute opened on it is still open.
 fn bracket_depth(line: &str) -> i32 {
     line.bytes().fold(0, |depth, b| match b {
@@ -181,7 +241,7 @@ fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
         for decl in &mods {
             let decl_text = text(decl.start, decl.end);
             let inline = decl_text.trim_end().ends_with('}');
-            if inline || !layout.in_cfg_test(decl.start) {
+            if inline || !test_only(&lines, layout, decl.start, decl.end) {
                 continue;
             }
             let enclosing: Vec<&str> = mods
@@ -252,15 +312,16 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
             continue;
         }
         let krate = package(path);
+        let lines: Vec<&str> = file.content.lines().collect();
         for item in layout.items() {
-            if layout.in_cfg_test(item.start) {
+            if test_only(&lines, layout, item.start, item.end) {
                 continue;
             }
             let size = item.end + 1 - item.start;
             let why = if item.kind == "fn" && size >= LONG_FN {
                 Why::LongFn
             } else if PUBLIC_KINDS.contains(&item.kind)
-                && is_pub(&file.content, item.start, item.end)
+                && is_public(&file.content, layout, item.start, item.end)
             {
                 Why::Public
             } else {
@@ -475,6 +536,19 @@ mod tests {
         assert_eq!(
             items(&found),
             [("fn not_a_test".to_owned(), 1, Why::Public)]
+        );
+    }
+
+    // i[verify spec-report.debt]
+    #[test]
+    fn only_test_only_code_is_left_out_and_a_private_modules_items_are_not_public() {
+        let lib = "#[cfg(any(test, feature = \"fake\"))]\npub fn fake() {}\n\n#[cfg(all(test, unix))]\npub fn unix_test() {}\n\nmod private {\n    pub fn hidden() {}\n}\n\npub mod open {\n    pub fn shown() {}\n}\n";
+        assert_eq!(
+            items(&debt_of(lib, &[])),
+            [
+                ("fn fake".to_owned(), 2, Why::Public),
+                ("fn shown".to_owned(), 1, Why::Public),
+            ]
         );
     }
 }
