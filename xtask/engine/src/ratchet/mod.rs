@@ -28,31 +28,8 @@ pub const BASELINE: &str = "docs/audit/coverage-baseline.toml";
 /// How far ahead a waiver's `until` may be, as the problem says it.
 const MAX_HORIZON: &str = "a year of today";
 
-/// What a waiver excuses a rule from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum What {
-    /// Having a current `impl` annotation.
-    Implemented,
-    /// Having a `verify` annotation.
-    Verified,
-    /// A verifying test that ran and passed (test-backed mode).
-    Tested,
-    /// A recorded proof that holds (`docs/audit/proof.md`).
-    Proven,
-}
-
-impl What {
-    /// The word, as written in the file and in the review's messages.
-    pub fn word(self) -> &'static str {
-        match self {
-            What::Implemented => "implemented",
-            What::Verified => "verified",
-            What::Tested => "tested",
-            What::Proven => "proven",
-        }
-    }
-}
+/// What a waiver excuses a rule from: a measure ([`crate::spec_check::levels::Measure`]).
+pub use crate::spec_check::levels::Measure as What;
 
 /// A waiver as the file writes it.
 #[derive(Debug, Deserialize)]
@@ -510,7 +487,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 // Neither a waived loss nor one of what the rule's level does not demand.
                 let demanded = crate::spec_check::levels::Level::of(rule)
                     .demands()
-                    .of(what.word());
+                    .of(what);
                 if has[index] || waivers.covers(&current, what) || !demanded {
                     continue;
                 }

@@ -17,6 +17,7 @@
 pub use crate::spec_check::items;
 mod render;
 
+use crate::spec_check::levels::Measure;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -621,32 +622,34 @@ fn coverage(
                 .map_or(level, |r| crate::spec_check::levels::Level::of(r.rule));
             let demands = Stricter(level.demands(), was_level.demands());
             // Each loss with its reason, when the change itself explains it.
-            let lost: Vec<String> = ["implemented", "verified", "proven"]
-                .into_iter()
-                .enumerate()
-                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
-                .map(|(index, what)| match index {
-                    0 if flags[3] => format!(
-                        "{what} (an annotation of it names an older version: make it {marker})"
+            let lost_measures: Vec<Measure> =
+                [Measure::Implemented, Measure::Verified, Measure::Proven]
+                    .into_iter()
+                    .enumerate()
+                    .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
+                    .map(|(_, what)| what)
+                    .collect();
+            let lost: Vec<String> = lost_measures
+                .iter()
+                .map(|what| (*what, what.word()))
+                .map(|(what, word)| match what {
+                    Measure::Implemented if flags[3] => format!(
+                        "{word} (an annotation of it names an older version: make it {marker})"
                     ),
-                    2 if was_marker != marker => format!(
-                        "{what} (its proof was of {was_marker}; a new version or id voids it: \
+                    Measure::Proven if was_marker != marker => format!(
+                        "{word} (its proof was of {was_marker}; a new version or id voids it: \
                          run `cargo xtask prove {}` and `cargo xtask prove --summary`)",
                         rule.rule.id
                     ),
-                    _ => what.to_owned(),
+                    _ => word.to_owned(),
                 })
                 .collect();
             if lost.is_empty() {
                 continue;
             }
             // The measures lost, by name, for the waivers that may cover them.
-            let lost_measures: Vec<&'static str> = ["implemented", "verified", "proven"]
-                .into_iter()
-                .enumerate()
-                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
-                .map(|(_, what)| what)
-                .collect();
+            let lost_measures: Vec<&'static str> =
+                lost_measures.iter().map(|what| what.word()).collect();
             let lowered = if was_level == level {
                 String::new()
             } else {
@@ -679,7 +682,7 @@ struct Stricter(
 );
 
 impl Stricter {
-    fn of(&self, what: &str) -> bool {
+    fn of(&self, what: Measure) -> bool {
         self.0.of(what) || self.1.of(what)
     }
 }
