@@ -42,6 +42,10 @@ pub struct Proof {
     /// (`proof stale: impl changed since 3f2a1b2`). Never written.
     #[serde(skip)]
     pub stale: Option<String>,
+    /// Set when read from a summary whose fingerprint cell is neither `-` nor a fingerprint: the
+    /// proof reads as unfingerprinted, and the gate's note counts it apart. Never written.
+    #[serde(skip)]
+    pub fingerprint_malformed: bool,
 }
 
 /// Hashes of a rule's evidence when its proof ran: its text, its implementing items and its

@@ -149,9 +149,21 @@ pub fn notes(proofs: &[(String, Proof)]) -> Vec<String> {
         .iter()
         .filter(|(_, p)| p.fingerprint.is_none())
         .count();
+    let malformed = proofs
+        .iter()
+        .filter(|(_, p)| p.fingerprint_malformed)
+        .count();
+    let malformed = if malformed == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {malformed} of them with a fingerprint cell that is no fingerprint (12 lowercase \
+             hex digits per part): rewrite it with `cargo xtask prove --summary`"
+        )
+    };
     notes.push(format!(
         "proof fingerprints: {} of {} recorded proofs stale, {unfingerprinted} unfingerprinted \
-         (recorded before fingerprints: the next `cargo xtask prove` of the rule writes one)",
+         (recorded before fingerprints: the next `cargo xtask prove` of the rule writes one){malformed}",
         stale,
         proofs.len()
     ));
@@ -343,6 +355,37 @@ mod tests {
         assert_eq!(
             print(SPEC, lib, "demo.alpha").changed(&print(SPEC, &own, "demo.alpha")),
             ["tests"]
+        );
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_malformed_fingerprint_cell_is_counted_apart() {
+        let print = print(SPEC, LIB, "demo.alpha");
+        let summary = crate::model::proof_summary::render(&[(
+            "r[demo.alpha]".to_owned(),
+            Proof {
+                caught: 1,
+                fingerprint: Some(print.clone()),
+                ..Proof::default()
+            },
+        )])
+        .replace(&print.render(), &print.render().to_uppercase());
+        let memory = Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec.md", SPEC),
+            ("src/lib.rs", LIB),
+            ("docs/audit/proof.md", &*summary),
+        ]);
+        let notes = crate::spec_check::check(&memory, &[], None, &[])
+            .expect("judged")
+            .notes;
+        assert!(
+            notes.iter().any(|n| n.starts_with(
+                "proof fingerprints: 0 of 1 recorded proofs stale, 1 unfingerprinted"
+            ) && n
+                .contains("1 of them with a fingerprint cell that is no fingerprint")),
+            "{notes:?}"
         );
     }
 }
