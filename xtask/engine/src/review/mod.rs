@@ -17,7 +17,7 @@
 pub use crate::spec_check::items;
 mod render;
 
-use crate::spec_check::levels::Measure;
+use crate::spec_check::levels::{Level, Measure};
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -58,6 +58,9 @@ pub struct Review {
     pub bumped: Vec<Renamed>,
     /// Rules whose text changed at the same version: a problem.
     pub unbumped: Vec<RuleAt>,
+    /// Rules whose level changed (`level=`, `tags=informative`): what the gate demands of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub levelled: Vec<Levelled>,
     /// Rules whose implementing or verifying items changed, and which side.
     pub touched: Vec<Touched>,
     /// Annotations added, dropped or moved to another item.
@@ -95,6 +98,17 @@ pub struct Renamed {
     pub to: RuleAt,
     /// Whether its text changed (the `(was …)` note aside).
     pub text_changed: bool,
+}
+
+/// A rule whose level changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Levelled {
+    /// The head's rule.
+    pub rule: RuleAt,
+    /// The base's level (`must`, `should`, `may`, `informative`).
+    pub from: &'static str,
+    /// The head's.
+    pub to: &'static str,
 }
 
 /// Which side of a rule a change touched.
@@ -291,6 +305,14 @@ fn rules_and_texts(
         if let Some(before) = base.get(k) {
             continues.insert(k.clone(), k.clone());
             claimed.insert(k.clone());
+            let (was_level, level) = (Level::of(before.rule), Level::of(now.rule));
+            if was_level != level {
+                review.levelled.push(Levelled {
+                    rule: at(now.rule),
+                    from: was_level.name(),
+                    to: level.name(),
+                });
+            }
             let (then, now_version) = (before.rule.id.version, now.rule.id.version);
             // The version to bump to is above both sides'.
             let next = format!(

@@ -648,4 +648,20 @@ fn lowering_a_rules_level_excuses_no_loss_in_the_change() {
         message.contains("its level went from must to informative"),
         "{message}"
     );
+    // The level change is listed, in the text and the Markdown.
+    assert_eq!(review.levelled.len(), 1);
+    assert_eq!(
+        (review.levelled[0].from, review.levelled[0].to),
+        ("must", "informative")
+    );
+    let text = render(&review, &outcome, Format::Text);
+    assert!(
+        text.contains("rules whose level changed:\n    r[demo.beta]: must → informative"),
+        "{text}"
+    );
+    let markdown = render(&review, &outcome, Format::Markdown);
+    assert!(
+        markdown.contains("`r[demo.beta]`: must → **informative**"),
+        "{markdown}"
+    );
 }
