@@ -8,6 +8,7 @@
 //! `coverage-down` problems that a live waiver covers. A tree without these files is not
 //! ratcheted.
 
+use crate::spec_check::measures::Has;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -250,7 +251,7 @@ impl Row {
     }
 }
 
-/// The measures in the order of [`Flags`].
+/// The measures, in the baseline's order.
 const MEASURES: [What; 4] = [
     What::Implemented,
     What::Verified,
@@ -258,8 +259,8 @@ const MEASURES: [What; 4] = [
     What::Proven,
 ];
 
-/// Per rule of a row: the rule and whether it is implemented, verified, tested, proven.
-type Flags = Vec<(crate::spec_check::rules::Rule, [bool; 4])>;
+/// Per rule of a row: the rule and what it has.
+type Flags = Vec<(crate::spec_check::rules::Rule, Has)>;
 
 /// The rows of `tree` now, with whether each was judged by test results and the flags per rule
 /// ([`crate::spec_check::measures`], the review's too). In test-backed mode a rule with a `verify`
@@ -274,12 +275,7 @@ fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String,
             let flags = row
                 .rules
                 .into_iter()
-                .map(|(coverage, has)| {
-                    (
-                        coverage.rule.clone(),
-                        [has.implemented, has.verified, has.tested, has.proven],
-                    )
-                })
+                .map(|(coverage, has)| (coverage.rule.clone(), has))
                 .collect();
             (row.name, (row.test_backed, flags))
         })
@@ -300,23 +296,23 @@ pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
     let rows: BTreeMap<String, Row> = rows(source, tree, outcome)
         .into_iter()
         .map(|(name, (tested, flags))| {
-            let having = |i: usize| -> Vec<String> {
+            let having = |what: What| -> Vec<String> {
                 flags
                     .iter()
-                    .filter(|(_, f)| f[i])
+                    .filter(|(_, has)| has.of(what))
                     .map(|(rule, _)| rule.marker())
                     .collect()
             };
             let row = Row {
                 rules: flags.len(),
-                implemented: having(0),
-                verified: having(1),
+                implemented: having(What::Implemented),
+                verified: having(What::Verified),
                 tested: if tested {
-                    Some(having(2))
+                    Some(having(What::Tested))
                 } else {
                     before.get(&name).and_then(|row| row.tested.clone())
                 },
-                proven: having(3),
+                proven: having(What::Proven),
             };
             (name, row)
         })
@@ -334,10 +330,7 @@ pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
 /// The rule of `flags` that a baseline `marker` names now: the same id at any version, else
 /// the rule that names the id as its previous one; `None` when the rule was removed.
 // i[impl spec-check.ratchet]
-fn now_of<'f>(
-    flags: &'f Flags,
-    marker: &str,
-) -> Option<&'f (crate::spec_check::rules::Rule, [bool; 4])> {
+fn now_of<'f>(flags: &'f Flags, marker: &str) -> Option<&'f (crate::spec_check::rules::Rule, Has)> {
     let (prefix, rest) = marker.split_once('[')?;
     let id = parse_rule_id(rest.strip_suffix(']')?)?;
     flags
@@ -394,11 +387,12 @@ fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Pro
             };
             let closed: Vec<&str> = MEASURES
                 .iter()
-                .enumerate()
-                .filter(|(i, what)| {
-                    waiver.waives.contains(what) && has[*i] && (**what != What::Tested || *tested)
+                .filter(|what| {
+                    waiver.waives.contains(what)
+                        && has.of(**what)
+                        && (**what != What::Tested || *tested)
                 })
-                .map(|(_, what)| what.word())
+                .map(|what| what.word())
                 .collect();
             if !closed.is_empty() {
                 out.push(
@@ -472,7 +466,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
             );
             continue;
         };
-        for (index, what) in MEASURES.into_iter().enumerate() {
+        for what in MEASURES {
             if what == What::Tested && !tested {
                 continue;
             }
@@ -488,7 +482,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 let demanded = crate::spec_check::levels::Level::of(rule)
                     .demands()
                     .of(what);
-                if has[index] || waivers.covers(&current, what) || !demanded {
+                if has.of(what) || waivers.covers(&current, what) || !demanded {
                     continue;
                 }
                 let renamed = if current == *marker {
@@ -515,7 +509,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
             // Tested is left out: it is the run's, and a run of some crates counts more.
             let unrecorded: Vec<String> = flags
                 .iter()
-                .filter(|(_, has)| has[index])
+                .filter(|(_, has)| has.of(what))
                 .map(|(rule, _)| rule.marker())
                 .filter(|marker| !recorded.contains(marker))
                 .collect();

@@ -18,6 +18,7 @@ pub use crate::spec_check::items;
 mod render;
 
 use crate::spec_check::levels::{Level, Measure};
+use crate::spec_check::measures::Has;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -551,9 +552,8 @@ fn items_and_annotations(
     }
 }
 
-/// Per rule of one row: implemented, verified, proven, and whether an annotation of it names
-/// another version (stale).
-type Flags = BTreeMap<String, [bool; 4]>;
+/// Per rule of one row: what it has (the same measures the ratchet reads).
+type Flags = BTreeMap<String, Has>;
 
 fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
     let mut rows = BTreeMap::new();
@@ -561,12 +561,7 @@ fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
         let flags: Flags = row
             .rules
             .iter()
-            .map(|(coverage, has)| {
-                (
-                    key(&coverage.rule.prefix, &coverage.rule.id.base),
-                    [has.implemented, has.verified, has.proven, has.stale],
-                )
-            })
+            .map(|(coverage, has)| (key(&coverage.rule.prefix, &coverage.rule.id.base), *has))
             .collect();
         let proven = row.rules.iter().filter(|(_, has)| has.proven).count();
         // The gate's row (with its test-backed count) when the outcome has it.
@@ -647,15 +642,13 @@ fn coverage(
             let lost_measures: Vec<Measure> =
                 [Measure::Implemented, Measure::Verified, Measure::Proven]
                     .into_iter()
-                    .enumerate()
-                    .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
-                    .map(|(_, what)| what)
+                    .filter(|&what| old.of(what) && !flags.of(what) && demands.of(what))
                     .collect();
             let lost: Vec<String> = lost_measures
                 .iter()
                 .map(|what| (*what, what.word()))
                 .map(|(what, word)| match what {
-                    Measure::Implemented if flags[3] => format!(
+                    Measure::Implemented if flags.stale => format!(
                         "{word} (an annotation of it names an older version: make it {marker})"
                     ),
                     Measure::Proven if was_marker != marker => format!(
