@@ -8,6 +8,7 @@
 //! `coverage-down` problems that a live waiver covers. A tree without these files is not
 //! ratcheted.
 
+use crate::spec_check::levels::Level;
 use crate::spec_check::measures::Has;
 use std::collections::BTreeMap;
 
@@ -237,6 +238,11 @@ pub struct Row {
     pub tested: Option<Vec<String>>,
     /// Rules whose checked-in proof holds.
     pub proven: Vec<String>,
+    /// The level of each rule below MUST when the baseline was written (a rule not listed was
+    /// MUST): a loss is judged by the stricter of this level and the rule's level now, so lowering
+    /// a level excuses no loss.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub levels: BTreeMap<String, String>,
 }
 
 impl Row {
@@ -313,6 +319,12 @@ pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
                     before.get(&name).and_then(|row| row.tested.clone())
                 },
                 proven: having(What::Proven),
+                levels: flags
+                    .iter()
+                    .map(|(rule, _)| (rule.marker(), Level::of(rule)))
+                    .filter(|(_, level)| *level != Level::Must)
+                    .map(|(marker, level)| (marker, level.name().to_owned()))
+                    .collect(),
             };
             (name, row)
         })
@@ -478,10 +490,14 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 };
                 let current = rule.marker();
                 recorded.insert(current.clone());
-                // Neither a waived loss nor one of what the rule's level does not demand.
-                let demanded = crate::spec_check::levels::Level::of(rule)
-                    .demands()
-                    .of(what);
+                // Neither a waived loss nor one of what the rule's level does not demand, now
+                // and when the baseline was written.
+                let was_level = was
+                    .levels
+                    .get(marker)
+                    .and_then(|name| Level::named(name))
+                    .unwrap_or(Level::Must);
+                let demanded = Level::of(rule).demands().of(what) || was_level.demands().of(what);
                 if has.of(what) || waivers.covers(&current, what) || !demanded {
                     continue;
                 }

@@ -52,6 +52,13 @@ impl Level {
         }
     }
 
+    /// The level [`Level::name`] names.
+    pub fn named(name: &str) -> Option<Self> {
+        [Level::Must, Level::Should, Level::May, Level::Informative]
+            .into_iter()
+            .find(|level| level.name() == name)
+    }
+
     /// What the gate demands of a rule at this level ([`DEMANDS`]).
     pub fn demands(self) -> Demands {
         DEMANDS
