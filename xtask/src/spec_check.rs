@@ -336,7 +336,6 @@ fn review_run_to(
 
 /// The review of the work tree at `root` against the commit `base` names, and the gate's outcome
 /// on the work tree (judged by `results` when given; the base by its annotations).
-// i[impl spec-check.review]
 #[cfg(test)]
 fn review_at(
     root: &Path,
