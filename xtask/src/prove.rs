@@ -30,7 +30,7 @@ pub struct Args {
     timeout: Option<u64>,
     /// Write docs/audit/proof.md from the proofs under target/prove/ (merged over the file's
     /// earlier rows) and run nothing.
-    #[arg(long, conflicts_with_all = ["list", "max_mutants", "budget"])]
+    #[arg(long, conflicts_with_all = ["list", "max_mutants", "budget", "stale"])]
     summary: bool,
     /// CI's run: the rules touched since `HOLDFAST_PROVE_BASE`, else since HEAD's first parent,
     /// with caps of 40 mutants and 240 s unless `--max-mutants`/`--budget` say otherwise.

@@ -91,18 +91,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::from(USAGE_ERROR))
     };
     if let Some(base) = &args.base {
-        // The review reads the work tree itself; the export reads it beside.
-        if let Some(file) = &export
-            && let Err(error) = write_export(
-                &spec_engine::Disk::new(&root),
-                read(&spec_engine::Disk::new(&root)),
-                file,
-                &results,
-                skips.as_deref(),
-            )
-        {
-            return export_failed(file, error);
-        }
         return review_run_to(
             &root,
             base,
@@ -112,25 +100,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &Outputs {
                 format,
                 sarif: sarif.as_deref(),
+                export: export.as_deref(),
                 update_baseline: args.update_baseline,
             },
         );
     }
-    // Read once: the gate and the ratchet borrow the tree, then the export's trace keeps it.
+    // Read once: the gate borrows the tree, the export's trace takes it and hands it back.
     let disk = spec_engine::Disk::new(&root);
     let read_now = read(&disk);
     match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
         Ok(mut outcome) => {
-            if let Ok((_, tree)) = &read_now
+            // The export before the ratchet: a run whose export fails judges nothing, so it must
+            // not have rewritten the baseline first.
+            let tree = match &export {
+                Some(file) => {
+                    match write_export(&disk, read_now, file, &results, skips.as_deref()) {
+                        Ok(tree) => Some(tree),
+                        Err(error) => return export_failed(file, error),
+                    }
+                }
+                None => read_now.ok().map(|(_, tree)| tree),
+            };
+            if let Some(tree) = &tree
                 && let Err(error) = ratchet_run(&disk, tree, &mut outcome, args.update_baseline)
             {
                 eprintln!("error: spec-check: --update-baseline: {error}");
                 return Ok(ExitCode::from(USAGE_ERROR));
-            }
-            if let Some(file) = &export
-                && let Err(error) = write_export(&disk, read_now, file, &results, skips.as_deref())
-            {
-                return export_failed(file, error);
             }
             crate::output::print(&report::render(&outcome, format));
             if let Some(file) = &sarif
@@ -157,7 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// `spec-check --export FILE`: every rule of the tree at `root`, traced (by `results` when
-/// given), written to `file` as JSON.
+/// given), written to `file` as JSON. Returns the tree, which the trace took.
 // i[impl spec-check.export+2]
 fn write_export(
     disk: &spec_engine::Disk,
@@ -171,14 +166,15 @@ fn write_export(
     file: &Path,
     results: &[&Path],
     skips: Option<&Path>,
-) -> Result<(), String> {
+) -> Result<spec_engine::spec_check::Tree, String> {
     let everything = spec_engine::trace::everything(disk, read, results, skips, results.is_empty())
         .map_err(|err| err.to_string())?;
     let export = spec_engine::export::export(disk, &everything);
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|err| err.to_string())?;
     }
-    std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())
+    std::fs::write(file, spec_engine::export::render(&export)).map_err(|err| err.to_string())?;
+    Ok(everything.tree)
 }
 
 /// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
@@ -244,6 +240,7 @@ fn review_run(
     let out = Outputs {
         format,
         sarif: None,
+        export: None,
         update_baseline: false,
     };
     review_run_to(root, base, results, skips, crates, &out)
@@ -255,6 +252,8 @@ struct Outputs<'a> {
     format: Format,
     /// `--sarif FILE`.
     sarif: Option<&'a Path>,
+    /// `--export FILE`.
+    export: Option<&'a Path>,
     /// `--update-baseline`.
     update_baseline: bool,
 }
@@ -272,12 +271,28 @@ fn review_run_to(
     out: &Outputs<'_>,
 ) -> anyhow::Result<ExitCode> {
     let (format, sarif, update_baseline) = (out.format, out.sarif, out.update_baseline);
-    match review_at(root, base, results, skips, crates) {
+    // The work tree is read once: the review borrows it, the export's trace takes it and hands it
+    // back for the ratchet.
+    let disk = spec_engine::Disk::new(root);
+    let read_now = read(&disk);
+    match review_read(root, base, &disk, &read_now, results, skips, crates) {
         Ok((mut review, mut outcome)) => {
+            // The export before the ratchet: a run whose export fails judges nothing, so it must
+            // not have rewritten the baseline first.
+            let tree = match out.export {
+                Some(file) => match write_export(&disk, read_now, file, results, skips) {
+                    Ok(tree) => Some(tree),
+                    Err(error) => {
+                        eprintln!("error: spec-check: --export {}: {error}", file.display());
+                        eprintln!("error: spec-check: nothing was judged (exit 2)");
+                        return Ok(ExitCode::from(USAGE_ERROR));
+                    }
+                },
+                None => read_now.ok().map(|(_, tree)| tree),
+            };
             // The waivers and the ratchet judge the work tree; the review honours the waivers.
-            let disk = spec_engine::Disk::new(root);
-            if let Ok((_, tree)) = read(&disk) {
-                match ratchet_run(&disk, &tree, &mut outcome, update_baseline) {
+            if let Some(tree) = &tree {
+                match ratchet_run(&disk, tree, &mut outcome, update_baseline) {
                     Ok(waivers) => ratchet::honour(&mut review, &waivers),
                     Err(error) => {
                         eprintln!("error: spec-check: --update-baseline: {error}");
@@ -321,7 +336,7 @@ fn review_run_to(
 
 /// The review of the work tree at `root` against the commit `base` names, and the gate's outcome
 /// on the work tree (judged by `results` when given; the base by its annotations).
-// i[impl spec-check.review]
+#[cfg(test)]
 fn review_at(
     root: &Path,
     base: &str,
@@ -329,10 +344,29 @@ fn review_at(
     skips: Option<&Path>,
     crates: &[String],
 ) -> Result<(review::Review, spec_engine::spec_check::report::Outcome), String> {
-    let then = at_rev::tree(root, base)?;
     let now = spec_engine::Disk::new(root);
-    let read_now = read(&now);
-    let outcome = check_read(&now, &read_now, results, skips, crates).map_err(|p| p.to_string())?;
+    review_read(root, base, &now, &read(&now), results, skips, crates)
+}
+
+/// [`review_at`] with the work tree `now` already read as `read_now`.
+// i[impl spec-check.review]
+fn review_read(
+    root: &Path,
+    base: &str,
+    now: &spec_engine::Disk,
+    read_now: &Result<
+        (
+            spec_engine::spec_check::config::Loaded,
+            spec_engine::spec_check::Tree,
+        ),
+        spec_engine::spec_check::problem::Problem,
+    >,
+    results: &[&Path],
+    skips: Option<&Path>,
+    crates: &[String],
+) -> Result<(review::Review, spec_engine::spec_check::report::Outcome), String> {
+    let then = at_rev::tree(root, base)?;
+    let outcome = check_read(now, read_now, results, skips, crates).map_err(|p| p.to_string())?;
     let read_then = read(&then);
     let outcome_then = check_read(&then, &read_then, &[], None, &[]).map_err(|p| p.to_string())?;
     // A side whose config cannot be read has no rules to compare: the gate says why.
@@ -348,7 +382,7 @@ fn review_at(
             outcome: &outcome_then,
         },
         review::Side {
-            source: &now,
+            source: now,
             tree: tree_now,
             outcome: &outcome,
         },
@@ -1403,6 +1437,7 @@ mod tests {
             &Outputs {
                 format: Format::Json,
                 sarif: Some(&out),
+                export: None,
                 update_baseline: false,
             },
         )
@@ -1465,6 +1500,7 @@ mod tests {
                 &Outputs {
                     format: Format::Text,
                     sarif: Some(&sarif),
+                    export: None,
                     update_baseline: false,
                 },
             )
@@ -1517,6 +1553,67 @@ mod tests {
         assert_eq!(
             output_path(root, Path::new("/tmp/out.json")),
             Path::new("/tmp/out.json")
+        );
+    }
+
+    // i[verify spec-check.export+2]
+    // i[verify spec-check.ratchet]
+    #[test]
+    fn an_export_that_cannot_be_written_leaves_the_baseline_alone() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let dir = two_commits(REVIEW_SPEC, REVIEW_LIB);
+        let root = dir.path().canonicalize().expect("root");
+        let baseline = root.join(ratchet::BASELINE);
+        std::fs::create_dir_all(baseline.parent().expect("dir")).expect("dir");
+        std::fs::write(&baseline, "# before\n").expect("write");
+        // A file under a regular file: no directory can be made for it.
+        std::fs::write(root.join("plain"), "").expect("write");
+        let cli = Cli::try_parse_from([
+            "spec-check",
+            "--root",
+            root.to_str().expect("utf-8"),
+            "--update-baseline",
+            "--export",
+            "plain/x.json",
+        ])
+        .expect("parsed");
+        let code = super::run(cli.args).expect("ran");
+        assert_eq!(code, ExitCode::from(USAGE_ERROR));
+        assert_eq!(
+            std::fs::read_to_string(&baseline).expect("baseline"),
+            "# before\n",
+            "nothing was judged, so nothing is written"
+        );
+        // With --base too, and a writable export is written from the one read of the tree.
+        let with_base = |export: &str| {
+            let cli = Cli::try_parse_from([
+                "spec-check",
+                "--root",
+                root.to_str().expect("utf-8"),
+                "--base",
+                "HEAD",
+                "--update-baseline",
+                "--export",
+                export,
+            ])
+            .expect("parsed");
+            super::run(cli.args).expect("ran")
+        };
+        assert_eq!(with_base("plain/x.json"), ExitCode::from(USAGE_ERROR));
+        assert_eq!(
+            std::fs::read_to_string(&baseline).expect("baseline"),
+            "# before\n"
+        );
+        assert_eq!(with_base("out/x.json"), ExitCode::SUCCESS);
+        assert!(root.join("out/x.json").exists());
+        assert_ne!(
+            std::fs::read_to_string(&baseline).expect("baseline"),
+            "# before\n"
         );
     }
 

@@ -100,8 +100,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::write(&out, page)?;
     crate::output::print(&format!("spec-report: wrote {}\n", out.display()));
     crate::output::print(&format!(
-        "spec-report: spec debt: {} entries, {} lines; the largest:\n{}",
+        "spec-report: spec debt: {} entr{}, {} lines; the largest:\n{}",
         debt.len(),
+        if debt.len() == 1 { "y" } else { "ies" },
         debt.iter().map(|d| d.size).sum::<usize>(),
         spec_engine::spec_report::debt::top(&debt, 10)
     ));

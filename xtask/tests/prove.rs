@@ -703,3 +703,14 @@ fn a_proof_goes_stale_when_its_impl_changes_and_not_for_a_comment() {
         listed.stdout
     );
 }
+
+/// `--summary` writes every rule's row: asked with `--stale`, which would choose only some, it is
+/// refused rather than silently ignoring `--stale`.
+// i[verify prove.stale]
+#[test]
+fn summary_and_stale_are_refused_together() {
+    let tree = tree();
+    let run = fixture::xtask("prove", tree.path(), &["--summary", "--stale"]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
+}

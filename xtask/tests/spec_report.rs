@@ -241,7 +241,7 @@ fn the_page_is_written_into_new_directories() {
     assert!(
         run.stdout.contains(
             "spec-report: wrote [ROOT]/reports/today/spec.html\n\
-             spec-report: spec debt: 1 entries, 2 lines; the largest:\n    \
+             spec-report: spec debt: 1 entry, 2 lines; the largest:\n    \
              2  demo  crates/demo/src/extra.rs:1  fn loose (public)\n"
         ),
         "{}",

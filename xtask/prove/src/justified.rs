@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use spec_engine::model::proof::Proof;
+use spec_engine::model::proof::{Proof, survivor_at};
 
 /// One justified survivor.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -49,14 +49,6 @@ pub fn load(tree: &dyn spec_engine::Tree) -> Result<Vec<Justified>, String> {
     Ok(list.survivor)
 }
 
-/// Splits a survivor `file:line:col: mutation` into its file, line and mutation.
-fn split(survivor: &str) -> Option<(&str, &str, &str)> {
-    let (place, mutation) = survivor.split_once(": ")?;
-    let mut parts = place.rsplitn(3, ':');
-    let (_col, line, file) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((file, line, mutation))
-}
-
 /// What a justified survivor is recorded as: cargo-mutants' place and mutation, the entry's `at`
 /// when the line has moved from it, and the reason.
 // i[impl prove.justified+2]
@@ -78,14 +70,14 @@ pub fn apply(proof: &mut Proof, id: &str, list: &[Justified]) {
     let base = id.split('+').next().unwrap_or(id);
     let mut kept = Vec::new();
     for survivor in std::mem::take(&mut proof.survivors) {
-        let justified = split(&survivor).and_then(|(file, line, mutation)| {
+        let justified = survivor_at(&survivor).and_then(|(file, line, mutation)| {
             list.iter()
                 .find(|j| {
                     j.rule.split('+').next() == Some(base)
                         && j.at.split(':').next() == Some(file)
                         && j.mutation == mutation
                 })
-                .map(|j| record(&survivor, line, j))
+                .map(|j| record(&survivor, &line.to_string(), j))
         });
         match justified {
             Some(justified) => {

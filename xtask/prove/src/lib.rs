@@ -186,6 +186,12 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
             bound.left_unrun(&plan.rule);
             continue;
         }
+        // A rule whose level demands no proof is proved all the same, but fails no run.
+        let demanded = tree
+            .rules()
+            .iter()
+            .find(|rule| rule.marker() == plan.rule)
+            .is_none_or(|rule| spec_check::levels::Level::of(rule).demands().proven);
         let started = std::time::Instant::now();
         let mut proof = if provable {
             match prove_one(&root, &out_dir, plan, args.timeout, bound.deadline(started))? {
@@ -196,7 +202,7 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
                     if let Some(tried) = tried.as_mut() {
                         justified::apply(tried, &plan.id, &justified);
                     }
-                    tally.cut_off(tried.as_ref());
+                    tally.cut_off(tried.as_ref(), demanded);
                     let why = budget::cut_off_reason(&tried, count, started.elapsed());
                     holdfast_harness::output::print(&format!("{}: NOT RUN — {why}\n", plan.rule));
                     bound.ran(tried.as_ref().map_or(0, Proof::tried), started.elapsed());
@@ -229,7 +235,7 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
             .iter()
             .find(|rule| rule.marker() == plan.rule)
             .map(|rule| spec_check::fingerprint::of(&tree, rule));
-        tally.record(&plan.rule, &proof);
+        tally.record(&plan.rule, &proof, demanded);
         let written = Written {
             rule: &plan.rule,
             proof: &proof,
@@ -280,25 +286,27 @@ struct Tally {
 }
 
 impl Tally {
-    /// A rule's proof, as recorded.
+    /// A rule's proof, as recorded. `demanded`: whether the rule's level demands proof; one that
+    /// does not (SHOULD, MAY, informative) is proved and recorded, but fails no run.
     // i[impl prove.run+2]
-    fn record(&mut self, rule: &str, proof: &Proof) {
+    // i[impl spec-check.levels]
+    fn record(&mut self, rule: &str, proof: &Proof, demanded: bool) {
         if proof.proven() {
             self.proven += 1;
-        } else {
+        } else if demanded {
             self.unproven = true;
             if proof.missed == 0 {
                 self.unjudged.push(rule.to_owned());
             }
         }
-        self.survived |= proof.missed > 0;
+        self.survived |= demanded && proof.missed > 0;
     }
 
     /// What a cut-off rule had judged, when that can be read: a survivor seen is one whatever
     /// the untried mutants would have shown.
     // i[impl prove.run+2]
-    fn cut_off(&mut self, tried: Option<&Proof>) {
-        self.survived |= tried.is_some_and(|tried| tried.missed > 0);
+    fn cut_off(&mut self, tried: Option<&Proof>, demanded: bool) {
+        self.survived |= demanded && tried.is_some_and(|tried| tried.missed > 0);
     }
 
     /// Whether the run passes: CI's fails on a survivor only (a touched rule with no viable
@@ -874,12 +882,12 @@ mod tests {
             tally.passed(false) && tally.passed(true),
             "nothing recorded"
         );
-        tally.record("r[a]", &proof(2, 0, 1));
-        tally.record("r[b]", &proof(1, 0, 0));
+        tally.record("r[a]", &proof(2, 0, 1), true);
+        tally.record("r[b]", &proof(1, 0, 0), true);
         assert_eq!(tally.proven, 2);
         assert!(tally.passed(false) && tally.passed(true));
         assert_eq!(tally.unjudged_warning(true), None);
-        tally.record("r[c]", &proof(0, 0, 3));
+        tally.record("r[c]", &proof(0, 0, 3), true);
         assert_eq!(tally.proven, 2);
         assert!(
             !tally.passed(false),
@@ -892,7 +900,7 @@ mod tests {
             "{warning}"
         );
         assert_eq!(tally.unjudged_warning(false), None, "CI's warning only");
-        tally.record("r[d]", &proof(1, 1, 0));
+        tally.record("r[d]", &proof(1, 1, 0), true);
         assert!(!tally.passed(true), "a survivor fails CI");
         assert_eq!(
             tally.unjudged,
@@ -904,7 +912,7 @@ mod tests {
             ..Proof::default()
         };
         let mut other = Tally::default();
-        other.record("r[e]", &not_provable);
+        other.record("r[e]", &not_provable, true);
         assert!(!other.passed(false));
         assert!(other.passed(true));
         assert_eq!(other.unjudged, ["r[e]"]);
@@ -921,13 +929,26 @@ mod tests {
     #[test]
     fn a_survivor_seen_before_a_cut_off_fails_ci() {
         let mut tally = Tally::default();
-        tally.cut_off(None);
-        tally.cut_off(Some(&proof(3, 0, 1)));
+        tally.cut_off(None, true);
+        tally.cut_off(Some(&proof(3, 0, 1)), true);
         assert!(tally.passed(true) && tally.passed(false), "nothing missed");
         assert_eq!(tally.proven, 0, "a cut-off rule is not recorded");
-        tally.cut_off(Some(&proof(0, 1, 0)));
+        tally.cut_off(Some(&proof(0, 1, 0)), true);
         assert!(!tally.passed(true), "a survivor seen is one");
-        tally.cut_off(Some(&proof(3, 0, 0)));
+        tally.cut_off(Some(&proof(3, 0, 0)), true);
         assert!(!tally.passed(true), "and stays one");
+    }
+
+    // i[verify spec-check.levels]
+    #[test]
+    fn a_rule_whose_level_demands_no_proof_fails_no_run() {
+        let mut tally = Tally::default();
+        tally.record("r[should]", &proof(1, 1, 0), false);
+        tally.record("r[may]", &proof(0, 0, 2), false);
+        tally.cut_off(Some(&proof(0, 1, 0)), false);
+        assert!(tally.passed(true) && tally.passed(false), "{tally:?}");
+        assert_eq!(tally.unjudged_warning(true), None);
+        tally.record("r[must]", &proof(1, 1, 0), true);
+        assert!(!tally.passed(true) && !tally.passed(false));
     }
 }

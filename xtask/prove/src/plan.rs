@@ -6,7 +6,7 @@ use std::path::Path;
 
 use spec_engine::spec_check::Tree;
 use spec_engine::spec_check::crate_layout;
-use spec_engine::spec_check::rust_layout::{Item, RustLayout};
+use spec_engine::spec_check::items;
 use spec_engine::spec_check::test_backed;
 
 /// An item to mutate.
@@ -213,11 +213,11 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
                     .files
                     .get(&site.path)
                     .and_then(|f| f.layout.as_ref());
-                let Some(item) = layout.and_then(|layout| layout.item_at(site.line)) else {
+                let Some(layout) = layout else {
                     continue;
                 };
                 let package = crate_layout::package_of(source, &site.path).map(|(p, _)| p);
-                for item in std::iter::once(item).chain(impls_of(layout, item)) {
+                for item in items::covered_items(layout, site.line) {
                     let target = Target {
                         file: site.file.clone(),
                         lines: (item.start, item.end),
@@ -275,31 +275,6 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
         });
     }
     plans
-}
-
-/// The impl blocks, inherent or of a trait, of the struct or enum `item` in the same file, outside
-/// test code: a type's annotation covers its methods, which are where its behaviour lies. Any
-/// other item has none.
-// i[impl prove.plan+4]
-fn impls_of<'a>(layout: Option<&'a RustLayout>, item: &Item) -> Vec<&'a Item> {
-    let (Some(layout), "struct" | "enum") = (layout, item.kind) else {
-        return Vec::new();
-    };
-    layout
-        .items()
-        .iter()
-        .filter(|i| i.kind == "impl" && self_type(&i.name) == item.name)
-        .filter(|i| !layout.in_cfg_test(i.start))
-        .collect()
-}
-
-/// The type an impl block is for, as its name gives it: `Gather` of `Gather<K>`, `a::B` or `&B`.
-// i[impl prove.plan+4]
-fn self_type(name: &str) -> &str {
-    let name = name.trim_start_matches('&').trim_start();
-    let name = name.strip_prefix("mut ").unwrap_or(name);
-    let path = name.split('<').next().unwrap_or(name);
-    path.rsplit("::").next().unwrap_or(path).trim()
 }
 
 /// Lines changed per file, as `changed_lines` reads them.
@@ -406,12 +381,12 @@ mod tests {
     // i[verify prove.plan+4]
     #[test]
     fn an_impl_blocks_type_is_its_name_without_path_generics_or_reference() {
-        assert_eq!(self_type("Gather<K>"), "Gather");
-        assert_eq!(self_type("Gathered<'_, K>"), "Gathered");
-        assert_eq!(self_type("crate::udp::Gather<K>"), "Gather");
-        assert_eq!(self_type("&Gather"), "Gather");
-        assert_eq!(self_type("&mut Gather"), "Gather");
-        assert_eq!(self_type("Gather"), "Gather");
+        assert_eq!(items::self_type("Gather<K>"), "Gather");
+        assert_eq!(items::self_type("Gathered<'_, K>"), "Gathered");
+        assert_eq!(items::self_type("crate::udp::Gather<K>"), "Gather");
+        assert_eq!(items::self_type("&Gather"), "Gather");
+        assert_eq!(items::self_type("&mut Gather"), "Gather");
+        assert_eq!(items::self_type("Gather"), "Gather");
     }
 
     fn judge(binary: Option<&str>, package: &str) -> Judge {

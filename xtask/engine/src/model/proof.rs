@@ -42,6 +42,10 @@ pub struct Proof {
     /// (`proof stale: impl changed since 3f2a1b2`). Never written.
     #[serde(skip)]
     pub stale: Option<String>,
+    /// Set when read from a summary whose fingerprint cell is neither `-` nor a fingerprint: the
+    /// proof reads as unfingerprinted, and the gate's note counts it apart. Never written.
+    #[serde(skip)]
+    pub fingerprint_malformed: bool,
 }
 
 /// Hashes of a rule's evidence when its proof ran: its text, its implementing items and its
@@ -69,7 +73,10 @@ impl Fingerprint {
     pub fn parse(cell: &str) -> Option<Self> {
         let mut parts = cell.trim().split('/');
         let (text, impls, verifies) = (parts.next()?, parts.next()?, parts.next()?);
-        let hex = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit());
+        // Exactly what `render` writes: 12 lowercase hex digits each.
+        let hex = |part: &str| {
+            part.len() == 12 && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
         (parts.next().is_none() && hex(text) && hex(impls) && hex(verifies)).then(|| Self {
             text: text.to_owned(),
             impls: impls.to_owned(),
@@ -88,6 +95,18 @@ impl Fingerprint {
         .filter_map(|(changed, what)| changed.then_some(what))
         .collect()
     }
+}
+
+/// A survivor as cargo-mutants and the proofs write it, `file:line:col: mutation`, read as its
+/// file, line and mutation (trimmed). The one reader of that form, for the justified survivors and
+/// the spec debt alike.
+pub fn survivor_at(text: &str) -> Option<(&str, usize, &str)> {
+    let (place, mutation) = text.split_once(": ")?;
+    let mut parts = place.rsplitn(3, ':');
+    let _col = parts.next()?;
+    let line = parts.next()?.parse().ok()?;
+    let file = parts.next()?;
+    Some((file, line, mutation.trim()))
 }
 
 impl Proof {
@@ -150,4 +169,77 @@ pub fn local(tree: &dyn Tree, id: &str) -> Option<Proof> {
         .read(&tree.root().join("target/prove").join(format!("{id}.json")))
         .ok()?;
     serde_json::from_str(&text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_fingerprint_cell_is_three_parts_of_twelve_lowercase_hex_digits() {
+        let print = Fingerprint {
+            text: "0123456789ab".into(),
+            impls: "cdef01234567".into(),
+            verifies: "89abcdef0123".into(),
+        };
+        assert_eq!(Fingerprint::parse(&print.render()), Some(print));
+        for bad in [
+            "0123456789AB/cdef01234567/89abcdef0123",
+            "0123456789a/cdef01234567/89abcdef0123",
+            "0123456789ab/cdef01234567",
+            "0123456789ab/cdef01234567/89abcdef0123/0123456789ab",
+            "",
+        ] {
+            assert_eq!(Fingerprint::parse(bad), None, "{bad}");
+        }
+    }
+
+    // i[verify prove.justified+2]
+    // i[verify spec-report.debt]
+    #[test]
+    fn a_survivor_reads_as_file_line_and_mutation() {
+        assert_eq!(
+            survivor_at("a/b.rs:3:5: replace x with y "),
+            Some(("a/b.rs", 3, "replace x with y"))
+        );
+        assert_eq!(survivor_at("a/b.rs:x:5: replace"), None);
+        assert_eq!(survivor_at("nonsense"), None);
+    }
+
+    proptest::proptest! {
+        /// Any rendered fingerprint reads back; any cell that reads is in rendered form.
+        // i[verify prove.fingerprint]
+        #[test]
+        fn fingerprints_read_back_and_nothing_else_reads(
+            parts in proptest::array::uniform3("[0-9a-f]{12}"),
+            cell in "\\PC*",
+        ) {
+            let [text, impls, verifies] = parts;
+            let print = Fingerprint { text, impls, verifies };
+            proptest::prop_assert_eq!(Fingerprint::parse(&print.render()), Some(print));
+            if let Some(read) = Fingerprint::parse(&cell) {
+                proptest::prop_assert_eq!(read.render(), cell.trim());
+            }
+        }
+
+        /// Any survivor written as cargo-mutants writes it reads back; any text is read safely.
+        // i[verify prove.justified+2]
+        // i[verify spec-report.debt]
+        #[test]
+        fn survivors_read_back(
+            file in "[a-zA-Z0-9_./:-]{1,30}",
+            line in 0usize..100_000,
+            col in 0usize..500,
+            mutation in "[a-zA-Z0-9_>: -]{0,40}",
+            text in "\\PC*",
+        ) {
+            let _ = survivor_at(&text);
+            let written = format!("{file}:{line}:{col}: {mutation}");
+            proptest::prop_assert_eq!(
+                survivor_at(&written),
+                Some((file.as_str(), line, mutation.trim()))
+            );
+        }
+    }
 }

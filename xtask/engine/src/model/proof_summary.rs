@@ -113,11 +113,9 @@ pub fn parse(text: &str) -> BTreeMap<String, Proof> {
     for line in text.lines() {
         if let Some(row) = line.strip_prefix("| `") {
             let mut cells: Vec<&str> = row.trim_end_matches('|').split(" | ").collect();
-            let fingerprint = if cells.len() == 10 {
-                cells.pop().and_then(Fingerprint::parse)
-            } else {
-                None
-            };
+            let cell = if cells.len() == 10 { cells.pop() } else { None };
+            let fingerprint = cell.and_then(Fingerprint::parse);
+            let malformed = cell.is_some_and(|c| c.trim() != "-") && fingerprint.is_none();
             let [
                 marker,
                 verdict,
@@ -144,6 +142,7 @@ pub fn parse(text: &str) -> BTreeMap<String, Proof> {
             proof.commit = known(commit);
             proof.date = known(date);
             proof.fingerprint = fingerprint;
+            proof.fingerprint_malformed = malformed;
             proof.not_provable = verdict
                 .strip_prefix("not provable — ")
                 .map(|why| why.trim().to_owned());

@@ -8,6 +8,8 @@
 //! `coverage-down` problems that a live waiver covers. A tree without these files is not
 //! ratcheted.
 
+use crate::spec_check::levels::Level;
+use crate::spec_check::measures::Has;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -28,31 +30,8 @@ pub const BASELINE: &str = "docs/audit/coverage-baseline.toml";
 /// How far ahead a waiver's `until` may be, as the problem says it.
 const MAX_HORIZON: &str = "a year of today";
 
-/// What a waiver excuses a rule from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum What {
-    /// Having a current `impl` annotation.
-    Implemented,
-    /// Having a `verify` annotation.
-    Verified,
-    /// A verifying test that ran and passed (test-backed mode).
-    Tested,
-    /// A recorded proof that holds (`docs/audit/proof.md`).
-    Proven,
-}
-
-impl What {
-    /// The word, as written in the file and in the review's messages.
-    pub fn word(self) -> &'static str {
-        match self {
-            What::Implemented => "implemented",
-            What::Verified => "verified",
-            What::Tested => "tested",
-            What::Proven => "proven",
-        }
-    }
-}
+/// What a waiver excuses a rule from: a measure ([`crate::spec_check::levels::Measure`]).
+pub use crate::spec_check::levels::Measure as What;
 
 /// A waiver as the file writes it.
 #[derive(Debug, Deserialize)]
@@ -259,6 +238,11 @@ pub struct Row {
     pub tested: Option<Vec<String>>,
     /// Rules whose checked-in proof holds.
     pub proven: Vec<String>,
+    /// The level of each rule below MUST when the baseline was written (a rule not listed was
+    /// MUST): a loss is judged by the stricter of this level and the rule's level now, so lowering
+    /// a level excuses no loss.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub levels: BTreeMap<String, String>,
 }
 
 impl Row {
@@ -273,7 +257,7 @@ impl Row {
     }
 }
 
-/// The measures in the order of [`Flags`].
+/// The measures, in the baseline's order.
 const MEASURES: [What; 4] = [
     What::Implemented,
     What::Verified,
@@ -281,8 +265,8 @@ const MEASURES: [What; 4] = [
     What::Proven,
 ];
 
-/// Per rule of a row: the rule and whether it is implemented, verified, tested, proven.
-type Flags = Vec<(crate::spec_check::rules::Rule, [bool; 4])>;
+/// Per rule of a row: the rule and what it has.
+type Flags = Vec<(crate::spec_check::rules::Rule, Has)>;
 
 /// The rows of `tree` now, with whether each was judged by test results and the flags per rule
 /// ([`crate::spec_check::measures`], the review's too). In test-backed mode a rule with a `verify`
@@ -297,12 +281,7 @@ fn rows(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> BTreeMap<String,
             let flags = row
                 .rules
                 .into_iter()
-                .map(|(coverage, has)| {
-                    (
-                        coverage.rule.clone(),
-                        [has.implemented, has.verified, has.tested, has.proven],
-                    )
-                })
+                .map(|(coverage, has)| (coverage.rule.clone(), has))
                 .collect();
             (row.name, (row.test_backed, flags))
         })
@@ -323,23 +302,29 @@ pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
     let rows: BTreeMap<String, Row> = rows(source, tree, outcome)
         .into_iter()
         .map(|(name, (tested, flags))| {
-            let having = |i: usize| -> Vec<String> {
+            let having = |what: What| -> Vec<String> {
                 flags
                     .iter()
-                    .filter(|(_, f)| f[i])
+                    .filter(|(_, has)| has.of(what))
                     .map(|(rule, _)| rule.marker())
                     .collect()
             };
             let row = Row {
                 rules: flags.len(),
-                implemented: having(0),
-                verified: having(1),
+                implemented: having(What::Implemented),
+                verified: having(What::Verified),
                 tested: if tested {
-                    Some(having(2))
+                    Some(having(What::Tested))
                 } else {
                     before.get(&name).and_then(|row| row.tested.clone())
                 },
-                proven: having(3),
+                proven: having(What::Proven),
+                levels: flags
+                    .iter()
+                    .map(|(rule, _)| (rule.marker(), Level::of(rule)))
+                    .filter(|(_, level)| *level != Level::Must)
+                    .map(|(marker, level)| (marker, level.name().to_owned()))
+                    .collect(),
             };
             (name, row)
         })
@@ -357,10 +342,7 @@ pub fn baseline(source: &dyn Source, tree: &Tree, outcome: &Outcome) -> String {
 /// The rule of `flags` that a baseline `marker` names now: the same id at any version, else
 /// the rule that names the id as its previous one; `None` when the rule was removed.
 // i[impl spec-check.ratchet]
-fn now_of<'f>(
-    flags: &'f Flags,
-    marker: &str,
-) -> Option<&'f (crate::spec_check::rules::Rule, [bool; 4])> {
+fn now_of<'f>(flags: &'f Flags, marker: &str) -> Option<&'f (crate::spec_check::rules::Rule, Has)> {
     let (prefix, rest) = marker.split_once('[')?;
     let id = parse_rule_id(rest.strip_suffix(']')?)?;
     flags
@@ -417,11 +399,12 @@ fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Pro
             };
             let closed: Vec<&str> = MEASURES
                 .iter()
-                .enumerate()
-                .filter(|(i, what)| {
-                    waiver.waives.contains(what) && has[*i] && (**what != What::Tested || *tested)
+                .filter(|what| {
+                    waiver.waives.contains(what)
+                        && has.of(**what)
+                        && (**what != What::Tested || *tested)
                 })
-                .map(|(_, what)| what.word())
+                .map(|what| what.word())
                 .collect();
             if !closed.is_empty() {
                 out.push(
@@ -495,7 +478,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
             );
             continue;
         };
-        for (index, what) in MEASURES.into_iter().enumerate() {
+        for what in MEASURES {
             if what == What::Tested && !tested {
                 continue;
             }
@@ -507,11 +490,15 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 };
                 let current = rule.marker();
                 recorded.insert(current.clone());
-                // Neither a waived loss nor one of what the rule's level does not demand.
-                let demanded = crate::spec_check::levels::Level::of(rule)
-                    .demands()
-                    .of(what.word());
-                if has[index] || waivers.covers(&current, what) || !demanded {
+                // Neither a waived loss nor one of what the rule's level does not demand, now
+                // and when the baseline was written.
+                let was_level = was
+                    .levels
+                    .get(marker)
+                    .and_then(|name| Level::named(name))
+                    .unwrap_or(Level::Must);
+                let demanded = Level::of(rule).demands().of(what) || was_level.demands().of(what);
+                if has.of(what) || waivers.covers(&current, what) || !demanded {
                     continue;
                 }
                 let renamed = if current == *marker {
@@ -538,7 +525,7 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
             // Tested is left out: it is the run's, and a run of some crates counts more.
             let unrecorded: Vec<String> = flags
                 .iter()
-                .filter(|(_, has)| has[index])
+                .filter(|(_, has)| has.of(what))
                 .map(|(rule, _)| rule.marker())
                 .filter(|marker| !recorded.contains(marker))
                 .collect();

@@ -62,6 +62,7 @@ fn the_baseline_records_each_rows_rules_per_measure_and_reads_back_clean() {
             verified: both,
             tested: None,
             proven: vec!["r[demo.alpha]".to_owned()],
+            levels: std::collections::BTreeMap::new(),
         }
     );
     // The tree it was written from is at its baseline.
@@ -545,7 +546,32 @@ fn a_measure_the_level_does_not_demand_is_not_judged() {
         ))
     };
     assert_eq!(unproven(SPEC).len(), 1, "MUST demands the proof");
-    assert_eq!(unproven(&should), Vec::<Problem>::new());
+    // The baseline was written while the rule was MUST: lowering its level since excuses no loss.
+    assert_eq!(
+        unproven(&should).len(),
+        1,
+        "the baseline's level demands it"
+    );
+    // Written while it was SHOULD, the baseline says so, and the loss is not judged.
+    let source = tree(LIB, &[("docs/spec.md", should.as_str())]);
+    let (read, outcome) = judged(&source);
+    let should_baseline = super::baseline(&source, &read, &outcome);
+    assert!(
+        should_baseline.contains("[demo.levels]\n\"r[demo.alpha]\" = \"should\""),
+        "{should_baseline}"
+    );
+    let problems_now = problems(&tree(
+        LIB,
+        &[
+            (
+                "docs/audit/coverage-baseline.toml",
+                should_baseline.as_str(),
+            ),
+            ("docs/audit/proof.md", "# Proof\n"),
+            ("docs/spec.md", should.as_str()),
+        ],
+    ));
+    assert_eq!(problems_now, Vec::<Problem>::new());
 
     let judge = |spec: &str| {
         let (source, junit) = test_backed(&[("docs/spec.md", spec)]);

@@ -17,6 +17,8 @@
 pub use crate::spec_check::items;
 mod render;
 
+use crate::spec_check::levels::{Level, Measure};
+use crate::spec_check::measures::Has;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -57,6 +59,9 @@ pub struct Review {
     pub bumped: Vec<Renamed>,
     /// Rules whose text changed at the same version: a problem.
     pub unbumped: Vec<RuleAt>,
+    /// Rules whose level changed (`level=`, `tags=informative`): what the gate demands of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub levelled: Vec<Levelled>,
     /// Rules whose implementing or verifying items changed, and which side.
     pub touched: Vec<Touched>,
     /// Annotations added, dropped or moved to another item.
@@ -94,6 +99,17 @@ pub struct Renamed {
     pub to: RuleAt,
     /// Whether its text changed (the `(was …)` note aside).
     pub text_changed: bool,
+}
+
+/// A rule whose level changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Levelled {
+    /// The head's rule.
+    pub rule: RuleAt,
+    /// The base's level (`must`, `should`, `may`, `informative`).
+    pub from: &'static str,
+    /// The head's.
+    pub to: &'static str,
 }
 
 /// Which side of a rule a change touched.
@@ -290,6 +306,14 @@ fn rules_and_texts(
         if let Some(before) = base.get(k) {
             continues.insert(k.clone(), k.clone());
             claimed.insert(k.clone());
+            let (was_level, level) = (Level::of(before.rule), Level::of(now.rule));
+            if was_level != level {
+                review.levelled.push(Levelled {
+                    rule: at(now.rule),
+                    from: was_level.name(),
+                    to: level.name(),
+                });
+            }
             let (then, now_version) = (before.rule.id.version, now.rule.id.version);
             // The version to bump to is above both sides'.
             let next = format!(
@@ -528,9 +552,8 @@ fn items_and_annotations(
     }
 }
 
-/// Per rule of one row: implemented, verified, proven, and whether an annotation of it names
-/// another version (stale).
-type Flags = BTreeMap<String, [bool; 4]>;
+/// Per rule of one row: what it has (the same measures the ratchet reads).
+type Flags = BTreeMap<String, Has>;
 
 fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
     let mut rows = BTreeMap::new();
@@ -538,12 +561,7 @@ fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
         let flags: Flags = row
             .rules
             .iter()
-            .map(|(coverage, has)| {
-                (
-                    key(&coverage.rule.prefix, &coverage.rule.id.base),
-                    [has.implemented, has.verified, has.proven, has.stale],
-                )
-            })
+            .map(|(coverage, has)| (key(&coverage.rule.prefix, &coverage.rule.id.base), *has))
             .collect();
         let proven = row.rules.iter().filter(|(_, has)| has.proven).count();
         // The gate's row (with its test-backed count) when the outcome has it.
@@ -613,48 +631,74 @@ fn coverage(
             let was_marker = base_rules
                 .get(old_key)
                 .map_or_else(|| marker.clone(), |r| r.rule.marker());
-            // Only the loss of what the rule's level demands is a problem.
-            let demands = crate::spec_check::levels::Level::of(rule.rule).demands();
+            // Only the loss of what the rule's level demands is a problem: its level at the base
+            // or at the head, so lowering a rule's level in the change excuses no loss.
+            let level = crate::spec_check::levels::Level::of(rule.rule);
+            let was_level = base_rules
+                .get(old_key)
+                .map_or(level, |r| crate::spec_check::levels::Level::of(r.rule));
+            let demands = Stricter(level.demands(), was_level.demands());
             // Each loss with its reason, when the change itself explains it.
-            let lost: Vec<String> = ["implemented", "verified", "proven"]
-                .into_iter()
-                .enumerate()
-                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
-                .map(|(index, what)| match index {
-                    0 if flags[3] => format!(
-                        "{what} (an annotation of it names an older version: make it {marker})"
+            let lost_measures: Vec<Measure> =
+                [Measure::Implemented, Measure::Verified, Measure::Proven]
+                    .into_iter()
+                    .filter(|&what| old.of(what) && !flags.of(what) && demands.of(what))
+                    .collect();
+            let lost: Vec<String> = lost_measures
+                .iter()
+                .map(|what| (*what, what.word()))
+                .map(|(what, word)| match what {
+                    Measure::Implemented if flags.stale => format!(
+                        "{word} (an annotation of it names an older version: make it {marker})"
                     ),
-                    2 if was_marker != marker => format!(
-                        "{what} (its proof was of {was_marker}; a new version or id voids it: \
+                    Measure::Proven if was_marker != marker => format!(
+                        "{word} (its proof was of {was_marker}; a new version or id voids it: \
                          run `cargo xtask prove {}` and `cargo xtask prove --summary`)",
                         rule.rule.id
                     ),
-                    _ => what.to_owned(),
+                    _ => word.to_owned(),
                 })
                 .collect();
             if lost.is_empty() {
                 continue;
             }
             // The measures lost, by name, for the waivers that may cover them.
-            let lost_measures: Vec<&'static str> = ["implemented", "verified", "proven"]
-                .into_iter()
-                .enumerate()
-                .filter(|&(index, what)| old[index] && !flags[index] && demands.of(what))
-                .map(|(_, what)| what)
-                .collect();
+            let lost_measures: Vec<&'static str> =
+                lost_measures.iter().map(|what| what.word()).collect();
+            let lowered = if was_level == level {
+                String::new()
+            } else {
+                format!(
+                    " (its level went from {} to {}, which excuses no loss the change makes)",
+                    was_level.name(),
+                    level.name()
+                )
+            };
             review.problems.push(Problem {
                 kind: Kind::CoverageDown,
                 rule: marker.clone(),
                 file: rule.rule.file.clone(),
                 line: rule.rule.line,
                 message: format!(
-                    "{marker} ({name}) was {} at {} and is no longer",
+                    "{marker} ({name}) was {} at {} and is no longer{lowered}",
                     lost.join(", "),
                     review.base
                 ),
                 lost: lost_measures,
             });
         }
+    }
+}
+
+/// What either of two levels demands.
+struct Stricter(
+    crate::spec_check::levels::Demands,
+    crate::spec_check::levels::Demands,
+);
+
+impl Stricter {
+    fn of(&self, what: Measure) -> bool {
+        self.0.of(what) || self.1.of(what)
     }
 }
 

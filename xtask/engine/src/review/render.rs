@@ -161,6 +161,15 @@ fn text(review: &Review) -> String {
     );
     list(
         &mut out,
+        "rules whose level changed",
+        review
+            .levelled
+            .iter()
+            .map(|l| format!("{}: {} → {}", l.rule.rule, l.from, l.to))
+            .collect(),
+    );
+    list(
+        &mut out,
         "rules whose code or tests changed",
         review
             .touched
@@ -325,6 +334,15 @@ fn markdown_review(review: &Review, outcome: &Outcome) -> String {
         &mut out,
         "Rules bumped",
         review.bumped.iter().map(moved).collect(),
+    );
+    section(
+        &mut out,
+        "Rules whose level changed",
+        review
+            .levelled
+            .iter()
+            .map(|l| format!("`{}`: {} → **{}**", l.rule.rule, l.from, l.to))
+            .collect(),
     );
     section(
         &mut out,

@@ -628,3 +628,40 @@ fn a_reference_following_another_rules_bump_is_no_change_of_text() {
         review.problems
     );
 }
+
+// i[verify spec-check.levels]
+// i[verify spec-check.review]
+#[test]
+fn lowering_a_rules_level_excuses_no_loss_in_the_change() {
+    let spec = SPEC.replace("> r[demo.beta]", "> r[demo.beta tags=informative]");
+    let lib = LIB
+        .replace("// r[impl demo.beta]\n", "")
+        .replace("    // r[verify demo.beta]\n", "");
+    let (review, outcome) = review_of(&tree(SPEC, LIB), &tree(&spec, &lib));
+    // The head's gate demands nothing of an informative rule...
+    assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+    // ...but the review judges the loss by the base's level too, and says the level went down.
+    assert_eq!(kinds(&review), [Kind::CoverageDown]);
+    let message = &review.problems[0].message;
+    assert!(message.contains("implemented, verified"), "{message}");
+    assert!(
+        message.contains("its level went from must to informative"),
+        "{message}"
+    );
+    // The level change is listed, in the text and the Markdown.
+    assert_eq!(review.levelled.len(), 1);
+    assert_eq!(
+        (review.levelled[0].from, review.levelled[0].to),
+        ("must", "informative")
+    );
+    let text = render(&review, &outcome, Format::Text);
+    assert!(
+        text.contains("rules whose level changed:\n    r[demo.beta]: must → informative"),
+        "{text}"
+    );
+    let markdown = render(&review, &outcome, Format::Markdown);
+    assert!(
+        markdown.contains("`r[demo.beta]`: must → **informative**"),
+        "{markdown}"
+    );
+}

@@ -3,8 +3,10 @@
 //! stale without anyone bumping the rule's version.
 //!
 //! Each part is normalised before it is hashed, exactly as the spec review compares them: the
-//! text as [`super::rule_text::rule_text`] reads it, each item as [`super::items::item_at`]
-//! finds and normalises it (tree-sitter's item, comments and formatting dropped). Items are
+//! text as [`super::rule_text::rule_text`] reads it, each item as [`super::items`] finds and
+//! normalises it (tree-sitter's item, comments and formatting dropped): for an `impl` annotation
+//! the items `cargo xtask prove` mutates (a struct's impl blocks included), for a `verify` one the
+//! test it judges (a test inside `proptest! {` alone, not its module). Items are
 //! hashed as a set of `head` and text, so the order of annotations, the file an item sits in and
 //! two annotations on one item do not count.
 //!
@@ -34,19 +36,24 @@ fn hash<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
         .collect()
 }
 
-/// The items `sites` stand for, normalised, as a sorted set.
-fn items<'a>(tree: &Tree, sites: impl Iterator<Item = &'a Site>) -> BTreeSet<String> {
+/// The items `sites` stand for, normalised, as a sorted set: for `impl` sites the items
+/// `cargo xtask prove` mutates ([`super::items::impl_items_at`]), for `verify` sites the test it
+/// judges ([`super::items::verify_item_at`]).
+fn items<'a>(tree: &Tree, sites: impl Iterator<Item = &'a Site>, verify: bool) -> BTreeSet<String> {
     sites
-        .map(|site| {
+        .flat_map(|site| {
             let file = tree.parsed.files.get(&site.path);
-            let item = super::items::item_at(
-                &site.path,
-                file.map_or("", |f| f.content.as_str()),
-                file.and_then(|f| f.layout.as_ref()),
-                site.line,
-            );
-            format!("{}\n{}", item.head, item.text)
+            let content = file.map_or("", |f| f.content.as_str());
+            let layout = file.and_then(|f| f.layout.as_ref());
+            if verify {
+                vec![super::items::verify_item_at(
+                    &site.path, content, layout, site.line,
+                )]
+            } else {
+                super::items::impl_items_at(&site.path, content, layout, site.line)
+            }
         })
+        .map(|item| format!("{}\n{}", item.head, item.text))
         .collect()
 }
 
@@ -54,8 +61,16 @@ fn items<'a>(tree: &Tree, sites: impl Iterator<Item = &'a Site>) -> BTreeSet<Str
 // i[impl prove.fingerprint]
 pub fn of(tree: &Tree, rule: &Rule) -> Fingerprint {
     let (text, _) = super::rule_text::rule_text(rule);
-    let impls = items(tree, tree.coverage_of(rule).flat_map(|c| &c.impl_sites));
-    let verifies = items(tree, tree.coverage_of(rule).flat_map(|c| &c.verify_sites));
+    let impls = items(
+        tree,
+        tree.coverage_of(rule).flat_map(|c| &c.impl_sites),
+        false,
+    );
+    let verifies = items(
+        tree,
+        tree.coverage_of(rule).flat_map(|c| &c.verify_sites),
+        true,
+    );
     Fingerprint {
         text: hash([text.as_str()]),
         impls: hash(impls.iter().map(String::as_str)),
@@ -134,9 +149,21 @@ pub fn notes(proofs: &[(String, Proof)]) -> Vec<String> {
         .iter()
         .filter(|(_, p)| p.fingerprint.is_none())
         .count();
+    let malformed = proofs
+        .iter()
+        .filter(|(_, p)| p.fingerprint_malformed)
+        .count();
+    let malformed = if malformed == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {malformed} of them with a fingerprint cell that is no fingerprint (12 lowercase \
+             hex digits per part): rewrite it with `cargo xtask prove --summary`"
+        )
+    };
     notes.push(format!(
         "proof fingerprints: {} of {} recorded proofs stale, {unfingerprinted} unfingerprinted \
-         (recorded before fingerprints: the next `cargo xtask prove` of the rule writes one)",
+         (recorded before fingerprints: the next `cargo xtask prove` of the rule writes one){malformed}",
         stale,
         proofs.len()
     ));
@@ -299,6 +326,65 @@ mod tests {
             notes.iter().any(|n| n.starts_with(
                 "proof fingerprints: 0 of 1 recorded proofs stale, 1 unfingerprinted"
             )),
+            "{notes:?}"
+        );
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_method_of_an_annotated_type_is_impl_evidence() {
+        let lib = "// r[impl demo.alpha]\npub struct Open(pub u32);\n\nimpl Open {\n    pub fn get(&self) -> u32 {\n        self.0\n    }\n}\n";
+        let changed = print(SPEC, lib, "demo.alpha").changed(&print(
+            SPEC,
+            &lib.replace("self.0\n", "self.0 + 1\n"),
+            "demo.alpha",
+        ));
+        assert_eq!(changed, ["impl"]);
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_verify_inside_proptest_is_its_test_not_its_module() {
+        let lib = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn other() {\n        assert!(true);\n    }\n\n    proptest::proptest! {\n        // r[verify demo.alpha]\n        #[test]\n        fn any(x in 0u32..4) {\n            assert_eq!(super::alpha(), 1 + x * 0);\n        }\n    }\n}\n";
+        let unrelated = lib.replace("assert!(true)", "assert!(!false)");
+        assert_eq!(
+            print(SPEC, lib, "demo.alpha").changed(&print(SPEC, &unrelated, "demo.alpha")),
+            Vec::<&str>::new()
+        );
+        let own = lib.replace("1 + x * 0", "1 + x * 1");
+        assert_eq!(
+            print(SPEC, lib, "demo.alpha").changed(&print(SPEC, &own, "demo.alpha")),
+            ["tests"]
+        );
+    }
+
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_malformed_fingerprint_cell_is_counted_apart() {
+        let print = print(SPEC, LIB, "demo.alpha");
+        let summary = crate::model::proof_summary::render(&[(
+            "r[demo.alpha]".to_owned(),
+            Proof {
+                caught: 1,
+                fingerprint: Some(print.clone()),
+                ..Proof::default()
+            },
+        )])
+        .replace(&print.render(), &print.render().to_uppercase());
+        let memory = Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec.md", SPEC),
+            ("src/lib.rs", LIB),
+            ("docs/audit/proof.md", &*summary),
+        ]);
+        let notes = crate::spec_check::check(&memory, &[], None, &[])
+            .expect("judged")
+            .notes;
+        assert!(
+            notes.iter().any(|n| n.starts_with(
+                "proof fingerprints: 0 of 1 recorded proofs stale, 1 unfingerprinted"
+            ) && n
+                .contains("1 of them with a fingerprint cell that is no fingerprint")),
             "{notes:?}"
         );
     }

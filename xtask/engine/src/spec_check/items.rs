@@ -11,7 +11,7 @@ use std::path::Path;
 
 use tracey_core::code_units;
 
-use crate::spec_check::rust_layout::RustLayout;
+use crate::spec_check::rust_layout::{Item as RustItem, RustLayout};
 
 /// An item found for an annotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,127 @@ pub fn item_at(path: &Path, content: &str, layout: Option<&RustLayout>, line: us
             text: normalise(content, comments),
         },
     }
+}
+
+/// The Rust items an `impl` annotation on 1-based `line` covers, as `cargo xtask prove` mutates
+/// them: the item holding it and, when that is a struct or enum, every impl block (inherent or of
+/// a trait) of that type in the same file outside test code — a type's behaviour lies in its
+/// methods. One helper, so the proof, the evidence fingerprint and the spec debt agree.
+// i[impl prove.plan+4]
+pub fn covered_items(layout: &RustLayout, line: usize) -> Vec<&RustItem> {
+    let Some(item) = layout.item_at(line) else {
+        return Vec::new();
+    };
+    let mut out = vec![item];
+    if matches!(item.kind, "struct" | "enum") {
+        out.extend(
+            layout
+                .items()
+                .iter()
+                .filter(|i| i.kind == "impl" && self_type(&i.name) == item.name)
+                .filter(|i| !layout.in_cfg_test(i.start)),
+        );
+    }
+    out
+}
+
+/// The type an impl block is for, as its name gives it: `Gather` of `Gather<K>`, `a::B` or `&B`.
+// i[impl prove.plan+4]
+pub fn self_type(name: &str) -> &str {
+    let name = name.trim_start_matches('&').trim_start();
+    let name = name.strip_prefix("mut ").unwrap_or(name);
+    let path = name.split('<').next().unwrap_or(name);
+    path.rsplit("::").next().unwrap_or(path).trim()
+}
+
+/// The items an `impl` annotation on `line` stands for, normalised: [`covered_items`] for Rust,
+/// else [`item_at`]'s one item.
+pub fn impl_items_at(
+    path: &Path,
+    content: &str,
+    layout: Option<&RustLayout>,
+    line: usize,
+) -> Vec<Item> {
+    let first = item_at(path, content, layout, line);
+    let Some(layout) = layout else {
+        return vec![first];
+    };
+    let comments = Comments::of(path);
+    let mut out = vec![first];
+    out.extend(
+        covered_items(layout, line)
+            .into_iter()
+            .skip(1)
+            .filter_map(|item| {
+                let text = content.get(line_range(content, item.start, item.end)?)?;
+                Some(Item {
+                    head: item.describe(),
+                    text: normalise(text, comments),
+                })
+            }),
+    );
+    out
+}
+
+/// The item a `verify` annotation on `line` stands for: the test function `cargo xtask prove`
+/// judges for it (the next `fn`, read through attributes and test macros such as `proptest! {`),
+/// else [`item_at`]'s item. A test inside a macro is no tree-sitter item, so its text is read from
+/// its `fn` line to its body's closing brace; hashing the enclosing module instead would make every
+/// other test of that module count.
+pub fn verify_item_at(
+    path: &Path,
+    content: &str,
+    layout: Option<&RustLayout>,
+    line: usize,
+) -> Item {
+    let Some(function) = layout.and_then(|layout| Some((layout, layout.function_after(line)?)))
+    else {
+        return item_at(path, content, layout, line);
+    };
+    let (layout, function) = function;
+    let is_item = layout
+        .item_at(function.line)
+        .is_some_and(|item| item.kind == "fn" && item.name == function.name);
+    if is_item {
+        return item_at(path, content, Some(layout), function.line);
+    }
+    match fn_body(content, function.line) {
+        Some(text) => Item {
+            head: format!("fn {}", function.name),
+            text: normalise(text, Comments::of(path)),
+        },
+        None => item_at(path, content, Some(layout), line),
+    }
+}
+
+/// The text of `content` from 1-based `line` to the brace closing the first `{` opened after it
+/// (strings, characters and comments skipped).
+fn fn_body(content: &str, line: usize) -> Option<&str> {
+    let from = line_range(content, line, line)?.start;
+    let bytes = content.as_bytes();
+    let mut depth = 0usize;
+    let mut index = from;
+    while index < bytes.len() {
+        index = match bytes[index] {
+            b'/' if bytes.get(index + 1) == Some(&b'/') => skip_line(bytes, index),
+            b'/' if bytes.get(index + 1) == Some(&b'*') => skip_block_comment(bytes, index),
+            b'"' => skip_string(bytes, index, b'"'),
+            b'\'' => skip_char(bytes, index),
+            b'{' => {
+                depth += 1;
+                index + 1
+            }
+            b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return content.get(from..index + 1);
+                }
+                index + 1
+            }
+            _ => index + 1,
+        };
+    }
+    None
 }
 
 /// The byte range of 1-based lines `start..=end` of `content`.
@@ -177,6 +298,14 @@ fn skip_char(bytes: &[u8], from: usize) -> usize {
 /// `text` without comments and with every run of whitespace outside strings made one space (and
 /// none next to punctuation), so reformatting or re-commenting an item does not change it.
 pub fn normalise(text: &str, comments: Comments) -> String {
+    // A checkout with CRLF line ends must not change a multi-line string literal's text.
+    if text.contains('\r') {
+        return normalise_lf(&text.replace("\r\n", "\n"), comments);
+    }
+    normalise_lf(text, comments)
+}
+
+fn normalise_lf(text: &str, comments: Comments) -> String {
     let slashes = comments == Comments::Slashes;
     let bytes = text.as_bytes();
     let mut tokens: Vec<&str> = Vec::new();
@@ -260,8 +389,10 @@ mod tests {
         let b = "fn alpha(x:u32)->u32{x+1}";
         assert_eq!(rust(a), rust(b));
         assert_ne!(rust(a), rust("fn alpha(x: u32) -> u32 { x + 2 }"));
-        // Inside a string, spaces count.
+        // Inside a string, spaces count; CRLF line ends do not.
         assert_ne!(rust("f(\"a b\")"), rust("f(\"ab\")"));
+        let multi = "fn f() {\n    g(\"a\n b\");\n}\n";
+        assert_eq!(rust(multi), rust(&multi.replace('\n', "\r\n")));
         assert_eq!(rust("pub fn f()"), "pub fn f()");
     }
 

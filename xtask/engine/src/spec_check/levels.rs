@@ -10,7 +10,7 @@
 //! parsed by the same crate as the id, and already in the export. A rule that gives no level is
 //! MUST: the gate's demands on today's rules do not change.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::rules::Rule;
 
@@ -52,12 +52,45 @@ impl Level {
         }
     }
 
+    /// The level [`Level::name`] names.
+    pub fn named(name: &str) -> Option<Self> {
+        [Level::Must, Level::Should, Level::May, Level::Informative]
+            .into_iter()
+            .find(|level| level.name() == name)
+    }
+
     /// What the gate demands of a rule at this level ([`DEMANDS`]).
     pub fn demands(self) -> Demands {
         DEMANDS
             .iter()
             .find(|(level, _)| *level == self)
             .map_or(Demands::ALL, |(_, demands)| *demands)
+    }
+}
+
+/// A measure of a rule: what a level demands, what the ratchet keeps and a waiver excuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Measure {
+    /// Having a current `impl` annotation.
+    Implemented,
+    /// Having a `verify` annotation.
+    Verified,
+    /// A verifying test that ran and passed (test-backed mode).
+    Tested,
+    /// A recorded proof that holds (`docs/audit/proof.md`).
+    Proven,
+}
+
+impl Measure {
+    /// The word, as written in the file and in the review's messages.
+    pub fn word(self) -> &'static str {
+        match self {
+            Measure::Implemented => "implemented",
+            Measure::Verified => "verified",
+            Measure::Tested => "tested",
+            Measure::Proven => "proven",
+        }
     }
 }
 
@@ -83,15 +116,13 @@ impl Demands {
         proven: true,
     };
 
-    /// Whether the measure named `what` (`implemented`, `verified`, `tested`, `proven`) is
-    /// demanded; an unknown name is.
-    pub fn of(self, what: &str) -> bool {
+    /// Whether the measure `what` is demanded.
+    pub fn of(self, what: Measure) -> bool {
         match what {
-            "implemented" => self.implemented,
-            "verified" => self.verified,
-            "tested" => self.tested,
-            "proven" => self.proven,
-            _ => true,
+            Measure::Implemented => self.implemented,
+            Measure::Verified => self.verified,
+            Measure::Tested => self.tested,
+            Measure::Proven => self.proven,
         }
     }
 }
@@ -204,8 +235,13 @@ mod tests {
         // The table: each level demands no more than the one above it.
         for pair in DEMANDS.windows(2) {
             let (above, below) = (pair[0].1, pair[1].1);
-            for what in ["implemented", "verified", "tested", "proven"] {
-                assert!(above.of(what) || !below.of(what), "{what}: {pair:?}");
+            for what in [
+                Measure::Implemented,
+                Measure::Verified,
+                Measure::Tested,
+                Measure::Proven,
+            ] {
+                assert!(above.of(what) || !below.of(what), "{what:?}: {pair:?}");
             }
         }
     }

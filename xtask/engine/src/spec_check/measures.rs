@@ -23,6 +23,19 @@ pub struct Has {
     pub stale: bool,
 }
 
+impl Has {
+    /// Whether it has the measure `what`.
+    pub fn of(self, what: super::levels::Measure) -> bool {
+        use super::levels::Measure;
+        match what {
+            Measure::Implemented => self.implemented,
+            Measure::Verified => self.verified,
+            Measure::Tested => self.tested,
+            Measure::Proven => self.proven,
+        }
+    }
+}
+
 /// One spec/impl row.
 pub struct Row<'t> {
     /// The row's name, as the gate's table prints it.

@@ -169,8 +169,6 @@ pub fn check_read(
         .collect();
     if !proofs.is_empty() {
         notes.extend(fingerprint::notes(&proofs));
-    }
-    if !proofs.is_empty() {
         let survivors: Vec<&str> = proofs
             .iter()
             .filter(|(_, p)| p.missed > 0)

@@ -3,9 +3,11 @@
 //! annotation covers is debt, as is a surviving mutant that lies in no annotated item. One list,
 //! largest first.
 //!
-//! An `impl` annotation covers the item it stands for (the innermost item holding it, as the
-//! review and the evidence fingerprints find it: [`crate::spec_check::items`]) and everything
-//! inside it; one in no item (a file's head) covers the whole file. Test code (`#[cfg(test)]`,
+//! An `impl` annotation covers the items `cargo xtask prove` mutates for it (the innermost item
+//! holding it and, for a struct or enum, its impl blocks in the same file:
+//! [`crate::spec_check::items::covered_items`], as the evidence fingerprints read them too) and
+//! everything inside them; one in no item (a file's head) covers the whole file. Dev-only crates (a
+//! test-support crate) are scanned like any other: their code is code too. Test code (`#[cfg(test)]`,
 //! test files) is not debt, nor are modules and impl blocks themselves (they are containers: their
 //! items are judged one by one).
 
@@ -83,12 +85,19 @@ fn covered(tree: &Tree) -> BTreeMap<&Path, Vec<Option<(usize, usize)>>> {
                     .files
                     .get(&site.path)
                     .and_then(|f| f.layout.as_ref());
-                let span = match layout {
-                    Some(layout) => layout.item_at(site.line).map(|item| (item.start, item.end)),
+                let entry = spans.entry(site.path.as_path()).or_default();
+                match layout {
+                    // In no item (a file's head): the whole file.
+                    Some(layout) => {
+                        match crate::spec_check::items::covered_items(layout, site.line).as_slice()
+                        {
+                            [] => entry.push(None),
+                            items => entry.extend(items.iter().map(|i| Some((i.start, i.end)))),
+                        }
+                    }
                     // Not Rust: the annotation covers its line only (no Rust item is judged there).
-                    None => Some((site.line, site.line)),
-                };
-                spans.entry(site.path.as_path()).or_default().push(span);
+                    None => entry.push(Some((site.line, site.line))),
+                }
             }
         }
     }
@@ -129,6 +138,66 @@ fn is_pub(content: &str, start: usize, end: usize) -> bool {
     false
 }
 
+/// The attributes heading the item spanning `start..=end` of `lines`, each without whitespace.
+fn attributes(lines: &[&str], start: usize, end: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut depth = 0i32;
+    for line in lines
+        .iter()
+        .skip(start.saturating_sub(1))
+        .take(end + 1 - start.max(1))
+    {
+        let trimmed = line.trim();
+        let squeezed: String = trimmed.chars().filter(|c| !c.is_whitespace()).collect();
+        if depth > 0 {
+            if let Some(last) = out.last_mut() {
+                last.push_str(&squeezed);
+            }
+            depth += bracket_depth(trimmed);
+            continue;
+        }
+        if trimmed.starts_with("#[") {
+            out.push(squeezed);
+            depth += bracket_depth(trimmed);
+            continue;
+        }
+        if trimmed.is_empty() || trimmed.starts_with("//") || trimmed.starts_with("/*") {
+            continue;
+        }
+        if trimmed.starts_with('*') {
+            continue;
+        }
+        break;
+    }
+    out
+}
+
+/// Whether the item at `item` of `layout` is compiled for tests only: it or an item enclosing it
+/// carries `#[cfg(test)]` (or `#[cfg(all(test, …))]`). `#[cfg(any(test, …))]` is not test-only:
+/// a feature may build it too.
+fn test_only(lines: &[&str], layout: &RustLayout, start: usize, end: usize) -> bool {
+    layout
+        .items()
+        .iter()
+        .filter(|i| i.start <= start && end <= i.end)
+        .any(|i| {
+            attributes(lines, i.start, i.end)
+                .iter()
+                .any(|a| a == "#[cfg(test)]" || a.starts_with("#[cfg(all(test,"))
+        })
+}
+
+/// Whether the item spanning `start..=end` is reachable as public: declared `pub` and in no
+/// module that is not.
+fn is_public(content: &str, layout: &RustLayout, start: usize, end: usize) -> bool {
+    is_pub(content, start, end)
+        && layout
+            .items()
+            .iter()
+            .filter(|m| m.kind == "mod" && m.start < start && end <= m.end)
+            .all(|m| is_pub(content, m.start, m.end))
+}
+
 /// `[` minus `]` on a line: how far an attribute opened on it is still open.
 fn bracket_depth(line: &str) -> i32 {
     line.bytes().fold(0, |depth, b| match b {
@@ -138,8 +207,10 @@ fn bracket_depth(line: &str) -> i32 {
     })
 }
 
-/// Where the child modules files declare as `#[cfg(test)] mod NAME;` live: `DIR/NAME` (its
-/// `.rs` file, or the directory of its `mod.rs` and submodules).
+/// Where the child modules files declare as `mod NAME;` in test code (`#[cfg(test)]`, or inside
+/// a `#[cfg(test)]` module) live: `DIR/NAME` (its `.rs` file, or the directory of its `mod.rs` and
+/// submodules), `DIR` being the file's module directory joined with the inline modules enclosing
+/// the declaration; or the file its `#[path = "…"]` names.
 fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for (path, file) in &tree.parsed.files {
@@ -159,30 +230,51 @@ fn test_modules(tree: &Tree) -> Vec<std::path::PathBuf> {
         } else {
             parent.join(stem)
         };
-        out.extend(
-            layout
-                .test_child_modules()
+        let lines: Vec<&str> = file.content.lines().collect();
+        let text = |start: usize, end: usize| {
+            lines
+                .get(start.saturating_sub(1)..end.min(lines.len()))
+                .map(|l| l.join("\n"))
+                .unwrap_or_default()
+        };
+        let mods: Vec<_> = layout.items().iter().filter(|i| i.kind == "mod").collect();
+        for decl in &mods {
+            let decl_text = text(decl.start, decl.end);
+            let inline = decl_text.trim_end().ends_with('}');
+            if inline || !test_only(&lines, layout, decl.start, decl.end) {
+                continue;
+            }
+            let enclosing: Vec<&str> = mods
                 .iter()
-                .map(|name| dir.join(name)),
-        );
+                .filter(|m| m.start < decl.start && decl.end <= m.end)
+                .filter(|m| text(m.start, m.end).trim_end().ends_with('}'))
+                .map(|m| m.name.as_str())
+                .collect();
+            let module_path =
+                |base: std::path::PathBuf| enclosing.iter().fold(base, |dir, name| dir.join(name));
+            out.push(match path_attribute(&decl_text) {
+                // A top-level `#[path]` is read from the file's own directory.
+                Some(file) if enclosing.is_empty() => parent.join(file).with_extension(""),
+                Some(file) => module_path(dir.clone()).join(file).with_extension(""),
+                None => module_path(dir.clone()).join(&decl.name),
+            });
+        }
     }
     out
+}
+
+/// The file a `#[path = "FILE"]` attribute in `text` names.
+fn path_attribute(text: &str) -> Option<&str> {
+    let after = text.split("#[path").nth(1)?;
+    let after = after.trim_start().strip_prefix('=')?.trim_start();
+    let after = after.strip_prefix('"')?;
+    after.split('"').next()
 }
 
 fn is_test_module(path: &Path, test_modules: &[std::path::PathBuf]) -> bool {
     test_modules
         .iter()
         .any(|module| path.with_extension("") == *module || path.starts_with(module))
-}
-
-/// `file:line:col: mutation` (as cargo-mutants and the proofs write a survivor), parsed.
-fn survivor_at(text: &str) -> Option<(&str, usize, &str)> {
-    let (place, mutation) = text.split_once(": ")?;
-    let mut parts = place.rsplitn(3, ':');
-    let _col = parts.next()?;
-    let line = parts.next()?.parse().ok()?;
-    let file = parts.next()?;
-    Some((file, line, mutation.trim()))
 }
 
 /// The survivors recorded anywhere the engine reads: each rule's recorded proof (missed, not
@@ -220,15 +312,16 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
             continue;
         }
         let krate = package(path);
+        let lines: Vec<&str> = file.content.lines().collect();
         for item in layout.items() {
-            if layout.in_cfg_test(item.start) {
+            if test_only(&lines, layout, item.start, item.end) {
                 continue;
             }
             let size = item.end + 1 - item.start;
             let why = if item.kind == "fn" && size >= LONG_FN {
                 Why::LongFn
             } else if PUBLIC_KINDS.contains(&item.kind)
-                && is_pub(&file.content, item.start, item.end)
+                && is_public(&file.content, layout, item.start, item.end)
             {
                 Why::Public
             } else {
@@ -248,7 +341,7 @@ pub fn debt(source: &dyn Source, tree: &Tree) -> Vec<Debt> {
         }
     }
     for survivor in survivors(source, tree) {
-        let Some((file, line, mutation)) = survivor_at(&survivor) else {
+        let Some((file, line, mutation)) = crate::model::proof::survivor_at(&survivor) else {
             continue;
         };
         let path = source.root().join(file);
@@ -415,10 +508,47 @@ mod tests {
             [("replace helper -> u32 with 0".to_owned(), 3, Why::Survivor)]
         );
         assert_eq!(found[0].line, 7);
-        assert_eq!(
-            survivor_at("a/b.rs:3:5: replace x"),
-            Some(("a/b.rs", 3, "replace x"))
+    }
+
+    // i[verify spec-report.debt]
+    #[test]
+    fn a_methods_type_annotation_covers_it() {
+        let lib = "// r[impl demo.alpha]\npub struct Open(pub u32);\n\nimpl Open {\n    pub fn get(&self) -> u32 {\n        self.0\n    }\n}\n";
+        assert_eq!(items(&debt_of(lib, &[])), []);
+    }
+
+    // i[verify spec-report.debt]
+    #[test]
+    fn test_modules_in_inline_modules_or_at_a_path_are_not_debt() {
+        let lib = "// r[impl demo.alpha]\npub fn alpha() {}\n\npub mod inner {\n    // r[impl demo.alpha]\n    pub fn covered() {}\n\n    #[cfg(test)]\n    mod tests;\n}\n\n#[cfg(test)]\n#[path = \"lib_tests.rs\"]\nmod tests;\n";
+        let found = debt_of(
+            lib,
+            &[
+                (
+                    "crates/demo/src/inner/tests.rs",
+                    "pub fn inner_helper() {}\n",
+                ),
+                ("crates/demo/src/lib_tests.rs", "pub fn lib_helper() {}\n"),
+                ("crates/demo/src/tests.rs", "pub fn not_a_test() {}\n"),
+            ],
         );
-        assert_eq!(survivor_at("nonsense"), None);
+        // `src/tests.rs` is no test module here (the `tests` declared live elsewhere).
+        assert_eq!(
+            items(&found),
+            [("fn not_a_test".to_owned(), 1, Why::Public)]
+        );
+    }
+
+    // i[verify spec-report.debt]
+    #[test]
+    fn only_test_only_code_is_left_out_and_a_private_modules_items_are_not_public() {
+        let lib = "#[cfg(any(test, feature = \"fake\"))]\npub fn fake() {}\n\n#[cfg(all(test, unix))]\npub fn unix_test() {}\n\nmod private {\n    pub fn hidden() {}\n}\n\npub mod open {\n    pub fn shown() {}\n}\n";
+        assert_eq!(
+            items(&debt_of(lib, &[])),
+            [
+                ("fn fake".to_owned(), 2, Why::Public),
+                ("fn shown".to_owned(), 1, Why::Public),
+            ]
+        );
     }
 }
