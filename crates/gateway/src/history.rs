@@ -123,6 +123,18 @@ pub struct Appended {
     /// Whether the append created the room's stream (new, or created again after it expired or
     /// was deleted): its positions start over here, and nothing before it is missing.
     pub fresh: bool,
+    /// The first position of the stream it was appended to (its identity: a stream created
+    /// again has another), when this history keeps one.
+    pub start: Option<Pos>,
+}
+
+/// Where a room's stream stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPlace {
+    /// The last position it assigned (`Pos::default()` when it has no record).
+    pub last: Pos,
+    /// Its identity (its first position), when the history keeps one.
+    pub start: Option<Pos>,
 }
 
 /// Where room history is kept.
@@ -152,6 +164,7 @@ pub trait History: Send + Sync + 'static {
                 prev: None,
                 published: false,
                 fresh: false,
+                start: None,
             })
         })
     }
@@ -171,6 +184,16 @@ pub trait History: Send + Sync + 'static {
     ) -> BoxFuture<Result<Option<Pos>, ClusterError>> {
         let _ = (room, config);
         Box::pin(async { Ok(None) })
+    }
+    /// As [`History::last_assigned`], with the first position of the room's stream (its
+    /// identity) when this history keeps one, both read in one step.
+    fn last_assigned_in_stream(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Option<StreamPlace>, ClusterError>> {
+        let last = self.last_assigned(room, config);
+        Box::pin(async move { Ok(last.await?.map(|last| StreamPlace { last, start: None })) })
     }
     /// Every message `room`'s history still holds, in position order, when `since` answers a
     /// gap (to deliver what is left of one). A history that cannot tell answers none.

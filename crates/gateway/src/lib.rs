@@ -84,7 +84,7 @@ pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 pub use etcd_registry::{EtcdConfig, EtcdRegistry};
 pub use history::{
     Appended, BadPos, DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_SIZE, DEFAULT_HISTORY_TTL,
-    History, HistoryConfig, MemoryHistory, Pos, Recovery, RoomAnnounce,
+    History, HistoryConfig, MemoryHistory, Pos, Recovery, RoomAnnounce, StreamPlace,
 };
 pub use membership::ClusterHealth;
 pub use protocol::ClientMessage;

@@ -216,7 +216,7 @@ async fn receive(
                 origin,
                 pos: Some(pos),
                 prev: Some(prev),
-                fresh,
+                start,
             } => {
                 let stripe = crate::delivery::room_stripe(&room);
                 let Some(queue) = queues.get_mut(stripe) else {
@@ -229,7 +229,7 @@ async fn receive(
                     origin,
                     pos: Some(pos),
                     prev: Some(prev),
-                    fresh,
+                    start,
                 };
                 if queue.try_send(message).is_err() {
                     inner.stats.room_bus_dropped();
@@ -241,7 +241,7 @@ async fn receive(
                 origin,
                 pos,
                 prev,
-                fresh,
+                start,
             } => {
                 gateway
                     .receive_room(
@@ -250,7 +250,7 @@ async fn receive(
                         &origin,
                         pos.as_deref(),
                         prev.as_deref(),
-                        fresh,
+                        start.as_deref(),
                     )
                     .await;
             }
@@ -271,7 +271,7 @@ fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
                 origin,
                 pos,
                 prev,
-                fresh,
+                start,
             } = message
             {
                 gateway
@@ -281,7 +281,7 @@ fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
                         &origin,
                         pos.as_deref(),
                         prev.as_deref(),
-                        fresh,
+                        start.as_deref(),
                     )
                     .await;
             }

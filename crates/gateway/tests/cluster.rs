@@ -180,6 +180,7 @@ impl History for Streams {
                     prev: None,
                     published: false,
                     fresh: false,
+                    start: None,
                 })
             });
         }
@@ -206,6 +207,7 @@ impl History for Streams {
                 prev: Some(prev),
                 published: true,
                 fresh: false,
+                start: None,
             })
         })
     }
