@@ -137,7 +137,7 @@ impl Rooms {
         }
     }
 
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     /// The lock a push to `room` holds from its position to its broadcast (without a history
     /// that publishes; with one, only while it delivers here), and a delivery from the bus holds
     /// while it delivers.
@@ -181,7 +181,7 @@ impl Gateway {
             && self.inner.membership.bus().atomic_room_channel().is_some()
     }
 
-    // r[impl gateway.cluster.push-user+2]
+    // r[impl gateway.cluster.push-user+3]
     /// Pushes to `user`'s connections on this replica, and to every other replica the routing
     /// map names for them (a user may be connected to several). A routing or bus outage is
     /// reported in [`Delivery::forwarded`], never fatal.
@@ -449,7 +449,7 @@ impl Gateway {
         }
     }
 
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     /// Delivers `room`'s message at `pos` (whose predecessor in the stream is `prev`) to its
     /// members here, under the room's lock, so they receive the room's messages in position
     /// order: one at or before the last seen here was seen already (pushed here, or read from

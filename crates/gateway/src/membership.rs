@@ -180,7 +180,7 @@ async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
 const ROOM_QUEUE: usize = 1024;
 
 // r[impl gateway.cluster.bus]
-// r[impl gateway.history.order+2]
+// r[impl gateway.history.order+3]
 /// Delivers what other replicas sent here: a user's pushes to their connections here, a room's
 /// to its members here (skipping this replica's own broadcasts, delivered when they were sent).
 /// This loop never waits on a room's lock or on the history: room messages in position order go

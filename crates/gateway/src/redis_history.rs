@@ -216,7 +216,7 @@ impl History for RedisHistory {
         Box::pin(async move { Ok(call.await?.pos) })
     }
 
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     fn append_announced(
         &self,
         room: &str,

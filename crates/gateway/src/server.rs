@@ -955,7 +955,7 @@ async fn join(
         // (and on repeat cost a history read each time); a refusal leaves the membership.
         return refuse_join(inner, ws, room, JoinRefusal::AlreadyJoined).await;
     }
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     if !inner.registry.is_member(id, room) {
         Gateway {
             inner: inner.clone(),

@@ -33,7 +33,7 @@ async fn start_in(cluster: &Cluster, config: GatewayConfig) -> Gateway {
         .unwrap()
 }
 
-// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.cluster.push-user+3]
 // r[verify gateway.cluster.push-room]
 // r[verify gateway.cluster.bus]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +82,7 @@ async fn pushes_reach_users_and_rooms_on_the_other_replica() {
     assert_eq!(next_text(&mut ann).await, "still");
 }
 
-// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.cluster.push-user+3]
 // r[verify gateway.routing.compare-and-delete+2]
 /// A user connected to two replicas (twice to one of them) gets a push made on a third on every
 /// connection; each replica leaves the user's set only with its last connection of that user.
@@ -239,7 +239,7 @@ async fn positions(ws: &mut Client, n: usize) -> Vec<Pos> {
     got
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// Two replicas publish to one room at once and a third only receives: every member on each of
 /// the three gets every message once, in strictly increasing position order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

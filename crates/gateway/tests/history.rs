@@ -325,7 +325,7 @@ async fn rv_a_numeric_since_is_a_bad_position_and_the_connection_stays() {
     );
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// On one replica, concurrent pushes to one room reach a member in position order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {

@@ -46,7 +46,7 @@ async fn start_subscribed(config: GatewayConfig, cluster: Cluster) -> Gateway {
     g
 }
 
-// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.cluster.push-user+3]
 // r[verify gateway.cluster.push-room]
 // r[verify gateway.cluster.bus]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +82,7 @@ async fn pushes_cross_replicas_through_redis() {
     b.drain(StopReason::Restart, None).await;
 }
 
-// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.cluster.push-user+3]
 // r[verify gateway.routing.compare-and-delete+2]
 /// Three replicas on one Redis, each with its own clients as separate processes would have: a
 /// user connected to two of them gets a push made on the third on both, and keeps getting them
@@ -368,7 +368,7 @@ async fn rv_redis_stream_expiry_hides_a_gap() {
     assert_eq!(got, Recovery::Gap, "m2 missed silently: {got:?}");
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// Each publishing replica's pushes stay in position order (the review saw 7 inversions overall
 /// without the room lock); the test below checks the whole room's order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,7 +423,7 @@ async fn rv_live_order_across_replicas_holds_per_publishing_replica() {
     }
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rv_live_order_on_one_replica_concurrent_pushes() {
     let Some(redis) = services::redis() else {
@@ -461,7 +461,7 @@ async fn rv_live_order_on_one_replica_concurrent_pushes() {
     );
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// Two replicas publish to one room at once and a third only receives, on one Redis: every
 /// member on each of the three sees the room's positions strictly increasing, every message
 /// once.
@@ -652,7 +652,7 @@ fn faulty(url: &str, prefix: &str, late: bool, mute: bool) -> Arc<Faulty> {
     })
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// A local room push stalled on the history (Redis hangs for it) does not hold up what the bus
 /// brings this replica meanwhile: a push to a user from another replica arrives at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -699,7 +699,7 @@ async fn a_stalled_local_room_push_does_not_hold_up_the_bus_receiver() {
     );
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// An append whose script ran (and published) but whose answer timed out is not broadcast a
 /// second time: every member gets it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -735,7 +735,7 @@ async fn an_append_that_ran_but_timed_out_is_delivered_once() {
     }
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// A push to a room not seen here yet whose own copy never comes back from the bus is delivered
 /// here once the echo wait expires, reported queued, and the expiry is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -763,7 +763,7 @@ async fn a_push_whose_copy_never_comes_back_is_delivered_after_the_echo_wait() {
     assert_eq!(a.stats().room_echo_timeouts, 1);
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// While this replica's bus subscription is down nothing can echo a push: it is delivered here
 /// at once, without the echo wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -795,7 +795,7 @@ async fn a_push_while_the_subscription_is_down_does_not_wait_for_its_copy() {
     assert_eq!(next_text(&mut ann).await, "while down");
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// A gap longer than the stream still holds: what it does hold between the last position seen
 /// here and the new message is delivered first, and the loss of the rest is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -834,7 +834,7 @@ async fn a_gap_partly_trimmed_still_delivers_what_the_stream_holds() {
     assert_eq!(a.stats().room_gaps_lost, 1);
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// A room with a member here but no message seen here yet (the replica just started, the stream
 /// new or not): a message the bus lost before the first one that arrives is still read from the
 /// stream and delivered first.
