@@ -390,6 +390,37 @@ async fn a_push_to_a_room_name_longer_than_any_join_allows_is_refused_and_counte
     assert_eq!(g.stats().pushes_refused_room_name, 1);
 }
 
+// r[verify gateway.rooms.publish-name]
+/// A live lowering of the room name limit silences a long-named room for the members who joined
+/// it before: they stay joined, and pushes to it are refused and counted, reaching no one.
+#[tokio::test]
+async fn lowering_the_room_name_limit_silences_rooms_already_joined_past_it() {
+    let mut c = any_room_config("a", 10);
+    c.max_room_name = 32;
+    let node = start(c).await;
+    let g = &node.gateway;
+    let mut ann = member(g, "ann", "a-rather-long-room").await;
+    assert_eq!(g.push_room("a-rather-long-room", "one").await.queued, 1);
+    assert_eq!(message(&next_json(&mut ann).await).0, "one");
+    let mut limits = g.live_limits();
+    limits.max_room_name = 8;
+    g.update_limits(limits);
+    let d = g.push_room("a-rather-long-room", "two").await;
+    assert!(d.room_name_too_long && d.queued == 0, "{d:?}");
+    assert_eq!(g.stats().pushes_refused_room_name, 1);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), next_json(&mut ann))
+            .await
+            .is_err(),
+        "the member got a refused push"
+    );
+    // Raised again, the room is heard again: the membership was kept.
+    limits.max_room_name = 32;
+    g.update_limits(limits);
+    assert_eq!(g.push_room("a-rather-long-room", "three").await.queued, 1);
+    assert_eq!(message(&next_json(&mut ann).await).0, "three");
+}
+
 // r[verify gateway.history.bounds]
 /// A push larger than the message size limit is refused: sent to nobody, kept in no history.
 #[tokio::test]
