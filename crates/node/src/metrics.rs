@@ -1111,7 +1111,7 @@ impl Metrics {
             }
             for (reason, total) in holdfast_gateway::TokenError::REASONS
                 .iter()
-                .zip(t.tokens_refused)
+                .zip(t.token_refused)
             {
                 let counter = self
                     .gateway_tokens_refused
@@ -1127,8 +1127,8 @@ impl Metrics {
                 raise_to(&counter, total);
             }
             raise_to(&self.gateway_tls_expired_refusals, t.tls_expired_refusals);
-            raise_to(&self.gateway_tls_alpn01_answered, t.tls_alpn01_answered);
-            self.set_gateway_counters(&t.counters);
+            raise_to(&self.gateway_tls_alpn01_answered, t.tls_alpn_answered);
+            self.set_gateway_counters(&t);
         }
         self.gateway_drain_step_seconds.clear();
         for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
@@ -1557,10 +1557,7 @@ mod tests {
             dead_routes: 14,
             ..Default::default()
         };
-        let totals = GatewayTotals {
-            counters,
-            ..GatewayTotals::default()
-        };
+        let totals: GatewayTotals = counters;
         let want = [
             "holdfast_gateway_accepted_total 21",
             "holdfast_gateway_accept_errors_total 1",
@@ -1621,11 +1618,11 @@ mod tests {
             joins_refused_name: 8,
             joins_refused_permission: 12,
             // "signature" is the fourth reason, "expired" the sixth.
-            tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
+            token_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
             key_reloads: 2,
             key_reload_failures: 1,
             tls_expired_refusals: 13,
-            tls_alpn01_answered: 14,
+            tls_alpn_answered: 14,
             ..GatewayTotals::default()
         };
         let report = DrainReport {
