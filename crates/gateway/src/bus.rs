@@ -14,7 +14,7 @@ use holdfast_lifecycle::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 
 /// Messages a subscription buffers before the bus drops new ones for it (counted in
 /// [`BusStats::dropped`]): a stalled gateway must not make the bus grow without bound.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use holdfast_lifecycle::BoxFuture;
 
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 
 /// The default number of messages a room keeps.
 pub const DEFAULT_HISTORY_SIZE: usize = 100;

@@ -44,6 +44,7 @@ pub mod cluster_config;
 pub mod config;
 mod delivery;
 pub mod drain;
+mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd_registry;
 pub mod history;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use holdfast_lifecycle::BoxFuture;
 
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 use crate::history::{Appended, History, HistoryConfig, Pos, Recovery, RoomAnnounce, StreamPlace};
 use crate::redis_conn::RedisConn;
 
