@@ -196,7 +196,7 @@ async fn receive(
         inner: inner.clone(),
     };
     let mut queues: Vec<Option<tokio::sync::mpsc::Sender<BusMessage>>> = (0
-        ..crate::delivery::ROOM_LOCK_STRIPES)
+        ..crate::server::delivery::ROOM_LOCK_STRIPES)
         .map(|_| None)
         .collect();
     loop {
@@ -218,7 +218,7 @@ async fn receive(
                 prev: Some(prev),
                 start,
             } => {
-                let stripe = crate::delivery::room_stripe(&room);
+                let stripe = crate::server::delivery::room_stripe(&room);
                 let Some(queue) = queues.get_mut(stripe) else {
                     continue;
                 };
