@@ -941,8 +941,7 @@ async fn join(
     since: Option<&serde_json::Value>,
     session: &mut Session,
 ) -> Option<Ending> {
-    let max_room_name = inner.limits.max_room_name();
-    if max_room_name != 0 && room.len() > max_room_name {
+    if inner.limits.room_name_too_long(room) {
         return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
     }
     if !permitted(inner, session, room, token) {

@@ -597,8 +597,7 @@ impl Gateway {
     /// A push to a room no connection could join (its name past the room name limit, which a
     /// live limits update may change) is refused and counted, before it reaches the history.
     fn refuse_room_name(&self, room: &str) -> Option<Delivery> {
-        let max = self.inner.limits.max_room_name();
-        (max != 0 && room.len() > max).then(|| {
+        self.inner.limits.room_name_too_long(room).then(|| {
             self.inner.stats.push_refused_room_name();
             Delivery {
                 room_name_too_long: true,
