@@ -205,17 +205,26 @@ impl Gateway {
                         async move { (to, sent.await) }
                     });
                 let mut forwarded = Forward::NotNeeded;
+                let mut failed = Vec::new();
                 for (to, sent) in futures_util::future::join_all(sends).await {
                     match sent {
                         Ok(()) if forwarded == Forward::NotNeeded => {
                             forwarded = Forward::Published;
                         }
                         Ok(()) => {}
-                        Err(_) if self.drop_dead_route(user, to).await => {}
-                        Err(e) => {
-                            tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
-                            forwarded = Forward::Failed;
-                        }
+                        Err(e) => failed.push((to, e)),
+                    }
+                }
+                // Each failed send asks the registry whether its replica is dead: at once, not
+                // one after another, so the push waits one lookup at most.
+                let dead = futures_util::future::join_all(
+                    failed.iter().map(|(to, _)| self.drop_dead_route(user, to)),
+                )
+                .await;
+                for ((to, e), dead) in failed.iter().zip(dead) {
+                    if !dead {
+                        tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
+                        forwarded = Forward::Failed;
                     }
                 }
                 forwarded
