@@ -268,7 +268,7 @@ impl MemoryHistory {
         crate::sync::lock(&self.state).bytes
     }
 
-    // r[impl gateway.history.bounds]
+    // r[impl gateway.history.bounds+2]
     /// Appends now (see [`History::append`]).
     pub fn append_at(&self, room: &str, text: &str, config: &HistoryConfig, now: Instant) -> Pos {
         let mut s = crate::sync::lock(&self.state);
@@ -590,7 +590,7 @@ mod tests {
         assert_eq!(h.bytes(), 0, "the aged room is forgotten");
     }
 
-    // r[verify gateway.history.bounds]
+    // r[verify gateway.history.bounds+2]
     #[test]
     fn the_byte_cap_drops_the_oldest_message_of_all_rooms() {
         let h = MemoryHistory::with_epoch(1);
@@ -818,7 +818,7 @@ mod review_tests {
 /// The review's case (S4): rooms nobody touches again outlive their age.
 mod review_tests2 {
     use super::*;
-    // r[verify gateway.history.bounds]
+    // r[verify gateway.history.bounds+2]
     #[test]
     fn rv_tiny_messages_in_many_rooms_are_not_bounded_by_the_byte_cap() {
         let h = MemoryHistory::with_epoch(5);

@@ -87,7 +87,7 @@ async fn a_client_that_rejoins_with_since_gets_what_it_missed_in_order_and_once(
 }
 
 // r[verify gateway.history.recover]
-// r[verify gateway.history.bounds]
+// r[verify gateway.history.bounds+2]
 #[tokio::test]
 async fn a_client_away_longer_than_the_history_is_told_of_the_gap() {
     let node = start(any_room_config("a", 2)).await;
@@ -421,8 +421,9 @@ async fn lowering_the_room_name_limit_silences_rooms_already_joined_past_it() {
     assert_eq!(message(&next_json(&mut ann).await).0, "three");
 }
 
-// r[verify gateway.history.bounds]
-/// A push larger than the message size limit is refused: sent to nobody, kept in no history.
+// r[verify gateway.history.bounds+2]
+/// A push larger than the message size limit is refused and counted: sent to nobody, kept in no
+/// history.
 #[tokio::test]
 async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
     let mut c = any_room_config("a", 10);
@@ -438,9 +439,12 @@ async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
     assert!(big.too_large, "{big:?}");
     assert_eq!((big.queued, big.pos), (0, None));
     assert!(g.push_user("ann", &"x".repeat(1025)).await.too_large);
+    // Both refusals are counted (room and user pushes alike); the push at the limit is not.
+    assert_eq!(g.stats().pushes_refused_too_large, 2);
     let ok = g.push_room("lobby", &"y".repeat(1024)).await;
     assert!(!ok.too_large && ok.queued == 1, "{ok:?}");
     assert_eq!(message(&next_json(&mut ann).await).0, "y".repeat(1024));
+    assert_eq!(g.stats().pushes_refused_too_large, 2);
     let mut bob = authed(g, "bob").await;
     send_json(
         &mut bob,

@@ -682,7 +682,7 @@ impl Metrics {
         );
         registry.register(
             "gateway_pushes_refused",
-            "Gateway room pushes refused since the node started, by the limit they were over",
+            "Gateway pushes refused since the node started, by the limit they were over",
             m.gateway_pushes_refused.clone(),
         );
         registry.register(
@@ -1164,12 +1164,17 @@ impl Metrics {
             });
             raise_to(&counter, total);
         }
-        let counter = self
-            .gateway_pushes_refused
-            .get_or_create(&JoinRefusalLabel {
-                reason: "max_room_name".to_owned(),
-            });
-        raise_to(&counter, c.pushes_refused_room_name);
+        for (reason, total) in [
+            ("max_room_name", c.pushes_refused_room_name),
+            ("max_message_size", c.pushes_refused_too_large),
+        ] {
+            let counter = self
+                .gateway_pushes_refused
+                .get_or_create(&JoinRefusalLabel {
+                    reason: reason.to_owned(),
+                });
+            raise_to(&counter, total);
+        }
         for (result, total) in [("filled", c.room_gaps_filled), ("lost", c.room_gaps_lost)] {
             let counter = self.gateway_room_gaps.get_or_create(&RoomGapLabel {
                 result: result.to_owned(),
@@ -1550,6 +1555,7 @@ mod tests {
             tls_reloads: 7,
             tls_reload_failures: 8,
             pushes_refused_room_name: 9,
+            pushes_refused_too_large: 15,
             room_gaps_filled: 10,
             room_gaps_lost: 11,
             room_echo_timeouts: 12,
@@ -1568,6 +1574,7 @@ mod tests {
             "holdfast_gateway_tls_reloads_total{result=\"ok\"} 7",
             "holdfast_gateway_tls_reloads_total{result=\"failed\"} 8",
             "holdfast_gateway_pushes_refused_total{reason=\"max_room_name\"} 9",
+            "holdfast_gateway_pushes_refused_total{reason=\"max_message_size\"} 15",
             "holdfast_gateway_room_gaps_total{result=\"filled\"} 10",
             "holdfast_gateway_room_gaps_total{result=\"lost\"} 11",
             "holdfast_gateway_room_echo_timeouts_total 12",
@@ -1592,7 +1599,7 @@ mod tests {
             .and_then(|v| v.as_object().map(|o| o.len()))
             .unwrap_or_default();
         assert_eq!(
-            fields, 29,
+            fields, 30,
             "a new gateway counter: export it, then update this count"
         );
     }

@@ -615,12 +615,16 @@ impl Gateway {
         })
     }
 
-    // r[impl gateway.history.bounds]
-    /// A push larger than the message size limit is refused (so history holds no larger one).
+    // r[impl gateway.history.bounds+2]
+    /// A push larger than the message size limit is refused (so history holds no larger one),
+    /// and counted.
     fn refuse_too_large(&self, text: &str) -> Option<Delivery> {
-        (text.len() > self.inner.config.max_message_size).then(|| Delivery {
-            too_large: true,
-            ..Delivery::default()
+        (text.len() > self.inner.config.max_message_size).then(|| {
+            self.inner.stats.push_refused_too_large();
+            Delivery {
+                too_large: true,
+                ..Delivery::default()
+            }
         })
     }
 
