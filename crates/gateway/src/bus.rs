@@ -14,7 +14,7 @@ use holdfast_lifecycle::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 
 /// Messages a subscription buffers before the bus drops new ones for it (counted in
 /// [`BusStats::dropped`]): a stalled gateway must not make the bus grow without bound.
@@ -46,10 +46,11 @@ pub enum BusMessage {
         /// step that appended it (so receivers can tell a message that has not reached them).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prev: Option<String>,
-        /// The append that gave it its position created the room's stream: the stream starts
-        /// over at it (absent, false, from older replicas).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        fresh: bool,
+        /// The first position of the stream the append that gave it its position wrote to: the
+        /// stream's identity, which tells a stream created again from the one before it whatever
+        /// their positions (absent from older replicas and streams).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<String>,
     },
 }
 
@@ -280,7 +281,7 @@ mod tests {
             origin: "a".into(),
             pos: None,
             prev: None,
-            fresh: false,
+            start: None,
         };
         bus.broadcast(&room).await.unwrap();
         assert_eq!(b.recv().await, Some(user("for b")));
@@ -313,7 +314,7 @@ mod tests {
             origin: "o".into(),
             pos: None,
             prev: None,
-            fresh: false,
+            start: None,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(

@@ -18,27 +18,7 @@ pub struct Replica {
     pub address: String,
 }
 
-/// A failure of the cluster backend (registry or routing map).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClusterError {
-    /// The backend could not be reached or answered with an error; the call may be retried.
-    #[error("cluster backend unavailable: {0}")]
-    Unavailable(String),
-    /// The backend refused the call for a reason that will not pass by itself (bad
-    /// configuration, authentication, a feature this build lacks). Loops still retry it, at the
-    /// back-off's cap, and report it as persistent.
-    #[error("cluster backend misconfigured: {0}")]
-    Config(String),
-}
-
-impl holdfast_retry::Classify for ClusterError {
-    fn class(&self) -> holdfast_retry::Class {
-        match self {
-            ClusterError::Unavailable(_) => holdfast_retry::Class::Transient,
-            ClusterError::Config(_) => holdfast_retry::Class::Fatal,
-        }
-    }
-}
+pub use crate::error::ClusterError;
 
 /// The outcome of a compare-and-delete of a replica's routing entry for a user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -122,7 +122,7 @@ pub struct GatewayConfig {
     pub drain: DrainConfig,
     /// How long a push to a room not seen here yet (in a cluster whose history publishes room
     /// messages) waits for its own copy from the bus, so it follows what was published before
-    /// it, before it is delivered here regardless (`r[gateway.history.order+2]`).
+    /// it, before it is delivered here regardless (`r[gateway.history.order+3]`).
     pub room_echo_wait: Duration,
     /// tungstenite's cap on a connection's write buffer: a frame that would grow it past this
     /// cannot be sent (must be greater than `write_buffer`).

@@ -17,7 +17,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::cluster::{ClusterError, RegistryStats, Replica, ServiceRegistry};
+use crate::cluster::{RegistryStats, Replica, ServiceRegistry};
+use crate::error::ClusterError;
 use crate::sync::lock;
 
 /// Where the etcd registry is, and how it keeps its lease.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use holdfast_lifecycle::BoxFuture;
 
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 
 /// The default number of messages a room keeps.
 pub const DEFAULT_HISTORY_SIZE: usize = 100;
@@ -123,6 +123,18 @@ pub struct Appended {
     /// Whether the append created the room's stream (new, or created again after it expired or
     /// was deleted): its positions start over here, and nothing before it is missing.
     pub fresh: bool,
+    /// The first position of the stream it was appended to (its identity: a stream created
+    /// again has another), when this history keeps one.
+    pub start: Option<Pos>,
+}
+
+/// Where a room's stream stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPlace {
+    /// The last position it assigned (`Pos::default()` when it has no record).
+    pub last: Pos,
+    /// Its identity (its first position), when the history keeps one.
+    pub start: Option<Pos>,
 }
 
 /// Where room history is kept.
@@ -152,6 +164,7 @@ pub trait History: Send + Sync + 'static {
                 prev: None,
                 published: false,
                 fresh: false,
+                start: None,
             })
         })
     }
@@ -171,6 +184,16 @@ pub trait History: Send + Sync + 'static {
     ) -> BoxFuture<Result<Option<Pos>, ClusterError>> {
         let _ = (room, config);
         Box::pin(async { Ok(None) })
+    }
+    /// As [`History::last_assigned`], with the first position of the room's stream (its
+    /// identity) when this history keeps one, both read in one step.
+    fn last_assigned_in_stream(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Option<StreamPlace>, ClusterError>> {
+        let last = self.last_assigned(room, config);
+        Box::pin(async move { Ok(last.await?.map(|last| StreamPlace { last, start: None })) })
     }
     /// Every message `room`'s history still holds, in position order, when `since` answers a
     /// gap (to deliver what is left of one). A history that cannot tell answers none.
@@ -245,7 +268,7 @@ impl MemoryHistory {
         crate::sync::lock(&self.state).bytes
     }
 
-    // r[impl gateway.history.bounds]
+    // r[impl gateway.history.bounds+2]
     /// Appends now (see [`History::append`]).
     pub fn append_at(&self, room: &str, text: &str, config: &HistoryConfig, now: Instant) -> Pos {
         let mut s = crate::sync::lock(&self.state);
@@ -567,7 +590,7 @@ mod tests {
         assert_eq!(h.bytes(), 0, "the aged room is forgotten");
     }
 
-    // r[verify gateway.history.bounds]
+    // r[verify gateway.history.bounds+2]
     #[test]
     fn the_byte_cap_drops_the_oldest_message_of_all_rooms() {
         let h = MemoryHistory::with_epoch(1);
@@ -795,7 +818,7 @@ mod review_tests {
 /// The review's case (S4): rooms nobody touches again outlive their age.
 mod review_tests2 {
     use super::*;
-    // r[verify gateway.history.bounds]
+    // r[verify gateway.history.bounds+2]
     #[test]
     fn rv_tiny_messages_in_many_rooms_are_not_bounded_by_the_byte_cap() {
         let h = MemoryHistory::with_epoch(5);

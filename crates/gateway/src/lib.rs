@@ -42,13 +42,11 @@ pub mod bus;
 pub mod cluster;
 pub mod cluster_config;
 pub mod config;
-mod delivery;
-pub mod drain;
+mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd_registry;
 pub mod history;
 mod limits;
-mod membership;
 mod phase;
 pub mod protocol;
 pub mod redis_bus;
@@ -57,6 +55,7 @@ mod redis_history;
 pub mod redis_routing;
 pub mod registry;
 mod server;
+pub use server::drain;
 pub mod stats;
 mod sync;
 pub mod tls;
@@ -78,20 +77,20 @@ pub use config::{
     CloseChoice, ConfigError, DEFAULT_MAX_ROOM_NAME, DEFAULT_MAX_ROOMS,
     DEFAULT_UNAUTHENTICATED_PER_IP, DrainConfig, GatewayConfig, LiveLimits, PublishKey,
 };
-pub use delivery::Forward;
-pub use drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
 #[cfg(feature = "etcd")]
 pub use etcd_registry::{EtcdConfig, EtcdRegistry};
 pub use history::{
     Appended, BadPos, DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_SIZE, DEFAULT_HISTORY_TTL,
-    History, HistoryConfig, MemoryHistory, Pos, Recovery, RoomAnnounce,
+    History, HistoryConfig, MemoryHistory, Pos, Recovery, RoomAnnounce, StreamPlace,
 };
-pub use membership::ClusterHealth;
 pub use protocol::ClientMessage;
 pub use redis_bus::RedisBus;
 pub use redis_history::RedisHistory;
 pub use redis_routing::RedisRouting;
 pub use registry::{ConnId, Registry, Removed};
+pub use server::delivery::Forward;
+pub use server::drain::{Cleanup, DrainReport, RouteCleanup, Step, StepReport};
+pub use server::membership::ClusterHealth;
 pub use server::{Delivery, Gateway, StartError};
 pub use stats::StatsSnapshot;
 pub use tls::{TlsError, TlsFiles, TlsReload};

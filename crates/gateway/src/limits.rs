@@ -116,9 +116,11 @@ impl Limits {
         self.max_rooms_per_connection.load(Ordering::SeqCst)
     }
 
-    /// The longest room name a client may join, in bytes (0: no limit).
-    pub(crate) fn max_room_name(&self) -> usize {
-        self.max_room_name.load(Ordering::SeqCst)
+    /// Whether `room`'s name is past the longest a client may join now (in bytes; 0: no limit):
+    /// one test for joins and for pushes.
+    pub(crate) fn room_name_too_long(&self, room: &str) -> bool {
+        let max = self.max_room_name.load(Ordering::SeqCst);
+        max != 0 && room.len() > max
     }
 
     /// Admits a connection from `ip`, or says which limit it is over. An admitted connection
@@ -292,10 +294,8 @@ mod tests {
         // Raised: one more is admitted.
         limits.set(live(4, 0));
         let fourth = limits.admit(ip("10.0.0.1")).unwrap();
-        assert_eq!(
-            (limits.max_rooms_per_connection(), limits.max_room_name()),
-            (2, 9)
-        );
+        assert_eq!(limits.max_rooms_per_connection(), 2);
+        assert!(!limits.room_name_too_long("nine-byte") && limits.room_name_too_long("ten-bytes!"));
         // Lowered under what is open: what is open stays, nothing new comes in.
         limits.set(live(1, 5));
         assert_eq!(limits.open_from(ip("10.0.0.1")), 4);

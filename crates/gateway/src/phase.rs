@@ -1,7 +1,10 @@
 //! The gateway's phase, in one place: where it stands between its start and its stop, and
-//! which moves between phases are allowed. Every question the rest of the gateway asks
-//! ("ready?", "refusing upgrades?", "may a teardown release its route?") is answered from the
-//! one value, so no two of them can disagree the way separately flipped flags could.
+//! which moves between phases are allowed. What the phase decides ("refusing upgrades?", "may a
+//! teardown release its route?", and the phase's part of "ready?") is answered from the one
+//! value, so no two of them can disagree the way separately flipped flags could. Readiness also
+//! needs the membership's and the registry's own view, which `Gateway::is_ready` checks besides.
+//! `Refusing` and `Draining` answer every question alike: they differ only in the drain's order
+//! (connections are closed only after upgrades are refused), which the allowed moves enforce.
 //!
 //! Imports nothing of the crate.
 

@@ -16,7 +16,7 @@ use crate::backoff::Backoff;
 use crate::bus::{
     BusCounters, BusMessage, BusStats, BusSubscription, ClusterBus, SUBSCRIPTION_BUFFER,
 };
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 use crate::redis_conn::{RedisConn, classified};
 
 /// How often a subscriber pings Redis to notice a connection that went silent.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use holdfast_lifecycle::BoxFuture;
 use redis::aio::MultiplexedConnection;
 
-use crate::cluster::ClusterError;
+use crate::error::ClusterError;
 
 /// A Redis client and its shared connection.
 #[derive(Clone)]

@@ -4,16 +4,18 @@
 //! positions: Redis assigns them, so they are comparable across replicas. Next to it
 //! `{prefix}history-dropped:{room}` holds the newest id trimmed away (or, when an append created
 //! the stream, the id just below its first entry), which is how a join tells a gap from a quiet
-//! room, and a stream that expired or was flushed from one that never was. Both are written by Lua scripts, so an append, its trim and the
-//! record of what was trimmed are one atomic step; both expire after the history's age.
+//! room, and a stream that expired or was flushed from one that never was; and
+//! `{prefix}history-start:{room}` the stream's first id, its identity (a stream created again has
+//! another, whatever its positions). All are written by Lua scripts, so an append, its trim and
+//! the record of what was trimmed are one atomic step; all expire after the history's age.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_lifecycle::BoxFuture;
 
-use crate::cluster::ClusterError;
-use crate::history::{Appended, History, HistoryConfig, Pos, Recovery, RoomAnnounce};
+use crate::error::ClusterError;
+use crate::history::{Appended, History, HistoryConfig, Pos, Recovery, RoomAnnounce, StreamPlace};
 use crate::redis_conn::RedisConn;
 
 /// Drops entries over the count (ARGV[2]) or older than the age in ms (ARGV[3]), recording the
@@ -39,13 +41,14 @@ end
 ";
 
 /// Appends ARGV[1], trims, refreshes the expiries; answers {the new id, the id before it, 1 when
-/// the append created the stream else 0}. When
-/// the append creates the stream (a new room, or one whose stream expired or was flushed), the
-/// id just below the new one is recorded as dropped, and is the id before it: the history starts
-/// there, and any `since` before it is a gap. When ARGV[4] names a channel, the JSON object
-/// ARGV[5] is published on it with `pos` and `prev` added, in this same atomic step, so
-/// subscribers receive a room's messages in stream order, and with `"fresh":true` when the
-/// append created the stream (a stream created again starts over: see `gateway.history.restart`).
+/// the append created the stream else 0, the stream's first id}. When the append creates the
+/// stream (a new room, or one whose stream expired, was flushed or deleted), the id just below
+/// the new one is recorded as dropped, and is the id before it: the history starts there, and
+/// any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's start, its
+/// identity (a stream from before that record takes its oldest id). When ARGV[4] names a
+/// channel, the JSON object ARGV[5] is published on it with `pos`, `prev` and `start` added, in
+/// this same atomic step, so subscribers receive a room's messages in stream order, each saying
+/// which stream it belongs to (see `gateway.history.restart`).
 const APPEND: &str = r#"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local prev = nil
@@ -56,6 +59,7 @@ if not fresh then
   end
 end
 local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
+local start = nil
 if fresh then
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   local floor
@@ -66,28 +70,37 @@ if fresh then
   end
   redis.call('SET', KEYS[2], floor, 'PX', ARGV[3])
   prev = floor
+  start = id
+  redis.call('SET', KEYS[3], start, 'PX', ARGV[3])
+else
+  start = redis.call('GET', KEYS[3])
+  if not start then
+    start = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1][1]
+    redis.call('SET', KEYS[3], start, 'PX', ARGV[3])
+  end
 end
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 if ARGV[4] ~= '' then
-  local m = string.sub(ARGV[5], 1, -2) .. ',"pos":"' .. id .. '","prev":"' .. prev .. '"'
-  if fresh then m = m .. ',"fresh":true' end
+  local m = string.sub(ARGV[5], 1, -2) .. ',"pos":"' .. id .. '","prev":"' .. prev .. '","start":"' .. start .. '"'
   redis.call('PUBLISH', ARGV[4], m .. '}')
 end
-if fresh then return {id, prev, 1} end
-return {id, prev, 0}
+if fresh then return {id, prev, 1, start} end
+return {id, prev, 0, start}
 "#;
 
-/// Trims, then answers {exists, newest dropped id, last id assigned, id, text, id, text...} of
-/// the entries from ARGV[4] on. The last id assigned is the stream's, not its last entry's: a
+/// Trims, then answers {exists, newest dropped id, last id assigned, the stream's start (KEYS[3],
+/// when the stream exists), id, text, id, text...} of the entries from ARGV[4] on. The last id assigned is the stream's, not its last entry's: a
 /// stream whose entries were all trimmed still knows what it assigned.
 const READ: &str = r"
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 local exists = redis.call('EXISTS', KEYS[1])
 local dropped = redis.call('GET', KEYS[2])
-local out = {exists, dropped, false}
+local out = {exists, dropped, false, false}
 if exists == 1 then
+  out[4] = redis.call('GET', KEYS[3])
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   for i = 1, #info, 2 do
     if info[i] == 'last-generated-id' then out[3] = info[i + 1] end
@@ -130,10 +143,11 @@ impl RedisHistory {
         })
     }
 
-    fn keys(&self, room: &str) -> (String, String) {
+    fn keys(&self, room: &str) -> (String, String, String) {
         (
             format!("{}history:{}", self.prefix, room),
             format!("{}history-dropped:{}", self.prefix, room),
+            format!("{}history-start:{}", self.prefix, room),
         )
     }
 }
@@ -147,7 +161,7 @@ impl RedisHistory {
         config: &HistoryConfig,
         publish: Option<(String, String)>,
     ) -> BoxFuture<Result<Appended, ClusterError>> {
-        let (stream, dropped) = self.keys(room);
+        let (stream, dropped, start) = self.keys(room);
         let text = text.to_owned();
         let (size, ttl) = (config.size, ttl_ms(config));
         let script = self.append.clone();
@@ -157,21 +171,23 @@ impl RedisHistory {
             script
                 .key(stream)
                 .key(dropped)
+                .key(start)
                 .arg(text)
                 .arg(size)
                 .arg(ttl)
                 .arg(channel)
                 .arg(message)
-                .invoke_async::<(String, String, i64)>(&mut c)
+                .invoke_async::<(String, String, i64, String)>(&mut c)
                 .await
         });
         Box::pin(async move {
-            let (pos, prev, fresh) = call.await?;
+            let (pos, prev, fresh, start) = call.await?;
             Ok(Appended {
                 pos: id(&pos)?,
                 prev: Some(id(&prev)?),
                 published,
                 fresh: fresh == 1,
+                start: Some(id(&start)?),
             })
         })
     }
@@ -200,7 +216,7 @@ impl History for RedisHistory {
         Box::pin(async move { Ok(call.await?.pos) })
     }
 
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     fn append_announced(
         &self,
         room: &str,
@@ -222,7 +238,7 @@ impl History for RedisHistory {
         since: Pos,
         config: &HistoryConfig,
     ) -> BoxFuture<Result<Recovery, ClusterError>> {
-        let (stream, dropped) = self.keys(room);
+        let (stream, dropped, start) = self.keys(room);
         let (size, ttl) = (config.size, ttl_ms(config));
         let next = match since.lo.checked_add(1) {
             Some(lo) => Pos { hi: since.hi, lo },
@@ -236,6 +252,7 @@ impl History for RedisHistory {
             script
                 .key(stream)
                 .key(dropped)
+                .key(start)
                 .arg("")
                 .arg(size)
                 .arg(ttl)
@@ -275,13 +292,14 @@ impl History for RedisHistory {
         room: &str,
         config: &HistoryConfig,
     ) -> BoxFuture<Result<Vec<(Pos, String)>, ClusterError>> {
-        let (stream, dropped) = self.keys(room);
+        let (stream, dropped, start) = self.keys(room);
         let (size, ttl) = (config.size, ttl_ms(config));
         let script = self.read.clone();
         let call = self.conn.call(move |mut c| async move {
             script
                 .key(stream)
                 .key(dropped)
+                .key(start)
                 .arg("")
                 .arg(size)
                 .arg(ttl)
@@ -297,13 +315,23 @@ impl History for RedisHistory {
         room: &str,
         config: &HistoryConfig,
     ) -> BoxFuture<Result<Option<Pos>, ClusterError>> {
-        let (stream, dropped) = self.keys(room);
+        let call = self.last_assigned_in_stream(room, config);
+        Box::pin(async move { Ok(call.await?.map(|place| place.last)) })
+    }
+
+    fn last_assigned_in_stream(
+        &self,
+        room: &str,
+        config: &HistoryConfig,
+    ) -> BoxFuture<Result<Option<StreamPlace>, ClusterError>> {
+        let (stream, dropped, start) = self.keys(room);
         let (size, ttl) = (config.size, ttl_ms(config));
         let script = self.read.clone();
         let call = self.conn.call(move |mut c| async move {
             script
                 .key(stream)
                 .key(dropped)
+                .key(start)
                 .arg("")
                 .arg(size)
                 .arg(ttl)
@@ -313,18 +341,22 @@ impl History for RedisHistory {
         });
         Box::pin(async move {
             let reply = call.await?;
-            let last = reply.get(2).and_then(|v| {
-                redis::from_redis_value_ref::<Option<String>>(v)
-                    .ok()
-                    .flatten()
-            });
+            let field = |i: usize| {
+                reply.get(i).and_then(|v| {
+                    redis::from_redis_value_ref::<Option<String>>(v)
+                        .ok()
+                        .flatten()
+                })
+            };
             // No stream: a stream created later starts after the room's every earlier message.
-            Ok(Some(last.map(|s| id(&s)).transpose()?.unwrap_or_default()))
+            let last = field(2).map(|s| id(&s)).transpose()?.unwrap_or_default();
+            let start = field(3).map(|s| id(&s)).transpose()?;
+            Ok(Some(StreamPlace { last, start }))
         })
     }
 }
 
-/// The entries of a READ script's reply (after its three leading fields).
+/// The entries of a READ script's reply (after its four leading fields).
 fn entries(reply: &[redis::Value]) -> Result<Vec<(Pos, String)>, ClusterError> {
     let text = |v: &redis::Value| -> Option<String> {
         redis::from_redis_value_ref::<Option<String>>(v)
@@ -332,7 +364,7 @@ fn entries(reply: &[redis::Value]) -> Result<Vec<(Pos, String)>, ClusterError> {
             .flatten()
     };
     let mut messages = Vec::new();
-    for pair in reply.get(3..).unwrap_or_default().chunks(2) {
+    for pair in reply.get(4..).unwrap_or_default().chunks(2) {
         if let [i, t] = pair
             && let (Some(i), Some(t)) = (text(i), text(t))
         {

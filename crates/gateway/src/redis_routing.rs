@@ -18,7 +18,8 @@ use std::time::Duration;
 use holdfast_lifecycle::BoxFuture;
 use redis::aio::MultiplexedConnection;
 
-use crate::cluster::{CasOutcome, ClusterError, RoutingMap};
+use crate::cluster::{CasOutcome, RoutingMap};
+use crate::error::ClusterError;
 use crate::redis_conn::RedisConn;
 
 /// How long a replica's entry for a user lives without a refresh.

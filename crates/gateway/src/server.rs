@@ -21,14 +21,20 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use crate::accept::{AcceptPacer, AfterError};
 use crate::cluster::{CasOutcome, Cluster, Replica, RoutingMap, ServiceRegistry};
 use crate::config::{ConfigError, GatewayConfig};
-use crate::drain::DrainSignal;
 use crate::history::Pos;
 use crate::limits::{Admission, Limits, Refusal};
 use crate::protocol::{ClientMessage, JoinRefusal, close};
 use crate::registry::{ConnId, Registry};
+use crate::server::drain::DrainSignal;
 use crate::stats::Stats;
 use crate::sync::lock;
 use crate::tls::{Stream, Tls, TlsError, TlsReload};
+
+// The server's parts, each owning its state: submodules, so that only the server depends on
+// them and they on it, with no cycle between the crate's modules.
+pub(crate) mod delivery;
+pub mod drain;
+pub(crate) mod membership;
 
 /// A client's WebSocket, over plain TCP or TLS.
 pub(crate) type Ws = WebSocketStream<Stream>;
@@ -81,14 +87,14 @@ pub(crate) struct Inner {
     pub(crate) accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The drain's own state: its signal to the connections, the close frames it sent, the
     /// routes it will clear, its report.
-    pub(crate) drain: crate::drain::DrainState,
+    pub(crate) drain: crate::server::drain::DrainState,
     pub(crate) limits: Arc<Limits>,
     pub(crate) tls: Option<Tls>,
-    pub(crate) membership: crate::membership::Membership,
+    pub(crate) membership: crate::server::membership::Membership,
     pub(crate) history: Arc<dyn crate::history::History>,
     /// Room pushes hold their room's lock from the history append to the broadcast, so this
     /// replica's members, and the bus, see one room's messages in position order.
-    pub(crate) rooms: crate::delivery::Rooms,
+    pub(crate) rooms: crate::server::delivery::Rooms,
 }
 
 /// A running gateway. Cheap to clone.
@@ -105,7 +111,7 @@ pub struct Delivery {
     /// Connections disconnected as slow consumers instead.
     pub slow_consumers: usize,
     /// Whether the push went on to other replicas (always `NotNeeded` for the `_local` pushes).
-    pub forwarded: crate::delivery::Forward,
+    pub forwarded: crate::server::delivery::Forward,
     /// The message's position in its room's history (room pushes with history only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pos: Option<crate::history::Pos>,
@@ -183,15 +189,15 @@ impl Gateway {
             stats: Stats::default(),
             stop_accept,
             accept_task: Mutex::new(None),
-            drain: crate::drain::DrainState::new(),
+            drain: crate::server::drain::DrainState::new(),
             limits,
             tls,
-            membership: crate::membership::Membership::new(
+            membership: crate::server::membership::Membership::new(
                 bus,
                 seed.unwrap_or_else(|| crate::backoff::replica_seed(&replica_id)),
             ),
             history,
-            rooms: crate::delivery::Rooms::new(),
+            rooms: crate::server::delivery::Rooms::new(),
         });
         let every = inner.config.key_reload_interval;
         if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
@@ -199,7 +205,7 @@ impl Gateway {
         }
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
         *lock(&inner.accept_task) = Some(task);
-        crate::membership::Membership::join(&inner).await;
+        crate::server::membership::Membership::join(&inner).await;
         Ok(Gateway { inner })
     }
 
@@ -242,7 +248,7 @@ impl Gateway {
     }
 
     /// How the gateway stands in its cluster.
-    pub fn cluster_health(&self) -> crate::membership::ClusterHealth {
+    pub fn cluster_health(&self) -> crate::server::membership::ClusterHealth {
         self.inner.membership.health(self.inner.service.as_ref())
     }
 
@@ -935,8 +941,7 @@ async fn join(
     since: Option<&serde_json::Value>,
     session: &mut Session,
 ) -> Option<Ending> {
-    let max_room_name = inner.limits.max_room_name();
-    if max_room_name != 0 && room.len() > max_room_name {
+    if inner.limits.room_name_too_long(room) {
         return refuse_join(inner, ws, room, JoinRefusal::NameTooLong).await;
     }
     if !permitted(inner, session, room, token) {
@@ -955,7 +960,7 @@ async fn join(
         // (and on repeat cost a history read each time); a refusal leaves the membership.
         return refuse_join(inner, ws, room, JoinRefusal::AlreadyJoined).await;
     }
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     if !inner.registry.is_member(id, room) {
         Gateway {
             inner: inner.clone(),
@@ -1104,7 +1109,7 @@ async fn drain_connection(
             Err(_) => return Ending::Gone,
         }
     }
-    let reason = crate::drain::close_reason(&inner.config.drain, signal.code, id);
+    let reason = crate::server::drain::close_reason(&inner.config.drain, signal.code, id);
     let frame = CloseFrame {
         code: signal.code,
         reason: reason.into(),

@@ -31,6 +31,7 @@ pub struct Stats {
     joins_refused_name: AtomicU64,
     joins_refused_permission: AtomicU64,
     pushes_refused_room_name: AtomicU64,
+    pushes_refused_too_large: AtomicU64,
     token_refused: [AtomicU64; TokenError::REASONS.len()],
     key_reloads: AtomicU64,
     key_reload_failures: AtomicU64,
@@ -88,6 +89,9 @@ pub struct StatsSnapshot {
     pub joins_refused_permission: u64,
     /// Room pushes refused because the room's name was longer than the room name limit.
     pub pushes_refused_room_name: u64,
+    /// Pushes (to a room or a user) refused because the text was larger than the message size
+    /// limit.
+    pub pushes_refused_too_large: u64,
     /// Tokens refused, by reason, in the order of [`TokenError::REASONS`] (each also counted in
     /// `auth_failures`).
     pub token_refused: [u64; TokenError::REASONS.len()],
@@ -154,6 +158,9 @@ impl StatsSnapshot {
             pushes_refused_room_name: self
                 .pushes_refused_room_name
                 .saturating_add(o.pushes_refused_room_name),
+            pushes_refused_too_large: self
+                .pushes_refused_too_large
+                .saturating_add(o.pushes_refused_too_large),
             token_refused: std::array::from_fn(|i| {
                 self.token_refused[i].saturating_add(o.token_refused[i])
             }),
@@ -276,6 +283,9 @@ impl Stats {
     pub(crate) fn push_refused_room_name(&self) {
         inc(&self.pushes_refused_room_name);
     }
+    pub(crate) fn push_refused_too_large(&self) {
+        inc(&self.pushes_refused_too_large);
+    }
     pub(crate) fn close_sent(&self) {
         inc(&self.close_frames_sent);
         self.close_sent.notify_waiters();
@@ -311,6 +321,7 @@ impl Stats {
             joins_refused_name: g(&self.joins_refused_name),
             joins_refused_permission: g(&self.joins_refused_permission),
             pushes_refused_room_name: g(&self.pushes_refused_room_name),
+            pushes_refused_too_large: g(&self.pushes_refused_too_large),
             token_refused: std::array::from_fn(|i| g(&self.token_refused[i])),
             key_reloads: g(&self.key_reloads),
             key_reload_failures: g(&self.key_reload_failures),

@@ -13,7 +13,7 @@ use common::*;
 use holdfast_gateway::{
     Appended, BusMessage, Cluster, ClusterBus, ClusterError, Forward, Gateway, GatewayConfig,
     History, HistoryConfig, MemoryBus, MemoryHistory, MemoryRegistry, MemoryRouting, Pos, Recovery,
-    Replica, RoomAnnounce, ServiceRegistry,
+    Replica, RoomAnnounce, RoutingMap, ServiceRegistry,
 };
 use holdfast_lifecycle::{BoxFuture, StopReason};
 
@@ -33,7 +33,7 @@ async fn start_in(cluster: &Cluster, config: GatewayConfig) -> Gateway {
         .unwrap()
 }
 
-// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.cluster.push-user+3]
 // r[verify gateway.cluster.push-room]
 // r[verify gateway.cluster.bus]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +82,7 @@ async fn pushes_reach_users_and_rooms_on_the_other_replica() {
     assert_eq!(next_text(&mut ann).await, "still");
 }
 
-// r[verify gateway.cluster.push-user+2]
+// r[verify gateway.cluster.push-user+3]
 // r[verify gateway.routing.compare-and-delete+2]
 /// A user connected to two replicas (twice to one of them) gets a push made on a third on every
 /// connection; each replica leaves the user's set only with its last connection of that user.
@@ -180,6 +180,7 @@ impl History for Streams {
                     prev: None,
                     published: false,
                     fresh: false,
+                    start: None,
                 })
             });
         }
@@ -206,6 +207,7 @@ impl History for Streams {
                 prev: Some(prev),
                 published: true,
                 fresh: false,
+                start: None,
             })
         })
     }
@@ -237,7 +239,7 @@ async fn positions(ws: &mut Client, n: usize) -> Vec<Pos> {
     got
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// Two replicas publish to one room at once and a third only receives: every member on each of
 /// the three gets every message once, in strictly increasing position order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,4 +355,55 @@ async fn registration_retries_are_paced_and_stop_at_the_drain() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(flaky.attempts.load(Ordering::SeqCst), at_drain);
     assert!(!flaky.inner.is_registered("a"));
+}
+
+/// A registry whose `lists` answers only after a delay (an etcd under load).
+struct SlowLists {
+    inner: MemoryRegistry,
+    delay: Duration,
+}
+
+impl ServiceRegistry for SlowLists {
+    fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        self.inner.register(replica)
+    }
+    fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        self.inner.deregister(replica)
+    }
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let (listed, delay) = (self.inner.lists(id), self.delay);
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            listed.await
+        })
+    }
+}
+
+// r[verify gateway.cluster.dead-route]
+/// A push to a user routed to several dead replicas asks the registry about each at once: it
+/// waits one lookup, not one per dead replica; each dead route is dropped, none is a failure.
+#[tokio::test(start_paused = true)]
+async fn dead_routes_are_looked_up_at_once_not_one_after_another() {
+    let routing = MemoryRouting::new();
+    let cluster = Cluster {
+        registry: Arc::new(SlowLists {
+            inner: MemoryRegistry::new(),
+            delay: Duration::from_secs(1),
+        }),
+        routing: Arc::new(routing.clone()),
+        bus: Arc::new(MemoryBus::new()),
+        seed: None,
+        history: None,
+    };
+    let a = start_in(&cluster, config("a")).await;
+    for dead in ["x", "y", "z"] {
+        routing.set_route("zed", dead).await.unwrap();
+    }
+    let began = tokio::time::Instant::now();
+    let d = a.push_user("zed", "anyone there?").await;
+    let took = began.elapsed();
+    assert_eq!(d.forwarded, Forward::NotNeeded, "{d:?}");
+    assert_eq!(a.stats().dead_routes, 3);
+    assert!(routing.get("zed").is_empty());
+    assert!(took < Duration::from_secs(2), "took {took:?}");
 }

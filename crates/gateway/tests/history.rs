@@ -87,7 +87,7 @@ async fn a_client_that_rejoins_with_since_gets_what_it_missed_in_order_and_once(
 }
 
 // r[verify gateway.history.recover]
-// r[verify gateway.history.bounds]
+// r[verify gateway.history.bounds+2]
 #[tokio::test]
 async fn a_client_away_longer_than_the_history_is_told_of_the_gap() {
     let node = start(any_room_config("a", 2)).await;
@@ -325,7 +325,7 @@ async fn rv_a_numeric_since_is_a_bad_position_and_the_connection_stays() {
     );
 }
 
-// r[verify gateway.history.order+2]
+// r[verify gateway.history.order+3]
 /// On one replica, concurrent pushes to one room reach a member in position order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {
@@ -390,8 +390,40 @@ async fn a_push_to_a_room_name_longer_than_any_join_allows_is_refused_and_counte
     assert_eq!(g.stats().pushes_refused_room_name, 1);
 }
 
-// r[verify gateway.history.bounds]
-/// A push larger than the message size limit is refused: sent to nobody, kept in no history.
+// r[verify gateway.rooms.publish-name]
+/// A live lowering of the room name limit silences a long-named room for the members who joined
+/// it before: they stay joined, and pushes to it are refused and counted, reaching no one.
+#[tokio::test]
+async fn lowering_the_room_name_limit_silences_rooms_already_joined_past_it() {
+    let mut c = any_room_config("a", 10);
+    c.max_room_name = 32;
+    let node = start(c).await;
+    let g = &node.gateway;
+    let mut ann = member(g, "ann", "a-rather-long-room").await;
+    assert_eq!(g.push_room("a-rather-long-room", "one").await.queued, 1);
+    assert_eq!(message(&next_json(&mut ann).await).0, "one");
+    let mut limits = g.live_limits();
+    limits.max_room_name = 8;
+    g.update_limits(limits);
+    let d = g.push_room("a-rather-long-room", "two").await;
+    assert!(d.room_name_too_long && d.queued == 0, "{d:?}");
+    assert_eq!(g.stats().pushes_refused_room_name, 1);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), next_json(&mut ann))
+            .await
+            .is_err(),
+        "the member got a refused push"
+    );
+    // Raised again, the room is heard again: the membership was kept.
+    limits.max_room_name = 32;
+    g.update_limits(limits);
+    assert_eq!(g.push_room("a-rather-long-room", "three").await.queued, 1);
+    assert_eq!(message(&next_json(&mut ann).await).0, "three");
+}
+
+// r[verify gateway.history.bounds+2]
+/// A push larger than the message size limit is refused and counted: sent to nobody, kept in no
+/// history.
 #[tokio::test]
 async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
     let mut c = any_room_config("a", 10);
@@ -407,9 +439,12 @@ async fn a_push_over_the_message_size_limit_is_refused_and_kept_nowhere() {
     assert!(big.too_large, "{big:?}");
     assert_eq!((big.queued, big.pos), (0, None));
     assert!(g.push_user("ann", &"x".repeat(1025)).await.too_large);
+    // Both refusals are counted (room and user pushes alike); the push at the limit is not.
+    assert_eq!(g.stats().pushes_refused_too_large, 2);
     let ok = g.push_room("lobby", &"y".repeat(1024)).await;
     assert!(!ok.too_large && ok.queued == 1, "{ok:?}");
     assert_eq!(message(&next_json(&mut ann).await).0, "y".repeat(1024));
+    assert_eq!(g.stats().pushes_refused_too_large, 2);
     let mut bob = authed(g, "bob").await;
     send_json(
         &mut bob,

@@ -682,7 +682,7 @@ impl Metrics {
         );
         registry.register(
             "gateway_pushes_refused",
-            "Gateway room pushes refused since the node started, by the limit they were over",
+            "Gateway pushes refused since the node started, by the limit they were over",
             m.gateway_pushes_refused.clone(),
         );
         registry.register(
@@ -1111,7 +1111,7 @@ impl Metrics {
             }
             for (reason, total) in holdfast_gateway::TokenError::REASONS
                 .iter()
-                .zip(t.tokens_refused)
+                .zip(t.token_refused)
             {
                 let counter = self
                     .gateway_tokens_refused
@@ -1127,8 +1127,8 @@ impl Metrics {
                 raise_to(&counter, total);
             }
             raise_to(&self.gateway_tls_expired_refusals, t.tls_expired_refusals);
-            raise_to(&self.gateway_tls_alpn01_answered, t.tls_alpn01_answered);
-            self.set_gateway_counters(&t.counters);
+            raise_to(&self.gateway_tls_alpn01_answered, t.tls_alpn_answered);
+            self.set_gateway_counters(&t);
         }
         self.gateway_drain_step_seconds.clear();
         for step in last_drain.map(|r| r.steps.as_slice()).unwrap_or_default() {
@@ -1164,12 +1164,17 @@ impl Metrics {
             });
             raise_to(&counter, total);
         }
-        let counter = self
-            .gateway_pushes_refused
-            .get_or_create(&JoinRefusalLabel {
-                reason: "max_room_name".to_owned(),
-            });
-        raise_to(&counter, c.pushes_refused_room_name);
+        for (reason, total) in [
+            ("max_room_name", c.pushes_refused_room_name),
+            ("max_message_size", c.pushes_refused_too_large),
+        ] {
+            let counter = self
+                .gateway_pushes_refused
+                .get_or_create(&JoinRefusalLabel {
+                    reason: reason.to_owned(),
+                });
+            raise_to(&counter, total);
+        }
         for (result, total) in [("filled", c.room_gaps_filled), ("lost", c.room_gaps_lost)] {
             let counter = self.gateway_room_gaps.get_or_create(&RoomGapLabel {
                 result: result.to_owned(),
@@ -1550,6 +1555,7 @@ mod tests {
             tls_reloads: 7,
             tls_reload_failures: 8,
             pushes_refused_room_name: 9,
+            pushes_refused_too_large: 15,
             room_gaps_filled: 10,
             room_gaps_lost: 11,
             room_echo_timeouts: 12,
@@ -1557,10 +1563,7 @@ mod tests {
             dead_routes: 14,
             ..Default::default()
         };
-        let totals = GatewayTotals {
-            counters,
-            ..GatewayTotals::default()
-        };
+        let totals: GatewayTotals = counters;
         let want = [
             "holdfast_gateway_accepted_total 21",
             "holdfast_gateway_accept_errors_total 1",
@@ -1571,6 +1574,7 @@ mod tests {
             "holdfast_gateway_tls_reloads_total{result=\"ok\"} 7",
             "holdfast_gateway_tls_reloads_total{result=\"failed\"} 8",
             "holdfast_gateway_pushes_refused_total{reason=\"max_room_name\"} 9",
+            "holdfast_gateway_pushes_refused_total{reason=\"max_message_size\"} 15",
             "holdfast_gateway_room_gaps_total{result=\"filled\"} 10",
             "holdfast_gateway_room_gaps_total{result=\"lost\"} 11",
             "holdfast_gateway_room_echo_timeouts_total 12",
@@ -1588,16 +1592,173 @@ mod tests {
         for series in want {
             assert!(text.contains(series), "{series} went down:\n{text}");
         }
-        // Every counter of the gateway's snapshot is a series: the snapshot's field count is
-        // pinned here, so a counter added there without a series here fails this test.
-        let fields = serde_json::to_value(holdfast_gateway::StatsSnapshot::default())
+    }
+
+    // r[verify node.gateway.metrics.counters]
+    /// Every counter of the gateway's snapshot is exported under its own series: the snapshot is
+    /// written out field by field (a counter added there fails to compile here until it is
+    /// listed), each with its own value, and each field's series must carry that value.
+    #[test]
+    fn every_gateway_counter_is_exported_under_its_own_series() {
+        let metrics = Metrics::new();
+        let totals = holdfast_gateway::StatsSnapshot {
+            accepted: 101,
+            accept_errors: 102,
+            refused_draining: 103,
+            auth_failures: 104,
+            messages_in: 105,
+            messages_out: 106,
+            slow_consumer_drops: 107,
+            routing_errors: 108,
+            close_frames_sent: 109,
+            idle_closed: 110,
+            refused_per_ip: 111,
+            refused_unauthenticated: 112,
+            refused_unauthenticated_per_ip: 113,
+            tls_reloads: 114,
+            tls_reload_failures: 115,
+            tls_expired_refusals: 116,
+            tls_alpn_answered: 117,
+            joins_refused_rooms: 118,
+            joins_refused_name: 119,
+            joins_refused_permission: 120,
+            pushes_refused_room_name: 121,
+            pushes_refused_too_large: 122,
+            key_reloads: 123,
+            key_reload_failures: 124,
+            room_gaps_filled: 125,
+            room_gaps_lost: 126,
+            room_echo_timeouts: 127,
+            room_bus_dropped: 128,
+            dead_routes: 129,
+            token_refused: std::array::from_fn(|i| 201 + i as u64),
+        };
+        let series = [
+            ("accepted", "holdfast_gateway_accepted_total 101"),
+            ("accept_errors", "holdfast_gateway_accept_errors_total 102"),
+            (
+                "refused_draining",
+                "holdfast_gateway_refused_total{reason=\"draining\"} 103",
+            ),
+            ("auth_failures", "holdfast_gateway_auth_failures_total 104"),
+            (
+                "messages_in",
+                "holdfast_gateway_messages_total{direction=\"in\"} 105",
+            ),
+            (
+                "messages_out",
+                "holdfast_gateway_messages_total{direction=\"out\"} 106",
+            ),
+            (
+                "slow_consumer_drops",
+                "holdfast_gateway_slow_consumer_drops_total 107",
+            ),
+            (
+                "routing_errors",
+                "holdfast_gateway_routing_errors_total 108",
+            ),
+            (
+                "close_frames_sent",
+                "holdfast_gateway_close_frames_sent_total 109",
+            ),
+            ("idle_closed", "holdfast_gateway_idle_closed_total 110"),
+            (
+                "refused_per_ip",
+                "holdfast_gateway_refused_total{reason=\"per_ip_limit\"} 111",
+            ),
+            (
+                "refused_unauthenticated",
+                "holdfast_gateway_refused_total{reason=\"unauthenticated_limit\"} 112",
+            ),
+            (
+                "refused_unauthenticated_per_ip",
+                "holdfast_gateway_refused_total{reason=\"unauthenticated_per_ip_limit\"} 113",
+            ),
+            (
+                "tls_reloads",
+                "holdfast_gateway_tls_reloads_total{result=\"ok\"} 114",
+            ),
+            (
+                "tls_reload_failures",
+                "holdfast_gateway_tls_reloads_total{result=\"failed\"} 115",
+            ),
+            (
+                "tls_expired_refusals",
+                "holdfast_gateway_tls_expired_refusals_total 116",
+            ),
+            (
+                "tls_alpn_answered",
+                "holdfast_gateway_tls_alpn01_answered_total 117",
+            ),
+            (
+                "joins_refused_rooms",
+                "holdfast_gateway_joins_refused_total{reason=\"max_rooms_per_connection\"} 118",
+            ),
+            (
+                "joins_refused_name",
+                "holdfast_gateway_joins_refused_total{reason=\"max_room_name\"} 119",
+            ),
+            (
+                "joins_refused_permission",
+                "holdfast_gateway_joins_refused_total{reason=\"permission\"} 120",
+            ),
+            (
+                "pushes_refused_room_name",
+                "holdfast_gateway_pushes_refused_total{reason=\"max_room_name\"} 121",
+            ),
+            (
+                "pushes_refused_too_large",
+                "holdfast_gateway_pushes_refused_total{reason=\"max_message_size\"} 122",
+            ),
+            (
+                "key_reloads",
+                "holdfast_gateway_key_reloads_total{result=\"ok\"} 123",
+            ),
+            (
+                "key_reload_failures",
+                "holdfast_gateway_key_reloads_total{result=\"failed\"} 124",
+            ),
+            (
+                "room_gaps_filled",
+                "holdfast_gateway_room_gaps_total{result=\"filled\"} 125",
+            ),
+            (
+                "room_gaps_lost",
+                "holdfast_gateway_room_gaps_total{result=\"lost\"} 126",
+            ),
+            (
+                "room_echo_timeouts",
+                "holdfast_gateway_room_echo_timeouts_total 127",
+            ),
+            (
+                "room_bus_dropped",
+                "holdfast_gateway_room_bus_dropped_total 128",
+            ),
+            ("dead_routes", "holdfast_gateway_dead_routes_total 129"),
+        ];
+        metrics.set_gateway(Some((0, 0)), Some(totals), None);
+        let text = metrics.render();
+        // The table names every field of the snapshot but the per-reason tokens, once.
+        let fields: std::collections::BTreeSet<String> = serde_json::to_value(totals)
             .ok()
-            .and_then(|v| v.as_object().map(|o| o.len()))
+            .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
             .unwrap_or_default();
-        assert_eq!(
-            fields, 29,
-            "a new gateway counter: export it, then update this count"
-        );
+        let listed: std::collections::BTreeSet<String> = series
+            .iter()
+            .map(|(f, _)| (*f).to_owned())
+            .chain(["token_refused".to_owned()])
+            .collect();
+        assert_eq!(fields, listed);
+        for (field, line) in series {
+            assert!(text.contains(line), "{field}: {line} missing:\n{text}");
+        }
+        for (i, reason) in holdfast_gateway::TokenError::REASONS.iter().enumerate() {
+            let line = format!(
+                "holdfast_gateway_tokens_refused_total{{reason=\"{reason}\"}} {}",
+                201 + i
+            );
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
     }
 
     // r[verify node.gateway.metrics+4]
@@ -1621,11 +1782,11 @@ mod tests {
             joins_refused_name: 8,
             joins_refused_permission: 12,
             // "signature" is the fourth reason, "expired" the sixth.
-            tokens_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
+            token_refused: [0, 0, 0, 9, 0, 10, 0, 0, 0, 0, 0, 0],
             key_reloads: 2,
             key_reload_failures: 1,
             tls_expired_refusals: 13,
-            tls_alpn01_answered: 14,
+            tls_alpn_answered: 14,
             ..GatewayTotals::default()
         };
         let report = DrainReport {

@@ -609,7 +609,7 @@ async fn rejoin(addr: &str, user: &str, room: &str, since: &str) -> common::ws::
 }
 
 // r[verify gateway.history.recover]
-// r[verify gateway.history.bounds]
+// r[verify gateway.history.bounds+2]
 // i[verify node.gateway.config+4]
 #[tokio::test]
 async fn messages_missed_while_away_arrive_on_rejoin_in_order_and_once_or_as_a_gap() {

@@ -84,106 +84,9 @@ pub struct GatewayStatus {
     pub key_fault: Option<String>,
 }
 
-/// The gateway's counters the node keeps across restarts of the module.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GatewayTotals {
-    /// Text messages received from clients.
-    pub messages_in: u64,
-    /// Text messages sent to clients.
-    pub messages_out: u64,
-    /// Connections disconnected as slow consumers.
-    pub slow_consumer_drops: u64,
-    /// Upgrades refused with 503 while draining.
-    pub refused_draining: u64,
-    /// Connections refused because their source held `per_ip_limit`.
-    pub refused_per_ip: u64,
-    /// Connections refused because `unauthenticated_limit` was reached.
-    pub refused_unauthenticated: u64,
-    /// Connections refused because their source held `unauthenticated_per_ip_limit`.
-    pub refused_unauthenticated_per_ip: u64,
-    /// Joins refused because the connection was in `max_rooms_per_connection` rooms.
-    pub joins_refused_rooms: u64,
-    /// Joins refused because the room's name was longer than `max_room_name`.
-    pub joins_refused_name: u64,
-    /// Joins refused because the token did not permit the room.
-    pub joins_refused_permission: u64,
-    /// Tokens refused, by reason (in the order of `holdfast_gateway::TokenError::REASONS`).
-    pub tokens_refused: [u64; holdfast_gateway::TokenError::REASONS.len()],
-    /// Token key files reloaded with new keys.
-    pub key_reloads: u64,
-    /// Token key files that changed but could not be used (once per change).
-    pub key_reload_failures: u64,
-    /// `wss://` handshakes refused because the served leaf had expired.
-    pub tls_expired_refusals: u64,
-    /// TLS-ALPN-01 validations its TLS listener answered.
-    pub tls_alpn01_answered: u64,
-    /// Every counter of the gateway, for the series not named above.
-    pub counters: holdfast_gateway::StatsSnapshot,
-}
-
-impl GatewayTotals {
-    fn of(gateway: &Gateway) -> Self {
-        let s = gateway.stats();
-        GatewayTotals {
-            messages_in: s.messages_in,
-            messages_out: s.messages_out,
-            slow_consumer_drops: s.slow_consumer_drops,
-            refused_draining: s.refused_draining,
-            refused_per_ip: s.refused_per_ip,
-            refused_unauthenticated: s.refused_unauthenticated,
-            refused_unauthenticated_per_ip: s.refused_unauthenticated_per_ip,
-            joins_refused_rooms: s.joins_refused_rooms,
-            joins_refused_name: s.joins_refused_name,
-            joins_refused_permission: s.joins_refused_permission,
-            tokens_refused: s.token_refused,
-            key_reloads: s.key_reloads,
-            key_reload_failures: s.key_reload_failures,
-            tls_expired_refusals: s.tls_expired_refusals,
-            tls_alpn01_answered: s.tls_alpn_answered,
-            counters: s,
-        }
-    }
-
-    fn plus(self, o: GatewayTotals) -> Self {
-        // Saturating: a sum of u64 counters cannot wrap in practice, and must never panic.
-        GatewayTotals {
-            messages_in: self.messages_in.saturating_add(o.messages_in),
-            messages_out: self.messages_out.saturating_add(o.messages_out),
-            slow_consumer_drops: self
-                .slow_consumer_drops
-                .saturating_add(o.slow_consumer_drops),
-            refused_draining: self.refused_draining.saturating_add(o.refused_draining),
-            refused_per_ip: self.refused_per_ip.saturating_add(o.refused_per_ip),
-            refused_unauthenticated: self
-                .refused_unauthenticated
-                .saturating_add(o.refused_unauthenticated),
-            refused_unauthenticated_per_ip: self
-                .refused_unauthenticated_per_ip
-                .saturating_add(o.refused_unauthenticated_per_ip),
-            joins_refused_rooms: self
-                .joins_refused_rooms
-                .saturating_add(o.joins_refused_rooms),
-            joins_refused_name: self.joins_refused_name.saturating_add(o.joins_refused_name),
-            joins_refused_permission: self
-                .joins_refused_permission
-                .saturating_add(o.joins_refused_permission),
-            key_reloads: self.key_reloads.saturating_add(o.key_reloads),
-            key_reload_failures: self
-                .key_reload_failures
-                .saturating_add(o.key_reload_failures),
-            tokens_refused: std::array::from_fn(|i| {
-                self.tokens_refused[i].saturating_add(o.tokens_refused[i])
-            }),
-            tls_expired_refusals: self
-                .tls_expired_refusals
-                .saturating_add(o.tls_expired_refusals),
-            tls_alpn01_answered: self
-                .tls_alpn01_answered
-                .saturating_add(o.tls_alpn01_answered),
-            counters: self.counters.plus(o.counters),
-        }
-    }
-}
+/// The gateway's counters the node keeps across restarts of the module: every instance's
+/// counters added up ([`holdfast_gateway::StatsSnapshot::plus`]).
+pub type GatewayTotals = holdfast_gateway::StatsSnapshot;
 
 /// Why the admin API cannot reach the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,7 +163,7 @@ impl GatewayView {
     pub fn started(&self, gateway: Gateway) {
         let mut s = self.lock();
         if let Some(old) = s.current.take() {
-            s.before = s.before.plus(GatewayTotals::of(&old));
+            s.before = s.before.plus(old.stats());
         }
         s.current = Some(gateway);
         s.draining = false;
@@ -293,9 +196,7 @@ impl GatewayView {
     /// The counters since the node started (every instance's).
     pub fn totals(&self) -> Option<GatewayTotals> {
         let s = self.lock();
-        s.current
-            .as_ref()
-            .map(|g| s.before.plus(GatewayTotals::of(g)))
+        s.current.as_ref().map(|g| s.before.plus(g.stats()))
     }
 
     /// The last drain's report.
@@ -307,7 +208,7 @@ impl GatewayView {
     pub fn status(&self) -> Result<GatewayStatus, Unavailable> {
         let gateway = self.current()?;
         let s = self.lock();
-        let totals = s.before.plus(GatewayTotals::of(&gateway));
+        let totals = s.before.plus(gateway.stats());
         Ok(GatewayStatus {
             replica: gateway.replica().clone(),
             ready: gateway.is_ready(),

@@ -187,7 +187,7 @@ async fn a_composed_gateway_on_the_tls_alpn01_port_answers_the_nodes_challenges(
     assert_eq!(node.issuance.with(|i| i.tls_alpn01_addr()), Ok(None));
     assert!(gateway_answers(&node, &f.own).await);
     // Counted where the node reads the gateway's figures (`r[node.gateway.metrics+4]`).
-    let answered = || node.gateway.totals().map(|t| t.tls_alpn01_answered);
+    let answered = || node.gateway.totals().map(|t| t.tls_alpn_answered);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while answered() != Some(1) {
         assert!(std::time::Instant::now() < deadline, "{:?}", answered());

@@ -180,7 +180,7 @@ async fn register(inner: Arc<Inner>, first: tokio::sync::oneshot::Sender<()>) {
 const ROOM_QUEUE: usize = 1024;
 
 // r[impl gateway.cluster.bus]
-// r[impl gateway.history.order+2]
+// r[impl gateway.history.order+3]
 /// Delivers what other replicas sent here: a user's pushes to their connections here, a room's
 /// to its members here (skipping this replica's own broadcasts, delivered when they were sent).
 /// This loop never waits on a room's lock or on the history: room messages in position order go
@@ -196,7 +196,7 @@ async fn receive(
         inner: inner.clone(),
     };
     let mut queues: Vec<Option<tokio::sync::mpsc::Sender<BusMessage>>> = (0
-        ..crate::delivery::ROOM_LOCK_STRIPES)
+        ..crate::server::delivery::ROOM_LOCK_STRIPES)
         .map(|_| None)
         .collect();
     loop {
@@ -216,9 +216,9 @@ async fn receive(
                 origin,
                 pos: Some(pos),
                 prev: Some(prev),
-                fresh,
+                start,
             } => {
-                let stripe = crate::delivery::room_stripe(&room);
+                let stripe = crate::server::delivery::room_stripe(&room);
                 let Some(queue) = queues.get_mut(stripe) else {
                     continue;
                 };
@@ -229,7 +229,7 @@ async fn receive(
                     origin,
                     pos: Some(pos),
                     prev: Some(prev),
-                    fresh,
+                    start,
                 };
                 if queue.try_send(message).is_err() {
                     inner.stats.room_bus_dropped();
@@ -241,7 +241,7 @@ async fn receive(
                 origin,
                 pos,
                 prev,
-                fresh,
+                start,
             } => {
                 gateway
                     .receive_room(
@@ -250,7 +250,7 @@ async fn receive(
                         &origin,
                         pos.as_deref(),
                         prev.as_deref(),
-                        fresh,
+                        start.as_deref(),
                     )
                     .await;
             }
@@ -271,7 +271,7 @@ fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
                 origin,
                 pos,
                 prev,
-                fresh,
+                start,
             } = message
             {
                 gateway
@@ -281,7 +281,7 @@ fn deliver_rooms(gateway: Gateway) -> tokio::sync::mpsc::Sender<BusMessage> {
                         &origin,
                         pos.as_deref(),
                         prev.as_deref(),
-                        fresh,
+                        start.as_deref(),
                     )
                     .await;
             }

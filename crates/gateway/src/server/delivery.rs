@@ -35,9 +35,12 @@ pub(crate) const ROOM_ORDER_IDLE: std::time::Duration = std::time::Duration::fro
 #[derive(Debug, Default)]
 pub(crate) struct RoomOrder {
     last: HashMap<String, (Pos, tokio::time::Instant)>,
-    /// The first position of each tracked room's stream, when this replica saw the append that
-    /// created it: its copy from the bus is then recognised as seen, not as another restart.
-    started: HashMap<String, Pos>,
+    /// The identity (first position) of the stream each tracked room's last position is in,
+    /// when known: a message of another stream starts the room over.
+    start: HashMap<String, Pos>,
+    /// The identity of the stream each room followed before its current one: a late message of
+    /// it is not followed back (it is skipped, counted as lost).
+    retired: HashMap<String, Pos>,
     updates: u32,
     /// Pushes made here waiting for their message to be delivered from the bus, by room and
     /// position.
@@ -75,15 +78,25 @@ impl RoomOrder {
         self.last.get(room).map(|(p, _)| *p)
     }
 
-    /// Whether `pos` is where `room`'s stream started over, as seen here already.
-    fn started_at(&self, room: &str, pos: Pos) -> bool {
-        self.started.get(room) == Some(&pos)
+    fn start(&self, room: &str) -> Option<Pos> {
+        self.start.get(room).copied()
+    }
+
+    /// Records that `room` follows the stream `start` from now on.
+    fn follow(&mut self, room: &str, start: Pos) {
+        match self.start.insert(room.to_owned(), start) {
+            Some(old) if old != start => {
+                self.retired.insert(room.to_owned(), old);
+            }
+            _ => {}
+        }
     }
 
     /// Forgets `room` (it has no members here).
     fn forget(&mut self, room: &str) {
         self.last.remove(room);
-        self.started.remove(room);
+        self.start.remove(room);
+        self.retired.remove(room);
     }
 
     /// Records `room`'s last position; every 256th update also forgets rooms idle for
@@ -95,7 +108,8 @@ impl RoomOrder {
             self.last
                 .retain(|r, (_, at)| now.duration_since(*at) < ROOM_ORDER_IDLE || has_members(r));
             let last = &self.last;
-            self.started.retain(|r, _| last.contains_key(r));
+            self.start.retain(|r, _| last.contains_key(r));
+            self.retired.retain(|r, _| last.contains_key(r));
         }
         match self.last.get_mut(room) {
             Some(entry) => *entry = (pos, now),
@@ -123,7 +137,7 @@ impl Rooms {
         }
     }
 
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     /// The lock a push to `room` holds from its position to its broadcast (without a history
     /// that publishes; with one, only while it delivers here), and a delivery from the bus holds
     /// while it delivers.
@@ -146,8 +160,8 @@ struct Seen {
     pos: Pos,
     /// The position before it in the stream.
     prev: Pos,
-    /// The append created the stream: it starts over at `pos`.
-    fresh: bool,
+    /// The identity (first position) of the stream it is in, when the history keeps one.
+    start: Option<Pos>,
 }
 
 /// What a room push's append came to.
@@ -167,7 +181,7 @@ impl Gateway {
             && self.inner.membership.bus().atomic_room_channel().is_some()
     }
 
-    // r[impl gateway.cluster.push-user+2]
+    // r[impl gateway.cluster.push-user+3]
     /// Pushes to `user`'s connections on this replica, and to every other replica the routing
     /// map names for them (a user may be connected to several). A routing or bus outage is
     /// reported in [`Delivery::forwarded`], never fatal.
@@ -191,17 +205,26 @@ impl Gateway {
                         async move { (to, sent.await) }
                     });
                 let mut forwarded = Forward::NotNeeded;
+                let mut failed = Vec::new();
                 for (to, sent) in futures_util::future::join_all(sends).await {
                     match sent {
                         Ok(()) if forwarded == Forward::NotNeeded => {
                             forwarded = Forward::Published;
                         }
                         Ok(()) => {}
-                        Err(_) if self.drop_dead_route(user, to).await => {}
-                        Err(e) => {
-                            tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
-                            forwarded = Forward::Failed;
-                        }
+                        Err(e) => failed.push((to, e)),
+                    }
+                }
+                // Each failed send asks the registry whether its replica is dead: at once, not
+                // one after another, so the push waits one lookup at most.
+                let dead = futures_util::future::join_all(
+                    failed.iter().map(|(to, _)| self.drop_dead_route(user, to)),
+                )
+                .await;
+                for ((to, e), dead) in failed.iter().zip(dead) {
+                    if !dead {
+                        tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
+                        forwarded = Forward::Failed;
                     }
                 }
                 forwarded
@@ -268,7 +291,8 @@ impl Gateway {
             pos,
             prev: Some(prev),
             published: true,
-            fresh,
+            start,
+            ..
         }) = appended
         {
             let order = match held {
@@ -276,7 +300,7 @@ impl Gateway {
                 None => inner.rooms.lock(room).lock().await,
             };
             let mut delivery = self
-                .deliver_own(order, room, Seen { pos, prev, fresh }, text)
+                .deliver_own(order, room, Seen { pos, prev, start }, text)
                 .await;
             delivery.pos = Some(pos);
             delivery.forwarded = Forward::Published;
@@ -311,7 +335,7 @@ impl Gateway {
             origin: inner.replica.id.clone(),
             pos: pos.map(|p| p.to_string()),
             prev: None,
-            fresh: false,
+            start: None,
         };
         delivery.forwarded = match inner.membership.bus().broadcast(&message).await {
             Ok(()) => Forward::Published,
@@ -382,13 +406,16 @@ impl Gateway {
         }
         match inner
             .history
-            .last_assigned(room, &inner.config.history)
+            .last_assigned_in_stream(room, &inner.config.history)
             .await
         {
-            Ok(Some(last)) => {
+            Ok(Some(crate::history::StreamPlace { last, start })) => {
                 let mut order = inner.rooms.lock(room).lock().await;
                 if order.last(room).is_none() {
                     order.set(room, last, |r| !inner.registry.members(r).is_empty());
+                    if let Some(start) = start {
+                        order.follow(room, start);
+                    }
                 }
             }
             Ok(None) => {}
@@ -408,7 +435,7 @@ impl Gateway {
         origin: &str,
         pos: Option<&str>,
         prev: Option<&str>,
-        fresh: bool,
+        start: Option<&str>,
     ) {
         let pos = pos.and_then(|p| p.parse::<Pos>().ok());
         let prev = prev.and_then(|p| p.parse::<Pos>().ok());
@@ -416,7 +443,8 @@ impl Gateway {
             (Some(pos), Some(prev)) => {
                 let mine = origin == self.inner.replica.id;
                 let mut order = self.inner.rooms.lock(room).lock().await;
-                let seen = Seen { pos, prev, fresh };
+                let start = start.and_then(|s| s.parse::<Pos>().ok());
+                let seen = Seen { pos, prev, start };
                 self.deliver_in_order(&mut order, room, seen, text, mine)
                     .await;
             }
@@ -430,7 +458,7 @@ impl Gateway {
         }
     }
 
-    // r[impl gateway.history.order+2]
+    // r[impl gateway.history.order+3]
     /// Delivers `room`'s message at `pos` (whose predecessor in the stream is `prev`) to its
     /// members here, under the room's lock, so they receive the room's messages in position
     /// order: one at or before the last seen here was seen already (pushed here, or read from
@@ -447,39 +475,34 @@ impl Gateway {
         text: &str,
         keep: bool,
     ) -> Delivery {
-        let Seen { pos, prev, fresh } = seen;
+        let Seen { pos, prev, start } = seen;
         let inner = &self.inner;
         // r[impl gateway.history.restart]
-        // A message whose append created the stream starts the room over: what the old stream
-        // held is not before it, whatever the positions say.
+        // Each message names its stream (the stream's first position): one of a stream other
+        // than the one followed here starts the room over, whatever the positions say, and what
+        // that stream holds before it is delivered first.
         let mut last = order.last(room);
-        if fresh {
-            if order.started_at(room, pos) {
-                // Its copy: delivered already.
-                return Delivery::default();
-            }
-            last = match last {
-                // At or below the last seen: either a gap fill delivered it already (a later
-                // message of this same stream came first), or the new stream's positions are
-                // below the old one's. The stream tells which: in the second case all it has
-                // assigned is below the last seen. Unreadable, it is taken as seen (a skip,
-                // rather than a repeat of every message since).
-                Some(l) if pos <= l => {
-                    match inner
-                        .history
-                        .last_assigned(room, &inner.config.history)
-                        .await
-                    {
-                        Ok(Some(assigned)) if assigned >= l => return Delivery::default(),
-                        Ok(_) => None,
-                        Err(e) => {
-                            tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's stream to tell a restart from a repeat");
-                            return Delivery::default();
-                        }
-                    }
+        let mut restart = None;
+        if let Some(s) = start {
+            match order.start(room) {
+                Some(known) if known == s => {}
+                Some(_) if order.retired.get(room) == Some(&s) => {
+                    // A late message of the stream followed before: its place is gone.
+                    inner.stats.room_gap(false);
+                    return order.fire(room, pos, Delivery::default(), false);
                 }
-                _ => None,
-            };
+                Some(_) => {
+                    last = None;
+                    restart = Some(s);
+                }
+                // Followed from before streams were named (or from no stream at all: a join
+                // with none): one that began after the last seen is a new one.
+                None if last.is_some_and(|l| s > l) => {
+                    last = None;
+                    restart = Some(s);
+                }
+                None => {}
+            }
         }
         if last.is_some_and(|l| pos <= l) {
             return Delivery::default();
@@ -492,8 +515,33 @@ impl Gateway {
             return order.fire(room, pos, Delivery::default(), false);
         }
         order.set(room, pos, |r| !inner.registry.members(r).is_empty());
-        if fresh {
-            order.started.insert(room.to_owned(), pos);
+        if let Some(s) = start {
+            order.follow(room, s);
+        }
+        if let Some(s) = restart
+            && pos > s
+        {
+            // The new stream's messages before this one have not been delivered here (its
+            // first one's copy may come late, or never): they are read from it (a gap filled),
+            // and what it no longer holds (or cannot be read) is counted as lost.
+            let filled = match inner.history.held(room, &inner.config.history).await {
+                Ok(held) => {
+                    let mut first = None;
+                    let mut through = None;
+                    for (p, t) in held.into_iter().filter(|(p, _)| *p >= s && *p < pos) {
+                        let d = self.push_room_local(room, &crate::history::frame(room, p, &t));
+                        order.fire(room, p, d, true);
+                        first = first.or(Some(p));
+                        through = Some(p);
+                    }
+                    first == Some(s) && through == Some(prev)
+                }
+                Err(e) => {
+                    tracing::warn!(replica = %inner.replica.id, error = %e, room, "cannot read a room's new stream to deliver its first messages");
+                    false
+                }
+            };
+            inner.stats.room_gap(filled);
         }
         if let Some(last) = last
             && prev > last
@@ -558,8 +606,7 @@ impl Gateway {
     /// A push to a room no connection could join (its name past the room name limit, which a
     /// live limits update may change) is refused and counted, before it reaches the history.
     fn refuse_room_name(&self, room: &str) -> Option<Delivery> {
-        let max = self.inner.limits.max_room_name();
-        (max != 0 && room.len() > max).then(|| {
+        self.inner.limits.room_name_too_long(room).then(|| {
             self.inner.stats.push_refused_room_name();
             Delivery {
                 room_name_too_long: true,
@@ -568,12 +615,16 @@ impl Gateway {
         })
     }
 
-    // r[impl gateway.history.bounds]
-    /// A push larger than the message size limit is refused (so history holds no larger one).
+    // r[impl gateway.history.bounds+2]
+    /// A push larger than the message size limit is refused (so history holds no larger one),
+    /// and counted.
     fn refuse_too_large(&self, text: &str) -> Option<Delivery> {
-        (text.len() > self.inner.config.max_message_size).then(|| Delivery {
-            too_large: true,
-            ..Delivery::default()
+        (text.len() > self.inner.config.max_message_size).then(|| {
+            self.inner.stats.push_refused_too_large();
+            Delivery {
+                too_large: true,
+                ..Delivery::default()
+            }
         })
     }
 
@@ -592,7 +643,7 @@ impl Gateway {
             origin: inner.replica.id.clone(),
             pos: None,
             prev: None,
-            fresh: false,
+            start: None,
         };
         let announce = RoomAnnounce {
             channel: inner.membership.bus().atomic_room_channel(),
