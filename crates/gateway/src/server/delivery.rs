@@ -604,9 +604,12 @@ impl Gateway {
 
     // r[impl gateway.rooms.publish-name]
     /// A push to a room no connection could join (its name past the room name limit, which a
-    /// live limits update may change) is refused and counted, before it reaches the history.
+    /// live limits update may change) and no connection here is in is refused and counted,
+    /// before it reaches the history: members who joined before a live lowering keep hearing it.
     fn refuse_room_name(&self, room: &str) -> Option<Delivery> {
-        self.inner.limits.room_name_too_long(room).then(|| {
+        let refused = self.inner.limits.room_name_too_long(room)
+            && self.inner.registry.members(room).is_empty();
+        refused.then(|| {
             self.inner.stats.push_refused_room_name();
             Delivery {
                 room_name_too_long: true,
