@@ -50,7 +50,7 @@ pub const COMPLETIONS: [(&str, &str); 3] = [
     ("fish", "holdfast.fish"),
 ];
 
-// i[impl dist.deb]
+// i[impl dist.deb+2]
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let What::Deb(deb) = args.what;
@@ -304,7 +304,7 @@ fn package(workspace: &Path, profile: Profile, out: &Path) -> anyhow::Result<Pat
 mod tests {
     use super::*;
 
-    // i[verify dist.deb]
+    // i[verify dist.deb+2]
     #[test]
     fn the_debug_package_comes_from_cargo_s_dev_profile() {
         assert_eq!(Profile::of(true).cargo_name(), "dev");
@@ -380,7 +380,7 @@ mod tests {
         assert_eq!(commit_of(br#"{"commit":null}"#), None);
     }
 
-    // i[verify dist.deb]
+    // i[verify dist.deb+2]
     #[test]
     fn the_completions_are_the_files_the_package_metadata_installs() {
         let manifest = std::fs::read_to_string(

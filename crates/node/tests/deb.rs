@@ -128,7 +128,7 @@ fn uid_of(pid: u32) -> u32 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-// i[verify dist.deb]
+// i[verify dist.deb+2]
 // i[verify dist.deb.install]
 #[test]
 fn the_package_installs_runs_as_its_user_and_removes_keeping_the_data() {
