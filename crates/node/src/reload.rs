@@ -318,7 +318,7 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
     }
 }
 
-// r[impl node.reload.live-pull]
+// r[impl node.reload.live-pull+2]
 /// Whether what the pull module is built from differs only in its set of (workload name, image):
 /// the same daemon, pacing, registry credentials, followed tags and image collection (a field
 /// added to [`PullInputs`] must be sorted here, which the destructuring enforces).
@@ -890,7 +890,7 @@ mod tests {
         assert!(!takes_live(NAME, &without, &running));
     }
 
-    // r[verify node.reload.live-pull]
+    // r[verify node.reload.live-pull+2]
     #[test]
     fn a_pull_module_takes_only_its_set_of_images_live() {
         use crate::modules::pull::NAME;

@@ -716,7 +716,7 @@ impl LiveUpdates {
     /// replaced first: a module that ended meanwhile starts again from the new settings.
     fn apply(self, context: &Context) {
         let node = &context.node;
-        // r[impl node.reload.live-pull]
+        // r[impl node.reload.live-pull+2]
         // The running module reads the set at its next tick, a restart of it starts from it.
         if let Some(images) = self.pull {
             *context

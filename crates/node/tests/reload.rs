@@ -512,7 +512,7 @@ async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
 }
 
 // r[verify node.reload.live+2]
-// r[verify node.reload.live-pull]
+// r[verify node.reload.live-pull+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
     // No Docker daemon needed: the workload module runs (degraded) and takes its set all the same.

@@ -30,7 +30,7 @@ pub const NAME: &str = "pull";
 pub use crate::config::{TagChecks, pull_config};
 
 /// The pull module's (workload name, image reference) set, shared with the node's reload, which
-/// may replace it while the module runs (`r[node.reload.live-pull]`).
+/// may replace it while the module runs (`r[node.reload.live-pull+2]`).
 pub type SharedImages = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
 /// `images` as a set the module and the node's reload share.
@@ -269,6 +269,8 @@ impl PullModule {
         // `None` until the daemon has been heard from (or found missing) once.
         let mut probe_down: Option<Option<String>> = None;
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
+        // The references of the last tick's set: one a reload removed is forgotten.
+        let mut kept: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         let mut tags = FollowedTags::new(&self.tag_checks, self.config.image_policy().seed());
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -301,9 +303,19 @@ impl PullModule {
             // `Some(None)`: the daemon answers; `Some(Some(e))`: it does not; `None`: not known yet.
             let mut down: Option<Option<String>> = None;
             let mut statuses = Vec::new();
-            // r[impl node.reload.live-pull]
+            // r[impl node.reload.live-pull+2]
             // The set as it is now: a reload may have replaced it since the last tick.
-            for (name, image) in &images_now(&self.workloads) {
+            let images = images_now(&self.workloads);
+            let now_kept: std::collections::BTreeSet<String> =
+                images.iter().map(|(_, image)| image.clone()).collect();
+            // An image no workload needs any more: its fault, pacing and pull under way go.
+            for gone in kept.difference(&now_kept) {
+                actuator.forget(gone);
+                last.remove(gone);
+                tags.forget(gone);
+            }
+            kept = now_kept;
+            for (name, image) in &images {
                 let state = actuator.ensure(image, now);
                 let (label, detail) = describe(&state, now);
                 match &state {
@@ -481,6 +493,12 @@ impl FollowedTags {
             let result = fetcher.check_tag(reference.clone()).await;
             let _ = tx.send((reference, result));
         });
+    }
+
+    /// `image` is no longer kept: a move noticed is no longer acted on.
+    fn forget(&mut self, image: &str) {
+        self.moved.remove(image);
+        self.checks.forget(image);
     }
 
     fn answered(
@@ -808,6 +826,79 @@ mod tests {
                 (404, r#"{"message":"No such image"}"#.to_owned())
             }
         })
+    }
+
+    // r[verify node.reload.live-pull+2]
+    // Real time, as the gc keys' test: the module's pacing reads the system clock.
+    #[tokio::test]
+    async fn an_image_a_reload_removed_loses_its_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        // Every image is unknown to the daemon and to its registry: a not-found fault each.
+        let _lines = fake_daemon(&sock, |line| {
+            if line.contains("/version") {
+                (200, VERSION.to_owned())
+            } else {
+                (404, r#"{"message":"manifest unknown"}"#.to_owned())
+            }
+        });
+        let text = format!(
+            "[node]\n[pull]\ndocker_host = \"unix://{}\"\n",
+            sock.display()
+        );
+        let config = crate::config::Config::parse("t.toml", &text).unwrap();
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let inputs = config.pull_inputs(7);
+        let images = shared_images(vec![("web".to_owned(), "r.test/app:typo".to_owned())]);
+        let module = PullModule {
+            workloads: images.clone(),
+            docker_host: inputs.docker_host,
+            config: inputs.config,
+            auth: inputs.auth,
+            tag_checks: inputs.tag_checks,
+            tick: Duration::from_millis(50),
+            gc: None,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        let faulted = |image: &str| {
+            node.faults
+                .of_module(NAME)
+                .iter()
+                .any(|f| f.subject.name.contains(image))
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !faulted("app:typo") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no fault for the missing image: {:?}",
+                node.faults.list()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The reload fixes the typo: it replaces the set the running module reads.
+        *images.lock().unwrap() = vec![("web".to_owned(), "r.test/app:fixed".to_owned())];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while faulted("app:typo") || !faulted("app:fixed") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the removed image's fault stays: {:?}",
+                node.faults.list()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        started
+            .stopper
+            .stop(holdfast_lifecycle::StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: holdfast_lifecycle::StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
     }
 
     // r[verify node.pull.gc-configured+2]
