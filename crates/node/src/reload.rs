@@ -226,6 +226,36 @@ impl Inputs {
     }
 }
 
+// r[impl node.reload.node-sections]
+/// Puts `running`'s own sections ([`NODE_SECTIONS`]) into `new`, in place of the file's: a
+/// module's inputs built from `new` then use the node's running settings, as the module built
+/// by the reload will (a `[node] data_dir` changed in the file changes no module).
+pub fn keep_node_sections(new: &mut Config, running: &Config) {
+    new.node = running.node.clone();
+    new.admin = running.admin.clone();
+    new.log = running.log.clone();
+    new.supervise = running.supervise.clone();
+}
+
+// r[impl node.reload.diff+4]
+// r[impl node.reload.node-sections]
+/// What going from the running config (`running`, its inputs `running_inputs`) to the file's
+/// `new` changes: the modules compared as they would be built with the running node sections
+/// (which are put into `new`), the node sections that need a restart as the file has them.
+/// Returns the new inputs with the plan.
+pub fn plan(running_inputs: &Inputs, running: &Config, new: &mut Config) -> (Inputs, Plan) {
+    let from_file = Inputs::of_modules([], new).node;
+    keep_node_sections(new, running);
+    let inputs = Inputs::of(new);
+    let mut plan = diff(running_inputs, &inputs);
+    plan.needs_restart = NODE_SECTIONS
+        .iter()
+        .filter(|key| running_inputs.node.get(**key) != from_file.get(**key))
+        .map(|key| (*key).to_owned())
+        .collect();
+    (inputs, plan)
+}
+
 /// What a reload changes.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Plan {
@@ -483,6 +513,39 @@ mod tests {
     fn inputs(text: &str) -> Inputs {
         let config = Config::parse("reload.toml", text).unwrap();
         Inputs::of(&config)
+    }
+
+    // r[verify node.reload.node-sections]
+    // r[verify node.reload.diff+4]
+    #[test]
+    fn a_changed_data_dir_changes_no_module_and_needs_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "reload-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        // The gateway's certificate comes from issuance: its files' paths are under data_dir.
+        let file = |data: &str| {
+            format!(
+                "[node]\ndata_dir = \"{data}\"\n[gateway]\nlisten = \"127.0.0.1:8443\"\n\
+                 token_key_file = \"{}\"\n[gateway.tls]\nfrom_issuance = \"app.example\"\n\
+                 [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n",
+                key.display()
+            )
+        };
+        let running = Config::parse("reload.toml", &file("/var/lib/a")).unwrap();
+        let mut new = Config::parse("reload.toml", &file("/var/lib/b")).unwrap();
+        let (inputs, plan) = super::plan(&Inputs::of(&running), &running, &mut new);
+        assert!(
+            plan.modules.values().all(|c| *c == Change::Unchanged),
+            "{:?}",
+            plan.modules
+        );
+        assert_eq!(plan.needs_restart, vec!["node".to_owned()]);
+        // The reload runs on with the running data_dir.
+        assert_eq!(new.node.data_dir, running.node.data_dir);
+        assert_eq!(inputs, Inputs::of(&running));
     }
 
     const BASE: &str = "[node]\n\

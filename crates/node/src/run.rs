@@ -829,12 +829,15 @@ async fn prepare(
     check: Option<IssuanceCheck>,
 ) -> Prepared {
     use crate::modules::{forward, issuance};
-    let new_inputs = Inputs::of(config);
     let (forward_wanted, issuance_wanted) = {
         let running = running.lock().await;
         if running.closed {
             return Prepared::default();
         }
+        // Compared as the reload compares them: with the running node sections.
+        let mut config = config.clone();
+        crate::reload::keep_node_sections(&mut config, &running.config);
+        let new_inputs = Inputs::of(&config);
         // A forward whose section is the same may have a token file rotated in place.
         let unchanged = running
             .inputs
@@ -930,14 +933,9 @@ async fn reload(
     if running.closed || node.phase() == Phase::Draining {
         return Err(ReloadError::Stopping);
     }
-    let mut inputs = Inputs::of(&config);
-    let plan = crate::reload::diff(&running.inputs, &inputs);
-    // The node's own sections stay as they started (r[node.reload.node-sections]).
-    config.node = running.config.node.clone();
-    config.admin = running.config.admin.clone();
-    config.log = running.config.log.clone();
-    config.supervise = running.config.supervise.clone();
-    inputs.node = running.inputs.node.clone();
+    // The node's own sections stay as they started (r[node.reload.node-sections]), and the
+    // modules are compared as built with them.
+    let (inputs, plan) = crate::reload::plan(&running.inputs, &running.config, &mut config);
     if !plan.needs_restart.is_empty() {
         tracing::warn!(sections = ?plan.needs_restart,
             "reload: these sections changed and need a restart of the node to take effect");
