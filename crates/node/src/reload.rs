@@ -604,6 +604,45 @@ mod tests {
     }
 
     // r[verify node.reload.diff+4]
+    #[test]
+    fn a_gateway_default_written_out_is_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "reload-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let gateway = |extra: &str, auth: &str| {
+            format!("[node]\n[gateway]\nlisten = \"127.0.0.1:8443\"\n{extra}{auth}")
+        };
+        let key_file = format!("token_key_file = \"{}\"\n", key.display());
+        let secrets = format!("[gateway.auth]\nsecrets = [\"{}\"]\n", key.display());
+        let bare = inputs(&gateway(&key_file, ""));
+        // The ping interval's default written out, in another spelling; the key file as the
+        // one secret of [gateway.auth].
+        for written in [
+            gateway(&format!("ping_interval = \"20s\"\n{key_file}"), ""),
+            gateway("ping_interval = \"20 s\"\n", &secrets),
+            gateway("", &secrets),
+        ] {
+            let plan = diff(&bare, &inputs(&written));
+            assert_eq!(
+                plan.modules.get("gateway"),
+                Some(&Change::Unchanged),
+                "{written}"
+            );
+        }
+        // Another ping interval is a change.
+        let plan = diff(
+            &bare,
+            &inputs(&gateway(
+                &format!("ping_interval = \"21s\"\n{key_file}"),
+                "",
+            )),
+        );
+        assert_eq!(plan.modules.get("gateway"), Some(&Change::Changed));
+    }
+
+    // r[verify node.reload.diff+4]
     // r[verify node.reload.node-sections]
     #[test]
     fn each_kind_of_change_is_named_per_module() {
