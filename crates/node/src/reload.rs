@@ -38,9 +38,9 @@ pub enum Change {
 pub const NODE_SECTIONS: [&str; 4] = ["node", "admin", "log", "supervise"];
 
 /// What one module is built from, converted: two are equal exactly when the module would be
-/// built the same. Secrets and file paths are part of it: compared, and never logged. Not every
-/// secret's `Debug` is redacted (forward tokens and the ACME EAB are; a `gateway.cluster.redis`
-/// URL's password is not), so neither this nor its `Debug` may be logged.
+/// built the same. Secrets and file paths are part of it: compared, and never logged (the
+/// secrets' own `Debug` hides them: forward tokens, the ACME EAB, a `gateway.cluster.redis`
+/// URL's password; the file paths are shown).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModuleInputs {
     /// `pull`: its whole `[pull]` section as typed (so that a key added later is never missed;
@@ -325,7 +325,7 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
                 built: new,
             },
         ) => old_section == new_section && images_only(old, new),
-        // r[impl node.reload.live+2]
+        // r[impl node.reload.live+3]
         // The workload module: only its `[[workload]]` entries (its settings, which hold what
         // `[workloads]` sets, are the same).
         (

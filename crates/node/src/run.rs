@@ -729,7 +729,7 @@ impl LiveUpdates {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = images;
             tracing::info!("reload: the pull module took its new set of images live");
         }
-        // r[impl node.reload.live+2]
+        // r[impl node.reload.live+3]
         if let Some(workloads) = self.workloads {
             *context
                 .live

@@ -325,7 +325,7 @@ async fn ended(client: &mut Reaped, within: Duration) -> (Option<i32>, String) {
 }
 
 // r[verify node.reload.live-forward]
-// r[verify node.reload.live+2]
+// r[verify node.reload.live+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer_allowed() {
     let (kept, dropped) = (echo(), echo());
@@ -511,7 +511,7 @@ async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
     assert_eq!(code, 0, "{log}");
 }
 
-// r[verify node.reload.live+2]
+// r[verify node.reload.live+3]
 // r[verify node.reload.live-pull+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
@@ -1072,7 +1072,7 @@ async fn a_module_the_reload_starts_that_fails_is_reported_failed() {
 /// keeps relaying and the one to a target no longer allowed ends with its reason. Prints the
 /// reload's timeline (`--nocapture`). No Docker daemon needed: the workload module runs degraded
 /// and takes its new set all the same.
-// r[verify node.reload.live+2]
+// r[verify node.reload.live+3]
 // r[verify node.reload.live-forward]
 // r[verify node.reload.live-issuance]
 // r[verify node.reload.apply]
