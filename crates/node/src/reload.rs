@@ -605,6 +605,33 @@ mod tests {
 
     // r[verify node.reload.diff+4]
     #[test]
+    fn a_forward_bound_at_its_default_written_out_is_no_change() {
+        let written = BASE.replace(
+            "allow = [\"127.0.0.1:53\"]\n",
+            "allow = [\"127.0.0.1:53\"]\nmax_connections = 64\nmax_connections_per_token = 16\n\
+             max_unauthenticated = 256\nmax_unauthenticated_per_source = 8\n",
+        );
+        assert_ne!(written, BASE);
+        let plan = diff(&inputs(BASE), &inputs(&written));
+        assert_eq!(
+            plan.modules.get("forward"),
+            Some(&Change::Unchanged),
+            "{plan:?}"
+        );
+        // Another bound is a change.
+        let plan = diff(
+            &inputs(BASE),
+            &inputs(&written.replace("max_connections = 64", "max_connections = 65")),
+        );
+        assert_eq!(
+            plan.modules.get("forward"),
+            Some(&Change::Changed),
+            "{plan:?}"
+        );
+    }
+
+    // r[verify node.reload.diff+4]
+    #[test]
     fn a_gateway_default_written_out_is_no_change() {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("gateway.key");

@@ -249,17 +249,38 @@ impl ForwardSettings {
         ForwardSettings {
             listen: *section.listen.get_ref(),
             access: AccessSpec::of(section),
+            // Each unset one as holdfast-forward's default: a default written out is the same.
             bounds: Bounds {
-                max_connections: section.max_connections.as_ref().map(|b| *b.get_ref()),
-                max_connections_per_token: section
-                    .max_connections_per_token
-                    .as_ref()
-                    .map(|b| *b.get_ref()),
-                max_unauthenticated: section.max_unauthenticated.as_ref().map(|b| *b.get_ref()),
-                max_unauthenticated_per_source: section
-                    .max_unauthenticated_per_source
-                    .as_ref()
-                    .map(|b| *b.get_ref()),
+                max_connections: Some(
+                    section
+                        .max_connections
+                        .as_ref()
+                        .map_or(holdfast_forward::DEFAULT_MAX_AUTHENTICATED, |b| {
+                            *b.get_ref()
+                        }),
+                ),
+                max_connections_per_token: Some(
+                    section
+                        .max_connections_per_token
+                        .as_ref()
+                        .map_or(holdfast_forward::DEFAULT_MAX_PER_CREDENTIAL, |b| {
+                            *b.get_ref()
+                        }),
+                ),
+                max_unauthenticated: Some(
+                    section
+                        .max_unauthenticated
+                        .as_ref()
+                        .map_or(holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED, |b| {
+                            *b.get_ref()
+                        }),
+                ),
+                max_unauthenticated_per_source: Some(
+                    section.max_unauthenticated_per_source.as_ref().map_or(
+                        holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
+                        |b| *b.get_ref(),
+                    ),
+                ),
             },
         }
     }
