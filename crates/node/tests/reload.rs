@@ -635,7 +635,7 @@ async fn a_running_pull_module_acts_on_the_set_a_reload_replaced() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen, [typo.clone()]);
+    assert_eq!(seen, [typo]);
 
     write_config(
         node.dir.path(),
