@@ -38,9 +38,9 @@ pub enum Change {
 pub const NODE_SECTIONS: [&str; 4] = ["node", "admin", "log", "supervise"];
 
 /// What one module is built from, converted: two are equal exactly when the module would be
-/// built the same. Secrets and file paths are part of it: compared, and never logged. Not every
-/// secret's `Debug` is redacted (forward tokens and the ACME EAB are; a `gateway.cluster.redis`
-/// URL's password is not), so neither this nor its `Debug` may be logged.
+/// built the same. Secrets and file paths are part of it: compared, and never logged (the
+/// secrets' own `Debug` hides them: forward tokens, the ACME EAB, a `gateway.cluster.redis`
+/// URL's password; the file paths are shown).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModuleInputs {
     /// `pull`: its whole `[pull]` section as typed (so that a key added later is never missed;
@@ -226,6 +226,36 @@ impl Inputs {
     }
 }
 
+// r[impl node.reload.node-sections]
+/// Puts `running`'s own sections ([`NODE_SECTIONS`]) into `new`, in place of the file's: a
+/// module's inputs built from `new` then use the node's running settings, as the module built
+/// by the reload will (a `[node] data_dir` changed in the file changes no module).
+pub fn keep_node_sections(new: &mut Config, running: &Config) {
+    new.node = running.node.clone();
+    new.admin = running.admin.clone();
+    new.log = running.log.clone();
+    new.supervise = running.supervise.clone();
+}
+
+// r[impl node.reload.diff+4]
+// r[impl node.reload.node-sections]
+/// What going from the running config (`running`, its inputs `running_inputs`) to the file's
+/// `new` changes: the modules compared as they would be built with the running node sections
+/// (which are put into `new`), the node sections that need a restart as the file has them.
+/// Returns the new inputs with the plan.
+pub fn plan(running_inputs: &Inputs, running: &Config, new: &mut Config) -> (Inputs, Plan) {
+    let from_file = Inputs::of_modules([], new).node;
+    keep_node_sections(new, running);
+    let inputs = Inputs::of(new);
+    let mut plan = diff(running_inputs, &inputs);
+    plan.needs_restart = NODE_SECTIONS
+        .iter()
+        .filter(|key| running_inputs.node.get(**key) != from_file.get(**key))
+        .map(|key| (*key).to_owned())
+        .collect();
+    (inputs, plan)
+}
+
 /// What a reload changes.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Plan {
@@ -295,7 +325,7 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
                 built: new,
             },
         ) => old_section == new_section && images_only(old, new),
-        // r[impl node.reload.live+2]
+        // r[impl node.reload.live+3]
         // The workload module: only its `[[workload]]` entries (its settings, which hold what
         // `[workloads]` sets, are the same).
         (
@@ -318,7 +348,7 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
     }
 }
 
-// r[impl node.reload.live-pull]
+// r[impl node.reload.live-pull+2]
 /// Whether what the pull module is built from differs only in its set of (workload name, image):
 /// the same daemon, pacing, registry credentials, followed tags and image collection (a field
 /// added to [`PullInputs`] must be sorted here, which the destructuring enforces).
@@ -485,6 +515,39 @@ mod tests {
         Inputs::of(&config)
     }
 
+    // r[verify node.reload.node-sections]
+    // r[verify node.reload.diff+4]
+    #[test]
+    fn a_changed_data_dir_changes_no_module_and_needs_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "reload-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        // The gateway's certificate comes from issuance: its files' paths are under data_dir.
+        let file = |data: &str| {
+            format!(
+                "[node]\ndata_dir = \"{data}\"\n[gateway]\nlisten = \"127.0.0.1:8443\"\n\
+                 token_key_file = \"{}\"\n[gateway.tls]\nfrom_issuance = \"app.example\"\n\
+                 [issuance]\n[issuance.local]\nendpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [[issuance.hostname]]\nname = \"app.example\"\nsource = \"local\"\n",
+                key.display()
+            )
+        };
+        let running = Config::parse("reload.toml", &file("/var/lib/a")).unwrap();
+        let mut new = Config::parse("reload.toml", &file("/var/lib/b")).unwrap();
+        let (inputs, plan) = super::plan(&Inputs::of(&running), &running, &mut new);
+        assert!(
+            plan.modules.values().all(|c| *c == Change::Unchanged),
+            "{:?}",
+            plan.modules
+        );
+        assert_eq!(plan.needs_restart, vec!["node".to_owned()]);
+        // The reload runs on with the running data_dir.
+        assert_eq!(new.node.data_dir, running.node.data_dir);
+        assert_eq!(inputs, Inputs::of(&running));
+    }
+
     const BASE: &str = "[node]\n\
         [[workload]]\nname = \"web\"\nimage = \"nginx:1\"\n\
         [forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"reload-test-forward-token-0123456789\"]\nallow = [\"127.0.0.1:53\"]\n";
@@ -538,6 +601,72 @@ mod tests {
             &inputs(&minute.replace("\"1 m\"", "\"2m\"")),
         );
         assert_eq!(plan.with(Change::Changed).collect::<Vec<_>>(), ["workload"]);
+    }
+
+    // r[verify node.reload.diff+4]
+    #[test]
+    fn a_forward_bound_at_its_default_written_out_is_no_change() {
+        let written = BASE.replace(
+            "allow = [\"127.0.0.1:53\"]\n",
+            "allow = [\"127.0.0.1:53\"]\nmax_connections = 64\nmax_connections_per_token = 16\n\
+             max_unauthenticated = 256\nmax_unauthenticated_per_source = 8\n",
+        );
+        assert_ne!(written, BASE);
+        let plan = diff(&inputs(BASE), &inputs(&written));
+        assert_eq!(
+            plan.modules.get("forward"),
+            Some(&Change::Unchanged),
+            "{plan:?}"
+        );
+        // Another bound is a change.
+        let plan = diff(
+            &inputs(BASE),
+            &inputs(&written.replace("max_connections = 64", "max_connections = 65")),
+        );
+        assert_eq!(
+            plan.modules.get("forward"),
+            Some(&Change::Changed),
+            "{plan:?}"
+        );
+    }
+
+    // r[verify node.reload.diff+4]
+    #[test]
+    fn a_gateway_default_written_out_is_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "reload-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let gateway = |extra: &str, auth: &str| {
+            format!("[node]\n[gateway]\nlisten = \"127.0.0.1:8443\"\n{extra}{auth}")
+        };
+        let key_file = format!("token_key_file = \"{}\"\n", key.display());
+        let secrets = format!("[gateway.auth]\nsecrets = [\"{}\"]\n", key.display());
+        let bare = inputs(&gateway(&key_file, ""));
+        // The ping interval's default written out, in another spelling; the key file as the
+        // one secret of [gateway.auth].
+        for written in [
+            gateway(&format!("ping_interval = \"20s\"\n{key_file}"), ""),
+            gateway("ping_interval = \"20 s\"\n", &secrets),
+            gateway("", &secrets),
+        ] {
+            let plan = diff(&bare, &inputs(&written));
+            assert_eq!(
+                plan.modules.get("gateway"),
+                Some(&Change::Unchanged),
+                "{written}"
+            );
+        }
+        // Another ping interval is a change.
+        let plan = diff(
+            &bare,
+            &inputs(&gateway(
+                &format!("ping_interval = \"21s\"\n{key_file}"),
+                "",
+            )),
+        );
+        assert_eq!(plan.modules.get("gateway"), Some(&Change::Changed));
     }
 
     // r[verify node.reload.diff+4]
@@ -890,7 +1019,7 @@ mod tests {
         assert!(!takes_live(NAME, &without, &running));
     }
 
-    // r[verify node.reload.live-pull]
+    // r[verify node.reload.live-pull+2]
     #[test]
     fn a_pull_module_takes_only_its_set_of_images_live() {
         use crate::modules::pull::NAME;

@@ -376,6 +376,8 @@ struct Context {
     heartbeat: notify::Heartbeat,
     /// What a reload may replace live.
     live: Live,
+    /// The reloads' reads and checks still running.
+    outstanding: Outstanding,
 }
 
 impl Context {
@@ -498,6 +500,7 @@ pub async fn run(
         node: node.clone(),
         heartbeat: heartbeat.clone(),
         live,
+        outstanding: Outstanding::default(),
     };
 
     let mut supervised = Vec::new();
@@ -716,7 +719,7 @@ impl LiveUpdates {
     /// replaced first: a module that ended meanwhile starts again from the new settings.
     fn apply(self, context: &Context) {
         let node = &context.node;
-        // r[impl node.reload.live-pull]
+        // r[impl node.reload.live-pull+2]
         // The running module reads the set at its next tick, a restart of it starts from it.
         if let Some(images) = self.pull {
             *context
@@ -726,7 +729,7 @@ impl LiveUpdates {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = images;
             tracing::info!("reload: the pull module took its new set of images live");
         }
-        // r[impl node.reload.live+2]
+        // r[impl node.reload.live+3]
         if let Some(workloads) = self.workloads {
             *context
                 .live
@@ -827,14 +830,18 @@ async fn prepare(
     running: &tokio::sync::Mutex<Running>,
     config: &Config,
     check: Option<IssuanceCheck>,
+    outstanding: &Outstanding,
 ) -> Prepared {
     use crate::modules::{forward, issuance};
-    let new_inputs = Inputs::of(config);
     let (forward_wanted, issuance_wanted) = {
         let running = running.lock().await;
         if running.closed {
             return Prepared::default();
         }
+        // Compared as the reload compares them: with the running node sections.
+        let mut config = config.clone();
+        crate::reload::keep_node_sections(&mut config, &running.config);
+        let new_inputs = Inputs::of(&config);
         // A forward whose section is the same may have a token file rotated in place.
         let unchanged = running
             .inputs
@@ -850,7 +857,12 @@ async fn prepare(
     if let Some(section) = config.forward.as_ref().filter(|_| forward_wanted) {
         let spec = forward::AccessSpec::of(section.get_ref());
         let read = spec.clone();
-        let access = bounded("the token files were not read", move || read.read()).await;
+        let access = bounded(
+            &outstanding.tokens,
+            "the token files were not read",
+            move || read.read(),
+        )
+        .await;
         prepared.forward = Some((spec, access));
     }
     if let (Some(section), Some(check)) =
@@ -858,21 +870,65 @@ async fn prepare(
     {
         let new = section.get_ref().clone();
         let checked = new.clone();
-        let certificates = bounded("not checked", move || check(&checked)).await;
+        let certificates = bounded(&outstanding.issuance, "not checked", move || {
+            check(&checked)
+        })
+        .await;
         prepared.issuance = Some((new, certificates));
     }
     prepared
 }
 
-/// Runs `work` off the runtime's threads, for at most [`CONFIG_READ_TIMEOUT`]; `late` says what
-/// was not done in time.
+// r[impl node.reload.outstanding]
+/// The reloads' reads and checks off the runtime's threads, one of each kind at a time: one given
+/// up after its time limit still holds its thread until the hung call returns, and repeated
+/// reloads must not stack such threads.
+/// Clones share the slots.
+#[derive(Default, Clone)]
+struct Outstanding {
+    /// The config file's read.
+    config: Slot,
+    /// The forward's token files' read.
+    tokens: Slot,
+    /// The issuance module's check.
+    issuance: Slot,
+}
+
+/// Whether one read or check of a kind is running.
+#[derive(Default, Clone)]
+struct Slot(Arc<std::sync::atomic::AtomicBool>);
+
+/// Frees its slot when dropped: when the work returns (or is dropped unrun).
+struct Free(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Free {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// r[impl node.reload.outstanding]
+/// Runs `work` off the runtime's threads, for at most [`CONFIG_READ_TIMEOUT`], unless the last
+/// work of `slot`'s kind is still running; `late` says what was not done.
 async fn bounded<T: Send + 'static>(
+    slot: &Slot,
     late: &str,
     work: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
+    if slot.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(format!(
+            "{late}: the last one is still running (given up after {}s)",
+            CONFIG_READ_TIMEOUT.as_secs()
+        ));
+    }
+    let free = Free(Arc::clone(&slot.0));
+    let work = move || {
+        let _free = free;
+        work()
+    };
     match tokio::time::timeout(CONFIG_READ_TIMEOUT, tokio::task::spawn_blocking(work)).await {
         Ok(Ok(done)) => done,
-        Ok(Err(e)) => Err(format!("it ended: {e}")),
+        Ok(Err(e)) => Err(format!("{late}: it ended: {e}")),
         Err(_) => Err(format!("{late} within {}s", CONFIG_READ_TIMEOUT.as_secs())),
     }
 }
@@ -895,14 +951,12 @@ async fn reload(
         .path
         .as_ref()
         .map_or_else(|| "the config".to_owned(), |p| p.display().to_string());
-    let read = tokio::task::spawn_blocking(move || source.load().map(|loaded| loaded.config));
-    let loaded = match tokio::time::timeout(CONFIG_READ_TIMEOUT, read).await {
-        Ok(read) => read.unwrap_or_else(|err| Err(format!("reading the config failed: {err}"))),
-        Err(_) => Err(format!(
-            "{file}: cannot read: not read within {}s",
-            CONFIG_READ_TIMEOUT.as_secs()
-        )),
-    };
+    let loaded = bounded(
+        &context.outstanding.config,
+        &format!("{file}: cannot read: not read"),
+        move || source.load().map(|loaded| loaded.config),
+    )
+    .await;
     let mut config = match loaded {
         Ok(loaded) => loaded,
         Err(message) => {
@@ -924,20 +978,15 @@ async fn reload(
         .map(|planner| -> IssuanceCheck {
             Box::new(move |config| planner.plan(config).map_err(|e| e.to_string()))
         });
-    let prepared = prepare(running, &config, check).await;
+    let prepared = prepare(running, &config, check, &context.outstanding).await;
     let mut running = running.lock().await;
     // r[impl node.reload.stopping+2]
     if running.closed || node.phase() == Phase::Draining {
         return Err(ReloadError::Stopping);
     }
-    let mut inputs = Inputs::of(&config);
-    let plan = crate::reload::diff(&running.inputs, &inputs);
-    // The node's own sections stay as they started (r[node.reload.node-sections]).
-    config.node = running.config.node.clone();
-    config.admin = running.config.admin.clone();
-    config.log = running.config.log.clone();
-    config.supervise = running.config.supervise.clone();
-    inputs.node = running.inputs.node.clone();
+    // The node's own sections stay as they started (r[node.reload.node-sections]), and the
+    // modules are compared as built with them.
+    let (inputs, plan) = crate::reload::plan(&running.inputs, &running.config, &mut config);
     if !plan.needs_restart.is_empty() {
         tracing::warn!(sections = ?plan.needs_restart,
             "reload: these sections changed and need a restart of the node to take effect");
@@ -1410,6 +1459,95 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
+    // r[verify node.reload.outstanding]
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_check_is_not_started_again_until_it_returns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let host =
+            |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
+        let text = |hosts: &str| {
+            format!(
+                "[node]\n[issuance]\n[issuance.local]\n\
+                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n{hosts}"
+            )
+        };
+        let was = Config::parse("r.toml", &text(&host("a.example"))).unwrap();
+        let new = Config::parse(
+            "r.toml",
+            &text(&format!("{}{}", host("a.example"), host("b.example"))),
+        )
+        .unwrap();
+        let running = Arc::new(tokio::sync::Mutex::new(Running {
+            inputs: Inputs::of(&was),
+            config: was,
+            modules: Vec::new(),
+            closed: false,
+        }));
+        let outstanding = Arc::new(Outstanding::default());
+        let started = Arc::new(AtomicUsize::new(0));
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let hang = Arc::new(Mutex::new(hang));
+        // A check that hangs (a name service that never answers) until the test lets it go.
+        let check = || -> IssuanceCheck {
+            let started = Arc::clone(&started);
+            let hang = Arc::clone(&hang);
+            Box::new(move |_| {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hang.lock().unwrap().recv();
+                Err("released".to_owned())
+            })
+        };
+        let prepare_once = |check: IssuanceCheck| {
+            let running = Arc::clone(&running);
+            let outstanding = Arc::clone(&outstanding);
+            let new = new.clone();
+            tokio::spawn(async move { prepare(&running, &new, Some(check), &outstanding).await })
+        };
+        let first = prepare_once(check());
+        let mut spins = 0;
+        while started.load(Ordering::SeqCst) == 0 {
+            spins += 1;
+            assert!(spins < 1_000_000, "the check never started");
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(CONFIG_READ_TIMEOUT + Duration::from_millis(1)).await;
+        let (_, given_up) = first.await.unwrap().issuance.expect("checked");
+        assert!(given_up.unwrap_err().contains("within 30s"));
+        // The first check still hangs: the next reload does not start another.
+        let second = prepare_once(check());
+        let mut spins = 0;
+        while !second.is_finished() {
+            spins += 1;
+            assert!(spins < 1_000_000, "the second reload never ended");
+            assert_eq!(
+                started.load(Ordering::SeqCst),
+                1,
+                "a second check started while the first hangs"
+            );
+            tokio::task::yield_now().await;
+        }
+        let (_, refused) = second.await.unwrap().issuance.expect("asked");
+        let refused = refused.unwrap_err();
+        assert!(refused.contains("still running"), "{refused}");
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        // Once it returns, the next reload checks again.
+        release.send(()).unwrap();
+        let mut spins = 0;
+        while outstanding.issuance.0.load(Ordering::SeqCst) {
+            spins += 1;
+            assert!(spins < 1_000_000, "the hung check never freed its slot");
+            tokio::task::yield_now().await;
+        }
+        release.send(()).unwrap();
+        let (_, checked) = prepare_once(check())
+            .await
+            .unwrap()
+            .issuance
+            .expect("checked");
+        assert_eq!(checked.unwrap_err(), "released");
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+    }
+
     // r[verify node.reload.issuance-check]
     #[tokio::test(start_paused = true)]
     async fn the_issuance_check_holds_no_lock_and_gives_up_after_the_read_timeout() {
@@ -1451,7 +1589,7 @@ mod tests {
         let began = tokio::time::Instant::now();
         let prepared = tokio::spawn({
             let running = Arc::clone(&running);
-            async move { prepare(&running, &new, Some(check)).await }
+            async move { prepare(&running, &new, Some(check), &Outstanding::default()).await }
         });
         let mut spins = 0;
         while started.try_recv().is_err() {

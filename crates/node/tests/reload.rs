@@ -325,7 +325,7 @@ async fn ended(client: &mut Reaped, within: Duration) -> (Option<i32>, String) {
 }
 
 // r[verify node.reload.live-forward]
-// r[verify node.reload.live+2]
+// r[verify node.reload.live+3]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer_allowed() {
     let (kept, dropped) = (echo(), echo());
@@ -511,8 +511,8 @@ async fn an_invalid_file_changes_nothing_and_reload_says_where_the_typo_is() {
     assert_eq!(code, 0, "{log}");
 }
 
-// r[verify node.reload.live+2]
-// r[verify node.reload.live-pull]
+// r[verify node.reload.live+3]
+// r[verify node.reload.live-pull+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module() {
     // No Docker daemon needed: the workload module runs (degraded) and takes its set all the same.
@@ -576,6 +576,102 @@ async fn a_changed_set_of_workloads_is_taken_live_without_restarting_the_module(
     let (code, out, err) = reload(&node);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("workload  changed"), "{out}");
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+/// The running pull module's faults, as "IMAGE-SUBJECT KIND".
+async fn pull_faults(node: &Node) -> Vec<String> {
+    let status = json_get(node, "/v1/status").await;
+    status["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["subject"]["module"] == "pull")
+        .map(|f| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            format!("{} {}", text(&f["subject"]["name"]), text(&f["kind"]))
+        })
+        .collect()
+}
+
+// r[verify node.reload.live-pull+2]
+// Against the real dockerd and registry (skipped loudly without them). Neither image exists in
+// the registry, so nothing is pulled or run: the registry's answer (not found) shows that the
+// running module asked for the image added, and the fault of the one removed goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_pull_module_acts_on_the_set_a_reload_replaced() {
+    let (Some(docker), Some(registry)) = (
+        holdfast_test_support::services::docker(),
+        holdfast_test_support::services::registry(),
+    ) else {
+        return;
+    };
+    let image = |tag: &str| {
+        format!(
+            "{}/holdfast-reload-{}/none:{tag}",
+            registry.addr,
+            std::process::id()
+        )
+    };
+    let workload =
+        |tag: &str| format!("[[workload]]\nname = \"web\"\nimage = \"{}\"\n", image(tag));
+    let node = start_in(
+        tempfile::tempdir().unwrap(),
+        &workload("typo"),
+        BUDGET,
+        Some(&docker.host),
+    );
+    node.until_ready().await;
+    let typo = format!("image {} not-found", image("typo"));
+    let fixed = format!("image {} not-found", image("fixed"));
+    let mut seen = Vec::new();
+    for _ in 0..300 {
+        seen = pull_faults(&node).await;
+        if seen.contains(&typo) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, [typo]);
+
+    write_config(
+        node.dir.path(),
+        &workload("fixed"),
+        BUDGET,
+        Some(&docker.host),
+    );
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.lines().any(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words == ["pull", "updated"]
+        }),
+        "{out}"
+    );
+    for _ in 0..300 {
+        seen = pull_faults(&node).await;
+        if seen == [fixed.clone()] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen,
+        [fixed],
+        "the added image is asked for, the removed one forgotten"
+    );
+    let workloads = json_get(&node, "/v1/workloads").await;
+    let images: Vec<&str> = workloads
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["image"].as_str())
+        .collect();
+    assert_eq!(images, [image("fixed")], "{workloads}");
 
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));
@@ -976,7 +1072,7 @@ async fn a_module_the_reload_starts_that_fails_is_reported_failed() {
 /// keeps relaying and the one to a target no longer allowed ends with its reason. Prints the
 /// reload's timeline (`--nocapture`). No Docker daemon needed: the workload module runs degraded
 /// and takes its new set all the same.
-// r[verify node.reload.live+2]
+// r[verify node.reload.live+3]
 // r[verify node.reload.live-forward]
 // r[verify node.reload.live-issuance]
 // r[verify node.reload.apply]

@@ -58,7 +58,7 @@ impl DaemonEndpoint {
         &self.host
     }
 
-    // r[impl actuate.image.gc+3]
+    // r[impl actuate.image.gc+4]
     /// Whether the daemon is reached through a socket on this host (`unix://`), the one case in
     /// which its data root's path can be measured here; over TCP, or with no scheme, it may be
     /// another machine's path.
@@ -261,7 +261,7 @@ fn refused(
 mod tests {
     use super::*;
 
-    // r[verify actuate.image.gc+3]
+    // r[verify actuate.image.gc+4]
     #[test]
     fn only_a_unix_socket_is_a_daemon_whose_disk_is_measured_here() {
         assert!(DaemonEndpoint::from_docker_host(None).is_local_socket());

@@ -178,7 +178,7 @@ pub struct Plan {
     pub freed: u64,
 }
 
-// r[impl actuate.image.gc+3]
+// r[impl actuate.image.gc+4]
 /// Which images to remove. Nothing below the high-water mark; above it, images that no container
 /// uses (`in_use`, image ids), that no workload is configured to use (`configured`, image ids or
 /// tags) and that have been unused for the grace period (`unused_since`; an image absent from it
@@ -384,7 +384,7 @@ pub struct GcRun {
     pub removals: Vec<Removal>,
 }
 
-// r[impl actuate.image.gc+3]
+// r[impl actuate.image.gc+4]
 /// One collection run against the daemon: its images, the images of all its containers (any
 /// container, running or not, ours or not), the ids of the images the workloads are configured
 /// to use (`configured`, references as written), the usage of its data root through `disk`; then
@@ -473,7 +473,7 @@ pub async fn collect(
     })
 }
 
-// r[impl actuate.image.gc+3]
+// r[impl actuate.image.gc+4]
 /// Removes a listed image without force, so the daemon itself refuses one a container was given
 /// since the listing; first checked again by id, as the listing may be out of date: it is left
 /// (an error, retried on its schedule) when its tags are no longer the listed ones or one of them
@@ -554,7 +554,7 @@ mod tests {
             .unwrap()
     }
 
-    // r[verify actuate.image.gc+3]
+    // r[verify actuate.image.gc+4]
     #[test]
     fn above_the_high_mark_the_oldest_unused_go_first_down_to_the_low_mark() {
         let t0 = Instant::now();
@@ -597,7 +597,7 @@ mod tests {
         );
     }
 
-    // r[verify actuate.image.gc+3]
+    // r[verify actuate.image.gc+4]
     #[test]
     fn a_failed_removal_is_paced_and_an_image_used_again_restarts_its_grace() {
         let t0 = Instant::now();
@@ -638,7 +638,7 @@ mod tests {
     /// An image: size, created, in use, configured, unused for (seconds).
     type ImageCase = (u64, i64, bool, bool, Option<u64>);
 
-    // r[verify actuate.image.gc+3]
+    // r[verify actuate.image.gc+4]
     #[test]
     fn the_real_disk_is_measured_as_df_does() {
         // 1000 blocks of 4 KiB, 300 free of which 250 available: the 50 reserved for root count
@@ -686,7 +686,7 @@ mod tests {
     }
 
     proptest! {
-        // r[verify actuate.image.gc+3]
+        // r[verify actuate.image.gc+4]
         #[test]
         fn never_an_image_in_use_or_configured_and_never_past_the_low_mark(
             (usage, specs, (high, low)) in arb_case(),

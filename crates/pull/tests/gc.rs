@@ -38,7 +38,7 @@ impl Disk for Full {
     }
 }
 
-// r[verify actuate.image.gc+3]
+// r[verify actuate.image.gc+4]
 #[tokio::test]
 async fn past_the_high_mark_an_unused_image_goes_and_one_in_use_or_configured_stays() {
     let Some(service) = services::docker() else {
@@ -122,7 +122,7 @@ fn retry() -> Policy {
         .unwrap()
 }
 
-// r[verify actuate.image.gc+3]
+// r[verify actuate.image.gc+4]
 #[tokio::test]
 async fn a_configured_reference_the_daemon_calls_invalid_does_not_stop_collection() {
     let Some(service) = services::docker() else {
@@ -146,7 +146,7 @@ async fn a_configured_reference_the_daemon_calls_invalid_does_not_stop_collectio
     assert!(docker.inspect_image(&unused).await.is_err());
 }
 
-// r[verify actuate.image.gc+3]
+// r[verify actuate.image.gc+4]
 #[tokio::test]
 async fn an_image_that_changed_since_the_listing_is_not_removed() {
     let Some(service) = services::docker() else {

@@ -250,8 +250,8 @@ impl GatewaySection {
 }
 
 /// `[gateway]` converted, no file read: what the gateway module is built from, and what a reload
-/// compares (two are equal exactly when the module would be built the same). Its `Debug` may
-/// show a Redis URL's password (holdfast-gateway's `ClusterConfig` hides it): never log it.
+/// compares (two are equal exactly when the module would be built the same). Its key files are
+/// named, never read here; a Redis URL's password is hidden by `ClusterConfig`'s `Debug`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewaySettings {
     /// `listen`.

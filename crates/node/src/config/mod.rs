@@ -11,12 +11,13 @@
 //!   values);
 //! - `validate` and `gateway_validate` check the whole schema, each refusal located;
 //! - the high layer, `convert` and `gateway_convert`, turns the validated schema into each
-//!   module's own config once.
+//!   module's own config once; `[forward]` alone is converted by the forward module from its
+//!   validated section.
 //!
 //! The config imports no module of the node (not the admin API, the modules or the forward
 //! client): they and `run` consume it, never the other way (a test below keeps it so).
 
-// i[impl node.config.layers+3]
+// i[impl node.config.layers+4]
 mod convert;
 mod gateway;
 mod gateway_convert;
@@ -242,7 +243,7 @@ mod layers {
         out
     }
 
-    // i[verify node.config.layers+3]
+    // i[verify node.config.layers+4]
     /// The config reaches into no module of the node (which made the node's modules an import
     /// cycle), and the low layer (the schema, the locating) uses neither validation nor
     /// conversion, and the conversion not validation. Every file of `config/` is checked, as it
@@ -275,7 +276,7 @@ mod layers {
         }
     }
 
-    // i[verify node.config.layers+3]
+    // i[verify node.config.layers+4]
     /// The check sees every form an import of a module can take.
     #[test]
     fn the_layering_check_sees_grouped_relative_and_inline_paths() {

@@ -89,9 +89,16 @@ pub type SharedAccess = Arc<Mutex<AccessSpec>>;
 pub type GivenAccess = Arc<Mutex<Option<Access>>>;
 
 // r[impl node.reload.forward-files]
-/// Whether `a` and `b` grant the same: the same credentials, allow-list and clients, in order.
+/// Whether `a` and `b` grant the same: the same credentials, allow-list and clients, the
+/// credentials and clients in any order (tokens reordered in a file grant nothing else).
 pub fn same_access(a: &Access, b: &Access) -> bool {
-    a.credentials == b.credentials && a.allow == b.allow && a.scoped == b.scoped
+    same_set(&a.credentials, &b.credentials) && a.allow == b.allow && same_set(&a.scoped, &b.scoped)
+}
+
+/// Whether `a` and `b` hold the same elements, in any order (credentials have no order to sort
+/// by; the lists are short).
+fn same_set<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
 }
 
 fn lock(access: &SharedAccess) -> std::sync::MutexGuard<'_, AccessSpec> {
@@ -242,17 +249,38 @@ impl ForwardSettings {
         ForwardSettings {
             listen: *section.listen.get_ref(),
             access: AccessSpec::of(section),
+            // Each unset one as holdfast-forward's default: a default written out is the same.
             bounds: Bounds {
-                max_connections: section.max_connections.as_ref().map(|b| *b.get_ref()),
-                max_connections_per_token: section
-                    .max_connections_per_token
-                    .as_ref()
-                    .map(|b| *b.get_ref()),
-                max_unauthenticated: section.max_unauthenticated.as_ref().map(|b| *b.get_ref()),
-                max_unauthenticated_per_source: section
-                    .max_unauthenticated_per_source
-                    .as_ref()
-                    .map(|b| *b.get_ref()),
+                max_connections: Some(
+                    section
+                        .max_connections
+                        .as_ref()
+                        .map_or(holdfast_forward::DEFAULT_MAX_AUTHENTICATED, |b| {
+                            *b.get_ref()
+                        }),
+                ),
+                max_connections_per_token: Some(
+                    section
+                        .max_connections_per_token
+                        .as_ref()
+                        .map_or(holdfast_forward::DEFAULT_MAX_PER_CREDENTIAL, |b| {
+                            *b.get_ref()
+                        }),
+                ),
+                max_unauthenticated: Some(
+                    section
+                        .max_unauthenticated
+                        .as_ref()
+                        .map_or(holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED, |b| {
+                            *b.get_ref()
+                        }),
+                ),
+                max_unauthenticated_per_source: Some(
+                    section.max_unauthenticated_per_source.as_ref().map_or(
+                        holdfast_forward::DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
+                        |b| *b.get_ref(),
+                    ),
+                ),
             },
         }
     }
@@ -340,6 +368,37 @@ impl Module for ForwardModule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify node.reload.forward-files]
+    #[test]
+    fn tokens_reordered_grant_the_same_access() {
+        use holdfast_forward::{AllowList, Credential};
+        let access = |tokens: &[&str], scoped: &[&str]| Access {
+            credentials: tokens.iter().map(|t| Credential::new(*t)).collect(),
+            allow: AllowList::parse(["10.0.0.1:53"]).unwrap(),
+            scoped: scoped
+                .iter()
+                .map(|t| {
+                    (
+                        Credential::new(*t),
+                        AllowList::parse(["10.0.0.2:53"]).unwrap(),
+                    )
+                })
+                .collect(),
+        };
+        assert!(same_access(
+            &access(&["a-token", "b-token"], &["c-token", "d-token"]),
+            &access(&["b-token", "a-token"], &["d-token", "c-token"]),
+        ));
+        assert!(!same_access(
+            &access(&["a-token", "b-token"], &[]),
+            &access(&["a-token"], &[]),
+        ));
+        assert!(!same_access(
+            &access(&["a-token"], &["c-token"]),
+            &access(&["a-token"], &["e-token"]),
+        ));
+    }
 
     // r[verify node.forward.module+2]
     #[test]

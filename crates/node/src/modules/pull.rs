@@ -30,7 +30,7 @@ pub const NAME: &str = "pull";
 pub use crate::config::{TagChecks, pull_config};
 
 /// The pull module's (workload name, image reference) set, shared with the node's reload, which
-/// may replace it while the module runs (`r[node.reload.live-pull]`).
+/// may replace it while the module runs (`r[node.reload.live-pull+2]`).
 pub type SharedImages = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
 /// `images` as a set the module and the node's reload share.
@@ -76,7 +76,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-// r[impl actuate.image.gc+3]
+// r[impl actuate.image.gc+4]
 /// Image collection, one run per `interval` on the daemon's data root: each image removed is
 /// logged and counted with its size (`holdfast_pull_gc_removed_total`, `…_removed_bytes_total`),
 /// each failed removal too (`holdfast_pull_gc_failures_total`, retried on the image's own
@@ -87,7 +87,7 @@ impl Drop for AbortOnDrop {
 /// is bounded by the interval, so a daemon that stops answering cannot hold collection forever.
 async fn collect_images(
     endpoint: DaemonEndpoint,
-    configured: Vec<String>,
+    configured: SharedImages,
     mut gc: ImageGc,
     interval: Duration,
     node: NodeState,
@@ -162,13 +162,16 @@ async fn collect_images(
     }
 }
 
-// r[impl node.pull.gc-configured+2]
-/// The images collection keeps: those configured when the module started, and those the running
-/// workload module's configured set uses now (a reload that adds a workload replaces that set
-/// before anything else, so its image is protected from then on, whether or not the pull module
-/// took its new set live).
-fn protected(at_start: &[String], node: &NodeState) -> Vec<String> {
-    let mut images = at_start.to_vec();
+// r[impl node.pull.gc-configured+3]
+/// The images collection keeps: those of the pull module's set now (a reload taking a changed
+/// set live replaces it), and those the running workload module's configured set uses now (a
+/// reload that adds a workload replaces that set before anything else, so its image is protected
+/// from then on, whether or not the pull module took its new set live).
+fn protected(pull_set: &SharedImages, node: &NodeState) -> Vec<String> {
+    let mut images: Vec<String> = images_now(pull_set)
+        .into_iter()
+        .map(|(_, image)| image)
+        .collect();
     if let Ok(now) = node.workload.with(|w| w.configured_images()) {
         images.extend(now);
     }
@@ -207,7 +210,7 @@ impl Module for PullModule {
         let (reporter, health) = health_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let this = self.clone();
-        // r[impl actuate.image.gc+3]
+        // r[impl actuate.image.gc+4]
         // The data root is measured here by path: only right for a daemon on this host.
         let gc = self.gc.filter(|_| {
             let local = fetcher.endpoint().is_local_socket();
@@ -223,11 +226,8 @@ impl Module for PullModule {
         let gc = gc.map(|(policy, interval)| {
             AbortOnDrop(tokio::spawn(collect_images(
                 fetcher.endpoint().clone(),
-                // Those at the start; the workload module's set adds what a reload added.
-                images_now(&self.workloads)
-                    .into_iter()
-                    .map(|(_, image)| image)
-                    .collect(),
+                // Read at each run: a reload may replace it while the module runs.
+                self.workloads.clone(),
                 ImageGc::new(policy, *self.config.image_policy()),
                 interval,
                 self.node.clone(),
@@ -269,6 +269,8 @@ impl PullModule {
         // `None` until the daemon has been heard from (or found missing) once.
         let mut probe_down: Option<Option<String>> = None;
         let mut last: BTreeMap<String, &'static str> = BTreeMap::new();
+        // The references of the last tick's set: one a reload removed is forgotten.
+        let mut kept: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         let mut tags = FollowedTags::new(&self.tag_checks, self.config.image_policy().seed());
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -301,9 +303,19 @@ impl PullModule {
             // `Some(None)`: the daemon answers; `Some(Some(e))`: it does not; `None`: not known yet.
             let mut down: Option<Option<String>> = None;
             let mut statuses = Vec::new();
-            // r[impl node.reload.live-pull]
+            // r[impl node.reload.live-pull+2]
             // The set as it is now: a reload may have replaced it since the last tick.
-            for (name, image) in &images_now(&self.workloads) {
+            let images = images_now(&self.workloads);
+            let now_kept: std::collections::BTreeSet<String> =
+                images.iter().map(|(_, image)| image.clone()).collect();
+            // An image no workload needs any more: its fault, pacing and pull under way go.
+            for gone in kept.difference(&now_kept) {
+                actuator.forget(gone);
+                last.remove(gone);
+                tags.forget(gone);
+            }
+            kept = now_kept;
+            for (name, image) in &images {
                 let state = actuator.ensure(image, now);
                 let (label, detail) = describe(&state, now);
                 match &state {
@@ -481,6 +493,12 @@ impl FollowedTags {
             let result = fetcher.check_tag(reference.clone()).await;
             let _ = tx.send((reference, result));
         });
+    }
+
+    /// `image` is no longer kept: a move noticed is no longer acted on.
+    fn forget(&mut self, image: &str) {
+        self.moved.remove(image);
+        self.checks.forget(image);
     }
 
     fn answered(
@@ -710,7 +728,7 @@ mod tests {
     }
 
     // i[verify node.pull.gc]
-    // r[verify actuate.image.gc+3]
+    // r[verify actuate.image.gc+4]
     // Real time: the pull module's own pacing reads the system clock, which a paused tokio clock
     // would leave behind (its loop then spins). Hence a one-second interval, against the
     // default five minutes.
@@ -810,7 +828,80 @@ mod tests {
         })
     }
 
-    // r[verify node.pull.gc-configured+2]
+    // r[verify node.reload.live-pull+2]
+    // Real time, as the gc keys' test: the module's pacing reads the system clock.
+    #[tokio::test]
+    async fn an_image_a_reload_removed_loses_its_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        // Every image is unknown to the daemon and to its registry: a not-found fault each.
+        let _lines = fake_daemon(&sock, |line| {
+            if line.contains("/version") {
+                (200, VERSION.to_owned())
+            } else {
+                (404, r#"{"message":"manifest unknown"}"#.to_owned())
+            }
+        });
+        let text = format!(
+            "[node]\n[pull]\ndocker_host = \"unix://{}\"\n",
+            sock.display()
+        );
+        let config = crate::config::Config::parse("t.toml", &text).unwrap();
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let inputs = config.pull_inputs(7);
+        let images = shared_images(vec![("web".to_owned(), "r.test/app:typo".to_owned())]);
+        let module = PullModule {
+            workloads: images.clone(),
+            docker_host: inputs.docker_host,
+            config: inputs.config,
+            auth: inputs.auth,
+            tag_checks: inputs.tag_checks,
+            tick: Duration::from_millis(50),
+            gc: None,
+            node: node.clone(),
+        };
+        let started = module.start().unwrap();
+        let faulted = |image: &str| {
+            node.faults
+                .of_module(NAME)
+                .iter()
+                .any(|f| f.subject.name.contains(image))
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !faulted("app:typo") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no fault for the missing image: {:?}",
+                node.faults.list()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The reload fixes the typo: it replaces the set the running module reads.
+        *images.lock().unwrap() = vec![("web".to_owned(), "r.test/app:fixed".to_owned())];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while faulted("app:typo") || !faulted("app:fixed") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the removed image's fault stays: {:?}",
+                node.faults.list()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        started
+            .stopper
+            .stop(holdfast_lifecycle::StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: holdfast_lifecycle::StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
+    }
+
+    // r[verify node.pull.gc-configured+3]
     // Real time, as the gc keys' test: a run a second against a fake daemon.
     #[tokio::test]
     async fn collection_runs_after_a_reload_added_a_workload_protect_its_image() {
@@ -851,7 +942,7 @@ mod tests {
                 "unix://{}",
                 sock.display()
             ))),
-            vec!["busybox:1".to_owned()],
+            shared_images(vec![("web".to_owned(), "busybox:1".to_owned())]),
             holdfast_pull::ImageGc::new(
                 holdfast_pull::GcPolicy::new(90, 70, Duration::from_secs(3600)).unwrap(),
                 holdfast_retry::Policy::default(),
@@ -891,7 +982,88 @@ mod tests {
             .unwrap();
     }
 
-    // r[verify node.pull.gc-configured+2]
+    // r[verify node.pull.gc-configured+3]
+    // r[verify actuate.image.gc+4]
+    // Real time, as the gc keys' test: a run a second against a fake daemon.
+    #[tokio::test]
+    async fn collection_no_longer_protects_an_image_a_reload_removed_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        let requests = empty_daemon(&sock, dir.path());
+        let text = format!(
+            "[node]\n[pull]\ndocker_host = \"unix://{}\"\ngc_interval = \"1s\"\n",
+            sock.display()
+        );
+        let config = crate::config::Config::parse("t.toml", &text).unwrap();
+        let node = NodeState::new(
+            "n",
+            holdfast_lifecycle::FaultBoard::new(),
+            crate::metrics::Metrics::new(),
+        );
+        let inputs = config.pull_inputs(7);
+        let images = shared_images(vec![
+            ("web".to_owned(), "busybox:1".to_owned()),
+            ("db".to_owned(), "postgres:16".to_owned()),
+        ]);
+        let module = PullModule {
+            workloads: images.clone(),
+            docker_host: inputs.docker_host,
+            config: inputs.config,
+            auth: inputs.auth,
+            tag_checks: inputs.tag_checks,
+            tick: Duration::from_millis(50),
+            gc: inputs.gc,
+            node: node.clone(),
+        };
+        assert!(module.gc.is_some());
+        let started = module.start().unwrap();
+        let inspects = |lines: &[String], image: &str| {
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("/images/{image}/json")))
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !inspects(&requests.lock().unwrap(), "postgres:16") {
+            assert!(tokio::time::Instant::now() < deadline, "never inspected");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The reload removes `db` live.
+        *images.lock().unwrap() = vec![("web".to_owned(), "busybox:1".to_owned())];
+        let mark = requests.lock().unwrap().len();
+        // Runs begin with `/info`: the one between the second and the third after the
+        // replacement began after it.
+        let runs_after = |lines: &[String]| -> Vec<usize> {
+            lines
+                .iter()
+                .enumerate()
+                .skip(mark)
+                .filter(|(_, l)| l.contains("/info "))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        let window = loop {
+            let lines = requests.lock().unwrap().clone();
+            let runs = runs_after(&lines);
+            if runs.len() >= 3 {
+                break lines[runs[1]..runs[2]].to_vec();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "collection stopped");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(inspects(&window, "busybox:1"), "{window:?}");
+        assert!(!inspects(&window, "postgres:16"), "{window:?}");
+        started
+            .stopper
+            .stop(holdfast_lifecycle::StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(2),
+                reason: holdfast_lifecycle::StopReason::Shutdown,
+            })
+            .await
+            .unwrap();
+    }
+
+    // r[verify node.pull.gc-configured+3]
     #[tokio::test]
     async fn collection_protects_a_workload_a_reload_added_as_soon_as_the_set_is_replaced() {
         use holdfast_lifecycle::{StopReason, StopRequest};
@@ -902,9 +1074,12 @@ mod tests {
             holdfast_lifecycle::FaultBoard::new(),
             crate::metrics::Metrics::new(),
         );
-        let at_start = vec!["busybox:1".to_owned()];
-        // No workload module: what was configured at the start.
-        assert_eq!(super::protected(&at_start, &node), at_start);
+        let at_start = shared_images(vec![("web".to_owned(), "busybox:1".to_owned())]);
+        // No workload module: the pull module's set.
+        assert_eq!(
+            super::protected(&at_start, &node),
+            vec!["busybox:1".to_owned()]
+        );
         let desired =
             crate::modules::workload::desired(vec![WorkloadConfig::new("web", "busybox:1")]);
         let module = crate::modules::workload::WorkloadModule {

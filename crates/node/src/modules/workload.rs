@@ -79,7 +79,7 @@ pub struct RunningWorkloads {
 }
 
 impl RunningWorkloads {
-    // r[impl node.pull.gc-configured+2]
+    // r[impl node.pull.gc-configured+3]
     /// The images the configured workloads use now: a reload's new set as soon as the reload
     /// has replaced it, before the supervisor or the pull module have taken it.
     pub fn configured_images(&self) -> Vec<String> {
