@@ -64,7 +64,11 @@ impl RedisConn {
             match tokio::time::timeout(this.timeout, work).await {
                 Ok(r) => r,
                 Err(_) => {
-                    *this.conn.lock().await = None;
+                    // Not waited for: a call holding the slot is connecting (a fresh connection
+                    // is coming), and waiting on it would stretch this call past its timeout.
+                    if let Ok(mut slot) = this.conn.try_lock() {
+                        *slot = None;
+                    }
                     Err(ClusterError::Unavailable("redis: timed out".into()))
                 }
             }
@@ -84,5 +88,33 @@ pub(crate) fn classified(e: &redis::RedisError) -> ClusterError {
         ClusterError::Config(format!("redis: {e}"))
     } else {
         ClusterError::Unavailable(format!("redis: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::RedisConn;
+
+    // r[verify gateway.routing.expiry]
+    /// A call that times out while another call holds the connection slot (connecting to a
+    /// stalled server) answers at its own timeout: it does not wait for the slot to clear it.
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_out_call_does_not_wait_for_a_connecting_one() {
+        let conn = RedisConn::new("redis://127.0.0.1:1", Duration::from_secs(1)).unwrap();
+        let connecting = conn.conn.clone().lock_owned().await;
+        let began = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            conn.call(
+                |mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await },
+            ),
+        )
+        .await
+        .expect("the call answered at its own timeout, not after the connecting call");
+        assert!(answer.is_err());
+        assert_eq!(began.elapsed(), Duration::from_secs(1));
+        drop(connecting);
     }
 }
