@@ -356,7 +356,7 @@ async fn concurrent_pushes_to_a_room_reach_a_member_in_position_order() {
     );
 }
 
-// r[verify gateway.rooms.publish-name]
+// r[verify gateway.rooms.publish-name+2]
 /// A room push to a name longer than any join allows is refused under the same limit: kept in no
 /// history, forwarded nowhere, counted; a name at the limit goes through, and a live change of
 /// the limit applies to pushes as it does to joins.
@@ -390,7 +390,7 @@ async fn a_push_to_a_room_name_longer_than_any_join_allows_is_refused_and_counte
     assert_eq!(g.stats().pushes_refused_room_name, 1);
 }
 
-// r[verify gateway.rooms.publish-name]
+// r[verify gateway.rooms.publish-name+2]
 /// A live lowering of the room name limit keeps a long-named room heard while a member who
 /// joined it before is connected here; once none is, pushes to it are refused and counted.
 #[tokio::test]

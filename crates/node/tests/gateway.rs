@@ -372,7 +372,7 @@ async fn from_issuance_serves_the_issuance_stores_bundle_and_follows_its_renewal
 // i[verify node.gateway.config+4]
 // r[verify node.gateway.metrics+4]
 // r[verify node.gateway.metrics.counters]
-// r[verify gateway.rooms.publish-name]
+// r[verify gateway.rooms.publish-name+2]
 #[tokio::test]
 async fn the_room_and_per_source_limits_of_the_config_are_enforced_and_counted() {
     let dir = tempfile::tempdir().unwrap();

@@ -602,7 +602,7 @@ impl Gateway {
         order.fire(room, pos, d, keep)
     }
 
-    // r[impl gateway.rooms.publish-name]
+    // r[impl gateway.rooms.publish-name+2]
     /// A push to a room no connection could join (its name past the room name limit, which a
     /// live limits update may change) and no connection here is in is refused and counted,
     /// before it reaches the history: members who joined before a live lowering keep hearing it.
