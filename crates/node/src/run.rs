@@ -1459,10 +1459,9 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    // r[verify node.reload.outstanding]
-    #[tokio::test(start_paused = true)]
-    async fn a_hung_check_is_not_started_again_until_it_returns() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
+    /// A running node with one local-provider hostname, and the config a reload brings: a
+    /// second hostname added.
+    fn one_hostname_added() -> (Config, Arc<tokio::sync::Mutex<Running>>) {
         let host =
             |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
         let text = |hosts: &str| {
@@ -1483,6 +1482,14 @@ mod tests {
             modules: Vec::new(),
             closed: false,
         }));
+        (new, running)
+    }
+
+    // r[verify node.reload.outstanding]
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_check_is_not_started_again_until_it_returns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (new, running) = one_hostname_added();
         let outstanding = Arc::new(Outstanding::default());
         let started = Arc::new(AtomicUsize::new(0));
         let (release, hang) = std::sync::mpsc::channel::<()>();
@@ -1551,27 +1558,8 @@ mod tests {
     // r[verify node.reload.issuance-check]
     #[tokio::test(start_paused = true)]
     async fn the_issuance_check_holds_no_lock_and_gives_up_after_the_read_timeout() {
-        let host =
-            |name: &str| format!("[[issuance.hostname]]\nname = \"{name}\"\nsource = \"local\"\n");
-        let text = |hosts: &str| {
-            format!(
-                "[node]\n[issuance]\n[issuance.local]\n\
-                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n{hosts}"
-            )
-        };
-        let was = Config::parse("r.toml", &text(&host("a.example"))).unwrap();
         // A hostname added: the running module may take it live, once checked.
-        let new = Config::parse(
-            "r.toml",
-            &text(&format!("{}{}", host("a.example"), host("b.example"))),
-        )
-        .unwrap();
-        let running = Arc::new(tokio::sync::Mutex::new(Running {
-            inputs: Inputs::of(&was),
-            config: was,
-            modules: Vec::new(),
-            closed: false,
-        }));
+        let (new, running) = one_hostname_added();
         // A check that hangs (a name service that never answers) until the test lets it go.
         let (started_tx, started) = std::sync::mpsc::channel::<()>();
         let (release, hang) = std::sync::mpsc::channel::<()>();
