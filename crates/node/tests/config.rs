@@ -97,7 +97,7 @@ fn the_embedded_default_is_the_example_file_and_is_valid() {
     assert!(config.testing.is_none(), "no test module by default");
 }
 
-// i[verify node.workloads.shape]
+// i[verify node.workloads.shape+2]
 // r[verify workload.depends-on]
 #[test]
 fn the_web_with_db_example_is_valid_and_orders_web_after_its_store() {
@@ -848,8 +848,8 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
     assert!(err("[node]\n[workloads]\nstop_on_exti = true\n").contains("workloads.stop_on_exti"));
 }
 
-// i[verify node.workloads.shape]
-// r[verify workload.health]
+// i[verify node.workloads.shape+2]
+// r[verify workload.health+2]
 // r[verify workload.depends-on]
 // r[verify workload.shape.bytes+2]
 #[test]
@@ -973,8 +973,52 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     assert_eq!(health.retries, 2);
     assert_eq!(
         err("health = { cmd = [\"a\"], shell = \"b\" }"),
-        "t.toml:5:10: workload[0].health: give cmd or shell, not both"
+        "t.toml:5:10: workload[0].health: give one of cmd, shell, http, tcp or disable, not cmd and shell"
     );
+    // The node's own probes.
+    let probed = Config::parse(
+        "t.toml",
+        &format!("{head}health = {{ http = {{ port = 8080, path = \"/healthz\" }}, interval = \"2s\" }}\n"),
+    )
+    .unwrap();
+    let health = probed.workloads[0].to_config().health.unwrap();
+    assert_eq!(
+        health.http,
+        Some(holdfast_workload::HttpProbe {
+            port: 8080,
+            path: "/healthz".into()
+        })
+    );
+    let tcp = Config::parse(
+        "t.toml",
+        &format!("{head}health = {{ tcp = {{ port = 5432 }} }}\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        tcp.workloads[0].to_config().health.unwrap().tcp,
+        Some(holdfast_workload::TcpProbe { port: 5432 })
+    );
+    for (bad, want) in [
+        (
+            "health = { http = { port = 80 }, tcp = { port = 80 } }",
+            "t.toml:5:10: workload[0].health: give one of cmd, shell, http, tcp or disable, not http and tcp",
+        ),
+        (
+            "health = { shell = \"true\", tcp = { port = 80 } }",
+            "t.toml:5:10: workload[0].health: give one of cmd, shell, http, tcp or disable, not shell and tcp",
+        ),
+        (
+            "health = { tcp = { port = 0 } }",
+            "t.toml:5:10: workload[0].health: the probe's port must be 1 to 65535, not 0",
+        ),
+        (
+            "health = { http = { port = 80, path = \"healthz\" } }",
+            "t.toml:5:10: workload[0].health: the probe's path must be a URI path starting with /, not \"healthz\"",
+        ),
+    ] {
+        assert_eq!(err(bad), want, "{bad}");
+    }
+    assert!(err("health = { tcp = { port = 70000 } }").starts_with("t.toml:5:"));
     assert!(err("health = { interval = \"5\" }").starts_with("t.toml:5:"));
     let two = |web: &str, db: &str| {
         Config::parse(

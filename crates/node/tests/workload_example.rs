@@ -261,7 +261,7 @@ fn instant_key(stamp: &str) -> String {
     format!("{secs}.{fraction:0<9}")
 }
 
-// i[verify node.workloads.shape]
+// i[verify node.workloads.shape+2]
 // r[verify workload.depends-on]
 // r[verify workload.network+3]
 #[tokio::test]

@@ -400,7 +400,7 @@ async fn networks_named(
         .collect())
 }
 
-// r[impl workload.health]
+// r[impl workload.health+2]
 /// A `health` table as the Engine API's `HealthConfig` (durations in nanoseconds).
 fn health_config(h: &crate::shape::HealthCheck) -> HealthConfig {
     let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
@@ -436,16 +436,25 @@ pub async fn start(
         })?;
     match docker.start_container(&created.id, None).await {
         Ok(()) => {
-            // The image's HEALTHCHECK is known only to the daemon: ask it. A container gone
-            // already has no health to wait for; its exit is on the event stream.
-            let health_check = docker
-                .inspect_container(&created.id, None::<InspectContainerOptions>)
-                .await
-                .ok()
-                .and_then(|i| i.state)
-                .and_then(|s| s.health)
-                .and_then(|h| h.status)
-                .is_some_and(|s| !matches!(s, HealthStatusEnum::NONE | HealthStatusEnum::EMPTY));
+            // A check the node makes is known here; the image's HEALTHCHECK only to the daemon:
+            // ask it. A container gone already has no health to wait for; its exit is on the
+            // event stream.
+            let node_probe = spec
+                .shape
+                .health
+                .as_ref()
+                .is_some_and(|h| h.node_probe().is_some());
+            let health_check = node_probe
+                || docker
+                    .inspect_container(&created.id, None::<InspectContainerOptions>)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state)
+                    .and_then(|s| s.health)
+                    .and_then(|h| h.status)
+                    .is_some_and(|s| {
+                        !matches!(s, HealthStatusEnum::NONE | HealthStatusEnum::EMPTY)
+                    });
             Ok(Started {
                 container: created.id,
                 health_check,
@@ -916,7 +925,7 @@ mod tests {
         assert_eq!(listed_health("Up 5 seconds"), None);
     }
 
-    // r[verify workload.health]
+    // r[verify workload.health+2]
     #[test]
     fn a_health_table_is_dockers_health_config_and_none_keeps_the_images() {
         let mut w = crate::WorkloadConfig::new("web", "busybox");

@@ -22,6 +22,7 @@ pub mod docker;
 pub mod images;
 mod network;
 pub mod owner;
+mod probe;
 pub mod reconciler;
 pub mod shape;
 pub mod state;
@@ -32,13 +33,14 @@ pub use config::{
     ModuleConfig, NODE_NETWORK, RestartPolicy, WorkloadConfig, WorkloadConfigError, validate_all,
 };
 pub use images::{ImagePresence, Images};
+pub use probe::Prober;
 pub use reconciler::{
     Action, AttemptId, Completion, ContainerEvent, ContainerSpec, MODULE, Observed, Reconciler,
     SPEC_LABEL, Shape, StartError, Started, WORKLOAD_LABEL, container_name,
 };
 pub use shape::{
-    ByteSize, Cpus, EnvFileError, HealthCheck, LogConfig, PortSpec, Protocol, ShapeError,
-    VolumeSource, VolumeSpec, parse_env_file,
+    ByteSize, Cpus, EnvFileError, HealthCheck, HttpProbe, LogConfig, NodeProbe, PortSpec, Protocol,
+    ShapeError, TcpProbe, VolumeSource, VolumeSpec, parse_env_file,
 };
 pub use state::{Counters, HealthStatus, LastExit, WorkloadState, WorkloadStatus};
 pub use supervisor::{Supervisor, SupervisorError};

@@ -986,12 +986,18 @@ impl Reconciler {
             Run::Starting { .. } => {}
             Run::Idle if current && c.running => {
                 tracing::info!(workload = %c.workload, container = %c.id, "adopted the running container");
+                // A check the node makes has no verdict yet: its first probe gives one.
+                let node_probe = entry
+                    .config
+                    .health
+                    .as_ref()
+                    .is_some_and(|h| h.node_probe().is_some());
                 entry.run = Run::Running {
                     container: c.id,
                     since: now,
                     lasting: None,
                     unready: None,
-                    health: None,
+                    health: node_probe.then_some(HealthStatus::Starting),
                 };
                 // Its verdict is judged as if it had just arrived: the stream brings no new one
                 // for a container that stays unhealthy.
@@ -1806,6 +1812,21 @@ impl Reconciler {
             .filter_map(|(name, e)| match &e.run {
                 Run::Running { container, .. } => {
                     Some((name.clone(), container.clone(), e.config.stop_timeout))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    // r[impl workload.health.probe]
+    /// The running containers whose workload's check the node makes (`http`, `tcp`), with that
+    /// check: the shell probes exactly these.
+    pub fn node_probes(&self) -> Vec<(String, crate::shape::HealthCheck)> {
+        self.entries
+            .values()
+            .filter_map(|e| match (&e.run, &e.config.health) {
+                (Run::Running { container, .. }, Some(check)) if check.node_probe().is_some() => {
+                    Some((container.clone(), check.clone()))
                 }
                 _ => None,
             })

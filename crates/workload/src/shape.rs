@@ -490,7 +490,40 @@ pub const DEFAULT_HEALTH_RETRIES: u32 = 3;
 /// timeout)` beyond this would outlast the restart gate's stale timeout.
 pub const MAX_HEALTH_WAIT: Duration = Duration::from_secs(3600);
 
-/// A workload's `health` table: Docker's own health check, run by the daemon in the container.
+/// An HTTP GET probe the node makes against the container (`health.http`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpProbe {
+    /// The container's port.
+    pub port: u16,
+    /// The path asked for (default `/`).
+    #[serde(default = "default_probe_path")]
+    pub path: String,
+}
+
+fn default_probe_path() -> String {
+    "/".to_owned()
+}
+
+/// A TCP connect probe the node makes against the container (`health.tcp`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpProbe {
+    /// The container's port.
+    pub port: u16,
+}
+
+/// What a node-side check probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeProbe<'a> {
+    /// A GET of a path.
+    Http(&'a HttpProbe),
+    /// A connect.
+    Tcp(&'a TcpProbe),
+}
+
+/// A workload's `health` table: Docker's own health check run by the daemon in the container
+/// (`cmd`, `shell`), or a probe the node makes (`http`, `tcp`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheck {
@@ -500,6 +533,12 @@ pub struct HealthCheck {
     /// The probe as a shell command line (Docker's `CMD-SHELL` form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
+    /// An HTTP GET the node makes (a 2xx or 3xx passes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpProbe>,
+    /// A TCP connect the node makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpProbe>,
     /// No check at all, not even the image's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable: bool,
@@ -536,6 +575,8 @@ impl Default for HealthCheck {
         HealthCheck {
             cmd: Vec::new(),
             shell: None,
+            http: None,
+            tcp: None,
             disable: false,
             interval: DEFAULT_HEALTH_INTERVAL,
             timeout: DEFAULT_HEALTH_INTERVAL,
@@ -546,19 +587,50 @@ impl Default for HealthCheck {
 }
 
 impl HealthCheck {
-    // r[impl workload.health]
+    // r[impl workload.health+2]
     /// What is wrong with the check, if anything.
     pub fn problem(&self) -> Option<String> {
-        if !self.cmd.is_empty() && self.shell.is_some() {
-            return Some("give cmd or shell, not both".into());
-        }
-        if self.disable && (!self.cmd.is_empty() || self.shell.is_some()) {
-            return Some("disable = true takes no cmd or shell".into());
+        let kinds: Vec<&str> = [
+            (!self.cmd.is_empty(), "cmd"),
+            (self.shell.is_some(), "shell"),
+            (self.http.is_some(), "http"),
+            (self.tcp.is_some(), "tcp"),
+            (self.disable, "disable"),
+        ]
+        .into_iter()
+        .filter_map(|(set, kind)| set.then_some(kind))
+        .collect();
+        if kinds.len() > 1 {
+            return Some(format!(
+                "give one of cmd, shell, http, tcp or disable, not {}",
+                kinds.join(" and ")
+            ));
         }
         if self.cmd.first().is_some_and(String::is_empty)
             || self.shell.as_deref().is_some_and(|s| s.trim().is_empty())
         {
             return Some("the probe is empty".into());
+        }
+        let port = self
+            .http
+            .as_ref()
+            .map(|h| h.port)
+            .or(self.tcp.as_ref().map(|t| t.port));
+        if port == Some(0) {
+            return Some("the probe's port must be 1 to 65535, not 0".into());
+        }
+        if let Some(http) = &self.http {
+            let is_path = http.path.starts_with('/')
+                && http
+                    .path
+                    .parse::<hyper::http::uri::PathAndQuery>()
+                    .is_ok_and(|p| p.as_str() == http.path);
+            if !is_path {
+                return Some(format!(
+                    "the probe's path must be a URI path starting with /, not {:?}",
+                    http.path
+                ));
+            }
         }
         if self.interval < Duration::from_millis(1) || self.timeout < Duration::from_millis(1) {
             return Some("interval and timeout must be at least 1ms".into());
@@ -580,9 +652,20 @@ impl HealthCheck {
         None
     }
 
-    /// The test as the Engine API takes it: `[]` keeps the image's, `["NONE"]` disables.
+    /// The probe the node makes, if this is an `http` or `tcp` check.
+    pub fn node_probe(&self) -> Option<NodeProbe<'_>> {
+        match (&self.http, &self.tcp) {
+            (Some(http), _) => Some(NodeProbe::Http(http)),
+            (None, Some(tcp)) => Some(NodeProbe::Tcp(tcp)),
+            (None, None) => None,
+        }
+    }
+
+    // r[impl workload.health.probe]
+    /// The test as the Engine API takes it: `[]` keeps the image's, `["NONE"]` disables (also
+    /// for a check the node makes, so the image's own does not run beside it).
     pub fn test(&self) -> Vec<String> {
-        if self.disable {
+        if self.disable || self.node_probe().is_some() {
             vec!["NONE".into()]
         } else if let Some(shell) = &self.shell {
             vec!["CMD-SHELL".into(), shell.clone()]
@@ -929,6 +1012,79 @@ mod tests {
         }
     }
 
+    // r[verify workload.health+2]
+    // r[verify workload.health.probe]
+    #[test]
+    fn a_node_probe_is_http_or_tcp_and_exactly_one_kind_of_check_is_given() {
+        let h = |json: &str| serde_json::from_str::<HealthCheck>(json).unwrap();
+        let http = h(r#"{"http":{"port":8080,"path":"/healthz"},"interval":"2s"}"#);
+        assert_eq!(http.problem(), None);
+        assert_eq!(
+            http.node_probe(),
+            Some(NodeProbe::Http(&HttpProbe {
+                port: 8080,
+                path: "/healthz".into()
+            }))
+        );
+        assert_eq!(
+            http.test(),
+            ["NONE"],
+            "the daemon's check is off beside the node's"
+        );
+        let root = h(r#"{"http":{"port":80}}"#);
+        assert_eq!(root.http.as_ref().map(|p| p.path.as_str()), Some("/"));
+        let tcp = h(r#"{"tcp":{"port":5432}}"#);
+        assert_eq!(tcp.problem(), None);
+        assert_eq!(
+            tcp.node_probe(),
+            Some(NodeProbe::Tcp(&TcpProbe { port: 5432 }))
+        );
+        assert_eq!(tcp.test(), ["NONE"]);
+        assert_eq!(h(r#"{"cmd":["true"]}"#).node_probe(), None);
+        // Every pair of kinds is refused, naming both.
+        let kinds = [
+            ("cmd", r#""cmd":["true"]"#),
+            ("shell", r#""shell":"true""#),
+            ("http", r#""http":{"port":80}"#),
+            ("tcp", r#""tcp":{"port":80}"#),
+            ("disable", r#""disable":true"#),
+        ];
+        for (i, (a, ja)) in kinds.iter().enumerate() {
+            assert_eq!(h(&format!("{{{ja}}}")).problem(), None, "{a} alone");
+            for (b, jb) in &kinds[i + 1..] {
+                let problem = h(&format!("{{{ja},{jb}}}")).problem().unwrap_or_default();
+                assert!(
+                    problem.contains(a) && problem.contains(b),
+                    "{a} with {b}: {problem:?}"
+                );
+            }
+        }
+        for bad in [
+            r#"{"http":{"port":0}}"#,
+            r#"{"tcp":{"port":0}}"#,
+            r#"{"http":{"port":80,"path":"healthz"}}"#,
+            r#"{"http":{"port":80,"path":"/a b"}}"#,
+            r#"{"http":{"port":80,"path":"/#frag"}}"#,
+            r#"{"http":{"port":80,"path":""}}"#,
+        ] {
+            assert!(h(bad).problem().is_some(), "{bad}");
+        }
+        for unreadable in [
+            r#"{"http":{"port":65536}}"#,
+            r#"{"http":{"path":"/"}}"#,
+            r#"{"tcp":{"port":80,"path":"/"}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<HealthCheck>(unreadable).is_err(),
+                "{unreadable}"
+            );
+        }
+        assert_eq!(
+            h(r#"{"http":{"port":80,"path":"/ready?full=1"}}"#).problem(),
+            None
+        );
+    }
+
     // r[verify workload.shape+2]
     #[test]
     fn cpus_are_nano_cpus() {
@@ -965,7 +1121,7 @@ mod tests {
         );
     }
 
-    // r[verify workload.health]
+    // r[verify workload.health+2]
     #[test]
     fn a_health_check_is_dockers_with_its_defaults_and_its_limits() {
         let h = |json: &str| serde_json::from_str::<HealthCheck>(json).unwrap();

@@ -51,6 +51,9 @@ enum StreamInput {
     Listing(u64, Vec<Observed>),
     Event(u64, ContainerEvent),
     Ended(u64, String),
+    /// A verdict of the node's own probe (`health.http`, `health.tcp`): not the stream's, so
+    /// not tagged with its generation.
+    Probe(ContainerEvent),
 }
 
 #[derive(Debug)]
@@ -77,6 +80,8 @@ pub struct Supervisor<I: Images> {
     generation: u64,
     /// Stream connects made (for tests and metrics).
     stream_connects: u64,
+    /// The node's own probes, by container id.
+    probes: std::collections::HashMap<String, tokio::task::JoinHandle<()>>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -84,6 +89,9 @@ impl<I: Images> Drop for Supervisor<I> {
     fn drop(&mut self) {
         if let Some(stream) = &self.stream {
             stream.task.abort();
+        }
+        for probe in self.probes.values() {
+            probe.abort();
         }
     }
 }
@@ -112,6 +120,7 @@ impl<I: Images> Supervisor<I> {
             stream: None,
             generation: 0,
             stream_connects: 0,
+            probes: std::collections::HashMap::new(),
             runtime,
         })
     }
@@ -284,6 +293,10 @@ impl<I: Images> Supervisor<I> {
                 }
                 self.core.stream_lost();
             }
+            StreamInput::Probe(event) => {
+                let actions = self.core.on_event(event, now);
+                self.perform(actions);
+            }
             // From a stream already replaced: changes nothing.
             _ => {}
         }
@@ -348,7 +361,45 @@ impl<I: Images> Supervisor<I> {
         });
     }
 
+    /// How many containers the node is probing.
+    pub fn probing(&self) -> usize {
+        self.probes.len()
+    }
+
+    // r[impl workload.health.probe]
+    /// Keeps one probe task for each running container whose check the node makes, and none
+    /// for any other: a container replaced, exited or removed is no longer probed.
+    fn tend_probes(&mut self) {
+        let wanted = self.core.node_probes();
+        self.probes.retain(|id, task| {
+            let keep = wanted.iter().any(|(w, _)| w == id) && !task.is_finished();
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (container, check) in wanted {
+            if self.probes.contains_key(&container) {
+                continue;
+            }
+            let task = self.runtime.spawn(crate::probe::run(
+                self.host.clone(),
+                container.clone(),
+                check,
+                Instant::now(),
+                self.inputs_tx.clone(),
+                StreamInput::Probe,
+            ));
+            self.probes.insert(container, task);
+        }
+    }
+
     fn perform(&mut self, actions: Vec<Action>) {
+        self.perform_actions(actions);
+        self.tend_probes();
+    }
+
+    fn perform_actions(&mut self, actions: Vec<Action>) {
         for action in actions {
             let host = self.host.clone();
             match action {

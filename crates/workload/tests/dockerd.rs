@@ -997,7 +997,7 @@ async fn a_workload_publishing_a_port_serves_a_file_from_its_bind_mount() {
         .await;
 }
 
-// r[verify workload.health]
+// r[verify workload.health+2]
 // r[verify workload.health.gate]
 #[tokio::test]
 async fn a_failing_health_check_restarts_the_container_with_back_off_as_one_crash_loop() {
@@ -1153,6 +1153,174 @@ async fn a_dependency_not_yet_healthy_holds_its_dependent_back() {
     assert_eq!(db_health, Some(holdfast_workload::HealthStatus::Healthy));
     assert_eq!(sup.core().counters().start_failures, 0);
     env.cleanup().await;
+}
+
+// r[verify workload.health.probe]
+// r[verify workload.health.gate]
+// r[verify workload.depends-on]
+#[tokio::test]
+async fn an_http_probe_from_the_node_passes_then_fails_and_the_container_is_restarted() {
+    let Some(env) = env("http-probe").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let board = FaultBoard::new();
+    let mut sup =
+        Supervisor::new(&env.host, env.module(), board.clone(), env.images().await).unwrap();
+    let mut timeline = Timeline::new("http-probe");
+    // busybox httpd answers /healthz for 4 s, then the file is removed: 404 from then on.
+    let mut web = env.workload(
+        "web",
+        "mkdir -p /www; echo ok > /www/healthz; (sleep 4; rm /www/healthz) & \
+         exec httpd -f -p 8080 -h /www",
+    );
+    web.min_run = Duration::from_secs(1);
+    // On the node's network: the node probes the container's address there.
+    web.network = Some(holdfast_workload::NODE_NETWORK.into());
+    web.health = Some(holdfast_workload::HealthCheck {
+        http: Some(holdfast_workload::HttpProbe {
+            port: 8080,
+            path: "/healthz".into(),
+        }),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    // Held back until web's probe passes.
+    let mut client = env.workload("client", "exec sleep 3600");
+    client.depends_on = vec!["web".into()];
+    sup.set_desired(vec![web, client]).unwrap();
+    let health = |s: &Supervisor<DaemonImages>, name: &str, now| {
+        s.status(now)
+            .into_iter()
+            .find(|w| w.name == name)
+            .unwrap()
+            .health
+    };
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    assert_eq!(
+        health(&sup, "web", clock.now()),
+        Some(holdfast_workload::HealthStatus::Starting),
+        "no verdict before the first probe"
+    );
+    assert!(
+        running_id(&sup, "client", clock.now()).is_none(),
+        "client started before web was healthy"
+    );
+    assert_eq!(sup.probing(), 1, "the node probes web's container");
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        health(s, "web", now) == Some(holdfast_workload::HealthStatus::Healthy)
+    })
+    .await;
+    let first = running_id(&sup, "web", clock.now()).unwrap();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        running_id(s, "client", now).is_some()
+            && matches!(
+                state_of(s, "web", now),
+                WorkloadState::Running { lasted: true, .. }
+            )
+    })
+    .await;
+    // /healthz is gone: two 404s in a row, the container is replaced through the gate.
+    let removed_at = std::time::Instant::now();
+    drive(&mut sup, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        running_id(s, "web", now).is_some_and(|id| id != first)
+    })
+    .await;
+    timeline.mark(format_args!(
+        "web: replaced {} ms after the run had lasted (its file goes at 4 s)",
+        removed_at.elapsed().as_millis()
+    ));
+    let last = sup
+        .status(clock.now())
+        .into_iter()
+        .find(|w| w.name == "web")
+        .unwrap()
+        .last_exit
+        .unwrap();
+    assert_eq!(
+        last.log_tail.first().map(String::as_str),
+        Some("health check failing")
+    );
+    assert!(
+        last.log_tail
+            .iter()
+            .any(|l| l.contains("/healthz") && l.contains("404")),
+        "the failed probe's outcome is kept: {:?}",
+        last.log_tail
+    );
+    assert_eq!(
+        sup.core().failures("web"),
+        0,
+        "a run that lasted, then ended"
+    );
+    assert_eq!(sup.probing(), 1, "the old container is no longer probed");
+    env.cleanup().await;
+    let _ = env
+        .docker
+        .remove_network(&env.module().node_network_name())
+        .await;
+}
+
+// r[verify workload.health.probe]
+// r[verify workload.health.gate]
+// r[verify workload.crash-loop]
+#[tokio::test]
+async fn a_tcp_probe_of_a_port_nothing_listens_on_never_passes_and_is_one_crash_loop_fault() {
+    let Some(env) = env("tcp-probe").await else {
+        return;
+    };
+    let mut clock = Clock::new();
+    let board = FaultBoard::new();
+    let mut sup =
+        Supervisor::new(&env.host, env.module(), board.clone(), env.images().await).unwrap();
+    let mut timeline = Timeline::new("tcp-probe");
+    let mut db = env.workload("db", "exec sleep 3600");
+    db.network = Some(holdfast_workload::NODE_NETWORK.into());
+    db.health = Some(holdfast_workload::HealthCheck {
+        tcp: Some(holdfast_workload::TcpProbe { port: 5432 }),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    sup.set_desired(vec![db]).unwrap();
+    for round in 1..=4u32 {
+        drive(&mut sup, &clock, LIMIT, |s, now| {
+            timeline.watch(s, now, &board);
+            s.core().failures("db") == round
+        })
+        .await;
+        if let Some(at) = sup.core().next_attempt_at("db") {
+            let wait = at.saturating_duration_since(clock.now());
+            clock.jump(wait);
+            timeline.jumped(wait);
+        }
+    }
+    timeline.watch(&sup, clock.now(), &board);
+    let faults = board.of_module("workload");
+    assert_eq!(faults.len(), 1, "one fault for the whole loop: {faults:?}");
+    assert_eq!(faults[0].subject.name, "db");
+    assert_eq!(faults[0].kind, "crash_loop");
+    assert!(
+        faults[0].message.contains("health check failing") && faults[0].message.contains(":5432"),
+        "{}",
+        faults[0].message
+    );
+    assert_eq!(sup.core().counters().crash_loops, 1);
+    env.cleanup().await;
+    let _ = env
+        .docker
+        .remove_network(&env.module().node_network_name())
+        .await;
 }
 
 // r[verify workload.image.moved]

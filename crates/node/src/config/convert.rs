@@ -37,7 +37,7 @@ impl Workload {
         w
     }
 
-    // i[impl node.workloads.shape]
+    // i[impl node.workloads.shape+2]
     /// The entry as holdfast-workload's config, its env file not yet read.
     pub fn shaped_config(&self) -> holdfast_workload::WorkloadConfig {
         let mut w = holdfast_workload::WorkloadConfig::new(

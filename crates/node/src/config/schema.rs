@@ -440,8 +440,10 @@ pub struct Workload {
     /// The log driver and options (default `json-file` rotated at 10m, 3 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<Spanned<holdfast_workload::LogConfig>>,
-    /// The health check: `cmd` or `shell`, `interval`, `timeout`, `start_period`, `retries`, or
-    /// `disable = true` (default: the image's own `HEALTHCHECK`, if it has one).
+    /// The health check: one of `cmd` or `shell` (run in the container by the daemon), `http =
+    /// { port, path }` or `tcp = { port }` (probed by the node), or `disable = true`; with
+    /// `interval`, `timeout`, `start_period`, `retries` (default: the image's own `HEALTHCHECK`,
+    /// if it has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Spanned<holdfast_workload::HealthCheck>>,
     /// Workloads that must be ready (running, and healthy if checked) before this one starts.

@@ -211,7 +211,7 @@ impl Config {
 
     // i[impl node.config.validate]
     // i[impl node.workloads.config]
-    // i[impl node.workloads.shape]
+    // i[impl node.workloads.shape+2]
     /// Every `[[workload]]` entry: a valid, unique name, an image, and what holdfast-workload
     /// asks of the rest.
     fn validate_workloads(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
@@ -262,7 +262,7 @@ impl Config {
         self.validate_workload_dependencies(loc)
     }
 
-    // i[impl node.workloads.shape]
+    // i[impl node.workloads.shape+2]
     // r[impl workload.depends-on]
     /// Across entries: dependencies name configured workloads and form no cycle; the error is
     /// placed at the `depends_on` of the workload it names.
