@@ -1506,3 +1506,91 @@ fn the_gateway_history_and_publish_keys_are_validated_at_their_key() {
         );
     }
 }
+
+// i[verify node.pull.auth]
+// r[verify actuate.image.credentials.configured]
+#[test]
+fn a_pull_auth_table_needs_a_private_password_file_of_the_nodes_user_located_when_not() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("registry.password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = |registry: &str, file: &std::path::Path| {
+        format!(
+            "[node]\n[pull.auth.\"{registry}\"]\nusername = \"bot\"\npassword_file = \"{}\"\n",
+            file.display()
+        )
+    };
+    let config = Config::parse("t.toml", &text("registry.example", &password)).unwrap();
+    let auth = config.registry_auth();
+    let shown = format!("{auth:?}");
+    assert!(
+        shown.contains("registry.example") && shown.contains("registry.password"),
+        "{shown}"
+    );
+    assert!(!shown.contains("s3cret"), "{shown}");
+    // A file open to others is refused at load, naming the file and its mode, at the value.
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = Config::parse("t.toml", &text("registry.example", &password))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("t.toml:4:17: pull.auth.\"registry.example\".password_file: ")
+            && err.contains("registry.password")
+            && err.contains("0644"),
+        "{err}"
+    );
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A missing file.
+    let err = Config::parse(
+        "t.toml",
+        &text("registry.example", &dir.path().join("nope")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("t.toml:4:17: pull.auth.\"registry.example\".password_file: "),
+        "{err}"
+    );
+    // Docker Hub named twice, by two of its names: refused at the second.
+    let twice = format!(
+        "[node]\n[pull.auth.\"docker.io\"]\nusername = \"a\"\npassword_file = \"{0}\"\n\
+         [pull.auth.\"index.docker.io\"]\nusername = \"b\"\npassword_file = \"{0}\"\n",
+        password.display()
+    );
+    let err = Config::parse("t.toml", &twice).unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:6:12: pull.auth.\"index.docker.io\".username: ")
+            && err.contains("[pull.auth.\"docker.io\"]"),
+        "{err}"
+    );
+    // No password_file, an unknown key, an empty user: located.
+    let err = Config::parse(
+        "t.toml",
+        "[node]\n[pull.auth.\"r.example\"]\nusername = \"a\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("password_file"), "{err}");
+    let err = Config::parse(
+        "t.toml",
+        &format!("{}passwd = \"x\"\n", text("r.example", &password)),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("t.toml:5:1: pull.auth.") && err.contains("passwd"),
+        "{err}"
+    );
+    let err = Config::parse(
+        "t.toml",
+        &text("r.example", &password).replace("\"bot\"", "\"\""),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("t.toml:3:12: pull.auth.\"r.example\".username: "),
+        "{err}"
+    );
+}

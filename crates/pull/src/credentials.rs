@@ -35,11 +35,37 @@ pub fn registry_host(reference: &str) -> &str {
     let host_like = first.contains(['.', ':'])
         || first == "localhost"
         || first.chars().any(|c| c.is_ascii_uppercase());
-    match first {
-        _ if !host_like => DOCKER_HUB,
+    if host_like {
+        hub_alias(first)
+    } else {
+        DOCKER_HUB
+    }
+}
+
+/// Docker Hub's other names are Docker Hub.
+fn hub_alias(host: &str) -> &str {
+    match host {
         "index.docker.io" | "registry-1.docker.io" => DOCKER_HUB,
         host => host,
     }
+}
+
+// r[impl actuate.image.credentials.configured]
+/// A registry as an operator names it (`[pull.auth."NAME"]`), or as a Docker config file files
+/// it, read as the registry host an image reference names: a scheme and a path are dropped
+/// (`https://index.docker.io/v1/` is Docker Hub), and Docker Hub's names (`docker.io`,
+/// `index.docker.io`, `registry-1.docker.io`) are one. `None` for a name with no host.
+pub fn registry_name(name: &str) -> Option<&str> {
+    let name = name.trim();
+    let name = name
+        .strip_prefix("https://")
+        .or_else(|| name.strip_prefix("http://"))
+        .unwrap_or(name);
+    let host = name.split('/').next().unwrap_or_default();
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return None;
+    }
+    Some(hub_alias(host))
 }
 
 /// The server key credentials for `host` are filed under in a Docker config file, and the
@@ -147,12 +173,24 @@ pub struct CredentialError {
     pub message: String,
 }
 
-/// Where a node finds registry credentials: a Docker config file, and files per image reference
-/// that win over it. `Debug` shows paths only.
+/// A user name and a password file configured for one registry (`[pull.auth."NAME"]`).
+/// `Debug` shows the file's path, never its content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Login {
+    username: String,
+    password_file: PathBuf,
+    /// Where it is configured, for messages (`[pull.auth."NAME"]`).
+    origin: String,
+}
+
+/// Where a node finds registry credentials: a Docker config file, logins per registry that win
+/// over it, and files per image reference that win over both. `Debug` shows paths only.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RegistryAuth {
     docker_config: Option<PathBuf>,
     per_image: BTreeMap<String, PathBuf>,
+    /// By registry host (as [`registry_host`] gives it).
+    logins: BTreeMap<String, Login>,
     /// Where `docker-credential-*` helpers are (`None`: on `PATH`, as the Docker CLI finds
     /// them); set by tests, so they need not change the process's `PATH`.
     helper_dir: Option<PathBuf>,
@@ -174,6 +212,29 @@ impl RegistryAuth {
     /// from the node's Docker config.
     pub fn with_file_for(mut self, reference: impl Into<String>, path: impl Into<PathBuf>) -> Self {
         self.per_image.insert(reference.into(), path.into());
+        self
+    }
+
+    // r[impl actuate.image.credentials.configured]
+    /// Pulls from `registry` (normalised by [`registry_name`]) use `username` and the password
+    /// read from `password_file` at each pull, instead of the Docker config's entry for it.
+    /// `origin` says where this was configured, for messages (`[pull.auth."NAME"]`).
+    pub fn with_login(
+        mut self,
+        registry: &str,
+        username: impl Into<String>,
+        password_file: impl Into<PathBuf>,
+        origin: impl Into<String>,
+    ) -> Self {
+        let host = registry_name(registry).unwrap_or(registry).to_owned();
+        self.logins.insert(
+            host,
+            Login {
+                username: username.into(),
+                password_file: password_file.into(),
+                origin: origin.into(),
+            },
+        );
         self
     }
 
@@ -217,6 +278,22 @@ impl RegistryAuth {
         };
         let (text, path, per_image) = if let Some(path) = self.per_image.get(reference) {
             (read_private(path).map_err(fail)?, path.clone(), true)
+        } else if let Some(login) = self.logins.get(host) {
+            // r[impl actuate.image.credentials.configured]
+            let password = read_password(&login.password_file)
+                .map_err(|e| fail(format!("{}: {e}", login.origin)))?;
+            return Ok(Some(Credentials {
+                server: server.to_owned(),
+                secret: Secret::UsernamePassword {
+                    username: login.username.clone(),
+                    password,
+                },
+                source: format!(
+                    "{} (password_file {})",
+                    login.origin,
+                    login.password_file.display()
+                ),
+            }));
         } else {
             let Some(path) = self.docker_config_path() else {
                 return Ok(None);
@@ -437,6 +514,49 @@ fn read_private(path: &Path) -> Result<String, String> {
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(cannot)?;
     Ok(text)
+}
+
+// r[impl actuate.image.credentials.configured]
+/// A `password_file`'s password: the file checked as [`check_password_file`] says, on the opened
+/// file itself, its content without a final line ending. Errors never hold the content.
+fn read_password(path: &Path) -> Result<String, String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {}", path.display(), e.kind());
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    owned_private(path, &file.metadata().map_err(cannot)?)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
+    let password = text
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(&text);
+    if password.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(password.to_owned())
+}
+
+// r[impl actuate.image.credentials.configured]
+/// A `password_file` must be a file owned by the node's user and readable by it alone (mode
+/// 0600 or stricter).
+pub fn check_password_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    owned_private(path, &meta)
+}
+
+fn owned_private(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    private(path, meta)?;
+    let node = nix::unistd::geteuid().as_raw();
+    if meta.uid() != node {
+        return Err(format!(
+            "{} is owned by uid {}, not by the node's user (uid {node})",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
 }
 
 // r[impl actuate.image.credentials]
@@ -685,6 +805,128 @@ mod tests {
             .build()
             .unwrap()
             .block_on(auth.lookup(reference, std::time::Duration::from_secs(5)))
+    }
+
+    // r[verify actuate.image.credentials.configured]
+    #[test]
+    fn a_configured_registry_name_is_read_as_an_images_registry_is() {
+        for (name, host) in [
+            ("docker.io", "docker.io"),
+            ("index.docker.io", "docker.io"),
+            ("registry-1.docker.io", "docker.io"),
+            ("https://index.docker.io/v1/", "docker.io"),
+            ("ghcr.io", "ghcr.io"),
+            ("https://ghcr.io", "ghcr.io"),
+            ("127.0.0.1:5000", "127.0.0.1:5000"),
+            ("http://127.0.0.1:5000/v2/", "127.0.0.1:5000"),
+        ] {
+            assert_eq!(registry_name(name), Some(host), "{name}");
+        }
+        for none in ["", "https://", "/v2/", "a b"] {
+            assert_eq!(registry_name(none), None, "{none:?}");
+        }
+        // The same answer as for an image of that registry.
+        assert_eq!(
+            registry_name("index.docker.io").map(str::to_owned),
+            Some(registry_host("index.docker.io/org/app").to_owned())
+        );
+    }
+
+    // r[verify actuate.image.credentials.configured]
+    // r[verify actuate.image.credentials.secret]
+    #[test]
+    fn a_configured_login_wins_over_the_docker_config_and_its_file_is_read_at_each_pull() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = write(
+            dir.path(),
+            "config.json",
+            &format!(
+                r#"{{"auths": {{"ghcr.io": {{"auth": "{}"}}}}, "credsStore": "nope"}}"#,
+                b64("from-config:old")
+            ),
+            0o600,
+        );
+        let password = write(dir.path(), "ghcr.password", "s3cret\n", 0o600);
+        let auth = RegistryAuth::default()
+            .with_docker_config(&node)
+            .with_login(
+                "https://ghcr.io",
+                "bot",
+                &password,
+                "[pull.auth.\"https://ghcr.io\"]",
+            );
+        let found = look(&auth, "ghcr.io/org/app:1").unwrap().unwrap();
+        assert_eq!(found.username(), Some("bot"));
+        assert_eq!(
+            found.to_docker().password.as_deref(),
+            Some("s3cret"),
+            "no final newline"
+        );
+        assert_eq!(found.server(), "ghcr.io");
+        assert!(
+            found.source().contains("[pull.auth.\"https://ghcr.io\"]"),
+            "{found:?}"
+        );
+        assert!(!format!("{found:?}").contains("s3cret"));
+        // Rotated: the next lookup reads the new password.
+        std::fs::write(&password, "rotated\r\n").unwrap();
+        let found = look(&auth, "ghcr.io/org/app:1").unwrap().unwrap();
+        assert_eq!(found.to_docker().password.as_deref(), Some("rotated"));
+        // Another registry still goes to the Docker config (its store here cannot run).
+        assert!(look(&auth, "quay.io/org/app:1").is_err());
+        // Docker Hub by any of its names.
+        let hub = RegistryAuth::default().with_login("index.docker.io", "me", &password, "t");
+        assert_eq!(
+            look(&hub, "busybox").unwrap().unwrap().username(),
+            Some("me")
+        );
+        // A file configured for the image wins over the login.
+        let own = write(
+            dir.path(),
+            "own.json",
+            &format!(
+                r#"{{"auths": {{"ghcr.io": {{"auth": "{}"}}}}}}"#,
+                b64("own:pw")
+            ),
+            0o600,
+        );
+        let both = auth.clone().with_file_for("ghcr.io/org/app:1", &own);
+        assert_eq!(
+            look(&both, "ghcr.io/org/app:1")
+                .unwrap()
+                .unwrap()
+                .username(),
+            Some("own")
+        );
+        // Too open, empty, or missing: refused naming the table and the file, never its content.
+        std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let err = look(&auth, "ghcr.io/org/app:1").unwrap_err();
+        assert!(
+            err.message.contains("0640") && err.message.contains("ghcr.password"),
+            "{err}"
+        );
+        assert!(err.message.contains("[pull.auth."), "{err}");
+        assert!(!err.to_string().contains("rotated"), "{err}");
+        assert_eq!(
+            check_password_file(&password).map_err(|e| e.contains("0640")),
+            Err(true)
+        );
+        std::fs::write(&password, "").unwrap();
+        std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(
+            look(&auth, "ghcr.io/org/app:1")
+                .unwrap_err()
+                .message
+                .contains("empty")
+        );
+        assert_eq!(check_password_file(&password), Ok(()));
+        assert!(check_password_file(&dir.path().join("absent")).is_err());
+        // Someone else's file (only root can make one here).
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&password, Some(4242), None).unwrap();
+            let err = check_password_file(&password).unwrap_err();
+            assert!(err.contains("uid 4242"), "{err}");
+        }
     }
 
     // r[verify actuate.image.credentials]

@@ -36,7 +36,9 @@ pub use actuator::{Actuator, NoRuntime};
 pub use classify::{FaultPolicy, PullError, PullErrorKind};
 pub use client::{DaemonEndpoint, Fetched};
 pub use config::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigBuilder, PullConfigError};
-pub use credentials::{CredentialError, Credentials, RegistryAuth, registry_host};
+pub use credentials::{
+    CredentialError, Credentials, RegistryAuth, check_password_file, registry_host, registry_name,
+};
 pub use fault::{FaultSubject, MODULE, PullFaults};
 pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};
 pub use gc::{

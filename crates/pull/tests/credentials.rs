@@ -233,6 +233,134 @@ async fn a_private_image_is_refused_without_credentials_and_pulled_with_those_of
     remove_local(&docker.host, &image).await;
 }
 
+/// A password file, mode 0600, holding `password` and a final newline (as `echo` writes it).
+fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{password}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+// r[verify actuate.image.credentials.configured]
+// r[verify actuate.image.credentials.refused]
+// r[verify actuate.image.credentials.secret]
+#[tokio::test]
+async fn a_private_image_is_pulled_with_a_configured_login_that_wins_over_the_docker_config() {
+    let Some(docker) = services::docker() else {
+        return;
+    };
+    let Some(registry) = services::auth_registry() else {
+        return;
+    };
+    let host = registry.addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let image = own_copy(&docker.host, &registry, "login").await;
+    let start = Instant::now();
+    // The Docker config has a wrong password for the registry: the login must win over it.
+    let stale = docker_config(
+        dir.path(),
+        "stale.json",
+        Some((&registry.username, "stale-password")),
+        &host,
+    );
+    let with_login = |file: &Path| {
+        RegistryAuth::default()
+            .with_docker_config(&stale)
+            // Named with a scheme and a path, as `docker login` files it: the same registry.
+            .with_login(
+                &format!("https://{host}/v2/"),
+                registry.username.clone(),
+                file,
+                format!("[pull.auth.{host:?}]"),
+            )
+    };
+
+    // Without the login, the Docker config's stale password is refused.
+    let mut act = actuator(
+        &docker.host,
+        RegistryAuth::default().with_docker_config(&stale),
+    );
+    match attempt(
+        &mut act,
+        &image,
+        start,
+        "no [pull.auth], a stale Docker config",
+    )
+    .await
+    {
+        ImageState::Escalated { last_error, .. } => {
+            assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
+        }
+        other => panic!("expected the unauthorized fault, got {other:?}"),
+    }
+
+    // A wrong password in the password file: refused, naming the table, paced, no secret shown.
+    let wrong = password_file(dir.path(), "wrong", "not-the-password");
+    let mut act = actuator(&docker.host, with_login(&wrong));
+    let state = attempt(&mut act, &image, start, "[pull.auth] with a wrong password").await;
+    let shown = format!("{state:?} {:?}", act.faults());
+    match state {
+        ImageState::Escalated {
+            last_error, until, ..
+        } => {
+            assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
+            for part in [
+                format!("registry {host} refused"),
+                format!("[pull.auth.{host:?}]"),
+                registry.username.clone(),
+            ] {
+                assert!(last_error.message.contains(&part), "{part}: {last_error}");
+            }
+            assert!(
+                until > Instant::now() + Duration::from_secs(1),
+                "the next attempt is not paced: {until:?}"
+            );
+        }
+        other => panic!("expected the unauthorized fault, got {other:?}"),
+    }
+    assert_eq!(act.faults().len(), 1);
+    assert!(!shown.contains("not-the-password"), "{shown}");
+    assert!(!shown.contains("stale-password"), "{shown}");
+
+    // The file rotated to the right password: the next pull takes it, without a new lookup.
+    std::fs::write(&wrong, format!("{}\n", registry.password)).unwrap();
+    let mut act = actuator(&docker.host, with_login(&wrong));
+    let state = attempt(
+        &mut act,
+        &image,
+        start,
+        "[pull.auth] after the file was rotated",
+    )
+    .await;
+    assert_eq!(state, ImageState::Present, "{state:?}");
+    assert!(act.faults().is_empty());
+    remove_local(&docker.host, &image).await;
+
+    // A password file open to others: the attempt fails naming the file and its mode.
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut act = actuator(&docker.host, with_login(&wrong));
+    match attempt(
+        &mut act,
+        &image,
+        start,
+        "[pull.auth] with a 0644 password file",
+    )
+    .await
+    {
+        ImageState::Escalated { last_error, .. } => {
+            assert_eq!(last_error.kind, PullErrorKind::Unauthorized, "{last_error}");
+            assert!(last_error.message.contains("0644"), "{last_error}");
+            assert!(
+                last_error
+                    .message
+                    .contains(&format!("[pull.auth.{host:?}]")),
+                "{last_error}"
+            );
+        }
+        other => panic!("expected the unauthorized fault, got {other:?}"),
+    }
+}
+
 /// Where the helper test's child finds the Docker config naming the helper.
 const HELPER_CONFIG_VAR: &str = "HOLDFAST_TEST_HELPER_DOCKER_CONFIG";
 /// The image the helper test's child pulls (the test's own copy).

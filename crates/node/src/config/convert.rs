@@ -199,11 +199,21 @@ pub fn read_forward_tokens(
 impl Config {
     // i[impl node.pull.credentials]
     /// Where the pull module finds registry credentials: `pull.docker_config` (else the Docker
-    /// CLI's default), and each workload's `credentials_file` for its image.
+    /// CLI's default), `[pull.auth."REGISTRY"]` for its registry, and each workload's
+    /// `credentials_file` for its image.
     pub fn registry_auth(&self) -> holdfast_pull::RegistryAuth {
         let mut auth = holdfast_pull::RegistryAuth::from_env();
         if let Some(path) = &self.pull.docker_config {
             auth = auth.with_docker_config(path.get_ref());
+        }
+        // i[impl node.pull.auth]
+        for (name, login) in &self.pull.auth {
+            auth = auth.with_login(
+                name,
+                login.username.get_ref().clone(),
+                login.password_file.get_ref(),
+                format!("[pull.auth.{name:?}]"),
+            );
         }
         for w in &self.workloads {
             if let Some(path) = &w.credentials_file {

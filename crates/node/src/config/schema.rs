@@ -226,6 +226,11 @@ pub struct PullSection {
     /// `~/.docker/config.json`, and none there means anonymous pulls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker_config: Option<Spanned<PathBuf>>,
+    /// `[pull.auth."REGISTRY"]`: a user name and password file per registry, used for it
+    /// instead of the Docker config (default: none). REGISTRY is read as an image's registry
+    /// is (`docker.io`, `index.docker.io` and `registry-1.docker.io` are Docker Hub).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub auth: std::collections::BTreeMap<String, PullAuth>,
     /// How often a tag is checked against its registry for a workload with
     /// `pull_policy = "digest"` (default 15 m).
     #[serde(default = "default_digest_interval")]
@@ -247,6 +252,19 @@ pub struct PullSection {
     /// How often image collection looks at the disk (default 5 m).
     #[serde(default = "default_gc_interval")]
     pub gc_interval: Spanned<ConfigDuration>,
+}
+
+// i[impl node.pull.auth]
+/// One `[pull.auth."REGISTRY"]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullAuth {
+    /// The registry user.
+    pub username: Spanned<String>,
+    /// A file holding the password (its content without a final line ending), owned by the
+    /// node's user with mode 0600 or stricter; read at every pull, so a rotated one is taken at
+    /// the next.
+    pub password_file: Spanned<PathBuf>,
 }
 
 // i[impl node.pull.gc]
@@ -311,6 +329,7 @@ impl Default for PullSection {
             escalate_after: default_escalate(),
             stall_timeout: default_stall(),
             docker_config: None,
+            auth: std::collections::BTreeMap::new(),
             digest_interval: default_digest_interval(),
             gc: true,
             gc_high_percent: default_gc_high_percent(),

@@ -380,6 +380,7 @@ impl Config {
                 "must be longer than zero".into(),
             ));
         }
+        self.validate_pull_auth(loc)?;
         // Credentials are per image: two files for one image would be a silent choice.
         let mut per_image: std::collections::BTreeMap<&str, (usize, &PathBuf)> =
             std::collections::BTreeMap::new();
@@ -407,6 +408,50 @@ impl Config {
                         per_image.insert(image, (i, path.get_ref()));
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    // i[impl node.pull.auth]
+    /// Each `[pull.auth."REGISTRY"]`: a registry host, named once (after normalising), a user
+    /// name, and a password file owned by the node's user with mode 0600 or stricter.
+    fn validate_pull_auth(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        let mut seen: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+        for (name, auth) in &self.pull.auth {
+            let key = |field: &str| format!("pull.auth.{name:?}.{field}");
+            let Some(host) = holdfast_pull::registry_name(name) else {
+                return Err(loc.at(
+                    Some(auth.username.span()),
+                    &key("username"),
+                    format!("{name:?} names no registry host"),
+                ));
+            };
+            if let Some(first) = seen.insert(host, name) {
+                return Err(loc.at(
+                    Some(auth.username.span()),
+                    &key("username"),
+                    format!(
+                        "registry {host} already has credentials in [pull.auth.{first:?}]; \
+                         give each registry one table"
+                    ),
+                ));
+            }
+            if auth.username.get_ref().trim().is_empty() {
+                return Err(loc.at(
+                    Some(auth.username.span()),
+                    &key("username"),
+                    "must not be empty".into(),
+                ));
+            }
+            if let Err(message) = holdfast_pull::check_password_file(auth.password_file.get_ref()) {
+                return Err(loc.at(
+                    Some(auth.password_file.span()),
+                    &key("password_file"),
+                    message,
+                ));
             }
         }
         Ok(())
