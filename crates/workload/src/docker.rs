@@ -247,6 +247,7 @@ fn status_of(e: &bollard::errors::Error) -> Option<u16> {
 pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, StartError> {
     use crate::network::{Settle, settle};
     let failed = |message: String| StartError {
+        foreign_network: false,
         container: None,
         message: format!("network {name}: {message}"),
     };
@@ -325,11 +326,15 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, 
             }
             Settle::Foreign { id, driver } => {
                 give_back(mine).await;
-                return Err(failed(format!(
-                    "a network of this name exists ({id}, driver {driver}) that is not the \
-                     node's (a bridge labelled {NETWORK_LABEL}=node): someone else's; remove or \
-                     rename it"
-                )));
+                // r[impl workload.network.foreign]
+                return Err(StartError {
+                    foreign_network: true,
+                    ..failed(format!(
+                        "a network of this name exists ({id}, driver {driver}) that is not the \
+                         node's (a bridge labelled {NETWORK_LABEL}=node): someone else's; remove \
+                         or rename it"
+                    ))
+                });
             }
         }
     }
@@ -431,6 +436,7 @@ pub async fn start(
         .create_container(Some(options), pinned(create_body(spec), network_id))
         .await
         .map_err(|e| StartError {
+            foreign_network: false,
             container: None,
             message: format!("create: {e}"),
         })?;
@@ -461,6 +467,7 @@ pub async fn start(
             })
         }
         Err(e) => Err(StartError {
+            foreign_network: false,
             container: Some(created.id),
             message: format!("start: {e}"),
         }),

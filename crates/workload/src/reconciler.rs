@@ -129,6 +129,9 @@ pub struct StartError {
     pub container: Option<String>,
     /// What the daemon said.
     pub message: String,
+    /// The node's network name is taken by someone else's network: only the operator can fix
+    /// that, so it is not a failure of the workload (`workload.network.foreign`).
+    pub foreign_network: bool,
 }
 
 /// A container created and started.
@@ -296,6 +299,10 @@ struct Entry {
     restart_due: bool,
     /// The dependencies it waited for at the last tick (empty: none).
     waiting_on: Vec<String>,
+    /// Starts refused in a row because the node's network is someone else's, and when the next
+    /// may be made (`workload.network.foreign`): paced apart from the restart gate.
+    foreign_refusals: u32,
+    foreign_until: Option<Instant>,
 }
 
 /// A signal owed to a workload's container after a renewal of a certificate it mounts.
@@ -637,6 +644,8 @@ impl Reconciler {
                     image_detail: None,
                     restart_due: false,
                     waiting_on: Vec::new(),
+                    foreign_refusals: 0,
+                    foreign_until: None,
                 },
             );
         }
@@ -1344,7 +1353,9 @@ impl Reconciler {
                     lasting: Some(_), ..
                 } => Self::confirm_lasted(&mut self.gate, &self.board, &self.config, entry, now),
                 Run::Idle if self.synced => {
-                    if self.gate.check(&name, now).is_err() {
+                    if self.gate.check(&name, now).is_err()
+                        || entry.foreign_until.is_some_and(|until| now < until)
+                    {
                         continue;
                     }
                     if Self::name_taken(&self.retiring, &self.orphans, &name) {
@@ -1522,6 +1533,12 @@ impl Reconciler {
                         health_check,
                     }) => {
                         tracing::info!(%workload, %container, health_check, "workload container started");
+                        entry.foreign_refusals = 0;
+                        entry.foreign_until = None;
+                        if entry.config.network.as_deref() == Some(crate::config::NODE_NETWORK) {
+                            // r[impl workload.network.foreign]
+                            self.board.clear(&Self::network_subject(&self.config));
+                        }
                         // With a health check the start is judged by its first verdict.
                         let (lasting, unready, health) = if health_check {
                             (None, Some(token), Some(HealthStatus::Starting))
@@ -1541,6 +1558,42 @@ impl Reconciler {
                         self.replay_early(&container, now, &mut actions);
                         if let Some(certificate) = renewed {
                             actions.extend(self.renewed_while_starting(&workload, &certificate));
+                        }
+                    }
+                    Err(err) if err.foreign_network => {
+                        // Not the workload's failure: the streak is left as it was.
+                        self.gate.release(token, now);
+                        entry.foreign_refusals = entry.foreign_refusals.saturating_add(1);
+                        let policy = &self.config.restart_policy;
+                        let doublings = entry.foreign_refusals.saturating_sub(1).min(31);
+                        let wait = policy
+                            .base()
+                            .saturating_mul(1u32 << doublings)
+                            .min(policy.cap());
+                        entry.foreign_until = Some(now + wait);
+                        tracing::warn!(%workload, error = %err.message, "the node's network is someone else's");
+                        let subject = Self::network_subject(&self.config);
+                        if self.board.get(&subject).is_none() {
+                            let network = self.config.node_network_name();
+                            let message = format!(
+                                "the node's network {network} is someone else's, so no workload \
+                                 on it can start: {}. Remove it (docker network rm {network}) or \
+                                 recreate it as a bridge labelled {}=node; the workloads start \
+                                 on their next try",
+                                err.message,
+                                crate::docker::NETWORK_LABEL
+                            );
+                            self.board.file(
+                                subject,
+                                "foreign_network",
+                                &message,
+                                entry.foreign_refusals,
+                                SystemTime::now(),
+                            );
+                        }
+                        if let Some(container) = err.container {
+                            let stop_timeout = entry.config.stop_timeout;
+                            self.retire(&workload, container, stop_timeout, &mut actions);
                         }
                     }
                     Err(err) => {
@@ -1699,7 +1752,8 @@ impl Reconciler {
                     .gate
                     .state(name)
                     .filter(|s| !s.in_flight)
-                    .map(|s| s.next_attempt_at),
+                    .map(|s| s.next_attempt_at)
+                    .max(e.foreign_until),
                 _ => None,
             })
             .chain(removals)
@@ -1758,6 +1812,16 @@ impl Reconciler {
             {
                 WorkloadState::WaitingForDependencies {
                     waiting_on: e.waiting_on.clone(),
+                }
+            }
+            // r[impl workload.network.foreign]
+            Run::Idle if e.foreign_until.is_some_and(|until| now < until) => {
+                WorkloadState::Restarting {
+                    restarting_in: e
+                        .foreign_until
+                        .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
+                    failures: self.gate.state(&name.to_owned()).map_or(0, |s| s.failures),
+                    exit_code: e.last_exit.as_ref().and_then(|x| x.exit_code),
                 }
             }
             Run::Idle => {
@@ -1831,6 +1895,12 @@ impl Reconciler {
                 _ => None,
             })
             .collect()
+    }
+
+    // r[impl workload.network.foreign]
+    /// The fault subject of the node's network taken by someone else's.
+    fn network_subject(config: &ModuleConfig) -> Subject {
+        Subject::new(MODULE, format!("network {}", config.node_network_name()))
     }
 
     /// The restart gate's streak for `name` (0 when it has none).

@@ -409,6 +409,7 @@ impl<I: Images> Supervisor<I> {
                     let node_network = self.core.config().node_network_name();
                     let work = async move {
                         let docker = docker::connect(&host).await.map_err(|e| StartError {
+                            foreign_network: false,
                             container: None,
                             message: format!("connect: {e}"),
                         })?;
@@ -421,6 +422,7 @@ impl<I: Images> Supervisor<I> {
                                 .await
                                 .unwrap_or_else(|_| {
                                     Err(StartError {
+                                        foreign_network: false,
                                         container: None,
                                         message: "the start task panicked".to_owned(),
                                     })

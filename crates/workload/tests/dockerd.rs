@@ -1491,6 +1491,7 @@ fn joining(env: &Env, network: &str, name: &str) -> holdfast_workload::reconcile
 }
 
 // r[verify workload.network.create]
+// r[verify workload.network.foreign]
 #[tokio::test]
 async fn two_processes_creating_the_nodes_network_at_once_both_succeed_on_one() {
     let Some(env) = env("netrace").await else {
@@ -1542,8 +1543,9 @@ async fn two_processes_creating_the_nodes_network_at_once_both_succeed_on_one() 
     for id in &ids {
         let _ = env.docker.remove_network(id).await;
     }
-    let message = refused.unwrap_err().message;
-    assert!(message.contains("someone else's"), "{message}");
+    let err = refused.unwrap_err();
+    assert!(err.message.contains("someone else's"), "{}", err.message);
+    assert!(err.foreign_network, "told apart from a failed start");
     assert_eq!(ids.len(), 1);
 }
 

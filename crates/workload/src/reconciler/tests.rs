@@ -423,6 +423,7 @@ fn a_failed_create_or_start_is_a_failure_of_the_same_streak() {
                 workload: "web".into(),
                 attempt: *attempt,
                 result: Err(StartError {
+                    foreign_network: false,
                     container: created.clone(),
                     message: "start: no such file".into(),
                 }),
@@ -1513,6 +1514,7 @@ fn a_replaced_specs_start_in_flight_holds_the_name_until_its_container_is_remove
             workload: "web".into(),
             attempt,
             result: Err(StartError {
+                foreign_network: false,
                 container: None,
                 message: "no such image".into(),
             }),
@@ -2123,6 +2125,7 @@ fn a_workload_whose_certificate_was_missing_starts_at_once_when_it_is_first_depl
                 workload: "web".into(),
                 attempt: *attempt,
                 result: Err(StartError {
+                    foreign_network: false,
                     container: None,
                     message: "invalid mount config: bind source path does not exist".into(),
                 }),
@@ -2140,4 +2143,77 @@ fn a_workload_whose_certificate_was_missing_starts_at_once_when_it_is_first_depl
         matches!(&actions[..], [Action::Start { .. }]),
         "{actions:?}"
     );
+}
+
+// r[verify workload.network.foreign]
+#[test]
+fn someone_elses_network_is_one_fault_of_its_own_and_burns_no_streak() {
+    let on_node_network = |name: &str| {
+        let mut w = sleeper(name);
+        w.network = Some(crate::config::NODE_NETWORK.into());
+        w
+    };
+    let mut h = Harness::new(vec![on_node_network("web"), on_node_network("db")]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let refused = || StartError {
+        container: None,
+        message: "network holdfast: a network of this name exists (abc, driver overlay) that is \
+                  not the node's"
+            .into(),
+        foreign_network: true,
+    };
+    let mut starts = Vec::new();
+    // Six refusals in a row for each of two workloads: no streak, no crash, one fault.
+    for _ in 0..6 {
+        let actions = h.core.tick(h.now, &mut images);
+        assert!(
+            !actions.is_empty(),
+            "each is tried again on its own schedule"
+        );
+        starts.push(h.at());
+        for action in actions {
+            let Action::Start { attempt, spec } = action else {
+                panic!("{action:?}")
+            };
+            let follow = h.core.on_result(
+                Completion::Started {
+                    workload: spec.workload,
+                    attempt,
+                    result: Err(refused()),
+                },
+                h.now,
+            );
+            assert!(follow.is_empty(), "{follow:?}");
+        }
+        for name in ["web", "db"] {
+            assert_eq!(h.core.failures(name), 0, "the restart streak is untouched");
+            assert!(
+                matches!(h.state(name), WorkloadState::Restarting { failures: 0, .. }),
+                "{:?}",
+                h.state(name)
+            );
+        }
+        let faults = h.core.faults();
+        assert_eq!(faults.len(), 1, "{faults:?}");
+        assert_eq!(faults[0].kind, "foreign_network");
+        assert_eq!(faults[0].subject.name, "network holdfast");
+        assert!(
+            faults[0].message.contains("docker network rm holdfast")
+                && faults[0].message.contains("abc"),
+            "{}",
+            faults[0].message
+        );
+        // Nothing before the next try.
+        assert!(h.core.tick(h.now, &mut images).is_empty());
+        h.now = h.core.next_wake().unwrap();
+    }
+    // The schedule: the gate's base doubling to its cap.
+    let gaps: Vec<u64> = starts.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+    assert_eq!(gaps, [10, 20, 40, 80, 160]);
+    assert_eq!(h.core.counters().crash_loops, 0);
+    // The operator removed it: the next start passes, and the fault is cleared.
+    let started = h.tick();
+    assert_eq!(started.len(), 2);
+    assert!(h.core.faults().is_empty(), "{:?}", h.core.faults());
 }
