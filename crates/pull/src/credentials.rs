@@ -327,10 +327,20 @@ impl RegistryAuth {
             InConfig::Helper(helper) => {
                 match run_helper(self.helper_dir.as_deref(), &helper, server, helper_timeout).await
                 {
-                    Ok(found) => Ok(Some(credentials(server, found, &path))),
+                    // r[impl actuate.image.credentials.helper-named]
+                    Ok(found) => {
+                        let mut found = credentials(server, found, &path);
+                        found.source = format!(
+                            "credential helper {} (named in {})",
+                            helper_program(&helper),
+                            path.display()
+                        );
+                        Ok(Some(found))
+                    }
                     // The store has no login for this registry: anonymous, as `docker pull` does
                     // (an error from a per-image file, which must hold the registry).
                     Err(HelperError::NotFound) => nothing(),
+                    // r[impl actuate.image.credentials.helper-named]
                     Err(HelperError::Failed(why)) => Err(fail(format!(
                         "credential helper `{}` (named in {}) {why}",
                         helper_program(&helper),
@@ -663,6 +673,7 @@ mod tests {
     }
 
     // r[verify actuate.image.credentials]
+    // r[verify actuate.image.credentials.helper-named]
     #[test]
     fn a_credential_helper_is_run_and_a_failing_one_is_an_error_without_its_output() {
         let dir = tempfile::tempdir().unwrap();
@@ -691,6 +702,13 @@ mod tests {
             .unwrap();
         assert_eq!(found.username(), Some("helper-user"));
         assert_eq!(found.to_docker().password.as_deref(), Some("helper-pass"));
+        assert!(
+            found
+                .source()
+                .starts_with("credential helper docker-credential-holdfasttest (named in ")
+                && found.source().contains("config.json"),
+            "{found:?}"
+        );
         let err = look(&auth.clone().with_helper_dir(&bin), "bad.example/app:1").unwrap_err();
         assert_eq!(err.registry, "bad.example");
         let text = err.to_string();

@@ -503,6 +503,53 @@ mod tests {
         );
     }
 
+    // r[verify actuate.image.credentials.helper-named]
+    #[tokio::test]
+    async fn a_refusal_of_a_credential_helpers_password_names_the_helper_and_the_registry() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let helper = bin.join("docker-credential-holdfastrefused");
+        std::fs::write(
+            &helper,
+            "#!/bin/sh\nread server\n\
+             printf '{\"ServerURL\":\"%s\",\"Username\":\"helper-user\",\"Secret\":\"helper-pass\"}' \"$server\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let config = dir.path().join("config.json");
+        std::fs::write(
+            &config,
+            r#"{"credHelpers": {"reg.example": "holdfastrefused"}}"#,
+        )
+        .unwrap();
+        let socket = dir.path().join("docker.sock");
+        let heads = recording_daemon(&socket, refusing);
+        let auth = RegistryAuth::default()
+            .with_docker_config(&config)
+            .with_helper_dir(&bin);
+        let fetcher = DockerFetcher::with_auth(endpoint(&socket), Duration::from_secs(5), auth);
+        let (progress, _) = watch::channel(PullProgress::default());
+        let err = fetcher
+            .fetch("reg.example/app:1".into(), progress)
+            .await
+            .expect_err("refused");
+        let sent = registry_auth_of_create(&heads.lock().unwrap()).expect("X-Registry-Auth sent");
+        assert_eq!(sent["username"], "helper-user");
+        assert_eq!(err.kind, PullErrorKind::Unauthorized, "{err}");
+        let text = format!("{err} {err:?}");
+        for part in [
+            "registry reg.example refused",
+            "\"helper-user\"",
+            "credential helper docker-credential-holdfastrefused",
+            "config.json",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        assert!(!text.contains("helper-pass"), "{text}");
+    }
+
     // r[verify actuate.image.credentials.refused]
     // r[verify actuate.image.credentials.secret]
     #[tokio::test(start_paused = true)]
