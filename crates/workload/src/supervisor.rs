@@ -9,6 +9,8 @@
 //! it at once is reconnected with a growing back-off, never in a tight loop. Results and events
 //! are applied on the caller's clock in [`Supervisor::step`], so tests drive it with a manual
 //! clock while the containers run in real time; [`Supervisor::start`] runs it on the real one.
+//! A running container whose check the node makes (`health.http`, `health.tcp`) has a probe task
+//! of its own (see `probe`), whose verdicts arrive as the daemon's health events do.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
