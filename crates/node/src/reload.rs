@@ -1341,6 +1341,32 @@ mod tests {
                 .replace("127.0.0.1:0", "127.0.0.1:1"),
         );
         assert!(!takes_live(NAME, &with_tls, &all_moved));
+        // Another `from_issuance` hostname: live, the pair being the issuance store's file for
+        // it; from a PEM pair to the store's, too.
+        let issued = |host: &str| {
+            file(&format!(
+                "[gateway.tls]\nfrom_issuance = \"{host}\"\n[issuance]\n[issuance.local]\n\
+                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+                 [[issuance.hostname]]\nname = \"b.example\"\nsource = \"local\"\n"
+            ))
+        };
+        let (a, b) = (inputs(&issued("a.example")), inputs(&issued("b.example")));
+        assert!(takes_live(NAME, &a, &b));
+        let bundle = crate::config::issuance_bundle(
+            &Config::parse("reload.toml", &issued("b.example"))
+                .unwrap()
+                .node
+                .data_dir,
+            "b.example",
+        );
+        assert_eq!(
+            gateway_files(&a, &b).tls,
+            Some(holdfast_gateway::TlsFiles {
+                cert: bundle.clone(),
+                key: bundle,
+            })
+        );
     }
 
     // r[verify node.reload.live-issuance]
