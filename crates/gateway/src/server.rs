@@ -28,7 +28,7 @@ use crate::registry::{ConnId, Registry};
 use crate::server::drain::DrainSignal;
 use crate::stats::Stats;
 use crate::sync::lock;
-use crate::tls::{Stream, Tls, TlsError, TlsReload};
+use crate::tls::{Stream, Tls, TlsError, TlsFiles, TlsReload};
 
 // The server's parts, each owning its state: submodules, so that only the server depends on
 // them and they on it, with no cycle between the crate's modules.
@@ -200,7 +200,8 @@ impl Gateway {
             rooms: crate::server::delivery::Rooms::new(),
         });
         let every = inner.config.key_reload_interval;
-        if !inner.config.token_key.sources().is_empty() && !every.is_zero() {
+        // Polled even without files now: a replace may give the key set files later.
+        if !every.is_zero() {
             tokio::spawn(watch_keys(Arc::downgrade(&inner), every, stop_rx.clone()));
         }
         let task = tokio::spawn(accept_loop(inner.clone(), listener, stop_rx));
@@ -286,6 +287,72 @@ impl Gateway {
     /// verify tokens from here on; a broken file keeps the previous keys, with a fault.
     pub fn reload_keys(&self) -> crate::token::KeyReload {
         reload_keys(&self.inner)
+    }
+
+    /// Verifies client tokens with `keys` from now on, in place of every key in use, and polls
+    /// `keys`' files from then on (the node's reload, when the key files' paths changed): an
+    /// authenticated connection stays, whatever key its token was signed with; a token signed
+    /// only with a key left out is refused from now on (`unknown token key`). The last key
+    /// fault is over. Reads nothing: [`NewKeys::read`](crate::token::NewKeys::read) did.
+    // r[impl gateway.auth.key-replace]
+    pub fn take_token_keys(&self, keys: crate::token::NewKeys) {
+        let files: Vec<_> = keys.sources().iter().map(|s| s.path.clone()).collect();
+        self.inner.config.token_key.replace(keys);
+        self.inner.stats.key_reloaded(true);
+        tracing::info!(replica = %self.inner.replica.id, ?files, "token key files replaced");
+    }
+
+    /// Reads `sources` and verifies client tokens with their keys from now on
+    /// ([`Gateway::take_token_keys`]). Files that cannot be read or hold no usable key change
+    /// nothing: the keys and files in use stay, and the error names the file. Blocking file I/O:
+    /// call it off the async runtime's workers.
+    // r[impl gateway.auth.key-replace]
+    pub fn replace_token_keys(
+        &self,
+        sources: Vec<crate::token::KeySource>,
+    ) -> Result<(), crate::token::KeyError> {
+        let keys = crate::token::NewKeys::read(sources)?;
+        self.take_token_keys(keys);
+        Ok(())
+    }
+
+    /// Serves `pair` to every TLS handshake that starts from now on and watches its files from
+    /// then on (the node's reload, when the pair's paths changed); connections already open
+    /// keep their session and stay up. Reads nothing:
+    /// [`NewTlsPair::read`](crate::tls::NewTlsPair::read) did. `false`, and nothing changes,
+    /// when the gateway serves plain `ws://` (TLS is not turned on or off while it runs).
+    // r[impl gateway.tls.replace]
+    pub fn take_tls(&self, pair: crate::tls::NewTlsPair) -> bool {
+        match &self.inner.tls {
+            Some(tls) => {
+                tls.store.replace(pair, &self.inner.stats);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reads the pair in `files` and serves it from now on ([`Gateway::take_tls`]). A pair that
+    /// cannot be read or used changes nothing: the pair and files in use stay, and the error
+    /// names the file. `Ok(false)` for a gateway serving plain `ws://`. Blocking file I/O: call
+    /// it off the async runtime's workers.
+    // r[impl gateway.tls.replace]
+    pub fn replace_tls(&self, files: TlsFiles) -> Result<bool, TlsError> {
+        if self.inner.tls.is_none() {
+            return Ok(false);
+        }
+        let pair = crate::tls::NewTlsPair::read(files)?;
+        Ok(self.take_tls(pair))
+    }
+
+    /// The TLS files served now (`None`: plain `ws://`).
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        self.inner.tls.as_ref().map(|t| t.store.files())
+    }
+
+    /// The token key files in use now.
+    pub fn token_key_sources(&self) -> Vec<crate::token::KeySource> {
+        self.inner.config.token_key.sources()
     }
 
     /// Replaces the admission and room limits while the gateway runs (the node's reload): each

@@ -235,9 +235,50 @@ struct Watch {
 /// The wall clock a leaf's expiry is judged by (the system's, or a test's).
 pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
+/// A pair read and checked, not served yet: what [`crate::Gateway::take_tls`] swaps in. Reading
+/// it is the slow part (blocking file I/O), so it happens before, and apart from, the swap.
+pub struct NewTlsPair {
+    files: TlsFiles,
+    served: Served,
+    seen: (Stamp, Stamp),
+}
+
+// The key is a secret: only the file names are printed.
+impl fmt::Debug for NewTlsPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewTlsPair")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NewTlsPair {
+    // r[impl gateway.tls.replace]
+    /// Reads and checks the pair in `files` as a start does (`r[gateway.tls.serve]`): an error
+    /// names the file at fault. An expired leaf is not an error here either. Blocking file I/O:
+    /// call it off the async runtime's workers.
+    pub fn read(files: TlsFiles) -> Result<Self, TlsError> {
+        // Stamped before reading, as a check does: a change while reading is seen next time.
+        let seen = (stamp(&files.cert), stamp(&files.key));
+        let served = load(&files, &provider())?;
+        Ok(Self {
+            files,
+            served,
+            seen,
+        })
+    }
+
+    /// The files this pair was read from.
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+}
+
 /// The certificate currently served, and the watch on its files.
 pub(crate) struct CertStore {
-    files: TlsFiles,
+    /// The files served (replaced by [`CertStore::replace`]); read under `watch`'s lock by a
+    /// check, so a check and a replace never interleave.
+    files: RwLock<TlsFiles>,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<Served>>,
     watch: Mutex<Watch>,
@@ -249,7 +290,7 @@ pub(crate) struct CertStore {
 impl fmt::Debug for CertStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CertStore")
-            .field("files", &self.files)
+            .field("files", &self.files())
             .finish_non_exhaustive()
     }
 }
@@ -282,7 +323,7 @@ impl CertStore {
         let served = load(&files, &provider)?;
         warn_if_expired(&files, &served, clock());
         Ok(Self {
-            files,
+            files: RwLock::new(files),
             provider,
             current: RwLock::new(Arc::new(served)),
             watch: Mutex::new(Watch {
@@ -292,6 +333,31 @@ impl CertStore {
             interval,
             clock,
         })
+    }
+
+    /// The files served now.
+    pub(crate) fn files(&self) -> TlsFiles {
+        self.files.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    // r[impl gateway.tls.replace]
+    /// Serves `new` to every handshake that starts from now on, and watches its files from then
+    /// on in place of the previous ones. Handshakes done keep their session.
+    pub(crate) fn replace(&self, new: NewTlsPair, stats: &Stats) {
+        let mut watch = crate::sync::lock(&self.watch);
+        let NewTlsPair {
+            files,
+            served,
+            seen,
+        } = new;
+        warn_if_expired(&files, &served, (self.clock)());
+        tracing::info!(cert = %files.cert.display(), key = %files.key.display(),
+            "TLS certificate files replaced");
+        *self.files.write().unwrap_or_else(|p| p.into_inner()) = files;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+        watch.seen = seen;
+        watch.last_check = Instant::now();
+        stats.tls_reloaded();
     }
 
     /// The pair served now.
@@ -319,7 +385,7 @@ impl CertStore {
         stats.tls_expired_refused();
         if !served.reported.swap(true, Ordering::Relaxed) {
             tracing::error!(
-                cert = %self.files.cert.display(),
+                cert = %self.files().cert.display(),
                 not_after = %served.not_after_text,
                 "TLS certificate expired: handshakes are refused until renewed files replace it"
             );
@@ -348,18 +414,19 @@ impl CertStore {
             return TlsReload::Unchanged;
         }
         watch.last_check = now;
-        let seen = (stamp(&self.files.cert), stamp(&self.files.key));
+        let files = self.files();
+        let seen = (stamp(&files.cert), stamp(&files.key));
         if seen == watch.seen {
             return TlsReload::Unchanged;
         }
         // Recorded before reading, so a bad pair is reported once per change, not per check.
         watch.seen = seen;
-        match load(&self.files, &self.provider) {
+        match load(&files, &self.provider) {
             Ok(served) => {
-                warn_if_expired(&self.files, &served, (self.clock)());
+                warn_if_expired(&files, &served, (self.clock)());
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
                 stats.tls_reloaded();
-                tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
                 TlsReload::Reloaded
             }
             Err(e) => {
@@ -398,7 +465,7 @@ impl Tls {
         let config = rustls::ServerConfig::builder_with_provider(store.provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Invalid {
-                path: store.files.cert.clone(),
+                path: store.files().cert.clone(),
                 reason: e.to_string(),
             })?
             .with_no_client_auth()

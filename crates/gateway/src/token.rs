@@ -278,6 +278,8 @@ pub enum KeyReload {
 }
 
 struct State {
+    /// The files the keys come from (replaced whole by [`TokenKey::replace`]).
+    sources: Vec<KeySource>,
     keys: Arc<Vec<Key>>,
     /// The files' contents the keys were loaded from.
     seen: Vec<Vec<u8>>,
@@ -287,8 +289,49 @@ struct State {
 
 struct Shared {
     settings: AuthSettings,
-    sources: Vec<KeySource>,
     state: Mutex<State>,
+}
+
+/// Key files read and parsed, not in use yet: what [`TokenKey::replace`] swaps in. Reading them
+/// is the slow part (blocking file I/O), so it happens before, and apart from, the swap.
+pub struct NewKeys {
+    sources: Vec<KeySource>,
+    keys: Vec<Key>,
+    seen: Vec<Vec<u8>>,
+}
+
+// The keys are secrets: only the files are shown.
+impl std::fmt::Debug for NewKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewKeys")
+            .field("sources", &self.sources)
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl NewKeys {
+    // r[impl gateway.auth.key-replace]
+    /// Reads and parses every file of `sources` as its declared kind (as
+    /// [`TokenKey::from_sources`] does). Blocking file I/O: call it off the async runtime's
+    /// workers.
+    pub fn read(sources: Vec<KeySource>) -> Result<Self, KeyError> {
+        if sources.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        let seen = read_all(&sources)?;
+        let keys = parse_all(&sources, &seen)?;
+        Ok(Self {
+            sources,
+            keys,
+            seen,
+        })
+    }
+
+    /// The files these keys come from.
+    pub fn sources(&self) -> &[KeySource] {
+        &self.sources
+    }
 }
 
 /// The keys client tokens are verified with, and the claims checked.
@@ -300,7 +343,7 @@ pub struct TokenKey {
 impl std::fmt::Debug for TokenKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenKey")
-            .field("sources", &self.shared.sources)
+            .field("sources", &self.sources())
             .field("settings", &self.shared.settings)
             .field("keys", &"<redacted>")
             .finish()
@@ -343,8 +386,8 @@ impl TokenKey {
         Self {
             shared: Arc::new(Shared {
                 settings,
-                sources,
                 state: Mutex::new(State {
+                    sources,
                     keys: Arc::new(keys),
                     seen,
                     fault: None,
@@ -353,9 +396,9 @@ impl TokenKey {
         }
     }
 
-    /// The files the keys come from (empty for a secret given in code).
-    pub fn sources(&self) -> &[KeySource] {
-        &self.shared.sources
+    /// The files the keys come from now (empty for a secret given in code).
+    pub fn sources(&self) -> Vec<KeySource> {
+        self.state().sources.clone()
     }
 
     /// The settings the claims are checked with.
@@ -380,26 +423,39 @@ impl TokenKey {
     /// and records the failure if they cannot be used. Blocking file I/O: call it off the async
     /// runtime's workers.
     pub fn reload(&self) -> KeyReload {
-        if self.shared.sources.is_empty() {
+        // The files as they are now: a replace while this reads is not undone by it (the
+        // result is kept only if they are still the ones in use).
+        let sources = self.sources();
+        if sources.is_empty() {
             return KeyReload::Off;
         }
-        let contents = match read_all(&self.shared.sources) {
+        let contents = match read_all(&sources) {
             Ok(c) => c,
             Err(e) => {
-                self.state().fault = Some(e.clone());
+                let mut state = self.state();
+                if state.sources == sources {
+                    state.fault = Some(e.clone());
+                }
                 return KeyReload::Failed(e);
             }
         };
         {
             let mut state = self.state();
+            if state.sources != sources {
+                // Replaced meanwhile: the keys in use were read just now, by the replace.
+                return KeyReload::Unchanged;
+            }
             if contents == state.seen {
                 // Back to what the keys in use came from: whatever failed before is over.
                 state.fault = None;
                 return KeyReload::Unchanged;
             }
         }
-        let parsed = parse_all(&self.shared.sources, &contents);
+        let parsed = parse_all(&sources, &contents);
         let mut state = self.state();
+        if state.sources != sources {
+            return KeyReload::Unchanged;
+        }
         match parsed {
             Ok(keys) => {
                 state.keys = Arc::new(keys);
@@ -412,6 +468,18 @@ impl TokenKey {
                 KeyReload::Failed(e)
             }
         }
+    }
+
+    // r[impl gateway.auth.key-replace]
+    /// Verifies tokens with `new` from now on, in place of every key in use, and re-reads its
+    /// files from then on (at each [`TokenKey::reload`]): a key of the files left out verifies
+    /// no token any more. The last reload's fault is over.
+    pub fn replace(&self, new: NewKeys) {
+        let mut state = self.state();
+        state.sources = new.sources;
+        state.keys = Arc::new(new.keys);
+        state.seen = new.seen;
+        state.fault = None;
     }
 
     // r[impl gateway.rooms.permissions]

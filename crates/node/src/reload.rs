@@ -134,8 +134,15 @@ pub fn module_names(config: &Config) -> Vec<&'static str> {
 }
 
 // r[impl node.reload.diff+4]
-/// The inputs of the module `name` in `config`.
+/// The inputs of the module `name` in `config`, on a node whose id is `[node] id` when set.
 pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
+    module_inputs_on(name, config, None)
+}
+
+// r[impl node.reload.diff+4]
+/// The inputs of the module `name` in `config`, on the node `node_id` (what a default such as
+/// the gateway's `replica_id` stands for; `None`: `[node] id`, when set).
+pub fn module_inputs_on(name: &str, config: &Config, node_id: Option<&str>) -> ModuleInputs {
     use crate::modules::{forward, gateway, issuance, pull, workload};
     match name {
         pull::NAME => ModuleInputs::Pull {
@@ -165,12 +172,16 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
                 .map(|f| Box::new(ForwardSettings::of(f.get_ref()))),
         ),
         // The cluster's seed is left out: it is the node's, the same on both sides.
-        gateway::NAME => ModuleInputs::Gateway(
-            config
-                .gateway
-                .as_ref()
-                .map(|g| Box::new(g.get_ref().settings(&config.node.data_dir, 0))),
-        ),
+        gateway::NAME => ModuleInputs::Gateway(config.gateway.as_ref().map(|g| {
+            let mut settings = g.get_ref().settings(&config.node.data_dir, 0);
+            // The replica id as the gateway runs it: left out, it is the node's id, so the node
+            // id written out is the same.
+            let node_id = node_id.or(config.node.id.as_ref().map(|id| id.get_ref().as_str()));
+            if let (None, Some(id)) = (&settings.replica_id, node_id) {
+                settings.replica_id = Some(id.to_owned());
+            }
+            Box::new(settings)
+        })),
         #[cfg(feature = "testing-modules")]
         _ if name.starts_with("testing-") => ModuleInputs::Testing(config.testing.clone()),
         _ => ModuleInputs::Everything(
@@ -182,7 +193,7 @@ pub fn module_inputs(name: &str, config: &Config) -> ModuleInputs {
                 gateway::NAME,
             ]
             .iter()
-            .map(|known| module_inputs(known, config))
+            .map(|known| module_inputs_on(known, config, node_id))
             .chain(testing_inputs(config))
             .collect(),
         ),
@@ -201,17 +212,29 @@ fn testing_inputs(config: &Config) -> Option<ModuleInputs> {
 }
 
 impl Inputs {
-    /// The inputs of every module `config` composes, and its node sections.
+    /// The inputs of every module `config` composes, and its node sections, on a node whose id
+    /// is `[node] id` when set.
     pub fn of(config: &Config) -> Self {
-        Self::of_modules(module_names(config), config)
+        Self::of_modules(module_names(config), config, None)
     }
 
-    /// The inputs of every module in `names`, from `config`.
-    pub fn of_modules<'a>(names: impl IntoIterator<Item = &'a str>, config: &Config) -> Self {
+    /// The inputs of every module `config` composes, and its node sections, on the node
+    /// `node_id` (the one running: its id resolved at its start).
+    pub fn of_node(config: &Config, node_id: &str) -> Self {
+        Self::of_modules(module_names(config), config, Some(node_id))
+    }
+
+    /// The inputs of every module in `names`, from `config`, on the node `node_id` (`None`:
+    /// `[node] id`, when set).
+    pub fn of_modules<'a>(
+        names: impl IntoIterator<Item = &'a str>,
+        config: &Config,
+        node_id: Option<&str>,
+    ) -> Self {
         Inputs {
             modules: names
                 .into_iter()
-                .map(|name| (name.to_owned(), module_inputs(name, config)))
+                .map(|name| (name.to_owned(), module_inputs_on(name, config, node_id)))
                 .collect(),
             node: [
                 ("node", NodeInputs::Node(config.node.clone())),
@@ -242,11 +265,16 @@ pub fn keep_node_sections(new: &mut Config, running: &Config) {
 /// What going from the running config (`running`, its inputs `running_inputs`) to the file's
 /// `new` changes: the modules compared as they would be built with the running node sections
 /// (which are put into `new`), the node sections that need a restart as the file has them.
-/// Returns the new inputs with the plan.
-pub fn plan(running_inputs: &Inputs, running: &Config, new: &mut Config) -> (Inputs, Plan) {
-    let from_file = Inputs::of_modules([], new).node;
+/// Returns the new inputs with the plan. `node_id` is the running node's id.
+pub fn plan(
+    running_inputs: &Inputs,
+    running: &Config,
+    new: &mut Config,
+    node_id: &str,
+) -> (Inputs, Plan) {
+    let from_file = Inputs::of_modules([], new, None).node;
     keep_node_sections(new, running);
-    let inputs = Inputs::of(new);
+    let inputs = Inputs::of_node(new, node_id);
     let mut plan = diff(running_inputs, &inputs);
     plan.needs_restart = NODE_SECTIONS
         .iter()
@@ -342,7 +370,7 @@ fn live_change(old: &ModuleInputs, new: &ModuleInputs) -> bool {
             ModuleInputs::Issuance(Some(new), new_shared),
         ) => old_shared == new_shared && certificates_only(old, new),
         (ModuleInputs::Gateway(Some(old)), ModuleInputs::Gateway(Some(new))) => {
-            gateway_limits_only(old, new)
+            gateway_live_only(old, new)
         }
         _ => false,
     }
@@ -368,16 +396,56 @@ fn images_only(old: &PullInputs, new: &PullInputs) -> bool {
         && *gc == old.gc
 }
 
-// r[impl node.reload.live-gateway]
+// r[impl node.reload.live-gateway+2]
 /// Whether two `[gateway]` sections, converted, differ only in their limits (`per_ip_limit`,
 /// `unauthenticated_limit`, `unauthenticated_per_ip_limit`, `max_rooms_per_connection`,
-/// `max_room_name`); any other key, a new one included, restarts the gateway through its drain.
-fn gateway_limits_only(old: &GatewaySettings, new: &GatewaySettings) -> bool {
+/// `max_room_name`), the paths of their token key files and the paths of their TLS pair (TLS on
+/// in both); any other key, a new one included, restarts the gateway through its drain.
+fn gateway_live_only(old: &GatewaySettings, new: &GatewaySettings) -> bool {
     let rest = |g: &GatewaySettings| GatewaySettings {
         limits: old.limits,
+        token_keys: crate::config::TokenKeySources {
+            secret_files: Vec::new(),
+            public_key_files: Vec::new(),
+            settings: g.token_keys.settings.clone(),
+        },
+        // Whether TLS is on still counts: it is turned on or off by a restart.
+        tls: g.tls.as_ref().map(|_| holdfast_gateway::TlsFiles {
+            cert: std::path::PathBuf::new(),
+            key: std::path::PathBuf::new(),
+        }),
         ..g.clone()
     };
     rest(old) == rest(new)
+}
+
+/// The files a gateway taking its change live is given (`r[node.reload.live-gateway+2]`): its
+/// key files when their paths changed, its TLS pair when its paths changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GatewayFiles {
+    /// The new key files, with their kinds.
+    pub keys: Option<Vec<holdfast_gateway::KeySource>>,
+    /// The new pair's files.
+    pub tls: Option<holdfast_gateway::TlsFiles>,
+}
+
+// r[impl node.reload.live-gateway+2]
+/// What files the gateway, going from `running` to `new` and taking it live, is to read again:
+/// none unless it takes the change live ([`takes_live`]).
+pub fn gateway_files(running: &Inputs, new: &Inputs) -> GatewayFiles {
+    let name = crate::modules::gateway::NAME;
+    if !takes_live(name, running, new) {
+        return GatewayFiles::default();
+    }
+    match (running.modules.get(name), new.modules.get(name)) {
+        (Some(ModuleInputs::Gateway(Some(old))), Some(ModuleInputs::Gateway(Some(new)))) => {
+            GatewayFiles {
+                keys: (old.token_keys != new.token_keys).then(|| new.token_keys.sources()),
+                tls: new.tls.clone().filter(|_| old.tls != new.tls),
+            }
+        }
+        _ => GatewayFiles::default(),
+    }
 }
 
 // r[impl node.reload.live-issuance]
@@ -536,7 +604,7 @@ mod tests {
         };
         let running = Config::parse("reload.toml", &file("/var/lib/a")).unwrap();
         let mut new = Config::parse("reload.toml", &file("/var/lib/b")).unwrap();
-        let (inputs, plan) = super::plan(&Inputs::of(&running), &running, &mut new);
+        let (inputs, plan) = super::plan(&Inputs::of_node(&running, "n"), &running, &mut new, "n");
         assert!(
             plan.modules.values().all(|c| *c == Change::Unchanged),
             "{:?}",
@@ -545,7 +613,7 @@ mod tests {
         assert_eq!(plan.needs_restart, vec!["node".to_owned()]);
         // The reload runs on with the running data_dir.
         assert_eq!(new.node.data_dir, running.node.data_dir);
-        assert_eq!(inputs, Inputs::of(&running));
+        assert_eq!(inputs, Inputs::of_node(&running, "n"));
     }
 
     const BASE: &str = "[node]\n\
@@ -667,6 +735,51 @@ mod tests {
             )),
         );
         assert_eq!(plan.modules.get("gateway"), Some(&Change::Changed));
+    }
+
+    // A `replica_id` written as the node id (its default) is no change: compared as the
+    // gateway runs it, with the running node's id (resolved at its start, or `[node] id`).
+    // r[verify node.reload.diff+4]
+    #[test]
+    fn a_replica_id_written_as_the_node_id_is_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("gateway.key");
+        std::fs::write(&key, "reload-test-gateway-key-0123456789\n").unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let file = |node: &str, replica: &str| {
+            format!(
+                "[node]\n{node}[gateway]\nlisten = \"127.0.0.1:8443\"\n{replica}\
+                 token_key_file = \"{}\"\n",
+                key.display()
+            )
+        };
+        let parse = |text: &str| Config::parse("reload.toml", text).unwrap();
+        let gateway = |plan: &Plan| plan.modules[crate::modules::gateway::NAME];
+        // The node's id resolved at its start (no `[node] id`).
+        let running = parse(&file("", ""));
+        let running_inputs = Inputs::of_node(&running, "node-7");
+        let mut new = parse(&file("", "replica_id = \"node-7\"\n"));
+        let (_, plan) = super::plan(&running_inputs, &running, &mut new, "node-7");
+        assert_eq!(gateway(&plan), Change::Unchanged, "{plan:?}");
+        // And back.
+        let written = parse(&file("", "replica_id = \"node-7\"\n"));
+        let mut left_out = parse(&file("", ""));
+        let (_, plan) = super::plan(
+            &Inputs::of_node(&written, "node-7"),
+            &written,
+            &mut left_out,
+            "node-7",
+        );
+        assert_eq!(gateway(&plan), Change::Unchanged, "{plan:?}");
+        // Another id is a change.
+        let mut other = parse(&file("", "replica_id = \"node-8\"\n"));
+        let (_, plan) = super::plan(&running_inputs, &running, &mut other, "node-7");
+        assert_eq!(gateway(&plan), Change::Changed, "{plan:?}");
+        // `[node] id` names the node when set.
+        let named = |replica: &str| inputs(&file("id = \"named\"\n", replica));
+        let plan = diff(&named(""), &named("replica_id = \"named\"\n"));
+        assert_eq!(gateway(&plan), Change::Unchanged, "{plan:?}");
     }
 
     // r[verify node.reload.diff+4]
@@ -922,7 +1035,7 @@ mod tests {
     fn a_module_without_its_own_inputs_changes_with_any_module_input() {
         let of = |text: &str| {
             let config = Config::parse("reload.toml", text).unwrap();
-            Inputs::of_modules(["some-future-module"], &config)
+            Inputs::of_modules(["some-future-module"], &config, None)
         };
         let running = of(BASE);
         assert!(matches!(
@@ -1070,7 +1183,7 @@ mod tests {
         assert!(takes_live(NAME, &running, &none));
     }
 
-    // r[verify node.reload.live-gateway]
+    // r[verify node.reload.live-gateway+2]
     #[test]
     fn a_gateway_takes_only_its_limits_live() {
         use crate::modules::gateway::NAME;
@@ -1097,7 +1210,7 @@ mod tests {
             ("listen", "listen = \"127.0.0.1:1\"", false),
             ("replica_id", "replica_id = \"other\"", false),
             ("advertise", "advertise = \"gw.example:443\"", false),
-            ("token_key_file", &other_key, false),
+            ("token_key_file", &other_key, true),
             ("publish_token_file", &publish, false),
             ("auth", "[gateway.auth]\nreload_interval = \"7s\"", false),
             ("max_message_size", "max_message_size = 7000", false),
@@ -1169,6 +1282,91 @@ mod tests {
         // The listen address restarts it (through its drain).
         let moved = inputs(&file("").replace("127.0.0.1:0", "127.0.0.1:1"));
         assert!(!takes_live(NAME, &running, &moved));
+        assert_eq!(gateway_files(&running, &moved), GatewayFiles::default());
+        // New key files: live, and named for the reload to read (the secret file moved to
+        // [gateway.auth], as its one secret, is no change at all).
+        let secrets = |files: &str| {
+            format!(
+                "[node]\n[gateway]\nlisten = \"127.0.0.1:0\"\n[gateway.auth]\nsecrets = [{files}]\n"
+            )
+        };
+        let new = inputs(&secrets(&format!("\"{}\"", other.display())));
+        assert!(takes_live(NAME, &running, &new));
+        assert_eq!(
+            gateway_files(&running, &new).keys,
+            Some(vec![holdfast_gateway::KeySource::secret(&other)])
+        );
+        assert_eq!(gateway_files(&running, &new).tls, None);
+        let same = inputs(&secrets(&format!("\"{}\"", key.display())));
+        assert_eq!(diff(&running, &same).modules[NAME], Change::Unchanged);
+        // The claims checked are not live.
+        let claims = inputs(&file("[gateway.auth]\nleeway = \"7s\"\n"));
+        assert!(!takes_live(NAME, &running, &claims));
+        // With TLS on: other paths (and another `from_issuance` hostname) are live; TLS turned
+        // off, or on, is not.
+        let tls = |cert: &str| {
+            file(&format!(
+                "[gateway.tls]\ncert = \"{cert}\"\nkey = \"/srv/k.pem\"\n"
+            ))
+        };
+        let with_tls = inputs(&tls("/srv/a.pem"));
+        let other_pair = inputs(&tls("/srv/b.pem"));
+        assert!(takes_live(NAME, &with_tls, &other_pair));
+        assert_eq!(
+            gateway_files(&with_tls, &other_pair),
+            GatewayFiles {
+                keys: None,
+                tls: Some(holdfast_gateway::TlsFiles {
+                    cert: "/srv/b.pem".into(),
+                    key: "/srv/k.pem".into(),
+                }),
+            }
+        );
+        assert!(!takes_live(NAME, &with_tls, &running));
+        assert!(!takes_live(NAME, &running, &with_tls));
+        // A pair and a key file and a limit at once: live; with `listen` too: a restart.
+        let all = inputs(&tls("/srv/b.pem").replace(
+            &format!("token_key_file = \"{}\"", key.display()),
+            &format!("token_key_file = \"{}\"\nper_ip_limit = 3", other.display()),
+        ));
+        assert!(takes_live(NAME, &with_tls, &all));
+        let files = gateway_files(&with_tls, &all);
+        assert!(files.keys.is_some() && files.tls.is_some(), "{files:?}");
+        let all_moved = inputs(
+            &tls("/srv/b.pem")
+                .replace(
+                    &format!("token_key_file = \"{}\"", key.display()),
+                    &format!("token_key_file = \"{}\"", other.display()),
+                )
+                .replace("127.0.0.1:0", "127.0.0.1:1"),
+        );
+        assert!(!takes_live(NAME, &with_tls, &all_moved));
+        // Another `from_issuance` hostname: live, the pair being the issuance store's file for
+        // it; from a PEM pair to the store's, too.
+        let issued = |host: &str| {
+            file(&format!(
+                "[gateway.tls]\nfrom_issuance = \"{host}\"\n[issuance]\n[issuance.local]\n\
+                 endpoint = {{ tcp = \"127.0.0.1:8099\" }}\n\
+                 [[issuance.hostname]]\nname = \"a.example\"\nsource = \"local\"\n\
+                 [[issuance.hostname]]\nname = \"b.example\"\nsource = \"local\"\n"
+            ))
+        };
+        let (a, b) = (inputs(&issued("a.example")), inputs(&issued("b.example")));
+        assert!(takes_live(NAME, &a, &b));
+        let bundle = crate::config::issuance_bundle(
+            &Config::parse("reload.toml", &issued("b.example"))
+                .unwrap()
+                .node
+                .data_dir,
+            "b.example",
+        );
+        assert_eq!(
+            gateway_files(&a, &b).tls,
+            Some(holdfast_gateway::TlsFiles {
+                cert: bundle.clone(),
+                key: bundle,
+            })
+        );
     }
 
     // r[verify node.reload.live-issuance]

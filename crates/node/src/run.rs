@@ -123,14 +123,12 @@ struct Live {
     pull_images: crate::modules::pull::SharedImages,
     /// The workload module's workloads.
     desired: crate::modules::workload::Desired,
-    /// The forward module's access.
+    /// The forward module's access, and what its running server was last given.
     forward_access: crate::modules::forward::SharedAccess,
-    /// The access the running forward server was last given.
-    forward_given: crate::modules::forward::GivenAccess,
     /// The config the issuance module starts from, once one is built.
     issuance: Handle<holdfast_issuance::IssuanceConfig>,
-    /// The limits the gateway module starts with, once one is built.
-    gateway_limits: Handle<holdfast_gateway::config::LiveLimits>,
+    /// The limits, key files and TLS files the gateway module starts with, once one is built.
+    gateway: Handle<crate::modules::gateway::GatewayLive>,
 }
 
 /// The reload's handle on what a module built by `compose` starts from.
@@ -237,8 +235,7 @@ fn compose_some(
                 config.node.data_dir.clone(),
                 node.forward.clone(),
             )
-            .sharing(&live.forward_access)
-            .recording(&live.forward_given),
+            .sharing(&live.forward_access),
         ));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
@@ -254,11 +251,11 @@ fn compose_some(
                 .map(|f| f.get_ref().as_path()),
             node.gateway.clone(),
         );
-        // The reload's handle on the limits the module starts with.
+        // The reload's handle on what the module starts with.
         *live
-            .gateway_limits
+            .gateway
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&module.limits));
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&module.live));
         modules.push(Arc::new(module));
     }
     // i[impl node.testing-modules]
@@ -528,7 +525,7 @@ pub async fn run(
         }
     });
 
-    let inputs = Inputs::of(&config);
+    let inputs = Inputs::of_node(&config, identity.id());
     let budget = config.node.stop_budget.get_ref().get();
     let running = Arc::new(tokio::sync::Mutex::new(Running {
         config,
@@ -605,6 +602,54 @@ pub async fn run(
         notifier.finish(NOTIFY_FLUSH).await;
     }
     Ok(report)
+}
+
+// r[impl node.reload.forward-files+2]
+/// What a running forward whose section is unchanged is given: the access its token files
+/// `read` now, when it grants anything else than what the running server was last given. Files
+/// that cannot be read leave its credentials as they were and are a fault until a reload reads
+/// them.
+fn unchanged_forward(
+    node: &NodeState,
+    shared: &crate::modules::forward::SharedAccess,
+    spec: crate::modules::forward::AccessSpec,
+    read: Result<holdfast_forward::Access, String>,
+) -> Option<(
+    crate::modules::forward::AccessSpec,
+    holdfast_forward::Access,
+)> {
+    match read {
+        Ok(access) => {
+            // Read again: whatever kept them from being read is over.
+            node.faults.clear(&forward_files_subject());
+            let given = crate::modules::forward::given_access(shared);
+            let up = node.forward.with(|_| ()).is_ok();
+            (up && !given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)))
+                .then_some((spec, access))
+        }
+        // Kept until a reload reads them (or the module stops or restarts).
+        Err(error) => {
+            tracing::warn!(%error,
+                "reload: the forward's token files cannot be read; the running server keeps its credentials");
+            node.faults.file(
+                forward_files_subject(),
+                "token_file_unreadable",
+                &format!(
+                    "the forward's token files were not taken at the reload (the running server \
+                     keeps its credentials): {error}"
+                ),
+                1,
+                std::time::SystemTime::now(),
+            );
+            None
+        }
+    }
+}
+
+/// The fault subject of a forward's token files that a reload could not read (its section
+/// unchanged, the running server keeping its credentials).
+pub fn forward_files_subject() -> holdfast_lifecycle::Subject {
+    holdfast_lifecycle::Subject::new(crate::modules::forward::NAME, "token files")
 }
 
 /// The fault subject of a reload whose file is invalid.
@@ -696,7 +741,15 @@ struct LiveUpdates {
         holdfast_issuance::IssuanceConfig,
         holdfast_issuance::Certificates,
     )>,
-    gateway: Option<holdfast_gateway::LiveLimits>,
+    gateway: Option<GatewayUpdate>,
+}
+
+/// What a running gateway takes live: what its later starts use, and the key files and TLS pair
+/// read before the reload took the running modules (when their paths changed).
+struct GatewayUpdate {
+    live: crate::modules::gateway::GatewayLive,
+    keys: Option<holdfast_gateway::token::NewKeys>,
+    tls: Option<holdfast_gateway::tls::NewTlsPair>,
 }
 
 impl LiveUpdates {
@@ -746,22 +799,15 @@ impl LiveUpdates {
         }
         // r[impl node.reload.live-forward]
         // Open forwards whose target is still allowed go on; the others end, told why.
+        // r[impl node.reload.forward-race]
+        // A start under way gives its server this access when it ends (`give_access`).
         if let Some((spec, access)) = self.forward {
-            *context
-                .live
-                .forward_access
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = spec;
-            *context
-                .live
-                .forward_given
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(access.clone());
-            if node
-                .forward
-                .with(|server| server.update_access(access))
-                .is_ok()
-            {
+            if crate::modules::forward::give_access(
+                &context.live.forward_access,
+                &node.forward,
+                spec,
+                access,
+            ) {
                 tracing::info!("reload: the forward module took its new access live");
             }
         }
@@ -777,13 +823,23 @@ impl LiveUpdates {
                 tracing::info!("reload: the issuance module took its new certificates live");
             }
         }
-        // r[impl node.reload.live-gateway]
+        // r[impl node.reload.live-gateway+2]
         // No client is drained or closed.
-        if let Some(limits) = self.gateway {
-            replace(&context.live.gateway_limits, limits);
+        if let Some(GatewayUpdate { live, keys, tls }) = self.gateway {
+            let limits = live.limits;
+            replace(&context.live.gateway, live);
             if let Some(gateway) = node.gateway.running() {
                 gateway.update_limits(limits);
-                tracing::info!("reload: the gateway took its new limits live");
+                // Read before the lock: nothing here reads a file.
+                if let Some(keys) = keys {
+                    gateway.take_token_keys(keys);
+                }
+                if let Some(pair) = tls {
+                    gateway.take_tls(pair);
+                }
+                tracing::info!(
+                    "reload: the gateway took its new limits, key files and TLS pair live"
+                );
             }
         }
     }
@@ -816,10 +872,33 @@ struct Prepared {
         holdfast_issuance::IssuanceConfig,
         Result<holdfast_issuance::Certificates, String>,
     )>,
+    /// The gateway's new key files and TLS pair, read (when it may take new paths live).
+    gateway: Option<Result<GatewayRead, String>>,
+}
+
+/// The gateway's new files as read before the lock: each part when its paths changed.
+struct GatewayRead {
+    keys: Option<Result<holdfast_gateway::token::NewKeys, String>>,
+    tls: Option<Result<holdfast_gateway::tls::NewTlsPair, String>>,
+}
+
+// r[impl node.reload.live-gateway+2]
+/// Reads `files` (blocking file I/O: run off the runtime's threads).
+fn read_gateway_files(files: crate::reload::GatewayFiles) -> GatewayRead {
+    GatewayRead {
+        keys: files.keys.map(|sources| {
+            holdfast_gateway::token::NewKeys::read(sources)
+                .map_err(|e| format!("the gateway's token key files: {e}"))
+        }),
+        tls: files.tls.map(|pair| {
+            holdfast_gateway::tls::NewTlsPair::read(pair)
+                .map_err(|e| format!("the gateway's TLS pair: {e}"))
+        }),
+    }
 }
 
 // r[impl node.reload.live-forward]
-// r[impl node.reload.forward-files]
+// r[impl node.reload.forward-files+2]
 // r[impl node.reload.issuance-check]
 /// Reads and checks what a reload of `config` may take live, without the running set locked
 /// (the node's stop waits for that lock), each part off the runtime's threads and bounded by the
@@ -831,9 +910,10 @@ async fn prepare(
     config: &Config,
     check: Option<IssuanceCheck>,
     outstanding: &Outstanding,
+    node_id: &str,
 ) -> Prepared {
     use crate::modules::{forward, issuance};
-    let (forward_wanted, issuance_wanted) = {
+    let (forward_wanted, issuance_wanted, gateway_files) = {
         let running = running.lock().await;
         if running.closed {
             return Prepared::default();
@@ -841,7 +921,7 @@ async fn prepare(
         // Compared as the reload compares them: with the running node sections.
         let mut config = config.clone();
         crate::reload::keep_node_sections(&mut config, &running.config);
-        let new_inputs = Inputs::of(&config);
+        let new_inputs = Inputs::of_node(&config, node_id);
         // A forward whose section is the same may have a token file rotated in place.
         let unchanged = running
             .inputs
@@ -851,6 +931,7 @@ async fn prepare(
         (
             unchanged || crate::reload::takes_live(forward::NAME, &running.inputs, &new_inputs),
             crate::reload::takes_live(issuance::NAME, &running.inputs, &new_inputs),
+            crate::reload::gateway_files(&running.inputs, &new_inputs),
         )
     };
     let mut prepared = Prepared::default();
@@ -876,6 +957,15 @@ async fn prepare(
         .await;
         prepared.issuance = Some((new, certificates));
     }
+    if gateway_files != crate::reload::GatewayFiles::default() {
+        let read = bounded(
+            &outstanding.gateway,
+            "the gateway's new key and TLS files were not read",
+            move || Ok(read_gateway_files(gateway_files)),
+        )
+        .await;
+        prepared.gateway = Some(read);
+    }
     prepared
 }
 
@@ -892,6 +982,8 @@ struct Outstanding {
     tokens: Slot,
     /// The issuance module's check.
     issuance: Slot,
+    /// The gateway's new key and TLS files' read.
+    gateway: Slot,
 }
 
 /// Whether one read or check of a kind is running.
@@ -978,7 +1070,14 @@ async fn reload(
         .map(|planner| -> IssuanceCheck {
             Box::new(move |config| planner.plan(config).map_err(|e| e.to_string()))
         });
-    let prepared = prepare(running, &config, check, &context.outstanding).await;
+    let prepared = prepare(
+        running,
+        &config,
+        check,
+        &context.outstanding,
+        context.identity.id(),
+    )
+    .await;
     let mut running = running.lock().await;
     // r[impl node.reload.stopping+2]
     if running.closed || node.phase() == Phase::Draining {
@@ -986,7 +1085,12 @@ async fn reload(
     }
     // The node's own sections stay as they started (r[node.reload.node-sections]), and the
     // modules are compared as built with them.
-    let (inputs, plan) = crate::reload::plan(&running.inputs, &running.config, &mut config);
+    let (inputs, plan) = crate::reload::plan(
+        &running.inputs,
+        &running.config,
+        &mut config,
+        context.identity.id(),
+    );
     if !plan.needs_restart.is_empty() {
         tracing::warn!(sections = ?plan.needs_restart,
             "reload: these sections changed and need a restart of the node to take effect");
@@ -1023,10 +1127,13 @@ async fn reload(
     let Prepared {
         forward: forward_access,
         issuance: issuance_checked,
+        gateway: gateway_read,
     } = prepared;
     if live(crate::modules::forward::NAME) {
         match forward_access {
             Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
+                // r[impl node.reload.forward-files+2]
+                node.faults.clear(&forward_files_subject());
                 updates.forward = Some((spec, access));
             }
             // The restart reads them again and reports its failure.
@@ -1035,24 +1142,8 @@ async fn reload(
             _ => {}
         }
     } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
-        // r[impl node.reload.forward-files]
-        // Its section is the same: what counts is whether the files read now grant anything
-        // else than what the running server was last given.
-        match forward_access {
-            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
-                let given = context
-                    .live
-                    .forward_given
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone();
-                if !given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)) {
-                    updates.forward = Some((spec, access));
-                }
-            }
-            Some((_, Err(error))) => tracing::warn!(%error,
-                "reload: the forward's token files cannot be read; the running server keeps its credentials"),
-            _ => {}
+        if let Some((spec, read)) = forward_access {
+            updates.forward = unchanged_forward(node, &context.live.forward_access, spec, read);
         }
     }
     // r[impl node.reload.issuance-check]
@@ -1065,12 +1156,55 @@ async fn reload(
             None => {}
         }
     }
+    // r[impl node.reload.live-gateway+2]
     if let Some(section) = config
         .gateway
         .as_ref()
         .filter(|_| live(crate::modules::gateway::NAME) && node.gateway.running().is_some())
     {
-        updates.gateway = Some(section.get_ref().live_limits());
+        let section = section.get_ref();
+        let settings = section.settings(&running.config.node.data_dir, 0);
+        let update = |keys, tls| GatewayUpdate {
+            live: crate::modules::gateway::GatewayLive {
+                limits: settings.limits,
+                token_keys: settings.token_keys.clone(),
+                tls: settings.tls.clone(),
+            },
+            keys,
+            tls,
+        };
+        // A pair of the issuance store's not issued yet: the gateway restarts (its start is
+        // retried until it exists); refusing would refuse the hostname's issuance too.
+        let from_issuance = section
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.get_ref().from_issuance.is_some());
+        let refuse = |message: String| {
+            node.faults.file(
+                reload_subject(),
+                "config_invalid",
+                &format!("the config was not reloaded: {message}"),
+                1,
+                std::time::SystemTime::now(),
+            );
+            Err(ReloadError::Invalid(message))
+        };
+        match gateway_read {
+            None => updates.gateway = Some(update(None, None)),
+            Some(Err(message)) => return refuse(message),
+            Some(Ok(GatewayRead { keys, tls })) => {
+                let keys = match keys.transpose() {
+                    Ok(keys) => keys,
+                    Err(message) => return refuse(message),
+                };
+                match tls.transpose() {
+                    Ok(tls) => updates.gateway = Some(update(keys, tls)),
+                    Err(error) if from_issuance => tracing::warn!(%error,
+                        "reload: the gateway's new certificate cannot be used yet; it restarts"),
+                    Err(message) => return refuse(message),
+                }
+            }
+        }
     }
     for name in updates.names() {
         plan.modules.insert(name.to_owned(), Change::Updated);
@@ -1459,6 +1593,46 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
+    // Token files that cannot be read at a reload, on a forward whose section is unchanged (a
+    // file system failing between the config's validation and the token read, or a read given
+    // up after its time limit): a fault naming the file and the error, nothing given; a later
+    // read clears it.
+    // r[verify node.reload.forward-files+2]
+    #[test]
+    fn unreadable_token_files_of_an_unchanged_forward_are_a_fault_until_read() {
+        use crate::modules::forward::{AccessSpec, SharedAccess};
+        let node = NodeState::new("n", FaultBoard::new(), Metrics::new());
+        let shared = SharedAccess::default();
+        let error = "cannot read token file /etc/holdfast/forward.tokens: Input/output error";
+        let given = unchanged_forward(&node, &shared, AccessSpec::default(), Err(error.into()));
+        assert!(given.is_none());
+        let faults = node.faults.list();
+        let fault = faults
+            .iter()
+            .find(|f| f.subject == forward_files_subject())
+            .unwrap_or_else(|| panic!("no fault: {faults:?}"));
+        assert_eq!(fault.kind, "token_file_unreadable");
+        assert!(fault.message.contains(error), "{fault:?}");
+        // Read at the next reload: the fault is over.
+        let access = holdfast_forward::Access {
+            credentials: vec![holdfast_forward::Credential::new(
+                "forward-token-read-again-0123456789",
+            )],
+            allow: holdfast_forward::AllowList::default(),
+            scoped: Vec::new(),
+        };
+        unchanged_forward(&node, &shared, AccessSpec::default(), Ok(access));
+        assert!(
+            !node
+                .faults
+                .list()
+                .iter()
+                .any(|f| f.subject == forward_files_subject()),
+            "{:?}",
+            node.faults.list()
+        );
+    }
+
     /// A running node with one local-provider hostname, and the config a reload brings: a
     /// second hostname added.
     fn one_hostname_added() -> (Config, Arc<tokio::sync::Mutex<Running>>) {
@@ -1508,7 +1682,9 @@ mod tests {
             let running = Arc::clone(&running);
             let outstanding = Arc::clone(&outstanding);
             let new = new.clone();
-            tokio::spawn(async move { prepare(&running, &new, Some(check), &outstanding).await })
+            tokio::spawn(
+                async move { prepare(&running, &new, Some(check), &outstanding, "n").await },
+            )
         };
         let first = prepare_once(check());
         let mut spins = 0;
@@ -1577,7 +1753,7 @@ mod tests {
         let began = tokio::time::Instant::now();
         let prepared = tokio::spawn({
             let running = Arc::clone(&running);
-            async move { prepare(&running, &new, Some(check), &Outstanding::default()).await }
+            async move { prepare(&running, &new, Some(check), &Outstanding::default(), "n").await }
         });
         let mut spins = 0;
         while started.try_recv().is_err() {

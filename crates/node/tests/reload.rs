@@ -384,7 +384,7 @@ async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer
     assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
 }
 
-// r[verify node.reload.forward-files]
+// r[verify node.reload.forward-files+2]
 // r[verify node.reload.gateway-files+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_token_file_rotated_in_place_is_taken_at_the_next_reload() {
@@ -1270,7 +1270,7 @@ async fn one_reload_takes_a_workload_an_allow_list_and_a_hostname_live_and_drops
     assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
 }
 
-// r[verify node.reload.live-gateway]
+// r[verify node.reload.live-gateway+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_gateway_limits_are_taken_live_and_drain_no_client() {
     use futures_util::SinkExt as _;
@@ -1385,6 +1385,294 @@ async fn a_reload_has_the_gateway_take_a_key_file_rotated_in_place() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+}
+
+/// Connects to the gateway at `addr` and presents a token signed with `key`: the first answer
+/// (`authenticated`, or the close frame's reason).
+async fn auth_answer(addr: &str, key: &str, user: &str) -> String {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    let token = holdfast_gateway::Signer::new(key.as_bytes())
+        .token(
+            user,
+            std::time::SystemTime::now() + Duration::from_secs(3600),
+        )
+        .unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        json!({"type": "auth", "token": token}).to_string().into(),
+    ))
+    .await
+    .unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("an answer within 5 s")
+        {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) => return t.to_string(),
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => {
+                return format!("closed: {frame:?}");
+            }
+            None => return "closed".into(),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return format!("error: {e}"),
+        }
+    }
+}
+
+/// The faults `/v1/faults` lists now, as text.
+async fn faults_text(node: &Node) -> String {
+    node.get("/v1/faults").await.unwrap()
+}
+
+// A changed key file path is taken live: the client connected before stays (no close frame, no
+// restart), a token signed with the new key is accepted and one with the old refused; a path
+// that cannot be read changes nothing and the reload's error and fault name it.
+// r[verify node.reload.live-gateway+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_key_file_path_is_taken_live_and_drains_no_client() {
+    const NEW: &str = "gateway-reload-other-key-9876543210";
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let old_key = dir.path().join("gateway.key");
+    let new_key = dir.path().join("other.key");
+    std::fs::write(&new_key, format!("{NEW}\n")).unwrap();
+    std::fs::set_permissions(&new_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let node = start_in(dir, &gateway, BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let mut ws = common::ws::member(&addr, KEY, "ann", "lobby").await;
+
+    // A path that cannot be read: refused, nothing changes.
+    let missing = node.dir.path().join("missing.key");
+    let path = |to: &Path| {
+        gateway.replace(
+            &format!("token_key_file = \"{}\"", old_key.display()),
+            &format!("token_key_file = \"{}\"", to.display()),
+        )
+    };
+    rewrite(&node, &path(&missing));
+    let (code, out, err) = reload(&node);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains(&missing.display().to_string()), "{out}{err}");
+    let faults = faults_text(&node).await;
+    assert!(
+        faults.contains("config_invalid") && faults.contains(&missing.display().to_string()),
+        "{faults}"
+    );
+    assert!(
+        auth_answer(&addr, KEY, "bob")
+            .await
+            .contains("authenticated")
+    );
+
+    // The new path: taken live.
+    rewrite(&node, &path(&new_key));
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("gateway") && out.contains("updated"), "{out}");
+    assert_eq!(starts(&node, "gateway").await, 1, "the gateway restarted");
+    assert!(!faults_text(&node).await.contains("config_invalid"));
+    let answer = auth_answer(&addr, NEW, "cy").await;
+    assert!(answer.contains("authenticated"), "{answer}");
+    let answer = auth_answer(&addr, KEY, "eve").await;
+    assert!(
+        answer.starts_with("closed"),
+        "the old key still verifies: {answer}"
+    );
+    // The client authenticated with the old key is still connected and served.
+    push(&node, "lobby", "after the reload").await;
+    assert!(next_text(&mut ws).await.contains("after the reload"));
+    assert!(
+        close_frame(&mut ws, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "the client was closed"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let (code, _, log) = node.wait(Duration::from_secs(15));
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains(NEW) && !log.contains(KEY), "a key was logged");
+}
+
+/// Takes any certificate: the tests look at which one the gateway served.
+#[derive(Debug)]
+struct AnyCert;
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls_pki_types::CertificateDer<'_>,
+        _: &[rustls_pki_types::CertificateDer<'_>],
+        _: &rustls_pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls_pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls_pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+type Wss = tokio_tungstenite::tungstenite::WebSocket<
+    rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+>;
+
+/// A self-signed pair for `localhost` under `dir`: its `cert = …`/`key = …` lines and its DER.
+fn pair_in(dir: &Path) -> (String, Vec<u8>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (
+        format!("cert = \"{}\"\nkey = \"{}\"\n", c.display(), k.display()),
+        cert.der().to_vec(),
+    )
+}
+
+/// A `wss://` client (blocking) authenticated as `user` in `room`, and the leaf it was shown.
+fn wss_member(addr: &str, user: &str, room: &str) -> (Wss, Vec<u8>) {
+    use tokio_tungstenite::tungstenite::Message;
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .dangerous()
+    .with_custom_certificate_verifier(std::sync::Arc::new(AnyCert))
+    .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock).unwrap();
+    }
+    let leaf = tls.conn.peer_certificates().unwrap()[0].to_vec();
+    let (mut ws, _) = tokio_tungstenite::tungstenite::client("wss://localhost/", tls).unwrap();
+    let token = holdfast_gateway::Signer::new(KEY.as_bytes())
+        .token(
+            user,
+            std::time::SystemTime::now() + Duration::from_secs(3600),
+        )
+        .unwrap();
+    for message in [
+        json!({"type": "auth", "token": token}),
+        json!({"type": "join", "room": room}),
+    ] {
+        ws.send(Message::Text(message.to_string().into())).unwrap();
+        wss_text(&mut ws).unwrap();
+    }
+    (ws, leaf)
+}
+
+/// The next text (pings skipped), or what ended the wait (a close frame, an error, the read
+/// timeout).
+fn wss_text(ws: &mut Wss) -> Result<String, String> {
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => return Ok(t.to_string()),
+            Ok(Message::Close(frame)) => return Err(format!("close frame {frame:?}")),
+            Ok(_) => {}
+            Err(e) => return Err(format!("{e}")),
+        }
+    }
+}
+
+// A changed TLS pair path is taken live: the client connected before keeps its session (no
+// close frame, no restart), new handshakes are served the new pair; a pair that cannot be read
+// changes nothing and the reload's error and fault name it.
+// r[verify node.reload.live-gateway+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_tls_pair_path_is_taken_live_and_drains_no_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, first_der) = pair_in(&dir.path().join("a"));
+    let (second, second_der) = pair_in(&dir.path().join("b"));
+    let gateway = gateway_section(dir.path(), "127.0.0.1:0");
+    let with = |pair: &str| format!("{gateway}\n[gateway.tls]\n{pair}");
+    let node = start_in(dir, &with(&first), BUDGET, None);
+    node.until_ready().await;
+    let shown = json_get(&node, "/v1/gateway").await;
+    let addr = shown["replica"]["address"].as_str().unwrap().to_owned();
+    let (mut old, seen) = wss_member(&addr, "ann", "lobby");
+    assert_eq!(seen, first_der);
+
+    // A pair that cannot be read: refused, nothing changes.
+    let missing = node.dir.path().join("none/cert.pem");
+    rewrite(
+        &node,
+        &with(&format!(
+            "cert = \"{}\"\nkey = \"{}\"\n",
+            missing.display(),
+            node.dir.path().join("none/key.pem").display()
+        )),
+    );
+    let (code, out, err) = reload(&node);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains(&missing.display().to_string()), "{out}{err}");
+    let faults = faults_text(&node).await;
+    assert!(
+        faults.contains("config_invalid") && faults.contains(&missing.display().to_string()),
+        "{faults}"
+    );
+    let (_ws, seen) = wss_member(&addr, "bob", "lobby");
+    assert_eq!(seen, first_der);
+
+    // The other pair: taken live.
+    rewrite(&node, &with(&second));
+    let (code, out, err) = reload(&node);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("gateway") && out.contains("updated"), "{out}");
+    assert_eq!(starts(&node, "gateway").await, 1, "the gateway restarted");
+    let (_ws, seen) = wss_member(&addr, "cy", "lobby");
+    assert_eq!(seen, second_der);
+    // The client of the first pair is still connected and served, with no close frame.
+    push(&node, "lobby", "after the reload").await;
+    let text = wss_text(&mut old).unwrap();
+    assert!(text.contains("after the reload"), "{text}");
+    old.get_mut()
+        .sock
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let after = wss_text(&mut old).unwrap_err();
+    assert!(
+        !after.contains("close frame"),
+        "the client was closed: {after}"
+    );
 
     node.signal(Signal::SIGTERM);
     let (code, _, log) = node.wait(Duration::from_secs(15));

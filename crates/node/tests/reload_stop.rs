@@ -318,3 +318,97 @@ async fn a_second_signal_during_a_reloads_stops_exits_at_once() {
     assert!(took < Duration::from_secs(1), "took {took:?}: {log}");
     assert_eq!(code, 4, "{log}");
 }
+
+/// Makes `path` a FIFO (replacing the file there).
+fn fifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+}
+
+/// A node's stop while one of its reloads hangs reading `hung` (a FIFO no one ever opens to
+/// write: opening it to read waits for ever): the stop keeps to its budget and exits cleanly,
+/// and the reload starts and takes nothing.
+async fn a_stop_is_not_held_by_a_hung_read(node: Node, hung: &Path) {
+    node.until_ready().await;
+    fifo(hung);
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "SIGHUP: reloading the config");
+    // A reload that is not hung ends within milliseconds; this one has no outcome yet.
+    std::thread::sleep(Duration::from_millis(500));
+    let log = std::fs::read_to_string(node.dir.path().join("stderr.log")).unwrap();
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    assert_eq!(events(&log, "reload refused").count(), 0, "{log}");
+    let began = Instant::now();
+    node.signal(Signal::SIGTERM);
+    let (code, took, log) = node.wait(Duration::from_secs(15));
+    let stopped = began.elapsed();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        stopped < Duration::from_secs(4),
+        "the stop took {stopped:?} ({took:?}): {log}"
+    );
+    assert_eq!(events(&log, "config reloaded").count(), 0, "{log}");
+    assert_eq!(events(&log, "reload: module starting").count(), 0, "{log}");
+    assert!(!log.contains(TOKEN), "the forward token was logged");
+}
+
+// The forward's token file hangs the reload's read of it (read before the running modules are
+// taken: the config's validation counts its tokens, then the token check reads them).
+// r[verify node.reload.stopping+2]
+#[tokio::test]
+async fn a_stop_finishes_while_a_reload_hangs_on_a_forward_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let forward = forward_section(dir.path());
+    let tokens = dir.path().join("forward.tokens");
+    let node = common::start_in(dir, &forward, "4s", None);
+    a_stop_is_not_held_by_a_hung_read(node, &tokens).await;
+}
+
+// The gateway's new TLS pair hangs the reload's read of it, before the running modules are
+// taken (the pair's paths changed, so the running gateway would take it live).
+// r[verify node.reload.stopping+2]
+// r[verify node.reload.live-gateway+2]
+#[tokio::test]
+async fn a_stop_finishes_while_a_reload_hangs_on_the_gateways_new_tls_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, "gateway-reload-stop-key-0123456789\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let pair = |name: &str| {
+        let k = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&k)
+            .unwrap();
+        let (c, p) = (
+            dir.path().join(format!("{name}.cert.pem")),
+            dir.path().join(format!("{name}.key.pem")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&p, k.serialize_pem()).unwrap();
+        (c, p)
+    };
+    let (cert, pkey) = pair("a");
+    let (_, next_key) = pair("b");
+    let next_cert = dir.path().join("b.cert.pem");
+    let gateway = |cert: &Path, pkey: &Path| {
+        format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\n\
+             [gateway.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            key.display(),
+            cert.display(),
+            pkey.display()
+        )
+    };
+    let first = gateway(&cert, &pkey);
+    let next = gateway(&next_cert, &next_key);
+    let config_dir = dir.path().to_owned();
+    let node = common::start_in(dir, &first, "4s", None);
+    node.until_ready().await;
+    write_config(&config_dir, &next, "4s", None);
+    a_stop_is_not_held_by_a_hung_read(node, &next_cert).await;
+}

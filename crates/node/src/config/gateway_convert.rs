@@ -139,7 +139,7 @@ impl GatewaySection {
         }
     }
 
-    /// The limits a running gateway takes live (`r[node.reload.live-gateway]`): this section's,
+    /// The limits a running gateway takes live (`r[node.reload.live-gateway+2]`): this section's,
     /// else holdfast-gateway's defaults. Reads no file.
     pub fn live_limits(&self) -> holdfast_gateway::LiveLimits {
         let defaults = GatewayConfig::new(
@@ -393,7 +393,7 @@ fn retry_after_secs(d: Duration) -> u32 {
 mod tests {
     use super::*;
 
-    // r[verify node.reload.live-gateway]
+    // r[verify node.reload.live-gateway+2]
     #[test]
     fn the_live_limits_are_the_sections_and_the_started_gateways_with_a_file_gone() {
         let dir = tempfile::tempdir().unwrap();

@@ -33,16 +33,14 @@ pub struct ForwardModule {
     pub listen: SocketAddr,
     /// The node's data directory.
     pub data_dir: PathBuf,
-    /// Who may connect and where their forwards may go, read at each start (shared with the
-    /// node's reload, which may replace it live).
+    /// Who may connect and where their forwards may go, read at each start, and what the
+    /// running server was last given (shared with the node's reload, which may replace it live
+    /// and compares the token files it reads again with what was given).
     pub access: SharedAccess,
     /// The connection bounds `[forward]` sets; `None`: holdfast-forward's default.
     pub bounds: Bounds,
     /// Where the running server is published.
     pub slot: Slot<Server>,
-    /// The access the running server was last given (read at each start; shared with the node's
-    /// reload, which compares the token files it reads again with it).
-    pub given: GivenAccess,
 }
 
 impl std::fmt::Debug for ForwardModule {
@@ -50,7 +48,7 @@ impl std::fmt::Debug for ForwardModule {
         // No credential in any output.
         f.debug_struct("ForwardModule")
             .field("listen", &self.listen)
-            .field("access", &*lock(&self.access))
+            .field("access", &lock(&self.access).spec)
             .field("bounds", &self.bounds)
             .finish_non_exhaustive()
     }
@@ -82,13 +80,48 @@ impl std::fmt::Debug for AccessSpec {
     }
 }
 
-/// The access the running module starts from; the node's reload replaces what it holds.
-pub type SharedAccess = Arc<Mutex<AccessSpec>>;
+/// The access the module starts from and what the running server was last given, under one
+/// lock: a reload's live update and a start that finishes are ordered by it, so the newest
+/// access reaches the server whichever of the two ends last (`r[node.reload.forward-race]`).
+#[derive(Debug, Default)]
+pub struct AccessState {
+    /// The access each start reads (its token files read then).
+    pub spec: AccessSpec,
+    /// One more at each replace of `spec`: a start that read an older one gives its server the
+    /// newer `given` instead of what it read.
+    pub generation: u64,
+    /// The access, token files read, that the running server was last given (`None`: not
+    /// started, or not since the spec was set).
+    pub given: Option<Access>,
+}
 
-/// The access, token files read, that the running server was last given (`None`: not started).
-pub type GivenAccess = Arc<Mutex<Option<Access>>>;
+/// The module's [`AccessState`], shared with the node's reload.
+pub type SharedAccess = Arc<Mutex<AccessState>>;
 
-// r[impl node.reload.forward-files]
+// r[impl node.reload.live-forward]
+// r[impl node.reload.forward-race]
+/// A reload's live update: `spec` is what later starts read, `access` (its token files read) is
+/// given to the running server now, or, to one whose start is under way, when that start ends.
+/// Returns whether a running server took it now.
+pub fn give_access(
+    shared: &SharedAccess,
+    slot: &Slot<Server>,
+    spec: AccessSpec,
+    access: Access,
+) -> bool {
+    let mut state = lock(shared);
+    state.spec = spec;
+    state.generation += 1;
+    state.given = Some(access.clone());
+    // Under the access lock: a start that ends now waits for it, then sees the new generation.
+    slot.with(|server| server.update_access(access)).is_ok()
+}
+
+/// What the running server was last given.
+pub fn given_access(shared: &SharedAccess) -> Option<Access> {
+    lock(shared).given.clone()
+}
+// r[impl node.reload.forward-files+2]
 /// Whether `a` and `b` grant the same: the same credentials, allow-list and clients, the
 /// credentials and clients in any order (tokens reordered in a file grant nothing else).
 pub fn same_access(a: &Access, b: &Access) -> bool {
@@ -101,7 +134,7 @@ fn same_set<T: PartialEq>(a: &[T], b: &[T]) -> bool {
     a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
 }
 
-fn lock(access: &SharedAccess) -> std::sync::MutexGuard<'_, AccessSpec> {
+fn lock(access: &SharedAccess) -> std::sync::MutexGuard<'_, AccessState> {
     access.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -303,24 +336,28 @@ impl ForwardModule {
         ForwardModule {
             listen,
             data_dir,
-            access: Arc::new(Mutex::new(access)),
+            access: Arc::new(Mutex::new(AccessState {
+                spec: access,
+                generation: 0,
+                given: None,
+            })),
             bounds,
             slot,
-            given: GivenAccess::default(),
         }
     }
 
-    /// The module recording in `given` the access each start gives the server.
-    pub fn recording(mut self, given: &GivenAccess) -> Self {
-        self.given = Arc::clone(given);
-        self
-    }
-
     /// The module with its access held in `shared` (set to this section's now): a reload that
-    /// replaces what `shared` holds makes the module's later starts use it.
+    /// replaces what `shared` holds makes the module's later starts use it, and reads there what
+    /// the running server was last given.
     pub fn sharing(mut self, shared: &SharedAccess) -> Self {
-        let own = std::mem::take(&mut *lock(&self.access));
-        *lock(shared) = own;
+        let own = std::mem::take(&mut lock(&self.access).spec);
+        {
+            let mut state = lock(shared);
+            state.spec = own;
+            state.generation += 1;
+            // What an earlier module's server was given is not this one's.
+            state.given = None;
+        }
         self.access = Arc::clone(shared);
         self
     }
@@ -328,9 +365,13 @@ impl ForwardModule {
     /// holdfast-forward's configuration for a start: the credentials read now (the token files
     /// again), the allow-lists and the connection bounds.
     pub fn server_config(&self) -> Result<ServerConfig, String> {
+        self.server_config_of(&lock(&self.access).spec.clone())
+    }
+
+    /// [`ForwardModule::server_config`] from `spec` (read outside the lock: the token files may
+    /// be slow, and the reload may be replacing the spec).
+    fn server_config_of(&self, spec: &AccessSpec) -> Result<ServerConfig, String> {
         let mut config = ServerConfig::new(self.listen, identity_dir(&self.data_dir));
-        // Read outside the lock: the reload may be replacing it.
-        let spec = lock(&self.access).clone();
         let Access {
             credentials,
             allow,
@@ -355,13 +396,69 @@ impl Module for ForwardModule {
     }
 
     fn start(&self) -> Result<Started, StartError> {
-        let config = self.server_config().map_err(StartError)?;
-        *self.given.lock().unwrap_or_else(PoisonError::into_inner) = Some(config.access());
-        Ok(spawn_hosted(self.slot.clone(), async move {
-            holdfast_forward::start(config)
+        let (spec, generation) = {
+            let state = lock(&self.access);
+            (state.spec.clone(), state.generation)
+        };
+        let config = self.server_config_of(&spec).map_err(StartError)?;
+        let read = config.access();
+        let (shared, slot) = (Arc::clone(&self.access), self.slot.clone());
+        Ok(spawn_hosted(Slot::default(), async move {
+            let server = holdfast_forward::start(config)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            publish(&shared, &slot, server, generation, read);
+            Ok(RunningForward { slot })
         }))
+    }
+}
+
+// r[impl node.reload.forward-race]
+/// Publishes a started server in `slot`, under the access lock a reload's live update takes
+/// ([`give_access`]): when a reload replaced the access after this start read it (`generation`
+/// is older), the server is given the reload's access before anyone sees it, else what the
+/// start read (`read`) is recorded as given. Either way the newest access wins.
+fn publish(
+    shared: &SharedAccess,
+    slot: &Slot<Server>,
+    server: Server,
+    generation: u64,
+    read: Access,
+) {
+    let mut state = lock(shared);
+    if state.generation == generation {
+        state.given = Some(read);
+    } else if let Some(newer) = state.given.clone() {
+        server.update_access(newer);
+    }
+    slot.put(server);
+}
+
+/// The running server as the module's task holds it: the start put the server in the node's
+/// slot itself ([`publish`]); the stop takes it out of there and stops it.
+struct RunningForward {
+    slot: Slot<Server>,
+}
+
+impl holdfast_lifecycle::Stopper for RunningForward {
+    fn stop(
+        self: Box<Self>,
+        request: holdfast_lifecycle::StopRequest,
+    ) -> holdfast_lifecycle::BoxFuture<Result<(), holdfast_lifecycle::StopError>> {
+        Box::pin(async move {
+            match self.slot.take() {
+                Some(server) => Box::new(server).stop(request).await,
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+impl Drop for RunningForward {
+    // The task ended without a stop (it panicked, or was aborted): the admin API must not read
+    // a server that no longer runs. After a stop the slot is already empty.
+    fn drop(&mut self) {
+        drop(self.slot.take());
     }
 }
 
@@ -369,7 +466,7 @@ impl Module for ForwardModule {
 mod tests {
     use super::*;
 
-    // r[verify node.reload.forward-files]
+    // r[verify node.reload.forward-files+2]
     #[test]
     fn tokens_reordered_grant_the_same_access() {
         use holdfast_forward::{AllowList, Credential};
@@ -461,12 +558,102 @@ mod tests {
         let server = module.server_config().expect("config");
         assert_eq!(server.credentials, vec![Credential::new(OLD)]);
         // The reload replaces the shared access: the next start uses it.
-        *lock(&shared) = AccessSpec::of(section(NEW, "10.0.0.2:53").get_ref());
+        lock(&shared).spec = AccessSpec::of(section(NEW, "10.0.0.2:53").get_ref());
         let server = module.server_config().expect("config");
         assert_eq!(server.credentials, vec![Credential::new(NEW)]);
         assert_eq!(
             server.allow,
             AllowList::parse(["10.0.0.2:53"]).expect("parses")
+        );
+    }
+
+    /// The module of a `[forward]` section granting `token` to `allow`.
+    fn module_granting(token: &str, allow: &str, dir: &std::path::Path) -> ForwardModule {
+        let text = format!(
+            "[node]\n[forward]\nlisten = \"127.0.0.1:0\"\ntokens = [\"{token}\"]\n\
+             allow = [\"{allow}\"]\n"
+        );
+        let config = crate::config::Config::parse("c.toml", &text).expect("valid");
+        let section = config.forward.expect("[forward]");
+        ForwardModule::new(section.get_ref(), dir.into(), Slot::default())
+    }
+
+    /// Waits for the module's server to be published, then stops it.
+    async fn published(module: &ForwardModule) -> (u64, Option<Access>) {
+        for _ in 0..500 {
+            if let Ok(updates) = module.slot.with(|s| s.access_stats().updates) {
+                return (updates, given_access(&module.access));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the server never started");
+    }
+
+    // A reload's live update that meets a start under way (the start read the old access, the
+    // server is not up yet): once the start ends, the server has the reload's access, and the
+    // reload's is what it was last given. Interleaved explicitly: on this one-thread runtime the
+    // module's task does not run until the test awaits.
+    // r[verify node.reload.forward-race]
+    #[tokio::test]
+    async fn a_live_update_during_a_start_is_what_the_started_server_has() {
+        use holdfast_lifecycle::{StopReason, StopRequest};
+        const OLD: &str = "forward-race-old-token-7c41e0a95b2d3f68";
+        const NEW: &str = "forward-race-new-token-3b9f02d6e18c47a5";
+        let dir = tempfile::tempdir().expect("tempdir");
+        let module = module_granting(OLD, "10.0.0.1:53", dir.path());
+        let newer = module_granting(NEW, "10.0.0.2:53", dir.path());
+        let spec = lock(&newer.access).spec.clone();
+        let access = spec.read().expect("inline tokens");
+
+        let started = module.start().expect("starts");
+        // The start read OLD; the reload gives NEW before the server is up.
+        assert!(!give_access(
+            &module.access,
+            &module.slot,
+            spec.clone(),
+            access.clone()
+        ));
+        let (updates, given) = published(&module).await;
+        assert_eq!(
+            updates, 1,
+            "the started server was not given the reload's access"
+        );
+        assert!(same_access(&given.expect("given"), &access));
+        // A later start reads the new access itself.
+        let stop = |started: Started| async move {
+            started
+                .stopper
+                .stop(StopRequest {
+                    deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(5),
+                    reason: StopReason::Restart,
+                })
+                .await
+                .expect("stops");
+        };
+        stop(started).await;
+        let again = module.start().expect("starts");
+        let (updates, given) = published(&module).await;
+        assert_eq!(updates, 0);
+        assert!(same_access(&given.expect("given"), &access));
+        // And an update once it runs reaches it at once.
+        let old = module_granting(OLD, "10.0.0.1:53", dir.path());
+        let back = lock(&old.access).spec.clone();
+        let read = back.read().expect("inline tokens");
+        assert!(give_access(
+            &module.access,
+            &module.slot,
+            back,
+            read.clone()
+        ));
+        assert_eq!(module.slot.with(|s| s.access_stats().updates), Ok(1));
+        assert!(same_access(
+            &given_access(&module.access).expect("given"),
+            &read
+        ));
+        stop(again).await;
+        assert!(
+            module.slot.with(|_| ()).is_err(),
+            "the stopped server is still published"
         );
     }
 

@@ -1,6 +1,6 @@
 //! The gateway module: the node's one adapter over holdfast-gateway.
 //!
-//! Each start reads the token key file (a rotated key is picked up by a restart), connects the
+//! Each start reads the token key files (the gateway polls them for a change after), connects the
 //! cluster backends of `[gateway.cluster]` (memory without it; nothing is contacted yet), starts
 //! the gateway on them, and publishes it in the node's
 //! [`GatewayView`], where the admin API reads it (`/v1/gateway`, pushes, `/readyz`, metrics). The
@@ -8,8 +8,9 @@
 //! stop plan's reason and deadline, and its report is kept for `/v1/gateway`. Its TLS listener
 //! answers the TLS-ALPN-01 challenges the node keeps, which the issuance module puts there when the
 //! gateway holds the port they are validated on ([`answers_tls_alpn01`]). A reload may
-//! replace its limits while it runs ([`Gateway::update_limits`]); the module's later starts use
-//! the limits its [`GatewayModule::limits`] handle holds.
+//! replace its limits, its token key files and its TLS pair while it runs
+//! ([`Gateway::update_limits`], [`Gateway::take_token_keys`], [`Gateway::take_tls`]); the
+//! module's later starts use what its [`GatewayModule::live`] handle holds.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
@@ -318,20 +319,31 @@ impl Stopper for RunningGateway {
     }
 }
 
+/// What a running gateway takes live from a reload (`r[node.reload.live-gateway+2]`), and so
+/// what each start of the module reads from the handle the reload replaces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayLive {
+    /// The admission and room limits.
+    pub limits: LiveLimits,
+    /// Where the token keys come from (read at each start), and the claims checked.
+    pub token_keys: crate::config::TokenKeySources,
+    /// The TLS pair's files (`None`: plain `ws://`).
+    pub tls: Option<holdfast_gateway::TlsFiles>,
+}
+
 /// The `[gateway]` section as the node runs it.
 #[derive(Clone)]
 pub struct GatewayModule {
-    /// holdfast-gateway's config, its token key replaced at each start by the file's.
+    /// holdfast-gateway's config, its token key, TLS files and limits replaced at each start by
+    /// [`GatewayModule::live`]'s.
     pub config: GatewayConfig,
-    /// Where the token keys come from, read at each start.
-    pub token_keys: crate::config::TokenKeySources,
     /// The cluster backends (`[gateway.cluster]`; absent: memory), connected at each start.
     pub cluster: ClusterConfig,
     /// Where the running gateway is published.
     pub view: GatewayView,
-    /// The limits each start uses (over `config`'s), replaced by a reload that takes new ones
-    /// live.
-    pub limits: Arc<Mutex<LiveLimits>>,
+    /// The limits, key files and TLS files each start uses (over `config`'s), replaced by a
+    /// reload that takes new ones live.
+    pub live: Arc<Mutex<GatewayLive>>,
     slot: Slot<RunningGateway>,
 }
 
@@ -341,7 +353,7 @@ impl std::fmt::Debug for GatewayModule {
         f.debug_struct("GatewayModule")
             .field("listen", &self.config.listen)
             .field("replica_id", &self.config.replica_id)
-            .field("token_keys", &self.token_keys)
+            .field("live", &self.live)
             .finish_non_exhaustive()
     }
 }
@@ -368,9 +380,12 @@ impl GatewayModule {
             admin_token_file,
         );
         GatewayModule {
-            limits: Arc::new(Mutex::new(config.live_limits())),
+            live: Arc::new(Mutex::new(GatewayLive {
+                limits: config.live_limits(),
+                token_keys: settings.token_keys,
+                tls: config.tls.clone(),
+            })),
             config,
-            token_keys: settings.token_keys,
             cluster: settings.cluster,
             view,
             slot: Slot::default(),
@@ -389,10 +404,19 @@ impl Module for GatewayModule {
     }
 
     fn start(&self) -> Result<Started, StartError> {
-        let key = self.token_keys.load().map_err(StartError)?;
+        let GatewayLive {
+            limits,
+            token_keys,
+            tls,
+        } = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let key = token_keys.load().map_err(StartError)?;
         let mut config = self.config.clone();
         config.token_key = key;
-        let limits = *self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        config.tls = tls;
         let LiveLimits {
             per_ip_limit,
             unauthenticated_limit,
