@@ -1,4 +1,4 @@
-//! `cargo xtask test` — the real-service test harness.
+//! holdfast-test-runner: `cargo xtask test`, the real-service test run.
 //!
 //! It starts the services the suites need, each under `target/holdfast-services/<service>/` with
 //! its own loopback ports, data directory, socket and log (`redis`, `etcd`, `challtestsrv` and
@@ -6,23 +6,29 @@
 //! until each answers, seeds the registry with a tiny image,
 //! exports their addresses to the tests (the `HOLDFAST_TEST_*` variables that
 //! `holdfast-test-support` reads), runs the workspace's tests with nextest and the doctests, stops
-//! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate.
+//! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate, which it
+//! runs itself through spec-engine.
 //! `--no-run` only builds what that run would (CI's one build, shared with the package).
 //!
-//! Layout: `packages` (what is needed and from which Debian package), `layout` (directories and
-//! ports), `process` (supervision: process groups, stopping, sweeping leftovers), `probe`
-//! (readiness), one file per service, and `suite` (the test runs and their counts).
+//! xtask keeps the command line: it turns its flags into [`Options`], calls [`run`] and turns the
+//! [`Outcome`] into its exit code. The services, packages and processes are holdfast-harness
+//! (`xtask/harness`), which the drain demo shares; this crate is apart from it because it alone
+//! needs the spec engine, which the drain demo and the benchmark drivers must not build.
+//!
+//! Layout: this file (the run: requirements, services, the steps and how the run ends) and
+//! `suite` (the test runs, the gate and their counts).
 
 mod suite;
 
 // The services, packages and processes live in holdfast-harness (xtask/harness), shared with the
-// drain demo; they keep their paths here (`harness::process`, `super::layout`, ...).
-use holdfast_harness::{docker, etcd, knot, layout, packages, pebble, process, redis, registry};
+// drain demo.
+use holdfast_harness::{
+    docker, etcd, knot, layout, output, packages, pebble, process, redis, registry, root,
+};
 // The variables the tests read are holdfast-test-support's names, never spelt again here.
 use holdfast_test_support::services;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,40 +37,46 @@ use anyhow::{Context as _, bail};
 use layout::ServiceDir;
 use process::Supervisor;
 
-/// Arguments of `cargo xtask test`.
-#[derive(clap::Args)]
-pub struct Args {
-    /// Install missing Debian packages first (apt-get; needs root). Implied when CI=true.
-    #[arg(long)]
+/// What `cargo xtask test` was asked to do (its flags, without the command line).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Install missing Debian packages first (apt-get; needs root). Implied when `CI=true`.
     pub install: bool,
     /// Start the services, print their environment (also written to
-    /// target/holdfast-services/env), and keep them running until Ctrl-C instead of running tests.
-    #[arg(long)]
+    /// `target/holdfast-services/env`), and keep them running until Ctrl-C instead of running
+    /// tests.
     pub services_only: bool,
-    /// After the tests and doctests pass, run `cargo xtask prove --ci` while the services are
-    /// still up (CI's mutation proof: tests that need a service judge mutants against it).
-    #[arg(long, conflicts_with = "services_only")]
-    pub prove_ci: bool,
-    /// Build the tests the same arguments would run, with the same features, and stop: no
-    /// service starts and no test runs (CI builds once for the package and the tests).
-    #[arg(long, conflicts_with_all = ["services_only", "prove_ci"])]
+    /// After the tests and doctests pass, run `XTASK prove --ci` with this xtask while the
+    /// services are still up (CI's mutation proof). The path is found at start-up: building the
+    /// tests can rebuild xtask in place.
+    pub prove_ci: Option<PathBuf>,
+    /// Build the tests the same arguments would run, with the same features, and stop.
     pub no_run: bool,
-    /// Arguments for `cargo nextest run` (a filter, `--no-capture`, ...), after `--`.
-    #[arg(last = true)]
+    /// Arguments for `cargo nextest run` (a filter, `--no-capture`, `-p PACKAGE`, ...).
     pub test_args: Vec<String>,
 }
 
-/// Runs `cargo xtask test`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let workspace =
-        crate::root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
+/// How a run ended, for the caller's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything asked for passed (or, with `services_only`, the services ran until Ctrl-C).
+    Passed,
+    /// The tests, the doctests, the gate or the proof failed.
+    Failed,
+    /// A Ctrl-C or SIGTERM came before the gate judged the run.
+    Interrupted,
+}
+
+/// Runs `cargo xtask test` on the workspace at or above the current directory.
+// i[impl harness.layout]
+pub fn run(args: Options) -> anyhow::Result<Outcome> {
+    let workspace = root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
     // Which tree is built and tested, before anything else: a shared target dir must never make
     // this checkout test another one.
-    crate::output::print(&crate::root::banner(&workspace));
-    let target = crate::root::target_dir(&workspace);
+    output::print(&root::banner(&workspace));
+    let target = root::target_dir(&workspace);
     let services_root = target.join("holdfast-services");
     let run_started = Instant::now();
-    let xtask = xtask_path()?;
     ctrlc::set_handler(|| on_interrupt(&process::INTERRUPTED))
         .context("installing the Ctrl-C handler")?;
 
@@ -124,7 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             std::thread::sleep(Duration::from_millis(200));
         }
         supervisor.stop_all();
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Outcome::Passed);
     }
 
     // Skips are per run: the ledger must describe this run only.
@@ -151,20 +163,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let gate = if process::interrupted() {
         None
     } else {
-        Some(suite::spec_check(
-            &xtask, &workspace, &junit, &ledger, &packages,
-        )?)
+        Some(suite::spec_check(&workspace, &junit, &ledger, &packages))
     };
-    let proof = if args.prove_ci && !process::interrupted() {
-        Some(prove_ci(
-            std::process::Command::new(&xtask),
+    let proof = match &args.prove_ci {
+        Some(xtask) if !process::interrupted() => Some(prove_ci(
+            std::process::Command::new(xtask),
             &workspace,
             &env,
             nextest.success(),
             doctests.as_ref(),
-        )?)
-    } else {
-        None
+        )?),
+        _ => None,
     };
     let logs = supervisor.logs();
     supervisor.stop_all();
@@ -172,7 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let found = Findings {
         nextest: nextest.success(),
         doctests: doc_status.map(|s| s.success()),
-        gate: gate.map(|g| g.success()),
+        gate,
         proof,
     };
     let Ending::Finished {
@@ -181,7 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } = ending(process::interrupted(), &found)
     else {
         let _ = print_logs(&mut std::io::stderr(), &logs);
-        return Ok(ExitCode::from(130));
+        return Ok(Outcome::Interrupted);
     };
     // The gate's own JUnit reader: the closing line and the gate count the same test cases.
     let counts = suite::junit_counts(&junit) + doc_counts.unwrap_or_default();
@@ -204,11 +213,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("xtask test: {} skipped or ignored", counts.skipped);
     // The closing line CI reads, alone on its line.
     println!("{} passed, {} failed", counts.passed, counts.failed);
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if ok { Outcome::Passed } else { Outcome::Failed })
 }
 
 /// The Ctrl-C / SIGTERM handler: says so and sets `flag`, which every wait loop and every step of
@@ -261,7 +266,7 @@ fn ending(stopped: bool, found: &Findings) -> Ending {
 /// `--prove-ci`: `xtask prove --ci` with the services' environment (`HOLDFAST_TEST_SERVICES=1`,
 /// so a test whose service is missing panics rather than skipping). Not run when the tests failed:
 /// a failing suite fails the build already, and cargo-mutants' baseline would only fail too.
-/// Whether it passed. `xtask` runs this binary (a stand-in in tests).
+/// Whether it passed. `xtask` runs [`Options::prove_ci`]'s xtask (a stand-in in tests).
 // i[impl ci.prove+2]
 fn prove_ci(
     mut xtask: std::process::Command,
@@ -288,16 +293,6 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "passed" } else { "FAILED" }
 }
 
-/// This binary's path, without the " (deleted)" Linux appends once the file has been replaced.
-fn xtask_path() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("finding the xtask binary")?;
-    let text = exe.to_string_lossy();
-    Ok(match text.strip_suffix(" (deleted)") {
-        Some(path) => PathBuf::from(path),
-        None => exe,
-    })
-}
-
 /// Takes the services directory's lock for this run (released when the process ends, however).
 fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
@@ -317,14 +312,14 @@ fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
 // i[impl harness.build-once]
 /// `cargo xtask test --no-run`: the suite's build alone; it needs nextest and what the build
 /// scripts run (protoc), not the services' programs.
-fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<ExitCode> {
+fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<Outcome> {
     ensure_build_requirements(install, &search_path(), packages::install)?;
     ensure_nextest(install)?;
     let status = suite::build(std::process::Command::new("cargo"), workspace, test_args)?;
     if !status.success() {
         bail!("xtask test --no-run: building the tests failed ({status})");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Outcome::Passed)
 }
 
 /// cargo-nextest, installed when missing and allowed.
@@ -544,7 +539,7 @@ mod tests {
     /// A stand-in for xtask that notes its call in its working directory (`called`: its arguments
     /// and `HOLDFAST_TEST_SERVICES`) and exits with `exit`.
     fn xtask(dir: &Path, exit: u8) -> std::process::Command {
-        crate::stand_in::script(
+        holdfast_harness::stand_in::script(
             dir,
             "xtask.sh",
             &format!("echo \"$* services=$HOLDFAST_TEST_SERVICES\" > called\nexit {exit}\n"),
