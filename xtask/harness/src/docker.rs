@@ -70,10 +70,7 @@ mod tests {
         let socket = dir.sock();
         assert_eq!(
             env,
-            [(
-                "HOLDFAST_TEST_DOCKER_HOST",
-                format!("unix://{}", socket.display())
-            )]
+            [(DOCKER_HOST_VAR, format!("unix://{}", socket.display()))]
         );
         // The engine answers on that socket, storing in this run's data root with vfs.
         let (status, info) = probe::unix_http_get(&socket, "/info").unwrap();

@@ -62,7 +62,7 @@ mod tests {
         let ports = free_ports(2).unwrap();
         let env = start(&mut run.supervisor, &dir, ports[0], ports[1]).unwrap();
         let url = format!("http://127.0.0.1:{}", ports[0]);
-        assert_eq!(env, [("HOLDFAST_TEST_ETCD", url)]);
+        assert_eq!(env, [(ETCD_VAR, url)]);
         // An etcd 3 answers on the exported port...
         let (status, body) = probe::http_get(loopback(ports[0]), "/version").unwrap();
         assert_eq!(status, 200, "{body}");

@@ -299,21 +299,18 @@ mod tests {
             env,
             [
                 (
-                    "HOLDFAST_TEST_ACME_DIRECTORY",
+                    ACME_DIRECTORY_VAR,
                     format!("https://127.0.0.1:{}/dir", ports.acme)
                 ),
-                ("HOLDFAST_TEST_ACME_CA", ca.display().to_string()),
+                (ACME_CA_VAR, ca.display().to_string()),
                 (
-                    "HOLDFAST_TEST_ACME_MANAGEMENT",
+                    ACME_MANAGEMENT_VAR,
                     format!("https://127.0.0.1:{}", ports.management)
                 ),
-                ("HOLDFAST_TEST_ACME_HTTP01_PORT", ports.http01.to_string()),
+                (ACME_HTTP01_PORT_VAR, ports.http01.to_string()),
+                (ACME_TLS_ALPN01_PORT_VAR, ports.tls_alpn01.to_string()),
                 (
-                    "HOLDFAST_TEST_ACME_TLS_ALPN01_PORT",
-                    ports.tls_alpn01.to_string()
-                ),
-                (
-                    "HOLDFAST_TEST_CHALLTESTSRV",
+                    CHALLTESTSRV_VAR,
                     format!("http://127.0.0.1:{}", ports.challtestsrv)
                 ),
             ]
@@ -388,7 +385,7 @@ mod tests {
         assert_eq!(
             env,
             [(
-                "HOLDFAST_TEST_ACME_DNS01_DIRECTORY",
+                ACME_DNS01_DIRECTORY_VAR,
                 format!("https://127.0.0.1:{}/dir", p[7])
             )]
         );

@@ -48,10 +48,7 @@ mod tests {
         let dir = run.dir("redis");
         let port = free_ports(1).unwrap()[0];
         let env = start(&mut run.supervisor, &dir, port).unwrap();
-        assert_eq!(
-            env,
-            [("HOLDFAST_TEST_REDIS", format!("redis://127.0.0.1:{port}"))]
-        );
+        assert_eq!(env, [(REDIS_VAR, format!("redis://127.0.0.1:{port}"))]);
         // It answers on that port (on loopback only), works in this run's data directory, and
         // saves nothing there: no snapshots (an empty `save`), no append-only file.
         assert!(probe::redis_ping(loopback(port)).unwrap());

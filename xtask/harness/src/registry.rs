@@ -235,10 +235,7 @@ mod tests {
         let dir = run.dir("registry");
         let port = free_ports(1).unwrap()[0];
         let env = start(&mut run.supervisor, &dir, port).unwrap();
-        assert_eq!(
-            env,
-            [("HOLDFAST_TEST_REGISTRY", format!("127.0.0.1:{port}"))]
-        );
+        assert_eq!(env, [(REGISTRY_VAR, format!("127.0.0.1:{port}"))]);
         // The exported address answers the registry API (plain HTTP), storing in this run's root.
         let addr: std::net::SocketAddr = env[0].1.parse().unwrap();
         let (status, body) = probe::http_get(addr, "/v2/").unwrap();
@@ -338,9 +335,9 @@ mod tests {
         assert_eq!(
             env,
             [
-                ("HOLDFAST_TEST_AUTH_REGISTRY", format!("127.0.0.1:{port}")),
-                ("HOLDFAST_TEST_AUTH_USER", AUTH_USER.to_owned()),
-                ("HOLDFAST_TEST_AUTH_PASSWORD", password.clone()),
+                (AUTH_REGISTRY_VAR, format!("127.0.0.1:{port}")),
+                (AUTH_USER_VAR, AUTH_USER.to_owned()),
+                (AUTH_PASSWORD_VAR, password.clone()),
             ]
         );
         let addr = loopback(port);

@@ -110,8 +110,8 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
         }
     };
     let services_took = services_started.elapsed();
-    // test-support's default ledger; spec-check's input.
-    let ledger = target.join("holdfast-test-skips.jsonl");
+    // test-support's ledger, in this run's target dir; spec-check's input.
+    let ledger = target.join(services::LEDGER_FILE);
     // nextest's store is `<workspace>/target/nextest` whatever CARGO_TARGET_DIR says (pinned in
     // .config/nextest.toml).
     let junit = workspace.join("target/nextest/ci/junit.xml");
@@ -120,6 +120,10 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
         services::SKIP_LEDGER_VAR.into(),
         ledger.display().to_string(),
     ));
+    if let Err(err) = exports_agree(&env) {
+        supervisor.stop_all();
+        return Err(err);
+    }
     write_env_file(&services_root, &env)?;
     eprintln!(
         "xtask test: services up in {:.1}s; environment in {}",
@@ -477,6 +481,28 @@ fn start_services(
     Ok(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
+/// Whether the run's environment is the one holdfast-test-support reads: every variable it
+/// exports is read there ([`services::VARIABLES`]), and every one read there is exported. A
+/// difference is a bug of the harness, found before any test runs rather than as skips.
+// i[impl harness.variables]
+fn exports_agree(env: &[(String, String)]) -> anyhow::Result<()> {
+    use std::collections::BTreeSet;
+    let exported: BTreeSet<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+    let read: BTreeSet<&str> = services::VARIABLES.iter().copied().collect();
+    let unread: Vec<&str> = exported.difference(&read).copied().collect();
+    let missing: Vec<&str> = read.difference(&exported).copied().collect();
+    if !unread.is_empty() || !missing.is_empty() || exported.len() != env.len() {
+        bail!(
+            "the services' environment is not the one holdfast-test-support reads: exported but \
+             not read: [{}]; read but not exported: [{}]; {} exported twice",
+            unread.join(", "),
+            missing.join(", "),
+            env.len() - exported.len()
+        );
+    }
+    Ok(())
+}
+
 /// `target/holdfast-services/env`: `export KEY=VALUE` lines, for running one test by hand.
 fn write_env_file(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
     let text: String = env
@@ -542,7 +568,10 @@ mod tests {
         holdfast_harness::stand_in::script(
             dir,
             "xtask.sh",
-            &format!("echo \"$* services=$HOLDFAST_TEST_SERVICES\" > called\nexit {exit}\n"),
+            &format!(
+                "echo \"$* services=${}\" > called\nexit {exit}\n",
+                services::SERVICES_VAR
+            ),
         )
     }
 
@@ -554,7 +583,7 @@ mod tests {
         tests_ok: bool,
         doctests: Option<i32>,
     ) -> anyhow::Result<bool> {
-        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        let env = [(services::SERVICES_VAR.to_owned(), "1".to_owned())];
         // A wait status has the exit code in its second byte.
         let doctests =
             doctests.map(|code| (ExitStatus::from_raw(code << 8), suite::Counts::default()));
@@ -586,6 +615,28 @@ mod tests {
             assert!(!proved, "a failed build: {case}");
             assert!(!dir.path().join("called").exists(), "not run: {case}");
         }
+    }
+
+    // i[verify harness.variables]
+    #[test]
+    fn a_run_exports_exactly_what_test_support_reads() {
+        let env = |names: &[&str]| -> Vec<(String, String)> {
+            names
+                .iter()
+                .map(|n| ((*n).to_owned(), "v".to_owned()))
+                .collect()
+        };
+        exports_agree(&env(services::VARIABLES)).expect("test-support's own names");
+        let mut more = services::VARIABLES.to_vec();
+        more.push("HOLDFAST_TEST_UNREAD");
+        let err = exports_agree(&env(&more)).expect_err("an unread variable");
+        assert!(err.to_string().contains("HOLDFAST_TEST_UNREAD"), "{err}");
+        let fewer = &services::VARIABLES[1..];
+        let err = exports_agree(&env(fewer)).expect_err("a variable read but not exported");
+        assert!(err.to_string().contains(services::VARIABLES[0]), "{err}");
+        let mut twice = services::VARIABLES.to_vec();
+        twice.push(services::REDIS_VAR);
+        exports_agree(&env(&twice)).expect_err("a variable exported twice");
     }
 
     // i[verify harness.services.stop]

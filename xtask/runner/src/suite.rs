@@ -267,6 +267,8 @@ pub fn spec_check(workspace: &Path, junit: &Path, ledger: &Path, packages: &[Str
 
 #[cfg(test)]
 mod tests {
+    use holdfast_test_support::services;
+
     use super::*;
 
     #[test]
@@ -498,7 +500,7 @@ mod tests {
         let tree = demo_tree();
         let root = tree.path().canonicalize().expect("canonical");
         let junit = root.join("target/nextest/ci/junit.xml");
-        let ledger = root.join("target/holdfast-test-skips.jsonl");
+        let ledger = root.join("target").join(services::LEDGER_FILE);
         report(&junit, "passed", "passed");
         let judged = judge(&root, &junit, &ledger, &[]);
         assert!(judged.passed, "{}", judged.report);
@@ -522,11 +524,11 @@ mod tests {
 
         // A test that skipped for want of a service, in the ledger: its rule is not verified.
         report(&junit, "passed", "passed");
-        let skip = holdfast_test_support::services::Skip {
+        let skip = services::Skip {
             test: "beta_holds".into(),
             binary: "beta".into(),
             service: "dockerd".into(),
-            reason: "no HOLDFAST_TEST_DOCKER_HOST".into(),
+            reason: format!("{} is not set", services::DOCKER_HOST_VAR),
         };
         skip.append_to(&ledger).expect("ledger");
         let judged = judge(&root, &junit, &ledger, &[]);
@@ -554,11 +556,14 @@ mod tests {
         let cargo = holdfast_harness::stand_in::script(
             dir.path(),
             "cargo.sh",
-            "old=no; [ -e target/nextest/ci/junit.xml ] && old=yes\n\
-             echo \"$* services=$HOLDFAST_TEST_SERVICES old=$old\" > called\n\
-             exit 3\n",
+            &format!(
+                "old=no; [ -e target/nextest/ci/junit.xml ] && old=yes\n\
+                 echo \"$* services=${} old=$old\" > called\n\
+                 exit 3\n",
+                services::SERVICES_VAR
+            ),
         );
-        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        let env = [(services::SERVICES_VAR.to_owned(), "1".to_owned())];
         let args = ["-p".to_owned(), "holdfast-retry".to_owned()];
         let status = nextest(cargo, dir.path(), &junit, &env, &args).expect("ran");
         assert_eq!(status.code(), Some(3), "the suite's own status");
