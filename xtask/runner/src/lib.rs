@@ -20,6 +20,8 @@
 
 mod suite;
 
+pub use suite::{Judged, judge};
+
 // The services, packages and processes live in holdfast-harness (xtask/harness), shared with the
 // drain demo.
 use holdfast_harness::{
