@@ -641,6 +641,17 @@ mod tests {
         exports_agree(&env(&twice)).expect_err("a variable exported twice");
     }
 
+    // spec-engine cannot depend on test-support (it would build tokio), so it repeats the
+    // ledger's file name; this crate depends on both and ties them together.
+    // i[verify harness.variables]
+    #[test]
+    fn spec_engine_s_default_ledger_is_the_one_test_support_writes() {
+        assert_eq!(
+            spec_engine::trace::results::DEFAULT_SKIPS,
+            format!("target/{}", services::LEDGER_FILE)
+        );
+    }
+
     // i[verify harness.services.stop]
     #[test]
     fn an_interrupt_sets_the_flag_the_run_winds_down_on() {
