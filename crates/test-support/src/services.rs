@@ -60,9 +60,9 @@ pub const SKIP_LEDGER_VAR: &str = "HOLDFAST_TEST_SKIP_LEDGER";
 /// [`SKIP_LEDGER_VAR`] (under its target directory), and [`default_ledger_path`] without it.
 pub const LEDGER_FILE: &str = "holdfast-test-skips.jsonl";
 
-/// Every variable `cargo xtask test` exports, each of them read here, and none read here that is
-/// not among them: the test runner (holdfast-test-runner) refuses to start a run whose services'
-/// environment differs.
+/// Every variable `cargo xtask test` exports, each of them read here, and every `HOLDFAST_TEST_*`
+/// variable read here among them (the module also reads `CI`): the test runner
+/// (holdfast-test-runner) refuses to start a run whose services' environment differs.
 // i[impl harness.variables]
 pub const VARIABLES: &[&str] = &[
     SERVICES_VAR,
@@ -629,6 +629,33 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), VARIABLES.len());
         assert!(names.iter().all(|n| n.starts_with("HOLDFAST_TEST_")));
+    }
+
+    // An optional read (`.ok()`, `.or_else`) leaves no trace in what the readers return, so the
+    // source itself is checked: every `HOLDFAST_TEST_*` name written in this module's code is
+    // among [`VARIABLES`].
+    // i[verify harness.variables]
+    #[test]
+    fn every_holdfast_test_name_written_here_is_among_the_variables() {
+        let source = include_str!("services.rs");
+        let code = source
+            .split_once("\n#[cfg(test)]")
+            .map_or(source, |(code, _)| code);
+        let quoted = "\"HOLDFAST_TEST_";
+        let names: Vec<&str> = code
+            .match_indices(quoted)
+            .map(|(at, _)| {
+                let rest = &code[at + 1..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        assert!(names.len() >= VARIABLES.len(), "{names:?}");
+        for name in names {
+            assert!(VARIABLES.contains(&name), "{name} is not in VARIABLES");
+        }
     }
 
     #[test]
