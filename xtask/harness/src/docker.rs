@@ -10,6 +10,9 @@ use super::layout::ServiceDir;
 use super::probe;
 use super::process::Supervisor;
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [DOCKER_HOST_VAR];
+
 // i[impl harness.services.docker]
 /// Starts dockerd and waits for `/_ping`; returns its exported variables.
 pub fn start(
@@ -43,7 +46,7 @@ pub fn start(
     probe::wait_ready(service, "GET /_ping", Duration::from_secs(90), || {
         pinged(probe::unix_http_get(&socket, "/_ping"))
     })?;
-    Ok(vec![(DOCKER_HOST_VAR, host)])
+    Ok(crate::layout::exports(EXPORTS, [host]))
 }
 
 /// dockerd answers: `/_ping` says 200 `OK`.

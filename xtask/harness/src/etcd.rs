@@ -9,6 +9,9 @@ use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [ETCD_VAR];
+
 // i[impl harness.services.etcd]
 /// Starts etcd and waits for `/health`; returns its exported variables.
 pub fn start(
@@ -35,7 +38,7 @@ pub fn start(
     probe::wait_ready(service, "GET /health", Duration::from_secs(60), || {
         healthy(probe::http_get(loopback(client_port), "/health"))
     })?;
-    Ok(vec![(ETCD_VAR, client)])
+    Ok(crate::layout::exports(EXPORTS, [client]))
 }
 
 /// etcd answers: `/health` says 200 `"health":"true"`.

@@ -9,6 +9,9 @@ use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [REDIS_VAR];
+
 // i[impl harness.services.redis]
 /// Starts redis and waits for `PING`; returns its exported variables.
 pub fn start(
@@ -27,7 +30,10 @@ pub fn start(
     probe::wait_ready(service, "PING", Duration::from_secs(30), || {
         probe::redis_ping(loopback(port)).unwrap_or(false)
     })?;
-    Ok(vec![(REDIS_VAR, format!("redis://127.0.0.1:{port}"))])
+    Ok(crate::layout::exports(
+        EXPORTS,
+        [format!("redis://127.0.0.1:{port}")],
+    ))
 }
 
 #[cfg(test)]

@@ -403,6 +403,24 @@ fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
     packages::locate("busybox", &path).context("no statically linked busybox")
 }
 
+/// Every variable a run exports, by who exports it: each service module's `EXPORTS`, the images
+/// [`start_services`] seeds, and what [`run`] adds (the harness flag and the ledger). A unit test
+/// holds it equal to test-support's [`services::VARIABLES`], so a difference fails the build's
+/// tests rather than a run a minute into starting its services.
+const EXPORTED: [&[&str]; 11] = [
+    &redis::EXPORTS,
+    &etcd::EXPORTS,
+    &pebble::EXPORTS,
+    &knot::EXPORTS,
+    &pebble::DNS01_EXPORTS,
+    &registry::EXPORTS,
+    &docker::EXPORTS,
+    &[services::IMAGE_VAR],
+    &registry::AUTH_EXPORTS,
+    &[services::AUTH_IMAGE_VAR],
+    &[services::SERVICES_VAR, services::SKIP_LEDGER_VAR],
+];
+
 /// Starts every service in dependency order; returns the variables to export.
 fn start_services(
     supervisor: &mut Supervisor,
@@ -617,6 +635,19 @@ mod tests {
             assert!(!proved, "a failed build: {case}");
             assert!(!dir.path().join("called").exists(), "not run: {case}");
         }
+    }
+
+    // i[verify harness.variables]
+    #[test]
+    fn the_services_modules_export_exactly_what_test_support_reads() {
+        let exported: Vec<&str> = EXPORTED.concat();
+        exports_agree(
+            &exported
+                .iter()
+                .map(|n| ((*n).to_owned(), String::new()))
+                .collect::<Vec<_>>(),
+        )
+        .expect("the services' names are test-support's");
     }
 
     // i[verify harness.variables]
