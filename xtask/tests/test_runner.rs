@@ -37,7 +37,7 @@ fn dated(tree: &Tree, report: &Path) {
         .expect("date");
 }
 
-// i[verify harness.results+2]
+// i[verify harness.results+3]
 #[test]
 fn the_runner_s_gate_reports_and_judges_as_spec_check_with_the_run_s_results() {
     let skip = "{\"test\":\"beta_holds\",\"binary\":\"beta\",\"service\":\"docker\",\"reason\":\"not set\"}\n";
@@ -104,7 +104,8 @@ fn the_runner_s_gate_reports_and_judges_as_spec_check_with_the_run_s_results() {
         }
         let command = fixture::xtask_in(&root, &root, "spec-check", &args);
         let packages: Vec<String> = crates.iter().map(|c| (*c).to_owned()).collect();
-        let judged = holdfast_test_runner::judge(&root, &report, &ledger, &packages);
+        let today = spec_engine::spec_check::gate::today(std::time::SystemTime::now());
+        let judged = holdfast_test_runner::judge(&root, &report, &ledger, &packages, &today);
         let case = format!("{results:?}, ledger {ledger_text:?}, crates {crates:?}");
         assert_eq!(
             judged.report.replace(&root.display().to_string(), "[ROOT]"),
@@ -128,4 +129,45 @@ fn the_runner_s_gate_reports_and_judges_as_spec_check_with_the_run_s_results() {
         verdicts.contains(&true) && verdicts.contains(&false),
         "{verdicts:?}"
     );
+}
+
+// A run whose report is missing or unreadable judges nothing: the runner's gate prints what the
+// command prints (the banner on stdout, the two `error: spec-check:` lines on stderr) and fails,
+// as the command's exit 2 does.
+// i[verify harness.results+3]
+#[test]
+fn the_runner_s_gate_fails_as_spec_check_does_when_the_report_is_missing_or_malformed() {
+    for malformed in [None, Some("not xml <")] {
+        let tree = Tree::new(SPEC, &[], &[]);
+        let root = tree.path().canonicalize().expect("canonical");
+        let report = root.join("target/nextest/ci/junit.xml");
+        if let Some(text) = malformed {
+            tree.write("target/nextest/ci/junit.xml", text.as_bytes());
+        }
+        let ledger = root.join("target/holdfast-test-skips.jsonl");
+        let args = [
+            "--results",
+            "target/nextest/ci/junit.xml",
+            "--skips",
+            "target/holdfast-test-skips.jsonl",
+        ];
+        let command = fixture::xtask_in(&root, &root, "spec-check", &args);
+        let today = spec_engine::spec_check::gate::today(std::time::SystemTime::now());
+        let judged = holdfast_test_runner::judge(&root, &report, &ledger, &[], &today);
+        let case = format!("report {malformed:?}");
+        assert_eq!(command.code, 2, "{case}: {}", command.stderr);
+        assert!(!judged.passed, "{case}");
+        let root_text = root.display().to_string();
+        assert_eq!(
+            judged.report.replace(&root_text, "[ROOT]"),
+            command.stdout,
+            "{case}"
+        );
+        let fatal = judged.fatal.expect("fatal");
+        assert_eq!(
+            format!("{}\n", fatal.replace(&root_text, "[ROOT]")),
+            command.stderr,
+            "{case}"
+        );
+    }
 }

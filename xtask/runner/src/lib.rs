@@ -69,9 +69,12 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// Runs `cargo xtask test` on the workspace at or above the current directory.
+/// Runs `cargo xtask test` on the workspace at or above the current directory. Once per
+/// process: it installs the process's Ctrl-C and SIGTERM handler, and a second call fails there.
+/// Options that cannot go together (see [`Options`]) are refused before anything starts.
 // i[impl harness.layout]
 pub fn run(args: Options) -> anyhow::Result<Outcome> {
+    check_options(&args)?;
     let workspace = root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
     // Which tree is built and tested, before anything else: a shared target dir must never make
     // this checkout test another one.
@@ -169,7 +172,9 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
     let gate = if process::interrupted() {
         None
     } else {
-        Some(suite::spec_check(&workspace, &junit, &ledger, &packages))
+        Some(suite::judge_and_print(
+            &workspace, &junit, &ledger, &packages,
+        ))
     };
     let proof = match &args.prove_ci {
         Some(xtask) if !process::interrupted() => Some(prove_ci(
@@ -222,6 +227,21 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
     Ok(if ok { Outcome::Passed } else { Outcome::Failed })
 }
 
+/// Refuses options that cannot go together rather than ignoring one of them: `no_run` builds
+/// only, so it runs no services and no proof; `services_only` runs no tests, so no proof either.
+fn check_options(args: &Options) -> anyhow::Result<()> {
+    let clash = match (args.no_run, args.services_only, args.prove_ci.is_some()) {
+        (true, true, _) => Some("--no-run with --services-only"),
+        (true, _, true) => Some("--no-run with --prove-ci"),
+        (_, true, true) => Some("--services-only with --prove-ci"),
+        _ => None,
+    };
+    match clash {
+        Some(what) => bail!("test: {what}: these options cannot go together"),
+        None => Ok(()),
+    }
+}
+
 /// The Ctrl-C / SIGTERM handler: says so and sets `flag`, which every wait loop and every step of
 /// the run checks, so the run winds down and stops its services.
 // i[impl harness.services.stop]
@@ -256,7 +276,7 @@ enum Ending {
 
 /// The run passes only if the tests, the doctests, the gate and (when asked for) the proof all
 /// passed; the services' logs are printed when the tests or doctests failed.
-// i[impl harness.results+2]
+// i[impl harness.results+3]
 // i[impl harness.logs]
 fn ending(stopped: bool, found: &Findings) -> Ending {
     let (false, Some(gate)) = (stopped, found.gate) else {
@@ -683,6 +703,32 @@ mod tests {
         );
     }
 
+    #[test]
+    fn options_that_cannot_go_together_are_refused() {
+        let with = |no_run, services_only, prove: bool| Options {
+            no_run,
+            services_only,
+            prove_ci: prove.then(|| PathBuf::from("xtask")),
+            ..Options::default()
+        };
+        for (no_run, services_only, prove) in [
+            (true, true, false),
+            (true, false, true),
+            (false, true, true),
+        ] {
+            let err = check_options(&with(no_run, services_only, prove)).expect_err("a clash");
+            assert!(err.to_string().contains("cannot go together"), "{err}");
+        }
+        for (no_run, services_only, prove) in [
+            (false, false, false),
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            check_options(&with(no_run, services_only, prove)).expect("one option alone");
+        }
+    }
+
     // i[verify harness.services.stop]
     #[test]
     fn an_interrupt_sets_the_flag_the_run_winds_down_on() {
@@ -720,7 +766,7 @@ mod tests {
         assert_eq!(ending(true, &no_gate), Ending::Interrupted);
     }
 
-    // i[verify harness.results+2]
+    // i[verify harness.results+3]
     // i[verify harness.logs]
     #[test]
     fn a_run_passes_only_if_every_step_passed_and_logs_follow_failed_tests() {

@@ -7,9 +7,9 @@ use std::process::{Command, ExitStatus, Stdio};
 use anyhow::Context as _;
 
 use holdfast_harness::{output, root};
-use spec_engine::spec_check;
 use spec_engine::spec_check::junit::{self, Status};
 use spec_engine::spec_check::report::{self, Format};
+use spec_engine::spec_check::{self, gate};
 
 /// Pass/fail counts, for the closing line of the run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl std::ops::Add for Counts {
 /// `cargo nextest run --workspace --profile ci <args>` with the services' environment, `cargo`
 /// being `cargo` (a stand-in in tests); its JUnit report lands at `junit`
 /// (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
-// i[impl harness.results+2]
+// i[impl harness.results+3]
 pub fn nextest(
     mut cargo: Command,
     workspace: &Path,
@@ -216,51 +216,58 @@ pub struct Judged {
     pub passed: bool,
     /// The gate's report as text (only the `root:` line when it judged nothing).
     pub report: String,
-    /// An unreadable report or ledger: nothing was judged.
+    /// The lines for stderr (`error: spec-check: …`) when nothing was judged: an unreadable
+    /// report or ledger, or a panic inside the gate.
     pub fatal: Option<String>,
 }
 
 /// The test-backed gate on the run: what `cargo xtask spec-check --results <junit> --skips
-/// <ledger>` (with `--crate P` for each of `packages`) judges, run here through spec-engine — the
-/// tree read once, checked against the results and the ledger, the waivers and the coverage
-/// ratchet applied, the report rendered as text.
-// i[impl harness.results+2]
-pub fn judge(workspace: &Path, junit: &Path, ledger: &Path, packages: &[String]) -> Judged {
-    let disk = spec_engine::Disk::new(workspace);
-    let read_now = spec_check::read(&disk);
-    match spec_check::check_read(&disk, &read_now, &[junit], Some(ledger), packages) {
-        Ok(mut outcome) => {
-            if let Ok((_, tree)) = &read_now {
-                let now = spec_engine::model::timestamp::utc(std::time::SystemTime::now());
-                let today = now.get(..10).unwrap_or_default();
-                let found = spec_engine::ratchet::check(&disk, tree, &outcome, today);
-                outcome.problems.extend(found);
-                outcome
-                    .problems
-                    .sort_by(spec_check::problem::Problem::order);
-            }
-            Judged {
-                passed: outcome.problems.is_empty(),
-                report: report::render(&outcome, Format::Text),
-                fatal: None,
-            }
-        }
-        Err(fatal) => Judged {
+/// <ledger>` (with `--crate P` for each of `packages`) judges, run here through spec-engine's
+/// [`spec_check::gate`] (the one `spec-check` uses) on `today` (`YYYY-MM-DD`, the day waivers are
+/// judged on), its report rendered as text. A panic inside the engine fails the gate with a fatal
+/// error rather than ending the run without its closing line.
+// i[impl harness.results+3]
+pub fn judge(
+    workspace: &Path,
+    junit: &Path,
+    ledger: &Path,
+    packages: &[String],
+    today: &str,
+) -> Judged {
+    let judged = std::panic::catch_unwind(|| {
+        let disk = spec_engine::Disk::new(workspace);
+        let read_now = spec_check::read(&disk);
+        spec_check::gate(&disk, &read_now, &[junit], Some(ledger), packages, today)
+    });
+    match judged {
+        Ok(Ok(outcome)) => Judged {
+            passed: outcome.problems.is_empty(),
+            report: report::render(&outcome, Format::Text),
+            fatal: None,
+        },
+        Ok(Err(fatal)) => Judged {
             passed: false,
             report: root::banner(workspace),
-            fatal: Some(fatal.to_string()),
+            fatal: Some(gate::fatal_lines(&fatal).join("\n")),
+        },
+        Err(_) => Judged {
+            passed: false,
+            report: root::banner(workspace),
+            fatal: Some(
+                "error: spec-check: the gate panicked (see above); nothing was judged".to_owned(),
+            ),
         },
     }
 }
 
-/// [`judge`], printed as `cargo xtask spec-check` prints it; whether the run passed the gate (a
-/// fatal error fails it, as the command's exit 2 does).
-pub fn spec_check(workspace: &Path, junit: &Path, ledger: &Path, packages: &[String]) -> bool {
-    let judged = judge(workspace, junit, ledger, packages);
+/// [`judge`] on today's date, printed as `cargo xtask spec-check` prints it; whether the run
+/// passed the gate (a fatal error fails it, as the command's exit 2 does).
+pub fn judge_and_print(workspace: &Path, junit: &Path, ledger: &Path, packages: &[String]) -> bool {
+    let today = gate::today(std::time::SystemTime::now());
+    let judged = judge(workspace, junit, ledger, packages, &today);
     output::print(&judged.report);
     if let Some(fatal) = &judged.fatal {
-        eprintln!("error: spec-check: {fatal}");
-        eprintln!("error: spec-check: nothing was judged (exit 2)");
+        eprintln!("{fatal}");
     }
     judged.passed
 }
@@ -388,7 +395,7 @@ mod tests {
         assert_eq!(parse_libtest_result("running 3 tests"), Counts::default());
     }
 
-    // i[verify harness.results+2]
+    // i[verify harness.results+3]
     #[test]
     fn the_closing_line_counts_what_the_gate_reads() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -494,7 +501,10 @@ mod tests {
         .expect("write the report");
     }
 
-    // i[verify harness.results+2]
+    /// The day the unit tests judge waivers on.
+    const TODAY: &str = "2026-12-06";
+
+    // i[verify harness.results+3]
     #[test]
     fn the_gate_judges_the_run_by_its_report_and_its_ledger() {
         let tree = demo_tree();
@@ -502,7 +512,7 @@ mod tests {
         let junit = root.join("target/nextest/ci/junit.xml");
         let ledger = root.join("target").join(services::LEDGER_FILE);
         report(&junit, "passed", "passed");
-        let judged = judge(&root, &junit, &ledger, &[]);
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
         assert!(judged.passed, "{}", judged.report);
         assert!(judged.fatal.is_none());
         assert!(
@@ -518,7 +528,7 @@ mod tests {
 
         // A rule whose only test failed is not verified: the run fails the gate.
         report(&junit, "failed", "passed");
-        let judged = judge(&root, &junit, &ledger, &[]);
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
         assert!(!judged.passed, "{}", judged.report);
         assert!(judged.report.contains("r[demo.alpha]"), "{}", judged.report);
 
@@ -531,20 +541,26 @@ mod tests {
             reason: format!("{} is not set", services::DOCKER_HOST_VAR),
         };
         skip.append_to(&ledger).expect("ledger");
-        let judged = judge(&root, &junit, &ledger, &[]);
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
         assert!(!judged.passed, "{}", judged.report);
         assert!(judged.report.contains("r[demo.beta]"), "{}", judged.report);
         std::fs::remove_file(&ledger).expect("clear the ledger");
 
         // An unreadable report judges nothing: fatal, and the run fails.
         std::fs::write(&junit, "not xml <").expect("write");
-        let judged = judge(&root, &junit, &ledger, &[]);
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
         assert!(!judged.passed);
-        assert!(judged.fatal.is_some(), "{}", judged.report);
+        let fatal = judged.fatal.expect("fatal");
+        assert!(
+            fatal.starts_with("error: spec-check: ")
+                && fatal.contains(" target/nextest/ci/junit.xml")
+                && fatal.ends_with("\nerror: spec-check: nothing was judged (exit 2)"),
+            "the path as the workspace names it: {fatal}"
+        );
         assert_eq!(judged.report, root::banner(&root));
     }
 
-    // i[verify harness.results+2]
+    // i[verify harness.results+3]
     #[test]
     fn nextest_runs_the_ci_profile_with_the_services_env_and_returns_its_status() {
         let dir = tempfile::tempdir().expect("temp dir");
