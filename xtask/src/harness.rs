@@ -46,19 +46,55 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         no_run: args.no_run,
         test_args: args.test_args,
     };
-    Ok(match holdfast_test_runner::run(options)? {
-        Outcome::Passed => ExitCode::SUCCESS,
-        Outcome::Failed => ExitCode::FAILURE,
-        Outcome::Interrupted => ExitCode::from(130),
-    })
+    Ok(ExitCode::from(exit_code(holdfast_test_runner::run(
+        options,
+    )?)))
+}
+
+/// The exit code of a run that ended with `outcome`: 0 passed, 1 failed, 130 interrupted (as a
+/// shell reports a Ctrl-C).
+fn exit_code(outcome: Outcome) -> u8 {
+    match outcome {
+        Outcome::Passed => 0,
+        Outcome::Failed => 1,
+        Outcome::Interrupted => 130,
+    }
 }
 
 /// This binary's path, without the " (deleted)" Linux appends once the file has been replaced.
 fn xtask_path() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("finding the xtask binary")?;
-    let text = exe.to_string_lossy();
-    Ok(match text.strip_suffix(" (deleted)") {
+    Ok(undeleted(exe))
+}
+
+/// `exe` without the " (deleted)" suffix `/proc/self/exe` gains once the file is replaced.
+fn undeleted(exe: PathBuf) -> PathBuf {
+    match exe.to_string_lossy().strip_suffix(" (deleted)") {
         Some(path) => PathBuf::from(path),
         None => exe,
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_map_to_0_1_and_130() {
+        assert_eq!(exit_code(Outcome::Passed), 0);
+        assert_eq!(exit_code(Outcome::Failed), 1);
+        assert_eq!(exit_code(Outcome::Interrupted), 130);
+    }
+
+    #[test]
+    fn a_replaced_binary_is_named_by_its_path() {
+        assert_eq!(
+            undeleted(PathBuf::from("/t/debug/xtask (deleted)")),
+            PathBuf::from("/t/debug/xtask")
+        );
+        assert_eq!(
+            undeleted(PathBuf::from("/t/debug/xtask")),
+            PathBuf::from("/t/debug/xtask")
+        );
+    }
 }
