@@ -423,24 +423,6 @@ fn ensure_requirements(install: bool) -> anyhow::Result<PathBuf> {
     packages::locate("busybox", &path).context("no statically linked busybox")
 }
 
-/// Every variable a run exports, by who exports it: each service module's `EXPORTS`, the images
-/// [`start_services`] seeds, and what [`run`] adds (the harness flag and the ledger). A unit test
-/// holds it equal to test-support's [`services::VARIABLES`], so a difference fails the build's
-/// tests rather than a run a minute into starting its services.
-const EXPORTED: [&[&str]; 11] = [
-    &redis::EXPORTS,
-    &etcd::EXPORTS,
-    &pebble::EXPORTS,
-    &knot::EXPORTS,
-    &pebble::DNS01_EXPORTS,
-    &registry::EXPORTS,
-    &docker::EXPORTS,
-    &[services::IMAGE_VAR],
-    &registry::AUTH_EXPORTS,
-    &[services::AUTH_IMAGE_VAR],
-    &[services::SERVICES_VAR, services::SKIP_LEDGER_VAR],
-];
-
 /// Starts every service in dependency order; returns the variables to export.
 fn start_services(
     supervisor: &mut Supervisor,
@@ -656,6 +638,24 @@ mod tests {
             assert!(!dir.path().join("called").exists(), "not run: {case}");
         }
     }
+
+    /// Every variable a run exports, by who exports it: each service module's `EXPORTS`, the images
+    /// `start_services` seeds, and what `run` adds (the harness flag and the ledger). A unit test
+    /// holds it equal to test-support's [`services::VARIABLES`], so a difference fails the build's
+    /// tests rather than a run a minute into starting its services.
+    const EXPORTED: [&[&str]; 11] = [
+        &redis::EXPORTS,
+        &etcd::EXPORTS,
+        &pebble::EXPORTS,
+        &knot::EXPORTS,
+        &pebble::DNS01_EXPORTS,
+        &registry::EXPORTS,
+        &docker::EXPORTS,
+        &[services::IMAGE_VAR],
+        &registry::AUTH_EXPORTS,
+        &[services::AUTH_IMAGE_VAR],
+        &[services::SERVICES_VAR, services::SKIP_LEDGER_VAR],
+    ];
 
     // i[verify harness.variables]
     #[test]
