@@ -78,10 +78,15 @@ fn the_runner_s_gate_reports_and_judges_as_spec_check_with_the_run_s_results() {
     ];
     // The waivers and the ratchet join the gate's problems in both: an expired waiver of no rule.
     let waivers = "[[waiver]]\nrule = \"r[demo.gone]\"\nwaives = [\"proven\"]\nwhy = \"gone\"\nuntil = 2001-01-01\n";
+    // A baseline claiming a proof the fixture lacks: a ratchet problem, ordered among the rest.
+    let baseline = "[demo]\nrules = 2\nproven = [\"r[demo.alpha]\"]\n";
     let mut verdicts = Vec::new();
     for (at, (results, ledger_text, crates)) in cases.into_iter().enumerate() {
         let extra: &[(&str, &str)] = if at == 0 {
-            &[("docs/audit/waivers.toml", waivers)]
+            &[
+                ("docs/audit/waivers.toml", waivers),
+                ("docs/audit/coverage-baseline.toml", baseline),
+            ]
         } else {
             &[]
         };
@@ -121,6 +126,11 @@ fn the_runner_s_gate_reports_and_judges_as_spec_check_with_the_run_s_results() {
         assert!(judged.fatal.is_none(), "{case}");
         if at == 0 {
             assert!(judged.report.contains("waivers.toml"), "{}", judged.report);
+            assert!(
+                judged.report.contains("coverage-baseline.toml"),
+                "{}",
+                judged.report
+            );
         }
         verdicts.push(judged.passed);
     }
