@@ -18,7 +18,8 @@
 //! `spec-check`, `trace` and `spec-report` are command lines over the spec-engine library
 //! (`xtask/engine`); `prove` plans from the tree it reads. The drain demo and the gateway's and forward's benchmark drivers are crates of their own under
 //! `xtask/drivers/` (run with `cargo run -p`, see `drivers`); the real services and processes that
-//! the test harness and the drain demo both start are holdfast-harness (`xtask/harness/`).
+//! the test runner and the drain demo both start are holdfast-harness (`xtask/harness/`); `test`
+//! is a command line over holdfast-test-runner (`xtask/runner/`).
 
 mod attack;
 mod bench;

@@ -144,8 +144,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if format == Format::Text {
                 crate::output::print(&crate::root::banner(&root));
             }
-            eprintln!("error: spec-check: {fatal}");
-            eprintln!("error: spec-check: nothing was judged (exit 2)");
+            for line in spec_engine::spec_check::gate::fatal_lines(&fatal) {
+                eprintln!("{line}");
+            }
             Ok(ExitCode::from(USAGE_ERROR))
         }
     }
@@ -179,8 +180,7 @@ fn write_export(
 
 /// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
 fn today() -> String {
-    let now = spec_engine::model::timestamp::utc(std::time::SystemTime::now());
-    now.get(..10).unwrap_or_default().to_owned()
+    spec_engine::spec_check::gate::today(std::time::SystemTime::now())
 }
 
 /// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
@@ -204,11 +204,7 @@ fn ratchet_run(
         std::fs::write(&path, ratchet::baseline(disk, tree, outcome))
             .map_err(|err| format!("{}: {err}", path.display()))?;
     }
-    let found = ratchet::check(disk, tree, outcome, &today);
-    outcome.problems.extend(found);
-    outcome
-        .problems
-        .sort_by(spec_engine::spec_check::problem::Problem::order);
+    spec_engine::spec_check::gate::apply_ratchet(disk, tree, outcome, &today);
     Ok(ratchet::waivers(disk, tree, &today))
 }
 

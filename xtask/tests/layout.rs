@@ -159,6 +159,30 @@ fn the_engine_and_prove_depend_on_no_command_line_runtime_or_xtask_crate() {
     }
 }
 
+// i[verify harness.layout]
+#[test]
+fn the_test_runner_judges_through_the_engine_and_the_shared_harness_builds_no_engine() {
+    let metadata = metadata();
+    let runner = builds(&metadata, "holdfast-test-runner");
+    for needed in ["spec-engine", "holdfast-harness", "holdfast-test-support"] {
+        assert!(runner.contains(needed), "the runner builds {needed}");
+    }
+    for forbidden in ["clap", "xtask", "spec-prove"] {
+        assert!(
+            !runner.contains(forbidden),
+            "holdfast-test-runner builds {forbidden}: {runner:?}"
+        );
+    }
+    assert!(builds(&metadata, "xtask").contains("holdfast-test-runner"));
+    // What the drain demo and the benchmark drivers share stays free of the engine.
+    for shared in ["holdfast-harness", "holdfast-drain-demo", "holdfast-bench"] {
+        assert!(
+            !builds(&metadata, shared).contains("spec-engine"),
+            "{shared} builds spec-engine"
+        );
+    }
+}
+
 /// Runs `cargo xtask ARGS` (the built binary) in `dir` with a stand-in cargo that records its
 /// arguments and directory, then exits `exit`; returns xtask's exit code and what it recorded.
 fn with_stand_in_cargo(dir: &std::path::Path, args: &[&str], exit: i32) -> (Option<i32>, String) {

@@ -118,11 +118,14 @@ async fn tick_issued(issuer: &Issuer, host: &str) -> IssueReason {
     panic!("{host} not issued")
 }
 
-fn pebble_root(ca: &Path) -> Vec<CertificateDer<'static>> {
-    let management = std::env::var("HOLDFAST_TEST_ACME_MANAGEMENT").expect("management API");
+fn pebble_root(acme: &holdfast_test_support::services::Acme) -> Vec<CertificateDer<'static>> {
+    let management = acme
+        .management
+        .as_deref()
+        .expect("the harness exports pebble's management API");
     let out = std::process::Command::new("curl")
         .args(["-fsS", "--cacert"])
-        .arg(ca)
+        .arg(&acme.ca_pem)
         .arg(format!("{management}/roots/0"))
         .output()
         .unwrap();
@@ -220,7 +223,7 @@ async fn pebble_issues_renews_and_survives_an_outage() {
         .unwrap();
     let challenges: Challenges = responder.challenges().clone();
     let dir = tempfile::tempdir().unwrap();
-    let roots = pebble_root(&acme.ca_pem);
+    let roots = pebble_root(&acme);
 
     // --- End to end, five hostnames; the first includes creating the account.
     let account = dir.path().join("acme-account.json");

@@ -56,6 +56,39 @@ pub const ACME_DNS01_DIRECTORY_VAR: &str = "HOLDFAST_TEST_ACME_DNS01_DIRECTORY";
 /// Path of the skip ledger (JSON lines).
 pub const SKIP_LEDGER_VAR: &str = "HOLDFAST_TEST_SKIP_LEDGER";
 
+/// The skip ledger's file name in the target directory: where the harness points
+/// [`SKIP_LEDGER_VAR`] (under its target directory), and [`default_ledger_path`] without it.
+pub const LEDGER_FILE: &str = "holdfast-test-skips.jsonl";
+
+/// Every variable `cargo xtask test` exports, each of them read here, and every `HOLDFAST_TEST_*`
+/// variable read here among them (the module also reads `CI`): the test runner
+/// (holdfast-test-runner) refuses to start a run whose services' environment differs.
+// i[impl harness.variables]
+pub const VARIABLES: &[&str] = &[
+    SERVICES_VAR,
+    SKIP_LEDGER_VAR,
+    DOCKER_HOST_VAR,
+    REGISTRY_VAR,
+    IMAGE_VAR,
+    AUTH_REGISTRY_VAR,
+    AUTH_IMAGE_VAR,
+    AUTH_USER_VAR,
+    AUTH_PASSWORD_VAR,
+    ACME_DIRECTORY_VAR,
+    ACME_CA_VAR,
+    ACME_MANAGEMENT_VAR,
+    ACME_HTTP01_PORT_VAR,
+    ACME_TLS_ALPN01_PORT_VAR,
+    CHALLTESTSRV_VAR,
+    ETCD_VAR,
+    REDIS_VAR,
+    KNOT_VAR,
+    KNOT_ZONE_VAR,
+    KNOT_TSIG_NAME_VAR,
+    KNOT_TSIG_FILE_VAR,
+    ACME_DNS01_DIRECTORY_VAR,
+];
+
 /// The private Docker Engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Docker {
@@ -116,6 +149,9 @@ pub struct Acme {
     pub http01_port: Option<u16>,
     /// The port pebble validates TLS-ALPN-01 challenges on, if the harness exported it.
     pub tls_alpn01_port: Option<u16>,
+    /// Pebble's management API, `https://127.0.0.1:PORT` (its intermediate and root
+    /// certificates), if the harness exported it.
+    pub management: Option<String>,
 }
 
 /// etcd (v3).
@@ -261,12 +297,16 @@ pub fn acme() -> Option<Acme> {
     let tls_alpn01_port = std::env::var(ACME_TLS_ALPN01_PORT_VAR)
         .ok()
         .map(|p| parse_or_panic(ACME_TLS_ALPN01_PORT_VAR, &p, p.parse::<u16>()));
+    let management = std::env::var(ACME_MANAGEMENT_VAR)
+        .ok()
+        .filter(|m| !m.is_empty());
     Some(Acme {
         directory,
         ca_pem,
         challtestsrv,
         http01_port,
         tls_alpn01_port,
+        management,
     })
 }
 
@@ -328,9 +368,11 @@ impl Environment {
 /// `CI=true` marks a CI run, which installs what the tests need.
 const CI_VAR: &str = "CI";
 
-/// `<workspace>/target/holdfast-test-skips.jsonl`.
+/// `<workspace>/target/`[`LEDGER_FILE`].
 pub fn default_ledger_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/holdfast-test-skips.jsonl")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(LEDGER_FILE)
 }
 
 /// Where a missing need is a failure of the test rather than a skip.
@@ -523,6 +565,112 @@ mod tests {
             .envs(env.iter().copied())
             .output()
             .unwrap()
+    }
+
+    /// A value of the shape the harness exports for `var`.
+    fn sample(var: &str) -> &'static str {
+        match var {
+            SERVICES_VAR => "1",
+            SKIP_LEDGER_VAR => "/nowhere/skips.jsonl",
+            DOCKER_HOST_VAR => "unix:///nowhere/docker.sock",
+            REGISTRY_VAR => "127.0.0.1:5000",
+            IMAGE_VAR => "127.0.0.1:5000/holdfast/busybox:test",
+            AUTH_REGISTRY_VAR => "127.0.0.1:5001",
+            AUTH_IMAGE_VAR => "127.0.0.1:5001/holdfast/busybox:test",
+            ACME_HTTP01_PORT_VAR => "5002",
+            ACME_TLS_ALPN01_PORT_VAR => "5003",
+            REDIS_VAR => "redis://127.0.0.1:6379",
+            KNOT_VAR => "127.0.0.1:5353",
+            _ => "value",
+        }
+    }
+
+    /// Runs the helper that reads every service with exactly `vars` set (nothing inherited).
+    fn read_everything_with(vars: &[&str]) -> std::process::Output {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "services::tests::helper_reads_everything",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_clear()
+            .envs(vars.iter().map(|var| (*var, sample(var))))
+            .output()
+            .unwrap()
+    }
+
+    // Every variable the runner exports is read here, and nothing else: with exactly
+    // [`VARIABLES`] set, under the harness, every reader finds its service (a reader needing
+    // anything more would panic), and without any one of them, something read changes.
+    // i[verify harness.variables]
+    #[test]
+    fn the_readers_read_exactly_the_variables_the_harness_exports() {
+        let all = read_everything_with(VARIABLES);
+        let stdout = String::from_utf8_lossy(&all.stdout).into_owned();
+        assert!(
+            all.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&all.stderr)
+        );
+        assert!(stdout.contains("READ EVERYTHING"), "{stdout}");
+        for var in VARIABLES {
+            let fewer: Vec<&str> = VARIABLES.iter().copied().filter(|v| v != var).collect();
+            let without = read_everything_with(&fewer);
+            assert!(
+                !without.status.success() || without.stdout != all.stdout,
+                "nothing reads {var}"
+            );
+        }
+        // The names the harness exports are the spec's, and each is listed once.
+        let mut names: Vec<&str> = VARIABLES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), VARIABLES.len());
+        assert!(names.iter().all(|n| n.starts_with("HOLDFAST_TEST_")));
+    }
+
+    // An optional read (`.ok()`, `.or_else`) leaves no trace in what the readers return, so the
+    // source itself is checked: every `HOLDFAST_TEST_*` name written in this module's code is
+    // among [`VARIABLES`].
+    // i[verify harness.variables]
+    #[test]
+    fn every_holdfast_test_name_written_here_is_among_the_variables() {
+        let source = include_str!("services.rs");
+        let code = source
+            .split_once("\n#[cfg(test)]")
+            .map_or(source, |(code, _)| code);
+        let quoted = "\"HOLDFAST_TEST_";
+        let names: Vec<&str> = code
+            .match_indices(quoted)
+            .map(|(at, _)| {
+                let rest = &code[at + 1..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        assert!(names.len() >= VARIABLES.len(), "{names:?}");
+        for name in names {
+            assert!(VARIABLES.contains(&name), "{name} is not in VARIABLES");
+        }
+    }
+
+    #[test]
+    #[ignore = "helper: run in a child process by the variables test"]
+    fn helper_reads_everything() {
+        println!("{:?}", Environment::from_process());
+        println!("{:?}", docker());
+        println!("{:?}", registry());
+        println!("{:?}", auth_registry());
+        println!("{:?}", acme());
+        println!("{:?}", acme_dns01());
+        println!("{:?}", etcd());
+        println!("{:?}", redis());
+        println!("{:?}", knot());
+        println!("READ EVERYTHING");
     }
 
     /// The one skip recorded in `ledger`.

@@ -10,6 +10,9 @@ use super::layout::ServiceDir;
 use super::probe;
 use super::process::Supervisor;
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [DOCKER_HOST_VAR];
+
 // i[impl harness.services.docker]
 /// Starts dockerd and waits for `/_ping`; returns its exported variables.
 pub fn start(
@@ -43,7 +46,7 @@ pub fn start(
     probe::wait_ready(service, "GET /_ping", Duration::from_secs(90), || {
         pinged(probe::unix_http_get(&socket, "/_ping"))
     })?;
-    Ok(vec![(DOCKER_HOST_VAR, host)])
+    Ok(crate::layout::exports(EXPORTS, [host]))
 }
 
 /// dockerd answers: `/_ping` says 200 `OK`.
@@ -70,10 +73,7 @@ mod tests {
         let socket = dir.sock();
         assert_eq!(
             env,
-            [(
-                "HOLDFAST_TEST_DOCKER_HOST",
-                format!("unix://{}", socket.display())
-            )]
+            [(DOCKER_HOST_VAR, format!("unix://{}", socket.display()))]
         );
         // The engine answers on that socket, storing in this run's data root with vfs.
         let (status, info) = probe::unix_http_get(&socket, "/info").unwrap();

@@ -9,6 +9,9 @@ use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [ETCD_VAR];
+
 // i[impl harness.services.etcd]
 /// Starts etcd and waits for `/health`; returns its exported variables.
 pub fn start(
@@ -35,7 +38,7 @@ pub fn start(
     probe::wait_ready(service, "GET /health", Duration::from_secs(60), || {
         healthy(probe::http_get(loopback(client_port), "/health"))
     })?;
-    Ok(vec![(ETCD_VAR, client)])
+    Ok(crate::layout::exports(EXPORTS, [client]))
 }
 
 /// etcd answers: `/health` says 200 `"health":"true"`.
@@ -62,7 +65,7 @@ mod tests {
         let ports = free_ports(2).unwrap();
         let env = start(&mut run.supervisor, &dir, ports[0], ports[1]).unwrap();
         let url = format!("http://127.0.0.1:{}", ports[0]);
-        assert_eq!(env, [("HOLDFAST_TEST_ETCD", url)]);
+        assert_eq!(env, [(ETCD_VAR, url)]);
         // An etcd 3 answers on the exported port...
         let (status, body) = probe::http_get(loopback(ports[0]), "/version").unwrap();
         assert_eq!(status, 200, "{body}");

@@ -66,6 +66,14 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     file.write_all(text.as_bytes())
 }
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 4] = [
+    KNOT_VAR,
+    KNOT_ZONE_VAR,
+    KNOT_TSIG_NAME_VAR,
+    KNOT_TSIG_FILE_VAR,
+];
+
 /// Starts knotd and waits for it to accept on its port; returns its exported variables.
 pub fn start(
     supervisor: &mut Supervisor,
@@ -96,12 +104,15 @@ pub fn start(
     probe::wait_ready(service, "its DNS port", Duration::from_secs(30), || {
         probe::accepts(loopback(port))
     })?;
-    Ok(vec![
-        (KNOT_VAR, loopback(port).to_string()),
-        (KNOT_ZONE_VAR, ZONE.to_owned()),
-        (KNOT_TSIG_NAME_VAR, KEY_NAME.to_owned()),
-        (KNOT_TSIG_FILE_VAR, secret_path.display().to_string()),
-    ])
+    Ok(crate::layout::exports(
+        EXPORTS,
+        [
+            loopback(port).to_string(),
+            ZONE.to_owned(),
+            KEY_NAME.to_owned(),
+            secret_path.display().to_string(),
+        ],
+    ))
 }
 
 #[cfg(test)]

@@ -49,6 +49,15 @@ impl ServiceDir {
     }
 }
 
+/// A service's exported environment: its `names` (the module's `EXPORTS`, the names the runner's
+/// test checks against holdfast-test-support's) paired with their `values`, as many of each.
+pub fn exports<const N: usize>(
+    names: [&'static str; N],
+    values: [String; N],
+) -> Vec<(&'static str, String)> {
+    names.into_iter().zip(values).collect()
+}
+
 /// `n` distinct free loopback ports: all bound at once (so none repeats), then released.
 pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let listeners = (0..n)

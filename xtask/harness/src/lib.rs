@@ -1,8 +1,9 @@
 //! holdfast-harness: running real services and processes for holdfast's tests and drivers.
 //!
-//! `cargo xtask test` (the test runner in xtask) and the drain demo (`xtask/drivers/drain-demo`)
-//! both start real services on loopback; this crate is the code they share, so neither driver
-//! needs the other, and xtask needs neither driver's dependencies.
+//! `cargo xtask test` (the test runner, holdfast-test-runner in `xtask/runner`) and the drain demo
+//! (`xtask/drivers/drain-demo`) both start real services on loopback; this crate is the code they
+//! share, so neither needs the other, xtask needs neither driver's dependencies, and the drivers
+//! build none of the spec engine the runner judges a run with.
 //!
 //! Layout: [`root`] (which checkout a command works on, and the cargo a command runs) and
 //! [`output`] (printing without a panic on a closed pipe) are the commands' common ground;
@@ -10,7 +11,7 @@
 //! ports), [`process`] (supervision: process groups, stopping, sweeping leftovers) and [`probe`]
 //! (readiness) are the machinery; [`docker`],
 //! [`registry`], [`pebble`], [`knot`], [`etcd`] and [`redis`] start one service each. [`stand_in`] writes
-//! the stand-in programs (cargo, a bench example) that the drivers' and xtask's tests run instead
+//! the stand-in programs (cargo, a bench example) that the drivers', the runner's and xtask's tests run instead
 //! of the real ones.
 
 pub mod docker;

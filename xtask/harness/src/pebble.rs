@@ -31,6 +31,18 @@ pub struct Ports {
     pub challtestsrv: u16,
 }
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 6] = [
+    ACME_DIRECTORY_VAR,
+    ACME_CA_VAR,
+    ACME_MANAGEMENT_VAR,
+    ACME_HTTP01_PORT_VAR,
+    ACME_TLS_ALPN01_PORT_VAR,
+    CHALLTESTSRV_VAR,
+];
+/// The variables [`start_dns01`] exports.
+pub const DNS01_EXPORTS: [&str; 1] = [ACME_DNS01_DIRECTORY_VAR];
+
 // i[impl harness.services.acme]
 /// Starts pebble-challtestsrv, then pebble; returns their exported variables.
 pub fn start(
@@ -90,23 +102,17 @@ pub fn start(
     probe::wait_ready(service, "on its ACME port", Duration::from_secs(30), || {
         probe::accepts(loopback(ports.acme))
     })?;
-    Ok(vec![
-        (
-            ACME_DIRECTORY_VAR,
+    Ok(crate::layout::exports(
+        EXPORTS,
+        [
             format!("https://127.0.0.1:{}/dir", ports.acme),
-        ),
-        (ACME_CA_VAR, ca.display().to_string()),
-        (
-            ACME_MANAGEMENT_VAR,
+            ca.display().to_string(),
             format!("https://127.0.0.1:{}", ports.management),
-        ),
-        (ACME_HTTP01_PORT_VAR, ports.http01.to_string()),
-        (ACME_TLS_ALPN01_PORT_VAR, ports.tls_alpn01.to_string()),
-        (
-            CHALLTESTSRV_VAR,
+            ports.http01.to_string(),
+            ports.tls_alpn01.to_string(),
             format!("http://127.0.0.1:{}", ports.challtestsrv),
-        ),
-    ])
+        ],
+    ))
 }
 
 // i[impl harness.services.acme-dns01]
@@ -148,10 +154,10 @@ pub fn start_dns01(
     probe::wait_ready(service, "on its ACME port", Duration::from_secs(30), || {
         probe::accepts(loopback(acme))
     })?;
-    Ok(vec![(
-        ACME_DNS01_DIRECTORY_VAR,
-        format!("https://127.0.0.1:{acme}/dir"),
-    )])
+    Ok(crate::layout::exports(
+        DNS01_EXPORTS,
+        [format!("https://127.0.0.1:{acme}/dir")],
+    ))
 }
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it (Debian's pebble ships
@@ -299,21 +305,18 @@ mod tests {
             env,
             [
                 (
-                    "HOLDFAST_TEST_ACME_DIRECTORY",
+                    ACME_DIRECTORY_VAR,
                     format!("https://127.0.0.1:{}/dir", ports.acme)
                 ),
-                ("HOLDFAST_TEST_ACME_CA", ca.display().to_string()),
+                (ACME_CA_VAR, ca.display().to_string()),
                 (
-                    "HOLDFAST_TEST_ACME_MANAGEMENT",
+                    ACME_MANAGEMENT_VAR,
                     format!("https://127.0.0.1:{}", ports.management)
                 ),
-                ("HOLDFAST_TEST_ACME_HTTP01_PORT", ports.http01.to_string()),
+                (ACME_HTTP01_PORT_VAR, ports.http01.to_string()),
+                (ACME_TLS_ALPN01_PORT_VAR, ports.tls_alpn01.to_string()),
                 (
-                    "HOLDFAST_TEST_ACME_TLS_ALPN01_PORT",
-                    ports.tls_alpn01.to_string()
-                ),
-                (
-                    "HOLDFAST_TEST_CHALLTESTSRV",
+                    CHALLTESTSRV_VAR,
                     format!("http://127.0.0.1:{}", ports.challtestsrv)
                 ),
             ]
@@ -388,7 +391,7 @@ mod tests {
         assert_eq!(
             env,
             [(
-                "HOLDFAST_TEST_ACME_DNS01_DIRECTORY",
+                ACME_DNS01_DIRECTORY_VAR,
                 format!("https://127.0.0.1:{}/dir", p[7])
             )]
         );

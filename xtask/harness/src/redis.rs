@@ -9,6 +9,9 @@ use super::layout::{ServiceDir, loopback};
 use super::probe;
 use super::process::Supervisor;
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [REDIS_VAR];
+
 // i[impl harness.services.redis]
 /// Starts redis and waits for `PING`; returns its exported variables.
 pub fn start(
@@ -27,7 +30,10 @@ pub fn start(
     probe::wait_ready(service, "PING", Duration::from_secs(30), || {
         probe::redis_ping(loopback(port)).unwrap_or(false)
     })?;
-    Ok(vec![(REDIS_VAR, format!("redis://127.0.0.1:{port}"))])
+    Ok(crate::layout::exports(
+        EXPORTS,
+        [format!("redis://127.0.0.1:{port}")],
+    ))
 }
 
 #[cfg(test)]
@@ -48,10 +54,7 @@ mod tests {
         let dir = run.dir("redis");
         let port = free_ports(1).unwrap()[0];
         let env = start(&mut run.supervisor, &dir, port).unwrap();
-        assert_eq!(
-            env,
-            [("HOLDFAST_TEST_REDIS", format!("redis://127.0.0.1:{port}"))]
-        );
+        assert_eq!(env, [(REDIS_VAR, format!("redis://127.0.0.1:{port}"))]);
         // It answers on that port (on loopback only), works in this run's data directory, and
         // saves nothing there: no snapshots (an empty `save`), no append-only file.
         assert!(probe::redis_ping(loopback(port)).unwrap());

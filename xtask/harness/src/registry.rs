@@ -37,6 +37,11 @@ impl std::fmt::Debug for Login<'_> {
     }
 }
 
+/// The variables [`start`] exports.
+pub const EXPORTS: [&str; 1] = [REGISTRY_VAR];
+/// The variables [`start_authenticated`] exports.
+pub const AUTH_EXPORTS: [&str; 3] = [AUTH_REGISTRY_VAR, AUTH_USER_VAR, AUTH_PASSWORD_VAR];
+
 // i[impl harness.services.registry]
 /// Starts the registry and waits for `/v2/`; returns its exported variables.
 pub fn start(
@@ -45,7 +50,10 @@ pub fn start(
     port: u16,
 ) -> anyhow::Result<Vec<(&'static str, String)>> {
     serve(supervisor, dir, port, "", 200)?;
-    Ok(vec![(REGISTRY_VAR, format!("127.0.0.1:{port}"))])
+    Ok(crate::layout::exports(
+        EXPORTS,
+        [format!("127.0.0.1:{port}")],
+    ))
 }
 
 // i[impl harness.services.auth-registry]
@@ -67,11 +75,14 @@ pub fn start_authenticated(
     );
     // Ready once it refuses an anonymous client: auth is on.
     serve(supervisor, dir, port, &auth, 401)?;
-    Ok(vec![
-        (AUTH_REGISTRY_VAR, format!("127.0.0.1:{port}")),
-        (AUTH_USER_VAR, login.username.to_owned()),
-        (AUTH_PASSWORD_VAR, login.password.to_owned()),
-    ])
+    Ok(crate::layout::exports(
+        AUTH_EXPORTS,
+        [
+            format!("127.0.0.1:{port}"),
+            login.username.to_owned(),
+            login.password.to_owned(),
+        ],
+    ))
 }
 
 /// A password for this run of the authenticated registry, not guessable from outside it.
@@ -235,10 +246,7 @@ mod tests {
         let dir = run.dir("registry");
         let port = free_ports(1).unwrap()[0];
         let env = start(&mut run.supervisor, &dir, port).unwrap();
-        assert_eq!(
-            env,
-            [("HOLDFAST_TEST_REGISTRY", format!("127.0.0.1:{port}"))]
-        );
+        assert_eq!(env, [(REGISTRY_VAR, format!("127.0.0.1:{port}"))]);
         // The exported address answers the registry API (plain HTTP), storing in this run's root.
         let addr: std::net::SocketAddr = env[0].1.parse().unwrap();
         let (status, body) = probe::http_get(addr, "/v2/").unwrap();
@@ -338,9 +346,9 @@ mod tests {
         assert_eq!(
             env,
             [
-                ("HOLDFAST_TEST_AUTH_REGISTRY", format!("127.0.0.1:{port}")),
-                ("HOLDFAST_TEST_AUTH_USER", AUTH_USER.to_owned()),
-                ("HOLDFAST_TEST_AUTH_PASSWORD", password.clone()),
+                (AUTH_REGISTRY_VAR, format!("127.0.0.1:{port}")),
+                (AUTH_USER_VAR, AUTH_USER.to_owned()),
+                (AUTH_PASSWORD_VAR, password.clone()),
             ]
         );
         let addr = loopback(port);

@@ -33,6 +33,7 @@ mod findings_gate;
 pub mod fingerprint;
 pub mod foreign;
 pub mod freshness;
+pub mod gate;
 pub mod items;
 pub mod junit;
 pub mod levels;
@@ -53,6 +54,7 @@ mod walk;
 
 use std::path::Path;
 
+pub use self::gate::gate;
 use self::problem::Problem;
 use self::report::Outcome;
 use crate::model::tree::Tree as Source;

@@ -1,4 +1,4 @@
-//! `cargo xtask test` — the real-service test harness.
+//! holdfast-test-runner: `cargo xtask test`, the real-service test run.
 //!
 //! It starts the services the suites need, each under `target/holdfast-services/<service>/` with
 //! its own loopback ports, data directory, socket and log (`redis`, `etcd`, `challtestsrv` and
@@ -6,23 +6,31 @@
 //! until each answers, seeds the registry with a tiny image,
 //! exports their addresses to the tests (the `HOLDFAST_TEST_*` variables that
 //! `holdfast-test-support` reads), runs the workspace's tests with nextest and the doctests, stops
-//! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate.
+//! every service (also on failure and Ctrl-C), and ends with the test-backed spec gate, which it
+//! runs itself through spec-engine.
 //! `--no-run` only builds what that run would (CI's one build, shared with the package).
 //!
-//! Layout: `packages` (what is needed and from which Debian package), `layout` (directories and
-//! ports), `process` (supervision: process groups, stopping, sweeping leftovers), `probe`
-//! (readiness), one file per service, and `suite` (the test runs and their counts).
+//! xtask keeps the command line: it turns its flags into [`Options`], calls [`run`] and turns the
+//! [`Outcome`] into its exit code. The services, packages and processes are holdfast-harness
+//! (`xtask/harness`), which the drain demo shares; this crate is apart from it because it alone
+//! needs the spec engine, which the drain demo and the benchmark drivers must not build.
+//!
+//! Layout: this file (the run: requirements, services, the steps and how the run ends) and
+//! `suite` (the test runs, the gate and their counts).
 
 mod suite;
 
+pub use suite::{Judged, judge};
+
 // The services, packages and processes live in holdfast-harness (xtask/harness), shared with the
-// drain demo; they keep their paths here (`harness::process`, `super::layout`, ...).
-use holdfast_harness::{docker, etcd, knot, layout, packages, pebble, process, redis, registry};
+// drain demo.
+use holdfast_harness::{
+    docker, etcd, knot, layout, output, packages, pebble, process, redis, registry, root,
+};
 // The variables the tests read are holdfast-test-support's names, never spelt again here.
 use holdfast_test_support::services;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,40 +39,49 @@ use anyhow::{Context as _, bail};
 use layout::ServiceDir;
 use process::Supervisor;
 
-/// Arguments of `cargo xtask test`.
-#[derive(clap::Args)]
-pub struct Args {
-    /// Install missing Debian packages first (apt-get; needs root). Implied when CI=true.
-    #[arg(long)]
+/// What `cargo xtask test` was asked to do (its flags, without the command line).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Install missing Debian packages first (apt-get; needs root). Implied when `CI=true`.
     pub install: bool,
     /// Start the services, print their environment (also written to
-    /// target/holdfast-services/env), and keep them running until Ctrl-C instead of running tests.
-    #[arg(long)]
+    /// `target/holdfast-services/env`), and keep them running until Ctrl-C instead of running
+    /// tests.
     pub services_only: bool,
-    /// After the tests and doctests pass, run `cargo xtask prove --ci` while the services are
-    /// still up (CI's mutation proof: tests that need a service judge mutants against it).
-    #[arg(long, conflicts_with = "services_only")]
-    pub prove_ci: bool,
-    /// Build the tests the same arguments would run, with the same features, and stop: no
-    /// service starts and no test runs (CI builds once for the package and the tests).
-    #[arg(long, conflicts_with_all = ["services_only", "prove_ci"])]
+    /// After the tests and doctests pass, run `XTASK prove --ci` with this xtask while the
+    /// services are still up (CI's mutation proof). The path is found at start-up: building the
+    /// tests can rebuild xtask in place.
+    pub prove_ci: Option<PathBuf>,
+    /// Build the tests the same arguments would run, with the same features, and stop.
     pub no_run: bool,
-    /// Arguments for `cargo nextest run` (a filter, `--no-capture`, ...), after `--`.
-    #[arg(last = true)]
+    /// Arguments for `cargo nextest run` (a filter, `--no-capture`, `-p PACKAGE`, ...).
     pub test_args: Vec<String>,
 }
 
-/// Runs `cargo xtask test`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let workspace =
-        crate::root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
+/// How a run ended, for the caller's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything asked for passed (or, with `services_only`, the services ran until Ctrl-C).
+    Passed,
+    /// The tests, the doctests, the gate or the proof failed.
+    Failed,
+    /// A Ctrl-C or SIGTERM came before the gate judged the run.
+    Interrupted,
+}
+
+/// Runs `cargo xtask test` on the workspace at or above the current directory. Once per
+/// process: it installs the process's Ctrl-C and SIGTERM handler, and a second call fails there.
+/// Options that cannot go together (see [`Options`]) are refused before anything starts.
+// i[impl harness.layout]
+pub fn run(args: Options) -> anyhow::Result<Outcome> {
+    check_options(&args)?;
+    let workspace = root::find(None).map_err(|message| anyhow::anyhow!("test: {message}"))?;
     // Which tree is built and tested, before anything else: a shared target dir must never make
     // this checkout test another one.
-    crate::output::print(&crate::root::banner(&workspace));
-    let target = crate::root::target_dir(&workspace);
+    output::print(&root::banner(&workspace));
+    let target = root::target_dir(&workspace);
     let services_root = target.join("holdfast-services");
     let run_started = Instant::now();
-    let xtask = xtask_path()?;
     ctrlc::set_handler(|| on_interrupt(&process::INTERRUPTED))
         .context("installing the Ctrl-C handler")?;
 
@@ -98,8 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let services_took = services_started.elapsed();
-    // test-support's default ledger; spec-check's input.
-    let ledger = target.join("holdfast-test-skips.jsonl");
+    // test-support's ledger, in this run's target dir; spec-check's input.
+    let ledger = target.join(services::LEDGER_FILE);
     // nextest's store is `<workspace>/target/nextest` whatever CARGO_TARGET_DIR says (pinned in
     // .config/nextest.toml).
     let junit = workspace.join("target/nextest/ci/junit.xml");
@@ -108,6 +125,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         services::SKIP_LEDGER_VAR.into(),
         ledger.display().to_string(),
     ));
+    if let Err(err) = exports_agree(&env) {
+        supervisor.stop_all();
+        return Err(err);
+    }
     write_env_file(&services_root, &env)?;
     eprintln!(
         "xtask test: services up in {:.1}s; environment in {}",
@@ -124,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             std::thread::sleep(Duration::from_millis(200));
         }
         supervisor.stop_all();
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Outcome::Passed);
     }
 
     // Skips are per run: the ledger must describe this run only.
@@ -151,20 +172,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let gate = if process::interrupted() {
         None
     } else {
-        Some(suite::spec_check(
-            &xtask, &workspace, &junit, &ledger, &packages,
-        )?)
+        Some(suite::judge_and_print(
+            &workspace, &junit, &ledger, &packages,
+        ))
     };
-    let proof = if args.prove_ci && !process::interrupted() {
-        Some(prove_ci(
-            std::process::Command::new(&xtask),
+    let proof = match &args.prove_ci {
+        Some(xtask) if !process::interrupted() => Some(prove_ci(
+            std::process::Command::new(xtask),
             &workspace,
             &env,
             nextest.success(),
             doctests.as_ref(),
-        )?)
-    } else {
-        None
+        )?),
+        _ => None,
     };
     let logs = supervisor.logs();
     supervisor.stop_all();
@@ -172,7 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let found = Findings {
         nextest: nextest.success(),
         doctests: doc_status.map(|s| s.success()),
-        gate: gate.map(|g| g.success()),
+        gate,
         proof,
     };
     let Ending::Finished {
@@ -181,7 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } = ending(process::interrupted(), &found)
     else {
         let _ = print_logs(&mut std::io::stderr(), &logs);
-        return Ok(ExitCode::from(130));
+        return Ok(Outcome::Interrupted);
     };
     // The gate's own JUnit reader: the closing line and the gate count the same test cases.
     let counts = suite::junit_counts(&junit) + doc_counts.unwrap_or_default();
@@ -204,11 +224,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("xtask test: {} skipped or ignored", counts.skipped);
     // The closing line CI reads, alone on its line.
     println!("{} passed, {} failed", counts.passed, counts.failed);
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if ok { Outcome::Passed } else { Outcome::Failed })
+}
+
+/// Refuses options that cannot go together rather than ignoring one of them: `no_run` builds
+/// only, so it runs no services and no proof; `services_only` runs no tests, so no proof either.
+fn check_options(args: &Options) -> anyhow::Result<()> {
+    let clash = match (args.no_run, args.services_only, args.prove_ci.is_some()) {
+        (true, true, _) => Some("--no-run with --services-only"),
+        (true, _, true) => Some("--no-run with --prove-ci"),
+        (_, true, true) => Some("--services-only with --prove-ci"),
+        _ => None,
+    };
+    match clash {
+        Some(what) => bail!("test: {what}: these options cannot go together"),
+        None => Ok(()),
+    }
 }
 
 /// The Ctrl-C / SIGTERM handler: says so and sets `flag`, which every wait loop and every step of
@@ -245,7 +276,7 @@ enum Ending {
 
 /// The run passes only if the tests, the doctests, the gate and (when asked for) the proof all
 /// passed; the services' logs are printed when the tests or doctests failed.
-// i[impl harness.results+2]
+// i[impl harness.results+3]
 // i[impl harness.logs]
 fn ending(stopped: bool, found: &Findings) -> Ending {
     let (false, Some(gate)) = (stopped, found.gate) else {
@@ -261,7 +292,7 @@ fn ending(stopped: bool, found: &Findings) -> Ending {
 /// `--prove-ci`: `xtask prove --ci` with the services' environment (`HOLDFAST_TEST_SERVICES=1`,
 /// so a test whose service is missing panics rather than skipping). Not run when the tests failed:
 /// a failing suite fails the build already, and cargo-mutants' baseline would only fail too.
-/// Whether it passed. `xtask` runs this binary (a stand-in in tests).
+/// Whether it passed. `xtask` runs [`Options::prove_ci`]'s xtask (a stand-in in tests).
 // i[impl ci.prove+2]
 fn prove_ci(
     mut xtask: std::process::Command,
@@ -288,16 +319,6 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "passed" } else { "FAILED" }
 }
 
-/// This binary's path, without the " (deleted)" Linux appends once the file has been replaced.
-fn xtask_path() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("finding the xtask binary")?;
-    let text = exe.to_string_lossy();
-    Ok(match text.strip_suffix(" (deleted)") {
-        Some(path) => PathBuf::from(path),
-        None => exe,
-    })
-}
-
 /// Takes the services directory's lock for this run (released when the process ends, however).
 fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
@@ -317,14 +338,14 @@ fn lock_services(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
 // i[impl harness.build-once]
 /// `cargo xtask test --no-run`: the suite's build alone; it needs nextest and what the build
 /// scripts run (protoc), not the services' programs.
-fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<ExitCode> {
+fn build_only(workspace: &Path, install: bool, test_args: &[String]) -> anyhow::Result<Outcome> {
     ensure_build_requirements(install, &search_path(), packages::install)?;
     ensure_nextest(install)?;
     let status = suite::build(std::process::Command::new("cargo"), workspace, test_args)?;
     if !status.success() {
         bail!("xtask test --no-run: building the tests failed ({status})");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Outcome::Passed)
 }
 
 /// cargo-nextest, installed when missing and allowed.
@@ -482,6 +503,28 @@ fn start_services(
     Ok(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
+/// Whether the run's environment is the one holdfast-test-support reads: every variable it
+/// exports is read there ([`services::VARIABLES`]), and every one read there is exported. A
+/// difference is a bug of the harness, found before any test runs rather than as skips.
+// i[impl harness.variables]
+fn exports_agree(env: &[(String, String)]) -> anyhow::Result<()> {
+    use std::collections::BTreeSet;
+    let exported: BTreeSet<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+    let read: BTreeSet<&str> = services::VARIABLES.iter().copied().collect();
+    let unread: Vec<&str> = exported.difference(&read).copied().collect();
+    let missing: Vec<&str> = read.difference(&exported).copied().collect();
+    if !unread.is_empty() || !missing.is_empty() || exported.len() != env.len() {
+        bail!(
+            "the services' environment is not the one holdfast-test-support reads: exported but \
+             not read: [{}]; read but not exported: [{}]; {} exported twice",
+            unread.join(", "),
+            missing.join(", "),
+            env.len() - exported.len()
+        );
+    }
+    Ok(())
+}
+
 /// `target/holdfast-services/env`: `export KEY=VALUE` lines, for running one test by hand.
 fn write_env_file(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
     let text: String = env
@@ -544,10 +587,13 @@ mod tests {
     /// A stand-in for xtask that notes its call in its working directory (`called`: its arguments
     /// and `HOLDFAST_TEST_SERVICES`) and exits with `exit`.
     fn xtask(dir: &Path, exit: u8) -> std::process::Command {
-        crate::stand_in::script(
+        holdfast_harness::stand_in::script(
             dir,
             "xtask.sh",
-            &format!("echo \"$* services=$HOLDFAST_TEST_SERVICES\" > called\nexit {exit}\n"),
+            &format!(
+                "echo \"$* services=${}\" > called\nexit {exit}\n",
+                services::SERVICES_VAR
+            ),
         )
     }
 
@@ -559,7 +605,7 @@ mod tests {
         tests_ok: bool,
         doctests: Option<i32>,
     ) -> anyhow::Result<bool> {
-        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        let env = [(services::SERVICES_VAR.to_owned(), "1".to_owned())];
         // A wait status has the exit code in its second byte.
         let doctests =
             doctests.map(|code| (ExitStatus::from_raw(code << 8), suite::Counts::default()));
@@ -590,6 +636,96 @@ mod tests {
             let case = format!("tests passed: {tests_ok}, doctests: {doctests:?}");
             assert!(!proved, "a failed build: {case}");
             assert!(!dir.path().join("called").exists(), "not run: {case}");
+        }
+    }
+
+    /// Every variable a run exports, by who exports it: each service module's `EXPORTS`, the images
+    /// `start_services` seeds, and what `run` adds (the harness flag and the ledger). A unit test
+    /// holds it equal to test-support's [`services::VARIABLES`], so a difference fails the build's
+    /// tests rather than a run a minute into starting its services.
+    const EXPORTED: [&[&str]; 11] = [
+        &redis::EXPORTS,
+        &etcd::EXPORTS,
+        &pebble::EXPORTS,
+        &knot::EXPORTS,
+        &pebble::DNS01_EXPORTS,
+        &registry::EXPORTS,
+        &docker::EXPORTS,
+        &[services::IMAGE_VAR],
+        &registry::AUTH_EXPORTS,
+        &[services::AUTH_IMAGE_VAR],
+        &[services::SERVICES_VAR, services::SKIP_LEDGER_VAR],
+    ];
+
+    // i[verify harness.variables]
+    #[test]
+    fn the_services_modules_export_exactly_what_test_support_reads() {
+        let exported: Vec<&str> = EXPORTED.concat();
+        exports_agree(
+            &exported
+                .iter()
+                .map(|n| ((*n).to_owned(), String::new()))
+                .collect::<Vec<_>>(),
+        )
+        .expect("the services' names are test-support's");
+    }
+
+    // i[verify harness.variables]
+    #[test]
+    fn a_run_exports_exactly_what_test_support_reads() {
+        let env = |names: &[&str]| -> Vec<(String, String)> {
+            names
+                .iter()
+                .map(|n| ((*n).to_owned(), "v".to_owned()))
+                .collect()
+        };
+        exports_agree(&env(services::VARIABLES)).expect("test-support's own names");
+        let mut more = services::VARIABLES.to_vec();
+        more.push("HOLDFAST_TEST_UNREAD");
+        let err = exports_agree(&env(&more)).expect_err("an unread variable");
+        assert!(err.to_string().contains("HOLDFAST_TEST_UNREAD"), "{err}");
+        let fewer = &services::VARIABLES[1..];
+        let err = exports_agree(&env(fewer)).expect_err("a variable read but not exported");
+        assert!(err.to_string().contains(services::VARIABLES[0]), "{err}");
+        let mut twice = services::VARIABLES.to_vec();
+        twice.push(services::REDIS_VAR);
+        exports_agree(&env(&twice)).expect_err("a variable exported twice");
+    }
+
+    // spec-engine cannot depend on test-support (it would build tokio), so it repeats the
+    // ledger's file name; this crate depends on both and ties them together.
+    // i[verify harness.variables]
+    #[test]
+    fn spec_engine_s_default_ledger_is_the_one_test_support_writes() {
+        assert_eq!(
+            spec_engine::trace::results::DEFAULT_SKIPS,
+            format!("target/{}", services::LEDGER_FILE)
+        );
+    }
+
+    #[test]
+    fn options_that_cannot_go_together_are_refused() {
+        let with = |no_run, services_only, prove: bool| Options {
+            no_run,
+            services_only,
+            prove_ci: prove.then(|| PathBuf::from("xtask")),
+            ..Options::default()
+        };
+        for (no_run, services_only, prove) in [
+            (true, true, false),
+            (true, false, true),
+            (false, true, true),
+        ] {
+            let err = check_options(&with(no_run, services_only, prove)).expect_err("a clash");
+            assert!(err.to_string().contains("cannot go together"), "{err}");
+        }
+        for (no_run, services_only, prove) in [
+            (false, false, false),
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            check_options(&with(no_run, services_only, prove)).expect("one option alone");
         }
     }
 
@@ -630,7 +766,7 @@ mod tests {
         assert_eq!(ending(true, &no_gate), Ending::Interrupted);
     }
 
-    // i[verify harness.results+2]
+    // i[verify harness.results+3]
     // i[verify harness.logs]
     #[test]
     fn a_run_passes_only_if_every_step_passed_and_logs_follow_failed_tests() {

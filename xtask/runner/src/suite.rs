@@ -6,7 +6,10 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use anyhow::Context as _;
 
+use holdfast_harness::{output, root};
 use spec_engine::spec_check::junit::{self, Status};
+use spec_engine::spec_check::report::{self, Format};
+use spec_engine::spec_check::{self, gate};
 
 /// Pass/fail counts, for the closing line of the run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +36,7 @@ impl std::ops::Add for Counts {
 /// `cargo nextest run --workspace --profile ci <args>` with the services' environment, `cargo`
 /// being `cargo` (a stand-in in tests); its JUnit report lands at `junit`
 /// (`<target>/nextest/ci/junit.xml`, see `.config/nextest.toml`).
-// i[impl harness.results+2]
+// i[impl harness.results+3]
 pub fn nextest(
     mut cargo: Command,
     workspace: &Path,
@@ -205,51 +208,74 @@ pub fn packages_named(args: &[String]) -> Vec<String> {
     packages
 }
 
-/// The arguments of the gate run that judges the test run: its results and ledger, and the
-/// packages when only some ran.
-pub fn spec_check_args(
-    workspace: &Path,
-    junit: &Path,
-    ledger: &Path,
-    packages: &[String],
-) -> Vec<String> {
-    let relative = |p: &Path| p.strip_prefix(workspace).unwrap_or(p).display().to_string();
-    let mut args = vec![
-        "spec-check".to_owned(),
-        "--results".to_owned(),
-        relative(junit),
-        "--skips".to_owned(),
-        relative(ledger),
-    ];
-    for package in packages {
-        args.push("--crate".to_owned());
-        args.push(package.clone());
-    }
-    args
+/// What the test-backed gate found: whether the run passed it, the report for stdout, and the
+/// fatal error (for stderr) that kept it from judging anything.
+#[derive(Debug)]
+pub struct Judged {
+    /// Every rule implemented and verified by a passing test, and every reference sound.
+    pub passed: bool,
+    /// The gate's report as text (only the `root:` line when it judged nothing).
+    pub report: String,
+    /// The lines for stderr (`error: spec-check: …`) when nothing was judged: an unreadable
+    /// report or ledger, or a panic inside the gate.
+    pub fatal: Option<String>,
 }
 
-/// `<this xtask> spec-check --results <junit> --skips <ledger>`: the gate decides the run's result.
-/// Paths are given relative to the workspace when they are inside it
-/// (`target/nextest/ci/junit.xml`, `target/holdfast-test-skips.jsonl`).
-///
-/// `xtask` is this binary's path as found at start-up: building the tests can rebuild xtask in place,
-/// after which `current_exe()` names the replaced file ("… (deleted)").
-pub fn spec_check(
-    xtask: &Path,
+/// The test-backed gate on the run: what `cargo xtask spec-check --results <junit> --skips
+/// <ledger>` (with `--crate P` for each of `packages`) judges, run here through spec-engine's
+/// [`spec_check::gate`] (the one `spec-check` uses) on `today` (`YYYY-MM-DD`, the day waivers are
+/// judged on), its report rendered as text. A panic inside the engine fails the gate with a fatal
+/// error rather than ending the run without its closing line.
+// i[impl harness.results+3]
+pub fn judge(
     workspace: &Path,
     junit: &Path,
     ledger: &Path,
     packages: &[String],
-) -> anyhow::Result<ExitStatus> {
-    Command::new(xtask)
-        .args(spec_check_args(workspace, junit, ledger, packages))
-        .current_dir(workspace)
-        .status()
-        .context("running spec-check")
+    today: &str,
+) -> Judged {
+    let judged = std::panic::catch_unwind(|| {
+        let disk = spec_engine::Disk::new(workspace);
+        let read_now = spec_check::read(&disk);
+        spec_check::gate(&disk, &read_now, &[junit], Some(ledger), packages, today)
+    });
+    match judged {
+        Ok(Ok(outcome)) => Judged {
+            passed: outcome.problems.is_empty(),
+            report: report::render(&outcome, Format::Text),
+            fatal: None,
+        },
+        Ok(Err(fatal)) => Judged {
+            passed: false,
+            report: root::banner(workspace),
+            fatal: Some(gate::fatal_lines(&fatal).join("\n")),
+        },
+        Err(_) => Judged {
+            passed: false,
+            report: root::banner(workspace),
+            fatal: Some(
+                "error: spec-check: the gate panicked (see above); nothing was judged".to_owned(),
+            ),
+        },
+    }
+}
+
+/// [`judge`] on today's date, printed as `cargo xtask spec-check` prints it; whether the run
+/// passed the gate (a fatal error fails it, as the command's exit 2 does).
+pub fn judge_and_print(workspace: &Path, junit: &Path, ledger: &Path, packages: &[String]) -> bool {
+    let today = gate::today(std::time::SystemTime::now());
+    let judged = judge(workspace, junit, ledger, packages, &today);
+    output::print(&judged.report);
+    if let Some(fatal) = &judged.fatal {
+        eprintln!("{fatal}");
+    }
+    judged.passed
 }
 
 #[cfg(test)]
 mod tests {
+    use holdfast_test_support::services;
+
     use super::*;
 
     #[test]
@@ -316,7 +342,7 @@ mod tests {
         // A stand-in cargo, run in the workspace: it appends its arguments, then exits 0 for a
         // build and 5 for a run.
         let cargo = |name: &str| {
-            crate::stand_in::script(
+            holdfast_harness::stand_in::script(
                 dir.path(),
                 name,
                 "echo \"$*\" >> called\n\
@@ -369,7 +395,7 @@ mod tests {
         assert_eq!(parse_libtest_result("running 3 tests"), Counts::default());
     }
 
-    // i[verify harness.results+2]
+    // i[verify harness.results+3]
     #[test]
     fn the_closing_line_counts_what_the_gate_reads() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -399,25 +425,142 @@ mod tests {
                 skipped: 1
             }
         );
-        // The gate that judges the run reads the same file and the same ledger, and only the
-        // packages that ran when the run named some.
-        let ledger = dir.path().join("target/holdfast-test-skips.jsonl");
-        assert_eq!(
-            spec_check_args(dir.path(), &junit, &ledger, &[]).join(" "),
-            "spec-check --results target/nextest/ci/junit.xml --skips target/holdfast-test-skips.jsonl"
-        );
-        let one = packages_named(&["-p".into(), "holdfast-retry".into()]);
-        assert_eq!(
-            spec_check_args(dir.path(), &junit, &ledger, &one).join(" "),
-            "spec-check --results target/nextest/ci/junit.xml --skips target/holdfast-test-skips.jsonl --crate holdfast-retry"
-        );
         assert_eq!(
             nextest_args(&["-p".into(), "holdfast-retry".into()]).join(" "),
             "nextest run --profile ci -p holdfast-retry"
         );
     }
 
-    // i[verify harness.results+2]
+    /// A one-crate workspace with two rules, `demo.alpha` verified by a unit test and `demo.beta`
+    /// by an integration test, its files dated before any report; returns the temp dir.
+    fn demo_tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let files = [
+            ("Cargo.toml", "[workspace]\nresolver = \"2\"\n"),
+            (
+                ".config/tracey/config.styx",
+                "specs (\n    {\n        name demo\n        include (docs/spec/demo.md)\n        \
+                 impls (\n            {\n                name rust\n                \
+                 include (crates/**/*.rs)\n                test_include (crates/**/tests/**/*.rs)\n            \
+                 }\n        )\n    }\n)\n",
+            ),
+            (
+                "docs/spec/demo.md",
+                "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta]\n> Beta holds.\n",
+            ),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            (
+                "crates/demo/src/lib.rs",
+                "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n\
+                 // r[impl demo.beta]\npub fn beta() -> u32 {\n    2\n}\n\n\
+                 #[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    \
+                 fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n}\n",
+            ),
+            (
+                "crates/demo/tests/beta.rs",
+                "// r[verify demo.beta]\n#[test]\nfn beta_holds() {\n    assert_eq!(demo::beta(), 2);\n}\n",
+            ),
+        ];
+        let before = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, text).expect("write");
+            let file = std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .expect("open");
+            file.set_modified(before).expect("date");
+        }
+        dir
+    }
+
+    /// Writes nextest's report of `alpha_holds` and `beta_holds` with these outcomes.
+    fn report(junit: &Path, alpha: &str, beta: &str) {
+        let case = |suite: &str, name: &str, outcome: &str| match outcome {
+            "passed" => format!("<testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\"/>"),
+            _ => format!(
+                "<testcase name=\"{name}\" classname=\"{suite}\" time=\"0.01\">\
+                 <failure message=\"panicked\" type=\"test failure\">boom</failure></testcase>"
+            ),
+        };
+        std::fs::create_dir_all(junit.parent().expect("parent")).expect("mkdir");
+        std::fs::write(
+            junit,
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"nextest-run\">\
+                 <testsuite name=\"demo\">{}</testsuite><testsuite name=\"demo::beta\">{}</testsuite>\
+                 </testsuites>\n",
+                case("demo", "tests::alpha_holds", alpha),
+                case("demo::beta", "beta_holds", beta),
+            ),
+        )
+        .expect("write the report");
+    }
+
+    /// The day the unit tests judge waivers on.
+    const TODAY: &str = "2026-12-06";
+
+    // i[verify harness.results+3]
+    #[test]
+    fn the_gate_judges_the_run_by_its_report_and_its_ledger() {
+        let tree = demo_tree();
+        let root = tree.path().canonicalize().expect("canonical");
+        let junit = root.join("target/nextest/ci/junit.xml");
+        let ledger = root.join("target").join(services::LEDGER_FILE);
+        report(&junit, "passed", "passed");
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
+        assert!(judged.passed, "{}", judged.report);
+        assert!(judged.fatal.is_none());
+        assert!(
+            judged.report.starts_with(&root::banner(&root)),
+            "{}",
+            judged.report
+        );
+        assert!(
+            judged.report.contains("target/nextest/ci/junit.xml"),
+            "judged by the run's own report: {}",
+            judged.report
+        );
+
+        // A rule whose only test failed is not verified: the run fails the gate.
+        report(&junit, "failed", "passed");
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
+        assert!(!judged.passed, "{}", judged.report);
+        assert!(judged.report.contains("r[demo.alpha]"), "{}", judged.report);
+
+        // A test that skipped for want of a service, in the ledger: its rule is not verified.
+        report(&junit, "passed", "passed");
+        let skip = services::Skip {
+            test: "beta_holds".into(),
+            binary: "beta".into(),
+            service: "dockerd".into(),
+            reason: format!("{} is not set", services::DOCKER_HOST_VAR),
+        };
+        skip.append_to(&ledger).expect("ledger");
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
+        assert!(!judged.passed, "{}", judged.report);
+        assert!(judged.report.contains("r[demo.beta]"), "{}", judged.report);
+        std::fs::remove_file(&ledger).expect("clear the ledger");
+
+        // An unreadable report judges nothing: fatal, and the run fails.
+        std::fs::write(&junit, "not xml <").expect("write");
+        let judged = judge(&root, &junit, &ledger, &[], TODAY);
+        assert!(!judged.passed);
+        let fatal = judged.fatal.expect("fatal");
+        assert!(
+            fatal.starts_with("error: spec-check: ")
+                && fatal.contains(" target/nextest/ci/junit.xml")
+                && fatal.ends_with("\nerror: spec-check: nothing was judged (exit 2)"),
+            "the path as the workspace names it: {fatal}"
+        );
+        assert_eq!(judged.report, root::banner(&root));
+    }
+
+    // i[verify harness.results+3]
     #[test]
     fn nextest_runs_the_ci_profile_with_the_services_env_and_returns_its_status() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -426,14 +569,17 @@ mod tests {
         std::fs::write(&junit, "an earlier run's report").expect("write");
         // A stand-in cargo, run in the workspace: it notes its arguments, the services' variable
         // and whether an old report was still there, then fails as a failing suite does.
-        let cargo = crate::stand_in::script(
+        let cargo = holdfast_harness::stand_in::script(
             dir.path(),
             "cargo.sh",
-            "old=no; [ -e target/nextest/ci/junit.xml ] && old=yes\n\
-             echo \"$* services=$HOLDFAST_TEST_SERVICES old=$old\" > called\n\
-             exit 3\n",
+            &format!(
+                "old=no; [ -e target/nextest/ci/junit.xml ] && old=yes\n\
+                 echo \"$* services=${} old=$old\" > called\n\
+                 exit 3\n",
+                services::SERVICES_VAR
+            ),
         );
-        let env = [("HOLDFAST_TEST_SERVICES".to_owned(), "1".to_owned())];
+        let env = [(services::SERVICES_VAR.to_owned(), "1".to_owned())];
         let args = ["-p".to_owned(), "holdfast-retry".to_owned()];
         let status = nextest(cargo, dir.path(), &junit, &env, &args).expect("ran");
         assert_eq!(status.code(), Some(3), "the suite's own status");
