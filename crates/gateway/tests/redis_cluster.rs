@@ -1275,3 +1275,64 @@ async fn a_route_entry_written_again_after_the_push_read_it_survives_the_dead_ro
     c.drain(StopReason::Restart, None).await;
 }
 
+// r[verify gateway.history.start-lost]
+/// The `history-start` key deleted by hand while the room's stream survives (its oldest entries
+/// trimmed away, so its oldest id is no longer its first): the stream is the same stream, and
+/// no replica delivers what it holds again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_start_record_of_a_surviving_stream_redelivers_nothing() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let p = prefix("start-lost");
+    let registry = MemoryRegistry::new();
+    let small = |id: &str| {
+        let mut c = config(id);
+        c.history.size = 3;
+        c
+    };
+    let a = start_subscribed(small("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(small("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    let mut bob = member(&b, "bob", "lobby").await;
+    for i in 0..5 {
+        let text = format!("m{i}");
+        b.push_room("lobby", &text).await;
+        assert_eq!(next_text(&mut ann).await, text);
+        assert_eq!(next_text(&mut bob).await, text);
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}history-start:lobby"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for (g, text) in [(&b, "after, from b"), (&a, "after, from a")] {
+        g.push_room("lobby", text).await;
+        assert_eq!(drain_texts(&mut ann).await, [text]);
+        assert_eq!(drain_texts(&mut bob).await, [text]);
+    }
+    for g in [&a, &b] {
+        let s = g.stats();
+        assert_eq!((s.room_gaps_lost, s.room_gaps_filled), (0, 0));
+    }
+    // The start is recorded again, as the stream's own first id: a replica that joins now
+    // follows the same stream.
+    let start: Option<String> = redis::cmd("GET")
+        .arg(format!("{p}history-start:lobby"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(start.is_some(), "the start is recorded again");
+    let c = start_subscribed(small("c"), on_redis(&redis.url, &p, &registry, 3)).await;
+    let mut cat = member(&c, "cat", "lobby").await;
+    a.push_room("lobby", "to all three").await;
+    for ws in [&mut ann, &mut bob, &mut cat] {
+        assert_eq!(drain_texts(ws).await, ["to all three"]);
+    }
+    drop((ann, bob, cat));
+    for g in [a, b, c] {
+        g.drain(StopReason::Restart, None).await;
+    }
+}
