@@ -40,6 +40,7 @@ local function trim(size, ttl)
 end
 ";
 
+// r[impl gateway.history.start-lost]
 /// The stream's identity, its first id: KEYS[3], else (the record lost while the stream
 /// survives: deleted by hand, or evicted) taken from the stream itself and recorded again for
 /// ARGV[3] ms. Every entry carries its stream's first id in its field `s` (empty in the first
