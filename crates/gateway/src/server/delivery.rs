@@ -207,11 +207,9 @@ impl Gateway {
                 let mut forwarded = Forward::NotNeeded;
                 let mut failed = Vec::new();
                 for (to, sent) in futures_util::future::join_all(sends).await {
+                    // Only sends decide here: a failure is judged below, once the dead are known.
                     match sent {
-                        Ok(()) if forwarded == Forward::NotNeeded => {
-                            forwarded = Forward::Published;
-                        }
-                        Ok(()) => {}
+                        Ok(()) => forwarded = Forward::Published,
                         Err(e) => failed.push((to, e)),
                     }
                 }
