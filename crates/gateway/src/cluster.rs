@@ -189,6 +189,9 @@ impl ServiceRegistry for MemoryRegistry {
     }
 }
 
+/// Per user, the replicas routed and each entry's version.
+type Routes = HashMap<String, Vec<(String, u64)>>;
+
 // r[impl gateway.edge.footprint]
 /// The in-memory routing map (no expiry: its replicas live and die with the process).
 #[derive(Debug, Clone, Default)]
@@ -196,7 +199,7 @@ pub struct MemoryRouting {
     // Per user, its replicas sorted, each with the version its last add gave it: a vector sized
     // to them, not a `BTreeSet` whose first node (room for eleven) would cost every routed user
     // some 280 bytes.
-    routes: Arc<Mutex<HashMap<String, Vec<(String, u64)>>>>,
+    routes: Arc<Mutex<Routes>>,
     /// The last version given (every add takes the next).
     version: Arc<std::sync::atomic::AtomicU64>,
 }
