@@ -2,7 +2,7 @@
 //! with an in-memory implementation (the embedded single-node default, and the model the etcd
 //! and Redis implementations must match).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use holdfast_lifecycle::BoxFuture;
@@ -124,6 +124,27 @@ pub trait RoutingMap: Send + Sync + 'static {
         user: &str,
         replica: &str,
     ) -> BoxFuture<Result<CasOutcome, ClusterError>>;
+    /// The replicas `user` is routed to, as [`RoutingMap::routes`], each with its entry's
+    /// version: a number that every add or refresh of that entry changes (with Redis, the
+    /// entry's expiry deadline), so that [`RoutingMap::delete_entry`] can delete the entry read
+    /// and no later one. A map without versions answers 0 for each.
+    fn route_entries(&self, user: &str) -> BoxFuture<Result<Vec<(String, u64)>, ClusterError>> {
+        let routes = self.routes(user);
+        Box::pin(async move { Ok(routes.await?.into_iter().map(|r| (r, 0)).collect()) })
+    }
+    /// Removes `replica`'s entry from `user`'s set only while it is still at `version` (as
+    /// [`RoutingMap::route_entries`] read it): an entry added or refreshed since is left
+    /// ([`CasOutcome::Stale`]). A map without versions deletes as
+    /// [`RoutingMap::compare_and_delete`].
+    fn delete_entry(
+        &self,
+        user: &str,
+        replica: &str,
+        version: u64,
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
+        let _ = version;
+        self.compare_and_delete(user, replica)
+    }
 }
 
 /// The in-memory service registry.
@@ -168,10 +189,19 @@ impl ServiceRegistry for MemoryRegistry {
     }
 }
 
+/// Per user, the replicas routed and each entry's version.
+type Routes = HashMap<String, Vec<(String, u64)>>;
+
+// r[impl gateway.edge.footprint]
 /// The in-memory routing map (no expiry: its replicas live and die with the process).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryRouting {
-    routes: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+    // Per user, its replicas sorted, each with the version its last add gave it: a vector sized
+    // to them, not a `BTreeSet` whose first node (room for eleven) would cost every routed user
+    // some 280 bytes.
+    routes: Arc<Mutex<Routes>>,
+    /// The last version given (every add takes the next).
+    version: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MemoryRouting {
@@ -184,7 +214,7 @@ impl MemoryRouting {
     pub fn get(&self, user: &str) -> Vec<String> {
         lock(&self.routes)
             .get(user)
-            .map(|set| set.iter().cloned().collect())
+            .map(|set| set.iter().map(|(r, _)| r.clone()).collect())
             .unwrap_or_default()
     }
 
@@ -192,17 +222,26 @@ impl MemoryRouting {
     pub fn count_for(&self, replica: &str) -> usize {
         lock(&self.routes)
             .values()
-            .filter(|set| set.contains(replica))
+            .filter(|set| set.iter().any(|(r, _)| r == replica))
             .count()
     }
 }
 
 impl RoutingMap for MemoryRouting {
     fn set_route(&self, user: &str, replica: &str) -> BoxFuture<Result<(), ClusterError>> {
-        lock(&self.routes)
-            .entry(user.to_owned())
-            .or_default()
-            .insert(replica.to_owned());
+        let version = self
+            .version
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let mut routes = lock(&self.routes);
+        let set = routes.entry(user.to_owned()).or_default();
+        match set.binary_search_by(|(r, _)| r.as_str().cmp(replica)) {
+            Ok(at) => set[at].1 = version,
+            Err(at) => {
+                set.reserve_exact(1);
+                set.insert(at, (replica.to_owned(), version));
+            }
+        }
         Box::pin(async { Ok(()) })
     }
 
@@ -222,7 +261,8 @@ impl RoutingMap for MemoryRouting {
         let outcome = match routes.get_mut(user) {
             None => CasOutcome::Absent,
             Some(set) => {
-                let removed = set.remove(replica);
+                let at = set.binary_search_by(|(r, _)| r.as_str().cmp(replica));
+                let removed = at.map(|at| set.remove(at)).is_ok();
                 if set.is_empty() {
                     routes.remove(user);
                 }
@@ -235,11 +275,76 @@ impl RoutingMap for MemoryRouting {
         };
         Box::pin(async move { Ok(outcome) })
     }
+
+    fn route_entries(&self, user: &str) -> BoxFuture<Result<Vec<(String, u64)>, ClusterError>> {
+        let entries = lock(&self.routes).get(user).cloned().unwrap_or_default();
+        Box::pin(async move { Ok(entries) })
+    }
+
+    // r[impl gateway.cluster.dead-route+2]
+    fn delete_entry(
+        &self,
+        user: &str,
+        replica: &str,
+        version: u64,
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
+        // Compared and deleted under one lock: an add since the read gave the entry a later
+        // version, and it stays.
+        let mut routes = lock(&self.routes);
+        let outcome = match routes.get_mut(user) {
+            None => CasOutcome::Absent,
+            Some(set) => match set.binary_search_by(|(r, _)| r.as_str().cmp(replica)) {
+                Ok(at) if set[at].1 == version => {
+                    set.remove(at);
+                    if set.is_empty() {
+                        routes.remove(user);
+                    }
+                    CasOutcome::Cleared
+                }
+                _ => CasOutcome::Stale,
+            },
+        };
+        Box::pin(async move { Ok(outcome) })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // r[verify gateway.cluster.dead-route+2]
+    #[tokio::test]
+    async fn an_entry_is_deleted_only_at_the_version_read() {
+        let map = MemoryRouting::new();
+        map.set_route("ann", "a").await.unwrap();
+        map.set_route("ann", "b").await.unwrap();
+        let read = map.route_entries("ann").await.unwrap();
+        assert_eq!(
+            read.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        // b routes ann again after the read: its entry is a new one, and stays.
+        map.set_route("ann", "b").await.unwrap();
+        assert_eq!(
+            map.delete_entry("ann", "b", read[1].1).await,
+            Ok(CasOutcome::Stale)
+        );
+        assert_eq!(map.get("ann"), ["a", "b"]);
+        assert_eq!(
+            map.delete_entry("ann", "a", read[0].1).await,
+            Ok(CasOutcome::Cleared)
+        );
+        assert_eq!(map.get("ann"), ["b"]);
+        let now = map.route_entries("ann").await.unwrap();
+        assert_eq!(
+            map.delete_entry("ann", "b", now[0].1).await,
+            Ok(CasOutcome::Cleared)
+        );
+        assert_eq!(
+            map.delete_entry("ann", "b", now[0].1).await,
+            Ok(CasOutcome::Absent)
+        );
+    }
 
     // r[verify gateway.routing.compare-and-delete+2]
     #[tokio::test]

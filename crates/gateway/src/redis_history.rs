@@ -40,26 +40,53 @@ local function trim(size, ttl)
 end
 ";
 
+// r[impl gateway.history.start-lost]
+/// The stream's identity, its first id: KEYS[3], else (the record lost while the stream
+/// survives: deleted by hand, or evicted) taken from the stream itself and recorded again for
+/// ARGV[3] ms. Every entry carries its stream's first id in its field `s` (empty in the first
+/// entry, whose own id it is), so the newest entry says it however much was trimmed before it;
+/// entries written before they carried it fall back to the oldest entry's id. Nil for a stream
+/// that holds no entry and lost its record.
+const START: &str = r"
+local function stream_start()
+  local s = redis.call('GET', KEYS[3])
+  if s then return s end
+  local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+  if not newest then return nil end
+  local f = newest[2]
+  for i = 1, #f - 1, 2 do
+    if f[i] == 's' then
+      if f[i + 1] == '' then s = newest[1] else s = f[i + 1] end
+    end
+  end
+  if not s then s = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1][1] end
+  redis.call('SET', KEYS[3], s, 'PX', ARGV[3])
+  return s
+end
+";
+
 /// Appends ARGV[1], trims, refreshes the expiries; answers {the new id, the id before it, 1 when
 /// the append created the stream else 0, the stream's first id}. When the append creates the
 /// stream (a new room, or one whose stream expired, was flushed or deleted), the id just below
 /// the new one is recorded as dropped, and is the id before it: the history starts there, and
 /// any `since` before it is a gap; and its id is recorded in KEYS[3] as the stream's start, its
-/// identity (a stream from before that record takes its oldest id). When ARGV[4] names a
-/// channel, the JSON object ARGV[5] is published on it with `pos`, `prev` and `start` added, in
-/// this same atomic step, so subscribers receive a room's messages in stream order, each saying
-/// which stream it belongs to (see `gateway.history.restart`).
+/// identity (see `stream_start` for a record lost while the stream survives). Each entry carries
+/// the start in its field `s` (empty in the first entry). When ARGV[4] names a channel, the JSON
+/// object ARGV[5] is published on it with `pos`, `prev` and `start` added, in this same atomic
+/// step, so subscribers receive a room's messages in stream order, each saying which stream it
+/// belongs to (see `gateway.history.restart`).
 const APPEND: &str = r#"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local prev = nil
+local start = nil
 if not fresh then
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   for i = 1, #info, 2 do
     if info[i] == 'last-generated-id' then prev = info[i + 1] end
   end
+  start = stream_start()
 end
-local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
-local start = nil
+local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 's', start or '')
 if fresh then
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   local floor
@@ -70,14 +97,11 @@ if fresh then
   end
   redis.call('SET', KEYS[2], floor, 'PX', ARGV[3])
   prev = floor
+end
+if not start then
+  -- A new stream, or one that holds nothing and lost its record: it starts here.
   start = id
   redis.call('SET', KEYS[3], start, 'PX', ARGV[3])
-else
-  start = redis.call('GET', KEYS[3])
-  if not start then
-    start = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1][1]
-    redis.call('SET', KEYS[3], start, 'PX', ARGV[3])
-  end
 end
 trim(tonumber(ARGV[2]), tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -100,7 +124,7 @@ local exists = redis.call('EXISTS', KEYS[1])
 local dropped = redis.call('GET', KEYS[2])
 local out = {exists, dropped, false, false}
 if exists == 1 then
-  out[4] = redis.call('GET', KEYS[3])
+  out[4] = stream_start() or false
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   for i = 1, #info, 2 do
     if info[i] == 'last-generated-id' then out[3] = info[i + 1] end
@@ -138,8 +162,8 @@ impl RedisHistory {
         Ok(Self {
             conn: RedisConn::new(url, timeout)?,
             prefix: prefix.to_owned(),
-            append: Arc::new(redis::Script::new(&format!("{TRIM}{APPEND}"))),
-            read: Arc::new(redis::Script::new(&format!("{TRIM}{READ}"))),
+            append: Arc::new(redis::Script::new(&format!("{TRIM}{START}{APPEND}"))),
+            read: Arc::new(redis::Script::new(&format!("{TRIM}{START}{READ}"))),
         })
     }
 

@@ -80,6 +80,41 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return -1
 ";
 
+/// The members of KEYS[1] not yet expired, each followed by its deadline (ms, an integer): the
+/// entry's version. A plain string (a route written before the per-user sets) has version 0.
+const ENTRIES: &str = r"
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty == 'string' then return {redis.call('GET', KEYS[1]), '0'} end
+if ty ~= 'zset' then return {} end
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf', 'WITHSCORES')
+for i = 2, #found, 2 do found[i] = string.format('%.0f', tonumber(found[i])) end
+return found
+";
+
+/// Removes ARGV[1] from KEYS[1] only while its deadline is still ARGV[2] (the version read: an
+/// add or refresh since wrote a later one): 1 cleared, 0 stale (not there at that version, others
+/// remain), -1 absent.
+const DELETE_ENTRY: &str = r"
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty == 'none' then return -1 end
+if ty == 'string' then
+  if ARGV[2] == '0' and redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  return 0
+end
+if ty ~= 'zset' then return -1 end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and string.format('%.0f', tonumber(score)) == ARGV[2] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) else expire_with_last(KEYS[1]) end
+  return 1
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return -1
+";
+
 /// Pushes back the expiry of ARGV[1] in each of KEYS to ARGV[2] ms from now, re-adding it where
 /// it is missing (expired in an outage, or a Redis restart). Answers the deadline written.
 const REFRESH: &str = r"
@@ -122,6 +157,8 @@ pub struct RedisRouting {
     add: Arc<redis::Script>,
     routes: Arc<redis::Script>,
     delete: Arc<redis::Script>,
+    entries: Arc<redis::Script>,
+    delete_entry: Arc<redis::Script>,
     owned: Arc<Owned>,
 }
 
@@ -168,6 +205,8 @@ impl RedisRouting {
             add: script(ADD),
             routes: script(ROUTES),
             delete: script(COMPARE_AND_DELETE),
+            entries: script(ENTRIES),
+            delete_entry: script(DELETE_ENTRY),
             owned: Arc::new(Owned::default()),
         })
     }
@@ -361,6 +400,61 @@ impl RoutingMap for RedisRouting {
                 -1 => Ok(CasOutcome::Absent),
                 n => Err(ClusterError::Unavailable(format!(
                     "redis: compare-and-delete answered {n}"
+                ))),
+            }
+        })
+    }
+    fn route_entries(&self, user: &str) -> BoxFuture<Result<Vec<(String, u64)>, ClusterError>> {
+        let key = self.key(user);
+        let script = self.entries.clone();
+        let call = self.call(move |mut c| async move {
+            script.key(key).invoke_async::<Vec<String>>(&mut c).await
+        });
+        Box::pin(async move {
+            let flat = call.await?;
+            let mut entries = Vec::with_capacity(flat.len() / 2);
+            for pair in flat.chunks(2) {
+                let [replica, version] = pair else {
+                    return Err(ClusterError::Unavailable(
+                        "redis: a route entry without its deadline".to_owned(),
+                    ));
+                };
+                let version = version.parse::<u64>().map_err(|_| {
+                    ClusterError::Unavailable(format!("redis: a route deadline {version:?}"))
+                })?;
+                entries.push((replica.clone(), version));
+            }
+            entries.sort();
+            entries.dedup_by(|a, b| a.0 == b.0);
+            Ok(entries)
+        })
+    }
+
+    // r[impl gateway.cluster.dead-route+2]
+    fn delete_entry(
+        &self,
+        user: &str,
+        replica: &str,
+        version: u64,
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
+        let key = self.key(user);
+        let script = self.delete_entry.clone();
+        let replica = replica.to_owned();
+        let call = self.call(move |mut c| async move {
+            script
+                .key(key)
+                .arg(replica)
+                .arg(version.to_string())
+                .invoke_async::<i64>(&mut c)
+                .await
+        });
+        Box::pin(async move {
+            match call.await? {
+                1 => Ok(CasOutcome::Cleared),
+                0 => Ok(CasOutcome::Stale),
+                -1 => Ok(CasOutcome::Absent),
+                n => Err(ClusterError::Unavailable(format!(
+                    "redis: delete of a route entry answered {n}"
                 ))),
             }
         })

@@ -27,8 +27,45 @@ impl std::fmt::Display for ConnId {
 #[derive(Debug, Clone)]
 struct Entry<H> {
     user: Option<String>,
-    rooms: BTreeSet<String>,
+    rooms: Rooms,
     handle: Option<H>,
+}
+
+// r[impl gateway.edge.footprint]
+/// A connection's rooms, sorted: a vector, not a `BTreeSet`, whose first node (room for eleven)
+/// would cost every connection in one room some 280 bytes.
+#[derive(Debug, Clone, Default)]
+struct Rooms(Vec<String>);
+
+impl Rooms {
+    fn contains(&self, room: &str) -> bool {
+        self.0.binary_search_by(|r| r.as_str().cmp(room)).is_ok()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Adds `room`; whether it was new.
+    fn insert(&mut self, room: &str) -> bool {
+        match self.0.binary_search_by(|r| r.as_str().cmp(room)) {
+            Ok(_) => false,
+            Err(at) => {
+                // Exactly one more: most connections join one room or a few.
+                self.0.reserve_exact(1);
+                self.0.insert(at, room.to_owned());
+                true
+            }
+        }
+    }
+    /// Removes `room`; whether it was there.
+    fn remove(&mut self, room: &str) -> bool {
+        match self.0.binary_search_by(|r| r.as_str().cmp(room)) {
+            Ok(at) => {
+                self.0.remove(at);
+                true
+            }
+            Err(_) => false,
+        }
+    }
 }
 
 /// What removing a connection took away, so the caller can clean up what it owned.
@@ -56,7 +93,58 @@ pub enum RegistryError {
     TooManyRooms(ConnId, usize),
 }
 
-type Index = Mutex<HashMap<String, BTreeSet<ConnId>>>;
+type Index = Mutex<HashMap<String, Ids>>;
+
+// r[impl gateway.edge.footprint]
+/// The connections of one user or room: most users hold one connection, and a `BTreeSet`'s
+/// first node (room for eleven) would cost each of them some 100 bytes.
+#[derive(Debug)]
+enum Ids {
+    One(ConnId),
+    Many(BTreeSet<ConnId>),
+}
+
+impl Default for Ids {
+    fn default() -> Self {
+        Ids::Many(BTreeSet::new())
+    }
+}
+
+impl Ids {
+    fn insert(&mut self, id: ConnId) {
+        match self {
+            Ids::Many(set) if set.is_empty() => *self = Ids::One(id),
+            Ids::Many(set) => {
+                set.insert(id);
+            }
+            Ids::One(one) if *one == id => {}
+            Ids::One(one) => *self = Ids::Many(BTreeSet::from([*one, id])),
+        }
+    }
+    fn remove(&mut self, id: ConnId) {
+        match self {
+            Ids::One(one) if *one == id => *self = Ids::default(),
+            Ids::One(_) => {}
+            Ids::Many(set) => {
+                set.remove(&id);
+                if set.len() == 1
+                    && let Some(last) = set.first().copied()
+                {
+                    *self = Ids::One(last);
+                }
+            }
+        }
+    }
+    fn is_empty(&self) -> bool {
+        matches!(self, Ids::Many(set) if set.is_empty())
+    }
+    fn to_vec(&self) -> Vec<ConnId> {
+        match self {
+            Ids::One(one) => vec![*one],
+            Ids::Many(set) => set.iter().copied().collect(),
+        }
+    }
+}
 
 /// The registry. `H` is the per-connection handle the server keeps (its queue and controls).
 pub struct Registry<H> {
@@ -106,7 +194,7 @@ impl<H: Clone> Registry<H> {
             id,
             Entry {
                 user: None,
-                rooms: BTreeSet::new(),
+                rooms: Rooms::default(),
                 handle: None,
             },
         );
@@ -164,7 +252,7 @@ impl<H: Clone> Registry<H> {
             if max_rooms != 0 && entry.rooms.len() >= max_rooms {
                 return Err(RegistryError::TooManyRooms(id, max_rooms));
             }
-            entry.rooms.insert(room.to_owned());
+            entry.rooms.insert(room);
         }
         lock(self.index_shard(&self.rooms, room))
             .entry(room.to_owned())
@@ -203,14 +291,14 @@ impl<H: Clone> Registry<H> {
         if let Some(user) = &entry.user {
             user_still_connected = remove_from(self.index_shard(&self.users, user), user, id);
         }
-        for room in &entry.rooms {
+        for room in &entry.rooms.0 {
             remove_from(self.index_shard(&self.rooms, room), room, id);
         }
         self.changed.notify_waiters();
         Some(Removed {
             user: entry.user,
             user_still_connected,
-            rooms: entry.rooms,
+            rooms: entry.rooms.0.into_iter().collect(),
         })
     }
 
@@ -323,7 +411,7 @@ where
     let Some(set) = map.get_mut(key) else {
         return false;
     };
-    set.remove(&id);
+    set.remove(id);
     if set.is_empty() {
         map.remove(key);
         false
@@ -333,10 +421,7 @@ where
 }
 
 fn lookup(index: &Index, key: &str) -> Vec<ConnId> {
-    lock(index)
-        .get(key)
-        .map(|s| s.iter().copied().collect())
-        .unwrap_or_default()
+    lock(index).get(key).map(Ids::to_vec).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ use crate::tls::{Stream, Tls, TlsError, TlsFiles, TlsReload};
 // them and they on it, with no cycle between the crate's modules.
 pub(crate) mod delivery;
 pub mod drain;
+#[cfg(test)]
+mod footprint;
 pub(crate) mod membership;
 
 /// A client's WebSocket, over plain TCP or TLS.
@@ -640,6 +642,7 @@ enum Ending {
     Gone,
 }
 
+// r[impl gateway.edge.footprint]
 async fn connection(
     inner: Arc<Inner>,
     id: ConnId,
@@ -678,7 +681,11 @@ async fn connection(
         }
         Ok(resp)
     };
-    let handshake = upgrade(&inner, stream, callback);
+    // Boxed, here and for a client's message and the drain below: a future awaited inline makes
+    // every connection's task as large as its largest step for its whole life, and these steps
+    // (TLS and HTTP handshake; join with its history read; the drain's close) are rare or brief
+    // beside an idle connection's wait.
+    let handshake = Box::pin(upgrade(&inner, stream, callback));
     let window = match refused {
         Some(_) => cfg.handshake_timeout.min(cfg.refusal_timeout),
         None => cfg.handshake_timeout,
@@ -773,6 +780,7 @@ fn refusal(retry_after_secs: u32) -> ErrorResponse {
     resp
 }
 
+// r[impl gateway.edge.footprint]
 async fn serve(
     inner: &Arc<Inner>,
     id: ConnId,
@@ -796,7 +804,7 @@ async fn serve(
         tokio::select! {
             biased;
             signal = &mut signalled => match signal {
-                Some(signal) => return drain_connection(inner, id, ws, queue, signal, &session.marks).await,
+                Some(signal) => return Box::pin(drain_connection(inner, id, ws, queue, signal, &session.marks)).await,
                 None => return Ending::Close(close::GOING_AWAY, "gateway stopped".into()),
             },
             _ = &mut auth_deadline, if !session.authed => {
@@ -843,7 +851,7 @@ async fn serve(
                 match incoming {
                     None => return Ending::Gone,
                     Some(Err(e)) => if let Some(end) = on_error(e) { return end; },
-                    Some(Ok(msg)) => if let Some(end) = on_message(inner, id, ws, msg, &mut session, admission).await { return end; },
+                    Some(Ok(msg)) => if let Some(end) = Box::pin(on_message(inner, id, ws, msg, &mut session, admission)).await { return end; },
                 }
             }
         }

@@ -379,7 +379,7 @@ impl ServiceRegistry for SlowLists {
     }
 }
 
-// r[verify gateway.cluster.dead-route]
+// r[verify gateway.cluster.dead-route+2]
 /// A push to a user routed to several dead replicas asks the registry about each at once: it
 /// waits one lookup, not one per dead replica; each dead route is dropped, none is a failure.
 #[tokio::test(start_paused = true)]

@@ -354,7 +354,7 @@ async fn etcd_down_at_drain_still_closes_clients_inside_the_cap_and_reports_it()
     .await;
 }
 
-// r[verify gateway.cluster.dead-route]
+// r[verify gateway.cluster.dead-route+2]
 /// What a sender asks before it calls a replica dead: whether etcd still lists it. A replica
 /// that registered is listed; once its lease is gone (revoked here, as its drain does, or
 /// expired after a kill) it is not.

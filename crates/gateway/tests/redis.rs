@@ -66,6 +66,61 @@ async fn the_lua_compare_and_delete_has_three_outcomes_on_redis() {
     assert_eq!(b.routes("bob").await, Ok(vec![]));
 }
 
+// r[verify gateway.cluster.dead-route+2]
+/// The Lua delete of an entry at the version read: an entry added again since (a later
+/// deadline) stays; the entry as read goes; a legacy string route is version 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_added_again_after_the_read_survives_the_delete_of_the_entry_read() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("entry");
+    let a = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    a.set_route("ann", "a").await.unwrap();
+    a.set_route("ann", "b").await.unwrap();
+    let read = a.route_entries("ann").await.unwrap();
+    assert_eq!(
+        read.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert!(read.iter().all(|(_, v)| *v > 0), "{read:?}");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    a.set_route("ann", "b").await.unwrap();
+    assert_eq!(
+        a.delete_entry("ann", "b", read[1].1).await,
+        Ok(CasOutcome::Stale)
+    );
+    assert_eq!(a.routes("ann").await, Ok(strings(&["a", "b"])));
+    assert_eq!(
+        a.delete_entry("ann", "a", read[0].1).await,
+        Ok(CasOutcome::Cleared)
+    );
+    let now = a.route_entries("ann").await.unwrap();
+    assert_eq!(now.len(), 1);
+    assert_eq!(
+        a.delete_entry("ann", "b", now[0].1).await,
+        Ok(CasOutcome::Cleared)
+    );
+    assert_eq!(
+        a.delete_entry("ann", "b", now[0].1).await,
+        Ok(CasOutcome::Absent)
+    );
+    // A route written before the per-user sets: a plain string, version 0.
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{p}route:old");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("c")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(a.route_entries("old").await, Ok(vec![("c".to_owned(), 0)]));
+    assert_eq!(a.delete_entry("old", "c", 0).await, Ok(CasOutcome::Cleared));
+}
+
 // r[verify gateway.routing.expiry]
 /// A replica's entries live while its map refreshes them and go within the TTL once it stops
 /// (the process died): a dead replica is not routed to for longer than that.

@@ -12,7 +12,7 @@ use common::*;
 use holdfast_gateway::{
     Appended, BusMessage, Cluster, ClusterBus, ClusterError, Forward, Gateway, GatewayConfig,
     History, HistoryConfig, MemoryRegistry, Pos, Recovery, RedisBus, RedisHistory, RedisRouting,
-    RoomAnnounce, RoutingMap, ServiceRegistry,
+    Replica, RoomAnnounce, RoutingMap, ServiceRegistry,
 };
 use holdfast_lifecycle::BoxFuture;
 use holdfast_lifecycle::StopReason;
@@ -947,7 +947,7 @@ async fn a_recreated_stream_is_followed_from_its_first_message_not_counted_as_a_
     }
 }
 
-// r[verify gateway.cluster.dead-route]
+// r[verify gateway.cluster.dead-route+2]
 /// A replica killed without a drain stays in its users' routes until their entries expire. A
 /// push from another replica that finds it gone from the service registry (its lease expired)
 /// drops it from the route and is not a failed push; one still registered but not answering
@@ -1210,4 +1210,129 @@ async fn a_late_message_of_the_old_stream_is_skipped_and_counted() {
     b.push_room("lobby", "next").await;
     assert_eq!(drain_texts(&mut ann).await, ["next"]);
     assert_eq!(a.stats().room_gaps_lost, 1);
+}
+
+/// A registry that calls every replica dead, and, while it is asked, lets that replica come back
+/// under the same id and route the user again (after the push read the route, before it deletes
+/// the entry it read).
+struct ReturnsWhileAsked {
+    inner: MemoryRegistry,
+    routing: RedisRouting,
+    user: &'static str,
+}
+
+impl ServiceRegistry for ReturnsWhileAsked {
+    fn register(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        self.inner.register(replica)
+    }
+    fn deregister(&self, replica: &Replica) -> BoxFuture<Result<(), ClusterError>> {
+        self.inner.deregister(replica)
+    }
+    fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
+        let (routing, user, id) = (self.routing.clone(), self.user, id.to_owned());
+        Box::pin(async move {
+            // A later add than the one the push read (the entry's deadline is in ms).
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            routing.set_route(user, &id).await.unwrap();
+            Ok(Some(false))
+        })
+    }
+}
+
+// r[verify gateway.cluster.dead-route+2]
+/// The dead-route delete removes only the entry the push read: a replica that came back under
+/// the same id and routed the user again between the push's read and its delete keeps its new
+/// entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_entry_written_again_after_the_push_read_it_survives_the_dead_route_delete() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("dead-route-returned");
+    let routing = RedisRouting::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let mut cluster = on_redis(&redis.url, &p, &MemoryRegistry::new(), 1);
+    cluster.registry = Arc::new(ReturnsWhileAsked {
+        inner: MemoryRegistry::new(),
+        routing: routing.clone(),
+        user: "ann",
+    });
+    let b = start_subscribed(config("b"), cluster).await;
+    // x routed ann, then went away (no bus subscription: the send to it fails).
+    routing.set_route("ann", "x").await.unwrap();
+    let d = b.push_user("ann", "anyone?").await;
+    assert_eq!(d.forwarded, Forward::NotNeeded, "{d:?}");
+    assert_eq!(b.stats().dead_routes, 1);
+    // x's entry written after the push read the route is x's new one: it stays.
+    assert_eq!(routing.routes("ann").await.unwrap(), ["x".to_owned()]);
+    // With nothing written since the read, the dead entry goes.
+    let mut quiet = on_redis(&redis.url, &p, &MemoryRegistry::new(), 2);
+    quiet.registry = Arc::new(MemoryRegistry::new());
+    let c = start_subscribed(config("c"), quiet).await;
+    let d = c.push_user("ann", "anyone now?").await;
+    assert_eq!(d.forwarded, Forward::NotNeeded, "{d:?}");
+    assert!(routing.routes("ann").await.unwrap().is_empty());
+    b.drain(StopReason::Restart, None).await;
+    c.drain(StopReason::Restart, None).await;
+}
+
+// r[verify gateway.history.start-lost]
+/// The `history-start` key deleted by hand while the room's stream survives (its oldest entries
+/// trimmed away, so its oldest id is no longer its first): the stream is the same stream, and
+/// no replica delivers what it holds again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_start_record_of_a_surviving_stream_redelivers_nothing() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let p = prefix("start-lost");
+    let registry = MemoryRegistry::new();
+    let small = |id: &str| {
+        let mut c = config(id);
+        c.history.size = 3;
+        c
+    };
+    let a = start_subscribed(small("a"), on_redis(&redis.url, &p, &registry, 1)).await;
+    let b = start_subscribed(small("b"), on_redis(&redis.url, &p, &registry, 2)).await;
+    let mut ann = member(&a, "ann", "lobby").await;
+    let mut bob = member(&b, "bob", "lobby").await;
+    for i in 0..5 {
+        let text = format!("m{i}");
+        b.push_room("lobby", &text).await;
+        assert_eq!(next_text(&mut ann).await, text);
+        assert_eq!(next_text(&mut bob).await, text);
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}history-start:lobby"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for (g, text) in [(&b, "after, from b"), (&a, "after, from a")] {
+        g.push_room("lobby", text).await;
+        assert_eq!(drain_texts(&mut ann).await, [text]);
+        assert_eq!(drain_texts(&mut bob).await, [text]);
+    }
+    for g in [&a, &b] {
+        let s = g.stats();
+        assert_eq!((s.room_gaps_lost, s.room_gaps_filled), (0, 0));
+    }
+    // The start is recorded again, as the stream's own first id: a replica that joins now
+    // follows the same stream.
+    let start: Option<String> = redis::cmd("GET")
+        .arg(format!("{p}history-start:lobby"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(start.is_some(), "the start is recorded again");
+    let c = start_subscribed(small("c"), on_redis(&redis.url, &p, &registry, 3)).await;
+    let mut cat = member(&c, "cat", "lobby").await;
+    a.push_room("lobby", "to all three").await;
+    for ws in [&mut ann, &mut bob, &mut cat] {
+        assert_eq!(drain_texts(ws).await, ["to all three"]);
+    }
+    drop((ann, bob, cat));
+    for g in [a, b, c] {
+        g.drain(StopReason::Restart, None).await;
+    }
 }

@@ -9,7 +9,7 @@
 //! [`output`] (printing without a panic on a closed pipe) are the commands' common ground;
 //! [`packages`] (what is needed and from which Debian package), [`layout`] (directories and
 //! ports), [`process`] (supervision: process groups, stopping, sweeping leftovers) and [`probe`]
-//! (readiness) are the machinery; [`docker`],
+//! (readiness) are the machinery, with [`limits`] (the descriptor limit a large run needs); [`docker`],
 //! [`registry`], [`pebble`], [`knot`], [`etcd`] and [`redis`] start one service each. [`stand_in`] writes
 //! the stand-in programs (cargo, a bench example) that the drivers', the runner's and xtask's tests run instead
 //! of the real ones.
@@ -18,6 +18,7 @@ pub mod docker;
 pub mod etcd;
 pub mod knot;
 pub mod layout;
+pub mod limits;
 pub mod output;
 pub mod packages;
 pub mod pebble;

@@ -45,7 +45,10 @@ pub async fn run(opts: Opts) -> Result<(), String> {
     let limit = nofile();
     if limit < n as u64 + 64 {
         return Err(format!(
-            "RLIMIT_NOFILE is {limit}: each process needs N + 64 descriptors (N = {n})"
+            "RLIMIT_NOFILE is {limit} (this process raised its soft limit to the hard one): each \
+             process needs N + 64 descriptors (N = {n}), so --connections is at most {}; raising \
+             the hard limit needs CAP_SYS_RESOURCE or a higher `ulimit -Hn` / LimitNOFILE",
+            limit.saturating_sub(64)
         ));
     }
     let started = Instant::now();

@@ -191,7 +191,7 @@ impl Gateway {
         }
         let mut delivery = self.push_user_local(user, text);
         let inner = &self.inner;
-        let forwarded = match inner.routing.routes(user).await {
+        let forwarded = match inner.routing.route_entries(user).await {
             Ok(replicas) => {
                 let message = BusMessage::User {
                     user: user.to_owned(),
@@ -199,29 +199,29 @@ impl Gateway {
                 };
                 let sends = replicas
                     .iter()
-                    .filter(|r| **r != inner.replica.id)
+                    .filter(|(r, _)| *r != inner.replica.id)
                     .map(|to| {
-                        let sent = inner.membership.bus().send_to(to, &message);
+                        let sent = inner.membership.bus().send_to(&to.0, &message);
                         async move { (to, sent.await) }
                     });
                 let mut forwarded = Forward::NotNeeded;
                 let mut failed = Vec::new();
                 for (to, sent) in futures_util::future::join_all(sends).await {
+                    // Only sends decide here: a failure is judged below, once the dead are known.
                     match sent {
-                        Ok(()) if forwarded == Forward::NotNeeded => {
-                            forwarded = Forward::Published;
-                        }
-                        Ok(()) => {}
+                        Ok(()) => forwarded = Forward::Published,
                         Err(e) => failed.push((to, e)),
                     }
                 }
                 // Each failed send asks the registry whether its replica is dead: at once, not
                 // one after another, so the push waits one lookup at most.
                 let dead = futures_util::future::join_all(
-                    failed.iter().map(|(to, _)| self.drop_dead_route(user, to)),
+                    failed
+                        .iter()
+                        .map(|((to, version), _)| self.drop_dead_route(user, to, *version)),
                 )
                 .await;
-                for ((to, e), dead) in failed.iter().zip(dead) {
+                for (((to, _), e), dead) in failed.iter().zip(dead) {
                     if !dead {
                         tracing::warn!(replica = %inner.replica.id, to = %to, error = %e, "cannot forward a push");
                         forwarded = Forward::Failed;
@@ -241,13 +241,14 @@ impl Gateway {
         delivery
     }
 
-    // r[impl gateway.cluster.dead-route]
+    // r[impl gateway.cluster.dead-route+2]
     /// After a push to `to` failed: when the service registry no longer lists `to` (its lease
     /// expired, or it deregistered), it is dead, not failing: its entry in `user`'s route is
-    /// compare-and-deleted (only `to`'s, so a replica that came back and routed the user again
-    /// since is the only loss, until its next refresh) and true is answered, so the push does
-    /// not count as failed. A registry that cannot tell, or cannot be read, leaves it a failure.
-    async fn drop_dead_route(&self, user: &str, to: &str) -> bool {
+    /// deleted if it is still at the `version` the push read (so a replica that came back under
+    /// the same id and routed the user again since keeps its new entry) and true is answered, so
+    /// the push does not count as failed. A registry that cannot tell, or cannot be read, leaves
+    /// it a failure.
+    async fn drop_dead_route(&self, user: &str, to: &str, version: u64) -> bool {
         let inner = &self.inner;
         match inner.service.lists(to).await {
             Ok(Some(false)) => {}
@@ -259,7 +260,7 @@ impl Gateway {
         }
         inner.stats.dead_route();
         tracing::info!(replica = %inner.replica.id, to, "a push's replica is no longer registered; dropping it from the user's route");
-        if let Err(e) = inner.routing.compare_and_delete(user, to).await {
+        if let Err(e) = inner.routing.delete_entry(user, to, version).await {
             inner.stats.routing_error();
             tracing::warn!(replica = %inner.replica.id, to, error = %e, "cannot drop a dead replica from a route");
         }

@@ -16,9 +16,9 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 /// Resident memory per idle authenticated connection, at most (bytes).
-const BYTES_PER_CONNECTION_TARGET: f64 = 16.0 * 1024.0;
+const BYTES_PER_CONNECTION_TARGET: f64 = 10.0 * 1024.0;
 /// The gateway's broadcast rate as a share of the bare server's, at least.
-const BROADCAST_RATIO_TARGET: f64 = 0.8;
+const BROADCAST_RATIO_TARGET: f64 = 0.9;
 /// Reading clients that receive the drain's close frame, at least.
 const CLOSE_SHARE_TARGET: f64 = 0.999;
 /// The drain's cap (the gateway's default), milliseconds.
@@ -26,14 +26,15 @@ const DRAIN_CAP_MS: f64 = 5000.0;
 
 /// Builds the example with `cargo` (`$CARGO`; a stand-in in tests) in `root`, runs it from
 /// `target`, and reports.
-// i[impl bench.gateway]
+// i[impl bench.gateway+2]
 pub fn run(
     mut cargo: Command,
     root: &Path,
     target: &Path,
     connections: usize,
 ) -> anyhow::Result<ExitCode> {
-    raise_nofile();
+    let nofile = raise_nofile(connections)?;
+    eprintln!("bench: RLIMIT_NOFILE {nofile}");
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("bench: building holdfast-gateway's gateway_bench example (release)");
     let status = cargo
@@ -80,17 +81,18 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Raises the soft descriptor limit to the hard one; the bench's processes inherit it (and each
-/// raises its own again).
-fn raise_nofile() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-                eprintln!("bench: cannot raise RLIMIT_NOFILE to {hard}: {e}");
-            }
-        }
-    }
+/// Descriptors each of the bench's processes needs beyond its N connections.
+const SPARE_DESCRIPTORS: u64 = 64;
+
+/// Raises the descriptor limit to what `connections` need in each process (the bench's
+/// processes inherit it), or says what the hard limit allows and how to raise it.
+// i[impl bench.gateway.limits]
+fn raise_nofile(connections: usize) -> anyhow::Result<u64> {
+    Ok(holdfast_harness::limits::raise_nofile(
+        connections as u64 + SPARE_DESCRIPTORS,
+        "--connections",
+        |hard| hard.saturating_sub(SPARE_DESCRIPTORS),
+    )?)
 }
 
 fn num(v: &Value) -> f64 {
@@ -331,7 +333,7 @@ mod tests {
         })
     }
 
-    // i[verify bench.gateway]
+    // i[verify bench.gateway+2]
     #[test]
     fn the_summary_derives_each_figure_and_target_from_the_raw_result() {
         let s = summarize(
@@ -386,7 +388,7 @@ mod tests {
         )
     }
 
-    // i[verify bench.gateway]
+    // i[verify bench.gateway+2]
     #[test]
     fn run_builds_and_runs_the_example_and_writes_the_summary() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -409,7 +411,37 @@ mod tests {
         assert_eq!(written, summarize(&sample(), command, machine.clone()));
     }
 
-    // i[verify bench.gateway]
+    // i[verify bench.gateway.limits]
+    #[test]
+    fn run_fails_before_building_when_the_descriptor_limit_cannot_be_raised() {
+        use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+        let caps = std::fs::read_to_string("/proc/self/status").expect("status");
+        let cap_eff = caps
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .expect("CapEff");
+        if hard == RLIM_INFINITY || cap_eff & (1 << 24) != 0 {
+            eprintln!("SKIP: this process may raise RLIMIT_NOFILE's hard limit ({hard})");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (root, target) = (dir.path(), dir.path().join("target"));
+        let connections = usize::try_from(hard).expect("hard limit") + 1;
+        let err = run(stand_ins(root, 0, 0), root, &target, connections).expect_err("past hard");
+        let text = err.to_string();
+        assert!(text.contains(&format!("hard limit is {hard}")), "{text}");
+        assert!(text.contains("CAP_SYS_RESOURCE"), "{text}");
+        assert!(text.contains("ulimit -Hn"), "{text}");
+        assert!(
+            text.contains(&format!("--connections is at most {}", hard - 64)),
+            "{text}"
+        );
+        assert!(!root.join("built").exists(), "nothing is built");
+    }
+
+    // i[verify bench.gateway+2]
     #[test]
     fn run_fails_when_the_build_or_the_example_fails() {
         let dir = tempfile::tempdir().expect("tempdir");
