@@ -1,7 +1,8 @@
-//! `cargo xtask attack`: builds the node and holdfast-attack (crates/attack), then runs the
-//! adversarial suite against the node and passes its exit status on (0 every budget held, 1 a
-//! budget broke, 2 it could not measure). The suite itself lives in its own crate, beside the
-//! crates it attacks; this is only the command.
+//! `cargo xtask attack`: builds the node and holdfast-attack (crates/attack), each unless a flag
+//! names a built one (`--holdfast`, `--attacker`), then runs the adversarial suite against the
+//! node and passes its exit status on (0 every budget held, 1 a budget broke, 2 it could not
+//! measure). The suite itself lives in its own crate, beside the crates it attacks; this is only
+//! the command.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -27,20 +28,23 @@ pub struct Args {
     /// a before/after).
     #[arg(long)]
     pub holdfast: Option<PathBuf>,
+    /// Run this holdfast-attack binary instead of building it (CI passes the test build's, which
+    /// has every dependency built already).
+    #[arg(long)]
+    pub attacker: Option<PathBuf>,
 }
 
-// i[impl xtask.attack]
+// i[impl xtask.attack+2]
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let workspace =
         crate::root::find(None).map_err(|message| anyhow::anyhow!("attack: {message}"))?;
     crate::output::print(&crate::root::banner(&workspace));
     let target = crate::root::target_dir(&workspace);
-    let mut packages = vec!["-p", "holdfast-attack"];
-    if args.holdfast.is_none() {
-        packages.extend(["-p", "holdfast"]);
+    let packages = packages(&args);
+    if !packages.is_empty() {
+        build(&workspace, &packages, args.release)?;
     }
-    build(&workspace, &packages, args.release)?;
     let status = attacker(&args, &workspace, &target)
         .status()
         .context("running holdfast-attack")?;
@@ -51,6 +55,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What `cargo build` must build: the attacker and the node, less what the flags name.
+fn packages(args: &Args) -> Vec<&'static str> {
+    let mut packages = Vec::new();
+    if args.attacker.is_none() {
+        packages.extend(["-p", "holdfast-attack"]);
+    }
+    if args.holdfast.is_none() {
+        packages.extend(["-p", "holdfast"]);
+    }
+    packages
+}
+
 /// The attacker's command line: the node it attacks, the scale, and target/attack for reports.
 fn attacker(args: &Args, workspace: &Path, target: &Path) -> Command {
     let profile = target.join(if args.release { "release" } else { "debug" });
@@ -58,7 +74,11 @@ fn attacker(args: &Args, workspace: &Path, target: &Path) -> Command {
         .holdfast
         .clone()
         .unwrap_or_else(|| profile.join("holdfast"));
-    let mut command = Command::new(profile.join("holdfast-attack"));
+    let attacker = args
+        .attacker
+        .clone()
+        .unwrap_or_else(|| profile.join("holdfast-attack"));
+    let mut command = Command::new(attacker);
     command
         .current_dir(workspace)
         .arg("--node-bin")
@@ -125,7 +145,7 @@ mod tests {
         assert_eq!(args, ["build", "-p", "holdfast", "--release"]);
     }
 
-    // i[verify xtask.attack]
+    // i[verify xtask.attack+2]
     #[test]
     fn the_attacker_gets_the_built_node_or_the_given_one_and_writes_under_target_attack() {
         let ci = Args {
@@ -134,6 +154,7 @@ mod tests {
             only: vec![],
             release: false,
             holdfast: None,
+            attacker: None,
         };
         assert_eq!(
             line(&ci),
@@ -153,6 +174,7 @@ mod tests {
             only: vec!["admin-slowloris".into()],
             release: true,
             holdfast: Some(PathBuf::from("/old/holdfast")),
+            attacker: None,
         };
         assert_eq!(
             line(&before),
@@ -168,6 +190,36 @@ mod tests {
                 "30",
                 "--only",
                 "admin-slowloris"
+            ]
+        );
+    }
+
+    // i[verify xtask.attack+2]
+    #[test]
+    fn a_given_attacker_and_node_are_run_and_nothing_is_built() {
+        let mut args = Args {
+            ci: true,
+            duration: None,
+            only: vec![],
+            release: false,
+            holdfast: None,
+            attacker: None,
+        };
+        assert_eq!(packages(&args), ["-p", "holdfast-attack", "-p", "holdfast"]);
+        args.holdfast = Some(PathBuf::from("/ci/holdfast"));
+        assert_eq!(packages(&args), ["-p", "holdfast-attack"]);
+        args.attacker = Some(PathBuf::from("/ci/holdfast-attack"));
+        assert!(packages(&args).is_empty(), "both given: nothing to build");
+        assert_eq!(
+            line(&args),
+            [
+                "/ci/holdfast-attack",
+                "--node-bin",
+                "/ci/holdfast",
+                "--scale",
+                "ci",
+                "--out",
+                "/w/target/attack"
             ]
         );
     }

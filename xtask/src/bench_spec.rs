@@ -16,12 +16,18 @@
 //! tree-sitter (tracey-core parses each source file twice, for references and for code units),
 //! which the engine runs on a thread pool; warm on the read cache the same commands took 0.33 s,
 //! 0.35 s and 0.50 s of CPU, and a cold run about a quarter more than one without the cache.
+//! `perf` over one uncached `trace --all` on the 10× tree puts 84 % of its CPU in reading the
+//! source files, 45 % in tracey-core's code-unit parse and 38 % in its reference parse (each its
+//! own tree-sitter parse; the walks that would share one tree are private to tracey-core), so the
+//! CPU time stays near 1.7 s at 10× until one parse serves both; on one parse thread the same run
+//! costs the same CPU (1.75 s against 1.69 s), so the pool buys wall time only where a core is free.
 //! Source files hold about four annotations each; a cost that grows faster than linearly in one file's annotations is not exercised (the workspace's densest file
 //! has 65).
 //!
 //! The three timed runs read without the read cache (`HOLDFAST_SPEC_CACHE=off`), so they time the
 //! parse; a fourth run on an empty cache (cold) and a fifth on the cache it filled (warm) time the
-//! cache, and every run's output must be the first's, byte for byte.
+//! cache, a sixth without the cache parses on one thread (`RAYON_NUM_THREADS=1`) instead of the
+//! pool, and every run's output must be the first's, byte for byte.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -64,7 +70,7 @@ struct Size {
 
 /// Runs the bench on trees `scales` times the size of the workspace at `root`, timing the
 /// commands of `xtask()` (this binary; a stand-in in tests) on the wall clock.
-// i[impl bench.spec-check+5]
+// i[impl bench.spec-check+6]
 pub fn run(root: &Path, scales: &[usize], xtask: &dyn Fn() -> Command) -> anyhow::Result<ExitCode> {
     let origin = Instant::now();
     let text = bench(root, scales, xtask, &|| origin.elapsed(), &children_cpu)?;
@@ -78,6 +84,13 @@ const RUNS: usize = 3;
 /// The variable that places the read cache, or turns it off (`i[spec-check.read-cache]`).
 const CACHE_VAR: &str = "HOLDFAST_SPEC_CACHE";
 
+/// The variable that sizes rayon's pools, the engine's parse pool among them: 1 parses every file
+/// on one thread, for the run that checks the pool's output is the serial one's.
+const THREADS_VAR: &str = "RAYON_NUM_THREADS";
+
+/// The run (counted from 0) on one parse thread, after the cached ones.
+const SERIAL_RUN: usize = RUNS + 2;
+
 /// One command's runs on one tree.
 struct Timed {
     /// Without the read cache, sorted.
@@ -88,6 +101,8 @@ struct Timed {
     cold: (Duration, Option<Duration>),
     /// One run on the cache the cold run filled.
     warm: (Duration, Option<Duration>),
+    /// One run without the cache on one parse thread instead of the pool.
+    serial: (Duration, Option<Duration>),
 }
 
 impl Timed {
@@ -126,7 +141,7 @@ fn children_ticks(stat: &str) -> Option<u64> {
 /// [`run`] with the time each command takes read off `clock` (the time since an origin of its
 /// own: the wall clock in a run, a scripted one in tests) and its CPU time off `cpu` (the CPU time
 /// of the finished children so far); returns the report to print.
-// i[impl bench.spec-check+5]
+// i[impl bench.spec-check+6]
 fn bench(
     root: &Path,
     scales: &[usize],
@@ -155,16 +170,20 @@ fn bench(
             let mut cpus = Vec::new();
             let mut cached = Vec::new();
             let mut first: Option<(Vec<u8>, Vec<u8>)> = None;
-            for run in 0..RUNS + 2 {
+            let mut serial = None;
+            for run in 0..=SERIAL_RUN {
                 let mut command = xtask();
                 command.args(args);
                 if name == "spec-report" {
                     command.arg(&report);
                 }
-                if run < RUNS {
+                if run < RUNS || run == SERIAL_RUN {
                     command.env(CACHE_VAR, "off");
                 } else {
                     command.env(CACHE_VAR, cache.path());
+                }
+                if run == SERIAL_RUN {
+                    command.env(THREADS_VAR, "1");
                 }
                 // No page an earlier run wrote can stand in for this run's.
                 if name == "spec-report" {
@@ -208,6 +227,8 @@ fn bench(
                         "`{name}` wrote another output {} on the generated {label} tree ({})",
                         if run < RUNS {
                             "from one run to the next"
+                        } else if run == SERIAL_RUN {
+                            "on one parse thread than on the pool"
                         } else {
                             "with the read cache than without"
                         },
@@ -218,6 +239,8 @@ fn bench(
                 if run < RUNS {
                     runs.push(took);
                     cpus.extend(cpu_took);
+                } else if run == SERIAL_RUN {
+                    serial = Some((took, cpu_took));
                 } else {
                     cached.push((took, cpu_took));
                 }
@@ -230,6 +253,7 @@ fn bench(
                 cpu: cpus,
                 cold: cached[0],
                 warm: cached[1],
+                serial: serial.unwrap_or_default(),
             });
         }
         Ok(timed)
@@ -374,6 +398,8 @@ fn bench(
                 "cold_cpu_s": timed[index].cold.1.map(|d| d.as_secs_f64()),
                 "warm_s": timed[index].warm.0.as_secs_f64(),
                 "warm_cpu_s": timed[index].warm.1.map(|d| d.as_secs_f64()),
+                "serial_s": timed[index].serial.0.as_secs_f64(),
+                "serial_cpu_s": timed[index].serial.1.map(|d| d.as_secs_f64()),
             })).collect::<Vec<_>>(),
             "ratio": linear.map(|(ratio, ..)| ratio),
             "linear": linear.map(|(.., linear)| linear),
@@ -421,6 +447,24 @@ fn bench(
                 both(timed[index].cold),
                 both(timed[index].warm)
             );
+        }
+        let _ = writeln!(line);
+        text.push_str(&line);
+    }
+    // The same run on one parse thread: what the pool buys, and that its output is the same.
+    let _ = writeln!(
+        text,
+        "one parse thread ({THREADS_VAR}=1, without the read cache; output identical to the \
+         pool's), wall / CPU:"
+    );
+    for (index, (name, _)) in COMMANDS.iter().enumerate() {
+        let mut line = format!("{name:12}");
+        for (scale, _, timed) in &measured {
+            let (wall, cpu) = timed[index].serial;
+            let _ = match cpu {
+                Some(cpu) => write!(line, " | {scale}× {} / {}", seconds(wall), seconds(cpu)),
+                None => write!(line, " | {scale}× {}", seconds(wall)),
+            };
         }
         let _ = writeln!(line);
         text.push_str(&line);
@@ -610,7 +654,7 @@ fn generate(dir: &Path, size: Size, rules_per_spec: usize) -> anyhow::Result<Siz
 mod tests {
     use super::*;
 
-    // i[verify bench.spec-check+5]
+    // i[verify bench.spec-check+6]
     #[test]
     fn the_generated_tree_has_the_asked_size_and_reads_clean() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -663,10 +707,12 @@ mod tests {
             &format!(
                 "for tree; do :; done\n\
                  cache=on; [ \"$HOLDFAST_SPEC_CACHE\" = off ] && cache=off\n\
+                 threads=${{RAYON_NUM_THREADS:-pool}}\n\
                  [ $cache = on ] && echo \"$HOLDFAST_SPEC_CACHE\" >> '{}'\n\
-                 echo \"$* rules=$(cat \"$tree\"/docs/spec/*.md | grep -c '^> r\\[') specs=$(ls \"$tree\"/docs/spec | wc -l) cache=$cache\" >> '{}'\n\
+                 echo \"$* rules=$(cat \"$tree\"/docs/spec/*.md | grep -c '^> r\\[') specs=$(ls \"$tree\"/docs/spec | wc -l) cache=$cache threads=$threads\" >> '{}'\n\
                  [ \"$1\" = '{fail}' ] && exit 2\n\
                  [ '{fail}' = cache ] && [ $cache = on ] && echo another output\n\
+                 [ '{fail}' = serial ] && [ $threads = 1 ] && echo another output\n\
                  exit 1\n",
                 root.join("caches").display(),
                 calls.display()
@@ -706,7 +752,7 @@ mod tests {
         (calls, trees)
     }
 
-    // i[verify bench.spec-check+5]
+    // i[verify bench.spec-check+6]
     #[test]
     fn run_times_each_command_thrice_on_a_tree_per_scale() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -725,19 +771,24 @@ mod tests {
                 format!("spec-report --no-results --out {tree}/report.html --root {tree}"),
             ] {
                 expected.extend(std::iter::repeat_n(
-                    format!("{command} rules={rules} specs=1 cache=off"),
+                    format!("{command} rules={rules} specs=1 cache=off threads=pool"),
                     3,
                 ));
                 // Then cold and warm, on the read cache.
                 expected.extend(std::iter::repeat_n(
-                    format!("{command} rules={rules} specs=1 cache=on"),
+                    format!("{command} rules={rules} specs=1 cache=on threads=pool"),
                     2,
+                ));
+                // Then once more without it, on one parse thread.
+                expected.push(format!(
+                    "{command} rules={rules} specs=1 cache=off threads=1"
                 ));
             }
         }
         assert_eq!(
             calls, expected,
-            "each command three times per scale without the cache, then twice with it, 1× then 3×"
+            "each command three times per scale without the cache, then twice with it, then once \
+             on one parse thread, 1× then 3×"
         );
         assert!(
             trees.iter().all(|tree| !Path::new(tree).exists()),
@@ -801,7 +852,7 @@ mod tests {
 
     // The children's ticks are the 16th and 17th fields, counted past the command name, which
     // may hold spaces and `)`.
-    // i[verify bench.spec-check+5]
+    // i[verify bench.spec-check+6]
     #[test]
     fn children_ticks_are_read_past_a_command_name_with_spaces_and_parens() {
         let stat = "1234 (a) b ) 9 9 9) S 1 1234 1234 0 -1 4194560 100 200 0 0 5 6 7 8 20 0 1 0 \
@@ -840,7 +891,7 @@ mod tests {
         }
     }
 
-    // i[verify bench.spec-check+5]
+    // i[verify bench.spec-check+6]
     #[test]
     fn the_target_is_judged_at_ten_times_and_linearity_by_the_two_largest_scales() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -852,15 +903,17 @@ mod tests {
         // spec-check triples (linear), trace grows 1.6 times (linear), spec-report grows 8 times
         // (not linear: more than 1.25 × 3).
         // After each command's three, a cold and a warm run on the read cache: at 10×, warm
-        // spec-check meets the target that its runs without the cache miss.
+        // spec-check meets the target that its runs without the cache miss. Then one run on one
+        // parse thread.
         let runs = [
-            0.1, 0.1, 0.1, 0.3, 0.05, 0.2, 0.2, 0.2, 0.3, 0.05, 0.01, 0.01, 0.01, 0.3,
-            0.05, // 1×
-            2.0, 3.0, 1.0, 3.0, 0.5, 0.5, 2.5, 4.0, 3.0, 1.5, 0.25, 0.1, 0.5, 3.0,
-            0.5, // 10×
-            6.0, 6.0, 6.0, 9.0, 1.5, 4.0, 4.0, 4.0, 9.0, 1.5, 2.0, 2.0, 2.0, 9.0, 1.5, // 30×
-            8.0, 8.0, 8.0, 9.0, 1.5, 9.0, 9.0, 9.0, 9.0, 1.5, 1.0, 1.0, 1.0, 9.0,
-            1.5, // one spec file
+            0.1, 0.1, 0.1, 0.3, 0.05, 0.4, 0.2, 0.2, 0.2, 0.3, 0.05, 0.4, 0.01, 0.01, 0.01, 0.3,
+            0.05, 0.4, // 1×
+            2.0, 3.0, 1.0, 3.0, 0.5, 4.0, 0.5, 2.5, 4.0, 3.0, 1.5, 4.0, 0.25, 0.1, 0.5, 3.0, 0.5,
+            4.0, // 10×
+            6.0, 6.0, 6.0, 9.0, 1.5, 12.0, 4.0, 4.0, 4.0, 9.0, 1.5, 12.0, 2.0, 2.0, 2.0, 9.0, 1.5,
+            12.0, // 30×
+            8.0, 8.0, 8.0, 9.0, 1.5, 16.0, 9.0, 9.0, 9.0, 9.0, 1.5, 16.0, 1.0, 1.0, 1.0, 9.0, 1.5,
+            16.0, // one spec file
         ];
         // CPU time: each run's is its wall time over ten, read (as the children's total) at its
         // start and end.
@@ -950,6 +1003,17 @@ mod tests {
             "{text}"
         );
         assert_eq!(
+            lines[14..18],
+            [
+                "one parse thread (RAYON_NUM_THREADS=1, without the read cache; output identical to the pool's), wall / CPU:",
+                "spec-check   | 1× 0.40 s / 0.04 s | 10× 4.00 s / 0.40 s | 30× 12.00 s / 1.20 s",
+                "trace --all  | 1× 0.40 s / 0.04 s | 10× 4.00 s / 0.40 s | 30× 12.00 s / 1.20 s",
+                "spec-report  | 1× 0.40 s / 0.04 s | 10× 4.00 s / 0.40 s | 30× 12.00 s / 1.20 s",
+            ],
+            "{text}"
+        );
+        assert_eq!(summary["results"][0]["scales"][1]["serial_s"], 4.0);
+        assert_eq!(
             summary["results"][0]["scales"][1]["cpu_runs_s"],
             json!([0.1, 0.2, 0.3]),
             "each run's CPU time, sorted"
@@ -968,14 +1032,38 @@ mod tests {
         assert_eq!(summary["rules_per_spec_file"], 200);
         // The stand-in saw the 10× tree in 1 spec file (40 rules), after the split trees.
         let (calls, _) = calls(&root);
-        assert_eq!(calls.len(), 60, "{calls:?}");
+        assert_eq!(calls.len(), 72, "{calls:?}");
         assert!(
-            calls[45..].iter().all(|c| c.contains("rules=40 specs=1")),
+            calls[54..].iter().all(|c| c.contains("rules=40 specs=1")),
             "{calls:?}"
         );
     }
 
-    // i[verify bench.spec-check+5]
+    // i[verify bench.spec-check+6]
+    #[test]
+    fn run_fails_when_one_parse_thread_changes_an_output() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().canonicalize().expect("root");
+        let xtask = workspace_and_xtask(&root, "serial");
+        let err = run(&root, &[1], &|| xtask.command()).expect_err("another output");
+        assert!(
+            err.to_string()
+                .contains("`spec-check` wrote another output on one parse thread than on the pool"),
+            "{err}"
+        );
+        let (calls, trees) = calls(&root);
+        let _ = std::fs::remove_dir_all(&trees[0]);
+        assert_eq!(
+            calls.last().map(String::as_str),
+            Some("spec-check --root TREE1 rules=4 specs=1 cache=off threads=1"),
+            "the sixth run, on one thread: {calls:?}"
+        );
+        assert_eq!(calls.len(), 6, "{calls:?}");
+        assert_no_cache_left(&root);
+        assert!(!root.join("target/bench/spec-check.json").exists());
+    }
+
+    // i[verify bench.spec-check+6]
     #[test]
     fn run_fails_when_the_read_cache_changes_an_output() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -999,7 +1087,7 @@ mod tests {
         assert!(!root.join("target/bench/spec-check.json").exists());
     }
 
-    // i[verify bench.spec-check+5]
+    // i[verify bench.spec-check+6]
     #[test]
     fn run_fails_when_a_command_fails_on_the_generated_tree() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -1012,8 +1100,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&trees[0]);
         assert_eq!(
             calls.len(),
-            6,
-            "spec-check five times, then trace, then no more: {calls:?}"
+            7,
+            "spec-check six times, then trace, then no more: {calls:?}"
         );
         assert_no_cache_left(&root);
         assert!(!root.join("target/bench/spec-check.json").exists());

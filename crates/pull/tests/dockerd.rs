@@ -656,7 +656,21 @@ async fn a_registry_that_stops_mid_blob_is_ended_by_the_watchdog() {
 }
 
 async fn classify_through(mode: Mode) -> Option<holdfast_pull::PullError> {
-    let s = setup().await?;
+    let mut s = setup().await?;
+    // dockerd tries HTTPS first at an insecure registry and falls back to HTTP when the answer is
+    // plain HTTP. A proxy answering a status waits for an HTTP request that a TLS ClientHello
+    // never completes, so dockerd gave up on the probe only at its 10 s TLS handshake timeout:
+    // a front answers the probe as a plain-HTTP registry does, at once.
+    let front = matches!(mode, Mode::HttpStatus { .. }).then(|| plain_http_front(s.proxy.addr()));
+    let front = match front {
+        Some(front) => Some(front.await),
+        None => None,
+    };
+    if let Some((addr, _)) = &front {
+        let registry = services::registry()?;
+        s.image = format!("{addr}/{}", registry.image_path);
+        remove_local(&s.docker.host, &s.image).await;
+    }
     let mut act = actuator(&s.docker.host, Duration::from_secs(20));
     s.proxy.set_mode(mode).await.unwrap();
     let now = Instant::now();
@@ -676,6 +690,35 @@ async fn classify_through(mode: Mode) -> Option<holdfast_pull::PullError> {
     }
     s.cleanup().await;
     Some(err)
+}
+
+/// A listener in front of `upstream` that answers a TLS ClientHello (a first byte 0x16, a
+/// handshake record) with `400 Bad Request` in plain HTTP and closes, as a plain-HTTP registry
+/// does, and relays every other connection to `upstream`; its address.
+async fn plain_http_front(
+    upstream: std::net::SocketAddr,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use tokio::io::AsyncWriteExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut first = [0u8; 1];
+                if client.peek(&mut first).await.is_ok_and(|n| n == 1) && first[0] == 0x16 {
+                    let _ = client
+                        .write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+                        .await;
+                    let _ = client.shutdown().await;
+                    return;
+                }
+                if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (addr, task)
 }
 
 fn registry_error_body(code: &str, message: &str) -> String {

@@ -39,6 +39,12 @@ pub struct Mode {
     pub profile: bool,
 }
 
+// i[impl bench.forward.shared-build]
+/// The packages every build of this suite names: holdfast-gateway's bench builds with `-p
+/// holdfast-gateway`, and cargo unifies dependency features over the named packages, so naming it
+/// here too lets this suite reuse that build's dependencies instead of compiling them again.
+pub const PACKAGES: [&str; 4] = ["-p", "holdfast-gateway", "-p", "holdfast-forward"];
+
 /// Runs the bench with `cargo` (`$CARGO`; a stand-in in tests) in `root` and reports; `iperf`,
 /// when given, runs after the relay bench and its figures join the report.
 // i[impl bench.forward+4]
@@ -71,11 +77,13 @@ pub fn run(
         .env("HOLDFAST_BENCH_OUT", &out)
         .env("HOLDFAST_BENCH_QUICK", if quick { "1" } else { "0" })
         .env("HOLDFAST_BENCH_PROFILE", if profile { "1" } else { "0" })
-        .args(["bench", "-p", "holdfast-forward", "--bench", "relay"])
+        .arg("bench")
+        .args(PACKAGES)
+        .args(["--bench", "relay"])
         .status()
-        .context("running cargo bench -p holdfast-forward --bench relay")?;
+        .context("running cargo bench -p holdfast-gateway -p holdfast-forward --bench relay")?;
     if !status.success() {
-        bail!("cargo bench -p holdfast-forward --bench relay failed: {status}");
+        bail!("cargo bench -p holdfast-gateway -p holdfast-forward --bench relay failed: {status}");
     }
     let text =
         std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
@@ -402,6 +410,7 @@ mod tests {
     }
 
     // i[verify bench.forward+4]
+    // i[verify bench.forward.shared-build]
     #[test]
     fn run_runs_the_relay_bench_and_writes_its_figures_with_the_verdicts() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -414,7 +423,7 @@ mod tests {
         let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
         assert_eq!(
             called.trim(),
-            "bench -p holdfast-forward --bench relay quick=1 profile=0"
+            "bench -p holdfast-gateway -p holdfast-forward --bench relay quick=1 profile=0"
         );
         let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("report");
         let report: Value = serde_json::from_str(&text).expect("json");
@@ -469,7 +478,7 @@ mod tests {
         let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
         assert_eq!(
             called.trim(),
-            "bench -p holdfast-forward --bench relay quick=1 profile=1"
+            "bench -p holdfast-gateway -p holdfast-forward --bench relay quick=1 profile=1"
         );
         assert_eq!(
             std::fs::read_to_string(target.join("bench/forward.json")).expect("forward.json"),
@@ -650,7 +659,7 @@ mod tests {
         let called = std::fs::read_to_string(root.join("called")).expect("cargo was called");
         assert_eq!(
             called.trim(),
-            "bench -p holdfast-forward --bench relay quick=0 profile=0"
+            "bench -p holdfast-gateway -p holdfast-forward --bench relay quick=0 profile=0"
         );
         // Figures a failed bench left behind are not reported as a run.
         let text = std::fs::read_to_string(target.join("bench/forward.json")).expect("figures");

@@ -99,22 +99,25 @@ fn build_forward_example(
     target: &std::path::Path,
 ) -> anyhow::Result<std::path::PathBuf> {
     eprintln!("bench: building holdfast-forward's forward example (release)");
-    let status = cargo()
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "holdfast-forward",
-            "--example",
-            "forward",
-        ])
+    let status = forward_example_build(cargo(), root)
         .status()
         .map_err(|e| anyhow::anyhow!("running cargo build --example forward: {e}"))?;
     if !status.success() {
         anyhow::bail!("cargo build -p holdfast-forward --example forward failed: {status}");
     }
     Ok(target.join("release/examples/forward"))
+}
+
+/// `cargo build --release` of holdfast-forward's `forward` example, naming the packages the relay
+/// bench's build names so that it reuses that build.
+// i[impl bench.forward.shared-build]
+fn forward_example_build(mut cargo: Command, root: &std::path::Path) -> Command {
+    cargo
+        .current_dir(root)
+        .args(["build", "--release"])
+        .args(bench_forward::PACKAGES)
+        .args(["--example", "forward"]);
+    cargo
 }
 
 /// The cargo the benches are built and run with: the caller's, without what `cargo run` set for
@@ -126,6 +129,29 @@ fn cargo() -> Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // i[verify bench.forward.shared-build]
+    #[test]
+    fn the_forward_example_builds_with_the_relay_bench_s_packages() {
+        let c = forward_example_build(Command::new("cargo"), std::path::Path::new("/w"));
+        let args: Vec<_> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "build",
+                "--release",
+                "-p",
+                "holdfast-gateway",
+                "-p",
+                "holdfast-forward",
+                "--example",
+                "forward"
+            ]
+        );
+    }
 
     #[test]
     fn the_gateway_suite_refuses_zero_connections() {
