@@ -1510,6 +1510,42 @@ fn the_gateway_history_and_publish_keys_are_validated_at_their_key() {
 // i[verify node.pull.auth]
 // r[verify actuate.image.credentials.configured]
 #[test]
+fn a_password_file_of_another_user_is_refused_only_where_the_node_loads_its_config() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: only root can make a file owned by another uid");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("registry.password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The unit runs the node as its own user (here uid 4242); root runs the clients.
+    std::os::unix::fs::chown(&password, Some(4242), None).unwrap();
+    let text = format!(
+        "[node]\n[pull.auth.\"registry.example\"]\nusername = \"bot\"\npassword_file = \"{}\"\n",
+        password.display()
+    );
+    // check-config and every client's `-c` load: mode and file type only.
+    Config::parse("t.toml", &text).unwrap();
+    // The node's own load: someone else's file is refused, located at the value.
+    let err = Config::parse_for_node("t.toml", &text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("t.toml:4:17: pull.auth.\"registry.example\".password_file: ")
+            && err.contains("uid 4242"),
+        "{err}"
+    );
+    // Too open is refused everywhere.
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let err = Config::parse("t.toml", &text).unwrap_err().to_string();
+    assert!(err.contains("0640"), "{err}");
+}
+
+// i[verify node.pull.auth]
+// r[verify actuate.image.credentials.configured]
+#[test]
 fn a_pull_auth_table_needs_a_private_password_file_of_the_nodes_user_located_when_not() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();

@@ -547,9 +547,20 @@ fn read_password(path: &Path) -> Result<String, String> {
 }
 
 // r[impl actuate.image.credentials.configured]
-/// A `password_file` must be a file owned by the node's user and readable by it alone (mode
-/// 0600 or stricter).
+/// A `password_file` must be a file readable by its owner alone (mode 0600 or stricter). Any
+/// process loading the config checks this; who owns it is the node's own check
+/// ([`check_password_file_owner`]), since a client loading the node's config (`check-config`,
+/// `workloads -c`) runs as another user than the node.
 pub fn check_password_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    private(path, &meta)
+}
+
+// r[impl actuate.image.credentials.configured]
+/// [`check_password_file`], and the file owned by this process's user: what the node checks
+/// when it loads (and reloads) its own config.
+pub fn check_password_file_owner(path: &Path) -> Result<(), String> {
     let meta = std::fs::metadata(path)
         .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
     owned_private(path, &meta)
@@ -942,8 +953,10 @@ mod tests {
         // Someone else's file (only root can make one here).
         if nix::unistd::geteuid().is_root() {
             std::os::unix::fs::chown(&password, Some(4242), None).unwrap();
-            let err = check_password_file(&password).unwrap_err();
+            let err = check_password_file_owner(&password).unwrap_err();
             assert!(err.contains("uid 4242"), "{err}");
+            // A client (check-config, `workloads -c`) runs as another user: mode only.
+            assert_eq!(check_password_file(&password), Ok(()));
         }
     }
 
