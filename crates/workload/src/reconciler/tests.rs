@@ -2217,3 +2217,231 @@ fn someone_elses_network_is_one_fault_of_its_own_and_burns_no_streak() {
     assert_eq!(started.len(), 2);
     assert!(h.core.faults().is_empty(), "{:?}", h.core.faults());
 }
+
+// r[verify workload.network.foreign]
+// A foreign refusal's window, once past, does not keep `next_wake` in the past while the
+// workload is held by something else (here: its dependency's health): the loop would spin.
+#[test]
+fn a_past_foreign_window_does_not_make_next_wake_a_past_instant() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    web.depends_on = vec!["db".into()];
+    let mut db = sleeper("db");
+    db.min_run = S(1);
+    let mut h = Harness::new(vec![web, db]);
+    h.health_checked = true;
+    h.unchecked = vec!["web".into()];
+    h.resync();
+    let started = h.tick();
+    assert_eq!(started.len(), 1, "db first");
+    let db1 = started[0].clone();
+    h.health(&db1, HealthStatus::Healthy);
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, spec }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(spec.workload, "web");
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    h.now += S(5);
+    h.tick();
+    // db goes unhealthy after its run lasted: replaced, and held unready again.
+    h.health(&db1, HealthStatus::Unhealthy);
+    let again = h.tick();
+    assert_eq!(again.len(), 1, "db again: {:?}", h.core.status(h.now));
+    h.now += S(7); // past web's 10 s foreign window
+    assert!(h.tick().is_empty(), "web waits on db");
+    let wake = h.core.next_wake().unwrap();
+    assert!(
+        wake > h.now,
+        "next_wake {:?} before now: the supervisor loop would spin",
+        h.now - wake
+    );
+}
+
+// r[verify workload.restart.backoff]
+// The same with a past restart back-off (a start failure, not a foreign network).
+#[test]
+fn a_past_back_off_does_not_make_next_wake_a_past_instant() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    web.depends_on = vec!["db".into()];
+    let mut db = sleeper("db");
+    db.min_run = S(1);
+    let mut h = Harness::new(vec![web, db]);
+    h.health_checked = true;
+    h.unchecked = vec!["web".into()];
+    h.resync();
+    let started = h.tick();
+    assert_eq!(started.len(), 1, "db first");
+    let db1 = started[0].clone();
+    h.health(&db1, HealthStatus::Healthy);
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, spec }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(spec.workload, "web");
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: false,
+            }),
+        },
+        h.now,
+    );
+    h.now += S(5);
+    h.tick();
+    // db goes unhealthy after its run lasted: replaced, and held unready again.
+    h.health(&db1, HealthStatus::Unhealthy);
+    let again = h.tick();
+    assert_eq!(again.len(), 1, "db again: {:?}", h.core.status(h.now));
+    h.now += S(7); // past web's 10 s foreign window
+    assert!(h.tick().is_empty(), "web waits on db");
+    let wake = h.core.next_wake().unwrap();
+    assert!(
+        wake > h.now,
+        "next_wake {:?} before now: the supervisor loop would spin",
+        h.now - wake
+    );
+}
+
+// r[verify workload.network.foreign]
+// The only workload on the node's network moved to a network of its own: the foreign_network
+// fault goes, and its foreign back-off with it.
+#[test]
+fn the_foreign_network_fault_goes_when_its_last_workload_moves_off_the_network() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    let mut h = Harness::new(vec![web.clone()]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    assert_eq!(h.core.faults().len(), 1);
+    // Moved to a network of its own: starts at once?
+    let mut moved = web.clone();
+    moved.network = Some("own".into());
+    h.core.set_desired(vec![moved]);
+    let started = h.tick();
+    let faults = h.core.faults();
+    assert_eq!(
+        started.len(),
+        1,
+        "the reconfigured workload waits out the old foreign back-off: {:?}",
+        h.core.status(h.now)
+    );
+    assert!(faults.is_empty(), "stale fault: {faults:?}");
+}
+
+// r[verify workload.network.foreign]
+#[test]
+fn the_foreign_network_fault_goes_when_its_last_workload_is_removed() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    let mut h = Harness::new(vec![web.clone()]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    h.core.set_desired(vec![]);
+    let faults = h.core.faults();
+    assert!(
+        faults.is_empty(),
+        "stale fault with no workload configured: {faults:?}"
+    );
+}
+
+// r[verify workload.network.foreign]
+// A start that got past the network (a container was created) and then failed: the network is
+// the node's now, so its fault goes; the failure is the workload's own.
+#[test]
+fn the_foreign_network_fault_goes_once_a_start_gets_past_the_network() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    let mut h = Harness::new(vec![web]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    assert_eq!(h.core.faults().len(), 1);
+    h.now += S(60);
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: Some("c-web".into()),
+                message: "starting: no such file".into(),
+                foreign_network: false,
+            }),
+        },
+        h.now,
+    );
+    let faults = h.core.faults();
+    assert!(
+        faults.iter().all(|f| f.kind != "foreign_network"),
+        "stale fault: {faults:?}"
+    );
+}
