@@ -1934,12 +1934,20 @@ impl Reconciler {
     // r[impl workload.health.probe]
     /// The running containers whose workload's check the node makes (`http`, `tcp`), with that
     /// check: the shell probes exactly these.
-    pub fn node_probes(&self) -> Vec<(String, crate::shape::HealthCheck)> {
+    /// The third is the daemon's name of the workload's configured network, if it names one.
+    pub fn node_probes(&self) -> Vec<(String, crate::shape::HealthCheck, Option<String>)> {
         self.entries
             .values()
             .filter_map(|e| match (&e.run, &e.config.health) {
                 (Run::Running { container, .. }, Some(check)) if check.node_probe().is_some() => {
-                    Some((container.clone(), check.clone()))
+                    let network = e.config.network.as_deref().map(|n| {
+                        if n == crate::config::NODE_NETWORK {
+                            self.config.node_network_name()
+                        } else {
+                            n.to_owned()
+                        }
+                    });
+                    Some((container.clone(), check.clone(), network))
                 }
                 _ => None,
             })
