@@ -852,6 +852,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
 // r[verify workload.health+2]
 // r[verify workload.depends-on]
 // r[verify workload.shape.bytes+2]
+// r[verify workload.health.probe]
 #[test]
 fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     let dir = tempfile::tempdir().unwrap();
@@ -1018,6 +1019,17 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     ] {
         assert_eq!(err(bad), want, "{bad}");
     }
+    // A container on network "none" has no address the node could probe.
+    assert_eq!(
+        err("network = \"none\"\nhealth = { tcp = { port = 5432 } }"),
+        "t.toml:6:10: workload[0].health: the node cannot probe a container on network \"none\" \
+         (it has no address): give cmd or shell, or another network"
+    );
+    Config::parse(
+        "t.toml",
+        &format!("{head}network = \"none\"\nhealth = {{ shell = \"true\" }}\n"),
+    )
+    .unwrap();
     assert!(err("health = { tcp = { port = 70000 } }").starts_with("t.toml:5:"));
     assert!(err("health = { interval = \"5\" }").starts_with("t.toml:5:"));
     let two = |web: &str, db: &str| {
