@@ -2445,3 +2445,55 @@ fn the_foreign_network_fault_goes_once_a_start_gets_past_the_network() {
         "stale fault: {faults:?}"
     );
 }
+
+// r[verify workload.health.probe]
+// The shell probes exactly the running containers whose check the node makes: a replaced
+// container drops out (its task is aborted), a late verdict of it changes nothing, and a removed
+// workload leaves nothing to probe.
+#[test]
+fn node_probes_follow_the_running_container_and_a_stale_verdict_is_ignored() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    web.health = Some(crate::shape::HealthCheck {
+        tcp: Some(crate::shape::TcpProbe { port: 5432 }),
+        ..crate::shape::HealthCheck::default()
+    });
+    let mut h = Harness::new(vec![web.clone()]);
+    h.health_checked = true;
+    h.resync();
+    let first = h.tick();
+    assert_eq!(first.len(), 1);
+    let probes = h.core.node_probes();
+    assert_eq!(probes.len(), 1);
+    assert_eq!(probes[0].0, first[0]);
+    assert_eq!(
+        probes[0].2.as_deref(),
+        Some(module().node_network_name().as_str()),
+        "the daemon's name of the node's network"
+    );
+    h.health(&first[0], HealthStatus::Healthy);
+    h.now += S(60);
+    h.tick();
+    // A new spec replaces the container.
+    let mut changed = web.clone();
+    changed.env.insert("A".into(), "1".into());
+    let actions = h.core.set_desired(vec![changed.clone()]);
+    h.perform(actions);
+    let second = h.until_started(S(60));
+    assert_ne!(second, first[0]);
+    let probes: Vec<String> = h.core.node_probes().into_iter().map(|p| p.0).collect();
+    assert_eq!(probes, [second.clone()], "only the running container");
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
+    // The old container's probe task, aborted late, reports once more: ignored.
+    h.health(&first[0], HealthStatus::Unhealthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
+    h.health(&second, HealthStatus::Healthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
+    h.health(&first[0], HealthStatus::Unhealthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
+    assert_eq!(h.running_id("web"), second);
+    // Removed: nothing left to probe.
+    let actions = h.core.set_desired(vec![]);
+    h.perform(actions);
+    assert!(h.core.node_probes().is_empty());
+}
