@@ -1613,6 +1613,18 @@ fn a_pull_auth_table_needs_a_private_password_file_of_the_nodes_user_located_whe
             && err.contains("[pull.auth.\"docker.io\"]"),
         "{err}"
     );
+    // In file order, not the names' order: refused at the second in the file.
+    let reversed = format!(
+        "[node]\n[pull.auth.\"index.docker.io\"]\nusername = \"a\"\npassword_file = \"{0}\"\n\
+         [pull.auth.\"docker.io\"]\nusername = \"b\"\npassword_file = \"{0}\"\n",
+        password.display()
+    );
+    let err = Config::parse("t.toml", &reversed).unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:6:12: pull.auth.\"docker.io\".username: ")
+            && err.contains("[pull.auth.\"index.docker.io\"]"),
+        "{err}"
+    );
     // No password_file, an unknown key, an empty user: located.
     let err = Config::parse(
         "t.toml",

@@ -439,7 +439,10 @@ impl Config {
     /// [`Config::validate_pull_auth_owner`]).
     fn validate_pull_auth(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
         let mut seen: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
-        for (name, auth) in &self.pull.auth {
+        // In file order, so a registry named twice is refused at its second table.
+        let mut tables: Vec<_> = self.pull.auth.iter().collect();
+        tables.sort_by_key(|(_, auth)| auth.username.span().start);
+        for (name, auth) in tables {
             let key = |field: &str| format!("pull.auth.{name:?}.{field}");
             let Some(host) = holdfast_pull::registry_name(name) else {
                 return Err(loc.at(
