@@ -1588,8 +1588,14 @@ impl Reconciler {
                         }
                     }
                     Err(err) if err.foreign_network => {
-                        // Not the workload's failure: the streak is left as it was.
+                        // Not the workload's failure: the streak is left as it was, and no
+                        // container was started.
                         self.gate.release(token, now);
+                        entry.counters.starts = entry.counters.starts.saturating_sub(1);
+                        if entry.restart_due {
+                            entry.counters.restarts = entry.counters.restarts.saturating_sub(1);
+                        }
+                        entry.counters.network_refusals += 1;
                         entry.foreign_refusals = entry.foreign_refusals.saturating_add(1);
                         let policy = &self.config.restart_policy;
                         let doublings = entry.foreign_refusals.saturating_sub(1).min(31);
@@ -1912,6 +1918,7 @@ impl Reconciler {
                 sum.restarts += e.counters.restarts;
                 sum.start_failures += e.counters.start_failures;
                 sum.crash_loops += e.counters.crash_loops;
+                sum.network_refusals += e.counters.network_refusals;
                 sum.cert_renewals += e.counters.cert_renewals;
                 sum.cert_renew_failures += e.counters.cert_renew_failures;
                 sum

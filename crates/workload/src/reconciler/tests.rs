@@ -2211,11 +2211,19 @@ fn someone_elses_network_is_one_fault_of_its_own_and_burns_no_streak() {
     // The schedule: the gate's base doubling to its cap.
     let gaps: Vec<u64> = starts.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
     assert_eq!(gaps, [10, 20, 40, 80, 160]);
-    assert_eq!(h.core.counters().crash_loops, 0);
+    let counters = h.core.counters();
+    assert_eq!(counters.crash_loops, 0);
+    assert_eq!(
+        (counters.starts, counters.network_refusals),
+        (0, 12),
+        "a refusal is not a start: {counters:?}"
+    );
     // The operator removed it: the next start passes, and the fault is cleared.
     let started = h.tick();
     assert_eq!(started.len(), 2);
     assert!(h.core.faults().is_empty(), "{:?}", h.core.faults());
+    let counters = h.core.counters();
+    assert_eq!((counters.starts, counters.restarts), (2, 0), "{counters:?}");
 }
 
 // r[verify workload.network.foreign]
