@@ -633,7 +633,24 @@ fn private(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::os::unix::fs::PermissionsExt as _;
+
+    proptest! {
+        // r[verify actuate.image.credentials.configured]
+        // A registry named in [pull.auth."NAME"] (bare, as a URL, with a path) is the registry of
+        // an image reference under that name: the same code reads both.
+        #[test]
+        fn a_configured_registry_name_is_the_registry_of_an_image_under_it(
+            host in "([a-z0-9]{1,8}\\.){1,3}[a-z]{2,5}(:[0-9]{1,5})?|localhost(:[0-9]{1,5})?",
+            scheme in prop_oneof![Just(""), Just("https://"), Just("http://")],
+            tail in prop_oneof![Just(""), Just("/"), Just("/v1/"), Just("/v2/org")],
+        ) {
+            let image = format!("{host}/org/app:1");
+            let name = format!("{scheme}{host}{tail}");
+            prop_assert_eq!(registry_name(&name), Some(registry_host(&image)));
+        }
+    }
 
     // r[verify actuate.image.credentials.configured]
     #[test]
