@@ -2490,7 +2490,11 @@ fn node_probes_follow_the_running_container_and_a_stale_verdict_is_ignored() {
     let second = h.until_started(S(60));
     assert_ne!(second, first[0]);
     let probes: Vec<String> = h.core.node_probes().into_iter().map(|p| p.0).collect();
-    assert_eq!(probes, [second.clone()], "only the running container");
+    assert_eq!(
+        probes,
+        std::slice::from_ref(&second),
+        "only the running container"
+    );
     assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
     // The old container's probe task, aborted late, reports once more: ignored.
     h.health(&first[0], HealthStatus::Unhealthy);
