@@ -341,7 +341,7 @@ impl ConfigSource {
                 crate::config::DEFAULT_CONFIG.to_owned(),
             ),
         };
-        let mut config = Config::parse(&file, &text).map_err(|e| e.to_string())?;
+        let mut config = Config::parse_for_node(&file, &text).map_err(|e| e.to_string())?;
         if let Some(dir) = &self.data_dir {
             config.node.data_dir = dir.clone();
         }

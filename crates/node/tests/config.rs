@@ -852,6 +852,7 @@ fn a_workload_entry_is_the_workload_crates_config_with_positions_in_errors() {
 // r[verify workload.health+2]
 // r[verify workload.depends-on]
 // r[verify workload.shape.bytes+2]
+// r[verify workload.health.probe]
 #[test]
 fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     let dir = tempfile::tempdir().unwrap();
@@ -1018,6 +1019,17 @@ fn a_workloads_container_shape_is_read_and_each_bad_value_is_located() {
     ] {
         assert_eq!(err(bad), want, "{bad}");
     }
+    // A container on network "none" has no address the node could probe.
+    assert_eq!(
+        err("network = \"none\"\nhealth = { tcp = { port = 5432 } }"),
+        "t.toml:6:10: workload[0].health: the node cannot probe a container on network \"none\" \
+         (it has no address): give cmd or shell, or another network"
+    );
+    Config::parse(
+        "t.toml",
+        &format!("{head}network = \"none\"\nhealth = {{ shell = \"true\" }}\n"),
+    )
+    .unwrap();
     assert!(err("health = { tcp = { port = 70000 } }").starts_with("t.toml:5:"));
     assert!(err("health = { interval = \"5\" }").starts_with("t.toml:5:"));
     let two = |web: &str, db: &str| {
@@ -1510,6 +1522,42 @@ fn the_gateway_history_and_publish_keys_are_validated_at_their_key() {
 // i[verify node.pull.auth]
 // r[verify actuate.image.credentials.configured]
 #[test]
+fn a_password_file_of_another_user_is_refused_only_where_the_node_loads_its_config() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: only root can make a file owned by another uid");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("registry.password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The unit runs the node as its own user (here uid 4242); root runs the clients.
+    std::os::unix::fs::chown(&password, Some(4242), None).unwrap();
+    let text = format!(
+        "[node]\n[pull.auth.\"registry.example\"]\nusername = \"bot\"\npassword_file = \"{}\"\n",
+        password.display()
+    );
+    // check-config and every client's `-c` load: mode and file type only.
+    Config::parse("t.toml", &text).unwrap();
+    // The node's own load: someone else's file is refused, located at the value.
+    let err = Config::parse_for_node("t.toml", &text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("t.toml:4:17: pull.auth.\"registry.example\".password_file: ")
+            && err.contains("uid 4242"),
+        "{err}"
+    );
+    // Too open is refused everywhere.
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let err = Config::parse("t.toml", &text).unwrap_err().to_string();
+    assert!(err.contains("0640"), "{err}");
+}
+
+// i[verify node.pull.auth]
+// r[verify actuate.image.credentials.configured]
+#[test]
 fn a_pull_auth_table_needs_a_private_password_file_of_the_nodes_user_located_when_not() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
@@ -1563,6 +1611,18 @@ fn a_pull_auth_table_needs_a_private_password_file_of_the_nodes_user_located_whe
     assert!(
         err.starts_with("t.toml:6:12: pull.auth.\"index.docker.io\".username: ")
             && err.contains("[pull.auth.\"docker.io\"]"),
+        "{err}"
+    );
+    // In file order, not the names' order: refused at the second in the file.
+    let reversed = format!(
+        "[node]\n[pull.auth.\"index.docker.io\"]\nusername = \"a\"\npassword_file = \"{0}\"\n\
+         [pull.auth.\"docker.io\"]\nusername = \"b\"\npassword_file = \"{0}\"\n",
+        password.display()
+    );
+    let err = Config::parse("t.toml", &reversed).unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:6:12: pull.auth.\"docker.io\".username: ")
+            && err.contains("[pull.auth.\"index.docker.io\"]"),
         "{err}"
     );
     // No password_file, an unknown key, an empty user: located.

@@ -526,16 +526,40 @@ fn read_private(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
+/// The longest `password_file` read (a password, not a file to slurp).
+const MAX_PASSWORD_FILE: u64 = 4096;
+
 // r[impl actuate.image.credentials.configured]
 /// A `password_file`'s password: the file checked as [`check_password_file`] says, on the opened
 /// file itself, its content without a final line ending. Errors never hold the content.
 fn read_password(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let cannot = |e: std::io::Error| format!("cannot read {}: {}", path.display(), e.kind());
-    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    // Not blocking on a FIFO's open, not following a symlink: what is opened is checked (a
+    // regular file of the node's user) before a byte is read.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                format!("{} is a symbolic link, not a file", path.display())
+            } else {
+                cannot(e)
+            }
+        })?;
     owned_private(path, &file.metadata().map_err(cannot)?)?;
     let mut text = String::new();
-    file.read_to_string(&mut text)
+    (&mut file)
+        .take(MAX_PASSWORD_FILE + 1)
+        .read_to_string(&mut text)
         .map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
+    if text.len() as u64 > MAX_PASSWORD_FILE {
+        return Err(format!(
+            "{} is longer than {MAX_PASSWORD_FILE} bytes: not a password",
+            path.display()
+        ));
+    }
     let password = text
         .strip_suffix('\n')
         .map(|t| t.strip_suffix('\r').unwrap_or(t))
@@ -547,10 +571,22 @@ fn read_password(path: &Path) -> Result<String, String> {
 }
 
 // r[impl actuate.image.credentials.configured]
-/// A `password_file` must be a file owned by the node's user and readable by it alone (mode
-/// 0600 or stricter).
+/// A `password_file` must be a file readable by its owner alone (mode 0600 or stricter). Any
+/// process loading the config checks this; who owns it is the node's own check
+/// ([`check_password_file_owner`]), since a client loading the node's config (`check-config`,
+/// `workloads -c`) runs as another user than the node.
 pub fn check_password_file(path: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(path)
+    // Not following a symlink, as the read at every pull does not.
+    let meta = std::fs::symlink_metadata(path)
+        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    private(path, &meta)
+}
+
+// r[impl actuate.image.credentials.configured]
+/// [`check_password_file`], and the file owned by this process's user: what the node checks
+/// when it loads (and reloads) its own config.
+pub fn check_password_file_owner(path: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path)
         .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
     owned_private(path, &meta)
 }
@@ -597,7 +633,52 @@ fn private(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::os::unix::fs::PermissionsExt as _;
+
+    proptest! {
+        // r[verify actuate.image.credentials.configured]
+        // A registry named in [pull.auth."NAME"] (bare, as a URL, with a path) is the registry of
+        // an image reference under that name: the same code reads both.
+        #[test]
+        fn a_configured_registry_name_is_the_registry_of_an_image_under_it(
+            host in "([a-z0-9]{1,8}\\.){1,3}[a-z]{2,5}(:[0-9]{1,5})?|localhost(:[0-9]{1,5})?",
+            scheme in prop_oneof![Just(""), Just("https://"), Just("http://")],
+            tail in prop_oneof![Just(""), Just("/"), Just("/v1/"), Just("/v2/org")],
+        ) {
+            let image = format!("{host}/org/app:1");
+            let name = format!("{scheme}{host}{tail}");
+            prop_assert_eq!(registry_name(&name), Some(registry_host(&image)));
+        }
+    }
+
+    // r[verify actuate.image.credentials.configured]
+    #[test]
+    fn a_password_file_that_is_a_fifo_a_symlink_or_too_long_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, "pw\n").unwrap();
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_password(&good).as_deref(), Ok("pw"));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        let err = read_password(&link).unwrap_err();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(
+            check_password_file(&link).is_err(),
+            "refused at load as at the read"
+        );
+        let long = dir.path().join("long");
+        std::fs::write(&long, "x".repeat(5000)).unwrap();
+        std::fs::set_permissions(&long, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = read_password(&long).unwrap_err();
+        assert!(err.contains("4096") && !err.contains("xxx"), "{err}");
+        // A FIFO nobody writes: opened without blocking, refused as not a file.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = read_password(&fifo).unwrap_err();
+        assert!(err.contains("not a file"), "{err}");
+    }
 
     fn write(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
         let path = dir.join(name);
@@ -942,8 +1023,10 @@ mod tests {
         // Someone else's file (only root can make one here).
         if nix::unistd::geteuid().is_root() {
             std::os::unix::fs::chown(&password, Some(4242), None).unwrap();
-            let err = check_password_file(&password).unwrap_err();
+            let err = check_password_file_owner(&password).unwrap_err();
             assert!(err.contains("uid 4242"), "{err}");
+            // A client (check-config, `workloads -c`) runs as another user: mode only.
+            assert_eq!(check_password_file(&password), Ok(()));
         }
     }
 

@@ -37,7 +37,8 @@ pub use classify::{FaultPolicy, PullError, PullErrorKind};
 pub use client::{DaemonEndpoint, Fetched};
 pub use config::{DEFAULT_PULL_STALE_AFTER, PullConfig, PullConfigBuilder, PullConfigError};
 pub use credentials::{
-    CredentialError, Credentials, RegistryAuth, check_password_file, registry_host, registry_name,
+    CredentialError, Credentials, RegistryAuth, check_password_file, check_password_file_owner,
+    registry_host, registry_name,
 };
 pub use fault::{FaultSubject, MODULE, PullFaults};
 pub use fetcher::{BoxFuture, DockerFetcher, Fetcher};

@@ -116,7 +116,17 @@ async fn attempt(
     start: Instant,
     what: &str,
 ) -> ImageState {
-    let now = Instant::now();
+    attempt_at(act, image, start, what, Instant::now()).await
+}
+
+/// [`attempt`] at `now` on the actuator's clock (a paced attempt's time, say).
+async fn attempt_at(
+    act: &mut Actuator<DockerFetcher>,
+    image: &str,
+    start: Instant,
+    what: &str,
+    now: Instant,
+) -> ImageState {
     act.ensure(image, now);
     act.settle(now).await;
     let state = act.ensure(image, now);
@@ -299,7 +309,7 @@ async fn a_private_image_is_pulled_with_a_configured_login_that_wins_over_the_do
     let mut act = actuator(&docker.host, with_login(&wrong));
     let state = attempt(&mut act, &image, start, "[pull.auth] with a wrong password").await;
     let shown = format!("{state:?} {:?}", act.faults());
-    match state {
+    let paced = match state {
         ImageState::Escalated {
             last_error, until, ..
         } => {
@@ -315,21 +325,25 @@ async fn a_private_image_is_pulled_with_a_configured_login_that_wins_over_the_do
                 until > Instant::now() + Duration::from_secs(1),
                 "the next attempt is not paced: {until:?}"
             );
+            until
         }
         other => panic!("expected the unauthorized fault, got {other:?}"),
-    }
+    };
     assert_eq!(act.faults().len(), 1);
     assert!(!shown.contains("not-the-password"), "{shown}");
     assert!(!shown.contains("stale-password"), "{shown}");
 
-    // The file rotated to the right password: the next pull takes it, without a new lookup.
+    // The file rotated to the right password: the same actuator's next paced attempt takes
+    // it, without a restart; not before it is due.
     std::fs::write(&wrong, format!("{}\n", registry.password)).unwrap();
-    let mut act = actuator(&docker.host, with_login(&wrong));
-    let state = attempt(
+    let early = act.ensure(&image, paced - Duration::from_millis(1));
+    assert!(matches!(early, ImageState::Escalated { .. }), "{early:?}");
+    let state = attempt_at(
         &mut act,
         &image,
         start,
-        "[pull.auth] after the file was rotated",
+        "[pull.auth] after the file was rotated, at the paced attempt",
+        paced,
     )
     .await;
     assert_eq!(state, ImageState::Present, "{state:?}");

@@ -350,6 +350,21 @@ impl WorkloadConfig {
         if let Some(problem) = self.health.as_ref().and_then(HealthCheck::problem) {
             return Err(err("health", problem));
         }
+        // r[impl workload.health.probe]
+        // Every probe would fail, so the container would be replaced for ever.
+        if self.network.as_deref() == Some("none")
+            && self
+                .health
+                .as_ref()
+                .is_some_and(|h| h.node_probe().is_some())
+        {
+            return Err(err(
+                "health",
+                "the node cannot probe a container on network \"none\" (it has no address): \
+                 give cmd or shell, or another network"
+                    .into(),
+            ));
+        }
         if self.log.driver.is_empty() || self.log.driver.contains(char::is_whitespace) {
             return Err(err(
                 "log",

@@ -359,6 +359,10 @@ pub struct Reconciler {
     owed_signals: BTreeMap<String, OwedSignal>,
     /// Paces the signals sent again after a failure, per workload.
     signals: KeyedGate<String>,
+    /// The last [`Reconciler::tick`]'s instant: an idle workload whose back-off ended by then
+    /// and still idle is held by something else (a dependency, its image, its name), which an
+    /// event or a result ends, not the clock; [`Reconciler::next_wake`] leaves it out.
+    ticked: Option<Instant>,
 }
 
 impl Reconciler {
@@ -377,6 +381,7 @@ impl Reconciler {
             orphans: BTreeMap::new(),
             early: Vec::new(),
             synced: false,
+            ticked: None,
             board,
             next_attempt: 1,
             moving: std::collections::VecDeque::new(),
@@ -675,6 +680,20 @@ impl Reconciler {
             self.board.clear(&Self::subject(&name));
             self.drop_owed_signal(&name);
         }
+        self.clear_unused_network_fault();
+    }
+
+    // r[impl workload.network.foreign]
+    /// The foreign_network fault goes with the last workload it held back (removed, or moved
+    /// off the node's network).
+    fn clear_unused_network_fault(&mut self) {
+        let held = self.entries.values().any(|e| {
+            e.foreign_refusals > 0
+                && e.config.network.as_deref() == Some(crate::config::NODE_NETWORK)
+        });
+        if !held {
+            self.board.clear(&Self::network_subject(&self.config));
+        }
     }
 
     // r[impl workload.replace+2]
@@ -703,9 +722,13 @@ impl Reconciler {
         entry.crash = self.config.crash_loop.clone();
         entry.crash_looping = false;
         entry.restart_due = false;
+        // A new spec (perhaps on another network) owes nothing to the old one's refusals.
+        entry.foreign_refusals = 0;
+        entry.foreign_until = None;
         self.drop_run(old, name, stop_timeout, actions);
         self.gate.forget(name);
         self.board.clear(&Self::subject(name));
+        self.clear_unused_network_fault();
     }
 
     // r[impl workload.image.moved]
@@ -1327,6 +1350,7 @@ impl Reconciler {
     /// container list has been applied.
     pub fn tick(&mut self, now: Instant, images: &mut dyn Images) -> Vec<Action> {
         let mut actions = Vec::new();
+        self.ticked = Some(now);
         self.retry_removals(now, &mut actions);
         self.retry_signals(now, &mut actions);
         self.replace_next_moved(&mut actions);
@@ -1353,9 +1377,10 @@ impl Reconciler {
                     lasting: Some(_), ..
                 } => Self::confirm_lasted(&mut self.gate, &self.board, &self.config, entry, now),
                 Run::Idle if self.synced => {
-                    if self.gate.check(&name, now).is_err()
-                        || entry.foreign_until.is_some_and(|until| now < until)
-                    {
+                    if entry.foreign_until.is_some_and(|until| now >= until) {
+                        entry.foreign_until = None;
+                    }
+                    if self.gate.check(&name, now).is_err() || entry.foreign_until.is_some() {
                         continue;
                     }
                     if Self::name_taken(&self.retiring, &self.orphans, &name) {
@@ -1536,9 +1561,11 @@ impl Reconciler {
                         entry.foreign_refusals = 0;
                         entry.foreign_until = None;
                         if entry.config.network.as_deref() == Some(crate::config::NODE_NETWORK) {
-                            // r[impl workload.network.foreign]
-                            self.board.clear(&Self::network_subject(&self.config));
+                            self.network_is_ours();
                         }
+                        let Some(entry) = self.entries.get_mut(&workload) else {
+                            return actions;
+                        };
                         // With a health check the start is judged by its first verdict.
                         let (lasting, unready, health) = if health_check {
                             (None, Some(token), Some(HealthStatus::Starting))
@@ -1561,8 +1588,14 @@ impl Reconciler {
                         }
                     }
                     Err(err) if err.foreign_network => {
-                        // Not the workload's failure: the streak is left as it was.
+                        // Not the workload's failure: the streak is left as it was, and no
+                        // container was started.
                         self.gate.release(token, now);
+                        entry.counters.starts = entry.counters.starts.saturating_sub(1);
+                        if entry.restart_due {
+                            entry.counters.restarts = entry.counters.restarts.saturating_sub(1);
+                        }
+                        entry.counters.network_refusals += 1;
                         entry.foreign_refusals = entry.foreign_refusals.saturating_add(1);
                         let policy = &self.config.restart_policy;
                         let doublings = entry.foreign_refusals.saturating_sub(1).min(31);
@@ -1600,17 +1633,36 @@ impl Reconciler {
                         entry.counters.start_failures += 1;
                         entry.restart_due = true;
                         let t = self.gate.fail(token, now, None);
+                        // A container was created: the start got past the network, the node's.
+                        let past_network = err.container.is_some()
+                            && entry.config.network.as_deref() == Some(crate::config::NODE_NETWORK);
                         tracing::warn!(%workload, error = %err.message, failures = t.failures, "workload container failed to start");
                         Self::file_start_failure(&self.board, &workload, entry, &t, &err.message);
                         if let Some(container) = err.container {
                             let stop_timeout = entry.config.stop_timeout;
                             self.retire(&workload, container, stop_timeout, &mut actions);
                         }
+                        if past_network {
+                            self.network_is_ours();
+                        }
                     }
                 }
             }
         }
         actions
+    }
+
+    // r[impl workload.network.foreign]
+    /// A start got past the node's network: it is the node's now, so its fault goes and the
+    /// workloads it held back are no longer paced by it.
+    fn network_is_ours(&mut self) {
+        for entry in self.entries.values_mut() {
+            if entry.config.network.as_deref() == Some(crate::config::NODE_NETWORK) {
+                entry.foreign_refusals = 0;
+                entry.foreign_until = None;
+            }
+        }
+        self.board.clear(&Self::network_subject(&self.config));
     }
 
     // r[impl workload.certs.renew+2]
@@ -1753,7 +1805,10 @@ impl Reconciler {
                     .state(name)
                     .filter(|s| !s.in_flight)
                     .map(|s| s.next_attempt_at)
-                    .max(e.foreign_until),
+                    .max(e.foreign_until)
+                    // r[impl workload.restart.backoff]
+                    // Ended by the last tick and still idle: held by something else.
+                    .filter(|at| self.ticked.is_none_or(|ticked| *at > ticked)),
                 _ => None,
             })
             .chain(removals)
@@ -1863,6 +1918,7 @@ impl Reconciler {
                 sum.restarts += e.counters.restarts;
                 sum.start_failures += e.counters.start_failures;
                 sum.crash_loops += e.counters.crash_loops;
+                sum.network_refusals += e.counters.network_refusals;
                 sum.cert_renewals += e.counters.cert_renewals;
                 sum.cert_renew_failures += e.counters.cert_renew_failures;
                 sum
@@ -1885,12 +1941,20 @@ impl Reconciler {
     // r[impl workload.health.probe]
     /// The running containers whose workload's check the node makes (`http`, `tcp`), with that
     /// check: the shell probes exactly these.
-    pub fn node_probes(&self) -> Vec<(String, crate::shape::HealthCheck)> {
+    /// The third is the daemon's name of the workload's configured network, if it names one.
+    pub fn node_probes(&self) -> Vec<(String, crate::shape::HealthCheck, Option<String>)> {
         self.entries
             .values()
             .filter_map(|e| match (&e.run, &e.config.health) {
                 (Run::Running { container, .. }, Some(check)) if check.node_probe().is_some() => {
-                    Some((container.clone(), check.clone()))
+                    let network = e.config.network.as_deref().map(|n| {
+                        if n == crate::config::NODE_NETWORK {
+                            self.config.node_network_name()
+                        } else {
+                            n.to_owned()
+                        }
+                    });
+                    Some((container.clone(), check.clone(), network))
                 }
                 _ => None,
             })

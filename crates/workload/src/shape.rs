@@ -1198,4 +1198,37 @@ mod tests {
             }
         }
     }
+
+    proptest! {
+        // r[verify workload.health.probe]
+        // A path the validation accepts is one the probe can send as it is: starting with /,
+        // a request target hyper builds, the same path on the wire.
+        #[test]
+        fn an_accepted_probe_path_is_the_request_target_the_probe_sends(
+            path in prop_oneof![
+                "/[a-zA-Z0-9._~%/?=&-]{0,20}",
+                "[ -~]{0,20}",
+                any::<String>(),
+            ],
+        ) {
+            let check = HealthCheck {
+                http: Some(HttpProbe { port: 8080, path: path.clone() }),
+                ..HealthCheck::default()
+            };
+            if check.problem().is_none() {
+                prop_assert!(path.starts_with('/'));
+                let request = hyper::Request::get(path.as_str()).body(());
+                prop_assert!(request.is_ok(), "{path:?}");
+                let uri = request.unwrap().uri().clone();
+                prop_assert_eq!(uri.path_and_query().map(|p| p.as_str()), Some(path.as_str()));
+            } else {
+                let request = hyper::Request::get(path.as_str()).body(());
+                let sent = request.ok().and_then(|r| r.uri().path_and_query().map(|p| p.as_str().to_owned()));
+                prop_assert!(
+                    !path.starts_with('/') || sent.as_deref() != Some(path.as_str()),
+                    "{path:?} refused but sendable as it is"
+                );
+            }
+        }
+    }
 }

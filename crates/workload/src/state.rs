@@ -120,6 +120,10 @@ pub struct Counters {
     pub start_failures: u64,
     /// Times the crash-loop detector tripped.
     pub crash_loops: u64,
+    /// Starts refused because the node's network is someone else's (`workload.network.foreign`):
+    /// not counted as starts or failures (left out of the report while zero).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub network_refusals: u64,
     /// Containers restarted or signalled because a certificate they mount was renewed (left
     /// out of the report while zero, as most workloads mount none).
     #[serde(skip_serializing_if = "is_zero")]

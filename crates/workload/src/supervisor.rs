@@ -374,19 +374,20 @@ impl<I: Images> Supervisor<I> {
     fn tend_probes(&mut self) {
         let wanted = self.core.node_probes();
         self.probes.retain(|id, task| {
-            let keep = wanted.iter().any(|(w, _)| w == id) && !task.is_finished();
+            let keep = wanted.iter().any(|(w, _, _)| w == id) && !task.is_finished();
             if !keep {
                 task.abort();
             }
             keep
         });
-        for (container, check) in wanted {
+        for (container, check, network) in wanted {
             if self.probes.contains_key(&container) {
                 continue;
             }
             let task = self.runtime.spawn(crate::probe::run(
                 self.host.clone(),
                 container.clone(),
+                network,
                 check,
                 Instant::now(),
                 self.inputs_tx.clone(),

@@ -1271,6 +1271,97 @@ async fn an_http_probe_from_the_node_passes_then_fails_and_the_container_is_rest
 }
 
 // r[verify workload.health.probe]
+// r[verify workload.adopt]
+// r[verify workload.depends-on]
+#[tokio::test]
+async fn an_adopted_container_is_probed_by_the_next_node_and_a_removed_one_no_longer() {
+    let Some(env) = env("adopt-probe").await else {
+        return;
+    };
+    let clock = Clock::new();
+    let mut web = env.workload(
+        "web",
+        "mkdir -p /www; echo ok > /www/healthz; exec httpd -f -p 8080 -h /www",
+    );
+    web.min_run = Duration::from_secs(1);
+    web.network = Some(holdfast_workload::NODE_NETWORK.into());
+    web.health = Some(holdfast_workload::HealthCheck {
+        http: Some(holdfast_workload::HttpProbe {
+            port: 8080,
+            path: "/healthz".into(),
+        }),
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+        retries: 2,
+        ..Default::default()
+    });
+    let mut client = env.workload("client", "exec sleep 3600");
+    client.depends_on = vec!["web".into()];
+    let health = |s: &Supervisor<DaemonImages>, name: &str, now| {
+        s.status(now)
+            .into_iter()
+            .find(|w| w.name == name)
+            .unwrap()
+            .health
+    };
+    let mut first = Supervisor::new(
+        &env.host,
+        env.module(),
+        FaultBoard::new(),
+        env.images().await,
+    )
+    .unwrap();
+    first.set_desired(vec![web.clone()]).unwrap();
+    drive(&mut first, &clock, LIMIT, |s, now| {
+        health(s, "web", now) == Some(holdfast_workload::HealthStatus::Healthy)
+    })
+    .await;
+    let id = running_id(&first, "web", clock.now()).unwrap();
+    // The node goes away; its probe tasks with it.
+    drop(first);
+    let board = FaultBoard::new();
+    let mut second =
+        Supervisor::new(&env.host, env.module(), board.clone(), env.images().await).unwrap();
+    let mut timeline = Timeline::new("adopt-probe");
+    second.set_desired(vec![web, client]).unwrap();
+    drive(&mut second, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        running_id(s, "web", now).is_some()
+    })
+    .await;
+    assert_eq!(running_id(&second, "web", clock.now()), Some(id), "adopted");
+    assert_eq!(second.probing(), 1, "the adopted container is probed");
+    assert_eq!(
+        health(&second, "web", clock.now()),
+        Some(holdfast_workload::HealthStatus::Starting),
+        "no verdict before the new node's first probe"
+    );
+    assert!(running_id(&second, "client", clock.now()).is_none());
+    drive(&mut second, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        running_id(s, "client", now).is_some()
+    })
+    .await;
+    assert_eq!(
+        health(&second, "web", clock.now()),
+        Some(holdfast_workload::HealthStatus::Healthy),
+        "client held until web's probe passed"
+    );
+    // Removed: no longer probed.
+    second.set_desired(vec![]).unwrap();
+    drive(&mut second, &clock, LIMIT, |s, now| {
+        timeline.watch(s, now, &board);
+        s.probing() == 0 && s.status(now).is_empty()
+    })
+    .await;
+    env.cleanup().await;
+    let _ = env
+        .docker
+        .remove_network(&env.module().node_network_name())
+        .await;
+}
+
+// r[verify workload.health.probe]
 // r[verify workload.health.gate]
 // r[verify workload.crash-loop]
 #[tokio::test]

@@ -68,6 +68,15 @@ impl Config {
         Ok(Config::parse(&file, &text)?)
     }
 
+    // i[impl node.pull.auth]
+    /// [`Config::parse`] as the node itself loads its config (run, reload): also checks what
+    /// only holds for the node's own user (who owns each `[pull.auth]` password file).
+    pub fn parse_for_node(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let config = Config::parse(file, text)?;
+        config.validate_pull_auth_owner(&Locator { file, text })?;
+        Ok(config)
+    }
+
     // i[impl node.config.errors]
     /// Parses and validates `text`, naming `file` in errors.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {

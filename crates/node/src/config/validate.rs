@@ -416,11 +416,33 @@ impl Config {
 
 impl Config {
     // i[impl node.pull.auth]
+    /// The node's own load (run, reload): each `[pull.auth."REGISTRY"]` password file owned by
+    /// the node's user. Not part of [`Config::validate`]: a client loading this config
+    /// (`check-config`, `workloads -c`) runs as another user.
+    pub(super) fn validate_pull_auth_owner(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
+        for (name, auth) in &self.pull.auth {
+            let path = auth.password_file.get_ref();
+            if let Err(message) = holdfast_pull::check_password_file_owner(path) {
+                return Err(loc.at(
+                    Some(auth.password_file.span()),
+                    &format!("pull.auth.{name:?}.password_file"),
+                    message,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // i[impl node.pull.auth]
     /// Each `[pull.auth."REGISTRY"]`: a registry host, named once (after normalising), a user
-    /// name, and a password file owned by the node's user with mode 0600 or stricter.
+    /// name, and a password file with mode 0600 or stricter (its owner: the node's own load,
+    /// [`Config::validate_pull_auth_owner`]).
     fn validate_pull_auth(&self, loc: &Locator<'_>) -> Result<(), ConfigError> {
         let mut seen: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
-        for (name, auth) in &self.pull.auth {
+        // In file order, so a registry named twice is refused at its second table.
+        let mut tables: Vec<_> = self.pull.auth.iter().collect();
+        tables.sort_by_key(|(_, auth)| auth.username.span().start);
+        for (name, auth) in tables {
             let key = |field: &str| format!("pull.auth.{name:?}.{field}");
             let Some(host) = holdfast_pull::registry_name(name) else {
                 return Err(loc.at(

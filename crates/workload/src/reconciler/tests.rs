@@ -2211,9 +2211,301 @@ fn someone_elses_network_is_one_fault_of_its_own_and_burns_no_streak() {
     // The schedule: the gate's base doubling to its cap.
     let gaps: Vec<u64> = starts.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
     assert_eq!(gaps, [10, 20, 40, 80, 160]);
-    assert_eq!(h.core.counters().crash_loops, 0);
+    let counters = h.core.counters();
+    assert_eq!(counters.crash_loops, 0);
+    assert_eq!(
+        (counters.starts, counters.network_refusals),
+        (0, 12),
+        "a refusal is not a start: {counters:?}"
+    );
     // The operator removed it: the next start passes, and the fault is cleared.
     let started = h.tick();
     assert_eq!(started.len(), 2);
     assert!(h.core.faults().is_empty(), "{:?}", h.core.faults());
+    let counters = h.core.counters();
+    assert_eq!((counters.starts, counters.restarts), (2, 0), "{counters:?}");
+}
+
+// r[verify workload.network.foreign]
+// A foreign refusal's window, once past, does not keep `next_wake` in the past while the
+// workload is held by something else (here: its dependency's health): the loop would spin.
+#[test]
+fn a_past_foreign_window_does_not_make_next_wake_a_past_instant() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    web.depends_on = vec!["db".into()];
+    let mut db = sleeper("db");
+    db.min_run = S(1);
+    let mut h = Harness::new(vec![web, db]);
+    h.health_checked = true;
+    h.unchecked = vec!["web".into()];
+    h.resync();
+    let started = h.tick();
+    assert_eq!(started.len(), 1, "db first");
+    let db1 = started[0].clone();
+    h.health(&db1, HealthStatus::Healthy);
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, spec }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(spec.workload, "web");
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    h.now += S(5);
+    h.tick();
+    // db goes unhealthy after its run lasted: replaced, and held unready again.
+    h.health(&db1, HealthStatus::Unhealthy);
+    let again = h.tick();
+    assert_eq!(again.len(), 1, "db again: {:?}", h.core.status(h.now));
+    h.now += S(7); // past web's 10 s foreign window
+    assert!(h.tick().is_empty(), "web waits on db");
+    let wake = h.core.next_wake().unwrap();
+    assert!(
+        wake > h.now,
+        "next_wake {:?} before now: the supervisor loop would spin",
+        h.now - wake
+    );
+}
+
+// r[verify workload.restart.backoff]
+// The same with a past restart back-off (a start failure, not a foreign network).
+#[test]
+fn a_past_back_off_does_not_make_next_wake_a_past_instant() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    web.depends_on = vec!["db".into()];
+    let mut db = sleeper("db");
+    db.min_run = S(1);
+    let mut h = Harness::new(vec![web, db]);
+    h.health_checked = true;
+    h.unchecked = vec!["web".into()];
+    h.resync();
+    let started = h.tick();
+    assert_eq!(started.len(), 1, "db first");
+    let db1 = started[0].clone();
+    h.health(&db1, HealthStatus::Healthy);
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, spec }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(spec.workload, "web");
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: false,
+            }),
+        },
+        h.now,
+    );
+    h.now += S(5);
+    h.tick();
+    // db goes unhealthy after its run lasted: replaced, and held unready again.
+    h.health(&db1, HealthStatus::Unhealthy);
+    let again = h.tick();
+    assert_eq!(again.len(), 1, "db again: {:?}", h.core.status(h.now));
+    h.now += S(7); // past web's 10 s foreign window
+    assert!(h.tick().is_empty(), "web waits on db");
+    let wake = h.core.next_wake().unwrap();
+    assert!(
+        wake > h.now,
+        "next_wake {:?} before now: the supervisor loop would spin",
+        h.now - wake
+    );
+}
+
+// r[verify workload.network.foreign]
+// The only workload on the node's network moved to a network of its own: the foreign_network
+// fault goes, and its foreign back-off with it.
+#[test]
+fn the_foreign_network_fault_goes_when_its_last_workload_moves_off_the_network() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    let mut h = Harness::new(vec![web.clone()]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    assert_eq!(h.core.faults().len(), 1);
+    // Moved to a network of its own: starts at once?
+    let mut moved = web.clone();
+    moved.network = Some("own".into());
+    h.core.set_desired(vec![moved]);
+    let started = h.tick();
+    let faults = h.core.faults();
+    assert_eq!(
+        started.len(),
+        1,
+        "the reconfigured workload waits out the old foreign back-off: {:?}",
+        h.core.status(h.now)
+    );
+    assert!(faults.is_empty(), "stale fault: {faults:?}");
+}
+
+// r[verify workload.network.foreign]
+#[test]
+fn the_foreign_network_fault_goes_when_its_last_workload_is_removed() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    let mut h = Harness::new(vec![web.clone()]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    h.core.set_desired(vec![]);
+    let faults = h.core.faults();
+    assert!(
+        faults.is_empty(),
+        "stale fault with no workload configured: {faults:?}"
+    );
+}
+
+// r[verify workload.network.foreign]
+// A start that got past the network (a container was created) and then failed: the network is
+// the node's now, so its fault goes; the failure is the workload's own.
+#[test]
+fn the_foreign_network_fault_goes_once_a_start_gets_past_the_network() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    let mut h = Harness::new(vec![web]);
+    h.resync();
+    let mut images = |_: &str, _: Instant| ImagePresence::Present;
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: None,
+                message: "foreign".into(),
+                foreign_network: true,
+            }),
+        },
+        h.now,
+    );
+    assert_eq!(h.core.faults().len(), 1);
+    h.now += S(60);
+    let actions = h.core.tick(h.now, &mut images);
+    let [Action::Start { attempt, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    h.core.on_result(
+        Completion::Started {
+            workload: "web".into(),
+            attempt: *attempt,
+            result: Err(StartError {
+                container: Some("c-web".into()),
+                message: "starting: no such file".into(),
+                foreign_network: false,
+            }),
+        },
+        h.now,
+    );
+    let faults = h.core.faults();
+    assert!(
+        faults.iter().all(|f| f.kind != "foreign_network"),
+        "stale fault: {faults:?}"
+    );
+}
+
+// r[verify workload.health.probe]
+// The shell probes exactly the running containers whose check the node makes: a replaced
+// container drops out (its task is aborted), a late verdict of it changes nothing, and a removed
+// workload leaves nothing to probe.
+#[test]
+fn node_probes_follow_the_running_container_and_a_stale_verdict_is_ignored() {
+    let mut web = sleeper("web");
+    web.network = Some(crate::config::NODE_NETWORK.into());
+    web.health = Some(crate::shape::HealthCheck {
+        tcp: Some(crate::shape::TcpProbe { port: 5432 }),
+        ..crate::shape::HealthCheck::default()
+    });
+    let mut h = Harness::new(vec![web.clone()]);
+    h.health_checked = true;
+    h.resync();
+    let first = h.tick();
+    assert_eq!(first.len(), 1);
+    let probes = h.core.node_probes();
+    assert_eq!(probes.len(), 1);
+    assert_eq!(probes[0].0, first[0]);
+    assert_eq!(
+        probes[0].2.as_deref(),
+        Some(module().node_network_name().as_str()),
+        "the daemon's name of the node's network"
+    );
+    h.health(&first[0], HealthStatus::Healthy);
+    h.now += S(60);
+    h.tick();
+    // A new spec replaces the container.
+    let mut changed = web.clone();
+    changed.env.insert("A".into(), "1".into());
+    let actions = h.core.set_desired(vec![changed.clone()]);
+    h.perform(actions);
+    let second = h.until_started(S(60));
+    assert_ne!(second, first[0]);
+    let probes: Vec<String> = h.core.node_probes().into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        probes,
+        std::slice::from_ref(&second),
+        "only the running container"
+    );
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
+    // The old container's probe task, aborted late, reports once more: ignored.
+    h.health(&first[0], HealthStatus::Unhealthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Starting));
+    h.health(&second, HealthStatus::Healthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
+    h.health(&first[0], HealthStatus::Unhealthy);
+    assert_eq!(h.health_of("web"), Some(HealthStatus::Healthy));
+    assert_eq!(h.running_id("web"), second);
+    // Removed: nothing left to probe.
+    let actions = h.core.set_desired(vec![]);
+    h.perform(actions);
+    assert!(h.core.node_probes().is_empty());
 }
