@@ -321,7 +321,7 @@ impl Gateway {
     /// keep their session and stay up. Reads nothing:
     /// [`NewTlsPair::read`](crate::tls::NewTlsPair::read) did. `false`, and nothing changes,
     /// when the gateway serves plain `ws://` (TLS is not turned on or off while it runs).
-    // r[impl gateway.tls.replace]
+    // r[impl gateway.tls.replace+2]
     pub fn take_tls(&self, pair: crate::tls::NewTlsPair) -> bool {
         match &self.inner.tls {
             Some(tls) => {
@@ -336,7 +336,7 @@ impl Gateway {
     /// cannot be read or used changes nothing: the pair and files in use stay, and the error
     /// names the file. `Ok(false)` for a gateway serving plain `ws://`. Blocking file I/O: call
     /// it off the async runtime's workers.
-    // r[impl gateway.tls.replace]
+    // r[impl gateway.tls.replace+2]
     pub fn replace_tls(&self, files: TlsFiles) -> Result<bool, TlsError> {
         if self.inner.tls.is_none() {
             return Ok(false);
