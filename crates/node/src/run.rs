@@ -876,24 +876,60 @@ struct Prepared {
     gateway: Option<Result<GatewayRead, String>>,
 }
 
-/// The gateway's new files as read before the lock: each part when its paths changed.
+/// The gateway's new files as read before the lock: each part when its paths changed. The
+/// errors stay typed until [`decide_gateway`] judges them.
 struct GatewayRead {
-    keys: Option<Result<holdfast_gateway::token::NewKeys, String>>,
-    tls: Option<Result<holdfast_gateway::tls::NewTlsPair, String>>,
+    keys: Option<Result<holdfast_gateway::token::NewKeys, holdfast_gateway::token::KeyError>>,
+    tls: Option<Result<holdfast_gateway::tls::NewTlsPair, holdfast_gateway::TlsError>>,
 }
 
 // r[impl node.reload.live-gateway+2]
 /// Reads `files` (blocking file I/O: run off the runtime's threads).
 fn read_gateway_files(files: crate::reload::GatewayFiles) -> GatewayRead {
     GatewayRead {
-        keys: files.keys.map(|sources| {
-            holdfast_gateway::token::NewKeys::read(sources)
-                .map_err(|e| format!("the gateway's token key files: {e}"))
-        }),
-        tls: files.tls.map(|pair| {
-            holdfast_gateway::tls::NewTlsPair::read(pair)
-                .map_err(|e| format!("the gateway's TLS pair: {e}"))
-        }),
+        keys: files.keys.map(holdfast_gateway::token::NewKeys::read),
+        tls: files.tls.map(holdfast_gateway::tls::NewTlsPair::read),
+    }
+}
+
+/// What a reload does with the gateway's new files.
+#[derive(Debug)]
+// One per reload, moved once: boxing the pair would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+enum GatewayVerdict {
+    /// Taken live: each part when its paths changed.
+    Take {
+        keys: Option<holdfast_gateway::token::NewKeys>,
+        tls: Option<holdfast_gateway::tls::NewTlsPair>,
+    },
+    /// A `from_issuance` pair not issued yet: the gateway restarts, its start retried until the
+    /// certificate exists.
+    Restart(holdfast_gateway::TlsError),
+    /// The reload is refused; the message names the file.
+    Refuse(String),
+}
+
+// r[impl node.reload.live-gateway+2]
+/// Judges the gateway's new files as read (`Err` when they were not read in time): only a
+/// `from_issuance` pair whose file does not exist yet restarts the gateway; any other file that
+/// cannot be read or used refuses the reload, the running gateway untouched.
+fn decide_gateway(read: Result<GatewayRead, String>, from_issuance: bool) -> GatewayVerdict {
+    let GatewayRead { keys, tls } = match read {
+        Ok(read) => read,
+        Err(message) => return GatewayVerdict::Refuse(message),
+    };
+    let keys = match keys.transpose() {
+        Ok(keys) => keys,
+        Err(e) => return GatewayVerdict::Refuse(format!("the gateway's token key files: {e}")),
+    };
+    match tls.transpose() {
+        Ok(tls) => GatewayVerdict::Take { keys, tls },
+        Err(holdfast_gateway::TlsError::Read { path, source })
+            if from_issuance && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            GatewayVerdict::Restart(holdfast_gateway::TlsError::Read { path, source })
+        }
+        Err(e) => GatewayVerdict::Refuse(format!("the gateway's TLS pair: {e}")),
     }
 }
 
@@ -1189,21 +1225,12 @@ async fn reload(
             );
             Err(ReloadError::Invalid(message))
         };
-        match gateway_read {
+        match gateway_read.map(|read| decide_gateway(read, from_issuance)) {
             None => updates.gateway = Some(update(None, None)),
-            Some(Err(message)) => return refuse(message),
-            Some(Ok(GatewayRead { keys, tls })) => {
-                let keys = match keys.transpose() {
-                    Ok(keys) => keys,
-                    Err(message) => return refuse(message),
-                };
-                match tls.transpose() {
-                    Ok(tls) => updates.gateway = Some(update(keys, tls)),
-                    Err(error) if from_issuance => tracing::warn!(%error,
-                        "reload: the gateway's new certificate cannot be used yet; it restarts"),
-                    Err(message) => return refuse(message),
-                }
-            }
+            Some(GatewayVerdict::Take { keys, tls }) => updates.gateway = Some(update(keys, tls)),
+            Some(GatewayVerdict::Restart(error)) => tracing::warn!(%error,
+                "reload: the gateway's new certificate is not issued yet; it restarts"),
+            Some(GatewayVerdict::Refuse(message)) => return refuse(message),
         }
     }
     for name in updates.names() {
@@ -1592,6 +1619,86 @@ mod alpn_tests;
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    /// A usable PEM pair in `dir`.
+    fn tls_pair(dir: &Path) -> holdfast_gateway::TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.example".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let files = holdfast_gateway::TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+
+    fn read_tls(files: holdfast_gateway::TlsFiles) -> Result<GatewayRead, String> {
+        Ok(read_gateway_files(crate::reload::GatewayFiles {
+            keys: None,
+            tls: Some(files),
+        }))
+    }
+
+    // The gateway's new files judged: only a `from_issuance` pair whose file does not exist yet
+    // restarts the gateway; an issued but unusable bundle, a missing PEM pair, a key file that
+    // cannot be read and a read not done in time refuse the reload, naming the file.
+    // r[verify node.reload.live-gateway+2]
+    #[test]
+    fn only_a_from_issuance_pair_not_issued_yet_restarts_the_gateway() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = tls_pair(dir.path());
+        let missing = dir.path().join("missing.pem");
+        let not_issued = holdfast_gateway::TlsFiles {
+            cert: missing.clone(),
+            key: missing.clone(),
+        };
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not a bundle\n").unwrap();
+        let unusable = holdfast_gateway::TlsFiles {
+            cert: garbage.clone(),
+            key: garbage.clone(),
+        };
+
+        assert!(matches!(
+            decide_gateway(read_tls(good.clone()), true),
+            GatewayVerdict::Take {
+                keys: None,
+                tls: Some(_)
+            }
+        ));
+        assert!(matches!(
+            decide_gateway(read_tls(not_issued.clone()), true),
+            GatewayVerdict::Restart(holdfast_gateway::TlsError::Read { .. })
+        ));
+        let refused = |outcome: GatewayVerdict, file: &Path| match outcome {
+            GatewayVerdict::Refuse(message) => {
+                assert!(message.contains(&file.display().to_string()), "{message}")
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        refused(decide_gateway(read_tls(unusable.clone()), true), &garbage);
+        refused(decide_gateway(read_tls(unusable), false), &garbage);
+        refused(decide_gateway(read_tls(not_issued), false), &missing);
+        let keys = dir.path().join("gone.key");
+        refused(
+            decide_gateway(
+                Ok(read_gateway_files(crate::reload::GatewayFiles {
+                    keys: Some(vec![holdfast_gateway::token::KeySource::secret(&keys)]),
+                    tls: Some(good),
+                })),
+                true,
+            ),
+            &keys,
+        );
+        assert!(matches!(
+            decide_gateway(Err("not read within 30s".into()), true),
+            GatewayVerdict::Refuse(m) if m == "not read within 30s"
+        ));
+    }
 
     // Token files that cannot be read at a reload, on a forward whose section is unchanged (a
     // file system failing between the config's validation and the token read, or a read given
