@@ -235,7 +235,8 @@ fn compose_some(
                 config.node.data_dir.clone(),
                 node.forward.clone(),
             )
-            .sharing(&live.forward_access),
+            .sharing(&live.forward_access)
+            .reporting(&node.faults),
         ));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
@@ -604,7 +605,7 @@ pub async fn run(
     Ok(report)
 }
 
-// r[impl node.reload.forward-files+2]
+// r[impl node.reload.forward-files+3]
 /// What a running forward whose section is unchanged is given: the access its token files
 /// `read` now, when it grants anything else than what the running server was last given. Files
 /// that cannot be read leave its credentials as they were and are a fault until a reload reads
@@ -649,7 +650,7 @@ fn unchanged_forward(
 /// The fault subject of a forward's token files that a reload could not read (its section
 /// unchanged, the running server keeping its credentials).
 pub fn forward_files_subject() -> holdfast_lifecycle::Subject {
-    holdfast_lifecycle::Subject::new(crate::modules::forward::NAME, "token files")
+    crate::modules::forward::token_files_subject()
 }
 
 /// The fault subject of a reload whose file is invalid.
@@ -934,7 +935,7 @@ fn decide_gateway(read: Result<GatewayRead, String>, from_issuance: bool) -> Gat
 }
 
 // r[impl node.reload.live-forward]
-// r[impl node.reload.forward-files+2]
+// r[impl node.reload.forward-files+3]
 // r[impl node.reload.issuance-check]
 /// Reads and checks what a reload of `config` may take live, without the running set locked
 /// (the node's stop waits for that lock), each part off the runtime's threads and bounded by the
@@ -1168,7 +1169,7 @@ async fn reload(
     if live(crate::modules::forward::NAME) {
         match forward_access {
             Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
-                // r[impl node.reload.forward-files+2]
+                // r[impl node.reload.forward-files+3]
                 node.faults.clear(&forward_files_subject());
                 updates.forward = Some((spec, access));
             }
@@ -1704,7 +1705,7 @@ mod tests {
     // file system failing between the config's validation and the token read, or a read given
     // up after its time limit): a fault naming the file and the error, nothing given; a later
     // read clears it.
-    // r[verify node.reload.forward-files+2]
+    // r[verify node.reload.forward-files+3]
     #[test]
     fn unreadable_token_files_of_an_unchanged_forward_are_a_fault_until_read() {
         use crate::modules::forward::{AccessSpec, SharedAccess};

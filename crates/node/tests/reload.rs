@@ -384,7 +384,7 @@ async fn a_changed_allow_list_is_taken_live_and_ends_only_the_forwards_no_longer
     assert!(!log.contains(FORWARD_TOKEN), "the forward token was logged");
 }
 
-// r[verify node.reload.forward-files+2]
+// r[verify node.reload.forward-files+3]
 // r[verify node.reload.gateway-files+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_token_file_rotated_in_place_is_taken_at_the_next_reload() {
