@@ -485,7 +485,7 @@ fn reload_keys(inner: &Inner) -> crate::token::KeyReload {
     r
 }
 
-// r[impl gateway.auth.key-reload]
+// r[impl gateway.auth.key-reload+2]
 /// Polls the token key files every `every` until the gateway stops or is dropped.
 async fn watch_keys(
     inner: std::sync::Weak<Inner>,

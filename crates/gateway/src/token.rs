@@ -433,7 +433,7 @@ impl TokenKey {
         self.state().fault.clone()
     }
 
-    // r[impl gateway.auth.key-reload]
+    // r[impl gateway.auth.key-reload+2]
     /// Re-reads the key files; when one changed, uses the new keys, or keeps the previous ones
     /// and records the failure if they cannot be used. Blocking file I/O: call it off the async
     /// runtime's workers.

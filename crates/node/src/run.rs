@@ -102,7 +102,7 @@ pub fn stop_plan(
 // r[impl node.workload.module]
 // r[impl node.issuance.module]
 // r[impl node.forward.module+2]
-// r[impl node.gateway.module]
+// r[impl node.gateway.module+2]
 /// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
 /// section.
@@ -1913,7 +1913,7 @@ mod tests {
     // r[verify node.workload.module]
     // r[verify node.issuance.module]
     // r[verify node.forward.module+2]
-    // r[verify node.gateway.module]
+    // r[verify node.gateway.module+2]
     // i[verify node.testing-modules]
     #[test]
     fn a_config_composes_the_modules_of_its_sections_and_no_others() {

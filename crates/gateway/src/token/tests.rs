@@ -536,7 +536,7 @@ fn jwks_keys_must_fit_their_algorithm_and_be_for_signing() {
     );
 }
 
-// r[verify gateway.auth.key-reload]
+// r[verify gateway.auth.key-reload+2]
 #[test]
 fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_previous_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -804,7 +804,7 @@ fn times_are_whole_seconds_and_none_is_an_algorithm() {
 // A reload whose read overlaps a replace commits nothing: not the keys it read, even when the
 // replace went S, T, then S again with newer content (what was read of the first S is not the
 // second's), and not its failure (no fault, no `Failed`: the files it failed on are not in use).
-// r[verify gateway.auth.key-reload]
+// r[verify gateway.auth.key-reload+2]
 // r[verify gateway.auth.key-replace]
 #[test]
 fn a_reload_read_before_a_replace_commits_nothing() {

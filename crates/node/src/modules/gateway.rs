@@ -393,7 +393,7 @@ impl GatewayModule {
     }
 }
 
-// r[impl node.gateway.module]
+// r[impl node.gateway.module+2]
 impl Module for GatewayModule {
     fn name(&self) -> &str {
         NAME
