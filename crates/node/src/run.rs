@@ -1166,34 +1166,9 @@ async fn reload(
         issuance: issuance_checked,
         gateway: gateway_read,
     } = prepared;
-    if live(crate::modules::forward::NAME) {
-        match forward_access {
-            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
-                // r[impl node.reload.forward-files+3]
-                node.faults.clear(&forward_files_subject());
-                updates.forward = Some((spec, access));
-            }
-            // The restart reads them again and reports its failure.
-            Some((_, Err(error))) => tracing::warn!(%error,
-                "reload: the forward's new access cannot be read; the module restarts"),
-            _ => {}
-        }
-    } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
-        if let Some((spec, read)) = forward_access {
-            updates.forward = unchanged_forward(node, &context.live.forward_access, spec, read);
-        }
-    }
-    // r[impl node.reload.issuance-check]
-    // Checked before the lock (`prepare`); a module not up (no check) restarts.
-    if live(crate::modules::issuance::NAME) {
-        match issuance_checked {
-            Some((new, Ok(certificates))) => updates.issuance = Some((new, certificates)),
-            Some((_, Err(error))) => tracing::warn!(%error,
-                "reload: the issuance module cannot take its new certificates live; it restarts"),
-            None => {}
-        }
-    }
     // r[impl node.reload.live-gateway+2]
+    // Judged first: a reload the gateway's files refuse changes nothing, the fault board
+    // included (the forward's token-file fault below is neither filed nor cleared).
     if let Some(section) = config
         .gateway
         .as_ref()
@@ -1232,6 +1207,33 @@ async fn reload(
             Some(GatewayVerdict::Restart(error)) => tracing::warn!(%error,
                 "reload: the gateway's new certificate is not issued yet; it restarts"),
             Some(GatewayVerdict::Refuse(message)) => return refuse(message),
+        }
+    }
+    if live(crate::modules::forward::NAME) {
+        match forward_access {
+            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
+                // r[impl node.reload.forward-files+3]
+                node.faults.clear(&forward_files_subject());
+                updates.forward = Some((spec, access));
+            }
+            // The restart reads them again and reports its failure.
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the forward's new access cannot be read; the module restarts"),
+            _ => {}
+        }
+    } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
+        if let Some((spec, read)) = forward_access {
+            updates.forward = unchanged_forward(node, &context.live.forward_access, spec, read);
+        }
+    }
+    // r[impl node.reload.issuance-check]
+    // Checked before the lock (`prepare`); a module not up (no check) restarts.
+    if live(crate::modules::issuance::NAME) {
+        match issuance_checked {
+            Some((new, Ok(certificates))) => updates.issuance = Some((new, certificates)),
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the issuance module cannot take its new certificates live; it restarts"),
+            None => {}
         }
     }
     for name in updates.names() {
