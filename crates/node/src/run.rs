@@ -606,10 +606,11 @@ pub async fn run(
 }
 
 // r[impl node.reload.forward-files+3]
-/// What a running forward whose section is unchanged is given: the access its token files
-/// `read` now, when it grants anything else than what the running server was last given. Files
-/// that cannot be read leave its credentials as they were and are a fault until a reload reads
-/// them.
+/// What a forward whose section is unchanged is given: the access its token files `read` now,
+/// when it grants anything else than what its server was last given. Given whether a server is
+/// up or not: one whose start is under way takes it when it is published
+/// (`r[node.reload.forward-race]`). Files that cannot be read leave its credentials as they were
+/// and are a fault until a reload, or a start of the module, reads them.
 fn unchanged_forward(
     node: &NodeState,
     shared: &crate::modules::forward::SharedAccess,
@@ -624,20 +625,19 @@ fn unchanged_forward(
             // Read again: whatever kept them from being read is over.
             node.faults.clear(&forward_files_subject());
             let given = crate::modules::forward::given_access(shared);
-            let up = node.forward.with(|_| ()).is_ok();
-            (up && !given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)))
+            (!given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)))
                 .then_some((spec, access))
         }
-        // Kept until a reload reads them (or the module stops or restarts).
+        // Kept until a reload, or a start of the module, reads them.
         Err(error) => {
             tracing::warn!(%error,
-                "reload: the forward's token files cannot be read; the running server keeps its credentials");
+                "reload: the forward's token files cannot be read; the forward keeps its credentials");
             node.faults.file(
                 forward_files_subject(),
                 "token_file_unreadable",
                 &format!(
-                    "the forward's token files were not taken at the reload (the running server \
-                     keeps its credentials): {error}"
+                    "the forward's token files were not taken at the reload (the forward keeps \
+                     its credentials): {error}"
                 ),
                 1,
                 std::time::SystemTime::now(),
@@ -1731,7 +1731,12 @@ mod tests {
             allow: holdfast_forward::AllowList::default(),
             scoped: Vec::new(),
         };
-        unchanged_forward(&node, &shared, AccessSpec::default(), Ok(access));
+        // Given though no server is up: a start under way takes it when it is published.
+        let given = unchanged_forward(&node, &shared, AccessSpec::default(), Ok(access));
+        assert!(
+            given.is_some(),
+            "a rotated token read during a start was dropped"
+        );
         assert!(
             !node
                 .faults
