@@ -290,7 +290,9 @@ impl Gateway {
     }
 
     /// Verifies client tokens with `keys` from now on, in place of every key in use, and polls
-    /// `keys`' files from then on (the node's reload, when the key files' paths changed): an
+    /// `keys`' files from then on, every `key_reload_interval` (never when it is zero; a
+    /// [`Gateway::reload_keys`] still reads them) (the node's reload, when the key files' paths
+    /// changed): an
     /// authenticated connection stays, whatever key its token was signed with; a token signed
     /// only with a key left out is refused from now on (`unknown token key`). The last key
     /// fault is over. Reads nothing: [`NewKeys::read`](crate::token::NewKeys::read) did.
@@ -499,6 +501,9 @@ async fn watch_keys(
             _ = stopped(&mut stop) => break,
             _ = tick.tick() => match inner.upgrade() {
                 // File I/O off the runtime's workers: a slow or odd file cannot stall them.
+                // A key set with no files (a secret given in code, until a replace gives it
+                // some) has nothing to read: no blocking thread for it.
+                Some(inner) if inner.config.token_key.sources().is_empty() => {}
                 Some(inner) => {
                     if tokio::task::spawn_blocking(move || reload_keys(&inner)).await.is_err() {
                         break;

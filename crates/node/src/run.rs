@@ -653,6 +653,19 @@ pub fn forward_files_subject() -> holdfast_lifecycle::Subject {
     crate::modules::forward::token_files_subject()
 }
 
+/// A reload refused as an invalid file is: its fault filed (`config_invalid`, naming what is
+/// wrong), and the error the reload answers.
+fn refuse_reload(node: &NodeState, message: String) -> ReloadError {
+    node.faults.file(
+        reload_subject(),
+        "config_invalid",
+        &format!("the config was not reloaded: {message}"),
+        1,
+        std::time::SystemTime::now(),
+    );
+    ReloadError::Invalid(message)
+}
+
 /// The fault subject of a reload whose file is invalid.
 pub fn reload_subject() -> holdfast_lifecycle::Subject {
     holdfast_lifecycle::Subject::new("reload", "config")
@@ -1088,16 +1101,7 @@ async fn reload(
     .await;
     let mut config = match loaded {
         Ok(loaded) => loaded,
-        Err(message) => {
-            node.faults.file(
-                reload_subject(),
-                "config_invalid",
-                &format!("the config was not reloaded: {message}"),
-                1,
-                std::time::SystemTime::now(),
-            );
-            return Err(ReloadError::Invalid(message));
-        }
+        Err(message) => return Err(refuse_reload(node, message)),
     };
     // The slow parts (files read, users and groups looked up) before the running set is locked.
     let check: Option<IssuanceCheck> = node
@@ -1191,16 +1195,7 @@ async fn reload(
             .tls
             .as_ref()
             .is_some_and(|t| t.get_ref().from_issuance.is_some());
-        let refuse = |message: String| {
-            node.faults.file(
-                reload_subject(),
-                "config_invalid",
-                &format!("the config was not reloaded: {message}"),
-                1,
-                std::time::SystemTime::now(),
-            );
-            Err(ReloadError::Invalid(message))
-        };
+        let refuse = |message: String| Err(refuse_reload(node, message));
         match gateway_read.map(|read| decide_gateway(read, from_issuance)) {
             None => updates.gateway = Some(update(None, None)),
             Some(GatewayVerdict::Take { keys, tls }) => updates.gateway = Some(update(keys, tls)),
