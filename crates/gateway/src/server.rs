@@ -292,7 +292,9 @@ impl Gateway {
     }
 
     /// Verifies client tokens with `keys` from now on, in place of every key in use, and polls
-    /// `keys`' files from then on (the node's reload, when the key files' paths changed): an
+    /// `keys`' files from then on, every `key_reload_interval` (never when it is zero; a
+    /// [`Gateway::reload_keys`] still reads them) (the node's reload, when the key files' paths
+    /// changed): an
     /// authenticated connection stays, whatever key its token was signed with; a token signed
     /// only with a key left out is refused from now on (`unknown token key`). The last key
     /// fault is over. Reads nothing: [`NewKeys::read`](crate::token::NewKeys::read) did.
@@ -323,7 +325,7 @@ impl Gateway {
     /// keep their session and stay up. Reads nothing:
     /// [`NewTlsPair::read`](crate::tls::NewTlsPair::read) did. `false`, and nothing changes,
     /// when the gateway serves plain `ws://` (TLS is not turned on or off while it runs).
-    // r[impl gateway.tls.replace]
+    // r[impl gateway.tls.replace+2]
     pub fn take_tls(&self, pair: crate::tls::NewTlsPair) -> bool {
         match &self.inner.tls {
             Some(tls) => {
@@ -338,7 +340,7 @@ impl Gateway {
     /// cannot be read or used changes nothing: the pair and files in use stay, and the error
     /// names the file. `Ok(false)` for a gateway serving plain `ws://`. Blocking file I/O: call
     /// it off the async runtime's workers.
-    // r[impl gateway.tls.replace]
+    // r[impl gateway.tls.replace+2]
     pub fn replace_tls(&self, files: TlsFiles) -> Result<bool, TlsError> {
         if self.inner.tls.is_none() {
             return Ok(false);
@@ -487,7 +489,7 @@ fn reload_keys(inner: &Inner) -> crate::token::KeyReload {
     r
 }
 
-// r[impl gateway.auth.key-reload]
+// r[impl gateway.auth.key-reload+2]
 /// Polls the token key files every `every` until the gateway stops or is dropped.
 async fn watch_keys(
     inner: std::sync::Weak<Inner>,
@@ -501,6 +503,9 @@ async fn watch_keys(
             _ = stopped(&mut stop) => break,
             _ = tick.tick() => match inner.upgrade() {
                 // File I/O off the runtime's workers: a slow or odd file cannot stall them.
+                // A key set with no files (a secret given in code, until a replace gives it
+                // some) has nothing to read: no blocking thread for it.
+                Some(inner) if inner.config.token_key.sources().is_empty() => {}
                 Some(inner) => {
                     if tokio::task::spawn_blocking(move || reload_keys(&inner)).await.is_err() {
                         break;

@@ -100,11 +100,49 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The largest certificate or key file read (bytes): a chain of a few certificates fits well
+/// within it.
+pub const MAX_TLS_FILE: u64 = 1 << 20;
+
+/// Reads one certificate or key file as key files are read (`read_key_file`): opened with
+/// `O_NONBLOCK`, so a FIFO never blocks the read (nor a check holding the store), checked on the
+/// open descriptor to be a regular file of at most [`MAX_TLS_FILE`] bytes, then read from it.
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let fail = |source: io::Error| TlsError::Read {
         path: path.to_owned(),
         source,
-    })
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    if !meta.file_type().is_file() {
+        return Err(fail(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let too_large = || {
+        fail(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_TLS_FILE} bytes"),
+        ))
+    };
+    if meta.len() > MAX_TLS_FILE {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TLS_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(fail)?;
+    if bytes.len() as u64 > MAX_TLS_FILE {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// The leaf's notAfter, and as written for the log.
@@ -226,10 +264,20 @@ fn stamp(path: &Path) -> Stamp {
     ))
 }
 
+/// When the files were last checked; held by a check for its whole length (file I/O included),
+/// so checks never overlap. Nothing else waits on it.
 struct Watch {
+    last_check: Instant,
+}
+
+/// The files served and what was last read of them. Its lock is only ever held for a copy or an
+/// assignment, never across I/O: a replace never waits behind a check stuck reading a file.
+struct Files {
+    files: TlsFiles,
+    /// Bumped by each replace: a check read under an older one commits nothing.
+    generation: u64,
     /// The stamps of the pair last read (served, or rejected and reported).
     seen: (Stamp, Stamp),
-    last_check: Instant,
 }
 
 /// The wall clock a leaf's expiry is judged by (the system's, or a test's).
@@ -253,7 +301,7 @@ impl fmt::Debug for NewTlsPair {
 }
 
 impl NewTlsPair {
-    // r[impl gateway.tls.replace]
+    // r[impl gateway.tls.replace+2]
     /// Reads and checks the pair in `files` as a start does (`r[gateway.tls.serve]`): an error
     /// names the file at fault. An expired leaf is not an error here either. Blocking file I/O:
     /// call it off the async runtime's workers.
@@ -276,9 +324,8 @@ impl NewTlsPair {
 
 /// The certificate currently served, and the watch on its files.
 pub(crate) struct CertStore {
-    /// The files served (replaced by [`CertStore::replace`]); read under `watch`'s lock by a
-    /// check, so a check and a replace never interleave.
-    files: RwLock<TlsFiles>,
+    /// The files served (replaced by [`CertStore::replace`]), their generation and stamps.
+    files: Mutex<Files>,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<Served>>,
     watch: Mutex<Watch>,
@@ -323,11 +370,14 @@ impl CertStore {
         let served = load(&files, &provider)?;
         warn_if_expired(&files, &served, clock());
         Ok(Self {
-            files: RwLock::new(files),
+            files: Mutex::new(Files {
+                files,
+                generation: 0,
+                seen,
+            }),
             provider,
             current: RwLock::new(Arc::new(served)),
             watch: Mutex::new(Watch {
-                seen,
                 last_check: Instant::now(),
             }),
             interval,
@@ -337,14 +387,15 @@ impl CertStore {
 
     /// The files served now.
     pub(crate) fn files(&self) -> TlsFiles {
-        self.files.read().unwrap_or_else(|p| p.into_inner()).clone()
+        crate::sync::lock(&self.files).files.clone()
     }
 
-    // r[impl gateway.tls.replace]
+    // r[impl gateway.tls.replace+2]
     /// Serves `new` to every handshake that starts from now on, and watches its files from then
     /// on in place of the previous ones. Handshakes done keep their session.
+    /// Never waits for a check under way (which may be stuck reading a file): it bumps the
+    /// generation, so that check commits nothing.
     pub(crate) fn replace(&self, new: NewTlsPair, stats: &Stats) {
-        let mut watch = crate::sync::lock(&self.watch);
         let NewTlsPair {
             files,
             served,
@@ -353,10 +404,14 @@ impl CertStore {
         warn_if_expired(&files, &served, (self.clock)());
         tracing::info!(cert = %files.cert.display(), key = %files.key.display(),
             "TLS certificate files replaced");
-        *self.files.write().unwrap_or_else(|p| p.into_inner()) = files;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
-        watch.seen = seen;
-        watch.last_check = Instant::now();
+        {
+            let mut state = crate::sync::lock(&self.files);
+            state.files = files;
+            state.generation = state.generation.wrapping_add(1);
+            state.seen = seen;
+            // Under the files' lock, so a check's commit (also under it) cannot land after this.
+            *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+        }
         stats.tls_reloaded();
     }
 
@@ -400,7 +455,8 @@ impl CertStore {
     pub(crate) fn refresh(&self, stats: &Stats, now: Instant, force: bool) -> TlsReload {
         let mut watch = if force {
             // A requested reload must look at the files after the request, so it waits for a
-            // check already under way (a short one: two stats, at most two small reads).
+            // check already under way (two stats, at most two non-blocking reads of regular
+            // files). Only checks wait here: a replace never does.
             crate::sync::lock(&self.watch)
         } else {
             match self.watch.try_lock() {
@@ -414,22 +470,37 @@ impl CertStore {
             return TlsReload::Unchanged;
         }
         watch.last_check = now;
-        let files = self.files();
+        let (files, generation) = {
+            let state = crate::sync::lock(&self.files);
+            (state.files.clone(), state.generation)
+        };
         let seen = (stamp(&files.cert), stamp(&files.key));
-        if seen == watch.seen {
+        {
+            let mut state = crate::sync::lock(&self.files);
+            if state.generation != generation || seen == state.seen {
+                // Unchanged, or replaced meanwhile (the replace read the new files itself).
+                return TlsReload::Unchanged;
+            }
+            // Recorded before reading, so a bad pair is reported once per change, not per check.
+            state.seen = seen;
+        }
+        let loaded = load(&files, &self.provider);
+        let state = crate::sync::lock(&self.files);
+        if state.generation != generation {
+            // Replaced while this read the previous files: what they held is not served.
             return TlsReload::Unchanged;
         }
-        // Recorded before reading, so a bad pair is reported once per change, not per check.
-        watch.seen = seen;
-        match load(&files, &self.provider) {
+        match loaded {
             Ok(served) => {
                 warn_if_expired(&files, &served, (self.clock)());
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+                drop(state);
                 stats.tls_reloaded();
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
                 TlsReload::Reloaded
             }
             Err(e) => {
+                drop(state);
                 stats.tls_reload_failed();
                 tracing::warn!(error = %e, "new TLS certificate rejected; still serving the previous one");
                 TlsReload::Rejected(e)
@@ -678,6 +749,79 @@ mod tests {
         assert!(store.check_expiry(&stats).is_ok());
         assert_eq!(store.expired_since(), None);
         assert_eq!(stats.snapshot().tls_expired_refusals, 2);
+    }
+
+    // A replace never waits for a check under way (one stuck reading a file holds the watch):
+    // the check's lock is held here as such a check holds it, and the replace still lands.
+    // r[verify gateway.tls.replace+2]
+    #[test]
+    fn a_replace_never_waits_for_a_check_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair(&first, "first.test");
+        let second = TlsFiles {
+            cert: dir.path().join("cert2.pem"),
+            key: dir.path().join("key2.pem"),
+        };
+        write_pair(&second, "second.test");
+        let store = Arc::new(
+            CertStore::open(first, Duration::from_secs(3600), Arc::new(SystemTime::now)).unwrap(),
+        );
+        let pair = NewTlsPair::read(second.clone()).unwrap();
+        let held = store.watch.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let replacing = store.clone();
+        std::thread::spawn(move || {
+            replacing.replace(pair, &Stats::default());
+            tx.send(()).unwrap();
+        });
+        let done = rx.recv_timeout(Duration::from_secs(3));
+        drop(held);
+        assert!(done.is_ok(), "the replace waited for the check's lock");
+        assert_eq!(store.files(), second);
+    }
+
+    // A named pipe in place of the certificate is refused at once (no writer is waited for),
+    // and the error names it.
+    // r[verify gateway.tls.replace+2]
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        write_pair(&files, "fifo.test");
+        std::fs::remove_file(&files.cert).unwrap();
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&files.cert)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let read = files.clone();
+        std::thread::spawn(move || tx.send(NewTlsPair::read(read).map(drop)).unwrap());
+        let outcome = rx.recv_timeout(Duration::from_secs(3));
+        if outcome.is_err() {
+            // Unblock the stuck reader before failing.
+            drop(std::fs::OpenOptions::new().write(true).open(&files.cert));
+        }
+        let outcome = outcome.expect("the read waited for a writer");
+        match outcome {
+            Err(TlsError::Read { path, source }) => {
+                assert_eq!(path, files.cert);
+                assert!(
+                    source.to_string().contains("not a regular file"),
+                    "{source}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Takes any certificate: the test looks at whether the server served one.

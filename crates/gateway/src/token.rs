@@ -285,7 +285,21 @@ struct State {
     seen: Vec<Vec<u8>>,
     /// The last reload's failure, until a reload succeeds or the files read as they did.
     fault: Option<KeyError>,
+    /// One more at each change of the keys in use (a replace, a reload that took new ones): a
+    /// reload that read under an older one commits nothing, even when the files are the same
+    /// again (S, then T, then S: what was read of the first S is not the second's).
+    generation: u64,
 }
+
+/// What a reload read, under which generation of the state: [`TokenKey::commit`]'s input.
+struct ReadKeys {
+    generation: u64,
+    /// `None`: the files read as the keys in use came from.
+    read: Result<Option<Changed>, KeyError>,
+}
+
+/// Files that changed: their contents, and the keys parsed from them.
+type Changed = (Vec<Vec<u8>>, Vec<Key>);
 
 struct Shared {
     settings: AuthSettings,
@@ -391,6 +405,7 @@ impl TokenKey {
                     keys: Arc::new(keys),
                     seen,
                     fault: None,
+                    generation: 0,
                 }),
             }),
         }
@@ -418,49 +433,56 @@ impl TokenKey {
         self.state().fault.clone()
     }
 
-    // r[impl gateway.auth.key-reload]
+    // r[impl gateway.auth.key-reload+2]
     /// Re-reads the key files; when one changed, uses the new keys, or keeps the previous ones
     /// and records the failure if they cannot be used. Blocking file I/O: call it off the async
     /// runtime's workers.
     pub fn reload(&self) -> KeyReload {
-        // The files as they are now: a replace while this reads is not undone by it (the
-        // result is kept only if they are still the ones in use).
-        let sources = self.sources();
-        if sources.is_empty() {
-            return KeyReload::Off;
+        match self.read_keys() {
+            None => KeyReload::Off,
+            Some(read) => self.commit(read),
         }
-        let contents = match read_all(&sources) {
-            Ok(c) => c,
-            Err(e) => {
-                let mut state = self.state();
-                if state.sources == sources {
-                    state.fault = Some(e.clone());
-                }
-                return KeyReload::Failed(e);
-            }
+    }
+
+    /// The reload's read: the files in use now, read and (when they changed) parsed, without
+    /// the state locked. `None`: the key set has no files.
+    fn read_keys(&self) -> Option<ReadKeys> {
+        let (sources, seen, generation) = {
+            let state = self.state();
+            (state.sources.clone(), state.seen.clone(), state.generation)
         };
-        {
-            let mut state = self.state();
-            if state.sources != sources {
-                // Replaced meanwhile: the keys in use were read just now, by the replace.
-                return KeyReload::Unchanged;
-            }
-            if contents == state.seen {
-                // Back to what the keys in use came from: whatever failed before is over.
-                state.fault = None;
-                return KeyReload::Unchanged;
-            }
+        if sources.is_empty() {
+            return None;
         }
-        let parsed = parse_all(&sources, &contents);
+        let read = read_all(&sources).and_then(|contents| {
+            if contents == seen {
+                return Ok(None);
+            }
+            let keys = parse_all(&sources, &contents)?;
+            Ok(Some((contents, keys)))
+        });
+        Some(ReadKeys { generation, read })
+    }
+
+    /// The reload's outcome: nothing changes when the keys in use changed since `read` began (a
+    /// replace, or another reload, took newer ones: what this one read is not theirs to undo,
+    /// nor its failure theirs to report).
+    fn commit(&self, read: ReadKeys) -> KeyReload {
         let mut state = self.state();
-        if state.sources != sources {
+        if state.generation != read.generation {
             return KeyReload::Unchanged;
         }
-        match parsed {
-            Ok(keys) => {
+        match read.read {
+            Ok(None) => {
+                // Back to what the keys in use came from: whatever failed before is over.
+                state.fault = None;
+                KeyReload::Unchanged
+            }
+            Ok(Some((contents, keys))) => {
                 state.keys = Arc::new(keys);
                 state.seen = contents;
                 state.fault = None;
+                state.generation = state.generation.wrapping_add(1);
                 KeyReload::Reloaded
             }
             Err(e) => {
@@ -480,6 +502,7 @@ impl TokenKey {
         state.keys = Arc::new(new.keys);
         state.seen = new.seen;
         state.fault = None;
+        state.generation = state.generation.wrapping_add(1);
     }
 
     // r[impl gateway.rooms.permissions]

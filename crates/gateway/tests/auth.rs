@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use holdfast_gateway::{AuthSettings, KeySource, MintClaims, RoomsDefault, Signer, TokenKey};
 
-// r[verify gateway.auth.key-reload]
+// r[verify gateway.auth.key-reload+2]
 #[tokio::test(start_paused = true)]
 async fn a_rotated_key_file_is_picked_up_on_the_next_poll_and_a_broken_one_keeps_the_keys() {
     let dir = tempfile::tempdir().unwrap();

@@ -209,7 +209,7 @@ async fn next_text_of(ws: &mut Wss) -> String {
     }
 }
 
-// r[verify gateway.tls.replace]
+// r[verify gateway.tls.replace+2]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_pair_is_served_to_new_handshakes_while_open_ones_stay() {
     let dir = tempfile::tempdir().unwrap();
@@ -259,7 +259,7 @@ async fn another_pair_is_served_to_new_handshakes_while_open_ones_stay() {
     assert!(matches!(g.reload_tls(), TlsReload::Unchanged));
 }
 
-// r[verify gateway.tls.replace]
+// r[verify gateway.tls.replace+2]
 #[tokio::test]
 async fn a_plain_gateway_is_given_no_pair() {
     let dir = tempfile::tempdir().unwrap();
@@ -267,4 +267,68 @@ async fn a_plain_gateway_is_given_no_pair() {
     let node = start(config("a")).await;
     assert!(!node.gateway.replace_tls(files).unwrap());
     assert_eq!(node.gateway.tls_files(), None);
+}
+
+// A forced check (the reload's blocking `reload_tls`) of a served cert file turned into a named
+// pipe no longer hangs, and never holds up `take_tls` (called by the reload's apply with the
+// node's running set locked): the review's reproduction of issue 29's blocker.
+// r[verify gateway.tls.replace+2]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_tls_never_waits_behind_a_check_of_a_named_pipe() {
+    fn pair(dir: &Path) -> TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let files = TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let first = pair(&dir.path().join("a"));
+    let second = pair(&dir.path().join("b"));
+    let mut c = config("a");
+    c.tls = Some(first.clone());
+    c.tls_check_interval = Duration::from_secs(3600);
+    let node = start(c).await;
+    let g = node.gateway.clone();
+    std::fs::remove_file(&first.cert).unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&first.cert)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (checked_tx, checked_rx) = std::sync::mpsc::channel();
+    let g1 = g.clone();
+    std::thread::spawn(move || checked_tx.send(g1.reload_tls()).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let pair = holdfast_gateway::tls::NewTlsPair::read(second.clone()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let g2 = g.clone();
+    std::thread::spawn(move || {
+        tx.send(g2.take_tls(pair)).unwrap();
+    });
+    let taken = rx.recv_timeout(Duration::from_secs(3));
+    let checked = checked_rx.recv_timeout(Duration::from_millis(10));
+    if taken.is_err() || checked.is_err() {
+        // Unblock a hung read before failing.
+        drop(std::fs::OpenOptions::new().write(true).open(&first.cert));
+    }
+    assert!(
+        taken.is_ok(),
+        "take_tls blocked for 3 s behind a check hung on the old cert file"
+    );
+    assert!(
+        matches!(checked, Ok(TlsReload::Rejected(TlsError::Read { .. }))),
+        "{checked:?}"
+    );
+    assert_eq!(g.tls_files(), Some(second));
 }

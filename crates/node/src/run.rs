@@ -102,7 +102,7 @@ pub fn stop_plan(
 // r[impl node.workload.module]
 // r[impl node.issuance.module]
 // r[impl node.forward.module+2]
-// r[impl node.gateway.module]
+// r[impl node.gateway.module+2]
 /// The modules `config` runs, each still to be supervised: pull unless `pull.enabled = false`,
 /// workload with at least one `[[workload]]`, and issuance, forward and gateway each with its
 /// section.
@@ -235,7 +235,8 @@ fn compose_some(
                 config.node.data_dir.clone(),
                 node.forward.clone(),
             )
-            .sharing(&live.forward_access),
+            .sharing(&live.forward_access)
+            .reporting(&node.faults),
         ));
     }
     if let Some(gateway) = config.gateway.as_ref().filter(|_| want(gateway::NAME)) {
@@ -604,11 +605,12 @@ pub async fn run(
     Ok(report)
 }
 
-// r[impl node.reload.forward-files+2]
-/// What a running forward whose section is unchanged is given: the access its token files
-/// `read` now, when it grants anything else than what the running server was last given. Files
-/// that cannot be read leave its credentials as they were and are a fault until a reload reads
-/// them.
+// r[impl node.reload.forward-files+3]
+/// What a forward whose section is unchanged is given: the access its token files `read` now,
+/// when it grants anything else than what its server was last given. Given whether a server is
+/// up or not: one whose start is under way takes it when it is published
+/// (`r[node.reload.forward-race]`). Files that cannot be read leave its credentials as they were
+/// and are a fault until a reload, or a start of the module, reads them.
 fn unchanged_forward(
     node: &NodeState,
     shared: &crate::modules::forward::SharedAccess,
@@ -623,20 +625,19 @@ fn unchanged_forward(
             // Read again: whatever kept them from being read is over.
             node.faults.clear(&forward_files_subject());
             let given = crate::modules::forward::given_access(shared);
-            let up = node.forward.with(|_| ()).is_ok();
-            (up && !given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)))
+            (!given.is_some_and(|g| crate::modules::forward::same_access(&g, &access)))
                 .then_some((spec, access))
         }
-        // Kept until a reload reads them (or the module stops or restarts).
+        // Kept until a reload, or a start of the module, reads them.
         Err(error) => {
             tracing::warn!(%error,
-                "reload: the forward's token files cannot be read; the running server keeps its credentials");
+                "reload: the forward's token files cannot be read; the forward keeps its credentials");
             node.faults.file(
                 forward_files_subject(),
                 "token_file_unreadable",
                 &format!(
-                    "the forward's token files were not taken at the reload (the running server \
-                     keeps its credentials): {error}"
+                    "the forward's token files were not taken at the reload (the forward keeps \
+                     its credentials): {error}"
                 ),
                 1,
                 std::time::SystemTime::now(),
@@ -649,7 +650,20 @@ fn unchanged_forward(
 /// The fault subject of a forward's token files that a reload could not read (its section
 /// unchanged, the running server keeping its credentials).
 pub fn forward_files_subject() -> holdfast_lifecycle::Subject {
-    holdfast_lifecycle::Subject::new(crate::modules::forward::NAME, "token files")
+    crate::modules::forward::token_files_subject()
+}
+
+/// A reload refused as an invalid file is: its fault filed (`config_invalid`, naming what is
+/// wrong), and the error the reload answers.
+fn refuse_reload(node: &NodeState, message: String) -> ReloadError {
+    node.faults.file(
+        reload_subject(),
+        "config_invalid",
+        &format!("the config was not reloaded: {message}"),
+        1,
+        std::time::SystemTime::now(),
+    );
+    ReloadError::Invalid(message)
 }
 
 /// The fault subject of a reload whose file is invalid.
@@ -876,29 +890,65 @@ struct Prepared {
     gateway: Option<Result<GatewayRead, String>>,
 }
 
-/// The gateway's new files as read before the lock: each part when its paths changed.
+/// The gateway's new files as read before the lock: each part when its paths changed. The
+/// errors stay typed until [`decide_gateway`] judges them.
 struct GatewayRead {
-    keys: Option<Result<holdfast_gateway::token::NewKeys, String>>,
-    tls: Option<Result<holdfast_gateway::tls::NewTlsPair, String>>,
+    keys: Option<Result<holdfast_gateway::token::NewKeys, holdfast_gateway::token::KeyError>>,
+    tls: Option<Result<holdfast_gateway::tls::NewTlsPair, holdfast_gateway::TlsError>>,
 }
 
 // r[impl node.reload.live-gateway+2]
 /// Reads `files` (blocking file I/O: run off the runtime's threads).
 fn read_gateway_files(files: crate::reload::GatewayFiles) -> GatewayRead {
     GatewayRead {
-        keys: files.keys.map(|sources| {
-            holdfast_gateway::token::NewKeys::read(sources)
-                .map_err(|e| format!("the gateway's token key files: {e}"))
-        }),
-        tls: files.tls.map(|pair| {
-            holdfast_gateway::tls::NewTlsPair::read(pair)
-                .map_err(|e| format!("the gateway's TLS pair: {e}"))
-        }),
+        keys: files.keys.map(holdfast_gateway::token::NewKeys::read),
+        tls: files.tls.map(holdfast_gateway::tls::NewTlsPair::read),
+    }
+}
+
+/// What a reload does with the gateway's new files.
+#[derive(Debug)]
+// One per reload, moved once: boxing the pair would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+enum GatewayVerdict {
+    /// Taken live: each part when its paths changed.
+    Take {
+        keys: Option<holdfast_gateway::token::NewKeys>,
+        tls: Option<holdfast_gateway::tls::NewTlsPair>,
+    },
+    /// A `from_issuance` pair not issued yet: the gateway restarts, its start retried until the
+    /// certificate exists.
+    Restart(holdfast_gateway::TlsError),
+    /// The reload is refused; the message names the file.
+    Refuse(String),
+}
+
+// r[impl node.reload.live-gateway+2]
+/// Judges the gateway's new files as read (`Err` when they were not read in time): only a
+/// `from_issuance` pair whose file does not exist yet restarts the gateway; any other file that
+/// cannot be read or used refuses the reload, the running gateway untouched.
+fn decide_gateway(read: Result<GatewayRead, String>, from_issuance: bool) -> GatewayVerdict {
+    let GatewayRead { keys, tls } = match read {
+        Ok(read) => read,
+        Err(message) => return GatewayVerdict::Refuse(message),
+    };
+    let keys = match keys.transpose() {
+        Ok(keys) => keys,
+        Err(e) => return GatewayVerdict::Refuse(format!("the gateway's token key files: {e}")),
+    };
+    match tls.transpose() {
+        Ok(tls) => GatewayVerdict::Take { keys, tls },
+        Err(holdfast_gateway::TlsError::Read { path, source })
+            if from_issuance && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            GatewayVerdict::Restart(holdfast_gateway::TlsError::Read { path, source })
+        }
+        Err(e) => GatewayVerdict::Refuse(format!("the gateway's TLS pair: {e}")),
     }
 }
 
 // r[impl node.reload.live-forward]
-// r[impl node.reload.forward-files+2]
+// r[impl node.reload.forward-files+3]
 // r[impl node.reload.issuance-check]
 /// Reads and checks what a reload of `config` may take live, without the running set locked
 /// (the node's stop waits for that lock), each part off the runtime's threads and bounded by the
@@ -1051,16 +1101,7 @@ async fn reload(
     .await;
     let mut config = match loaded {
         Ok(loaded) => loaded,
-        Err(message) => {
-            node.faults.file(
-                reload_subject(),
-                "config_invalid",
-                &format!("the config was not reloaded: {message}"),
-                1,
-                std::time::SystemTime::now(),
-            );
-            return Err(ReloadError::Invalid(message));
-        }
+        Err(message) => return Err(refuse_reload(node, message)),
     };
     // The slow parts (files read, users and groups looked up) before the running set is locked.
     let check: Option<IssuanceCheck> = node
@@ -1129,34 +1170,9 @@ async fn reload(
         issuance: issuance_checked,
         gateway: gateway_read,
     } = prepared;
-    if live(crate::modules::forward::NAME) {
-        match forward_access {
-            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
-                // r[impl node.reload.forward-files+2]
-                node.faults.clear(&forward_files_subject());
-                updates.forward = Some((spec, access));
-            }
-            // The restart reads them again and reports its failure.
-            Some((_, Err(error))) => tracing::warn!(%error,
-                "reload: the forward's new access cannot be read; the module restarts"),
-            _ => {}
-        }
-    } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
-        if let Some((spec, read)) = forward_access {
-            updates.forward = unchanged_forward(node, &context.live.forward_access, spec, read);
-        }
-    }
-    // r[impl node.reload.issuance-check]
-    // Checked before the lock (`prepare`); a module not up (no check) restarts.
-    if live(crate::modules::issuance::NAME) {
-        match issuance_checked {
-            Some((new, Ok(certificates))) => updates.issuance = Some((new, certificates)),
-            Some((_, Err(error))) => tracing::warn!(%error,
-                "reload: the issuance module cannot take its new certificates live; it restarts"),
-            None => {}
-        }
-    }
     // r[impl node.reload.live-gateway+2]
+    // Judged first: a reload the gateway's files refuse changes nothing, the fault board
+    // included (the forward's token-file fault below is neither filed nor cleared).
     if let Some(section) = config
         .gateway
         .as_ref()
@@ -1179,31 +1195,40 @@ async fn reload(
             .tls
             .as_ref()
             .is_some_and(|t| t.get_ref().from_issuance.is_some());
-        let refuse = |message: String| {
-            node.faults.file(
-                reload_subject(),
-                "config_invalid",
-                &format!("the config was not reloaded: {message}"),
-                1,
-                std::time::SystemTime::now(),
-            );
-            Err(ReloadError::Invalid(message))
-        };
-        match gateway_read {
+        let refuse = |message: String| Err(refuse_reload(node, message));
+        match gateway_read.map(|read| decide_gateway(read, from_issuance)) {
             None => updates.gateway = Some(update(None, None)),
-            Some(Err(message)) => return refuse(message),
-            Some(Ok(GatewayRead { keys, tls })) => {
-                let keys = match keys.transpose() {
-                    Ok(keys) => keys,
-                    Err(message) => return refuse(message),
-                };
-                match tls.transpose() {
-                    Ok(tls) => updates.gateway = Some(update(keys, tls)),
-                    Err(error) if from_issuance => tracing::warn!(%error,
-                        "reload: the gateway's new certificate cannot be used yet; it restarts"),
-                    Err(message) => return refuse(message),
-                }
+            Some(GatewayVerdict::Take { keys, tls }) => updates.gateway = Some(update(keys, tls)),
+            Some(GatewayVerdict::Restart(error)) => tracing::warn!(%error,
+                "reload: the gateway's new certificate is not issued yet; it restarts"),
+            Some(GatewayVerdict::Refuse(message)) => return refuse(message),
+        }
+    }
+    if live(crate::modules::forward::NAME) {
+        match forward_access {
+            Some((spec, Ok(access))) if node.forward.with(|_| ()).is_ok() => {
+                // r[impl node.reload.forward-files+3]
+                node.faults.clear(&forward_files_subject());
+                updates.forward = Some((spec, access));
             }
+            // The restart reads them again and reports its failure.
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the forward's new access cannot be read; the module restarts"),
+            _ => {}
+        }
+    } else if plan.modules.get(crate::modules::forward::NAME) == Some(&Change::Unchanged) {
+        if let Some((spec, read)) = forward_access {
+            updates.forward = unchanged_forward(node, &context.live.forward_access, spec, read);
+        }
+    }
+    // r[impl node.reload.issuance-check]
+    // Checked before the lock (`prepare`); a module not up (no check) restarts.
+    if live(crate::modules::issuance::NAME) {
+        match issuance_checked {
+            Some((new, Ok(certificates))) => updates.issuance = Some((new, certificates)),
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "reload: the issuance module cannot take its new certificates live; it restarts"),
+            None => {}
         }
     }
     for name in updates.names() {
@@ -1593,11 +1618,91 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
+    /// A usable PEM pair in `dir`.
+    fn tls_pair(dir: &Path) -> holdfast_gateway::TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.example".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let files = holdfast_gateway::TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+
+    fn read_tls(files: holdfast_gateway::TlsFiles) -> Result<GatewayRead, String> {
+        Ok(read_gateway_files(crate::reload::GatewayFiles {
+            keys: None,
+            tls: Some(files),
+        }))
+    }
+
+    // The gateway's new files judged: only a `from_issuance` pair whose file does not exist yet
+    // restarts the gateway; an issued but unusable bundle, a missing PEM pair, a key file that
+    // cannot be read and a read not done in time refuse the reload, naming the file.
+    // r[verify node.reload.live-gateway+2]
+    #[test]
+    fn only_a_from_issuance_pair_not_issued_yet_restarts_the_gateway() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = tls_pair(dir.path());
+        let missing = dir.path().join("missing.pem");
+        let not_issued = holdfast_gateway::TlsFiles {
+            cert: missing.clone(),
+            key: missing.clone(),
+        };
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not a bundle\n").unwrap();
+        let unusable = holdfast_gateway::TlsFiles {
+            cert: garbage.clone(),
+            key: garbage.clone(),
+        };
+
+        assert!(matches!(
+            decide_gateway(read_tls(good.clone()), true),
+            GatewayVerdict::Take {
+                keys: None,
+                tls: Some(_)
+            }
+        ));
+        assert!(matches!(
+            decide_gateway(read_tls(not_issued.clone()), true),
+            GatewayVerdict::Restart(holdfast_gateway::TlsError::Read { .. })
+        ));
+        let refused = |outcome: GatewayVerdict, file: &Path| match outcome {
+            GatewayVerdict::Refuse(message) => {
+                assert!(message.contains(&file.display().to_string()), "{message}")
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        refused(decide_gateway(read_tls(unusable.clone()), true), &garbage);
+        refused(decide_gateway(read_tls(unusable), false), &garbage);
+        refused(decide_gateway(read_tls(not_issued), false), &missing);
+        let keys = dir.path().join("gone.key");
+        refused(
+            decide_gateway(
+                Ok(read_gateway_files(crate::reload::GatewayFiles {
+                    keys: Some(vec![holdfast_gateway::token::KeySource::secret(&keys)]),
+                    tls: Some(good),
+                })),
+                true,
+            ),
+            &keys,
+        );
+        assert!(matches!(
+            decide_gateway(Err("not read within 30s".into()), true),
+            GatewayVerdict::Refuse(m) if m == "not read within 30s"
+        ));
+    }
+
     // Token files that cannot be read at a reload, on a forward whose section is unchanged (a
     // file system failing between the config's validation and the token read, or a read given
     // up after its time limit): a fault naming the file and the error, nothing given; a later
     // read clears it.
-    // r[verify node.reload.forward-files+2]
+    // r[verify node.reload.forward-files+3]
     #[test]
     fn unreadable_token_files_of_an_unchanged_forward_are_a_fault_until_read() {
         use crate::modules::forward::{AccessSpec, SharedAccess};
@@ -1621,7 +1726,12 @@ mod tests {
             allow: holdfast_forward::AllowList::default(),
             scoped: Vec::new(),
         };
-        unchanged_forward(&node, &shared, AccessSpec::default(), Ok(access));
+        // Given though no server is up: a start under way takes it when it is published.
+        let given = unchanged_forward(&node, &shared, AccessSpec::default(), Ok(access));
+        assert!(
+            given.is_some(),
+            "a rotated token read during a start was dropped"
+        );
         assert!(
             !node
                 .faults
@@ -1805,7 +1915,7 @@ mod tests {
     // r[verify node.workload.module]
     // r[verify node.issuance.module]
     // r[verify node.forward.module+2]
-    // r[verify node.gateway.module]
+    // r[verify node.gateway.module+2]
     // i[verify node.testing-modules]
     #[test]
     fn a_config_composes_the_modules_of_its_sections_and_no_others() {

@@ -56,7 +56,7 @@ fn cli(args: &[&str]) -> (i32, String) {
     )
 }
 
-// r[verify node.gateway.module]
+// r[verify node.gateway.module+2]
 // r[verify node.gateway.stop]
 // r[verify node.gateway.stop-reason+2]
 // r[verify node.gateway.readyz]
@@ -265,7 +265,7 @@ async fn a_plain_drain_is_a_shutdown_and_the_client_gets_1001() {
     assert!(!frame.reason.contains("reconnect_in_ms"), "{frame:?}");
 }
 
-// r[verify node.gateway.module]
+// r[verify node.gateway.module+2]
 #[tokio::test]
 async fn without_a_gateway_section_the_api_says_so() {
     let node = common::start("", "5s");
@@ -295,7 +295,7 @@ async fn without_a_gateway_section_the_api_says_so() {
     assert_eq!(code, 0);
 }
 
-// r[verify node.gateway.module]
+// r[verify node.gateway.module+2]
 // The issuance store keeps one bundle per hostname (key, then chain), replaced by a rename at
 // each renewal: the gateway takes that one file as both its chain and its key, fails its start
 // while the certificate is not issued yet, and serves the renewed one.

@@ -368,12 +368,15 @@ async fn a_stop_finishes_while_a_reload_hangs_on_a_forward_token_file() {
     a_stop_is_not_held_by_a_hung_read(node, &tokens).await;
 }
 
-// The gateway's new TLS pair hangs the reload's read of it, before the running modules are
-// taken (the pair's paths changed, so the running gateway would take it live).
+// The gateway's new TLS pair is a named pipe no one writes to: its read (before the running
+// modules are taken; the pair's paths changed, so the running gateway would take it live) no
+// longer hangs but refuses the reload at once, naming the file, and holds no slot: once the file
+// is a real certificate the next reload takes it, and the stop that follows is prompt.
 // r[verify node.reload.stopping+2]
 // r[verify node.reload.live-gateway+2]
+// r[verify gateway.tls.replace+2]
 #[tokio::test]
-async fn a_stop_finishes_while_a_reload_hangs_on_the_gateways_new_tls_pair() {
+async fn a_reload_to_a_named_pipe_tls_pair_is_refused_at_once_and_holds_nothing_up() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("gateway.key");
     std::fs::write(&key, "gateway-reload-stop-key-0123456789\n").unwrap();
@@ -406,9 +409,34 @@ async fn a_stop_finishes_while_a_reload_hangs_on_the_gateways_new_tls_pair() {
     };
     let first = gateway(&cert, &pkey);
     let next = gateway(&next_cert, &next_key);
+    let next_pem = std::fs::read(&next_cert).unwrap();
     let config_dir = dir.path().to_owned();
     let node = common::start_in(dir, &first, "4s", None);
     node.until_ready().await;
     write_config(&config_dir, &next, "4s", None);
-    a_stop_is_not_held_by_a_hung_read(node, &next_cert).await;
+    fifo(&next_cert);
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "reload refused");
+    let log = std::fs::read_to_string(node.dir.path().join("stderr.log")).unwrap();
+    let refused: Vec<_> = events(&log, "reload refused").collect();
+    let error = refused[0]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains(&next_cert.display().to_string()) && error.contains("not a regular file"),
+        "{log}"
+    );
+    // The read ended: the next reload reads the pair again rather than finding it running.
+    std::fs::remove_file(&next_cert).unwrap();
+    std::fs::write(&next_cert, next_pem).unwrap();
+    node.signal(Signal::SIGHUP);
+    until_logged(&node, "config reloaded");
+    let began = Instant::now();
+    node.signal(Signal::SIGTERM);
+    let (code, took, log) = node.wait(Duration::from_secs(15));
+    let stopped = began.elapsed();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        stopped < Duration::from_secs(4),
+        "the stop took {stopped:?} ({took:?}): {log}"
+    );
+    assert!(!log.contains("still running"), "{log}");
 }

@@ -536,7 +536,7 @@ fn jwks_keys_must_fit_their_algorithm_and_be_for_signing() {
     );
 }
 
-// r[verify gateway.auth.key-reload]
+// r[verify gateway.auth.key-reload+2]
 #[test]
 fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_previous_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -799,4 +799,51 @@ fn times_are_whole_seconds_and_none_is_an_algorithm() {
         base64_url(serde_json::to_string(&claims("ann")).unwrap().as_bytes())
     );
     assert_eq!(key().verify_auth(&none, now()), Err(TokenError::Algorithm));
+}
+
+// A reload whose read overlaps a replace commits nothing: not the keys it read, even when the
+// replace went S, T, then S again with newer content (what was read of the first S is not the
+// second's), and not its failure (no fault, no `Failed`: the files it failed on are not in use).
+// r[verify gateway.auth.key-reload+2]
+// r[verify gateway.auth.key-replace]
+#[test]
+fn a_reload_read_before_a_replace_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = secret_file(dir.path(), "s", b"first-secret-0123456789");
+    let t = secret_file(dir.path(), "t", b"other-secret-0123456789");
+    let k = TokenKey::from_sources(vec![KeySource::secret(&s)], AuthSettings::default()).unwrap();
+    let with = |secret: &str| {
+        sign(
+            Algorithm::HS256,
+            None,
+            &EncodingKey::from_secret(secret.as_bytes()),
+            &claims("ann"),
+        )
+    };
+    std::fs::write(&s, "rotated-secret-0123456789").unwrap();
+    let stale = k.read_keys().unwrap();
+    k.replace(NewKeys::read(vec![KeySource::secret(&t)]).unwrap());
+    std::fs::write(&s, "newest-secret-0123456789").unwrap();
+    k.replace(NewKeys::read(vec![KeySource::secret(&s)]).unwrap());
+    assert_eq!(k.commit(stale), KeyReload::Unchanged);
+    assert!(
+        k.verify_auth(&with("newest-secret-0123456789"), now())
+            .is_ok()
+    );
+    assert_eq!(
+        k.verify_auth(&with("rotated-secret-0123456789"), now()),
+        Err(TokenError::Signature)
+    );
+
+    // A read that failed on the files a replace then left.
+    std::fs::remove_file(&s).unwrap();
+    let failed = k.read_keys().unwrap();
+    assert!(matches!(failed.read, Err(KeyError::Read { .. })));
+    k.replace(NewKeys::read(vec![KeySource::secret(&t)]).unwrap());
+    assert_eq!(k.commit(failed), KeyReload::Unchanged);
+    assert_eq!(k.fault(), None);
+    assert!(
+        k.verify_auth(&with("other-secret-0123456789"), now())
+            .is_ok()
+    );
 }

@@ -41,6 +41,15 @@ pub struct ForwardModule {
     pub bounds: Bounds,
     /// Where the running server is published.
     pub slot: Slot<Server>,
+    /// The node's fault board, whose token-file fault a start that read the files clears
+    /// ([`ForwardModule::reporting`]); `None`: none kept.
+    faults: Option<holdfast_lifecycle::FaultBoard>,
+}
+
+/// The fault subject of the forward's token files that a reload could not read
+/// (`r[node.reload.forward-files+3]`).
+pub fn token_files_subject() -> holdfast_lifecycle::Subject {
+    holdfast_lifecycle::Subject::new(NAME, "token files")
 }
 
 impl std::fmt::Debug for ForwardModule {
@@ -121,7 +130,7 @@ pub fn give_access(
 pub fn given_access(shared: &SharedAccess) -> Option<Access> {
     lock(shared).given.clone()
 }
-// r[impl node.reload.forward-files+2]
+// r[impl node.reload.forward-files+3]
 /// Whether `a` and `b` grant the same: the same credentials, allow-list and clients, the
 /// credentials and clients in any order (tokens reordered in a file grant nothing else).
 pub fn same_access(a: &Access, b: &Access) -> bool {
@@ -343,7 +352,15 @@ impl ForwardModule {
             })),
             bounds,
             slot,
+            faults: None,
         }
+    }
+
+    /// The module clearing its token-file fault on `faults` when a start publishes its server:
+    /// that start read the files itself.
+    pub fn reporting(mut self, faults: &holdfast_lifecycle::FaultBoard) -> Self {
+        self.faults = Some(faults.clone());
+        self
     }
 
     /// The module with its access held in `shared` (set to this section's now): a reload that
@@ -403,11 +420,17 @@ impl Module for ForwardModule {
         let config = self.server_config_of(&spec).map_err(StartError)?;
         let read = config.access();
         let (shared, slot) = (Arc::clone(&self.access), self.slot.clone());
+        let faults = self.faults.clone();
         Ok(spawn_hosted(Slot::default(), async move {
             let server = holdfast_forward::start(config)
                 .await
                 .map_err(|e| e.to_string())?;
             publish(&shared, &slot, server, generation, read);
+            // r[impl node.reload.forward-files+3]
+            // This start read the token files: what a reload could not read is over.
+            if let Some(faults) = faults {
+                faults.clear(&token_files_subject());
+            }
             Ok(RunningForward { slot })
         }))
     }
@@ -466,7 +489,7 @@ impl Drop for RunningForward {
 mod tests {
     use super::*;
 
-    // r[verify node.reload.forward-files+2]
+    // r[verify node.reload.forward-files+3]
     #[test]
     fn tokens_reordered_grant_the_same_access() {
         use holdfast_forward::{AllowList, Credential};
@@ -587,6 +610,44 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         panic!("the server never started");
+    }
+
+    // A token-file fault a reload filed (the files could not be read) is over once a start of
+    // the module (its supervisor restarting it) reads them and publishes its server.
+    // r[verify node.reload.forward-files+3]
+    #[tokio::test]
+    async fn a_start_that_reads_the_token_files_clears_their_fault() {
+        use holdfast_lifecycle::{StopReason, StopRequest};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let faults = holdfast_lifecycle::FaultBoard::new();
+        let module = module_granting(
+            "forward-fault-token-4a7d2c19e65b0f83",
+            "10.0.0.1:53",
+            dir.path(),
+        )
+        .reporting(&faults);
+        faults.file(
+            token_files_subject(),
+            "token_file_unreadable",
+            "cannot read /tokens: gone",
+            1,
+            std::time::SystemTime::now(),
+        );
+        let started = module.start().expect("starts");
+        published(&module).await;
+        assert_eq!(
+            faults.get(&token_files_subject()),
+            None,
+            "the fault outlived the restart"
+        );
+        started
+            .stopper
+            .stop(StopRequest {
+                deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(5),
+                reason: StopReason::Restart,
+            })
+            .await
+            .expect("stops");
     }
 
     // A reload's live update that meets a start under way (the start read the old access, the

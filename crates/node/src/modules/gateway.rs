@@ -393,7 +393,7 @@ impl GatewayModule {
     }
 }
 
-// r[impl node.gateway.module]
+// r[impl node.gateway.module+2]
 impl Module for GatewayModule {
     fn name(&self) -> &str {
         NAME
@@ -404,15 +404,17 @@ impl Module for GatewayModule {
     }
 
     fn start(&self) -> Result<Started, StartError> {
-        let GatewayLive {
-            limits,
-            token_keys,
-            tls,
-        } = self
+        let used = self
             .live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let GatewayLive {
+            limits,
+            token_keys,
+            tls,
+        } = used.clone();
+        let live = self.live.clone();
         let key = token_keys.load().map_err(StartError)?;
         let mut config = self.config.clone();
         config.token_key = key;
@@ -447,7 +449,7 @@ impl Module for GatewayModule {
             gateway.answer_tls_alpn01(Arc::new(IssuanceAlpn(view.tls_alpn01_challenges())));
             tracing::info!(replica = %gateway.replica().id, address = %gateway.local_addr(),
                 "gateway accepting");
-            view.started(gateway.clone());
+            publish(&live, &used, &gateway, &view);
             let expiry = tokio::spawn(watch_expiry(gateway.clone(), view.clone()));
             Ok(RunningGateway {
                 gateway,
@@ -456,6 +458,57 @@ impl Module for GatewayModule {
             })
         }))
     }
+}
+
+// r[impl node.reload.gateway-race]
+/// Publishes a started gateway, first giving it what reloads took live while it started (`used`
+/// is what its start read): under the live handle's lock, so a reload's update lands either
+/// before (and is given here) or after (and finds the gateway published). Key files and a pair
+/// given meanwhile are read off the runtime's threads, then taken unless a newer reload's
+/// replaced them.
+fn publish(
+    live: &Arc<Mutex<GatewayLive>>,
+    used: &GatewayLive,
+    gateway: &Gateway,
+    view: &GatewayView,
+) {
+    let now = live.lock().unwrap_or_else(PoisonError::into_inner);
+    if now.limits != used.limits {
+        gateway.update_limits(now.limits);
+    }
+    let keys = (now.token_keys != used.token_keys).then(|| now.token_keys.clone());
+    let tls = now.tls.clone().filter(|_| now.tls != used.tls);
+    view.started(gateway.clone());
+    drop(now);
+    if keys.is_none() && tls.is_none() {
+        return;
+    }
+    let (live, gateway) = (live.clone(), gateway.clone());
+    tokio::task::spawn_blocking(move || {
+        let keys = keys.map(|k| {
+            let read = holdfast_gateway::token::NewKeys::read(k.sources());
+            (k, read)
+        });
+        let tls = tls.map(|t| {
+            let read = holdfast_gateway::tls::NewTlsPair::read(t.clone());
+            (t, read)
+        });
+        let now = live.lock().unwrap_or_else(PoisonError::into_inner);
+        match keys {
+            Some((k, Ok(read))) if now.token_keys == k => gateway.take_token_keys(read),
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "the started gateway cannot read the key files a reload gave; it keeps the ones it read"),
+            _ => {}
+        }
+        match tls {
+            Some((t, Ok(read))) if now.tls.as_ref() == Some(&t) => {
+                gateway.take_tls(read);
+            }
+            Some((_, Err(error))) => tracing::warn!(%error,
+                "the started gateway cannot read the TLS pair a reload gave; it keeps the one it read"),
+            _ => {}
+        }
+    });
 }
 
 #[cfg(test)]
@@ -507,6 +560,87 @@ mod tests {
             }
         }
         let _ = ws.close(None).await;
+    }
+
+    // A reload's live update that meets a start under way (the start read the old limits and
+    // key file, the gateway is not published yet, so the reload finds none to give them to):
+    // once the start ends, the gateway has the reload's limits and key file. Interleaved
+    // explicitly: on this one-thread runtime the module's task does not run until the test
+    // awaits.
+    // r[verify node.reload.gateway-race]
+    #[tokio::test]
+    async fn a_live_update_during_a_start_is_what_the_started_gateway_has() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let key = |name: &str, secret: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("{secret}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            path
+        };
+        let (old, new) = (
+            key("old.key", "gateway-race-old-key-5d1c9e07a3b2f468"),
+            key("new.key", "gateway-race-new-key-8e2a41c7d09f3b65"),
+        );
+        let section = |key: &std::path::Path, per_ip: usize| -> crate::config::GatewaySection {
+            toml::from_str(&format!(
+                "listen = \"127.0.0.1:0\"\ntoken_key_file = \"{}\"\nper_ip_limit = {per_ip}\n",
+                key.display()
+            ))
+            .unwrap()
+        };
+        let view = GatewayView::default();
+        let module = GatewayModule::new(
+            &section(&old, 100),
+            "node",
+            1,
+            dir.path(),
+            None,
+            view.clone(),
+        );
+        let newer = GatewayModule::new(
+            &section(&new, 7),
+            "node",
+            1,
+            dir.path(),
+            None,
+            GatewayView::default(),
+        );
+        let started = module.start().expect("starts");
+        // The reload: the handle replaced, no gateway running to give the update to.
+        *module.live.lock().unwrap() = newer.live.lock().unwrap().clone();
+        assert!(view.running().is_none());
+        let mut gateway = None;
+        for _ in 0..500 {
+            gateway = view.running();
+            if gateway.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let gateway = gateway.expect("the gateway never started");
+        assert_eq!(gateway.live_limits().per_ip_limit, 7);
+        let mut sources = Vec::new();
+        for _ in 0..500 {
+            sources = gateway.token_key_sources();
+            if sources.iter().any(|s| s.path == new) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            sources.iter().map(|s| s.path.clone()).collect::<Vec<_>>(),
+            [new],
+            "the started gateway kept the key file its start read"
+        );
+        started
+            .stopper
+            .stop(StopRequest {
+                deadline: tokio::time::Instant::now() + Duration::from_secs(5),
+                reason: holdfast_lifecycle::StopReason::Restart,
+            })
+            .await
+            .expect("stops");
     }
 
     // r[verify node.gateway.metrics+4]
