@@ -894,6 +894,10 @@ mod tests {
         std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .unwrap();
         let creds_line = format!("credentials_file = \"{}\"", creds.display());
+        let auth_line = format!(
+            "auth = {{ \"registry.example\" = {{ username = \"u\", password_file = \"{}\" }} }}",
+            creds.display()
+        );
         let both: &[&str] = &["pull", "workload"];
         let pull: &[&str] = &["pull"];
         let workload: &[&str] = &["workload"];
@@ -919,6 +923,7 @@ mod tests {
                 ),
                 pull,
             ),
+            ("pull", "auth", &auth_line, pull),
             ("pull", "digest_interval", "digest_interval = \"17m\"", pull),
             ("pull", "gc", "gc = true", pull),
             ("pull", "gc_high_percent", "gc_high_percent = 95", pull),

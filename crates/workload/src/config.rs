@@ -674,7 +674,7 @@ impl ModuleConfig {
     }
 }
 
-// r[impl workload.restart.backoff]
+// r[impl workload.restart.backoff+2]
 /// The workloads' restart gate: 10 s doubling to 300 s, escalated after 5 failures, and an
 /// attempt in flight judged stale only well after the longest minimum run.
 fn restart_policy(seed: u64) -> Policy {
@@ -1151,7 +1151,7 @@ pub(crate) mod tests {
         assert_eq!(e.message, "dependency cycle: db → web → db");
     }
 
-    // r[verify workload.restart.backoff]
+    // r[verify workload.restart.backoff+2]
     #[test]
     fn the_default_restart_gate_is_ten_seconds_doubling_to_five_minutes() {
         let p = ModuleConfig::new(7).restart_policy;

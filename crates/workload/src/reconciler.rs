@@ -366,7 +366,7 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    // r[impl workload.restart.backoff]
+    // r[impl workload.restart.backoff+2]
     /// A core with no workloads, filing faults on `board` (the node's) under module "workload".
     /// Every workload is paced by its own key on one gate of the module's restart policy.
     pub fn new(config: ModuleConfig, board: FaultBoard) -> Self {
@@ -1806,7 +1806,7 @@ impl Reconciler {
                     .filter(|s| !s.in_flight)
                     .map(|s| s.next_attempt_at)
                     .max(e.foreign_until)
-                    // r[impl workload.restart.backoff]
+                    // r[impl workload.restart.backoff+2]
                     // Ended by the last tick and still idle: held by something else.
                     .filter(|at| self.ticked.is_none_or(|ticked| *at > ticked)),
                 _ => None,

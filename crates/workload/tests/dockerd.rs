@@ -379,7 +379,7 @@ async fn a_sleeping_workload_is_started_once_and_adopted_by_the_next_supervisor(
     env.cleanup().await;
 }
 
-// r[verify workload.restart.backoff]
+// r[verify workload.restart.backoff+2]
 // r[verify workload.crash-loop]
 #[tokio::test]
 async fn a_workload_that_exits_1_at_once_restarts_on_the_schedule_and_is_one_crash_loop_fault() {

@@ -306,7 +306,7 @@ fn a_running_container_of_the_current_spec_is_adopted_not_started_again() {
     assert_eq!(h3.removed.len(), 1);
 }
 
-// r[verify workload.restart.backoff]
+// r[verify workload.restart.backoff+2]
 // r[verify workload.crash-loop]
 #[test]
 fn a_crash_loop_follows_the_schedule_becomes_one_fault_and_continues_at_the_cap() {
@@ -776,7 +776,7 @@ mod properties {
 
     proptest! {
         // r[verify workload.min-run]
-        // r[verify workload.restart.backoff]
+        // r[verify workload.restart.backoff+2]
         /// Whatever the run lengths: a run shorter than the minimum adds one failure to the
         /// streak (never re-arming it), a run that lasted resets it, the wait after a failure
         /// is the schedule's for the streak, and one container at most runs per workload.
@@ -2278,7 +2278,7 @@ fn a_past_foreign_window_does_not_make_next_wake_a_past_instant() {
     );
 }
 
-// r[verify workload.restart.backoff]
+// r[verify workload.restart.backoff+2]
 // The same with a past restart back-off (a start failure, not a foreign network).
 #[test]
 fn a_past_back_off_does_not_make_next_wake_a_past_instant() {
