@@ -1,6 +1,7 @@
 //! Evidence fingerprints: hashes of what a rule's proof judged — its text, its implementing
 //! items and its verifying items — so that a recorded proof whose evidence changed since is shown
-//! stale without anyone bumping the rule's version.
+//! stale without anyone bumping the rule's version. The same hashes judge a run's test results
+//! ([`super::evidence`]).
 //!
 //! Each part is normalised before it is hashed, exactly as the spec review compares them: the
 //! text as [`super::rule_text::rule_text`] reads it, each item as [`super::items`] finds and
