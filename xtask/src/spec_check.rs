@@ -408,6 +408,13 @@ fn review_read(
     Ok((review, outcome))
 }
 
+/// The files of the revision `rev` of the workspace at `root`, read as `--base` reads them:
+/// what `cargo xtask prove --changed-since REV` compares the tree with.
+// i[impl prove.changed+2]
+pub(crate) fn changed_since_tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
+    at_rev::tree(root, rev).map_err(|error| error.replacen("--base ", "--changed-since ", 1))
+}
+
 /// Reading the files of a commit with git, into a memory tree the engine reads like any other.
 ///
 /// git runs as a process here, in the command line, because the engine runs none; `git ls-tree`
