@@ -258,9 +258,11 @@ mod tests {
         assert!(outcome.record.is_none(), "the record is not made again");
         assert_eq!(outcome.specs[0].tested, Some(2));
 
-        // The body of alpha changed after the run: its pass is stale evidence, not tested.
+        // The body of alpha changed after the run: its pass is stale evidence, not tested,
+        // though still judged by the run.
         let outcome = later(SPEC, &LIB.replace("    1\n", "    2\n"));
         assert_eq!(outcome.specs[0].tested, Some(1));
+        assert_eq!(outcome.mode.judged, Some(2));
         assert_eq!(outcome.untested, ["r[demo.alpha]"]);
         let [problem] = outcome.problems.as_slice() else {
             panic!("{:?}", outcome.problems);
