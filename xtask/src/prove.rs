@@ -12,7 +12,8 @@ pub struct Args {
     /// Only the rules implemented in this package.
     #[arg(long = "crate", value_name = "PACKAGE", conflicts_with = "rules")]
     package: Option<String>,
-    /// Only the rules whose implementing items changed since this git revision.
+    /// Only the rules whose fingerprint (the rule's text, its implementing and its verifying
+    /// items, normalised) differs from this git revision's: a reformat or a comment chooses none.
     #[arg(long, value_name = "REV", conflicts_with = "rules")]
     changed_since: Option<String>,
     /// Only the rules whose recorded proof is stale: its fingerprint (the rule's text, its
@@ -51,6 +52,7 @@ impl From<Args> for spec_prove::Options {
             rules: args.rules,
             package: args.package,
             changed_since: args.changed_since,
+            tree_at: Some(crate::spec_check::changed_since_tree),
             stale: args.stale,
             root: args.root,
             list: args.list,

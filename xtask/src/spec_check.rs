@@ -110,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let read_now = read(&disk);
     match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
         Ok(mut outcome) => {
+            write_record(outcome.record.as_ref());
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match &export {
@@ -149,6 +150,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(USAGE_ERROR))
         }
+    }
+}
+
+/// Writes a test-backed run's evidence record, made at the run's first reading, beside its
+/// results; one that cannot be written is said on stderr, never an error (the next reading makes
+/// it again).
+// i[impl spec-check.test-backed.fingerprint]
+pub(crate) fn write_record(record: Option<&(PathBuf, String)>) {
+    let Some((path, text)) = record else {
+        return;
+    };
+    if let Err(error) = std::fs::write(path, text) {
+        eprintln!(
+            "warning: cannot write the test evidence record {}: {error}",
+            path.display()
+        );
     }
 }
 
@@ -273,6 +290,7 @@ fn review_run_to(
     let read_now = read(&disk);
     match review_read(root, base, &disk, &read_now, results, skips, crates) {
         Ok((mut review, mut outcome)) => {
+            write_record(outcome.record.as_ref());
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match out.export {
@@ -384,6 +402,13 @@ fn review_read(
         },
     );
     Ok((review, outcome))
+}
+
+/// The files of the revision `rev` of the workspace at `root`, read as `--base` reads them:
+/// what `cargo xtask prove --changed-since REV` compares the tree with.
+// i[impl prove.changed+2]
+pub(crate) fn changed_since_tree(root: &Path, rev: &str) -> Result<spec_engine::Memory, String> {
+    at_rev::tree(root, rev).map_err(|error| error.replacen("--base ", "--changed-since ", 1))
 }
 
 /// Reading the files of a commit with git, into a memory tree the engine reads like any other.

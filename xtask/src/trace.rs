@@ -128,6 +128,7 @@ fn trace_rule(root: &Disk, args: &Args, wanted: &str) -> Result<(String, ExitCod
         .unwrap_or_default();
     let run = results::load(
         root,
+        &tree,
         &args
             .results
             .iter()
@@ -137,6 +138,12 @@ fn trace_rule(root: &Disk, args: &Args, wanted: &str) -> Result<(String, ExitCod
         args.no_results,
     )
     .map_err(|error| error.to_string())?;
+    crate::spec_check::write_record(
+        run.as_ref()
+            .and_then(|r| r.evidence.prints.as_ref())
+            .and_then(|p| p.to_write())
+            .as_ref(),
+    );
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
     let report = rule_report::trace(root, &tree, &all, wanted, evidence)
         .map_err(|error| error.to_string())?;
@@ -167,6 +174,7 @@ fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
     let tree = read_tree(root)?;
     let run = results::load(
         root,
+        &tree,
         &args
             .results
             .iter()
@@ -176,6 +184,12 @@ fn trace(root: &Disk, args: &Args) -> Result<(String, ExitCode), String> {
         args.no_results,
     )
     .map_err(|error| error.to_string())?;
+    crate::spec_check::write_record(
+        run.as_ref()
+            .and_then(|r| r.evidence.prints.as_ref())
+            .and_then(|p| p.to_write())
+            .as_ref(),
+    );
 
     let mut out = String::new();
     match &run {

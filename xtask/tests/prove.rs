@@ -714,3 +714,59 @@ fn summary_and_stale_are_refused_together() {
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
 }
+
+/// `--changed-since REV` chooses by fingerprints, not by the lines a diff touched: a reformat, a
+/// comment or an item moved with its annotation chooses nothing; a change deep in an item's body,
+/// far below its annotation, chooses its rule alone, as does weakening a rule's test.
+// i[verify prove.changed+2]
+#[test]
+fn changed_since_chooses_by_fingerprints_not_by_lines() {
+    let tree = tree();
+    let git = |args: &[&str]| git_in(&tree, args);
+    let long = LIB.replace(
+        "    x + 1\n",
+        &format!("{}    x + 1\n", "    let _ = x;\n".repeat(40)),
+    );
+    tree.write("crates/demo/src/lib.rs", long.as_bytes());
+    tree.write(".gitignore", b"target/\n");
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "demo"]);
+    let chosen = || -> Vec<String> {
+        let run = fixture::xtask("prove", tree.path(), &["--list", "--changed-since", "HEAD"]);
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        run.stdout
+            .lines()
+            .filter(|line| line.starts_with("r["))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(chosen(), Vec::<String>::new());
+
+    // beta moved above alpha with its annotation and reformatted; alpha commented.
+    let tests = &long[long.find("#[cfg(test)]").expect("tests")..];
+    let alpha = &long[..long.find("// r[impl demo.beta]").expect("beta")];
+    let moved = format!(
+        "// r[impl demo.beta]\npub fn beta()->u32{{ 2 }}\n\n// Alpha, commented.\n{}{tests}",
+        alpha.replace("    x + 1\n", "    x + 1 // one more\n")
+    );
+    tree.write("crates/demo/src/lib.rs", moved.as_bytes());
+    assert_eq!(chosen(), Vec::<String>::new());
+
+    // The last line of alpha's body, 40 lines below its annotation.
+    tree.write(
+        "crates/demo/src/lib.rs",
+        moved.replace("x + 1 // one more", "x + 2").as_bytes(),
+    );
+    assert_eq!(chosen(), ["r[demo.alpha]"]);
+
+    // Only beta's test, weakened.
+    tree.write("crates/demo/src/lib.rs", long.as_bytes());
+    tree.write(
+        "crates/demo/tests/beta.rs",
+        BETA_TEST
+            .replace("assert_eq!(demo::beta(), 2);", "let _ = demo::beta();")
+            .as_bytes(),
+    );
+    assert_eq!(chosen(), ["r[demo.beta]"]);
+}

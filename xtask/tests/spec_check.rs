@@ -805,3 +805,72 @@ fn tracey_parity_without_a_tracey_exits_2() {
         assert!(output.stdout.is_empty(), "{given:?}: nothing judged");
     }
 }
+
+/// The first test-backed reading of a run writes the rules' fingerprints beside its results; a
+/// later reading of the same results calls a rule whose code changed since stale, not tested,
+/// even when the file's time does not show it (a checkout, a copy). New results are recorded anew.
+// i[verify spec-check.test-backed.fingerprint]
+#[test]
+fn a_pass_is_stale_once_its_rules_code_changed_since_the_run() {
+    let fixture = Fixture::new(&[]);
+    let cases = [
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ];
+    let results = write_results(&fixture, &cases);
+    let args = ["--json", "--results", results.to_str().expect("utf-8")];
+    let judged = |fixture: &Fixture| {
+        let (code, out) = fixture.check(&args);
+        let json: serde_json::Value = serde_json::from_str(&out).expect("json output");
+        let problems: Vec<(String, String)> = json["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .map(|p| {
+                let text = |key: &str| p[key].as_str().unwrap_or_default().to_owned();
+                (text("kind"), text("message"))
+            })
+            .collect();
+        (code, problems, json["specs"][0]["tested"].clone())
+    };
+    let (code, problems, tested) = judged(&fixture);
+    assert_eq!((code, problems, tested), (0, vec![], serde_json::json!(2)));
+    let record = fixture.path().join("junit.xml.spec-evidence.json");
+    let recorded = std::fs::read_to_string(&record).expect("recorded beside the results");
+    assert!(recorded.contains("\"r[demo.beta]\": \""), "{recorded}");
+
+    // beta's body changes; the file keeps a time before the run.
+    let lib = LIB.replace("    2\n", "    3\n");
+    fixture.write("crates/demo/src/lib.rs", lib.as_bytes());
+    date(
+        &fixture.path().join("crates/demo/src/lib.rs"),
+        RESULTS_WRITTEN - 60,
+    );
+    let (code, problems, tested) = judged(&fixture);
+    assert_eq!(
+        problems,
+        [(
+            "evidence-stale".to_owned(),
+            "rule r[demo.beta] has stale test evidence: impl changed since the tests ran \
+             (results written 2026-11-29 22:10:03 UTC): `demo::beta beta_holds` \
+             (crates/demo/tests/beta.rs:1) passed on the older tree; rerun `cargo xtask test -- \
+             -p demo`"
+                .to_owned()
+        )]
+    );
+    assert_eq!((code, tested), (1, serde_json::json!(1)));
+    assert_eq!(
+        std::fs::read_to_string(&record).expect("kept"),
+        recorded,
+        "a later reading keeps the run's record"
+    );
+
+    // A rerun's results are another run: recorded from the tree now, nothing stale.
+    std::fs::write(&results, format!("{}\n", junit(&cases))).expect("rerun");
+    let (code, problems, _) = judged(&fixture);
+    assert_eq!((code, problems), (0, vec![]));
+    assert_ne!(
+        std::fs::read_to_string(&record).expect("rewritten"),
+        recorded
+    );
+}

@@ -141,3 +141,61 @@ fn a_rule_without_an_impl_is_a_problem() {
     );
     assert_eq!(outcome.specs[0].implemented, 1);
 }
+
+/// A test-backed reading after alpha's body changed since the run whose evidence was recorded:
+/// the trace and the report's per-crate counts show alpha's pass as stale, no pass.
+// i[verify spec-check.test-backed.fingerprint]
+#[test]
+fn trace_and_the_report_show_a_stale_pass_as_no_pass() {
+    use std::path::Path;
+    const RESULTS: &str = "target/nextest/ci/junit.xml";
+    let tree = |lib: &str| {
+        Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec/demo.md", SPEC),
+            ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+            ("crates/demo/Cargo.toml", MANIFEST),
+            ("crates/demo/src/lib.rs", lib),
+            ("crates/demo/tests/beta.rs", BETA_TEST),
+            (
+                RESULTS,
+                "<testsuites><testsuite name=\"demo\" tests=\"1\"><testcase name=\"tests::alpha_holds\" classname=\"demo\"/></testsuite><testsuite name=\"demo::beta\" tests=\"1\"><testcase name=\"beta_holds\" classname=\"demo::beta\"/></testsuite></testsuites>",
+            ),
+        ])
+    };
+    let then = tree(LIB);
+    let first = crate::spec_check::check(&then, &[Path::new(RESULTS)], None, &[]).expect("judged");
+    let (path, record) = first
+        .record
+        .expect("the first reading records the evidence");
+    // Beside the results, as they were given.
+    assert_eq!(
+        path,
+        Path::new("target/nextest/ci/junit.xml.spec-evidence.json")
+    );
+    let mut now = tree(&LIB.replace("    1\n", "    2\n"));
+    now.insert(&path.to_string_lossy(), record);
+    let everything = crate::trace::everything(
+        &now,
+        crate::spec_check::read(&now),
+        &[Path::new(RESULTS)],
+        None,
+        false,
+    )
+    .unwrap_or_else(|_| panic!("traced"));
+    let alpha = &everything.rules[0];
+    assert_eq!(alpha.rule, "r[demo.alpha]");
+    assert_eq!(
+        alpha.verifies[0].result.as_deref(),
+        Some("stale (passed, but impl changed since the tests ran)")
+    );
+    assert_eq!(alpha.verdict, "not verified");
+    assert_eq!(
+        alpha.reasons,
+        ["r[demo.alpha]: its test evidence is stale: impl changed since the tests ran"]
+    );
+    assert_eq!(everything.rules[1].verdict, "verified");
+    let crates = crate::spec_report::per_crate(&now, &everything);
+    assert_eq!(crates["demo"].verified, 2);
+    assert_eq!(crates["demo"].tested, 1);
+}

@@ -6,7 +6,9 @@
 //!
 //! Each result carries the rule's evidence fingerprint (its text, implementing and verifying items,
 //! normalised: `spec_engine::spec_check::fingerprint`), so a proof whose evidence changed since
-//! is shown stale; `--stale` chooses those rules.
+//! is shown stale; `--stale` chooses those rules. `--changed-since REV` (and `--ci`) compares the
+//! same fingerprints between REV's tree, which the command line reads with git ([`TreeAt`]), and
+//! the work tree.
 //!
 //! `--summary` writes the checked-in `docs/audit/proof.md` from those results; survivors justified
 //! in `docs/audit/survivors.toml` do not count as missed. `--max-mutants` and `--budget` bound a
@@ -46,6 +48,9 @@ pub use self::error::Error;
 use self::plan::Plan;
 pub use spec_engine::model::proof::Proof;
 
+/// Reads the files of the revision `rev` of the workspace at `root` into a memory tree.
+pub type TreeAt = fn(&Path, &str) -> Result<spec_engine::Memory, String>;
+
 /// The exit code of a usage or fatal error: nothing was judged (the spec gate's too).
 pub const USAGE_ERROR: u8 = 2;
 use spec_engine::model::proof::local;
@@ -58,8 +63,12 @@ pub struct Options {
     pub rules: Vec<String>,
     /// Only the rules implemented in this package.
     pub package: Option<String>,
-    /// Only the rules whose implementing items changed since this git revision.
+    /// Only the rules whose fingerprint (text, implementing items, verifying tests) differs
+    /// from this git revision's.
     pub changed_since: Option<String>,
+    /// Reads a git revision's files as `spec-check --base` does (the command line, which runs
+    /// git, gives it): what `changed_since` and `ci` compare the tree with.
+    pub tree_at: Option<TreeAt>,
     /// Only the rules whose recorded proof is stale: its fingerprint no longer matches the tree.
     pub stale: bool,
     /// Root of the tree (default: the cargo workspace above the current directory).
@@ -149,7 +158,7 @@ pub fn run(mut args: Options) -> error::Result<ExitCode> {
     } else {
         all
     };
-    let chosen = match select(&root, &args, all) {
+    let chosen = match select(&root, &args, &tree, all) {
         Ok(chosen) => chosen,
         Err(message) => return usage(message),
     };
@@ -397,8 +406,13 @@ fn stale_only(disk: &spec_engine::Disk, tree: &spec_check::Tree, all: Vec<Plan>)
         .collect()
 }
 
-/// The rules `args` asks for.
-fn select(root: &Path, args: &Options, all: Vec<Plan>) -> Result<Vec<Plan>, String> {
+/// The rules `args` asks for, of the work tree `tree` (at `root`).
+fn select(
+    root: &Path,
+    args: &Options,
+    tree: &spec_check::Tree,
+    all: Vec<Plan>,
+) -> Result<Vec<Plan>, String> {
     if !args.rules.is_empty() {
         let mut chosen = Vec::new();
         for wanted in &args.rules {
@@ -430,8 +444,15 @@ fn select(root: &Path, args: &Options, all: Vec<Plan>) -> Result<Vec<Plan>, Stri
         return Ok(chosen);
     }
     if let Some(rev) = &args.changed_since {
-        let changed = plan::changed_lines(root, rev)?;
-        return Ok(all.into_iter().filter(|p| p.touched_by(&changed)).collect());
+        let tree_at = args
+            .tree_at
+            .ok_or("--changed-since: this build cannot read a revision's files")?;
+        let then = tree_at(root, rev)?;
+        let changed = plan::changed_since(&then, tree);
+        return Ok(all
+            .into_iter()
+            .filter(|p| changed.contains(&p.rule))
+            .collect());
     }
     Ok(all)
 }

@@ -2,12 +2,13 @@
 //! `impl` annotations (file and line span, comments and attributes included) and the test
 //! functions under its current `verify` annotations, named as nextest names them.
 
-use std::path::Path;
+use std::collections::BTreeSet;
 
-use spec_engine::spec_check::Tree;
+use spec_engine::model::tree::Tree as Source;
 use spec_engine::spec_check::crate_layout;
 use spec_engine::spec_check::items;
 use spec_engine::spec_check::test_backed;
+use spec_engine::spec_check::{self, Tree};
 
 /// An item to mutate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,61 +278,18 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
     plans
 }
 
-/// Lines changed per file, as `changed_lines` reads them.
-pub type Changed = std::collections::BTreeMap<String, Vec<(usize, usize)>>;
-
-impl Plan {
-    /// Whether `changed` touches one of the rule's items or one of its verifying tests (a test
-    /// whose span is unknown counts as touched when its file changed): a change to either can
-    /// weaken the proof.
-    // i[impl prove.changed]
-    pub fn touched_by(&self, changed: &Changed) -> bool {
-        let overlaps = |file: &str, span: Option<(usize, usize)>| {
-            changed.get(file).is_some_and(|ranges| {
-                ranges.iter().any(|&(start, end)| {
-                    span.is_none_or(|(first, last)| start <= last && first <= end)
-                })
-            })
-        };
-        self.targets
-            .iter()
-            .any(|t| overlaps(&t.file, Some(t.lines)))
-            || self.judges.iter().any(|j| overlaps(&j.file, j.lines))
-    }
-}
-
-/// Lines changed since `rev` (`git diff -U0`), per root-relative file.
-pub fn changed_lines(root: &Path, rev: &str) -> Result<Changed, String> {
-    let output = std::process::Command::new("git")
-        .args(["diff", "-U0", "--no-color", rev, "--"])
-        .current_dir(root)
-        .output()
-        .map_err(|err| format!("running git diff: {err}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "git diff {rev} failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let mut changed = Changed::new();
-    let mut file: Option<String> = None;
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        if let Some(path) = line.strip_prefix("+++ ") {
-            file = path.strip_prefix("b/").map(str::to_owned);
-        } else if let (Some(hunk), Some(file)) = (line.strip_prefix("@@ "), &file) {
-            // `@@ -a,b +c,d @@`: the new side starts at c and spans d lines (1 when omitted).
-            let Some(new) = hunk.split_whitespace().find(|w| w.starts_with('+')) else {
-                continue;
-            };
-            let (start, count) = match new[1..].split_once(',') {
-                Some((s, c)) => (s.parse().unwrap_or(0), c.parse().unwrap_or(0)),
-                None => (new[1..].parse().unwrap_or(0), 1),
-            };
-            let end = if count == 0 { start } else { start + count - 1 };
-            changed.entry(file.clone()).or_default().push((start, end));
-        }
-    }
-    Ok(changed)
+/// The markers of the rules of `now` whose evidence differs from the tree `then` (a revision's,
+/// read as `spec-check --base` reads it): by their fingerprints, not by the lines a diff touched.
+/// A revision whose tree cannot be read has no rules: every rule is chosen.
+// i[impl prove.changed+2]
+pub fn changed_since(then: &dyn Source, now: &spec_check::Tree) -> BTreeSet<String> {
+    let empty = spec_check::Tree::empty();
+    let read = spec_check::read(then);
+    let then = read.as_ref().map_or(&empty, |(_, tree)| tree);
+    spec_check::fingerprint::changed_between(then, now)
+        .into_iter()
+        .map(spec_check::rules::Rule::marker)
+        .collect()
 }
 
 #[cfg(test)]
@@ -461,64 +419,6 @@ mod tests {
         assert!(!plan_of(one(), 0).provable(), "nothing to mutate");
         assert!(!plan_of(Vec::new(), 1).provable(), "nothing to judge");
         assert!(!plan_of(Vec::new(), 0).provable());
-    }
-
-    // i[verify prove.changed]
-    #[test]
-    fn a_change_to_an_item_or_a_verifying_test_selects_the_rule() {
-        let plan = Plan {
-            rule: "r[retry.schedule]".into(),
-            id: "retry.schedule".into(),
-            targets: vec![Target {
-                file: "crates/retry/src/schedule.rs".into(),
-                lines: (3, 5),
-                item: "fn nominal_delay".into(),
-                package: Some("holdfast-retry".into()),
-            }],
-            judges: vec![
-                Judge {
-                    binary: Some("holdfast-retry".into()),
-                    name: "schedule::tests::doubles".into(),
-                    package: Some("holdfast-retry".into()),
-                    file: "crates/retry/src/schedule.rs".into(),
-                    lines: Some((10, 20)),
-                },
-                Judge {
-                    binary: None,
-                    name: "caps".into(),
-                    package: None,
-                    file: "elsewhere/caps.rs".into(),
-                    lines: None,
-                },
-            ],
-        };
-        let changed = |file: &str, start: usize, end: usize| -> Changed {
-            [(file.to_owned(), vec![(start, end)])]
-                .into_iter()
-                .collect()
-        };
-        let schedule = "crates/retry/src/schedule.rs";
-        assert!(
-            plan.touched_by(&changed(schedule, 5, 5)),
-            "the item's last line"
-        );
-        assert!(
-            plan.touched_by(&changed(schedule, 15, 16)),
-            "inside a verifying test"
-        );
-        assert!(
-            !plan.touched_by(&changed(schedule, 6, 9)),
-            "between item and test"
-        );
-        assert!(
-            !plan.touched_by(&changed(schedule, 21, 30)),
-            "after the test"
-        );
-        assert!(
-            plan.touched_by(&changed("elsewhere/caps.rs", 99, 99)),
-            "span unknown: the file"
-        );
-        assert!(!plan.touched_by(&changed("crates/retry/src/lib.rs", 1, 9)));
     }
 
     // i[verify prove.budget+3]

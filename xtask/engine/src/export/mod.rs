@@ -14,7 +14,7 @@ use crate::trace::Everything;
 use crate::trace::rule_report::RuleReport;
 
 /// The version of the export's schema, written as `"schema"`.
-pub const SCHEMA: u32 = 4;
+pub const SCHEMA: u32 = 5;
 
 /// The whole export.
 #[derive(Debug, Serialize)]

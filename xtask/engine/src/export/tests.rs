@@ -272,8 +272,8 @@ fn the_schema_file_is_pinned_to_its_schema_version() {
     assert_eq!(
         (super::SCHEMA, hex.as_str()),
         (
-            4,
-            "cb486c0343a2dfc2f81d2345d0c08362651758c833ec3c1d05d70747093f1bce"
+            5,
+            "e484459c32bc7e808032ff8768890225b71eeb365f8f9abf08f96c91853b4324"
         ),
         "docs/audit/spec-export.schema.json changed"
     );

@@ -326,6 +326,12 @@ mod tests {
             "{text}"
         );
         assert_eq!(parse(&text)["r[demo.alpha]"].fingerprint, Some(fingerprint));
+        // Only a cell that is neither `-` nor a fingerprint is malformed.
+        assert!(!parse(&text)["r[demo.alpha]"].fingerprint_malformed);
+        let dash = text.replace("aaaaaaaaaaaa/bbbbbbbbbbbb/cccccccccccc", "-");
+        assert!(!parse(&dash)["r[demo.alpha]"].fingerprint_malformed);
+        let upper = text.replace("aaaaaaaaaaaa", "AAAAAAAAAAAA");
+        assert!(parse(&upper)["r[demo.alpha]"].fingerprint_malformed);
         // A cell that is no fingerprint is none, not an error.
         assert_eq!(Fingerprint::parse("-"), None);
         assert_eq!(Fingerprint::parse("a/b"), None);

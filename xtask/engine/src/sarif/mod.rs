@@ -30,7 +30,7 @@ const VERSION: &str = "2.1.0";
 
 /// Every kind of the gate, in the order of the run's rules (a kind missing here is appended after
 /// the review's, so its results still point at its descriptor).
-const GATE_KINDS: [Kind; 20] = [
+const GATE_KINDS: [Kind; 21] = [
     Kind::Config,
     Kind::SpecParse,
     Kind::DuplicateRule,
@@ -49,6 +49,7 @@ const GATE_KINDS: [Kind; 20] = [
     Kind::NotVerifiedByTest,
     Kind::TestResults,
     Kind::ResultsOutdated,
+    Kind::EvidenceStale,
     Kind::Waiver,
     Kind::Ratchet,
 ];
@@ -338,6 +339,9 @@ fn help(kind: Kind) -> &'static str {
         }
         Kind::ResultsOutdated => {
             "Rerun the tests of the file's crate so that the results are newer than the file."
+        }
+        Kind::EvidenceStale => {
+            "Rerun the tests of the rule's crate: its text, code or tests changed since the results given with --results were written."
         }
         Kind::Waiver => {
             "Fix the waiver in docs/audit/waivers.toml: name a rule the spec defines at its current version, say what is waived and why, and give an end date not past (or remove it once the gap is closed)."

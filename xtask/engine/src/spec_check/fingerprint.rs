@@ -1,6 +1,7 @@
 //! Evidence fingerprints: hashes of what a rule's proof judged — its text, its implementing
 //! items and its verifying items — so that a recorded proof whose evidence changed since is shown
-//! stale without anyone bumping the rule's version.
+//! stale without anyone bumping the rule's version. The same hashes judge a run's test results
+//! ([`super::evidence`]).
 //!
 //! Each part is normalised before it is hashed, exactly as the spec review compares them: the
 //! text as [`super::rule_text::rule_text`] reads it, each item as [`super::items`] finds and
@@ -76,6 +77,23 @@ pub fn of(tree: &Tree, rule: &Rule) -> Fingerprint {
         impls: hash(impls.iter().map(String::as_str)),
         verifies: hash(verifies.iter().map(String::as_str)),
     }
+}
+
+/// The rules of `now` whose evidence is not `then`'s: a rule `then` does not define, defines at
+/// another version, or whose fingerprint ([`of`]) differs — so a reformat, a comment or an item
+/// moved with its annotation changes nothing, and a change inside an item's body changes its
+/// rule wherever its annotation lies. In `now`'s order.
+// i[impl prove.changed+2]
+pub fn changed_between<'a>(then: &Tree, now: &'a Tree) -> Vec<&'a Rule> {
+    now.rules()
+        .iter()
+        .filter(|rule| match then.rule(&rule.id.base) {
+            Some(old) if old.prefix == rule.prefix && old.id == rule.id => {
+                of(then, old) != of(now, rule)
+            }
+            _ => true,
+        })
+        .collect()
 }
 
 /// What a recorded proof says of the tree now.
@@ -356,6 +374,75 @@ mod tests {
             print(SPEC, lib, "demo.alpha").changed(&print(SPEC, &own, "demo.alpha")),
             ["tests"]
         );
+    }
+
+    /// The markers of the rules whose evidence changed from a tree of `lib` to one of `later`
+    /// (with `spec` then and `spec_later` now).
+    fn changed_rules(spec: &str, lib: &str, spec_later: &str, later: &str) -> Vec<String> {
+        let (then, now) = (tree(spec, lib), tree(spec_later, later));
+        let (Ok((_, then)), Ok((_, now))) = (
+            crate::spec_check::read(&then),
+            crate::spec_check::read(&now),
+        ) else {
+            panic!("read");
+        };
+        changed_between(&then, &now)
+            .into_iter()
+            .map(Rule::marker)
+            .collect()
+    }
+
+    // i[verify prove.changed+2]
+    #[test]
+    fn a_reformat_a_comment_or_a_moved_annotation_changes_no_rule() {
+        assert_eq!(changed_rules(SPEC, LIB, SPEC, LIB), Vec::<String>::new());
+        // Whitespace and comments only, in code and in the spec.
+        let respaced = LIB
+            .replace(
+                "pub fn alpha() -> u32 {\n    1\n}",
+                "pub fn alpha()  ->  u32\n{\n        1\n}",
+            )
+            .replace("super::beta();", "super::beta(); // why\n");
+        let spec = SPEC.replace("Beta holds,", "Beta\n> holds,");
+        assert_eq!(
+            changed_rules(SPEC, LIB, &spec, &respaced),
+            Vec::<String>::new()
+        );
+        // beta's item and its annotation moved above alpha's, and alpha's annotation moved
+        // below a doc comment: every line after moved, no evidence changed.
+        let moved = "// r[impl demo.beta]\npub fn beta() {}\n\n/// The first.\n// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n".to_owned()
+            + &LIB[LIB.find("#[cfg(test)]").expect("tests")..];
+        assert_eq!(changed_rules(SPEC, LIB, SPEC, &moved), Vec::<String>::new());
+    }
+
+    // i[verify prove.changed+2]
+    #[test]
+    fn a_body_text_or_version_change_selects_its_rule_alone() {
+        // A line of alpha's body, far from its annotation once a long body is there.
+        let long = LIB.replace(
+            "    1\n",
+            &format!("{}    1\n", "    let _ = 0;\n".repeat(30)),
+        );
+        let longer = long.replacen("let _ = 0;", "let _ = 1;", 30);
+        assert_eq!(changed_rules(SPEC, &long, SPEC, &longer), ["r[demo.alpha]"]);
+        // A verifying test's body: its rule only.
+        assert_eq!(
+            changed_rules(
+                SPEC,
+                LIB,
+                SPEC,
+                &LIB.replace("super::beta();", "let () = super::beta();")
+            ),
+            ["r[demo.beta]"]
+        );
+        // The rule's text; a bump with its text; a rule the base does not define.
+        let reworded = SPEC.replace("Alpha holds.", "Alpha always holds.");
+        assert_eq!(changed_rules(SPEC, LIB, &reworded, LIB), ["r[demo.alpha]"]);
+        let bumped = SPEC.replace("> r[demo.alpha]", "> r[demo.alpha+2]");
+        let lib = LIB.replace("demo.alpha]", "demo.alpha+2]");
+        assert_eq!(changed_rules(SPEC, LIB, &bumped, &lib), ["r[demo.alpha+2]"]);
+        let added = format!("{SPEC}\n> r[demo.gamma]\n> Gamma holds.\n");
+        assert_eq!(changed_rules(SPEC, LIB, &added, LIB), ["r[demo.gamma]"]);
     }
 
     // i[verify prove.fingerprint]

@@ -17,7 +17,8 @@
 //! 6. With `--results`, [`test_backed`] reads the run's nextest JUnit ([`junit`]) and skip ledger
 //!    ([`skips`]), maps tests to files with [`crate_layout`], and keeps a rule verified only if one of
 //!    its tests ran and passed; a `verify` in a Python, Go or script test file is looked up among
-//!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]).
+//!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]). A pass counts only while
+//!    the rule's fingerprint is the one [`evidence`] recorded at the run's first reading.
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
 //!
 //! Beside the pipeline: [`levels`] (what the gate demands of a rule at its level), [`measures`]
@@ -29,6 +30,7 @@ mod block_on;
 pub mod config;
 pub mod coverage;
 pub mod crate_layout;
+pub mod evidence;
 mod findings_gate;
 pub mod fingerprint;
 pub mod foreign;
@@ -100,7 +102,7 @@ pub fn check_read(
 
     // Fatal before anything is judged: a run that cannot be read must not bury its one error
     // under a "not verified" problem per rule.
-    let evidence = (!results.is_empty())
+    let mut evidence = (!results.is_empty())
         .then(|| test_backed::Evidence::load(source, results, skips))
         .transpose()?;
     let mut mode = report::Mode {
@@ -133,10 +135,15 @@ pub fn check_read(
                 notes,
                 planned: Vec::new(),
                 untested: Vec::new(),
+                record: None,
             });
         }
     };
     problems.extend(config.problems.iter().cloned());
+    // The rules' fingerprints when the tests ran: recorded now at the run's first reading.
+    if let Some(evidence) = &mut evidence {
+        evidence.fingerprint(source, tree);
+    }
 
     let Tree {
         rules,
@@ -198,7 +205,7 @@ pub fn check_read(
     let judged: Option<Vec<test_backed::Judged>> = evidence.as_ref().map(|evidence| {
         analyses
             .iter()
-            .map(|analysis| test_backed::apply(source, analysis, evidence, parsed, crates))
+            .map(|analysis| test_backed::apply(source, tree, analysis, evidence, crates))
             .collect()
     });
     if let (Some(evidence), Some(judged)) = (&evidence, &judged) {
@@ -237,6 +244,10 @@ pub fn check_read(
     }
     notes.sort();
     notes.dedup();
+    let record = evidence
+        .as_ref()
+        .and_then(|e| e.prints.as_ref())
+        .and_then(evidence::Prints::to_write);
     Ok(Outcome {
         root: root.display().to_string(),
         mode,
@@ -249,6 +260,7 @@ pub fn check_read(
             .flatten()
             .flat_map(|j| j.untested.iter().cloned())
             .collect(),
+        record,
     })
 }
 

@@ -46,6 +46,9 @@ pub enum Kind {
     TestResults,
     /// Test-backed mode: a file with `verify` annotations changed after the results were written.
     ResultsOutdated,
+    /// Test-backed mode: a rule's tests passed, but its text, implementing items or tests changed
+    /// since they ran (its fingerprint is not the one recorded for the run).
+    EvidenceStale,
     /// `docs/audit/waivers.toml`: a waiver malformed, expired, or naming no rule.
     Waiver,
     /// A coverage count fell below `docs/audit/coverage-baseline.toml`, and no waiver covers it.
@@ -74,6 +77,7 @@ impl Kind {
             Kind::NotVerifiedByTest => "not-verified-by-test",
             Kind::TestResults => "test-results",
             Kind::ResultsOutdated => "results-outdated",
+            Kind::EvidenceStale => "evidence-stale",
             Kind::Waiver => "waiver",
             Kind::Ratchet => "ratchet",
         }

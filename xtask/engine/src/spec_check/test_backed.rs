@@ -15,6 +15,7 @@ use std::time::SystemTime;
 
 use super::coverage::{Analysis, Site};
 use super::crate_layout::{self, executable_of_suite};
+use super::evidence::Staleness;
 use super::foreign;
 use super::junit::{self, Results, Status};
 use super::problem::{Kind, Problem};
@@ -32,6 +33,11 @@ pub struct Evidence {
     pub cases: usize,
     /// Whether a skip ledger was found.
     pub has_ledger: bool,
+    /// The first results file and the SHA-256 of the results' contents: what
+    /// [`Evidence::fingerprint`] keys the run's record by.
+    run: Option<(std::path::PathBuf, String)>,
+    /// The rules' fingerprints when the tests ran, once [`Evidence::fingerprint`] read them.
+    pub prints: Option<super::evidence::Prints>,
 }
 
 impl Evidence {
@@ -46,12 +52,17 @@ impl Evidence {
                 .in_file(path.display().to_string())
         };
         let mut run: Option<(Results, SystemTime)> = None;
+        let mut texts = Vec::new();
         for &path in results {
             let written = tree
                 .modified(path)
                 .map_err(|err| fatal("test results", path, format!("cannot read: {err}")))?;
-            let parsed = junit::read(tree, path)
-                .map_err(|err| fatal("test results", path, err.to_string()))?;
+            let text = tree
+                .read(path)
+                .map_err(|err| fatal("test results", path, junit::Error::Read(err).to_string()))?;
+            let parsed =
+                junit::parse(&text).map_err(|err| fatal("test results", path, err.to_string()))?;
+            texts.push(text);
             // jest-junit names a test's file only with `addFileAttribute`; without it a title
             // would match same-titled tests of every file.
             if parsed.runner == junit::Runner::Jest
@@ -85,7 +96,32 @@ impl Evidence {
             ledger,
             written,
             has_ledger,
+            run: results.first().map(|first| {
+                let key = super::evidence::key(texts.iter().map(String::as_str));
+                (first.to_path_buf(), key)
+            }),
+            prints: None,
         })
+    }
+
+    /// Reads the rules' fingerprints when the tests ran ([`super::evidence::take`]): the record
+    /// beside the results, or, at the first reading of this run, one made from `tree` now.
+    // i[impl spec-check.test-backed.fingerprint]
+    pub fn fingerprint(&mut self, source: &dyn Tree, tree: &super::Tree) {
+        if let Some((first, key)) = &self.run {
+            self.prints = Some(super::evidence::take(
+                source,
+                tree,
+                first,
+                key.clone(),
+                self.written,
+            ));
+        }
+    }
+
+    /// Why `rule`'s evidence is stale, when it is ([`super::evidence::Prints::stale`]).
+    pub fn stale(&self, tree: &super::Tree, rule: &super::rules::Rule) -> Option<Staleness> {
+        self.prints.as_ref()?.stale(tree, rule)
     }
 
     /// The runners that wrote the results, the first report's first.
@@ -109,6 +145,9 @@ pub enum Outcome {
     Ambiguous(Vec<String>),
     /// No test function follows the annotation.
     NoFunction,
+    /// Passed, but its rule's evidence changed since the tests ran (why, e.g. `impl changed
+    /// since the tests ran`): no pass.
+    Stale(String),
 }
 
 impl Outcome {
@@ -127,6 +166,7 @@ impl Outcome {
                 )
             }
             Outcome::NoFunction => "no test function follows the annotation".to_owned(),
+            Outcome::Stale(why) => format!("stale (passed, but {why})"),
         }
     }
 
@@ -138,6 +178,7 @@ impl Outcome {
             Outcome::Absent => "ignored or not run",
             Outcome::Ambiguous(_) => "ambiguous",
             Outcome::NoFunction => "not attached to a test",
+            Outcome::Stale(_) => "stale",
         }
     }
 }
@@ -154,18 +195,20 @@ pub struct Judged {
     pub untested: Vec<String>,
 }
 
-/// Re-judges `analysis`'s rules against the run: how many have a passing test, and a problem for
-/// each rule none of whose tests passed. The analysis is only read, so one tree serves several
-/// reports.
+/// Re-judges `analysis`'s rules (of `spec`, read from `tree`) against the run: how many have a
+/// passing test, and a problem for each rule none of whose tests passed, or whose passes are
+/// stale evidence. The analysis is only read, so one tree serves several reports.
 // i[impl spec-check.test-backed]
 // i[impl spec-check.levels]
+// i[impl spec-check.test-backed.fingerprint]
 pub fn apply(
     tree: &dyn Tree,
+    spec: &super::Tree,
     analysis: &Analysis,
     evidence: &Evidence,
-    parsed: &ParsedFiles,
     crates: &[String],
 ) -> Judged {
+    let parsed = &spec.parsed;
     let mut tested = 0;
     let mut judged = 0;
     let mut untested = Vec::new();
@@ -184,7 +227,7 @@ pub fn apply(
             continue;
         }
         judged += 1;
-        let outcomes: Vec<(String, &Site, Outcome)> = coverage
+        let mut outcomes: Vec<(String, &Site, Outcome)> = coverage
             .verify_sites
             .iter()
             .map(|site| {
@@ -192,42 +235,30 @@ pub fn apply(
                 (name, site, outcome)
             })
             .collect();
-        if outcomes.iter().any(|(_, _, o)| *o == Outcome::Passed) {
+        let rule = &coverage.rule;
+        // A pass counts only while the rule's evidence is the one the tests ran on.
+        let passed = outcomes.iter().any(|(_, _, o)| *o == Outcome::Passed);
+        let stale = if passed {
+            evidence.stale(spec, rule)
+        } else {
+            None
+        };
+        if passed && stale.is_none() {
             tested += 1;
             continue;
         }
-        let rule = &coverage.rule;
         untested.push(rule.marker());
         // Counted either way; a problem only when the rule's level demands a passing test.
         if !super::levels::Level::of(rule).demands().tested {
             continue;
         }
-        let mut categories: Vec<&str> = outcomes.iter().map(|(_, _, o)| o.category()).collect();
-        categories.dedup();
-        let headline = match categories.as_slice() {
-            [one] if outcomes.len() > 1 => format!("all {} of its tests: {one}", outcomes.len()),
-            _ => "no test passed".to_owned(),
-        };
-        let mut message = format!(
-            "rule {} is not verified by a passing test ({headline}):",
-            rule.marker()
-        );
-        for (name, site, outcome) in &outcomes {
-            let _ = write!(
-                message,
-                " `{name}` ({}:{}) {};",
-                site.file,
-                site.line,
-                outcome.describe()
-            );
-        }
-        message.pop();
-        problems.push(
-            Problem::new(Kind::NotVerifiedByTest, message)
-                .at(&rule.file, rule.line)
-                .spec(&analysis.spec)
-                .rule(rule.marker()),
-        );
+        problems.push(match stale {
+            Some(stale) => {
+                stale_passes(&mut outcomes, &stale);
+                stale_problem(tree, analysis, rule, evidence, &stale, &outcomes)
+            }
+            None => not_verified(analysis, rule, &outcomes),
+        });
     }
     Judged {
         untested,
@@ -235,6 +266,91 @@ pub fn apply(
         tested,
         problems,
     }
+}
+
+/// Each pass in `outcomes` turned into the stale evidence it is.
+fn stale_passes<T>(outcomes: &mut [(String, T, Outcome)], stale: &Staleness) {
+    for (_, _, outcome) in outcomes.iter_mut() {
+        if *outcome == Outcome::Passed {
+            *outcome = Outcome::Stale(stale.describe());
+        }
+    }
+}
+
+/// `rule r[x] has stale test evidence: impl changed since the tests ran (…)`, naming the tests
+/// that passed on the older tree and the command that reruns them.
+fn stale_problem(
+    tree: &dyn Tree,
+    analysis: &Analysis,
+    rule: &super::rules::Rule,
+    evidence: &Evidence,
+    stale: &Staleness,
+    outcomes: &[(String, &Site, Outcome)],
+) -> Problem {
+    let mut packages: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, _, o)| matches!(o, Outcome::Stale(_)))
+        .filter_map(|(_, site, _)| crate_layout::package_of(tree, &site.path).map(|(p, _)| p))
+        .collect();
+    packages.sort();
+    packages.dedup();
+    let rerun = if packages.is_empty() {
+        "`cargo xtask test`".to_owned()
+    } else {
+        let flags: Vec<String> = packages.iter().map(|p| format!("-p {p}")).collect();
+        format!("`cargo xtask test -- {}`", flags.join(" "))
+    };
+    let tests: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, _, o)| matches!(o, Outcome::Stale(_)))
+        .map(|(name, site, _)| format!("`{name}` ({}:{})", site.file, site.line))
+        .collect();
+    Problem::new(
+        Kind::EvidenceStale,
+        format!(
+            "rule {} has stale test evidence: {} (results written {}): {} passed on the \
+             older tree; rerun {rerun}",
+            rule.marker(),
+            stale.describe(),
+            crate::model::timestamp::utc(evidence.written),
+            tests.join(", ")
+        ),
+    )
+    .at(&rule.file, rule.line)
+    .spec(&analysis.spec)
+    .rule(rule.marker())
+}
+
+/// `rule r[x] is not verified by a passing test (…)`, with each test's fate.
+fn not_verified(
+    analysis: &Analysis,
+    rule: &super::rules::Rule,
+    outcomes: &[(String, &Site, Outcome)],
+) -> Problem {
+    let mut categories: Vec<&str> = outcomes.iter().map(|(_, _, o)| o.category()).collect();
+    categories.dedup();
+    let headline = match categories.as_slice() {
+        [one] if outcomes.len() > 1 => format!("all {} of its tests: {one}", outcomes.len()),
+        _ => "no test passed".to_owned(),
+    };
+    let mut message = format!(
+        "rule {} is not verified by a passing test ({headline}):",
+        rule.marker()
+    );
+    for (name, site, outcome) in outcomes {
+        let _ = write!(
+            message,
+            " `{name}` ({}:{}) {};",
+            site.file,
+            site.line,
+            outcome.describe()
+        );
+    }
+    message.pop();
+    Problem::new(Kind::NotVerifiedByTest, message)
+        .at(&rule.file, rule.line)
+        .spec(&analysis.spec)
+        .rule(rule.marker())
 }
 
 /// The test function a `verify` site precedes, placed in its test binary.

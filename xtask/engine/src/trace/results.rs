@@ -24,10 +24,12 @@ pub struct Run {
 
 /// Reads the results to use, if any: `results` when given (one report per runner; an unusable
 /// file is an error), else the default file under `root` when it exists; `None` when there are
-/// none or `--no-results`.
+/// none or `--no-results`. The run's evidence fingerprints are read against `spec`, the tree read
+/// (recorded from it at the run's first reading, [`crate::spec_check::evidence`]).
 // i[impl trace.results]
 pub fn load(
     tree: &dyn Tree,
+    spec: &crate::spec_check::Tree,
     results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
@@ -47,11 +49,12 @@ pub fn load(
     };
     let skips = skips.map_or_else(|| root.join(DEFAULT_SKIPS), Path::to_path_buf);
     let paths: Vec<&Path> = results.iter().map(PathBuf::as_path).collect();
-    let evidence =
+    let mut evidence =
         Evidence::load(tree, &paths, Some(&skips)).map_err(|problem| Error::Results {
             problem: Box::new(problem),
             root: root.display().to_string(),
         })?;
+    evidence.fingerprint(tree, spec);
     let modified = evidence.written;
     let ledger = if tree.is_file(&skips) {
         format!("skips from {}", shown(tree, &skips))

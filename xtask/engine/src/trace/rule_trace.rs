@@ -118,6 +118,7 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
             Verify { site, test, fate }
         })
         .collect();
+    let verifies = stale_passes(tree, rule, evidence, verifies);
     Defined {
         rule: rule.clone(),
         first_line,
@@ -125,6 +126,30 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
         impls,
         verifies,
     }
+}
+
+/// `verifies` with each pass turned stale when the rule's evidence changed since the tests ran
+/// ([`Evidence::stale`]), as the gate judges it.
+// i[impl spec-check.test-backed.fingerprint]
+fn stale_passes(
+    tree: &Tree,
+    rule: &Rule,
+    evidence: Option<&Evidence>,
+    mut verifies: Vec<Verify>,
+) -> Vec<Verify> {
+    let passed = verifies.iter().any(|v| v.fate == Some(Outcome::Passed));
+    let Some(stale) = evidence
+        .filter(|_| passed)
+        .and_then(|e| e.stale(tree, rule))
+    else {
+        return verifies;
+    };
+    for verify in &mut verifies {
+        if verify.fate == Some(Outcome::Passed) {
+            verify.fate = Some(Outcome::Stale(stale.describe()));
+        }
+    }
+    verifies
 }
 
 /// The rule's first line of text (after the marker, or the next line of the blockquote), and

@@ -92,6 +92,15 @@ pub fn judge(rules: &[RuleTrace], with_results: bool) -> Judgement {
                         Verdict::Regressed,
                         format!("{marker}: a verifying test failed: {}", failed.join(", ")),
                     ));
+                } else if let Some(Outcome::Stale(why)) = current
+                    .iter()
+                    .find_map(|v| v.fate.as_ref().filter(|f| matches!(f, Outcome::Stale(_))))
+                {
+                    // Its tests passed, on a tree that is no longer this one.
+                    issues.push((
+                        Verdict::Open,
+                        format!("{marker}: its test evidence is stale: {why}"),
+                    ));
                 } else if !current.iter().any(|v| v.fate == Some(Outcome::Passed)) {
                     issues.push((
                         Verdict::Open,

@@ -1,0 +1,377 @@
+//! Test evidence fingerprints: a run's results speak for the code they ran on only, so the first
+//! reading of a run's results records every rule's fingerprint ([`super::fingerprint`]) beside
+//! them, and every later reading of the same results calls a rule whose fingerprint changed since
+//! stale rather than passed.
+//!
+//! A run is told apart by the SHA-256 of its results files' contents (not their times: a copied
+//! or touched file is the same run). `cargo xtask test` ends with the test-backed gate, so the
+//! record it leaves is of the tree its tests ran on. The engine touches no file: a new record is
+//! handed back ([`Prints::to_write`]) for the command line to write.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::Tree;
+use super::rules::Rule;
+use crate::model::proof::Fingerprint;
+use crate::model::tree::Tree as Source;
+
+/// The record's format; a record of another is made anew.
+pub const SCHEMA: u32 = 1;
+
+/// What the file beside the results holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// The SHA-256 (hex) of the results files' contents, in the order given.
+    pub results: String,
+    /// When the results were written (UTC), as the gate's mode line says it.
+    pub written: String,
+    /// Each rule of the tree (`prefix[base id]`, without its version) and its fingerprint,
+    /// `TEXT/IMPL/VERIFY`.
+    pub rules: BTreeMap<String, String>,
+}
+
+/// Why a rule's test evidence is stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Staleness {
+    /// These parts (`text`, `impl`, `tests`) changed since the tests ran.
+    Changed(Vec<&'static str>),
+    /// The record has no such rule: it was added since the tests ran.
+    Added,
+}
+
+impl Staleness {
+    /// `impl changed since the tests ran`, `text and tests changed …`, `the rule was added …`.
+    pub fn describe(&self) -> String {
+        match self {
+            Staleness::Added => "the rule was added since the tests ran".to_owned(),
+            Staleness::Changed(parts) => {
+                let what = match parts.as_slice() {
+                    [] => "nothing".to_owned(),
+                    [one] => (*one).to_owned(),
+                    [init @ .., last] => format!("{} and {last}", init.join(", ")),
+                };
+                format!("{what} changed since the tests ran")
+            }
+        }
+    }
+}
+
+/// The fingerprints a run's results are judged with: the record found beside them, or one made
+/// now from the tree read.
+#[derive(Debug, Clone)]
+pub struct Prints {
+    /// Where the record lies (or is to be written).
+    pub path: PathBuf,
+    /// The record.
+    pub record: Record,
+    /// Made by this reading (so nothing can be stale yet), and to be written.
+    pub new: bool,
+}
+
+/// Where the record of the run whose first results file is `first` lies: beside it, named after
+/// it (`junit.xml` → `junit.xml.spec-evidence.json`), so two runs' reports in one directory keep
+/// a record each.
+pub fn path_for(first: &Path) -> PathBuf {
+    let name = first
+        .file_name()
+        .map_or_else(|| "results".into(), |n| n.to_string_lossy().into_owned());
+    first.with_file_name(format!("{name}.spec-evidence.json"))
+}
+
+/// The key of a run: the SHA-256 of `texts` (each results file's contents), length-prefixed.
+pub fn key<'a>(texts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hasher = Sha256::new();
+    for text in texts {
+        hasher.update((text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A rule's key in a record: its prefix and base id, so a version bump is a changed text, not an
+/// added rule.
+fn rule_key(rule: &Rule) -> String {
+    format!("{}[{}]", rule.prefix, rule.id.base)
+}
+
+/// Every rule of `tree` with its fingerprint now.
+// i[impl spec-check.test-backed.fingerprint]
+pub fn record(tree: &Tree, results: String, written: SystemTime) -> Record {
+    Record {
+        schema: SCHEMA,
+        results,
+        written: crate::model::timestamp::utc(written),
+        rules: tree
+            .rules()
+            .iter()
+            .map(|rule| (rule_key(rule), super::fingerprint::of(tree, rule).render()))
+            .collect(),
+    }
+}
+
+/// The prints for the run of `key` whose first results file is `first`: the record beside it when
+/// it is of this run, else one made from `tree` now (a missing, unreadable, malformed or other
+/// run's record is replaced).
+// i[impl spec-check.test-backed.fingerprint]
+pub fn take(
+    source: &dyn Source,
+    tree: &Tree,
+    first: &Path,
+    key: String,
+    written: SystemTime,
+) -> Prints {
+    let path = path_for(first);
+    let found = source
+        .read(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Record>(&text).ok())
+        .filter(|record| record.schema == SCHEMA && record.results == key);
+    match found {
+        Some(record) => Prints {
+            path,
+            record,
+            new: false,
+        },
+        None => Prints {
+            path,
+            record: record(tree, key, written),
+            new: true,
+        },
+    }
+}
+
+impl Prints {
+    /// Whether `rule`'s evidence is stale in `tree`: `None` while its fingerprint is the
+    /// recorded one (always, for a record made by this reading).
+    // i[impl spec-check.test-backed.fingerprint]
+    pub fn stale(&self, tree: &Tree, rule: &Rule) -> Option<Staleness> {
+        if self.new {
+            return None;
+        }
+        let Some(then) = self.record.rules.get(&rule_key(rule)) else {
+            return Some(Staleness::Added);
+        };
+        let now = super::fingerprint::of(tree, rule);
+        // A cell that is no fingerprint says nothing of the run: every part counts as changed.
+        let changed = Fingerprint::parse(then)
+            .map_or_else(|| vec!["text", "impl", "tests"], |then| then.changed(&now));
+        (!changed.is_empty()).then_some(Staleness::Changed(changed))
+    }
+
+    /// The record to write (its path and JSON text) when this reading made it.
+    pub fn to_write(&self) -> Option<(PathBuf, String)> {
+        self.new.then(|| {
+            let mut text = serde_json::to_string_pretty(&self.record).unwrap_or_default();
+            text.push('\n');
+            (self.path.clone(), text)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::Memory;
+    use crate::spec_check::problem::{Kind, Problem};
+    use crate::spec_check::report::Outcome;
+
+    const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (crates/**/*.rs)\n      }\n    )\n  }\n)\n";
+
+    const SPEC: &str =
+        "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta level=should]\n> Beta holds.\n";
+
+    const LIB: &str = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n// r[impl demo.beta]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n\n    // r[verify demo.beta]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+
+    const JUNIT: &str = "<testsuites><testsuite name=\"demo\" tests=\"2\"><testcase name=\"tests::alpha_holds\" classname=\"demo\"/><testcase name=\"tests::beta_holds\" classname=\"demo\"/></testsuite></testsuites>";
+
+    const RESULTS: &str = "target/nextest/ci/junit.xml";
+
+    /// The demo crate, its spec and a run in which both tests passed.
+    fn tree(spec: &str, lib: &str) -> Memory {
+        Memory::new([
+            (".config/tracey/config.styx", CONFIG),
+            ("docs/spec.md", spec),
+            ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            ("crates/demo/src/lib.rs", lib),
+            (RESULTS, JUNIT),
+        ])
+    }
+
+    fn check(tree: &Memory) -> Outcome {
+        crate::spec_check::check(tree, &[Path::new(RESULTS)], None, &[]).expect("judged")
+    }
+
+    /// `tree` after its first test-backed reading, with the record that reading made.
+    fn recorded(tree: &Memory) -> String {
+        let outcome = check(tree);
+        assert_eq!(outcome.problems, Vec::<Problem>::new());
+        let Some((path, text)) = outcome.record else {
+            panic!("the first reading of a run records its evidence");
+        };
+        assert!(
+            path.ends_with("target/nextest/ci/junit.xml.spec-evidence.json"),
+            "{}",
+            path.display()
+        );
+        text
+    }
+
+    /// The problems of a reading of `spec` and `lib` by the run recorded on SPEC and LIB.
+    fn later(spec: &str, lib: &str) -> Outcome {
+        let record = recorded(&tree(SPEC, LIB));
+        let mut now = tree(spec, lib);
+        now.insert("target/nextest/ci/junit.xml.spec-evidence.json", record);
+        check(&now)
+    }
+
+    fn stale(outcome: &Outcome) -> Vec<String> {
+        outcome
+            .problems
+            .iter()
+            .filter(|p| p.kind == Kind::EvidenceStale)
+            .map(|p| p.message.clone())
+            .collect()
+    }
+
+    // i[verify spec-check.test-backed.fingerprint]
+    #[test]
+    fn a_later_reading_of_the_same_results_judges_the_evidence_recorded_at_the_first() {
+        // Unchanged: the record is read, not made again, and both rules are tested.
+        let outcome = later(SPEC, LIB);
+        assert_eq!(outcome.problems, Vec::<Problem>::new());
+        assert!(outcome.record.is_none(), "the record is not made again");
+        assert_eq!(outcome.specs[0].tested, Some(2));
+
+        // The body of alpha changed after the run: its pass is stale evidence, not tested,
+        // though still judged by the run.
+        let outcome = later(SPEC, &LIB.replace("    1\n", "    2\n"));
+        assert_eq!(outcome.specs[0].tested, Some(1));
+        assert_eq!(outcome.mode.judged, Some(2));
+        assert_eq!(outcome.untested, ["r[demo.alpha]"]);
+        let [problem] = outcome.problems.as_slice() else {
+            panic!("{:?}", outcome.problems);
+        };
+        assert_eq!(problem.kind, Kind::EvidenceStale);
+        assert_eq!(problem.rule.as_deref(), Some("r[demo.alpha]"));
+        insta::assert_snapshot!(problem.to_string());
+    }
+
+    // i[verify spec-check.test-backed.fingerprint]
+    #[test]
+    fn each_changed_part_is_named_and_formatting_is_no_change() {
+        let tests = later(SPEC, &LIB.replace("alpha(), 1)", "alpha(), 1 + 0)"));
+        assert!(
+            stale(&tests)[0].contains(": tests changed since the tests ran"),
+            "{:?}",
+            tests.problems
+        );
+        let text = later(&SPEC.replace("Alpha holds.", "Alpha always holds."), LIB);
+        assert!(
+            stale(&text)[0].contains(": text changed since the tests ran"),
+            "{:?}",
+            text.problems
+        );
+        // Comments, formatting and a version bump's marker alone change no fingerprint.
+        let reformatted = LIB
+            .replace("    1\n", "    // one\n    1\n")
+            .replace("pub fn alpha() -> u32 {", "pub fn alpha()->u32{");
+        assert_eq!(later(SPEC, &reformatted).problems, Vec::<Problem>::new());
+        // Both at once: every part named.
+        let both = later(
+            &SPEC.replace("Alpha holds.", "Alpha always holds."),
+            &LIB.replace("    1\n", "    2\n"),
+        );
+        assert!(
+            stale(&both)[0].contains(": text and impl changed since the tests ran"),
+            "{:?}",
+            both.problems
+        );
+    }
+
+    // i[verify spec-check.test-backed.fingerprint]
+    #[test]
+    fn a_rule_added_since_the_run_is_stale_and_a_lower_level_is_only_counted() {
+        let spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma holds.\n");
+        let lib = LIB.replace(
+            "    // r[verify demo.alpha]\n",
+            "    // r[verify demo.alpha]\n    // r[verify demo.gamma]\n",
+        );
+        let lib = format!("// r[impl demo.gamma]\npub fn gamma() {{}}\n\n{lib}");
+        let outcome = later(&spec, &lib);
+        assert_eq!(
+            stale(&outcome),
+            [
+                "rule r[demo.gamma] has stale test evidence: the rule was added since the tests \
+                 ran (results written 1970-01-01 00:00:00 UTC): `demo tests::alpha_holds` \
+                 (crates/demo/src/lib.rs:15) passed on the older tree; rerun `cargo xtask test \
+                 -- -p demo`"
+            ],
+            "{:?}",
+            outcome.problems
+        );
+        // beta is SHOULD: its stale evidence is not tested, and fails nothing.
+        let outcome = later(
+            SPEC,
+            &LIB.replace("super::beta();", "super::beta(); super::beta();"),
+        );
+        assert_eq!(outcome.problems, Vec::<Problem>::new());
+        assert_eq!(outcome.untested, ["r[demo.beta]"]);
+    }
+
+    // i[verify spec-check.test-backed.fingerprint]
+    #[test]
+    fn another_runs_or_an_unreadable_record_is_made_anew() {
+        let changed = LIB.replace("    1\n", "    2\n");
+        // A record of other results (another run): this run's is made from the tree now.
+        let record = recorded(&tree(SPEC, LIB));
+        let mut now = tree(SPEC, &changed);
+        now.insert(
+            RESULTS,
+            JUNIT.replace("tests=\"2\"", "tests=\"2\" time=\"1\""),
+        );
+        now.insert("target/nextest/ci/junit.xml.spec-evidence.json", record);
+        let outcome = check(&now);
+        assert_eq!(outcome.problems, Vec::<Problem>::new());
+        assert!(outcome.record.is_some());
+        // A record that does not parse, or of another schema: made anew.
+        for broken in ["{", "{\"schema\": 2}"] {
+            let mut now = tree(SPEC, &changed);
+            now.insert("target/nextest/ci/junit.xml.spec-evidence.json", broken);
+            let outcome = check(&now);
+            assert_eq!(outcome.problems, Vec::<Problem>::new());
+            assert!(outcome.record.is_some());
+        }
+        // A cell that is no fingerprint says nothing of the run: every part is stale.
+        let record = recorded(&tree(SPEC, LIB));
+        let cell = record
+            .lines()
+            .find(|l| l.contains("r[demo.alpha]"))
+            .expect("alpha recorded")
+            .to_owned();
+        let mut now = tree(SPEC, LIB);
+        now.insert(
+            "target/nextest/ci/junit.xml.spec-evidence.json",
+            record.replace(&cell, "    \"r[demo.alpha]\": \"no\","),
+        );
+        assert!(
+            stale(&check(&now))[0].contains("text, impl and tests changed"),
+            "{record}"
+        );
+    }
+}
