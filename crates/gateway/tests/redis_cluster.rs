@@ -1231,8 +1231,7 @@ impl ServiceRegistry for ReturnsWhileAsked {
     fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
         let (routing, user, id) = (self.routing.clone(), self.user, id.to_owned());
         Box::pin(async move {
-            // A later add than the one the push read (the entry's deadline is in ms).
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // A later add than the one the push read, in the same ms or not.
             routing.set_route(user, &id).await.unwrap();
             Ok(Some(false))
         })
