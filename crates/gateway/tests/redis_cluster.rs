@@ -1275,6 +1275,58 @@ async fn a_route_entry_written_again_after_the_push_read_it_survives_the_dead_ro
 }
 
 // r[verify gateway.history.start-lost]
+/// The `history-start` key lost while the newest entries were appended by a replica of the
+/// previous version (entries without the start field): the identity is taken from the newest
+/// entry that carries it, not from the oldest entry's id, so the stream stays the same stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_start_record_is_taken_from_the_newest_entry_that_carries_it() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("start-lost-old");
+    let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let cfg = HistoryConfig {
+        size: 3,
+        ..HistoryConfig::default()
+    };
+    for i in 0..5 {
+        h.append("r", &format!("m{i}"), &cfg).await.unwrap();
+    }
+    let before = h.last_assigned_in_stream("r", &cfg).await.unwrap().unwrap();
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // Two appends by an old replica: entries holding only `d`.
+    for text in ["old 1", "old 2"] {
+        let _: String = redis::cmd("XADD")
+            .arg(format!("{p}history:r"))
+            .arg("*")
+            .arg("d")
+            .arg(text)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}history-start:r"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let after = h.last_assigned_in_stream("r", &cfg).await.unwrap().unwrap();
+    assert!(before.start.is_some(), "{before:?}");
+    assert_eq!(after.start, before.start, "the stream's identity changed");
+    h.append("r", "new", &cfg).await.unwrap();
+    let appended = h.last_assigned_in_stream("r", &cfg).await.unwrap().unwrap();
+    assert_eq!(appended.start, before.start, "{appended:?}");
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}history:r"))
+        .arg(format!("{p}history-dropped:r"))
+        .arg(format!("{p}history-start:r"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+// r[verify gateway.history.start-lost]
 /// The `history-start` key deleted by hand while the room's stream survives (its oldest entries
 /// trimmed away, so its oldest id is no longer its first): the stream is the same stream, and
 /// no replica delivers what it holds again.
