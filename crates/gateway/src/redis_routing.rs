@@ -98,7 +98,8 @@ return found
 
 /// Removes ARGV[1] from KEYS[1] only while its deadline is still ARGV[2] (the version read: an
 /// add or refresh since wrote a later one): 1 cleared, 0 stale (not there at that version, others
-/// remain), -1 absent.
+/// remain), -1 absent. Expired members are dropped first, as in `COMPARE_AND_DELETE`: one that
+/// expired since the read is no longer there to delete.
 const DELETE_ENTRY: &str = r"
 local ty = redis.call('TYPE', KEYS[1]).ok
 if ty == 'none' then return -1 end
@@ -110,6 +111,7 @@ if ty == 'string' then
   return 0
 end
 if ty ~= 'zset' then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and string.format('%.0f', tonumber(score)) == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
