@@ -86,7 +86,8 @@ return -1
 ";
 
 /// The members of KEYS[1] not yet expired, each followed by its deadline (ms, an integer): the
-/// entry's version, which every add and refresh moves strictly later. A plain string (a route written before the per-user sets) has version 0.
+/// entry's version, which every add and refresh moves strictly later. A plain string (a route
+/// written before the per-user sets) has version 0.
 const ENTRIES: &str = r"
 local ty = redis.call('TYPE', KEYS[1]).ok
 if ty == 'string' then return {redis.call('GET', KEYS[1]), '0'} end
