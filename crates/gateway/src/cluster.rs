@@ -127,24 +127,19 @@ pub trait RoutingMap: Send + Sync + 'static {
     /// The replicas `user` is routed to, as [`RoutingMap::routes`], each with its entry's
     /// version: a number that every add or refresh of that entry changes (with Redis, the
     /// entry's expiry deadline), so that [`RoutingMap::delete_entry`] can delete the entry read
-    /// and no later one. A map without versions answers 0 for each.
-    fn route_entries(&self, user: &str) -> BoxFuture<Result<Vec<(String, u64)>, ClusterError>> {
-        let routes = self.routes(user);
-        Box::pin(async move { Ok(routes.await?.into_iter().map(|r| (r, 0)).collect()) })
-    }
+    /// and no later one. Required, with [`RoutingMap::delete_entry`]: a default without
+    /// versions would make the dead-route delete unconditional again; a map that wraps another
+    /// forwards both.
+    fn route_entries(&self, user: &str) -> BoxFuture<Result<Vec<(String, u64)>, ClusterError>>;
     /// Removes `replica`'s entry from `user`'s set only while it is still at `version` (as
     /// [`RoutingMap::route_entries`] read it): an entry added or refreshed since is left
-    /// ([`CasOutcome::Stale`]). A map without versions deletes as
-    /// [`RoutingMap::compare_and_delete`].
+    /// ([`CasOutcome::Stale`]).
     fn delete_entry(
         &self,
         user: &str,
         replica: &str,
         version: u64,
-    ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
-        let _ = version;
-        self.compare_and_delete(user, replica)
-    }
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>>;
 }
 
 /// The in-memory service registry.

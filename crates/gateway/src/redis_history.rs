@@ -44,22 +44,28 @@ end
 /// The stream's identity, its first id: KEYS[3], else (the record lost while the stream
 /// survives: deleted by hand, or evicted) taken from the stream itself and recorded again for
 /// ARGV[3] ms. Every entry carries its stream's first id in its field `s` (empty in the first
-/// entry, whose own id it is), so the newest entry says it however much was trimmed before it;
-/// entries written before they carried it fall back to the oldest entry's id. Nil for a stream
-/// that holds no entry and lost its record.
+/// entry, whose own id it is), so the newest entry that carries it says it however much was
+/// trimmed before it. Entries without it (appended by a replica of an earlier version) are
+/// passed over, newest first; only a stream none of whose entries carries it falls back to its
+/// oldest entry's id. The walk is bounded by the stream's length, which the trim keeps near the
+/// history's size, and runs only when the record was lost. Nil for a stream that holds no entry
+/// and lost its record.
 const START: &str = r"
 local function stream_start()
   local s = redis.call('GET', KEYS[3])
   if s then return s end
-  local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
-  if not newest then return nil end
-  local f = newest[2]
-  for i = 1, #f - 1, 2 do
-    if f[i] == 's' then
-      if f[i + 1] == '' then s = newest[1] else s = f[i + 1] end
+  local entries = redis.call('XREVRANGE', KEYS[1], '+', '-')
+  if not entries[1] then return nil end
+  for _, e in ipairs(entries) do
+    local f = e[2]
+    for i = 1, #f - 1, 2 do
+      if f[i] == 's' then
+        if f[i + 1] == '' then s = e[1] else s = f[i + 1] end
+      end
     end
+    if s then break end
   end
-  if not s then s = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1][1] end
+  if not s then s = entries[#entries][1] end
   redis.call('SET', KEYS[3], s, 'PX', ARGV[3])
   return s
 end

@@ -44,11 +44,16 @@ end
 ";
 
 /// Adds ARGV[1] to KEYS[1] expiring ARGV[2] ms from now; drops expired members. A plain string
-/// (a route written before the per-user sets) is replaced.
+/// (a route written before the per-user sets) is replaced. The deadline is the entry's version,
+/// so it always moves strictly later than the member's current one (by 1 ms when an add or
+/// refresh in the same ms, or a Redis clock stepped back, would write the same or an earlier one).
 const ADD: &str = r"
 if redis.call('TYPE', KEYS[1]).ok == 'string' then redis.call('DEL', KEYS[1]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
-redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+local d = now + tonumber(ARGV[2])
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if old and tonumber(old) >= d then d = tonumber(old) + 1 end
+redis.call('ZADD', KEYS[1], string.format('%.0f', d), ARGV[1])
 expire_with_last(KEYS[1])
 return 1
 ";
@@ -81,7 +86,8 @@ return -1
 ";
 
 /// The members of KEYS[1] not yet expired, each followed by its deadline (ms, an integer): the
-/// entry's version. A plain string (a route written before the per-user sets) has version 0.
+/// entry's version, which every add and refresh moves strictly later. A plain string (a route
+/// written before the per-user sets) has version 0.
 const ENTRIES: &str = r"
 local ty = redis.call('TYPE', KEYS[1]).ok
 if ty == 'string' then return {redis.call('GET', KEYS[1]), '0'} end
@@ -93,7 +99,8 @@ return found
 
 /// Removes ARGV[1] from KEYS[1] only while its deadline is still ARGV[2] (the version read: an
 /// add or refresh since wrote a later one): 1 cleared, 0 stale (not there at that version, others
-/// remain), -1 absent.
+/// remain), -1 absent. Expired members are dropped first, as in `COMPARE_AND_DELETE`: one that
+/// expired since the read is no longer there to delete.
 const DELETE_ENTRY: &str = r"
 local ty = redis.call('TYPE', KEYS[1]).ok
 if ty == 'none' then return -1 end
@@ -105,6 +112,7 @@ if ty == 'string' then
   return 0
 end
 if ty ~= 'zset' then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and string.format('%.0f', tonumber(score)) == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
@@ -116,11 +124,18 @@ return -1
 ";
 
 /// Pushes back the expiry of ARGV[1] in each of KEYS to ARGV[2] ms from now, re-adding it where
-/// it is missing (expired in an outage, or a Redis restart). Answers the deadline written.
+/// it is missing (expired in an outage, or a Redis restart). Answers the deadline written: one
+/// for the whole batch, later than every member's current one (the version moves strictly
+/// later, as in `ADD`).
 const REFRESH: &str = r"
-local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
+local d = now + tonumber(ARGV[2])
 for _, k in ipairs(KEYS) do
   if redis.call('TYPE', k).ok == 'string' then redis.call('DEL', k) end
+  local old = redis.call('ZSCORE', k, ARGV[1])
+  if old and tonumber(old) >= d then d = tonumber(old) + 1 end
+end
+local deadline = string.format('%.0f', d)
+for _, k in ipairs(KEYS) do
   redis.call('ZADD', k, deadline, ARGV[1])
   expire_with_last(k)
 end

@@ -32,38 +32,82 @@ struct Entry<H> {
 }
 
 // r[impl gateway.edge.footprint]
-/// A connection's rooms, sorted: a vector, not a `BTreeSet`, whose first node (room for eleven)
-/// would cost every connection in one room some 280 bytes.
-#[derive(Debug, Clone, Default)]
-struct Rooms(Vec<String>);
+/// A connection's rooms: a few in a sorted vector sized to them, not a `BTreeSet`, whose first
+/// node (room for eleven) would cost every connection in one room some 280 bytes; past
+/// [`Rooms::FEW`] a set, so a connection allowed any number of rooms
+/// (`max_rooms_per_connection = 0`) joins and leaves in O(log rooms), not O(rooms).
+#[derive(Debug, Clone)]
+enum Rooms {
+    Few(Vec<String>),
+    Many(BTreeSet<String>),
+}
+
+impl Default for Rooms {
+    fn default() -> Self {
+        Rooms::Few(Vec::new())
+    }
+}
 
 impl Rooms {
+    /// The most rooms the vector holds; the set takes over past it.
+    const FEW: usize = 16;
+
     fn contains(&self, room: &str) -> bool {
-        self.0.binary_search_by(|r| r.as_str().cmp(room)).is_ok()
+        match self {
+            Rooms::Few(v) => v.binary_search_by(|r| r.as_str().cmp(room)).is_ok(),
+            Rooms::Many(set) => set.contains(room),
+        }
     }
     fn len(&self) -> usize {
-        self.0.len()
+        match self {
+            Rooms::Few(v) => v.len(),
+            Rooms::Many(set) => set.len(),
+        }
     }
     /// Adds `room`; whether it was new.
     fn insert(&mut self, room: &str) -> bool {
-        match self.0.binary_search_by(|r| r.as_str().cmp(room)) {
-            Ok(_) => false,
-            Err(at) => {
-                // Exactly one more: most connections join one room or a few.
-                self.0.reserve_exact(1);
-                self.0.insert(at, room.to_owned());
-                true
-            }
+        match self {
+            Rooms::Few(v) => match v.binary_search_by(|r| r.as_str().cmp(room)) {
+                Ok(_) => false,
+                Err(_) if v.len() >= Self::FEW => {
+                    let mut set: BTreeSet<String> = std::mem::take(v).into_iter().collect();
+                    set.insert(room.to_owned());
+                    *self = Rooms::Many(set);
+                    true
+                }
+                Err(at) => {
+                    // Exactly one more: most connections join one room or a few.
+                    v.reserve_exact(1);
+                    v.insert(at, room.to_owned());
+                    true
+                }
+            },
+            Rooms::Many(set) => set.insert(room.to_owned()),
         }
     }
     /// Removes `room`; whether it was there.
     fn remove(&mut self, room: &str) -> bool {
-        match self.0.binary_search_by(|r| r.as_str().cmp(room)) {
-            Ok(at) => {
-                self.0.remove(at);
-                true
-            }
-            Err(_) => false,
+        match self {
+            Rooms::Few(v) => match v.binary_search_by(|r| r.as_str().cmp(room)) {
+                Ok(at) => {
+                    v.remove(at);
+                    true
+                }
+                Err(_) => false,
+            },
+            Rooms::Many(set) => set.remove(room),
+        }
+    }
+    fn iter(&self) -> Box<dyn Iterator<Item = &String> + '_> {
+        match self {
+            Rooms::Few(v) => Box::new(v.iter()),
+            Rooms::Many(set) => Box::new(set.iter()),
+        }
+    }
+    fn into_set(self) -> BTreeSet<String> {
+        match self {
+            Rooms::Few(v) => v.into_iter().collect(),
+            Rooms::Many(set) => set,
         }
     }
 }
@@ -291,14 +335,14 @@ impl<H: Clone> Registry<H> {
         if let Some(user) = &entry.user {
             user_still_connected = remove_from(self.index_shard(&self.users, user), user, id);
         }
-        for room in &entry.rooms.0 {
+        for room in entry.rooms.iter() {
             remove_from(self.index_shard(&self.rooms, room), room, id);
         }
         self.changed.notify_waiters();
         Some(Removed {
             user: entry.user,
             user_still_connected,
-            rooms: entry.rooms.0.into_iter().collect(),
+            rooms: entry.rooms.into_set(),
         })
     }
 
@@ -428,6 +472,40 @@ fn lookup(index: &Index, key: &str) -> Vec<ConnId> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    // r[verify gateway.edge.footprint]
+    /// A connection's rooms stay a vector sized to them while they are few, and become a set
+    /// past that (joins and leaves of a connection with many rooms are not linear in them); in
+    /// either form they answer as a set would, and a connection that leaves most of them again
+    /// still knows the rest.
+    #[test]
+    fn a_connections_rooms_are_a_vector_while_few_and_a_set_past_that() {
+        let mut rooms = Rooms::default();
+        let mut model = BTreeSet::new();
+        for i in (0..200).rev() {
+            let room = format!("r{i:03}");
+            assert_eq!(rooms.insert(&room), model.insert(room.clone()));
+            assert!(!rooms.insert(&room));
+            if model.len() <= Rooms::FEW {
+                assert!(
+                    matches!(&rooms, Rooms::Few(v) if v.capacity() == v.len()),
+                    "{rooms:?}"
+                );
+            } else {
+                assert!(matches!(rooms, Rooms::Many(_)), "at {}", model.len());
+            }
+        }
+        for i in (0..200).step_by(3) {
+            let room = format!("r{i:03}");
+            assert_eq!(rooms.remove(&room), model.remove(&room));
+            assert!(!rooms.remove(&room));
+        }
+        assert_eq!(rooms.len(), model.len());
+        assert!(model.iter().all(|r| rooms.contains(r)));
+        assert!(!rooms.contains("r000"));
+        assert!(rooms.iter().eq(model.iter()));
+        assert_eq!(rooms.into_set(), model);
+    }
 
     // r[verify gateway.rooms.limits]
     #[test]

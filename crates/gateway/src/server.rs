@@ -34,8 +34,6 @@ use crate::tls::{Stream, Tls, TlsError, TlsFiles, TlsReload};
 // them and they on it, with no cycle between the crate's modules.
 pub(crate) mod delivery;
 pub mod drain;
-#[cfg(test)]
-mod footprint;
 pub(crate) mod membership;
 
 /// A client's WebSocket, over plain TCP or TLS.

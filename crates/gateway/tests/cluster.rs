@@ -407,3 +407,27 @@ async fn dead_routes_are_looked_up_at_once_not_one_after_another() {
     assert!(routing.get("zed").is_empty());
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
+
+// r[verify gateway.cluster.dead-route+2]
+/// A routing map that wraps another (the tests' counting map) deletes only the entry read: the
+/// trait has no default that would fall back to the unconditional delete, so the wrapper forwards
+/// the versions and the versioned delete.
+#[tokio::test]
+async fn a_wrapping_routing_map_keeps_an_entry_written_again_after_the_read() {
+    let routing = CountingRouting::default();
+    routing.set_route("ann", "x").await.unwrap();
+    let read = routing.route_entries("ann").await.unwrap();
+    routing.set_route("ann", "x").await.unwrap();
+    assert_eq!(
+        routing.delete_entry("ann", "x", read[0].1).await,
+        Ok(holdfast_gateway::CasOutcome::Stale)
+    );
+    assert_eq!(routing.routes("ann").await, Ok(vec!["x".to_owned()]));
+    assert_eq!(routing.deletes.load(Ordering::SeqCst), 1);
+    let now = routing.route_entries("ann").await.unwrap();
+    assert_eq!(
+        routing.delete_entry("ann", "x", now[0].1).await,
+        Ok(holdfast_gateway::CasOutcome::Cleared)
+    );
+    assert!(routing.routes("ann").await.unwrap().is_empty());
+}

@@ -88,6 +88,20 @@ impl RoutingMap for DownBackend {
         }
         self.routing.compare_and_delete(user, replica)
     }
+    fn route_entries(&self, user: &str) -> BoxFuture<Result<Vec<(String, u64)>, ClusterError>> {
+        self.routing.route_entries(user)
+    }
+    fn delete_entry(
+        &self,
+        user: &str,
+        replica: &str,
+        version: u64,
+    ) -> BoxFuture<Result<CasOutcome, ClusterError>> {
+        if self.down.load(Ordering::SeqCst) {
+            return self.outage();
+        }
+        self.routing.delete_entry(user, replica, version)
+    }
 }
 
 fn short_cap(replica: &str, cap_ms: u64) -> holdfast_gateway::GatewayConfig {

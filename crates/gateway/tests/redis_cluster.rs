@@ -1231,8 +1231,7 @@ impl ServiceRegistry for ReturnsWhileAsked {
     fn lists(&self, id: &str) -> BoxFuture<Result<Option<bool>, ClusterError>> {
         let (routing, user, id) = (self.routing.clone(), self.user, id.to_owned());
         Box::pin(async move {
-            // A later add than the one the push read (the entry's deadline is in ms).
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // A later add than the one the push read, in the same ms or not.
             routing.set_route(user, &id).await.unwrap();
             Ok(Some(false))
         })
@@ -1273,6 +1272,58 @@ async fn a_route_entry_written_again_after_the_push_read_it_survives_the_dead_ro
     assert!(routing.routes("ann").await.unwrap().is_empty());
     b.drain(StopReason::Restart, None).await;
     c.drain(StopReason::Restart, None).await;
+}
+
+// r[verify gateway.history.start-lost]
+/// The `history-start` key lost while the newest entries were appended by a replica of the
+/// previous version (entries without the start field): the identity is taken from the newest
+/// entry that carries it, not from the oldest entry's id, so the stream stays the same stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_start_record_is_taken_from_the_newest_entry_that_carries_it() {
+    let Some(redis) = services::redis() else {
+        return;
+    };
+    let p = prefix("start-lost-old");
+    let h = RedisHistory::new(&redis.url, &p, Duration::from_secs(2)).unwrap();
+    let cfg = HistoryConfig {
+        size: 3,
+        ..HistoryConfig::default()
+    };
+    for i in 0..5 {
+        h.append("r", &format!("m{i}"), &cfg).await.unwrap();
+    }
+    let before = h.last_assigned_in_stream("r", &cfg).await.unwrap().unwrap();
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // Two appends by an old replica: entries holding only `d`.
+    for text in ["old 1", "old 2"] {
+        let _: String = redis::cmd("XADD")
+            .arg(format!("{p}history:r"))
+            .arg("*")
+            .arg("d")
+            .arg(text)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}history-start:r"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let after = h.last_assigned_in_stream("r", &cfg).await.unwrap().unwrap();
+    assert!(before.start.is_some(), "{before:?}");
+    assert_eq!(after.start, before.start, "the stream's identity changed");
+    h.append("r", "new", &cfg).await.unwrap();
+    let appended = h.last_assigned_in_stream("r", &cfg).await.unwrap().unwrap();
+    assert_eq!(appended.start, before.start, "{appended:?}");
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{p}history:r"))
+        .arg(format!("{p}history-dropped:r"))
+        .arg(format!("{p}history-start:r"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }
 
 // r[verify gateway.history.start-lost]

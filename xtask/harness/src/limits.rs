@@ -58,7 +58,7 @@ pub fn raise_nofile(
                 want,
                 flag: flag.to_owned(),
                 largest: largest(hard),
-                cap: if has_sys_resource() {
+                cap: if may_raise_hard() {
                     ", which this process has, but the raise was refused"
                 } else {
                     ", which this process lacks"
@@ -90,8 +90,9 @@ fn plan(soft: u64, hard: u64, want: u64) -> Plan {
     }
 }
 
-/// CAP_SYS_RESOURCE (bit 24) in this process's effective capabilities.
-fn has_sys_resource() -> bool {
+/// Whether this process may raise its hard RLIMIT_NOFILE: CAP_SYS_RESOURCE (bit 24) in its
+/// effective capabilities. Tests that need a refused raise skip when it may.
+pub fn may_raise_hard() -> bool {
     const CAP_SYS_RESOURCE: u32 = 24;
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -130,7 +131,7 @@ mod tests {
     #[test]
     fn a_want_past_a_hard_limit_that_cannot_be_raised_says_what_to_run() {
         let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-        if hard == nix::sys::resource::RLIM_INFINITY || has_sys_resource() {
+        if hard == nix::sys::resource::RLIM_INFINITY || may_raise_hard() {
             eprintln!(
                 "SKIP: this process may raise RLIMIT_NOFILE's hard limit ({hard}): \
                  the refusal cannot be seen here"

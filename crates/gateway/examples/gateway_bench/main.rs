@@ -30,7 +30,6 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("run");
     let opts = Opts::parse(args.get(1..).unwrap_or_default());
-    proc_stats::raise_nofile();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

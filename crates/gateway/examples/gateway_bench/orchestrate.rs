@@ -45,10 +45,9 @@ pub async fn run(opts: Opts) -> Result<(), String> {
     let limit = nofile();
     if limit < n as u64 + 64 {
         return Err(format!(
-            "RLIMIT_NOFILE is {limit} (this process raised its soft limit to the hard one): each \
-             process needs N + 64 descriptors (N = {n}), so --connections is at most {}; raising \
-             the hard limit needs CAP_SYS_RESOURCE or a higher `ulimit -Hn` / LimitNOFILE",
-            limit.saturating_sub(64)
+            "RLIMIT_NOFILE is {limit}: each process needs N + 64 descriptors (N = {n}); run \
+             `cargo xtask bench gateway --connections {n}`, which raises the limit or says what \
+             raising it needs"
         ));
     }
     let started = Instant::now();

@@ -1,17 +1,5 @@
-//! What the orchestrator reads about a child from /proc, and the descriptor limit every process
-//! raises.
-
-/// Raises this process's soft RLIMIT_NOFILE to its hard limit (children inherit it).
-pub fn raise_nofile() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-                eprintln!("gateway_bench: cannot raise RLIMIT_NOFILE to {hard}: {e}");
-            }
-        }
-    }
-}
+//! What the orchestrator reads about a child from /proc, and the descriptor limit in force (raised,
+//! when it must be, by `cargo xtask bench gateway` before it starts this example).
 
 /// The soft RLIMIT_NOFILE now.
 pub fn nofile() -> u64 {

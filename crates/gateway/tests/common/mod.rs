@@ -228,4 +228,23 @@ impl RoutingMap for CountingRouting {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.compare_and_delete(user, replica)
     }
+    fn route_entries(
+        &self,
+        user: &str,
+    ) -> holdfast_lifecycle::BoxFuture<Result<Vec<(String, u64)>, holdfast_gateway::ClusterError>>
+    {
+        self.inner.route_entries(user)
+    }
+    fn delete_entry(
+        &self,
+        user: &str,
+        replica: &str,
+        version: u64,
+    ) -> holdfast_lifecycle::BoxFuture<
+        Result<holdfast_gateway::CasOutcome, holdfast_gateway::ClusterError>,
+    > {
+        self.deletes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.delete_entry(user, replica, version)
+    }
 }

@@ -28,7 +28,7 @@ const FALLBACK_MIN: Duration = Duration::from_millis(500);
 const FALLBACK_SPREAD_MS: u64 = 2000;
 
 /// At most this many client handshakes run at once: a thousand at once only time each other out.
-// i[impl xtask.drain-demo.scale]
+// i[impl xtask.drain-demo.scale+2]
 pub const MAX_HANDSHAKES: usize = 64;
 
 /// Where the clients connect.

@@ -1,10 +1,13 @@
 //! What an idle connection costs the gateway: the heap it holds on the serving thread once it is
-//! authenticated and in a room (as the bench's clients are), and the size of its task's future.
-//! Counted by a global allocator that tallies, per thread, the bytes live, so the clients (on a
-//! thread of their own) and the other tests (on theirs) do not count.
+//! authenticated and in a room (as the bench's clients are), through the public API only. That
+//! heap includes the connection's spawned task, and so its future: the future's size is counted
+//! there, not measured apart. Counted by a global allocator that tallies, per thread, the bytes
+//! live, so the clients (on a thread of their own) do not count. A test binary of its own: the
+//! allocator replaces the global one for every test in the binary.
 
 // A counting allocator is unsafe code by its trait's definition; it is test-only.
 #![allow(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -13,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::{Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, Signer, TokenKey};
+use holdfast_gateway::{Gateway, GatewayConfig, MemoryRegistry, MemoryRouting, Signer, TokenKey};
 
 struct Counting;
 
