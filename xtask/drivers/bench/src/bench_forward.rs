@@ -409,6 +409,36 @@ mod tests {
         )
     }
 
+    // i[verify bench.forward.shared-build]
+    #[test]
+    fn the_suite_s_packages_are_the_gateway_suite_s_selection_and_holdfast_forward() {
+        // The gateway suite's own build, not a copy of its arguments: its stand-in cargo notes
+        // them and fails, so the suite stops after building.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let cargo =
+            holdfast_harness::stand_in::script(root, "cargo.sh", "echo \"$*\" > built\nexit 1\n");
+        crate::bench_gateway::run(cargo, root, &root.join("target"), 1)
+            .expect_err("the stand-in's build fails");
+        let built = std::fs::read_to_string(root.join("built")).expect("the gateway suite built");
+        let words: Vec<&str> = built.split_whitespace().collect();
+        let selection: Vec<&str> = words
+            .windows(2)
+            .filter(|w| w[0] == "-p")
+            .flatten()
+            .copied()
+            .collect();
+        assert!(
+            !selection.is_empty(),
+            "the gateway suite names its packages: {built}"
+        );
+        assert!(
+            PACKAGES.starts_with(&selection),
+            "{PACKAGES:?} starts with the gateway suite's {selection:?}"
+        );
+        assert_eq!(PACKAGES[selection.len()..], ["-p", "holdfast-forward"]);
+    }
+
     // i[verify bench.forward+4]
     // i[verify bench.forward.shared-build]
     #[test]
