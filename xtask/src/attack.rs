@@ -44,9 +44,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(build) = build_step(&args, &workspace) {
         run_build(build, &packages(&args))?;
     }
-    let status = attacker(&args, &workspace, &target)
+    let mut attack = attacker(&args, &workspace, &target);
+    let status = attack
         .status()
-        .context("running holdfast-attack")?;
+        .with_context(|| format!("running {}", Path::new(attack.get_program()).display()))?;
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(1) => ExitCode::from(1),
