@@ -41,13 +41,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::root::find(None).map_err(|message| anyhow::anyhow!("attack: {message}"))?;
     crate::output::print(&crate::root::banner(&workspace));
     let target = crate::root::target_dir(&workspace);
-    let packages = packages(&args);
-    if !packages.is_empty() {
-        build(&workspace, &packages, args.release)?;
+    if let Some(build) = build_step(&args, &workspace) {
+        run_build(build, &packages(&args))?;
     }
-    let status = attacker(&args, &workspace, &target)
+    let mut attack = attacker(&args, &workspace, &target);
+    let status = attack
         .status()
-        .context("running holdfast-attack")?;
+        .with_context(|| format!("running {}", Path::new(attack.get_program()).display()))?;
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(1) => ExitCode::from(1),
@@ -95,11 +95,16 @@ fn attacker(args: &Args, workspace: &Path, target: &Path) -> Command {
     command
 }
 
-fn build(workspace: &Path, packages: &[&str], release: bool) -> anyhow::Result<()> {
+/// The build to run before the attack, or none when both binaries are given: a `cargo build`
+/// naming no package would build the workspace's default members instead.
+fn build_step(args: &Args, workspace: &Path) -> Option<Command> {
+    let packages = packages(args);
+    (!packages.is_empty()).then(|| build_command(workspace, &packages, args.release))
+}
+
+fn run_build(mut build: Command, packages: &[&str]) -> anyhow::Result<()> {
     eprintln!("attack: cargo build {}", packages.join(" "));
-    let status = build_command(workspace, packages, release)
-        .status()
-        .context("running cargo build")?;
+    let status = build.status().context("running cargo build")?;
     if !status.success() {
         bail!("cargo build {} failed: {status}", packages.join(" "));
     }
@@ -208,8 +213,15 @@ mod tests {
         assert_eq!(packages(&args), ["-p", "holdfast-attack", "-p", "holdfast"]);
         args.holdfast = Some(PathBuf::from("/ci/holdfast"));
         assert_eq!(packages(&args), ["-p", "holdfast-attack"]);
+        let build = build_step(&args, Path::new("/w")).expect("the attacker is built");
+        let built: Vec<_> = build.get_args().collect();
+        assert_eq!(built, ["build", "-p", "holdfast-attack"]);
         args.attacker = Some(PathBuf::from("/ci/holdfast-attack"));
         assert!(packages(&args).is_empty(), "both given: nothing to build");
+        assert!(
+            build_step(&args, Path::new("/w")).is_none(),
+            "both given: no cargo build runs (a bare one would build the default members)"
+        );
         assert_eq!(
             line(&args),
             [

@@ -253,7 +253,8 @@ fn bench(
                 cpu: cpus,
                 cold: cached[0],
                 warm: cached[1],
-                serial: serial.unwrap_or_default(),
+                // The loop's last run is SERIAL_RUN, so a finished loop has measured it.
+                serial: serial.context("the run on one parse thread was not measured")?,
             });
         }
         Ok(timed)
@@ -1013,6 +1014,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(summary["results"][0]["scales"][1]["serial_s"], 4.0);
+        assert_eq!(summary["results"][0]["scales"][1]["serial_cpu_s"], 0.4);
         assert_eq!(
             summary["results"][0]["scales"][1]["cpu_runs_s"],
             json!([0.1, 0.2, 0.3]),

@@ -666,9 +666,9 @@ async fn classify_through(mode: Mode) -> Option<holdfast_pull::PullError> {
         Some(front) => Some(front.await),
         None => None,
     };
-    if let Some((addr, _)) = &front {
+    if let Some(front) = &front {
         let registry = services::registry()?;
-        s.image = format!("{addr}/{}", registry.image_path);
+        s.image = format!("{}/{}", front.addr, registry.image_path);
         remove_local(&s.docker.host, &s.image).await;
     }
     let mut act = actuator(&s.docker.host, Duration::from_secs(20));
@@ -694,10 +694,19 @@ async fn classify_through(mode: Mode) -> Option<holdfast_pull::PullError> {
 
 /// A listener in front of `upstream` that answers a TLS ClientHello (a first byte 0x16, a
 /// handshake record) with `400 Bad Request` in plain HTTP and closes, as a plain-HTTP registry
-/// does, and relays every other connection to `upstream`; its address.
-async fn plain_http_front(
-    upstream: std::net::SocketAddr,
-) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+/// does, and relays every other connection to `upstream`. It stops listening when dropped.
+struct PlainHttpFront {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PlainHttpFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn plain_http_front(upstream: std::net::SocketAddr) -> PlainHttpFront {
     use tokio::io::AsyncWriteExt as _;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -707,7 +716,7 @@ async fn plain_http_front(
                 let mut first = [0u8; 1];
                 if client.peek(&mut first).await.is_ok_and(|n| n == 1) && first[0] == 0x16 {
                     let _ = client
-                        .write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+                        .write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nA TLS handshake was sent to a plain-HTTP server.\n")
                         .await;
                     let _ = client.shutdown().await;
                     return;
@@ -718,7 +727,7 @@ async fn plain_http_front(
             });
         }
     });
-    (addr, task)
+    PlainHttpFront { addr, task }
 }
 
 fn registry_error_body(code: &str, message: &str) -> String {

@@ -39,10 +39,11 @@ pub struct Mode {
     pub profile: bool,
 }
 
-// i[impl bench.forward.shared-build]
+// i[impl bench.forward.shared-build+2]
 /// The packages every build of this suite names: holdfast-gateway's bench builds with `-p
 /// holdfast-gateway`, and cargo unifies dependency features over the named packages, so naming it
-/// here too lets this suite reuse that build's dependencies instead of compiling them again.
+/// here too lets this suite reuse most of that build's dependencies instead of compiling them
+/// again.
 pub const PACKAGES: [&str; 4] = ["-p", "holdfast-gateway", "-p", "holdfast-forward"];
 
 /// Runs the bench with `cargo` (`$CARGO`; a stand-in in tests) in `root` and reports; `iperf`,
@@ -409,8 +410,38 @@ mod tests {
         )
     }
 
+    // i[verify bench.forward.shared-build+2]
+    #[test]
+    fn the_suite_s_packages_are_the_gateway_suite_s_selection_and_holdfast_forward() {
+        // The gateway suite's own build, not a copy of its arguments: its stand-in cargo notes
+        // them and fails, so the suite stops after building.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let cargo =
+            holdfast_harness::stand_in::script(root, "cargo.sh", "echo \"$*\" > built\nexit 1\n");
+        crate::bench_gateway::run(cargo, root, &root.join("target"), 1)
+            .expect_err("the stand-in's build fails");
+        let built = std::fs::read_to_string(root.join("built")).expect("the gateway suite built");
+        let words: Vec<&str> = built.split_whitespace().collect();
+        let selection: Vec<&str> = words
+            .windows(2)
+            .filter(|w| w[0] == "-p")
+            .flatten()
+            .copied()
+            .collect();
+        assert!(
+            !selection.is_empty(),
+            "the gateway suite names its packages: {built}"
+        );
+        assert!(
+            PACKAGES.starts_with(&selection),
+            "{PACKAGES:?} starts with the gateway suite's {selection:?}"
+        );
+        assert_eq!(PACKAGES[selection.len()..], ["-p", "holdfast-forward"]);
+    }
+
     // i[verify bench.forward+4]
-    // i[verify bench.forward.shared-build]
+    // i[verify bench.forward.shared-build+2]
     #[test]
     fn run_runs_the_relay_bench_and_writes_its_figures_with_the_verdicts() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -110,7 +110,7 @@ fn build_forward_example(
 
 /// `cargo build --release` of holdfast-forward's `forward` example, naming the packages the relay
 /// bench's build names so that it reuses that build.
-// i[impl bench.forward.shared-build]
+// i[impl bench.forward.shared-build+2]
 fn forward_example_build(mut cargo: Command, root: &std::path::Path) -> Command {
     cargo
         .current_dir(root)
@@ -130,7 +130,7 @@ fn cargo() -> Command {
 mod tests {
     use super::*;
 
-    // i[verify bench.forward.shared-build]
+    // i[verify bench.forward.shared-build+2]
     #[test]
     fn the_forward_example_builds_with_the_relay_bench_s_packages() {
         let c = forward_example_build(Command::new("cargo"), std::path::Path::new("/w"));
