@@ -145,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if format == Format::Text {
                 crate::output::print(&crate::root::banner(&root));
             }
-            for line in spec_engine::spec_check::gate::fatal_lines(&fatal) {
+            for line in spec_engine::gate::fatal_lines(&fatal) {
                 eprintln!("{line}");
             }
             Ok(ExitCode::from(USAGE_ERROR))
@@ -197,7 +197,7 @@ fn write_export(
 
 /// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
 fn today() -> String {
-    spec_engine::spec_check::gate::today(std::time::SystemTime::now())
+    spec_engine::gate::today(std::time::SystemTime::now())
 }
 
 /// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
@@ -221,7 +221,7 @@ fn ratchet_run(
         std::fs::write(&path, ratchet::baseline(disk, tree, outcome))
             .map_err(|err| format!("{}: {err}", path.display()))?;
     }
-    spec_engine::spec_check::gate::apply_ratchet(disk, tree, outcome, &today);
+    spec_engine::gate::apply_ratchet(disk, tree, outcome, &today);
     Ok(ratchet::waivers(disk, tree, &today))
 }
 

@@ -35,7 +35,6 @@ mod findings_gate;
 pub mod fingerprint;
 pub mod foreign;
 pub mod freshness;
-pub mod gate;
 pub mod items;
 pub mod junit;
 pub mod levels;
@@ -56,7 +55,6 @@ mod walk;
 
 use std::path::Path;
 
-pub use self::gate::gate;
 use self::problem::Problem;
 use self::report::Outcome;
 use crate::model::tree::Tree as Source;
