@@ -110,7 +110,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let read_now = read(&disk);
     match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
         Ok(mut outcome) => {
-            write_record(outcome.record.as_ref());
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match &export {
@@ -150,22 +149,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(USAGE_ERROR))
         }
-    }
-}
-
-/// Writes a test-backed run's evidence record, made at the run's first reading, beside its
-/// results; one that cannot be written is said on stderr, never an error (the next reading makes
-/// it again).
-// i[impl spec-check.test-backed.fingerprint]
-pub(crate) fn write_record(record: Option<&(PathBuf, String)>) {
-    let Some((path, text)) = record else {
-        return;
-    };
-    if let Err(error) = std::fs::write(path, text) {
-        eprintln!(
-            "warning: cannot write the test evidence record {}: {error}",
-            path.display()
-        );
     }
 }
 
@@ -290,7 +273,6 @@ fn review_run_to(
     let read_now = read(&disk);
     match review_read(root, base, &disk, &read_now, results, skips, crates) {
         Ok((mut review, mut outcome)) => {
-            write_record(outcome.record.as_ref());
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match out.export {

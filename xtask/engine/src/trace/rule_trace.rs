@@ -130,7 +130,7 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
 
 /// `verifies` with each pass turned stale when the rule's evidence changed since the tests ran
 /// ([`Evidence::stale`]), as the gate judges it.
-// i[impl spec-check.test-backed.fingerprint]
+// i[impl spec-check.test-backed.fingerprint+2]
 fn stale_passes(
     tree: &Tree,
     rule: &Rule,
