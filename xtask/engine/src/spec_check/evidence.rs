@@ -319,6 +319,13 @@ mod tests {
             .replace("    1\n", "    // one\n    1\n")
             .replace("pub fn alpha() -> u32 {", "pub fn alpha()->u32{");
         assert_eq!(later(SPEC, &reformatted).problems, Vec::<Problem>::new());
+        // The record keys a rule by its base id: alpha bumped to +2, text unchanged, is neither
+        // added nor changed.
+        let bumped = later(
+            &SPEC.replace("r[demo.alpha]", "r[demo.alpha+2]"),
+            &LIB.replace("demo.alpha]", "demo.alpha+2]"),
+        );
+        assert_eq!(bumped.problems, Vec::<Problem>::new());
         // Both at once: every part named.
         let both = later(
             &SPEC.replace("Alpha holds.", "Alpha always holds."),
