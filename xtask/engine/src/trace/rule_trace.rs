@@ -144,10 +144,8 @@ fn stale_passes(
     else {
         return verifies;
     };
-    for verify in &mut verifies {
-        if verify.fate == Some(Outcome::Passed) {
-            verify.fate = Some(Outcome::Stale(stale.describe()));
-        }
+    for fate in verifies.iter_mut().filter_map(|v| v.fate.as_mut()) {
+        fate.staled(&stale);
     }
     verifies
 }
