@@ -57,3 +57,78 @@ pub fn record_run(tree: Option<&Tree>, junit: &Path) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (crates/**/*.rs)\n      }\n    )\n  }\n)\n";
+    const LIB: &str = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        assert_eq!(super::alpha(), 1);\n    }\n}\n";
+    const JUNIT: &str = "<testsuites><testsuite name=\"demo\" tests=\"1\"><testcase name=\"tests::alpha_holds\" classname=\"demo\"/></testsuite></testsuites>";
+
+    fn workspace() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = [
+            (".config/tracey/config.styx", CONFIG),
+            (
+                "docs/spec.md",
+                "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n",
+            ),
+            ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+            (
+                "crates/demo/Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            ("crates/demo/src/lib.rs", LIB),
+        ];
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+            std::fs::write(path, text).expect("write");
+        }
+        dir
+    }
+
+    /// The record is of the tree read before the tests: an impl edit during the run (after the
+    /// read, before the results) is stale evidence to the run's own gate, whatever file times say.
+    // i[verify spec-check.test-backed.fingerprint+2]
+    #[test]
+    fn the_record_is_of_the_tree_read_before_the_run() {
+        let dir = workspace();
+        let before = tree_before(dir.path());
+        assert!(before.is_some());
+        let lib = dir.path().join("crates/demo/src/lib.rs");
+        std::fs::write(&lib, LIB.replace("    1\n", "    2\n")).expect("edit");
+        let junit = dir.path().join("target/nextest/ci/junit.xml");
+        std::fs::create_dir_all(junit.parent().expect("parent")).expect("dir");
+        std::fs::write(&junit, JUNIT).expect("results");
+        record_run(before.as_ref(), &junit);
+        let record = dir
+            .path()
+            .join("target/nextest/ci/junit.xml.spec-evidence.json");
+        assert!(record.is_file(), "the run writes its record");
+        let disk = spec_engine::Disk::new(dir.path());
+        let outcome = spec_engine::gate::gate(
+            &disk,
+            &spec_check::read(&disk),
+            &[junit.as_path()],
+            None,
+            &[],
+            "2026-12-06",
+        )
+        .expect("judged");
+        let kinds: Vec<&str> = outcome.problems.iter().map(|p| p.kind.name()).collect();
+        assert!(kinds.contains(&"evidence-stale"), "{:?}", outcome.problems);
+    }
+
+    /// No results (a failed build): nothing is written, nothing is said.
+    #[test]
+    fn a_run_without_results_writes_no_record() {
+        let dir = workspace();
+        let before = tree_before(dir.path());
+        let junit = dir.path().join("target/nextest/ci/junit.xml");
+        record_run(before.as_ref(), &junit);
+        assert!(!evidence::path_for(&junit).exists());
+        assert!(write_record(before.as_ref().expect("tree"), &junit).is_err());
+    }
+}
