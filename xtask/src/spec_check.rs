@@ -110,7 +110,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let read_now = read(&disk);
     match check_read(&disk, &read_now, &results, skips.as_deref(), &args.crates) {
         Ok(mut outcome) => {
-            write_record(outcome.record.as_ref());
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match &export {
@@ -145,27 +144,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if format == Format::Text {
                 crate::output::print(&crate::root::banner(&root));
             }
-            for line in spec_engine::spec_check::gate::fatal_lines(&fatal) {
+            for line in spec_engine::gate::fatal_lines(&fatal) {
                 eprintln!("{line}");
             }
             Ok(ExitCode::from(USAGE_ERROR))
         }
-    }
-}
-
-/// Writes a test-backed run's evidence record, made at the run's first reading, beside its
-/// results; one that cannot be written is said on stderr, never an error (the next reading makes
-/// it again).
-// i[impl spec-check.test-backed.fingerprint]
-pub(crate) fn write_record(record: Option<&(PathBuf, String)>) {
-    let Some((path, text)) = record else {
-        return;
-    };
-    if let Err(error) = std::fs::write(path, text) {
-        eprintln!(
-            "warning: cannot write the test evidence record {}: {error}",
-            path.display()
-        );
     }
 }
 
@@ -197,7 +180,7 @@ fn write_export(
 
 /// Today's date in UTC, `YYYY-MM-DD`: the day waivers are judged on.
 fn today() -> String {
-    spec_engine::spec_check::gate::today(std::time::SystemTime::now())
+    spec_engine::gate::today(std::time::SystemTime::now())
 }
 
 /// The waivers and the ratchet on the work tree (`tree`, read from `disk`): their problems join
@@ -221,7 +204,7 @@ fn ratchet_run(
         std::fs::write(&path, ratchet::baseline(disk, tree, outcome))
             .map_err(|err| format!("{}: {err}", path.display()))?;
     }
-    spec_engine::spec_check::gate::apply_ratchet(disk, tree, outcome, &today);
+    spec_engine::gate::apply_ratchet(disk, tree, outcome, &today);
     Ok(ratchet::waivers(disk, tree, &today))
 }
 
@@ -290,7 +273,6 @@ fn review_run_to(
     let read_now = read(&disk);
     match review_read(root, base, &disk, &read_now, results, skips, crates) {
         Ok((mut review, mut outcome)) => {
-            write_record(outcome.record.as_ref());
             // The export before the ratchet: a run whose export fails judges nothing, so it must
             // not have rewritten the baseline first.
             let tree = match out.export {

@@ -806,10 +806,12 @@ fn tracey_parity_without_a_tracey_exits_2() {
     }
 }
 
-/// The first test-backed reading of a run writes the rules' fingerprints beside its results; a
-/// later reading of the same results calls a rule whose code changed since stale, not tested,
-/// even when the file's time does not show it (a checkout, a copy). New results are recorded anew.
-// i[verify spec-check.test-backed.fingerprint]
+/// The run's producer writes the rules' fingerprints beside its results (as `cargo xtask test`
+/// does, through the runner's own function); a later reading of the same results calls a rule
+/// whose code changed since stale, not tested, even when the file's time does not show it (a
+/// checkout, a copy). A reader never creates or replaces the record: deleting or corrupting it
+/// notes it and judges by file times only, and never turns the stale pass into a pass for good.
+// i[verify spec-check.test-backed.fingerprint+2]
 #[test]
 fn a_pass_is_stale_once_its_rules_code_changed_since_the_run() {
     let fixture = Fixture::new(&[]);
@@ -818,6 +820,11 @@ fn a_pass_is_stale_once_its_rules_code_changed_since_the_run() {
         ("demo::beta", "beta_holds", "passed"),
     ];
     let results = write_results(&fixture, &cases);
+    let produce = |fixture: &Fixture| {
+        let (_, tree) = spec_engine::spec_check::read(&spec_engine::Disk::new(fixture.path()))
+            .expect("the tree reads");
+        holdfast_test_runner::evidence::write_record(&tree, &results).expect("recorded")
+    };
     let args = ["--json", "--results", results.to_str().expect("utf-8")];
     let judged = |fixture: &Fixture| {
         let (code, out) = fixture.check(&args);
@@ -833,9 +840,10 @@ fn a_pass_is_stale_once_its_rules_code_changed_since_the_run() {
             .collect();
         (code, problems, json["specs"][0]["tested"].clone())
     };
+    let record = produce(&fixture);
+    assert_eq!(record, fixture.path().join("junit.xml.spec-evidence.json"));
     let (code, problems, tested) = judged(&fixture);
     assert_eq!((code, problems, tested), (0, vec![], serde_json::json!(2)));
-    let record = fixture.path().join("junit.xml.spec-evidence.json");
     let recorded = std::fs::read_to_string(&record).expect("recorded beside the results");
     assert!(recorded.contains("\"r[demo.beta]\": \""), "{recorded}");
 
@@ -865,8 +873,46 @@ fn a_pass_is_stale_once_its_rules_code_changed_since_the_run() {
         "a later reading keeps the run's record"
     );
 
-    // A rerun's results are another run: recorded from the tree now, nothing stale.
+    // The reviewer's reproduction: the record deleted, then corrupted. A reader notes it, judges
+    // by file times only (the edit's time is before the run: no stale), and writes nothing.
+    let notes = |fixture: &Fixture| {
+        let (_, out) = fixture.check(&args[1..]);
+        out.lines()
+            .filter(|line| line.contains("evidence record"))
+            .map(|line| line.trim().to_owned())
+            .collect::<Vec<_>>()
+    };
+    std::fs::remove_file(&record).expect("deleted");
+    assert_eq!(
+        notes(&fixture),
+        ["note: no evidence record for these results: passes judged by file times only"]
+    );
+    assert!(!record.exists(), "a reader never creates the record");
+    std::fs::write(&record, "{").expect("corrupted");
+    let noted = notes(&fixture);
+    assert!(
+        noted.len() == 1 && noted[0].contains("is malformed"),
+        "{noted:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&record).expect("kept"), "{");
+    // The run's record put back: still stale.
+    std::fs::write(&record, &recorded).expect("restored");
+    assert_eq!(
+        judged(&fixture).0,
+        1,
+        "the deletion did not make the pass fresh"
+    );
+
+    // A rerun's results are another run: until its producer records it, the old record is
+    // named as of other results and kept; recorded, nothing is stale.
     std::fs::write(&results, format!("{}\n", junit(&cases))).expect("rerun");
+    let noted = notes(&fixture);
+    assert!(
+        noted.len() == 1 && noted[0].contains("is of other results"),
+        "{noted:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&record).expect("kept"), recorded);
+    produce(&fixture);
     let (code, problems, _) = judged(&fixture);
     assert_eq!((code, problems), (0, vec![]));
     assert_ne!(

@@ -109,7 +109,7 @@ fn the_runner_s_gate_reports_and_judges_as_spec_check_with_the_run_s_results() {
         }
         let command = fixture::xtask_in(&root, &root, "spec-check", &args);
         let packages: Vec<String> = crates.iter().map(|c| (*c).to_owned()).collect();
-        let today = spec_engine::spec_check::gate::today(std::time::SystemTime::now());
+        let today = spec_engine::gate::today(std::time::SystemTime::now());
         let judged = holdfast_test_runner::judge(&root, &report, &ledger, &packages, &today);
         let case = format!("{results:?}, ledger {ledger_text:?}, crates {crates:?}");
         assert_eq!(
@@ -162,7 +162,7 @@ fn the_runner_s_gate_fails_as_spec_check_does_when_the_report_is_missing_or_malf
             "target/holdfast-test-skips.jsonl",
         ];
         let command = fixture::xtask_in(&root, &root, "spec-check", &args);
-        let today = spec_engine::spec_check::gate::today(std::time::SystemTime::now());
+        let today = spec_engine::gate::today(std::time::SystemTime::now());
         let judged = holdfast_test_runner::judge(&root, &report, &ledger, &[], &today);
         let case = format!("report {malformed:?}");
         assert_eq!(command.code, 2, "{case}: {}", command.stderr);

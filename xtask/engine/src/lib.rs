@@ -32,6 +32,9 @@
 //!   one versioned JSON document ([`export::export`], `spec-check --export`).
 //! - [`ratchet`] — waivers of justified gaps (`docs/audit/waivers.toml`) and a baseline of
 //!   counts coverage may not fall below (`docs/audit/coverage-baseline.toml`).
+//! - [`gate`] — the test-backed gate as one call ([`gate::gate`]): [`spec_check::check_read`]
+//!   against a run's results and skip ledger, then the [`ratchet`] on a given day; `spec-check`
+//!   and the test runner judge through it.
 //! - [`sarif`] — the gate's and the review's problems as a SARIF 2.1.0 log ([`sarif::render`],
 //!   `spec-check --sarif`).
 //!
@@ -39,6 +42,7 @@
 
 // i[impl xtask.layout.engine]
 pub mod export;
+pub mod gate;
 pub mod model;
 pub mod ratchet;
 pub mod review;

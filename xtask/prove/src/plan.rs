@@ -280,21 +280,55 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
 
 /// The markers of the rules of `now` whose evidence differs from the tree `then` (a revision's,
 /// read as `spec-check --base` reads it): by their fingerprints, not by the lines a diff touched.
-/// A revision whose tree cannot be read has no rules: every rule is chosen.
+/// `None` when `then` has no spec config (its spec cannot be read: the caller says so and chooses
+/// every rule); an error when it has one that does not parse.
 // i[impl prove.changed+2]
-pub fn changed_since(then: &dyn Source, now: &spec_check::Tree) -> BTreeSet<String> {
-    let empty = spec_check::Tree::empty();
-    let read = spec_check::read(then);
-    let then = read.as_ref().map_or(&empty, |(_, tree)| tree);
-    spec_check::fingerprint::changed_between(then, now)
-        .into_iter()
-        .map(spec_check::rules::Rule::marker)
-        .collect()
+// i[impl prove.changed.unreadable]
+pub fn changed_since(
+    then: &dyn Source,
+    now: &spec_check::Tree,
+) -> Result<Option<BTreeSet<String>>, spec_check::problem::Problem> {
+    let then = match spec_check::read(then) {
+        Ok((_, tree)) => tree,
+        Err(_) if !then.is_file(std::path::Path::new(spec_check::config::CONFIG_PATH)) => {
+            return Ok(None);
+        }
+        Err(problem) => return Err(problem),
+    };
+    Ok(Some(
+        spec_check::fingerprint::changed_between(&then, now)
+            .into_iter()
+            .map(spec_check::rules::Rule::marker)
+            .collect(),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // i[verify prove.changed.unreadable]
+    #[test]
+    fn a_revision_without_a_spec_config_chooses_all_and_a_broken_one_is_an_error() {
+        const CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n    )\n  }\n)\n";
+        let now = spec_engine::Memory::new([
+            (spec_check::config::CONFIG_PATH, CONFIG),
+            (
+                "docs/spec.md",
+                "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n",
+            ),
+            ("src/lib.rs", "// r[impl demo.alpha]\npub fn alpha() {}\n"),
+        ]);
+        let (_, tree) = spec_check::read(&now).expect("read");
+        let without = spec_engine::Memory::new([("README.md", "before the spec\n")]);
+        assert_eq!(changed_since(&without, &tree).expect("no config"), None);
+        let broken = spec_engine::Memory::new([(spec_check::config::CONFIG_PATH, "specs (\n")]);
+        assert!(changed_since(&broken, &tree).is_err());
+        assert_eq!(
+            changed_since(&now, &tree).expect("same"),
+            Some(BTreeSet::new())
+        );
+    }
 
     // i[verify prove.plan+4]
     #[test]

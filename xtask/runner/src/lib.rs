@@ -16,8 +16,10 @@
 //! needs the spec engine, which the drain demo and the benchmark drivers must not build.
 //!
 //! Layout: this file (the run: requirements, services, the steps and how the run ends) and
-//! `suite` (the test runs, the gate and their counts).
+//! `suite` (the test runs, the gate and their counts) and `evidence` (the run's evidence record,
+//! written by the run, never by a reader).
 
+pub mod evidence;
 mod suite;
 
 pub use suite::{Judged, judge};
@@ -150,6 +152,8 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
 
     // Skips are per run: the ledger must describe this run only.
     let _ = std::fs::remove_file(&ledger);
+    // The tree the tests are built from, read before the build: the run's evidence record is of it.
+    let before = evidence::tree_before(&workspace);
     let tests_started = Instant::now();
     let nextest = suite::nextest(
         std::process::Command::new("cargo"),
@@ -172,6 +176,8 @@ pub fn run(args: Options) -> anyhow::Result<Outcome> {
     let gate = if process::interrupted() {
         None
     } else {
+        // Recorded whatever the gate says, before it judges: the gate reads this run's record.
+        evidence::record_run(before.as_ref(), &junit);
         Some(suite::judge_and_print(
             &workspace, &junit, &ledger, &packages,
         ))

@@ -7,9 +7,10 @@ use std::process::{Command, ExitStatus, Stdio};
 use anyhow::Context as _;
 
 use holdfast_harness::{output, root};
+use spec_engine::gate;
+use spec_engine::spec_check;
 use spec_engine::spec_check::junit::{self, Status};
 use spec_engine::spec_check::report::{self, Format};
-use spec_engine::spec_check::{self, gate};
 
 /// Pass/fail counts, for the closing line of the run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +224,7 @@ pub struct Judged {
 
 /// The test-backed gate on the run: what `cargo xtask spec-check --results <junit> --skips
 /// <ledger>` (with `--crate P` for each of `packages`) judges, run here through spec-engine's
-/// [`spec_check::gate`] (the one `spec-check` uses) on `today` (`YYYY-MM-DD`, the day waivers are
+/// [`gate::gate`] (the one `spec-check` uses) on `today` (`YYYY-MM-DD`, the day waivers are
 /// judged on), its report rendered as text. A panic inside the engine fails the gate with a fatal
 /// error rather than ending the run without its closing line.
 // i[impl harness.results+3]
@@ -237,7 +238,7 @@ pub fn judge(
     let judged = std::panic::catch_unwind(|| {
         let disk = spec_engine::Disk::new(workspace);
         let read_now = spec_check::read(&disk);
-        spec_check::gate(&disk, &read_now, &[junit], Some(ledger), packages, today)
+        gate::gate(&disk, &read_now, &[junit], Some(ledger), packages, today)
     });
     match judged {
         Ok(Ok(outcome)) => Judged {

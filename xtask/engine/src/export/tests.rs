@@ -278,3 +278,56 @@ fn the_schema_file_is_pinned_to_its_schema_version() {
         "docs/audit/spec-export.schema.json changed"
     );
 }
+
+/// A pass whose rule changed since the run is exported as the stale evidence it is, in the
+/// schema's shape.
+// i[verify spec-check.test-backed.fingerprint+2]
+#[test]
+fn a_stale_pass_is_exported_in_the_schemas_shape() {
+    let lib = "// r[impl demo.alpha]\npub fn alpha() -> u32 {\n    1\n}\n\n// r[impl demo.beta+2]\npub fn beta() {}\n\n#[cfg(test)]\nmod tests {\n    // r[verify demo.alpha]\n    #[test]\n    fn alpha_holds() {\n        super::alpha();\n    }\n\n    // r[verify demo.beta+2]\n    #[test]\n    fn beta_holds() {\n        super::beta();\n    }\n}\n";
+    let junit_text = "<testsuites><testsuite name=\"demo\" tests=\"2\"><testcase name=\"tests::alpha_holds\" classname=\"demo\"/><testcase name=\"tests::beta_holds\" classname=\"demo\"/></testsuite></testsuites>";
+    let mut tree = Memory::new([
+        (
+            ".config/tracey/config.styx",
+            CONFIG.replace("src/**/*.rs", "crates/**/*.rs").as_str(),
+        ),
+        (
+            "docs/spec.md",
+            "# Demo\n\n> r[demo.alpha]\n> Alpha holds.\n\n> r[demo.beta+2]\n> Beta holds.\n",
+        ),
+        ("Cargo.toml", "[workspace]\nmembers = [\"crates/demo\"]\n"),
+        (
+            "crates/demo/Cargo.toml",
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        ("crates/demo/src/lib.rs", lib),
+        ("target/junit.xml", junit_text),
+    ]);
+    // The run's record, of the tree the tests ran on; then alpha's body changes.
+    let (_, then) = spec_check::read(&tree).expect("read");
+    let evidence = spec_check::evidence::record(
+        &then,
+        spec_check::evidence::key([junit_text]),
+        std::time::SystemTime::UNIX_EPOCH,
+    );
+    tree.insert(
+        "target/junit.xml.spec-evidence.json",
+        spec_check::evidence::render(&evidence),
+    );
+    tree.insert("crates/demo/src/lib.rs", lib.replace("    1\n", "    2\n"));
+    let junit = crate::Tree::root(&tree).join("target/junit.xml");
+    let read = spec_check::read(&tree);
+    let everything =
+        crate::trace::everything(&tree, read, &[junit.as_path()], None, false).expect("traced");
+    let export: serde_json::Value =
+        serde_json::from_str(&super::render(&super::export(&tree, &everything))).expect("JSON");
+    assert_eq!(violations(&export), Vec::<String>::new(), "{export:#}");
+    assert_eq!(export["rules"][0]["marker"], "r[demo.alpha]");
+    assert_eq!(
+        export["rules"][0]["verifies"][0]["result"],
+        "stale (passed, but impl changed since the tests ran)",
+        "{export:#}"
+    );
+    assert_ne!(export["rules"][0]["verdict"], "verified", "{export:#}");
+    assert_eq!(export["rules"][1]["verifies"][0]["result"], "passed");
+}

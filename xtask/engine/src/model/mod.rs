@@ -22,7 +22,7 @@ mod tests {
     use std::path::Path;
 
     /// The engine's modules (each `src/NAME.rs` or `src/NAME/`), leaf first.
-    const ENGINE: [&str; 9] = [
+    const ENGINE: [&str; 10] = [
         "model",
         "spec_check",
         "shapes",
@@ -31,6 +31,7 @@ mod tests {
         "review",
         "export",
         "ratchet",
+        "gate",
         "sarif",
     ];
 

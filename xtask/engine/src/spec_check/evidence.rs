@@ -1,12 +1,13 @@
-//! Test evidence fingerprints: a run's results speak for the code they ran on only, so the first
-//! reading of a run's results records every rule's fingerprint ([`super::fingerprint`]) beside
-//! them, and every later reading of the same results calls a rule whose fingerprint changed since
-//! stale rather than passed.
+//! Test evidence fingerprints: a run's results speak for the code they ran on only, so the
+//! producer of the results (`cargo xtask test`, through holdfast-test-runner) records every rule's
+//! fingerprint ([`super::fingerprint`]) in the tree the tests were built from, beside the results,
+//! and every reading of the same results calls a rule whose fingerprint changed since stale rather
+//! than passed.
 //!
 //! A run is told apart by the SHA-256 of its results files' contents (not their times: a copied
-//! or touched file is the same run). `cargo xtask test` ends with the test-backed gate, so the
-//! record it leaves is of the tree its tests ran on. The engine touches no file: a new record is
-//! handed back ([`Prints::to_write`]) for the command line to write.
+//! or touched file is the same run). The engine touches no file and a reader never makes a record:
+//! [`record`] and [`render`] give the producer its text; [`take`] reads it, and without a usable
+//! one notes why (passes are then judged by file times only).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,16 +64,16 @@ impl Staleness {
     }
 }
 
-/// The fingerprints a run's results are judged with: the record found beside them, or one made
-/// now from the tree read.
+/// The fingerprints a run's results are judged with: the record its producer wrote beside them,
+/// or none (then passes are judged by file times only, and `note` says why).
 #[derive(Debug, Clone)]
 pub struct Prints {
-    /// Where the record lies (or is to be written).
+    /// Where the record lies.
     pub path: PathBuf,
-    /// The record.
-    pub record: Record,
-    /// Made by this reading (so nothing can be stale yet), and to be written.
-    pub new: bool,
+    /// The record of this run, when one was found.
+    pub record: Option<Record>,
+    /// Why there is no usable record (missing, unreadable, of other results), for the report.
+    pub note: Option<String>,
 }
 
 /// Where the record of the run whose first results file is `first` lies: beside it, named after
@@ -106,7 +107,7 @@ fn rule_key(rule: &Rule) -> String {
 }
 
 /// Every rule of `tree` with its fingerprint now.
-// i[impl spec-check.test-backed.fingerprint]
+// i[impl spec-check.test-backed.fingerprint+2]
 pub fn record(tree: &Tree, results: String, written: SystemTime) -> Record {
     Record {
         schema: SCHEMA,
@@ -120,46 +121,74 @@ pub fn record(tree: &Tree, results: String, written: SystemTime) -> Record {
     }
 }
 
-/// The prints for the run of `key` whose first results file is `first`: the record beside it when
-/// it is of this run, else one made from `tree` now (a missing, unreadable, malformed or other
-/// run's record is replaced).
-// i[impl spec-check.test-backed.fingerprint]
-pub fn take(
-    source: &dyn Source,
-    tree: &Tree,
-    first: &Path,
-    key: String,
-    written: SystemTime,
-) -> Prints {
+/// The prints for the run of `key` whose first results file is `first`: the record beside it
+/// when it is of this run. A reader never makes one: a missing, unreadable, malformed or other
+/// run's record leaves no fingerprints, and a note says so.
+// i[impl spec-check.test-backed.fingerprint+2]
+pub fn take(source: &dyn Source, first: &Path, key: &str) -> Prints {
     let path = path_for(first);
-    let found = source
-        .read(&path)
-        .ok()
-        .and_then(|text| serde_json::from_str::<Record>(&text).ok())
-        .filter(|record| record.schema == SCHEMA && record.results == key);
-    match found {
-        Some(record) => Prints {
-            path,
-            record,
-            new: false,
+    let shown = path.display();
+    let (record, note) = match source.read(&path) {
+        Err(_) if !source.is_file(&path) => (
+            None,
+            "no evidence record for these results: passes judged by file times only".to_owned(),
+        ),
+        Err(error) => (
+            None,
+            format!(
+                "the evidence record {shown} is unreadable ({error}): passes judged by file times only"
+            ),
+        ),
+        Ok(text) => match serde_json::from_str::<Record>(&text) {
+            Err(error) => (
+                None,
+                format!(
+                    "the evidence record {shown} is malformed ({error}): passes judged by file times only"
+                ),
+            ),
+            Ok(record) if record.schema != SCHEMA => (
+                None,
+                format!(
+                    "the evidence record {shown} has schema {} (this engine reads {SCHEMA}): passes judged by file times only",
+                    record.schema
+                ),
+            ),
+            Ok(record) if record.results != key => (
+                None,
+                format!(
+                    "the evidence record {shown} is of other results: passes judged by file times only"
+                ),
+            ),
+            Ok(record) => {
+                return Prints {
+                    path,
+                    record: Some(record),
+                    note: None,
+                };
+            }
         },
-        None => Prints {
-            path,
-            record: record(tree, key, written),
-            new: true,
-        },
+    };
+    Prints {
+        path,
+        record,
+        note: Some(note),
     }
+}
+
+/// The record as its file holds it: pretty JSON and a newline.
+pub fn render(record: &Record) -> String {
+    let mut text = serde_json::to_string_pretty(record).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 impl Prints {
     /// Whether `rule`'s evidence is stale in `tree`: `None` while its fingerprint is the
-    /// recorded one (always, for a record made by this reading).
-    // i[impl spec-check.test-backed.fingerprint]
+    /// recorded one, or when there is no record to judge by.
+    // i[impl spec-check.test-backed.fingerprint+2]
     pub fn stale(&self, tree: &Tree, rule: &Rule) -> Option<Staleness> {
-        if self.new {
-            return None;
-        }
-        let Some(then) = self.record.rules.get(&rule_key(rule)) else {
+        let record = self.record.as_ref()?;
+        let Some(then) = record.rules.get(&rule_key(rule)) else {
             return Some(Staleness::Added);
         };
         let now = super::fingerprint::of(tree, rule);
@@ -167,15 +196,6 @@ impl Prints {
         let changed = Fingerprint::parse(then)
             .map_or_else(|| vec!["text", "impl", "tests"], |then| then.changed(&now));
         (!changed.is_empty()).then_some(Staleness::Changed(changed))
-    }
-
-    /// The record to write (its path and JSON text) when this reading made it.
-    pub fn to_write(&self) -> Option<(PathBuf, String)> {
-        self.new.then(|| {
-            let mut text = serde_json::to_string_pretty(&self.record).unwrap_or_default();
-            text.push('\n');
-            (self.path.clone(), text)
-        })
     }
 }
 
@@ -217,19 +237,19 @@ mod tests {
         crate::spec_check::check(tree, &[Path::new(RESULTS)], None, &[]).expect("judged")
     }
 
-    /// `tree` after its first test-backed reading, with the record that reading made.
+    /// The record the run's producer writes for `tree`'s results (JUNIT), as its file holds it.
     fn recorded(tree: &Memory) -> String {
-        let outcome = check(tree);
-        assert_eq!(outcome.problems, Vec::<Problem>::new());
-        let Some((path, text)) = outcome.record else {
-            panic!("the first reading of a run records its evidence");
-        };
-        assert!(
-            path.ends_with("target/nextest/ci/junit.xml.spec-evidence.json"),
-            "{}",
-            path.display()
+        let (_, read) = crate::spec_check::read(tree).expect("read");
+        let record = super::record(
+            &read,
+            super::key([JUNIT]),
+            std::time::SystemTime::UNIX_EPOCH,
         );
-        text
+        assert!(
+            super::path_for(Path::new(RESULTS))
+                .ends_with("target/nextest/ci/junit.xml.spec-evidence.json")
+        );
+        super::render(&record)
     }
 
     /// The problems of a reading of `spec` and `lib` by the run recorded on SPEC and LIB.
@@ -249,13 +269,20 @@ mod tests {
             .collect()
     }
 
-    // i[verify spec-check.test-backed.fingerprint]
+    // i[verify spec-check.test-backed.fingerprint+2]
     #[test]
     fn a_later_reading_of_the_same_results_judges_the_evidence_recorded_at_the_first() {
         // Unchanged: the record is read, not made again, and both rules are tested.
         let outcome = later(SPEC, LIB);
         assert_eq!(outcome.problems, Vec::<Problem>::new());
-        assert!(outcome.record.is_none(), "the record is not made again");
+        assert_eq!(
+            outcome
+                .notes
+                .iter()
+                .filter(|n| n.contains("evidence record"))
+                .count(),
+            0
+        );
         assert_eq!(outcome.specs[0].tested, Some(2));
 
         // The body of alpha changed after the run: its pass is stale evidence, not tested,
@@ -272,7 +299,7 @@ mod tests {
         insta::assert_snapshot!(problem.to_string());
     }
 
-    // i[verify spec-check.test-backed.fingerprint]
+    // i[verify spec-check.test-backed.fingerprint+2]
     #[test]
     fn each_changed_part_is_named_and_formatting_is_no_change() {
         let tests = later(SPEC, &LIB.replace("alpha(), 1)", "alpha(), 1 + 0)"));
@@ -292,6 +319,13 @@ mod tests {
             .replace("    1\n", "    // one\n    1\n")
             .replace("pub fn alpha() -> u32 {", "pub fn alpha()->u32{");
         assert_eq!(later(SPEC, &reformatted).problems, Vec::<Problem>::new());
+        // The record keys a rule by its base id: alpha bumped to +2, text unchanged, is neither
+        // added nor changed.
+        let bumped = later(
+            &SPEC.replace("r[demo.alpha]", "r[demo.alpha+2]"),
+            &LIB.replace("demo.alpha]", "demo.alpha+2]"),
+        );
+        assert_eq!(bumped.problems, Vec::<Problem>::new());
         // Both at once: every part named.
         let both = later(
             &SPEC.replace("Alpha holds.", "Alpha always holds."),
@@ -304,7 +338,7 @@ mod tests {
         );
     }
 
-    // i[verify spec-check.test-backed.fingerprint]
+    // i[verify spec-check.test-backed.fingerprint+2]
     #[test]
     fn a_rule_added_since_the_run_is_stale_and_a_lower_level_is_only_counted() {
         let spec = format!("{SPEC}\n> r[demo.gamma]\n> Gamma holds.\n");
@@ -334,29 +368,73 @@ mod tests {
         assert_eq!(outcome.untested, ["r[demo.beta]"]);
     }
 
-    // i[verify spec-check.test-backed.fingerprint]
+    /// The notes of `outcome` about its evidence record.
+    fn record_notes(outcome: &Outcome) -> Vec<String> {
+        outcome
+            .notes
+            .iter()
+            .filter(|n| n.contains("evidence record"))
+            .cloned()
+            .collect()
+    }
+
+    // i[verify spec-check.test-backed.fingerprint+2]
     #[test]
-    fn another_runs_or_an_unreadable_record_is_made_anew() {
+    fn a_reader_never_makes_a_record_and_notes_a_missing_or_unusable_one() {
         let changed = LIB.replace("    1\n", "    2\n");
-        // A record of other results (another run): this run's is made from the tree now.
+        let path = "target/nextest/ci/junit.xml.spec-evidence.json";
+        // No record: passes judged by file times only, one note, nothing stale.
+        let outcome = check(&tree(SPEC, &changed));
+        assert_eq!(outcome.problems, Vec::<Problem>::new());
+        assert_eq!(
+            record_notes(&outcome),
+            ["no evidence record for these results: passes judged by file times only"]
+        );
+        // A record of other results (another run): named, not replaced.
         let record = recorded(&tree(SPEC, LIB));
         let mut now = tree(SPEC, &changed);
         now.insert(
             RESULTS,
             JUNIT.replace("tests=\"2\"", "tests=\"2\" time=\"1\""),
         );
-        now.insert("target/nextest/ci/junit.xml.spec-evidence.json", record);
+        now.insert(path, record.clone());
         let outcome = check(&now);
         assert_eq!(outcome.problems, Vec::<Problem>::new());
-        assert!(outcome.record.is_some());
-        // A record that does not parse, or of another schema: made anew.
-        for broken in ["{", "{\"schema\": 2}"] {
+        assert_eq!(
+            record_notes(&outcome),
+            [format!(
+                "the evidence record {path} is of other results: passes judged by file times only"
+            )]
+        );
+        // A record that does not parse, or of another schema: named.
+        for (broken, why) in [
+            ("{".to_owned(), "is malformed"),
+            (
+                record.replace("\"schema\": 1", "\"schema\": 2"),
+                "has schema 2",
+            ),
+        ] {
             let mut now = tree(SPEC, &changed);
-            now.insert("target/nextest/ci/junit.xml.spec-evidence.json", broken);
-            let outcome = check(&now);
-            assert_eq!(outcome.problems, Vec::<Problem>::new());
-            assert!(outcome.record.is_some());
+            now.insert(path, broken);
+            let notes = record_notes(&check(&now));
+            assert!(notes.len() == 1 && notes[0].contains(why), "{notes:?}");
         }
+        // The reviewer's reproduction: a reading after a corrupted record made no record of the
+        // tree now, so the run's record put back still calls the edit stale.
+        let mut now = tree(SPEC, &changed);
+        now.insert(path, "{");
+        let _ = check(&now);
+        assert_eq!(
+            crate::Tree::read(&now, Path::new(path)).ok().as_deref(),
+            Some("{")
+        );
+        now.insert(path, record);
+        assert_eq!(stale(&check(&now)).len(), 1);
+    }
+
+    // i[verify spec-check.test-backed.fingerprint+2]
+    #[test]
+    fn a_cell_that_is_no_fingerprint_makes_every_part_stale() {
         // A cell that is no fingerprint says nothing of the run: every part is stale.
         let record = recorded(&tree(SPEC, LIB));
         let cell = record

@@ -392,6 +392,69 @@ mod tests {
             .collect()
     }
 
+    /// A verifying test outside Rust: a Python test is its function (another function of the
+    /// file changes nothing), and an annotation in no item (a file's head) stands for its whole
+    /// file.
+    // i[verify prove.fingerprint]
+    #[test]
+    fn a_non_rust_verifying_test_is_its_function_or_its_whole_file() {
+        const PY_CONFIG: &str = "specs (\n  {\n    name demo\n    include (docs/spec.md)\n    impls (\n      {\n        name rust\n        include (src/**/*.rs)\n      }\n      {\n        name other\n        include (py/**/*.py)\n        test_include (py/tests/**/*.py)\n      }\n    )\n  }\n)\n";
+        const PY: &str = "# r[verify demo.alpha]\ndef test_alpha():\n    assert True\n\n\ndef helper():\n    return 1\n";
+        const SH: &str = "# r[verify demo.beta]\n\nOTHER = 1\n";
+        let print = |py: &str, sh: &str, id: &str| {
+            let memory = Memory::new([
+                (".config/tracey/config.styx", PY_CONFIG),
+                ("docs/spec.md", SPEC),
+                (
+                    "src/lib.rs",
+                    "// r[impl demo.alpha]\npub fn alpha() {}\n// r[impl demo.beta]\npub fn beta() {}\n",
+                ),
+                ("py/tests/test_alpha.py", py),
+                ("py/tests/test_beta.py", sh),
+            ]);
+            let Ok((_, read)) = crate::spec_check::read(&memory) else {
+                panic!("read");
+            };
+            of(&read, read.rule(id).expect("rule"))
+        };
+        let alpha = print(PY, SH, "demo.alpha");
+        assert_eq!(
+            alpha.changed(&print(
+                &PY.replace("assert True", "assert False"),
+                SH,
+                "demo.alpha"
+            )),
+            ["tests"]
+        );
+        assert_eq!(
+            alpha.changed(&print(
+                &PY.replace("return 1", "return 2"),
+                SH,
+                "demo.alpha"
+            )),
+            Vec::<&str>::new()
+        );
+        let head = |text| {
+            crate::spec_check::items::verify_item_at(
+                std::path::Path::new("py/tests/test_beta.py"),
+                text,
+                None,
+                1,
+            )
+            .head
+        };
+        assert_eq!(head(SH), "(the whole file)");
+        let beta = print(PY, SH, "demo.beta");
+        assert_eq!(
+            beta.changed(&print(
+                PY,
+                &SH.replace("OTHER = 1", "OTHER = 2"),
+                "demo.beta"
+            )),
+            ["tests"]
+        );
+    }
+
     // i[verify prove.changed+2]
     #[test]
     fn a_reformat_a_comment_or_a_moved_annotation_changes_no_rule() {

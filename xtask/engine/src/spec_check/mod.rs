@@ -18,7 +18,7 @@
 //!    ([`skips`]), maps tests to files with [`crate_layout`], and keeps a rule verified only if one of
 //!    its tests ran and passed; a `verify` in a Python, Go or script test file is looked up among
 //!    pytest's, go-junit-report's, jest's or vitest's cases ([`foreign`]). A pass counts only while
-//!    the rule's fingerprint is the one [`evidence`] recorded at the run's first reading.
+//!    the rule's fingerprint is the one [`evidence`] the run's producer recorded.
 //! 7. [`report`] prints the table and the problems as text, JSON or markdown.
 //!
 //! Beside the pipeline: [`levels`] (what the gate demands of a rule at its level), [`measures`]
@@ -35,7 +35,6 @@ mod findings_gate;
 pub mod fingerprint;
 pub mod foreign;
 pub mod freshness;
-pub mod gate;
 pub mod items;
 pub mod junit;
 pub mod levels;
@@ -56,7 +55,6 @@ mod walk;
 
 use std::path::Path;
 
-pub use self::gate::gate;
 use self::problem::Problem;
 use self::report::Outcome;
 use crate::model::tree::Tree as Source;
@@ -135,14 +133,14 @@ pub fn check_read(
                 notes,
                 planned: Vec::new(),
                 untested: Vec::new(),
-                record: None,
             });
         }
     };
     problems.extend(config.problems.iter().cloned());
-    // The rules' fingerprints when the tests ran: recorded now at the run's first reading.
+    // The rules' fingerprints when the tests ran: the record the run's producer wrote.
     if let Some(evidence) = &mut evidence {
-        evidence.fingerprint(source, tree);
+        evidence.fingerprint(source);
+        notes.extend(evidence.record_note().map(str::to_owned));
     }
 
     let Tree {
@@ -244,10 +242,6 @@ pub fn check_read(
     }
     notes.sort();
     notes.dedup();
-    let record = evidence
-        .as_ref()
-        .and_then(|e| e.prints.as_ref())
-        .and_then(evidence::Prints::to_write);
     Ok(Outcome {
         root: root.display().to_string(),
         mode,
@@ -260,7 +254,6 @@ pub fn check_read(
             .flatten()
             .flat_map(|j| j.untested.iter().cloned())
             .collect(),
-        record,
     })
 }
 

@@ -39,10 +39,6 @@ pub struct Outcome {
     /// passed, whatever their level demands (the ratchet's tested measure).
     #[serde(skip)]
     pub untested: Vec<String>,
-    /// A test-backed run's evidence record ([`super::evidence`]) made by this reading, its path and
-    /// text, for the command line to write beside the results.
-    #[serde(skip)]
-    pub record: Option<(std::path::PathBuf, String)>,
 }
 
 /// Annotations only, or test-backed by a run's results.

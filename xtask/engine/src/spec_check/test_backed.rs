@@ -105,18 +105,29 @@ impl Evidence {
     }
 
     /// Reads the rules' fingerprints when the tests ran ([`super::evidence::take`]): the record
-    /// beside the results, or, at the first reading of this run, one made from `tree` now.
-    // i[impl spec-check.test-backed.fingerprint]
-    pub fn fingerprint(&mut self, source: &dyn Tree, tree: &super::Tree) {
+    /// the run's producer wrote beside the results; never made here.
+    // i[impl spec-check.test-backed.fingerprint+2]
+    pub fn fingerprint(&mut self, source: &dyn Tree) {
         if let Some((first, key)) = &self.run {
-            self.prints = Some(super::evidence::take(
-                source,
-                tree,
-                first,
-                key.clone(),
-                self.written,
-            ));
+            self.prints = Some(super::evidence::take(source, first, key));
         }
+    }
+
+    /// Why the run has no usable evidence record, when it has none (a note for the report).
+    pub fn record_note(&self) -> Option<&str> {
+        self.prints.as_ref()?.note.as_deref()
+    }
+
+    /// When the results were written: the record's time when there is one, else the results
+    /// file's modification time.
+    pub fn written_shown(&self) -> String {
+        self.prints
+            .as_ref()
+            .and_then(|p| p.record.as_ref())
+            .map_or_else(
+                || crate::model::timestamp::utc(self.written),
+                |record| record.written.clone(),
+            )
     }
 
     /// Why `rule`'s evidence is stale, when it is ([`super::evidence::Prints::stale`]).
@@ -151,6 +162,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A pass turned into the stale evidence it is, when its rule's evidence is `stale`; any
+    /// other fate kept. The gate and the trace both judge a pass through this.
+    // i[impl spec-check.test-backed.fingerprint+2]
+    pub fn staled(&mut self, stale: &Staleness) {
+        if *self == Outcome::Passed {
+            *self = Outcome::Stale(stale.describe());
+        }
+    }
+
     /// The fate in words, e.g. `skipped (needs docker: ...)`.
     pub fn describe(&self) -> String {
         match self {
@@ -200,7 +220,7 @@ pub struct Judged {
 /// stale evidence. The analysis is only read, so one tree serves several reports.
 // i[impl spec-check.test-backed]
 // i[impl spec-check.levels]
-// i[impl spec-check.test-backed.fingerprint]
+// i[impl spec-check.test-backed.fingerprint+2]
 pub fn apply(
     tree: &dyn Tree,
     spec: &super::Tree,
@@ -271,9 +291,7 @@ pub fn apply(
 /// Each pass in `outcomes` turned into the stale evidence it is.
 fn stale_passes<T>(outcomes: &mut [(String, T, Outcome)], stale: &Staleness) {
     for (_, _, outcome) in outcomes.iter_mut() {
-        if *outcome == Outcome::Passed {
-            *outcome = Outcome::Stale(stale.describe());
-        }
+        outcome.staled(stale);
     }
 }
 
@@ -312,7 +330,7 @@ fn stale_problem(
              older tree; rerun {rerun}",
             rule.marker(),
             stale.describe(),
-            crate::model::timestamp::utc(evidence.written),
+            evidence.written_shown(),
             tests.join(", ")
         ),
     )

@@ -63,7 +63,7 @@ pub fn everything(
     } else {
         Vec::new()
     };
-    let run = results::load(source, &tree, results, skips, no_results)?;
+    let run = results::load(source, results, skips, no_results)?;
     let evidence = run.as_ref().map(|r| (&r.evidence, r.source.as_str()));
     let mut rules = Vec::new();
     let closers = rule_report::Closers::of(&all);

@@ -24,12 +24,11 @@ pub struct Run {
 
 /// Reads the results to use, if any: `results` when given (one report per runner; an unusable
 /// file is an error), else the default file under `root` when it exists; `None` when there are
-/// none or `--no-results`. The run's evidence fingerprints are read against `spec`, the tree read
-/// (recorded from it at the run's first reading, [`crate::spec_check::evidence`]).
+/// none or `--no-results`. The run's evidence fingerprints are the record its producer wrote
+/// beside the results ([`crate::spec_check::evidence`]); none is made here.
 // i[impl trace.results]
 pub fn load(
     tree: &dyn Tree,
-    spec: &crate::spec_check::Tree,
     results: &[&Path],
     skips: Option<&Path>,
     no_results: bool,
@@ -54,7 +53,7 @@ pub fn load(
             problem: Box::new(problem),
             root: root.display().to_string(),
         })?;
-    evidence.fingerprint(tree, spec);
+    evidence.fingerprint(tree);
     let modified = evidence.written;
     let ledger = if tree.is_file(&skips) {
         format!("skips from {}", shown(tree, &skips))

@@ -130,7 +130,7 @@ fn defined(source: &dyn Source, tree: &Tree, rule: &Rule, evidence: Option<&Evid
 
 /// `verifies` with each pass turned stale when the rule's evidence changed since the tests ran
 /// ([`Evidence::stale`]), as the gate judges it.
-// i[impl spec-check.test-backed.fingerprint]
+// i[impl spec-check.test-backed.fingerprint+2]
 fn stale_passes(
     tree: &Tree,
     rule: &Rule,
@@ -144,10 +144,8 @@ fn stale_passes(
     else {
         return verifies;
     };
-    for verify in &mut verifies {
-        if verify.fate == Some(Outcome::Passed) {
-            verify.fate = Some(Outcome::Stale(stale.describe()));
-        }
+    for fate in verifies.iter_mut().filter_map(|v| v.fate.as_mut()) {
+        fate.staled(&stale);
     }
     verifies
 }

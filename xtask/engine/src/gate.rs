@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::problem::Problem;
-use super::report::Outcome;
-use super::{Tree, check_read, config};
 use crate::model::tree::Tree as Source;
+use crate::spec_check::problem::Problem;
+use crate::spec_check::report::Outcome;
+use crate::spec_check::{Tree, check_read, config, shown};
 
 /// The day waivers are judged on, `YYYY-MM-DD` in UTC, of `now` (the caller's clock).
 pub fn today(now: SystemTime) -> String {
@@ -25,7 +25,7 @@ pub fn apply_ratchet(source: &dyn Source, tree: &Tree, outcome: &mut Outcome, to
     outcome.problems.sort_by(Problem::order);
 }
 
-/// The gate on `read` (what [`super::read`] gave for `source`): [`check_read`] with the run's
+/// The gate on `read` (what [`crate::spec_check::read`] gave for `source`): [`check_read`] with the run's
 /// `results`, `skips` and `crates`, then [`apply_ratchet`] on `today`. A fatal problem (an
 /// unusable results file or ledger) names its file relative to the root when the file is there,
 /// as a command run in the root names the path it was given.
@@ -41,7 +41,7 @@ pub fn gate(
         if let Some(file) = &mut fatal.file
             && source.is_file(Path::new(file.as_str()))
         {
-            *file = super::shown(source, Path::new(file.as_str()));
+            *file = shown(source, Path::new(file.as_str()));
         }
         fatal
     })?;
