@@ -1597,12 +1597,12 @@ impl Reconciler {
                         }
                         entry.counters.network_refusals += 1;
                         entry.foreign_refusals = entry.foreign_refusals.saturating_add(1);
-                        let policy = &self.config.restart_policy;
-                        let doublings = entry.foreign_refusals.saturating_sub(1).min(31);
-                        let wait = policy
-                            .base()
-                            .saturating_mul(1u32 << doublings)
-                            .min(policy.cap());
+                        // The restart policy's own nominal schedule (base doubling to its cap,
+                        // unjittered), not a second copy of it.
+                        let wait = self
+                            .config
+                            .restart_policy
+                            .nominal_delay(entry.foreign_refusals);
                         entry.foreign_until = Some(now + wait);
                         tracing::warn!(%workload, error = %err.message, "the node's network is someone else's");
                         let subject = Self::network_subject(&self.config);
