@@ -23,7 +23,8 @@ use futures_util::{Stream, StreamExt};
 pub use crate::owner::label_filter;
 
 use crate::reconciler::{
-    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartError, Started, WORKLOAD_LABEL,
+    ContainerEvent, ContainerSpec, Observed, SPEC_LABEL, StartCause, StartError, Started,
+    WORKLOAD_LABEL,
 };
 use crate::shape::VolumeSource;
 use crate::state::HealthStatus;
@@ -247,7 +248,7 @@ fn status_of(e: &bollard::errors::Error) -> Option<u16> {
 pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, StartError> {
     use crate::network::{Settle, settle};
     let failed = |message: String| StartError {
-        foreign_network: false,
+        cause: StartCause::Failed,
         container: None,
         message: format!("network {name}: {message}"),
     };
@@ -328,7 +329,7 @@ pub async fn create_node_network(docker: &Docker, name: &str) -> Result<String, 
                 give_back(mine).await;
                 // r[impl workload.network.foreign]
                 return Err(StartError {
-                    foreign_network: true,
+                    cause: StartCause::ForeignNetwork,
                     ..failed(format!(
                         "a network of this name exists ({id}, driver {driver}) that is not the \
                          node's (a bridge labelled {NETWORK_LABEL}=node): someone else's; remove \
@@ -436,7 +437,7 @@ pub async fn start(
         .create_container(Some(options), pinned(create_body(spec), network_id))
         .await
         .map_err(|e| StartError {
-            foreign_network: false,
+            cause: StartCause::Failed,
             container: None,
             message: format!("create: {e}"),
         })?;
@@ -467,7 +468,7 @@ pub async fn start(
             })
         }
         Err(e) => Err(StartError {
-            foreign_network: false,
+            cause: StartCause::Failed,
             container: Some(created.id),
             message: format!("start: {e}"),
         }),

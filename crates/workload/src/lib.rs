@@ -36,7 +36,7 @@ pub use images::{ImagePresence, Images};
 pub use probe::Prober;
 pub use reconciler::{
     Action, AttemptId, Completion, ContainerEvent, ContainerSpec, MODULE, Observed, Reconciler,
-    SPEC_LABEL, Shape, StartError, Started, WORKLOAD_LABEL, container_name,
+    SPEC_LABEL, Shape, StartCause, StartError, Started, WORKLOAD_LABEL, container_name,
 };
 pub use shape::{
     ByteSize, Cpus, EnvFileError, HealthCheck, HttpProbe, LogConfig, NodeProbe, PortSpec, Protocol,

@@ -129,9 +129,18 @@ pub struct StartError {
     pub container: Option<String>,
     /// What the daemon said.
     pub message: String,
+    /// Whose the failure is.
+    pub cause: StartCause,
+}
+
+/// Whose a failed start is: the workload's (a failure of its restart streak) or the operator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartCause {
+    /// The daemon refused the create or the start: the workload's failure.
+    Failed,
     /// The node's network name is taken by someone else's network: only the operator can fix
     /// that, so it is not a failure of the workload (`workload.network.foreign`).
-    pub foreign_network: bool,
+    ForeignNetwork,
 }
 
 /// A container created and started.
@@ -1560,7 +1569,7 @@ impl Reconciler {
                         tracing::info!(%workload, %container, health_check, "workload container started");
                         entry.foreign_refusals = 0;
                         entry.foreign_until = None;
-                        if entry.config.network.as_deref() == Some(crate::config::NODE_NETWORK) {
+                        if Self::got_past_node_network(&entry.config, true) {
                             self.network_is_ours();
                         }
                         let Some(entry) = self.entries.get_mut(&workload) else {
@@ -1587,69 +1596,113 @@ impl Reconciler {
                             actions.extend(self.renewed_while_starting(&workload, &certificate));
                         }
                     }
-                    Err(err) if err.foreign_network => {
-                        // Not the workload's failure: the streak is left as it was, and no
-                        // container was started.
-                        self.gate.release(token, now);
-                        entry.counters.starts = entry.counters.starts.saturating_sub(1);
-                        if entry.restart_due {
-                            entry.counters.restarts = entry.counters.restarts.saturating_sub(1);
+                    Err(err) => match err.cause {
+                        StartCause::Failed => {
+                            self.start_failed(&workload, token, err, now, &mut actions);
                         }
-                        entry.counters.network_refusals += 1;
-                        entry.foreign_refusals = entry.foreign_refusals.saturating_add(1);
-                        // The restart policy's own nominal schedule (base doubling to its cap,
-                        // unjittered), not a second copy of it.
-                        let wait = self
-                            .config
-                            .restart_policy
-                            .nominal_delay(entry.foreign_refusals);
-                        entry.foreign_until = Some(now + wait);
-                        tracing::warn!(%workload, error = %err.message, "the node's network is someone else's");
-                        let subject = Self::network_subject(&self.config);
-                        if self.board.get(&subject).is_none() {
-                            let network = self.config.node_network_name();
-                            let message = format!(
-                                "the node's network {network} is someone else's, so no workload \
-                                 on it can start: {}. Remove it (docker network rm {network}) or \
-                                 recreate it as a bridge labelled {}=node; the workloads start \
-                                 on their next try",
-                                err.message,
-                                crate::docker::NETWORK_LABEL
-                            );
-                            self.board.file(
-                                subject,
-                                "foreign_network",
-                                &message,
-                                entry.foreign_refusals,
-                                SystemTime::now(),
+                        StartCause::ForeignNetwork => {
+                            self.refused_by_foreign_network(
+                                &workload,
+                                token,
+                                err,
+                                now,
+                                &mut actions,
                             );
                         }
-                        if let Some(container) = err.container {
-                            let stop_timeout = entry.config.stop_timeout;
-                            self.retire(&workload, container, stop_timeout, &mut actions);
-                        }
-                    }
-                    Err(err) => {
-                        entry.counters.start_failures += 1;
-                        entry.restart_due = true;
-                        let t = self.gate.fail(token, now, None);
-                        // A container was created: the start got past the network, the node's.
-                        let past_network = err.container.is_some()
-                            && entry.config.network.as_deref() == Some(crate::config::NODE_NETWORK);
-                        tracing::warn!(%workload, error = %err.message, failures = t.failures, "workload container failed to start");
-                        Self::file_start_failure(&self.board, &workload, entry, &t, &err.message);
-                        if let Some(container) = err.container {
-                            let stop_timeout = entry.config.stop_timeout;
-                            self.retire(&workload, container, stop_timeout, &mut actions);
-                        }
-                        if past_network {
-                            self.network_is_ours();
-                        }
-                    }
+                    },
                 }
             }
         }
         actions
+    }
+
+    // r[impl workload.min-run]
+    /// A create or start the daemon refused: a failure of the workload's streak; a container it
+    /// created is removed.
+    fn start_failed(
+        &mut self,
+        workload: &str,
+        token: AttemptToken<String>,
+        err: StartError,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(entry) = self.entries.get_mut(workload) else {
+            return;
+        };
+        entry.counters.start_failures += 1;
+        entry.restart_due = true;
+        let t = self.gate.fail(token, now, None);
+        let past_network = Self::got_past_node_network(&entry.config, err.container.is_some());
+        tracing::warn!(%workload, error = %err.message, failures = t.failures, "workload container failed to start");
+        Self::file_start_failure(&self.board, workload, entry, &t, &err.message);
+        if let Some(container) = err.container {
+            let stop_timeout = entry.config.stop_timeout;
+            self.retire(workload, container, stop_timeout, actions);
+        }
+        if past_network {
+            self.network_is_ours();
+        }
+    }
+
+    // r[impl workload.network.foreign]
+    /// A start refused because the node's network is someone else's: not the workload's
+    /// failure, so its streak is left as it was, and the start is tried again on the restart
+    /// policy's own nominal schedule (base doubling to its cap, unjittered) under one fault.
+    fn refused_by_foreign_network(
+        &mut self,
+        workload: &str,
+        token: AttemptToken<String>,
+        err: StartError,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(entry) = self.entries.get_mut(workload) else {
+            return;
+        };
+        self.gate.release(token, now);
+        entry.counters.starts = entry.counters.starts.saturating_sub(1);
+        if entry.restart_due {
+            entry.counters.restarts = entry.counters.restarts.saturating_sub(1);
+        }
+        entry.counters.network_refusals += 1;
+        entry.foreign_refusals = entry.foreign_refusals.saturating_add(1);
+        let wait = self
+            .config
+            .restart_policy
+            .nominal_delay(entry.foreign_refusals);
+        entry.foreign_until = Some(now + wait);
+        tracing::warn!(%workload, error = %err.message, "the node's network is someone else's");
+        let subject = Self::network_subject(&self.config);
+        if self.board.get(&subject).is_none() {
+            let network = self.config.node_network_name();
+            let message = format!(
+                "the node's network {network} is someone else's, so no workload \
+                 on it can start: {}. Remove it (docker network rm {network}) or \
+                 recreate it as a bridge labelled {}=node; the workloads start \
+                 on their next try",
+                err.message,
+                crate::docker::NETWORK_LABEL
+            );
+            self.board.file(
+                subject,
+                "foreign_network",
+                &message,
+                entry.foreign_refusals,
+                SystemTime::now(),
+            );
+        }
+        if let Some(container) = err.container {
+            let stop_timeout = entry.config.stop_timeout;
+            self.retire(workload, container, stop_timeout, actions);
+        }
+    }
+
+    // r[impl workload.network.foreign]
+    /// Whether a start of `config` got past the node's network: it created its container on it,
+    /// so the network is the node's.
+    fn got_past_node_network(config: &WorkloadConfig, created: bool) -> bool {
+        created && config.network.as_deref() == Some(crate::config::NODE_NETWORK)
     }
 
     // r[impl workload.network.foreign]

@@ -26,7 +26,9 @@ use tokio::task::JoinSet;
 use crate::config::{ModuleConfig, WorkloadConfig};
 use crate::docker;
 use crate::images::Images;
-use crate::reconciler::{Action, Completion, ContainerEvent, Observed, Reconciler, StartError};
+use crate::reconciler::{
+    Action, Completion, ContainerEvent, Observed, Reconciler, StartCause, StartError,
+};
 use crate::state::WorkloadStatus;
 
 /// How long an event stream must stay up before its connect counts as a success.
@@ -412,7 +414,7 @@ impl<I: Images> Supervisor<I> {
                     let node_network = self.core.config().node_network_name();
                     let work = async move {
                         let docker = docker::connect(&host).await.map_err(|e| StartError {
-                            foreign_network: false,
+                            cause: StartCause::Failed,
                             container: None,
                             message: format!("connect: {e}"),
                         })?;
@@ -425,7 +427,7 @@ impl<I: Images> Supervisor<I> {
                                 .await
                                 .unwrap_or_else(|_| {
                                     Err(StartError {
-                                        foreign_network: false,
+                                        cause: StartCause::Failed,
                                         container: None,
                                         message: "the start task panicked".to_owned(),
                                     })

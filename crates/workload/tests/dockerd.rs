@@ -1636,7 +1636,11 @@ async fn two_processes_creating_the_nodes_network_at_once_both_succeed_on_one() 
     }
     let err = refused.unwrap_err();
     assert!(err.message.contains("someone else's"), "{}", err.message);
-    assert!(err.foreign_network, "told apart from a failed start");
+    assert_eq!(
+        err.cause,
+        holdfast_workload::StartCause::ForeignNetwork,
+        "told apart from a failed start"
+    );
     assert_eq!(ids.len(), 1);
 }
 

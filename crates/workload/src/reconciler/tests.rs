@@ -423,7 +423,7 @@ fn a_failed_create_or_start_is_a_failure_of_the_same_streak() {
                 workload: "web".into(),
                 attempt: *attempt,
                 result: Err(StartError {
-                    foreign_network: false,
+                    cause: StartCause::Failed,
                     container: created.clone(),
                     message: "start: no such file".into(),
                 }),
@@ -1514,7 +1514,7 @@ fn a_replaced_specs_start_in_flight_holds_the_name_until_its_container_is_remove
             workload: "web".into(),
             attempt,
             result: Err(StartError {
-                foreign_network: false,
+                cause: StartCause::Failed,
                 container: None,
                 message: "no such image".into(),
             }),
@@ -2125,7 +2125,7 @@ fn a_workload_whose_certificate_was_missing_starts_at_once_when_it_is_first_depl
                 workload: "web".into(),
                 attempt: *attempt,
                 result: Err(StartError {
-                    foreign_network: false,
+                    cause: StartCause::Failed,
                     container: None,
                     message: "invalid mount config: bind source path does not exist".into(),
                 }),
@@ -2161,7 +2161,7 @@ fn someone_elses_network_is_one_fault_of_its_own_and_burns_no_streak() {
         message: "network holdfast: a network of this name exists (abc, driver overlay) that is \
                   not the node's"
             .into(),
-        foreign_network: true,
+        cause: StartCause::ForeignNetwork,
     };
     let mut starts = Vec::new();
     // Six refusals in a row for each of two workloads: no streak, no crash, one fault.
@@ -2257,7 +2257,7 @@ fn a_past_foreign_window_does_not_make_next_wake_a_past_instant() {
             result: Err(StartError {
                 container: None,
                 message: "foreign".into(),
-                foreign_network: true,
+                cause: StartCause::ForeignNetwork,
             }),
         },
         h.now,
@@ -2308,7 +2308,7 @@ fn a_past_back_off_does_not_make_next_wake_a_past_instant() {
             result: Err(StartError {
                 container: None,
                 message: "foreign".into(),
-                foreign_network: false,
+                cause: StartCause::Failed,
             }),
         },
         h.now,
@@ -2350,7 +2350,7 @@ fn the_foreign_network_fault_goes_when_its_last_workload_moves_off_the_network()
             result: Err(StartError {
                 container: None,
                 message: "foreign".into(),
-                foreign_network: true,
+                cause: StartCause::ForeignNetwork,
             }),
         },
         h.now,
@@ -2390,7 +2390,7 @@ fn the_foreign_network_fault_goes_when_its_last_workload_is_removed() {
             result: Err(StartError {
                 container: None,
                 message: "foreign".into(),
-                foreign_network: true,
+                cause: StartCause::ForeignNetwork,
             }),
         },
         h.now,
@@ -2424,7 +2424,7 @@ fn the_foreign_network_fault_goes_once_a_start_gets_past_the_network() {
             result: Err(StartError {
                 container: None,
                 message: "foreign".into(),
-                foreign_network: true,
+                cause: StartCause::ForeignNetwork,
             }),
         },
         h.now,
@@ -2442,7 +2442,7 @@ fn the_foreign_network_fault_goes_once_a_start_gets_past_the_network() {
             result: Err(StartError {
                 container: Some("c-web".into()),
                 message: "starting: no such file".into(),
-                foreign_network: false,
+                cause: StartCause::Failed,
             }),
         },
         h.now,
