@@ -349,6 +349,45 @@ fn results_older_than_the_tests_are_flagged() {
     assert_eq!(code, 0);
 }
 
+/// A reading of results without their evidence record says so once, on stderr, whether it
+/// traces a finding or a rule; with the record its run wrote, it says nothing of it.
+// i[verify spec-check.test-backed.fingerprint+2]
+#[test]
+fn a_missing_evidence_record_is_noted_once() {
+    let fixture = Fixture::new(&[]);
+    fixture.results(&[
+        ("demo", "tests::alpha_holds", "passed"),
+        ("demo::beta", "beta_holds", "passed"),
+    ]);
+    let note = "note: no evidence record for these results: passes judged by file times only";
+    for args in [&["H1"][..], &["demo.alpha"][..]] {
+        let run = fixture::xtask("trace", fixture.path(), args);
+        assert_eq!(run.code, 0, "{args:?}: {}{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.stderr.matches(note).count(),
+            1,
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let (_, tree) = spec_engine::spec_check::read(&spec_engine::Disk::new(fixture.path()))
+        .expect("the tree reads");
+    holdfast_test_runner::evidence::write_record(
+        &tree,
+        &fixture.path().join("target/nextest/ci/junit.xml"),
+    )
+    .expect("recorded");
+    for args in [&["H1"][..], &["demo.alpha"][..]] {
+        let run = fixture::xtask("trace", fixture.path(), args);
+        assert_eq!(run.code, 0, "{args:?}: {}{}", run.stdout, run.stderr);
+        assert!(
+            !run.stderr.contains("evidence record"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
 // i[verify trace.rule]
 #[test]
 fn a_rule_is_traced_to_its_items_tests_results_and_findings() {

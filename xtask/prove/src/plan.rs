@@ -280,20 +280,14 @@ pub fn plans(source: &dyn spec_engine::Tree, tree: &Tree) -> Vec<Plan> {
 
 /// The markers of the rules of `now` whose evidence differs from the tree `then` (a revision's,
 /// read as `spec-check --base` reads it): by their fingerprints, not by the lines a diff touched.
-/// `None` when `then` has no spec config (its spec cannot be read: the caller says so and chooses
-/// every rule); an error when it has one that does not parse.
+/// `None` when `then`'s spec cannot be read for want of a config ([`spec_at`]).
 // i[impl prove.changed+2]
-// i[impl prove.changed.unreadable]
 pub fn changed_since(
     then: &dyn Source,
     now: &spec_check::Tree,
 ) -> Result<Option<BTreeSet<String>>, spec_check::problem::Problem> {
-    let then = match spec_check::read(then) {
-        Ok((_, tree)) => tree,
-        Err(_) if !then.is_file(std::path::Path::new(spec_check::config::CONFIG_PATH)) => {
-            return Ok(None);
-        }
-        Err(problem) => return Err(problem),
+    let Some(then) = spec_at(then)? else {
+        return Ok(None);
     };
     Ok(Some(
         spec_check::fingerprint::changed_between(&then, now)
@@ -301,6 +295,18 @@ pub fn changed_since(
             .map(spec_check::rules::Rule::marker)
             .collect(),
     ))
+}
+
+/// The spec of the revision's tree `then`: `None` when it has no spec config (its spec cannot be
+/// read: the caller says so and chooses every rule); an error when it has one that does not
+/// parse.
+// i[impl prove.changed.unreadable]
+fn spec_at(then: &dyn Source) -> Result<Option<spec_check::Tree>, spec_check::problem::Problem> {
+    match spec_check::read(then) {
+        Ok((_, tree)) => Ok(Some(tree)),
+        Err(_) if !then.is_file(std::path::Path::new(spec_check::config::CONFIG_PATH)) => Ok(None),
+        Err(problem) => Err(problem),
+    }
 }
 
 #[cfg(test)]

@@ -429,9 +429,21 @@ fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Pro
 /// The waivers' problems and the ratchet's: each rule a baseline row records as having a
 /// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
 /// waiver covers that; a rule since removed is skipped, a rule added is not judged.
+/// Whether the ratchet judges the loss of `what` by `rule` (the baseline's `marker` in its row
+/// `was`): by the stricter of its level now and the level the baseline recorded (a rule the
+/// baseline does not list below MUST was MUST).
+// i[impl spec-check.levels]
+fn demanded(rule: &crate::spec_check::rules::Rule, was: &Row, marker: &str, what: What) -> bool {
+    let was_level = was
+        .levels
+        .get(marker)
+        .and_then(|name| Level::named(name))
+        .unwrap_or(Level::Must);
+    Level::of(rule).demands().or(was_level.demands()).of(what)
+}
+
 // i[impl spec-check.ratchet]
 // i[impl spec-check.waivers]
-// i[impl spec-check.levels]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {
     let waivers = waivers(source, tree, today);
     let mut problems = waivers.problems.clone();
@@ -490,15 +502,11 @@ pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -
                 };
                 let current = rule.marker();
                 recorded.insert(current.clone());
-                // Neither a waived loss nor one of what the rule's level does not demand, now
-                // and when the baseline was written.
-                let was_level = was
-                    .levels
-                    .get(marker)
-                    .and_then(|name| Level::named(name))
-                    .unwrap_or(Level::Must);
-                let demanded = Level::of(rule).demands().of(what) || was_level.demands().of(what);
-                if has.of(what) || waivers.covers(&current, what) || !demanded {
+                // Neither a waived loss nor one of what the rule's level does not demand.
+                if has.of(what)
+                    || waivers.covers(&current, what)
+                    || !demanded(rule, was, marker, what)
+                {
                     continue;
                 }
                 let renamed = if current == *marker {

@@ -593,7 +593,6 @@ fn row_counts(side: Side<'_>) -> BTreeMap<String, (Counts, Flags)> {
 }
 
 // i[impl spec-check.review.coverage]
-// i[impl spec-check.levels]
 fn coverage(
     review: &mut Review,
     base: Side<'_>,
@@ -631,19 +630,9 @@ fn coverage(
             let was_marker = base_rules
                 .get(old_key)
                 .map_or_else(|| marker.clone(), |r| r.rule.marker());
-            // Only the loss of what the rule's level demands is a problem: its level at the base
-            // or at the head, so lowering a rule's level in the change excuses no loss.
-            let level = crate::spec_check::levels::Level::of(rule.rule);
-            let was_level = base_rules
-                .get(old_key)
-                .map_or(level, |r| crate::spec_check::levels::Level::of(r.rule));
-            let demands = Stricter(level.demands(), was_level.demands());
-            // Each loss with its reason, when the change itself explains it.
-            let lost_measures: Vec<Measure> =
-                [Measure::Implemented, Measure::Verified, Measure::Proven]
-                    .into_iter()
-                    .filter(|&what| old.of(what) && !flags.of(what) && demands.of(what))
-                    .collect();
+            let level = Level::of(rule.rule);
+            let was_level = base_rules.get(old_key).map_or(level, |r| Level::of(r.rule));
+            let (lost_measures, lowered) = judged_losses(*old, *flags, was_level, level);
             let lost: Vec<String> = lost_measures
                 .iter()
                 .map(|what| (*what, what.word()))
@@ -665,15 +654,6 @@ fn coverage(
             // The measures lost, by name, for the waivers that may cover them.
             let lost_measures: Vec<&'static str> =
                 lost_measures.iter().map(|what| what.word()).collect();
-            let lowered = if was_level == level {
-                String::new()
-            } else {
-                format!(
-                    " (its level went from {} to {}, which excuses no loss the change makes)",
-                    was_level.name(),
-                    level.name()
-                )
-            };
             review.problems.push(Problem {
                 kind: Kind::CoverageDown,
                 rule: marker.clone(),
@@ -690,16 +670,27 @@ fn coverage(
     }
 }
 
-/// What either of two levels demands.
-struct Stricter(
-    crate::spec_check::levels::Demands,
-    crate::spec_check::levels::Demands,
-);
-
-impl Stricter {
-    fn of(&self, what: Measure) -> bool {
-        self.0.of(what) || self.1.of(what)
-    }
+/// The losses the review judges of a kept rule that had `old` at the base and has `now` at the
+/// head: only what its level demands, at the base (`was`) or at the head (`level`), so lowering
+/// a rule's level in the change excuses no loss; and, when its level went down, the words that
+/// say so.
+// i[impl spec-check.levels]
+fn judged_losses(old: Has, now: Has, was: Level, level: Level) -> (Vec<Measure>, String) {
+    let demands = level.demands().or(was.demands());
+    let lost = [Measure::Implemented, Measure::Verified, Measure::Proven]
+        .into_iter()
+        .filter(|&what| old.of(what) && !now.of(what) && demands.of(what))
+        .collect();
+    let lowered = if was == level {
+        String::new()
+    } else {
+        format!(
+            " (its level went from {} to {}, which excuses no loss the change makes)",
+            was.name(),
+            level.name()
+        )
+    };
+    (lost, lowered)
 }
 
 #[cfg(test)]

@@ -629,6 +629,55 @@ fn a_reference_following_another_rules_bump_is_no_change_of_text() {
     );
 }
 
+/// A kept rule's losses, as the review judges them: only what its level at the base or at the
+/// head demands, and a level that changed is said.
+// i[verify spec-check.levels]
+#[test]
+fn the_review_judges_the_losses_either_level_demands() {
+    let had = Has {
+        implemented: true,
+        verified: true,
+        proven: true,
+        ..Has::default()
+    };
+    let unproven = Has {
+        proven: false,
+        ..had
+    };
+    let judged = |now: Has, was: Level, level: Level| super::judged_losses(had, now, was, level);
+    assert_eq!(
+        judged(had, Level::Must, Level::Must),
+        (vec![], String::new())
+    );
+    assert_eq!(
+        judged(unproven, Level::Must, Level::Must),
+        (vec![Measure::Proven], String::new())
+    );
+    // SHOULD demands no proof: its loss is not judged.
+    assert_eq!(
+        judged(unproven, Level::Should, Level::Should),
+        (vec![], String::new())
+    );
+    // Raised to MUST, or lowered from it: the stricter level judges, and the change is said.
+    let raised = judged(unproven, Level::Should, Level::Must);
+    assert_eq!(raised.0, [Measure::Proven]);
+    assert!(
+        raised.1.contains("its level went from should to must"),
+        "{}",
+        raised.1
+    );
+    let lowered = judged(Has::default(), Level::Must, Level::May);
+    assert_eq!(
+        lowered.0,
+        [Measure::Implemented, Measure::Verified, Measure::Proven]
+    );
+    assert!(
+        lowered.1.contains("its level went from must to may"),
+        "{}",
+        lowered.1
+    );
+}
+
 // i[verify spec-check.levels]
 // i[verify spec-check.review]
 #[test]

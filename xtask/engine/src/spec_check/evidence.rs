@@ -432,6 +432,67 @@ mod tests {
         assert_eq!(stale(&check(&now)).len(), 1);
     }
 
+    /// A tree whose evidence records exist but cannot be read (as a file without read
+    /// permission on a disk).
+    struct Unreadable(Memory);
+
+    impl crate::Tree for Unreadable {
+        fn root(&self) -> &Path {
+            self.0.root()
+        }
+
+        fn read(&self, path: &Path) -> std::io::Result<String> {
+            if path.to_string_lossy().ends_with(".spec-evidence.json") {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "permission denied",
+                ));
+            }
+            self.0.read(path)
+        }
+
+        fn files_under(&self, dir: &Path) -> Vec<std::path::PathBuf> {
+            self.0.files_under(dir)
+        }
+
+        fn is_file(&self, path: &Path) -> bool {
+            self.0.is_file(path)
+        }
+
+        fn is_dir(&self, path: &Path) -> bool {
+            self.0.is_dir(path)
+        }
+
+        fn modified(&self, path: &Path) -> std::io::Result<std::time::SystemTime> {
+            self.0.modified(path)
+        }
+
+        fn canonical(&self, path: &Path) -> std::path::PathBuf {
+            self.0.canonical(path)
+        }
+    }
+
+    /// A record that is there but cannot be read is named as unreadable, with the reason, not
+    /// taken for a missing one.
+    // i[verify spec-check.test-backed.fingerprint+2]
+    #[test]
+    fn an_unreadable_record_is_told_from_a_missing_one() {
+        let path = "target/nextest/ci/junit.xml.spec-evidence.json";
+        let mut now = tree(SPEC, &LIB.replace("    1\n", "    2\n"));
+        now.insert(path, recorded(&tree(SPEC, LIB)));
+        let now = Unreadable(now);
+        let outcome =
+            crate::spec_check::check(&now, &[Path::new(RESULTS)], None, &[]).expect("judged");
+        assert_eq!(outcome.problems, Vec::<Problem>::new());
+        assert_eq!(
+            record_notes(&outcome),
+            [format!(
+                "the evidence record {path} is unreadable (permission denied): passes judged by \
+                 file times only"
+            )]
+        );
+    }
+
     // i[verify spec-check.test-backed.fingerprint+2]
     #[test]
     fn a_cell_that_is_no_fingerprint_makes_every_part_stale() {

@@ -125,6 +125,20 @@ impl Demands {
             Measure::Proven => self.proven,
         }
     }
+
+    /// What either `self` or `other` demands: a rule judged by its level now and the level it
+    /// had before (at the review's base, or when the ratchet's baseline was written), so that
+    /// lowering a rule's level excuses no loss.
+    // i[impl spec-check.levels]
+    #[must_use]
+    pub fn or(self, other: Demands) -> Demands {
+        Demands {
+            implemented: self.implemented || other.implemented,
+            verified: self.verified || other.verified,
+            tested: self.tested || other.tested,
+            proven: self.proven || other.proven,
+        }
+    }
 }
 
 /// The one table of demands per level: MUST tested and proven (and so verified and implemented),
@@ -213,6 +227,20 @@ mod tests {
             ]
         );
         assert_eq!(Level::Must.demands(), Demands::ALL);
+    }
+
+    /// A rule whose level changed is judged by what either level demands, whichever came first.
+    // i[verify spec-check.levels]
+    #[test]
+    fn either_levels_demands_count() {
+        let none = Level::Informative.demands();
+        assert_eq!(Demands::ALL.or(none), Demands::ALL);
+        assert_eq!(none.or(Demands::ALL), Demands::ALL);
+        assert_eq!(none.or(none), none);
+        assert_eq!(
+            Level::May.demands().or(Level::Should.demands()),
+            Level::Should.demands()
+        );
     }
 
     // i[verify spec-check.levels]
