@@ -426,9 +426,6 @@ fn unneeded(waivers: &Waivers, now: &BTreeMap<String, (bool, Flags)>) -> Vec<Pro
     out
 }
 
-/// The waivers' problems and the ratchet's: each rule a baseline row records as having a
-/// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
-/// waiver covers that; a rule since removed is skipped, a rule added is not judged.
 /// Whether the ratchet judges the loss of `what` by `rule` (the baseline's `marker` in its row
 /// `was`): by the stricter of its level now and the level the baseline recorded (a rule the
 /// baseline does not list below MUST was MUST).
@@ -442,6 +439,9 @@ fn demanded(rule: &crate::spec_check::rules::Rule, was: &Row, marker: &str, what
     Level::of(rule).demands().or(was_level.demands()).of(what)
 }
 
+/// The waivers' problems and the ratchet's: each rule a baseline row records as having a
+/// measure that (under its id now, or the id that renamed it) lacks it now, unless a live
+/// waiver covers that; a rule since removed is skipped, a rule added is not judged.
 // i[impl spec-check.ratchet]
 // i[impl spec-check.waivers]
 pub fn check(source: &dyn Source, tree: &Tree, outcome: &Outcome, today: &str) -> Vec<Problem> {

@@ -672,8 +672,8 @@ fn coverage(
 
 /// The losses the review judges of a kept rule that had `old` at the base and has `now` at the
 /// head: only what its level demands, at the base (`was`) or at the head (`level`), so lowering
-/// a rule's level in the change excuses no loss; and, when its level went down, the words that
-/// say so.
+/// a rule's level in the change excuses no loss; and, when its level changed, the words that say
+/// so.
 // i[impl spec-check.levels]
 fn judged_losses(old: Has, now: Has, was: Level, level: Level) -> (Vec<Measure>, String) {
     let demands = level.demands().or(was.demands());
