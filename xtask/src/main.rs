@@ -11,7 +11,8 @@
 //! - `trace` — walks an audit finding (or one rule) to its rules, their code, their tests and the
 //!   tests' results.
 //! - `spec-report` — one self-contained HTML page of the spec's coverage, rules and findings.
-//! - `dist deb` — the node's Debian package (cargo-deb), with its unit, man pages and completions.
+//! - `dist deb` — the node's Debian package (cargo-deb), with its unit, man pages and completions;
+//!   holdfast-dist (`xtask/dist`) builds it.
 //! - `drain-demo` — two node replicas on real etcd and Redis, N clients, one replica stopped without
 //!   and with a drain; the figures under `target/drain-demo/`.
 //!
@@ -75,6 +76,7 @@ enum Command {
     /// Bounded floods from loopback against a real node, judged by docs/security.md (target/attack/).
     Attack(attack::Args),
     /// Build the node's packages (`dist deb`: a .deb with the unit, man pages and completions).
+    #[command(disable_help_flag = true)]
     Dist(dist::Args),
 }
 
